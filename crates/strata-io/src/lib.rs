@@ -1,0 +1,17 @@
+//! Strata's direct-I/O layer.
+//!
+//! Every engine reads and writes its data files through this crate so that the page cache never
+//! holds the data set behind the engine's back: files are opened with `O_DIRECT` where the file
+//! system allows it (and fall back to buffered I/O where it does not, e.g. tmpfs), buffers are
+//! aligned to [`ALIGN`] bytes, and unaligned requests are served by reading the covering aligned
+//! range.
+
+mod aligned;
+mod error;
+mod file;
+mod seq;
+
+pub use aligned::{align_down, align_up, AlignedBuf, ALIGN};
+pub use error::{IoError, Result};
+pub use file::{DirectFile, OpenMode};
+pub use seq::{SeqReader, SeqWriter};

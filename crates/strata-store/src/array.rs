@@ -1,0 +1,262 @@
+//! Streaming writers and readers of `.npy` arrays, through the direct-I/O layer.
+
+use std::path::{Path, PathBuf};
+
+use strata_io::{DirectFile, OpenMode, SeqReader, SeqWriter};
+
+use crate::error::{Result, StoreError};
+use crate::manifest::ArrayInfo;
+use crate::npy::{self, DType, NpyHeader, DATA_OFFSET};
+
+/// Default size of the aligned staging buffer of a writer or reader, in bytes.
+pub const IO_CHUNK: usize = 4 << 20;
+
+/// Appends rows to a new `.npy` file whose data starts at [`DATA_OFFSET`]; the header, with
+/// the final row count, is written by [`NpyWriter::finish`].
+pub struct NpyWriter {
+    w: SeqWriter,
+    dtype: DType,
+    row_shape: Vec<u64>,
+    row_bytes: u64,
+    path: PathBuf,
+    scratch: Vec<u8>,
+}
+
+impl NpyWriter {
+    /// Creates `path` for an array of `dtype` whose rows have shape `row_shape` (empty for a
+    /// 1-D array), staging writes in a buffer of `buf_bytes`.
+    pub fn create(path: &Path, dtype: DType, row_shape: &[u64], buf_bytes: usize) -> Result<Self> {
+        let row_bytes = row_shape.iter().product::<u64>() * dtype.size() as u64;
+        Ok(NpyWriter {
+            w: SeqWriter::create(path, DATA_OFFSET, buf_bytes)?,
+            dtype,
+            row_shape: row_shape.to_vec(),
+            row_bytes,
+            path: path.to_path_buf(),
+            scratch: Vec::new(),
+        })
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Data bytes written so far.
+    pub fn data_bytes(&self) -> u64 {
+        self.w.position() - DATA_OFFSET
+    }
+
+    /// Appends raw little-endian element bytes (whole rows by the time of `finish`).
+    pub fn write_bytes(&mut self, bytes: &[u8]) -> Result<()> {
+        Ok(self.w.write_all(bytes)?)
+    }
+
+    /// Appends elements whose in-memory type matches the array's dtype.
+    pub fn write<T: bytemuck::Pod>(&mut self, vals: &[T]) -> Result<()> {
+        debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size());
+        self.write_bytes(bytemuck::cast_slice(vals))
+    }
+
+    /// Appends integer values, narrowing them to the array's integer dtype. The caller
+    /// guarantees they fit (ids are checked against the id width before they get here).
+    pub fn write_ints(&mut self, vals: &[i64]) -> Result<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        encode_ints(vals, self.dtype, &mut scratch);
+        let r = self.write_bytes(&scratch);
+        self.scratch = scratch;
+        r
+    }
+
+    /// Writes the header and syncs; returns the array's manifest entry.
+    pub fn finish(self) -> Result<ArrayInfo> {
+        let data = self.data_bytes();
+        if self.row_bytes > 0 && data % self.row_bytes != 0 {
+            return Err(StoreError::bad_file(
+                &self.path,
+                format!("internal: {data} bytes is not a whole number of {}-byte rows", self.row_bytes),
+            ));
+        }
+        let rows = if self.row_bytes == 0 { 0 } else { data / self.row_bytes };
+        let mut shape = vec![rows];
+        shape.extend_from_slice(&self.row_shape);
+        let mut block = strata_io::AlignedBuf::new(DATA_OFFSET as usize);
+        block.fill_from(&npy::header_block(self.dtype, &shape));
+        self.w.file().write_at(0, block.as_slice())?;
+        self.w.finish()?;
+        Ok(ArrayInfo {
+            file: self.path.file_name().unwrap().to_string_lossy().into_owned(),
+            dtype: self.dtype,
+            shape,
+        })
+    }
+}
+
+/// Appends `vals` to `out` as little-endian elements of integer type `dtype`.
+pub fn encode_ints(vals: &[i64], dtype: DType, out: &mut Vec<u8>) {
+    out.reserve(vals.len() * dtype.size());
+    match dtype {
+        DType::I32 => out.extend(vals.iter().flat_map(|&v| (v as i32).to_le_bytes())),
+        DType::I64 => out.extend(vals.iter().flat_map(|&v| v.to_le_bytes())),
+        DType::U8 => out.extend(vals.iter().map(|&v| v as u8)),
+        DType::U32 => out.extend(vals.iter().flat_map(|&v| (v as u32).to_le_bytes())),
+        DType::U64 => out.extend(vals.iter().flat_map(|&v| (v as u64).to_le_bytes())),
+        DType::I16 => out.extend(vals.iter().flat_map(|&v| (v as i16).to_le_bytes())),
+        other => panic!("encode_ints: {other} is not an integer dtype Strata writes"),
+    }
+}
+
+/// Decodes little-endian integers of `dtype` from `bytes`, appending them to `out` as `i64`.
+/// `uint64` values above `i64::MAX` become negative and are rejected by the callers' range checks.
+pub fn decode_ints(bytes: &[u8], dtype: DType, out: &mut Vec<i64>) {
+    macro_rules! dec {
+        ($t:ty) => {
+            out.extend(bytes.chunks_exact(std::mem::size_of::<$t>()).map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as i64))
+        };
+    }
+    match dtype {
+        DType::Bool | DType::U8 => out.extend(bytes.iter().map(|&b| b as i64)),
+        DType::I8 => out.extend(bytes.iter().map(|&b| b as i8 as i64)),
+        DType::I16 => dec!(i16),
+        DType::U16 => dec!(u16),
+        DType::I32 => dec!(i32),
+        DType::U32 => dec!(u32),
+        DType::I64 => dec!(i64),
+        DType::U64 => dec!(u64),
+        DType::F16 | DType::F32 | DType::F64 => panic!("decode_ints on a float array"),
+    }
+}
+
+/// Decodes little-endian floats (or integers) of `dtype` from `bytes`, appending them as `f32`.
+pub fn decode_f32(bytes: &[u8], dtype: DType, out: &mut Vec<f32>) {
+    macro_rules! dec {
+        ($t:ty) => {
+            out.extend(bytes.chunks_exact(std::mem::size_of::<$t>()).map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as f32))
+        };
+    }
+    match dtype {
+        DType::F16 => out.extend(bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())),
+        DType::F32 => dec!(f32),
+        DType::F64 => dec!(f64),
+        DType::Bool | DType::U8 => out.extend(bytes.iter().map(|&b| b as f32)),
+        DType::I8 => out.extend(bytes.iter().map(|&b| b as i8 as f32)),
+        DType::I16 => dec!(i16),
+        DType::U16 => dec!(u16),
+        DType::I32 => dec!(i32),
+        DType::U32 => dec!(u32),
+        DType::I64 => dec!(i64),
+        DType::U64 => dec!(u64),
+    }
+}
+
+/// Streams the rows of a C-ordered `.npy` file in batches of whole rows.
+pub struct RowReader {
+    reader: SeqReader,
+    row_bytes: usize,
+    carry: Vec<u8>,
+    batch: Vec<u8>,
+    path: PathBuf,
+}
+
+impl RowReader {
+    /// Opens `path` (whose parsed header is `header`) and reads its rows in batches of about
+    /// `batch_bytes`.
+    pub fn open(path: &Path, header: &NpyHeader, batch_bytes: usize) -> Result<Self> {
+        let file = DirectFile::open(path, OpenMode::Read, true)?;
+        let row_elems: u64 = header.shape.iter().skip(1).product();
+        let row_bytes = (row_elems as usize * header.dtype.size()).max(1);
+        let end = header.data_offset + header.data_bytes();
+        let file_len = file.len()?;
+        if file_len < end {
+            return Err(StoreError::bad_file(
+                path,
+                format!(
+                    "truncated: the header declares shape {:?} ({} data bytes) but the file holds {}",
+                    header.shape,
+                    header.data_bytes(),
+                    file_len.saturating_sub(header.data_offset)
+                ),
+            ));
+        }
+        let chunk = batch_bytes.max(row_bytes).next_multiple_of(strata_io::ALIGN);
+        Ok(RowReader {
+            reader: SeqReader::new(file, header.data_offset, end, chunk),
+            row_bytes,
+            carry: Vec::new(),
+            batch: Vec::new(),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Opens an array of a store by its manifest entry.
+    pub fn open_array(dir: &Path, info: &ArrayInfo, batch_bytes: usize) -> Result<Self> {
+        let path = dir.join(&info.file);
+        let header = npy::read_header(&path)?;
+        Self::open(&path, &header, batch_bytes)
+    }
+
+    /// The next batch of whole rows, or `None` at the end.
+    pub fn next_batch(&mut self) -> Result<Option<&[u8]>> {
+        let row = self.row_bytes;
+        loop {
+            let Some(chunk) = self.reader.next_chunk()? else {
+                if !self.carry.is_empty() {
+                    return Err(StoreError::bad_file(&self.path, "data ends in the middle of a row"));
+                }
+                return Ok(None);
+            };
+            if self.carry.is_empty() && chunk.len() % row == 0 {
+                self.batch.clear();
+                self.batch.extend_from_slice(chunk);
+            } else {
+                self.batch.clear();
+                self.batch.append(&mut self.carry);
+                self.batch.extend_from_slice(chunk);
+                let whole = self.batch.len() / row * row;
+                self.carry.extend_from_slice(&self.batch[whole..]);
+                self.batch.truncate(whole);
+            }
+            if !self.batch.is_empty() {
+                return Ok(Some(&self.batch));
+            }
+        }
+    }
+}
+
+/// Reads a whole (small) array of a store into memory as raw bytes.
+pub fn read_all_bytes(path: &Path) -> Result<(NpyHeader, Vec<u8>)> {
+    let header = npy::read_header(path)?;
+    let file = DirectFile::open(path, OpenMode::Read, true)?;
+    let mut out = vec![0u8; header.data_bytes() as usize];
+    file.read_at(header.data_offset, &mut out)?;
+    Ok((header, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn rows_round_trip(rows in 0usize..5000, cols in 1u64..4, batch in 1usize..50_000, wide in any::<bool>()) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("a.npy");
+            let dtype = if wide { DType::I64 } else { DType::I32 };
+            let vals: Vec<i64> = (0..rows as i64 * cols as i64).map(|i| i * 7 - 3).collect();
+            let mut w = NpyWriter::create(&path, dtype, &[cols], 8192).unwrap();
+            for piece in vals.chunks(101 * cols as usize) {
+                w.write_ints(piece).unwrap();
+            }
+            let info = w.finish().unwrap();
+            prop_assert_eq!(&info.shape, &vec![rows as u64, cols]);
+            let mut r = RowReader::open_array(dir.path(), &info, batch).unwrap();
+            let mut back = Vec::new();
+            while let Some(b) = r.next_batch().unwrap() {
+                prop_assert_eq!(b.len() % (cols as usize * dtype.size()), 0);
+                decode_ints(b, dtype, &mut back);
+            }
+            prop_assert_eq!(back, vals);
+        }
+    }
+}

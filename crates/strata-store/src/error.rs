@@ -1,0 +1,75 @@
+use std::path::PathBuf;
+
+/// Everything that can go wrong while writing, reading or converting a store.
+///
+/// Each variant names the file (and line, field or array) at fault so that the message alone
+/// tells the user what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Io(#[from] strata_io::IoError),
+
+    /// A malformed line or value in an input file.
+    #[error("{}:{line}: {msg}", path.display())]
+    Input { path: PathBuf, line: u64, msg: String },
+
+    /// An input file that is unusable as a whole (empty, wrong size, wrong shape).
+    #[error("{}: {msg}", path.display())]
+    BadFile { path: PathBuf, msg: String },
+
+    /// A store whose manifest or arrays do not agree.
+    #[error("store {}: {msg}", store.display())]
+    Invalid { store: PathBuf, msg: String },
+
+    #[error("store {} was written with format version {found}; this Strata reads format versions up to {supported}: upgrade Strata to open it", store.display())]
+    NewerFormat {
+        store: PathBuf,
+        found: u64,
+        supported: u32,
+    },
+
+    /// The memory budget cannot hold the minimum a step needs.
+    #[error("memory budget of {} is too small: {what} needs at least {}", crate::units::fmt_bytes(*budget), crate::units::fmt_bytes(*needed))]
+    Budget { budget: u64, needed: u64, what: String },
+
+    /// An option value that is out of range or contradicts another; names the option.
+    #[error("option {field}: {msg}")]
+    Option { field: String, msg: String },
+
+    #[error("{} already exists; remove it or set overwrite to replace it", path.display())]
+    Exists { path: PathBuf },
+
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl StoreError {
+    pub(crate) fn input(path: impl Into<PathBuf>, line: u64, msg: impl Into<String>) -> Self {
+        StoreError::Input {
+            path: path.into(),
+            line,
+            msg: msg.into(),
+        }
+    }
+
+    pub(crate) fn bad_file(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
+        StoreError::BadFile {
+            path: path.into(),
+            msg: msg.into(),
+        }
+    }
+
+    pub(crate) fn option(field: &str, msg: impl Into<String>) -> Self {
+        StoreError::Option {
+            field: field.to_string(),
+            msg: msg.into(),
+        }
+    }
+
+    /// Wraps a `std::io::Error` on `path` (for the few places that use std files directly).
+    pub(crate) fn os(op: &'static str, path: &std::path::Path, source: std::io::Error) -> Self {
+        StoreError::Io(strata_io::IoError::os(op, path, 0, source))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;

@@ -1,0 +1,1 @@
+//! Deterministic, streaming graph generators (being written: see docs/generators.md).

@@ -1,0 +1,18 @@
+//! Strata's store: the on-disk format (a directory of `manifest.json` plus aligned `.npy`
+//! arrays), its validation, streaming converters from common graph formats, and generators.
+
+pub mod array;
+pub mod error;
+pub mod generate;
+pub mod manifest;
+pub mod npy;
+pub mod progress;
+pub mod store;
+pub mod strtab;
+pub mod units;
+
+pub use error::{Result, StoreError};
+pub use manifest::{ArrayInfo, Manifest};
+pub use npy::DType;
+pub use progress::{Meter, NoProgress, Progress};
+pub use store::{Store, StoreBuilder};

@@ -1,0 +1,347 @@
+//! Opening (with validation) and atomically building a store directory.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::array::NpyWriter;
+use crate::error::{Result, StoreError};
+use crate::manifest::{ArrayInfo, Manifest, FORMAT_NAME, FORMAT_VERSION};
+use crate::npy::{self, DType, DATA_OFFSET};
+
+/// Name of the manifest file inside a store directory.
+pub const MANIFEST: &str = "manifest.json";
+
+/// An open, validated store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    path: PathBuf,
+    manifest: Manifest,
+}
+
+impl Store {
+    /// Opens the store at `path` and validates it: format and version, every array the manifest
+    /// requires present with the declared dtype and shape, data at the 4096-byte offset, and
+    /// each file exactly as long as its shape says. Data values are not read (see
+    /// [`crate::check::check_data`]).
+    pub fn open(path: &Path) -> Result<Store> {
+        let invalid = |msg: String| StoreError::Invalid {
+            store: path.to_path_buf(),
+            msg,
+        };
+        if !path.exists() {
+            return Err(StoreError::bad_file(path, "no such store"));
+        }
+        let manifest_path = path.join(MANIFEST);
+        if !path.is_dir() || !manifest_path.exists() {
+            return Err(invalid(format!(
+                "not a Strata store: {MANIFEST} is missing (an interrupted conversion leaves only a .partial directory)"
+            )));
+        }
+        let text = std::fs::read_to_string(&manifest_path).map_err(|e| StoreError::os("read", &manifest_path, e))?;
+        let raw: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| invalid(format!("{MANIFEST} is not valid JSON: {e}")))?;
+        if raw.get("format").and_then(|v| v.as_str()) != Some(FORMAT_NAME) {
+            return Err(invalid(format!("{MANIFEST} does not say \"format\": \"{FORMAT_NAME}\"")));
+        }
+        let version = raw
+            .get("format_version")
+            .and_then(|v| v.as_u64())
+            .ok_or_else(|| invalid(format!("{MANIFEST} has no integer format_version")))?;
+        if version > FORMAT_VERSION as u64 {
+            return Err(StoreError::NewerFormat {
+                store: path.to_path_buf(),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        if version == 0 {
+            return Err(invalid("format_version 0 does not exist".into()));
+        }
+        let manifest: Manifest =
+            serde_json::from_value(raw).map_err(|e| invalid(format!("{MANIFEST} does not match the format: {e}")))?;
+        validate_arrays(path, &manifest)?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            manifest,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The manifest entry of array `name`, if the store has it.
+    pub fn array(&self, name: &str) -> Option<&ArrayInfo> {
+        self.manifest.arrays.get(name)
+    }
+
+    /// The manifest entry of array `name`, or an error naming the missing array.
+    pub fn require(&self, name: &str) -> Result<&ArrayInfo> {
+        self.array(name).ok_or_else(|| StoreError::Invalid {
+            store: self.path.clone(),
+            msg: format!("it has no '{name}' array"),
+        })
+    }
+
+    /// Path of the file holding array `name`.
+    pub fn array_path(&self, name: &str) -> Result<PathBuf> {
+        Ok(self.path.join(&self.require(name)?.file))
+    }
+
+    /// Bytes on disk per file (aliases counted once), sorted by file name.
+    pub fn disk_usage(&self) -> Result<BTreeMap<String, u64>> {
+        let mut out = BTreeMap::new();
+        for info in self.manifest.arrays.values() {
+            let p = self.path.join(&info.file);
+            let len = std::fs::metadata(&p).map_err(|e| StoreError::os("stat", &p, e))?.len();
+            out.insert(info.file.clone(), len);
+        }
+        let m = self.path.join(MANIFEST);
+        out.insert(MANIFEST.to_string(), std::fs::metadata(&m).map_err(|e| StoreError::os("stat", &m, e))?.len());
+        Ok(out)
+    }
+}
+
+fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
+    let invalid = |msg: String| StoreError::Invalid {
+        store: store.to_path_buf(),
+        msg,
+    };
+    let fmt_shape = |s: &[Option<u64>]| {
+        let parts: Vec<String> = s.iter().map(|d| d.map_or("*".to_string(), |v| v.to_string())).collect();
+        format!("({})", parts.join(", "))
+    };
+    for exp in manifest.expected_arrays() {
+        let info = manifest
+            .arrays
+            .get(&exp.name)
+            .ok_or_else(|| invalid(format!("the manifest lists no '{}' array, which its contents require", exp.name)))?;
+        let shape_ok = info.shape.len() == exp.shape.len()
+            && info.shape.iter().zip(&exp.shape).all(|(have, want)| want.is_none_or(|w| w == *have));
+        if info.dtype != exp.dtype || !shape_ok {
+            return Err(invalid(format!(
+                "array '{}' is declared as {} {:?} but the graph requires {} {}",
+                exp.name,
+                info.dtype,
+                info.shape,
+                exp.dtype,
+                fmt_shape(&exp.shape)
+            )));
+        }
+    }
+    for (name, info) in &manifest.arrays {
+        if info.file.contains('/') || info.file.starts_with('.') {
+            return Err(invalid(format!("array '{name}' points outside the store: '{}'", info.file)));
+        }
+        let path = store.join(&info.file);
+        let meta = std::fs::metadata(&path).map_err(|_| invalid(format!("array '{name}': file {} is missing", info.file)))?;
+        let header = npy::read_header(&path).map_err(|e| invalid(format!("array '{name}': {e}")))?;
+        if header.dtype != info.dtype || header.shape != info.shape || header.fortran_order {
+            return Err(invalid(format!(
+                "array '{name}': {} holds {} {:?}{} but the manifest says {} {:?}",
+                info.file,
+                header.dtype,
+                header.shape,
+                if header.fortran_order { " in Fortran order" } else { "" },
+                info.dtype,
+                info.shape
+            )));
+        }
+        if header.data_offset != DATA_OFFSET {
+            return Err(invalid(format!(
+                "array '{name}': data in {} starts at byte {} instead of {DATA_OFFSET}",
+                info.file, header.data_offset
+            )));
+        }
+        let want = DATA_OFFSET + info.data_bytes();
+        if meta.len() != want {
+            let what = if meta.len() < want { "truncated" } else { "too long" };
+            return Err(invalid(format!(
+                "array '{name}': {} is {what}: expected {want} bytes for {} {:?}, found {}",
+                info.file,
+                info.dtype,
+                info.shape,
+                meta.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Builds a store in a `.partial-PID` directory beside its destination and renames it into place
+/// only when [`StoreBuilder::commit`] succeeds; dropping an uncommitted builder removes it.
+pub struct StoreBuilder {
+    out: PathBuf,
+    tmp: PathBuf,
+    overwrite: bool,
+    arrays: BTreeMap<String, ArrayInfo>,
+    committed: bool,
+}
+
+impl StoreBuilder {
+    /// Prepares to write a store at `out`. Fails if `out` exists (unless `overwrite` and it is
+    /// a Strata store) or if its parent directory does not exist. Removes stale `.partial`
+    /// directories of `out` left by processes that no longer run.
+    pub fn create(out: &Path, overwrite: bool) -> Result<StoreBuilder> {
+        let name = out
+            .file_name()
+            .ok_or_else(|| StoreError::option("out", format!("'{}' is not a directory name", out.display())))?
+            .to_string_lossy()
+            .into_owned();
+        let parent = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !parent.is_dir() {
+            return Err(StoreError::bad_file(&parent, "the output's parent directory does not exist"));
+        }
+        if out.exists() {
+            if !overwrite {
+                return Err(StoreError::Exists { path: out.to_path_buf() });
+            }
+            if !out.join(MANIFEST).exists() {
+                return Err(StoreError::bad_file(out, "exists and is not a Strata store; refusing to replace it"));
+            }
+        }
+        remove_stale_partials(&parent, &name);
+        let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(|e| StoreError::os("remove", &tmp, e))?;
+        }
+        std::fs::create_dir(&tmp).map_err(|e| StoreError::os("mkdir", &tmp, e))?;
+        Ok(StoreBuilder {
+            out: out.to_path_buf(),
+            tmp,
+            overwrite,
+            arrays: BTreeMap::new(),
+            committed: false,
+        })
+    }
+
+    /// The directory being written.
+    pub fn dir(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Final destination of the store.
+    pub fn out(&self) -> &Path {
+        &self.out
+    }
+
+    /// A directory for temporary files, removed at commit.
+    pub fn scratch(&self) -> Result<PathBuf> {
+        let p = self.tmp.join(".scratch");
+        std::fs::create_dir_all(&p).map_err(|e| StoreError::os("mkdir", &p, e))?;
+        Ok(p)
+    }
+
+    /// Path of array `name`'s file in the store being built.
+    pub fn array_file(&self, name: &str) -> PathBuf {
+        self.tmp.join(format!("{name}.npy"))
+    }
+
+    /// Starts writing array `name` (file `NAME.npy`).
+    pub fn writer(&self, name: &str, dtype: DType, row_shape: &[u64], buf_bytes: usize) -> Result<NpyWriter> {
+        NpyWriter::create(&self.array_file(name), dtype, row_shape, buf_bytes)
+    }
+
+    /// Records a finished array under `name`.
+    pub fn add(&mut self, name: &str, info: ArrayInfo) {
+        self.arrays.insert(name.to_string(), info);
+    }
+
+    /// Records `name` as another name for the already added array `same_as`.
+    pub fn alias(&mut self, name: &str, same_as: &str) {
+        let info = self.arrays[same_as].clone();
+        self.arrays.insert(name.to_string(), info);
+    }
+
+    /// The arrays added so far.
+    pub fn arrays(&self) -> &BTreeMap<String, ArrayInfo> {
+        &self.arrays
+    }
+
+    /// Writes the manifest (with the recorded arrays), validates the result, and renames the
+    /// directory into place (atomically exchanging it with an existing store when overwriting).
+    pub fn commit(mut self, mut manifest: Manifest) -> Result<Store> {
+        manifest.arrays = std::mem::take(&mut self.arrays);
+        let scratch = self.tmp.join(".scratch");
+        if scratch.exists() {
+            std::fs::remove_dir_all(&scratch).map_err(|e| StoreError::os("remove", &scratch, e))?;
+        }
+        let text = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
+        let mpath = self.tmp.join(MANIFEST);
+        write_synced(&mpath, text.as_bytes())?;
+        validate_arrays(&self.tmp, &manifest)?;
+        sync_dir(&self.tmp)?;
+        if self.overwrite && self.out.exists() {
+            exchange(&self.tmp, &self.out)?;
+            // `tmp` now holds the old store.
+            std::fs::remove_dir_all(&self.tmp).map_err(|e| StoreError::os("remove", &self.tmp, e))?;
+        } else {
+            std::fs::rename(&self.tmp, &self.out).map_err(|e| StoreError::os("rename", &self.out, e))?;
+        }
+        if let Some(parent) = self.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+        self.committed = true;
+        Store::open(&self.out)
+    }
+}
+
+impl Drop for StoreBuilder {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path).map_err(|e| StoreError::os("create", path, e))?;
+    f.write_all(bytes).map_err(|e| StoreError::os("write", path, e))?;
+    f.sync_all().map_err(|e| StoreError::os("fsync", path, e))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    let f = std::fs::File::open(dir).map_err(|e| StoreError::os("open", dir, e))?;
+    f.sync_all().map_err(|e| StoreError::os("fsync", dir, e))
+}
+
+/// Atomically swaps two directory entries (Linux `renameat2(RENAME_EXCHANGE)`).
+fn exchange(a: &Path, b: &Path) -> Result<()> {
+    let ca = CString::new(a.as_os_str().as_bytes()).expect("path without NUL");
+    let cb = CString::new(b.as_os_str().as_bytes()).expect("path without NUL");
+    // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them relative to the cwd.
+    let rc = unsafe {
+        libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE)
+    };
+    if rc != 0 {
+        return Err(StoreError::os("rename", b, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Removes `NAME.partial-PID` directories in `parent` whose process is gone.
+fn remove_stale_partials(parent: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    let prefix = format!("{name}.partial-");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = file_name.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks whether the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !alive || pid == std::process::id() as i32 {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
