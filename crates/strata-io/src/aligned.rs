@@ -61,7 +61,11 @@ impl AlignedBuf {
     /// Sets the number of valid bytes; the caller has written them through [`Self::spare_mut`]
     /// or [`Self::full_mut`].
     pub fn set_len(&mut self, len: usize) {
-        assert!(len <= self.cap, "AlignedBuf::set_len({len}) beyond capacity {}", self.cap);
+        assert!(
+            len <= self.cap,
+            "AlignedBuf::set_len({len}) beyond capacity {}",
+            self.cap
+        );
         self.len = len;
     }
 
@@ -122,7 +126,10 @@ impl Drop for AlignedBuf {
 
 impl std::fmt::Debug for AlignedBuf {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AlignedBuf").field("cap", &self.cap).field("len", &self.len).finish()
+        f.debug_struct("AlignedBuf")
+            .field("cap", &self.cap)
+            .field("len", &self.len)
+            .finish()
     }
 }
 

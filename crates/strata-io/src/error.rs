@@ -23,7 +23,12 @@ pub enum IoError {
 
 impl IoError {
     /// Wraps an OS error, turning "no space" and "file too large" into [`IoError::DiskFull`].
-    pub fn os(op: &'static str, path: &std::path::Path, offset: u64, source: std::io::Error) -> Self {
+    pub fn os(
+        op: &'static str,
+        path: &std::path::Path,
+        offset: u64,
+        source: std::io::Error,
+    ) -> Self {
         match source.raw_os_error() {
             Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => IoError::DiskFull {
                 path: path.to_path_buf(),

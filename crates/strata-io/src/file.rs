@@ -62,7 +62,9 @@ impl DirectFile {
                 Err(e) => return Err(IoError::os(op, path, 0, e)),
             }
         }
-        let file = options(false).open(path).map_err(|e| IoError::os(op, path, 0, e))?;
+        let file = options(false)
+            .open(path)
+            .map_err(|e| IoError::os(op, path, 0, e))?;
         Ok(DirectFile {
             file,
             path: path.to_path_buf(),
@@ -84,8 +86,8 @@ impl DirectFile {
         &self.file
     }
 
-    /// File length in bytes.
-    pub fn len(&self) -> Result<u64> {
+    /// File size in bytes.
+    pub fn size(&self) -> Result<u64> {
         self.file
             .metadata()
             .map(|m| m.len())
@@ -94,7 +96,7 @@ impl DirectFile {
 
     /// Reads exactly `dst.len()` bytes at `offset`. Reading past the end of the file is an error.
     pub fn read_at(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
-        let file_len = self.len()?;
+        let file_len = self.size()?;
         if offset + dst.len() as u64 > file_len {
             return Err(IoError::PastEnd {
                 path: self.path.clone(),
@@ -103,15 +105,17 @@ impl DirectFile {
                 file_len,
             });
         }
-        let aligned = offset % ALIGN as u64 == 0
-            && dst.len() % ALIGN == 0
-            && dst.as_ptr() as usize % ALIGN == 0;
+        let aligned = offset.is_multiple_of(ALIGN as u64)
+            && dst.len().is_multiple_of(ALIGN)
+            && (dst.as_ptr() as usize).is_multiple_of(ALIGN);
         if !self.direct || aligned {
             return self.read_exact_raw(offset, dst);
         }
         // Bounce through the covering aligned range, in pieces of at most 8 MiB.
         const BOUNCE: u64 = 8 << 20;
-        let mut bounce = AlignedBuf::new((BOUNCE as usize).min(align_up(dst.len() as u64 + ALIGN as u64) as usize));
+        let mut bounce = AlignedBuf::new(
+            (BOUNCE as usize).min(align_up(dst.len() as u64 + ALIGN as u64) as usize),
+        );
         let mut done = 0usize;
         while done < dst.len() {
             let pos = offset + done as u64;
@@ -135,7 +139,9 @@ impl DirectFile {
     pub fn write_at(&self, offset: u64, src: &[u8]) -> Result<()> {
         if self.direct {
             assert!(
-                offset % ALIGN as u64 == 0 && src.len() % ALIGN == 0 && src.as_ptr() as usize % ALIGN == 0,
+                offset.is_multiple_of(ALIGN as u64)
+                    && src.len().is_multiple_of(ALIGN)
+                    && (src.as_ptr() as usize).is_multiple_of(ALIGN),
                 "unaligned O_DIRECT write to {} at {offset} of {} bytes",
                 self.path.display(),
                 src.len()
@@ -216,12 +222,19 @@ mod tests {
         let f = DirectFile::open(&path, OpenMode::Read, true).unwrap();
         let mut out = vec![0u8; 100];
         let err = f.read_at(4950, &mut out).unwrap_err();
-        assert!(matches!(err, IoError::PastEnd { file_len: 5000, .. }), "{err}");
+        assert!(
+            matches!(err, IoError::PastEnd { file_len: 5000, .. }),
+            "{err}"
+        );
     }
 
     #[test]
     fn missing_file_names_the_path() {
-        let err = DirectFile::open(Path::new("/nonexistent/strata/x.npy"), OpenMode::Read, true).unwrap_err();
-        assert!(err.to_string().contains("/nonexistent/strata/x.npy"), "{err}");
+        let err = DirectFile::open(Path::new("/nonexistent/strata/x.npy"), OpenMode::Read, true)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/strata/x.npy"),
+            "{err}"
+        );
     }
 }

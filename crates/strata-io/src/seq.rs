@@ -20,7 +20,11 @@ impl SeqWriter {
     /// Writes into `file` from byte `start` (a multiple of [`ALIGN`]) using a buffer of
     /// `buf_bytes` (rounded up to [`ALIGN`]).
     pub fn new(file: DirectFile, start: u64, buf_bytes: usize) -> Self {
-        assert_eq!(start % ALIGN as u64, 0, "SeqWriter must start at an aligned offset");
+        assert_eq!(
+            start % ALIGN as u64,
+            0,
+            "SeqWriter must start at an aligned offset"
+        );
         SeqWriter {
             file,
             buf: AlignedBuf::new(buf_bytes.max(ALIGN)),
@@ -30,7 +34,11 @@ impl SeqWriter {
 
     /// Creates `path` (truncating it) and writes from byte `start`.
     pub fn create(path: &Path, start: u64, buf_bytes: usize) -> Result<Self> {
-        Ok(Self::new(DirectFile::open(path, OpenMode::Create, true)?, start, buf_bytes))
+        Ok(Self::new(
+            DirectFile::open(path, OpenMode::Create, true)?,
+            start,
+            buf_bytes,
+        ))
     }
 
     /// Logical end of the data written so far, as a file offset in bytes.
@@ -109,13 +117,14 @@ impl SeqReader {
     /// Opens `path` with `O_DIRECT` and reads it from byte `start` to its end.
     pub fn open(path: &Path, start: u64, chunk_bytes: usize) -> Result<Self> {
         let file = DirectFile::open(path, OpenMode::Read, true)?;
-        let end = file.len()?;
+        let end = file.size()?;
         Ok(Self::new(file, start, end, chunk_bytes))
     }
 
     /// Bytes not yet returned.
     pub fn remaining(&self) -> u64 {
-        self.end.saturating_sub(self.next + self.skip as u64) + (self.chunk_end - self.cursor) as u64
+        self.end.saturating_sub(self.next + self.skip as u64)
+            + (self.chunk_end - self.cursor) as u64
     }
 
     /// The next chunk, or `None` at the end of the range.
@@ -126,7 +135,9 @@ impl SeqReader {
         let want = (self.end - self.next).min(self.buf.capacity() as u64) as usize;
         // Read whole aligned blocks; at the end of the file the last one comes back short.
         let read_len = align_up(want as u64) as usize;
-        let got = self.file.read_some_raw(self.next, &mut self.buf.full_mut()[..read_len])?;
+        let got = self
+            .file
+            .read_some_raw(self.next, &mut self.buf.full_mut()[..read_len])?;
         if got < want {
             return Err(crate::IoError::PastEnd {
                 path: self.file.path().to_path_buf(),
@@ -140,6 +151,14 @@ impl SeqReader {
         self.chunk_end = want;
         self.next += want as u64;
         Ok(Some(&self.buf.as_slice()[self.cursor..want]))
+    }
+}
+
+impl SeqReader {
+    /// The chunk returned by the last [`SeqReader::next_chunk`] (what it has not yet handed out
+    /// through [`std::io::Read`]).
+    pub fn current(&self) -> Option<&[u8]> {
+        Some(&self.buf.as_slice()[self.cursor..self.chunk_end])
     }
 }
 

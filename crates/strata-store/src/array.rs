@@ -71,13 +71,16 @@ impl NpyWriter {
     /// Writes the header and syncs; returns the array's manifest entry.
     pub fn finish(self) -> Result<ArrayInfo> {
         let data = self.data_bytes();
-        if self.row_bytes > 0 && data % self.row_bytes != 0 {
+        if self.row_bytes > 0 && !data.is_multiple_of(self.row_bytes) {
             return Err(StoreError::bad_file(
                 &self.path,
-                format!("internal: {data} bytes is not a whole number of {}-byte rows", self.row_bytes),
+                format!(
+                    "internal: {data} bytes is not a whole number of {}-byte rows",
+                    self.row_bytes
+                ),
             ));
         }
-        let rows = if self.row_bytes == 0 { 0 } else { data / self.row_bytes };
+        let rows = data.checked_div(self.row_bytes).unwrap_or(0);
         let mut shape = vec![rows];
         shape.extend_from_slice(&self.row_shape);
         let mut block = strata_io::AlignedBuf::new(DATA_OFFSET as usize);
@@ -85,7 +88,12 @@ impl NpyWriter {
         self.w.file().write_at(0, block.as_slice())?;
         self.w.finish()?;
         Ok(ArrayInfo {
-            file: self.path.file_name().unwrap().to_string_lossy().into_owned(),
+            file: self
+                .path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
             dtype: self.dtype,
             shape,
         })
@@ -95,9 +103,16 @@ impl NpyWriter {
 /// Appends `vals` to `out` as little-endian elements of integer type `dtype`.
 pub fn encode_ints(vals: &[i64], dtype: DType, out: &mut Vec<u8>) {
     out.reserve(vals.len() * dtype.size());
+    // Little-endian targets only (x86-64, aarch64): the in-memory bytes are the file bytes.
     match dtype {
-        DType::I32 => out.extend(vals.iter().flat_map(|&v| (v as i32).to_le_bytes())),
-        DType::I64 => out.extend(vals.iter().flat_map(|&v| v.to_le_bytes())),
+        DType::I32 => {
+            let start = out.len();
+            out.resize(start + vals.len() * 4, 0);
+            for (dst, &v) in out[start..].chunks_exact_mut(4).zip(vals) {
+                dst.copy_from_slice(&(v as i32).to_le_bytes());
+            }
+        }
+        DType::I64 => out.extend_from_slice(bytemuck::cast_slice(vals)),
         DType::U8 => out.extend(vals.iter().map(|&v| v as u8)),
         DType::U32 => out.extend(vals.iter().flat_map(|&v| (v as u32).to_le_bytes())),
         DType::U64 => out.extend(vals.iter().flat_map(|&v| (v as u64).to_le_bytes())),
@@ -111,7 +126,11 @@ pub fn encode_ints(vals: &[i64], dtype: DType, out: &mut Vec<u8>) {
 pub fn decode_ints(bytes: &[u8], dtype: DType, out: &mut Vec<i64>) {
     macro_rules! dec {
         ($t:ty) => {
-            out.extend(bytes.chunks_exact(std::mem::size_of::<$t>()).map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as i64))
+            out.extend(
+                bytes
+                    .chunks_exact(std::mem::size_of::<$t>())
+                    .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as i64),
+            )
         };
     }
     match dtype {
@@ -131,11 +150,19 @@ pub fn decode_ints(bytes: &[u8], dtype: DType, out: &mut Vec<i64>) {
 pub fn decode_f32(bytes: &[u8], dtype: DType, out: &mut Vec<f32>) {
     macro_rules! dec {
         ($t:ty) => {
-            out.extend(bytes.chunks_exact(std::mem::size_of::<$t>()).map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as f32))
+            out.extend(
+                bytes
+                    .chunks_exact(std::mem::size_of::<$t>())
+                    .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as f32),
+            )
         };
     }
     match dtype {
-        DType::F16 => out.extend(bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())),
+        DType::F16 => out.extend(
+            bytes
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
+        ),
         DType::F32 => dec!(f32),
         DType::F64 => dec!(f64),
         DType::Bool | DType::U8 => out.extend(bytes.iter().map(|&b| b as f32)),
@@ -149,7 +176,9 @@ pub fn decode_f32(bytes: &[u8], dtype: DType, out: &mut Vec<f32>) {
     }
 }
 
-/// Streams the rows of a C-ordered `.npy` file in batches of whole rows.
+/// Streams the rows of a C-ordered `.npy` file (or any file of fixed-size records) in batches
+/// of whole rows. Batches are slices of the aligned read buffer when rows do not straddle
+/// chunks, so most batches cost no copy.
 pub struct RowReader {
     reader: SeqReader,
     row_bytes: usize,
@@ -162,11 +191,11 @@ impl RowReader {
     /// Opens `path` (whose parsed header is `header`) and reads its rows in batches of about
     /// `batch_bytes`.
     pub fn open(path: &Path, header: &NpyHeader, batch_bytes: usize) -> Result<Self> {
-        let file = DirectFile::open(path, OpenMode::Read, true)?;
         let row_elems: u64 = header.shape.iter().skip(1).product();
-        let row_bytes = (row_elems as usize * header.dtype.size()).max(1);
+        let row_bytes = row_elems as usize * header.dtype.size();
         let end = header.data_offset + header.data_bytes();
-        let file_len = file.len()?;
+        let file = DirectFile::open(path, OpenMode::Read, true)?;
+        let file_len = file.size()?;
         if file_len < end {
             return Err(StoreError::bad_file(
                 path,
@@ -178,14 +207,35 @@ impl RowReader {
                 ),
             ));
         }
-        let chunk = batch_bytes.max(row_bytes).next_multiple_of(strata_io::ALIGN);
-        Ok(RowReader {
-            reader: SeqReader::new(file, header.data_offset, end, chunk),
+        Ok(Self::records(
+            file,
+            header.data_offset,
+            end,
+            row_bytes,
+            batch_bytes,
+        ))
+    }
+
+    /// Reads `[start, end)` of `file` as records of `row_bytes` each.
+    pub fn records(
+        file: DirectFile,
+        start: u64,
+        end: u64,
+        row_bytes: usize,
+        batch_bytes: usize,
+    ) -> Self {
+        let row_bytes = row_bytes.max(1);
+        let chunk = batch_bytes
+            .max(row_bytes)
+            .next_multiple_of(strata_io::ALIGN);
+        let path = file.path().to_path_buf();
+        RowReader {
+            reader: SeqReader::new(file, start, end, chunk),
             row_bytes,
             carry: Vec::new(),
             batch: Vec::new(),
-            path: path.to_path_buf(),
-        })
+            path,
+        }
     }
 
     /// Opens an array of a store by its manifest entry.
@@ -201,26 +251,85 @@ impl RowReader {
         loop {
             let Some(chunk) = self.reader.next_chunk()? else {
                 if !self.carry.is_empty() {
-                    return Err(StoreError::bad_file(&self.path, "data ends in the middle of a row"));
+                    return Err(StoreError::bad_file(
+                        &self.path,
+                        "data ends in the middle of a row",
+                    ));
                 }
                 return Ok(None);
             };
-            if self.carry.is_empty() && chunk.len() % row == 0 {
-                self.batch.clear();
-                self.batch.extend_from_slice(chunk);
-            } else {
-                self.batch.clear();
-                self.batch.append(&mut self.carry);
-                self.batch.extend_from_slice(chunk);
-                let whole = self.batch.len() / row * row;
-                self.carry.extend_from_slice(&self.batch[whole..]);
-                self.batch.truncate(whole);
+            if self.carry.is_empty() && chunk.len().is_multiple_of(row) {
+                // Re-borrow to return the chunk itself (the common case: no copy).
+                return Ok(self.reader.current());
             }
+            self.batch.clear();
+            self.batch.append(&mut self.carry);
+            self.batch.extend_from_slice(chunk);
+            let whole = self.batch.len() / row * row;
+            self.carry.extend_from_slice(&self.batch[whole..]);
+            self.batch.truncate(whole);
             if !self.batch.is_empty() {
                 return Ok(Some(&self.batch));
             }
         }
     }
+}
+
+/// Serves the integers of an array in any amounts, in order (for reading several arrays, or
+/// columns, in lockstep).
+pub struct IntCursor {
+    reader: RowReader,
+    dtype: DType,
+    values: Vec<i64>,
+    pos: usize,
+}
+
+impl IntCursor {
+    pub fn new(reader: RowReader, dtype: DType) -> Self {
+        IntCursor {
+            reader,
+            dtype,
+            values: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Replaces `out` with the next `n` values (fewer only at the end of the array).
+    pub fn take(&mut self, n: usize, out: &mut Vec<i64>) -> Result<()> {
+        out.clear();
+        while out.len() < n {
+            if self.pos == self.values.len() {
+                self.values.clear();
+                self.pos = 0;
+                match self.reader.next_batch()? {
+                    Some(b) => decode_ints(b, self.dtype, &mut self.values),
+                    None => return Ok(()),
+                }
+            }
+            let k = (n - out.len()).min(self.values.len() - self.pos);
+            out.extend_from_slice(&self.values[self.pos..self.pos + k]);
+            self.pos += k;
+        }
+        Ok(())
+    }
+}
+
+/// Reads elements `[first, first + count)` of the array at `path` (data at [`DATA_OFFSET`])
+/// whose elements are `elem_size` bytes, as raw bytes.
+pub fn read_range(path: &Path, elem_size: usize, first: u64, count: u64) -> Result<Vec<u8>> {
+    let file = DirectFile::open(path, OpenMode::Read, true)?;
+    let mut out = vec![0u8; count as usize * elem_size];
+    file.read_at(DATA_OFFSET + first * elem_size as u64, &mut out)?;
+    Ok(out)
+}
+
+/// Reads `int64` elements `[first, first + count)` of the array at `path`.
+pub fn read_i64_range(path: &Path, first: u64, count: u64) -> Result<Vec<i64>> {
+    let bytes = read_range(path, 8, first, count)?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect())
 }
 
 /// Reads a whole (small) array of a store into memory as raw bytes.

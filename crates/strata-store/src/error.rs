@@ -11,7 +11,11 @@ pub enum StoreError {
 
     /// A malformed line or value in an input file.
     #[error("{}:{line}: {msg}", path.display())]
-    Input { path: PathBuf, line: u64, msg: String },
+    Input {
+        path: PathBuf,
+        line: u64,
+        msg: String,
+    },
 
     /// An input file that is unusable as a whole (empty, wrong size, wrong shape).
     #[error("{}: {msg}", path.display())]
@@ -30,7 +34,11 @@ pub enum StoreError {
 
     /// The memory budget cannot hold the minimum a step needs.
     #[error("memory budget of {} is too small: {what} needs at least {}", crate::units::fmt_bytes(*budget), crate::units::fmt_bytes(*needed))]
-    Budget { budget: u64, needed: u64, what: String },
+    Budget {
+        budget: u64,
+        needed: u64,
+        what: String,
+    },
 
     /// An option value that is out of range or contradicts another; names the option.
     #[error("option {field}: {msg}")]

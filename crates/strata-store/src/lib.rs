@@ -1,7 +1,11 @@
 //! Strata's store: the on-disk format (a directory of `manifest.json` plus aligned `.npy`
 //! arrays), its validation, streaming converters from common graph formats, and generators.
 
+#[cfg(target_endian = "big")]
+compile_error!("Strata's file formats are little-endian and it reads them in place: build on a little-endian target");
+
 pub mod array;
+pub mod convert;
 pub mod error;
 pub mod generate;
 pub mod manifest;

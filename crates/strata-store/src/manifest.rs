@@ -154,11 +154,19 @@ impl Manifest {
         let mut out = Vec::new();
         let cols = g.edge_columns().len() as u64;
         for (split, &count) in &g.num_edges {
-            out.push(e(&format!("edges_{split}"), g.id_dtype, &[Some(count), Some(cols)]));
+            out.push(e(
+                &format!("edges_{split}"),
+                g.id_dtype,
+                &[Some(count), Some(cols)],
+            ));
         }
         for dir in ["csr", "csc"] {
             out.push(e(&format!("{dir}_indptr"), DType::I64, &[Some(n + 1)]));
-            out.push(e(&format!("{dir}_indices"), g.id_dtype, &[Some(g.num_topology_edges)]));
+            out.push(e(
+                &format!("{dir}_indices"),
+                g.id_dtype,
+                &[Some(g.num_topology_edges)],
+            ));
         }
         out.push(e("out_degree", g.degree_dtype(), &[Some(n)]));
         out.push(e("in_degree", g.degree_dtype(), &[Some(n)]));
@@ -167,7 +175,11 @@ impl Manifest {
             out.push(e("node_names_bytes", DType::U8, &[None]));
         }
         if g.relation_names {
-            out.push(e("relation_names_offsets", DType::I64, &[Some(g.num_relations + 1)]));
+            out.push(e(
+                "relation_names_offsets",
+                DType::I64,
+                &[Some(g.num_relations + 1)],
+            ));
             out.push(e("relation_names_bytes", DType::U8, &[None]));
         }
         if let Some(f) = &self.features {

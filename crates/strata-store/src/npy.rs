@@ -101,7 +101,8 @@ impl DType {
             DType::F64,
         ];
         let trimmed = s.trim_start_matches(['<', '|', '=']);
-        all.into_iter().find(|d| d.name() == s || &d.descr()[1..] == trimmed)
+        all.into_iter()
+            .find(|d| d.name() == s || &d.descr()[1..] == trimmed)
     }
 }
 
@@ -154,11 +155,24 @@ impl NpyHeader {
 pub fn header_block(dtype: DType, shape: &[u64]) -> Vec<u8> {
     let shape_str = match shape {
         [n] => format!("({n},)"),
-        _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
-    let dict = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape_str}, }}", dtype.descr());
+    let dict = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape_str}, }}",
+        dtype.descr()
+    );
     let header_len = DATA_OFFSET as usize - 10;
-    assert!(dict.len() < header_len, "npy header too long for shape {shape:?}");
+    assert!(
+        dict.len() < header_len,
+        "npy header too long for shape {shape:?}"
+    );
     let mut out = Vec::with_capacity(DATA_OFFSET as usize);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&[1, 0]);
@@ -172,7 +186,7 @@ pub fn header_block(dtype: DType, shape: &[u64]) -> Vec<u8> {
 /// Reads and parses the header of the `.npy` file at `path`.
 pub fn read_header(path: &Path) -> Result<NpyHeader> {
     let file = DirectFile::open(path, OpenMode::Read, false)?;
-    let file_len = file.len()?;
+    let file_len = file.size()?;
     let bad = |msg: String| StoreError::bad_file(path, msg);
     if file_len < 10 {
         return Err(bad(format!("not a .npy file: only {file_len} bytes")));
@@ -180,12 +194,22 @@ pub fn read_header(path: &Path) -> Result<NpyHeader> {
     let mut prefix = [0u8; 12];
     file.read_at(0, &mut prefix[..file_len.min(12) as usize])?;
     if &prefix[..6] != MAGIC {
-        return Err(bad("not a .npy file: the magic string \\x93NUMPY is missing".into()));
+        return Err(bad(
+            "not a .npy file: the magic string \\x93NUMPY is missing".into(),
+        ));
     }
     let (len_bytes, header_len) = match prefix[6] {
         1 => (2u64, u16::from_le_bytes([prefix[8], prefix[9]]) as u64),
-        2 | 3 => (4u64, u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as u64),
-        v => return Err(bad(format!("unsupported .npy format version {v}.{}", prefix[7]))),
+        2 | 3 => (
+            4u64,
+            u32::from_le_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]) as u64,
+        ),
+        v => {
+            return Err(bad(format!(
+                "unsupported .npy format version {v}.{}",
+                prefix[7]
+            )))
+        }
     };
     let data_offset = 8 + len_bytes + header_len;
     if data_offset > file_len {
@@ -195,8 +219,10 @@ pub fn read_header(path: &Path) -> Result<NpyHeader> {
     }
     let mut text = vec![0u8; header_len as usize];
     file.read_at(8 + len_bytes, &mut text)?;
-    let text = String::from_utf8(text).map_err(|_| bad("the .npy header is not valid text".into()))?;
-    let (dtype, fortran_order, shape) = parse_header_dict(&text).map_err(|e| bad(format!("bad .npy header ({e}): {}", text.trim())))?;
+    let text =
+        String::from_utf8(text).map_err(|_| bad("the .npy header is not valid text".into()))?;
+    let (dtype, fortran_order, shape) = parse_header_dict(&text)
+        .map_err(|e| bad(format!("bad .npy header ({e}): {}", text.trim())))?;
     Ok(NpyHeader {
         dtype,
         fortran_order,
@@ -238,7 +264,11 @@ fn parse_header_dict(text: &str) -> std::result::Result<(DType, bool, Vec<u64>),
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| s.trim_end_matches('L').parse::<u64>().map_err(|_| format!("bad shape entry '{s}'")))
+        .map(|s| {
+            s.trim_end_matches('L')
+                .parse::<u64>()
+                .map_err(|_| format!("bad shape entry '{s}'"))
+        })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok((dtype, fortran_order, shape))
 }
@@ -266,12 +296,22 @@ mod tests {
 
     #[test]
     fn parses_numpy_style_headers() {
-        let (d, f, s) = parse_header_dict("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }").unwrap();
+        let (d, f, s) =
+            parse_header_dict("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }")
+                .unwrap();
         assert_eq!((d, f, s), (DType::F64, true, vec![2, 3]));
-        let (d, _, s) = parse_header_dict("{'descr': '|u1', 'fortran_order': False, 'shape': (), }").unwrap();
+        let (d, _, s) =
+            parse_header_dict("{'descr': '|u1', 'fortran_order': False, 'shape': (), }").unwrap();
         assert_eq!((d, s), (DType::U8, vec![]));
-        assert!(parse_header_dict("{'descr': '>i8', 'fortran_order': False, 'shape': (2,), }").unwrap_err().contains("big-endian"));
-        assert!(parse_header_dict("{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }").is_err());
+        assert!(
+            parse_header_dict("{'descr': '>i8', 'fortran_order': False, 'shape': (2,), }")
+                .unwrap_err()
+                .contains("big-endian")
+        );
+        assert!(parse_header_dict(
+            "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }"
+        )
+        .is_err());
     }
 
     #[test]

@@ -23,8 +23,8 @@ pub struct Store {
 impl Store {
     /// Opens the store at `path` and validates it: format and version, every array the manifest
     /// requires present with the declared dtype and shape, data at the 4096-byte offset, and
-    /// each file exactly as long as its shape says. Data values are not read (see
-    /// [`crate::check::check_data`]).
+    /// each file exactly as long as its shape says. Data values are not read, so opening costs
+    /// a few `stat`s and header reads whatever the store's size.
     pub fn open(path: &Path) -> Result<Store> {
         let invalid = |msg: String| StoreError::Invalid {
             store: path.to_path_buf(),
@@ -39,11 +39,14 @@ impl Store {
                 "not a Strata store: {MANIFEST} is missing (an interrupted conversion leaves only a .partial directory)"
             )));
         }
-        let text = std::fs::read_to_string(&manifest_path).map_err(|e| StoreError::os("read", &manifest_path, e))?;
-        let raw: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| invalid(format!("{MANIFEST} is not valid JSON: {e}")))?;
+        let text = std::fs::read_to_string(&manifest_path)
+            .map_err(|e| StoreError::os("read", &manifest_path, e))?;
+        let raw: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| invalid(format!("{MANIFEST} is not valid JSON: {e}")))?;
         if raw.get("format").and_then(|v| v.as_str()) != Some(FORMAT_NAME) {
-            return Err(invalid(format!("{MANIFEST} does not say \"format\": \"{FORMAT_NAME}\"")));
+            return Err(invalid(format!(
+                "{MANIFEST} does not say \"format\": \"{FORMAT_NAME}\""
+            )));
         }
         let version = raw
             .get("format_version")
@@ -59,8 +62,8 @@ impl Store {
         if version == 0 {
             return Err(invalid("format_version 0 does not exist".into()));
         }
-        let manifest: Manifest =
-            serde_json::from_value(raw).map_err(|e| invalid(format!("{MANIFEST} does not match the format: {e}")))?;
+        let manifest: Manifest = serde_json::from_value(raw)
+            .map_err(|e| invalid(format!("{MANIFEST} does not match the format: {e}")))?;
         validate_arrays(path, &manifest)?;
         Ok(Store {
             path: path.to_path_buf(),
@@ -99,11 +102,18 @@ impl Store {
         let mut out = BTreeMap::new();
         for info in self.manifest.arrays.values() {
             let p = self.path.join(&info.file);
-            let len = std::fs::metadata(&p).map_err(|e| StoreError::os("stat", &p, e))?.len();
+            let len = std::fs::metadata(&p)
+                .map_err(|e| StoreError::os("stat", &p, e))?
+                .len();
             out.insert(info.file.clone(), len);
         }
         let m = self.path.join(MANIFEST);
-        out.insert(MANIFEST.to_string(), std::fs::metadata(&m).map_err(|e| StoreError::os("stat", &m, e))?.len());
+        out.insert(
+            MANIFEST.to_string(),
+            std::fs::metadata(&m)
+                .map_err(|e| StoreError::os("stat", &m, e))?
+                .len(),
+        );
         Ok(out)
     }
 }
@@ -114,16 +124,25 @@ fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
         msg,
     };
     let fmt_shape = |s: &[Option<u64>]| {
-        let parts: Vec<String> = s.iter().map(|d| d.map_or("*".to_string(), |v| v.to_string())).collect();
+        let parts: Vec<String> = s
+            .iter()
+            .map(|d| d.map_or("*".to_string(), |v| v.to_string()))
+            .collect();
         format!("({})", parts.join(", "))
     };
     for exp in manifest.expected_arrays() {
-        let info = manifest
-            .arrays
-            .get(&exp.name)
-            .ok_or_else(|| invalid(format!("the manifest lists no '{}' array, which its contents require", exp.name)))?;
+        let info = manifest.arrays.get(&exp.name).ok_or_else(|| {
+            invalid(format!(
+                "the manifest lists no '{}' array, which its contents require",
+                exp.name
+            ))
+        })?;
         let shape_ok = info.shape.len() == exp.shape.len()
-            && info.shape.iter().zip(&exp.shape).all(|(have, want)| want.is_none_or(|w| w == *have));
+            && info
+                .shape
+                .iter()
+                .zip(&exp.shape)
+                .all(|(have, want)| want.is_none_or(|w| w == *have));
         if info.dtype != exp.dtype || !shape_ok {
             return Err(invalid(format!(
                 "array '{}' is declared as {} {:?} but the graph requires {} {}",
@@ -137,18 +156,27 @@ fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
     }
     for (name, info) in &manifest.arrays {
         if info.file.contains('/') || info.file.starts_with('.') {
-            return Err(invalid(format!("array '{name}' points outside the store: '{}'", info.file)));
+            return Err(invalid(format!(
+                "array '{name}' points outside the store: '{}'",
+                info.file
+            )));
         }
         let path = store.join(&info.file);
-        let meta = std::fs::metadata(&path).map_err(|_| invalid(format!("array '{name}': file {} is missing", info.file)))?;
-        let header = npy::read_header(&path).map_err(|e| invalid(format!("array '{name}': {e}")))?;
+        let meta = std::fs::metadata(&path)
+            .map_err(|_| invalid(format!("array '{name}': file {} is missing", info.file)))?;
+        let header =
+            npy::read_header(&path).map_err(|e| invalid(format!("array '{name}': {e}")))?;
         if header.dtype != info.dtype || header.shape != info.shape || header.fortran_order {
             return Err(invalid(format!(
                 "array '{name}': {} holds {} {:?}{} but the manifest says {} {:?}",
                 info.file,
                 header.dtype,
                 header.shape,
-                if header.fortran_order { " in Fortran order" } else { "" },
+                if header.fortran_order {
+                    " in Fortran order"
+                } else {
+                    ""
+                },
                 info.dtype,
                 info.shape
             )));
@@ -161,7 +189,11 @@ fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
         }
         let want = DATA_OFFSET + info.data_bytes();
         if meta.len() != want {
-            let what = if meta.len() < want { "truncated" } else { "too long" };
+            let what = if meta.len() < want {
+                "truncated"
+            } else {
+                "too long"
+            };
             return Err(invalid(format!(
                 "array '{name}': {} is {what}: expected {want} bytes for {} {:?}, found {}",
                 info.file,
@@ -191,7 +223,12 @@ impl StoreBuilder {
     pub fn create(out: &Path, overwrite: bool) -> Result<StoreBuilder> {
         let name = out
             .file_name()
-            .ok_or_else(|| StoreError::option("out", format!("'{}' is not a directory name", out.display())))?
+            .ok_or_else(|| {
+                StoreError::option(
+                    "out",
+                    format!("'{}' is not a directory name", out.display()),
+                )
+            })?
             .to_string_lossy()
             .into_owned();
         let parent = match out.parent() {
@@ -199,21 +236,26 @@ impl StoreBuilder {
             _ => PathBuf::from("."),
         };
         if !parent.is_dir() {
-            return Err(StoreError::bad_file(&parent, "the output's parent directory does not exist"));
+            return Err(StoreError::bad_file(
+                &parent,
+                "the output's parent directory does not exist",
+            ));
         }
         if out.exists() {
             if !overwrite {
-                return Err(StoreError::Exists { path: out.to_path_buf() });
+                return Err(StoreError::Exists {
+                    path: out.to_path_buf(),
+                });
             }
             if !out.join(MANIFEST).exists() {
-                return Err(StoreError::bad_file(out, "exists and is not a Strata store; refusing to replace it"));
+                return Err(StoreError::bad_file(
+                    out,
+                    "exists and is not a Strata store; refusing to replace it",
+                ));
             }
         }
         remove_stale_partials(&parent, &name);
         let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(|e| StoreError::os("remove", &tmp, e))?;
-        }
         std::fs::create_dir(&tmp).map_err(|e| StoreError::os("mkdir", &tmp, e))?;
         Ok(StoreBuilder {
             out: out.to_path_buf(),
@@ -247,7 +289,13 @@ impl StoreBuilder {
     }
 
     /// Starts writing array `name` (file `NAME.npy`).
-    pub fn writer(&self, name: &str, dtype: DType, row_shape: &[u64], buf_bytes: usize) -> Result<NpyWriter> {
+    pub fn writer(
+        &self,
+        name: &str,
+        dtype: DType,
+        row_shape: &[u64],
+        buf_bytes: usize,
+    ) -> Result<NpyWriter> {
         NpyWriter::create(&self.array_file(name), dtype, row_shape, buf_bytes)
     }
 
@@ -283,9 +331,11 @@ impl StoreBuilder {
         if self.overwrite && self.out.exists() {
             exchange(&self.tmp, &self.out)?;
             // `tmp` now holds the old store.
-            std::fs::remove_dir_all(&self.tmp).map_err(|e| StoreError::os("remove", &self.tmp, e))?;
+            std::fs::remove_dir_all(&self.tmp)
+                .map_err(|e| StoreError::os("remove", &self.tmp, e))?;
         } else {
-            std::fs::rename(&self.tmp, &self.out).map_err(|e| StoreError::os("rename", &self.out, e))?;
+            std::fs::rename(&self.tmp, &self.out)
+                .map_err(|e| StoreError::os("rename", &self.out, e))?;
         }
         if let Some(parent) = self.out.parent().filter(|p| !p.as_os_str().is_empty()) {
             sync_dir(parent)?;
@@ -306,7 +356,8 @@ impl Drop for StoreBuilder {
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     let mut f = std::fs::File::create(path).map_err(|e| StoreError::os("create", path, e))?;
-    f.write_all(bytes).map_err(|e| StoreError::os("write", path, e))?;
+    f.write_all(bytes)
+        .map_err(|e| StoreError::os("write", path, e))?;
     f.sync_all().map_err(|e| StoreError::os("fsync", path, e))
 }
 
@@ -321,7 +372,13 @@ fn exchange(a: &Path, b: &Path) -> Result<()> {
     let cb = CString::new(b.as_os_str().as_bytes()).expect("path without NUL");
     // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them relative to the cwd.
     let rc = unsafe {
-        libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE)
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
     };
     if rc != 0 {
         return Err(StoreError::os("rename", b, std::io::Error::last_os_error()));
@@ -329,19 +386,39 @@ fn exchange(a: &Path, b: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Removes `NAME.partial-PID` directories in `parent` whose process is gone.
-fn remove_stale_partials(parent: &Path, name: &str) {
-    let Ok(entries) = std::fs::read_dir(parent) else { return };
+/// Removes a file or a directory tree, if it exists.
+pub(crate) fn remove_path(path: &Path) -> Result<()> {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let r = if meta.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    };
+    r.map_err(|e| StoreError::os("remove", path, e))
+}
+
+/// Removes `NAME.partial-PID` files and directories in `parent` left by processes that are
+/// gone (a killed conversion or generation), and this process's own.
+pub(crate) fn remove_stale_partials(parent: &Path, name: &str) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
     let prefix = format!("{name}.partial-");
     for entry in entries.flatten() {
         let file_name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = file_name.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok()) else {
+        let Some(pid) = file_name
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
             continue;
         };
         // SAFETY: kill with signal 0 only checks whether the process exists.
-        let alive = unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
         if !alive || pid == std::process::id() as i32 {
-            let _ = std::fs::remove_dir_all(entry.path());
+            let _ = remove_path(&entry.path());
         }
     }
 }

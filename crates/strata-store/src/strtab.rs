@@ -21,7 +21,8 @@ pub struct StrTabWriter {
 impl StrTabWriter {
     /// Starts the table `PREFIX_offsets` / `PREFIX_bytes` in `builder`.
     pub fn create(builder: &StoreBuilder, prefix: &str) -> Result<Self> {
-        let mut offsets = builder.writer(&format!("{prefix}_offsets"), DType::I64, &[], IO_CHUNK)?;
+        let mut offsets =
+            builder.writer(&format!("{prefix}_offsets"), DType::I64, &[], IO_CHUNK)?;
         offsets.write(&[0i64])?;
         Ok(StrTabWriter {
             offsets,
@@ -71,7 +72,8 @@ impl NameTable {
             let header = npy::read_header(&path)?;
             let file = std::fs::File::open(&path).map_err(|e| StoreError::os("open", &path, e))?;
             // SAFETY: store files are never modified in place after a store is committed.
-            let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| StoreError::os("mmap", &path, e))?;
+            let mmap = unsafe { memmap2::Mmap::map(&file) }
+                .map_err(|e| StoreError::os("mmap", &path, e))?;
             Ok((mmap, header.data_offset as usize))
         };
         let (offsets, offsets_start) = map(&format!("{prefix}_offsets"))?;
@@ -125,7 +127,10 @@ impl NameTable {
 pub fn read_names(dir: &Path, offsets: &ArrayInfo, bytes: &ArrayInfo) -> Result<Vec<String>> {
     let (_, off) = crate::array::read_all_bytes(&dir.join(&offsets.file))?;
     let (_, data) = crate::array::read_all_bytes(&dir.join(&bytes.file))?;
-    let offs: Vec<i64> = off.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    let offs: Vec<i64> = off
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     Ok(offs
         .windows(2)
         .map(|w| String::from_utf8_lossy(&data[w[0] as usize..w[1] as usize]).into_owned())

@@ -1,0 +1,86 @@
+"""Shared benchmark plumbing: machine description, timed runs under memlimit, and writing
+results to bench-results/*.json and docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+MEMLIMIT = SHARED / "tools" / "memlimit"
+RESULTS = REPO / "bench-results"
+DOC = REPO / "docs" / "benchmarks.md"
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    mem_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "ram_gib": round(mem_kib / 2**20, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def strata(*args) -> list[str]:
+    return [sys.executable, "-m", "strata", *map(str, args)]
+
+
+def timed(cmd: list[str], limit: str | None = None) -> dict:
+    """Runs ``cmd`` (under ``memlimit LIMIT`` when given); returns seconds, peak bytes, stdout."""
+    full = ([str(MEMLIMIT), limit] if limit else []) + cmd
+    t = time.monotonic()
+    proc = subprocess.run(full, capture_output=True, text=True)
+    seconds = time.monotonic() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(full)}\n{proc.stderr[-3000:]}")
+    peak = None
+    m = re.search(r"memlimit: peak (\S+) of limit", proc.stderr)
+    if m:
+        peak = int(subprocess.run(["numfmt", "--from=iec", m.group(1)], capture_output=True, text=True).stdout)
+    return {"seconds": seconds, "peak_bytes": peak, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+def memlimit_available() -> bool:
+    if not MEMLIMIT.exists():
+        return False
+    return subprocess.run([str(MEMLIMIT), "64M", "true"], capture_output=True).returncode == 0
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def save(name: str, result: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2))
+    return path
+
+
+def update_doc(section: str, markdown: str) -> None:
+    """Replaces the text between ``<!-- section:begin -->`` and ``<!-- section:end -->``."""
+    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    block = f"{begin}\n{markdown.rstrip()}\n{end}"
+    if begin in text:
+        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    DOC.write_text(text)
+
+
+def disk_free(path: Path) -> int:
+    return shutil.disk_usage(path).free

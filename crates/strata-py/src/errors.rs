@@ -1,0 +1,43 @@
+//! Maps Strata's typed errors to the exception classes defined in `strata/errors.py`.
+
+use pyo3::prelude::*;
+use strata_io::IoError;
+use strata_store::StoreError;
+
+/// Instantiates exception class `class` of `strata.errors` with `msg`.
+fn raise(py: Python<'_>, class: &str, msg: &str) -> PyErr {
+    match py.import("strata.errors").and_then(|m| m.getattr(class)) {
+        Ok(cls) => match cls.call1((msg,)) {
+            Ok(exc) => PyErr::from_value(exc),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    }
+}
+
+/// A `strata.errors.ConfigError` with `msg`.
+pub fn config_error(py: Python<'_>, msg: &str) -> PyErr {
+    raise(py, "ConfigError", msg)
+}
+
+/// The Python exception for a Strata error.
+pub fn to_py(py: Python<'_>, e: &StoreError) -> PyErr {
+    let class = match e {
+        StoreError::Input { .. } | StoreError::BadFile { .. } => "InputError",
+        StoreError::Invalid { .. } | StoreError::NewerFormat { .. } => "StoreFormatError",
+        StoreError::Budget { .. } => "BudgetError",
+        StoreError::Option { .. } => "ConfigError",
+        StoreError::Exists { .. } => "StoreExistsError",
+        StoreError::Cancelled => {
+            return pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled")
+        }
+        StoreError::Io(IoError::DiskFull { .. }) => "DiskFullError",
+        StoreError::Io(IoError::Os { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            "InputNotFoundError"
+        }
+        StoreError::Io(_) => "StrataIOError",
+    };
+    raise(py, class, &e.to_string())
+}

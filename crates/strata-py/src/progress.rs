@@ -1,0 +1,60 @@
+//! Forwards progress of a Rust job to a Python callable, and turns an exception raised by it
+//! (Ctrl-C's KeyboardInterrupt, or the callback asking to stop) into a cancellation.
+
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use strata_store::Progress;
+
+/// Calls `callback(event, *args)`: `("stage", name, total_bytes, total_rows)`,
+/// `("update", rows, bytes)` (a false return cancels) and `("message", text)`.
+pub struct PyProgress {
+    callback: Option<Py<PyAny>>,
+    error: Mutex<Option<PyErr>>,
+}
+
+impl PyProgress {
+    pub fn new(callback: Option<Py<PyAny>>) -> Self {
+        PyProgress {
+            callback,
+            error: Mutex::new(None),
+        }
+    }
+
+    /// The exception raised inside the callback, if the job stopped because of one.
+    pub fn take_error(&self) -> Option<PyErr> {
+        self.error.lock().unwrap().take()
+    }
+
+    /// Runs `f` with the callback; returns false (cancel) if it raised, or returned a false
+    /// value other than None, or a signal (Ctrl-C) is pending.
+    fn with_callback(
+        &self,
+        f: impl for<'py> FnOnce(&Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
+    ) -> bool {
+        Python::attach(|py| {
+            let outcome = py.check_signals().and_then(|_| match &self.callback {
+                Some(cb) => f(cb.bind(py)).and_then(|r| Ok(r.is_none() || r.is_truthy()?)),
+                None => Ok(true),
+            });
+            outcome.unwrap_or_else(|e| {
+                self.error.lock().unwrap().get_or_insert(e);
+                false
+            })
+        })
+    }
+}
+
+impl Progress for PyProgress {
+    fn stage(&self, name: &str, total_bytes: u64, total_rows: u64) {
+        self.with_callback(|cb| cb.call1(("stage", name, total_bytes, total_rows)));
+    }
+
+    fn update(&self, rows: u64, bytes: u64) -> bool {
+        self.with_callback(|cb| cb.call1(("update", rows, bytes)))
+    }
+
+    fn message(&self, text: &str) {
+        self.with_callback(|cb| cb.call1(("message", text)));
+    }
+}

@@ -1,0 +1,308 @@
+//! The name dictionary of string-id inputs: distinct names collected in bounded memory
+//! (spilling sorted runs to disk), merged into the sorted node-name table, and looked up in
+//! ranges that fit the budget.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use hashbrown::HashTable;
+use strata_io::{SeqReader, SeqWriter};
+
+use crate::error::{Result, StoreError};
+
+/// Hashes a byte string (word-at-a-time multiply-rotate, then a full avalanche so that the high
+/// bits, which the hash table uses for its control bytes, are well mixed).
+pub(crate) fn hash_bytes(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        h = (h.rotate_left(5) ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(K);
+    }
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    h = (h.rotate_left(5) ^ u64::from_le_bytes(tail)).wrapping_mul(K);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    hash: u64,
+    off: u64,
+    len: u32,
+    id: u64,
+}
+
+/// Bytes a dictionary entry costs beyond its name: the entry, its control byte and the table's
+/// spare capacity (hashbrown keeps at most 7/8 full and grows by doubling).
+pub(crate) const ENTRY_OVERHEAD: u64 = 2 * (std::mem::size_of::<Entry>() as u64 + 1);
+
+/// A hash set/map of byte-string names stored in one arena, with a dense id per name.
+#[derive(Default)]
+pub(crate) struct NameDict {
+    arena: Vec<u8>,
+    table: HashTable<Entry>,
+}
+
+impl NameDict {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Approximate heap bytes in use.
+    pub fn mem_bytes(&self) -> u64 {
+        self.arena.capacity() as u64
+            + self.table.capacity() as u64 * (std::mem::size_of::<Entry>() as u64 + 1)
+    }
+
+    /// Inserts `name` with id `id` if absent; returns whether it was new.
+    pub fn insert(&mut self, name: &[u8], id: u64) -> bool {
+        self.insert_hashed(hash_bytes(name), name, id)
+    }
+
+    fn insert_hashed(&mut self, hash: u64, name: &[u8], id: u64) -> bool {
+        let arena = &self.arena;
+        if self
+            .table
+            .find(hash, |e| {
+                e.hash == hash && &arena[e.off as usize..e.off as usize + e.len as usize] == name
+            })
+            .is_some()
+        {
+            return false;
+        }
+        let entry = Entry {
+            hash,
+            off: self.arena.len() as u64,
+            len: name.len() as u32,
+            id,
+        };
+        self.arena.extend_from_slice(name);
+        self.table.insert_unique(hash, entry, |e| e.hash);
+        true
+    }
+
+    /// The id of `name`, if present.
+    pub fn get(&self, name: &[u8]) -> Option<u64> {
+        let hash = hash_bytes(name);
+        self.table
+            .find(hash, |e| e.hash == hash && self.name(e) == name)
+            .map(|e| e.id)
+    }
+
+    fn name(&self, e: &Entry) -> &[u8] {
+        &self.arena[e.off as usize..e.off as usize + e.len as usize]
+    }
+
+    /// Adds every name of `other` (ids are not carried over).
+    pub fn absorb(&mut self, other: &NameDict) {
+        for e in other.table.iter() {
+            let name = &other.arena[e.off as usize..e.off as usize + e.len as usize];
+            self.insert_hashed(e.hash, name, 0);
+        }
+    }
+
+    /// The names in byte order.
+    pub fn sorted_names(&self) -> Vec<&[u8]> {
+        let mut names: Vec<&[u8]> = self.table.iter().map(|e| self.name(e)).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Gives every name its rank in byte order as its id.
+    pub fn assign_sorted_ids(&mut self) {
+        let mut order: Vec<(u64, u32)> = self.table.iter().map(|e| (e.off, e.len)).collect();
+        order.sort_unstable_by(|a, b| {
+            self.arena[a.0 as usize..(a.0 + a.1 as u64) as usize]
+                .cmp(&self.arena[b.0 as usize..(b.0 + b.1 as u64) as usize])
+        });
+        // Keyed by (offset, length): an empty name shares its offset with the next name.
+        let rank: hashbrown::HashMap<(u64, u32), u64> = order
+            .iter()
+            .enumerate()
+            .map(|(i, &key)| (key, i as u64))
+            .collect();
+        for e in self.table.iter_mut() {
+            e.id = rank[&(e.off, e.len)];
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.arena = Vec::new();
+        self.table = HashTable::new();
+    }
+}
+
+/// Collects distinct names within `budget` bytes, spilling sorted runs to `scratch`.
+pub(crate) struct NameCollector {
+    dict: NameDict,
+    budget: u64,
+    scratch: PathBuf,
+    runs: Vec<PathBuf>,
+    io_chunk: usize,
+}
+
+impl NameCollector {
+    pub fn new(budget: u64, scratch: &Path, io_chunk: usize) -> Self {
+        NameCollector {
+            dict: NameDict::new(),
+            budget,
+            scratch: scratch.to_path_buf(),
+            runs: Vec::new(),
+            io_chunk,
+        }
+    }
+
+    /// Adds every name of a block's local dictionary.
+    pub fn add_all(&mut self, names: &NameDict) -> Result<()> {
+        self.dict.absorb(names);
+        if self.dict.mem_bytes() > self.budget {
+            self.spill()?;
+        }
+        Ok(())
+    }
+
+    /// Number of sorted runs written so far.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        let path = self
+            .scratch
+            .join(format!("names-run-{}.bin", self.runs.len()));
+        let mut w = SeqWriter::create(&path, 0, self.io_chunk)?;
+        for name in self.dict.sorted_names() {
+            w.write_all(&(name.len() as u32).to_le_bytes())?;
+            w.write_all(name)?;
+        }
+        w.finish()?;
+        self.dict.clear();
+        self.runs.push(path);
+        Ok(())
+    }
+
+    /// Emits every distinct name once, in byte order, to `emit`. When nothing was spilled the
+    /// in-memory dictionary is returned with ids assigned (ready for encoding); otherwise the
+    /// runs are merged from disk and `None` is returned.
+    pub fn finish(mut self, mut emit: impl FnMut(&[u8]) -> Result<()>) -> Result<Option<NameDict>> {
+        if self.runs.is_empty() {
+            for name in self.dict.sorted_names() {
+                emit(name)?;
+            }
+            self.dict.assign_sorted_ids();
+            return Ok(Some(self.dict));
+        }
+        if self.dict.len() > 0 {
+            self.spill()?;
+        }
+        let mut readers = Vec::with_capacity(self.runs.len());
+        for path in &self.runs {
+            readers.push(RunReader::open(path, self.io_chunk)?);
+        }
+        let mut heap = BinaryHeap::new();
+        for (i, r) in readers.iter_mut().enumerate() {
+            if let Some(name) = r.next()? {
+                heap.push(Reverse((name, i)));
+            }
+        }
+        let mut last: Option<Vec<u8>> = None;
+        while let Some(Reverse((name, i))) = heap.pop() {
+            if last.as_deref() != Some(&name[..]) {
+                emit(&name)?;
+            }
+            if let Some(next) = readers[i].next()? {
+                heap.push(Reverse((next, i)));
+            }
+            last = Some(name);
+        }
+        for path in &self.runs {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(None)
+    }
+}
+
+/// Reads a sorted run written by [`NameCollector::spill`].
+struct RunReader {
+    r: std::io::BufReader<SeqReader>,
+    path: PathBuf,
+}
+
+impl RunReader {
+    fn open(path: &Path, io_chunk: usize) -> Result<Self> {
+        Ok(RunReader {
+            r: std::io::BufReader::with_capacity(64 << 10, SeqReader::open(path, 0, io_chunk)?),
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn next(&mut self) -> Result<Option<Vec<u8>>> {
+        let mut len = [0u8; 4];
+        match self.r.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(StoreError::os("read", &self.path, e)),
+        }
+        let mut name = vec![0u8; u32::from_le_bytes(len) as usize];
+        self.r
+            .read_exact(&mut name)
+            .map_err(|e| StoreError::os("read", &self.path, e))?;
+        Ok(Some(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn collector_emits_sorted_distinct_names_for_any_budget(
+            names in proptest::collection::vec("[a-d]{0,6}", 0..400),
+            budget in 0u64..20_000,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut c = NameCollector::new(budget, dir.path(), 4096);
+            for block in names.chunks(17) {
+                let mut local = NameDict::new();
+                for n in block {
+                    local.insert(n.as_bytes(), 0);
+                }
+                c.add_all(&local).unwrap();
+            }
+            let mut out: Vec<Vec<u8>> = Vec::new();
+            let dict = c.finish(|n| { out.push(n.to_vec()); Ok(()) }).unwrap();
+            let mut want: Vec<Vec<u8>> = names.iter().map(|n| n.as_bytes().to_vec()).collect();
+            want.sort();
+            want.dedup();
+            prop_assert_eq!(&out, &want);
+            if let Some(d) = dict {
+                for (i, n) in want.iter().enumerate() {
+                    prop_assert_eq!(d.get(n), Some(i as u64));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lookup_misses_absent_names() {
+        let mut d = NameDict::new();
+        assert!(d.insert(b"alpha", 3));
+        assert!(!d.insert(b"alpha", 4));
+        assert_eq!(d.get(b"alpha"), Some(3));
+        assert_eq!(d.get(b"beta"), None);
+        assert_eq!(d.get(b""), None);
+    }
+}

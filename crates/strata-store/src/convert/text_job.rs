@@ -1,0 +1,678 @@
+//! The text edge-list converter (TSV, CSV, whitespace-separated; plain or gzip).
+//!
+//! String ids take two streaming passes: the first collects distinct names in bounded memory
+//! (spilling sorted runs) and writes the sorted name table; the second encodes each edge by
+//! looking names up, in as many sub-passes as the dictionary needs ranges to fit the budget.
+//! Integer ids take one pass.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::dict::{NameCollector, NameDict, ENTRY_OVERHEAD};
+use super::spool::{remove_spool, split_index, EdgeBatch, Spool, Spooled};
+use super::text::{
+    for_each_record, is_canonical_uint, is_gzip, par_map_blocks, parse_uint, Block, BlockReader,
+    Delimiter, Layout,
+};
+use super::{
+    announce, check_inputs, finish, resolve_num_nodes, Clock, GraphOptions, Ingested, InputFile,
+    NodeData, Summary,
+};
+use crate::array::{read_i64_range, read_range, RowReader};
+use crate::error::{Result, StoreError};
+use crate::manifest::id_dtype_for;
+use crate::npy::DType;
+use crate::progress::{Meter, Progress};
+use crate::store::StoreBuilder;
+use crate::strtab::StrTabWriter;
+use crate::units::fmt_bytes;
+
+/// How ids in a column are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdKind {
+    /// Integers if the first lines hold only canonical integers (no sign, no leading zero),
+    /// names otherwise.
+    Auto,
+    /// Arbitrary names, renumbered densely in sorted order.
+    String,
+    /// Non-negative integers used as dense ids directly.
+    Int,
+}
+
+/// Text layout and inputs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextOptions {
+    pub inputs: Vec<InputFile>,
+    /// Meaning of each field: `src`, `dst`, optionally `rel`, and `_` for ignored fields.
+    pub columns: Vec<String>,
+    pub delimiter: Delimiter,
+    /// Lines starting with this (after blanks) are comments; empty for none.
+    pub comment: String,
+    /// Each file starts with a header line to skip.
+    pub header: bool,
+    /// How node ids are read.
+    pub ids: IdKind,
+    /// How relation ids are read.
+    pub relation_ids: IdKind,
+}
+
+/// A text conversion.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextJob {
+    pub graph: GraphOptions,
+    pub text: TextOptions,
+}
+
+/// Where each role sits among a line's fields.
+#[derive(Clone, Copy)]
+struct Columns {
+    src: usize,
+    dst: usize,
+    rel: Option<usize>,
+}
+
+impl Columns {
+    fn parse(cols: &[String]) -> Result<Columns> {
+        let find = |role: &str| cols.iter().position(|c| c == role);
+        for c in cols {
+            if !matches!(c.as_str(), "src" | "dst" | "rel" | "_") {
+                return Err(StoreError::option(
+                    "columns",
+                    format!("unknown column '{c}' (expected src, dst, rel or _)"),
+                ));
+            }
+        }
+        for role in ["src", "dst", "rel"] {
+            if cols.iter().filter(|c| *c == role).count() > 1 {
+                return Err(StoreError::option(
+                    "columns",
+                    format!("'{role}' appears more than once in {cols:?}"),
+                ));
+            }
+        }
+        match (find("src"), find("dst")) {
+            (Some(src), Some(dst)) => Ok(Columns {
+                src,
+                dst,
+                rel: find("rel"),
+            }),
+            _ => Err(StoreError::option(
+                "columns",
+                format!("{cols:?} must name both a src and a dst column"),
+            )),
+        }
+    }
+}
+
+/// Decides `auto` id kinds from the first data lines of the first input.
+fn detect_kinds(opts: &TextOptions, layout: &Layout, cols: Columns) -> Result<(IdKind, IdKind)> {
+    if opts.ids != IdKind::Auto && opts.relation_ids != IdKind::Auto {
+        return Ok((opts.ids, opts.relation_ids));
+    }
+    let first = &opts.inputs[0].path;
+    let mut reader = BlockReader::new(vec![first.clone()], layout.clone(), 256 << 10, 256 << 10);
+    let (mut nodes_int, mut rels_int, mut seen) = (true, true, 0usize);
+    while seen < 1000 {
+        let Some(block) = reader.next_block()? else {
+            break;
+        };
+        let r = for_each_record(&block, layout, first, |_, f| {
+            if seen < 1000 {
+                nodes_int &= is_canonical_uint(f[cols.src]) && is_canonical_uint(f[cols.dst]);
+                if let Some(r) = cols.rel {
+                    rels_int &= is_canonical_uint(f[r]);
+                }
+                seen += 1;
+            }
+            Ok(())
+        });
+        // A malformed line is reported by the real pass with full context.
+        if r.is_err() {
+            break;
+        }
+    }
+    let pick = |asked: IdKind, ints: bool| match asked {
+        IdKind::Auto if ints => IdKind::Int,
+        IdKind::Auto => IdKind::String,
+        k => k,
+    };
+    Ok((pick(opts.ids, nodes_int), pick(opts.relation_ids, rels_int)))
+}
+
+/// Converts text edge lists into a store.
+pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
+    let graph = &job.graph;
+    let opts = &job.text;
+    graph.validate()?;
+    let cols = Columns::parse(&opts.columns)?;
+    let input_bytes = check_inputs(&opts.inputs, graph)?;
+    let layout = Layout {
+        delimiter: opts.delimiter,
+        comment: opts.comment.as_bytes().to_vec(),
+        header: opts.header,
+        num_fields: opts.columns.len(),
+    };
+    let (node_kind, rel_kind) = detect_kinds(opts, &layout, cols)?;
+    let has_rel = cols.rel.is_some();
+    if node_kind == IdKind::String && graph.num_nodes.is_some() {
+        return Err(StoreError::option(
+            "num_nodes",
+            "applies to integer ids only; string ids are counted",
+        ));
+    }
+    if (rel_kind == IdKind::String || !has_rel) && graph.num_relations.is_some() {
+        return Err(StoreError::option(
+            "num_relations",
+            "applies to an integer relation column only",
+        ));
+    }
+    let mut clock = Clock::new();
+    let mut builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
+    let threads = graph.threads();
+    let io_chunk = graph.io_chunk();
+    // Blocks in flight: `threads` queued, `threads` parsed, one per worker, one being read;
+    // each costs about 3x its size with the parsed ids.
+    let in_flight = 3 * threads as u64 + 2;
+    let block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64) as usize;
+    // A gzip input adds its decoder window and a 1 MiB read-ahead buffer.
+    let gzip = if opts.inputs.iter().any(|f| is_gzip(&f.path)) {
+        2 << 20
+    } else {
+        0
+    };
+    let fixed = in_flight * 3 * block_bytes as u64 + 6 * io_chunk as u64 + gzip;
+    let dict_budget = graph.memory.checked_sub(fixed).ok_or(StoreError::Budget {
+        budget: graph.memory,
+        needed: fixed,
+        what: format!(
+            "parsing with {threads} threads ({} blocks of {})",
+            in_flight,
+            fmt_bytes(block_bytes as u64)
+        ),
+    })?;
+    let mut plan = vec![format!(
+        "budget {}: {threads} parse threads with {} blocks of {}, {} I/O buffers of {}{}",
+        fmt_bytes(graph.memory),
+        in_flight,
+        fmt_bytes(block_bytes as u64),
+        6,
+        fmt_bytes(io_chunk as u64),
+        if node_kind == IdKind::String {
+            format!(
+                ", name dictionary up to {} (sorted runs spill to disk beyond)",
+                fmt_bytes(dict_budget)
+            )
+        } else {
+            String::new()
+        }
+    )];
+    plan.push(format!(
+        "ids: nodes {}, relations {}",
+        kind_name(node_kind),
+        if has_rel { kind_name(rel_kind) } else { "none" }
+    ));
+    let paths: Vec<PathBuf> = opts.inputs.iter().map(|f| f.path.clone()).collect();
+    let ctx = Ctx {
+        opts,
+        layout: &layout,
+        cols,
+        paths: &paths,
+        threads,
+        block_bytes,
+        io_chunk,
+    };
+    let scratch = builder.scratch()?;
+
+    // Pass 1 (string ids only): collect names.
+    let mut names = Names::default();
+    let mut rows_per_file = vec![0u64; paths.len()];
+    if node_kind == IdKind::String || (has_rel && rel_kind == IdKind::String) {
+        names = collect_names(
+            &ctx,
+            &mut builder,
+            node_kind,
+            rel_kind,
+            dict_budget,
+            &mut rows_per_file,
+            progress,
+        )?;
+        plan.push(format!(
+            "names: {} nodes{}{}",
+            names.num_nodes,
+            if has_rel && rel_kind == IdKind::String {
+                format!(", {} relations", names.num_relations)
+            } else {
+                String::new()
+            },
+            if names.runs > 0 {
+                format!(" ({} sorted runs merged)", names.runs)
+            } else {
+                String::new()
+            }
+        ));
+        clock.lap("names");
+    }
+    plan = announce(progress, plan);
+
+    // Pass 2: encode edges (in several sub-passes when the dictionary does not fit).
+    let spool_dtype = if node_kind == IdKind::String {
+        id_dtype_for(
+            names
+                .num_nodes
+                .max(names.num_relations)
+                .max(graph.num_relations.unwrap_or(0)),
+        )
+    } else if let Some(n) = graph.num_nodes {
+        id_dtype_for(n.max(graph.num_relations.unwrap_or(0)))
+    } else {
+        DType::I64
+    };
+    let cols_out = if has_rel { 3 } else { 2 };
+    let mut spooled: Option<Spooled> = None;
+    let ranges = match (&names.node_dict, node_kind) {
+        (_, IdKind::Int) => vec![None],
+        (Some(_), _) => vec![None],
+        (None, _) => dictionary_ranges(&builder, names.num_nodes, dict_budget, io_chunk)?,
+    };
+    if ranges.len() > 1 {
+        progress.message(&format!(
+            "encoding in {} passes: the name dictionary is larger than its budget",
+            ranges.len()
+        ));
+    }
+    for (k, range) in ranges.iter().enumerate() {
+        let range_dict = match range {
+            Some((lo, hi)) => Some(load_range(&builder, *lo, *hi)?),
+            None => None,
+        };
+        let node_dict = range_dict.as_ref().or(names.node_dict.as_ref());
+        let spool = match &spooled {
+            None => Spool::new(&scratch, &format!("p{k}"), spool_dtype, cols_out, io_chunk),
+            Some(prev) => Spool::patching(&scratch, &format!("p{k}"), prev, io_chunk)?,
+        };
+        let lookup = Lookup {
+            node_kind,
+            rel_kind,
+            node_dict,
+            rel_dict: names.rel_dict.as_ref(),
+            num_nodes: graph.num_nodes,
+            num_relations: graph.num_relations,
+            must_resolve: ranges.len() == 1,
+        };
+        let stage = if ranges.len() > 1 {
+            format!("encode {}/{}", k + 1, ranges.len())
+        } else {
+            "parse".to_string()
+        };
+        let count_rows =
+            k == 0 && node_kind == IdKind::Int && !(has_rel && rel_kind == IdKind::String);
+        let next = encode_pass(
+            &ctx,
+            &lookup,
+            spool,
+            &stage,
+            if count_rows {
+                Some(&mut rows_per_file)
+            } else {
+                None
+            },
+            progress,
+        )?;
+        if let Some(prev) = spooled.take() {
+            remove_spool(&prev);
+        }
+        spooled = Some(next);
+    }
+    clock.lap("parse");
+    let spooled = spooled.expect("at least one encode pass");
+    for (file, rows) in opts.inputs.iter().zip(&rows_per_file) {
+        if *rows == 0 {
+            return Err(StoreError::bad_file(
+                &file.path,
+                "contains no edges (only blank or comment lines)",
+            ));
+        }
+    }
+    let total = spooled.total_rows();
+    let num_nodes = if node_kind == IdKind::String {
+        names.num_nodes
+    } else {
+        resolve_num_nodes(graph, spooled.max_node, total)?
+    };
+    let num_relations = match (has_rel, rel_kind) {
+        (false, _) => 0,
+        (true, IdKind::String) => names.num_relations,
+        (true, _) => graph.num_relations.unwrap_or((spooled.max_rel + 1) as u64),
+    };
+    let ingested = Ingested {
+        converter: "text",
+        plan,
+        spooled,
+        num_nodes,
+        num_relations,
+        node_names: node_kind == IdKind::String,
+        relation_names: has_rel && rel_kind == IdKind::String,
+        input_files: paths.len(),
+        input_bytes,
+        input_rows: total,
+    };
+    finish(
+        builder,
+        graph,
+        ingested,
+        NodeData::default(),
+        clock,
+        progress,
+    )
+}
+
+fn kind_name(k: IdKind) -> &'static str {
+    match k {
+        IdKind::Auto => "auto",
+        IdKind::String => "names (renumbered in sorted order)",
+        IdKind::Int => "integers (used as ids)",
+    }
+}
+
+/// What every pass needs to read the inputs.
+struct Ctx<'a> {
+    opts: &'a TextOptions,
+    layout: &'a Layout,
+    cols: Columns,
+    paths: &'a [PathBuf],
+    threads: usize,
+    block_bytes: usize,
+    io_chunk: usize,
+}
+
+impl Ctx<'_> {
+    fn reader(&self) -> BlockReader {
+        BlockReader::new(
+            self.paths.to_vec(),
+            self.layout.clone(),
+            self.block_bytes,
+            self.io_chunk,
+        )
+    }
+
+    fn input_bytes(&self) -> u64 {
+        self.paths
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+}
+
+#[derive(Default)]
+struct Names {
+    num_nodes: u64,
+    num_relations: u64,
+    /// The whole node dictionary, when it fit in memory.
+    node_dict: Option<NameDict>,
+    rel_dict: Option<NameDict>,
+    runs: usize,
+}
+
+/// Pass 1: collects distinct node and relation names and writes their sorted tables.
+fn collect_names(
+    ctx: &Ctx,
+    builder: &mut StoreBuilder,
+    node_kind: IdKind,
+    rel_kind: IdKind,
+    dict_budget: u64,
+    rows_per_file: &mut [u64],
+    progress: &dyn Progress,
+) -> Result<Names> {
+    let want_nodes = node_kind == IdKind::String;
+    let want_rels = ctx.cols.rel.is_some() && rel_kind == IdKind::String;
+    let scratch = builder.scratch()?;
+    let mut collector = NameCollector::new(dict_budget, &scratch, ctx.io_chunk);
+    let mut rels = NameDict::new();
+    let reader = ctx.reader();
+    let counter = reader.counter();
+    let mut meter = Meter::new(progress, "collect names", ctx.input_bytes(), 0);
+    let cols = ctx.cols;
+    par_map_blocks(
+        reader,
+        ctx.threads,
+        |block: &Block| {
+            let mut nodes = NameDict::new();
+            let mut rels = NameDict::new();
+            let mut rows = 0u64;
+            let path = &ctx.paths[block.file];
+            for_each_record(block, ctx.layout, path, |line, f| {
+                rows += 1;
+                for (role, i) in [("src", cols.src), ("dst", cols.dst)]
+                    .into_iter()
+                    .chain(cols.rel.map(|r| ("rel", r)))
+                {
+                    if f[i].is_empty() {
+                        return Err(StoreError::input(
+                            path,
+                            line,
+                            format!("the {role} field is empty"),
+                        ));
+                    }
+                }
+                if want_nodes {
+                    nodes.insert(f[cols.src], 0);
+                    nodes.insert(f[cols.dst], 0);
+                }
+                if want_rels {
+                    rels.insert(f[cols.rel.unwrap()], 0);
+                }
+                Ok(())
+            })?;
+            Ok((nodes, rels, rows))
+        },
+        |block, (nodes, block_rels, rows)| {
+            rows_per_file[block.file] += rows;
+            collector.add_all(&nodes)?;
+            rels.absorb(&block_rels);
+            let read = counter.get();
+            meter.add(rows, read - meter.bytes())
+        },
+    )?;
+    meter.finish()?;
+    let runs = collector.runs();
+    let mut names = Names {
+        runs,
+        ..Names::default()
+    };
+    if want_nodes {
+        let mut table = StrTabWriter::create(builder, "node_names")?;
+        names.node_dict = collector.finish(|n| table.push(n))?;
+        names.num_nodes = table.finish(builder, "node_names")?;
+    }
+    if want_rels {
+        let mut table = StrTabWriter::create(builder, "relation_names")?;
+        for n in rels.sorted_names() {
+            table.push(n)?;
+        }
+        names.num_relations = table.finish(builder, "relation_names")?;
+        rels.assign_sorted_ids();
+        names.rel_dict = Some(rels);
+    }
+    Ok(names)
+}
+
+/// Cuts the sorted node-name table into id ranges whose dictionaries fit in `budget`.
+fn dictionary_ranges(
+    builder: &StoreBuilder,
+    n: u64,
+    budget: u64,
+    io_chunk: usize,
+) -> Result<Vec<Option<(u64, u64)>>> {
+    let offsets = &builder.arrays()["node_names_offsets"];
+    let mut reader = RowReader::open_array(builder.dir(), offsets, io_chunk)?;
+    let mut ranges = Vec::new();
+    let (mut lo, mut prev_off, mut cost, mut id) = (0u64, 0i64, 0u64, 0u64);
+    let mut first = true;
+    while let Some(bytes) = reader.next_batch()? {
+        for c in bytes.chunks_exact(8) {
+            let off = i64::from_le_bytes(c.try_into().unwrap());
+            if first {
+                first = false;
+                prev_off = off;
+                continue;
+            }
+            let len = (off - prev_off) as u64;
+            prev_off = off;
+            if id > lo && cost + len + ENTRY_OVERHEAD > budget {
+                ranges.push(Some((lo, id)));
+                lo = id;
+                cost = 0;
+            }
+            cost += len + ENTRY_OVERHEAD;
+            id += 1;
+        }
+    }
+    ranges.push(Some((lo, n)));
+    Ok(ranges)
+}
+
+/// Loads names `[lo, hi)` of the node-name table into a dictionary with their ids.
+fn load_range(builder: &StoreBuilder, lo: u64, hi: u64) -> Result<NameDict> {
+    let offs = read_i64_range(&builder.array_file("node_names_offsets"), lo, hi - lo + 1)?;
+    let base = offs[0];
+    let bytes = read_range(
+        &builder.array_file("node_names_bytes"),
+        1,
+        base as u64,
+        (offs[offs.len() - 1] - base) as u64,
+    )?;
+    let mut dict = NameDict::new();
+    for (i, w) in offs.windows(2).enumerate() {
+        dict.insert(
+            &bytes[(w[0] - base) as usize..(w[1] - base) as usize],
+            lo + i as u64,
+        );
+    }
+    Ok(dict)
+}
+
+/// Resolves the fields of one line to ids.
+struct Lookup<'a> {
+    node_kind: IdKind,
+    rel_kind: IdKind,
+    node_dict: Option<&'a NameDict>,
+    rel_dict: Option<&'a NameDict>,
+    num_nodes: Option<u64>,
+    num_relations: Option<u64>,
+    /// Every name must be in `node_dict` (one encode pass).
+    must_resolve: bool,
+}
+
+impl Lookup<'_> {
+    fn node(&self, field: &[u8], role: &str, file: &PathBuf, line: u64) -> Result<i64> {
+        match self.node_kind {
+            IdKind::Int => int_id(field, role, self.num_nodes, "num_nodes", file, line),
+            _ => match self.node_dict.and_then(|d| d.get(field)) {
+                Some(id) => Ok(id as i64),
+                None if self.must_resolve => {
+                    panic!("name collected in pass 1 missing from the dictionary")
+                }
+                None => Ok(-1),
+            },
+        }
+    }
+
+    fn rel(&self, field: &[u8], file: &PathBuf, line: u64) -> Result<i64> {
+        match self.rel_kind {
+            IdKind::Int => int_id(
+                field,
+                "rel",
+                self.num_relations,
+                "num_relations",
+                file,
+                line,
+            ),
+            _ => Ok(self
+                .rel_dict
+                .and_then(|d| d.get(field))
+                .expect("relation collected in pass 1") as i64),
+        }
+    }
+}
+
+/// Parses an integer id field, checking it against `limit` (or the int64 range).
+fn int_id(
+    field: &[u8],
+    role: &str,
+    limit: Option<u64>,
+    limit_name: &str,
+    file: &PathBuf,
+    line: u64,
+) -> Result<i64> {
+    let text = || String::from_utf8_lossy(field).into_owned();
+    let v = parse_uint(field).ok_or_else(|| {
+        StoreError::input(
+            file,
+            line,
+            format!("{role} '{}' is not a non-negative integer (integer ids; set ids = \"string\" to map arbitrary names)", text()),
+        )
+    })?;
+    match limit {
+        Some(n) if v >= n => Err(StoreError::input(
+            file,
+            line,
+            format!("{role} id {v} is out of range: {limit_name} is {n}"),
+        )),
+        _ if v > i64::MAX as u64 / 2 => Err(StoreError::input(
+            file,
+            line,
+            format!("{role} id {v} is out of range (at most {})", i64::MAX / 2),
+        )),
+        _ => Ok(v as i64),
+    }
+}
+
+/// One encode pass over every input, appending edges to `spool`.
+fn encode_pass(
+    ctx: &Ctx,
+    lookup: &Lookup,
+    mut spool: Spool,
+    stage: &str,
+    mut rows_per_file: Option<&mut [u64]>,
+    progress: &dyn Progress,
+) -> Result<Spooled> {
+    let reader = ctx.reader();
+    let counter = reader.counter();
+    let mut meter = Meter::new(progress, stage, ctx.input_bytes(), 0);
+    let cols = ctx.cols;
+    let lookup = Arc::new(lookup);
+    par_map_blocks(
+        reader,
+        ctx.threads,
+        |block: &Block| {
+            let path = &ctx.paths[block.file];
+            let mut batch = EdgeBatch::default();
+            for_each_record(block, ctx.layout, path, |line, f| {
+                batch.src.push(lookup.node(f[cols.src], "src", path, line)?);
+                batch.dst.push(lookup.node(f[cols.dst], "dst", path, line)?);
+                if let Some(r) = cols.rel {
+                    batch.rel.push(lookup.rel(f[r], path, line)?);
+                }
+                Ok(())
+            })?;
+            Ok(batch)
+        },
+        |block, batch| {
+            let split = split_index(&ctx.opts.inputs[block.file].split).expect("validated split");
+            if let Some(rows) = rows_per_file.as_deref_mut() {
+                rows[block.file] += batch.len() as u64;
+            }
+            spool.append(split, &batch)?;
+            let read = counter.get();
+            meter.add(batch.len() as u64, read - meter.bytes())
+        },
+    )?;
+    meter.finish()?;
+    spool.finish()
+}

@@ -1,0 +1,688 @@
+//! CSR and CSC from the train edges within a memory budget.
+//!
+//! 1. Degrees: one streaming pass over the edges per node range whose counters fit the budget
+//!    (usually one), writing `out_degree`, `in_degree` and both `indptr` arrays.
+//! 2. Adjacency: nodes are cut into consecutive ranges whose slice of `indices` (plus per-node
+//!    cursors) fits the budget. With one range the edges are scattered straight into memory;
+//!    with several, one pass partitions `(node, neighbour)` pairs into a bucket file per range,
+//!    and each bucket is then scattered and appended to `indices` in range order.
+//!
+//! Neighbours keep the order of the edge list in both cases, so the output does not depend
+//! on the budget.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use strata_io::{DirectFile, OpenMode, SeqWriter};
+
+use crate::array::{decode_ints, read_i64_range, NpyWriter, RowReader};
+use crate::error::{Result, StoreError};
+use crate::manifest::{ArrayInfo, DegreeStats, GraphStats};
+use crate::npy::DType;
+use crate::progress::{Meter, Progress};
+use crate::store::StoreBuilder;
+use crate::units::fmt_bytes;
+
+/// What the topology step needs to know about the graph.
+pub(crate) struct TopologyInput<'a> {
+    pub edges: &'a ArrayInfo,
+    pub num_nodes: u64,
+    pub id_dtype: DType,
+    pub degree_dtype: DType,
+    pub symmetrize: bool,
+    pub budget: u64,
+    pub io_chunk: usize,
+}
+
+/// What was built, for the manifest and the summary.
+pub(crate) struct TopologyOutput {
+    pub num_topology_edges: u64,
+    pub stats: GraphStats,
+    /// Lines describing the budget plan and passes.
+    pub plan: Vec<String>,
+}
+
+/// One of CSR (keyed by source) or CSC (keyed by destination).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Csr,
+    Csc,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Csr => "csr",
+            Side::Csc => "csc",
+        }
+    }
+}
+
+/// Consecutive nodes `[lo, hi)` whose neighbours are `indices[edge_lo..edge_hi]`.
+#[derive(Clone, Copy, Debug)]
+struct NodeRange {
+    lo: u64,
+    hi: u64,
+    edge_lo: u64,
+    edge_hi: u64,
+}
+
+/// Cuts nodes into ranges whose slice and cursors fit in `share` bytes.
+struct RangePlanner {
+    share: u64,
+    id_size: u64,
+    ranges: Vec<NodeRange>,
+    cur: NodeRange,
+}
+
+impl RangePlanner {
+    fn new(share: u64, id_size: u64) -> Self {
+        RangePlanner {
+            share,
+            id_size,
+            ranges: Vec::new(),
+            cur: NodeRange {
+                lo: 0,
+                hi: 0,
+                edge_lo: 0,
+                edge_hi: 0,
+            },
+        }
+    }
+
+    fn cost(&self, nodes: u64, edges: u64) -> u64 {
+        edges * self.id_size + (nodes + 1) * 8
+    }
+
+    /// Adds the next node with degree `d`.
+    fn push(&mut self, d: u64) {
+        let c = &self.cur;
+        if c.hi > c.lo && self.cost(c.hi - c.lo + 1, c.edge_hi - c.edge_lo + d) > self.share {
+            self.ranges.push(*c);
+            self.cur = NodeRange {
+                lo: c.hi,
+                hi: c.hi,
+                edge_lo: c.edge_hi,
+                edge_hi: c.edge_hi,
+            };
+        }
+        self.cur.hi += 1;
+        self.cur.edge_hi += d;
+    }
+
+    fn finish(mut self) -> Vec<NodeRange> {
+        if self.cur.hi > self.cur.lo || self.ranges.is_empty() {
+            self.ranges.push(self.cur);
+        }
+        self.ranges
+    }
+}
+
+/// Exact degree distribution: counts of each degree (small degrees in an array).
+struct DegreeHistogram {
+    small: Vec<u64>,
+    large: BTreeMap<u64, u64>,
+    n: u64,
+    sum: u64,
+}
+
+impl DegreeHistogram {
+    fn new() -> Self {
+        DegreeHistogram {
+            small: vec![0; 1 << 12],
+            large: BTreeMap::new(),
+            n: 0,
+            sum: 0,
+        }
+    }
+
+    fn add(&mut self, d: u64) {
+        match self.small.get_mut(d as usize) {
+            Some(c) => *c += 1,
+            None => *self.large.entry(d).or_default() += 1,
+        }
+        self.n += 1;
+        self.sum += d;
+    }
+
+    /// Summary with nearest-rank quantiles (the smallest degree whose cumulative count
+    /// reaches `ceil(q * n)`).
+    fn stats(&self) -> DegreeStats {
+        if self.n == 0 {
+            return DegreeStats::default();
+        }
+        let counts = self
+            .small
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(d, &c)| (d as u64, c))
+            .chain(self.large.iter().map(|(&d, &c)| (d, c)));
+        let qs = [0.5, 0.9, 0.99];
+        let targets: Vec<u64> = qs
+            .iter()
+            .map(|q| ((q * self.n as f64).ceil() as u64).max(1))
+            .collect();
+        let mut found = [0u64; 3];
+        let (mut cum, mut min, mut max) = (0u64, u64::MAX, 0u64);
+        let mut next = 0;
+        for (d, c) in counts {
+            min = min.min(d);
+            max = max.max(d);
+            cum += c;
+            while next < 3 && cum >= targets[next] {
+                found[next] = d;
+                next += 1;
+            }
+        }
+        DegreeStats {
+            min,
+            max,
+            mean: self.sum as f64 / self.n as f64,
+            median: found[0],
+            p90: found[1],
+            p99: found[2],
+            zeros: self.small[0],
+        }
+    }
+}
+
+/// Sources, destinations and bytes read of one batch.
+type EdgeSlices<'a> = (&'a [i64], &'a [i64], u64);
+
+/// Streams `(src, dst)` of the edge array in batches.
+struct EdgeStream {
+    reader: RowReader,
+    dtype: DType,
+    cols: usize,
+    vals: Vec<i64>,
+    src: Vec<i64>,
+    dst: Vec<i64>,
+}
+
+impl EdgeStream {
+    fn open(dir: &Path, edges: &ArrayInfo, io_chunk: usize) -> Result<Self> {
+        Ok(EdgeStream {
+            reader: RowReader::open_array(dir, edges, io_chunk)?,
+            dtype: edges.dtype,
+            cols: edges.shape[1] as usize,
+            vals: Vec::new(),
+            src: Vec::new(),
+            dst: Vec::new(),
+        })
+    }
+
+    /// The next batch as (sources, destinations, bytes read).
+    fn next(&mut self) -> Result<Option<EdgeSlices<'_>>> {
+        let Some(bytes) = self.reader.next_batch()? else {
+            return Ok(None);
+        };
+        let n = bytes.len() as u64;
+        self.vals.clear();
+        decode_ints(bytes, self.dtype, &mut self.vals);
+        self.src.clear();
+        self.dst.clear();
+        for row in self.vals.chunks_exact(self.cols) {
+            self.src.push(row[0]);
+            self.dst.push(row[self.cols - 1]);
+        }
+        Ok(Some((&self.src, &self.dst, n)))
+    }
+}
+
+/// A degree counter element: `u32` while the graph has fewer than 2^32 topology edges.
+trait Counter: Copy + Default + Send + Into<u64> + std::ops::AddAssign {
+    const ONE: Self;
+}
+impl Counter for u32 {
+    const ONE: Self = 1;
+}
+impl Counter for u64 {
+    const ONE: Self = 1;
+}
+
+/// An id element of `indices`.
+trait IdValue: bytemuck::Pod + Default + Send {
+    fn from_i64(v: i64) -> Self;
+}
+impl IdValue for i32 {
+    fn from_i64(v: i64) -> Self {
+        v as i32
+    }
+}
+impl IdValue for i64 {
+    fn from_i64(v: i64) -> Self {
+        v
+    }
+}
+
+/// Builds degrees, indptr and indices for CSR and CSC (one shared set when symmetrized).
+pub(crate) fn build_topology(
+    builder: &mut StoreBuilder,
+    input: &TopologyInput,
+    progress: &dyn Progress,
+) -> Result<TopologyOutput> {
+    let e = input.edges.shape[0];
+    let num_topo = if input.symmetrize { 2 * e } else { e };
+    let out = if num_topo <= u32::MAX as u64 {
+        degrees::<u32>(builder, input, num_topo, progress)?
+    } else {
+        degrees::<u64>(builder, input, num_topo, progress)?
+    };
+    let (stats, ranges, mut plan) = out;
+    let sides: Vec<(Side, Vec<NodeRange>)> = ranges;
+    for (side, r) in &sides {
+        plan.push(format!(
+            "{}: {} node range{} ({})",
+            side.name().to_uppercase(),
+            r.len(),
+            if r.len() == 1 { "" } else { "s" },
+            if r.len() == 1 {
+                "scattered in memory"
+            } else {
+                "partitioned into bucket files, one pass"
+            }
+        ));
+    }
+    match input.id_dtype {
+        DType::I32 => fill::<i32>(builder, input, &sides, progress)?,
+        _ => fill::<i64>(builder, input, &sides, progress)?,
+    }
+    if input.symmetrize {
+        builder.alias("csc_indptr", "csr_indptr");
+        builder.alias("csc_indices", "csr_indices");
+        builder.alias("in_degree", "out_degree");
+    }
+    Ok(TopologyOutput {
+        num_topology_edges: num_topo,
+        stats,
+        plan,
+    })
+}
+
+/// Fixed buffers of the topology step: edge reader, its decode vectors, and writers.
+fn fixed_bytes(io_chunk: usize) -> u64 {
+    12 * io_chunk as u64
+}
+
+type DegreeOutcome = (GraphStats, Vec<(Side, Vec<NodeRange>)>, Vec<String>);
+
+/// Counts degrees in node-range passes; writes degree and indptr arrays; plans fill ranges.
+fn degrees<C: Counter>(
+    builder: &mut StoreBuilder,
+    input: &TopologyInput,
+    num_topo: u64,
+    progress: &dyn Progress,
+) -> Result<DegreeOutcome> {
+    let n = input.num_nodes;
+    let dir = builder.dir().to_path_buf();
+    let sides: &[Side] = if input.symmetrize {
+        &[Side::Csr]
+    } else {
+        &[Side::Csr, Side::Csc]
+    };
+    let fixed = fixed_bytes(input.io_chunk);
+    let avail = input
+        .budget
+        .checked_sub(fixed)
+        .filter(|&a| a > 0)
+        .ok_or(StoreError::Budget {
+            budget: input.budget,
+            needed: fixed + 64 * 1024,
+            what: "building CSR/CSC (I/O buffers)".into(),
+        })?;
+    let counter_bytes = sides.len() as u64 * std::mem::size_of::<C>() as u64;
+    let per_pass = (avail / counter_bytes).min(n.max(1));
+    if per_pass == 0 {
+        return Err(StoreError::Budget {
+            budget: input.budget,
+            needed: fixed + counter_bytes,
+            what: "counting degrees".into(),
+        });
+    }
+    let passes = n.div_ceil(per_pass).max(1);
+    let id_size = input.id_dtype.size() as u64;
+    // The fill step keeps 1/8 of what is left for bucket write buffers.
+    let share = avail * 7 / 8 / sides.len() as u64;
+    let plan = vec![format!(
+        "topology budget {}: I/O buffers {}, degree counters {} per pass ({} pass{}), adjacency slices up to {} per side",
+        fmt_bytes(input.budget),
+        fmt_bytes(fixed),
+        fmt_bytes(per_pass * counter_bytes),
+        passes,
+        if passes == 1 { "" } else { "es" },
+        fmt_bytes(share)
+    )];
+    let mut deg_w = Vec::new();
+    let mut ptr_w = Vec::new();
+    let mut planners = Vec::new();
+    let mut hists = Vec::new();
+    for side in sides {
+        let deg_name = if *side == Side::Csr {
+            "out_degree"
+        } else {
+            "in_degree"
+        };
+        deg_w.push((
+            deg_name,
+            builder.writer(deg_name, input.degree_dtype, &[], input.io_chunk)?,
+        ));
+        let mut w = builder.writer(
+            &format!("{}_indptr", side.name()),
+            DType::I64,
+            &[],
+            input.io_chunk,
+        )?;
+        w.write(&[0i64])?;
+        ptr_w.push(w);
+        planners.push(RangePlanner::new(share, id_size));
+        hists.push(DegreeHistogram::new());
+    }
+    let mut acc = vec![0i64; sides.len()];
+    let mut meter = Meter::new(
+        progress,
+        "degrees",
+        passes * input.edges.data_bytes(),
+        passes * input.edges.shape[0],
+    );
+    let mut counts: Vec<Vec<C>> = sides.iter().map(|_| Vec::new()).collect();
+    let mut scratch = Vec::new();
+    for pass in 0..passes {
+        let lo = pass * per_pass;
+        let hi = (lo + per_pass).min(n);
+        let width = (hi - lo) as usize;
+        for c in counts.iter_mut() {
+            c.clear();
+            c.resize(width, C::default());
+        }
+        let mut stream = EdgeStream::open(&dir, input.edges, input.io_chunk)?;
+        while let Some((src, dst, bytes)) = stream.next()? {
+            let in_range = |v: i64| (v as u64).wrapping_sub(lo) < (hi - lo);
+            if input.symmetrize {
+                let c = &mut counts[0];
+                for (&u, &v) in src.iter().zip(dst) {
+                    if in_range(u) {
+                        c[(u as u64 - lo) as usize] += C::ONE;
+                    }
+                    if in_range(v) {
+                        c[(v as u64 - lo) as usize] += C::ONE;
+                    }
+                }
+            } else {
+                let (outs, ins) = counts.split_at_mut(1);
+                let count = |c: &mut [C], keys: &[i64]| {
+                    for &k in keys {
+                        if in_range(k) {
+                            c[(k as u64 - lo) as usize] += C::ONE;
+                        }
+                    }
+                };
+                std::thread::scope(|scope| {
+                    scope.spawn(|| count(&mut ins[0], dst));
+                    count(&mut outs[0], src);
+                });
+            }
+            meter.add(src.len() as u64, bytes)?;
+        }
+        for (i, c) in counts.iter().enumerate() {
+            // In pieces, so the staging vector stays small whatever the range's width.
+            for piece in c.chunks(8192) {
+                scratch.clear();
+                for &d in piece {
+                    let d: u64 = d.into();
+                    scratch.push(d as i64);
+                    hists[i].add(d);
+                    planners[i].push(d);
+                }
+                deg_w[i].1.write_ints(&scratch)?;
+                for v in scratch.iter_mut() {
+                    acc[i] += *v;
+                    *v = acc[i];
+                }
+                ptr_w[i].write(&scratch)?;
+            }
+        }
+    }
+    meter.finish()?;
+    for ((name, w), pw) in deg_w.into_iter().zip(ptr_w) {
+        builder.add(name, w.finish()?);
+        let info = pw.finish()?;
+        let side = if name == "out_degree" { "csr" } else { "csc" };
+        builder.add(&format!("{side}_indptr"), info);
+    }
+    debug_assert!(acc.iter().all(|&a| a as u64 == num_topo));
+    let stats_of = |i: usize| hists[i].stats();
+    let stats = GraphStats {
+        out_degree: stats_of(0),
+        in_degree: if input.symmetrize {
+            stats_of(0)
+        } else {
+            stats_of(1)
+        },
+    };
+    let ranges = sides
+        .iter()
+        .copied()
+        .zip(planners.into_iter().map(RangePlanner::finish))
+        .collect();
+    Ok((stats, ranges, plan))
+}
+
+/// Where one side's `(key, value)` pairs go during the fill pass.
+enum Sink<T> {
+    /// One range: the whole `indices` slice in memory.
+    Direct { slice: Vec<T>, cursor: Vec<u64> },
+    /// Several ranges: one bucket file per range of `(key - lo: u32, value)` records.
+    Buckets {
+        starts: Vec<u64>,
+        writers: Vec<SeqWriter>,
+        paths: Vec<PathBuf>,
+        record: Vec<u8>,
+    },
+}
+
+/// Reads `indptr[lo..=hi]` of a finished indptr array, relative to its first entry.
+fn read_cursors(path: &Path, lo: u64, hi: u64) -> Result<Vec<u64>> {
+    let vals = read_i64_range(path, lo, hi - lo + 1)?;
+    let base = vals[0];
+    Ok(vals.into_iter().map(|v| (v - base) as u64).collect())
+}
+
+fn fill<T: IdValue>(
+    builder: &mut StoreBuilder,
+    input: &TopologyInput,
+    sides: &[(Side, Vec<NodeRange>)],
+    progress: &dyn Progress,
+) -> Result<()> {
+    let dir = builder.dir().to_path_buf();
+    let scratch = builder.scratch()?;
+    let id_size = std::mem::size_of::<T>();
+    let total_buckets: usize = sides
+        .iter()
+        .filter(|(_, r)| r.len() > 1)
+        .map(|(_, r)| r.len())
+        .sum();
+    let bucket_buf = if total_buckets == 0 {
+        0
+    } else {
+        let avail = input.budget.saturating_sub(fixed_bytes(input.io_chunk)) / 8;
+        ((avail / total_buckets as u64) as usize).clamp(strata_io::ALIGN, 1 << 20)
+    };
+    let mut sinks = Vec::new();
+    for (side, ranges) in sides {
+        let indptr = dir.join(format!("{}_indptr.npy", side.name()));
+        if ranges.len() == 1 {
+            let r = ranges[0];
+            sinks.push(Sink::Direct {
+                slice: vec![T::default(); (r.edge_hi - r.edge_lo) as usize],
+                cursor: read_cursors(&indptr, r.lo, r.hi)?,
+            });
+        } else {
+            let mut writers = Vec::new();
+            let mut paths = Vec::new();
+            for i in 0..ranges.len() {
+                let p = scratch.join(format!("{}-bucket-{i}.bin", side.name()));
+                writers.push(SeqWriter::create(&p, 0, bucket_buf)?);
+                paths.push(p);
+            }
+            sinks.push(Sink::Buckets {
+                starts: ranges.iter().map(|r| r.lo).collect(),
+                writers,
+                paths,
+                record: Vec::with_capacity(4 + id_size),
+            });
+        }
+    }
+    let e = input.edges.shape[0];
+    let mut meter = Meter::new(progress, "adjacency", input.edges.data_bytes(), e);
+    let mut stream = EdgeStream::open(&dir, input.edges, input.io_chunk)?;
+    let (mut both_keys, mut both_vals) = (Vec::new(), Vec::new());
+    while let Some((src, dst, bytes)) = stream.next()? {
+        if input.symmetrize {
+            // Each edge's reverse right after it, so the order never depends on batch sizes.
+            both_keys.clear();
+            both_vals.clear();
+            for (&u, &v) in src.iter().zip(dst) {
+                both_keys.extend([u, v]);
+                both_vals.extend([v, u]);
+            }
+            push_pairs(&mut sinks[0], &both_keys, &both_vals)?;
+        } else {
+            // CSR and CSC scatter into separate memory: one thread each.
+            let (csr, csc) = sinks.split_at_mut(1);
+            std::thread::scope(|scope| {
+                let other = scope.spawn(|| push_pairs(&mut csc[0], dst, src));
+                let mine = push_pairs(&mut csr[0], src, dst);
+                mine.and(other.join().expect("CSC scatter thread panicked"))
+            })?;
+        }
+        meter.add(src.len() as u64, bytes)?;
+    }
+    meter.finish()?;
+    for ((side, ranges), sink) in sides.iter().zip(sinks) {
+        let name = format!("{}_indices", side.name());
+        let mut w = builder.writer(&name, input.id_dtype, &[], input.io_chunk)?;
+        match sink {
+            Sink::Direct { slice, .. } => w.write(&slice)?,
+            Sink::Buckets { writers, paths, .. } => {
+                for bw in writers {
+                    bw.finish()?;
+                }
+                let indptr = dir.join(format!("{}_indptr.npy", side.name()));
+                let mut meter = Meter::new(
+                    progress,
+                    &format!("{} buckets", side.name()),
+                    0,
+                    ranges.len() as u64,
+                );
+                for (r, path) in ranges.iter().zip(&paths) {
+                    drain_bucket::<T>(path, r, &indptr, &mut w, input.io_chunk)?;
+                    let _ = std::fs::remove_file(path);
+                    meter.add(1, 0)?;
+                }
+                meter.finish()?;
+            }
+        }
+        builder.add(&name, w.finish()?);
+    }
+    Ok(())
+}
+
+fn push_pairs<T: IdValue>(sink: &mut Sink<T>, keys: &[i64], vals: &[i64]) -> Result<()> {
+    match sink {
+        Sink::Direct { slice, cursor } => {
+            for (&k, &v) in keys.iter().zip(vals) {
+                let c = &mut cursor[k as usize];
+                slice[*c as usize] = T::from_i64(v);
+                *c += 1;
+            }
+        }
+        Sink::Buckets {
+            starts,
+            writers,
+            record,
+            ..
+        } => {
+            for (&k, &v) in keys.iter().zip(vals) {
+                let k = k as u64;
+                let r = starts.partition_point(|&s| s <= k) - 1;
+                record.clear();
+                record.extend_from_slice(&((k - starts[r]) as u32).to_le_bytes());
+                record.extend_from_slice(bytemuck::bytes_of(&T::from_i64(v)));
+                writers[r].write_all(record)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Scatters one bucket into its slice of `indices` (or streams it when the range is a single
+/// node, whose neighbours are already in order) and appends it to `w`.
+fn drain_bucket<T: IdValue>(
+    path: &Path,
+    r: &NodeRange,
+    indptr: &Path,
+    w: &mut NpyWriter,
+    io_chunk: usize,
+) -> Result<()> {
+    let rec = 4 + std::mem::size_of::<T>();
+    let file = DirectFile::open(path, OpenMode::Read, true)?;
+    let len = file.size()?;
+    let mut reader = RowReader::records(file, 0, len, rec, io_chunk);
+    if r.hi - r.lo == 1 {
+        let mut values: Vec<T> = Vec::new();
+        while let Some(batch) = reader.next_batch()? {
+            values.clear();
+            values.extend(
+                batch
+                    .chunks_exact(rec)
+                    .map(|c| bytemuck::pod_read_unaligned::<T>(&c[4..])),
+            );
+            w.write(&values)?;
+        }
+        return Ok(());
+    }
+    let mut slice = vec![T::default(); (r.edge_hi - r.edge_lo) as usize];
+    let mut cursor = read_cursors(indptr, r.lo, r.hi)?;
+    while let Some(batch) = reader.next_batch()? {
+        for c in batch.chunks_exact(rec) {
+            let key = u32::from_le_bytes(c[..4].try_into().unwrap()) as usize;
+            let pos = &mut cursor[key];
+            slice[*pos as usize] = bytemuck::pod_read_unaligned::<T>(&c[4..]);
+            *pos += 1;
+        }
+    }
+    w.write(&slice)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_quantiles() {
+        let mut h = DegreeHistogram::new();
+        for d in [0, 1, 1, 2, 3, 5, 8, 13, 21, 100_000] {
+            h.add(d);
+        }
+        let s = h.stats();
+        assert_eq!((s.min, s.max, s.zeros), (0, 100_000, 1));
+        assert_eq!(s.median, 3);
+        assert_eq!(s.p90, 21);
+        assert_eq!(s.p99, 100_000);
+        assert!((s.mean - 10005.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn planner_respects_share_except_for_single_nodes() {
+        let mut p = RangePlanner::new(100, 4);
+        for d in [5, 5, 5, 50, 5, 5] {
+            p.push(d);
+        }
+        let r = p.finish();
+        assert_eq!(r.len(), 3);
+        assert_eq!((r[0].lo, r[0].hi, r[0].edge_hi), (0, 3, 15));
+        assert_eq!((r[1].lo, r[1].hi), (3, 4));
+        assert_eq!(r.last().unwrap().edge_hi, 75);
+    }
+}

@@ -1,0 +1,36 @@
+"""Strata: graph embeddings, GNN training, analytics and a graph service on graphs larger than
+memory, on one machine's storage hierarchy.
+
+The Python package is the front door (CLI, configs, datasets, PyTorch integration); the work is
+done by the Rust extension ``strata._native``.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("strata")
+except PackageNotFoundError:  # running from a source tree without installation
+    __version__ = "0.1.0"
+
+from .errors import (
+    BudgetError,
+    ConfigError,
+    DiskFullError,
+    InputError,
+    StoreExistsError,
+    StoreFormatError,
+    StrataError,
+)
+from .store import Store, open_store
+
+__all__ = [
+    "BudgetError",
+    "ConfigError",
+    "DiskFullError",
+    "InputError",
+    "Store",
+    "StoreExistsError",
+    "StoreFormatError",
+    "StrataError",
+    "open_store",
+]

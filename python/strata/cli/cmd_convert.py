@@ -1,0 +1,31 @@
+"""``strata convert``."""
+
+from __future__ import annotations
+
+from ..config import ConvertConfig, from_args
+from ..convert import convert, format_summary
+from .common import add_section_command, emit_summary, progress_for
+
+
+def register(sub) -> None:
+    add_section_command(
+        sub,
+        "convert",
+        ConvertConfig,
+        run,
+        help="convert an edge list, NumPy arrays, int32 pairs or Planetoid files into a store",
+        description="Streams the input into a store (manifest.json + aligned .npy arrays) within --memory. "
+        "Text inputs may be TSV, CSV or whitespace-separated, plain or gzip. The store appears "
+        "only when complete.",
+    )
+
+
+def run(args) -> int:
+    cfg = from_args(ConvertConfig, args)
+    bar = progress_for(args)
+    try:
+        summary = convert(cfg, bar)
+    finally:
+        bar.close()
+    emit_summary(args, summary, format_summary(summary))
+    return 0

@@ -1,0 +1,23 @@
+"""``strata demo``: the main job on built-in generated data, with readable output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run Strata's main jobs on small generated datasets",
+        description="Generates a knowledge graph and an RMAT graph, converts them under a small "
+        "memory budget, and describes the stores.",
+    )
+    p.add_argument("--dir", type=Path, default=Path("demo-output"), help="working directory (default: demo-output)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ..demo import run_demo
+
+    return run_demo(args.dir, quiet=args.quiet)

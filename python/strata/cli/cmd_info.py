@@ -1,0 +1,28 @@
+"""``strata info``."""
+
+from __future__ import annotations
+
+import json
+
+from ..config import InfoConfig, from_args
+from ..info import describe, render
+from ..store import Store
+from .common import add_section_command
+
+
+def register(sub) -> None:
+    add_section_command(
+        sub,
+        "info",
+        InfoConfig,
+        run,
+        output_flags=False,
+        help="describe a store: counts, degrees, bytes per array, what fits in --memory",
+    )
+
+
+def run(args) -> int:
+    cfg = from_args(InfoConfig, args)
+    desc = describe(Store(cfg.store), cfg.memory, cfg.dim)
+    print(json.dumps(desc, indent=2) if cfg.json else render(desc, cfg.memory))
+    return 0

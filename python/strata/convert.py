@@ -1,0 +1,259 @@
+"""``strata convert``: from text edge lists, NumPy arrays, raw int32 pairs or Planetoid files
+into a store, streaming within a memory budget (the work happens in ``strata._native``)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import _native
+from .config import ConvertConfig, as_dict
+from .datasets.planetoid import datasets_in, read_planetoid
+from .errors import ConfigError, InputNotFoundError
+from .units import fmt_bytes, fmt_count, fmt_duration
+
+ProgressFn = Callable[..., bool]
+
+TEXT_SUFFIXES = (".txt", ".tsv", ".csv", ".edges", ".el", ".gz")
+SPLIT_STEMS = {"train": ("train",), "valid": ("valid", "validation", "val", "dev"), "test": ("test",)}
+NUMPY_NAMES = {
+    "edges": ("edges.npy", "edge_index.npy"),
+    "valid": ("valid_edges.npy",),
+    "test": ("test_edges.npy",),
+    "features": ("features.npy", "x.npy", "node_feat.npy"),
+    "labels": ("labels.npy", "y.npy", "node_label.npy"),
+    "node_train": ("train_idx.npy", "train_mask.npy", "node_train.npy"),
+    "node_valid": ("valid_idx.npy", "val_idx.npy", "valid_mask.npy", "val_mask.npy", "node_valid.npy"),
+    "node_test": ("test_idx.npy", "test_mask.npy", "node_test.npy"),
+}
+
+
+@dataclass
+class Plan:
+    """What to convert: the format and the input files per role."""
+
+    format: str
+    train: list[Path]
+    valid: list[Path] = field(default_factory=list)
+    test: list[Path] = field(default_factory=list)
+    numpy: dict[str, Path] = field(default_factory=dict)
+    planetoid: tuple[Path, str] | None = None
+
+
+def _split_files(directory: Path) -> dict[str, list[Path]]:
+    """Text files of a directory by split, recognised by their stem (train.txt, valid.tsv.gz, ...)."""
+    found: dict[str, list[Path]] = {"train": [], "valid": [], "test": []}
+    for p in sorted(directory.iterdir()):
+        if not p.is_file():
+            continue
+        stem = p.name.split(".")[0].lower()
+        for split, stems in SPLIT_STEMS.items():
+            if stem in stems:
+                found[split].append(p)
+    return found
+
+
+def plan_inputs(cfg: ConvertConfig) -> Plan:
+    """Decides the format and the role of each input from the config and the files."""
+    inputs = list(cfg.inputs)
+    if not inputs:
+        raise ConfigError("convert: no input given (a file, several files, or a directory)")
+    for p in inputs + cfg.valid + cfg.test:
+        if not p.exists() and not (
+            cfg.format in ("auto", "planetoid") and p.parent.is_dir() and p.name.startswith("ind.")
+        ):
+            raise InputNotFoundError(f"{p}: no such file or directory")
+    fmt = cfg.format
+    if len(inputs) == 1 and inputs[0].is_dir():
+        d = inputs[0]
+        planetoid = datasets_in(d)
+        numpy_edges = [d / n for n in NUMPY_NAMES["edges"] if (d / n).exists()]
+        if fmt == "planetoid" or (fmt == "auto" and planetoid):
+            if not planetoid:
+                raise InputNotFoundError(
+                    f"{d}: no complete set of Planetoid files ind.NAME.{{x,tx,allx,y,ty,ally,graph,test.index}}"
+                )
+            name = (cfg.name or (planetoid[0] if len(planetoid) == 1 else "")).lower()
+            if name not in planetoid:
+                raise ConfigError(
+                    f"convert.name: {d} holds Planetoid datasets {', '.join(planetoid)}; choose one with --name"
+                )
+            return Plan("planetoid", [], planetoid=(d, name))
+        if fmt == "numpy" or (fmt == "auto" and numpy_edges):
+            if not numpy_edges:
+                raise InputNotFoundError(f"{d}: no edges.npy")
+            found = {
+                role: next((d / n for n in names if (d / n).exists()), None) for role, names in NUMPY_NAMES.items()
+            }
+            return Plan("numpy", [numpy_edges[0]], numpy={k: v for k, v in found.items() if v is not None})
+        splits = _split_files(d)
+        if not splits["train"]:
+            raise InputNotFoundError(
+                f"{d}: found no train file (train.txt, train.tsv, ...), edges.npy, or Planetoid files"
+            )
+        text_fmt = "bin32" if fmt == "bin32" else "text"
+        return Plan(text_fmt, splits["train"], cfg.valid or splits["valid"], cfg.test or splits["test"])
+    if any(p.is_dir() for p in inputs):
+        raise ConfigError("convert: give one directory, or files, not both")
+    if fmt == "auto":
+        if inputs[0].name.startswith("ind.") and not inputs[0].exists():
+            fmt = "planetoid"
+        elif all(p.suffix == ".npy" for p in inputs):
+            fmt = "numpy"
+        elif all(p.suffix in (".bin", ".bin32") for p in inputs):
+            fmt = "bin32"
+        else:
+            fmt = "text"
+    if fmt == "planetoid":
+        prefix = inputs[0]
+        return Plan("planetoid", [], planetoid=(prefix.parent, prefix.name.split(".", 1)[1]))
+    if fmt == "numpy":
+        if len(inputs) != 1:
+            raise ConfigError("convert: numpy takes one edges .npy (use --valid/--test for more)")
+        return Plan("numpy", inputs)
+    return Plan(fmt, inputs, list(cfg.valid), list(cfg.test))
+
+
+def _graph_options(cfg: ConvertConfig, out: Path) -> dict:
+    return {
+        "out": str(out),
+        "name": cfg.name,
+        "overwrite": cfg.overwrite,
+        "memory": int(cfg.memory),
+        "threads": cfg.threads,
+        "symmetrize": cfg.symmetrize,
+        "split": list(cfg.split) if cfg.split else None,
+        "seed": cfg.seed,
+        "num_nodes": cfg.num_nodes,
+        "num_relations": cfg.num_relations,
+        "io_chunk": int(cfg.io_chunk),
+        "provenance": {"config": as_dict(cfg)},
+    }
+
+
+def _inputs(plan: Plan) -> list[dict]:
+    return [{"path": str(p), "split": split} for split in ("train", "valid", "test") for p in getattr(plan, split)]
+
+
+def _numpy_options(cfg: ConvertConfig, plan: Plan) -> dict:
+    found = plan.numpy
+
+    def pick(name: str) -> str | None:
+        given = getattr(cfg, name)
+        value = given if given is not None else found.get(name)
+        return str(value) if value is not None else None
+
+    if len(cfg.valid) > 1 or len(cfg.test) > 1:
+        raise ConfigError("convert: numpy takes at most one --valid and one --test .npy")
+    valid = cfg.valid[0] if cfg.valid else found.get("valid")
+    test = cfg.test[0] if cfg.test else found.get("test")
+    return {
+        "edges": str(plan.train[0]),
+        "valid_edges": str(valid) if valid else None,
+        "test_edges": str(test) if test else None,
+        "layout": cfg.layout,
+        "features": pick("features"),
+        "feature_dtype": None if cfg.feature_dtype == "auto" else cfg.feature_dtype,
+        "labels": pick("labels"),
+        "node_train": pick("node_train"),
+        "node_valid": pick("node_valid"),
+        "node_test": pick("node_test"),
+        "node_split": list(cfg.node_split) if cfg.node_split else None,
+    }
+
+
+def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
+    """Runs a conversion; returns the summary (counts, bytes, timings, budget plan)."""
+    plan = plan_inputs(cfg)
+    out = cfg.out
+    graph = _graph_options(cfg, out)
+    if plan.format == "text":
+        columns = cfg.columns or ("src,rel,dst" if cfg.relations else "src,dst")
+        text = {
+            "inputs": _inputs(plan),
+            "columns": [c.strip() for c in columns.split(",")],
+            "delimiter": cfg.delimiter,
+            "comment": cfg.comment,
+            "header": cfg.header,
+            "ids": cfg.ids,
+            "relation_ids": cfg.relation_ids,
+        }
+        return _native.convert_text({"graph": graph, "text": text}, progress)
+    if plan.format == "bin32":
+        return _native.convert_binary({"graph": graph, "inputs": _inputs(plan)}, progress)
+    if plan.format == "numpy":
+        return _native.convert_numpy({"graph": graph, "numpy": _numpy_options(cfg, plan)}, progress)
+    return _convert_planetoid(cfg, plan, graph, progress)
+
+
+def _convert_planetoid(cfg: ConvertConfig, plan: Plan, graph: dict, progress: ProgressFn | None) -> dict:
+    directory, name = plan.planetoid
+    data = read_planetoid(directory, name)
+    graph["name"] = cfg.name or name
+    parent = Path(cfg.out).absolute().parent
+    if not parent.is_dir():
+        raise InputNotFoundError(f"{parent}: the output's parent directory does not exist")
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-arrays-", dir=parent))
+    try:
+        arrays = {
+            "edges": data.edge_index,
+            "features": data.x,
+            "labels": data.y,
+            "node_train": data.train_idx,
+            "node_valid": data.val_idx,
+            "node_test": data.test_idx,
+        }
+        for key, arr in arrays.items():
+            np.save(staging / f"{key}.npy", arr)
+        numpy_cfg = replace(
+            cfg,
+            inputs=[staging],
+            format="numpy",
+            features=None,
+            labels=None,
+            node_train=None,
+            node_valid=None,
+            node_test=None,
+            valid=[],
+            test=[],
+        )
+        numpy_plan = Plan(
+            "numpy", [staging / "edges.npy"], numpy={k: staging / f"{k}.npy" for k in arrays if k != "edges"}
+        )
+        summary = _native.convert_numpy({"graph": graph, "numpy": _numpy_options(numpy_cfg, numpy_plan)}, progress)
+        summary["converter"] = "planetoid"
+        return summary
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def format_summary(s: dict) -> str:
+    """The one-paragraph summary printed at the end of a conversion."""
+    edges = s["num_edges"]
+    total = sum(edges.values())
+    split_text = " / ".join(f"{edges[k]:,} {k}" for k in ("train", "valid", "test") if k in edges)
+    rel = f" and {s['num_relations']:,} relations" if s["num_relations"] else ""
+    secs = s["seconds"]
+    feats = ""
+    if s.get("features"):
+        f = s["features"]
+        feats = f", {f['dim']}-dim {f['dtype']} features"
+    if s.get("labels"):
+        feats += f", {s['labels']['num_classes']} classes"
+    if s.get("node_splits"):
+        ns = s["node_splits"]
+        feats += " (nodes " + " / ".join(f"{ns[k]:,} {k}" for k in ("train", "valid", "test") if k in ns) + ")"
+    stages = ", ".join(f"{st['name']} {fmt_duration(st['seconds'])}" for st in s["stages"])
+    return (
+        f"Converted {total:,} edges ({split_text}) among {s['num_nodes']:,} nodes{rel}{feats} "
+        f"from {s['input_files']} {s['converter']} input file{'s' if s['input_files'] != 1 else ''} "
+        f"({fmt_bytes(s['input_bytes'])}) in {fmt_duration(secs)}: {fmt_count(s['input_rows'] / max(secs, 1e-9))} "
+        f"edges/s, {s['input_bytes'] / max(secs, 1e-9) / 1e6:.1f} MB/s of input. "
+        f"Store {s['store']}: {fmt_bytes(s['store_bytes'])} on disk, {s['id_dtype']} ids, CSR/CSC over "
+        f"{s['num_topology_edges']:,} edges, built within a {fmt_bytes(s['memory'])} budget ({stages})."
+    )

@@ -1,0 +1,59 @@
+"""Exceptions raised by Strata. The native module raises these classes too."""
+
+
+class StrataError(Exception):
+    """Base class of every error Strata raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(StrataError, ValueError):
+    """An option value is missing, malformed, out of range or contradicts another."""
+
+    exit_code = 2
+
+
+class InputError(StrataError, ValueError):
+    """An input file is malformed; the message names the file (and line)."""
+
+    exit_code = 2
+
+
+class InputNotFoundError(InputError, FileNotFoundError):
+    """An input path does not exist."""
+
+
+class StoreFormatError(StrataError):
+    """A store is not valid: wrong format version, missing or truncated arrays."""
+
+    exit_code = 2
+
+
+class StoreExistsError(StrataError, FileExistsError):
+    """The output store already exists and overwriting was not asked for."""
+
+    exit_code = 2
+
+
+class BudgetError(StrataError):
+    """The memory budget cannot hold the minimum a step needs."""
+
+    exit_code = 2
+
+
+class StrataIOError(StrataError, OSError):
+    """An operating-system I/O error, with the file it happened on."""
+
+
+class DiskFullError(StrataIOError):
+    """The disk filled up (or the file size limit was reached) while writing."""
+
+
+class DownloadError(StrataError):
+    """A dataset download failed or its checksum did not match."""
+
+
+class MissingDependencyError(StrataError, ImportError):
+    """An optional dependency (torch, torch_geometric, matplotlib) is not installed."""
+
+    exit_code = 2

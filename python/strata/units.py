@@ -1,0 +1,61 @@
+"""Parsing and formatting of byte sizes, counts, rates and durations."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+_POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size such as ``2G``, ``512M``, ``1.5GiB`` or ``4096`` (K/M/G are binary)."""
+    if isinstance(text, bool):
+        raise ValueError(f"expected a size like 512M or 2G, got {text!r}")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"a size cannot be negative, got {text}")
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"expected a size like 512M or 2G, got {text!r}")
+    number, unit, _ = m.groups()
+    return int(float(number) * 1024 ** _POWERS[unit.lower()])
+
+
+def fmt_bytes(n: float) -> str:
+    """``1.50 GiB``, ``512 MiB``, ``731 B``."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    v, u = float(n), 0
+    while v >= 1024 and u + 1 < len(units):
+        v /= 1024
+        u += 1
+    if u == 0:
+        return f"{int(n)} B"
+    return f"{v:.0f} {units[u]}" if v >= 100 else f"{v:.1f} {units[u]}" if v >= 10 else f"{v:.2f} {units[u]}"
+
+
+def fmt_count(n: float) -> str:
+    """``950``, ``12.3k``, ``4.56M``, ``1.20G`` (decimal)."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            v = n / div
+            return f"{v:.0f}{suffix}" if v >= 100 else f"{v:.1f}{suffix}" if v >= 10 else f"{v:.2f}{suffix}"
+    return f"{n:.0f}" if float(n).is_integer() else f"{n:.1f}"
+
+
+def fmt_rate_mb(bytes_: float, seconds: float) -> str:
+    """Throughput in decimal MB/s."""
+    return f"{bytes_ / max(seconds, 1e-9) / 1e6:.1f} MB/s"
+
+
+def fmt_duration(seconds: float) -> str:
+    """``0.42 s``, ``12.3 s``, ``4:05``, ``1:02:03``."""
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    s = round(seconds)
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"

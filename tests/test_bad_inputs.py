@@ -1,0 +1,181 @@
+"""Bad input gets a clear message naming the file (and line), a non-zero exit, and no store
+that looks complete."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from strata.config import ConvertConfig, Size
+from strata.convert import convert
+
+
+def leftovers(d: Path) -> list[str]:
+    """Partial stores and Planetoid staging directories left in ``d``."""
+    return sorted(p.name for p in d.iterdir() if ".partial-" in p.name or "-arrays-" in p.name)
+
+
+def fails(strata_cli, tmp_path: Path, *args, needles: list[str], code: int = 2, **kwargs) -> str:
+    out = tmp_path / "out.strata"
+    proc = strata_cli("convert", *args, "--out", out, "-q", check=False, **kwargs)
+    assert proc.returncode == code, proc.stderr
+    for n in needles:
+        assert n in proc.stderr, f"{n!r} not in {proc.stderr!r}"
+    assert not out.exists()
+    assert leftovers(tmp_path) == []
+    return proc.stderr
+
+
+def test_malformed_line_reports_file_and_line(tmp_path, strata_cli):
+    p = tmp_path / "e.tsv"
+    p.write_text("a\tr\tb\n" * 5 + "c\td\n")
+    fails(strata_cli, tmp_path, p, "--relations", needles=["e.tsv:6:", "expected 3 fields, found 2"])
+
+
+def test_numeric_id_out_of_range(tmp_path, strata_cli):
+    p = tmp_path / "e.txt"
+    p.write_text("0 1\n1 7\n")
+    fails(strata_cli, tmp_path, p, "--ids", "int", "--num-nodes", "5", needles=["e.txt:2:", "dst id 7 is out of range"])
+    q = tmp_path / "n.txt"
+    q.write_text("0 1\n1 -7\n")
+    fails(strata_cli, tmp_path, q, "--ids", "int", needles=["n.txt:2:", "dst '-7' is not a non-negative integer"])
+
+
+def test_empty_inputs(tmp_path, strata_cli):
+    p = tmp_path / "empty.tsv"
+    p.write_text("")
+    fails(strata_cli, tmp_path, p, needles=["empty.tsv", "no edges"])
+    d = tmp_path / "nofiles"
+    d.mkdir()
+    fails(strata_cli, tmp_path, d, needles=["found no train file"])
+
+
+def test_missing_and_unreadable_paths(tmp_path, strata_cli):
+    fails(strata_cli, tmp_path, tmp_path / "nope.tsv", needles=["nope.tsv", "no such file"])
+    (tmp_path / "dangling.tsv").symlink_to(tmp_path / "gone.tsv")
+    fails(strata_cli, tmp_path, tmp_path / "dangling.tsv", needles=["dangling.tsv", "no such file"])
+    good = tmp_path / "train.tsv"
+    good.write_text("a b\n")
+    (tmp_path / "valid_dir").mkdir()
+    fails(
+        strata_cli,
+        tmp_path,
+        good,
+        "--valid",
+        tmp_path / "valid_dir",
+        needles=["valid_dir", "is a directory, expected a file"],
+    )
+    if os.geteuid() != 0:  # root reads anything, so permissions can only be tested as a user
+        locked = tmp_path / "locked.tsv"
+        locked.write_text("a b\n")
+        locked.chmod(0)
+        fails(strata_cli, tmp_path, locked, needles=["locked.tsv", "ermission denied"], code=1)
+
+
+def test_output_exists_and_parent_missing(tmp_path, strata_cli):
+    p = tmp_path / "e.tsv"
+    p.write_text("a b\n")
+    (tmp_path / "out.strata").mkdir()
+    proc = strata_cli("convert", p, "--out", tmp_path / "out.strata", check=False)
+    assert proc.returncode == 2 and "already exists" in proc.stderr
+    proc = strata_cli("convert", p, "--out", tmp_path / "no" / "such" / "x.strata", check=False)
+    assert proc.returncode == 2 and "parent directory does not exist" in proc.stderr
+
+
+def _limit_file_size():
+    # Python ignores SIGXFSZ, so writes past the limit fail with EFBIG like on a full disk.
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+
+def test_full_disk_leaves_nothing(tmp_path, strata_cli):
+    p = tmp_path / "e.txt"
+    p.write_text("".join(f"{i} {(i * 7919) % 50000}\n" for i in range(60000)))
+    err = fails(
+        strata_cli, tmp_path, p, "--memory", "64M", needles=["disk is full"], code=1, preexec_fn=_limit_file_size
+    )
+    assert "e.txt" not in err.split("disk is full")[0] or ".npy" in err
+
+
+def test_budget_too_small(tmp_path, strata_cli):
+    p = tmp_path / "e.txt"
+    p.write_text("0 1\n")
+    fails(strata_cli, tmp_path, p, "--memory", "100K", needles=["memory budget of 100 KiB is too small"])
+
+
+def test_gzip_and_csv_with_header(tmp_path, strata_cli):
+    import gzip
+
+    p = tmp_path / "edges.csv.gz"
+    with gzip.open(p, "wt") as f:
+        f.write('source,target\n"a,1",b\nb,"c ""x"""\n')
+    out = tmp_path / "g.strata"
+    strata_cli("convert", p, "--header", "--out", out, "-q")
+    from strata import Store
+
+    s = Store(out)
+    assert [s.node_name(i) for i in range(s.num_nodes)] == ["a,1", "b", 'c "x"']
+
+
+def make_store(tmp_path: Path, strata_cli) -> Path:
+    p = tmp_path / "e.tsv"
+    p.write_text("a\tb\nb\tc\nc\ta\n")
+    out = tmp_path / "s.strata"
+    strata_cli("convert", p, "--out", out, "-q")
+    return out
+
+
+def test_truncated_array_is_named(tmp_path, strata_cli):
+    store = make_store(tmp_path, strata_cli)
+    f = store / "csr_indices.npy"
+    with open(f, "r+b") as h:
+        h.truncate(f.stat().st_size - 4)
+    proc = strata_cli("info", store, check=False)
+    assert proc.returncode == 2
+    assert "array 'csr_indices': csr_indices.npy is truncated" in proc.stderr
+
+
+def test_newer_format_version(tmp_path, strata_cli):
+    store = make_store(tmp_path, strata_cli)
+    m = json.loads((store / "manifest.json").read_text())
+    m["format_version"] = 7
+    (store / "manifest.json").write_text(json.dumps(m))
+    proc = strata_cli("info", store, check=False)
+    assert proc.returncode == 2
+    assert "format version 7" in proc.stderr and "upgrade Strata" in proc.stderr
+
+
+def test_interrupted_conversion_leaves_nothing(tmp_path):
+    p = tmp_path / "e.txt"
+    p.write_text("".join(f"{i} {i + 1}\n" for i in range(200000)))
+    calls = []
+
+    def progress(event, *args):
+        calls.append(event)
+        if event == "update":
+            raise KeyboardInterrupt
+
+    cfg = ConvertConfig(inputs=[p], out=tmp_path / "g.strata", memory=Size(64 << 20))
+    with pytest.raises(KeyboardInterrupt):
+        convert(cfg, progress)
+    assert "update" in calls
+    assert not (tmp_path / "g.strata").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_numpy_bad_shapes_through_cli(tmp_path, strata_cli):
+    d = tmp_path / "arrays"
+    d.mkdir()
+    np.save(d / "edges.npy", np.array([[0, 1], [1, 7]], dtype=np.int64))
+    np.save(d / "features.npy", np.zeros((5, 4), dtype=np.float32))
+    fails(strata_cli, tmp_path, d, needles=["edges.npy", "edge 1: dst id 7 is out of range: num_nodes is 5"])
+    np.save(d / "edges.npy", np.array([[0, 1], [1, 2]], dtype=np.int64))
+    np.save(d / "features.npy", np.zeros((3, 4), dtype=np.float32))
+    np.save(d / "labels.npy", np.array([0.5, 1, 2]))
+    fails(strata_cli, tmp_path, d, needles=["labels.npy", "labels must be integers"])
+    shutil.rmtree(d)

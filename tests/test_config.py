@@ -1,0 +1,99 @@
+"""The config mechanism: TOML files, -p overrides, flags, validation messages, templates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from strata.config import SECTIONS, ConvertConfig, describe, load
+from strata.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "run.toml"
+    p.write_text(text)
+    return p
+
+
+def test_precedence_defaults_file_flags_overrides(tmp_path):
+    toml = write(tmp_path, '[convert]\nout = "a.strata"\nmemory = "2G"\nthreads = 3\nsplit = [0.8, 0.1, 0.1]\n')
+    cfg = load(ConvertConfig, config_file=toml)
+    assert (cfg.out, cfg.memory, cfg.threads, cfg.split) == (Path("a.strata"), 2 << 30, 3, (0.8, 0.1, 0.1))
+    cfg = load(
+        ConvertConfig,
+        config_file=toml,
+        flags={"threads": "1", "memory": "512M"},
+        overrides=["convert.memory=1.5G", "convert.relations=true"],
+    )
+    assert (cfg.threads, cfg.memory, cfg.relations) == (1, int(1.5 * 2**30), True)
+    assert cfg.delimiter == "auto"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"overrides": ["convert.memory=lots"]}, "-p convert.memory: expected a size like 512M or 2G, got 'lots'"),
+        ({"overrides": ["convert.memroy=1G"]}, "has no option 'memroy'; did you mean 'memory'?"),
+        ({"overrides": ["embed.dim=10"]}, "this command reads section [convert], not [embed]"),
+        ({"overrides": ["convert.threads"]}, "expected SECTION.KEY=VALUE"),
+        ({"flags": {"split": "0.5,0.1"}}, "expected three fractions"),
+        ({"flags": {"delimiter": "pipe"}}, "expected one of 'auto', 'tab', 'comma', 'whitespace'"),
+        ({"flags": {"threads": "two"}}, "--threads: expected an integer"),
+        ({"flags": {"threads": "-1"}}, "convert.threads: must be >= 0"),
+        ({"flags": {"split": "0.8,0.1,0.1"}, "overrides": ["convert.valid=v.txt"]}, "cannot be combined"),
+    ],
+)
+def test_bad_values_name_the_field(kwargs, message):
+    kwargs.setdefault("flags", {})
+    kwargs["flags"].setdefault("out", "x.strata")
+    with pytest.raises(ConfigError, match=None) as exc:
+        load(ConvertConfig, **kwargs)
+    assert message in str(exc.value)
+
+
+def test_missing_required_and_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="needs a value for out"):
+        load(ConvertConfig)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load(ConvertConfig, config_file=tmp_path / "absent.toml")
+    bad = write(tmp_path, "[convert]\nout = \n")
+    with pytest.raises(ConfigError, match=r"run\.toml"):
+        load(ConvertConfig, config_file=bad)
+    typo = write(tmp_path, '[convert]\nout = "x"\nthreds = 2\n')
+    with pytest.raises(ConfigError, match=r"run.toml: \[convert\] has no option 'threds'; did you mean 'threads'"):
+        load(ConvertConfig, config_file=typo)
+
+
+@pytest.mark.parametrize("name", sorted(SECTIONS))
+def test_every_section_template_is_valid_toml_with_help(name):
+    text = describe(SECTIONS[name])
+    doc = tomllib.loads(text)
+    table = doc
+    for part in name.split("."):
+        table = table[part]
+    cls = SECTIONS[name]
+    for field in cls.__dataclass_fields__.values():
+        assert field.metadata["help"], f"{name}.{field.name} has no help text"
+        assert f"# {field.metadata['help']}" in text
+
+
+def test_cli_reads_config_file_and_overrides(tmp_path, strata_cli):
+    edges = tmp_path / "e.tsv"
+    edges.write_text("a\tb\nb\tc\n")
+    toml = write(tmp_path, f'[convert]\nout = "{tmp_path / "g.strata"}"\nmemory = "64M"\nsymmetrize = false\n')
+    proc = strata_cli("convert", edges, "--config", toml, "-p", "convert.symmetrize=true", "-q")
+    assert "Converted 2 edges" in proc.stdout
+    info = strata_cli("info", tmp_path / "g.strata", "--json").stdout
+    assert '"symmetrized": true' in info
+
+
+def test_help_lists_every_option_with_its_help(strata_cli):
+    text = strata_cli("convert", "--help").stdout
+    for field in ConvertConfig.__dataclass_fields__.values():
+        if field.metadata["flag"] and not field.metadata["positional"]:
+            assert f"--{field.name.replace('_', '-')}" in text
+    assert "memory budget of the conversion" in text
+    assert "rmat" in strata_cli("generate", "--help").stdout
+    assert "convert" in strata_cli("config").stdout
