@@ -1,5 +1,7 @@
 """A conversion stays within --memory: the converter's peak resident memory, above the
-interpreter's own, is at most the budget (the page cache is kept out by O_DIRECT)."""
+interpreter's own, is at most the budget (the page cache is kept out by O_DIRECT). Budgets of a
+few MiB are dominated by fixed thread and allocator overheads, so the check uses 24 MiB against
+an edge list five times larger."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ def peak_rss(*cmd) -> int:
 
 def test_rmat_conversion_stays_within_budget(tmp_path, strata_cli):
     raw = tmp_path / "r.bin"
-    strata_cli("generate", "rmat", "--scale", "19", "--out", raw, "-q")
-    budget = 12 << 20
+    strata_cli("generate", "rmat", "--scale", "20", "--out", raw, "-q")
+    budget = 24 << 20
     baseline = peak_rss(sys.executable, "-c", "import numpy, strata.cli.main, strata.convert")
     peak = peak_rss(
         sys.executable, "-m", "strata", "convert", raw, "--out", tmp_path / "r.strata", "--memory", str(budget), "-q"

@@ -174,8 +174,20 @@ impl NameTable {
     }
 }
 
+/// Makes glibc return large freed buffers to the OS at once. Its default raises the mmap
+/// threshold after the first large free, after which freed buffers stay resident in per-thread
+/// arenas: a job that plans its buffers within `--memory` would then exceed it in RSS.
+fn pin_malloc_thresholds() {
+    // SAFETY: mallopt only adjusts allocator parameters; it is safe to call at any time.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    pin_malloc_thresholds();
     m.add_function(wrap_pyfunction!(convert_text, m)?)?;
     m.add_function(wrap_pyfunction!(convert_numpy, m)?)?;
     m.add_function(wrap_pyfunction!(convert_binary, m)?)?;

@@ -323,13 +323,27 @@ pub fn read_range(path: &Path, elem_size: usize, first: u64, count: u64) -> Resu
     Ok(out)
 }
 
-/// Reads `int64` elements `[first, first + count)` of the array at `path`.
-pub fn read_i64_range(path: &Path, first: u64, count: u64) -> Result<Vec<i64>> {
-    let bytes = read_range(path, 8, first, count)?;
-    Ok(bytes
-        .chunks_exact(8)
-        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-        .collect())
+/// Reads `int64` elements `[first, first + count)` of the array at `path`, streaming through a
+/// `chunk`-byte buffer so that the result is the only large allocation.
+pub fn read_i64_range(path: &Path, first: u64, count: u64, chunk: usize) -> Result<Vec<i64>> {
+    let file = DirectFile::open(path, OpenMode::Read, true)?;
+    let start = DATA_OFFSET + first * 8;
+    let mut reader = RowReader::records(file, start, start + count * 8, 8, chunk);
+    let mut out = Vec::with_capacity(count as usize);
+    while let Some(batch) = reader.next_batch()? {
+        out.extend(
+            batch
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap())),
+        );
+    }
+    if out.len() as u64 != count {
+        return Err(StoreError::bad_file(
+            path,
+            format!("expected {count} int64 values from element {first}"),
+        ));
+    }
+    Ok(out)
 }
 
 /// Reads a whole (small) array of a store into memory as raw bytes.

@@ -221,26 +221,7 @@ impl StoreBuilder {
     /// a Strata store) or if its parent directory does not exist. Removes stale `.partial`
     /// directories of `out` left by processes that no longer run.
     pub fn create(out: &Path, overwrite: bool) -> Result<StoreBuilder> {
-        let name = out
-            .file_name()
-            .ok_or_else(|| {
-                StoreError::option(
-                    "out",
-                    format!("'{}' is not a directory name", out.display()),
-                )
-            })?
-            .to_string_lossy()
-            .into_owned();
-        let parent = match out.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        if !parent.is_dir() {
-            return Err(StoreError::bad_file(
-                &parent,
-                "the output's parent directory does not exist",
-            ));
-        }
+        let (parent, name) = output_parent(out)?;
         if out.exists() {
             if !overwrite {
                 return Err(StoreError::Exists {
@@ -384,6 +365,34 @@ fn exchange(a: &Path, b: &Path) -> Result<()> {
         return Err(StoreError::os("rename", b, std::io::Error::last_os_error()));
     }
     Ok(())
+}
+
+/// The parent directory (which must exist) and file name of an output path.
+pub(crate) fn output_parent(out: &Path) -> Result<(PathBuf, String)> {
+    let name = out
+        .file_name()
+        .ok_or_else(|| {
+            StoreError::option(
+                "out",
+                format!(
+                    "'{}' does not end in a file or directory name",
+                    out.display()
+                ),
+            )
+        })?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(StoreError::bad_file(
+            &parent,
+            "the output's parent directory does not exist",
+        ));
+    }
+    Ok((parent, name))
 }
 
 /// Removes a file or a directory tree, if it exists.

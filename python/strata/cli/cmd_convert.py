@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config import ConvertConfig, from_args
 from ..convert import convert, format_summary
-from .common import add_section_command, emit_summary, progress_for
+from .common import add_section_command, emit_summary, run_with_progress
 
 
 def register(sub) -> None:
@@ -22,10 +22,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     cfg = from_args(ConvertConfig, args)
-    bar = progress_for(args)
-    try:
-        summary = convert(cfg, bar)
-    finally:
-        bar.close()
+    summary = run_with_progress(args, lambda bar: convert(cfg, bar))
     emit_summary(args, summary, format_summary(summary))
     return 0

@@ -9,7 +9,7 @@ from ..convert import format_summary
 from ..datasets.fetch import MIRROR_ENV, fetch
 from ..datasets.registry import CATALOGUE
 from ..units import fmt_bytes
-from .common import add_section_command, emit_summary, progress_for
+from .common import add_section_command, emit_summary, run_with_progress
 
 
 def register(sub) -> None:
@@ -76,11 +76,7 @@ def run_list(args) -> int:
 
 def run_fetch(args) -> int:
     cfg = from_args(FetchConfig, args)
-    bar = progress_for(args)
-    try:
-        result = fetch(cfg, bar)
-    finally:
-        bar.close()
+    result = run_with_progress(args, lambda bar: fetch(cfg, bar))
     paragraph = result.describe()
     if result.summary is not None:
         paragraph += "\n" + format_summary(result.summary)

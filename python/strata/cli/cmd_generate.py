@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config import GENERATORS, from_args
 from ..generate import format_summary, generate
-from .common import add_section_command, emit_summary, progress_for
+from .common import add_section_command, emit_summary, run_with_progress
 
 HELP = {
     "rmat": "Graph500 R-MAT/Kronecker graph (power-law), as int32 pairs, TSV or .npy",
@@ -27,10 +27,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     cfg = from_args(GENERATORS[args.kind], args)
-    bar = progress_for(args)
-    try:
-        summary = generate(cfg, bar)
-    finally:
-        bar.close()
+    summary = run_with_progress(args, lambda bar: generate(cfg, bar))
     emit_summary(args, summary, format_summary(summary))
     return 0

@@ -25,8 +25,13 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json-summary", action="store_true", help="print the final summary as JSON on stdout")
 
 
-def progress_for(args) -> ProgressBar:
-    return ProgressBar(enabled=not getattr(args, "quiet", False))
+def run_with_progress(args, job):
+    """Calls ``job(progress)`` with a progress bar (unless ``--quiet``) closed however it ends."""
+    bar = ProgressBar(enabled=not getattr(args, "quiet", False))
+    try:
+        return job(bar)
+    finally:
+        bar.close()
 
 
 def emit_summary(args, summary: dict, paragraph: str) -> None:

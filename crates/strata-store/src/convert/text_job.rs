@@ -539,7 +539,12 @@ fn dictionary_ranges(
 
 /// Loads names `[lo, hi)` of the node-name table into a dictionary with their ids.
 fn load_range(builder: &StoreBuilder, lo: u64, hi: u64) -> Result<NameDict> {
-    let offs = read_i64_range(&builder.array_file("node_names_offsets"), lo, hi - lo + 1)?;
+    let offs = read_i64_range(
+        &builder.array_file("node_names_offsets"),
+        lo,
+        hi - lo + 1,
+        1 << 20,
+    )?;
     let base = offs[0];
     let bytes = read_range(
         &builder.array_file("node_names_bytes"),

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use strata_io::{DirectFile, OpenMode, SeqWriter};
 
@@ -482,10 +483,19 @@ enum Sink<T> {
 }
 
 /// Reads `indptr[lo..=hi]` of a finished indptr array, relative to its first entry.
-fn read_cursors(path: &Path, lo: u64, hi: u64) -> Result<Vec<u64>> {
-    let vals = read_i64_range(path, lo, hi - lo + 1)?;
+fn read_cursors(path: &Path, lo: u64, hi: u64, io_chunk: usize) -> Result<Vec<u64>> {
+    let mut vals = read_i64_range(path, lo, hi - lo + 1, io_chunk)?;
     let base = vals[0];
-    Ok(vals.into_iter().map(|v| (v - base) as u64).collect())
+    for v in vals.iter_mut() {
+        *v -= base;
+    }
+    Ok(bytemuck::cast_vec(vals))
+}
+
+/// What the distribution pass left for each side: the whole slice, or its bucket files.
+enum Filled<T> {
+    Direct(Vec<T>),
+    Buckets(Vec<PathBuf>),
 }
 
 fn fill<T: IdValue>(
@@ -494,6 +504,18 @@ fn fill<T: IdValue>(
     sides: &[(Side, Vec<NodeRange>)],
     progress: &dyn Progress,
 ) -> Result<()> {
+    let filled = distribute::<T>(builder, input, sides, progress)?;
+    drain::<T>(builder, input, sides, filled, progress)
+}
+
+/// One pass over the edges: scatters each side into memory or partitions it into bucket
+/// files. Returns with every read and write buffer of the pass freed.
+fn distribute<T: IdValue>(
+    builder: &StoreBuilder,
+    input: &TopologyInput,
+    sides: &[(Side, Vec<NodeRange>)],
+    progress: &dyn Progress,
+) -> Result<Vec<Filled<T>>> {
     let dir = builder.dir().to_path_buf();
     let scratch = builder.scratch()?;
     let id_size = std::mem::size_of::<T>();
@@ -515,7 +537,7 @@ fn fill<T: IdValue>(
             let r = ranges[0];
             sinks.push(Sink::Direct {
                 slice: vec![T::default(); (r.edge_hi - r.edge_lo) as usize],
-                cursor: read_cursors(&indptr, r.lo, r.hi)?,
+                cursor: read_cursors(&indptr, r.lo, r.hi, input.io_chunk)?,
             });
         } else {
             let mut writers = Vec::new();
@@ -559,31 +581,87 @@ fn fill<T: IdValue>(
         meter.add(src.len() as u64, bytes)?;
     }
     meter.finish()?;
-    for ((side, ranges), sink) in sides.iter().zip(sinks) {
-        let name = format!("{}_indices", side.name());
-        let mut w = builder.writer(&name, input.id_dtype, &[], input.io_chunk)?;
-        match sink {
-            Sink::Direct { slice, .. } => w.write(&slice)?,
+    sinks
+        .into_iter()
+        .map(|sink| match sink {
+            Sink::Direct { slice, .. } => Ok(Filled::Direct(slice)),
             Sink::Buckets { writers, paths, .. } => {
-                for bw in writers {
-                    bw.finish()?;
+                for w in writers {
+                    w.finish()?;
                 }
+                Ok(Filled::Buckets(paths))
+            }
+        })
+        .collect()
+}
+
+/// Writes each side's `indices`: a direct slice as is, buckets scattered one range at a time.
+/// Each side's slices were budgeted separately, so both sides drain at once, one thread each;
+/// this thread reports progress and turns a cancellation into a stop signal.
+fn drain<T: IdValue>(
+    builder: &mut StoreBuilder,
+    input: &TopologyInput,
+    sides: &[(Side, Vec<NodeRange>)],
+    filled: Vec<Filled<T>>,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let dir = builder.dir().to_path_buf();
+    let total: u64 = sides.iter().map(|(_, r)| r.len() as u64).sum();
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let mut writers = Vec::new();
+    for (side, _) in sides {
+        writers.push(builder.writer(
+            &format!("{}_indices", side.name()),
+            input.id_dtype,
+            &[],
+            input.io_chunk,
+        )?);
+    }
+    let infos = std::thread::scope(|scope| -> Result<Vec<ArrayInfo>> {
+        let handles: Vec<_> = sides
+            .iter()
+            .zip(filled)
+            .zip(writers)
+            .map(|(((side, ranges), filled), mut w)| {
                 let indptr = dir.join(format!("{}_indptr.npy", side.name()));
-                let mut meter = Meter::new(
-                    progress,
-                    &format!("{} buckets", side.name()),
-                    0,
-                    ranges.len() as u64,
-                );
-                for (r, path) in ranges.iter().zip(&paths) {
-                    drain_bucket::<T>(path, r, &indptr, &mut w, input.io_chunk)?;
-                    let _ = std::fs::remove_file(path);
-                    meter.add(1, 0)?;
-                }
-                meter.finish()?;
+                let (done, stop) = (&done, &stop);
+                scope.spawn(move || -> Result<ArrayInfo> {
+                    match filled {
+                        Filled::Direct(slice) => w.write(&slice)?,
+                        Filled::Buckets(paths) => {
+                            for (r, path) in ranges.iter().zip(&paths) {
+                                if stop.load(Ordering::Relaxed) {
+                                    return Err(StoreError::Cancelled);
+                                }
+                                drain_bucket::<T>(path, r, &indptr, &mut w, input.io_chunk)?;
+                                let _ = std::fs::remove_file(path);
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    w.finish()
+                })
+            })
+            .collect();
+        let mut meter = Meter::new(progress, "adjacency slices", 0, total);
+        while !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let now = done.load(Ordering::Relaxed);
+            if meter.add(now - meter.rows(), 0).is_err() {
+                stop.store(true, Ordering::Relaxed);
             }
         }
-        builder.add(&name, w.finish()?);
+        let infos = handles
+            .into_iter()
+            .map(|h| h.join().expect("adjacency thread panicked"))
+            .collect::<Result<Vec<_>>>()?;
+        meter.add(done.load(Ordering::Relaxed) - meter.rows(), 0)?;
+        meter.finish()?;
+        Ok(infos)
+    })?;
+    for ((side, _), info) in sides.iter().zip(infos) {
+        builder.add(&format!("{}_indices", side.name()), info);
     }
     Ok(())
 }
@@ -643,7 +721,7 @@ fn drain_bucket<T: IdValue>(
         return Ok(());
     }
     let mut slice = vec![T::default(); (r.edge_hi - r.edge_lo) as usize];
-    let mut cursor = read_cursors(indptr, r.lo, r.hi)?;
+    let mut cursor = read_cursors(indptr, r.lo, r.hi, io_chunk)?;
     while let Some(batch) = reader.next_batch()? {
         for c in batch.chunks_exact(rec) {
             let key = u32::from_le_bytes(c[..4].try_into().unwrap()) as usize;

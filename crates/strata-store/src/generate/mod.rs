@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::error::{Result, StoreError};
-use crate::store::{remove_path, remove_stale_partials};
+use crate::store::{output_parent, remove_path, remove_stale_partials};
 
 /// What a generator wrote, for the CLI to print and for provenance records.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -189,29 +189,7 @@ impl Staging {
         overwrite: bool,
         dir_files: Option<&'static [&'static str]>,
     ) -> Result<Staging> {
-        let name = out
-            .file_name()
-            .ok_or_else(|| {
-                StoreError::option(
-                    "out",
-                    format!(
-                        "'{}' does not end in a file or directory name",
-                        out.display()
-                    ),
-                )
-            })?
-            .to_string_lossy()
-            .into_owned();
-        let parent = match out.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        if !parent.is_dir() {
-            return Err(StoreError::bad_file(
-                &parent,
-                "the output's parent directory does not exist",
-            ));
-        }
+        let (parent, name) = output_parent(out)?;
         check_replaceable(out, overwrite, dir_files)?;
         remove_stale_partials(&parent, &name);
         let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
