@@ -11,6 +11,7 @@ pub mod generate;
 pub mod manifest;
 pub mod npy;
 pub mod progress;
+pub(crate) mod rng;
 pub mod store;
 pub mod strtab;
 pub mod units;

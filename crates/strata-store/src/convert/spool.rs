@@ -9,6 +9,7 @@ use crate::error::{Result, StoreError};
 use crate::manifest::{ArrayInfo, SPLITS};
 use crate::npy::DType;
 use crate::progress::{Meter, Progress};
+use crate::rng::Rng;
 use crate::store::StoreBuilder;
 
 /// Edges in columns; `rel` is empty when the input has no relation column. An id of `-1`
@@ -189,28 +190,6 @@ pub(crate) fn remove_spool(spooled: &Spooled) {
     }
 }
 
-/// SplitMix64: a small, fast, well-mixed generator; the split only needs reproducibility.
-pub(crate) struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, n)` (Lemire's multiply-shift; the bias is below 2^-64 * n).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
-    }
-}
-
 /// Knuth's selection sampling (Algorithm S): picks exactly `k` of `n` items in one pass, each
 /// `k`-subset equally likely.
 pub(crate) struct Selection {
@@ -225,7 +204,7 @@ impl Selection {
     }
 
     /// Whether the next item is selected.
-    pub fn next(&mut self, rng: &mut SplitMix64) -> bool {
+    pub fn next(&mut self, rng: &mut Rng) -> bool {
         let take = self.needed > 0 && rng.below(self.left) < self.needed;
         self.left -= 1;
         if take {
@@ -248,7 +227,7 @@ pub(crate) fn split_counts(n: u64, fractions: [f64; 3]) -> [u64; 3] {
 pub(crate) struct Splitter {
     held: Selection,
     test: Selection,
-    rng: SplitMix64,
+    rng: Rng,
 }
 
 impl Splitter {
@@ -257,7 +236,7 @@ impl Splitter {
         Splitter {
             held: Selection::new(valid + test, n),
             test: Selection::new(test, valid + test),
-            rng: SplitMix64::new(seed ^ 0x5EED_5A1D_0000_0001),
+            rng: Rng::new(seed ^ 0x5EED_5A1D_0000_0001),
         }
     }
 
@@ -382,7 +361,7 @@ mod tests {
     #[test]
     fn selection_is_uniform() {
         // Each of 10 positions is picked in about 3/10 of 20,000 trials.
-        let mut rng = SplitMix64::new(7);
+        let mut rng = crate::rng::Rng::new(7);
         let mut hits = [0u32; 10];
         for _ in 0..20_000 {
             let mut sel = Selection::new(3, 10);

@@ -12,7 +12,6 @@ use std::time::Instant;
 use strata_io::SeqWriter;
 
 use super::perm::Perm;
-use super::rng::{derive, Rng};
 use super::{
     check_fraction, decimal_width, default_seed, options_with_defaults, push_decimal, run_ordered,
     worker_threads, GenerateSummary, Staging,
@@ -20,6 +19,7 @@ use super::{
 use crate::array::IO_CHUNK;
 use crate::error::{Result, StoreError};
 use crate::progress::{Meter, Progress};
+use crate::rng::{derive, Rng};
 
 /// The files a KG directory holds, in split order.
 const FILES: [&str; 3] = ["train.txt", "valid.txt", "test.txt"];

@@ -10,7 +10,6 @@
 mod kg;
 mod perm;
 mod rmat;
-mod rng;
 mod sbm;
 
 pub use kg::{kg, KgOptions};

@@ -1,7 +1,7 @@
 //! Keyed pseudo-random permutations of `[0, n)` in O(1) memory: a Feistel network on the
 //! smallest power-of-two domain covering `n`, restricted to `[0, n)` by cycle-walking.
 
-use super::rng::derive;
+use crate::rng::derive;
 
 /// Feistel rounds: with four, a Feistel network of pseudo-random round functions is already a
 /// pseudo-random permutation; two more make up for the cheap round function.

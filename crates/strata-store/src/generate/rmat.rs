@@ -7,7 +7,6 @@ use std::time::Instant;
 use strata_io::SeqWriter;
 
 use super::perm::Perm;
-use super::rng::{derive, Rng};
 use super::{
     check_fraction, default_seed, options_with_defaults, push_decimal, run_ordered, worker_threads,
     GenerateSummary, Staging,
@@ -17,6 +16,7 @@ use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
 use crate::progress::{Meter, Progress};
+use crate::rng::{derive, Rng};
 
 /// Largest `scale` accepted: 2^40 vertices already exceeds any disk's worth of edges.
 const MAX_SCALE: u32 = 40;

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::perm::Perm;
-use super::rng::{derive, Rng};
 use super::{
     check_fraction, default_seed, options_with_defaults, run_ordered, worker_threads,
     GenerateSummary, Staging,
@@ -15,6 +14,7 @@ use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
 use crate::progress::{Meter, Progress};
+use crate::rng::{derive, Rng};
 
 /// The files an SBM directory holds.
 const FILES: [&str; 6] = [
