@@ -21,7 +21,16 @@ from .errors import (
     StoreFormatError,
     StrataError,
 )
-from .store import Store, open_store
+
+
+def __getattr__(name):
+    # Imported on first use, so that the command line can configure NumPy's threads first.
+    if name in ("Store", "open_store"):
+        from . import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module 'strata' has no attribute {name!r}")
+
 
 __all__ = [
     "BudgetError",

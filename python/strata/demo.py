@@ -11,6 +11,7 @@ from .convert import convert, format_summary
 from .generate import format_summary as format_generated
 from .generate import generate
 from .info import describe, render
+from .io import bench_disk, format_profile
 from .progress import ProgressBar
 from .store import Store
 
@@ -82,6 +83,27 @@ def run_demo(workdir: Path, quiet: bool = False) -> int:
 
     _step(6, "Describe it", f"strata info {rmat_store} --memory 64M")
     print(render(describe(Store(rmat_store), memory=64 << 20, dim=128), 64 << 20))
+
+    _step(
+        7,
+        "Measure the disk the stores live on (a small, quick run of the device benchmark)",
+        f"strata bench-disk --dir {workdir} --size 64M --queue-depths 1,16,128 --seconds 0.5 --no-save",
+    )
+    profile = bench_disk(
+        {
+            "dir": str(workdir),
+            "size": 64 << 20,
+            "file": None,
+            "queue_depths": [1, 16, 128],
+            "seconds": 0.5,
+            "seq_depth": 16,
+            "keep": False,
+        },
+        "auto",
+        bar,
+    )
+    bar.close()
+    print(format_profile(profile))
 
     print(f"\nDemo finished in {time.monotonic() - t0:.1f} s; outputs are in {workdir}/.")
     return 0

@@ -3,22 +3,37 @@ use std::path::PathBuf;
 /// An I/O failure, with the file and the operation that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum IoError {
-    #[error("{op} {path}: {source}")]
+    #[error("{op} {}: {source}", path.display())]
     Os {
         op: &'static str,
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: read of {len} bytes at offset {offset} goes past the end of the file ({file_len} bytes)")]
+    #[error("{}: read of {len} bytes at offset {offset} goes past the end of the file ({file_len} bytes)", path.display())]
     PastEnd {
         path: PathBuf,
         offset: u64,
         len: u64,
         file_len: u64,
     },
-    #[error("{path}: the disk is full (or the file size limit was reached) while writing at offset {offset}")]
+    #[error("{}: the disk is full (or the file size limit was reached) while writing at offset {offset}", path.display())]
     DiskFull { path: PathBuf, offset: u64 },
+    /// A request the engine cannot perform as asked (a programming error in the caller).
+    #[error("invalid I/O request: {0}")]
+    Invalid(String),
+    /// The requested backend or feature is not available on this system.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The user asked to stop.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl From<crate::progress::Cancelled> for IoError {
+    fn from(_: crate::progress::Cancelled) -> Self {
+        IoError::Cancelled
+    }
 }
 
 impl IoError {

@@ -7,11 +7,21 @@
 //! range.
 
 mod aligned;
+pub mod bench;
+mod engine;
 mod error;
 mod file;
+pub mod profile;
+pub mod progress;
 mod seq;
+mod stats;
 
 pub use aligned::{align_down, align_up, AlignedBuf, ALIGN};
+pub use engine::{
+    BackendKind, Completion, Engine, EngineConfig, FixedBuf, FixedPool, IoBuf, IoFile, IoQueue, Op,
+    Request,
+};
 pub use error::{IoError, Result};
 pub use file::{DirectFile, OpenMode};
 pub use seq::{SeqReader, SeqWriter};
+pub use stats::{IoStats, StatsSnapshot, StatsSummary};

@@ -28,9 +28,10 @@ pub fn to_py(py: Python<'_>, e: &StoreError) -> PyErr {
         StoreError::Budget { .. } => "BudgetError",
         StoreError::Option { .. } => "ConfigError",
         StoreError::Exists { .. } => "StoreExistsError",
-        StoreError::Cancelled => {
+        StoreError::Cancelled | StoreError::Io(IoError::Cancelled) => {
             return pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled")
         }
+        StoreError::Io(IoError::Invalid(_) | IoError::Unsupported(_)) => "ConfigError",
         StoreError::Io(IoError::DiskFull { .. }) => "DiskFullError",
         StoreError::Io(IoError::Os { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use strata_io::{DirectFile, OpenMode, SeqReader, SeqWriter};
+use strata_io::{AlignedBuf, DirectFile, Engine, IoFile, OpenMode, Request, SeqReader, SeqWriter};
 
 use crate::error::{Result, StoreError};
 use crate::manifest::ArrayInfo;
@@ -69,7 +69,7 @@ impl NpyWriter {
     }
 
     /// Writes the header and syncs; returns the array's manifest entry.
-    pub fn finish(self) -> Result<ArrayInfo> {
+    pub fn finish(mut self) -> Result<ArrayInfo> {
         let data = self.data_bytes();
         if self.row_bytes > 0 && !data.is_multiple_of(self.row_bytes) {
             return Err(StoreError::bad_file(
@@ -85,7 +85,7 @@ impl NpyWriter {
         shape.extend_from_slice(&self.row_shape);
         let mut block = strata_io::AlignedBuf::new(DATA_OFFSET as usize);
         block.fill_from(&npy::header_block(self.dtype, &shape));
-        self.w.file().write_at(0, block.as_slice())?;
+        self.w.write_block_at(0, block)?;
         self.w.finish()?;
         Ok(ArrayInfo {
             file: self
@@ -194,8 +194,8 @@ impl RowReader {
         let row_elems: u64 = header.shape.iter().skip(1).product();
         let row_bytes = row_elems as usize * header.dtype.size();
         let end = header.data_offset + header.data_bytes();
-        let file = DirectFile::open(path, OpenMode::Read, true)?;
-        let file_len = file.size()?;
+        let file = Engine::shared().open(path, OpenMode::Read)?;
+        let file_len = file.file().size()?;
         if file_len < end {
             return Err(StoreError::bad_file(
                 path,
@@ -216,9 +216,10 @@ impl RowReader {
         ))
     }
 
-    /// Reads `[start, end)` of `file` as records of `row_bytes` each.
+    /// Reads `[start, end)` of `file` as records of `row_bytes` each, through the shared
+    /// engine with one batch read ahead (memory: two batches).
     pub fn records(
-        file: DirectFile,
+        file: IoFile,
         start: u64,
         end: u64,
         row_bytes: usize,
@@ -230,7 +231,7 @@ impl RowReader {
             .next_multiple_of(strata_io::ALIGN);
         let path = file.path().to_path_buf();
         RowReader {
-            reader: SeqReader::new(file, start, end, chunk),
+            reader: SeqReader::new(&Engine::shared(), file, start, end, chunk),
             row_bytes,
             carry: Vec::new(),
             batch: Vec::new(),
@@ -326,7 +327,7 @@ pub fn read_range(path: &Path, elem_size: usize, first: u64, count: u64) -> Resu
 /// Reads `int64` elements `[first, first + count)` of the array at `path`, streaming through a
 /// `chunk`-byte buffer so that the result is the only large allocation.
 pub fn read_i64_range(path: &Path, first: u64, count: u64, chunk: usize) -> Result<Vec<i64>> {
-    let file = DirectFile::open(path, OpenMode::Read, true)?;
+    let file = Engine::shared().open(path, OpenMode::Read)?;
     let start = DATA_OFFSET + first * 8;
     let mut reader = RowReader::records(file, start, start + count * 8, 8, chunk);
     let mut out = Vec::with_capacity(count as usize);
@@ -344,6 +345,58 @@ pub fn read_i64_range(path: &Path, first: u64, count: u64, chunk: usize) -> Resu
         ));
     }
     Ok(out)
+}
+
+/// Reads rows `rows` (in that order, repeats allowed) of the C-ordered `.npy` at `path`
+/// through the shared engine, keeping up to its depth of reads in flight. Returns the header
+/// and the rows' bytes, concatenated.
+pub fn read_rows(path: &Path, rows: &[u64]) -> Result<(NpyHeader, Vec<u8>)> {
+    let header = npy::read_header(path)?;
+    if header.fortran_order && header.shape.len() > 1 {
+        return Err(StoreError::bad_file(
+            path,
+            "rows of a Fortran-ordered array are not contiguous; save it in C order",
+        ));
+    }
+    let n = header.shape.first().copied().unwrap_or(1);
+    let row_bytes =
+        (header.shape.iter().skip(1).product::<u64>() * header.dtype.size() as u64) as usize;
+    if let Some(bad) = rows.iter().find(|&&r| r >= n) {
+        return Err(StoreError::bad_file(
+            path,
+            format!("row {bad} is out of range: the array has {n} rows"),
+        ));
+    }
+    let engine = Engine::shared();
+    let file = engine.open(path, OpenMode::Read)?;
+    let mut out = vec![0u8; rows.len() * row_bytes];
+    if row_bytes == 0 {
+        return Ok((header, out));
+    }
+    // Room for the covering aligned range, so the engine reads in place without a bounce.
+    let buf_size = row_bytes + 2 * strata_io::ALIGN;
+    let mut free: Vec<AlignedBuf> = Vec::new();
+    let mut q = engine.queue();
+    let mut next = 0usize;
+    let window = engine.depth().min(rows.len());
+    loop {
+        let mut batch = Vec::new();
+        while next < rows.len() && q.pending() + batch.len() < window {
+            let buf = free.pop().unwrap_or_else(|| AlignedBuf::new(buf_size));
+            let offset = header.data_offset + rows[next] * row_bytes as u64;
+            batch.push(Request::read(&file, offset, row_bytes, buf, next as u64));
+            next += 1;
+        }
+        if !batch.is_empty() {
+            q.submit(batch);
+        }
+        let Some(c) = q.wait() else { break };
+        c.result?;
+        let i = c.tag as usize;
+        out[i * row_bytes..(i + 1) * row_bytes].copy_from_slice(c.buf.as_slice());
+        free.extend(c.buf.into_heap());
+    }
+    Ok((header, out))
 }
 
 /// Reads a whole (small) array of a store into memory as raw bytes.

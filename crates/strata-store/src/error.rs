@@ -51,6 +51,12 @@ pub enum StoreError {
     Cancelled,
 }
 
+impl From<strata_io::progress::Cancelled> for StoreError {
+    fn from(_: strata_io::progress::Cancelled) -> Self {
+        StoreError::Cancelled
+    }
+}
+
 impl StoreError {
     pub(crate) fn input(path: impl Into<PathBuf>, line: u64, msg: impl Into<String>) -> Self {
         StoreError::Input {

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from .. import __version__
-from ..errors import StrataError
-from . import cmd_config, cmd_convert, cmd_datasets, cmd_demo, cmd_generate, cmd_info
+# Strata never calls BLAS from the command line; OpenBLAS's idle threads would only take CPU
+# from the I/O and parsing threads on small machines. Must precede the first NumPy import.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-COMMANDS = (cmd_convert, cmd_generate, cmd_datasets, cmd_info, cmd_config, cmd_demo)
+from .. import __version__, io
+from ..errors import StrataError
+from . import cmd_bench_disk, cmd_config, cmd_convert, cmd_datasets, cmd_demo, cmd_generate, cmd_info
+
+COMMANDS = (cmd_convert, cmd_generate, cmd_datasets, cmd_info, cmd_bench_disk, cmd_config, cmd_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +24,19 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Every option can also come from --config run.toml ([section] tables) and -p section.key=value.",
     )
     parser.add_argument("--version", action="version", version=f"strata {__version__}")
+    parser.add_argument(
+        "--io-backend",
+        choices=("auto", "io_uring", "threads"),
+        default=None,
+        help="I/O engine backend for every read and write (default: auto, or $STRATA_IO_BACKEND)",
+    )
+    parser.add_argument(
+        "--io-depth",
+        type=int,
+        default=None,
+        metavar="N",
+        help="most I/O requests in flight (default: 256, or $STRATA_IO_DEPTH)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(sub)
@@ -29,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.io_backend or args.io_depth:
+            io.configure(backend=args.io_backend or "auto", depth=args.io_depth or 256)
         return args.run(args) or 0
     except StrataError as e:
         print(f"strata {args.command}: error: {e}", file=sys.stderr)

@@ -1,5 +1,6 @@
 """Typed configuration of every subcommand (see :mod:`strata.config.schema`)."""
 
+from .bench import BenchDiskConfig
 from .convert import ConvertConfig
 from .datasets import DatasetsListConfig, FetchConfig
 from .generate import GENERATORS, KgConfig, RmatConfig, SbmConfig
@@ -9,6 +10,7 @@ from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_di
 __all__ = [
     "GENERATORS",
     "SECTIONS",
+    "BenchDiskConfig",
     "ConfigError",
     "ConvertConfig",
     "DatasetsListConfig",

@@ -145,9 +145,12 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         return value
     if typing.get_origin(tp) is list:
         (item,) = typing.get_args(tp)
-        items = [v for v in value.split(",") if v] if isinstance(value, str) else value
-        if not isinstance(items, (list, tuple)):
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
             raise fail(type_name(tp))
+        # Command-line values may be comma-separated ("--queue-depths 1,4,16").
+        items = [part for v in value for part in (v.split(",") if isinstance(v, str) else [v]) if part != ""]
         return [coerce(v, item, where) for v in items]
     if tp is bool:
         if isinstance(value, bool):

@@ -23,9 +23,9 @@ use crate::manifest::{
     id_dtype_for, FeatureInfo, GraphInfo, LabelInfo, Manifest, FORMAT_NAME, FORMAT_VERSION,
 };
 use crate::npy::DType;
-use crate::progress::Progress;
 use crate::store::StoreBuilder;
 use crate::units::fmt_bytes;
+use strata_io::progress::Progress;
 
 pub use numpy::{convert_binary, convert_numpy, BinaryJob, EdgeLayout, NumpyJob, NumpyOptions};
 pub use text::Delimiter;

@@ -6,8 +6,8 @@ use crate::array::{decode_f32, decode_ints, RowReader};
 use crate::error::{Result, StoreError};
 use crate::manifest::{FeatureInfo, LabelInfo, SPLITS};
 use crate::npy::{read_header, DType, NpyHeader};
-use crate::progress::{Meter, Progress};
 use crate::store::StoreBuilder;
+use strata_io::progress::{Meter, Progress};
 
 use super::spool::Splitter;
 use super::NodeData;

@@ -16,9 +16,9 @@ use crate::array::{IntCursor, RowReader};
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{read_header, DType, NpyHeader};
-use crate::progress::{Meter, Progress};
 use crate::store::StoreBuilder;
 use crate::units::fmt_bytes;
+use strata_io::progress::{Meter, Progress};
 
 /// How an edge array is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -326,7 +326,7 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
             )?;
             first += batch.len() as u64;
             spool.append(*split, batch)?;
-            meter.add(batch.len() as u64, bytes)
+            Ok(meter.add(batch.len() as u64, bytes)?)
         })?;
         if a.edges == 0 {
             return Err(StoreError::bad_file(&a.path, "holds no edges"));

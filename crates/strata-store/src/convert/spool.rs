@@ -8,9 +8,9 @@ use crate::array::{decode_ints, IntCursor, NpyWriter, RowReader};
 use crate::error::{Result, StoreError};
 use crate::manifest::{ArrayInfo, SPLITS};
 use crate::npy::DType;
-use crate::progress::{Meter, Progress};
 use crate::rng::Rng;
 use crate::store::StoreBuilder;
+use strata_io::progress::{Meter, Progress};
 
 /// Edges in columns; `rel` is empty when the input has no relation column. An id of `-1`
 /// marks an endpoint not resolved yet (string ids looked up in several passes).

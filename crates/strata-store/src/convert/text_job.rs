@@ -24,10 +24,10 @@ use crate::array::{read_i64_range, read_range, RowReader};
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::DType;
-use crate::progress::{Meter, Progress};
 use crate::store::StoreBuilder;
 use crate::strtab::StrTabWriter;
 use crate::units::fmt_bytes;
+use strata_io::progress::{Meter, Progress};
 
 /// How ids in a column are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -476,7 +476,7 @@ fn collect_names(
             collector.add_all(&nodes)?;
             rels.absorb(&block_rels);
             let read = counter.get();
-            meter.add(rows, read - meter.bytes())
+            Ok(meter.add(rows, read - meter.bytes())?)
         },
     )?;
     meter.finish()?;
@@ -675,7 +675,7 @@ fn encode_pass(
             }
             spool.append(split, &batch)?;
             let read = counter.get();
-            meter.add(batch.len() as u64, read - meter.bytes())
+            Ok(meter.add(batch.len() as u64, read - meter.bytes())?)
         },
     )?;
     meter.finish()?;

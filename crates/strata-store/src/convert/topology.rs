@@ -14,15 +14,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use strata_io::{DirectFile, OpenMode, SeqWriter};
+use strata_io::{Engine, OpenMode, SeqWriter};
 
 use crate::array::{decode_ints, read_i64_range, NpyWriter, RowReader};
 use crate::error::{Result, StoreError};
 use crate::manifest::{ArrayInfo, DegreeStats, GraphStats};
 use crate::npy::DType;
-use crate::progress::{Meter, Progress};
 use crate::store::StoreBuilder;
 use crate::units::fmt_bytes;
+use strata_io::progress::{Meter, Progress};
 
 /// What the topology step needs to know about the graph.
 pub(crate) struct TopologyInput<'a> {
@@ -704,8 +704,8 @@ fn drain_bucket<T: IdValue>(
     io_chunk: usize,
 ) -> Result<()> {
     let rec = 4 + std::mem::size_of::<T>();
-    let file = DirectFile::open(path, OpenMode::Read, true)?;
-    let len = file.size()?;
+    let file = Engine::shared().open(path, OpenMode::Read)?;
+    let len = file.file().size()?;
     let mut reader = RowReader::records(file, 0, len, rec, io_chunk);
     if r.hi - r.lo == 1 {
         let mut values: Vec<T> = Vec::new();

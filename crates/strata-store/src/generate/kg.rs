@@ -18,8 +18,8 @@ use super::{
 };
 use crate::array::IO_CHUNK;
 use crate::error::{Result, StoreError};
-use crate::progress::{Meter, Progress};
 use crate::rng::{derive, Rng};
+use strata_io::progress::{Meter, Progress};
 
 /// The files a KG directory holds, in split order.
 const FILES: [&str; 3] = ["train.txt", "valid.txt", "test.txt"];
@@ -536,7 +536,7 @@ pub fn kg(opts: &KgOptions, progress: &dyn Progress) -> Result<GenerateSummary> 
             for (w, buf) in writers.iter_mut().zip(out) {
                 w.write_all(buf)?;
             }
-            meter.add(rows, out.iter().map(|b| b.len() as u64).sum())
+            Ok(meter.add(rows, out.iter().map(|b| b.len() as u64).sum())?)
         },
     )?;
     meter.finish()?;
@@ -581,8 +581,8 @@ pub fn kg(opts: &KgOptions, progress: &dyn Progress) -> Result<GenerateSummary> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::progress::NoProgress;
     use std::collections::{HashMap, HashSet};
+    use strata_io::progress::NoProgress;
 
     type Triple = (String, String, String);
 

@@ -15,8 +15,8 @@ use crate::array::{NpyWriter, IO_CHUNK};
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
-use crate::progress::{Meter, Progress};
 use crate::rng::{derive, Rng};
+use strata_io::progress::{Meter, Progress};
 
 /// Largest `scale` accepted: 2^40 vertices already exceeds any disk's worth of edges.
 const MAX_SCALE: u32 = 40;
@@ -297,7 +297,7 @@ pub fn rmat(opts: &RmatOptions, progress: &dyn Progress) -> Result<GenerateSumma
         |range, buf: &mut Vec<u8>| generator.fill(range, opts.format, id, buf),
         |rows, buf| {
             file.write(buf)?;
-            meter.add(rows, buf.len() as u64)
+            Ok(meter.add(rows, buf.len() as u64)?)
         },
     )?;
     meter.finish()?;
@@ -333,7 +333,7 @@ pub fn rmat(opts: &RmatOptions, progress: &dyn Progress) -> Result<GenerateSumma
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::progress::NoProgress;
+    use strata_io::progress::NoProgress;
 
     fn opts(dir: &Path, name: &str, scale: u32) -> RmatOptions {
         let mut o = RmatOptions::new(dir.join(name), scale);

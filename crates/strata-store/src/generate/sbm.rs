@@ -13,8 +13,8 @@ use crate::array::{NpyWriter, IO_CHUNK};
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
-use crate::progress::{Meter, Progress};
 use crate::rng::{derive, Rng};
+use strata_io::progress::{Meter, Progress};
 
 /// The files an SBM directory holds.
 const FILES: [&str; 6] = [
@@ -402,7 +402,7 @@ pub fn sbm(opts: &SbmOptions, progress: &dyn Progress) -> Result<GenerateSummary
         },
         |rows, buf| {
             edges.write_ints(buf)?;
-            meter.add(rows, buf.len() as u64 * id.size() as u64)
+            Ok(meter.add(rows, buf.len() as u64 * id.size() as u64)?)
         },
     )?;
     meter.finish()?;
@@ -429,7 +429,7 @@ pub fn sbm(opts: &SbmOptions, progress: &dyn Progress) -> Result<GenerateSummary
             for (w, ids) in splits.iter_mut().zip(&out.splits) {
                 w.write_ints(ids)?;
             }
-            meter.add(rows, out.features.len() as u64)
+            Ok(meter.add(rows, out.features.len() as u64)?)
         },
     )?;
     meter.finish()?;
@@ -462,7 +462,7 @@ pub fn sbm(opts: &SbmOptions, progress: &dyn Progress) -> Result<GenerateSummary
 mod tests {
     use super::*;
     use crate::array::{decode_f32, decode_ints, read_all_bytes};
-    use crate::progress::NoProgress;
+    use strata_io::progress::NoProgress;
 
     fn read_ints(path: &Path) -> (Vec<u64>, Vec<i64>) {
         let (h, bytes) = read_all_bytes(path).unwrap();

@@ -2,8 +2,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{Result, StoreError};
-
 /// Receives progress of a long job. Implementations must be cheap: [`Meter`] throttles calls
 /// to a few per second.
 pub trait Progress: Send + Sync {
@@ -25,6 +23,11 @@ impl Progress for NoProgress {
     }
     fn message(&self, _: &str) {}
 }
+
+/// The user asked to stop (a progress callback returned `false`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cancelled")]
+pub struct Cancelled;
 
 /// Counts the work of one stage and forwards it to a [`Progress`] at most every 100 ms.
 pub struct Meter<'a> {
@@ -48,14 +51,14 @@ impl<'a> Meter<'a> {
         }
     }
 
-    /// Adds work done; fails with [`StoreError::Cancelled`] when the user asked to stop.
-    pub fn add(&mut self, rows: u64, bytes: u64) -> Result<()> {
+    /// Adds work done; fails with [`Cancelled`] when the user asked to stop.
+    pub fn add(&mut self, rows: u64, bytes: u64) -> Result<(), Cancelled> {
         self.rows += rows;
         self.bytes += bytes;
         if self.last.elapsed() >= EVERY {
             self.last = Instant::now();
             if !self.progress.update(self.rows, self.bytes) {
-                return Err(StoreError::Cancelled);
+                return Err(Cancelled);
             }
         }
         Ok(())
@@ -72,9 +75,9 @@ impl<'a> Meter<'a> {
     }
 
     /// Reports the final counts.
-    pub fn finish(self) -> Result<()> {
+    pub fn finish(self) -> Result<(), Cancelled> {
         if !self.progress.update(self.rows, self.bytes) {
-            return Err(StoreError::Cancelled);
+            return Err(Cancelled);
         }
         Ok(())
     }

@@ -1,0 +1,102 @@
+//! Long jobs: conversions and generators.
+
+use pyo3::prelude::*;
+use pythonize::pythonize;
+use strata_store::convert;
+use strata_store::generate as generators;
+
+use crate::errors::config_error;
+use crate::{job, run};
+
+/// Converts text edge lists; `job` mirrors `strata_store::convert::TextJob`.
+#[pyfunction]
+#[pyo3(signature = (job, progress=None))]
+fn convert_text(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let j: convert::TextJob = self::job(job)?;
+    run(py, progress, |p| convert::convert_text(&j, p))
+}
+
+/// Converts NumPy arrays; `job` mirrors `strata_store::convert::NumpyJob`.
+#[pyfunction]
+#[pyo3(signature = (job, progress=None))]
+fn convert_numpy(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let j: convert::NumpyJob = self::job(job)?;
+    run(py, progress, |p| convert::convert_numpy(&j, p))
+}
+
+/// Converts raw int32 pair files; `job` mirrors `strata_store::convert::BinaryJob`.
+#[pyfunction]
+#[pyo3(signature = (job, progress=None))]
+fn convert_binary(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let j: convert::BinaryJob = self::job(job)?;
+    run(py, progress, |p| convert::convert_binary(&j, p))
+}
+
+/// Generates a graph: `kind` is `rmat`, `kg` or `sbm`; `options` mirrors its options struct.
+#[pyfunction]
+#[pyo3(signature = (kind, options, progress=None))]
+fn generate(
+    py: Python<'_>,
+    kind: &str,
+    options: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    match kind {
+        "rmat" => {
+            let o: generators::RmatOptions = job(options)?;
+            run(py, progress, |p| generators::rmat(&o, p))
+        }
+        "kg" => {
+            let o: generators::KgOptions = job(options)?;
+            run(py, progress, |p| generators::kg(&o, p))
+        }
+        "sbm" => {
+            let o: generators::SbmOptions = job(options)?;
+            run(py, progress, |p| generators::sbm(&o, p))
+        }
+        other => Err(config_error(
+            py,
+            &format!("unknown generator '{other}' (rmat, kg, sbm)"),
+        )),
+    }
+}
+
+/// The default options of generator `kind` (required fields filled with placeholders), so the
+/// front end can check that the defaults it documents are the ones the generator applies.
+#[pyfunction]
+fn generator_defaults(py: Python<'_>, kind: &str) -> PyResult<Py<PyAny>> {
+    let value = match kind {
+        "rmat" => serde_json::to_value(generators::RmatOptions::new("out", 1)),
+        "kg" => serde_json::to_value(generators::KgOptions::new("out")),
+        "sbm" => serde_json::to_value(generators::SbmOptions::new("out")),
+        other => {
+            return Err(config_error(
+                py,
+                &format!("unknown generator '{other}' (rmat, kg, sbm)"),
+            ))
+        }
+    }
+    .expect("options serialise");
+    Ok(pythonize(py, &value)?.unbind())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(convert_text, m)?)?;
+    m.add_function(wrap_pyfunction!(convert_numpy, m)?)?;
+    m.add_function(wrap_pyfunction!(convert_binary, m)?)?;
+    m.add_function(wrap_pyfunction!(generate, m)?)?;
+    m.add_function(wrap_pyfunction!(generator_defaults, m)?)?;
+    Ok(())
+}

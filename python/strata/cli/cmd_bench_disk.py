@@ -1,0 +1,40 @@
+"""``strata bench-disk``."""
+
+from __future__ import annotations
+
+import json
+
+from .. import io
+from ..config import BenchDiskConfig, as_dict, from_args
+from .common import add_section_command, run_with_progress
+
+
+def register(sub) -> None:
+    add_section_command(
+        sub,
+        "bench-disk",
+        BenchDiskConfig,
+        run,
+        help="measure the disk: sequential MB/s, 4 KiB random IOPS by queue depth, latency",
+        description="Measures the device holding --dir through Strata's I/O engine (O_DIRECT) and saves a device "
+        "profile the engines plan with; prints the knee of the IOPS curve and GIDS's in-flight target.",
+    )
+
+
+def run(args) -> int:
+    cfg = from_args(BenchDiskConfig, args)
+    options = {
+        k: v
+        for k, v in as_dict(cfg).items()
+        if k in ("dir", "size", "file", "queue_depths", "seconds", "seq_depth", "keep")
+    }
+    profile = run_with_progress(args, lambda bar: io.bench_disk(options, cfg.backend, bar))
+    if cfg.save:
+        profile["saved_to"] = str(io.save_profile(profile, cfg.profile))
+    if args.json_summary:
+        print(json.dumps(profile, indent=2))
+    else:
+        print(io.format_profile(profile))
+        if cfg.save:
+            print(f"Saved the device profile to {profile['saved_to']}")
+    return 0
