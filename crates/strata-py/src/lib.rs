@@ -3,6 +3,7 @@
 //! into Python objects. Progress and cancellation go through a Python callback; typed Rust
 //! errors become the exception classes of `strata.errors`.
 
+mod embed;
 mod errors;
 mod io;
 mod jobs;
@@ -53,6 +54,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     jobs::register(m)?;
     store::register(m)?;
     io::register(m)?;
+    embed::register(m)?;
     m.add("FORMAT_VERSION", strata_store::manifest::FORMAT_VERSION)?;
     Ok(())
 }

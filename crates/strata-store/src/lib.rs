@@ -10,7 +10,7 @@ pub mod error;
 pub mod generate;
 pub mod manifest;
 pub mod npy;
-pub(crate) mod rng;
+pub mod rng;
 pub mod store;
 pub mod strtab;
 pub mod units;

@@ -16,51 +16,51 @@ fn mix64(mut z: u64) -> u64 {
 /// The key of child `index` of `key`. For a fixed `key`, distinct indices give distinct
 /// children (a composition of bijections), and unrelated-looking ones.
 #[inline]
-pub(crate) fn derive(key: u64, index: u64) -> u64 {
+pub fn derive(key: u64, index: u64) -> u64 {
     mix64(key ^ mix64(index.wrapping_add(GOLDEN)))
 }
 
 /// A SplitMix64 stream started at a derived key: cheap to create for every edge or row.
 #[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
     /// The stream of `key` (usually `derive(stream_key, index)`).
     #[inline]
-    pub(crate) fn new(key: u64) -> Rng {
+    pub fn new(key: u64) -> Rng {
         Rng(key)
     }
 
     /// The stream of `key` after `position` draws: items that need a fixed number of draws can
     /// take consecutive blocks of one stream instead of deriving a key each.
     #[inline]
-    pub(crate) fn seek(key: u64, position: u64) -> Rng {
+    pub fn seek(key: u64, position: u64) -> Rng {
         Rng(key.wrapping_add(position.wrapping_mul(GOLDEN)))
     }
 
     /// The next 64 uniformly random bits.
     #[inline]
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(GOLDEN);
         mix64(self.0)
     }
 
     /// Uniform in `[0, 1)`, with 53 random bits.
     #[inline]
-    pub(crate) fn next_f64(&mut self) -> f64 {
+    pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// Uniform in `[0, n)` by Lemire's multiply-shift (bias below `n / 2^64`, far below anything
     /// measurable at graph sizes).
     #[inline]
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
+    pub fn below(&mut self, n: u64) -> u64 {
         ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }
 
     /// Two independent standard normal values (Box–Muller).
     #[inline]
-    pub(crate) fn normal_pair(&mut self) -> (f64, f64) {
+    pub fn normal_pair(&mut self) -> (f64, f64) {
         // 1 - u lies in (0, 1], so the logarithm is finite.
         let radius = (-2.0 * (1.0 - self.next_f64()).ln()).sqrt();
         let (sin, cos) = (std::f64::consts::TAU * self.next_f64()).sin_cos();

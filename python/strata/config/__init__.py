@@ -3,6 +3,7 @@
 from .bench import BenchDiskConfig
 from .convert import ConvertConfig
 from .datasets import DatasetsListConfig, FetchConfig
+from .embed import EmbedPlanConfig
 from .generate import GENERATORS, KgConfig, RmatConfig, SbmConfig
 from .info import InfoConfig
 from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_dict, describe, from_args, load
@@ -14,6 +15,7 @@ __all__ = [
     "ConfigError",
     "ConvertConfig",
     "DatasetsListConfig",
+    "EmbedPlanConfig",
     "FetchConfig",
     "Fractions",
     "InfoConfig",

@@ -1,0 +1,231 @@
+//! Orderings of partition-based training, as pure functions (the policy): given `n`
+//! partitions and a buffer of capacity `c`, the sequence of buffer states (one partition
+//! swapped per step) and the edge buckets to train in each. The partition buffer (the
+//! mechanism) executes a [`Schedule`] and never decides order itself.
+//!
+//! Buckets are assigned as late as possible: bucket `(a, b)` trains in the last state of the
+//! first stretch in which `a` and `b` are both resident, i.e. just before one of them is
+//! evicted. Within a state, the buckets that do not need the partition loaded by the swap into
+//! that state can train while that swap is in flight (`overlap`); the rest wait for the load
+//! (`after_load`). For Legend's order this is exactly its Algorithm 2 (the buckets of the next
+//! victim, first without and then with the newly loaded partition); for the others it gives the
+//! same prefetch structure wherever their order allows it.
+
+mod beta;
+mod coverage;
+mod legend;
+mod sequential;
+mod tail;
+
+use serde::{Deserialize, Serialize};
+
+/// Which order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderingKind {
+    /// Legend's Algorithms 1 and 2 (buffer capacity 3), built for prefetching.
+    Legend,
+    /// Marius's BETA (any capacity >= 2), near the lower bound in loads.
+    Beta,
+    /// A buffer of 2, one partition pair at a time (PyTorch-BigGraph style).
+    Sequential,
+}
+
+impl OrderingKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OrderingKind::Legend => "legend",
+            OrderingKind::Beta => "beta",
+            OrderingKind::Sequential => "sequential",
+        }
+    }
+}
+
+/// An edge bucket: edges from partition `.0` to partition `.1`.
+pub type Bucket = (u32, u32);
+
+/// One buffer state and the work done in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// Partitions resident, sorted.
+    pub state: Vec<u32>,
+    /// Partition written back by the swap into this state (`None` for the first state).
+    pub evicted: Option<u32>,
+    /// Partition read by the swap into this state.
+    pub loaded: Option<u32>,
+    /// Buckets that can train while the swap into this state is in flight.
+    pub overlap: Vec<Bucket>,
+    /// Buckets that need the partition just loaded.
+    pub after_load: Vec<Bucket>,
+}
+
+/// A whole epoch's order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Schedule {
+    pub kind: OrderingKind,
+    pub partitions: usize,
+    pub capacity: usize,
+    pub steps: Vec<Step>,
+}
+
+/// Why a schedule cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OrderingError {
+    #[error("at least 1 partition is needed")]
+    NoPartitions,
+    #[error("ordering {kind} needs a buffer capacity of {need}, got {got} ({hint})")]
+    Capacity {
+        kind: &'static str,
+        need: String,
+        got: usize,
+        hint: &'static str,
+    },
+}
+
+/// Seeds tried by Legend's tie-breaking; the shortest order wins (ties: most hidden swaps).
+const LEGEND_SEEDS: u64 = 64;
+/// Seed of BETA's shuffles.
+const BETA_SEED: u64 = 1;
+
+/// The schedule of `kind` for `n` partitions and a buffer of `capacity`.
+pub fn schedule(kind: OrderingKind, n: usize, capacity: usize) -> Result<Schedule, OrderingError> {
+    if n == 0 {
+        return Err(OrderingError::NoPartitions);
+    }
+    let states = match kind {
+        OrderingKind::Legend => {
+            if capacity != 3 {
+                return Err(OrderingError::Capacity {
+                    kind: "legend",
+                    need: "3".into(),
+                    got: capacity,
+                    hint: "Legend's Algorithm 1 is defined for three slots; use beta for other capacities",
+                });
+            }
+            return Ok((0..LEGEND_SEEDS)
+                .map(|seed| from_states(kind, n, capacity, legend::states(n, seed)))
+                .min_by_key(|s| (s.steps.len(), s.steps.len() - s.hidden_swaps()))
+                .expect("at least one seed"));
+        }
+        OrderingKind::Beta => {
+            if capacity < 2 {
+                return Err(OrderingError::Capacity {
+                    kind: "beta",
+                    need: "at least 2".into(),
+                    got: capacity,
+                    hint: "two partitions must be resident to train the buckets between them",
+                });
+            }
+            beta::states(n, capacity, BETA_SEED)
+        }
+        OrderingKind::Sequential => {
+            if capacity != 2 {
+                return Err(OrderingError::Capacity {
+                    kind: "sequential",
+                    need: "2".into(),
+                    got: capacity,
+                    hint: "the sequential order keeps one pair of partitions resident",
+                });
+            }
+            sequential::states(n)
+        }
+    };
+    Ok(from_states(kind, n, capacity, states))
+}
+
+/// Assigns every bucket to a state (as late as possible) and splits each state's buckets into
+/// those that can overlap the swap into it and those that need its new partition.
+fn from_states(kind: OrderingKind, n: usize, capacity: usize, states: Vec<Vec<u32>>) -> Schedule {
+    let mut trained = vec![false; n * n];
+    let mut steps: Vec<Step> = Vec::with_capacity(states.len());
+    for (i, state) in states.iter().enumerate() {
+        let (evicted, loaded) = match i {
+            0 => (None, None),
+            _ => {
+                let prev = &states[i - 1];
+                (
+                    prev.iter().copied().find(|p| !state.contains(p)),
+                    state.iter().copied().find(|p| !prev.contains(p)),
+                )
+            }
+        };
+        let next = states.get(i + 1);
+        let leaving = next.and_then(|nx| state.iter().copied().find(|p| !nx.contains(p)));
+        let mut step = Step {
+            state: state.clone(),
+            evicted,
+            loaded,
+            overlap: Vec::new(),
+            after_load: Vec::new(),
+        };
+        for &a in state {
+            for &b in state {
+                let idx = a as usize * n + b as usize;
+                // Last chance while both are resident: the next swap evicts one of them, or
+                // this is the final state.
+                let last_chance = match leaving {
+                    None => true,
+                    Some(l) => a == l || b == l,
+                };
+                if trained[idx] || !last_chance {
+                    continue;
+                }
+                trained[idx] = true;
+                if Some(a) == loaded || Some(b) == loaded {
+                    step.after_load.push((a, b));
+                } else {
+                    step.overlap.push((a, b));
+                }
+            }
+        }
+        steps.push(step);
+    }
+    Schedule {
+        kind,
+        partitions: n,
+        capacity,
+        steps,
+    }
+}
+
+impl Schedule {
+    /// Buffer states in the epoch: the paper's "I/O times" (Legend, Table 8).
+    pub fn states(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// Partition swaps (each writes one partition back and reads one).
+    pub fn swaps(&self) -> usize {
+        self.steps.len() - 1
+    }
+
+    /// Partition reads in the epoch: the initial fill plus one per swap.
+    pub fn partition_loads(&self) -> usize {
+        self.steps.first().map_or(0, |s| s.state.len()) + self.swaps()
+    }
+
+    /// Swaps with training work to overlap them (the rest stall on I/O).
+    pub fn hidden_swaps(&self) -> usize {
+        self.steps
+            .iter()
+            .skip(1)
+            .filter(|s| !s.overlap.is_empty())
+            .count()
+    }
+
+    /// Data moved per epoch in units of the whole table (embeddings plus optimizer state),
+    /// the paper's communication volume: states x S / n.
+    pub fn volume(&self) -> f64 {
+        self.states() as f64 / self.partitions as f64
+    }
+
+    /// Every bucket in training order.
+    pub fn buckets(&self) -> impl Iterator<Item = Bucket> + '_ {
+        self.steps
+            .iter()
+            .flat_map(|s| s.overlap.iter().chain(&s.after_load).copied())
+    }
+}
+
+#[cfg(test)]
+mod tests;
