@@ -41,6 +41,12 @@ class BudgetError(StrataError):
     exit_code = 2
 
 
+class RunError(StrataError):
+    """A run directory is not valid, or does not match the store it was trained on."""
+
+    exit_code = 2
+
+
 class StrataIOError(StrataError, OSError):
     """An operating-system I/O error, with the file it happened on."""
 

@@ -16,7 +16,8 @@ from .units import fmt_count, fmt_duration, fmt_rate_mb
 
 class ProgressBar:
     """Callable progress sink: ``("stage", name, total_bytes, total_rows)``,
-    ``("update", rows, bytes)``, ``("message", text)``."""
+    ``("update", rows, bytes)``, ``("message", text)`` and ``("detail", text)`` (figures shown
+    beside the bar until the stage ends)."""
 
     def __init__(self, stream: TextIO | None = None, *, enabled: bool = True, log_every: float = 10.0, width: int = 24):
         self.stream = stream or sys.stderr
@@ -27,6 +28,7 @@ class ProgressBar:
         self._stage: str | None = None
         self._total_bytes = self._total_rows = 0
         self._rows = self._bytes = 0
+        self._detail = ""
         self._start = self._last_draw = 0.0
         self.stages: list[tuple[str, float, int, int]] = []
 
@@ -35,6 +37,7 @@ class ProgressBar:
             self._end_stage()
             self._stage, self._total_bytes, self._total_rows = args
             self._rows = self._bytes = 0
+            self._detail = ""
             self._start = self._last_draw = time.monotonic()
         elif event == "update":
             self._rows, self._bytes = args
@@ -47,6 +50,8 @@ class ProgressBar:
                 self._last_draw = now
         elif event == "message":
             self.message(args[0])
+        elif event == "detail":
+            self._detail = args[0]
         return True
 
     def message(self, text: str) -> None:
@@ -82,6 +87,8 @@ class ProgressBar:
             parts.append(f"{fmt_count(self._rows)} rows  {fmt_count(self._rows / elapsed)} rows/s")
         if self._bytes:
             parts.append(fmt_rate_mb(self._bytes, elapsed))
+        if self._detail:
+            parts.append(self._detail)
         if final:
             parts.append(f"done in {fmt_duration(elapsed)}")
         elif total and done:

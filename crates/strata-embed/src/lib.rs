@@ -1,3 +1,22 @@
 //! Strata's out-of-core graph embedding training, after Legend (`../shared/papers/legend.txt`).
 
+pub mod budget;
+pub mod buffer;
+pub mod config;
+pub mod error;
+pub mod eval;
+pub mod export;
+pub mod kernels;
+pub mod loader;
+pub mod model;
 pub mod ordering;
+pub mod overlap;
+pub mod partitioning;
+pub mod query;
+pub mod relations;
+pub mod run;
+pub mod shared;
+pub mod table;
+pub mod train;
+pub mod trainer;
+pub mod worker;

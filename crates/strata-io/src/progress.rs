@@ -11,6 +11,8 @@ pub trait Progress: Send + Sync {
     fn update(&self, rows: u64, bytes: u64) -> bool;
     /// A line for the user (the budget plan, a warning).
     fn message(&self, text: &str);
+    /// Stage-specific figures shown beside the bar until the stage ends (loads, I/O rates).
+    fn detail(&self, _text: &str) {}
 }
 
 /// Discards all progress.

@@ -1,6 +1,7 @@
 //! Maps Strata's typed errors to the exception classes defined in `strata/errors.py`.
 
 use pyo3::prelude::*;
+use strata_embed::error::EmbedError;
 use strata_io::IoError;
 use strata_store::StoreError;
 
@@ -20,8 +21,31 @@ pub fn config_error(py: Python<'_>, msg: &str) -> PyErr {
     raise(py, "ConfigError", msg)
 }
 
-/// The Python exception for a Strata error.
-pub fn to_py(py: Python<'_>, e: &StoreError) -> PyErr {
+/// A Rust error that maps to one of the exception classes of `strata.errors`.
+pub trait ToPyErr {
+    fn to_py(&self, py: Python<'_>) -> PyErr;
+}
+
+impl ToPyErr for StoreError {
+    fn to_py(&self, py: Python<'_>) -> PyErr {
+        store_error(py, self)
+    }
+}
+
+impl ToPyErr for EmbedError {
+    fn to_py(&self, py: Python<'_>) -> PyErr {
+        match self {
+            EmbedError::Store(e) => store_error(py, e),
+            EmbedError::Config(m) => raise(py, "ConfigError", m),
+            EmbedError::Budget(m) => raise(py, "BudgetError", m),
+            EmbedError::Corrupt(m) => raise(py, "RunError", m),
+            EmbedError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
+        }
+    }
+}
+
+/// The Python exception for a store or I/O error.
+fn store_error(py: Python<'_>, e: &StoreError) -> PyErr {
     let class = match e {
         StoreError::Input { .. } | StoreError::BadFile { .. } => "InputError",
         StoreError::Invalid { .. } | StoreError::NewerFormat { .. } => "StoreFormatError",

@@ -8,11 +8,11 @@ use strata_io::bench::{bench_disk as run_bench, BenchOptions};
 use strata_io::profile::{profile_path, DeviceProfile, ProfileReport};
 use strata_io::{BackendKind, Engine, EngineConfig};
 
-use crate::errors::to_py;
+use crate::errors::ToPyErr;
 use crate::{job, run};
 
 fn io_err(py: Python<'_>, e: strata_io::IoError) -> PyErr {
-    to_py(py, &strata_store::StoreError::from(e))
+    strata_store::StoreError::from(e).to_py(py)
 }
 
 /// Sets the shared engine's configuration (`backend`, `depth`, `threads`,
@@ -72,7 +72,7 @@ fn bench_disk(
     })
     .map_err(|e| io_err(py, e))?;
     run(py, progress, move |p| {
-        Ok(ProfileReport::from(run_bench(&engine, &opts, p)?))
+        Ok::<_, strata_store::StoreError>(ProfileReport::from(run_bench(&engine, &opts, p)?))
     })
 }
 

@@ -15,7 +15,7 @@ use pythonize::{depythonize, pythonize};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use errors::{config_error, to_py};
+use errors::{config_error, ToPyErr};
 use progress::PyProgress;
 
 /// Converts a Python dict into a typed job, naming the offending field on failure.
@@ -24,16 +24,16 @@ fn job<T: DeserializeOwned>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
 }
 
 /// Runs `f` without the GIL, reporting progress to `callback`, and converts its result.
-fn run<T: Serialize + Send>(
+fn run<T: Serialize + Send, E: ToPyErr + Send>(
     py: Python<'_>,
     callback: Option<Py<PyAny>>,
-    f: impl FnOnce(&PyProgress) -> strata_store::Result<T> + Send,
+    f: impl FnOnce(&PyProgress) -> Result<T, E> + Send,
 ) -> PyResult<Py<PyAny>> {
     let progress = PyProgress::new(callback);
     let outcome = py.detach(|| f(&progress));
     match outcome {
         Ok(v) => Ok(pythonize(py, &v)?.unbind()),
-        Err(e) => Err(progress.take_error().unwrap_or_else(|| to_py(py, &e))),
+        Err(e) => Err(progress.take_error().unwrap_or_else(|| e.to_py(py))),
     }
 }
 

@@ -7,7 +7,8 @@ use pyo3::prelude::*;
 use strata_store::Progress;
 
 /// Calls `callback(event, *args)`: `("stage", name, total_bytes, total_rows)`,
-/// `("update", rows, bytes)` (a false return cancels) and `("message", text)`.
+/// `("update", rows, bytes)` (a false return cancels), `("message", text)` and
+/// `("detail", text)`.
 pub struct PyProgress {
     callback: Option<Py<PyAny>>,
     error: Mutex<Option<PyErr>>,
@@ -56,5 +57,9 @@ impl Progress for PyProgress {
 
     fn message(&self, text: &str) {
         self.with_callback(|cb| cb.call1(("message", text)));
+    }
+
+    fn detail(&self, text: &str) {
+        self.with_callback(|cb| cb.call1(("detail", text)));
     }
 }

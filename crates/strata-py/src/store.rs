@@ -6,14 +6,12 @@ use pythonize::pythonize;
 use strata_store::strtab::NameTable as NativeNameTable;
 use strata_store::Store;
 
-use crate::errors::to_py;
+use crate::errors::ToPyErr;
 
 /// Opens and validates the store at `path`; returns its manifest as a dict.
 #[pyfunction]
 fn open_store(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Py<PyAny>> {
-    let store = py
-        .detach(|| Store::open(&path))
-        .map_err(|e| to_py(py, &e))?;
+    let store = py.detach(|| Store::open(&path)).map_err(|e| e.to_py(py))?;
     Ok(pythonize(py, store.manifest())?.unbind())
 }
 
@@ -22,7 +20,7 @@ fn open_store(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Py<PyAny>> {
 fn disk_usage(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Py<PyAny>> {
     let usage = Store::open(&path)
         .and_then(|s| s.disk_usage())
-        .map_err(|e| to_py(py, &e))?;
+        .map_err(|e| e.to_py(py))?;
     Ok(pythonize(py, &usage)?.unbind())
 }
 
@@ -37,7 +35,7 @@ impl NameTable {
     fn new(py: Python<'_>, path: std::path::PathBuf, prefix: &str) -> PyResult<Self> {
         let table = Store::open(&path)
             .and_then(|s| NativeNameTable::open(&s, prefix))
-            .map_err(|e| to_py(py, &e))?;
+            .map_err(|e| e.to_py(py))?;
         Ok(NameTable(table))
     }
 
@@ -72,7 +70,7 @@ fn read_npy_rows(
 ) -> PyResult<(Py<PyBytes>, String, Vec<u64>)> {
     let (header, bytes) = py
         .detach(|| strata_store::array::read_rows(&path, &rows))
-        .map_err(|e| to_py(py, &e))?;
+        .map_err(|e| e.to_py(py))?;
     let row_shape = header.shape.iter().skip(1).copied().collect();
     Ok((
         PyBytes::new(py, &bytes).unbind(),

@@ -10,6 +10,7 @@ pub mod error;
 pub mod generate;
 pub mod manifest;
 pub mod npy;
+pub mod perm;
 pub mod rng;
 pub mod store;
 pub mod strtab;

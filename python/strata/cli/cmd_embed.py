@@ -1,22 +1,47 @@
-"""``strata embed plan``."""
+"""``strata embed plan|train|eval|predict|export``."""
 
 from __future__ import annotations
 
 import json
 
-from ..config import EmbedPlanConfig, from_args
-from ..embed import format_plan, plan
-from .common import add_section_command
+from ..config import (
+    EmbedEvalConfig,
+    EmbedExportConfig,
+    EmbedPlanConfig,
+    EmbedPredictConfig,
+    EmbedTrainConfig,
+    from_args,
+)
+from ..embed import Run, format_metrics, format_plan, format_summary, plan, train
+from ..units import fmt_bytes, fmt_duration
+from .common import add_section_command, emit_summary, run_with_progress
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "embed",
-        help="graph embedding training (Legend): plan",
-        description="Out-of-core embedding training, after Legend. `plan` prints an epoch's "
-        "partition order: buffer states, loads, overlap and communication volume.",
+        help="graph and knowledge-graph embeddings, out of core (Legend): train, eval, predict, export, plan",
+        description="Out-of-core embedding training after Legend: node partitions on disk, a buffer of a few "
+        "resident partitions, a prefetch-friendly partition order, native CPU kernels.",
     )
     cmds = p.add_subparsers(dest="embed_command", metavar="COMMAND", required=True)
+    add_section_command(
+        cmds,
+        "train",
+        EmbedTrainConfig,
+        run_train,
+        help="train (or resume) embeddings of a store within --memory",
+        description="Trains embeddings of STORE in a run directory (default STORE/runs/embed). Prints the budget "
+        "plan and the Theorem 3 check, a progress bar per epoch, validation metrics per epoch, and test metrics of "
+        "the best checkpoint. A killed run resumes from its last checkpoint when started again.",
+    )
+    add_section_command(cmds, "eval", EmbedEvalConfig, run_eval, help="rank a split with a run's checkpoint")
+    add_section_command(
+        cmds, "predict", EmbedPredictConfig, run_predict, help="the best tails of (head, relation, ?) or heads"
+    )
+    add_section_command(
+        cmds, "export", EmbedExportConfig, run_export, help="write a checkpoint's embeddings as .npy or TSV"
+    )
     add_section_command(
         cmds,
         "plan",
@@ -25,6 +50,71 @@ def register(sub) -> None:
         output_flags=False,
         help="print the buffer states and bucket order of an epoch",
     )
+
+
+def run_train(args) -> int:
+    cfg = from_args(EmbedTrainConfig, args)
+    run = run_with_progress(args, lambda bar: train(cfg, bar))
+    emit_summary(args, run.meta, format_summary(run))
+    return 0
+
+
+def run_eval(args) -> int:
+    cfg = from_args(EmbedEvalConfig, args)
+    run = Run(cfg.target)
+    protocol = None if cfg.protocol == "run" else cfg.protocol
+    result = run_with_progress(
+        args,
+        lambda bar: run.evaluate(cfg.split, cfg.checkpoint, protocol, cfg.max_queries, cfg.memory, cfg.threads, bar),
+    )
+    if cfg.json:
+        print(json.dumps(result, indent=2))
+    else:
+        m = result["metrics"]
+        print(f"{run.path} epoch {result['epoch']} ({cfg.checkpoint}), {cfg.split}: {format_metrics(m)}")
+        if m.get("tail_mrr") is not None and m.get("head_mrr") is not None:
+            print(f"  tails MRR {m['tail_mrr']:.4f}, heads MRR {m['head_mrr']:.4f}; {fmt_duration(m['seconds'])}")
+    return 0
+
+
+def run_predict(args) -> int:
+    cfg = from_args(EmbedPredictConfig, args)
+    run = Run(cfg.target)
+    result = run_with_progress(
+        args,
+        lambda bar: run.predict(
+            cfg.head, cfg.relation, cfg.tail, cfg.top, cfg.exclude_known, cfg.checkpoint, cfg.memory, bar
+        ),
+    )
+    if cfg.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    query = (
+        f"({cfg.head}, {cfg.relation or '-'}, ?)" if cfg.head is not None else f"(?, {cfg.relation or '-'}, {cfg.tail})"
+    )
+    print(f"{query} by {run.path} epoch {result['epoch']}:")
+    width = max((len(p["name"]) for p in result["predictions"]), default=4)
+    print(f"  {'rank':>4}  {'node':<{width}}  {'score':>10}  known")
+    for i, p in enumerate(result["predictions"], 1):
+        print(f"  {i:>4}  {p['name']:<{width}}  {p['score']:>10.4f}  {'yes' if p['known'] else ''}")
+    return 0
+
+
+def run_export(args) -> int:
+    cfg = from_args(EmbedExportConfig, args)
+    run = Run(cfg.target)
+    report = run_with_progress(
+        args, lambda bar: run.export(cfg.out, cfg.format, cfg.checkpoint, cfg.overwrite, cfg.memory, bar)
+    )
+    size = sum((cfg.out / f).stat().st_size for f in report["files"])
+    emit_summary(
+        args,
+        report,
+        f"Exported epoch {report['epoch']} of {run.path}: {report['num_nodes']:,} x {report['dim']} embeddings "
+        f"in node-id order to {cfg.out} ({', '.join(report['files'])}; {fmt_bytes(size)}) "
+        f"in {fmt_duration(report['seconds'])}.",
+    )
+    return 0
 
 
 def run_plan(args) -> int:

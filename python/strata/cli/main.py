@@ -12,9 +12,29 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .. import __version__, io
 from ..errors import StrataError
-from . import cmd_bench_disk, cmd_config, cmd_convert, cmd_datasets, cmd_demo, cmd_embed, cmd_generate, cmd_info
+from . import (
+    cmd_bench_disk,
+    cmd_config,
+    cmd_convert,
+    cmd_datasets,
+    cmd_demo,
+    cmd_embed,
+    cmd_generate,
+    cmd_info,
+    cmd_plot,
+)
 
-COMMANDS = (cmd_convert, cmd_generate, cmd_datasets, cmd_info, cmd_embed, cmd_bench_disk, cmd_config, cmd_demo)
+COMMANDS = (
+    cmd_convert,
+    cmd_generate,
+    cmd_datasets,
+    cmd_info,
+    cmd_embed,
+    cmd_plot,
+    cmd_bench_disk,
+    cmd_config,
+    cmd_demo,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

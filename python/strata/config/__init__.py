@@ -3,7 +3,7 @@
 from .bench import BenchDiskConfig
 from .convert import ConvertConfig
 from .datasets import DatasetsListConfig, FetchConfig
-from .embed import EmbedPlanConfig
+from .embed import EmbedEvalConfig, EmbedExportConfig, EmbedPlanConfig, EmbedPredictConfig, EmbedTrainConfig, PlotConfig
 from .generate import GENERATORS, KgConfig, RmatConfig, SbmConfig
 from .info import InfoConfig
 from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_dict, describe, from_args, load
@@ -15,11 +15,16 @@ __all__ = [
     "ConfigError",
     "ConvertConfig",
     "DatasetsListConfig",
+    "EmbedEvalConfig",
+    "EmbedExportConfig",
     "EmbedPlanConfig",
+    "EmbedPredictConfig",
+    "EmbedTrainConfig",
     "FetchConfig",
     "Fractions",
     "InfoConfig",
     "KgConfig",
+    "PlotConfig",
     "RmatConfig",
     "SbmConfig",
     "Size",

@@ -1,5 +1,11 @@
-"""Graph and knowledge-graph embedding training on graphs larger than memory (Legend)."""
+"""Graph and knowledge-graph embedding training on graphs larger than memory (Legend).
+
+``train`` runs (or resumes) a training run; ``Run`` opens one for evaluation, prediction and
+export; ``plan`` shows an ordering's epoch schedule.
+"""
 
 from .plan import format_plan, plan
+from .runs import Run, default_run_dir, resolve_run
+from .train import format_metrics, format_summary, train
 
-__all__ = ["format_plan", "plan"]
+__all__ = ["Run", "default_run_dir", "format_metrics", "format_plan", "format_summary", "plan", "resolve_run", "train"]

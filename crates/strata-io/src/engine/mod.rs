@@ -43,33 +43,78 @@ pub enum IoBuf {
     Heap(AlignedBuf),
     /// A buffer registered with the io_uring instance (no page pinning per request).
     Fixed(FixedBuf),
+    /// Memory lent by the caller for the duration of the request (see [`IoBuf::borrowed`]).
+    Borrowed(BorrowedBuf),
 }
 
+/// Caller-owned memory a request reads into or writes from.
+pub struct BorrowedBuf {
+    ptr: *mut u8,
+    cap: usize,
+    len: usize,
+}
+
+// SAFETY: the memory is only touched by the request it is lent to, until its completion.
+unsafe impl Send for BorrowedBuf {}
+
 impl IoBuf {
-    pub fn aligned(&self) -> &AlignedBuf {
+    /// Lends `cap` bytes at `ptr` (reads fill them; writes send the first `len` asked for).
+    ///
+    /// # Safety
+    /// The memory must stay valid, and untouched by anything else, until the request's
+    /// completion has been received.
+    pub unsafe fn borrowed(ptr: *mut u8, cap: usize) -> IoBuf {
+        IoBuf::Borrowed(BorrowedBuf { ptr, cap, len: cap })
+    }
+
+    /// Bytes the buffer can hold.
+    pub fn capacity(&self) -> usize {
         match self {
-            IoBuf::Heap(b) => b,
-            IoBuf::Fixed(f) => f.buf(),
+            IoBuf::Heap(b) => b.capacity(),
+            IoBuf::Fixed(f) => f.buf().capacity(),
+            IoBuf::Borrowed(b) => b.cap,
         }
     }
 
-    pub fn aligned_mut(&mut self) -> &mut AlignedBuf {
+    fn base_ptr(&mut self) -> *mut u8 {
         match self {
-            IoBuf::Heap(b) => b,
-            IoBuf::Fixed(f) => f.buf_mut(),
+            IoBuf::Heap(b) => b.full_mut().as_mut_ptr(),
+            IoBuf::Fixed(f) => f.buf_mut().full_mut().as_mut_ptr(),
+            IoBuf::Borrowed(b) => b.ptr,
         }
+    }
+
+    fn set_len(&mut self, len: usize) {
+        match self {
+            IoBuf::Heap(b) => b.set_len(len),
+            IoBuf::Fixed(f) => f.buf_mut().set_len(len),
+            IoBuf::Borrowed(b) => b.len = len,
+        }
+    }
+
+    /// The whole capacity, mutable.
+    fn full_mut(&mut self) -> &mut [u8] {
+        let (ptr, cap) = (self.base_ptr(), self.capacity());
+        // SAFETY: each variant's pointer is valid for `capacity` bytes (borrowed memory by the
+        // caller's promise), and we hold `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(ptr, cap) }
     }
 
     /// The valid bytes (for a completed read: the bytes asked for).
     pub fn as_slice(&self) -> &[u8] {
-        self.aligned().as_slice()
+        match self {
+            IoBuf::Heap(b) => b.as_slice(),
+            IoBuf::Fixed(f) => f.buf().as_slice(),
+            // SAFETY: as in `full_mut`.
+            IoBuf::Borrowed(b) => unsafe { std::slice::from_raw_parts(b.ptr, b.len) },
+        }
     }
 
     /// The heap buffer, if this is one.
     pub fn into_heap(self) -> Option<AlignedBuf> {
         match self {
             IoBuf::Heap(b) => Some(b),
-            IoBuf::Fixed(_) => None,
+            IoBuf::Fixed(_) | IoBuf::Borrowed(_) => None,
         }
     }
 }
@@ -564,8 +609,7 @@ impl Inner {
                     };
                     return Err(Box::new((req, e)));
                 }
-                let buf_aligned =
-                    (req.buf.aligned().as_slice().as_ptr() as usize).is_multiple_of(ALIGN);
+                let buf_aligned = (req.buf.base_ptr() as usize).is_multiple_of(ALIGN);
                 let (start, ask, skip) = if direct
                     && !(req.offset.is_multiple_of(ALIGN as u64)
                         && req.len.is_multiple_of(ALIGN)
@@ -577,20 +621,20 @@ impl Inner {
                 } else {
                     (req.offset, req.len, 0)
                 };
-                let bounce = if ask > req.buf.aligned().capacity() {
+                let bounce = if ask > req.buf.capacity() {
                     Some(AlignedBuf::new(ask))
                 } else {
                     None
                 };
-                if req.len > req.buf.aligned().capacity() {
+                if req.len > req.buf.capacity() {
                     let e = IoError::Invalid(format!(
                         "read of {} bytes into a buffer of {}",
                         req.len,
-                        req.buf.aligned().capacity()
+                        req.buf.capacity()
                     ));
                     return Err(Box::new((req, e)));
                 }
-                req.buf.aligned_mut().set_len(0);
+                req.buf.set_len(0);
                 Ok(Some(Slot {
                     need: skip + req.len,
                     ask,
@@ -606,7 +650,7 @@ impl Inner {
             Op::Write => {
                 let aligned = req.offset.is_multiple_of(ALIGN as u64)
                     && req.len.is_multiple_of(ALIGN)
-                    && (req.buf.aligned().as_slice().as_ptr() as usize).is_multiple_of(ALIGN);
+                    && (req.buf.base_ptr() as usize).is_multiple_of(ALIGN);
                 if direct && !aligned {
                     let e = IoError::Invalid(format!(
                         "unaligned O_DIRECT write to {} at offset {} of {} bytes (offset, length and buffer must be multiples of {ALIGN})",
@@ -616,11 +660,11 @@ impl Inner {
                     ));
                     return Err(Box::new((req, e)));
                 }
-                if req.len > req.buf.aligned().capacity() {
+                if req.len > req.buf.capacity() {
                     let e = IoError::Invalid(format!(
                         "write of {} bytes from a buffer of {}",
                         req.len,
-                        req.buf.aligned().capacity()
+                        req.buf.capacity()
                     ));
                     return Err(Box::new((req, e)));
                 }
@@ -738,12 +782,12 @@ fn transfer_of(slot: &mut Slot) -> Transfer {
         (IoBuf::Fixed(f), None) => f.index(),
         _ => None,
     };
-    let target = match slot.bounce.as_mut() {
-        Some(b) => b,
-        None => slot.req.buf.aligned_mut(),
+    let target: &mut [u8] = match slot.bounce.as_mut() {
+        Some(b) => b.full_mut(),
+        None => slot.req.buf.full_mut(),
     };
     // SAFETY: `done < ask <= capacity`, so the pointer stays inside the buffer.
-    let ptr = unsafe { target.full_mut().as_mut_ptr().add(slot.done) };
+    let ptr = unsafe { target.as_mut_ptr().add(slot.done) };
     Transfer {
         op: slot.req.op,
         fd: slot.req.file.raw_fd(),
@@ -760,16 +804,14 @@ fn finish_read(slot: &mut Slot) {
     let (skip, len) = (slot.skip, slot.req.len);
     match slot.bounce.take() {
         Some(b) => {
-            let dst = slot.req.buf.aligned_mut();
-            dst.full_mut()[..len].copy_from_slice(&b.prefix(skip + len)[skip..]);
-            dst.set_len(len);
+            slot.req.buf.full_mut()[..len].copy_from_slice(&b.prefix(skip + len)[skip..]);
+            slot.req.buf.set_len(len);
         }
         None => {
-            let dst = slot.req.buf.aligned_mut();
             if skip > 0 {
-                dst.full_mut().copy_within(skip..skip + len, 0);
+                slot.req.buf.full_mut().copy_within(skip..skip + len, 0);
             }
-            dst.set_len(len);
+            slot.req.buf.set_len(len);
         }
     }
 }

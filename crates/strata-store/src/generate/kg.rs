@@ -11,13 +11,13 @@ use std::time::Instant;
 
 use strata_io::SeqWriter;
 
-use super::perm::Perm;
 use super::{
     check_fraction, decimal_width, default_seed, options_with_defaults, push_decimal, run_ordered,
     worker_threads, GenerateSummary, Staging,
 };
 use crate::array::IO_CHUNK;
 use crate::error::{Result, StoreError};
+use crate::perm::Perm;
 use crate::rng::{derive, Rng};
 use strata_io::progress::{Meter, Progress};
 

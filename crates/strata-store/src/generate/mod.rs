@@ -8,7 +8,6 @@
 //! The construction of each generator is documented in `docs/generators.md`.
 
 mod kg;
-mod perm;
 mod rmat;
 mod sbm;
 

@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use strata_io::SeqWriter;
 
-use super::perm::Perm;
 use super::{
     check_fraction, default_seed, options_with_defaults, push_decimal, run_ordered, worker_threads,
     GenerateSummary, Staging,
@@ -15,6 +14,7 @@ use crate::array::{NpyWriter, IO_CHUNK};
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
+use crate::perm::Perm;
 use crate::rng::{derive, Rng};
 use strata_io::progress::{Meter, Progress};
 

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::perm::Perm;
 use super::{
     check_fraction, default_seed, options_with_defaults, run_ordered, worker_threads,
     GenerateSummary, Staging,
@@ -13,6 +12,7 @@ use crate::array::{NpyWriter, IO_CHUNK};
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
+use crate::perm::Perm;
 use crate::rng::{derive, Rng};
 use strata_io::progress::{Meter, Progress};
 

@@ -22,7 +22,7 @@ fn round(r: u64, key: u64) -> u64 {
 /// A keyed bijection on `[0, n)`. Evaluating it costs six multiplications per cycle-walking
 /// step, and fewer than two steps are needed on average because the Feistel domain is below `2n`.
 #[derive(Debug, Clone)]
-pub(crate) struct Perm {
+pub struct Perm {
     n: u64,
     /// Bits of the high and low halves of the Feistel domain `[0, 2^(hi + lo))`.
     hi: u32,
@@ -37,7 +37,7 @@ fn mask(bits: u32) -> u64 {
 
 impl Perm {
     /// The permutation of `[0, n)` selected by `key`; `n` must be in `[1, 2^62]`.
-    pub(crate) fn new(n: u64, key: u64) -> Perm {
+    pub fn new(n: u64, key: u64) -> Perm {
         assert!((1..=1 << 62).contains(&n), "Perm domain {n} out of range");
         let bits = 64 - (n - 1).leading_zeros();
         Perm {
@@ -50,7 +50,7 @@ impl Perm {
 
     /// The image of `x` (< n).
     #[inline]
-    pub(crate) fn apply(&self, x: u64) -> u64 {
+    pub fn apply(&self, x: u64) -> u64 {
         debug_assert!(x < self.n);
         let mut y = self.encrypt(x);
         while y >= self.n {
@@ -61,7 +61,7 @@ impl Perm {
 
     /// The preimage of `y` (< n): `invert(apply(x)) == x`.
     #[inline]
-    pub(crate) fn invert(&self, y: u64) -> u64 {
+    pub fn invert(&self, y: u64) -> u64 {
         debug_assert!(y < self.n);
         let mut x = self.decrypt(y);
         while x >= self.n {

@@ -1,0 +1,306 @@
+//! The memory plan: how a byte budget splits between the partition buffer, edge pieces, the
+//! workers' scratch, evaluation and relations, and from that how many partitions the table
+//! needs. Everything the process allocates for training is counted here; the plan is printed
+//! at start and the run refuses to start when the minimum does not fit.
+
+use serde::Serialize;
+use strata_io::align_up;
+use strata_store::units::fmt_bytes;
+
+use crate::config::{OptimizerKind, Protocol, TrainConfig};
+use crate::error::{EmbedError, Result};
+use crate::eval;
+use crate::model::Model;
+
+/// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
+/// rings and bounce buffers.
+pub const RUNTIME_BYTES: u64 = 96 << 20;
+/// Most edges per bucket piece.
+const MAX_PIECE_ROWS: u64 = 1 << 20;
+/// Edge pieces alive at once: two read ahead, one training, one being read.
+const PIECES_ALIVE: u64 = 4;
+/// Share of the budget evaluation may use for its rounds (queries, candidates, tiles).
+const EVAL_SHARE: u64 = 8;
+
+/// How the budget is spent.
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetPlan {
+    pub memory: u64,
+    pub partitions: u32,
+    /// Partition slots in the buffer.
+    pub capacity: usize,
+    /// Bytes of one partition (embeddings + optimizer state, padded).
+    pub part_bytes: u64,
+    pub buffer_bytes: u64,
+    /// The whole table on disk (one file).
+    pub table_bytes: u64,
+    pub piece_rows: u64,
+    pub edge_bytes: u64,
+    pub threads: usize,
+    pub worker_bytes: u64,
+    /// Queries per evaluation round and the bytes a round uses.
+    pub eval_round: usize,
+    pub eval_bytes: u64,
+    pub relation_bytes: u64,
+    pub runtime_bytes: u64,
+}
+
+impl BudgetPlan {
+    /// Total planned bytes.
+    pub fn total(&self) -> u64 {
+        self.buffer_bytes
+            + self.edge_bytes
+            + self.worker_bytes
+            + self.eval_bytes
+            + self.relation_bytes
+            + self.runtime_bytes
+    }
+
+    /// Whether every partition stays resident (no swaps during an epoch).
+    pub fn in_memory(&self) -> bool {
+        self.capacity >= self.partitions as usize
+    }
+
+    /// The plan as lines for the user.
+    pub fn describe(&self) -> Vec<String> {
+        let mode = if self.in_memory() {
+            "the whole table resident".to_string()
+        } else {
+            format!(
+                "{} partitions on disk, {} resident at a time",
+                self.partitions, self.capacity
+            )
+        };
+        vec![
+            format!(
+                "budget {}: buffer {} x {} = {} ({mode}); table {} on disk",
+                fmt_bytes(self.memory),
+                self.capacity,
+                fmt_bytes(self.part_bytes),
+                fmt_bytes(self.buffer_bytes),
+                fmt_bytes(self.table_bytes)
+            ),
+            format!(
+                "  edges {} ({} pieces of {} edges), workers {} ({} threads), evaluation {} (rounds of {} queries), relations {}, runtime {}; planned {}",
+                fmt_bytes(self.edge_bytes),
+                PIECES_ALIVE,
+                self.piece_rows,
+                fmt_bytes(self.worker_bytes),
+                self.threads,
+                fmt_bytes(self.eval_bytes),
+                self.eval_round,
+                fmt_bytes(self.relation_bytes),
+                fmt_bytes(self.runtime_bytes),
+                fmt_bytes(self.total())
+            ),
+        ]
+    }
+}
+
+/// Bytes of one partition of `rows` nodes.
+pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
+    let state = match optimizer {
+        OptimizerKind::Adagrad => dim,
+        OptimizerKind::AdagradRow => 1,
+    };
+    align_up(rows * (dim + state) as u64 * 4)
+}
+
+/// Scratch of one worker for chunks of `b` edges and `n` negatives (scores, loaded rows,
+/// gradients, update keys).
+fn worker_bytes(model: &Model, b: u64, n: u64) -> u64 {
+    let d = model.dim as u64;
+    let scores = 4
+        * b
+        * n
+        * if model.kind == crate::model::ModelKind::TransE {
+            2
+        } else {
+            1
+        };
+    scores + 8 * (3 * b + n) * d + 8 * b * d + 16 * (2 * b + n)
+}
+
+/// Plans `cfg` for a graph of `num_nodes` nodes and `num_relations` relation types with
+/// `threads` workers. `cfg.partitions == 0` picks the fewest partitions that fit.
+pub fn plan(
+    cfg: &TrainConfig,
+    model: &Model,
+    num_nodes: u64,
+    num_relations: u64,
+    threads: usize,
+) -> Result<BudgetPlan> {
+    let memory = cfg.memory;
+    let d = model.dim as u64;
+    let rd = model.rel_dim() as u64;
+    let rel_rows = num_relations.max(1) * if cfg.reciprocal { 2 } else { 1 };
+    let rel_state = match cfg.optimizer {
+        OptimizerKind::Adagrad => rd,
+        OptimizerKind::AdagradRow => 1,
+    };
+    let relation_bytes = if rd == 0 {
+        0
+    } else {
+        rel_rows * (rd + rel_state) * 4
+    };
+    let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
+    let edge_bytes = PIECES_ALIVE * piece_rows * 12;
+    let worker_bytes =
+        threads as u64 * worker_bytes(model, cfg.chunk_size as u64, cfg.negatives as u64);
+    // Evaluation: per query its source, answer and relation rows, and (sampled) its share of
+    // the batch's candidates, or (filtered) its known answers; plus each thread's score tile.
+    let per_query = 4 * (2 * d + rd)
+        + 16
+        + match cfg.eval_protocol {
+            Protocol::Filtered => 256,
+            Protocol::Sampled => {
+                2 * cfg.eval_negatives as u64 * (d * 4 + 8) / cfg.chunk_size.max(1) as u64
+            }
+        };
+    let tiles = threads as u64
+        * 4
+        * match cfg.eval_protocol {
+            Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
+            Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
+        };
+    let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * eval::QUERY_BATCH as u64);
+    let eval_round =
+        ((eval_share - tiles) / per_query).clamp(eval::QUERY_BATCH as u64, 1 << 20) as usize;
+    let eval_bytes = tiles + per_query * eval_round as u64;
+    let fixed = RUNTIME_BYTES + edge_bytes + worker_bytes + eval_bytes + relation_bytes;
+    let refuse = |what: String| -> EmbedError {
+        EmbedError::Budget(format!(
+            "memory budget {} cannot hold {what} (fixed needs {}: runtime {}, edges {}, workers {}, evaluation {}, relations {})",
+            fmt_bytes(memory),
+            fmt_bytes(fixed),
+            fmt_bytes(RUNTIME_BYTES),
+            fmt_bytes(edge_bytes),
+            fmt_bytes(worker_bytes),
+            fmt_bytes(eval_bytes),
+            fmt_bytes(relation_bytes)
+        ))
+    };
+    let available = memory.saturating_sub(fixed);
+    let size = |n: u64| part_bytes(num_nodes.div_ceil(n), model.dim, cfg.optimizer);
+    let (partitions, capacity) = if cfg.partitions == 0 {
+        if size(1) <= available {
+            (1u64, 1usize)
+        } else {
+            let c = cfg.buffer.max(1) as u64;
+            // The smallest n whose c partitions fit: c * size(n) is non-increasing in n.
+            let (mut lo, mut hi) = (c + 1, num_nodes.max(c + 1));
+            if c * size(hi) > available {
+                return Err(refuse(format!(
+                    "{c} partition slots even with one node per partition; the table of {num_nodes} nodes needs {} — raise --memory",
+                    fmt_bytes(size(1))
+                )));
+            }
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if c * size(mid) <= available {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            (lo, c as usize)
+        }
+    } else {
+        let n = cfg.partitions as u64;
+        let c = cfg.buffer.min(cfg.partitions as usize).max(1);
+        if c as u64 * size(n) > available {
+            let need = fixed + c as u64 * size(n);
+            return Err(refuse(format!(
+                "{c} slot(s) of {} for {n} partition(s) (needs {}; use more partitions or raise --memory to at least {})",
+                fmt_bytes(size(n)),
+                fmt_bytes(c as u64 * size(n)),
+                fmt_bytes(need)
+            )));
+        }
+        (n, c)
+    };
+    if partitions > u32::MAX as u64 || partitions > num_nodes.max(1) {
+        return Err(refuse(format!(
+            "{partitions} partitions of a graph of {num_nodes} nodes"
+        )));
+    }
+    let part_bytes = size(partitions);
+    Ok(BudgetPlan {
+        memory,
+        partitions: partitions as u32,
+        capacity,
+        part_bytes,
+        buffer_bytes: capacity as u64 * part_bytes,
+        table_bytes: partitions * part_bytes,
+        piece_rows,
+        edge_bytes,
+        threads,
+        worker_bytes,
+        eval_round,
+        eval_bytes,
+        relation_bytes,
+        runtime_bytes: RUNTIME_BYTES,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ModelKind;
+
+    fn model(dim: usize) -> Model {
+        Model {
+            kind: ModelKind::ComplEx,
+            dim,
+            transe_norm: 2,
+        }
+    }
+
+    #[test]
+    fn small_graph_stays_in_memory() {
+        let cfg = TrainConfig::default();
+        let p = plan(&cfg, &model(100), 14_541, 237, 2).unwrap();
+        assert_eq!((p.partitions, p.capacity), (1, 1));
+        assert!(p.total() <= cfg.memory, "{p:?}");
+    }
+
+    #[test]
+    fn large_table_is_partitioned_within_budget() {
+        let cfg = TrainConfig {
+            memory: 1 << 30,
+            ..TrainConfig::default()
+        };
+        // 10M nodes x 100 dims x 2 x 4 bytes = 8 GB of table.
+        let p = plan(&cfg, &model(100), 10_000_000, 10, 2).unwrap();
+        assert_eq!(p.capacity, 3);
+        assert!(p.partitions > 3 && p.total() <= cfg.memory, "{p:?}");
+        // One partition fewer would not fit.
+        let fewer = part_bytes(
+            10_000_000u64.div_ceil(p.partitions as u64 - 1),
+            100,
+            OptimizerKind::Adagrad,
+        );
+        assert!(p.total() - p.buffer_bytes + 3 * fewer > cfg.memory);
+    }
+
+    #[test]
+    fn refuses_what_cannot_fit() {
+        let cfg = TrainConfig {
+            memory: 64 << 20,
+            ..TrainConfig::default()
+        };
+        let e = plan(&cfg, &model(100), 10_000_000, 10, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memory budget 64.0 MiB cannot hold"), "{e}");
+        let cfg = TrainConfig {
+            memory: 512 << 20,
+            partitions: 4,
+            ..TrainConfig::default()
+        };
+        let e = plan(&cfg, &model(100), 10_000_000, 10, 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use more partitions or raise --memory"), "{e}");
+    }
+}

@@ -1,0 +1,184 @@
+//! The partition buffer (the mechanism): a fixed number of slots, each holding one partition's
+//! embeddings and optimizer state, filled from and written back to table files. What to load
+//! and when is decided by an ordering's schedule (the policy) or by evaluation's scan; the
+//! buffer only tracks which partition each slot holds.
+//!
+//! Between epochs the slots keep their partitions: after an epoch writes every resident
+//! partition back, the slots equal the committed table, so the next epoch (or evaluation)
+//! reuses them without reading.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use strata_io::{AlignedBuf, Engine};
+
+use crate::error::Result;
+use crate::shared::SharedRows;
+use crate::table::{Layout, TableFile};
+
+/// Slots of partition-sized aligned buffers.
+pub struct PartitionBuffer {
+    pub layout: Layout,
+    engine: Arc<Engine>,
+    /// `None` while the slot's buffer is away being swapped.
+    slots: Vec<Option<AlignedBuf>>,
+    resident: Vec<Option<u32>>,
+}
+
+impl PartitionBuffer {
+    /// `capacity` slots of `layout.part_bytes()` each (allocated now, so the budget is paid up front).
+    pub fn new(engine: Arc<Engine>, layout: Layout, capacity: usize) -> Self {
+        PartitionBuffer {
+            slots: (0..capacity)
+                .map(|_| Some(AlignedBuf::new(layout.part_bytes() as usize)))
+                .collect(),
+            resident: vec![None; capacity],
+            layout,
+            engine,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// The slot holding partition `p`.
+    pub fn slot_of(&self, p: u32) -> Option<usize> {
+        self.resident.iter().position(|&r| r == Some(p))
+    }
+
+    /// Partitions resident now (not counting slots away in a swap).
+    pub fn resident(&self) -> impl Iterator<Item = u32> + '_ {
+        self.resident
+            .iter()
+            .zip(&self.slots)
+            .filter_map(|(r, s)| s.as_ref().and(*r))
+    }
+
+    /// Forgets every slot's content (after the table file they mirrored changed).
+    pub fn clear(&mut self) {
+        self.resident.iter_mut().for_each(|r| *r = None);
+    }
+
+    /// Makes `state`'s partitions resident, reading those missing from `from` into slots not
+    /// needed by `state`. Returns the seconds spent reading.
+    pub fn fill(&mut self, state: &[u32], from: &TableFile) -> Result<f64> {
+        let start = Instant::now();
+        for &p in state {
+            if self.slot_of(p).is_some() {
+                continue;
+            }
+            let slot = (0..self.slots.len())
+                .find(|&s| self.resident[s].is_none_or(|q| !state.contains(&q)))
+                .expect("the state fits the buffer");
+            self.load(slot, p, from)?;
+        }
+        Ok(start.elapsed().as_secs_f64())
+    }
+
+    /// Reads partition `p` from `from` into `slot`.
+    pub fn load(&mut self, slot: usize, p: u32, from: &TableFile) -> Result<()> {
+        self.resident[slot] = None;
+        let buf = self.slots[slot].as_mut().expect("slot present");
+        from.read_partition(&self.engine, &self.layout, p, buf)?;
+        self.resident[slot] = Some(p);
+        Ok(())
+    }
+
+    /// Writes every resident partition to `to`; the slots keep them.
+    pub fn flush(&mut self, to: &TableFile) -> Result<()> {
+        for slot in 0..self.slots.len() {
+            if let (Some(p), Some(buf)) = (self.resident[slot], self.slots[slot].as_mut()) {
+                to.write_partition(&self.engine, &self.layout, p, buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the buffer of the slot holding `p` out for a swap.
+    pub fn take(&mut self, p: u32) -> (usize, AlignedBuf) {
+        let slot = self.slot_of(p).expect("the evicted partition is resident");
+        self.resident[slot] = None;
+        (slot, self.slots[slot].take().expect("slot present"))
+    }
+
+    /// Puts a swapped buffer back, now holding partition `p`.
+    pub fn put(&mut self, slot: usize, buf: AlignedBuf, p: u32) {
+        self.slots[slot] = Some(buf);
+        self.resident[slot] = Some(p);
+    }
+
+    /// Embedding rows (`rows x dim`, row-major) of resident partition `p`.
+    pub fn embeddings(&self, p: u32) -> &[f32] {
+        let slot = self.slot_of(p).expect("partition resident");
+        let buf = self.slots[slot].as_ref().expect("slot present");
+        let floats: &[f32] = bytemuck::cast_slice(buf.prefix(self.layout.part_bytes() as usize));
+        &floats[..self.layout.emb_floats()]
+    }
+
+    /// Mutable views of every resident partition, as `(partition, rows)`.
+    pub fn rows_mut(&mut self) -> Vec<(u32, SharedRows<'_>)> {
+        let layout = self.layout;
+        self.slots
+            .iter_mut()
+            .zip(&self.resident)
+            .filter_map(|(buf, p)| Some((p.as_ref().copied()?, rows_of(buf.as_mut()?, &layout))))
+            .collect()
+    }
+
+    /// Calls `f(p, embeddings)` for each partition in `parts`: the resident ones first, then
+    /// the others read from `from` one at a time into the slots in turn (whatever they held
+    /// is dropped: slots always mirror a table file, so nothing is lost).
+    pub fn visit(
+        &mut self,
+        parts: &[u32],
+        from: &TableFile,
+        mut f: impl FnMut(u32, &[f32]) -> Result<()>,
+    ) -> Result<()> {
+        let (resident, missing): (Vec<u32>, Vec<u32>) =
+            parts.iter().partition(|&&p| self.slot_of(p).is_some());
+        for p in resident {
+            f(p, self.embeddings(p))?;
+        }
+        for (k, p) in missing.into_iter().enumerate() {
+            self.load(k % self.slots.len(), p, from)?;
+            f(p, self.embeddings(p))?;
+        }
+        Ok(())
+    }
+
+    /// Fills partition `p` of `to` with initial values (see [`crate::table::init_partition`]),
+    /// through slot 0, which is left holding `p`.
+    pub fn init(
+        &mut self,
+        to: &TableFile,
+        p: u32,
+        used_rows: u64,
+        init_scale: f32,
+        seed: u64,
+    ) -> Result<()> {
+        self.resident[0] = None;
+        let buf = self.slots[0].as_mut().expect("slot present");
+        crate::table::init_partition(&self.layout, p, used_rows, init_scale, seed, buf);
+        to.write_partition(&self.engine, &self.layout, p, buf)?;
+        self.resident[0] = Some(p);
+        Ok(())
+    }
+}
+
+/// A partition buffer's embedding rows and optimizer state as shared rows.
+fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &Layout) -> SharedRows<'a> {
+    let floats: &mut [f32] =
+        bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.part_bytes() as usize]);
+    let (emb, state) = floats.split_at_mut(layout.emb_floats());
+    SharedRows::new(
+        emb,
+        &mut state[..layout.rows as usize * layout.state_per_row],
+        layout.dim,
+        layout.state_per_row,
+    )
+}

@@ -1,0 +1,34 @@
+//! Errors of embedding training.
+
+use strata_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A configuration value out of range or contradicting the store; names the option.
+    #[error("{0}")]
+    Config(String),
+    /// The memory budget cannot hold the minimum; says what is needed.
+    #[error("{0}")]
+    Budget(String),
+    /// A run directory or index that does not hold what it should.
+    #[error("{0}")]
+    Corrupt(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+impl From<strata_io::IoError> for EmbedError {
+    fn from(e: strata_io::IoError) -> Self {
+        EmbedError::Store(StoreError::Io(e))
+    }
+}
+
+impl From<strata_io::progress::Cancelled> for EmbedError {
+    fn from(_: strata_io::progress::Cancelled) -> Self {
+        EmbedError::Cancelled
+    }
+}
+
+pub type Result<T> = std::result::Result<T, EmbedError>;

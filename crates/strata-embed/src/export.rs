@@ -1,0 +1,295 @@
+//! Export of a checkpoint in node-id order: `.npy` arrays with the id maps as text files, or
+//! TSV rows `name<TAB>v1<TAB>...`. The output directory is written beside its final path and
+//! renamed into place only when complete.
+//!
+//! Partitions place nodes by a permutation, so id order is rebuilt in passes: each pass holds a
+//! range of ids in memory (half the budget) and scans every partition for them; one partition
+//! needs a single pass.
+
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use strata_io::progress::{Meter, Progress};
+use strata_store::array::{NpyWriter, IO_CHUNK};
+use strata_store::strtab::NameTable;
+use strata_store::{DType, StoreError};
+
+use crate::error::{EmbedError, Result};
+use crate::query::Loaded;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportFormat {
+    Npy,
+    Tsv,
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportReport {
+    pub out: PathBuf,
+    pub files: Vec<String>,
+    pub epoch: usize,
+    pub num_nodes: u64,
+    pub dim: usize,
+    pub passes: u64,
+    pub seconds: f64,
+}
+
+fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
+    EmbedError::Store(StoreError::Io(strata_io::IoError::os(op, path, 0, e)))
+}
+
+/// Where rows in id order go.
+enum Sink {
+    Npy(NpyWriter),
+    Tsv(BufWriter<std::fs::File>, Option<NameTable>),
+}
+
+impl Sink {
+    /// Writes rows of nodes `first..` (`rows x dim`).
+    fn rows(&mut self, first: u64, rows: &[f32], dim: usize, path: &Path) -> Result<()> {
+        match self {
+            Sink::Npy(w) => Ok(w.write(rows)?),
+            Sink::Tsv(w, names) => {
+                for (i, row) in rows.chunks_exact(dim.max(1)).enumerate() {
+                    tsv_row(w, name_of(names.as_ref(), first + i as u64), row)
+                        .map_err(|e| io_err("write", path, e))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(self, path: &Path) -> Result<()> {
+        match self {
+            Sink::Npy(w) => w.finish().map(|_| ()).map_err(Into::into),
+            Sink::Tsv(w, _) => w
+                .into_inner()
+                .map_err(|e| io_err("write", path, e.into_error()))?
+                .sync_all()
+                .map_err(|e| io_err("fsync", path, e)),
+        }
+    }
+}
+
+fn name_of(names: Option<&NameTable>, id: u64) -> String {
+    names.map_or_else(
+        || id.to_string(),
+        |t| String::from_utf8_lossy(t.get(id as usize)).into_owned(),
+    )
+}
+
+fn tsv_row(w: &mut impl Write, name: String, row: &[f32]) -> std::io::Result<()> {
+    w.write_all(name.as_bytes())?;
+    for v in row {
+        write!(w, "\t{v}")?;
+    }
+    w.write_all(b"\n")
+}
+
+/// Exports the loaded checkpoint to `out` in `format`.
+pub fn export(
+    l: &mut Loaded,
+    out: &Path,
+    format: ExportFormat,
+    overwrite: bool,
+    progress: &dyn Progress,
+) -> Result<ExportReport> {
+    let start = std::time::Instant::now();
+    if out.exists() && !overwrite {
+        return Err(EmbedError::Config(format!(
+            "{} exists; pass --overwrite to replace it",
+            out.display()
+        )));
+    }
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| io_err("mkdir", parent, e))?;
+    let file_name = out
+        .file_name()
+        .ok_or_else(|| EmbedError::Config(format!("{}: not a directory path", out.display())))?;
+    let tmp = parent.join(format!(
+        ".{}.partial-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp).map_err(|e| io_err("mkdir", &tmp, e))?;
+    let result = write_all(l, &tmp, format, progress);
+    let (files, passes) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    if out.exists() {
+        std::fs::remove_dir_all(out).map_err(|e| io_err("remove", out, e))?;
+    }
+    std::fs::rename(&tmp, out).map_err(|e| io_err("rename", out, e))?;
+    Ok(ExportReport {
+        out: out.to_path_buf(),
+        files,
+        epoch: l.epoch,
+        num_nodes: l.run.meta.num_nodes,
+        dim: l.model.dim,
+        passes,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn write_all(
+    l: &mut Loaded,
+    dir: &Path,
+    format: ExportFormat,
+    progress: &dyn Progress,
+) -> Result<(Vec<String>, u64)> {
+    let d = l.model.dim;
+    let n = l.run.meta.num_nodes;
+    let names = l.node_names()?;
+    let mut files = Vec::new();
+    let emb_name = match format {
+        ExportFormat::Npy => "embeddings.npy",
+        ExportFormat::Tsv => "embeddings.tsv",
+    };
+    let emb_path = dir.join(emb_name);
+    let mut sink = match format {
+        ExportFormat::Npy => Sink::Npy(NpyWriter::create(
+            &emb_path,
+            DType::F32,
+            &[d as u64],
+            IO_CHUNK,
+        )?),
+        ExportFormat::Tsv => Sink::Tsv(
+            BufWriter::new(
+                std::fs::File::create(&emb_path).map_err(|e| io_err("create", &emb_path, e))?,
+            ),
+            names,
+        ),
+    };
+    // Nodes per pass: half of what the budget leaves beside the buffer.
+    let spare = l.plan.memory.saturating_sub(l.plan.total())
+        + l.plan.eval_bytes
+        + l.plan.edge_bytes
+        + l.plan.worker_bytes;
+    let per_pass = (spare / 2 / (d as u64 * 4)).clamp(1, n.max(1));
+    let passes = n.div_ceil(per_pass).max(1);
+    let partitioning = l.run.meta.partitioning.clone();
+    let locator = partitioning.locator();
+    let all: Vec<u32> = (0..partitioning.partitions).collect();
+    let mut meter = Meter::new(progress, "export", n * d as u64 * 4, n);
+    let mut rows = Vec::new();
+    for pass in 0..passes {
+        let lo = pass * per_pass;
+        let hi = (lo + per_pass).min(n);
+        rows.clear();
+        rows.resize((hi - lo) as usize * d, 0.0f32);
+        l.buffer.visit(&all, &l.table, |p, emb| {
+            for local in 0..partitioning.size_of(p) as u32 {
+                let v = locator.node(p, local);
+                if (lo..hi).contains(&v) {
+                    let at = (v - lo) as usize * d;
+                    rows[at..at + d]
+                        .copy_from_slice(&emb[local as usize * d..(local as usize + 1) * d]);
+                }
+            }
+            Ok(())
+        })?;
+        sink.rows(lo, &rows, d, &emb_path)?;
+        meter.add(hi - lo, (hi - lo) * d as u64 * 4)?;
+    }
+    sink.finish(&emb_path)?;
+    meter.finish()?;
+    files.push(emb_name.to_string());
+    let rel_names = if l.store.manifest().graph.relation_names {
+        Some(NameTable::open(&l.store, "relation_names")?)
+    } else {
+        None
+    };
+    let rd = l.relations.dim;
+    let base = l.run.meta.num_relations.max(1) as usize;
+    if rd > 0 {
+        // Rows 0..R are the relations, R..2R their inverses (reciprocal runs).
+        let rel_label = |i: usize| {
+            let (r, inv) = (i % base, i >= base);
+            format!(
+                "{}{}",
+                name_of(rel_names.as_ref(), r as u64),
+                if inv { "_inverse" } else { "" }
+            )
+        };
+        match format {
+            ExportFormat::Npy => {
+                let path = dir.join("relations.npy");
+                let mut w = NpyWriter::create(&path, DType::F32, &[rd as u64], IO_CHUNK)?;
+                w.write(&l.relations.params)?;
+                w.finish()?;
+                files.push("relations.npy".into());
+            }
+            ExportFormat::Tsv => {
+                let path = dir.join("relations.tsv");
+                let mut w = BufWriter::new(
+                    std::fs::File::create(&path).map_err(|e| io_err("create", &path, e))?,
+                );
+                for (i, row) in l.relations.params.chunks_exact(rd).enumerate() {
+                    tsv_row(&mut w, rel_label(i), row).map_err(|e| io_err("write", &path, e))?;
+                }
+                w.flush().map_err(|e| io_err("write", &path, e))?;
+                files.push("relations.tsv".into());
+            }
+        }
+    }
+    if format == ExportFormat::Npy {
+        // The id maps: line i names node (relation) i.
+        if let Some(t) = l.node_names()? {
+            write_lines(
+                &dir.join("node_names.txt"),
+                (0..n).map(|i| name_of(Some(&t), i)),
+            )?;
+            files.push("node_names.txt".into());
+        }
+        if let Some(t) = &rel_names {
+            write_lines(
+                &dir.join("relation_names.txt"),
+                (0..base as u64).map(|i| name_of(Some(t), i)),
+            )?;
+            files.push("relation_names.txt".into());
+        }
+    }
+    let meta = serde_json::json!({
+        "format": "strata-embed-export",
+        "run": l.run.dir,
+        "store": l.run.meta.store,
+        "epoch": l.epoch,
+        "model": l.run.meta.config.model,
+        "dim": d,
+        "num_nodes": n,
+        "num_relations": l.run.meta.num_relations,
+        "relation_rows": l.relations.rows(),
+        "inverse_offset": l.relations.inverse_offset,
+        "files": files,
+    });
+    let path = dir.join("export.json");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&meta).expect("serialises"),
+    )
+    .map_err(|e| io_err("write", &path, e))?;
+    files.push("export.json".into());
+    Ok((files, passes))
+}
+
+fn write_lines(path: &Path, lines: impl Iterator<Item = String>) -> Result<()> {
+    let mut w = BufWriter::new(std::fs::File::create(path).map_err(|e| io_err("create", path, e))?);
+    for line in lines {
+        w.write_all(line.as_bytes())
+            .and_then(|_| w.write_all(b"\n"))
+            .map_err(|e| io_err("write", path, e))?;
+    }
+    w.flush().map_err(|e| io_err("write", path, e))
+}

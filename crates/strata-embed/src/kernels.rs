@@ -1,0 +1,260 @@
+//! Dense kernels of the training step: matrix products (matrixmultiply, which picks its
+//! AVX-512/AVX2/FMA kernels at run time) and a vectorised softmax whose hot loop is compiled for
+//! AVX-512 and AVX2 and chosen at run time, so one build runs everywhere and fast here.
+
+/// `C = alpha * A * B^T + beta * C` with `A: m x k`, `B: n x k`, `C: m x n`, all row-major.
+#[allow(clippy::too_many_arguments)] // the BLAS argument list
+pub fn gemm_abt(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    b: &[f32],
+    beta: f32,
+    c: &mut [f32],
+) {
+    assert!(a.len() >= m * k && b.len() >= n * k && c.len() >= m * n);
+    // SAFETY: the asserts bound every index the strides reach.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            1,
+            k as isize,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// `C = alpha * A * B + beta * C` with `A: m x k`, `B: k x n`, `C: m x n`, all row-major.
+#[allow(clippy::too_many_arguments)] // the BLAS argument list
+pub fn gemm_ab(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    b: &[f32],
+    beta: f32,
+    c: &mut [f32],
+) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    // SAFETY: as above.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            n as isize,
+            1,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// `C = alpha * A^T * B + beta * C` with `A: k x m`, `B: k x n`, `C: m x n`, all row-major.
+#[allow(clippy::too_many_arguments)] // the BLAS argument list
+pub fn gemm_atb(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &[f32],
+    b: &[f32],
+    beta: f32,
+    c: &mut [f32],
+) {
+    assert!(a.len() >= k * m && b.len() >= k * n && c.len() >= m * n);
+    // SAFETY: as above.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            1,
+            m as isize,
+            b.as_ptr(),
+            n as isize,
+            1,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// `exp(x)` for `x <= 0` to within 4e-6 relative error: `2^(x log2 e)` split into an integer
+/// power (built in the exponent bits) and a degree-6 polynomial on `[-0.5, 0.5]`. Written as
+/// straight-line arithmetic without library calls (`floor`, not `round`, which has no vector
+/// instruction) so that the compiler vectorises it.
+#[inline(always)]
+fn exp_neg(x: f32) -> f32 {
+    // Not `clamp`, which passes NaN through; max/min map it to -87.
+    #[allow(clippy::manual_clamp)]
+    let x = x.max(-87.0).min(0.0);
+    let t = x * std::f32::consts::LOG2_E;
+    let k = (t + 0.5).floor();
+    let f = t - k;
+    // 2^f on [-0.5, 0.5] (minimax-like Taylor coefficients of e^(f ln 2)).
+    let p = 1.0
+        + f * (std::f32::consts::LN_2
+            + f * (0.240_226_5
+                + f * (0.055_504_11
+                    + f * (0.009_618_129 + f * (0.001_333_356 + f * 0.000_154_035_3)))));
+    // SAFETY: k is an integer in [-126, 0] (x is clamped, NaN included, to [-87, 0]), so the
+    // unchecked conversion (one vector instruction, unlike `as`) is exact.
+    let k: i32 = unsafe { k.to_int_unchecked() };
+    let bits = ((k + 127) as u32) << 23;
+    p * f32::from_bits(bits)
+}
+
+/// Lanes of the partial sums: independent accumulators let the loop vectorise without
+/// reassociating float additions.
+const LANES: usize = 16;
+
+/// Shifts `row` by `shift`, exponentiates it in place and returns the sum (all inputs `<= shift`).
+#[inline(always)]
+fn exp_sum_generic(row: &mut [f32], shift: f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            let v = exp_neg(c[l] - shift);
+            c[l] = v;
+            acc[l] += v;
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for v in chunks.into_remainder() {
+        *v = exp_neg(*v - shift);
+        sum += *v;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+unsafe fn exp_sum_avx512(row: &mut [f32], shift: f32) -> f32 {
+    exp_sum_generic(row, shift)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_sum_avx2(row: &mut [f32], shift: f32) -> f32 {
+    exp_sum_generic(row, shift)
+}
+
+/// `row[i] = exp(row[i] - shift)`, returning the sum, with the widest vector unit available.
+pub fn exp_sum(row: &mut [f32], shift: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq") {
+            // SAFETY: the features were detected at run time.
+            return unsafe { exp_sum_avx512(row, shift) };
+        }
+        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+            // SAFETY: as above.
+            return unsafe { exp_sum_avx2(row, shift) };
+        }
+    }
+    exp_sum_generic(row, shift)
+}
+
+/// `sum_i a[i] * b[i]`.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight partial sums let the compiler vectorise without reassociation flags.
+    let mut acc = [0.0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for l in 0..8 {
+            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in chunks * 8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// `y += alpha * x`.
+#[inline]
+pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
+    for (yi, xi) in y.iter_mut().zip(x) {
+        *yi += alpha * xi;
+    }
+}
+
+/// A large matrix product timed on this machine, in FLOP/s: the reference that the training
+/// step's achieved rate is reported against.
+pub fn sgemm_reference_flops() -> f64 {
+    let (m, k, n) = (1024, 128, 1024);
+    let a: Vec<f32> = (0..m * k).map(|i| ((i % 17) as f32) * 0.01).collect();
+    let b: Vec<f32> = (0..n * k).map(|i| ((i % 13) as f32) * 0.01).collect();
+    let mut c = vec![0.0f32; m * n];
+    gemm_abt(m, n, k, 1.0, &a, &b, 0.0, &mut c);
+    let reps = 20;
+    let start = std::time::Instant::now();
+    for _ in 0..reps {
+        gemm_abt(m, n, k, 1.0, &a, &b, 0.0, &mut c);
+    }
+    2.0 * (m * n * k * reps) as f64 / start.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exp_is_accurate() {
+        let mut worst = 0.0f64;
+        for i in 0..100_000 {
+            let x = -(i as f32) * 0.0008;
+            let got = exp_neg(x) as f64;
+            let want = (x as f64).exp();
+            worst = worst.max((got - want).abs() / want);
+        }
+        assert!(worst < 5e-6, "{worst}");
+        let mut row = vec![0.0f32, -1.0, -2.0, -100.0];
+        let s = exp_sum(&mut row, 0.0);
+        assert!((s - (1.0 + (-1f32).exp() + (-2f32).exp())).abs() < 1e-6);
+        assert!(row[3] >= 0.0 && row[3] < 1e-30);
+    }
+
+    #[test]
+    fn gemm_layouts() {
+        // A = [[1,2],[3,4]], B = [[5,6],[7,8]]
+        let a = [1.0, 2.0, 3.0, 4.0];
+        let b = [5.0, 6.0, 7.0, 8.0];
+        let mut c = [0.0f32; 4];
+        gemm_abt(2, 2, 2, 1.0, &a, &b, 0.0, &mut c);
+        assert_eq!(c, [17.0, 23.0, 39.0, 53.0]);
+        gemm_ab(2, 2, 2, 1.0, &a, &b, 0.0, &mut c);
+        assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
+        gemm_atb(2, 2, 2, 1.0, &a, &b, 0.0, &mut c);
+        assert_eq!(c, [26.0, 30.0, 38.0, 44.0]);
+        assert!((dot(&[1.0; 19], &[2.0; 19]) - 38.0).abs() < 1e-6);
+    }
+}

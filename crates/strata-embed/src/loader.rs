@@ -1,0 +1,201 @@
+//! Background I/O of an epoch: partition swaps (write the evicted partition back, read the next
+//! one into the same slot) and bucket edges read ahead in training order. The trainer decides
+//! when a swap may start; these threads only move bytes.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use strata_io::{AlignedBuf, Engine, IoFile, OpenMode};
+use strata_store::array::RowReader;
+
+use crate::error::{EmbedError, Result};
+use crate::partitioning::Buckets;
+use crate::table::{Layout, TableFile};
+
+/// One swap: write `evict` (if any) from `buf` to `to`, then read `load` into it from `from`.
+pub struct Swap {
+    pub slot: usize,
+    pub buf: AlignedBuf,
+    pub evict: Option<(u32, Arc<TableFile>)>,
+    pub load: (u32, Arc<TableFile>),
+}
+
+/// A finished swap: the slot's buffer, now holding the loaded partition.
+pub struct Swapped {
+    pub slot: usize,
+    pub buf: AlignedBuf,
+    pub result: Result<()>,
+    /// When the swap thread started and finished moving its bytes.
+    pub started: Instant,
+    pub finished: Instant,
+}
+
+/// The thread doing partition swaps.
+pub struct Swapper {
+    tx: Option<Sender<Swap>>,
+    rx: Receiver<Swapped>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Swapper {
+    pub fn start(engine: Arc<Engine>, layout: Layout) -> Swapper {
+        let (tx, jobs) = unbounded::<Swap>();
+        let (done_tx, rx) = unbounded::<Swapped>();
+        let handle = std::thread::Builder::new()
+            .name("strata-embed-swap".into())
+            .spawn(move || {
+                for mut s in jobs {
+                    let started = Instant::now();
+                    let mut result = Ok(());
+                    if let Some((p, to)) = &s.evict {
+                        result = to.write_partition(&engine, &layout, *p, &mut s.buf);
+                    }
+                    if result.is_ok() {
+                        result = s
+                            .load
+                            .1
+                            .read_partition(&engine, &layout, s.load.0, &mut s.buf);
+                    }
+                    let done = Swapped {
+                        slot: s.slot,
+                        buf: s.buf,
+                        result,
+                        started,
+                        finished: Instant::now(),
+                    };
+                    if done_tx.send(done).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("spawn the swap thread");
+        Swapper {
+            tx: Some(tx),
+            rx,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn start_swap(&self, s: Swap) {
+        self.tx
+            .as_ref()
+            .expect("running")
+            .send(s)
+            .expect("the swap thread runs");
+    }
+
+    /// Waits for the swap in flight.
+    pub fn wait(&self) -> Swapped {
+        self.rx.recv().expect("the swap thread answers")
+    }
+}
+
+impl Drop for Swapper {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A piece of one bucket's edges as `(src_local, rel, dst_local)` rows.
+pub struct BucketEdges {
+    pub bucket: (u32, u32),
+    /// Whether this is the bucket's last piece.
+    pub last: bool,
+    pub edges: Result<Vec<[i32; 3]>>,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+/// Reads the edges of `order`'s buckets in that order, in pieces of at most `piece_rows`
+/// edges, up to `ahead` pieces ahead (so edge memory stays bounded whatever a bucket's size).
+/// Every bucket yields at least one piece, possibly empty.
+pub fn prefetch_edges(
+    engine: Arc<Engine>,
+    buckets: Arc<Buckets>,
+    order: Vec<(u32, u32)>,
+    piece_rows: u64,
+    ahead: usize,
+) -> (Receiver<BucketEdges>, JoinHandle<()>) {
+    let (tx, rx) = bounded::<BucketEdges>(ahead.max(1));
+    let handle = std::thread::Builder::new()
+        .name("strata-embed-edges".into())
+        .spawn(move || {
+            let path = buckets.edges_path();
+            let file = strata_store::npy::read_header(&path)
+                .map_err(EmbedError::from)
+                .and_then(|h| Ok((h.data_offset, engine.open(&path, OpenMode::Read)?)));
+            for bucket in order {
+                let range = buckets.range(bucket.0, bucket.1);
+                let mut at = range.start;
+                loop {
+                    let end = range.end.min(at + piece_rows.max(1));
+                    let edges = match &file {
+                        Ok((data_offset, f)) => read_rows(f, &path, *data_offset, at..end),
+                        Err(e) => Err(EmbedError::Corrupt(format!("{}: {e}", path.display()))),
+                    };
+                    let failed = edges.is_err();
+                    let piece = BucketEdges {
+                        bucket,
+                        last: end == range.end,
+                        bytes: (end - at) * ROW_BYTES,
+                        edges,
+                    };
+                    if tx.send(piece).is_err() || failed {
+                        return;
+                    }
+                    at = end;
+                    if at == range.end {
+                        break;
+                    }
+                }
+            }
+        })
+        .expect("spawn the edge prefetch thread");
+    (rx, handle)
+}
+
+/// Bytes of one bucketed edge row (three int32).
+const ROW_BYTES: u64 = 12;
+
+fn read_rows(
+    file: &IoFile,
+    path: &std::path::Path,
+    data_offset: u64,
+    rows: std::ops::Range<u64>,
+) -> Result<Vec<[i32; 3]>> {
+    let count = (rows.end - rows.start) as usize;
+    let mut out: Vec<[i32; 3]> = Vec::with_capacity(count);
+    if count == 0 {
+        return Ok(out);
+    }
+    let start = data_offset + rows.start * ROW_BYTES;
+    let mut reader = RowReader::records(
+        file.clone(),
+        start,
+        start + count as u64 * ROW_BYTES,
+        ROW_BYTES as usize,
+        4 << 20,
+    );
+    while let Some(batch) = reader.next_batch()? {
+        out.extend(batch.chunks_exact(12).map(|c| {
+            [
+                i32::from_le_bytes(c[0..4].try_into().unwrap()),
+                i32::from_le_bytes(c[4..8].try_into().unwrap()),
+                i32::from_le_bytes(c[8..12].try_into().unwrap()),
+            ]
+        }));
+    }
+    if out.len() != count {
+        return Err(EmbedError::Corrupt(format!(
+            "{}: bucket rows {rows:?} hold {} edges",
+            path.display(),
+            out.len()
+        )));
+    }
+    Ok(out)
+}

@@ -1,0 +1,192 @@
+use super::*;
+
+fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
+fn loss_of(model: &Model, loss: LossKind, b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> f64 {
+    let mut g = Grads::default();
+    let mut s = Scratch::default();
+    chunk_step(
+        model, loss, 0.5, b, n, &inputs[0], &inputs[1], &inputs[2], &inputs[3], &mut g, &mut s,
+    )
+}
+
+/// Central finite differences against the analytic gradient of every input.
+fn check(kind: ModelKind, norm: u8, loss: LossKind) {
+    let (b, n, d) = (3usize, 4usize, 6usize);
+    let model = Model {
+        kind,
+        dim: d,
+        transe_norm: norm,
+    };
+    let inputs = [
+        rand_vec(b * d, 1),
+        rand_vec(b * model.rel_dim(), 2),
+        rand_vec(b * d, 3),
+        rand_vec(n * d, 4),
+    ];
+    let mut g = Grads::default();
+    let mut s = Scratch::default();
+    chunk_step(
+        &model, loss, 0.5, b, n, &inputs[0], &inputs[1], &inputs[2], &inputs[3], &mut g, &mut s,
+    );
+    let analytic = [g.src.clone(), g.rel.clone(), g.dst.clone(), g.neg.clone()];
+    let h = 1e-3f32;
+    for (which, grad) in analytic.iter().enumerate() {
+        for idx in 0..inputs[which].len() {
+            let mut up = inputs.clone();
+            up[which][idx] += h;
+            let mut down = inputs.clone();
+            down[which][idx] -= h;
+            let numeric = (loss_of(&model, loss, b, n, &up) - loss_of(&model, loss, b, n, &down))
+                / (2.0 * h as f64);
+            let got = grad[idx] as f64;
+            let tol = 2e-2 * numeric.abs().max(got.abs()).max(0.05);
+            assert!(
+                (numeric - got).abs() <= tol,
+                "{kind:?}/{norm} {loss:?}: input {which} element {idx}: numeric {numeric} vs analytic {got}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    for loss in [LossKind::Softmax, LossKind::Logistic, LossKind::Margin] {
+        check(ModelKind::Dot, 2, loss);
+        check(ModelKind::DistMult, 2, loss);
+        check(ModelKind::ComplEx, 2, loss);
+        check(ModelKind::TransE, 2, loss);
+        check(ModelKind::TransE, 1, loss);
+        check(ModelKind::RotatE, 2, loss);
+    }
+}
+
+#[test]
+fn complex_scores_are_the_real_part_of_the_trilinear_product() {
+    // One coordinate: s = 1 + 2i, r = 3 - i, t = 0.5 + 4i: Re(s r conj t) = Re((5 + 5i)(0.5 - 4i)) = 22.5
+    let model = Model {
+        kind: ModelKind::ComplEx,
+        dim: 2,
+        transe_norm: 2,
+    };
+    let (src, rel, dst, neg) = ([1.0, 2.0], [3.0, -1.0], [0.5, 4.0], [0.5, 4.0]);
+    let mut g = Grads::default();
+    let mut s = Scratch::default();
+    // With the negative equal to the positive, softmax loss is ln 2 whatever the score.
+    let l = chunk_step(
+        &model,
+        LossKind::Softmax,
+        0.0,
+        1,
+        1,
+        &src,
+        &rel,
+        &dst,
+        &neg,
+        &mut g,
+        &mut s,
+    );
+    assert!((l - std::f64::consts::LN_2).abs() < 1e-6);
+    assert!((s.pos[0] - 22.5).abs() < 1e-5, "{}", s.pos[0]);
+}
+
+#[test]
+fn candidate_scores_agree_with_training_scores() {
+    // The evaluation scorer and the training step must rank with the same function: with one
+    // negative equal to the positive target, softmax weights of the two are equal.
+    for (kind, norm) in [
+        (ModelKind::Dot, 2),
+        (ModelKind::DistMult, 2),
+        (ModelKind::ComplEx, 2),
+        (ModelKind::TransE, 1),
+        (ModelKind::TransE, 2),
+        (ModelKind::RotatE, 2),
+    ] {
+        let (b, n, d) = (3usize, 5usize, 8usize);
+        let model = Model {
+            kind,
+            dim: d,
+            transe_norm: norm,
+        };
+        let src = rand_vec(b * d, 11);
+        let rel = rand_vec(b * model.rel_dim(), 12);
+        let cands = rand_vec(n * d, 13);
+        let mut out = vec![0.0f32; b * n];
+        let mut s = Scratch::default();
+        score_candidates(&model, b, n, &src, &rel, &cands, &mut out, &mut s);
+        for i in 0..b {
+            for j in 0..n {
+                // Score (src_i, rel_i, cand_j) as a positive through the training path.
+                let mut g = Grads::default();
+                let mut s2 = Scratch::default();
+                let dst = cands[j * d..(j + 1) * d].to_vec();
+                chunk_step(
+                    &model,
+                    LossKind::Softmax,
+                    0.0,
+                    1,
+                    1,
+                    &src[i * d..(i + 1) * d],
+                    &rel[i * model.rel_dim()..(i + 1) * model.rel_dim()],
+                    &dst,
+                    &dst,
+                    &mut g,
+                    &mut s2,
+                );
+                assert!(
+                    (s2.pos[0] - out[i * n + j]).abs() < 1e-4,
+                    "{kind:?}: {} vs {}",
+                    s2.pos[0],
+                    out[i * n + j]
+                );
+            }
+        }
+    }
+}
+
+/// A head query through the reversed relation scores exactly the triple it corrupts:
+/// score(h, r, t) == score(t, reverse(r), h).
+#[test]
+fn reversed_relation_scores_the_same_triple() {
+    let d = 8;
+    for (kind, norm) in [
+        (ModelKind::DistMult, 2),
+        (ModelKind::ComplEx, 2),
+        (ModelKind::TransE, 1),
+        (ModelKind::TransE, 2),
+        (ModelKind::RotatE, 2),
+    ] {
+        let model = Model {
+            kind,
+            dim: d,
+            transe_norm: norm,
+        };
+        let (h, t) = (rand_vec(d, 11), rand_vec(d, 12));
+        let r = rand_vec(model.rel_dim(), 13);
+        let mut r_rev = r.clone();
+        model.reverse_relation(&mut r_rev);
+        let mut s = Scratch::default();
+        let (mut forward, mut backward) = ([0.0f32], [0.0f32]);
+        score_candidates(&model, 1, 1, &h, &r, &t, &mut forward, &mut s);
+        score_candidates(&model, 1, 1, &t, &r_rev, &h, &mut backward, &mut s);
+        assert!(
+            (forward[0] - backward[0]).abs() < 1e-5,
+            "{kind:?}: {forward:?} vs {backward:?}"
+        );
+        if kind != ModelKind::DistMult {
+            // Without the reversal the head score would differ (so the test can fail).
+            score_candidates(&model, 1, 1, &t, &r, &h, &mut backward, &mut s);
+            assert!((forward[0] - backward[0]).abs() > 1e-4, "{kind:?}");
+        }
+    }
+}

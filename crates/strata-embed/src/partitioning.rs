@@ -1,0 +1,308 @@
+//! Node partitions and edge buckets.
+//!
+//! Nodes are spread over `n` partitions by a seeded bijection of their ids (so hubs do not
+//! crowd one partition): node `v` sits at position `π(v)`, in partition `π(v) / size` at local
+//! index `π(v) % size`. Train edges are grouped into `n x n` buckets `(partition of source,
+//! partition of destination)` and stored, with local ids, in the store under
+//! `partitions/n{n}-seed{seed}/` (a derived index: the store's own arrays are unchanged).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use strata_io::progress::{Meter, Progress};
+use strata_store::array::{decode_ints, NpyWriter, RowReader, IO_CHUNK};
+use strata_store::perm::Perm;
+use strata_store::rng::derive;
+use strata_store::units::fmt_bytes;
+use strata_store::{Store, StoreError};
+
+use crate::error::{EmbedError, Result};
+
+/// Where each node lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Partitioning {
+    pub num_nodes: u64,
+    pub partitions: u32,
+    /// Positions per partition (the last one may hold fewer nodes).
+    pub part_size: u64,
+    pub seed: u64,
+}
+
+impl Partitioning {
+    pub fn new(num_nodes: u64, partitions: u32, seed: u64) -> Result<Self> {
+        if partitions == 0 || partitions as u64 > num_nodes.max(1) {
+            return Err(EmbedError::Config(format!(
+                "partitions must be between 1 and the number of nodes ({num_nodes}), got {partitions}"
+            )));
+        }
+        let part_size = num_nodes.div_ceil(partitions as u64);
+        if part_size > i32::MAX as u64 {
+            return Err(EmbedError::Config(format!(
+                "{part_size} nodes per partition do not fit int32 local ids; use at least {} partitions",
+                num_nodes.div_ceil(i32::MAX as u64)
+            )));
+        }
+        Ok(Partitioning {
+            num_nodes,
+            partitions,
+            part_size,
+            seed,
+        })
+    }
+
+    /// The bijection, or `None` for a single partition (identity, which keeps exports in id order).
+    fn perm(&self) -> Option<Perm> {
+        (self.partitions > 1).then(|| Perm::new(self.num_nodes, derive(self.seed, 0x9a27)))
+    }
+
+    /// A locator reusable for many nodes.
+    pub fn locator(&self) -> Locator {
+        Locator {
+            perm: self.perm(),
+            part_size: self.part_size,
+            num_nodes: self.num_nodes,
+        }
+    }
+
+    /// Nodes in partition `p`.
+    pub fn size_of(&self, p: u32) -> u64 {
+        let start = p as u64 * self.part_size;
+        self.num_nodes.saturating_sub(start).min(self.part_size)
+    }
+}
+
+/// Maps node ids to (partition, local index) and back.
+pub struct Locator {
+    perm: Option<Perm>,
+    part_size: u64,
+    num_nodes: u64,
+}
+
+impl Locator {
+    /// `(partition, local index)` of node `v`.
+    pub fn locate(&self, v: u64) -> (u32, u32) {
+        let pos = self.perm.as_ref().map_or(v, |p| p.apply(v));
+        ((pos / self.part_size) as u32, (pos % self.part_size) as u32)
+    }
+
+    /// The node at local index `local` of partition `p`.
+    pub fn node(&self, p: u32, local: u32) -> u64 {
+        let pos = p as u64 * self.part_size + local as u64;
+        debug_assert!(pos < self.num_nodes);
+        self.perm.as_ref().map_or(pos, |q| q.invert(pos))
+    }
+}
+
+/// The bucketed train edges of a store for one partitioning.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Buckets {
+    pub partitioning: Partitioning,
+    pub num_edges: u64,
+    /// Bytes of the store's train-edge array this was built from (a staleness check).
+    pub source_bytes: u64,
+    #[serde(skip)]
+    pub dir: PathBuf,
+    /// `offsets[a * n + b]..offsets[a * n + b + 1]` are the rows of bucket `(a, b)`.
+    #[serde(skip)]
+    pub offsets: Vec<u64>,
+}
+
+impl Buckets {
+    /// Rows of bucket `(a, b)` in `edges.npy`.
+    pub fn range(&self, a: u32, b: u32) -> std::ops::Range<u64> {
+        let i = (a * self.partitioning.partitions + b) as usize;
+        self.offsets[i]..self.offsets[i + 1]
+    }
+
+    /// Path of the bucketed edge array: `(E, 3)` int32 rows `(src_local, rel, dst_local)`.
+    pub fn edges_path(&self) -> PathBuf {
+        self.dir.join("edges.npy")
+    }
+
+    /// Edges in the largest bucket.
+    pub fn max_bucket(&self) -> u64 {
+        self.offsets
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn index_dir(store: &Store, p: &Partitioning) -> PathBuf {
+    store
+        .path()
+        .join("partitions")
+        .join(format!("n{}-seed{}", p.partitions, p.seed))
+}
+
+/// The buckets of `store` for `partitioning`, built (within `budget` bytes) unless an index
+/// built from the same edges already exists.
+pub fn buckets(
+    store: &Store,
+    partitioning: &Partitioning,
+    budget: u64,
+    progress: &dyn Progress,
+) -> Result<Buckets> {
+    let dir = index_dir(store, partitioning);
+    let edges = store.require("edges_train")?.clone();
+    let source_bytes = std::fs::metadata(store.array_path("edges_train")?)
+        .map_err(|e| StoreError::Io(strata_io::IoError::os("stat", &dir, 0, e)))?
+        .len();
+    if let Ok(existing) = load(&dir) {
+        if existing.partitioning == *partitioning && existing.source_bytes == source_bytes {
+            return Ok(existing);
+        }
+    }
+    let n = partitioning.partitions as usize;
+    let locator = partitioning.locator();
+    let cols = edges.shape[1] as usize;
+    let num_edges = edges.shape[0];
+    // Pass 1: bucket sizes.
+    let mut counts = vec![0u64; n * n];
+    let mut meter = Meter::new(progress, "bucket counts", edges.data_bytes(), num_edges);
+    let mut reader = RowReader::open_array(store.path(), &edges, IO_CHUNK)?;
+    let mut vals = Vec::new();
+    while let Some(bytes) = reader.next_batch()? {
+        vals.clear();
+        decode_ints(bytes, edges.dtype, &mut vals);
+        for row in vals.chunks_exact(cols) {
+            let (a, _) = locator.locate(row[0] as u64);
+            let (b, _) = locator.locate(row[cols - 1] as u64);
+            counts[a as usize * n + b as usize] += 1;
+        }
+        meter.add((vals.len() / cols) as u64, bytes.len() as u64)?;
+    }
+    meter.finish()?;
+    let mut offsets = vec![0u64; n * n + 1];
+    for i in 0..n * n {
+        offsets[i + 1] = offsets[i] + counts[i];
+    }
+    // Pass 2+: groups of consecutive buckets that fit the budget, scattered in memory.
+    let row_bytes = 12u64;
+    let group_budget = budget
+        .saturating_sub(4 * IO_CHUNK as u64)
+        .max(row_bytes * 1024);
+    let parent = dir.parent().expect("index dir has a parent").to_path_buf();
+    std::fs::create_dir_all(&parent)
+        .map_err(|e| StoreError::Io(strata_io::IoError::os("mkdir", &parent, 0, e)))?;
+    let tmp = parent.join(format!(
+        ".n{n}-seed{}.partial-{}",
+        partitioning.seed,
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp)
+        .map_err(|e| StoreError::Io(strata_io::IoError::os("mkdir", &tmp, 0, e)))?;
+    let cleanup = TempDir(tmp.clone());
+    let mut w = NpyWriter::create(
+        &tmp.join("edges.npy"),
+        strata_store::DType::I32,
+        &[3],
+        IO_CHUNK,
+    )?;
+    let mut start = 0usize;
+    let mut passes = 0;
+    while start < n * n {
+        let mut end = start + 1;
+        while end < n * n && (offsets[end + 1] - offsets[start]) * row_bytes <= group_budget {
+            end += 1;
+        }
+        let base = offsets[start];
+        let mut group = vec![[0i32; 3]; (offsets[end] - base) as usize];
+        let mut cursor: Vec<u64> = offsets[start..end].iter().map(|o| o - base).collect();
+        passes += 1;
+        let mut meter = Meter::new(
+            progress,
+            &format!("bucket pass {passes}"),
+            edges.data_bytes(),
+            num_edges,
+        );
+        let mut reader = RowReader::open_array(store.path(), &edges, IO_CHUNK)?;
+        while let Some(bytes) = reader.next_batch()? {
+            vals.clear();
+            decode_ints(bytes, edges.dtype, &mut vals);
+            for row in vals.chunks_exact(cols) {
+                let (a, la) = locator.locate(row[0] as u64);
+                let (b, lb) = locator.locate(row[cols - 1] as u64);
+                let bucket = a as usize * n + b as usize;
+                if (start..end).contains(&bucket) {
+                    let rel = if cols == 3 { row[1] as i32 } else { 0 };
+                    let c = &mut cursor[bucket - start];
+                    group[*c as usize] = [la as i32, rel, lb as i32];
+                    *c += 1;
+                }
+            }
+            meter.add((vals.len() / cols) as u64, bytes.len() as u64)?;
+        }
+        meter.finish()?;
+        w.write(bytemuck::cast_slice::<[i32; 3], i32>(&group))?;
+        start = end;
+    }
+    w.finish()?;
+    let mut off_w = NpyWriter::create(
+        &tmp.join("offsets.npy"),
+        strata_store::DType::I64,
+        &[],
+        IO_CHUNK,
+    )?;
+    off_w.write(&offsets.iter().map(|&o| o as i64).collect::<Vec<_>>())?;
+    off_w.finish()?;
+    let result = Buckets {
+        partitioning: partitioning.clone(),
+        num_edges,
+        source_bytes,
+        dir: dir.clone(),
+        offsets,
+    };
+    let manifest = serde_json::to_string_pretty(&result).expect("serialises");
+    std::fs::write(tmp.join("manifest.json"), manifest)
+        .map_err(|e| StoreError::Io(strata_io::IoError::os("write", &tmp, 0, e)))?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| StoreError::Io(strata_io::IoError::os("remove", &dir, 0, e)))?;
+    }
+    std::fs::rename(&tmp, &dir)
+        .map_err(|e| StoreError::Io(strata_io::IoError::os("rename", &dir, 0, e)))?;
+    std::mem::forget(cleanup);
+    progress.message(&format!(
+        "bucketed {num_edges} train edges into {}x{} buckets in {} pass(es) within {} (largest bucket {} edges)",
+        n,
+        n,
+        passes + 1,
+        fmt_bytes(budget),
+        result.max_bucket()
+    ));
+    Ok(result)
+}
+
+/// Reads an existing bucket index.
+pub fn load(dir: &Path) -> Result<Buckets> {
+    let text = std::fs::read_to_string(dir.join("manifest.json"))
+        .map_err(|e| StoreError::Io(strata_io::IoError::os("read", dir, 0, e)))?;
+    let mut b: Buckets = serde_json::from_str(&text)
+        .map_err(|e| EmbedError::Corrupt(format!("{}: {e}", dir.display())))?;
+    let (_, bytes) = strata_store::array::read_all_bytes(&dir.join("offsets.npy"))?;
+    b.offsets = bytes
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as u64)
+        .collect();
+    b.dir = dir.to_path_buf();
+    let n = b.partitioning.partitions as usize;
+    if b.offsets.len() != n * n + 1 || b.offsets.last() != Some(&b.num_edges) {
+        return Err(EmbedError::Corrupt(format!(
+            "{}: offsets do not match {n}x{n} buckets",
+            dir.display()
+        )));
+    }
+    Ok(b)
+}
+
+/// Removes a directory when dropped (a failed build leaves nothing behind).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,165 @@
+//! The node embedding table on disk: partition-major, each partition's embeddings followed by
+//! its Adagrad state, padded to 4096 bytes, read and written whole through the I/O engine.
+//!
+//! A run keeps three table files. `current` is the consistent state after the last completed
+//! epoch; `best` the one with the best validation metric; an epoch reads partitions from
+//! `current` (or from `next` once written back this epoch) and writes every partition back to
+//! `next`, which becomes `current` only when the epoch's checkpoint is committed. A crash at
+//! any moment therefore leaves `current` and `best` intact.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use strata_io::{align_up, AlignedBuf, Engine, IoBuf, IoFile, OpenMode, Request};
+use strata_store::rng::{derive, Rng};
+
+use crate::config::OptimizerKind;
+use crate::error::Result;
+use crate::partitioning::Partitioning;
+
+/// Byte layout of one partition region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Rows per partition (the last partition's extra rows are never used).
+    pub rows: u64,
+    pub dim: usize,
+    /// Adagrad state floats per row: `dim`, or 1 for row-wise Adagrad.
+    pub state_per_row: usize,
+}
+
+impl Layout {
+    pub fn new(p: &Partitioning, dim: usize, optimizer: OptimizerKind) -> Layout {
+        Layout {
+            rows: p.part_size,
+            dim,
+            state_per_row: match optimizer {
+                OptimizerKind::Adagrad => dim,
+                OptimizerKind::AdagradRow => 1,
+            },
+        }
+    }
+
+    /// Floats of embeddings in a partition.
+    pub fn emb_floats(&self) -> usize {
+        self.rows as usize * self.dim
+    }
+
+    /// Bytes of one partition region (embeddings + state), padded for `O_DIRECT`.
+    pub fn part_bytes(&self) -> u64 {
+        align_up(self.rows * (self.dim + self.state_per_row) as u64 * 4)
+    }
+}
+
+/// One table file.
+pub struct TableFile {
+    pub path: PathBuf,
+    file: IoFile,
+}
+
+/// Size of each partition read or write request (several are in flight at once).
+const IO_CHUNK: usize = 64 << 20;
+
+impl TableFile {
+    /// Opens (creating when `create`) the table file at `path`.
+    pub fn open(engine: &Arc<Engine>, path: &Path, create: bool) -> Result<TableFile> {
+        let mode = if create {
+            OpenMode::Create
+        } else {
+            OpenMode::ReadWrite
+        };
+        Ok(TableFile {
+            path: path.to_path_buf(),
+            file: engine.open(path, mode)?,
+        })
+    }
+
+    /// Reads partition `p` into `buf` (its whole region).
+    pub fn read_partition(
+        &self,
+        engine: &Arc<Engine>,
+        layout: &Layout,
+        p: u32,
+        buf: &mut AlignedBuf,
+    ) -> Result<()> {
+        self.transfer(engine, layout, p, buf, false)
+    }
+
+    /// Writes partition `p` from `buf`.
+    pub fn write_partition(
+        &self,
+        engine: &Arc<Engine>,
+        layout: &Layout,
+        p: u32,
+        buf: &mut AlignedBuf,
+    ) -> Result<()> {
+        self.transfer(engine, layout, p, buf, true)
+    }
+
+    fn transfer(
+        &self,
+        engine: &Arc<Engine>,
+        layout: &Layout,
+        p: u32,
+        buf: &mut AlignedBuf,
+        write: bool,
+    ) -> Result<()> {
+        let bytes = layout.part_bytes() as usize;
+        assert!(buf.capacity() >= bytes, "partition buffer too small");
+        let base = p as u64 * layout.part_bytes();
+        let region = buf.full_mut().as_mut_ptr();
+        let mut q = engine.queue();
+        let mut offset = 0usize;
+        while offset < bytes {
+            let len = IO_CHUNK.min(bytes - offset);
+            // SAFETY: the pieces are disjoint parts of `buf`, which this function borrows
+            // mutably until every completion below has been received.
+            let piece = unsafe { IoBuf::borrowed(region.add(offset), len) };
+            let at = base + offset as u64;
+            q.submit([if write {
+                Request::write(&self.file, at, len, piece, 0)
+            } else {
+                Request::read(&self.file, at, len, piece, 0)
+            }]);
+            offset += len;
+        }
+        let mut first_error = None;
+        while let Some(c) = q.wait() {
+            if let Err(e) = c.result {
+                first_error.get_or_insert(e);
+            }
+        }
+        match first_error {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Flushes the file to the device.
+    pub fn sync(&self) -> Result<()> {
+        Ok(self.file.file().sync()?)
+    }
+}
+
+/// Fills partition `p`'s embeddings with `N(0, init_scale)` values (a pure function of the
+/// seed and `p`) and its Adagrad state with zeros.
+pub fn init_partition(
+    layout: &Layout,
+    p: u32,
+    used_rows: u64,
+    init_scale: f32,
+    seed: u64,
+    buf: &mut AlignedBuf,
+) {
+    let floats: &mut [f32] =
+        bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.part_bytes() as usize]);
+    floats.fill(0.0);
+    let mut rng = Rng::new(derive(derive(seed, 0xe3b0), p as u64));
+    for v in floats[..used_rows as usize * layout.dim].chunks_mut(2) {
+        let (a, b) = rng.normal_pair();
+        v[0] = a as f32 * init_scale;
+        if v.len() > 1 {
+            v[1] = b as f32 * init_scale;
+        }
+    }
+}

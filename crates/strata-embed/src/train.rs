@@ -1,0 +1,495 @@
+//! A whole training job: plan the budget, bucket the edges, create or resume the run, check
+//! whether I/O can hide, train epoch by epoch with validation and checkpoints, and finally
+//! evaluate the best checkpoint on the test split.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use strata_io::profile::DeviceProfile;
+use strata_io::progress::Progress;
+use strata_io::Engine;
+use strata_store::units::fmt_bytes;
+use strata_store::Store;
+
+use crate::budget::{self, BudgetPlan};
+use crate::buffer::PartitionBuffer;
+use crate::config::{OptimizerKind, Protocol, TrainConfig};
+use crate::error::{EmbedError, Result};
+use crate::eval::{make_queries, read_triples, EvalSpec, Metrics, Scorer};
+use crate::kernels::sgemm_reference_flops;
+use crate::model::{Model, ModelKind};
+use crate::overlap;
+use crate::partitioning::{buckets, Partitioning};
+use crate::relations::Relations;
+use crate::run::{
+    is_run, sync_dir, train_bytes, Checkpoint, EpochRecord, Run, RunMeta, Which, RUN_FORMAT,
+    RUN_VERSION,
+};
+use crate::table::{Layout, TableFile};
+use crate::trainer::Trainer;
+
+/// Worker threads for `cfg` (0: one per core).
+pub fn threads_for(cfg: &TrainConfig) -> usize {
+    if cfg.threads == 0 {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    } else {
+        cfg.threads
+    }
+}
+
+/// The evaluation settings of a run's config.
+pub fn eval_spec(cfg: &TrainConfig, plan: &BudgetPlan, threads: usize) -> EvalSpec {
+    EvalSpec {
+        protocol: cfg.eval_protocol,
+        negatives: cfg.eval_negatives,
+        batch: cfg.chunk_size,
+        max_queries: cfg.eval_max_queries,
+        corrupt: cfg.corrupt,
+        seed: cfg.seed,
+        threads,
+        round: plan.eval_round,
+    }
+}
+
+/// Fields that shape the stored state: a resumed run must keep them.
+fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
+    let checks: [(&'static str, bool); 7] = [
+        ("model", a.model == b.model),
+        ("dim", a.dim == b.dim),
+        ("transe_norm", a.transe_norm == b.transe_norm),
+        ("optimizer", a.optimizer == b.optimizer),
+        ("reciprocal", a.reciprocal == b.reciprocal),
+        ("seed", a.seed == b.seed),
+        (
+            "partitions",
+            a.partitions == 0 || b.partitions == 0 || a.partitions == b.partitions,
+        ),
+    ];
+    checks.iter().find(|(_, same)| !same).map(|(name, _)| *name)
+}
+
+/// Everything an epoch loop needs, set up.
+struct Setup {
+    run: Run,
+    store: Store,
+    plan: BudgetPlan,
+    trainer: Trainer,
+    resumed: bool,
+}
+
+/// Trains `cfg` on the store at `store_path` in `run_dir`: resumes the run there if there is
+/// one (unless `fresh`), else starts a new one. `on_epoch` sees every committed epoch.
+pub fn train(
+    store_path: &Path,
+    run_dir: &Path,
+    cfg: TrainConfig,
+    fresh: bool,
+    progress: &dyn Progress,
+    on_epoch: &mut dyn FnMut(&EpochRecord),
+) -> Result<RunMeta> {
+    cfg.validate().map_err(EmbedError::Config)?;
+    let mut s = setup(store_path, run_dir, cfg, fresh, progress)?;
+    let model = s.trainer.model;
+    let threads = s.trainer.threads();
+    let sched = s.trainer.schedule()?;
+    if let Some(profile) = DeviceProfile::for_path(run_dir) {
+        let t = overlap::measure_edge_seconds(&model, &s.trainer.cfg, threads);
+        match overlap::check(&sched, &s.trainer.buckets, model.dim, s.plan.buffer_bytes, s.plan.part_bytes, t, &profile) {
+            Some(c) => c.describe().iter().for_each(|l| progress.message(l)),
+            None => progress.message(&format!(
+                "Theorem 3: all {} partition(s) stay resident, no swaps to hide ({:.3} us/edge measured)",
+                s.plan.partitions,
+                t * 1e6
+            )),
+        }
+    } else if sched.swaps() > 0 {
+        progress.message(&format!(
+            "Theorem 3: no device profile for the disk holding {}; run `strata bench-disk --dir {}` to check whether I/O can hide",
+            run_dir.display(),
+            run_dir.display()
+        ));
+    }
+    let valid = if s.trainer.cfg.eval_every > 0 && s.store.array("edges_valid").is_some() {
+        let triples = read_triples(&s.store, "valid")?;
+        Some(make_queries(
+            &triples,
+            s.trainer.cfg.corrupt,
+            s.trainer.cfg.eval_max_queries,
+            s.trainer.cfg.seed,
+        ))
+    } else {
+        None
+    };
+    let spec = eval_spec(&s.trainer.cfg, &s.plan, threads);
+    let epochs = s.trainer.cfg.epochs;
+    if s.resumed && s.run.meta.current.epoch < epochs {
+        progress.message(&format!(
+            "resuming {} after epoch {}",
+            s.run.dir.display(),
+            s.run.meta.current.epoch
+        ));
+    }
+    while s.run.meta.current.epoch < epochs {
+        let epoch = s.run.meta.current.epoch;
+        let spare = s.run.meta.spare();
+        let current = Arc::new(TableFile::open(
+            s.trainer.buffer.engine(),
+            &s.run.table_path(&s.run.meta.current.table),
+            false,
+        )?);
+        let next = Arc::new(TableFile::open(
+            s.trainer.buffer.engine(),
+            &s.run.table_path(spare),
+            false,
+        )?);
+        let (report, timeline) = s.trainer.epoch(epoch, &current, &next, progress)?;
+        let (rp, sp) = s.run.relation_paths(epoch + 1);
+        s.trainer.relations.save(&rp, &sp)?;
+        let due = (epoch + 1) % s.trainer.cfg.eval_every.max(1) == 0 || epoch + 1 == epochs;
+        let valid_metrics = match (&valid, due) {
+            (Some(queries), true) => {
+                let mut scorer = Scorer {
+                    model,
+                    relations: &s.trainer.relations,
+                    partitioning: &s.trainer.buckets.partitioning,
+                    buffer: &mut s.trainer.buffer,
+                    table: &next,
+                };
+                Some(scorer.evaluate(&s.store, "valid", queries, &spec, progress)?)
+            }
+            _ => None,
+        };
+        let ckpt = Checkpoint {
+            epoch: epoch + 1,
+            table: spare.to_string(),
+        };
+        let improved = match (&valid_metrics, s.run.meta.best_mrr) {
+            (Some(m), Some(best)) => m.mrr > best,
+            (Some(_), None) => true,
+            // Without validation the latest checkpoint is the best one known.
+            (None, _) => valid.is_none(),
+        };
+        let meta = &mut s.run.meta;
+        meta.current = ckpt.clone();
+        if improved {
+            meta.best = ckpt;
+            meta.best_mrr = valid_metrics.as_ref().map(|m| m.mrr);
+        }
+        let record = EpochRecord {
+            report,
+            valid: valid_metrics,
+            best: improved,
+        };
+        meta.history.push(record.clone());
+        s.run.commit()?;
+        s.run.append_logs(&record, &timeline)?;
+        progress.message(&describe_epoch(&record, epochs, s.run.meta.sgemm_flops));
+        on_epoch(&record);
+    }
+    if s.run.meta.test.is_none()
+        && s.trainer.cfg.eval_every > 0
+        && s.store.array("edges_test").is_some()
+    {
+        let test = evaluate(&mut s, "test", Which::Best, progress)?;
+        progress.message(&format!(
+            "test ({} checkpoint, epoch {}): {}",
+            "best",
+            s.run.meta.best.epoch,
+            describe_metrics(&test)
+        ));
+        s.run.meta.test = Some(test);
+        s.run.commit()?;
+    }
+    Ok(s.run.meta)
+}
+
+/// Opens or creates the run, plans the budget and builds the trainer.
+fn setup(
+    store_path: &Path,
+    run_dir: &Path,
+    cfg: TrainConfig,
+    fresh: bool,
+    progress: &dyn Progress,
+) -> Result<Setup> {
+    let store = Store::open(store_path)?;
+    let graph = store.manifest().graph.clone();
+    let model = Model {
+        kind: cfg.model,
+        dim: cfg.dim,
+        transe_norm: cfg.transe_norm,
+    };
+    if model.kind == ModelKind::Dot && graph.num_relations > 0 {
+        progress.message(&format!(
+            "model dot ignores the {} relation types of the store",
+            graph.num_relations
+        ));
+    }
+    let threads = threads_for(&cfg);
+    let existing = is_run(run_dir) && !fresh;
+    let mut cfg = cfg;
+    let prior = if existing {
+        let run = Run::open(run_dir)?;
+        if let Some(field) = same_shape(&run.meta.config, &cfg) {
+            return Err(EmbedError::Config(format!(
+                "run {} was trained with a different embed.train.{field}; pass --fresh to start over or choose another --run directory",
+                run_dir.display()
+            )));
+        }
+        if run.store()?.path().canonicalize().ok() != store.path().canonicalize().ok() {
+            return Err(EmbedError::Config(format!(
+                "run {} belongs to store {}, not {}",
+                run_dir.display(),
+                run.meta.store.display(),
+                store_path.display()
+            )));
+        }
+        cfg.partitions = run.meta.partitioning.partitions;
+        Some(run)
+    } else {
+        None
+    };
+    let plan = budget::plan(&cfg, &model, graph.num_nodes, graph.num_relations, threads)?;
+    plan.describe().iter().for_each(|l| progress.message(l));
+    let partitioning = Partitioning::new(graph.num_nodes, plan.partitions, cfg.seed)?;
+    let buckets = Arc::new(buckets(
+        &store,
+        &partitioning,
+        cfg.memory.saturating_sub(budget::RUNTIME_BYTES),
+        progress,
+    )?);
+    let layout = Layout::new(&partitioning, cfg.dim, cfg.optimizer);
+    let engine = Engine::shared();
+    let mut buffer = PartitionBuffer::new(engine.clone(), layout, plan.capacity);
+    let resumed = prior.is_some();
+    let mut run = match prior {
+        Some(mut run) => {
+            run.meta.config = TrainConfig {
+                partitions: run.meta.config.partitions,
+                ..cfg.clone()
+            };
+            run.rewrite_logs()?;
+            run
+        }
+        None => create(
+            &store,
+            run_dir,
+            &cfg,
+            &model,
+            partitioning,
+            layout,
+            &mut buffer,
+            progress,
+        )?,
+    };
+    let mut relations = run.meta.empty_relations();
+    let (rp, sp) = run.relation_paths(run.meta.current.epoch);
+    relations.load(&rp, &sp)?;
+    if run.meta.sgemm_flops == 0.0 {
+        run.meta.sgemm_flops = sgemm_reference_flops();
+    }
+    run.commit()?;
+    let trainer = Trainer::new(
+        cfg,
+        model,
+        buckets,
+        buffer,
+        relations,
+        threads,
+        plan.piece_rows,
+    );
+    Ok(Setup {
+        run,
+        store,
+        plan,
+        trainer,
+        resumed,
+    })
+}
+
+/// Creates a new run in `dir`: initial table and relations, committed as epoch 0.
+#[allow(clippy::too_many_arguments)]
+fn create(
+    store: &Store,
+    dir: &Path,
+    cfg: &TrainConfig,
+    model: &Model,
+    partitioning: Partitioning,
+    layout: Layout,
+    buffer: &mut PartitionBuffer,
+    progress: &dyn Progress,
+) -> Result<Run> {
+    let io = |op, e| {
+        EmbedError::Store(strata_store::StoreError::Io(strata_io::IoError::os(
+            op, dir, 0, e,
+        )))
+    };
+    if dir.exists()
+        && !is_run(dir)
+        && std::fs::read_dir(dir)
+            .map_err(|e| io("list", e))?
+            .next()
+            .is_some()
+    {
+        return Err(EmbedError::Config(format!(
+            "{} exists and is not a run directory; choose an empty or new --run directory",
+            dir.display()
+        )));
+    }
+    if is_run(dir) {
+        // --fresh: remove the old run's files only.
+        for entry in std::fs::read_dir(dir).map_err(|e| io("list", e))?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let ours = name == "run.json"
+                || name.ends_with(".jsonl")
+                || name.starts_with("table-")
+                || name.starts_with("relations-e")
+                || name.starts_with("relation_state-e")
+                || name.starts_with("events.out.tfevents");
+            if ours {
+                std::fs::remove_file(entry.path()).map_err(|e| io("remove", e))?;
+            }
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| io("mkdir", e))?;
+    let graph = &store.manifest().graph;
+    let table_bytes = partitioning.partitions as u64 * layout.part_bytes();
+    progress.message(&format!(
+        "new run {}: {} nodes x {} dims ({:?}), table {} per checkpoint file",
+        dir.display(),
+        graph.num_nodes,
+        cfg.dim,
+        cfg.optimizer,
+        fmt_bytes(table_bytes)
+    ));
+    let engine = buffer.engine().clone();
+    let first = TableFile::open(&engine, &dir.join("table-0.bin"), true)?;
+    for name in ["table-1.bin", "table-2.bin"] {
+        TableFile::open(&engine, &dir.join(name), true)?;
+    }
+    let mut meter = strata_io::progress::Meter::new(
+        progress,
+        "init table",
+        table_bytes,
+        partitioning.partitions as u64,
+    );
+    for p in 0..partitioning.partitions {
+        buffer.init(&first, p, partitioning.size_of(p), cfg.init_scale, cfg.seed)?;
+        meter.add(1, layout.part_bytes())?;
+    }
+    first.sync()?;
+    meter.finish()?;
+    let ckpt = Checkpoint {
+        epoch: 0,
+        table: "table-0.bin".into(),
+    };
+    let run = Run {
+        dir: dir.to_path_buf(),
+        meta: RunMeta {
+            format: RUN_FORMAT.into(),
+            format_version: RUN_VERSION,
+            store: store
+                .path()
+                .canonicalize()
+                .unwrap_or_else(|_| store.path().to_path_buf()),
+            store_train_bytes: train_bytes(store)?,
+            num_nodes: graph.num_nodes,
+            num_relations: graph.num_relations,
+            config: cfg.clone(),
+            partitioning,
+            layout,
+            current: ckpt.clone(),
+            best: ckpt,
+            best_mrr: None,
+            history: Vec::new(),
+            test: None,
+            sgemm_flops: 0.0,
+        },
+    };
+    let relations = Relations::new(
+        model,
+        graph.num_relations,
+        cfg.reciprocal,
+        cfg.optimizer == OptimizerKind::AdagradRow,
+    );
+    let (rp, sp) = run.relation_paths(0);
+    relations.save(&rp, &sp)?;
+    sync_dir(dir)?;
+    Ok(run)
+}
+
+/// Evaluates `split` on a checkpoint of the run being trained.
+fn evaluate(s: &mut Setup, split: &str, which: Which, progress: &dyn Progress) -> Result<Metrics> {
+    let ckpt = s.run.checkpoint(which).clone();
+    let relations = s.run.relations(&ckpt)?;
+    let table = TableFile::open(
+        s.trainer.buffer.engine(),
+        &s.run.table_path(&ckpt.table),
+        false,
+    )?;
+    if ckpt.table != s.run.meta.current.table {
+        // The slots mirror the current table; this checkpoint lives in another file.
+        s.trainer.buffer.clear();
+    }
+    let triples = read_triples(&s.store, split)?;
+    let cfg = &s.trainer.cfg;
+    let queries = make_queries(&triples, cfg.corrupt, cfg.eval_max_queries, cfg.seed);
+    let spec = eval_spec(cfg, &s.plan, s.trainer.threads());
+    let mut scorer = Scorer {
+        model: s.trainer.model,
+        relations: &relations,
+        partitioning: &s.trainer.buckets.partitioning,
+        buffer: &mut s.trainer.buffer,
+        table: &table,
+    };
+    let m = scorer.evaluate(&s.store, split, &queries, &spec, progress);
+    if ckpt.table != s.run.meta.current.table {
+        s.trainer.buffer.clear();
+    }
+    m
+}
+
+/// One line per epoch for the user.
+pub fn describe_epoch(r: &EpochRecord, epochs: usize, sgemm_flops: f64) -> String {
+    let e = &r.report;
+    let mut line = format!(
+        "epoch {}/{}: loss {:.4}, {:.2} s, {:.0} edges/s, I/O wait {:.2} s ({:.1}%), {} loads, read {}, wrote {}, step {:.1} GFLOP/s per thread ({:.0}% of SGEMM)",
+        e.epoch,
+        epochs,
+        e.loss,
+        e.seconds,
+        e.edges_per_second,
+        e.io_wait_seconds,
+        100.0 * e.io_wait_fraction,
+        e.partition_loads,
+        fmt_bytes(e.partition_bytes_read + e.edge_bytes_read),
+        fmt_bytes(e.partition_bytes_written),
+        e.step_flops_per_thread / 1e9,
+        100.0 * e.step_flops_per_thread / sgemm_flops.max(1.0)
+    );
+    if let Some(v) = &r.valid {
+        line.push_str(&format!(
+            "; valid {}{}",
+            describe_metrics(v),
+            if r.best { " (best)" } else { "" }
+        ));
+    }
+    line
+}
+
+/// Metrics in one line.
+pub fn describe_metrics(m: &Metrics) -> String {
+    format!(
+        "{} MRR {:.4}, MR {:.1}, Hits@1 {:.4}, Hits@3 {:.4}, Hits@10 {:.4} ({} queries, {:.1} s)",
+        match m.protocol {
+            Protocol::Filtered => "filtered",
+            Protocol::Sampled => "sampled",
+        },
+        m.mrr,
+        m.mr,
+        m.hits_at_1,
+        m.hits_at_3,
+        m.hits_at_10,
+        m.queries,
+        m.seconds
+    )
+}

@@ -1,0 +1,392 @@
+//! The epoch loop: executes an ordering's schedule on the partition buffer, training each
+//! bucket's edges on the worker threads while partition swaps and bucket reads run in the
+//! background.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Receiver;
+use serde::{Deserialize, Serialize};
+use strata_io::progress::{Meter, Progress};
+use strata_store::rng::{derive, Rng};
+
+use crate::buffer::PartitionBuffer;
+use crate::config::TrainConfig;
+use crate::error::{EmbedError, Result};
+use crate::loader::{prefetch_edges, BucketEdges, Swap, Swapper};
+use crate::model::Model;
+use crate::ordering::{schedule, Bucket, Schedule};
+use crate::partitioning::Buckets;
+use crate::relations::Relations;
+use crate::table::TableFile;
+use crate::worker::{BucketCtx, PartRows, Worker};
+
+/// What one epoch did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EpochReport {
+    pub epoch: usize,
+    /// Mean loss per trained edge-direction.
+    pub loss: f64,
+    pub seconds: f64,
+    /// Train edges per second (each trained in both directions when both are corrupted).
+    pub edges_per_second: f64,
+    /// Seconds the trainer waited for partition swaps and bucket edges.
+    pub io_wait_seconds: f64,
+    pub io_wait_fraction: f64,
+    pub partition_loads: usize,
+    pub partition_bytes_read: u64,
+    pub partition_bytes_written: u64,
+    pub edge_bytes_read: u64,
+    pub buffer_states: usize,
+    pub swaps: usize,
+    /// Floating-point operations per second of one worker thread in the training step, and
+    /// of all threads over the epoch's compute time.
+    pub step_flops_per_thread: f64,
+    pub step_flops_total: f64,
+}
+
+/// One interval of the epoch's timeline (seconds from the epoch's start), for the plots.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interval {
+    /// `compute` (training a bucket piece), `io` (a swap, fill or write-back on the I/O
+    /// threads) or `wait` (the trainer blocked on I/O).
+    pub lane: &'static str,
+    /// Buffer state index.
+    pub step: usize,
+    pub start: f64,
+    pub end: f64,
+    pub label: String,
+}
+
+struct Timeline {
+    origin: Instant,
+    events: Vec<Interval>,
+}
+
+impl Timeline {
+    fn add(
+        &mut self,
+        lane: &'static str,
+        step: usize,
+        from: Instant,
+        to: Instant,
+        label: impl Into<String>,
+    ) {
+        self.events.push(Interval {
+            lane,
+            step,
+            start: from.saturating_duration_since(self.origin).as_secs_f64(),
+            end: to.saturating_duration_since(self.origin).as_secs_f64(),
+            label: label.into(),
+        });
+    }
+}
+
+/// Running totals of one epoch.
+#[derive(Default)]
+struct Tally {
+    io_wait: f64,
+    edge_bytes: u64,
+    trained: u64,
+    loads: usize,
+}
+
+/// Model state in memory: relation rows, the partition buffer and the workers.
+pub struct Trainer {
+    pub cfg: TrainConfig,
+    pub model: Model,
+    pub buckets: Arc<Buckets>,
+    pub buffer: PartitionBuffer,
+    pub relations: Relations,
+    workers: Vec<Worker>,
+    /// Edges per piece read from a bucket (bounds edge memory).
+    piece_rows: u64,
+}
+
+impl Trainer {
+    /// `threads` workers (at least 1).
+    pub fn new(
+        cfg: TrainConfig,
+        model: Model,
+        buckets: Arc<Buckets>,
+        buffer: PartitionBuffer,
+        relations: Relations,
+        threads: usize,
+        piece_rows: u64,
+    ) -> Self {
+        Trainer {
+            workers: (0..threads.max(1)).map(|_| Worker::default()).collect(),
+            cfg,
+            model,
+            buckets,
+            buffer,
+            relations,
+            piece_rows,
+        }
+    }
+
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// This run's epoch schedule.
+    pub fn schedule(&self) -> Result<Schedule> {
+        schedule(
+            self.cfg.ordering,
+            self.buckets.partitioning.partitions as usize,
+            self.cfg.buffer,
+        )
+        .map_err(|e| EmbedError::Config(format!("ordering: {e}")))
+    }
+
+    /// One epoch: partitions are read from `current` (or from `next` once written back this
+    /// epoch) and every partition ends up written to `next`. Returns the report and timeline.
+    pub fn epoch(
+        &mut self,
+        epoch: usize,
+        current: &Arc<TableFile>,
+        next: &Arc<TableFile>,
+        progress: &dyn Progress,
+    ) -> Result<(EpochReport, Vec<Interval>)> {
+        let n = self.buckets.partitioning.partitions as usize;
+        let sched = self.schedule()?;
+        let engine = self.buffer.engine().clone();
+        let layout = self.buffer.layout;
+        let origin = Instant::now();
+        let mut tl = Timeline {
+            origin,
+            events: Vec::new(),
+        };
+        let io_before = engine.stats();
+        let (edges_rx, edges_thread) = prefetch_edges(
+            engine.clone(),
+            self.buckets.clone(),
+            sched.buckets().collect(),
+            self.piece_rows,
+            2,
+        );
+        let swapper = Swapper::start(engine.clone(), layout);
+        let mut tally = Tally::default();
+        let mut meter = Meter::new(
+            progress,
+            &format!("epoch {}/{}", epoch + 1, self.cfg.epochs),
+            0,
+            self.buckets.num_edges,
+        );
+        for w in &mut self.workers {
+            w.reset_counters();
+        }
+        let first = &sched.steps[0].state;
+        tally.loads += first
+            .iter()
+            .filter(|&&p| self.buffer.slot_of(p).is_none())
+            .count();
+        let t = Instant::now();
+        tally.io_wait += self.buffer.fill(first, current)?;
+        tl.add("io", 0, t, Instant::now(), "fill");
+        tl.add("wait", 0, t, Instant::now(), "fill");
+        let mut written = vec![false; n];
+        for (i, step) in sched.steps.iter().enumerate() {
+            let mut pending = None;
+            if let (Some(e), Some(l)) = (step.evicted, step.loaded) {
+                let (slot, buf) = self.buffer.take(e);
+                let from = if written[l as usize] {
+                    next.clone()
+                } else {
+                    current.clone()
+                };
+                written[e as usize] = true;
+                swapper.start_swap(Swap {
+                    slot,
+                    buf,
+                    evict: Some((e, next.clone())),
+                    load: (l, from),
+                });
+                pending = Some((e, l));
+                tally.loads += 1;
+            }
+            for &bucket in &step.overlap {
+                self.run_bucket(&edges_rx, bucket, epoch, i, &mut tl, &mut tally, &mut meter)?;
+            }
+            if let Some((e, l)) = pending {
+                let t = Instant::now();
+                let done = swapper.wait();
+                let now = Instant::now();
+                tally.io_wait += (now - t).as_secs_f64();
+                tl.add("wait", i, t, now, format!("swap {e}->{l}"));
+                tl.add(
+                    "io",
+                    i,
+                    done.started,
+                    done.finished,
+                    format!("swap {e}->{l}"),
+                );
+                done.result?;
+                self.buffer.put(done.slot, done.buf, l);
+            }
+            for &bucket in &step.after_load {
+                self.run_bucket(&edges_rx, bucket, epoch, i, &mut tl, &mut tally, &mut meter)?;
+            }
+            let io = engine.stats().since(&io_before);
+            let secs = origin.elapsed().as_secs_f64().max(1e-9);
+            progress.detail(&format!(
+                "state {}/{}  loads {}  read {:.0} MB/s  write {:.0} MB/s",
+                i + 1,
+                sched.states(),
+                tally.loads,
+                io.read_bytes as f64 / secs / 1e6,
+                io.write_bytes as f64 / secs / 1e6
+            ));
+        }
+        let t = Instant::now();
+        self.buffer.flush(next)?;
+        next.sync()?;
+        let now = Instant::now();
+        tally.io_wait += (now - t).as_secs_f64();
+        tl.add("io", sched.states() - 1, t, now, "write-back");
+        tl.add("wait", sched.states() - 1, t, now, "write-back");
+        drop(edges_rx);
+        let _ = edges_thread.join();
+        meter.finish()?;
+        let seconds = origin.elapsed().as_secs_f64();
+        let io = engine.stats().since(&io_before);
+        let (loss, directions, flops, busy) = self
+            .workers
+            .iter()
+            .fold((0.0, 0u64, 0.0, 0.0), |(l, e, f, b), w| {
+                (l + w.loss, e + w.edges, f + w.flops, b + w.busy)
+            });
+        let report = EpochReport {
+            epoch: epoch + 1,
+            loss: loss / directions.max(1) as f64,
+            seconds,
+            edges_per_second: tally.trained as f64 / seconds,
+            io_wait_seconds: tally.io_wait,
+            io_wait_fraction: tally.io_wait / seconds,
+            partition_loads: tally.loads,
+            partition_bytes_read: io.read_bytes.saturating_sub(tally.edge_bytes),
+            partition_bytes_written: io.write_bytes,
+            edge_bytes_read: tally.edge_bytes,
+            buffer_states: sched.states(),
+            swaps: sched.swaps(),
+            step_flops_per_thread: flops / busy.max(1e-9),
+            step_flops_total: flops / (seconds - tally.io_wait).max(1e-9),
+        };
+        Ok((report, tl.events))
+    }
+
+    /// Trains every piece of `bucket` as the prefetcher delivers them.
+    #[allow(clippy::too_many_arguments)]
+    fn run_bucket(
+        &mut self,
+        rx: &Receiver<BucketEdges>,
+        bucket: Bucket,
+        epoch: usize,
+        step: usize,
+        tl: &mut Timeline,
+        tally: &mut Tally,
+        meter: &mut Meter,
+    ) -> Result<()> {
+        let n = self.buckets.partitioning.partitions;
+        let bucket_key = derive(
+            derive(self.cfg.seed, epoch as u64),
+            (bucket.0 * n + bucket.1) as u64,
+        );
+        for piece in 0u64.. {
+            let t = Instant::now();
+            let got = rx
+                .recv()
+                .map_err(|_| EmbedError::Corrupt("the edge prefetcher stopped".into()))?;
+            let now = Instant::now();
+            tally.io_wait += (now - t).as_secs_f64();
+            if now - t > std::time::Duration::from_micros(200) {
+                tl.add("wait", step, t, now, format!("edges {bucket:?}"));
+            }
+            debug_assert_eq!(got.bucket, bucket);
+            let mut edges = got.edges?;
+            tally.edge_bytes += got.bytes;
+            let start = Instant::now();
+            self.train_piece(bucket, &mut edges, derive(bucket_key, piece));
+            tl.add(
+                "compute",
+                step,
+                start,
+                Instant::now(),
+                format!("bucket ({}, {})", bucket.0, bucket.1),
+            );
+            tally.trained += edges.len() as u64;
+            meter.add(edges.len() as u64, got.bytes)?;
+            if got.last {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Trains one piece of bucket `(a, b)`'s edges, shuffled by `key`, on the worker threads.
+    fn train_piece(&mut self, (a, b): Bucket, edges: &mut [[i32; 3]], key: u64) {
+        if edges.is_empty() {
+            return;
+        }
+        let mut rng = Rng::new(key);
+        for i in (1..edges.len()).rev() {
+            edges.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let partitioning = &self.buckets.partitioning;
+        let resident = self.buffer.rows_mut();
+        let index_of = |p: u32| {
+            resident
+                .iter()
+                .position(|(q, _)| *q == p)
+                .expect("bucket partitions are resident")
+        };
+        let (src_part, dst_part) = (index_of(a), index_of(b));
+        let parts: Vec<PartRows> = resident
+            .iter()
+            .map(|&(p, rows)| PartRows {
+                rows,
+                size: partitioning.size_of(p) as u32,
+            })
+            .collect();
+        let inverse_offset = self.relations.inverse_offset;
+        let ctx = BucketCtx {
+            model: self.model,
+            loss: self.cfg.loss,
+            margin: self.cfg.margin,
+            lr: self.cfg.lr,
+            resident_nodes: parts.iter().map(|p| p.size as u64).sum(),
+            parts,
+            src_part,
+            dst_part,
+            rels: self.relations.shared(),
+            inverse_offset,
+            corrupt: self.cfg.corrupt,
+            negatives: self.cfg.negatives,
+            degree_fraction: self.cfg.degree_fraction,
+        };
+        let chunks: Vec<&[[i32; 3]]> = edges.chunks(self.cfg.chunk_size.max(1)).collect();
+        let threads = self.workers.len().min(chunks.len());
+        if threads == 1 {
+            for (c, chunk) in chunks.iter().enumerate() {
+                self.workers[0].train_chunk(&ctx, chunk, derive(key, c as u64));
+            }
+            return;
+        }
+        // Chunks go to whichever worker is free; each chunk's negatives depend only on its
+        // index, so the assignment changes nothing but the interleaving of updates.
+        let next = AtomicUsize::new(0);
+        let (ctx, chunks, next) = (&ctx, &chunks, &next);
+        std::thread::scope(|scope| {
+            for worker in self.workers[..threads].iter_mut() {
+                scope.spawn(move || loop {
+                    let c = next.fetch_add(1, Relaxed);
+                    if c >= chunks.len() {
+                        break;
+                    }
+                    worker.train_chunk(ctx, chunks[c], derive(key, c as u64));
+                });
+            }
+        });
+    }
+}

@@ -1,0 +1,25 @@
+"""``strata plot``."""
+
+from __future__ import annotations
+
+from ..config import PlotConfig, from_args
+from ..plot import plot_run
+from .common import add_section_command
+
+
+def register(sub) -> None:
+    add_section_command(
+        sub,
+        "plot",
+        PlotConfig,
+        run,
+        output_flags=False,
+        help="write PNG charts of a run: loss, validation metrics, compute/I/O timeline",
+    )
+
+
+def run(args) -> int:
+    cfg = from_args(PlotConfig, args)
+    for path in plot_run(cfg.run, cfg.out, cfg.epoch):
+        print(path)
+    return 0

@@ -1,0 +1,119 @@
+"""Run directories: finding a run from a store or a path, and using a trained run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import _native
+from ..errors import RunError
+
+ProgressFn = Callable[..., bool]
+
+#: Where ``strata embed train STORE`` puts its run unless told otherwise.
+DEFAULT_RUN = Path("runs") / "embed"
+
+
+def default_run_dir(store: Path) -> Path:
+    """The run directory used for ``store`` when none is given: ``STORE/runs/embed``."""
+    return Path(store) / DEFAULT_RUN
+
+
+def resolve_run(target: str | Path) -> Path:
+    """The run directory ``target`` names: a run itself, or a store holding its default run."""
+    target = Path(target)
+    if (target / "run.json").is_file():
+        return target
+    if (target / "manifest.json").is_file():
+        run = default_run_dir(target)
+        if (run / "run.json").is_file():
+            return run
+        raise RunError(f"store {target} has no embedding run at {run}; train one with `strata embed train {target}`")
+    if not target.exists():
+        raise RunError(f"{target}: no such run directory or store")
+    raise RunError(f"{target}: neither a run directory (run.json) nor a store (manifest.json)")
+
+
+def _memory(memory) -> int:
+    from ..units import parse_size
+
+    return 0 if memory is None else parse_size(memory)
+
+
+class Run:
+    """A training run on disk: its record (``meta``), and evaluation, prediction and export of
+    its checkpoints (``checkpoint="best"`` by validation MRR, or ``"last"``)."""
+
+    def __init__(self, target: str | Path):
+        self.path = resolve_run(target)
+        self.meta: dict = _native.embed_run_info(str(self.path))
+
+    def __repr__(self) -> str:
+        c = self.meta["config"]
+        return (
+            f"Run({str(self.path)!r}: {c['model']} dim {c['dim']}, {self.epochs} epochs, "
+            f"best epoch {self.meta['best']['epoch']})"
+        )
+
+    @property
+    def epochs(self) -> int:
+        """Epochs committed so far."""
+        return self.meta["current"]["epoch"]
+
+    @property
+    def history(self) -> list[dict]:
+        """One record per epoch: loss, timings, I/O, validation metrics."""
+        return self.meta["history"]
+
+    @property
+    def test(self) -> dict | None:
+        """Test metrics of the best checkpoint, once training finished."""
+        return self.meta.get("test")
+
+    def evaluate(
+        self,
+        split: str = "test",
+        checkpoint: str = "best",
+        protocol: str | None = None,
+        max_queries: int = 0,
+        memory=None,
+        threads: int = 0,
+        progress: ProgressFn | None = None,
+    ) -> dict:
+        """Ranking metrics of ``split``: ``{"epoch", "metrics": {mrr, mr, hits@1, hits@3, hits@10, ...}}``."""
+        return _native.embed_eval(
+            str(self.path), split, checkpoint, protocol, max_queries, _memory(memory), threads, progress
+        )
+
+    def predict(
+        self,
+        head: str | int | None = None,
+        relation: str | int | None = None,
+        tail: str | int | None = None,
+        top: int = 10,
+        exclude_known: bool = False,
+        checkpoint: str = "best",
+        memory=None,
+        progress: ProgressFn | None = None,
+    ) -> dict:
+        """The ``top`` best tails of ``(head, relation, ?)``, or heads of ``(?, relation, tail)``:
+        ``{"predictions": [{"node", "name", "score", "known"}, ...]}``, best first."""
+        if (head is None) == (tail is None):
+            raise ValueError("give exactly one of head and tail")
+        node = head if head is not None else tail
+        rel = None if relation is None else str(relation)
+        return _native.embed_predict(
+            str(self.path), str(node), rel, tail is not None, top, exclude_known, checkpoint, _memory(memory), progress
+        )
+
+    def export(
+        self,
+        out: str | Path,
+        format: str = "npy",
+        checkpoint: str = "best",
+        overwrite: bool = False,
+        memory=None,
+        progress: ProgressFn | None = None,
+    ) -> dict:
+        """Writes the checkpoint's embeddings in node-id order (and relations, id maps) to ``out``."""
+        return _native.embed_export(str(self.path), str(out), format, checkpoint, overwrite, _memory(memory), progress)

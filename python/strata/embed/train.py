@@ -1,0 +1,121 @@
+"""``strata embed train``: out-of-core embedding training (the work happens in ``strata._native``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import _native
+from ..config import as_dict
+from ..config.embed import EmbedTrainConfig
+from ..units import fmt_bytes, fmt_duration
+from .runs import Run, default_run_dir
+
+#: Options of the section that are the front end's, not the trainer's.
+FRONT_END = ("store", "run", "fresh", "tensorboard")
+
+
+class _TensorBoard:
+    """Scalars per epoch into TensorBoard event files in the run directory, when tensorboard
+    is installed (it is optional; the metrics are always in metrics.jsonl)."""
+
+    def __init__(self, run_dir: Path):
+        try:
+            from tensorboard.compat.proto import event_pb2, summary_pb2
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        except ImportError:
+            self.writer = None
+            return
+        self.event_pb2, self.summary_pb2 = event_pb2, summary_pb2
+        self.writer = EventFileWriter(str(run_dir))
+
+    def epoch(self, record: dict) -> None:
+        if self.writer is None:
+            return
+        values = {
+            "train/loss": record["loss"],
+            "train/seconds": record["seconds"],
+            "train/edges_per_second": record["edges_per_second"],
+            "io/wait_fraction": record["io_wait_fraction"],
+            "io/partition_bytes_read": record["partition_bytes_read"],
+            "io/partition_bytes_written": record["partition_bytes_written"],
+        }
+        for key, value in (record.get("valid") or {}).items():
+            if isinstance(value, (int, float)) and key not in ("queries", "seconds"):
+                values[f"valid/{key}"] = value
+        summary = self.summary_pb2.Summary(
+            value=[self.summary_pb2.Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]
+        )
+        self.writer.add_event(self.event_pb2.Event(wall_time=time.time(), step=record["epoch"], summary=summary))
+        self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def train(
+    config: EmbedTrainConfig | None = None,
+    progress: Callable[..., bool] | None = None,
+    on_epoch: Callable[[dict], None] | None = None,
+    **options,
+) -> Run:
+    """Trains (or resumes) an embedding run and returns it.
+
+    ``train(EmbedTrainConfig(store=...))`` or ``train(store="fb.strata", model="complex", epochs=10,
+    memory="2G")``; every option of ``[embed.train]`` is accepted. ``on_epoch(record)`` sees each
+    committed epoch (loss, timings, I/O, validation metrics).
+    """
+    cfg = config if config is not None else EmbedTrainConfig(**options)
+    run_dir = cfg.run if cfg.run is not None else default_run_dir(cfg.store)
+    native = {k: v for k, v in as_dict(cfg).items() if k not in FRONT_END}
+    board = _TensorBoard(run_dir) if cfg.tensorboard else None
+
+    def epoch_done(record: dict) -> None:
+        if board is not None:
+            board.epoch(record)
+        if on_epoch is not None:
+            on_epoch(record)
+
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _native.embed_train(str(cfg.store), str(run_dir), native, cfg.fresh, progress, epoch_done)
+    finally:
+        if board is not None:
+            board.close()
+    return Run(run_dir)
+
+
+def format_metrics(m: dict) -> str:
+    """One line of ranking metrics."""
+    return (
+        f"{m['protocol']} MRR {m['mrr']:.4f}  MR {m['mr']:.1f}  Hits@1 {m['hits@1']:.4f}  "
+        f"Hits@3 {m['hits@3']:.4f}  Hits@10 {m['hits@10']:.4f}  ({m['queries']:,} queries)"
+    )
+
+
+def format_summary(run: Run) -> str:
+    """The paragraph printed after training."""
+    meta = run.meta
+    hist = meta["history"]
+    c = meta["config"]
+    lines = [f"Run {run.path}: {c['model']} dim {c['dim']} on {meta['store']}, {run.epochs} epochs."]
+    if hist:
+        secs = sorted(h["seconds"] for h in hist)
+        median = secs[len(secs) // 2]
+        io = sum(h["partition_bytes_read"] + h["edge_bytes_read"] + h["partition_bytes_written"] for h in hist)
+        wait = sum(h["io_wait_seconds"] for h in hist) / max(sum(h["seconds"] for h in hist), 1e-9)
+        lines.append(
+            f"  median epoch {fmt_duration(median)} ({hist[-1]['edges_per_second']:,.0f} edges/s last), "
+            f"I/O {fmt_bytes(io)} in all, waiting on I/O {100 * wait:.1f}% of training; "
+            f"step {hist[-1]['step_flops_per_thread'] / 1e9:.1f} GFLOP/s per thread vs SGEMM "
+            f"{meta['sgemm_flops'] / 1e9:.1f} GFLOP/s on this machine."
+        )
+    best = meta["best"]["epoch"]
+    valid = next((h["valid"] for h in hist if h["epoch"] == best and h.get("valid")), None)
+    if valid:
+        lines.append(f"  best epoch {best}: valid {format_metrics(valid)}")
+    if meta.get("test"):
+        lines.append(f"  test: {format_metrics(meta['test'])}")
+    return "\n".join(lines)
