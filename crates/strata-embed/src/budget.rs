@@ -7,20 +7,23 @@ use serde::Serialize;
 use strata_io::align_up;
 use strata_store::units::fmt_bytes;
 
-use crate::config::{OptimizerKind, Protocol, TrainConfig};
+use crate::bank::Banks;
+use crate::config::{NegativePool, OptimizerKind, Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval;
 use crate::model::Model;
 
 /// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
 /// rings and bounce buffers.
-pub const RUNTIME_BYTES: u64 = 96 << 20;
+pub const RUNTIME_BYTES: u64 = 64 << 20;
 /// Most edges per bucket piece.
 const MAX_PIECE_ROWS: u64 = 1 << 20;
 /// Edge pieces alive at once: two read ahead, one training, one being read.
 const PIECES_ALIVE: u64 = 4;
 /// Share of the budget evaluation may use for its rounds (queries, candidates, tiles).
 const EVAL_SHARE: u64 = 8;
+/// Share of the budget for negative banks when the table is partitioned.
+const BANK_SHARE: u64 = 16;
 
 /// How the budget is spent.
 #[derive(Debug, Clone, Serialize)]
@@ -42,6 +45,9 @@ pub struct BudgetPlan {
     pub eval_round: usize,
     pub eval_bytes: u64,
     pub relation_bytes: u64,
+    /// Rows per partition of the negative banks (0: no banks) and their bytes.
+    pub bank_rows: usize,
+    pub bank_bytes: u64,
     pub runtime_bytes: u64,
 }
 
@@ -53,6 +59,7 @@ impl BudgetPlan {
             + self.worker_bytes
             + self.eval_bytes
             + self.relation_bytes
+            + self.bank_bytes
             + self.runtime_bytes
     }
 
@@ -71,6 +78,15 @@ impl BudgetPlan {
                 self.partitions, self.capacity
             )
         };
+        let banks = if self.bank_rows > 0 {
+            format!(
+                ", negative banks {} ({} rows per partition)",
+                fmt_bytes(self.bank_bytes),
+                self.bank_rows
+            )
+        } else {
+            String::new()
+        };
         vec![
             format!(
                 "budget {}: buffer {} x {} = {} ({mode}); table {} on disk",
@@ -81,7 +97,7 @@ impl BudgetPlan {
                 fmt_bytes(self.table_bytes)
             ),
             format!(
-                "  edges {} ({} pieces of {} edges), workers {} ({} threads), evaluation {} (rounds of {} queries), relations {}, runtime {}; planned {}",
+                "  edges {} ({} pieces of {} edges), workers {} ({} threads), evaluation {} (rounds of {} queries), relations {}{banks}, runtime {}; planned {}",
                 fmt_bytes(self.edge_bytes),
                 PIECES_ALIVE,
                 self.piece_rows,
@@ -182,10 +198,11 @@ pub fn plan(
     };
     let available = memory.saturating_sub(fixed);
     let size = |n: u64| part_bytes(num_nodes.div_ceil(n), model.dim, cfg.optimizer);
-    let (partitions, capacity) = if cfg.partitions == 0 {
-        if size(1) <= available {
-            (1u64, 1usize)
-        } else {
+    let solve = |available: u64| -> Result<(u64, usize)> {
+        let (n, c) = if cfg.partitions == 0 {
+            if size(1) <= available {
+                return Ok((1, 1));
+            }
             let c = cfg.buffer.max(1) as u64;
             // The smallest n whose c partitions fit: c * size(n) is non-increasing in n.
             let (mut lo, mut hi) = (c + 1, num_nodes.max(c + 1));
@@ -204,26 +221,51 @@ pub fn plan(
                 }
             }
             (lo, c as usize)
-        }
-    } else {
-        let n = cfg.partitions as u64;
-        let c = cfg.buffer.min(cfg.partitions as usize).max(1);
-        if c as u64 * size(n) > available {
-            let need = fixed + c as u64 * size(n);
+        } else {
+            let n = cfg.partitions as u64;
+            let c = cfg.buffer.min(cfg.partitions as usize).max(1);
+            if c as u64 * size(n) > available {
+                return Err(refuse(format!(
+                    "{c} slot(s) of {} for {n} partition(s) (needs {}; use more partitions or raise --memory to at least {})",
+                    fmt_bytes(size(n)),
+                    fmt_bytes(c as u64 * size(n)),
+                    fmt_bytes(memory - available + c as u64 * size(n))
+                )));
+            }
+            (n, c)
+        };
+        if n > u32::MAX as u64 || n > num_nodes.max(1) {
             return Err(refuse(format!(
-                "{c} slot(s) of {} for {n} partition(s) (needs {}; use more partitions or raise --memory to at least {})",
-                fmt_bytes(size(n)),
-                fmt_bytes(c as u64 * size(n)),
-                fmt_bytes(need)
+                "{n} partitions of a graph of {num_nodes} nodes"
             )));
         }
-        (n, c)
+        Ok((n, c))
     };
-    if partitions > u32::MAX as u64 || partitions > num_nodes.max(1) {
-        return Err(refuse(format!(
-            "{partitions} partitions of a graph of {num_nodes} nodes"
-        )));
+    let (mut partitions, mut capacity) = solve(available)?;
+    // Negative banks for partitions on disk (the `all` pool): a share of the budget, or what
+    // the buffer leaves when that share would not fit.
+    let mut bank_rows = 0usize;
+    if cfg.negative_pool == NegativePool::All && partitions > capacity as u64 {
+        let share = memory / BANK_SHARE;
+        let leftover = |n: u64, c: usize, avail: u64| avail.saturating_sub(c as u64 * size(n));
+        let (n, c, room) = match solve(available.saturating_sub(share)) {
+            Ok((n, c)) => (
+                n,
+                c,
+                share + leftover(n, c, available.saturating_sub(share)),
+            ),
+            Err(_) => (
+                partitions,
+                capacity,
+                leftover(partitions, capacity, available),
+            ),
+        };
+        (partitions, capacity) = (n, c);
+        bank_rows = (cfg.bank_rows as u64)
+            .min(num_nodes.div_ceil(n))
+            .min(room / Banks::bytes(n as u32, 1, model.dim).max(1)) as usize;
     }
+    let bank_bytes = Banks::bytes(partitions as u32, bank_rows, model.dim);
     let part_bytes = size(partitions);
     Ok(BudgetPlan {
         memory,
@@ -239,6 +281,8 @@ pub fn plan(
         eval_round,
         eval_bytes,
         relation_bytes,
+        bank_rows,
+        bank_bytes,
         runtime_bytes: RUNTIME_BYTES,
     })
 }
@@ -274,13 +318,19 @@ mod tests {
         let p = plan(&cfg, &model(100), 10_000_000, 10, 2).unwrap();
         assert_eq!(p.capacity, 3);
         assert!(p.partitions > 3 && p.total() <= cfg.memory, "{p:?}");
-        // One partition fewer would not fit.
+        // Negative banks get their share of the budget (and what the buffer leaves)...
+        assert!(
+            p.bank_rows > 0 && p.bank_bytes >= cfg.memory / BANK_SHARE / 2,
+            "{p:?}"
+        );
+        // ...and with it reserved, one partition fewer would not fit.
         let fewer = part_bytes(
             10_000_000u64.div_ceil(p.partitions as u64 - 1),
             100,
             OptimizerKind::Adagrad,
         );
-        assert!(p.total() - p.buffer_bytes + 3 * fewer > cfg.memory);
+        let fixed = p.total() - p.buffer_bytes - p.bank_bytes;
+        assert!(fixed + cfg.memory / BANK_SHARE + 3 * fewer > cfg.memory);
     }
 
     #[test]

@@ -99,6 +99,13 @@ impl PartitionBuffer {
         Ok(())
     }
 
+    /// Writes resident partition `p` to `to`.
+    pub fn write(&mut self, p: u32, to: &TableFile) -> Result<()> {
+        let slot = self.slot_of(p).expect("partition resident");
+        let buf = self.slots[slot].as_mut().expect("slot present");
+        to.write_partition(&self.engine, &self.layout, p, buf)
+    }
+
     /// Takes the buffer of the slot holding `p` out for a swap.
     pub fn take(&mut self, p: u32) -> (usize, AlignedBuf) {
         let slot = self.slot_of(p).expect("the evicted partition is resident");
@@ -120,14 +127,18 @@ impl PartitionBuffer {
         &floats[..self.layout.emb_floats()]
     }
 
-    /// Mutable views of every resident partition, as `(partition, rows)`.
+    /// Mutable views of every resident partition, as `(partition, rows)` sorted by partition
+    /// (so that what is drawn from them does not depend on which slot holds what).
     pub fn rows_mut(&mut self) -> Vec<(u32, SharedRows<'_>)> {
         let layout = self.layout;
-        self.slots
+        let mut rows: Vec<(u32, SharedRows<'_>)> = self
+            .slots
             .iter_mut()
             .zip(&self.resident)
-            .filter_map(|(buf, p)| Some((p.as_ref().copied()?, rows_of(buf.as_mut()?, &layout))))
-            .collect()
+            .filter_map(|(buf, p)| Some(((*p)?, rows_of(buf.as_mut()?, &layout))))
+            .collect();
+        rows.sort_unstable_by_key(|(p, _)| *p);
+        rows
     }
 
     /// Calls `f(p, embeddings)` for each partition in `parts`: the resident ones first, then

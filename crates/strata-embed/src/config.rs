@@ -23,6 +23,21 @@ pub enum Corrupt {
     Head,
 }
 
+/// Where uniform negatives come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NegativePool {
+    /// The partition of the corrupted side of the bucket (PyTorch-BigGraph): over an epoch a
+    /// node meets negatives from every partition in proportion to its edges.
+    Partition,
+    /// Every resident partition (Marius, Legend): with few partitions resident, the softmax
+    /// only ever sees a fraction of the nodes.
+    Resident,
+    /// Every node: resident partitions directly, partitions on disk through a block of their
+    /// rows kept in memory (`bank_rows` per partition; see the `bank` module).
+    All,
+}
+
 /// Evaluation protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -57,8 +72,13 @@ pub struct TrainConfig {
     /// Negatives per chunk and corrupted side.
     pub negatives: usize,
     /// Fraction of the negatives drawn in proportion to degree (from the chunk's own edges);
-    /// the rest are uniform over the nodes of every resident partition.
+    /// the rest are uniform over `negative_pool`.
     pub degree_fraction: f32,
+    /// Where the uniform negatives are drawn from.
+    pub negative_pool: NegativePool,
+    /// Rows of each partition kept in memory as negatives while it is on disk (`all` pool;
+    /// fewer when the budget is tight).
+    pub bank_rows: usize,
     pub corrupt: Corrupt,
     /// Relations get a second, inverse row used when heads are corrupted (reciprocal
     /// relations); otherwise head corruption scores `(h', r, t)` through the model's reversed
@@ -99,6 +119,8 @@ impl Default for TrainConfig {
             chunk_size: 1000,
             negatives: 1000,
             degree_fraction: 0.0,
+            negative_pool: NegativePool::All,
+            bank_rows: 4096,
             corrupt: Corrupt::Both,
             reciprocal: true,
             partitions: 0,

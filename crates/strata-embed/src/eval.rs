@@ -193,8 +193,8 @@ pub fn known_answers(
     store: &Store,
     queries: &[Query],
     progress: &dyn Progress,
-) -> Result<HashMap<(u64, u32, bool), Vec<u64>>> {
-    let mut map: HashMap<(u64, u32, bool), Vec<u64>> = queries
+) -> Result<KnownAnswers> {
+    let mut map: KnownAnswers = queries
         .iter()
         .map(|q| ((q.src, q.rel, q.head), Vec::new()))
         .collect();
@@ -257,26 +257,60 @@ pub struct Scorer<'a> {
     pub table: &'a TableFile,
 }
 
-impl Scorer<'_> {
-    /// Evaluates `queries` of `split` under `spec`.
-    pub fn evaluate(
-        &mut self,
+/// Known true answers of query keys `(src, rel, head)`.
+pub type KnownAnswers = HashMap<(u64, u32, bool), Vec<u64>>;
+
+/// The queries of one split and, for the filtered protocol, their known answers: built once
+/// and evaluated as often as needed (every validation of a run).
+pub struct EvalSet {
+    pub split: String,
+    pub protocol: Protocol,
+    pub queries: Vec<Query>,
+    pub known: Option<KnownAnswers>,
+}
+
+impl EvalSet {
+    /// The queries of `split` under `spec` (and their known answers when filtered).
+    pub fn new(
         store: &Store,
         split: &str,
-        queries: &[Query],
+        spec: &EvalSpec,
+        progress: &dyn Progress,
+    ) -> Result<EvalSet> {
+        let triples = read_triples(store, split)?;
+        let queries = make_queries(&triples, spec.corrupt, spec.max_queries, spec.seed);
+        let known = match spec.protocol {
+            Protocol::Filtered => Some(known_answers(store, &queries, progress)?),
+            Protocol::Sampled => None,
+        };
+        Ok(EvalSet {
+            split: split.to_string(),
+            protocol: spec.protocol,
+            queries,
+            known,
+        })
+    }
+}
+
+impl Scorer<'_> {
+    /// Ranks the queries of `set` (with `spec`'s batches, threads and rounds).
+    pub fn evaluate(
+        &mut self,
+        set: &EvalSet,
         spec: &EvalSpec,
         progress: &dyn Progress,
     ) -> Result<Metrics> {
         let start = Instant::now();
         let locator = self.partitioning.locator();
-        let answers = match spec.protocol {
-            Protocol::Filtered => Some(known_answers(store, queries, progress)?),
-            Protocol::Sampled => None,
-        };
-        let mut ranks = Vec::with_capacity(queries.len());
-        let mut meter = Meter::new(progress, &format!("eval {split}"), 0, queries.len() as u64);
-        for (r, round) in queries.chunks(spec.round.max(QUERY_BATCH)).enumerate() {
-            let got = match &answers {
+        let mut ranks = Vec::with_capacity(set.queries.len());
+        let mut meter = Meter::new(
+            progress,
+            &format!("eval {}", set.split),
+            0,
+            set.queries.len() as u64,
+        );
+        for (r, round) in set.queries.chunks(spec.round.max(QUERY_BATCH)).enumerate() {
+            let got = match &set.known {
                 Some(known) => self.filtered_round(round, known, &locator, spec)?,
                 None => self.sampled_round(round, &locator, spec, derive(spec.seed, r as u64))?,
             };
@@ -284,10 +318,10 @@ impl Scorer<'_> {
             meter.add(round.len() as u64, 0)?;
         }
         meter.finish()?;
-        let head: Vec<bool> = queries.iter().map(|q| q.head).collect();
+        let head: Vec<bool> = set.queries.iter().map(|q| q.head).collect();
         Ok(Metrics::from_ranks(
-            split,
-            spec.protocol,
+            &set.split,
+            set.protocol,
             &ranks,
             &head,
             start.elapsed().as_secs_f64(),
@@ -371,7 +405,7 @@ impl Scorer<'_> {
     fn filtered_round(
         &mut self,
         round: &[Query],
-        known: &HashMap<(u64, u32, bool), Vec<u64>>,
+        known: &KnownAnswers,
         locator: &Locator,
         spec: &EvalSpec,
     ) -> Result<Vec<f64>> {

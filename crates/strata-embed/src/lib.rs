@@ -1,5 +1,6 @@
 //! Strata's out-of-core graph embedding training, after Legend (`../shared/papers/legend.txt`).
 
+pub mod bank;
 pub mod budget;
 pub mod buffer;
 pub mod config;

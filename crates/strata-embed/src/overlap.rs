@@ -17,7 +17,7 @@ use crate::model::Model;
 use crate::ordering::Schedule;
 use crate::partitioning::Buckets;
 use crate::shared::SharedRows;
-use crate::worker::{BucketCtx, PartRows, Worker};
+use crate::worker::{BucketCtx, PartRows, Pool, Worker};
 
 /// The check's inputs and verdicts.
 #[derive(Debug, Clone, Serialize)]
@@ -100,7 +100,6 @@ pub fn measure_edge_seconds(model: &Model, cfg: &TrainConfig, threads: usize) ->
         margin: cfg.margin,
         lr: 1e-6,
         parts: vec![part],
-        resident_nodes: rows as u64,
         src_part: 0,
         dst_part: 0,
         rels: (model.rel_dim() > 0)
@@ -109,6 +108,7 @@ pub fn measure_edge_seconds(model: &Model, cfg: &TrainConfig, threads: usize) ->
         corrupt: cfg.corrupt,
         negatives: cfg.negatives,
         degree_fraction: cfg.degree_fraction,
+        pool: Pool::Resident,
     };
     let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
     // One warm-up chunk per worker (allocations), then the timed ones.

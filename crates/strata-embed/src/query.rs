@@ -15,7 +15,7 @@ use crate::budget::{self, BudgetPlan};
 use crate::buffer::PartitionBuffer;
 use crate::config::{Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
-use crate::eval::{known_answers, make_queries, read_triples, Metrics, Query, Scorer};
+use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::model::{score_candidates, Model, Scratch};
 use crate::relations::Relations;
 use crate::run::{Run, Which};
@@ -98,8 +98,7 @@ impl Loaded {
         if max_queries > 0 {
             spec.max_queries = max_queries;
         }
-        let triples = read_triples(&self.store, split)?;
-        let queries = make_queries(&triples, spec.corrupt, spec.max_queries, spec.seed);
+        let set = EvalSet::new(&self.store, split, &spec, progress)?;
         let mut scorer = Scorer {
             model: self.model,
             relations: &self.relations,
@@ -107,7 +106,7 @@ impl Loaded {
             buffer: &mut self.buffer,
             table: &self.table,
         };
-        scorer.evaluate(&self.store, split, &queries, &spec, progress)
+        scorer.evaluate(&set, &spec, progress)
     }
 
     /// The id of node `name` (a name from the store's id map, or a number when it has none).

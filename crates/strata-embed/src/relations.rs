@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use strata_store::array::{read_all_bytes, NpyWriter, IO_CHUNK};
+use strata_store::rng::{derive, Rng};
 use strata_store::DType;
 
 use crate::error::{EmbedError, Result};
@@ -24,20 +25,24 @@ pub struct Relations {
 
 impl Relations {
     /// Initial rows for `num_relations` relations (at least one: graphs without relation
-    /// types use relation 0 everywhere), doubled when `reciprocal`.
+    /// types use relation 0 everywhere), doubled when `reciprocal`; random rows are a pure
+    /// function of `seed` (see [`Model::init_relation`]).
     pub fn new(
         model: &Model,
         num_relations: u64,
         reciprocal: bool,
         row_wise_state: bool,
+        seed: u64,
+        init_scale: f32,
     ) -> Relations {
         let base = num_relations.max(1) as usize;
         let rows = if reciprocal { 2 * base } else { base };
         let dim = model.rel_dim();
         let mut params = vec![0.0f32; rows * dim];
         if dim > 0 {
+            let mut rng = Rng::new(derive(seed, 0x7e1a));
             for row in params.chunks_mut(dim) {
-                model.init_relation(row);
+                model.init_relation(row, &mut rng, init_scale);
             }
         }
         let state_per_row = if row_wise_state { 1 } else { dim };

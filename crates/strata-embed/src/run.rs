@@ -92,13 +92,15 @@ impl RunMeta {
             .expect("three files, at most two referenced")
     }
 
-    /// Fresh relation rows shaped for this run.
+    /// Relation rows shaped for this run, as initialised.
     pub fn empty_relations(&self) -> Relations {
         Relations::new(
             &self.model(),
             self.num_relations,
             self.config.reciprocal,
             self.config.optimizer == crate::config::OptimizerKind::AdagradRow,
+            self.config.seed,
+            self.config.init_scale,
         )
     }
 }

@@ -135,6 +135,32 @@ impl TableFile {
         }
     }
 
+    /// Reads `out.len() / dim` embedding rows of partition `p` starting at local row `first`
+    /// (an unaligned read: the engine reads the covering blocks).
+    pub fn read_rows(
+        &self,
+        engine: &Arc<Engine>,
+        layout: &Layout,
+        p: u32,
+        first: u64,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let len = out.len() * 4;
+        if len == 0 {
+            return Ok(());
+        }
+        let at = p as u64 * layout.part_bytes() + first * layout.dim as u64 * 4;
+        let mut q = engine.queue();
+        q.submit([Request::read(&self.file, at, len, AlignedBuf::new(len), 0)]);
+        let c = q.wait().expect("one request in flight");
+        c.result?;
+        let bytes = c.buf.as_slice();
+        for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *v = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+        }
+        Ok(())
+    }
+
     /// Flushes the file to the device.
     pub fn sync(&self) -> Result<()> {
         Ok(self.file.file().sync()?)

@@ -15,7 +15,7 @@ use crate::budget::{self, BudgetPlan};
 use crate::buffer::PartitionBuffer;
 use crate::config::{OptimizerKind, Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
-use crate::eval::{make_queries, read_triples, EvalSpec, Metrics, Scorer};
+use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::kernels::sgemm_reference_flops;
 use crate::model::{Model, ModelKind};
 use crate::overlap;
@@ -92,35 +92,31 @@ pub fn train(
     let model = s.trainer.model;
     let threads = s.trainer.threads();
     let sched = s.trainer.schedule()?;
-    if let Some(profile) = DeviceProfile::for_path(run_dir) {
-        let t = overlap::measure_edge_seconds(&model, &s.trainer.cfg, threads);
-        match overlap::check(&sched, &s.trainer.buckets, model.dim, s.plan.buffer_bytes, s.plan.part_bytes, t, &profile) {
-            Some(c) => c.describe().iter().for_each(|l| progress.message(l)),
-            None => progress.message(&format!(
-                "Theorem 3: all {} partition(s) stay resident, no swaps to hide ({:.3} us/edge measured)",
-                s.plan.partitions,
-                t * 1e6
-            )),
+    let t = overlap::measure_edge_seconds(&model, &s.trainer.cfg, threads);
+    match DeviceProfile::for_path(run_dir) {
+        _ if sched.swaps() == 0 => progress.message(&format!(
+            "Theorem 3: all {} partition(s) stay resident, no swaps to hide (training takes {:.3} us/edge here)",
+            s.plan.partitions,
+            t * 1e6
+        )),
+        Some(profile) => {
+            let c = overlap::check(&sched, &s.trainer.buckets, model.dim, s.plan.buffer_bytes, s.plan.part_bytes, t, &profile)
+                .expect("the schedule has swaps");
+            c.describe().iter().for_each(|l| progress.message(l));
         }
-    } else if sched.swaps() > 0 {
-        progress.message(&format!(
-            "Theorem 3: no device profile for the disk holding {}; run `strata bench-disk --dir {}` to check whether I/O can hide",
+        None => progress.message(&format!(
+            "Theorem 3: no device profile for the disk holding {} (training takes {:.3} us/edge here); run `strata bench-disk --dir {}` to check whether swaps can hide",
             run_dir.display(),
+            t * 1e6,
             run_dir.display()
-        ));
+        )),
     }
+    let spec = eval_spec(&s.trainer.cfg, &s.plan, threads);
     let valid = if s.trainer.cfg.eval_every > 0 && s.store.array("edges_valid").is_some() {
-        let triples = read_triples(&s.store, "valid")?;
-        Some(make_queries(
-            &triples,
-            s.trainer.cfg.corrupt,
-            s.trainer.cfg.eval_max_queries,
-            s.trainer.cfg.seed,
-        ))
+        Some(EvalSet::new(&s.store, "valid", &spec, progress)?)
     } else {
         None
     };
-    let spec = eval_spec(&s.trainer.cfg, &s.plan, threads);
     let epochs = s.trainer.cfg.epochs;
     if s.resumed && s.run.meta.current.epoch < epochs {
         progress.message(&format!(
@@ -147,7 +143,7 @@ pub fn train(
         s.trainer.relations.save(&rp, &sp)?;
         let due = (epoch + 1) % s.trainer.cfg.eval_every.max(1) == 0 || epoch + 1 == epochs;
         let valid_metrics = match (&valid, due) {
-            (Some(queries), true) => {
+            (Some(set), true) => {
                 let mut scorer = Scorer {
                     model,
                     relations: &s.trainer.relations,
@@ -155,7 +151,7 @@ pub fn train(
                     buffer: &mut s.trainer.buffer,
                     table: &next,
                 };
-                Some(scorer.evaluate(&s.store, "valid", queries, &spec, progress)?)
+                Some(scorer.evaluate(set, &spec, progress)?)
             }
             _ => None,
         };
@@ -181,6 +177,8 @@ pub fn train(
             best: improved,
         };
         meta.history.push(record.clone());
+        // Test metrics belong to a finished run's best checkpoint; training on invalidates them.
+        meta.test = None;
         s.run.commit()?;
         s.run.append_logs(&record, &timeline)?;
         progress.message(&describe_epoch(&record, epochs, s.run.meta.sgemm_flops));
@@ -231,7 +229,7 @@ fn setup(
         let run = Run::open(run_dir)?;
         if let Some(field) = same_shape(&run.meta.config, &cfg) {
             return Err(EmbedError::Config(format!(
-                "run {} was trained with a different embed.train.{field}; pass --fresh to start over or choose another --run directory",
+                "run {} was trained with a different embed.train.{field}; pass --fresh to start over or choose another --run-dir",
                 run_dir.display()
             )));
         }
@@ -296,6 +294,7 @@ fn setup(
         relations,
         threads,
         plan.piece_rows,
+        plan.bank_rows,
     );
     Ok(Setup {
         run,
@@ -331,7 +330,7 @@ fn create(
             .is_some()
     {
         return Err(EmbedError::Config(format!(
-            "{} exists and is not a run directory; choose an empty or new --run directory",
+            "{} exists and is not a run directory; choose an empty or new --run-dir",
             dir.display()
         )));
     }
@@ -410,6 +409,8 @@ fn create(
         graph.num_relations,
         cfg.reciprocal,
         cfg.optimizer == OptimizerKind::AdagradRow,
+        cfg.seed,
+        cfg.init_scale,
     );
     let (rp, sp) = run.relation_paths(0);
     relations.save(&rp, &sp)?;
@@ -430,10 +431,8 @@ fn evaluate(s: &mut Setup, split: &str, which: Which, progress: &dyn Progress) -
         // The slots mirror the current table; this checkpoint lives in another file.
         s.trainer.buffer.clear();
     }
-    let triples = read_triples(&s.store, split)?;
-    let cfg = &s.trainer.cfg;
-    let queries = make_queries(&triples, cfg.corrupt, cfg.eval_max_queries, cfg.seed);
-    let spec = eval_spec(cfg, &s.plan, s.trainer.threads());
+    let spec = eval_spec(&s.trainer.cfg, &s.plan, s.trainer.threads());
+    let set = EvalSet::new(&s.store, split, &spec, progress)?;
     let mut scorer = Scorer {
         model: s.trainer.model,
         relations: &relations,
@@ -441,7 +440,7 @@ fn evaluate(s: &mut Setup, split: &str, which: Which, progress: &dyn Progress) -
         buffer: &mut s.trainer.buffer,
         table: &table,
     };
-    let m = scorer.evaluate(&s.store, split, &queries, &spec, progress);
+    let m = scorer.evaluate(&set, &spec, progress);
     if ckpt.table != s.run.meta.current.table {
         s.trainer.buffer.clear();
     }

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::rng::{derive, Rng};
 
+use crate::bank::Banks;
 use crate::buffer::PartitionBuffer;
-use crate::config::TrainConfig;
+use crate::config::{NegativePool, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::loader::{prefetch_edges, BucketEdges, Swap, Swapper};
 use crate::model::Model;
@@ -20,7 +21,7 @@ use crate::ordering::{schedule, Bucket, Schedule};
 use crate::partitioning::Buckets;
 use crate::relations::Relations;
 use crate::table::TableFile;
-use crate::worker::{BucketCtx, PartRows, Worker};
+use crate::worker::{BucketCtx, PartRows, Pool, Worker};
 
 /// What one epoch did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -102,10 +103,15 @@ pub struct Trainer {
     workers: Vec<Worker>,
     /// Edges per piece read from a bucket (bounds edge memory).
     piece_rows: u64,
+    /// Rows of the partitions on disk, for the `all` negative pool (`None` when every
+    /// partition is resident or another pool is used).
+    banks: Option<Banks>,
 }
 
 impl Trainer {
-    /// `threads` workers (at least 1).
+    /// `threads` workers (at least 1); `bank_rows` rows per partition of negative banks (0:
+    /// none, the `all` pool then falls back to the resident partitions).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         cfg: TrainConfig,
         model: Model,
@@ -114,8 +120,15 @@ impl Trainer {
         relations: Relations,
         threads: usize,
         piece_rows: u64,
+        bank_rows: usize,
     ) -> Self {
+        let partitions = buckets.partitioning.partitions;
+        let banks = (cfg.negative_pool == NegativePool::All
+            && bank_rows > 0
+            && partitions as usize > buffer.capacity())
+        .then(|| Banks::new(partitions, bank_rows, model.dim));
         Trainer {
+            banks,
             workers: (0..threads.max(1)).map(|_| Worker::default()).collect(),
             cfg,
             model,
@@ -140,6 +153,19 @@ impl Trainer {
         .map_err(|e| EmbedError::Config(format!("ordering: {e}")))
     }
 
+    /// The schedule of `epoch`: the run's schedule with partitions renamed by a seeded
+    /// permutation, so each epoch trains the partition pairs in another order.
+    pub fn epoch_schedule(&self, epoch: usize) -> Result<Schedule> {
+        let base = self.schedule()?;
+        let key = derive(derive(self.cfg.seed, 0x5c4e), epoch as u64);
+        let mut rng = Rng::new(key);
+        let mut perm: Vec<u32> = (0..base.partitions as u32).collect();
+        for i in (1..perm.len()).rev() {
+            perm.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        Ok(base.relabel(&perm, derive(key, 1)))
+    }
+
     /// One epoch: partitions are read from `current` (or from `next` once written back this
     /// epoch) and every partition ends up written to `next`. Returns the report and timeline.
     pub fn epoch(
@@ -150,7 +176,7 @@ impl Trainer {
         progress: &dyn Progress,
     ) -> Result<(EpochReport, Vec<Interval>)> {
         let n = self.buckets.partitioning.partitions as usize;
-        let sched = self.schedule()?;
+        let sched = self.epoch_schedule(epoch)?;
         let engine = self.buffer.engine().clone();
         let layout = self.buffer.layout;
         let origin = Instant::now();
@@ -184,12 +210,17 @@ impl Trainer {
             .count();
         let t = Instant::now();
         tally.io_wait += self.buffer.fill(first, current)?;
+        self.fill_banks(epoch, current)?;
         tl.add("io", 0, t, Instant::now(), "fill");
         tl.add("wait", 0, t, Instant::now(), "fill");
         let mut written = vec![false; n];
         for (i, step) in sched.steps.iter().enumerate() {
             let mut pending = None;
             if let (Some(e), Some(l)) = (step.evicted, step.loaded) {
+                if let Some(banks) = &mut self.banks {
+                    // The partition leaves as it is now: its bank stays exact while on disk.
+                    banks.copy_from(e, self.buffer.embeddings(e));
+                }
                 let (slot, buf) = self.buffer.take(e);
                 let from = if written[l as usize] {
                     next.clone()
@@ -224,6 +255,7 @@ impl Trainer {
                 );
                 done.result?;
                 self.buffer.put(done.slot, done.buf, l);
+                self.apply_bank_gradient(l);
             }
             for &bucket in &step.after_load {
                 self.run_bucket(&edges_rx, bucket, epoch, i, &mut tl, &mut tally, &mut meter)?;
@@ -241,6 +273,7 @@ impl Trainer {
         }
         let t = Instant::now();
         self.buffer.flush(next)?;
+        tally.loads += self.flush_bank_gradient(next)?;
         next.sync()?;
         let now = Instant::now();
         tally.io_wait += (now - t).as_secs_f64();
@@ -324,6 +357,65 @@ impl Trainer {
         Ok(())
     }
 
+    /// Chooses this epoch's bank blocks and fills them from the resident partitions and, for
+    /// the others, from `current`.
+    fn fill_banks(&mut self, epoch: usize, current: &TableFile) -> Result<()> {
+        let Some(banks) = &mut self.banks else {
+            return Ok(());
+        };
+        let partitioning = &self.buckets.partitioning;
+        banks.choose_blocks(partitioning, self.cfg.seed, epoch);
+        for p in 0..partitioning.partitions {
+            if self.buffer.slot_of(p).is_some() {
+                banks.copy_from(p, self.buffer.embeddings(p));
+            } else {
+                banks.read(p, current, self.buffer.engine(), &self.buffer.layout)?;
+            }
+        }
+        for p in 0..partitioning.partitions {
+            if self.buffer.slot_of(p).is_some() {
+                self.apply_bank_gradient(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the gradient partition `p` (just made resident) received as a bank negative.
+    fn apply_bank_gradient(&mut self, p: u32) {
+        let Some(banks) = &self.banks else { return };
+        if !banks.has_pending(p) {
+            return;
+        }
+        let resident = self.buffer.rows_mut();
+        let (_, rows) = resident
+            .iter()
+            .find(|(q, _)| *q == p)
+            .expect("partition resident");
+        banks.apply_pending(p, rows, self.cfg.lr);
+    }
+
+    /// At the end of an epoch, brings every partition on disk with pending bank gradient in
+    /// from `next`, applies it and writes it back, so that the checkpoint is complete. Returns
+    /// the partitions read.
+    fn flush_bank_gradient(&mut self, next: &TableFile) -> Result<usize> {
+        let pending: Vec<u32> = match &self.banks {
+            Some(banks) => (0..self.buckets.partitioning.partitions)
+                .filter(|&p| banks.has_pending(p))
+                .collect(),
+            None => return Ok(0),
+        };
+        let mut loads = 0;
+        for (k, &p) in pending.iter().enumerate() {
+            if self.buffer.slot_of(p).is_none() {
+                self.buffer.load(k % self.buffer.capacity(), p, next)?;
+                loads += 1;
+            }
+            self.apply_bank_gradient(p);
+            self.buffer.write(p, next)?;
+        }
+        Ok(loads)
+    }
+
     /// Trains one piece of bucket `(a, b)`'s edges, shuffled by `key`, on the worker threads.
     fn train_piece(&mut self, (a, b): Bucket, edges: &mut [[i32; 3]], key: u64) {
         if edges.is_empty() {
@@ -349,13 +441,29 @@ impl Trainer {
                 size: partitioning.size_of(p) as u32,
             })
             .collect();
+        let pool = match (&self.banks, self.cfg.negative_pool) {
+            (_, NegativePool::Partition) => Pool::Partition,
+            (Some(banks), NegativePool::All) => {
+                let mut part_of = vec![None; partitioning.partitions as usize];
+                for (i, (p, _)) in resident.iter().enumerate() {
+                    part_of[*p as usize] = Some(i);
+                }
+                Pool::All {
+                    banks,
+                    part_of,
+                    part_size: partitioning.part_size,
+                    num_nodes: partitioning.num_nodes,
+                }
+            }
+            // Everything resident (or no room for banks): the resident partitions are all.
+            _ => Pool::Resident,
+        };
         let inverse_offset = self.relations.inverse_offset;
         let ctx = BucketCtx {
             model: self.model,
             loss: self.cfg.loss,
             margin: self.cfg.margin,
             lr: self.cfg.lr,
-            resident_nodes: parts.iter().map(|p| p.size as u64).sum(),
             parts,
             src_part,
             dst_part,
@@ -364,6 +472,7 @@ impl Trainer {
             corrupt: self.cfg.corrupt,
             negatives: self.cfg.negatives,
             degree_fraction: self.cfg.degree_fraction,
+            pool,
         };
         let chunks: Vec<&[[i32; 3]]> = edges.chunks(self.cfg.chunk_size.max(1)).collect();
         let threads = self.workers.len().min(chunks.len());

@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use strata_store::rng::{derive, Rng};
 
+use crate::bank::Banks;
 use crate::config::Corrupt;
 use crate::model::{chunk_step, Grads, LossKind, Model, Scratch};
 use crate::shared::SharedRows;
@@ -15,16 +16,31 @@ pub struct PartRows<'a> {
     pub size: u32,
 }
 
+/// Where a chunk's uniform negatives come from (see [`NegativePool`]).
+pub enum Pool<'a> {
+    /// The partition of the corrupted side.
+    Partition,
+    /// Every resident partition.
+    Resident,
+    /// Every node: resident partitions directly, the others through their banks.
+    All {
+        banks: &'a Banks,
+        /// Index into `parts` of each resident partition, by partition id.
+        part_of: Vec<Option<usize>>,
+        /// Node positions per partition and nodes in all (as in [`crate::partitioning::Partitioning`]).
+        part_size: u64,
+        num_nodes: u64,
+    },
+}
+
 /// What every chunk of one bucket `(a, b)` trains against.
 pub struct BucketCtx<'a> {
     pub model: Model,
     pub loss: LossKind,
     pub margin: f32,
     pub lr: f32,
-    /// Every resident partition; uniform negatives are drawn over all of their nodes.
+    /// Every resident partition.
     pub parts: Vec<PartRows<'a>>,
-    /// Nodes in all of `parts`.
-    pub resident_nodes: u64,
     /// Indices into `parts` of the bucket's source (`a`) and destination (`b`) partitions.
     pub src_part: usize,
     pub dst_part: usize,
@@ -34,19 +50,56 @@ pub struct BucketCtx<'a> {
     pub corrupt: Corrupt,
     pub negatives: usize,
     pub degree_fraction: f32,
+    pub pool: Pool<'a>,
 }
 
+/// Marks a negative taken from a bank: `(BANK | partition, row of the bank)`.
+const BANK: usize = 1 << (usize::BITS - 1);
+/// Part number of bank rows in update keys: `BANK_KEY + partition` (so that `part << 40`
+/// still fits in 64 bits for up to 2^22 partitions).
+const BANK_KEY: usize = 1 << 22;
+
 impl BucketCtx<'_> {
-    /// `(part index, local row)` of a node drawn uniformly over the resident partitions.
-    fn uniform_node(&self, rng: &mut Rng) -> (usize, u32) {
-        let mut r = rng.below(self.resident_nodes);
-        for (i, p) in self.parts.iter().enumerate() {
-            if r < p.size as u64 {
-                return (i, r as u32);
+    /// A uniform negative for a side whose targets lie in part `target`: `(part index, local
+    /// row)`, or `(BANK | partition, bank row)` for a node of a partition on disk.
+    fn uniform_node(&self, target: usize, rng: &mut Rng) -> (usize, u32) {
+        match &self.pool {
+            Pool::Partition => (target, rng.below(self.parts[target].size as u64) as u32),
+            Pool::Resident => {
+                let total: u64 = self.parts.iter().map(|p| p.size as u64).sum();
+                let mut r = rng.below(total);
+                for (i, p) in self.parts.iter().enumerate() {
+                    if r < p.size as u64 {
+                        return (i, r as u32);
+                    }
+                    r -= p.size as u64;
+                }
+                unreachable!("r is below the resident node count")
             }
-            r -= p.size as u64;
+            Pool::All {
+                banks,
+                part_of,
+                part_size,
+                num_nodes,
+            } => {
+                let pos = rng.below(*num_nodes);
+                let (p, local) = ((pos / part_size) as u32, (pos % part_size) as u32);
+                match part_of[p as usize] {
+                    Some(i) => (i, local),
+                    None => (BANK | p as usize, rng.below(banks.len(p) as u64) as u32),
+                }
+            }
         }
-        unreachable!("r is below the resident node count")
+    }
+
+    /// Copies negative `id`'s row into `out`.
+    fn load_negative(&self, (part, row): (usize, u32), out: &mut [f32]) {
+        match &self.pool {
+            Pool::All { banks, .. } if part & BANK != 0 => {
+                out.copy_from_slice(banks.row((part & !BANK) as u32, row))
+            }
+            _ => self.parts[part].rows.load(row as usize, out),
+        }
     }
 }
 
@@ -184,8 +237,7 @@ impl Worker {
             }
         }
         // Negatives shared by the chunk: a degree-weighted part (targets of the chunk's own
-        // edges: each node appears in proportion to its degree) and a uniform part over every
-        // resident partition.
+        // edges: each node appears in proportion to its degree) and a uniform part.
         let n = ctx.negatives;
         let n_degree = ((n as f32) * ctx.degree_fraction).round() as usize;
         side.neg_ids.clear();
@@ -196,15 +248,13 @@ impl Worker {
                     chunk[rng.below(b as u64) as usize][o.d_col] as u32,
                 )
             } else {
-                ctx.uniform_node(rng)
+                ctx.uniform_node(o.d_part, rng)
             };
             side.neg_ids.push(id);
         }
         resize(&mut side.neg, n * d);
-        for (j, &(part, local)) in side.neg_ids.iter().enumerate() {
-            ctx.parts[part]
-                .rows
-                .load(local as usize, &mut side.neg[j * d..(j + 1) * d]);
+        for (j, &id) in side.neg_ids.iter().enumerate() {
+            ctx.load_negative(id, &mut side.neg[j * d..(j + 1) * d]);
         }
         self.loss += chunk_step(
             &ctx.model,
@@ -249,6 +299,12 @@ impl Worker {
                 ));
             }
             for (j, &(part, local)) in self.sides[k].neg_ids.iter().enumerate() {
+                // Bank rows (partitions on disk) are keyed apart: their gradient goes to the bank.
+                let part = if part & BANK == 0 {
+                    part
+                } else {
+                    BANK_KEY + (part & !BANK)
+                };
                 self.updates
                     .push((key(part, local), side_bit | FROM_NEG | j as u32));
             }
@@ -265,10 +321,16 @@ impl Worker {
             }
         };
         apply_sorted(&self.updates, &mut self.sum, d, grad_row, |k, g| {
-            let part = (k >> PART_SHIFT) as usize;
-            ctx.parts[part]
-                .rows
-                .adagrad((k & ((1 << PART_SHIFT) - 1)) as usize, g, ctx.lr);
+            let (part, row) = (
+                (k >> PART_SHIFT) as usize,
+                (k & ((1 << PART_SHIFT) - 1)) as u32,
+            );
+            match &ctx.pool {
+                Pool::All { banks, .. } if part >= BANK_KEY => {
+                    banks.add_grad((part - BANK_KEY) as u32, row, g)
+                }
+                _ => ctx.parts[part].rows.adagrad(row as usize, g, ctx.lr),
+            }
         });
     }
 

@@ -20,6 +20,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     cfg = from_args(PlotConfig, args)
-    for path in plot_run(cfg.run, cfg.out, cfg.epoch):
+    for path in plot_run(cfg.target, cfg.out, cfg.epoch):
         print(path)
     return 0

@@ -30,7 +30,7 @@ class EmbedPlanConfig:
 @section("embed.train")
 class EmbedTrainConfig:
     store: Path = option(positional=True, help="store to train on (from strata convert or generate)")
-    run: Path | None = option(None, help="run directory (default: STORE/runs/embed); an existing run resumes")
+    run_dir: Path | None = option(None, help="run directory (default: STORE/runs/embed); an existing run resumes")
     fresh: bool = option(False, help="start over even if the run directory holds a run")
     model: Literal["dot", "transe", "distmult", "complex", "rotate"] = option(
         "complex", help="score function: dot (graphs without relation types), transe, distmult, complex, rotate"
@@ -50,8 +50,14 @@ class EmbedTrainConfig:
     chunk_size: int = option(1000, help="positive edges per chunk; a chunk shares one set of negatives")
     negatives: int = option(1000, help="negatives per chunk and corrupted side")
     degree_fraction: float = option(
-        0.0, help="fraction of negatives drawn in proportion to degree; the rest are uniform over resident partitions"
+        0.0, help="fraction of negatives drawn in proportion to degree; the rest are uniform (see negative_pool)"
     )
+    negative_pool: Literal["all", "resident", "partition"] = option(
+        "all",
+        help="uniform negatives over all nodes (partitions on disk through in-memory banks of bank_rows rows), over "
+        "the resident partitions (Marius, Legend), or over the corrupted side's partition (PyTorch-BigGraph)",
+    )
+    bank_rows: int = option(4096, help="rows of each partition kept in memory as negatives while it is on disk")
     corrupt: Literal["both", "tail", "head"] = option("both", help="which side of each edge is corrupted")
     reciprocal: bool = option(
         True, help="relations get inverse rows used when heads are corrupted (reciprocal relations)"
@@ -147,6 +153,6 @@ class EmbedExportConfig:
 
 @section("plot")
 class PlotConfig:
-    run: Path = option(positional=True, help="run directory (or a store, for its default embedding run)")
+    target: Path = option(positional=True, help="run directory (or a store, for its default embedding run)")
     out: Path | None = option(None, help="directory for the PNGs (default: RUN/plots)")
     epoch: int = option(0, help="epoch whose timeline to draw (0: the last)")

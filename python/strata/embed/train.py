@@ -13,7 +13,7 @@ from ..units import fmt_bytes, fmt_duration
 from .runs import Run, default_run_dir
 
 #: Options of the section that are the front end's, not the trainer's.
-FRONT_END = ("store", "run", "fresh", "tensorboard")
+FRONT_END = ("store", "run_dir", "fresh", "tensorboard")
 
 
 class _TensorBoard:
@@ -21,18 +21,23 @@ class _TensorBoard:
     is installed (it is optional; the metrics are always in metrics.jsonl)."""
 
     def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.writer = None
         try:
             from tensorboard.compat.proto import event_pb2, summary_pb2
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except ImportError:
-            self.writer = None
+            self.available = False
             return
-        self.event_pb2, self.summary_pb2 = event_pb2, summary_pb2
-        self.writer = EventFileWriter(str(run_dir))
+        self.available = True
+        self.event_pb2, self.summary_pb2, self.writer_class = event_pb2, summary_pb2, EventFileWriter
 
     def epoch(self, record: dict) -> None:
-        if self.writer is None:
+        if not self.available:
             return
+        if self.writer is None:
+            # Opened at the first committed epoch: the trainer creates the run directory.
+            self.writer = self.writer_class(str(self.run_dir))
         values = {
             "train/loss": record["loss"],
             "train/seconds": record["seconds"],
@@ -68,7 +73,7 @@ def train(
     committed epoch (loss, timings, I/O, validation metrics).
     """
     cfg = config if config is not None else EmbedTrainConfig(**options)
-    run_dir = cfg.run if cfg.run is not None else default_run_dir(cfg.store)
+    run_dir = cfg.run_dir if cfg.run_dir is not None else default_run_dir(cfg.store)
     native = {k: v for k, v in as_dict(cfg).items() if k not in FRONT_END}
     board = _TensorBoard(run_dir) if cfg.tensorboard else None
 

@@ -10,6 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use strata_store::rng::Rng;
+
 use crate::kernels::{dot, exp_sum, gemm_ab, gemm_abt, gemm_atb};
 
 /// Which score function.
@@ -60,18 +62,39 @@ impl Model {
         }
     }
 
-    /// The initial value of a relation row: identity-like, so that training starts from the
-    /// plain embedding similarity (the Legend repository sets ComplEx relations to ones).
-    pub fn init_relation(&self, row: &mut [f32]) {
+    /// The initial value of a relation row, drawn from `rng`. Not the identity: an identity
+    /// relation scores a node against itself highest (`‖h‖²` for ComplEx and DistMult, distance
+    /// 0 for TransE and RotatE), and since a node is almost never its own sampled negative, that
+    /// bias survives training and ranks the query's own node first. Unit complex numbers with
+    /// random phases (ComplEx, RotatE) and random signs (DistMult) start every relation as an
+    /// isometry without a preferred self-score; TransE starts from normal offsets of the node
+    /// embeddings' scale (`scale`) and must learn translations long enough to leave the node.
+    pub fn init_relation(&self, row: &mut [f32], rng: &mut Rng, scale: f32) {
+        let phase =
+            |rng: &mut Rng| (rng.next_f64() * std::f64::consts::TAU - std::f64::consts::PI) as f32;
         match self.kind {
             ModelKind::Dot => {}
-            ModelKind::DistMult => row.fill(1.0),
+            ModelKind::DistMult => row
+                .iter_mut()
+                .for_each(|v| *v = if rng.below(2) == 0 { 1.0 } else { -1.0 }),
             ModelKind::ComplEx => {
                 let h = self.dim / 2;
-                row[..h].fill(1.0);
-                row[h..].fill(0.0);
+                for k in 0..h {
+                    let theta = phase(rng);
+                    row[k] = theta.cos();
+                    row[h + k] = theta.sin();
+                }
             }
-            ModelKind::TransE | ModelKind::RotatE => row.fill(0.0),
+            ModelKind::RotatE => row.iter_mut().for_each(|v| *v = phase(rng)),
+            ModelKind::TransE => {
+                for pair in row.chunks_mut(2) {
+                    let (a, b) = rng.normal_pair();
+                    pair[0] = a as f32 * scale;
+                    if pair.len() > 1 {
+                        pair[1] = b as f32 * scale;
+                    }
+                }
+            }
         }
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use strata_store::rng::Rng;
 
 fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -188,5 +189,52 @@ fn reversed_relation_scores_the_same_triple() {
             score_candidates(&model, 1, 1, &t, &r, &h, &mut backward, &mut s);
             assert!((forward[0] - backward[0]).abs() > 1e-4, "{kind:?}");
         }
+    }
+}
+
+/// Initial relations give a node little preference for itself as its own answer, unlike the
+/// identity relation (ones for DistMult, 1 + 0i for ComplEx, no rotation or offset).
+#[test]
+fn initial_relations_have_no_self_preference() {
+    let d = 64;
+    let mut rng = Rng::new(5);
+    // Mean of score(h, r, h) - score(h, r, t) over random h, t.
+    let self_gap = |model: &Model, r: &[f32]| -> f64 {
+        let mut s = Scratch::default();
+        let (mut a, mut b) = ([0.0f32], [0.0f32]);
+        let mut gap = 0.0;
+        for i in 0..200 {
+            let (h, t) = (rand_vec(d, 100 + i), rand_vec(d, 10_000 + i));
+            score_candidates(model, 1, 1, &h, r, &h, &mut a, &mut s);
+            score_candidates(model, 1, 1, &h, r, &t, &mut b, &mut s);
+            gap += (a[0] - b[0]) as f64;
+        }
+        gap / 200.0
+    };
+    // (TransE prefers the node itself until it learns a long enough translation, whatever
+    // small offset it starts from, so it is not checked.)
+    for kind in [ModelKind::DistMult, ModelKind::ComplEx, ModelKind::RotatE] {
+        let model = Model {
+            kind,
+            dim: d,
+            transe_norm: 2,
+        };
+        let mut identity = vec![0.0f32; model.rel_dim()];
+        match kind {
+            ModelKind::DistMult => identity.fill(1.0),
+            ModelKind::ComplEx => identity[..d / 2].fill(1.0),
+            _ => {}
+        }
+        let mut r = vec![0.0f32; model.rel_dim()];
+        model.init_relation(&mut r, &mut rng, 0.1);
+        let (random, ident) = (self_gap(&model, &r), self_gap(&model, &identity));
+        assert!(
+            ident > 1.0,
+            "{kind:?}: the identity prefers the node itself ({ident})"
+        );
+        assert!(
+            random.abs() < 0.35 * ident,
+            "{kind:?}: initial relation self gap {random} vs identity {ident}"
+        );
     }
 }

@@ -92,6 +92,15 @@ pub fn schedule(kind: OrderingKind, n: usize, capacity: usize) -> Result<Schedul
     if n == 0 {
         return Err(OrderingError::NoPartitions);
     }
+    if n <= capacity {
+        // Everything is resident at once: one state, whatever the order.
+        return Ok(from_states(
+            kind,
+            n,
+            capacity,
+            vec![(0..n as u32).collect()],
+        ));
+    }
     let states = match kind {
         OrderingKind::Legend => {
             if capacity != 3 {
@@ -217,6 +226,44 @@ impl Schedule {
     /// the paper's communication volume: states x S / n.
     pub fn volume(&self) -> f64 {
         self.states() as f64 / self.partitions as f64
+    }
+
+    /// The same schedule with partition `p` renamed `perm[p]` and the buckets of each group
+    /// (overlap, after-load) shuffled by `seed`: as many loads and the same overlap, a
+    /// different order of training. Run each epoch with a fresh one so that successive epochs
+    /// do not visit the partition pairs in the same order.
+    pub fn relabel(&self, perm: &[u32], seed: u64) -> Schedule {
+        assert_eq!(perm.len(), self.partitions, "one new name per partition");
+        let mut rng = strata_store::rng::Rng::new(seed);
+        let mut shuffled = |buckets: &[Bucket]| {
+            let mut v: Vec<Bucket> = buckets
+                .iter()
+                .map(|&(a, b)| (perm[a as usize], perm[b as usize]))
+                .collect();
+            for i in (1..v.len()).rev() {
+                v.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            v
+        };
+        let steps = self
+            .steps
+            .iter()
+            .map(|s| {
+                let mut state: Vec<u32> = s.state.iter().map(|&p| perm[p as usize]).collect();
+                state.sort_unstable();
+                Step {
+                    state,
+                    evicted: s.evicted.map(|p| perm[p as usize]),
+                    loaded: s.loaded.map(|p| perm[p as usize]),
+                    overlap: shuffled(&s.overlap),
+                    after_load: shuffled(&s.after_load),
+                }
+            })
+            .collect();
+        Schedule {
+            steps,
+            ..self.clone()
+        }
     }
 
     /// Every bucket in training order.

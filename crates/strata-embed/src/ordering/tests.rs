@@ -166,3 +166,21 @@ fn legend_hides_more_swaps_than_beta() {
         );
     }
 }
+
+proptest! {
+    /// A relabelled schedule is still a valid schedule with the same loads and overlap.
+    #[test]
+    fn relabelled_schedules_stay_valid(n in 4usize..24, seed in 0u64..1000, kind in 0usize..3) {
+        let (kind, cap) = [(OrderingKind::Legend, 3), (OrderingKind::Beta, 4), (OrderingKind::Sequential, 2)][kind];
+        let s = schedule(kind, n, cap).unwrap();
+        let mut perm: Vec<u32> = (0..n as u32).collect();
+        let mut rng = strata_store::rng::Rng::new(seed);
+        for i in (1..n).rev() {
+            perm.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let r = s.relabel(&perm, seed);
+        check(&r);
+        prop_assert_eq!(r.states(), s.states());
+        prop_assert_eq!(r.hidden_swaps(), s.hidden_swaps());
+    }
+}

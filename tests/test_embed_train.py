@@ -1,0 +1,256 @@
+"""`strata embed train|eval|predict|export` and `strata plot` end to end: through the CLI and the
+Python API, in memory and out of core, with a kill -9 in the middle, and with bad inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from strata import _native
+from strata.config import EmbedTrainConfig, as_dict
+from strata.embed import Run, train
+from strata.errors import BudgetError, ConfigError, RunError
+
+SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
+
+
+@pytest.fixture(scope="module")
+def kg(tmp_path_factory) -> Path:
+    """A generated knowledge graph (400 entities, 8 relations) converted into a store."""
+    from conftest import run_strata
+
+    d = tmp_path_factory.mktemp("kg")
+    raw = d / "raw"
+    run_strata("generate", "kg", "--out", raw, "--entities", "400", "--relations", "8", "--triples", "16000", "-q")
+    run_strata("convert", raw, "--relations", "--out", d / "kg.strata", "-q")
+    return d / "kg.strata"
+
+
+def test_python_defaults_match_the_trainer():
+    native = _native.embed_train_defaults()
+    ours = {k: v for k, v in as_dict(EmbedTrainConfig(store="x")).items() if k in native}
+    assert ours.keys() == native.keys()
+    for k, v in native.items():
+        # f32 fields come back as the nearest double of their f32 value.
+        assert ours[k] == (pytest.approx(v, rel=1e-7) if isinstance(v, float) else v), k
+    assert set(native) <= set(as_dict(EmbedTrainConfig(store="x")))
+
+
+def test_train_in_memory_learns_and_writes_its_run(kg, tmp_path, strata_cli):
+    run = tmp_path / "run"
+    out = strata_cli("embed", "train", kg, "--run-dir", run, "--epochs", "3", *SMALL, "--json-summary").stdout
+    meta = json.loads(out)
+    assert meta["current"]["epoch"] == 3 and len(meta["history"]) == 3
+    assert meta["partitioning"]["partitions"] == 1
+    # 400 candidates: a random ranking has an MRR near 0.015.
+    assert meta["test"]["mrr"] > 0.2, meta["test"]
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2, 3]
+    assert all(json.loads(line)["valid"]["protocol"] == "filtered" for line in lines)
+    timeline = [json.loads(line) for line in (run / "timeline.jsonl").read_text().splitlines()]
+    assert {iv["lane"] for iv in timeline} >= {"compute", "io"}
+    assert sorted(p.name for p in run.glob("table-*.bin")) == ["table-0.bin", "table-1.bin", "table-2.bin"]
+
+
+def test_out_of_core_training_under_a_small_budget(kg, tmp_path, strata_cli):
+    run = tmp_path / "ooc"
+    proc = strata_cli(
+        "embed",
+        "train",
+        kg,
+        "--run-dir",
+        run,
+        "--epochs",
+        "2",
+        "--partitions",
+        "6",
+        "--ordering",
+        "legend",
+        "--dim",
+        "16",
+        "--chunk-size",
+        "200",
+        "--negatives",
+        "64",
+    )
+    assert "6 partitions on disk, 3 resident at a time" in proc.stderr
+    assert "Theorem 3" in proc.stderr
+    meta = Run(run).meta
+    last = meta["history"][-1]
+    assert last["swaps"] > 0 and last["partition_loads"] >= last["swaps"]
+    assert last["partition_bytes_written"] >= 6 * meta["layout"]["rows"] * 16 * 2 * 4
+    assert meta["test"]["mrr"] > 0.15
+
+
+def test_python_api_train_evaluate_predict_export(kg, tmp_path):
+    seen = []
+    run = train(
+        EmbedTrainConfig(store=kg, run_dir=tmp_path / "api", epochs=2, dim=16, chunk_size=200, negatives=64),
+        on_epoch=seen.append,
+    )
+    assert [r["epoch"] for r in seen] == [1, 2]
+    assert run.epochs == 2 and run.test["queries"] > 0
+    m = run.evaluate("valid", protocol="sampled", max_queries=200)["metrics"]
+    assert m["protocol"] == "sampled" and m["queries"] == 200 and 0 < m["mrr"] <= 1
+    names = (kg / "..").resolve()
+    head, rel, _ = (names / "raw" / "train.txt").read_text().splitlines()[0].split("\t")
+    pred = run.predict(head=head, relation=rel, top=5)["predictions"]
+    assert len(pred) == 5 and pred[0]["score"] >= pred[-1]["score"]
+    assert run.predict(tail=head, relation=rel, top=3, exclude_known=True)["predictions"][0]["known"] is False
+
+
+def test_export_is_in_node_id_order(kg, tmp_path, strata_cli):
+    """Scores recomputed from the export with NumPy equal the ones `predict` reports, for a
+    partitioned run (nodes are permuted across partitions, so a wrong order would not match)."""
+    run = tmp_path / "exp"
+    strata_cli(
+        "embed",
+        "train",
+        kg,
+        "--run-dir",
+        run,
+        "--epochs",
+        "1",
+        "--partitions",
+        "4",
+        "--buffer",
+        "4",
+        "--model",
+        "distmult",
+        *SMALL,
+    )
+    strata_cli("embed", "export", run, "--out", tmp_path / "npy", "-q")
+    emb = np.load(tmp_path / "npy" / "embeddings.npy")
+    rels = np.load(tmp_path / "npy" / "relations.npy")
+    names = (tmp_path / "npy" / "node_names.txt").read_text().splitlines()
+    rel_names = (tmp_path / "npy" / "relation_names.txt").read_text().splitlines()
+    assert emb.shape == (400, 16) and len(names) == 400 and rels.shape == (16, 16)
+    pred = json.loads(
+        strata_cli(
+            "embed", "predict", run, "--head", names[7], "--relation", rel_names[2], "--top", "3", "--json", "-q"
+        ).stdout
+    )["predictions"]
+    scores = (emb[7] * rels[2]) @ emb.T
+    for p in pred:
+        assert names[p["node"]] == p["name"]
+        assert scores[p["node"]] == pytest.approx(p["score"], rel=1e-4, abs=1e-5)
+    assert [p["node"] for p in pred] == list(np.argsort(-scores, kind="stable")[:3])
+    strata_cli("embed", "export", run, "--out", tmp_path / "tsv", "--format", "tsv", "-q")
+    first = (tmp_path / "tsv" / "embeddings.tsv").read_text().splitlines()[0].split("\t")
+    assert first[0] == names[0] and np.allclose([float(x) for x in first[1:]], emb[0], rtol=1e-6)
+    again = strata_cli("embed", "export", run, "--out", tmp_path / "tsv", check=False)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+
+
+def test_killed_run_resumes_to_the_same_result(kg, tmp_path):
+    """kill -9 in the middle of an epoch: the run resumes from its last checkpoint and ends
+    with exactly the table an uninterrupted run produces (one thread is deterministic)."""
+    args = ["--epochs", "6", "--threads", "1", "--partitions", "5", "--buffer", "3", "--ordering", "beta", *SMALL]
+    cmd = [sys.executable, "-m", "strata", "embed", "train", str(kg)]
+    subprocess.run([*cmd, "--run-dir", str(tmp_path / "whole"), *args], check=True, capture_output=True)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([*cmd, "--run-dir", str(killed), *args], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if json.loads((killed / "run.json").read_text())["current"]["epoch"] >= 2:
+                break
+        except (FileNotFoundError, json.JSONDecodeError):
+            pass
+        time.sleep(0.01)
+    time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = json.loads((killed / "run.json").read_text())["current"]["epoch"]
+    assert 2 <= done < 6, "kill the run in the middle"
+    # The record still opens and its checkpoint files are whole.
+    assert Run(killed).epochs == done
+    subprocess.run([*cmd, "--run-dir", str(killed), *args], check=True, capture_output=True)
+    whole, resumed = Run(tmp_path / "whole"), Run(killed)
+    assert resumed.epochs == 6 and [h["epoch"] for h in resumed.history] == list(range(1, 7))
+    metrics = [json.loads(line)["epoch"] for line in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert metrics == list(range(1, 7))
+    a = (tmp_path / "whole" / whole.meta["current"]["table"]).read_bytes()
+    b = (killed / resumed.meta["current"]["table"]).read_bytes()
+    assert a == b, "the resumed run's table differs from the uninterrupted one"
+    assert {**whole.test, "seconds": 0} == {**resumed.test, "seconds": 0}
+
+
+def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli):
+    bad = strata_cli(
+        "embed", "train", kg, "--run-dir", tmp_path / "r", "--model", "complex", "--dim", "15", check=False
+    )
+    assert bad.returncode == 2 and "embed.train.dim" in bad.stderr and "even" in bad.stderr
+    assert not (tmp_path / "r").exists()
+    small = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", "--memory", "32M", check=False)
+    assert small.returncode == 2 and "memory budget 32.0 MiB cannot hold" in small.stderr
+    with pytest.raises(BudgetError):
+        train(store=kg, run_dir=tmp_path / "r2", memory="40M", partitions=2)
+    notrun = tmp_path / "stuff"
+    notrun.mkdir()
+    (notrun / "keep.txt").write_text("mine")
+    refused = strata_cli("embed", "train", kg, "--run-dir", notrun, *SMALL, check=False)
+    assert refused.returncode == 2 and "not a run directory" in refused.stderr
+    assert (notrun / "keep.txt").read_text() == "mine"
+    with pytest.raises(RunError, match="has no embedding run"):
+        Run(kg)
+    neither = strata_cli("embed", "predict", kg, check=False)
+    assert neither.returncode == 2 and "exactly one of --head and --tail" in neither.stderr
+    with pytest.raises(ConfigError, match=r"embed\.train\.lr"):
+        EmbedTrainConfig(store=kg, lr=0)
+    strata_cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "1", *SMALL)
+    unknown = strata_cli("embed", "predict", tmp_path / "ok", "--head", "no-such-node", "--relation", "r0", check=False)
+    assert unknown.returncode == 2 and "node 'no-such-node' is not in store" in unknown.stderr
+    other = strata_cli(
+        "embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "2", "--dim", "8", "-q", check=False
+    )
+    assert other.returncode == 2 and "different embed.train.dim" in other.stderr
+    (tmp_path / "ok" / "run.json").write_text("{not json")
+    broken = strata_cli("embed", "eval", tmp_path / "ok", check=False)
+    assert broken.returncode == 2 and "run.json: not a run record" in broken.stderr
+
+
+def test_plot_writes_pngs(kg, tmp_path, strata_cli):
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "plot"
+    strata_cli(
+        "embed",
+        "train",
+        kg,
+        "--run-dir",
+        run,
+        "--epochs",
+        "2",
+        "--partitions",
+        "4",
+        "--buffer",
+        "2",
+        "--ordering",
+        "beta",
+        *SMALL,
+    )
+    out = strata_cli("plot", run).stdout.split()
+    assert sorted(Path(p).name for p in out) == ["loss.png", "metrics.png", "timeline.png"]
+    for p in out:
+        assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tensorboard_events_when_installed(kg, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = train(EmbedTrainConfig(store=kg, run_dir=tmp_path / "tb", epochs=2, dim=16, chunk_size=200, negatives=64))
+    events = EventAccumulator(str(run.path))
+    events.Reload()
+    loss = events.Scalars("train/loss")
+    assert [e.step for e in loss] == [1, 2]
+    assert events.Scalars("valid/mrr")[-1].value == pytest.approx(run.history[-1]["valid"]["mrr"], rel=1e-6)
