@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import ClassVar, TextIO
 
 from .units import fmt_count, fmt_duration, fmt_rate_mb
 
@@ -18,6 +18,9 @@ class ProgressBar:
     """Callable progress sink: ``("stage", name, total_bytes, total_rows)``,
     ``("update", rows, bytes)``, ``("message", text)`` and ``("detail", text)`` (figures shown
     beside the bar until the stage ends)."""
+
+    #: What the rows of a stage are, by the stage name's first word (default: rows).
+    UNITS: ClassVar[dict[str, str]] = {"epoch": "edges", "eval": "queries"}
 
     def __init__(self, stream: TextIO | None = None, *, enabled: bool = True, log_every: float = 10.0, width: int = 24):
         self.stream = stream or sys.stderr
@@ -84,7 +87,8 @@ class ProgressBar:
             fill = int(frac * self.width)
             parts.append("[" + "#" * fill + "." * (self.width - fill) + f"] {frac * 100:3.0f}%")
         if self._rows:
-            parts.append(f"{fmt_count(self._rows)} rows  {fmt_count(self._rows / elapsed)} rows/s")
+            unit = self.UNITS.get(self._stage.split(" ", 1)[0], "rows")
+            parts.append(f"{fmt_count(self._rows)} {unit}  {fmt_count(self._rows / elapsed)} {unit}/s")
         if self._bytes:
             parts.append(fmt_rate_mb(self._bytes, elapsed))
         if self._detail:

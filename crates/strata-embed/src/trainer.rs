@@ -349,7 +349,8 @@ impl Trainer {
                 format!("bucket ({}, {})", bucket.0, bucket.1),
             );
             tally.trained += edges.len() as u64;
-            meter.add(edges.len() as u64, got.bytes)?;
+            // Edge bytes are in the I/O figures of the detail line; the bar counts edges.
+            meter.add(edges.len() as u64, 0)?;
             if got.last {
                 break;
             }

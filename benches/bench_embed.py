@@ -1,0 +1,356 @@
+"""Question: does `strata embed train` reach the published quality on FB15k-237 and WN18RR, lose
+nothing when the table is partitioned, hide its I/O out of core, and how fast is it?
+
+    python benches/bench_embed.py [--only b1,b2,b3,b4] [--b3-scale 23] [--b4-scale 22] [--work DIR]
+
+- B1: ComplEx (100 reals), chunks of 1000 edges sharing 1000 uniform negatives, both sides
+  corrupted, softmax, Adagrad lr 0.1, 10 epochs, one partition; FB15k-237 and WN18RR.
+- B2: B1 on FB15k-237 with 8 partitions, a buffer of 3 and the legend ordering.
+- B3: one epoch of Dot (64 reals) on RMAT scale 23 x 12 (100.7M edges) under a memlimit a quarter
+  of the table (embeddings + Adagrad state), for legend, beta and sequential side by side.
+- B4: Dot on RMAT scale 22 x 16 (LiveJournal's size: 4.2M nodes, 67M edges), sampled protocol,
+  in memory and with 8 partitions / buffer 3; also on a planted-community (SBM) graph of the
+  same size, where held-out edges are predictable (Graph500 RMAT edges are not: see the doc).
+
+Results go to bench-results/embed-*.json and the embed-* sections of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+from pathlib import Path
+
+from common import REPO, SHARED, machine, median, memlimit_available, save, strata, timed, update_doc
+from strata.io import load_profile
+
+#: The B1 settings (every other run starts from these).
+B1 = [
+    "--model", "complex", "--dim", "100", "--chunk-size", "1000", "--negatives", "1000",
+    "--corrupt", "both", "--loss", "softmax", "--optimizer", "adagrad", "--lr", "0.1", "--epochs", "10",
+]  # fmt: skip
+
+#: The large-graph settings of B3 and B4 (PBG and Marius train LiveJournal with Dot).
+DOT = ["--model", "dot", "--dim", "64", "--negatives", "100", "--lr", "0.01", "--chunk-size", "1000"]
+
+
+def train(store: Path, run_dir: Path, args: list[str], limit: str | None = None) -> dict:
+    """Trains a fresh run; returns run.json with the wall time, peak memory and the Theorem 3 lines."""
+    res = timed(strata("embed", "train", store, "--run-dir", run_dir, "--fresh", "--json-summary", *args), limit)
+    meta = json.loads(res["stdout"])
+    meta["wall_seconds"] = res["seconds"]
+    meta["peak_bytes"] = res["peak_bytes"]
+    meta["theorem3"] = [
+        line.strip() for line in res["stderr"].splitlines() if "Theorem 3" in line or "schedule:" in line
+    ]
+    meta["budget"] = [line.strip() for line in res["stderr"].splitlines() if line.strip().startswith("budget ")]
+    meta["train_edges"] = json.loads((store / "manifest.json").read_text())["graph"]["num_edges"]["train"]
+    return meta
+
+
+def epoch_stats(meta: dict) -> dict:
+    """Medians over the epochs of a run."""
+    h = meta["history"]
+    return {
+        "epoch_seconds": median([e["seconds"] for e in h]),
+        "edges_per_second": median([e["edges_per_second"] for e in h]),
+        "io_wait_fraction": median([e["io_wait_fraction"] for e in h]),
+        "bytes_read": median([e["partition_bytes_read"] + e["edge_bytes_read"] for e in h]),
+        "bytes_written": median([e["partition_bytes_written"] for e in h]),
+        "partition_loads": median([e["partition_loads"] for e in h]),
+        "step_gflops_per_thread": median([e["step_flops_per_thread"] for e in h]) / 1e9,
+        "sgemm_gflops": meta["sgemm_flops"] / 1e9,
+        "partitions": meta["partitioning"]["partitions"],
+    }
+
+
+def convert(raw: Path, out: Path, *extra) -> Path:
+    if not out.exists():
+        timed(strata("convert", *map(str, raw if isinstance(raw, list) else [raw]), "--out", out, "-q", *extra))
+    return out
+
+
+def kg_benchmarks(work: Path) -> dict:
+    """B1 on FB15k-237 and WN18RR, B2 on FB15k-237."""
+    rows = {}
+    for name, extra in (
+        ("B1 FB15k-237", ["--partitions", "1"]),
+        ("B1 WN18RR", ["--partitions", "1"]),
+        ("B2 FB15k-237", ["--partitions", "8", "--buffer", "3", "--ordering", "legend"]),
+    ):
+        dataset = name.split()[1].lower()
+        store = convert(SHARED / "datasets" / dataset, work / f"{dataset}.strata", "--relations")
+        meta = train(store, work / f"run-{name.replace(' ', '-').lower()}", [*B1, *extra, "--memory", "4G"])
+        rows[name] = {"test": meta["test"], "best_epoch": meta["best"]["epoch"], **epoch_stats(meta)}
+        print(f"{name}: test MRR {meta['test']['mrr']:.4f}, median epoch {rows[name]['epoch_seconds']:.2f} s")
+    return rows
+
+
+def kg_markdown(rows: dict, info: dict) -> str:
+    lines = [
+        "### B1/B2: FB15k-237 and WN18RR (`benches/bench_embed.py --only b1,b2`)",
+        "",
+        f"{info['nproc']} cores ({info['cpu']}). ComplEx, 100 reals, chunks of 1000 edges sharing 1000 uniform "
+        "negatives, both sides corrupted, softmax, Adagrad lr 0.1, 10 epochs; filtered metrics against all "
+        "entities, both directions, test split at the best validation epoch. Epoch time and FLOP/s are "
+        "medians over the 10 epochs.",
+        "",
+        "| run | partitions | test MRR | MR | Hits@1 | Hits@3 | Hits@10 | best epoch | epoch (s) | edges/s | "
+        "step GFLOP/s per thread (SGEMM) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        t = r["test"]
+        lines.append(
+            f"| {name} | {r['partitions']} | {t['mrr']:.4f} | {t['mr']:.0f} | {t['hits@1']:.4f} | {t['hits@3']:.4f} "
+            f"| {t['hits@10']:.4f} | {r['best_epoch']} | {r['epoch_seconds']:.2f} | {r['edges_per_second']:,.0f} | "
+            f"{r['step_gflops_per_thread']:.1f} ({r['sgemm_gflops']:.1f}) |"
+        )
+    if "B1 FB15k-237" in rows and "B2 FB15k-237" in rows:
+        gap = rows["B1 FB15k-237"]["test"]["mrr"] - rows["B2 FB15k-237"]["test"]["mrr"]
+        lines += ["", f"B2 - B1 test MRR: {-gap:+.4f} (target: within 0.01)."]
+    return "\n".join(lines)
+
+
+def ensure_profile(work: Path) -> None:
+    """The Theorem 3 check needs the disk's profile; measure it once if none is saved."""
+    if load_profile(work) is None:
+        timed(strata("bench-disk", "--dir", work, "-q"))
+
+
+def b3(work: Path, args) -> dict:
+    raw = work / f"rmat-s{args.b3_scale}-e{args.b3_edge_factor}.bin"
+    if not raw.exists():
+        timed(
+            strata(
+                "generate", "rmat", "--scale", args.b3_scale, "--edge-factor", args.b3_edge_factor, "--out", raw, "-q"
+            )
+        )
+    store = convert(
+        raw,
+        work / f"rmat-s{args.b3_scale}-e{args.b3_edge_factor}.strata",
+        "--num-nodes",
+        1 << args.b3_scale,
+        "--memory",
+        "4G",
+    )
+    ensure_profile(work)
+    limit = args.b3_limit if memlimit_available() else None
+    rows = {}
+    for ordering, buffer in (("legend", 3), ("beta", 3), ("sequential", 2)):
+        run_dir = work / f"run-b3-{ordering}"
+        meta = train(
+            store,
+            run_dir,
+            [
+                *DOT,
+                "--epochs",
+                "1",
+                "--eval-every",
+                "0",
+                "--ordering",
+                ordering,
+                "--buffer",
+                buffer,
+                "--memory",
+                args.b3_memory,
+            ],
+            limit,
+        )
+        table = meta["num_nodes"] * meta["layout"]["dim"] * 4 * 2
+        rows[ordering] = {
+            **epoch_stats(meta),
+            "buffer": buffer,
+            "table_bytes": table,
+            "peak_bytes": meta["peak_bytes"],
+            "theorem3": meta["theorem3"],
+            "budget": meta["budget"],
+            "edges": meta["train_edges"],
+        }
+        shutil.rmtree(run_dir)
+        r = rows[ordering]
+        print(f"B3 {ordering}: {r['epoch_seconds']:.1f} s, I/O wait {100 * r['io_wait_fraction']:.1f}%")
+    return {
+        "limit": limit,
+        "memory": args.b3_memory,
+        "scale": args.b3_scale,
+        "edge_factor": args.b3_edge_factor,
+        "orderings": rows,
+    }
+
+
+def b3_markdown(res: dict) -> str:
+    rows = res["orderings"]
+    any_row = next(iter(rows.values()))
+    lines = [
+        "### B3: out of core, orderings side by side (`benches/bench_embed.py --only b3`)",
+        "",
+        f"RMAT scale {res['scale']} x {res['edge_factor']}: {any_row['edges']:,} train edges; Dot, 64 reals, 100 "
+        f"negatives, one epoch. Table (embeddings + Adagrad state) {any_row['table_bytes'] / 2**30:.2f} GiB; "
+        f"run under `memlimit {res['limit']}` (page cache included) with `--memory {res['memory']}`.",
+        "",
+        "| ordering | buffer | partitions | epoch (s) | edges/s | read (GiB) | written (GiB) | partition loads | "
+        "I/O wait | peak memory |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        peak = f"{r['peak_bytes'] / 2**20:.0f} MiB" if r["peak_bytes"] else "-"
+        lines.append(
+            f"| {name} | {r['buffer']} | {r['partitions']} | {r['epoch_seconds']:.1f} | {r['edges_per_second']:,.0f} | "
+            f"{r['bytes_read'] / 2**30:.2f} | {r['bytes_written'] / 2**30:.2f} | {r['partition_loads']:.0f} | "
+            f"{100 * r['io_wait_fraction']:.1f}% | {peak} |"
+        )
+    lines += [
+        "",
+        "I/O wait is the time the trainer waited for a swap, the first fill and the final write-back. Legend "
+        "leaves work to overlap almost every swap, BETA about a quarter of them, sequential almost none.",
+        "",
+        "The trainer's Theorem 3 check at start (legend):",
+        "",
+    ]
+    lines += [f"    {line}" for line in rows["legend"]["theorem3"]]
+    return "\n".join(lines)
+
+
+def b4(work: Path, args) -> dict:
+    scale, ef = args.b4_scale, args.b4_edge_factor
+    graphs = {}
+    raw = work / f"rmat-s{scale}-e{ef}.bin"
+    if not raw.exists():
+        timed(strata("generate", "rmat", "--scale", scale, "--edge-factor", ef, "--out", raw, "-q"))
+    graphs["RMAT"] = convert(
+        raw,
+        work / f"rmat-s{scale}-e{ef}-split.strata",
+        "--num-nodes",
+        1 << scale,
+        "--split",
+        "0.98,0.01,0.01",
+        "--memory",
+        "4G",
+    )
+    sbm = work / f"sbm-s{scale}"
+    if not sbm.exists():
+        timed(
+            strata(
+                "generate",
+                "sbm",
+                "--out",
+                sbm,
+                "--nodes",
+                1 << scale,
+                "--classes",
+                1024,
+                "--avg-degree",
+                2 * ef,
+                "--p-in",
+                "0.9",
+                "--feature-dim",
+                1,
+                "-q",
+            )
+        )
+    graphs["SBM"] = convert(
+        sbm / "edges.npy", work / f"sbm-s{scale}.strata", "--split", "0.98,0.01,0.01", "--memory", "4G"
+    )
+    rows = {}
+    for graph, store in graphs.items():
+        for label, extra in (("in memory", ["--partitions", "1"]), ("8 partitions, buffer 3", ["--partitions", "8"])):
+            run_dir = work / f"run-b4-{graph}-{extra[1]}"
+            meta = train(
+                store,
+                run_dir,
+                [
+                    *DOT,
+                    *extra,
+                    "--epochs",
+                    args.b4_epochs,
+                    "--eval-protocol",
+                    "sampled",
+                    "--eval-negatives",
+                    "1000",
+                    "--eval-max-queries",
+                    "20000",
+                    "--memory",
+                    "8G",
+                ],
+            )
+            rows[f"{graph}, {label}"] = {
+                "test": meta["test"],
+                "nodes": meta["num_nodes"],
+                "edges": meta["train_edges"],
+                **epoch_stats(meta),
+            }
+            shutil.rmtree(run_dir)
+            print(f"B4 {graph} {label}: test MRR {meta['test']['mrr']:.4f}")
+    return {"epochs": args.b4_epochs, "scale": scale, "edge_factor": ef, "runs": rows}
+
+
+def b4_markdown(res: dict) -> str:
+    lines = [
+        "### B4: LiveJournal-sized graphs, sampled protocol (`benches/bench_embed.py --only b4`)",
+        "",
+        f"Dot, 64 reals, 100 uniform negatives per chunk, Adagrad lr 0.01, {res['epochs']} epochs. Test: 20,000 "
+        "held-out edges, each ranked against 1000 uniform + 1000 degree-weighted candidates, both directions.",
+        "",
+        "| graph | training | nodes | train edges | test MRR | Hits@1 | Hits@10 | epoch (s) | edges/s | I/O wait |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in res["runs"].items():
+        graph, label = name.split(", ", 1)
+        t = r["test"]
+        lines.append(
+            f"| {graph} | {label} | {r['nodes']:,} | {r['edges']:,} | {t['mrr']:.4f} | {t['hits@1']:.4f} | "
+            f"{t['hits@10']:.4f} | {r['epoch_seconds']:.1f} | {r['edges_per_second']:,.0f} | "
+            f"{100 * r['io_wait_fraction']:.1f}% |"
+        )
+    lines += [
+        "",
+        "Graph500 RMAT (a, b, c, d = 0.57, 0.19, 0.19, 0.05) draws each bit of an edge's destination almost "
+        "independently of its source (P(bit 0) is 0.75 after a source bit 0 and 0.79 after a 1), so a held-out "
+        "edge is predictable only by the destination's degree, and the degree-weighted half of the candidates "
+        "cancels that: every method scores near chance (about 0.004) there. The SBM graph (1024 planted "
+        "communities, 90% of edges inside, power-law degrees) has the same size and learnable structure, so its "
+        "MRR is the informative comparison.",
+        "",
+    ]
+    for graph in ("RMAT", "SBM"):
+        a, b = res["runs"].get(f"{graph}, in memory"), res["runs"].get(f"{graph}, 8 partitions, buffer 3")
+        if a and b:
+            lines.append(f"- {graph}: out-of-core minus in-memory test MRR {b['test']['mrr'] - a['test']['mrr']:+.4f}.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4")
+    ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "embed")
+    ap.add_argument("--b3-scale", type=int, default=23)
+    ap.add_argument("--b3-edge-factor", type=int, default=12)
+    ap.add_argument("--b3-limit", default="1000M", help="memlimit of the B3 runs (page cache included)")
+    ap.add_argument("--b3-memory", default="900M", help="--memory of the B3 runs")
+    ap.add_argument("--b4-scale", type=int, default=22)
+    ap.add_argument("--b4-edge-factor", type=int, default=16)
+    ap.add_argument("--b4-epochs", type=int, default=2)
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    args.work.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    if only & {"b1", "b2"}:
+        rows = kg_benchmarks(args.work)
+        save("embed-kg", {"machine": info, "runs": rows})
+        update_doc("embed-kg", kg_markdown(rows, info))
+    if "b3" in only:
+        res = b3(args.work, args)
+        save("embed-b3", {"machine": info, **res})
+        update_doc("embed-b3", b3_markdown(res))
+    if "b4" in only:
+        res = b4(args.work, args)
+        save("embed-b4", {"machine": info, **res})
+        update_doc("embed-b4", b4_markdown(res))
+    print(re.sub(r"\n{3,}", "\n\n", (REPO / "docs" / "benchmarks.md").read_text()))
+
+
+if __name__ == "__main__":
+    main()
