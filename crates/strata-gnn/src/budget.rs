@@ -1,0 +1,530 @@
+//! The memory plan of the GNN data path: how a byte budget splits between the fixed needs
+//! (runtime reserve, topology, batch buffers, the sampled look-ahead window) and the feature
+//! tiers (the static hot set and the dynamic cache of [`crate::tiers::FeatureTiers`]). The
+//! plan is printed at start ([`GnnBudgetPlan::describe`]) and the run refuses to start when
+//! the fixed needs do not fit.
+//!
+//! Features are what the budget is for: every row kept in memory is a read the SSD does not
+//! serve. The fixed needs come off the top; what remains goes to the hot set and the cache in
+//! the ratio `hot_share`, each tier's per-node index included (a tier that gets no row gets no
+//! index either). When every row fits in the hot set, all of them go there and the cache is
+//! empty: a static copy of everything needs neither eviction nor pins, and its index is
+//! smaller.
+
+use serde::Serialize;
+use strata_store::units::fmt_bytes;
+
+use crate::cache::{Eviction, FeatureCache, MAX_CAPACITY};
+use crate::error::{GnnError, Result};
+
+/// Bytes reserved for the process itself (interpreter, libraries, allocator slack, the I/O
+/// engine's rings and bounce buffers), as in strata-embed.
+pub const RUNTIME_BYTES: u64 = 64 << 20;
+
+/// Default fraction of the feature budget given to the static hot set; the rest goes to the
+/// dynamic cache.
+pub const DEFAULT_HOT_SHARE: f64 = 0.5;
+
+/// The feature reader's read buffers: the aligned buffers it keeps between gathers (32 MiB at
+/// most, `POOL_RETAIN_BYTES` in `features`), which also bounds what a gather holds in flight
+/// at the default depth and request size.
+pub const READ_BUFFER_BYTES: u64 = 32 << 20;
+
+/// Bytes a sampled batch holds per feature row besides the row itself: the node id, its local
+/// id in the sampler's map, the blocks' CSR entries (an 8-byte offset per destination and a
+/// 4-byte index per edge, about two edges per node with typical fanouts), the edge index
+/// handed to PyG and the miss list. An estimate; the window rarely dominates.
+pub const SAMPLE_BYTES_PER_ROW: u64 = 64;
+
+/// Bytes of the hot set's index per graph node and per hot row ([`crate::hotset::HotSet`]).
+const HOT_INDEX_BYTES: u64 = 4;
+
+/// How the budget is spent. All sizes in bytes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GnnBudgetPlan {
+    /// The budget (`--memory`).
+    pub memory: u64,
+    /// Graph nodes (feature rows in the file).
+    pub num_nodes: u64,
+    /// Bytes per feature row.
+    pub row_bytes: usize,
+    /// Feature rows per batch the plan was sized for (sampled nodes of one mini-batch).
+    pub batch_rows_estimate: u64,
+    /// Batches alive at once between sampling and training (window plus assembly).
+    pub in_flight_batches: usize,
+    /// Fraction of the feature budget asked for the hot set.
+    pub hot_share: f64,
+    /// The dynamic cache's eviction policy (its per-slot overhead depends on it).
+    pub eviction: Eviction,
+    /// [`RUNTIME_BYTES`].
+    pub runtime_bytes: u64,
+    /// The topology held in RAM.
+    pub topology_bytes: u64,
+    /// Batch output buffers (`in_flight_batches` batches of `batch_rows_estimate` rows), one
+    /// more batch of staging for rows read from disk, and [`READ_BUFFER_BYTES`].
+    pub batch_buffers_bytes: u64,
+    /// The sampled batches' structure (`in_flight_batches * batch_rows_estimate *`
+    /// [`SAMPLE_BYTES_PER_ROW`]).
+    pub window_bytes: u64,
+    /// Rows in the static hot set.
+    pub hot_rows: u64,
+    /// The hot rows plus the hot set's index (4 bytes per node and per hot row; 0 with no hot
+    /// row).
+    pub hot_bytes: u64,
+    /// Rows in the dynamic cache.
+    pub cache_rows: u64,
+    /// The cache's [`FeatureCache::footprint`] (0 with no row).
+    pub cache_bytes: u64,
+    /// The whole feature table (`num_nodes * row_bytes`), on disk.
+    pub features_bytes: u64,
+}
+
+impl GnnBudgetPlan {
+    /// Bytes that do not depend on the feature tiers: runtime, topology, batch buffers and the
+    /// window.
+    pub fn fixed_bytes(&self) -> u64 {
+        self.runtime_bytes + self.topology_bytes + self.batch_buffers_bytes + self.window_bytes
+    }
+
+    /// Total planned bytes (never more than `memory`).
+    pub fn total(&self) -> u64 {
+        self.fixed_bytes() + self.hot_bytes + self.cache_bytes
+    }
+
+    /// Whether every feature row is held in memory (in the hot set).
+    pub fn all_resident(&self) -> bool {
+        self.hot_rows == self.num_nodes
+    }
+
+    /// The plan as lines for the user.
+    pub fn describe(&self) -> Vec<String> {
+        let tiers = if self.all_resident() {
+            format!(
+                "all {} feature rows resident in the hot set ({} with its index; {} in the file), no dynamic cache: no feature reads from the SSD after loading",
+                self.num_nodes,
+                fmt_bytes(self.hot_bytes),
+                fmt_bytes(self.features_bytes)
+            )
+        } else if self.hot_rows + self.cache_rows == 0 {
+            format!(
+                "no feature row fits after the fixed needs: every feature read goes to the SSD ({} of features)",
+                fmt_bytes(self.features_bytes)
+            )
+        } else {
+            let held = (self.hot_rows + self.cache_rows) as f64 / self.num_nodes.max(1) as f64;
+            format!(
+                "hot set {} rows ({}), dynamic cache {} rows ({}, {}, window-pinned); {:.1}% of {} rows ({}) in memory, the rest read from the SSD",
+                self.hot_rows,
+                fmt_bytes(self.hot_bytes),
+                self.cache_rows,
+                fmt_bytes(self.cache_bytes),
+                eviction_name(self.eviction),
+                100.0 * held,
+                self.num_nodes,
+                fmt_bytes(self.features_bytes)
+            )
+        };
+        vec![
+            format!("budget {}: {tiers}", fmt_bytes(self.memory)),
+            format!(
+                "  topology {}, batch buffers {} ({} in flight x ~{} rows of {} B, staging and read buffers), sampling window {}, runtime {}; planned {}",
+                fmt_bytes(self.topology_bytes),
+                fmt_bytes(self.batch_buffers_bytes),
+                self.in_flight_batches,
+                self.batch_rows_estimate,
+                self.row_bytes,
+                fmt_bytes(self.window_bytes),
+                fmt_bytes(self.runtime_bytes),
+                fmt_bytes(self.total())
+            ),
+        ]
+    }
+}
+
+fn eviction_name(e: Eviction) -> &'static str {
+    match e {
+        Eviction::Clock => "CLOCK",
+        Eviction::Sieve => "SIEVE",
+    }
+}
+
+/// Plans the feature tiers of a graph of `num_nodes` nodes with rows of `row_bytes` bytes
+/// under a budget of `memory` bytes.
+///
+/// - `topology_bytes`: the topology held in RAM ([`crate::Topology::bytes`]).
+/// - `batch_rows_estimate`: feature rows per batch (the sampled nodes of a mini-batch, e.g.
+///   the mean over a few sampled batches).
+/// - `in_flight_batches`: batches alive at once, from sampling (window) to training (at
+///   least 1).
+/// - `hot_share`: fraction in `[0, 1]` of the feature budget for the static hot set, the rest
+///   for the dynamic cache ([`DEFAULT_HOT_SHARE`]; 0 when there is no hot-set ranking). When
+///   the hot share cannot even hold its index, the cache gets everything, and the other way
+///   round (unless `hot_share` is 0).
+/// - `eviction`: the cache's policy (SIEVE costs 8 bytes more per cached row).
+///
+/// The result never plans more than `memory` bytes, nor more hot plus cached rows than
+/// `num_nodes`. Errors: [`GnnError::Budget`] when the fixed needs alone exceed `memory`
+/// (naming each figure); [`GnnError::Config`] for arguments out of range.
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    memory: u64,
+    num_nodes: u64,
+    row_bytes: usize,
+    topology_bytes: u64,
+    batch_rows_estimate: u64,
+    in_flight_batches: usize,
+    hot_share: f64,
+    eviction: Eviction,
+) -> Result<GnnBudgetPlan> {
+    if row_bytes == 0 {
+        return Err(GnnError::Config(
+            "budget: feature rows of 0 bytes; the features need at least one column".into(),
+        ));
+    }
+    if !(0.0..=1.0).contains(&hot_share) {
+        return Err(GnnError::Config(format!(
+            "budget: hot share {hot_share} is outside [0, 1] (the fraction of the feature budget for the hot set)"
+        )));
+    }
+    if in_flight_batches == 0 {
+        return Err(GnnError::Config(
+            "budget: at least one batch must be in flight".into(),
+        ));
+    }
+    if num_nodes > u32::MAX as u64 + 1 {
+        return Err(GnnError::Config(format!(
+            "budget: {num_nodes} nodes; the GNN data path handles at most {} (32-bit node ids)",
+            u32::MAX as u64 + 1
+        )));
+    }
+    // Everything in u128: products of row counts and row sizes may pass u64 before the
+    // comparison with the budget decides they are too large.
+    let n = num_nodes as u128;
+    let rb = row_bytes as u128;
+    let rows_alive = in_flight_batches as u128 * batch_rows_estimate as u128;
+    let batch_buffers = (rows_alive + batch_rows_estimate as u128) * rb + READ_BUFFER_BYTES as u128;
+    let window = rows_alive * SAMPLE_BYTES_PER_ROW as u128;
+    let fixed = RUNTIME_BYTES as u128 + topology_bytes as u128 + batch_buffers + window;
+    if fixed > memory as u128 {
+        return Err(GnnError::Budget(format!(
+            "memory budget {} cannot hold the topology ({}), the batch buffers ({}: {in_flight_batches} batches in flight of ~{batch_rows_estimate} rows of {row_bytes} B, plus staging and read buffers), the sampling window ({}) and the runtime reserve ({}): {} in all before any feature row; raise --memory (each feature row kept in memory then costs about {} B more), or lower the batch size or the batches in flight",
+            fmt_bytes(memory),
+            fmt_bytes(topology_bytes),
+            fmt_bytes(saturate(batch_buffers)),
+            fmt_bytes(saturate(window)),
+            fmt_bytes(RUNTIME_BYTES),
+            fmt_bytes(saturate(fixed)),
+            row_bytes as u64 + HOT_INDEX_BYTES
+        )));
+    }
+    let available = memory as u128 - fixed;
+    let per_slot = FeatureCache::footprint(0, 1, 0, eviction) as u128;
+    // HotSet slots are 32-bit with one value reserved.
+    let hot_limit = n.min(u32::MAX as u128 - 1);
+    let index = HOT_INDEX_BYTES as u128 * n;
+    // Bytes of a hot set of k rows / a cache of c rows, indexes included (none when empty).
+    let hot_cost = |k: u128| {
+        if k == 0 {
+            0
+        } else {
+            k * (rb + HOT_INDEX_BYTES as u128) + index
+        }
+    };
+    let cache_cost = |c: u128| {
+        if c == 0 {
+            0
+        } else {
+            c * (rb + per_slot) + index
+        }
+    };
+    // The most rows a tier can hold in `budget` bytes, at most `limit`.
+    let max_hot = |budget: u128, limit: u128| {
+        budget
+            .checked_sub(index)
+            .map_or(0, |b| (b / (rb + HOT_INDEX_BYTES as u128)).min(limit))
+    };
+    let max_cache = |budget: u128, limit: u128| {
+        budget.checked_sub(index).map_or(0, |b| {
+            (b / (rb + per_slot)).min(limit).min(MAX_CAPACITY as u128)
+        })
+    };
+    let (hot, cache) = if n > 0 && n <= hot_limit && hot_cost(n) <= available {
+        (n, 0)
+    } else {
+        let hot_budget = ((available as f64 * hot_share) as u128).min(available);
+        let hot = max_hot(hot_budget, hot_limit);
+        // The cache takes everything the hot set did not use (its share, rounding, or an
+        // index the hot share could not hold).
+        let cache = max_cache(available - hot_cost(hot), n - hot);
+        if cache == 0 && hot_share > 0.0 {
+            // Not even the cache's index fits in the rest: give it all to the hot set.
+            (max_hot(available, hot_limit), 0)
+        } else {
+            (hot, cache)
+        }
+    };
+    let hot_bytes = hot_cost(hot);
+    let cache_bytes = cache_cost(cache);
+    debug_assert!(fixed + hot_bytes + cache_bytes <= memory as u128);
+    debug_assert_eq!(
+        cache_bytes as u64,
+        FeatureCache::footprint(
+            if cache > 0 { num_nodes as usize } else { 0 },
+            cache as usize,
+            row_bytes,
+            eviction
+        )
+    );
+    // Every figure below is at most `memory` (or the file's size, saturated).
+    Ok(GnnBudgetPlan {
+        memory,
+        num_nodes,
+        row_bytes,
+        batch_rows_estimate,
+        in_flight_batches,
+        hot_share,
+        eviction,
+        runtime_bytes: RUNTIME_BYTES,
+        topology_bytes,
+        batch_buffers_bytes: batch_buffers as u64,
+        window_bytes: window as u64,
+        hot_rows: hot as u64,
+        hot_bytes: hot_bytes as u64,
+        cache_rows: cache as u64,
+        cache_bytes: cache_bytes as u64,
+        features_bytes: saturate(n * rb),
+    })
+}
+
+fn saturate(x: u128) -> u64 {
+    x.min(u64::MAX as u128) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn eviction(sieve: bool) -> Eviction {
+        if sieve {
+            Eviction::Sieve
+        } else {
+            Eviction::Clock
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn plans_fit_the_budget_and_the_graph(
+            memory in prop_oneof![0u64..(512 * MIB), 0u64..(64 << 30), Just(u64::MAX)],
+            num_nodes in prop_oneof![0u64..100, 0u64..5_000_000, Just(u32::MAX as u64 + 1)],
+            row_bytes in prop_oneof![1usize..64, 64usize..8192, Just(512)],
+            topology_bytes in prop_oneof![0u64..(256 * MIB), Just(u64::MAX / 2)],
+            batch_rows in prop_oneof![0u64..200_000, Just(u64::MAX / 4)],
+            in_flight in 1usize..8,
+            hot_share in prop_oneof![Just(0.0), Just(0.5), Just(1.0), 0.0f64..=1.0],
+            sieve in any::<bool>(),
+        ) {
+            let ev = eviction(sieve);
+            match plan(memory, num_nodes, row_bytes, topology_bytes, batch_rows, in_flight, hot_share, ev) {
+                Ok(p) => {
+                    prop_assert!(p.total() <= memory, "{:?}", p);
+                    prop_assert!(p.hot_rows + p.cache_rows <= num_nodes, "{:?}", p);
+                    prop_assert!(p.hot_rows < u32::MAX as u64, "HotSet slots are 32-bit");
+                    prop_assert!(p.cache_rows <= MAX_CAPACITY as u64);
+                    let rb = row_bytes as u64;
+                    let hot_bytes = if p.hot_rows == 0 { 0 } else { p.hot_rows * (rb + 4) + 4 * num_nodes };
+                    prop_assert_eq!(p.hot_bytes, hot_bytes);
+                    let cache_nodes = if p.cache_rows == 0 { 0 } else { num_nodes as usize };
+                    prop_assert_eq!(
+                        p.cache_bytes,
+                        FeatureCache::footprint(cache_nodes, p.cache_rows as usize, row_bytes, ev)
+                    );
+                    let available = memory - p.fixed_bytes();
+                    let all = num_nodes * (rb + 4) + 4 * num_nodes;
+                    if num_nodes > 0 && num_nodes < u32::MAX as u64 && all <= available {
+                        prop_assert!(p.all_resident() && p.cache_rows == 0, "{:?}", p);
+                    } else {
+                        prop_assert!(!p.all_resident() || num_nodes == 0);
+                    }
+                    if hot_share == 0.0 && !p.all_resident() {
+                        prop_assert_eq!(p.hot_rows, 0);
+                    }
+                    // A cache below every limit took all it could: less than a row is left.
+                    let per_slot = if sieve { 17 } else { 9 };
+                    if p.cache_rows > 0
+                        && p.hot_rows + p.cache_rows < num_nodes
+                        && p.cache_rows < MAX_CAPACITY as u64
+                    {
+                        prop_assert!(memory - p.total() < rb + per_slot, "{:?}", p);
+                    }
+                    prop_assert_eq!(p.describe().len(), 2);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    prop_assert!(matches!(e, GnnError::Budget(_)), "{}", msg);
+                    prop_assert!(msg.contains("raise --memory"), "{}", msg);
+                    let fixed = RUNTIME_BYTES as u128
+                        + topology_bytes as u128
+                        + (in_flight as u128 + 1) * batch_rows as u128 * row_bytes as u128
+                        + READ_BUFFER_BYTES as u128
+                        + in_flight as u128 * batch_rows as u128 * SAMPLE_BYTES_PER_ROW as u128;
+                    prop_assert!(fixed > memory as u128, "refused although {} fits in {}", fixed, memory);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_when_the_topology_does_not_fit() {
+        let e = plan(
+            64 * MIB,
+            1_000_000,
+            512,
+            95 * MIB,
+            1000,
+            4,
+            0.5,
+            Eviction::Clock,
+        )
+        .unwrap_err();
+        assert!(matches!(e, GnnError::Budget(_)));
+        let msg = e.to_string();
+        for want in [
+            "memory budget 64.0 MiB cannot hold",
+            "the topology (95.0 MiB)",
+            "the runtime reserve (64.0 MiB)",
+            "4 batches in flight of ~1000 rows of 512 B",
+            "raise --memory",
+        ] {
+            assert!(msg.contains(want), "{want:?} not in {msg}");
+        }
+    }
+
+    #[test]
+    fn everything_fits_in_the_hot_set() {
+        let p = plan(
+            1 << 30,
+            10_000,
+            400,
+            10 * MIB,
+            1000,
+            4,
+            0.5,
+            Eviction::Sieve,
+        )
+        .unwrap();
+        assert!(p.all_resident());
+        assert_eq!((p.hot_rows, p.cache_rows, p.cache_bytes), (10_000, 0, 0));
+        assert_eq!(p.hot_bytes, 10_000 * 404 + 40_000);
+        assert_eq!(p.features_bytes, 4_000_000);
+        let lines = p.describe();
+        assert!(
+            lines[0].starts_with("budget 1.00 GiB: all 10000 feature rows resident"),
+            "{lines:?}"
+        );
+        assert!(lines[1].contains("topology 10.0 MiB"), "{lines:?}");
+        // Even with no hot share, a full copy goes to the hot set rather than the cache.
+        let p0 = plan(
+            1 << 30,
+            10_000,
+            400,
+            10 * MIB,
+            1000,
+            4,
+            0.0,
+            Eviction::Sieve,
+        )
+        .unwrap();
+        assert!(p0.all_resident());
+    }
+
+    #[test]
+    fn splits_the_rest_by_the_hot_share() {
+        let n = 1_000_000u64;
+        let fixed = plan(u64::MAX, n, 256, 50 * MIB, 10_000, 4, 0.5, Eviction::Clock)
+            .unwrap()
+            .fixed_bytes();
+        let room = 100 * MIB;
+        let p = plan(
+            fixed + room,
+            n,
+            256,
+            50 * MIB,
+            10_000,
+            4,
+            0.5,
+            Eviction::Clock,
+        )
+        .unwrap();
+        // Half of the room each, minus the 4 MB indexes.
+        assert_eq!(p.hot_rows, (room / 2 - 4 * n) / 260);
+        assert_eq!(p.cache_rows, (room - p.hot_bytes - 4 * n) / 265);
+        assert!(room - p.hot_bytes - p.cache_bytes < 265);
+        let lines = p.describe();
+        assert!(
+            lines[0].contains(&format!("hot set {} rows", p.hot_rows)),
+            "{lines:?}"
+        );
+        assert!(lines[0].contains("CLOCK, window-pinned"), "{lines:?}");
+        assert!(
+            lines[1].contains("4 in flight x ~10000 rows of 256 B"),
+            "{lines:?}"
+        );
+        // No hot share: all to the cache.
+        let p = plan(
+            fixed + room,
+            n,
+            256,
+            50 * MIB,
+            10_000,
+            4,
+            0.0,
+            Eviction::Sieve,
+        )
+        .unwrap();
+        assert_eq!((p.hot_rows, p.cache_rows), (0, (room - 4 * n) / 273));
+        // All hot share: the cache gets what rounding leaves, here nothing.
+        let p = plan(
+            fixed + room,
+            n,
+            256,
+            50 * MIB,
+            10_000,
+            4,
+            1.0,
+            Eviction::Sieve,
+        )
+        .unwrap();
+        assert_eq!((p.hot_rows, p.cache_rows), ((room - 4 * n) / 260, 0));
+        // A budget that holds no index: nothing in memory, every read from the SSD.
+        let p = plan(
+            fixed + 1000,
+            n,
+            256,
+            50 * MIB,
+            10_000,
+            4,
+            0.5,
+            Eviction::Sieve,
+        )
+        .unwrap();
+        assert_eq!((p.hot_rows, p.cache_rows, p.total()), (0, 0, fixed));
+        assert!(p.describe()[0].contains("every feature read goes to the SSD"));
+    }
+
+    #[test]
+    fn rejects_arguments_out_of_range() {
+        let e = |r: Result<GnnBudgetPlan>| r.unwrap_err().to_string();
+        let m = 1 << 30;
+        assert!(e(plan(m, 10, 0, 0, 1, 1, 0.5, Eviction::Clock)).contains("0 bytes"));
+        assert!(e(plan(m, 10, 4, 0, 1, 1, 1.5, Eviction::Clock)).contains("hot share 1.5"));
+        assert!(e(plan(m, 10, 4, 0, 1, 1, f64::NAN, Eviction::Clock)).contains("hot share NaN"));
+        assert!(e(plan(m, 10, 4, 0, 1, 0, 0.5, Eviction::Clock)).contains("in flight"));
+        assert!(e(plan(m, 1 << 33, 4, 0, 1, 1, 0.5, Eviction::Clock)).contains("32-bit"));
+    }
+}

@@ -1,0 +1,1062 @@
+//! The feature tiers under one memory budget: GIDS' constant CPU buffer and Helios' static
+//! cache (the **hot set**, filled once at start and never changed), GIDS' window-buffered
+//! **dynamic cache** (rows read from the SSD, evicted by CLOCK or SIEVE except while a batch in
+//! the look-ahead window still needs them), then the **SSD** through [`FeatureReader`]. The GPU
+//! tier sits above these and is handled on the Python side.
+//!
+//! A row is looked up in that order: the hot set (no lock: it is immutable after
+//! [`FeatureTiers::build`]), the dynamic cache (behind one mutex, since [`FeatureCache`] is
+//! single-threaded by design), and whatever is left is read from disk by the caller and handed
+//! back with [`FeatureTiers::admit`]. [`FeatureTiers::gather`] does the three steps in one call
+//! for callers that do not overlap them.
+//!
+//! # Pin accounting (window buffering)
+//!
+//! A pin says "a batch in the look-ahead window will read this row; do not evict it". The rule
+//! is **one pin per occurrence, one release per occurrence**, applied only to nodes that the
+//! dynamic cache can hold (in range and not hot; a hot row is never evicted, so pinning it
+//! would only cost a lock):
+//!
+//! 1. [`pin_window`](FeatureTiers::pin_window) when the batch is sampled: each listed
+//!    occurrence of a non-hot node adds one pin (a node listed twice is pinned twice). A node
+//!    not cached yet keeps the pin pending in its state word, so the row is protected from the
+//!    moment it lands.
+//! 2. [`serve`](FeatureTiers::serve) with `unpin = true` when the batch is assembled: each
+//!    occurrence that hits the cache releases one pin right there.
+//! 3. Every occurrence that missed is returned as an index; the caller reads it from disk and
+//!    passes it (once per returned index, repeats included) to
+//!    [`admit`](FeatureTiers::admit) with `unpin = true`, which inserts the row and then
+//!    releases one pin, whether or not the insert succeeded (a refused insert leaves the
+//!    pending pins in place, and the release takes one of them).
+//!
+//! Hits and misses partition the occurrences, so every pin taken in step 1 is released exactly
+//! once in step 2 or 3 and the counters return to zero when the window drains. This holds
+//! whatever happens between `serve` and `admit` (another thread may admit the same node in
+//! between: the pin count follows the node into the cache). Callers that never pinned a batch
+//! pass `unpin = false` in both calls; passing `true` for an unpinned batch would release pins
+//! that belong to other batches in the window (an unpin without a pin does nothing, but one
+//! taken from a pending batch leaves that batch unprotected).
+//!
+//! # Concurrency
+//!
+//! `FeatureTiers` is `Send + Sync`. The cache lock is taken once per
+//! [`LOCK_CHUNK_ROWS`] rows of a batch (a lookup is a few loads and a row copy, so a chunk
+//! holds the lock for microseconds; a huge batch does not stall the other threads for the
+//! whole of its copy). Splitting a batch this way keeps the accounting exact: an occurrence
+//! either hits (and releases there) or misses (and releases in `admit`), whichever chunk it
+//! falls in.
+
+use std::sync::{Mutex, MutexGuard};
+
+use crate::cache::{Eviction, FeatureCache};
+use crate::error::{GnnError, Result};
+use crate::features::{FeatureReader, ReadStats};
+use crate::hotset::{self, HotRanking, HotSet};
+use crate::sampler::NeighborSampler;
+use crate::topology::Topology;
+
+/// Rows looked up or admitted per acquisition of the cache lock (see the module docs).
+pub const LOCK_CHUNK_ROWS: usize = 4096;
+
+/// Hot rows read per gather while loading the hot set: bounds the reader's per-call
+/// bookkeeping (about 24 bytes per row) while keeping thousands of reads in flight. The rows
+/// land directly in the hot arena, so no row buffer is needed besides the reader's own.
+const HOT_LOAD_CHUNK_ROWS: usize = 1 << 16;
+
+/// Where a batch's rows came from, and what the cache and the disk did for it. Counts are of
+/// row occurrences (a node listed twice counts twice), except the disk's requests and bytes.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct TierStats {
+    /// Rows asked for: `hot_rows + cache_rows + disk_rows`.
+    pub rows: u64,
+    /// Rows copied from the static hot set.
+    pub hot_rows: u64,
+    /// Rows copied from the dynamic cache.
+    pub cache_rows: u64,
+    /// Rows left to the disk (misses of both tiers).
+    pub disk_rows: u64,
+    /// I/O requests submitted for those rows (after the reader's coalescing).
+    pub disk_requests: u64,
+    /// Bytes read from the device for them (whole aligned blocks).
+    pub disk_bytes_read: u64,
+    /// Rows the dynamic cache evicted to admit new ones.
+    pub cache_evictions: u64,
+    /// Rows the dynamic cache refused because every resident row was pinned by the window.
+    pub cache_insert_failures_pinned: u64,
+}
+
+impl TierStats {
+    /// Fraction of the rows served by the hot set (0 when no row was asked for).
+    pub fn hot_hit_rate(&self) -> f64 {
+        ratio(self.hot_rows, self.rows)
+    }
+
+    /// Fraction of the rows *not in the hot set* that the dynamic cache served: the cache's
+    /// own hit rate (0 when every row was hot or none was asked for).
+    pub fn cache_hit_rate(&self) -> f64 {
+        ratio(self.cache_rows, self.rows - self.hot_rows)
+    }
+
+    /// Adds `other`'s counts to these (totals over batches or threads).
+    pub fn add(&mut self, other: &TierStats) {
+        self.rows += other.rows;
+        self.hot_rows += other.hot_rows;
+        self.cache_rows += other.cache_rows;
+        self.disk_rows += other.disk_rows;
+        self.disk_requests += other.disk_requests;
+        self.disk_bytes_read += other.disk_bytes_read;
+        self.cache_evictions += other.cache_evictions;
+        self.cache_insert_failures_pinned += other.cache_insert_failures_pinned;
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// The hot set, the dynamic cache and the reader of one feature file (see the module docs).
+pub struct FeatureTiers {
+    reader: FeatureReader,
+    row_bytes: usize,
+    num_rows: u64,
+    /// The static hot set's index. Built over 0 nodes when empty, so that an absent hot set
+    /// costs no per-node memory (every lookup is then out of range, i.e. not hot).
+    hot: HotSet,
+    /// Row of hot slot `s` at `s * row_bytes`.
+    hot_rows: Vec<u8>,
+    /// Whether the dynamic cache has any capacity; when not, it is built over 0 nodes (no
+    /// per-node memory) and never touched.
+    cache_enabled: bool,
+    /// The cache's capacity in rows.
+    cache_capacity: usize,
+    cache: Mutex<FeatureCache>,
+    /// [`FeatureCache::bytes`], fixed at build.
+    cache_bytes: u64,
+    /// Counters since build or the last `take_stats`. A mutex rather than atomics: it is taken
+    /// once per call, and a snapshot then always satisfies `rows = hot + cache + disk`.
+    stats: Mutex<TierStats>,
+}
+
+impl FeatureTiers {
+    /// Loads the hot rows of `hot_nodes` (distinct ids below the file's row count) from disk
+    /// through `reader`, and creates an empty dynamic cache of `cache_rows` rows with
+    /// `eviction`.
+    ///
+    /// The hot set's slots are the hot nodes sorted by id, so that loading reads the file in
+    /// order (neighbouring rows merge into large requests) in chunks of at most 65,536 rows,
+    /// each gathered straight into the hot arena: no transient row buffer. The order
+    /// `hot_nodes` comes in (e.g. best first from [`hotset::top_k`]) does not matter.
+    ///
+    /// `cache_rows` is capped at the rows that are not hot (a larger cache could never fill).
+    ///
+    /// Memory: `hot_nodes.len() * row_bytes` bytes of rows plus the index (4 bytes per graph
+    /// node and per hot node, none when `hot_nodes` is empty), and the cache's
+    /// [`FeatureCache::footprint`] (none when `cache_rows` is 0); see
+    /// [`FeatureTiers::memory_bytes`].
+    ///
+    /// Errors: a hot node out of range or listed twice, sizes that overflow, more rows than
+    /// 32-bit node ids address, or a read error.
+    pub fn build(
+        reader: FeatureReader,
+        hot_nodes: &[u32],
+        cache_rows: usize,
+        eviction: Eviction,
+    ) -> Result<FeatureTiers> {
+        let meta = reader.meta();
+        let row_bytes = meta.row_bytes;
+        let num_rows = meta.num_rows;
+        if num_rows > u32::MAX as u64 + 1 {
+            return Err(GnnError::Config(format!(
+                "{}: {num_rows} feature rows; the GNN data path handles at most {} (32-bit node ids)",
+                meta.path.display(),
+                u32::MAX as u64 + 1
+            )));
+        }
+        let n = num_rows as usize;
+        let mut sorted = hot_nodes.to_vec();
+        sorted.sort_unstable();
+        let hot = if sorted.is_empty() {
+            HotSet::new(0, &[])?
+        } else {
+            HotSet::new(n, &sorted)?
+        };
+        let hot_bytes = sorted.len().checked_mul(row_bytes).ok_or_else(|| {
+            GnnError::Budget(format!(
+                "hot set: {} rows of {row_bytes} bytes overflow the address space",
+                sorted.len()
+            ))
+        })?;
+        let mut hot_rows = vec![0u8; hot_bytes];
+        for (chunk, rows) in sorted
+            .chunks(HOT_LOAD_CHUNK_ROWS)
+            .zip(hot_rows.chunks_mut(HOT_LOAD_CHUNK_ROWS.saturating_mul(row_bytes)))
+        {
+            reader.gather(chunk, rows)?;
+        }
+        let cache_rows = cache_rows.min(n - sorted.len());
+        let cache_nodes = if cache_rows > 0 { n } else { 0 };
+        let cache = FeatureCache::new(cache_nodes, cache_rows, row_bytes, eviction)?;
+        let cache_bytes = cache.bytes();
+        Ok(FeatureTiers {
+            reader,
+            row_bytes,
+            num_rows,
+            hot,
+            hot_rows,
+            cache_enabled: cache_rows > 0,
+            cache_capacity: cache_rows,
+            cache: Mutex::new(cache),
+            cache_bytes,
+            stats: Mutex::new(TierStats::default()),
+        })
+    }
+
+    /// Bytes per feature row.
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// Rows (nodes) in the feature file.
+    pub fn num_rows(&self) -> u64 {
+        self.num_rows
+    }
+
+    /// The reader misses go through (for callers that submit their own reads).
+    pub fn reader(&self) -> &FeatureReader {
+        &self.reader
+    }
+
+    /// The static hot set's index (slots in increasing node order).
+    pub fn hot(&self) -> &HotSet {
+        &self.hot
+    }
+
+    /// Capacity of the dynamic cache in rows (after the cap in [`FeatureTiers::build`]).
+    pub fn cache_rows(&self) -> usize {
+        self.cache_capacity
+    }
+
+    /// Copies into `out` (`nodes.len() * row_bytes` bytes, row `i` at `i * row_bytes`) every
+    /// row held in memory, from the hot set and then the dynamic cache, and returns the
+    /// indices `i`, ascending, of the rows that must come from disk (one per occurrence, so a
+    /// node listed twice that missed is returned twice). Their bytes in `out` are left as
+    /// they were.
+    ///
+    /// With `unpin`, each cache hit releases one window pin of its node (see the module docs:
+    /// the misses release theirs in [`FeatureTiers::admit`]); pass it only for batches that
+    /// went through [`FeatureTiers::pin_window`]. Nodes out of range are returned as misses
+    /// (the disk read reports them).
+    ///
+    /// Panics if `out` has the wrong length or `nodes` has more than `u32::MAX` entries.
+    pub fn serve(&self, nodes: &[u32], out: &mut [u8], unpin: bool) -> Vec<u32> {
+        self.serve_counted(nodes, out, unpin).0
+    }
+
+    /// [`FeatureTiers::serve`], also returning the batch's hot and cache hits; updates the
+    /// counters.
+    fn serve_counted(&self, nodes: &[u32], out: &mut [u8], unpin: bool) -> (Vec<u32>, u64, u64) {
+        let rb = self.row_bytes;
+        assert_eq!(
+            Some(out.len()),
+            nodes.len().checked_mul(rb),
+            "FeatureTiers::serve: {} rows of {rb} bytes need an output of {} bytes",
+            nodes.len(),
+            nodes.len().saturating_mul(rb)
+        );
+        assert!(
+            nodes.len() <= u32::MAX as usize,
+            "FeatureTiers::serve: {} rows in one batch; at most {}",
+            nodes.len(),
+            u32::MAX
+        );
+        // The hot set first, without the lock.
+        let mut rest: Vec<u32> = Vec::new();
+        let mut hot_hits = 0u64;
+        for (i, &v) in nodes.iter().enumerate() {
+            match self.hot.lookup(v) {
+                Some(s) => {
+                    out[i * rb..][..rb].copy_from_slice(&self.hot_rows[s as usize * rb..][..rb]);
+                    hot_hits += 1;
+                }
+                None => rest.push(i as u32),
+            }
+        }
+        let mut cache_hits = 0u64;
+        let misses = if self.cache_enabled {
+            let mut misses = Vec::with_capacity(rest.len());
+            for chunk in rest.chunks(LOCK_CHUNK_ROWS) {
+                let mut cache = self.lock_cache();
+                for &i in chunk {
+                    let v = nodes[i as usize];
+                    let hit = match cache.get(v) {
+                        Some(row) => {
+                            out[i as usize * rb..][..rb].copy_from_slice(row);
+                            true
+                        }
+                        None => false,
+                    };
+                    if hit {
+                        cache_hits += 1;
+                        if unpin {
+                            cache.unpin(v);
+                        }
+                    } else {
+                        misses.push(i);
+                    }
+                }
+            }
+            misses
+        } else {
+            rest
+        };
+        let mut stats = self.lock_stats();
+        stats.rows += nodes.len() as u64;
+        stats.hot_rows += hot_hits;
+        stats.cache_rows += cache_hits;
+        stats.disk_rows += misses.len() as u64;
+        drop(stats);
+        (misses, hot_hits, cache_hits)
+    }
+
+    /// A batch entered the look-ahead window: pins its nodes, one pin per occurrence (GIDS
+    /// window buffering), so the dynamic cache keeps their rows until the batch is served.
+    /// Hot nodes and nodes out of range are skipped (they never enter the cache). Each pin is
+    /// released by [`FeatureTiers::serve`] or [`FeatureTiers::admit`] with `unpin = true`.
+    pub fn pin_window(&self, nodes: &[u32]) {
+        if !self.cache_enabled {
+            return;
+        }
+        // Filter outside the lock; the pins themselves go in under one acquisition.
+        let pins: Vec<u32> = nodes
+            .iter()
+            .copied()
+            .filter(|&v| self.cacheable(v))
+            .collect();
+        self.lock_cache().pin_future(&pins);
+    }
+
+    /// Rows just read from disk (`rows` = `nodes.len() * row_bytes` bytes, node `nodes[j]`'s
+    /// row at `j * row_bytes`) are offered to the dynamic cache. Hot nodes (and nodes out of
+    /// range) are never admitted. With `unpin`, each admitted occurrence then releases one
+    /// window pin: pass exactly the occurrences [`FeatureTiers::serve`] returned as misses
+    /// (repeats included), so that every pin is released once.
+    ///
+    /// An insert that finds every resident row pinned is refused (counted in
+    /// `cache_insert_failures_pinned`); the caller already has the row, so nothing is lost.
+    ///
+    /// Panics if `rows` has the wrong length.
+    pub fn admit(&self, nodes: &[u32], rows: &[u8], unpin: bool) {
+        self.admit_counted(nodes, rows, unpin);
+    }
+
+    /// [`FeatureTiers::admit`], returning the evictions and refused inserts it caused; updates
+    /// the counters.
+    fn admit_counted(&self, nodes: &[u32], rows: &[u8], unpin: bool) -> (u64, u64) {
+        let rb = self.row_bytes;
+        assert_eq!(
+            Some(rows.len()),
+            nodes.len().checked_mul(rb),
+            "FeatureTiers::admit: {} rows of {rb} bytes need {} bytes",
+            nodes.len(),
+            nodes.len().saturating_mul(rb)
+        );
+        if !self.cache_enabled {
+            return (0, 0);
+        }
+        let (mut evictions, mut failures) = (0u64, 0u64);
+        for (chunk, bytes) in nodes
+            .chunks(LOCK_CHUNK_ROWS)
+            .zip(rows.chunks(LOCK_CHUNK_ROWS.saturating_mul(rb)))
+        {
+            let mut cache = self.lock_cache();
+            // The cache's own counters are never reset, so their growth under this lock is
+            // exactly what this chunk caused.
+            let before = cache.stats();
+            for (&v, row) in chunk.iter().zip(bytes.chunks_exact(rb)) {
+                if !self.cacheable(v) {
+                    continue;
+                }
+                // Insert first: the row lands with the node's pending pins, this batch's
+                // included, and only then is this batch's pin released.
+                cache.insert(v, row);
+                if unpin {
+                    cache.unpin(v);
+                }
+            }
+            let after = cache.stats();
+            drop(cache);
+            evictions += after.evictions - before.evictions;
+            failures += after.insert_failures_pinned - before.insert_failures_pinned;
+        }
+        let mut stats = self.lock_stats();
+        stats.cache_evictions += evictions;
+        stats.cache_insert_failures_pinned += failures;
+        (evictions, failures)
+    }
+
+    /// Adds reads the caller submitted itself for missed rows (through
+    /// [`FeatureTiers::reader`]) to the disk counters: `requests` and `bytes_read` of `stats`
+    /// (the row counts are already known from [`FeatureTiers::serve`]).
+    pub fn record_disk_reads(&self, stats: &ReadStats) {
+        let mut s = self.lock_stats();
+        s.disk_requests += stats.requests;
+        s.disk_bytes_read += stats.bytes_read;
+    }
+
+    /// Synchronous convenience for tests and simple callers: [`FeatureTiers::serve`], the
+    /// misses gathered from disk, [`FeatureTiers::admit`], all without window pins. Fills
+    /// `out` (`nodes.len() * row_bytes` bytes, row `i` at `i * row_bytes`) and returns what
+    /// this call did (also added to the counters).
+    ///
+    /// Memory: a staging buffer of one row per miss, freed on return.
+    ///
+    /// Errors: `out` of the wrong length, a node out of range (before anything is counted), or
+    /// a read error.
+    pub fn gather(&self, nodes: &[u32], out: &mut [u8]) -> Result<TierStats> {
+        let rb = self.row_bytes;
+        let path = self.reader.meta().path.display();
+        if Some(out.len()) != nodes.len().checked_mul(rb) {
+            return Err(GnnError::Config(format!(
+                "{}: a gather of {} rows of {rb} bytes needs an output of {} bytes, got {}",
+                path,
+                nodes.len(),
+                nodes.len().saturating_mul(rb),
+                out.len()
+            )));
+        }
+        if let Some(&v) = nodes.iter().find(|&&v| v as u64 >= self.num_rows) {
+            return Err(GnnError::Config(format!(
+                "{}: row {v} is out of range: the features have {} rows",
+                path, self.num_rows
+            )));
+        }
+        if nodes.len() > u32::MAX as usize {
+            return Err(GnnError::Config(format!(
+                "{}: a gather of {} rows; at most {} per call",
+                path,
+                nodes.len(),
+                u32::MAX
+            )));
+        }
+        let (misses, hot_rows, cache_rows) = self.serve_counted(nodes, out, false);
+        let mut stats = TierStats {
+            rows: nodes.len() as u64,
+            hot_rows,
+            cache_rows,
+            disk_rows: misses.len() as u64,
+            ..TierStats::default()
+        };
+        if misses.is_empty() {
+            return Ok(stats);
+        }
+        let miss_nodes: Vec<u32> = misses.iter().map(|&i| nodes[i as usize]).collect();
+        let mut staging = vec![0u8; miss_nodes.len() * rb];
+        let read = self.reader.gather(&miss_nodes, &mut staging)?;
+        for (&i, row) in misses.iter().zip(staging.chunks_exact(rb)) {
+            out[i as usize * rb..][..rb].copy_from_slice(row);
+        }
+        self.record_disk_reads(&read);
+        let (evictions, failures) = self.admit_counted(&miss_nodes, &staging, false);
+        stats.disk_requests = read.requests;
+        stats.disk_bytes_read = read.bytes_read;
+        stats.cache_evictions = evictions;
+        stats.cache_insert_failures_pinned = failures;
+        Ok(stats)
+    }
+
+    /// Counters since build or the last `take_stats` (which resets them). A consistent
+    /// snapshot: `rows = hot_rows + cache_rows + disk_rows` always holds.
+    pub fn take_stats(&self) -> TierStats {
+        std::mem::take(&mut *self.lock_stats())
+    }
+
+    /// Bytes held in memory: the hot rows, the hot set's index and the dynamic cache's
+    /// footprint (arena, per-slot and per-node words). The reader's buffers are not included.
+    /// Matches `hot_bytes + cache_bytes` of [`crate::budget::plan`] for the same row counts.
+    pub fn memory_bytes(&self) -> u64 {
+        self.hot_rows.len() as u64 + self.hot.bytes() + self.cache_bytes
+    }
+
+    /// Whether `v` may be cached (and so pinned): in range and not hot.
+    #[inline]
+    fn cacheable(&self, v: u32) -> bool {
+        (v as u64) < self.num_rows && !self.hot.contains(v)
+    }
+
+    fn lock_cache(&self) -> MutexGuard<'_, FeatureCache> {
+        // A panic under the lock can only come from a cache assertion, after which the cache
+        // is still consistent (they fire before any change).
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_stats(&self) -> MutexGuard<'_, TierStats> {
+        self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The dynamic cache, for tests that check pins and residency.
+    #[cfg(test)]
+    pub(crate) fn cache_for_tests(&self) -> MutexGuard<'_, FeatureCache> {
+        self.lock_cache()
+    }
+}
+
+/// The `k` hottest nodes by `ranking`, best first (ties to the lower id), for
+/// [`FeatureTiers::build`]; all nodes when `k` is at least their number.
+///
+/// - `ReversePageRank`: [`hotset::reverse_pagerank`] with GIDS' damping and iterations on the
+///   CSR, built here by [`hotset::transpose`] of `topo_csc` (a second topology in memory while
+///   ranking, freed on return).
+/// - `Degree`: [`hotset::reverse_degree_scores`] of the CSC (how many nodes may pick each one).
+/// - `PreSampling`: [`hotset::presampling_counts`] over `presample`'s sampler and seed batches
+///   (batch `i` sampled with key `i`); required for this ranking.
+/// - `None`: no node.
+///
+/// `threads`: workers for PageRank and pre-sampling (0: one per core). Errors: pre-sampling
+/// without `presample`, or a sampler error.
+pub fn rank_hot_nodes(
+    ranking: HotRanking,
+    k: usize,
+    topo_csc: &Topology,
+    threads: usize,
+    presample: Option<(&NeighborSampler, &[Vec<u32>])>,
+) -> Result<Vec<u32>> {
+    if k == 0 {
+        return Ok(Vec::new());
+    }
+    Ok(match ranking {
+        HotRanking::None => Vec::new(),
+        HotRanking::Degree => hotset::top_k(&hotset::reverse_degree_scores(topo_csc), k),
+        HotRanking::ReversePageRank => {
+            let csr = hotset::transpose(topo_csc);
+            let scores = hotset::reverse_pagerank(
+                &csr,
+                hotset::DEFAULT_DAMPING,
+                hotset::DEFAULT_ITERATIONS,
+                threads,
+            );
+            drop(csr);
+            hotset::top_k(&scores, k)
+        }
+        HotRanking::PreSampling => {
+            let Some((sampler, batches)) = presample else {
+                return Err(GnnError::Config(
+                    "hot set ranking presampling needs a sampler and the epoch's seed batches"
+                        .into(),
+                ));
+            };
+            let counts = hotset::presampling_counts(sampler, topo_csc, batches, threads)?;
+            hotset::top_k(&counts, k)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::SamplerConfig;
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use strata_store::npy::{self, DType};
+
+    fn splitmix(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A `(rows, dim)` float32 `features.npy` with Strata's 4 KiB header and random bytes.
+    fn write_features(dir: &Path, rows: u64, dim: usize, seed: u64) -> PathBuf {
+        let path = dir.join(format!("features-{seed}.npy"));
+        let mut bytes = npy::header_block(DType::F32, &[rows, dim as u64]);
+        let mut s = seed;
+        for _ in 0..rows as usize * dim {
+            let v = (splitmix(&mut s) % 100_000) as f32 / 3.0;
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// The rows' bytes read plainly with std::fs.
+    fn expected(reader: &FeatureReader, nodes: &[u32]) -> Vec<u8> {
+        let meta = reader.meta();
+        let all = std::fs::read(&meta.path).unwrap();
+        let mut out = Vec::with_capacity(nodes.len() * meta.row_bytes);
+        for &v in nodes {
+            let s = meta.row_offset(v as u64) as usize;
+            out.extend_from_slice(&all[s..s + meta.row_bytes]);
+        }
+        out
+    }
+
+    /// A batch of `len` nodes below `n`, skewed towards low ids (so tiers hit) and with
+    /// repeats.
+    fn batch(s: &mut u64, n: u32, len: usize) -> Vec<u32> {
+        (0..len)
+            .map(|_| {
+                let r = splitmix(s);
+                if r.is_multiple_of(3) {
+                    (r >> 8) as u32 % n
+                } else {
+                    (r >> 8) as u32 % (n / 8).max(1)
+                }
+            })
+            .collect()
+    }
+
+    fn tiers(path: &Path, hot: &[u32], cache_rows: usize, eviction: Eviction) -> FeatureTiers {
+        FeatureTiers::build(
+            FeatureReader::open(path).unwrap(),
+            hot,
+            cache_rows,
+            eviction,
+        )
+        .unwrap()
+    }
+
+    fn check_sum(s: &TierStats) {
+        assert_eq!(s.rows, s.hot_rows + s.cache_rows + s.disk_rows, "{s:?}");
+    }
+
+    #[test]
+    fn gather_matches_the_file_for_every_tier_mix() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 600u32;
+        let path = write_features(dir.path(), n as u64, 24, 1);
+        // (hot nodes, cache rows): none, hot only, cache only, both, and everything hot.
+        let hot_some: Vec<u32> = (0..n).rev().step_by(7).chain([1, 2, 3]).collect();
+        let all: Vec<u32> = (0..n).collect();
+        let mixes: [(&str, &[u32], usize); 5] = [
+            ("none", &[], 0),
+            ("hot only", &hot_some, 0),
+            ("cache only", &[], 40),
+            ("both", &hot_some, 40),
+            ("all hot", &all, 40),
+        ];
+        for eviction in [Eviction::Clock, Eviction::Sieve] {
+            for (name, hot, cache_rows) in mixes {
+                let t = tiers(&path, hot, cache_rows, eviction);
+                assert_eq!(t.hot().len(), hot.len(), "{name}");
+                assert_eq!(t.cache_rows(), cache_rows.min(n as usize - hot.len()));
+                let mut total = TierStats::default();
+                let mut s = 42u64;
+                for len in [0usize, 1, 5, 50, 120, 300, 120, 50] {
+                    let nodes = batch(&mut s, n, len);
+                    let mut out = vec![0xEEu8; nodes.len() * t.row_bytes()];
+                    let st = t.gather(&nodes, &mut out).unwrap();
+                    assert!(out == expected(t.reader(), &nodes), "{name}: bytes differ");
+                    check_sum(&st);
+                    assert_eq!(st.rows, nodes.len() as u64);
+                    let hot_occ = nodes.iter().filter(|&&v| t.hot().contains(v)).count();
+                    assert_eq!(st.hot_rows, hot_occ as u64, "{name}");
+                    if cache_rows == 0 {
+                        assert_eq!(st.cache_rows, 0, "{name}");
+                        assert_eq!(st.cache_evictions, 0);
+                    }
+                    assert_eq!(st.disk_rows == 0, st.disk_requests == 0, "{name}: {st:?}");
+                    assert!(st.disk_bytes_read >= st.disk_requests * 4096);
+                    total.add(&st);
+                }
+                let taken = t.take_stats();
+                assert_eq!(taken, total, "{name}");
+                assert_eq!(t.take_stats(), TierStats::default());
+                match name {
+                    "none" => assert_eq!(total.disk_rows, total.rows),
+                    "cache only" => {
+                        assert!(
+                            total.cache_rows > 0 && total.cache_evictions > 0,
+                            "{total:?}"
+                        )
+                    }
+                    "all hot" => {
+                        assert_eq!(total.hot_rows, total.rows);
+                        assert_eq!(t.cache_rows(), 0);
+                        assert_eq!(total.hot_hit_rate(), 1.0);
+                        assert_eq!(total.cache_hit_rate(), 0.0);
+                    }
+                    _ => assert!(total.hot_rows > 0),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_repeated_batch_hits_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 300, 10, 2);
+        let t = tiers(&path, &[5, 6], 100, Eviction::Sieve);
+        let nodes: Vec<u32> = (0..50).chain([5, 7, 7]).collect();
+        let mut out = vec![0u8; nodes.len() * 40];
+        let first = t.gather(&nodes, &mut out).unwrap();
+        assert_eq!(
+            (first.hot_rows, first.cache_rows, first.disk_rows),
+            (3, 0, 50)
+        );
+        let second = t.gather(&nodes, &mut out).unwrap();
+        assert_eq!(
+            (second.hot_rows, second.cache_rows, second.disk_rows),
+            (3, 50, 0)
+        );
+        assert_eq!(second.disk_requests, 0);
+        assert_eq!(out, expected(t.reader(), &nodes));
+        let mut both = first.clone();
+        both.add(&second);
+        assert_eq!(both.rows, 106);
+        assert!((both.cache_hit_rate() - 0.5).abs() < 1e-12);
+        assert!((both.hot_hit_rate() - 6.0 / 106.0).abs() < 1e-12);
+        assert_eq!(TierStats::default().hot_hit_rate(), 0.0);
+        assert_eq!(TierStats::default().cache_hit_rate(), 0.0);
+    }
+
+    /// Pins each non-hot node of the pending batches should hold.
+    fn expected_pins(t: &FeatureTiers, pending: &[&[u32]]) -> HashMap<u32, u32> {
+        let mut m = HashMap::new();
+        for b in pending {
+            for &v in b.iter().filter(|&&v| !t.hot().contains(v)) {
+                *m.entry(v).or_insert(0) += 1;
+            }
+        }
+        m
+    }
+
+    /// Serves and admits `b` as the pipeline would (misses read straight from the reader).
+    fn serve_and_read(t: &FeatureTiers, b: &[u32]) -> (Vec<u8>, Vec<u32>, Vec<u8>) {
+        let rb = t.row_bytes();
+        let mut out = vec![0u8; b.len() * rb];
+        let misses = t.serve(b, &mut out, true);
+        assert!(misses.windows(2).all(|w| w[0] < w[1]), "misses ascending");
+        let miss_nodes: Vec<u32> = misses.iter().map(|&i| b[i as usize]).collect();
+        let mut rows = vec![0u8; miss_nodes.len() * rb];
+        let read = t.reader().gather(&miss_nodes, &mut rows).unwrap();
+        t.record_disk_reads(&read);
+        for (&i, row) in misses.iter().zip(rows.chunks_exact(rb)) {
+            out[i as usize * rb..][..rb].copy_from_slice(row);
+        }
+        (out, miss_nodes, rows)
+    }
+
+    #[test]
+    fn window_pins_are_released_exactly_once_and_protect_their_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 400u32;
+        let path = write_features(dir.path(), n as u64, 8, 3);
+        let (mut failures, mut protected_rows) = (0u64, 0usize);
+        for eviction in [Eviction::Clock, Eviction::Sieve] {
+            for interleave in [false, true] {
+                let configs: [(Vec<u32>, usize); 4] = [
+                    (vec![], 4),
+                    (vec![], 24),
+                    ((0..20).collect(), 24),
+                    (vec![], 200),
+                ];
+                for (hot, cache_rows) in configs {
+                    let t = tiers(&path, &hot, cache_rows, eviction);
+                    let mut s = 7u64;
+                    let batches: Vec<Vec<u32>> =
+                        (0..40).map(|i| batch(&mut s, n, 5 + i % 17)).collect();
+                    let window = 3usize;
+                    let mut entered = 0usize;
+                    let mut i = 0usize;
+                    while i < batches.len() {
+                        // Batches served this step: one, or two with the first's admit
+                        // after the second's (another batch admits its misses in between).
+                        let step = if interleave {
+                            2.min(batches.len() - i)
+                        } else {
+                            1
+                        };
+                        while entered < batches.len() && entered < i + step + window {
+                            t.pin_window(&batches[entered]);
+                            entered += 1;
+                        }
+                        let pending: Vec<&[u32]> =
+                            batches[i..entered].iter().map(Vec::as_slice).collect();
+                        let want = expected_pins(&t, &pending);
+                        // Rows the step's batches do not release all pins of stay protected.
+                        let served: Vec<&[u32]> =
+                            batches[i..i + step].iter().map(Vec::as_slice).collect();
+                        let released = expected_pins(&t, &served);
+                        let protected: Vec<u32> = {
+                            let c = t.cache_for_tests();
+                            for v in 0..n {
+                                let p = want.get(&v).copied().unwrap_or(0);
+                                assert_eq!(c.pins(v), p, "node {v} pins before step {i}");
+                            }
+                            (0..n)
+                                .filter(|&v| {
+                                    c.contains(v)
+                                        && want.get(&v).copied().unwrap_or(0)
+                                            > released.get(&v).copied().unwrap_or(0)
+                                })
+                                .collect()
+                        };
+                        let mut done = Vec::new();
+                        for b in &batches[i..i + step] {
+                            done.push(serve_and_read(&t, b));
+                        }
+                        for ((out, miss_nodes, rows), b) in
+                            done.into_iter().zip(&batches[i..i + step]).rev()
+                        {
+                            assert!(out == expected(t.reader(), b), "bytes of a batch");
+                            t.admit(&miss_nodes, &rows, true);
+                        }
+                        {
+                            let c = t.cache_for_tests();
+                            protected_rows += protected.len();
+                            for v in &protected {
+                                assert!(c.contains(*v), "pinned node {v} evicted at step {i}");
+                            }
+                            assert!(c.len() <= cache_rows);
+                        }
+                        let st = t.take_stats();
+                        check_sum(&st);
+                        failures += st.cache_insert_failures_pinned;
+                        i += step;
+                    }
+                    let c = t.cache_for_tests();
+                    for v in 0..n {
+                        assert_eq!(c.pins(v), 0, "node {v} leaked a pin");
+                    }
+                    assert_eq!(c.pinned_rows(), 0);
+                }
+            }
+        }
+        // Somewhere the window pinned every resident row and an insert was refused (the
+        // refusal path itself is checked in `refused_inserts_still_release_their_pin`).
+        assert!(failures > 0);
+        assert!(protected_rows > 100, "{protected_rows}");
+    }
+
+    #[test]
+    fn hot_nodes_are_never_pinned_nor_admitted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 50, 4, 4);
+        let t = tiers(&path, &[3, 1], 10, Eviction::Clock);
+        t.pin_window(&[1, 3, 4, 4, 99]);
+        {
+            let c = t.cache_for_tests();
+            assert_eq!((c.pins(1), c.pins(3), c.pins(4), c.pins(99)), (0, 0, 2, 0));
+        }
+        let rows = expected(t.reader(), &[1, 4, 4]);
+        t.admit(&[1, 4, 4], &rows, true);
+        let c = t.cache_for_tests();
+        assert_eq!(c.nodes(), &[4]);
+        assert_eq!((c.pins(1), c.pins(4)), (0, 0));
+        assert_eq!(t.hot().nodes(), &[1, 3], "slots in node order");
+    }
+
+    #[test]
+    fn refused_inserts_still_release_their_pin() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 50, 4, 7);
+        let t = tiers(&path, &[], 2, Eviction::Sieve);
+        let rb = t.row_bytes();
+        t.pin_window(&[10, 11, 12]);
+        let rows = expected(t.reader(), &[10, 11, 12]);
+        // 10 and 11 fill the cache and keep their pins (their batch is still pending).
+        t.admit(&[10, 11], &rows[..2 * rb], false);
+        // 12 finds every resident row pinned: refused, and its pin released all the same.
+        t.admit(&[12], &rows[2 * rb..], true);
+        let st = t.take_stats();
+        assert_eq!(
+            (st.cache_insert_failures_pinned, st.cache_evictions),
+            (1, 0)
+        );
+        {
+            let c = t.cache_for_tests();
+            assert_eq!((c.pins(10), c.pins(11), c.pins(12)), (1, 1, 0));
+            assert!(!c.contains(12));
+        }
+        // The batch is served: both hits, both pins released; now 12 gets in.
+        let mut out = vec![0u8; 2 * rb];
+        assert!(t.serve(&[11, 10], &mut out, true).is_empty());
+        assert_eq!(out, expected(t.reader(), &[11, 10]));
+        t.admit(&[12], &rows[2 * rb..], false);
+        let st = t.take_stats();
+        assert_eq!((st.cache_rows, st.cache_evictions), (2, 1));
+        let c = t.cache_for_tests();
+        assert_eq!(c.pinned_rows(), 0);
+        assert!(c.contains(12));
+    }
+
+    #[test]
+    fn memory_matches_the_budget_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 2000u64;
+        let path = write_features(dir.path(), n, 16, 8);
+        let rb = 64;
+        let plan = |memory, share, eviction| {
+            crate::budget::plan(memory, n, rb, 1 << 20, 100, 4, share, eviction).unwrap()
+        };
+        // The fixed needs; all 2000 rows and their index take 2000 * 64 + 8 * 2000 bytes more.
+        let fixed = plan(1 << 40, 0.5, Eviction::Clock).fixed_bytes();
+        for (room, share, eviction) in [
+            (100_000, 0.5, Eviction::Clock),
+            (60_000, 0.0, Eviction::Sieve),
+            (50_000, 1.0, Eviction::Sieve),
+            (30_000, 0.3, Eviction::Sieve),
+            (1 << 30, 0.5, Eviction::Clock),
+        ] {
+            let plan = plan(fixed + room, share, eviction);
+            assert!(plan.hot_rows + plan.cache_rows > 0, "{plan:?}");
+            let hot: Vec<u32> = (0..plan.hot_rows as u32).collect();
+            let t = tiers(&path, &hot, plan.cache_rows as usize, eviction);
+            assert_eq!(t.cache_rows() as u64, plan.cache_rows);
+            assert_eq!(
+                t.memory_bytes(),
+                plan.hot_bytes + plan.cache_bytes,
+                "{plan:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn concurrent_gathers_and_pipelines() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 3000u32;
+        let path = write_features(dir.path(), n as u64, 32, 5);
+        let hot: Vec<u32> = (0..n).step_by(11).collect();
+        let t = Arc::new(tiers(&path, &hot, 300, Eviction::Sieve));
+        let threads: Vec<_> = (0..4u64)
+            .map(|k| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    let mut s = k;
+                    let mut total = TierStats::default();
+                    for j in 0..30 {
+                        let nodes = batch(&mut s, n, 200);
+                        if (k + j) % 2 == 0 {
+                            let mut out = vec![0u8; nodes.len() * t.row_bytes()];
+                            total.add(&t.gather(&nodes, &mut out).unwrap());
+                            assert!(out == expected(t.reader(), &nodes));
+                        } else {
+                            // The windowed path, with another thread's traffic in between.
+                            t.pin_window(&nodes);
+                            std::thread::yield_now();
+                            let (out, miss_nodes, rows) = serve_and_read(&t, &nodes);
+                            assert!(out == expected(t.reader(), &nodes));
+                            t.admit(&miss_nodes, &rows, true);
+                        }
+                    }
+                    total
+                })
+            })
+            .collect();
+        let mut sum = TierStats::default();
+        for th in threads {
+            sum.add(&th.join().unwrap());
+        }
+        let all = t.take_stats();
+        check_sum(&all);
+        assert!(all.rows >= sum.rows && all.cache_rows > 0 && all.hot_rows > 0);
+        let c = t.cache_for_tests();
+        assert!((0..n).all(|v| c.pins(v) == 0), "a pin leaked");
+        assert_eq!(c.pinned_rows(), 0);
+    }
+
+    #[test]
+    fn memory_and_build_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 100, 6, 6);
+        let t = tiers(&path, &[9, 8, 7], 10, Eviction::Sieve);
+        assert_eq!((t.row_bytes(), t.num_rows()), (24, 100));
+        assert_eq!(
+            t.memory_bytes(),
+            3 * 24 + 4 * (100 + 3) + FeatureCache::footprint(100, 10, 24, Eviction::Sieve)
+        );
+        // No hot set and no cache: no per-node index at all.
+        assert_eq!(tiers(&path, &[], 0, Eviction::Clock).memory_bytes(), 0);
+        // The cache is capped at the rows that are not hot.
+        assert_eq!(
+            tiers(&path, &[1, 2], 1000, Eviction::Clock).cache_rows(),
+            98
+        );
+
+        let open = || FeatureReader::open(&path).unwrap();
+        let e = FeatureTiers::build(open(), &[1, 1], 0, Eviction::Clock)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("listed twice"), "{e}");
+        let e = FeatureTiers::build(open(), &[100], 0, Eviction::Clock)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("out of range"), "{e}");
+
+        let mut out = vec![0u8; 24];
+        let e = t.gather(&[1, 2], &mut out).unwrap_err().to_string();
+        assert!(e.contains("needs an output of 48 bytes, got 24"), "{e}");
+        let e = t.gather(&[100], &mut out).unwrap_err().to_string();
+        assert!(e.contains("row 100 is out of range"), "{e}");
+        assert_eq!(t.take_stats(), TierStats::default(), "errors count nothing");
+    }
+
+    #[test]
+    fn tiers_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<FeatureTiers>();
+    }
+
+    #[test]
+    fn rankings_pick_the_hottest_nodes() {
+        // CSC (in-neighbours): 0 <- {1, 2, 3}, 1 <- {2, 3}, 2 <- {3}, 3 <- {}, 4 <- {3}.
+        // Message-flow out-degrees (how often a node may be picked): 3 -> 4, 2 -> 2, 1 -> 1.
+        let csc = Topology::new(vec![0, 3, 5, 6, 6, 7], vec![1, 2, 3, 2, 3, 3, 3]).unwrap();
+        assert_eq!(
+            rank_hot_nodes(HotRanking::Degree, 3, &csc, 1, None).unwrap(),
+            [3, 2, 1]
+        );
+        let pr = hotset::reverse_pagerank(
+            &hotset::transpose(&csc),
+            hotset::DEFAULT_DAMPING,
+            hotset::DEFAULT_ITERATIONS,
+            1,
+        );
+        assert_eq!(
+            rank_hot_nodes(HotRanking::ReversePageRank, 2, &csc, 1, None).unwrap(),
+            hotset::top_k(&pr, 2)
+        );
+        assert_eq!(
+            rank_hot_nodes(HotRanking::ReversePageRank, 9, &csc, 0, None)
+                .unwrap()
+                .len(),
+            5
+        );
+        assert!(rank_hot_nodes(HotRanking::None, 3, &csc, 1, None)
+            .unwrap()
+            .is_empty());
+        assert!(rank_hot_nodes(HotRanking::Degree, 0, &csc, 1, None)
+            .unwrap()
+            .is_empty());
+        let e = rank_hot_nodes(HotRanking::PreSampling, 2, &csc, 1, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("presampling"), "{e}");
+        let sampler = NeighborSampler::new(SamplerConfig {
+            fanouts: vec![-1],
+            seed: 1,
+            threads: 1,
+        })
+        .unwrap();
+        // Full neighbourhoods: batch {0} reads 0..=3, batch {1} reads 1, 2, 3, batch {4}
+        // reads 4 and 3. Counts [1, 2, 2, 3, 1].
+        let batches = vec![vec![0u32], vec![1], vec![4]];
+        let got = rank_hot_nodes(
+            HotRanking::PreSampling,
+            3,
+            &csc,
+            2,
+            Some((&sampler, &batches)),
+        )
+        .unwrap();
+        assert_eq!(got, [3, 1, 2]);
+    }
+}

@@ -1,0 +1,173 @@
+"""Reference GNNs in plain PyTorch over message-flow blocks: GraphSAGE (mean), GCN and GAT.
+
+No pyg-lib, torch-sparse or DGL: aggregation is ``index_add_`` over a block's edge list, so the
+models run wherever torch does. A block is the bipartite graph of one layer (see
+``strata.gnn.Block``): its destinations are the first ``num_dst`` of its sources, so a layer's
+output for the destinations is computed from rows ``[:num_src]`` of its input and the
+destinations' own rows are ``x[:num_dst]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ._torch import require_torch
+
+torch = require_torch()
+nn = torch.nn
+F = torch.nn.functional
+
+ModelKind = Literal["sage", "gcn", "gat"]
+
+
+@dataclass
+class Block:
+    """One layer's sampled edges in local ids: ``src[e] -> dst[e]``, ``src < num_src``,
+    ``dst < num_dst``; both int64 tensors of shape ``(E,)``."""
+
+    num_src: int
+    num_dst: int
+    src: torch.Tensor
+    dst: torch.Tensor
+
+    @staticmethod
+    def from_csc(num_src: int, num_dst: int, indptr, indices) -> Block:
+        """From a CSC over destinations (``indptr`` of ``num_dst + 1`` offsets, ``indices`` of
+        local sources), as the sampler produces; NumPy arrays or tensors."""
+        indptr = torch.as_tensor(indptr, dtype=torch.int64)
+        src = torch.as_tensor(indices).to(torch.int64)
+        dst = torch.repeat_interleave(torch.arange(num_dst, dtype=torch.int64), indptr[1:] - indptr[:-1])
+        return Block(num_src, num_dst, src, dst)
+
+    def to(self, device) -> Block:
+        return Block(self.num_src, self.num_dst, self.src.to(device), self.dst.to(device))
+
+    def in_degree(self) -> torch.Tensor:
+        """Sampled in-degree of each destination, float ``(num_dst,)``."""
+        return torch.bincount(self.dst, minlength=self.num_dst).to(torch.float32)
+
+
+def _mean_neighbours(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """Mean of each destination's sampled sources' rows ``(num_dst, d)``; zeros without any."""
+    out = x.new_zeros(block.num_dst, x.shape[1])
+    out.index_add_(0, block.dst, x[block.src])
+    return out / block.in_degree().clamp(min=1).unsqueeze(1).to(x.dtype)
+
+
+class SAGEConv(nn.Module):
+    """GraphSAGE with the mean aggregator: ``W_self x_v + W_neigh mean(x_u)`` (Hamilton et al.
+    2017, as PyG's ``SAGEConv``)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.self_lin = nn.Linear(in_dim, out_dim)
+        self.neigh_lin = nn.Linear(in_dim, out_dim, bias=False)
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        return self.self_lin(x[: block.num_dst]) + self.neigh_lin(_mean_neighbours(block, x))
+
+
+class GCNConv(nn.Module):
+    """Kipf and Welling's GCN on a sampled block, with a self loop per destination and the
+    symmetric normalisation ``1 / sqrt((d_v + 1)(d_u + 1))`` over the block's degrees."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.lin = nn.Linear(in_dim, out_dim)
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        h = x @ self.lin.weight.T
+        deg_dst = block.in_degree() + 1
+        deg_src = torch.bincount(block.src, minlength=block.num_src).to(torch.float32)
+        deg_src[: block.num_dst] += 1
+        norm = (deg_src[block.src] * deg_dst[block.dst]).rsqrt().unsqueeze(1).to(h.dtype)
+        self_norm = (deg_src[: block.num_dst] * deg_dst).rsqrt().unsqueeze(1).to(h.dtype)
+        out = h[: block.num_dst] * self_norm
+        out = out.index_add(0, block.dst, h[block.src] * norm)
+        return out + self.lin.bias
+
+
+class GATConv(nn.Module):
+    """Graph attention (Veličković et al. 2018): per head, ``e_uv = LeakyReLU(a_l W x_u + a_r
+    W x_v)``, softmax over each destination's sources and itself; heads concatenated, or
+    averaged when ``concat`` is False (the output layer)."""
+
+    def __init__(self, in_dim: int, out_dim: int, heads: int = 4, concat: bool = True, slope: float = 0.2):
+        super().__init__()
+        self.heads, self.out_dim, self.concat, self.slope = heads, out_dim, concat, slope
+        self.lin = nn.Linear(in_dim, heads * out_dim, bias=False)
+        self.att_src = nn.Parameter(torch.empty(heads, out_dim))
+        self.att_dst = nn.Parameter(torch.empty(heads, out_dim))
+        self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        n_dst = block.num_dst
+        h = self.lin(x).view(-1, self.heads, self.out_dim)
+        a_src = (h * self.att_src).sum(-1)  # (num_src, heads)
+        a_dst = (h[:n_dst] * self.att_dst).sum(-1)  # (num_dst, heads)
+        # Every destination also attends to itself (its row is source row v too).
+        loops = torch.arange(n_dst, device=x.device)
+        src = torch.cat([block.src, loops])
+        dst = torch.cat([block.dst, loops])
+        e = F.leaky_relu(a_src[src] + a_dst[dst], self.slope)  # (E + n_dst, heads)
+        # Softmax per destination, shifted by its maximum for stability.
+        e_max = e.new_full((n_dst, self.heads), float("-inf")).scatter_reduce(
+            0, dst.unsqueeze(1).expand_as(e), e, reduce="amax", include_self=True
+        )
+        w = (e - e_max[dst]).exp()
+        denom = w.new_zeros(n_dst, self.heads).index_add_(0, dst, w)
+        alpha = w / denom[dst]
+        out = h.new_zeros(n_dst, self.heads, self.out_dim).index_add_(0, dst, h[src] * alpha.unsqueeze(-1))
+        out = out.reshape(n_dst, -1) if self.concat else out.mean(1)
+        return out + self.bias
+
+
+class GNN(nn.Module):
+    """A stack of ``len(blocks)`` layers of one kind, ReLU and dropout between them.
+
+    ``forward(blocks, x)``: ``blocks`` in input-to-output order (``blocks[0]`` reads the input
+    rows ``x``, ``(num_src of blocks[0], in_dim)``); returns ``(num_dst of blocks[-1], out_dim)``
+    logits for the seeds.
+    """
+
+    def __init__(
+        self,
+        kind: ModelKind,
+        in_dim: int,
+        hidden: int,
+        out_dim: int,
+        layers: int = 2,
+        dropout: float = 0.5,
+        heads: int = 4,
+    ):
+        super().__init__()
+        if layers < 1:
+            raise ValueError(f"layers: need at least 1, got {layers}")
+        self.kind, self.dropout = kind, dropout
+        dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+        convs = []
+        for i in range(layers):
+            last = i == layers - 1
+            if kind == "sage":
+                convs.append(SAGEConv(dims[i], dims[i + 1]))
+            elif kind == "gcn":
+                convs.append(GCNConv(dims[i], dims[i + 1]))
+            elif kind == "gat":
+                d_in = dims[i] if i == 0 else dims[i] * heads
+                convs.append(GATConv(d_in, dims[i + 1], heads=heads, concat=not last))
+            else:
+                raise ValueError(f"model: expected sage, gcn or gat, got {kind!r}")
+        self.convs = nn.ModuleList(convs)
+
+    def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
+        if len(blocks) != len(self.convs):
+            raise ValueError(f"the model has {len(self.convs)} layers but got {len(blocks)} blocks")
+        h = x
+        for i, (conv, block) in enumerate(zip(self.convs, blocks, strict=True)):
+            h = conv(block, h)
+            if i < len(self.convs) - 1:
+                h = F.dropout(F.relu(h), self.dropout, self.training)
+        return h
