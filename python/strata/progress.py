@@ -20,7 +20,7 @@ class ProgressBar:
     beside the bar until the stage ends)."""
 
     #: What the rows of a stage are, by the stage name's first word (default: rows).
-    UNITS: ClassVar[dict[str, str]] = {"epoch": "edges", "eval": "queries"}
+    UNITS: ClassVar[dict[str, str]] = {"epoch": "edges", "eval": "queries", "train": "seeds"}
 
     def __init__(self, stream: TextIO | None = None, *, enabled: bool = True, log_every: float = 10.0, width: int = 24):
         self.stream = stream or sys.stderr

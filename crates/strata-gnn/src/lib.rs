@@ -4,6 +4,7 @@
 pub mod accumulator;
 pub mod budget;
 pub mod cache;
+pub mod data;
 pub mod error;
 pub mod features;
 pub mod hotset;

@@ -29,8 +29,13 @@
 //!    releases one pin, whether or not the insert succeeded (a refused insert leaves the
 //!    pending pins in place, and the release takes one of them).
 //!
+//! 4. A batch that is abandoned instead (its loader dropped, or an error ending the epoch) hands
+//!    what it still holds to [`unpin_window`](FeatureTiers::unpin_window), the exact inverse
+//!    of `pin_window`: every occurrence if it was only pinned, only the missed occurrences if
+//!    it was served but not admitted, nothing once admitted.
+//!
 //! Hits and misses partition the occurrences, so every pin taken in step 1 is released exactly
-//! once in step 2 or 3 and the counters return to zero when the window drains. This holds
+//! once in step 2, 3 or 4 and the counters return to zero when the window drains. This holds
 //! whatever happens between `serve` and `admit` (another thread may admit the same node in
 //! between: the pin count follows the node into the cache). Callers that never pinned a batch
 //! pass `unpin = false` in both calls; passing `true` for an unpinned batch would release pins
@@ -324,19 +329,56 @@ impl FeatureTiers {
 
     /// A batch entered the look-ahead window: pins its nodes, one pin per occurrence (GIDS
     /// window buffering), so the dynamic cache keeps their rows until the batch is served.
-    /// Hot nodes and nodes out of range are skipped (they never enter the cache). Each pin is
-    /// released by [`FeatureTiers::serve`] or [`FeatureTiers::admit`] with `unpin = true`.
+    /// Hot nodes and nodes out of range are skipped (they never enter the cache), and nothing
+    /// is pinned without a dynamic cache. Each pin is released by [`FeatureTiers::serve`] or
+    /// [`FeatureTiers::admit`] with `unpin = true`, or by [`FeatureTiers::unpin_window`] if the
+    /// batch is abandoned.
     pub fn pin_window(&self, nodes: &[u32]) {
-        if !self.cache_enabled {
-            return;
-        }
+        self.pin_window_held(nodes);
+    }
+
+    /// [`FeatureTiers::pin_window`], returning the occurrences it pinned (the pipeline keeps
+    /// them to release exactly those if the batch is abandoned).
+    pub(crate) fn pin_window_held(&self, nodes: &[u32]) -> Vec<u32> {
         // Filter outside the lock; the pins themselves go in under one acquisition.
-        let pins: Vec<u32> = nodes
+        let pins = self.pinnable(nodes);
+        if !pins.is_empty() {
+            self.lock_cache().pin_future(&pins);
+        }
+        pins
+    }
+
+    /// Releases the window pins of a batch that will not be served after all (the loader was
+    /// dropped or stopped on an error): one pin per occurrence of each node that
+    /// [`FeatureTiers::pin_window`] would pin (in range and not hot; nothing without a dynamic
+    /// cache), its exact inverse. Releasing pins that were never taken takes them from other
+    /// batches in the window, so pass only what is still held:
+    ///
+    /// - a batch only pinned: the nodes given to `pin_window`;
+    /// - a batch already served with `unpin = true`: only the occurrences `serve` returned as
+    ///   misses (its hits released theirs);
+    /// - a batch already admitted with `unpin = true`: nothing.
+    ///
+    /// An unpin of a node holding no pin does nothing. The cache lock is taken once per
+    /// [`LOCK_CHUNK_ROWS`] rows.
+    pub fn unpin_window(&self, nodes: &[u32]) {
+        let pins = self.pinnable(nodes);
+        for chunk in pins.chunks(LOCK_CHUNK_ROWS) {
+            self.lock_cache().unpin_all(chunk);
+        }
+    }
+
+    /// The occurrences of `nodes` that window pins apply to: those the dynamic cache can hold
+    /// (in range, not hot), repeats kept, in order; none when there is no dynamic cache.
+    pub(crate) fn pinnable(&self, nodes: &[u32]) -> Vec<u32> {
+        if !self.cache_enabled {
+            return Vec::new();
+        }
+        nodes
             .iter()
             .copied()
             .filter(|&v| self.cacheable(v))
-            .collect();
-        self.lock_cache().pin_future(&pins);
+            .collect()
     }
 
     /// Rows just read from disk (`rows` = `nodes.len() * row_bytes` bytes, node `nodes[j]`'s
@@ -832,6 +874,55 @@ mod tests {
         // refusal path itself is checked in `refused_inserts_still_release_their_pin`).
         assert!(failures > 0);
         assert!(protected_rows > 100, "{protected_rows}");
+    }
+
+    #[test]
+    fn unpin_window_is_the_inverse_of_pin_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 50, 4, 9);
+        let t = tiers(&path, &[3, 1], 4, Eviction::Clock);
+        let pins = |t: &FeatureTiers| -> Vec<u32> {
+            let c = t.cache_for_tests();
+            (0..50).map(|v| c.pins(v)).collect()
+        };
+        // 20 and 21 cached (their pins on the slot), the rest pending; hot and out-of-range
+        // occurrences skipped both ways.
+        let rows = expected(t.reader(), &[20, 21]);
+        t.admit(&[20, 21], &rows, false);
+        let a = [1, 3, 20, 20, 21, 30, 30, 30, 99];
+        let b = [20, 30, 31];
+        t.pin_window(&a);
+        t.pin_window(&b);
+        let both = pins(&t);
+        assert_eq!((both[20], both[21], both[30], both[31]), (3, 1, 4, 1));
+        assert_eq!((both[1], both[3]), (0, 0));
+        // Releasing a leaves exactly b's pins.
+        t.unpin_window(&a);
+        let mut only_b = vec![0u32; 50];
+        for v in b {
+            only_b[v as usize] += 1;
+        }
+        assert_eq!(pins(&t), only_b);
+        assert_eq!(t.cache_for_tests().pinned_rows(), 1, "20 still pinned by b");
+        // A batch served with unpin releases the hits' pins; abandoning it then releases the
+        // misses' pins, and no other batch's.
+        t.pin_window(&a);
+        let mut out = vec![0u8; a.len() * t.row_bytes()];
+        let misses = t.serve(&a, &mut out, true);
+        let miss_nodes: Vec<u32> = misses.iter().map(|&i| a[i as usize]).collect();
+        assert_eq!(miss_nodes, [30, 30, 30, 99]);
+        t.unpin_window(&miss_nodes);
+        assert_eq!(pins(&t), only_b);
+        t.unpin_window(&b);
+        assert!(pins(&t).iter().all(|&p| p == 0));
+        assert_eq!(t.cache_for_tests().pinned_rows(), 0);
+        // An unpin without a pin does nothing; without a cache nothing is pinned at all.
+        t.unpin_window(&b);
+        assert!(pins(&t).iter().all(|&p| p == 0));
+        let t = tiers(&path, &[], 0, Eviction::Sieve);
+        t.pin_window(&b);
+        t.unpin_window(&b);
+        assert!(pins(&t).iter().all(|&p| p == 0));
     }
 
     #[test]

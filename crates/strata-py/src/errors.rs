@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 use strata_embed::error::EmbedError;
+use strata_gnn::GnnError;
 use strata_io::IoError;
 use strata_store::StoreError;
 
@@ -40,6 +41,17 @@ impl ToPyErr for EmbedError {
             EmbedError::Budget(m) => raise(py, "BudgetError", m),
             EmbedError::Corrupt(m) => raise(py, "RunError", m),
             EmbedError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
+        }
+    }
+}
+
+impl ToPyErr for GnnError {
+    fn to_py(&self, py: Python<'_>) -> PyErr {
+        match self {
+            GnnError::Store(e) => store_error(py, e),
+            GnnError::Config(m) => raise(py, "ConfigError", m),
+            GnnError::Budget(m) => raise(py, "BudgetError", m),
+            GnnError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 mod embed;
 mod errors;
+mod gnn;
 mod io;
 mod jobs;
 mod progress;
@@ -55,6 +56,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     io::register(m)?;
     embed::register(m)?;
+    gnn::register(m)?;
     m.add("FORMAT_VERSION", strata_store::manifest::FORMAT_VERSION)?;
     Ok(())
 }

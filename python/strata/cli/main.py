@@ -20,6 +20,7 @@ from . import (
     cmd_demo,
     cmd_embed,
     cmd_generate,
+    cmd_gnn,
     cmd_info,
     cmd_plot,
 )
@@ -30,6 +31,7 @@ COMMANDS = (
     cmd_datasets,
     cmd_info,
     cmd_embed,
+    cmd_gnn,
     cmd_plot,
     cmd_bench_disk,
     cmd_config,

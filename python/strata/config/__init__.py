@@ -5,6 +5,7 @@ from .convert import ConvertConfig
 from .datasets import DatasetsListConfig, FetchConfig
 from .embed import EmbedEvalConfig, EmbedExportConfig, EmbedPlanConfig, EmbedPredictConfig, EmbedTrainConfig, PlotConfig
 from .generate import GENERATORS, KgConfig, RmatConfig, SbmConfig
+from .gnn import GnnTrainConfig
 from .info import InfoConfig
 from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_dict, describe, from_args, load
 
@@ -22,6 +23,7 @@ __all__ = [
     "EmbedTrainConfig",
     "FetchConfig",
     "Fractions",
+    "GnnTrainConfig",
     "InfoConfig",
     "KgConfig",
     "PlotConfig",

@@ -1,0 +1,580 @@
+//! The batch pipeline that feeds GNN training (GIDS's accumulator and window buffering, Helios's
+//! overlapped stages): training seeds in, in-order mini-batches with their sampled blocks and
+//! feature rows out.
+//!
+//! # Stages
+//!
+//! 1. **Sampling**: `sampler_threads` workers sample different batches; the results are put
+//!    back in batch order before the window (a worker finishing early waits in a reorder
+//!    buffer, never overtakes).
+//! 2. **Window + lookup**: up to `window` sampled batches are kept ahead of the one being
+//!    served, each pinned in the dynamic cache ([`FeatureTiers::pin_window`]) as it enters, so
+//!    rows that a near-future batch needs survive until it is served (GIDS §3.4). The batch
+//!    leaving the window is served from memory ([`FeatureTiers::serve`]): hot set and cache
+//!    rows are copied into its feature buffer, and its misses go on.
+//! 3. **Accumulator** ([`crate::accumulator`]): the misses of consecutive batches are merged
+//!    until their distinct rows reach the in-flight target (GIDS §3.2), at most
+//!    `max(window, 1)` batches (the most the look-ahead can provide without waiting for
+//!    batches it cannot sample yet), then read as one deduplicated gather through
+//!    [`FeatureTiers::reader`] on one of `io_threads` I/O threads.
+//! 4. **Completion/assembly**: the read rows are scattered into each batch's buffer, offered to
+//!    the dynamic cache ([`FeatureTiers::admit`], which releases the batch's remaining pins),
+//!    and the batches are emitted in order.
+//!
+//! With `pipeline = true` each stage runs on its own thread(s), connected by bounded channels;
+//! with `pipeline = false` the same code runs stage after stage on the caller's thread inside
+//! [`Iterator::next`] (Helios's NoPipe ablation).
+//!
+//! The code: this file holds the configuration, [`Batch`], [`NodeLoader`] and the statistics;
+//! `stages` the work of each stage, `serial` and `threads` the two ways of running them, and
+//! `pins` the per-batch record of window pins.
+//!
+//! # Window pins
+//!
+//! Every pin a batch takes is released exactly once (the rule of [`crate::tiers`]): the hits'
+//! when it is served, the misses' when their rows are admitted. Each batch carries the list of
+//! node occurrences whose pins it still holds (all its cacheable nodes once pinned, its
+//! cacheable misses once served, none once admitted). A batch dropped before it is admitted,
+//! because the loader was dropped mid-epoch or an error ended the epoch, hands exactly that
+//! list to [`FeatureTiers::unpin_window`], wherever it was: in the window, in the
+//! accumulator, in a channel, or in the read that failed. So when the loader is dropped, or
+//! [`Iterator::next`] returns an error, no pin of the epoch is left (the threads are joined
+//! first in pipelined mode), and the cache can evict every row again.
+//!
+//! # Determinism
+//!
+//! A batch's seeds depend only on `(seed, epoch)` and its sample only on the sampler's seed
+//! and [`batch_key`]`(epoch, index)`; its feature rows are the file's bytes whichever tier
+//! served them. So the batches are bit-identical with the pipeline on or off, the accumulator
+//! on or off, any window and any thread count. What may vary from run to run is the split of
+//! rows between the cache and the disk (it depends on when earlier reads were admitted) and
+//! hence the statistics.
+//!
+//! # Memory
+//!
+//! Batches alive at once are bounded: `window` sampled and pinned batches ahead (samples and
+//! the list of their pinned occurrences, 4 bytes per non-hot sampled node when there is a
+//! dynamic cache; no feature buffers), at most `2 x sampler_threads` sampled but not yet in the window, one
+//! accumulating read of at most `max(window, 1)` batches, at most `io_threads` merged reads
+//! issued but not yet assembled, the batches of one read being handed out, and one in the
+//! output channel. With the accumulator off a read is one batch, so that is about `window + 2 x
+//! sampler_threads + io_threads + 3` batches.
+//!
+//! # Errors and shutdown
+//!
+//! An error in any stage (a seed out of range, a read error) reaches the iterator as `Err` in
+//! batch order: the batches before the failing one are delivered first, then the error, then
+//! the iterator ends. Dropping the loader (at any point) stops every stage and joins its
+//! threads; a read in progress is finished first. Either way the batches not delivered release
+//! their window pins (see above). A panic in a stage is re-raised on the thread calling
+//! [`Iterator::next`].
+
+mod pins;
+mod serial;
+mod stages;
+#[cfg(test)]
+mod tests;
+mod threads;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use strata_store::rng::{derive, Rng};
+
+use crate::accumulator::{in_flight_target, TargetSource};
+use crate::error::{GnnError, Result};
+use crate::features::ReadStats;
+use crate::sampler::{NeighborSampler, Sample};
+use crate::tiers::{FeatureTiers, TierStats};
+use crate::topology::Topology;
+
+use serial::Serial;
+use stages::{FrontConfig, ReadFault, Stages};
+use threads::Threads;
+
+/// Domain separators, so the shuffle and the batch keys are unrelated streams.
+const SHUFFLE_STREAM: u64 = 0x5348_5546_4c45;
+const BATCH_STREAM: u64 = 0x0042_4154_4348;
+
+/// The sampler's key of batch `index` of `epoch` (a pure function, so Python, link loaders or a
+/// re-run can reproduce a batch's sample without the loader).
+pub fn batch_key(epoch: u64, index: usize) -> u64 {
+    derive(derive(BATCH_STREAM, epoch), index as u64)
+}
+
+/// How a [`NodeLoader`] cuts, samples and reads an epoch's batches.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoaderConfig {
+    /// Seeds (training nodes) per batch, at least 1 (default 1024, GIDS's default).
+    pub batch_size: usize,
+    /// Shuffle the seeds each epoch (default true); the order is a pure function of `(seed,
+    /// epoch)`.
+    pub shuffle: bool,
+    /// Root of the shuffle's randomness (the sampler has its own seed).
+    pub seed: u64,
+    /// Drop the last batch when it has fewer than `batch_size` seeds (default false).
+    pub drop_last: bool,
+    /// GIDS's window depth `W` (default 8): batches sampled and pinned ahead of the one being
+    /// served; 0 serves each batch as soon as it is sampled (no look-ahead, no accumulation).
+    pub window: usize,
+    /// Merge the disk reads of consecutive batches until the in-flight target is reached
+    /// (default true); false reads each batch's misses alone.
+    pub accumulator: bool,
+    /// Distinct disk rows a merged read aims for (about the reads it keeps in flight); 0
+    /// (default) derives it from the device profile of the features' file with GIDS's model
+    /// `p / (1 - p) x IOPS x latency` at `p = 0.95`, or takes the engine's depth when the
+    /// device was not profiled.
+    pub in_flight_target: usize,
+    /// Run the stages on their own threads (default true); false runs them one after the
+    /// other on the caller's thread (the Helios-NoPipe ablation).
+    pub pipeline: bool,
+    /// Threads sampling different batches at once (default 2, at least 1; pipelined only).
+    /// Each may also split a large layer over the sampler's own threads.
+    pub sampler_threads: usize,
+    /// Merged reads in flight at once, each on its own thread (default 1, at least 1;
+    /// pipelined only). One gather already keeps the engine's depth of requests in flight.
+    pub io_threads: usize,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig {
+            batch_size: 1024,
+            shuffle: true,
+            seed: 0,
+            drop_last: false,
+            window: 8,
+            accumulator: true,
+            in_flight_target: 0,
+            pipeline: true,
+            sampler_threads: 2,
+            io_threads: 1,
+        }
+    }
+}
+
+impl LoaderConfig {
+    /// Checks every value's range; errors name the option.
+    pub fn validate(&self) -> Result<()> {
+        let at_least_one = [
+            ("batch_size", self.batch_size),
+            ("sampler_threads", self.sampler_threads),
+            ("io_threads", self.io_threads),
+        ];
+        for (name, value) in at_least_one {
+            if value == 0 {
+                return Err(GnnError::Config(format!(
+                    "gnn.loader.{name}: must be at least 1"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What one batch cost and where its rows came from.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct BatchStats {
+    /// Seconds spent sampling this batch (on whichever thread sampled it).
+    pub sample_secs: f64,
+    /// Rows copied from memory (hot set or dynamic cache) when the batch was served.
+    pub memory_rows: usize,
+    /// Rows read from disk for this batch.
+    pub disk_rows: usize,
+    /// Batches whose misses were merged into the read that served this one (1 when it was
+    /// read alone; 0 when it had no miss and no read was needed).
+    pub merged_batches: usize,
+    /// Distinct rows of that merged read.
+    pub merged_rows: usize,
+}
+
+/// One mini-batch, ready for training.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Position in the epoch: 0, 1, 2, ... in delivery order.
+    pub index: usize,
+    /// The batch's seeds (global ids), in the order of the sample's first rows.
+    pub seeds: Vec<u32>,
+    /// The sampled computation graph; `sample.nodes` lists the rows of `features`.
+    pub sample: Sample,
+    /// Raw little-endian feature rows, `sample.nodes.len() * row_bytes` bytes: row `i` holds
+    /// the features of `sample.nodes[i]`.
+    pub features: Vec<u8>,
+    /// What this batch cost.
+    pub stats: BatchStats,
+}
+
+/// What an epoch did so far, for reports: counts, per-stage busy time and the merged reads.
+///
+/// Busy times are seconds a stage spent working (summed over its threads), not waiting on a
+/// channel; with the pipeline on their sum exceeds `wall_secs` by the overlap achieved.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct PipelineStats {
+    /// Stages ran on their own threads.
+    pub pipelined: bool,
+    /// Look-ahead window depth, in batches.
+    pub window: usize,
+    /// The accumulator was on.
+    pub accumulator: bool,
+    /// Most batches merged into one read.
+    pub max_batches_per_read: usize,
+    /// Distinct disk rows a merged read aims for.
+    pub in_flight_target: usize,
+    /// Where that target came from.
+    pub in_flight_source: Option<TargetSource>,
+    /// The I/O engine's depth: the most requests in flight at once, over all reads.
+    pub engine_depth: usize,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Seeds in those batches.
+    pub seeds: u64,
+    /// Sampled nodes (feature rows) in those batches.
+    pub sampled_nodes: u64,
+    /// Sampled edges in those batches.
+    pub edges: u64,
+    /// Seconds from the loader's creation to the end of the epoch (or now).
+    pub wall_secs: f64,
+    /// Seconds the caller spent inside `next()`: waiting for batches when pipelined, doing all
+    /// the work when not.
+    pub next_secs: f64,
+    /// Busy seconds sampling.
+    pub sample_busy_secs: f64,
+    /// Busy seconds pinning and serving from memory.
+    pub lookup_busy_secs: f64,
+    /// Busy seconds merging misses.
+    pub accumulate_busy_secs: f64,
+    /// Busy seconds in disk reads (the gather's wall time: submitting, waiting on the device,
+    /// copying out).
+    pub io_busy_secs: f64,
+    /// Busy seconds scattering read rows into batches and admitting them to the cache.
+    pub assemble_busy_secs: f64,
+    /// Merged reads issued (those with at least one row).
+    pub reads: u64,
+    /// Batches served by those reads.
+    pub read_batches: u64,
+    /// Distinct rows read by them.
+    pub read_rows: u64,
+    /// Largest merged read, in rows.
+    pub max_rows_per_read: u64,
+    /// `read_rows / reads` (0 without reads).
+    pub mean_rows_per_read: f64,
+    /// `read_batches / reads` (0 without reads).
+    pub mean_batches_per_read: f64,
+    /// The reader's counts over those reads (requests, bytes, amplification).
+    pub read: ReadStats,
+    /// The tiers' counters over this epoch ([`FeatureTiers::take_stats`], taken when the
+    /// loader was created, so earlier activity is excluded).
+    pub tiers: TierStats,
+}
+
+impl PipelineStats {
+    /// Sum of the stages' busy seconds.
+    pub fn busy_secs(&self) -> f64 {
+        self.sample_busy_secs
+            + self.lookup_busy_secs
+            + self.accumulate_busy_secs
+            + self.io_busy_secs
+            + self.assemble_busy_secs
+    }
+
+    /// Busy seconds per wall second: above 1 when stages overlapped (0 before any time passed).
+    pub fn overlap(&self) -> f64 {
+        if self.wall_secs > 0.0 {
+            self.busy_secs() / self.wall_secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// An epoch of mini-batches for node-level tasks; an iterator of `Result<Batch>` in batch
+/// order. Created per epoch; see the module docs.
+pub struct NodeLoader {
+    mode: Mode,
+    tiers: Arc<FeatureTiers>,
+    counters: Arc<Counters>,
+    num_batches: usize,
+    /// Batches handed out, and what they held.
+    delivered: usize,
+    seeds: u64,
+    sampled_nodes: u64,
+    edges: u64,
+    next_ns: u64,
+    started: Instant,
+    /// When the iterator ended (all batches out, or an error).
+    ended: Option<Instant>,
+    /// Tier counters taken so far (a mutex so `stats(&self)` can take more).
+    tier_stats: Mutex<TierStats>,
+    fixed: PipelineStats,
+}
+
+impl NodeLoader {
+    /// Starts an epoch over `seeds` (training nodes; shuffled per `(cfg.seed, epoch)` when
+    /// `cfg.shuffle`, cut into `cfg.batch_size` chunks). With `cfg.pipeline` the stage threads
+    /// start here and begin sampling at once.
+    ///
+    /// Seeds are checked when their batch is sampled: one out of range (or repeated within a
+    /// batch) ends the epoch with an `Err` after the batches before it.
+    ///
+    /// Errors: an invalid `cfg`, or features with fewer rows than the graph has nodes.
+    pub fn new(
+        topo: Arc<Topology>,
+        sampler: Arc<NeighborSampler>,
+        tiers: Arc<FeatureTiers>,
+        seeds: Vec<u32>,
+        epoch: u64,
+        cfg: LoaderConfig,
+    ) -> Result<NodeLoader> {
+        Self::start(
+            topo,
+            sampler,
+            tiers,
+            seeds,
+            epoch,
+            cfg,
+            ReadFault::default(),
+        )
+    }
+
+    /// [`NodeLoader::new`] with a read fault for the tests (inert outside them).
+    fn start(
+        topo: Arc<Topology>,
+        sampler: Arc<NeighborSampler>,
+        tiers: Arc<FeatureTiers>,
+        seeds: Vec<u32>,
+        epoch: u64,
+        cfg: LoaderConfig,
+        fault: ReadFault,
+    ) -> Result<NodeLoader> {
+        cfg.validate()?;
+        if (topo.num_nodes() as u64) > tiers.num_rows() {
+            return Err(GnnError::Config(format!(
+                "{}: {} feature rows but the graph has {} nodes; every node needs a row",
+                tiers.reader().meta().path.display(),
+                tiers.num_rows(),
+                topo.num_nodes()
+            )));
+        }
+        let (target, source) = in_flight_target(cfg.in_flight_target, tiers.reader());
+        let max_batches = if cfg.accumulator {
+            cfg.window.max(1)
+        } else {
+            1
+        };
+        let plan = Arc::new(Plan::new(seeds, epoch, &cfg));
+        let num_batches = plan.num_batches;
+        let counters = Arc::new(Counters::default());
+        // Counters from before this epoch are not ours.
+        tiers.take_stats();
+        let fixed = PipelineStats {
+            pipelined: cfg.pipeline,
+            window: cfg.window,
+            accumulator: cfg.accumulator,
+            max_batches_per_read: max_batches,
+            in_flight_target: target,
+            in_flight_source: Some(source),
+            engine_depth: tiers.reader().engine().depth(),
+            ..PipelineStats::default()
+        };
+        let front_cfg = FrontConfig {
+            window: cfg.window,
+            target,
+            max_batches,
+        };
+        let stages = Stages {
+            topo,
+            sampler,
+            tiers: tiers.clone(),
+            plan,
+            counters: counters.clone(),
+            fault,
+        };
+        // The clock starts before the stage threads do.
+        let started = Instant::now();
+        let mode = if cfg.pipeline {
+            Mode::Threads(Threads::spawn(stages, front_cfg, &cfg))
+        } else {
+            Mode::Serial(Box::new(Serial::new(stages, front_cfg)))
+        };
+        Ok(NodeLoader {
+            mode,
+            tiers,
+            counters,
+            num_batches,
+            delivered: 0,
+            seeds: 0,
+            sampled_nodes: 0,
+            edges: 0,
+            next_ns: 0,
+            started,
+            ended: None,
+            tier_stats: Mutex::new(TierStats::default()),
+            fixed,
+        })
+    }
+
+    /// Batches in the epoch (fewer are delivered if an error ends it early).
+    pub fn num_batches(&self) -> usize {
+        self.num_batches
+    }
+
+    /// The in-flight target in use (distinct disk rows per merged read).
+    pub fn in_flight_target(&self) -> usize {
+        self.fixed.in_flight_target
+    }
+
+    /// What the epoch did so far (see [`PipelineStats`]).
+    pub fn stats(&self) -> PipelineStats {
+        let c = &self.counters;
+        let secs = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 * 1e-9;
+        let reads = c.reads.load(Ordering::Relaxed);
+        let read_rows = c.read_rows.load(Ordering::Relaxed);
+        let read_batches = c.read_batches.load(Ordering::Relaxed);
+        let per_read = |x: u64| {
+            if reads == 0 {
+                0.0
+            } else {
+                x as f64 / reads as f64
+            }
+        };
+        let tiers = {
+            let mut taken = self.tier_stats.lock().unwrap_or_else(|p| p.into_inner());
+            taken.add(&self.tiers.take_stats());
+            taken.clone()
+        };
+        PipelineStats {
+            batches: self.delivered as u64,
+            seeds: self.seeds,
+            sampled_nodes: self.sampled_nodes,
+            edges: self.edges,
+            wall_secs: self
+                .ended
+                .unwrap_or_else(Instant::now)
+                .duration_since(self.started)
+                .as_secs_f64(),
+            next_secs: self.next_ns as f64 * 1e-9,
+            sample_busy_secs: secs(&c.sample_ns),
+            lookup_busy_secs: secs(&c.lookup_ns),
+            accumulate_busy_secs: secs(&c.accumulate_ns),
+            io_busy_secs: secs(&c.io_ns),
+            assemble_busy_secs: secs(&c.assemble_ns),
+            reads,
+            read_batches,
+            read_rows,
+            max_rows_per_read: c.max_read_rows.load(Ordering::Relaxed),
+            mean_rows_per_read: per_read(read_rows),
+            mean_batches_per_read: per_read(read_batches),
+            read: *c.read.lock().unwrap_or_else(|p| p.into_inner()),
+            tiers,
+            ..self.fixed.clone()
+        }
+    }
+
+    fn end(&mut self) {
+        self.ended.get_or_insert_with(Instant::now);
+    }
+}
+
+impl Iterator for NodeLoader {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        let t = Instant::now();
+        let item = match &mut self.mode {
+            Mode::Serial(s) => s.next(),
+            Mode::Threads(t) => t.next(),
+        };
+        self.next_ns += t.elapsed().as_nanos() as u64;
+        match &item {
+            Some(Ok(b)) => {
+                debug_assert_eq!(b.index, self.delivered, "batches arrive in order");
+                self.delivered += 1;
+                self.seeds += b.seeds.len() as u64;
+                self.sampled_nodes += b.sample.nodes.len() as u64;
+                self.edges += b.sample.num_edges() as u64;
+                if self.delivered == self.num_batches {
+                    self.end();
+                }
+            }
+            Some(Err(_)) | None => self.end(),
+        }
+        item
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = if self.ended.is_some() {
+            0
+        } else {
+            self.num_batches - self.delivered
+        };
+        // An error may end the epoch early.
+        (left.min(1), Some(left))
+    }
+}
+
+// ---- the epoch's batches ----
+
+/// The epoch's seed order, cut into batches.
+struct Plan {
+    order: Vec<u32>,
+    batch_size: usize,
+    num_batches: usize,
+    epoch: u64,
+}
+
+impl Plan {
+    fn new(mut order: Vec<u32>, epoch: u64, cfg: &LoaderConfig) -> Plan {
+        if cfg.shuffle {
+            // Fisher-Yates over one stream of (seed, epoch).
+            let mut rng = Rng::new(derive(derive(cfg.seed, SHUFFLE_STREAM), epoch));
+            for i in (1..order.len()).rev() {
+                let j = rng.below(i as u64 + 1) as usize;
+                order.swap(i, j);
+            }
+        }
+        let n = order.len();
+        let num_batches = if cfg.drop_last {
+            n / cfg.batch_size
+        } else {
+            n.div_ceil(cfg.batch_size)
+        };
+        Plan {
+            order,
+            batch_size: cfg.batch_size,
+            num_batches,
+            epoch,
+        }
+    }
+
+    fn seeds(&self, b: usize) -> &[u32] {
+        let start = b * self.batch_size;
+        &self.order[start..(start + self.batch_size).min(self.order.len())]
+    }
+}
+
+/// Busy time and read counters shared by the stages (nanoseconds and counts).
+#[derive(Default)]
+struct Counters {
+    sample_ns: AtomicU64,
+    lookup_ns: AtomicU64,
+    accumulate_ns: AtomicU64,
+    io_ns: AtomicU64,
+    assemble_ns: AtomicU64,
+    reads: AtomicU64,
+    read_rows: AtomicU64,
+    read_batches: AtomicU64,
+    max_read_rows: AtomicU64,
+    read: Mutex<ReadStats>,
+}
+
+fn add_busy(counter: &AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// How the stages run: see [`serial`] and [`threads`].
+enum Mode {
+    Serial(Box<Serial>),
+    Threads(Threads),
+}

@@ -1,0 +1,322 @@
+//! The work of the four stages, whichever way they are run (see the module docs of
+//! [`crate::pipeline`]): sampling a batch, the look-ahead window with its pins and the lookup
+//! in memory, the accumulator's merged disk read, and the assembly of read rows into batches.
+//! [`super::serial`] calls them in turn on the caller's thread; [`super::threads`] runs each on
+//! its own thread(s).
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::accumulator::{Accumulator, Merged};
+use crate::error::{GnnError, Result};
+use crate::sampler::{NeighborSampler, Sample};
+use crate::tiers::FeatureTiers;
+use crate::topology::Topology;
+
+use super::pins::WindowPins;
+use super::{add_busy, batch_key, Batch, BatchStats, Counters, Plan};
+
+/// What every stage shares.
+#[derive(Clone)]
+pub(super) struct Stages {
+    pub(super) topo: Arc<Topology>,
+    pub(super) sampler: Arc<NeighborSampler>,
+    pub(super) tiers: Arc<FeatureTiers>,
+    pub(super) plan: Arc<Plan>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) fault: ReadFault,
+}
+
+/// A test hook: the merged read holding batch `batch` fails as a device error would (a real
+/// one cannot be provoked from a test), to exercise the error paths. Empty, and inert, outside
+/// tests.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ReadFault {
+    #[cfg(test)]
+    pub(super) batch: Option<usize>,
+}
+
+impl ReadFault {
+    /// An error when `merged` is the read to fail (never outside tests).
+    #[inline]
+    fn check(&self, merged: &Merged<Served>) -> Result<()> {
+        #[cfg(test)]
+        if let Some(b) = self.batch {
+            if merged.items.iter().any(|s| s.batch.index == b) {
+                return Err(GnnError::Config(format!(
+                    "injected read error in the read of batch {b}"
+                )));
+            }
+        }
+        let _ = merged;
+        Ok(())
+    }
+}
+
+/// A sampled batch.
+pub(super) struct Sampled {
+    index: usize,
+    seeds: Vec<u32>,
+    sample: Sample,
+    sample_secs: f64,
+}
+
+pub(super) fn sample_batch(st: &Stages, index: usize) -> Result<Sampled> {
+    let t = Instant::now();
+    let seeds = st.plan.seeds(index).to_vec();
+    let sample = st
+        .sampler
+        .sample(&st.topo, &seeds, batch_key(st.plan.epoch, index));
+    add_busy(&st.counters.sample_ns, t);
+    Ok(Sampled {
+        index,
+        seeds,
+        sample: sample?,
+        sample_secs: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// A batch served from memory: its feature buffer holds every memory row, and `misses` lists
+/// the positions still to come from disk, whose window pins `pins` still holds (released when
+/// the rows are admitted, or when the batch is dropped unassembled).
+pub(super) struct Served {
+    batch: Sampled,
+    features: Vec<u8>,
+    misses: Vec<u32>,
+    pins: WindowPins,
+}
+
+/// Where the front gets its sampled batches from, in batch order.
+pub(super) trait SampleSource {
+    /// The next batch in order; `None` when all were handed out (or the loader is stopping).
+    fn next_sampled(&mut self) -> Option<Result<Sampled>>;
+    /// Whether the loader is stopping.
+    fn cancelled(&self) -> bool;
+}
+
+/// What the front hands to the I/O stage.
+pub(super) enum Work {
+    Read(Merged<Served>),
+    /// The epoch ends with this error, after every earlier read.
+    Fail(GnnError),
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct FrontConfig {
+    pub(super) window: usize,
+    pub(super) target: usize,
+    pub(super) max_batches: usize,
+}
+
+/// Stages 2 and 3: the look-ahead window (pins), the lookup, the accumulator.
+pub(super) struct Front<S> {
+    source: S,
+    tiers: Arc<FeatureTiers>,
+    counters: Arc<Counters>,
+    window: usize,
+    /// Sampled and pinned, not yet served, oldest first.
+    ahead: VecDeque<(Sampled, WindowPins)>,
+    acc: Accumulator<Served>,
+    /// The source has nothing more (or failed).
+    exhausted: bool,
+    /// The error that ends the epoch once the batches before it are out.
+    failed: Option<GnnError>,
+    finished: bool,
+}
+
+impl<S: SampleSource> Front<S> {
+    pub(super) fn new(source: S, st: &Stages, cfg: FrontConfig) -> Front<S> {
+        Front {
+            source,
+            tiers: st.tiers.clone(),
+            counters: st.counters.clone(),
+            window: cfg.window,
+            ahead: VecDeque::with_capacity(cfg.window + 1),
+            acc: Accumulator::new(cfg.target, cfg.max_batches),
+            exhausted: false,
+            failed: None,
+            finished: false,
+        }
+    }
+
+    /// Samples until `window` batches wait behind the next one to serve: pinning them first
+    /// means rows read for the current batch that they also need are protected the moment
+    /// they are admitted.
+    fn fill(&mut self) {
+        while !self.exhausted && self.ahead.len() <= self.window {
+            match self.source.next_sampled() {
+                None => self.exhausted = true,
+                Some(Err(e)) => {
+                    // Nothing after a failed batch is delivered: stop sampling, drain the
+                    // batches before it, then report.
+                    self.failed = Some(e);
+                    self.exhausted = true;
+                }
+                Some(Ok(s)) => {
+                    let t = Instant::now();
+                    let pins = WindowPins::pin(&self.tiers, &s.sample.nodes);
+                    add_busy(&self.counters.lookup_ns, t);
+                    self.ahead.push_back((s, pins));
+                }
+            }
+        }
+    }
+
+    /// Serves `batch` from memory; also returns its missed nodes (one per miss, in order).
+    fn serve(&self, batch: Sampled, mut pins: WindowPins) -> (Served, Vec<u32>) {
+        let t = Instant::now();
+        let nodes = &batch.sample.nodes;
+        let mut features = vec![0u8; nodes.len() * self.tiers.row_bytes()];
+        let (misses, miss_nodes) = pins.serve(nodes, &mut features);
+        add_busy(&self.counters.lookup_ns, t);
+        let served = Served {
+            batch,
+            features,
+            misses,
+            pins,
+        };
+        (served, miss_nodes)
+    }
+
+    /// The epoch stops early (an error, or the loader going): drops every batch waiting in
+    /// the window or the accumulator, which releases the pins they still hold, and hands out
+    /// no more work.
+    pub(super) fn abandon(&mut self) {
+        self.ahead.clear();
+        drop(self.acc.take());
+        self.exhausted = true;
+        self.finished = true;
+    }
+
+    /// The next merged read, the error that ends the epoch, or `None` at the end.
+    pub(super) fn next_work(&mut self) -> Option<Work> {
+        if self.finished {
+            return None;
+        }
+        loop {
+            if self.source.cancelled() {
+                self.finished = true;
+                return None;
+            }
+            self.fill();
+            let Some((batch, pins)) = self.ahead.pop_front() else {
+                break;
+            };
+            let (served, miss_nodes) = self.serve(batch, pins);
+            let t = Instant::now();
+            self.acc.push(served, miss_nodes);
+            let full = self.acc.is_full();
+            add_busy(&self.counters.accumulate_ns, t);
+            if full {
+                break;
+            }
+        }
+        if !self.acc.is_empty() {
+            let t = Instant::now();
+            let merged = self.acc.take();
+            add_busy(&self.counters.accumulate_ns, t);
+            return Some(Work::Read(merged));
+        }
+        self.finished = true;
+        self.failed.take().map(Work::Fail)
+    }
+}
+
+/// A merged read done: its rows (`rows[k]`'s bytes at `k * row_bytes` of `data`).
+pub(super) struct ReadDone {
+    merged: Merged<Served>,
+    data: Vec<u8>,
+}
+
+/// Stage 3's I/O: one deduplicated gather for all the merged batches' misses.
+pub(super) fn read_merged(st: &Stages, merged: Merged<Served>) -> Result<ReadDone> {
+    st.fault.check(&merged)?;
+    let rows = &merged.rows;
+    let mut data = vec![0u8; rows.len() * st.tiers.row_bytes()];
+    if !rows.is_empty() {
+        let t = Instant::now();
+        let read = st.tiers.reader().gather(rows, &mut data);
+        add_busy(&st.counters.io_ns, t);
+        let read = read?;
+        st.tiers.record_disk_reads(&read);
+        let c = &st.counters;
+        c.reads.fetch_add(1, Ordering::Relaxed);
+        c.read_rows.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        c.read_batches
+            .fetch_add(merged.items.len() as u64, Ordering::Relaxed);
+        c.max_read_rows
+            .fetch_max(rows.len() as u64, Ordering::Relaxed);
+        c.read.lock().unwrap_or_else(|p| p.into_inner()).add(&read);
+    }
+    Ok(ReadDone { merged, data })
+}
+
+/// Stage 4: read rows into their batches, admitted to the cache, batches out.
+pub(super) struct Assembler {
+    tiers: Arc<FeatureTiers>,
+    counters: Arc<Counters>,
+    /// Scratch for one batch's admitted rows (reused).
+    rows: Vec<u8>,
+}
+
+impl Assembler {
+    pub(super) fn new(st: &Stages) -> Assembler {
+        Assembler {
+            tiers: st.tiers.clone(),
+            counters: st.counters.clone(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub(super) fn assemble(&mut self, done: ReadDone) -> Vec<Batch> {
+        let t = Instant::now();
+        let rb = self.tiers.row_bytes();
+        let ReadDone { merged, data } = done;
+        let merged_batches = merged.items.len();
+        let merged_rows = merged.rows.len();
+        let mut out = Vec::with_capacity(merged_batches);
+        for (served, miss_nodes) in merged.items.into_iter().zip(merged.item_rows) {
+            let Served {
+                batch,
+                mut features,
+                misses,
+                pins,
+            } = served;
+            self.rows.clear();
+            for (&i, &v) in misses.iter().zip(&miss_nodes) {
+                let k = merged
+                    .rows
+                    .binary_search(&v)
+                    .expect("every miss is in its merged read");
+                let row = &data[k * rb..][..rb];
+                features[i as usize * rb..][..rb].copy_from_slice(row);
+                self.rows.extend_from_slice(row);
+            }
+            // Releases the pins the batch still holds (one per miss), whether or not the
+            // cache keeps the rows.
+            pins.admit(&miss_nodes, &self.rows);
+            let stats = BatchStats {
+                sample_secs: batch.sample_secs,
+                memory_rows: batch.sample.nodes.len() - misses.len(),
+                disk_rows: misses.len(),
+                merged_batches: if merged_rows > 0 { merged_batches } else { 0 },
+                merged_rows,
+            };
+            out.push(Batch {
+                index: batch.index,
+                seeds: batch.seeds,
+                sample: batch.sample,
+                features,
+                stats,
+            });
+        }
+        // Keep the scratch from growing to the largest batch forever.
+        if self.rows.capacity() > 64 << 20 {
+            self.rows = Vec::new();
+        }
+        add_busy(&self.counters.assemble_ns, t);
+        out
+    }
+}

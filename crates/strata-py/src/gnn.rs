@@ -1,0 +1,183 @@
+//! The GNN data path from Python: a store opened with its feature tiers, and the batches of an
+//! epoch as raw arrays that `strata.gnn` turns into tensors.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyList, PyTuple};
+use pythonize::pythonize;
+use strata_gnn::data::{DataConfig, GnnData};
+use strata_gnn::pipeline::{Batch, NodeLoader};
+
+use crate::errors::{config_error, ToPyErr};
+use crate::job;
+use crate::progress::PyProgress;
+
+/// A store opened for GNN training (topology, sampler, feature tiers within the budget).
+#[pyclass(frozen, name = "GnnData")]
+struct PyGnnData {
+    data: GnnData,
+}
+
+#[pymethods]
+impl PyGnnData {
+    /// Opens `store` with `config` (the fields of `strata_gnn::data::DataConfig`);
+    /// `train_nodes` are little-endian uint32 ids (the pre-sampling ranking samples them).
+    #[new]
+    #[pyo3(signature = (store, config, train_nodes, progress=None))]
+    fn new(
+        py: Python<'_>,
+        store: PathBuf,
+        config: &Bound<'_, PyAny>,
+        train_nodes: &[u8],
+        progress: Option<Py<PyAny>>,
+    ) -> PyResult<Self> {
+        let cfg: DataConfig = job(config)?;
+        let nodes = ids(py, train_nodes)?;
+        let progress = PyProgress::new(progress);
+        match py.detach(|| GnnData::open(&store, cfg, &nodes, &progress)) {
+            Ok(data) => Ok(PyGnnData { data }),
+            Err(e) => Err(progress.take_error().unwrap_or_else(|| e.to_py(py))),
+        }
+    }
+
+    /// The budget plan, as lines to print.
+    fn plan_lines(&self) -> Vec<String> {
+        self.data.plan.describe()
+    }
+
+    /// The budget plan's figures.
+    fn plan(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(pythonize(py, &self.data.plan)?.unbind())
+    }
+
+    /// (num_nodes, dim, dtype name, row bytes) of the features.
+    fn features_info(&self) -> (u64, usize, &'static str, usize) {
+        let m = self.data.tiers.reader().meta();
+        (m.num_rows, m.dim, m.dtype.name(), m.row_bytes)
+    }
+
+    /// Seconds spent ranking and loading the hot set.
+    #[getter]
+    fn hot_seconds(&self) -> f64 {
+        self.data.hot_seconds
+    }
+
+    /// The batches of one epoch over `seeds` (little-endian uint32 ids), in order.
+    fn epoch(
+        &self,
+        py: Python<'_>,
+        seeds: &[u8],
+        epoch: u64,
+        shuffle: bool,
+        drop_last: bool,
+    ) -> PyResult<PyEpoch> {
+        let seeds = ids(py, seeds)?;
+        let loader = self
+            .data
+            .epoch(seeds, epoch, shuffle, drop_last)
+            .map_err(|e| e.to_py(py))?;
+        Ok(PyEpoch {
+            loader: Mutex::new(Some(loader)),
+        })
+    }
+}
+
+/// An epoch's batches: iterating yields
+/// `(index, seeds, nodes, hop_counts, blocks, features, stats)` with `seeds`/`nodes` as uint32
+/// bytes, `blocks` as `(num_src, num_dst, indptr uint64 bytes, indices uint32 bytes)` in input
+/// to output order, and `features` a bytearray of the rows of `nodes`.
+#[pyclass(name = "GnnEpoch")]
+struct PyEpoch {
+    loader: Mutex<Option<NodeLoader>>,
+}
+
+#[pymethods]
+impl PyEpoch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyTuple>>> {
+        let mut guard = self.loader.lock().unwrap();
+        let Some(loader) = guard.as_mut() else {
+            return Ok(None);
+        };
+        match py.detach(|| loader.next()) {
+            None => Ok(None),
+            Some(Err(e)) => {
+                // The pipeline stopped: drop it now so its threads end and pins are released.
+                *guard = None;
+                Err(e.to_py(py))
+            }
+            Some(Ok(batch)) => batch_tuple(py, batch).map(Some),
+        }
+    }
+
+    /// The epoch's counters so far: per-stage busy seconds, merged reads, tier hit rates.
+    fn stats(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match self.loader.lock().unwrap().as_ref() {
+            Some(l) => Ok(pythonize(py, &l.stats())?.unbind()),
+            None => Ok(py.None()),
+        }
+    }
+
+    /// Stops the epoch early (threads end, window pins are released).
+    fn close(&self) {
+        self.loader.lock().unwrap().take();
+    }
+}
+
+fn batch_tuple(py: Python<'_>, b: Batch) -> PyResult<Py<PyTuple>> {
+    let u32s = |v: &[u32]| PyByteArray::new(py, bytemuck_u32(v));
+    let blocks = PyList::empty(py);
+    for blk in &b.sample.blocks {
+        let indptr: Vec<u8> = blk.indptr.iter().flat_map(|x| x.to_le_bytes()).collect();
+        blocks.append((
+            blk.num_src,
+            blk.num_dst,
+            PyByteArray::new(py, &indptr),
+            u32s(&blk.indices),
+        ))?;
+    }
+    let tuple = (
+        b.index,
+        u32s(&b.seeds),
+        u32s(&b.sample.nodes),
+        b.sample.hop_counts.clone(),
+        blocks,
+        PyByteArray::new(py, &b.features),
+        pythonize(py, &b.stats)?,
+    );
+    Ok(tuple.into_pyobject(py)?.unbind())
+}
+
+/// `v` as little-endian bytes (the only byte order Strata runs on).
+fn bytemuck_u32(v: &[u32]) -> &[u8] {
+    // SAFETY: u32 has no padding and any byte pattern is valid u8; the slice covers v exactly.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// Little-endian uint32 ids from Python bytes.
+fn ids(py: Python<'_>, bytes: &[u8]) -> PyResult<Vec<u32>> {
+    if !bytes.len().is_multiple_of(4) {
+        return Err(config_error(
+            py,
+            &format!(
+                "node ids: {} bytes is not a whole number of uint32 values",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyGnnData>()?;
+    m.add_class::<PyEpoch>()?;
+    Ok(())
+}
