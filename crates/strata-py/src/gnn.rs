@@ -64,6 +64,37 @@ impl PyGnnData {
         self.data.hot_seconds
     }
 
+    /// The feature rows of `nodes` (uint32 bytes, any order, repeats allowed) through the
+    /// tiers: a bytearray of `len(nodes) * row_bytes` bytes.
+    fn gather(&self, py: Python<'_>, nodes: &[u8]) -> PyResult<Py<PyByteArray>> {
+        let nodes = ids(py, nodes)?;
+        let tiers = &self.data.tiers;
+        let mut out = vec![0u8; nodes.len() * tiers.row_bytes()];
+        py.detach(|| tiers.gather(&nodes, &mut out))
+            .map_err(|e| e.to_py(py))?;
+        Ok(PyByteArray::new(py, &out).unbind())
+    }
+
+    /// The sample of `seeds` (uint32 bytes, distinct) for `batch_key`, PyG style:
+    /// `(nodes, hop_counts, row, col, edges_per_hop)` with `row`/`col` the local source and
+    /// destination of every sampled edge (uint32 bytes), hop 1 first.
+    fn sample(&self, py: Python<'_>, seeds: &[u8], batch_key: u64) -> PyResult<Py<PyTuple>> {
+        let seeds = ids(py, seeds)?;
+        let (sampler, topo) = (&self.data.sampler, &self.data.topology);
+        let sample = py
+            .detach(|| sampler.sample(topo, &seeds, batch_key))
+            .map_err(|e| e.to_py(py))?;
+        let (row, col) = sample.edge_index();
+        let tuple = (
+            PyByteArray::new(py, bytemuck_u32(&sample.nodes)),
+            sample.hop_counts.clone(),
+            PyByteArray::new(py, bytemuck_u32(&row)),
+            PyByteArray::new(py, bytemuck_u32(&col)),
+            sample.edges_per_hop.clone(),
+        );
+        Ok(tuple.into_pyobject(py)?.unbind())
+    }
+
     /// The batches of one epoch over `seeds` (little-endian uint32 ids), in order.
     fn epoch(
         &self,

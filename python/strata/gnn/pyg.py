@@ -1,0 +1,143 @@
+"""PyG interop: a Strata store as PyG's ``FeatureStore`` and ``GraphStore``, and a ``BaseSampler``
+backed by Strata's sampler, so PyG loaders and models run on features that stay on disk::
+
+    from torch_geometric.loader import NeighborLoader
+    from strata.gnn import GnnData
+    from strata.gnn.pyg import stores, StrataSampler
+
+    data = GnnData("products.strata", fanouts=[15, 10], memory="2G")
+    fs, gs = stores(data)
+    loader = NeighborLoader((fs, gs), num_neighbors=[15, 10], batch_size=1024,
+                            input_nodes=torch.from_numpy(data.nodes("train")),
+                            neighbor_sampler=StrataSampler(data))
+
+Feature reads go through the store's tiers (hot set, cache, direct reads); the graph store hands
+PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install 'strata[pyg]'``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..errors import MissingDependencyError
+from ._torch import require_torch
+from .loader import GnnData, _ids
+
+torch = require_torch()
+try:
+    from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
+    from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+except ImportError as e:  # pragma: no cover - exercised only without PyG
+    raise MissingDependencyError(
+        "strata.gnn.pyg needs PyTorch Geometric: pip install 'strata[pyg]' (or pip install torch_geometric)"
+    ) from e
+
+
+class StrataFeatureStore(FeatureStore):
+    """Read-only node attributes of a store: ``x`` (features, through the tiers) and ``y``
+    (labels, when the store has them). One node type (``group_name`` None)."""
+
+    def __init__(self, data: GnnData):
+        super().__init__()
+        self.data = data
+        self._float = {"float32": torch.float32, "float16": torch.float16}[data.dtype]
+
+    def _rows(self, index) -> np.ndarray:
+        if index is None or isinstance(index, slice):
+            return np.arange(self.data.num_nodes)[index if isinstance(index, slice) else slice(None)]
+        return torch.as_tensor(index).cpu().numpy()
+
+    def _get_tensor(self, attr: TensorAttr):
+        nodes = self._rows(attr.index)
+        if attr.attr_name == "x":
+            buf = self.data._native.gather(_ids(nodes))
+            if not buf:
+                return torch.empty(0, self.data.dim, dtype=self._float)
+            return torch.frombuffer(buf, dtype=self._float).view(len(nodes), self.data.dim)
+        if attr.attr_name == "y" and self.data.labels is not None:
+            return torch.from_numpy(self.data.labels[nodes].astype(np.int64))
+        return None
+
+    def _put_tensor(self, tensor, attr: TensorAttr) -> bool:
+        raise NotImplementedError(f"{self.data.store.path}: a Strata store is read-only through PyG")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise NotImplementedError(f"{self.data.store.path}: a Strata store is read-only through PyG")
+
+    def _get_tensor_size(self, attr: TensorAttr) -> tuple:
+        if attr.attr_name == "x":
+            return (self.data.num_nodes, self.data.dim)
+        if attr.attr_name == "y" and self.data.labels is not None:
+            return (self.data.num_nodes,)
+        return None
+
+    def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        names = ["x"] + (["y"] if self.data.labels is not None else [])
+        return [TensorAttr(group_name=None, attr_name=n) for n in names]
+
+
+class StrataGraphStore(GraphStore):
+    """The store's train-edge topology as one CSC edge type (in-neighbours, as message passing
+    reads it), shared with the store's memory maps rather than copied."""
+
+    def __init__(self, data: GnnData):
+        super().__init__()
+        self.data = data
+        n = data.num_nodes
+        self._attr = EdgeAttr(edge_type=None, layout="csc", is_sorted=True, size=(n, n))
+
+    def _get_edge_index(self, edge_attr: EdgeAttr):
+        if edge_attr.layout.value != "csc":
+            raise ValueError(f"{self.data.store.path}: the store serves its topology as csc, not {edge_attr.layout}")
+        indptr, indices = self.data.store.csc()
+        return torch.from_numpy(np.asarray(indices, dtype=np.int64)), torch.from_numpy(np.asarray(indptr))
+
+    def _put_edge_index(self, edge_index, edge_attr: EdgeAttr) -> bool:
+        raise NotImplementedError(f"{self.data.store.path}: a Strata store is read-only through PyG")
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        raise NotImplementedError(f"{self.data.store.path}: a Strata store is read-only through PyG")
+
+    def get_all_edge_attrs(self) -> list[EdgeAttr]:
+        return [self._attr]
+
+
+def stores(data: GnnData) -> tuple[StrataFeatureStore, StrataGraphStore]:
+    """The ``(feature_store, graph_store)`` pair PyG loaders take as ``data``."""
+    return StrataFeatureStore(data), StrataGraphStore(data)
+
+
+class StrataSampler(BaseSampler):
+    """PyG node sampler backed by Strata's sampler: uniform without replacement with the
+    fanouts ``data`` was opened with, deterministic per batch (batch keys count up from
+    ``first_key``). Each hop samples every node known so far (message-flow semantics), so the
+    ``edge_index`` of a hop may also hold edges into earlier hops' nodes."""
+
+    def __init__(self, data: GnnData, first_key: int = 0):
+        self.data = data
+        self._keys = itertools.count(first_key)
+
+    def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
+        seeds = inputs.node
+        nodes, hops, row, col, edges = self.data._native.sample(_ids(seeds.cpu().numpy()), next(self._keys))
+
+        def tensor(buf):
+            if not buf:
+                return torch.empty(0, dtype=torch.int64)
+            return torch.frombuffer(buf, dtype=torch.int32).to(torch.int64)
+
+        return SamplerOutput(
+            node=tensor(nodes),
+            row=tensor(row),
+            col=tensor(col),
+            edge=None,
+            batch=None,
+            num_sampled_nodes=list(hops),
+            num_sampled_edges=list(edges),
+            metadata=(inputs.input_id, inputs.time),
+        )
+
+    def sample_from_edges(self, index, neg_sampling=None):
+        raise NotImplementedError("StrataSampler samples from nodes; link prediction through PyG is not supported yet")
