@@ -1,7 +1,9 @@
-"""`strata demo` (what `make demo` runs) end to end: it trains out of core and prints its results."""
+"""`strata demo` (what `make demo` runs) end to end: it trains embeddings out of core and a GNN
+with features on disk, and prints their results."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -20,4 +22,10 @@ def test_demo_trains_out_of_core_and_reports(tmp_path):
     assert re.search(r"median epoch [\d.]+ s", out)
     assert "saved to" in out and list((tmp_path / "profiles").glob("*.json"))
     assert "<- the held-out answer" in out or re.search(r"   1\. e\d+", out)
+    if importlib.util.find_spec("torch") is None:
+        assert "skipped: strata.gnn needs PyTorch" in out
+    else:
+        acc = float(re.search(r"test accuracy (\d\.\d+)", out).group(1))
+        assert acc > 0.5, out  # 8 communities: chance is about 0.125
+        assert re.search(r"loader: [\d,]+ seeds/s, [\d,]+ sampled nodes/s; rows from the hot set", out)
     assert "Demo finished" in out

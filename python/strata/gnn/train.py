@@ -76,7 +76,7 @@ def _epoch(model, opt, data: GnnData, nodes, epoch: int, device, progress: Progr
         loss = f.cross_entropy(out, b.y)
         loss.backward()
         opt.step()
-        loss_sum += float(loss) * b.num_seeds
+        loss_sum += loss.item() * b.num_seeds
         correct += int((out.argmax(1) == b.y).sum())
         seeds += b.num_seeds
         sampled += len(b.nodes)
