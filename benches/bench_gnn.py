@@ -36,13 +36,7 @@ def run(store: Path, run_dir: Path, seed: int, epochs: int, feature_memory: str)
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--epochs", type=int, default=20)
-    ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "gnn")
-    args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
+def g1(args) -> None:
     rows = {}
     for name in ("cora", "citeseer"):
         store = args.work / f"{name}.strata"
