@@ -52,7 +52,7 @@ def seed_nodes(store, batches: int, batch_size: int, seed: int) -> np.ndarray:
 
 def run_strata(args, seeds: np.ndarray) -> dict:
     from strata.gnn import GnnData
-    from strata.gnn.loader import _ids
+    from strata.gnn.loader import node_id_bytes
 
     events: list[tuple[float, str]] = []
     t0 = time.monotonic()
@@ -77,7 +77,7 @@ def run_strata(args, seeds: np.ndarray) -> dict:
     plan_at = next((t for t, m in events if m.startswith("message")), 0.0)
     stage_at = next((t for t, m in events if m.startswith("stage")), plan_at)
     plan = data.plan
-    epoch = data._native.epoch(_ids(seeds), 0, True, False)
+    epoch = data._native.epoch(node_id_bytes(seeds), 0, True, False)
     read0 = proc_read_bytes()
     rows = seeds_seen = batches = 0
     checksum = 0.0

@@ -97,3 +97,12 @@ def test_help_lists_every_option_with_its_help(strata_cli):
     assert "memory budget of the conversion" in text
     assert "rmat" in strata_cli("generate", "--help").stdout
     assert "convert" in strata_cli("config").stdout
+
+
+def test_gnn_train_defaults_match_the_native_data_path():
+    from strata import _native
+    from strata.config import GnnTrainConfig, as_dict
+
+    native = _native.gnn_data_defaults()
+    ours = as_dict(GnnTrainConfig(store="x"))
+    assert {k: ours[k] for k in native} == native

@@ -30,11 +30,7 @@ use crate::trainer::Trainer;
 
 /// Worker threads for `cfg` (0: one per core).
 pub fn threads_for(cfg: &TrainConfig) -> usize {
-    if cfg.threads == 0 {
-        std::thread::available_parallelism().map_or(2, |n| n.get())
-    } else {
-        cfg.threads
-    }
+    strata_io::resolve_threads(cfg.threads)
 }
 
 /// The evaluation settings of a run's config.

@@ -164,7 +164,7 @@ impl GnnData {
         } else {
             None
         };
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let threads = strata_io::resolve_threads(0);
         let hot = rank_hot_nodes(
             config.hot_ranking,
             plan.hot_rows as usize,
@@ -212,10 +212,7 @@ impl GnnData {
             accumulator: c.accumulator,
             in_flight_target: c.in_flight_target,
             pipeline: c.pipeline,
-            sampler_threads: match c.sampler_threads {
-                0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-                t => t,
-            },
+            sampler_threads: strata_io::resolve_threads(c.sampler_threads),
             io_threads: c.io_threads.max(1),
         };
         NodeLoader::new(

@@ -72,6 +72,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use strata_io::resolve_threads;
 
 use crate::error::{GnnError, Result};
 use crate::sampler::NeighborSampler;
@@ -430,13 +431,6 @@ fn occurrences(topo: &Topology) -> Vec<u32> {
         *c = c.saturating_add(1);
     }
     counts
-}
-
-fn resolve_threads(threads: usize) -> usize {
-    match threads {
-        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-        t => t,
-    }
 }
 
 /// `parts + 1` node boundaries splitting `0..n` into ranges of about equal nodes + edges (a

@@ -188,10 +188,7 @@ impl NeighborSampler {
     /// Validates the config and resolves `threads = 0` to the core count.
     pub fn new(config: SamplerConfig) -> Result<NeighborSampler> {
         config.validate()?;
-        let threads = match config.threads {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
-            t => t,
-        };
+        let threads = strata_io::resolve_threads(config.threads);
         Ok(NeighborSampler {
             config,
             threads,

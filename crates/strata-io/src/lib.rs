@@ -25,3 +25,11 @@ pub use error::{IoError, Result};
 pub use file::{DirectFile, OpenMode};
 pub use seq::{SeqReader, SeqWriter};
 pub use stats::{IoStats, StatsSnapshot, StatsSummary};
+
+/// Worker threads for a `threads` option: the number asked for, or one per core for 0.
+pub fn resolve_threads(requested: usize) -> usize {
+    match requested {
+        0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+        t => t,
+    }
+}

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use bytemuck::{cast_slice, pod_collect_to_vec};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList, PyTuple};
 use pythonize::pythonize;
@@ -86,10 +87,10 @@ impl PyGnnData {
             .map_err(|e| e.to_py(py))?;
         let (row, col) = sample.edge_index();
         let tuple = (
-            PyByteArray::new(py, bytemuck_u32(&sample.nodes)),
+            PyByteArray::new(py, cast_slice(&sample.nodes)),
             sample.hop_counts.clone(),
-            PyByteArray::new(py, bytemuck_u32(&row)),
-            PyByteArray::new(py, bytemuck_u32(&col)),
+            PyByteArray::new(py, cast_slice(&row)),
+            PyByteArray::new(py, cast_slice(&col)),
             sample.edges_per_hop.clone(),
         );
         Ok(tuple.into_pyobject(py)?.unbind())
@@ -161,14 +162,13 @@ impl PyEpoch {
 }
 
 fn batch_tuple(py: Python<'_>, b: Batch) -> PyResult<Py<PyTuple>> {
-    let u32s = |v: &[u32]| PyByteArray::new(py, bytemuck_u32(v));
+    let u32s = |v: &[u32]| PyByteArray::new(py, cast_slice(v));
     let blocks = PyList::empty(py);
     for blk in &b.sample.blocks {
-        let indptr: Vec<u8> = blk.indptr.iter().flat_map(|x| x.to_le_bytes()).collect();
         blocks.append((
             blk.num_src,
             blk.num_dst,
-            PyByteArray::new(py, &indptr),
+            PyByteArray::new(py, cast_slice(&blk.indptr)),
             u32s(&blk.indices),
         ))?;
     }
@@ -184,12 +184,6 @@ fn batch_tuple(py: Python<'_>, b: Batch) -> PyResult<Py<PyTuple>> {
     Ok(tuple.into_pyobject(py)?.unbind())
 }
 
-/// `v` as little-endian bytes (the only byte order Strata runs on).
-fn bytemuck_u32(v: &[u32]) -> &[u8] {
-    // SAFETY: u32 has no padding and any byte pattern is valid u8; the slice covers v exactly.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
 /// Little-endian uint32 ids from Python bytes.
 fn ids(py: Python<'_>, bytes: &[u8]) -> PyResult<Vec<u32>> {
     if !bytes.len().is_multiple_of(4) {
@@ -201,13 +195,18 @@ fn ids(py: Python<'_>, bytes: &[u8]) -> PyResult<Vec<u32>> {
             ),
         ));
     }
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    // Python's buffer need not be 4-byte aligned: copy rather than cast in place.
+    Ok(pod_collect_to_vec(bytes))
+}
+
+/// The defaults of `strata_gnn::data::DataConfig` (Python derives its own from these).
+#[pyfunction]
+fn gnn_data_defaults(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    Ok(pythonize(py, &DataConfig::default())?.unbind())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(gnn_data_defaults, m)?)?;
     m.add_class::<PyGnnData>()?;
     m.add_class::<PyEpoch>()?;
     Ok(())

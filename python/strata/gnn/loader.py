@@ -23,23 +23,8 @@ from ..store import Store
 from ..units import parse_size
 from ._torch import require_torch
 
-#: Options of the native data path and their defaults (see strata_gnn::data::DataConfig).
-DATA_DEFAULTS = {
-    "fanouts": [15, 10],
-    "batch_size": 1024,
-    "memory": 1 << 30,
-    "feature_memory": 0,
-    "hot_ranking": "reverse_pagerank",
-    "hot_share": 0.5,
-    "eviction": "sieve",
-    "window": 8,
-    "accumulator": True,
-    "in_flight_target": 0,
-    "pipeline": True,
-    "sampler_threads": 0,
-    "io_threads": 1,
-    "seed": 0,
-}
+#: Options of the native data path and their defaults (strata_gnn::data::DataConfig).
+DATA_DEFAULTS = _native.gnn_data_defaults()
 
 
 @dataclass
@@ -62,7 +47,8 @@ class Batch:
         return len(self.seeds)
 
 
-def _ids(nodes) -> bytes:
+def node_id_bytes(nodes) -> bytes:
+    """Node ids (any integer array-like) as the little-endian uint32 bytes the native side takes."""
     arr = np.ascontiguousarray(np.asarray(nodes, dtype=np.int64))
     if arr.ndim != 1:
         raise ValueError(f"nodes: expected a 1-D array of node ids, got shape {arr.shape}")
@@ -85,7 +71,7 @@ class GnnData:
         self.store = Store(store)
         self.config = cfg
         train = self.store.node_split("train")
-        train_ids = _ids(train if train is not None else np.empty(0, dtype=np.int64))
+        train_ids = node_id_bytes(train if train is not None else np.empty(0, dtype=np.int64))
         self._native = _native.GnnData(str(store), cfg, train_ids, progress)
         self.num_nodes, self.dim, self.dtype, self.row_bytes = self._native.features_info()
         labels = self.store.labels
@@ -119,7 +105,7 @@ class GnnData:
         """The batches of one epoch over ``nodes`` (ids, or a split name)."""
         if isinstance(nodes, str):
             nodes = self.nodes(nodes)
-        return EpochLoader(self, _ids(nodes), shuffle, drop_last, device, epoch)
+        return EpochLoader(self, node_id_bytes(nodes), shuffle, drop_last, device, epoch)
 
 
 class EpochLoader:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import MissingDependencyError
 from ._torch import require_torch
-from .loader import GnnData, _ids
+from .loader import GnnData, node_id_bytes
 
 torch = require_torch()
 try:
@@ -52,7 +52,7 @@ class StrataFeatureStore(FeatureStore):
     def _get_tensor(self, attr: TensorAttr):
         nodes = self._rows(attr.index)
         if attr.attr_name == "x":
-            buf = self.data._native.gather(_ids(nodes))
+            buf = self.data._native.gather(node_id_bytes(nodes))
             if not buf:
                 return torch.empty(0, self.data.dim, dtype=self._float)
             return torch.frombuffer(buf, dtype=self._float).view(len(nodes), self.data.dim)
@@ -121,7 +121,7 @@ class StrataSampler(BaseSampler):
 
     def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
         seeds = inputs.node
-        nodes, hops, row, col, edges = self.data._native.sample(_ids(seeds.cpu().numpy()), next(self._keys))
+        nodes, hops, row, col, edges = self.data._native.sample(node_id_bytes(seeds.cpu().numpy()), next(self._keys))
 
         def tensor(buf):
             if not buf:
