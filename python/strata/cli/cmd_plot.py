@@ -14,7 +14,7 @@ def register(sub) -> None:
         PlotConfig,
         run,
         output_flags=False,
-        help="write PNG charts of a run: loss, validation metrics, compute/I/O timeline",
+        help="PNG charts of a run: loss, metrics, and the I/O timeline (embedding) or loader stages and tiers (GNN)",
     )
 
 

@@ -153,6 +153,8 @@ class EmbedExportConfig:
 
 @section("plot")
 class PlotConfig:
-    target: Path = option(positional=True, help="run directory (or a store, for its default embedding run)")
+    target: Path = option(
+        positional=True, help="run directory (or a store: its default embedding run, else its only GNN run)"
+    )
     out: Path | None = option(None, help="directory for the PNGs (default: RUN/plots)")
-    epoch: int = option(0, help="epoch whose timeline to draw (0: the last)")
+    epoch: int = option(0, help="epoch whose timeline to draw (0: the last; embedding runs)")

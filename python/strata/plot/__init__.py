@@ -1,4 +1,5 @@
-"""``strata plot RUN``: PNG charts of a run (matplotlib, the ``[plot]`` extra)."""
+"""``strata plot RUN``: PNG charts of a run (matplotlib, the ``[plot]`` extra). Embedding runs
+(``strata embed train``) and GNN runs (``strata gnn train``) each have their own module."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from pathlib import Path
 
 from ..errors import MissingDependencyError, RunError
+
+EMBED_FORMAT = "strata-embed-run"
 
 
 def pyplot():
@@ -22,17 +25,78 @@ def pyplot():
     return plt
 
 
+def save(fig, path: Path) -> Path:
+    """Writes ``fig`` to ``path`` as a PNG and frees it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_run(target: str | Path, out: str | Path | None = None, epoch: int = 0) -> list[Path]:
     """Writes the charts of the run at ``target`` (a run directory, or a store with its default
-    embedding run) into ``out`` (default ``RUN/plots``) and returns their paths."""
-    from ..embed.runs import resolve_run
-
-    run = resolve_run(target)
-    meta = json.loads((run / "run.json").read_text())
-    if meta.get("format") != "strata-embed-run":
-        raise RunError(f"{run}: not a run Strata knows how to plot (format {meta.get('format')!r})")
-    from .embed import plot_embed_run
-
+    embedding run or a single GNN run) into ``out`` (default ``RUN/plots``) and returns their
+    paths. ``epoch`` picks the embedding timeline's epoch; GNN charts cover every epoch."""
+    run, kind, meta = locate_run(target)
     out_dir = Path(out) if out is not None else run / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
-    return plot_embed_run(run, meta, out_dir, epoch)
+    if kind == "embed":
+        from .embed import plot_embed_run
+
+        return plot_embed_run(run, meta, out_dir, epoch)
+    from .gnn import plot_gnn_run
+
+    return plot_gnn_run(run, meta, out_dir)
+
+
+def locate_run(target: str | Path) -> tuple[Path, str, dict | None]:
+    """The run ``target`` names, its kind (``"embed"`` or ``"gnn"``) and its ``run.json`` (None
+    for a GNN run still training: its ``metrics.jsonl`` is written per epoch, ``run.json`` at
+    the end)."""
+    from .gnn import is_gnn_metrics, is_gnn_record
+
+    run = Path(target)
+    if (run / "manifest.json").is_file():
+        run = _store_run(run)
+    if not run.exists():
+        raise RunError(f"{run}: no such run directory or store")
+    meta_path = run / "run.json"
+    if meta_path.is_file():
+        try:
+            meta = json.loads(meta_path.read_text())
+        except json.JSONDecodeError as e:
+            raise RunError(f"{meta_path}: not valid JSON ({e})") from e
+        if isinstance(meta, dict) and meta.get("format") == EMBED_FORMAT:
+            return run, "embed", meta
+        if is_gnn_record(meta):
+            return run, "gnn", meta
+        raise RunError(
+            f"{run}: run.json is neither an embedding run (format {EMBED_FORMAT!r}, from `strata embed train`) "
+            "nor a GNN run (config with fanouts and a per-epoch history, from `strata gnn train`)"
+        )
+    if is_gnn_metrics(run / "metrics.jsonl"):
+        return run, "gnn", None
+    raise RunError(
+        f"{run}: not a run directory: expected run.json (from `strata embed train` or `strata gnn train`), "
+        "metrics.jsonl of a GNN run in progress, or a store (manifest.json)"
+    )
+
+
+def _store_run(store: Path) -> Path:
+    """A store's embedding run, else its only GNN run: what ``strata plot STORE`` means."""
+    from ..embed.runs import default_run_dir
+
+    embed = default_run_dir(store)
+    if (embed / "run.json").is_file():
+        return embed
+    gnn = sorted(p for p in (store / "runs").glob("gnn-*") if (p / "metrics.jsonl").is_file())
+    if len(gnn) == 1:
+        return gnn[0]
+    if gnn:
+        names = ", ".join(p.name for p in gnn)
+        raise RunError(f"store {store} has several GNN runs ({names}); name one, e.g. `strata plot {gnn[0]}`")
+    raise RunError(
+        f"store {store} has no run to plot: no embedding run at {embed} and no GNN run at {store / 'runs'}/gnn-MODEL"
+    )

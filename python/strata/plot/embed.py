@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..errors import RunError
-from . import pyplot
+from . import pyplot, save
 
 LANES = (
     ("compute", "training", "tab:blue"),
@@ -31,7 +31,7 @@ def plot_embed_run(run: Path, meta: dict, out: Path, epoch: int = 0) -> list[Pat
     ax.set_ylabel("mean loss per edge direction")
     ax.set_title(f"{meta['config']['model']} dim {meta['config']['dim']}: training loss")
     ax.grid(alpha=0.3)
-    written.append(_save(fig, out / "loss.png", plt))
+    written.append(save(fig, out / "loss.png"))
 
     valid = [(h["epoch"], h["valid"]) for h in history if h.get("valid")]
     if valid:
@@ -48,7 +48,7 @@ def plot_embed_run(run: Path, meta: dict, out: Path, epoch: int = 0) -> list[Pat
         ax.legend()
         ax.grid(alpha=0.3)
         ax.set_title("validation metrics")
-        written.append(_save(fig, out / "metrics.png", plt))
+        written.append(save(fig, out / "metrics.png"))
 
     timeline = _timeline(run, epoch or epochs[-1])
     if timeline:
@@ -85,11 +85,4 @@ def _plot_timeline(plt, intervals: list[dict], epoch: int, path: Path) -> Path:
     )
     ax.set_xlim(0, end)
     fig.tight_layout()
-    return _save(fig, path, plt)
-
-
-def _save(fig, path: Path, plt) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path)
