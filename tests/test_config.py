@@ -105,4 +105,6 @@ def test_gnn_train_defaults_match_the_native_data_path():
 
     native = _native.gnn_data_defaults()
     ours = as_dict(GnnTrainConfig(store="x"))
+    # Python resolves the device tier's "auto" against the torch device; natively it is off.
+    assert ours["device_memory"] == "auto" and native.pop("device_memory") == 0
     assert {k: ours[k] for k in native} == native

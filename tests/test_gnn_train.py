@@ -45,7 +45,28 @@ def test_batches_hold_the_features_of_their_nodes(sbm, pipeline):
     assert sorted(seen) == sorted(train.tolist())
     tiers = loader.stats["tiers"]
     assert tiers["rows"] == tiers["hot_rows"] + tiers["cache_rows"] + tiers["disk_rows"]
+    assert tiers["device_rows"] == 0
     assert tiers["disk_rows"] > 0, "a 32 KiB feature budget must leave reads for the disk"
+
+
+def test_the_device_tier_serves_the_hottest_rows(sbm):
+    # On cpu an explicit device_memory builds the tier in RAM: the code path a GPU takes.
+    loader = NodeLoader(sbm, fanouts=[5, 5], batch_size=100, feature_memory="32K", device_memory=200 * 32 * 4)
+    data = loader.data
+    feats = np.asarray(data.store.features)
+    device_nodes = np.frombuffer(data._native.device_nodes(), dtype="<u4")
+    assert data.plan["device_rows"] == 200 and data.device_table.shape == (200, 32)
+    assert torch.equal(data.device_table, torch.from_numpy(feats[device_nodes]))
+    # The device takes the best of the ranking, the hot set the next: no row in both.
+    hot = NodeLoader(sbm, fanouts=[5, 5], batch_size=100, feature_memory="32K").data
+    assert data.plan["hot_rows"] == hot.plan["hot_rows"]
+    for b in loader:
+        assert torch.equal(b.x, torch.from_numpy(feats[b.nodes.numpy()]))
+    tiers = loader.stats["tiers"]
+    assert tiers["rows"] == tiers["device_rows"] + tiers["hot_rows"] + tiers["cache_rows"] + tiers["disk_rows"]
+    assert tiers["device_rows"] > tiers["hot_rows"] > 0, "the device tier holds the hottest rows"
+    with pytest.raises(ValueError, match="expected a size"):
+        NodeLoader(sbm, fanouts=[5], device_memory="lots")
 
 
 def test_epochs_reshuffle_and_are_deterministic(sbm):

@@ -36,7 +36,8 @@ pub const READ_BUFFER_BYTES: u64 = 32 << 20;
 /// handed to PyG and the miss list. An estimate; the window rarely dominates.
 pub const SAMPLE_BYTES_PER_ROW: u64 = 64;
 
-/// Bytes of the hot set's index per graph node and per hot row ([`crate::hotset::HotSet`]).
+/// Bytes of the hot set's index per graph node and per hot row ([`crate::hotset::HotSet`]);
+/// the device tier's index is the same structure.
 const HOT_INDEX_BYTES: u64 = 4;
 
 /// How the budget is spent. All sizes in bytes.
@@ -50,8 +51,11 @@ pub struct GnnBudgetPlan {
     pub row_bytes: usize,
     /// Feature rows per batch the plan was sized for (sampled nodes of one mini-batch).
     pub batch_rows_estimate: u64,
-    /// Batches alive at once between sampling and training (window plus assembly).
+    /// Batches holding feature buffers at once (merged into a read, being read or assembled,
+    /// handed out).
     pub in_flight_batches: usize,
+    /// Sampled batches waiting ahead in the look-ahead window (their structure only).
+    pub window_batches: usize,
     /// Fraction of the feature budget asked for the hot set.
     pub hot_share: f64,
     /// The dynamic cache's eviction policy (its per-slot overhead depends on it).
@@ -63,8 +67,8 @@ pub struct GnnBudgetPlan {
     /// Batch output buffers (`in_flight_batches` batches of `batch_rows_estimate` rows), one
     /// more batch of staging for rows read from disk, and [`READ_BUFFER_BYTES`].
     pub batch_buffers_bytes: u64,
-    /// The sampled batches' structure (`in_flight_batches * batch_rows_estimate *`
-    /// [`SAMPLE_BYTES_PER_ROW`]).
+    /// The sampled batches' structure (`(window_batches + in_flight_batches) *
+    /// batch_rows_estimate *` [`SAMPLE_BYTES_PER_ROW`]).
     pub window_bytes: u64,
     /// Rows in the static hot set.
     pub hot_rows: u64,
@@ -75,15 +79,24 @@ pub struct GnnBudgetPlan {
     pub cache_rows: u64,
     /// The cache's [`FeatureCache::footprint`] (0 with no row).
     pub cache_bytes: u64,
+    /// Rows the device tier holds (in device memory, outside this budget).
+    pub device_rows: u64,
+    /// The device tier's index in host memory (4 bytes per node and per device row; 0 with
+    /// no device row).
+    pub device_index_bytes: u64,
     /// The whole feature table (`num_nodes * row_bytes`), on disk.
     pub features_bytes: u64,
 }
 
 impl GnnBudgetPlan {
-    /// Bytes that do not depend on the feature tiers: runtime, topology, batch buffers and the
-    /// window.
+    /// Bytes that do not depend on the host's feature tiers: runtime, topology, batch
+    /// buffers, the window and the device tier's index.
     pub fn fixed_bytes(&self) -> u64 {
-        self.runtime_bytes + self.topology_bytes + self.batch_buffers_bytes + self.window_bytes
+        self.runtime_bytes
+            + self.topology_bytes
+            + self.batch_buffers_bytes
+            + self.window_bytes
+            + self.device_index_bytes
     }
 
     /// Total planned bytes (never more than `memory`).
@@ -91,17 +104,18 @@ impl GnnBudgetPlan {
         self.fixed_bytes() + self.hot_bytes + self.cache_bytes
     }
 
-    /// Whether every feature row is held in memory (in the hot set).
+    /// Whether every feature row is held in memory (in the hot set, or on the device).
     pub fn all_resident(&self) -> bool {
-        self.hot_rows == self.num_nodes
+        self.hot_rows + self.device_rows == self.num_nodes
     }
 
     /// The plan as lines for the user.
     pub fn describe(&self) -> Vec<String> {
         let tiers = if self.all_resident() {
             format!(
-                "all {} feature rows resident in the hot set ({} with its index; {} in the file), no dynamic cache: no feature reads from the SSD after loading",
+                "all {} feature rows resident, {} in the hot set ({} with its index; {} in the file), no dynamic cache: no feature reads from the SSD after loading",
                 self.num_nodes,
+                self.hot_rows,
                 fmt_bytes(self.hot_bytes),
                 fmt_bytes(self.features_bytes)
             )
@@ -124,7 +138,7 @@ impl GnnBudgetPlan {
                 fmt_bytes(self.features_bytes)
             )
         };
-        vec![
+        let mut lines = vec![
             format!("budget {}: {tiers}", fmt_bytes(self.memory)),
             format!(
                 "  topology {}, batch buffers {} ({} in flight x ~{} rows of {} B, staging and read buffers), sampling window {}, runtime {}; planned {}",
@@ -137,7 +151,16 @@ impl GnnBudgetPlan {
                 fmt_bytes(self.runtime_bytes),
                 fmt_bytes(self.total())
             ),
-        ]
+        ];
+        if self.device_rows > 0 {
+            lines.push(format!(
+                "  device tier: the {} hottest rows ({}) in device memory, outside this budget; their index {} in it",
+                self.device_rows,
+                fmt_bytes(self.device_rows * self.row_bytes as u64),
+                fmt_bytes(self.device_index_bytes)
+            ));
+        }
+        lines
     }
 }
 
@@ -153,17 +176,22 @@ fn eviction_name(e: Eviction) -> &'static str {
 ///
 /// - `topology_bytes`: the topology held in RAM ([`crate::Topology::bytes`]).
 /// - `batch_rows_estimate`: feature rows per batch (the sampled nodes of a mini-batch, e.g.
-///   the mean over a few sampled batches).
-/// - `in_flight_batches`: batches alive at once, from sampling (window) to training (at
-///   least 1).
+///   the largest of a few sampled batches).
+/// - `in_flight_batches`: batches holding feature buffers at once, from the lookup to
+///   training (at least 1).
+/// - `window_batches`: batches sampled ahead and waiting in the look-ahead window (their
+///   samples only).
 /// - `hot_share`: fraction in `[0, 1]` of the feature budget for the static hot set, the rest
 ///   for the dynamic cache ([`DEFAULT_HOT_SHARE`]; 0 when there is no hot-set ranking). When
 ///   the hot share cannot even hold its index, the cache gets everything, and the other way
 ///   round (unless `hot_share` is 0).
 /// - `eviction`: the cache's policy (SIEVE costs 8 bytes more per cached row).
+/// - `device_rows`: rows of the device tier (at most `num_nodes`): their rows live in device
+///   memory, but their index (4 bytes per node and per row) is a fixed need here, and the
+///   host tiers plan for the other rows only.
 ///
-/// The result never plans more than `memory` bytes, nor more hot plus cached rows than
-/// `num_nodes`. Errors: [`GnnError::Budget`] when the fixed needs alone exceed `memory`
+/// The result never plans more than `memory` bytes, nor more device, hot and cached rows
+/// than `num_nodes`. Errors: [`GnnError::Budget`] when the fixed needs alone exceed `memory`
 /// (naming each figure); [`GnnError::Config`] for arguments out of range.
 #[allow(clippy::too_many_arguments)]
 pub fn plan(
@@ -173,8 +201,10 @@ pub fn plan(
     topology_bytes: u64,
     batch_rows_estimate: u64,
     in_flight_batches: usize,
+    window_batches: usize,
     hot_share: f64,
     eviction: Eviction,
+    device_rows: u64,
 ) -> Result<GnnBudgetPlan> {
     if row_bytes == 0 {
         return Err(GnnError::Config(
@@ -191,6 +221,11 @@ pub fn plan(
             "budget: at least one batch must be in flight".into(),
         ));
     }
+    if device_rows > num_nodes {
+        return Err(GnnError::Config(format!(
+            "budget: {device_rows} device rows but only {num_nodes} nodes"
+        )));
+    }
     if num_nodes > u32::MAX as u64 + 1 {
         return Err(GnnError::Config(format!(
             "budget: {num_nodes} nodes; the GNN data path handles at most {} (32-bit node ids)",
@@ -203,15 +238,24 @@ pub fn plan(
     let rb = row_bytes as u128;
     let rows_alive = in_flight_batches as u128 * batch_rows_estimate as u128;
     let batch_buffers = (rows_alive + batch_rows_estimate as u128) * rb + READ_BUFFER_BYTES as u128;
-    let window = rows_alive * SAMPLE_BYTES_PER_ROW as u128;
-    let fixed = RUNTIME_BYTES as u128 + topology_bytes as u128 + batch_buffers + window;
+    let window = (in_flight_batches + window_batches) as u128
+        * batch_rows_estimate as u128
+        * SAMPLE_BYTES_PER_ROW as u128;
+    let device_index = if device_rows == 0 {
+        0
+    } else {
+        HOT_INDEX_BYTES as u128 * (n + device_rows as u128)
+    };
+    let fixed =
+        RUNTIME_BYTES as u128 + topology_bytes as u128 + batch_buffers + window + device_index;
     if fixed > memory as u128 {
         return Err(GnnError::Budget(format!(
-            "memory budget {} cannot hold the topology ({}), the batch buffers ({}: {in_flight_batches} batches in flight of ~{batch_rows_estimate} rows of {row_bytes} B, plus staging and read buffers), the sampling window ({}) and the runtime reserve ({}): {} in all before any feature row; raise --memory (each feature row kept in memory then costs about {} B more), or lower the batch size or the batches in flight",
+            "memory budget {} cannot hold the topology ({}), the batch buffers ({}: {in_flight_batches} batches in flight of ~{batch_rows_estimate} rows of {row_bytes} B, plus staging and read buffers), the sampling window ({}), the device tier's index ({}) and the runtime reserve ({}): {} in all before any feature row; raise --memory (each feature row kept in memory then costs about {} B more), or lower the batch size or the batches in flight",
             fmt_bytes(memory),
             fmt_bytes(topology_bytes),
             fmt_bytes(saturate(batch_buffers)),
             fmt_bytes(saturate(window)),
+            fmt_bytes(saturate(device_index)),
             fmt_bytes(RUNTIME_BYTES),
             fmt_bytes(saturate(fixed)),
             row_bytes as u64 + HOT_INDEX_BYTES
@@ -219,8 +263,10 @@ pub fn plan(
     }
     let available = memory as u128 - fixed;
     let per_slot = FeatureCache::footprint(0, 1, 0, eviction) as u128;
-    // HotSet slots are 32-bit with one value reserved.
-    let hot_limit = n.min(u32::MAX as u128 - 1);
+    // The host tiers share the rows the device tier does not hold; HotSet slots are 32-bit
+    // with one value reserved.
+    let host_rows = n - device_rows as u128;
+    let hot_limit = host_rows.min(u32::MAX as u128 - 1);
     let index = HOT_INDEX_BYTES as u128 * n;
     // Bytes of a hot set of k rows / a cache of c rows, indexes included (none when empty).
     let hot_cost = |k: u128| {
@@ -248,14 +294,16 @@ pub fn plan(
             (b / (rb + per_slot)).min(limit).min(MAX_CAPACITY as u128)
         })
     };
-    let (hot, cache) = if n > 0 && n <= hot_limit && hot_cost(n) <= available {
-        (n, 0)
+    let (hot, cache) = if host_rows == 0 {
+        (0, 0)
+    } else if host_rows <= hot_limit && hot_cost(host_rows) <= available {
+        (host_rows, 0)
     } else {
         let hot_budget = ((available as f64 * hot_share) as u128).min(available);
         let hot = max_hot(hot_budget, hot_limit);
         // The cache takes everything the hot set did not use (its share, rounding, or an
         // index the hot share could not hold).
-        let cache = max_cache(available - hot_cost(hot), n - hot);
+        let cache = max_cache(available - hot_cost(hot), host_rows - hot);
         if cache == 0 && hot_share > 0.0 {
             // Not even the cache's index fits in the rest: give it all to the hot set.
             (max_hot(available, hot_limit), 0)
@@ -282,6 +330,7 @@ pub fn plan(
         row_bytes,
         batch_rows_estimate,
         in_flight_batches,
+        window_batches,
         hot_share,
         eviction,
         runtime_bytes: RUNTIME_BYTES,
@@ -292,6 +341,8 @@ pub fn plan(
         hot_bytes: hot_bytes as u64,
         cache_rows: cache as u64,
         cache_bytes: cache_bytes as u64,
+        device_rows,
+        device_index_bytes: device_index as u64,
         features_bytes: saturate(n * rb),
     })
 }
@@ -326,14 +377,19 @@ mod tests {
             topology_bytes in prop_oneof![0u64..(256 * MIB), Just(u64::MAX / 2)],
             batch_rows in prop_oneof![0u64..200_000, Just(u64::MAX / 4)],
             in_flight in 1usize..8,
+            window in 0usize..16,
             hot_share in prop_oneof![Just(0.0), Just(0.5), Just(1.0), 0.0f64..=1.0],
             sieve in any::<bool>(),
+            device_share in prop_oneof![Just(0.0), 0.0f64..=1.0],
         ) {
+            let device_rows = (num_nodes as f64 * device_share) as u64;
             let ev = eviction(sieve);
-            match plan(memory, num_nodes, row_bytes, topology_bytes, batch_rows, in_flight, hot_share, ev) {
+            match plan(memory, num_nodes, row_bytes, topology_bytes, batch_rows, in_flight, window, hot_share, ev, device_rows) {
                 Ok(p) => {
                     prop_assert!(p.total() <= memory, "{:?}", p);
-                    prop_assert!(p.hot_rows + p.cache_rows <= num_nodes, "{:?}", p);
+                    prop_assert!(p.hot_rows + p.cache_rows + device_rows <= num_nodes, "{:?}", p);
+                    let index = if device_rows == 0 { 0 } else { 4 * (num_nodes + device_rows) };
+                    prop_assert_eq!((p.device_rows, p.device_index_bytes), (device_rows, index));
                     prop_assert!(p.hot_rows < u32::MAX as u64, "HotSet slots are 32-bit");
                     prop_assert!(p.cache_rows <= MAX_CAPACITY as u64);
                     let rb = row_bytes as u64;
@@ -345,11 +401,12 @@ mod tests {
                         FeatureCache::footprint(cache_nodes, p.cache_rows as usize, row_bytes, ev)
                     );
                     let available = memory - p.fixed_bytes();
-                    let all = num_nodes * (rb + 4) + 4 * num_nodes;
-                    if num_nodes > 0 && num_nodes < u32::MAX as u64 && all <= available {
+                    let host = num_nodes - device_rows;
+                    let all = host * (rb + 4) + 4 * num_nodes;
+                    if host > 0 && host < u32::MAX as u64 && all <= available {
                         prop_assert!(p.all_resident() && p.cache_rows == 0, "{:?}", p);
                     } else {
-                        prop_assert!(!p.all_resident() || num_nodes == 0);
+                        prop_assert!(!p.all_resident() || host == 0);
                     }
                     if hot_share == 0.0 && !p.all_resident() {
                         prop_assert_eq!(p.hot_rows, 0);
@@ -357,12 +414,12 @@ mod tests {
                     // A cache below every limit took all it could: less than a row is left.
                     let per_slot = if sieve { 17 } else { 9 };
                     if p.cache_rows > 0
-                        && p.hot_rows + p.cache_rows < num_nodes
+                        && p.hot_rows + p.cache_rows + device_rows < num_nodes
                         && p.cache_rows < MAX_CAPACITY as u64
                     {
                         prop_assert!(memory - p.total() < rb + per_slot, "{:?}", p);
                     }
-                    prop_assert_eq!(p.describe().len(), 2);
+                    prop_assert_eq!(p.describe().len(), 2 + usize::from(device_rows > 0));
                 }
                 Err(e) => {
                     let msg = e.to_string();
@@ -372,7 +429,8 @@ mod tests {
                         + topology_bytes as u128
                         + (in_flight as u128 + 1) * batch_rows as u128 * row_bytes as u128
                         + READ_BUFFER_BYTES as u128
-                        + in_flight as u128 * batch_rows as u128 * SAMPLE_BYTES_PER_ROW as u128;
+                        + (in_flight + window) as u128 * batch_rows as u128 * SAMPLE_BYTES_PER_ROW as u128
+                        + if device_rows == 0 { 0 } else { 4 * (num_nodes as u128 + device_rows as u128) };
                     prop_assert!(fixed > memory as u128, "refused although {} fits in {}", fixed, memory);
                 }
             }
@@ -388,8 +446,10 @@ mod tests {
             95 * MIB,
             1000,
             4,
+            0,
             0.5,
             Eviction::Clock,
+            0,
         )
         .unwrap_err();
         assert!(matches!(e, GnnError::Budget(_)));
@@ -414,8 +474,10 @@ mod tests {
             10 * MIB,
             1000,
             4,
+            0,
             0.5,
             Eviction::Sieve,
+            0,
         )
         .unwrap();
         assert!(p.all_resident());
@@ -436,8 +498,10 @@ mod tests {
             10 * MIB,
             1000,
             4,
+            0,
             0.0,
             Eviction::Sieve,
+            0,
         )
         .unwrap();
         assert!(p0.all_resident());
@@ -446,9 +510,20 @@ mod tests {
     #[test]
     fn splits_the_rest_by_the_hot_share() {
         let n = 1_000_000u64;
-        let fixed = plan(u64::MAX, n, 256, 50 * MIB, 10_000, 4, 0.5, Eviction::Clock)
-            .unwrap()
-            .fixed_bytes();
+        let fixed = plan(
+            u64::MAX,
+            n,
+            256,
+            50 * MIB,
+            10_000,
+            4,
+            0,
+            0.5,
+            Eviction::Clock,
+            0,
+        )
+        .unwrap()
+        .fixed_bytes();
         let room = 100 * MIB;
         let p = plan(
             fixed + room,
@@ -457,8 +532,10 @@ mod tests {
             50 * MIB,
             10_000,
             4,
+            0,
             0.5,
             Eviction::Clock,
+            0,
         )
         .unwrap();
         // Half of the room each, minus the 4 MB indexes.
@@ -483,8 +560,10 @@ mod tests {
             50 * MIB,
             10_000,
             4,
+            0,
             0.0,
             Eviction::Sieve,
+            0,
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows), (0, (room - 4 * n) / 273));
@@ -496,8 +575,10 @@ mod tests {
             50 * MIB,
             10_000,
             4,
+            0,
             1.0,
             Eviction::Sieve,
+            0,
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows), ((room - 4 * n) / 260, 0));
@@ -509,8 +590,10 @@ mod tests {
             50 * MIB,
             10_000,
             4,
+            0,
             0.5,
             Eviction::Sieve,
+            0,
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows, p.total()), (0, 0, fixed));
@@ -518,13 +601,59 @@ mod tests {
     }
 
     #[test]
+    fn the_device_tier_takes_rows_off_the_host_tiers() {
+        let n = 1_000_000u64;
+        let p = plan(
+            1 << 30,
+            n,
+            256,
+            50 * MIB,
+            10_000,
+            4,
+            0,
+            0.5,
+            Eviction::Clock,
+            400_000,
+        )
+        .unwrap();
+        // The other 600k rows fit in the hot set; the device index (5.6 MB) is a fixed need.
+        assert!(p.all_resident());
+        assert_eq!((p.hot_rows, p.cache_rows), (600_000, 0));
+        assert_eq!(p.device_index_bytes, 4 * 1_400_000);
+        let lines = p.describe();
+        assert!(
+            lines[2].contains("the 400000 hottest rows (97.7 MiB) in device memory"),
+            "{lines:?}"
+        );
+        // Everything on the device: no host tier at all.
+        let p = plan(
+            1 << 30,
+            n,
+            256,
+            50 * MIB,
+            10_000,
+            4,
+            0,
+            0.5,
+            Eviction::Clock,
+            n,
+        )
+        .unwrap();
+        assert!(p.all_resident());
+        assert_eq!((p.hot_rows, p.cache_rows, p.hot_bytes), (0, 0, 0));
+    }
+
+    #[test]
     fn rejects_arguments_out_of_range() {
         let e = |r: Result<GnnBudgetPlan>| r.unwrap_err().to_string();
         let m = 1 << 30;
-        assert!(e(plan(m, 10, 0, 0, 1, 1, 0.5, Eviction::Clock)).contains("0 bytes"));
-        assert!(e(plan(m, 10, 4, 0, 1, 1, 1.5, Eviction::Clock)).contains("hot share 1.5"));
-        assert!(e(plan(m, 10, 4, 0, 1, 1, f64::NAN, Eviction::Clock)).contains("hot share NaN"));
-        assert!(e(plan(m, 10, 4, 0, 1, 0, 0.5, Eviction::Clock)).contains("in flight"));
-        assert!(e(plan(m, 1 << 33, 4, 0, 1, 1, 0.5, Eviction::Clock)).contains("32-bit"));
+        assert!(e(plan(m, 10, 0, 0, 1, 1, 0, 0.5, Eviction::Clock, 0)).contains("0 bytes"));
+        assert!(e(plan(m, 10, 4, 0, 1, 1, 0, 1.5, Eviction::Clock, 0)).contains("hot share 1.5"));
+        assert!(
+            e(plan(m, 10, 4, 0, 1, 1, 0, f64::NAN, Eviction::Clock, 0)).contains("hot share NaN")
+        );
+        assert!(e(plan(m, 10, 4, 0, 1, 0, 0, 0.5, Eviction::Clock, 0)).contains("in flight"));
+        assert!(e(plan(m, 1 << 33, 4, 0, 1, 1, 0, 0.5, Eviction::Clock, 0)).contains("32-bit"));
+        assert!(e(plan(m, 10, 4, 0, 1, 1, 0, 0.5, Eviction::Clock, 11)).contains("11 device rows"));
     }
 }

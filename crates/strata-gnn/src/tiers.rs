@@ -1,21 +1,27 @@
 //! The feature tiers under one memory budget: GIDS' constant CPU buffer and Helios' static
 //! cache (the **hot set**, filled once at start and never changed), GIDS' window-buffered
 //! **dynamic cache** (rows read from the SSD, evicted by CLOCK or SIEVE except while a batch in
-//! the look-ahead window still needs them), then the **SSD** through [`FeatureReader`]. The GPU
-//! tier sits above these and is handled on the Python side.
+//! the look-ahead window still needs them), then the **SSD** through [`FeatureReader`].
 //!
-//! A row is looked up in that order: the hot set (no lock: it is immutable after
-//! [`FeatureTiers::build`]), the dynamic cache (behind one mutex, since [`FeatureCache`] is
+//! Above these sits the **device tier** (Helios' GPU cache): the hottest rows held in a device
+//! tensor by the consumer (`strata.gnn` keeps them on the GPU). Its rows are not held here at
+//! all, only its index ([`FeatureTiers::with_device_tier`]): [`FeatureTiers::serve`] reports the
+//! batch positions it covers and their device slots instead of copying anything, so those rows
+//! cost neither host memory, nor a copy, nor a transfer to the GPU.
+//!
+//! A row is looked up in that order: the device tier and the hot set (no lock: both are
+//! immutable after construction), the dynamic cache (behind one mutex, since [`FeatureCache`] is
 //! single-threaded by design), and whatever is left is read from disk by the caller and handed
 //! back with [`FeatureTiers::admit`]. [`FeatureTiers::gather`] does the three steps in one call
-//! for callers that do not overlap them.
+//! for callers that do not overlap them; having no device tensor, it reads device rows from
+//! disk.
 //!
 //! # Pin accounting (window buffering)
 //!
 //! A pin says "a batch in the look-ahead window will read this row; do not evict it". The rule
 //! is **one pin per occurrence, one release per occurrence**, applied only to nodes that the
-//! dynamic cache can hold (in range and not hot; a hot row is never evicted, so pinning it
-//! would only cost a lock):
+//! dynamic cache can hold (in range, neither hot nor on the device; such a row is never
+//! evicted, so pinning it would only cost a lock):
 //!
 //! 1. [`pin_window`](FeatureTiers::pin_window) when the batch is sampled: each listed
 //!    occurrence of a non-hot node adds one pin (a node listed twice is pinned twice). A node
@@ -72,8 +78,10 @@ const HOT_LOAD_CHUNK_ROWS: usize = 1 << 16;
 /// row occurrences (a node listed twice counts twice), except the disk's requests and bytes.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct TierStats {
-    /// Rows asked for: `hot_rows + cache_rows + disk_rows`.
+    /// Rows asked for: `device_rows + hot_rows + cache_rows + disk_rows`.
     pub rows: u64,
+    /// Rows left to the device tier (served by the consumer's device tensor).
+    pub device_rows: u64,
     /// Rows copied from the static hot set.
     pub hot_rows: u64,
     /// Rows copied from the dynamic cache.
@@ -91,20 +99,29 @@ pub struct TierStats {
 }
 
 impl TierStats {
+    /// Fraction of the rows served by the device tier (0 when no row was asked for).
+    pub fn device_hit_rate(&self) -> f64 {
+        ratio(self.device_rows, self.rows)
+    }
+
     /// Fraction of the rows served by the hot set (0 when no row was asked for).
     pub fn hot_hit_rate(&self) -> f64 {
         ratio(self.hot_rows, self.rows)
     }
 
-    /// Fraction of the rows *not in the hot set* that the dynamic cache served: the cache's
-    /// own hit rate (0 when every row was hot or none was asked for).
+    /// Fraction of the rows *in neither the device tier nor the hot set* that the dynamic
+    /// cache served: the cache's own hit rate (0 when there were none).
     pub fn cache_hit_rate(&self) -> f64 {
-        ratio(self.cache_rows, self.rows - self.hot_rows)
+        ratio(
+            self.cache_rows,
+            self.rows - self.device_rows - self.hot_rows,
+        )
     }
 
     /// Adds `other`'s counts to these (totals over batches or threads).
     pub fn add(&mut self, other: &TierStats) {
         self.rows += other.rows;
+        self.device_rows += other.device_rows;
         self.hot_rows += other.hot_rows;
         self.cache_rows += other.cache_rows;
         self.disk_rows += other.disk_rows;
@@ -123,11 +140,26 @@ fn ratio(a: u64, b: u64) -> f64 {
     }
 }
 
+/// What [`FeatureTiers::serve`] left to others: the rows to read from disk and the rows the
+/// device tier holds. Positions index the batch's node list, ascending.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lookup {
+    /// Positions to read from disk (one per occurrence).
+    pub misses: Vec<u32>,
+    /// Positions whose rows the device tier holds, and
+    pub device_positions: Vec<u32>,
+    /// their slots in the device tensor (same length).
+    pub device_slots: Vec<u32>,
+}
+
 /// The hot set, the dynamic cache and the reader of one feature file (see the module docs).
 pub struct FeatureTiers {
     reader: FeatureReader,
     row_bytes: usize,
     num_rows: u64,
+    /// The device tier's index (node -> slot in the consumer's device tensor); over 0 nodes,
+    /// costing nothing, when there is no device tier.
+    device: HotSet,
     /// The static hot set's index. Built over 0 nodes when empty, so that an absent hot set
     /// costs no per-node memory (every lookup is then out of range, i.e. not hot).
     hot: HotSet,
@@ -210,6 +242,7 @@ impl FeatureTiers {
             reader,
             row_bytes,
             num_rows,
+            device: HotSet::new(0, &[])?,
             hot,
             hot_rows,
             cache_enabled: cache_rows > 0,
@@ -218,6 +251,33 @@ impl FeatureTiers {
             cache_bytes,
             stats: Mutex::new(TierStats::default()),
         })
+    }
+
+    /// Adds a device tier of `nodes` (distinct, in range, none of them hot), slot `i` being
+    /// `nodes[i]`: the consumer loads their rows, in that order, into a device tensor (e.g. with
+    /// [`FeatureTiers::gather`], which reads them from disk) and [`FeatureTiers::serve`] leaves
+    /// them to it from then on. Build the tier before any batch is pinned or cached: it only
+    /// changes which nodes the dynamic cache may hold.
+    ///
+    /// Memory: an index of 4 bytes per graph node and per device row; no row.
+    ///
+    /// Errors: a node out of range, listed twice, or already in the hot set.
+    pub fn with_device_tier(mut self, nodes: &[u32]) -> Result<FeatureTiers> {
+        if let Some(&v) = nodes.iter().find(|&&v| self.hot.contains(v)) {
+            return Err(GnnError::Config(format!(
+                "device tier: node {v} is in the hot set; a row lives in one tier"
+            )));
+        }
+        if !nodes.is_empty() {
+            self.device = HotSet::new(self.num_rows as usize, nodes)
+                .map_err(|e| GnnError::Config(format!("device tier: {e}")))?;
+        }
+        Ok(self)
+    }
+
+    /// The device tier's nodes in slot order (the rows the consumer's device tensor holds).
+    pub fn device_nodes(&self) -> &[u32] {
+        self.device.nodes()
     }
 
     /// Bytes per feature row.
@@ -248,8 +308,8 @@ impl FeatureTiers {
     /// Copies into `out` (`nodes.len() * row_bytes` bytes, row `i` at `i * row_bytes`) every
     /// row held in memory, from the hot set and then the dynamic cache, and returns the
     /// indices `i`, ascending, of the rows that must come from disk (one per occurrence, so a
-    /// node listed twice that missed is returned twice). Their bytes in `out` are left as
-    /// they were.
+    /// node listed twice that missed is returned twice) and of the rows the device tier holds,
+    /// with their device slots. The bytes of both in `out` are left as they were.
     ///
     /// With `unpin`, each cache hit releases one window pin of its node (see the module docs:
     /// the misses release theirs in [`FeatureTiers::admit`]); pass it only for batches that
@@ -257,13 +317,20 @@ impl FeatureTiers {
     /// (the disk read reports them).
     ///
     /// Panics if `out` has the wrong length or `nodes` has more than `u32::MAX` entries.
-    pub fn serve(&self, nodes: &[u32], out: &mut [u8], unpin: bool) -> Vec<u32> {
-        self.serve_counted(nodes, out, unpin).0
+    pub fn serve(&self, nodes: &[u32], out: &mut [u8], unpin: bool) -> Lookup {
+        self.serve_counted(nodes, out, unpin, true).0
     }
 
     /// [`FeatureTiers::serve`], also returning the batch's hot and cache hits; updates the
-    /// counters.
-    fn serve_counted(&self, nodes: &[u32], out: &mut [u8], unpin: bool) -> (Vec<u32>, u64, u64) {
+    /// counters. Without `use_device` the device tier's rows are misses like any other (for
+    /// callers without the device tensor).
+    fn serve_counted(
+        &self,
+        nodes: &[u32],
+        out: &mut [u8],
+        unpin: bool,
+        use_device: bool,
+    ) -> (Lookup, u64, u64) {
         let rb = self.row_bytes;
         assert_eq!(
             Some(out.len()),
@@ -278,10 +345,19 @@ impl FeatureTiers {
             nodes.len(),
             u32::MAX
         );
-        // The hot set first, without the lock.
+        // The device tier and the hot set first, without the lock.
+        let mut lookup = Lookup::default();
         let mut rest: Vec<u32> = Vec::new();
         let mut hot_hits = 0u64;
+        let device = use_device && !self.device.is_empty();
         for (i, &v) in nodes.iter().enumerate() {
+            if device {
+                if let Some(s) = self.device.lookup(v) {
+                    lookup.device_positions.push(i as u32);
+                    lookup.device_slots.push(s);
+                    continue;
+                }
+            }
             match self.hot.lookup(v) {
                 Some(s) => {
                     out[i * rb..][..rb].copy_from_slice(&self.hot_rows[s as usize * rb..][..rb]);
@@ -320,11 +396,13 @@ impl FeatureTiers {
         };
         let mut stats = self.lock_stats();
         stats.rows += nodes.len() as u64;
+        stats.device_rows += lookup.device_positions.len() as u64;
         stats.hot_rows += hot_hits;
         stats.cache_rows += cache_hits;
         stats.disk_rows += misses.len() as u64;
         drop(stats);
-        (misses, hot_hits, cache_hits)
+        lookup.misses = misses;
+        (lookup, hot_hits, cache_hits)
     }
 
     /// A batch entered the look-ahead window: pins its nodes, one pin per occurrence (GIDS
@@ -450,7 +528,8 @@ impl FeatureTiers {
     }
 
     /// Synchronous convenience for tests and simple callers: [`FeatureTiers::serve`], the
-    /// misses gathered from disk, [`FeatureTiers::admit`], all without window pins. Fills
+    /// misses gathered from disk, [`FeatureTiers::admit`], all without window pins. Rows of
+    /// the device tier are read from disk too (this caller has no device tensor). Fills
     /// `out` (`nodes.len() * row_bytes` bytes, row `i` at `i * row_bytes`) and returns what
     /// this call did (also added to the counters).
     ///
@@ -484,7 +563,8 @@ impl FeatureTiers {
                 u32::MAX
             )));
         }
-        let (misses, hot_rows, cache_rows) = self.serve_counted(nodes, out, false);
+        let (Lookup { misses, .. }, hot_rows, cache_rows) =
+            self.serve_counted(nodes, out, false, false);
         let mut stats = TierStats {
             rows: nodes.len() as u64,
             hot_rows,
@@ -516,17 +596,18 @@ impl FeatureTiers {
         std::mem::take(&mut *self.lock_stats())
     }
 
-    /// Bytes held in memory: the hot rows, the hot set's index and the dynamic cache's
-    /// footprint (arena, per-slot and per-node words). The reader's buffers are not included.
-    /// Matches `hot_bytes + cache_bytes` of [`crate::budget::plan`] for the same row counts.
+    /// Bytes held in memory: the hot rows, the hot set's index, the dynamic cache's footprint
+    /// (arena, per-slot and per-node words) and the device tier's index. The reader's buffers
+    /// are not included. Matches `hot_bytes + cache_bytes + device_index_bytes` of
+    /// [`crate::budget::plan`] for the same row counts.
     pub fn memory_bytes(&self) -> u64 {
-        self.hot_rows.len() as u64 + self.hot.bytes() + self.cache_bytes
+        self.hot_rows.len() as u64 + self.hot.bytes() + self.cache_bytes + self.device.bytes()
     }
 
-    /// Whether `v` may be cached (and so pinned): in range and not hot.
+    /// Whether `v` may be cached (and so pinned): in range, neither hot nor on the device.
     #[inline]
     fn cacheable(&self, v: u32) -> bool {
-        (v as u64) < self.num_rows && !self.hot.contains(v)
+        (v as u64) < self.num_rows && !self.hot.contains(v) && !self.device.contains(v)
     }
 
     fn lock_cache(&self) -> MutexGuard<'_, FeatureCache> {
@@ -772,7 +853,7 @@ mod tests {
     fn serve_and_read(t: &FeatureTiers, b: &[u32]) -> (Vec<u8>, Vec<u32>, Vec<u8>) {
         let rb = t.row_bytes();
         let mut out = vec![0u8; b.len() * rb];
-        let misses = t.serve(b, &mut out, true);
+        let misses = t.serve(b, &mut out, true).misses;
         assert!(misses.windows(2).all(|w| w[0] < w[1]), "misses ascending");
         let miss_nodes: Vec<u32> = misses.iter().map(|&i| b[i as usize]).collect();
         let mut rows = vec![0u8; miss_nodes.len() * rb];
@@ -908,7 +989,7 @@ mod tests {
         // misses' pins, and no other batch's.
         t.pin_window(&a);
         let mut out = vec![0u8; a.len() * t.row_bytes()];
-        let misses = t.serve(&a, &mut out, true);
+        let misses = t.serve(&a, &mut out, true).misses;
         let miss_nodes: Vec<u32> = misses.iter().map(|&i| a[i as usize]).collect();
         assert_eq!(miss_nodes, [30, 30, 30, 99]);
         t.unpin_window(&miss_nodes);
@@ -967,7 +1048,7 @@ mod tests {
         }
         // The batch is served: both hits, both pins released; now 12 gets in.
         let mut out = vec![0u8; 2 * rb];
-        assert!(t.serve(&[11, 10], &mut out, true).is_empty());
+        assert!(t.serve(&[11, 10], &mut out, true).misses.is_empty());
         assert_eq!(out, expected(t.reader(), &[11, 10]));
         t.admit(&[12], &rows[2 * rb..], false);
         let st = t.take_stats();
@@ -984,7 +1065,7 @@ mod tests {
         let path = write_features(dir.path(), n, 16, 8);
         let rb = 64;
         let plan = |memory, share, eviction| {
-            crate::budget::plan(memory, n, rb, 1 << 20, 100, 4, share, eviction).unwrap()
+            crate::budget::plan(memory, n, rb, 1 << 20, 100, 4, 0, share, eviction, 0).unwrap()
         };
         // The fixed needs; all 2000 rows and their index take 2000 * 64 + 8 * 2000 bytes more.
         let fixed = plan(1 << 40, 0.5, Eviction::Clock).fixed_bytes();
@@ -1149,5 +1230,61 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got, [3, 1, 2]);
+    }
+
+    #[test]
+    fn device_tier_rows_are_left_to_the_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 40, 4, 5);
+        let t = tiers(&path, &[3, 1], 4, Eviction::Sieve)
+            .with_device_tier(&[5, 20, 7])
+            .unwrap();
+        assert_eq!(t.device_nodes(), [5, 20, 7]);
+        t.take_stats();
+        let b = [5, 1, 20, 30, 7, 5];
+        t.pin_window(&b);
+        let rb = t.row_bytes();
+        let mut out = vec![0u8; b.len() * rb];
+        let lookup = t.serve(&b, &mut out, true);
+        assert_eq!(lookup.device_positions, [0, 2, 4, 5]);
+        assert_eq!(lookup.device_slots, [0, 1, 2, 0]);
+        assert_eq!(lookup.misses, [3]);
+        // Device rows are neither copied nor pinned nor cached.
+        assert!(out[..rb].iter().all(|&x| x == 0));
+        assert_eq!(out[rb..2 * rb], expected(t.reader(), &[1])[..]);
+        let c = t.cache_for_tests();
+        assert_eq!((c.pins(5), c.pins(20), c.pins(30)), (0, 0, 1));
+        drop(c);
+        t.admit(&[30, 5], &expected(t.reader(), &[30, 5]), false);
+        t.unpin_window(&[30]);
+        assert!(t.cache_for_tests().get(5).is_none());
+        let s = t.take_stats();
+        assert_eq!(
+            (s.rows, s.device_rows, s.hot_rows, s.disk_rows),
+            (6, 4, 1, 1)
+        );
+        assert!((s.device_hit_rate() - 4.0 / 6.0).abs() < 1e-12);
+        // gather has no device tensor: it reads those rows from disk, bytes exact.
+        let mut all = vec![0u8; b.len() * rb];
+        let g = t.gather(&b, &mut all).unwrap();
+        assert_eq!(all, expected(t.reader(), &b));
+        assert_eq!((g.device_rows, g.disk_rows), (0, 4));
+
+        // One tier per row; ids checked.
+        let hot = tiers(&path, &[3, 1], 4, Eviction::Sieve);
+        let e = hot.with_device_tier(&[2, 3]).err().unwrap().to_string();
+        assert!(e.contains("node 3 is in the hot set"), "{e}");
+        let e = tiers(&path, &[], 4, Eviction::Sieve)
+            .with_device_tier(&[2, 2])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("device tier") && e.contains("twice"), "{e}");
+        let e = tiers(&path, &[], 4, Eviction::Sieve)
+            .with_device_tier(&[40])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("out of range"), "{e}");
     }
 }

@@ -59,6 +59,12 @@ impl PyGnnData {
         (m.num_rows, m.dim, m.dtype.name(), m.row_bytes)
     }
 
+    /// The device tier's nodes in slot order (uint32 bytes; empty without a device tier): the
+    /// rows the consumer loads into its device tensor.
+    fn device_nodes(&self, py: Python<'_>) -> Py<PyByteArray> {
+        PyByteArray::new(py, cast_slice(self.data.tiers.device_nodes())).unbind()
+    }
+
     /// Seconds spent ranking and loading the hot set.
     #[getter]
     fn hot_seconds(&self) -> f64 {
@@ -96,6 +102,39 @@ impl PyGnnData {
         Ok(tuple.into_pyobject(py)?.unbind())
     }
 
+    /// The link sample of the positive edges `src[i] -> dst[i]` (uint32 bytes of equal
+    /// length) with `negatives` uniform negative destinations per edge, for `batch_key`:
+    /// [`PyGnnData::sample`]'s tuple for the distinct endpoints, then `src_local`, `dst_local`
+    /// and `neg_dst_local` (uint32 bytes, local ids; negatives edge-major).
+    fn sample_links(
+        &self,
+        py: Python<'_>,
+        src: &[u8],
+        dst: &[u8],
+        negatives: usize,
+        batch_key: u64,
+    ) -> PyResult<Py<PyTuple>> {
+        let (src, dst) = (ids(py, src)?, ids(py, dst)?);
+        let (sampler, topo) = (&self.data.sampler, &self.data.topology);
+        let links = py
+            .detach(|| sampler.sample_links(topo, &src, &dst, negatives, batch_key))
+            .map_err(|e| e.to_py(py))?;
+        let sample = &links.sample;
+        let (row, col) = sample.edge_index();
+        let u32s = |v: &[u32]| PyByteArray::new(py, cast_slice(v));
+        let tuple = (
+            u32s(&sample.nodes),
+            sample.hop_counts.clone(),
+            u32s(&row),
+            u32s(&col),
+            sample.edges_per_hop.clone(),
+            u32s(&links.src_local),
+            u32s(&links.dst_local),
+            u32s(&links.neg_dst_local),
+        );
+        Ok(tuple.into_pyobject(py)?.unbind())
+    }
+
     /// The batches of one epoch over `seeds` (little-endian uint32 ids), in order.
     fn epoch(
         &self,
@@ -114,12 +153,39 @@ impl PyGnnData {
             loader: Mutex::new(Some(loader)),
         })
     }
+
+    /// The link-prediction batches of one epoch over the positive edges `src[i] -> dst[i]`
+    /// (little-endian uint32 ids of equal length), `batch_size` edges each with `negatives`
+    /// uniform negative destinations per edge, in order.
+    #[allow(clippy::too_many_arguments)] // the Python signature, plus `self` and `py`
+    fn link_epoch(
+        &self,
+        py: Python<'_>,
+        src: &[u8],
+        dst: &[u8],
+        negatives: usize,
+        epoch: u64,
+        shuffle: bool,
+        drop_last: bool,
+    ) -> PyResult<PyEpoch> {
+        let (src, dst) = (ids(py, src)?, ids(py, dst)?);
+        let loader = self
+            .data
+            .link_epoch(src, dst, negatives, epoch, shuffle, drop_last)
+            .map_err(|e| e.to_py(py))?;
+        Ok(PyEpoch {
+            loader: Mutex::new(Some(loader)),
+        })
+    }
 }
 
 /// An epoch's batches: iterating yields
-/// `(index, seeds, nodes, hop_counts, blocks, features, stats)` with `seeds`/`nodes` as uint32
-/// bytes, `blocks` as `(num_src, num_dst, indptr uint64 bytes, indices uint32 bytes)` in input
-/// to output order, and `features` a bytearray of the rows of `nodes`.
+/// `(index, seeds, nodes, hop_counts, blocks, features, stats, device, links)` with
+/// `seeds`/`nodes` as uint32 bytes, `blocks` as `(num_src, num_dst, indptr uint64 bytes, indices uint32 bytes)` in
+/// input to output order, `features` a bytearray of the rows of `nodes` (zeros where the device
+/// tier holds the row), `device` the `(positions, slots)` of those rows as uint32 bytes, and
+/// `links` None for node batches or `(src_local, dst_local, neg_dst_local)` uint32 bytes (rows
+/// of `nodes`) for link batches.
 #[pyclass(name = "GnnEpoch")]
 struct PyEpoch {
     loader: Mutex<Option<NodeLoader>>,
@@ -180,6 +246,14 @@ fn batch_tuple(py: Python<'_>, b: Batch) -> PyResult<Py<PyTuple>> {
         blocks,
         PyByteArray::new(py, &b.features),
         pythonize(py, &b.stats)?,
+        (u32s(&b.device_positions), u32s(&b.device_slots)),
+        b.links.map(|l| {
+            (
+                u32s(&l.src_local),
+                u32s(&l.dst_local),
+                u32s(&l.neg_dst_local),
+            )
+        }),
     );
     Ok(tuple.into_pyobject(py)?.unbind())
 }

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
+from ..units import parse_size
 from .schema import Size, option, section
 
 
@@ -27,6 +28,11 @@ class GnnTrainConfig:
     torch_threads: int = option(0, help="threads torch may use (0: its default)")
     memory: Size = option(1 << 30, help="memory budget of the data path (topology, feature tiers, batches)")
     feature_memory: Size = option(0, help="cap on the feature tiers (hot set + cache); 0: what --memory leaves")
+    device_memory: str = option(
+        "auto",
+        help="GPU memory for the device tier (the hottest rows in a device tensor, outside --memory): "
+        "auto (a quarter of the free memory on CUDA, none on cpu), 0 (off) or a size such as 8G",
+    )
     hot_ranking: Literal["reverse_pagerank", "presampling", "degree", "none"] = option(
         "reverse_pagerank", help="ranking of the static hot set: reverse PageRank (GIDS), pre-sampling (Helios), degree"
     )
@@ -50,5 +56,10 @@ class GnnTrainConfig:
             raise ConfigError(f"gnn.train.dropout: must be in [0, 1), got {self.dropout}")
         if not 0.0 <= self.hot_share <= 1.0:
             raise ConfigError(f"gnn.train.hot_share: must be in [0, 1], got {self.hot_share}")
+        if self.device_memory != "auto":
+            try:
+                parse_size(self.device_memory)
+            except ValueError as e:
+                raise ConfigError(f"gnn.train.device_memory: {e} (or auto)") from None
         if not self.lr > 0:
             raise ConfigError(f"gnn.train.lr: must be positive, got {self.lr}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,11 @@ DATA_DEFAULTS = _native.gnn_data_defaults()
 class Batch:
     """One mini-batch: ``x`` holds the features of ``nodes`` (``(len(nodes), dim)`` on the
     loader's device), ``blocks`` the layers' message-flow graphs (input layer first), ``y`` the
-    seeds' labels when the store has labels; ``seeds`` are ``nodes[:len(seeds)]``."""
+    seeds' labels when the store has labels; ``seeds`` are ``nodes[:len(seeds)]``.
+
+    A link batch (:class:`LinkLoader`) has ``B`` positive edges; its seeds are their distinct
+    endpoints and negative destinations, and ``edge_label_index``/``edge_label`` say which pairs
+    of rows of ``x`` to score, as in PyG's ``LinkNeighborLoader``."""
 
     index: int
     seeds: object
@@ -41,10 +46,39 @@ class Batch:
     x: object
     y: object | None
     stats: dict = field(default_factory=dict)
+    #: Link batches only: the native ``(src_local, dst_local, neg_dst_local)`` uint32 buffers
+    #: behind ``edge_label_index``; None for node batches.
+    links: tuple | None = None
 
     @property
     def num_seeds(self) -> int:
         return len(self.seeds)
+
+    @cached_property
+    def edge_label_index(self):
+        """``(2, B * (1 + negatives))`` int64 local ids (rows of ``x``, on its device): the
+        ``B`` positive edges, then each edge's negatives in edge order, each pairing the edge's
+        source with a uniformly drawn destination. None for node batches."""
+        if self.links is None:
+            return None
+        torch = require_torch()
+        src, dst, neg = (np.frombuffer(b, dtype="<u4").astype(np.int64) for b in self.links)
+        per_edge = len(neg) // len(src) if len(src) else 0
+        index = np.stack([np.concatenate([src, np.repeat(src, per_edge)]), np.concatenate([dst, neg])])
+        return torch.from_numpy(index).to(self.x.device)
+
+    @cached_property
+    def edge_label(self):
+        """``(B * (1 + negatives),)`` float32 on ``x``'s device: 1 for the positive pairs of
+        ``edge_label_index``, 0 for the negatives. None for node batches."""
+        if self.links is None:
+            return None
+        torch = require_torch()
+        num_pos, num_neg = len(self.links[0]) // 4, len(self.links[2]) // 4
+        return torch.cat([torch.ones(num_pos), torch.zeros(num_neg)]).to(self.x.device)
+
+
+_FLOAT = {"float32": lambda t: t.float32, "float16": lambda t: t.float16}
 
 
 def node_id_bytes(nodes) -> bytes:
@@ -57,16 +91,88 @@ def node_id_bytes(nodes) -> bytes:
     return arr.astype("<u4").tobytes()
 
 
-class GnnData:
-    """A store opened for GNN training; make each epoch's batches with :meth:`loader`."""
+def edge_index_array(edges, num_nodes: int) -> np.ndarray:
+    """Edges given as a ``(2, E)`` array-like of (source, destination) ids, or as a
+    ``(src, dst)`` pair of ``(E,)`` arrays, as a ``(2, E)`` int64 array; checked against
+    ``num_nodes`` here so that a bad edge fails before an epoch starts."""
+    if isinstance(edges, (tuple, list)) and len(edges) == 2:
+        src, dst = np.asarray(edges[0]), np.asarray(edges[1])
+        if src.ndim != 1 or dst.ndim != 1 or len(src) != len(dst):
+            raise ValueError(
+                f"edges: sources of shape {src.shape} and destinations of shape {dst.shape}; "
+                "they must be 1-D and pair up"
+            )
+        edges = np.stack([src, dst]) if len(src) else np.empty((2, 0), dtype=np.int64)
+    arr = np.asarray(edges)
+    if arr.ndim != 2 or arr.shape[0] != 2:
+        raise ValueError(f"edges: expected a (2, E) array of (source, destination) ids, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"edges: expected integer node ids, got {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < 0 or arr.max() >= num_nodes):
+        bad = arr.min() if arr.min() < 0 else arr.max()
+        raise ValueError(f"edges: node id {bad} is out of range (the graph has {num_nodes} nodes)")
+    return arr
 
-    def __init__(self, store: str | Path, progress: Callable[..., bool] | None = None, **options):
+
+def negatives_per_edge(negatives) -> int:
+    """``negatives`` checked as a whole number of negative destinations per edge."""
+    if isinstance(negatives, bool) or not isinstance(negatives, (int, np.integer)) or negatives < 0:
+        raise ValueError(f"negatives: expected a whole number of negatives per edge >= 0, got {negatives!r}")
+    return int(negatives)
+
+
+#: Share of a CUDA device's free memory the device tier takes when ``device_memory="auto"``:
+#: the rest is left to the model, its activations and the batches.
+AUTO_DEVICE_SHARE = 0.25
+
+#: Device-tier rows copied per transfer while loading it (bounds the host staging buffer).
+DEVICE_LOAD_ROWS = 1 << 16
+
+
+def device_tier_bytes(device_memory, device: str) -> int:
+    """Bytes for the device tier: ``device_memory`` as a size, or for ``"auto"`` (or None) a
+    quarter of the free memory of a CUDA ``device`` and nothing on other devices. Opening a
+    store for the CPU does not import torch."""
+    if device_memory not in (None, "auto"):
+        return parse_size(device_memory)
+    if device == "cpu":
+        return 0
+    torch = require_torch()
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return 0
+    free, _total = torch.cuda.mem_get_info(dev)
+    return int(free * AUTO_DEVICE_SHARE)
+
+
+class GnnData:
+    """A store opened for GNN training; make each epoch's batches with :meth:`loader`.
+
+    ``device`` is where batches go by default and where the device tier lives: the hottest
+    feature rows (by the hot-set ranking) in a ``(rows, dim)`` tensor of ``device_memory``
+    bytes (``"auto"``: a quarter of a CUDA device's free memory, none on ``cpu``), outside the
+    host ``memory`` budget. Batches then carry only the other rows from the host; the device
+    rows are gathered on the device. On ``cpu`` an explicit ``device_memory`` builds the same
+    tier in RAM (for tests and for checking the path without a GPU)."""
+
+    def __init__(
+        self,
+        store: str | Path,
+        progress: Callable[..., bool] | None = None,
+        *,
+        device: str = "cpu",
+        device_memory: int | str | None = "auto",
+        **options,
+    ):
         unknown = set(options) - set(DATA_DEFAULTS)
         if unknown:
             raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(DATA_DEFAULTS)}")
+        self.device = str(device)
         cfg = {**DATA_DEFAULTS, **options}
         cfg["memory"] = parse_size(cfg["memory"])
         cfg["feature_memory"] = parse_size(cfg["feature_memory"])
+        cfg["device_memory"] = device_tier_bytes(device_memory, self.device)
         cfg["fanouts"] = [int(f) for f in cfg["fanouts"]]
         self.store = Store(store)
         self.config = cfg
@@ -77,6 +183,21 @@ class GnnData:
         labels = self.store.labels
         self.labels = None if labels is None else np.asarray(labels)
         self.num_classes = None if self.labels is None else int(self.labels.max()) + 1
+        self.device_table = self._load_device_tier()
+
+    def _load_device_tier(self):
+        """The device tier's rows in slot order as a ``(rows, dim)`` tensor on ``self.device``
+        (None without a tier), copied over in chunks so the host holds one chunk at a time."""
+        nodes = np.frombuffer(self._native.device_nodes(), dtype="<u4")
+        if nodes.size == 0:
+            return None
+        torch = require_torch()
+        table = torch.empty((nodes.size, self.dim), dtype=_FLOAT[self.dtype](torch), device=self.device)
+        for start in range(0, nodes.size, DEVICE_LOAD_ROWS):
+            chunk = nodes[start : start + DEVICE_LOAD_ROWS]
+            rows = torch.frombuffer(self._native.gather(chunk.tobytes()), dtype=table.dtype).view(-1, self.dim)
+            table[start : start + chunk.size].copy_(rows)
+        return table
 
     @property
     def plan(self) -> dict:
@@ -99,27 +220,58 @@ class GnnData:
         *,
         shuffle: bool = True,
         drop_last: bool = False,
-        device: str = "cpu",
+        device: str | None = None,
         epoch: int = 0,
     ) -> EpochLoader:
-        """The batches of one epoch over ``nodes`` (ids, or a split name)."""
+        """The batches of one epoch over ``nodes`` (ids, or a split name), on ``device``
+        (default: the store's)."""
         if isinstance(nodes, str):
             nodes = self.nodes(nodes)
-        return EpochLoader(self, node_id_bytes(nodes), shuffle, drop_last, device, epoch)
+        native = self._native.epoch(node_id_bytes(nodes), epoch, shuffle, drop_last)
+        return EpochLoader(self, native, device or self.device)
+
+    def edges(self, split: str):
+        """The edges of a split (``train``, ``valid``, ``test``) of the store as a ``(2, E)``
+        int64 array of (source, destination) rows; relation types, if any, are dropped."""
+        if not self.store.has(f"edges_{split}"):
+            raise ValueError(f"{self.store.path}: the store has no edge split {split!r}")
+        edges = self.store.edges(split)
+        return np.stack([np.asarray(edges[:, 0], dtype=np.int64), np.asarray(edges[:, -1], dtype=np.int64)])
+
+    def link_loader(
+        self,
+        edges="train",
+        *,
+        negatives: int = 1,
+        shuffle: bool = True,
+        drop_last: bool = False,
+        device: str | None = None,
+        epoch: int = 0,
+    ) -> EpochLoader:
+        """The link-prediction batches of one epoch over the positive ``edges`` (a ``(2, E)``
+        array of (source, destination) ids, or an edge split name), ``batch_size`` edges each
+        with ``negatives`` uniform negative destinations per edge, on ``device`` (default: the
+        store's). Batches carry ``edge_label_index`` and ``edge_label``."""
+        edges = self.edges(edges) if isinstance(edges, str) else edge_index_array(edges, self.num_nodes)
+        native = self._native.link_epoch(
+            node_id_bytes(edges[0]), node_id_bytes(edges[1]), negatives_per_edge(negatives), epoch, shuffle, drop_last
+        )
+        return EpochLoader(self, native, device or self.device)
 
 
 class EpochLoader:
     """Iterates one epoch's batches in order; ``stats()`` reports the pipeline's counters."""
 
-    def __init__(self, data: GnnData, seeds: bytes, shuffle: bool, drop_last: bool, device: str, epoch: int):
+    def __init__(self, data: GnnData, native_epoch, device: str):
+        """``native_epoch``: the native iterator of ``data`` (``epoch`` or ``link_epoch``)."""
         self.torch = require_torch()
         from .models import Block
 
         self._block = Block
         self.data = data
         self.device = self.torch.device(device)
-        self._epoch = data._native.epoch(seeds, epoch, shuffle, drop_last)
-        self._float = {"float32": self.torch.float32, "float16": self.torch.float16}[data.dtype]
+        self._epoch = native_epoch
+        self._float = _FLOAT[data.dtype](self.torch)
         self._pin = self.device.type == "cuda"
 
     def _tensor(self, buf: bytearray, dtype):
@@ -128,7 +280,7 @@ class EpochLoader:
 
     def __iter__(self) -> Iterator[Batch]:
         torch = self.torch
-        for index, seeds, nodes, hops, blocks, features, stats in self._epoch:
+        for index, seeds, nodes, hops, blocks, features, stats, device, links in self._epoch:
             seeds_t = self._tensor(seeds, torch.int32).to(torch.int64)
             nodes_t = self._tensor(nodes, torch.int32).to(torch.int64)
             x = self._tensor(features, self._float).view(len(nodes_t), self.data.dim)
@@ -141,12 +293,38 @@ class EpochLoader:
             y = None
             if self.data.labels is not None:
                 y = torch.from_numpy(self.data.labels[seeds_t.numpy()].astype(np.int64))
+            x = self._features(x, *device)
             if self.device.type != "cpu":
-                # Page-locked staging lets the copy to the GPU run asynchronously.
-                x = (x.pin_memory() if self._pin else x).to(self.device, non_blocking=True)
                 blks = [b.to(self.device) for b in blks]
                 y = None if y is None else y.to(self.device, non_blocking=True)
-            yield Batch(index, seeds_t, nodes_t, list(hops), blks, x, y, stats)
+            yield Batch(index, seeds_t, nodes_t, list(hops), blks, x, y, stats, links)
+
+    def _features(self, x, positions: bytearray, slots: bytearray):
+        """The batch's ``(rows, dim)`` features on the loader's device: the host rows of ``x``
+        moved over (through page-locked memory, asynchronously, when the device is CUDA) and
+        the device tier's rows gathered from its table at ``positions``."""
+        torch = self.torch
+        table = self.data.device_table
+        if not positions:
+            if self.device.type == "cpu":
+                return x
+            # Page-locked staging lets the copy to the GPU run asynchronously.
+            return (x.pin_memory() if self._pin else x).to(self.device, non_blocking=True)
+        pos = self._tensor(positions, torch.int32).to(torch.int64)
+        rows = table[self._tensor(slots, torch.int32).to(torch.int64).to(table.device)]
+        if self.device.type == "cpu":
+            x[pos] = rows.to("cpu")
+            return x
+        # Only the host rows cross to the device.
+        host = torch.ones(len(x), dtype=torch.bool)
+        host[pos] = False
+        host_rows = x[host]
+        out = torch.empty(x.shape, dtype=x.dtype, device=self.device)
+        out[host.to(self.device)] = (host_rows.pin_memory() if self._pin else host_rows).to(
+            self.device, non_blocking=True
+        )
+        out[pos.to(self.device)] = rows.to(self.device)
+        return out
 
     def stats(self) -> dict | None:
         """Per-stage busy seconds, wall time, merged reads, and the tiers' hit rates so far."""
@@ -175,7 +353,9 @@ class NodeLoader:
         progress: Callable[..., bool] | None = None,
         **options,
     ):
-        self.data = GnnData(store, progress, fanouts=list(fanouts), batch_size=batch_size, memory=memory, **options)
+        self.data = GnnData(
+            store, progress, device=device, fanouts=list(fanouts), batch_size=batch_size, memory=memory, **options
+        )
         self.nodes = nodes
         self.device, self.shuffle, self.drop_last = device, shuffle, drop_last
         self.epoch = 0
@@ -184,6 +364,54 @@ class NodeLoader:
     def __iter__(self) -> Iterator[Batch]:
         loader = self.data.loader(
             self.nodes, shuffle=self.shuffle, drop_last=self.drop_last, device=self.device, epoch=self.epoch
+        )
+        self.epoch += 1
+        try:
+            yield from loader
+        finally:
+            self.stats = loader.stats()
+            loader.close()
+
+
+class LinkLoader:
+    """Link-prediction batches over ``edges`` (a split name, default ``train``, or a ``(2, E)``
+    array of (source, destination) ids): ``batch_size`` positive edges per batch, each with
+    ``negatives`` uniform negative destinations; each ``iter(loader)`` is one epoch
+    (reshuffled); ``loader.stats`` is the last epoch's. Batches carry ``edge_label_index``
+    ``(2, B * (1 + negatives))`` and ``edge_label`` besides ``blocks`` and ``x``."""
+
+    def __init__(
+        self,
+        store: str | Path,
+        fanouts=(15, 10),
+        batch_size: int = 1024,
+        *,
+        edges="train",
+        negatives: int = 1,
+        memory: int | str = 1 << 30,
+        device: str = "cpu",
+        shuffle: bool = True,
+        drop_last: bool = False,
+        progress: Callable[..., bool] | None = None,
+        **options,
+    ):
+        self.data = GnnData(
+            store, progress, device=device, fanouts=list(fanouts), batch_size=batch_size, memory=memory, **options
+        )
+        self.edges = self.data.edges(edges) if isinstance(edges, str) else edge_index_array(edges, self.data.num_nodes)
+        self.negatives = negatives_per_edge(negatives)
+        self.device, self.shuffle, self.drop_last = device, shuffle, drop_last
+        self.epoch = 0
+        self.stats: dict | None = None
+
+    def __iter__(self) -> Iterator[Batch]:
+        loader = self.data.link_loader(
+            self.edges,
+            negatives=self.negatives,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            device=self.device,
+            epoch=self.epoch,
         )
         self.epoch += 1
         try:

@@ -11,6 +11,11 @@ backed by Strata's sampler, so PyG loaders and models run on features that stay 
                             input_nodes=torch.from_numpy(data.nodes("train")),
                             neighbor_sampler=StrataSampler(data))
 
+Link prediction goes the same way through ``LinkNeighborLoader``, with
+``edge_label_index=(None, torch.from_numpy(data.edges("train")))`` (PyG wants the edge type with
+a feature and graph store; the store's is None), ``neg_sampling=NegativeSampling("binary",
+amount)`` and ``neighbor_sampler=StrataSampler(data)``.
+
 Feature reads go through the store's tiers (hot set, cache, direct reads); the graph store hands
 PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install 'strata[pyg]'``).
 """
@@ -18,6 +23,7 @@ PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -28,7 +34,13 @@ from .loader import GnnData, node_id_bytes
 torch = require_torch()
 try:
     from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
-    from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+    from torch_geometric.sampler import (
+        BaseSampler,
+        EdgeSamplerInput,
+        NegativeSampling,
+        NodeSamplerInput,
+        SamplerOutput,
+    )
 except ImportError as e:  # pragma: no cover - exercised only without PyG
     raise MissingDependencyError(
         "strata.gnn.pyg needs PyTorch Geometric: pip install 'strata[pyg]' (or pip install torch_geometric)"
@@ -110,8 +122,9 @@ def stores(data: GnnData) -> tuple[StrataFeatureStore, StrataGraphStore]:
 
 
 class StrataSampler(BaseSampler):
-    """PyG node sampler backed by Strata's sampler: uniform without replacement with the
-    fanouts ``data`` was opened with, deterministic per batch (batch keys count up from
+    """PyG sampler backed by Strata's sampler, for ``NeighborLoader`` (seed nodes) and
+    ``LinkNeighborLoader`` (seed edges, binary negative sampling): uniform without replacement
+    with the fanouts ``data`` was opened with, deterministic per batch (batch keys count up from
     ``first_key``). Each hop samples every node known so far (message-flow semantics), so the
     ``edge_index`` of a hop may also hold edges into earlier hops' nodes."""
 
@@ -122,16 +135,10 @@ class StrataSampler(BaseSampler):
     def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
         seeds = inputs.node
         nodes, hops, row, col, edges = self.data._native.sample(node_id_bytes(seeds.cpu().numpy()), next(self._keys))
-
-        def tensor(buf):
-            if not buf:
-                return torch.empty(0, dtype=torch.int64)
-            return torch.frombuffer(buf, dtype=torch.int32).to(torch.int64)
-
         return SamplerOutput(
-            node=tensor(nodes),
-            row=tensor(row),
-            col=tensor(col),
+            node=_ids(nodes),
+            row=_ids(row),
+            col=_ids(col),
             edge=None,
             batch=None,
             num_sampled_nodes=list(hops),
@@ -139,5 +146,66 @@ class StrataSampler(BaseSampler):
             metadata=(inputs.input_id, inputs.time),
         )
 
-    def sample_from_edges(self, index, neg_sampling=None):
-        raise NotImplementedError("StrataSampler samples from nodes; link prediction through PyG is not supported yet")
+    def sample_from_edges(
+        self, inputs: EdgeSamplerInput, neg_sampling: NegativeSampling | None = None
+    ) -> SamplerOutput:
+        """Samples around the ``B`` seed edges ``inputs.row[i] -> inputs.col[i]`` for PyG's
+        ``LinkNeighborLoader``, with binary negative sampling: ``ceil(B * amount)`` negatives,
+        each pairing a seed edge's source (edge-major, ``ceil(amount)`` per edge) with a
+        destination drawn uniformly from all nodes (PyG draws the source at random too). The
+        metadata is PyG's for binary sampling: ``(input_id, edge_label_index (2, B + negatives)
+        local ids into node, edge_label, None)``, labels 0 for the negatives.
+
+        Not supported (NotImplementedError): triplet negative sampling, weighted negatives
+        (``src_weight``/``dst_weight``), temporal sampling (``edge_label_time``) and
+        heterogeneous edge types."""
+        if inputs.input_type is not None:
+            raise NotImplementedError("StrataSampler: heterogeneous link sampling (edge types) is not supported")
+        if inputs.time is not None:
+            raise NotImplementedError("StrataSampler: temporal link sampling (edge_label_time) is not supported")
+        num_pos = inputs.row.numel()
+        per_edge = num_neg = 0
+        if neg_sampling is not None:
+            if not neg_sampling.is_binary():
+                raise NotImplementedError(
+                    f"StrataSampler: {neg_sampling.mode.value!r} negative sampling is not supported; "
+                    "use NegativeSampling('binary', amount)"
+                )
+            if neg_sampling.src_weight is not None or neg_sampling.dst_weight is not None:
+                raise NotImplementedError(
+                    "StrataSampler: weighted negative sampling (src_weight/dst_weight) is not supported; "
+                    "negative destinations are drawn uniformly"
+                )
+            per_edge = math.ceil(neg_sampling.amount)
+            num_neg = math.ceil(num_pos * neg_sampling.amount)
+        out = self.data._native.sample_links(
+            node_id_bytes(inputs.row.numpy()), node_id_bytes(inputs.col.numpy()), per_edge, next(self._keys)
+        )
+        nodes, hops, row, col, edges, src, dst, neg_dst = out
+        src, dst = _ids(src), _ids(dst)
+        # A fractional amount draws ceil(amount) per edge and keeps the first num_neg.
+        neg_src, neg_dst = src.repeat_interleave(per_edge)[:num_neg], _ids(neg_dst)[:num_neg]
+        edge_label_index = torch.stack([torch.cat([src, neg_src]), torch.cat([dst, neg_dst])])
+        edge_label = inputs.label
+        if neg_sampling is not None:
+            if edge_label is None:
+                edge_label = torch.ones(num_pos)
+            edge_label = torch.cat([edge_label, edge_label.new_zeros((num_neg, *edge_label.shape[1:]))])
+        return SamplerOutput(
+            node=_ids(nodes),
+            row=_ids(row),
+            col=_ids(col),
+            edge=None,
+            batch=None,
+            num_sampled_nodes=list(hops),
+            num_sampled_edges=list(edges),
+            metadata=(inputs.input_id, edge_label_index, edge_label, None),
+        )
+
+
+def _ids(buf) -> torch.Tensor:
+    """uint32 ids from the native side as an int64 tensor (``torch.frombuffer`` refuses empty
+    buffers)."""
+    if not buf:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.frombuffer(buf, dtype=torch.int32).to(torch.int64)

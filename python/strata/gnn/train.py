@@ -53,7 +53,9 @@ def evaluate(model, data: GnnData, split: str, device) -> dict:
     return {"accuracy": correct / max(total, 1), "nodes": total, "seconds": time.monotonic() - t}
 
 
-def _epoch(model, opt, data: GnnData, nodes, epoch: int, device, progress: ProgressFn | None, title: str) -> dict:
+def train_epoch(
+    model, opt, data: GnnData, nodes, epoch: int, device, progress: ProgressFn | None = None, title: str = "train"
+) -> dict:
     """One training epoch; returns its record (loss, accuracy, throughput, data wait, stats)."""
     torch = require_torch()
     f = torch.nn.functional
@@ -119,7 +121,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     torch.manual_seed(cfg.seed)
     device = _device(torch, cfg.device)
     settings = as_dict(cfg)
-    data = GnnData(cfg.store, progress, **{k: settings[k] for k in DATA_DEFAULTS})
+    data = GnnData(cfg.store, progress, device=str(device), **{k: settings[k] for k in DATA_DEFAULTS})
     if data.labels is None:
         raise ValueError(f"{cfg.store}: the store has no node labels; node classification needs them")
     from .models import GNN
@@ -136,7 +138,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     for e in range(cfg.epochs):
         rec = {
             "epoch": e + 1,
-            **_epoch(model, opt, data, train_nodes, e, device, progress, f"train epoch {e + 1}/{cfg.epochs}"),
+            **train_epoch(model, opt, data, train_nodes, e, device, progress, f"train epoch {e + 1}/{cfg.epochs}"),
         }
         if progress:
             progress("stage", "eval", 0, 0)

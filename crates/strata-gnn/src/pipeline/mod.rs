@@ -1,6 +1,6 @@
 //! The batch pipeline that feeds GNN training (GIDS's accumulator and window buffering, Helios's
-//! overlapped stages): training seeds in, in-order mini-batches with their sampled blocks and
-//! feature rows out.
+//! overlapped stages): training seeds (or, for link prediction, training edges) in, in-order
+//! mini-batches with their sampled blocks and feature rows out.
 //!
 //! # Stages
 //!
@@ -29,6 +29,16 @@
 //! `stages` the work of each stage, `serial` and `threads` the two ways of running them, and
 //! `pins` the per-batch record of window pins.
 //!
+//! # Link batches
+//!
+//! An epoch is over seed nodes ([`NodeLoader::new`]) or over positive edges
+//! ([`NodeLoader::links`]): the edges are shuffled as pairs and cut into `batch_size` edges,
+//! and sampling a batch calls [`NeighborSampler::sample_links`] instead of
+//! [`NeighborSampler::sample`], with the same [`batch_key`]. Its seeds are the distinct
+//! endpoints of its edges and negatives, and [`Batch::links`] says where each pair sits among
+//! them. Every stage after sampling sees only the sample, so pins, reads, determinism and
+//! shutdown are the same for both.
+//!
 //! # Window pins
 //!
 //! Every pin a batch takes is released exactly once (the rule of [`crate::tiers`]): the hits'
@@ -43,9 +53,9 @@
 //!
 //! # Determinism
 //!
-//! A batch's seeds depend only on `(seed, epoch)` and its sample only on the sampler's seed
-//! and [`batch_key`]`(epoch, index)`; its feature rows are the file's bytes whichever tier
-//! served them. So the batches are bit-identical with the pipeline on or off, the accumulator
+//! A batch's seeds (or edges) depend only on `(seed, epoch)` and its sample only on the
+//! sampler's seed and [`batch_key`]`(epoch, index)`; its feature rows are the file's bytes
+//! whichever tier served them. So the batches are bit-identical with the pipeline on or off, the accumulator
 //! on or off, any window and any thread count. What may vary from run to run is the split of
 //! rows between the cache and the disk (it depends on when earlier reads were admitted) and
 //! hence the statistics.
@@ -76,6 +86,7 @@ mod stages;
 mod tests;
 mod threads;
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -179,6 +190,8 @@ impl LoaderConfig {
 pub struct BatchStats {
     /// Seconds spent sampling this batch (on whichever thread sampled it).
     pub sample_secs: f64,
+    /// Rows left to the device tier (see [`Batch::device_positions`]).
+    pub device_rows: usize,
     /// Rows copied from memory (hot set or dynamic cache) when the batch was served.
     pub memory_rows: usize,
     /// Rows read from disk for this batch.
@@ -195,15 +208,45 @@ pub struct BatchStats {
 pub struct Batch {
     /// Position in the epoch: 0, 1, 2, ... in delivery order.
     pub index: usize,
-    /// The batch's seeds (global ids), in the order of the sample's first rows.
+    /// The batch's seeds (global ids), in the order of the sample's first rows; for a link
+    /// batch, the distinct endpoints of its edges and negatives.
     pub seeds: Vec<u32>,
+    /// For a link batch, its edges and negatives as local ids (rows of `sample.nodes`).
+    pub links: Option<LinkIndex>,
     /// The sampled computation graph; `sample.nodes` lists the rows of `features`.
     pub sample: Sample,
     /// Raw little-endian feature rows, `sample.nodes.len() * row_bytes` bytes: row `i` holds
-    /// the features of `sample.nodes[i]`.
+    /// the features of `sample.nodes[i]`, except at the device positions (zeros there).
     pub features: Vec<u8>,
+    /// Positions of `sample.nodes` (ascending) whose rows the device tier holds
+    /// ([`FeatureTiers::with_device_tier`]), and
+    pub device_positions: Vec<u32>,
+    /// their slots in the consumer's device tensor (same length).
+    pub device_slots: Vec<u32>,
     /// What this batch cost.
     pub stats: BatchStats,
+}
+
+/// The edges of a link batch as local ids: position `i` of each list indexes `sample.nodes`
+/// (and so the rows of the batch's features).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkIndex {
+    /// Source of each positive edge, one per edge.
+    pub src_local: Vec<u32>,
+    /// Destination of each positive edge, one per edge.
+    pub dst_local: Vec<u32>,
+    /// Negative destinations, `negatives_per_edge` per edge, edge-major; edge `i`'s pair with
+    /// `src_local[i]`.
+    pub neg_dst_local: Vec<u32>,
+}
+
+/// The positive edges of a link-prediction epoch: `src[i] -> dst[i]` (global ids).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkEdges {
+    pub src: Vec<u32>,
+    pub dst: Vec<u32>,
+    /// Destinations drawn uniformly per edge as negatives (0: positives only).
+    pub negatives_per_edge: usize,
 }
 
 /// What an epoch did so far, for reports: counts, per-stage busy time and the merged reads.
@@ -228,8 +271,10 @@ pub struct PipelineStats {
     pub engine_depth: usize,
     /// Batches delivered.
     pub batches: u64,
-    /// Seeds in those batches.
+    /// Seeds in those batches (for link batches, their distinct endpoints).
     pub seeds: u64,
+    /// Positive edges in those batches (link batches only).
+    pub positive_edges: u64,
     /// Sampled nodes (feature rows) in those batches.
     pub sampled_nodes: u64,
     /// Sampled edges in those batches.
@@ -289,8 +334,9 @@ impl PipelineStats {
     }
 }
 
-/// An epoch of mini-batches for node-level tasks; an iterator of `Result<Batch>` in batch
-/// order. Created per epoch; see the module docs.
+/// An epoch of mini-batches for node-level tasks ([`NodeLoader::new`]) or link prediction
+/// ([`NodeLoader::links`]); an iterator of `Result<Batch>` in batch order. Created per epoch;
+/// see the module docs.
 pub struct NodeLoader {
     mode: Mode,
     tiers: Arc<FeatureTiers>,
@@ -299,6 +345,7 @@ pub struct NodeLoader {
     /// Batches handed out, and what they held.
     delivered: usize,
     seeds: u64,
+    positive_edges: u64,
     sampled_nodes: u64,
     edges: u64,
     next_ns: u64,
@@ -327,23 +374,60 @@ impl NodeLoader {
         epoch: u64,
         cfg: LoaderConfig,
     ) -> Result<NodeLoader> {
+        let items = Items::Nodes(seeds);
         Self::start(
             topo,
             sampler,
             tiers,
-            seeds,
+            items,
             epoch,
             cfg,
             ReadFault::default(),
         )
     }
 
-    /// [`NodeLoader::new`] with a read fault for the tests (inert outside them).
+    /// Starts a link-prediction epoch over `edges` (positive pairs, shuffled together per
+    /// `(cfg.seed, epoch)` when `cfg.shuffle`, cut into `cfg.batch_size` edges); each batch is
+    /// sampled by [`NeighborSampler::sample_links`] with [`batch_key`]`(epoch, index)`, and
+    /// carries [`Batch::links`]. Otherwise as [`NodeLoader::new`]: endpoints are checked when
+    /// their batch is sampled, and one out of range ends the epoch with an `Err` after the
+    /// batches before it.
+    ///
+    /// Errors: as [`NodeLoader::new`], and `src` and `dst` of different lengths.
+    pub fn links(
+        topo: Arc<Topology>,
+        sampler: Arc<NeighborSampler>,
+        tiers: Arc<FeatureTiers>,
+        edges: LinkEdges,
+        epoch: u64,
+        cfg: LoaderConfig,
+    ) -> Result<NodeLoader> {
+        if edges.src.len() != edges.dst.len() {
+            return Err(GnnError::Config(format!(
+                "link loader: {} edge sources but {} destinations; they must pair up",
+                edges.src.len(),
+                edges.dst.len()
+            )));
+        }
+        let items = Items::Links(edges);
+        Self::start(
+            topo,
+            sampler,
+            tiers,
+            items,
+            epoch,
+            cfg,
+            ReadFault::default(),
+        )
+    }
+
+    /// [`NodeLoader::new`] or [`NodeLoader::links`] with a read fault for the tests (inert
+    /// outside them).
     fn start(
         topo: Arc<Topology>,
         sampler: Arc<NeighborSampler>,
         tiers: Arc<FeatureTiers>,
-        seeds: Vec<u32>,
+        items: Items,
         epoch: u64,
         cfg: LoaderConfig,
         fault: ReadFault,
@@ -363,7 +447,7 @@ impl NodeLoader {
         } else {
             1
         };
-        let plan = Arc::new(Plan::new(seeds, epoch, &cfg));
+        let plan = Arc::new(Plan::new(items, epoch, &cfg));
         let num_batches = plan.num_batches;
         let counters = Arc::new(Counters::default());
         // Counters from before this epoch are not ours.
@@ -405,6 +489,7 @@ impl NodeLoader {
             num_batches,
             delivered: 0,
             seeds: 0,
+            positive_edges: 0,
             sampled_nodes: 0,
             edges: 0,
             next_ns: 0,
@@ -447,6 +532,7 @@ impl NodeLoader {
         PipelineStats {
             batches: self.delivered as u64,
             seeds: self.seeds,
+            positive_edges: self.positive_edges,
             sampled_nodes: self.sampled_nodes,
             edges: self.edges,
             wall_secs: self
@@ -492,6 +578,9 @@ impl Iterator for NodeLoader {
                 debug_assert_eq!(b.index, self.delivered, "batches arrive in order");
                 self.delivered += 1;
                 self.seeds += b.seeds.len() as u64;
+                if let Some(links) = &b.links {
+                    self.positive_edges += links.src_local.len() as u64;
+                }
                 self.sampled_nodes += b.sample.nodes.len() as u64;
                 self.edges += b.sample.num_edges() as u64;
                 if self.delivered == self.num_batches {
@@ -516,41 +605,65 @@ impl Iterator for NodeLoader {
 
 // ---- the epoch's batches ----
 
-/// The epoch's seed order, cut into batches.
+/// What an epoch's batches are cut from.
+enum Items {
+    /// Seed nodes.
+    Nodes(Vec<u32>),
+    /// Positive edges (`src` and `dst` of equal length), with negatives drawn per batch.
+    Links(LinkEdges),
+}
+
+impl Items {
+    fn len(&self) -> usize {
+        match self {
+            Items::Nodes(seeds) => seeds.len(),
+            Items::Links(edges) => edges.src.len(),
+        }
+    }
+}
+
+/// The epoch's seeds or edges in their shuffled order, cut into batches.
 struct Plan {
-    order: Vec<u32>,
+    items: Items,
     batch_size: usize,
     num_batches: usize,
     epoch: u64,
 }
 
 impl Plan {
-    fn new(mut order: Vec<u32>, epoch: u64, cfg: &LoaderConfig) -> Plan {
+    fn new(mut items: Items, epoch: u64, cfg: &LoaderConfig) -> Plan {
+        let n = items.len();
         if cfg.shuffle {
-            // Fisher-Yates over one stream of (seed, epoch).
+            // Fisher-Yates over one stream of (seed, epoch); an edge's endpoints move together.
             let mut rng = Rng::new(derive(derive(cfg.seed, SHUFFLE_STREAM), epoch));
-            for i in (1..order.len()).rev() {
+            for i in (1..n).rev() {
                 let j = rng.below(i as u64 + 1) as usize;
-                order.swap(i, j);
+                match &mut items {
+                    Items::Nodes(seeds) => seeds.swap(i, j),
+                    Items::Links(edges) => {
+                        edges.src.swap(i, j);
+                        edges.dst.swap(i, j);
+                    }
+                }
             }
         }
-        let n = order.len();
         let num_batches = if cfg.drop_last {
             n / cfg.batch_size
         } else {
             n.div_ceil(cfg.batch_size)
         };
         Plan {
-            order,
+            items,
             batch_size: cfg.batch_size,
             num_batches,
             epoch,
         }
     }
 
-    fn seeds(&self, b: usize) -> &[u32] {
+    /// The positions of batch `b` in the shuffled order.
+    fn range(&self, b: usize) -> Range<usize> {
         let start = b * self.batch_size;
-        &self.order[start..(start + self.batch_size).min(self.order.len())]
+        start..(start + self.batch_size).min(self.items.len())
     }
 }
 

@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use crate::tiers::FeatureTiers;
+use crate::tiers::{FeatureTiers, Lookup};
 
 /// The pins one batch holds in the dynamic cache; see the module docs. Dropping it releases
 /// them.
@@ -38,14 +38,14 @@ impl WindowPins {
     }
 
     /// Serves the batch from memory ([`FeatureTiers::serve`] with `unpin = true`): copies its
-    /// memory rows into `out` and returns the positions of its misses and their nodes. The
-    /// hits have released their pins; the misses' pins stay held until
+    /// memory rows into `out` and returns what is left (disk misses, device rows) and the
+    /// misses' nodes. The hits have released their pins; the misses' pins stay held until
     /// [`WindowPins::admit`].
-    pub(super) fn serve(&mut self, nodes: &[u32], out: &mut [u8]) -> (Vec<u32>, Vec<u32>) {
-        let misses = self.tiers.serve(nodes, out, true);
-        let miss_nodes: Vec<u32> = misses.iter().map(|&i| nodes[i as usize]).collect();
+    pub(super) fn serve(&mut self, nodes: &[u32], out: &mut [u8]) -> (Lookup, Vec<u32>) {
+        let lookup = self.tiers.serve(nodes, out, true);
+        let miss_nodes: Vec<u32> = lookup.misses.iter().map(|&i| nodes[i as usize]).collect();
         self.held = self.tiers.pinnable(&miss_nodes);
-        (misses, miss_nodes)
+        (lookup, miss_nodes)
     }
 
     /// The batch's misses were read: offers them to the cache ([`FeatureTiers::admit`] with

@@ -12,11 +12,11 @@ use std::time::Instant;
 use crate::accumulator::{Accumulator, Merged};
 use crate::error::{GnnError, Result};
 use crate::sampler::{NeighborSampler, Sample};
-use crate::tiers::FeatureTiers;
+use crate::tiers::{FeatureTiers, Lookup};
 use crate::topology::Topology;
 
 use super::pins::WindowPins;
-use super::{add_busy, batch_key, Batch, BatchStats, Counters, Plan};
+use super::{add_busy, batch_key, Batch, BatchStats, Counters, Items, LinkIndex, Plan};
 
 /// What every stage shares.
 #[derive(Clone)]
@@ -59,21 +59,48 @@ impl ReadFault {
 pub(super) struct Sampled {
     index: usize,
     seeds: Vec<u32>,
+    links: Option<LinkIndex>,
     sample: Sample,
     sample_secs: f64,
 }
 
 pub(super) fn sample_batch(st: &Stages, index: usize) -> Result<Sampled> {
     let t = Instant::now();
-    let seeds = st.plan.seeds(index).to_vec();
-    let sample = st
-        .sampler
-        .sample(&st.topo, &seeds, batch_key(st.plan.epoch, index));
+    let range = st.plan.range(index);
+    let key = batch_key(st.plan.epoch, index);
+    let sampled = match &st.plan.items {
+        Items::Nodes(seeds) => {
+            let seeds = seeds[range].to_vec();
+            st.sampler
+                .sample(&st.topo, &seeds, key)
+                .map(|sample| (seeds, None, sample))
+        }
+        Items::Links(edges) => st
+            .sampler
+            .sample_links(
+                &st.topo,
+                &edges.src[range.clone()],
+                &edges.dst[range],
+                edges.negatives_per_edge,
+                key,
+            )
+            .map(|l| {
+                let seeds = l.sample.nodes[..l.sample.num_seeds()].to_vec();
+                let links = LinkIndex {
+                    src_local: l.src_local,
+                    dst_local: l.dst_local,
+                    neg_dst_local: l.neg_dst_local,
+                };
+                (seeds, Some(links), l.sample)
+            }),
+    };
     add_busy(&st.counters.sample_ns, t);
+    let (seeds, links, sample) = sampled?;
     Ok(Sampled {
         index,
         seeds,
-        sample: sample?,
+        links,
+        sample,
         sample_secs: t.elapsed().as_secs_f64(),
     })
 }
@@ -84,7 +111,7 @@ pub(super) fn sample_batch(st: &Stages, index: usize) -> Result<Sampled> {
 pub(super) struct Served {
     batch: Sampled,
     features: Vec<u8>,
-    misses: Vec<u32>,
+    lookup: Lookup,
     pins: WindowPins,
 }
 
@@ -169,12 +196,12 @@ impl<S: SampleSource> Front<S> {
         let t = Instant::now();
         let nodes = &batch.sample.nodes;
         let mut features = vec![0u8; nodes.len() * self.tiers.row_bytes()];
-        let (misses, miss_nodes) = pins.serve(nodes, &mut features);
+        let (lookup, miss_nodes) = pins.serve(nodes, &mut features);
         add_busy(&self.counters.lookup_ns, t);
         let served = Served {
             batch,
             features,
-            misses,
+            lookup,
             pins,
         };
         (served, miss_nodes)
@@ -281,9 +308,10 @@ impl Assembler {
             let Served {
                 batch,
                 mut features,
-                misses,
+                lookup,
                 pins,
             } = served;
+            let misses = lookup.misses;
             self.rows.clear();
             for (&i, &v) in misses.iter().zip(&miss_nodes) {
                 let k = merged
@@ -297,9 +325,11 @@ impl Assembler {
             // Releases the pins the batch still holds (one per miss), whether or not the
             // cache keeps the rows.
             pins.admit(&miss_nodes, &self.rows);
+            let device_rows = lookup.device_positions.len();
             let stats = BatchStats {
                 sample_secs: batch.sample_secs,
-                memory_rows: batch.sample.nodes.len() - misses.len(),
+                device_rows,
+                memory_rows: batch.sample.nodes.len() - misses.len() - device_rows,
                 disk_rows: misses.len(),
                 merged_batches: if merged_rows > 0 { merged_batches } else { 0 },
                 merged_rows,
@@ -307,8 +337,11 @@ impl Assembler {
             out.push(Batch {
                 index: batch.index,
                 seeds: batch.seeds,
+                links: batch.links,
                 sample: batch.sample,
                 features,
+                device_positions: lookup.device_positions,
+                device_slots: lookup.device_slots,
                 stats,
             });
         }

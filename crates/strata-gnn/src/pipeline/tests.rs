@@ -146,7 +146,7 @@ impl Fixture {
             self.topo.clone(),
             self.sampler.clone(),
             tiers.clone(),
-            self.train.clone(),
+            Items::Nodes(self.train.clone()),
             0,
             cfg,
             ReadFault { batch: Some(fail) },
@@ -389,8 +389,11 @@ fn window_pins_release_exactly_what_a_batch_still_holds() {
     assert_eq!(counts(&tiers), want(&[&a, &b]));
     // a is served: its hits gave their pins back, its misses still hold theirs.
     let mut out = vec![0u8; a.len() * rb];
-    let (misses, miss_nodes) = pa.serve(&a, &mut out);
-    assert_eq!((misses, miss_nodes.clone()), (vec![5, 6], vec![51, 52]));
+    let (lookup, miss_nodes) = pa.serve(&a, &mut out);
+    assert_eq!(
+        (lookup.misses, miss_nodes.clone()),
+        (vec![5, 6], vec![51, 52])
+    );
     assert_eq!(counts(&tiers), want(&[&miss_nodes, &b]));
     // Abandoned before its misses were admitted: only theirs are released, b keeps its own.
     drop(pa);
@@ -716,4 +719,207 @@ fn loader_is_send() {
     fn check<T: Send>() {}
     check::<NodeLoader>();
     check::<Batch>();
+}
+
+// ---- link batches ----
+
+/// Positive edges per link batch.
+const LINK_BATCH: usize = 40;
+const NEGATIVES: usize = 2;
+
+impl Fixture {
+    /// Every 20th edge of the graph as `(sources, destinations)`, a few hundred pairs.
+    fn edges(&self) -> (Vec<u32>, Vec<u32>) {
+        (0..N)
+            .flat_map(|v| self.topo.neighbors(v).iter().map(move |&u| (u, v)))
+            .step_by(20)
+            .unzip()
+    }
+
+    fn link_loader(
+        &self,
+        tiers: &Arc<FeatureTiers>,
+        (src, dst): (Vec<u32>, Vec<u32>),
+        epoch: u64,
+        cfg: LoaderConfig,
+    ) -> Result<NodeLoader> {
+        let edges = LinkEdges {
+            src,
+            dst,
+            negatives_per_edge: NEGATIVES,
+        };
+        NodeLoader::links(
+            self.topo.clone(),
+            self.sampler.clone(),
+            tiers.clone(),
+            edges,
+            epoch,
+            cfg,
+        )
+    }
+
+    fn link_epoch(&self, tiers: &Arc<FeatureTiers>, epoch: u64, cfg: LoaderConfig) -> Vec<Batch> {
+        let loader = self.link_loader(tiers, self.edges(), epoch, cfg).unwrap();
+        loader.map(|b| b.unwrap()).collect()
+    }
+}
+
+fn link_cfg() -> LoaderConfig {
+    LoaderConfig {
+        batch_size: LINK_BATCH,
+        ..cfg()
+    }
+}
+
+/// A link batch's positive edges as global `(sources, destinations)`.
+fn positives(b: &Batch) -> (Vec<u32>, Vec<u32>) {
+    let links = b.links.as_ref().expect("a link batch");
+    let global =
+        |ids: &[u32]| -> Vec<u32> { ids.iter().map(|&i| b.sample.nodes[i as usize]).collect() };
+    (global(&links.src_local), global(&links.dst_local))
+}
+
+#[test]
+fn link_batches_are_sample_links_in_order_and_cover_every_edge_once() {
+    let f = fixture();
+    let (src, dst) = f.edges();
+    let num_batches = src.len().div_ceil(LINK_BATCH);
+    assert!(num_batches > 8, "{} edges", src.len());
+    for pipeline in [true, false] {
+        for shuffle in [true, false] {
+            let tiers = f.tiers(100, 300);
+            let cfg = LoaderConfig {
+                pipeline,
+                shuffle,
+                ..link_cfg()
+            };
+            let mut loader = f.link_loader(&tiers, f.edges(), 4, cfg).unwrap();
+            assert_eq!(loader.num_batches(), num_batches);
+            let batches: Vec<Batch> = loader.by_ref().map(|b| b.unwrap()).collect();
+            let stats = loader.stats();
+            assert_eq!(batches.len(), num_batches);
+            f.check_batches(&batches);
+            let mut seen = Vec::new();
+            for (i, b) in batches.iter().enumerate() {
+                let (bs, bd) = positives(b);
+                if !shuffle {
+                    let range = i * LINK_BATCH..((i + 1) * LINK_BATCH).min(src.len());
+                    assert_eq!((&bs[..], &bd[..]), (&src[range.clone()], &dst[range]));
+                }
+                // The pipeline's batch is sample_links with the batch's key, nothing more.
+                let direct = f
+                    .sampler
+                    .sample_links(&f.topo, &bs, &bd, NEGATIVES, batch_key(4, i))
+                    .unwrap();
+                assert_eq!(b.sample, direct.sample, "batch {i}");
+                let links = b.links.as_ref().unwrap();
+                assert_eq!(links.src_local, direct.src_local);
+                assert_eq!(links.dst_local, direct.dst_local);
+                assert_eq!(links.neg_dst_local, direct.neg_dst_local);
+                assert_eq!(links.neg_dst_local.len(), bs.len() * NEGATIVES);
+                assert_eq!(b.seeds, &b.sample.nodes[..b.sample.hop_counts[0]]);
+                seen.extend(bs.into_iter().zip(bd));
+            }
+            let mut want: Vec<(u32, u32)> = src.iter().copied().zip(dst.iter().copied()).collect();
+            want.sort_unstable();
+            seen.sort_unstable();
+            assert_eq!(seen, want, "each edge exactly once");
+            assert_eq!(stats.positive_edges, src.len() as u64);
+            assert_eq!(stats.batches, num_batches as u64);
+            check_no_pins(&tiers);
+        }
+    }
+
+    // Node batches carry no link part.
+    let (batches, stats) = f.epoch(&f.tiers(0, 100), 0, cfg());
+    assert!(batches.iter().all(|b| b.links.is_none()));
+    assert_eq!(stats.positive_edges, 0);
+}
+
+#[test]
+fn link_batches_are_identical_however_the_pipeline_runs() {
+    let f = fixture();
+    let base_cfg = LoaderConfig {
+        pipeline: false,
+        accumulator: false,
+        window: 0,
+        ..link_cfg()
+    };
+    let base = f.link_epoch(&f.tiers(0, 0), 2, base_cfg);
+    f.check_batches(&base);
+    let tiers = f.tiers(60, 250);
+    for pipeline in [false, true] {
+        for accumulator in [false, true] {
+            for window in [0, 4] {
+                let cfg = LoaderConfig {
+                    pipeline,
+                    accumulator,
+                    window,
+                    sampler_threads: 3,
+                    ..link_cfg()
+                };
+                let what = format!("{cfg:?}");
+                let batches = f.link_epoch(&tiers, 2, cfg);
+                assert_eq!(batches.len(), base.len(), "{what}");
+                for (a, b) in base.iter().zip(&batches) {
+                    assert_eq!(a.index, b.index, "{what}");
+                    assert_eq!(a.seeds, b.seeds, "{what}");
+                    assert_eq!(a.links, b.links, "{what}");
+                    assert_eq!(a.sample, b.sample, "{what}");
+                    assert!(a.features == b.features, "{what}: batch {}", a.index);
+                }
+                check_no_pins(&tiers);
+            }
+        }
+    }
+    // Another epoch shuffles the edges differently.
+    let other = f.link_epoch(&tiers, 3, link_cfg());
+    assert_ne!(positives(&other[0]), positives(&base[0]));
+}
+
+#[test]
+fn link_epochs_check_their_edges() {
+    let f = fixture();
+    let tiers = f.tiers(10, 100);
+    let (src, mut dst) = f.edges();
+    let e = f
+        .link_loader(&tiers, (src.clone(), dst[1..].to_vec()), 0, link_cfg())
+        .err()
+        .expect("rejected")
+        .to_string();
+    assert!(e.contains("must pair up"), "{e}");
+
+    // Batch 3 (unshuffled) holds an endpoint the graph does not have.
+    dst[3 * LINK_BATCH + 5] = N + 1;
+    for pipeline in [true, false] {
+        let cfg = LoaderConfig {
+            pipeline,
+            shuffle: false,
+            ..link_cfg()
+        };
+        let mut loader = f
+            .link_loader(&tiers, (src.clone(), dst.clone()), 0, cfg)
+            .unwrap();
+        for i in 0..3 {
+            assert_eq!(loader.next().unwrap().unwrap().index, i);
+        }
+        let e = loader.next().unwrap().unwrap_err().to_string();
+        assert!(e.contains("out of range"), "{e}");
+        assert!(loader.next().is_none());
+        check_no_pins(&tiers);
+    }
+
+    let cfg = LoaderConfig {
+        drop_last: true,
+        ..link_cfg()
+    };
+    let batches = f.link_epoch(&tiers, 0, cfg);
+    assert_eq!(batches.len(), src.len() / LINK_BATCH);
+    assert!(batches.iter().all(|b| positives(b).0.len() == LINK_BATCH));
+
+    let mut empty = f
+        .link_loader(&tiers, (Vec::new(), Vec::new()), 0, link_cfg())
+        .unwrap();
+    assert_eq!(empty.num_batches(), 0);
+    assert!(empty.next().is_none());
 }
