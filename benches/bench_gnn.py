@@ -1,9 +1,11 @@
 """Questions: does GraphSAGE trained on batches whose features come from disk reach the published
 accuracy on Cora and CiteSeer, and match the same model with every feature row in RAM (G1)? How
 fast does Strata's loader serve batches when the features are far larger than memory, against
-the memory-mapped gather of PyG and DGL and against Strata with every row in RAM (G2)?
+the memory-mapped gather of PyG and DGL and against Strata with every row in RAM (G2)? What does
+each mechanism contribute (G3), and how long does a GraphSAGE epoch take end to end (G4; both in
+`gnn_ablations.py`)?
 
-    python benches/bench_gnn.py [--only g1,g2] [--seeds 5] [--epochs 20] [--g2-nodes 10000000]
+    python benches/bench_gnn.py [--only g1,g2,g3,g4] [--seeds 5] [--epochs 20] [--g2-nodes 10000000]
         [--g2-limit 1000M] [--g2-batches 60] [--work DIR]
 
 G1: 2-layer GraphSAGE (mean), fanouts 25,10, the standard Planetoid split, mean test accuracy over
@@ -11,8 +13,8 @@ seeds. "disk": the feature tiers are capped at a tenth of the feature matrix (`-
 so most rows are read from the SSD each epoch; "RAM": every row is in the hot set.
 
 G2: loader throughput on a generated power-law graph (`strata generate sbm`, 64 classes, mean
-degree 20, exponent 2.2, 128 float32 features per node; 10M nodes make 5.1 GB of features, five
-times the 1000M memlimit), symmetrized. The same batches (1024 train seeds each, fanouts 15,10,
+degree 10, exponent 2.2, 256 float32 features per node; 10M nodes make 10.2 GB of features, five
+times the 1950M memlimit), symmetrized. The same batches (1024 train seeds each, fanouts 15,10,
 shuffled, same seed) through three loaders, each a `gnn_loader_driver.py` process: (i) Strata
 under the memlimit with the rest of the limit as its budget, (ii) a NumPy sampler over the
 store's CSC memmaps and `features[nodes]` on the memory-mapped feature matrix under the same
@@ -20,8 +22,8 @@ memlimit, (iii) Strata with every row in RAM and no memlimit. Reported: sampled 
 and seeds/s over the loop, MB/s read from storage, the loader's setup time, and (i)'s random
 reads per second against the device profile's 4 KiB IOPS at queue depth 128.
 
-Results go to bench-results/gnn-g1.json, bench-results/gnn-g2.json and the gnn-g1 and gnn-g2
-sections of docs/benchmarks.md.
+Results go to bench-results/gnn-g{1,2,3,4}.json and the gnn-g1 to gnn-g4 sections of
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -395,7 +397,7 @@ def g2_markdown(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="g1,g2", help="comma-separated subset of g1,g2")
+    ap.add_argument("--only", default="g1,g2,g3,g4", help="comma-separated subset of g1,g2,g3,g4")
     ap.add_argument("--seeds", type=int, default=5, help="G1: training seeds")
     ap.add_argument("--epochs", type=int, default=20, help="G1: epochs per run")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "gnn")
@@ -413,6 +415,9 @@ def main() -> None:
     )
     ap.add_argument("--g2-seed", type=int, default=0)
     ap.add_argument("--g2-timeout", type=int, default=600, help="seconds before a loader process is killed")
+    ap.add_argument("--g4-seeds", type=int, default=102_400, help="G4: train seeds in the measured epoch")
+    ap.add_argument("--g4-hidden", type=int, default=128, help="G4: GraphSAGE hidden units")
+    ap.add_argument("--g4-reserve", default="700M", help="G4: left to Python and torch; the loader gets the rest")
     args = ap.parse_args()
     only = set(args.only.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -420,6 +425,13 @@ def main() -> None:
         g1(args)
     if "g2" in only:
         g2(args)
+    if only & {"g3", "g4"}:
+        import gnn_ablations
+
+        if "g3" in only:
+            gnn_ablations.g3(args, g2_store(args), drive)
+        if "g4" in only:
+            gnn_ablations.g4(args, g2_store(args))
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def run_strata(args, seeds: np.ndarray) -> dict:
             events.append((time.monotonic() - t0, f"{kind}: {rest[0]}"))
         return True
 
-    options = {"seed": args.seed}
+    options = {"seed": args.seed, **args.set}
     if args.window is not None:
         options["window"] = args.window
     try:
@@ -83,7 +83,7 @@ def run_strata(args, seeds: np.ndarray) -> dict:
     checksum = 0.0
     first = None
     t1 = time.monotonic()
-    for _index, batch_seeds, nodes, _hops, _blocks, features, _stats in epoch:
+    for _index, batch_seeds, nodes, _hops, _blocks, features, _stats, _device, _links in epoch:
         checksum += float(np.frombuffer(features, dtype=np.float32).sum())
         rows += len(nodes) // 4
         seeds_seen += len(batch_seeds) // 4
@@ -107,7 +107,7 @@ def run_strata(args, seeds: np.ndarray) -> dict:
         "proc_read_bytes": proc_read_bytes() - read0,
         "plan": plan,
         "plan_lines": data.plan_lines(),
-        "all_resident": plan["hot_rows"] == plan["num_nodes"],
+        "all_resident": plan["hot_rows"] + plan["device_rows"] == plan["num_nodes"],
         "setup_messages": [m for _, m in events],
         "stats": epoch.stats(),
     }
@@ -189,6 +189,15 @@ def run_mmap(args, seeds: np.ndarray) -> dict:
     }
 
 
+def _option(text: str) -> tuple[str, object]:
+    """``key=value`` with the value as JSON (``window=4``, ``accumulator=false``) or else a string."""
+    key, _, value = text.partition("=")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("store")
@@ -200,7 +209,11 @@ def main() -> None:
     ap.add_argument("--memory", default="1G", help="strata: the loader's memory budget")
     ap.add_argument("--advice", choices=["default", "random"], default="default", help="mmap: madvise of the features")
     ap.add_argument("--window", type=int, default=None, help="strata: look-ahead window (default the loader's)")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="strata: a data-path option (JSON value)"
+    )
     args = ap.parse_args()
+    args.set = dict(_option(kv) for kv in args.set)
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
     from strata.store import Store
 
