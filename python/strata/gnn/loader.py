@@ -78,7 +78,8 @@ class Batch:
         return torch.cat([torch.ones(num_pos), torch.zeros(num_neg)]).to(self.x.device)
 
 
-_FLOAT = {"float32": lambda t: t.float32, "float16": lambda t: t.float16}
+#: Feature dtype names -> the torch dtype (a function of the torch module, imported lazily).
+FLOAT_DTYPES = {"float32": lambda t: t.float32, "float16": lambda t: t.float16}
 
 
 def node_id_bytes(nodes) -> bytes:
@@ -192,7 +193,7 @@ class GnnData:
         if nodes.size == 0:
             return None
         torch = require_torch()
-        table = torch.empty((nodes.size, self.dim), dtype=_FLOAT[self.dtype](torch), device=self.device)
+        table = torch.empty((nodes.size, self.dim), dtype=FLOAT_DTYPES[self.dtype](torch), device=self.device)
         for start in range(0, nodes.size, DEVICE_LOAD_ROWS):
             chunk = nodes[start : start + DEVICE_LOAD_ROWS]
             rows = torch.frombuffer(self._native.gather(chunk.tobytes()), dtype=table.dtype).view(-1, self.dim)
@@ -271,7 +272,7 @@ class EpochLoader:
         self.data = data
         self.device = self.torch.device(device)
         self._epoch = native_epoch
-        self._float = _FLOAT[data.dtype](self.torch)
+        self._float = FLOAT_DTYPES[data.dtype](self.torch)
         self._pin = self.device.type == "cuda"
 
     def _tensor(self, buf: bytearray, dtype):

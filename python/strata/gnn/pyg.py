@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import MissingDependencyError
 from ._torch import require_torch
-from .loader import GnnData, node_id_bytes
+from .loader import FLOAT_DTYPES, GnnData, node_id_bytes
 
 torch = require_torch()
 try:
@@ -54,7 +54,7 @@ class StrataFeatureStore(FeatureStore):
     def __init__(self, data: GnnData):
         super().__init__()
         self.data = data
-        self._float = {"float32": torch.float32, "float16": torch.float16}[data.dtype]
+        self._float = FLOAT_DTYPES[data.dtype](torch)
 
     def _rows(self, index) -> np.ndarray:
         if index is None or isinstance(index, slice):
