@@ -7,7 +7,7 @@ use strata_io::IoError;
 use strata_store::StoreError;
 
 /// Instantiates exception class `class` of `strata.errors` with `msg`.
-fn raise(py: Python<'_>, class: &str, msg: &str) -> PyErr {
+pub fn raise(py: Python<'_>, class: &str, msg: &str) -> PyErr {
     match py.import("strata.errors").and_then(|m| m.getattr(class)) {
         Ok(cls) => match cls.call1((msg,)) {
             Ok(exc) => PyErr::from_value(exc),
@@ -52,6 +52,19 @@ impl ToPyErr for GnnError {
             GnnError::Config(m) => raise(py, "ConfigError", m),
             GnnError::Budget(m) => raise(py, "BudgetError", m),
             GnnError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
+        }
+    }
+}
+
+impl ToPyErr for strata_grid::GridError {
+    fn to_py(&self, py: Python<'_>) -> PyErr {
+        use strata_grid::GridError;
+        match self {
+            GridError::Store(e) => store_error(py, e),
+            GridError::Invalid { .. } => raise(py, "StoreFormatError", &self.to_string()),
+            GridError::Config { .. } => raise(py, "ConfigError", &self.to_string()),
+            GridError::Budget(m) => raise(py, "BudgetError", m),
+            GridError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
         }
     }
 }

@@ -6,6 +6,7 @@
 mod embed;
 mod errors;
 mod gnn;
+mod grid;
 mod io;
 mod jobs;
 mod progress;
@@ -57,6 +58,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     io::register(m)?;
     embed::register(m)?;
     gnn::register(m)?;
+    grid::register(m)?;
     m.add("FORMAT_VERSION", strata_store::manifest::FORMAT_VERSION)?;
     Ok(())
 }

@@ -1,0 +1,95 @@
+//! Strata's far-memory tier (Fargraph+): a memory server process that holds segments for
+//! compute processes, and the client that reads them back in chunks.
+//!
+//! The compute process writes each segment once (preprocessing: [`FarClient::alloc`] +
+//! [`FarClient::write`]) and then reads it back many times with asynchronous chunked reads
+//! ([`FarClient::submit`]), prefetching along its known streaming order. The server is a plain
+//! process holding the bytes in its RAM ([`Server`]); the link is TCP standing in for RDMA, with
+//! control messages on one connection and bulk chunks on separate data connections (Fargraph+
+//! §6.3). The wire format is documented in [`protocol`].
+//!
+//! The disk copy stays authoritative: when the server dies or a connection breaks, the client
+//! turns dead, every pending and later operation fails with [`FarError::Unavailable`] (within
+//! the client's `io_timeout`), and callers fall back to disk.
+//!
+//! ```no_run
+//! use strata_farmem::{ClientConfig, FarClient, FarRead};
+//! let client = FarClient::connect(&ClientConfig { addr: "127.0.0.1:7000".into(), ..Default::default() })?;
+//! client.alloc(1, 1 << 20)?;
+//! client.write(1, 0, &vec![7u8; 1 << 20])?;
+//! let (tx, rx) = crossbeam_channel::unbounded();
+//! client.submit(vec![FarRead::new(1, 4096, 65536, 42)], &tx);
+//! let done = rx.recv().unwrap();
+//! assert_eq!(done.tag, 42);
+//! assert_eq!(done.result?, 65536);
+//! # Ok::<(), strata_farmem::FarError>(())
+//! ```
+
+#![warn(missing_docs)]
+
+mod client;
+mod error;
+pub mod protocol;
+mod server;
+
+#[cfg(test)]
+mod tests;
+
+pub use client::{ClientConfig, ClientStats, FarClient, FarCompletion, FarRead};
+pub use error::{FarError, Result};
+pub use server::{Server, ServerConfig, ServerStats, StopHandle};
+
+/// The far-memory operations a compute engine needs, independent of the link.
+///
+/// [`FarClient`] is the TCP implementation. An RDMA implementation would map `alloc`/`free`
+/// onto registering memory regions on the memory node (over a message queue pair), `write` onto
+/// one-sided writes, and `submit` onto one-sided reads posted on data queue pairs with the
+/// completions harvested from a completion queue. Engines that want to stay link-agnostic hold
+/// an `Arc<dyn Transport>`.
+pub trait Transport: Send + Sync {
+    /// Free bytes on the memory node.
+    fn free_capacity(&self) -> Result<u64>;
+    /// Allocates segment `segment` of `len` bytes; [`FarError::Capacity`] when it does not fit.
+    fn alloc(&self, segment: u64, len: u64) -> Result<()>;
+    /// Writes `data` at byte `offset` of `segment`; returns once it is acknowledged.
+    fn write(&self, segment: u64, offset: u64, data: &[u8]) -> Result<()>;
+    /// Starts reads without blocking; one completion per read arrives on `sink`.
+    fn submit(&self, reqs: Vec<FarRead>, sink: &crossbeam_channel::Sender<FarCompletion>);
+    /// Frees segment `segment`.
+    fn free(&self, segment: u64) -> Result<()>;
+    /// False once the far tier is unusable (callers fall back to disk).
+    fn is_alive(&self) -> bool;
+    /// Bytes per transfer chunk.
+    fn chunk_bytes(&self) -> usize;
+}
+
+impl Transport for FarClient {
+    fn free_capacity(&self) -> Result<u64> {
+        FarClient::free_capacity(self)
+    }
+    fn alloc(&self, segment: u64, len: u64) -> Result<()> {
+        FarClient::alloc(self, segment, len)
+    }
+    fn write(&self, segment: u64, offset: u64, data: &[u8]) -> Result<()> {
+        FarClient::write(self, segment, offset, data)
+    }
+    fn submit(&self, reqs: Vec<FarRead>, sink: &crossbeam_channel::Sender<FarCompletion>) {
+        FarClient::submit(self, reqs, sink)
+    }
+    fn free(&self, segment: u64) -> Result<()> {
+        FarClient::free(self, segment)
+    }
+    fn is_alive(&self) -> bool {
+        FarClient::is_alive(self)
+    }
+    fn chunk_bytes(&self) -> usize {
+        FarClient::chunk_bytes(self)
+    }
+}
+
+/// Compile-time check that the client can be shared between threads.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<FarClient>();
+    assert_send_sync::<Server>();
+};

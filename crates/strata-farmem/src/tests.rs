@@ -1,0 +1,825 @@
+//! Client/server tests over loopback TCP. Timing enters only as generous upper bounds.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver};
+use proptest::prelude::*;
+
+use crate::protocol::{op, status, Header, HEADER_LEN};
+use crate::*;
+
+const GENEROUS: Duration = Duration::from_secs(30);
+
+/// A server running on a background thread, stopped and joined on drop.
+struct TestServer {
+    server: Arc<Server>,
+    stop: StopHandle,
+    thread: Option<JoinHandle<Result<()>>>,
+}
+
+impl TestServer {
+    fn start(capacity: u64) -> TestServer {
+        Self::start_with(ServerConfig {
+            listen: "127.0.0.1:0".into(),
+            capacity_bytes: capacity,
+            max_message_bytes: 64 << 20,
+        })
+    }
+
+    fn start_with(cfg: ServerConfig) -> TestServer {
+        let server = Arc::new(Server::bind(&cfg).unwrap());
+        let stop = server.stop_handle();
+        let s = server.clone();
+        let thread = std::thread::spawn(move || s.run_until(&|| false));
+        TestServer {
+            server,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn addr(&self) -> String {
+        self.server.local_addr().to_string()
+    }
+
+    fn config(&self) -> ClientConfig {
+        ClientConfig {
+            addr: self.addr(),
+            ..Default::default()
+        }
+    }
+
+    fn client(&self) -> FarClient {
+        FarClient::connect(&self.config()).unwrap()
+    }
+
+    fn stop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Deterministic, position-dependent bytes (so misplaced chunks are caught).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn wait_for(mut cond: impl FnMut() -> bool, timeout: Duration) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < timeout {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+/// Collects `n` completions by tag, failing on duplicates or a generous timeout.
+fn collect(rx: &Receiver<FarCompletion>, n: usize) -> HashMap<u64, FarCompletion> {
+    let mut got = HashMap::new();
+    for _ in 0..n {
+        let c = rx.recv_timeout(GENEROUS).expect("a read never completed");
+        let tag = c.tag;
+        assert!(
+            got.insert(tag, c).is_none(),
+            "two completions for tag {tag}"
+        );
+    }
+    assert!(rx.try_recv().is_err(), "more completions than reads");
+    got
+}
+
+fn read_one(c: &FarClient, segment: u64, offset: u64, len: usize) -> Result<Vec<u8>> {
+    let (tx, rx) = unbounded();
+    c.submit(vec![FarRead::new(segment, offset, len, 0)], &tx);
+    let done = rx.recv_timeout(GENEROUS).unwrap();
+    done.result.map(|n| done.buf[..n].to_vec())
+}
+
+#[test]
+fn round_trip_odd_sizes() {
+    let srv = TestServer::start(64 << 20);
+    let c = FarClient::connect(&ClientConfig {
+        chunk_bytes: 10_007,
+        ..srv.config()
+    })
+    .unwrap();
+    assert!(c.is_alive());
+    assert_eq!(c.chunk_bytes(), 10_007);
+    let len = 3 * (1 << 20) + 17;
+    let data = pattern(1, len);
+    c.alloc(5, len as u64).unwrap();
+    c.write(5, 0, &data[..1001]).unwrap();
+    c.write(5, 1001, &data[1001..]).unwrap();
+    for (off, n) in [
+        (0usize, len),
+        (0, 1),
+        (len - 1, 1),
+        (12345, 700_001),
+        (10_006, 2),
+    ] {
+        assert_eq!(read_one(&c, 5, off as u64, n).unwrap(), &data[off..off + n]);
+    }
+    // A zero-length read completes at once.
+    assert_eq!(read_one(&c, 5, 0, 0).unwrap(), Vec::<u8>::new());
+    let st = c.stats();
+    assert_eq!(st.bytes_written, len as u64);
+    assert!(st.reads >= 5 && st.chunks_read > 0 && st.errors == 0);
+    assert!(c.ping().unwrap() < GENEROUS);
+    let ss = c.server_stats().unwrap();
+    assert_eq!(ss.segments, 1);
+    assert_eq!(ss.bytes_held, len as u64);
+    assert_eq!(ss.bytes_received, len as u64);
+}
+
+#[test]
+fn proptest_round_trip() {
+    let srv = TestServer::start(256 << 20);
+    let strategy = (
+        prop_oneof![1usize..=64, 65usize..=5000, 5000usize..=70_000],
+        1usize..=3,
+        1usize..=5,
+        1usize..=200_000,
+        any::<u64>(),
+    )
+        .prop_flat_map(|(chunk, conns, depth, seg_len, seed)| {
+            // Keep the chunk count bounded for tiny chunks.
+            let seg_len = seg_len.min(chunk * 3000);
+            (
+                Just((chunk, conns, depth, seg_len, seed)),
+                (0..seg_len, 0..=seg_len),
+                proptest::collection::vec((0..seg_len, 0..=seg_len), 1..12),
+            )
+        });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 40,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(
+            &strategy,
+            |((chunk, conns, depth, seg_len, seed), (woff, wlen), reads)| {
+                let c = FarClient::connect(&ClientConfig {
+                    chunk_bytes: chunk,
+                    data_connections: conns,
+                    depth_per_connection: depth,
+                    ..srv.config()
+                })
+                .unwrap();
+                c.alloc(9, seg_len as u64).unwrap();
+                // The model: a zeroed segment with one write applied.
+                let mut model = vec![0u8; seg_len];
+                let wlen = wlen.min(seg_len - woff);
+                let data = pattern(seed, wlen);
+                c.write(9, woff as u64, &data).unwrap();
+                model[woff..woff + wlen].copy_from_slice(&data);
+                let (tx, rx) = unbounded();
+                let mut reqs = Vec::new();
+                for (i, &(off, n)) in reads.iter().enumerate() {
+                    let n = n.min(seg_len - off);
+                    // Alternate between pre-sized, empty and over-long buffers.
+                    let buf = match i % 3 {
+                        0 => Vec::with_capacity(n),
+                        1 => Vec::new(),
+                        _ => vec![0xAA; n + 5],
+                    };
+                    reqs.push(FarRead {
+                        segment: 9,
+                        offset: off as u64,
+                        len: n,
+                        buf,
+                        tag: i as u64,
+                    });
+                }
+                c.submit(reqs, &tx);
+                let got = collect(&rx, reads.len());
+                for (i, &(off, n)) in reads.iter().enumerate() {
+                    let n = n.min(seg_len - off);
+                    let done = &got[&(i as u64)];
+                    prop_assert_eq!(done.result.as_ref().ok().copied(), Some(n));
+                    prop_assert!(done.buf[..n] == model[off..off + n]);
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn many_reads_in_flight() {
+    let srv = TestServer::start(64 << 20);
+    let c = FarClient::connect(&ClientConfig {
+        chunk_bytes: 4096,
+        data_connections: 3,
+        depth_per_connection: 4,
+        ..srv.config()
+    })
+    .unwrap();
+    let len = 8 << 20;
+    let data = pattern(7, len);
+    c.alloc(1, len as u64).unwrap();
+    c.write(1, 0, &data).unwrap();
+    let (tx, rx) = unbounded();
+    let n = 3000usize;
+    let mut want = Vec::new();
+    let reqs: Vec<FarRead> = (0..n)
+        .map(|i| {
+            let off = (i * 2654435761) % (len - 70_000);
+            let l = 1 + (i * 7919) % 60_000;
+            want.push((off, l));
+            FarRead::new(1, off as u64, l, i as u64)
+        })
+        .collect();
+    c.submit(reqs, &tx);
+    let got = collect(&rx, n);
+    for (i, &(off, l)) in want.iter().enumerate() {
+        let done = &got[&(i as u64)];
+        assert_eq!(*done.result.as_ref().unwrap(), l);
+        assert_eq!(&done.buf[..l], &data[off..off + l], "read {i}");
+    }
+    let st = c.stats();
+    assert_eq!(st.reads, n as u64);
+    assert_eq!(st.bytes_read, want.iter().map(|w| w.1 as u64).sum::<u64>());
+    assert!(st.read_latency_us_mean > 0.0);
+}
+
+#[test]
+fn two_clients_have_separate_sessions() {
+    let srv = TestServer::start(64 << 20);
+    let a = Arc::new(srv.client());
+    let b = Arc::new(srv.client());
+    let (da, db) = (pattern(100, 1 << 20), pattern(200, 1 << 20));
+    a.alloc(1, da.len() as u64).unwrap();
+    b.alloc(1, db.len() as u64).unwrap();
+    a.alloc(2, 10).unwrap();
+    a.write(1, 0, &da).unwrap();
+    b.write(1, 0, &db).unwrap();
+    assert_eq!(srv.server.stats().sessions, 2);
+    // Segment ids are private to a session.
+    assert!(matches!(
+        read_one(&b, 2, 0, 1),
+        Err(FarError::BadRequest(_))
+    ));
+    let threads: Vec<_> = [(a.clone(), da.clone()), (b.clone(), db.clone())]
+        .into_iter()
+        .map(|(c, want)| {
+            std::thread::spawn(move || {
+                for round in 0..20 {
+                    let off = round * 35_000;
+                    assert_eq!(
+                        read_one(&c, 1, off as u64, 300_000).unwrap(),
+                        &want[off..off + 300_000]
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(a.is_alive() && b.is_alive());
+}
+
+#[test]
+fn session_segments_freed_on_client_drop() {
+    let srv = TestServer::start(64 << 20);
+    let c = srv.client();
+    c.alloc(1, 3 << 20).unwrap();
+    c.alloc(2, 5 << 20).unwrap();
+    c.write(2, 100, &pattern(3, 1000)).unwrap();
+    let other = srv.client();
+    other.alloc(1, 1 << 20).unwrap();
+    let st = srv.server.stats();
+    assert_eq!((st.segments, st.bytes_held, st.sessions), (3, 9 << 20, 2));
+    assert_eq!(c.free_capacity().unwrap(), (64 << 20) - (9 << 20));
+    c.free(1).unwrap();
+    assert_eq!(srv.server.stats().bytes_held, 6 << 20);
+    drop(c);
+    assert!(
+        wait_for(
+            || {
+                let st = srv.server.stats();
+                st.segments == 1 && st.bytes_held == 1 << 20 && st.sessions == 1
+            },
+            GENEROUS
+        ),
+        "segments not freed: {:?}",
+        srv.server.stats()
+    );
+    assert!(other.is_alive());
+    assert_eq!(other.free_capacity().unwrap(), 63 << 20);
+}
+
+#[test]
+fn capacity_refusal() {
+    let srv = TestServer::start(1 << 20);
+    let c = srv.client();
+    match c.alloc(1, 2 << 20) {
+        Err(FarError::Capacity { asked, free }) => {
+            assert_eq!((asked, free), (2 << 20, 1 << 20));
+        }
+        other => panic!("expected a capacity error, got {other:?}"),
+    }
+    c.alloc(1, 700_000).unwrap();
+    match c.alloc(2, 400_000) {
+        Err(FarError::Capacity { asked, free }) => {
+            assert_eq!((asked, free), (400_000, (1 << 20) - 700_000));
+        }
+        other => panic!("expected a capacity error, got {other:?}"),
+    }
+    // A huge request is refused, not attempted.
+    assert!(matches!(
+        c.alloc(3, u64::MAX),
+        Err(FarError::Capacity { .. })
+    ));
+    assert!(c.is_alive());
+    assert!(matches!(c.alloc(1, 10), Err(FarError::BadRequest(_))));
+    assert!(matches!(c.free(77), Err(FarError::BadRequest(_))));
+    c.free(1).unwrap();
+    c.alloc(2, 400_000).unwrap();
+    assert_eq!(c.free_capacity().unwrap(), (1 << 20) - 400_000);
+    assert!(c.is_alive());
+}
+
+/// Opens a raw connection and sends one header (plus payload).
+fn raw_send(addr: SocketAddr, h: &Header, payload: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(GENEROUS)).unwrap();
+    s.write_all(&h.encode()).unwrap();
+    s.write_all(payload).unwrap();
+    s
+}
+
+/// Reads one reply header and its payload.
+fn raw_reply(s: &mut TcpStream) -> (Header, Vec<u8>) {
+    let mut b = [0u8; HEADER_LEN];
+    s.read_exact(&mut b).unwrap();
+    let h = Header::decode(&b).unwrap();
+    let mut p = vec![0u8; h.payload_len as usize];
+    s.read_exact(&mut p).unwrap();
+    (h, p)
+}
+
+/// True when the server closed `s` (EOF or reset) within the generous timeout.
+fn closed_by_peer(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    !matches!(s.read(&mut b), Ok(n) if n > 0)
+}
+
+#[test]
+fn out_of_range_and_bad_messages_are_rejected_while_serving() {
+    let srv = TestServer::start_with(ServerConfig {
+        listen: "127.0.0.1:0".into(),
+        capacity_bytes: 16 << 20,
+        max_message_bytes: 1 << 20,
+    });
+    let c = FarClient::connect(&ClientConfig {
+        chunk_bytes: 64 << 10,
+        ..srv.config()
+    })
+    .unwrap();
+    let data = pattern(5, 100_000);
+    c.alloc(1, 100_000).unwrap();
+    c.write(1, 0, &data).unwrap();
+
+    // Out of range, unknown segment: BadRequest, and the client stays usable.
+    let err = read_one(&c, 1, 99_000, 1001).unwrap_err();
+    assert!(
+        matches!(&err, FarError::BadRequest(m) if m.contains("outside segment 1")),
+        "{err}"
+    );
+    assert!(matches!(
+        read_one(&c, 42, 0, 10),
+        Err(FarError::BadRequest(_))
+    ));
+    assert!(matches!(
+        c.write(1, 99_999, &[1, 2]),
+        Err(FarError::BadRequest(_))
+    ));
+    assert!(matches!(
+        read_one(&c, 1, u64::MAX - 1, 10),
+        Err(FarError::BadRequest(_))
+    ));
+    assert!(c.is_alive());
+    assert_eq!(read_one(&c, 1, 500, 70_000).unwrap(), &data[500..70_500]);
+    // A read that fails in only some of its chunks fails as a whole, with one completion.
+    let err = read_one(&c, 1, 0, 100_001).unwrap_err();
+    assert!(matches!(err, FarError::BadRequest(_)));
+    assert!(c.stats().errors >= 5);
+
+    let addr = srv.server.local_addr();
+    // Garbage instead of a header: a PROTOCOL reply, then the connection is closed.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(GENEROUS)).unwrap();
+    s.write_all(&[0x47u8; HEADER_LEN]).unwrap();
+    let (h, msg) = raw_reply(&mut s);
+    assert_eq!(h.status, status::PROTOCOL);
+    assert!(String::from_utf8_lossy(&msg).contains("magic"));
+    assert!(closed_by_peer(&mut s));
+
+    // A wrong version.
+    let mut b = Header::request(op::HELLO, 1, 0, 0, 0).encode();
+    b[4] = 99;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(GENEROUS)).unwrap();
+    s.write_all(&b).unwrap();
+    let (h, msg) = raw_reply(&mut s);
+    assert_eq!(h.status, status::PROTOCOL);
+    assert!(String::from_utf8_lossy(&msg).contains("version"));
+
+    // A data operation on a fresh connection, without HELLO or JOIN.
+    let mut s = raw_send(addr, &Header::request(op::READ, 1, 1, 0, 10), &[]);
+    assert_eq!(raw_reply(&mut s).0.status, status::PROTOCOL);
+    assert!(closed_by_peer(&mut s));
+
+    // JOIN with a made-up token.
+    let mut s = raw_send(addr, &Header::request(op::JOIN, 1, 12345, 0, 0), &[]);
+    let (h, msg) = raw_reply(&mut s);
+    assert_eq!(h.status, status::PROTOCOL);
+    assert!(String::from_utf8_lossy(&msg).contains("unknown session"));
+
+    // A raw session: bulk data on the control connection is refused.
+    let mut ctl = raw_send(addr, &Header::request(op::HELLO, 1, 0, 0, 0), &[]);
+    let (hello, _) = raw_reply(&mut ctl);
+    assert_eq!(hello.status, status::OK);
+    assert_eq!(hello.length, 1 << 20);
+    let token = hello.segment;
+    let mut data_conn = raw_send(addr, &Header::request(op::JOIN, 2, token, 0, 0), &[]);
+    assert_eq!(raw_reply(&mut data_conn).0.status, status::OK);
+    // An oversized message on a data connection: refused, connection closed.
+    let mut w = Header::request(op::WRITE, 3, 1, 0, 2 << 20);
+    w.payload_len = 2 << 20;
+    data_conn.write_all(&w.encode()).unwrap();
+    let (h, msg) = raw_reply(&mut data_conn);
+    assert_eq!((h.id, h.status), (3, status::PROTOCOL));
+    assert!(String::from_utf8_lossy(&msg).contains("exceeds"));
+    assert!(closed_by_peer(&mut data_conn));
+    // An oversized read request is a BadRequest (nothing to skip), connection stays.
+    let mut data_conn = raw_send(addr, &Header::request(op::JOIN, 4, token, 0, 0), &[]);
+    assert_eq!(raw_reply(&mut data_conn).0.status, status::OK);
+    data_conn
+        .write_all(&Header::request(op::READ, 5, 1, 0, 2 << 20).encode())
+        .unwrap();
+    assert_eq!(raw_reply(&mut data_conn).0.status, status::BAD_REQUEST);
+    // Control message on a data connection.
+    data_conn
+        .write_all(&Header::request(op::PING, 6, 0, 0, 0).encode())
+        .unwrap();
+    assert_eq!(raw_reply(&mut data_conn).0.status, status::PROTOCOL);
+    // Bulk read on the control connection.
+    ctl.write_all(&Header::request(op::READ, 7, 1, 0, 10).encode())
+        .unwrap();
+    assert_eq!(raw_reply(&mut ctl).0.status, status::PROTOCOL);
+    assert!(closed_by_peer(&mut ctl));
+
+    // Through all of that, the real client kept being served.
+    assert!(c.is_alive());
+    assert_eq!(read_one(&c, 1, 0, 100_000).unwrap(), data);
+    let fresh = srv.client();
+    fresh.alloc(1, 10).unwrap();
+    assert!(wait_for(|| srv.server.stats().sessions == 2, GENEROUS));
+}
+
+#[test]
+fn client_config_is_checked() {
+    let srv = TestServer::start_with(ServerConfig {
+        listen: "127.0.0.1:0".into(),
+        capacity_bytes: 1 << 20,
+        max_message_bytes: 4096,
+    });
+    let too_big = FarClient::connect(&ClientConfig {
+        chunk_bytes: 8192,
+        ..srv.config()
+    });
+    assert!(matches!(too_big, Err(FarError::BadRequest(m)) if m.contains("maximum message")));
+    let zero = FarClient::connect(&ClientConfig {
+        data_connections: 0,
+        ..srv.config()
+    });
+    assert!(matches!(zero, Err(FarError::BadRequest(_))));
+    assert!(matches!(
+        FarClient::connect(&ClientConfig::default()),
+        Err(FarError::BadRequest(_))
+    ));
+}
+
+#[test]
+fn unreachable_server_is_unavailable() {
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let r = FarClient::connect(&ClientConfig {
+        addr: format!("127.0.0.1:{port}"),
+        connect_timeout: Duration::from_millis(500),
+        ..Default::default()
+    });
+    assert!(matches!(r, Err(FarError::Unavailable(_))), "{r:?}");
+}
+
+#[test]
+fn silent_listener_is_unavailable() {
+    // The kernel accepts the connection, but nobody answers HELLO.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let r = FarClient::connect(&ClientConfig {
+        addr: l.local_addr().unwrap().to_string(),
+        connect_timeout: Duration::from_millis(300),
+        io_timeout: Duration::from_secs(60),
+        ..Default::default()
+    });
+    assert!(matches!(r, Err(FarError::Unavailable(_))), "{r:?}");
+}
+
+/// Every completion is Ok or Unavailable; returns how many were Unavailable.
+fn count_unavailable(got: &HashMap<u64, FarCompletion>) -> usize {
+    got.values()
+        .filter(|c| match &c.result {
+            Ok(_) => false,
+            Err(FarError::Unavailable(_)) => true,
+            Err(e) => panic!("unexpected error {e}"),
+        })
+        .count()
+}
+
+fn assert_fails_fast(c: &FarClient) {
+    let t = Instant::now();
+    assert!(!c.is_alive());
+    assert!(matches!(c.alloc(100, 1), Err(FarError::Unavailable(_))));
+    assert!(matches!(
+        c.write(1, 0, &[1, 2, 3]),
+        Err(FarError::Unavailable(_))
+    ));
+    assert!(matches!(c.free(1), Err(FarError::Unavailable(_))));
+    assert!(matches!(c.ping(), Err(FarError::Unavailable(_))));
+    assert!(matches!(c.free_capacity(), Err(FarError::Unavailable(_))));
+    let (tx, rx) = unbounded();
+    c.submit(
+        vec![FarRead::new(1, 0, 10, 1), FarRead::new(1, 0, 10, 2)],
+        &tx,
+    );
+    // Completed inside submit.
+    assert!(matches!(
+        rx.try_recv().unwrap().result,
+        Err(FarError::Unavailable(_))
+    ));
+    assert!(matches!(
+        rx.try_recv().unwrap().result,
+        Err(FarError::Unavailable(_))
+    ));
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "dead client calls must not wait"
+    );
+}
+
+#[test]
+fn server_stopped_mid_stream() {
+    let mut srv = TestServer::start(128 << 20);
+    let io_timeout = Duration::from_secs(3);
+    let c = FarClient::connect(&ClientConfig {
+        io_timeout,
+        ..srv.config()
+    })
+    .unwrap();
+    let len = 32 << 20;
+    let data = pattern(11, len);
+    c.alloc(1, len as u64).unwrap();
+    c.write(1, 0, &data).unwrap();
+    let (tx, rx) = unbounded();
+    let n = 600;
+    let reqs = (0..n)
+        .map(|i| {
+            FarRead::new(
+                1,
+                ((i * 1_048_573) % (len - (1 << 20))) as u64,
+                1 << 20,
+                i as u64,
+            )
+        })
+        .collect();
+    c.submit(reqs, &tx);
+    // Stop while the reads stream (some may have finished already).
+    srv.stop();
+    let t = Instant::now();
+    let got = collect(&rx, n);
+    assert!(t.elapsed() < io_timeout + GENEROUS);
+    for (tag, done) in &got {
+        if let Ok(l) = done.result {
+            let off = ((*tag as usize) * 1_048_573) % (len - (1 << 20));
+            assert!(done.buf[..l] == data[off..off + l]);
+        }
+    }
+    let failed = count_unavailable(&got);
+    assert!(wait_for(|| !c.is_alive(), GENEROUS));
+    assert_fails_fast(&c);
+    assert!(c.stats().errors >= failed as u64);
+}
+
+/// A fake server that answers HELLO and JOIN, then swallows requests; `close_after_first`
+/// closes everything on the first data request instead of staying silent.
+fn fake_server(close_after_first: bool) -> (SocketAddr, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for i in 0..3 {
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; HEADER_LEN];
+            s.read_exact(&mut b).unwrap();
+            let mut reply = Header::reply_to(&Header::decode(&b).unwrap());
+            if i == 0 {
+                reply.segment = 77;
+                reply.length = 64 << 20;
+            }
+            s.write_all(&reply.encode()).unwrap();
+            conns.push(s);
+        }
+        let mut b = [0u8; HEADER_LEN];
+        let _ = conns[1].read_exact(&mut b);
+        if !close_after_first {
+            // Stay silent until the client gives up and closes.
+            let _ = conns[1].set_read_timeout(Some(GENEROUS));
+            let mut sink = Vec::new();
+            let _ = conns[1].read_to_end(&mut sink);
+        }
+        drop(conns);
+    });
+    (addr, t)
+}
+
+#[test]
+fn silent_server_times_out_pending_reads() {
+    let (addr, t) = fake_server(false);
+    let io_timeout = Duration::from_millis(500);
+    let c = FarClient::connect(&ClientConfig {
+        addr: addr.to_string(),
+        io_timeout,
+        ..Default::default()
+    })
+    .unwrap();
+    let (tx, rx) = unbounded();
+    c.submit(
+        (0..20).map(|i| FarRead::new(1, 0, 1 << 20, i)).collect(),
+        &tx,
+    );
+    let got = collect(&rx, 20);
+    assert_eq!(count_unavailable(&got), 20);
+    assert!(matches!(&got[&0].result, Err(FarError::Unavailable(m)) if m.contains("no reply")));
+    assert_fails_fast(&c);
+    drop(c);
+    t.join().unwrap();
+}
+
+#[test]
+fn server_closing_fails_pending_reads_and_writes() {
+    let (addr, t) = fake_server(true);
+    let c = FarClient::connect(&ClientConfig {
+        addr: addr.to_string(),
+        io_timeout: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .unwrap();
+    let (tx, rx) = unbounded();
+    c.submit(
+        (0..20).map(|i| FarRead::new(1, 0, 1 << 20, i)).collect(),
+        &tx,
+    );
+    // Closing is noticed at once: no need to wait for the (long) io timeout.
+    let got = collect(&rx, 20);
+    assert_eq!(count_unavailable(&got), 20);
+    t.join().unwrap();
+    assert_fails_fast(&c);
+}
+
+#[test]
+fn dropping_the_client_completes_pending_reads() {
+    let (addr, t) = fake_server(false);
+    let c = FarClient::connect(&ClientConfig {
+        addr: addr.to_string(),
+        io_timeout: Duration::from_secs(60),
+        ..Default::default()
+    })
+    .unwrap();
+    let (tx, rx) = unbounded();
+    c.submit(
+        (0..20).map(|i| FarRead::new(1, 0, 1 << 20, i)).collect(),
+        &tx,
+    );
+    drop(c);
+    let got = collect(&rx, 20);
+    assert_eq!(count_unavailable(&got), 20);
+    t.join().unwrap();
+}
+
+#[test]
+fn works_through_the_transport_trait() {
+    let srv = TestServer::start(8 << 20);
+    let t: Arc<dyn Transport> = Arc::new(srv.client());
+    t.alloc(3, 5000).unwrap();
+    t.write(3, 10, b"hello far memory").unwrap();
+    assert_eq!(t.free_capacity().unwrap(), (8 << 20) - 5000);
+    let (tx, rx) = unbounded();
+    t.submit(vec![FarRead::new(3, 10, 16, 9)], &tx);
+    let done = rx.recv_timeout(GENEROUS).unwrap();
+    assert_eq!(&done.buf[..16], b"hello far memory");
+    assert!(t.is_alive() && t.chunk_bytes() == 256 << 10);
+    t.free(3).unwrap();
+}
+
+/// Loopback throughput: `cargo test --release -p strata-farmem -- --ignored --nocapture`.
+#[test]
+#[ignore = "benchmark"]
+fn loopback_throughput() {
+    let seg = 256usize << 20;
+    let srv = TestServer::start(2 * seg as u64);
+    for (conns, chunk) in [(1, 256 << 10), (2, 256 << 10), (4, 256 << 10), (2, 1 << 20)] {
+        let c = FarClient::connect(&ClientConfig {
+            chunk_bytes: chunk,
+            data_connections: conns,
+            ..srv.config()
+        })
+        .unwrap();
+        let data = pattern(1, seg);
+        c.alloc(1, seg as u64).unwrap();
+        let t = Instant::now();
+        c.write(1, 0, &data).unwrap();
+        let write_gbs = seg as f64 / t.elapsed().as_secs_f64() / 1e9;
+        // Reads of 4 MiB, 16 in flight, buffers recycled.
+        let read_len = 4usize << 20;
+        let per_pass = seg / read_len;
+        let passes = 8;
+        let total = per_pass * passes;
+        let (tx, rx) = unbounded();
+        let t = Instant::now();
+        let mut next = 0usize;
+        let mut bufs: Vec<Vec<u8>> = (0..16).map(|_| Vec::with_capacity(read_len)).collect();
+        let mut done = 0usize;
+        while next < 16 {
+            let off = (next % per_pass) * read_len;
+            c.submit(
+                vec![FarRead {
+                    segment: 1,
+                    offset: off as u64,
+                    len: read_len,
+                    buf: bufs.pop().unwrap(),
+                    tag: next as u64,
+                }],
+                &tx,
+            );
+            next += 1;
+        }
+        while done < total {
+            let comp = rx.recv_timeout(GENEROUS).unwrap();
+            comp.result.unwrap();
+            done += 1;
+            if next < total {
+                let off = (next % per_pass) * read_len;
+                c.submit(
+                    vec![FarRead {
+                        segment: 1,
+                        offset: off as u64,
+                        len: read_len,
+                        buf: comp.buf,
+                        tag: next as u64,
+                    }],
+                    &tx,
+                );
+                next += 1;
+            }
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let read_gbs = (total * read_len) as f64 / secs / 1e9;
+        let st = c.stats();
+        println!(
+            "conns={conns} chunk={} KiB: write {write_gbs:.2} GB/s, read {read_gbs:.2} GB/s, mean read latency {:.0} us (4 MiB reads, 16 in flight)",
+            chunk >> 10,
+            st.read_latency_us_mean
+        );
+        c.free(1).unwrap();
+    }
+}

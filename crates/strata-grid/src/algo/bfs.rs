@@ -1,0 +1,91 @@
+//! Breadth-first search: level by level, a frontier bitmap selects the blocks to stream.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::{chunk_bases, frontier_loop, ids_to_i64, Ctx, Output, Values, NONE};
+use crate::error::Result;
+use crate::stream::{EdgeKernel, Streamer};
+use crate::vertex::{Bitmap, U64Array};
+
+pub struct Bfs {
+    pub root: u64,
+}
+
+struct Expand<'a> {
+    frontier: &'a Bitmap,
+    next: &'a Bitmap,
+    parent: &'a U64Array,
+    level: &'a U64Array,
+    depth: AtomicU64,
+    base: &'a [u64],
+}
+
+impl EdgeKernel for Expand<'_> {
+    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], _: &[f32], owns_dst: bool) -> u64 {
+        let (sb, db) = (
+            self.base[i as usize] as usize,
+            self.base[j as usize] as usize,
+        );
+        let mut found = 0;
+        for &[s, d] in edges {
+            let (u, v) = (sb + s as usize, db + d as usize);
+            if !self.frontier.get(u) || self.parent.get(v) != NONE {
+                continue;
+            }
+            let claimed = if owns_dst {
+                self.parent.set(v, u as u64);
+                true
+            } else {
+                self.parent.cas_shared(v, NONE, u as u64)
+            };
+            if claimed {
+                self.level.set(v, self.depth.load(Relaxed));
+                self.next.set(v);
+                found += 1;
+            }
+        }
+        found
+    }
+}
+
+impl Bfs {
+    pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+        let n = s.grid().layout().num_vertices as usize;
+        let base = chunk_bases(s);
+        let parent = U64Array::filled(n, NONE);
+        let level = U64Array::filled(n, NONE);
+        let root = self.root as usize;
+        parent.set(root, self.root);
+        level.set(root, 0);
+        let (frontier, next) = (Bitmap::new(n), Bitmap::new(n));
+        frontier.set(root);
+        let kernel = Expand {
+            frontier: &frontier,
+            next: &next,
+            parent: &parent,
+            level: &level,
+            depth: AtomicU64::new(1),
+            base: &base,
+        };
+        let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, |it| {
+            kernel.depth.store(it as u64 + 1, Relaxed)
+        })?;
+        let levels = ids_to_i64(level.to_vec());
+        let reached = levels.iter().filter(|&&l| l >= 0).count();
+        let mut summary = serde_json::Map::new();
+        summary.insert("root".into(), self.root.into());
+        summary.insert("reached".into(), reached.into());
+        summary.insert(
+            "depth".into(),
+            levels.iter().copied().max().unwrap_or(0).into(),
+        );
+        Ok(Output {
+            arrays: vec![
+                ("level".into(), Values::I64(levels)),
+                ("parent".into(), Values::I64(ids_to_i64(parent.to_vec()))),
+            ],
+            summary,
+            iterations,
+        })
+    }
+}

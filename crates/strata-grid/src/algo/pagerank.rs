@@ -1,0 +1,116 @@
+//! PageRank, as networkx defines it: `r'(v) = (1-d)/N + d (sum_{u->v} r(u)/out(u) + D/N)`
+//! where D is the rank held by vertices without out-edges.
+
+use std::time::Instant;
+
+use super::{Ctx, Iteration, Output, Values};
+use crate::error::Result;
+use crate::stream::{EdgeKernel, Streamer};
+use crate::vertex::{F32Array, F64Array};
+
+pub struct PageRank {
+    pub iterations: usize,
+    pub tolerance: f64,
+    pub damping: f64,
+}
+
+struct Gather<'a> {
+    contrib: &'a F32Array,
+    sum: &'a F32Array,
+    base: &'a [u64],
+}
+
+impl EdgeKernel for Gather<'_> {
+    #[inline]
+    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], _: &[f32], owns_dst: bool) -> u64 {
+        let (sb, db) = (
+            self.base[i as usize] as usize,
+            self.base[j as usize] as usize,
+        );
+        if owns_dst {
+            for &[s, d] in edges {
+                self.sum
+                    .add_owned(db + d as usize, self.contrib.get(sb + s as usize));
+            }
+        } else {
+            for &[s, d] in edges {
+                self.sum
+                    .add_shared(db + d as usize, self.contrib.get(sb + s as usize));
+            }
+        }
+        0
+    }
+}
+
+impl PageRank {
+    pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+        let grid = s.grid().clone();
+        let layout = *grid.layout();
+        let n = layout.num_vertices as usize;
+        let deg = grid.degrees("out_degree")?;
+        let base: Vec<u64> = (0..=layout.partitions).map(|i| layout.base(i)).collect();
+        let rank = F64Array::filled(n, 1.0 / n as f64);
+        let contrib = F32Array::filled(n, 0.0);
+        let sum = F32Array::filled(n, 0.0);
+        let mut dangling = 0.0;
+        for (v, &dv) in deg.iter().enumerate() {
+            if dv == 0 {
+                dangling += rank.get(v);
+            } else {
+                contrib.set(v, (rank.get(v) / dv as f64) as f32);
+            }
+        }
+        let d = self.damping;
+        let mut done = 0;
+        let mut converged = false;
+        let mut delta = f64::NAN;
+        for it in 0..self.iterations {
+            let t0 = Instant::now();
+            let kernel = Gather {
+                contrib: &contrib,
+                sum: &sum,
+                base: &base,
+            };
+            let pass = s.stream_edges(&kernel, None, ctx.progress)?;
+            let teleport = (1.0 - d) / n as f64 + d * dangling / n as f64;
+            let parts = s.par_chunks(|c| {
+                let (mut delta, mut dangling) = (0.0f64, 0.0f64);
+                let (start, end) = (base[c as usize] as usize, base[c as usize + 1] as usize);
+                for (v, &dv) in deg.iter().enumerate().take(end).skip(start) {
+                    let new = teleport + d * sum.get(v) as f64;
+                    delta += (new - rank.get(v)).abs();
+                    rank.set(v, new);
+                    sum.set(v, 0.0);
+                    if dv == 0 {
+                        dangling += new;
+                    } else {
+                        contrib.set(v, (new / dv as f64) as f32);
+                    }
+                }
+                (delta, dangling)
+            });
+            delta = parts.iter().map(|p| p.0).sum();
+            dangling = parts.iter().map(|p| p.1).sum();
+            done = it + 1;
+            (ctx.on_iteration)(&Iteration {
+                iteration: it,
+                pass,
+                active: n as u64,
+                value: delta,
+                seconds: t0.elapsed().as_secs_f64(),
+            })?;
+            if self.tolerance > 0.0 && delta < n as f64 * self.tolerance {
+                converged = true;
+                break;
+            }
+        }
+        let mut summary = serde_json::Map::new();
+        summary.insert("l1_change".into(), delta.into());
+        summary.insert("converged".into(), converged.into());
+        Ok(Output {
+            arrays: vec![("rank".into(), Values::F64(rank.to_vec()))],
+            summary,
+            iterations: done,
+        })
+    }
+}

@@ -1,0 +1,216 @@
+//! The far-memory side of a run: connecting to the memory server, the controller's choice of
+//! transfer threads, and writing the offloaded segments there (Fargraph+'s `Far_write_*`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use strata_farmem::{ClientConfig, FarClient, FarCompletion, FarRead};
+use strata_io::progress::{Meter, Progress};
+use strata_store::units::fmt_bytes;
+
+use crate::error::{GridError, Result};
+use crate::fetch;
+use crate::grid::{Grid, Segment};
+use crate::stream::Tier;
+
+/// How to reach and use far memory.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FarConfig {
+    /// `HOST:PORT` of `strata farmem serve`.
+    pub addr: String,
+    /// Fraction of the run's footprint to place there.
+    pub ratio: f64,
+    /// Bytes per transfer chunk.
+    #[serde(default = "default_chunk")]
+    pub chunk_bytes: usize,
+    /// Parallel data connections; 0: the controller picks.
+    #[serde(default)]
+    pub connections: usize,
+    /// Threads fetching segments from far memory.
+    #[serde(default = "default_fetchers")]
+    pub fetchers: usize,
+}
+
+fn default_chunk() -> usize {
+    256 << 10
+}
+
+fn default_fetchers() -> usize {
+    2
+}
+
+/// What the controller settled on.
+#[derive(Debug, Clone, Serialize)]
+pub struct FarSetup {
+    pub addr: String,
+    pub chunk_bytes: usize,
+    pub connections: usize,
+    pub fetchers: usize,
+    pub free_capacity: u64,
+    /// Probe throughput (bytes/s) per connection count tried.
+    pub probe: Vec<(usize, f64)>,
+    pub ping_us: f64,
+}
+
+/// Bytes each controller probe moves.
+const PROBE_BYTES: usize = 32 << 20;
+/// A connection count is kept only if it adds this much throughput (Fargraph+'s greedy
+/// thread allocation stops when the marginal gain is no longer positive; this is its noise
+/// margin).
+const MIN_GAIN: f64 = 0.10;
+
+/// Connects to the memory server. With `connections = 0` the controller probes read
+/// throughput at 1, 2, 4, ... connections and keeps adding while each step gains at least
+/// [`MIN_GAIN`] (Fargraph+ §7's greedy marginal-gain rule, with a measurement in place of the
+/// offline table).
+pub fn connect(cfg: &FarConfig, progress: &dyn Progress) -> Result<(Arc<FarClient>, FarSetup)> {
+    if cfg.chunk_bytes < 4096 || cfg.chunk_bytes > (64 << 20) {
+        return Err(GridError::config(
+            "far.chunk_bytes",
+            format!("must be between 4 KiB and 64 MiB, got {}", cfg.chunk_bytes),
+        ));
+    }
+    let unreachable = |e: strata_farmem::FarError| {
+        GridError::config(
+            "far",
+            format!("cannot use the memory server at {}: {e}", cfg.addr),
+        )
+    };
+    let client_cfg = |connections: usize| ClientConfig {
+        addr: cfg.addr.clone(),
+        chunk_bytes: cfg.chunk_bytes,
+        data_connections: connections,
+        ..ClientConfig::default()
+    };
+    let mut probe = Vec::new();
+    let connections = match cfg.connections {
+        0 => {
+            let mut best = (1usize, 0.0f64);
+            for c in [1usize, 2, 4, 8] {
+                let rate = probe_rate(&client_cfg(c)).map_err(unreachable)?;
+                probe.push((c, rate));
+                if c > 1 && rate < best.1 * (1.0 + MIN_GAIN) {
+                    break;
+                }
+                if rate > best.1 {
+                    best = (c, rate);
+                }
+            }
+            best.0
+        }
+        c => c,
+    };
+    let client = FarClient::connect(&client_cfg(connections)).map_err(unreachable)?;
+    let free_capacity = client.free_capacity().map_err(unreachable)?;
+    let ping_us = client.ping().map_err(unreachable)?.as_secs_f64() * 1e6;
+    progress.message(&format!(
+        "far memory {}: {} free, ping {:.0} us, chunks of {}, {} data connections{}",
+        cfg.addr,
+        fmt_bytes(free_capacity),
+        ping_us,
+        fmt_bytes(cfg.chunk_bytes as u64),
+        connections,
+        if probe.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (probe: {})",
+                probe
+                    .iter()
+                    .map(|(c, r)| format!("{c} -> {:.0} MB/s", r / 1e6))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    ));
+    Ok((
+        Arc::new(client),
+        FarSetup {
+            addr: cfg.addr.clone(),
+            chunk_bytes: cfg.chunk_bytes,
+            connections,
+            fetchers: cfg.fetchers.max(1),
+            free_capacity,
+            probe,
+            ping_us,
+        },
+    ))
+}
+
+/// Read throughput (bytes/s) of a fresh client with `cfg`'s connections.
+fn probe_rate(cfg: &ClientConfig) -> std::result::Result<f64, strata_farmem::FarError> {
+    let client = FarClient::connect(cfg)?;
+    let id = u64::MAX - 1;
+    client.alloc(id, PROBE_BYTES as u64)?;
+    client.write(id, 0, &vec![0u8; PROBE_BYTES])?;
+    let (tx, rx) = crossbeam_channel::unbounded::<FarCompletion>();
+    let piece = 4 << 20;
+    let t0 = Instant::now();
+    let reqs: Vec<FarRead> = (0..PROBE_BYTES / piece)
+        .map(|k| FarRead {
+            segment: id,
+            offset: (k * piece) as u64,
+            len: piece,
+            buf: vec![0u8; piece],
+            tag: k as u64,
+        })
+        .collect();
+    let n = reqs.len();
+    client.submit(reqs, &tx);
+    for _ in 0..n {
+        rx.recv().expect("every read completes").result?;
+    }
+    let rate = PROBE_BYTES as f64 / t0.elapsed().as_secs_f64();
+    client.free(id)?;
+    Ok(rate)
+}
+
+/// Writes every segment placed in far memory to the server (segment id = its index): its
+/// edge records, then its weights when `weighted`.
+pub fn preload(
+    client: &FarClient,
+    grid: &Grid,
+    segments: &[Segment],
+    tiers: &[Tier],
+    weighted: bool,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let engine = strata_io::Engine::shared();
+    let edges_file = engine.open(&grid.array_path("edges"), strata_io::OpenMode::Read)?;
+    let weights_file = match weighted {
+        true => Some(engine.open(&grid.array_path("weights"), strata_io::OpenMode::Read)?),
+        false => None,
+    };
+    let total: u64 = segments
+        .iter()
+        .zip(tiers)
+        .filter(|(_, t)| **t == Tier::Far)
+        .map(|(s, _)| s.edge_bytes())
+        .sum();
+    let mut meter = Meter::new(progress, "grid: write edge blocks to far memory", total, 0);
+    let mut q = engine.queue();
+    let far_err = |e: strata_farmem::FarError| GridError::config("far", e.to_string());
+    for (k, seg) in segments.iter().enumerate() {
+        if tiers[k] != Tier::Far {
+            continue;
+        }
+        let r = fetch::load_resident(&mut q, &edges_file, weights_file.as_ref(), seg)?;
+        let wbytes = r.weights.as_ref().map_or(0, |w| w.len());
+        client
+            .alloc(k as u64, (r.edges.len() + wbytes) as u64)
+            .map_err(far_err)?;
+        client
+            .write(k as u64, 0, r.edges.as_slice())
+            .map_err(far_err)?;
+        if let Some(w) = &r.weights {
+            client
+                .write(k as u64, r.edges.len() as u64, w.as_slice())
+                .map_err(far_err)?;
+        }
+        meter.add(0, seg.edge_bytes())?;
+    }
+    meter.finish()?;
+    Ok(())
+}

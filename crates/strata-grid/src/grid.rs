@@ -1,0 +1,213 @@
+//! An open grid: its manifest, block index and segments (the units of placement and transfer).
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use strata_store::array::read_all_bytes;
+use strata_store::npy::{read_header, DType};
+
+use crate::build::grids_dir;
+use crate::error::{GridError, Result};
+use crate::layout::{GridManifest, Layout, EDGE_BYTES, GRID_MANIFEST};
+
+/// A run of consecutive blocks of one major chunk (a column in column order), contiguous in
+/// the edge file: what is placed in a tier and fetched as a whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// The chunk all its blocks share (destination chunk in column order).
+    pub major: u32,
+    /// File positions of its blocks.
+    pub blocks: Range<usize>,
+    /// Its edges (rows of `edges.npy`).
+    pub edges: Range<u64>,
+}
+
+impl Segment {
+    /// Bytes of its edge records.
+    pub fn edge_bytes(&self) -> u64 {
+        (self.edges.end - self.edges.start) * EDGE_BYTES
+    }
+}
+
+/// An open, validated grid.
+#[derive(Debug)]
+pub struct Grid {
+    dir: PathBuf,
+    manifest: GridManifest,
+    layout: Layout,
+    /// First edge of each block in file order, and the edge count at the end (P² + 1).
+    index: Vec<u64>,
+}
+
+impl Grid {
+    /// Opens the grid in `dir`, checking every array against the manifest.
+    pub fn open(dir: &Path) -> Result<Grid> {
+        let manifest = GridManifest::load(dir)?;
+        let layout = manifest.layout()?;
+        let (n, e, p2) = (
+            manifest.num_vertices,
+            manifest.num_edges,
+            layout.blocks() as u64,
+        );
+        let mut expect = vec![
+            ("edges", DType::U32, vec![e, 2]),
+            ("block_index", DType::I64, vec![p2 + 1]),
+            ("out_degree", DType::I64, vec![n]),
+            ("in_degree", DType::I64, vec![n]),
+        ];
+        if manifest.weights.is_some() {
+            expect.push(("weights", DType::F32, vec![e]));
+        }
+        for (name, dtype, shape) in expect {
+            let info = manifest.arrays.get(name).ok_or_else(|| {
+                GridError::invalid(dir, format!("{GRID_MANIFEST} lists no '{name}' array"))
+            })?;
+            let path = dir.join(&info.file);
+            let header =
+                read_header(&path).map_err(|err| GridError::invalid(dir, err.to_string()))?;
+            if header.dtype != dtype || header.shape != shape {
+                return Err(GridError::invalid(
+                    dir,
+                    format!(
+                        "{}: expected {} {:?}, found {} {:?}",
+                        info.file,
+                        dtype.name(),
+                        shape,
+                        header.dtype.name(),
+                        header.shape
+                    ),
+                ));
+            }
+            let len = std::fs::metadata(&path)
+                .map_err(|err| GridError::os("stat", &path, err))?
+                .len();
+            if len != header.data_offset + header.data_bytes() {
+                return Err(GridError::invalid(
+                    dir,
+                    format!(
+                        "{}: {len} bytes on disk, its header needs {}",
+                        info.file,
+                        header.data_offset + header.data_bytes()
+                    ),
+                ));
+            }
+        }
+        let (_, bytes) = read_all_bytes(&dir.join(&manifest.arrays["block_index"].file))?;
+        let index: Vec<u64> = bytemuck::pod_collect_to_vec::<u8, i64>(&bytes)
+            .into_iter()
+            .map(|x| x as u64)
+            .collect();
+        if index[0] != 0 || index[index.len() - 1] != e || index.windows(2).any(|w| w[0] > w[1]) {
+            return Err(GridError::invalid(
+                dir,
+                "block_index is not a non-decreasing run from 0 to the edge count",
+            ));
+        }
+        Ok(Grid {
+            dir: dir.to_path_buf(),
+            manifest,
+            layout,
+            index,
+        })
+    }
+
+    /// Finds a grid of `store`: the one called `name`, else one that satisfies the needs
+    /// (weights, symmetry), preferring the fewest partitions that are not below `min_partitions`.
+    pub fn find(
+        store: &Path,
+        name: Option<&str>,
+        weighted: bool,
+        symmetric: bool,
+    ) -> Result<Option<PathBuf>> {
+        let root = grids_dir(store);
+        if let Some(name) = name {
+            let dir = root.join(name);
+            if !dir.join(GRID_MANIFEST).exists() {
+                return Err(GridError::config(
+                    "grid",
+                    format!("{} is not a grid (see `strata grid list`)", dir.display()),
+                ));
+            }
+            return Ok(Some(dir));
+        }
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            return Ok(None);
+        };
+        let mut best: Option<(u32, PathBuf)> = None;
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let Ok(m) = GridManifest::load(&dir) else {
+                continue;
+            };
+            if (weighted && m.weights.is_none()) || m.symmetric != symmetric {
+                continue;
+            }
+            if best.as_ref().is_none_or(|(p, _)| m.partitions < *p) {
+                best = Some((m.partitions, dir));
+            }
+        }
+        Ok(best.map(|(_, d)| d))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn manifest(&self) -> &GridManifest {
+        &self.manifest
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Path of array `name` (`edges`, `weights`, `out_degree`, ...).
+    pub fn array_path(&self, name: &str) -> PathBuf {
+        self.dir.join(&self.manifest.arrays[name].file)
+    }
+
+    /// Edges (rows of `edges.npy`) of the block at file position `pos`.
+    #[inline]
+    pub fn block_edges(&self, pos: usize) -> Range<u64> {
+        self.index[pos]..self.index[pos + 1]
+    }
+
+    /// Reads an `int64` vertex array (`out_degree`, `in_degree`) whole.
+    pub fn degrees(&self, name: &str) -> Result<Vec<u64>> {
+        let (_, bytes) = read_all_bytes(&self.array_path(name))?;
+        Ok(bytemuck::pod_collect_to_vec::<u8, i64>(&bytes)
+            .into_iter()
+            .map(|x| x as u64)
+            .collect())
+    }
+
+    /// The segments of the grid in file order: each major chunk's blocks cut into runs of at
+    /// most `max_bytes` of edges (a block larger than that is a segment by itself). Empty
+    /// runs are left out.
+    pub fn segments(&self, max_bytes: u64) -> Vec<Segment> {
+        let p = self.layout.partitions as usize;
+        let mut out = Vec::new();
+        for major in 0..p {
+            let mut start = major * p;
+            let end = start + p;
+            while start < end {
+                let mut stop = start + 1;
+                while stop < end
+                    && (self.index[stop + 1] - self.index[start]) * EDGE_BYTES <= max_bytes
+                {
+                    stop += 1;
+                }
+                let edges = self.index[start]..self.index[stop];
+                if edges.end > edges.start {
+                    out.push(Segment {
+                        major: major as u32,
+                        blocks: start..stop,
+                        edges,
+                    });
+                }
+                start = stop;
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,317 @@
+//! The grid's geometry and manifest: vertices in P contiguous chunks, edges in P x P blocks
+//! stored one after another in column-major (or row-major) order, with a block index.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use strata_store::manifest::ArrayInfo;
+
+use crate::error::{GridError, Result};
+
+/// The `format` field of every grid manifest.
+pub const GRID_FORMAT: &str = "strata-grid";
+/// The grid format version this Strata writes and the newest it reads.
+pub const GRID_FORMAT_VERSION: u32 = 1;
+/// Name of the manifest inside a grid directory.
+pub const GRID_MANIFEST: &str = "grid.json";
+/// Bytes of one edge record: source and destination offsets from their chunk bases (u32 each).
+pub const EDGE_BYTES: u64 = 8;
+/// Vertices per chunk the automatic plan aims for: a chunk's source and destination values
+/// (4 + 4 bytes each) then take 1 MiB and stay in a core's L2 cache while a block streams.
+pub const CHUNK_TARGET: u64 = 1 << 17;
+/// Most partitions a grid may have (the block index then holds 16M entries, 128 MiB).
+pub const MAX_PARTITIONS: u32 = 4096;
+
+/// Order of the blocks in the edge file, and so the natural streaming order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// Block (i, j) at position `j * P + i`: all blocks with destinations in chunk j together
+    /// (GridGraph's `column` file, its default update mode).
+    #[default]
+    Column,
+    /// Block (i, j) at position `i * P + j`: all blocks with sources in chunk i together.
+    Row,
+}
+
+impl Order {
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Column => "column",
+            Order::Row => "row",
+        }
+    }
+}
+
+/// How edge weights were made. Stores carry no weights, so weighted grids draw them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightSpec {
+    /// `random`: uniform in (low, high], a pure function of the seed and the unordered
+    /// endpoint pair (so both directions of a symmetrised edge weigh the same).
+    pub kind: String,
+    pub seed: u64,
+    pub low: f32,
+    pub high: f32,
+}
+
+impl WeightSpec {
+    /// The weight of edge `(u, v)`.
+    #[inline]
+    pub fn weight(&self, u: u64, v: u64) -> f32 {
+        let (a, b) = if u <= v { (u, v) } else { (v, u) };
+        let h = strata_store::rng::derive(strata_store::rng::derive(self.seed, a), b);
+        let unit = ((h >> 11) as f64 + 1.0) / (1u64 << 53) as f64; // (0, 1]
+        (self.low as f64 + unit * (self.high - self.low) as f64) as f32
+    }
+}
+
+/// Where vertices and blocks sit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub num_vertices: u64,
+    pub partitions: u32,
+    /// Vertices per chunk (the last chunk may hold fewer).
+    pub chunk_size: u64,
+    pub order: Order,
+}
+
+impl Layout {
+    /// The layout of `num_vertices` vertices in `partitions` chunks.
+    pub fn new(num_vertices: u64, partitions: u32, order: Order) -> Result<Layout> {
+        if partitions == 0 || partitions > MAX_PARTITIONS {
+            return Err(GridError::config(
+                "partitions",
+                format!("must be between 1 and {MAX_PARTITIONS}, got {partitions}"),
+            ));
+        }
+        if partitions as u64 > num_vertices.max(1) {
+            return Err(GridError::config(
+                "partitions",
+                format!(
+                    "{partitions} partitions for {num_vertices} vertices: at most one per vertex"
+                ),
+            ));
+        }
+        let chunk_size = num_vertices.div_ceil(partitions as u64).max(1);
+        if chunk_size > u32::MAX as u64 + 1 {
+            return Err(GridError::config(
+                "partitions",
+                format!(
+                    "{chunk_size} vertices per chunk do not fit the 32-bit in-block ids; use at least {}",
+                    num_vertices.div_ceil(u32::MAX as u64 + 1)
+                ),
+            ));
+        }
+        Ok(Layout {
+            num_vertices,
+            partitions,
+            chunk_size,
+            order,
+        })
+    }
+
+    /// P chosen for a graph: chunks of about [`CHUNK_TARGET`] vertices, and at least enough
+    /// that one chunk of `vertex_bytes`-per-vertex state is an eighth of `memory` (so the
+    /// engine can window vertex data that does not fit).
+    pub fn auto_partitions(num_vertices: u64, vertex_bytes: u64, memory: u64) -> u32 {
+        let by_cache = num_vertices.div_ceil(CHUNK_TARGET);
+        let by_budget = (num_vertices * vertex_bytes * 8).div_ceil(memory.max(1));
+        by_cache
+            .max(by_budget)
+            .clamp(1, (MAX_PARTITIONS as u64).min(num_vertices.max(1))) as u32
+    }
+
+    /// Chunk of vertex `v`.
+    #[inline]
+    pub fn chunk_of(&self, v: u64) -> u32 {
+        (v / self.chunk_size) as u32
+    }
+
+    /// First vertex of chunk `i`.
+    #[inline]
+    pub fn base(&self, i: u32) -> u64 {
+        (i as u64 * self.chunk_size).min(self.num_vertices)
+    }
+
+    /// Vertices in chunk `i`.
+    #[inline]
+    pub fn chunk_len(&self, i: u32) -> u64 {
+        self.base(i + 1) - self.base(i)
+    }
+
+    /// Number of blocks, P².
+    pub fn blocks(&self) -> usize {
+        let p = self.partitions as usize;
+        p * p
+    }
+
+    /// Position in the edge file of block (i = source chunk, j = destination chunk).
+    #[inline]
+    pub fn position(&self, i: u32, j: u32) -> usize {
+        let p = self.partitions as usize;
+        match self.order {
+            Order::Column => j as usize * p + i as usize,
+            Order::Row => i as usize * p + j as usize,
+        }
+    }
+
+    /// Block (i, j) at file position `pos`.
+    #[inline]
+    pub fn block_at(&self, pos: usize) -> (u32, u32) {
+        let p = self.partitions as usize;
+        let (major, minor) = ((pos / p) as u32, (pos % p) as u32);
+        match self.order {
+            Order::Column => (minor, major),
+            Order::Row => (major, minor),
+        }
+    }
+}
+
+/// The whole grid manifest (`grid.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GridManifest {
+    pub format: String,
+    pub format_version: u32,
+    pub num_vertices: u64,
+    pub num_edges: u64,
+    pub partitions: u32,
+    pub chunk_size: u64,
+    pub order: Order,
+    /// Every edge is stored in both directions (self-loops once).
+    pub symmetric: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<WeightSpec>,
+    /// `edges` (uint32, (E, 2): in-block source and destination), `weights` (float32, (E,)),
+    /// `block_index` (int64, (P²+1,): first edge of each block in file order), `out_degree`
+    /// and `in_degree` (int64, (V,)).
+    pub arrays: BTreeMap<String, ArrayInfo>,
+    /// Bytes of each block's edge records are `EDGE_BYTES * count`; this summary saves
+    /// reading the block index for a plan.
+    pub largest_block_edges: u64,
+    /// Edges of the largest column (or row, in row order): the biggest unit a compute thread owns.
+    pub largest_major_edges: u64,
+    /// The store it was built from and how.
+    #[serde(default)]
+    pub provenance: serde_json::Value,
+}
+
+impl GridManifest {
+    /// The layout the manifest describes.
+    pub fn layout(&self) -> Result<Layout> {
+        Layout::new(self.num_vertices, self.partitions, self.order)
+    }
+
+    /// Bytes of edge records (the part a far-memory tier or the disk streams).
+    pub fn edge_bytes(&self) -> u64 {
+        self.num_edges * EDGE_BYTES
+    }
+
+    /// Reads and checks `grid.json` in `dir`.
+    pub fn load(dir: &Path) -> Result<GridManifest> {
+        let path = dir.join(GRID_MANIFEST);
+        if !path.exists() {
+            return Err(GridError::invalid(
+                dir,
+                format!(
+                    "not a grid: {GRID_MANIFEST} is missing (build one with `strata grid build`)"
+                ),
+            ));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| GridError::os("read", &path, e))?;
+        let raw: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            GridError::invalid(dir, format!("{GRID_MANIFEST} is not valid JSON: {e}"))
+        })?;
+        if raw.get("format").and_then(|v| v.as_str()) != Some(GRID_FORMAT) {
+            return Err(GridError::invalid(
+                dir,
+                format!("{GRID_MANIFEST} does not say \"format\": \"{GRID_FORMAT}\""),
+            ));
+        }
+        let version = raw
+            .get("format_version")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        if version == 0 || version > GRID_FORMAT_VERSION as u64 {
+            return Err(GridError::invalid(
+                dir,
+                format!(
+                    "grid format version {version}; this Strata reads versions 1 to {GRID_FORMAT_VERSION}"
+                ),
+            ));
+        }
+        let m: GridManifest = serde_json::from_value(raw).map_err(|e| {
+            GridError::invalid(
+                dir,
+                format!("{GRID_MANIFEST} does not match the format: {e}"),
+            )
+        })?;
+        m.layout()
+            .map_err(|e| GridError::invalid(dir, format!("inconsistent geometry: {e}")))?;
+        Ok(m)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn chunks_tile_the_vertices(n in 1u64..100_000, p in 1u32..300) {
+            prop_assume!(p as u64 <= n);
+            let l = Layout::new(n, p, Order::Column).unwrap();
+            let mut next = 0;
+            for i in 0..p {
+                prop_assert_eq!(l.base(i), next);
+                next += l.chunk_len(i);
+            }
+            prop_assert_eq!(next, n);
+            for v in [0, n / 2, n - 1] {
+                let c = l.chunk_of(v);
+                prop_assert!(c < p && l.base(c) <= v && v < l.base(c) + l.chunk_len(c));
+            }
+        }
+
+        #[test]
+        fn positions_are_a_bijection(p in 1u32..40, row in any::<bool>()) {
+            let order = if row { Order::Row } else { Order::Column };
+            let l = Layout::new(10_000, p, order).unwrap();
+            let mut seen = vec![false; l.blocks()];
+            for i in 0..p {
+                for j in 0..p {
+                    let pos = l.position(i, j);
+                    prop_assert!(!seen[pos]);
+                    seen[pos] = true;
+                    prop_assert_eq!(l.block_at(pos), (i, j));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn auto_partitions_follow_cache_and_budget() {
+        assert_eq!(Layout::auto_partitions(1000, 16, 1 << 30), 1);
+        assert_eq!(Layout::auto_partitions(1 << 24, 16, 1 << 30), 128);
+        // 16M vertices x 16 B x 8 over 64 MiB: 32 chunks by budget, 128 by cache.
+        assert_eq!(Layout::auto_partitions(1 << 24, 16, 64 << 20), 128);
+        assert_eq!(Layout::auto_partitions(1 << 24, 16, 8 << 20), 256);
+    }
+
+    #[test]
+    fn weights_are_symmetric_and_in_range() {
+        let w = WeightSpec {
+            kind: "random".into(),
+            seed: 3,
+            low: 1.0,
+            high: 10.0,
+        };
+        for (u, v) in [(0, 1), (5, 2), (7, 7)] {
+            let x = w.weight(u, v);
+            assert_eq!(x, w.weight(v, u));
+            assert!(x > 1.0 && x <= 10.0);
+        }
+    }
+}

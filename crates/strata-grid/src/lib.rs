@@ -1,0 +1,22 @@
+//! Strata's out-of-core graph analytics: GridGraph's 2-level grid streamed through the I/O
+//! engine, extended with Fargraph+'s far-memory tier.
+//!
+//! - [`layout`], [`build`], [`grid`]: the grid format, its builder and reader.
+//! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
+//! - [`algo`]: the algorithms.
+//! - [`vertex`]: vertex data shared by compute threads.
+
+pub mod algo;
+pub mod build;
+pub mod error;
+pub mod far;
+pub mod fetch;
+pub mod grid;
+pub mod layout;
+pub mod place;
+pub mod run;
+pub mod stream;
+pub mod vertex;
+
+pub use error::{GridError, Result};
+pub use grid::Grid;

@@ -1,0 +1,535 @@
+//! The streaming engine: one pass applies an edge kernel to every block whose source chunk is
+//! active, with segments fetched ahead of compute from their tiers, and compute threads that
+//! each own whole major chunks (a column's destinations, in column order) so that writes to
+//! the owned side need no atomic read-modify-write.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use strata_farmem::FarClient;
+use strata_io::progress::Progress;
+use strata_io::{AlignedBuf, Engine, IoFile, OpenMode};
+
+use crate::error::{GridError, Result};
+use crate::fetch::{self, Fetched, Plan, Resident};
+use crate::grid::{Grid, Segment};
+use crate::layout::{Order, EDGE_BYTES};
+use crate::vertex::Bitmap;
+
+/// Which tier serves a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Resident in this process's memory.
+    Local,
+    /// Held by the memory server.
+    Far,
+    /// Streamed from the edge file.
+    Disk,
+}
+
+/// Applies an algorithm to the edges of one block.
+pub trait EdgeKernel: Sync {
+    /// Whether the kernel reads edge weights.
+    fn weighted(&self) -> bool {
+        false
+    }
+
+    /// Processes the edges of block (i = source chunk, j = destination chunk): `edges` are
+    /// (source, destination) offsets from the chunk bases; `weights` has one entry per edge
+    /// when [`EdgeKernel::weighted`], else is empty. `owns_dst` is true when no other thread
+    /// writes chunk j meanwhile. Returns a count the pass sums (say, vertices activated).
+    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], weights: &[f32], owns_dst: bool) -> u64;
+}
+
+/// Knobs of the engine (the controller picks the thread counts).
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamConfig {
+    /// Compute threads.
+    pub threads: usize,
+    /// Threads fetching from disk (each with a segment's pieces in flight).
+    pub disk_fetchers: usize,
+    /// Threads fetching from far memory (each waits for one segment's chunks).
+    pub far_fetchers: usize,
+    /// Segments fetched ahead of compute per source: 2 per compute thread is double buffering.
+    pub prefetch: usize,
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PassStats {
+    /// Edges the kernel processed.
+    pub edges: u64,
+    pub blocks: u64,
+    /// Non-empty blocks skipped because their source chunk was inactive.
+    pub blocks_skipped: u64,
+    pub bytes_local: u64,
+    pub bytes_far: u64,
+    pub bytes_disk: u64,
+    /// Sum of the kernel's return values.
+    pub total: u64,
+    pub seconds: f64,
+    /// Compute threads' time spent waiting for a fetch, summed over threads.
+    pub wait_seconds: f64,
+    /// Segments whose far read failed and that were read from disk instead.
+    pub far_fallbacks: u64,
+}
+
+/// The streaming engine over one grid with a placement.
+pub struct Streamer {
+    grid: Arc<Grid>,
+    segments: Vec<Segment>,
+    tiers: Vec<Tier>,
+    resident: Vec<Option<Arc<Resident>>>,
+    edges_file: IoFile,
+    weights_file: Option<IoFile>,
+    far: Option<Arc<FarClient>>,
+    far_dead: AtomicBool,
+    far_error: Mutex<Option<String>>,
+    cfg: StreamConfig,
+    engine: Arc<Engine>,
+}
+
+/// A fetched segment, or why it could not be.
+type Ready = Result<Fetched>;
+
+/// A slot per scheduled segment, filled by fetchers and drained by compute.
+struct Slots {
+    cells: Vec<Mutex<Option<Ready>>>,
+    ready: Condvar,
+    lock: Mutex<()>,
+}
+
+impl Slots {
+    fn put(&self, k: usize, v: Ready) {
+        *self.cells[k].lock().unwrap() = Some(v);
+        let _g = self.lock.lock().unwrap();
+        self.ready.notify_all();
+    }
+
+    fn take(&self, k: usize, abort: &AtomicBool) -> Option<Ready> {
+        let mut g = self.lock.lock().unwrap();
+        loop {
+            if let Some(v) = self.cells[k].lock().unwrap().take() {
+                return Some(v);
+            }
+            if abort.load(Ordering::Relaxed) {
+                return None;
+            }
+            g = self
+                .ready
+                .wait_timeout(g, Duration::from_millis(50))
+                .unwrap()
+                .0;
+        }
+    }
+}
+
+/// Counts slots in flight per source, so fetchers stay at most `prefetch` ahead of compute.
+struct Credits {
+    free: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Credits {
+    fn new(n: usize) -> Credits {
+        Credits {
+            free: Mutex::new(n),
+            cv: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self, abort: &AtomicBool) -> bool {
+        let mut f = self.free.lock().unwrap();
+        while *f == 0 {
+            if abort.load(Ordering::Relaxed) {
+                return false;
+            }
+            f = self
+                .cv
+                .wait_timeout(f, Duration::from_millis(50))
+                .unwrap()
+                .0;
+        }
+        *f -= 1;
+        true
+    }
+
+    fn release(&self) {
+        *self.free.lock().unwrap() += 1;
+        self.cv.notify_one();
+    }
+}
+
+impl Streamer {
+    /// An engine over `grid` whose segments are served as `tiers` says (resident ones are
+    /// loaded now; far ones must already be on the memory server, segment id = index).
+    pub fn new(
+        grid: Arc<Grid>,
+        segments: Vec<Segment>,
+        tiers: Vec<Tier>,
+        far: Option<Arc<FarClient>>,
+        weighted: bool,
+        cfg: StreamConfig,
+        progress: &dyn Progress,
+    ) -> Result<Streamer> {
+        let engine = Engine::shared();
+        let edges_file = engine.open(&grid.array_path("edges"), OpenMode::Read)?;
+        let weights_file = match weighted {
+            true => Some(engine.open(&grid.array_path("weights"), OpenMode::Read)?),
+            false => None,
+        };
+        let mut resident = vec![None; segments.len()];
+        let local: u64 = segments
+            .iter()
+            .zip(&tiers)
+            .filter(|(_, t)| **t == Tier::Local)
+            .map(|(s, _)| s.edge_bytes())
+            .sum();
+        let mut meter =
+            strata_io::progress::Meter::new(progress, "grid: load resident blocks", local, 0);
+        let mut q = engine.queue();
+        for (k, seg) in segments.iter().enumerate() {
+            if tiers[k] == Tier::Local {
+                let r = fetch::load_resident(&mut q, &edges_file, weights_file.as_ref(), seg)
+                    .map_err(|e| fetch::disk_error(&grid, e))?;
+                resident[k] = Some(Arc::new(r));
+                meter.add(0, seg.edge_bytes())?;
+            }
+        }
+        meter.finish()?;
+        Ok(Streamer {
+            grid,
+            segments,
+            tiers,
+            resident,
+            edges_file,
+            weights_file,
+            far,
+            far_dead: AtomicBool::new(false),
+            far_error: Mutex::new(None),
+            cfg,
+            engine,
+        })
+    }
+
+    pub fn grid(&self) -> &Arc<Grid> {
+        &self.grid
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    pub fn tiers(&self) -> &[Tier] {
+        &self.tiers
+    }
+
+    pub fn config(&self) -> &StreamConfig {
+        &self.cfg
+    }
+
+    /// Why far memory stopped serving, once it has (the run goes on from disk).
+    pub fn far_failure(&self) -> Option<String> {
+        self.far_error.lock().unwrap().clone()
+    }
+
+    /// One pass of `kernel` over every block whose source chunk has an active vertex (all
+    /// blocks when `active` is `None`).
+    pub fn stream_edges(
+        &mut self,
+        kernel: &dyn EdgeKernel,
+        active: Option<&Bitmap>,
+        progress: &dyn Progress,
+    ) -> Result<PassStats> {
+        let t0 = Instant::now();
+        let grid = self.grid.clone();
+        let layout = *grid.layout();
+        let chunk_active: Vec<bool> = (0..layout.partitions)
+            .map(|i| {
+                active.is_none_or(|a| {
+                    a.any_range(
+                        layout.base(i) as usize,
+                        (layout.base(i) + layout.chunk_len(i)) as usize,
+                    )
+                })
+            })
+            .collect();
+        let mut stats = PassStats::default();
+        // The schedule: segments with something to do, in file order, grouped by major.
+        let mut schedule: Vec<(usize, Plan)> = Vec::new();
+        for (k, seg) in self.segments.iter().enumerate() {
+            let plan = Plan::new(&grid, seg, |pos| {
+                chunk_active[layout.block_at(pos).0 as usize]
+            });
+            let nonempty = seg
+                .blocks
+                .clone()
+                .filter(|&p| !grid.block_edges(p).is_empty())
+                .count() as u64;
+            stats.blocks_skipped += nonempty - plan.blocks.len() as u64;
+            if !plan.blocks.is_empty() {
+                schedule.push((k, plan));
+            }
+        }
+        let mut majors: Vec<std::ops::Range<usize>> = Vec::new();
+        for (n, (k, _)) in schedule.iter().enumerate() {
+            match majors.last_mut() {
+                Some(r) if self.segments[schedule[r.start].0].major == self.segments[*k].major => {
+                    r.end = n + 1
+                }
+                _ => majors.push(n..n + 1),
+            }
+        }
+        let owns_dst = layout.order == Order::Column;
+        let n = schedule.len();
+        let slots = Slots {
+            cells: (0..n).map(|_| Mutex::new(None)).collect(),
+            ready: Condvar::new(),
+            lock: Mutex::new(()),
+        };
+        let weighted = kernel.weighted();
+        if weighted && self.weights_file.is_none() {
+            return Err(GridError::config(
+                "algorithm",
+                "needs edge weights but the streamer was opened without them",
+            ));
+        }
+        let abort = AtomicBool::new(false);
+        let (bytes_local, bytes_far, bytes_disk, fallbacks) = (
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+        );
+        let mut by_tier: [Vec<usize>; 3] = Default::default();
+        let mut plans: Vec<Option<Plan>> = Vec::with_capacity(n);
+        for (slot, (k, plan)) in schedule.iter().enumerate() {
+            let tier = if self.tiers[*k] == Tier::Far && self.far_dead.load(Ordering::Relaxed) {
+                Tier::Disk
+            } else {
+                self.tiers[*k]
+            };
+            by_tier[tier as usize].push(slot);
+            plans.push(Some(plan.clone()));
+        }
+        let plans = Mutex::new(plans);
+        let take_plan = |slot: usize| {
+            plans.lock().unwrap()[slot]
+                .take()
+                .expect("each slot is fetched once")
+        };
+        let disk_credits = Credits::new(self.cfg.prefetch.max(1));
+        let far_credits = Credits::new(self.cfg.prefetch.max(1));
+        let next_major = AtomicUsize::new(0);
+        let (disk_next, far_next) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let wait_ns = AtomicU64::new(0);
+        let edges_done = AtomicU64::new(0);
+        let total = AtomicU64::new(0);
+        let blocks_done = AtomicU64::new(0);
+        let first_err: Mutex<Option<GridError>> = Mutex::new(None);
+        let fail = |e: GridError| {
+            first_err.lock().unwrap().get_or_insert(e);
+            abort.store(true, Ordering::Relaxed);
+        };
+        let this = &*self;
+        let slot_tier: Vec<Tier> = {
+            let mut t = vec![Tier::Disk; n];
+            for (tier, list) in by_tier.iter().enumerate() {
+                for &s in list {
+                    t[s] = [Tier::Local, Tier::Far, Tier::Disk][tier];
+                }
+            }
+            t
+        };
+        std::thread::scope(|scope| {
+            // Resident segments need no fetch.
+            for &slot in &by_tier[Tier::Local as usize] {
+                let k = schedule[slot].0;
+                let res = this.resident[k]
+                    .clone()
+                    .expect("local segments are resident");
+                let plan = take_plan(slot);
+                bytes_local.fetch_add(plan.edges_read() * EDGE_BYTES, Ordering::Relaxed);
+                slots.put(
+                    slot,
+                    Ok(Fetched {
+                        plan,
+                        bytes: fetch::Bytes::Local(res),
+                    }),
+                );
+            }
+            let disk_list = &by_tier[Tier::Disk as usize];
+            for _ in 0..this.cfg.disk_fetchers.max(1).min(disk_list.len()) {
+                scope.spawn(|| {
+                    let mut q = this.engine.queue();
+                    let mut pool: Vec<AlignedBuf> = Vec::new();
+                    loop {
+                        if !disk_credits.acquire(&abort) {
+                            return;
+                        }
+                        let idx = disk_next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&slot) = disk_list.get(idx) else {
+                            return;
+                        };
+                        let plan = take_plan(slot);
+                        let read = plan.edges_read() * (EDGE_BYTES + if weighted { 4 } else { 0 });
+                        let r = fetch::fetch_disk(
+                            &mut q,
+                            &this.edges_file,
+                            this.weights_file.as_ref().filter(|_| weighted),
+                            plan,
+                            &mut pool,
+                        )
+                        .map_err(|e| fetch::disk_error(&grid, e));
+                        bytes_disk.fetch_add(read, Ordering::Relaxed);
+                        slots.put(slot, r);
+                    }
+                });
+            }
+            let far_list = &by_tier[Tier::Far as usize];
+            if let Some(client) = this.far.as_ref() {
+                for _ in 0..this.cfg.far_fetchers.max(1).min(far_list.len()) {
+                    scope.spawn(|| {
+                        let mut q = this.engine.queue();
+                        let mut far_pool: Vec<Vec<u8>> = Vec::new();
+                        let mut disk_pool: Vec<AlignedBuf> = Vec::new();
+                        loop {
+                            if !far_credits.acquire(&abort) {
+                                return;
+                            }
+                            let idx = far_next.fetch_add(1, Ordering::Relaxed);
+                            let Some(&slot) = far_list.get(idx) else {
+                                return;
+                            };
+                            let k = schedule[slot].0;
+                            let plan = take_plan(slot);
+                            let read =
+                                plan.edges_read() * (EDGE_BYTES + if weighted { 4 } else { 0 });
+                            if !this.far_dead.load(Ordering::Relaxed) {
+                                match fetch::fetch_far(
+                                    client,
+                                    k as u64,
+                                    &this.segments[k],
+                                    plan.clone(),
+                                    weighted,
+                                    &mut far_pool,
+                                ) {
+                                    Ok(f) => {
+                                        bytes_far.fetch_add(read, Ordering::Relaxed);
+                                        slots.put(slot, Ok(f));
+                                        continue;
+                                    }
+                                    Err(e) => this.lose_far(&e.to_string(), progress),
+                                }
+                            }
+                            fallbacks.fetch_add(1, Ordering::Relaxed);
+                            let r = fetch::fetch_disk(
+                                &mut q,
+                                &this.edges_file,
+                                this.weights_file.as_ref().filter(|_| weighted),
+                                plan,
+                                &mut disk_pool,
+                            )
+                            .map_err(|e| fetch::disk_error(&grid, e));
+                            bytes_disk.fetch_add(read, Ordering::Relaxed);
+                            slots.put(slot, r);
+                        }
+                    });
+                }
+            } else if !far_list.is_empty() {
+                fail(GridError::config(
+                    "far",
+                    "segments placed in far memory but no far client",
+                ));
+            }
+            for _ in 0..this.cfg.threads.max(1) {
+                scope.spawn(|| loop {
+                    let m = next_major.fetch_add(1, Ordering::Relaxed);
+                    let Some(range) = majors.get(m) else { return };
+                    for slot in range.clone() {
+                        let tw = Instant::now();
+                        let Some(got) = slots.take(slot, &abort) else {
+                            return;
+                        };
+                        wait_ns.fetch_add(tw.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                        let fetched = match got {
+                            Ok(f) => f,
+                            Err(e) => return fail(e),
+                        };
+                        let mut edges = 0;
+                        let mut sum = 0;
+                        for b in 0..fetched.plan.blocks.len() {
+                            let (pos, _) = fetched.plan.blocks[b];
+                            let (i, j) = layout.block_at(pos);
+                            let (e, w) = fetched.block(&grid, b);
+                            sum += kernel.block(i, j, e, w, owns_dst);
+                            edges += e.len() as u64;
+                        }
+                        edges_done.fetch_add(edges, Ordering::Relaxed);
+                        total.fetch_add(sum, Ordering::Relaxed);
+                        blocks_done.fetch_add(fetched.plan.blocks.len() as u64, Ordering::Relaxed);
+                        match slot_tier[slot] {
+                            Tier::Disk => disk_credits.release(),
+                            Tier::Far => far_credits.release(),
+                            Tier::Local => {}
+                        }
+                    }
+                });
+            }
+        });
+        if let Some(e) = first_err.into_inner().unwrap() {
+            return Err(e);
+        }
+        stats.edges = edges_done.into_inner();
+        stats.blocks = blocks_done.into_inner();
+        stats.total = total.into_inner();
+        stats.bytes_local = bytes_local.into_inner();
+        stats.bytes_far = bytes_far.into_inner();
+        stats.bytes_disk = bytes_disk.into_inner();
+        stats.far_fallbacks = fallbacks.into_inner();
+        stats.wait_seconds = wait_ns.into_inner() as f64 * 1e-9;
+        stats.seconds = t0.elapsed().as_secs_f64();
+        if self.far_dead.load(Ordering::Relaxed) {
+            for t in self.tiers.iter_mut().filter(|t| **t == Tier::Far) {
+                *t = Tier::Disk;
+            }
+            self.far = None;
+        }
+        Ok(stats)
+    }
+
+    /// Marks far memory lost (once) and tells the user; later fetches go to disk.
+    fn lose_far(&self, why: &str, progress: &dyn Progress) {
+        if !self.far_dead.swap(true, Ordering::Relaxed) {
+            *self.far_error.lock().unwrap() = Some(why.to_string());
+            progress.message(&format!(
+                "warning: far memory stopped serving ({why}); continuing from the disk copy, results are unaffected"
+            ));
+        }
+    }
+
+    /// Runs `f(chunk)` for every vertex chunk on the compute threads and returns the results in
+    /// chunk order (a vertex pass).
+    pub fn par_chunks<R: Send>(&self, f: impl Fn(u32) -> R + Sync) -> Vec<R> {
+        let p = self.grid.layout().partitions as usize;
+        let next = AtomicUsize::new(0);
+        let out: Vec<Mutex<Option<R>>> = (0..p).map(|_| Mutex::new(None)).collect();
+        std::thread::scope(|s| {
+            for _ in 0..self.cfg.threads.max(1).min(p) {
+                s.spawn(|| loop {
+                    let c = next.fetch_add(1, Ordering::Relaxed);
+                    if c >= p {
+                        return;
+                    }
+                    *out[c].lock().unwrap() = Some(f(c as u32));
+                });
+            }
+        });
+        out.into_iter()
+            .map(|m| m.into_inner().unwrap().expect("every chunk ran"))
+            .collect()
+    }
+}

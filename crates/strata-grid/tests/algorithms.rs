@@ -1,0 +1,364 @@
+//! Every algorithm against a plain in-memory reference, on small random multigraphs, with the
+//! edge blocks resident, streamed from disk, and in both block orders.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use strata_grid::algo::{AlgoConfig, Iteration};
+use strata_grid::build::{build, BuildJob};
+use strata_grid::layout::{Order, WeightSpec};
+use strata_grid::run::{run, RunJob};
+use strata_store::convert::{convert_binary, BinaryJob};
+use strata_store::rng::Rng;
+use strata_store::NoProgress;
+
+/// A store of `m` random edges over `n` vertices (hubs included: a tenth of the endpoints
+/// come from the first 8 vertices), with some self-loops and parallel edges.
+fn store(dir: &Path, n: u64, m: u64, seed: u64) -> (PathBuf, Vec<(u64, u64)>) {
+    let mut rng = Rng::new(seed);
+    let pick = |rng: &mut Rng| {
+        if rng.below(10) == 0 {
+            rng.below(8)
+        } else {
+            rng.below(n)
+        }
+    };
+    let edges: Vec<(u64, u64)> = (0..m).map(|_| (pick(&mut rng), pick(&mut rng))).collect();
+    let bin = dir.join("edges.bin");
+    let bytes: Vec<u8> = edges
+        .iter()
+        .flat_map(|&(u, v)| [(u as i32).to_le_bytes(), (v as i32).to_le_bytes()])
+        .flatten()
+        .collect();
+    std::fs::write(&bin, bytes).unwrap();
+    let out = dir.join("g.strata");
+    let job: BinaryJob = serde_json::from_value(serde_json::json!({
+        "graph": {"out": out, "memory": 256u64 << 20, "num_nodes": n},
+        "inputs": [{"path": bin}],
+    }))
+    .unwrap();
+    convert_binary(&job, &NoProgress).unwrap();
+    (out, edges)
+}
+
+fn job(store: &Path, algorithm: AlgoConfig, memory: u64, grid: &str) -> RunJob {
+    RunJob {
+        keep_resident: memory != MEMORIES[1],
+        store: store.to_path_buf(),
+        algorithm,
+        grid: Some(grid.to_string()),
+        memory,
+        threads: 2,
+        segment_bytes: 4096,
+        prefetch: 2,
+        disk_fetchers: 2,
+        far: None,
+        out: None,
+        weights: None,
+    }
+}
+
+fn grid(
+    store: &Path,
+    name: &str,
+    partitions: u32,
+    order: Order,
+    symmetrize: bool,
+    weights: Option<WeightSpec>,
+) {
+    build(
+        &BuildJob {
+            store: store.to_path_buf(),
+            name: name.into(),
+            partitions,
+            order,
+            symmetrize: Some(symmetrize),
+            weights,
+            memory: 256 << 20,
+            overwrite: true,
+        },
+        &NoProgress,
+    )
+    .unwrap();
+}
+
+fn load_i64(path: &str) -> Vec<i64> {
+    let (_, b) = strata_store::array::read_all_bytes(Path::new(path)).unwrap();
+    bytemuck::pod_collect_to_vec(&b)
+}
+
+fn load_f64(path: &str) -> Vec<f64> {
+    let (_, b) = strata_store::array::read_all_bytes(Path::new(path)).unwrap();
+    bytemuck::pod_collect_to_vec(&b)
+}
+
+/// Budgets: everything resident, or (as marked in `job`) all of it streamed from disk.
+const MEMORIES: [u64; 2] = [1 << 30, 80 << 20];
+
+fn run_all(j: &RunJob) -> strata_grid::run::RunSummary {
+    let mut iters = Vec::new();
+    let s = run(j, &NoProgress, &mut |it: &Iteration| {
+        iters.push(it.clone());
+        Ok(())
+    })
+    .unwrap();
+    if j.memory == MEMORIES[1] {
+        assert!(
+            s.bytes_disk > 0 && s.bytes_local == 0,
+            "streamed from disk: {s:?}"
+        );
+    } else {
+        assert!(s.bytes_disk == 0 && s.bytes_local > 0, "resident: {s:?}");
+    }
+    assert_eq!(iters.len(), s.iterations.max(iters.len()));
+    s
+}
+
+const WEIGHTS: WeightSpec = WeightSpec {
+    kind: String::new(),
+    seed: 5,
+    low: 0.5,
+    high: 2.0,
+};
+
+fn weights() -> WeightSpec {
+    WeightSpec {
+        kind: "random".into(),
+        ..WEIGHTS
+    }
+}
+
+#[test]
+fn pagerank_matches_power_iteration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 3000;
+    let (st, edges) = store(tmp.path(), n, 20_000, 1);
+    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
+        grid(&st, name, 7, order, false, None);
+        for memory in MEMORIES {
+            let algo = AlgoConfig::Pagerank {
+                iterations: 15,
+                tolerance: 0.0,
+                damping: 0.85,
+            };
+            let s = run_all(&job(&st, algo, memory, name));
+            let got = load_f64(&s.arrays[0]);
+            let n = n as usize;
+            let mut deg = vec![0f64; n];
+            for &(u, _) in &edges {
+                deg[u as usize] += 1.0;
+            }
+            let mut r = vec![1.0 / n as f64; n];
+            for _ in 0..15 {
+                let dangling: f64 = (0..n).filter(|&v| deg[v] == 0.0).map(|v| r[v]).sum();
+                let mut next = vec![(0.15 + 0.85 * dangling) / n as f64; n];
+                for &(u, v) in &edges {
+                    next[v as usize] += 0.85 * r[u as usize] / deg[u as usize];
+                }
+                r = next;
+            }
+            for v in 0..n {
+                assert!(
+                    (got[v] - r[v]).abs() <= 1e-5 * r[v] + 1e-9,
+                    "{name} {memory} v{v}: {} vs {}",
+                    got[v],
+                    r[v]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bfs_levels_match_and_parents_are_valid() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 2000u64;
+    let (st, edges) = store(tmp.path(), n, 6000, 2);
+    let mut adj = vec![Vec::new(); n as usize];
+    for &(u, v) in &edges {
+        adj[u as usize].push(v as usize);
+    }
+    let mut want = vec![-1i64; n as usize];
+    want[3] = 0;
+    let mut q = VecDeque::from([3usize]);
+    while let Some(u) = q.pop_front() {
+        for &v in &adj[u] {
+            if want[v] < 0 {
+                want[v] = want[u] + 1;
+                q.push_back(v);
+            }
+        }
+    }
+    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
+        grid(&st, name, 5, order, false, None);
+        for memory in MEMORIES {
+            let s = run_all(&job(&st, AlgoConfig::Bfs { root: 3 }, memory, name));
+            let (level, parent) = (load_i64(&s.arrays[0]), load_i64(&s.arrays[1]));
+            assert_eq!(level, want);
+            for v in 0..n as usize {
+                if level[v] > 0 {
+                    let p = parent[v] as usize;
+                    assert_eq!(level[p], level[v] - 1);
+                    assert!(adj[p].contains(&v));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn wcc_and_kcore_match_references() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 1500usize;
+    let (st, edges) = store(tmp.path(), n as u64, 1400, 3);
+    // Components by union-find; label = smallest member.
+    let mut up: Vec<usize> = (0..n).collect();
+    fn root(up: &mut [usize], mut x: usize) -> usize {
+        while up[x] != x {
+            up[x] = up[up[x]];
+            x = up[x];
+        }
+        x
+    }
+    for &(u, v) in &edges {
+        let (a, b) = (root(&mut up, u as usize), root(&mut up, v as usize));
+        up[a.max(b)] = a.min(b);
+    }
+    let want_cc: Vec<i64> = (0..n).map(|v| root(&mut up, v) as i64).collect();
+    // Core numbers by repeated minimum-degree removal (multigraph degrees, no self-loops).
+    let mut deg = vec![0i64; n];
+    let mut adj = vec![Vec::new(); n];
+    for &(u, v) in &edges {
+        if u != v {
+            deg[u as usize] += 1;
+            deg[v as usize] += 1;
+            adj[u as usize].push(v as usize);
+            adj[v as usize].push(u as usize);
+        }
+    }
+    let mut core = vec![-1i64; n];
+    let mut k = 0;
+    for _ in 0..n {
+        let v = (0..n)
+            .filter(|&v| core[v] < 0)
+            .min_by_key(|&v| deg[v])
+            .unwrap();
+        k = k.max(deg[v]);
+        core[v] = k;
+        for &w in &adj[v] {
+            if core[w] < 0 {
+                deg[w] -= 1;
+            }
+        }
+    }
+    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
+        grid(&st, name, 6, order, true, None);
+        for memory in MEMORIES {
+            let s = run_all(&job(&st, AlgoConfig::Wcc, memory, name));
+            assert_eq!(load_i64(&s.arrays[0]), want_cc);
+            let s = run_all(&job(&st, AlgoConfig::Kcore, memory, name));
+            assert_eq!(load_i64(&s.arrays[0]), core);
+        }
+    }
+}
+
+#[test]
+fn sssp_and_spmv_match_references() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 1000usize;
+    let (st, edges) = store(tmp.path(), n as u64, 5000, 4);
+    let w = weights();
+    // Dijkstra by repeated scans (small n).
+    let mut dist = vec![f64::INFINITY; n];
+    let mut done = vec![false; n];
+    dist[0] = 0.0;
+    for _ in 0..n {
+        let Some(u) = (0..n)
+            .filter(|&v| !done[v] && dist[v].is_finite())
+            .min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
+        else {
+            break;
+        };
+        done[u] = true;
+        for &(a, b) in &edges {
+            if a as usize == u {
+                let nd = dist[u] + w.weight(a, b) as f64;
+                if nd < dist[b as usize] {
+                    dist[b as usize] = nd;
+                }
+            }
+        }
+    }
+    let x: Vec<f64> = (0..n).map(|v| (v % 7) as f64 - 2.5).collect();
+    let vec_path = tmp.path().join("x.npy");
+    let mut wr =
+        strata_store::array::NpyWriter::create(&vec_path, strata_store::DType::F64, &[], 1 << 16)
+            .unwrap();
+    wr.write(&x).unwrap();
+    wr.finish().unwrap();
+    let mut y = vec![0f64; n];
+    for &(a, b) in &edges {
+        y[b as usize] += w.weight(a, b) as f64 * x[a as usize];
+    }
+    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
+        grid(&st, name, 4, order, false, Some(weights()));
+        for memory in MEMORIES {
+            let s = run_all(&job(&st, AlgoConfig::Sssp { root: 0 }, memory, name));
+            let got = load_f64(&s.arrays[0]);
+            for v in 0..n {
+                assert!(
+                    got[v] == dist[v] || (got[v] - dist[v]).abs() < 1e-9 * dist[v].max(1.0),
+                    "v{v}: {} vs {}",
+                    got[v],
+                    dist[v]
+                );
+            }
+            let algo = AlgoConfig::Spmv {
+                vector: Some(vec_path.clone()),
+                weighted: true,
+            };
+            let s = run_all(&job(&st, algo, memory, name));
+            let got = load_f64(&s.arrays[0]);
+            for v in 0..n {
+                assert!((got[v] - y[v]).abs() < 1e-9 * y[v].abs().max(1.0), "v{v}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_fail_clearly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (st, _) = store(tmp.path(), 100, 300, 5);
+    grid(&st, "g", 2, Order::Column, false, None);
+    let err = |j: RunJob| {
+        run(&j, &NoProgress, &mut |_: &Iteration| Ok(()))
+            .unwrap_err()
+            .to_string()
+    };
+    assert!(err(job(&st, AlgoConfig::Bfs { root: 100 }, 1 << 30, "g")).contains("root"));
+    assert!(err(job(&st, AlgoConfig::Wcc, 1 << 30, "g")).contains("symmetric"));
+    assert!(err(job(&st, AlgoConfig::Sssp { root: 0 }, 1 << 30, "g")).contains("weights"));
+    assert!(err(job(
+        &st,
+        AlgoConfig::Pagerank {
+            iterations: 1,
+            tolerance: 0.0,
+            damping: 0.85
+        },
+        1 << 20,
+        "g"
+    ))
+    .contains("memory budget"));
+    assert!(err(job(&st, AlgoConfig::Bfs { root: 0 }, 1 << 30, "nope")).contains("not a grid"));
+    // A grid whose edge file was cut short is refused, not read.
+    let edges = st.join("grids/g/edges.npy");
+    let len = std::fs::metadata(&edges).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&edges)
+        .unwrap()
+        .set_len(len - 8)
+        .unwrap();
+    assert!(err(job(&st, AlgoConfig::Bfs { root: 0 }, 1 << 30, "g")).contains("edges.npy"));
+}

@@ -1,0 +1,126 @@
+//! Graph analytics and the far-memory server from Python.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pyo3::prelude::*;
+use pythonize::pythonize;
+use strata_farmem::{Server, ServerConfig};
+use strata_grid::build::{build, BuildJob};
+use strata_grid::run::{run as run_grid, RunJob};
+use strata_grid::Grid;
+
+use crate::errors::{raise, ToPyErr};
+use crate::{job, run};
+
+/// Builds a grid; `job` mirrors `strata_grid::build::BuildJob`.
+#[pyfunction]
+#[pyo3(signature = (job, progress=None))]
+fn grid_build(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let j: BuildJob = self::job(job)?;
+    run(py, progress, |p| build(&j, p))
+}
+
+/// The manifest of the grid in `dir`.
+#[pyfunction]
+fn grid_info(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
+    let g = py.detach(|| Grid::open(&dir)).map_err(|e| e.to_py(py))?;
+    Ok(pythonize(py, g.manifest())?.unbind())
+}
+
+/// Runs an algorithm; `job` mirrors `strata_grid::run::RunJob`; `on_iteration(record)` sees
+/// each iteration as it ends. Returns the run summary.
+#[pyfunction]
+#[pyo3(signature = (job, progress=None, on_iteration=None))]
+fn grid_run(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+    on_iteration: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let j: RunJob = self::job(job)?;
+    let callback_error: Mutex<Option<PyErr>> = Mutex::new(None);
+    let result = run(py, progress, |p| {
+        run_grid(&j, p, &mut |it| {
+            if let Some(cb) = &on_iteration {
+                Python::attach(|py| {
+                    let outcome = pythonize(py, it)
+                        .map_err(PyErr::from)
+                        .and_then(|r| cb.call1(py, (r,)));
+                    if let Err(e) = outcome {
+                        callback_error.lock().unwrap().get_or_insert(e);
+                    }
+                });
+                if callback_error.lock().unwrap().is_some() {
+                    return Err(strata_grid::GridError::Cancelled);
+                }
+            }
+            Ok(())
+        })
+    });
+    match callback_error.into_inner().unwrap() {
+        Some(e) => Err(e),
+        None => result,
+    }
+}
+
+/// Serves far memory on `listen` with `capacity` bytes until a signal (Ctrl-C, SIGTERM
+/// through Python's handler) arrives; `on_ready(address)` is called once listening.
+#[pyfunction]
+#[pyo3(signature = (listen, capacity, on_ready=None))]
+fn farmem_serve(
+    py: Python<'_>,
+    listen: String,
+    capacity: u64,
+    on_ready: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let cfg = ServerConfig {
+        listen,
+        capacity_bytes: capacity,
+        ..ServerConfig::default()
+    };
+    let server = py
+        .detach(|| Server::bind(&cfg))
+        .map_err(|e| raise(py, "ConfigError", &e.to_string()))?;
+    if let Some(cb) = &on_ready {
+        cb.call1(py, (server.local_addr().to_string(),))?;
+    }
+    let signal: Mutex<Option<PyErr>> = Mutex::new(None);
+    let outcome = py.detach(|| {
+        server.run_until(&|| {
+            Python::attach(|py| match py.check_signals() {
+                Ok(()) => false,
+                Err(e) => {
+                    signal.lock().unwrap().get_or_insert(e);
+                    true
+                }
+            })
+        })
+    });
+    if let Some(e) = signal.into_inner().unwrap() {
+        return Err(e);
+    }
+    outcome.map_err(|e| raise(py, "StrataIOError", &e.to_string()))?;
+    let stats = server.stats();
+    Ok(pythonize(
+        py,
+        &serde_json::json!({
+            "served_bytes": stats.bytes_served,
+            "received_bytes": stats.bytes_received,
+            "requests": stats.requests,
+        }),
+    )?
+    .unbind())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(grid_build, m)?)?;
+    m.add_function(wrap_pyfunction!(grid_info, m)?)?;
+    m.add_function(wrap_pyfunction!(grid_run, m)?)?;
+    m.add_function(wrap_pyfunction!(farmem_serve, m)?)?;
+    Ok(())
+}
