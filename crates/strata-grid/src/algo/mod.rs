@@ -97,8 +97,8 @@ impl AlgoConfig {
     /// Bytes of vertex data per vertex (what stays local: Fargraph+'s resistant set).
     pub fn vertex_bytes(&self) -> u64 {
         match self {
-            // rank (f64), contribution (f32), sum (f32), degree (u64)
-            AlgoConfig::Pagerank { .. } => 24,
+            // rank, contribution, sum and 1/degree (f32 each): GridGraph's 12 B plus the rank
+            AlgoConfig::Pagerank { .. } => 16,
             // parent, level (u64) and two bitmaps
             AlgoConfig::Bfs { .. } => 17,
             AlgoConfig::Wcc => 9,

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::{Ctx, Iteration, Output, Values};
 use crate::error::Result;
 use crate::stream::{EdgeKernel, Streamer};
-use crate::vertex::{F32Array, F64Array};
+use crate::vertex::F32Array;
 
 pub struct PageRank {
     pub iterations: usize,
@@ -47,17 +47,22 @@ impl PageRank {
         let grid = s.grid().clone();
         let layout = *grid.layout();
         let n = layout.num_vertices as usize;
-        let deg = grid.degrees("out_degree")?;
+        // 1/out-degree (0 for dangling vertices): 4 bytes a vertex where degrees take 8.
+        let inv_deg: Vec<f32> = grid
+            .degrees("out_degree")?
+            .into_iter()
+            .map(|d| if d == 0 { 0.0 } else { (1.0 / d as f64) as f32 })
+            .collect();
         let base: Vec<u64> = (0..=layout.partitions).map(|i| layout.base(i)).collect();
-        let rank = F64Array::filled(n, 1.0 / n as f64);
+        let rank = F32Array::filled(n, (1.0 / n as f64) as f32);
         let contrib = F32Array::filled(n, 0.0);
         let sum = F32Array::filled(n, 0.0);
         let mut dangling = 0.0;
-        for (v, &dv) in deg.iter().enumerate() {
-            if dv == 0 {
-                dangling += rank.get(v);
+        for (v, &inv) in inv_deg.iter().enumerate() {
+            if inv == 0.0 {
+                dangling += rank.get(v) as f64;
             } else {
-                contrib.set(v, (rank.get(v) / dv as f64) as f32);
+                contrib.set(v, rank.get(v) * inv);
             }
         }
         let d = self.damping;
@@ -76,15 +81,15 @@ impl PageRank {
             let parts = s.par_chunks(|c| {
                 let (mut delta, mut dangling) = (0.0f64, 0.0f64);
                 let (start, end) = (base[c as usize] as usize, base[c as usize + 1] as usize);
-                for (v, &dv) in deg.iter().enumerate().take(end).skip(start) {
-                    let new = teleport + d * sum.get(v) as f64;
-                    delta += (new - rank.get(v)).abs();
+                for (v, &inv) in inv_deg.iter().enumerate().take(end).skip(start) {
+                    let new = (teleport + d * sum.get(v) as f64) as f32;
+                    delta += (new as f64 - rank.get(v) as f64).abs();
                     rank.set(v, new);
                     sum.set(v, 0.0);
-                    if dv == 0 {
-                        dangling += new;
+                    if inv == 0.0 {
+                        dangling += new as f64;
                     } else {
-                        contrib.set(v, (new / dv as f64) as f32);
+                        contrib.set(v, new * inv);
                     }
                 }
                 (delta, dangling)
@@ -108,7 +113,10 @@ impl PageRank {
         summary.insert("l1_change".into(), delta.into());
         summary.insert("converged".into(), converged.into());
         Ok(Output {
-            arrays: vec![("rank".into(), Values::F64(rank.to_vec()))],
+            arrays: vec![(
+                "rank".into(),
+                Values::F64(rank.to_vec().into_iter().map(f64::from).collect()),
+            )],
             summary,
             iterations: done,
         })

@@ -1,0 +1,271 @@
+"""Questions: how fast do Strata's grid algorithms run when the graph is in memory (R1), out of
+core under a memlimit of a quarter of the grid (R2), and with a far-memory tier holding a ratio
+of the footprint while the local memlimit holds only the rest (R3)?
+
+    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3] [--repeats 1] [--r3-scale 24]
+
+Graphs: Graph500 R-MAT (`strata generate rmat`, a=0.57, b=c=0.19, edge factor 16), converted to a
+store, then two grids built by `strata grid build` with P chosen automatically: the directed one
+(PageRank, BFS from the highest-degree vertex) and a symmetric one (WCC). Each run is a
+`grid_driver.py` process.
+
+R1: no memlimit, edge blocks resident. R2: memlimit = a quarter of the grid's edge file, the run's
+budget that minus 96 MiB for the interpreter; edge blocks that do not fit stream from disk each
+pass. Reported: edges/s (edge and vertex passes together), time, bytes read, and the disk
+throughput of the PageRank passes against the device profile's sequential read bandwidth.
+R3: a `strata farmem serve` process on loopback (outside the memlimit); the compute process under
+a memlimit of (1 - R) of the run's footprint plus 96 MiB, for R = 0.5, 0.7, 0.9 (0.9 is below the
+vertex data's share at scale 24, so its limit is the smallest that holds vertex data); the
+chunk-size curve (64 KiB to 4 MiB) and prefetch on/off at R = 0.7.
+
+Results go to bench-results/grid-r{1,2,3}.json and the grid-r1..r3 sections of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common import REPO, machine, memlimit_available, save, strata, timed, update_doc
+from strata import _native
+from strata.io import load_profile
+
+DRIVER = Path(__file__).resolve().parent / "grid_driver.py"
+WORK = REPO / "bench-data" / "grid"
+OVERHEAD = 96 << 20
+
+
+def prepare(scale: int) -> tuple[Path, int]:
+    """The store of RMAT scale ``scale`` with its `col` and `sym` grids, and the BFS root."""
+    store = WORK / f"rmat{scale}.strata"
+    if not store.exists():
+        raw = WORK / f"rmat{scale}.bin"
+        subprocess.run(strata("generate", "rmat", "--scale", scale, "--out", raw, "-q", "--overwrite"), check=True)
+        subprocess.run(strata("convert", raw, "--format", "bin32", "--num-nodes", 2**scale, "--out", store,
+                              "--memory", "8G", "-q"), check=True)  # fmt: skip
+        raw.unlink()
+    for name, sym in (("col", False), ("sym", True)):
+        if not (store / "grids" / name / "grid.json").exists():
+            _native.grid_build({"store": str(store), "name": name, "symmetrize": sym, "memory": 4 << 30})
+    deg = np.load(store / "grids" / "col" / "out_degree.npy", mmap_mode="r")
+    return store, int(np.argmax(deg))
+
+
+def edge_file_bytes(store: Path, grid: str) -> int:
+    return (store / "grids" / grid / "edges.npy").stat().st_size
+
+
+def drive(store: Path, algo: str, grid: str, memory: int, limit: int | None = None, **kw) -> dict:
+    args = [sys.executable, DRIVER, store, algo, "--grid", grid, "--memory", memory]
+    for k, v in kw.items():
+        args += [f"--{k.replace('_', '-')}", v]
+    res = timed([str(a) for a in args], limit=f"{limit // (1 << 20)}M" if limit else None)
+    out = json.loads(res["stdout"])
+    out["wall_seconds"] = res["seconds"]
+    out["peak_bytes"] = res["peak_bytes"]
+    return out
+
+
+def figures(run: dict) -> dict:
+    s, its = run["summary"], run["iterations"]
+    disk_rates = [i["pass"]["bytes_disk"] / i["pass"]["seconds"] / 1e6 for i in its if i["pass"]["bytes_disk"]]
+    far_rates = [i["pass"]["bytes_far"] / i["pass"]["seconds"] / 1e6 for i in its if i["pass"]["bytes_far"]]
+    return {
+        "seconds": s["compute_seconds"],
+        "wall_seconds": run["wall_seconds"],
+        "edges_per_s": s["edges_per_second"],
+        "iterations": s["iterations"],
+        "gb_disk": s["bytes_disk"] / 1e9,
+        "gb_far": s["bytes_far"] / 1e9,
+        "gb_local": s["bytes_local"] / 1e9,
+        "disk_mb_s_median": statistics.median(disk_rates) if disk_rates else 0.0,
+        "far_mb_s_median": statistics.median(far_rates) if far_rates else 0.0,
+        "peak_mb": (run["peak_bytes"] or 0) / 2**20,
+        "far_failure": s.get("far_failure"),
+    }
+
+
+def best_of(runs: list[dict]) -> dict:
+    """Median figures over repeats (by compute seconds)."""
+    fs = sorted((figures(r) for r in runs), key=lambda f: f["seconds"])
+    return fs[len(fs) // 2]
+
+
+ALGOS = (("pagerank", "col"), ("wcc", "sym"), ("bfs", "col"))
+VERTEX_BYTES = {"pagerank": 16, "wcc": 9, "bfs": 17}
+
+
+def r1(scales: list[int], repeats: int) -> dict:
+    out = {}
+    for scale in scales:
+        store, root = prepare(scale)
+        for algo, grid in ALGOS:
+            runs = [drive(store, algo, grid, 16 << 30, root=root) for _ in range(repeats)]
+            out[f"{scale}/{algo}"] = best_of(runs)
+            print(f"R1 scale {scale} {algo}: {out[f'{scale}/{algo}']['edges_per_s'] / 1e6:.0f}M edges/s", flush=True)
+    return out
+
+
+def r2(scales: list[int], repeats: int, r1_res: dict) -> dict:
+    out = {}
+    for scale in scales:
+        store, root = prepare(scale)
+        for algo, grid in ALGOS:
+            limit = edge_file_bytes(store, grid) // 4
+            need = VERTEX_BYTES[algo] * 2**scale + (104 << 20) + OVERHEAD
+            if need > limit:
+                out[f"{scale}/{algo}"] = {"skipped": f"vertex data and buffers need {need >> 20} MiB, the limit is "
+                                          f"{limit >> 20} MiB (windowed vertex data is not implemented)"}  # fmt: skip
+                print(f"R2 scale {scale} {algo}: skipped", flush=True)
+                continue
+            runs = [drive(store, algo, grid, limit - OVERHEAD, limit=limit, root=root) for _ in range(repeats)]
+            f = best_of(runs)
+            f["memlimit_mb"] = limit / 2**20
+            base = r1_res.get(f"{scale}/{algo}")
+            f["time_vs_r1"] = f["seconds"] / base["seconds"] if base else None
+            out[f"{scale}/{algo}"] = f
+            print(f"R2 scale {scale} {algo}: {f['seconds']:.1f} s, disk {f['disk_mb_s_median']:.0f} MB/s", flush=True)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(capacity: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", f"from strata import _native; _native.farmem_serve('127.0.0.1:{port}', {capacity})"]
+    )
+    addr = f"127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            return proc, addr
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("the memory server did not start")
+
+
+def r3(scale: int, repeats: int) -> dict:
+    store, _ = prepare(scale)
+    edges = edge_file_bytes(store, "col")
+    vertex = 16 * 2**scale
+    buffers = 64 << 20
+    footprint = edges + vertex + buffers
+    minimum = vertex + buffers + (64 << 20) + OVERHEAD
+    server, addr = start_server(str(edges * 2))
+    out: dict = {"footprint_mb": footprint / 2**20, "vertex_share": vertex / footprint}
+    try:
+        iters = 10
+        local = [drive(store, "pagerank", "col", 16 << 30, iterations=iters) for _ in range(repeats)]
+        out["all_local"] = best_of(local)
+        disk_limit = edges // 4
+        disk = [drive(store, "pagerank", "col", disk_limit - OVERHEAD, limit=disk_limit, iterations=iters)
+                for _ in range(repeats)]  # fmt: skip
+        out["disk_only_r2_limit"] = best_of(disk)
+        for ratio in (0.5, 0.7, 0.9):
+            limit = max(int((1 - ratio) * footprint) + OVERHEAD, minimum)
+            runs = [drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=addr, ratio=ratio,
+                          iterations=iters) for _ in range(repeats)]  # fmt: skip
+            f = best_of(runs)
+            f["memlimit_mb"] = limit / 2**20
+            f["vs_all_local"] = f["seconds"] / out["all_local"]["seconds"]
+            f["vs_disk_only"] = f["seconds"] / out["disk_only_r2_limit"]["seconds"]
+            out[f"ratio_{ratio}"] = f
+            print(f"R3 ratio {ratio}: {f['seconds']:.1f} s ({f['vs_all_local']:.2f}x local)", flush=True)
+        limit = int(0.3 * footprint) + OVERHEAD
+        for chunk in (64 << 10, 256 << 10, 1 << 20, 4 << 20):
+            f = best_of([drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=addr, ratio=0.7,
+                               chunk=chunk, iterations=iters) for _ in range(repeats)])  # fmt: skip
+            out[f"chunk_{chunk >> 10}k"] = f
+            print(f"R3 chunk {chunk >> 10} KiB: {f['seconds']:.1f} s, far {f['far_mb_s_median']:.0f} MB/s", flush=True)
+        for prefetch in (1, 4):
+            f = best_of([drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=addr, ratio=0.7,
+                               prefetch=prefetch, iterations=iters) for _ in range(repeats)])  # fmt: skip
+            out[f"prefetch_{prefetch}"] = f
+            print(f"R3 prefetch {prefetch}: {f['seconds']:.1f} s", flush=True)
+    finally:
+        server.terminate()
+        server.wait()
+    return out
+
+
+def table(rows: list[tuple], header: tuple) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scales", default="22,24")
+    p.add_argument("--only", default="r1,r2,r3")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--r3-scale", type=int, default=24)
+    a = p.parse_args()
+    if not memlimit_available():
+        raise SystemExit("memlimit is not available: R2 and R3 need ../shared/tools/memlimit")
+    WORK.mkdir(parents=True, exist_ok=True)
+    scales = [int(s) for s in a.scales.split(",")]
+    only = set(a.only.split(","))
+    profile = load_profile(WORK) or {}
+    seq = profile.get("seq_read_mb_s", 0.0)
+    env = {"machine": machine(), "profile_seq_read_mb_s": seq, "command": " ".join(sys.argv)}
+    r1_res = {}
+    if "r1" in only or "r2" in only:
+        r1_res = r1(scales, a.repeats)
+        save("grid-r1", {**env, "results": r1_res})
+        update_doc("grid-r1", f"### R1: in memory (`{env['command']}`)\n\n" + r1_table(r1_res))
+    if "r2" in only:
+        res = r2(scales, a.repeats, r1_res)
+        save("grid-r2", {**env, "results": res})
+        head = f"### R2: out of core (`{env['command']}`; profile sequential read {seq:.0f} MB/s)\n\n"
+        update_doc("grid-r2", head + r2_table(res, seq))
+    if "r3" in only:
+        res = r3(a.r3_scale, a.repeats)
+        save("grid-r3", {**env, "results": res})
+        head = f"### R3: far memory, PageRank scale {a.r3_scale} (`{env['command']}`)\n\n"
+        update_doc("grid-r3", head + r3_table(res))
+
+
+def r1_table(res: dict) -> str:
+    rows = [(k, f"{v['edges_per_s'] / 1e6:.0f}M", f"{v['seconds']:.2f}", v["iterations"]) for k, v in res.items()]
+    return table(rows, ("scale/algorithm", "edges/s", "seconds", "iterations"))
+
+
+def r2_table(res: dict, seq: float) -> str:
+    rows = []
+    for k, v in res.items():
+        if "skipped" in v:
+            rows.append((k, v["skipped"], "", "", "", ""))
+            continue
+        share = f" ({v['disk_mb_s_median'] / seq:.0%})" if seq else ""
+        rows.append((k, f"{v['memlimit_mb']:.0f} MiB", f"{v['seconds']:.2f}", f"{v['time_vs_r1']:.2f}x",
+                     f"{v['gb_disk']:.2f}", f"{v['disk_mb_s_median']:.0f}{share}"))  # fmt: skip
+    return table(rows, ("scale/algorithm", "memlimit", "seconds", "vs R1", "GB read", "disk MB/s (of seq)"))
+
+
+def r3_table(res: dict) -> str:
+    rows = []
+    for k, v in res.items():
+        if not isinstance(v, dict):
+            continue
+        vs = f"{v['vs_all_local']:.2f}" if "vs_all_local" in v else ""
+        rows.append((k, f"{v.get('memlimit_mb', 0):.0f}", f"{v['seconds']:.2f}", f"{v['gb_far']:.2f}",
+                     f"{v['gb_disk']:.2f}", f"{v['far_mb_s_median']:.0f}", vs))  # fmt: skip
+    return table(rows, ("setting", "memlimit MiB", "seconds", "GB far", "GB disk", "far MB/s", "vs local"))
+
+
+if __name__ == "__main__":
+    main()

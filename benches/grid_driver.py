@@ -1,0 +1,62 @@
+"""One graph-analytics run for bench_grid.py, in its own process (so it can run under memlimit):
+prints the run summary and every iteration as one JSON object.
+
+    python benches/grid_driver.py STORE ALGO --grid NAME --memory BYTES [--keep-resident 0|1]
+        [--iterations N] [--root V] [--far ADDR --ratio R --chunk BYTES --connections N] [--prefetch N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from strata import _native
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("store")
+    p.add_argument("algo")
+    p.add_argument("--grid", required=True)
+    p.add_argument("--memory", type=int, required=True)
+    p.add_argument("--keep-resident", type=int, default=1)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--root", type=int, default=0)
+    p.add_argument("--far", default=None)
+    p.add_argument("--ratio", type=float, default=0.7)
+    p.add_argument("--chunk", type=int, default=256 << 10)
+    p.add_argument("--connections", type=int, default=0)
+    p.add_argument("--prefetch", type=int, default=4)
+    a = p.parse_args()
+    algorithm = {"algorithm": a.algo}
+    if a.algo == "pagerank":
+        algorithm["iterations"] = a.iterations
+    if a.algo in ("bfs", "sssp"):
+        algorithm["root"] = a.root
+    job = {
+        "store": a.store,
+        "algorithm": algorithm,
+        "grid": a.grid,
+        "memory": a.memory,
+        "keep_resident": bool(a.keep_resident),
+        "prefetch": a.prefetch,
+        "out": f"{a.store}/runs/bench-{a.algo}",
+    }
+    if a.far:
+        job["far"] = {"addr": a.far, "ratio": a.ratio, "chunk_bytes": a.chunk, "connections": a.connections}
+    iterations = []
+    messages = []
+
+    def progress(event, *args):
+        if event == "message":
+            messages.append(args[0])
+        return True
+
+    summary = _native.grid_run(job, progress, iterations.append)
+    summary.pop("placement", None)
+    json.dump({"summary": summary, "iterations": iterations, "messages": messages}, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
