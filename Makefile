@@ -18,7 +18,7 @@ $(PY):
 
 $(DEPS_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.24" "pytest>=7.4" "ruff>=0.6" "matplotlib>=3.7" "tensorboard>=2.14" $(EXTRA_PIP)
+	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.24" "pytest>=7.4" "ruff>=0.6" "matplotlib>=3.7" "tensorboard>=2.14" "networkx>=3.0" "scipy>=1.10" $(EXTRA_PIP)
 	touch $@
 
 $(EXT_STAMP): $(DEPS_STAMP) $(RUST_SOURCES) pyproject.toml

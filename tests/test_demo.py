@@ -1,5 +1,5 @@
 """`strata demo` (what `make demo` runs) end to end: it trains embeddings out of core and a GNN
-with features on disk, and prints their results."""
+with features on disk, runs PageRank over a grid streamed from disk, and prints their results."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from conftest import run_strata
 
 def test_demo_trains_out_of_core_and_reports(tmp_path):
     env = {**os.environ, "STRATA_PROFILE_DIR": str(tmp_path / "profiles")}
-    out = run_strata("demo", "--dir", tmp_path / "demo", env=env).stdout
+    proc = run_strata("demo", "--dir", tmp_path / "demo", env=env)
+    out = proc.stdout
     # More partitions on disk than buffer slots: the table does not fit the budget.
     meta = json.loads((tmp_path / "demo" / "kg.strata" / "runs" / "embed" / "run.json").read_text())
     assert meta["partitioning"]["partitions"] > 3
@@ -28,4 +29,11 @@ def test_demo_trains_out_of_core_and_reports(tmp_path):
         acc = float(re.search(r"test accuracy (\d\.\d+)", out).group(1))
         assert acc > 0.5, out  # 8 communities: chance is about 0.125
         assert re.search(r"loader: [\d,]+ seeds/s, [\d,]+ sampled nodes/s; rows from the hot set", out)
+    # PageRank over the grid: edge blocks streamed from disk every iteration, a line per iteration.
+    assert "Ran pagerank on grid p8-column" in out and "10 iterations" in out, out
+    assert re.search(r"iter 10  [\d.]+ s  [\d.]+[kMG]? edges/s  active 65,536  disk \d+ MB/s", proc.stderr)
+    run = json.loads((tmp_path / "demo" / "rmat-s16.strata" / "runs" / "grid-pagerank" / "run.json").read_text())
+    assert run["format"] == "strata-grid-run" and run["summary"]["bytes_disk"] >= 10 * 8 * 2**20
+    assert run["summary"]["placement"]["local_edge_bytes"] == 0
+    assert len(re.findall(r"   \d\. vertex \d+ +rank 0\.\d+  in-degree", out)) == 5
     assert "Demo finished" in out

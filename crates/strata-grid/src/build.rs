@@ -103,7 +103,10 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         }
     }
     let partitions = match job.partitions {
-        0 => Layout::auto_partitions(n, PLAN_VERTEX_BYTES, job.memory),
+        0 => {
+            let edges = store.require("edges_train")?.shape[0] * if symmetric { 2 } else { 1 };
+            Layout::auto_partitions(n, edges, PLAN_VERTEX_BYTES, job.memory)
+        }
         p => p,
     };
     let layout = Layout::new(n, partitions, job.order)?;

@@ -20,6 +20,8 @@ pub const EDGE_BYTES: u64 = 8;
 /// Vertices per chunk the automatic plan aims for: a chunk's source and destination values
 /// (4 + 4 bytes each) then take 1 MiB and stay in a core's L2 cache while a block streams.
 pub const CHUNK_TARGET: u64 = 1 << 17;
+/// Average bytes of a block the automatic plan allows.
+pub const BLOCK_TARGET: u64 = 1 << 20;
 /// Most partitions a grid may have (the block index then holds 16M entries, 128 MiB).
 pub const MAX_PARTITIONS: u32 = 4096;
 
@@ -112,14 +114,24 @@ impl Layout {
         })
     }
 
-    /// P chosen for a graph: chunks of about [`CHUNK_TARGET`] vertices, and at least enough
-    /// that one chunk of `vertex_bytes`-per-vertex state is an eighth of `memory` (so the
-    /// engine can window vertex data that does not fit).
-    pub fn auto_partitions(num_vertices: u64, vertex_bytes: u64, memory: u64) -> u32 {
+    /// P chosen for a graph: chunks of about [`CHUNK_TARGET`] vertices; at least enough
+    /// that one chunk of `vertex_bytes`-per-vertex state is an eighth of `memory`; and enough
+    /// that an average block holds at most [`BLOCK_TARGET`] bytes of edges (a block is the
+    /// smallest unit the engine fetches, so it sizes the fetch buffers).
+    pub fn auto_partitions(
+        num_vertices: u64,
+        num_edges: u64,
+        vertex_bytes: u64,
+        memory: u64,
+    ) -> u32 {
         let by_cache = num_vertices.div_ceil(CHUNK_TARGET);
         let by_budget = (num_vertices * vertex_bytes * 8).div_ceil(memory.max(1));
+        let by_blocks = ((num_edges * EDGE_BYTES) as f64 / BLOCK_TARGET as f64)
+            .sqrt()
+            .ceil() as u64;
         by_cache
             .max(by_budget)
+            .max(by_blocks)
             .clamp(1, (MAX_PARTITIONS as u64).min(num_vertices.max(1))) as u32
     }
 
@@ -293,11 +305,13 @@ mod tests {
 
     #[test]
     fn auto_partitions_follow_cache_and_budget() {
-        assert_eq!(Layout::auto_partitions(1000, 16, 1 << 30), 1);
-        assert_eq!(Layout::auto_partitions(1 << 24, 16, 1 << 30), 128);
+        assert_eq!(Layout::auto_partitions(1000, 16_000, 16, 1 << 30), 1);
+        assert_eq!(Layout::auto_partitions(1 << 24, 1 << 28, 16, 1 << 30), 128);
         // 16M vertices x 16 B x 8 over 64 MiB: 32 chunks by budget, 128 by cache.
-        assert_eq!(Layout::auto_partitions(1 << 24, 16, 64 << 20), 128);
-        assert_eq!(Layout::auto_partitions(1 << 24, 16, 8 << 20), 256);
+        assert_eq!(Layout::auto_partitions(1 << 24, 1 << 28, 16, 64 << 20), 128);
+        assert_eq!(Layout::auto_partitions(1 << 24, 1 << 28, 16, 8 << 20), 256);
+        // 65k vertices with 1M edges (8 MiB): one chunk by cache, 3 for 1 MiB blocks.
+        assert_eq!(Layout::auto_partitions(1 << 16, 1 << 20, 16, 1 << 30), 3);
     }
 
     #[test]

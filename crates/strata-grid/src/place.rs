@@ -83,7 +83,9 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
     if fixed > input.memory {
         return Err(GridError::Budget(format!(
             "memory budget of {} is too small: vertex data takes {}, fetch buffers {} and the runtime {}; \
-             vertex data must stay in memory (windowed vertex data is not supported), so raise --memory to at least {}",
+             vertex data must stay in memory (windowed vertex data is not supported) and the buffers grow with the \
+             largest segment (a smaller --segment, fewer prefetched segments or a grid with more partitions shrink \
+             them), so raise --memory to at least {}",
             fmt_bytes(input.memory),
             fmt_bytes(input.vertex_bytes),
             fmt_bytes(input.buffer_bytes),

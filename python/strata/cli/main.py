@@ -19,10 +19,13 @@ from . import (
     cmd_datasets,
     cmd_demo,
     cmd_embed,
+    cmd_farmem,
     cmd_generate,
     cmd_gnn,
+    cmd_grid,
     cmd_info,
     cmd_plot,
+    cmd_run,
 )
 
 COMMANDS = (
@@ -32,6 +35,9 @@ COMMANDS = (
     cmd_info,
     cmd_embed,
     cmd_gnn,
+    cmd_grid,
+    cmd_run,
+    cmd_farmem,
     cmd_plot,
     cmd_bench_disk,
     cmd_config,
@@ -42,7 +48,7 @@ COMMANDS = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="strata",
-        description="Graph learning on graphs larger than memory: convert, generate, inspect, train.",
+        description="Graph learning on graphs larger than memory: convert, generate, inspect, train, run analytics.",
         epilog="Every option can also come from --config run.toml ([section] tables) and -p section.key=value.",
     )
     parser.add_argument("--version", action="version", version=f"strata {__version__}")

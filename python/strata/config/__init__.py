@@ -6,6 +6,7 @@ from .datasets import DatasetsListConfig, FetchConfig
 from .embed import EmbedEvalConfig, EmbedExportConfig, EmbedPlanConfig, EmbedPredictConfig, EmbedTrainConfig, PlotConfig
 from .generate import GENERATORS, KgConfig, RmatConfig, SbmConfig
 from .gnn import GnnTrainConfig
+from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
 from .info import InfoConfig
 from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_dict, describe, from_args, load
 
@@ -21,13 +22,17 @@ __all__ = [
     "EmbedPlanConfig",
     "EmbedPredictConfig",
     "EmbedTrainConfig",
+    "FarmemServeConfig",
     "FetchConfig",
     "Fractions",
     "GnnTrainConfig",
+    "GridBuildConfig",
+    "GridInfoConfig",
     "InfoConfig",
     "KgConfig",
     "PlotConfig",
     "RmatConfig",
+    "RunConfig",
     "SbmConfig",
     "Size",
     "add_arguments",

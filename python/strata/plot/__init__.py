@@ -1,5 +1,6 @@
 """``strata plot RUN``: PNG charts of a run (matplotlib, the ``[plot]`` extra). Embedding runs
-(``strata embed train``) and GNN runs (``strata gnn train``) each have their own module."""
+(``strata embed train``), GNN runs (``strata gnn train``) and grid runs (``strata run``) each
+have their own module."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ def save(fig, path: Path) -> Path:
 
 def plot_run(target: str | Path, out: str | Path | None = None, epoch: int = 0) -> list[Path]:
     """Writes the charts of the run at ``target`` (a run directory, or a store with its default
-    embedding run or a single GNN run) into ``out`` (default ``RUN/plots``) and returns their
-    paths. ``epoch`` picks the embedding timeline's epoch; GNN charts cover every epoch."""
+    embedding run, a single GNN run or a single grid run) into ``out`` (default ``RUN/plots``)
+    and returns their paths. ``epoch`` picks the embedding timeline's epoch; GNN and grid charts
+    cover every epoch or iteration."""
     run, kind, meta = locate_run(target)
     out_dir = Path(out) if out is not None else run / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -46,16 +48,21 @@ def plot_run(target: str | Path, out: str | Path | None = None, epoch: int = 0) 
         from .embed import plot_embed_run
 
         return plot_embed_run(run, meta, out_dir, epoch)
+    if kind == "grid":
+        from .grid import plot_grid_run
+
+        return plot_grid_run(run, meta, out_dir)
     from .gnn import plot_gnn_run
 
     return plot_gnn_run(run, meta, out_dir)
 
 
 def locate_run(target: str | Path) -> tuple[Path, str, dict | None]:
-    """The run ``target`` names, its kind (``"embed"`` or ``"gnn"``) and its ``run.json`` (None
-    for a GNN run still training: its ``metrics.jsonl`` is written per epoch, ``run.json`` at
-    the end)."""
+    """The run ``target`` names, its kind (``"embed"``, ``"gnn"`` or ``"grid"``) and its
+    ``run.json`` (None for a GNN or grid run still going: its ``metrics.jsonl`` is written per
+    epoch or iteration, ``run.json`` at the end)."""
     from .gnn import is_gnn_metrics, is_gnn_record
+    from .grid import GRID_FORMAT, is_grid_metrics, is_grid_record
 
     run = Path(target)
     if (run / "manifest.json").is_file():
@@ -72,20 +79,26 @@ def locate_run(target: str | Path) -> tuple[Path, str, dict | None]:
             return run, "embed", meta
         if is_gnn_record(meta):
             return run, "gnn", meta
+        if is_grid_record(meta):
+            return run, "grid", meta
         raise RunError(
             f"{run}: run.json is neither an embedding run (format {EMBED_FORMAT!r}, from `strata embed train`) "
-            "nor a GNN run (config with fanouts and a per-epoch history, from `strata gnn train`)"
+            "nor a GNN run (config with fanouts and a per-epoch history, from `strata gnn train`) "
+            f"nor a grid run (format {GRID_FORMAT!r}, from `strata run`)"
         )
     if is_gnn_metrics(run / "metrics.jsonl"):
         return run, "gnn", None
+    if is_grid_metrics(run / "metrics.jsonl"):
+        return run, "grid", None
     raise RunError(
-        f"{run}: not a run directory: expected run.json (from `strata embed train` or `strata gnn train`), "
-        "metrics.jsonl of a GNN run in progress, or a store (manifest.json)"
+        f"{run}: not a run directory: expected run.json (from `strata embed train`, `strata gnn train` or "
+        "`strata run`), metrics.jsonl of a GNN or grid run in progress, or a store (manifest.json)"
     )
 
 
 def _store_run(store: Path) -> Path:
-    """A store's embedding run, else its only GNN run: what ``strata plot STORE`` means."""
+    """A store's embedding run, else its only GNN run, else its only grid run: what
+    ``strata plot STORE`` means."""
     from ..embed.runs import default_run_dir
 
     embed = default_run_dir(store)
@@ -97,6 +110,13 @@ def _store_run(store: Path) -> Path:
     if gnn:
         names = ", ".join(p.name for p in gnn)
         raise RunError(f"store {store} has several GNN runs ({names}); name one, e.g. `strata plot {gnn[0]}`")
+    grid = sorted(p for p in (store / "runs").glob("grid-*") if (p / "metrics.jsonl").is_file())
+    if len(grid) == 1:
+        return grid[0]
+    if grid:
+        names = ", ".join(p.name for p in grid)
+        raise RunError(f"store {store} has several grid runs ({names}); name one, e.g. `strata plot {grid[0]}`")
     raise RunError(
-        f"store {store} has no run to plot: no embedding run at {embed} and no GNN run at {store / 'runs'}/gnn-MODEL"
+        f"store {store} has no run to plot: no embedding run at {embed}, no GNN run at {store / 'runs'}/gnn-MODEL "
+        f"and no grid run at {store / 'runs'}/grid-ALGO"
     )

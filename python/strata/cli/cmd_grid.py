@@ -1,0 +1,57 @@
+"""``strata grid build|info|list``."""
+
+from __future__ import annotations
+
+import json
+
+from ..config import GridBuildConfig, GridInfoConfig, from_args
+from .common import add_section_command, emit_summary, run_with_progress
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "grid",
+        help="edge grids for graph analytics (Fargraph+): build, info",
+        description="A grid holds a store's train edges in P x P blocks (vertex chunk of the source x chunk of the "
+        "destination) that `strata run` streams. Grids live in STORE/grids/NAME.",
+    )
+    cmds = p.add_subparsers(dest="grid_command", metavar="COMMAND", required=True)
+    add_section_command(
+        cmds,
+        "build",
+        GridBuildConfig,
+        run_build,
+        help="build a grid of a store's train edges within --memory",
+        description="Builds STORE/grids/NAME from the store's train edges in two streaming passes within --memory: "
+        "edges are spooled by column (or row) of blocks, then each spool is sorted into its blocks. --symmetrize "
+        "stores both directions (wcc, kcore), --weighted draws edge weights (sssp, weighted spmv).",
+    )
+    for name, text in (("info", "describe a grid, or list the grids of a store"), ("list", "the same as info")):
+        add_section_command(
+            cmds,
+            name,
+            GridInfoConfig,
+            run_info,
+            output_flags=False,
+            help=text,
+            description="Given a store, lists its grids (name, P, order, symmetric, weights, counts, bytes); given a "
+            "grid directory, prints its manifest in words.",
+        )
+
+
+def run_build(args) -> int:
+    from ..grid import build_grid, format_build
+
+    cfg = from_args(GridBuildConfig, args)
+    summary = run_with_progress(args, lambda bar: build_grid(cfg, bar))
+    emit_summary(args, summary, format_build(summary))
+    return 0
+
+
+def run_info(args) -> int:
+    from ..grid import format_grids, list_grids
+
+    cfg = from_args(GridInfoConfig, args)
+    entries = list_grids(cfg.target)
+    print(json.dumps(entries, indent=2) if cfg.json else format_grids(entries, cfg.target))
+    return 0

@@ -1,0 +1,30 @@
+"""``strata run ALGO STORE``."""
+
+from __future__ import annotations
+
+from ..config import RunConfig, from_args
+from .common import add_section_command, emit_summary, run_with_progress
+
+
+def register(sub) -> None:
+    add_section_command(
+        sub,
+        "run",
+        RunConfig,
+        run,
+        help="graph analytics out of core: pagerank, bfs, wcc, sssp, spmv, kcore (Fargraph+)",
+        description="Runs ALGORITHM on STORE's grid (found in STORE/grids/, or built on first use) within --memory: "
+        "vertex data stays local, edge blocks go to far memory (--far HOST:PORT, up to --far-ratio of the footprint), "
+        "stay resident when they fit, or stream from disk every pass. Prints the budget plan, one line per iteration "
+        "and a summary; writes the result arrays, metrics.jsonl and run.json to --out (STORE/runs/grid-ALGO).",
+    )
+
+
+def run(args) -> int:
+    from ..grid import format_summary
+    from ..grid import run as run_grid
+
+    cfg = from_args(RunConfig, args)
+    summary = run_with_progress(args, lambda bar: run_grid(cfg, bar))
+    emit_summary(args, summary, format_summary(summary))
+    return 0

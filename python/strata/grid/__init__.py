@@ -1,0 +1,443 @@
+"""Graph analytics on graphs larger than memory (Fargraph+): ``strata grid build``, ``strata run``
+and ``strata farmem serve``.
+
+A grid (``STORE/grids/NAME``) holds a store's train edges in a P x P grid of blocks. ``run``
+streams the blocks through an algorithm (PageRank, BFS, WCC, SSSP, SpMV, k-core) within a
+memory budget: vertex data stays local, edge blocks are offloaded to a memory server up to
+``far_ratio`` of the footprint, kept resident where the budget allows, and streamed from disk
+otherwise. A run directory holds the result arrays (``rank.npy``, ``level.npy``, ...),
+``metrics.jsonl`` (one line per iteration, written as it ends) and ``run.json`` (format
+``strata-grid-run``: the config, the native summary and the per-iteration history). The work
+happens in ``strata._native``; see docs/grid.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import _native
+from ..config import as_dict
+from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
+from ..errors import InputNotFoundError, StoreFormatError
+from ..units import fmt_bytes, fmt_count, fmt_duration
+
+ProgressFn = Callable[..., bool]
+
+#: The ``format`` of a grid run's ``run.json``.
+RUN_FORMAT = "strata-grid-run"
+RUN_FORMAT_VERSION = 1
+
+#: The result arrays each algorithm writes into the run directory.
+RESULT_ARRAYS = {
+    "pagerank": ("rank",),
+    "bfs": ("level", "parent"),
+    "wcc": ("component",),
+    "sssp": ("distance",),
+    "spmv": ("y",),
+    "kcore": ("core",),
+}
+
+__all__ = [
+    "RESULT_ARRAYS",
+    "RUN_FORMAT",
+    "build_grid",
+    "default_out_dir",
+    "format_build",
+    "format_grids",
+    "format_iteration",
+    "format_serve",
+    "format_summary",
+    "grid_info",
+    "iteration_metrics",
+    "list_grids",
+    "run",
+    "serve_farmem",
+]
+
+
+def default_out_dir(store: str | Path, algorithm: str) -> Path:
+    """Where ``strata run ALGO STORE`` writes by default: ``STORE/runs/grid-ALGO``."""
+    return Path(store) / "runs" / f"grid-{algorithm}"
+
+
+def _require_store(store: Path) -> None:
+    if not Path(store).exists():
+        raise InputNotFoundError(f"{store}: no such store (make one with `strata convert` or `strata generate`)")
+
+
+def _weights(seed: int, low: float, high: float) -> dict:
+    return {"kind": "random", "seed": seed, "low": low, "high": high}
+
+
+# ---------------------------------------------------------------------------------------------
+# strata grid build / info
+
+
+def build_job(cfg: GridBuildConfig) -> dict:
+    """The native build job of ``[grid.build]``."""
+    return {
+        "store": str(cfg.store),
+        "name": cfg.name,
+        "partitions": cfg.partitions,
+        "order": cfg.order,
+        "symmetrize": cfg.symmetrize,
+        "weights": _weights(cfg.weight_seed, cfg.weight_low, cfg.weight_high) if cfg.weighted else None,
+        "memory": int(cfg.memory),
+        "overwrite": cfg.overwrite,
+    }
+
+
+def build_grid(config: GridBuildConfig | None = None, progress: ProgressFn | None = None, **options) -> dict:
+    """Builds the grid of ``config.store`` (or the keyword options of ``[grid.build]``); returns
+    the build summary (dir, partitions, num_vertices, num_edges, bytes, seconds)."""
+    cfg = config if config is not None else GridBuildConfig(**options)
+    _require_store(cfg.store)
+    return _native.grid_build(build_job(cfg), progress)
+
+
+def format_build(summary: dict) -> str:
+    """The line printed after ``strata grid build``."""
+    return (
+        f"Built grid {summary['dir']}: {summary['num_vertices']:,} vertices in {summary['partitions']} chunks, "
+        f"{summary['num_edges']:,} edges in {summary['partitions'] ** 2:,} blocks, {fmt_bytes(summary['bytes'])} "
+        f"on disk, in {fmt_duration(summary['seconds'])}."
+    )
+
+
+def grid_info(path: str | Path) -> dict:
+    """The manifest (``grid.json``) of the grid directory ``path``."""
+    return _native.grid_info(str(path))
+
+
+def _dir_bytes(d: Path) -> int:
+    return sum(p.stat().st_size for p in d.iterdir() if p.is_file())
+
+
+def list_grids(target: str | Path) -> list[dict]:
+    """The grids of a store, or the one grid ``target`` names: one entry per grid with its
+    ``name``, ``dir``, ``bytes`` and ``manifest`` (or ``error`` for a store's grid that does not
+    open). A grid directory that does not open raises StoreFormatError."""
+    target = Path(target)
+    if not target.exists():
+        raise InputNotFoundError(f"{target}: no such store or grid directory")
+    if (target / "grid.json").is_file():
+        return [{"name": target.name, "dir": str(target), "bytes": _dir_bytes(target), "manifest": grid_info(target)}]
+    if not (target / "manifest.json").is_file():
+        raise StoreFormatError(
+            f"{target}: neither a store (manifest.json) nor a grid directory (grid.json, from `strata grid build`)"
+        )
+    grids_dir = target / "grids"
+    entries = []
+    for d in sorted(grids_dir.iterdir()) if grids_dir.is_dir() else []:
+        if not d.is_dir() or ".partial-" in d.name:
+            continue  # a build in progress (or one that was killed)
+        entry = {"name": d.name, "dir": str(d), "bytes": _dir_bytes(d)}
+        try:
+            entry["manifest"] = grid_info(d)
+        except StoreFormatError as e:
+            entry["error"] = str(e)
+        entries.append(entry)
+    return entries
+
+
+def _grid_kind(m: dict) -> str:
+    parts = [f"P={m['partitions']}", f"{m['order']} order"]
+    if m.get("symmetric"):
+        parts.append("symmetric")
+    w = m.get("weights")
+    if w:
+        parts.append(f"weighted ({w['kind']}, seed {w['seed']}, in ({w['low']:g}, {w['high']:g}])")
+    return ", ".join(parts)
+
+
+def format_grids(entries: list[dict], target: str | Path) -> str:
+    """``strata grid info``: a line per grid of a store, or the details of one grid."""
+    target = Path(target)
+    if len(entries) == 1 and Path(entries[0]["dir"]) == target:
+        e = entries[0]
+        m = e["manifest"]
+        lines = [
+            f"Grid {target}: {_grid_kind(m)}",
+            f"  {m['num_vertices']:,} vertices in {m['partitions']} chunks of {m['chunk_size']:,}",
+            f"  {m['num_edges']:,} edges in {m['partitions'] ** 2:,} blocks; largest block "
+            f"{m['largest_block_edges']:,} edges, largest {m['order']} {m['largest_major_edges']:,} edges",
+            f"  {fmt_bytes(e['bytes'])} on disk: "
+            + ", ".join(f"{name} {a['dtype']} {tuple(a['shape'])}" for name, a in sorted(m["arrays"].items())),
+        ]
+        prov = m.get("provenance") or {}
+        if prov.get("store"):
+            lines.append(f"  built from {prov['store']} ({prov.get('edges', 'edges_train')})")
+        return "\n".join(lines)
+    if not entries:
+        return f"Store {target} has no grids yet (build one with `strata grid build {target}`, or `strata run` does)."
+    width = max(len(e["name"]) for e in entries)
+    lines = [f"Grids of {target} ({len(entries)}):"]
+    for e in entries:
+        if "error" in e:
+            lines.append(f"  {e['name']:<{width}}  invalid: {e['error']}")
+            continue
+        m = e["manifest"]
+        lines.append(
+            f"  {e['name']:<{width}}  {_grid_kind(m)}; {m['num_vertices']:,} vertices, {m['num_edges']:,} edges, "
+            f"{fmt_bytes(e['bytes'])}"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# strata run
+
+
+def algorithm_job(cfg: RunConfig) -> dict:
+    """The native ``algorithm`` of ``[run]``: only the options the algorithm takes."""
+    a = cfg.algorithm
+    if a == "pagerank":
+        return {"algorithm": a, "iterations": cfg.iterations, "tolerance": cfg.tolerance, "damping": cfg.damping}
+    if a in ("bfs", "sssp"):
+        return {"algorithm": a, "root": cfg.root}
+    if a == "spmv":
+        return {"algorithm": a, "vector": str(cfg.vector) if cfg.vector else None, "weighted": cfg.weighted}
+    return {"algorithm": a}
+
+
+def run_job(cfg: RunConfig, out: Path) -> dict:
+    """The native run job of ``[run]``."""
+    far = None
+    if cfg.far is not None:
+        far = {
+            "addr": cfg.far,
+            "ratio": cfg.far_ratio,
+            "chunk_bytes": int(cfg.far_chunk),
+            "connections": cfg.far_connections,
+            "fetchers": cfg.far_fetchers,
+        }
+    return {
+        "store": str(cfg.store),
+        "algorithm": algorithm_job(cfg),
+        "grid": cfg.grid,
+        "memory": int(cfg.memory),
+        "threads": cfg.threads,
+        "segment_bytes": int(cfg.segment),
+        "prefetch": cfg.prefetch,
+        "disk_fetchers": cfg.disk_fetchers,
+        "far": far,
+        "keep_resident": cfg.keep_resident,
+        "out": str(out),
+        "weights": _weights(cfg.weight_seed, cfg.weight_low, cfg.weight_high),
+    }
+
+
+def iteration_metrics(record: dict) -> dict:
+    """The ``metrics.jsonl`` line of a native iteration record. ``iteration`` counts from 1 (the
+    native record's from 0); byte figures are decimal MB, rates per second of the iteration."""
+    p = record["pass"]
+    secs = max(record["seconds"], 1e-9)
+    return {
+        "iteration": record["iteration"] + 1,
+        "seconds": record["seconds"],
+        "edges": p["edges"],
+        "edges_per_s": p["edges"] / secs,
+        "active": record["active"],
+        "value": record["value"],
+        "blocks": p["blocks"],
+        "blocks_skipped": p["blocks_skipped"],
+        "mb_disk": p["bytes_disk"] / 1e6,
+        "mb_far": p["bytes_far"] / 1e6,
+        "mb_local": p["bytes_local"] / 1e6,
+        "mb_per_s_disk": p["bytes_disk"] / 1e6 / secs,
+        "mb_per_s_far": p["bytes_far"] / 1e6 / secs,
+        "wait_seconds": p["wait_seconds"],
+        "far_fallbacks": p["far_fallbacks"],
+    }
+
+
+def _value_text(algorithm: str | None, value: float) -> str:
+    if algorithm == "pagerank":
+        return f"  L1 change {value:.3e}"
+    if algorithm in ("bfs", "wcc", "sssp"):
+        return f"  activated {int(value):,}"
+    if algorithm == "kcore":
+        return f"  k {int(value)}"
+    return ""
+
+
+def format_iteration(record: dict, algorithm: str | None = None) -> str:
+    """One line per iteration, from a native record or a ``metrics.jsonl`` line:
+    ``iter 3  1.23 s  45.6M edges/s  active 1,234  disk 812 MB/s  far 0 MB/s`` (and, given the
+    algorithm, what the iteration's value means: the L1 change, vertices activated, k)."""
+    m = iteration_metrics(record) if "pass" in record else record
+    line = (
+        f"iter {m['iteration']}  {m['seconds']:.2f} s  {fmt_count(m['edges_per_s'])} edges/s  "
+        f"active {m['active']:,}  disk {m['mb_per_s_disk']:.0f} MB/s  far {m['mb_per_s_far']:.0f} MB/s"
+    )
+    if m.get("far_fallbacks"):
+        line += f"  ({m['far_fallbacks']} far reads fell back to disk)"
+    return line + _value_text(algorithm, m["value"])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def run(
+    config: RunConfig | None = None,
+    progress: ProgressFn | None = None,
+    on_iteration: Callable[[dict], object] | None = None,
+    **options,
+) -> dict:
+    """Runs ``config.algorithm`` on ``config.store`` (or the keyword options of ``[run]``) and
+    returns the native summary. ``on_iteration(record)`` sees each native iteration record as it
+    ends (an exception it raises stops the run). Writes ``metrics.jsonl`` (a line per iteration,
+    as they end) and ``run.json`` (at the end) beside the result arrays in the run directory."""
+    cfg = config if config is not None else RunConfig(**options)
+    _require_store(cfg.store)
+    out = Path(cfg.out) if cfg.out is not None else default_out_dir(cfg.store, cfg.algorithm)
+    history: list[dict] = []
+    moved = [0]  # bytes from disk and far memory so far
+
+    def each(record: dict) -> None:
+        m = iteration_metrics(record)
+        if not history:
+            # The directory is touched only once the run is under way: a run that fails its
+            # checks leaves an earlier run there as it was.
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "run.json").unlink(missing_ok=True)
+            (out / "metrics.jsonl").write_text("")
+            if progress:
+                progress("stage", f"{cfg.algorithm}: iterations", 0, 0)
+        history.append(m)
+        with open(out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(m) + "\n")
+        if progress:
+            moved[0] += record["pass"]["bytes_disk"] + record["pass"]["bytes_far"]
+            progress("update", 0, moved[0])
+            progress("message", format_iteration(m, cfg.algorithm))
+        if on_iteration is not None:
+            on_iteration(record)
+
+    summary = _native.grid_run(run_job(cfg, out), progress, each)
+    if not history:  # no iteration ran (an empty graph): the directory still gets its files
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "metrics.jsonl").write_text("")
+    record = {
+        "format": RUN_FORMAT,
+        "format_version": RUN_FORMAT_VERSION,
+        "config": as_dict(cfg),
+        "summary": summary,
+        "history": history,
+    }
+    _write_atomic(out / "run.json", json.dumps(record, indent=2, default=str))
+    return summary
+
+
+def format_summary(summary: dict) -> str:
+    """The paragraph printed after ``strata run``."""
+    s = summary
+    grid = Path(s["grid"])
+    lines = [
+        f"Ran {s['algorithm']} on grid {grid.name} ({grid}): {s['iterations']} iterations in "
+        f"{fmt_duration(s['seconds'])} ({fmt_duration(s['compute_seconds'])} computing), "
+        f"{s['edges']:,} edges streamed at {fmt_count(s['edges_per_second'])} edges/s.",
+        f"  edge bytes read: {fmt_bytes(s['bytes_local'])} resident, {fmt_bytes(s['bytes_far'])} from far memory, "
+        f"{fmt_bytes(s['bytes_disk'])} from disk",
+    ]
+    p = s["placement"]
+    lines.append(
+        f"  placement: vertex data {fmt_bytes(p['vertex_bytes'])} local, edge blocks "
+        f"{fmt_bytes(p['local_edge_bytes'])} resident / {fmt_bytes(p['far_bytes'])} far / "
+        f"{fmt_bytes(p['disk_bytes'])} on disk "
+        f"(far ratio {p['far_ratio']:.2f} of {fmt_bytes(p['footprint'])})"
+    )
+    far = s.get("far")
+    if far:
+        lines.append(
+            f"  far memory {far['addr']}: {far['connections']} connections, {far['fetchers']} fetchers, "
+            f"chunks of {fmt_bytes(far['chunk_bytes'])}, ping {far['ping_us']:.0f} us"
+        )
+    if s.get("far_failure"):
+        lines.append(
+            f"  far memory was lost during the run ({s['far_failure']}); the rest came from disk, "
+            "results are unaffected"
+        )
+    if s.get("result"):
+        lines.append("  result: " + ", ".join(f"{k} {_show(v)}" for k, v in s["result"].items()))
+    if s.get("arrays"):
+        lines.append(f"  wrote {', '.join(s['arrays'])}")
+    return "\n".join(lines)
+
+
+def _show(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v).lower()
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+# ---------------------------------------------------------------------------------------------
+# strata farmem serve
+
+
+class _Terminated(Exception):
+    """Raised by the SIGTERM handler while the memory server runs."""
+
+
+def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[str], object] | None = None, **options):
+    """Serves far memory until SIGTERM or Ctrl-C (or the server stops); ``on_ready(addr)`` is
+    called once it listens (default: prints ``listening on ADDR``, flushed). Returns a summary:
+    ``addr``, ``capacity``, ``seconds``, ``stopped_by`` (``SIGTERM``, ``interrupt`` or
+    ``server``), and the server's counters when it stopped by itself."""
+    cfg = config if config is not None else FarmemServeConfig(**options)
+    info: dict = {"listen": cfg.listen, "addr": None, "capacity": int(cfg.capacity)}
+    started = [time.monotonic()]
+
+    def ready(addr: str) -> None:
+        info["addr"] = addr
+        started[0] = time.monotonic()
+        if on_ready is not None:
+            on_ready(addr)
+        else:
+            print(f"listening on {addr} ({fmt_bytes(cfg.capacity)} to lend)", flush=True)
+
+    def terminate(signum, frame):
+        raise _Terminated()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
+    try:
+        stats = _native.farmem_serve(cfg.listen, int(cfg.capacity), ready)
+        info.update(stats or {}, stopped_by="server")
+    except _Terminated:
+        info["stopped_by"] = "SIGTERM"
+    except KeyboardInterrupt:
+        info["stopped_by"] = "interrupt"
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    info["seconds"] = time.monotonic() - started[0]
+    return info
+
+
+def format_serve(info: dict) -> str:
+    """The line printed when ``strata farmem serve`` stops."""
+    why = {"SIGTERM": "stopped by SIGTERM", "interrupt": "stopped by Ctrl-C", "server": "the server stopped"}
+    line = (
+        f"farmem: served {info['addr'] or info['listen']} ({fmt_bytes(info['capacity'])}) for "
+        f"{fmt_duration(info['seconds'])}; {why.get(info.get('stopped_by'), info.get('stopped_by'))}"
+    )
+    if "requests" in info:
+        line += (
+            f"; {info['requests']:,} requests, {fmt_bytes(info['received_bytes'])} received, "
+            f"{fmt_bytes(info['served_bytes'])} served"
+        )
+    return line

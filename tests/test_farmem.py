@@ -1,0 +1,184 @@
+"""Far memory (`strata farmem serve` and `strata run --far`): edge blocks offloaded to a memory
+server give the same results as a local run; a server killed in the middle of a run costs speed,
+never results; the server stops cleanly on SIGTERM and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import re
+import selectors
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import run_strata
+from strata.config import ConvertConfig
+from strata.convert import convert
+from strata.errors import ConfigError
+from strata.grid import build_grid, grid_info, run, serve_farmem
+
+N = 20_000
+EDGES = 400_000  # 3.2 MB of edge records
+SEGMENT = "64K"
+
+
+class Server:
+    """``strata farmem serve`` in a subprocess, on a port the OS picks."""
+
+    def __init__(self, capacity: str = "256M"):
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "strata", "farmem", "serve", "--listen", "127.0.0.1:0", "--capacity", capacity],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = self._readline(60)
+        m = re.match(r"listening on (127\.0\.0\.1:\d+)", line)
+        if not m:
+            self.proc.kill()
+            raise AssertionError(f"no 'listening on' line from the server: {line!r} {self.proc.stderr.read()}")
+        self.addr = m.group(1)
+
+    def _readline(self, timeout: float) -> str:
+        # A deadline only so that a server that never starts fails the test instead of hanging it.
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout)
+        sel.close()
+        return self.proc.stdout.readline() if ready else ""
+
+    def stop(self, sig=signal.SIGTERM) -> tuple[int, str, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        out, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out, err
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    if s.proc.poll() is None:
+        s.proc.kill()
+        s.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("far")
+    rng = np.random.default_rng(1)
+    np.save(d / "edges.npy", rng.integers(0, N, size=(EDGES, 2)))
+    out = d / "g.strata"
+    convert(ConvertConfig(inputs=[d / "edges.npy"], out=out, num_nodes=N))
+    build_grid(store=out, partitions=4)
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_ranks(store, tmp_path_factory) -> dict[int, np.ndarray]:
+    """Ranks of local runs (every edge block resident) by iteration count."""
+    ranks = {}
+    for iterations in (10, 40):
+        out = tmp_path_factory.mktemp("local")
+        s = run(algorithm="pagerank", store=store, iterations=iterations, segment=SEGMENT, out=out)
+        assert s["bytes_far"] == 0 and s["far"] is None
+        ranks[iterations] = np.load(out / "rank.npy")
+    return ranks
+
+
+@pytest.mark.parametrize(("ratio", "keep"), [(0.7, True), (0.3, False)])
+def test_far_run_matches_local(store, local_ranks, server, tmp_path, ratio, keep):
+    messages = []
+    s = run(
+        algorithm="pagerank",
+        store=store,
+        iterations=10,
+        segment=SEGMENT,
+        far=server.addr,
+        far_ratio=ratio,
+        keep_resident=keep,
+        out=tmp_path,
+        progress=lambda *e: messages.append(e) or True,
+    )
+    p = s["placement"]
+    assert p["far_bytes"] > 0 and s["bytes_far"] == 10 * p["far_bytes"]
+    # Segments go far in streaming order until they reach the ratio: it overshoots by less than one
+    # segment (whole blocks up to --segment, or one bigger block).
+    segment = max(64 << 10, 8 * grid_info(s["grid"])["largest_block_edges"])
+    assert p["far_bytes"] - segment < ratio * p["footprint"]
+    if not keep:  # the rest of the edge blocks stream from disk
+        assert p["disk_bytes"] > 0 and set(p["tiers"]) == {"far", "disk"}
+    assert s["far"]["addr"] == server.addr and s["far_failure"] is None
+    text = [e[1] for e in messages if e[0] == "message"]
+    assert any(t.startswith(f"far memory {server.addr}: ") for t in text)
+    assert any("in far memory" in t and f"far ratio {p['far_ratio']:.2f}" in t for t in text)
+    np.testing.assert_allclose(np.load(tmp_path / "rank.npy"), local_ranks[10], rtol=1e-6)
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["mb_far"] > 0 and m["far_fallbacks"] == 0 for m in metrics)
+
+
+def test_losing_far_memory_mid_run_keeps_the_results(store, local_ranks, server, tmp_path):
+    messages = []
+
+    def kill_at_third(record):
+        if record["iteration"] + 1 == 3:
+            server.proc.kill()  # SIGKILL: no goodbye to the client
+            server.proc.wait()
+
+    s = run(
+        algorithm="pagerank",
+        store=store,
+        iterations=40,
+        segment=SEGMENT,
+        far=server.addr,
+        far_ratio=0.7,
+        out=tmp_path,
+        progress=lambda *e: messages.append(e) or True,
+        on_iteration=kill_at_third,
+    )
+    assert s["iterations"] == 40
+    assert s["far_failure"] and "far memory unavailable" in s["far_failure"]
+    warnings = [e[1] for e in messages if e[0] == "message" and e[1].startswith("warning: far memory stopped serving")]
+    assert len(warnings) == 1 and "continuing from the disk copy, results are unaffected" in warnings[0]
+    np.testing.assert_allclose(np.load(tmp_path / "rank.npy"), local_ranks[40], rtol=1e-6)
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(m["mb_far"] > 0 and m["mb_disk"] == 0 for m in metrics[:3])
+    assert all(m["mb_far"] == 0 and m["mb_disk"] > 0 for m in metrics[4:])
+    assert s["bytes_disk"] > 0 and json.loads((tmp_path / "run.json").read_text())["summary"]["far_failure"]
+
+
+def test_cli_far_run_and_sigterm(store, server, tmp_path):
+    proc = run_strata("run", "pagerank", store, "--iterations", "3", "--segment", SEGMENT, "--far", server.addr,
+                      "--far-ratio", "0.7", "--far-connections", "2", "--out", tmp_path)  # fmt: skip
+    assert f"far memory {server.addr}: " in proc.stderr and "2 data connections" in proc.stderr
+    assert f"  far memory {server.addr}: 2 connections" in proc.stdout
+    assert re.search(r"iter 3 .* far [1-9]\d* MB/s", proc.stderr), proc.stderr
+    rc, out, err = server.stop(signal.SIGTERM)
+    assert rc == 0, err
+    assert re.search(rf"farmem: served {server.addr} \(256 MiB\) for .*; stopped by SIGTERM", out), out
+    assert "Traceback" not in err
+
+
+def test_ctrl_c_stops_the_server_cleanly():
+    s = Server("16M")
+    rc, out, err = s.stop(signal.SIGINT)
+    assert rc == 0 and "stopped by Ctrl-C" in out and "Traceback" not in err, (out, err)
+
+
+def test_serve_refuses_bad_options():
+    proc = run_strata("farmem", "serve", "--listen", "7000", check=False)
+    assert proc.returncode == 2 and "farmem.serve.listen: expected HOST:PORT" in proc.stderr
+    proc = run_strata("farmem", "serve", "--capacity", "0", check=False)
+    assert proc.returncode == 2 and "farmem.serve.capacity: must be positive" in proc.stderr
+
+
+def test_serve_refuses_a_port_in_use(server):
+    def ready(addr):
+        raise AssertionError(f"a second server listens on {addr}")  # stops it: the error propagates
+
+    with pytest.raises(ConfigError, match=server.addr.split(":")[1]):
+        serve_farmem(listen=server.addr, capacity="1M", on_ready=ready)

@@ -1,0 +1,491 @@
+"""Graph analytics on grids (`strata grid build`, `strata run`): results against networkx and
+scipy on small random graphs and on Cora, in column and row order, with edge blocks resident or
+streamed from disk every pass; the grid format read back; the CLI end to end with `strata plot`;
+bad inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("networkx")
+pytest.importorskip("scipy")
+
+import networkx as nx
+import scipy.sparse as sparse
+
+from conftest import SHARED_DATASETS, run_strata
+from strata import Store
+from strata.config import ConvertConfig, GridBuildConfig, RunConfig
+from strata.convert import convert
+from strata.errors import BudgetError, ConfigError, InputNotFoundError, StoreFormatError
+from strata.grid import build_grid, format_iteration, grid_info, list_grids, run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+N = 310  # vertices 300..309 have no edges at all
+PARTITIONS = 4  # chunks of 78 vertices, the last one of 76
+SEGMENT = "4K"  # 512 edges per segment: blocks are split into several segments
+MODES = [("column", True), ("column", False), ("row", True), ("row", False)]
+MODE_IDS = [f"{o}-{'resident' if k else 'streamed'}" for o, k in MODES]
+
+
+def make_store(directory: Path, edges: np.ndarray, num_nodes: int, name: str = "g") -> Path:
+    """A store whose train edges are ``edges`` (all of them: no split)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    np.save(directory / f"{name}-edges.npy", np.asarray(edges, dtype=np.int64).reshape(-1, 2))
+    out = directory / f"{name}.strata"
+    convert(ConvertConfig(inputs=[directory / f"{name}-edges.npy"], out=out, num_nodes=num_nodes))
+    return out
+
+
+def grid_edges(grid_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Global (src, dst, weight) of every edge of a grid, from its files: block (i, j) sits at
+    position j*P+i (column order) or i*P+j (row order); ids are offsets from chunk_index*chunk_size."""
+    m = json.loads((grid_dir / "grid.json").read_text())
+    p, cs = m["partitions"], m["chunk_size"]
+    edges = np.load(grid_dir / "edges.npy")
+    index = np.load(grid_dir / "block_index.npy")
+    weights = np.load(grid_dir / "weights.npy") if "weights" in m["arrays"] else None
+    assert index.shape == (p * p + 1,) and index[0] == 0 and index[-1] == len(edges) == m["num_edges"]
+    assert np.all(np.diff(index) >= 0)
+    src, dst = np.empty(len(edges), np.int64), np.empty(len(edges), np.int64)
+    for pos in range(p * p):
+        a, b = index[pos], index[pos + 1]
+        major, minor = divmod(pos, p)
+        i, j = (minor, major) if m["order"] == "column" else (major, minor)
+        assert np.all(edges[a:b] < cs)
+        src[a:b] = i * cs + edges[a:b, 0].astype(np.int64)
+        dst[a:b] = j * cs + edges[a:b, 1].astype(np.int64)
+    return src, dst, weights
+
+
+def components_graph(seed: int) -> nx.DiGraph:
+    """A directed graph of several weakly connected parts (and isolated vertices) whose vertex ids
+    are shuffled so that every part spans several chunks."""
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(300)
+    g = nx.DiGraph()
+    g.add_nodes_from(range(N))
+    start = 0
+    for size in (160, 80, 40, 12, 5, 3):
+        part = nx.gnm_random_graph(size, 5 * size, seed=seed + size, directed=True)
+        g.add_edges_from((int(perm[start + u]), int(perm[start + v])) for u, v in part.edges)
+        start += size
+    return g
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory):
+    """A directed store with its grids (plain, weighted, symmetric) in both orders, the networkx
+    graph it came from, and an undirected simple store with self-loops for k-core."""
+    d = tmp_path_factory.mktemp("grid")
+    g = components_graph(3)
+    edges = np.array(sorted(g.edges), dtype=np.int64)
+    store = make_store(d, edges, N, "directed")
+    for order in ("column", "row"):
+        common = {"store": store, "partitions": PARTITIONS, "order": order}
+        build_grid(name=f"d-{order}", **common)
+        build_grid(name=f"w-{order}", weighted=True, weight_seed=5, weight_low=1.0, weight_high=5.0, **common)
+        build_grid(name=f"s-{order}", symmetrize=True, **common)
+    u = nx.gnm_random_graph(N, 1400, seed=11)
+    rng = np.random.default_rng(11)
+    und = np.array([(a, b) if rng.random() < 0.5 else (b, a) for a, b in u.edges] + [(7, 7), (100, 100), (100, 100)])
+    ustore = make_store(d, und, N, "undirected")
+    for order in ("column", "row"):
+        build_grid(store=ustore, name=f"s-{order}", partitions=PARTITIONS, order=order, symmetrize=True)
+    return {"dir": d, "store": store, "g": g, "ustore": ustore, "u": u}
+
+
+def run_on(store: Path, grid: str, algorithm: str, keep: bool, out: Path, **options) -> tuple[dict, Path]:
+    summary = run(algorithm=algorithm, store=store, grid=grid, keep_resident=keep, segment=SEGMENT, out=out, **options)
+    tiers = set(summary["placement"]["tiers"])
+    assert tiers == ({"local"} if keep else {"disk"}), tiers
+    assert summary["bytes_disk" if not keep else "bytes_local"] > 0
+    return summary, out
+
+
+def power_iteration(src, dst, n: int, iterations: int, d: float = 0.85) -> np.ndarray:
+    """PageRank as networkx defines it (dangling rank spread evenly), in plain numpy."""
+    out = np.bincount(src, minlength=n).astype(np.float64)
+    r = np.full(n, 1.0 / n)
+    for _ in range(iterations):
+        contrib = np.where(out > 0, r / np.maximum(out, 1), 0.0)
+        dangling = r[out == 0].sum()
+        r = (1 - d) / n + d * dangling / n + d * np.bincount(dst, weights=contrib[src], minlength=n)
+    return r
+
+
+# ---------------------------------------------------------------------------------------------
+# the grid format
+
+
+def test_grids_hold_exactly_the_store_edges(graphs):
+    store = graphs["store"]
+    stored = np.asarray(Store(store).edges("train")).astype(np.int64)
+    want = np.sort(stored[:, 0] * N + stored[:, 1])
+    for order in ("column", "row"):
+        for kind in ("d", "w"):
+            gdir = store / "grids" / f"{kind}-{order}"
+            src, dst, w = grid_edges(gdir)
+            assert np.array_equal(np.sort(src * N + dst), want)
+            m = grid_info(gdir)
+            assert (m["order"], m["partitions"], m["symmetric"]) == (order, PARTITIONS, False)
+            assert np.array_equal(np.load(gdir / "out_degree.npy"), np.bincount(src, minlength=N))
+            assert np.array_equal(np.load(gdir / "in_degree.npy"), np.bincount(dst, minlength=N))
+            if kind == "w":
+                assert w is not None and np.all((w > 1.0) & (w <= 5.0))
+                assert m["weights"] == {"kind": "random", "seed": 5, "low": 1.0, "high": 5.0}
+        # Symmetric grids: both directions of every edge, self-loops once.
+        src, dst, _ = grid_edges(store / "grids" / f"s-{order}")
+        both = np.concatenate([stored, stored[:, ::-1]])
+        assert np.array_equal(np.sort(src * N + dst), np.sort(both[:, 0] * N + both[:, 1]))
+    # Weights are a function of the endpoint pair, so both orders draw the same ones.
+    (sc, dc, wc), (sr, dr, wr) = grid_edges(store / "grids" / "w-column"), grid_edges(store / "grids" / "w-row")
+    assert np.array_equal(wc[np.argsort(sc * N + dc)], wr[np.argsort(sr * N + dr)])
+
+
+def test_a_grid_of_more_edges_than_one_read_batch(tmp_path):
+    """700,000 int32 pairs (5.6 MB) take more than one 4 MiB read: each must be spooled once."""
+    rng = np.random.default_rng(2)
+    n = 50_000
+    edges = rng.integers(0, n, size=(700_000, 2))
+    store = make_store(tmp_path, edges, n)
+    built = build_grid(store=store, partitions=3, memory="256M")
+    assert built["num_edges"] == len(edges)
+    src, dst, _ = grid_edges(Path(built["dir"]))
+    assert np.array_equal(np.sort(src * n + dst), np.sort(edges[:, 0] * n + edges[:, 1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# algorithms against networkx and scipy
+
+
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_pagerank(graphs, tmp_path, order, keep):
+    store, g = graphs["store"], graphs["g"]
+    src, dst, _ = grid_edges(store / "grids" / f"d-{order}")
+    # Ten iterations exactly as a numpy power iteration computes them.
+    s, out = run_on(store, f"d-{order}", "pagerank", keep, tmp_path / "pr10", iterations=10)
+    assert s["iterations"] == 10 and s["edges"] == 10 * g.number_of_edges()
+    rank = np.load(out / "rank.npy")
+    assert rank.dtype == np.float64 and rank.shape == (N,)
+    np.testing.assert_allclose(rank, power_iteration(src, dst, N, 10), rtol=1e-5)
+    # Run to convergence: networkx's PageRank (dangling vertices included).
+    s, out = run_on(store, f"d-{order}", "pagerank", keep, tmp_path / "pr", iterations=150)
+    ref = nx.pagerank(g, alpha=0.85, tol=1e-14, max_iter=10_000)
+    np.testing.assert_allclose(np.load(out / "rank.npy"), [ref[v] for v in range(N)], rtol=1e-5)
+    assert abs(np.load(out / "rank.npy").sum() - 1) < 1e-5
+    # A tolerance stops early and says so.
+    s, _ = run_on(store, f"d-{order}", "pagerank", keep, tmp_path / "tol", iterations=150, tolerance=1e-8)
+    assert s["iterations"] < 150 and s["result"]["converged"] is True
+
+
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_bfs_levels_and_parents(graphs, tmp_path, order, keep):
+    store, g = graphs["store"], graphs["g"]
+    root = max(range(300), key=lambda v: g.out_degree(v))  # a vertex of the big part
+    s, out = run_on(store, f"d-{order}", "bfs", keep, tmp_path, root=root)
+    level, parent = np.load(out / "level.npy"), np.load(out / "parent.npy")
+    assert level.dtype == parent.dtype == np.int64
+    want = np.full(N, -1)
+    for v, k in nx.single_source_shortest_path_length(g, root).items():
+        want[v] = k
+    assert np.array_equal(level, want)
+    assert 0 < (want >= 0).sum() < N  # some vertices are out of reach
+    assert parent[root] == root and np.all(parent[want < 0] == -1)
+    for v in np.flatnonzero(want > 0):
+        assert g.has_edge(int(parent[v]), int(v)) and level[parent[v]] == level[v] - 1
+    assert s["iterations"] == want.max() + 1
+    # From a vertex without edges only the root is reached.
+    run_on(store, f"d-{order}", "bfs", keep, tmp_path / "alone", root=305)
+    assert np.array_equal(np.flatnonzero(np.load(tmp_path / "alone" / "level.npy") >= 0), [305])
+
+
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_wcc(graphs, tmp_path, order, keep):
+    store, g = graphs["store"], graphs["g"]
+    _, out = run_on(store, f"s-{order}", "wcc", keep, tmp_path)
+    component = np.load(out / "component.npy")
+    assert component.dtype == np.int64
+    want = [set(c) for c in nx.weakly_connected_components(g)]
+    got: dict[int, set] = {}
+    for v, c in enumerate(component.tolist()):
+        got.setdefault(c, set()).add(v)
+    assert sorted(map(sorted, got.values())) == sorted(map(sorted, want))
+    assert all(label == min(members) for label, members in got.items())  # labelled by the smallest id
+
+
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_sssp(graphs, tmp_path, order, keep):
+    store, g = graphs["store"], graphs["g"]
+    src, dst, w = grid_edges(store / "grids" / f"w-{order}")
+    wg = nx.DiGraph()
+    wg.add_nodes_from(range(N))
+    wg.add_weighted_edges_from(zip(src.tolist(), dst.tolist(), w.astype(np.float64).tolist(), strict=True))
+    root = max(range(300), key=lambda v: g.out_degree(v))
+    _, out = run_on(store, f"w-{order}", "sssp", keep, tmp_path, root=root)
+    distance = np.load(out / "distance.npy")
+    want = np.full(N, np.inf)
+    for v, dist in nx.single_source_dijkstra_path_length(wg, root).items():
+        want[v] = dist
+    assert np.array_equal(np.isinf(distance), np.isinf(want)) and distance[root] == 0
+    np.testing.assert_allclose(distance[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-9)
+
+
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_spmv(graphs, tmp_path, order, keep):
+    store = graphs["store"]
+    x = np.random.default_rng(4).standard_normal(N)
+    np.save(tmp_path / "x.npy", x)
+    for grid, weighted in ((f"d-{order}", False), (f"w-{order}", True)):
+        src, dst, w = grid_edges(store / "grids" / grid)
+        a = sparse.coo_matrix((w.astype(np.float64) if weighted else np.ones(len(src)), (src, dst)), shape=(N, N))
+        _, out = run_on(store, grid, "spmv", keep, tmp_path / grid, vector=tmp_path / "x.npy", weighted=weighted)
+        np.testing.assert_allclose(np.load(out / "y.npy"), a.T @ x, rtol=1e-6, atol=1e-9)
+    # Without a vector, x is all ones: y is the in-degree.
+    _, out = run_on(store, f"d-{order}", "spmv", keep, tmp_path / "ones")
+    assert np.array_equal(np.load(out / "y.npy"), np.load(store / "grids" / f"d-{order}" / "in_degree.npy"))
+
+
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_kcore(graphs, tmp_path, order, keep):
+    """Core numbers of an undirected simple graph; the store's self-loops are ignored."""
+    _, out = run_on(graphs["ustore"], f"s-{order}", "kcore", keep, tmp_path)
+    core = np.load(out / "core.npy")
+    want = nx.core_number(graphs["u"])
+    assert core.dtype == np.int64 and core.tolist() == [want[v] for v in range(N)]
+    assert core.max() >= 3
+
+
+def test_runs_find_or_build_a_grid_that_suits(tmp_path):
+    g = nx.gnm_random_graph(120, 500, seed=8, directed=True)
+    store = make_store(tmp_path, np.array(sorted(g.edges)), 120)
+    run(algorithm="pagerank", store=store, iterations=3)
+    assert (store / "runs" / "grid-pagerank" / "rank.npy").is_file()
+    wcc = run(algorithm="wcc", store=store)  # needs a symmetric grid: one is built
+    assert grid_info(wcc["grid"])["symmetric"] is True
+    s = run(algorithm="sssp", store=store, root=1, weight_seed=3, weight_low=2.0, weight_high=3.0)
+    assert grid_info(s["grid"])["weights"] == {"kind": "random", "seed": 3, "low": 2.0, "high": 3.0}
+    names = sorted(e["name"] for e in list_grids(store))
+    assert len(names) == 3 and all("error" not in e for e in list_grids(store))
+    # The next runs find the grids built for them instead of building more.
+    assert run(algorithm="wcc", store=store)["grid"] == wcc["grid"]
+    assert run(algorithm="spmv", store=store, weighted=True)["grid"] == s["grid"]
+    assert sorted(e["name"] for e in list_grids(store)) == names
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory):
+    if not (SHARED_DATASETS / "planetoid").is_dir():
+        pytest.skip(f"{SHARED_DATASETS}/planetoid is absent (CI always has it): the Cora checks need it")
+    out = tmp_path_factory.mktemp("cora") / "cora.strata"
+    convert(ConvertConfig(inputs=[SHARED_DATASETS / "planetoid"], name="cora", out=out))
+    edges = np.asarray(Store(out).edges("train")).astype(np.int64)
+    g = nx.DiGraph()
+    g.add_nodes_from(range(Store(out).num_nodes))
+    g.add_edges_from(edges.tolist())
+    return out, g
+
+
+def test_cora_citation_graph(cora, tmp_path):
+    """Cora's citation graph (2,708 papers, 10,556 directed edges: every citation both ways)."""
+    store, g = cora
+    n = g.number_of_nodes()
+    build_grid(store=store, name="rows", partitions=5, order="row")
+    build_grid(store=store, name="sym", partitions=3, symmetrize=True)
+    s = run(algorithm="pagerank", store=store, grid="rows", iterations=150, keep_resident=False, segment="8K")
+    assert s["bytes_disk"] > 0
+    ref = nx.pagerank(g, alpha=0.85, tol=1e-14, max_iter=10_000)
+    np.testing.assert_allclose(np.load(Path(s["out"]) / "rank.npy"), [ref[v] for v in range(n)], rtol=1e-5)
+    s = run(algorithm="bfs", store=store, grid="rows", root=0, out=tmp_path / "bfs")
+    want = np.full(n, -1)
+    for v, k in nx.single_source_shortest_path_length(g, 0).items():
+        want[v] = k
+    assert np.array_equal(np.load(tmp_path / "bfs" / "level.npy"), want)
+    s = run(algorithm="wcc", store=store, grid="sym", out=tmp_path / "wcc")
+    component = np.load(tmp_path / "wcc" / "component.npy")
+    parts = list(nx.weakly_connected_components(g))
+    assert len(np.unique(component)) == len(parts) == 78
+    assert all(len({int(component[v]) for v in p}) == 1 and component[next(iter(p))] == min(p) for p in parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# run directories, the CLI and `strata plot`
+
+
+def test_run_directory_records_each_iteration(graphs, tmp_path):
+    seen = []
+    summary = run(
+        RunConfig(algorithm="pagerank", store=graphs["store"], grid="d-row", iterations=4, out=tmp_path / "r"),
+        on_iteration=seen.append,
+    )
+    assert [r["iteration"] for r in seen] == [0, 1, 2, 3]  # the native records count from 0
+    meta = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert meta["format"] == "strata-grid-run" and meta["config"]["iterations"] == 4
+    assert meta["summary"]["arrays"] == summary["arrays"] == [str(tmp_path / "r" / "rank.npy")]
+    lines = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [1, 2, 3, 4] and lines == meta["history"]
+    keys = {"iteration", "seconds", "edges", "edges_per_s", "active", "value", "mb_disk", "mb_far", "mb_local",
+            "mb_per_s_disk", "mb_per_s_far", "wait_seconds", "far_fallbacks"}  # fmt: skip
+    assert all(keys <= set(m) for m in lines)
+    assert all(m["edges"] == graphs["g"].number_of_edges() and m["active"] == N for m in lines)
+    assert format_iteration(seen[2], "pagerank").startswith("iter 3  ")
+    assert " edges/s  active 310  disk 0 MB/s  far 0 MB/s  L1 change " in format_iteration(lines[2], "pagerank")
+    # An exception from on_iteration stops the run; a run failing its checks leaves the last one be.
+    with pytest.raises(RuntimeError, match="stop here"):
+        run(algorithm="pagerank", store=graphs["store"], grid="d-row", out=tmp_path / "r",
+            on_iteration=lambda r: (_ for _ in ()).throw(RuntimeError("stop here")))  # fmt: skip
+    assert not (tmp_path / "r" / "run.json").exists()
+    run(algorithm="bfs", store=graphs["store"], grid="d-row", out=tmp_path / "r2", root=1)
+    with pytest.raises(ConfigError, match="root"):
+        run(algorithm="bfs", store=graphs["store"], grid="d-row", out=tmp_path / "r2", root=N)
+    assert json.loads((tmp_path / "r2" / "run.json").read_text())["config"]["root"] == 1
+
+
+def test_cli_end_to_end_with_plots(graphs, tmp_path):
+    store = tmp_path / "cli.strata"
+    shutil.copytree(graphs["store"], store, ignore=shutil.ignore_patterns("grids", "runs"))
+    proc = run_strata("grid", "build", store, "--partitions", "3", "--order", "row", "--name", "g1", "--weighted")
+    assert f"Built grid {store}/grids/g1: 310 vertices in 3 chunks" in proc.stdout
+    listing = run_strata("grid", "info", store).stdout
+    e = graphs["g"].number_of_edges()
+    assert f"g1  P=3, row order, weighted (random, seed 0, in (0, 1]); 310 vertices, {e:,} edges" in listing
+    detail = run_strata("grid", "list", store / "grids" / "g1").stdout
+    assert "310 vertices in 3 chunks of 104" in detail
+    assert json.loads(run_strata("grid", "info", store, "--json").stdout)[0]["manifest"]["order"] == "row"
+    out = tmp_path / "sssp"
+    proc = run_strata("run", "sssp", store, "--root", "3", "--grid", "g1", "--segment", "4K",
+                      "--no-keep-resident", "--out", out)  # fmt: skip
+    assert "budget 1.00 GiB: vertex data" in proc.stderr and "streamed from disk" in proc.stderr
+    assert "iter 1  " in proc.stderr and "activated" in proc.stderr
+    assert proc.stdout.startswith("Ran sssp on grid g1") and f"wrote {out}/distance.npy" in proc.stdout
+    assert {p.name for p in out.iterdir()} == {"distance.npy", "metrics.jsonl", "run.json"}
+    summary = json.loads(run_strata("run", "pagerank", store, "--iterations", "5", "-q", "--json-summary").stdout)
+    assert summary["iterations"] == 5 and Path(summary["out"]) == store / "runs" / "grid-pagerank"
+    charts = run_strata("plot", out, "--out", tmp_path / "charts").stdout.split()
+    assert sorted(Path(p).name for p in charts) == ["bytes.png", "iterations.png"]
+    for p in charts:
+        data = Path(p).read_bytes()
+        assert data[:8] == PNG and len(data) > 5000, p
+    # `strata plot STORE` means its only grid run; a run still going has metrics.jsonl only.
+    assert run_strata("plot", store).stdout.split() == [
+        str(store / "runs" / "grid-pagerank" / "plots" / n) for n in ("iterations.png", "bytes.png")
+    ]
+    (out / "run.json").unlink()
+    assert len(run_strata("plot", out).stdout.split()) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# bad inputs
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"algorithm": "pagerank", "far_ratio": 1.5}, "run.far_ratio: must be in [0, 1], got 1.5"),
+        ({"algorithm": "pagerank", "far_ratio": -0.1}, "run.far_ratio: must be in [0, 1]"),
+        ({"algorithm": "bfs", "root": -1}, "run.root: must be a vertex id >= 0, got -1"),
+        ({"algorithm": "pagerank", "iterations": 0}, "run.iterations: need at least 1"),
+        ({"algorithm": "pagerank", "damping": 1.0}, "run.damping: must be in [0, 1)"),
+        ({"algorithm": "pagerank", "far": "localhost"}, "run.far: expected HOST:PORT"),
+        ({"algorithm": "pagerank", "far_chunk": "1K"}, "run.far_chunk: must be between 4 KiB and 64 MiB"),
+        ({"algorithm": "pagerank", "prefetch": 0}, "run.prefetch: need at least 1"),
+        ({"algorithm": "sssp", "weight_low": 2.0, "weight_high": 1.0}, "weight_low < weight_high"),
+        ({"algorithm": "betweenness"}, "expected one of 'pagerank', 'bfs', 'wcc', 'sssp', 'spmv', 'kcore'"),
+    ],
+)
+def test_bad_options_name_the_field(options, message):
+    with pytest.raises(ConfigError) as e:
+        RunConfig(store="x.strata", **options)
+    assert message in str(e.value)
+
+
+def test_bad_grid_options():
+    with pytest.raises(ConfigError, match=r"grid\.build\.partitions: must be in 0\.\.4096"):
+        GridBuildConfig(store="x", partitions=5000)
+    with pytest.raises(ConfigError, match=r"grid\.build\.name: must be a plain directory name"):
+        GridBuildConfig(store="x", name="../up")
+
+
+def test_bad_inputs_through_the_api(graphs, tmp_path):
+    store = graphs["store"]
+    with pytest.raises(ConfigError, match=f"option root: vertex {N} is not in the graph"):
+        run(algorithm="bfs", store=store, root=N, out=tmp_path / "o")
+    with pytest.raises(InputNotFoundError, match="no such store"):
+        run(algorithm="pagerank", store=tmp_path / "missing.strata")
+    with pytest.raises(InputNotFoundError, match="no such store"):
+        build_grid(store=tmp_path / "missing.strata")
+    with pytest.raises(ConfigError, match="d-column is not symmetric and wcc needs it"):
+        run(algorithm="wcc", store=store, grid="d-column", out=tmp_path / "o")
+    with pytest.raises(ConfigError, match="d-row has no weights and sssp needs them"):
+        run(algorithm="sssp", store=store, grid="d-row", out=tmp_path / "o")
+    with pytest.raises(ConfigError, match="not a grid"):
+        run(algorithm="pagerank", store=store, grid="no-such-grid", out=tmp_path / "o")
+    with pytest.raises(ConfigError, match="already exists"):
+        build_grid(store=store, name="d-row")
+    with pytest.raises(BudgetError, match="vertex data must stay in memory"):
+        run(algorithm="pagerank", store=store, grid="d-row", memory="1M", out=tmp_path / "o")
+    port = free_port()
+    with pytest.raises(ConfigError, match=f"cannot use the memory server at 127.0.0.1:{port}"):
+        run(algorithm="pagerank", store=store, grid="d-row", far=f"127.0.0.1:{port}", out=tmp_path / "o")
+    assert not (tmp_path / "o").exists()  # failed runs leave nothing behind
+    np.save(tmp_path / "short.npy", np.ones(3))
+    with pytest.raises(ConfigError, match=r"expected shape \(310,\)"):
+        run(algorithm="spmv", store=store, grid="d-row", vector=tmp_path / "short.npy", out=tmp_path / "o")
+
+
+def test_malformed_grid_json(graphs, tmp_path):
+    store = tmp_path / "bad.strata"
+    shutil.copytree(graphs["store"], store, ignore=shutil.ignore_patterns("runs"))
+    (store / "grids" / "d-row" / "grid.json").write_text("{not json")
+    with pytest.raises(StoreFormatError, match=r"grid\.json is not valid JSON"):
+        grid_info(store / "grids" / "d-row")
+    with pytest.raises(StoreFormatError, match=r"grid\.json is not valid JSON"):
+        run(algorithm="pagerank", store=store, grid="d-row")
+    (store / "grids" / "d-column" / "grid.json").write_text('{"format": "strata-grid"}')
+    with pytest.raises(StoreFormatError):
+        grid_info(store / "grids" / "d-column")
+    # Listing the store shows the broken grids beside the good ones; naming one fails.
+    entries = {e["name"]: e for e in list_grids(store)}
+    assert "error" in entries["d-row"] and "manifest" in entries["w-row"]
+    proc = run_strata("grid", "info", store)
+    assert "d-row" in proc.stdout and "invalid: grid" in proc.stdout
+    proc = run_strata("grid", "info", store / "grids" / "d-row", check=False)
+    assert proc.returncode == 2 and "grid.json is not valid JSON" in proc.stderr
+
+
+def test_bad_inputs_through_the_cli(graphs, tmp_path):
+    store = graphs["store"]
+    cases = [
+        (["run", "betweenness", store], "expected one of 'pagerank', 'bfs'"),
+        (["run", "bfs", store, "--root", "-3"], "run.root: must be a vertex id >= 0"),
+        (["run", "bfs", store, "--grid", "d-row", "--root", "1000"], "option root: vertex 1000 is not in the graph"),
+        (["run", "pagerank", store, "--far", "127.0.0.1:7000", "--far-ratio", "2"], "run.far_ratio: must be in [0, 1]"),
+        (["run", "pagerank", tmp_path / "nope.strata"], "no such store"),
+        (["run", "wcc", store, "--grid", "d-row"], "is not symmetric and wcc needs it"),
+        (["grid", "info", tmp_path / "nope"], "no such store or grid directory"),
+        (["grid", "info", tmp_path], "neither a store (manifest.json) nor a grid directory"),
+    ]
+    for args, message in cases:
+        proc = (
+            run_strata(*args, "--out", tmp_path / "o", check=False)
+            if args[0] == "run"
+            else run_strata(*args, check=False)
+        )
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+    port = free_port()
+    proc = run_strata("run", "pagerank", store, "--grid", "d-row", "--far", f"127.0.0.1:{port}", "--out",
+                      tmp_path / "o", check=False)  # fmt: skip
+    assert proc.returncode != 0 and f"cannot use the memory server at 127.0.0.1:{port}" in proc.stderr
+    assert not (tmp_path / "o").exists()
