@@ -173,7 +173,7 @@ def test_pagerank(graphs, tmp_path, order, keep):
     s, out = run_on(store, f"d-{order}", "pagerank", keep, tmp_path / "pr10", iterations=10)
     assert s["iterations"] == 10 and s["edges"] == 10 * g.number_of_edges()
     rank = np.load(out / "rank.npy")
-    assert rank.dtype == np.float64 and rank.shape == (N,)
+    assert rank.dtype == np.float32 and rank.shape == (N,)
     np.testing.assert_allclose(rank, power_iteration(src, dst, N, 10), rtol=1e-5)
     # Run to convergence: networkx's PageRank (dangling vertices included).
     s, out = run_on(store, f"d-{order}", "pagerank", keep, tmp_path / "pr", iterations=150)

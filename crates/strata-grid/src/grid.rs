@@ -174,11 +174,23 @@ impl Grid {
 
     /// Reads an `int64` vertex array (`out_degree`, `in_degree`) whole.
     pub fn degrees(&self, name: &str) -> Result<Vec<u64>> {
-        let (_, bytes) = read_all_bytes(&self.array_path(name))?;
-        Ok(bytemuck::pod_collect_to_vec::<u8, i64>(&bytes)
-            .into_iter()
-            .map(|x| x as u64)
-            .collect())
+        self.map_degrees(name, |d| d)
+    }
+
+    /// `f` of every value of an `int64` vertex array, read in batches (so memory holds the
+    /// result, not the array).
+    pub fn map_degrees<T>(&self, name: &str, f: impl Fn(u64) -> T) -> Result<Vec<T>> {
+        let path = self.array_path(name);
+        let header = read_header(&path)?;
+        let mut out = Vec::with_capacity(header.len() as usize);
+        let mut r = strata_store::array::RowReader::open(&path, &header, 4 << 20)?;
+        while let Some(b) = r.next_batch()? {
+            out.extend(
+                b.chunks_exact(8)
+                    .map(|c| f(i64::from_le_bytes(c.try_into().unwrap()) as u64)),
+            );
+        }
+        Ok(out)
     }
 
     /// The segments of the grid in file order: each major chunk's blocks cut into runs of at

@@ -313,10 +313,12 @@ fn write_results(dir: &Path, arrays: &[(String, Values)]) -> Result<Vec<String>>
         let tmp = dir.join(format!(".{name}.npy.partial"));
         let mut w = match values {
             Values::I64(_) => NpyWriter::create(&tmp, DType::I64, &[], 1 << 20)?,
+            Values::F32(_) => NpyWriter::create(&tmp, DType::F32, &[], 1 << 20)?,
             Values::F64(_) => NpyWriter::create(&tmp, DType::F64, &[], 1 << 20)?,
         };
         match values {
             Values::I64(v) => w.write(v)?,
+            Values::F32(v) => w.write(v)?,
             Values::F64(v) => w.write(v)?,
         }
         w.finish()?;

@@ -48,9 +48,12 @@ impl F32Array {
         });
     }
 
-    /// The values as plain floats (after the threads are done).
-    pub fn to_vec(&self) -> Vec<f32> {
-        (0..self.len()).map(|i| self.get(i)).collect()
+    /// The values as plain floats, in the same allocation (after the threads are done).
+    pub fn into_vec(self) -> Vec<f32> {
+        self.0
+            .into_iter()
+            .map(|a| f32::from_bits(a.into_inner()))
+            .collect()
     }
 }
 
@@ -102,8 +105,12 @@ impl F64Array {
         self.0[i].fetch_min(v.to_bits(), Relaxed) > v.to_bits()
     }
 
-    pub fn to_vec(&self) -> Vec<f64> {
-        (0..self.len()).map(|i| self.get(i)).collect()
+    /// The values, in the same allocation.
+    pub fn into_vec(self) -> Vec<f64> {
+        self.0
+            .into_iter()
+            .map(|a| f64::from_bits(a.into_inner()))
+            .collect()
     }
 }
 
@@ -161,8 +168,9 @@ impl U64Array {
         self.0[i].fetch_sub(v, Relaxed)
     }
 
-    pub fn to_vec(&self) -> Vec<u64> {
-        (0..self.len()).map(|i| self.get(i)).collect()
+    /// The values, in the same allocation.
+    pub fn into_vec(self) -> Vec<u64> {
+        self.0.into_iter().map(AtomicU64::into_inner).collect()
     }
 }
 
@@ -280,7 +288,7 @@ mod tests {
         let a = F32Array::filled(2, 1.0);
         a.add_shared(0, 2.5);
         a.add_owned(1, 0.5);
-        assert_eq!(a.to_vec(), vec![3.5, 1.5]);
+        assert_eq!(a.into_vec(), vec![3.5, 1.5]);
         let u = U64Array::filled(1, 10);
         assert!(u.min_shared(0, 4));
         assert!(!u.min_shared(0, 7));

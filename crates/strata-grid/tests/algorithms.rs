@@ -142,7 +142,8 @@ fn pagerank_matches_power_iteration() {
                 damping: 0.85,
             };
             let s = run_all(&job(&st, algo, memory, name));
-            let got = load_f64(&s.arrays[0]);
+            let (_, b) = strata_store::array::read_all_bytes(Path::new(&s.arrays[0])).unwrap();
+            let got: Vec<f32> = bytemuck::pod_collect_to_vec(&b);
             let n = n as usize;
             let mut deg = vec![0f64; n];
             for &(u, _) in &edges {
@@ -158,10 +159,10 @@ fn pagerank_matches_power_iteration() {
                 r = next;
             }
             for v in 0..n {
+                let g = got[v] as f64;
                 assert!(
-                    (got[v] - r[v]).abs() <= 1e-5 * r[v] + 1e-9,
-                    "{name} {memory} v{v}: {} vs {}",
-                    got[v],
+                    (g - r[v]).abs() <= 1e-5 * r[v] + 1e-9,
+                    "{name} {memory} v{v}: {g} vs {}",
                     r[v]
                 );
             }

@@ -76,7 +76,7 @@ fn rand_tag() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-fn ranks(s: &RunSummary) -> Vec<f64> {
+fn ranks(s: &RunSummary) -> Vec<f32> {
     let (_, b) = strata_store::array::read_all_bytes(Path::new(&s.arrays[0])).unwrap();
     bytemuck::pod_collect_to_vec(&b)
 }

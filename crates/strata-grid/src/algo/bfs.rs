@@ -70,7 +70,7 @@ impl Bfs {
         let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, |it| {
             kernel.depth.store(it as u64 + 1, Relaxed)
         })?;
-        let levels = ids_to_i64(level.to_vec());
+        let levels = ids_to_i64(level.into_vec());
         let reached = levels.iter().filter(|&&l| l >= 0).count();
         let mut summary = serde_json::Map::new();
         summary.insert("root".into(), self.root.into());
@@ -82,7 +82,7 @@ impl Bfs {
         Ok(Output {
             arrays: vec![
                 ("level".into(), Values::I64(levels)),
-                ("parent".into(), Values::I64(ids_to_i64(parent.to_vec()))),
+                ("parent".into(), Values::I64(ids_to_i64(parent.into_vec()))),
             ],
             summary,
             iterations,

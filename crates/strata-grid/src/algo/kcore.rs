@@ -152,7 +152,7 @@ impl KCore {
         let mut summary = serde_json::Map::new();
         summary.insert("max_core".into(), k.into());
         Ok(Output {
-            arrays: vec![("core".into(), Values::I64(ids_to_i64(core.to_vec())))],
+            arrays: vec![("core".into(), Values::I64(ids_to_i64(core.into_vec())))],
             summary,
             iterations: it,
         })

@@ -192,6 +192,7 @@ pub struct Ctx<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Values {
     I64(Vec<i64>),
+    F32(Vec<f32>),
     F64(Vec<f64>),
 }
 
@@ -205,7 +206,7 @@ pub struct Output {
     pub iterations: usize,
 }
 
-/// Ids with [`NONE`] as -1.
+/// Ids with [`NONE`] as -1 (in the same allocation).
 pub(crate) fn ids_to_i64(v: Vec<u64>) -> Vec<i64> {
     v.into_iter()
         .map(|x| if x == NONE { -1 } else { x as i64 })

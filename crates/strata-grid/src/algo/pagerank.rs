@@ -48,11 +48,13 @@ impl PageRank {
         let layout = *grid.layout();
         let n = layout.num_vertices as usize;
         // 1/out-degree (0 for dangling vertices): 4 bytes a vertex where degrees take 8.
-        let inv_deg: Vec<f32> = grid
-            .degrees("out_degree")?
-            .into_iter()
-            .map(|d| if d == 0 { 0.0 } else { (1.0 / d as f64) as f32 })
-            .collect();
+        let inv_deg: Vec<f32> = grid.map_degrees("out_degree", |d| {
+            if d == 0 {
+                0.0
+            } else {
+                (1.0 / d as f64) as f32
+            }
+        })?;
         let base: Vec<u64> = (0..=layout.partitions).map(|i| layout.base(i)).collect();
         let rank = F32Array::filled(n, (1.0 / n as f64) as f32);
         let contrib = F32Array::filled(n, 0.0);
@@ -113,10 +115,7 @@ impl PageRank {
         summary.insert("l1_change".into(), delta.into());
         summary.insert("converged".into(), converged.into());
         Ok(Output {
-            arrays: vec![(
-                "rank".into(),
-                Values::F64(rank.to_vec().into_iter().map(f64::from).collect()),
-            )],
+            arrays: vec![("rank".into(), Values::F32(rank.into_vec()))],
             summary,
             iterations: done,
         })

@@ -81,7 +81,7 @@ impl Spmv {
             seconds: t0.elapsed().as_secs_f64(),
         })?;
         Ok(Output {
-            arrays: vec![("y".into(), Values::F64(y.to_vec()))],
+            arrays: vec![("y".into(), Values::F64(y.into_vec()))],
             summary: serde_json::Map::new(),
             iterations: 1,
         })

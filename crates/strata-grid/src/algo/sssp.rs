@@ -82,7 +82,7 @@ impl Sssp {
             base: &base,
         };
         let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, |_| {})?;
-        let d = dist.to_vec();
+        let d = dist.into_vec();
         let reached = d.iter().filter(|x| x.is_finite()).count();
         let mut summary = serde_json::Map::new();
         summary.insert("root".into(), self.root.into());

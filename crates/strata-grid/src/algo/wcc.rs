@@ -65,7 +65,7 @@ impl Wcc {
             base: &base,
         };
         let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, |_| {})?;
-        let labels: Vec<i64> = label.to_vec().into_iter().map(|x| x as i64).collect();
+        let labels: Vec<i64> = label.into_vec().into_iter().map(|x| x as i64).collect();
         let components = labels
             .iter()
             .enumerate()
