@@ -132,10 +132,12 @@ proptest! {
         let p = dir.path().join("e.txt");
         write_lines(&p, &lines);
         let fr = [1.0 - valid - test, valid, test];
-        let job = text_job(&[(p, "train")], &dir.path().join("s.strata"), 64 << 20, &["src", "dst"], "int", serde_json::json!({"split": fr, "seed": seed}));
-        let store = Store::open(&convert_text(&job, &NoProgress).unwrap().store).unwrap();
         let nv = (n_edges as f64 * valid).round() as usize;
         let nt = ((n_edges as f64 * test).round() as usize).min(n_edges - nv);
+        // A split that leaves no train edge is refused (see the test below), not converted.
+        prop_assume!(nv + nt < n_edges);
+        let job = text_job(&[(p, "train")], &dir.path().join("s.strata"), 64 << 20, &["src", "dst"], "int", serde_json::json!({"split": fr, "seed": seed}));
+        let store = Store::open(&convert_text(&job, &NoProgress).unwrap().store).unwrap();
         prop_assert_eq!(edges(&store, "valid").len(), nv);
         prop_assert_eq!(edges(&store, "test").len(), nt);
         let mut all: Vec<_> = ["train", "valid", "test"].iter().flat_map(|s| edges(&store, s)).collect();
@@ -449,4 +451,23 @@ fn overwrite_replaces_a_store_atomically() {
         entries(dir.path()),
         vec!["e.txt".to_string(), "g.strata".to_string()]
     );
+}
+
+#[test]
+fn a_split_that_leaves_no_train_edge_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("e.txt");
+    write_lines(&p, &["0 1".to_string()]);
+    let out = dir.path().join("s.strata");
+    let job = text_job(
+        &[(p, "train")],
+        &out,
+        64 << 20,
+        &["src", "dst"],
+        "int",
+        serde_json::json!({"split": [0.2, 0.5, 0.3]}),
+    );
+    let err = convert_text(&job, &NoProgress).unwrap_err().to_string();
+    assert!(err.contains("no train edges"), "{err}");
+    assert!(!out.exists());
 }
