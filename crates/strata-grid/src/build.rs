@@ -490,7 +490,13 @@ mod tests {
             got.sort_unstable();
             want.sort_unstable();
             assert_eq!(got, want);
-            assert_eq!(grid.degrees("out_degree").unwrap().iter().sum::<u64>(), m);
+            assert_eq!(
+                grid.map_degrees("out_degree", |d| d)
+                    .unwrap()
+                    .iter()
+                    .sum::<u64>(),
+                m
+            );
         }
     }
 

@@ -172,11 +172,6 @@ impl Grid {
         self.index[pos]..self.index[pos + 1]
     }
 
-    /// Reads an `int64` vertex array (`out_degree`, `in_degree`) whole.
-    pub fn degrees(&self, name: &str) -> Result<Vec<u64>> {
-        self.map_degrees(name, |d| d)
-    }
-
     /// `f` of every value of an `int64` vertex array, read in batches (so memory holds the
     /// result, not the array).
     pub fn map_degrees<T>(&self, name: &str, f: impl Fn(u64) -> T) -> Result<Vec<T>> {

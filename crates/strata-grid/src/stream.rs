@@ -274,17 +274,18 @@ impl Streamer {
                 schedule.push((k, plan));
             }
         }
+        let (seg_of, plans): (Vec<usize>, Vec<Plan>) = schedule.into_iter().unzip();
         let mut majors: Vec<std::ops::Range<usize>> = Vec::new();
-        for (n, (k, _)) in schedule.iter().enumerate() {
+        for (n, &k) in seg_of.iter().enumerate() {
             match majors.last_mut() {
-                Some(r) if self.segments[schedule[r.start].0].major == self.segments[*k].major => {
+                Some(r) if self.segments[seg_of[r.start]].major == self.segments[k].major => {
                     r.end = n + 1
                 }
                 _ => majors.push(n..n + 1),
             }
         }
         let owns_dst = layout.order == Order::Column;
-        let n = schedule.len();
+        let n = seg_of.len();
         let slots = Slots {
             cells: (0..n).map(|_| Mutex::new(None)).collect(),
             ready: Condvar::new(),
@@ -304,18 +305,20 @@ impl Streamer {
             AtomicU64::new(0),
             AtomicU64::new(0),
         );
+        // Each slot's tier (far segments go to disk once far memory is lost), and the slots
+        // of each tier in schedule order.
+        let slot_tier: Vec<Tier> = seg_of
+            .iter()
+            .map(|&k| match self.tiers[k] {
+                Tier::Far if self.far_dead.load(Ordering::Relaxed) => Tier::Disk,
+                t => t,
+            })
+            .collect();
         let mut by_tier: [Vec<usize>; 3] = Default::default();
-        let mut plans: Vec<Option<Plan>> = Vec::with_capacity(n);
-        for (slot, (k, plan)) in schedule.iter().enumerate() {
-            let tier = if self.tiers[*k] == Tier::Far && self.far_dead.load(Ordering::Relaxed) {
-                Tier::Disk
-            } else {
-                self.tiers[*k]
-            };
+        for (slot, &tier) in slot_tier.iter().enumerate() {
             by_tier[tier as usize].push(slot);
-            plans.push(Some(plan.clone()));
         }
-        let plans = Mutex::new(plans);
+        let plans = Mutex::new(plans.into_iter().map(Some).collect::<Vec<_>>());
         let take_plan = |slot: usize| {
             plans.lock().unwrap()[slot]
                 .take()
@@ -335,19 +338,10 @@ impl Streamer {
             abort.store(true, Ordering::Relaxed);
         };
         let this = &*self;
-        let slot_tier: Vec<Tier> = {
-            let mut t = vec![Tier::Disk; n];
-            for (tier, list) in by_tier.iter().enumerate() {
-                for &s in list {
-                    t[s] = [Tier::Local, Tier::Far, Tier::Disk][tier];
-                }
-            }
-            t
-        };
         std::thread::scope(|scope| {
             // Resident segments need no fetch.
             for &slot in &by_tier[Tier::Local as usize] {
-                let k = schedule[slot].0;
+                let k = seg_of[slot];
                 let res = this.resident[k]
                     .clone()
                     .expect("local segments are resident");
@@ -404,7 +398,7 @@ impl Streamer {
                             let Some(&slot) = far_list.get(idx) else {
                                 return;
                             };
-                            let k = schedule[slot].0;
+                            let k = seg_of[slot];
                             let plan = take_plan(slot);
                             let read =
                                 plan.edges_read() * (EDGE_BYTES + if weighted { 4 } else { 0 });

@@ -36,6 +36,28 @@ def save(fig, path: Path) -> Path:
     return path
 
 
+def read_metrics(path: Path, key: str) -> list[dict]:
+    """The records of a ``metrics.jsonl`` that carry ``key`` (``epoch``, ``iteration``), up to a
+    line still being written by a running job; empty when the file is missing."""
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # the line being written right now
+    return [r for r in records if isinstance(r, dict) and key in r]
+
+
+def integer_axis(ax, label: str) -> None:
+    """Labels ``ax``'s x axis ``label`` with integer ticks (epochs, iterations)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(label)
+
+
 def plot_run(target: str | Path, out: str | Path | None = None, epoch: int = 0) -> list[Path]:
     """Writes the charts of the run at ``target`` (a run directory, or a store with its default
     embedding run, a single GNN run or a single grid run) into ``out`` (default ``RUN/plots``)

@@ -4,11 +4,10 @@ the share of feature rows each tier served with the disk's read rate."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import RunError
-from . import pyplot, save
+from . import integer_axis, pyplot, read_metrics, save
 
 STAGES = (
     ("sample_busy_secs", "sample", "tab:blue"),
@@ -38,7 +37,7 @@ def is_gnn_record(meta) -> bool:
 
 def is_gnn_metrics(path: Path) -> bool:
     """Whether ``path`` is a GNN run's ``metrics.jsonl`` with at least one epoch."""
-    records = _read_metrics(path) if path.is_file() else []
+    records = read_metrics(path, "epoch")
     return bool(records) and all("pipeline" in r and "loss" in r for r in records)
 
 
@@ -69,33 +68,14 @@ def plot_gnn_run(run: Path, meta: dict | None, out: Path) -> list[Path]:
 def _history(run: Path, meta: dict | None) -> list[dict]:
     # metrics.jsonl grows by one line per epoch while run.json appears only at the end, so it
     # is the fresher of the two; run.json's copy covers a run whose metrics file was removed.
-    records = _read_metrics(run / "metrics.jsonl")
+    records = read_metrics(run / "metrics.jsonl", "epoch")
     return records or list((meta or {}).get("history") or [])
-
-
-def _read_metrics(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # the line being written right now by a running training
-    return [r for r in records if isinstance(r, dict) and "epoch" in r]
-
-
-def _epoch_axis(ax) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("epoch")
 
 
 def _loss(plt, history: list[dict], epochs: list[int], name: str, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(epochs, [r["loss"] for r in history], marker="o")
-    _epoch_axis(ax)
+    integer_axis(ax, "epoch")
     ax.set_ylabel("mean cross-entropy per seed")
     ax.set_title(f"{name}: training loss")
     ax.grid(alpha=0.3)
@@ -113,7 +93,7 @@ def _accuracy(plt, history: list[dict], epochs: list[int], meta: dict | None, pa
         best = (meta.get("best") or {}).get("epoch")
         label = f"test (best epoch {best})" if best else "test"
         ax.axhline(test["accuracy"], color="gray", linestyle=":", label=label)
-    _epoch_axis(ax)
+    integer_axis(ax, "epoch")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0, 1)
     ax.legend()
@@ -134,7 +114,7 @@ def _loader(plt, history: list[dict], epochs: list[int], pipelines: list[dict], 
     waits = [r.get("data_wait_seconds", 0.0) for r in history]
     ax.bar(epochs, walls, width, color="0.35", label="epoch wall time")
     ax.bar([e + width for e in epochs], waits, width, color="tab:red", label="model waited for data")
-    _epoch_axis(ax)
+    integer_axis(ax, "epoch")
     ax.set_ylabel("seconds")
     # Stages run on their own threads, so busy seconds above the wall time mean they overlapped.
     overlap = bottom[-1] / max(walls[-1], 1e-9)
@@ -157,7 +137,7 @@ def _tiers(plt, history: list[dict], epochs: list[int], tiers: list[dict], path:
         share = [100 * t.get(key, 0) / n for t, n in zip(tiers, totals, strict=True)]
         ax.bar(epochs, share, 0.8, bottom=bottom, color=color, label=label)
         bottom = [b + s for b, s in zip(bottom, share, strict=True)]
-    _epoch_axis(ax)
+    integer_axis(ax, "epoch")
     ax.set_ylabel("% of feature rows served")
     ax.set_ylim(0, 100)
     rate = ax.twinx()

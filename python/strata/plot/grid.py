@@ -3,11 +3,10 @@ each iteration's edge bytes came from (resident in memory, far memory, disk)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import RunError
-from . import pyplot, save
+from . import integer_axis, pyplot, read_metrics, save
 
 GRID_FORMAT = "strata-grid-run"
 
@@ -26,14 +25,14 @@ def is_grid_record(meta) -> bool:
 
 def is_grid_metrics(path: Path) -> bool:
     """Whether ``path`` is a grid run's ``metrics.jsonl`` with at least one iteration."""
-    records = _read_metrics(path) if path.is_file() else []
+    records = read_metrics(path, "iteration")
     return bool(records) and all("edges_per_s" in r and "mb_disk" in r for r in records)
 
 
 def plot_grid_run(run: Path, meta: dict | None, out: Path) -> list[Path]:
     """Writes ``iterations.png`` and ``bytes.png`` into ``out``; ``meta`` is ``run.json`` or None
     while the run is still going."""
-    history = _read_metrics(run / "metrics.jsonl") or list((meta or {}).get("history") or [])
+    history = read_metrics(run / "metrics.jsonl", "iteration") or list((meta or {}).get("history") or [])
     if not history:
         raise RunError(f"{run}: no iteration finished yet, nothing to plot")
     plt = pyplot()
@@ -45,25 +44,6 @@ def plot_grid_run(run: Path, meta: dict | None, out: Path) -> list[Path]:
         _iterations(plt, history, its, name, threads, out / "iterations.png"),
         _bytes(plt, history, its, name, out / "bytes.png"),
     ]
-
-
-def _read_metrics(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # the line being written right now by a running run
-    return [r for r in records if isinstance(r, dict) and "iteration" in r]
-
-
-def _iteration_axis(ax) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("iteration")
 
 
 def _width(n: int) -> float:
@@ -83,7 +63,7 @@ def _iterations(plt, history: list[dict], its: list[int], name: str, threads: in
     )
     ax.bar(its, secs, 0.8, color="0.55", label="iteration time")
     ax.bar(its, waits, 0.4, color="tab:red", label=wait_label)
-    _iteration_axis(ax)
+    integer_axis(ax, "iteration")
     ax.set_ylabel("seconds")
     rate = ax.twinx()
     eps = [r["edges_per_s"] / 1e6 for r in history]
@@ -110,7 +90,7 @@ def _bytes(plt, history: list[dict], its: list[int], name: str, path: Path) -> P
     if fallbacks:
         first = fallbacks[0][0]
         ax.axvline(first - 0.5, color="tab:red", linestyle=":", label=f"far memory lost (iteration {first})")
-    _iteration_axis(ax)
+    integer_axis(ax, "iteration")
     ax.set_ylabel("MB of edge blocks read")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title(f"{name}: edge bytes per iteration by where they came from")

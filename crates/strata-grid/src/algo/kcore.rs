@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::{chunk_bases, ids_to_i64, Ctx, Iteration, Output, Values, NONE};
+use super::{chunk_bases, full_pass, ids_to_i64, Ctx, Iteration, Output, Values, NONE};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
@@ -77,22 +77,15 @@ impl KCore {
         let base = chunk_bases(s);
         let deg = U64Array::filled(n, 0);
         let core = U64Array::filled(n, NONE);
-        let t0 = Instant::now();
-        let pass = s.stream_edges(
+        full_pass(
+            s,
+            ctx,
             &Degree {
                 deg: &deg,
                 base: &base,
             },
-            None,
-            ctx.progress,
+            0,
         )?;
-        (ctx.on_iteration)(&Iteration {
-            iteration: 0,
-            pass,
-            active: n as u64,
-            value: 0.0,
-            seconds: t0.elapsed().as_secs_f64(),
-        })?;
         let mut k = 0u64;
         let mut it = 1;
         loop {

@@ -247,6 +247,25 @@ pub(crate) fn frontier_loop(
     }
 }
 
+/// One pass of `kernel` over every block, reported as iteration `iteration`.
+pub(crate) fn full_pass(
+    s: &mut Streamer,
+    ctx: &mut Ctx,
+    kernel: &dyn crate::stream::EdgeKernel,
+    iteration: usize,
+) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    let pass = s.stream_edges(kernel, None, ctx.progress)?;
+    let active = s.grid().layout().num_vertices;
+    (ctx.on_iteration)(&Iteration {
+        iteration,
+        pass,
+        active,
+        value: 0.0,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
 /// Base vertex of every chunk, and the end (P + 1 entries): what kernels add in-block ids to.
 pub(crate) fn chunk_bases(s: &Streamer) -> Vec<u64> {
     let l = *s.grid().layout();

@@ -1,12 +1,10 @@
 //! Sparse matrix-vector product over the edge matrix: `y[v] = sum over (u, v) of w x[u]`.
 
-use std::path::PathBuf;
-use std::time::Instant;
-
-use super::{chunk_bases, Ctx, Iteration, Output, Values};
+use super::{chunk_bases, full_pass, Ctx, Output, Values};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::F64Array;
+use std::path::PathBuf;
 
 pub struct Spmv {
     pub vector: Option<PathBuf>,
@@ -62,24 +60,13 @@ impl Spmv {
         };
         let base = chunk_bases(s);
         let y = F64Array::filled(n, 0.0);
-        let t0 = Instant::now();
-        let pass = s.stream_edges(
-            &Multiply {
-                x: &x,
-                y: &y,
-                base: &base,
-                weighted: self.weighted,
-            },
-            None,
-            ctx.progress,
-        )?;
-        (ctx.on_iteration)(&Iteration {
-            iteration: 0,
-            pass,
-            active: n as u64,
-            value: 0.0,
-            seconds: t0.elapsed().as_secs_f64(),
-        })?;
+        let kernel = Multiply {
+            x: &x,
+            y: &y,
+            base: &base,
+            weighted: self.weighted,
+        };
+        full_pass(s, ctx, &kernel, 0)?;
         Ok(Output {
             arrays: vec![("y".into(), Values::F64(y.into_vec()))],
             summary: serde_json::Map::new(),
