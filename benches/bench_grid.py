@@ -10,13 +10,18 @@ store, then two grids built by `strata grid build` with P chosen automatically: 
 `grid_driver.py` process.
 
 R1: no memlimit, edge blocks resident. R2: memlimit = a quarter of the grid's edge file, the run's
-budget that minus 96 MiB for the interpreter; edge blocks that do not fit stream from disk each
-pass. Reported: edges/s (edge and vertex passes together), time, bytes read, and the disk
-throughput of the PageRank passes against the device profile's sequential read bandwidth.
+budget that minus 48 MiB for the interpreter; edge blocks that do not fit stream from disk each
+pass, and vertex data that does not fit next to the fetch buffers goes to windows. Reported:
+edges/s (edge and vertex passes together), time, bytes read, and the disk throughput of the
+passes against the device profile's sequential read bandwidth.
 R3: a `strata farmem serve` process on loopback (outside the memlimit); the compute process under
 a memlimit of (1 - R) of the run's footprint plus 96 MiB, for R = 0.5, 0.7, 0.9 (0.9 is below the
 vertex data's share at scale 24, so its limit is the smallest that holds vertex data); the
-chunk-size curve (64 KiB to 4 MiB) and prefetch on/off at R = 0.7.
+chunk-size curve (64 KiB to 4 MiB) and prefetch on/off at R = 0.7; then prefetch on/off with a
+one-way delay of 0, 250 and 1000 us added in each direction. The kernel here is built without
+netem (CONFIG_NET_SCH_NETEM unset, so `tc qdisc ... netem delay` is refused), so the delay comes
+from a relay (`cargo run --example delay_relay` of strata-farmem) that holds every chunk it
+forwards for the delay, without capping throughput.
 
 Results go to bench-results/grid-r{1,2,3}.json and the grid-r1..r3 sections of docs/benchmarks.md.
 """
@@ -39,8 +44,10 @@ from strata import _native
 from strata.io import load_profile
 
 DRIVER = Path(__file__).resolve().parent / "grid_driver.py"
+RELAY = REPO / "target" / "release" / "examples" / "delay_relay"
 WORK = REPO / "bench-data" / "grid"
-OVERHEAD = 96 << 20
+OVERHEAD = 48 << 20
+DELAYS_US = (0, 250, 1000)
 
 
 def prepare(scale: int) -> tuple[Path, int]:
@@ -120,15 +127,10 @@ def r2(scales: list[int], repeats: int, r1_res: dict) -> dict:
         store, root = prepare(scale)
         for algo, grid in ALGOS:
             limit = edge_file_bytes(store, grid) // 4
-            need = VERTEX_BYTES[algo] * 2**scale + (104 << 20) + OVERHEAD
-            if need > limit:
-                out[f"{scale}/{algo}"] = {"skipped": f"vertex data and buffers need {need >> 20} MiB, the limit is "
-                                          f"{limit >> 20} MiB (windowed vertex data is not implemented)"}  # fmt: skip
-                print(f"R2 scale {scale} {algo}: skipped", flush=True)
-                continue
             runs = [drive(store, algo, grid, limit - OVERHEAD, limit=limit, root=root) for _ in range(repeats)]
             f = best_of(runs)
             f["memlimit_mb"] = limit / 2**20
+            f["vertex_windowed"] = runs[0]["summary"]["placement"]["vertex_windowed"]
             base = r1_res.get(f"{scale}/{algo}")
             f["time_vs_r1"] = f["seconds"] / base["seconds"] if base else None
             out[f"{scale}/{algo}"] = f
@@ -147,14 +149,31 @@ def start_server(capacity: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-c", f"from strata import _native; _native.farmem_serve('127.0.0.1:{port}', {capacity})"]
     )
+    return proc, wait_listening(port)
+
+
+def start_relay(upstream: str, delay_us: int) -> tuple[subprocess.Popen, str]:
+    """A delay relay in front of ``upstream`` (see the module documentation)."""
+    port = free_port()
+    proc = subprocess.Popen([RELAY, f"127.0.0.1:{port}", upstream, str(delay_us)], stdout=subprocess.DEVNULL)
+    return proc, wait_listening(port)
+
+
+def build_relay() -> None:
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "strata-farmem", "--example", "delay_relay"],
+                   cwd=REPO, check=True)  # fmt: skip
+
+
+def wait_listening(port: int) -> str:
+    """Waits until something listens on ``port`` of loopback; returns its address."""
     addr = f"127.0.0.1:{port}"
     for _ in range(100):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            return proc, addr
+            return addr
         except OSError:
             time.sleep(0.05)
-    raise SystemExit("the memory server did not start")
+    raise SystemExit(f"nothing started listening on {addr}")
 
 
 def r3(scale: int, repeats: int) -> dict:
@@ -174,6 +193,7 @@ def r3(scale: int, repeats: int) -> dict:
         disk = [drive(store, "pagerank", "col", disk_limit - OVERHEAD, limit=disk_limit, iterations=iters)
                 for _ in range(repeats)]  # fmt: skip
         out["disk_only_r2_limit"] = best_of(disk)
+        out["disk_only_r2_limit"]["memlimit_mb"] = disk_limit / 2**20
         for ratio in (0.5, 0.7, 0.9):
             limit = max(int((1 - ratio) * footprint) + OVERHEAD, minimum)
             runs = [drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=addr, ratio=ratio,
@@ -195,6 +215,19 @@ def r3(scale: int, repeats: int) -> dict:
                                prefetch=prefetch, iterations=iters) for _ in range(repeats)])  # fmt: skip
             out[f"prefetch_{prefetch}"] = f
             print(f"R3 prefetch {prefetch}: {f['seconds']:.1f} s", flush=True)
+        build_relay()
+        for delay in DELAYS_US:
+            relay, relay_addr = start_relay(addr, delay)
+            try:
+                for prefetch in (1, 4):
+                    runs = [drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=relay_addr, ratio=0.7,
+                                  prefetch=prefetch, iterations=iters) for _ in range(repeats)]  # fmt: skip
+                    f = best_of(runs)
+                    out[f"delay_{delay}us_prefetch_{prefetch}"] = f
+                    print(f"R3 delay {delay} us prefetch {prefetch}: {f['seconds']:.1f} s", flush=True)
+            finally:
+                relay.terminate()
+                relay.wait()
     finally:
         server.terminate()
         server.wait()
@@ -247,13 +280,12 @@ def r1_table(res: dict) -> str:
 def r2_table(res: dict, seq: float) -> str:
     rows = []
     for k, v in res.items():
-        if "skipped" in v:
-            rows.append((k, v["skipped"], "", "", "", ""))
-            continue
         share = f" ({v['disk_mb_s_median'] / seq:.0%})" if seq else ""
-        rows.append((k, f"{v['memlimit_mb']:.0f} MiB", f"{v['seconds']:.2f}", f"{v['time_vs_r1']:.2f}x",
-                     f"{v['gb_disk']:.2f}", f"{v['disk_mb_s_median']:.0f}{share}"))  # fmt: skip
-    return table(rows, ("scale/algorithm", "memlimit", "seconds", "vs R1", "GB read", "disk MB/s (of seq)"))
+        rows.append((k, f"{v['memlimit_mb']:.0f} MiB", "windows" if v["vertex_windowed"] else "memory",
+                     f"{v['seconds']:.2f}", f"{v['time_vs_r1']:.2f}x", f"{v['gb_disk']:.2f}",
+                     f"{v['disk_mb_s_median']:.0f}{share}", f"{v['peak_mb']:.0f}"))  # fmt: skip
+    return table(rows, ("scale/algorithm", "memlimit", "vertex data", "seconds", "vs R1", "GB read",
+                        "disk MB/s (of seq)", "peak MiB"))  # fmt: skip
 
 
 def r3_table(res: dict) -> str:
@@ -261,10 +293,13 @@ def r3_table(res: dict) -> str:
     for k, v in res.items():
         if not isinstance(v, dict):
             continue
-        vs = f"{v['vs_all_local']:.2f}" if "vs_all_local" in v else ""
-        rows.append((k, f"{v.get('memlimit_mb', 0):.0f}", f"{v['seconds']:.2f}", f"{v['gb_far']:.2f}",
-                     f"{v['gb_disk']:.2f}", f"{v['far_mb_s_median']:.0f}", vs))  # fmt: skip
-    return table(rows, ("setting", "memlimit MiB", "seconds", "GB far", "GB disk", "far MB/s", "vs local"))
+        vs = f"{v['vs_all_local']:.2f}x" if "vs_all_local" in v else ""
+        vs_disk = f"{v['vs_disk_only']:.2f}x" if "vs_disk_only" in v else ""
+        limit = f"{v['memlimit_mb']:.0f}" if "memlimit_mb" in v else "none"
+        rows.append((k, limit, f"{v['seconds']:.2f}", f"{v['gb_far']:.2f}", f"{v['gb_disk']:.2f}",
+                     f"{v['far_mb_s_median']:.0f}", vs, vs_disk))  # fmt: skip
+    return table(rows, ("setting", "memlimit MiB", "seconds", "GB far", "GB disk", "far MB/s", "vs all-local",
+                        "vs disk-only"))  # fmt: skip
 
 
 if __name__ == "__main__":

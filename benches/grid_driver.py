@@ -3,6 +3,7 @@ prints the run summary and every iteration as one JSON object.
 
     python benches/grid_driver.py STORE ALGO --grid NAME --memory BYTES [--keep-resident 0|1]
         [--iterations N] [--root V] [--far ADDR --ratio R --chunk BYTES --connections N] [--prefetch N]
+        [--disk-fetchers N] [--segment BYTES]
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=256 << 10)
     p.add_argument("--connections", type=int, default=0)
     p.add_argument("--prefetch", type=int, default=4)
+    p.add_argument("--disk-fetchers", type=int, default=2)
+    p.add_argument("--segment", type=int, default=0)
     a = p.parse_args()
     algorithm = {"algorithm": a.algo}
     if a.algo == "pagerank":
@@ -41,6 +44,8 @@ def main() -> None:
         "memory": a.memory,
         "keep_resident": bool(a.keep_resident),
         "prefetch": a.prefetch,
+        "disk_fetchers": a.disk_fetchers,
+        "segment_bytes": a.segment,
         "out": f"{a.store}/runs/bench-{a.algo}",
     }
     if a.far:

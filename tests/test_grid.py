@@ -24,7 +24,7 @@ from strata import Store
 from strata.config import ConvertConfig, GridBuildConfig, RunConfig
 from strata.convert import convert
 from strata.errors import BudgetError, ConfigError, InputNotFoundError, StoreFormatError
-from strata.grid import build_grid, format_iteration, grid_info, list_grids, run
+from strata.grid import build_grid, format_iteration, format_summary, grid_info, list_grids, run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 N = 310  # vertices 300..309 have no edges at all
@@ -298,15 +298,21 @@ def test_cora_citation_graph(cora, tmp_path):
     n = g.number_of_nodes()
     build_grid(store=store, name="rows", partitions=5, order="row")
     build_grid(store=store, name="sym", partitions=3, symmetrize=True)
-    s = run(algorithm="pagerank", store=store, grid="rows", iterations=150, keep_resident=False, segment="8K")
-    assert s["bytes_disk"] > 0
     ref = nx.pagerank(g, alpha=0.85, tol=1e-14, max_iter=10_000)
-    np.testing.assert_allclose(np.load(Path(s["out"]) / "rank.npy"), [ref[v] for v in range(n)], rtol=1e-5)
-    s = run(algorithm="bfs", store=store, grid="rows", root=0, out=tmp_path / "bfs")
+    for vertex in ("memory", "windows"):
+        s = run(algorithm="pagerank", store=store, grid="rows", iterations=150, keep_resident=False, segment="8K",
+                vertex=vertex, out=tmp_path / f"pr-{vertex}")  # fmt: skip
+        assert s["bytes_disk"] > 0
+        np.testing.assert_allclose(np.load(Path(s["out"]) / "rank.npy"), [ref[v] for v in range(n)], rtol=1e-5)
+    assert "in windows of" in format_summary(s)
     want = np.full(n, -1)
     for v, k in nx.single_source_shortest_path_length(g, 0).items():
         want[v] = k
-    assert np.array_equal(np.load(tmp_path / "bfs" / "level.npy"), want)
+    for vertex in ("auto", "windows"):
+        s = run(algorithm="bfs", store=store, grid="rows", root=0, out=tmp_path / vertex, vertex=vertex)
+        assert s["placement"]["vertex_windowed"] is (vertex == "windows")
+        assert np.array_equal(np.load(tmp_path / vertex / "level.npy"), want)
+    assert not list((tmp_path / "windows").glob(".vertex-*")), "scratch files are unlinked"
     s = run(algorithm="wcc", store=store, grid="sym", out=tmp_path / "wcc")
     component = np.load(tmp_path / "wcc" / "component.npy")
     parts = list(nx.weakly_connected_components(g))
@@ -401,6 +407,8 @@ def free_port() -> int:
         ({"algorithm": "pagerank", "far": "localhost"}, "run.far: expected HOST:PORT"),
         ({"algorithm": "pagerank", "far_chunk": "1K"}, "run.far_chunk: must be between 4 KiB and 64 MiB"),
         ({"algorithm": "pagerank", "prefetch": 0}, "run.prefetch: need at least 1"),
+        ({"algorithm": "pagerank", "vertex": "disk"}, "run.vertex: expected auto, memory or windows, got 'disk'"),
+        ({"algorithm": "pagerank", "segment": "1K"}, "run.segment: must be 0 (automatic) or at least 4 KiB"),
         ({"algorithm": "sssp", "weight_low": 2.0, "weight_high": 1.0}, "weight_low < weight_high"),
         ({"algorithm": "betweenness"}, "expected one of 'pagerank', 'bfs', 'wcc', 'sssp', 'spmv', 'kcore'"),
     ],
@@ -434,7 +442,9 @@ def test_bad_inputs_through_the_api(graphs, tmp_path):
         run(algorithm="pagerank", store=store, grid="no-such-grid", out=tmp_path / "o")
     with pytest.raises(ConfigError, match="already exists"):
         build_grid(store=store, name="d-row")
-    with pytest.raises(BudgetError, match="vertex data must stay in memory"):
+    with pytest.raises(
+        BudgetError, match=r"memory budget of 1.00 MiB is too small: vertex data takes .* \(windows of it"
+    ):
         run(algorithm="pagerank", store=store, grid="d-row", memory="1M", out=tmp_path / "o")
     port = free_port()
     with pytest.raises(ConfigError, match=f"cannot use the memory server at 127.0.0.1:{port}"):

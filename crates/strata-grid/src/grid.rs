@@ -172,20 +172,20 @@ impl Grid {
         self.index[pos]..self.index[pos + 1]
     }
 
-    /// `f` of every value of an `int64` vertex array, read in batches (so memory holds the
-    /// result, not the array).
-    pub fn map_degrees<T>(&self, name: &str, f: impl Fn(u64) -> T) -> Result<Vec<T>> {
+    /// Calls `f(vertex, value)` for every value of an `int64` vertex array (degrees), read in
+    /// batches so that memory never holds the array.
+    pub fn for_each_degree(&self, name: &str, mut f: impl FnMut(usize, u64)) -> Result<()> {
         let path = self.array_path(name);
         let header = read_header(&path)?;
-        let mut out = Vec::with_capacity(header.len() as usize);
         let mut r = strata_store::array::RowReader::open(&path, &header, 4 << 20)?;
+        let mut v = 0;
         while let Some(b) = r.next_batch()? {
-            out.extend(
-                b.chunks_exact(8)
-                    .map(|c| f(i64::from_le_bytes(c.try_into().unwrap()) as u64)),
-            );
+            for c in b.chunks_exact(8) {
+                f(v, i64::from_le_bytes(c.try_into().unwrap()) as u64);
+                v += 1;
+            }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The segments of the grid in file order: each major chunk's blocks cut into runs of at

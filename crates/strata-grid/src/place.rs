@@ -7,8 +7,13 @@
 //! offloaded in streaming order until far memory holds R of the run's footprint (read-only
 //! data first: here, all of it is read-only). What stays local and fits the budget next to
 //! the resistant set is kept resident; the rest streams from disk.
+//!
+//! When the vertex data itself does not fit, it goes to windows (see
+//! [`VertexMemory`](crate::vertex::VertexMemory)): the budget then holds the windows, the
+//! buffers and the runtime, every local edge block streams from disk, and what is left of the
+//! budget caches vertex pages.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use strata_store::units::fmt_bytes;
 
 use crate::error::{GridError, Result};
@@ -17,13 +22,30 @@ use crate::stream::Tier;
 
 /// Memory the runtime needs besides the planned buffers (allocator slack, bitmaps' rounding,
 /// the front end).
-pub const RUNTIME_RESERVE: u64 = 64 << 20;
+pub const RUNTIME_RESERVE: u64 = 32 << 20;
+
+/// Where vertex data goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VertexPlacement {
+    /// In memory when it fits next to the buffers, else in windows.
+    #[default]
+    Auto,
+    /// In memory, or the run is refused.
+    Memory,
+    /// In windows even when it would fit (leaving the budget to other data).
+    Windows,
+}
 
 /// What the placement needs to know.
 #[derive(Debug, Clone)]
 pub struct PlaceInput {
     /// Bytes of vertex data (the resistant set).
     pub vertex_bytes: u64,
+    /// Bytes vertex data needs in memory when it is windowed: the compute threads' source and
+    /// destination chunks and the bitmaps.
+    pub window_bytes: u64,
+    pub vertex_placement: VertexPlacement,
     /// Bytes of fetch buffers.
     pub buffer_bytes: u64,
     /// Bytes per edge fetched (8, or 12 with weights).
@@ -45,6 +67,9 @@ pub struct Placement {
     /// Vertex data, buffers and edges together.
     pub footprint: u64,
     pub vertex_bytes: u64,
+    /// Vertex data is windowed (it does not fit next to the buffers).
+    pub vertex_windowed: bool,
+    pub window_bytes: u64,
     pub buffer_bytes: u64,
     pub local_edge_bytes: u64,
     pub far_bytes: u64,
@@ -56,10 +81,17 @@ pub struct Placement {
 impl Placement {
     /// The plan as lines for the user.
     pub fn describe(&self, memory: u64) -> Vec<String> {
+        let vertex = match self.vertex_windowed {
+            true => format!(
+                "vertex data {} in windows of {} (scratch files; the rest of the budget caches vertex pages)",
+                fmt_bytes(self.vertex_bytes),
+                fmt_bytes(self.window_bytes)
+            ),
+            false => format!("vertex data {} (local)", fmt_bytes(self.vertex_bytes)),
+        };
         let mut out = vec![format!(
-            "budget {}: vertex data {} (local), fetch buffers {}, resident edge blocks {}",
+            "budget {}: {vertex}, fetch buffers {}, resident edge blocks {}",
             fmt_bytes(memory),
-            fmt_bytes(self.vertex_bytes),
             fmt_bytes(self.buffer_bytes),
             fmt_bytes(self.local_edge_bytes)
         )];
@@ -79,15 +111,24 @@ impl Placement {
 pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
     let payload = |s: &Segment| (s.edges.end - s.edges.start) * input.bytes_per_edge;
     let edges: u64 = segments.iter().map(payload).sum();
-    let fixed = input.vertex_bytes + input.buffer_bytes + RUNTIME_RESERVE;
+    let whole = input.vertex_bytes + input.buffer_bytes + RUNTIME_RESERVE;
+    let windowed = match input.vertex_placement {
+        VertexPlacement::Auto => whole > input.memory,
+        VertexPlacement::Memory => false,
+        VertexPlacement::Windows => true,
+    };
+    let fixed = match windowed {
+        true => input.window_bytes + input.buffer_bytes + RUNTIME_RESERVE,
+        false => whole,
+    };
     if fixed > input.memory {
         return Err(GridError::Budget(format!(
-            "memory budget of {} is too small: vertex data takes {}, fetch buffers {} and the runtime {}; \
-             vertex data must stay in memory (windowed vertex data is not supported) and the buffers grow with the \
-             largest segment (a smaller --segment, fewer prefetched segments or a grid with more partitions shrink \
-             them), so raise --memory to at least {}",
+            "memory budget of {} is too small: vertex data takes {} (windows of it {}), fetch buffers {} and \
+             the runtime {}; windows shrink with more partitions (strata grid build --partitions) and buffers with \
+             a smaller --segment or fewer prefetched segments; or raise --memory to at least {}",
             fmt_bytes(input.memory),
             fmt_bytes(input.vertex_bytes),
+            fmt_bytes(input.window_bytes),
             fmt_bytes(input.buffer_bytes),
             fmt_bytes(RUNTIME_RESERVE),
             fmt_bytes(fixed)
@@ -106,7 +147,8 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
             .min(input.far_capacity),
         None => 0,
     };
-    let mut local_room = input.memory - fixed;
+    // Windowed vertex data needs the rest of the budget as its page cache.
+    let mut local_room = if windowed { 0 } else { input.memory - fixed };
     let (mut far, mut local, mut disk) = (0u64, 0u64, 0u64);
     let tiers = segments
         .iter()
@@ -129,6 +171,8 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
         tiers,
         footprint,
         vertex_bytes: input.vertex_bytes,
+        vertex_windowed: windowed,
+        window_bytes: input.window_bytes,
         buffer_bytes: input.buffer_bytes,
         local_edge_bytes: local,
         far_bytes: far,
@@ -154,6 +198,8 @@ mod tests {
     fn input(memory: u64, ratio: Option<f64>) -> PlaceInput {
         PlaceInput {
             vertex_bytes: 10 << 20,
+            window_bytes: 1 << 20,
+            vertex_placement: VertexPlacement::Auto,
             buffer_bytes: 6 << 20,
             bytes_per_edge: 8,
             memory,
@@ -189,9 +235,35 @@ mod tests {
             &input(RUNTIME_RESERVE + (16 << 20) + (24 << 20), None),
         )
         .unwrap();
+        assert!(!p.vertex_windowed);
         assert_eq!(p.tiers.iter().filter(|t| **t == Tier::Local).count(), 3);
         assert_eq!(p.disk_bytes, 56 << 20);
-        let e = place(&segs(10, 1 << 20), &input(8 << 20, None)).unwrap_err();
-        assert!(e.to_string().contains("vertex data"), "{e}");
+        let e = place(&segs(10, 1 << 20), &input(RUNTIME_RESERVE, None)).unwrap_err();
+        assert!(e.to_string().contains("windows of it 1.00 MiB"), "{e}");
+    }
+
+    #[test]
+    fn vertex_data_too_big_for_the_budget_is_windowed_and_edges_stream() {
+        // 10 MiB of vertex data and 6 MiB of buffers do not fit 32 MiB + 12 MiB; windows do.
+        let p = place(
+            &segs(10, 1 << 20),
+            &input(RUNTIME_RESERVE + (12 << 20), Some(0.3)),
+        )
+        .unwrap();
+        assert!(p.vertex_windowed);
+        assert_eq!(p.local_edge_bytes, 0);
+        assert_eq!(p.far_bytes + p.disk_bytes, 80 << 20);
+        assert!(p.far_bytes > 0);
+        assert!(p.describe(RUNTIME_RESERVE + (12 << 20))[0].contains("in windows of 1.00 MiB"));
+        let forced = PlaceInput {
+            vertex_placement: VertexPlacement::Windows,
+            ..input(1 << 30, None)
+        };
+        assert!(place(&segs(10, 1 << 20), &forced).unwrap().vertex_windowed);
+        let refused = PlaceInput {
+            vertex_placement: VertexPlacement::Memory,
+            ..input(RUNTIME_RESERVE + (12 << 20), None)
+        };
+        assert!(place(&segs(10, 1 << 20), &refused).is_err());
     }
 }

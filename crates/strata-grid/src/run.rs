@@ -11,14 +11,15 @@ use strata_store::array::NpyWriter;
 use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
 
-use crate::algo::{AlgoConfig, Ctx, Iteration, Values};
+use crate::algo::{AlgoConfig, Ctx, Iteration, Values, NONE};
 use crate::build::{build, BuildJob};
 use crate::error::{GridError, Result};
 use crate::far::{self, FarConfig, FarSetup};
 use crate::grid::Grid;
 use crate::layout::{Order, WeightSpec, EDGE_BYTES};
-use crate::place::{place, PlaceInput, Placement};
-use crate::stream::{StreamConfig, Streamer, Tier};
+use crate::place::{place, PlaceInput, Placement, VertexPlacement};
+use crate::stream::{PassStats, StreamConfig, Streamer, Tier};
+use crate::vertex::VertexMemory;
 
 /// One run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -34,8 +35,9 @@ pub struct RunJob {
     /// Compute threads; 0: one per core.
     #[serde(default)]
     pub threads: usize,
-    /// Largest segment (unit of placement and fetch) in bytes.
-    #[serde(default = "default_segment_bytes")]
+    /// Largest segment (unit of placement and fetch) in bytes; 0 sizes segments from the
+    /// budget (see [`MAX_AUTO_SEGMENT`]).
+    #[serde(default)]
     pub segment_bytes: u64,
     /// Segments fetched or waiting per source: 1 fetches the next segment only once compute
     /// has finished the last (no prefetch); 2 is double buffering.
@@ -44,6 +46,9 @@ pub struct RunJob {
     /// Threads reading from disk.
     #[serde(default = "default_disk_fetchers")]
     pub disk_fetchers: usize,
+    /// Vertex data in memory, in windows, or whichever the budget allows.
+    #[serde(default)]
+    pub vertex: VertexPlacement,
     /// Far memory, when used.
     #[serde(default)]
     pub far: Option<FarConfig>,
@@ -63,9 +68,10 @@ fn default_true() -> bool {
     true
 }
 
-fn default_segment_bytes() -> u64 {
-    4 << 20
-}
+/// The largest and smallest segments chosen automatically, in bytes: big enough for
+/// sequential reads, small enough that the fetch buffers take at most a third of the budget.
+pub const MAX_AUTO_SEGMENT: u64 = 4 << 20;
+pub const MIN_AUTO_SEGMENT: u64 = 256 << 10;
 
 fn default_prefetch() -> usize {
     4
@@ -90,6 +96,9 @@ pub struct RunSummary {
     pub bytes_disk: u64,
     pub bytes_far: u64,
     pub bytes_local: u64,
+    /// Windowed vertex data: bytes paged in and dirtied (see [`PassStats`]).
+    pub bytes_vertex_read: u64,
+    pub bytes_vertex_written: u64,
     pub placement: Placement,
     pub stream: StreamConfig,
     pub far: Option<FarSetup>,
@@ -124,20 +133,39 @@ pub fn run(
     let threads = strata_io::resolve_threads(job.threads);
     let weighted = algo.needs_weights() || matches!(algo, AlgoConfig::Spmv { weighted: true, .. });
     let bytes_per_edge = EDGE_BYTES + if weighted { 4 } else { 0 };
-    let segments = grid.segments(job.segment_bytes);
-    let largest = segments.iter().map(|s| s.edge_bytes()).max().unwrap_or(0);
     let mut stream = StreamConfig {
         threads,
         disk_fetchers: job.disk_fetchers.max(1),
         far_fetchers: 0,
         prefetch: job.prefetch,
     };
-    // Buffers: each fetcher holds one segment in flight and `prefetch` wait for compute.
-    let per_segment = largest * bytes_per_edge / EDGE_BYTES + (2 << 12);
     let far_fetchers = job.far.as_ref().map_or(0, |f| f.fetchers.max(1));
-    let buffer_bytes =
-        per_segment * (job.prefetch.max(1) * 2 + stream.disk_fetchers + far_fetchers) as u64;
+    // Each fetcher holds one segment in flight and `prefetch` per source wait for compute.
+    let buffers_held = (job.prefetch.max(1) * 2 + stream.disk_fetchers + far_fetchers) as u64;
+    let buffers_for = |segments: &[crate::grid::Segment]| {
+        let largest = segments.iter().map(|s| s.edge_bytes()).max().unwrap_or(0);
+        (largest * bytes_per_edge / EDGE_BYTES + (2 << 12)) * buffers_held
+    };
+    let mut segment_bytes = job.segment_bytes;
+    if segment_bytes == 0 {
+        segment_bytes = MAX_AUTO_SEGMENT;
+        while segment_bytes > MIN_AUTO_SEGMENT
+            && buffers_for(&grid.segments(segment_bytes)) > job.memory / 3
+        {
+            segment_bytes /= 2;
+        }
+    }
+    let segments = grid.segments(segment_bytes);
+    let buffer_bytes = buffers_for(&segments);
     let vertex_bytes = algo.vertex_bytes() * n;
+    // Windowed, each compute thread holds a source and a destination chunk; bitmaps stay whole.
+    let layout = *grid.layout();
+    let chunk = (0..layout.partitions)
+        .map(|i| layout.chunk_len(i))
+        .max()
+        .unwrap_or(0);
+    let window_bytes =
+        (2 * threads as u64 * chunk * algo.vertex_bytes() + n.div_ceil(4)).min(vertex_bytes);
     let mut far_client = None;
     let mut far_setup = None;
     let mut far_capacity = 0;
@@ -150,6 +178,8 @@ pub fn run(
     }
     let input = PlaceInput {
         vertex_bytes,
+        window_bytes,
+        vertex_placement: job.vertex,
         buffer_bytes,
         bytes_per_edge,
         memory: job.memory,
@@ -167,7 +197,7 @@ pub fn run(
         grid.layout().partitions,
         grid.layout().order.name(),
         segments.len(),
-        fmt_bytes(job.segment_bytes)
+        fmt_bytes(segment_bytes)
     ));
     for line in placement.describe(job.memory) {
         progress.message(&line);
@@ -193,6 +223,14 @@ pub fn run(
             far_client = None;
         }
     }
+    let out_dir = job
+        .out
+        .clone()
+        .unwrap_or_else(|| job.store.join("runs").join(format!("grid-{}", algo.name())));
+    let vertex = match placement.vertex_windowed {
+        true => VertexMemory::windowed(&out_dir)?,
+        false => VertexMemory::Heap,
+    };
     let mut streamer = Streamer::new(
         grid.clone(),
         segments,
@@ -200,21 +238,21 @@ pub fn run(
         far_client,
         weighted,
         stream.clone(),
+        vertex,
         progress,
     )?;
-    let mut totals = (0u64, 0u64, 0u64, 0u64, 0.0f64);
+    let mut totals = PassStats::default();
+    let mut compute = 0.0;
     let mut record = |it: &Iteration| -> Result<()> {
-        totals.0 += it.pass.edges;
-        totals.1 += it.pass.bytes_disk;
-        totals.2 += it.pass.bytes_far;
-        totals.3 += it.pass.bytes_local;
-        totals.4 += it.seconds;
+        totals.edges += it.pass.edges;
+        totals.bytes_disk += it.pass.bytes_disk;
+        totals.bytes_far += it.pass.bytes_far;
+        totals.bytes_local += it.pass.bytes_local;
+        totals.bytes_vertex_read += it.pass.bytes_vertex_read;
+        totals.bytes_vertex_written += it.pass.bytes_vertex_written;
+        compute += it.seconds;
         on_iteration(it)
     };
-    let out_dir = job
-        .out
-        .clone()
-        .unwrap_or_else(|| job.store.join("runs").join(format!("grid-{}", algo.name())));
     let output = {
         let mut ctx = Ctx {
             progress,
@@ -223,7 +261,6 @@ pub fn run(
         algo.run(&mut streamer, &mut ctx)?
     };
     let arrays = write_results(&out_dir, &output.arrays)?;
-    let (edges, bytes_disk, bytes_far, bytes_local, compute) = totals;
     Ok(RunSummary {
         algorithm: algo.name().to_string(),
         grid: dir,
@@ -231,11 +268,13 @@ pub fn run(
         iterations: output.iterations,
         seconds: t0.elapsed().as_secs_f64(),
         compute_seconds: compute,
-        edges,
-        edges_per_second: edges as f64 / compute.max(1e-9),
-        bytes_disk,
-        bytes_far,
-        bytes_local,
+        edges: totals.edges,
+        edges_per_second: totals.edges as f64 / compute.max(1e-9),
+        bytes_disk: totals.bytes_disk,
+        bytes_far: totals.bytes_far,
+        bytes_local: totals.bytes_local,
+        bytes_vertex_read: totals.bytes_vertex_read,
+        bytes_vertex_written: totals.bytes_vertex_written,
         placement,
         stream,
         far: far_setup,
@@ -304,26 +343,43 @@ fn find_or_build(job: &RunJob, progress: &dyn Progress) -> Result<PathBuf> {
     Ok(built.dir)
 }
 
-/// Writes result arrays as `NAME.npy` in `dir` (replacing earlier ones); returns the paths.
+/// Writes result arrays as `NAME.npy` in `dir` (replacing earlier ones), a batch of values at
+/// a time so that windowed arrays are never copied whole; returns the paths.
 fn write_results(dir: &Path, arrays: &[(String, Values)]) -> Result<Vec<String>> {
     std::fs::create_dir_all(dir).map_err(|e| GridError::os("mkdir", dir, e))?;
     let mut out = Vec::new();
     for (name, values) in arrays {
         let path = dir.join(format!("{name}.npy"));
         let tmp = dir.join(format!(".{name}.npy.partial"));
-        let mut w = match values {
-            Values::I64(_) => NpyWriter::create(&tmp, DType::I64, &[], 1 << 20)?,
-            Values::F32(_) => NpyWriter::create(&tmp, DType::F32, &[], 1 << 20)?,
-            Values::F64(_) => NpyWriter::create(&tmp, DType::F64, &[], 1 << 20)?,
-        };
         match values {
-            Values::I64(v) => w.write(v)?,
-            Values::F32(v) => w.write(v)?,
-            Values::F64(v) => w.write(v)?,
+            Values::F32(a) => write_npy(&tmp, DType::F32, a.len(), |i| a.get(i))?,
+            Values::F64(a) => write_npy(&tmp, DType::F64, a.len(), |i| a.get(i))?,
+            Values::Ids(a) => write_npy(&tmp, DType::I64, a.len(), |i| match a.get(i) {
+                NONE => -1i64,
+                x => x as i64,
+            })?,
         }
-        w.finish()?;
         std::fs::rename(&tmp, &path).map_err(|e| GridError::os("rename", &path, e))?;
         out.push(path.to_string_lossy().into_owned());
     }
     Ok(out)
+}
+
+/// Writes `get(0..n)` as a 1-D `.npy` of `dtype` at `path`.
+fn write_npy<T: bytemuck::Pod>(
+    path: &Path,
+    dtype: DType,
+    n: usize,
+    get: impl Fn(usize) -> T,
+) -> Result<()> {
+    const BATCH: usize = 1 << 16;
+    let mut w = NpyWriter::create(path, dtype, &[], 1 << 20)?;
+    let mut batch = Vec::with_capacity(BATCH.min(n));
+    for start in (0..n).step_by(BATCH) {
+        batch.clear();
+        batch.extend((start..(start + BATCH).min(n)).map(&get));
+        w.write(&batch)?;
+    }
+    w.finish()?;
+    Ok(())
 }

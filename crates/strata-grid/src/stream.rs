@@ -16,7 +16,7 @@ use crate::error::{GridError, Result};
 use crate::fetch::{self, Fetched, Plan, Resident};
 use crate::grid::{Grid, Segment};
 use crate::layout::{Order, EDGE_BYTES};
-use crate::vertex::Bitmap;
+use crate::vertex::{Bitmap, VertexMemory};
 
 /// Which tier serves a segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,6 +75,12 @@ pub struct PassStats {
     pub wait_seconds: f64,
     /// Segments whose far read failed and that were read from disk instead.
     pub far_fallbacks: u64,
+    /// With windowed vertex data: bytes the process read from storage since the previous pass
+    /// ended, besides edge blocks (the windows paged in), from `/proc/self/io`.
+    pub bytes_vertex_read: u64,
+    /// With windowed vertex data: bytes of vertex pages dirtied since the previous pass ended
+    /// (written back as the windows slide), from `/proc/self/io`.
+    pub bytes_vertex_written: u64,
 }
 
 /// The streaming engine over one grid with a placement.
@@ -90,6 +96,9 @@ pub struct Streamer {
     far_error: Mutex<Option<String>>,
     cfg: StreamConfig,
     engine: Arc<Engine>,
+    vertex: VertexMemory,
+    /// The process's storage counters when the last pass ended (windowed vertex data only).
+    io_mark: Option<[u64; 2]>,
 }
 
 /// A fetched segment, or why it could not be.
@@ -165,7 +174,9 @@ impl Credits {
 
 impl Streamer {
     /// An engine over `grid` whose segments are served as `tiers` says (resident ones are
-    /// loaded now; far ones must already be on the memory server, segment id = index).
+    /// loaded now; far ones must already be on the memory server, segment id = index), with
+    /// the algorithm's vertex arrays in `vertex`.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         grid: Arc<Grid>,
         segments: Vec<Segment>,
@@ -173,6 +184,7 @@ impl Streamer {
         far: Option<Arc<FarClient>>,
         weighted: bool,
         cfg: StreamConfig,
+        vertex: VertexMemory,
         progress: &dyn Progress,
     ) -> Result<Streamer> {
         let engine = Engine::shared();
@@ -212,7 +224,14 @@ impl Streamer {
             far_error: Mutex::new(None),
             cfg,
             engine,
+            io_mark: vertex.is_windowed().then(process_io).flatten(),
+            vertex,
         })
+    }
+
+    /// Where the algorithm puts its vertex arrays.
+    pub fn vertex(&self) -> &VertexMemory {
+        &self.vertex
     }
 
     pub fn grid(&self) -> &Arc<Grid> {
@@ -486,6 +505,11 @@ impl Streamer {
         stats.far_fallbacks = fallbacks.into_inner();
         stats.wait_seconds = wait_ns.into_inner() as f64 * 1e-9;
         stats.seconds = t0.elapsed().as_secs_f64();
+        if let (Some([read0, written0]), Some([read, written])) = (self.io_mark, process_io()) {
+            stats.bytes_vertex_read = (read - read0).saturating_sub(stats.bytes_disk);
+            stats.bytes_vertex_written = written - written0;
+            self.io_mark = Some([read, written]);
+        }
         if self.far_dead.load(Ordering::Relaxed) {
             for t in self.tiers.iter_mut().filter(|t| **t == Tier::Far) {
                 *t = Tier::Disk;
@@ -526,4 +550,15 @@ impl Streamer {
             .map(|m| m.into_inner().unwrap().expect("every chunk ran"))
             .collect()
     }
+}
+
+/// The process's `read_bytes` and `write_bytes` from `/proc/self/io` (bytes it made the
+/// storage layer read, and bytes of pages it dirtied); `None` where the kernel does not say.
+fn process_io() -> Option<[u64; 2]> {
+    let text = std::fs::read_to_string("/proc/self/io").ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+    };
+    Some([field("read_bytes:")?, field("write_bytes:")?])
 }

@@ -4,16 +4,101 @@
 //! In column order the thread that streams a column owns its destination chunk, so writes to
 //! destinations are plain load/store pairs; the `*_shared` operations are read-modify-writes
 //! for the sides no thread owns.
+//!
+//! Arrays live in the heap when the vertex data fits the budget, and otherwise in windows
+//! ([`VertexMemory::Windowed`]): shared mappings of scratch files, of which the kernel keeps in
+//! memory the pages a pass touches (the source chunk being read and the destination chunk being
+//! written, GridGraph's dual sliding windows) and writes the rest back, within the process's
+//! memory limit. Bitmaps are an eighth of a byte a vertex and always stay in the heap.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+use crate::error::{GridError, Result};
+
+/// Where vertex arrays live.
+#[derive(Debug)]
+pub enum VertexMemory {
+    /// Whole arrays in the heap.
+    Heap,
+    /// Shared mappings of unlinked scratch files in `dir` (see the module documentation).
+    Windowed { dir: PathBuf, files: AtomicUsize },
+}
+
+impl VertexMemory {
+    /// Windowed arrays with their scratch files in `dir` (created if missing).
+    pub fn windowed(dir: &Path) -> Result<VertexMemory> {
+        std::fs::create_dir_all(dir).map_err(|e| GridError::os("mkdir", dir, e))?;
+        Ok(VertexMemory::Windowed {
+            dir: dir.to_path_buf(),
+            files: AtomicUsize::new(0),
+        })
+    }
+
+    pub fn is_windowed(&self) -> bool {
+        matches!(self, VertexMemory::Windowed { .. })
+    }
+
+    /// `n` zeroed cells of `A` (an atomic integer type, whose zero is all-zero bits).
+    fn zeroed<A: Default>(&self, n: usize) -> Result<Cells<A>> {
+        match self {
+            VertexMemory::Heap => Ok(Cells::Heap((0..n).map(|_| A::default()).collect())),
+            VertexMemory::Windowed { dir, files } => {
+                let k = files.fetch_add(1, Relaxed);
+                let path = dir.join(format!(".vertex-{}-{k}.scratch", std::process::id()));
+                let bytes = (n * std::mem::size_of::<A>()).max(1) as u64;
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(&path)
+                    .map_err(|e| GridError::os("create", &path, e))?;
+                // A sparse file reads as zeros; unlinked at once, it vanishes with the mapping
+                // even if the process dies.
+                let mapped = file
+                    .set_len(bytes)
+                    .and_then(|_| unsafe { memmap2::MmapMut::map_mut(&file) });
+                let _ = std::fs::remove_file(&path);
+                let map = mapped.map_err(|e| GridError::os("map", &path, e))?;
+                Ok(Cells::Mapped { map, len: n })
+            }
+        }
+    }
+}
+
+/// The storage of an array: a vector, or a shared mapping holding `len` cells.
+enum Cells<A> {
+    Heap(Vec<A>),
+    Mapped { map: memmap2::MmapMut, len: usize },
+}
+
+impl<A> std::ops::Deref for Cells<A> {
+    type Target = [A];
+
+    fn deref(&self) -> &[A] {
+        match self {
+            Cells::Heap(v) => v,
+            // SAFETY: the mapping is page-aligned, holds `len` cells of `A` (atomic integers,
+            // valid for any bits) and lives as long as `self`; cells are only touched through
+            // atomic operations.
+            Cells::Mapped { map, len } => unsafe {
+                std::slice::from_raw_parts(map.as_ptr() as *const A, *len)
+            },
+        }
+    }
+}
 
 /// `f32` values.
-pub struct F32Array(Vec<AtomicU32>);
+pub struct F32Array(Cells<AtomicU32>);
 
 impl F32Array {
-    /// `n` copies of `value`.
-    pub fn filled(n: usize, value: f32) -> F32Array {
-        F32Array((0..n).map(|_| AtomicU32::new(value.to_bits())).collect())
+    /// `n` copies of `value`, in `mem`.
+    pub fn filled(mem: &VertexMemory, n: usize, value: f32) -> Result<F32Array> {
+        let a = F32Array(mem.zeroed(n)?);
+        if value.to_bits() != 0 {
+            (0..n).for_each(|i| a.set(i, value));
+        }
+        Ok(a)
     }
 
     pub fn len(&self) -> usize {
@@ -47,22 +132,19 @@ impl F32Array {
             Some((f32::from_bits(x) + v).to_bits())
         });
     }
-
-    /// The values as plain floats, in the same allocation (after the threads are done).
-    pub fn into_vec(self) -> Vec<f32> {
-        self.0
-            .into_iter()
-            .map(|a| f32::from_bits(a.into_inner()))
-            .collect()
-    }
 }
 
 /// `f64` values (ranks, distances).
-pub struct F64Array(Vec<AtomicU64>);
+pub struct F64Array(Cells<AtomicU64>);
 
 impl F64Array {
-    pub fn filled(n: usize, value: f64) -> F64Array {
-        F64Array((0..n).map(|_| AtomicU64::new(value.to_bits())).collect())
+    /// `n` copies of `value`, in `mem`.
+    pub fn filled(mem: &VertexMemory, n: usize, value: f64) -> Result<F64Array> {
+        let a = F64Array(mem.zeroed(n)?);
+        if value.to_bits() != 0 {
+            (0..n).for_each(|i| a.set(i, value));
+        }
+        Ok(a)
     }
 
     pub fn len(&self) -> usize {
@@ -104,26 +186,22 @@ impl F64Array {
         debug_assert!(v >= 0.0);
         self.0[i].fetch_min(v.to_bits(), Relaxed) > v.to_bits()
     }
-
-    /// The values, in the same allocation.
-    pub fn into_vec(self) -> Vec<f64> {
-        self.0
-            .into_iter()
-            .map(|a| f64::from_bits(a.into_inner()))
-            .collect()
-    }
 }
 
 /// `u64` values (ids, levels, labels, counts).
-pub struct U64Array(Vec<AtomicU64>);
+pub struct U64Array(Cells<AtomicU64>);
 
 impl U64Array {
-    pub fn filled(n: usize, value: u64) -> U64Array {
-        U64Array((0..n).map(|_| AtomicU64::new(value)).collect())
+    /// `n` copies of `value`, in `mem`.
+    pub fn filled(mem: &VertexMemory, n: usize, value: u64) -> Result<U64Array> {
+        U64Array::from_fn(mem, n, |_| value)
     }
 
-    pub fn from_fn(n: usize, f: impl Fn(usize) -> u64) -> U64Array {
-        U64Array((0..n).map(|i| AtomicU64::new(f(i))).collect())
+    /// Cell i set to `f(i)`, in `mem`.
+    pub fn from_fn(mem: &VertexMemory, n: usize, f: impl Fn(usize) -> u64) -> Result<U64Array> {
+        let a = U64Array(mem.zeroed(n)?);
+        (0..n).for_each(|i| a.set(i, f(i)));
+        Ok(a)
     }
 
     pub fn len(&self) -> usize {
@@ -166,11 +244,6 @@ impl U64Array {
     #[inline]
     pub fn sub_shared(&self, i: usize, v: u64) -> u64 {
         self.0[i].fetch_sub(v, Relaxed)
-    }
-
-    /// The values, in the same allocation.
-    pub fn into_vec(self) -> Vec<u64> {
-        self.0.into_iter().map(AtomicU64::into_inner).collect()
     }
 }
 
@@ -285,13 +358,37 @@ mod tests {
 
     #[test]
     fn shared_updates() {
-        let a = F32Array::filled(2, 1.0);
-        a.add_shared(0, 2.5);
-        a.add_owned(1, 0.5);
-        assert_eq!(a.into_vec(), vec![3.5, 1.5]);
-        let u = U64Array::filled(1, 10);
-        assert!(u.min_shared(0, 4));
-        assert!(!u.min_shared(0, 7));
-        assert_eq!(u.get(0), 4);
+        let tmp = tempfile::tempdir().unwrap();
+        for mem in [
+            VertexMemory::Heap,
+            VertexMemory::windowed(tmp.path()).unwrap(),
+        ] {
+            let a = F32Array::filled(&mem, 2, 1.0).unwrap();
+            a.add_shared(0, 2.5);
+            a.add_owned(1, 0.5);
+            assert_eq!((a.get(0), a.get(1)), (3.5, 1.5));
+            let u = U64Array::filled(&mem, 1, 10).unwrap();
+            assert!(u.min_shared(0, 4));
+            assert!(!u.min_shared(0, 7));
+            assert_eq!(u.get(0), 4);
+            let z = F64Array::filled(&mem, 3, 0.0).unwrap();
+            assert_eq!(z.get(2), 0.0);
+        }
+    }
+
+    #[test]
+    fn windowed_arrays_leave_no_files_and_hold_more_than_a_page() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mem = VertexMemory::windowed(&tmp.path().join("scratch")).unwrap();
+        let n = 3 << 20;
+        let a = U64Array::from_fn(&mem, n, |i| (i as u64) * 3).unwrap();
+        assert_eq!(
+            std::fs::read_dir(tmp.path().join("scratch"))
+                .unwrap()
+                .count(),
+            0
+        );
+        assert!(a.min_shared(n - 1, 1));
+        assert_eq!((a.get(0), a.get(12345), a.get(n - 1)), (0, 37035, 1));
     }
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use strata_grid::algo::{AlgoConfig, Iteration};
 use strata_grid::build::{build, BuildJob};
 use strata_grid::layout::{Order, WeightSpec};
+use strata_grid::place::VertexPlacement;
 use strata_grid::run::{run, RunJob};
 use strata_store::convert::{convert_binary, BinaryJob};
 use strata_store::rng::Rng;
@@ -43,7 +44,11 @@ fn store(dir: &Path, n: u64, m: u64, seed: u64) -> (PathBuf, Vec<(u64, u64)>) {
 
 fn job(store: &Path, algorithm: AlgoConfig, memory: u64, grid: &str) -> RunJob {
     RunJob {
-        keep_resident: memory != MEMORIES[1],
+        keep_resident: memory == MEMORIES[0],
+        vertex: match memory == MEMORIES[2] {
+            true => VertexPlacement::Windows,
+            false => VertexPlacement::Auto,
+        },
         store: store.to_path_buf(),
         algorithm,
         grid: Some(grid.to_string()),
@@ -92,8 +97,9 @@ fn load_f64(path: &str) -> Vec<f64> {
     bytemuck::pod_collect_to_vec(&b)
 }
 
-/// Budgets: everything resident, or (as marked in `job`) all of it streamed from disk.
-const MEMORIES: [u64; 2] = [1 << 30, 80 << 20];
+/// Budgets: everything resident; or (as marked in `job`) all edges streamed from disk; or
+/// that and vertex data in windows too.
+const MEMORIES: [u64; 3] = [1 << 30, 80 << 20, 81 << 20];
 
 fn run_all(j: &RunJob) -> strata_grid::run::RunSummary {
     let mut iters = Vec::new();
@@ -102,7 +108,8 @@ fn run_all(j: &RunJob) -> strata_grid::run::RunSummary {
         Ok(())
     })
     .unwrap();
-    if j.memory == MEMORIES[1] {
+    assert_eq!(s.placement.vertex_windowed, j.memory == MEMORIES[2]);
+    if j.memory != MEMORIES[0] {
         assert!(
             s.bytes_disk > 0 && s.bytes_local == 0,
             "streamed from disk: {s:?}"

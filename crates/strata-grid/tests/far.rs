@@ -57,6 +57,7 @@ fn job(store: &Path, far: Option<String>) -> RunJob {
         segment_bytes: 16 << 10,
         prefetch: 2,
         disk_fetchers: 2,
+        vertex: Default::default(),
         far: far.map(|addr| FarConfig {
             addr,
             ratio: 0.7,

@@ -14,7 +14,8 @@ def register(sub) -> None:
         run,
         help="graph analytics out of core: pagerank, bfs, wcc, sssp, spmv, kcore (Fargraph+)",
         description="Runs ALGORITHM on STORE's grid (found in STORE/grids/, or built on first use) within --memory: "
-        "vertex data stays local, edge blocks go to far memory (--far HOST:PORT, up to --far-ratio of the footprint), "
+        "vertex data stays local (in windows paged within the budget when it does not fit), edge blocks go to far "
+        "memory (--far HOST:PORT, up to --far-ratio of the footprint), "
         "stay resident when they fit, or stream from disk every pass. Prints the budget plan, one line per iteration "
         "and a summary; writes the result arrays, metrics.jsonl and run.json to --out (STORE/runs/grid-ALGO).",
     )

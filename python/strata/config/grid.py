@@ -74,11 +74,17 @@ class RunConfig:
     memory: Size = option(Size(1 << 30), help="local memory budget: vertex data, fetch buffers, resident edge blocks")
     threads: int = option(0, help="compute threads; 0 = one per core")
     segment: Size = option(
-        Size(4 << 20),
+        Size(0),
         help="edge blocks are grouped into segments of up to this size, the unit of placement and fetching "
-        "(a bigger block is a segment by itself)",
+        "(a bigger block is a segment by itself); 0 picks up to 4 MiB, keeping fetch buffers within a third "
+        "of --memory",
     )
     prefetch: int = option(4, help="segments fetched ahead per source; 1 = no prefetch, 2 = double buffering")
+    vertex: str = option(
+        "auto",
+        help="where vertex data lives: memory, windows (scratch files in the run directory, paged by the kernel "
+        "within --memory) or auto (memory when it fits next to the fetch buffers, else windows)",
+    )
     disk_fetchers: int = option(2, help="threads reading edge segments from disk")
     far: str | None = option(None, help="HOST:PORT of a `strata farmem serve` to offload edge blocks to")
     far_ratio: float = option(0.5, help="share of the run's footprint to place in far memory, in [0, 1]")
@@ -102,8 +108,10 @@ class RunConfig:
             raise ConfigError(f"run.root: must be a vertex id >= 0, got {self.root}")
         if self.threads < 0:
             raise ConfigError(f"run.threads: must be >= 0 (0: one per core), got {self.threads}")
-        if self.segment < 4096:
-            raise ConfigError(f"run.segment: must be at least 4 KiB, got {self.segment}")
+        if self.vertex not in ("auto", "memory", "windows"):
+            raise ConfigError(f"run.vertex: expected auto, memory or windows, got {self.vertex!r}")
+        if self.segment != 0 and self.segment < 4096:
+            raise ConfigError(f"run.segment: must be 0 (automatic) or at least 4 KiB, got {self.segment}")
         for name in ("prefetch", "disk_fetchers", "far_fetchers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"run.{name}: need at least 1, got {getattr(self, name)}")

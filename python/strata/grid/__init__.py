@@ -226,6 +226,7 @@ def run_job(cfg: RunConfig, out: Path) -> dict:
         "segment_bytes": int(cfg.segment),
         "prefetch": cfg.prefetch,
         "disk_fetchers": cfg.disk_fetchers,
+        "vertex": cfg.vertex,
         "far": far,
         "keep_resident": cfg.keep_resident,
         "out": str(out),
@@ -252,6 +253,8 @@ def iteration_metrics(record: dict) -> dict:
         "mb_local": p["bytes_local"] / 1e6,
         "mb_per_s_disk": p["bytes_disk"] / 1e6 / secs,
         "mb_per_s_far": p["bytes_far"] / 1e6 / secs,
+        "mb_vertex_read": p["bytes_vertex_read"] / 1e6,
+        "mb_vertex_written": p["bytes_vertex_written"] / 1e6,
         "wait_seconds": p["wait_seconds"],
         "far_fallbacks": p["far_fallbacks"],
     }
@@ -276,6 +279,8 @@ def format_iteration(record: dict, algorithm: str | None = None) -> str:
         f"iter {m['iteration']}  {m['seconds']:.2f} s  {fmt_count(m['edges_per_s'])} edges/s  "
         f"active {m['active']:,}  disk {m['mb_per_s_disk']:.0f} MB/s  far {m['mb_per_s_far']:.0f} MB/s"
     )
+    if m.get("mb_vertex_read") or m.get("mb_vertex_written"):
+        line += f"  vertex windows {m['mb_vertex_read']:.0f} MB in / {m['mb_vertex_written']:.0f} MB dirtied"
     if m.get("far_fallbacks"):
         line += f"  ({m['far_fallbacks']} far reads fell back to disk)"
     return line + _value_text(algorithm, m["value"])
@@ -350,8 +355,14 @@ def format_summary(summary: dict) -> str:
         f"{fmt_bytes(s['bytes_disk'])} from disk",
     ]
     p = s["placement"]
+    vertex = f"vertex data {fmt_bytes(p['vertex_bytes'])} local"
+    if p.get("vertex_windowed"):
+        vertex = (
+            f"vertex data {fmt_bytes(p['vertex_bytes'])} in windows of {fmt_bytes(p['window_bytes'])} "
+            f"({fmt_bytes(s['bytes_vertex_read'])} paged in, {fmt_bytes(s['bytes_vertex_written'])} dirtied)"
+        )
     lines.append(
-        f"  placement: vertex data {fmt_bytes(p['vertex_bytes'])} local, edge blocks "
+        f"  placement: {vertex}, edge blocks "
         f"{fmt_bytes(p['local_edge_bytes'])} resident / {fmt_bytes(p['far_bytes'])} far / "
         f"{fmt_bytes(p['disk_bytes'])} on disk "
         f"(far ratio {p['far_ratio']:.2f} of {fmt_bytes(p['footprint'])})"

@@ -1,5 +1,6 @@
 """Charts of a grid run (``strata run``): the time and edge rate of every iteration, and where
-each iteration's edge bytes came from (resident in memory, far memory, disk)."""
+each iteration's edge bytes came from (resident in memory, far memory, disk), with the vertex
+pages a windowed run read besides."""
 
 from __future__ import annotations
 
@@ -86,6 +87,9 @@ def _bytes(plt, history: list[dict], its: list[int], name: str, path: Path) -> P
         mb = [r.get(key, 0.0) for r in history]
         ax.bar(its, mb, 0.8, bottom=bottom, color=color, label=label)
         bottom = [b + m for b, m in zip(bottom, mb, strict=True)]
+    paged = [r.get("mb_vertex_read", 0.0) for r in history]
+    if any(paged):
+        ax.plot(its, paged, "s--", color="tab:brown", label="vertex windows paged in (not edge bytes)")
     fallbacks = [(r["iteration"], r["far_fallbacks"]) for r in history if r.get("far_fallbacks")]
     if fallbacks:
         first = fallbacks[0][0]

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{chunk_bases, frontier_loop, ids_to_i64, Ctx, Output, Values, NONE};
+use super::{chunk_bases, frontier_loop, Ctx, Output, Values, NONE};
 use crate::error::Result;
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
@@ -52,8 +52,8 @@ impl Bfs {
     pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         let n = s.grid().layout().num_vertices as usize;
         let base = chunk_bases(s);
-        let parent = U64Array::filled(n, NONE);
-        let level = U64Array::filled(n, NONE);
+        let parent = U64Array::filled(s.vertex(), n, NONE)?;
+        let level = U64Array::filled(s.vertex(), n, NONE)?;
         let root = self.root as usize;
         parent.set(root, self.root);
         level.set(root, 0);
@@ -70,19 +70,18 @@ impl Bfs {
         let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, |it| {
             kernel.depth.store(it as u64 + 1, Relaxed)
         })?;
-        let levels = ids_to_i64(level.into_vec());
-        let reached = levels.iter().filter(|&&l| l >= 0).count();
+        let (reached, depth) = (0..n)
+            .map(|v| level.get(v))
+            .filter(|&l| l != NONE)
+            .fold((0u64, 0u64), |(r, d), l| (r + 1, d.max(l)));
         let mut summary = serde_json::Map::new();
         summary.insert("root".into(), self.root.into());
         summary.insert("reached".into(), reached.into());
-        summary.insert(
-            "depth".into(),
-            levels.iter().copied().max().unwrap_or(0).into(),
-        );
+        summary.insert("depth".into(), depth.into());
         Ok(Output {
             arrays: vec![
-                ("level".into(), Values::I64(levels)),
-                ("parent".into(), Values::I64(ids_to_i64(parent.into_vec()))),
+                ("level".into(), Values::Ids(level)),
+                ("parent".into(), Values::Ids(parent)),
             ],
             summary,
             iterations,

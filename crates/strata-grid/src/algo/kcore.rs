@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use super::{chunk_bases, full_pass, ids_to_i64, Ctx, Iteration, Output, Values, NONE};
+use super::{chunk_bases, full_pass, Ctx, Iteration, Output, Values, NONE};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
@@ -75,8 +75,8 @@ impl KCore {
         }
         let n = s.grid().layout().num_vertices as usize;
         let base = chunk_bases(s);
-        let deg = U64Array::filled(n, 0);
-        let core = U64Array::filled(n, NONE);
+        let deg = U64Array::filled(s.vertex(), n, 0)?;
+        let core = U64Array::filled(s.vertex(), n, NONE)?;
         full_pass(
             s,
             ctx,
@@ -145,7 +145,7 @@ impl KCore {
         let mut summary = serde_json::Map::new();
         summary.insert("max_core".into(), k.into());
         Ok(Output {
-            arrays: vec![("core".into(), Values::I64(ids_to_i64(core.into_vec())))],
+            arrays: vec![("core".into(), Values::Ids(core))],
             summary,
             iterations: it,
         })

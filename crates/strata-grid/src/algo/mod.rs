@@ -16,6 +16,7 @@ use strata_io::progress::Progress;
 
 use crate::error::{GridError, Result};
 use crate::stream::{PassStats, Streamer};
+use crate::vertex::{F32Array, F64Array, U64Array};
 
 pub use bfs::Bfs;
 pub use kcore::KCore;
@@ -188,29 +189,21 @@ pub struct Ctx<'a> {
     pub on_iteration: &'a mut dyn FnMut(&Iteration) -> Result<()>,
 }
 
-/// A result array.
-#[derive(Debug, Clone, PartialEq)]
+/// A result array, one value per vertex, written out as it is (in the heap or windowed).
 pub enum Values {
-    I64(Vec<i64>),
-    F32(Vec<f32>),
-    F64(Vec<f64>),
+    F32(F32Array),
+    F64(F64Array),
+    /// Vertex ids, labels or counts, written as int64 with [`NONE`] as -1.
+    Ids(U64Array),
 }
 
 /// What an algorithm produced.
-#[derive(Debug, Clone)]
 pub struct Output {
     /// Result arrays, one value per vertex, by name.
     pub arrays: Vec<(String, Values)>,
     /// Figures worth printing (components found, levels, converged, ...).
     pub summary: serde_json::Map<String, serde_json::Value>,
     pub iterations: usize,
-}
-
-/// Ids with [`NONE`] as -1 (in the same allocation).
-pub(crate) fn ids_to_i64(v: Vec<u64>) -> Vec<i64> {
-    v.into_iter()
-        .map(|x| if x == NONE { -1 } else { x as i64 })
-        .collect()
 }
 
 /// Runs frontier iterations until no vertex is activated: each pass streams the blocks of

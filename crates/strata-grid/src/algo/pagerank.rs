@@ -48,19 +48,19 @@ impl PageRank {
         let layout = *grid.layout();
         let n = layout.num_vertices as usize;
         // 1/out-degree (0 for dangling vertices): 4 bytes a vertex where degrees take 8.
-        let inv_deg: Vec<f32> = grid.map_degrees("out_degree", |d| {
-            if d == 0 {
-                0.0
-            } else {
-                (1.0 / d as f64) as f32
+        let inv_deg = F32Array::filled(s.vertex(), n, 0.0)?;
+        grid.for_each_degree("out_degree", |v, d| {
+            if d > 0 {
+                inv_deg.set(v, (1.0 / d as f64) as f32);
             }
         })?;
         let base: Vec<u64> = (0..=layout.partitions).map(|i| layout.base(i)).collect();
-        let rank = F32Array::filled(n, (1.0 / n as f64) as f32);
-        let contrib = F32Array::filled(n, 0.0);
-        let sum = F32Array::filled(n, 0.0);
+        let rank = F32Array::filled(s.vertex(), n, (1.0 / n as f64) as f32)?;
+        let contrib = F32Array::filled(s.vertex(), n, 0.0)?;
+        let sum = F32Array::filled(s.vertex(), n, 0.0)?;
         let mut dangling = 0.0;
-        for (v, &inv) in inv_deg.iter().enumerate() {
+        for v in 0..n {
+            let inv = inv_deg.get(v);
             if inv == 0.0 {
                 dangling += rank.get(v) as f64;
             } else {
@@ -83,7 +83,8 @@ impl PageRank {
             let parts = s.par_chunks(|c| {
                 let (mut delta, mut dangling) = (0.0f64, 0.0f64);
                 let (start, end) = (base[c as usize] as usize, base[c as usize + 1] as usize);
-                for (v, &inv) in inv_deg.iter().enumerate().take(end).skip(start) {
+                for v in start..end {
+                    let inv = inv_deg.get(v);
                     let new = (teleport + d * sum.get(v) as f64) as f32;
                     delta += (new as f64 - rank.get(v) as f64).abs();
                     rank.set(v, new);
@@ -115,7 +116,7 @@ impl PageRank {
         summary.insert("l1_change".into(), delta.into());
         summary.insert("converged".into(), converged.into());
         Ok(Output {
-            arrays: vec![("rank".into(), Values::F32(rank.into_vec()))],
+            arrays: vec![("rank".into(), Values::F32(rank))],
             summary,
             iterations: done,
         })

@@ -12,7 +12,7 @@ pub struct Spmv {
 }
 
 struct Multiply<'a> {
-    x: &'a [f64],
+    x: &'a F64Array,
     y: &'a F64Array,
     base: &'a [u64],
     weighted: bool,
@@ -34,7 +34,7 @@ impl EdgeKernel for Multiply<'_> {
             } else {
                 1.0
             };
-            let add = w * self.x[sb + s as usize];
+            let add = w * self.x.get(sb + s as usize);
             if owns_dst {
                 self.y.add_owned(db + d as usize, add);
             } else {
@@ -55,11 +55,11 @@ impl Spmv {
             ));
         }
         let x = match &self.vector {
-            None => vec![1.0; n],
-            Some(path) => read_vector(path, n)?,
+            None => F64Array::filled(s.vertex(), n, 1.0)?,
+            Some(path) => read_vector(path, F64Array::filled(s.vertex(), n, 0.0)?)?,
         };
         let base = chunk_bases(s);
-        let y = F64Array::filled(n, 0.0);
+        let y = F64Array::filled(s.vertex(), n, 0.0)?;
         let kernel = Multiply {
             x: &x,
             y: &y,
@@ -68,16 +68,17 @@ impl Spmv {
         };
         full_pass(s, ctx, &kernel, 0)?;
         Ok(Output {
-            arrays: vec![("y".into(), Values::F64(y.into_vec()))],
+            arrays: vec![("y".into(), Values::F64(y))],
             summary: serde_json::Map::new(),
             iterations: 1,
         })
     }
 }
 
-/// A float vector of length `n` from a `.npy` file.
-fn read_vector(path: &std::path::Path, n: usize) -> Result<Vec<f64>> {
-    let (header, bytes) = strata_store::array::read_all_bytes(path)?;
+/// Fills `x` from a float `.npy` vector of its length, a batch at a time.
+fn read_vector(path: &std::path::Path, x: F64Array) -> Result<F64Array> {
+    let header = strata_store::npy::read_header(path)?;
+    let n = x.len();
     if header.shape != [n as u64] {
         return Err(GridError::config(
             "vector",
@@ -88,24 +89,32 @@ fn read_vector(path: &std::path::Path, n: usize) -> Result<Vec<f64>> {
             ),
         ));
     }
-    let mut out = Vec::with_capacity(n);
-    match header.dtype {
-        strata_store::DType::F64 => out.extend(bytemuck::pod_collect_to_vec::<u8, f64>(&bytes)),
-        dt if dt.is_float() => {
-            let mut f = Vec::new();
-            strata_store::array::decode_f32(&bytes, dt, &mut f);
-            out.extend(f.into_iter().map(|v| v as f64));
-        }
-        dt => {
-            return Err(GridError::config(
-                "vector",
-                format!(
-                    "{}: expected a float array, found {}",
-                    path.display(),
-                    dt.name()
-                ),
-            ))
+    if !header.dtype.is_float() {
+        return Err(GridError::config(
+            "vector",
+            format!(
+                "{}: expected a float array, found {}",
+                path.display(),
+                header.dtype.name()
+            ),
+        ));
+    }
+    let mut reader = strata_store::array::RowReader::open(path, &header, 4 << 20)?;
+    let (mut next, mut floats) = (0, Vec::new());
+    while let Some(bytes) = reader.next_batch()? {
+        if header.dtype == strata_store::DType::F64 {
+            for c in bytes.chunks_exact(8) {
+                x.set(next, f64::from_le_bytes(c.try_into().unwrap()));
+                next += 1;
+            }
+        } else {
+            floats.clear();
+            strata_store::array::decode_f32(bytes, header.dtype, &mut floats);
+            for &f in &floats {
+                x.set(next, f as f64);
+                next += 1;
+            }
         }
     }
-    Ok(out)
+    Ok(x)
 }

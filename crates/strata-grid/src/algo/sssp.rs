@@ -71,7 +71,7 @@ impl Sssp {
         }
         let n = s.grid().layout().num_vertices as usize;
         let base = chunk_bases(s);
-        let dist = F64Array::filled(n, f64::INFINITY);
+        let dist = F64Array::filled(s.vertex(), n, f64::INFINITY)?;
         dist.set(self.root as usize, 0.0);
         let (frontier, next) = (Bitmap::new(n), Bitmap::new(n));
         frontier.set(self.root as usize);
@@ -82,13 +82,12 @@ impl Sssp {
             base: &base,
         };
         let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, |_| {})?;
-        let d = dist.into_vec();
-        let reached = d.iter().filter(|x| x.is_finite()).count();
+        let reached = (0..n).filter(|&v| dist.get(v).is_finite()).count();
         let mut summary = serde_json::Map::new();
         summary.insert("root".into(), self.root.into());
         summary.insert("reached".into(), reached.into());
         Ok(Output {
-            arrays: vec![("distance".into(), Values::F64(d))],
+            arrays: vec![("distance".into(), Values::F64(dist))],
             summary,
             iterations,
         })

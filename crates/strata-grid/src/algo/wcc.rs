@@ -56,7 +56,7 @@ impl Wcc {
         }
         let n = s.grid().layout().num_vertices as usize;
         let base = chunk_bases(s);
-        let label = U64Array::from_fn(n, |v| v as u64);
+        let label = U64Array::from_fn(s.vertex(), n, |v| v as u64)?;
         let (frontier, next) = (Bitmap::full(n), Bitmap::new(n));
         let kernel = Propagate {
             frontier: &frontier,
@@ -65,16 +65,11 @@ impl Wcc {
             base: &base,
         };
         let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, |_| {})?;
-        let labels: Vec<i64> = label.into_vec().into_iter().map(|x| x as i64).collect();
-        let components = labels
-            .iter()
-            .enumerate()
-            .filter(|(v, &l)| l == *v as i64)
-            .count();
+        let components = (0..n).filter(|&v| label.get(v) == v as u64).count();
         let mut summary = serde_json::Map::new();
         summary.insert("components".into(), components.into());
         Ok(Output {
-            arrays: vec![("component".into(), Values::I64(labels))],
+            arrays: vec![("component".into(), Values::Ids(label))],
             summary,
             iterations,
         })
