@@ -42,7 +42,10 @@ impl VertexMemory {
     /// `n` zeroed cells of `A` (an atomic integer type, whose zero is all-zero bits).
     fn zeroed<A: Default>(&self, n: usize) -> Result<Cells<A>> {
         match self {
-            VertexMemory::Heap => Ok(Cells::Heap((0..n).map(|_| A::default()).collect())),
+            VertexMemory::Heap => {
+                let v: Vec<A> = (0..n).map(|_| A::default()).collect();
+                Ok(Cells::new(Owner::Heap(v), n))
+            }
             VertexMemory::Windowed { dir, files } => {
                 let k = files.fetch_add(1, Relaxed);
                 let path = dir.join(format!(".vertex-{}-{k}.scratch", std::process::id()));
@@ -60,31 +63,55 @@ impl VertexMemory {
                     .and_then(|_| unsafe { memmap2::MmapMut::map_mut(&file) });
                 let _ = std::fs::remove_file(&path);
                 let map = mapped.map_err(|e| GridError::os("map", &path, e))?;
-                Ok(Cells::Mapped { map, len: n })
+                Ok(Cells::new(Owner::Mapped(map), n))
             }
         }
     }
 }
 
-/// The storage of an array: a vector, or a shared mapping holding `len` cells.
-enum Cells<A> {
+/// The storage of an array: `len` cells at `ptr`, owned by a vector or a shared mapping. The
+/// pointer is resolved once so that element access in the kernels' loops has no branch.
+struct Cells<A> {
+    ptr: *const A,
+    len: usize,
+    _owner: Owner<A>,
+}
+
+enum Owner<A> {
     Heap(Vec<A>),
-    Mapped { map: memmap2::MmapMut, len: usize },
+    Mapped(memmap2::MmapMut),
+}
+
+// SAFETY: `Cells` owns its memory like a `Vec<A>` does, and `A` is an atomic type that threads
+// share by design.
+unsafe impl<A: Send + Sync> Send for Cells<A> {}
+unsafe impl<A: Sync> Sync for Cells<A> {}
+
+impl<A> Cells<A> {
+    /// Cells over `owner`, which holds at least `len` of them at a suitably aligned address
+    /// (a vector's buffer, or a page-aligned mapping).
+    fn new(owner: Owner<A>, len: usize) -> Cells<A> {
+        let ptr = match &owner {
+            Owner::Heap(v) => v.as_ptr(),
+            Owner::Mapped(m) => m.as_ptr() as *const A,
+        };
+        Cells {
+            ptr,
+            len,
+            _owner: owner,
+        }
+    }
 }
 
 impl<A> std::ops::Deref for Cells<A> {
     type Target = [A];
 
+    #[inline]
     fn deref(&self) -> &[A] {
-        match self {
-            Cells::Heap(v) => v,
-            // SAFETY: the mapping is page-aligned, holds `len` cells of `A` (atomic integers,
-            // valid for any bits) and lives as long as `self`; cells are only touched through
-            // atomic operations.
-            Cells::Mapped { map, len } => unsafe {
-                std::slice::from_raw_parts(map.as_ptr() as *const A, *len)
-            },
-        }
+        // SAFETY: `ptr` points at `len` initialised cells (atomic integers, valid for any bits,
+        // zero-filled in a mapping) that live as long as `self._owner`; moving a Vec or a
+        // mapping does not move its buffer.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
 
