@@ -28,8 +28,8 @@ def main() -> None:
     p.add_argument("--ratio", type=float, default=0.7)
     p.add_argument("--chunk", type=int, default=256 << 10)
     p.add_argument("--connections", type=int, default=0)
-    p.add_argument("--prefetch", type=int, default=4)
-    p.add_argument("--disk-fetchers", type=int, default=2)
+    p.add_argument("--prefetch", type=int, default=None)
+    p.add_argument("--disk-fetchers", type=int, default=None)
     p.add_argument("--segment", type=int, default=0)
     a = p.parse_args()
     algorithm = {"algorithm": a.algo}
@@ -43,11 +43,12 @@ def main() -> None:
         "grid": a.grid,
         "memory": a.memory,
         "keep_resident": bool(a.keep_resident),
-        "prefetch": a.prefetch,
-        "disk_fetchers": a.disk_fetchers,
         "segment_bytes": a.segment,
         "out": f"{a.store}/runs/bench-{a.algo}",
     }
+    for key in ("prefetch", "disk_fetchers"):  # unset: the run's defaults
+        if getattr(a, key) is not None:
+            job[key] = getattr(a, key)
     if a.far:
         job["far"] = {"addr": a.far, "ratio": a.ratio, "chunk_bytes": a.chunk, "connections": a.connections}
     iterations = []
@@ -59,7 +60,7 @@ def main() -> None:
         return True
 
     summary = _native.grid_run(job, progress, iterations.append)
-    summary.pop("placement", None)
+    summary["vertex_windowed"] = summary.pop("placement")["vertex_windowed"]
     json.dump({"summary": summary, "iterations": iterations, "messages": messages}, sys.stdout)
 
 

@@ -73,12 +73,14 @@ fn default_true() -> bool {
 pub const MAX_AUTO_SEGMENT: u64 = 4 << 20;
 pub const MIN_AUTO_SEGMENT: u64 = 256 << 10;
 
+/// Deep enough that the SSD sees about 32 MiB of reads in flight at 4 MiB segments: at 4 and 2,
+/// PageRank out of core at RMAT scale 24 read at 77% of sequential bandwidth, at 8 and 4 at 95%.
 fn default_prefetch() -> usize {
-    4
+    8
 }
 
 fn default_disk_fetchers() -> usize {
-    2
+    4
 }
 
 /// What a run did.

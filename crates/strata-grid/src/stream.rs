@@ -385,7 +385,9 @@ impl Streamer {
                         }
                         let idx = disk_next.fetch_add(1, Ordering::Relaxed);
                         let Some(&slot) = disk_list.get(idx) else {
-                            return;
+                            // Hand the credit on: another fetcher may be waiting for it to
+                            // find the list done too.
+                            return disk_credits.release();
                         };
                         let plan = take_plan(slot);
                         let read = plan.edges_read() * (EDGE_BYTES + if weighted { 4 } else { 0 });
@@ -415,7 +417,7 @@ impl Streamer {
                             }
                             let idx = far_next.fetch_add(1, Ordering::Relaxed);
                             let Some(&slot) = far_list.get(idx) else {
-                                return;
+                                return far_credits.release();
                             };
                             let k = seg_of[slot];
                             let plan = take_plan(slot);

@@ -55,8 +55,9 @@ fn job(store: &Path, algorithm: AlgoConfig, memory: u64, grid: &str) -> RunJob {
         memory,
         threads: 2,
         segment_bytes: 4096,
-        prefetch: 2,
-        disk_fetchers: 2,
+        // The windowed runs also take the no-prefetch path with more fetchers than credits.
+        prefetch: if memory == MEMORIES[2] { 1 } else { 2 },
+        disk_fetchers: if memory == MEMORIES[2] { 4 } else { 2 },
         far: None,
         out: None,
         weights: None,

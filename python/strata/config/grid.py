@@ -79,13 +79,13 @@ class RunConfig:
         "(a bigger block is a segment by itself); 0 picks up to 4 MiB, keeping fetch buffers within a third "
         "of --memory",
     )
-    prefetch: int = option(4, help="segments fetched ahead per source; 1 = no prefetch, 2 = double buffering")
+    prefetch: int = option(8, help="segments fetched ahead per source; 1 = no prefetch, 2 = double buffering")
     vertex: str = option(
         "auto",
         help="where vertex data lives: memory, windows (scratch files in the run directory, paged by the kernel "
         "within --memory) or auto (memory when it fits next to the fetch buffers, else windows)",
     )
-    disk_fetchers: int = option(2, help="threads reading edge segments from disk")
+    disk_fetchers: int = option(4, help="threads reading edge segments from disk")
     far: str | None = option(None, help="HOST:PORT of a `strata farmem serve` to offload edge blocks to")
     far_ratio: float = option(0.5, help="share of the run's footprint to place in far memory, in [0, 1]")
     far_chunk: Size = option(Size(256 << 10), help="bytes per far-memory transfer chunk (4 KiB to 64 MiB)")
