@@ -208,11 +208,13 @@ def r3(scale: int, repeats: int) -> dict:
         for chunk in (64 << 10, 256 << 10, 1 << 20, 4 << 20):
             f = best_of([drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=addr, ratio=0.7,
                                chunk=chunk, iterations=iters) for _ in range(repeats)])  # fmt: skip
+            f["memlimit_mb"] = limit / 2**20
             out[f"chunk_{chunk >> 10}k"] = f
             print(f"R3 chunk {chunk >> 10} KiB: {f['seconds']:.1f} s, far {f['far_mb_s_median']:.0f} MB/s", flush=True)
         for prefetch in (1, 8):
             f = best_of([drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=addr, ratio=0.7,
                                prefetch=prefetch, iterations=iters) for _ in range(repeats)])  # fmt: skip
+            f["memlimit_mb"] = limit / 2**20
             out[f"prefetch_{prefetch}"] = f
             print(f"R3 prefetch {prefetch}: {f['seconds']:.1f} s", flush=True)
         build_relay()
@@ -223,6 +225,7 @@ def r3(scale: int, repeats: int) -> dict:
                     runs = [drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=relay_addr, ratio=0.7,
                                   prefetch=prefetch, iterations=iters) for _ in range(repeats)]  # fmt: skip
                     f = best_of(runs)
+                    f["memlimit_mb"] = limit / 2**20
                     out[f"delay_{delay}us_prefetch_{prefetch}"] = f
                     print(f"R3 delay {delay} us prefetch {prefetch}: {f['seconds']:.1f} s", flush=True)
             finally:
