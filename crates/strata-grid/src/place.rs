@@ -150,11 +150,14 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
     // Windowed vertex data needs the rest of the budget as its page cache.
     let mut local_room = if windowed { 0 } else { input.memory - fixed };
     let (mut far, mut local, mut disk) = (0u64, 0u64, 0u64);
+    // Far memory takes a prefix of the streaming order that stays within the target.
+    let mut far_open = true;
     let tiers = segments
         .iter()
         .map(|s| {
             let b = payload(s);
-            if far < far_target && far + b <= input.far_capacity {
+            far_open &= far + b <= far_target;
+            if far_open {
                 far += b;
                 Tier::Far
             } else if input.keep_resident && b <= local_room {
@@ -223,6 +226,10 @@ mod tests {
         let far = p.tiers.iter().filter(|t| **t == Tier::Far).count();
         assert_eq!(far, 6);
         assert!((p.far_ratio - 0.5).abs() < 0.01);
+        // Never past the target: at R = 0.45 (43.2 MiB) five segments go, not six.
+        let p = place(&segs(10, 1 << 20), &input(1 << 30, Some(0.45))).unwrap();
+        assert_eq!(p.far_bytes, 40 << 20);
+        assert!(p.tiers[..5].iter().all(|t| *t == Tier::Far));
         // A ratio beyond the edges' share stops at all edges: vertex data never leaves.
         let p = place(&segs(10, 1 << 20), &input(1 << 30, Some(1.0))).unwrap();
         assert!(p.tiers.iter().all(|t| *t == Tier::Far));

@@ -200,18 +200,20 @@ impl Streamer {
             .filter(|(_, t)| **t == Tier::Local)
             .map(|(s, _)| s.edge_bytes())
             .sum();
-        let mut meter =
-            strata_io::progress::Meter::new(progress, "grid: load resident blocks", local, 0);
-        let mut q = engine.queue();
-        for (k, seg) in segments.iter().enumerate() {
-            if tiers[k] == Tier::Local {
-                let r = fetch::load_resident(&mut q, &edges_file, weights_file.as_ref(), seg)
-                    .map_err(|e| fetch::disk_error(&grid, e))?;
-                resident[k] = Some(Arc::new(r));
-                meter.add(0, seg.edge_bytes())?;
+        if local > 0 {
+            let mut meter =
+                strata_io::progress::Meter::new(progress, "grid: load resident blocks", local, 0);
+            let mut q = engine.queue();
+            for (k, seg) in segments.iter().enumerate() {
+                if tiers[k] == Tier::Local {
+                    let r = fetch::load_resident(&mut q, &edges_file, weights_file.as_ref(), seg)
+                        .map_err(|e| fetch::disk_error(&grid, e))?;
+                    resident[k] = Some(Arc::new(r));
+                    meter.add(0, seg.edge_bytes())?;
+                }
             }
+            meter.finish()?;
         }
-        meter.finish()?;
         Ok(Streamer {
             grid,
             segments,

@@ -69,14 +69,16 @@ fn grid_run(
 }
 
 /// Serves far memory on `listen` with `capacity` bytes until a signal (Ctrl-C, SIGTERM
-/// through Python's handler) arrives; `on_ready(address)` is called once listening.
+/// through Python's handler) arrives; `on_ready(address)` is called once listening and
+/// `on_stop(counters)` once it stops, however it stops. Returns the counters.
 #[pyfunction]
-#[pyo3(signature = (listen, capacity, on_ready=None))]
+#[pyo3(signature = (listen, capacity, on_ready=None, on_stop=None))]
 fn farmem_serve(
     py: Python<'_>,
     listen: String,
     capacity: u64,
     on_ready: Option<Py<PyAny>>,
+    on_stop: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let cfg = ServerConfig {
         listen,
@@ -101,12 +103,8 @@ fn farmem_serve(
             })
         })
     });
-    if let Some(e) = signal.into_inner().unwrap() {
-        return Err(e);
-    }
-    outcome.map_err(|e| raise(py, "StrataIOError", &e.to_string()))?;
     let stats = server.stats();
-    Ok(pythonize(
+    let counters = pythonize(
         py,
         &serde_json::json!({
             "served_bytes": stats.bytes_served,
@@ -114,7 +112,16 @@ fn farmem_serve(
             "requests": stats.requests,
         }),
     )?
-    .unbind())
+    .unbind();
+    // The counters reach the caller even when a signal stopped the server.
+    if let Some(cb) = &on_stop {
+        cb.call1(py, (counters.clone_ref(py),))?;
+    }
+    if let Some(e) = signal.into_inner().unwrap() {
+        return Err(e);
+    }
+    outcome.map_err(|e| raise(py, "StrataIOError", &e.to_string()))?;
+    Ok(counters)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

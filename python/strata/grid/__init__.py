@@ -407,7 +407,7 @@ def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[st
     """Serves far memory until SIGTERM or Ctrl-C (or the server stops); ``on_ready(addr)`` is
     called once it listens (default: prints ``listening on ADDR``, flushed). Returns a summary:
     ``addr``, ``capacity``, ``seconds``, ``stopped_by`` (``SIGTERM``, ``interrupt`` or
-    ``server``), and the server's counters when it stopped by itself."""
+    ``server``), and the server's counters: ``requests``, ``received_bytes``, ``served_bytes``."""
     cfg = config if config is not None else FarmemServeConfig(**options)
     info: dict = {"listen": cfg.listen, "addr": None, "capacity": int(cfg.capacity)}
     started = [time.monotonic()]
@@ -426,8 +426,8 @@ def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[st
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
     try:
-        stats = _native.farmem_serve(cfg.listen, int(cfg.capacity), ready)
-        info.update(stats or {}, stopped_by="server")
+        _native.farmem_serve(cfg.listen, int(cfg.capacity), ready, info.update)
+        info["stopped_by"] = "server"
     except _Terminated:
         info["stopped_by"] = "SIGTERM"
     except KeyboardInterrupt:
