@@ -421,19 +421,31 @@ impl Shared {
         end
     }
 
+    /// The next request header on `stream`, counted; `None` when the read timed out idle, and
+    /// how the connection ends when it is closed or the header is malformed.
+    fn next_header(
+        &self,
+        stream: &mut TcpStream,
+        hbuf: &mut [u8; HEADER_LEN],
+    ) -> std::result::Result<Option<Header>, ConnEnd> {
+        match protocol::read_header(stream, hbuf) {
+            Ok(HeaderRead::Got) => {}
+            Ok(HeaderRead::Idle) => return Ok(None),
+            _ => return Err(ConnEnd::Gone),
+        }
+        let h = Header::decode(hbuf).map_err(|e| ConnEnd::Protocol(0, 0, message(&e)))?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(h))
+    }
+
     fn control_loop(&self, stream: &mut TcpStream, session: &Session) -> ConnEnd {
         let mut hbuf = [0u8; HEADER_LEN];
         loop {
-            match protocol::read_header(stream, &mut hbuf) {
-                Ok(HeaderRead::Got) => {}
-                Ok(HeaderRead::Idle) => continue,
-                _ => return ConnEnd::Gone,
-            }
-            let h = match Header::decode(&hbuf) {
-                Ok(h) => h,
-                Err(e) => return ConnEnd::Protocol(0, 0, message(&e)),
+            let h = match self.next_header(stream, &mut hbuf) {
+                Ok(Some(h)) => h,
+                Ok(None) => continue,
+                Err(end) => return end,
             };
-            self.requests.fetch_add(1, Ordering::Relaxed);
             if h.payload_len != 0 {
                 return ConnEnd::Protocol(
                     h.id,
@@ -594,16 +606,11 @@ impl Shared {
         // Receive buffer for chunk writes; grows to the largest chunk seen, then stays.
         let mut scratch: Vec<u8> = Vec::new();
         loop {
-            match protocol::read_header(stream, &mut hbuf) {
-                Ok(HeaderRead::Got) => {}
-                Ok(HeaderRead::Idle) => continue,
-                _ => return ConnEnd::Gone,
-            }
-            let h = match Header::decode(&hbuf) {
-                Ok(h) => h,
-                Err(e) => return ConnEnd::Protocol(0, 0, message(&e)),
+            let h = match self.next_header(stream, &mut hbuf) {
+                Ok(Some(h)) => h,
+                Ok(None) => continue,
+                Err(end) => return end,
             };
-            self.requests.fetch_add(1, Ordering::Relaxed);
             if h.payload_len > self.max_message {
                 return ConnEnd::Protocol(
                     h.id,

@@ -115,97 +115,68 @@ impl<A> std::ops::Deref for Cells<A> {
     }
 }
 
-/// `f32` values.
-pub struct F32Array(Cells<AtomicU32>);
+/// Defines a float array type over the atomic integer of the float's width (same size and
+/// layout as the floats), with plain and shared updates.
+macro_rules! float_array {
+    ($(#[$doc:meta])* $name:ident, $float:ty, $atomic:ty) => {
+        $(#[$doc])*
+        pub struct $name(Cells<$atomic>);
 
-impl F32Array {
-    /// `n` copies of `value`, in `mem`.
-    pub fn filled(mem: &VertexMemory, n: usize, value: f32) -> Result<F32Array> {
-        let a = F32Array(mem.zeroed(n)?);
-        if value.to_bits() != 0 {
-            (0..n).for_each(|i| a.set(i, value));
+        impl $name {
+            /// `n` copies of `value`, in `mem`.
+            pub fn filled(mem: &VertexMemory, n: usize, value: $float) -> Result<$name> {
+                let a = $name(mem.zeroed(n)?);
+                if value.to_bits() != 0 {
+                    (0..n).for_each(|i| a.set(i, value));
+                }
+                Ok(a)
+            }
+
+            pub fn len(&self) -> usize {
+                self.0.len()
+            }
+
+            pub fn is_empty(&self) -> bool {
+                self.0.is_empty()
+            }
+
+            #[inline]
+            pub fn get(&self, i: usize) -> $float {
+                <$float>::from_bits(self.0[i].load(Relaxed))
+            }
+
+            #[inline]
+            pub fn set(&self, i: usize, v: $float) {
+                self.0[i].store(v.to_bits(), Relaxed)
+            }
+
+            /// Adds to a value this thread owns.
+            #[inline]
+            pub fn add_owned(&self, i: usize, v: $float) {
+                self.set(i, self.get(i) + v)
+            }
+
+            /// Adds to a value other threads may update at the same time.
+            #[inline]
+            pub fn add_shared(&self, i: usize, v: $float) {
+                let _ = self.0[i].fetch_update(Relaxed, Relaxed, |x| {
+                    Some((<$float>::from_bits(x) + v).to_bits())
+                });
+            }
         }
-        Ok(a)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    #[inline]
-    pub fn get(&self, i: usize) -> f32 {
-        f32::from_bits(self.0[i].load(Relaxed))
-    }
-
-    #[inline]
-    pub fn set(&self, i: usize, v: f32) {
-        self.0[i].store(v.to_bits(), Relaxed)
-    }
-
-    /// Adds to a value this thread owns.
-    #[inline]
-    pub fn add_owned(&self, i: usize, v: f32) {
-        self.set(i, self.get(i) + v)
-    }
-
-    /// Adds to a value other threads may update at the same time.
-    #[inline]
-    pub fn add_shared(&self, i: usize, v: f32) {
-        let _ = self.0[i].fetch_update(Relaxed, Relaxed, |x| {
-            Some((f32::from_bits(x) + v).to_bits())
-        });
-    }
+    };
 }
 
-/// `f64` values (ranks, distances).
-pub struct F64Array(Cells<AtomicU64>);
+float_array!(
+    /// `f32` values.
+    F32Array, f32, AtomicU32
+);
+float_array!(
+    /// `f64` values (ranks, distances).
+    F64Array, f64, AtomicU64
+);
 
 impl F64Array {
-    /// `n` copies of `value`, in `mem`.
-    pub fn filled(mem: &VertexMemory, n: usize, value: f64) -> Result<F64Array> {
-        let a = F64Array(mem.zeroed(n)?);
-        if value.to_bits() != 0 {
-            (0..n).for_each(|i| a.set(i, value));
-        }
-        Ok(a)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    #[inline]
-    pub fn get(&self, i: usize) -> f64 {
-        f64::from_bits(self.0[i].load(Relaxed))
-    }
-
-    #[inline]
-    pub fn set(&self, i: usize, v: f64) {
-        self.0[i].store(v.to_bits(), Relaxed)
-    }
-
-    /// Adds to a value this thread owns.
-    #[inline]
-    pub fn add_owned(&self, i: usize, v: f64) {
-        self.set(i, self.get(i) + v)
-    }
-
-    /// Adds to a value other threads may update at the same time.
-    #[inline]
-    pub fn add_shared(&self, i: usize, v: f64) {
-        let _ = self.0[i].fetch_update(Relaxed, Relaxed, |x| {
-            Some((f64::from_bits(x) + v).to_bits())
-        });
-    }
-
     /// Lowers a non-negative value to non-negative `v` if smaller (the bit patterns of
     /// non-negative floats order like their values); true if it changed.
     #[inline]
