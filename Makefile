@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 export PYO3_PYTHON := $(abspath $(PY))
 export CARGO_TERM_COLOR ?= never
 
-RUST_SOURCES := Cargo.toml $(shell find crates -name '*.rs' -o -name Cargo.toml)
+RUST_SOURCES := Cargo.toml $(shell find crates -name '*.rs' -o -name Cargo.toml) $(shell find proto -name '*.proto')
 DEPS_STAMP := $(VENV)/.deps-installed
 EXT_STAMP := $(VENV)/.extension-built
 
@@ -18,7 +18,7 @@ $(PY):
 
 $(DEPS_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.24" "pytest>=7.4" "ruff>=0.6" "matplotlib>=3.7" "tensorboard>=2.14" "networkx>=3.0" "scipy>=1.10" $(EXTRA_PIP)
+	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.24" "pytest>=7.4" "ruff>=0.6" "matplotlib>=3.7" "tensorboard>=2.14" "networkx>=3.0" "scipy>=1.10" "grpcio>=1.60" "protobuf>=4.25" $(EXTRA_PIP)
 	touch $@
 
 $(EXT_STAMP): $(DEPS_STAMP) $(RUST_SOURCES) pyproject.toml

@@ -15,4 +15,4 @@ pub mod topology;
 
 pub use error::{GnnError, Result};
 pub use sampler::{Block, LinkSample, NeighborSampler, Sample, SamplerConfig};
-pub use topology::Topology;
+pub use topology::{Adjacency, Topology};

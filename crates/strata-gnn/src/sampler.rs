@@ -12,6 +12,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use strata_store::rng::{derive, Rng};
 
 use crate::error::{GnnError, Result};
+use crate::topology::Adjacency;
+#[cfg(test)]
 use crate::topology::Topology;
 
 /// Domain separators, so the neighbour choices and the negative destinations of the same
@@ -209,7 +211,12 @@ impl NeighborSampler {
     /// more, or if the fanout is -1). With a multigraph, distinct edges are chosen, so a
     /// neighbour may repeat. `batch_key` distinguishes batches (e.g. `epoch << 32 | batch`):
     /// the same `(seed, batch_key)` gives the same sample.
-    pub fn sample(&self, topo: &Topology, seeds: &[u32], batch_key: u64) -> Result<Sample> {
+    pub fn sample<A: Adjacency + ?Sized>(
+        &self,
+        topo: &A,
+        seeds: &[u32],
+        batch_key: u64,
+    ) -> Result<Sample> {
         check_in_range(topo, seeds, "seeds")?;
         let mut local = IdMap::with_capacity_and_hasher(seeds.len(), Default::default());
         for (i, &v) in seeds.iter().enumerate() {
@@ -226,9 +233,9 @@ impl NeighborSampler {
     /// repeated endpoints are fine), each with `negatives_per_edge` destinations drawn
     /// uniformly from all nodes (they may occasionally be true neighbours, as with PyG's
     /// `neg_sampling="binary"`), and the neighbourhood sample of every endpoint.
-    pub fn sample_links(
+    pub fn sample_links<A: Adjacency + ?Sized>(
         &self,
-        topo: &Topology,
+        topo: &A,
         src: &[u32],
         dst: &[u32],
         negatives_per_edge: usize,
@@ -278,7 +285,13 @@ impl NeighborSampler {
     }
 
     /// Runs the hops from validated, distinct `seeds` whose local ids are already in `local`.
-    fn expand(&self, topo: &Topology, seeds: Vec<u32>, mut local: IdMap, batch_key: u64) -> Sample {
+    fn expand<A: Adjacency + ?Sized>(
+        &self,
+        topo: &A,
+        seeds: Vec<u32>,
+        mut local: IdMap,
+        batch_key: u64,
+    ) -> Sample {
         let batch = derive(derive(self.config.seed, NEIGHBOR_STREAM), batch_key);
         let hops = self.config.fanouts.len();
         let mut nodes = seeds;
@@ -326,9 +339,9 @@ impl NeighborSampler {
     }
 
     /// Samples the neighbours of every node of `frontier`, in order, split over threads.
-    fn sample_layer(
+    fn sample_layer<A: Adjacency + ?Sized>(
         &self,
-        topo: &Topology,
+        topo: &A,
         frontier: &[u32],
         fanout: i32,
         layer_key: u64,
@@ -359,7 +372,12 @@ struct Chunk {
     neighbors: Vec<u32>,
 }
 
-fn sample_chunk(topo: &Topology, part: &[u32], fanout: i32, layer_key: u64) -> Chunk {
+fn sample_chunk<A: Adjacency + ?Sized>(
+    topo: &A,
+    part: &[u32],
+    fanout: i32,
+    layer_key: u64,
+) -> Chunk {
     let mut chunk = Chunk {
         kept: Vec::with_capacity(part.len()),
         neighbors: Vec::new(),
@@ -449,7 +467,7 @@ impl Hasher for IdHasher {
     }
 }
 
-fn check_in_range(topo: &Topology, ids: &[u32], what: &str) -> Result<()> {
+fn check_in_range<A: Adjacency + ?Sized>(topo: &A, ids: &[u32], what: &str) -> Result<()> {
     let n = topo.num_nodes();
     match ids.iter().find(|&&v| v as usize >= n) {
         Some(v) => Err(GnnError::Config(format!(

@@ -19,6 +19,35 @@ pub enum Direction {
     Out,
 }
 
+/// Read access to neighbour lists, all the sampler needs: the in-memory [`Topology`], or a
+/// view that lays mutations over it (the graph service's overlay).
+pub trait Adjacency: Sync {
+    /// Node ids are `0..num_nodes()`.
+    fn num_nodes(&self) -> usize;
+    /// Neighbours of `v` (`v < num_nodes()`), in a fixed order: sampling picks positions.
+    fn neighbors(&self, v: u32) -> &[u32];
+}
+
+impl Adjacency for Topology {
+    fn num_nodes(&self) -> usize {
+        Topology::num_nodes(self)
+    }
+
+    fn neighbors(&self, v: u32) -> &[u32] {
+        Topology::neighbors(self, v)
+    }
+}
+
+impl<A: Adjacency + Send + ?Sized> Adjacency for std::sync::Arc<A> {
+    fn num_nodes(&self) -> usize {
+        (**self).num_nodes()
+    }
+
+    fn neighbors(&self, v: u32) -> &[u32] {
+        (**self).neighbors(v)
+    }
+}
+
 /// Compressed adjacency: the neighbours of `v` are `indices[indptr[v]..indptr[v + 1]]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Topology {

@@ -10,6 +10,8 @@ mod grid;
 mod io;
 mod jobs;
 mod progress;
+mod serve;
+mod serve_model;
 mod store;
 
 use pyo3::prelude::*;
@@ -59,6 +61,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     embed::register(m)?;
     gnn::register(m)?;
     grid::register(m)?;
+    serve::register(m)?;
+    serve_model::register(m)?;
     m.add("FORMAT_VERSION", strata_store::manifest::FORMAT_VERSION)?;
     Ok(())
 }

@@ -26,6 +26,7 @@ from . import (
     cmd_info,
     cmd_plot,
     cmd_run,
+    cmd_serve,
 )
 
 COMMANDS = (
@@ -38,6 +39,7 @@ COMMANDS = (
     cmd_grid,
     cmd_run,
     cmd_farmem,
+    cmd_serve,
     cmd_plot,
     cmd_bench_disk,
     cmd_config,
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(cmd_serve.route(sys.argv[1:] if argv is None else list(argv)))
     try:
         if args.io_backend or args.io_depth:
             io.configure(backend=args.io_backend or "auto", depth=args.io_depth or 256)

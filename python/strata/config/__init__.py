@@ -9,6 +9,7 @@ from .gnn import GnnTrainConfig
 from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
 from .info import InfoConfig
 from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_dict, describe, from_args, load
+from .serve import ServeConfig, ServeStatusConfig
 
 __all__ = [
     "GENERATORS",
@@ -34,6 +35,8 @@ __all__ = [
     "RmatConfig",
     "RunConfig",
     "SbmConfig",
+    "ServeConfig",
+    "ServeStatusConfig",
     "Size",
     "add_arguments",
     "as_dict",

@@ -14,7 +14,9 @@ from .schema import Size, option, section
 class GnnTrainConfig:
     store: Path = option(positional=True, help="store with node features, labels and node splits")
     run_dir: Path | None = option(None, help="run directory (default: STORE/runs/gnn-MODEL)")
-    model: Literal["sage", "gcn", "gat"] = option("sage", help="GraphSAGE (mean), GCN or GAT, in plain torch")
+    model: Literal["sage", "sage_pool", "gcn", "gin", "gat"] = option(
+        "sage", help="GraphSAGE (mean aggregator), GraphSAGE (max-pool), GCN, GIN or GAT, in plain torch"
+    )
     fanouts: list[int] = option([15, 10], help="neighbours per hop from the seeds outwards; -1 keeps all")
     batch_size: int = option(1024, help="seed nodes per mini-batch")
     hidden: int = option(256, help="hidden units per layer (per head for gat)")

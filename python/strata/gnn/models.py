@@ -1,4 +1,5 @@
-"""Reference GNNs in plain PyTorch over message-flow blocks: GraphSAGE (mean), GCN and GAT.
+"""Reference GNNs in plain PyTorch over message-flow blocks: GraphSAGE (mean and max-pool
+aggregators), GCN, GIN and GAT.
 
 No pyg-lib, torch-sparse or DGL: aggregation is ``index_add_`` over a block's edge list, so the
 models run wherever torch does. A block is the bipartite graph of one layer (see
@@ -18,7 +19,8 @@ torch = require_torch()
 nn = torch.nn
 F = torch.nn.functional
 
-ModelKind = Literal["sage", "gcn", "gat"]
+ModelKind = Literal["sage", "sage_pool", "gcn", "gin", "gat"]
+MODEL_KINDS: tuple[str, ...] = ("sage", "sage_pool", "gcn", "gin", "gat")
 
 
 @dataclass
@@ -66,6 +68,67 @@ class SAGEConv(nn.Module):
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         return self.self_lin(x[: block.num_dst]) + self.neigh_lin(_mean_neighbours(block, x))
+
+
+def _max_neighbours(block: Block, x: torch.Tensor) -> torch.Tensor:
+    """Elementwise maximum of each destination's sampled sources' rows ``(num_dst, d)``; zeros
+    for a destination without any."""
+    out = x.new_zeros(block.num_dst, x.shape[1])
+    index = block.dst.unsqueeze(1).expand(-1, x.shape[1])
+    # include_self=False: a destination's row is the maximum of its sources only, and stays 0
+    # when it has none.
+    return out.scatter_reduce(0, index, x[block.src], reduce="amax", include_self=False)
+
+
+class SAGEPoolConv(nn.Module):
+    """GraphSAGE with the max-pool aggregator (Hamilton et al. 2017, eq. 3): each sampled
+    source is first passed through a one-layer perceptron, ``h_u = ReLU(W_pool x_u + b_pool)``
+    (width ``in_dim``), then pooled by elementwise max over each destination's sources (zeros
+    for a destination without sources):
+
+        ``out_v = W_self x_v + b + W_neigh max_u h_u``
+
+    This is PyG's ``SAGEConv(in_dim, out_dim, aggr="max", project=True)`` (project: the
+    ``in_dim -> in_dim`` ReLU layer on the sources only, the root keeps its raw features),
+    except that the bias sits on ``self_lin`` here (PyG puts it on the neighbour side; the sum
+    is the same). Like the mean variant it adds the two terms instead of concatenating them
+    (the paper's ``W [x_v || agg]`` with ``W = [W_self | W_neigh]``)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.pool_lin = nn.Linear(in_dim, in_dim)
+        self.self_lin = nn.Linear(in_dim, out_dim)
+        self.neigh_lin = nn.Linear(in_dim, out_dim, bias=False)
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        pooled = _max_neighbours(block, F.relu(self.pool_lin(x)))
+        return self.self_lin(x[: block.num_dst]) + self.neigh_lin(pooled)
+
+
+class GINConv(nn.Module):
+    """Graph isomorphism network layer (Xu et al. 2019, eq. 4.1):
+
+        ``out_v = MLP((1 + eps) x_v + sum_u x_u)``
+
+    summed over the destination's sampled sources, with ``MLP = Linear(in_dim, out_dim) ->
+    ReLU -> Linear(out_dim, out_dim)`` (``lin1``, ``lin2``; no batch norm, so that the layer
+    is the same in training and inference). ``eps`` is a learnable scalar initialised to 0
+    (GIN-eps) when ``train_eps``, else fixed at 0 (GIN-0) as a buffer; it is in the state dict
+    either way."""
+
+    def __init__(self, in_dim: int, out_dim: int, train_eps: bool = True):
+        super().__init__()
+        self.lin1 = nn.Linear(in_dim, out_dim)
+        self.lin2 = nn.Linear(out_dim, out_dim)
+        if train_eps:
+            self.eps = nn.Parameter(torch.zeros(()))
+        else:
+            self.register_buffer("eps", torch.zeros(()))
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        out = x[: block.num_dst] * (1 + self.eps)
+        out = out.index_add(0, block.dst, x[block.src])
+        return self.lin2(F.relu(self.lin1(out)))
 
 
 class GCNConv(nn.Module):
@@ -126,7 +189,9 @@ class GATConv(nn.Module):
 
 
 class GNN(nn.Module):
-    """A stack of ``len(blocks)`` layers of one kind, ReLU and dropout between them.
+    """A stack of ``len(blocks)`` layers of one kind, ReLU and dropout between them: ``sage``
+    (GraphSAGE, mean), ``sage_pool`` (GraphSAGE, max-pool), ``gcn``, ``gin`` (GIN-eps, or
+    GIN-0 without ``train_eps``) or ``gat`` (``heads`` heads per hidden layer).
 
     ``forward(blocks, x)``: ``blocks`` in input-to-output order (``blocks[0]`` reads the input
     rows ``x``, ``(num_src of blocks[0], in_dim)``); returns ``(num_dst of blocks[-1], out_dim)``
@@ -142,24 +207,31 @@ class GNN(nn.Module):
         layers: int = 2,
         dropout: float = 0.5,
         heads: int = 4,
+        train_eps: bool = True,
     ):
         super().__init__()
         if layers < 1:
             raise ValueError(f"layers: need at least 1, got {layers}")
+        if kind not in MODEL_KINDS:
+            raise ValueError(f"model: expected {', '.join(MODEL_KINDS[:-1])} or {MODEL_KINDS[-1]}, got {kind!r}")
         self.kind, self.dropout = kind, dropout
+        # The widths, for exporting the architecture (strata.serve.export).
+        self.in_dim, self.hidden, self.out_dim = in_dim, hidden, out_dim
         dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
         convs = []
         for i in range(layers):
             last = i == layers - 1
             if kind == "sage":
                 convs.append(SAGEConv(dims[i], dims[i + 1]))
+            elif kind == "sage_pool":
+                convs.append(SAGEPoolConv(dims[i], dims[i + 1]))
             elif kind == "gcn":
                 convs.append(GCNConv(dims[i], dims[i + 1]))
-            elif kind == "gat":
+            elif kind == "gin":
+                convs.append(GINConv(dims[i], dims[i + 1], train_eps=train_eps))
+            else:  # gat
                 d_in = dims[i] if i == 0 else dims[i] * heads
                 convs.append(GATConv(d_in, dims[i + 1], heads=heads, concat=not last))
-            else:
-                raise ValueError(f"model: expected sage, gcn or gat, got {kind!r}")
         self.convs = nn.ModuleList(convs)
 
     def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:

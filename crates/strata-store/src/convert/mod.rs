@@ -30,6 +30,7 @@ use strata_io::progress::Progress;
 pub use numpy::{convert_binary, convert_numpy, BinaryJob, EdgeLayout, NumpyJob, NumpyOptions};
 pub use text::Delimiter;
 pub use text_job::{convert_text, IdKind, TextJob, TextOptions};
+pub use topology::DegreeHistogram;
 
 use spool::{finalize_edges, Spooled};
 use topology::{build_topology, TopologyInput};

@@ -120,15 +120,22 @@ impl RangePlanner {
 }
 
 /// Exact degree distribution: counts of each degree (small degrees in an array).
-struct DegreeHistogram {
+pub struct DegreeHistogram {
     small: Vec<u64>,
     large: BTreeMap<u64, u64>,
     n: u64,
     sum: u64,
 }
 
+impl Default for DegreeHistogram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl DegreeHistogram {
-    fn new() -> Self {
+    /// An empty histogram.
+    pub fn new() -> Self {
         DegreeHistogram {
             small: vec![0; 1 << 12],
             large: BTreeMap::new(),
@@ -137,7 +144,8 @@ impl DegreeHistogram {
         }
     }
 
-    fn add(&mut self, d: u64) {
+    /// Counts one node of degree `d`.
+    pub fn add(&mut self, d: u64) {
         match self.small.get_mut(d as usize) {
             Some(c) => *c += 1,
             None => *self.large.entry(d).or_default() += 1,
@@ -148,7 +156,7 @@ impl DegreeHistogram {
 
     /// Summary with nearest-rank quantiles (the smallest degree whose cumulative count
     /// reaches `ceil(q * n)`).
-    fn stats(&self) -> DegreeStats {
+    pub fn stats(&self) -> DegreeStats {
         if self.n == 0 {
             return DegreeStats::default();
         }

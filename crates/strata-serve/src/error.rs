@@ -1,0 +1,57 @@
+//! Errors of the graph service. Each kind maps to one gRPC status code (see `service.rs`), so
+//! a client learns what went wrong and the server keeps serving.
+
+use strata_gnn::GnnError;
+use strata_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// An unknown graph, model, request id, vertex or edge; names it.
+    #[error("{0}")]
+    NotFound(String),
+    /// A malformed request: out-of-range ids, a tensor whose bytes do not match its shape,
+    /// a bad option value. Names the field and what was expected.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A name already registered.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// A well-formed request the current state cannot serve (a model whose input width is not
+    /// the graph's feature width, a weights file missing a tensor the architecture needs).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// A size or rate limit; says which and by how much.
+    #[error("{0}")]
+    ResourceExhausted(String),
+    /// The server is shutting down.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Gnn(#[from] GnnError),
+    /// A file or socket operation failed; names the path.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+impl ServeError {
+    /// An I/O error with the path or operation it concerns.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> ServeError {
+        ServeError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+impl From<strata_io::IoError> for ServeError {
+    fn from(e: strata_io::IoError) -> Self {
+        ServeError::Store(StoreError::Io(e))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, ServeError>;

@@ -1,0 +1,271 @@
+//! Mutations laid over a read-only store version.
+//!
+//! A layer holds complete replacement neighbour lists for the vertices its mutations touched
+//! (copied on first touch), so a reader finds a vertex's list in one place: the newest layer
+//! that has it, else the base. The sampler therefore borrows lists as slices, as it does from
+//! the store's CSC. A fold freezes the active layer, writes base + frozen layers as a new
+//! store version in the background, and then drops the frozen layers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use strata_gnn::{Adjacency, Topology};
+
+use super::mutation::Mutation;
+
+/// One store version's graph, in memory (the paper's GL-TL vertex table lives in DRAM too).
+#[derive(Debug)]
+pub struct BaseGraph {
+    /// In-neighbours: what a vertex aggregates from.
+    pub csc: Topology,
+    /// Out-neighbours: where a removal must also look.
+    pub csr: Topology,
+    /// Removed vertices of this version (their lists are already empty).
+    pub removed: Vec<bool>,
+}
+
+impl BaseGraph {
+    pub fn num_nodes(&self) -> u32 {
+        self.csc.num_nodes() as u32
+    }
+}
+
+/// The changes of a run of mutations: totals after them, and the lists and rows they replaced.
+#[derive(Debug, Default, Clone)]
+pub struct Layer {
+    in_lists: HashMap<u32, Vec<u32>>,
+    out_lists: HashMap<u32, Vec<u32>>,
+    features: HashMap<u32, Vec<f32>>,
+    removed: HashSet<u32>,
+    /// Vertex ids handed out, removed ones included, after this layer.
+    pub num_nodes: u32,
+    /// Vertices not removed, after this layer.
+    pub live_nodes: u64,
+    /// Edges, after this layer.
+    pub num_edges: u64,
+    /// Mutations applied in this layer.
+    pub mutations: u64,
+}
+
+impl Layer {
+    /// An empty layer over a graph with these totals.
+    pub fn starting_at(num_nodes: u32, live_nodes: u64, num_edges: u64) -> Layer {
+        Layer {
+            num_nodes,
+            live_nodes,
+            num_edges,
+            ..Layer::default()
+        }
+    }
+
+    /// Bytes held, roughly (lists, rows and set entries).
+    pub fn bytes(&self) -> u64 {
+        let lists: usize = self
+            .in_lists
+            .values()
+            .chain(self.out_lists.values())
+            .map(|l| l.len() * 4 + 48)
+            .sum();
+        let rows: usize = self.features.values().map(|r| r.len() * 4 + 48).sum();
+        (lists + rows + self.removed.len() * 8) as u64
+    }
+}
+
+/// The graph as of the newest layer: the layers (newest first) over the base.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    base: &'a BaseGraph,
+    /// Totals of the whole view (from the newest layer, or the base).
+    totals: (u32, u64, u64),
+    layers: &'a [&'a Layer],
+}
+
+impl<'a> View<'a> {
+    /// A view of `base` under `layers` (newest first); `base_edges` and `base_live` are the
+    /// base's totals.
+    pub fn new(base: &'a BaseGraph, layers: &'a [&'a Layer], base_live: u64) -> View<'a> {
+        let totals = match layers.first() {
+            Some(l) => (l.num_nodes, l.live_nodes, l.num_edges),
+            None => (base.num_nodes(), base_live, base.csc.num_edges()),
+        };
+        View {
+            base,
+            totals,
+            layers,
+        }
+    }
+
+    pub fn num_nodes(&self) -> u32 {
+        self.totals.0
+    }
+
+    pub fn live_nodes(&self) -> u64 {
+        self.totals.1
+    }
+
+    pub fn num_edges(&self) -> u64 {
+        self.totals.2
+    }
+
+    /// Whether `v` (< num_nodes) has been removed.
+    pub fn is_removed(&self, v: u32) -> bool {
+        self.layers.iter().any(|l| l.removed.contains(&v))
+            || self.base.removed.get(v as usize).copied().unwrap_or(false)
+    }
+
+    pub fn in_neighbors(&self, v: u32) -> &'a [u32] {
+        self.list(v, |l| &l.in_lists, &self.base.csc)
+    }
+
+    pub fn out_neighbors(&self, v: u32) -> &'a [u32] {
+        self.list(v, |l| &l.out_lists, &self.base.csr)
+    }
+
+    /// The feature row a mutation wrote for `v`, if any (else the base store's row holds).
+    pub fn feature_row(&self, v: u32) -> Option<&'a [f32]> {
+        self.layers
+            .iter()
+            .find_map(|l| l.features.get(&v))
+            .map(Vec::as_slice)
+    }
+
+    fn list(
+        &self,
+        v: u32,
+        pick: fn(&Layer) -> &HashMap<u32, Vec<u32>>,
+        base: &'a Topology,
+    ) -> &'a [u32] {
+        if let Some(list) = self.layers.iter().find_map(|l| pick(l).get(&v)) {
+            return list;
+        }
+        if (v as usize) < base.num_nodes() {
+            base.neighbors(v)
+        } else {
+            &[]
+        }
+    }
+}
+
+impl Adjacency for View<'_> {
+    fn num_nodes(&self) -> usize {
+        self.totals.0 as usize
+    }
+
+    fn neighbors(&self, v: u32) -> &[u32] {
+        self.in_neighbors(v)
+    }
+}
+
+/// Frozen layers (newest first) and the active one that mutations go to.
+#[derive(Debug, Default)]
+pub struct Overlay {
+    pub frozen: Vec<Arc<Layer>>,
+    pub active: Layer,
+}
+
+impl Overlay {
+    /// Calls `f` with a view of everything (active, frozen, base).
+    pub fn view<R>(&self, base: &BaseGraph, base_live: u64, f: impl FnOnce(View<'_>) -> R) -> R {
+        let mut layers: Vec<&Layer> = Vec::with_capacity(1 + self.frozen.len());
+        layers.push(&self.active);
+        layers.extend(self.frozen.iter().map(Arc::as_ref));
+        f(View::new(base, &layers, base_live))
+    }
+
+    /// Applies a checked mutation to the active layer.
+    pub fn apply(&mut self, base: &BaseGraph, base_live: u64, m: &Mutation) {
+        let frozen: Vec<&Layer> = self.frozen.iter().map(Arc::as_ref).collect();
+        let below = View::new(base, &frozen, base_live);
+        apply(&mut self.active, below, m);
+    }
+}
+
+/// The list of `v` in `lists`, copied from `below` on first touch.
+fn touch<'l>(
+    lists: &'l mut HashMap<u32, Vec<u32>>,
+    v: u32,
+    below: impl FnOnce() -> &'l [u32],
+) -> &'l mut Vec<u32> {
+    lists.entry(v).or_insert_with(|| below().to_vec())
+}
+
+fn apply(layer: &mut Layer, below: View<'_>, m: &Mutation) {
+    layer.mutations += 1;
+    match m {
+        Mutation::AddVertices {
+            first,
+            count,
+            features,
+        } => {
+            debug_assert_eq!(
+                *first, layer.num_nodes,
+                "vertex ids are handed out in order"
+            );
+            let (count, dim) = (*count, features.len() / (*count).max(1) as usize);
+            for i in 0..count {
+                let row = features[i as usize * dim..(i as usize + 1) * dim].to_vec();
+                layer.features.insert(first + i, row);
+            }
+            layer.num_nodes = first + count;
+            layer.live_nodes += count as u64;
+        }
+        Mutation::RemoveVertices { ids } => {
+            for &v in ids {
+                if layer.removed.contains(&v) || below.is_removed(v) {
+                    continue;
+                }
+                let ins = layer
+                    .in_lists
+                    .get(&v)
+                    .cloned()
+                    .unwrap_or_else(|| below.in_neighbors(v).to_vec());
+                let outs = layer
+                    .out_lists
+                    .get(&v)
+                    .cloned()
+                    .unwrap_or_else(|| below.out_neighbors(v).to_vec());
+                let mut gone = ins.len() as u64;
+                for &u in &ins {
+                    touch(&mut layer.out_lists, u, || below.out_neighbors(u)).retain(|&w| w != v);
+                }
+                for &w in &outs {
+                    // A self loop was counted with the in-edges already.
+                    if w != v {
+                        gone += 1;
+                    }
+                    touch(&mut layer.in_lists, w, || below.in_neighbors(w)).retain(|&u| u != v);
+                }
+                layer.in_lists.insert(v, Vec::new());
+                layer.out_lists.insert(v, Vec::new());
+                layer.features.remove(&v);
+                layer.removed.insert(v);
+                layer.live_nodes -= 1;
+                layer.num_edges -= gone;
+            }
+        }
+        Mutation::UpdateVertices { ids, features } => {
+            let dim = features.len() / ids.len().max(1);
+            for (i, &v) in ids.iter().enumerate() {
+                layer
+                    .features
+                    .insert(v, features[i * dim..(i + 1) * dim].to_vec());
+            }
+        }
+        Mutation::AddEdges { src, dst } => {
+            for (&u, &v) in src.iter().zip(dst) {
+                touch(&mut layer.in_lists, v, || below.in_neighbors(v)).push(u);
+                touch(&mut layer.out_lists, u, || below.out_neighbors(u)).push(v);
+                layer.num_edges += 1;
+            }
+        }
+        Mutation::RemoveEdges { src, dst } => {
+            for (&u, &v) in src.iter().zip(dst) {
+                let ins = touch(&mut layer.in_lists, v, || below.in_neighbors(v));
+                let before = ins.len();
+                ins.retain(|&x| x != u);
+                layer.num_edges -= (before - ins.len()) as u64;
+                touch(&mut layer.out_lists, u, || below.out_neighbors(u)).retain(|&x| x != v);
+            }
+        }
+    }
+}

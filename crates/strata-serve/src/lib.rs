@@ -1,0 +1,21 @@
+//! Strata's near-data graph learning service (GLIST, ATC'21): a gRPC server next to the data
+//! that registers graphs and models, applies durable mutations, and answers analysis requests
+//! (embeddings, classes, link scores) with native GNN inference over sampled neighbourhoods,
+//! so that only small results cross the network.
+
+pub mod durable;
+pub mod error;
+pub mod executor;
+pub mod graph;
+pub mod model;
+pub mod page_cache;
+pub mod proto;
+pub mod registry;
+pub mod reorder;
+pub mod schedule;
+pub mod server;
+pub mod service;
+pub mod wal;
+pub mod wire;
+
+pub use error::{Result, ServeError};

@@ -1,0 +1,277 @@
+//! The registered graphs and models by name, kept in the server's state directory so that a
+//! restart serves the same ones:
+//!
+//! ```text
+//! STATE/graphs/NAME/     a served graph (see `graph`)
+//! STATE/models/NAME/     weights (as uploaded) + model.json (resolved architecture, precision)
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use serde::{Deserialize, Serialize};
+
+use crate::durable::{create_dir_all, sync_dir, write_atomic};
+use crate::error::{Result, ServeError};
+use crate::graph::ServedGraph;
+use crate::model::{Architecture, Model, Precision};
+use crate::reorder::ReorderParams;
+
+/// A registered model; `id` tells apart two registrations under one name (embedding caches
+/// key on it).
+pub struct ServedModel {
+    pub name: String,
+    pub id: u64,
+    pub model: Model,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ModelJson {
+    format: String,
+    architecture: Architecture,
+    precision: Precision,
+}
+
+/// Graphs and models by name.
+pub struct Registry {
+    dir: PathBuf,
+    graphs: RwLock<BTreeMap<String, Arc<ServedGraph>>>,
+    models: RwLock<BTreeMap<String, Arc<ServedModel>>>,
+    next_model_id: AtomicU64,
+}
+
+/// Names become directory names: keep them to a safe alphabet.
+fn check_name(name: &str, what: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ServeError::InvalidArgument(format!(
+            "{what} name {name:?}: expected 1 to 128 characters of letters, digits, '.', '_' or '-', \
+             not starting with '.'"
+        )))
+    }
+}
+
+impl Registry {
+    /// Opens (creating) the state directory and everything registered in it.
+    pub fn open(dir: &Path) -> Result<Registry> {
+        create_dir_all(&dir.join("graphs"))?;
+        create_dir_all(&dir.join("models"))?;
+        let reg = Registry {
+            dir: dir.to_path_buf(),
+            graphs: RwLock::new(BTreeMap::new()),
+            models: RwLock::new(BTreeMap::new()),
+            next_model_id: AtomicU64::new(1),
+        };
+        for (name, path) in list_dirs(&dir.join("graphs"))? {
+            let g = ServedGraph::open(&path)?;
+            reg.graphs.write().unwrap().insert(name, Arc::new(g));
+        }
+        for (name, path) in list_dirs(&dir.join("models"))? {
+            let read = |p: PathBuf| {
+                std::fs::read(&p).map_err(|e| ServeError::io(p.display().to_string(), e))
+            };
+            let json: ModelJson =
+                serde_json::from_slice(&read(path.join("model.json"))?).map_err(|e| {
+                    ServeError::FailedPrecondition(format!(
+                        "{}: {e}",
+                        path.join("model.json").display()
+                    ))
+                })?;
+            let bytes = read(path.join("weights"))?;
+            let model = Model::from_bytes(
+                &bytes,
+                Some(&json.format),
+                Some(json.architecture),
+                json.precision,
+            )?;
+            reg.insert_model(name, model);
+        }
+        Ok(reg)
+    }
+
+    /// The state directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn graph(&self, name: &str) -> Result<Arc<ServedGraph>> {
+        self.graphs
+            .read()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ServeError::NotFound(format!("graph '{name}' is not registered")))
+    }
+
+    pub fn model(&self, name: &str) -> Result<Arc<ServedModel>> {
+        self.models
+            .read()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ServeError::NotFound(format!("model '{name}' is not registered")))
+    }
+
+    pub fn graphs(&self) -> Vec<Arc<ServedGraph>> {
+        self.graphs.read().unwrap().values().cloned().collect()
+    }
+
+    pub fn models(&self) -> Vec<Arc<ServedModel>> {
+        self.models.read().unwrap().values().cloned().collect()
+    }
+
+    /// Registers the store at `source` as `name` (re-ordered with `reorder` when given).
+    pub fn register_graph(
+        &self,
+        name: &str,
+        source: &Path,
+        reorder: Option<&ReorderParams>,
+    ) -> Result<Arc<ServedGraph>> {
+        check_name(name, "graph")?;
+        if self.graphs.read().unwrap().contains_key(name) {
+            return Err(ServeError::AlreadyExists(format!(
+                "graph '{name}' is already registered"
+            )));
+        }
+        let g = Arc::new(ServedGraph::register(
+            &self.dir.join("graphs"),
+            name,
+            source,
+            reorder,
+        )?);
+        let mut graphs = self.graphs.write().unwrap();
+        if graphs.contains_key(name) {
+            return Err(ServeError::AlreadyExists(format!(
+                "graph '{name}' is already registered"
+            )));
+        }
+        graphs.insert(name.to_string(), Arc::clone(&g));
+        Ok(g)
+    }
+
+    /// Unregisters `name` and deletes its served copy (the source store is untouched).
+    /// Requests already holding the graph finish on it.
+    pub fn unregister_graph(&self, name: &str) -> Result<Arc<ServedGraph>> {
+        let g = self
+            .graphs
+            .write()
+            .unwrap()
+            .remove(name)
+            .ok_or_else(|| ServeError::NotFound(format!("graph '{name}' is not registered")))?;
+        remove_registered(&self.dir.join("graphs"), name)?;
+        Ok(g)
+    }
+
+    /// Registers weights `bytes` (a safetensors or npz file) as `name`.
+    pub fn register_model(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        format: Option<&str>,
+        arch: Option<Architecture>,
+        precision: Precision,
+        source: Option<&Path>,
+    ) -> Result<Arc<ServedModel>> {
+        check_name(name, "model")?;
+        if self.models.read().unwrap().contains_key(name) {
+            return Err(ServeError::AlreadyExists(format!(
+                "model '{name}' is already registered"
+            )));
+        }
+        let fmt = crate::model::file::Format::resolve(
+            format,
+            source,
+            bytes,
+            &source.map_or("model weights".to_string(), |p| p.display().to_string()),
+        )?;
+        let fmt_name = match fmt {
+            crate::model::file::Format::Safetensors => "safetensors",
+            crate::model::file::Format::Npz => "npz",
+        };
+        let model = Model::from_bytes(bytes, Some(fmt_name), arch, precision)?;
+        let models = self.dir.join("models");
+        let partial = models.join(format!(".partial-{name}"));
+        let _ = std::fs::remove_dir_all(&partial);
+        create_dir_all(&partial)?;
+        let json = ModelJson {
+            format: fmt_name.to_string(),
+            architecture: model.architecture().clone(),
+            precision,
+        };
+        let persist = (|| {
+            write_atomic(&partial.join("weights"), bytes)?;
+            write_atomic(
+                &partial.join("model.json"),
+                &serde_json::to_vec_pretty(&json).unwrap(),
+            )?;
+            let dir = models.join(name);
+            std::fs::rename(&partial, &dir)
+                .map_err(|e| ServeError::io(dir.display().to_string(), e))?;
+            sync_dir(&models)
+        })();
+        if let Err(e) = persist {
+            let _ = std::fs::remove_dir_all(&partial);
+            return Err(e);
+        }
+        Ok(self.insert_model(name.to_string(), model))
+    }
+
+    pub fn unregister_model(&self, name: &str) -> Result<()> {
+        self.models
+            .write()
+            .unwrap()
+            .remove(name)
+            .ok_or_else(|| ServeError::NotFound(format!("model '{name}' is not registered")))?;
+        remove_registered(&self.dir.join("models"), name)
+    }
+
+    fn insert_model(&self, name: String, model: Model) -> Arc<ServedModel> {
+        let m = Arc::new(ServedModel {
+            name: name.clone(),
+            id: self.next_model_id.fetch_add(1, Ordering::Relaxed),
+            model,
+        });
+        self.models.write().unwrap().insert(name, Arc::clone(&m));
+        m
+    }
+}
+
+/// Subdirectories of `dir` (name, path), skipping hidden ones and removing leftovers of an
+/// interrupted registration (`.partial-*`) or removal (`.removed-*`).
+fn list_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| ServeError::io(dir.display().to_string(), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| ServeError::io(dir.display().to_string(), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if name.starts_with(".partial-") || name.starts_with(".removed-") {
+            std::fs::remove_dir_all(&path)
+                .map_err(|e| ServeError::io(path.display().to_string(), e))?;
+        } else if !name.starts_with('.') && path.is_dir() {
+            out.push((name, path));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Renames `dir/name` out of the way (atomic: after a crash it is either registered or
+/// gone), then deletes it.
+fn remove_registered(dir: &Path, name: &str) -> Result<()> {
+    let from = dir.join(name);
+    let to = dir.join(format!(".removed-{name}"));
+    std::fs::rename(&from, &to).map_err(|e| ServeError::io(from.display().to_string(), e))?;
+    sync_dir(dir)?;
+    std::fs::remove_dir_all(&to).map_err(|e| ServeError::io(to.display().to_string(), e))
+}

@@ -1,0 +1,255 @@
+//! The server's life: the budget plan, binding (loopback unless a token is set), the gRPC
+//! service, background folds, and a drain on stop (no new analyses or mutations, queued
+//! analyses finished, in-flight calls answered).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tonic::service::interceptor::InterceptedService;
+use tonic::service::Interceptor;
+use tonic::{Request, Status};
+
+use crate::error::{Result, ServeError};
+use crate::executor::{ExecConfig, Executor};
+use crate::page_cache::PageCache;
+use crate::proto::graph_learning_server::GraphLearningServer;
+use crate::registry::Registry;
+use crate::reorder::ReorderParams;
+use crate::service::{Core, Limits, Service};
+
+/// Share of `--memory` given to the embedding cache; the rest is the page cache.
+const EMBEDDING_SHARE: f64 = 0.25;
+/// How often the stop condition and the fold policy are checked.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Everything `strata serve` is told.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// `HOST:PORT`; port 0 picks a free one.
+    pub listen: String,
+    /// Where registered graphs and models live.
+    pub state_dir: PathBuf,
+    /// Bytes for the page cache and the embedding cache together (topology, in memory as
+    /// GLIST's translation tables are, is on top).
+    pub memory_bytes: u64,
+    /// Shared secret clients send as `authorization: Bearer TOKEN`; required to listen on a
+    /// non-loopback address.
+    pub token: Option<String>,
+    /// Largest request or response message, bytes.
+    pub max_message_bytes: usize,
+    pub limits: Limits,
+    pub exec: ExecConfig,
+    /// Fold a graph's log into a new store version once it holds this many records...
+    pub fold_records: u64,
+    /// ...or once its oldest unfolded record is this old.
+    pub fold_after: Duration,
+    /// Stores to register before listening, (name, path), unless already registered.
+    pub register: Vec<(String, PathBuf)>,
+    /// How to re-order them (GLIST Alg. 2); None keeps their numbering.
+    pub reorder: Option<ReorderParams>,
+}
+
+/// How `--memory` is split, reported at start.
+#[derive(Debug, Clone, Copy)]
+pub struct BudgetPlan {
+    pub page_cache_bytes: u64,
+    pub embedding_cache_bytes: u64,
+}
+
+impl BudgetPlan {
+    pub fn of(memory_bytes: u64) -> BudgetPlan {
+        let embedding = (memory_bytes as f64 * EMBEDDING_SHARE) as u64;
+        BudgetPlan {
+            page_cache_bytes: memory_bytes - embedding,
+            embedding_cache_bytes: embedding,
+        }
+    }
+}
+
+/// What a stopped server reports.
+#[derive(Debug, Clone)]
+pub struct ServeSummary {
+    pub addr: SocketAddr,
+    pub seconds: f64,
+    pub status: crate::proto::StatusResponse,
+    pub folds: u64,
+}
+
+/// Checks the bearer token of every call.
+#[derive(Clone)]
+struct TokenCheck(Option<Arc<str>>);
+
+impl Interceptor for TokenCheck {
+    fn call(&mut self, req: Request<()>) -> std::result::Result<Request<()>, Status> {
+        let Some(token) = &self.0 else { return Ok(req) };
+        let given = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        match given.and_then(|v| v.strip_prefix("Bearer ")) {
+            Some(t) if constant_time_eq(t.as_bytes(), token.as_bytes()) => Ok(req),
+            Some(_) => Err(Status::unauthenticated("wrong token")),
+            None => Err(Status::unauthenticated(
+                "this server needs a token: send 'authorization: Bearer TOKEN'",
+            )),
+        }
+    }
+}
+
+/// Compares without an early exit, so response time does not reveal a prefix of the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn resolve_listen(listen: &str) -> Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    listen
+        .to_socket_addrs()
+        .map_err(|e| {
+            ServeError::InvalidArgument(format!("listen: cannot resolve {listen:?}: {e}"))
+        })?
+        .next()
+        .ok_or_else(|| {
+            ServeError::InvalidArgument(format!("listen: {listen:?} resolves to no address"))
+        })
+}
+
+/// Runs the server until `should_stop` says so (polled on the calling thread every 100 ms,
+/// so it may check for signals); `on_ready(addr, plan)` is called once it listens.
+pub fn serve(
+    cfg: &ServeConfig,
+    on_ready: impl FnOnce(SocketAddr, BudgetPlan),
+    should_stop: impl Fn() -> bool,
+) -> Result<ServeSummary> {
+    let addr = resolve_listen(&cfg.listen)?;
+    if !addr.ip().is_loopback() && cfg.token.is_none() {
+        return Err(ServeError::InvalidArgument(format!(
+            "listen: {addr} is not a loopback address; set a token (--token or STRATA_SERVE_TOKEN) before serving other hosts"
+        )));
+    }
+    if cfg.token.as_deref() == Some("") {
+        return Err(ServeError::InvalidArgument("token: empty".into()));
+    }
+    let plan = BudgetPlan::of(cfg.memory_bytes);
+    let registry = Registry::open(&cfg.state_dir)?;
+    for (name, path) in &cfg.register {
+        if registry.graph(name).is_err() {
+            registry.register_graph(name, path, cfg.reorder.as_ref())?;
+        }
+    }
+    let page_cache = Arc::new(PageCache::new(plan.page_cache_bytes));
+    let mut exec = cfg.exec.clone();
+    exec.embedding_cache_bytes = plan.embedding_cache_bytes;
+    let executor = Executor::start(exec.clone(), Arc::clone(&page_cache));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("strata-serve-rpc")
+        .build()
+        .map_err(|e| ServeError::io("starting the async runtime", e))?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(addr))
+        .map_err(|e| ServeError::io(format!("binding {addr}"), e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| ServeError::io("local address", e))?;
+    let core = Arc::new(Core::new(
+        registry,
+        executor,
+        Arc::clone(&page_cache),
+        cfg.limits.clone(),
+        exec.sample_seed,
+        bound.to_string(),
+        cfg.memory_bytes,
+    ));
+    let service = InterceptedService::new(
+        GraphLearningServer::new(Service {
+            core: Arc::clone(&core),
+        })
+        .max_decoding_message_size(cfg.max_message_bytes)
+        .max_encoding_message_size(cfg.max_message_bytes),
+        TokenCheck(cfg.token.as_deref().map(Arc::from)),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = runtime.spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                async {
+                    let _ = stop_rx.await;
+                },
+            ),
+    );
+    on_ready(bound, plan);
+
+    let started = Instant::now();
+    let mut folds = 0u64;
+    let mut unfolded_since: std::collections::HashMap<u64, Instant> = Default::default();
+    let mut failure = None;
+    while !should_stop() && !server.is_finished() {
+        std::thread::sleep(TICK);
+        match fold_due(&core, cfg, &mut unfolded_since) {
+            Ok(n) => folds += n,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    // Drain: refuse new work, finish the queued analyses, then let in-flight calls complete.
+    core.draining.store(true, Ordering::Release);
+    core.executor.shutdown();
+    let _ = stop_tx.send(());
+    let served = runtime.block_on(server);
+    let status = core.status();
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    match served {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            return Err(ServeError::Unavailable(format!(
+                "the gRPC server stopped: {e}"
+            )))
+        }
+        Err(e) => {
+            return Err(ServeError::Unavailable(format!(
+                "the gRPC server task failed: {e}"
+            )))
+        }
+    }
+    Ok(ServeSummary {
+        addr: bound,
+        seconds: started.elapsed().as_secs_f64(),
+        status,
+        folds,
+    })
+}
+
+/// Folds the graphs whose logs are due (by size or age); returns how many were folded.
+fn fold_due(
+    core: &Core,
+    cfg: &ServeConfig,
+    unfolded_since: &mut std::collections::HashMap<u64, Instant>,
+) -> Result<u64> {
+    let mut folds = 0;
+    for g in core.registry.graphs() {
+        let pending = g.pending_log_records();
+        if pending == 0 {
+            unfolded_since.remove(&g.uid);
+            continue;
+        }
+        let since = *unfolded_since.entry(g.uid).or_insert_with(Instant::now);
+        if pending >= cfg.fold_records || since.elapsed() >= cfg.fold_after {
+            let cache = &core.page_cache;
+            if g.fold(|old| cache.forget_file(old.features.file_id()))? {
+                folds += 1;
+            }
+            unfolded_since.remove(&g.uid);
+        }
+    }
+    Ok(folds)
+}

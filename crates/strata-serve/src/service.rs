@@ -1,0 +1,658 @@
+//! The gRPC service: each RPC checks its request, runs the blocking work off the async
+//! runtime, and maps errors to status codes (`wire.rs`).
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prost::Message;
+use strata_gnn::{NeighborSampler, SamplerConfig};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::error::{Result, ServeError};
+use crate::executor::{Executor, Finished, Output, Task};
+use crate::graph::{Change, GraphStatus};
+use crate::page_cache::PageCache;
+use crate::proto::graph_learning_server::GraphLearning;
+use crate::proto::{self, ResultState};
+use crate::registry::{Registry, ServedModel};
+use crate::reorder::ReorderParams;
+use crate::schedule::Targets;
+use crate::wire;
+
+/// Longest a `GetAnalysisResult` may wait, so a drain is never held up for long.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// Request limits (besides the message size, which tonic enforces).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Most ids in one request (targets, seeds, vertices, edges).
+    pub max_ids: usize,
+    /// Requests per second over all clients (a token bucket holding one second's worth);
+    /// 0 means no limit.
+    pub rate: f64,
+}
+
+/// A token bucket: `rate` tokens a second, at most `rate` banked.
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// Everything the RPCs share.
+pub struct Core {
+    pub registry: Registry,
+    pub executor: Executor,
+    pub page_cache: Arc<PageCache>,
+    pub limits: Limits,
+    pub sample_seed: u64,
+    pub listen: String,
+    pub memory_bytes: u64,
+    pub started: Instant,
+    pub draining: AtomicBool,
+    pub bytes_in: AtomicU64,
+    pub bytes_out: AtomicU64,
+    bucket: Mutex<Bucket>,
+}
+
+impl Core {
+    pub fn new(
+        registry: Registry,
+        executor: Executor,
+        page_cache: Arc<PageCache>,
+        limits: Limits,
+        sample_seed: u64,
+        listen: String,
+        memory_bytes: u64,
+    ) -> Core {
+        Core {
+            registry,
+            executor,
+            page_cache,
+            bucket: Mutex::new(Bucket {
+                tokens: limits.rate,
+                at: Instant::now(),
+            }),
+            limits,
+            sample_seed,
+            listen,
+            memory_bytes,
+            started: Instant::now(),
+            draining: AtomicBool::new(false),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+        }
+    }
+
+    /// Admits one request under the rate limit.
+    fn admit(&self) -> Result<()> {
+        if self.limits.rate <= 0.0 {
+            return Ok(());
+        }
+        let mut b = self.bucket.lock().unwrap();
+        let now = Instant::now();
+        b.tokens = (b.tokens + now.duration_since(b.at).as_secs_f64() * self.limits.rate)
+            .min(self.limits.rate);
+        b.at = now;
+        if b.tokens < 1.0 {
+            return Err(ServeError::ResourceExhausted(format!(
+                "rate limit: more than {} requests per second; retry later",
+                self.limits.rate
+            )));
+        }
+        b.tokens -= 1.0;
+        Ok(())
+    }
+
+    fn check_ids(&self, n: usize, what: &str) -> Result<()> {
+        if n > self.limits.max_ids {
+            return Err(ServeError::ResourceExhausted(format!(
+                "{what}: {n} ids in one request; the limit is {} (--max-ids)",
+                self.limits.max_ids
+            )));
+        }
+        Ok(())
+    }
+
+    fn not_draining(&self) -> Result<()> {
+        if self.draining.load(Ordering::Acquire) {
+            return Err(ServeError::Unavailable(
+                "the server is draining before it stops".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A status snapshot.
+    pub fn status(&self) -> proto::StatusResponse {
+        let graphs = self
+            .registry
+            .graphs()
+            .iter()
+            .map(|g| graph_info(&g.status()))
+            .collect();
+        let models = self
+            .registry
+            .models()
+            .iter()
+            .map(|m| model_info(m))
+            .collect();
+        let pc = self.page_cache.stats();
+        let ex = self.executor.stats();
+        let rate = |h: u64, m: u64| {
+            if h + m == 0 {
+                0.0
+            } else {
+                h as f64 / (h + m) as f64
+            }
+        };
+        proto::StatusResponse {
+            listen: self.listen.clone(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            graphs,
+            models,
+            page_cache: Some(proto::CacheStatus {
+                capacity_bytes: pc.capacity_bytes,
+                used_bytes: pc.used_bytes,
+                page_bytes: crate::page_cache::PAGE_BYTES as u64,
+                hits: pc.hits,
+                misses: pc.misses,
+                hit_rate: rate(pc.hits, pc.misses),
+                bytes_read: pc.bytes_read,
+            }),
+            embedding_cache: Some(proto::CacheStatus {
+                capacity_bytes: ex.embedding_cache_bytes,
+                used_bytes: ex.embedding_cache_used,
+                page_bytes: 0,
+                hits: ex.embedding_hits,
+                misses: ex.embedding_misses,
+                hit_rate: rate(ex.embedding_hits, ex.embedding_misses),
+                bytes_read: 0,
+            }),
+            queue_depth: ex.queue_depth,
+            requests_done: ex.done,
+            requests_failed: ex.failed,
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+            memory_budget_bytes: self.memory_bytes,
+            draining: self.draining.load(Ordering::Acquire),
+        }
+    }
+}
+
+pub fn graph_info(s: &GraphStatus) -> proto::GraphInfo {
+    proto::GraphInfo {
+        name: s.meta.name.clone(),
+        num_nodes: s.num_nodes,
+        live_nodes: s.live_nodes,
+        num_edges: s.num_edges,
+        feature_dim: s.feature_dim as u32,
+        version: s.version,
+        last_lsn: s.last_lsn,
+        pending_log_records: s.pending_log_records,
+        reordered: s.meta.reordered,
+        source_path: s.meta.source_path.clone(),
+        num_classes: s.num_classes,
+    }
+}
+
+fn model_info(m: &ServedModel) -> proto::ModelInfo {
+    proto::ModelInfo {
+        name: m.name.clone(),
+        architecture: Some(wire::architecture_proto(m.model.architecture())),
+        precision: wire::precision_proto(m.model.precision()),
+        parameters: m.model.parameters(),
+        bytes: m.model.bytes(),
+    }
+}
+
+/// The tonic service over a shared core.
+#[derive(Clone)]
+pub struct Service {
+    pub core: Arc<Core>,
+}
+
+impl Service {
+    /// Runs `f` on a blocking thread after the rate limit, counting request and response bytes.
+    async fn call<Req, Resp, F>(
+        &self,
+        req: Request<Req>,
+        mutating: bool,
+        f: F,
+    ) -> std::result::Result<Response<Resp>, Status>
+    where
+        Req: Message + Send + 'static,
+        Resp: Message + Send + 'static,
+        F: FnOnce(&Core, Req) -> Result<Resp> + Send + 'static,
+    {
+        let core = Arc::clone(&self.core);
+        core.admit()?;
+        if mutating {
+            core.not_draining()?;
+        }
+        let req = req.into_inner();
+        core.bytes_in
+            .fetch_add(req.encoded_len() as u64, Ordering::Relaxed);
+        let resp = tokio::task::spawn_blocking(move || {
+            let r = f(&core, req);
+            if let Ok(resp) = &r {
+                core.bytes_out
+                    .fetch_add(resp.encoded_len() as u64, Ordering::Relaxed);
+            }
+            r
+        })
+        .await
+        .map_err(|e| Status::internal(format!("request handler failed: {e}")))??;
+        Ok(Response::new(resp))
+    }
+}
+
+fn mutation_response(a: crate::graph::Applied) -> proto::MutationResponse {
+    proto::MutationResponse {
+        applied: a.applied,
+        lsn: a.lsn,
+    }
+}
+
+/// A `Finished` (or pending) result as its message.
+fn result_message(id: u64, finished: Option<&Finished>) -> proto::AnalysisResult {
+    let mut r = proto::AnalysisResult {
+        request_id: id,
+        state: ResultState::Pending as i32,
+        ..Default::default()
+    };
+    let Some(f) = finished else { return r };
+    r.task = match f.task {
+        Task::Embedding => proto::Task::NodeEmbedding,
+        Task::Classification => proto::Task::NodeClassification,
+        Task::LinkPrediction => proto::Task::LinkPrediction,
+    } as i32;
+    r.latency_us = f.latency.as_micros() as u64;
+    r.queued_us = f.queued.as_micros() as u64;
+    match &f.output {
+        Err(msg) => {
+            r.state = ResultState::Failed as i32;
+            r.error = msg.clone();
+        }
+        Ok(out) => {
+            r.state = ResultState::Done as i32;
+            match out {
+                Output::Embeddings { dim, values } => {
+                    r.values = Some(wire::f32_tensor(values, values.len() / dim.max(&1), *dim))
+                }
+                Output::Classes {
+                    classes,
+                    probabilities,
+                    labels,
+                } => {
+                    r.values = Some(wire::f32_tensor(probabilities, labels.len(), *classes));
+                    r.labels = labels.clone();
+                }
+                Output::Scores(s) => r.scores = s.clone(),
+            }
+        }
+    }
+    r
+}
+
+fn reorder_params(o: Option<&proto::ReorderOptions>) -> Option<ReorderParams> {
+    let o = o.filter(|o| o.enabled)?;
+    let defaults = ReorderParams::default();
+    Some(ReorderParams {
+        hops: if o.hops == 0 { defaults.hops } else { o.hops },
+        centers: o.centers as usize,
+        max_degree: o.max_degree,
+        sample_above: o.sample_above as usize,
+        seed: o.seed,
+    })
+}
+
+type ResultStream =
+    Pin<Box<dyn Stream<Item = std::result::Result<proto::AnalysisResult, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl GraphLearning for Service {
+    async fn graph_register(
+        &self,
+        req: Request<proto::GraphRegisterRequest>,
+    ) -> std::result::Result<Response<proto::GraphInfo>, Status> {
+        self.call(req, true, |core, r| {
+            if r.store_path.is_empty() {
+                return Err(ServeError::InvalidArgument("store_path: missing".into()));
+            }
+            let params = reorder_params(r.reorder.as_ref());
+            let g = core.registry.register_graph(
+                &r.name,
+                &PathBuf::from(&r.store_path),
+                params.as_ref(),
+            )?;
+            Ok(graph_info(&g.status()))
+        })
+        .await
+    }
+
+    async fn graph_unregister(
+        &self,
+        req: Request<proto::GraphUnregisterRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        self.call(req, true, |core, r| {
+            let g = core.registry.unregister_graph(&r.name)?;
+            core.page_cache.forget_file(g.features_file_id());
+            Ok(proto::Empty {})
+        })
+        .await
+    }
+
+    async fn model_register(
+        &self,
+        req: Request<proto::ModelRegisterRequest>,
+    ) -> std::result::Result<Response<proto::ModelInfo>, Status> {
+        self.call(req, true, |core, r| {
+            let arch = wire::architecture(r.architecture.as_ref())?;
+            let precision = wire::precision(r.precision)?;
+            let format = (!r.format.is_empty()).then_some(r.format.as_str());
+            let m = match &r.source {
+                Some(proto::model_register_request::Source::Path(p)) => {
+                    let path = PathBuf::from(p);
+                    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => ServeError::NotFound(format!(
+                            "model file {p} does not exist on the server"
+                        )),
+                        _ => ServeError::io(format!("reading model file {p}"), e),
+                    })?;
+                    core.registry.register_model(
+                        &r.name,
+                        &bytes,
+                        format,
+                        arch,
+                        precision,
+                        Some(&path),
+                    )?
+                }
+                Some(proto::model_register_request::Source::Data(bytes)) => core
+                    .registry
+                    .register_model(&r.name, bytes, format, arch, precision, None)?,
+                None => {
+                    return Err(ServeError::InvalidArgument(
+                        "source: give a path or the file's bytes".into(),
+                    ))
+                }
+            };
+            Ok(model_info(&m))
+        })
+        .await
+    }
+
+    async fn model_unregister(
+        &self,
+        req: Request<proto::ModelUnregisterRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        self.call(req, true, |core, r| {
+            core.registry.unregister_model(&r.name)?;
+            Ok(proto::Empty {})
+        })
+        .await
+    }
+
+    async fn add_vertex(
+        &self,
+        req: Request<proto::AddVertexRequest>,
+    ) -> std::result::Result<Response<proto::AddVertexResponse>, Status> {
+        self.call(req, true, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            let (features, count) =
+                wire::f32_matrix(r.features.as_ref(), "features", None, g.feature_dim())?;
+            core.check_ids(count, "features")?;
+            let a = g.mutate(&Change::AddVertices { count, features })?;
+            Ok(proto::AddVertexResponse {
+                ids: a.new_ids,
+                lsn: a.lsn,
+            })
+        })
+        .await
+    }
+
+    async fn remove_vertex(
+        &self,
+        req: Request<proto::RemoveVertexRequest>,
+    ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
+        self.call(req, true, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            core.check_ids(r.ids.len(), "ids")?;
+            Ok(mutation_response(
+                g.mutate(&Change::RemoveVertices { ids: r.ids })?,
+            ))
+        })
+        .await
+    }
+
+    async fn update_vertex(
+        &self,
+        req: Request<proto::UpdateVertexRequest>,
+    ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
+        self.call(req, true, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            core.check_ids(r.ids.len(), "ids")?;
+            let (features, _) = wire::f32_matrix(
+                r.features.as_ref(),
+                "features",
+                Some(r.ids.len()),
+                g.feature_dim(),
+            )?;
+            Ok(mutation_response(g.mutate(&Change::UpdateVertices {
+                ids: r.ids,
+                features,
+            })?))
+        })
+        .await
+    }
+
+    async fn add_edge(
+        &self,
+        req: Request<proto::EdgeRequest>,
+    ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
+        self.call(req, true, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            core.check_ids(r.src.len(), "src")?;
+            Ok(mutation_response(g.mutate(&Change::AddEdges {
+                src: r.src,
+                dst: r.dst,
+            })?))
+        })
+        .await
+    }
+
+    async fn remove_edge(
+        &self,
+        req: Request<proto::EdgeRequest>,
+    ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
+        self.call(req, true, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            core.check_ids(r.src.len(), "src")?;
+            Ok(mutation_response(g.mutate(&Change::RemoveEdges {
+                src: r.src,
+                dst: r.dst,
+            })?))
+        })
+        .await
+    }
+
+    async fn graph_analysis(
+        &self,
+        req: Request<proto::GraphAnalysisRequest>,
+    ) -> std::result::Result<Response<proto::GraphAnalysisResponse>, Status> {
+        self.call(req, true, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            let m = core.registry.model(&r.model)?;
+            let arch = m.model.architecture();
+            if arch.in_dim != g.feature_dim() {
+                return Err(ServeError::FailedPrecondition(format!(
+                    "model '{}' takes {}-wide inputs but graph '{}' has {}-wide features",
+                    m.name,
+                    arch.in_dim,
+                    r.graph,
+                    g.feature_dim()
+                )));
+            }
+            core.check_ids(r.targets.len() + r.targets_dst.len(), "targets")?;
+            if r.targets.is_empty() {
+                return Err(ServeError::InvalidArgument(
+                    "targets: empty; give at least one".into(),
+                ));
+            }
+            let (task, targets) = match proto::Task::try_from(r.task) {
+                Ok(proto::Task::NodeEmbedding | proto::Task::NodeClassification) => {
+                    if !r.targets_dst.is_empty() {
+                        return Err(ServeError::InvalidArgument(
+                            "targets_dst: only link prediction takes pairs".into(),
+                        ));
+                    }
+                    let task = if r.task == proto::Task::NodeEmbedding as i32 {
+                        Task::Embedding
+                    } else {
+                        Task::Classification
+                    };
+                    (task, Targets::Nodes(g.to_internal(&r.targets, "targets")?))
+                }
+                Ok(proto::Task::LinkPrediction) => {
+                    if r.targets.len() != r.targets_dst.len() {
+                        return Err(ServeError::InvalidArgument(format!(
+                            "targets_dst: {} destinations for {} sources; they must pair up",
+                            r.targets_dst.len(),
+                            r.targets.len()
+                        )));
+                    }
+                    let src = g.to_internal(&r.targets, "targets")?;
+                    let dst = g.to_internal(&r.targets_dst, "targets_dst")?;
+                    (
+                        Task::LinkPrediction,
+                        Targets::Links(src.into_iter().zip(dst).collect()),
+                    )
+                }
+                _ => {
+                    return Err(ServeError::InvalidArgument(format!(
+                    "task: expected NODE_EMBEDDING, NODE_CLASSIFICATION or LINK_PREDICTION, got {}",
+                    r.task
+                )))
+                }
+            };
+            let request_id = core.executor.submit(g, m, task, targets)?;
+            Ok(proto::GraphAnalysisResponse { request_id })
+        })
+        .await
+    }
+
+    async fn get_analysis_result(
+        &self,
+        req: Request<proto::GetAnalysisResultRequest>,
+    ) -> std::result::Result<Response<proto::AnalysisResult>, Status> {
+        self.core.admit()?;
+        let r = req.into_inner();
+        let mut watch = self.core.executor.watch(r.request_id)?;
+        let wait = Duration::from_millis(r.wait_ms as u64).min(MAX_WAIT);
+        if !wait.is_zero() {
+            let _ = tokio::time::timeout(wait, watch.wait_for(Option::is_some)).await;
+        }
+        let finished = watch.borrow().clone();
+        if finished.is_some() {
+            self.core.executor.forget(r.request_id);
+        }
+        let msg = result_message(r.request_id, finished.as_deref());
+        self.core
+            .bytes_out
+            .fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
+        Ok(Response::new(msg))
+    }
+
+    type StreamAnalysisResultsStream = ResultStream;
+
+    async fn stream_analysis_results(
+        &self,
+        req: Request<proto::StreamAnalysisResultsRequest>,
+    ) -> std::result::Result<Response<ResultStream>, Status> {
+        self.core.admit()?;
+        let ids = req.into_inner().request_ids;
+        // Every id must exist before anything is streamed.
+        let watches = ids
+            .iter()
+            .map(|&id| self.core.executor.watch(id).map(|w| (id, w)))
+            .collect::<Result<Vec<_>>>()?;
+        let (tx, rx) = tokio::sync::mpsc::channel(watches.len().max(1));
+        for (id, mut watch) in watches {
+            let tx = tx.clone();
+            let core = Arc::clone(&self.core);
+            tokio::spawn(async move {
+                if watch.wait_for(Option::is_some).await.is_err() {
+                    return;
+                }
+                let finished = watch.borrow().clone();
+                core.executor.forget(id);
+                let msg = result_message(id, finished.as_deref());
+                core.bytes_out
+                    .fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
+                let _ = tx.send(Ok(msg)).await;
+            });
+        }
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn sample_neighbors(
+        &self,
+        req: Request<proto::SampleNeighborsRequest>,
+    ) -> std::result::Result<Response<proto::SampleNeighborsResponse>, Status> {
+        self.call(req, false, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            core.check_ids(r.seeds.len(), "seeds")?;
+            let seeds = g.to_internal(&r.seeds, "seeds")?;
+            let sampler = NeighborSampler::new(SamplerConfig {
+                fanouts: r.fanouts,
+                seed: r.seed,
+                threads: 0,
+            })?;
+            let sample = g.with_view(|view| sampler.sample(view, &seeds, r.batch_key))?;
+            Ok(proto::SampleNeighborsResponse {
+                nodes: g.to_external(&sample.nodes),
+                hop_counts: sample.hop_counts.iter().map(|&c| c as u64).collect(),
+                blocks: sample
+                    .blocks
+                    .into_iter()
+                    .map(|b| proto::Block {
+                        num_src: b.num_src as u64,
+                        num_dst: b.num_dst as u64,
+                        indptr: b.indptr,
+                        indices: b.indices,
+                    })
+                    .collect(),
+            })
+        })
+        .await
+    }
+
+    async fn get_features(
+        &self,
+        req: Request<proto::GetFeaturesRequest>,
+    ) -> std::result::Result<Response<proto::Tensor>, Status> {
+        self.call(req, false, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            core.check_ids(r.ids.len(), "ids")?;
+            let ids = g.to_internal(&r.ids, "ids")?;
+            let dim = g.feature_dim();
+            let mut out = vec![0f32; ids.len() * dim];
+            g.gather(&core.page_cache, &ids, &mut out)?;
+            Ok(wire::f32_tensor(&out, ids.len(), dim))
+        })
+        .await
+    }
+
+    async fn status(
+        &self,
+        req: Request<proto::StatusRequest>,
+    ) -> std::result::Result<Response<proto::StatusResponse>, Status> {
+        self.call(req, false, |core, _| Ok(core.status())).await
+    }
+}

@@ -1,0 +1,150 @@
+//! Conversions between protobuf messages and the service's types, with the checks a
+//! malformed message must fail (tensor bytes that do not match their shape, unknown enums).
+
+use tonic::{Code, Status};
+
+use crate::error::ServeError;
+use crate::model::{Architecture, ModelKind, Precision};
+use crate::proto;
+
+impl From<ServeError> for Status {
+    fn from(e: ServeError) -> Status {
+        let code = match &e {
+            ServeError::NotFound(_) => Code::NotFound,
+            ServeError::InvalidArgument(_) => Code::InvalidArgument,
+            ServeError::AlreadyExists(_) => Code::AlreadyExists,
+            ServeError::FailedPrecondition(_) => Code::FailedPrecondition,
+            ServeError::ResourceExhausted(_) => Code::ResourceExhausted,
+            ServeError::Unavailable(_) => Code::Unavailable,
+            // The sampler's config errors are about the request (fanouts, duplicate seeds).
+            ServeError::Gnn(strata_gnn::GnnError::Config(_)) => Code::InvalidArgument,
+            ServeError::Store(_) | ServeError::Gnn(_) => Code::FailedPrecondition,
+            ServeError::Io { .. } => Code::Internal,
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+fn invalid(msg: String) -> ServeError {
+    ServeError::InvalidArgument(msg)
+}
+
+/// The f32 values of a `(rows, cols)` FLOAT32 tensor; `rows` None accepts any count.
+/// Returns the values and the row count.
+pub fn f32_matrix(
+    t: Option<&proto::Tensor>,
+    what: &str,
+    rows: Option<usize>,
+    cols: usize,
+) -> Result<(Vec<f32>, usize), ServeError> {
+    let t = t.ok_or_else(|| invalid(format!("{what}: missing tensor")))?;
+    if t.dtype != proto::ElementType::Float32 as i32 {
+        return Err(invalid(format!(
+            "{what}: dtype must be FLOAT32, got {}",
+            dtype_name(t.dtype)
+        )));
+    }
+    if t.shape.len() != 2 {
+        return Err(invalid(format!(
+            "{what}: expected a 2-D tensor (rows, {cols}), got shape {:?}",
+            t.shape
+        )));
+    }
+    let (r, c) = (t.shape[0] as usize, t.shape[1] as usize);
+    if c != cols || rows.is_some_and(|want| want != r) {
+        let want_rows = rows.map_or("rows".to_string(), |w| w.to_string());
+        return Err(invalid(format!(
+            "{what}: expected shape ({want_rows}, {cols}), got {:?}",
+            t.shape
+        )));
+    }
+    let expected = r.checked_mul(c).and_then(|n| n.checked_mul(4));
+    if expected != Some(t.data.len()) {
+        return Err(invalid(format!(
+            "{what}: shape {:?} needs {} bytes of float32 data, got {}",
+            t.shape,
+            expected.map_or("too many".into(), |n| n.to_string()),
+            t.data.len()
+        )));
+    }
+    let values = t
+        .data
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    Ok((values, r))
+}
+
+/// A FLOAT32 tensor of `values` in shape `(rows, cols)`.
+pub fn f32_tensor(values: &[f32], rows: usize, cols: usize) -> proto::Tensor {
+    proto::Tensor {
+        shape: vec![rows as u64, cols as u64],
+        dtype: proto::ElementType::Float32 as i32,
+        data: bytemuck::cast_slice(values).to_vec(),
+    }
+}
+
+fn dtype_name(d: i32) -> String {
+    proto::ElementType::try_from(d)
+        .map_or(format!("unknown ({d})"), |d| d.as_str_name().to_string())
+}
+
+/// The architecture a request declares, None when it leaves it to the file.
+pub fn architecture(
+    a: Option<&proto::ModelArchitecture>,
+) -> Result<Option<Architecture>, ServeError> {
+    let Some(a) = a else { return Ok(None) };
+    let kind = match proto::ModelKind::try_from(a.kind) {
+        Ok(proto::ModelKind::Unspecified) => return Ok(None),
+        Ok(proto::ModelKind::SageMean) => ModelKind::SageMean,
+        Ok(proto::ModelKind::SagePool) => ModelKind::SagePool,
+        Ok(proto::ModelKind::Gcn) => ModelKind::Gcn,
+        Ok(proto::ModelKind::Gin) => ModelKind::Gin,
+        Err(_) => {
+            return Err(invalid(format!(
+                "architecture.kind: unknown value {}",
+                a.kind
+            )))
+        }
+    };
+    Ok(Some(Architecture {
+        kind,
+        in_dim: a.in_dim as usize,
+        hidden_dim: a.hidden_dim as usize,
+        out_dim: a.out_dim as usize,
+        layers: a.layers as usize,
+        fanouts: a.fanouts.clone(),
+    }))
+}
+
+pub fn architecture_proto(a: &Architecture) -> proto::ModelArchitecture {
+    let kind = match a.kind {
+        ModelKind::SageMean => proto::ModelKind::SageMean,
+        ModelKind::SagePool => proto::ModelKind::SagePool,
+        ModelKind::Gcn => proto::ModelKind::Gcn,
+        ModelKind::Gin => proto::ModelKind::Gin,
+    };
+    proto::ModelArchitecture {
+        kind: kind as i32,
+        in_dim: a.in_dim as u32,
+        hidden_dim: a.hidden_dim as u32,
+        out_dim: a.out_dim as u32,
+        layers: a.layers as u32,
+        fanouts: a.fanouts.clone(),
+    }
+}
+
+pub fn precision(p: i32) -> Result<Precision, ServeError> {
+    match proto::Precision::try_from(p) {
+        Ok(proto::Precision::Unspecified | proto::Precision::Fp32) => Ok(Precision::Fp32),
+        Ok(proto::Precision::Int8) => Ok(Precision::Int8),
+        Err(_) => Err(invalid(format!("precision: unknown value {p}"))),
+    }
+}
+
+pub fn precision_proto(p: Precision) -> i32 {
+    match p {
+        Precision::Fp32 => proto::Precision::Fp32 as i32,
+        Precision::Int8 => proto::Precision::Int8 as i32,
+    }
+}

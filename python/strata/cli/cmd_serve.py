@@ -1,0 +1,67 @@
+"""``strata serve`` and ``strata serve status``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..config import from_args
+from ..config.serve import ServeConfig, ServeStatusConfig
+from .common import add_section_command
+
+#: ``strata serve status`` is routed here (``serve`` itself takes store paths, so ``status``
+#: cannot be one of its sub-parsers).
+STATUS_COMMAND = "serve-status"
+
+
+def register(sub) -> None:
+    s = add_section_command(
+        sub,
+        "serve",
+        ServeConfig,
+        run_serve,
+        output_flags=False,
+        help="run the near-data graph service (gRPC) until SIGTERM or Ctrl-C; `strata serve status` asks one",
+        description="Serves registered graphs and models over gRPC (proto/strata/serve/v1/serve.proto; see "
+        "docs/serve.md): registration, durable mutations, and analyses (embeddings, classes, link scores) computed "
+        "next to the data. Stores given as arguments are registered at start. Prints 'listening on HOST:PORT' "
+        "(flushed) once ready; SIGTERM drains in-flight requests, then exits 0 with a summary line.",
+    )
+    s.add_argument("--json-summary", action="store_true", help="print the final summary as JSON on stdout")
+    st = add_section_command(
+        sub,
+        STATUS_COMMAND,
+        ServeStatusConfig,
+        run_status,
+        output_flags=False,
+        help=argparse.SUPPRESS,
+        description="Prints a running server's registered graphs and models, cache hit rates and queue depth.",
+    )
+    st.prog = "strata serve status"
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+
+
+def route(argv: list[str]) -> list[str]:
+    """``serve status ...`` -> ``serve-status ...``."""
+    if argv[:2] == ["serve", "status"]:
+        return [STATUS_COMMAND, *argv[2:]]
+    return argv
+
+
+def run_serve(args) -> int:
+    from ..serve.server import format_stop, serve
+
+    info = serve(from_args(ServeConfig, args))
+    print(json.dumps(info, indent=2) if args.json_summary else format_stop(info), flush=True)
+    return 0
+
+
+def run_status(args) -> int:
+    from ..serve.client import Client
+    from ..serve.server import format_status
+
+    cfg = from_args(ServeStatusConfig, args)
+    with Client(cfg.address, token=cfg.token or None, timeout=cfg.timeout) as client:
+        status = client.status()
+    print(json.dumps(status, indent=2) if args.json else format_status(status))
+    return 0

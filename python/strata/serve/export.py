@@ -1,0 +1,133 @@
+"""Exporting a trained :class:`strata.gnn.models.GNN` for the graph service.
+
+The file holds the model's ``state_dict()`` in float32 plus its declared architecture, so that
+the server (or :class:`strata.serve.native.NativeModel`) can rebuild and check the model without
+Python code:
+
+- **safetensors**: an 8-byte little-endian header length, a JSON header
+  ``{name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__":
+  {"strata.architecture": "<architecture JSON>"}}`` (offsets into the data after the header),
+  then the tensors' raw little-endian bytes. Written here, so the ``safetensors`` package is
+  not needed; files it writes load too.
+- **npz**: ``numpy.savez`` of the tensors, plus the architecture JSON as a uint8 array under
+  ``__strata_architecture__``.
+
+The architecture is ``{"kind": "sage_mean" | "sage_pool" | "gcn" | "gin", "in_dim",
+"hidden_dim", "out_dim", "layers", "fanouts"}``, ``fanouts`` from the seeds outwards as in
+``strata gnn train --fanouts``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+#: Metadata key (safetensors) and array name (npz) of the architecture JSON.
+SAFETENSORS_ARCHITECTURE_KEY = "strata.architecture"
+NPZ_ARCHITECTURE_KEY = "__strata_architecture__"
+
+#: Python model kinds (``GNN(kind, ...)``) and the served kind each is exported as.
+SERVED_KINDS = {"sage": "sage_mean", "sage_pool": "sage_pool", "gcn": "gcn", "gin": "gin"}
+
+FORMATS = ("safetensors", "npz")
+
+
+def export_model(model, path: str | os.PathLike, *, fanouts: list[int], format: str | None = None) -> Path:
+    """Writes ``model`` (a :class:`strata.gnn.models.GNN` of kind sage, sage_pool, gcn or gin)
+    to ``path`` for serving: its ``state_dict()`` as float32 and its architecture with the
+    sampling ``fanouts`` (one per layer, seeds outwards, each >= 1 or -1 for all neighbours).
+    ``format`` is ``safetensors`` or ``npz``, or None to take it from the suffix. Returns the
+    path written. GAT is refused (the service has no attention kernel)."""
+    from ..gnn.models import GNN  # imports torch, with a clear message when it is missing
+
+    if not isinstance(model, GNN):
+        raise TypeError(f"export_model: expected a strata.gnn.models.GNN, got {type(model).__name__}")
+    if model.kind not in SERVED_KINDS:
+        raise ValueError(
+            f"export_model: a {model.kind!r} model cannot be served; the service runs "
+            f"{', '.join(SERVED_KINDS)} (GAT has no native kernel)"
+        )
+    path = Path(path)
+    fmt = _format(path, format)
+    layers = len(model.convs)
+    fanouts = [int(f) for f in fanouts]
+    if len(fanouts) != layers or any(f != -1 and f < 1 for f in fanouts):
+        raise ValueError(f"fanouts: need {layers} values (one per layer), each >= 1 or -1; got {fanouts}")
+    architecture = {
+        "kind": SERVED_KINDS[model.kind],
+        "in_dim": int(model.in_dim),
+        "hidden_dim": int(model.hidden),
+        "out_dim": int(model.out_dim),
+        "layers": layers,
+        "fanouts": fanouts,
+    }
+    tensors = {name: t.detach().to("cpu").float().contiguous().numpy() for name, t in model.state_dict().items()}
+    # Write next to the target and rename, so a reader never sees a half-written file.
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        if fmt == "safetensors":
+            _write_safetensors(f, tensors, {SAFETENSORS_ARCHITECTURE_KEY: json.dumps(architecture)})
+        else:
+            arch_bytes = np.frombuffer(json.dumps(architecture).encode(), dtype=np.uint8)
+            np.savez(f, **tensors, **{NPZ_ARCHITECTURE_KEY: arch_bytes})
+    os.replace(tmp, path)
+    return path
+
+
+def load_architecture(path: str | os.PathLike, format: str | None = None) -> dict:
+    """The architecture a weights file declares (the dict :func:`export_model` wrote), read
+    without loading the tensors. Raises ``ValueError`` when the file declares none."""
+    path = Path(path)
+    fmt = _format(path, format)
+    if fmt == "safetensors":
+        with open(path, "rb") as f:
+            (header_len,) = struct.unpack("<Q", _read_exactly(f, 8, path))
+            header = json.loads(_read_exactly(f, header_len, path))
+        text = header.get("__metadata__", {}).get(SAFETENSORS_ARCHITECTURE_KEY)
+    else:
+        with np.load(path, allow_pickle=False) as npz:
+            text = bytes(npz[NPZ_ARCHITECTURE_KEY]).decode() if NPZ_ARCHITECTURE_KEY in npz.files else None
+    if text is None:
+        raise ValueError(f"{path}: the file declares no architecture (was it written by export_model?)")
+    return json.loads(text)
+
+
+def _format(path: Path, format: str | None) -> str:
+    """The file format: ``format`` when given, else from ``path``'s suffix."""
+    if format is not None:
+        if format.lower() not in FORMATS:
+            raise ValueError(f"format: expected safetensors or npz, got {format!r}")
+        return format.lower()
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise ValueError(f"{path}: cannot tell the format from the suffix; name it *.safetensors or *.npz")
+    return suffix
+
+
+def _write_safetensors(f, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    """Writes float32 ``tensors`` and string ``metadata`` to the binary file ``f`` as
+    safetensors."""
+    header: dict = {"__metadata__": metadata}
+    offset = 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    # Pad with spaces (valid JSON whitespace) so the data starts 8-byte aligned, as the
+    # reference implementation does: readers may then map the tensors in place.
+    text += b" " * (-len(text) % 8)
+    f.write(struct.pack("<Q", len(text)))
+    f.write(text)
+    for a in tensors.values():
+        f.write(a.astype("<f4", copy=False).tobytes())
+
+
+def _read_exactly(f, n: int, path: Path) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise ValueError(f"{path}: truncated safetensors file (wanted {n} bytes, got {len(data)})")
+    return data

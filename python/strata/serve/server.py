@@ -1,0 +1,148 @@
+"""Running ``strata serve`` from Python (the server itself is native: ``crates/strata-serve``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import _native
+from ..config.serve import ServeConfig
+from ..errors import ConfigError
+from ..units import fmt_bytes
+from .client import TOKEN_ENV
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _stores(cfg: ServeConfig) -> list[tuple[str, str]]:
+    out = []
+    for spec in cfg.stores:
+        name, sep, path = spec.partition("=")
+        if not sep:
+            path, name = spec, Path(spec).resolve().name.removesuffix(".strata")
+        if not (Path(path) / "manifest.json").exists():
+            raise ConfigError(f"serve.stores: {path} is not a Strata store (no manifest.json)")
+        out.append((name, str(Path(path).resolve())))
+    return out
+
+
+def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], object] | None = None, **options) -> dict:
+    """Serves until SIGTERM or Ctrl-C, then drains (queued analyses finish, in-flight calls are
+    answered) and returns a summary (``addr``, ``seconds``, ``stopped_by``, ``folds``, ``status``).
+    ``on_ready(addr, plan)`` is called once it listens (default: prints the plan and
+    ``listening on ADDR``, flushed)."""
+    cfg = config if config is not None else ServeConfig(**options)
+    token = cfg.token or os.environ.get(TOKEN_ENV) or None
+    reorder = (
+        {"hops": cfg.reorder_hops, "centers": cfg.reorder_centers, "max_degree": cfg.reorder_max_degree}
+        if cfg.reorder
+        else None
+    )
+    native_options = {
+        "listen": cfg.listen,
+        "state_dir": str(cfg.state_dir),
+        "memory": int(cfg.memory),
+        "token": token,
+        "max_message": int(cfg.max_message),
+        "max_ids": cfg.max_ids,
+        "rate": cfg.rate,
+        "window_ms": cfg.window_ms,
+        "max_batch": cfg.max_batch,
+        "group_size": cfg.group_size,
+        "reorder_requests": cfg.reorder_requests,
+        "sample_seed": cfg.sample_seed,
+        "result_ttl": cfg.result_ttl,
+        "fold_records": cfg.fold_records,
+        "fold_after": cfg.fold_after,
+        "register": _stores(cfg),
+        "reorder": reorder,
+    }
+    info: dict = {"listen": cfg.listen, "addr": None}
+
+    def ready(addr: str, plan: dict) -> None:
+        info["addr"] = addr
+        info["plan"] = plan
+        if on_ready is not None:
+            on_ready(addr, plan)
+        else:
+            print(
+                f"budget {fmt_bytes(cfg.memory)}: page cache {fmt_bytes(plan['page_cache_bytes'])} "
+                f"(16 KiB pages, LRU), embedding cache {fmt_bytes(plan['embedding_cache_bytes'])}; "
+                f"state in {cfg.state_dir}",
+                flush=True,
+            )
+            print(f"listening on {addr}" + (" (token required)" if token else ""), flush=True)
+
+    def terminate(signum, frame):
+        raise _Terminated()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
+    started = time.monotonic()
+    try:
+        _native.serve_run(json.dumps(native_options), ready, info.update)
+        info["stopped_by"] = "server"
+    except _Terminated:
+        info["stopped_by"] = "SIGTERM"
+    except KeyboardInterrupt:
+        info["stopped_by"] = "interrupt"
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    info.setdefault("seconds", time.monotonic() - started)
+    return info
+
+
+def format_stop(info: dict) -> str:
+    """The line printed when ``strata serve`` stops."""
+    why = {"SIGTERM": "stopped by SIGTERM", "interrupt": "stopped by Ctrl-C", "server": "the server stopped"}
+    s = info.get("status", {})
+    pc = s.get("page_cache", {})
+    return (
+        f"serve: {info.get('addr') or info['listen']} for {info.get('seconds', 0):.1f} s, "
+        f"{why[info['stopped_by']]} after draining; {s.get('requests_done', 0)} analyses "
+        f"({s.get('requests_failed', 0)} failed), {fmt_bytes(s.get('bytes_in', 0))} in, "
+        f"{fmt_bytes(s.get('bytes_out', 0))} out, page cache hit rate {pc.get('hit_rate', 0.0):.1%}, "
+        f"{info.get('folds', 0)} folds"
+    )
+
+
+def format_status(status: dict) -> str:
+    """``strata serve status`` as text."""
+    lines = [
+        f"strata serve on {status['listen']}, up {status['uptime_s']:.0f} s"
+        + (" (draining)" if status.get("draining") else ""),
+        f"queue depth {status['queue_depth']}; analyses {status['requests_done']} done, "
+        f"{status['requests_failed']} failed; {fmt_bytes(int(status['bytes_in']))} in, "
+        f"{fmt_bytes(int(status['bytes_out']))} out",
+    ]
+    for label, key in (("page cache", "page_cache"), ("embedding cache", "embedding_cache")):
+        c = status.get(key, {})
+        lines.append(
+            f"{label}: {fmt_bytes(int(c.get('used_bytes', 0)))} of {fmt_bytes(int(c.get('capacity_bytes', 0)))}, "
+            f"hit rate {c.get('hit_rate', 0.0):.1%} ({c.get('hits', 0)} hits, {c.get('misses', 0)} misses)"
+        )
+    lines.append(f"graphs ({len(status.get('graphs', []))}):")
+    for g in status.get("graphs", []):
+        lines.append(
+            f"  {g['name']}: {g['live_nodes']} vertices, {g['num_edges']} edges, {g['feature_dim']}-dim features, "
+            f"version {g['version']}, {g['pending_log_records']} log records to fold"
+            + (", re-ordered (Alg. 2)" if g.get("reordered") else "")
+        )
+    lines.append(f"models ({len(status.get('models', []))}):")
+    for m in status.get("models", []):
+        a = m.get("architecture", {})
+        kind = str(a.get("kind", "")).removeprefix("MODEL_KIND_").lower()
+        lines.append(
+            f"  {m['name']}: {kind}, {a.get('layers')} layers {a.get('in_dim')}->{a.get('out_dim')}, fanouts "
+            f"{a.get('fanouts')}, {str(m.get('precision', '')).removeprefix('PRECISION_').lower()}, "
+            f"{m.get('parameters')} parameters"
+        )
+    return "\n".join(lines)
