@@ -43,7 +43,7 @@ pub struct Registry {
 }
 
 /// Names become directory names: keep them to a safe alphabet.
-fn check_name(name: &str, what: &str) -> Result<()> {
+pub fn check_name(name: &str, what: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')

@@ -351,6 +351,7 @@ impl GraphLearning for Service {
         req: Request<proto::ModelRegisterRequest>,
     ) -> std::result::Result<Response<proto::ModelInfo>, Status> {
         self.call(req, true, |core, r| {
+            crate::registry::check_name(&r.name, "model")?;
             let arch = wire::architecture(r.architecture.as_ref())?;
             let precision = wire::precision(r.precision)?;
             let format = (!r.format.is_empty()).then_some(r.format.as_str());

@@ -76,15 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(cmd_serve.route(sys.argv[1:] if argv is None else list(argv)))
+    command = "serve status" if args.command == cmd_serve.STATUS_COMMAND else args.command
     try:
         if args.io_backend or args.io_depth:
             io.configure(backend=args.io_backend or "auto", depth=args.io_depth or 256)
         return args.run(args) or 0
     except StrataError as e:
-        print(f"strata {args.command}: error: {e}", file=sys.stderr)
+        print(f"strata {command}: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print(f"\nstrata {args.command}: interrupted; no partial output was left behind", file=sys.stderr)
+        print(f"\nstrata {command}: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
 
 

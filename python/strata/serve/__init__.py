@@ -3,12 +3,14 @@
 
 from .client import AnalysisResult, Block, Client, Neighbourhood, ServiceError
 from .export import export_model, load_architecture
+from .native import NativeModel
 from .server import serve
 
 __all__ = [
     "AnalysisResult",
     "Block",
     "Client",
+    "NativeModel",
     "Neighbourhood",
     "ServiceError",
     "export_model",
