@@ -250,6 +250,22 @@ impl Service {
     }
 }
 
+impl Service {
+    /// `AddEdge` and `RemoveEdge`: one request shape, two changes.
+    async fn edge_change(
+        &self,
+        req: Request<proto::EdgeRequest>,
+        change: fn(Vec<u64>, Vec<u64>) -> Change,
+    ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
+        self.call(req, true, move |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            core.check_ids(r.src.len(), "src")?;
+            Ok(mutation_response(g.mutate(&change(r.src, r.dst))?))
+        })
+        .await
+    }
+}
+
 fn mutation_response(a: crate::graph::Applied) -> proto::MutationResponse {
     proto::MutationResponse {
         applied: a.applied,
@@ -455,30 +471,16 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::EdgeRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.call(req, true, |core, r| {
-            let g = core.registry.graph(&r.graph)?;
-            core.check_ids(r.src.len(), "src")?;
-            Ok(mutation_response(g.mutate(&Change::AddEdges {
-                src: r.src,
-                dst: r.dst,
-            })?))
-        })
-        .await
+        self.edge_change(req, |src, dst| Change::AddEdges { src, dst })
+            .await
     }
 
     async fn remove_edge(
         &self,
         req: Request<proto::EdgeRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.call(req, true, |core, r| {
-            let g = core.registry.graph(&r.graph)?;
-            core.check_ids(r.src.len(), "src")?;
-            Ok(mutation_response(g.mutate(&Change::RemoveEdges {
-                src: r.src,
-                dst: r.dst,
-            })?))
-        })
-        .await
+        self.edge_change(req, |src, dst| Change::RemoveEdges { src, dst })
+            .await
     }
 
     async fn graph_analysis(

@@ -134,18 +134,15 @@ impl Reader<'_> {
     }
 
     fn u32s(&mut self) -> Result<Vec<u32>> {
-        let n = self.u32()? as usize;
-        let raw = self.take(
-            n.checked_mul(4)
-                .ok_or_else(|| bad("count overflows".into()))?,
-        )?;
-        Ok(raw
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-            .collect())
+        self.words(u32::from_le_bytes)
     }
 
     fn f32s(&mut self) -> Result<Vec<f32>> {
+        self.words(f32::from_le_bytes)
+    }
+
+    /// A count, then that many 4-byte little-endian values.
+    fn words<T>(&mut self, parse: fn([u8; 4]) -> T) -> Result<Vec<T>> {
         let n = self.u32()? as usize;
         let raw = self.take(
             n.checked_mul(4)
@@ -153,7 +150,7 @@ impl Reader<'_> {
         )?;
         Ok(raw
             .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .map(|c| parse(c.try_into().unwrap()))
             .collect())
     }
 }
