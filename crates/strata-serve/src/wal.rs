@@ -755,16 +755,24 @@ mod tests {
             return;
         }
         let tmp = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
+        // The child's output is captured: inherited, it would be a file whenever the test run
+        // is redirected to one, and past the size limit the child could not write to it.
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "wal::tests::a_failed_append_is_rolled_back",
                 "--exact",
                 "--nocapture",
             ])
             .env(CHILD_ENV, tmp.path())
-            .status()
+            .output()
             .unwrap();
-        assert!(status.success(), "the child test failed: {status}");
+        assert!(
+            out.status.success(),
+            "the child test failed: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let (_, replay) = open(tmp.path(), 0);
         assert_eq!(replay.records, records(&[(1, b"before"), (2, b"after")]));
         assert_eq!(replay.truncated_bytes, 0);
