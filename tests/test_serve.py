@@ -10,19 +10,15 @@ GraphSAGE model written with NumPy alone."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import run_strata
+from serve_process import Server, server_env, serving
 from strata.serve import Client, _proto
 from strata.serve.client import TOKEN_ENV, ServiceError
 
@@ -31,95 +27,7 @@ HIDDEN = 12
 FANOUTS = [5, 3]
 
 
-# Servers ----------------------------------------------------------------------------------
-
-
-def _env() -> dict:
-    """The environment of a server: no token unless a test passes one."""
-    env = dict(os.environ)
-    env.pop(TOKEN_ENV, None)
-    return env
-
-
-class Server:
-    """A ``strata serve`` child process, started on ``state_dir`` with ``args``; ``addr`` once
-    it prints ``listening on HOST:PORT``. Its stdout is collected in ``lines``."""
-
-    def __init__(self, state_dir: Path, *args, listen: str = "127.0.0.1:0", ready_timeout: float = 60.0):
-        self.state_dir = Path(state_dir)
-        cmd = [sys.executable, "-m", "strata", "serve", *map(str, args), "--listen", listen]
-        cmd += ["--state-dir", str(state_dir)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-        self.addr: str | None = None
-        self.lines: list[str] = []
-        self.err: list[str] = []
-        self._ready = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._read_stdout, daemon=True),
-            threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-        if not self._ready.wait(ready_timeout) or self.addr is None:
-            self.kill()
-            raise AssertionError(f"strata serve did not start:\n{self.output}\n{self.stderr}")
-
-    def _read_stdout(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if self.addr is None and line.startswith("listening on "):
-                self.addr = line.split()[2]
-                self._ready.set()
-        self._ready.set()  # EOF: the server exited (maybe before it listened)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self.err)
-
-    def after_listening(self) -> str:
-        """The stdout printed after the ``listening on`` line (the stop summary)."""
-        i = next(i for i, line in enumerate(self.lines) if line.startswith("listening on "))
-        return "".join(self.lines[i + 1 :])
-
-    def client(self, **kw) -> Client:
-        return Client(self.addr, **kw)
-
-    def _join(self) -> None:
-        for t in self._threads:
-            t.join(timeout=10)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
-        """Sends ``sig`` and waits for the exit; returns the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"strata serve did not stop within {timeout} s after signal {sig}") from None
-        self._join()
-        return rc
-
-    def kill(self) -> None:
-        """SIGKILL (no-op when it already exited)."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._join()
-
-
-@contextmanager
-def serving(state_dir: Path, *args, **kw):
-    """A server for the ``with`` block, killed when the block fails or forgets to stop it."""
-    server = Server(state_dir, *args, **kw)
-    try:
-        yield server
-    finally:
-        server.kill()
+# Servers ---------------------------------------------------------------------------------
 
 
 def error_code(fn, *args, **kwargs) -> str:
@@ -582,7 +490,7 @@ def test_mutations_survive_a_restart(tmp_path, sbm, store, fold):
 
 def test_serving_other_hosts_needs_a_token(tmp_path):
     proc = run_strata("serve", "--listen", "0.0.0.0:0", "--state-dir", tmp_path / "state", check=False, timeout=60,
-                      env=_env())  # fmt: skip
+                      env=server_env())  # fmt: skip
     assert proc.returncode != 0
     assert "token" in (proc.stderr + proc.stdout).lower()
     assert "listening on" not in proc.stdout
@@ -605,8 +513,8 @@ def test_a_token_is_required_when_set(tmp_path, sbm, monkeypatch):
             assert c.status()["graphs"][0]["name"] == "g"
         monkeypatch.delenv(TOKEN_ENV)
         addr = server.addr
-        assert run_strata("serve", "status", "--address", addr, check=False, env=_env()).returncode != 0
-        shown = run_strata("serve", "status", "--address", addr, "--token", "s3cret", env=_env())
+        assert run_strata("serve", "status", "--address", addr, check=False, env=server_env()).returncode != 0
+        shown = run_strata("serve", "status", "--address", addr, "--token", "s3cret", env=server_env())
         assert "g:" in shown.stdout
         assert server.stop() == 0
     # Off loopback, a token makes it serve.
@@ -668,18 +576,20 @@ def test_rate_limit(tmp_path, sbm):
 
 
 def test_status_command(shared):
-    shown = run_strata("serve", "status", "--address", shared.server.addr, env=_env())
+    shown = run_strata("serve", "status", "--address", shared.server.addr, env=server_env())
     out = shown.stdout
     assert "g:" in out and "np_sage:" in out
     assert "hit rate" in out and "queue depth" in out
     assert f"{NODES} vertices" in out
-    status = json.loads(run_strata("serve", "status", "--address", shared.server.addr, "--json", env=_env()).stdout)
+    status = json.loads(
+        run_strata("serve", "status", "--address", shared.server.addr, "--json", env=server_env()).stdout
+    )
     assert "g" in [g["name"] for g in status["graphs"]]
     assert "np_sage" in [m["name"] for m in status["models"]]
     assert status["listen"] == shared.server.addr
     assert {"page_cache", "embedding_cache", "queue_depth", "requests_done"} <= set(status)
     # Nobody listening: a clear failure, not a hang.
-    gone = run_strata("serve", "status", "--address", "127.0.0.1:1", "--timeout", "2", check=False, env=_env())
+    gone = run_strata("serve", "status", "--address", "127.0.0.1:1", "--timeout", "2", check=False, env=server_env())
     assert gone.returncode != 0 and "UNAVAILABLE" in gone.stderr
 
 
@@ -703,7 +613,9 @@ def test_cli_registers_stores_given_as_arguments(tmp_path, sbm):
         assert set(graphs) == {"sbm", "other"}
         assert all(g["reordered"] for g in graphs.values())
         assert server.stop() == 0
-    bad = run_strata("serve", tmp_path / "nowhere", "--state-dir", tmp_path / "s2", check=False, timeout=60, env=_env())
+    bad = run_strata(
+        "serve", tmp_path / "nowhere", "--state-dir", tmp_path / "s2", check=False, timeout=60, env=server_env()
+    )
     assert bad.returncode != 0 and "not a Strata store" in bad.stderr
 
 

@@ -6,11 +6,7 @@ entirely or not at all, and the served graph and its store version on disk are c
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,63 +15,13 @@ import numpy as np
 import pytest
 
 from conftest import run_strata
+from serve_process import Server
 from strata.serve import Client
-from strata.serve.client import TOKEN_ENV, ServiceError
+from strata.serve.client import ServiceError
 
 NODES, DIM = 800, 8
 ROUNDS = 8
 GRAPH = "g"
-
-
-class Server:
-    """A ``strata serve`` child process; ``addr`` once it prints ``listening on HOST:PORT``."""
-
-    def __init__(self, state_dir: Path, *args, ready_timeout: float = 60.0):
-        env = dict(os.environ)
-        env.pop(TOKEN_ENV, None)
-        cmd = [sys.executable, "-m", "strata", "serve", *map(str, args), "--listen", "127.0.0.1:0"]
-        cmd += ["--state-dir", str(state_dir)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        self.addr: str | None = None
-        self.lines: list[str] = []
-        self.err: list[str] = []
-        self._ready = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._read_stdout, daemon=True),
-            threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-        if not self._ready.wait(ready_timeout) or self.addr is None:
-            self.kill()
-            raise AssertionError(f"strata serve did not start:\n{''.join(self.lines)}\n{''.join(self.err)}")
-
-    def _read_stdout(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if self.addr is None and line.startswith("listening on "):
-                self.addr = line.split()[2]
-                self._ready.set()
-        self._ready.set()
-
-    def kill(self) -> None:
-        """``kill -9`` (no-op when it already exited)."""
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        for t in self._threads:
-            t.join(timeout=10)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError("strata serve did not stop within 60 s of SIGTERM") from None
-        for t in self._threads:
-            t.join(timeout=10)
-        return rc
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +23,7 @@ from .. import _native
 from ..config import as_dict
 from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
 from ..errors import InputNotFoundError, StoreFormatError
+from ..stopping import run_until_stopped
 from ..units import fmt_bytes, fmt_count, fmt_duration
 
 ProgressFn = Callable[..., bool]
@@ -420,21 +419,9 @@ def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[st
         else:
             print(f"listening on {addr} ({fmt_bytes(cfg.capacity)} to lend)", flush=True)
 
-    def terminate(signum, frame):
-        raise _Terminated()
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
-    try:
-        _native.farmem_serve(cfg.listen, int(cfg.capacity), ready, info.update)
-        info["stopped_by"] = "server"
-    except _Terminated:
-        info["stopped_by"] = "SIGTERM"
-    except KeyboardInterrupt:
-        info["stopped_by"] = "interrupt"
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    info["stopped_by"] = run_until_stopped(
+        lambda: _native.farmem_serve(cfg.listen, int(cfg.capacity), ready, info.update)
+    )
     info["seconds"] = time.monotonic() - started[0]
     return info
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,12 +11,9 @@ from pathlib import Path
 from .. import _native
 from ..config.serve import ServeConfig
 from ..errors import ConfigError
+from ..stopping import run_until_stopped
 from ..units import fmt_bytes
 from .client import TOKEN_ENV
-
-
-class _Terminated(Exception):
-    pass
 
 
 def _stores(cfg: ServeConfig) -> list[tuple[str, str]]:
@@ -80,22 +75,8 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
             )
             print(f"listening on {addr}" + (" (token required)" if token else ""), flush=True)
 
-    def terminate(signum, frame):
-        raise _Terminated()
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, terminate) if main_thread else None
     started = time.monotonic()
-    try:
-        _native.serve_run(json.dumps(native_options), ready, info.update)
-        info["stopped_by"] = "server"
-    except _Terminated:
-        info["stopped_by"] = "SIGTERM"
-    except KeyboardInterrupt:
-        info["stopped_by"] = "interrupt"
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    info["stopped_by"] = run_until_stopped(lambda: _native.serve_run(json.dumps(native_options), ready, info.update))
     info.setdefault("seconds", time.monotonic() - started)
     return info
 
