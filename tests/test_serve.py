@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import statistics
 import time
 from pathlib import Path
 
@@ -572,6 +573,18 @@ def test_rate_limit(tmp_path, sbm):
         assert server.stop() == 0
 
 
+def test_small_calls_are_not_held_back_by_nagle(shared):
+    # Without TCP_NODELAY on the server's connections, the frames after a response's first
+    # write waited for the client's delayed ACK: about 40 ms on every call.
+    shared.c.status()
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        shared.c.status()
+        times.append(time.perf_counter() - t0)
+    assert statistics.median(times) < 0.015, f"median Status round trip {statistics.median(times) * 1e3:.1f} ms"
+
+
 # The CLI ------------------------------------------------------------------------------------
 
 
@@ -608,11 +621,17 @@ def test_sigterm_drains_queued_analyses(tmp_path, sbm):
 
 
 def test_cli_registers_stores_given_as_arguments(tmp_path, sbm):
-    with serving(tmp_path / "state", sbm, f"other={sbm}") as server, server.client() as c:
-        graphs = {g["name"]: g for g in c.status()["graphs"]}
+    with serving(tmp_path / "state", sbm, f"other={sbm}", "--memory", "8M", "--no-embedding-cache") as server:
+        with server.client() as c:
+            status = c.status()
+        graphs = {g["name"]: g for g in status["graphs"]}
         assert set(graphs) == {"sbm", "other"}
         assert all(g["reordered"] for g in graphs.values())
+        # Without the embedding cache, the page cache has all of --memory.
+        assert status["embedding_cache"]["capacity_bytes"] == 0
+        assert status["page_cache"]["capacity_bytes"] == 8 << 20
         assert server.stop() == 0
+        assert "embedding cache 0 B" in server.output
     bad = run_strata(
         "serve", tmp_path / "nowhere", "--state-dir", tmp_path / "s2", check=False, timeout=60, env=server_env()
     )

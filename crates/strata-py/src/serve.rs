@@ -24,6 +24,7 @@ struct Options {
     listen: String,
     state_dir: PathBuf,
     memory: u64,
+    embedding_cache: bool,
     token: Option<String>,
     max_message: usize,
     max_ids: usize,
@@ -72,6 +73,7 @@ fn serve_run(
         listen: o.listen,
         state_dir: o.state_dir,
         memory_bytes: o.memory,
+        embedding_cache: o.embedding_cache,
         token: o.token,
         max_message_bytes: o.max_message,
         limits: Limits {

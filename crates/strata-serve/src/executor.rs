@@ -248,6 +248,9 @@ impl Drop for Executor {
 }
 
 fn run(shared: &Shared, rx: &Receiver<Job>) {
+    // The input rows of a group, reused: a fresh multi-MB buffer per group is a fresh mapping
+    // (large allocations are mmap'ed), and faulting its pages in cost more than the copy.
+    let mut x: Vec<f32> = Vec::new();
     while let Ok(first) = rx.recv() {
         let deadline = Instant::now() + shared.config.window;
         let mut batch = vec![first];
@@ -257,7 +260,7 @@ fn run(shared: &Shared, rx: &Receiver<Job>) {
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
             }
         }
-        run_batch(shared, batch);
+        run_batch(shared, batch, &mut x);
         expire(shared);
     }
 }
@@ -273,7 +276,7 @@ fn expire(shared: &Shared) {
 }
 
 /// Runs a window's jobs, one (graph, model) share at a time (Alg. 1 line 2).
-fn run_batch(shared: &Shared, batch: Vec<Job>) {
+fn run_batch(shared: &Shared, batch: Vec<Job>, x: &mut Vec<f32>) {
     let mut shares: Vec<Vec<Job>> = Vec::new();
     for job in batch {
         let same =
@@ -285,7 +288,7 @@ fn run_batch(shared: &Shared, batch: Vec<Job>) {
     }
     for share in shares {
         let started = Instant::now();
-        let outputs = run_share(shared, &share);
+        let outputs = run_share(shared, &share, x);
         for (i, job) in share.iter().enumerate() {
             let output = match &outputs {
                 Ok(outs) => Ok(outs[i].clone()),
@@ -321,8 +324,9 @@ fn finish(
     shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
 }
 
-/// Embeds the distinct vertices of a share group by group, then answers each job.
-fn run_share(shared: &Shared, share: &[Job]) -> Result<Vec<Output>> {
+/// Embeds the distinct vertices of a share group by group, then answers each job; `x` is
+/// scratch for the groups' input rows.
+fn run_share(shared: &Shared, share: &[Job], x: &mut Vec<f32>) -> Result<Vec<Output>> {
     let graph = &share[0].graph;
     let model = &share[0].model;
     let arch = model.model.architecture();
@@ -335,7 +339,7 @@ fn run_share(shared: &Shared, share: &[Job]) -> Result<Vec<Output>> {
     })?;
     let mut table: HashMap<u32, Arc<[f32]>> = HashMap::new();
     for group in &plan.groups {
-        embed_group(shared, graph, model, &sampler, group, &mut table)?;
+        embed_group(shared, graph, model, &sampler, group, &mut table, x)?;
     }
     // The mapping table addresses embeddings by position in the concatenated groups.
     let order: Vec<u32> = plan.groups.concat();
@@ -347,7 +351,8 @@ fn run_share(shared: &Shared, share: &[Job]) -> Result<Vec<Output>> {
         .collect()
 }
 
-/// Embeddings of `group` into `table`: from the cache, else one fused sample + forward.
+/// Embeddings of `group` into `table`: from the cache, else one fused sample + forward
+/// (`x` is scratch for the input rows).
 fn embed_group(
     shared: &Shared,
     graph: &ServedGraph,
@@ -355,6 +360,7 @@ fn embed_group(
     sampler: &NeighborSampler,
     group: &[u32],
     table: &mut HashMap<u32, Arc<[f32]>>,
+    x: &mut Vec<f32>,
 ) -> Result<()> {
     let epoch = graph.epoch();
     let key = |v: u32| (model.id, graph.uid, epoch, v);
@@ -375,10 +381,11 @@ fn embed_group(
     }
     let sample = graph.with_view(|view| sampler.sample(view, &need, ANALYSIS_BATCH_KEY))?;
     let dim = graph.feature_dim();
-    let mut x = vec![0f32; sample.nodes.len() * dim];
-    let read = graph.gather(&shared.page_cache, &sample.nodes, &mut x)?;
+    x.clear();
+    x.resize(sample.nodes.len() * dim, 0.0);
+    let read = graph.gather(&shared.page_cache, &sample.nodes, x)?;
     shared.bytes_read.fetch_add(read, Ordering::Relaxed);
-    let out = model.model.forward(&sample.blocks, &x)?;
+    let out = model.model.forward(&sample.blocks, x)?;
     let width = model.model.architecture().out_dim;
     shared
         .vertices_embedded

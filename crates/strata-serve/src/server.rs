@@ -8,6 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
@@ -20,7 +22,7 @@ use crate::registry::Registry;
 use crate::reorder::ReorderParams;
 use crate::service::{Core, Limits, Service};
 
-/// Share of `--memory` given to the embedding cache; the rest is the page cache.
+/// Share of `--memory` given to the embedding cache (when on); the rest is the page cache.
 const EMBEDDING_SHARE: f64 = 0.25;
 /// How often the stop condition and the fold policy are checked.
 const TICK: Duration = Duration::from_millis(100);
@@ -35,6 +37,9 @@ pub struct ServeConfig {
     /// Bytes for the page cache and the embedding cache together (topology, in memory as
     /// GLIST's translation tables are, is on top).
     pub memory_bytes: u64,
+    /// Whether node embeddings are cached (GLIST's "C"); off, the page cache gets all of
+    /// `memory_bytes`.
+    pub embedding_cache: bool,
     /// Shared secret clients send as `authorization: Bearer TOKEN`; required to listen on a
     /// non-loopback address.
     pub token: Option<String>,
@@ -60,8 +65,14 @@ pub struct BudgetPlan {
 }
 
 impl BudgetPlan {
-    pub fn of(memory_bytes: u64) -> BudgetPlan {
-        let embedding = (memory_bytes as f64 * EMBEDDING_SHARE) as u64;
+    /// The split of `memory_bytes`: a quarter to embeddings when `embedding_cache`, the rest
+    /// (or all) to pages.
+    pub fn of(memory_bytes: u64, embedding_cache: bool) -> BudgetPlan {
+        let embedding = if embedding_cache {
+            (memory_bytes as f64 * EMBEDDING_SHARE) as u64
+        } else {
+            0
+        };
         BudgetPlan {
             page_cache_bytes: memory_bytes - embedding,
             embedding_cache_bytes: embedding,
@@ -133,7 +144,7 @@ pub fn serve(
     if cfg.token.as_deref() == Some("") {
         return Err(ServeError::InvalidArgument("token: empty".into()));
     }
-    let plan = BudgetPlan::of(cfg.memory_bytes);
+    let plan = BudgetPlan::of(cfg.memory_bytes, cfg.embedding_cache);
     let registry = Registry::open(&cfg.state_dir)?;
     for (name, path) in &cfg.register {
         if registry.graph(name).is_err() {
@@ -177,7 +188,10 @@ pub fn serve(
         tonic::transport::Server::builder()
             .add_service(service)
             .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                // Without TCP_NODELAY, a response's trailing frames wait for the client's
+                // delayed ACK (Nagle): about 40 ms added to every call.
+                TcpListenerStream::new(listener)
+                    .map(|conn| conn.and_then(|s| s.set_nodelay(true).map(|()| s))),
                 async {
                     let _ = stop_rx.await;
                 },

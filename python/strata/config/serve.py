@@ -19,6 +19,9 @@ class ServeConfig:
     listen: str = option("127.0.0.1:7100", help="HOST:PORT to listen on; port 0 picks a free one")
     state_dir: Path = option(Path("strata-serve-state"), help="where registered graphs, models and logs live")
     memory: Size = option(Size(1 << 30), help="bytes for the page cache (3/4) and the embedding cache (1/4)")
+    embedding_cache: bool = option(
+        True, help="cache node embeddings until the graph changes (GLIST's C); off gives all of --memory to pages"
+    )
     token: str = option("", help="shared secret clients must send (default $STRATA_SERVE_TOKEN); required off loopback")
     max_message: Size = option(Size(64 << 20), help="largest request or response message")
     max_ids: int = option(1_000_000, help="most ids (targets, seeds, vertices, edges) in one request")

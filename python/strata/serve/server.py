@@ -44,6 +44,7 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
         "listen": cfg.listen,
         "state_dir": str(cfg.state_dir),
         "memory": int(cfg.memory),
+        "embedding_cache": cfg.embedding_cache,
         "token": token,
         "max_message": int(cfg.max_message),
         "max_ids": cfg.max_ids,

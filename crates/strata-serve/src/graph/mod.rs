@@ -321,6 +321,17 @@ impl ServedGraph {
             return Ok(0);
         }
         let dim = version.feature_dim;
+        if from_file.len() == ids.len() {
+            // No row is in memory (the common case): read straight into `out`.
+            let stats = version.features.read_rows(
+                cache,
+                version.feature_offset,
+                dim * 4,
+                ids,
+                bytemuck::cast_slice_mut(out),
+            )?;
+            return Ok(stats.bytes_read);
+        }
         let rows: Vec<u32> = from_file.iter().map(|&i| ids[i]).collect();
         let mut bytes = vec![0u8; rows.len() * dim * 4];
         let stats = version.features.read_rows(
