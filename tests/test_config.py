@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from strata.config import SECTIONS, ConvertConfig, describe, load
+from strata.config.schema import coerce_field
 from strata.errors import ConfigError
 
 
@@ -41,7 +42,7 @@ def test_precedence_defaults_file_flags_overrides(tmp_path):
         ({"flags": {"split": "0.5,0.1"}}, "expected three fractions"),
         ({"flags": {"delimiter": "pipe"}}, "expected one of 'auto', 'tab', 'comma', 'whitespace'"),
         ({"flags": {"threads": "two"}}, "--threads: expected an integer"),
-        ({"flags": {"threads": "-1"}}, "convert.threads: must be >= 0"),
+        ({"flags": {"threads": "-1"}}, "--threads: must be >= 0, got -1"),
         ({"flags": {"split": "0.8,0.1,0.1"}, "overrides": ["convert.valid=v.txt"]}, "cannot be combined"),
     ],
 )
@@ -108,3 +109,61 @@ def test_gnn_train_defaults_match_the_native_data_path():
     # Python resolves the device tier's "auto" against the torch device; natively it is off.
     assert ours["device_memory"] == "auto" and native.pop("device_memory") == 0
     assert {k: ours[k] for k in native} == native
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[convert]\nout = "x"\nthreads = 2.7\n', "run.toml: [convert] threads: expected an integer, got 2.7"),
+        ('[convert]\nout = "x"\nthreads = 2.0\n', "run.toml: [convert] threads: expected an integer, got 2.0"),
+        ('[convert]\nout = "x"\nseed = -5\n', "run.toml: [convert] seed: must be >= 0, got -5"),
+        ('[convert]\nout = "x"\nseed = 9223372036854775808\n', "[convert] seed: must be <= 9223372036854775807"),
+        ('[convert]\nout = "x"\nthreads = true\n', "[convert] threads: expected an integer, got True"),
+        ('[convrt]\nout = "x"\n', "run.toml: unknown section [convrt]; did you mean [convert]?"),
+        ("[embed.trian]\ndim = 4\n", "run.toml: unknown section [embed.trian]; did you mean [embed.train]?"),
+        ("memory = 3\n", "run.toml: unknown option 'memory' outside any section"),
+        ("[embed]\ndim = 4\n", "run.toml: [embed] holds sections, not options: put 'dim' in one of [embed.eval]"),
+        ("convert = 3\n", "run.toml: [convert] must be a table of options, got 3"),
+        # Every section of the file is checked, not only the one the command reads.
+        ('[convert]\nout = "x"\n[embed.train]\ndim = "big"\n', "run.toml: [embed.train] dim: expected an integer"),
+        ('[convert]\nout = "x"\n[embed.train]\ndimm = 4\n', "[embed.train] has no option 'dimm'; did you mean 'dim'?"),
+        ("[gnn.train]\nlr = nan\n", "run.toml: [gnn.train] lr: expected a finite number, got nan"),
+    ],
+)
+def test_config_files_are_strict(tmp_path, text, message):
+    with pytest.raises(ConfigError) as exc:
+        load(ConvertConfig, config_file=write(tmp_path, text))
+    assert message in str(exc.value)
+
+
+def test_a_section_check_names_the_file_the_value_came_from(tmp_path):
+    from strata.config import EmbedTrainConfig
+
+    toml = write(tmp_path, '[embed.train]\nstore = "x"\npartitions = 5\nbuffer = 2\n')
+    with pytest.raises(ConfigError, match=r"needs a buffer of 3, got 2 \(from .*run\.toml: \[embed\.train\] buffer\)"):
+        load(EmbedTrainConfig, config_file=toml)
+
+
+@pytest.mark.parametrize("name", sorted(SECTIONS))
+def test_every_integer_option_is_range_checked_in_every_route(name):
+    """-5 and 2.7 are refused for every integer option, from a file, a flag, -p and Python."""
+    import typing
+
+    cls = SECTIONS[name]
+    ints = [k for k, tp in typing.get_type_hints(cls).items() if tp in (int, int | None)]
+    for key in ints:
+        for bad in (-5, 2.7):
+            with pytest.raises(ConfigError, match=rf"{key}: (must be >= 0|expected an integer)"):
+                coerce_field(cls, key, bad, f"[{name}] {key}")
+            with pytest.raises(ConfigError, match=rf"-p {name}.{key}: (must be >= 0|expected an integer)"):
+                load(cls, overrides=[f"{name}.{key}={bad}"])
+
+
+def test_config_errors_exit_2_naming_file_section_and_key(tmp_path, strata_cli):
+    toml = write(tmp_path, "[convert]\nthreads = 2.7\n")
+    proc = strata_cli("convert", tmp_path / "e.tsv", "--out", tmp_path / "g", "--config", toml, check=False)
+    assert proc.returncode == 2
+    assert f"{toml}: [convert] threads: expected an integer, got 2.7" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = strata_cli("convert", tmp_path / "e.tsv", "--out", tmp_path / "g", "-p", "convert.seed=-5", check=False)
+    assert proc.returncode == 2 and "-p convert.seed: must be >= 0, got -5" in proc.stderr

@@ -72,8 +72,6 @@ class ConvertConfig:
     def check(self) -> None:
         if self.columns and self.relations and "rel" not in self.columns.split(","):
             raise ConfigError("convert.columns: --relations needs a 'rel' column, got " + repr(self.columns))
-        if self.threads < 0:
-            raise ConfigError(f"convert.threads: must be >= 0, got {self.threads}")
         if self.split and (self.valid or self.test):
             raise ConfigError("convert.split: a random split cannot be combined with --valid/--test files")
         if self.io_chunk % 4096 or self.io_chunk == 0:

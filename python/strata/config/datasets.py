@@ -42,7 +42,3 @@ class FetchConfig:
             raise ConfigError(f"datasets.fetch.mirror: expected an http:// or https:// URL, got {self.mirror!r}")
         if self.timeout <= 0:
             raise ConfigError(f"datasets.fetch.timeout: must be positive, got {self.timeout}")
-        if self.retries < 0:
-            raise ConfigError(f"datasets.fetch.retries: must be >= 0, got {self.retries}")
-        if self.threads < 0:
-            raise ConfigError(f"datasets.fetch.threads: must be >= 0, got {self.threads}")

@@ -16,7 +16,7 @@ ORDERING_HELP = (
 
 @section("embed.plan")
 class EmbedPlanConfig:
-    partitions: int = option(help="number of node partitions n")
+    partitions: int = option(help="number of node partitions n", max=(1 << 32) - 1)
     buffer: int = option(3, help="partitions resident at once (legend needs 3; sequential needs 2)")
     ordering: Literal["legend", "beta", "sequential"] = option("legend", help=ORDERING_HELP)
     show_buckets: bool = option(False, help="list the buckets trained in each state")
@@ -62,7 +62,7 @@ class EmbedTrainConfig:
     reciprocal: bool = option(
         True, help="relations get inverse rows used when heads are corrupted (reciprocal relations)"
     )
-    partitions: int = option(0, help="node partitions; 0 plans the fewest that fit --memory")
+    partitions: int = option(0, help="node partitions; 0 plans the fewest that fit --memory", max=(1 << 32) - 1)
     buffer: int = option(3, help="partitions resident at once when the table is partitioned")
     ordering: Literal["legend", "beta", "sequential"] = option("legend", help=ORDERING_HELP)
     threads: int = option(0, help="worker threads over a bucket's chunks; 0 means one per core")
@@ -84,9 +84,6 @@ class EmbedTrainConfig:
         for name in ("dim", "epochs", "chunk_size", "negatives", "buffer", "eval_negatives"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"embed.train.{name}: need at least 1, got {getattr(self, name)}")
-        for name in ("partitions", "threads", "seed", "eval_every", "eval_max_queries"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"embed.train.{name}: must not be negative, got {getattr(self, name)}")
         if self.model in ("complex", "rotate") and self.dim % 2:
             raise ConfigError(
                 f"embed.train.dim: {self.model} needs an even dim (real and imaginary halves), got {self.dim}"

@@ -17,7 +17,7 @@ class GnnTrainConfig:
     model: Literal["sage", "sage_pool", "gcn", "gin", "gat"] = option(
         "sage", help="GraphSAGE (mean aggregator), GraphSAGE (max-pool), GCN, GIN or GAT, in plain torch"
     )
-    fanouts: list[int] = option([15, 10], help="neighbours per hop from the seeds outwards; -1 keeps all")
+    fanouts: list[int] = option([15, 10], help="neighbours per hop from the seeds outwards; -1 keeps all", min=-1)
     batch_size: int = option(1024, help="seed nodes per mini-batch")
     hidden: int = option(256, help="hidden units per layer (per head for gat)")
     heads: int = option(4, help="attention heads of gat")

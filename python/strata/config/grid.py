@@ -104,10 +104,6 @@ class RunConfig:
             raise ConfigError(f"run.tolerance: must be >= 0, got {self.tolerance}")
         if not 0.0 <= self.damping < 1.0:
             raise ConfigError(f"run.damping: must be in [0, 1), got {self.damping}")
-        if self.root < 0:
-            raise ConfigError(f"run.root: must be a vertex id >= 0, got {self.root}")
-        if self.threads < 0:
-            raise ConfigError(f"run.threads: must be >= 0 (0: one per core), got {self.threads}")
         if self.vertex not in ("auto", "memory", "windows"):
             raise ConfigError(f"run.vertex: expected auto, memory or windows, got {self.vertex!r}")
         if self.segment != 0 and self.segment < 4096:
@@ -115,8 +111,6 @@ class RunConfig:
         for name in ("prefetch", "disk_fetchers", "far_fetchers"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"run.{name}: need at least 1, got {getattr(self, name)}")
-        if self.far_connections < 0:
-            raise ConfigError(f"run.far_connections: must be >= 0 (0: probe), got {self.far_connections}")
         if not 0.0 <= self.far_ratio <= 1.0:
             raise ConfigError(f"run.far_ratio: must be in [0, 1], got {self.far_ratio}")
         if not 4096 <= self.far_chunk <= 64 << 20:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
+import math
+import re
+import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, NewType, Union
-
-import tomllib
 
 from ..errors import ConfigError
 from ..units import fmt_bytes, parse_size
@@ -30,6 +32,11 @@ Fractions = NewType("Fractions", tuple)
 
 SECTIONS: dict[str, type] = {}
 
+#: The range of an integer option unless the option says otherwise: every integer option of
+#: Strata is a count, an index, a seed or a size, and the engines take them as unsigned 64-bit
+#: (or narrower, declared with ``option(..., min=..., max=...)``).
+INT_RANGE = (0, (1 << 63) - 1)
+
 
 def section(name: str):
     """Registers a dataclass as config section ``name`` (e.g. ``generate.rmat``)."""
@@ -40,9 +47,8 @@ def section(name: str):
         def __post_init__(self):
             # Coerce and validate however the section is built: from the CLI, a TOML file, or
             # Python code passing plain strings and ints.
-            hints = _hints(type(self))
             for f in dataclasses.fields(self):
-                value = coerce(getattr(self, f.name), hints[f.name], f"{name}.{f.name}")
+                value = coerce_field(type(self), f.name, getattr(self, f.name), f"{name}.{f.name}")
                 object.__setattr__(self, f.name, value)
             if user_check is not None:
                 user_check(self)
@@ -63,13 +69,17 @@ def option(
     positional: bool = False,
     short: str | None = None,
     flag: bool = True,
+    min: int | None = None,
+    max: int | None = None,
 ) -> Any:
     """A config field: ``help`` is shown by ``--help`` and ``strata config show``.
 
     ``positional`` makes it a positional argument (a list field takes any number);
-    ``flag=False`` keeps it out of the command line (config file and ``-p`` only).
+    ``flag=False`` keeps it out of the command line (config file and ``-p`` only). ``min`` and
+    ``max`` bound an integer field (or each item of a list of integers), inclusive; unset, they
+    are :data:`INT_RANGE`.
     """
-    meta = {"help": help, "positional": positional, "short": short, "flag": flag}
+    meta = {"help": help, "positional": positional, "short": short, "flag": flag, "min": min, "max": max}
     if isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -79,6 +89,7 @@ def fields(cls) -> list[dataclasses.Field]:
     return list(dataclasses.fields(cls))
 
 
+@functools.cache
 def _hints(cls) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -110,8 +121,23 @@ def type_name(tp: Any) -> str:
     return name
 
 
-def coerce(value: Any, tp: Any, where: str) -> Any:
-    """Converts ``value`` (from TOML or a command-line string) to type ``tp``."""
+_INTEGER = re.compile(r"^[+-]?[0-9][0-9_]*$")
+
+
+def coerce_field(cls, key: str, value: Any, where: str) -> Any:
+    """Converts ``value`` to the type of field ``key`` of section ``cls`` and checks its range."""
+    meta = cls.__dataclass_fields__[key].metadata
+    low = INT_RANGE[0] if meta.get("min") is None else meta["min"]
+    high = INT_RANGE[1] if meta.get("max") is None else meta["max"]
+    return coerce(value, _hints(cls)[key], where, int_range=(low, high))
+
+
+def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RANGE) -> Any:
+    """Converts ``value`` (from TOML or a command-line string) to type ``tp``.
+
+    Strict: a TOML float for an integer option is an error (never truncated), integers must
+    lie in ``int_range`` (inclusive), and numbers must be finite.
+    """
     tp, optional = _unwrap_optional(tp)
 
     def fail(expected: str) -> ConfigError:
@@ -151,7 +177,7 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             raise fail(type_name(tp))
         # Command-line values may be comma-separated ("--queue-depths 1,4,16").
         items = [part for v in value for part in (v.split(",") if isinstance(v, str) else [v]) if part != ""]
-        return [coerce(v, item, where) for v in items]
+        return [coerce(v, item, where, int_range) for v in items]
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -159,17 +185,28 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             return value.lower() in ("true", "yes", "on", "1")
         raise fail("true or false")
     if tp is int:
-        if isinstance(value, bool):
+        # bool is an int subclass, and int("2.7") fails but int(2.7) truncates: only whole
+        # integers and integer literals pass.
+        if isinstance(value, bool) or not (
+            isinstance(value, int) or (isinstance(value, str) and _INTEGER.match(value.strip()))
+        ):
             raise fail("an integer")
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise fail("an integer") from None
+        number = int(value)
+        low, high = int_range
+        if not low <= number <= high:
+            bound = f"must be >= {low}" if number < low else f"must be <= {high}"
+            raise ConfigError(f"{where}: {bound}, got {number}")
+        return number
     if tp is float:
+        if isinstance(value, bool):
+            raise fail("a number")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise fail("a number") from None
+        if not math.isfinite(number):
+            raise fail("a finite number")
+        return number
     if tp is Path:
         if not isinstance(value, (str, Path)) or str(value) == "":
             raise fail("a path")
@@ -195,38 +232,77 @@ def _unknown_key(cls, key: str, where: str) -> ConfigError:
     return ConfigError(f"{where}: [{cls.__section__}] has no option '{key}'{hint}")
 
 
+def _check_document(doc: dict, config_file: Path, path: str = "") -> None:
+    """Checks every table and option of a config file, not only the section being loaded: an
+    unknown section, an unknown option or a wrongly typed value anywhere is an error, so a typo
+    in ``[embed.trian]`` is found on the first run rather than silently ignored."""
+    cls = SECTIONS.get(path)
+    for key, value in doc.items():
+        name = f"{path}.{key}" if path else key
+        if name in SECTIONS or any(s.startswith(name + ".") for s in SECTIONS):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{config_file}: [{name}] must be a table of options, got {value!r}")
+            _check_document(value, config_file, name)
+        elif cls is not None:
+            if key not in cls.__dataclass_fields__:
+                raise _unknown_key(cls, key, str(config_file))
+            coerce_field(cls, key, value, f"{config_file}: [{path}] {key}")
+        elif path and not isinstance(value, dict):
+            inside = ", ".join(f"[{s}]" for s in sorted(SECTIONS) if s.startswith(path + "."))
+            raise ConfigError(f"{config_file}: [{path}] holds sections, not options: put '{key}' in one of {inside}")
+        else:
+            known = sorted(SECTIONS)
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean [{close[0]}]?" if close else f"; sections are: {', '.join(known)}"
+            what = f"section [{name}]" if isinstance(value, dict) else f"option '{key}' outside any section"
+            raise ConfigError(f"{config_file}: unknown {what}{hint}")
+
+
+def _read_config_file(config_file: Path) -> dict:
+    try:
+        doc = tomllib.loads(Path(config_file).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {config_file} does not exist") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {config_file} cannot be read: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {config_file}: {e}") from None
+    _check_document(doc, config_file)
+    return doc
+
+
 def load(
     cls, *, config_file: Path | None = None, flags: dict[str, Any] | None = None, overrides: list[str] | None = None
 ):
-    """Builds section ``cls`` from defaults, a TOML file, flags and ``-p`` overrides."""
-    hints = _hints(cls)
+    """Builds section ``cls`` from defaults, a TOML file, flags and ``-p`` overrides.
+
+    Every error is a :class:`ConfigError` that names where the value came from: the file and
+    its ``[section] key``, the ``--flag`` or the ``-p`` override.
+    """
     values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    section_name = cls.__section__
     if config_file is not None:
-        try:
-            doc = tomllib.loads(Path(config_file).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {config_file} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {config_file}: {e}") from None
-        nested_sections = {n.split(".", 1)[1].split(".")[0] for n in SECTIONS if n.startswith(cls.__section__ + ".")}
-        for key, value in _table_for(doc, cls.__section__).items():
-            if key in nested_sections:
-                continue
-            if key not in hints:
-                raise _unknown_key(cls, key, str(config_file))
-            values[key] = coerce(value, hints[key], f"{config_file}: {cls.__section__}.{key}")
+        table = _table_for(_read_config_file(config_file), section_name)
+        for key, value in table.items():
+            if key in cls.__dataclass_fields__:
+                values[key] = coerce_field(cls, key, value, f"{config_file}: [{section_name}] {key}")
+                origin[key] = f"{config_file}: [{section_name}] {key}"
     for key, value in (flags or {}).items():
-        values[key] = coerce(value, hints[key], f"--{key.replace('_', '-')}")
+        flag = f"--{key.replace('_', '-')}"
+        values[key] = coerce_field(cls, key, value, flag)
+        origin[key] = flag
     for item in overrides or []:
         dotted, sep, raw = item.partition("=")
         if not sep:
-            raise ConfigError(f"-p {item!r}: expected SECTION.KEY=VALUE, e.g. -p {cls.__section__}.memory=2G")
+            raise ConfigError(f"-p {item!r}: expected SECTION.KEY=VALUE, e.g. -p {section_name}.memory=2G")
         sect, _, key = dotted.strip().rpartition(".")
-        if sect != cls.__section__:
-            raise ConfigError(f"-p {item!r}: this command reads section [{cls.__section__}], not [{sect or '?'}]")
-        if key not in hints:
+        if sect != section_name:
+            raise ConfigError(f"-p {item!r}: this command reads section [{section_name}], not [{sect or '?'}]")
+        if key not in cls.__dataclass_fields__:
             raise _unknown_key(cls, key, f"-p {item!r}")
-        values[key] = coerce(raw.strip(), hints[key], f"-p {dotted}")
+        values[key] = coerce_field(cls, key, raw.strip(), f"-p {dotted}")
+        origin[key] = f"-p {dotted}"
     missing = [
         f.name
         for f in fields(cls)
@@ -235,10 +311,18 @@ def load(
     if missing:
         flags_text = ", ".join(f"--{m.replace('_', '-')}" for m in missing)
         raise ConfigError(
-            f"[{cls.__section__}] needs a value for {', '.join(missing)} ({flags_text}, "
-            f"or -p {cls.__section__}.{missing[0]}=...)"
+            f"[{section_name}] needs a value for {', '.join(missing)} ({flags_text}, "
+            f"or -p {section_name}.{missing[0]}=...)"
         )
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ConfigError as e:
+        # A section's own check names the option (``embed.train.buffer: ...``); add where the
+        # value came from, so a bad value in a long config file is found at once.
+        named = [where for key, where in origin.items() if f"{section_name}.{key}" in str(e)]
+        if not named:
+            raise
+        raise ConfigError(f"{e} (from {', '.join(named)})") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
