@@ -8,49 +8,66 @@ export PYO3_PYTHON := $(abspath $(PY))
 export CARGO_TERM_COLOR ?= never
 
 RUST_SOURCES := Cargo.toml $(shell find crates -name '*.rs' -o -name Cargo.toml) $(shell find proto -name '*.proto')
-DEPS_STAMP := $(VENV)/.deps-installed
+# What each target installs is named in pyproject.toml, and only there: the project's own
+# dependencies plus the extras listed here. A stamp is named after its extras and depends on
+# pyproject.toml, so a changed list, or a target that needs more extras, installs again.
+SETUP_EXTRAS := dev
+TEST_EXTRAS := dev+torch+pyg
+SETUP_STAMP := $(VENV)/.deps-$(SETUP_EXTRAS)
+TEST_STAMP := $(VENV)/.deps-$(TEST_EXTRAS)
 EXT_STAMP := $(VENV)/.extension-built
 
-.PHONY: setup demo test test-rust test-python lint fmt bench clean
+.PHONY: setup setup-test demo test test-rust test-python lint fmt bench wheel clean
 
 $(PY):
 	python3 -m venv $(VENV)
 
-$(DEPS_STAMP): pyproject.toml | $(PY)
+$(VENV)/.deps-%: pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.24" "pytest>=7.4" "ruff>=0.6" "matplotlib>=3.7" "tensorboard>=2.14" "networkx>=3.0" "scipy>=1.10" "grpcio>=1.60" "protobuf>=4.25" $(EXTRA_PIP)
+	$(PY) tools/requirements.py $* > $@.txt
+	$(PY) -m pip install -q -r $@.txt
 	touch $@
 
-$(EXT_STAMP): $(DEPS_STAMP) $(RUST_SOURCES) pyproject.toml
+$(EXT_STAMP): $(SETUP_STAMP) $(RUST_SOURCES) pyproject.toml
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
 	touch $@
 
 setup: $(EXT_STAMP)
+
+# The tests need every optional dependency (torch and torch_geometric for the GNN and PyG
+# tests): a few GB on a first run, installed once.
+setup-test: $(EXT_STAMP) $(TEST_STAMP)
 
 demo: setup
 	$(VENV)/bin/strata demo
 
 test: test-rust test-python
 
-test-rust: setup
+test-rust: setup-test
 	cargo test --workspace --exclude strata-py --quiet
 
-test-python: setup
+test-python: setup-test
 	$(PY) -m pytest -q
 
 lint: setup
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benches
-	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/ruff check python tests benches tools
+	$(VENV)/bin/ruff format --check python tests benches tools
 
 fmt: setup
 	cargo fmt --all
-	$(VENV)/bin/ruff format python tests benches
-	$(VENV)/bin/ruff check --fix python tests benches
+	$(VENV)/bin/ruff format python tests benches tools
+	$(VENV)/bin/ruff check --fix python tests benches tools
+
+# One abi3 wheel (CPython 3.11+) in .whl/, the file `pip install` takes; tests/test_wheel.py
+# installs it into a fresh virtualenv and runs it outside the source tree.
+wheel: setup
+	rm -rf .whl
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin build --release --quiet --out .whl
 
 bench: setup
 	$(PY) benches/run.py
 
 clean:
-	rm -rf $(VENV) target python/strata/*.so
+	rm -rf $(VENV) target .whl python/strata/*.so

@@ -21,6 +21,18 @@ def shared_datasets() -> Path:
     return SHARED_DATASETS
 
 
+#: The extra of strata-gl that installs each optional dependency the tests use.
+EXTRAS = {"torch": "torch", "torch_geometric": "pyg", "matplotlib": "plot", "tensorboard": "tensorboard"}
+
+
+def needs(module: str):
+    """Imports optional dependency ``module``, or skips the test saying how to install it."""
+    extra = EXTRAS.get(module, "dev")
+    return pytest.importorskip(
+        module, reason=f"{module} is not installed: `make test` installs it (or pip install 'strata-gl[{extra}]')"
+    )
+
+
 def run_strata(*args: str | os.PathLike, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     """Runs ``python -m strata ARGS`` and returns the completed process (text output)."""
     proc = subprocess.run([sys.executable, "-m", "strata", *map(str, args)], capture_output=True, text=True, **kwargs)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import needs
 from strata import _native
 from strata.config import EmbedTrainConfig, as_dict
 from strata.embed import Run, train
@@ -220,7 +221,7 @@ def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli):
 
 
 def test_plot_writes_pngs(kg, tmp_path, strata_cli):
-    pytest.importorskip("matplotlib")
+    needs("matplotlib")
     run = tmp_path / "plot"
     strata_cli(
         "embed",
@@ -245,7 +246,7 @@ def test_plot_writes_pngs(kg, tmp_path, strata_cli):
 
 
 def test_tensorboard_events_when_installed(kg, tmp_path):
-    pytest.importorskip("tensorboard")
+    needs("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = train(EmbedTrainConfig(store=kg, run_dir=tmp_path / "tb", epochs=2, dim=16, chunk_size=200, negatives=64))

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import needs
+
+torch = needs("torch")
 
 from conftest import run_strata  # noqa: E402
 from strata.errors import ConfigError  # noqa: E402
@@ -156,7 +158,7 @@ def test_a_model_learns_links_from_the_batches(sbm):
 
 
 def test_pyg_link_neighbor_loader_trains_a_pyg_model(data):
-    pytest.importorskip("torch_geometric")
+    needs("torch_geometric")
     from torch_geometric.loader import LinkNeighborLoader
     from torch_geometric.nn import GraphSAGE
     from torch_geometric.sampler import NegativeSampling

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import needs
+
+torch = needs("torch")
 
 from strata.gnn.models import GNN, Block, GATConv, GCNConv, SAGEConv  # noqa: E402
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("torch_geometric")
+from conftest import needs
+
+torch = needs("torch")
+needs("torch_geometric")
 
 from torch_geometric.data import EdgeAttr, TensorAttr  # noqa: E402
 from torch_geometric.loader import NeighborLoader  # noqa: E402

@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import needs
+
+torch = needs("torch")
 
 from conftest import run_strata  # noqa: E402
 from strata.errors import BudgetError, ConfigError  # noqa: E402

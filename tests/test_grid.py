@@ -13,18 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("networkx")
-pytest.importorskip("scipy")
+from conftest import needs
 
-import networkx as nx
-import scipy.sparse as sparse
+needs("networkx")
+needs("scipy")
 
-from conftest import SHARED_DATASETS, run_strata
-from strata import Store
-from strata.config import ConvertConfig, GridBuildConfig, RunConfig
-from strata.convert import convert
-from strata.errors import BudgetError, ConfigError, InputNotFoundError, StoreFormatError
-from strata.grid import build_grid, format_iteration, format_summary, grid_info, list_grids, run
+import networkx as nx  # noqa: E402
+import scipy.sparse as sparse  # noqa: E402
+
+from conftest import SHARED_DATASETS, run_strata  # noqa: E402
+from strata import Store  # noqa: E402
+from strata.config import ConvertConfig, GridBuildConfig, RunConfig  # noqa: E402
+from strata.convert import convert  # noqa: E402
+from strata.errors import BudgetError, ConfigError, InputNotFoundError, StoreFormatError  # noqa: E402
+from strata.grid import build_grid, format_iteration, format_summary, grid_info, list_grids, run  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 N = 310  # vertices 300..309 have no edges at all

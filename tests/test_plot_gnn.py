@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("matplotlib")
+from conftest import needs
 
-from conftest import run_strata
-from strata.errors import RunError
-from strata.plot import plot_run
+needs("torch")
+needs("matplotlib")
+
+from conftest import run_strata  # noqa: E402
+from strata.errors import RunError  # noqa: E402
+from strata.plot import plot_run  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 CHARTS = ["accuracy.png", "loader.png", "loss.png", "tiers.png"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_strata
+from conftest import needs, run_strata
 from serve_process import Server, server_env, serving
 from strata.serve import Client, _proto
 from strata.serve.client import TOKEN_ENV, ServiceError
@@ -644,7 +644,7 @@ def test_cli_registers_stores_given_as_arguments(tmp_path, sbm):
 
 @pytest.fixture(scope="module")
 def torch():
-    return pytest.importorskip("torch")
+    return needs("torch")
 
 
 def reference(torch, c: Client, graph: str, model, targets, fanouts=FANOUTS) -> np.ndarray:

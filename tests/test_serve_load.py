@@ -10,13 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from conftest import needs
 
 BENCH = Path(__file__).resolve().parents[1] / "benches" / "bench_serve.py"
 
 
 def test_sixteen_clients_mixing_analyses_and_mutations(tmp_path):
-    pytest.importorskip("torch")  # the bench exports its model from the PyTorch reference
+    needs("torch")  # the bench exports its model from the PyTorch reference
     proc = subprocess.run(
         [sys.executable, BENCH, "--only", "s3", "--nodes", "3000", "--s3-seconds", "15", "--work", tmp_path, "--json"],
         capture_output=True,

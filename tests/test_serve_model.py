@@ -10,7 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from conftest import needs
+
+torch = needs("torch")
 
 from strata.errors import ConfigError, InputError  # noqa: E402
 from strata.gnn.models import GNN, Block, GINConv, SAGEPoolConv  # noqa: E402

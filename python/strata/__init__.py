@@ -8,7 +8,7 @@ done by the Rust extension ``strata._native``.
 from importlib.metadata import PackageNotFoundError, version
 
 try:
-    __version__ = version("strata")
+    __version__ = version("strata-gl")
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.1.0"
 

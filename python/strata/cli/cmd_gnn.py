@@ -22,7 +22,7 @@ def register(sub) -> None:
         help="train a node classifier (sage, gcn, gat) within --memory",
         description="Trains a GNN on STORE's labelled nodes. Prints the budget plan, a progress bar per epoch "
         "(batches/s, sampled nodes/s, MB/s, hit rates), validation accuracy per epoch, and the test accuracy of the "
-        "best epoch. Needs PyTorch (pip install 'strata[torch]').",
+        "best epoch. Needs PyTorch (pip install 'strata-gl[torch]').",
     )
 
 

@@ -4,7 +4,7 @@
 features stay on disk (``LinkLoader`` the same for link prediction, with positive and negative
 edges to score), served through a hot set, a window-pinned cache and merged direct reads;
 ``strata.gnn.models`` has reference GraphSAGE, GCN and GAT in plain PyTorch; ``train`` runs
-``strata gnn train``. PyTorch is needed for the tensors (``pip install 'strata[torch]'``).
+``strata gnn train``. PyTorch is needed for the tensors (``pip install 'strata-gl[torch]'``).
 """
 
 from .loader import Batch, EpochLoader, GnnData, LinkLoader, NodeLoader

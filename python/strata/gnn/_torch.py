@@ -11,6 +11,6 @@ def require_torch():
         import torch
     except ImportError as e:
         raise MissingDependencyError(
-            "strata.gnn needs PyTorch for training: pip install 'strata[torch]' (or pip install torch)"
+            "strata.gnn needs PyTorch for training: pip install 'strata-gl[torch]' (or pip install torch)"
         ) from e
     return torch

@@ -17,7 +17,7 @@ a feature and graph store; the store's is None), ``neg_sampling=NegativeSampling
 amount)`` and ``neighbor_sampler=StrataSampler(data)``.
 
 Feature reads go through the store's tiers (hot set, cache, direct reads); the graph store hands
-PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install 'strata[pyg]'``).
+PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install 'strata-gl[pyg]'``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ try:
     )
 except ImportError as e:  # pragma: no cover - exercised only without PyG
     raise MissingDependencyError(
-        "strata.gnn.pyg needs PyTorch Geometric: pip install 'strata[pyg]' (or pip install torch_geometric)"
+        "strata.gnn.pyg needs PyTorch Geometric: pip install 'strata-gl[pyg]' (or pip install torch_geometric)"
     ) from e
 
 

@@ -18,7 +18,7 @@ def pyplot():
         import matplotlib
     except ImportError as e:
         raise MissingDependencyError(
-            "plotting needs matplotlib: pip install 'strata[plot]' (or pip install matplotlib)"
+            "plotting needs matplotlib: pip install 'strata-gl[plot]' (or pip install matplotlib)"
         ) from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
