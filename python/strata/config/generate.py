@@ -15,7 +15,7 @@ from .schema import option, section
 @section("generate.rmat")
 class RmatConfig:
     out: Path = option(help="output file", short="o")
-    scale: int = option(help="log2 of the number of vertices (n = 2^scale); at most 31 for bin32")
+    scale: int = option(help="log2 of the number of vertices (n = 2^scale); at most 31 for bin32", max=(1 << 32) - 1)
     edge_factor: int = option(16, help="edges per vertex: m = edge_factor * 2^scale")
     a: float = option(0.57, help="probability of the top-left quadrant at each level (Graph500: 0.57)")
     b: float = option(0.19, help="probability of the top-right quadrant (Graph500: 0.19)")
