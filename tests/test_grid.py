@@ -403,7 +403,7 @@ def free_port() -> int:
     [
         ({"algorithm": "pagerank", "far_ratio": 1.5}, "run.far_ratio: must be in [0, 1], got 1.5"),
         ({"algorithm": "pagerank", "far_ratio": -0.1}, "run.far_ratio: must be in [0, 1]"),
-        ({"algorithm": "bfs", "root": -1}, "run.root: must be a vertex id >= 0, got -1"),
+        ({"algorithm": "bfs", "root": -1}, "run.root: must be >= 0, got -1"),
         ({"algorithm": "pagerank", "iterations": 0}, "run.iterations: need at least 1"),
         ({"algorithm": "pagerank", "damping": 1.0}, "run.damping: must be in [0, 1)"),
         ({"algorithm": "pagerank", "far": "localhost"}, "run.far: expected HOST:PORT"),
@@ -481,7 +481,7 @@ def test_bad_inputs_through_the_cli(graphs, tmp_path):
     store = graphs["store"]
     cases = [
         (["run", "betweenness", store], "expected one of 'pagerank', 'bfs'"),
-        (["run", "bfs", store, "--root", "-3"], "run.root: must be a vertex id >= 0"),
+        (["run", "bfs", store, "--root", "-3"], "--root: must be >= 0, got -3"),
         (["run", "bfs", store, "--grid", "d-row", "--root", "1000"], "option root: vertex 1000 is not in the graph"),
         (["run", "pagerank", store, "--far", "127.0.0.1:7000", "--far-ratio", "2"], "run.far_ratio: must be in [0, 1]"),
         (["run", "pagerank", tmp_path / "nope.strata"], "no such store"),
