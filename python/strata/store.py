@@ -60,6 +60,21 @@ class Store:
             )
         return np.load(self.path / info["file"], mmap_mode="r")
 
+    def checked(self, name: str, field: str, lo: int, hi: int, column: int | None = None) -> np.ndarray:
+        """Array ``name`` (or one ``column`` of it; a read-only memmap) with every value checked
+        against ``[lo, hi)``: one out of range raises StoreFormatError naming the file, the row, the
+        value (called ``field``) and the range, as the native engines do for the arrays they read."""
+        arr = self.array(name)
+        if column is not None:
+            arr = arr[:, column]
+        if arr.size and (arr.min() < lo or arr.max() >= hi):
+            row = int(np.flatnonzero((arr < lo) | (arr >= hi))[0])
+            file = self.manifest["arrays"][name]["file"]
+            raise StoreFormatError(
+                f"store {self.path}: {file} row {row}: {field} {arr[row]} is out of range [{lo}, {hi})"
+            )
+        return arr
+
     def edges(self, split: str = "train") -> np.ndarray:
         """Edges of a split, shape (E, 2) as (src, dst) or (E, 3) as (src, rel, dst)."""
         return self.array(f"edges_{split}")
@@ -109,6 +124,15 @@ class Store:
     def disk_usage(self) -> dict[str, int]:
         """Bytes on disk per file."""
         return _native.disk_usage(str(self.path))
+
+
+def check_store(path: str | Path, max_per_file: int = 20, progress=None) -> dict:
+    """Reads every array of the store at ``path`` and every grid built for it, and checks every
+    invariant (see docs/check.md). Returns the report: ``ok``, ``problems`` (the count),
+    ``listed`` (at most ``max_per_file`` problems per file, each ``{file, row, message}``),
+    ``unlisted`` (counts beyond that, by file), ``files_checked``, ``bytes_read``, ``seconds``.
+    A store that does not open is reported, not raised; only I/O errors raise."""
+    return _native.check_store(str(path), max_per_file, progress)
 
 
 def open_store(path: str | Path) -> Store:

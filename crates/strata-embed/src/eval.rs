@@ -19,6 +19,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::array::{decode_ints, RowReader, IO_CHUNK};
+use strata_store::ids::IdCheck;
 use strata_store::rng::{derive, Rng};
 use strata_store::Store;
 
@@ -133,10 +134,12 @@ pub fn read_triples(store: &Store, split: &str) -> Result<Vec<[u64; 3]>> {
     let cols = info.shape[1] as usize;
     let mut out = Vec::with_capacity(info.shape[0] as usize);
     let mut reader = RowReader::open_array(store.path(), &info, IO_CHUNK)?;
+    let mut ids = IdCheck::edges(store, &name)?;
     let mut vals = Vec::new();
     while let Some(bytes) = reader.next_batch()? {
         vals.clear();
         decode_ints(bytes, info.dtype, &mut vals);
+        ids.check(&vals)?;
         out.extend(vals.chunks_exact(cols).map(|r| {
             [
                 r[0] as u64,
@@ -211,10 +214,12 @@ pub fn known_answers(
             info.shape[0],
         );
         let mut reader = RowReader::open_array(store.path(), &info, IO_CHUNK)?;
+        let mut ids = IdCheck::edges(store, &name)?;
         let mut vals = Vec::new();
         while let Some(bytes) = reader.next_batch()? {
             vals.clear();
             decode_ints(bytes, info.dtype, &mut vals);
+            ids.check(&vals)?;
             for row in vals.chunks_exact(cols) {
                 let (h, r, t) = (
                     row[0] as u64,

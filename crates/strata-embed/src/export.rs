@@ -55,7 +55,7 @@ impl Sink {
             Sink::Npy(w) => Ok(w.write(rows)?),
             Sink::Tsv(w, names) => {
                 for (i, row) in rows.chunks_exact(dim.max(1)).enumerate() {
-                    tsv_row(w, name_of(names.as_ref(), first + i as u64), row)
+                    tsv_row(w, name_of(names.as_ref(), first + i as u64)?, row)
                         .map_err(|e| io_err("write", path, e))?;
                 }
                 Ok(())
@@ -75,11 +75,12 @@ impl Sink {
     }
 }
 
-fn name_of(names: Option<&NameTable>, id: u64) -> String {
-    names.map_or_else(
-        || id.to_string(),
-        |t| String::from_utf8_lossy(t.get(id as usize)).into_owned(),
-    )
+/// The name of node (or relation) `id`: from `names`, or the id itself without a table.
+pub(crate) fn name_of(names: Option<&NameTable>, id: u64) -> Result<String> {
+    match names {
+        Some(t) => Ok(t.name(id as usize)?),
+        None => Ok(id.to_string()),
+    }
 }
 
 fn tsv_row(w: &mut impl Write, name: String, row: &[f32]) -> std::io::Result<()> {
@@ -215,13 +216,13 @@ fn write_all(
     let base = l.run.meta.num_relations.max(1) as usize;
     if rd > 0 {
         // Rows 0..R are the relations, R..2R their inverses (reciprocal runs).
-        let rel_label = |i: usize| {
+        let rel_label = |i: usize| -> Result<String> {
             let (r, inv) = (i % base, i >= base);
-            format!(
+            Ok(format!(
                 "{}{}",
-                name_of(rel_names.as_ref(), r as u64),
+                name_of(rel_names.as_ref(), r as u64)?,
                 if inv { "_inverse" } else { "" }
-            )
+            ))
         };
         match format {
             ExportFormat::Npy => {
@@ -237,7 +238,7 @@ fn write_all(
                     std::fs::File::create(&path).map_err(|e| io_err("create", &path, e))?,
                 );
                 for (i, row) in l.relations.params.chunks_exact(rd).enumerate() {
-                    tsv_row(&mut w, rel_label(i), row).map_err(|e| io_err("write", &path, e))?;
+                    tsv_row(&mut w, rel_label(i)?, row).map_err(|e| io_err("write", &path, e))?;
                 }
                 w.flush().map_err(|e| io_err("write", &path, e))?;
                 files.push("relations.tsv".into());
@@ -284,9 +285,10 @@ fn write_all(
     Ok((files, passes))
 }
 
-fn write_lines(path: &Path, lines: impl Iterator<Item = String>) -> Result<()> {
+fn write_lines(path: &Path, lines: impl Iterator<Item = Result<String>>) -> Result<()> {
     let mut w = BufWriter::new(std::fs::File::create(path).map_err(|e| io_err("create", path, e))?);
     for line in lines {
+        let line = line?;
         w.write_all(line.as_bytes())
             .and_then(|_| w.write_all(b"\n"))
             .map_err(|e| io_err("write", path, e))?;

@@ -8,7 +8,9 @@ use std::time::Instant;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use strata_io::{AlignedBuf, Engine, IoFile, OpenMode};
-use strata_store::array::RowReader;
+use strata_store::array::{decode_ints, RowReader};
+use strata_store::ids::{Field, IdCheck};
+use strata_store::DType;
 
 use crate::error::{EmbedError, Result};
 use crate::partitioning::Buckets;
@@ -113,13 +115,16 @@ pub struct BucketEdges {
 
 /// Reads the edges of `order`'s buckets in that order, in pieces of at most `piece_rows`
 /// edges, up to `ahead` pieces ahead (so edge memory stays bounded whatever a bucket's size).
-/// Every bucket yields at least one piece, possibly empty.
+/// Every bucket yields at least one piece, possibly empty. Local ids are checked against their
+/// partitions' sizes and relations against `relations` (the rows a relation id may index) as
+/// the rows are decoded, so a corrupt index fails with its file and row named.
 pub fn prefetch_edges(
     engine: Arc<Engine>,
     buckets: Arc<Buckets>,
     order: Vec<(u32, u32)>,
     piece_rows: u64,
     ahead: usize,
+    relations: u64,
 ) -> (Receiver<BucketEdges>, JoinHandle<()>) {
     let (tx, rx) = bounded::<BucketEdges>(ahead.max(1));
     let handle = std::thread::Builder::new()
@@ -134,8 +139,15 @@ pub fn prefetch_edges(
                 let mut at = range.start;
                 loop {
                     let end = range.end.min(at + piece_rows.max(1));
+                    let size = |p: u32| buckets.partitioning.size_of(p) as i64;
+                    let fields = vec![
+                        Field::new("src_local", 0, size(bucket.0)),
+                        Field::new("rel", 0, relations.min(i32::MAX as u64) as i64),
+                        Field::new("dst_local", 0, size(bucket.1)),
+                    ];
+                    let check = IdCheck::new(&buckets.dir, "edges.npy", fields).from_row(at);
                     let edges = match &file {
-                        Ok((data_offset, f)) => read_rows(f, &path, *data_offset, at..end),
+                        Ok((data_offset, f)) => read_rows(f, &path, *data_offset, at..end, check),
                         Err(e) => Err(EmbedError::Corrupt(format!("{}: {e}", path.display()))),
                     };
                     let failed = edges.is_err();
@@ -167,6 +179,7 @@ fn read_rows(
     path: &std::path::Path,
     data_offset: u64,
     rows: std::ops::Range<u64>,
+    mut check: IdCheck,
 ) -> Result<Vec<[i32; 3]>> {
     let count = (rows.end - rows.start) as usize;
     let mut out: Vec<[i32; 3]> = Vec::with_capacity(count);
@@ -181,14 +194,15 @@ fn read_rows(
         ROW_BYTES as usize,
         4 << 20,
     );
+    let mut vals = Vec::new();
     while let Some(batch) = reader.next_batch()? {
-        out.extend(batch.chunks_exact(12).map(|c| {
-            [
-                i32::from_le_bytes(c[0..4].try_into().unwrap()),
-                i32::from_le_bytes(c[4..8].try_into().unwrap()),
-                i32::from_le_bytes(c[8..12].try_into().unwrap()),
-            ]
-        }));
+        vals.clear();
+        decode_ints(batch, DType::I32, &mut vals);
+        check.check(&vals)?;
+        out.extend(
+            vals.chunks_exact(3)
+                .map(|r| [r[0] as i32, r[1] as i32, r[2] as i32]),
+        );
     }
     if out.len() != count {
         return Err(EmbedError::Corrupt(format!(

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::array::{decode_ints, NpyWriter, RowReader, IO_CHUNK};
+use strata_store::ids::IdCheck;
 use strata_store::perm::Perm;
 use strata_store::rng::derive;
 use strata_store::units::fmt_bytes;
@@ -158,14 +159,16 @@ pub fn buckets(
     let locator = partitioning.locator();
     let cols = edges.shape[1] as usize;
     let num_edges = edges.shape[0];
-    // Pass 1: bucket sizes.
+    // Pass 1: bucket sizes, with every id checked (the later passes re-read the same rows).
     let mut counts = vec![0u64; n * n];
     let mut meter = Meter::new(progress, "bucket counts", edges.data_bytes(), num_edges);
     let mut reader = RowReader::open_array(store.path(), &edges, IO_CHUNK)?;
+    let mut ids = IdCheck::edges(store, "edges_train")?;
     let mut vals = Vec::new();
     while let Some(bytes) = reader.next_batch()? {
         vals.clear();
         decode_ints(bytes, edges.dtype, &mut vals);
+        ids.check(&vals)?;
         for row in vals.chunks_exact(cols) {
             let (a, _) = locator.locate(row[0] as u64);
             let (b, _) = locator.locate(row[cols - 1] as u64);

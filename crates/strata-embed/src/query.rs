@@ -16,6 +16,7 @@ use crate::buffer::PartitionBuffer;
 use crate::config::{Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
+use crate::export::name_of;
 use crate::model::{score_candidates, Model, Scratch};
 use crate::relations::Relations;
 use crate::run::{Run, Which};
@@ -126,14 +127,6 @@ impl Loaded {
         lookup(&self.store, "relation_names", name, count, "relation").map(|r| r as u32)
     }
 
-    /// The name of node `id` (its number when the store has no names).
-    pub fn node_name(&self, names: Option<&NameTable>, id: u64) -> String {
-        names.map_or_else(
-            || id.to_string(),
-            |t| String::from_utf8_lossy(t.get(id as usize)).into_owned(),
-        )
-    }
-
     /// The store's node names, if it has them.
     pub fn node_names(&self) -> Result<Option<NameTable>> {
         if self.store.manifest().graph.node_names {
@@ -213,15 +206,16 @@ impl Loaded {
         let names = self.node_names()?;
         let mut best: Vec<(f32, u64)> = heap.into_iter().map(|Reverse((s, n))| (s.0, n)).collect();
         best.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        Ok(best
-            .into_iter()
-            .map(|(score, node)| Prediction {
-                node,
-                name: self.node_name(names.as_ref(), node),
-                score,
-                known: known.binary_search(&node).is_ok(),
+        best.into_iter()
+            .map(|(score, node)| {
+                Ok(Prediction {
+                    node,
+                    name: name_of(names.as_ref(), node)?,
+                    score,
+                    known: known.binary_search(&node).is_ok(),
+                })
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -259,7 +253,7 @@ fn lookup(store: &Store, table: &str, name: &str, count: u64, what: &str) -> Res
     let has_names = store.array(&format!("{table}_offsets")).is_some();
     if has_names {
         let t = NameTable::open(store, table)?;
-        return t.find(name.as_bytes()).ok_or_else(|| {
+        return t.find(name.as_bytes())?.ok_or_else(|| {
             EmbedError::Config(format!(
                 "{what} '{name}' is not in store {} (names are case-sensitive)",
                 store.path().display()

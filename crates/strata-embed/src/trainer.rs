@@ -191,6 +191,7 @@ impl Trainer {
             sched.buckets().collect(),
             self.piece_rows,
             2,
+            self.relation_ids(),
         );
         let swapper = Swapper::start(engine.clone(), layout);
         let mut tally = Tally::default();
@@ -307,6 +308,16 @@ impl Trainer {
             step_flops_total: flops / (seconds - tally.io_wait).max(1e-9),
         };
         Ok((report, tl.events))
+    }
+
+    /// Relation ids the bucketed edges may hold: the forward relation rows the model indexes
+    /// (inverse rows follow them when reciprocal), any for a model without relation rows.
+    fn relation_ids(&self) -> u64 {
+        match (self.relations.rows(), self.relations.inverse_offset) {
+            (0, _) => u64::MAX,
+            (rows, 0) => rows as u64,
+            (_, base) => base as u64,
+        }
     }
 
     /// Trains every piece of `bucket` as the prefetcher delivers them.

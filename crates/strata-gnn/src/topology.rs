@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use strata_store::array::{decode_ints, read_all_bytes};
+use strata_store::ids::{IdCheck, IndptrCheck};
 use strata_store::npy::DType;
 use strata_store::Store;
 
@@ -94,11 +95,22 @@ impl Topology {
                 u32::MAX
             )));
         }
-        let indptr = read_ints(&store.array_path(&format!("{prefix}_indptr"))?)?;
-        let indices = read_ints(&store.array_path(&format!("{prefix}_indices"))?)?;
-        let indptr = indptr.into_iter().map(|x| x as u64).collect();
-        let indices = indices.into_iter().map(|x| x as u32).collect();
-        Topology::new(indptr, indices)
+        let (indptr_name, indices_name) = (format!("{prefix}_indptr"), format!("{prefix}_indices"));
+        let indptr = read_ints(&store.array_path(&indptr_name)?)?;
+        let indices = read_ints(&store.array_path(&indices_name)?)?;
+        // The checks Topology::new makes, with the store's arrays and rows named.
+        let mut offsets = IndptrCheck::array(store, &indptr_name, indices.len() as u64)?;
+        offsets.check(&indptr)?;
+        offsets.finish()?;
+        let field = match direction {
+            Direction::In => "src",
+            Direction::Out => "dst",
+        };
+        IdCheck::nodes(store, &indices_name, field)?.check(&indices)?;
+        Ok(Topology {
+            indptr: indptr.into_iter().map(|x| x as u64).collect(),
+            indices: indices.into_iter().map(|x| x as u32).collect(),
+        })
     }
 
     pub fn num_nodes(&self) -> usize {

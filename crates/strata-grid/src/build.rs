@@ -14,6 +14,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::array::{decode_ints, NpyWriter, RowReader};
+use strata_store::ids::IdCheck;
 use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
@@ -181,20 +182,15 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let mut reader = RowReader::open_array(store.path(), &edges_info, 4 << 20)?;
     let mut meter = Meter::new(progress, "grid: spool", edges_info.data_bytes(), stored);
     let mut ids = Vec::new();
+    let mut check = IdCheck::edges(&store, "edges_train")?;
     let mut staged: Vec<Vec<u32>> = vec![Vec::new(); partitions as usize];
     let flush_at = (spool_buf / 4).max(3 * 1024);
     while let Some(batch) = reader.next_batch()? {
         ids.clear();
         decode_ints(batch, edges_info.dtype, &mut ids);
+        check.check(&ids)?;
         for row in ids.chunks_exact(cols) {
-            let (u, v) = (row[0], row[cols - 1]);
-            if u < 0 || v < 0 || u as u64 >= n || v as u64 >= n {
-                return Err(GridError::invalid(
-                    store.path(),
-                    format!("edges_train holds edge ({u}, {v}) outside 0..{n}"),
-                ));
-            }
-            let (u, v) = (u as u64, v as u64);
+            let (u, v) = (row[0] as u64, row[cols - 1] as u64);
             spool_edge(&layout, u, v, &mut staged, &mut out_deg, &mut in_deg);
             if symmetric && u != v {
                 spool_edge(&layout, v, u, &mut staged, &mut out_deg, &mut in_deg);

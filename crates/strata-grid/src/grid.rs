@@ -4,6 +4,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use strata_store::array::read_all_bytes;
+use strata_store::ids::IndptrCheck;
 use strata_store::npy::{read_header, DType};
 
 use crate::build::grids_dir;
@@ -92,17 +93,18 @@ impl Grid {
                 ));
             }
         }
-        let (_, bytes) = read_all_bytes(&dir.join(&manifest.arrays["block_index"].file))?;
-        let index: Vec<u64> = bytemuck::pod_collect_to_vec::<u8, i64>(&bytes)
-            .into_iter()
-            .map(|x| x as u64)
-            .collect();
-        if index[0] != 0 || index[index.len() - 1] != e || index.windows(2).any(|w| w[0] > w[1]) {
-            return Err(GridError::invalid(
-                dir,
-                "block_index is not a non-decreasing run from 0 to the edge count",
-            ));
+        let index_file = &manifest.arrays["block_index"].file;
+        let (_, bytes) = read_all_bytes(&dir.join(index_file))?;
+        let index = bytemuck::pod_collect_to_vec::<u8, i64>(&bytes);
+        let mut offsets = IndptrCheck::new(dir, index_file, "block offset", e);
+        let mut first = None;
+        offsets.scan(&index, |_, msg| {
+            first.get_or_insert(msg);
+        });
+        if let Some(msg) = first.or_else(|| offsets.end_problem().map(|p| p.1)) {
+            return Err(GridError::invalid(dir, msg));
         }
+        let index: Vec<u64> = index.into_iter().map(|x| x as u64).collect();
         Ok(Grid {
             dir: dir.to_path_buf(),
             manifest,
@@ -170,6 +172,55 @@ impl Grid {
     #[inline]
     pub fn block_edges(&self, pos: usize) -> Range<u64> {
         self.index[pos]..self.index[pos + 1]
+    }
+
+    /// Checks that the edge records `edges` of the block at file position `pos` hold offsets
+    /// inside their chunks (what the kernels index vertex arrays with). A max over the block
+    /// while it is in cache decides; the bad row is searched for only when there is one.
+    pub fn check_block(&self, pos: usize, edges: &[[u32; 2]]) -> Result<()> {
+        let (i, j) = self.layout.block_at(pos);
+        let (src_len, dst_len) = (self.layout.chunk_len(i), self.layout.chunk_len(j));
+        let (src_max, dst_max) = edges
+            .iter()
+            .fold((0u32, 0u32), |(a, b), e| (a.max(e[0]), b.max(e[1])));
+        if edges.is_empty() || ((src_max as u64) < src_len && (dst_max as u64) < dst_len) {
+            return Ok(());
+        }
+        let mut first = None;
+        self.scan_block(pos, self.index[pos], edges, |_, msg| {
+            first.get_or_insert(msg);
+        });
+        Err(GridError::invalid(
+            &self.dir,
+            first.expect("a value above its chunk"),
+        ))
+    }
+
+    /// Calls `f(row, message)` for every offset of `edges` (rows of the block at file position
+    /// `pos`, the first being row `first_row` of `edges.npy`) outside its chunk.
+    pub fn scan_block(
+        &self,
+        pos: usize,
+        first_row: u64,
+        edges: &[[u32; 2]],
+        mut f: impl FnMut(u64, String),
+    ) {
+        let (i, j) = self.layout.block_at(pos);
+        let (src_len, dst_len) = (self.layout.chunk_len(i), self.layout.chunk_len(j));
+        let file = &self.manifest.arrays["edges"].file;
+        for (k, e) in edges.iter().enumerate() {
+            for (what, value, len) in [("src", e[0], src_len), ("dst", e[1], dst_len)] {
+                if value as u64 >= len {
+                    let row = first_row + k as u64;
+                    f(
+                        row,
+                        format!(
+                            "{file} row {row}: {what} offset {value} is out of range [0, {len}) of block ({i}, {j})"
+                        ),
+                    );
+                }
+            }
+        }
     }
 
     /// Calls `f(vertex, value)` for every value of an `int64` vertex array (degrees), read in

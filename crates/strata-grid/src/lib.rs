@@ -8,6 +8,7 @@
 
 pub mod algo;
 pub mod build;
+pub mod check;
 pub mod error;
 pub mod far;
 pub mod fetch;

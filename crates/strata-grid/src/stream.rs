@@ -482,6 +482,9 @@ impl Streamer {
                             let (pos, _) = fetched.plan.blocks[b];
                             let (i, j) = layout.block_at(pos);
                             let (e, w) = fetched.block(&grid, b);
+                            if let Err(err) = grid.check_block(pos, e) {
+                                return fail(err);
+                            }
                             sum += kernel.block(i, j, e, w, owns_dst);
                             edges += e.len() as u64;
                         }

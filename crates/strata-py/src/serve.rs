@@ -51,8 +51,14 @@ struct ReorderOptions {
 }
 
 fn error_class(e: &ServeError) -> &'static str {
+    use strata_store::StoreError;
     match e {
         ServeError::InvalidArgument(_) | ServeError::AlreadyExists(_) => "ConfigError",
+        // A store registered at start that fails validation (its arrays' ids, say).
+        ServeError::Store(StoreError::Invalid { .. } | StoreError::NewerFormat { .. })
+        | ServeError::Gnn(strata_gnn::GnnError::Store(
+            StoreError::Invalid { .. } | StoreError::NewerFormat { .. },
+        )) => "StoreFormatError",
         ServeError::Io { .. } => "StrataIOError",
         _ => "RunError",
     }

@@ -7,6 +7,7 @@ use strata_store::strtab::NameTable as NativeNameTable;
 use strata_store::Store;
 
 use crate::errors::ToPyErr;
+use crate::run;
 
 /// Opens and validates the store at `path`; returns its manifest as a dict.
 #[pyfunction]
@@ -44,19 +45,19 @@ impl NameTable {
     }
 
     /// The name of id `i`.
-    fn name(&self, i: usize) -> PyResult<String> {
+    fn name(&self, py: Python<'_>, i: usize) -> PyResult<String> {
         if i >= self.0.len() {
             return Err(pyo3::exceptions::PyIndexError::new_err(format!(
                 "id {i} out of range (0..{})",
                 self.0.len()
             )));
         }
-        Ok(String::from_utf8_lossy(self.0.get(i)).into_owned())
+        self.0.name(i).map_err(|e| e.to_py(py))
     }
 
     /// The id of `name`, or None.
-    fn find(&self, name: &str) -> Option<u64> {
-        self.0.find(name.as_bytes())
+    fn find(&self, py: Python<'_>, name: &str) -> PyResult<Option<u64>> {
+        self.0.find(name.as_bytes()).map_err(|e| e.to_py(py))
     }
 }
 
@@ -79,7 +80,30 @@ fn read_npy_rows(
     ))
 }
 
+/// Checks every array of the store at `path` and every grid built for it (`strata check`),
+/// listing at most `max_per_file` problems per file; returns the report
+/// (`strata_store::check::CheckReport`). Raises only on I/O errors and cancellation.
+#[pyfunction]
+#[pyo3(signature = (path, max_per_file, progress=None))]
+fn check_store(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    max_per_file: usize,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    run(py, progress, |p| {
+        let start = std::time::Instant::now();
+        let mut checked = strata_store::check::check_store(&path, max_per_file, p)
+            .map_err(strata_grid::GridError::from)?;
+        if let Some(store) = checked.store.take() {
+            strata_grid::check::check_grids(&store, &mut checked, p)?;
+        }
+        Ok::<_, strata_grid::GridError>(checked.report(&path, start.elapsed().as_secs_f64()))
+    })
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(check_store, m)?)?;
     m.add_function(wrap_pyfunction!(open_store, m)?)?;
     m.add_function(wrap_pyfunction!(disk_usage, m)?)?;
     m.add_function(wrap_pyfunction!(read_npy_rows, m)?)?;

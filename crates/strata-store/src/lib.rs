@@ -5,9 +5,11 @@
 compile_error!("Strata's file formats are little-endian and it reads them in place: build on a little-endian target");
 
 pub mod array;
+pub mod check;
 pub mod convert;
 pub mod error;
 pub mod generate;
+pub mod ids;
 pub mod manifest;
 pub mod npy;
 pub mod perm;

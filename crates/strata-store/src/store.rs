@@ -119,10 +119,19 @@ impl Store {
 }
 
 fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
-    let invalid = |msg: String| StoreError::Invalid {
-        store: store.to_path_buf(),
-        msg,
-    };
+    match array_problems(store, manifest).into_iter().next() {
+        Some(msg) => Err(StoreError::Invalid {
+            store: store.to_path_buf(),
+            msg,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Every disagreement between the manifest and the array files of the store at `store` (what
+/// [`Store::open`] checks), one message each; `strata check` lists them all.
+pub(crate) fn array_problems(store: &Path, manifest: &Manifest) -> Vec<String> {
+    let mut problems = Vec::new();
     let fmt_shape = |s: &[Option<u64>]| {
         let parts: Vec<String> = s
             .iter()
@@ -131,12 +140,13 @@ fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
         format!("({})", parts.join(", "))
     };
     for exp in manifest.expected_arrays() {
-        let info = manifest.arrays.get(&exp.name).ok_or_else(|| {
-            invalid(format!(
+        let Some(info) = manifest.arrays.get(&exp.name) else {
+            problems.push(format!(
                 "the manifest lists no '{}' array, which its contents require",
                 exp.name
-            ))
-        })?;
+            ));
+            continue;
+        };
         let shape_ok = info.shape.len() == exp.shape.len()
             && info
                 .shape
@@ -144,30 +154,38 @@ fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
                 .zip(&exp.shape)
                 .all(|(have, want)| want.is_none_or(|w| w == *have));
         if info.dtype != exp.dtype || !shape_ok {
-            return Err(invalid(format!(
+            problems.push(format!(
                 "array '{}' is declared as {} {:?} but the graph requires {} {}",
                 exp.name,
                 info.dtype,
                 info.shape,
                 exp.dtype,
                 fmt_shape(&exp.shape)
-            )));
+            ));
         }
     }
     for (name, info) in &manifest.arrays {
         if info.file.contains('/') || info.file.starts_with('.') {
-            return Err(invalid(format!(
+            problems.push(format!(
                 "array '{name}' points outside the store: '{}'",
                 info.file
-            )));
+            ));
+            continue;
         }
         let path = store.join(&info.file);
-        let meta = std::fs::metadata(&path)
-            .map_err(|_| invalid(format!("array '{name}': file {} is missing", info.file)))?;
-        let header =
-            npy::read_header(&path).map_err(|e| invalid(format!("array '{name}': {e}")))?;
+        let Ok(meta) = std::fs::metadata(&path) else {
+            problems.push(format!("array '{name}': file {} is missing", info.file));
+            continue;
+        };
+        let header = match npy::read_header(&path) {
+            Ok(h) => h,
+            Err(e) => {
+                problems.push(format!("array '{name}': {e}"));
+                continue;
+            }
+        };
         if header.dtype != info.dtype || header.shape != info.shape || header.fortran_order {
-            return Err(invalid(format!(
+            problems.push(format!(
                 "array '{name}': {} holds {} {:?}{} but the manifest says {} {:?}",
                 info.file,
                 header.dtype,
@@ -179,13 +197,15 @@ fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
                 },
                 info.dtype,
                 info.shape
-            )));
+            ));
+            continue;
         }
         if header.data_offset != DATA_OFFSET {
-            return Err(invalid(format!(
+            problems.push(format!(
                 "array '{name}': data in {} starts at byte {} instead of {DATA_OFFSET}",
                 info.file, header.data_offset
-            )));
+            ));
+            continue;
         }
         let want = DATA_OFFSET + info.data_bytes();
         if meta.len() != want {
@@ -194,16 +214,16 @@ fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
             } else {
                 "too long"
             };
-            return Err(invalid(format!(
+            problems.push(format!(
                 "array '{name}': {} is {what}: expected {want} bytes for {} {:?}, found {}",
                 info.file,
                 info.dtype,
                 info.shape,
                 meta.len()
-            )));
+            ));
         }
     }
-    Ok(())
+    problems
 }
 
 /// Builds a store in a `.partial-PID` directory beside its destination and renames it into place

@@ -2,10 +2,11 @@
 //! entries) and `NAME_bytes` (uint8, UTF-8 names concatenated). Names are sorted byte-wise and
 //! unique, so a name's dense id is its rank and lookups are binary searches.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::array::{NpyWriter, IO_CHUNK};
 use crate::error::{Result, StoreError};
+use crate::ids::{Field, IdCheck, OutOfRange};
 use crate::manifest::ArrayInfo;
 use crate::npy::{self, DType};
 use crate::store::{Store, StoreBuilder};
@@ -55,13 +56,16 @@ impl StrTabWriter {
     }
 }
 
-/// A string table opened for lookups (memory-mapped).
+/// A string table opened for lookups (memory-mapped). Offsets are checked as they are read (a
+/// lookup touches a few of them), so a corrupt table fails with the row named.
 pub struct NameTable {
     offsets: memmap2::Mmap,
     bytes: memmap2::Mmap,
     offsets_start: usize,
     bytes_start: usize,
     len: usize,
+    store: PathBuf,
+    offsets_file: String,
 }
 
 impl NameTable {
@@ -76,7 +80,8 @@ impl NameTable {
                 .map_err(|e| StoreError::os("mmap", &path, e))?;
             Ok((mmap, header.data_offset as usize))
         };
-        let (offsets, offsets_start) = map(&format!("{prefix}_offsets"))?;
+        let offsets_name = format!("{prefix}_offsets");
+        let (offsets, offsets_start) = map(&offsets_name)?;
         let (bytes, bytes_start) = map(&format!("{prefix}_bytes"))?;
         let len = (offsets.len() - offsets_start) / 8 - 1;
         Ok(NameTable {
@@ -85,6 +90,8 @@ impl NameTable {
             offsets_start,
             bytes_start,
             len,
+            store: store.path().to_path_buf(),
+            offsets_file: store.require(&offsets_name)?.file.clone(),
         })
     }
 
@@ -97,29 +104,49 @@ impl NameTable {
         self.len == 0
     }
 
-    fn offset(&self, i: usize) -> usize {
+    fn offset(&self, i: usize) -> i64 {
         let at = self.offsets_start + i * 8;
-        i64::from_le_bytes(self.offsets[at..at + 8].try_into().unwrap()) as usize
+        i64::from_le_bytes(self.offsets[at..at + 8].try_into().unwrap())
     }
 
-    /// The name of id `i` (bytes; UTF-8 for text inputs).
-    pub fn get(&self, i: usize) -> &[u8] {
+    /// The name of id `i < len()` (bytes; UTF-8 for text inputs).
+    pub fn get(&self, i: usize) -> Result<&[u8]> {
         let (a, b) = (self.offset(i), self.offset(i + 1));
-        &self.bytes[self.bytes_start + a..self.bytes_start + b]
+        let total = (self.bytes.len() - self.bytes_start) as i64;
+        let ids = |row: usize, lo: i64, value: i64| {
+            let f = Field::new("offset", lo, total + 1);
+            IdCheck::new(&self.store, &self.offsets_file, vec![f]).error(&OutOfRange {
+                row: row as u64,
+                column: 0,
+                value,
+            })
+        };
+        if !(0..=total).contains(&a) {
+            return Err(ids(i, 0, a));
+        }
+        if !(a..=total).contains(&b) {
+            return Err(ids(i + 1, a, b));
+        }
+        Ok(&self.bytes[self.bytes_start + a as usize..self.bytes_start + b as usize])
+    }
+
+    /// The name of id `i < len()` as text (invalid UTF-8 replaced).
+    pub fn name(&self, i: usize) -> Result<String> {
+        Ok(String::from_utf8_lossy(self.get(i)?).into_owned())
     }
 
     /// The id of `name`, if present.
-    pub fn find(&self, name: &[u8]) -> Option<u64> {
+    pub fn find(&self, name: &[u8]) -> Result<Option<u64>> {
         let (mut lo, mut hi) = (0usize, self.len);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match self.get(mid).cmp(name) {
+            match self.get(mid)?.cmp(name) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid as u64),
+                std::cmp::Ordering::Equal => return Ok(Some(mid as u64)),
             }
         }
-        None
+        Ok(None)
     }
 }
 

@@ -14,6 +14,7 @@ from .. import __version__, io
 from ..errors import StrataError
 from . import (
     cmd_bench_disk,
+    cmd_check,
     cmd_config,
     cmd_convert,
     cmd_datasets,
@@ -34,6 +35,7 @@ COMMANDS = (
     cmd_generate,
     cmd_datasets,
     cmd_info,
+    cmd_check,
     cmd_embed,
     cmd_gnn,
     cmd_grid,

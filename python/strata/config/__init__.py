@@ -7,7 +7,7 @@ from .embed import EmbedEvalConfig, EmbedExportConfig, EmbedPlanConfig, EmbedPre
 from .generate import GENERATORS, KgConfig, RmatConfig, SbmConfig
 from .gnn import GnnTrainConfig
 from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
-from .info import InfoConfig
+from .info import CheckConfig, InfoConfig
 from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_dict, describe, from_args, load
 from .serve import ServeConfig, ServeStatusConfig
 
@@ -15,6 +15,7 @@ __all__ = [
     "GENERATORS",
     "SECTIONS",
     "BenchDiskConfig",
+    "CheckConfig",
     "ConfigError",
     "ConvertConfig",
     "DatasetsListConfig",

@@ -177,13 +177,14 @@ class GnnData:
         cfg["fanouts"] = [int(f) for f in cfg["fanouts"]]
         self.store = Store(store)
         self.config = cfg
-        train = self.store.node_split("train")
-        train_ids = node_id_bytes(train if train is not None else np.empty(0, dtype=np.int64))
-        self._native = _native.GnnData(str(store), cfg, train_ids, progress)
-        self.num_nodes, self.dim, self.dtype, self.row_bytes = self._native.features_info()
-        labels = self.store.labels
-        self.labels = None if labels is None else np.asarray(labels)
+        train = self.nodes("train") if self.store.has("node_train") else np.empty(0, dtype=np.int64)
+        self.labels = None
+        if self.store.has("labels"):
+            classes = self.store.manifest["labels"]["num_classes"]
+            self.labels = self.store.checked("labels", "label", -1, classes)
         self.num_classes = None if self.labels is None else int(self.labels.max()) + 1
+        self._native = _native.GnnData(str(store), cfg, node_id_bytes(train), progress)
+        self.num_nodes, self.dim, self.dtype, self.row_bytes = self._native.features_info()
         self.device_table = self._load_device_tier()
 
     def _load_device_tier(self):
@@ -210,10 +211,9 @@ class GnnData:
 
     def nodes(self, split: str):
         """The node ids of a split (``train``, ``valid``, ``test``) of the store."""
-        ids = self.store.node_split(split)
-        if ids is None:
+        if not self.store.has(f"node_{split}"):
             raise ValueError(f"{self.store.path}: the store has no node split {split!r}")
-        return np.asarray(ids)
+        return self.store.checked(f"node_{split}", "node", 0, self.store.num_nodes)
 
     def loader(
         self,
@@ -236,8 +236,9 @@ class GnnData:
         int64 array of (source, destination) rows; relation types, if any, are dropped."""
         if not self.store.has(f"edges_{split}"):
             raise ValueError(f"{self.store.path}: the store has no edge split {split!r}")
-        edges = self.store.edges(split)
-        return np.stack([np.asarray(edges[:, 0], dtype=np.int64), np.asarray(edges[:, -1], dtype=np.int64)])
+        name, n = f"edges_{split}", self.store.num_nodes
+        src, dst = (self.store.checked(name, field, 0, n, col) for field, col in (("src", 0), ("dst", -1)))
+        return np.stack([np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)])
 
     def link_loader(
         self,

@@ -6,6 +6,7 @@ use std::path::Path;
 use strata_gnn::features::FeatureReader;
 use strata_gnn::topology::Direction;
 use strata_gnn::Topology;
+use strata_store::ids::IdCheck;
 use strata_store::Store;
 
 use super::version::{write_version, VersionMeta, VersionSource};
@@ -106,6 +107,7 @@ pub fn register(
                 strata_store::array::read_all_bytes(&store.array_path("labels")?)?;
             let mut vals = Vec::with_capacity(header.len() as usize);
             strata_store::array::decode_ints(&bytes, header.dtype, &mut vals);
+            IdCheck::labels(&store)?.check(&vals)?;
             Some(vals.into_iter().map(|x| x as i32).collect())
         }
         None => None,

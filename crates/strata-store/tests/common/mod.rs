@@ -57,7 +57,7 @@ pub fn reference_adjacency(
 pub fn names(store: &Store, prefix: &str) -> Vec<String> {
     let t = NameTable::open(store, prefix).unwrap();
     (0..t.len())
-        .map(|i| String::from_utf8(t.get(i).to_vec()).unwrap())
+        .map(|i| String::from_utf8(t.get(i).unwrap().to_vec()).unwrap())
         .collect()
 }
 
