@@ -280,3 +280,13 @@ def test_a_trained_run_refuses_a_store_corrupted_since(pristine, tmp_path):
     proc = strata("embed", "train", store, "--run-dir", tmp_path / "again", "--epochs", "1", "--dim", "8",
                   "--partitions", "2", "-q")  # fmt: skip
     assert proc.returncode == 2 and "edges.npy row 7: dst_local 1000000 is out of range" in proc.stderr, proc.stderr
+
+
+def test_check_finds_unsorted_names(pristine, tmp_path):
+    store = tmp_path / "kg.strata"
+    shutil.copytree(pristine["kg"], store)
+    poke(store, "node_names_bytes.npy", 0, 0xFF)  # name 0 now sorts after name 1
+    report = check_store(store)
+    names = [p for p in report["listed"] if p["file"] == "node_names_bytes.npy"]
+    assert [p["row"] for p in names] == [1] and "names must be sorted and unique" in names[0]["message"], names
+    assert report["problems"] == 1, report["listed"]
