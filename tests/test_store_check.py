@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import run_strata
+from strata.cli.main import main
 from strata.errors import StoreFormatError
 from strata.store import Store, check_store
 
@@ -133,24 +134,42 @@ def strata(*args, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
+def in_process(args, capsys) -> tuple[int, str]:
+    """Runs ``strata ARGS`` in this process (the interpreter, the extension and torch load once
+    for the whole matrix): the exit code and the output. A panic (PanicException) or any other
+    exception the command line would print as a traceback fails the test."""
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as e:
+        code = e.code
+    except BaseException as e:  # a Rust panic arrives as PanicException, a BaseException
+        pytest.fail(f"strata {' '.join(map(str, args))}: {type(e).__name__}: {e}")
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_every_command_refuses_a_corrupt_array(case, pristine, tmp_path):
+def test_every_command_refuses_a_corrupt_array(case, pristine, tmp_path, capsys):
     kind, corrupt, needle, readers = CASES[case]
     store = tmp_path / f"{kind}.strata"
     shutil.copytree(pristine[kind], store)
     corrupt(store)
     for name, args in commands(kind, store, tmp_path).items():
-        if name == "serve" and readers != "all" and name not in readers:
-            continue  # the store registers fine, and the server would serve it until stopped
-        proc = strata(*args)
-        out = proc.stdout + proc.stderr
+        if name == "serve":
+            if readers != "all" and name not in readers:
+                continue  # the store registers fine, and the server would serve it until stopped
+            # A child process: a server that starts by mistake is stopped by the timeout.
+            proc = strata(*args, timeout=60)
+            code, out = proc.returncode, proc.stdout + proc.stderr
+        else:
+            code, out = in_process(args, capsys)
         assert "Traceback" not in out and "panicked" not in out, f"{case}: strata {name}\n{out}"
-        assert proc.returncode in (0, 2), f"{case}: strata {name} exited {proc.returncode}\n{out}"
+        assert code in (0, 2), f"{case}: strata {name} exited {code}\n{out}"
         if name == "check" or readers == "all" or name in readers:
-            assert proc.returncode == 2, f"{case}: strata {name} accepted the store\n{out}"
+            assert code == 2, f"{case}: strata {name} accepted the store\n{out}"
             assert needle in out, f"{case}: strata {name} does not name {needle}\n{out}"
         if name in readers and name != "check":
-            assert "StoreFormatError" not in out and "error:" in proc.stderr, out
+            assert f"strata {args[0]}" in out and "error:" in out, out
 
 
 def test_check_lists_every_planted_problem(pristine, tmp_path):
@@ -261,3 +280,13 @@ def test_a_trained_run_refuses_a_store_corrupted_since(pristine, tmp_path):
     proc = strata("embed", "train", store, "--run-dir", tmp_path / "again", "--epochs", "1", "--dim", "8",
                   "--partitions", "2", "-q")  # fmt: skip
     assert proc.returncode == 2 and "edges.npy row 7: dst_local 1000000 is out of range" in proc.stderr, proc.stderr
+
+
+def test_check_finds_unsorted_names(pristine, tmp_path):
+    store = tmp_path / "kg.strata"
+    shutil.copytree(pristine["kg"], store)
+    poke(store, "node_names_bytes.npy", 0, 0xFF)  # name 0 now sorts after name 1
+    report = check_store(store)
+    names = [p for p in report["listed"] if p["file"] == "node_names_bytes.npy"]
+    assert [p["row"] for p in names] == [1] and "names must be sorted and unique" in names[0]["message"], names
+    assert report["problems"] == 1, report["listed"]
