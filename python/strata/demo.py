@@ -30,6 +30,7 @@ from .grid import format_summary as format_run_summary
 from .grid import run as run_grid
 from .info import describe, render
 from .io import bench_disk, format_profile, load_profile, save_profile
+from .paths import make_dir
 from .progress import ProgressBar
 from .store import Store
 from .units import fmt_bytes
@@ -237,7 +238,7 @@ def _grid_demo(workdir: Path, bar: ProgressBar) -> None:
 def run_demo(workdir: Path, quiet: bool = False) -> int:
     """Trains KG embeddings out of core and a GNN with features on disk, converts and describes an RMAT
     graph, then runs PageRank over a grid streamed from disk; returns 0."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    make_dir(workdir, "--dir")
     t0 = time.monotonic()
     bar = ProgressBar(enabled=not quiet)
 

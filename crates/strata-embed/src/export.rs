@@ -129,10 +129,10 @@ pub fn export(
             return Err(e);
         }
     };
-    if out.exists() {
-        std::fs::remove_dir_all(out).map_err(|e| io_err("remove", out, e))?;
+    if let Err(e) = strata_io::durable::publish_dir(&tmp, out, "export") {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e.into());
     }
-    std::fs::rename(&tmp, out).map_err(|e| io_err("rename", out, e))?;
     Ok(ExportReport {
         out: out.to_path_buf(),
         files,

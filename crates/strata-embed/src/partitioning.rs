@@ -261,12 +261,7 @@ pub fn buckets(
     let manifest = serde_json::to_string_pretty(&result).expect("serialises");
     std::fs::write(tmp.join("manifest.json"), manifest)
         .map_err(|e| StoreError::Io(strata_io::IoError::os("write", &tmp, 0, e)))?;
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)
-            .map_err(|e| StoreError::Io(strata_io::IoError::os("remove", &dir, 0, e)))?;
-    }
-    std::fs::rename(&tmp, &dir)
-        .map_err(|e| StoreError::Io(strata_io::IoError::os("rename", &dir, 0, e)))?;
+    strata_io::durable::publish_dir(&tmp, &dir, "buckets").map_err(StoreError::Io)?;
     std::mem::forget(cleanup);
     progress.message(&format!(
         "bucketed {num_edges} train edges into {}x{} buckets in {} pass(es) within {} (largest bucket {} edges)",

@@ -131,6 +131,12 @@ impl Run {
     /// Opens the run in `dir`.
     pub fn open(dir: &Path) -> Result<Run> {
         let path = dir.join("run.json");
+        if strata_io::durable::is_partial(dir) {
+            return Err(EmbedError::Corrupt(format!(
+                "{}: a `.partial-PID` directory is an unfinished output and never a run",
+                dir.display()
+            )));
+        }
         let text = std::fs::read_to_string(&path).map_err(|e| io_err("read", &path, e))?;
         let meta: RunMeta = serde_json::from_str(&text).map_err(|e| {
             EmbedError::Corrupt(format!("{}: not a run record: {e}", path.display()))
@@ -216,12 +222,15 @@ impl Run {
         let path = self.dir.join("run.json");
         let tmp = self.dir.join("run.json.tmp");
         let text = serde_json::to_string_pretty(&self.meta).expect("run metadata serialises");
+        strata_io::durable::fault_point("embed.checkpoint_written");
         let mut f = std::fs::File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;
         f.write_all(text.as_bytes())
             .and_then(|_| f.sync_all())
             .map_err(|e| io_err("write", &tmp, e))?;
+        strata_io::durable::fault_point("embed.run_json_written");
         std::fs::rename(&tmp, &path).map_err(|e| io_err("rename", &path, e))?;
         sync_dir(&self.dir)?;
+        strata_io::durable::fault_point("embed.committed");
         let keep = [self.meta.current.epoch, self.meta.best.epoch];
         for entry in std::fs::read_dir(&self.dir)
             .map_err(|e| io_err("list", &self.dir, e))?
@@ -306,7 +315,5 @@ pub fn train_bytes(store: &Store) -> Result<u64> {
 
 /// Flushes a directory's entries (a rename inside it) to the device.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err("fsync", dir, e))
+    Ok(strata_io::durable::sync_dir(dir)?)
 }

@@ -318,31 +318,34 @@ fn create(
             op, dir, 0, e,
         )))
     };
-    if dir.exists()
-        && !is_run(dir)
-        && std::fs::read_dir(dir)
-            .map_err(|e| io("list", e))?
-            .next()
-            .is_some()
-    {
-        return Err(EmbedError::Config(format!(
-            "{} exists and is not a run directory; choose an empty or new --run-dir",
-            dir.display()
-        )));
-    }
-    if is_run(dir) {
-        // --fresh: remove the old run's files only.
-        for entry in std::fs::read_dir(dir).map_err(|e| io("list", e))?.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let ours = name == "run.json"
-                || name.ends_with(".jsonl")
+    if dir.exists() {
+        let ours = |name: &str| {
+            name.starts_with("run.json")
+                || name == "metrics.jsonl"
+                || name == "timeline.jsonl"
                 || name.starts_with("table-")
                 || name.starts_with("relations-e")
                 || name.starts_with("relation_state-e")
-                || name.starts_with("events.out.tfevents");
-            if ours {
-                std::fs::remove_file(entry.path()).map_err(|e| io("remove", e))?;
-            }
+                || name.starts_with("events.out.tfevents")
+        };
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| io("list", e))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        // A directory that is no run yet holds only a run's files is a creation (or a --fresh
+        // restart) killed before its first commit: starting again is what the user asked for.
+        if !is_run(dir) && names.iter().any(|n| !ours(n)) {
+            return Err(EmbedError::Config(format!(
+                "{} exists and is not a run directory; choose an empty or new --run-dir",
+                dir.display()
+            )));
+        }
+        // run.json goes first: from then on the directory is no run, and a kill part-way
+        // through leaves only files that the next start removes.
+        names.sort_by_key(|n| n != "run.json");
+        for name in names.iter().filter(|n| ours(n)) {
+            std::fs::remove_file(dir.join(name)).map_err(|e| io("remove", e))?;
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| io("mkdir", e))?;

@@ -6,7 +6,9 @@
 //! offset)`. Pass 2 loads one spool at a time, counting-sorts it by minor chunk and appends
 //! its blocks to `edges.npy` (and their weights to `weights.npy`), so the edge file is written
 //! sequentially and memory holds one spool, not the graph. The grid is written into a
-//! `.partial-PID` directory and renamed into place only when complete.
+//! `.partial-PID` directory and published only when complete (files, directory and parent
+//! fsynced, then renamed or swapped with the old grid: `strata_io::durable::publish_dir`);
+//! readers refuse `.partial-PID` directories, so a killed build leaves no grid that opens.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -115,7 +117,10 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         "" => default_name(&layout, symmetric, job.weights.is_some()),
         s => s.to_string(),
     };
-    if name.contains('/') || name.starts_with('.') {
+    if name.contains('/')
+        || name.starts_with('.')
+        || strata_io::durable::is_partial(Path::new(&name))
+    {
         return Err(GridError::config(
             "name",
             format!("'{name}' must be a plain directory name"),
@@ -152,8 +157,8 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let spare = job.memory - fixed;
     let spool_buf = ((spare / 4) / partitions as u64).clamp(64 << 10, 1 << 20) as usize;
 
+    strata_store::store::remove_stale_partials(&parent, &name);
     let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(tmp.join("spool")).map_err(|e| GridError::os("mkdir", &tmp, e))?;
     let guard = PartialDir(tmp.clone());
     progress.message(&format!(
@@ -339,10 +344,8 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     };
     let text = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
     write_synced(&tmp.join(GRID_MANIFEST), text.as_bytes())?;
-    if out.exists() {
-        std::fs::remove_dir_all(&out).map_err(|e| GridError::os("remove", &out, e))?;
-    }
-    std::fs::rename(&tmp, &out).map_err(|e| GridError::os("rename", &out, e))?;
+    strata_io::durable::fault_point("grid.manifest_written");
+    strata_io::durable::publish_dir(&tmp, &out, "grid")?;
     std::mem::forget(guard);
     let bytes = dir_bytes(&out)?;
     Ok(BuildSummary {

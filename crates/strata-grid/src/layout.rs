@@ -223,6 +223,12 @@ impl GridManifest {
     /// Reads and checks `grid.json` in `dir`.
     pub fn load(dir: &Path) -> Result<GridManifest> {
         let path = dir.join(GRID_MANIFEST);
+        if strata_io::durable::is_partial(dir) {
+            return Err(GridError::invalid(
+                dir,
+                "this is an unfinished grid (a `.partial-PID` directory that an interrupted or still running `strata grid build` left); it is never opened: build the grid again",
+            ));
+        }
         if !path.exists() {
             return Err(GridError::invalid(
                 dir,

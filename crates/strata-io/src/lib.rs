@@ -8,6 +8,7 @@
 
 mod aligned;
 pub mod bench;
+pub mod durable;
 mod engine;
 mod error;
 mod file;

@@ -1,9 +1,9 @@
 //! Opening (with validation) and atomically building a store directory.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use strata_io::durable;
 
 use crate::array::NpyWriter;
 use crate::error::{Result, StoreError};
@@ -12,6 +12,9 @@ use crate::npy::{self, DType, DATA_OFFSET};
 
 /// Name of the manifest file inside a store directory.
 pub const MANIFEST: &str = "manifest.json";
+
+/// Why a `NAME.partial-PID` directory is never opened, even when it holds a manifest.
+pub const PARTIAL_REFUSAL: &str = "this is an unfinished output (a `.partial-PID` directory that an interrupted or still running conversion left); it is never a valid store: run the conversion again";
 
 /// An open, validated store.
 #[derive(Debug, Clone)]
@@ -33,15 +36,19 @@ impl Store {
         if !path.exists() {
             return Err(StoreError::bad_file(path, "no such store"));
         }
+        if durable::is_partial(path) {
+            return Err(invalid(PARTIAL_REFUSAL.into()));
+        }
         let manifest_path = path.join(MANIFEST);
         if !path.is_dir() || !manifest_path.exists() {
             return Err(invalid(format!(
                 "not a Strata store: {MANIFEST} is missing (an interrupted conversion leaves only a .partial directory)"
             )));
         }
-        let text = std::fs::read_to_string(&manifest_path)
-            .map_err(|e| StoreError::os("read", &manifest_path, e))?;
-        let raw: serde_json::Value = serde_json::from_str(&text)
+        // Bytes, not a String: a manifest that is not UTF-8 is a damaged store, not an I/O error.
+        let text =
+            std::fs::read(&manifest_path).map_err(|e| StoreError::os("read", &manifest_path, e))?;
+        let raw: serde_json::Value = serde_json::from_slice(&text)
             .map_err(|e| invalid(format!("{MANIFEST} is not valid JSON: {e}")))?;
         if raw.get("format").and_then(|v| v.as_str()) != Some(FORMAT_NAME) {
             return Err(invalid(format!(
@@ -242,6 +249,12 @@ impl StoreBuilder {
     /// directories of `out` left by processes that no longer run.
     pub fn create(out: &Path, overwrite: bool) -> Result<StoreBuilder> {
         let (parent, name) = output_parent(out)?;
+        if durable::is_partial(Path::new(&name)) {
+            return Err(StoreError::option(
+                "out",
+                format!("'{name}' ends like an unfinished output (.partial-DIGITS), which no reader opens; choose another name"),
+            ));
+        }
         if out.exists() {
             if !overwrite {
                 return Err(StoreError::Exists {
@@ -316,8 +329,11 @@ impl StoreBuilder {
         &self.arrays
     }
 
-    /// Writes the manifest (with the recorded arrays), validates the result, and renames the
-    /// directory into place (atomically exchanging it with an existing store when overwriting).
+    /// Writes the manifest (with the recorded arrays), validates the result, and publishes the
+    /// directory with [`durable::publish_dir`]: every file, the directory and its parent fsynced
+    /// before the rename (an atomic exchange with an existing store when overwriting), the parent
+    /// again after it. A kill before the rename leaves only the `.partial-PID` directory, which
+    /// [`Store::open`] refuses.
     pub fn commit(mut self, mut manifest: Manifest) -> Result<Store> {
         manifest.arrays = std::mem::take(&mut self.arrays);
         let scratch = self.tmp.join(".scratch");
@@ -327,20 +343,14 @@ impl StoreBuilder {
         let text = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
         let mpath = self.tmp.join(MANIFEST);
         write_synced(&mpath, text.as_bytes())?;
+        durable::fault_point("store.manifest_written");
         validate_arrays(&self.tmp, &manifest)?;
-        sync_dir(&self.tmp)?;
-        if self.overwrite && self.out.exists() {
-            exchange(&self.tmp, &self.out)?;
-            // `tmp` now holds the old store.
-            std::fs::remove_dir_all(&self.tmp)
-                .map_err(|e| StoreError::os("remove", &self.tmp, e))?;
-        } else {
-            std::fs::rename(&self.tmp, &self.out)
-                .map_err(|e| StoreError::os("rename", &self.out, e))?;
+        if self.out.exists() && !self.overwrite {
+            return Err(StoreError::Exists {
+                path: self.out.clone(),
+            });
         }
-        if let Some(parent) = self.out.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent)?;
-        }
+        durable::publish_dir(&self.tmp, &self.out, "store")?;
         self.committed = true;
         Store::open(&self.out)
     }
@@ -362,31 +372,6 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().map_err(|e| StoreError::os("fsync", path, e))
 }
 
-fn sync_dir(dir: &Path) -> Result<()> {
-    let f = std::fs::File::open(dir).map_err(|e| StoreError::os("open", dir, e))?;
-    f.sync_all().map_err(|e| StoreError::os("fsync", dir, e))
-}
-
-/// Atomically swaps two directory entries (Linux `renameat2(RENAME_EXCHANGE)`).
-fn exchange(a: &Path, b: &Path) -> Result<()> {
-    let ca = CString::new(a.as_os_str().as_bytes()).expect("path without NUL");
-    let cb = CString::new(b.as_os_str().as_bytes()).expect("path without NUL");
-    // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them relative to the cwd.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            ca.as_ptr(),
-            libc::AT_FDCWD,
-            cb.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if rc != 0 {
-        return Err(StoreError::os("rename", b, std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
 /// The parent directory (which must exist) and file name of an output path.
 pub(crate) fn output_parent(out: &Path) -> Result<(PathBuf, String)> {
     let name = out
@@ -406,6 +391,21 @@ pub(crate) fn output_parent(out: &Path) -> Result<(PathBuf, String)> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    // The nearest existing ancestor being a file is the real reason, not a missing directory.
+    if let Some(file) = parent
+        .ancestors()
+        .find(|a| a.exists())
+        .filter(|a| !a.is_dir())
+    {
+        return Err(StoreError::option(
+            "out",
+            format!(
+                "{} is a file, not a directory, so '{}' cannot be created under it",
+                file.display(),
+                out.display()
+            ),
+        ));
+    }
     if !parent.is_dir() {
         return Err(StoreError::bad_file(
             &parent,
@@ -430,7 +430,7 @@ pub(crate) fn remove_path(path: &Path) -> Result<()> {
 
 /// Removes `NAME.partial-PID` files and directories in `parent` left by processes that are
 /// gone (a killed conversion or generation), and this process's own.
-pub(crate) fn remove_stale_partials(parent: &Path, name: &str) {
+pub fn remove_stale_partials(parent: &Path, name: &str) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };

@@ -123,3 +123,18 @@ fn not_a_store_and_corrupt_manifest() {
     assert!(open_err(&store).contains("not valid JSON"));
     assert!(open_err(&dir.path().join("absent")).contains("no such store"));
 }
+
+#[test]
+fn a_partial_directory_never_opens_even_with_a_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = make_store(dir.path());
+    let partial = dir.path().join("g.strata.partial-4242");
+    std::fs::rename(&store, &partial).unwrap();
+    for path in [partial.clone(), partial.join(".")] {
+        let e = Store::open(&path).unwrap_err();
+        assert!(matches!(e, StoreError::Invalid { .. }), "{e:?}");
+        assert!(e.to_string().contains("unfinished output"), "{e}");
+    }
+    std::fs::rename(&partial, &store).unwrap();
+    Store::open(&store).unwrap();
+}

@@ -76,6 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:
+            # Flushed here, not at interpreter exit, so that a closed pipe is caught below.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(cmd_serve.route(sys.argv[1:] if argv is None else list(argv)))
     command = "serve status" if args.command == cmd_serve.STATUS_COMMAND else args.command
@@ -89,6 +100,16 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nstrata {command}: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (``strata info S | head -1``): end quietly, as ``cat``
+    does. stdout is pointed at /dev/null so that the interpreter's final flush of what is still
+    buffered cannot raise again (which would print "Exception ignored ... BrokenPipeError")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141  # 128 + SIGPIPE, what a shell reports for a command killed by a closed pipe
 
 
 if __name__ == "__main__":

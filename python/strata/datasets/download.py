@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 from .. import __version__
 from ..errors import DownloadError, InputError
+from ..paths import make_dir
 from ..units import fmt_bytes, fmt_duration
 from .registry import CHECKSUM_ALGORITHMS
 
@@ -71,7 +72,7 @@ def download(
         part.unlink(missing_ok=True)
     if dest.exists():
         return False
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(dest.parent, "--dir")
     attempt = 0
     while True:
         try:

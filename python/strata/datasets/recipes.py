@@ -22,6 +22,7 @@ from pathlib import Path
 from ..config import ConvertConfig, Size
 from ..convert import convert
 from ..errors import InputError, InputNotFoundError
+from ..paths import make_dir
 from . import ogb
 from .planetoid import datasets_in
 from .registry import Dataset
@@ -121,7 +122,7 @@ def _planetoid(ds: Dataset, raw: Path, common: dict, build: Build, progress: Pro
 def _ogb(ds: Dataset, raw: Path, common: dict, build: Build, progress: ProgressFn | None) -> dict:
     root = ogb.find_root(raw)
     parent = build.out.absolute().parent
-    parent.mkdir(parents=True, exist_ok=True)
+    make_dir(parent, "--out")
     staging = Path(tempfile.mkdtemp(prefix=f".{ds.name}-staging-", dir=parent))
     try:
         # A 32nd of the budget per block of text: parsing holds the block and its numbers a few times.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import _native
 from ..errors import RunError
+from ..paths import make_dir
 
 ProgressFn = Callable[..., bool]
 
@@ -116,4 +117,5 @@ class Run:
         progress: ProgressFn | None = None,
     ) -> dict:
         """Writes the checkpoint's embeddings in node-id order (and relations, id maps) to ``out``."""
+        make_dir(Path(out).absolute().parent, "--out")
         return _native.embed_export(str(self.path), str(out), format, checkpoint, overwrite, _memory(memory), progress)

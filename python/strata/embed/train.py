@@ -9,6 +9,8 @@ from pathlib import Path
 from .. import _native
 from ..config import as_dict
 from ..config.embed import EmbedTrainConfig
+from ..errors import ConfigError
+from ..paths import make_dir
 from ..units import fmt_bytes, fmt_duration
 from .runs import Run, default_run_dir
 
@@ -83,7 +85,9 @@ def train(
         if on_epoch is not None:
             on_epoch(record)
 
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(run_dir.parent, "--run-dir")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
     try:
         _native.embed_train(str(cfg.store), str(run_dir), native, cfg.fresh, progress, epoch_done)
     finally:

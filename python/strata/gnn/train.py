@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..config import as_dict
 from ..config.gnn import GnnTrainConfig
+from ..paths import make_dir
 from ..units import fmt_bytes, fmt_count
 from ._torch import require_torch
 from .loader import DATA_DEFAULTS, GnnData
@@ -130,7 +131,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     model = model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(run_dir, "--run-dir")
     (run_dir / "metrics.jsonl").write_text("")
     train_nodes = data.nodes("train")
     has_valid = data.store.node_split("valid") is not None

@@ -23,6 +23,7 @@ from .. import _native
 from ..config import as_dict
 from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
 from ..errors import InputNotFoundError, StoreFormatError
+from ..paths import make_dir
 from ..stopping import run_until_stopped
 from ..units import fmt_bytes, fmt_count, fmt_duration
 
@@ -312,7 +313,7 @@ def run(
         if not history:
             # The directory is touched only once the run is under way: a run that fails its
             # checks leaves an earlier run there as it was.
-            out.mkdir(parents=True, exist_ok=True)
+            make_dir(out, "--out")
             (out / "run.json").unlink(missing_ok=True)
             (out / "metrics.jsonl").write_text("")
             if progress:
@@ -329,7 +330,7 @@ def run(
 
     summary = _native.grid_run(run_job(cfg, out), progress, each)
     if not history:  # no iteration ran (an empty graph): the directory still gets its files
-        out.mkdir(parents=True, exist_ok=True)
+        make_dir(out, "--out")
         (out / "metrics.jsonl").write_text("")
     record = {
         "format": RUN_FORMAT,

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..errors import MissingDependencyError, RunError
+from ..paths import make_dir
 
 EMBED_FORMAT = "strata-embed-run"
 
@@ -65,7 +66,7 @@ def plot_run(target: str | Path, out: str | Path | None = None, epoch: int = 0) 
     cover every epoch or iteration."""
     run, kind, meta = locate_run(target)
     out_dir = Path(out) if out is not None else run / "plots"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir, "--out")
     if kind == "embed":
         from .embed import plot_embed_run
 

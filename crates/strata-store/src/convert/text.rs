@@ -77,19 +77,36 @@ pub(crate) fn is_gzip(path: &Path) -> bool {
         && magic == [0x1f, 0x8b]
 }
 
-/// Opens `path` for streaming, decompressing gzip (by magic bytes) transparently.
-fn open_input(path: &Path, io_chunk: usize, counter: &ByteCounter) -> Result<Box<dyn Read + Send>> {
+/// Opens `path` for streaming, decompressing gzip (by magic bytes) transparently; says whether
+/// it is gzip.
+fn open_input(
+    path: &Path,
+    io_chunk: usize,
+    counter: &ByteCounter,
+) -> Result<(Box<dyn Read + Send>, bool)> {
     let raw = Counted {
         inner: SeqReader::open(path, 0, io_chunk)?,
         counter: counter.clone(),
     };
     if is_gzip(path) {
-        Ok(Box::new(flate2::read::MultiGzDecoder::new(
-            std::io::BufReader::with_capacity(1 << 20, raw),
-        )))
+        let gz = flate2::read::MultiGzDecoder::new(std::io::BufReader::with_capacity(1 << 20, raw));
+        Ok((Box::new(gz), true))
     } else {
-        Ok(Box::new(raw))
+        Ok((Box::new(raw), false))
     }
+}
+
+/// The error for a failed read of `path` in the block starting at `line`: bad input when the gzip decoder
+/// rejects the data (corrupt or truncated), an I/O error otherwise.
+fn read_error(path: &Path, gzip: bool, line: u64, e: std::io::Error) -> StoreError {
+    use std::io::ErrorKind::{InvalidData, InvalidInput, UnexpectedEof};
+    if gzip && matches!(e.kind(), InvalidData | InvalidInput | UnexpectedEof) {
+        return StoreError::bad_file(
+            path,
+            format!("corrupt or truncated gzip data (near line {line}): {e}"),
+        );
+    }
+    StoreError::os("read", path, e)
 }
 
 /// Cuts a sequence of files into blocks of about `block_bytes` of whole lines.
@@ -106,6 +123,7 @@ pub(crate) struct BlockReader {
 struct OpenFile {
     index: usize,
     reader: Box<dyn Read + Send>,
+    gzip: bool,
     carry: Vec<u8>,
     line: u64,
     eof: bool,
@@ -145,9 +163,11 @@ impl BlockReader {
                 }
                 let index = self.next_file;
                 self.next_file += 1;
+                let (reader, gzip) = open_input(&self.files[index], self.io_chunk, &self.counter)?;
                 self.cur = Some(OpenFile {
                     index,
-                    reader: open_input(&self.files[index], self.io_chunk, &self.counter)?,
+                    reader,
+                    gzip,
                     carry: Vec::new(),
                     line: 1,
                     eof: false,
@@ -164,7 +184,7 @@ impl BlockReader {
                 let old = data.len();
                 data.resize(want, 0);
                 let n = read_full(&mut f.reader, &mut data[old..])
-                    .map_err(|e| StoreError::os("read", path, e))?;
+                    .map_err(|e| read_error(path, f.gzip, f.line, e))?;
                 data.truncate(old + n);
                 if n == 0 {
                     f.eof = true;

@@ -459,6 +459,13 @@ fn collect_names(
                             format!("the {role} field is empty"),
                         ));
                     }
+                    if let Some(problem) = name_problem(f[i]) {
+                        return Err(StoreError::input(
+                            path,
+                            line,
+                            format!("the {role} name {problem}; names must be UTF-8 text without NUL bytes (re-encode the file, e.g. with iconv)"),
+                        ));
+                    }
                 }
                 if want_nodes {
                     nodes.insert(f[cols.src], 0);
@@ -560,6 +567,23 @@ fn load_range(builder: &StoreBuilder, lo: u64, hi: u64) -> Result<NameDict> {
         );
     }
     Ok(dict)
+}
+
+/// Why `name` cannot be stored as a name (a NUL byte, or bytes that are not UTF-8), or `None`.
+/// Names are refused rather than escaped: stored names are what `node_id` looks up and what
+/// exports write back, so only text that round-trips unchanged is accepted.
+fn name_problem(name: &[u8]) -> Option<String> {
+    if let Some(at) = memchr::memchr(0, name) {
+        return Some(format!("holds a NUL byte at byte {}", at + 1));
+    }
+    std::str::from_utf8(name).err().map(|e| {
+        let at = e.valid_up_to();
+        format!(
+            "is not valid UTF-8 (byte 0x{:02x} at byte {})",
+            name[at],
+            at + 1
+        )
+    })
 }
 
 /// Resolves the fields of one line to ids.

@@ -1,0 +1,173 @@
+//! Publishing a directory atomically and durably, recognising unfinished ones, and the
+//! test-only fault points that kill the process at a named step.
+//!
+//! Every output directory Strata writes (a store, a grid) is built as `NAME.partial-PID` beside
+//! its destination and published by [`publish_dir`]: its files and the directory are fsynced,
+//! the parent is fsynced, the directory is renamed (or exchanged with the old one), and the
+//! parent is fsynced again. Readers refuse any directory whose name [`is_partial`] matches, so a
+//! kill at any moment leaves either the old output, the new one, or nothing that opens.
+//!
+//! Fault points: when the environment variable `STRATA_FAULT` names a point (for example
+//! `store.before_rename`), [`fault_point`] sends the process `SIGKILL` there, as `kill -9` at
+//! exactly that step would; `NAME@N` waits for the point's `N`th visit (a later epoch's
+//! checkpoint, say). Unset, a fault point costs one load of a cached value. The crash tests use
+//! it; nothing else should set it.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::error::{IoError, Result};
+
+/// Environment variable naming the fault point at which the process kills itself.
+pub const FAULT_ENV: &str = "STRATA_FAULT";
+
+/// Kills the process with `SIGKILL` at the visit of `point` that `STRATA_FAULT` names
+/// (`point`, the first visit, or `point@N`, the `N`th); otherwise does nothing.
+pub fn fault_point(point: &str) {
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static VISITS: AtomicU64 = AtomicU64::new(0);
+    let armed = ARMED.get_or_init(|| {
+        let spec = std::env::var(FAULT_ENV).ok().filter(|s| !s.is_empty())?;
+        Some(match spec.rsplit_once('@') {
+            Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
+            None => (spec, 1),
+        })
+    });
+    let Some((name, nth)) = armed else {
+        return;
+    };
+    if name == point && VISITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
+        // SAFETY: sending a signal to our own process has no memory-safety preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+/// Whether `path` names an unfinished output directory: its name (or, for `.` and the like,
+/// its canonical name) ends in `.partial-` and digits.
+pub fn is_partial(path: &Path) -> bool {
+    let partial_name = |p: &Path| {
+        p.file_name().is_some_and(|n| {
+            let n = n.as_bytes();
+            let Some(at) = n.windows(9).rposition(|w| w == b".partial-") else {
+                return false;
+            };
+            let digits = &n[at + 9..];
+            !digits.is_empty() && digits.iter().all(u8::is_ascii_digit)
+        })
+    };
+    partial_name(path) || path.canonicalize().is_ok_and(|p| partial_name(&p))
+}
+
+/// Flushes a directory's entries (files created or renamed in it) to the device.
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| IoError::os("fsync", dir, 0, e))
+}
+
+/// Fsyncs every regular file directly inside `dir`, then `dir` itself.
+pub fn sync_tree(dir: &Path) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(|e| IoError::os("list", dir, 0, e))? {
+        let entry = entry.map_err(|e| IoError::os("list", dir, 0, e))?;
+        let path = entry.path();
+        let kind = entry
+            .file_type()
+            .map_err(|e| IoError::os("stat", &path, 0, e))?;
+        if kind.is_file() {
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| IoError::os("fsync", &path, 0, e))?;
+        }
+    }
+    sync_dir(dir)
+}
+
+/// Publishes the finished directory `tmp` (beside `out`, in the same parent) as `out`: fsyncs
+/// `tmp`'s files, `tmp` and the parent; renames `tmp` to `out`, or, when `out` exists, swaps the
+/// two atomically and removes the old one; then fsyncs the parent again. `what` names the fault
+/// points `{what}.before_rename` and `{what}.after_rename`.
+pub fn publish_dir(tmp: &Path, out: &Path, what: &str) -> Result<()> {
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    sync_tree(tmp)?;
+    sync_dir(parent)?;
+    fault_point(&format!("{what}.before_rename"));
+    if out.exists() {
+        exchange(tmp, out)?;
+        // `tmp` now holds the old directory.
+        std::fs::remove_dir_all(tmp).map_err(|e| IoError::os("remove", tmp, 0, e))?;
+    } else {
+        std::fs::rename(tmp, out).map_err(|e| IoError::os("rename", out, 0, e))?;
+    }
+    fault_point(&format!("{what}.after_rename"));
+    sync_dir(parent)
+}
+
+/// Atomically swaps two directory entries (Linux `renameat2(RENAME_EXCHANGE)`).
+fn exchange(a: &Path, b: &Path) -> Result<()> {
+    let cstr = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| IoError::Invalid(format!("path {} contains a NUL byte", p.display())))
+    };
+    let (ca, cb) = (cstr(a)?, cstr(b)?);
+    // SAFETY: both are valid NUL-terminated paths; AT_FDCWD resolves them relative to the cwd.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc != 0 {
+        return Err(IoError::os("rename", b, 0, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_names() {
+        assert!(is_partial(Path::new("/x/g.strata.partial-123")));
+        assert!(is_partial(Path::new("g.partial-7/")));
+        assert!(is_partial(Path::new(".n10-seed1.partial-42")));
+        assert!(!is_partial(Path::new("/x/g.strata")));
+        assert!(!is_partial(Path::new("/x/g.partial-")));
+        assert!(!is_partial(Path::new("/x/g.partial-12a")));
+        assert!(!is_partial(Path::new("/x/partial-12")));
+    }
+
+    #[test]
+    fn a_dot_inside_a_partial_directory_is_partial() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("s.partial-5");
+        std::fs::create_dir(&dir).unwrap();
+        assert!(is_partial(&dir.join(".")));
+        assert!(is_partial(&dir.join("..").join("s.partial-5")));
+    }
+
+    #[test]
+    fn publish_renames_or_swaps() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("g");
+        for (i, content) in ["first", "second"].into_iter().enumerate() {
+            let tmp = root.path().join(format!("g.partial-{i}"));
+            std::fs::create_dir(&tmp).unwrap();
+            std::fs::write(tmp.join("f"), content).unwrap();
+            publish_dir(&tmp, &out, "test").unwrap();
+            assert!(!tmp.exists());
+            assert_eq!(std::fs::read_to_string(out.join("f")).unwrap(), content);
+        }
+    }
+}

@@ -1,0 +1,23 @@
+"""Creating output directories with a true message when a path component is a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import ConfigError
+
+
+def make_dir(path: str | Path, what: str) -> Path:
+    """Creates directory ``path`` and its missing parents (``mkdir -p``) and returns it. When a
+    component of ``path`` is a file rather than a directory, raises ConfigError naming ``what``
+    (the option, such as ``--out``) and that file, instead of the operating system's
+    "File exists" or "Not a directory"."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), path)
+        raise ConfigError(
+            f"{what} {path}: {blocker} is a file, not a directory, so the output cannot be created there"
+        ) from None
+    return path

@@ -1,0 +1,139 @@
+"""Input edge cases: names that are not text (NUL bytes, invalid UTF-8), corrupt or truncated
+gzip, an output path under a file, and a stdout closed by its reader. Each gets a true message
+(naming the file and line where there is one), the documented exit status and no traceback."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_strata
+
+
+def refused(*args, needles: list[str], code: int = 2) -> str:
+    proc = run_strata(*args, check=False)
+    assert proc.returncode == code, proc.stderr
+    for n in needles:
+        assert n in proc.stderr, f"{n!r} not in {proc.stderr!r}"
+    assert "Traceback" not in proc.stderr
+    return proc.stderr
+
+
+BAD_NAMES = [
+    # (file name, bytes, extra convert args, expected file:line and words)
+    ("nul.tsv", b"a\tb\nc\td\x00x\n", [], ["nul.tsv:2:", "dst name holds a NUL byte at byte 2"]),
+    ("latin1.tsv", b"a\tb\ncaf\xe9\td\n", [], ["latin1.tsv:2:", "src name is not valid UTF-8 (byte 0xe9 at byte 4)"]),
+    ("quoted.csv", b'a,b\n"x\x00y",b\n', [], ["quoted.csv:2:", "src name holds a NUL byte"]),
+    ("spaces.txt", b"a b\nb c\nc \xff\xfe\n", [], ["spaces.txt:3:", "dst name is not valid UTF-8"]),
+    ("rel.tsv", b"a\tr\tb\nb\tr\xc3\tc\n", ["--relations"], ["rel.tsv:2:", "rel name is not valid UTF-8"]),
+    # A name cut in the middle of a multi-byte character.
+    ("cut.tsv", "a\tb\nx\t\u540d".encode()[:-1] + b"\n", [], ["cut.tsv:2:", "dst name is not valid UTF-8"]),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "extra", "needles"), BAD_NAMES, ids=[b[0] for b in BAD_NAMES])
+def test_names_that_are_not_text_are_refused_with_file_and_line(tmp_path, name, data, extra, needles):
+    p = tmp_path / name
+    p.write_bytes(data)
+    out = tmp_path / "g.strata"
+    refused("convert", p, *extra, "--out", out, "-q", needles=[*needles, "UTF-8 text without NUL bytes"])
+    assert sorted(os.listdir(tmp_path)) == [name]
+
+
+def test_bad_name_in_a_valid_split_file_is_named(tmp_path):
+    (tmp_path / "train.tsv").write_text("a\tb\nb\tc\n")
+    (tmp_path / "valid.tsv").write_bytes(b"a\tb\n\xc0\xaf\tc\n")
+    refused("convert", tmp_path, "--out", tmp_path / "g.strata", needles=["valid.tsv:2:", "not valid UTF-8"])
+
+
+def test_utf8_names_round_trip(tmp_path):
+    from strata import Store
+
+    p = tmp_path / "u.tsv"
+    p.write_text("\u00e9t\u00e9\t\u540d\n\u540d\tz\n", encoding="utf-8")
+    run_strata("convert", p, "--out", tmp_path / "g.strata", "-q")
+    s = Store(tmp_path / "g.strata")
+    assert sorted(s.node_name(i) for i in range(s.num_nodes)) == sorted(["\u00e9t\u00e9", "\u540d", "z"])
+
+
+def _gz(tmp_path: Path) -> bytes:
+    p = tmp_path / "whole.gz"
+    with gzip.open(p, "wt") as f:
+        f.write("".join(f"n{i}\tn{(i * 7) % 1000}\n" for i in range(20000)))
+    data = p.read_bytes()
+    p.unlink()
+    return data
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt", "header only"])
+def test_corrupt_or_truncated_gzip_is_bad_input(tmp_path, damage):
+    data = _gz(tmp_path)
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    elif damage == "corrupt":
+        data = data[:200] + bytes(b ^ 0x5A for b in data[200:400]) + data[400:]
+    else:
+        data = data[:12]
+    p = tmp_path / "edges.tsv.gz"
+    p.write_bytes(data)
+    refused("convert", p, "--out", tmp_path / "g.strata", "-q", needles=["edges.tsv.gz", "corrupt or truncated gzip"])
+    assert sorted(os.listdir(tmp_path)) == ["edges.tsv.gz"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("s")
+    raw = d / "raw"
+    run_strata("generate", "kg", "--out", raw, "--entities", "200", "--relations", "3", "--triples", "2000", "-q")
+    run_strata("convert", raw, "--relations", "--out", d / "kg.strata", "-q")
+    small = ["--epochs", "1", "--dim", "8", "--negatives", "8", "-q"]
+    run_strata("embed", "train", d / "kg.strata", "--run-dir", d / "run", *small)
+    return d / "kg.strata"
+
+
+def test_outputs_under_a_regular_file_get_a_true_message(store, tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a directory")
+    under = blocker / "sub"
+    run = store.parent / "run"
+    cases = [
+        ("convert", store.parent / "raw", "--relations", "--out", under / "g.strata"),
+        ("convert", store.parent / "raw", "--relations", "--out", blocker / "g.strata"),
+        ("generate", "kg", "--out", under / "kg", "--entities", "10", "--triples", "20"),
+        ("embed", "train", store, "--run-dir", under / "run"),
+        ("embed", "train", store, "--run-dir", blocker),
+        ("embed", "export", run, "--out", under / "emb"),
+        ("run", "pagerank", store, "--iterations", "1", "--out", under / "pr"),
+        ("plot", run, "--out", under / "plots"),
+    ]
+    for args in cases:
+        proc = run_strata(*args, "-q", check=False) if args[0] != "plot" else run_strata(*args, check=False)
+        if args[0] == "plot" and "matplotlib" in proc.stderr:
+            continue
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "is a file, not a directory" in proc.stderr and str(blocker) in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+    assert blocker.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["info", "STORE"], ["config", "convert"], ["--help"], ["grid", "info", "STORE"], ["embed", "eval", "RUN", "-q"]],
+    ids=lambda a: " ".join(a),
+)
+def test_a_closed_stdout_ends_quietly(store, args):
+    """``strata ... | head -1`` with the reader gone before the first write: no traceback, no
+    "Exception ignored" message, and the pipe's conventional exit status (or 0)."""
+    argv = [str(store) if a == "STORE" else str(store.parent / "run") if a == "RUN" else a for a in args]
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone: every write to the pipe fails with EPIPE
+    proc = subprocess.run([sys.executable, "-m", "strata", *argv], stdout=w, stderr=subprocess.PIPE, text=True)
+    os.close(w)
+    assert proc.returncode in (0, 141), proc.stderr
+    for noise in ("Traceback", "Exception ignored", "BrokenPipe"):
+        assert noise not in proc.stderr, proc.stderr
