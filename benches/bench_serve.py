@@ -5,7 +5,8 @@ not fit the cache (S2)? Do 16 clients mixing analyses and mutations for a minute
 latency, no errors and every acknowledged mutation (S3)? What accuracy does int8 cost (Q)?
 
     python benches/bench_serve.py [--only s1,s2,s3,q] [--nodes 200000] [--repeats 3]
-        [--s2-requests 4000] [--s2-memory 24M] [--s2-locality 0.8] [--s3-seconds 60] [--work DIR]
+        [--s2-requests 4000] [--s2-memory 24M] [--s2-locality 0.8] [--s3-seconds 60]
+        [--s3-mix mixed|mutations] [--work DIR]
 
 Graph of S1 to S3: `strata generate sbm` (16 classes, mean degree 10 written once, so 20 after
 `convert --symmetrize`, power-law exponent 2.5, 128 float32 features: 102 MB at 200k nodes),
@@ -34,8 +35,10 @@ from disk, server-side latency p50/p99.
 
 S3: 16 client threads for `--s3-seconds`, each mixing classifications (8 targets), link
 predictions, vertex additions, updates, edge additions and removals; folds every 10 s. Reported:
-latency p50/p99 per operation, errors, and a check after the run and again after a restart that
-every acknowledged mutation is present (features, in-neighbours, node and edge counts).
+latency p50/p99 per operation, mutations/s, errors, and a check after the run and again after a
+restart that every acknowledged mutation is present (features, in-neighbours, node and edge
+counts). `--s3-mix mutations` leaves the analyses out, so the clients only mutate: the rate the
+write path (log append, fdatasync, group commit) sustains for one graph.
 
 Q: GraphSAGE (mean), GCN and GIN trained on Cora (`strata gnn train`, 20 epochs), exported,
 registered in fp32 and int8, and asked to classify the test nodes: accuracy of each and how
@@ -419,9 +422,12 @@ class Mixer(threading.Thread):
     OPS = (("classify", 0.4), ("link", 0.1), ("add", 0.15), ("update", 0.1), ("add_edges", 0.17),
            ("remove_edges", 0.08))  # fmt: skip
 
-    def __init__(self, addr: str, base_nodes: int, deadline: float, seed: int):
+    MUTATIONS = ("add", "update", "add_edges", "remove_edges")
+
+    def __init__(self, addr: str, base_nodes: int, deadline: float, seed: int, mix: str = "mixed"):
         super().__init__(daemon=True)
         self.addr, self.base_nodes, self.deadline = addr, base_nodes, deadline
+        self.ops = [(op, w) for op, w in self.OPS if mix == "mixed" or op in self.MUTATIONS]
         self.rng, self.nprng = random.Random(seed), np.random.default_rng(seed)
         self.latency: dict[str, list[float]] = {op: [] for op, _ in self.OPS}
         self.errors: list[str] = []
@@ -429,7 +435,7 @@ class Mixer(threading.Thread):
         self.edges: set[tuple[int, int]] = set()
 
     def run(self) -> None:
-        ops, weights = zip(*self.OPS, strict=True)
+        ops, weights = zip(*self.ops, strict=True)
         with Client(self.addr, timeout=120) as c:
             while time.monotonic() < self.deadline:
                 op = self.rng.choices(ops, weights)[0]
@@ -520,7 +526,7 @@ def s3(args) -> dict:
             (info,) = c.status()["graphs"]
         base_nodes, base_edges = info["num_nodes"], info["num_edges"]
         deadline = time.monotonic() + args.s3_seconds
-        mixers = [Mixer(srv.addr, base_nodes, deadline, seed) for seed in range(16)]
+        mixers = [Mixer(srv.addr, base_nodes, deadline, seed, args.s3_mix) for seed in range(16)]
         t0 = time.perf_counter()
         for m in mixers:
             m.start()
@@ -540,15 +546,29 @@ def s3(args) -> dict:
         ops[op] = {"count": len(lat), "p50_ms": 1e3 * pct(lat, 50), "p99_ms": 1e3 * pct(lat, 99)}
     errors = [e for m in mixers for e in m.errors]
     total = sum(o["count"] for o in ops.values())
-    progress(f"S3: {total:,} calls in {seconds:.0f} s, {len(errors)} errors; after restart {restarted}")
-    return {"seconds": seconds, "ops": ops, "calls": total, "errors": errors, "live": live, "restarted": restarted}
+    mutations = sum(ops[op]["count"] for op in Mixer.MUTATIONS)
+    progress(
+        f"S3 ({args.s3_mix}): {total:,} calls in {seconds:.0f} s, {mutations / seconds:,.0f} mutations/s, "
+        f"{len(errors)} errors; after restart {restarted}"
+    )
+    return {
+        "mix": args.s3_mix,
+        "seconds": seconds,
+        "ops": ops,
+        "calls": total,
+        "mutations_per_s": mutations / seconds,
+        "errors": errors,
+        "live": live,
+        "restarted": restarted,
+    }
 
 
 def s3_markdown(res: dict, nodes: int) -> str:
     lines = [
         f"### S3: 16 clients mixing analyses and mutations (`benches/bench_serve.py --only s3`, {nodes:,}-node SBM)",
         "",
-        f"{res['calls']:,} calls in {res['seconds']:.0f} s ({res['calls'] / res['seconds']:,.0f}/s), "
+        f"Mix: {res['mix']}. {res['calls']:,} calls in {res['seconds']:.0f} s "
+        f"({res['calls'] / res['seconds']:,.0f}/s, of them {res['mutations_per_s']:,.0f} mutations/s), "
         f"**{len(res['errors'])} errors**; folds every 10 s (store version {res['live']['version']} at the end).",
         "",
         "| operation | calls | p50 ms | p99 ms |",
@@ -649,6 +669,7 @@ def main() -> None:
     p.add_argument("--s2-memory", default="24M")
     p.add_argument("--s2-locality", type=float, default=0.8)
     p.add_argument("--s3-seconds", type=float, default=60.0)
+    p.add_argument("--s3-mix", choices=("mixed", "mutations"), default="mixed")
     p.add_argument("--work", type=Path, default=REPO / "bench-data" / "serve")
     p.add_argument(
         "--json", action="store_true", help="print the results as JSON instead of recording them (the load test)"

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,11 +24,20 @@ def server_env() -> dict:
 
 class Server:
     """A ``strata serve`` child process, started on ``state_dir`` with ``args``; ``addr`` once
-    it prints ``listening on HOST:PORT``. Its stdout is collected in ``lines``."""
+    it prints ``listening on HOST:PORT``. Its stdout is collected in ``lines``. With ``wrap``
+    (e.g. ``[memlimit, LIMIT]``) the server runs as that command's child."""
 
-    def __init__(self, state_dir: Path, *args, listen: str = "127.0.0.1:0", ready_timeout: float = 60.0):
+    def __init__(
+        self,
+        state_dir: Path,
+        *args,
+        listen: str = "127.0.0.1:0",
+        ready_timeout: float = 60.0,
+        wrap: Sequence[str | os.PathLike] = (),
+    ):
         self.state_dir = Path(state_dir)
-        cmd = [sys.executable, "-m", "strata", "serve", *map(str, args), "--listen", listen]
+        self.wrapped = bool(wrap)
+        cmd = [*map(str, wrap), sys.executable, "-m", "strata", "serve", *map(str, args), "--listen", listen]
         cmd += ["--state-dir", str(state_dir)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
         self.addr: str | None = None
@@ -72,10 +82,23 @@ class Server:
         for t in self._threads:
             t.join(timeout=10)
 
+    def _server_pid(self) -> int | None:
+        """The server's process id: the child's, or its own child's when wrapped."""
+        if not self.wrapped:
+            return self.proc.pid
+        pid = self.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        try:
+            return int(children.read_text().split()[0])
+        except (OSError, IndexError):
+            return None
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
-        """Sends ``sig`` and waits for the exit; returns the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+        """Sends ``sig`` (to the server itself when wrapped) and waits for the exit; returns the
+        exit status (the wrapper's, which passes the server's on)."""
+        pid = self._server_pid() if self.proc.poll() is None else None
+        if pid is not None:
+            os.kill(pid, sig)
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -87,6 +110,9 @@ class Server:
     def kill(self) -> None:
         """SIGKILL (no-op when it already exited)."""
         if self.proc.poll() is None:
+            pid = self._server_pid()
+            if pid is not None and pid != self.proc.pid:
+                os.kill(pid, signal.SIGKILL)
             self.proc.kill()
         self.proc.wait()
         self._join()

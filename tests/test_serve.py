@@ -628,9 +628,11 @@ def test_cli_registers_stores_given_as_arguments(tmp_path, sbm):
         graphs = {g["name"]: g for g in status["graphs"]}
         assert set(graphs) == {"sbm", "other"}
         assert all(g["reordered"] for g in graphs.values())
-        # Without the embedding cache, the page cache has all of --memory.
+        # Without the embedding cache, the page cache has all of --memory but the working
+        # memory's and the executor's eighths.
         assert status["embedding_cache"]["capacity_bytes"] == 0
-        assert status["page_cache"]["capacity_bytes"] == 8 << 20
+        assert status["page_cache"]["capacity_bytes"] == 6 << 20
+        assert status["working_capacity_bytes"] == 1 << 20 and status["max_message_bytes"] == 512 << 10
         assert server.stop() == 0
         assert "embedding cache 0 B" in server.output
     bad = run_strata(

@@ -95,6 +95,7 @@ fn serve_run(
             },
             sample_seed: o.sample_seed,
             embedding_cache_bytes: 0,
+            group_bytes: 0,
             result_ttl: Duration::from_secs_f64(o.result_ttl),
         },
         fold_records: o.fold_records,
@@ -117,6 +118,9 @@ fn serve_run(
                     let plan = serde_json::json!({
                         "page_cache_bytes": plan.page_cache_bytes,
                         "embedding_cache_bytes": plan.embedding_cache_bytes,
+                        "working_bytes": plan.working_bytes,
+                        "executor_bytes": plan.executor_bytes,
+                        "max_message_bytes": plan.max_message_bytes,
                     });
                     let r = pythonize(py, &plan)
                         .map_err(PyErr::from)

@@ -132,7 +132,9 @@ fn serve_error(py: Python<'_>, e: &ServeError) -> PyErr {
         }
         ServeError::NotFound(_) => raise(py, "InputNotFoundError", &msg),
         ServeError::AlreadyExists(_) => raise(py, "StoreExistsError", &msg),
-        ServeError::ResourceExhausted(_) => raise(py, "BudgetError", &msg),
+        ServeError::ResourceExhausted(_) | ServeError::OutOfRange(_) => {
+            raise(py, "BudgetError", &msg)
+        }
         ServeError::Unavailable(_) => raise(py, "StrataError", &msg),
         ServeError::Store(e) => e.to_py(py),
         ServeError::Gnn(e) => e.to_py(py),

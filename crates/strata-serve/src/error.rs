@@ -23,6 +23,10 @@ pub enum ServeError {
     /// A size or rate limit; says which and by how much.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// A message over the size limit (`--max-message`): a request as it is decoded, or a reply
+    /// whose computed size is over it, refused before it is built. Names the sizes.
+    #[error("{0}")]
+    OutOfRange(String),
     /// The server is shutting down.
     #[error("{0}")]
     Unavailable(String),

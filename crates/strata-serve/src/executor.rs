@@ -20,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::error::{Result, ServeError};
 use crate::graph::ServedGraph;
+use crate::memory::Reservation;
 use crate::page_cache::{Lru, PageCache};
 use crate::registry::ServedModel;
 use crate::schedule::{plan, RequestMap, ScheduleConfig, Targets};
@@ -40,6 +41,9 @@ pub struct ExecConfig {
     pub sample_seed: u64,
     /// Bytes of the embedding cache; 0 turns it off.
     pub embedding_cache_bytes: u64,
+    /// Bytes one fused group may take (its sample, input rows and activations); a group
+    /// that needs more is split, down to single vertices.
+    pub group_bytes: u64,
     /// How long a finished result waits to be fetched.
     pub result_ttl: Duration,
 }
@@ -88,11 +92,15 @@ struct Job {
     task: Task,
     targets: Targets,
     accepted: Instant,
+    /// The working memory its result may take, held until the result is fetched or expires.
+    held: Reservation,
 }
 
 struct Slot {
     tx: watch::Sender<Option<Arc<Finished>>>,
     finished_at: Option<Instant>,
+    /// The request's working memory, once its result is in.
+    held: Option<Reservation>,
 }
 
 /// Counters of the analysis path.
@@ -161,13 +169,16 @@ impl Executor {
         }
     }
 
-    /// Queues an analysis of `targets` (internal ids, checked) and returns its request id.
+    /// Queues an analysis of `targets` (internal ids, checked) and returns its request id;
+    /// `held` (the memory its result may take) is released once the result is fetched or
+    /// expires.
     pub fn submit(
         &self,
         graph: Arc<ServedGraph>,
         model: Arc<ServedModel>,
         task: Task,
         targets: Targets,
+        held: Reservation,
     ) -> Result<u64> {
         let tx = self.tx.lock().unwrap();
         let tx = tx.as_ref().ok_or_else(|| {
@@ -180,6 +191,7 @@ impl Executor {
             Slot {
                 tx: slot_tx,
                 finished_at: None,
+                held: None,
             },
         );
         self.shared.queue_depth.fetch_add(1, Ordering::AcqRel);
@@ -190,6 +202,7 @@ impl Executor {
             task,
             targets,
             accepted: Instant::now(),
+            held,
         };
         tx.send(job).expect("the scheduler outlives the sender");
         Ok(id)
@@ -288,20 +301,33 @@ fn run_batch(shared: &Shared, batch: Vec<Job>, x: &mut Vec<f32>) {
     }
     for share in shares {
         let started = Instant::now();
-        let outputs = run_share(shared, &share, x);
-        for (i, job) in share.iter().enumerate() {
-            let output = match &outputs {
-                Ok(outs) => Ok(outs[i].clone()),
-                Err(e) => Err(e.to_string()),
-            };
-            finish(shared, job, output, started);
+        match run_share(shared, &share, x) {
+            Ok(outputs) => {
+                for (job, output) in share.into_iter().zip(outputs) {
+                    finish(shared, job, Ok(output), started);
+                }
+            }
+            // One request's failure (a vertex whose neighbourhood does not fit the executor's
+            // memory, say) must not fail the others it was batched with: run each alone.
+            Err(e) if share.len() == 1 => {
+                let job = share.into_iter().next().unwrap();
+                finish(shared, job, Err(e.to_string()), started);
+            }
+            Err(_) => {
+                for job in share {
+                    let output = run_share(shared, std::slice::from_ref(&job), x)
+                        .map(|mut outs| outs.remove(0))
+                        .map_err(|e| e.to_string());
+                    finish(shared, job, output, started);
+                }
+            }
         }
     }
 }
 
 fn finish(
     shared: &Shared,
-    job: &Job,
+    job: Job,
     output: std::result::Result<Output, String>,
     started: Instant,
 ) {
@@ -320,6 +346,7 @@ fn finish(
     if let Some(slot) = shared.results.lock().unwrap().get_mut(&job.id) {
         slot.tx.send_replace(Some(finished));
         slot.finished_at = Some(Instant::now());
+        slot.held = Some(job.held);
     }
     shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
 }
@@ -352,7 +379,8 @@ fn run_share(shared: &Shared, share: &[Job], x: &mut Vec<f32>) -> Result<Vec<Out
 }
 
 /// Embeddings of `group` into `table`: from the cache, else one fused sample + forward
-/// (`x` is scratch for the input rows).
+/// (`x` is scratch for the input rows). A group whose sample, rows and activations need more
+/// than `group_bytes` is embedded in halves; a single vertex that needs more fails.
 fn embed_group(
     shared: &Shared,
     graph: &ServedGraph,
@@ -380,10 +408,30 @@ fn embed_group(
         return Ok(());
     }
     let sample = graph.with_view(|view| sampler.sample(view, &need, ANALYSIS_BATCH_KEY))?;
+    let arch = model.model.architecture();
+    let bytes = group_bytes(&sample, arch);
+    if bytes > shared.config.group_bytes {
+        drop(sample);
+        if need.len() == 1 {
+            return Err(ServeError::ResourceExhausted(format!(
+                "vertex {}: its sampled neighbourhood (fanouts {:?}) needs {bytes} bytes for its rows and activations, more than the {} bytes of the executor's share of --memory",
+                graph.to_external(&need)[0],
+                arch.fanouts,
+                shared.config.group_bytes
+            )));
+        }
+        let (a, b) = need.split_at(need.len() / 2);
+        embed_group(shared, graph, model, sampler, a, table, x)?;
+        return embed_group(shared, graph, model, sampler, b, table, x);
+    }
     let dim = graph.feature_dim();
     x.clear();
     x.resize(sample.nodes.len() * dim, 0.0);
-    let read = graph.gather(&shared.page_cache, &sample.nodes, x)?;
+    let read = graph.gather(
+        &shared.page_cache,
+        &sample.nodes,
+        bytemuck::cast_slice_mut(x),
+    )?;
     shared.bytes_read.fetch_add(read, Ordering::Relaxed);
     let out = model.model.forward(&sample.blocks, x)?;
     let width = model.model.architecture().out_dim;
@@ -397,6 +445,16 @@ fn embed_group(
         table.insert(v, e);
     }
     Ok(())
+}
+
+/// Upper bound of the memory a fused group takes: its sample (local ids, node list, blocks),
+/// its input rows, and the forward's activations (the input of a layer, its aggregate and its
+/// output alive at once, each at most as wide as the widest of the model's widths).
+fn group_bytes(sample: &strata_gnn::Sample, arch: &crate::model::Architecture) -> u64 {
+    let nodes = sample.nodes.len() as u64;
+    let edges: u64 = sample.blocks.iter().map(|b| b.indices.len() as u64).sum();
+    let widest = arch.in_dim.max(arch.hidden_dim).max(arch.out_dim) as u64;
+    nodes * (28 + 4 * (arch.in_dim as u64 + 3 * widest)) + edges * 12
 }
 
 /// One job's answer from the embeddings (the prediction commands of Alg. 1); `rows[p]` is

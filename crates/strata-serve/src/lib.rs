@@ -3,10 +3,12 @@
 //! (embeddings, classes, link scores) with native GNN inference over sampled neighbourhoods,
 //! so that only small results cross the network.
 
+pub mod commit;
 pub mod durable;
 pub mod error;
 pub mod executor;
 pub mod graph;
+pub mod memory;
 pub mod model;
 pub mod page_cache;
 pub mod proto;

@@ -22,8 +22,15 @@ use crate::registry::Registry;
 use crate::reorder::ReorderParams;
 use crate::service::{Core, Limits, Service};
 
-/// Share of `--memory` given to the embedding cache (when on); the rest is the page cache.
+/// Share of `--memory` given to the embedding cache (when on), of what the working memory and
+/// the executor leave; the rest is the page cache.
 const EMBEDDING_SHARE: f64 = 0.25;
+/// `--memory / WORKING_DIVISOR` is the working memory: requests, replies and results not yet
+/// fetched (`memory.rs`).
+const WORKING_DIVISOR: u64 = 8;
+/// `--memory / EXECUTOR_DIVISOR` holds the executor's fused groups: their input rows and
+/// activations (a group too big for it is split).
+const EXECUTOR_DIVISOR: u64 = 8;
 /// How often the stop condition and the fold policy are checked.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -43,7 +50,8 @@ pub struct ServeConfig {
     /// Shared secret clients send as `authorization: Bearer TOKEN`; required to listen on a
     /// non-loopback address.
     pub token: Option<String>,
-    /// Largest request or response message, bytes.
+    /// Largest request or response message, bytes (the plan lowers it to half the working
+    /// memory when that is less).
     pub max_message_bytes: usize,
     pub limits: Limits,
     pub exec: ExecConfig,
@@ -60,22 +68,39 @@ pub struct ServeConfig {
 /// How `--memory` is split, reported at start.
 #[derive(Debug, Clone, Copy)]
 pub struct BudgetPlan {
+    /// `--memory`, all of it.
+    pub memory_bytes: u64,
     pub page_cache_bytes: u64,
     pub embedding_cache_bytes: u64,
+    /// Requests, replies and results not yet fetched.
+    pub working_bytes: u64,
+    /// The executor's fused groups.
+    pub executor_bytes: u64,
+    /// The largest message, request or reply: `--max-message`, or half the working memory
+    /// when that is less (a reply is held twice while it is encoded).
+    pub max_message_bytes: u64,
 }
 
 impl BudgetPlan {
-    /// The split of `memory_bytes`: a quarter to embeddings when `embedding_cache`, the rest
-    /// (or all) to pages.
-    pub fn of(memory_bytes: u64, embedding_cache: bool) -> BudgetPlan {
+    /// The split of `memory_bytes`: an eighth each to the working memory and the executor;
+    /// of the rest, a quarter to embeddings when `embedding_cache`, and the remainder (or
+    /// all) to pages. `max_message` is the configured message limit.
+    pub fn of(memory_bytes: u64, embedding_cache: bool, max_message: usize) -> BudgetPlan {
+        let working = memory_bytes / WORKING_DIVISOR;
+        let executor = memory_bytes / EXECUTOR_DIVISOR;
+        let rest = memory_bytes - working - executor;
         let embedding = if embedding_cache {
-            (memory_bytes as f64 * EMBEDDING_SHARE) as u64
+            (rest as f64 * EMBEDDING_SHARE) as u64
         } else {
             0
         };
         BudgetPlan {
-            page_cache_bytes: memory_bytes - embedding,
+            memory_bytes,
+            page_cache_bytes: rest - embedding,
             embedding_cache_bytes: embedding,
+            working_bytes: working,
+            executor_bytes: executor,
+            max_message_bytes: (max_message as u64).min(working / 2),
         }
     }
 }
@@ -144,7 +169,7 @@ pub fn serve(
     if cfg.token.as_deref() == Some("") {
         return Err(ServeError::InvalidArgument("token: empty".into()));
     }
-    let plan = BudgetPlan::of(cfg.memory_bytes, cfg.embedding_cache);
+    let plan = BudgetPlan::of(cfg.memory_bytes, cfg.embedding_cache, cfg.max_message_bytes);
     let registry = Registry::open(&cfg.state_dir)?;
     for (name, path) in &cfg.register {
         if registry.graph(name).is_err() {
@@ -154,6 +179,7 @@ pub fn serve(
     let page_cache = Arc::new(PageCache::new(plan.page_cache_bytes));
     let mut exec = cfg.exec.clone();
     exec.embedding_cache_bytes = plan.embedding_cache_bytes;
+    exec.group_bytes = plan.executor_bytes;
     let executor = Executor::start(exec.clone(), Arc::clone(&page_cache));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -171,16 +197,16 @@ pub fn serve(
         executor,
         Arc::clone(&page_cache),
         cfg.limits.clone(),
+        &plan,
         exec.sample_seed,
         bound.to_string(),
-        cfg.memory_bytes,
     ));
     let service = InterceptedService::new(
         GraphLearningServer::new(Service {
             core: Arc::clone(&core),
         })
-        .max_decoding_message_size(cfg.max_message_bytes)
-        .max_encoding_message_size(cfg.max_message_bytes),
+        .max_decoding_message_size(plan.max_message_bytes as usize)
+        .max_encoding_message_size(plan.max_message_bytes as usize),
         TokenCheck(cfg.token.as_deref().map(Arc::from)),
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

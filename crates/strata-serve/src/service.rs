@@ -14,17 +14,31 @@ use tonic::{Request, Response, Status};
 
 use crate::error::{Result, ServeError};
 use crate::executor::{Executor, Finished, Output, Task};
-use crate::graph::{Change, GraphStatus};
+use crate::graph::{Change, GraphStatus, ServedGraph};
+use crate::memory::{self, Pool, SampleBound};
 use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearning;
 use crate::proto::{self, ResultState};
 use crate::registry::{Registry, ServedModel};
 use crate::reorder::ReorderParams;
 use crate::schedule::Targets;
+use crate::server::BudgetPlan;
 use crate::wire;
 
 /// Longest a `GetAnalysisResult` may wait, so a drain is never held up for long.
 const MAX_WAIT: Duration = Duration::from_secs(60);
+/// Memory a mutation or registration takes, as a multiple of its encoded request: the decoded
+/// values, the checked copy, the log record, the log's write batch, the staged layer's rows.
+const MUTATION_COPIES: u64 = 5;
+/// Copies of a finished analysis's result held until it is sent: the result, its message, and
+/// the message encoded.
+const RESULT_COPIES: u64 = 3;
+/// Bytes the scheduler holds per analysis target besides its embedding: plan entries, the
+/// mapping table, the request's ids.
+const TARGET_OVERHEAD: u64 = 64;
+/// Rows of one `StreamFeatures` message, at most this many bytes (the message limit may be
+/// lower).
+const STREAM_CHUNK_BYTES: u64 = 4 << 20;
 
 /// Request limits (besides the message size, which tonic enforces).
 #[derive(Debug, Clone)]
@@ -51,6 +65,10 @@ pub struct Core {
     pub sample_seed: u64,
     pub listen: String,
     pub memory_bytes: u64,
+    /// Requests, replies and results not yet fetched reserve their bytes here first.
+    pub working: Arc<Pool>,
+    /// The largest message, request or reply (the plan's).
+    pub max_message: u64,
     pub started: Instant,
     pub draining: AtomicBool,
     pub bytes_in: AtomicU64,
@@ -64,11 +82,13 @@ impl Core {
         executor: Executor,
         page_cache: Arc<PageCache>,
         limits: Limits,
+        plan: &BudgetPlan,
         sample_seed: u64,
         listen: String,
-        memory_bytes: u64,
     ) -> Core {
         Core {
+            working: Pool::new(plan.working_bytes, "working memory (1/8 of --memory)"),
+            max_message: plan.max_message_bytes,
             registry,
             executor,
             page_cache,
@@ -79,7 +99,7 @@ impl Core {
             limits,
             sample_seed,
             listen,
-            memory_bytes,
+            memory_bytes: plan.memory_bytes,
             started: Instant::now(),
             draining: AtomicBool::new(false),
             bytes_in: AtomicU64::new(0),
@@ -179,6 +199,9 @@ impl Core {
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
             memory_budget_bytes: self.memory_bytes,
             draining: self.draining.load(Ordering::Acquire),
+            working_used_bytes: self.working.used(),
+            working_capacity_bytes: self.working.capacity(),
+            max_message_bytes: self.max_message,
         }
     }
 }
@@ -217,10 +240,14 @@ pub struct Service {
 
 impl Service {
     /// Runs `f` on a blocking thread after the rate limit, counting request and response bytes.
+    /// A `mutating` call (a mutation or a registration, refused while draining) holds
+    /// [`MUTATION_COPIES`] times its request from the working memory while it runs; `f`
+    /// bounds and reserves its reply itself, before building it.
     async fn call<Req, Resp, F>(
         &self,
         req: Request<Req>,
         mutating: bool,
+        what: &'static str,
         f: F,
     ) -> std::result::Result<Response<Resp>, Status>
     where
@@ -234,10 +261,19 @@ impl Service {
             core.not_draining()?;
         }
         let req = req.into_inner();
-        core.bytes_in
-            .fetch_add(req.encoded_len() as u64, Ordering::Relaxed);
+        let size = req.encoded_len() as u64;
+        core.bytes_in.fetch_add(size, Ordering::Relaxed);
+        let held = if mutating {
+            Some(
+                core.working
+                    .reserve(size.saturating_mul(MUTATION_COPIES), what)?,
+            )
+        } else {
+            None
+        };
         let resp = tokio::task::spawn_blocking(move || {
             let r = f(&core, req);
+            drop(held);
             if let Ok(resp) = &r {
                 core.bytes_out
                     .fetch_add(resp.encoded_len() as u64, Ordering::Relaxed);
@@ -257,7 +293,7 @@ impl Service {
         req: Request<proto::EdgeRequest>,
         change: fn(Vec<u64>, Vec<u64>) -> Change,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.call(req, true, move |core, r| {
+        self.call(req, true, "an edge mutation", move |core, r| {
             let g = core.registry.graph(&r.graph)?;
             core.check_ids(r.src.len(), "src")?;
             Ok(mutation_response(g.mutate(&change(r.src, r.dst))?))
@@ -328,6 +364,48 @@ fn reorder_params(o: Option<&proto::ReorderOptions>) -> Option<ReorderParams> {
 
 type ResultStream =
     Pin<Box<dyn Stream<Item = std::result::Result<proto::AnalysisResult, Status>> + Send>>;
+type FeatureStream = Pin<Box<dyn Stream<Item = std::result::Result<proto::Tensor, Status>> + Send>>;
+
+/// The feature rows of internal ids `ids` as a `(len, dim)` FLOAT32 tensor, gathered straight
+/// into the message's bytes.
+fn features_tensor(core: &Core, g: &ServedGraph, ids: &[u32]) -> Result<proto::Tensor> {
+    let dim = g.feature_dim();
+    let mut data = vec![0u8; ids.len() * dim * 4];
+    g.gather(&core.page_cache, ids, &mut data)?;
+    Ok(wire::f32_tensor_bytes(data, ids.len(), dim))
+}
+
+/// What sampling `seeds` (internal, distinct or not yet checked) with `fanouts` can grow to on
+/// `g` now: the first hop's edges exactly (each seed keeps at most `fanout` of its in-edges),
+/// later hops bounded by [`SampleBound::of`].
+fn sample_bound(g: &ServedGraph, seeds: &[u32], fanouts: &[i32]) -> SampleBound {
+    g.with_view(|view| {
+        let (n, e) = (view.num_nodes() as u64, view.num_edges());
+        let start = SampleBound::seeds(seeds.len() as u64);
+        let Some((&first, rest)) = fanouts.split_first() else {
+            return start;
+        };
+        let cap = if first < 0 { u64::MAX } else { first as u64 };
+        let first_edges: u64 = seeds
+            .iter()
+            .map(|&v| (view.in_neighbors(v).len() as u64).min(cap))
+            .sum();
+        start.hop(first_edges, n).hops(rest, n, e)
+    })
+}
+
+/// Upper bound of an `AnalysisResult` of `rows` targets (pairs) of `task` from a model with
+/// `width` outputs.
+fn result_bytes(task: Task, rows: u64, width: u64) -> u64 {
+    let values = match task {
+        Task::Embedding => memory::tensor_bytes(rows, width, 4),
+        Task::Classification => {
+            memory::tensor_bytes(rows, width, 4).saturating_add(memory::u64s_bytes(rows))
+        }
+        Task::LinkPrediction => memory::tensor_bytes(rows, 1, 4),
+    };
+    values.saturating_add(memory::tensor_bytes(0, 0, 0))
+}
 
 #[tonic::async_trait]
 impl GraphLearning for Service {
@@ -335,7 +413,7 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::GraphRegisterRequest>,
     ) -> std::result::Result<Response<proto::GraphInfo>, Status> {
-        self.call(req, true, |core, r| {
+        self.call(req, true, "GraphRegister", |core, r| {
             if r.store_path.is_empty() {
                 return Err(ServeError::InvalidArgument("store_path: missing".into()));
             }
@@ -354,7 +432,7 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::GraphUnregisterRequest>,
     ) -> std::result::Result<Response<proto::Empty>, Status> {
-        self.call(req, true, |core, r| {
+        self.call(req, true, "GraphUnregister", |core, r| {
             let g = core.registry.unregister_graph(&r.name)?;
             core.page_cache.forget_file(g.features_file_id());
             Ok(proto::Empty {})
@@ -366,7 +444,7 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::ModelRegisterRequest>,
     ) -> std::result::Result<Response<proto::ModelInfo>, Status> {
-        self.call(req, true, |core, r| {
+        self.call(req, true, "ModelRegister", |core, r| {
             crate::registry::check_name(&r.name, "model")?;
             let arch = wire::architecture(r.architecture.as_ref())?;
             let precision = wire::precision(r.precision)?;
@@ -378,7 +456,10 @@ impl GraphLearning for Service {
                         std::io::ErrorKind::NotFound => ServeError::NotFound(format!(
                             "model file {p} does not exist on the server"
                         )),
-                        _ => ServeError::io(format!("reading model file {p}"), e),
+                        // A directory, a file it may not read: the request names a bad path.
+                        _ => ServeError::InvalidArgument(format!(
+                            "model file {p} cannot be read on the server: {e}"
+                        )),
                     })?;
                     core.registry.register_model(
                         &r.name,
@@ -407,7 +488,7 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::ModelUnregisterRequest>,
     ) -> std::result::Result<Response<proto::Empty>, Status> {
-        self.call(req, true, |core, r| {
+        self.call(req, true, "ModelUnregister", |core, r| {
             core.registry.unregister_model(&r.name)?;
             Ok(proto::Empty {})
         })
@@ -418,7 +499,7 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::AddVertexRequest>,
     ) -> std::result::Result<Response<proto::AddVertexResponse>, Status> {
-        self.call(req, true, |core, r| {
+        self.call(req, true, "AddVertex", |core, r| {
             let g = core.registry.graph(&r.graph)?;
             let (features, count) =
                 wire::f32_matrix(r.features.as_ref(), "features", None, g.feature_dim())?;
@@ -436,7 +517,7 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::RemoveVertexRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.call(req, true, |core, r| {
+        self.call(req, true, "RemoveVertex", |core, r| {
             let g = core.registry.graph(&r.graph)?;
             core.check_ids(r.ids.len(), "ids")?;
             Ok(mutation_response(
@@ -450,7 +531,7 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::UpdateVertexRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.call(req, true, |core, r| {
+        self.call(req, true, "UpdateVertex", |core, r| {
             let g = core.registry.graph(&r.graph)?;
             core.check_ids(r.ids.len(), "ids")?;
             let (features, _) = wire::f32_matrix(
@@ -487,7 +568,8 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::GraphAnalysisRequest>,
     ) -> std::result::Result<Response<proto::GraphAnalysisResponse>, Status> {
-        self.call(req, true, |core, r| {
+        self.call(req, false, "GraphAnalysis", |core, r| {
+            core.not_draining()?;
             let g = core.registry.graph(&r.graph)?;
             let m = core.registry.model(&r.model)?;
             let arch = m.model.architecture();
@@ -542,7 +624,21 @@ impl GraphLearning for Service {
                 )))
                 }
             };
-            let request_id = core.executor.submit(g, m, task, targets)?;
+            // The result waits in memory until it is fetched: its size, known now, is checked
+            // against the message limit and held from the working memory until then.
+            let width = arch.out_dim as u64;
+            let rows = r.targets.len() as u64;
+            let result = result_bytes(task, rows, width);
+            memory::check_reply(result, core.max_message, "GraphAnalysis")?;
+            let embeddings =
+                (rows + r.targets_dst.len() as u64).saturating_mul(width * 4 + TARGET_OVERHEAD);
+            let held = core.working.reserve(
+                result
+                    .saturating_mul(RESULT_COPIES)
+                    .saturating_add(embeddings),
+                &format!("GraphAnalysis of {rows} targets"),
+            )?;
+            let request_id = core.executor.submit(g, m, task, targets, held)?;
             Ok(proto::GraphAnalysisResponse { request_id })
         })
         .await
@@ -608,15 +704,30 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::SampleNeighborsRequest>,
     ) -> std::result::Result<Response<proto::SampleNeighborsResponse>, Status> {
-        self.call(req, false, |core, r| {
+        self.call(req, false, "SampleNeighbors", |core, r| {
             let g = core.registry.graph(&r.graph)?;
             core.check_ids(r.seeds.len(), "seeds")?;
             let seeds = g.to_internal(&r.seeds, "seeds")?;
+            let bound = sample_bound(&g, &seeds, &r.fanouts);
             let sampler = NeighborSampler::new(SamplerConfig {
                 fanouts: r.fanouts,
                 seed: r.seed,
                 threads: 0,
             })?;
+            let what = format!(
+                "SampleNeighbors of {} seeds (up to {} vertices and {} edges)",
+                seeds.len(),
+                bound.nodes,
+                bound.edges
+            );
+            let reply = bound.reply_bytes();
+            memory::check_reply(reply, core.max_message, &what)?;
+            let _held = core.working.reserve(
+                reply
+                    .saturating_mul(2)
+                    .saturating_add(bound.working_bytes()),
+                &what,
+            )?;
             let sample = g.with_view(|view| sampler.sample(view, &seeds, r.batch_key))?;
             Ok(proto::SampleNeighborsResponse {
                 nodes: g.to_external(&sample.nodes),
@@ -640,22 +751,97 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::GetFeaturesRequest>,
     ) -> std::result::Result<Response<proto::Tensor>, Status> {
-        self.call(req, false, |core, r| {
+        self.call(req, false, "GetFeatures", |core, r| {
             let g = core.registry.graph(&r.graph)?;
             core.check_ids(r.ids.len(), "ids")?;
+            let (n, dim) = (r.ids.len(), g.feature_dim());
+            let what = format!("GetFeatures of {n} rows of {dim} float32");
+            let reply = memory::tensor_bytes(n as u64, dim as u64, 4);
+            memory::check_reply(
+                reply,
+                core.max_message,
+                &format!("{what} (StreamFeatures sends any number of rows in pieces)"),
+            )?;
+            // The reply, its encoded copy, and the internal ids.
+            let _held = core
+                .working
+                .reserve(reply.saturating_mul(2).saturating_add(4 * n as u64), &what)?;
             let ids = g.to_internal(&r.ids, "ids")?;
-            let dim = g.feature_dim();
-            let mut out = vec![0f32; ids.len() * dim];
-            g.gather(&core.page_cache, &ids, &mut out)?;
-            Ok(wire::f32_tensor(&out, ids.len(), dim))
+            features_tensor(core, &g, &ids)
         })
         .await
+    }
+
+    type StreamFeaturesStream = FeatureStream;
+
+    async fn stream_features(
+        &self,
+        req: Request<proto::GetFeaturesRequest>,
+    ) -> std::result::Result<Response<FeatureStream>, Status> {
+        let core = Arc::clone(&self.core);
+        core.admit()?;
+        let r = req.into_inner();
+        core.bytes_in
+            .fetch_add(r.encoded_len() as u64, Ordering::Relaxed);
+        let g = core.registry.graph(&r.graph)?;
+        core.check_ids(r.ids.len(), "ids")?;
+        let dim = g.feature_dim() as u64;
+        let row = memory::tensor_bytes(1, dim, 4);
+        memory::check_reply(row, core.max_message, "StreamFeatures: one row")?;
+        // Pieces of whole rows within the message limit, and small enough that three (one being
+        // gathered, one queued for the client, one being encoded) fit in a quarter of the
+        // working memory each.
+        let piece = STREAM_CHUNK_BYTES
+            .min(core.max_message)
+            .min(core.working.capacity() / 4);
+        let rows_per_piece = (piece.saturating_sub(memory::tensor_bytes(0, 0, 0))
+            / (4 * dim).max(1))
+        .max(1) as usize;
+        let n = r.ids.len();
+        let piece = memory::tensor_bytes(rows_per_piece.min(n) as u64, dim, 4);
+        let held = core.working.reserve(
+            piece.saturating_mul(3).saturating_add(4 * n as u64),
+            &format!("StreamFeatures of {n} rows"),
+        )?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::task::spawn_blocking(move || {
+            let _held = held;
+            let ids = match g.to_internal(&r.ids, "ids") {
+                Ok(ids) => ids,
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(Status::from(e)));
+                    return;
+                }
+            };
+            // An empty request still gets one (0, dim) message, so the client learns the width.
+            let pieces: Vec<&[u32]> = if ids.is_empty() {
+                vec![&[]]
+            } else {
+                ids.chunks(rows_per_piece).collect()
+            };
+            for part in pieces {
+                let msg = features_tensor(&core, &g, part).map_err(Status::from);
+                let len = msg.as_ref().map_or(0, |t| t.encoded_len() as u64);
+                let failed = msg.is_err();
+                if tx.blocking_send(msg).is_err() {
+                    return; // the client went away
+                }
+                core.bytes_out.fetch_add(len, Ordering::Relaxed);
+                if failed {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
     }
 
     async fn status(
         &self,
         req: Request<proto::StatusRequest>,
     ) -> std::result::Result<Response<proto::StatusResponse>, Status> {
-        self.call(req, false, |core, _| Ok(core.status())).await
+        self.call(req, false, "Status", |core, _| Ok(core.status()))
+            .await
     }
 }

@@ -740,59 +740,25 @@ mod tests {
         open(tmp.path(), 0);
     }
 
-    /// Set in the child process of [`a_failed_append_is_rolled_back`] to the log directory.
-    const CHILD_ENV: &str = "STRATA_WAL_TEST_FSIZE_CHILD";
-
-    /// Bytes the child may write to any file.
-    const CHILD_FILE_LIMIT: u64 = 4096;
-
     #[test]
     fn a_failed_append_is_rolled_back() {
-        // A full disk is simulated with RLIMIT_FSIZE, which would limit every file this test
-        // process writes: the test runs itself again in a child process that sets the limit.
-        if let Some(dir) = std::env::var_os(CHILD_ENV) {
-            append_past_the_file_size_limit(Path::new(&dir));
-            return;
-        }
-        let tmp = tempfile::tempdir().unwrap();
-        // The child's output is captured: inherited, it would be a file whenever the test run
-        // is redirected to one, and past the size limit the child could not write to it.
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "wal::tests::a_failed_append_is_rolled_back",
-                "--exact",
-                "--nocapture",
-            ])
-            .env(CHILD_ENV, tmp.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "the child test failed: {}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        full_disk::run(
+            "wal::tests::a_failed_append_is_rolled_back",
+            append_past_the_file_size_limit,
+            |dir| {
+                let (_, replay) = open(dir, 0);
+                assert_eq!(replay.records, records(&[(1, b"before"), (2, b"after")]));
+                assert_eq!(replay.truncated_bytes, 0);
+            },
         );
-        let (_, replay) = open(tmp.path(), 0);
-        assert_eq!(replay.records, records(&[(1, b"before"), (2, b"after")]));
-        assert_eq!(replay.truncated_bytes, 0);
     }
 
     fn append_past_the_file_size_limit(dir: &Path) {
-        // SAFETY: plain system calls on this (child) process's own limits and signal mask.
-        unsafe {
-            let mut limit = std::mem::zeroed::<libc::rlimit>();
-            assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit), 0);
-            limit.rlim_cur = CHILD_FILE_LIMIT;
-            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
-            // Past the limit, write(2) then fails with EFBIG instead of killing the process.
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-        }
         let (mut wal, _) = open(dir, 0);
         wal.append(&[b"before"]).unwrap();
         let good = wal.bytes();
         // Part of this batch fits under the limit and is written before the error.
-        let big = vec![7u8; 2 * CHILD_FILE_LIMIT as usize];
+        let big = vec![7u8; 2 * full_disk::FILE_LIMIT as usize];
         let e = err_text(wal.append(&[b"lost", &big]));
         assert!(
             e.contains("append 2 records") && e.contains("File too large"),
@@ -870,5 +836,52 @@ mod tests {
             prop_assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
             prop_assert_eq!(wal.append(&[b"next"]).unwrap(), survivors as u64 + 1);
         }
+    }
+}
+
+/// A full disk for tests: `RLIMIT_FSIZE` limits every file the process writes, so a test runs
+/// itself again in a child process that sets it.
+#[cfg(test)]
+pub(crate) mod full_disk {
+    use std::path::Path;
+
+    /// Bytes the child may write to any file.
+    pub const FILE_LIMIT: u64 = 4096;
+    /// Set in the child to its scratch directory.
+    const CHILD_ENV: &str = "STRATA_SERVE_TEST_FSIZE_CHILD";
+
+    /// Runs `child(dir)` in a child process (the test `test`, by its full path, run again)
+    /// whose files may not grow past [`FILE_LIMIT`] bytes, checks that it passed, then runs
+    /// `parent(dir)` here on what it left.
+    pub fn run(test: &str, child: impl FnOnce(&Path), parent: impl FnOnce(&Path)) {
+        if let Some(dir) = std::env::var_os(CHILD_ENV) {
+            // SAFETY: plain system calls on this (child) process's own limits and signal mask.
+            unsafe {
+                let mut limit = std::mem::zeroed::<libc::rlimit>();
+                assert_eq!(libc::getrlimit(libc::RLIMIT_FSIZE, &mut limit), 0);
+                limit.rlim_cur = FILE_LIMIT;
+                assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &limit), 0);
+                // Past the limit, write(2) then fails with EFBIG instead of killing the process.
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            }
+            child(Path::new(&dir));
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        // The child's output is captured: inherited, it would be a file whenever the test run
+        // is redirected to one, and past the size limit the child could not write to it.
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([test, "--exact", "--nocapture"])
+            .env(CHILD_ENV, tmp.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the child test failed: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        parent(tmp.path());
     }
 }

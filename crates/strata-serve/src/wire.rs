@@ -15,6 +15,7 @@ impl From<ServeError> for Status {
             ServeError::AlreadyExists(_) => Code::AlreadyExists,
             ServeError::FailedPrecondition(_) => Code::FailedPrecondition,
             ServeError::ResourceExhausted(_) => Code::ResourceExhausted,
+            ServeError::OutOfRange(_) => Code::OutOfRange,
             ServeError::Unavailable(_) => Code::Unavailable,
             // The sampler's config errors are about the request (fanouts, duplicate seeds).
             ServeError::Gnn(strata_gnn::GnnError::Config(_)) => Code::InvalidArgument,
@@ -77,10 +78,15 @@ pub fn f32_matrix(
 
 /// A FLOAT32 tensor of `values` in shape `(rows, cols)`.
 pub fn f32_tensor(values: &[f32], rows: usize, cols: usize) -> proto::Tensor {
+    f32_tensor_bytes(bytemuck::cast_slice(values).to_vec(), rows, cols)
+}
+
+/// A FLOAT32 tensor of shape `(rows, cols)` over `data`, its little-endian bytes.
+pub fn f32_tensor_bytes(data: Vec<u8>, rows: usize, cols: usize) -> proto::Tensor {
     proto::Tensor {
         shape: vec![rows as u64, cols as u64],
         dtype: proto::ElementType::Float32 as i32,
-        data: bytemuck::cast_slice(values).to_vec(),
+        data,
     }
 }
 

@@ -162,6 +162,14 @@ class Client:
         except grpc.RpcError as e:
             raise ServiceError(e.code().name, e.details() or "") from None
 
+    def _stream(self, method: str, **fields) -> Iterator:
+        """The messages of a server-streaming call."""
+        request_cls, stub = self._calls[method]
+        try:
+            yield from stub(request_cls(**fields), timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise ServiceError(e.code().name, e.details() or "") from None
+
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Blocks until the server answers (it may still be starting)."""
         try:
@@ -270,13 +278,8 @@ class Client:
 
     def results(self, request_ids: Sequence[int]) -> Iterator[AnalysisResult]:
         """The results of ``request_ids`` as they finish (server streaming)."""
-        _, stub = self._calls["StreamAnalysisResults"]
-        request = _proto.message("StreamAnalysisResultsRequest")(request_ids=[int(i) for i in request_ids])
-        try:
-            for r in stub(request, timeout=self.timeout, metadata=self._metadata):
-                yield _result(r)
-        except grpc.RpcError as e:
-            raise ServiceError(e.code().name, e.details() or "") from None
+        for r in self._stream("StreamAnalysisResults", request_ids=[int(i) for i in request_ids]):
+            yield _result(r)
 
     def wait(self, request_id: int, timeout: float | None = None) -> AnalysisResult:
         """The finished result of ``request_id``; raises :class:`ServiceError` if it failed."""
@@ -319,8 +322,20 @@ class Client:
         return Neighbourhood(np.asarray(r.nodes, dtype=np.int64), np.asarray(r.hop_counts, dtype=np.int64), blocks)
 
     def get_features(self, graph: str, ids) -> np.ndarray:
-        """Feature rows ``(len(ids), dim)`` float32."""
-        return _array(self._call("GetFeatures", graph=graph, ids=_ids(ids)))
+        """Feature rows ``(len(ids), dim)`` float32, any number of them: they come as a stream of
+        pieces, each within the server's message limit (``StreamFeatures``)."""
+        ids = _ids(ids)
+        out: np.ndarray | None = None
+        at = 0
+        for t in self._stream("StreamFeatures", graph=graph, ids=ids):
+            piece = _array(t)
+            if out is None:
+                out = np.empty((len(ids), piece.shape[1]), dtype=np.float32)
+            out[at : at + len(piece)] = piece
+            at += len(piece)
+        if out is None or at != len(ids):
+            raise ServiceError("DATA_LOSS", f"StreamFeatures sent {at} of {len(ids)} rows")
+        return out
 
     def status(self) -> dict:
         """Registered graphs and models, cache hit rates, queue depth and counters."""

@@ -70,8 +70,10 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
         else:
             print(
                 f"budget {fmt_bytes(cfg.memory)}: page cache {fmt_bytes(plan['page_cache_bytes'])} "
-                f"(16 KiB pages, LRU), embedding cache {fmt_bytes(plan['embedding_cache_bytes'])}; "
-                f"state in {cfg.state_dir}",
+                f"(16 KiB pages, LRU), embedding cache {fmt_bytes(plan['embedding_cache_bytes'])}, "
+                f"working memory {fmt_bytes(plan['working_bytes'])} (requests, replies, results), "
+                f"executor groups {fmt_bytes(plan['executor_bytes'])}; messages up to "
+                f"{fmt_bytes(plan['max_message_bytes'])}; state in {cfg.state_dir}",
                 flush=True,
             )
             print(f"listening on {addr}" + (" (token required)" if token else ""), flush=True)

@@ -20,12 +20,14 @@ pub mod overlay;
 pub mod register;
 pub mod version;
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
+use crate::commit::{GroupLog, Staging};
 use crate::durable::{sync_dir, write_atomic};
 use crate::error::{Result, ServeError};
 use crate::page_cache::PageCache;
@@ -113,14 +115,24 @@ struct State {
     checkpoint_lsn: u64,
 }
 
-/// One registered graph. Readers share the state; mutations are serialised by the log.
+/// The writer side of a graph: mutations staged in the log but not yet on disk (so not yet
+/// visible to readers), in lsn order, and the layer they lead to over the overlay, which the
+/// next mutation is checked against.
+struct Staged {
+    queue: VecDeque<Mutation>,
+    pending: Layer,
+}
+
+/// One registered graph. Readers share the state; mutations are checked and staged in order
+/// under the log's lock and flushed in groups (`commit`), and a mutation becomes visible once
+/// its group is on disk.
 pub struct ServedGraph {
     pub meta: GraphMeta,
     /// Unique in this process, so caches never confuse two registrations of one name.
     pub uid: u64,
     dir: PathBuf,
     state: RwLock<State>,
-    wal: Mutex<Wal>,
+    log: GroupLog<Staged>,
     /// Only one fold at a time.
     folding: Mutex<()>,
     /// Bumped by every applied mutation: cached embeddings of an older epoch are stale.
@@ -215,6 +227,10 @@ impl ServedGraph {
             last_lsn = *lsn;
         }
         static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+        let staged = Staged {
+            queue: VecDeque::new(),
+            pending: overlay.next_layer(),
+        };
         Ok(ServedGraph {
             meta,
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
@@ -226,7 +242,7 @@ impl ServedGraph {
                 last_lsn,
                 checkpoint_lsn: current.checkpoint_lsn,
             }),
-            wal: Mutex::new(wal),
+            log: GroupLog::new(wal, staged),
             folding: Mutex::new(()),
             epoch: AtomicU64::new(0),
         })
@@ -297,19 +313,21 @@ impl ServedGraph {
         st.overlay.view(&v.graph, v.live_nodes, |view| f(&view))
     }
 
-    /// Feature rows of internal ids `ids` into `out` (`ids.len() * feature_dim`), rows a
-    /// mutation wrote from memory and the rest from the version's file through `cache`.
-    /// Returns the bytes read from disk.
-    pub fn gather(&self, cache: &PageCache, ids: &[u32], out: &mut [f32]) -> Result<u64> {
+    /// Feature rows of internal ids `ids` into `out` (`ids.len() * feature_dim` little-endian
+    /// f32, as bytes), rows a mutation wrote from memory and the rest from the version's file
+    /// through `cache`. Returns the bytes read from disk.
+    pub fn gather(&self, cache: &PageCache, ids: &[u32], out: &mut [u8]) -> Result<u64> {
         let (version, from_file) = {
             let st = self.state.read().unwrap();
             let v = &st.version;
-            let dim = v.feature_dim;
+            let row = v.feature_dim * 4;
             let from_file = st.overlay.view(&v.graph, v.live_nodes, |view| {
                 let mut from_file = Vec::new();
                 for (i, &id) in ids.iter().enumerate() {
                     match view.feature_row(id) {
-                        Some(row) => out[i * dim..(i + 1) * dim].copy_from_slice(row),
+                        Some(r) => {
+                            out[i * row..(i + 1) * row].copy_from_slice(bytemuck::cast_slice(r))
+                        }
                         None => from_file.push(i),
                     }
                 }
@@ -320,49 +338,51 @@ impl ServedGraph {
         if from_file.is_empty() {
             return Ok(0);
         }
-        let dim = version.feature_dim;
+        let row = version.feature_dim * 4;
         if from_file.len() == ids.len() {
             // No row is in memory (the common case): read straight into `out`.
-            let stats = version.features.read_rows(
-                cache,
-                version.feature_offset,
-                dim * 4,
-                ids,
-                bytemuck::cast_slice_mut(out),
-            )?;
+            let stats = version
+                .features
+                .read_rows(cache, version.feature_offset, row, ids, out)?;
             return Ok(stats.bytes_read);
         }
         let rows: Vec<u32> = from_file.iter().map(|&i| ids[i]).collect();
-        let mut bytes = vec![0u8; rows.len() * dim * 4];
-        let stats = version.features.read_rows(
-            cache,
-            version.feature_offset,
-            dim * 4,
-            &rows,
-            &mut bytes,
-        )?;
+        let mut bytes = vec![0u8; rows.len() * row];
+        let stats =
+            version
+                .features
+                .read_rows(cache, version.feature_offset, row, &rows, &mut bytes)?;
         for (k, &i) in from_file.iter().enumerate() {
-            let src: &[f32] = bytemuck::cast_slice(&bytes[k * dim * 4..(k + 1) * dim * 4]);
-            out[i * dim..(i + 1) * dim].copy_from_slice(src);
+            out[i * row..(i + 1) * row].copy_from_slice(&bytes[k * row..(k + 1) * row]);
         }
         Ok(stats.bytes_read)
     }
 
-    /// Checks `change`, makes it durable, applies it; returns once it is acknowledged.
+    /// Checks `change` against the graph with every earlier mutation (staged ones included),
+    /// stages it in the log, and returns once a group flush has put it on disk and it is
+    /// applied; then it is acknowledged.
     pub fn mutate(&self, change: &Change) -> Result<Applied> {
-        let mut wal = self.wal.lock().unwrap();
-        let (m, applied, new_ids) = {
-            let st = self.state.read().unwrap();
-            let v = &st.version;
-            st.overlay
-                .view(&v.graph, v.live_nodes, |view| check(&st, &view, change))?
-        };
-        let lsn = wal.append(&[&m.encode()])?;
-        let mut st = self.state.write().unwrap();
-        let version = Arc::clone(&st.version);
-        st.overlay.apply(&version.graph, version.live_nodes, &m);
-        st.last_lsn = lsn;
-        self.epoch.fetch_add(1, Ordering::AcqRel);
+        let (lsn, (applied, new_ids)) = self.log.commit(
+            self,
+            |w| {
+                let st = self.state.read().unwrap();
+                let v = &st.version;
+                let (m, applied, new_ids) =
+                    st.overlay
+                        .view_under(&w.pending, &v.graph, v.live_nodes, |view| {
+                            check(&st, &view, change)
+                        })?;
+                Ok((m.encode(), (m, applied, new_ids)))
+            },
+            |w, _lsn, (m, applied, new_ids)| {
+                let st = self.state.read().unwrap();
+                let v = &st.version;
+                st.overlay
+                    .apply_over(&mut w.pending, &v.graph, v.live_nodes, &m);
+                w.queue.push_back(m);
+                (applied, new_ids)
+            },
+        )?;
         Ok(Applied {
             applied,
             lsn,
@@ -381,18 +401,26 @@ impl ServedGraph {
     /// version once nothing new will read it, to drop its cached pages.
     pub fn fold(&self, on_retire: impl FnOnce(&Version)) -> Result<bool> {
         let _one = self.folding.lock().unwrap();
-        let (version, layers, boundary) = {
-            let mut wal = self.wal.lock().unwrap();
+        // With no flush under way, everything on disk is applied: the rotation's boundary is
+        // exactly what the frozen layers hold, and staged records go to the new segment.
+        let frozen = self.log.with_wal(|wal, _| {
             let mut st = self.state.write().unwrap();
             if st.last_lsn == st.checkpoint_lsn {
-                return Ok(false);
+                return Ok(None);
             }
             let boundary = wal.rotate()?;
-            let totals = &st.overlay.active;
-            let fresh = Layer::starting_at(totals.num_nodes, totals.live_nodes, totals.num_edges);
+            debug_assert_eq!(boundary, st.last_lsn);
+            let fresh = st.overlay.next_layer();
             let frozen = std::mem::replace(&mut st.overlay.active, fresh);
             st.overlay.frozen.insert(0, Arc::new(frozen));
-            (Arc::clone(&st.version), st.overlay.frozen.clone(), boundary)
+            Ok::<_, ServeError>(Some((
+                Arc::clone(&st.version),
+                st.overlay.frozen.clone(),
+                boundary,
+            )))
+        })?;
+        let Some((version, layers, boundary)) = frozen else {
+            return Ok(false);
         };
         let next = version.number + 1;
         let path = self.dir.join(version_dir(next));
@@ -429,12 +457,38 @@ impl ServedGraph {
             st.overlay.frozen.truncate(keep);
             st.checkpoint_lsn = boundary;
         }
-        self.wal.lock().unwrap().drop_through(boundary)?;
+        self.log.with_wal(|wal, _| wal.drop_through(boundary))?;
         on_retire(&version);
         let old = version.path.clone();
         drop(version);
         std::fs::remove_dir_all(&old).map_err(|e| ServeError::io(old.display().to_string(), e))?;
         Ok(true)
+    }
+}
+
+impl Staging<Staged> for ServedGraph {
+    /// Applies the mutations of a flushed group, in order, and rebuilds the pending layer from
+    /// those still staged (a group's worth at most), so it never grows beyond them.
+    fn durable(&self, w: &mut Staged, through: u64) {
+        let mut st = self.state.write().unwrap();
+        let version = Arc::clone(&st.version);
+        let count = (through - st.last_lsn) as usize;
+        for m in w.queue.drain(..count) {
+            st.overlay.apply(&version.graph, version.live_nodes, &m);
+        }
+        st.last_lsn = through;
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        w.pending = st.overlay.next_layer();
+        for m in &w.queue {
+            st.overlay
+                .apply_over(&mut w.pending, &version.graph, version.live_nodes, m);
+        }
+    }
+
+    /// Forgets every staged mutation: none of them reached the disk.
+    fn discarded(&self, w: &mut Staged, _durable: u64) {
+        w.queue.clear();
+        w.pending = self.state.read().unwrap().overlay.next_layer();
     }
 }
 
@@ -743,7 +797,12 @@ mod tests {
     fn features(g: &ServedGraph, ids: &[u64]) -> Vec<f32> {
         let int = g.to_internal(ids, "ids").unwrap();
         let mut out = vec![0f32; ids.len() * 2];
-        g.gather(&PageCache::new(1 << 20), &int, &mut out).unwrap();
+        g.gather(
+            &PageCache::new(1 << 20),
+            &int,
+            bytemuck::cast_slice_mut(&mut out),
+        )
+        .unwrap();
         out
     }
 
@@ -866,6 +925,116 @@ mod tests {
         let reopened = ServedGraph::open(&dir).unwrap();
         assert!(!dir.join(version_dir(2)).exists());
         assert_eq!(snapshot(&reopened), before);
+    }
+
+    /// Copies the files under `from` into `to` (creating directories), over what is there.
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_tree(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), &target).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_kill_at_any_step_of_a_fold_opens_the_acknowledged_graph() {
+        // A fold (1) writes the next version in `vK.partial-PID` and renames it into place,
+        // (2) writes CURRENT's replacement to a temporary file and renames it over CURRENT,
+        // (3) drops the log segments and (4) the old version. Each on-disk state a kill can
+        // leave is built here from the directories before and after a real fold, and must
+        // open as the graph with every acknowledged mutation, keeping only CURRENT's version.
+        let tmp = tempfile::tempdir().unwrap();
+        let (_dir, g) = setup(true);
+        mutate_a_lot(&g);
+        let expected = snapshot(&g);
+        let dir = g.dir().to_path_buf();
+        let before = tmp.path().join("before");
+        copy_tree(&dir, &before);
+        assert!(g.fold(|_| ()).unwrap());
+        let after = tmp.path().join("after");
+        copy_tree(&dir, &after);
+        drop(g);
+        let v1 = version_dir(1);
+        let v2 = version_dir(2);
+        let current_after = std::fs::read(after.join(CURRENT)).unwrap();
+        // Both versions and all log segments, CURRENT still naming the old version.
+        let new_version_unnamed = |d: &Path| {
+            copy_tree(&before, d);
+            copy_tree(&after, d);
+            std::fs::write(
+                d.join(CURRENT),
+                std::fs::read(before.join(CURRENT)).unwrap(),
+            )
+            .unwrap();
+        };
+        type Step<'a> = Box<dyn Fn(&Path) + 'a>;
+        let states: Vec<(&str, Step<'_>)> = vec![
+            (
+                "the next version half written",
+                Box::new(|d| {
+                    copy_tree(&before, d);
+                    let partial = d.join(format!("{v2}.partial-4242"));
+                    std::fs::create_dir(&partial).unwrap();
+                    std::fs::copy(
+                        after.join(&v2).join("features.npy"),
+                        partial.join("features.npy"),
+                    )
+                    .unwrap();
+                }),
+            ),
+            (
+                "the next version complete, CURRENT not yet replaced",
+                Box::new(new_version_unnamed),
+            ),
+            (
+                "CURRENT's replacement written, not renamed",
+                Box::new(|d| {
+                    new_version_unnamed(d);
+                    std::fs::write(d.join(".CURRENT.tmp-4242-0"), &current_after).unwrap();
+                }),
+            ),
+            (
+                "CURRENT replaced, log and old version not yet dropped",
+                Box::new(|d| {
+                    copy_tree(&before, d);
+                    copy_tree(&after, d);
+                }),
+            ),
+            (
+                "log dropped, old version not yet",
+                Box::new(|d| {
+                    copy_tree(&after, d);
+                    copy_tree(&before.join(&v1), &d.join(&v1));
+                }),
+            ),
+            ("the fold complete", Box::new(|d| copy_tree(&after, d))),
+        ];
+        for (i, (what, build)) in states.iter().enumerate() {
+            let d = tmp.path().join(format!("state{i}"));
+            build(&d);
+            let g = ServedGraph::open(&d).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(snapshot(&g), expected, "{what}");
+            let versions: Vec<String> = std::fs::read_dir(&d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with('v'))
+                .collect();
+            assert_eq!(versions.len(), 1, "{what}: {versions:?}");
+            // It goes on: a mutation, and a restart replays it on the version it opened.
+            g.mutate(&Change::AddEdges {
+                src: vec![7],
+                dst: vec![1],
+            })
+            .unwrap();
+            let next = snapshot(&g);
+            drop(g);
+            assert_eq!(snapshot(&ServedGraph::open(&d).unwrap()), next, "{what}");
+        }
     }
 
     #[test]

@@ -166,10 +166,19 @@ pub struct Overlay {
 impl Overlay {
     /// Calls `f` with a view of everything (active, frozen, base).
     pub fn view<R>(&self, base: &BaseGraph, base_live: u64, f: impl FnOnce(View<'_>) -> R) -> R {
-        let mut layers: Vec<&Layer> = Vec::with_capacity(1 + self.frozen.len());
-        layers.push(&self.active);
-        layers.extend(self.frozen.iter().map(Arc::as_ref));
-        f(View::new(base, &layers, base_live))
+        f(View::new(base, &self.layers(None), base_live))
+    }
+
+    /// Calls `f` with a view of `top` over everything: a layer of staged mutations that
+    /// readers do not see yet.
+    pub fn view_under<R>(
+        &self,
+        top: &Layer,
+        base: &BaseGraph,
+        base_live: u64,
+        f: impl FnOnce(View<'_>) -> R,
+    ) -> R {
+        f(View::new(base, &self.layers(Some(top)), base_live))
     }
 
     /// Applies a checked mutation to the active layer.
@@ -177,6 +186,26 @@ impl Overlay {
         let frozen: Vec<&Layer> = self.frozen.iter().map(Arc::as_ref).collect();
         let below = View::new(base, &frozen, base_live);
         apply(&mut self.active, below, m);
+    }
+
+    /// Applies a checked mutation to `top`, a layer over everything (see [`Overlay::view_under`]).
+    pub fn apply_over(&self, top: &mut Layer, base: &BaseGraph, base_live: u64, m: &Mutation) {
+        apply(top, View::new(base, &self.layers(None), base_live), m);
+    }
+
+    /// An empty layer to go over everything: its totals are those of the active layer.
+    pub fn next_layer(&self) -> Layer {
+        let a = &self.active;
+        Layer::starting_at(a.num_nodes, a.live_nodes, a.num_edges)
+    }
+
+    /// The layers, newest first: `top`, the active one, the frozen ones.
+    fn layers<'a>(&'a self, top: Option<&'a Layer>) -> Vec<&'a Layer> {
+        let mut layers: Vec<&Layer> = Vec::with_capacity(2 + self.frozen.len());
+        layers.extend(top);
+        layers.push(&self.active);
+        layers.extend(self.frozen.iter().map(Arc::as_ref));
+        layers
     }
 }
 
