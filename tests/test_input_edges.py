@@ -137,3 +137,39 @@ def test_a_closed_stdout_ends_quietly(store, args):
     assert proc.returncode in (0, 141), proc.stderr
     for noise in ("Traceback", "Exception ignored", "BrokenPipe"):
         assert noise not in proc.stderr, proc.stderr
+
+
+def test_damaged_planetoid_files_are_bad_input(shared_datasets, tmp_path):
+    """Truncated and byte-mutated Planetoid pickles (a fixed, seeded set) convert or fail with
+    an InputError naming the files; none raises anything else (IndexError, MemoryError, ...)."""
+    import random
+    import shutil
+
+    from strata.config import ConvertConfig, Size
+    from strata.convert import convert
+    from strata.errors import InputError
+
+    parts = ["tx", "allx", "y", "ty", "ally", "graph", "test.index"]
+    rng = random.Random(15)
+    outcomes = {"converted": 0, "refused": 0}
+    for case in range(24):
+        d = tmp_path / f"c{case}"
+        d.mkdir()
+        for p in [*parts, "x"]:
+            shutil.copy(shared_datasets / "planetoid" / f"ind.citeseer.{p}", d)
+        f = d / f"ind.citeseer.{parts[case % len(parts)]}"
+        data = bytearray(f.read_bytes())
+        if case % 3 == 0:
+            data = data[: rng.randrange(len(data))]
+        else:
+            for _ in range(rng.randrange(1, 6)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        f.write_bytes(bytes(data))
+        try:
+            convert(ConvertConfig(inputs=[d], out=d / "g.strata", memory=Size(256 << 20)))
+            outcomes["converted"] += 1
+        except InputError as e:
+            assert "ind.citeseer." in str(e), e
+            outcomes["refused"] += 1
+        shutil.rmtree(d)
+    assert outcomes["refused"] > 0, outcomes

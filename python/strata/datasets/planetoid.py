@@ -82,16 +82,36 @@ def _load(directory: Path, name: str, part: str):
     try:
         with path.open("rb") as f:
             obj = _Unpickler(f, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
+        return obj.to_dense() if isinstance(obj, _SparseState) else obj
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        MemoryError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+    ) as e:
+        # A damaged pickle fails in the unpickler (a huge length: MemoryError) or, with its arrays
+        # inconsistent, in to_dense.
         raise InputError(f"{path}: not a readable Planetoid pickle ({e})") from None
-    return obj.to_dense() if isinstance(obj, _SparseState) else obj
 
 
 def read_planetoid(directory: Path, name: str) -> PlanetoidData:
     """Reads dataset ``name`` (``cora``, ``citeseer``, ``pubmed``) from ``directory``."""
     name = name.lower()
     # ``x`` (the labelled rows) is a prefix of ``allx``: PyG does not read it either.
-    tx, allx, y, ty, ally, graph, test_index = (_load(directory, name, p) for p in PARTS[1:])
+    parts = [_load(directory, name, p) for p in PARTS[1:]]
+    try:
+        return _process(directory, name, *parts)
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
+        # Each file read, but their shapes, ids or types do not fit together (damaged files).
+        raise InputError(f"{directory}/ind.{name}.*: the Planetoid files do not agree ({e})") from None
+
+
+def _process(directory: Path, name: str, tx, allx, y, ty, ally, graph, test_index) -> PlanetoidData:
+    """PyG's processing of the loaded parts."""
     train_idx = np.arange(len(y), dtype=np.int64)
     val_idx = np.arange(len(y), len(y) + 500, dtype=np.int64)
     sorted_test = np.sort(test_index)
