@@ -594,6 +594,7 @@ def test_status_command(shared):
     out = shown.stdout
     assert "g:" in out and "np_sage:" in out
     assert "hit rate" in out and "queue depth" in out
+    assert "working memory: 0 B of 128 MiB in use" in out and "messages up to 64.0 MiB" in out
     assert f"{NODES} vertices" in out
     status = json.loads(
         run_strata("serve", "status", "--address", shared.server.addr, "--json", env=server_env()).stdout

@@ -107,6 +107,11 @@ def format_status(status: dict) -> str:
         f"{status['requests_failed']} failed; {fmt_bytes(int(status['bytes_in']))} in, "
         f"{fmt_bytes(int(status['bytes_out']))} out",
     ]
+    lines.append(
+        f"working memory: {fmt_bytes(int(status.get('working_used_bytes', 0)))} of "
+        f"{fmt_bytes(int(status.get('working_capacity_bytes', 0)))} in use (requests, replies, unfetched results); "
+        f"messages up to {fmt_bytes(int(status.get('max_message_bytes', 0)))}"
+    )
     for label, key in (("page cache", "page_cache"), ("embedding cache", "embedding_cache")):
         c = status.get(key, {})
         lines.append(
