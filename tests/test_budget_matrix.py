@@ -153,7 +153,7 @@ def test_gnn_train_keeps_its_budget(limiter, data, tmp_path):
     budget = 170 * MiB  # features 24 MiB: the hot set and cache hold a part, the rest is read
     limit = limit_for(budget, torch=True)
     cmd = strata("gnn", "train", data / "sbm.strata", "--run-dir", tmp_path / "run", "--epochs", 1)
-    cmd += ["--fanouts", 5, 5, "--batch-size", 512, "--eval-every", 0, "--memory", budget, "-q"]
+    cmd += ["--fanouts", "5", "5", "--batch-size", "512", "--eval-every", "0", "--memory", str(budget), "-q"]
     proc = subprocess.run([str(limiter), str(limit), *cmd], capture_output=True, text=True)
     check_run(proc, proc.stderr, limit, "gnn train")
 

@@ -263,9 +263,14 @@ impl NameCollector {
         if self.dict.len() > 0 {
             self.spill()?;
         }
+        // Every run is read at once: each gets a read-ahead of two chunks and a buffer of one,
+        // all within three quarters of the budget.
+        let per_run = self.budget / (4 * self.runs.len() as u64);
+        let chunk =
+            strata_io::align_down(per_run).clamp(strata_io::ALIGN as u64, self.io_chunk as u64);
         let mut readers = Vec::with_capacity(self.runs.len());
         for path in &self.runs {
-            readers.push(RunReader::open(path, self.io_chunk)?);
+            readers.push(RunReader::open(path, chunk as usize)?);
         }
         let mut heap = BinaryHeap::new();
         for (i, r) in readers.iter_mut().enumerate() {
@@ -299,7 +304,7 @@ struct RunReader {
 impl RunReader {
     fn open(path: &Path, io_chunk: usize) -> Result<Self> {
         Ok(RunReader {
-            r: std::io::BufReader::with_capacity(64 << 10, SeqReader::open(path, 0, io_chunk)?),
+            r: std::io::BufReader::with_capacity(io_chunk, SeqReader::open(path, 0, io_chunk)?),
             path: path.to_path_buf(),
         })
     }
