@@ -151,15 +151,17 @@ proptest! {
 #[test]
 fn dictionary_larger_than_budget_encodes_in_several_passes() {
     let dir = tempfile::tempdir().unwrap();
-    let lines: Vec<String> = (0..3000u32)
-        .map(|i| format!("{}\t{}", ent(i * 13 % 2000), ent(i * 7 % 1999)))
+    // 20,000 names: their dictionary (about 1.3 MiB) is several times what a 600 KiB budget
+    // leaves beside the parse blocks.
+    let lines: Vec<String> = (0..30_000u32)
+        .map(|i| format!("{}\t{}", ent(i * 13 % 20_000), ent(i * 7 % 19_999)))
         .collect();
     let p = dir.path().join("e.tsv");
     write_lines(&p, &lines);
     let job = text_job(
         &[(p.clone(), "train")],
         &dir.path().join("a.strata"),
-        150 << 10,
+        600 << 10,
         &["src", "dst"],
         "string",
         serde_json::json!({"threads": 2}),
@@ -184,7 +186,7 @@ fn dictionary_larger_than_budget_encodes_in_several_passes() {
     );
     let reference = Store::open(&convert_text(&big, &NoProgress).unwrap().store).unwrap();
     assert_eq!(array_bytes(&store), array_bytes(&reference));
-    assert!(adjacency(&store, "csr").iter().map(Vec::len).sum::<usize>() == 3000);
+    assert!(adjacency(&store, "csr").iter().map(Vec::len).sum::<usize>() == 30_000);
 }
 
 #[test]

@@ -39,9 +39,26 @@ struct Entry {
     id: u64,
 }
 
-/// Bytes a dictionary entry costs beyond its name: the entry, its control byte and the table's
-/// spare capacity (hashbrown keeps at most 7/8 full and grows by doubling).
-pub(crate) const ENTRY_OVERHEAD: u64 = 2 * (std::mem::size_of::<Entry>() as u64 + 1);
+/// Bytes of one hash-table bucket: the entry and its control byte.
+const BUCKET_BYTES: u64 = std::mem::size_of::<Entry>() as u64 + 1;
+
+/// Bytes per name of the sort that emits names in order and ranks them: an `(offset, length,
+/// position)` key and a `u64` rank.
+const SORT_BYTES: u64 = 16 + 8;
+
+/// Buckets hashbrown allocates to hold `names` entries (at most 7/8 full, a power of two).
+fn buckets_for(names: u64) -> u64 {
+    match names {
+        0..4 => 4,
+        4..8 => 8,
+        _ => (names * 8).div_ceil(7).next_power_of_two(),
+    }
+}
+
+/// Bytes of a dictionary table sized for `names` entries (the names themselves not included).
+pub(crate) fn table_bytes(names: u64) -> u64 {
+    buckets_for(names) * BUCKET_BYTES
+}
 
 /// A hash set/map of byte-string names stored in one arena, with a dense id per name.
 #[derive(Default)]
@@ -55,14 +72,45 @@ impl NameDict {
         Self::default()
     }
 
+    /// A dictionary that holds `names` entries of `bytes` name bytes in all without growing.
+    pub fn with_capacity(names: usize, bytes: usize) -> Self {
+        NameDict {
+            arena: Vec::with_capacity(bytes),
+            table: HashTable::with_capacity(names),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.table.len()
     }
 
-    /// Approximate heap bytes in use.
-    pub fn mem_bytes(&self) -> u64 {
-        self.arena.capacity() as u64
-            + self.table.capacity() as u64 * (std::mem::size_of::<Entry>() as u64 + 1)
+    /// Bytes of the table's buckets now.
+    fn table_now(&self) -> u64 {
+        match self.table.capacity() {
+            0 => 0,
+            cap => table_bytes(cap as u64),
+        }
+    }
+
+    /// Peak heap bytes while `names` more names of `bytes` bytes in all are added and the
+    /// result is then sorted ([`NameDict::emit_sorted`] or a spill): a growing table holds its
+    /// old and new buckets at once, and a growing arena its old and new buffers.
+    pub fn peak_after(&self, names: u64, bytes: u64) -> u64 {
+        let n = self.len() as u64 + names;
+        let grow = if n > self.table.capacity() as u64 {
+            table_bytes(n)
+        } else {
+            0
+        };
+        let table = self.table_now() + grow;
+        let need = self.arena.len() as u64 + bytes;
+        let cap = self.arena.capacity() as u64;
+        let arena = if need > cap {
+            cap + need.max(2 * cap)
+        } else {
+            cap
+        };
+        table.max(table_bytes(n) + n * SORT_BYTES) + arena
     }
 
     /// Inserts `name` with id `id` if absent; returns whether it was new.
@@ -119,22 +167,29 @@ impl NameDict {
         names
     }
 
-    /// Gives every name its rank in byte order as its id.
-    pub fn assign_sorted_ids(&mut self) {
-        let mut order: Vec<(u64, u32)> = self.table.iter().map(|e| (e.off, e.len)).collect();
-        order.sort_unstable_by(|a, b| {
-            self.arena[a.0 as usize..(a.0 + a.1 as u64) as usize]
-                .cmp(&self.arena[b.0 as usize..(b.0 + b.1 as u64) as usize])
-        });
-        // Keyed by (offset, length): an empty name shares its offset with the next name.
-        let rank: hashbrown::HashMap<(u64, u32), u64> = order
+    /// Emits every name in byte order to `emit` and gives each its rank as its id. Costs
+    /// [`SORT_BYTES`] per name beyond the dictionary.
+    pub fn emit_sorted(&mut self, mut emit: impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        // Keys in the table's iteration order, which stays fixed while only ids change.
+        let mut order: Vec<(u64, u32, u32)> = self
+            .table
             .iter()
             .enumerate()
-            .map(|(i, &key)| (key, i as u64))
+            .map(|(pos, e)| (e.off, e.len, pos as u32))
             .collect();
-        for e in self.table.iter_mut() {
-            e.id = rank[&(e.off, e.len)];
+        let arena = &self.arena;
+        let name = |k: &(u64, u32, u32)| &arena[k.0 as usize..(k.0 + k.1 as u64) as usize];
+        order.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+        let mut rank = vec![0u64; order.len()];
+        for (r, k) in order.iter().enumerate() {
+            emit(name(k))?;
+            rank[k.2 as usize] = r as u64;
         }
+        drop(order);
+        for (e, r) in self.table.iter_mut().zip(rank) {
+            e.id = r;
+        }
+        Ok(())
     }
 
     pub fn clear(&mut self) {
@@ -165,10 +220,15 @@ impl NameCollector {
 
     /// Adds every name of a block's local dictionary.
     pub fn add_all(&mut self, names: &NameDict) -> Result<()> {
-        self.dict.absorb(names);
-        if self.dict.mem_bytes() > self.budget {
+        if self.dict.len() > 0
+            && self
+                .dict
+                .peak_after(names.len() as u64, names.arena.len() as u64)
+                > self.budget
+        {
             self.spill()?;
         }
+        self.dict.absorb(names);
         Ok(())
     }
 
@@ -197,18 +257,20 @@ impl NameCollector {
     /// runs are merged from disk and `None` is returned.
     pub fn finish(mut self, mut emit: impl FnMut(&[u8]) -> Result<()>) -> Result<Option<NameDict>> {
         if self.runs.is_empty() {
-            for name in self.dict.sorted_names() {
-                emit(name)?;
-            }
-            self.dict.assign_sorted_ids();
+            self.dict.emit_sorted(emit)?;
             return Ok(Some(self.dict));
         }
         if self.dict.len() > 0 {
             self.spill()?;
         }
+        // Every run is read at once: each gets a read-ahead of two chunks and a buffer of one,
+        // all within three quarters of the budget.
+        let per_run = self.budget / (4 * self.runs.len() as u64);
+        let chunk =
+            strata_io::align_down(per_run).clamp(strata_io::ALIGN as u64, self.io_chunk as u64);
         let mut readers = Vec::with_capacity(self.runs.len());
         for path in &self.runs {
-            readers.push(RunReader::open(path, self.io_chunk)?);
+            readers.push(RunReader::open(path, chunk as usize)?);
         }
         let mut heap = BinaryHeap::new();
         for (i, r) in readers.iter_mut().enumerate() {
@@ -242,7 +304,7 @@ struct RunReader {
 impl RunReader {
     fn open(path: &Path, io_chunk: usize) -> Result<Self> {
         Ok(RunReader {
-            r: std::io::BufReader::with_capacity(64 << 10, SeqReader::open(path, 0, io_chunk)?),
+            r: std::io::BufReader::with_capacity(io_chunk, SeqReader::open(path, 0, io_chunk)?),
             path: path.to_path_buf(),
         })
     }
@@ -291,6 +353,30 @@ mod tests {
             if let Some(d) = dict {
                 for (i, n) in want.iter().enumerate() {
                     prop_assert_eq!(d.get(n), Some(i as u64));
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// The collector spills before its dictionary, grown and then sorted, would pass the
+        /// budget; only a single block's names may exceed it.
+        #[test]
+        fn collector_stays_within_its_budget(
+            names in proptest::collection::vec("[a-z]{1,12}", 0..3000),
+            budget in 1_000u64..60_000,
+            block in 1usize..200,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut c = NameCollector::new(budget, dir.path(), 4096);
+            for chunk in names.chunks(block) {
+                let mut local = NameDict::new();
+                for n in chunk {
+                    local.insert(n.as_bytes(), 0);
+                }
+                c.add_all(&local).unwrap();
+                if c.dict.len() > local.len() {
+                    prop_assert!(c.dict.peak_after(0, 0) <= budget);
                 }
             }
         }

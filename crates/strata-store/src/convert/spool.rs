@@ -22,6 +22,15 @@ pub(crate) struct EdgeBatch {
 }
 
 impl EdgeBatch {
+    /// A batch that holds `rows` edges (with relations when `rel`) without growing.
+    pub fn with_capacity(rows: usize, rel: bool) -> Self {
+        EdgeBatch {
+            src: Vec::with_capacity(rows),
+            rel: Vec::with_capacity(if rel { rows } else { 0 }),
+            dst: Vec::with_capacity(rows),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.src.len()
     }

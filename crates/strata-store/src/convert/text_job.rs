@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::dict::{NameCollector, NameDict, ENTRY_OVERHEAD};
+use super::dict::{table_bytes, NameCollector, NameDict};
 use super::spool::{remove_spool, split_index, EdgeBatch, Spool, Spooled};
 use super::text::{
     for_each_record, is_canonical_uint, is_gzip, par_map_blocks, parse_uint, Block, BlockReader,
@@ -109,18 +109,23 @@ impl Columns {
     }
 }
 
-/// Decides `auto` id kinds from the first data lines of the first input.
-fn detect_kinds(opts: &TextOptions, layout: &Layout, cols: Columns) -> Result<(IdKind, IdKind)> {
-    if opts.ids != IdKind::Auto && opts.relation_ids != IdKind::Auto {
-        return Ok((opts.ids, opts.relation_ids));
-    }
+/// Decides `auto` id kinds from the first data lines of the first input, and measures their
+/// mean length in bytes (at least 2), which sizes the parse blocks.
+fn detect_kinds(
+    opts: &TextOptions,
+    layout: &Layout,
+    cols: Columns,
+) -> Result<(IdKind, IdKind, u64)> {
     let first = &opts.inputs[0].path;
     let mut reader = BlockReader::new(vec![first.clone()], layout.clone(), 256 << 10, 256 << 10);
     let (mut nodes_int, mut rels_int, mut seen) = (true, true, 0usize);
+    let (mut bytes, mut lines) = (0u64, 0u64);
     while seen < 1000 {
         let Some(block) = reader.next_block()? else {
             break;
         };
+        bytes += block.data.len() as u64;
+        lines += max_records(&block) as u64;
         let r = for_each_record(&block, layout, first, |_, f| {
             if seen < 1000 {
                 nodes_int &= is_canonical_uint(f[cols.src]) && is_canonical_uint(f[cols.dst]);
@@ -141,7 +146,30 @@ fn detect_kinds(opts: &TextOptions, layout: &Layout, cols: Columns) -> Result<(I
         IdKind::Auto => IdKind::String,
         k => k,
     };
-    Ok((pick(opts.ids, nodes_int), pick(opts.relation_ids, rels_int)))
+    let record_bytes = (bytes / lines.max(1)).max(2);
+    Ok((
+        pick(opts.ids, nodes_int),
+        pick(opts.relation_ids, rels_int),
+        record_bytes,
+    ))
+}
+
+/// Peak bytes of one parse block of `block` bytes whose records average `record_bytes`:
+/// the block, plus its parsed ids (three `i64` per record) or, in the name pass, its names
+/// (`names_per_record` per record, at most the block's bytes) in a table sized for them.
+fn block_cost(block: u64, record_bytes: u64, names_per_record: u64) -> u64 {
+    let records = block.div_ceil(record_bytes);
+    let ids = 24 * records;
+    let names = match names_per_record {
+        0 => 0,
+        k => block + table_bytes(k * records),
+    };
+    block + ids.max(names)
+}
+
+/// Upper bound of the records in a block: its line count.
+fn max_records(block: &Block) -> usize {
+    memchr::memchr_iter(b'\n', &block.data).count() + 1
 }
 
 /// Converts text edge lists into a store.
@@ -157,7 +185,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         header: opts.header,
         num_fields: opts.columns.len(),
     };
-    let (node_kind, rel_kind) = detect_kinds(opts, &layout, cols)?;
+    let (node_kind, rel_kind, record_bytes) = detect_kinds(opts, &layout, cols)?;
     let has_rel = cols.rel.is_some();
     if node_kind == IdKind::String && graph.num_nodes.is_some() {
         return Err(StoreError::option(
@@ -176,16 +204,28 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     let threads = graph.threads();
     let io_chunk = graph.io_chunk();
     // Blocks in flight: `threads` queued, `threads` parsed, one per worker, one being read;
-    // each costs about 3x its size with the parsed ids.
+    // each with its parsed ids or its names. They take at most a quarter of the budget.
     let in_flight = 3 * threads as u64 + 2;
-    let block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64) as usize;
+    let names_per_record = match (node_kind, has_rel && rel_kind == IdKind::String) {
+        (IdKind::String, rel) => 2 + rel as u64,
+        (_, true) => 1,
+        _ => 0,
+    };
+    let mut block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64);
+    while block_bytes > 64 << 10
+        && in_flight * block_cost(block_bytes, record_bytes, names_per_record) > graph.memory / 4
+    {
+        block_bytes /= 2;
+    }
+    let block_cost = block_cost(block_bytes, record_bytes, names_per_record);
+    let block_bytes = block_bytes as usize;
     // A gzip input adds its decoder window and a 1 MiB read-ahead buffer.
     let gzip = if opts.inputs.iter().any(|f| is_gzip(&f.path)) {
         2 << 20
     } else {
         0
     };
-    let fixed = in_flight * 3 * block_bytes as u64 + 6 * io_chunk as u64 + gzip;
+    let fixed = in_flight * block_cost + 6 * io_chunk as u64 + gzip;
     let dict_budget = graph.memory.checked_sub(fixed).ok_or(StoreError::Budget {
         budget: graph.memory,
         needed: fixed,
@@ -196,10 +236,11 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         ),
     })?;
     let mut plan = vec![format!(
-        "budget {}: {threads} parse threads with {} blocks of {}, {} I/O buffers of {}{}",
+        "budget {}: {threads} parse threads with {} blocks of {} ({} each parsed), {} I/O buffers of {}{}",
         fmt_bytes(graph.memory),
         in_flight,
         fmt_bytes(block_bytes as u64),
+        fmt_bytes(block_cost),
         6,
         fmt_bytes(io_chunk as u64),
         if node_kind == IdKind::String {
@@ -330,6 +371,9 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     }
     clock.lap("parse");
     let spooled = spooled.expect("at least one encode pass");
+    // The dictionaries are done: their memory goes to the topology step.
+    names.node_dict = None;
+    names.rel_dict = None;
     for (file, rows) in opts.inputs.iter().zip(&rows_per_file) {
         if *rows == 0 {
             return Err(StoreError::bad_file(
@@ -442,7 +486,14 @@ fn collect_names(
         reader,
         ctx.threads,
         |block: &Block| {
-            let mut nodes = NameDict::new();
+            // Sized for every name of the block, so it never grows (a growing table holds
+            // its old and new buckets at once).
+            let records = max_records(block);
+            let mut nodes = if want_nodes {
+                NameDict::with_capacity(2 * records, block.data.len())
+            } else {
+                NameDict::new()
+            };
             let mut rels = NameDict::new();
             let mut rows = 0u64;
             let path = &ctx.paths[block.file];
@@ -499,11 +550,8 @@ fn collect_names(
     }
     if want_rels {
         let mut table = StrTabWriter::create(builder, "relation_names")?;
-        for n in rels.sorted_names() {
-            table.push(n)?;
-        }
+        rels.emit_sorted(|n| table.push(n))?;
         names.num_relations = table.finish(builder, "relation_names")?;
-        rels.assign_sorted_ids();
         names.rel_dict = Some(rels);
     }
     Ok(names)
@@ -519,7 +567,7 @@ fn dictionary_ranges(
     let offsets = &builder.arrays()["node_names_offsets"];
     let mut reader = RowReader::open_array(builder.dir(), offsets, io_chunk)?;
     let mut ranges = Vec::new();
-    let (mut lo, mut prev_off, mut cost, mut id) = (0u64, 0i64, 0u64, 0u64);
+    let (mut lo, mut prev_off, mut range_bytes, mut id) = (0u64, 0i64, 0u64, 0u64);
     let mut first = true;
     while let Some(bytes) = reader.next_batch()? {
         for c in bytes.chunks_exact(8) {
@@ -531,17 +579,23 @@ fn dictionary_ranges(
             }
             let len = (off - prev_off) as u64;
             prev_off = off;
-            if id > lo && cost + len + ENTRY_OVERHEAD > budget {
+            if id > lo && range_cost(id + 1 - lo, range_bytes + len) > budget {
                 ranges.push(Some((lo, id)));
                 lo = id;
-                cost = 0;
+                range_bytes = 0;
             }
-            cost += len + ENTRY_OVERHEAD;
+            range_bytes += len;
             id += 1;
         }
     }
     ranges.push(Some((lo, n)));
     Ok(ranges)
+}
+
+/// Peak bytes of [`load_range`] for `names` names of `bytes` bytes in all: their offsets and
+/// bytes as read, and the dictionary (its arena and a table sized for them).
+fn range_cost(names: u64, bytes: u64) -> u64 {
+    8 * (names + 1) + 2 * bytes + table_bytes(names)
 }
 
 /// Loads names `[lo, hi)` of the node-name table into a dictionary with their ids.
@@ -559,7 +613,7 @@ fn load_range(builder: &StoreBuilder, lo: u64, hi: u64) -> Result<NameDict> {
         base as u64,
         (offs[offs.len() - 1] - base) as u64,
     )?;
-    let mut dict = NameDict::new();
+    let mut dict = NameDict::with_capacity(offs.len() - 1, bytes.len());
     for (i, w) in offs.windows(2).enumerate() {
         dict.insert(
             &bytes[(w[0] - base) as usize..(w[1] - base) as usize],
@@ -681,7 +735,7 @@ fn encode_pass(
         ctx.threads,
         |block: &Block| {
             let path = &ctx.paths[block.file];
-            let mut batch = EdgeBatch::default();
+            let mut batch = EdgeBatch::with_capacity(max_records(block), cols.rel.is_some());
             for_each_record(block, ctx.layout, path, |line, f| {
                 batch.src.push(lookup.node(f[cols.src], "src", path, line)?);
                 batch.dst.push(lookup.node(f[cols.dst], "dst", path, line)?);

@@ -1,0 +1,196 @@
+"""Every command keeps its ``--memory`` budget, page cache included.
+
+Each row runs one command under ``memlimit`` (a memory cgroup that counts anonymous memory and
+page cache) with the limit set to the command's budget plus a fixed overhead that no plan can
+see: the interpreter, the extension's code pages (the .so is ~48 MiB) and, for ``gnn train``,
+torch's own runtime and code pages. The command must finish (a cgroup over its limit kills it)
+and the peak memlimit reports must stay within that limit. Inputs are several times the
+budget where the plan's minimum allows it, so the out-of-core paths run: sorted runs and
+several encode passes of the name dictionary, bucketed CSR/CSC, grid spools, partitioned
+embeddings, features read from disk.
+
+The rows and their measured peaks are in docs/reliability.md ("Memory budgets").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MiB = 1 << 20
+
+# What a process costs beyond any plan: Python (~25 MiB), the extension's code pages and
+# allocator slack. Measured: `strata convert` of a two-line file peaks at 61-69 MiB.
+OVERHEAD = 80 * MiB
+# torch on top of that: its CPU runtime (~350 MiB resident: thread pools, MKL/oneDNN) and the
+# code pages of its libraries that the page cache keeps (~550 MiB after import, more as
+# kernels are first used). Measured: `strata gnn train` of a 2,000-node graph peaks at 929 MiB.
+TORCH_OVERHEAD = 1024 * MiB
+
+
+def memlimit() -> Path | None:
+    """``$STRATA_MEMLIMIT``, else ``shared/tools/memlimit`` beside the checkout (or beside the
+    folder of worktrees), else ``memlimit`` on PATH."""
+    env = os.environ.get("STRATA_MEMLIMIT")
+    candidates = [Path(env)] if env else []
+    candidates += [p / "shared" / "tools" / "memlimit" for p in (REPO.parent, REPO.parent.parent)]
+    which = shutil.which("memlimit")
+    candidates += [Path(which)] if which else []
+    return next((c for c in candidates if c.is_file()), None)
+
+
+@pytest.fixture(scope="module")
+def limiter() -> Path:
+    tool = memlimit()
+    if tool is None:
+        pytest.skip("memlimit not found: set STRATA_MEMLIMIT to ../shared/tools/memlimit")
+    probe = subprocess.run([str(tool), "64M", "true"], capture_output=True, text=True)
+    if probe.returncode == 3:
+        pytest.skip(
+            f"memlimit cannot make a memory cgroup here ({probe.stderr.strip()}): run as root, "
+            "or enable the memory controller (cgroup v2: add +memory to the parent's cgroup.subtree_control)"
+        )
+    return tool
+
+
+def strata(*args) -> list[str]:
+    return [sys.executable, "-m", "strata", *map(str, args)]
+
+
+def peak_of(stderr: str) -> int:
+    m = re.search(r"memlimit: peak (\S+) of limit", stderr)
+    assert m, f"memlimit reported no peak:\n{stderr[-2000:]}"
+    return int(subprocess.run(["numfmt", "--from=iec", m.group(1)], capture_output=True, text=True).stdout)
+
+
+def limit_for(budget: int, torch: bool = False) -> int:
+    return budget + OVERHEAD + (TORCH_OVERHEAD if torch else 0)
+
+
+def check_run(proc: subprocess.CompletedProcess | subprocess.Popen, stderr: str, limit: int, what: str) -> int:
+    """Asserts the command finished on its own (not killed by the cgroup) within ``limit``."""
+    assert proc.returncode == 0, (
+        f"{what} failed under a {limit // MiB} MiB limit ({proc.returncode}):\n{stderr[-3000:]}"
+    )
+    peak = peak_of(stderr)
+    assert peak <= limit, f"{what} peaked at {peak // MiB} MiB, over {limit // MiB} MiB"
+    print(f"budget matrix: {what}: limit {limit // MiB} MiB, peak {peak / MiB:.0f} MiB")
+    return peak
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """Inputs in every format, and the stores the engines run on (built without a limit)."""
+    d = tmp_path_factory.mktemp("budget")
+
+    def run(*args):
+        subprocess.run(strata(*args, "-q"), check=True, capture_output=True)
+
+    run("generate", "kg", "--out", d / "kg", "--entities", 100_000, "--triples", 1_000_000)
+    for fmt, name in (("tsv", "r.tsv"), ("bin32", "r.bin"), ("npy", "r.npy")):
+        run("generate", "rmat", "--out", d / name, "--scale", 16, "--format", fmt)
+    (d / "r.csv").write_text((d / "r.tsv").read_text().replace("\t", ","))
+    run("generate", "sbm", "--out", d / "sbm", "--nodes", 50_000, "--feature-dim", 128)
+    run("convert", d / "kg", "--relations", "--out", d / "kg.strata", "--memory", "256M")
+    run("convert", d / "r.bin", "--out", d / "r.strata", "--memory", "256M")
+    run("convert", d / "sbm", "--out", d / "sbm.strata", "--memory", "256M")
+    return d
+
+
+# (id, budget, arguments after the command's name; {d} is the data folder, {o} a fresh output)
+CONVERT = [
+    ("text-string-ids", "8M", ["{d}/kg", "--relations"]),  # 17 MiB of TSV triples, 100k names
+    ("text-int-ids", "8M", ["{d}/r.tsv"]),  # 12 MiB, 1M edges
+    ("csv-int-ids", "8M", ["{d}/r.csv"]),
+    ("numpy", "8M", ["{d}/r.npy"]),  # 8 MiB
+    ("bin32", "8M", ["{d}/r.bin"]),
+]
+
+ENGINES = [
+    ("grid-build", "80M", ["grid", "build", "{d}/r.strata", "--overwrite"]),
+    ("run-pagerank", "80M", ["run", "pagerank", "{d}/r.strata", "--iterations", "3"]),
+    ("run-wcc", "96M", ["run", "wcc", "{d}/r.strata"]),
+    (
+        "embed-train",
+        "100M",  # the table (24 MiB at dim 64) is partitioned beside a 90 MiB fixed part
+        "embed train {d}/kg.strata --run-dir {o} --dim 64 --epochs 1 --eval-every 0 --negatives 100".split(),
+    ),
+]
+
+
+def expand(args: list, d: Path, o: Path) -> list[str]:
+    return [str(a).format(d=d, o=o) for a in args]
+
+
+@pytest.mark.parametrize("budget,args", [pytest.param(b, a, id=i) for i, b, a in CONVERT])
+def test_convert_keeps_its_budget(limiter, data, tmp_path, budget, args):
+    limit = limit_for(int(subprocess.check_output(["numfmt", "--from=iec", budget])))
+    cmd = strata("convert", *expand(args, data, tmp_path), "--out", tmp_path / "g.strata", "--memory", budget, "-q")
+    proc = subprocess.run([str(limiter), str(limit), *cmd], capture_output=True, text=True)
+    check_run(proc, proc.stderr, limit, f"convert {args[0]}")
+
+
+@pytest.mark.parametrize("budget,args", [pytest.param(b, a, id=i) for i, b, a in ENGINES])
+def test_engine_keeps_its_budget(limiter, data, tmp_path, budget, args):
+    limit = limit_for(int(subprocess.check_output(["numfmt", "--from=iec", budget])))
+    cmd = strata(*expand(args, data, tmp_path / "run"), "--memory", budget, "-q")
+    proc = subprocess.run([str(limiter), str(limit), *cmd], capture_output=True, text=True)
+    check_run(proc, proc.stderr, limit, " ".join(args[:2]))
+
+
+def test_gnn_train_keeps_its_budget(limiter, data, tmp_path):
+    pytest.importorskip("torch", reason="gnn train needs torch: pip install -e '.[torch]'")
+    budget = 170 * MiB  # features 24 MiB: the hot set and cache hold a part, the rest is read
+    limit = limit_for(budget, torch=True)
+    cmd = strata("gnn", "train", data / "sbm.strata", "--run-dir", tmp_path / "run", "--epochs", 1)
+    cmd += ["--fanouts", "5", "5", "--batch-size", "512", "--eval-every", "0", "--memory", str(budget), "-q"]
+    proc = subprocess.run([str(limiter), str(limit), *cmd], capture_output=True, text=True)
+    check_run(proc, proc.stderr, limit, "gnn train")
+
+
+def test_serve_keeps_its_budget(limiter, data, tmp_path):
+    from strata.serve import Client
+    from strata.serve.client import TOKEN_ENV
+
+    budget = 32 * MiB  # page cache and embedding cache; the features alone are 24 MiB
+    limit = limit_for(budget)
+    cmd = strata("serve", "--listen", "127.0.0.1:0", "--state-dir", tmp_path / "state", "--memory", budget)
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    proc = subprocess.Popen(
+        [str(limiter), str(limit), *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    reader.start()
+    addr = None
+    for line in proc.stdout:
+        if line.startswith("listening on "):
+            addr = line.split()[2]
+            break
+    assert addr, f"strata serve did not start:\n{''.join(err)}"
+    try:
+        with Client(addr) as c:
+            c.register_graph("g", data / "sbm.strata", reorder=False)
+            rng = np.random.default_rng(0)
+            for _ in range(4):  # every row once, in pieces the reply limit allows
+                for ids in np.array_split(rng.permutation(50_000), 10):
+                    assert c.get_features("g", ids).shape == (len(ids), 128)
+                c.sample_neighbors("g", rng.choice(50_000, 500, replace=False), [10, 5])
+    finally:
+        # memlimit runs the server as its child: TERM the server, then memlimit reports.
+        for child in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split():
+            os.kill(int(child), signal.SIGTERM)
+        proc.stdout.read()
+        proc.wait(timeout=60)
+        reader.join(timeout=10)
+    check_run(proc, "".join(err), limit, "serve")
