@@ -41,6 +41,15 @@ def run_strata(*args: str | os.PathLike, check: bool = True, **kwargs) -> subpro
     return proc
 
 
+def symmetric_sbm_store(directory: Path, *, nodes, classes, dim, avg_degree) -> Path:
+    """Generates a labelled SBM (``nodes``, ``classes``, ``dim`` float32 features) in ``directory``
+    and converts it with both directions of every edge; returns the store's path."""
+    run_strata("generate", "sbm", "--out", directory / "raw", "--nodes", nodes, "--classes", classes,
+               "--feature-dim", dim, "--avg-degree", avg_degree, "-q")  # fmt: skip
+    run_strata("convert", directory / "raw", "--symmetrize", "--out", directory / "sbm.strata", "-q")
+    return directory / "sbm.strata"
+
+
 @pytest.fixture
 def strata_cli():
     return run_strata

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs, run_strata
+from conftest import needs, run_strata, symmetric_sbm_store
 from serve_process import Server, server_env, serving
 from strata.serve import Client, _proto
 from strata.serve.client import TOKEN_ENV, ServiceError
@@ -66,10 +66,7 @@ class StoreArrays:
 def sbm(tmp_path_factory) -> Path:
     """A labelled SBM store (1500 nodes, 4 classes, 16 float32 features, symmetric)."""
     d = tmp_path_factory.mktemp("serve-sbm")
-    run_strata("generate", "sbm", "--out", d / "raw", "--nodes", NODES, "--classes", CLASSES, "--feature-dim", DIM,
-               "--avg-degree", "8", "-q")  # fmt: skip
-    run_strata("convert", d / "raw", "--symmetrize", "--out", d / "sbm.strata", "-q")
-    return d / "sbm.strata"
+    return symmetric_sbm_store(d, nodes=NODES, classes=CLASSES, dim=DIM, avg_degree=8)
 
 
 @pytest.fixture(scope="module")

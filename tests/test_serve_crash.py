@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_strata
+from conftest import run_strata, symmetric_sbm_store
 from serve_process import Server
 from strata.serve import Client
 from strata.serve.client import ServiceError
@@ -27,10 +27,7 @@ GRAPH = "g"
 @pytest.fixture(scope="module")
 def sbm(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("crash-sbm")
-    run_strata("generate", "sbm", "--out", d / "raw", "--nodes", NODES, "--classes", "4", "--feature-dim", DIM,
-               "--avg-degree", "6", "-q")  # fmt: skip
-    run_strata("convert", d / "raw", "--symmetrize", "--out", d / "sbm.strata", "-q")
-    return d / "sbm.strata"
+    return symmetric_sbm_store(d, nodes=NODES, classes="4", dim=DIM, avg_degree=6)
 
 
 class Truth:

@@ -22,7 +22,7 @@ import grpc
 import numpy as np
 import pytest
 
-from conftest import run_strata
+from conftest import symmetric_sbm_store
 from serve_process import serving
 from strata.serve import _proto
 from test_serve import numpy_sage
@@ -43,10 +43,7 @@ FLOATS = [0.0, 1.0, -1.0, float("nan"), float("inf"), -float("inf"), 3.4e38, 1e-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fuzz-sbm")
-    run_strata("generate", "sbm", "--out", d / "raw", "--nodes", NODES, "--classes", "4", "--feature-dim", DIM,
-               "--avg-degree", "6", "-q")  # fmt: skip
-    run_strata("convert", d / "raw", "--symmetrize", "--out", d / "sbm.strata", "-q")
-    return d / "sbm.strata"
+    return symmetric_sbm_store(d, nodes=NODES, classes="4", dim=DIM, avg_degree=6)
 
 
 class Fuzzer:

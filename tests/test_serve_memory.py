@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, run_strata
+from conftest import REPO, symmetric_sbm_store
 from serve_process import Server
 from strata.serve.client import ServiceError
 from test_serve import StoreArrays, numpy_sage
@@ -48,10 +48,7 @@ def memlimit_available() -> bool:
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("serve-wide")
-    run_strata("generate", "sbm", "--out", d / "raw", "--nodes", NODES, "--classes", CLASSES, "--feature-dim", DIM,
-               "--avg-degree", "10", "-q")  # fmt: skip
-    run_strata("convert", d / "raw", "--symmetrize", "--out", d / "wide.strata", "-q")
-    return d / "wide.strata"
+    return symmetric_sbm_store(d, nodes=NODES, classes=CLASSES, dim=DIM, avg_degree=10)
 
 
 def two_hop_sizes(store: StoreArrays) -> np.ndarray:
