@@ -25,6 +25,7 @@ from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
 from ..errors import InputNotFoundError, StoreFormatError
 from ..paths import make_dir
 from ..stopping import run_until_stopped
+from ..store import Store
 from ..units import fmt_bytes, fmt_count, fmt_duration
 
 ProgressFn = Callable[..., bool]
@@ -128,10 +129,11 @@ def list_grids(target: str | Path) -> list[dict]:
         raise InputNotFoundError(f"{target}: no such store or grid directory")
     if (target / "grid.json").is_file():
         return [{"name": target.name, "dir": str(target), "bytes": _dir_bytes(target), "manifest": grid_info(target)}]
-    if not (target / "manifest.json").is_file():
+    if not (target / "manifest.json").is_file() and ".partial-" not in target.name:
         raise StoreFormatError(
             f"{target}: neither a store (manifest.json) nor a grid directory (grid.json, from `strata grid build`)"
         )
+    Store(target)  # validated as every reader does: an unfinished (.partial-PID) store is refused
     grids_dir = target / "grids"
     entries = []
     for d in sorted(grids_dir.iterdir()) if grids_dir.is_dir() else []:
