@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,32 @@ def symmetric_sbm_store(directory: Path, *, nodes, classes, dim, avg_degree) -> 
                "--feature-dim", dim, "--avg-degree", avg_degree, "-q")  # fmt: skip
     run_strata("convert", directory / "raw", "--symmetrize", "--out", directory / "sbm.strata", "-q")
     return directory / "sbm.strata"
+
+
+def memlimit() -> Path | None:
+    """``$STRATA_MEMLIMIT``, else ``shared/tools/memlimit`` beside the checkout (or beside the
+    folder of worktrees), else ``memlimit`` on PATH."""
+    env = os.environ.get("STRATA_MEMLIMIT")
+    candidates = [Path(env)] if env else []
+    candidates += [p / "shared" / "tools" / "memlimit" for p in (REPO.parent, REPO.parent.parent)]
+    which = shutil.which("memlimit")
+    candidates += [Path(which)] if which else []
+    return next((c for c in candidates if c.is_file()), None)
+
+
+@pytest.fixture(scope="session")
+def limiter() -> Path:
+    """The memlimit tool, or a skip that says how to get a memory cgroup."""
+    tool = memlimit()
+    if tool is None:
+        pytest.skip("memlimit not found: set STRATA_MEMLIMIT to ../shared/tools/memlimit")
+    probe = subprocess.run([str(tool), "64M", "true"], capture_output=True, text=True)
+    if probe.returncode == 3:
+        pytest.skip(
+            f"memlimit cannot make a memory cgroup here ({probe.stderr.strip()}): run as root, "
+            "or enable the memory controller (cgroup v2: add +memory to the parent's cgroup.subtree_control)"
+        )
+    return tool
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -36,31 +35,6 @@ OVERHEAD = 80 * MiB
 # code pages of its libraries that the page cache keeps (~550 MiB after import, more as
 # kernels are first used). Measured: `strata gnn train` of a 2,000-node graph peaks at 929 MiB.
 TORCH_OVERHEAD = 1024 * MiB
-
-
-def memlimit() -> Path | None:
-    """``$STRATA_MEMLIMIT``, else ``shared/tools/memlimit`` beside the checkout (or beside the
-    folder of worktrees), else ``memlimit`` on PATH."""
-    env = os.environ.get("STRATA_MEMLIMIT")
-    candidates = [Path(env)] if env else []
-    candidates += [p / "shared" / "tools" / "memlimit" for p in (REPO.parent, REPO.parent.parent)]
-    which = shutil.which("memlimit")
-    candidates += [Path(which)] if which else []
-    return next((c for c in candidates if c.is_file()), None)
-
-
-@pytest.fixture(scope="module")
-def limiter() -> Path:
-    tool = memlimit()
-    if tool is None:
-        pytest.skip("memlimit not found: set STRATA_MEMLIMIT to ../shared/tools/memlimit")
-    probe = subprocess.run([str(tool), "64M", "true"], capture_output=True, text=True)
-    if probe.returncode == 3:
-        pytest.skip(
-            f"memlimit cannot make a memory cgroup here ({probe.stderr.strip()}): run as root, "
-            "or enable the memory controller (cgroup v2: add +memory to the parent's cgroup.subtree_control)"
-        )
-    return tool
 
 
 def strata(*args) -> list[str]:

@@ -9,23 +9,16 @@ The cgroup would kill it at its first overrun."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import REPO, symmetric_sbm_store
+from conftest import symmetric_sbm_store
 from serve_process import Server
 from strata.serve.client import ServiceError
 from test_serve import StoreArrays, numpy_sage
 
-#: ``../shared/tools/memlimit`` beside the checkout (or beside the worktrees' directory).
-MEMLIMIT = next(
-    (p for p in (REPO.parent / "shared" / "tools" / "memlimit", REPO.parents[1] / "shared" / "tools" / "memlimit")
-     if p.exists()),
-    REPO.parent / "shared" / "tools" / "memlimit",
-)  # fmt: skip
 #: Cora's shape: 2,708 vertices with 1,433 float32 features (5.7 KB a row).
 NODES, DIM, CLASSES = 2708, 1433, 7
 MEMORY = 128 << 20
@@ -39,10 +32,6 @@ EXECUTOR = MEMORY // 8  # the plan's share for the executor's fused groups
 #: its input row and activations as wide as the input.
 ROW_BYTES = 28 + 4 * (DIM + 3 * DIM)
 MAX_MESSAGE = WORKING // 2  # the plan's message limit (below the default --max-message)
-
-
-def memlimit_available() -> bool:
-    return MEMLIMIT.exists() and subprocess.run([str(MEMLIMIT), "64M", "true"], capture_output=True).returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +57,10 @@ def refused(fn, *args, **kw) -> ServiceError:
     return e.value
 
 
-def test_huge_requests_are_refused_within_the_budget(tmp_path, wide):
-    if not memlimit_available():
-        pytest.skip(f"{MEMLIMIT} cannot make a memory cgroup here (it needs root)")
+def test_huge_requests_are_refused_within_the_budget(tmp_path, wide, limiter):
     limit = MEMORY + OVERHEAD
     args = [f"g={wide}", "--memory", MEMORY, "--max-message", "64M", "--fold-after", "3600"]
-    server = Server(tmp_path / "state", *args, wrap=[MEMLIMIT, limit])
+    server = Server(tmp_path / "state", *args, wrap=[limiter, limit])
     try:
         assert "messages up to 8.00 MiB" in server.output, server.output
         c = server.client(timeout=120)
