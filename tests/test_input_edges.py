@@ -110,6 +110,7 @@ def test_outputs_under_a_regular_file_get_a_true_message(store, tmp_path):
         ("embed", "export", run, "--out", under / "emb"),
         ("run", "pagerank", store, "--iterations", "1", "--out", under / "pr"),
         ("plot", run, "--out", under / "plots"),
+        ("bench-disk", "--dir", under),
     ]
     for args in cases:
         proc = run_strata(*args, "-q", check=False) if args[0] != "plot" else run_strata(*args, check=False)
@@ -119,6 +120,8 @@ def test_outputs_under_a_regular_file_get_a_true_message(store, tmp_path):
         assert "is a file, not a directory" in proc.stderr and str(blocker) in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
     assert blocker.read_text() == "not a directory"
+    proc = run_strata("bench-disk", "--dir", tmp_path / "missing" / "sub", "-q", check=False)
+    assert proc.returncode == 2 and "no such directory" in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize(

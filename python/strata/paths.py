@@ -21,3 +21,16 @@ def make_dir(path: str | Path, what: str) -> Path:
             f"{what} {path}: {blocker} is a file, not a directory, so the output cannot be created there"
         ) from None
     return path
+
+
+def existing_dir(path: str | Path, what: str) -> Path:
+    """Returns ``path`` when it is an existing directory; otherwise raises ConfigError naming
+    ``what`` (the option, such as ``--dir``) and what is wrong: the path is missing, or it or
+    one of its parents is a file."""
+    path = Path(path)
+    if path.is_dir():
+        return path
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ConfigError(f"{what} {path}: {blocker} is a file, not a directory")
+    raise ConfigError(f"{what} {path}: no such directory")

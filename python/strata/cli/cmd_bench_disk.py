@@ -6,6 +6,7 @@ import json
 
 from .. import io
 from ..config import BenchDiskConfig, as_dict, from_args
+from ..paths import existing_dir
 from .common import add_section_command, run_with_progress
 
 
@@ -23,6 +24,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     cfg = from_args(BenchDiskConfig, args)
+    existing_dir(cfg.dir, "--dir")
     options = {
         k: v
         for k, v in as_dict(cfg).items()
