@@ -59,12 +59,13 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use strata_graph::features::{FeatureReader, ReadStats};
+use strata_graph::sampler::NeighborSampler;
+use strata_graph::topology::Topology;
+
 use crate::cache::{Eviction, FeatureCache};
 use crate::error::{GnnError, Result};
-use crate::features::{FeatureReader, ReadStats};
 use crate::hotset::{self, HotRanking, HotSet};
-use crate::sampler::NeighborSampler;
-use crate::topology::Topology;
 
 /// Rows looked up or admitted per acquisition of the cache lock (see the module docs).
 pub const LOCK_CHUNK_ROWS: usize = 4096;
@@ -680,10 +681,10 @@ pub fn rank_hot_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::SamplerConfig;
     use std::collections::HashMap;
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
+    use strata_graph::sampler::SamplerConfig;
     use strata_store::npy::{self, DType};
 
     fn splitmix(state: &mut u64) -> u64 {

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use strata_gnn::Topology;
+use strata_graph::Topology;
 use strata_store::array::{decode_ints, read_all_bytes};
 use strata_store::convert::DegreeHistogram;
 use strata_store::manifest::{
@@ -195,8 +195,8 @@ impl Version {
                 path.display()
             ))
         })?;
-        let csc = Topology::load(&store, strata_gnn::topology::Direction::In)?;
-        let csr = Topology::load(&store, strata_gnn::topology::Direction::Out)?;
+        let csc = Topology::load(&store, strata_graph::topology::Direction::In)?;
+        let csr = Topology::load(&store, strata_graph::topology::Direction::Out)?;
         let removed: Vec<bool> = read_all_bytes(&store.array_path("removed")?)?
             .1
             .iter()
