@@ -26,6 +26,7 @@ use strata_store::npy::{self, DType};
 use strata_store::StoreError;
 
 use crate::error::{GraphError, Result};
+use crate::feature_store::FeatureStore;
 
 /// Element type of a feature file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -614,6 +615,21 @@ impl FeatureReader {
     }
 }
 
+/// The file as a feature store: [`FeatureReader::gather`], counting the aligned bytes read.
+impl FeatureStore for FeatureReader {
+    fn num_rows(&self) -> u64 {
+        self.meta.num_rows
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.meta.row_bytes
+    }
+
+    fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64> {
+        Ok(self.gather(rows, out)?.bytes_read)
+    }
+}
+
 /// Where a gather's rows go: the plan and the output positions of each distinct row.
 struct Scatter<'a> {
     extents: &'a [Extent],
@@ -1057,6 +1073,27 @@ mod tests {
         }
         let rows: Vec<u32> = (0..1000).rev().step_by(3).chain([5, 5, 5]).collect();
         check_gather(&reader, &rows).unwrap();
+    }
+
+    #[test]
+    fn the_reader_is_a_feature_store() {
+        let dir = tempfile::tempdir().unwrap();
+        // 7 junk bytes after the data: not a row.
+        let path = write_features(dir.path(), FeatureDType::F16, 500, 10, false, 7, 11);
+        let reader = FeatureReader::open(&path).unwrap();
+        let store: &dyn FeatureStore = &reader;
+        assert_eq!((store.num_rows(), store.row_bytes()), (500, 20));
+        let rows = [499, 0, 250, 0];
+        let mut out = vec![0u8; rows.len() * 20];
+        let bytes_read = store.read(&rows, &mut out).unwrap();
+        assert_eq!(out, expected(reader.meta(), &rows));
+        let mut again = vec![0u8; out.len()];
+        assert_eq!(
+            reader.gather(&rows, &mut again).unwrap().bytes_read,
+            bytes_read
+        );
+        let e = store.read(&[500], &mut [0; 20]).unwrap_err().to_string();
+        assert!(e.contains("row 500 is out of range"), "{e}");
     }
 
     #[test]
