@@ -50,6 +50,7 @@ test-python: setup-test
 	$(PY) -m pytest -q
 
 lint: setup
+	$(PY) tools/check_layers.py
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches tools

@@ -18,7 +18,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use strata_io::profile::DeviceProfile;
 
-use crate::features::FeatureReader;
+use strata_graph::features::FeatureReader;
 
 /// GIDS's default fraction of peak IOPS to aim for (`peak_percent = 0.95` in its scripts).
 pub const GIDS_PEAK_FRACTION: f64 = 0.95;

@@ -174,7 +174,7 @@ fn eviction_name(e: Eviction) -> &'static str {
 /// Plans the feature tiers of a graph of `num_nodes` nodes with rows of `row_bytes` bytes
 /// under a budget of `memory` bytes.
 ///
-/// - `topology_bytes`: the topology held in RAM ([`crate::Topology::bytes`]).
+/// - `topology_bytes`: the topology held in RAM ([`strata_graph::Topology::bytes`]).
 /// - `batch_rows_estimate`: feature rows per batch (the sampled nodes of a mini-batch, e.g.
 ///   the largest of a few sampled batches).
 /// - `in_flight_batches`: batches holding feature buffers at once, from the lookup to

@@ -9,16 +9,17 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::Store;
 
+use strata_graph::features::FeatureReader;
+use strata_graph::sampler::{NeighborSampler, SamplerConfig};
+use strata_graph::topology::{Direction, Topology};
+
 use crate::accumulator::in_flight_target;
 use crate::budget::{self, GnnBudgetPlan};
 use crate::cache::Eviction;
 use crate::error::{GnnError, Result};
-use crate::features::FeatureReader;
 use crate::hotset::HotRanking;
 use crate::pipeline::{LinkEdges, LoaderConfig, NodeLoader};
-use crate::sampler::{NeighborSampler, SamplerConfig};
 use crate::tiers::{rank_hot_nodes, FeatureTiers};
-use crate::topology::{Direction, Topology};
 use strata_store::rng::{derive, Rng};
 
 /// Everything that decides how a store's features are sampled and served (the Rust side of

@@ -1,11 +1,15 @@
 //! Errors of the GNN data path.
 
+use strata_graph::GraphError;
 use strata_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GnnError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// An error of the topology, sampler or feature reader (`strata-graph`).
+    #[error(transparent)]
+    Graph(#[from] GraphError),
     /// A configuration value out of range or contradicting the store; names the option.
     #[error("{0}")]
     Config(String),

@@ -74,9 +74,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use strata_io::resolve_threads;
 
+use strata_graph::sampler::NeighborSampler;
+use strata_graph::topology::Topology;
+
 use crate::error::{GnnError, Result};
-use crate::sampler::NeighborSampler;
-use crate::topology::Topology;
 
 /// GIDS' damping factor (`--damp`).
 pub const DEFAULT_DAMPING: f64 = 0.85;
@@ -280,7 +281,7 @@ pub fn presampling_counts<B: AsRef<[u32]> + Sync>(
                     None => true,
                 };
                 if lower {
-                    *slot = Some((i, e));
+                    *slot = Some((i, e.into()));
                 }
                 return;
             }
@@ -488,8 +489,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::SamplerConfig;
     use proptest::prelude::*;
+    use strata_graph::sampler::SamplerConfig;
 
     /// CSR from message-flow edges `(u, v)` (`u -> v`), neighbour lists in edge order.
     fn csr(n: usize, edges: &[(u32, u32)]) -> Topology {

@@ -59,12 +59,14 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use strata_graph::features::{FeatureReader, ReadStats};
+use strata_graph::sampler::NeighborSampler;
+use strata_graph::topology::Topology;
+use strata_graph::{FeatureStore, GraphError};
+
 use crate::cache::{Eviction, FeatureCache};
 use crate::error::{GnnError, Result};
-use crate::features::{FeatureReader, ReadStats};
 use crate::hotset::{self, HotRanking, HotSet};
-use crate::sampler::NeighborSampler;
-use crate::topology::Topology;
 
 /// Rows looked up or admitted per acquisition of the cache lock (see the module docs).
 pub const LOCK_CHUNK_ROWS: usize = 4096;
@@ -537,11 +539,11 @@ impl FeatureTiers {
     ///
     /// Errors: `out` of the wrong length, a node out of range (before anything is counted), or
     /// a read error.
-    pub fn gather(&self, nodes: &[u32], out: &mut [u8]) -> Result<TierStats> {
+    pub fn gather(&self, nodes: &[u32], out: &mut [u8]) -> strata_graph::Result<TierStats> {
         let rb = self.row_bytes;
         let path = self.reader.meta().path.display();
         if Some(out.len()) != nodes.len().checked_mul(rb) {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "{}: a gather of {} rows of {rb} bytes needs an output of {} bytes, got {}",
                 path,
                 nodes.len(),
@@ -550,13 +552,13 @@ impl FeatureTiers {
             )));
         }
         if let Some(&v) = nodes.iter().find(|&&v| v as u64 >= self.num_rows) {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "{}: row {v} is out of range: the features have {} rows",
                 path, self.num_rows
             )));
         }
         if nodes.len() > u32::MAX as usize {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "{}: a gather of {} rows; at most {} per call",
                 path,
                 nodes.len(),
@@ -627,6 +629,22 @@ impl FeatureTiers {
     }
 }
 
+/// The tiers as a feature store: [`FeatureTiers::gather`] (no window pins; device rows from
+/// disk), counting the bytes the disk tier read.
+impl FeatureStore for FeatureTiers {
+    fn num_rows(&self) -> u64 {
+        self.num_rows
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    fn read(&self, rows: &[u32], out: &mut [u8]) -> strata_graph::Result<u64> {
+        Ok(self.gather(rows, out)?.disk_bytes_read)
+    }
+}
+
 /// The `k` hottest nodes by `ranking`, best first (ties to the lower id), for
 /// [`FeatureTiers::build`]; all nodes when `k` is at least their number.
 ///
@@ -680,10 +698,10 @@ pub fn rank_hot_nodes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::SamplerConfig;
     use std::collections::HashMap;
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
+    use strata_graph::sampler::SamplerConfig;
     use strata_store::npy::{self, DType};
 
     fn splitmix(state: &mut u64) -> u64 {
@@ -836,6 +854,26 @@ mod tests {
         assert!((both.hot_hit_rate() - 6.0 / 106.0).abs() < 1e-12);
         assert_eq!(TierStats::default().hot_hit_rate(), 0.0);
         assert_eq!(TierStats::default().cache_hit_rate(), 0.0);
+    }
+
+    #[test]
+    fn the_tiers_are_a_feature_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 300, 10, 5);
+        let t = tiers(&path, &[5, 6], 100, Eviction::Clock);
+        let store: &dyn FeatureStore = &t;
+        assert_eq!((store.num_rows(), store.row_bytes()), (300, 40));
+        let nodes: Vec<u32> = vec![5, 40, 41, 6, 40];
+        let mut out = vec![0u8; nodes.len() * 40];
+        // The disk tier reads the misses, then the cache holds them: nothing read the second
+        // time.
+        assert!(store.read(&nodes, &mut out).unwrap() > 0);
+        assert_eq!(out, expected(t.reader(), &nodes));
+        out.fill(0);
+        assert_eq!(store.read(&nodes, &mut out).unwrap(), 0);
+        assert_eq!(out, expected(t.reader(), &nodes));
+        let e = store.read(&[300], &mut [0; 40]).unwrap_err().to_string();
+        assert!(e.contains("row 300 is out of range"), "{e}");
     }
 
     /// Pins each non-hot node of the pending batches should hold.

@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use strata_embed::error::EmbedError;
 use strata_gnn::GnnError;
+use strata_graph::GraphError;
 use strata_io::IoError;
 use strata_store::StoreError;
 
@@ -49,9 +50,19 @@ impl ToPyErr for GnnError {
     fn to_py(&self, py: Python<'_>) -> PyErr {
         match self {
             GnnError::Store(e) => store_error(py, e),
+            GnnError::Graph(e) => e.to_py(py),
             GnnError::Config(m) => raise(py, "ConfigError", m),
             GnnError::Budget(m) => raise(py, "BudgetError", m),
             GnnError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
+        }
+    }
+}
+
+impl ToPyErr for GraphError {
+    fn to_py(&self, py: Python<'_>) -> PyErr {
+        match self {
+            GraphError::Store(e) => store_error(py, e),
+            GraphError::Config(m) => raise(py, "ConfigError", m),
         }
     }
 }

@@ -56,7 +56,7 @@ fn error_class(e: &ServeError) -> &'static str {
         ServeError::InvalidArgument(_) | ServeError::AlreadyExists(_) => "ConfigError",
         // A store registered at start that fails validation (its arrays' ids, say).
         ServeError::Store(StoreError::Invalid { .. } | StoreError::NewerFormat { .. })
-        | ServeError::Gnn(strata_gnn::GnnError::Store(
+        | ServeError::Graph(strata_graph::GraphError::Store(
             StoreError::Invalid { .. } | StoreError::NewerFormat { .. },
         )) => "StoreFormatError",
         ServeError::Io { .. } => "StrataIOError",

@@ -9,7 +9,7 @@ use bytemuck::{cast_slice, pod_collect_to_vec, Pod};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 use pythonize::pythonize;
-use strata_gnn::Block;
+use strata_graph::Block;
 use strata_serve::model::{Architecture, Model, Precision};
 use strata_serve::ServeError;
 
@@ -137,7 +137,7 @@ fn serve_error(py: Python<'_>, e: &ServeError) -> PyErr {
         }
         ServeError::Unavailable(_) => raise(py, "StrataError", &msg),
         ServeError::Store(e) => e.to_py(py),
-        ServeError::Gnn(e) => e.to_py(py),
+        ServeError::Graph(e) => e.to_py(py),
         ServeError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             raise(py, "InputNotFoundError", &msg)
         }

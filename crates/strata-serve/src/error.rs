@@ -1,7 +1,7 @@
 //! Errors of the graph service. Each kind maps to one gRPC status code (see `service.rs`), so
 //! a client learns what went wrong and the server keeps serving.
 
-use strata_gnn::GnnError;
+use strata_graph::GraphError;
 use strata_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +33,7 @@ pub enum ServeError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Gnn(#[from] GnnError),
+    Graph(#[from] GraphError),
     /// A file or socket operation failed; names the path.
     #[error("{context}: {source}")]
     Io {

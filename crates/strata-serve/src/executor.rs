@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use strata_gnn::{NeighborSampler, SamplerConfig};
+use strata_graph::{NeighborSampler, SamplerConfig};
 use tokio::sync::watch;
 
 use crate::error::{Result, ServeError};
@@ -450,7 +450,7 @@ fn embed_group(
 /// Upper bound of the memory a fused group takes: its sample (local ids, node list, blocks),
 /// its input rows, and the forward's activations (the input of a layer, its aggregate and its
 /// output alive at once, each at most as wide as the widest of the model's widths).
-fn group_bytes(sample: &strata_gnn::Sample, arch: &crate::model::Architecture) -> u64 {
+fn group_bytes(sample: &strata_graph::Sample, arch: &crate::model::Architecture) -> u64 {
     let nodes = sample.nodes.len() as u64;
     let edges: u64 = sample.blocks.iter().map(|b| b.indices.len() as u64).sum();
     let widest = arch.in_dim.max(arch.hidden_dim).max(arch.out_dim) as u64;

@@ -6,7 +6,7 @@
 //! [`Lru`] is the generic byte-budgeted LRU underneath; it is also meant for other caches of the
 //! service (e.g. computed embeddings). [`PageCache`] shards pages over several LRUs so that
 //! concurrent readers rarely contend on one lock, and [`PagedFile`] reads rows of a file through
-//! it.
+//! it. [`PagedRows`] is a feature file read that way, as a `strata_graph::FeatureStore`.
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -14,9 +14,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use strata_graph::{FeatureStore, GraphError};
 use strata_io::{AlignedBuf, Engine, IoFile, OpenMode, Request};
 
-use crate::error::{Result, ServeError};
+use crate::error::Result;
 
 /// Bytes in one cached page: 16 KiB, the flash page of GLIST's SSD (feature vectors are packed
 /// into 16 KB pages, §4.3.2), so one device read brings in every row stored on that page. It is
@@ -375,15 +376,15 @@ impl PagedFile {
         row_bytes: usize,
         rows: &[u32],
         out: &mut [u8],
-    ) -> Result<ReadStats> {
+    ) -> strata_graph::Result<ReadStats> {
         let path = self.file.path().display();
         if row_bytes == 0 {
-            return Err(ServeError::InvalidArgument(format!(
+            return Err(GraphError::Config(format!(
                 "{path}: rows of 0 bytes cannot be read"
             )));
         }
         if Some(out.len()) != rows.len().checked_mul(row_bytes) {
-            return Err(ServeError::InvalidArgument(format!(
+            return Err(GraphError::Config(format!(
                 "{path}: {} rows of {row_bytes} bytes need an output of {} bytes, got {}",
                 rows.len(),
                 rows.len().saturating_mul(row_bytes),
@@ -400,7 +401,7 @@ impl PagedFile {
         let mut ranges = Vec::with_capacity(rows.len());
         for &r in rows {
             ranges.push(row_range(r).ok_or_else(|| {
-                ServeError::InvalidArgument(format!(
+                GraphError::Config(format!(
                     "{path}: row {r} of {row_bytes} bytes from offset {data_offset} ends past \
                      the end of the file ({} bytes)",
                     self.len
@@ -454,7 +455,7 @@ impl PagedFile {
         cache: &PageCache,
         pages: &[u64],
         found: &mut [Option<Page>],
-    ) -> Result<u64> {
+    ) -> strata_graph::Result<u64> {
         let requests: Vec<Request> = found
             .iter()
             .enumerate()
@@ -499,6 +500,51 @@ impl PagedFile {
             Some(e) => Err(e.into()),
             None => Ok(bytes_read),
         }
+    }
+}
+
+/// Rows of a [`PagedFile`] read through a [`PageCache`]: the service's feature store (a store
+/// version's features). Row `r` is `row_bytes` bytes at `data_offset + r * row_bytes`; the
+/// rows are those the file holds in full.
+pub struct PagedRows<'a> {
+    file: &'a PagedFile,
+    cache: &'a PageCache,
+    data_offset: u64,
+    row_bytes: usize,
+}
+
+impl<'a> PagedRows<'a> {
+    /// The rows of `row_bytes` bytes (at least 1) from byte `data_offset` of `file`, read
+    /// through `cache` (a cache of capacity 0 reads around it).
+    pub fn new(
+        file: &'a PagedFile,
+        cache: &'a PageCache,
+        data_offset: u64,
+        row_bytes: usize,
+    ) -> PagedRows<'a> {
+        PagedRows {
+            file,
+            cache,
+            data_offset,
+            row_bytes,
+        }
+    }
+}
+
+impl FeatureStore for PagedRows<'_> {
+    fn num_rows(&self) -> u64 {
+        self.file.len().saturating_sub(self.data_offset) / self.row_bytes.max(1) as u64
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    fn read(&self, rows: &[u32], out: &mut [u8]) -> strata_graph::Result<u64> {
+        let stats = self
+            .file
+            .read_rows(self.cache, self.data_offset, self.row_bytes, rows, out)?;
+        Ok(stats.bytes_read)
     }
 }
 
@@ -708,7 +754,7 @@ mod tests {
         (out, stats)
     }
 
-    fn err_text<T>(r: Result<T>) -> String {
+    fn err_text<T, E: std::fmt::Display>(r: std::result::Result<T, E>) -> String {
         match r {
             Ok(_) => panic!("expected an error"),
             Err(e) => e.to_string(),
@@ -813,6 +859,27 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn paged_rows_are_a_feature_store() {
+        let dir = tempfile::tempdir().unwrap();
+        // 3 pages + 100 bytes hold, from offset 128, 1023 whole rows of 48 bytes, then 20
+        // bytes that are no row.
+        let (path, bytes) = write_file(dir.path(), "rows", 3 * P + 100, 3);
+        let file = PagedFile::open(&path).unwrap();
+        let cache = PageCache::new(1 << 20);
+        let rows = PagedRows::new(&file, &cache, 128, 48);
+        let store: &dyn FeatureStore = &rows;
+        assert_eq!((store.num_rows(), store.row_bytes()), (1023, 48));
+        let ids = [1022, 0, 341, 0];
+        let mut out = vec![0u8; ids.len() * 48];
+        // Pages 0, 1 and the short page 3.
+        assert_eq!(store.read(&ids, &mut out).unwrap(), 2 * P + 100);
+        assert_eq!(out, expected(&bytes, 128, 48, &ids));
+        assert_eq!(store.read(&ids, &mut out).unwrap(), 0);
+        let e = err_text(store.read(&[1023], &mut [0; 48]));
+        assert!(e.contains("row 1023 of 48 bytes"), "{e}");
     }
 
     #[test]

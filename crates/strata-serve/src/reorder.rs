@@ -32,7 +32,7 @@
 
 use std::cmp::Reverse;
 
-use strata_gnn::Adjacency;
+use strata_graph::Adjacency;
 use strata_store::rng::{derive, Rng};
 
 use crate::error::{Result, ServeError};
@@ -438,7 +438,7 @@ pub fn mean_pages_per_neighbourhood<A: Adjacency + ?Sized>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use strata_gnn::Topology;
+    use strata_graph::Topology;
     // Named explicitly: proptest's prelude exports an `Rng` trait too.
     use strata_store::rng::Rng;
 

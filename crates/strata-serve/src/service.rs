@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use prost::Message;
-use strata_gnn::{NeighborSampler, SamplerConfig};
+use strata_graph::{NeighborSampler, SamplerConfig};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 

@@ -18,8 +18,8 @@ impl From<ServeError> for Status {
             ServeError::OutOfRange(_) => Code::OutOfRange,
             ServeError::Unavailable(_) => Code::Unavailable,
             // The sampler's config errors are about the request (fanouts, duplicate seeds).
-            ServeError::Gnn(strata_gnn::GnnError::Config(_)) => Code::InvalidArgument,
-            ServeError::Store(_) | ServeError::Gnn(_) => Code::FailedPrecondition,
+            ServeError::Graph(strata_graph::GraphError::Config(_)) => Code::InvalidArgument,
+            ServeError::Store(_) | ServeError::Graph(_) => Code::FailedPrecondition,
             ServeError::Io { .. } => Code::Internal,
         };
         Status::new(code, e.to_string())

@@ -93,12 +93,13 @@ use std::time::Instant;
 
 use strata_store::rng::{derive, Rng};
 
+use strata_graph::features::ReadStats;
+use strata_graph::sampler::{NeighborSampler, Sample};
+use strata_graph::topology::Topology;
+
 use crate::accumulator::{in_flight_target, TargetSource};
 use crate::error::{GnnError, Result};
-use crate::features::ReadStats;
-use crate::sampler::{NeighborSampler, Sample};
 use crate::tiers::{FeatureTiers, TierStats};
-use crate::topology::Topology;
 
 use serial::Serial;
 use stages::{FrontConfig, ReadFault, Stages};

@@ -9,11 +9,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use strata_graph::sampler::{NeighborSampler, Sample};
+use strata_graph::topology::Topology;
+
 use crate::accumulator::{Accumulator, Merged};
 use crate::error::{GnnError, Result};
-use crate::sampler::{NeighborSampler, Sample};
 use crate::tiers::{FeatureTiers, Lookup};
-use crate::topology::Topology;
 
 use super::pins::WindowPins;
 use super::{add_busy, batch_key, Batch, BatchStats, Counters, Items, LinkIndex, Plan};

@@ -3,9 +3,10 @@
 
 use super::pins::WindowPins;
 use super::*;
+use strata_graph::features::{FeatureReader, ReadOptions};
+use strata_graph::sampler::SamplerConfig;
+
 use crate::cache::Eviction;
-use crate::features::{FeatureReader, ReadOptions};
-use crate::sampler::SamplerConfig;
 use std::panic;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
+use strata_graph::feature_store::read_at;
 
 use crate::commit::{GroupLog, Staging};
 use crate::durable::{sync_dir, write_atomic};
@@ -335,27 +336,9 @@ impl ServedGraph {
             });
             (Arc::clone(v), from_file)
         };
-        if from_file.is_empty() {
-            return Ok(0);
-        }
-        let row = version.feature_dim * 4;
-        if from_file.len() == ids.len() {
-            // No row is in memory (the common case): read straight into `out`.
-            let stats = version
-                .features
-                .read_rows(cache, version.feature_offset, row, ids, out)?;
-            return Ok(stats.bytes_read);
-        }
-        let rows: Vec<u32> = from_file.iter().map(|&i| ids[i]).collect();
-        let mut bytes = vec![0u8; rows.len() * row];
-        let stats =
-            version
-                .features
-                .read_rows(cache, version.feature_offset, row, &rows, &mut bytes)?;
-        for (k, &i) in from_file.iter().enumerate() {
-            out[i * row..(i + 1) * row].copy_from_slice(&bytes[k * row..(k + 1) * row]);
-        }
-        Ok(stats.bytes_read)
+        let file = version.feature_rows(cache);
+        // No row in memory (the common case) reads straight into `out`.
+        Ok(read_at(&file, ids, &from_file, out)?)
     }
 
     /// Checks `change` against the graph with every earlier mutation (staged ones included),
@@ -533,19 +516,8 @@ impl VersionSource for Folded<'_> {
         }
         // Read around the page cache: a fold must not evict the pages requests are using.
         let uncached = PageCache::new(0);
-        let file_rows: Vec<u32> = rows.iter().map(|&i| ids[i]).collect();
-        let mut bytes = vec![0u8; rows.len() * dim * 4];
-        self.version.features.read_rows(
-            &uncached,
-            self.version.feature_offset,
-            dim * 4,
-            &file_rows,
-            &mut bytes,
-        )?;
-        for (k, &i) in rows.iter().enumerate() {
-            out[i * dim..(i + 1) * dim]
-                .copy_from_slice(bytemuck::cast_slice(&bytes[k * dim * 4..(k + 1) * dim * 4]));
-        }
+        let file = self.version.feature_rows(&uncached);
+        read_at(&file, &ids, &rows, bytemuck::cast_slice_mut(out))?;
         Ok(())
     }
 

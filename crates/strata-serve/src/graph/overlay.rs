@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use strata_gnn::{Adjacency, Topology};
+use strata_graph::{Adjacency, Topology};
 
 use super::mutation::Mutation;
 

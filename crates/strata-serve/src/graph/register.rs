@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use strata_gnn::features::FeatureReader;
-use strata_gnn::topology::Direction;
-use strata_gnn::Topology;
+use strata_graph::features::FeatureReader;
+use strata_graph::topology::Direction;
+use strata_graph::Topology;
 use strata_store::ids::IdCheck;
 use strata_store::Store;
 

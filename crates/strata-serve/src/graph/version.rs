@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use strata_gnn::Topology;
+use strata_graph::Topology;
 use strata_store::array::{decode_ints, read_all_bytes};
 use strata_store::convert::DegreeHistogram;
 use strata_store::manifest::{
@@ -20,7 +20,7 @@ use strata_store::{Store, StoreBuilder};
 
 use super::overlay::BaseGraph;
 use crate::error::{Result, ServeError};
-use crate::page_cache::PagedFile;
+use crate::page_cache::{PageCache, PagedFile, PagedRows};
 
 /// Rows per feature batch while writing a version (a few MiB at typical widths).
 const FEATURE_BATCH_ROWS: usize = 4096;
@@ -195,8 +195,8 @@ impl Version {
                 path.display()
             ))
         })?;
-        let csc = Topology::load(&store, strata_gnn::topology::Direction::In)?;
-        let csr = Topology::load(&store, strata_gnn::topology::Direction::Out)?;
+        let csc = Topology::load(&store, strata_graph::topology::Direction::In)?;
+        let csr = Topology::load(&store, strata_graph::topology::Direction::Out)?;
         let removed: Vec<bool> = read_all_bytes(&store.array_path("removed")?)?
             .1
             .iter()
@@ -237,6 +237,17 @@ impl Version {
             num_classes: m.labels.as_ref().map_or(0, |l| l.num_classes),
             external_ids,
         })
+    }
+
+    /// This version's feature rows (`feature_dim` little-endian f32 each) read through
+    /// `cache`, as a feature store.
+    pub fn feature_rows<'a>(&'a self, cache: &'a PageCache) -> PagedRows<'a> {
+        PagedRows::new(
+            &self.features,
+            cache,
+            self.feature_offset,
+            self.feature_dim * 4,
+        )
     }
 }
 

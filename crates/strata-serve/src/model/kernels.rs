@@ -6,7 +6,7 @@
 //! [`super::quant`]; the aggregations (mean, max, sum, GCN normalisation) are float32 loops
 //! over each destination's sampled sources.
 
-use strata_gnn::Block;
+use strata_graph::Block;
 
 use super::layers::{Layer, Linear, Weight};
 use super::Model;

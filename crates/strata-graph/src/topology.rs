@@ -8,7 +8,7 @@ use strata_store::ids::{IdCheck, IndptrCheck};
 use strata_store::npy::DType;
 use strata_store::Store;
 
-use crate::error::{GnnError, Result};
+use crate::error::{GraphError, Result};
 
 /// Which neighbours a node's message-passing inputs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -59,7 +59,7 @@ pub struct Topology {
 impl Topology {
     /// Builds from arrays already in memory; checks that they describe a graph.
     pub fn new(indptr: Vec<u64>, indices: Vec<u32>) -> Result<Topology> {
-        let bad = |m: String| Err(GnnError::Config(format!("topology: {m}")));
+        let bad = |m: String| Err(GraphError::Config(format!("topology: {m}")));
         if indptr.is_empty() || indptr[0] != 0 {
             return bad("indptr must start with 0".into());
         }
@@ -88,7 +88,7 @@ impl Topology {
         };
         let graph = &store.manifest().graph;
         if graph.num_nodes > u32::MAX as u64 {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "{}: {} nodes; the GNN data path handles at most {} (32-bit node ids)",
                 store.path().display(),
                 graph.num_nodes,
@@ -140,7 +140,7 @@ impl Topology {
 fn read_ints(path: &Path) -> Result<Vec<i64>> {
     let (header, bytes) = read_all_bytes(path)?;
     if !matches!(header.dtype, DType::I32 | DType::I64) {
-        return Err(GnnError::Config(format!(
+        return Err(GraphError::Config(format!(
             "{}: expected int32 or int64, found {:?}",
             path.display(),
             header.dtype

@@ -11,7 +11,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use strata_store::rng::{derive, Rng};
 
-use crate::error::{GnnError, Result};
+use crate::error::{GraphError, Result};
 use crate::topology::Adjacency;
 #[cfg(test)]
 use crate::topology::Topology;
@@ -59,7 +59,7 @@ impl SamplerConfig {
     /// Checks every value's range; errors name the option as it appears in the config file.
     pub fn validate(&self) -> Result<()> {
         if self.fanouts.is_empty() {
-            return Err(GnnError::Config(
+            return Err(GraphError::Config(
                 "gnn.fanouts: must list at least one hop (one fanout per GNN layer)".into(),
             ));
         }
@@ -69,7 +69,7 @@ impl SamplerConfig {
             .enumerate()
             .find(|(_, &f)| f != -1 && f < 1)
         {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "gnn.fanouts: entry {hop} is {f}; each fanout must be at least 1, or -1 for the \
                  full neighbourhood"
             )));
@@ -221,7 +221,7 @@ impl NeighborSampler {
         let mut local = IdMap::with_capacity_and_hasher(seeds.len(), Default::default());
         for (i, &v) in seeds.iter().enumerate() {
             if local.insert(v, i as u32).is_some() {
-                return Err(GnnError::Config(format!(
+                return Err(GraphError::Config(format!(
                     "sampler: seeds must be distinct; node {v} appears twice"
                 )));
             }
@@ -242,7 +242,7 @@ impl NeighborSampler {
         batch_key: u64,
     ) -> Result<LinkSample> {
         if src.len() != dst.len() {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "sampler: {} edge sources but {} destinations; they must pair up",
                 src.len(),
                 dst.len()
@@ -251,7 +251,7 @@ impl NeighborSampler {
         check_in_range(topo, src, "edge sources")?;
         check_in_range(topo, dst, "edge destinations")?;
         let num_negatives = src.len().checked_mul(negatives_per_edge).ok_or_else(|| {
-            GnnError::Config(format!(
+            GraphError::Config(format!(
                 "sampler: {} edges times {negatives_per_edge} negatives overflows",
                 src.len()
             ))
@@ -470,7 +470,7 @@ impl Hasher for IdHasher {
 fn check_in_range<A: Adjacency + ?Sized>(topo: &A, ids: &[u32], what: &str) -> Result<()> {
     let n = topo.num_nodes();
     match ids.iter().find(|&&v| v as usize >= n) {
-        Some(v) => Err(GnnError::Config(format!(
+        Some(v) => Err(GraphError::Config(format!(
             "sampler: {what} include node {v}, out of range (the graph has {n} nodes)"
         ))),
         None => Ok(()),

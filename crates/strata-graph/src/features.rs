@@ -25,7 +25,8 @@ use strata_io::{align_down, align_up, AlignedBuf, Engine, IoFile, OpenMode, Requ
 use strata_store::npy::{self, DType};
 use strata_store::StoreError;
 
-use crate::error::{GnnError, Result};
+use crate::error::{GraphError, Result};
+use crate::feature_store::FeatureStore;
 
 /// Element type of a feature file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -86,7 +87,7 @@ impl FeatureFile {
     /// float32 or float16 with at least one column, whose data the file holds in full.
     pub fn open(path: &Path) -> Result<FeatureFile> {
         let header = npy::read_header(path)?;
-        let bad = |msg: String| -> GnnError {
+        let bad = |msg: String| -> GraphError {
             StoreError::BadFile {
                 path: path.to_path_buf(),
                 msg,
@@ -385,7 +386,7 @@ impl FeatureReader {
         options: ReadOptions,
     ) -> Result<FeatureReader> {
         if options.max_request < ALIGN as u64 {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "features max_request: {} bytes is below one {ALIGN}-byte block",
                 options.max_request
             )));
@@ -442,7 +443,7 @@ impl FeatureReader {
     pub fn gather(&self, rows: &[u32], out: &mut [u8]) -> Result<ReadStats> {
         let rb = self.meta.row_bytes;
         if Some(out.len()) != rows.len().checked_mul(rb) {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "{}: a gather of {} rows of {rb} bytes needs an output of {} bytes, got {}",
                 self.meta.path.display(),
                 rows.len(),
@@ -452,7 +453,7 @@ impl FeatureReader {
         }
         self.check_rows(rows)?;
         if rows.len() > u32::MAX as usize + 1 {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "{}: a gather of {} rows; at most {} per call",
                 self.meta.path.display(),
                 rows.len(),
@@ -522,7 +523,7 @@ impl FeatureReader {
     pub fn gather_f32(&self, rows: &[u32], out: &mut [f32]) -> Result<ReadStats> {
         let dim = self.meta.dim;
         if Some(out.len()) != rows.len().checked_mul(dim) {
-            return Err(GnnError::Config(format!(
+            return Err(GraphError::Config(format!(
                 "{}: a gather of {} rows of {dim} features needs an output of {} f32 values, got {}",
                 self.meta.path.display(),
                 rows.len(),
@@ -557,7 +558,7 @@ impl FeatureReader {
     fn check_rows(&self, rows: &[u32]) -> Result<()> {
         let n = self.meta.num_rows;
         match rows.iter().find(|&&r| r as u64 >= n) {
-            Some(r) => Err(GnnError::Config(format!(
+            Some(r) => Err(GraphError::Config(format!(
                 "{}: row {r} is out of range: the features have {n} rows",
                 self.meta.path.display()
             ))),
@@ -578,7 +579,7 @@ impl FeatureReader {
         let window = self.engine.depth().min(pieces.len()).max(1);
         let mut q = self.engine.queue();
         let mut next = 0usize;
-        let mut failed: Option<GnnError> = None;
+        let mut failed: Option<GraphError> = None;
         loop {
             if failed.is_none() && next < pieces.len() && q.pending() < window {
                 let mut batch = Vec::with_capacity(window - q.pending());
@@ -611,6 +612,21 @@ impl FeatureReader {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// The file as a feature store: [`FeatureReader::gather`], counting the aligned bytes read.
+impl FeatureStore for FeatureReader {
+    fn num_rows(&self) -> u64 {
+        self.meta.num_rows
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.meta.row_bytes
+    }
+
+    fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64> {
+        Ok(self.gather(rows, out)?.bytes_read)
     }
 }
 
@@ -1057,6 +1073,27 @@ mod tests {
         }
         let rows: Vec<u32> = (0..1000).rev().step_by(3).chain([5, 5, 5]).collect();
         check_gather(&reader, &rows).unwrap();
+    }
+
+    #[test]
+    fn the_reader_is_a_feature_store() {
+        let dir = tempfile::tempdir().unwrap();
+        // 7 junk bytes after the data: not a row.
+        let path = write_features(dir.path(), FeatureDType::F16, 500, 10, false, 7, 11);
+        let reader = FeatureReader::open(&path).unwrap();
+        let store: &dyn FeatureStore = &reader;
+        assert_eq!((store.num_rows(), store.row_bytes()), (500, 20));
+        let rows = [499, 0, 250, 0];
+        let mut out = vec![0u8; rows.len() * 20];
+        let bytes_read = store.read(&rows, &mut out).unwrap();
+        assert_eq!(out, expected(reader.meta(), &rows));
+        let mut again = vec![0u8; out.len()];
+        assert_eq!(
+            reader.gather(&rows, &mut again).unwrap().bytes_read,
+            bytes_read
+        );
+        let e = store.read(&[500], &mut [0; 20]).unwrap_err().to_string();
+        assert!(e.contains("row 500 is out of range"), "{e}");
     }
 
     #[test]

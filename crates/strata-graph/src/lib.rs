@@ -1,0 +1,19 @@
+//! Graph primitives every engine may use: the adjacency in RAM ([`Topology`] and the
+//! [`Adjacency`] trait), the multi-layer neighbour sampler ([`NeighborSampler`]) and the reader
+//! of node features on disk ([`features::FeatureReader`]), and the small interface every holder of
+//! feature rows implements ([`FeatureStore`]).
+//!
+//! This crate sits between the foundation (`strata-io`, `strata-store`) and the engines; the
+//! engines share these types through it and never depend on each other (see
+//! `docs/architecture.md`).
+
+pub mod error;
+pub mod feature_store;
+pub mod features;
+pub mod sampler;
+pub mod topology;
+
+pub use error::{GraphError, Result};
+pub use feature_store::FeatureStore;
+pub use sampler::{Block, LinkSample, NeighborSampler, Sample, SamplerConfig};
+pub use topology::{Adjacency, Direction, Topology};
