@@ -154,6 +154,11 @@ impl NameDict {
 
     /// Adds every name of `other` (ids are not carried over).
     pub fn absorb(&mut self, other: &NameDict) {
+        // Grow once, for the worst case of every name being new, as `peak_after` assumes:
+        // growing entry by entry can double the arena or the table several times, and each
+        // doubling holds the old and the new buffer at once.
+        self.arena.reserve(other.arena.len());
+        self.table.reserve(other.len(), |e| e.hash);
         for e in other.table.iter() {
             let name = &other.arena[e.off as usize..e.off as usize + e.len as usize];
             self.insert_hashed(e.hash, name, 0);
