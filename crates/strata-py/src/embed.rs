@@ -10,9 +10,9 @@ use std::sync::Mutex;
 use strata_embed::config::{Protocol, TrainConfig};
 use strata_embed::error::EmbedError;
 use strata_embed::export::{export, ExportFormat};
+use strata_embed::job::train;
 use strata_embed::query::Loaded;
-use strata_embed::run::{Run, Which};
-use strata_embed::train::train;
+use strata_embed::run_dir::{Run, Which};
 
 use crate::errors::{config_error, ToPyErr};
 use crate::{job, run};
