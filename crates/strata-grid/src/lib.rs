@@ -2,11 +2,13 @@
 //! engine, extended with Fargraph+'s far-memory tier.
 //!
 //! - [`layout`], [`build`], [`grid`]: the grid format, its builder and reader.
+//! - [`budget`]: a run's plan within its memory budget.
 //! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
 //! - [`algo`]: the algorithms.
 //! - [`vertex`]: vertex data shared by compute threads.
 
 pub mod algo;
+pub mod budget;
 pub mod build;
 pub mod check;
 pub mod error;
