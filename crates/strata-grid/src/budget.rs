@@ -98,3 +98,108 @@ pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -
         placement,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::AlgoConfig;
+    use crate::build::{build, BuildJob};
+    use crate::fixtures::store;
+    use crate::stream::Tier;
+    use strata_io::progress::NoProgress;
+
+    /// A grid of 4 x 4 blocks of about 94K edges (750 KB) each, so that a major chunk holds
+    /// 3 MB of edges; and a job on it with `memory` and `algorithm`.
+    fn grid_and_job(dir: &std::path::Path, memory: u64, algorithm: AlgoConfig) -> (Grid, RunJob) {
+        let st = store(dir, 10_007, 1_500_000);
+        let built = build(
+            &BuildJob {
+                store: st.clone(),
+                partitions: 4,
+                weights: algorithm
+                    .needs_weights()
+                    .then(|| crate::layout::WeightSpec {
+                        kind: "random".into(),
+                        seed: 0,
+                        low: 0.0,
+                        high: 1.0,
+                    }),
+                ..Default::default()
+            },
+            &NoProgress,
+        )
+        .unwrap();
+        let job: RunJob = serde_json::from_value(serde_json::json!({
+            "store": st,
+            "algorithm": algorithm,
+            "memory": memory,
+        }))
+        .unwrap();
+        (Grid::open(&built.dir).unwrap(), job)
+    }
+
+    fn pagerank() -> AlgoConfig {
+        AlgoConfig::Pagerank {
+            iterations: 1,
+            tolerance: 0.0,
+            damping: 0.85,
+        }
+    }
+
+    #[test]
+    fn automatic_segments_shrink_until_the_buffers_fit_a_third_of_the_budget() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (grid, mut job) = grid_and_job(tmp.path(), 1 << 30, pagerank());
+        let roomy = plan(&job, &grid, 2, None).unwrap();
+        assert_eq!(roomy.segment_bytes, MAX_AUTO_SEGMENT);
+        assert_eq!(roomy.bytes_per_edge, EDGE_BYTES);
+        // 20 buffers (8 prefetched per source, 4 disk fetchers) of a 3 MB column exceed a
+        // third of 96 MiB; of half a column they do not.
+        job.memory = 96 << 20;
+        let tight = plan(&job, &grid, 2, None).unwrap();
+        assert_eq!(tight.segment_bytes, MAX_AUTO_SEGMENT / 2);
+        assert!(tight.placement.buffer_bytes <= job.memory / 3);
+        assert!(tight.segments.len() > roomy.segments.len());
+        for s in &tight.segments {
+            assert!(s.edge_bytes() <= tight.segment_bytes || s.blocks.len() == 1);
+        }
+        assert_eq!(tight.segments, grid.segments(tight.segment_bytes));
+    }
+
+    #[test]
+    fn weights_far_memory_and_threads_come_from_the_inputs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (grid, mut job) = grid_and_job(tmp.path(), 1 << 30, AlgoConfig::Sssp { root: 0 });
+        job.segment_bytes = 1 << 20;
+        job.far = Some(crate::far::FarConfig {
+            addr: "127.0.0.1:1".into(),
+            ratio: 0.5,
+            chunk_bytes: 256 << 10,
+            connections: 1,
+            fetchers: 2,
+        });
+        let capacity = 4 << 20;
+        let setup = FarSetup {
+            addr: "127.0.0.1:1".into(),
+            chunk_bytes: 256 << 10,
+            connections: 1,
+            fetchers: 3,
+            free_capacity: capacity,
+            probe: Vec::new(),
+            ping_us: 0.0,
+        };
+        let p = plan(&job, &grid, 5, Some(&setup)).unwrap();
+        assert!(p.weighted);
+        assert_eq!(p.bytes_per_edge, EDGE_BYTES + 4);
+        assert_eq!(p.segment_bytes, 1 << 20);
+        assert_eq!(p.stream.threads, 5);
+        assert_eq!(p.stream.far_fetchers, 3);
+        let far = p
+            .placement
+            .tiers
+            .iter()
+            .filter(|t| **t == Tier::Far)
+            .count();
+        assert!(far > 0 && p.placement.far_bytes <= capacity);
+    }
+}

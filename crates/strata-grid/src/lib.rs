@@ -14,6 +14,8 @@ pub mod check;
 pub mod error;
 pub mod far;
 pub mod fetch;
+#[cfg(test)]
+mod fixtures;
 pub mod grid;
 pub mod layout;
 pub mod place;
