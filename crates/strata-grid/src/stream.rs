@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use strata_farmem::FarClient;
 use strata_io::progress::Progress;
-use strata_io::{AlignedBuf, Engine, IoFile, OpenMode};
+use strata_io::{AlignedBuf, Engine, IoFile, IoQueue, OpenMode};
 
 use crate::error::{GridError, Result};
 use crate::fetch::{self, Fetched, Plan, Resident};
@@ -525,33 +525,44 @@ impl<'a> Pass<'a> {
         }
     }
 
+    /// The next slot of `list` for a fetcher, once `credits` let it fetch another segment
+    /// ahead of compute; `None` when the list is done or the pass aborted.
+    fn next_slot(&self, credits: &Credits, next: &AtomicUsize, list: &[usize]) -> Option<usize> {
+        if !credits.acquire(&self.abort) {
+            return None;
+        }
+        let slot = list.get(next.fetch_add(1, Ordering::Relaxed)).copied();
+        if slot.is_none() {
+            // Hand the credit on: another fetcher may be waiting for it to find the list
+            // done too.
+            credits.release();
+        }
+        slot
+    }
+
+    /// Reads `plan` from the edge (and weight) file into `slot`.
+    fn read_disk(&self, q: &mut IoQueue, slot: usize, plan: Plan, pool: &mut Vec<AlignedBuf>) {
+        let s = self.streamer;
+        let read = self.read_bytes(&plan);
+        let r = fetch::fetch_disk(
+            q,
+            &s.edges_file,
+            s.weights_file.as_ref().filter(|_| self.weighted),
+            plan,
+            pool,
+        )
+        .map_err(|e| fetch::disk_error(&s.grid, e));
+        self.bytes_disk.fetch_add(read, Ordering::Relaxed);
+        self.slots.put(slot, r);
+    }
+
     /// A disk fetcher: reads the slots of `list` in turn, each once a credit frees.
     fn fetch_from_disk(&self, list: &[usize]) {
-        let s = self.streamer;
-        let mut q = s.engine.queue();
+        let mut q = self.streamer.engine.queue();
         let mut pool: Vec<AlignedBuf> = Vec::new();
-        loop {
-            if !self.disk_credits.acquire(&self.abort) {
-                return;
-            }
-            let idx = self.disk_next.fetch_add(1, Ordering::Relaxed);
-            let Some(&slot) = list.get(idx) else {
-                // Hand the credit on: another fetcher may be waiting for it to find the list
-                // done too.
-                return self.disk_credits.release();
-            };
+        while let Some(slot) = self.next_slot(&self.disk_credits, &self.disk_next, list) {
             let plan = self.take_plan(slot);
-            let read = self.read_bytes(&plan);
-            let r = fetch::fetch_disk(
-                &mut q,
-                &s.edges_file,
-                s.weights_file.as_ref().filter(|_| self.weighted),
-                plan,
-                &mut pool,
-            )
-            .map_err(|e| fetch::disk_error(&s.grid, e));
-            self.bytes_disk.fetch_add(read, Ordering::Relaxed);
-            self.slots.put(slot, r);
+            self.read_disk(&mut q, slot, plan, &mut pool);
         }
     }
 
@@ -562,18 +573,11 @@ impl<'a> Pass<'a> {
         let mut q = s.engine.queue();
         let mut far_pool: Vec<Vec<u8>> = Vec::new();
         let mut disk_pool: Vec<AlignedBuf> = Vec::new();
-        loop {
-            if !self.far_credits.acquire(&self.abort) {
-                return;
-            }
-            let idx = self.far_next.fetch_add(1, Ordering::Relaxed);
-            let Some(&slot) = list.get(idx) else {
-                return self.far_credits.release();
-            };
+        while let Some(slot) = self.next_slot(&self.far_credits, &self.far_next, list) {
             let k = self.seg_of[slot];
             let plan = self.take_plan(slot);
-            let read = self.read_bytes(&plan);
             if !s.far_dead.load(Ordering::Relaxed) {
+                let read = self.read_bytes(&plan);
                 match fetch::fetch_far(
                     client,
                     k as u64,
@@ -591,16 +595,7 @@ impl<'a> Pass<'a> {
                 }
             }
             self.fallbacks.fetch_add(1, Ordering::Relaxed);
-            let r = fetch::fetch_disk(
-                &mut q,
-                &s.edges_file,
-                s.weights_file.as_ref().filter(|_| self.weighted),
-                plan,
-                &mut disk_pool,
-            )
-            .map_err(|e| fetch::disk_error(&s.grid, e));
-            self.bytes_disk.fetch_add(read, Ordering::Relaxed);
-            self.slots.put(slot, r);
+            self.read_disk(&mut q, slot, plan, &mut disk_pool);
         }
     }
 
