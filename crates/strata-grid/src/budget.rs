@@ -3,12 +3,12 @@
 //! [`place`]). A pure function of the run's options, the grid's metadata, the compute threads
 //! and what far memory offers; [`run`](crate::run::run) prints the plan and follows it.
 
+use crate::config::RunJob;
 use crate::error::Result;
 use crate::far::FarSetup;
 use crate::grid::{Grid, Segment};
 use crate::layout::EDGE_BYTES;
 use crate::place::{place, PlaceInput, Placement};
-use crate::run::RunJob;
 use crate::stream::StreamConfig;
 
 /// The largest and smallest segments chosen automatically, in bytes: big enough for

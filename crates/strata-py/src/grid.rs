@@ -6,7 +6,8 @@ use pyo3::prelude::*;
 use pythonize::pythonize;
 use strata_farmem::{Server, ServerConfig};
 use strata_grid::build::{build, BuildJob};
-use strata_grid::run::{run as run_grid, RunJob};
+use strata_grid::config::RunJob;
+use strata_grid::run::run as run_grid;
 use strata_grid::Grid;
 
 use crate::callback::CallbackError;
@@ -32,7 +33,7 @@ fn grid_info(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
     Ok(pythonize(py, g.manifest())?.unbind())
 }
 
-/// Runs an algorithm; `job` mirrors `strata_grid::run::RunJob`; `on_iteration(record)` sees
+/// Runs an algorithm; `job` mirrors `strata_grid::config::RunJob`; `on_iteration(record)` sees
 /// each iteration as it ends. Returns the run summary.
 #[pyfunction]
 #[pyo3(signature = (job, progress=None, on_iteration=None))]
