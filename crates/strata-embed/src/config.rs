@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 use crate::model::{LossKind, ModelKind};
 use crate::ordering::OrderingKind;
 
+/// Most edges per chunk and negatives per side: a worker's update tag holds the row in 29 bits.
+pub const MAX_ROWS: usize = 1 << 29;
+
 /// Adagrad's state: one accumulator per element, or one per row (half the state, as PBG's
 /// row-wise Adagrad).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,13 +179,13 @@ impl TrainConfig {
                 format!("must be a non-negative number, got {}", self.margin),
             );
         }
-        if self.chunk_size == 0 || self.chunk_size >= crate::worker::MAX_ROWS {
+        if self.chunk_size == 0 || self.chunk_size >= MAX_ROWS {
             return bad(
                 "chunk_size",
                 format!("must be between 1 and 2^29 - 1, got {}", self.chunk_size),
             );
         }
-        if self.negatives == 0 || self.negatives >= crate::worker::MAX_ROWS {
+        if self.negatives == 0 || self.negatives >= MAX_ROWS {
             return bad(
                 "negatives",
                 format!("must be between 1 and 2^29 - 1, got {}", self.negatives),

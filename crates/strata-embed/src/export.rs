@@ -16,7 +16,7 @@ use strata_store::strtab::NameTable;
 use strata_store::{DType, StoreError};
 
 use crate::error::{EmbedError, Result};
-use crate::query::Loaded;
+use crate::query::{name_of, Loaded};
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,14 +72,6 @@ impl Sink {
                 .sync_all()
                 .map_err(|e| io_err("fsync", path, e)),
         }
-    }
-}
-
-/// The name of node (or relation) `id`: from `names`, or the id itself without a table.
-pub(crate) fn name_of(names: Option<&NameTable>, id: u64) -> Result<String> {
-    match names {
-        Some(t) => Ok(t.name(id as usize)?),
-        None => Ok(id.to_string()),
     }
 }
 

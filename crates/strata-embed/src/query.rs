@@ -16,12 +16,11 @@ use crate::buffer::PartitionBuffer;
 use crate::config::{Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
-use crate::export::name_of;
+use crate::job::{eval_spec, threads_for};
 use crate::model::{score_candidates, Model, Scratch};
 use crate::relations::Relations;
-use crate::run::{Run, Which};
+use crate::run_dir::{Run, Which};
 use crate::table::TableFile;
-use crate::train::{eval_spec, threads_for};
 
 /// A checkpoint ready to score: store, relations, buffer and table file.
 pub struct Loaded {
@@ -249,6 +248,14 @@ impl Ord for OrdF32 {
 
 /// The id of `name` in name table `table` of `store`, or `name` as a number below `count`
 /// when the store has no such table.
+/// The name of node (or relation) `id`: from `names`, or the id itself without a table.
+pub(crate) fn name_of(names: Option<&NameTable>, id: u64) -> Result<String> {
+    match names {
+        Some(t) => Ok(t.name(id as usize)?),
+        None => Ok(id.to_string()),
+    }
+}
+
 fn lookup(store: &Store, table: &str, name: &str, count: u64, what: &str) -> Result<u64> {
     let has_names = store.array(&format!("{table}_offsets")).is_some();
     if has_names {

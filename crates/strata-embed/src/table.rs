@@ -123,16 +123,7 @@ impl TableFile {
             }]);
             offset += len;
         }
-        let mut first_error = None;
-        while let Some(c) = q.wait() {
-            if let Err(e) = c.result {
-                first_error.get_or_insert(e);
-            }
-        }
-        match first_error {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
+        Ok(q.drain()?)
     }
 
     /// Reads `out.len() / dim` embedding rows of partition `p` starting at local row `first`

@@ -5,7 +5,7 @@ use std::time::Instant;
 use strata_store::rng::{derive, Rng};
 
 use crate::bank::Banks;
-use crate::config::Corrupt;
+use crate::config::{Corrupt, MAX_ROWS};
 use crate::model::{chunk_step, Grads, LossKind, Model, Scratch};
 use crate::shared::SharedRows;
 
@@ -142,9 +142,7 @@ const FROM_SRC: u32 = 0;
 const FROM_DST: u32 = 1 << 29;
 const FROM_NEG: u32 = 2 << 29;
 const FROM_MASK: u32 = 3 << 29;
-const ROW_MASK: u32 = (1 << 29) - 1;
-/// Most edges per chunk and negatives per side (rows addressable in a tag).
-pub const MAX_ROWS: usize = 1 << 29;
+const ROW_MASK: u32 = (MAX_ROWS - 1) as u32;
 
 /// How one side reads an edge `(s, r, t)`: tail corruption scores `(s, r, t')`, head
 /// corruption `(t, r⁻¹, s')` (or `(t, r', s')` with the reversed relation).

@@ -10,6 +10,7 @@
 //! fsynced, then renamed or swapped with the old grid: `strata_io::durable::publish_dir`);
 //! readers refuse `.partial-PID` directories, so a killed build leaves no grid that opens.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -19,7 +20,7 @@ use strata_store::array::{decode_ints, NpyWriter, RowReader};
 use strata_store::ids::IdCheck;
 use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
-use strata_store::Store;
+use strata_store::{ArrayInfo, Store};
 
 use crate::error::{GridError, Result};
 use crate::layout::{
@@ -88,23 +89,105 @@ pub fn grids_dir(store: &Path) -> PathBuf {
 pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let t0 = Instant::now();
     let store = Store::open(&job.store)?;
-    let g = &store.manifest().graph;
-    let n = g.num_nodes;
-    let symmetric = job.symmetrize.unwrap_or(g.symmetrized);
-    if let Some(w) = &job.weights {
-        if w.kind != "random" {
-            return Err(GridError::config(
-                "weights.kind",
-                format!("'{}' is not a weight source; stores carry no weights, so the only kind is 'random'", w.kind),
-            ));
-        }
-        if !(w.low.is_finite() && w.high.is_finite() && w.low < w.high) {
-            return Err(GridError::config(
-                "weights",
-                format!("need finite low < high, got ({}, {}]", w.low, w.high),
-            ));
-        }
+    let n = store.manifest().graph.num_nodes;
+    let symmetric = job.symmetrize.unwrap_or(store.manifest().graph.symmetrized);
+    check_weights(job.weights.as_ref())?;
+    let layout = plan_layout(job, &store, symmetric)?;
+    let (parent, name) = target(job, &layout, symmetric)?;
+    let out = parent.join(&name);
+    let edges_info = store.require("edges_train")?.clone();
+    let stored = edges_info.shape[0];
+    let total = if symmetric { stored * 2 } else { stored };
+    let budget = BuildBudget::plan(job.memory, n, layout.partitions)?;
+
+    strata_store::store::remove_stale_partials(&parent, &name);
+    let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
+    std::fs::create_dir_all(tmp.join("spool")).map_err(|e| GridError::os("mkdir", &tmp, e))?;
+    let guard = PartialDir(tmp.clone());
+    progress.message(&format!(
+        "grid: {n} vertices in {} chunks of {}, {total} edges in {} blocks ({} order{}{}), budget {}",
+        layout.partitions,
+        layout.chunk_size,
+        layout.blocks(),
+        layout.order.name(),
+        if symmetric { ", symmetrised" } else { "" },
+        if job.weights.is_some() { ", weighted" } else { "" },
+        fmt_bytes(job.memory)
+    ));
+    let spooled = spool_pass(
+        &store,
+        &edges_info,
+        &layout,
+        symmetric,
+        &tmp,
+        &budget,
+        progress,
+    )?;
+    budget.check_sort(spooled.largest(), &layout)?;
+    let blocks = block_pass(&tmp, &layout, job.weights.as_ref(), total, progress)?;
+    std::fs::remove_dir(tmp.join("spool")).map_err(|e| GridError::os("remove", &tmp, e))?;
+
+    let manifest = GridManifest {
+        format: GRID_FORMAT.to_string(),
+        format_version: GRID_FORMAT_VERSION,
+        num_vertices: n,
+        num_edges: blocks.written,
+        partitions: layout.partitions,
+        chunk_size: layout.chunk_size,
+        order: layout.order,
+        symmetric,
+        weights: job.weights.clone(),
+        largest_block_edges: blocks.largest_block,
+        largest_major_edges: spooled.largest(),
+        arrays: write_arrays(&tmp, blocks.edges, blocks.weights, &blocks.index, spooled)?,
+        provenance: serde_json::json!({
+            "store": job.store.canonicalize().unwrap_or(job.store.clone()),
+            "store_name": store.manifest().name,
+            "edges": "edges_train",
+            "seconds": t0.elapsed().as_secs_f64(),
+            "memory": job.memory,
+        }),
+    };
+    let text = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
+    write_synced(&tmp.join(GRID_MANIFEST), text.as_bytes())?;
+    strata_io::durable::fault_point("grid.manifest_written");
+    strata_io::durable::publish_dir(&tmp, &out, "grid")?;
+    std::mem::forget(guard);
+    let bytes = dir_bytes(&out)?;
+    Ok(BuildSummary {
+        dir: out,
+        partitions: layout.partitions,
+        num_vertices: n,
+        num_edges: blocks.written,
+        bytes,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Refuses weights that cannot be drawn: only `random` weights on a finite `(low, high]`.
+fn check_weights(weights: Option<&WeightSpec>) -> Result<()> {
+    let Some(w) = weights else {
+        return Ok(());
+    };
+    if w.kind != "random" {
+        return Err(GridError::config(
+            "weights.kind",
+            format!("'{}' is not a weight source; stores carry no weights, so the only kind is 'random'", w.kind),
+        ));
     }
+    if !(w.low.is_finite() && w.high.is_finite() && w.low < w.high) {
+        return Err(GridError::config(
+            "weights",
+            format!("need finite low < high, got ({}, {}]", w.low, w.high),
+        ));
+    }
+    Ok(())
+}
+
+/// The grid's layout: the job's P, or one chosen from the vertex count, the edges (doubled
+/// when symmetrised) and the budget of the runs.
+fn plan_layout(job: &BuildJob, store: &Store, symmetric: bool) -> Result<Layout> {
+    let n = store.manifest().graph.num_nodes;
     let partitions = match job.partitions {
         0 => {
             let edges = store.require("edges_train")?.shape[0] * if symmetric { 2 } else { 1 };
@@ -112,9 +195,14 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         }
         p => p,
     };
-    let layout = Layout::new(n, partitions, job.order)?;
+    Layout::new(n, partitions, job.order)
+}
+
+/// Where the grid goes: `STORE/grids/` (created) and the grid's directory name, checked to be
+/// a plain name that does not exist yet unless the job may overwrite it.
+fn target(job: &BuildJob, layout: &Layout, symmetric: bool) -> Result<(PathBuf, String)> {
     let name = match job.name.as_str() {
-        "" => default_name(&layout, symmetric, job.weights.is_some()),
+        "" => default_name(layout, symmetric, job.weights.is_some()),
         s => s.to_string(),
     };
     if name.contains('/')
@@ -138,67 +226,121 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
             ),
         ));
     }
-    let edges_info = store.require("edges_train")?.clone();
-    let cols = edges_info.shape.get(1).copied().unwrap_or(1) as usize;
-    let stored = edges_info.shape[0];
-    let total = if symmetric { stored * 2 } else { stored };
+    Ok((parent, name))
+}
 
-    // Degrees (2 x 8 B per vertex) stay in memory through both passes; spool buffers take a
-    // quarter of the rest and pass 2 needs one spool plus its sorted copy.
-    let degree_bytes = 16 * n;
-    let fixed = degree_bytes + (64 << 20);
-    if job.memory < fixed {
-        return Err(GridError::Budget(format!(
-            "memory budget of {} is too small to build a grid of {n} vertices: degrees and buffers need {}",
-            fmt_bytes(job.memory),
-            fmt_bytes(fixed)
-        )));
+/// How a build spends its budget. Degrees (2 x 8 B per vertex) stay in memory through both
+/// passes; spool buffers take a quarter of the rest and pass 2 needs one spool plus its
+/// sorted copy.
+struct BuildBudget {
+    memory: u64,
+    degree_bytes: u64,
+    /// The budget less degrees and fixed buffers.
+    spare: u64,
+    /// Write buffer of each spool, in bytes.
+    spool_buf: usize,
+}
+
+impl BuildBudget {
+    /// Plans `memory` bytes for `n` vertices in `partitions` chunks; refuses a budget that
+    /// cannot hold the degrees and fixed buffers.
+    fn plan(memory: u64, n: u64, partitions: u32) -> Result<BuildBudget> {
+        let degree_bytes = 16 * n;
+        let fixed = degree_bytes + (64 << 20);
+        if memory < fixed {
+            return Err(GridError::Budget(format!(
+                "memory budget of {} is too small to build a grid of {n} vertices: degrees and buffers need {}",
+                fmt_bytes(memory),
+                fmt_bytes(fixed)
+            )));
+        }
+        let spare = memory - fixed;
+        let spool_buf = ((spare / 4) / partitions as u64).clamp(64 << 10, 1 << 20) as usize;
+        Ok(BuildBudget {
+            memory,
+            degree_bytes,
+            spare,
+            spool_buf,
+        })
     }
-    let spare = job.memory - fixed;
-    let spool_buf = ((spare / 4) / partitions as u64).clamp(64 << 10, 1 << 20) as usize;
 
-    strata_store::store::remove_stale_partials(&parent, &name);
-    let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
-    std::fs::create_dir_all(tmp.join("spool")).map_err(|e| GridError::os("mkdir", &tmp, e))?;
-    let guard = PartialDir(tmp.clone());
-    progress.message(&format!(
-        "grid: {n} vertices in {partitions} chunks of {}, {total} edges in {} blocks ({} order{}{}), budget {}",
-        layout.chunk_size,
-        layout.blocks(),
-        layout.order.name(),
-        if symmetric { ", symmetrised" } else { "" },
-        if job.weights.is_some() { ", weighted" } else { "" },
-        fmt_bytes(job.memory)
-    ));
+    /// Refuses a grid whose largest major chunk (`largest` edges) cannot be sorted within the
+    /// budget.
+    fn check_sort(&self, largest: u64, layout: &Layout) -> Result<()> {
+        let sort_bytes = largest * (SPOOL_BYTES + EDGE_BYTES + 8);
+        if sort_bytes > self.spare {
+            return Err(GridError::Budget(format!(
+                "memory budget of {} is too small: the largest {} of the grid holds {largest} edges and sorting it needs {} beside {} of degrees; raise --memory or the partitions",
+                fmt_bytes(self.memory),
+                if layout.order == Order::Column { "column" } else { "row" },
+                fmt_bytes(sort_bytes),
+                fmt_bytes(self.degree_bytes)
+            )));
+        }
+        Ok(())
+    }
+}
 
-    // Pass 1: spool by major chunk.
-    let mut out_deg = vec![0u64; n as usize];
-    let mut in_deg = vec![0u64; n as usize];
+/// What pass 1 leaves: each vertex's degrees and each spool's edge count.
+struct Spooled {
+    out_deg: Vec<u64>,
+    in_deg: Vec<u64>,
+    spool_edges: Vec<u64>,
+}
+
+impl Spooled {
+    /// Edges of the largest major chunk.
+    fn largest(&self) -> u64 {
+        self.spool_edges.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Pass 1: reads the edge array once (checking its ids) and appends each edge, and its
+/// reverse when `symmetric`, to the spool `tmp/spool/{major}.npy` of its major chunk.
+fn spool_pass(
+    store: &Store,
+    edges_info: &ArrayInfo,
+    layout: &Layout,
+    symmetric: bool,
+    tmp: &Path,
+    budget: &BuildBudget,
+    progress: &dyn Progress,
+) -> Result<Spooled> {
+    let n = layout.num_vertices as usize;
+    let partitions = layout.partitions;
+    let cols = edges_info.shape.get(1).copied().unwrap_or(1) as usize;
+    let mut out_deg = vec![0u64; n];
+    let mut in_deg = vec![0u64; n];
     let mut spools = (0..partitions)
         .map(|m| {
             NpyWriter::create(
                 &tmp.join("spool").join(format!("{m}.npy")),
                 DType::U32,
                 &[3],
-                spool_buf,
+                budget.spool_buf,
             )
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    let mut reader = RowReader::open_array(store.path(), &edges_info, 4 << 20)?;
-    let mut meter = Meter::new(progress, "grid: spool", edges_info.data_bytes(), stored);
+    let mut reader = RowReader::open_array(store.path(), edges_info, 4 << 20)?;
+    let mut meter = Meter::new(
+        progress,
+        "grid: spool",
+        edges_info.data_bytes(),
+        edges_info.shape[0],
+    );
     let mut ids = Vec::new();
-    let mut check = IdCheck::edges(&store, "edges_train")?;
+    let mut check = IdCheck::edges(store, "edges_train")?;
     let mut staged: Vec<Vec<u32>> = vec![Vec::new(); partitions as usize];
-    let flush_at = (spool_buf / 4).max(3 * 1024);
+    let flush_at = (budget.spool_buf / 4).max(3 * 1024);
     while let Some(batch) = reader.next_batch()? {
         ids.clear();
         decode_ints(batch, edges_info.dtype, &mut ids);
         check.check(&ids)?;
         for row in ids.chunks_exact(cols) {
             let (u, v) = (row[0] as u64, row[cols - 1] as u64);
-            spool_edge(&layout, u, v, &mut staged, &mut out_deg, &mut in_deg);
+            spool_edge(layout, u, v, &mut staged, &mut out_deg, &mut in_deg);
             if symmetric && u != v {
-                spool_edge(&layout, v, u, &mut staged, &mut out_deg, &mut in_deg);
+                spool_edge(layout, v, u, &mut staged, &mut out_deg, &mut in_deg);
             }
         }
         for (m, buf) in staged.iter_mut().enumerate() {
@@ -216,22 +358,34 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         w.write(&staged[m])?;
         spool_edges.push(w.finish()?.shape[0]);
     }
-    drop(staged);
-    let largest = spool_edges.iter().copied().max().unwrap_or(0);
-    let sort_bytes = largest * (SPOOL_BYTES + EDGE_BYTES + 8);
-    if sort_bytes > spare {
-        return Err(GridError::Budget(format!(
-            "memory budget of {} is too small: the largest {} of the grid holds {largest} edges and sorting it needs {} beside {} of degrees; raise --memory or the partitions",
-            fmt_bytes(job.memory),
-            if layout.order == Order::Column { "column" } else { "row" },
-            fmt_bytes(sort_bytes),
-            fmt_bytes(degree_bytes)
-        )));
-    }
+    Ok(Spooled {
+        out_deg,
+        in_deg,
+        spool_edges,
+    })
+}
 
-    // Pass 2: each spool into its blocks, in file order.
+/// What pass 2 writes: the edge (and weight) arrays, the block index and its counts.
+struct Blocks {
+    edges: ArrayInfo,
+    weights: Option<ArrayInfo>,
+    /// First edge of each block in file order, then the edge count (P * P + 1 entries).
+    index: Vec<i64>,
+    written: u64,
+    largest_block: u64,
+}
+
+/// Pass 2: loads each spool in turn (removing it), counting-sorts it by minor chunk and
+/// appends its blocks to `tmp/edges.npy`, with their drawn weights to `tmp/weights.npy`.
+fn block_pass(
+    tmp: &Path,
+    layout: &Layout,
+    weights: Option<&WeightSpec>,
+    total: u64,
+    progress: &dyn Progress,
+) -> Result<Blocks> {
     let mut edges_w = NpyWriter::create(&tmp.join("edges.npy"), DType::U32, &[2], 4 << 20)?;
-    let mut weights_w = match &job.weights {
+    let mut weights_w = match weights {
         Some(_) => Some(NpyWriter::create(
             &tmp.join("weights.npy"),
             DType::F32,
@@ -240,7 +394,7 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         )?),
         None => None,
     };
-    let p = partitions as usize;
+    let p = layout.partitions as usize;
     let mut index = Vec::with_capacity(p * p + 1);
     index.push(0i64);
     let mut written = 0u64;
@@ -249,7 +403,7 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let mut recs: Vec<u32> = Vec::new();
     let mut sorted: Vec<u32> = Vec::new();
     let mut wbuf: Vec<f32> = Vec::new();
-    for major in 0..partitions {
+    for major in 0..layout.partitions {
         let path = tmp.join("spool").join(format!("{major}.npy"));
         recs.clear();
         let header = strata_store::npy::read_header(&path)?;
@@ -283,7 +437,7 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
             minors[at] = rec[0];
         }
         edges_w.write(&sorted)?;
-        if let (Some(w), Some(spec)) = (weights_w.as_mut(), &job.weights) {
+        if let (Some(w), Some(spec)) = (weights_w.as_mut(), weights) {
             wbuf.clear();
             for (e, &minor) in minors.iter().enumerate() {
                 let (i, j) = match layout.order {
@@ -300,62 +454,42 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         meter.add(m as u64, m as u64 * EDGE_BYTES)?;
     }
     meter.finish()?;
-    std::fs::remove_dir(tmp.join("spool")).map_err(|e| GridError::os("remove", &tmp, e))?;
+    Ok(Blocks {
+        edges: edges_w.finish()?,
+        weights: weights_w.map(|w| w.finish()).transpose()?,
+        index,
+        written,
+        largest_block,
+    })
+}
 
-    let mut arrays = std::collections::BTreeMap::new();
-    arrays.insert("edges".to_string(), edges_w.finish()?);
-    if let Some(w) = weights_w {
-        arrays.insert("weights".to_string(), w.finish()?);
+/// The grid's array index: edges, weights, and the block index and degrees written to `tmp`.
+fn write_arrays(
+    tmp: &Path,
+    edges: ArrayInfo,
+    weights: Option<ArrayInfo>,
+    index: &[i64],
+    spooled: Spooled,
+) -> Result<BTreeMap<String, ArrayInfo>> {
+    let mut arrays = BTreeMap::new();
+    arrays.insert("edges".to_string(), edges);
+    if let Some(w) = weights {
+        arrays.insert("weights".to_string(), w);
     }
     arrays.insert(
         "block_index".to_string(),
-        write_i64(&tmp, "block_index", &index)?,
+        write_i64(tmp, "block_index", index)?,
     );
     let as_i64 = |d: Vec<u64>| d.into_iter().map(|x| x as i64).collect::<Vec<_>>();
     arrays.insert(
         "out_degree".to_string(),
-        write_i64(&tmp, "out_degree", &as_i64(out_deg))?,
+        write_i64(tmp, "out_degree", &as_i64(spooled.out_deg))?,
     );
     arrays.insert(
         "in_degree".to_string(),
-        write_i64(&tmp, "in_degree", &as_i64(in_deg))?,
+        write_i64(tmp, "in_degree", &as_i64(spooled.in_deg))?,
     );
-    let largest_major = spool_edges.iter().copied().max().unwrap_or(0);
-    let manifest = GridManifest {
-        format: GRID_FORMAT.to_string(),
-        format_version: GRID_FORMAT_VERSION,
-        num_vertices: n,
-        num_edges: written,
-        partitions,
-        chunk_size: layout.chunk_size,
-        order: layout.order,
-        symmetric,
-        weights: job.weights.clone(),
-        arrays,
-        largest_block_edges: largest_block,
-        largest_major_edges: largest_major,
-        provenance: serde_json::json!({
-            "store": job.store.canonicalize().unwrap_or(job.store.clone()),
-            "store_name": store.manifest().name,
-            "edges": "edges_train",
-            "seconds": t0.elapsed().as_secs_f64(),
-            "memory": job.memory,
-        }),
-    };
-    let text = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
-    write_synced(&tmp.join(GRID_MANIFEST), text.as_bytes())?;
-    strata_io::durable::fault_point("grid.manifest_written");
-    strata_io::durable::publish_dir(&tmp, &out, "grid")?;
-    std::mem::forget(guard);
-    let bytes = dir_bytes(&out)?;
-    Ok(BuildSummary {
-        dir: out,
-        partitions,
-        num_vertices: n,
-        num_edges: written,
-        bytes,
-        seconds: t0.elapsed().as_secs_f64(),
-    })
+    Ok(arrays)
 }
 
 /// Default grid name: `p{P}-{order}`, then `-sym` and `-w` when symmetrised and weighted.
@@ -392,7 +526,7 @@ fn spool_edge(
     in_deg[v as usize] += 1;
 }
 
-fn write_i64(dir: &Path, name: &str, vals: &[i64]) -> Result<strata_store::ArrayInfo> {
+fn write_i64(dir: &Path, name: &str, vals: &[i64]) -> Result<ArrayInfo> {
     let mut w = NpyWriter::create(&dir.join(format!("{name}.npy")), DType::I64, &[], 1 << 20)?;
     w.write(vals)?;
     Ok(w.finish()?)
@@ -430,30 +564,8 @@ impl Drop for PartialDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures::store;
     use strata_io::progress::NoProgress;
-
-    /// A store of `m` edges `(k % n, (k * 7919) % n)` for k in 0..m.
-    fn store(dir: &Path, n: u64, m: u64) -> PathBuf {
-        let bytes: Vec<u8> = (0..m)
-            .flat_map(|k| {
-                [
-                    ((k % n) as i32).to_le_bytes(),
-                    (((k * 7919) % n) as i32).to_le_bytes(),
-                ]
-            })
-            .flatten()
-            .collect();
-        let bin = dir.join("e.bin");
-        std::fs::write(&bin, bytes).unwrap();
-        let out = dir.join("g.strata");
-        let job: strata_store::convert::BinaryJob = serde_json::from_value(serde_json::json!({
-            "graph": {"out": out, "memory": 256u64 << 20, "num_nodes": n},
-            "inputs": [{"path": bin}],
-        }))
-        .unwrap();
-        strata_store::convert::convert_binary(&job, &NoProgress).unwrap();
-        out
-    }
 
     #[test]
     fn every_edge_lands_once_in_its_block_across_many_read_batches() {

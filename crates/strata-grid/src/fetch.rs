@@ -184,19 +184,9 @@ pub fn read_runs(
         off = off.next_multiple_of(ALIGN);
     }
     q.submit(reqs);
-    let mut first_error = None;
-    while let Some(c) = q.wait() {
-        if let Err(e) = c.result {
-            first_error.get_or_insert(e);
-        }
-    }
-    match first_error {
-        Some(e) => Err(e.into()),
-        None => {
-            buf.set_len(off);
-            Ok(at)
-        }
-    }
+    q.drain()?;
+    buf.set_len(off);
+    Ok(at)
 }
 
 /// Reads a plan's runs (and weights) from disk.

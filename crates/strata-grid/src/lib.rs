@@ -2,16 +2,22 @@
 //! engine, extended with Fargraph+'s far-memory tier.
 //!
 //! - [`layout`], [`build`], [`grid`]: the grid format, its builder and reader.
+//! - [`config`], [`budget`], [`run`]: a run's options, its plan within the memory budget, and
+//!   the run itself.
 //! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
 //! - [`algo`]: the algorithms.
 //! - [`vertex`]: vertex data shared by compute threads.
 
 pub mod algo;
+pub mod budget;
 pub mod build;
 pub mod check;
+pub mod config;
 pub mod error;
 pub mod far;
 pub mod fetch;
+#[cfg(test)]
+mod fixtures;
 pub mod grid;
 pub mod layout;
 pub mod place;

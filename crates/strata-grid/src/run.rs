@@ -5,83 +5,24 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use strata_farmem::FarClient;
 use strata_io::progress::Progress;
 use strata_store::array::NpyWriter;
 use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
 
-use crate::algo::{AlgoConfig, Ctx, Iteration, Values, NONE};
+use crate::algo::{Ctx, Iteration, Output, Values, NONE};
+use crate::budget::{self, RunPlan};
 use crate::build::{build, BuildJob};
+use crate::config::RunJob;
 use crate::error::{GridError, Result};
-use crate::far::{self, FarConfig, FarSetup};
+use crate::far::{self, FarSetup};
 use crate::grid::Grid;
-use crate::layout::{Order, WeightSpec, EDGE_BYTES};
-use crate::place::{place, PlaceInput, Placement, VertexPlacement};
+use crate::layout::{Order, WeightSpec};
+use crate::place::Placement;
 use crate::stream::{PassStats, StreamConfig, Streamer, Tier};
 use crate::vertex::VertexMemory;
-
-/// One run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RunJob {
-    pub store: PathBuf,
-    pub algorithm: AlgoConfig,
-    /// Grid name under `STORE/grids/`; `None` finds one that suits the algorithm or builds it.
-    #[serde(default)]
-    pub grid: Option<String>,
-    /// Local memory budget in bytes.
-    pub memory: u64,
-    /// Compute threads; 0: one per core.
-    #[serde(default)]
-    pub threads: usize,
-    /// Largest segment (unit of placement and fetch) in bytes; 0 sizes segments from the
-    /// budget (see [`MAX_AUTO_SEGMENT`]).
-    #[serde(default)]
-    pub segment_bytes: u64,
-    /// Segments fetched or waiting per source: 1 fetches the next segment only once compute
-    /// has finished the last (no prefetch); 2 is double buffering.
-    #[serde(default = "default_prefetch")]
-    pub prefetch: usize,
-    /// Threads reading from disk.
-    #[serde(default = "default_disk_fetchers")]
-    pub disk_fetchers: usize,
-    /// Vertex data in memory, in windows, or whichever the budget allows.
-    #[serde(default)]
-    pub vertex: VertexPlacement,
-    /// Far memory, when used.
-    #[serde(default)]
-    pub far: Option<FarConfig>,
-    /// Keep edge blocks resident in memory when the budget allows (false: stream them from
-    /// disk every pass, as an out-of-core run of a larger graph would).
-    #[serde(default = "default_true")]
-    pub keep_resident: bool,
-    /// Where results go; `None`: `STORE/runs/grid-ALGO`.
-    #[serde(default)]
-    pub out: Option<PathBuf>,
-    /// Weights drawn when a weighted grid must be built.
-    #[serde(default)]
-    pub weights: Option<WeightSpec>,
-}
-
-fn default_true() -> bool {
-    true
-}
-
-/// The largest and smallest segments chosen automatically, in bytes: big enough for
-/// sequential reads, small enough that the fetch buffers take at most a third of the budget.
-pub const MAX_AUTO_SEGMENT: u64 = 4 << 20;
-pub const MIN_AUTO_SEGMENT: u64 = 256 << 10;
-
-/// Deep enough that the SSD sees about 32 MiB of reads in flight at 4 MiB segments: at 4 and 2,
-/// PageRank out of core at RMAT scale 24 read at 77% of sequential bandwidth, at 8 and 4 at 95%.
-fn default_prefetch() -> usize {
-    8
-}
-
-fn default_disk_fetchers() -> usize {
-    4
-}
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
@@ -117,124 +58,36 @@ pub fn run(
     on_iteration: &mut dyn FnMut(&Iteration) -> Result<()>,
 ) -> Result<RunSummary> {
     let t0 = Instant::now();
-    let store = strata_store::Store::open(&job.store)?;
-    let n = store.manifest().graph.num_nodes;
-    job.algorithm.check(n)?;
-    let algo = &job.algorithm;
-    let dir = find_or_build(job, progress)?;
-    let grid = Arc::new(Grid::open(&dir)?);
-    if grid.manifest().num_vertices != n {
-        return Err(GridError::invalid(
-            &dir,
-            format!(
-                "has {} vertices, the store {n}: rebuild it",
-                grid.manifest().num_vertices
-            ),
-        ));
-    }
+    let (dir, grid) = open_grid(job, progress)?;
     let threads = strata_io::resolve_threads(job.threads);
-    let weighted = algo.needs_weights() || matches!(algo, AlgoConfig::Spmv { weighted: true, .. });
-    let bytes_per_edge = EDGE_BYTES + if weighted { 4 } else { 0 };
-    let mut stream = StreamConfig {
-        threads,
-        disk_fetchers: job.disk_fetchers.max(1),
-        far_fetchers: 0,
-        prefetch: job.prefetch,
-    };
-    let far_fetchers = job.far.as_ref().map_or(0, |f| f.fetchers.max(1));
-    // Each fetcher holds one segment in flight and `prefetch` per source wait for compute.
-    let buffers_held = (job.prefetch.max(1) * 2 + stream.disk_fetchers + far_fetchers) as u64;
-    let buffers_for = |segments: &[crate::grid::Segment]| {
-        let largest = segments.iter().map(|s| s.edge_bytes()).max().unwrap_or(0);
-        (largest * bytes_per_edge / EDGE_BYTES + (2 << 12)) * buffers_held
-    };
-    let mut segment_bytes = job.segment_bytes;
-    if segment_bytes == 0 {
-        segment_bytes = MAX_AUTO_SEGMENT;
-        while segment_bytes > MIN_AUTO_SEGMENT
-            && buffers_for(&grid.segments(segment_bytes)) > job.memory / 3
-        {
-            segment_bytes /= 2;
+    let (far_client, far_setup) = match &job.far {
+        Some(cfg) => {
+            let (client, setup) = far::connect(cfg, progress)?;
+            (Some(client), Some(setup))
         }
-    }
-    let segments = grid.segments(segment_bytes);
-    let buffer_bytes = buffers_for(&segments);
-    let vertex_bytes = algo.vertex_bytes() * n;
-    // Windowed, each compute thread holds a source and a destination chunk; bitmaps stay whole.
-    let layout = *grid.layout();
-    let chunk = (0..layout.partitions)
-        .map(|i| layout.chunk_len(i))
-        .max()
-        .unwrap_or(0);
-    let window_bytes =
-        (2 * threads as u64 * chunk * algo.vertex_bytes() + n.div_ceil(4)).min(vertex_bytes);
-    let mut far_client = None;
-    let mut far_setup = None;
-    let mut far_capacity = 0;
-    if let Some(cfg) = &job.far {
-        let (client, setup) = far::connect(cfg, progress)?;
-        far_capacity = setup.free_capacity;
-        stream.far_fetchers = setup.fetchers;
-        far_client = Some(client);
-        far_setup = Some(setup);
-    }
-    let input = PlaceInput {
-        vertex_bytes,
-        window_bytes,
-        vertex_placement: job.vertex,
-        buffer_bytes,
-        bytes_per_edge,
-        memory: job.memory,
-        far_ratio: job.far.as_ref().map(|f| f.ratio),
-        far_capacity,
-        keep_resident: job.keep_resident,
+        None => (None, None),
     };
-    let placement = place(&segments, &input)?;
-    progress.message(&format!(
-        "{}: grid {} ({} vertices, {} edges, P = {}, {} order), {} segments of up to {}",
-        algo.name(),
-        dir.file_name().unwrap_or_default().to_string_lossy(),
-        n,
-        grid.manifest().num_edges,
-        grid.layout().partitions,
-        grid.layout().order.name(),
-        segments.len(),
-        fmt_bytes(segment_bytes)
-    ));
-    for line in placement.describe(job.memory) {
-        progress.message(&line);
-    }
-    progress.message(&format!(
-        "threads: {} compute, {} disk fetchers{}, prefetch {} segments per source",
-        stream.threads,
-        stream.disk_fetchers,
-        far_setup.as_ref().map_or(String::new(), |f| format!(
-            ", {} far fetchers over {} connections",
-            f.fetchers, f.connections
-        )),
-        stream.prefetch
-    ));
-    let mut tiers = placement.tiers.clone();
-    if let Some(client) = &far_client {
-        if let Err(e) = far::preload(client, &grid, &segments, &tiers, weighted, progress) {
-            progress.message(&format!("warning: could not place edge blocks in far memory ({e}); streaming them from disk"));
-            tiers
-                .iter_mut()
-                .filter(|t| **t == Tier::Far)
-                .for_each(|t| *t = Tier::Disk);
-            far_client = None;
-        }
-    }
-    let out_dir = job
-        .out
-        .clone()
-        .unwrap_or_else(|| job.store.join("runs").join(format!("grid-{}", algo.name())));
-    let vertex = match placement.vertex_windowed {
+    let plan = budget::plan(job, &grid, threads, far_setup.as_ref())?;
+    announce(job, &dir, &grid, &plan, far_setup.as_ref(), progress);
+    let (tiers, far_client) = offload(&grid, &plan, far_client, progress);
+    let out_dir = job.out.clone().unwrap_or_else(|| {
+        job.store
+            .join("runs")
+            .join(format!("grid-{}", job.algorithm.name()))
+    });
+    let vertex = match plan.placement.vertex_windowed {
         true => VertexMemory::windowed(&out_dir)?,
         false => VertexMemory::Heap,
     };
+    let RunPlan {
+        weighted,
+        segments,
+        stream,
+        placement,
+        ..
+    } = plan;
     let mut streamer = Streamer::new(
-        grid.clone(),
+        grid,
         segments,
         tiers,
         far_client,
@@ -243,28 +96,10 @@ pub fn run(
         vertex,
         progress,
     )?;
-    let mut totals = PassStats::default();
-    let mut compute = 0.0;
-    let mut record = |it: &Iteration| -> Result<()> {
-        totals.edges += it.pass.edges;
-        totals.bytes_disk += it.pass.bytes_disk;
-        totals.bytes_far += it.pass.bytes_far;
-        totals.bytes_local += it.pass.bytes_local;
-        totals.bytes_vertex_read += it.pass.bytes_vertex_read;
-        totals.bytes_vertex_written += it.pass.bytes_vertex_written;
-        compute += it.seconds;
-        on_iteration(it)
-    };
-    let output = {
-        let mut ctx = Ctx {
-            progress,
-            on_iteration: &mut record,
-        };
-        algo.run(&mut streamer, &mut ctx)?
-    };
+    let (output, totals, compute) = iterate(job, &mut streamer, progress, on_iteration)?;
     let arrays = write_results(&out_dir, &output.arrays)?;
     Ok(RunSummary {
-        algorithm: algo.name().to_string(),
+        algorithm: job.algorithm.name().to_string(),
         grid: dir,
         out: out_dir,
         iterations: output.iterations,
@@ -284,6 +119,123 @@ pub fn run(
         arrays,
         result: output.summary,
     })
+}
+
+/// Checks the algorithm against the store and opens the grid it runs on (found or built),
+/// refusing a grid built for another vertex count.
+fn open_grid(job: &RunJob, progress: &dyn Progress) -> Result<(PathBuf, Arc<Grid>)> {
+    let store = strata_store::Store::open(&job.store)?;
+    let n = store.manifest().graph.num_nodes;
+    job.algorithm.check(n)?;
+    let dir = find_or_build(job, progress)?;
+    let grid = Arc::new(Grid::open(&dir)?);
+    if grid.manifest().num_vertices != n {
+        return Err(GridError::invalid(
+            &dir,
+            format!(
+                "has {} vertices, the store {n}: rebuild it",
+                grid.manifest().num_vertices
+            ),
+        ));
+    }
+    Ok((dir, grid))
+}
+
+/// Tells the user what the run will do: the grid, the plan and the threads.
+fn announce(
+    job: &RunJob,
+    dir: &Path,
+    grid: &Grid,
+    plan: &RunPlan,
+    far: Option<&FarSetup>,
+    progress: &dyn Progress,
+) {
+    progress.message(&format!(
+        "{}: grid {} ({} vertices, {} edges, P = {}, {} order), {} segments of up to {}",
+        job.algorithm.name(),
+        dir.file_name().unwrap_or_default().to_string_lossy(),
+        grid.manifest().num_vertices,
+        grid.manifest().num_edges,
+        grid.layout().partitions,
+        grid.layout().order.name(),
+        plan.segments.len(),
+        fmt_bytes(plan.segment_bytes)
+    ));
+    for line in plan.placement.describe(job.memory) {
+        progress.message(&line);
+    }
+    let stream = &plan.stream;
+    progress.message(&format!(
+        "threads: {} compute, {} disk fetchers{}, prefetch {} segments per source",
+        stream.threads,
+        stream.disk_fetchers,
+        far.map_or(String::new(), |f| format!(
+            ", {} far fetchers over {} connections",
+            f.fetchers, f.connections
+        )),
+        stream.prefetch
+    ));
+}
+
+/// Copies the segments placed in far memory to the memory server; returns each segment's
+/// tier and the client to fetch with. When the copy fails the run goes on from disk: those
+/// segments become disk segments and the client is dropped.
+fn offload(
+    grid: &Grid,
+    plan: &RunPlan,
+    far_client: Option<Arc<FarClient>>,
+    progress: &dyn Progress,
+) -> (Vec<Tier>, Option<Arc<FarClient>>) {
+    let mut tiers = plan.placement.tiers.clone();
+    let Some(client) = far_client else {
+        return (tiers, None);
+    };
+    match far::preload(
+        &client,
+        grid,
+        &plan.segments,
+        &tiers,
+        plan.weighted,
+        progress,
+    ) {
+        Ok(()) => (tiers, Some(client)),
+        Err(e) => {
+            progress.message(&format!("warning: could not place edge blocks in far memory ({e}); streaming them from disk"));
+            tiers
+                .iter_mut()
+                .filter(|t| **t == Tier::Far)
+                .for_each(|t| *t = Tier::Disk);
+            (tiers, None)
+        }
+    }
+}
+
+/// Runs the algorithm on `streamer`, passing each iteration to `on_iteration`; returns its
+/// output, the passes' totals and the seconds spent in iterations.
+fn iterate(
+    job: &RunJob,
+    streamer: &mut Streamer,
+    progress: &dyn Progress,
+    on_iteration: &mut dyn FnMut(&Iteration) -> Result<()>,
+) -> Result<(Output, PassStats, f64)> {
+    let mut totals = PassStats::default();
+    let mut compute = 0.0;
+    let mut record = |it: &Iteration| -> Result<()> {
+        totals.edges += it.pass.edges;
+        totals.bytes_disk += it.pass.bytes_disk;
+        totals.bytes_far += it.pass.bytes_far;
+        totals.bytes_local += it.pass.bytes_local;
+        totals.bytes_vertex_read += it.pass.bytes_vertex_read;
+        totals.bytes_vertex_written += it.pass.bytes_vertex_written;
+        compute += it.seconds;
+        on_iteration(it)
+    };
+    let mut ctx = Ctx {
+        progress,
+        on_iteration: &mut record,
+    };
+    let output = job.algorithm.run(streamer, &mut ctx)?;
+    Ok((output, totals, compute))
 }
 
 /// The grid a run uses: the named one, one that suits the algorithm, or a new one.

@@ -3,6 +3,7 @@
 //! each own whole major chunks (a column's destinations, in column order) so that writes to
 //! the owned side need no atomic read-modify-write.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use strata_farmem::FarClient;
 use strata_io::progress::Progress;
-use strata_io::{AlignedBuf, Engine, IoFile, OpenMode};
+use strata_io::{AlignedBuf, Engine, IoFile, IoQueue, OpenMode};
 
 use crate::error::{GridError, Result};
 use crate::fetch::{self, Fetched, Plan, Resident};
@@ -266,251 +267,41 @@ impl Streamer {
         progress: &dyn Progress,
     ) -> Result<PassStats> {
         let t0 = Instant::now();
-        let grid = self.grid.clone();
-        let layout = *grid.layout();
-        let chunk_active: Vec<bool> = (0..layout.partitions)
-            .map(|i| {
-                active.is_none_or(|a| {
-                    a.any_range(
-                        layout.base(i) as usize,
-                        (layout.base(i) + layout.chunk_len(i)) as usize,
-                    )
-                })
-            })
-            .collect();
-        let mut stats = PassStats::default();
-        // The schedule: segments with something to do, in file order, grouped by major.
-        let mut schedule: Vec<(usize, Plan)> = Vec::new();
-        for (k, seg) in self.segments.iter().enumerate() {
-            let plan = Plan::new(&grid, seg, |pos| {
-                chunk_active[layout.block_at(pos).0 as usize]
-            });
-            let nonempty = seg
-                .blocks
-                .clone()
-                .filter(|&p| !grid.block_edges(p).is_empty())
-                .count() as u64;
-            stats.blocks_skipped += nonempty - plan.blocks.len() as u64;
-            if !plan.blocks.is_empty() {
-                schedule.push((k, plan));
-            }
-        }
-        let (seg_of, plans): (Vec<usize>, Vec<Plan>) = schedule.into_iter().unzip();
-        let mut majors: Vec<std::ops::Range<usize>> = Vec::new();
-        for (n, &k) in seg_of.iter().enumerate() {
-            match majors.last_mut() {
-                Some(r) if self.segments[seg_of[r.start]].major == self.segments[k].major => {
-                    r.end = n + 1
-                }
-                _ => majors.push(n..n + 1),
-            }
-        }
-        let owns_dst = layout.order == Order::Column;
-        let n = seg_of.len();
-        let slots = Slots {
-            cells: (0..n).map(|_| Mutex::new(None)).collect(),
-            ready: Condvar::new(),
-            lock: Mutex::new(()),
-        };
-        let weighted = kernel.weighted();
-        if weighted && self.weights_file.is_none() {
+        let schedule = self.schedule(active);
+        if kernel.weighted() && self.weights_file.is_none() {
             return Err(GridError::config(
                 "algorithm",
                 "needs edge weights but the streamer was opened without them",
             ));
         }
-        let abort = AtomicBool::new(false);
-        let (bytes_local, bytes_far, bytes_disk, fallbacks) = (
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-        );
-        // Each slot's tier (far segments go to disk once far memory is lost), and the slots
-        // of each tier in schedule order.
-        let slot_tier: Vec<Tier> = seg_of
-            .iter()
-            .map(|&k| match self.tiers[k] {
-                Tier::Far if self.far_dead.load(Ordering::Relaxed) => Tier::Disk,
-                t => t,
-            })
-            .collect();
+        let pass = Pass::new(self, kernel, progress, schedule.seg_of, schedule.plans);
         let mut by_tier: [Vec<usize>; 3] = Default::default();
-        for (slot, &tier) in slot_tier.iter().enumerate() {
+        for (slot, &tier) in pass.slot_tier.iter().enumerate() {
             by_tier[tier as usize].push(slot);
         }
-        let plans = Mutex::new(plans.into_iter().map(Some).collect::<Vec<_>>());
-        let take_plan = |slot: usize| {
-            plans.lock().unwrap()[slot]
-                .take()
-                .expect("each slot is fetched once")
-        };
-        let disk_credits = Credits::new(self.cfg.prefetch.max(1));
-        let far_credits = Credits::new(self.cfg.prefetch.max(1));
-        let next_major = AtomicUsize::new(0);
-        let (disk_next, far_next) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let wait_ns = AtomicU64::new(0);
-        let edges_done = AtomicU64::new(0);
-        let total = AtomicU64::new(0);
-        let blocks_done = AtomicU64::new(0);
-        let first_err: Mutex<Option<GridError>> = Mutex::new(None);
-        let fail = |e: GridError| {
-            first_err.lock().unwrap().get_or_insert(e);
-            abort.store(true, Ordering::Relaxed);
-        };
-        let this = &*self;
         std::thread::scope(|scope| {
-            // Resident segments need no fetch.
-            for &slot in &by_tier[Tier::Local as usize] {
-                let k = seg_of[slot];
-                let res = this.resident[k]
-                    .clone()
-                    .expect("local segments are resident");
-                let plan = take_plan(slot);
-                bytes_local.fetch_add(plan.edges_read() * EDGE_BYTES, Ordering::Relaxed);
-                slots.put(
-                    slot,
-                    Ok(Fetched {
-                        plan,
-                        bytes: fetch::Bytes::Local(res),
-                    }),
-                );
-            }
+            pass.serve_resident(&by_tier[Tier::Local as usize]);
             let disk_list = &by_tier[Tier::Disk as usize];
-            for _ in 0..this.cfg.disk_fetchers.max(1).min(disk_list.len()) {
-                scope.spawn(|| {
-                    let mut q = this.engine.queue();
-                    let mut pool: Vec<AlignedBuf> = Vec::new();
-                    loop {
-                        if !disk_credits.acquire(&abort) {
-                            return;
-                        }
-                        let idx = disk_next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&slot) = disk_list.get(idx) else {
-                            // Hand the credit on: another fetcher may be waiting for it to
-                            // find the list done too.
-                            return disk_credits.release();
-                        };
-                        let plan = take_plan(slot);
-                        let read = plan.edges_read() * (EDGE_BYTES + if weighted { 4 } else { 0 });
-                        let r = fetch::fetch_disk(
-                            &mut q,
-                            &this.edges_file,
-                            this.weights_file.as_ref().filter(|_| weighted),
-                            plan,
-                            &mut pool,
-                        )
-                        .map_err(|e| fetch::disk_error(&grid, e));
-                        bytes_disk.fetch_add(read, Ordering::Relaxed);
-                        slots.put(slot, r);
-                    }
-                });
+            for _ in 0..self.cfg.disk_fetchers.max(1).min(disk_list.len()) {
+                scope.spawn(|| pass.fetch_from_disk(disk_list));
             }
             let far_list = &by_tier[Tier::Far as usize];
-            if let Some(client) = this.far.as_ref() {
-                for _ in 0..this.cfg.far_fetchers.max(1).min(far_list.len()) {
-                    scope.spawn(|| {
-                        let mut q = this.engine.queue();
-                        let mut far_pool: Vec<Vec<u8>> = Vec::new();
-                        let mut disk_pool: Vec<AlignedBuf> = Vec::new();
-                        loop {
-                            if !far_credits.acquire(&abort) {
-                                return;
-                            }
-                            let idx = far_next.fetch_add(1, Ordering::Relaxed);
-                            let Some(&slot) = far_list.get(idx) else {
-                                return far_credits.release();
-                            };
-                            let k = seg_of[slot];
-                            let plan = take_plan(slot);
-                            let read =
-                                plan.edges_read() * (EDGE_BYTES + if weighted { 4 } else { 0 });
-                            if !this.far_dead.load(Ordering::Relaxed) {
-                                match fetch::fetch_far(
-                                    client,
-                                    k as u64,
-                                    &this.segments[k],
-                                    plan.clone(),
-                                    weighted,
-                                    &mut far_pool,
-                                ) {
-                                    Ok(f) => {
-                                        bytes_far.fetch_add(read, Ordering::Relaxed);
-                                        slots.put(slot, Ok(f));
-                                        continue;
-                                    }
-                                    Err(e) => this.lose_far(&e.to_string(), progress),
-                                }
-                            }
-                            fallbacks.fetch_add(1, Ordering::Relaxed);
-                            let r = fetch::fetch_disk(
-                                &mut q,
-                                &this.edges_file,
-                                this.weights_file.as_ref().filter(|_| weighted),
-                                plan,
-                                &mut disk_pool,
-                            )
-                            .map_err(|e| fetch::disk_error(&grid, e));
-                            bytes_disk.fetch_add(read, Ordering::Relaxed);
-                            slots.put(slot, r);
-                        }
-                    });
+            if let Some(client) = self.far.as_ref() {
+                for _ in 0..self.cfg.far_fetchers.max(1).min(far_list.len()) {
+                    scope.spawn(|| pass.fetch_from_far(client, far_list));
                 }
             } else if !far_list.is_empty() {
-                fail(GridError::config(
+                pass.fail(GridError::config(
                     "far",
                     "segments placed in far memory but no far client",
                 ));
             }
-            for _ in 0..this.cfg.threads.max(1) {
-                scope.spawn(|| loop {
-                    let m = next_major.fetch_add(1, Ordering::Relaxed);
-                    let Some(range) = majors.get(m) else { return };
-                    for slot in range.clone() {
-                        let tw = Instant::now();
-                        let Some(got) = slots.take(slot, &abort) else {
-                            return;
-                        };
-                        wait_ns.fetch_add(tw.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                        let fetched = match got {
-                            Ok(f) => f,
-                            Err(e) => return fail(e),
-                        };
-                        let mut edges = 0;
-                        let mut sum = 0;
-                        for b in 0..fetched.plan.blocks.len() {
-                            let (pos, _) = fetched.plan.blocks[b];
-                            let (i, j) = layout.block_at(pos);
-                            let (e, w) = fetched.block(&grid, b);
-                            if let Err(err) = grid.check_block(pos, e) {
-                                return fail(err);
-                            }
-                            sum += kernel.block(i, j, e, w, owns_dst);
-                            edges += e.len() as u64;
-                        }
-                        edges_done.fetch_add(edges, Ordering::Relaxed);
-                        total.fetch_add(sum, Ordering::Relaxed);
-                        blocks_done.fetch_add(fetched.plan.blocks.len() as u64, Ordering::Relaxed);
-                        match slot_tier[slot] {
-                            Tier::Disk => disk_credits.release(),
-                            Tier::Far => far_credits.release(),
-                            Tier::Local => {}
-                        }
-                    }
-                });
+            for _ in 0..self.cfg.threads.max(1) {
+                scope.spawn(|| pass.compute(&schedule.majors));
             }
         });
-        if let Some(e) = first_err.into_inner().unwrap() {
-            return Err(e);
-        }
-        stats.edges = edges_done.into_inner();
-        stats.blocks = blocks_done.into_inner();
-        stats.total = total.into_inner();
-        stats.bytes_local = bytes_local.into_inner();
-        stats.bytes_far = bytes_far.into_inner();
-        stats.bytes_disk = bytes_disk.into_inner();
-        stats.far_fallbacks = fallbacks.into_inner();
-        stats.wait_seconds = wait_ns.into_inner() as f64 * 1e-9;
+        let mut stats = pass.stats()?;
+        stats.blocks_skipped = schedule.blocks_skipped;
         stats.seconds = t0.elapsed().as_secs_f64();
         if let (Some([read0, written0]), Some([read, written])) = (self.io_mark, process_io()) {
             stats.bytes_vertex_read = (read - read0).saturating_sub(stats.bytes_disk);
@@ -524,6 +315,55 @@ impl Streamer {
             self.far = None;
         }
         Ok(stats)
+    }
+
+    /// The segments a pass visits: those with a block whose source chunk has an active
+    /// vertex, in file order, grouped by major chunk.
+    fn schedule(&self, active: Option<&Bitmap>) -> Schedule {
+        let grid = &self.grid;
+        let layout = *grid.layout();
+        let chunk_active: Vec<bool> = (0..layout.partitions)
+            .map(|i| {
+                active.is_none_or(|a| {
+                    a.any_range(
+                        layout.base(i) as usize,
+                        (layout.base(i) + layout.chunk_len(i)) as usize,
+                    )
+                })
+            })
+            .collect();
+        let mut blocks_skipped = 0;
+        let mut scheduled: Vec<(usize, Plan)> = Vec::new();
+        for (k, seg) in self.segments.iter().enumerate() {
+            let plan = Plan::new(grid, seg, |pos| {
+                chunk_active[layout.block_at(pos).0 as usize]
+            });
+            let nonempty = seg
+                .blocks
+                .clone()
+                .filter(|&p| !grid.block_edges(p).is_empty())
+                .count() as u64;
+            blocks_skipped += nonempty - plan.blocks.len() as u64;
+            if !plan.blocks.is_empty() {
+                scheduled.push((k, plan));
+            }
+        }
+        let (seg_of, plans): (Vec<usize>, Vec<Plan>) = scheduled.into_iter().unzip();
+        let mut majors: Vec<Range<usize>> = Vec::new();
+        for (n, &k) in seg_of.iter().enumerate() {
+            match majors.last_mut() {
+                Some(r) if self.segments[seg_of[r.start]].major == self.segments[k].major => {
+                    r.end = n + 1
+                }
+                _ => majors.push(n..n + 1),
+            }
+        }
+        Schedule {
+            seg_of,
+            plans,
+            majors,
+            blocks_skipped,
+        }
     }
 
     /// Marks far memory lost (once) and tells the user; later fetches go to disk.
@@ -556,6 +396,270 @@ impl Streamer {
         out.into_iter()
             .map(|m| m.into_inner().unwrap().expect("every chunk ran"))
             .collect()
+    }
+}
+
+/// The segments one pass visits, each in a slot: slots are numbered in file order.
+struct Schedule {
+    /// Each slot's segment.
+    seg_of: Vec<usize>,
+    /// Each slot's fetch plan (its active blocks).
+    plans: Vec<Plan>,
+    /// The slots of each major chunk, in file order: a compute thread's unit of work.
+    majors: Vec<Range<usize>>,
+    /// Non-empty blocks left out because their source chunk is inactive.
+    blocks_skipped: u64,
+}
+
+/// What the threads of one pass share: the slots fetchers fill and compute drains, the
+/// credits that keep fetchers at most `prefetch` ahead, the counters and the first error.
+struct Pass<'a> {
+    streamer: &'a Streamer,
+    kernel: &'a dyn EdgeKernel,
+    progress: &'a dyn Progress,
+    weighted: bool,
+    seg_of: Vec<usize>,
+    /// Each slot's tier (far segments go to disk once far memory is lost).
+    slot_tier: Vec<Tier>,
+    /// Each slot's plan until a fetcher takes it.
+    plans: Mutex<Vec<Option<Plan>>>,
+    slots: Slots,
+    abort: AtomicBool,
+    disk_credits: Credits,
+    far_credits: Credits,
+    /// Next index into the disk and far slot lists, and the next major chunk to compute.
+    disk_next: AtomicUsize,
+    far_next: AtomicUsize,
+    next_major: AtomicUsize,
+    bytes_local: AtomicU64,
+    bytes_far: AtomicU64,
+    bytes_disk: AtomicU64,
+    fallbacks: AtomicU64,
+    wait_ns: AtomicU64,
+    edges_done: AtomicU64,
+    total: AtomicU64,
+    blocks_done: AtomicU64,
+    first_err: Mutex<Option<GridError>>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(
+        streamer: &'a Streamer,
+        kernel: &'a dyn EdgeKernel,
+        progress: &'a dyn Progress,
+        seg_of: Vec<usize>,
+        plans: Vec<Plan>,
+    ) -> Pass<'a> {
+        let slot_tier = seg_of
+            .iter()
+            .map(|&k| match streamer.tiers[k] {
+                Tier::Far if streamer.far_dead.load(Ordering::Relaxed) => Tier::Disk,
+                t => t,
+            })
+            .collect();
+        Pass {
+            streamer,
+            kernel,
+            progress,
+            weighted: kernel.weighted(),
+            slots: Slots {
+                cells: (0..seg_of.len()).map(|_| Mutex::new(None)).collect(),
+                ready: Condvar::new(),
+                lock: Mutex::new(()),
+            },
+            seg_of,
+            slot_tier,
+            plans: Mutex::new(plans.into_iter().map(Some).collect()),
+            abort: AtomicBool::new(false),
+            disk_credits: Credits::new(streamer.cfg.prefetch.max(1)),
+            far_credits: Credits::new(streamer.cfg.prefetch.max(1)),
+            disk_next: AtomicUsize::new(0),
+            far_next: AtomicUsize::new(0),
+            next_major: AtomicUsize::new(0),
+            bytes_local: AtomicU64::new(0),
+            bytes_far: AtomicU64::new(0),
+            bytes_disk: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+            edges_done: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            blocks_done: AtomicU64::new(0),
+            first_err: Mutex::new(None),
+        }
+    }
+
+    fn take_plan(&self, slot: usize) -> Plan {
+        self.plans.lock().unwrap()[slot]
+            .take()
+            .expect("each slot is fetched once")
+    }
+
+    /// Keeps the first error and stops every thread of the pass.
+    fn fail(&self, e: GridError) {
+        self.first_err.lock().unwrap().get_or_insert(e);
+        self.abort.store(true, Ordering::Relaxed);
+    }
+
+    /// Bytes a fetch of `plan` reads: its edges, with their weights when the kernel reads them.
+    fn read_bytes(&self, plan: &Plan) -> u64 {
+        plan.edges_read() * (EDGE_BYTES + if self.weighted { 4 } else { 0 })
+    }
+
+    /// Fills the slots of resident segments (they need no fetch).
+    fn serve_resident(&self, list: &[usize]) {
+        for &slot in list {
+            let k = self.seg_of[slot];
+            let res = self.streamer.resident[k]
+                .clone()
+                .expect("local segments are resident");
+            let plan = self.take_plan(slot);
+            self.bytes_local
+                .fetch_add(plan.edges_read() * EDGE_BYTES, Ordering::Relaxed);
+            self.slots.put(
+                slot,
+                Ok(Fetched {
+                    plan,
+                    bytes: fetch::Bytes::Local(res),
+                }),
+            );
+        }
+    }
+
+    /// The next slot of `list` for a fetcher, once `credits` let it fetch another segment
+    /// ahead of compute; `None` when the list is done or the pass aborted.
+    fn next_slot(&self, credits: &Credits, next: &AtomicUsize, list: &[usize]) -> Option<usize> {
+        if !credits.acquire(&self.abort) {
+            return None;
+        }
+        let slot = list.get(next.fetch_add(1, Ordering::Relaxed)).copied();
+        if slot.is_none() {
+            // Hand the credit on: another fetcher may be waiting for it to find the list
+            // done too.
+            credits.release();
+        }
+        slot
+    }
+
+    /// Reads `plan` from the edge (and weight) file into `slot`.
+    fn read_disk(&self, q: &mut IoQueue, slot: usize, plan: Plan, pool: &mut Vec<AlignedBuf>) {
+        let s = self.streamer;
+        let read = self.read_bytes(&plan);
+        let r = fetch::fetch_disk(
+            q,
+            &s.edges_file,
+            s.weights_file.as_ref().filter(|_| self.weighted),
+            plan,
+            pool,
+        )
+        .map_err(|e| fetch::disk_error(&s.grid, e));
+        self.bytes_disk.fetch_add(read, Ordering::Relaxed);
+        self.slots.put(slot, r);
+    }
+
+    /// A disk fetcher: reads the slots of `list` in turn, each once a credit frees.
+    fn fetch_from_disk(&self, list: &[usize]) {
+        let mut q = self.streamer.engine.queue();
+        let mut pool: Vec<AlignedBuf> = Vec::new();
+        while let Some(slot) = self.next_slot(&self.disk_credits, &self.disk_next, list) {
+            let plan = self.take_plan(slot);
+            self.read_disk(&mut q, slot, plan, &mut pool);
+        }
+    }
+
+    /// A far fetcher: reads the slots of `list` in turn from the memory server, and from
+    /// disk once far memory fails.
+    fn fetch_from_far(&self, client: &FarClient, list: &[usize]) {
+        let s = self.streamer;
+        let mut q = s.engine.queue();
+        let mut far_pool: Vec<Vec<u8>> = Vec::new();
+        let mut disk_pool: Vec<AlignedBuf> = Vec::new();
+        while let Some(slot) = self.next_slot(&self.far_credits, &self.far_next, list) {
+            let k = self.seg_of[slot];
+            let plan = self.take_plan(slot);
+            if !s.far_dead.load(Ordering::Relaxed) {
+                let read = self.read_bytes(&plan);
+                match fetch::fetch_far(
+                    client,
+                    k as u64,
+                    &s.segments[k],
+                    plan.clone(),
+                    self.weighted,
+                    &mut far_pool,
+                ) {
+                    Ok(f) => {
+                        self.bytes_far.fetch_add(read, Ordering::Relaxed);
+                        self.slots.put(slot, Ok(f));
+                        continue;
+                    }
+                    Err(e) => s.lose_far(&e.to_string(), self.progress),
+                }
+            }
+            self.fallbacks.fetch_add(1, Ordering::Relaxed);
+            self.read_disk(&mut q, slot, plan, &mut disk_pool);
+        }
+    }
+
+    /// A compute thread: takes whole major chunks in turn and applies the kernel to their
+    /// fetched blocks in order, returning each slot's credit to its tier.
+    fn compute(&self, majors: &[Range<usize>]) {
+        let grid = &self.streamer.grid;
+        let layout = *grid.layout();
+        let owns_dst = layout.order == Order::Column;
+        loop {
+            let m = self.next_major.fetch_add(1, Ordering::Relaxed);
+            let Some(range) = majors.get(m) else { return };
+            for slot in range.clone() {
+                let tw = Instant::now();
+                let Some(got) = self.slots.take(slot, &self.abort) else {
+                    return;
+                };
+                self.wait_ns
+                    .fetch_add(tw.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                let fetched = match got {
+                    Ok(f) => f,
+                    Err(e) => return self.fail(e),
+                };
+                let mut edges = 0;
+                let mut sum = 0;
+                for b in 0..fetched.plan.blocks.len() {
+                    let (pos, _) = fetched.plan.blocks[b];
+                    let (i, j) = layout.block_at(pos);
+                    let (e, w) = fetched.block(grid, b);
+                    if let Err(err) = grid.check_block(pos, e) {
+                        return self.fail(err);
+                    }
+                    sum += self.kernel.block(i, j, e, w, owns_dst);
+                    edges += e.len() as u64;
+                }
+                self.edges_done.fetch_add(edges, Ordering::Relaxed);
+                self.total.fetch_add(sum, Ordering::Relaxed);
+                self.blocks_done
+                    .fetch_add(fetched.plan.blocks.len() as u64, Ordering::Relaxed);
+                match self.slot_tier[slot] {
+                    Tier::Disk => self.disk_credits.release(),
+                    Tier::Far => self.far_credits.release(),
+                    Tier::Local => {}
+                }
+            }
+        }
+    }
+
+    /// The pass's counters, or its first error.
+    fn stats(self) -> Result<PassStats> {
+        if let Some(e) = self.first_err.into_inner().unwrap() {
+            return Err(e);
+        }
+        Ok(PassStats {
+            edges: self.edges_done.into_inner(),
+            blocks: self.blocks_done.into_inner(),
+            total: self.total.into_inner(),
+            bytes_local: self.bytes_local.into_inner(),
+            bytes_far: self.bytes_far.into_inner(),
+            bytes_disk: self.bytes_disk.into_inner(),
+            far_fallbacks: self.fallbacks.into_inner(),
+            wait_seconds: self.wait_ns.into_inner() as f64 * 1e-9,
+            ..PassStats::default()
+        })
     }
 }
 

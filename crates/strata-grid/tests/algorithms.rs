@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 
 use strata_grid::algo::{AlgoConfig, Iteration};
 use strata_grid::build::{build, BuildJob};
+use strata_grid::config::RunJob;
 use strata_grid::layout::{Order, WeightSpec};
 use strata_grid::place::VertexPlacement;
-use strata_grid::run::{run, RunJob};
+use strata_grid::run::run;
 use strata_store::convert::{convert_binary, BinaryJob};
 use strata_store::rng::Rng;
 use strata_store::NoProgress;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use strata_farmem::{Server, ServerConfig};
 use strata_grid::algo::{AlgoConfig, Iteration};
+use strata_grid::config::RunJob;
 use strata_grid::far::FarConfig;
-use strata_grid::run::{run, RunJob, RunSummary};
+use strata_grid::run::{run, RunSummary};
 use strata_io::progress::Progress;
 use strata_store::convert::{convert_binary, BinaryJob};
 use strata_store::rng::Rng;

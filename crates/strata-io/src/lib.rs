@@ -16,6 +16,7 @@ pub mod profile;
 pub mod progress;
 mod seq;
 mod stats;
+pub mod testing;
 
 pub use aligned::{align_down, align_up, AlignedBuf, ALIGN};
 pub use engine::{

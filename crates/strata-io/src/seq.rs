@@ -129,15 +129,7 @@ impl SeqWriter {
             self.queue
                 .submit([Request::write(&self.file, self.base, write_len, tail, 0)]);
         }
-        let mut first_error = None;
-        while let Some(c) = self.queue.wait() {
-            if let Err(e) = c.result {
-                first_error.get_or_insert(e);
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
+        self.queue.drain()?;
         let file = self.file.file();
         if file.size()? != end {
             file.set_len(end)?;
@@ -287,29 +279,14 @@ impl std::io::Read for SeqReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{BackendKind, EngineConfig};
     use proptest::prelude::*;
     use std::io::Read;
-
-    fn engines() -> Vec<Arc<Engine>> {
-        [BackendKind::IoUring, BackendKind::Threads]
-            .into_iter()
-            .map(|backend| {
-                Engine::new(&EngineConfig {
-                    backend,
-                    depth: 8,
-                    ..EngineConfig::default()
-                })
-                .unwrap()
-            })
-            .collect()
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
         #[test]
         fn write_then_read_round_trips(len in 0usize..70_000, buf in 1usize..20_000, start_blocks in 0u64..3, chunk in 1usize..30_000, skip in 0u64..5000) {
-            for engine in engines() {
+            for engine in crate::testing::engines(8, 32) {
                 let dir = tempfile::tempdir().unwrap();
                 let path = dir.path().join("x.bin");
                 let data: Vec<u8> = (0..len).map(|i| (i * 7 % 253) as u8).collect();

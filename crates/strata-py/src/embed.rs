@@ -5,15 +5,15 @@ use pythonize::pythonize;
 use strata_embed::ordering::{schedule, OrderingKind};
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use strata_embed::config::{Protocol, TrainConfig};
 use strata_embed::error::EmbedError;
 use strata_embed::export::{export, ExportFormat};
+use strata_embed::job::train;
 use strata_embed::query::Loaded;
-use strata_embed::run::{Run, Which};
-use strata_embed::train::train;
+use strata_embed::run_dir::{Run, Which};
 
+use crate::callback::CallbackError;
 use crate::errors::{config_error, ToPyErr};
 use crate::{job, run};
 
@@ -68,25 +68,15 @@ fn embed_train(
     on_epoch: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let cfg: TrainConfig = job(config)?;
-    let callback_error: Mutex<Option<PyErr>> = Mutex::new(None);
+    let callback_error = CallbackError::default();
     let result = run(py, progress, |p| {
         train(&store, &run_dir, cfg, fresh, p, &mut |record| {
             if let Some(cb) = &on_epoch {
-                Python::attach(|py| {
-                    let outcome = pythonize(py, record)
-                        .map_err(PyErr::from)
-                        .and_then(|r| cb.call1(py, (r,)));
-                    if let Err(e) = outcome {
-                        callback_error.lock().unwrap().get_or_insert(e);
-                    }
-                });
+                callback_error.call(cb, record);
             }
         })
     });
-    match callback_error.into_inner().unwrap() {
-        Some(e) => Err(e),
-        None => result,
-    }
+    callback_error.or(result)
 }
 
 fn which(py: Python<'_>, checkpoint: &str) -> PyResult<Which> {

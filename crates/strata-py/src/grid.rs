@@ -1,15 +1,16 @@
 //! Graph analytics and the far-memory server from Python.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pythonize::pythonize;
 use strata_farmem::{Server, ServerConfig};
 use strata_grid::build::{build, BuildJob};
-use strata_grid::run::{run as run_grid, RunJob};
+use strata_grid::config::RunJob;
+use strata_grid::run::run as run_grid;
 use strata_grid::Grid;
 
+use crate::callback::CallbackError;
 use crate::errors::{raise, ToPyErr};
 use crate::{job, run};
 
@@ -32,7 +33,7 @@ fn grid_info(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
     Ok(pythonize(py, g.manifest())?.unbind())
 }
 
-/// Runs an algorithm; `job` mirrors `strata_grid::run::RunJob`; `on_iteration(record)` sees
+/// Runs an algorithm; `job` mirrors `strata_grid::config::RunJob`; `on_iteration(record)` sees
 /// each iteration as it ends. Returns the run summary.
 #[pyfunction]
 #[pyo3(signature = (job, progress=None, on_iteration=None))]
@@ -43,29 +44,19 @@ fn grid_run(
     on_iteration: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let j: RunJob = self::job(job)?;
-    let callback_error: Mutex<Option<PyErr>> = Mutex::new(None);
+    let callback_error = CallbackError::default();
     let result = run(py, progress, |p| {
         run_grid(&j, p, &mut |it| {
             if let Some(cb) = &on_iteration {
-                Python::attach(|py| {
-                    let outcome = pythonize(py, it)
-                        .map_err(PyErr::from)
-                        .and_then(|r| cb.call1(py, (r,)));
-                    if let Err(e) = outcome {
-                        callback_error.lock().unwrap().get_or_insert(e);
-                    }
-                });
-                if callback_error.lock().unwrap().is_some() {
+                callback_error.call(cb, it);
+                if callback_error.is_set() {
                     return Err(strata_grid::GridError::Cancelled);
                 }
             }
             Ok(())
         })
     });
-    match callback_error.into_inner().unwrap() {
-        Some(e) => Err(e),
-        None => result,
-    }
+    callback_error.or(result)
 }
 
 /// Serves far memory on `listen` with `capacity` bytes until a signal (Ctrl-C, SIGTERM
@@ -91,18 +82,8 @@ fn farmem_serve(
     if let Some(cb) = &on_ready {
         cb.call1(py, (server.local_addr().to_string(),))?;
     }
-    let signal: Mutex<Option<PyErr>> = Mutex::new(None);
-    let outcome = py.detach(|| {
-        server.run_until(&|| {
-            Python::attach(|py| match py.check_signals() {
-                Ok(()) => false,
-                Err(e) => {
-                    signal.lock().unwrap().get_or_insert(e);
-                    true
-                }
-            })
-        })
-    });
+    let signal = CallbackError::default();
+    let outcome = py.detach(|| server.run_until(&|| signal.signalled()));
     let stats = server.stats();
     let counters = pythonize(
         py,
@@ -117,9 +98,7 @@ fn farmem_serve(
     if let Some(cb) = &on_stop {
         cb.call1(py, (counters.clone_ref(py),))?;
     }
-    if let Some(e) = signal.into_inner().unwrap() {
-        return Err(e);
-    }
+    signal.or(Ok(()))?;
     outcome.map_err(|e| raise(py, "StrataIOError", &e.to_string()))?;
     Ok(counters)
 }

@@ -1,30 +1,30 @@
 //! Forwards progress of a Rust job to a Python callable, and turns an exception raised by it
 //! (Ctrl-C's KeyboardInterrupt, or the callback asking to stop) into a cancellation.
 
-use std::sync::Mutex;
-
 use pyo3::prelude::*;
 use strata_store::Progress;
+
+use crate::callback::CallbackError;
 
 /// Calls `callback(event, *args)`: `("stage", name, total_bytes, total_rows)`,
 /// `("update", rows, bytes)` (a false return cancels), `("message", text)` and
 /// `("detail", text)`.
 pub struct PyProgress {
     callback: Option<Py<PyAny>>,
-    error: Mutex<Option<PyErr>>,
+    error: CallbackError,
 }
 
 impl PyProgress {
     pub fn new(callback: Option<Py<PyAny>>) -> Self {
         PyProgress {
             callback,
-            error: Mutex::new(None),
+            error: CallbackError::default(),
         }
     }
 
     /// The exception raised inside the callback, if the job stopped because of one.
     pub fn take_error(&self) -> Option<PyErr> {
-        self.error.lock().unwrap().take()
+        self.error.take()
     }
 
     /// Runs `f` with the callback; returns false (cancel) if it raised, or returned a false
@@ -39,7 +39,7 @@ impl PyProgress {
                 None => Ok(true),
             });
             outcome.unwrap_or_else(|e| {
-                self.error.lock().unwrap().get_or_insert(e);
+                self.error.keep(e);
                 false
             })
         })

@@ -2,7 +2,6 @@
 //! client builds its messages from.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -16,6 +15,7 @@ use strata_serve::server::{serve, ServeConfig};
 use strata_serve::service::Limits;
 use strata_serve::ServeError;
 
+use crate::callback::CallbackError;
 use crate::errors::raise;
 
 /// The `serve` config section as Python validated it.
@@ -108,8 +108,8 @@ fn serve_run(
             ..ReorderParams::default()
         }),
     };
-    let signal: Mutex<Option<PyErr>> = Mutex::new(None);
-    let ready_error: Mutex<Option<PyErr>> = Mutex::new(None);
+    let signal = CallbackError::default();
+    let ready_error = CallbackError::default();
     let outcome = py.detach(|| {
         serve(
             &cfg,
@@ -126,22 +126,11 @@ fn serve_run(
                         .map_err(PyErr::from)
                         .and_then(|p| on_ready.call1(py, (addr.to_string(), p)));
                     if let Err(e) = r {
-                        ready_error.lock().unwrap().get_or_insert(e);
+                        ready_error.keep(e);
                     }
                 })
             },
-            || {
-                if ready_error.lock().unwrap().is_some() {
-                    return true;
-                }
-                Python::attach(|py| match py.check_signals() {
-                    Ok(()) => false,
-                    Err(e) => {
-                        signal.lock().unwrap().get_or_insert(e);
-                        true
-                    }
-                })
-            },
+            || ready_error.is_set() || signal.signalled(),
         )
     });
     let summary = match outcome {
@@ -159,13 +148,7 @@ fn serve_run(
     )?
     .unbind();
     on_stop.call1(py, (summary.clone_ref(py),))?;
-    if let Some(e) = ready_error.into_inner().unwrap() {
-        return Err(e);
-    }
-    if let Some(e) = signal.into_inner().unwrap() {
-        return Err(e);
-    }
-    Ok(summary)
+    ready_error.or(signal.or(Ok(summary)))
 }
 
 /// The counters of a final status, for the stop line.

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use strata_serve::proto::graph_learning_client::GraphLearningClient;
 use strata_serve::proto::{EdgeRequest, StatusRequest};
+use strata_store::rng::splitmix as next;
 use tonic::transport::Channel;
 
 /// The command line, with its defaults.
@@ -86,15 +87,6 @@ fn request<T>(message: T, token: &Option<String>) -> tonic::Request<T> {
         req.metadata_mut().insert("authorization", value);
     }
     req
-}
-
-/// splitmix64: a seeded, dependency-free stream of endpoints, different for each client.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// What one client saw: the latency of each acknowledged call, and the failed calls.

@@ -13,6 +13,14 @@ fn mix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Advances a bare SplitMix64 `state` and returns its next output: the stream of
+/// [`Rng::new`]`(state)`, for callers that keep the state as a plain `u64`.
+#[inline]
+pub fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(GOLDEN);
+    mix64(*state)
+}
+
 /// The key of child `index` of `key`. For a fixed `key`, distinct indices give distinct
 /// children (a composition of bijections), and unrelated-looking ones.
 #[inline]
@@ -41,8 +49,7 @@ impl Rng {
     /// The next 64 uniformly random bits.
     #[inline]
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(GOLDEN);
-        mix64(self.0)
+        splitmix(&mut self.0)
     }
 
     /// Uniform in `[0, 1)`, with 53 random bits.

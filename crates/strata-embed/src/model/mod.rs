@@ -2,7 +2,7 @@
 //!
 //! A chunk is `b` true edges `(s, r, t)` and `n` candidate targets shared by all of them
 //! (negatives). The step corrupts targets; the other direction is the same step on
-//! `(t, r⁻¹, s)` with reciprocal relation rows (see `trainer`). For the multiplicative models
+//! `(t, r⁻¹, s)` with reciprocal relation rows (see `epoch`). For the multiplicative models
 //! (dot, DistMult, ComplEx) the score is `φ(s, r) · t`, so all `b x n` negative scores are one
 //! matrix product and the backward pass is two more, reusing `φ` and the loss weights computed
 //! in the forward pass (Legend §6 on a CPU). TransE-L2 expands `‖a − t‖²` into the same products.

@@ -11,8 +11,9 @@ use std::panic;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
-use strata_io::{BackendKind, Engine, EngineConfig};
+use strata_io::{BackendKind, Engine};
 use strata_store::npy::{self, DType};
+use strata_store::rng::splitmix;
 
 /// Nodes of the test graph.
 const N: u32 = 2000;
@@ -22,28 +23,12 @@ const DIM: usize = 24;
 const BATCH: usize = 50;
 const NUM_BATCHES: usize = 14;
 
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// A small engine on the thread-pool backend: the window is small, so gathers wait for
 /// room, and it works on every file system.
 fn engine() -> Arc<Engine> {
     static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
     ENGINE
-        .get_or_init(|| {
-            Engine::new(&EngineConfig {
-                backend: BackendKind::Threads,
-                depth: 16,
-                threads: 4,
-                ..EngineConfig::default()
-            })
-            .unwrap()
-        })
+        .get_or_init(|| strata_io::testing::engine(BackendKind::Threads, 16, 4))
         .clone()
 }
 

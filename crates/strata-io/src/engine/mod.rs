@@ -860,6 +860,19 @@ impl IoQueue {
         Some(c)
     }
 
+    /// Waits for every outstanding request and returns the first error among them. Every
+    /// completion is received either way, so buffers lent to the requests are free again when
+    /// it returns; the completions themselves (and their buffers) are dropped.
+    pub fn drain(&mut self) -> Result<()> {
+        let mut first_error = None;
+        while let Some(c) = self.wait() {
+            if let Err(e) = c.result {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// A completion if one is ready, without waiting.
     pub fn poll(&mut self) -> Option<Completion> {
         if self.rx.is_empty() {

@@ -9,26 +9,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::file::OpenMode;
-
-fn backends() -> Vec<BackendKind> {
-    if std::env::var_os("STRATA_TEST_NO_URING").is_some() {
-        vec![BackendKind::Threads]
-    } else {
-        vec![BackendKind::IoUring, BackendKind::Threads]
-    }
-}
-
-fn engine(kind: BackendKind, depth: usize) -> Arc<Engine> {
-    let e = Engine::new(&EngineConfig {
-        backend: kind,
-        depth,
-        threads: 4,
-        ..EngineConfig::default()
-    })
-    .unwrap_or_else(|e| panic!("{} backend: {e}", kind.name()));
-    assert_eq!(e.kind(), kind);
-    e
-}
+use crate::testing::{backends, engine};
 
 fn sample(dir: &Path, len: usize) -> (std::path::PathBuf, Vec<u8>) {
     let path = dir.join("data.bin");
@@ -82,7 +63,7 @@ proptest! {
             })
             .collect();
         for kind in backends() {
-            let engine = engine(kind, depth);
+            let engine = engine(kind, depth, 4);
             let file = engine.open(&path, OpenMode::Read).unwrap();
             // A roomy buffer lets the engine read the covering range in place; a tight one
             // makes it bounce.
@@ -98,7 +79,7 @@ proptest! {
 #[test]
 fn writes_then_reads_round_trip() {
     for kind in backends() {
-        let engine = engine(kind, 16);
+        let engine = engine(kind, 16, 4);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.bin");
         let file = engine.open(&path, OpenMode::Create).unwrap();
@@ -136,7 +117,7 @@ fn writes_then_reads_round_trip() {
 #[test]
 fn threads_submitting_at_once_do_not_corrupt_each_other() {
     for kind in backends() {
-        let engine = engine(kind, 32);
+        let engine = engine(kind, 32, 4);
         let dir = tempfile::tempdir().unwrap();
         let (path, data) = sample(dir.path(), 1 << 20);
         let file = engine.open(&path, OpenMode::Read).unwrap();
@@ -167,7 +148,7 @@ fn threads_submitting_at_once_do_not_corrupt_each_other() {
 #[test]
 fn a_read_past_the_end_is_an_error() {
     for kind in backends() {
-        let engine = engine(kind, 4);
+        let engine = engine(kind, 4, 4);
         let dir = tempfile::tempdir().unwrap();
         let (path, _) = sample(dir.path(), 10_000);
         let file = engine.open(&path, OpenMode::Read).unwrap();
@@ -210,7 +191,7 @@ fn a_read_past_the_end_is_an_error() {
 #[test]
 fn back_pressure_bounds_requests_in_flight() {
     for kind in backends() {
-        let engine = engine(kind, 3);
+        let engine = engine(kind, 3, 4);
         let dir = tempfile::tempdir().unwrap();
         let (path, data) = sample(dir.path(), 4 << 20);
         let file = engine.open(&path, OpenMode::Read).unwrap();
@@ -235,7 +216,7 @@ fn back_pressure_bounds_requests_in_flight() {
 #[test]
 fn unaligned_direct_writes_are_refused() {
     for kind in backends() {
-        let engine = engine(kind, 4);
+        let engine = engine(kind, 4, 4);
         let dir = tempfile::tempdir().unwrap();
         let file = engine
             .open(&dir.path().join("u.bin"), OpenMode::Create)
@@ -253,7 +234,7 @@ fn unaligned_direct_writes_are_refused() {
 #[test]
 fn registered_buffers_and_files_read_the_same_bytes() {
     for kind in backends() {
-        let engine = engine(kind, 16);
+        let engine = engine(kind, 16, 4);
         let dir = tempfile::tempdir().unwrap();
         let (path, data) = sample(dir.path(), 1 << 20);
         let file = engine.open(&path, OpenMode::Read).unwrap();

@@ -185,192 +185,67 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         header: opts.header,
         num_fields: opts.columns.len(),
     };
-    let (node_kind, rel_kind, record_bytes) = detect_kinds(opts, &layout, cols)?;
-    let has_rel = cols.rel.is_some();
-    if node_kind == IdKind::String && graph.num_nodes.is_some() {
-        return Err(StoreError::option(
-            "num_nodes",
-            "applies to integer ids only; string ids are counted",
-        ));
-    }
-    if (rel_kind == IdKind::String || !has_rel) && graph.num_relations.is_some() {
-        return Err(StoreError::option(
-            "num_relations",
-            "applies to an integer relation column only",
-        ));
-    }
+    let (node, rel, record_bytes) = detect_kinds(opts, &layout, cols)?;
+    let kinds = Kinds {
+        node,
+        rel,
+        has_rel: cols.rel.is_some(),
+    };
+    kinds.check(graph)?;
     let mut clock = Clock::new();
     let mut builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
-    let threads = graph.threads();
-    let io_chunk = graph.io_chunk();
-    // Blocks in flight: `threads` queued, `threads` parsed, one per worker, one being read;
-    // each with its parsed ids or its names. They take at most a quarter of the budget.
-    let in_flight = 3 * threads as u64 + 2;
-    let names_per_record = match (node_kind, has_rel && rel_kind == IdKind::String) {
-        (IdKind::String, rel) => 2 + rel as u64,
-        (_, true) => 1,
-        _ => 0,
-    };
-    let mut block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64);
-    while block_bytes > 64 << 10
-        && in_flight * block_cost(block_bytes, record_bytes, names_per_record) > graph.memory / 4
-    {
-        block_bytes /= 2;
-    }
-    let block_cost = block_cost(block_bytes, record_bytes, names_per_record);
-    let block_bytes = block_bytes as usize;
-    // A gzip input adds its decoder window and a 1 MiB read-ahead buffer.
-    let gzip = if opts.inputs.iter().any(|f| is_gzip(&f.path)) {
-        2 << 20
-    } else {
-        0
-    };
-    let fixed = in_flight * block_cost + 6 * io_chunk as u64 + gzip;
-    let dict_budget = graph.memory.checked_sub(fixed).ok_or(StoreError::Budget {
-        budget: graph.memory,
-        needed: fixed,
-        what: format!(
-            "parsing with {threads} threads ({} blocks of {})",
-            in_flight,
-            fmt_bytes(block_bytes as u64)
+    let budget = ParseBudget::plan(graph, opts, kinds, record_bytes)?;
+    let mut plan = vec![
+        budget.describe(graph.memory, kinds),
+        format!(
+            "ids: nodes {}, relations {}",
+            kind_name(kinds.node),
+            if kinds.has_rel {
+                kind_name(kinds.rel)
+            } else {
+                "none"
+            }
         ),
-    })?;
-    let mut plan = vec![format!(
-        "budget {}: {threads} parse threads with {} blocks of {} ({} each parsed), {} I/O buffers of {}{}",
-        fmt_bytes(graph.memory),
-        in_flight,
-        fmt_bytes(block_bytes as u64),
-        fmt_bytes(block_cost),
-        6,
-        fmt_bytes(io_chunk as u64),
-        if node_kind == IdKind::String {
-            format!(
-                ", name dictionary up to {} (sorted runs spill to disk beyond)",
-                fmt_bytes(dict_budget)
-            )
-        } else {
-            String::new()
-        }
-    )];
-    plan.push(format!(
-        "ids: nodes {}, relations {}",
-        kind_name(node_kind),
-        if has_rel { kind_name(rel_kind) } else { "none" }
-    ));
+    ];
     let paths: Vec<PathBuf> = opts.inputs.iter().map(|f| f.path.clone()).collect();
     let ctx = Ctx {
         opts,
         layout: &layout,
         cols,
+        kinds,
         paths: &paths,
-        threads,
-        block_bytes,
-        io_chunk,
+        threads: budget.threads,
+        block_bytes: budget.block_bytes,
+        io_chunk: budget.io_chunk,
     };
-    let scratch = builder.scratch()?;
 
     // Pass 1 (string ids only): collect names.
     let mut names = Names::default();
     let mut rows_per_file = vec![0u64; paths.len()];
-    if node_kind == IdKind::String || (has_rel && rel_kind == IdKind::String) {
+    if kinds.node == IdKind::String || kinds.rel_names() {
         names = collect_names(
             &ctx,
             &mut builder,
-            node_kind,
-            rel_kind,
-            dict_budget,
+            budget.dict_budget,
             &mut rows_per_file,
             progress,
         )?;
-        plan.push(format!(
-            "names: {} nodes{}{}",
-            names.num_nodes,
-            if has_rel && rel_kind == IdKind::String {
-                format!(", {} relations", names.num_relations)
-            } else {
-                String::new()
-            },
-            if names.runs > 0 {
-                format!(" ({} sorted runs merged)", names.runs)
-            } else {
-                String::new()
-            }
-        ));
+        plan.push(names.describe(kinds));
         clock.lap("names");
     }
     plan = announce(progress, plan);
 
     // Pass 2: encode edges (in several sub-passes when the dictionary does not fit).
-    let spool_dtype = if node_kind == IdKind::String {
-        id_dtype_for(
-            names
-                .num_nodes
-                .max(names.num_relations)
-                .max(graph.num_relations.unwrap_or(0)),
-        )
-    } else if let Some(n) = graph.num_nodes {
-        id_dtype_for(n.max(graph.num_relations.unwrap_or(0)))
-    } else {
-        DType::I64
-    };
-    let cols_out = if has_rel { 3 } else { 2 };
-    let mut spooled: Option<Spooled> = None;
-    let ranges = match (&names.node_dict, node_kind) {
-        (_, IdKind::Int) => vec![None],
-        (Some(_), _) => vec![None],
-        (None, _) => dictionary_ranges(&builder, names.num_nodes, dict_budget, io_chunk)?,
-    };
-    if ranges.len() > 1 {
-        progress.message(&format!(
-            "encoding in {} passes: the name dictionary is larger than its budget",
-            ranges.len()
-        ));
-    }
-    for (k, range) in ranges.iter().enumerate() {
-        let range_dict = match range {
-            Some((lo, hi)) => Some(load_range(&builder, *lo, *hi)?),
-            None => None,
-        };
-        let node_dict = range_dict.as_ref().or(names.node_dict.as_ref());
-        let spool = match &spooled {
-            None => Spool::new(&scratch, &format!("p{k}"), spool_dtype, cols_out, io_chunk),
-            Some(prev) => Spool::patching(&scratch, &format!("p{k}"), prev, io_chunk)?,
-        };
-        let lookup = Lookup {
-            node_kind,
-            rel_kind,
-            node_dict,
-            rel_dict: names.rel_dict.as_ref(),
-            num_nodes: graph.num_nodes,
-            num_relations: graph.num_relations,
-            must_resolve: ranges.len() == 1,
-        };
-        let stage = if ranges.len() > 1 {
-            format!("encode {}/{}", k + 1, ranges.len())
-        } else {
-            "parse".to_string()
-        };
-        let count_rows =
-            k == 0 && node_kind == IdKind::Int && !(has_rel && rel_kind == IdKind::String);
-        let next = encode_pass(
-            &ctx,
-            &lookup,
-            spool,
-            &stage,
-            if count_rows {
-                Some(&mut rows_per_file)
-            } else {
-                None
-            },
-            progress,
-        )?;
-        if let Some(prev) = spooled.take() {
-            remove_spool(&prev);
-        }
-        spooled = Some(next);
-    }
+    let spooled = encode_edges(
+        &ctx,
+        &builder,
+        &names,
+        graph,
+        budget.dict_budget,
+        &mut rows_per_file,
+        progress,
+    )?;
     clock.lap("parse");
-    let spooled = spooled.expect("at least one encode pass");
     // The dictionaries are done: their memory goes to the topology step.
     names.node_dict = None;
     names.rel_dict = None;
@@ -383,12 +258,12 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         }
     }
     let total = spooled.total_rows();
-    let num_nodes = if node_kind == IdKind::String {
+    let num_nodes = if kinds.node == IdKind::String {
         names.num_nodes
     } else {
         resolve_num_nodes(graph, spooled.max_node, total)?
     };
-    let num_relations = match (has_rel, rel_kind) {
+    let num_relations = match (kinds.has_rel, kinds.rel) {
         (false, _) => 0,
         (true, IdKind::String) => names.num_relations,
         (true, _) => graph.num_relations.unwrap_or((spooled.max_rel + 1) as u64),
@@ -399,8 +274,8 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         spooled,
         num_nodes,
         num_relations,
-        node_names: node_kind == IdKind::String,
-        relation_names: has_rel && rel_kind == IdKind::String,
+        node_names: kinds.node == IdKind::String,
+        relation_names: kinds.rel_names(),
         input_files: paths.len(),
         input_bytes,
         input_rows: total,
@@ -413,6 +288,229 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         clock,
         progress,
     )
+}
+
+/// How node and relation ids are read, once `auto` is decided.
+#[derive(Clone, Copy)]
+struct Kinds {
+    node: IdKind,
+    rel: IdKind,
+    /// The input has a relation column.
+    has_rel: bool,
+}
+
+impl Kinds {
+    /// Refuses counts given for ids that are counted, not read.
+    fn check(&self, graph: &GraphOptions) -> Result<()> {
+        if self.node == IdKind::String && graph.num_nodes.is_some() {
+            return Err(StoreError::option(
+                "num_nodes",
+                "applies to integer ids only; string ids are counted",
+            ));
+        }
+        if (self.rel == IdKind::String || !self.has_rel) && graph.num_relations.is_some() {
+            return Err(StoreError::option(
+                "num_relations",
+                "applies to an integer relation column only",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Relations are read as names.
+    fn rel_names(&self) -> bool {
+        self.has_rel && self.rel == IdKind::String
+    }
+
+    /// Names per record the name pass collects.
+    fn names_per_record(&self) -> u64 {
+        match (self.node, self.rel_names()) {
+            (IdKind::String, rel) => 2 + rel as u64,
+            (_, true) => 1,
+            _ => 0,
+        }
+    }
+}
+
+/// How the parse spends the budget: parse blocks in flight, I/O buffers, and the rest for the
+/// name dictionary.
+struct ParseBudget {
+    threads: usize,
+    /// Blocks in flight: `threads` queued, `threads` parsed, one per worker, one being read.
+    in_flight: u64,
+    block_bytes: usize,
+    /// Peak bytes of one block with its parsed ids or names (see [`block_cost`]).
+    block_cost: u64,
+    io_chunk: usize,
+    /// Bytes left for the name dictionary.
+    dict_budget: u64,
+}
+
+impl ParseBudget {
+    /// Sizes the parse blocks so that the blocks in flight take at most a quarter of the
+    /// budget (records of `record_bytes` on average); refuses a budget that cannot hold them,
+    /// the I/O buffers and a gzip decoder.
+    fn plan(
+        graph: &GraphOptions,
+        opts: &TextOptions,
+        kinds: Kinds,
+        record_bytes: u64,
+    ) -> Result<ParseBudget> {
+        let threads = graph.threads();
+        let io_chunk = graph.io_chunk();
+        let in_flight = 3 * threads as u64 + 2;
+        let names_per_record = kinds.names_per_record();
+        let mut block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64);
+        while block_bytes > 64 << 10
+            && in_flight * block_cost(block_bytes, record_bytes, names_per_record)
+                > graph.memory / 4
+        {
+            block_bytes /= 2;
+        }
+        let block_cost = block_cost(block_bytes, record_bytes, names_per_record);
+        // A gzip input adds its decoder window and a 1 MiB read-ahead buffer.
+        let gzip = if opts.inputs.iter().any(|f| is_gzip(&f.path)) {
+            2 << 20
+        } else {
+            0
+        };
+        let fixed = in_flight * block_cost + 6 * io_chunk as u64 + gzip;
+        let dict_budget = graph.memory.checked_sub(fixed).ok_or(StoreError::Budget {
+            budget: graph.memory,
+            needed: fixed,
+            what: format!(
+                "parsing with {threads} threads ({} blocks of {})",
+                in_flight,
+                fmt_bytes(block_bytes)
+            ),
+        })?;
+        Ok(ParseBudget {
+            threads,
+            in_flight,
+            block_bytes: block_bytes as usize,
+            block_cost,
+            io_chunk,
+            dict_budget,
+        })
+    }
+
+    /// The plan as a line for the user.
+    fn describe(&self, memory: u64, kinds: Kinds) -> String {
+        format!(
+            "budget {}: {} parse threads with {} blocks of {} ({} each parsed), {} I/O buffers of {}{}",
+            fmt_bytes(memory),
+            self.threads,
+            self.in_flight,
+            fmt_bytes(self.block_bytes as u64),
+            fmt_bytes(self.block_cost),
+            6,
+            fmt_bytes(self.io_chunk as u64),
+            if kinds.node == IdKind::String {
+                format!(
+                    ", name dictionary up to {} (sorted runs spill to disk beyond)",
+                    fmt_bytes(self.dict_budget)
+                )
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+/// The id type of the edge spool: small enough for every id the pass can write.
+fn spool_dtype(kinds: Kinds, names: &Names, graph: &GraphOptions) -> DType {
+    if kinds.node == IdKind::String {
+        id_dtype_for(
+            names
+                .num_nodes
+                .max(names.num_relations)
+                .max(graph.num_relations.unwrap_or(0)),
+        )
+    } else if let Some(n) = graph.num_nodes {
+        id_dtype_for(n.max(graph.num_relations.unwrap_or(0)))
+    } else {
+        DType::I64
+    }
+}
+
+/// Pass 2: encodes every edge into a spool, in one sub-pass per range of the node dictionary
+/// when the whole dictionary does not fit `dict_budget` (each sub-pass patches the ids of
+/// its range into the previous spool). Counts the rows of each file into `rows_per_file`
+/// when the name pass did not.
+fn encode_edges(
+    ctx: &Ctx,
+    builder: &StoreBuilder,
+    names: &Names,
+    graph: &GraphOptions,
+    dict_budget: u64,
+    rows_per_file: &mut [u64],
+    progress: &dyn Progress,
+) -> Result<Spooled> {
+    let kinds = ctx.kinds;
+    let scratch = builder.scratch()?;
+    let spool_dtype = spool_dtype(kinds, names, graph);
+    let cols_out = if kinds.has_rel { 3 } else { 2 };
+    let mut spooled: Option<Spooled> = None;
+    let ranges = match (&names.node_dict, kinds.node) {
+        (_, IdKind::Int) => vec![None],
+        (Some(_), _) => vec![None],
+        (None, _) => dictionary_ranges(builder, names.num_nodes, dict_budget, ctx.io_chunk)?,
+    };
+    if ranges.len() > 1 {
+        progress.message(&format!(
+            "encoding in {} passes: the name dictionary is larger than its budget",
+            ranges.len()
+        ));
+    }
+    for (k, range) in ranges.iter().enumerate() {
+        let range_dict = match range {
+            Some((lo, hi)) => Some(load_range(builder, *lo, *hi)?),
+            None => None,
+        };
+        let node_dict = range_dict.as_ref().or(names.node_dict.as_ref());
+        let spool = match &spooled {
+            None => Spool::new(
+                &scratch,
+                &format!("p{k}"),
+                spool_dtype,
+                cols_out,
+                ctx.io_chunk,
+            ),
+            Some(prev) => Spool::patching(&scratch, &format!("p{k}"), prev, ctx.io_chunk)?,
+        };
+        let lookup = Lookup {
+            node_kind: kinds.node,
+            rel_kind: kinds.rel,
+            node_dict,
+            rel_dict: names.rel_dict.as_ref(),
+            num_nodes: graph.num_nodes,
+            num_relations: graph.num_relations,
+            must_resolve: ranges.len() == 1,
+        };
+        let stage = if ranges.len() > 1 {
+            format!("encode {}/{}", k + 1, ranges.len())
+        } else {
+            "parse".to_string()
+        };
+        let count_rows = k == 0 && kinds.node == IdKind::Int && !kinds.rel_names();
+        let next = encode_pass(
+            ctx,
+            &lookup,
+            spool,
+            &stage,
+            if count_rows {
+                Some(&mut *rows_per_file)
+            } else {
+                None
+            },
+            progress,
+        )?;
+        if let Some(prev) = spooled.take() {
+            remove_spool(&prev);
+        }
+        spooled = Some(next);
+    }
+    Ok(spooled.expect("at least one encode pass"))
 }
 
 fn kind_name(k: IdKind) -> &'static str {
@@ -428,6 +526,7 @@ struct Ctx<'a> {
     opts: &'a TextOptions,
     layout: &'a Layout,
     cols: Columns,
+    kinds: Kinds,
     paths: &'a [PathBuf],
     threads: usize,
     block_bytes: usize,
@@ -463,18 +562,36 @@ struct Names {
     runs: usize,
 }
 
+impl Names {
+    /// What the name pass found, as a line for the user.
+    fn describe(&self, kinds: Kinds) -> String {
+        format!(
+            "names: {} nodes{}{}",
+            self.num_nodes,
+            if kinds.rel_names() {
+                format!(", {} relations", self.num_relations)
+            } else {
+                String::new()
+            },
+            if self.runs > 0 {
+                format!(" ({} sorted runs merged)", self.runs)
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
 /// Pass 1: collects distinct node and relation names and writes their sorted tables.
 fn collect_names(
     ctx: &Ctx,
     builder: &mut StoreBuilder,
-    node_kind: IdKind,
-    rel_kind: IdKind,
     dict_budget: u64,
     rows_per_file: &mut [u64],
     progress: &dyn Progress,
 ) -> Result<Names> {
-    let want_nodes = node_kind == IdKind::String;
-    let want_rels = ctx.cols.rel.is_some() && rel_kind == IdKind::String;
+    let want_nodes = ctx.kinds.node == IdKind::String;
+    let want_rels = ctx.kinds.rel_names();
     let scratch = builder.scratch()?;
     let mut collector = NameCollector::new(dict_budget, &scratch, ctx.io_chunk);
     let mut rels = NameDict::new();

@@ -316,6 +316,110 @@ fn fixed_bytes(io_chunk: usize) -> u64 {
 
 type DegreeOutcome = (GraphStats, Vec<(Side, Vec<NodeRange>)>, Vec<String>);
 
+/// How the degree step spends the budget: I/O buffers, then degree counters for
+/// `per_pass` nodes in each read of the edges.
+struct DegreeBudget {
+    per_pass: u64,
+    passes: u64,
+    /// Bytes of adjacency a fill slice may hold, per side.
+    share: u64,
+    /// The plan as a line for the user.
+    line: String,
+}
+
+impl DegreeBudget {
+    /// Plans `input.budget` for counters of `counter_bytes` per node (all sides together);
+    /// refuses a budget that cannot hold the I/O buffers and one node's counters.
+    fn plan(input: &TopologyInput, counter_bytes: u64) -> Result<DegreeBudget> {
+        let fixed = fixed_bytes(input.io_chunk);
+        let avail =
+            input
+                .budget
+                .checked_sub(fixed)
+                .filter(|&a| a > 0)
+                .ok_or(StoreError::Budget {
+                    budget: input.budget,
+                    needed: fixed + 64 * 1024,
+                    what: "building CSR/CSC (I/O buffers)".into(),
+                })?;
+        let per_pass = (avail / counter_bytes).min(input.num_nodes.max(1));
+        if per_pass == 0 {
+            return Err(StoreError::Budget {
+                budget: input.budget,
+                needed: fixed + counter_bytes,
+                what: "counting degrees".into(),
+            });
+        }
+        let passes = input.num_nodes.div_ceil(per_pass).max(1);
+        let sides = if input.symmetrize { 1 } else { 2 };
+        // The fill step keeps 1/8 of what is left for bucket write buffers.
+        let share = avail * 7 / 8 / sides;
+        let line = format!(
+            "topology budget {}: I/O buffers {}, degree counters {} per pass ({} pass{}), adjacency slices up to {} per side",
+            fmt_bytes(input.budget),
+            fmt_bytes(fixed),
+            fmt_bytes(per_pass * counter_bytes),
+            passes,
+            if passes == 1 { "" } else { "es" },
+            fmt_bytes(share)
+        );
+        Ok(DegreeBudget {
+            per_pass,
+            passes,
+            share,
+            line,
+        })
+    }
+}
+
+/// Counts the degrees of the nodes in `range` over one read of the edges: into `counts[0]`
+/// both endpoints when symmetrising, else out-degrees into `counts[0]` and in-degrees into
+/// `counts[1]` (on two threads). `counts` are cleared to the range's width first.
+fn count_range<C: Counter>(
+    dir: &Path,
+    input: &TopologyInput,
+    range: std::ops::Range<u64>,
+    counts: &mut [Vec<C>],
+    meter: &mut Meter,
+) -> Result<()> {
+    let (lo, hi) = (range.start, range.end);
+    let width = (hi - lo) as usize;
+    for c in counts.iter_mut() {
+        c.clear();
+        c.resize(width, C::default());
+    }
+    let mut stream = EdgeStream::open(dir, input.edges, input.io_chunk)?;
+    while let Some((src, dst, bytes)) = stream.next()? {
+        let in_range = |v: i64| (v as u64).wrapping_sub(lo) < (hi - lo);
+        if input.symmetrize {
+            let c = &mut counts[0];
+            for (&u, &v) in src.iter().zip(dst) {
+                if in_range(u) {
+                    c[(u as u64 - lo) as usize] += C::ONE;
+                }
+                if in_range(v) {
+                    c[(v as u64 - lo) as usize] += C::ONE;
+                }
+            }
+        } else {
+            let (outs, ins) = counts.split_at_mut(1);
+            let count = |c: &mut [C], keys: &[i64]| {
+                for &k in keys {
+                    if in_range(k) {
+                        c[(k as u64 - lo) as usize] += C::ONE;
+                    }
+                }
+            };
+            std::thread::scope(|scope| {
+                scope.spawn(|| count(&mut ins[0], dst));
+                count(&mut outs[0], src);
+            });
+        }
+        meter.add(src.len() as u64, bytes)?;
+    }
+    Ok(())
+}
+
 /// Counts degrees in node-range passes; writes degree and indptr arrays; plans fill ranges.
 fn degrees<C: Counter>(
     builder: &mut StoreBuilder,
@@ -330,38 +434,14 @@ fn degrees<C: Counter>(
     } else {
         &[Side::Csr, Side::Csc]
     };
-    let fixed = fixed_bytes(input.io_chunk);
-    let avail = input
-        .budget
-        .checked_sub(fixed)
-        .filter(|&a| a > 0)
-        .ok_or(StoreError::Budget {
-            budget: input.budget,
-            needed: fixed + 64 * 1024,
-            what: "building CSR/CSC (I/O buffers)".into(),
-        })?;
-    let counter_bytes = sides.len() as u64 * std::mem::size_of::<C>() as u64;
-    let per_pass = (avail / counter_bytes).min(n.max(1));
-    if per_pass == 0 {
-        return Err(StoreError::Budget {
-            budget: input.budget,
-            needed: fixed + counter_bytes,
-            what: "counting degrees".into(),
-        });
-    }
-    let passes = n.div_ceil(per_pass).max(1);
-    let id_size = input.id_dtype.size() as u64;
-    // The fill step keeps 1/8 of what is left for bucket write buffers.
-    let share = avail * 7 / 8 / sides.len() as u64;
-    let plan = vec![format!(
-        "topology budget {}: I/O buffers {}, degree counters {} per pass ({} pass{}), adjacency slices up to {} per side",
-        fmt_bytes(input.budget),
-        fmt_bytes(fixed),
-        fmt_bytes(per_pass * counter_bytes),
+    let DegreeBudget {
+        per_pass,
         passes,
-        if passes == 1 { "" } else { "es" },
-        fmt_bytes(share)
-    )];
+        share,
+        line,
+    } = DegreeBudget::plan(input, sides.len() as u64 * std::mem::size_of::<C>() as u64)?;
+    let id_size = input.id_dtype.size() as u64;
+    let plan = vec![line];
     let mut deg_w = Vec::new();
     let mut ptr_w = Vec::new();
     let mut planners = Vec::new();
@@ -399,40 +479,7 @@ fn degrees<C: Counter>(
     for pass in 0..passes {
         let lo = pass * per_pass;
         let hi = (lo + per_pass).min(n);
-        let width = (hi - lo) as usize;
-        for c in counts.iter_mut() {
-            c.clear();
-            c.resize(width, C::default());
-        }
-        let mut stream = EdgeStream::open(&dir, input.edges, input.io_chunk)?;
-        while let Some((src, dst, bytes)) = stream.next()? {
-            let in_range = |v: i64| (v as u64).wrapping_sub(lo) < (hi - lo);
-            if input.symmetrize {
-                let c = &mut counts[0];
-                for (&u, &v) in src.iter().zip(dst) {
-                    if in_range(u) {
-                        c[(u as u64 - lo) as usize] += C::ONE;
-                    }
-                    if in_range(v) {
-                        c[(v as u64 - lo) as usize] += C::ONE;
-                    }
-                }
-            } else {
-                let (outs, ins) = counts.split_at_mut(1);
-                let count = |c: &mut [C], keys: &[i64]| {
-                    for &k in keys {
-                        if in_range(k) {
-                            c[(k as u64 - lo) as usize] += C::ONE;
-                        }
-                    }
-                };
-                std::thread::scope(|scope| {
-                    scope.spawn(|| count(&mut ins[0], dst));
-                    count(&mut outs[0], src);
-                });
-            }
-            meter.add(src.len() as u64, bytes)?;
-        }
+        count_range(&dir, input, lo..hi, &mut counts, &mut meter)?;
         for (i, c) in counts.iter().enumerate() {
             // In pieces, so the staging vector stays small whatever the range's width.
             for piece in c.chunks(8192) {

@@ -14,6 +14,7 @@ use strata_store::Store;
 use crate::budget::{self, BudgetPlan};
 use crate::buffer::PartitionBuffer;
 use crate::config::{OptimizerKind, Protocol, TrainConfig};
+use crate::epoch::Trainer;
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::kernels::sgemm_reference_flops;
@@ -21,12 +22,11 @@ use crate::model::{Model, ModelKind};
 use crate::overlap;
 use crate::partitioning::{buckets, Partitioning};
 use crate::relations::Relations;
-use crate::run::{
+use crate::run_dir::{
     is_run, sync_dir, train_bytes, Checkpoint, EpochRecord, Run, RunMeta, Which, RUN_FORMAT,
     RUN_VERSION,
 };
 use crate::table::{Layout, TableFile};
-use crate::trainer::Trainer;
 
 /// Worker threads for `cfg` (0: one per core).
 pub fn threads_for(cfg: &TrainConfig) -> usize {

@@ -22,13 +22,13 @@ use serde::{Deserialize, Serialize};
 use strata_store::{Store, StoreError};
 
 use crate::config::TrainConfig;
+use crate::epoch::{EpochReport, Interval};
 use crate::error::{EmbedError, Result};
 use crate::eval::Metrics;
 use crate::model::Model;
 use crate::partitioning::Partitioning;
 use crate::relations::Relations;
 use crate::table::Layout;
-use crate::trainer::{EpochReport, Interval};
 
 pub const RUN_FORMAT: &str = "strata-embed-run";
 pub const RUN_VERSION: u32 = 1;

@@ -1,0 +1,205 @@
+//! The plan of a grid run: which segment size the fetch buffers allow within the budget, how
+//! many bytes vertex data and its windows take, and where each segment lives (through
+//! [`place`]). A pure function of the run's options, the grid's metadata, the compute threads
+//! and what far memory offers; [`run`](crate::run::run) prints the plan and follows it.
+
+use crate::config::RunJob;
+use crate::error::Result;
+use crate::far::FarSetup;
+use crate::grid::{Grid, Segment};
+use crate::layout::EDGE_BYTES;
+use crate::place::{place, PlaceInput, Placement};
+use crate::stream::StreamConfig;
+
+/// The largest and smallest segments chosen automatically, in bytes: big enough for
+/// sequential reads, small enough that the fetch buffers take at most a third of the budget.
+pub const MAX_AUTO_SEGMENT: u64 = 4 << 20;
+pub const MIN_AUTO_SEGMENT: u64 = 256 << 10;
+
+/// How a run spends its budget.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    /// Edge weights stream with the edges.
+    pub weighted: bool,
+    /// Bytes per edge fetched (8, or 12 with weights).
+    pub bytes_per_edge: u64,
+    /// Largest segment in bytes: the job's, or the largest automatic size whose buffers fit a
+    /// third of the budget.
+    pub segment_bytes: u64,
+    /// The grid's segments of at most `segment_bytes`, in file order.
+    pub segments: Vec<Segment>,
+    /// Thread counts and prefetch depth of the streaming engine.
+    pub stream: StreamConfig,
+    /// Where vertex data, buffers and every segment live.
+    pub placement: Placement,
+}
+
+/// Plans `job` on `grid` with `threads` compute threads and, when the job uses far memory,
+/// the connected server's `far` setup (its fetchers and free capacity).
+///
+/// Errors: those of [`place`] (the budget cannot hold the minimum, or vertex data must stay
+/// in memory and does not fit).
+pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -> Result<RunPlan> {
+    let algo = &job.algorithm;
+    let n = grid.manifest().num_vertices;
+    let weighted = algo.needs_weights()
+        || matches!(algo, crate::algo::AlgoConfig::Spmv { weighted: true, .. });
+    let bytes_per_edge = EDGE_BYTES + if weighted { 4 } else { 0 };
+    let stream = StreamConfig {
+        threads,
+        disk_fetchers: job.disk_fetchers.max(1),
+        far_fetchers: far.map_or(0, |f| f.fetchers),
+        prefetch: job.prefetch,
+    };
+    let far_fetchers = job.far.as_ref().map_or(0, |f| f.fetchers.max(1));
+    // Each fetcher holds one segment in flight and `prefetch` per source wait for compute.
+    let buffers_held = (job.prefetch.max(1) * 2 + stream.disk_fetchers + far_fetchers) as u64;
+    let buffers_for = |segments: &[Segment]| {
+        let largest = segments.iter().map(|s| s.edge_bytes()).max().unwrap_or(0);
+        (largest * bytes_per_edge / EDGE_BYTES + (2 << 12)) * buffers_held
+    };
+    let mut segment_bytes = job.segment_bytes;
+    if segment_bytes == 0 {
+        segment_bytes = MAX_AUTO_SEGMENT;
+        while segment_bytes > MIN_AUTO_SEGMENT
+            && buffers_for(&grid.segments(segment_bytes)) > job.memory / 3
+        {
+            segment_bytes /= 2;
+        }
+    }
+    let segments = grid.segments(segment_bytes);
+    let vertex_bytes = algo.vertex_bytes() * n;
+    // Windowed, each compute thread holds a source and a destination chunk; bitmaps stay whole.
+    let layout = *grid.layout();
+    let chunk = (0..layout.partitions)
+        .map(|i| layout.chunk_len(i))
+        .max()
+        .unwrap_or(0);
+    let window_bytes =
+        (2 * threads as u64 * chunk * algo.vertex_bytes() + n.div_ceil(4)).min(vertex_bytes);
+    let input = PlaceInput {
+        vertex_bytes,
+        window_bytes,
+        vertex_placement: job.vertex,
+        buffer_bytes: buffers_for(&segments),
+        bytes_per_edge,
+        memory: job.memory,
+        far_ratio: job.far.as_ref().map(|f| f.ratio),
+        far_capacity: far.map_or(0, |f| f.free_capacity),
+        keep_resident: job.keep_resident,
+    };
+    let placement = place(&segments, &input)?;
+    Ok(RunPlan {
+        weighted,
+        bytes_per_edge,
+        segment_bytes,
+        segments,
+        stream,
+        placement,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::AlgoConfig;
+    use crate::build::{build, BuildJob};
+    use crate::fixtures::store;
+    use crate::stream::Tier;
+    use strata_io::progress::NoProgress;
+
+    /// A grid of 4 x 4 blocks of about 94K edges (750 KB) each, so that a major chunk holds
+    /// 3 MB of edges; and a job on it with `memory` and `algorithm`.
+    fn grid_and_job(dir: &std::path::Path, memory: u64, algorithm: AlgoConfig) -> (Grid, RunJob) {
+        let st = store(dir, 10_007, 1_500_000);
+        let built = build(
+            &BuildJob {
+                store: st.clone(),
+                partitions: 4,
+                weights: algorithm
+                    .needs_weights()
+                    .then(|| crate::layout::WeightSpec {
+                        kind: "random".into(),
+                        seed: 0,
+                        low: 0.0,
+                        high: 1.0,
+                    }),
+                ..Default::default()
+            },
+            &NoProgress,
+        )
+        .unwrap();
+        let job: RunJob = serde_json::from_value(serde_json::json!({
+            "store": st,
+            "algorithm": algorithm,
+            "memory": memory,
+        }))
+        .unwrap();
+        (Grid::open(&built.dir).unwrap(), job)
+    }
+
+    fn pagerank() -> AlgoConfig {
+        AlgoConfig::Pagerank {
+            iterations: 1,
+            tolerance: 0.0,
+            damping: 0.85,
+        }
+    }
+
+    #[test]
+    fn automatic_segments_shrink_until_the_buffers_fit_a_third_of_the_budget() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (grid, mut job) = grid_and_job(tmp.path(), 1 << 30, pagerank());
+        let roomy = plan(&job, &grid, 2, None).unwrap();
+        assert_eq!(roomy.segment_bytes, MAX_AUTO_SEGMENT);
+        assert_eq!(roomy.bytes_per_edge, EDGE_BYTES);
+        // 20 buffers (8 prefetched per source, 4 disk fetchers) of a 3 MB column exceed a
+        // third of 96 MiB; of half a column they do not.
+        job.memory = 96 << 20;
+        let tight = plan(&job, &grid, 2, None).unwrap();
+        assert_eq!(tight.segment_bytes, MAX_AUTO_SEGMENT / 2);
+        assert!(tight.placement.buffer_bytes <= job.memory / 3);
+        assert!(tight.segments.len() > roomy.segments.len());
+        for s in &tight.segments {
+            assert!(s.edge_bytes() <= tight.segment_bytes || s.blocks.len() == 1);
+        }
+        assert_eq!(tight.segments, grid.segments(tight.segment_bytes));
+    }
+
+    #[test]
+    fn weights_far_memory_and_threads_come_from_the_inputs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (grid, mut job) = grid_and_job(tmp.path(), 1 << 30, AlgoConfig::Sssp { root: 0 });
+        job.segment_bytes = 1 << 20;
+        job.far = Some(crate::far::FarConfig {
+            addr: "127.0.0.1:1".into(),
+            ratio: 0.5,
+            chunk_bytes: 256 << 10,
+            connections: 1,
+            fetchers: 2,
+        });
+        let capacity = 4 << 20;
+        let setup = FarSetup {
+            addr: "127.0.0.1:1".into(),
+            chunk_bytes: 256 << 10,
+            connections: 1,
+            fetchers: 3,
+            free_capacity: capacity,
+            probe: Vec::new(),
+            ping_us: 0.0,
+        };
+        let p = plan(&job, &grid, 5, Some(&setup)).unwrap();
+        assert!(p.weighted);
+        assert_eq!(p.bytes_per_edge, EDGE_BYTES + 4);
+        assert_eq!(p.segment_bytes, 1 << 20);
+        assert_eq!(p.stream.threads, 5);
+        assert_eq!(p.stream.far_fetchers, 3);
+        let far = p
+            .placement
+            .tiers
+            .iter()
+            .filter(|t| **t == Tier::Far)
+            .count();
+        assert!(far > 0 && p.placement.far_bytes <= capacity);
+    }
+}
