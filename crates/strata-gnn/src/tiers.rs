@@ -703,14 +703,7 @@ mod tests {
     use std::sync::Arc;
     use strata_graph::sampler::SamplerConfig;
     use strata_store::npy::{self, DType};
-
-    fn splitmix(state: &mut u64) -> u64 {
-        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
+    use strata_store::rng::splitmix;
 
     /// A `(rows, dim)` float32 `features.npy` with Strata's 4 KiB header and random bytes.
     fn write_features(dir: &Path, rows: u64, dim: usize, seed: u64) -> PathBuf {

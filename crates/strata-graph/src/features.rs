@@ -680,7 +680,7 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
     use std::sync::OnceLock;
-    use strata_io::{BackendKind, EngineConfig};
+    use strata_store::rng::splitmix;
 
     const A: u64 = ALIGN as u64;
 
@@ -879,25 +879,8 @@ mod tests {
 
     fn engines() -> &'static [Arc<Engine>] {
         static ENGINES: OnceLock<Vec<Arc<Engine>>> = OnceLock::new();
-        ENGINES.get_or_init(|| {
-            let mut kinds = vec![BackendKind::Threads];
-            if std::env::var_os("STRATA_TEST_NO_URING").is_none() {
-                kinds.push(BackendKind::IoUring);
-            }
-            kinds
-                .into_iter()
-                .map(|backend| {
-                    // A small window, so gathers wait for room and reuse buffers.
-                    Engine::new(&EngineConfig {
-                        backend,
-                        depth: 8,
-                        threads: 4,
-                        ..EngineConfig::default()
-                    })
-                    .unwrap_or_else(|e| panic!("{} backend: {e}", backend.name()))
-                })
-                .collect()
-        })
+        // A small window, so gathers wait for room and reuse buffers.
+        ENGINES.get_or_init(|| strata_io::testing::engines(8, 4))
     }
 
     /// A NumPy v1 header whose data starts at `data_offset` (e.g. 128, as NumPy writes small
@@ -913,14 +896,6 @@ mod tests {
         out.resize(data_offset - 1, b' ');
         out.push(b'\n');
         out
-    }
-
-    fn splitmix(state: &mut u64) -> u64 {
-        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
     }
 
     /// Writes a `(rows, dim)` feature file of `dtype` with data at 4096 (Strata's header) or
