@@ -604,6 +604,28 @@ mod tests {
     }
 
     #[test]
+    fn resizing_evicts_the_least_recently_used_of_each_shard() {
+        let mut lru = Lru::new(40);
+        for (k, bytes) in [('a', 10), ('b', 10), ('c', 10), ('d', 10)] {
+            lru.insert(k, (), bytes);
+        }
+        lru.get(&'a');
+        lru.set_capacity(25);
+        assert_eq!((lru.len(), lru.used_bytes()), (2, 20));
+        assert!(lru.get(&'a').is_some() && lru.get(&'d').is_some());
+        // A cache's shards share the new capacity; growing it evicts nothing.
+        let cache = PageCache::new(4 * MIN_SHARD_BYTES);
+        cache.resize(2 * MIN_SHARD_BYTES + 1);
+        let shares: Vec<u64> = cache
+            .shards
+            .iter()
+            .map(|s| s.lock().unwrap().capacity_bytes())
+            .collect();
+        assert_eq!(shares.iter().sum::<u64>(), 2 * MIN_SHARD_BYTES + 1);
+        assert_eq!(cache.stats().capacity_bytes, 2 * MIN_SHARD_BYTES + 1);
+    }
+
+    #[test]
     fn lru_of_capacity_zero_keeps_nothing() {
         let mut lru = Lru::new(0);
         lru.insert("k", 1, 1);

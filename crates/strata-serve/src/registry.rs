@@ -134,12 +134,6 @@ impl Registry {
         }
     }
 
-    /// Bytes the registered graphs and models hold, as planned ((0, 0) before
-    /// [`Registry::attach`]).
-    pub fn resident_bytes(&self) -> (u64, u64) {
-        self.resident.get().map_or((0, 0), Resident::bytes)
-    }
-
     /// The state directory.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -370,3 +370,39 @@ fn fold_due(
     }
     Ok(folds)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_takes_the_runtime_graphs_and_models_off_the_top() {
+        let p = BudgetPlan::of(128 << 20, 3 << 20, 1 << 20, true, 64 << 20).unwrap();
+        let shared = (128 - 24 - 4) << 20;
+        assert_eq!(
+            (p.working_bytes, p.executor_bytes),
+            (shared / 8, shared / 8)
+        );
+        let parts = p.runtime_bytes
+            + p.graphs_bytes
+            + p.models_bytes
+            + p.working_bytes
+            + p.executor_bytes
+            + p.embedding_cache_bytes
+            + p.page_cache_bytes;
+        assert_eq!(parts, 128 << 20);
+        assert_eq!(p.max_message_bytes, shared / 16);
+        let e = BudgetPlan::of(35 << 20, 3 << 20, 1 << 20, true, 64 << 20)
+            .unwrap_err()
+            .to_string();
+        for want in [
+            "--memory 35.0 MiB is below this server's minimum of 36.0 MiB",
+            "runtime 24.0 MiB",
+            "registered graphs 3.00 MiB",
+            "models 1.00 MiB",
+        ] {
+            assert!(e.contains(want), "{want:?} not in {e}");
+        }
+        assert!(BudgetPlan::of(36 << 20, 3 << 20, 1 << 20, false, 64 << 20).is_ok());
+    }
+}
