@@ -15,7 +15,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+# ``shared/`` beside the checkout, or beside the folder of worktrees (as tests/conftest.py
+# looks for it).
+SHARED = next(
+    (p / "shared" for p in (REPO.parent, REPO.parent.parent) if (p / "shared").is_dir()), REPO.parent / "shared"
+)
 MEMLIMIT = SHARED / "tools" / "memlimit"
 RESULTS = REPO / "bench-results"
 DOC = REPO / "docs" / "benchmarks.md"

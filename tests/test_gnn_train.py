@@ -106,3 +106,33 @@ def test_bad_inputs(sbm, tmp_path):
         GnnData(sbm, fanout=[3])
     proc = run_strata("gnn", "train", sbm, "--fanouts", "0,5", check=False)
     assert proc.returncode == 2 and "gnn.train.fanouts" in proc.stderr
+
+
+def test_the_plan_holds_the_process_and_what_training_adds(sbm):
+    from strata.gnn.loader import process_bytes
+    from strata.gnn.models import GNN, KERNEL_PAGES_BYTES
+
+    model = GNN("sage", 32, 16, 4, layers=2)
+    costs = model.training_costs(optimizer_states=2)
+    params = sum(p.numel() * 4 for p in model.parameters())
+    assert costs["fixed_bytes"] == 3 * params + KERNEL_PAGES_BYTES
+    # Layer 0 reads 32-wide rows into 16 outputs; layer 1 reads 16 into 4. SAGE transforms no
+    # source row; its edges carry the input rows.
+    assert costs["layers"] == [
+        {"src_row": 0, "dst_row": 4 * (3 * 32 + 7 * 16), "edge": 4 * 2 * 32 + 16},
+        {"src_row": 0, "dst_row": 4 * (3 * 16 + 7 * 4), "edge": 4 * 2 * 16 + 16},
+    ]
+    gat = GNN("gat", 32, 8, 4, layers=2, heads=2).training_costs(optimizer_states=2)["layers"]
+    assert gat[0]["src_row"] == 4 * 2 * (16 + 2) and gat[1]["dst_row"] == 4 * (3 * 16 + 7 * 4)
+    before = process_bytes()
+    data = GnnData(sbm, fanouts=[5, 5], batch_size=100, memory="2G", training=costs)
+    plan = data.plan
+    # The runtime is this process as measured at open (its resident set moves a little as
+    # the store opens), not a fixed reserve.
+    assert plan["runtime_measured"] and abs(plan["runtime_bytes"] - before) < 32 << 20
+    assert plan["training_bytes"] > costs["fixed_bytes"]
+    assert "this process as measured at open" in data.plan_lines()[1]
+    with pytest.raises(ConfigError, match="the model has 1 layers but the sampler makes 2 blocks"):
+        GnnData(sbm, fanouts=[5, 5], training={"layers": costs["layers"][:1], "fixed_bytes": 0})
+    with pytest.raises(BudgetError, match=r"the runtime \(.* this process as measured at open\)"):
+        GnnData(sbm, memory="64M", training=costs)

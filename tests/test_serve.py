@@ -62,6 +62,17 @@ class StoreArrays:
         return sorted(int(u) for u in self.indices[self.indptr[v] : self.indptr[v + 1]])
 
 
+#: The server's runtime in its plan (strata_serve::server::RUNTIME_BYTES).
+SERVER_RUNTIME = 24 << 20
+
+
+def served_graph_bytes(graph: dict) -> int:
+    """What a graph of ``strata serve status`` holds in its plan: in- and out-lists (8 B a
+    vertex and 4 B an edge, each), removed flags, ids both ways and labels (13 B a vertex)."""
+    n, e = graph["num_nodes"], graph["num_edges"]
+    return 2 * ((n + 1) * 8 + e * 4) + n * 13
+
+
 @pytest.fixture(scope="module")
 def sbm(tmp_path_factory) -> Path:
     """A labelled SBM store (1500 nodes, 4 classes, 16 float32 features, symmetric)."""
@@ -591,7 +602,9 @@ def test_status_command(shared):
     out = shown.stdout
     assert "g:" in out and "np_sage:" in out
     assert "hit rate" in out and "queue depth" in out
-    assert "working memory: 0 B of 128 MiB in use" in out and "messages up to 64.0 MiB" in out
+    # An eighth of what --memory 1G leaves after the runtime (24 MiB) and the graphs and
+    # models registered at start (none here: they are registered later).
+    assert "working memory: 0 B of 125 MiB in use" in out and "messages up to 62.5 MiB" in out
     assert f"{NODES} vertices" in out
     status = json.loads(
         run_strata("serve", "status", "--address", shared.server.addr, "--json", env=server_env()).stdout
@@ -620,19 +633,29 @@ def test_sigterm_drains_queued_analyses(tmp_path, sbm):
 
 
 def test_cli_registers_stores_given_as_arguments(tmp_path, sbm):
-    with serving(tmp_path / "state", sbm, f"other={sbm}", "--memory", "8M", "--no-embedding-cache") as server:
+    args = (sbm, f"other={sbm}", "--memory", "40M", "--no-embedding-cache", "--json-summary")
+    with serving(tmp_path / "state", *args) as server:
         with server.client() as c:
             status = c.status()
         graphs = {g["name"]: g for g in status["graphs"]}
         assert set(graphs) == {"sbm", "other"}
         assert all(g["reordered"] for g in graphs.values())
-        # Without the embedding cache, the page cache has all of --memory but the working
-        # memory's and the executor's eighths.
-        assert status["embedding_cache"]["capacity_bytes"] == 0
-        assert status["page_cache"]["capacity_bytes"] == 6 << 20
-        assert status["working_capacity_bytes"] == 1 << 20 and status["max_message_bytes"] == 512 << 10
         assert server.stop() == 0
         assert "embedding cache 0 B" in server.output
+        plan = json.loads(server.after_listening())["plan"]
+    # Off the top: the runtime and both graphs. Of the rest, the working memory and the
+    # executor an eighth each; without the embedding cache, pages the remainder.
+    assert plan["graphs_bytes"] == 2 * served_graph_bytes(graphs["sbm"])
+    assert plan["runtime_bytes"] == SERVER_RUNTIME
+    shared = (40 << 20) - SERVER_RUNTIME - plan["graphs_bytes"]
+    assert status["embedding_cache"]["capacity_bytes"] == 0
+    assert status["working_capacity_bytes"] == shared // 8
+    assert status["page_cache"]["capacity_bytes"] == shared - 2 * (shared // 8)
+    below = run_strata(
+        "serve", sbm, "--state-dir", tmp_path / "s1", "--memory", "24M", check=False, timeout=60, env=server_env()
+    )
+    assert below.returncode == 2 and "below this server's minimum" in below.stderr
+    assert not (tmp_path / "s1" / "graphs" / "sbm").exists(), "refused before registering"
     bad = run_strata(
         "serve", tmp_path / "nowhere", "--state-dir", tmp_path / "s2", check=False, timeout=60, env=server_env()
     )

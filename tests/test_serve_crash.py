@@ -210,7 +210,7 @@ def check_version_on_disk(state: Path) -> None:
 
 def test_acknowledged_mutations_survive_kill_9(tmp_path, sbm):
     state = tmp_path / "state"
-    args = [f"{GRAPH}={sbm}", "--fold-records", "20", "--fold-after", "0.5", "--memory", "16M"]
+    args = [f"{GRAPH}={sbm}", "--fold-records", "20", "--fold-after", "0.5", "--memory", "40M"]
     manifest = json.loads((sbm / "manifest.json").read_text())
     base_features = np.load(sbm / manifest["arrays"]["features"]["file"])
     truth = Truth(NODES, manifest["graph"]["num_topology_edges"])

@@ -1,5 +1,6 @@
 //! The memory plan of the GNN data path: how a byte budget splits between the fixed needs
-//! (runtime reserve, topology, batch buffers, the sampled look-ahead window) and the feature
+//! (the process's runtime, what training a batch adds, topology, batch buffers, the sampled
+//! look-ahead window) and the feature
 //! tiers (the static hot set and the dynamic cache of [`crate::tiers::FeatureTiers`]). The
 //! plan is printed at start ([`GnnBudgetPlan::describe`]) and the run refuses to start when
 //! the fixed needs do not fit.
@@ -18,8 +19,33 @@ use crate::cache::{Eviction, FeatureCache, MAX_CAPACITY};
 use crate::error::{GnnError, Result};
 
 /// Bytes reserved for the process itself (interpreter, libraries, allocator slack, the I/O
-/// engine's rings and bounce buffers), as in strata-embed.
+/// engine's rings and bounce buffers), as in strata-embed, when the caller does not measure
+/// it (see [`Runtime`]).
 pub const RUNTIME_BYTES: u64 = 64 << 20;
+
+/// What the process needs beside the data path: itself, and what training a batch adds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Runtime {
+    /// The process as the caller measured it when opening the store (its resident set: the
+    /// interpreter, torch and the model and optimizer already built), or [`RUNTIME_BYTES`].
+    pub bytes: u64,
+    /// Whether `bytes` was measured.
+    pub measured: bool,
+    /// What training one batch adds at most (activations kept for the backward pass, their
+    /// gradients, the optimizer's state), from the consumer's model and the batch estimate.
+    pub training_bytes: u64,
+}
+
+impl Runtime {
+    /// The [`RUNTIME_BYTES`] reserve, nothing for training: a caller that says nothing.
+    pub fn reserve() -> Runtime {
+        Runtime {
+            bytes: RUNTIME_BYTES,
+            measured: false,
+            training_bytes: 0,
+        }
+    }
+}
 
 /// Default fraction of the feature budget given to the static hot set; the rest goes to the
 /// dynamic cache.
@@ -60,8 +86,12 @@ pub struct GnnBudgetPlan {
     pub hot_share: f64,
     /// The dynamic cache's eviction policy (its per-slot overhead depends on it).
     pub eviction: Eviction,
-    /// [`RUNTIME_BYTES`].
+    /// The process itself ([`Runtime::bytes`]).
     pub runtime_bytes: u64,
+    /// Whether `runtime_bytes` was measured (else it is the [`RUNTIME_BYTES`] reserve).
+    pub runtime_measured: bool,
+    /// What training a batch adds ([`Runtime::training_bytes`]).
+    pub training_bytes: u64,
     /// The topology held in RAM.
     pub topology_bytes: u64,
     /// Batch output buffers (`in_flight_batches` batches of `batch_rows_estimate` rows), one
@@ -89,10 +119,11 @@ pub struct GnnBudgetPlan {
 }
 
 impl GnnBudgetPlan {
-    /// Bytes that do not depend on the host's feature tiers: runtime, topology, batch
-    /// buffers, the window and the device tier's index.
+    /// Bytes that do not depend on the host's feature tiers: runtime, training, topology,
+    /// batch buffers, the window and the device tier's index.
     pub fn fixed_bytes(&self) -> u64 {
         self.runtime_bytes
+            + self.training_bytes
             + self.topology_bytes
             + self.batch_buffers_bytes
             + self.window_bytes
@@ -141,7 +172,7 @@ impl GnnBudgetPlan {
         let mut lines = vec![
             format!("budget {}: {tiers}", fmt_bytes(self.memory)),
             format!(
-                "  topology {}, batch buffers {} ({} in flight x ~{} rows of {} B, staging and read buffers), sampling window {}, runtime {}; planned {}",
+                "  topology {}, batch buffers {} ({} in flight x ~{} rows of {} B, staging and read buffers), sampling window {}, runtime {} ({}), training {}; planned {}",
                 fmt_bytes(self.topology_bytes),
                 fmt_bytes(self.batch_buffers_bytes),
                 self.in_flight_batches,
@@ -149,6 +180,8 @@ impl GnnBudgetPlan {
                 self.row_bytes,
                 fmt_bytes(self.window_bytes),
                 fmt_bytes(self.runtime_bytes),
+                runtime_source(self.runtime_measured),
+                fmt_bytes(self.training_bytes),
                 fmt_bytes(self.total())
             ),
         ];
@@ -161,6 +194,14 @@ impl GnnBudgetPlan {
             ));
         }
         lines
+    }
+}
+
+fn runtime_source(measured: bool) -> &'static str {
+    if measured {
+        "this process as measured at open"
+    } else {
+        "reserve"
     }
 }
 
@@ -189,6 +230,7 @@ fn eviction_name(e: Eviction) -> &'static str {
 /// - `device_rows`: rows of the device tier (at most `num_nodes`): their rows live in device
 ///   memory, but their index (4 bytes per node and per row) is a fixed need here, and the
 ///   host tiers plan for the other rows only.
+/// - `runtime`: the process itself and what training adds, fixed needs too.
 ///
 /// The result never plans more than `memory` bytes, nor more device, hot and cached rows
 /// than `num_nodes`. Errors: [`GnnError::Budget`] when the fixed needs alone exceed `memory`
@@ -205,6 +247,7 @@ pub fn plan(
     hot_share: f64,
     eviction: Eviction,
     device_rows: u64,
+    runtime: Runtime,
 ) -> Result<GnnBudgetPlan> {
     if row_bytes == 0 {
         return Err(GnnError::Config(
@@ -246,17 +289,23 @@ pub fn plan(
     } else {
         HOT_INDEX_BYTES as u128 * (n + device_rows as u128)
     };
-    let fixed =
-        RUNTIME_BYTES as u128 + topology_bytes as u128 + batch_buffers + window + device_index;
+    let fixed = runtime.bytes as u128
+        + runtime.training_bytes as u128
+        + topology_bytes as u128
+        + batch_buffers
+        + window
+        + device_index;
     if fixed > memory as u128 {
         return Err(GnnError::Budget(format!(
-            "memory budget {} cannot hold the topology ({}), the batch buffers ({}: {in_flight_batches} batches in flight of ~{batch_rows_estimate} rows of {row_bytes} B, plus staging and read buffers), the sampling window ({}), the device tier's index ({}) and the runtime reserve ({}): {} in all before any feature row; raise --memory (each feature row kept in memory then costs about {} B more), or lower the batch size or the batches in flight",
+            "memory budget {} cannot hold the topology ({}), the batch buffers ({}: {in_flight_batches} batches in flight of ~{batch_rows_estimate} rows of {row_bytes} B, plus staging and read buffers), the sampling window ({}), the device tier's index ({}), the runtime ({}: {}) and training a batch ({}): {} in all before any feature row; raise --memory to at least that (each feature row kept in memory then costs about {} B more), or lower the batch size or the batches in flight",
             fmt_bytes(memory),
             fmt_bytes(topology_bytes),
             fmt_bytes(saturate(batch_buffers)),
             fmt_bytes(saturate(window)),
             fmt_bytes(saturate(device_index)),
-            fmt_bytes(RUNTIME_BYTES),
+            fmt_bytes(runtime.bytes),
+            runtime_source(runtime.measured),
+            fmt_bytes(runtime.training_bytes),
             fmt_bytes(saturate(fixed)),
             row_bytes as u64 + HOT_INDEX_BYTES
         )));
@@ -333,7 +382,9 @@ pub fn plan(
         window_batches,
         hot_share,
         eviction,
-        runtime_bytes: RUNTIME_BYTES,
+        runtime_bytes: runtime.bytes,
+        runtime_measured: runtime.measured,
+        training_bytes: runtime.training_bytes,
         topology_bytes,
         batch_buffers_bytes: batch_buffers as u64,
         window_bytes: window as u64,
@@ -384,7 +435,7 @@ mod tests {
         ) {
             let device_rows = (num_nodes as f64 * device_share) as u64;
             let ev = eviction(sieve);
-            match plan(memory, num_nodes, row_bytes, topology_bytes, batch_rows, in_flight, window, hot_share, ev, device_rows) {
+            match plan(memory, num_nodes, row_bytes, topology_bytes, batch_rows, in_flight, window, hot_share, ev, device_rows, Runtime::reserve()) {
                 Ok(p) => {
                     prop_assert!(p.total() <= memory, "{:?}", p);
                     prop_assert!(p.hot_rows + p.cache_rows + device_rows <= num_nodes, "{:?}", p);
@@ -450,6 +501,7 @@ mod tests {
             0.5,
             Eviction::Clock,
             0,
+            Runtime::reserve(),
         )
         .unwrap_err();
         assert!(matches!(e, GnnError::Budget(_)));
@@ -457,12 +509,53 @@ mod tests {
         for want in [
             "memory budget 64.0 MiB cannot hold",
             "the topology (95.0 MiB)",
-            "the runtime reserve (64.0 MiB)",
+            "the runtime (64.0 MiB: reserve)",
             "4 batches in flight of ~1000 rows of 512 B",
             "raise --memory",
         ] {
             assert!(msg.contains(want), "{want:?} not in {msg}");
         }
+    }
+
+    #[test]
+    fn a_measured_runtime_and_training_are_fixed_needs() {
+        let runtime = Runtime {
+            bytes: 700 * MIB,
+            measured: true,
+            training_bytes: 30 * MIB,
+        };
+        let args = |memory| {
+            plan(
+                memory,
+                1_000_000,
+                512,
+                10 * MIB,
+                1000,
+                4,
+                0,
+                0.5,
+                Eviction::Clock,
+                0,
+                runtime,
+            )
+        };
+        let msg = args(512 * MIB).unwrap_err().to_string();
+        for want in [
+            "the runtime (700 MiB: this process as measured at open)",
+            "training a batch (30.0 MiB)",
+            "raise --memory to at least",
+        ] {
+            assert!(msg.contains(want), "{want:?} not in {msg}");
+        }
+        let p = args(1 << 30).unwrap();
+        assert_eq!(p.fixed_bytes(), p.total() - p.hot_bytes - p.cache_bytes);
+        assert!(p.fixed_bytes() >= 730 * MIB && p.total() <= 1 << 30);
+        assert!(
+            p.describe()[1]
+                .contains("runtime 700 MiB (this process as measured at open), training 30.0 MiB"),
+            "{:?}",
+            p.describe()
+        );
     }
 
     #[test]
@@ -478,6 +571,7 @@ mod tests {
             0.5,
             Eviction::Sieve,
             0,
+            Runtime::reserve(),
         )
         .unwrap();
         assert!(p.all_resident());
@@ -502,6 +596,7 @@ mod tests {
             0.0,
             Eviction::Sieve,
             0,
+            Runtime::reserve(),
         )
         .unwrap();
         assert!(p0.all_resident());
@@ -521,6 +616,7 @@ mod tests {
             0.5,
             Eviction::Clock,
             0,
+            Runtime::reserve(),
         )
         .unwrap()
         .fixed_bytes();
@@ -536,6 +632,7 @@ mod tests {
             0.5,
             Eviction::Clock,
             0,
+            Runtime::reserve(),
         )
         .unwrap();
         // Half of the room each, minus the 4 MB indexes.
@@ -564,6 +661,7 @@ mod tests {
             0.0,
             Eviction::Sieve,
             0,
+            Runtime::reserve(),
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows), (0, (room - 4 * n) / 273));
@@ -579,6 +677,7 @@ mod tests {
             1.0,
             Eviction::Sieve,
             0,
+            Runtime::reserve(),
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows), ((room - 4 * n) / 260, 0));
@@ -594,6 +693,7 @@ mod tests {
             0.5,
             Eviction::Sieve,
             0,
+            Runtime::reserve(),
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows, p.total()), (0, 0, fixed));
@@ -614,6 +714,7 @@ mod tests {
             0.5,
             Eviction::Clock,
             400_000,
+            Runtime::reserve(),
         )
         .unwrap();
         // The other 600k rows fit in the hot set; the device index (5.6 MB) is a fixed need.
@@ -637,6 +738,7 @@ mod tests {
             0.5,
             Eviction::Clock,
             n,
+            Runtime::reserve(),
         )
         .unwrap();
         assert!(p.all_resident());
@@ -647,13 +749,89 @@ mod tests {
     fn rejects_arguments_out_of_range() {
         let e = |r: Result<GnnBudgetPlan>| r.unwrap_err().to_string();
         let m = 1 << 30;
-        assert!(e(plan(m, 10, 0, 0, 1, 1, 0, 0.5, Eviction::Clock, 0)).contains("0 bytes"));
-        assert!(e(plan(m, 10, 4, 0, 1, 1, 0, 1.5, Eviction::Clock, 0)).contains("hot share 1.5"));
-        assert!(
-            e(plan(m, 10, 4, 0, 1, 1, 0, f64::NAN, Eviction::Clock, 0)).contains("hot share NaN")
-        );
-        assert!(e(plan(m, 10, 4, 0, 1, 0, 0, 0.5, Eviction::Clock, 0)).contains("in flight"));
-        assert!(e(plan(m, 1 << 33, 4, 0, 1, 1, 0, 0.5, Eviction::Clock, 0)).contains("32-bit"));
-        assert!(e(plan(m, 10, 4, 0, 1, 1, 0, 0.5, Eviction::Clock, 11)).contains("11 device rows"));
+        assert!(e(plan(
+            m,
+            10,
+            0,
+            0,
+            1,
+            1,
+            0,
+            0.5,
+            Eviction::Clock,
+            0,
+            Runtime::reserve()
+        ))
+        .contains("0 bytes"));
+        assert!(e(plan(
+            m,
+            10,
+            4,
+            0,
+            1,
+            1,
+            0,
+            1.5,
+            Eviction::Clock,
+            0,
+            Runtime::reserve()
+        ))
+        .contains("hot share 1.5"));
+        assert!(e(plan(
+            m,
+            10,
+            4,
+            0,
+            1,
+            1,
+            0,
+            f64::NAN,
+            Eviction::Clock,
+            0,
+            Runtime::reserve()
+        ))
+        .contains("hot share NaN"));
+        assert!(e(plan(
+            m,
+            10,
+            4,
+            0,
+            1,
+            0,
+            0,
+            0.5,
+            Eviction::Clock,
+            0,
+            Runtime::reserve()
+        ))
+        .contains("in flight"));
+        assert!(e(plan(
+            m,
+            1 << 33,
+            4,
+            0,
+            1,
+            1,
+            0,
+            0.5,
+            Eviction::Clock,
+            0,
+            Runtime::reserve()
+        ))
+        .contains("32-bit"));
+        assert!(e(plan(
+            m,
+            10,
+            4,
+            0,
+            1,
+            1,
+            0,
+            0.5,
+            Eviction::Clock,
+            11,
+            Runtime::reserve()
+        ))
+        .contains("11 device rows"));
     }
 }

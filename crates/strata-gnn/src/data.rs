@@ -14,7 +14,7 @@ use strata_graph::sampler::{NeighborSampler, SamplerConfig};
 use strata_graph::topology::{Direction, Topology};
 
 use crate::accumulator::in_flight_target;
-use crate::budget::{self, GnnBudgetPlan};
+use crate::budget::{self, GnnBudgetPlan, Runtime};
 use crate::cache::Eviction;
 use crate::error::{GnnError, Result};
 use crate::hotset::HotRanking;
@@ -83,6 +83,31 @@ impl Default for DataConfig {
     }
 }
 
+/// What the consumer of the batches (a training loop) tells the plan about itself.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Consumer {
+    /// Its process's resident set as measured when it opens the store (the interpreter,
+    /// torch, the model and optimizer built); None: the [`budget::RUNTIME_BYTES`] reserve.
+    pub runtime_bytes: Option<u64>,
+    /// Bytes training holds per layer of the model, input layer first (one per hop): see
+    /// [`LayerCost`]. Empty: nothing is planned for training.
+    pub layers: Vec<LayerCost>,
+    /// Bytes training adds whatever the batch: the parameters' gradients and the optimizer's
+    /// state, allocated at the first step.
+    pub fixed_bytes: u64,
+}
+
+/// Bytes one layer's training holds (forward activations kept for the backward pass and
+/// their gradients), per source row, destination row and edge of the layer's block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerCost {
+    pub src_row: u64,
+    pub dst_row: u64,
+    pub edge: u64,
+}
+
 /// A store ready to serve batches.
 pub struct GnnData {
     pub config: DataConfig,
@@ -101,26 +126,62 @@ const ESTIMATE_BATCHES: usize = 8;
 /// batch larger than planned only overshoots the plan by its excess.
 const ESTIMATE_MARGIN: f64 = 1.25;
 
-/// Sampled rows per batch the budget plans for: the largest of [`ESTIMATE_BATCHES`] batches of
-/// `batch_size` seeds drawn from `seeds` (all nodes when empty) and sampled as training would,
-/// plus [`ESTIMATE_MARGIN`], never above [`batch_rows_bound`]. Overlap between neighbourhoods
-/// makes real batches far smaller than the bound on large graphs (42k rows instead of 170k
-/// for 1024 seeds with fanouts 15,10 on a 10M-node power-law graph), and every row of
-/// overestimate per batch in flight is a feature row the tiers cannot hold.
-fn batch_rows_estimate(
+/// The batches the budget plans for: `rows` sampled per batch, and per block (input layer
+/// first) its sources, destinations and edges.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct BatchEstimate {
+    rows: u64,
+    blocks: Vec<[u64; 3]>,
+}
+
+impl BatchEstimate {
+    /// Bytes training a batch of this shape holds with `consumer`'s model.
+    fn training_bytes(&self, consumer: &Consumer) -> Result<u64> {
+        if consumer.layers.is_empty() {
+            return Ok(consumer.fixed_bytes);
+        }
+        if consumer.layers.len() != self.blocks.len() {
+            return Err(GnnError::Config(format!(
+                "the model has {} layers but the sampler makes {} blocks (one per fanout)",
+                consumer.layers.len(),
+                self.blocks.len()
+            )));
+        }
+        Ok(consumer.layers.iter().zip(&self.blocks).fold(
+            consumer.fixed_bytes,
+            |acc, (c, &[src, dst, edges])| {
+                acc.saturating_add(
+                    (src.saturating_mul(c.src_row))
+                        .saturating_add(dst.saturating_mul(c.dst_row))
+                        .saturating_add(edges.saturating_mul(c.edge)),
+                )
+            },
+        ))
+    }
+}
+
+/// The batches the budget plans for: the largest of [`ESTIMATE_BATCHES`] batches of
+/// `batch_size` seeds drawn from `seeds` (all nodes when empty) and sampled as training would
+/// (rows, and each block's sources, destinations and edges, each the largest seen), plus
+/// [`ESTIMATE_MARGIN`]; rows never above [`batch_rows_bound`]. Overlap between
+/// neighbourhoods makes real batches far smaller than the bound on large graphs (42k rows
+/// instead of 170k for 1024 seeds with fanouts 15,10 on a 10M-node power-law graph), and
+/// every row of overestimate per batch in flight is a feature row the tiers cannot hold.
+fn batch_estimate(
     sampler: &NeighborSampler,
     topo: &Topology,
     seeds: &[u32],
     batch_size: usize,
     seed: u64,
-) -> Result<u64> {
+) -> Result<BatchEstimate> {
     let n = topo.num_nodes() as u64;
     let bound = batch_rows_bound(&sampler.config().fanouts, batch_size, n);
     if n == 0 {
-        return Ok(0);
+        return Ok(BatchEstimate::default());
     }
     let mut rng = Rng::new(derive(seed, ESTIMATE_STREAM));
     let mut largest = 0u64;
+    let mut blocks: Vec<[u64; 3]> = Vec::new();
     for b in 0..ESTIMATE_BATCHES {
         let mut batch: Vec<u32> = (0..batch_size)
             .map(|_| {
@@ -135,8 +196,19 @@ fn batch_rows_estimate(
         batch.dedup();
         let sample = sampler.sample(topo, &batch, derive(ESTIMATE_STREAM, b as u64))?;
         largest = largest.max(sample.nodes.len() as u64);
+        blocks.resize(sample.blocks.len(), [0; 3]);
+        for (max, block) in blocks.iter_mut().zip(&sample.blocks) {
+            let shape = [block.num_src, block.num_dst, block.indices.len()];
+            for (m, x) in max.iter_mut().zip(shape) {
+                *m = (*m).max(x as u64);
+            }
+        }
     }
-    Ok(((largest as f64 * ESTIMATE_MARGIN).ceil() as u64).min(bound))
+    let margin = |x: u64| (x as f64 * ESTIMATE_MARGIN).ceil() as u64;
+    Ok(BatchEstimate {
+        rows: margin(largest).min(bound),
+        blocks: blocks.iter().map(|b| b.map(margin)).collect(),
+    })
 }
 
 /// Batches alive at once as the pipeline runs (see "Memory" in [`crate::pipeline`]):
@@ -185,11 +257,13 @@ fn batch_rows_bound(fanouts: &[i32], batch_size: usize, num_nodes: u64) -> u64 {
 impl GnnData {
     /// Opens `store` (which must hold node features), loads its in-neighbour topology, plans
     /// the budget (printing the plan through `progress`), ranks and loads the hot set.
-    /// `train_nodes` are the seeds the pre-sampling ranking samples one epoch of.
+    /// `train_nodes` are the seeds the pre-sampling ranking samples one epoch of; `consumer`
+    /// says what the process and its training take beside the data path.
     pub fn open(
         store_path: &Path,
         config: DataConfig,
         train_nodes: &[u32],
+        consumer: &Consumer,
         progress: &dyn Progress,
     ) -> Result<GnnData> {
         if config.batch_size == 0 {
@@ -212,13 +286,19 @@ impl GnnData {
         let reader = FeatureReader::open(&features)?;
         let meta = reader.meta().clone();
         let n = topology.num_nodes() as u64;
-        let batch_rows = batch_rows_estimate(
+        let estimate = batch_estimate(
             &sampler,
             &topology,
             train_nodes,
             config.batch_size,
             config.seed,
         )?;
+        let batch_rows = estimate.rows;
+        let runtime = Runtime {
+            bytes: consumer.runtime_bytes.unwrap_or(budget::RUNTIME_BYTES),
+            measured: consumer.runtime_bytes.is_some(),
+            training_bytes: estimate.training_bytes(consumer)?,
+        };
         let device_rows = (config.device_memory / meta.row_bytes as u64).min(n);
         let (buffered, waiting) = batches_alive(&config, &reader, batch_rows);
         let plan_for = |memory| {
@@ -233,6 +313,7 @@ impl GnnData {
                 config.hot_share,
                 config.eviction,
                 device_rows,
+                runtime,
             )
         };
         let mut plan = plan_for(config.memory)?;
@@ -380,13 +461,48 @@ mod tests {
         })
         .unwrap();
         let seeds: Vec<u32> = (0..100).collect();
-        let est = batch_rows_estimate(&sampler, &topo, &seeds, 10, 0).unwrap();
+        let est = batch_estimate(&sampler, &topo, &seeds, 10, 0).unwrap();
         let bound = batch_rows_bound(&[2, 2], 10, n as u64);
         assert_eq!(bound, 70);
         // At most 10 seeds x 5 nodes x the margin; at least what one seed's ring gives.
-        assert!((5..=63).contains(&est), "{est}");
+        assert!((5..=63).contains(&est.rows), "{est:?}");
+        // Two blocks, input layer first: its destinations are the next block's sources, and
+        // each destination has at most 2 sampled in-edges.
+        let [[src0, dst0, e0], [src1, dst1, e1]] = est.blocks[..] else {
+            panic!("{est:?}")
+        };
+        assert!(src0 >= dst0 && src1 >= dst1, "{est:?}");
+        assert_eq!(dst0, src1, "{est:?}");
+        assert!(
+            e0 <= 2 * dst0 + 1 && e1 <= 2 * dst1 + 1 && dst1 <= 13,
+            "{est:?}"
+        );
+        // Training costs: per layer, sources, destinations and edges times their bytes.
+        let layer = |src_row, dst_row, edge| LayerCost {
+            src_row,
+            dst_row,
+            edge,
+        };
+        let consumer = Consumer {
+            runtime_bytes: None,
+            layers: vec![layer(1, 0, 0), layer(0, 10, 100)],
+            fixed_bytes: 7,
+        };
+        assert_eq!(
+            est.training_bytes(&consumer).unwrap(),
+            7 + src0 + 10 * dst1 + 100 * e1
+        );
+        let one_layer = Consumer {
+            layers: vec![layer(1, 1, 1)],
+            ..Consumer::default()
+        };
+        let e = est.training_bytes(&one_layer).unwrap_err().to_string();
+        assert!(
+            e.contains("the model has 1 layers but the sampler makes 2 blocks"),
+            "{e}"
+        );
         // Tiny graphs: the bound (the whole graph) wins.
-        let est = batch_rows_estimate(&sampler, &topo, &[], 1000, 0).unwrap();
-        assert!(est <= n as u64, "{est}");
+        let est = batch_estimate(&sampler, &topo, &[], 1000, 0).unwrap();
+        assert!(est.rows <= n as u64, "{est:?}");
     }
 }

@@ -1096,7 +1096,20 @@ mod tests {
         let path = write_features(dir.path(), n, 16, 8);
         let rb = 64;
         let plan = |memory, share, eviction| {
-            crate::budget::plan(memory, n, rb, 1 << 20, 100, 4, 0, share, eviction, 0).unwrap()
+            crate::budget::plan(
+                memory,
+                n,
+                rb,
+                1 << 20,
+                100,
+                4,
+                0,
+                share,
+                eviction,
+                0,
+                crate::budget::Runtime::reserve(),
+            )
+            .unwrap()
         };
         // The fixed needs; all 2000 rows and their index take 2000 * 64 + 8 * 2000 bytes more.
         let fixed = plan(1 << 40, 0.5, Eviction::Clock).fixed_bytes();

@@ -8,7 +8,7 @@ use bytemuck::{cast_slice, pod_collect_to_vec};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyList, PyTuple};
 use pythonize::pythonize;
-use strata_gnn::data::{DataConfig, GnnData};
+use strata_gnn::data::{Consumer, DataConfig, GnnData};
 use strata_gnn::pipeline::{Batch, NodeLoader};
 
 use crate::errors::{config_error, ToPyErr};
@@ -25,19 +25,23 @@ struct PyGnnData {
 impl PyGnnData {
     /// Opens `store` with `config` (the fields of `strata_gnn::data::DataConfig`);
     /// `train_nodes` are little-endian uint32 ids (the pre-sampling ranking samples them).
+    /// `consumer` holds the fields of `strata_gnn::data::Consumer` (the process's measured
+    /// resident set, the model's training costs per layer).
     #[new]
-    #[pyo3(signature = (store, config, train_nodes, progress=None))]
+    #[pyo3(signature = (store, config, train_nodes, consumer, progress=None))]
     fn new(
         py: Python<'_>,
         store: PathBuf,
         config: &Bound<'_, PyAny>,
         train_nodes: &[u8],
+        consumer: &Bound<'_, PyAny>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let cfg: DataConfig = job(config)?;
+        let consumer: Consumer = job(consumer)?;
         let nodes = ids(py, train_nodes)?;
         let progress = PyProgress::new(progress);
-        match py.detach(|| GnnData::open(&store, cfg, &nodes, &progress)) {
+        match py.detach(|| GnnData::open(&store, cfg, &nodes, &consumer, &progress)) {
             Ok(data) => Ok(PyGnnData { data }),
             Err(e) => Err(progress.take_error().unwrap_or_else(|| e.to_py(py))),
         }

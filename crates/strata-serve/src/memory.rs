@@ -8,11 +8,24 @@
 //! the [`Pool`], and a reservation the pool cannot grant is refused with `RESOURCE_EXHAUSTED`.
 //! Both messages name the limit and the computed size. So no single request, and no set of
 //! concurrent ones, takes the server past its budget.
+//!
+//! The registered graphs (topology, ids, labels) and models (weights) are a planned part of
+//! `--memory` too ([`Resident`]): what a registration adds is taken from the page cache before
+//! the graph or model is loaded, and a registration that would leave the page cache less than
+//! [`MIN_PAGE_CACHE_BYTES`] is refused.
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use strata_store::units::fmt_bytes;
 
 use crate::error::{Result, ServeError};
+use crate::page_cache::PageCache;
+
+/// Least page cache a plan or a registration leaves: 64 pages, one shard.
+pub const MIN_PAGE_CACHE_BYTES: u64 = 1 << 20;
 
 /// Bytes of protobuf framing allowed per message and per repeated field on top of the data
 /// (tags, lengths, shapes): a generous constant, so bounds stay upper bounds.
@@ -189,9 +202,140 @@ impl SampleBound {
     }
 }
 
+/// Bytes a served graph of `num_nodes` vertices and `num_edges` edges holds in memory: its
+/// in- and out-neighbour lists (an 8-byte offset per vertex and a 4-byte id per edge, each),
+/// the removed flags (1 byte a vertex), the external ids and their inverse (4 + 4), and the
+/// labels when it has any (4).
+pub fn graph_bytes(num_nodes: u64, num_edges: u64, labels: bool) -> u64 {
+    let lists = 2 * ((num_nodes + 1) * 8 + num_edges * 4);
+    lists + num_nodes * (1 + 4 + 4 + if labels { 4 } else { 0 })
+}
+
+/// [`graph_bytes`] of the store at `path`, from its manifest (before it is registered).
+pub fn store_graph_bytes(path: &Path) -> Result<u64> {
+    let store = strata_store::Store::open(path)?;
+    let m = store.manifest();
+    Ok(graph_bytes(
+        m.graph.num_nodes,
+        m.graph.num_topology_edges,
+        m.labels.is_some(),
+    ))
+}
+
+/// What a registered graph or model is, for [`Resident`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    Graph,
+    Model,
+}
+
+/// The registered graphs and models as a part of `--memory` taken from the page cache: the
+/// page cache's capacity is what the plan gave it at start minus what was registered since
+/// (plus what was unregistered).
+pub struct Resident {
+    page_cache: Arc<PageCache>,
+    held: Mutex<BTreeMap<(Kind, String), u64>>,
+}
+
+impl Resident {
+    /// Accounts for `held` ((kind, name) -> bytes), already planned, beside `page_cache`.
+    pub fn new(page_cache: Arc<PageCache>, held: BTreeMap<(Kind, String), u64>) -> Resident {
+        Resident {
+            page_cache,
+            held: Mutex::new(held),
+        }
+    }
+
+    /// Takes `bytes` for `name` from the page cache, or refuses with `RESOURCE_EXHAUSTED`
+    /// (naming the sizes) when the page cache would keep less than [`MIN_PAGE_CACHE_BYTES`].
+    pub fn take(&self, kind: Kind, name: &str, bytes: u64) -> Result<()> {
+        let mut held = self.held.lock().unwrap();
+        let pages = self.page_cache.capacity_bytes();
+        if pages < MIN_PAGE_CACHE_BYTES.saturating_add(bytes) {
+            let what = match kind {
+                Kind::Graph => "graph",
+                Kind::Model => "model",
+            };
+            return Err(ServeError::ResourceExhausted(format!(
+                "{what} '{name}' needs {} in memory, but the page cache has {} of --memory left and keeps at least {}; unregister a graph or model, or restart with a larger --memory",
+                fmt_bytes(bytes),
+                fmt_bytes(pages),
+                fmt_bytes(MIN_PAGE_CACHE_BYTES)
+            )));
+        }
+        self.page_cache.resize(pages - bytes);
+        *held.entry((kind, name.to_string())).or_default() += bytes;
+        Ok(())
+    }
+
+    /// Changes what `name` holds from `from` to `to` bytes (its exact size once loaded, after
+    /// [`Resident::take`] took an estimate), moving the difference to or from the page cache
+    /// without refusing.
+    pub fn adjust(&self, kind: Kind, name: &str, from: u64, to: u64) {
+        let mut held = self.held.lock().unwrap();
+        let key = (kind, name.to_string());
+        let now = held.get(&key).copied().unwrap_or(0);
+        let pages = self.page_cache.capacity_bytes() + from.min(now);
+        self.page_cache.resize(pages.saturating_sub(to));
+        let after = now.saturating_sub(from) + to;
+        if after == 0 {
+            held.remove(&key);
+        } else {
+            held.insert(key, after);
+        }
+    }
+
+    /// Gives all that `name` holds back to the page cache (it was unregistered).
+    pub fn release(&self, kind: Kind, name: &str) {
+        let bytes = self
+            .held
+            .lock()
+            .unwrap()
+            .get(&(kind, name.to_string()))
+            .copied()
+            .unwrap_or(0);
+        self.adjust(kind, name, bytes, 0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registrations_take_from_the_page_cache_and_give_back() {
+        let cache = Arc::new(PageCache::new(10 << 20));
+        let r = Resident::new(Arc::clone(&cache), BTreeMap::new());
+        r.take(Kind::Graph, "g", 4 << 20).unwrap();
+        assert_eq!(cache.capacity_bytes(), 6 << 20);
+        // The exact size once loaded replaces the estimate.
+        r.adjust(Kind::Graph, "g", 4 << 20, 3 << 20);
+        assert_eq!(cache.capacity_bytes(), 7 << 20);
+        r.take(Kind::Model, "m", 1 << 20).unwrap();
+        assert_eq!(cache.capacity_bytes(), 6 << 20);
+        let refused = r.take(Kind::Graph, "big", 6 << 20).unwrap_err().to_string();
+        assert!(
+            refused.contains("graph 'big' needs 6.00 MiB")
+                && refused.contains("the page cache has 6.00 MiB of --memory left"),
+            "{refused}"
+        );
+        assert_eq!(cache.capacity_bytes(), 6 << 20);
+        // A failed registration gives back what it took.
+        r.take(Kind::Graph, "h", 2 << 20).unwrap();
+        r.adjust(Kind::Graph, "h", 2 << 20, 0);
+        assert_eq!(cache.capacity_bytes(), 6 << 20);
+        r.release(Kind::Graph, "g");
+        r.release(Kind::Model, "m");
+        assert_eq!(cache.capacity_bytes(), 10 << 20);
+        assert!(r.held.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn graph_bytes_counts_lists_ids_and_labels() {
+        // 10 vertices, 30 edges: 2 x (11 x 8 + 30 x 4) + 10 x 9, and 40 more with labels.
+        assert_eq!(graph_bytes(10, 30, false), 2 * (88 + 120) + 90);
+        assert_eq!(graph_bytes(10, 30, true), 2 * (88 + 120) + 130);
+    }
 
     #[test]
     fn reservations_are_released_and_refusals_name_the_sizes() {

@@ -123,6 +123,16 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         self.index.insert(key, i);
         self.push_front(i);
         self.used_bytes += bytes;
+        self.evict_to_capacity();
+    }
+
+    /// Sets the capacity, evicting least recently used entries until the total is within it.
+    pub fn set_capacity(&mut self, capacity_bytes: u64) {
+        self.capacity_bytes = capacity_bytes;
+        self.evict_to_capacity();
+    }
+
+    fn evict_to_capacity(&mut self) {
         while self.used_bytes > self.capacity_bytes {
             self.release(self.tail);
         }
@@ -241,32 +251,53 @@ pub struct CacheStats {
 /// across them. Capacity 0 turns caching off: every read goes to the file, still correct.
 pub struct PageCache {
     shards: Vec<Mutex<Lru<PageKey, Page>>>,
-    capacity_bytes: u64,
+    capacity_bytes: AtomicU64,
     bytes_read: AtomicU64,
+}
+
+/// Shard `s`'s capacity out of `capacity_bytes` over `n` shards: they add up to exactly the
+/// total, the first ones taking the rest.
+fn shard_capacity(capacity_bytes: u64, n: u64, s: u64) -> u64 {
+    capacity_bytes / n + u64::from(s < capacity_bytes % n)
 }
 
 impl PageCache {
     /// A cache of at most `capacity_bytes` bytes of pages.
     pub fn new(capacity_bytes: u64) -> PageCache {
         let n = (capacity_bytes / MIN_SHARD_BYTES).clamp(1, MAX_SHARDS);
-        // The shards' capacities add up to exactly the total: the first ones take the rest.
         let shards = (0..n)
-            .map(|s| {
-                let extra = u64::from(s < capacity_bytes % n);
-                Mutex::new(Lru::new(capacity_bytes / n + extra))
-            })
+            .map(|s| Mutex::new(Lru::new(shard_capacity(capacity_bytes, n, s))))
             .collect();
         PageCache {
             shards,
-            capacity_bytes,
+            capacity_bytes: AtomicU64::new(capacity_bytes),
             bytes_read: AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes of pages the cache may hold now.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes.load(Ordering::Acquire)
+    }
+
+    /// Changes the capacity (when registered graphs and models take or give back part of the
+    /// budget), evicting least recently used pages of each shard that is over its new share.
+    /// The number of shards stays what it was at start.
+    pub fn resize(&self, capacity_bytes: u64) {
+        self.capacity_bytes.store(capacity_bytes, Ordering::Release);
+        let n = self.shards.len() as u64;
+        for (s, shard) in self.shards.iter().enumerate() {
+            shard
+                .lock()
+                .unwrap()
+                .set_capacity(shard_capacity(capacity_bytes, n, s as u64));
         }
     }
 
     /// The counters, summed over the shards.
     pub fn stats(&self) -> CacheStats {
         let mut stats = CacheStats {
-            capacity_bytes: self.capacity_bytes,
+            capacity_bytes: self.capacity_bytes(),
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
             ..CacheStats::default()
         };
@@ -616,6 +647,28 @@ mod tests {
         // Freed slots are reused.
         lru.insert(20, "m", 1);
         assert_eq!(lru.slots.len(), 10);
+    }
+
+    #[test]
+    fn resizing_evicts_the_least_recently_used_of_each_shard() {
+        let mut lru = Lru::new(40);
+        for (k, bytes) in [('a', 10), ('b', 10), ('c', 10), ('d', 10)] {
+            lru.insert(k, (), bytes);
+        }
+        lru.get(&'a');
+        lru.set_capacity(25);
+        assert_eq!((lru.len(), lru.used_bytes()), (2, 20));
+        assert!(lru.get(&'a').is_some() && lru.get(&'d').is_some());
+        // A cache's shards share the new capacity; growing it evicts nothing.
+        let cache = PageCache::new(4 * MIN_SHARD_BYTES);
+        cache.resize(2 * MIN_SHARD_BYTES + 1);
+        let shares: Vec<u64> = cache
+            .shards
+            .iter()
+            .map(|s| s.lock().unwrap().capacity_bytes())
+            .collect();
+        assert_eq!(shares.iter().sum::<u64>(), 2 * MIN_SHARD_BYTES + 1);
+        assert_eq!(cache.stats().capacity_bytes, 2 * MIN_SHARD_BYTES + 1);
     }
 
     #[test]

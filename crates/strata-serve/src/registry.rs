@@ -9,14 +9,16 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use serde::{Deserialize, Serialize};
 
 use crate::durable::{create_dir_all, sync_dir, write_atomic};
 use crate::error::{Result, ServeError};
 use crate::graph::ServedGraph;
+use crate::memory::{self, Kind, Resident};
 use crate::model::{Architecture, Model, Precision};
+use crate::page_cache::PageCache;
 use crate::reorder::ReorderParams;
 
 /// A registered model; `id` tells apart two registrations under one name (embedding caches
@@ -40,6 +42,15 @@ pub struct Registry {
     graphs: RwLock<BTreeMap<String, Arc<ServedGraph>>>,
     models: RwLock<BTreeMap<String, Arc<ServedModel>>>,
     next_model_id: AtomicU64,
+    /// Once the server has planned its budget ([`Registry::attach`]): registrations take
+    /// their memory from the page cache, or are refused.
+    resident: OnceLock<Resident>,
+}
+
+/// Bytes `g` holds in memory ([`memory::graph_bytes`] of its current size).
+fn served_graph_bytes(g: &ServedGraph) -> u64 {
+    let s = g.status();
+    memory::graph_bytes(s.num_nodes, s.num_edges, s.num_classes > 0)
 }
 
 /// Names become directory names: keep them to a safe alphabet.
@@ -70,6 +81,7 @@ impl Registry {
             graphs: RwLock::new(BTreeMap::new()),
             models: RwLock::new(BTreeMap::new()),
             next_model_id: AtomicU64::new(1),
+            resident: OnceLock::new(),
         };
         for (name, path) in list_dirs(&dir.join("graphs"))? {
             let g = ServedGraph::open(&path)?;
@@ -96,6 +108,30 @@ impl Registry {
             reg.insert_model(name, model);
         }
         Ok(reg)
+    }
+
+    /// What each registered graph and model holds in memory, (kind, name) -> bytes.
+    pub fn held_bytes(&self) -> BTreeMap<(Kind, String), u64> {
+        let graphs = self.graphs.read().unwrap();
+        let models = self.models.read().unwrap();
+        graphs
+            .iter()
+            .map(|(n, g)| ((Kind::Graph, n.clone()), served_graph_bytes(g)))
+            .chain(
+                models
+                    .iter()
+                    .map(|(n, m)| ((Kind::Model, n.clone()), m.model.bytes())),
+            )
+            .collect()
+    }
+
+    /// From now on, registrations take their memory from `page_cache` (what is registered
+    /// now is already in the plan), and unregistrations give it back.
+    pub fn attach(&self, page_cache: Arc<PageCache>) {
+        let resident = Resident::new(page_cache, self.held_bytes());
+        if self.resident.set(resident).is_err() {
+            unreachable!("the registry's budget is attached once, at start");
+        }
     }
 
     /// The state directory.
@@ -142,18 +178,36 @@ impl Registry {
                 "graph '{name}' is already registered"
             )));
         }
-        let g = Arc::new(ServedGraph::register(
-            &self.dir.join("graphs"),
-            name,
-            source,
-            reorder,
-        )?);
+        // Charged before the graph is written and loaded, from its manifest; settled to the
+        // exact size once loaded.
+        let estimate = match self.resident.get() {
+            Some(r) => {
+                let bytes = memory::store_graph_bytes(source)?;
+                r.take(Kind::Graph, name, bytes)?;
+                bytes
+            }
+            None => 0,
+        };
+        let settle = |to: u64| {
+            if let Some(r) = self.resident.get() {
+                r.adjust(Kind::Graph, name, estimate, to);
+            }
+        };
+        let g = match ServedGraph::register(&self.dir.join("graphs"), name, source, reorder) {
+            Ok(g) => Arc::new(g),
+            Err(e) => {
+                settle(0);
+                return Err(e);
+            }
+        };
         let mut graphs = self.graphs.write().unwrap();
         if graphs.contains_key(name) {
+            settle(0);
             return Err(ServeError::AlreadyExists(format!(
                 "graph '{name}' is already registered"
             )));
         }
+        settle(served_graph_bytes(&g));
         graphs.insert(name.to_string(), Arc::clone(&g));
         Ok(g)
     }
@@ -167,6 +221,9 @@ impl Registry {
             .unwrap()
             .remove(name)
             .ok_or_else(|| ServeError::NotFound(format!("graph '{name}' is not registered")))?;
+        if let Some(r) = self.resident.get() {
+            r.release(Kind::Graph, name);
+        }
         remove_registered(&self.dir.join("graphs"), name)?;
         Ok(g)
     }
@@ -198,6 +255,9 @@ impl Registry {
             crate::model::file::Format::Npz => "npz",
         };
         let model = Model::from_bytes(bytes, Some(fmt_name), arch, precision)?;
+        if let Some(r) = self.resident.get() {
+            r.take(Kind::Model, name, model.bytes())?;
+        }
         let models = self.dir.join("models");
         let partial = models.join(format!(".partial-{name}"));
         let _ = std::fs::remove_dir_all(&partial);
@@ -220,6 +280,9 @@ impl Registry {
         })();
         if let Err(e) = persist {
             let _ = std::fs::remove_dir_all(&partial);
+            if let Some(r) = self.resident.get() {
+                r.adjust(Kind::Model, name, model.bytes(), 0);
+            }
             return Err(e);
         }
         Ok(self.insert_model(name.to_string(), model))
@@ -231,6 +294,9 @@ impl Registry {
             .unwrap()
             .remove(name)
             .ok_or_else(|| ServeError::NotFound(format!("model '{name}' is not registered")))?;
+        if let Some(r) = self.resident.get() {
+            r.release(Kind::Model, name);
+        }
         remove_registered(&self.dir.join("models"), name)
     }
 

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use strata_store::units::fmt_bytes;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
@@ -16,19 +17,30 @@ use tonic::{Request, Status};
 
 use crate::error::{Result, ServeError};
 use crate::executor::{ExecConfig, Executor};
+use crate::memory::{self, Kind};
 use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearningServer;
 use crate::registry::Registry;
 use crate::reorder::ReorderParams;
 use crate::service::{Core, Limits, Service};
 
-/// Share of `--memory` given to the embedding cache (when on), of what the working memory and
-/// the executor leave; the rest is the page cache.
+/// Bytes the server's runtime holds beside its planned parts: the async runtime and its RPC
+/// worker threads (stacks, HTTP/2 connection buffers), the executor's thread, the I/O engine's
+/// rings, and allocator overhead (the page cache's 16 KiB pages are 4 KiB-aligned
+/// allocations). Measured: serving the budget matrix's workload (a 50k-vertex graph
+/// registered, every feature row four times, sampling) at `--memory 32M` to `128M`, the server
+/// holds up to 20 MiB more than at start beyond the parts it planned (see
+/// docs/reliability.md, "Memory budgets").
+pub const RUNTIME_BYTES: u64 = 24 << 20;
+/// Least bytes a plan leaves for the working memory, the executor and the caches together.
+pub const MIN_SHARED_BYTES: u64 = 8 << 20;
+/// Share of the shared part given to the embedding cache (when on), of what the working
+/// memory and the executor leave; the rest is the page cache.
 const EMBEDDING_SHARE: f64 = 0.25;
-/// `--memory / WORKING_DIVISOR` is the working memory: requests, replies and results not yet
+/// `shared / WORKING_DIVISOR` is the working memory: requests, replies and results not yet
 /// fetched (`memory.rs`).
 const WORKING_DIVISOR: u64 = 8;
-/// `--memory / EXECUTOR_DIVISOR` holds the executor's fused groups: their input rows and
+/// `shared / EXECUTOR_DIVISOR` holds the executor's fused groups: their input rows and
 /// activations (a group too big for it is split).
 const EXECUTOR_DIVISOR: u64 = 8;
 /// How often the stop condition and the fold policy are checked.
@@ -41,8 +53,8 @@ pub struct ServeConfig {
     pub listen: String,
     /// Where registered graphs and models live.
     pub state_dir: PathBuf,
-    /// Bytes for the page cache and the embedding cache together (topology, in memory as
-    /// GLIST's translation tables are, is on top).
+    /// The server's whole budget: its runtime, the registered graphs and models, and the
+    /// working memory, executor and caches ([`BudgetPlan`]).
     pub memory_bytes: u64,
     /// Whether node embeddings are cached (GLIST's "C"); off, the page cache gets all of
     /// `memory_bytes`.
@@ -70,6 +82,13 @@ pub struct ServeConfig {
 pub struct BudgetPlan {
     /// `--memory`, all of it.
     pub memory_bytes: u64,
+    /// [`RUNTIME_BYTES`].
+    pub runtime_bytes: u64,
+    /// Topology, ids and labels of the graphs registered at start ([`crate::memory::graph_bytes`]).
+    pub graphs_bytes: u64,
+    /// Weights of the models registered at start, as served.
+    pub models_bytes: u64,
+    /// The page cache at start; graphs and models registered later take from it.
     pub page_cache_bytes: u64,
     pub embedding_cache_bytes: u64,
     /// Requests, replies and results not yet fetched.
@@ -82,26 +101,54 @@ pub struct BudgetPlan {
 }
 
 impl BudgetPlan {
-    /// The split of `memory_bytes`: an eighth each to the working memory and the executor;
-    /// of the rest, a quarter to embeddings when `embedding_cache`, and the remainder (or
-    /// all) to pages. `max_message` is the configured message limit.
-    pub fn of(memory_bytes: u64, embedding_cache: bool, max_message: usize) -> BudgetPlan {
-        let working = memory_bytes / WORKING_DIVISOR;
-        let executor = memory_bytes / EXECUTOR_DIVISOR;
-        let rest = memory_bytes - working - executor;
+    /// The split of `memory_bytes`: the runtime, `graphs_bytes` and `models_bytes` off the
+    /// top; of the rest (the shared part), an eighth each to the working memory and the
+    /// executor, of what remains a quarter to embeddings when `embedding_cache`, and the
+    /// remainder (or all) to pages. `max_message` is the configured message limit. Refuses
+    /// (`INVALID_ARGUMENT`, naming each part) a budget whose shared part would be less than
+    /// [`MIN_SHARED_BYTES`].
+    pub fn of(
+        memory_bytes: u64,
+        graphs_bytes: u64,
+        models_bytes: u64,
+        embedding_cache: bool,
+        max_message: usize,
+    ) -> Result<BudgetPlan> {
+        let fixed = RUNTIME_BYTES
+            .saturating_add(graphs_bytes)
+            .saturating_add(models_bytes);
+        let minimum = fixed.saturating_add(MIN_SHARED_BYTES);
+        if memory_bytes < minimum {
+            return Err(ServeError::InvalidArgument(format!(
+                "memory: --memory {} is below this server's minimum of {}: runtime {} (async runtime, RPC threads, allocator; measured), registered graphs {} (topology, ids, labels), models {}, and at least {} for the working memory, the executor and the caches; raise --memory",
+                fmt_bytes(memory_bytes),
+                fmt_bytes(minimum),
+                fmt_bytes(RUNTIME_BYTES),
+                fmt_bytes(graphs_bytes),
+                fmt_bytes(models_bytes),
+                fmt_bytes(MIN_SHARED_BYTES)
+            )));
+        }
+        let shared = memory_bytes - fixed;
+        let working = shared / WORKING_DIVISOR;
+        let executor = shared / EXECUTOR_DIVISOR;
+        let rest = shared - working - executor;
         let embedding = if embedding_cache {
             (rest as f64 * EMBEDDING_SHARE) as u64
         } else {
             0
         };
-        BudgetPlan {
+        Ok(BudgetPlan {
             memory_bytes,
+            runtime_bytes: RUNTIME_BYTES,
+            graphs_bytes,
+            models_bytes,
             page_cache_bytes: rest - embedding,
             embedding_cache_bytes: embedding,
             working_bytes: working,
             executor_bytes: executor,
             max_message_bytes: (max_message as u64).min(working / 2),
-        }
+        })
     }
 }
 
@@ -169,14 +216,44 @@ pub fn serve(
     if cfg.token.as_deref() == Some("") {
         return Err(ServeError::InvalidArgument("token: empty".into()));
     }
-    let plan = BudgetPlan::of(cfg.memory_bytes, cfg.embedding_cache, cfg.max_message_bytes);
     let registry = Registry::open(&cfg.state_dir)?;
-    for (name, path) in &cfg.register {
-        if registry.graph(name).is_err() {
-            registry.register_graph(name, path, cfg.reorder.as_ref())?;
-        }
+    let plan_for = |graphs: u64, models: u64| {
+        BudgetPlan::of(
+            cfg.memory_bytes,
+            graphs,
+            models,
+            cfg.embedding_cache,
+            cfg.max_message_bytes,
+        )
+    };
+    let sum = |kind: Kind| -> u64 {
+        let held = registry.held_bytes();
+        held.iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|(_, b)| b)
+            .sum()
+    };
+    // The stores to register are planned from their manifests before any is written, so a
+    // budget too small for them is refused before the work.
+    let pending: Vec<&(String, PathBuf)> = cfg
+        .register
+        .iter()
+        .filter(|(name, _)| registry.graph(name).is_err())
+        .collect();
+    let mut pending_bytes = 0u64;
+    for (_, path) in &pending {
+        pending_bytes = pending_bytes.saturating_add(memory::store_graph_bytes(path)?);
     }
+    plan_for(
+        sum(Kind::Graph).saturating_add(pending_bytes),
+        sum(Kind::Model),
+    )?;
+    for (name, path) in pending {
+        registry.register_graph(name, path, cfg.reorder.as_ref())?;
+    }
+    let plan = plan_for(sum(Kind::Graph), sum(Kind::Model))?;
     let page_cache = Arc::new(PageCache::new(plan.page_cache_bytes));
+    registry.attach(Arc::clone(&page_cache));
     let mut exec = cfg.exec.clone();
     exec.embedding_cache_bytes = plan.embedding_cache_bytes;
     exec.group_bytes = plan.executor_bytes;
@@ -292,4 +369,40 @@ fn fold_due(
         }
     }
     Ok(folds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plan_takes_the_runtime_graphs_and_models_off_the_top() {
+        let p = BudgetPlan::of(128 << 20, 3 << 20, 1 << 20, true, 64 << 20).unwrap();
+        let shared = (128 - 24 - 4) << 20;
+        assert_eq!(
+            (p.working_bytes, p.executor_bytes),
+            (shared / 8, shared / 8)
+        );
+        let parts = p.runtime_bytes
+            + p.graphs_bytes
+            + p.models_bytes
+            + p.working_bytes
+            + p.executor_bytes
+            + p.embedding_cache_bytes
+            + p.page_cache_bytes;
+        assert_eq!(parts, 128 << 20);
+        assert_eq!(p.max_message_bytes, shared / 16);
+        let e = BudgetPlan::of(35 << 20, 3 << 20, 1 << 20, true, 64 << 20)
+            .unwrap_err()
+            .to_string();
+        for want in [
+            "--memory 35.0 MiB is below this server's minimum of 36.0 MiB",
+            "runtime 24.0 MiB",
+            "registered graphs 3.00 MiB",
+            "models 1.00 MiB",
+        ] {
+            assert!(e.contains(want), "{want:?} not in {e}");
+        }
+        assert!(BudgetPlan::of(36 << 20, 3 << 20, 1 << 20, false, 64 << 20).is_ok());
+    }
 }

@@ -18,7 +18,9 @@ class ServeConfig:
     )
     listen: str = option("127.0.0.1:7100", help="HOST:PORT to listen on; port 0 picks a free one")
     state_dir: Path = option(Path("strata-serve-state"), help="where registered graphs, models and logs live")
-    memory: Size = option(Size(1 << 30), help="bytes for the page cache (3/4) and the embedding cache (1/4)")
+    memory: Size = option(
+        Size(1 << 30), help="whole budget: runtime (24 MiB), graphs, models, working memory, executor, caches"
+    )
     embedding_cache: bool = option(
         True, help="cache node embeddings until the graph changes (GLIST's C); off gives all of --memory to pages"
     )

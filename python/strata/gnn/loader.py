@@ -131,6 +131,28 @@ AUTO_DEVICE_SHARE = 0.25
 DEVICE_LOAD_ROWS = 1 << 16
 
 
+def process_bytes(field: str = "VmRSS") -> int | None:
+    """A size of this process from ``/proc/self/status`` in bytes, or None where it does not
+    tell: ``VmRSS``, its resident set (its anonymous memory and the file pages it has mapped,
+    torch's libraries included), or ``VmHWM``, the largest resident set so far."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def node_labels(store: Store):
+    """The store's node labels, checked against its class count (-1: unlabelled); None when
+    it has none."""
+    if not store.has("labels"):
+        return None
+    return store.checked("labels", "label", -1, store.manifest["labels"]["num_classes"])
+
+
 def device_tier_bytes(device_memory, device: str) -> int:
     """Bytes for the device tier: ``device_memory`` as a size, or for ``"auto"`` (or None) a
     quarter of the free memory of a CUDA ``device`` and nothing on other devices. Opening a
@@ -155,7 +177,13 @@ class GnnData:
     bytes (``"auto"``: a quarter of a CUDA device's free memory, none on ``cpu``), outside the
     host ``memory`` budget. Batches then carry only the other rows from the host; the device
     rows are gathered on the device. On ``cpu`` an explicit ``device_memory`` builds the same
-    tier in RAM (for tests and for checking the path without a GPU)."""
+    tier in RAM (for tests and for checking the path without a GPU).
+
+    The ``memory`` budget holds this process too: its resident set when the store is opened
+    (the interpreter, torch and whatever model is built by then) is measured and planned as
+    the runtime, and ``training`` (a model's :meth:`~strata.gnn.models.GNN.training_costs`)
+    plans what training a batch adds. Build the model and optimizer before opening the store
+    so that the measurement includes them."""
 
     def __init__(
         self,
@@ -164,6 +192,7 @@ class GnnData:
         *,
         device: str = "cpu",
         device_memory: int | str | None = "auto",
+        training: dict | None = None,
         **options,
     ):
         unknown = set(options) - set(DATA_DEFAULTS)
@@ -178,12 +207,10 @@ class GnnData:
         self.store = Store(store)
         self.config = cfg
         train = self.nodes("train") if self.store.has("node_train") else np.empty(0, dtype=np.int64)
-        self.labels = None
-        if self.store.has("labels"):
-            classes = self.store.manifest["labels"]["num_classes"]
-            self.labels = self.store.checked("labels", "label", -1, classes)
+        self.labels = node_labels(self.store)
         self.num_classes = None if self.labels is None else int(self.labels.max()) + 1
-        self._native = _native.GnnData(str(store), cfg, node_id_bytes(train), progress)
+        consumer = {"runtime_bytes": process_bytes(), **(training or {})}
+        self._native = _native.GnnData(str(store), cfg, node_id_bytes(train), consumer, progress)
         self.num_nodes, self.dim, self.dtype, self.row_bytes = self._native.features_info()
         self.device_table = self._load_device_tier()
 

@@ -20,6 +20,11 @@ nn = torch.nn
 F = torch.nn.functional
 
 ModelKind = Literal["sage", "sage_pool", "gcn", "gin", "gat"]
+
+#: Code pages of the kernels that the first backward pass, optimizer step and evaluation use,
+#: mapped after the memory plan measured the process: part of ``GNN.training_costs``. Measured:
+#: torch 2.15's CPU path maps ~16 MiB more of its libraries during a GraphSAGE epoch.
+KERNEL_PAGES_BYTES = 32 << 20
 MODEL_KINDS: tuple[str, ...] = ("sage", "sage_pool", "gcn", "gin", "gat")
 
 
@@ -66,6 +71,10 @@ class SAGEConv(nn.Module):
         self.self_lin = nn.Linear(in_dim, out_dim)
         self.neigh_lin = nn.Linear(in_dim, out_dim, bias=False)
 
+    def cost_widths(self) -> tuple[int, int, int, int]:
+        """(input, output, message, transformed source row) widths, for ``GNN.training_costs``."""
+        return self.self_lin.in_features, self.self_lin.out_features, self.self_lin.in_features, 0
+
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         return self.self_lin(x[: block.num_dst]) + self.neigh_lin(_mean_neighbours(block, x))
 
@@ -100,6 +109,10 @@ class SAGEPoolConv(nn.Module):
         self.self_lin = nn.Linear(in_dim, out_dim)
         self.neigh_lin = nn.Linear(in_dim, out_dim, bias=False)
 
+    def cost_widths(self) -> tuple[int, int, int, int]:
+        d = self.pool_lin.in_features
+        return d, self.self_lin.out_features, d, d
+
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         pooled = _max_neighbours(block, F.relu(self.pool_lin(x)))
         return self.self_lin(x[: block.num_dst]) + self.neigh_lin(pooled)
@@ -125,6 +138,9 @@ class GINConv(nn.Module):
         else:
             self.register_buffer("eps", torch.zeros(()))
 
+    def cost_widths(self) -> tuple[int, int, int, int]:
+        return self.lin1.in_features, self.lin1.out_features, self.lin1.in_features, 0
+
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         out = x[: block.num_dst] * (1 + self.eps)
         out = out.index_add(0, block.dst, x[block.src])
@@ -138,6 +154,10 @@ class GCNConv(nn.Module):
     def __init__(self, in_dim: int, out_dim: int):
         super().__init__()
         self.lin = nn.Linear(in_dim, out_dim)
+
+    def cost_widths(self) -> tuple[int, int, int, int]:
+        out = self.lin.out_features
+        return self.lin.in_features, out, out, out
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         h = x @ self.lin.weight.T
@@ -165,6 +185,10 @@ class GATConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
+
+    def cost_widths(self) -> tuple[int, int, int, int]:
+        h = self.heads * self.out_dim
+        return self.lin.in_features, h if self.concat else self.out_dim, h, h + self.heads
 
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         n_dst = block.num_dst
@@ -233,6 +257,28 @@ class GNN(nn.Module):
                 d_in = dims[i] if i == 0 else dims[i] * heads
                 convs.append(GATConv(d_in, dims[i + 1], heads=heads, concat=not last))
         self.convs = nn.ModuleList(convs)
+
+    def training_costs(self, optimizer_states: int) -> dict:
+        """What training holds beside the batch's input rows, in bytes, for the memory plan
+        (``strata_gnn::data::Consumer``): per layer (input layer first), per source row, per
+        destination row and per edge of its block; and ``fixed_bytes``, the parameters'
+        gradients, ``optimizer_states`` tensors of the parameters' size (2 for Adam) and
+        :data:`KERNEL_PAGES_BYTES`.
+
+        An allowance, not an exact count, float32 throughout: a source row holds the rows a
+        layer transforms before gathering (GCN, GAT, max-pool) and their gradient; a
+        destination row its aggregates (3 x input width: the sum, the mean, a gradient) and its
+        outputs (7 x output width: two products, their sum, ReLU, dropout and its mask, a
+        gradient); an edge its gathered message and the message's gradient, plus the block's
+        two int64 ids."""
+        layers = []
+        for conv in self.convs:
+            a, b, message, transformed = conv.cost_widths()
+            layers.append(
+                {"src_row": 4 * 2 * transformed, "dst_row": 4 * (3 * a + 7 * b), "edge": 4 * 2 * message + 16}
+            )
+        params = sum(p.numel() * p.element_size() for p in self.parameters())
+        return {"layers": layers, "fixed_bytes": params * (1 + optimizer_states) + KERNEL_PAGES_BYTES}
 
     def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
         if len(blocks) != len(self.convs):

@@ -16,10 +16,12 @@ from pathlib import Path
 
 from ..config import as_dict
 from ..config.gnn import GnnTrainConfig
+from ..errors import ConfigError
 from ..paths import make_dir
+from ..store import Store
 from ..units import fmt_bytes, fmt_count
 from ._torch import require_torch
-from .loader import DATA_DEFAULTS, GnnData
+from .loader import DATA_DEFAULTS, GnnData, node_labels, process_bytes
 
 ProgressFn = Callable[..., bool]
 
@@ -122,14 +124,25 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     torch.manual_seed(cfg.seed)
     device = _device(torch, cfg.device)
     settings = as_dict(cfg)
-    data = GnnData(cfg.store, progress, device=str(device), **{k: settings[k] for k in DATA_DEFAULTS})
-    if data.labels is None:
-        raise ValueError(f"{cfg.store}: the store has no node labels; node classification needs them")
     from .models import GNN
 
-    model = GNN(cfg.model, data.dim, cfg.hidden, data.num_classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
+    # The model and optimizer are built before the store is opened, so that the process the
+    # memory plan measures as its runtime holds them and torch's runtime they start.
+    store = Store(cfg.store)
+    features = store.manifest.get("features")
+    if features is None:
+        raise ConfigError(f"{cfg.store}: the store has no node features; GNN training needs them")
+    labels = node_labels(store)
+    if labels is None:
+        raise ValueError(f"{cfg.store}: the store has no node labels; node classification needs them")
+    classes = int(labels.max()) + 1
+    model = GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
     model = model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    training = model.training_costs(optimizer_states=2)
+    data = GnnData(
+        cfg.store, progress, device=str(device), training=training, **{k: settings[k] for k in DATA_DEFAULTS}
+    )
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
     make_dir(run_dir, "--run-dir")
     (run_dir / "metrics.jsonl").write_text("")
@@ -163,6 +176,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
         "config": settings | {"store": str(cfg.store), "run_dir": str(run_dir)},
         "device": str(device),
         "plan": data.plan,
+        "resident_peak_bytes": process_bytes("VmHWM"),
         "hot_seconds": data._native.hot_seconds,
         "history": history,
         "best": best,

@@ -69,7 +69,9 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
             on_ready(addr, plan)
         else:
             print(
-                f"budget {fmt_bytes(cfg.memory)}: page cache {fmt_bytes(plan['page_cache_bytes'])} "
+                f"budget {fmt_bytes(cfg.memory)}: runtime {fmt_bytes(plan['runtime_bytes'])}, "
+                f"graphs {fmt_bytes(plan['graphs_bytes'])} (topology, ids, labels), models "
+                f"{fmt_bytes(plan['models_bytes'])}; page cache {fmt_bytes(plan['page_cache_bytes'])} "
                 f"(16 KiB pages, LRU), embedding cache {fmt_bytes(plan['embedding_cache_bytes'])}, "
                 f"working memory {fmt_bytes(plan['working_bytes'])} (requests, replies, results), "
                 f"executor groups {fmt_bytes(plan['executor_bytes'])}; messages up to "
