@@ -584,7 +584,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::sync::OnceLock;
-    use strata_io::{BackendKind, EngineConfig};
 
     const P: u64 = PAGE_BYTES as u64;
 
@@ -746,25 +745,8 @@ mod tests {
     /// The engines under test: the thread pool, and io_uring unless STRATA_TEST_NO_URING.
     fn engines() -> &'static [Arc<Engine>] {
         static ENGINES: OnceLock<Vec<Arc<Engine>>> = OnceLock::new();
-        ENGINES.get_or_init(|| {
-            let mut kinds = vec![BackendKind::Threads];
-            if std::env::var_os("STRATA_TEST_NO_URING").is_none() {
-                kinds.push(BackendKind::IoUring);
-            }
-            kinds
-                .into_iter()
-                .map(|backend| {
-                    // A small window, so a batch of page reads waits for room.
-                    Engine::new(&EngineConfig {
-                        backend,
-                        depth: 4,
-                        threads: 3,
-                        ..EngineConfig::default()
-                    })
-                    .unwrap_or_else(|e| panic!("{} backend: {e}", backend.name()))
-                })
-                .collect()
-        })
+        // A small window, so a batch of page reads waits for room.
+        ENGINES.get_or_init(|| strata_io::testing::engines(4, 3))
     }
 
     /// A file of `len` pseudo-random bytes.
