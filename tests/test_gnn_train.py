@@ -125,7 +125,7 @@ def test_the_plan_holds_the_process_and_what_training_adds(sbm):
     gat = GNN("gat", 32, 8, 4, layers=2, heads=2).training_costs(optimizer_states=2)["layers"]
     assert gat[0]["src_row"] == 4 * 2 * (16 + 2) and gat[1]["dst_row"] == 4 * (3 * 16 + 7 * 4)
     before = process_bytes()
-    data = GnnData(sbm, fanouts=[5, 5], batch_size=100, memory="2G", training=costs)
+    data = GnnData(sbm, fanouts=[5, 5], batch_size=100, memory="2G", training=costs, own_process=True)
     plan = data.plan
     # The runtime is this process as measured at open (its resident set moves a little as
     # the store opens), not a fixed reserve.
@@ -135,4 +135,7 @@ def test_the_plan_holds_the_process_and_what_training_adds(sbm):
     with pytest.raises(ConfigError, match="the model has 1 layers but the sampler makes 2 blocks"):
         GnnData(sbm, fanouts=[5, 5], training={"layers": costs["layers"][:1], "fixed_bytes": 0})
     with pytest.raises(BudgetError, match=r"the runtime \(.* this process as measured at open\)"):
-        GnnData(sbm, memory="64M", training=costs)
+        GnnData(sbm, memory="64M", training=costs, own_process=True)
+    # In a caller's own script the budget is the data path's: the process is not measured.
+    plan = GnnData(sbm, fanouts=[5, 5], batch_size=100, memory="256M", training=costs).plan
+    assert not plan["runtime_measured"] and plan["runtime_bytes"] == 64 << 20
