@@ -11,7 +11,7 @@ use strata_io::Engine;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
-use crate::budget::{self, BudgetPlan};
+use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
 use crate::config::{OptimizerKind, Protocol, TrainConfig};
 use crate::epoch::Trainer;
@@ -27,6 +27,7 @@ use crate::run_dir::{
     RUN_VERSION,
 };
 use crate::table::{Layout, TableFile};
+use strata_store::budget::Planned;
 
 /// Worker threads for `cfg` (0: one per core).
 pub fn threads_for(cfg: &TrainConfig) -> usize {
@@ -34,7 +35,7 @@ pub fn threads_for(cfg: &TrainConfig) -> usize {
 }
 
 /// The evaluation settings of a run's config.
-pub fn eval_spec(cfg: &TrainConfig, plan: &BudgetPlan, threads: usize) -> EvalSpec {
+pub fn eval_spec(cfg: &TrainConfig, plan: &EmbedPlan, threads: usize) -> EvalSpec {
     EvalSpec {
         protocol: cfg.eval_protocol,
         negatives: cfg.eval_negatives,
@@ -68,7 +69,7 @@ fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
 struct Setup {
     run: Run,
     store: Store,
-    plan: BudgetPlan,
+    plan: EmbedPlan,
     trainer: Trainer,
     resumed: bool,
 }
@@ -243,7 +244,10 @@ fn setup(
         None
     };
     let plan = budget::plan(&cfg, &model, graph.num_nodes, graph.num_relations, threads)?;
-    plan.describe().iter().for_each(|l| progress.message(l));
+    plan.memory_plan()
+        .describe()
+        .iter()
+        .for_each(|l| progress.message(l));
     let partitioning = Partitioning::new(graph.num_nodes, plan.partitions, cfg.seed)?;
     let buckets = Arc::new(buckets(
         &store,
@@ -278,6 +282,7 @@ fn setup(
     let mut relations = run.meta.empty_relations();
     let (rp, sp) = run.relation_paths(run.meta.current.epoch);
     relations.load(&rp, &sp)?;
+    run.meta.memory_plan = Some(plan.memory_plan());
     if run.meta.sgemm_flops == 0.0 {
         run.meta.sgemm_flops = sgemm_reference_flops();
     }
@@ -401,6 +406,7 @@ fn create(
             history: Vec::new(),
             test: None,
             sgemm_flops: 0.0,
+            memory_plan: None,
         },
     };
     let relations = Relations::new(

@@ -73,6 +73,9 @@ pub struct RunMeta {
     pub test: Option<Metrics>,
     /// Single-thread SGEMM FLOP/s measured on this machine, the reference for the step's rate.
     pub sgemm_flops: f64,
+    /// The memory plan of the latest start (absent in runs written before plans were saved).
+    #[serde(default)]
+    pub memory_plan: Option<strata_store::budget::MemoryPlan>,
 }
 
 impl RunMeta {

@@ -8,12 +8,12 @@
 //! save the plan in their run's JSON; `strata info --memory` prints the same plans, so what
 //! the user is told and what the engine does cannot disagree.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::units::fmt_bytes;
 
 /// One use of the budget: `bytes` of memory for `name` (e.g. "partition buffer").
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanPart {
     /// What the bytes hold, short and lowercase ("topology", "hot set").
     pub name: String,
@@ -24,7 +24,7 @@ pub struct PlanPart {
 }
 
 /// A data set and how much of it the plan keeps in memory; the rest lives in `elsewhere`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanData {
     /// The data ("node features", "embedding table").
     pub name: String,
@@ -44,7 +44,7 @@ impl PlanData {
 }
 
 /// What an engine does with its budget.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemoryPlan {
     /// The engine ("embed", "gnn", "grid", "serve").
     pub engine: String,
@@ -181,9 +181,18 @@ mod tests {
     fn describes_every_part_and_data_set() {
         let lines = plan().describe();
         assert_eq!(lines.len(), 5, "{lines:?}");
-        assert!(lines[0].starts_with("gnn budget 1.00 GiB: planned 600 MiB (minimum 200 MiB)"), "{lines:?}");
-        assert!(lines[1].contains("topology") && lines[1].contains("CSC, 26 M edges"), "{lines:?}");
-        assert!(lines[3].contains("12.2% in memory") && lines[3].ends_with("the rest from SSD"), "{lines:?}");
+        assert!(
+            lines[0].starts_with("gnn budget 1.00 GiB: planned 600 MiB (minimum 200 MiB)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].contains("topology") && lines[1].contains("CSC, 26 M edges"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[3].contains("12.2% in memory") && lines[3].ends_with("the rest from SSD"),
+            "{lines:?}"
+        );
         assert!(lines[4].ends_with("all in memory"), "{lines:?}");
     }
 
