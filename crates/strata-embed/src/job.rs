@@ -26,7 +26,7 @@ use crate::run_dir::{
     is_run, sync_dir, train_bytes, Checkpoint, EpochRecord, Run, RunMeta, Which, RUN_FORMAT,
     RUN_VERSION,
 };
-use crate::table::{Layout, TableFile};
+use crate::table::{TableFile, TableLayout};
 use strata_store::budget::Planned;
 
 /// Worker threads for `cfg` (0: one per core).
@@ -255,7 +255,7 @@ fn setup(
         cfg.memory.saturating_sub(budget::RUNTIME_BYTES),
         progress,
     )?);
-    let layout = Layout::new(&partitioning, cfg.dim, cfg.optimizer);
+    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
     let engine = Engine::shared();
     let mut buffer = PartitionBuffer::new(engine.clone(), layout, plan.capacity);
     let resumed = prior.is_some();
@@ -314,7 +314,7 @@ fn create(
     cfg: &TrainConfig,
     model: &Model,
     partitioning: Partitioning,
-    layout: Layout,
+    layout: TableLayout,
     buffer: &mut PartitionBuffer,
     progress: &dyn Progress,
 ) -> Result<Run> {

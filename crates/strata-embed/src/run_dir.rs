@@ -28,7 +28,7 @@ use crate::eval::Metrics;
 use crate::model::Model;
 use crate::partitioning::Partitioning;
 use crate::relations::Relations;
-use crate::table::Layout;
+use crate::table::TableLayout;
 
 pub const RUN_FORMAT: &str = "strata-embed-run";
 pub const RUN_VERSION: u32 = 1;
@@ -63,7 +63,7 @@ pub struct RunMeta {
     pub num_relations: u64,
     pub config: TrainConfig,
     pub partitioning: Partitioning,
-    pub layout: Layout,
+    pub layout: TableLayout,
     pub current: Checkpoint,
     pub best: Checkpoint,
     /// Validation MRR of the best checkpoint (absent without validation).
