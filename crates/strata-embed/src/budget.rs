@@ -12,7 +12,7 @@ use crate::bank::Banks;
 use crate::config::{NegativePool, OptimizerKind, Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval;
-use crate::model::Model;
+use crate::model::ScoreModel;
 
 /// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
 /// rings and bounce buffers.
@@ -147,12 +147,12 @@ pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
 
 /// Scratch of one worker for chunks of `b` edges and `n` negatives (scores, loaded rows,
 /// gradients, update keys).
-fn worker_bytes(model: &Model, b: u64, n: u64) -> u64 {
+fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
     let d = model.dim as u64;
     let scores = 4
         * b
         * n
-        * if model.kind == crate::model::ModelKind::TransE {
+        * if model.kind == crate::model::ScoreKind::TransE {
             2
         } else {
             1
@@ -164,7 +164,7 @@ fn worker_bytes(model: &Model, b: u64, n: u64) -> u64 {
 /// `threads` workers. `cfg.partitions == 0` picks the fewest partitions that fit.
 pub fn plan(
     cfg: &TrainConfig,
-    model: &Model,
+    model: &ScoreModel,
     num_nodes: u64,
     num_relations: u64,
     threads: usize,
@@ -320,11 +320,11 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ModelKind;
+    use crate::model::ScoreKind;
 
-    fn model(dim: usize) -> Model {
-        Model {
-            kind: ModelKind::ComplEx,
+    fn model(dim: usize) -> ScoreModel {
+        ScoreModel {
+            kind: ScoreKind::ComplEx,
             dim,
             transe_norm: 2,
         }

@@ -18,7 +18,7 @@ use crate::epoch::Trainer;
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::kernels::sgemm_reference_flops;
-use crate::model::{Model, ModelKind};
+use crate::model::{ScoreKind, ScoreModel};
 use crate::overlap;
 use crate::partitioning::{buckets, Partitioning};
 use crate::relations::Relations;
@@ -208,12 +208,12 @@ fn setup(
 ) -> Result<Setup> {
     let store = Store::open(store_path)?;
     let graph = store.manifest().graph.clone();
-    let model = Model {
+    let model = ScoreModel {
         kind: cfg.model,
         dim: cfg.dim,
         transe_norm: cfg.transe_norm,
     };
-    if model.kind == ModelKind::Dot && graph.num_relations > 0 {
+    if model.kind == ScoreKind::Dot && graph.num_relations > 0 {
         progress.message(&format!(
             "model dot ignores the {} relation types of the store",
             graph.num_relations
@@ -312,7 +312,7 @@ fn create(
     store: &Store,
     dir: &Path,
     cfg: &TrainConfig,
-    model: &Model,
+    model: &ScoreModel,
     partitioning: Partitioning,
     layout: TableLayout,
     buffer: &mut PartitionBuffer,

@@ -17,7 +17,7 @@ use crate::config::{Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::job::{eval_spec, threads_for};
-use crate::model::{score_candidates, Model, Scratch};
+use crate::model::{score_candidates, ScoreModel, Scratch};
 use crate::relations::Relations;
 use crate::run_dir::{Run, Which};
 use crate::table::TableFile;
@@ -28,7 +28,7 @@ pub struct Loaded {
     pub run: Run,
     pub store: Store,
     pub cfg: TrainConfig,
-    pub model: Model,
+    pub model: ScoreModel,
     pub plan: EmbedPlan,
     pub relations: Relations,
     pub buffer: PartitionBuffer,

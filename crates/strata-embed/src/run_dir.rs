@@ -25,7 +25,7 @@ use crate::config::TrainConfig;
 use crate::epoch::{EpochReport, Interval};
 use crate::error::{EmbedError, Result};
 use crate::eval::Metrics;
-use crate::model::Model;
+use crate::model::ScoreModel;
 use crate::partitioning::Partitioning;
 use crate::relations::Relations;
 use crate::table::TableLayout;
@@ -79,8 +79,8 @@ pub struct RunMeta {
 }
 
 impl RunMeta {
-    pub fn model(&self) -> Model {
-        Model {
+    pub fn model(&self) -> ScoreModel {
+        ScoreModel {
             kind: self.config.model,
             dim: self.config.dim,
             transe_norm: self.config.transe_norm,

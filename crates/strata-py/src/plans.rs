@@ -40,7 +40,7 @@ fn with_defaults<T: Default + Serialize + DeserializeOwned>(
 fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
     use strata_embed::config::TrainConfig;
     use strata_embed::error::EmbedError;
-    use strata_embed::model::Model;
+    use strata_embed::model::ScoreModel;
     let cfg: TrainConfig = with_defaults(py, "embed", config)?;
     cfg.validate().map_err(|e| config_error(py, &e))?;
     let graph = Store::open(store)
@@ -48,7 +48,7 @@ fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
         .manifest()
         .graph
         .clone();
-    let model = Model {
+    let model = ScoreModel {
         kind: cfg.model,
         dim: cfg.dim,
         transe_norm: cfg.transe_norm,
