@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{LossKind, ModelKind};
+use crate::model::{LossKind, ScoreKind};
 use crate::ordering::OrderingKind;
 
 /// Most edges per chunk and negatives per side: a worker's update tag holds the row in 29 bits.
@@ -56,7 +56,7 @@ pub enum Protocol {
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     /// Score function.
-    pub model: ModelKind,
+    pub model: ScoreKind,
     /// Reals per node embedding (ComplEx and RotatE use half as complex coordinates).
     pub dim: usize,
     /// Norm of TransE (1 or 2).
@@ -110,7 +110,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
-            model: ModelKind::ComplEx,
+            model: ScoreKind::ComplEx,
             dim: 100,
             transe_norm: 2,
             loss: LossKind::Softmax,
@@ -147,7 +147,7 @@ impl TrainConfig {
         if self.dim == 0 {
             return bad("dim", "must be positive".into());
         }
-        if matches!(self.model, ModelKind::ComplEx | ModelKind::RotatE)
+        if matches!(self.model, ScoreKind::ComplEx | ScoreKind::RotatE)
             && !self.dim.is_multiple_of(2)
         {
             return bad(

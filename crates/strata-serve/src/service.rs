@@ -12,6 +12,7 @@ use strata_graph::{NeighborSampler, SamplerConfig};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::budget::ServePlan;
 use crate::error::{Result, ServeError};
 use crate::executor::{Executor, Finished, Output, Task};
 use crate::graph::{Applied, Change, GraphStatus, Pending, ServedGraph};
@@ -22,7 +23,6 @@ use crate::proto::{self, ResultState};
 use crate::registry::{Registry, ServedModel};
 use crate::reorder::ReorderParams;
 use crate::schedule::Targets;
-use crate::server::BudgetPlan;
 use crate::wire;
 
 /// Longest a `GetAnalysisResult` may wait, so a drain is never held up for long.
@@ -68,7 +68,7 @@ pub struct Core {
     pub limits: Limits,
     pub sample_seed: u64,
     pub listen: String,
-    pub memory_bytes: u64,
+    pub memory: u64,
     /// Requests, replies and results not yet fetched reserve their bytes here first.
     pub working: Arc<Pool>,
     /// The largest message, request or reply (the plan's).
@@ -86,7 +86,7 @@ impl Core {
         executor: Executor,
         page_cache: Arc<PageCache>,
         limits: Limits,
-        plan: &BudgetPlan,
+        plan: &ServePlan,
         sample_seed: u64,
         listen: String,
     ) -> Core {
@@ -103,7 +103,7 @@ impl Core {
             limits,
             sample_seed,
             listen,
-            memory_bytes: plan.memory_bytes,
+            memory: plan.memory,
             started: Instant::now(),
             draining: AtomicBool::new(false),
             bytes_in: AtomicU64::new(0),
@@ -201,7 +201,7 @@ impl Core {
             requests_failed: ex.failed,
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
-            memory_budget_bytes: self.memory_bytes,
+            memory: self.memory,
             draining: self.draining.load(Ordering::Acquire),
             working_used_bytes: self.working.used(),
             working_capacity_bytes: self.working.capacity(),

@@ -236,6 +236,11 @@ class GnnData:
         """The budget plan: bytes for topology, hot set, cache, batches, runtime."""
         return self._native.plan()
 
+    @property
+    def memory_plan(self) -> dict:
+        """The plan in the shape every engine's takes: engine, memory, minimum, parts, data."""
+        return self._native.memory_plan()
+
     def plan_lines(self) -> list[str]:
         return self._native.plan_lines()
 

@@ -181,6 +181,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
         "config": settings | {"store": str(cfg.store), "run_dir": str(run_dir)},
         "device": str(device),
         "plan": data.plan,
+        "memory_plan": data.memory_plan,
         "resident_peak_bytes": process_bytes("VmHWM"),
         "hot_seconds": data._native.hot_seconds,
         "history": history,
