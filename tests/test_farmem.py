@@ -115,7 +115,7 @@ def test_far_run_matches_local(store, local_ranks, server, tmp_path, ratio, keep
     assert s["far"]["addr"] == server.addr and s["far_failure"] is None
     text = [e[1] for e in messages if e[0] == "message"]
     assert any(t.startswith(f"far memory {server.addr}: ") for t in text)
-    assert any("in far memory" in t and f"far ratio {p['far_ratio']:.2f}" in t for t in text)
+    assert any("the rest from far memory (" in t and f"far ratio {p['far_ratio']:.2f}" in t for t in text)
     np.testing.assert_allclose(np.load(tmp_path / "rank.npy"), local_ranks[10], rtol=1e-6)
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all(m["mb_far"] > 0 and m["far_fallbacks"] == 0 for m in metrics)
