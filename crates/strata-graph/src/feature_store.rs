@@ -69,6 +69,18 @@ pub fn check_update(
     Ok(())
 }
 
+/// Checks that an output of `out_len` bytes holds `rows` rows of `row_bytes` bytes
+/// ([`GraphError::Config`] if not), for a read that fills it row by row.
+pub fn check_output(rows: usize, row_bytes: usize, out_len: usize) -> Result<()> {
+    if Some(out_len) != rows.checked_mul(row_bytes) {
+        return Err(GraphError::Config(format!(
+            "{rows} rows of {row_bytes} bytes need an output of {} bytes, got {out_len}",
+            rows.saturating_mul(row_bytes),
+        )));
+    }
+    Ok(())
+}
+
 /// Reads, for each `i` of `positions`, row `rows[i]` of `store` into `out` at
 /// `i * row_bytes()`, leaving the other rows of `out` (`rows.len() * row_bytes()` bytes) as
 /// they were: the rows that some other source (memory, an overlay of updates) did not supply.
@@ -85,14 +97,7 @@ pub fn read_at(
     out: &mut [u8],
 ) -> Result<u64> {
     let rb = store.row_bytes();
-    if Some(out.len()) != rows.len().checked_mul(rb) {
-        return Err(GraphError::Config(format!(
-            "{} rows of {rb} bytes need an output of {} bytes, got {}",
-            rows.len(),
-            rows.len().saturating_mul(rb),
-            out.len()
-        )));
-    }
+    check_output(rows.len(), rb, out.len())?;
     if let Some(&i) = positions.iter().find(|&&i| i >= rows.len()) {
         return Err(GraphError::Config(format!(
             "position {i} is out of range: {} rows",

@@ -6,7 +6,7 @@
 //! writes a mutation's rows (added or updated vertices) with `update` into the layer it is
 //! applying to, after the group commit put the mutation's log record on disk.
 
-use strata_graph::feature_store::{check_update, read_at};
+use strata_graph::feature_store::{check_output, check_update, read_at};
 use strata_graph::{FeatureStore, GraphError};
 
 use super::overlay::{Layer, View};
@@ -50,14 +50,7 @@ impl<'a> GraphFeatures<'a> {
     /// for `read_at` on it.
     pub fn read_written(&self, rows: &[u32], out: &mut [u8]) -> strata_graph::Result<Vec<usize>> {
         let rb = self.row_bytes();
-        if Some(out.len()) != rows.len().checked_mul(rb) {
-            return Err(GraphError::Config(format!(
-                "served graph features: {} rows of {rb} bytes need an output of {} bytes, got {}",
-                rows.len(),
-                rows.len().saturating_mul(rb),
-                out.len()
-            )));
-        }
+        check_output(rows.len(), rb, out.len())?;
         let in_file = self.base.num_rows();
         let mut from_file = Vec::new();
         for (i, (&v, dst)) in rows.iter().zip(out.chunks_exact_mut(rb)).enumerate() {
@@ -125,8 +118,8 @@ impl FeatureStore for GraphFeatures<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::tests::Lists;
-    use crate::graph::version::{write_version, Version, VersionMeta};
+    use crate::graph::tests::write_lists;
+    use crate::graph::version::Version;
     use crate::page_cache::PageCache;
 
     /// Rows as f32 values.
@@ -143,16 +136,8 @@ mod tests {
 
     /// A version of 4 vertices, rows `[v, v + 0.5]`.
     fn version(dir: &std::path::Path) -> Version {
-        let ids: Vec<u32> = (0..4).collect();
-        let meta = VersionMeta {
-            name: "v",
-            feature_dim: 2,
-            num_classes: Some(3),
-            external_ids: &ids,
-            provenance: serde_json::Value::Null,
-        };
         let path = dir.join("v1");
-        write_version(&path, &Lists::new(4, &[(0, 1)]), &meta).unwrap();
+        write_lists(&path, 4, &[(0, 1)]);
         Version::open(&path, 1).unwrap()
     }
 

@@ -709,13 +709,13 @@ mod tests {
     use super::*;
 
     /// A small graph to register: adjacency lists (in-neighbours), features `[v, v + 0.5]`.
-    pub(super) struct Lists {
+    struct Lists {
         ins: Vec<Vec<u32>>,
         outs: Vec<Vec<u32>>,
     }
 
     impl Lists {
-        pub(super) fn new(n: u32, edges: &[(u32, u32)]) -> Lists {
+        fn new(n: u32, edges: &[(u32, u32)]) -> Lists {
             let mut ins = vec![Vec::new(); n as usize];
             let mut outs = vec![Vec::new(); n as usize];
             for &(u, v) in edges {
@@ -753,10 +753,10 @@ mod tests {
 
     const EDGES: &[(u32, u32)] = &[(0, 1), (1, 2), (2, 0), (3, 2), (4, 4), (5, 0), (0, 5)];
 
-    fn setup(reorder: bool) -> (tempfile::TempDir, ServedGraph) {
-        let dir = tempfile::tempdir().unwrap();
-        let src = Lists::new(8, EDGES);
-        let ids: Vec<u32> = (0..8).collect();
+    /// Writes [`Lists`] of `n` vertices and `edges` as a store at `path`: 3 classes, rows
+    /// `[v, v + 0.5]`.
+    pub(super) fn write_lists(path: &Path, n: u32, edges: &[(u32, u32)]) {
+        let ids: Vec<u32> = (0..n).collect();
         let meta = VersionMeta {
             name: "src",
             feature_dim: 2,
@@ -764,7 +764,12 @@ mod tests {
             external_ids: &ids,
             provenance: serde_json::Value::Null,
         };
-        write_version(&dir.path().join("src.strata"), &src, &meta).unwrap();
+        write_version(path, &Lists::new(n, edges), &meta).unwrap();
+    }
+
+    fn setup(reorder: bool) -> (tempfile::TempDir, ServedGraph) {
+        let dir = tempfile::tempdir().unwrap();
+        write_lists(&dir.path().join("src.strata"), 8, EDGES);
         let graphs = dir.path().join("graphs");
         std::fs::create_dir_all(&graphs).unwrap();
         let params = ReorderParams::default();
