@@ -643,6 +643,11 @@ impl FeatureStore for FeatureTiers {
     fn read(&self, rows: &[u32], out: &mut [u8]) -> strata_graph::Result<u64> {
         Ok(self.gather(rows, out)?.disk_bytes_read)
     }
+
+    /// Refused, as the reader under the tiers refuses it: the tiers cache a read-only file.
+    fn update(&mut self, rows: &[u32], data: &[u8]) -> strata_graph::Result<()> {
+        self.reader.update(rows, data)
+    }
 }
 
 /// The `k` hottest nodes by `ranking`, best first (ties to the lower id), for
@@ -867,6 +872,19 @@ mod tests {
         assert_eq!(out, expected(t.reader(), &nodes));
         let e = store.read(&[300], &mut [0; 40]).unwrap_err().to_string();
         assert!(e.contains("row 300 is out of range"), "{e}");
+    }
+
+    #[test]
+    fn the_tiers_refuse_updates_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 300, 10, 5);
+        let mut t = tiers(&path, &[5, 6], 100, Eviction::Clock);
+        let e = t.update(&[5], &[0; 40]).unwrap_err();
+        assert!(matches!(&e, GraphError::ReadOnly(p) if p == &path.display().to_string()));
+        // The hot row still reads as the file holds it.
+        let mut out = vec![0u8; 40];
+        t.read(&[5], &mut out).unwrap();
+        assert_eq!(out, expected(t.reader(), &[5]));
     }
 
     /// Pins each non-hot node of the pending batches should hold.

@@ -11,6 +11,10 @@ pub enum GraphError {
     /// end of a feature file, arrays that do not describe a graph); names the option or file.
     #[error("{0}")]
     Config(String),
+    /// An update of a store whose rows cannot change (a feature file opened for reading);
+    /// names the file.
+    #[error("{0} is read-only: its feature rows cannot be updated")]
+    ReadOnly(String),
 }
 
 impl From<strata_io::IoError> for GraphError {

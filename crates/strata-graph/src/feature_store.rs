@@ -1,14 +1,16 @@
 //! The feature-store interface: a table of fixed-size node feature rows addressed by node id,
 //! however it is held (a file read through the I/O engine, tiers of caches over one, a file read
 //! in pages through a page cache). Modelled on DGL GraphBolt's `Feature` (`read(ids)`, `size()`,
-//! `count()`), reduced to what Strata's engines call: the row count, the row size and a read of
-//! arbitrary rows into a caller's buffer.
+//! `count()`, `update(value, ids)`), reduced to what Strata's engines call: the row count, the
+//! row size, a read of arbitrary rows into a caller's buffer, and an update of rows.
 //!
 //! Rows are raw little-endian bytes; what they hold (float32 or float16 values, `dim` of them)
 //! is the implementation's metadata, known to its owner. Implemented by
 //! [`crate::features::FeatureReader`] (the file), `strata_gnn::tiers::FeatureTiers` (device
-//! index, hot set and dynamic cache over the reader) and `strata_serve::page_cache::PagedRows`
-//! (a store version's file through the service's page cache).
+//! index, hot set and dynamic cache over the reader), `strata_serve::page_cache::PagedRows`
+//! (a store version's file through the service's page cache) and
+//! `strata_serve::graph::features::GraphFeatures` (a served graph's mutated rows over a
+//! version's file: the one store whose rows change).
 
 use crate::error::{GraphError, Result};
 
@@ -29,6 +31,54 @@ pub trait FeatureStore: Send + Sync {
     /// every row). Errors: a wrong `out` length or a row out of range
     /// ([`GraphError::Config`], naming the file), or a read error.
     fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64>;
+
+    /// Writes rows: row `rows[i]` becomes `data[i * row_bytes()..(i + 1) * row_bytes()]`, so
+    /// `data.len()` must be `rows.len() * row_bytes()` bytes; a later row of `rows` wins over an
+    /// earlier one with the same id. `&mut self`: one writer, no reader meanwhile.
+    ///
+    /// Errors: [`GraphError::ReadOnly`] naming the file for a store over a read-only file (every
+    /// file-backed store: Strata changes features through logged mutations over immutable
+    /// files, never in place), a wrong `data` length or a row out of range
+    /// ([`GraphError::Config`]).
+    fn update(&mut self, rows: &[u32], data: &[u8]) -> Result<()>;
+}
+
+/// Checks the arguments of [`FeatureStore::update`] for `store`: `data` holds `rows.len()`
+/// rows and every row is below `num_rows()`; `what` names the store in the error.
+pub fn check_update(
+    store: &(impl FeatureStore + ?Sized),
+    what: &str,
+    rows: &[u32],
+    data: &[u8],
+) -> Result<()> {
+    let rb = store.row_bytes();
+    if Some(data.len()) != rows.len().checked_mul(rb) {
+        return Err(GraphError::Config(format!(
+            "{what}: an update of {} rows of {rb} bytes needs {} bytes of data, got {}",
+            rows.len(),
+            rows.len().saturating_mul(rb),
+            data.len()
+        )));
+    }
+    let n = store.num_rows();
+    if let Some(&r) = rows.iter().find(|&&r| r as u64 >= n) {
+        return Err(GraphError::Config(format!(
+            "{what}: row {r} is out of range: {n} rows"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that an output of `out_len` bytes holds `rows` rows of `row_bytes` bytes
+/// ([`GraphError::Config`] if not), for a read that fills it row by row.
+pub fn check_output(rows: usize, row_bytes: usize, out_len: usize) -> Result<()> {
+    if Some(out_len) != rows.checked_mul(row_bytes) {
+        return Err(GraphError::Config(format!(
+            "{rows} rows of {row_bytes} bytes need an output of {} bytes, got {out_len}",
+            rows.saturating_mul(row_bytes),
+        )));
+    }
+    Ok(())
 }
 
 /// Reads, for each `i` of `positions`, row `rows[i]` of `store` into `out` at
@@ -47,14 +97,7 @@ pub fn read_at(
     out: &mut [u8],
 ) -> Result<u64> {
     let rb = store.row_bytes();
-    if Some(out.len()) != rows.len().checked_mul(rb) {
-        return Err(GraphError::Config(format!(
-            "{} rows of {rb} bytes need an output of {} bytes, got {}",
-            rows.len(),
-            rows.len().saturating_mul(rb),
-            out.len()
-        )));
-    }
+    check_output(rows.len(), rb, out.len())?;
     if let Some(&i) = positions.iter().find(|&&i| i >= rows.len()) {
         return Err(GraphError::Config(format!(
             "position {i} is out of range: {} rows",
@@ -80,12 +123,19 @@ pub fn read_at(
 mod tests {
     use super::*;
 
-    /// Rows in memory, row `v` = `[v as u8; 3]`; counts the bytes it "reads" as 3 per row.
-    struct Rows(u64);
+    /// Rows in memory, 3 bytes each, row `v` starting as `[v as u8; 3]`; counts the bytes it
+    /// "reads" as 3 per row.
+    struct Rows(Vec<u8>);
+
+    impl Rows {
+        fn new(n: u8) -> Rows {
+            Rows((0..n).flat_map(|v| [v; 3]).collect())
+        }
+    }
 
     impl FeatureStore for Rows {
         fn num_rows(&self) -> u64 {
-            self.0
+            self.0.len() as u64 / 3
         }
 
         fn row_bytes(&self) -> usize {
@@ -95,18 +145,49 @@ mod tests {
         fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64> {
             assert_eq!(out.len(), rows.len() * 3);
             for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(3)) {
-                if r as u64 >= self.0 {
+                let Some(row) = self.0.get(r as usize * 3..r as usize * 3 + 3) else {
                     return Err(GraphError::Config(format!("row {r} is out of range")));
-                }
-                dst.fill(r as u8);
+                };
+                dst.copy_from_slice(row);
             }
             Ok(rows.len() as u64 * 3)
+        }
+
+        fn update(&mut self, rows: &[u32], data: &[u8]) -> Result<()> {
+            check_update(self, "rows", rows, data)?;
+            for (&r, row) in rows.iter().zip(data.chunks_exact(3)) {
+                self.0[r as usize * 3..r as usize * 3 + 3].copy_from_slice(row);
+            }
+            Ok(())
         }
     }
 
     #[test]
+    fn check_update_names_the_store() {
+        let mut store = Rows::new(4);
+        store
+            .update(&[2, 0, 2], &[1, 1, 1, 5, 5, 5, 9, 9, 9])
+            .unwrap();
+        let mut out = vec![0; 9];
+        store.read(&[0, 1, 2], &mut out).unwrap();
+        assert_eq!(out, [5, 5, 5, 1, 1, 1, 9, 9, 9]);
+        let text = |r: Result<()>| r.unwrap_err().to_string();
+        assert_eq!(
+            text(store.update(&[1, 2], &[0; 5])),
+            "rows: an update of 2 rows of 3 bytes needs 6 bytes of data, got 5"
+        );
+        assert_eq!(
+            text(store.update(&[1, 4], &[0; 6])),
+            "rows: row 4 is out of range: 4 rows"
+        );
+        // A refused update changed nothing.
+        store.read(&[0, 1, 2], &mut out).unwrap();
+        assert_eq!(out, [5, 5, 5, 1, 1, 1, 9, 9, 9]);
+    }
+
+    #[test]
     fn read_at_fills_only_the_positions() {
-        let store = Rows(10);
+        let store = Rows::new(10);
         let rows = [4, 7, 4, 9];
         let mut out = vec![0xEE; 12];
         assert_eq!(read_at(&store, &rows, &[1, 3], &mut out).unwrap(), 6);
@@ -123,7 +204,7 @@ mod tests {
 
     #[test]
     fn read_at_rejects_bad_arguments() {
-        let store = Rows(10);
+        let store = Rows::new(10);
         let text = |r: Result<u64>| r.unwrap_err().to_string();
         assert!(text(read_at(&store, &[1, 2], &[0], &mut [0; 5])).contains("output of 6 bytes"));
         assert!(text(read_at(&store, &[1, 2], &[2], &mut [0; 6])).contains("position 2"));

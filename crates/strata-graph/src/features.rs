@@ -628,6 +628,11 @@ impl FeatureStore for FeatureReader {
     fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64> {
         Ok(self.gather(rows, out)?.bytes_read)
     }
+
+    /// Refused: the reader opens its file for reading only.
+    fn update(&mut self, _rows: &[u32], _data: &[u8]) -> Result<()> {
+        Err(GraphError::ReadOnly(self.meta.path.display().to_string()))
+    }
 }
 
 /// Where a gather's rows go: the plan and the output positions of each distinct row.
@@ -1141,6 +1146,16 @@ mod tests {
             Ok(_) => panic!("expected an error"),
             Err(e) => e.to_string(),
         }
+    }
+
+    #[test]
+    fn update_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), FeatureDType::F32, 10, 3, false, 0, 1);
+        let mut reader = FeatureReader::open(&path).unwrap();
+        let e = reader.update(&[1], &[0; 12]).unwrap_err();
+        assert!(matches!(&e, GraphError::ReadOnly(p) if p == &path.display().to_string()));
+        assert!(e.to_string().contains("read-only"), "{e}");
     }
 
     #[test]

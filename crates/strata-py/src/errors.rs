@@ -63,6 +63,7 @@ impl ToPyErr for GraphError {
         match self {
             GraphError::Store(e) => store_error(py, e),
             GraphError::Config(m) => raise(py, "ConfigError", m),
+            GraphError::ReadOnly(_) => raise(py, "ConfigError", &self.to_string()),
         }
     }
 }

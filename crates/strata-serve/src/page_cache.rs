@@ -577,6 +577,14 @@ impl FeatureStore for PagedRows<'_> {
             .read_rows(self.cache, self.data_offset, self.row_bytes, rows, out)?;
         Ok(stats.bytes_read)
     }
+
+    /// Refused: a store version's file is read-only (mutations go to the served graph's
+    /// overlay, see `graph::features::GraphFeatures`).
+    fn update(&mut self, _rows: &[u32], _data: &[u8]) -> strata_graph::Result<()> {
+        Err(GraphError::ReadOnly(
+            self.file.file.path().display().to_string(),
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -915,6 +923,9 @@ mod tests {
         assert_eq!(store.read(&ids, &mut out).unwrap(), 0);
         let e = err_text(store.read(&[1023], &mut [0; 48]));
         assert!(e.contains("row 1023 of 48 bytes"), "{e}");
+        let mut rows = rows;
+        let e = rows.update(&[0], &[0; 48]).unwrap_err();
+        assert!(matches!(&e, GraphError::ReadOnly(p) if p == &path.display().to_string()));
     }
 
     #[test]

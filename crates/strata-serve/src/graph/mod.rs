@@ -15,6 +15,7 @@
 //! the log position it covers, and then drops the log segments it made redundant; a crash
 //! at any point leaves CURRENT naming a complete version and a log holding everything after it.
 
+pub mod features;
 pub mod mutation;
 pub mod overlay;
 pub mod register;
@@ -27,6 +28,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 use strata_graph::feature_store::read_at;
+use strata_graph::FeatureStore;
 
 use crate::commit::{Commit, GroupLog, Staging};
 use crate::durable::{sync_dir, write_atomic};
@@ -34,6 +36,7 @@ use crate::error::{Result, ServeError};
 use crate::page_cache::PageCache;
 use crate::reorder::ReorderParams;
 use crate::wal::Wal;
+use features::GraphFeatures;
 use mutation::Mutation;
 use overlay::{Layer, Overlay, View};
 use version::{write_version, Version, VersionMeta, VersionSource};
@@ -225,7 +228,7 @@ impl ServedGraph {
         let mut last_lsn = current.checkpoint_lsn;
         for (lsn, payload) in &replay.records {
             let m = Mutation::decode(payload)?;
-            overlay.apply(&version.graph, version.live_nodes, &m);
+            overlay.apply(&version, &m)?;
             last_lsn = *lsn;
         }
         static NEXT_UID: AtomicU64 = AtomicU64::new(1);
@@ -325,27 +328,18 @@ impl ServedGraph {
     /// f32, as bytes), rows a mutation wrote from memory and the rest from the version's file
     /// through `cache`. Returns the bytes read from disk.
     pub fn gather(&self, cache: &PageCache, ids: &[u32], out: &mut [u8]) -> Result<u64> {
+        // The rows in memory under the lock, the file's outside it: a disk read must not hold
+        // up the writers.
         let (version, from_file) = {
             let st = self.state.read().unwrap();
             let v = &st.version;
-            let row = v.feature_dim * 4;
             let from_file = st.overlay.view(&v.graph, v.live_nodes, |view| {
-                let mut from_file = Vec::new();
-                for (i, &id) in ids.iter().enumerate() {
-                    match view.feature_row(id) {
-                        Some(r) => {
-                            out[i * row..(i + 1) * row].copy_from_slice(bytemuck::cast_slice(r))
-                        }
-                        None => from_file.push(i),
-                    }
-                }
-                from_file
-            });
+                GraphFeatures::reading(view, v.feature_rows(cache)).read_written(ids, out)
+            })?;
             (Arc::clone(v), from_file)
         };
-        let file = version.feature_rows(cache);
         // No row in memory (the common case) reads straight into `out`.
-        Ok(read_at(&file, ids, &from_file, out)?)
+        Ok(read_at(&version.feature_rows(cache), ids, &from_file, out)?)
     }
 
     /// Checks `change` against the graph with every earlier mutation (staged ones included)
@@ -367,7 +361,8 @@ impl ServedGraph {
                 let st = self.state.read().unwrap();
                 let v = &st.version;
                 st.overlay
-                    .apply_over(&mut w.pending, &v.graph, v.live_nodes, &m);
+                    .apply_over(&mut w.pending, v, &m)
+                    .expect("a checked mutation fits the graph it was checked against");
                 w.queue.push_back(m);
                 (applied, new_ids)
             },
@@ -494,14 +489,17 @@ impl Staging<Staged> for Publish {
         let version = Arc::clone(&st.version);
         let count = (through - st.last_lsn) as usize;
         for m in w.queue.drain(..count) {
-            st.overlay.apply(&version.graph, version.live_nodes, &m);
+            st.overlay
+                .apply(&version, &m)
+                .expect("a staged mutation fits the graph it was checked against");
         }
         st.last_lsn = through;
         self.epoch.fetch_add(1, Ordering::AcqRel);
         w.pending = st.overlay.next_layer();
         for m in &w.queue {
             st.overlay
-                .apply_over(&mut w.pending, &version.graph, version.live_nodes, m);
+                .apply_over(&mut w.pending, &version, m)
+                .expect("a staged mutation fits the graph it was checked against");
         }
     }
 
@@ -536,25 +534,11 @@ impl VersionSource for Folded<'_> {
     }
 
     fn read_features(&self, first: u32, out: &mut [f32]) -> Result<()> {
-        let dim = self.version.feature_dim;
-        let ids: Vec<u32> = (first..first + (out.len() / dim) as u32).collect();
-        let in_file = self.version.graph.num_nodes();
-        let mut rows = Vec::new();
-        for (i, &v) in ids.iter().enumerate() {
-            match self.view.feature_row(v) {
-                Some(row) => out[i * dim..(i + 1) * dim].copy_from_slice(row),
-                None if v < in_file => rows.push(i),
-                // A vertex added and removed before any fold has no row anywhere.
-                None => out[i * dim..(i + 1) * dim].fill(0.0),
-            }
-        }
-        if rows.is_empty() {
-            return Ok(());
-        }
+        let ids: Vec<u32> =
+            (first..first + (out.len() / self.version.feature_dim) as u32).collect();
         // Read around the page cache: a fold must not evict the pages requests are using.
-        let uncached = PageCache::new(0);
-        let file = self.version.feature_rows(&uncached);
-        read_at(&file, &ids, &rows, bytemuck::cast_slice_mut(out))?;
+        let rows = self.version.feature_rows(&self.version.direct);
+        GraphFeatures::reading(self.view, rows).read(&ids, bytemuck::cast_slice_mut(out))?;
         Ok(())
     }
 
@@ -769,10 +753,10 @@ mod tests {
 
     const EDGES: &[(u32, u32)] = &[(0, 1), (1, 2), (2, 0), (3, 2), (4, 4), (5, 0), (0, 5)];
 
-    fn setup(reorder: bool) -> (tempfile::TempDir, ServedGraph) {
-        let dir = tempfile::tempdir().unwrap();
-        let src = Lists::new(8, EDGES);
-        let ids: Vec<u32> = (0..8).collect();
+    /// Writes [`Lists`] of `n` vertices and `edges` as a store at `path`: 3 classes, rows
+    /// `[v, v + 0.5]`.
+    pub(super) fn write_lists(path: &Path, n: u32, edges: &[(u32, u32)]) {
+        let ids: Vec<u32> = (0..n).collect();
         let meta = VersionMeta {
             name: "src",
             feature_dim: 2,
@@ -780,7 +764,12 @@ mod tests {
             external_ids: &ids,
             provenance: serde_json::Value::Null,
         };
-        write_version(&dir.path().join("src.strata"), &src, &meta).unwrap();
+        write_version(path, &Lists::new(n, edges), &meta).unwrap();
+    }
+
+    fn setup(reorder: bool) -> (tempfile::TempDir, ServedGraph) {
+        let dir = tempfile::tempdir().unwrap();
+        write_lists(&dir.path().join("src.strata"), 8, EDGES);
         let graphs = dir.path().join("graphs");
         std::fs::create_dir_all(&graphs).unwrap();
         let params = ReorderParams::default();

@@ -11,7 +11,11 @@ use std::sync::Arc;
 
 use strata_graph::{Adjacency, Topology};
 
+use strata_graph::FeatureStore;
+
+use super::features::GraphFeatures;
 use super::mutation::Mutation;
+use super::version::Version;
 
 /// One store version's graph, in memory (the paper's GL-TL vertex table lives in DRAM too).
 #[derive(Debug)]
@@ -48,6 +52,16 @@ pub struct Layer {
 }
 
 impl Layer {
+    /// The feature row a mutation of this layer wrote for `v`, if any.
+    pub fn feature_row(&self, v: u32) -> Option<&[f32]> {
+        self.features.get(&v).map(Vec::as_slice)
+    }
+
+    /// Sets `v`'s feature row (see `GraphFeatures::update`, its only writer).
+    pub(super) fn set_feature_row(&mut self, v: u32, row: Vec<f32>) {
+        self.features.insert(v, row);
+    }
+
     /// An empty layer over a graph with these totals.
     pub fn starting_at(num_nodes: u32, live_nodes: u64, num_edges: u64) -> Layer {
         Layer {
@@ -123,10 +137,7 @@ impl<'a> View<'a> {
 
     /// The feature row a mutation wrote for `v`, if any (else the base store's row holds).
     pub fn feature_row(&self, v: u32) -> Option<&'a [f32]> {
-        self.layers
-            .iter()
-            .find_map(|l| l.features.get(&v))
-            .map(Vec::as_slice)
+        self.layers.iter().find_map(|l| l.feature_row(v))
     }
 
     fn list(
@@ -181,16 +192,24 @@ impl Overlay {
         f(View::new(base, &self.layers(Some(top)), base_live))
     }
 
-    /// Applies a checked mutation to the active layer.
-    pub fn apply(&mut self, base: &BaseGraph, base_live: u64, m: &Mutation) {
+    /// Applies a checked mutation to the active layer over `version`. Errors: rows that do not
+    /// fit the graph (a log record that was never checked against it).
+    pub fn apply(&mut self, version: &Version, m: &Mutation) -> strata_graph::Result<()> {
         let frozen: Vec<&Layer> = self.frozen.iter().map(Arc::as_ref).collect();
-        let below = View::new(base, &frozen, base_live);
-        apply(&mut self.active, below, m);
+        let below = View::new(&version.graph, &frozen, version.live_nodes);
+        apply(&mut self.active, below, version, m)
     }
 
     /// Applies a checked mutation to `top`, a layer over everything (see [`Overlay::view_under`]).
-    pub fn apply_over(&self, top: &mut Layer, base: &BaseGraph, base_live: u64, m: &Mutation) {
-        apply(top, View::new(base, &self.layers(None), base_live), m);
+    pub fn apply_over(
+        &self,
+        top: &mut Layer,
+        version: &Version,
+        m: &Mutation,
+    ) -> strata_graph::Result<()> {
+        let layers = self.layers(None);
+        let below = View::new(&version.graph, &layers, version.live_nodes);
+        apply(top, below, version, m)
     }
 
     /// An empty layer to go over everything: its totals are those of the active layer.
@@ -218,7 +237,14 @@ fn touch<'l>(
     lists.entry(v).or_insert_with(|| below().to_vec())
 }
 
-fn apply(layer: &mut Layer, below: View<'_>, m: &Mutation) {
+/// Applies `m` to `layer` over `below`; feature rows go through the graph's feature store
+/// (`version`'s file under the layers, read around the page cache).
+fn apply(
+    layer: &mut Layer,
+    below: View<'_>,
+    version: &Version,
+    m: &Mutation,
+) -> strata_graph::Result<()> {
     layer.mutations += 1;
     match m {
         Mutation::AddVertices {
@@ -230,13 +256,11 @@ fn apply(layer: &mut Layer, below: View<'_>, m: &Mutation) {
                 *first, layer.num_nodes,
                 "vertex ids are handed out in order"
             );
-            let (count, dim) = (*count, features.len() / (*count).max(1) as usize);
-            for i in 0..count {
-                let row = features[i as usize * dim..(i as usize + 1) * dim].to_vec();
-                layer.features.insert(first + i, row);
-            }
+            // The ids are handed out first: a row is written only below `num_nodes`.
             layer.num_nodes = first + count;
-            layer.live_nodes += count as u64;
+            layer.live_nodes += *count as u64;
+            let ids: Vec<u32> = (*first..first + count).collect();
+            write_rows(layer, below, version, &ids, features)?;
         }
         Mutation::RemoveVertices { ids } => {
             for &v in ids {
@@ -273,12 +297,7 @@ fn apply(layer: &mut Layer, below: View<'_>, m: &Mutation) {
             }
         }
         Mutation::UpdateVertices { ids, features } => {
-            let dim = features.len() / ids.len().max(1);
-            for (i, &v) in ids.iter().enumerate() {
-                layer
-                    .features
-                    .insert(v, features[i * dim..(i + 1) * dim].to_vec());
-            }
+            write_rows(layer, below, version, ids, features)?;
         }
         Mutation::AddEdges { src, dst } => {
             for (&u, &v) in src.iter().zip(dst) {
@@ -297,4 +316,17 @@ fn apply(layer: &mut Layer, below: View<'_>, m: &Mutation) {
             }
         }
     }
+    Ok(())
+}
+
+/// Writes rows `features` (`dim` f32 per id of `ids`) of a mutation into `layer`.
+fn write_rows(
+    layer: &mut Layer,
+    below: View<'_>,
+    version: &Version,
+    ids: &[u32],
+    features: &[f32],
+) -> strata_graph::Result<()> {
+    let rows = version.feature_rows(&version.direct);
+    GraphFeatures::writing(layer, below, rows).update(ids, bytemuck::cast_slice(features))
 }

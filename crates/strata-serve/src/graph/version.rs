@@ -182,6 +182,10 @@ pub struct Version {
     pub num_classes: u64,
     /// Store id of each internal vertex of the registered range.
     pub external_ids: Vec<u32>,
+    /// A page cache of capacity 0: reads through it go around the service's cache (a fold
+    /// must not evict the pages requests are using), and the overlay's writes of feature
+    /// rows, which never read, name the file through it.
+    pub direct: PageCache,
 }
 
 impl Version {
@@ -236,6 +240,7 @@ impl Version {
             labels,
             num_classes: m.labels.as_ref().map_or(0, |l| l.num_classes),
             external_ids,
+            direct: PageCache::new(0),
         })
     }
 
