@@ -4,6 +4,7 @@
 //! so that only small results cross the network.
 
 pub mod commit;
+pub mod config;
 pub mod durable;
 pub mod error;
 pub mod executor;

@@ -6,6 +6,7 @@ compile_error!("Strata's file formats are little-endian and it reads them in pla
 
 pub mod array;
 pub mod check;
+pub mod config;
 pub mod convert;
 pub mod error;
 pub mod generate;
