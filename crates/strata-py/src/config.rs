@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
 use serde_json::Value;
+use strata_embed::config::TrainConfig;
 use strata_grid::config::{BuildOptions, RunOptions};
 use strata_serve::config::ServeOptions;
 use strata_store::config::{normalize, schema, ConfigError, Section};
@@ -30,6 +31,7 @@ const SECTIONS: &[Entry] = &[
     entry::<ServeOptions>(),
     entry::<RunOptions>(),
     entry::<BuildOptions>(),
+    entry::<TrainConfig>(),
 ];
 
 /// Checks `values` as section `S` and builds it, or raises ConfigError naming `section.key`.

@@ -97,6 +97,12 @@ impl Size {
     }
 }
 
+/// Deserializes a [`Size`] into its bytes, for a `u64` field that accepts sizes
+/// (`#[serde(deserialize_with = "size_bytes")] #[schemars(with = "Size")]`).
+pub fn size_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    Size::deserialize(d).map(|s| s.0)
+}
+
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
         struct SizeVisitor;
@@ -208,6 +214,12 @@ pub fn check<S: Section>(values: &Value) -> Result<S, ConfigError> {
     })?;
     section.validate()?;
     Ok(section)
+}
+
+/// [`check`] of a section built in Rust (a resumed run's, a test's): its declared bounds and
+/// [`Section::validate`].
+pub fn check_built<S: Section>(section: &S) -> Result<(), ConfigError> {
+    check::<S>(&serde_json::to_value(section).expect("a config section serializes")).map(|_| ())
 }
 
 /// `check`, returning the section's values with every default filled in.

@@ -21,6 +21,7 @@ import difflib
 import functools
 import math
 import re
+import struct
 import tomllib
 import types
 import typing
@@ -446,15 +447,19 @@ def as_dict(obj) -> dict[str, Any]:
     return out
 
 
-def native_section(name: str, class_name: str):
+def native_section(name: str, class_name: str, front: type | None = None):
     """Declares engine section ``name`` from its Rust schema: one field per option, in the
     struct's order, with its type, default, bounds, help and command-line role; the values go
-    through the engine's check (``_native.config_check``) once coerced."""
+    through the engine's check (``_native.config_check``) once coerced. ``front`` (a class of
+    :func:`option` fields) adds options Python handles before the engine runs (where the run
+    lives, whether to resume), placed first."""
     from .. import _native
 
     schema = _native.config_schema()[name]
-    annotations: dict[str, Any] = {}
+    annotations: dict[str, Any] = typing.get_type_hints(front) if front else {}
     namespace: dict[str, Any] = {"__annotations__": annotations, "__doc__": schema.get("description")}
+    namespace.update({k: vars(front)[k] for k in annotations if k in vars(front)})
+    namespace["__front__"] = tuple(annotations)
     for key in schema["x-order"]:
         prop = _resolved(schema, schema["properties"][key])
         tp, low, high = _python_type(schema, prop)
@@ -463,6 +468,8 @@ def native_section(name: str, class_name: str):
         default = dataclasses.MISSING if prop.get("x-required") else prop.get("default", dataclasses.MISSING)
         if tp is Path and isinstance(default, str):
             default = Path(default)
+        elif prop.get("format") == "float" and isinstance(default, float):
+            default = _shortest_f32(default)
         annotations[key] = tp
         namespace[key] = option(
             default,
@@ -476,12 +483,23 @@ def native_section(name: str, class_name: str):
         )
 
     def check(self) -> None:
-        _native.config_check(name, as_dict(self))
+        _native.config_check(name, {k: v for k, v in as_dict(self).items() if k in schema["properties"]})
 
     namespace["check"] = check
     namespace["__module__"] = __name__
     namespace["__native__"] = True
     return section(name)(type(class_name, (), namespace))
+
+
+def _shortest_f32(x: float) -> float:
+    """The shortest decimal that is the same 32-bit float as ``x`` (a Rust ``f32`` default of
+    0.1 reaches Python as 0.10000000149011612)."""
+    want = struct.pack("<f", x)
+    for digits in range(1, 10):
+        y = float(f"{x:.{digits}g}")
+        if struct.pack("<f", y) == want:
+            return y
+    return x
 
 
 def _resolved(root: dict, prop: dict) -> dict:
