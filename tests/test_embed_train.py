@@ -74,6 +74,10 @@ def test_out_of_core_training_under_a_small_budget(kg, tmp_path, strata_cli):
     assert "6 partitions on disk, 3 resident at a time" in proc.stderr
     assert "Theorem 3" in proc.stderr
     meta = Run(run).meta
+    # run.json keeps the plan printed at start: 3 of the 6 partitions resident.
+    table = meta["memory_plan"]["data"][0]
+    assert meta["memory_plan"]["engine"] == "embed" and table["name"] == "embedding table"
+    assert table["resident"] * 2 == table["bytes"]
     last = meta["history"][-1]
     assert last["swaps"] > 0 and last["partition_loads"] >= last["swaps"]
     assert last["partition_bytes_written"] >= 6 * meta["layout"]["rows"] * 16 * 2 * 4

@@ -92,6 +92,14 @@ def test_cli_train_learns_with_features_on_disk(sbm, tmp_path):
     last = record["history"][-1]
     assert last["pipeline"]["tiers"]["disk_rows"] > 0 and 0 <= last["data_wait_fraction"] <= 1
     assert "test accuracy" in out
+    # The plan in the common shape: the measured process and training are parts of it, and the
+    # 64K of feature tiers hold part of the features.
+    plan = record["memory_plan"]
+    parts = {p["name"]: p for p in plan["parts"]}
+    assert plan["engine"] == "gnn" and parts["runtime"]["detail"] == "this process as measured at open"
+    assert parts["training"]["bytes"] == record["plan"]["training_bytes"] > 0
+    features = plan["data"][0]
+    assert features["name"] == "node features" and 0 < features["resident"] < features["bytes"]
 
 
 def test_bad_inputs(sbm, tmp_path):
@@ -125,14 +133,17 @@ def test_the_plan_holds_the_process_and_what_training_adds(sbm):
     gat = GNN("gat", 32, 8, 4, layers=2, heads=2).training_costs(optimizer_states=2)["layers"]
     assert gat[0]["src_row"] == 4 * 2 * (16 + 2) and gat[1]["dst_row"] == 4 * (3 * 16 + 7 * 4)
     before = process_bytes()
-    data = GnnData(sbm, fanouts=[5, 5], batch_size=100, memory="2G", training=costs)
+    data = GnnData(sbm, fanouts=[5, 5], batch_size=100, memory="2G", training=costs, own_process=True)
     plan = data.plan
     # The runtime is this process as measured at open (its resident set moves a little as
     # the store opens), not a fixed reserve.
     assert plan["runtime_measured"] and abs(plan["runtime_bytes"] - before) < 32 << 20
     assert plan["training_bytes"] > costs["fixed_bytes"]
-    assert "this process as measured at open" in data.plan_lines()[1]
+    assert any("this process as measured at open" in line for line in data.plan_lines())
     with pytest.raises(ConfigError, match="the model has 1 layers but the sampler makes 2 blocks"):
         GnnData(sbm, fanouts=[5, 5], training={"layers": costs["layers"][:1], "fixed_bytes": 0})
     with pytest.raises(BudgetError, match=r"the runtime \(.* this process as measured at open\)"):
-        GnnData(sbm, memory="64M", training=costs)
+        GnnData(sbm, memory="64M", training=costs, own_process=True)
+    # In a caller's own script the budget is the data path's: the process is not measured.
+    plan = GnnData(sbm, fanouts=[5, 5], batch_size=100, memory="256M", training=costs).plan
+    assert not plan["runtime_measured"] and plan["runtime_bytes"] == 64 << 20

@@ -369,7 +369,7 @@ def test_cli_end_to_end_with_plots(graphs, tmp_path):
     out = tmp_path / "sssp"
     proc = run_strata("run", "sssp", store, "--root", "3", "--grid", "g1", "--segment", "4K",
                       "--no-keep-resident", "--out", out)  # fmt: skip
-    assert "budget 1.00 GiB: vertex data" in proc.stderr and "streamed from disk" in proc.stderr
+    assert "grid budget 1.00 GiB: planned" in proc.stderr and "the rest from SSD" in proc.stderr
     assert "iter 1  " in proc.stderr and "activated" in proc.stderr
     assert proc.stdout.startswith("Ran sssp on grid g1") and f"wrote {out}/distance.npy" in proc.stdout
     assert {p.name for p in out.iterdir()} == {"distance.npy", "metrics.jsonl", "run.json"}

@@ -10,6 +10,7 @@ GraphSAGE model written with NumPy alone."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import statistics
 import time
@@ -641,12 +642,16 @@ def test_cli_registers_stores_given_as_arguments(tmp_path, sbm):
         assert set(graphs) == {"sbm", "other"}
         assert all(g["reordered"] for g in graphs.values())
         assert server.stop() == 0
-        assert "embedding cache 0 B" in server.output
-        plan = json.loads(server.after_listening())["plan"]
+        assert re.search(r"embedding cache +0 B", server.output)
+        summary = json.loads(server.after_listening())
+        plan = summary["plan"]
     # Off the top: the runtime and both graphs. Of the rest, the working memory and the
     # executor an eighth each; without the embedding cache, pages the remainder.
     assert plan["graphs_bytes"] == 2 * served_graph_bytes(graphs["sbm"])
     assert plan["runtime_bytes"] == SERVER_RUNTIME
+    # The plan in the common shape: the same parts, summing to the budget.
+    assert summary["memory_plan"]["engine"] == "serve" and summary["memory_plan"]["memory"] == 40 << 20
+    assert sum(p["bytes"] for p in summary["memory_plan"]["parts"]) == 40 << 20
     shared = (40 << 20) - SERVER_RUNTIME - plan["graphs_bytes"]
     assert status["embedding_cache"]["capacity_bytes"] == 0
     assert status["working_capacity_bytes"] == shared // 8

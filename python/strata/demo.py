@@ -63,8 +63,8 @@ def _embed_demo(workdir: Path, bar: ProgressBar) -> None:
     bar.close()
     print(format_summary(s))
 
-    _step(3, "Describe the store, and what fits in 128 MiB", f"strata info {kg_store} --memory 128M")
-    print(render(describe(Store(kg_store), memory=128 << 20, dim=128), 128 << 20))
+    _step(3, "Describe the store, and each engine's plan for 128 MiB", f"strata info {kg_store} --memory 128M")
+    print(render(describe(Store(kg_store), memory=128 << 20)))
 
     _step(
         4,
@@ -286,7 +286,7 @@ def run_demo(workdir: Path, quiet: bool = False) -> int:
         print(f"   plan: {line}")
 
     _step(12, "Describe it", f"strata info {rmat_store} --memory 64M")
-    print(render(describe(Store(rmat_store), memory=64 << 20, dim=128), 64 << 20))
+    print(render(describe(Store(rmat_store), memory=64 << 20)))
 
     _grid_demo(workdir, bar)
 

@@ -1,21 +1,19 @@
-"""``strata info``: what a store holds, its degree statistics, bytes per array, and what fits
-in a given memory budget."""
+"""``strata info``: what a store holds, its degree statistics, bytes per array, and the memory
+plan each engine makes for it under a given budget (from the engines' own planners)."""
 
 from __future__ import annotations
 
-import math
-
+from . import _native
 from .store import Store
 from .units import fmt_bytes
 
 
-def describe(store: Store, memory: int | None = None, dim: int = 128) -> dict:
-    """A JSON-able description of ``store`` (and a fit analysis when ``memory`` is given)."""
+def describe(store: Store, memory: int | None = None) -> dict:
+    """A JSON-able description of ``store`` (and each engine's memory plan when ``memory`` is
+    given)."""
     m = store.manifest
     g = m["graph"]
     usage = store.disk_usage()
-    arrays = m["arrays"]
-    by_array = {name: usage[info["file"]] for name, info in arrays.items()}
     desc = {
         "path": str(store.path),
         "name": m["name"],
@@ -31,39 +29,37 @@ def describe(store: Store, memory: int | None = None, dim: int = 128) -> dict:
         "bytes_total": sum(usage.values()),
     }
     if memory is not None:
-        desc["fit"] = fit_analysis(m, by_array, memory, dim)
+        desc["memory"] = memory
+        desc["memory_plans"] = memory_plans(store, memory)
     return desc
 
 
-def _size(by_array: dict, *names: str) -> int:
-    # Aliased arrays (CSC of a symmetrized store) share one file: count each file once.
-    return sum(by_array.get(n, 0) for n in dict.fromkeys(names))
+def memory_plans(store: Store, memory: int) -> list[dict]:
+    """The plan of each engine that applies to ``store`` under ``memory`` bytes, with that
+    engine's defaults otherwise: embed always; gnn with node features and labels; grid
+    (pagerank) on the grid ``strata run`` would use; serve with node features. Each is the
+    dict of ``_native.memory_plan`` (``error`` set when the budget cannot hold the engine,
+    ``not_planned`` when there is nothing to plan yet: no grid built)."""
+
+    m = store.manifest
+    path = str(store.path)
+    plans = [_native.memory_plan("embed", path, {"memory": memory})]
+    if m.get("features") and m.get("labels"):
+        plans.append(_native.memory_plan("gnn", path, {"memory": memory}))
+    plans.append(_native.memory_plan("grid", path, {"algorithm": "pagerank", "memory": memory}))
+    if m.get("features"):
+        plans.append(_native.memory_plan("serve", path, {"memory": memory}))
+    return plans
 
 
-def fit_analysis(m: dict, by_array: dict, memory: int, dim: int) -> list[dict]:
-    """What each engine would keep in memory for this store, and whether it fits ``memory``."""
-    g = m["graph"]
-    n = g["num_nodes"]
-    symmetric = g["symmetrized"]
-    topo = _size(by_array, "csr_indptr", "csr_indices") + (
-        0 if symmetric else _size(by_array, "csc_indptr", "csc_indices")
-    )
-    rows = [{"what": "topology (CSR + CSC), for neighbour sampling", "bytes": topo}]
-    rows.append({"what": "train edges", "bytes": _size(by_array, "edges_train")})
-    feats = _size(by_array, "features")
-    if feats:
-        spare = max(memory - topo, 0)
-        frac = min(spare / feats, 1.0)
-        note = "all rows in RAM" if frac >= 1 else f"{frac:.0%} of rows as a RAM cache, the rest read from SSD"
-        rows.append({"what": "node features", "bytes": feats, "note": note})
-    table = n * dim * 4 * 2
-    parts = max(1, math.ceil(3 * table / max(memory * 0.8, 1)))
-    note = "one partition (in memory)" if parts == 1 else f">= {parts} partitions with a buffer of 3"
-    rows.append({"what": f"embeddings dim {dim} + Adagrad state", "bytes": table, "note": note})
-    rows.append({"what": "PageRank vertex data (2 x float64)", "bytes": n * 16})
-    for r in rows:
-        r["fits"] = r["bytes"] <= memory
-    return rows
+def plan_lines(plan: dict) -> list[str]:
+    """A plan as the engine prints it, ``ENGINE: does not fit: REASON`` or ``ENGINE: not
+    planned: REASON``."""
+    if "error" in plan:
+        return [f"{plan['engine']}: does not fit: {plan['error']}"]
+    if "not_planned" in plan:
+        return [f"{plan['engine']}: not planned: {plan['not_planned']}"]
+    return _native.describe_memory_plan(plan)
 
 
 def _deg_line(s: dict) -> str:
@@ -73,7 +69,7 @@ def _deg_line(s: dict) -> str:
     )
 
 
-def render(desc: dict, memory: int | None = None) -> str:
+def render(desc: dict) -> str:
     """Human-readable text of :func:`describe`'s output."""
     g = desc["graph"]
     lines = [
@@ -104,10 +100,8 @@ def render(desc: dict, memory: int | None = None) -> str:
     for name, size in sorted(desc["bytes_per_file"].items(), key=lambda kv: -kv[1]):
         lines.append(f"  {name:<28}{fmt_bytes(size):>12}")
     lines.append(f"  {'total':<28}{fmt_bytes(desc['bytes_total']):>12}")
-    if "fit" in desc:
-        lines.append(f"In a memory budget of {fmt_bytes(memory)}")
-        for r in desc["fit"]:
-            mark = "fits" if r["fits"] else "does not fit"
-            note = f"; {r['note']}" if r.get("note") else ""
-            lines.append(f"  {r['what']:<46}{fmt_bytes(r['bytes']):>12}  {mark}{note}")
+    if "memory_plans" in desc:
+        lines.append(f"Memory plans for a budget of {fmt_bytes(desc['memory'])}")
+        for plan in desc["memory_plans"]:
+            lines += [f"  {line}" for line in plan_lines(plan)]
     return "\n".join(lines)

@@ -21,7 +21,7 @@ use strata_store::rng::{derive, Rng};
 use crate::error::Result;
 use crate::partitioning::Partitioning;
 use crate::shared::SharedRows;
-use crate::table::{Layout, TableFile};
+use crate::table::{TableFile, TableLayout};
 
 /// One block of rows per partition, with the gradient the rows received as negatives.
 pub struct Banks {
@@ -124,7 +124,7 @@ impl Banks {
         part: u32,
         table: &TableFile,
         engine: &Arc<Engine>,
-        layout: &Layout,
+        layout: &TableLayout,
     ) -> Result<()> {
         let (first, n) = (self.first[part as usize], self.len[part as usize] as usize);
         let at = part as usize * self.capacity * self.dim;

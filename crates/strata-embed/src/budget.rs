@@ -5,13 +5,14 @@
 
 use serde::Serialize;
 use strata_io::align_up;
+use strata_store::budget::{MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::bank::Banks;
 use crate::config::{NegativePool, OptimizerKind, Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval;
-use crate::model::Model;
+use crate::model::ScoreModel;
 
 /// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
 /// rings and bounce buffers.
@@ -27,7 +28,7 @@ const BANK_SHARE: u64 = 16;
 
 /// How the budget is spent.
 #[derive(Debug, Clone, Serialize)]
-pub struct BudgetPlan {
+pub struct EmbedPlan {
     pub memory: u64,
     pub partitions: u32,
     /// Partition slots in the buffer.
@@ -49,9 +50,12 @@ pub struct BudgetPlan {
     pub bank_rows: usize,
     pub bank_bytes: u64,
     pub runtime_bytes: u64,
+    /// The smallest budget that holds the fixed parts and the buffer's slots with one node
+    /// per partition (the configured partitions, when set).
+    pub minimum: u64,
 }
 
-impl BudgetPlan {
+impl EmbedPlan {
     /// Total planned bytes.
     pub fn total(&self) -> u64 {
         self.buffer_bytes
@@ -67,9 +71,13 @@ impl BudgetPlan {
     pub fn in_memory(&self) -> bool {
         self.capacity >= self.partitions as usize
     }
+}
 
-    /// The plan as lines for the user.
-    pub fn describe(&self) -> Vec<String> {
+impl Planned for EmbedPlan {
+    /// Parts: the partition buffer, edge pieces, workers, evaluation, relations, negative
+    /// banks, runtime; data: the embedding table (the buffer's share of it resident, the rest
+    /// on the SSD).
+    fn memory_plan(&self) -> MemoryPlan {
         let mode = if self.in_memory() {
             "the whole table resident".to_string()
         } else {
@@ -78,38 +86,53 @@ impl BudgetPlan {
                 self.partitions, self.capacity
             )
         };
-        let banks = if self.bank_rows > 0 {
-            format!(
-                ", negative banks {} ({} rows per partition)",
-                fmt_bytes(self.bank_bytes),
-                self.bank_rows
+        MemoryPlan::new("embed", self.memory)
+            .minimum(self.minimum)
+            .part(
+                "partition buffer",
+                self.buffer_bytes,
+                format!(
+                    "{} x {} ({mode})",
+                    self.capacity,
+                    fmt_bytes(self.part_bytes)
+                ),
             )
-        } else {
-            String::new()
-        };
-        vec![
-            format!(
-                "budget {}: buffer {} x {} = {} ({mode}); table {} on disk",
-                fmt_bytes(self.memory),
-                self.capacity,
-                fmt_bytes(self.part_bytes),
-                fmt_bytes(self.buffer_bytes),
-                fmt_bytes(self.table_bytes)
-            ),
-            format!(
-                "  edges {} ({} pieces of {} edges), workers {} ({} threads), evaluation {} (rounds of {} queries), relations {}{banks}, runtime {}; planned {}",
-                fmt_bytes(self.edge_bytes),
-                PIECES_ALIVE,
-                self.piece_rows,
-                fmt_bytes(self.worker_bytes),
-                self.threads,
-                fmt_bytes(self.eval_bytes),
-                self.eval_round,
-                fmt_bytes(self.relation_bytes),
-                fmt_bytes(self.runtime_bytes),
-                fmt_bytes(self.total())
-            ),
-        ]
+            .part(
+                "edge pieces",
+                self.edge_bytes,
+                format!("{PIECES_ALIVE} pieces of {} edges", self.piece_rows),
+            )
+            .part(
+                "workers",
+                self.worker_bytes,
+                format!("{} threads", self.threads),
+            )
+            .part(
+                "evaluation",
+                self.eval_bytes,
+                format!("rounds of {} queries", self.eval_round),
+            )
+            .part("relations", self.relation_bytes, "")
+            .part(
+                "negative banks",
+                self.bank_bytes,
+                if self.bank_rows > 0 {
+                    format!("{} rows per partition", self.bank_rows)
+                } else {
+                    "none".to_string()
+                },
+            )
+            .part("runtime", self.runtime_bytes, "reserve")
+            .data(
+                "embedding table",
+                self.table_bytes,
+                if self.in_memory() {
+                    self.table_bytes
+                } else {
+                    self.buffer_bytes
+                },
+                "SSD",
+            )
     }
 }
 
@@ -124,12 +147,12 @@ pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
 
 /// Scratch of one worker for chunks of `b` edges and `n` negatives (scores, loaded rows,
 /// gradients, update keys).
-fn worker_bytes(model: &Model, b: u64, n: u64) -> u64 {
+fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
     let d = model.dim as u64;
     let scores = 4
         * b
         * n
-        * if model.kind == crate::model::ModelKind::TransE {
+        * if model.kind == crate::model::ScoreKind::TransE {
             2
         } else {
             1
@@ -141,11 +164,11 @@ fn worker_bytes(model: &Model, b: u64, n: u64) -> u64 {
 /// `threads` workers. `cfg.partitions == 0` picks the fewest partitions that fit.
 pub fn plan(
     cfg: &TrainConfig,
-    model: &Model,
+    model: &ScoreModel,
     num_nodes: u64,
     num_relations: u64,
     threads: usize,
-) -> Result<BudgetPlan> {
+) -> Result<EmbedPlan> {
     let memory = cfg.memory;
     let d = model.dim as u64;
     let rd = model.rel_dim() as u64;
@@ -267,7 +290,13 @@ pub fn plan(
     }
     let bank_bytes = Banks::bytes(partitions as u32, bank_rows, model.dim);
     let part_bytes = size(partitions);
-    Ok(BudgetPlan {
+    let fewest_rows = if cfg.partitions == 0 {
+        size(num_nodes.max(1))
+    } else {
+        size(cfg.partitions as u64)
+    };
+    let minimum = fixed + capacity as u64 * fewest_rows;
+    Ok(EmbedPlan {
         memory,
         partitions: partitions as u32,
         capacity,
@@ -284,17 +313,18 @@ pub fn plan(
         bank_rows,
         bank_bytes,
         runtime_bytes: RUNTIME_BYTES,
+        minimum,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ModelKind;
+    use crate::model::ScoreKind;
 
-    fn model(dim: usize) -> Model {
-        Model {
-            kind: ModelKind::ComplEx,
+    fn model(dim: usize) -> ScoreModel {
+        ScoreModel {
+            kind: ScoreKind::ComplEx,
             dim,
             transe_norm: 2,
         }

@@ -14,11 +14,11 @@ use strata_io::{AlignedBuf, Engine};
 
 use crate::error::Result;
 use crate::shared::SharedRows;
-use crate::table::{Layout, TableFile};
+use crate::table::{TableFile, TableLayout};
 
 /// Slots of partition-sized aligned buffers.
 pub struct PartitionBuffer {
-    pub layout: Layout,
+    pub layout: TableLayout,
     engine: Arc<Engine>,
     /// `None` while the slot's buffer is away being swapped.
     slots: Vec<Option<AlignedBuf>>,
@@ -27,7 +27,7 @@ pub struct PartitionBuffer {
 
 impl PartitionBuffer {
     /// `capacity` slots of `layout.part_bytes()` each (allocated now, so the budget is paid up front).
-    pub fn new(engine: Arc<Engine>, layout: Layout, capacity: usize) -> Self {
+    pub fn new(engine: Arc<Engine>, layout: TableLayout, capacity: usize) -> Self {
         PartitionBuffer {
             slots: (0..capacity)
                 .map(|_| Some(AlignedBuf::new(layout.part_bytes() as usize)))
@@ -182,7 +182,7 @@ impl PartitionBuffer {
 }
 
 /// A partition buffer's embedding rows and optimizer state as shared rows.
-fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &Layout) -> SharedRows<'a> {
+fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &TableLayout) -> SharedRows<'a> {
     let floats: &mut [f32] =
         bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.part_bytes() as usize]);
     let (emb, state) = floats.split_at_mut(layout.emb_floats());

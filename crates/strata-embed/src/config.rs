@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
-use crate::model::{LossKind, ModelKind};
+use crate::model::{LossKind, ScoreKind};
 use crate::ordering::OrderingKind;
 
 /// Most edges per chunk and negatives per side: a worker's update tag holds the row in 29 bits.
@@ -59,7 +59,7 @@ pub enum Protocol {
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
     /// score function: dot (graphs without relation types), transe, distmult, complex, rotate
-    pub model: ModelKind,
+    pub model: ScoreKind,
     /// reals per node embedding (complex and rotate use half as complex coordinates)
     #[schemars(range(min = 1))]
     pub dim: usize,
@@ -131,7 +131,7 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         TrainConfig {
-            model: ModelKind::ComplEx,
+            model: ScoreKind::ComplEx,
             dim: 100,
             transe_norm: 2,
             loss: LossKind::Softmax,
@@ -168,14 +168,14 @@ impl Section for TrainConfig {
     /// buffer each ordering needs.
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, msg: String| Err(ConfigError::new(Self::NAME, key, msg));
-        if matches!(self.model, ModelKind::ComplEx | ModelKind::RotatE)
+        if matches!(self.model, ScoreKind::ComplEx | ScoreKind::RotatE)
             && !self.dim.is_multiple_of(2)
         {
             return bad(
                 "dim",
                 format!(
                     "{} needs an even dim (real and imaginary halves), got {}",
-                    if self.model == ModelKind::ComplEx {
+                    if self.model == ScoreKind::ComplEx {
                         "complex"
                     } else {
                         "rotate"

@@ -16,7 +16,7 @@ use crate::buffer::PartitionBuffer;
 use crate::config::{NegativePool, TrainConfig};
 use crate::epoch_io::{prefetch_edges, BucketEdges, Swap, Swapper};
 use crate::error::{EmbedError, Result};
-use crate::model::Model;
+use crate::model::ScoreModel;
 use crate::ordering::{schedule, Bucket, Schedule};
 use crate::partitioning::Buckets;
 use crate::relations::Relations;
@@ -96,7 +96,7 @@ struct Tally {
 /// Model state in memory: relation rows, the partition buffer and the workers.
 pub struct Trainer {
     pub cfg: TrainConfig,
-    pub model: Model,
+    pub model: ScoreModel,
     pub buckets: Arc<Buckets>,
     pub buffer: PartitionBuffer,
     pub relations: Relations,
@@ -114,7 +114,7 @@ impl Trainer {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         cfg: TrainConfig,
-        model: Model,
+        model: ScoreModel,
         buckets: Arc<Buckets>,
         buffer: PartitionBuffer,
         relations: Relations,

@@ -14,7 +14,7 @@ use strata_store::DType;
 
 use crate::error::{EmbedError, Result};
 use crate::partitioning::Buckets;
-use crate::table::{Layout, TableFile};
+use crate::table::{TableFile, TableLayout};
 
 /// One swap: write `evict` (if any) from `buf` to `to`, then read `load` into it from `from`.
 pub struct Swap {
@@ -42,7 +42,7 @@ pub struct Swapper {
 }
 
 impl Swapper {
-    pub fn start(engine: Arc<Engine>, layout: Layout) -> Swapper {
+    pub fn start(engine: Arc<Engine>, layout: TableLayout) -> Swapper {
         let (tx, jobs) = unbounded::<Swap>();
         let (done_tx, rx) = unbounded::<Swapped>();
         let handle = std::thread::Builder::new()

@@ -26,7 +26,7 @@ use strata_store::Store;
 use crate::buffer::PartitionBuffer;
 use crate::config::{Corrupt, Protocol};
 use crate::error::{EmbedError, Result};
-use crate::model::{score_candidates, Model, Scratch};
+use crate::model::{score_candidates, ScoreModel, Scratch};
 use crate::partitioning::{Locator, Partitioning};
 use crate::relations::Relations;
 use crate::table::TableFile;
@@ -254,7 +254,7 @@ struct Round {
 
 /// What an evaluation needs to score: model, relations and where node rows live.
 pub struct Scorer<'a> {
-    pub model: Model,
+    pub model: ScoreModel,
     pub relations: &'a Relations,
     pub partitioning: &'a Partitioning,
     pub buffer: &'a mut PartitionBuffer,

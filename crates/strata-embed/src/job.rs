@@ -11,14 +11,14 @@ use strata_io::Engine;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
-use crate::budget::{self, BudgetPlan};
+use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
 use crate::config::{OptimizerKind, Protocol, TrainConfig};
 use crate::epoch::Trainer;
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::kernels::sgemm_reference_flops;
-use crate::model::{Model, ModelKind};
+use crate::model::{ScoreKind, ScoreModel};
 use crate::overlap;
 use crate::partitioning::{buckets, Partitioning};
 use crate::relations::Relations;
@@ -26,7 +26,8 @@ use crate::run_dir::{
     is_run, sync_dir, train_bytes, Checkpoint, EpochRecord, Run, RunMeta, Which, RUN_FORMAT,
     RUN_VERSION,
 };
-use crate::table::{Layout, TableFile};
+use crate::table::{TableFile, TableLayout};
+use strata_store::budget::Planned;
 
 /// Worker threads for `cfg` (0: one per core).
 pub fn threads_for(cfg: &TrainConfig) -> usize {
@@ -34,7 +35,7 @@ pub fn threads_for(cfg: &TrainConfig) -> usize {
 }
 
 /// The evaluation settings of a run's config.
-pub fn eval_spec(cfg: &TrainConfig, plan: &BudgetPlan, threads: usize) -> EvalSpec {
+pub fn eval_spec(cfg: &TrainConfig, plan: &EmbedPlan, threads: usize) -> EvalSpec {
     EvalSpec {
         protocol: cfg.eval_protocol,
         negatives: cfg.eval_negatives,
@@ -68,7 +69,7 @@ fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
 struct Setup {
     run: Run,
     store: Store,
-    plan: BudgetPlan,
+    plan: EmbedPlan,
     trainer: Trainer,
     resumed: bool,
 }
@@ -207,12 +208,12 @@ fn setup(
 ) -> Result<Setup> {
     let store = Store::open(store_path)?;
     let graph = store.manifest().graph.clone();
-    let model = Model {
+    let model = ScoreModel {
         kind: cfg.model,
         dim: cfg.dim,
         transe_norm: cfg.transe_norm,
     };
-    if model.kind == ModelKind::Dot && graph.num_relations > 0 {
+    if model.kind == ScoreKind::Dot && graph.num_relations > 0 {
         progress.message(&format!(
             "model dot ignores the {} relation types of the store",
             graph.num_relations
@@ -243,7 +244,10 @@ fn setup(
         None
     };
     let plan = budget::plan(&cfg, &model, graph.num_nodes, graph.num_relations, threads)?;
-    plan.describe().iter().for_each(|l| progress.message(l));
+    plan.memory_plan()
+        .describe()
+        .iter()
+        .for_each(|l| progress.message(l));
     let partitioning = Partitioning::new(graph.num_nodes, plan.partitions, cfg.seed)?;
     let buckets = Arc::new(buckets(
         &store,
@@ -251,7 +255,7 @@ fn setup(
         cfg.memory.saturating_sub(budget::RUNTIME_BYTES),
         progress,
     )?);
-    let layout = Layout::new(&partitioning, cfg.dim, cfg.optimizer);
+    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
     let engine = Engine::shared();
     let mut buffer = PartitionBuffer::new(engine.clone(), layout, plan.capacity);
     let resumed = prior.is_some();
@@ -278,6 +282,7 @@ fn setup(
     let mut relations = run.meta.empty_relations();
     let (rp, sp) = run.relation_paths(run.meta.current.epoch);
     relations.load(&rp, &sp)?;
+    run.meta.memory_plan = Some(plan.memory_plan());
     if run.meta.sgemm_flops == 0.0 {
         run.meta.sgemm_flops = sgemm_reference_flops();
     }
@@ -307,9 +312,9 @@ fn create(
     store: &Store,
     dir: &Path,
     cfg: &TrainConfig,
-    model: &Model,
+    model: &ScoreModel,
     partitioning: Partitioning,
-    layout: Layout,
+    layout: TableLayout,
     buffer: &mut PartitionBuffer,
     progress: &dyn Progress,
 ) -> Result<Run> {
@@ -401,6 +406,7 @@ fn create(
             history: Vec::new(),
             test: None,
             sgemm_flops: 0.0,
+            memory_plan: None,
         },
     };
     let relations = Relations::new(

@@ -13,7 +13,7 @@ use strata_io::profile::DeviceProfile;
 use strata_store::rng::Rng;
 
 use crate::config::TrainConfig;
-use crate::model::Model;
+use crate::model::ScoreModel;
 use crate::ordering::Schedule;
 use crate::partitioning::Buckets;
 use crate::shared::SharedRows;
@@ -65,7 +65,7 @@ impl OverlapCheck {
 
 /// Seconds per edge of the training step on `threads` threads (both directions when both are
 /// corrupted), measured on synthetic rows with the run's model and chunk shape.
-pub fn measure_edge_seconds(model: &Model, cfg: &TrainConfig, threads: usize) -> f64 {
+pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usize) -> f64 {
     let rows = 8192usize.max(cfg.negatives);
     let d = model.dim;
     let mut rng = Rng::new(0x7e57);
@@ -209,7 +209,7 @@ mod tests {
             negatives: 64,
             ..TrainConfig::default()
         };
-        let model = Model {
+        let model = ScoreModel {
             kind: cfg.model,
             dim: 16,
             transe_norm: 2,

@@ -11,24 +11,25 @@ use strata_io::Engine;
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
-use crate::budget::{self, BudgetPlan};
+use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
 use crate::config::{Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::job::{eval_spec, threads_for};
-use crate::model::{score_candidates, Model, Scratch};
+use crate::model::{score_candidates, ScoreModel, Scratch};
 use crate::relations::Relations;
 use crate::run_dir::{Run, Which};
 use crate::table::TableFile;
+use strata_store::budget::Planned;
 
 /// A checkpoint ready to score: store, relations, buffer and table file.
 pub struct Loaded {
     pub run: Run,
     pub store: Store,
     pub cfg: TrainConfig,
-    pub model: Model,
-    pub plan: BudgetPlan,
+    pub model: ScoreModel,
+    pub plan: EmbedPlan,
     pub relations: Relations,
     pub buffer: PartitionBuffer,
     pub table: TableFile,
@@ -63,7 +64,10 @@ impl Loaded {
             run.meta.num_relations,
             threads_for(&cfg),
         )?;
-        plan.describe().iter().for_each(|l| progress.message(l));
+        plan.memory_plan()
+            .describe()
+            .iter()
+            .for_each(|l| progress.message(l));
         let ckpt = run.checkpoint(which).clone();
         let relations = run.relations(&ckpt)?;
         let engine = Engine::shared();

@@ -8,7 +8,7 @@ use strata_store::rng::{derive, Rng};
 use strata_store::DType;
 
 use crate::error::{EmbedError, Result};
-use crate::model::Model;
+use crate::model::ScoreModel;
 use crate::shared::SharedRows;
 
 /// Relation rows and their Adagrad state.
@@ -26,9 +26,9 @@ pub struct Relations {
 impl Relations {
     /// Initial rows for `num_relations` relations (at least one: graphs without relation
     /// types use relation 0 everywhere), doubled when `reciprocal`; random rows are a pure
-    /// function of `seed` (see [`Model::init_relation`]).
+    /// function of `seed` (see [`ScoreModel::init_relation`]).
     pub fn new(
-        model: &Model,
+        model: &ScoreModel,
         num_relations: u64,
         reciprocal: bool,
         row_wise_state: bool,
@@ -78,8 +78,8 @@ impl Relations {
 
     /// The relation row that scores queries of relation `r` as tail queries: the row itself,
     /// for a head query `(?, r, t)` the inverse row (reciprocal relations) or the row reversed
-    /// by the model (see [`Model::reverse_relation`]). Written into `out` (`dim` floats).
-    pub fn query_row(&self, model: &Model, r: u32, head: bool, out: &mut [f32]) {
+    /// by the model (see [`ScoreModel::reverse_relation`]). Written into `out` (`dim` floats).
+    pub fn query_row(&self, model: &ScoreModel, r: u32, head: bool, out: &mut [f32]) {
         let reciprocal = self.inverse_offset > 0;
         let i = (r + if head && reciprocal {
             self.inverse_offset

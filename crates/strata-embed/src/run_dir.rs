@@ -25,10 +25,10 @@ use crate::config::TrainConfig;
 use crate::epoch::{EpochReport, Interval};
 use crate::error::{EmbedError, Result};
 use crate::eval::Metrics;
-use crate::model::Model;
+use crate::model::ScoreModel;
 use crate::partitioning::Partitioning;
 use crate::relations::Relations;
-use crate::table::Layout;
+use crate::table::TableLayout;
 
 pub const RUN_FORMAT: &str = "strata-embed-run";
 pub const RUN_VERSION: u32 = 1;
@@ -63,7 +63,7 @@ pub struct RunMeta {
     pub num_relations: u64,
     pub config: TrainConfig,
     pub partitioning: Partitioning,
-    pub layout: Layout,
+    pub layout: TableLayout,
     pub current: Checkpoint,
     pub best: Checkpoint,
     /// Validation MRR of the best checkpoint (absent without validation).
@@ -73,11 +73,14 @@ pub struct RunMeta {
     pub test: Option<Metrics>,
     /// Single-thread SGEMM FLOP/s measured on this machine, the reference for the step's rate.
     pub sgemm_flops: f64,
+    /// The memory plan of the latest start (absent in runs written before plans were saved).
+    #[serde(default)]
+    pub memory_plan: Option<strata_store::budget::MemoryPlan>,
 }
 
 impl RunMeta {
-    pub fn model(&self) -> Model {
-        Model {
+    pub fn model(&self) -> ScoreModel {
+        ScoreModel {
             kind: self.config.model,
             dim: self.config.dim,
             transe_norm: self.config.transe_norm,

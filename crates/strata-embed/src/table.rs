@@ -20,7 +20,7 @@ use crate::partitioning::Partitioning;
 
 /// Byte layout of one partition region.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Layout {
+pub struct TableLayout {
     /// Rows per partition (the last partition's extra rows are never used).
     pub rows: u64,
     pub dim: usize,
@@ -28,9 +28,9 @@ pub struct Layout {
     pub state_per_row: usize,
 }
 
-impl Layout {
-    pub fn new(p: &Partitioning, dim: usize, optimizer: OptimizerKind) -> Layout {
-        Layout {
+impl TableLayout {
+    pub fn new(p: &Partitioning, dim: usize, optimizer: OptimizerKind) -> TableLayout {
+        TableLayout {
             rows: p.part_size,
             dim,
             state_per_row: match optimizer {
@@ -78,7 +78,7 @@ impl TableFile {
     pub fn read_partition(
         &self,
         engine: &Arc<Engine>,
-        layout: &Layout,
+        layout: &TableLayout,
         p: u32,
         buf: &mut AlignedBuf,
     ) -> Result<()> {
@@ -89,7 +89,7 @@ impl TableFile {
     pub fn write_partition(
         &self,
         engine: &Arc<Engine>,
-        layout: &Layout,
+        layout: &TableLayout,
         p: u32,
         buf: &mut AlignedBuf,
     ) -> Result<()> {
@@ -99,7 +99,7 @@ impl TableFile {
     fn transfer(
         &self,
         engine: &Arc<Engine>,
-        layout: &Layout,
+        layout: &TableLayout,
         p: u32,
         buf: &mut AlignedBuf,
         write: bool,
@@ -131,7 +131,7 @@ impl TableFile {
     pub fn read_rows(
         &self,
         engine: &Arc<Engine>,
-        layout: &Layout,
+        layout: &TableLayout,
         p: u32,
         first: u64,
         out: &mut [f32],
@@ -161,7 +161,7 @@ impl TableFile {
 /// Fills partition `p`'s embeddings with `N(0, init_scale)` values (a pure function of the
 /// seed and `p`) and its Adagrad state with zeros.
 pub fn init_partition(
-    layout: &Layout,
+    layout: &TableLayout,
     p: u32,
     used_rows: u64,
     init_scale: f32,

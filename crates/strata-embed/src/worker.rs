@@ -6,7 +6,7 @@ use strata_store::rng::{derive, Rng};
 
 use crate::bank::Banks;
 use crate::config::{Corrupt, MAX_ROWS};
-use crate::model::{chunk_step, Grads, LossKind, Model, Scratch};
+use crate::model::{chunk_step, Grads, LossKind, ScoreModel, Scratch};
 use crate::shared::SharedRows;
 
 /// A resident partition's rows and node count.
@@ -35,7 +35,7 @@ pub enum Pool<'a> {
 
 /// What every chunk of one bucket `(a, b)` trains against.
 pub struct BucketCtx<'a> {
-    pub model: Model,
+    pub model: ScoreModel,
     pub loss: LossKind,
     pub margin: f32,
     pub lr: f32,

@@ -2,7 +2,7 @@
 //! (the process's runtime, what training a batch adds, topology, batch buffers, the sampled
 //! look-ahead window) and the feature
 //! tiers (the static hot set and the dynamic cache of [`crate::tiers::FeatureTiers`]). The
-//! plan is printed at start ([`GnnBudgetPlan::describe`]) and the run refuses to start when
+//! plan is printed at start ([`Planned::memory_plan`]) and the run refuses to start when
 //! the fixed needs do not fit.
 //!
 //! Features are what the budget is for: every row kept in memory is a read the SSD does not
@@ -13,6 +13,7 @@
 //! smaller.
 
 use serde::Serialize;
+use strata_store::budget::{MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::cache::{Eviction, FeatureCache, MAX_CAPACITY};
@@ -68,7 +69,7 @@ const HOT_INDEX_BYTES: u64 = 4;
 
 /// How the budget is spent. All sizes in bytes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GnnBudgetPlan {
+pub struct GnnPlan {
     /// The budget (`--memory`).
     pub memory: u64,
     /// Graph nodes (feature rows in the file).
@@ -118,7 +119,7 @@ pub struct GnnBudgetPlan {
     pub features_bytes: u64,
 }
 
-impl GnnBudgetPlan {
+impl GnnPlan {
     /// Bytes that do not depend on the host's feature tiers: runtime, training, topology,
     /// batch buffers, the window and the device tier's index.
     pub fn fixed_bytes(&self) -> u64 {
@@ -139,61 +140,80 @@ impl GnnBudgetPlan {
     pub fn all_resident(&self) -> bool {
         self.hot_rows + self.device_rows == self.num_nodes
     }
+}
 
-    /// The plan as lines for the user.
-    pub fn describe(&self) -> Vec<String> {
-        let tiers = if self.all_resident() {
-            format!(
-                "all {} feature rows resident, {} in the hot set ({} with its index; {} in the file), no dynamic cache: no feature reads from the SSD after loading",
-                self.num_nodes,
-                self.hot_rows,
-                fmt_bytes(self.hot_bytes),
-                fmt_bytes(self.features_bytes)
-            )
-        } else if self.hot_rows + self.cache_rows == 0 {
-            format!(
-                "no feature row fits after the fixed needs: every feature read goes to the SSD ({} of features)",
-                fmt_bytes(self.features_bytes)
-            )
-        } else {
-            let held = (self.hot_rows + self.cache_rows) as f64 / self.num_nodes.max(1) as f64;
-            format!(
-                "hot set {} rows ({}), dynamic cache {} rows ({}, {}, window-pinned); {:.1}% of {} rows ({}) in memory, the rest read from the SSD",
-                self.hot_rows,
-                fmt_bytes(self.hot_bytes),
-                self.cache_rows,
-                fmt_bytes(self.cache_bytes),
-                eviction_name(self.eviction),
-                100.0 * held,
-                self.num_nodes,
-                fmt_bytes(self.features_bytes)
-            )
-        };
-        let mut lines = vec![
-            format!("budget {}: {tiers}", fmt_bytes(self.memory)),
-            format!(
-                "  topology {}, batch buffers {} ({} in flight x ~{} rows of {} B, staging and read buffers), sampling window {}, runtime {} ({}), training {}; planned {}",
-                fmt_bytes(self.topology_bytes),
-                fmt_bytes(self.batch_buffers_bytes),
-                self.in_flight_batches,
-                self.batch_rows_estimate,
-                self.row_bytes,
-                fmt_bytes(self.window_bytes),
-                fmt_bytes(self.runtime_bytes),
+impl Planned for GnnPlan {
+    /// Parts: runtime, training, topology, batch buffers, sampling window, the device tier's
+    /// index, hot set, dynamic cache; data: the node features (hot and cached rows in memory,
+    /// the device tier's in device memory, the rest on the SSD).
+    fn memory_plan(&self) -> MemoryPlan {
+        let rows = |n: u64| n * self.row_bytes as u64;
+        let mut plan = MemoryPlan::new("gnn", self.memory)
+            .minimum(self.fixed_bytes())
+            .part(
+                "runtime",
+                self.runtime_bytes,
                 runtime_source(self.runtime_measured),
-                fmt_bytes(self.training_bytes),
-                fmt_bytes(self.total())
-            ),
-        ];
+            )
+            .part(
+                "training",
+                self.training_bytes,
+                if self.training_bytes > 0 {
+                    "what training a batch adds"
+                } else {
+                    "not planned: no model given"
+                },
+            )
+            .part("topology", self.topology_bytes, "")
+            .part(
+                "batch buffers",
+                self.batch_buffers_bytes,
+                format!(
+                    "{} in flight x ~{} rows of {} B, staging and read buffers",
+                    self.in_flight_batches, self.batch_rows_estimate, self.row_bytes
+                ),
+            )
+            .part(
+                "sampling window",
+                self.window_bytes,
+                format!("{} batches ahead", self.window_batches),
+            );
         if self.device_rows > 0 {
-            lines.push(format!(
-                "  device tier: the {} hottest rows ({}) in device memory, outside this budget; their index {} in it",
-                self.device_rows,
-                fmt_bytes(self.device_rows * self.row_bytes as u64),
-                fmt_bytes(self.device_index_bytes)
-            ));
+            plan = plan.part(
+                "device tier index",
+                self.device_index_bytes,
+                format!(
+                    "the {} hottest rows ({}) in device memory, outside this budget",
+                    self.device_rows,
+                    fmt_bytes(rows(self.device_rows))
+                ),
+            );
         }
-        lines
+        let elsewhere = match (self.device_rows, self.all_resident()) {
+            (0, _) => "SSD".to_string(),
+            (d, true) => format!("device memory ({d} rows)"),
+            (d, false) => format!("device memory ({d} rows) and the SSD"),
+        };
+        plan.part(
+            "hot set",
+            self.hot_bytes,
+            format!("{} rows with their index", self.hot_rows),
+        )
+        .part(
+            "dynamic cache",
+            self.cache_bytes,
+            format!(
+                "{} rows, {}, window-pinned",
+                self.cache_rows,
+                eviction_name(self.eviction)
+            ),
+        )
+        .data(
+            "node features",
+            self.features_bytes,
+            rows(self.hot_rows + self.cache_rows),
+            &elsewhere,
+        )
     }
 }
 
@@ -248,7 +268,7 @@ pub fn plan(
     eviction: Eviction,
     device_rows: u64,
     runtime: Runtime,
-) -> Result<GnnBudgetPlan> {
+) -> Result<GnnPlan> {
     if row_bytes == 0 {
         return Err(GnnError::Config(
             "budget: feature rows of 0 bytes; the features need at least one column".into(),
@@ -373,7 +393,7 @@ pub fn plan(
         )
     );
     // Every figure below is at most `memory` (or the file's size, saturated).
-    Ok(GnnBudgetPlan {
+    Ok(GnnPlan {
         memory,
         num_nodes,
         row_bytes,
@@ -470,7 +490,10 @@ mod tests {
                     {
                         prop_assert!(memory - p.total() < rb + per_slot, "{:?}", p);
                     }
-                    prop_assert_eq!(p.describe().len(), 2 + usize::from(device_rows > 0));
+                    let mp = p.memory_plan();
+                    prop_assert_eq!(mp.parts.len(), 7 + usize::from(device_rows > 0));
+                    prop_assert_eq!(mp.total(), p.total());
+                    prop_assert_eq!(mp.minimum, p.fixed_bytes());
                 }
                 Err(e) => {
                     let msg = e.to_string();
@@ -550,11 +573,18 @@ mod tests {
         let p = args(1 << 30).unwrap();
         assert_eq!(p.fixed_bytes(), p.total() - p.hot_bytes - p.cache_bytes);
         assert!(p.fixed_bytes() >= 730 * MIB && p.total() <= 1 << 30);
+        let lines = p.memory_plan().describe();
         assert!(
-            p.describe()[1]
-                .contains("runtime 700 MiB (this process as measured at open), training 30.0 MiB"),
-            "{:?}",
-            p.describe()
+            lines.iter().any(|l| l.contains("runtime")
+                && l.contains("700 MiB")
+                && l.ends_with("this process as measured at open")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("training") && l.contains("30.0 MiB")),
+            "{lines:?}"
         );
     }
 
@@ -578,12 +608,21 @@ mod tests {
         assert_eq!((p.hot_rows, p.cache_rows, p.cache_bytes), (10_000, 0, 0));
         assert_eq!(p.hot_bytes, 10_000 * 404 + 40_000);
         assert_eq!(p.features_bytes, 4_000_000);
-        let lines = p.describe();
+        let lines = p.memory_plan().describe();
+        assert!(lines[0].starts_with("gnn budget 1.00 GiB"), "{lines:?}");
         assert!(
-            lines[0].starts_with("budget 1.00 GiB: all 10000 feature rows resident"),
+            lines
+                .last()
+                .unwrap()
+                .ends_with("node features 3.81 MiB: all in memory"),
             "{lines:?}"
         );
-        assert!(lines[1].contains("topology 10.0 MiB"), "{lines:?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("topology") && l.contains("10.0 MiB")),
+            "{lines:?}"
+        );
         // Even with no hot share, a full copy goes to the hot set rather than the cache.
         let p0 = plan(
             1 << 30,
@@ -639,15 +678,15 @@ mod tests {
         assert_eq!(p.hot_rows, (room / 2 - 4 * n) / 260);
         assert_eq!(p.cache_rows, (room - p.hot_bytes - 4 * n) / 265);
         assert!(room - p.hot_bytes - p.cache_bytes < 265);
-        let lines = p.describe();
+        let text = p.memory_plan().describe().join("\n");
         assert!(
-            lines[0].contains(&format!("hot set {} rows", p.hot_rows)),
-            "{lines:?}"
+            text.contains(&format!("{} rows with their index", p.hot_rows)),
+            "{text}"
         );
-        assert!(lines[0].contains("CLOCK, window-pinned"), "{lines:?}");
+        assert!(text.contains("CLOCK, window-pinned"), "{text}");
         assert!(
-            lines[1].contains("4 in flight x ~10000 rows of 256 B"),
-            "{lines:?}"
+            text.contains("4 in flight x ~10000 rows of 256 B"),
+            "{text}"
         );
         // No hot share: all to the cache.
         let p = plan(
@@ -697,7 +736,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows, p.total()), (0, 0, fixed));
-        assert!(p.describe()[0].contains("every feature read goes to the SSD"));
+        let lines = p.memory_plan().describe();
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .ends_with("0.0% in memory (0 B), the rest from SSD"),
+            "{lines:?}"
+        );
     }
 
     #[test]
@@ -721,9 +767,17 @@ mod tests {
         assert!(p.all_resident());
         assert_eq!((p.hot_rows, p.cache_rows), (600_000, 0));
         assert_eq!(p.device_index_bytes, 4 * 1_400_000);
-        let lines = p.describe();
+        let lines = p.memory_plan().describe();
         assert!(
-            lines[2].contains("the 400000 hottest rows (97.7 MiB) in device memory"),
+            lines.iter().any(|l| l.contains("device tier index")
+                && l.contains("the 400000 hottest rows (97.7 MiB) in device memory")),
+            "{lines:?}"
+        );
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .ends_with("the rest from device memory (400000 rows)"),
             "{lines:?}"
         );
         // Everything on the device: no host tier at all.
@@ -747,7 +801,7 @@ mod tests {
 
     #[test]
     fn rejects_arguments_out_of_range() {
-        let e = |r: Result<GnnBudgetPlan>| r.unwrap_err().to_string();
+        let e = |r: Result<GnnPlan>| r.unwrap_err().to_string();
         let m = 1 << 30;
         assert!(e(plan(
             m,

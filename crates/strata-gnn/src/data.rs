@@ -14,12 +14,13 @@ use strata_graph::sampler::{NeighborSampler, SamplerConfig};
 use strata_graph::topology::{Direction, Topology};
 
 use crate::accumulator::in_flight_target;
-use crate::budget::{self, GnnBudgetPlan, Runtime};
+use crate::budget::{self, GnnPlan, Runtime};
 use crate::cache::Eviction;
 use crate::error::{GnnError, Result};
 use crate::hotset::HotRanking;
 use crate::pipeline::{LinkEdges, LoaderConfig, NodeLoader};
 use crate::tiers::{rank_hot_nodes, FeatureTiers};
+use strata_store::budget::Planned;
 use strata_store::rng::{derive, Rng};
 
 /// Everything that decides how a store's features are sampled and served (the Rust side of
@@ -114,7 +115,7 @@ pub struct GnnData {
     pub topology: Arc<Topology>,
     pub sampler: Arc<NeighborSampler>,
     pub tiers: Arc<FeatureTiers>,
-    pub plan: GnnBudgetPlan,
+    pub plan: GnnPlan,
     /// Seconds spent ranking and loading the hot set.
     pub hot_seconds: f64,
 }
@@ -254,6 +255,97 @@ fn batch_rows_bound(fanouts: &[i32], batch_size: usize, num_nodes: u64) -> u64 {
     total
 }
 
+/// What planning loads: the sampler, the in-neighbour topology, the feature reader, and the
+/// plan made from them.
+struct Loaded {
+    sampler: NeighborSampler,
+    topology: Topology,
+    reader: FeatureReader,
+    plan: GnnPlan,
+}
+
+/// Opens `store_path` (which must hold node features), loads its in-neighbour topology,
+/// estimates a batch from `train_nodes` and plans `config`'s budget for `consumer`.
+fn load_and_plan(
+    store_path: &Path,
+    config: &DataConfig,
+    train_nodes: &[u32],
+    consumer: &Consumer,
+) -> Result<Loaded> {
+    if config.batch_size == 0 {
+        return Err(GnnError::Config("gnn.batch_size: need at least 1".into()));
+    }
+    let store = Store::open(store_path)?;
+    let features = store.array_path("features").map_err(|_| {
+        GnnError::Config(format!(
+            "{}: the store has no node features (features.npy); GNN training needs them \
+             (convert with --features, or generate sbm)",
+            store_path.display()
+        ))
+    })?;
+    let sampler = NeighborSampler::new(SamplerConfig {
+        fanouts: config.fanouts.clone(),
+        seed: config.seed,
+        threads: 1,
+    })?;
+    let topology = Topology::load(&store, Direction::In)?;
+    let reader = FeatureReader::open(&features)?;
+    let meta = reader.meta().clone();
+    let n = topology.num_nodes() as u64;
+    let estimate = batch_estimate(
+        &sampler,
+        &topology,
+        train_nodes,
+        config.batch_size,
+        config.seed,
+    )?;
+    let batch_rows = estimate.rows;
+    let runtime = Runtime {
+        bytes: consumer.runtime_bytes.unwrap_or(budget::RUNTIME_BYTES),
+        measured: consumer.runtime_bytes.is_some(),
+        training_bytes: estimate.training_bytes(consumer)?,
+    };
+    let device_rows = (config.device_memory / meta.row_bytes as u64).min(n);
+    let (buffered, waiting) = batches_alive(config, &reader, batch_rows);
+    let plan_for = |memory| {
+        budget::plan(
+            memory,
+            n,
+            meta.row_bytes,
+            topology.bytes(),
+            batch_rows,
+            buffered,
+            waiting,
+            config.hot_share,
+            config.eviction,
+            device_rows,
+            runtime,
+        )
+    };
+    let mut plan = plan_for(config.memory)?;
+    if config.feature_memory > 0 && plan.hot_bytes + plan.cache_bytes > config.feature_memory {
+        plan = plan_for(plan.fixed_bytes() + config.feature_memory)?;
+    }
+    Ok(Loaded {
+        sampler,
+        topology,
+        reader,
+        plan,
+    })
+}
+
+/// The plan [`GnnData::open`] would make for `store_path` with `config`, `train_nodes` and
+/// `consumer`, without ranking or loading the hot set (`strata info --memory`). Loads the
+/// topology and samples a few batches, as opening does.
+pub fn plan(
+    store_path: &Path,
+    config: &DataConfig,
+    train_nodes: &[u32],
+    consumer: &Consumer,
+) -> Result<GnnPlan> {
+    load_and_plan(store_path, config, train_nodes, consumer).map(|l| l.plan)
+}
+
 impl GnnData {
     /// Opens `store` (which must hold node features), loads its in-neighbour topology, plans
     /// the budget (printing the plan through `progress`), ranks and loads the hot set.
@@ -266,61 +358,17 @@ impl GnnData {
         consumer: &Consumer,
         progress: &dyn Progress,
     ) -> Result<GnnData> {
-        if config.batch_size == 0 {
-            return Err(GnnError::Config("gnn.batch_size: need at least 1".into()));
-        }
-        let store = Store::open(store_path)?;
-        let features = store.array_path("features").map_err(|_| {
-            GnnError::Config(format!(
-                "{}: the store has no node features (features.npy); GNN training needs them \
-                 (convert with --features, or generate sbm)",
-                store_path.display()
-            ))
-        })?;
-        let sampler = NeighborSampler::new(SamplerConfig {
-            fanouts: config.fanouts.clone(),
-            seed: config.seed,
-            threads: 1,
-        })?;
-        let topology = Topology::load(&store, Direction::In)?;
-        let reader = FeatureReader::open(&features)?;
+        let Loaded {
+            sampler,
+            topology,
+            reader,
+            plan,
+        } = load_and_plan(store_path, &config, train_nodes, consumer)?;
         let meta = reader.meta().clone();
-        let n = topology.num_nodes() as u64;
-        let estimate = batch_estimate(
-            &sampler,
-            &topology,
-            train_nodes,
-            config.batch_size,
-            config.seed,
-        )?;
-        let batch_rows = estimate.rows;
-        let runtime = Runtime {
-            bytes: consumer.runtime_bytes.unwrap_or(budget::RUNTIME_BYTES),
-            measured: consumer.runtime_bytes.is_some(),
-            training_bytes: estimate.training_bytes(consumer)?,
-        };
-        let device_rows = (config.device_memory / meta.row_bytes as u64).min(n);
-        let (buffered, waiting) = batches_alive(&config, &reader, batch_rows);
-        let plan_for = |memory| {
-            budget::plan(
-                memory,
-                n,
-                meta.row_bytes,
-                topology.bytes(),
-                batch_rows,
-                buffered,
-                waiting,
-                config.hot_share,
-                config.eviction,
-                device_rows,
-                runtime,
-            )
-        };
-        let mut plan = plan_for(config.memory)?;
-        if config.feature_memory > 0 && plan.hot_bytes + plan.cache_bytes > config.feature_memory {
-            plan = plan_for(plan.fixed_bytes() + config.feature_memory)?;
-        }
-        plan.describe().iter().for_each(|l| progress.message(l));
+        plan.memory_plan()
+            .describe()
+            .iter()
+            .for_each(|l| progress.message(l));
         let t = std::time::Instant::now();
         let presample: Vec<Vec<u32>>;
         let presample_arg = if config.hot_ranking == HotRanking::PreSampling {

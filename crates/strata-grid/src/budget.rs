@@ -4,12 +4,16 @@
 //! and what far memory offers; [`run`](crate::run::run) prints the plan and follows it.
 
 use crate::config::RunJob;
+use strata_store::budget::{MemoryPlan, Planned};
+use strata_store::units::fmt_bytes;
+
 use crate::error::Result;
 use crate::far::FarSetup;
 use crate::grid::{Grid, Segment};
 use crate::layout::EDGE_BYTES;
-use crate::place::{place, PlaceInput, Placement};
+use crate::place::{place, PlaceInput, Placement, VertexPlacement, RUNTIME_RESERVE};
 use crate::stream::StreamConfig;
+use crate::stream::Tier;
 
 /// The largest and smallest segments chosen automatically, in bytes: big enough for
 /// sequential reads, small enough that the fetch buffers take at most a third of the budget.
@@ -18,7 +22,12 @@ pub const MIN_AUTO_SEGMENT: u64 = 256 << 10;
 
 /// How a run spends its budget.
 #[derive(Debug, Clone)]
-pub struct RunPlan {
+pub struct GridPlan {
+    /// The budget (`memory`), bytes.
+    pub memory: u64,
+    /// The smallest budget the run accepts: vertex data (its windows unless it must stay in
+    /// memory), the fetch buffers and the runtime reserve, bytes.
+    pub minimum: u64,
     /// Edge weights stream with the edges.
     pub weighted: bool,
     /// Bytes per edge fetched (8, or 12 with weights).
@@ -39,7 +48,7 @@ pub struct RunPlan {
 ///
 /// Errors: those of [`place`] (the budget cannot hold the minimum, or vertex data must stay
 /// in memory and does not fit).
-pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -> Result<RunPlan> {
+pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -> Result<GridPlan> {
     let algo = &job.algorithm;
     let n = grid.manifest().num_vertices;
     let weighted = algo.needs_weights()
@@ -89,7 +98,13 @@ pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -
         keep_resident: job.keep_resident,
     };
     let placement = place(&segments, &input)?;
-    Ok(RunPlan {
+    let vertex_minimum = match job.vertex {
+        VertexPlacement::Memory => vertex_bytes,
+        VertexPlacement::Auto | VertexPlacement::Windows => window_bytes,
+    };
+    Ok(GridPlan {
+        memory: job.memory,
+        minimum: vertex_minimum + placement.buffer_bytes + RUNTIME_RESERVE,
         weighted,
         bytes_per_edge,
         segment_bytes,
@@ -99,13 +114,81 @@ pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -
     })
 }
 
+impl Planned for GridPlan {
+    /// Parts: vertex data (whole, or its windows and the page cache of the scratch files),
+    /// fetch buffers, resident edge blocks, runtime; data: the edge blocks (resident, in far
+    /// memory, streamed from disk) and windowed vertex data.
+    fn memory_plan(&self) -> MemoryPlan {
+        let p = &self.placement;
+        let mut plan = MemoryPlan::new("grid", self.memory).minimum(self.minimum);
+        if p.vertex_windowed {
+            let fixed = p.window_bytes + p.buffer_bytes + RUNTIME_RESERVE;
+            plan = plan
+                .part(
+                    "vertex windows",
+                    p.window_bytes,
+                    format!(
+                        "compute threads' chunks and bitmaps of {} of vertex data",
+                        fmt_bytes(p.vertex_bytes)
+                    ),
+                )
+                .part(
+                    "vertex page cache",
+                    self.memory.saturating_sub(fixed),
+                    "the rest of the budget caches the scratch files' pages",
+                );
+        } else {
+            plan = plan.part("vertex data", p.vertex_bytes, "local");
+        }
+        let far_segments = p.tiers.iter().filter(|t| **t == Tier::Far).count();
+        let elsewhere = if p.far_bytes > 0 {
+            format!(
+                "far memory ({} in {far_segments} segments; far ratio {:.2} of a {} footprint) and SSD ({})",
+                fmt_bytes(p.far_bytes),
+                p.far_ratio,
+                fmt_bytes(p.footprint),
+                fmt_bytes(p.disk_bytes)
+            )
+        } else {
+            "SSD".to_string()
+        };
+        plan = plan
+            .part(
+                "fetch buffers",
+                p.buffer_bytes,
+                format!(
+                    "{} segments of up to {}, {} B per edge",
+                    self.segments.len(),
+                    fmt_bytes(self.segment_bytes),
+                    self.bytes_per_edge
+                ),
+            )
+            .part("resident edge blocks", p.local_edge_bytes, "")
+            .part("runtime", RUNTIME_RESERVE, "reserve")
+            .data(
+                "edge blocks",
+                p.local_edge_bytes + p.far_bytes + p.disk_bytes,
+                p.local_edge_bytes,
+                &elsewhere,
+            );
+        if p.vertex_windowed {
+            plan = plan.data(
+                "vertex data",
+                p.vertex_bytes,
+                p.window_bytes,
+                "scratch files",
+            );
+        }
+        plan
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algo::AlgoConfig;
     use crate::build::{build, BuildJob};
     use crate::fixtures::store;
-    use crate::stream::Tier;
     use strata_io::progress::NoProgress;
 
     /// A grid of 4 x 4 blocks of about 94K edges (750 KB) each, so that a major chunk holds

@@ -23,17 +23,17 @@ const WEIGHT_BYTES: u64 = 4;
 
 /// Active blocks of a segment, grouped into runs of edges to read.
 #[derive(Debug, Clone, Default)]
-pub struct Plan {
+pub struct FetchPlan {
     /// Edge ranges to read.
     pub runs: Vec<Range<u64>>,
     /// File positions of the active blocks, with the run each lies in.
     pub blocks: Vec<(usize, usize)>,
 }
 
-impl Plan {
+impl FetchPlan {
     /// The runs covering the blocks of `seg` for which `active(pos)` holds.
-    pub fn new(grid: &Grid, seg: &Segment, active: impl Fn(usize) -> bool) -> Plan {
-        let mut plan = Plan::default();
+    pub fn new(grid: &Grid, seg: &Segment, active: impl Fn(usize) -> bool) -> FetchPlan {
+        let mut plan = FetchPlan::default();
         for pos in seg.blocks.clone() {
             let e = grid.block_edges(pos);
             if e.start == e.end || !active(pos) {
@@ -81,7 +81,7 @@ pub struct Resident {
 
 /// The fetched active blocks of one segment, ready for compute.
 pub struct Fetched {
-    pub plan: Plan,
+    pub plan: FetchPlan,
     pub bytes: Bytes,
 }
 
@@ -194,7 +194,7 @@ pub fn fetch_disk(
     q: &mut IoQueue,
     edges_file: &IoFile,
     weights_file: Option<&IoFile>,
-    plan: Plan,
+    plan: FetchPlan,
     pool: &mut Vec<AlignedBuf>,
 ) -> Result<Fetched> {
     let mut take = |need: usize| match pool.iter().position(|b| b.capacity() >= need) {
@@ -234,7 +234,7 @@ pub fn fetch_far(
     client: &FarClient,
     id: u64,
     seg: &Segment,
-    plan: Plan,
+    plan: FetchPlan,
     weighted: bool,
     pool: &mut Vec<Vec<u8>>,
 ) -> std::result::Result<Fetched, strata_farmem::FarError> {

@@ -13,7 +13,7 @@ use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
 
 use crate::algo::{Ctx, Iteration, Output, Values, NONE};
-use crate::budget::{self, RunPlan};
+use crate::budget::{self, GridPlan};
 use crate::build::{build, BuildJob};
 use crate::config::RunJob;
 use crate::error::{GridError, Result};
@@ -23,6 +23,7 @@ use crate::layout::{Order, WeightSpec};
 use crate::place::Placement;
 use crate::stream::{PassStats, StreamConfig, Streamer, Tier};
 use crate::vertex::VertexMemory;
+use strata_store::budget::{MemoryPlan, Planned};
 
 /// What a run did.
 #[derive(Debug, Clone, Serialize)]
@@ -43,6 +44,8 @@ pub struct RunSummary {
     pub bytes_vertex_read: u64,
     pub bytes_vertex_written: u64,
     pub placement: Placement,
+    /// The plan in the shape every engine's takes.
+    pub memory_plan: MemoryPlan,
     pub stream: StreamConfig,
     pub far: Option<FarSetup>,
     /// Set when far memory was lost during the run (it went on from disk).
@@ -69,6 +72,7 @@ pub fn run(
     };
     let plan = budget::plan(job, &grid, threads, far_setup.as_ref())?;
     announce(job, &dir, &grid, &plan, far_setup.as_ref(), progress);
+    let memory_plan = plan.memory_plan();
     let (tiers, far_client) = offload(&grid, &plan, far_client, progress);
     let out_dir = job.out.clone().unwrap_or_else(|| {
         job.store
@@ -79,7 +83,7 @@ pub fn run(
         true => VertexMemory::windowed(&out_dir)?,
         false => VertexMemory::Heap,
     };
-    let RunPlan {
+    let GridPlan {
         weighted,
         segments,
         stream,
@@ -113,6 +117,7 @@ pub fn run(
         bytes_vertex_read: totals.bytes_vertex_read,
         bytes_vertex_written: totals.bytes_vertex_written,
         placement,
+        memory_plan,
         stream,
         far: far_setup,
         far_failure: streamer.far_failure(),
@@ -146,7 +151,7 @@ fn announce(
     job: &RunJob,
     dir: &Path,
     grid: &Grid,
-    plan: &RunPlan,
+    plan: &GridPlan,
     far: Option<&FarSetup>,
     progress: &dyn Progress,
 ) {
@@ -161,7 +166,7 @@ fn announce(
         plan.segments.len(),
         fmt_bytes(plan.segment_bytes)
     ));
-    for line in plan.placement.describe(job.memory) {
+    for line in plan.memory_plan().describe() {
         progress.message(&line);
     }
     let stream = &plan.stream;
@@ -182,7 +187,7 @@ fn announce(
 /// segments become disk segments and the client is dropped.
 fn offload(
     grid: &Grid,
-    plan: &RunPlan,
+    plan: &GridPlan,
     far_client: Option<Arc<FarClient>>,
     progress: &dyn Progress,
 ) -> (Vec<Tier>, Option<Arc<FarClient>>) {

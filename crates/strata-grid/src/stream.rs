@@ -14,7 +14,7 @@ use strata_io::progress::Progress;
 use strata_io::{AlignedBuf, Engine, IoFile, IoQueue, OpenMode};
 
 use crate::error::{GridError, Result};
-use crate::fetch::{self, Fetched, Plan, Resident};
+use crate::fetch::{self, FetchPlan, Fetched, Resident};
 use crate::grid::{Grid, Segment};
 use crate::layout::{Order, EDGE_BYTES};
 use crate::vertex::{Bitmap, VertexMemory};
@@ -333,9 +333,9 @@ impl Streamer {
             })
             .collect();
         let mut blocks_skipped = 0;
-        let mut scheduled: Vec<(usize, Plan)> = Vec::new();
+        let mut scheduled: Vec<(usize, FetchPlan)> = Vec::new();
         for (k, seg) in self.segments.iter().enumerate() {
-            let plan = Plan::new(grid, seg, |pos| {
+            let plan = FetchPlan::new(grid, seg, |pos| {
                 chunk_active[layout.block_at(pos).0 as usize]
             });
             let nonempty = seg
@@ -348,7 +348,7 @@ impl Streamer {
                 scheduled.push((k, plan));
             }
         }
-        let (seg_of, plans): (Vec<usize>, Vec<Plan>) = scheduled.into_iter().unzip();
+        let (seg_of, plans): (Vec<usize>, Vec<FetchPlan>) = scheduled.into_iter().unzip();
         let mut majors: Vec<Range<usize>> = Vec::new();
         for (n, &k) in seg_of.iter().enumerate() {
             match majors.last_mut() {
@@ -404,7 +404,7 @@ struct Schedule {
     /// Each slot's segment.
     seg_of: Vec<usize>,
     /// Each slot's fetch plan (its active blocks).
-    plans: Vec<Plan>,
+    plans: Vec<FetchPlan>,
     /// The slots of each major chunk, in file order: a compute thread's unit of work.
     majors: Vec<Range<usize>>,
     /// Non-empty blocks left out because their source chunk is inactive.
@@ -422,7 +422,7 @@ struct Pass<'a> {
     /// Each slot's tier (far segments go to disk once far memory is lost).
     slot_tier: Vec<Tier>,
     /// Each slot's plan until a fetcher takes it.
-    plans: Mutex<Vec<Option<Plan>>>,
+    plans: Mutex<Vec<Option<FetchPlan>>>,
     slots: Slots,
     abort: AtomicBool,
     disk_credits: Credits,
@@ -448,7 +448,7 @@ impl<'a> Pass<'a> {
         kernel: &'a dyn EdgeKernel,
         progress: &'a dyn Progress,
         seg_of: Vec<usize>,
-        plans: Vec<Plan>,
+        plans: Vec<FetchPlan>,
     ) -> Pass<'a> {
         let slot_tier = seg_of
             .iter()
@@ -488,7 +488,7 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn take_plan(&self, slot: usize) -> Plan {
+    fn take_plan(&self, slot: usize) -> FetchPlan {
         self.plans.lock().unwrap()[slot]
             .take()
             .expect("each slot is fetched once")
@@ -501,7 +501,7 @@ impl<'a> Pass<'a> {
     }
 
     /// Bytes a fetch of `plan` reads: its edges, with their weights when the kernel reads them.
-    fn read_bytes(&self, plan: &Plan) -> u64 {
+    fn read_bytes(&self, plan: &FetchPlan) -> u64 {
         plan.edges_read() * (EDGE_BYTES + if self.weighted { 4 } else { 0 })
     }
 
@@ -541,7 +541,7 @@ impl<'a> Pass<'a> {
     }
 
     /// Reads `plan` from the edge (and weight) file into `slot`.
-    fn read_disk(&self, q: &mut IoQueue, slot: usize, plan: Plan, pool: &mut Vec<AlignedBuf>) {
+    fn read_disk(&self, q: &mut IoQueue, slot: usize, plan: FetchPlan, pool: &mut Vec<AlignedBuf>) {
         let s = self.streamer;
         let read = self.read_bytes(&plan);
         let r = fetch::fetch_disk(

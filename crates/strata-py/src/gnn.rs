@@ -10,6 +10,7 @@ use pyo3::types::{PyByteArray, PyList, PyTuple};
 use pythonize::pythonize;
 use strata_gnn::data::{Consumer, DataConfig, GnnData};
 use strata_gnn::pipeline::{Batch, NodeLoader};
+use strata_store::budget::Planned;
 
 use crate::errors::{config_error, ToPyErr};
 use crate::job;
@@ -49,7 +50,12 @@ impl PyGnnData {
 
     /// The budget plan, as lines to print.
     fn plan_lines(&self) -> Vec<String> {
-        self.data.plan.describe()
+        self.data.plan.memory_plan().describe()
+    }
+
+    /// The budget plan in the common shape (`strata_store::budget::MemoryPlan`).
+    fn memory_plan(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(pythonize(py, &self.data.plan.memory_plan())?.unbind())
     }
 
     /// The budget plan's figures.

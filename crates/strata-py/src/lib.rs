@@ -11,6 +11,7 @@ mod gnn;
 mod grid;
 mod io;
 mod jobs;
+mod plans;
 mod progress;
 mod serve;
 mod serve_model;
@@ -66,6 +67,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     grid::register(m)?;
     serve::register(m)?;
     serve_model::register(m)?;
+    plans::register(m)?;
     m.add("FORMAT_VERSION", strata_store::manifest::FORMAT_VERSION)?;
     Ok(())
 }

@@ -7,6 +7,7 @@ use pythonize::pythonize;
 use strata_serve::config::ServeOptions;
 use strata_serve::server::serve;
 use strata_serve::ServeError;
+use strata_store::budget::Planned;
 
 use crate::callback::CallbackError;
 use crate::config::section;
@@ -27,7 +28,8 @@ fn error_class(e: &ServeError) -> &'static str {
 }
 
 /// Serves the `serve` section's `options` (a dict) until SIGTERM or Ctrl-C: `on_ready(addr,
-/// plan)` once listening, `on_stop(summary)` however it stops; returns the summary.
+/// plan, memory_plan)` once listening (the split and the same in the common shape),
+/// `on_stop(summary)` however it stops; returns the summary.
 #[pyfunction]
 fn serve_run(
     py: Python<'_>,
@@ -46,20 +48,11 @@ fn serve_run(
             &cfg,
             |addr, plan| {
                 Python::attach(|py| {
-                    let plan = serde_json::json!({
-                        "memory_bytes": plan.memory_bytes,
-                        "runtime_bytes": plan.runtime_bytes,
-                        "graphs_bytes": plan.graphs_bytes,
-                        "models_bytes": plan.models_bytes,
-                        "page_cache_bytes": plan.page_cache_bytes,
-                        "embedding_cache_bytes": plan.embedding_cache_bytes,
-                        "working_bytes": plan.working_bytes,
-                        "executor_bytes": plan.executor_bytes,
-                        "max_message_bytes": plan.max_message_bytes,
-                    });
+                    let memory_plan = plan.memory_plan();
                     let r = pythonize(py, &plan)
+                        .and_then(|p| Ok((p, pythonize(py, &memory_plan)?)))
                         .map_err(PyErr::from)
-                        .and_then(|p| on_ready.call1(py, (addr.to_string(), p)));
+                        .and_then(|(p, m)| on_ready.call1(py, (addr.to_string(), p, m)));
                     if let Err(e) = r {
                         ready_error.keep(e);
                     }

@@ -66,10 +66,11 @@ fn main() {
         let each = rate(threads, seconds, &|| {
             one.lock().unwrap().append(&[&RECORD]).expect("append");
         });
-        let group = GroupLog::new(fresh(&dir, "group"), ());
+        let group = GroupLog::new(fresh(&dir, "group"), (), Plain);
         let grouped = rate(threads, seconds, &|| {
             group
-                .commit(&Plain, |_| Ok((RECORD.to_vec(), ())), |_, _, ()| ())
+                .stage(|_| Ok((RECORD.to_vec(), ())), |_, _, ()| ())
+                .and_then(|commit| commit.wait())
                 .expect("commit");
         });
         ratios.push(grouped / each);

@@ -145,7 +145,7 @@ impl ServeOptions {
         Ok(ServeConfig {
             listen: self.listen.clone(),
             state_dir: self.state_dir.clone(),
-            memory_bytes: self.memory.0,
+            memory: self.memory.0,
             embedding_cache: self.embedding_cache,
             token,
             max_message_bytes: usize::try_from(self.max_message.0).unwrap_or(usize::MAX),

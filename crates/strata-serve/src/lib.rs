@@ -3,6 +3,7 @@
 //! (embeddings, classes, link scores) with native GNN inference over sampled neighbourhoods,
 //! so that only small results cross the network.
 
+pub mod budget;
 pub mod commit;
 pub mod config;
 pub mod durable;

@@ -1,4 +1,4 @@
-//! The server's life: the budget plan, binding (loopback unless a token is set), the gRPC
+//! The server's life: planning the budget ([`crate::budget`]), binding (loopback unless a token is set), the gRPC
 //! service, background folds, and a drain on stop (no new analyses or mutations, queued
 //! analyses finished, in-flight calls answered).
 
@@ -8,13 +8,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use strata_store::units::fmt_bytes;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
+use crate::budget::{self, ServePlan};
 use crate::error::{Result, ServeError};
 use crate::executor::{ExecConfig, Executor};
 use crate::memory::{self, Kind};
@@ -24,25 +24,6 @@ use crate::registry::Registry;
 use crate::reorder::ReorderParams;
 use crate::service::{Core, Limits, Service};
 
-/// Bytes the server's runtime holds beside its planned parts: the async runtime and its RPC
-/// worker threads (stacks, HTTP/2 connection buffers), the executor's thread, the I/O engine's
-/// rings, and allocator overhead (the page cache's 16 KiB pages are 4 KiB-aligned
-/// allocations). Measured: serving the budget matrix's workload (a 50k-vertex graph
-/// registered, every feature row four times, sampling) at `--memory 32M` to `128M`, the server
-/// holds up to 20 MiB more than at start beyond the parts it planned (see
-/// docs/reliability.md, "Memory budgets").
-pub const RUNTIME_BYTES: u64 = 24 << 20;
-/// Least bytes a plan leaves for the working memory, the executor and the caches together.
-pub const MIN_SHARED_BYTES: u64 = 8 << 20;
-/// Share of the shared part given to the embedding cache (when on), of what the working
-/// memory and the executor leave; the rest is the page cache.
-const EMBEDDING_SHARE: f64 = 0.25;
-/// `shared / WORKING_DIVISOR` is the working memory: requests, replies and results not yet
-/// fetched (`memory.rs`).
-const WORKING_DIVISOR: u64 = 8;
-/// `shared / EXECUTOR_DIVISOR` holds the executor's fused groups: their input rows and
-/// activations (a group too big for it is split).
-const EXECUTOR_DIVISOR: u64 = 8;
 /// How often the stop condition and the fold policy are checked.
 const TICK: Duration = Duration::from_millis(100);
 
@@ -54,10 +35,10 @@ pub struct ServeConfig {
     /// Where registered graphs and models live.
     pub state_dir: PathBuf,
     /// The server's whole budget: its runtime, the registered graphs and models, and the
-    /// working memory, executor and caches ([`BudgetPlan`]).
-    pub memory_bytes: u64,
+    /// working memory, executor and caches ([`ServePlan`]).
+    pub memory: u64,
     /// Whether node embeddings are cached (GLIST's "C"); off, the page cache gets all of
-    /// `memory_bytes`.
+    /// `memory`.
     pub embedding_cache: bool,
     /// Shared secret clients send as `authorization: Bearer TOKEN`; required to listen on a
     /// non-loopback address.
@@ -75,81 +56,6 @@ pub struct ServeConfig {
     pub register: Vec<(String, PathBuf)>,
     /// How to re-order them (GLIST Alg. 2); None keeps their numbering.
     pub reorder: Option<ReorderParams>,
-}
-
-/// How `--memory` is split, reported at start.
-#[derive(Debug, Clone, Copy)]
-pub struct BudgetPlan {
-    /// `--memory`, all of it.
-    pub memory_bytes: u64,
-    /// [`RUNTIME_BYTES`].
-    pub runtime_bytes: u64,
-    /// Topology, ids and labels of the graphs registered at start ([`crate::memory::graph_bytes`]).
-    pub graphs_bytes: u64,
-    /// Weights of the models registered at start, as served.
-    pub models_bytes: u64,
-    /// The page cache at start; graphs and models registered later take from it.
-    pub page_cache_bytes: u64,
-    pub embedding_cache_bytes: u64,
-    /// Requests, replies and results not yet fetched.
-    pub working_bytes: u64,
-    /// The executor's fused groups.
-    pub executor_bytes: u64,
-    /// The largest message, request or reply: `--max-message`, or half the working memory
-    /// when that is less (a reply is held twice while it is encoded).
-    pub max_message_bytes: u64,
-}
-
-impl BudgetPlan {
-    /// The split of `memory_bytes`: the runtime, `graphs_bytes` and `models_bytes` off the
-    /// top; of the rest (the shared part), an eighth each to the working memory and the
-    /// executor, of what remains a quarter to embeddings when `embedding_cache`, and the
-    /// remainder (or all) to pages. `max_message` is the configured message limit. Refuses
-    /// (`INVALID_ARGUMENT`, naming each part) a budget whose shared part would be less than
-    /// [`MIN_SHARED_BYTES`].
-    pub fn of(
-        memory_bytes: u64,
-        graphs_bytes: u64,
-        models_bytes: u64,
-        embedding_cache: bool,
-        max_message: usize,
-    ) -> Result<BudgetPlan> {
-        let fixed = RUNTIME_BYTES
-            .saturating_add(graphs_bytes)
-            .saturating_add(models_bytes);
-        let minimum = fixed.saturating_add(MIN_SHARED_BYTES);
-        if memory_bytes < minimum {
-            return Err(ServeError::InvalidArgument(format!(
-                "memory: --memory {} is below this server's minimum of {}: runtime {} (async runtime, RPC threads, allocator; measured), registered graphs {} (topology, ids, labels), models {}, and at least {} for the working memory, the executor and the caches; raise --memory",
-                fmt_bytes(memory_bytes),
-                fmt_bytes(minimum),
-                fmt_bytes(RUNTIME_BYTES),
-                fmt_bytes(graphs_bytes),
-                fmt_bytes(models_bytes),
-                fmt_bytes(MIN_SHARED_BYTES)
-            )));
-        }
-        let shared = memory_bytes - fixed;
-        let working = shared / WORKING_DIVISOR;
-        let executor = shared / EXECUTOR_DIVISOR;
-        let rest = shared - working - executor;
-        let embedding = if embedding_cache {
-            (rest as f64 * EMBEDDING_SHARE) as u64
-        } else {
-            0
-        };
-        Ok(BudgetPlan {
-            memory_bytes,
-            runtime_bytes: RUNTIME_BYTES,
-            graphs_bytes,
-            models_bytes,
-            page_cache_bytes: rest - embedding,
-            embedding_cache_bytes: embedding,
-            working_bytes: working,
-            executor_bytes: executor,
-            max_message_bytes: (max_message as u64).min(working / 2),
-        })
-    }
 }
 
 /// What a stopped server reports.
@@ -217,7 +123,7 @@ fn share_one_malloc_arena() {
 /// so it may check for signals); `on_ready(addr, plan)` is called once it listens.
 pub fn serve(
     cfg: &ServeConfig,
-    on_ready: impl FnOnce(SocketAddr, BudgetPlan),
+    on_ready: impl FnOnce(SocketAddr, ServePlan),
     should_stop: impl Fn() -> bool,
 ) -> Result<ServeSummary> {
     share_one_malloc_arena();
@@ -232,8 +138,8 @@ pub fn serve(
     }
     let registry = Registry::open(&cfg.state_dir)?;
     let plan_for = |graphs: u64, models: u64| {
-        BudgetPlan::of(
-            cfg.memory_bytes,
+        budget::plan(
+            cfg.memory,
             graphs,
             models,
             cfg.embedding_cache,
@@ -383,40 +289,4 @@ fn fold_due(
         }
     }
     Ok(folds)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_plan_takes_the_runtime_graphs_and_models_off_the_top() {
-        let p = BudgetPlan::of(128 << 20, 3 << 20, 1 << 20, true, 64 << 20).unwrap();
-        let shared = (128 - 24 - 4) << 20;
-        assert_eq!(
-            (p.working_bytes, p.executor_bytes),
-            (shared / 8, shared / 8)
-        );
-        let parts = p.runtime_bytes
-            + p.graphs_bytes
-            + p.models_bytes
-            + p.working_bytes
-            + p.executor_bytes
-            + p.embedding_cache_bytes
-            + p.page_cache_bytes;
-        assert_eq!(parts, 128 << 20);
-        assert_eq!(p.max_message_bytes, shared / 16);
-        let e = BudgetPlan::of(35 << 20, 3 << 20, 1 << 20, true, 64 << 20)
-            .unwrap_err()
-            .to_string();
-        for want in [
-            "--memory 35.0 MiB is below this server's minimum of 36.0 MiB",
-            "runtime 24.0 MiB",
-            "registered graphs 3.00 MiB",
-            "models 1.00 MiB",
-        ] {
-            assert!(e.contains(want), "{want:?} not in {e}");
-        }
-        assert!(BudgetPlan::of(36 << 20, 3 << 20, 1 << 20, false, 64 << 20).is_ok());
-    }
 }

@@ -12,17 +12,17 @@ use strata_graph::{NeighborSampler, SamplerConfig};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 
+use crate::budget::ServePlan;
 use crate::error::{Result, ServeError};
 use crate::executor::{Executor, Finished, Output, Task};
-use crate::graph::{Change, GraphStatus, ServedGraph};
-use crate::memory::{self, Pool, SampleBound};
+use crate::graph::{Applied, Change, GraphStatus, Pending, ServedGraph};
+use crate::memory::{self, Pool, Reservation, SampleBound};
 use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearning;
 use crate::proto::{self, ResultState};
 use crate::registry::{Registry, ServedModel};
 use crate::reorder::ReorderParams;
 use crate::schedule::Targets;
-use crate::server::BudgetPlan;
 use crate::wire;
 
 /// Longest a `GetAnalysisResult` may wait, so a drain is never held up for long.
@@ -36,6 +36,10 @@ const RESULT_COPIES: u64 = 3;
 /// Bytes the scheduler holds per analysis target besides its embedding: plan entries, the
 /// mapping table, the request's ids.
 const TARGET_OVERHEAD: u64 = 64;
+/// A mutation whose request is at most this many bytes is checked and staged on the async
+/// runtime's thread (a few microseconds: handing it to a blocking thread and back costs more
+/// than the work); a larger one on a blocking thread, so it never holds up other connections.
+const STAGE_INLINE_BYTES: u64 = 16 << 10;
 /// Rows of one `StreamFeatures` message, at most this many bytes (the message limit may be
 /// lower).
 const STREAM_CHUNK_BYTES: u64 = 4 << 20;
@@ -64,7 +68,7 @@ pub struct Core {
     pub limits: Limits,
     pub sample_seed: u64,
     pub listen: String,
-    pub memory_bytes: u64,
+    pub memory: u64,
     /// Requests, replies and results not yet fetched reserve their bytes here first.
     pub working: Arc<Pool>,
     /// The largest message, request or reply (the plan's).
@@ -82,7 +86,7 @@ impl Core {
         executor: Executor,
         page_cache: Arc<PageCache>,
         limits: Limits,
-        plan: &BudgetPlan,
+        plan: &ServePlan,
         sample_seed: u64,
         listen: String,
     ) -> Core {
@@ -99,7 +103,7 @@ impl Core {
             limits,
             sample_seed,
             listen,
-            memory_bytes: plan.memory_bytes,
+            memory: plan.memory,
             started: Instant::now(),
             draining: AtomicBool::new(false),
             bytes_in: AtomicU64::new(0),
@@ -197,7 +201,7 @@ impl Core {
             requests_failed: ex.failed,
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
-            memory_budget_bytes: self.memory_bytes,
+            memory: self.memory,
             draining: self.draining.load(Ordering::Acquire),
             working_used_bytes: self.working.used(),
             working_capacity_bytes: self.working.capacity(),
@@ -255,6 +259,30 @@ impl Service {
         Resp: Message + Send + 'static,
         F: FnOnce(&Core, Req) -> Result<Resp> + Send + 'static,
     {
+        let (core, req, _, held) = self.admit(req, mutating, what)?;
+        let resp = tokio::task::spawn_blocking(move || {
+            let r = f(&core, req);
+            drop(held);
+            if let Ok(resp) = &r {
+                core.bytes_out
+                    .fetch_add(resp.encoded_len() as u64, Ordering::Relaxed);
+            }
+            r
+        })
+        .await
+        .map_err(|e| Status::internal(format!("request handler failed: {e}")))??;
+        Ok(Response::new(resp))
+    }
+
+    /// The start of every call: the rate limit, the byte count, and for a `mutating` call the
+    /// drain check and its hold on the working memory. Returns the core, the request, its
+    /// encoded size and the hold.
+    fn admit<Req: Message>(
+        &self,
+        req: Request<Req>,
+        mutating: bool,
+        what: &'static str,
+    ) -> Result<(Arc<Core>, Req, u64, Option<Reservation>)> {
         let core = Arc::clone(&self.core);
         core.admit()?;
         if mutating {
@@ -271,17 +299,36 @@ impl Service {
         } else {
             None
         };
-        let resp = tokio::task::spawn_blocking(move || {
-            let r = f(&core, req);
-            drop(held);
-            if let Ok(resp) = &r {
-                core.bytes_out
-                    .fetch_add(resp.encoded_len() as u64, Ordering::Relaxed);
-            }
-            r
-        })
-        .await
-        .map_err(|e| Status::internal(format!("request handler failed: {e}")))??;
+        Ok((core, req, size, held))
+    }
+
+    /// A mutation: `stage` checks it and stages it in the graph's log (see
+    /// [`STAGE_INLINE_BYTES`] for which thread runs it), then the call waits for its group's
+    /// flush without holding a thread, and `reply` builds the acknowledgement.
+    async fn mutation<Req, Resp>(
+        &self,
+        req: Request<Req>,
+        what: &'static str,
+        stage: fn(&Core, Req) -> Result<Pending>,
+        reply: fn(Applied) -> Resp,
+    ) -> std::result::Result<Response<Resp>, Status>
+    where
+        Req: Message + Send + 'static,
+        Resp: Message,
+    {
+        let (core, req, size, held) = self.admit(req, true, what)?;
+        let pending = if size <= STAGE_INLINE_BYTES {
+            stage(&core, req)?
+        } else {
+            let core = Arc::clone(&core);
+            tokio::task::spawn_blocking(move || stage(&core, req))
+                .await
+                .map_err(|e| Status::internal(format!("request handler failed: {e}")))??
+        };
+        let resp = reply(pending.applied().await?);
+        drop(held);
+        core.bytes_out
+            .fetch_add(resp.encoded_len() as u64, Ordering::Relaxed);
         Ok(Response::new(resp))
     }
 }
@@ -291,18 +338,21 @@ impl Service {
     async fn edge_change(
         &self,
         req: Request<proto::EdgeRequest>,
-        change: fn(Vec<u64>, Vec<u64>) -> Change,
+        stage: fn(&Core, proto::EdgeRequest) -> Result<Pending>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.call(req, true, "an edge mutation", move |core, r| {
-            let g = core.registry.graph(&r.graph)?;
-            core.check_ids(r.src.len(), "src")?;
-            Ok(mutation_response(g.mutate(&change(r.src, r.dst))?))
-        })
-        .await
+        self.mutation(req, "an edge mutation", stage, mutation_response)
+            .await
     }
 }
 
-fn mutation_response(a: crate::graph::Applied) -> proto::MutationResponse {
+/// The graph an `EdgeRequest` names, its ids checked against the limit.
+fn edge_graph(core: &Core, r: &proto::EdgeRequest) -> Result<Arc<ServedGraph>> {
+    let g = core.registry.graph(&r.graph)?;
+    core.check_ids(r.src.len(), "src")?;
+    Ok(g)
+}
+
+fn mutation_response(a: Applied) -> proto::MutationResponse {
     proto::MutationResponse {
         applied: a.applied,
         lsn: a.lsn,
@@ -499,17 +549,21 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::AddVertexRequest>,
     ) -> std::result::Result<Response<proto::AddVertexResponse>, Status> {
-        self.call(req, true, "AddVertex", |core, r| {
-            let g = core.registry.graph(&r.graph)?;
-            let (features, count) =
-                wire::f32_matrix(r.features.as_ref(), "features", None, g.feature_dim())?;
-            core.check_ids(count, "features")?;
-            let a = g.mutate(&Change::AddVertices { count, features })?;
-            Ok(proto::AddVertexResponse {
+        self.mutation(
+            req,
+            "AddVertex",
+            |core, r| {
+                let g = core.registry.graph(&r.graph)?;
+                let (features, count) =
+                    wire::f32_matrix(r.features.as_ref(), "features", None, g.feature_dim())?;
+                core.check_ids(count, "features")?;
+                g.stage(&Change::AddVertices { count, features })
+            },
+            |a| proto::AddVertexResponse {
                 ids: a.new_ids,
                 lsn: a.lsn,
-            })
-        })
+            },
+        )
         .await
     }
 
@@ -517,13 +571,16 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::RemoveVertexRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.call(req, true, "RemoveVertex", |core, r| {
-            let g = core.registry.graph(&r.graph)?;
-            core.check_ids(r.ids.len(), "ids")?;
-            Ok(mutation_response(
-                g.mutate(&Change::RemoveVertices { ids: r.ids })?,
-            ))
-        })
+        self.mutation(
+            req,
+            "RemoveVertex",
+            |core, r| {
+                let g = core.registry.graph(&r.graph)?;
+                core.check_ids(r.ids.len(), "ids")?;
+                g.stage(&Change::RemoveVertices { ids: r.ids })
+            },
+            mutation_response,
+        )
         .await
     }
 
@@ -531,20 +588,25 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::UpdateVertexRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.call(req, true, "UpdateVertex", |core, r| {
-            let g = core.registry.graph(&r.graph)?;
-            core.check_ids(r.ids.len(), "ids")?;
-            let (features, _) = wire::f32_matrix(
-                r.features.as_ref(),
-                "features",
-                Some(r.ids.len()),
-                g.feature_dim(),
-            )?;
-            Ok(mutation_response(g.mutate(&Change::UpdateVertices {
-                ids: r.ids,
-                features,
-            })?))
-        })
+        self.mutation(
+            req,
+            "UpdateVertex",
+            |core, r| {
+                let g = core.registry.graph(&r.graph)?;
+                core.check_ids(r.ids.len(), "ids")?;
+                let (features, _) = wire::f32_matrix(
+                    r.features.as_ref(),
+                    "features",
+                    Some(r.ids.len()),
+                    g.feature_dim(),
+                )?;
+                g.stage(&Change::UpdateVertices {
+                    ids: r.ids,
+                    features,
+                })
+            },
+            mutation_response,
+        )
         .await
     }
 
@@ -552,16 +614,26 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::EdgeRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.edge_change(req, |src, dst| Change::AddEdges { src, dst })
-            .await
+        self.edge_change(req, |core, r| {
+            edge_graph(core, &r)?.stage(&Change::AddEdges {
+                src: r.src,
+                dst: r.dst,
+            })
+        })
+        .await
     }
 
     async fn remove_edge(
         &self,
         req: Request<proto::EdgeRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.edge_change(req, |src, dst| Change::RemoveEdges { src, dst })
-            .await
+        self.edge_change(req, |core, r| {
+            edge_graph(core, &r)?.stage(&Change::RemoveEdges {
+                src: r.src,
+                dst: r.dst,
+            })
+        })
+        .await
     }
 
     async fn graph_analysis(

@@ -5,6 +5,7 @@
 compile_error!("Strata's file formats are little-endian and it reads them in place: build on a little-endian target");
 
 pub mod array;
+pub mod budget;
 pub mod check;
 pub mod config;
 pub mod convert;

@@ -17,12 +17,12 @@ def register(sub) -> None:
         InfoConfig,
         run,
         output_flags=False,
-        help="describe a store: counts, degrees, bytes per array, what fits in --memory",
+        help="describe a store: counts, degrees, bytes per array, each engine's memory plan under --memory",
     )
 
 
 def run(args) -> int:
     cfg = from_args(InfoConfig, args)
-    desc = describe(Store(cfg.store), cfg.memory, cfg.dim)
-    print(json.dumps(desc, indent=2) if cfg.json else render(desc, cfg.memory))
+    desc = describe(Store(cfg.store), cfg.memory)
+    print(json.dumps(desc, indent=2) if cfg.json else render(desc))
     return 0

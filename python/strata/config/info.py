@@ -11,8 +11,7 @@ from .schema import Size, option, section
 @section("info")
 class InfoConfig:
     store: Path = option(positional=True, help="the store to describe")
-    memory: Size | None = option(None, help="also say what fits in this memory budget")
-    dim: int = option(128, help="embedding dimension assumed when planning embedding training with --memory")
+    memory: Size | None = option(None, help="also print each engine's memory plan (its defaults) under this budget")
     json: bool = option(False, help="print the description as JSON instead of text")
 
 

@@ -179,11 +179,13 @@ class GnnData:
     rows are gathered on the device. On ``cpu`` an explicit ``device_memory`` builds the same
     tier in RAM (for tests and for checking the path without a GPU).
 
-    The ``memory`` budget holds this process too: its resident set when the store is opened
-    (the interpreter, torch and whatever model is built by then) is measured and planned as
-    the runtime, and ``training`` (a model's :meth:`~strata.gnn.models.GNN.training_costs`)
-    plans what training a batch adds. Build the model and optimizer before opening the store
-    so that the measurement includes them."""
+    ``memory`` is the data path's budget (topology, feature tiers, batches) plus a fixed
+    runtime reserve: in a caller's own script the rest of the process is the caller's. With
+    ``own_process=True`` (``strata gnn train``, which owns its process) the budget holds the
+    whole process instead: its resident set when the store is opened (the interpreter, torch
+    and whatever model is built by then) is measured and planned as the runtime, so build the
+    model and optimizer before opening the store. ``training`` (a model's
+    :meth:`~strata.gnn.models.GNN.training_costs`) plans what training a batch adds."""
 
     def __init__(
         self,
@@ -193,6 +195,7 @@ class GnnData:
         device: str = "cpu",
         device_memory: int | str | None = "auto",
         training: dict | None = None,
+        own_process: bool = False,
         **options,
     ):
         unknown = set(options) - set(DATA_DEFAULTS)
@@ -209,7 +212,7 @@ class GnnData:
         train = self.nodes("train") if self.store.has("node_train") else np.empty(0, dtype=np.int64)
         self.labels = node_labels(self.store)
         self.num_classes = None if self.labels is None else int(self.labels.max()) + 1
-        consumer = {"runtime_bytes": process_bytes(), **(training or {})}
+        consumer = {"runtime_bytes": process_bytes() if own_process else None, **(training or {})}
         self._native = _native.GnnData(str(store), cfg, node_id_bytes(train), consumer, progress)
         self.num_nodes, self.dim, self.dtype, self.row_bytes = self._native.features_info()
         self.device_table = self._load_device_tier()
@@ -232,6 +235,11 @@ class GnnData:
     def plan(self) -> dict:
         """The budget plan: bytes for topology, hot set, cache, batches, runtime."""
         return self._native.plan()
+
+    @property
+    def memory_plan(self) -> dict:
+        """The plan in the shape every engine's takes: engine, memory, minimum, parts, data."""
+        return self._native.memory_plan()
 
     def plan_lines(self) -> list[str]:
         return self._native.plan_lines()

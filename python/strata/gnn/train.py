@@ -141,7 +141,12 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     training = model.training_costs(optimizer_states=2)
     data = GnnData(
-        cfg.store, progress, device=str(device), training=training, **{k: settings[k] for k in DATA_DEFAULTS}
+        cfg.store,
+        progress,
+        device=str(device),
+        training=training,
+        own_process=True,
+        **{k: settings[k] for k in DATA_DEFAULTS},
     )
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
     make_dir(run_dir, "--run-dir")
@@ -176,6 +181,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
         "config": settings | {"store": str(cfg.store), "run_dir": str(run_dir)},
         "device": str(device),
         "plan": data.plan,
+        "memory_plan": data.memory_plan,
         "resident_peak_bytes": process_bytes("VmHWM"),
         "hot_seconds": data._native.hot_seconds,
         "history": history,

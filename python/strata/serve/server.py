@@ -17,8 +17,9 @@ from .client import TOKEN_ENV
 def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], object] | None = None, **options) -> dict:
     """Serves until SIGTERM or Ctrl-C, then drains (queued analyses finish, in-flight calls are
     answered) and returns a summary (``addr``, ``seconds``, ``stopped_by``, ``folds``, ``status``).
-    ``on_ready(addr, plan)`` is called once it listens (default: prints the plan and
-    ``listening on ADDR``, flushed)."""
+    ``on_ready(addr, plan)`` is called once it listens (default: prints the memory plan and
+    ``listening on ADDR``, flushed); the summary keeps ``plan`` (the split, bytes) and
+    ``memory_plan`` (the same in the shape every engine's plan takes)."""
     cfg = config if config is not None else ServeConfig(**options)
     token = cfg.token or os.environ.get(TOKEN_ENV) or None
     # The server reads the checked section itself; the token's environment default is
@@ -26,22 +27,16 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
     native_options = {**as_dict(cfg), "token": token or ""}
     info: dict = {"listen": cfg.listen, "addr": None}
 
-    def ready(addr: str, plan: dict) -> None:
+    def ready(addr: str, plan: dict, memory_plan: dict) -> None:
         info["addr"] = addr
         info["plan"] = plan
+        info["memory_plan"] = memory_plan
         if on_ready is not None:
             on_ready(addr, plan)
         else:
-            print(
-                f"budget {fmt_bytes(cfg.memory)}: runtime {fmt_bytes(plan['runtime_bytes'])}, "
-                f"graphs {fmt_bytes(plan['graphs_bytes'])} (topology, ids, labels), models "
-                f"{fmt_bytes(plan['models_bytes'])}; page cache {fmt_bytes(plan['page_cache_bytes'])} "
-                f"(16 KiB pages, LRU), embedding cache {fmt_bytes(plan['embedding_cache_bytes'])}, "
-                f"working memory {fmt_bytes(plan['working_bytes'])} (requests, replies, results), "
-                f"executor groups {fmt_bytes(plan['executor_bytes'])}; messages up to "
-                f"{fmt_bytes(plan['max_message_bytes'])}; state in {cfg.state_dir}",
-                flush=True,
-            )
+            for line in _native.describe_memory_plan(memory_plan):
+                print(line, flush=True)
+            print(f"state in {cfg.state_dir}", flush=True)
             print(f"listening on {addr}" + (" (token required)" if token else ""), flush=True)
 
     started = time.monotonic()

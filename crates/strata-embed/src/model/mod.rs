@@ -18,7 +18,7 @@ use crate::kernels::{dot, exp_sum, gemm_ab, gemm_abt, gemm_atb};
 /// Which score function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum ModelKind {
+pub enum ScoreKind {
     /// `s · t`: graph embeddings without relation types.
     Dot,
     /// `−‖s + r − t‖` in the L1 or L2 norm.
@@ -45,20 +45,20 @@ pub enum LossKind {
 
 /// A score function of a given dimension.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Model {
-    pub kind: ModelKind,
+pub struct ScoreModel {
+    pub kind: ScoreKind,
     /// Reals per node embedding.
     pub dim: usize,
     /// 1 or 2: the norm of TransE.
     pub transe_norm: u8,
 }
 
-impl Model {
+impl ScoreModel {
     /// Reals per relation row (0 for dot).
     pub fn rel_dim(&self) -> usize {
         match self.kind {
-            ModelKind::Dot => 0,
-            ModelKind::RotatE => self.dim / 2,
+            ScoreKind::Dot => 0,
+            ScoreKind::RotatE => self.dim / 2,
             _ => self.dim,
         }
     }
@@ -74,11 +74,11 @@ impl Model {
         let phase =
             |rng: &mut Rng| (rng.next_f64() * std::f64::consts::TAU - std::f64::consts::PI) as f32;
         match self.kind {
-            ModelKind::Dot => {}
-            ModelKind::DistMult => row
+            ScoreKind::Dot => {}
+            ScoreKind::DistMult => row
                 .iter_mut()
                 .for_each(|v| *v = if rng.below(2) == 0 { 1.0 } else { -1.0 }),
-            ModelKind::ComplEx => {
+            ScoreKind::ComplEx => {
                 let h = self.dim / 2;
                 for k in 0..h {
                     let theta = phase(rng);
@@ -86,8 +86,8 @@ impl Model {
                     row[h + k] = theta.sin();
                 }
             }
-            ModelKind::RotatE => row.iter_mut().for_each(|v| *v = phase(rng)),
-            ModelKind::TransE => {
+            ScoreKind::RotatE => row.iter_mut().for_each(|v| *v = phase(rng)),
+            ScoreKind::TransE => {
                 for pair in row.chunks_mut(2) {
                     let (a, b) = rng.normal_pair();
                     pair[0] = a as f32 * scale;
@@ -106,9 +106,9 @@ impl Model {
     /// to `r`.
     pub fn reverse_relation(&self, row: &mut [f32]) {
         match self.kind {
-            ModelKind::Dot | ModelKind::DistMult => {}
-            ModelKind::ComplEx => row[self.dim / 2..].iter_mut().for_each(|v| *v = -*v),
-            ModelKind::TransE | ModelKind::RotatE => row.iter_mut().for_each(|v| *v = -*v),
+            ScoreKind::Dot | ScoreKind::DistMult => {}
+            ScoreKind::ComplEx => row[self.dim / 2..].iter_mut().for_each(|v| *v = -*v),
+            ScoreKind::TransE | ScoreKind::RotatE => row.iter_mut().for_each(|v| *v = -*v),
         }
     }
 
@@ -157,7 +157,7 @@ fn zeroed(v: &mut Vec<f32>, len: usize) {
 /// `src: b x d`, `rel: b x rel_dim`, `dst: b x d`, `neg: n x d`, all row-major.
 #[allow(clippy::too_many_arguments)]
 pub fn chunk_step(
-    model: &Model,
+    model: &ScoreModel,
     loss: LossKind,
     margin: f32,
     b: usize,
@@ -178,13 +178,13 @@ pub fn chunk_step(
     fit(&mut s.pos, b);
     fit(&mut s.dpos, b);
     match model.kind {
-        ModelKind::Dot | ModelKind::DistMult | ModelKind::ComplEx => {
+        ScoreKind::Dot | ScoreKind::DistMult | ScoreKind::ComplEx => {
             multiplicative(model, loss, margin, b, n, src, rel, dst, neg, g, s)
         }
-        ModelKind::TransE if model.transe_norm == 2 => {
+        ScoreKind::TransE if model.transe_norm == 2 => {
             transe_l2(model, loss, margin, b, n, src, rel, dst, neg, g, s)
         }
-        ModelKind::TransE | ModelKind::RotatE => {
+        ScoreKind::TransE | ScoreKind::RotatE => {
             pairwise(model, loss, margin, b, n, src, rel, dst, neg, g, s)
         }
     }
@@ -270,7 +270,7 @@ fn softplus(x: f32) -> f32 {
 
 #[allow(clippy::too_many_arguments)]
 fn multiplicative(
-    model: &Model,
+    model: &ScoreModel,
     loss: LossKind,
     margin: f32,
     b: usize,
@@ -317,8 +317,8 @@ fn multiplicative(
             &mut g.src[i * d..(i + 1) * d],
         );
         match model.kind {
-            ModelKind::Dot => gs.copy_from_slice(dphi),
-            ModelKind::DistMult => {
+            ScoreKind::Dot => gs.copy_from_slice(dphi),
+            ScoreKind::DistMult => {
                 let (ri, gr) = (&rel[i * d..(i + 1) * d], &mut g.rel[i * d..(i + 1) * d]);
                 for k in 0..d {
                     gs[k] = dphi[k] * ri[k];
@@ -343,7 +343,7 @@ fn multiplicative(
 
 #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // index loops over parallel arrays
 fn transe_l2(
-    model: &Model,
+    model: &ScoreModel,
     loss: LossKind,
     margin: f32,
     b: usize,
@@ -420,7 +420,7 @@ fn transe_l2(
 /// TransE-L1 and RotatE: `a = s ⊕ r`, score `−Σ_k dist_k(a, t)` computed for every pair.
 #[allow(clippy::too_many_arguments)]
 fn pairwise(
-    model: &Model,
+    model: &ScoreModel,
     loss: LossKind,
     margin: f32,
     b: usize,
@@ -434,7 +434,7 @@ fn pairwise(
 ) -> f64 {
     let d = model.dim;
     let h = d / 2;
-    let rotate = model.kind == ModelKind::RotatE;
+    let rotate = model.kind == ScoreKind::RotatE;
     fit(&mut s.phi, b * d);
     combine(model, b, src, rel, &mut s.phi);
     let score = |a: &[f32], t: &[f32]| -> f32 {
@@ -521,7 +521,7 @@ fn pairwise(
 /// `out` (`b x n`): the same score functions as training, for evaluation and prediction.
 #[allow(clippy::too_many_arguments)]
 pub fn score_candidates(
-    model: &Model,
+    model: &ScoreModel,
     b: usize,
     n: usize,
     src: &[f32],
@@ -535,10 +535,10 @@ pub fn score_candidates(
     fit(&mut s.phi, b * d);
     combine(model, b, src, rel, &mut s.phi);
     match model.kind {
-        ModelKind::Dot | ModelKind::DistMult | ModelKind::ComplEx => {
+        ScoreKind::Dot | ScoreKind::DistMult | ScoreKind::ComplEx => {
             gemm_abt(b, n, d, 1.0, &s.phi, cands, 0.0, out)
         }
-        ModelKind::TransE if model.transe_norm == 2 => {
+        ScoreKind::TransE if model.transe_norm == 2 => {
             gemm_abt(b, n, d, -2.0, &s.phi, cands, 0.0, out);
             for i in 0..b {
                 let a_sq = dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]);
@@ -549,7 +549,7 @@ pub fn score_candidates(
                 }
             }
         }
-        ModelKind::TransE => {
+        ScoreKind::TransE => {
             for i in 0..b {
                 let a = &s.phi[i * d..(i + 1) * d];
                 for j in 0..n {
@@ -558,7 +558,7 @@ pub fn score_candidates(
                 }
             }
         }
-        ModelKind::RotatE => {
+        ScoreKind::RotatE => {
             for i in 0..b {
                 let a = &s.phi[i * d..(i + 1) * d];
                 for j in 0..n {
@@ -575,20 +575,20 @@ pub fn score_candidates(
 }
 
 /// `a = src ⊗ rel` row by row: the query vector the targets are scored against.
-fn combine(model: &Model, b: usize, src: &[f32], rel: &[f32], a: &mut [f32]) {
+fn combine(model: &ScoreModel, b: usize, src: &[f32], rel: &[f32], a: &mut [f32]) {
     let d = model.dim;
     let h = d / 2;
     for i in 0..b {
         let (si, ai) = (&src[i * d..(i + 1) * d], &mut a[i * d..(i + 1) * d]);
         match model.kind {
-            ModelKind::Dot => ai.copy_from_slice(si),
-            ModelKind::DistMult => {
+            ScoreKind::Dot => ai.copy_from_slice(si),
+            ScoreKind::DistMult => {
                 let ri = &rel[i * d..(i + 1) * d];
                 for k in 0..d {
                     ai[k] = si[k] * ri[k];
                 }
             }
-            ModelKind::ComplEx => {
+            ScoreKind::ComplEx => {
                 let ri = &rel[i * d..(i + 1) * d];
                 for k in 0..h {
                     let (sr, sim, rr, rim) = (si[k], si[h + k], ri[k], ri[h + k]);
@@ -596,13 +596,13 @@ fn combine(model: &Model, b: usize, src: &[f32], rel: &[f32], a: &mut [f32]) {
                     ai[h + k] = sr * rim + sim * rr;
                 }
             }
-            ModelKind::TransE => {
+            ScoreKind::TransE => {
                 let ri = &rel[i * d..(i + 1) * d];
                 for k in 0..d {
                     ai[k] = si[k] + ri[k];
                 }
             }
-            ModelKind::RotatE => {
+            ScoreKind::RotatE => {
                 let ri = &rel[i * h..(i + 1) * h];
                 for k in 0..h {
                     let (c, sn) = (ri[k].cos(), ri[k].sin());

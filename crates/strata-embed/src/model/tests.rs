@@ -13,7 +13,7 @@ fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn loss_of(model: &Model, loss: LossKind, b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> f64 {
+fn loss_of(model: &ScoreModel, loss: LossKind, b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> f64 {
     let mut g = Grads::default();
     let mut s = Scratch::default();
     chunk_step(
@@ -22,9 +22,9 @@ fn loss_of(model: &Model, loss: LossKind, b: usize, n: usize, inputs: &[Vec<f32>
 }
 
 /// Central finite differences against the analytic gradient of every input.
-fn check(kind: ModelKind, norm: u8, loss: LossKind) {
+fn check(kind: ScoreKind, norm: u8, loss: LossKind) {
     let (b, n, d) = (3usize, 4usize, 6usize);
-    let model = Model {
+    let model = ScoreModel {
         kind,
         dim: d,
         transe_norm: norm,
@@ -63,20 +63,20 @@ fn check(kind: ModelKind, norm: u8, loss: LossKind) {
 #[test]
 fn gradients_match_finite_differences() {
     for loss in [LossKind::Softmax, LossKind::Logistic, LossKind::Margin] {
-        check(ModelKind::Dot, 2, loss);
-        check(ModelKind::DistMult, 2, loss);
-        check(ModelKind::ComplEx, 2, loss);
-        check(ModelKind::TransE, 2, loss);
-        check(ModelKind::TransE, 1, loss);
-        check(ModelKind::RotatE, 2, loss);
+        check(ScoreKind::Dot, 2, loss);
+        check(ScoreKind::DistMult, 2, loss);
+        check(ScoreKind::ComplEx, 2, loss);
+        check(ScoreKind::TransE, 2, loss);
+        check(ScoreKind::TransE, 1, loss);
+        check(ScoreKind::RotatE, 2, loss);
     }
 }
 
 #[test]
 fn complex_scores_are_the_real_part_of_the_trilinear_product() {
     // One coordinate: s = 1 + 2i, r = 3 - i, t = 0.5 + 4i: Re(s r conj t) = Re((5 + 5i)(0.5 - 4i)) = 22.5
-    let model = Model {
-        kind: ModelKind::ComplEx,
+    let model = ScoreModel {
+        kind: ScoreKind::ComplEx,
         dim: 2,
         transe_norm: 2,
     };
@@ -106,15 +106,15 @@ fn candidate_scores_agree_with_training_scores() {
     // The evaluation scorer and the training step must rank with the same function: with one
     // negative equal to the positive target, softmax weights of the two are equal.
     for (kind, norm) in [
-        (ModelKind::Dot, 2),
-        (ModelKind::DistMult, 2),
-        (ModelKind::ComplEx, 2),
-        (ModelKind::TransE, 1),
-        (ModelKind::TransE, 2),
-        (ModelKind::RotatE, 2),
+        (ScoreKind::Dot, 2),
+        (ScoreKind::DistMult, 2),
+        (ScoreKind::ComplEx, 2),
+        (ScoreKind::TransE, 1),
+        (ScoreKind::TransE, 2),
+        (ScoreKind::RotatE, 2),
     ] {
         let (b, n, d) = (3usize, 5usize, 8usize);
-        let model = Model {
+        let model = ScoreModel {
             kind,
             dim: d,
             transe_norm: norm,
@@ -161,13 +161,13 @@ fn candidate_scores_agree_with_training_scores() {
 fn reversed_relation_scores_the_same_triple() {
     let d = 8;
     for (kind, norm) in [
-        (ModelKind::DistMult, 2),
-        (ModelKind::ComplEx, 2),
-        (ModelKind::TransE, 1),
-        (ModelKind::TransE, 2),
-        (ModelKind::RotatE, 2),
+        (ScoreKind::DistMult, 2),
+        (ScoreKind::ComplEx, 2),
+        (ScoreKind::TransE, 1),
+        (ScoreKind::TransE, 2),
+        (ScoreKind::RotatE, 2),
     ] {
-        let model = Model {
+        let model = ScoreModel {
             kind,
             dim: d,
             transe_norm: norm,
@@ -184,7 +184,7 @@ fn reversed_relation_scores_the_same_triple() {
             (forward[0] - backward[0]).abs() < 1e-5,
             "{kind:?}: {forward:?} vs {backward:?}"
         );
-        if kind != ModelKind::DistMult {
+        if kind != ScoreKind::DistMult {
             // Without the reversal the head score would differ (so the test can fail).
             score_candidates(&model, 1, 1, &t, &r, &h, &mut backward, &mut s);
             assert!((forward[0] - backward[0]).abs() > 1e-4, "{kind:?}");
@@ -199,7 +199,7 @@ fn initial_relations_have_no_self_preference() {
     let d = 64;
     let mut rng = Rng::new(5);
     // Mean of score(h, r, h) - score(h, r, t) over random h, t.
-    let self_gap = |model: &Model, r: &[f32]| -> f64 {
+    let self_gap = |model: &ScoreModel, r: &[f32]| -> f64 {
         let mut s = Scratch::default();
         let (mut a, mut b) = ([0.0f32], [0.0f32]);
         let mut gap = 0.0;
@@ -213,16 +213,16 @@ fn initial_relations_have_no_self_preference() {
     };
     // (TransE prefers the node itself until it learns a long enough translation, whatever
     // small offset it starts from, so it is not checked.)
-    for kind in [ModelKind::DistMult, ModelKind::ComplEx, ModelKind::RotatE] {
-        let model = Model {
+    for kind in [ScoreKind::DistMult, ScoreKind::ComplEx, ScoreKind::RotatE] {
+        let model = ScoreModel {
             kind,
             dim: d,
             transe_norm: 2,
         };
         let mut identity = vec![0.0f32; model.rel_dim()];
         match kind {
-            ModelKind::DistMult => identity.fill(1.0),
-            ModelKind::ComplEx => identity[..d / 2].fill(1.0),
+            ScoreKind::DistMult => identity.fill(1.0),
+            ScoreKind::ComplEx => identity[..d / 2].fill(1.0),
             _ => {}
         }
         let mut r = vec![0.0f32; model.rel_dim()];

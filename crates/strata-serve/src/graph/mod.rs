@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use strata_graph::feature_store::read_at;
 
-use crate::commit::{GroupLog, Staging};
+use crate::commit::{Commit, GroupLog, Staging};
 use crate::durable::{sync_dir, write_atomic};
 use crate::error::{Result, ServeError};
 use crate::page_cache::PageCache;
@@ -132,12 +132,13 @@ pub struct ServedGraph {
     /// Unique in this process, so caches never confuse two registrations of one name.
     pub uid: u64,
     dir: PathBuf,
-    state: RwLock<State>,
+    /// Shared with the log's flusher, which applies each flushed group ([`Publish`]).
+    state: Arc<RwLock<State>>,
     log: GroupLog<Staged>,
     /// Only one fold at a time.
     folding: Mutex<()>,
     /// Bumped by every applied mutation: cached embeddings of an older epoch are stale.
-    epoch: AtomicU64,
+    epoch: Arc<AtomicU64>,
 }
 
 impl ServedGraph {
@@ -232,20 +233,26 @@ impl ServedGraph {
             queue: VecDeque::new(),
             pending: overlay.next_layer(),
         };
+        let state = Arc::new(RwLock::new(State {
+            version: Arc::new(version),
+            overlay,
+            internal_of_external,
+            last_lsn,
+            checkpoint_lsn: current.checkpoint_lsn,
+        }));
+        let epoch = Arc::new(AtomicU64::new(0));
+        let publish = Publish {
+            state: Arc::clone(&state),
+            epoch: Arc::clone(&epoch),
+        };
         Ok(ServedGraph {
             meta,
             uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             dir: dir.to_path_buf(),
-            state: RwLock::new(State {
-                version: Arc::new(version),
-                overlay,
-                internal_of_external,
-                last_lsn,
-                checkpoint_lsn: current.checkpoint_lsn,
-            }),
-            log: GroupLog::new(wal, staged),
+            state,
+            log: GroupLog::new(wal, staged, publish),
             folding: Mutex::new(()),
-            epoch: AtomicU64::new(0),
+            epoch,
         })
     }
 
@@ -341,12 +348,11 @@ impl ServedGraph {
         Ok(read_at(&file, ids, &from_file, out)?)
     }
 
-    /// Checks `change` against the graph with every earlier mutation (staged ones included),
-    /// stages it in the log, and returns once a group flush has put it on disk and it is
-    /// applied; then it is acknowledged.
-    pub fn mutate(&self, change: &Change) -> Result<Applied> {
-        let (lsn, (applied, new_ids)) = self.log.commit(
-            self,
+    /// Checks `change` against the graph with every earlier mutation (staged ones included)
+    /// and stages it in the log. It is acknowledged once the returned [`Pending`] resolves: a
+    /// group flush has put it on disk and it is applied (visible to readers).
+    pub fn stage(&self, change: &Change) -> Result<Pending> {
+        let commit = self.log.stage(
             |w| {
                 let st = self.state.read().unwrap();
                 let v = &st.version;
@@ -366,11 +372,12 @@ impl ServedGraph {
                 (applied, new_ids)
             },
         )?;
-        Ok(Applied {
-            applied,
-            lsn,
-            new_ids,
-        })
+        Ok(Pending(commit))
+    }
+
+    /// [`ServedGraph::stage`], then blocks the thread until the mutation is acknowledged.
+    pub fn mutate(&self, change: &Change) -> Result<Applied> {
+        self.stage(change)?.wait()
     }
 
     /// Acknowledged mutations not yet in a store version.
@@ -449,7 +456,37 @@ impl ServedGraph {
     }
 }
 
-impl Staging<Staged> for ServedGraph {
+/// A staged mutation (see [`ServedGraph::stage`]).
+#[must_use = "a staged mutation is not acknowledged until it is waited for"]
+pub struct Pending(Commit<(u64, Vec<u64>)>);
+
+impl Pending {
+    /// Waits, holding no thread, until the mutation is on disk and applied.
+    pub async fn applied(self) -> Result<Applied> {
+        self.0.durable().await.map(applied)
+    }
+
+    /// [`Pending::applied`] for a thread outside the async runtime: blocks it until then.
+    pub fn wait(self) -> Result<Applied> {
+        self.0.wait().map(applied)
+    }
+}
+
+fn applied((lsn, (applied, new_ids)): (u64, (u64, Vec<u64>))) -> Applied {
+    Applied {
+        applied,
+        lsn,
+        new_ids,
+    }
+}
+
+/// What the log's flusher does with each group: makes it visible to readers.
+struct Publish {
+    state: Arc<RwLock<State>>,
+    epoch: Arc<AtomicU64>,
+}
+
+impl Staging<Staged> for Publish {
     /// Applies the mutations of a flushed group, in order, and rebuilds the pending layer from
     /// those still staged (a group's worth at most), so it never grows beyond them.
     fn durable(&self, w: &mut Staged, through: u64) {

@@ -1,0 +1,194 @@
+//! Memory plans from Python: one function that calls an engine's own planner for a store and
+//! a config (`strata info --memory`), and the plans' text. Nothing here estimates: every
+//! figure comes from the planner the engine runs at start.
+
+use std::path::{Path, PathBuf};
+
+use pyo3::prelude::*;
+use pythonize::{depythonize, pythonize};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use strata_serve::config::ServeOptions;
+use strata_store::array::{decode_ints, read_all_bytes};
+use strata_store::budget::{MemoryPlan, Planned};
+use strata_store::config::check;
+use strata_store::Store;
+
+use crate::errors::{config_error, raise, ToPyErr};
+
+/// What a planner said: its plan, why the budget cannot hold the engine's minimum, or why
+/// there is nothing to plan yet.
+enum Outcome {
+    Plan(MemoryPlan),
+    Refused(String),
+    NotPlanned(String),
+}
+
+/// `config` over `T::default()`: the fields given replace the defaults (unknown ones are
+/// refused by `T`'s deserializer).
+fn with_defaults<T: Default + Serialize + DeserializeOwned>(
+    py: Python<'_>,
+    engine: &str,
+    config: Value,
+) -> PyResult<T> {
+    let mut merged = serde_json::to_value(T::default()).expect("configs serialise");
+    if let (Value::Object(base), Value::Object(given)) = (&mut merged, config) {
+        base.extend(given);
+    }
+    serde_json::from_value(merged).map_err(|e| config_error(py, &format!("{engine}: {e}")))
+}
+
+fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
+    use strata_embed::config::TrainConfig;
+    use strata_embed::error::EmbedError;
+    use strata_embed::model::ScoreModel;
+    let cfg = check::<TrainConfig>(&config).map_err(|e| config_error(py, &e.to_string()))?;
+    let graph = Store::open(store)
+        .map_err(|e| e.to_py(py))?
+        .manifest()
+        .graph
+        .clone();
+    let model = ScoreModel {
+        kind: cfg.model,
+        dim: cfg.dim,
+        transe_norm: cfg.transe_norm,
+    };
+    let threads = strata_embed::job::threads_for(&cfg);
+    match strata_embed::budget::plan(&cfg, &model, graph.num_nodes, graph.num_relations, threads) {
+        Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
+        Err(EmbedError::Budget(m)) => Ok(Outcome::Refused(m)),
+        Err(e) => Err(e.to_py(py)),
+    }
+}
+
+/// The store's `node_train` ids (empty without a train split): the seeds `strata gnn train`
+/// estimates its batches from.
+fn train_nodes(store: &Store) -> Result<Vec<u32>, strata_store::StoreError> {
+    let Ok(path) = store.array_path("node_train") else {
+        return Ok(Vec::new());
+    };
+    let (header, bytes) = read_all_bytes(&path)?;
+    let mut ids = Vec::new();
+    decode_ints(&bytes, header.dtype, &mut ids);
+    Ok(ids.into_iter().map(|i| i as u32).collect())
+}
+
+fn gnn(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
+    use strata_gnn::data::{plan, Consumer, DataConfig};
+    use strata_gnn::GnnError;
+    let cfg: DataConfig = with_defaults(py, "gnn", config)?;
+    let nodes =
+        train_nodes(&Store::open(store).map_err(|e| e.to_py(py))?).map_err(|e| e.to_py(py))?;
+    match py.detach(|| plan(store, &cfg, &nodes, &Consumer::default())) {
+        Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
+        Err(GnnError::Budget(m)) => Ok(Outcome::Refused(m)),
+        Err(e) => Err(e.to_py(py)),
+    }
+}
+
+fn grid(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
+    use strata_grid::config::RunOptions;
+    use strata_grid::grid::Grid;
+    use strata_grid::GridError;
+    let mut options = config;
+    if let Value::Object(fields) = &mut options {
+        fields.insert("store".into(), Value::from(store.to_string_lossy()));
+    }
+    let job = check::<RunOptions>(&options)
+        .map_err(|e| config_error(py, &e.to_string()))?
+        .job();
+    let algo = &job.algorithm;
+    let found = Grid::find(
+        &job.store,
+        job.grid.as_deref(),
+        algo.needs_weights(),
+        algo.needs_symmetric(),
+    )
+    .map_err(|e| e.to_py(py))?;
+    let Some(dir) = found else {
+        return Ok(Outcome::NotPlanned(format!(
+            "no grid for {} in {} yet: `strata run {}` builds one, and its plan follows the grid",
+            algo.name(),
+            store.display(),
+            algo.name()
+        )));
+    };
+    let grid = Grid::open(&dir).map_err(|e| e.to_py(py))?;
+    let threads = strata_io::resolve_threads(job.threads);
+    match strata_grid::budget::plan(&job, &grid, threads, None) {
+        Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
+        Err(GridError::Budget(m)) => Ok(Outcome::Refused(m)),
+        Err(e) => Err(e.to_py(py)),
+    }
+}
+
+fn serve(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
+    let o = check::<ServeOptions>(&config).map_err(|e| config_error(py, &e.to_string()))?;
+    let graphs = strata_serve::memory::store_graph_bytes(store)
+        .map_err(|e| raise(py, "StoreFormatError", &e.to_string()))?;
+    match strata_serve::budget::plan(
+        o.memory.0,
+        graphs,
+        0,
+        o.embedding_cache,
+        usize::try_from(o.max_message.0).unwrap_or(usize::MAX),
+    ) {
+        Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
+        Err(e) => Ok(Outcome::Refused(e.to_string())),
+    }
+}
+
+/// The memory plan `engine` (`embed`, `gnn`, `grid`, `serve`) makes for `store` with `config`
+/// (a dict of that engine's options, checked as its config section; unset ones take their
+/// defaults, and grid's `store` is `store`), as a dict
+/// (`engine`, `memory`, `minimum`, `parts`, `data`; bytes). When the budget cannot hold the
+/// engine's minimum, the dict is `engine`, `memory` and `error` (the planner's message); when
+/// there is nothing to plan yet (grid: no grid built), `engine`, `memory` and `not_planned`.
+/// gnn plans with the runtime reserve and no training (no model is given here).
+#[pyfunction]
+fn memory_plan(
+    py: Python<'_>,
+    engine: &str,
+    store: PathBuf,
+    config: &Bound<'_, PyAny>,
+) -> PyResult<Py<PyAny>> {
+    let config: Value = depythonize(config).map_err(|e| config_error(py, &e.to_string()))?;
+    let memory = config.get("memory").cloned().unwrap_or(Value::Null);
+    let outcome = match engine {
+        "embed" => embed(py, &store, config)?,
+        "gnn" => gnn(py, &store, config)?,
+        "grid" => grid(py, &store, config)?,
+        "serve" => serve(py, &store, config)?,
+        other => {
+            return Err(config_error(
+                py,
+                &format!("memory_plan: unknown engine '{other}' (embed, gnn, grid, serve)"),
+            ))
+        }
+    };
+    let v = match outcome {
+        Outcome::Plan(p) => serde_json::to_value(p).expect("plans serialise"),
+        Outcome::Refused(error) => {
+            serde_json::json!({"engine": engine, "memory": memory, "error": error})
+        }
+        Outcome::NotPlanned(why) => {
+            serde_json::json!({"engine": engine, "memory": memory, "not_planned": why})
+        }
+    };
+    Ok(pythonize(py, &v)?.unbind())
+}
+
+/// The lines an engine prints for `plan` (a dict as [`memory_plan`] returns it).
+#[pyfunction]
+fn describe_memory_plan(plan: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    let plan: MemoryPlan =
+        depythonize(plan).map_err(|e| config_error(plan.py(), &e.to_string()))?;
+    Ok(plan.describe())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(memory_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(describe_memory_plan, m)?)?;
+    Ok(())
+}

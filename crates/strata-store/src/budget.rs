@@ -1,0 +1,206 @@
+//! The one shape every engine's memory plan takes: the budget (`memory`), the parts it is
+//! spent on (named, in bytes), and the data sets that are larger than what the plan keeps in
+//! memory (how much of each is resident, and where the rest lives).
+//!
+//! Each engine plans with a pure function in its own `budget` module (config, store metadata
+//! and device profile in, the engine's typed plan out) and turns its plan into a
+//! [`MemoryPlan`] through [`Planned`]. The engines print [`MemoryPlan::describe`] at start and
+//! save the plan in their run's JSON; `strata info --memory` prints the same plans, so what
+//! the user is told and what the engine does cannot disagree.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units::fmt_bytes;
+
+/// One use of the budget: `bytes` of memory for `name` (e.g. "partition buffer").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanPart {
+    /// What the bytes hold, short and lowercase ("topology", "hot set").
+    pub name: String,
+    /// Bytes of memory the part may use.
+    pub bytes: u64,
+    /// How the bytes were sized, for the user ("3 x 512 MiB partitions"); may be empty.
+    pub detail: String,
+}
+
+/// A data set and how much of it the plan keeps in memory; the rest lives in `elsewhere`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanData {
+    /// The data ("node features", "embedding table").
+    pub name: String,
+    /// Its whole size in bytes.
+    pub bytes: u64,
+    /// Bytes of it held in memory (in one of the plan's parts); at most `bytes`.
+    pub resident: u64,
+    /// Where the rest is read from: "SSD", "far memory", "device memory".
+    pub elsewhere: String,
+}
+
+impl PlanData {
+    /// Whether all of it is held in memory.
+    pub fn fits(&self) -> bool {
+        self.resident >= self.bytes
+    }
+}
+
+/// What an engine does with its budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPlan {
+    /// The engine ("embed", "gnn", "grid", "serve").
+    pub engine: String,
+    /// The budget in bytes (`memory`).
+    pub memory: u64,
+    /// The smallest budget this plan's fixed parts need, in bytes: below it the engine refuses
+    /// to start.
+    pub minimum: u64,
+    /// Where the budget goes, in the order printed.
+    pub parts: Vec<PlanPart>,
+    /// The data sets the engine works on, and what of each is in memory.
+    pub data: Vec<PlanData>,
+}
+
+impl MemoryPlan {
+    /// An empty plan of `engine` under a budget of `memory` bytes.
+    pub fn new(engine: &str, memory: u64) -> MemoryPlan {
+        MemoryPlan {
+            engine: engine.to_string(),
+            memory,
+            minimum: 0,
+            parts: Vec::new(),
+            data: Vec::new(),
+        }
+    }
+
+    /// Adds a part of `bytes` bytes.
+    pub fn part(mut self, name: &str, bytes: u64, detail: impl Into<String>) -> MemoryPlan {
+        self.parts.push(PlanPart {
+            name: name.to_string(),
+            bytes,
+            detail: detail.into(),
+        });
+        self
+    }
+
+    /// Adds a data set of `bytes` bytes of which `resident` are in memory.
+    pub fn data(mut self, name: &str, bytes: u64, resident: u64, elsewhere: &str) -> MemoryPlan {
+        self.data.push(PlanData {
+            name: name.to_string(),
+            bytes,
+            resident: resident.min(bytes),
+            elsewhere: elsewhere.to_string(),
+        });
+        self
+    }
+
+    /// Sets the smallest budget the plan accepts.
+    pub fn minimum(mut self, bytes: u64) -> MemoryPlan {
+        self.minimum = bytes;
+        self
+    }
+
+    /// Bytes of all parts together.
+    pub fn total(&self) -> u64 {
+        self.parts.iter().map(|p| p.bytes).sum()
+    }
+
+    /// The plan as lines for the user: the budget and total, one line per part, one per data
+    /// set (all in memory, or what share is and where the rest is read from).
+    pub fn describe(&self) -> Vec<String> {
+        let mut lines = vec![format!(
+            "{} budget {}: planned {} (minimum {})",
+            self.engine,
+            fmt_bytes(self.memory),
+            fmt_bytes(self.total()),
+            fmt_bytes(self.minimum)
+        )];
+        let width = self.parts.iter().map(|p| p.name.len()).max().unwrap_or(0);
+        for p in &self.parts {
+            let detail = if p.detail.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", p.detail)
+            };
+            lines.push(format!(
+                "  {:<width$}  {:>10}{detail}",
+                p.name,
+                fmt_bytes(p.bytes)
+            ));
+        }
+        for d in &self.data {
+            let placement = if d.fits() {
+                "all in memory".to_string()
+            } else {
+                format!(
+                    "{:.1}% in memory ({}), the rest from {}",
+                    100.0 * d.resident as f64 / d.bytes.max(1) as f64,
+                    fmt_bytes(d.resident),
+                    d.elsewhere
+                )
+            };
+            lines.push(format!("  {} {}: {placement}", d.name, fmt_bytes(d.bytes)));
+        }
+        lines
+    }
+}
+
+/// An engine's typed plan, seen in the common shape.
+pub trait Planned {
+    /// The plan as named parts and data sets.
+    fn memory_plan(&self) -> MemoryPlan;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> MemoryPlan {
+        MemoryPlan::new("gnn", 1 << 30)
+            .minimum(200 << 20)
+            .part("topology", 100 << 20, "CSC, 26 M edges")
+            .part("hot set", 500 << 20, "")
+            .data("node features", 4 << 30, 500 << 20, "SSD")
+            .data("labels", 1 << 20, 1 << 20, "SSD")
+    }
+
+    #[test]
+    fn totals_and_fits() {
+        let p = plan();
+        assert_eq!(p.total(), 600 << 20);
+        assert!(!p.data[0].fits());
+        assert!(p.data[1].fits());
+    }
+
+    #[test]
+    fn resident_never_exceeds_the_data() {
+        let p = MemoryPlan::new("embed", 1 << 20).data("table", 10, 99, "SSD");
+        assert_eq!(p.data[0].resident, 10);
+        assert!(p.data[0].fits());
+    }
+
+    #[test]
+    fn describes_every_part_and_data_set() {
+        let lines = plan().describe();
+        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert!(
+            lines[0].starts_with("gnn budget 1.00 GiB: planned 600 MiB (minimum 200 MiB)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].contains("topology") && lines[1].contains("CSC, 26 M edges"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[3].contains("12.2% in memory") && lines[3].ends_with("the rest from SSD"),
+            "{lines:?}"
+        );
+        assert!(lines[4].ends_with("all in memory"), "{lines:?}");
+    }
+
+    #[test]
+    fn serializes_to_the_json_runs_save() {
+        let v = serde_json::to_value(plan()).unwrap();
+        assert_eq!(v["engine"], "gnn");
+        assert_eq!(v["parts"][1]["name"], "hot set");
+        assert_eq!(v["data"][0]["resident"], 500u64 << 20);
+    }
+}
