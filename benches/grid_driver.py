@@ -32,25 +32,25 @@ def main() -> None:
     p.add_argument("--disk-fetchers", type=int, default=None)
     p.add_argument("--segment", type=int, default=0)
     a = p.parse_args()
-    algorithm = {"algorithm": a.algo}
-    if a.algo == "pagerank":
-        algorithm["iterations"] = a.iterations
-    if a.algo in ("bfs", "sssp"):
-        algorithm["root"] = a.root
+    # The [run] section's options (strata_grid::config::RunOptions); unset ones take its defaults.
     job = {
+        "algorithm": a.algo,
         "store": a.store,
-        "algorithm": algorithm,
         "grid": a.grid,
         "memory": a.memory,
         "keep_resident": bool(a.keep_resident),
-        "segment_bytes": a.segment,
+        "segment": a.segment,
         "out": f"{a.store}/runs/bench-{a.algo}",
     }
-    for key in ("prefetch", "disk_fetchers"):  # unset: the run's defaults
+    if a.algo == "pagerank":
+        job["iterations"] = a.iterations
+    if a.algo in ("bfs", "sssp"):
+        job["root"] = a.root
+    for key in ("prefetch", "disk_fetchers"):
         if getattr(a, key) is not None:
             job[key] = getattr(a, key)
     if a.far:
-        job["far"] = {"addr": a.far, "ratio": a.ratio, "chunk_bytes": a.chunk, "connections": a.connections}
+        job.update(far=a.far, far_ratio=a.ratio, far_chunk=a.chunk, far_connections=a.connections)
     iterations = []
     messages = []
 

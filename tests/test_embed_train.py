@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import needs
-from strata import _native
-from strata.config import EmbedTrainConfig, as_dict
+from strata.config import EmbedTrainConfig
 from strata.embed import Run, train
 from strata.errors import BudgetError, ConfigError, RunError
 
@@ -33,16 +32,6 @@ def kg(tmp_path_factory) -> Path:
     run_strata("generate", "kg", "--out", raw, "--entities", "400", "--relations", "8", "--triples", "16000", "-q")
     run_strata("convert", raw, "--relations", "--out", d / "kg.strata", "-q")
     return d / "kg.strata"
-
-
-def test_python_defaults_match_the_trainer():
-    native = _native.embed_train_defaults()
-    ours = {k: v for k, v in as_dict(EmbedTrainConfig(store="x")).items() if k in native}
-    assert ours.keys() == native.keys()
-    for k, v in native.items():
-        # f32 fields come back as the nearest double of their f32 value.
-        assert ours[k] == (pytest.approx(v, rel=1e-7) if isinstance(v, float) else v), k
-    assert set(native) <= set(as_dict(EmbedTrainConfig(store="x")))
 
 
 def test_train_in_memory_learns_and_writes_its_run(kg, tmp_path, strata_cli):

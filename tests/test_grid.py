@@ -401,15 +401,18 @@ def free_port() -> int:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"algorithm": "pagerank", "far_ratio": 1.5}, "run.far_ratio: must be in [0, 1], got 1.5"),
-        ({"algorithm": "pagerank", "far_ratio": -0.1}, "run.far_ratio: must be in [0, 1]"),
+        ({"algorithm": "pagerank", "far_ratio": 1.5}, "run.far_ratio: must be <= 1.0, got 1.5"),
+        ({"algorithm": "pagerank", "far_ratio": -0.1}, "run.far_ratio: must be >= 0.0, got -0.1"),
         ({"algorithm": "bfs", "root": -1}, "run.root: must be >= 0, got -1"),
-        ({"algorithm": "pagerank", "iterations": 0}, "run.iterations: need at least 1"),
+        ({"algorithm": "pagerank", "iterations": 0}, "run.iterations: must be >= 1, got 0"),
         ({"algorithm": "pagerank", "damping": 1.0}, "run.damping: must be in [0, 1)"),
         ({"algorithm": "pagerank", "far": "localhost"}, "run.far: expected HOST:PORT"),
         ({"algorithm": "pagerank", "far_chunk": "1K"}, "run.far_chunk: must be between 4 KiB and 64 MiB"),
-        ({"algorithm": "pagerank", "prefetch": 0}, "run.prefetch: need at least 1"),
-        ({"algorithm": "pagerank", "vertex": "disk"}, "run.vertex: expected auto, memory or windows, got 'disk'"),
+        ({"algorithm": "pagerank", "prefetch": 0}, "run.prefetch: must be >= 1, got 0"),
+        (
+            {"algorithm": "pagerank", "vertex": "disk"},
+            "run.vertex: expected one of 'auto', 'memory', 'windows', got 'disk'",
+        ),
         ({"algorithm": "pagerank", "segment": "1K"}, "run.segment: must be 0 (automatic) or at least 4 KiB"),
         ({"algorithm": "sssp", "weight_low": 2.0, "weight_high": 1.0}, "weight_low < weight_high"),
         ({"algorithm": "betweenness"}, "expected one of 'pagerank', 'bfs', 'wcc', 'sssp', 'spmv', 'kcore'"),
@@ -422,7 +425,7 @@ def test_bad_options_name_the_field(options, message):
 
 
 def test_bad_grid_options():
-    with pytest.raises(ConfigError, match=r"grid\.build\.partitions: must be in 0\.\.4096"):
+    with pytest.raises(ConfigError, match=r"grid\.build\.partitions: must be <= 4096, got 5000"):
         GridBuildConfig(store="x", partitions=5000)
     with pytest.raises(ConfigError, match=r"grid\.build\.name: must be a plain directory name"):
         GridBuildConfig(store="x", name="../up")
@@ -483,7 +486,10 @@ def test_bad_inputs_through_the_cli(graphs, tmp_path):
         (["run", "betweenness", store], "expected one of 'pagerank', 'bfs'"),
         (["run", "bfs", store, "--root", "-3"], "--root: must be >= 0, got -3"),
         (["run", "bfs", store, "--grid", "d-row", "--root", "1000"], "option root: vertex 1000 is not in the graph"),
-        (["run", "pagerank", store, "--far", "127.0.0.1:7000", "--far-ratio", "2"], "run.far_ratio: must be in [0, 1]"),
+        (
+            ["run", "pagerank", store, "--far", "127.0.0.1:7000", "--far-ratio", "2"],
+            "run.far_ratio: must be <= 1.0, got 2.0",
+        ),
         (["run", "pagerank", tmp_path / "nope.strata"], "no such store"),
         (["run", "wcc", store, "--grid", "d-row"], "is not symmetric and wcc needs it"),
         (["grid", "info", tmp_path / "nope"], "no such store or grid directory"),

@@ -40,21 +40,15 @@ def memory_plans(store: Store, memory: int) -> list[dict]:
     (pagerank) on the grid ``strata run`` would use; serve with node features. Each is the
     dict of ``_native.memory_plan`` (``error`` set when the budget cannot hold the engine,
     ``not_planned`` when there is nothing to plan yet: no grid built)."""
-    from .config.grid import RunConfig
-    from .config.serve import ServeConfig
-    from .grid import default_out_dir, run_job
 
     m = store.manifest
     path = str(store.path)
     plans = [_native.memory_plan("embed", path, {"memory": memory})]
     if m.get("features") and m.get("labels"):
         plans.append(_native.memory_plan("gnn", path, {"memory": memory}))
-    run = RunConfig(algorithm="pagerank", store=store.path, memory=memory)
-    plans.append(_native.memory_plan("grid", path, run_job(run, default_out_dir(store.path, "pagerank"))))
+    plans.append(_native.memory_plan("grid", path, {"algorithm": "pagerank", "memory": memory}))
     if m.get("features"):
-        serve = ServeConfig(memory=memory)
-        options = {"memory": memory, "embedding_cache": serve.embedding_cache, "max_message": int(serve.max_message)}
-        plans.append(_native.memory_plan("serve", path, options))
+        plans.append(_native.memory_plan("serve", path, {"memory": memory}))
     return plans
 
 

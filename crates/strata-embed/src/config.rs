@@ -1,6 +1,9 @@
-//! Training options (every field has a `///` description mirrored in the Python config).
+//! Training options: the `embed.train` config section (its `///` comments are the help
+//! texts `strata embed train --help` shows).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
 use crate::model::{LossKind, ScoreKind};
 use crate::ordering::OrderingKind;
@@ -10,7 +13,7 @@ pub const MAX_ROWS: usize = 1 << 29;
 
 /// Adagrad's state: one accumulator per element, or one per row (half the state, as PBG's
 /// row-wise Adagrad).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OptimizerKind {
     Adagrad,
@@ -18,7 +21,7 @@ pub enum OptimizerKind {
 }
 
 /// Which side of each edge is corrupted to make negatives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Corrupt {
     Both,
@@ -27,7 +30,7 @@ pub enum Corrupt {
 }
 
 /// Where uniform negatives come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum NegativePool {
     /// The partition of the corrupted side of the bucket (PyTorch-BigGraph): over an epoch a
@@ -42,7 +45,7 @@ pub enum NegativePool {
 }
 
 /// Evaluation protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Protocol {
     /// Rank the true entity against every entity, skipping other known true triples.
@@ -52,58 +55,76 @@ pub enum Protocol {
 }
 
 /// Everything a training run is set up with.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
-    /// Score function.
+    /// score function: dot (graphs without relation types), transe, distmult, complex, rotate
     pub model: ScoreKind,
-    /// Reals per node embedding (ComplEx and RotatE use half as complex coordinates).
+    /// reals per node embedding (complex and rotate use half as complex coordinates)
+    #[schemars(range(min = 1))]
     pub dim: usize,
-    /// Norm of TransE (1 or 2).
+    /// norm of transe: 1 or 2
+    #[schemars(range(min = 1, max = 2))]
     pub transe_norm: u8,
+    /// softmax: cross-entropy of the true edge among its negatives; logistic; margin ranking
     pub loss: LossKind,
-    /// Margin of the margin-ranking loss.
+    /// margin of the margin-ranking loss
+    #[schemars(range(min = 0.0))]
     pub margin: f32,
-    /// Learning rate.
+    /// learning rate
     pub lr: f32,
+    /// Adagrad with one accumulator per element, or per row (half the optimizer state)
     pub optimizer: OptimizerKind,
-    /// Standard deviation of the initial node embeddings.
+    /// standard deviation of the initial node embeddings
     pub init_scale: f32,
+    /// epochs to train (a resumed run trains up to this many in total)
+    #[schemars(range(min = 1))]
     pub epochs: usize,
-    /// Positive edges per chunk (they share one set of negatives).
+    /// positive edges per chunk; a chunk shares one set of negatives
+    #[schemars(range(min = 1, max = MAX_ROWS - 1))]
     pub chunk_size: usize,
-    /// Negatives per chunk and corrupted side.
+    /// negatives per chunk and corrupted side
+    #[schemars(range(min = 1, max = MAX_ROWS - 1))]
     pub negatives: usize,
-    /// Fraction of the negatives drawn in proportion to degree (from the chunk's own edges);
-    /// the rest are uniform over `negative_pool`.
+    /// fraction of negatives drawn in proportion to degree; the rest are uniform (see
+    /// negative_pool)
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub degree_fraction: f32,
-    /// Where the uniform negatives are drawn from.
+    /// uniform negatives over all nodes (partitions on disk through in-memory banks of
+    /// bank_rows rows), over the resident partitions (Marius, Legend), or over the corrupted
+    /// side's partition (PyTorch-BigGraph)
     pub negative_pool: NegativePool,
-    /// Rows of each partition kept in memory as negatives while it is on disk (`all` pool;
-    /// fewer when the budget is tight).
+    /// rows of each partition kept in memory as negatives while it is on disk
     pub bank_rows: usize,
+    /// which side of each edge is corrupted
     pub corrupt: Corrupt,
-    /// Relations get a second, inverse row used when heads are corrupted (reciprocal
-    /// relations); otherwise head corruption scores `(h', r, t)` through the model's reversed
-    /// relation (the conjugate for ComplEx, the opposite rotation for RotatE, `-r` for TransE).
+    /// relations get inverse rows used when heads are corrupted (reciprocal relations)
     pub reciprocal: bool,
-    /// Node partitions; 0 plans the fewest that fit the memory budget (1 keeps the whole
-    /// table in memory).
+    /// node partitions; 0 plans the fewest that fit --memory
     pub partitions: u32,
-    /// Partitions resident at once.
+    /// partitions resident at once when the table is partitioned
+    #[schemars(range(min = 1))]
     pub buffer: usize,
+    /// partition order: legend (Legend's Alg. 1+2, built for prefetching; buffer 3), beta
+    /// (Marius's BETA; any buffer >= 2), sequential (one pair at a time; buffer 2)
     pub ordering: OrderingKind,
-    /// Worker threads over a bucket's chunks; 0 means one per core.
+    /// worker threads over a bucket's chunks; 0 means one per core
     pub threads: usize,
+    /// seed of initialisation, partitioning, shuffling and negatives
     pub seed: u64,
-    /// Memory budget in bytes (partition buffer, bucket edges, bookkeeping).
+    /// memory budget (buffer, edges, workers, evaluation, relations, runtime)
+    #[serde(deserialize_with = "size_bytes")]
+    #[schemars(with = "Size")]
     pub memory: u64,
-    /// Evaluate on the validation split every this many epochs (0: never).
+    /// validate every this many epochs (0: no evaluation at all)
     pub eval_every: usize,
+    /// filtered: rank against every node (FB15k-237, WN18RR); sampled: against N uniform + N
+    /// degree-weighted candidates (large graphs)
     pub eval_protocol: Protocol,
-    /// Uniform (and as many degree-weighted) candidates of the sampled protocol.
+    /// N of the sampled protocol
+    #[schemars(range(min = 1))]
     pub eval_negatives: usize,
-    /// Evaluate at most this many queries per split (0: all).
+    /// evaluate at most this many queries per split (0: all)
     pub eval_max_queries: usize,
 }
 
@@ -140,69 +161,54 @@ impl Default for TrainConfig {
     }
 }
 
-impl TrainConfig {
-    /// Checks every value's range; errors name the option as it appears in the config file.
-    pub fn validate(&self) -> Result<(), String> {
-        let bad = |field: &str, what: String| Err(format!("embed.train.{field}: {what}"));
-        if self.dim == 0 {
-            return bad("dim", "must be positive".into());
-        }
+impl Section for TrainConfig {
+    const NAME: &'static str = "embed.train";
+
+    /// What the types and declared bounds leave: the model's parity, finite rates, and the
+    /// buffer each ordering needs.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, msg: String| Err(ConfigError::new(Self::NAME, key, msg));
         if matches!(self.model, ScoreKind::ComplEx | ScoreKind::RotatE)
             && !self.dim.is_multiple_of(2)
         {
             return bad(
                 "dim",
                 format!(
-                    "must be even for {:?} (real and imaginary halves), got {}",
-                    self.model, self.dim
+                    "{} needs an even dim (real and imaginary halves), got {}",
+                    if self.model == ScoreKind::ComplEx {
+                        "complex"
+                    } else {
+                        "rotate"
+                    },
+                    self.dim
                 ),
             );
         }
-        if !matches!(self.transe_norm, 1 | 2) {
-            return bad(
-                "transe_norm",
-                format!("must be 1 or 2, got {}", self.transe_norm),
-            );
+        for (key, v) in [("lr", self.lr), ("init_scale", self.init_scale)] {
+            if !(v > 0.0 && v.is_finite()) {
+                return bad(key, format!("must be a positive number, got {v}"));
+            }
         }
-        if !(self.lr > 0.0 && self.lr.is_finite()) {
-            return bad("lr", format!("must be a positive number, got {}", self.lr));
-        }
-        if !(self.init_scale > 0.0 && self.init_scale.is_finite()) {
-            return bad(
-                "init_scale",
-                format!("must be a positive number, got {}", self.init_scale),
-            );
-        }
-        if !(self.margin >= 0.0 && self.margin.is_finite()) {
+        if !self.margin.is_finite() {
             return bad(
                 "margin",
-                format!("must be a non-negative number, got {}", self.margin),
+                format!("must be a finite number, got {}", self.margin),
             );
         }
-        if self.chunk_size == 0 || self.chunk_size >= MAX_ROWS {
-            return bad(
-                "chunk_size",
-                format!("must be between 1 and 2^29 - 1, got {}", self.chunk_size),
-            );
+        let partitioned = self.partitions as usize > self.buffer;
+        match self.ordering {
+            OrderingKind::Legend if self.buffer != 3 && partitioned => bad(
+                "buffer",
+                format!("ordering legend needs a buffer of 3, got {}", self.buffer),
+            ),
+            OrderingKind::Sequential if self.buffer != 2 => bad(
+                "buffer",
+                format!(
+                    "ordering sequential needs a buffer of 2, got {}",
+                    self.buffer
+                ),
+            ),
+            _ => Ok(()),
         }
-        if self.negatives == 0 || self.negatives >= MAX_ROWS {
-            return bad(
-                "negatives",
-                format!("must be between 1 and 2^29 - 1, got {}", self.negatives),
-            );
-        }
-        if !(0.0..=1.0).contains(&self.degree_fraction) {
-            return bad(
-                "degree_fraction",
-                format!("must be between 0 and 1, got {}", self.degree_fraction),
-            );
-        }
-        if self.buffer == 0 {
-            return bad("buffer", "must be at least 1".into());
-        }
-        if self.eval_negatives == 0 {
-            return bad("eval_negatives", "must be positive".into());
-        }
-        Ok(())
     }
 }

@@ -84,7 +84,7 @@ pub fn train(
     progress: &dyn Progress,
     on_epoch: &mut dyn FnMut(&EpochRecord),
 ) -> Result<RunMeta> {
-    cfg.validate().map_err(EmbedError::Config)?;
+    strata_store::config::check_built(&cfg).map_err(|e| EmbedError::Config(e.to_string()))?;
     let mut s = setup(store_path, run_dir, cfg, fresh, progress)?;
     let model = s.trainer.model;
     let threads = s.trainer.threads();

@@ -1,13 +1,17 @@
-//! The options of a run (`strata run ALGO`), as the CLI, the Python API and config files give
-//! them.
+//! The options of a run (`strata run ALGO`) and of a grid build (`strata grid build`): the
+//! config sections the CLI, the Python API and config files give ([`RunOptions`],
+//! [`BuildOptions`]), and the jobs the engine runs ([`RunJob`], [`BuildJob`]).
 
 use std::path::PathBuf;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use strata_store::config::{check_address, ConfigError, Section, Size};
 
 use crate::algo::AlgoConfig;
+use crate::build::BuildJob;
 use crate::far::FarConfig;
-use crate::layout::WeightSpec;
+use crate::layout::{Order, WeightSpec};
 use crate::place::VertexPlacement;
 
 /// One run.
@@ -65,4 +69,398 @@ fn default_prefetch() -> usize {
 
 fn default_disk_fetchers() -> usize {
     4
+}
+
+/// The algorithms `strata run` offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Algorithm {
+    /// PageRank (networkx's definition)
+    #[default]
+    Pagerank,
+    /// breadth-first search from --root
+    Bfs,
+    /// weakly connected components (on a symmetric grid)
+    Wcc,
+    /// single-source shortest paths from --root over the edge weights
+    Sssp,
+    /// y = A^T x
+    Spmv,
+    /// core numbers (k-core decomposition, on a symmetric grid)
+    Kcore,
+}
+
+/// Options of `strata run ALGO STORE` (the `run` section).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunOptions {
+    /// algorithm: pagerank, bfs, wcc, sssp, spmv or kcore
+    #[schemars(extend("x-positional" = true, "x-required" = true))]
+    pub algorithm: Algorithm,
+    /// store to run on (its grids live in STORE/grids/)
+    #[schemars(extend("x-positional" = true, "x-required" = true, "x-kind" = "path"))]
+    pub store: PathBuf,
+    /// pagerank: most iterations (all of them when --tolerance is 0)
+    #[schemars(range(min = 1))]
+    pub iterations: u64,
+    /// pagerank: stop once the L1 change of the ranks is below V x tolerance
+    #[schemars(range(min = 0.0))]
+    pub tolerance: f64,
+    /// pagerank: damping factor, in [0, 1)
+    #[schemars(range(min = 0.0))]
+    pub damping: f64,
+    /// bfs, sssp: the source vertex
+    pub root: u64,
+    /// spmv: float .npy vector x of length V (default: all ones)
+    #[schemars(extend("x-kind" = "path"))]
+    pub vector: Option<PathBuf>,
+    /// spmv: multiply by the edge weights (uses a weighted grid)
+    pub weighted: bool,
+    /// grid name under STORE/grids/; unset finds one that suits, or builds it
+    pub grid: Option<String>,
+    /// local memory budget: vertex data, fetch buffers, resident edge blocks
+    pub memory: Size,
+    /// compute threads; 0 = one per core
+    pub threads: u64,
+    /// edge blocks are grouped into segments of up to this size, the unit of placement and
+    /// fetching (a bigger block is a segment by itself); 0 picks up to 4 MiB, keeping fetch
+    /// buffers within a third of --memory
+    pub segment: Size,
+    /// segments fetched ahead per source; 1 = no prefetch, 2 = double buffering
+    #[schemars(range(min = 1))]
+    pub prefetch: u64,
+    /// where vertex data lives: memory, windows (scratch files in the run directory, paged by
+    /// the kernel within --memory) or auto (memory when it fits next to the fetch buffers, else
+    /// windows)
+    pub vertex: VertexPlacement,
+    /// threads reading edge segments from disk
+    #[schemars(range(min = 1))]
+    pub disk_fetchers: u64,
+    /// HOST:PORT of a `strata farmem serve` to offload edge blocks to
+    pub far: Option<String>,
+    /// share of the run's footprint to place in far memory, in [0, 1]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub far_ratio: f64,
+    /// bytes per far-memory transfer chunk (4 KiB to 64 MiB)
+    pub far_chunk: Size,
+    /// parallel data connections to far memory; 0 = the controller probes
+    pub far_connections: u64,
+    /// threads fetching segments from far memory
+    #[schemars(range(min = 1))]
+    pub far_fetchers: u64,
+    /// keep edge blocks in memory when they fit (false: stream every pass)
+    pub keep_resident: bool,
+    /// seed of the weights when a weighted grid must be built (sssp, spmv --weighted)
+    pub weight_seed: u64,
+    /// weights of an automatically built grid are uniform in (low, high]
+    pub weight_low: f64,
+    /// upper end of the weights of an automatically built grid
+    pub weight_high: f64,
+    /// directory for the results, run.json and metrics.jsonl (STORE/runs/grid-ALGO)
+    #[schemars(extend("x-kind" = "path"))]
+    pub out: Option<PathBuf>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            algorithm: Algorithm::Pagerank,
+            store: PathBuf::new(),
+            iterations: 20,
+            tolerance: 0.0,
+            damping: 0.85,
+            root: 0,
+            vector: None,
+            weighted: false,
+            grid: None,
+            memory: Size(1 << 30),
+            threads: 0,
+            segment: Size(0),
+            prefetch: default_prefetch() as u64,
+            vertex: VertexPlacement::Auto,
+            disk_fetchers: default_disk_fetchers() as u64,
+            far: None,
+            far_ratio: 0.5,
+            far_chunk: Size(256 << 10),
+            far_connections: 0,
+            far_fetchers: 2,
+            keep_resident: true,
+            weight_seed: 0,
+            weight_low: 0.0,
+            weight_high: 1.0,
+            out: None,
+        }
+    }
+}
+
+impl Section for RunOptions {
+    const NAME: &'static str = "run";
+
+    fn validate(&self) -> std::result::Result<(), ConfigError> {
+        let refuse = |key: &str, msg: String| Err(ConfigError::new(Self::NAME, key, msg));
+        if self.store.as_os_str().is_empty() {
+            return refuse("store", "needs a store".into());
+        }
+        if !(0.0..1.0).contains(&self.damping) {
+            return refuse(
+                "damping",
+                format!("must be in [0, 1), got {}", self.damping),
+            );
+        }
+        if self.segment.0 != 0 && self.segment.0 < 4096 {
+            return refuse(
+                "segment",
+                format!(
+                    "must be 0 (automatic) or at least 4 KiB, got {}",
+                    self.segment.0
+                ),
+            );
+        }
+        if !(4096..=64 << 20).contains(&self.far_chunk.0) {
+            return refuse(
+                "far_chunk",
+                format!("must be between 4 KiB and 64 MiB, got {}", self.far_chunk.0),
+            );
+        }
+        if let Some(far) = &self.far {
+            check_address(Self::NAME, "far", far)?;
+        }
+        if let Some(grid) = &self.grid {
+            check_grid_name(Self::NAME, "grid", grid, false)?;
+        }
+        check_weights(Self::NAME, self.weight_low, self.weight_high)
+    }
+}
+
+impl RunOptions {
+    /// The engine's job; results go to `out`, by default `STORE/runs/grid-ALGO`.
+    pub fn job(&self) -> RunJob {
+        let algorithm = match self.algorithm {
+            Algorithm::Pagerank => AlgoConfig::Pagerank {
+                iterations: usize::try_from(self.iterations).unwrap_or(usize::MAX),
+                tolerance: self.tolerance,
+                damping: self.damping,
+            },
+            Algorithm::Bfs => AlgoConfig::Bfs { root: self.root },
+            Algorithm::Wcc => AlgoConfig::Wcc,
+            Algorithm::Sssp => AlgoConfig::Sssp { root: self.root },
+            Algorithm::Spmv => AlgoConfig::Spmv {
+                vector: self.vector.clone(),
+                weighted: self.weighted,
+            },
+            Algorithm::Kcore => AlgoConfig::Kcore,
+        };
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        let out = self.out.clone().unwrap_or_else(|| {
+            self.store
+                .join("runs")
+                .join(format!("grid-{}", algorithm.name()))
+        });
+        RunJob {
+            store: self.store.clone(),
+            grid: self.grid.clone(),
+            memory: self.memory.0,
+            threads: count(self.threads),
+            segment_bytes: self.segment.0,
+            prefetch: count(self.prefetch),
+            disk_fetchers: count(self.disk_fetchers),
+            vertex: self.vertex,
+            far: self.far.as_ref().map(|addr| FarConfig {
+                addr: addr.clone(),
+                ratio: self.far_ratio,
+                chunk_bytes: count(self.far_chunk.0),
+                connections: count(self.far_connections),
+                fetchers: count(self.far_fetchers),
+            }),
+            algorithm,
+            keep_resident: self.keep_resident,
+            out: Some(out),
+            weights: Some(random_weights(
+                self.weight_seed,
+                self.weight_low,
+                self.weight_high,
+            )),
+        }
+    }
+}
+
+/// Options of `strata grid build STORE` (the `grid.build` section).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct BuildOptions {
+    /// store whose train edges become the grid
+    #[schemars(extend("x-positional" = true, "x-required" = true, "x-kind" = "path"))]
+    pub store: PathBuf,
+    /// grid name under STORE/grids/ (default: p{P}-{order}[-sym][-w])
+    pub name: String,
+    /// vertex chunks P of the P x P grid; 0 chooses from the vertex count and --memory
+    #[schemars(range(max = 4096))]
+    pub partitions: u32,
+    /// block order on disk: column keeps blocks of one destination chunk together, row of one
+    /// source
+    pub order: Order,
+    /// store both directions of every edge (needed by wcc and kcore); unset follows the store
+    pub symmetrize: Option<bool>,
+    /// draw an edge weight per edge (needed by sssp and weighted spmv)
+    pub weighted: bool,
+    /// seed of the edge weights (a weight depends on the seed and the endpoint pair)
+    pub weight_seed: u64,
+    /// edge weights are uniform in (weight_low, weight_high]
+    pub weight_low: f64,
+    /// upper end of the edge weights
+    pub weight_high: f64,
+    /// memory budget of the build (and of the runs P is planned for)
+    pub memory: Size,
+    /// replace an existing grid of the same name
+    pub overwrite: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            store: PathBuf::new(),
+            name: String::new(),
+            partitions: 0,
+            order: Order::Column,
+            symmetrize: None,
+            weighted: false,
+            weight_seed: 0,
+            weight_low: 0.0,
+            weight_high: 1.0,
+            memory: Size(1 << 30),
+            overwrite: false,
+        }
+    }
+}
+
+impl Section for BuildOptions {
+    const NAME: &'static str = "grid.build";
+
+    fn validate(&self) -> std::result::Result<(), ConfigError> {
+        if self.store.as_os_str().is_empty() {
+            return Err(ConfigError::new(Self::NAME, "store", "needs a store"));
+        }
+        check_grid_name(Self::NAME, "name", &self.name, true)?;
+        check_weights(Self::NAME, self.weight_low, self.weight_high)
+    }
+}
+
+impl BuildOptions {
+    /// The engine's job.
+    pub fn job(&self) -> BuildJob {
+        BuildJob {
+            store: self.store.clone(),
+            name: self.name.clone(),
+            partitions: self.partitions,
+            order: self.order,
+            symmetrize: self.symmetrize,
+            weights: self
+                .weighted
+                .then(|| random_weights(self.weight_seed, self.weight_low, self.weight_high)),
+            memory: self.memory.0,
+            overwrite: self.overwrite,
+        }
+    }
+}
+
+/// Uniform weights in (low, high] drawn from `seed`.
+fn random_weights(seed: u64, low: f64, high: f64) -> WeightSpec {
+    WeightSpec {
+        kind: "random".into(),
+        seed,
+        low: low as f32,
+        high: high as f32,
+    }
+}
+
+/// A plain directory name under `STORE/grids/` (empty only where `empty_ok`: a default name).
+fn check_grid_name(
+    section: &str,
+    key: &str,
+    name: &str,
+    empty_ok: bool,
+) -> std::result::Result<(), ConfigError> {
+    if name.contains('/') || name.starts_with('.') || (name.is_empty() && !empty_ok) {
+        return Err(ConfigError::new(
+            section,
+            key,
+            format!("must be a plain directory name under STORE/grids/, got '{name}'"),
+        ));
+    }
+    Ok(())
+}
+
+/// Finite weights with `low < high`.
+fn check_weights(section: &str, low: f64, high: f64) -> std::result::Result<(), ConfigError> {
+    if !(low.is_finite() && high.is_finite() && low < high) {
+        return Err(ConfigError::new(
+            section,
+            "weight_low",
+            format!("need finite weight_low < weight_high, got ({low}, {high}]"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_store::config::check;
+
+    fn refusal<S: Section + std::fmt::Debug>(values: serde_json::Value) -> String {
+        check::<S>(&values).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_run_names_what_it_refuses() {
+        let base = serde_json::json!({"algorithm": "bfs", "store": "g"});
+        let with = |k: &str, v: serde_json::Value| {
+            let mut o = base.clone();
+            o[k] = v;
+            o
+        };
+        assert_eq!(
+            refusal::<RunOptions>(with("damping", 1.0.into())),
+            "run.damping: must be in [0, 1), got 1"
+        );
+        assert!(refusal::<RunOptions>(with("far", "nohost".into()))
+            .starts_with("run.far: expected HOST:PORT"));
+        assert!(refusal::<RunOptions>(with("far_chunk", "1G".into()))
+            .starts_with("run.far_chunk: must be between"));
+        assert!(refusal::<RunOptions>(with("grid", "../x".into()))
+            .starts_with("run.grid: must be a plain"));
+        assert!(refusal::<RunOptions>(with("weight_low", 2.0.into()))
+            .starts_with("run.weight_low: need finite"));
+        assert_eq!(
+            refusal::<RunOptions>(serde_json::json!({})),
+            "run.store: needs a store"
+        );
+    }
+
+    #[test]
+    fn the_job_carries_the_algorithm_and_far_memory() {
+        let o: RunOptions = check(&serde_json::json!({
+            "algorithm": "sssp", "store": "g", "root": 7, "far": "h:1", "far_ratio": 0.25
+        }))
+        .unwrap();
+        let job = o.job();
+        assert_eq!(job.algorithm, AlgoConfig::Sssp { root: 7 });
+        assert_eq!(job.far.unwrap().ratio, 0.25);
+        assert_eq!(job.out, Some(PathBuf::from("g/runs/grid-sssp")));
+    }
+
+    #[test]
+    fn a_build_draws_weights_only_when_asked() {
+        let o: BuildOptions = check(&serde_json::json!({"store": "g", "partitions": 4})).unwrap();
+        assert!(o.job().weights.is_none());
+        assert_eq!(o.job().partitions, 4);
+        assert!(
+            refusal::<BuildOptions>(serde_json::json!({"store": "g", "partitions": 5000}))
+                .starts_with("grid.build.partitions: must be <= 4096")
+        );
+        assert!(
+            refusal::<BuildOptions>(serde_json::json!({"store": "g", "name": ".x"}))
+                .starts_with("grid.build.name: must be a plain")
+        );
+    }
 }

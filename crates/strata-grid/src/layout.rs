@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::manifest::ArrayInfo;
 
@@ -26,7 +27,7 @@ pub const BLOCK_TARGET: u64 = 1 << 20;
 pub const MAX_PARTITIONS: u32 = 4096;
 
 /// Order of the blocks in the edge file, and so the natural streaming order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     /// Block (i, j) at position `j * P + i`: all blocks with destinations in chunk j together

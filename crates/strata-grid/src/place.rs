@@ -13,6 +13,7 @@
 //! buffers and the runtime, every local edge block streams from disk, and what is left of the
 //! budget caches vertex pages.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::units::fmt_bytes;
 
@@ -25,7 +26,7 @@ use crate::stream::Tier;
 pub const RUNTIME_RESERVE: u64 = 32 << 20;
 
 /// Where vertex data goes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum VertexPlacement {
     /// In memory when it fits next to the buffers, else in windows.

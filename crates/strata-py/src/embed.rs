@@ -14,6 +14,7 @@ use strata_embed::query::Loaded;
 use strata_embed::run_dir::{Run, Which};
 
 use crate::callback::CallbackError;
+use crate::config::section;
 use crate::errors::{config_error, ToPyErr};
 use crate::{job, run};
 
@@ -54,7 +55,8 @@ fn embed_plan(
     Ok(pythonize(py, &report)?.unbind())
 }
 
-/// Trains (or resumes) a run: `config` mirrors `strata_embed::config::TrainConfig`;
+/// Trains (or resumes) a run: `config` is the `embed.train` section
+/// (`strata_embed::config::TrainConfig`);
 /// `on_epoch(record)` is called after each committed epoch. Returns the run record.
 #[pyfunction]
 #[pyo3(signature = (store, run_dir, config, fresh=false, progress=None, on_epoch=None))]
@@ -67,7 +69,7 @@ fn embed_train(
     progress: Option<Py<PyAny>>,
     on_epoch: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let cfg: TrainConfig = job(config)?;
+    let cfg: TrainConfig = section(config)?;
     let callback_error = CallbackError::default();
     let result = run(py, progress, |p| {
         train(&store, &run_dir, cfg, fresh, p, &mut |record| {
@@ -191,12 +193,6 @@ fn embed_run_info(py: Python<'_>, run_dir: PathBuf) -> PyResult<Py<PyAny>> {
     Ok(pythonize(py, &meta)?.unbind())
 }
 
-/// The default training options.
-#[pyfunction]
-fn embed_train_defaults(py: Python<'_>) -> PyResult<Py<PyAny>> {
-    Ok(pythonize(py, &TrainConfig::default())?.unbind())
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(embed_plan, m)?)?;
     m.add_function(wrap_pyfunction!(embed_train, m)?)?;
@@ -204,6 +200,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(embed_predict, m)?)?;
     m.add_function(wrap_pyfunction!(embed_export, m)?)?;
     m.add_function(wrap_pyfunction!(embed_run_info, m)?)?;
-    m.add_function(wrap_pyfunction!(embed_train_defaults, m)?)?;
     Ok(())
 }

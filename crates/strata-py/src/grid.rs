@@ -5,24 +5,26 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pythonize::pythonize;
 use strata_farmem::{Server, ServerConfig};
-use strata_grid::build::{build, BuildJob};
-use strata_grid::config::RunJob;
+use strata_grid::build::build;
+use strata_grid::config::{BuildOptions, RunOptions};
 use strata_grid::run::run as run_grid;
 use strata_grid::Grid;
 
 use crate::callback::CallbackError;
+use crate::config::section;
 use crate::errors::{raise, ToPyErr};
-use crate::{job, run};
+use crate::run;
 
-/// Builds a grid; `job` mirrors `strata_grid::build::BuildJob`.
+/// Builds a grid; `options` are the `grid.build` section
+/// (`strata_grid::config::BuildOptions`).
 #[pyfunction]
-#[pyo3(signature = (job, progress=None))]
+#[pyo3(signature = (options, progress=None))]
 fn grid_build(
     py: Python<'_>,
-    job: &Bound<'_, PyAny>,
+    options: &Bound<'_, PyAny>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let j: BuildJob = self::job(job)?;
+    let j = section::<BuildOptions>(options)?.job();
     run(py, progress, |p| build(&j, p))
 }
 
@@ -33,17 +35,17 @@ fn grid_info(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
     Ok(pythonize(py, g.manifest())?.unbind())
 }
 
-/// Runs an algorithm; `job` mirrors `strata_grid::config::RunJob`; `on_iteration(record)` sees
-/// each iteration as it ends. Returns the run summary.
+/// Runs an algorithm; `options` are the `run` section (`strata_grid::config::RunOptions`);
+/// `on_iteration(record)` sees each iteration as it ends. Returns the run summary.
 #[pyfunction]
-#[pyo3(signature = (job, progress=None, on_iteration=None))]
+#[pyo3(signature = (options, progress=None, on_iteration=None))]
 fn grid_run(
     py: Python<'_>,
-    job: &Bound<'_, PyAny>,
+    options: &Bound<'_, PyAny>,
     progress: Option<Py<PyAny>>,
     on_iteration: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let j: RunJob = self::job(job)?;
+    let j = section::<RunOptions>(options)?.job();
     let callback_error = CallbackError::default();
     let result = run(py, progress, |p| {
         run_grid(&j, p, &mut |it| {

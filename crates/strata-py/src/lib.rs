@@ -4,6 +4,7 @@
 //! errors become the exception classes of `strata.errors`.
 
 mod callback;
+mod config;
 mod embed;
 mod errors;
 mod gnn;
@@ -57,6 +58,7 @@ fn pin_malloc_thresholds() {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pin_malloc_thresholds();
+    config::register(m)?;
     jobs::register(m)?;
     store::register(m)?;
     io::register(m)?;

@@ -7,10 +7,12 @@ use std::path::{Path, PathBuf};
 use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
+use strata_serve::config::ServeOptions;
 use strata_store::array::{decode_ints, read_all_bytes};
 use strata_store::budget::{MemoryPlan, Planned};
+use strata_store::config::check;
 use strata_store::Store;
 
 use crate::errors::{config_error, raise, ToPyErr};
@@ -41,8 +43,7 @@ fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
     use strata_embed::config::TrainConfig;
     use strata_embed::error::EmbedError;
     use strata_embed::model::ScoreModel;
-    let cfg: TrainConfig = with_defaults(py, "embed", config)?;
-    cfg.validate().map_err(|e| config_error(py, &e))?;
+    let cfg = check::<TrainConfig>(&config).map_err(|e| config_error(py, &e.to_string()))?;
     let graph = Store::open(store)
         .map_err(|e| e.to_py(py))?
         .manifest()
@@ -87,15 +88,16 @@ fn gnn(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
 }
 
 fn grid(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
-    use strata_grid::config::RunJob;
+    use strata_grid::config::RunOptions;
     use strata_grid::grid::Grid;
     use strata_grid::GridError;
-    let mut job = config;
-    if let Value::Object(fields) = &mut job {
+    let mut options = config;
+    if let Value::Object(fields) = &mut options {
         fields.insert("store".into(), Value::from(store.to_string_lossy()));
     }
-    let job: RunJob =
-        serde_json::from_value(job).map_err(|e| config_error(py, &format!("grid: {e}")))?;
+    let job = check::<RunOptions>(&options)
+        .map_err(|e| config_error(py, &e.to_string()))?
+        .job();
     let algo = &job.algorithm;
     let found = Grid::find(
         &job.store,
@@ -121,29 +123,25 @@ fn grid(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
     }
 }
 
-/// What the server's plan depends on besides the store.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ServeOptions {
-    memory: u64,
-    embedding_cache: bool,
-    max_message: usize,
-}
-
 fn serve(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
-    let o: ServeOptions =
-        serde_json::from_value(config).map_err(|e| config_error(py, &format!("serve: {e}")))?;
+    let o = check::<ServeOptions>(&config).map_err(|e| config_error(py, &e.to_string()))?;
     let graphs = strata_serve::memory::store_graph_bytes(store)
         .map_err(|e| raise(py, "StoreFormatError", &e.to_string()))?;
-    match strata_serve::budget::plan(o.memory, graphs, 0, o.embedding_cache, o.max_message) {
+    match strata_serve::budget::plan(
+        o.memory.0,
+        graphs,
+        0,
+        o.embedding_cache,
+        usize::try_from(o.max_message.0).unwrap_or(usize::MAX),
+    ) {
         Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
         Err(e) => Ok(Outcome::Refused(e.to_string())),
     }
 }
 
 /// The memory plan `engine` (`embed`, `gnn`, `grid`, `serve`) makes for `store` with `config`
-/// (a dict of that engine's options; embed's and gnn's unset fields take their defaults, grid
-/// takes a whole run job, serve `memory`, `embedding_cache`, `max_message`), as a dict
+/// (a dict of that engine's options, checked as its config section; unset ones take their
+/// defaults, and grid's `store` is `store`), as a dict
 /// (`engine`, `memory`, `minimum`, `parts`, `data`; bytes). When the budget cannot hold the
 /// engine's minimum, the dict is `engine`, `memory` and `error` (the planner's message); when
 /// there is nothing to plan yet (grid: no grid built), `engine`, `memory` and `not_planned`.

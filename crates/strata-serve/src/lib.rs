@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod commit;
+pub mod config;
 pub mod durable;
 pub mod error;
 pub mod executor;

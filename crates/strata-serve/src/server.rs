@@ -106,6 +106,19 @@ fn resolve_listen(listen: &str) -> Result<SocketAddr> {
         })
 }
 
+/// Makes the server's threads allocate from one malloc arena. With glibc's default (up to 8
+/// per core), each RPC thread that reads pages gets an arena of its own, and the 16 KiB pages
+/// the cache evicts stay resident as free space in the arena that allocated them while the
+/// pages that replace them come from another: at `--memory 32M` the server held ~20 MiB more
+/// (a second copy of its 18 MiB page cache) for every thread that joined in. The server's
+/// threads mostly wait for the SSD and the network, so one arena's lock costs little.
+fn share_one_malloc_arena() {
+    // SAFETY: mallopt only adjusts allocator parameters; arenas made before it stay in use.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// Runs the server until `should_stop` says so (polled on the calling thread every 100 ms,
 /// so it may check for signals); `on_ready(addr, plan)` is called once it listens.
 pub fn serve(
@@ -113,6 +126,7 @@ pub fn serve(
     on_ready: impl FnOnce(SocketAddr, ServePlan),
     should_stop: impl Fn() -> bool,
 ) -> Result<ServeSummary> {
+    share_one_malloc_arena();
     let addr = resolve_listen(&cfg.listen)?;
     if !addr.ip().is_loopback() && cfg.token.is_none() {
         return Err(ServeError::InvalidArgument(format!(

@@ -6,6 +6,11 @@ precedence first, from the field default, the section's table in a TOML file
 (``--config run.toml``), command-line flags generated from the fields, and dotted overrides
 (``-p convert.memory=2G``). Every value is coerced to the field's type and checked; a bad one
 raises :class:`~strata.errors.ConfigError` naming the field and where the value came from.
+
+An engine's sections are declared once, in Rust (``strata_store::config``): their fields,
+types, defaults, bounds and help come from the native schema (:func:`native_section`), and
+their values are checked by the engine's own check (``_native.config_check``). Sections whose
+work is Python's alone are declared here with :func:`section` and :func:`option`.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import difflib
 import functools
 import math
 import re
+import struct
 import tomllib
 import types
 import typing
@@ -319,7 +325,7 @@ def load(
     except ConfigError as e:
         # A section's own check names the option (``embed.train.buffer: ...``); add where the
         # value came from, so a bad value in a long config file is found at once.
-        named = [where for key, where in origin.items() if f"{section_name}.{key}" in str(e)]
+        named = [where for key, where in origin.items() if f"{section_name}.{key}:" in str(e)]
         if not named:
             raise
         raise ConfigError(f"{e} (from {', '.join(named)})") from None
@@ -396,7 +402,9 @@ def describe(cls) -> str:
     for f in fields(cls):
         tp = hints[f.name]
         lines.append(f"# {f.metadata['help']}")
-        lines.append(f"# type: {type_name(tp)}")
+        low, high = f.metadata.get("min"), f.metadata.get("max")
+        bounds = ", ".join(b for b in (low is not None and f">= {low}", high is not None and f"<= {high}") if b)
+        lines.append(f"# type: {type_name(tp)}" + (f" ({bounds})" if bounds else ""))
         default = (
             f.default
             if f.default is not dataclasses.MISSING
@@ -437,3 +445,101 @@ def as_dict(obj) -> dict[str, Any]:
             v = list(v)
         out[f.name] = v
     return out
+
+
+def native_section(name: str, class_name: str, front: type | None = None):
+    """Declares engine section ``name`` from its Rust schema: one field per option, in the
+    struct's order, with its type, default, bounds, help and command-line role; the values go
+    through the engine's check (``_native.config_check``) once coerced. ``front`` (a class of
+    :func:`option` fields) adds options Python handles before the engine runs (where the run
+    lives, whether to resume), placed first."""
+    from .. import _native
+
+    schema = _native.config_schema()[name]
+    annotations: dict[str, Any] = typing.get_type_hints(front) if front else {}
+    namespace: dict[str, Any] = {"__annotations__": annotations, "__doc__": schema.get("description")}
+    namespace.update({k: vars(front)[k] for k in annotations if k in vars(front)})
+    namespace["__front__"] = tuple(annotations)
+    for key in schema["x-order"]:
+        prop = _resolved(schema, schema["properties"][key])
+        tp, low, high = _python_type(schema, prop)
+        # A required option (the store a command works on) has a placeholder default in Rust
+        # that its check refuses; the command line asks for it instead.
+        default = dataclasses.MISSING if prop.get("x-required") else prop.get("default", dataclasses.MISSING)
+        if tp is Path and isinstance(default, str):
+            default = Path(default)
+        elif prop.get("format") == "float" and isinstance(default, float):
+            default = _shortest_f32(default)
+        annotations[key] = tp
+        namespace[key] = option(
+            default,
+            # A doc comment's line breaks are the source's wrapping, not the text's.
+            help=" ".join(prop.get("description", "").split()),
+            positional=prop.get("x-positional", False),
+            short=prop.get("x-short"),
+            flag=prop.get("x-flag", True),
+            min=low,
+            max=high,
+        )
+
+    def check(self) -> None:
+        _native.config_check(name, {k: v for k, v in as_dict(self).items() if k in schema["properties"]})
+
+    namespace["check"] = check
+    namespace["__module__"] = __name__
+    namespace["__native__"] = True
+    return section(name)(type(class_name, (), namespace))
+
+
+def _shortest_f32(x: float) -> float:
+    """The shortest decimal that is the same 32-bit float as ``x`` (a Rust ``f32`` default of
+    0.1 reaches Python as 0.10000000149011612)."""
+    want = struct.pack("<f", x)
+    for digits in range(1, 10):
+        y = float(f"{x:.{digits}g}")
+        if struct.pack("<f", y) == want:
+            return y
+    return x
+
+
+def _resolved(root: dict, prop: dict) -> dict:
+    """``prop`` merged over the definition its ``$ref`` names (its own keys win)."""
+    ref = prop.get("$ref")
+    if ref is None:
+        return prop
+    target: Any = root
+    for part in ref.removeprefix("#/").split("/"):
+        target = target[part]
+    return {**target, **{k: v for k, v in prop.items() if k != "$ref"}}
+
+
+def _python_type(root: dict, prop: dict) -> tuple[Any, int | None, int | None]:
+    """The Python type of schema ``prop`` and its integer bounds (None: :data:`INT_RANGE`'s)."""
+    options = prop.get("anyOf") or []
+    if options and any(o.get("type") == "null" for o in options):
+        inner = {k: v for k, v in prop.items() if k != "anyOf"}
+        (rest,) = [o for o in options if o.get("type") != "null"]
+        tp, low, high = _python_type(root, _resolved(root, {**rest, **inner}))
+        return tp | None, low, high
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        (kind,) = [k for k in kind if k != "null"]
+        tp, low, high = _python_type(root, {**prop, "type": kind})
+        return tp | None, low, high
+    if prop.get("x-kind") == "size":
+        return Size, None, None
+    if prop.get("x-kind") == "path":
+        return Path, None, None
+    choices = prop.get("enum") or [o["const"] for o in prop.get("oneOf", []) if "const" in o]
+    if choices:
+        return Literal[tuple(choices)], None, None
+    low, high = prop.get("minimum"), prop.get("maximum")
+    if kind == "array":
+        item, low, high = _python_type(root, _resolved(root, prop["items"]))
+        return list[item], low, high
+    types_by_name = {"integer": int, "number": float, "boolean": bool, "string": str}
+    if kind not in types_by_name:
+        raise TypeError(f"unsupported schema type {kind!r} in {prop}")
+    if kind != "integer":
+        low = high = None
+    return types_by_name[kind], low, high

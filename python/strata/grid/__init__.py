@@ -72,26 +72,8 @@ def _require_store(store: Path) -> None:
         raise InputNotFoundError(f"{store}: no such store (make one with `strata convert` or `strata generate`)")
 
 
-def _weights(seed: int, low: float, high: float) -> dict:
-    return {"kind": "random", "seed": seed, "low": low, "high": high}
-
-
 # ---------------------------------------------------------------------------------------------
 # strata grid build / info
-
-
-def build_job(cfg: GridBuildConfig) -> dict:
-    """The native build job of ``[grid.build]``."""
-    return {
-        "store": str(cfg.store),
-        "name": cfg.name,
-        "partitions": cfg.partitions,
-        "order": cfg.order,
-        "symmetrize": cfg.symmetrize,
-        "weights": _weights(cfg.weight_seed, cfg.weight_low, cfg.weight_high) if cfg.weighted else None,
-        "memory": int(cfg.memory),
-        "overwrite": cfg.overwrite,
-    }
 
 
 def build_grid(config: GridBuildConfig | None = None, progress: ProgressFn | None = None, **options) -> dict:
@@ -99,7 +81,7 @@ def build_grid(config: GridBuildConfig | None = None, progress: ProgressFn | Non
     the build summary (dir, partitions, num_vertices, num_edges, bytes, seconds)."""
     cfg = config if config is not None else GridBuildConfig(**options)
     _require_store(cfg.store)
-    return _native.grid_build(build_job(cfg), progress)
+    return _native.grid_build(as_dict(cfg), progress)
 
 
 def format_build(summary: dict) -> str:
@@ -196,46 +178,6 @@ def format_grids(entries: list[dict], target: str | Path) -> str:
 # strata run
 
 
-def algorithm_job(cfg: RunConfig) -> dict:
-    """The native ``algorithm`` of ``[run]``: only the options the algorithm takes."""
-    a = cfg.algorithm
-    if a == "pagerank":
-        return {"algorithm": a, "iterations": cfg.iterations, "tolerance": cfg.tolerance, "damping": cfg.damping}
-    if a in ("bfs", "sssp"):
-        return {"algorithm": a, "root": cfg.root}
-    if a == "spmv":
-        return {"algorithm": a, "vector": str(cfg.vector) if cfg.vector else None, "weighted": cfg.weighted}
-    return {"algorithm": a}
-
-
-def run_job(cfg: RunConfig, out: Path) -> dict:
-    """The native run job of ``[run]``."""
-    far = None
-    if cfg.far is not None:
-        far = {
-            "addr": cfg.far,
-            "ratio": cfg.far_ratio,
-            "chunk_bytes": int(cfg.far_chunk),
-            "connections": cfg.far_connections,
-            "fetchers": cfg.far_fetchers,
-        }
-    return {
-        "store": str(cfg.store),
-        "algorithm": algorithm_job(cfg),
-        "grid": cfg.grid,
-        "memory": int(cfg.memory),
-        "threads": cfg.threads,
-        "segment_bytes": int(cfg.segment),
-        "prefetch": cfg.prefetch,
-        "disk_fetchers": cfg.disk_fetchers,
-        "vertex": cfg.vertex,
-        "far": far,
-        "keep_resident": cfg.keep_resident,
-        "out": str(out),
-        "weights": _weights(cfg.weight_seed, cfg.weight_low, cfg.weight_high),
-    }
-
-
 def iteration_metrics(record: dict) -> dict:
     """The ``metrics.jsonl`` line of a native iteration record. ``iteration`` counts from 1 (the
     native record's from 0); byte figures are decimal MB, rates per second of the iteration."""
@@ -330,7 +272,7 @@ def run(
         if on_iteration is not None:
             on_iteration(record)
 
-    summary = _native.grid_run(run_job(cfg, out), progress, each)
+    summary = _native.grid_run({**as_dict(cfg), "out": str(out)}, progress, each)
     if not history:  # no iteration ran (an empty graph): the directory still gets its files
         make_dir(out, "--out")
         (out / "metrics.jsonl").write_text("")

@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from .. import _native
+from ..config import as_dict
 from ..config.serve import ServeConfig
-from ..errors import ConfigError
 from ..stopping import run_until_stopped
 from ..units import fmt_bytes
 from .client import TOKEN_ENV
-
-
-def _stores(cfg: ServeConfig) -> list[tuple[str, str]]:
-    out = []
-    for spec in cfg.stores:
-        name, sep, path = spec.partition("=")
-        if not sep:
-            path, name = spec, Path(spec).resolve().name.removesuffix(".strata")
-        if not (Path(path) / "manifest.json").exists():
-            raise ConfigError(f"serve.stores: {path} is not a Strata store (no manifest.json)")
-        out.append((name, str(Path(path).resolve())))
-    return out
 
 
 def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], object] | None = None, **options) -> dict:
@@ -36,31 +22,9 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
     ``memory_plan`` (the same in the shape every engine's plan takes)."""
     cfg = config if config is not None else ServeConfig(**options)
     token = cfg.token or os.environ.get(TOKEN_ENV) or None
-    reorder = (
-        {"hops": cfg.reorder_hops, "centers": cfg.reorder_centers, "max_degree": cfg.reorder_max_degree}
-        if cfg.reorder
-        else None
-    )
-    native_options = {
-        "listen": cfg.listen,
-        "state_dir": str(cfg.state_dir),
-        "memory": int(cfg.memory),
-        "embedding_cache": cfg.embedding_cache,
-        "token": token,
-        "max_message": int(cfg.max_message),
-        "max_ids": cfg.max_ids,
-        "rate": cfg.rate,
-        "window_ms": cfg.window_ms,
-        "max_batch": cfg.max_batch,
-        "group_size": cfg.group_size,
-        "reorder_requests": cfg.reorder_requests,
-        "sample_seed": cfg.sample_seed,
-        "result_ttl": cfg.result_ttl,
-        "fold_records": cfg.fold_records,
-        "fold_after": cfg.fold_after,
-        "register": _stores(cfg),
-        "reorder": reorder,
-    }
+    # The server reads the checked section itself; the token's environment default is
+    # filled in here, where the ready line says whether one is required.
+    native_options = {**as_dict(cfg), "token": token or ""}
     info: dict = {"listen": cfg.listen, "addr": None}
 
     def ready(addr: str, plan: dict, memory_plan: dict) -> None:
@@ -76,7 +40,7 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
             print(f"listening on {addr}" + (" (token required)" if token else ""), flush=True)
 
     started = time.monotonic()
-    info["stopped_by"] = run_until_stopped(lambda: _native.serve_run(json.dumps(native_options), ready, info.update))
+    info["stopped_by"] = run_until_stopped(lambda: _native.serve_run(native_options, ready, info.update))
     info.setdefault("seconds", time.monotonic() - started)
     return info
 

@@ -8,6 +8,7 @@
 //! in the forward pass (Legend §6 on a CPU). TransE-L2 expands `‖a − t‖²` into the same products.
 //! TransE-L1 and RotatE are computed pairwise.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use strata_store::rng::Rng;
@@ -15,7 +16,7 @@ use strata_store::rng::Rng;
 use crate::kernels::{dot, exp_sum, gemm_ab, gemm_abt, gemm_atb};
 
 /// Which score function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ScoreKind {
     /// `s · t`: graph embeddings without relation types.
@@ -31,7 +32,7 @@ pub enum ScoreKind {
 }
 
 /// Which loss over a positive score and its negatives.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LossKind {
     /// Cross-entropy of the positive among `[positive, negatives]` (the Legend/Marius loss).

@@ -17,10 +17,11 @@ mod legend;
 mod sequential;
 mod tail;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Which order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OrderingKind {
     /// Legend's Algorithms 1 and 2 (buffer capacity 3), built for prefetching.

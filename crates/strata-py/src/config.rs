@@ -1,0 +1,75 @@
+//! The engines' config sections, handed to Python: their schemas (option names, types,
+//! defaults, bounds, help) and the one check every section's values go through.
+
+use pyo3::prelude::*;
+use pythonize::{depythonize, pythonize};
+use serde_json::Value;
+use strata_embed::config::TrainConfig;
+use strata_grid::config::{BuildOptions, RunOptions};
+use strata_serve::config::ServeOptions;
+use strata_store::config::{normalize, schema, ConfigError, Section};
+
+use crate::errors::config_error;
+
+/// One section: its schema and its check.
+struct Entry {
+    name: &'static str,
+    schema: fn() -> Value,
+    check: fn(&Value) -> Result<Value, ConfigError>,
+}
+
+const fn entry<S: Section>() -> Entry {
+    Entry {
+        name: S::NAME,
+        schema: schema::<S>,
+        check: normalize::<S>,
+    }
+}
+
+/// Every section whose options an engine declares.
+const SECTIONS: &[Entry] = &[
+    entry::<ServeOptions>(),
+    entry::<RunOptions>(),
+    entry::<BuildOptions>(),
+    entry::<TrainConfig>(),
+];
+
+/// Checks `values` as section `S` and builds it, or raises ConfigError naming `section.key`.
+pub fn section<S: Section>(values: &Bound<'_, PyAny>) -> PyResult<S> {
+    let py = values.py();
+    let values: Value =
+        depythonize(values).map_err(|e| config_error(py, &format!("{}: {e}", S::NAME)))?;
+    strata_store::config::check::<S>(&values).map_err(|e| config_error(py, &e.to_string()))
+}
+
+/// {section name: JSON schema} of every engine's config section.
+#[pyfunction]
+fn config_schema(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let all: serde_json::Map<String, Value> = SECTIONS
+        .iter()
+        .map(|e| (e.name.to_string(), (e.schema)()))
+        .collect();
+    Ok(pythonize(py, &all)?.unbind())
+}
+
+/// Checks `values` (some of section `name`'s options) and returns all of them, defaults
+/// filled in; raises ConfigError naming `section.key` and what was expected.
+#[pyfunction]
+fn config_check(py: Python<'_>, name: &str, values: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let Some(entry) = SECTIONS.iter().find(|e| e.name == name) else {
+        return Err(config_error(
+            py,
+            &format!("no engine config section '{name}'"),
+        ));
+    };
+    let values: Value =
+        depythonize(values).map_err(|e| config_error(py, &format!("{name}: {e}")))?;
+    let checked = (entry.check)(&values).map_err(|e| config_error(py, &e.to_string()))?;
+    Ok(pythonize(py, &checked)?.unbind())
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(config_schema, m)?)?;
+    m.add_function(wrap_pyfunction!(config_check, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! Config sections: the one source of an engine's option names, types, defaults, bounds and
+//! help texts.
+//!
+//! A section is a struct deriving `Deserialize` (unknown fields denied, every field defaulted
+//! from its `Default`), `Serialize` and `JsonSchema`. Its doc comments are the help texts,
+//! `#[schemars(range(min = .., max = ..))]` bounds a number (`inner(range(..))` each item of
+//! a list), and `#[schemars(extend("x-positional" = true, "x-short" = "o", "x-flag" = false,
+//! "x-kind" = "path"))]` tells the command line how to offer it. [`schema`] hands that to
+//! Python, which builds its flags, `--help` and TOML checks from it; [`check`] is the one
+//! validation: serde, the declared bounds, then the section's cross-field [`Section::validate`].
+
+use std::fmt;
+
+use schemars::JsonSchema;
+use serde::de::{DeserializeOwned, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+/// A refused option value: `key` is `section.option`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{key}: {msg}")]
+pub struct ConfigError {
+    pub key: String,
+    pub msg: String,
+}
+
+impl ConfigError {
+    /// An error about option `key` of section `section`.
+    pub fn new(section: &str, key: &str, msg: impl Into<String>) -> Self {
+        ConfigError {
+            key: format!("{section}.{key}"),
+            msg: msg.into(),
+        }
+    }
+}
+
+/// A config section of one engine.
+pub trait Section: Serialize + DeserializeOwned + JsonSchema + Default {
+    /// The dotted section name (`serve`, `grid.run`).
+    const NAME: &'static str;
+
+    /// Checks what the types and declared bounds cannot: options that depend on each other,
+    /// addresses, formats. Errors name the option ([`ConfigError::new`]).
+    fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}
+
+/// `addr` is `HOST:PORT` with a port in 0..=65535, or an error naming `section.key`.
+pub fn check_address(section: &str, key: &str, addr: &str) -> Result<(), ConfigError> {
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(ConfigError::new(
+            section,
+            key,
+            format!("expected HOST:PORT such as 127.0.0.1:7000, got '{addr}'"),
+        )),
+    }
+}
+
+/// A byte size, in bytes. Accepts an integer or a string such as `512M`, `2G`, `1.5GiB`
+/// (K, M, G, T, P are binary); serializes as the integer. Its schema says `"x-kind": "size"`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, JsonSchema,
+)]
+#[schemars(extend("x-kind" = "size"))]
+#[serde(transparent)]
+pub struct Size(pub u64);
+
+impl Size {
+    /// Bytes in `text` (`2G`, `512M`, `1.5GiB`, `4096`), or why it is not a size.
+    pub fn parse(text: &str) -> Result<Size, String> {
+        let refuse = || format!("expected a size like 512M or 2G, got '{text}'");
+        let t = text.trim();
+        let digits = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (number, unit) = t.split_at(digits);
+        let number: f64 = number.parse().map_err(|_| refuse())?;
+        let unit = unit.trim_start().to_ascii_lowercase();
+        let unit = unit.strip_suffix('b').unwrap_or(&unit);
+        let unit = unit.strip_suffix('i').unwrap_or(unit);
+        let power = match unit {
+            "" => 0,
+            "k" => 1,
+            "m" => 2,
+            "g" => 3,
+            "t" => 4,
+            "p" => 5,
+            _ => return Err(refuse()),
+        };
+        let bytes = number * 1024f64.powi(power);
+        if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+            return Err(refuse());
+        }
+        Ok(Size(bytes as u64))
+    }
+}
+
+/// Deserializes a [`Size`] into its bytes, for a `u64` field that accepts sizes
+/// (`#[serde(deserialize_with = "size_bytes")] #[schemars(with = "Size")]`).
+pub fn size_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    Size::deserialize(d).map(|s| s.0)
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
+        struct SizeVisitor;
+        impl Visitor<'_> for SizeVisitor {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size like 512M or 2G, or a number of bytes")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Size, E> {
+                Ok(Size(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Size, E> {
+                u64::try_from(v)
+                    .map(Size)
+                    .map_err(|_| E::custom(format!("a size cannot be negative, got {v}")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Size, E> {
+                Size::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(SizeVisitor)
+    }
+}
+
+/// The JSON schema of section `S`, with `"x-section"` (its name) and `"x-order"` (its option
+/// names in declaration order, which the command line keeps for positionals and `--help`).
+pub fn schema<S: Section>() -> Value {
+    let mut schema = schemars::schema_for!(S).to_value();
+    let order = field_order::<S>();
+    if let Value::Object(map) = &mut schema {
+        map.insert("x-section".into(), Value::from(S::NAME));
+        map.insert("x-order".into(), Value::from(order));
+    }
+    schema
+}
+
+/// The option names of `S` in declaration order: the keys of its default, serialized (a
+/// struct serializes its fields in order; a JSON object read back would sort them).
+fn field_order<S: Section>() -> Vec<String> {
+    struct Keys(Vec<String>);
+    impl<'de> Deserialize<'de> for Keys {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Keys, D::Error> {
+            struct KeyVisitor;
+            impl<'de> Visitor<'de> for KeyVisitor {
+                type Value = Keys;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Keys, A::Error> {
+                    let mut keys = Vec::new();
+                    while let Some(k) = map.next_key::<String>()? {
+                        map.next_value::<IgnoredAny>()?;
+                        keys.push(k);
+                    }
+                    Ok(Keys(keys))
+                }
+            }
+            d.deserialize_map(KeyVisitor)
+        }
+    }
+    let text = serde_json::to_string(&S::default()).expect("a config section serializes");
+    serde_json::from_str::<Keys>(&text)
+        .expect("a config section serializes as an object")
+        .0
+}
+
+/// Checks `values` (a JSON object of some of `S`'s options; the rest take their defaults)
+/// and builds the section: unknown options, wrong types, values outside the declared bounds
+/// and [`Section::validate`]'s refusals are errors naming `section.option`.
+pub fn check<S: Section>(values: &Value) -> Result<S, ConfigError> {
+    let Value::Object(given) = values else {
+        return Err(ConfigError {
+            key: S::NAME.into(),
+            msg: format!("expected a table of options, got {values}"),
+        });
+    };
+    let schema = schema::<S>();
+    let props = schema["properties"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    for (key, value) in given {
+        let Some(prop) = props.get(key) else {
+            let names: Vec<&str> = props.keys().map(String::as_str).collect();
+            return Err(ConfigError::new(
+                S::NAME,
+                key,
+                format!("no such option; options are: {}", names.join(", ")),
+            ));
+        };
+        check_bounds(&schema, prop, value).map_err(|msg| ConfigError::new(S::NAME, key, msg))?;
+    }
+    let section: S = serde_json::from_value(values.clone()).map_err(|e| {
+        // serde names no field for a wrong type: find it by trying the options one by one.
+        let key = given
+            .iter()
+            .find(|(k, v)| {
+                let one = Map::from_iter([((*k).clone(), (*v).clone())]);
+                serde_json::from_value::<S>(Value::Object(one)).is_err()
+            })
+            .map(|(k, _)| k.as_str());
+        match key {
+            Some(k) => ConfigError::new(S::NAME, k, e.to_string()),
+            None => ConfigError {
+                key: S::NAME.into(),
+                msg: e.to_string(),
+            },
+        }
+    })?;
+    section.validate()?;
+    Ok(section)
+}
+
+/// [`check`] of a section built in Rust (a resumed run's, a test's): its declared bounds and
+/// [`Section::validate`].
+pub fn check_built<S: Section>(section: &S) -> Result<(), ConfigError> {
+    check::<S>(&serde_json::to_value(section).expect("a config section serializes")).map(|_| ())
+}
+
+/// `check`, returning the section's values with every default filled in.
+pub fn normalize<S: Section>(values: &Value) -> Result<Value, ConfigError> {
+    let section = check::<S>(values)?;
+    Ok(serde_json::to_value(&section).expect("a config section serializes"))
+}
+
+/// `value` within the `minimum`/`maximum` of `prop` (of each item, for a list).
+fn check_bounds(root: &Value, prop: &Value, value: &Value) -> Result<(), String> {
+    let prop = resolve(root, prop);
+    if let (Value::Array(items), Some(item)) = (value, prop.get("items")) {
+        return items.iter().try_for_each(|v| check_bounds(root, item, v));
+    }
+    let Some(number) = value.as_f64() else {
+        return Ok(());
+    };
+    let shown = value.to_string();
+    if let Some(low) = prop.get("minimum").and_then(Value::as_f64) {
+        if number < low {
+            return Err(format!("must be >= {}, got {shown}", prop["minimum"]));
+        }
+    }
+    if let Some(high) = prop.get("maximum").and_then(Value::as_f64) {
+        if number > high {
+            return Err(format!("must be <= {}, got {shown}", prop["maximum"]));
+        }
+    }
+    Ok(())
+}
+
+/// `prop`, or the definition its `$ref` names.
+fn resolve<'a>(root: &'a Value, prop: &'a Value) -> &'a Value {
+    match prop.get("$ref").and_then(Value::as_str) {
+        Some(r) => r
+            .strip_prefix("#/")
+            .map(|path| path.split('/').fold(root, |v, part| &v[part]))
+            .unwrap_or(prop),
+        None => prop,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test section.
+    #[derive(Debug, Serialize, Deserialize, JsonSchema, PartialEq)]
+    #[serde(deny_unknown_fields, default)]
+    struct Demo {
+        /// seed nodes per batch
+        #[schemars(range(min = 1, max = 100))]
+        batch: u32,
+        /// neighbours per hop; -1 keeps all
+        #[schemars(inner(range(min = -1)))]
+        fanouts: Vec<i64>,
+        /// budget
+        memory: Size,
+    }
+
+    impl Default for Demo {
+        fn default() -> Self {
+            Demo {
+                batch: 8,
+                fanouts: vec![15, 10],
+                memory: Size(1 << 30),
+            }
+        }
+    }
+
+    impl Section for Demo {
+        const NAME: &'static str = "demo";
+        fn validate(&self) -> Result<(), ConfigError> {
+            if self.fanouts.is_empty() {
+                return Err(ConfigError::new(
+                    Self::NAME,
+                    "fanouts",
+                    "needs at least one hop",
+                ));
+            }
+            Ok(())
+        }
+    }
+
+    fn err(v: Value) -> String {
+        check::<Demo>(&v).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn sizes_parse_as_the_python_side_does() {
+        assert_eq!(Size::parse("512M"), Ok(Size(512 << 20)));
+        assert_eq!(Size::parse("1.5GiB"), Ok(Size(3 << 29)));
+        assert_eq!(Size::parse("4096"), Ok(Size(4096)));
+        assert_eq!(Size::parse(" 2g "), Ok(Size(2 << 30)));
+        assert!(Size::parse("2X").is_err());
+        assert!(Size::parse("").is_err());
+    }
+
+    #[test]
+    fn defaults_fill_what_is_not_given() {
+        let d: Demo = check(&serde_json::json!({"memory": "2G"})).unwrap();
+        assert_eq!(d.memory, Size(2 << 30));
+        assert_eq!(d.batch, 8);
+    }
+
+    #[test]
+    fn refusals_name_the_option() {
+        assert!(err(serde_json::json!({"batc": 3})).starts_with("demo.batc: no such option"));
+        assert_eq!(
+            err(serde_json::json!({"batch": 0})),
+            "demo.batch: must be >= 1, got 0"
+        );
+        assert_eq!(
+            err(serde_json::json!({"batch": 101})),
+            "demo.batch: must be <= 100, got 101"
+        );
+        assert_eq!(
+            err(serde_json::json!({"fanouts": [3, -2]})),
+            "demo.fanouts: must be >= -1, got -2"
+        );
+        assert!(err(serde_json::json!({"batch": 2.5})).starts_with("demo.batch: invalid type"));
+        assert!(
+            err(serde_json::json!({"memory": "lots"})).starts_with("demo.memory: expected a size")
+        );
+        assert_eq!(
+            err(serde_json::json!({"fanouts": []})),
+            "demo.fanouts: needs at least one hop"
+        );
+    }
+
+    #[test]
+    fn the_schema_keeps_declaration_order_help_and_bounds() {
+        let s = schema::<Demo>();
+        assert_eq!(
+            s["x-order"],
+            serde_json::json!(["batch", "fanouts", "memory"])
+        );
+        assert_eq!(
+            s["properties"]["batch"]["description"],
+            "seed nodes per batch"
+        );
+        assert_eq!(s["properties"]["batch"]["maximum"], 100);
+        assert_eq!(
+            s["properties"]["fanouts"]["default"],
+            serde_json::json!([15, 10])
+        );
+        assert_eq!(s["$defs"]["Size"]["x-kind"], "size");
+    }
+}
