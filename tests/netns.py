@@ -1,0 +1,87 @@
+"""Two network namespaces joined by a veth pair, for tests whose traffic must cross a real
+network link between two hosts rather than the loopback device.
+
+Each test run gets its own namespaces and its own /24 (10.213.K.0/24, K from the process id), so
+parallel runs do not meet. Namespaces left behind by a run that was killed are removed the next
+time a pair is made. Only the two veth addresses are reachable from inside the namespaces.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+PREFIX = "strata-t"
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """One end of the link: the namespace's name and its address on the veth pair."""
+
+    name: str
+    addr: str
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside this namespace."""
+        return ["ip", "netns", "exec", self.name, *argv]
+
+
+def unavailable() -> str | None:
+    """Why namespaces cannot be made here (for a skip message), or None when they can."""
+    if shutil.which("ip") is None:
+        return "needs iproute2's `ip` command (apt install iproute2)"
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces (run the tests as root)"
+    return None
+
+
+def _ip(*args: str) -> None:
+    proc = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {proc.stderr.strip()}")
+
+
+def _remove_stale() -> None:
+    """Deletes namespaces of earlier runs whose process is gone (a killed test run)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    for line in listed.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if not name.startswith(PREFIX):
+            continue
+        pid = name[len(PREFIX) :].rstrip("ab")
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+
+
+@contextmanager
+def veth_pair() -> Iterator[tuple[Namespace, Namespace]]:
+    """Two namespaces, ``a`` at 10.213.K.1 and ``b`` at 10.213.K.2, joined by a veth pair with
+    both ends up; deleted (with the link) on exit, whatever happened inside."""
+    _remove_stale()
+    pid = os.getpid()
+    subnet = f"10.213.{pid % 250}"
+    a, b = Namespace(f"{PREFIX}{pid}a", f"{subnet}.1"), Namespace(f"{PREFIX}{pid}b", f"{subnet}.2")
+    # Interface names are limited to 15 bytes: "sv" + pid (at most 7 digits) + end.
+    ends = (f"sv{pid}a", f"sv{pid}b")
+    made = []
+    try:
+        for ns in (a, b):
+            _ip("netns", "add", ns.name)
+            made.append(ns)
+        _ip("link", "add", ends[0], "type", "veth", "peer", "name", ends[1])
+        for ns, end in zip((a, b), ends, strict=True):
+            _ip("link", "set", end, "netns", ns.name)
+            _ip("-n", ns.name, "addr", "add", f"{ns.addr}/24", "dev", end)
+            _ip("-n", ns.name, "link", "set", end, "up")
+            _ip("-n", ns.name, "link", "set", "lo", "up")
+        yield a, b
+    finally:
+        # Deleting a namespace deletes the veth end inside it, and with it the peer; an end not
+        # yet moved into its namespace is deleted by name.
+        subprocess.run(["ip", "link", "del", ends[0]], capture_output=True, timeout=30)
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns.name], capture_output=True, timeout=30)
