@@ -51,8 +51,7 @@ pub struct GridPlan {
 pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -> Result<GridPlan> {
     let algo = &job.algorithm;
     let n = grid.manifest().num_vertices;
-    let weighted = algo.needs_weights()
-        || matches!(algo, crate::algo::AlgoConfig::Spmv { weighted: true, .. });
+    let weighted = algo.needs_weights();
     let bytes_per_edge = EDGE_BYTES + if weighted { 4 } else { 0 };
     let stream = StreamConfig {
         threads,
@@ -186,20 +185,32 @@ impl Planned for GridPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::AlgoConfig;
     use crate::build::{build, BuildJob};
+    use crate::config::RunOptions;
     use crate::fixtures::store;
     use strata_io::progress::NoProgress;
+    use strata_store::config::check;
 
     /// A grid of 4 x 4 blocks of about 94K edges (750 KB) each, so that a major chunk holds
-    /// 3 MB of edges; and a job on it with `memory` and `algorithm`.
-    fn grid_and_job(dir: &std::path::Path, memory: u64, algorithm: AlgoConfig) -> (Grid, RunJob) {
+    /// 3 MB of edges; and a job on it with `memory` and `algorithm` (the `[run]` options).
+    fn grid_and_job(
+        dir: &std::path::Path,
+        memory: u64,
+        algorithm: serde_json::Value,
+    ) -> (Grid, RunJob) {
         let st = store(dir, 10_007, 1_500_000);
+        let mut options = serde_json::json!({"store": st, "memory": memory});
+        options
+            .as_object_mut()
+            .unwrap()
+            .extend(algorithm.as_object().unwrap().clone());
+        let job = check::<RunOptions>(&options).unwrap().job().unwrap();
         let built = build(
             &BuildJob {
                 store: st.clone(),
                 partitions: 4,
-                weights: algorithm
+                weights: job
+                    .algorithm
                     .needs_weights()
                     .then(|| crate::layout::WeightSpec {
                         kind: "random".into(),
@@ -212,21 +223,11 @@ mod tests {
             &NoProgress,
         )
         .unwrap();
-        let job: RunJob = serde_json::from_value(serde_json::json!({
-            "store": st,
-            "algorithm": algorithm,
-            "memory": memory,
-        }))
-        .unwrap();
         (Grid::open(&built.dir).unwrap(), job)
     }
 
-    fn pagerank() -> AlgoConfig {
-        AlgoConfig::Pagerank {
-            iterations: 1,
-            tolerance: 0.0,
-            damping: 0.85,
-        }
+    fn pagerank() -> serde_json::Value {
+        serde_json::json!({"algorithm": "pagerank", "iterations": 1})
     }
 
     #[test]
@@ -252,7 +253,11 @@ mod tests {
     #[test]
     fn weights_far_memory_and_threads_come_from_the_inputs() {
         let tmp = tempfile::tempdir().unwrap();
-        let (grid, mut job) = grid_and_job(tmp.path(), 1 << 30, AlgoConfig::Sssp { root: 0 });
+        let (grid, mut job) = grid_and_job(
+            tmp.path(),
+            1 << 30,
+            serde_json::json!({"algorithm": "sssp", "root": 0}),
+        );
         job.segment_bytes = 1 << 20;
         job.far = Some(crate::far::FarConfig {
             addr: "127.0.0.1:1".into(),

@@ -8,57 +8,44 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::config::{check_address, ConfigError, Section, Size};
 
-use crate::algo::AlgoConfig;
+use crate::algo::registry::{self, AlgoParams};
+use crate::algo::Configured;
 use crate::build::BuildJob;
 use crate::far::FarConfig;
 use crate::layout::{Order, WeightSpec};
 use crate::place::VertexPlacement;
 
 /// One run.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct RunJob {
     pub store: PathBuf,
-    pub algorithm: AlgoConfig,
+    /// A registered algorithm with its parameters.
+    pub algorithm: Configured,
     /// Grid name under `STORE/grids/`; `None` finds one that suits the algorithm or builds it.
-    #[serde(default)]
     pub grid: Option<String>,
     /// Local memory budget in bytes.
     pub memory: u64,
     /// Compute threads; 0: one per core.
-    #[serde(default)]
     pub threads: usize,
     /// Largest segment (unit of placement and fetch) in bytes; 0 sizes segments from the
     /// budget (see [`MAX_AUTO_SEGMENT`](crate::budget::MAX_AUTO_SEGMENT)).
-    #[serde(default)]
     pub segment_bytes: u64,
     /// Segments fetched or waiting per source: 1 fetches the next segment only once compute
     /// has finished the last (no prefetch); 2 is double buffering.
-    #[serde(default = "default_prefetch")]
     pub prefetch: usize,
     /// Threads reading from disk.
-    #[serde(default = "default_disk_fetchers")]
     pub disk_fetchers: usize,
     /// Vertex data in memory, in windows, or whichever the budget allows.
-    #[serde(default)]
     pub vertex: VertexPlacement,
     /// Far memory, when used.
-    #[serde(default)]
     pub far: Option<FarConfig>,
     /// Keep edge blocks resident in memory when the budget allows (false: stream them from
     /// disk every pass, as an out-of-core run of a larger graph would).
-    #[serde(default = "default_true")]
     pub keep_resident: bool,
     /// Where results go; `None`: `STORE/runs/grid-ALGO`.
-    #[serde(default)]
     pub out: Option<PathBuf>,
     /// Weights drawn when a weighted grid must be built.
-    #[serde(default)]
     pub weights: Option<WeightSpec>,
-}
-
-fn default_true() -> bool {
-    true
 }
 
 /// Deep enough that the SSD sees about 32 MiB of reads in flight at 4 MiB segments: at 4 and 2,
@@ -71,51 +58,24 @@ fn default_disk_fetchers() -> usize {
     4
 }
 
-/// The algorithms `strata run` offers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Algorithm {
-    /// PageRank (networkx's definition)
-    #[default]
-    Pagerank,
-    /// breadth-first search from --root
-    Bfs,
-    /// weakly connected components (on a symmetric grid)
-    Wcc,
-    /// single-source shortest paths from --root over the edge weights
-    Sssp,
-    /// y = A^T x
-    Spmv,
-    /// core numbers (k-core decomposition, on a symmetric grid)
-    Kcore,
-}
-
-/// Options of `strata run ALGO STORE` (the `run` section).
+/// Options of `strata run ALGO STORE` (the `run` section). Unknown options are refused by
+/// [`AlgoParams::validate`] (the flattened parameters take every key the other fields do not,
+/// which serde's `deny_unknown_fields` cannot be combined with).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct RunOptions {
-    /// algorithm: pagerank, bfs, wcc, sssp, spmv or kcore
-    #[schemars(extend("x-positional" = true, "x-required" = true))]
-    pub algorithm: Algorithm,
+    // The help text lists the registered algorithms (`registry::name_schema`).
+    #[schemars(
+        schema_with = "registry::name_schema",
+        extend("x-positional" = true, "x-required" = true)
+    )]
+    pub algorithm: String,
     /// store to run on (its grids live in STORE/grids/)
     #[schemars(extend("x-positional" = true, "x-required" = true, "x-kind" = "path"))]
     pub store: PathBuf,
-    /// pagerank: most iterations (all of them when --tolerance is 0)
-    #[schemars(range(min = 1))]
-    pub iterations: u64,
-    /// pagerank: stop once the L1 change of the ranks is below V x tolerance
-    #[schemars(range(min = 0.0))]
-    pub tolerance: f64,
-    /// pagerank: damping factor, in [0, 1)
-    #[schemars(range(min = 0.0))]
-    pub damping: f64,
-    /// bfs, sssp: the source vertex
-    pub root: u64,
-    /// spmv: float .npy vector x of length V (default: all ones)
-    #[schemars(extend("x-kind" = "path"))]
-    pub vector: Option<PathBuf>,
-    /// spmv: multiply by the edge weights (uses a weighted grid)
-    pub weighted: bool,
+    /// The parameters of every registered algorithm, each an option of the section.
+    #[serde(flatten)]
+    pub params: AlgoParams,
     /// grid name under STORE/grids/; unset finds one that suits, or builds it
     pub grid: Option<String>,
     /// local memory budget: vertex data, fetch buffers, resident edge blocks
@@ -164,14 +124,9 @@ pub struct RunOptions {
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
-            algorithm: Algorithm::Pagerank,
+            algorithm: registry::ALGORITHMS[0].name.to_string(),
             store: PathBuf::new(),
-            iterations: 20,
-            tolerance: 0.0,
-            damping: 0.85,
-            root: 0,
-            vector: None,
-            weighted: false,
+            params: AlgoParams::default(),
             grid: None,
             memory: Size(1 << 30),
             threads: 0,
@@ -201,12 +156,8 @@ impl Section for RunOptions {
         if self.store.as_os_str().is_empty() {
             return refuse("store", "needs a store".into());
         }
-        if !(0.0..1.0).contains(&self.damping) {
-            return refuse(
-                "damping",
-                format!("must be in [0, 1), got {}", self.damping),
-            );
-        }
+        self.params.configure(Self::NAME, &self.algorithm)?;
+        self.params.validate(Self::NAME)?;
         if self.segment.0 != 0 && self.segment.0 < 4096 {
             return refuse(
                 "segment",
@@ -233,30 +184,17 @@ impl Section for RunOptions {
 }
 
 impl RunOptions {
-    /// The engine's job; results go to `out`, by default `STORE/runs/grid-ALGO`.
-    pub fn job(&self) -> RunJob {
-        let algorithm = match self.algorithm {
-            Algorithm::Pagerank => AlgoConfig::Pagerank {
-                iterations: usize::try_from(self.iterations).unwrap_or(usize::MAX),
-                tolerance: self.tolerance,
-                damping: self.damping,
-            },
-            Algorithm::Bfs => AlgoConfig::Bfs { root: self.root },
-            Algorithm::Wcc => AlgoConfig::Wcc,
-            Algorithm::Sssp => AlgoConfig::Sssp { root: self.root },
-            Algorithm::Spmv => AlgoConfig::Spmv {
-                vector: self.vector.clone(),
-                weighted: self.weighted,
-            },
-            Algorithm::Kcore => AlgoConfig::Kcore,
-        };
+    /// The engine's job; results go to `out`, by default `STORE/runs/grid-ALGO`. Errors: the
+    /// algorithm is not registered, or its parameters are refused (naming `run.KEY`).
+    pub fn job(&self) -> std::result::Result<RunJob, ConfigError> {
+        let algorithm = self.params.configure(Self::NAME, &self.algorithm)?;
         let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         let out = self.out.clone().unwrap_or_else(|| {
             self.store
                 .join("runs")
                 .join(format!("grid-{}", algorithm.name()))
         });
-        RunJob {
+        Ok(RunJob {
             store: self.store.clone(),
             grid: self.grid.clone(),
             memory: self.memory.0,
@@ -280,7 +218,7 @@ impl RunOptions {
                 self.weight_low,
                 self.weight_high,
             )),
-        }
+        })
     }
 }
 
@@ -443,8 +381,11 @@ mod tests {
             "algorithm": "sssp", "store": "g", "root": 7, "far": "h:1", "far_ratio": 0.25
         }))
         .unwrap();
-        let job = o.job();
-        assert_eq!(job.algorithm, AlgoConfig::Sssp { root: 7 });
+        let job = o.job().unwrap();
+        assert_eq!(
+            job.algorithm,
+            Configured::new(crate::algo::Sssp { root: 7 })
+        );
         assert_eq!(job.far.unwrap().ratio, 0.25);
         assert_eq!(job.out, Some(PathBuf::from("g/runs/grid-sssp")));
     }

@@ -131,6 +131,7 @@ pub fn run(
 fn open_grid(job: &RunJob, progress: &dyn Progress) -> Result<(PathBuf, Arc<Grid>)> {
     let store = strata_store::Store::open(&job.store)?;
     let n = store.manifest().graph.num_nodes;
+    job.algorithm.validate()?;
     job.algorithm.check(n)?;
     let dir = find_or_build(job, progress)?;
     let grid = Arc::new(Grid::open(&dir)?);

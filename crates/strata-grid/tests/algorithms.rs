@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
-use strata_grid::algo::{AlgoConfig, Iteration};
+use strata_grid::algo::{Bfs, Configured, Iteration, KCore, PageRank, Spmv, Sssp, Wcc};
 use strata_grid::build::{build, BuildJob};
 use strata_grid::config::RunJob;
 use strata_grid::layout::{Order, WeightSpec};
@@ -43,7 +43,7 @@ fn store(dir: &Path, n: u64, m: u64, seed: u64) -> (PathBuf, Vec<(u64, u64)>) {
     (out, edges)
 }
 
-fn job(store: &Path, algorithm: AlgoConfig, memory: u64, grid: &str) -> RunJob {
+fn job(store: &Path, algorithm: Configured, memory: u64, grid: &str) -> RunJob {
     RunJob {
         keep_resident: memory == MEMORIES[0],
         vertex: match memory == MEMORIES[2] {
@@ -145,11 +145,11 @@ fn pagerank_matches_power_iteration() {
     for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
         grid(&st, name, 7, order, false, None);
         for memory in MEMORIES {
-            let algo = AlgoConfig::Pagerank {
+            let algo = Configured::new(PageRank {
                 iterations: 15,
                 tolerance: 0.0,
                 damping: 0.85,
-            };
+            });
             let s = run_all(&job(&st, algo, memory, name));
             let (_, b) = strata_store::array::read_all_bytes(Path::new(&s.arrays[0])).unwrap();
             let got: Vec<f32> = bytemuck::pod_collect_to_vec(&b);
@@ -202,7 +202,7 @@ fn bfs_levels_match_and_parents_are_valid() {
     for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
         grid(&st, name, 5, order, false, None);
         for memory in MEMORIES {
-            let s = run_all(&job(&st, AlgoConfig::Bfs { root: 3 }, memory, name));
+            let s = run_all(&job(&st, Configured::new(Bfs { root: 3 }), memory, name));
             let (level, parent) = (load_i64(&s.arrays[0]), load_i64(&s.arrays[1]));
             assert_eq!(level, want);
             for v in 0..n as usize {
@@ -264,9 +264,9 @@ fn wcc_and_kcore_match_references() {
     for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
         grid(&st, name, 6, order, true, None);
         for memory in MEMORIES {
-            let s = run_all(&job(&st, AlgoConfig::Wcc, memory, name));
+            let s = run_all(&job(&st, Configured::new(Wcc {}), memory, name));
             assert_eq!(load_i64(&s.arrays[0]), want_cc);
-            let s = run_all(&job(&st, AlgoConfig::Kcore, memory, name));
+            let s = run_all(&job(&st, Configured::new(KCore {}), memory, name));
             assert_eq!(load_i64(&s.arrays[0]), core);
         }
     }
@@ -313,7 +313,7 @@ fn sssp_and_spmv_match_references() {
     for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
         grid(&st, name, 4, order, false, Some(weights()));
         for memory in MEMORIES {
-            let s = run_all(&job(&st, AlgoConfig::Sssp { root: 0 }, memory, name));
+            let s = run_all(&job(&st, Configured::new(Sssp { root: 0 }), memory, name));
             let got = load_f64(&s.arrays[0]);
             for v in 0..n {
                 assert!(
@@ -323,10 +323,10 @@ fn sssp_and_spmv_match_references() {
                     dist[v]
                 );
             }
-            let algo = AlgoConfig::Spmv {
+            let algo = Configured::new(Spmv {
                 vector: Some(vec_path.clone()),
                 weighted: true,
-            };
+            });
             let s = run_all(&job(&st, algo, memory, name));
             let got = load_f64(&s.arrays[0]);
             for v in 0..n {
@@ -346,21 +346,23 @@ fn bad_inputs_fail_clearly() {
             .unwrap_err()
             .to_string()
     };
-    assert!(err(job(&st, AlgoConfig::Bfs { root: 100 }, 1 << 30, "g")).contains("root"));
-    assert!(err(job(&st, AlgoConfig::Wcc, 1 << 30, "g")).contains("symmetric"));
-    assert!(err(job(&st, AlgoConfig::Sssp { root: 0 }, 1 << 30, "g")).contains("weights"));
+    assert!(err(job(&st, Configured::new(Bfs { root: 100 }), 1 << 30, "g")).contains("root"));
+    assert!(err(job(&st, Configured::new(Wcc {}), 1 << 30, "g")).contains("symmetric"));
+    assert!(err(job(&st, Configured::new(Sssp { root: 0 }), 1 << 30, "g")).contains("weights"));
     assert!(err(job(
         &st,
-        AlgoConfig::Pagerank {
+        Configured::new(PageRank {
             iterations: 1,
             tolerance: 0.0,
             damping: 0.85
-        },
+        }),
         1 << 20,
         "g"
     ))
     .contains("memory budget"));
-    assert!(err(job(&st, AlgoConfig::Bfs { root: 0 }, 1 << 30, "nope")).contains("not a grid"));
+    assert!(
+        err(job(&st, Configured::new(Bfs { root: 0 }), 1 << 30, "nope")).contains("not a grid")
+    );
     // A grid whose edge file was cut short is refused, not read.
     let edges = st.join("grids/g/edges.npy");
     let len = std::fs::metadata(&edges).unwrap().len();
@@ -370,5 +372,5 @@ fn bad_inputs_fail_clearly() {
         .unwrap()
         .set_len(len - 8)
         .unwrap();
-    assert!(err(job(&st, AlgoConfig::Bfs { root: 0 }, 1 << 30, "g")).contains("edges.npy"));
+    assert!(err(job(&st, Configured::new(Bfs { root: 0 }), 1 << 30, "g")).contains("edges.npy"));
 }

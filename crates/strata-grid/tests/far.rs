@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use strata_farmem::{Server, ServerConfig};
-use strata_grid::algo::{AlgoConfig, Iteration};
+use strata_grid::algo::{Configured, Iteration, PageRank};
 use strata_grid::config::RunJob;
 use strata_grid::far::FarConfig;
 use strata_grid::run::{run, RunSummary};
@@ -47,11 +47,11 @@ fn store(dir: &Path) -> std::path::PathBuf {
 fn job(store: &Path, far: Option<String>) -> RunJob {
     RunJob {
         store: store.to_path_buf(),
-        algorithm: AlgoConfig::Pagerank {
+        algorithm: Configured::new(PageRank {
             iterations: 12,
             tolerance: 0.0,
             damping: 0.85,
-        },
+        }),
         grid: None,
         memory: 1 << 30,
         threads: 2,

@@ -12,7 +12,7 @@ use strata_grid::Grid;
 
 use crate::callback::CallbackError;
 use crate::config::section;
-use crate::errors::{raise, ToPyErr};
+use crate::errors::{config_error, raise, ToPyErr};
 use crate::run;
 
 /// Builds a grid; `options` are the `grid.build` section
@@ -45,7 +45,9 @@ fn grid_run(
     progress: Option<Py<PyAny>>,
     on_iteration: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let j = section::<RunOptions>(options)?.job();
+    let j = section::<RunOptions>(options)?
+        .job()
+        .map_err(|e| config_error(py, &e.to_string()))?;
     let callback_error = CallbackError::default();
     let result = run(py, progress, |p| {
         run_grid(&j, p, &mut |it| {
@@ -59,6 +61,18 @@ fn grid_run(
         })
     });
     callback_error.or(result)
+}
+
+/// The registered algorithms, in order: each one's `name`, `about`, result `arrays`,
+/// iteration `value` (`{"kind": "real" | "count", "label": ...}` or `{"kind": "none"}`) and
+/// `params` (its option names in the `run` section).
+#[pyfunction]
+fn grid_algorithms(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let all: Vec<serde_json::Value> = strata_grid::algo::registry::ALGORITHMS
+        .iter()
+        .map(|e| e.describe())
+        .collect();
+    Ok(pythonize(py, &all)?.unbind())
 }
 
 /// Serves far memory on `listen` with `capacity` bytes until a signal (Ctrl-C, SIGTERM
@@ -109,6 +123,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grid_build, m)?)?;
     m.add_function(wrap_pyfunction!(grid_info, m)?)?;
     m.add_function(wrap_pyfunction!(grid_run, m)?)?;
+    m.add_function(wrap_pyfunction!(grid_algorithms, m)?)?;
     m.add_function(wrap_pyfunction!(farmem_serve, m)?)?;
     Ok(())
 }

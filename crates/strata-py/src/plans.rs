@@ -96,8 +96,8 @@ fn grid(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
         fields.insert("store".into(), Value::from(store.to_string_lossy()));
     }
     let job = check::<RunOptions>(&options)
-        .map_err(|e| config_error(py, &e.to_string()))?
-        .job();
+        .and_then(|o| o.job())
+        .map_err(|e| config_error(py, &e.to_string()))?;
     let algo = &job.algorithm;
     let found = Grid::find(
         &job.store,

@@ -131,7 +131,7 @@ impl<'de> Deserialize<'de> for Size {
 /// names in declaration order, which the command line keeps for positionals and `--help`).
 pub fn schema<S: Section>() -> Value {
     let mut schema = schemars::schema_for!(S).to_value();
-    let order = field_order::<S>();
+    let order = field_order(&S::default());
     if let Value::Object(map) = &mut schema {
         map.insert("x-section".into(), Value::from(S::NAME));
         map.insert("x-order".into(), Value::from(order));
@@ -139,9 +139,9 @@ pub fn schema<S: Section>() -> Value {
     schema
 }
 
-/// The option names of `S` in declaration order: the keys of its default, serialized (a
-/// struct serializes its fields in order; a JSON object read back would sort them).
-fn field_order<S: Section>() -> Vec<String> {
+/// The field names of `value` in declaration order: its keys, serialized (a struct serializes
+/// its fields in order; a JSON object read back would sort them).
+pub fn field_order<T: Serialize>(value: &T) -> Vec<String> {
     struct Keys(Vec<String>);
     impl<'de> Deserialize<'de> for Keys {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Keys, D::Error> {
@@ -163,9 +163,9 @@ fn field_order<S: Section>() -> Vec<String> {
             d.deserialize_map(KeyVisitor)
         }
     }
-    let text = serde_json::to_string(&S::default()).expect("a config section serializes");
+    let text = serde_json::to_string(value).expect("a config struct serializes");
     serde_json::from_str::<Keys>(&text)
-        .expect("a config section serializes as an object")
+        .expect("a config struct serializes as an object")
         .0
 }
 
@@ -195,25 +195,62 @@ pub fn check<S: Section>(values: &Value) -> Result<S, ConfigError> {
         };
         check_bounds(&schema, prop, value).map_err(|msg| ConfigError::new(S::NAME, key, msg))?;
     }
-    let section: S = serde_json::from_value(values.clone()).map_err(|e| {
-        // serde names no field for a wrong type: find it by trying the options one by one.
-        let key = given
-            .iter()
-            .find(|(k, v)| {
-                let one = Map::from_iter([((*k).clone(), (*v).clone())]);
-                serde_json::from_value::<S>(Value::Object(one)).is_err()
-            })
-            .map(|(k, _)| k.as_str());
-        match key {
-            Some(k) => ConfigError::new(S::NAME, k, e.to_string()),
-            None => ConfigError {
-                key: S::NAME.into(),
-                msg: e.to_string(),
-            },
-        }
-    })?;
+    let section: S = serde_json::from_value(values.clone())
+        .map_err(|e| deserialize_error::<S>(S::NAME, given, e))?;
     section.validate()?;
     Ok(section)
+}
+
+/// Error `e` of deserializing options `given` of section `section` as `T`, naming the option
+/// at fault: serde names none for a wrong type, so the options are tried one by one.
+pub fn deserialize_error<T: DeserializeOwned>(
+    section: &str,
+    given: &Map<String, Value>,
+    e: serde_json::Error,
+) -> ConfigError {
+    let key = given.iter().find(|(k, v)| {
+        let one = Map::from_iter([((*k).clone(), (*v).clone())]);
+        serde_json::from_value::<T>(Value::Object(one)).is_err()
+    });
+    match key {
+        Some((k, _)) => ConfigError::new(section, k, e.to_string()),
+        None => ConfigError {
+            key: section.into(),
+            msg: e.to_string(),
+        },
+    }
+}
+
+/// Why `name` is not one of `known` (the `what`s a registry holds), with the closest known
+/// name when one is close (at most a third of its letters differ) and the list:
+/// `unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: pagerank, bfs)`.
+pub fn unknown_name(what: &str, name: &str, known: &[&str]) -> String {
+    let close = known
+        .iter()
+        .map(|k| (edit_distance(name, k), *k))
+        .filter(|(d, k)| 3 * d <= name.chars().count().max(k.chars().count()))
+        .min();
+    let hint = close.map_or(String::new(), |(_, k)| format!("; did you mean '{k}'?"));
+    format!(
+        "unknown {what} '{name}'{hint} ({what}s: {})",
+        known.join(", ")
+    )
+}
+
+/// Levenshtein distance of `a` and `b`, in characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitute = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// [`check`] of a section built in Rust (a resumed run's, a test's): its declared bounds and
@@ -348,6 +385,21 @@ mod tests {
             err(serde_json::json!({"fanouts": []})),
             "demo.fanouts: needs at least one hop"
         );
+    }
+
+    #[test]
+    fn an_unknown_name_gets_the_closest_and_the_list() {
+        let known = ["pagerank", "bfs", "kcore"];
+        assert_eq!(
+            unknown_name("algorithm", "pagernk", &known),
+            "unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: pagerank, bfs, kcore)"
+        );
+        assert_eq!(
+            unknown_name("algorithm", "betweenness", &known),
+            "unknown algorithm 'betweenness' (algorithms: pagerank, bfs, kcore)"
+        );
+        assert_eq!(edit_distance("kcore", "core"), 1);
+        assert_eq!(edit_distance("", "bfs"), 3);
     }
 
     #[test]

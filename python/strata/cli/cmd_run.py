@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from .. import _native
 from ..config import RunConfig, from_args
 from .common import add_section_command, emit_summary, run_with_progress
 
 
 def register(sub) -> None:
+    names = ", ".join(a["name"] for a in _native.grid_algorithms())
     add_section_command(
         sub,
         "run",
         RunConfig,
         run,
-        help="graph analytics out of core: pagerank, bfs, wcc, sssp, spmv, kcore (Fargraph+)",
+        help=f"graph analytics out of core: {names} (Fargraph+)",
         description="Runs ALGORITHM on STORE's grid (found in STORE/grids/, or built on first use) within --memory: "
         "vertex data stays local (in windows paged within the budget when it does not fit), edge blocks go to far "
         "memory (--far HOST:PORT, up to --far-ratio of the footprint), "

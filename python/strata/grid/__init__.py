@@ -2,8 +2,8 @@
 and ``strata farmem serve``.
 
 A grid (``STORE/grids/NAME``) holds a store's train edges in a P x P grid of blocks. ``run``
-streams the blocks through an algorithm (PageRank, BFS, WCC, SSSP, SpMV, k-core) within a
-memory budget: vertex data stays local, edge blocks are offloaded to a memory server up to
+streams the blocks through a registered algorithm (:func:`algorithms`: PageRank, BFS, WCC,
+SSSP, SpMV, k-core) within a memory budget: vertex data stays local, edge blocks are offloaded to a memory server up to
 ``far_ratio`` of the footprint, kept resident where the budget allows, and streamed from disk
 otherwise. A run directory holds the result arrays (``rank.npy``, ``level.npy``, ...),
 ``metrics.jsonl`` (one line per iteration, written as it ends) and ``run.json`` (format
@@ -34,19 +34,22 @@ ProgressFn = Callable[..., bool]
 RUN_FORMAT = "strata-grid-run"
 RUN_FORMAT_VERSION = 1
 
+
+def algorithms() -> list[dict]:
+    """The algorithms ``strata run`` offers, from the engine's registry
+    (``strata_grid::algo::registry``), in order: each one's ``name``, ``about``, result
+    ``arrays``, iteration ``value`` (``{"kind": "real"|"count", "label": ...}`` or
+    ``{"kind": "none"}``) and ``params`` (its options in the ``[run]`` section)."""
+    return _native.grid_algorithms()
+
+
 #: The result arrays each algorithm writes into the run directory.
-RESULT_ARRAYS = {
-    "pagerank": ("rank",),
-    "bfs": ("level", "parent"),
-    "wcc": ("component",),
-    "sssp": ("distance",),
-    "spmv": ("y",),
-    "kcore": ("core",),
-}
+RESULT_ARRAYS = {a["name"]: tuple(a["arrays"]) for a in algorithms()}
 
 __all__ = [
     "RESULT_ARRAYS",
     "RUN_FORMAT",
+    "algorithms",
     "build_grid",
     "default_out_dir",
     "format_build",
@@ -204,13 +207,15 @@ def iteration_metrics(record: dict) -> dict:
     }
 
 
+_VALUES = {a["name"]: a["value"] for a in algorithms()}
+
+
 def _value_text(algorithm: str | None, value: float) -> str:
-    if algorithm == "pagerank":
-        return f"  L1 change {value:.3e}"
-    if algorithm in ("bfs", "wcc", "sssp"):
-        return f"  activated {int(value):,}"
-    if algorithm == "kcore":
-        return f"  k {int(value)}"
+    shown = _VALUES.get(algorithm, {"kind": "none"})
+    if shown["kind"] == "real":
+        return f"  {shown['label']} {value:.3e}"
+    if shown["kind"] == "count":
+        return f"  {shown['label']} {int(value):,}"
     return ""
 
 

@@ -2,12 +2,21 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::{chunk_bases, frontier_loop, Ctx, Output, Values, NONE};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    check_root, chunk_bases, frontier_loop, Algorithm, Ctx, IterationValue, Output, Values, NONE,
+};
 use crate::error::Result;
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
 
+/// Breadth-first search's parameters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct Bfs {
+    /// the source vertex
     pub root: u64,
 }
 
@@ -48,8 +57,22 @@ impl EdgeKernel for Expand<'_> {
     }
 }
 
-impl Bfs {
-    pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+impl Algorithm for Bfs {
+    const NAME: &'static str = "bfs";
+    const ABOUT: &'static str = "breadth-first search from --root";
+    const ARRAYS: &'static [&'static str] = &["level", "parent"];
+    const VALUE: IterationValue = IterationValue::Count("activated");
+
+    /// Parent and level (u64 each) and two bitmaps.
+    fn vertex_bytes(&self) -> u64 {
+        17
+    }
+
+    fn check(&self, num_vertices: u64) -> Result<()> {
+        check_root(self.root, num_vertices)
+    }
+
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         let n = s.grid().layout().num_vertices as usize;
         let base = chunk_bases(s);
         let parent = U64Array::filled(s.vertex(), n, NONE)?;

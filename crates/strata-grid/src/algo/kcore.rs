@@ -5,12 +5,20 @@
 
 use std::time::Instant;
 
-use super::{chunk_bases, full_pass, Ctx, Iteration, Output, Values, NONE};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    chunk_bases, full_pass, Algorithm, Ctx, Iteration, IterationValue, Output, Values, NONE,
+};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
 
-pub struct KCore;
+/// k-core decomposition (no parameters).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KCore {}
 
 struct Degree<'a> {
     deg: &'a U64Array,
@@ -65,8 +73,22 @@ impl EdgeKernel for Peel<'_> {
     }
 }
 
-impl KCore {
-    pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+impl Algorithm for KCore {
+    const NAME: &'static str = "kcore";
+    const ABOUT: &'static str = "core numbers by k-core decomposition, on a symmetric grid";
+    const ARRAYS: &'static [&'static str] = &["core"];
+    const VALUE: IterationValue = IterationValue::Count("k");
+
+    /// Degree and core number (u64 each) and the removed bitmap.
+    fn vertex_bytes(&self) -> u64 {
+        17
+    }
+
+    fn needs_symmetric(&self) -> bool {
+        true
+    }
+
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         if !s.grid().manifest().symmetric {
             return Err(GridError::config(
                 "grid",

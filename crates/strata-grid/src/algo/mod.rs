@@ -1,17 +1,23 @@
 //! Graph algorithms in the streaming-apply model: each iteration is one edge pass (an
 //! [`EdgeKernel`](crate::stream::EdgeKernel) over the active blocks) and one vertex pass
 //! (per chunk, on the compute threads).
+//!
+//! An algorithm is a struct of its parameters implementing [`Algorithm`], in a file of its
+//! own, registered by one line in [`registry`]; a run holds it as a [`Configured`].
 
 mod bfs;
 mod kcore;
 mod pagerank;
+pub mod registry;
 mod spmv;
 mod sssp;
 mod wcc;
 
-use std::path::PathBuf;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use strata_io::progress::Progress;
 
 use crate::error::{GridError, Result};
@@ -28,145 +34,165 @@ pub use wcc::Wcc;
 /// Marks an unreached vertex or a missing parent in id arrays.
 pub const NONE: u64 = u64::MAX;
 
-/// One algorithm and its parameters (`algorithm` names it).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "algorithm", rename_all = "lowercase", deny_unknown_fields)]
-pub enum AlgoConfig {
-    /// PageRank with the networkx definition: teleport (1-d)/N, dangling mass spread evenly.
-    Pagerank {
-        /// Most iterations (all of them when `tolerance` is 0).
-        #[serde(default = "default_iterations")]
-        iterations: usize,
-        /// Stop once the L1 change of the ranks is below `N * tolerance` (0: never).
-        #[serde(default)]
-        tolerance: f64,
-        #[serde(default = "default_damping")]
-        damping: f64,
-    },
-    /// Breadth-first search from `root`: levels and parents.
-    Bfs { root: u64 },
-    /// Weakly connected components by label propagation (on a symmetric grid).
-    Wcc,
-    /// Single-source shortest paths over the edge weights (frontier Bellman-Ford).
-    Sssp { root: u64 },
-    /// `y = A^T x`: `y[v] = sum over edges (u, v) of w(u, v) x[u]` (w = 1 unweighted).
-    Spmv {
-        /// A float `.npy` vector of length V; `None`: all ones.
-        #[serde(default)]
-        vector: Option<PathBuf>,
-        /// Use the edge weights (a weighted grid).
-        #[serde(default)]
-        weighted: bool,
-    },
-    /// Core numbers (k-core decomposition by peeling, on a symmetric grid).
-    Kcore,
-}
+/// A graph algorithm. Its fields are its parameters: they are read from the `[run]` section
+/// (serde; a field missing takes its `Default`), and their JSON schema (doc comments as help,
+/// `#[schemars(range(..))]` as bounds) is what `strata run` and `strata config run` offer.
+pub trait Algorithm:
+    Serialize + DeserializeOwned + JsonSchema + Default + Send + Sync + 'static
+{
+    /// The name `strata run NAME` takes.
+    const NAME: &'static str;
+    /// What it computes, in a few words (the command line's list of algorithms).
+    const ABOUT: &'static str;
+    /// The result arrays it writes (`NAME.npy` in the run directory), in order.
+    const ARRAYS: &'static [&'static str];
+    /// What [`Iteration::value`] means, shown after each iteration's line.
+    const VALUE: IterationValue;
 
-fn default_iterations() -> usize {
-    20
-}
+    /// Bytes of vertex data per vertex (what stays local: Fargraph+'s resistant set); the
+    /// budget plan sizes vertex data and its windows from it.
+    fn vertex_bytes(&self) -> u64;
 
-fn default_damping() -> f64 {
-    0.85
-}
-
-impl AlgoConfig {
-    pub fn name(&self) -> &'static str {
-        match self {
-            AlgoConfig::Pagerank { .. } => "pagerank",
-            AlgoConfig::Bfs { .. } => "bfs",
-            AlgoConfig::Wcc => "wcc",
-            AlgoConfig::Sssp { .. } => "sssp",
-            AlgoConfig::Spmv { .. } => "spmv",
-            AlgoConfig::Kcore => "kcore",
-        }
-    }
-
-    /// The grid must carry weights.
-    pub fn needs_weights(&self) -> bool {
-        matches!(
-            self,
-            AlgoConfig::Sssp { .. } | AlgoConfig::Spmv { weighted: true, .. }
-        )
+    /// The grid must carry edge weights (they then stream with the edges).
+    fn needs_weights(&self) -> bool {
+        false
     }
 
     /// The grid must hold both directions of every edge.
-    pub fn needs_symmetric(&self) -> bool {
-        matches!(self, AlgoConfig::Wcc | AlgoConfig::Kcore)
+    fn needs_symmetric(&self) -> bool {
+        false
     }
 
-    /// Bytes of vertex data per vertex (what stays local: Fargraph+'s resistant set).
-    pub fn vertex_bytes(&self) -> u64 {
-        match self {
-            // rank, contribution, sum and 1/degree (f32 each): GridGraph's 12 B plus the rank
-            AlgoConfig::Pagerank { .. } => 16,
-            // parent, level (u64) and two bitmaps
-            AlgoConfig::Bfs { .. } => 17,
-            AlgoConfig::Wcc => 9,
-            AlgoConfig::Sssp { .. } => 9,
-            AlgoConfig::Spmv { .. } => 12,
-            AlgoConfig::Kcore => 17,
-        }
-    }
-
-    /// Checks parameters against a graph of `n` vertices.
-    pub fn check(&self, n: u64) -> Result<()> {
-        match self {
-            AlgoConfig::Pagerank {
-                iterations,
-                tolerance,
-                damping,
-            } => {
-                if *iterations == 0 {
-                    return Err(GridError::config("iterations", "need at least 1"));
-                }
-                if tolerance.is_nan() || *tolerance < 0.0 {
-                    return Err(GridError::config(
-                        "tolerance",
-                        format!("must be >= 0, got {tolerance}"),
-                    ));
-                }
-                if !(0.0..1.0).contains(damping) {
-                    return Err(GridError::config(
-                        "damping",
-                        format!("must be in [0, 1), got {damping}"),
-                    ));
-                }
-            }
-            AlgoConfig::Bfs { root } | AlgoConfig::Sssp { root } if *root >= n => {
-                return Err(GridError::config(
-                    "root",
-                    format!("vertex {root} is not in the graph (0..{n})"),
-                ));
-            }
-            _ => {}
-        }
+    /// Checks the parameters by themselves; an error names the parameter
+    /// ([`GridError::config`](crate::GridError::config)).
+    fn validate(&self) -> Result<()> {
         Ok(())
     }
 
-    /// Runs the algorithm on `s`.
+    /// Checks the parameters against a graph of `num_vertices` vertices (a root in range).
+    fn check(&self, num_vertices: u64) -> Result<()> {
+        let _ = num_vertices;
+        Ok(())
+    }
+
+    /// Runs on `s`, reporting each iteration to `ctx` as it ends.
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output>;
+}
+
+/// What an iteration's `value` is, for the line printed after it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", content = "label", rename_all = "lowercase")]
+pub enum IterationValue {
+    /// Nothing worth showing.
+    None,
+    /// A real number (PageRank's L1 change), shown as `LABEL 1.234e-05`.
+    Real(&'static str),
+    /// A count (vertices activated, a level), shown as `LABEL 1,234`.
+    Count(&'static str),
+}
+
+/// [`Algorithm`] without its associated items, so that a run can hold any algorithm: each
+/// call dispatches once to the algorithm's own, whose edge kernels stay statically typed.
+trait Dyn: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn params(&self) -> serde_json::Value;
+    fn vertex_bytes(&self) -> u64;
+    fn needs_weights(&self) -> bool;
+    fn needs_symmetric(&self) -> bool;
+    fn validate(&self) -> Result<()>;
+    fn check(&self, num_vertices: u64) -> Result<()>;
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output>;
+}
+
+impl<A: Algorithm> Dyn for A {
+    fn name(&self) -> &'static str {
+        A::NAME
+    }
+    fn params(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("algorithm parameters serialize")
+    }
+    fn vertex_bytes(&self) -> u64 {
+        Algorithm::vertex_bytes(self)
+    }
+    fn needs_weights(&self) -> bool {
+        Algorithm::needs_weights(self)
+    }
+    fn needs_symmetric(&self) -> bool {
+        Algorithm::needs_symmetric(self)
+    }
+    fn validate(&self) -> Result<()> {
+        Algorithm::validate(self)
+    }
+    fn check(&self, num_vertices: u64) -> Result<()> {
+        Algorithm::check(self, num_vertices)
+    }
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+        Algorithm::run(self, s, ctx)
+    }
+}
+
+/// An algorithm with its parameters: what a run computes. Made from a registered algorithm's
+/// struct ([`Configured::new`]) or by name from the `[run]` options
+/// ([`registry::AlgoParams::configure`]).
+#[derive(Clone)]
+pub struct Configured(Arc<dyn Dyn>);
+
+impl Configured {
+    /// `algorithm`, to run.
+    pub fn new<A: Algorithm>(algorithm: A) -> Configured {
+        Configured(Arc::new(algorithm))
+    }
+
+    /// Its registered name.
+    pub fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    /// Its parameters as JSON (an object).
+    pub fn params(&self) -> serde_json::Value {
+        self.0.params()
+    }
+
+    /// See [`Algorithm::vertex_bytes`].
+    pub fn vertex_bytes(&self) -> u64 {
+        self.0.vertex_bytes()
+    }
+
+    /// See [`Algorithm::needs_weights`].
+    pub fn needs_weights(&self) -> bool {
+        self.0.needs_weights()
+    }
+
+    /// See [`Algorithm::needs_symmetric`].
+    pub fn needs_symmetric(&self) -> bool {
+        self.0.needs_symmetric()
+    }
+
+    /// See [`Algorithm::validate`].
+    pub fn validate(&self) -> Result<()> {
+        self.0.validate()
+    }
+
+    /// See [`Algorithm::check`].
+    pub fn check(&self, num_vertices: u64) -> Result<()> {
+        self.0.check(num_vertices)
+    }
+
+    /// See [`Algorithm::run`].
     pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
-        match self {
-            AlgoConfig::Pagerank {
-                iterations,
-                tolerance,
-                damping,
-            } => PageRank {
-                iterations: *iterations,
-                tolerance: *tolerance,
-                damping: *damping,
-            }
-            .run(s, ctx),
-            AlgoConfig::Bfs { root } => Bfs { root: *root }.run(s, ctx),
-            AlgoConfig::Wcc => Wcc.run(s, ctx),
-            AlgoConfig::Sssp { root } => Sssp { root: *root }.run(s, ctx),
-            AlgoConfig::Spmv { vector, weighted } => Spmv {
-                vector: vector.clone(),
-                weighted: *weighted,
-            }
-            .run(s, ctx),
-            AlgoConfig::Kcore => KCore.run(s, ctx),
-        }
+        self.0.run(s, ctx)
+    }
+}
+
+impl std::fmt::Debug for Configured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.name(), self.params())
+    }
+}
+
+impl PartialEq for Configured {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name() && self.params() == other.params()
     }
 }
 
@@ -257,6 +283,17 @@ pub(crate) fn full_pass(
         value: 0.0,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// `root` is a vertex of a graph of `n` vertices, or an error naming option `root`.
+pub(crate) fn check_root(root: u64, n: u64) -> Result<()> {
+    if root >= n {
+        return Err(GridError::config(
+            "root",
+            format!("vertex {root} is not in the graph (0..{n})"),
+        ));
+    }
+    Ok(())
 }
 
 /// Base vertex of every chunk, and the end (P + 1 entries): what kernels add in-block ids to.

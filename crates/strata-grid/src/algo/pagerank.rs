@@ -3,15 +3,37 @@
 
 use std::time::Instant;
 
-use super::{Ctx, Iteration, Output, Values};
-use crate::error::Result;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Algorithm, Ctx, Iteration, IterationValue, Output, Values};
+use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::F32Array;
 
+/// PageRank's parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct PageRank {
+    /// most iterations (all of them when --tolerance is 0)
+    #[schemars(range(min = 1))]
     pub iterations: usize,
+    /// stop once the L1 change of the ranks is below V x tolerance
+    #[schemars(range(min = 0.0))]
     pub tolerance: f64,
+    /// damping factor, in [0, 1)
+    #[schemars(range(min = 0.0))]
     pub damping: f64,
+}
+
+impl Default for PageRank {
+    fn default() -> Self {
+        PageRank {
+            iterations: 20,
+            tolerance: 0.0,
+            damping: 0.85,
+        }
+    }
 }
 
 struct Gather<'a> {
@@ -42,8 +64,37 @@ impl EdgeKernel for Gather<'_> {
     }
 }
 
-impl PageRank {
-    pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+impl Algorithm for PageRank {
+    const NAME: &'static str = "pagerank";
+    const ABOUT: &'static str = "PageRank, networkx's definition";
+    const ARRAYS: &'static [&'static str] = &["rank"];
+    const VALUE: IterationValue = IterationValue::Real("L1 change");
+
+    /// Rank, contribution, sum and 1/degree (f32 each): GridGraph's 12 B plus the rank.
+    fn vertex_bytes(&self) -> u64 {
+        16
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.iterations == 0 {
+            return Err(GridError::config("iterations", "need at least 1"));
+        }
+        if self.tolerance.is_nan() || self.tolerance < 0.0 {
+            return Err(GridError::config(
+                "tolerance",
+                format!("must be >= 0, got {}", self.tolerance),
+            ));
+        }
+        if !(0.0..1.0).contains(&self.damping) {
+            return Err(GridError::config(
+                "damping",
+                format!("must be in [0, 1), got {}", self.damping),
+            ));
+        }
+        Ok(())
+    }
+
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         let grid = s.grid().clone();
         let layout = *grid.layout();
         let n = layout.num_vertices as usize;

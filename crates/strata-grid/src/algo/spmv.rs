@@ -1,13 +1,23 @@
 //! Sparse matrix-vector product over the edge matrix: `y[v] = sum over (u, v) of w x[u]`.
 
-use super::{chunk_bases, full_pass, Ctx, Output, Values};
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{chunk_bases, full_pass, Algorithm, Ctx, IterationValue, Output, Values};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::F64Array;
-use std::path::PathBuf;
 
+/// The sparse matrix-vector product's parameters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct Spmv {
+    /// float .npy vector x of length V (default: all ones)
+    #[schemars(extend("x-kind" = "path"))]
     pub vector: Option<PathBuf>,
+    /// multiply by the edge weights (uses a weighted grid)
     pub weighted: bool,
 }
 
@@ -45,8 +55,21 @@ impl EdgeKernel for Multiply<'_> {
     }
 }
 
-impl Spmv {
-    pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+impl Algorithm for Spmv {
+    const NAME: &'static str = "spmv";
+    const ABOUT: &'static str = "y = A^T x";
+    const ARRAYS: &'static [&'static str] = &["y"];
+    const VALUE: IterationValue = IterationValue::None;
+
+    fn vertex_bytes(&self) -> u64 {
+        12
+    }
+
+    fn needs_weights(&self) -> bool {
+        self.weighted
+    }
+
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         let n = s.grid().layout().num_vertices as usize;
         if self.weighted && s.grid().manifest().weights.is_none() {
             return Err(GridError::config(

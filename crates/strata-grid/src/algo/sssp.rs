@@ -1,12 +1,21 @@
 //! Single-source shortest paths: Bellman-Ford restricted to the vertices whose distance
 //! dropped in the previous pass.
 
-use super::{chunk_bases, frontier_loop, Ctx, Output, Values};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    check_root, chunk_bases, frontier_loop, Algorithm, Ctx, IterationValue, Output, Values,
+};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, F64Array};
 
+/// Single-source shortest paths' parameters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct Sssp {
+    /// the source vertex
     pub root: u64,
 }
 
@@ -52,8 +61,26 @@ impl EdgeKernel for Relax<'_> {
     }
 }
 
-impl Sssp {
-    pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+impl Algorithm for Sssp {
+    const NAME: &'static str = "sssp";
+    const ABOUT: &'static str = "single-source shortest paths from --root over the edge weights";
+    const ARRAYS: &'static [&'static str] = &["distance"];
+    const VALUE: IterationValue = IterationValue::Count("activated");
+
+    /// The distance (f64) and two bitmaps.
+    fn vertex_bytes(&self) -> u64 {
+        9
+    }
+
+    fn needs_weights(&self) -> bool {
+        true
+    }
+
+    fn check(&self, num_vertices: u64) -> Result<()> {
+        check_root(self.root, num_vertices)
+    }
+
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         match &s.grid().manifest().weights {
             Some(w) if w.low >= 0.0 => {}
             Some(_) => {

@@ -1,12 +1,18 @@
 //! Weakly connected components by min-label propagation over a symmetric grid: a vertex's
 //! label is the smallest id of its component when no label changes.
 
-use super::{chunk_bases, frontier_loop, Ctx, Output, Values};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{chunk_bases, frontier_loop, Algorithm, Ctx, IterationValue, Output, Values};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
 
-pub struct Wcc;
+/// Weakly connected components (no parameters).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Wcc {}
 
 struct Propagate<'a> {
     frontier: &'a Bitmap,
@@ -46,8 +52,22 @@ impl EdgeKernel for Propagate<'_> {
     }
 }
 
-impl Wcc {
-    pub fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
+impl Algorithm for Wcc {
+    const NAME: &'static str = "wcc";
+    const ABOUT: &'static str = "weakly connected components, on a symmetric grid";
+    const ARRAYS: &'static [&'static str] = &["component"];
+    const VALUE: IterationValue = IterationValue::Count("activated");
+
+    /// The label (u64) and two bitmaps.
+    fn vertex_bytes(&self) -> u64 {
+        9
+    }
+
+    fn needs_symmetric(&self) -> bool {
+        true
+    }
+
+    fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         if !s.grid().manifest().symmetric {
             return Err(GridError::config(
                 "grid",

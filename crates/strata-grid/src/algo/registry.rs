@@ -1,0 +1,452 @@
+//! The algorithms `strata run` offers: one line each in [`ALGORITHMS`]. Everything else finds
+//! them here by name: the `[run]` section's algorithm choices and parameters ([`AlgoParams`],
+//! their schema from each algorithm's struct), the command line's list, the runner and the
+//! budget plan (through the [`Configured`] algorithm), and `strata info --memory`.
+
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{json, Map, Value};
+use strata_store::config::{deserialize_error, field_order, unknown_name, ConfigError};
+
+use super::{Algorithm, Bfs, Configured, IterationValue, KCore, PageRank, Spmv, Sssp, Wcc};
+use crate::error::GridError;
+
+/// Every algorithm, in the order the command line lists them; the first is the default.
+pub const ALGORITHMS: &[Entry] = &[
+    entry::<PageRank>(),
+    entry::<Bfs>(),
+    entry::<Wcc>(),
+    entry::<Sssp>(),
+    entry::<Spmv>(),
+    entry::<KCore>(),
+];
+
+/// A registered algorithm: its constants, and its parameters' handling compiled for its type.
+pub struct Entry {
+    /// [`Algorithm::NAME`].
+    pub name: &'static str,
+    /// [`Algorithm::ABOUT`].
+    pub about: &'static str,
+    /// [`Algorithm::ARRAYS`].
+    pub arrays: &'static [&'static str],
+    /// [`Algorithm::VALUE`].
+    pub value: IterationValue,
+    schema: fn(&mut SchemaGenerator) -> Schema,
+    defaults: fn() -> Vec<(String, Value)>,
+    configure: fn(&str, &Map<String, Value>) -> Result<Configured, ConfigError>,
+}
+
+const fn entry<A: Algorithm>() -> Entry {
+    Entry {
+        name: A::NAME,
+        about: A::ABOUT,
+        arrays: A::ARRAYS,
+        value: A::VALUE,
+        schema: A::json_schema,
+        defaults: defaults::<A>,
+        configure: configure::<A>,
+    }
+}
+
+/// `A`'s parameters with their defaults, in declaration order.
+fn defaults<A: Algorithm>() -> Vec<(String, Value)> {
+    let values = serde_json::to_value(A::default()).expect("algorithm parameters serialize");
+    field_order(&A::default())
+        .into_iter()
+        .map(|key| {
+            let value = values[&key].clone();
+            (key, value)
+        })
+        .collect()
+}
+
+/// `A` from `given` (some of its parameters; the rest take their defaults), validated; errors
+/// name `section.parameter`.
+fn configure<A: Algorithm>(
+    section: &str,
+    given: &Map<String, Value>,
+) -> Result<Configured, ConfigError> {
+    let algorithm: A = serde_json::from_value(Value::Object(given.clone()))
+        .map_err(|e| deserialize_error::<A>(section, given, e))?;
+    algorithm.validate().map_err(|e| match e {
+        GridError::Config { field, msg } => ConfigError::new(section, &field, msg),
+        other => ConfigError {
+            key: section.into(),
+            msg: other.to_string(),
+        },
+    })?;
+    Ok(Configured::new(algorithm))
+}
+
+impl Entry {
+    /// The JSON schema of its parameters: an object schema whose `properties` are the
+    /// parameters (definitions they refer to are added to `generator`).
+    pub fn schema(&self, generator: &mut SchemaGenerator) -> Schema {
+        (self.schema)(generator)
+    }
+
+    /// Its parameters and their defaults, in declaration order.
+    pub fn defaults(&self) -> Vec<(String, Value)> {
+        (self.defaults)()
+    }
+
+    /// What `strata._native.grid_algorithms()` tells Python: name, about, result arrays,
+    /// iteration value, and the parameter names.
+    pub fn describe(&self) -> Value {
+        let params: Vec<String> = self.defaults().into_iter().map(|(k, _)| k).collect();
+        json!({
+            "name": self.name,
+            "about": self.about,
+            "arrays": self.arrays,
+            "value": self.value,
+            "params": params,
+        })
+    }
+}
+
+/// The names of the registered algorithms, in order.
+pub fn names() -> Vec<&'static str> {
+    ALGORITHMS.iter().map(|e| e.name).collect()
+}
+
+/// The registered algorithm `name`, or why there is none (the closest name and the list).
+pub fn find(name: &str) -> Result<&'static Entry, String> {
+    ALGORITHMS
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| unknown_name("algorithm", name, &names()))
+}
+
+/// The schema of the `[run]` section's `algorithm` option: one of the registered names, and a
+/// help text listing them.
+pub fn name_schema(_: &mut SchemaGenerator) -> Schema {
+    let list: Vec<String> = ALGORITHMS
+        .iter()
+        .map(|e| format!("{} ({})", e.name, e.about))
+        .collect();
+    Schema::try_from(json!({
+        "type": "string",
+        "enum": names(),
+        "description": format!("the algorithm: {}", list.join("; ")),
+    }))
+    .expect("an object is a schema")
+}
+
+/// The algorithms' parameters in the `[run]` section: one table for every registered
+/// algorithm, a parameter several take (bfs's and sssp's `root`) being one option. Missing
+/// ones take their defaults; a run reads those of its algorithm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlgoParams(Map<String, Value>);
+
+/// Every parameter of a registered algorithm with its default and the algorithms taking it,
+/// in registry order (an algorithm's in declaration order).
+fn parameters() -> Vec<(String, Value, Vec<&'static str>)> {
+    let mut all: Vec<(String, Value, Vec<&'static str>)> = Vec::new();
+    for e in ALGORITHMS {
+        for (key, default) in e.defaults() {
+            match all.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, _, users)) => users.push(e.name),
+                None => all.push((key, default, vec![e.name])),
+            }
+        }
+    }
+    all
+}
+
+impl Default for AlgoParams {
+    fn default() -> Self {
+        AlgoParams(
+            parameters()
+                .into_iter()
+                .map(|(key, default, _)| (key, default))
+                .collect(),
+        )
+    }
+}
+
+impl AlgoParams {
+    /// Parameter `key`'s value.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key)
+    }
+
+    /// The registered algorithm `name` with its parameters from this table; errors name
+    /// `section.algorithm` (with the closest name) or `section.PARAMETER`.
+    pub fn configure(&self, section: &str, name: &str) -> Result<Configured, ConfigError> {
+        let entry = find(name).map_err(|msg| ConfigError::new(section, "algorithm", msg))?;
+        let given: Map<String, Value> = entry
+            .defaults()
+            .into_iter()
+            .filter_map(|(key, _)| self.0.get(&key).map(|v| (key, v.clone())))
+            .collect();
+        (entry.configure)(section, &given)
+    }
+
+    /// Checks every value of the table, whichever algorithm runs: a key no algorithm takes
+    /// and each algorithm's refusals are errors naming `section.key`.
+    pub fn validate(&self, section: &str) -> Result<(), ConfigError> {
+        let known = parameters();
+        if let Some(key) = self
+            .0
+            .keys()
+            .find(|k| !known.iter().any(|(p, _, _)| p == *k))
+        {
+            let names: Vec<&str> = known.iter().map(|(p, _, _)| p.as_str()).collect();
+            return Err(ConfigError::new(
+                section,
+                key,
+                unknown_name("parameter", key, &names),
+            ));
+        }
+        ALGORITHMS
+            .iter()
+            .try_for_each(|e| self.configure(section, e.name).map(|_| ()))
+    }
+}
+
+impl Serialize for AlgoParams {
+    /// In registry order, so that the section's option order (`x-order`) follows it.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (key, _, _) in parameters() {
+            if let Some(value) = self.0.get(&key) {
+                map.serialize_entry(&key, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for AlgoParams {
+    /// The given parameters, the defaults of the rest filled in.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut given = Map::deserialize(d)?;
+        for (key, default, _) in parameters() {
+            given.entry(key).or_insert(default);
+        }
+        Ok(AlgoParams(given))
+    }
+}
+
+impl JsonSchema for AlgoParams {
+    fn schema_name() -> Cow<'static, str> {
+        "AlgoParams".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    /// Every parameter's schema from its algorithm's struct, its help prefixed with the
+    /// algorithms taking it (`bfs, sssp: the source vertex`).
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        let mut properties = Map::new();
+        for e in ALGORITHMS {
+            let schema = e.schema(generator);
+            let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+                continue;
+            };
+            for (key, prop) in props {
+                properties
+                    .entry(key.clone())
+                    .or_insert_with(|| prop.clone());
+            }
+        }
+        for (key, _, users) in parameters() {
+            if let Some(Value::Object(prop)) = properties.get_mut(&key) {
+                let help = prop
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let help = format!("{}: {help}", users.join(", "));
+                prop.insert("description".into(), Value::from(help));
+            }
+        }
+        Schema::try_from(json!({"type": "object", "properties": properties}))
+            .expect("an object is a schema")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{build, BuildJob};
+    use crate::config::RunOptions;
+    use crate::fixtures::store;
+    use crate::layout::WeightSpec;
+    use strata_io::progress::NoProgress;
+    use strata_store::config::{check, schema};
+
+    #[test]
+    fn names_are_unique_and_parameters_shared_by_name_agree() {
+        let mut seen = names();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), ALGORITHMS.len(), "duplicate algorithm names");
+        // A parameter several algorithms take is one option: the same type, bounds, default
+        // and help in each. None shadows an engine option of the section (a key twice).
+        let offered: Vec<String> = schema::<RunOptions>()["x-order"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().to_string())
+            .collect();
+        let mut unique = offered.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), offered.len(), "an option twice: {offered:?}");
+        let mut generator = SchemaGenerator::default();
+        let mut by_key: Map<String, Value> = Map::new();
+        for e in ALGORITHMS {
+            assert!(!e.about.is_empty() && !e.arrays.is_empty(), "{}", e.name);
+            let schema = e.schema(&mut generator);
+            assert_eq!(schema.get("type"), Some(&json!("object")), "{}", e.name);
+            let props = schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let keys: Vec<String> = e.defaults().into_iter().map(|(k, _)| k).collect();
+            assert_eq!(keys.len(), props.len(), "{}", e.name);
+            for key in keys {
+                let prop = &props[&key];
+                assert!(
+                    prop.get("description").is_some(),
+                    "{}.{key} has no help",
+                    e.name
+                );
+                assert!(
+                    prop.get("default").is_some(),
+                    "{}.{key} has no default",
+                    e.name
+                );
+                assert!(offered.contains(&key), "{}.{key} not in [run]", e.name);
+                if let Some(earlier) = by_key.insert(key.clone(), prop.clone()) {
+                    assert_eq!(&earlier, prop, "{key} differs between algorithms");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_run_section_offers_every_algorithm_and_its_parameters() {
+        let s = schema::<RunOptions>();
+        let algorithm = &s["properties"]["algorithm"];
+        assert_eq!(algorithm["enum"], json!(names()));
+        assert_eq!(algorithm["default"], json!(ALGORITHMS[0].name));
+        for e in ALGORITHMS {
+            assert!(algorithm["description"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("{} ({})", e.name, e.about)));
+        }
+        assert_eq!(
+            s["properties"]["root"]["description"],
+            "bfs, sssp: the source vertex"
+        );
+        assert_eq!(s["properties"]["iterations"]["minimum"], 1);
+        assert_eq!(s["properties"]["vector"]["x-kind"], "path");
+        let order: Vec<&str> = s["x-order"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            order[..8],
+            [
+                "algorithm",
+                "store",
+                "iterations",
+                "tolerance",
+                "damping",
+                "root",
+                "vector",
+                "weighted"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_names_and_bad_parameters_are_refused_by_name() {
+        let err = |v: Value| check::<RunOptions>(&v).unwrap_err().to_string();
+        assert_eq!(
+            err(json!({"store": "g", "algorithm": "pagernk"})),
+            format!(
+                "run.algorithm: unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: {})",
+                names().join(", ")
+            )
+        );
+        assert!(err(json!({"store": "g", "root": "x"})).starts_with("run.root: invalid type"));
+        assert!(
+            err(json!({"store": "g", "algorithm": "bfs", "tolerance": -1.0}))
+                .starts_with("run.tolerance: must be >= 0")
+        );
+        let direct: RunOptions = serde_json::from_value(json!({"store": "g", "rooot": 1})).unwrap();
+        assert!(direct
+            .params
+            .validate("run")
+            .unwrap_err()
+            .to_string()
+            .starts_with("run.rooot: unknown parameter 'rooot'; did you mean 'root'?"));
+    }
+
+    #[test]
+    fn every_algorithm_runs_on_a_small_grid() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 500, 3000);
+        for (symmetrize, weighted) in [(false, false), (true, false), (false, true)] {
+            build(
+                &BuildJob {
+                    store: st.clone(),
+                    name: format!("s{}-w{}", symmetrize as u8, weighted as u8),
+                    partitions: 3,
+                    symmetrize: Some(symmetrize),
+                    weights: weighted.then(|| WeightSpec {
+                        kind: "random".into(),
+                        seed: 1,
+                        low: 0.0,
+                        high: 1.0,
+                    }),
+                    ..Default::default()
+                },
+                &NoProgress,
+            )
+            .unwrap();
+        }
+        for e in ALGORITHMS {
+            let options: RunOptions = check(&json!({
+                "store": st,
+                "algorithm": e.name,
+                "out": tmp.path().join(e.name),
+                "memory": "256M",
+            }))
+            .unwrap();
+            let job = options.job().unwrap();
+            assert_eq!(job.algorithm.name(), e.name);
+            let mut iterations = 0;
+            let summary = crate::run::run(&job, &NoProgress, &mut |_| {
+                iterations += 1;
+                Ok(())
+            })
+            .unwrap_or_else(|err| panic!("{}: {err}", e.name));
+            assert_eq!(summary.algorithm, e.name);
+            assert!(iterations > 0, "{}", e.name);
+            let written: Vec<String> = e
+                .arrays
+                .iter()
+                .map(|a| {
+                    tmp.path()
+                        .join(e.name)
+                        .join(format!("{a}.npy"))
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect();
+            assert_eq!(summary.arrays, written, "{}", e.name);
+        }
+    }
+}
