@@ -61,8 +61,9 @@ impl Algorithm for Spmv {
     const ARRAYS: &'static [&'static str] = &["y"];
     const VALUE: IterationValue = IterationValue::None;
 
+    /// `x` and `y`, one f64 each.
     fn vertex_bytes(&self) -> u64 {
-        12
+        16
     }
 
     fn needs_weights(&self) -> bool {
