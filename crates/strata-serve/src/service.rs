@@ -334,6 +334,24 @@ impl Service {
     }
 }
 
+impl Service {
+    /// `AddEdge` and `RemoveEdge`: one request shape, two changes.
+    async fn edge_mutation(
+        &self,
+        req: Request<proto::EdgeRequest>,
+        stage: fn(&Core, proto::EdgeRequest) -> Result<Pending<Applied>>,
+    ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
+        self.mutation(
+            req,
+            "an edge mutation",
+            MUTATION_COPIES,
+            stage,
+            mutation_response,
+        )
+        .await
+    }
+}
+
 /// The change an `AddVertex` request on graph `g` asks for.
 fn add_vertex_change(core: &Core, g: &ServedGraph, r: proto::AddVertexRequest) -> Result<Change> {
     let (features, count) =
@@ -659,16 +677,10 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::EdgeRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.mutation(
-            req,
-            "an edge mutation",
-            MUTATION_COPIES,
-            |core, r| {
-                let g = core.registry.graph(&r.graph)?;
-                g.stage(&edge_change(core, r, true)?)
-            },
-            mutation_response,
-        )
+        self.edge_mutation(req, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            g.stage(&edge_change(core, r, true)?)
+        })
         .await
     }
 
@@ -676,16 +688,10 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::EdgeRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.mutation(
-            req,
-            "an edge mutation",
-            MUTATION_COPIES,
-            |core, r| {
-                let g = core.registry.graph(&r.graph)?;
-                g.stage(&edge_change(core, r, false)?)
-            },
-            mutation_response,
-        )
+        self.edge_mutation(req, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            g.stage(&edge_change(core, r, false)?)
+        })
         .await
     }
 
