@@ -1,10 +1,12 @@
 """Durability of ``strata serve`` under ``kill -9``: a client mutates a graph while the server is
 killed at a random moment, over and over (with folds into new store versions happening in
 between); after each restart every acknowledged mutation is there, the one in flight is there
-entirely or not at all, and the served graph and its store version on disk are consistent."""
+entirely or not at all (a batch of mutations, ``Mutate``, included: all of it or none of it),
+and the served graph and its store version on disk are consistent."""
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import threading
@@ -16,7 +18,7 @@ import pytest
 
 from conftest import run_strata, symmetric_sbm_store
 from serve_process import Server
-from strata.serve import Client
+from strata.serve import Client, Mutations
 from strata.serve.client import ServiceError
 
 NODES, DIM = 800, 8
@@ -42,12 +44,16 @@ class Truth:
         self.edges: set[tuple[int, int]] = set()
         self.in_flight: tuple | None = None  # the call under way when the server died
         self.acknowledged = 0
+        self.batches = 0  # acknowledged batches (`Mutate`), of `acknowledged`
         self.in_flight_applied = 0
         self.in_flight_lost = 0
 
     def apply(self, op: tuple) -> None:
         kind, payload = op
-        if kind == "add":
+        if kind == "batch":
+            for one in payload:
+                self.apply(one)
+        elif kind == "add":
             for row in payload:
                 self.rows[self.num_nodes] = row
                 self.num_nodes += 1
@@ -80,9 +86,34 @@ def next_op(truth: Truth, rng: random.Random, nprng: np.random.Generator) -> tup
     return ("update", (ids, list(nprng.standard_normal((len(ids), DIM)).astype(np.float32))))
 
 
+def next_batch(truth: Truth, rng: random.Random, nprng: np.random.Generator) -> tuple:
+    """A batch whose later mutations need the earlier ones: an addition first (so the number
+    of vertices tells whether the batch is there), then 1 to 5 more, each drawn against the
+    graph as the ones before it leave it."""
+    after = copy.deepcopy(truth)
+    ops = [("add", list(nprng.standard_normal((rng.randint(1, 3), DIM)).astype(np.float32)))]
+    after.apply(ops[0])
+    for _ in range(rng.randint(1, 5)):
+        ops.append(next_op(after, rng, nprng))
+        after.apply(ops[-1])
+    return ("batch", ops)
+
+
 def call(c: Client, op: tuple, truth: Truth) -> None:
     kind, payload = op
-    if kind == "add":
+    if kind == "batch":
+        batch = Mutations()
+        for one_kind, one in payload:
+            if one_kind == "add":
+                batch.add_vertices(np.stack(one))
+            elif one_kind == "update":
+                batch.update_vertices(one[0], np.stack(one[1]))
+            elif one_kind == "add_edges":
+                batch.add_edges([u for u, _ in one], [v for _, v in one])
+            else:
+                batch.remove_edges([u for u, _ in one], [v for _, v in one])
+        c.mutate(GRAPH, batch)
+    elif kind == "add":
         ids = c.add_vertices(GRAPH, np.stack(payload))
         assert ids.tolist() == list(range(truth.num_nodes, truth.num_nodes + len(payload)))
     elif kind == "update":
@@ -109,7 +140,8 @@ class Mutator(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stopping.is_set():
-                op = next_op(self.truth, self.rng, self.nprng)
+                batch = self.rng.random() < 0.25
+                op = (next_batch if batch else next_op)(self.truth, self.rng, self.nprng)
                 self.truth.in_flight = op
                 try:
                     call(self.c, op, self.truth)
@@ -121,6 +153,7 @@ class Mutator(threading.Thread):
                 self.truth.in_flight = None
                 self.truth.apply(op)
                 self.truth.acknowledged += 1
+                self.truth.batches += batch
                 self.first_ack.set()
         except BaseException as e:  # reported by the test
             self.failure = e
@@ -145,7 +178,13 @@ def resolve_in_flight(c: Client, truth: Truth) -> None:
         return
     kind, payload = op
     info = graph_status(c)
-    if kind == "add":
+    if kind == "batch":
+        # Whether its leading addition is there tells whether the batch is; verify() then
+        # finds any part of it missing (or, when it is not there, any part present).
+        added = sum(len(rows) for k, rows in payload if k == "add")
+        assert info["num_nodes"] in (truth.num_nodes, truth.num_nodes + added), (info, added)
+        applied = info["num_nodes"] == truth.num_nodes + added
+    elif kind == "add":
         assert info["num_nodes"] in (truth.num_nodes, truth.num_nodes + len(payload)), (info, len(payload))
         applied = info["num_nodes"] == truth.num_nodes + len(payload)
         if applied:
@@ -263,9 +302,9 @@ def test_acknowledged_mutations_survive_kill_9(tmp_path, sbm):
         server.kill()
     graph_dir = state / "graphs" / GRAPH
     assert sorted(p.name for p in graph_dir.iterdir() if p.name.startswith("v")) == [f"v{info['version']:08d}"]
-    assert truth.acknowledged >= ROUNDS
+    assert truth.acknowledged >= ROUNDS and truth.batches > 0
     print(
-        f"crash loop: {truth.acknowledged} acknowledged mutations over {ROUNDS} kills, "
+        f"crash loop: {truth.acknowledged} acknowledged calls ({truth.batches} batches) over {ROUNDS} kills, "
         f"{truth.in_flight_applied} in-flight applied / {truth.in_flight_lost} lost, versions {sorted(versions)}, "
         f"{truth.num_nodes - NODES} vertices and {len(truth.edges)} edges added"
     )

@@ -143,6 +143,12 @@ def valid_requests(store: Path) -> dict[str, list[bytes]]:
         shape=[1, DIM], dtype=_proto.enum_value("ElementType", "ELEMENT_TYPE_FLOAT32"), data=b"\0" * 4 * DIM
     )
     edges = m("EdgeRequest", graph="g", src=[1, 2], dst=[3, 4])
+    mutation = _proto.message("Mutation")
+    batch = [
+        mutation(add_vertex=_proto.message("AddVertexRequest")(features=tensor)),
+        mutation(add_edge=_proto.message("EdgeRequest")(src=[1, 2], dst=[3, 4])),
+        mutation(remove_edge=_proto.message("EdgeRequest")(graph="g", src=[1], dst=[3])),
+    ]
     return {
         "GetFeatures": [m("GetFeaturesRequest", graph="g", ids=[1, 2, 3])],
         "StreamFeatures": [m("GetFeaturesRequest", graph="g", ids=[1, 2, 3])],
@@ -152,6 +158,7 @@ def valid_requests(store: Path) -> dict[str, list[bytes]]:
         "RemoveVertex": [m("RemoveVertexRequest", graph="g", ids=[7])],
         "AddEdge": [edges],
         "RemoveEdge": [edges],
+        "Mutate": [m("MutateRequest", graph="g", mutations=batch)],
         "GraphAnalysis": [m("GraphAnalysisRequest", graph="g", model="m", task=2, targets=[1, 2])],
         "GetAnalysisResult": [m("GetAnalysisResultRequest", request_id=1, wait_ms=10)],
         "StreamAnalysisResults": [m("StreamAnalysisResultsRequest", request_ids=[1])],

@@ -1,11 +1,13 @@
 //! A native load generator for S3's mutation path: `CLIENTS` concurrent gRPC clients, each on
 //! its own connection, send `AddEdge` (one edge per call, endpoints drawn uniformly from the
 //! graph's vertices at the start) to a running `strata serve` for `SECONDS`, and one JSON line
-//! reports calls, errors, acknowledged mutations/s and latency p50/p99 (ms).
+//! reports calls, errors, acknowledged mutations/s and latency p50/p99 per call (ms). With
+//! `--batch N` above 1, each call is a `Mutate` of N such `AddEdge`s (one log record); N = 1
+//! keeps the unary `AddEdge`.
 //!
 //! ```text
 //! cargo run --release -p strata-serve --example mutation_load -- --addr HOST:PORT
-//!     [--clients 16] [--seconds 20] [--graph g] [--token TOKEN] [--seed 0]
+//!     [--clients 16] [--seconds 20] [--batch 1] [--graph g] [--token TOKEN] [--seed 0]
 //! ```
 //!
 //! Python clients (`benches/bench_serve.py --only s3 --s3-mix mutations`) spend about 0.6 ms
@@ -16,7 +18,8 @@
 use std::time::{Duration, Instant};
 
 use strata_serve::proto::graph_learning_client::GraphLearningClient;
-use strata_serve::proto::{EdgeRequest, StatusRequest};
+use strata_serve::proto::mutation::Kind;
+use strata_serve::proto::{EdgeRequest, MutateRequest, Mutation, StatusRequest};
 use strata_store::rng::splitmix as next;
 use tonic::transport::Channel;
 
@@ -25,6 +28,8 @@ struct Options {
     addr: String,
     clients: usize,
     seconds: f64,
+    /// Mutations per call.
+    batch: usize,
     graph: String,
     token: Option<String>,
     seed: u64,
@@ -33,7 +38,7 @@ struct Options {
 fn usage(problem: &str) -> ! {
     eprintln!(
         "mutation_load: {problem}\nusage: mutation_load --addr HOST:PORT [--clients N] \
-         [--seconds S] [--graph NAME] [--token TOKEN] [--seed N]"
+         [--seconds S] [--batch N] [--graph NAME] [--token TOKEN] [--seed N]"
     );
     std::process::exit(2)
 }
@@ -49,6 +54,7 @@ fn options() -> Options {
         addr: String::new(),
         clients: 16,
         seconds: 20.0,
+        batch: 1,
         graph: "g".into(),
         token: None,
         seed: 0,
@@ -62,6 +68,7 @@ fn options() -> Options {
             "--addr" => o.addr = value,
             "--clients" => o.clients = parse(&flag, &value),
             "--seconds" => o.seconds = parse(&flag, &value),
+            "--batch" => o.batch = parse(&flag, &value),
             "--graph" => o.graph = value,
             "--token" => o.token = Some(value),
             "--seed" => o.seed = parse(&flag, &value),
@@ -71,8 +78,8 @@ fn options() -> Options {
     if o.addr.is_empty() {
         usage("--addr is required");
     }
-    if o.clients == 0 || o.seconds <= 0.0 {
-        usage("--clients and --seconds must be positive");
+    if o.clients == 0 || o.seconds <= 0.0 || o.batch == 0 {
+        usage("--clients, --seconds and --batch must be positive");
     }
     o
 }
@@ -95,8 +102,8 @@ struct Tally {
     errors: Vec<String>,
 }
 
-/// One client: `AddEdge` calls of one random edge between distinct vertices below `nodes`,
-/// one at a time, until `until`.
+/// One client: calls of `o.batch` `AddEdge`s, each of one random edge between distinct
+/// vertices below `nodes`, one call at a time, until `until`.
 async fn client(
     mut c: GraphLearningClient<Channel>,
     o: &Options,
@@ -108,17 +115,35 @@ async fn client(
         latency: Vec::new(),
         errors: Vec::new(),
     };
-    while Instant::now() < until {
+    let mut edge = |graph: String| {
         let src = next(&mut rng) % nodes;
         let dst = (src + 1 + next(&mut rng) % (nodes - 1)) % nodes;
-        let edge = EdgeRequest {
-            graph: o.graph.clone(),
+        EdgeRequest {
+            graph,
             src: vec![src],
             dst: vec![dst],
-        };
+        }
+    };
+    while Instant::now() < until {
         let t0 = Instant::now();
-        match c.add_edge(request(edge, &o.token)).await {
-            Ok(_) => tally.latency.push(t0.elapsed()),
+        let sent = if o.batch == 1 {
+            let one = edge(o.graph.clone());
+            c.add_edge(request(one, &o.token)).await.map(drop)
+        } else {
+            // The batch names the graph once; its mutations leave theirs empty.
+            let mutations = (0..o.batch)
+                .map(|_| Mutation {
+                    kind: Some(Kind::AddEdge(edge(String::new()))),
+                })
+                .collect();
+            let batch = MutateRequest {
+                graph: o.graph.clone(),
+                mutations,
+            };
+            c.mutate(request(batch, &o.token)).await.map(drop)
+        };
+        match sent {
+            Ok(()) => tally.latency.push(t0.elapsed()),
             Err(s) => tally
                 .errors
                 .push(format!("{:?}: {}", s.code(), s.message())),
@@ -181,14 +206,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let failed = errors.len();
     errors.truncate(5);
+    let mutations = latency.len() * o.batch;
     let report = serde_json::json!({
         "clients": o.clients,
+        "batch": o.batch,
         "seconds": seconds,
         "calls": latency.len() + failed,
-        "acknowledged": latency.len(),
+        "acknowledged_calls": latency.len(),
+        "acknowledged": mutations,
         "errors": failed,
         "first_errors": errors,
-        "mutations_per_s": latency.len() as f64 / seconds,
+        "mutations_per_s": mutations as f64 / seconds,
         "p50_ms": p50,
         "p99_ms": p99,
     });

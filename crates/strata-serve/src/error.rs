@@ -50,6 +50,27 @@ impl ServeError {
             source,
         }
     }
+
+    /// The same error (same kind, so the same status code) with `place` before its message,
+    /// e.g. `mutations[3]` for one mutation of a batch.
+    pub fn within(self, place: &str) -> ServeError {
+        let at = |m: String| format!("{place}: {m}");
+        match self {
+            ServeError::NotFound(m) => ServeError::NotFound(at(m)),
+            ServeError::InvalidArgument(m) => ServeError::InvalidArgument(at(m)),
+            ServeError::AlreadyExists(m) => ServeError::AlreadyExists(at(m)),
+            ServeError::FailedPrecondition(m) => ServeError::FailedPrecondition(at(m)),
+            ServeError::ResourceExhausted(m) => ServeError::ResourceExhausted(at(m)),
+            ServeError::OutOfRange(m) => ServeError::OutOfRange(at(m)),
+            ServeError::Unavailable(m) => ServeError::Unavailable(at(m)),
+            ServeError::Io { context, source } => ServeError::Io {
+                context: at(context),
+                source,
+            },
+            // Errors of other crates keep their own type, and with it their status code.
+            other @ (ServeError::Store(_) | ServeError::Graph(_)) => other,
+        }
+    }
 }
 
 impl From<strata_io::IoError> for ServeError {

@@ -30,6 +30,8 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 /// Memory a mutation or registration takes, as a multiple of its encoded request: the decoded
 /// values, the checked copy, the log record, the log's write batch, the staged layer's rows.
 const MUTATION_COPIES: u64 = 5;
+/// A batch of mutations holds one more: the layer its later mutations are checked against.
+const BATCH_COPIES: u64 = MUTATION_COPIES + 1;
 /// Copies of a finished analysis's result held until it is sent: the result, its message, and
 /// the message encoded.
 const RESULT_COPIES: u64 = 3;
@@ -259,7 +261,7 @@ impl Service {
         Resp: Message + Send + 'static,
         F: FnOnce(&Core, Req) -> Result<Resp> + Send + 'static,
     {
-        let (core, req, _, held) = self.admit(req, mutating, what)?;
+        let (core, req, _, held) = self.admit(req, mutating.then_some(MUTATION_COPIES), what)?;
         let resp = tokio::task::spawn_blocking(move || {
             let r = f(&core, req);
             drop(held);
@@ -274,49 +276,48 @@ impl Service {
         Ok(Response::new(resp))
     }
 
-    /// The start of every call: the rate limit, the byte count, and for a `mutating` call the
-    /// drain check and its hold on the working memory. Returns the core, the request, its
-    /// encoded size and the hold.
+    /// The start of every call: the rate limit, the byte count, and for a mutating call (one
+    /// that holds `copies` of its request from the working memory while it runs) the drain
+    /// check and that hold. Returns the core, the request, its encoded size and the hold.
     fn admit<Req: Message>(
         &self,
         req: Request<Req>,
-        mutating: bool,
+        copies: Option<u64>,
         what: &'static str,
     ) -> Result<(Arc<Core>, Req, u64, Option<Reservation>)> {
         let core = Arc::clone(&self.core);
         core.admit()?;
-        if mutating {
+        if copies.is_some() {
             core.not_draining()?;
         }
         let req = req.into_inner();
         let size = req.encoded_len() as u64;
         core.bytes_in.fetch_add(size, Ordering::Relaxed);
-        let held = if mutating {
-            Some(
-                core.working
-                    .reserve(size.saturating_mul(MUTATION_COPIES), what)?,
-            )
-        } else {
-            None
+        let held = match copies {
+            Some(copies) => Some(core.working.reserve(size.saturating_mul(copies), what)?),
+            None => None,
         };
         Ok((core, req, size, held))
     }
 
-    /// A mutation: `stage` checks it and stages it in the graph's log (see
-    /// [`STAGE_INLINE_BYTES`] for which thread runs it), then the call waits for its group's
-    /// flush without holding a thread, and `reply` builds the acknowledgement.
-    async fn mutation<Req, Resp>(
+    /// A mutation (holding `copies` of its request from the working memory): `stage` checks
+    /// it and stages it in the graph's log (see [`STAGE_INLINE_BYTES`] for which thread runs
+    /// it), then the call waits for its group's flush without holding a thread, and `reply`
+    /// builds the acknowledgement.
+    async fn mutation<Req, Resp, T>(
         &self,
         req: Request<Req>,
         what: &'static str,
-        stage: fn(&Core, Req) -> Result<Pending>,
-        reply: fn(Applied) -> Resp,
+        copies: u64,
+        stage: fn(&Core, Req) -> Result<Pending<T>>,
+        reply: fn(T) -> Resp,
     ) -> std::result::Result<Response<Resp>, Status>
     where
         Req: Message + Send + 'static,
         Resp: Message,
+        T: Send + 'static,
     {
-        let (core, req, size, held) = self.admit(req, true, what)?;
+        let (core, req, size, held) = self.admit(req, Some(copies), what)?;
         let pending = if size <= STAGE_INLINE_BYTES {
             stage(&core, req)?
         } else {
@@ -335,21 +336,94 @@ impl Service {
 
 impl Service {
     /// `AddEdge` and `RemoveEdge`: one request shape, two changes.
-    async fn edge_change(
+    async fn edge_mutation(
         &self,
         req: Request<proto::EdgeRequest>,
-        stage: fn(&Core, proto::EdgeRequest) -> Result<Pending>,
+        stage: fn(&Core, proto::EdgeRequest) -> Result<Pending<Applied>>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.mutation(req, "an edge mutation", stage, mutation_response)
-            .await
+        self.mutation(
+            req,
+            "an edge mutation",
+            MUTATION_COPIES,
+            stage,
+            mutation_response,
+        )
+        .await
     }
 }
 
-/// The graph an `EdgeRequest` names, its ids checked against the limit.
-fn edge_graph(core: &Core, r: &proto::EdgeRequest) -> Result<Arc<ServedGraph>> {
-    let g = core.registry.graph(&r.graph)?;
+/// The change an `AddVertex` request on graph `g` asks for.
+fn add_vertex_change(core: &Core, g: &ServedGraph, r: proto::AddVertexRequest) -> Result<Change> {
+    let (features, count) =
+        wire::f32_matrix(r.features.as_ref(), "features", None, g.feature_dim())?;
+    core.check_ids(count, "features")?;
+    Ok(Change::AddVertices { count, features })
+}
+
+/// The change a `RemoveVertex` request asks for.
+fn remove_vertex_change(core: &Core, r: proto::RemoveVertexRequest) -> Result<Change> {
+    core.check_ids(r.ids.len(), "ids")?;
+    Ok(Change::RemoveVertices { ids: r.ids })
+}
+
+/// The change an `UpdateVertex` request on graph `g` asks for.
+fn update_vertex_change(
+    core: &Core,
+    g: &ServedGraph,
+    r: proto::UpdateVertexRequest,
+) -> Result<Change> {
+    core.check_ids(r.ids.len(), "ids")?;
+    let (features, _) = wire::f32_matrix(
+        r.features.as_ref(),
+        "features",
+        Some(r.ids.len()),
+        g.feature_dim(),
+    )?;
+    Ok(Change::UpdateVertices {
+        ids: r.ids,
+        features,
+    })
+}
+
+/// The change an `AddEdge` (`add`) or `RemoveEdge` request asks for.
+fn edge_change(core: &Core, r: proto::EdgeRequest, add: bool) -> Result<Change> {
     core.check_ids(r.src.len(), "src")?;
-    Ok(g)
+    let (src, dst) = (r.src, r.dst);
+    Ok(if add {
+        Change::AddEdges { src, dst }
+    } else {
+        Change::RemoveEdges { src, dst }
+    })
+}
+
+/// The change one mutation of a `Mutate` batch on graph `g` (named `graph`) asks for.
+fn batch_change(core: &Core, g: &ServedGraph, graph: &str, m: proto::Mutation) -> Result<Change> {
+    use proto::mutation::Kind;
+    let kind = m.kind.ok_or_else(|| {
+        ServeError::InvalidArgument(
+            "kind: missing; set one of add_vertex, remove_vertex, update_vertex, add_edge, \
+             remove_edge"
+                .into(),
+        )
+    })?;
+    let named = match &kind {
+        Kind::AddVertex(r) => &r.graph,
+        Kind::RemoveVertex(r) => &r.graph,
+        Kind::UpdateVertex(r) => &r.graph,
+        Kind::AddEdge(r) | Kind::RemoveEdge(r) => &r.graph,
+    };
+    if !named.is_empty() && named != graph {
+        return Err(ServeError::InvalidArgument(format!(
+            "graph: '{named}', but the batch is on graph '{graph}'; leave it empty or the same"
+        )));
+    }
+    match kind {
+        Kind::AddVertex(r) => add_vertex_change(core, g, r),
+        Kind::RemoveVertex(r) => remove_vertex_change(core, r),
+        Kind::UpdateVertex(r) => update_vertex_change(core, g, r),
+        Kind::AddEdge(r) => edge_change(core, r, true),
+        Kind::RemoveEdge(r) => edge_change(core, r, false),
+    }
 }
 
 fn mutation_response(a: Applied) -> proto::MutationResponse {
@@ -552,12 +626,10 @@ impl GraphLearning for Service {
         self.mutation(
             req,
             "AddVertex",
+            MUTATION_COPIES,
             |core, r| {
                 let g = core.registry.graph(&r.graph)?;
-                let (features, count) =
-                    wire::f32_matrix(r.features.as_ref(), "features", None, g.feature_dim())?;
-                core.check_ids(count, "features")?;
-                g.stage(&Change::AddVertices { count, features })
+                g.stage(&add_vertex_change(core, &g, r)?)
             },
             |a| proto::AddVertexResponse {
                 ids: a.new_ids,
@@ -574,10 +646,10 @@ impl GraphLearning for Service {
         self.mutation(
             req,
             "RemoveVertex",
+            MUTATION_COPIES,
             |core, r| {
                 let g = core.registry.graph(&r.graph)?;
-                core.check_ids(r.ids.len(), "ids")?;
-                g.stage(&Change::RemoveVertices { ids: r.ids })
+                g.stage(&remove_vertex_change(core, r)?)
             },
             mutation_response,
         )
@@ -591,19 +663,10 @@ impl GraphLearning for Service {
         self.mutation(
             req,
             "UpdateVertex",
+            MUTATION_COPIES,
             |core, r| {
                 let g = core.registry.graph(&r.graph)?;
-                core.check_ids(r.ids.len(), "ids")?;
-                let (features, _) = wire::f32_matrix(
-                    r.features.as_ref(),
-                    "features",
-                    Some(r.ids.len()),
-                    g.feature_dim(),
-                )?;
-                g.stage(&Change::UpdateVertices {
-                    ids: r.ids,
-                    features,
-                })
+                g.stage(&update_vertex_change(core, &g, r)?)
             },
             mutation_response,
         )
@@ -614,11 +677,9 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::EdgeRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.edge_change(req, |core, r| {
-            edge_graph(core, &r)?.stage(&Change::AddEdges {
-                src: r.src,
-                dst: r.dst,
-            })
+        self.edge_mutation(req, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            g.stage(&edge_change(core, r, true)?)
         })
         .await
     }
@@ -627,12 +688,47 @@ impl GraphLearning for Service {
         &self,
         req: Request<proto::EdgeRequest>,
     ) -> std::result::Result<Response<proto::MutationResponse>, Status> {
-        self.edge_change(req, |core, r| {
-            edge_graph(core, &r)?.stage(&Change::RemoveEdges {
-                src: r.src,
-                dst: r.dst,
-            })
+        self.edge_mutation(req, |core, r| {
+            let g = core.registry.graph(&r.graph)?;
+            g.stage(&edge_change(core, r, false)?)
         })
+        .await
+    }
+
+    async fn mutate(
+        &self,
+        req: Request<proto::MutateRequest>,
+    ) -> std::result::Result<Response<proto::MutateResponse>, Status> {
+        self.mutation(
+            req,
+            "Mutate",
+            BATCH_COPIES,
+            |core, r| {
+                let g = core.registry.graph(&r.graph)?;
+                let mut ids = 0usize;
+                let mut changes = Vec::with_capacity(r.mutations.len());
+                for (i, m) in r.mutations.into_iter().enumerate() {
+                    let change = batch_change(core, &g, &r.graph, m)
+                        .map_err(|e| e.within(&format!("mutations[{i}]")))?;
+                    ids = ids.saturating_add(change.ids());
+                    changes.push(change);
+                }
+                // The limit is per request: a batch does not multiply it.
+                core.check_ids(ids, "mutations (all together)")?;
+                g.stage_batch(&changes)
+            },
+            |applied| proto::MutateResponse {
+                // A batch is never empty, and all of it has one lsn.
+                lsn: applied.first().map_or(0, |a| a.lsn),
+                results: applied
+                    .into_iter()
+                    .map(|a| proto::MutationResult {
+                        applied: a.applied,
+                        ids: a.new_ids,
+                    })
+                    .collect(),
+            },
+        )
         .await
     }
 

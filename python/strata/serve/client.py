@@ -77,6 +77,55 @@ class AnalysisResult:
     queued_s: float
 
 
+class Mutations:
+    """A batch of mutations for :meth:`Client.mutate`, built in order; each method mirrors the
+    client's single mutation of the same name and returns the batch, so calls chain::
+
+        batch = Mutations().add_vertices(rows).add_edges([0, 1], [2, 3])
+    """
+
+    def __init__(self) -> None:
+        self._items: list = []
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _add(self, kind: str, message: str, **fields) -> Mutations:
+        self._items.append(_proto.message("Mutation")(**{kind: _proto.message(message)(**fields)}))
+        return self
+
+    def add_vertices(self, features: np.ndarray) -> Mutations:
+        """Adds one vertex per row of ``features`` ``(n, dim)``."""
+        return self._add("add_vertex", "AddVertexRequest", features=_tensor(features))
+
+    def remove_vertices(self, ids: Sequence[int]) -> Mutations:
+        """Removes vertices and all their edges."""
+        return self._add("remove_vertex", "RemoveVertexRequest", ids=_ids(ids))
+
+    def update_vertices(self, ids: Sequence[int], features: np.ndarray) -> Mutations:
+        """Replaces the feature rows of ``ids``."""
+        return self._add("update_vertex", "UpdateVertexRequest", ids=_ids(ids), features=_tensor(features))
+
+    def add_edges(self, src: Sequence[int], dst: Sequence[int]) -> Mutations:
+        """Adds edges ``src[i] -> dst[i]``."""
+        return self._add("add_edge", "EdgeRequest", src=_ids(src), dst=_ids(dst))
+
+    def remove_edges(self, src: Sequence[int], dst: Sequence[int]) -> Mutations:
+        """Removes every copy of each edge ``src[i] -> dst[i]``."""
+        return self._add("remove_edge", "EdgeRequest", src=_ids(src), dst=_ids(dst))
+
+
+@dataclass
+class MutateResult:
+    """An acknowledged batch: ``lsn`` is the one log record holding all of it; per mutation, in
+    order, ``applied`` (vertices or edges it applied to) and ``ids`` (the new vertices' ids for an
+    addition, empty otherwise)."""
+
+    lsn: int
+    applied: list[int]
+    ids: list[np.ndarray]
+
+
 def _tensor(values: np.ndarray):
     arr = np.ascontiguousarray(values, dtype=np.float32)
     if arr.ndim != 2:
@@ -254,6 +303,19 @@ class Client:
     def remove_edges(self, graph: str, src: Sequence[int], dst: Sequence[int]) -> int:
         """Removes every copy of each edge ``src[i] -> dst[i]``; returns the log sequence number."""
         return self._call("RemoveEdge", graph=graph, src=_ids(src), dst=_ids(dst)).lsn
+
+    def mutate(self, graph: str, mutations: Mutations) -> MutateResult:
+        """Applies a batch of mutations (:class:`Mutations`) to ``graph`` all or nothing, as one
+        log record: each is checked against the graph as the earlier ones leave it, and if one is
+        refused, none is applied and the :class:`ServiceError` names it (``mutations[i]: ...``).
+        An empty batch is refused (``INVALID_ARGUMENT``). Returns once the whole batch is on
+        disk."""
+        r = self._call("Mutate", graph=graph, mutations=mutations._items)
+        return MutateResult(
+            lsn=r.lsn,
+            applied=[m.applied for m in r.results],
+            ids=[np.asarray(m.ids, dtype=np.int64) for m in r.results],
+        )
 
     # Analysis -----------------------------------------------------------------------------
 

@@ -86,6 +86,17 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// How many ids it names or hands out (what `--max-ids` bounds).
+    pub fn ids(&self) -> usize {
+        match self {
+            Change::AddVertices { count, .. } => *count,
+            Change::RemoveVertices { ids } | Change::UpdateVertices { ids, .. } => ids.len(),
+            Change::AddEdges { src, .. } | Change::RemoveEdges { src, .. } => src.len(),
+        }
+    }
+}
+
 /// An acknowledged change.
 #[derive(Debug, Clone)]
 pub struct Applied {
@@ -345,26 +356,94 @@ impl ServedGraph {
     /// Checks `change` against the graph with every earlier mutation (staged ones included)
     /// and stages it in the log. It is acknowledged once the returned [`Pending`] resolves: a
     /// group flush has put it on disk and it is applied (visible to readers).
-    pub fn stage(&self, change: &Change) -> Result<Pending> {
+    pub fn stage(&self, change: &Change) -> Result<Pending<Applied>> {
+        self.stage_record(
+            |st, view, _| check(st, view, change).map(|(m, applied, ids)| (m, (applied, ids))),
+            |lsn, (applied, new_ids)| Applied {
+                applied,
+                lsn,
+                new_ids,
+            },
+        )
+    }
+
+    /// Stages `changes` as one log record (see [`Mutation::Batch`]), all or nothing: each is
+    /// checked against the graph as the earlier ones of the batch leave it, and the first that
+    /// fails refuses the whole batch with its error (its kind, so its status code), the
+    /// message starting `mutations[i]`. Resolves to one [`Applied`] per change, in order, all
+    /// with the batch's lsn. An empty batch is refused (there is nothing to acknowledge).
+    pub fn stage_batch(&self, changes: &[Change]) -> Result<Pending<Vec<Applied>>> {
+        if changes.is_empty() {
+            return Err(ServeError::InvalidArgument(
+                "mutations: empty; give at least one".into(),
+            ));
+        }
+        self.stage_record(
+            |st, view, w| {
+                let v = &st.version;
+                // The batch's own changes so far, over the staged ones: what the next is
+                // checked against. The last one's changes are never looked at, so not made.
+                let mut scratch =
+                    Layer::starting_at(view.num_nodes(), view.live_nodes(), view.num_edges());
+                let mut ms = Vec::with_capacity(changes.len());
+                let mut done = Vec::with_capacity(changes.len());
+                for (i, change) in changes.iter().enumerate() {
+                    let (m, applied, new_ids) = st
+                        .overlay
+                        .view_under(&[&scratch, &w.pending], &v.graph, v.live_nodes, |view| {
+                            check(st, &view, change)
+                        })
+                        .map_err(|e| e.within(&format!("mutations[{i}]")))?;
+                    if i + 1 < changes.len() {
+                        st.overlay
+                            .apply_over(&mut scratch, &[&w.pending], v, &m)
+                            .expect("a checked mutation fits the graph it was checked against");
+                    }
+                    ms.push(m);
+                    done.push((applied, new_ids));
+                }
+                Ok((Mutation::Batch(ms), done))
+            },
+            |lsn, done| {
+                done.into_iter()
+                    .map(|(applied, new_ids)| Applied {
+                        applied,
+                        lsn,
+                        new_ids,
+                    })
+                    .collect()
+            },
+        )
+    }
+
+    /// Stages one log record: `check` turns the graph (with the staged mutations, through
+    /// `view`) into the record's mutation and what checking it found, under the log's lock;
+    /// the mutation then goes onto the staged layer and queue, and `ack` makes the
+    /// acknowledgement from the record's lsn and what `check` found.
+    fn stage_record<F, T>(
+        &self,
+        check: impl FnOnce(&State, &View<'_>, &Staged) -> Result<(Mutation, F)>,
+        ack: impl FnOnce(u64, F) -> T,
+    ) -> Result<Pending<T>> {
         let commit = self.log.stage(
             |w| {
                 let st = self.state.read().unwrap();
                 let v = &st.version;
-                let (m, applied, new_ids) =
+                let (m, found) =
                     st.overlay
-                        .view_under(&w.pending, &v.graph, v.live_nodes, |view| {
-                            check(&st, &view, change)
+                        .view_under(&[&w.pending], &v.graph, v.live_nodes, |view| {
+                            check(&st, &view, w)
                         })?;
-                Ok((m.encode(), (m, applied, new_ids)))
+                Ok((m.encode(), (m, found)))
             },
-            |w, _lsn, (m, applied, new_ids)| {
+            |w, lsn, (m, found)| {
                 let st = self.state.read().unwrap();
                 let v = &st.version;
                 st.overlay
-                    .apply_over(&mut w.pending, v, &m)
+                    .apply_over(&mut w.pending, &[], v, &m)
                     .expect("a checked mutation fits the graph it was checked against");
                 w.queue.push_back(m);
-                (applied, new_ids)
+                ack(lsn, found)
             },
         )?;
         Ok(Pending(commit))
@@ -451,27 +530,19 @@ impl ServedGraph {
     }
 }
 
-/// A staged mutation (see [`ServedGraph::stage`]).
+/// A staged mutation or batch (see [`ServedGraph::stage`]); resolves to its acknowledgement.
 #[must_use = "a staged mutation is not acknowledged until it is waited for"]
-pub struct Pending(Commit<(u64, Vec<u64>)>);
+pub struct Pending<T>(Commit<T>);
 
-impl Pending {
+impl<T> Pending<T> {
     /// Waits, holding no thread, until the mutation is on disk and applied.
-    pub async fn applied(self) -> Result<Applied> {
-        self.0.durable().await.map(applied)
+    pub async fn applied(self) -> Result<T> {
+        self.0.durable().await.map(|(_, t)| t)
     }
 
     /// [`Pending::applied`] for a thread outside the async runtime: blocks it until then.
-    pub fn wait(self) -> Result<Applied> {
-        self.0.wait().map(applied)
-    }
-}
-
-fn applied((lsn, (applied, new_ids)): (u64, (u64, Vec<u64>))) -> Applied {
-    Applied {
-        applied,
-        lsn,
-        new_ids,
+    pub fn wait(self) -> Result<T> {
+        self.0.wait().map(|(_, t)| t)
     }
 }
 
@@ -498,7 +569,7 @@ impl Staging<Staged> for Publish {
         w.pending = st.overlay.next_layer();
         for m in &w.queue {
             st.overlay
-                .apply_over(&mut w.pending, &version, m)
+                .apply_over(&mut w.pending, &[], &version, m)
                 .expect("a staged mutation fits the graph it was checked against");
         }
     }
@@ -1072,6 +1143,165 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!(err.to_string(), "edge 2 -> 1 does not exist");
+    }
+
+    /// A batch whose later mutations need the earlier ones: two new vertices, edges to and
+    /// from them, one of those removed again, a row rewritten, a vertex removed.
+    fn a_batch() -> Vec<Change> {
+        vec![
+            Change::AddVertices {
+                count: 2,
+                features: vec![10.0, 10.5, 11.0, 11.5],
+            },
+            Change::AddEdges {
+                src: vec![8, 9, 3],
+                dst: vec![1, 8, 9],
+            },
+            Change::RemoveEdges {
+                src: vec![9],
+                dst: vec![8],
+            },
+            Change::UpdateVertices {
+                ids: vec![9],
+                features: vec![-1.0, -2.0],
+            },
+            Change::RemoveVertices { ids: vec![0] },
+        ]
+    }
+
+    #[test]
+    fn a_batch_is_one_record_applied_in_order_and_replayed() {
+        for reorder in [false, true] {
+            let (_dir, g) = setup(reorder);
+            let done = g.stage_batch(&a_batch()).unwrap().wait().unwrap();
+            let lsns: Vec<u64> = done.iter().map(|a| a.lsn).collect();
+            assert_eq!(lsns, [1; 5], "one record, one lsn");
+            let counts: Vec<u64> = done.iter().map(|a| a.applied).collect();
+            assert_eq!(counts, [2, 3, 1, 1, 1]);
+            assert_eq!(done[0].new_ids, [8, 9]);
+            assert_eq!(ins(&g, 1), vec![8]);
+            assert_eq!(ins(&g, 8), Vec::<u64>::new());
+            assert_eq!(ins(&g, 9), vec![3]);
+            assert_eq!(features(&g, &[8, 9]), vec![10.0, 10.5, -1.0, -2.0]);
+            let s = g.status();
+            assert_eq!((s.num_nodes, s.live_nodes), (10, 9));
+            assert_eq!((s.last_lsn, s.pending_log_records), (1, 1));
+            // A mutation after the batch is checked against all of it.
+            g.mutate(&Change::AddEdges {
+                src: vec![9],
+                dst: vec![8],
+            })
+            .unwrap();
+            let before = snapshot(&g);
+            let dir = g.dir().to_path_buf();
+            drop(g);
+            let reopened = ServedGraph::open(&dir).unwrap();
+            assert_eq!(snapshot(&reopened), before, "reorder = {reorder}");
+            // And a fold writes it into the next version.
+            assert!(reopened.fold(|_| ()).unwrap());
+            assert_eq!(snapshot(&reopened), before);
+        }
+    }
+
+    #[test]
+    fn a_bad_mutation_in_a_batch_refuses_all_of_it() {
+        let (_dir, g) = setup(false);
+        g.mutate(&Change::AddEdges {
+            src: vec![7],
+            dst: vec![6],
+        })
+        .unwrap();
+        let before = snapshot(&g);
+        // Each is refused only because of what the batch did before it, at index 2.
+        let refused = [
+            (
+                Change::AddEdges {
+                    src: vec![4],
+                    dst: vec![0],
+                },
+                ServeError::NotFound("mutations[2]: dst: vertex 0 was removed".into()),
+            ),
+            (
+                Change::RemoveEdges {
+                    src: vec![0],
+                    dst: vec![1],
+                },
+                ServeError::NotFound("mutations[2]: src: vertex 0 was removed".into()),
+            ),
+            (
+                Change::UpdateVertices {
+                    ids: vec![9],
+                    features: vec![1.0, 2.0],
+                },
+                ServeError::InvalidArgument(
+                    "mutations[2]: ids: vertex 9 is out of range (the graph has ids 0..9)".into(),
+                ),
+            ),
+        ];
+        for (bad, want) in refused {
+            let batch = vec![
+                Change::AddVertices {
+                    count: 1,
+                    features: vec![1.0, 1.0],
+                },
+                Change::RemoveVertices { ids: vec![0] },
+                bad,
+                Change::AddEdges {
+                    src: vec![8],
+                    dst: vec![1],
+                },
+            ];
+            let e = g.stage_batch(&batch).err().expect("refused");
+            // The same kind (so the same status code) and message.
+            assert_eq!(std::mem::discriminant(&e), std::mem::discriminant(&want));
+            assert_eq!(e.to_string(), want.to_string());
+            assert_eq!(snapshot(&g), before);
+            assert_eq!(g.status().last_lsn, 1);
+        }
+        let e = g.stage_batch(&[]).err().expect("refused");
+        assert!(matches!(e, ServeError::InvalidArgument(_)), "{e:?}");
+        // Nothing was staged: the next mutation gets the next lsn and sees none of them.
+        let next = g
+            .mutate(&Change::AddVertices {
+                count: 1,
+                features: vec![5.0, 5.0],
+            })
+            .unwrap();
+        assert_eq!((next.lsn, next.new_ids.as_slice()), (2, &[8][..]));
+        let dir = g.dir().to_path_buf();
+        let after = snapshot(&g);
+        drop(g);
+        assert_eq!(snapshot(&ServedGraph::open(&dir).unwrap()), after);
+    }
+
+    #[test]
+    fn a_cut_inside_a_batch_loses_the_batch_and_nothing_else() {
+        let (_dir, g) = setup(false);
+        let edge = Change::AddEdges {
+            src: vec![7],
+            dst: vec![6],
+        };
+        g.mutate(&edge).unwrap();
+        let kept = snapshot(&g);
+        let dir = g.dir().to_path_buf();
+        let segment = std::fs::read_dir(dir.join("wal"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max()
+            .unwrap();
+        let start = std::fs::metadata(&segment).unwrap().len();
+        g.stage_batch(&a_batch()).unwrap().wait().unwrap();
+        let end = std::fs::metadata(&segment).unwrap().len();
+        drop(g);
+        let whole = std::fs::read(&segment).unwrap();
+        for cut in [start + 1, start + 16, (start + end) / 2, end - 1] {
+            std::fs::write(&segment, &whole[..cut as usize]).unwrap();
+            let g = ServedGraph::open(&dir).unwrap();
+            assert_eq!(snapshot(&g), kept, "cut at byte {cut} of {start}..{end}");
+            assert_eq!(g.status().last_lsn, 1);
+            // The log goes on after the cut: the next record takes the lost one's lsn.
+            assert_eq!(g.mutate(&edge).unwrap().lsn, 2);
+        }
     }
 
     #[test]

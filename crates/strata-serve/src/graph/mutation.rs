@@ -21,6 +21,9 @@ pub enum Mutation {
     AddEdges { src: Vec<u32>, dst: Vec<u32> },
     /// Every copy of each edge `src[i] -> dst[i]`.
     RemoveEdges { src: Vec<u32>, dst: Vec<u32> },
+    /// Mutations applied in order as one: a batch is a single log record, so replay after a
+    /// crash (which keeps or cuts whole records) applies all of them or none. Never nested.
+    Batch(Vec<Mutation>),
 }
 
 const ADD_VERTICES: u8 = 1;
@@ -28,11 +31,18 @@ const REMOVE_VERTICES: u8 = 2;
 const UPDATE_VERTICES: u8 = 3;
 const ADD_EDGES: u8 = 4;
 const REMOVE_EDGES: u8 = 5;
+const BATCH: u8 = 6;
 
 impl Mutation {
-    /// The log payload: a tag byte, then little-endian u32 counts and values.
+    /// The log payload: a tag byte, then little-endian u32 counts and values; a batch is its
+    /// count, then each mutation's length and payload.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
+
+    fn encode_into(&self, out: &mut Vec<u8>) {
         let u32s = |out: &mut Vec<u8>, v: &[u32]| {
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             v.iter()
@@ -51,16 +61,16 @@ impl Mutation {
                 out.push(ADD_VERTICES);
                 out.extend_from_slice(&first.to_le_bytes());
                 out.extend_from_slice(&count.to_le_bytes());
-                f32s(&mut out, features);
+                f32s(out, features);
             }
             Mutation::RemoveVertices { ids } => {
                 out.push(REMOVE_VERTICES);
-                u32s(&mut out, ids);
+                u32s(out, ids);
             }
             Mutation::UpdateVertices { ids, features } => {
                 out.push(UPDATE_VERTICES);
-                u32s(&mut out, ids);
-                f32s(&mut out, features);
+                u32s(out, ids);
+                f32s(out, features);
             }
             Mutation::AddEdges { src, dst } | Mutation::RemoveEdges { src, dst } => {
                 out.push(if matches!(self, Mutation::AddEdges { .. }) {
@@ -68,11 +78,21 @@ impl Mutation {
                 } else {
                     REMOVE_EDGES
                 });
-                u32s(&mut out, src);
-                u32s(&mut out, dst);
+                u32s(out, src);
+                u32s(out, dst);
+            }
+            Mutation::Batch(ms) => {
+                out.push(BATCH);
+                out.extend_from_slice(&(ms.len() as u32).to_le_bytes());
+                for m in ms {
+                    let at = out.len();
+                    out.extend_from_slice(&[0; 4]);
+                    m.encode_into(out);
+                    let len = (out.len() - at - 4) as u32;
+                    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+                }
             }
         }
-        out
     }
 
     /// Parses a payload written by [`Mutation::encode`]; the log's checksum has already
@@ -99,6 +119,26 @@ impl Mutation {
                 src: r.u32s()?,
                 dst: r.u32s()?,
             },
+            BATCH => {
+                let n = r.u32()? as usize;
+                // Each mutation takes at least 5 bytes: a count this record cannot hold is
+                // refused before anything is allocated for it.
+                if n > (bytes.len() - r.at) / 5 {
+                    return Err(bad(format!(
+                        "a batch of {n} mutations in a record too short for them"
+                    )));
+                }
+                let mut ms = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = r.u32()? as usize;
+                    let m = Mutation::decode(r.take(len)?)?;
+                    if matches!(m, Mutation::Batch(_)) {
+                        return Err(bad("a batch inside a batch".into()));
+                    }
+                    ms.push(m);
+                }
+                Mutation::Batch(ms)
+            }
             other => return Err(bad(format!("unknown record type {other}"))),
         };
         if r.at != bytes.len() {
@@ -160,7 +200,15 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A mutation of any kind, batches of up to four of the others included.
     fn mutation() -> impl Strategy<Value = Mutation> {
+        prop_oneof![
+            single(),
+            proptest::collection::vec(single(), 0..4).prop_map(Mutation::Batch),
+        ]
+    }
+
+    fn single() -> impl Strategy<Value = Mutation> {
         let ids = proptest::collection::vec(any::<u32>(), 0..20);
         let vals = proptest::collection::vec(-1e6f32..1e6, 0..40);
         prop_oneof![
@@ -191,6 +239,18 @@ mod tests {
             let cut = cut % bytes.len();
             prop_assert!(Mutation::decode(&bytes[..cut]).is_err());
         }
+    }
+
+    #[test]
+    fn nested_batches_and_impossible_counts_are_refused() {
+        let inner = Mutation::Batch(vec![Mutation::RemoveVertices { ids: vec![1] }]);
+        let nested = Mutation::Batch(vec![inner]).encode();
+        let e = Mutation::decode(&nested).unwrap_err().to_string();
+        assert!(e.contains("a batch inside a batch"), "{e}");
+        let mut huge = vec![BATCH];
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        let e = Mutation::decode(&huge).unwrap_err().to_string();
+        assert!(e.contains("too short"), "{e}");
     }
 
     #[test]

@@ -177,19 +177,19 @@ pub struct Overlay {
 impl Overlay {
     /// Calls `f` with a view of everything (active, frozen, base).
     pub fn view<R>(&self, base: &BaseGraph, base_live: u64, f: impl FnOnce(View<'_>) -> R) -> R {
-        f(View::new(base, &self.layers(None), base_live))
+        f(View::new(base, &self.layers(&[]), base_live))
     }
 
-    /// Calls `f` with a view of `top` over everything: a layer of staged mutations that
-    /// readers do not see yet.
+    /// Calls `f` with a view of `tops` (newest first) over everything: layers of staged
+    /// mutations that readers do not see yet.
     pub fn view_under<R>(
         &self,
-        top: &Layer,
+        tops: &[&Layer],
         base: &BaseGraph,
         base_live: u64,
         f: impl FnOnce(View<'_>) -> R,
     ) -> R {
-        f(View::new(base, &self.layers(Some(top)), base_live))
+        f(View::new(base, &self.layers(tops), base_live))
     }
 
     /// Applies a checked mutation to the active layer over `version`. Errors: rows that do not
@@ -200,14 +200,16 @@ impl Overlay {
         apply(&mut self.active, below, version, m)
     }
 
-    /// Applies a checked mutation to `top`, a layer over everything (see [`Overlay::view_under`]).
+    /// Applies a checked mutation to `top`, a layer over `under` (newest first) over
+    /// everything (see [`Overlay::view_under`]).
     pub fn apply_over(
         &self,
         top: &mut Layer,
+        under: &[&Layer],
         version: &Version,
         m: &Mutation,
     ) -> strata_graph::Result<()> {
-        let layers = self.layers(None);
+        let layers = self.layers(under);
         let below = View::new(&version.graph, &layers, version.live_nodes);
         apply(top, below, version, m)
     }
@@ -218,10 +220,10 @@ impl Overlay {
         Layer::starting_at(a.num_nodes, a.live_nodes, a.num_edges)
     }
 
-    /// The layers, newest first: `top`, the active one, the frozen ones.
-    fn layers<'a>(&'a self, top: Option<&'a Layer>) -> Vec<&'a Layer> {
-        let mut layers: Vec<&Layer> = Vec::with_capacity(2 + self.frozen.len());
-        layers.extend(top);
+    /// The layers, newest first: `tops`, the active one, the frozen ones.
+    fn layers<'a>(&'a self, tops: &[&'a Layer]) -> Vec<&'a Layer> {
+        let mut layers: Vec<&Layer> = Vec::with_capacity(tops.len() + 1 + self.frozen.len());
+        layers.extend_from_slice(tops);
         layers.push(&self.active);
         layers.extend(self.frozen.iter().map(Arc::as_ref));
         layers
@@ -245,8 +247,9 @@ fn apply(
     version: &Version,
     m: &Mutation,
 ) -> strata_graph::Result<()> {
-    layer.mutations += 1;
     match m {
+        // Each in turn into the same layer: a later one sees what the earlier ones did.
+        Mutation::Batch(ms) => return ms.iter().try_for_each(|m| apply(layer, below, version, m)),
         Mutation::AddVertices {
             first,
             count,
@@ -316,6 +319,7 @@ fn apply(
             }
         }
     }
+    layer.mutations += 1;
     Ok(())
 }
 
