@@ -84,7 +84,7 @@ class _Scheduler:
         with self.lock:
             epoch = request["epoch"]
             if request["op"] == "acquire" and epoch > self.epoch:
-                self.epoch, self.state = epoch, dist_policy.EpochState(request["partitions"])
+                self.epoch, self.state = epoch, dist_policy.EpochState(request["partitions"], seed=epoch)
             elif epoch != self.epoch:
                 raise ValueError(
                     f"rank {rank} asks about epoch {epoch + 1} while the group trains epoch {self.epoch + 1}"

@@ -11,6 +11,7 @@ the policy for several ranks with given bucket times, without processes, to coun
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 Bucket = tuple[int, int]
@@ -21,12 +22,22 @@ class EpochState:
     """What the scheduler knows during one epoch of ``partitions`` node partitions."""
 
     partitions: int
+    #: Seeds the order in which equally good buckets are preferred (the epoch number), so that
+    #: successive epochs do not train the partition pairs in the same order.
+    seed: int = 0
     #: Buckets handed out this epoch.
     done: set[Bucket] = field(default_factory=set)
     #: Partition -> the rank holding it (resident in that rank's buffer, locked to it).
     holder: dict[int, int] = field(default_factory=dict)
     #: Partitions written back to this epoch's output table (read from there from now on).
     written: set[int] = field(default_factory=set)
+    #: Bucket -> its place among equally good ones (a seeded shuffle).
+    tie_break: dict[Bucket, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        order = [(a, b) for a in range(self.partitions) for b in range(self.partitions)]
+        random.Random(self.seed).shuffle(order)
+        self.tie_break = {b: i for i, b in enumerate(order)}
 
 
 @dataclass(frozen=True)
@@ -51,7 +62,7 @@ def grant(state: EpochState, rank: int, held: set[int] | frozenset[int], capacit
 
     Among the buckets not handed out whose partitions no other rank holds: fewest partitions
     to load, then fewest evictions, then the most buckets left among the partitions the rank
-    holds afterwards, then the smallest ``(a, b)``. Evicts the held partitions outside the bucket
+    holds afterwards, then the state's seeded tie-break. Evicts the held partitions outside the bucket
     with the fewest buckets left with the rest of the new buffer. Records the bucket as handed
     out and its partitions as held by ``rank``. Raises ``ValueError`` on a request no rank
     following the protocol can make."""
@@ -79,7 +90,7 @@ def grant(state: EpochState, rank: int, held: set[int] | frozenset[int], capacit
             evict = sorted(held - need, key=lambda p: (_left_with(state, p, after - {p}), p))[:evictions]
             keep = after - set(evict)
             left = sum(1 for x in keep for y in keep if (x, y) not in state.done and (x, y) != (a, b))
-            key = (loads, evictions, -left, (a, b))
+            key = (loads, evictions, -left, state.tie_break[(a, b)])
             if best is None or key < best[0]:
                 best = (key, (a, b), tuple(evict))
     if best is None:
