@@ -9,7 +9,6 @@ import random
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -95,15 +94,6 @@ def test_environment_detection():
     with pytest.raises(ConfigError, match="RANK=2"):
         dist.from_environment(5, {"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"})
     assert dist.follower({"WORLD_SIZE": "2", "RANK": "1"}) and not dist.follower({"WORLD_SIZE": "2", "RANK": "0"})
-
-
-@pytest.fixture(scope="module")
-def kg(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("kg")
-    raw = d / "raw"
-    run_strata("generate", "kg", "--out", raw, "--entities", "400", "--relations", "8", "--triples", "16000", "-q")
-    run_strata("convert", raw, "--relations", "--out", d / "kg.strata", "-q")
-    return d / "kg.strata"
 
 
 def _free_port() -> int:
