@@ -80,3 +80,13 @@ def limiter() -> Path:
 @pytest.fixture
 def strata_cli():
     return run_strata
+
+
+@pytest.fixture(scope="module")
+def kg(tmp_path_factory) -> Path:
+    """A generated knowledge graph (400 entities, 8 relations) converted into a store."""
+    d = tmp_path_factory.mktemp("kg")
+    raw = d / "raw"
+    run_strata("generate", "kg", "--out", raw, "--entities", "400", "--relations", "8", "--triples", "16000", "-q")
+    run_strata("convert", raw, "--relations", "--out", d / "kg.strata", "-q")
+    return d / "kg.strata"

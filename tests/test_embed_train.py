@@ -22,18 +22,6 @@ from strata.errors import BudgetError, ConfigError, RunError
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 
 
-@pytest.fixture(scope="module")
-def kg(tmp_path_factory) -> Path:
-    """A generated knowledge graph (400 entities, 8 relations) converted into a store."""
-    from conftest import run_strata
-
-    d = tmp_path_factory.mktemp("kg")
-    raw = d / "raw"
-    run_strata("generate", "kg", "--out", raw, "--entities", "400", "--relations", "8", "--triples", "16000", "-q")
-    run_strata("convert", raw, "--relations", "--out", d / "kg.strata", "-q")
-    return d / "kg.strata"
-
-
 def test_train_in_memory_learns_and_writes_its_run(kg, tmp_path, strata_cli):
     run = tmp_path / "run"
     out = strata_cli("embed", "train", kg, "--run-dir", run, "--epochs", "3", *SMALL, "--json-summary").stdout

@@ -63,3 +63,8 @@ class MissingDependencyError(StrataError, ImportError):
     """An optional dependency (torch, torch_geometric, matplotlib) is not installed."""
 
     exit_code = 2
+
+
+class GroupError(StrataError):
+    """A distributed run failed: another rank, the bucket scheduler on rank 0 or a collective
+    could not be reached in time (the message names the address and what timed out)."""

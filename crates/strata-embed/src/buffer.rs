@@ -106,6 +106,19 @@ impl PartitionBuffer {
         to.write_partition(&self.engine, &self.layout, p, buf)
     }
 
+    /// Writes resident partition `p` to `to` and frees its slot.
+    pub fn evict(&mut self, p: u32, to: &TableFile) -> Result<()> {
+        self.write(p, to)?;
+        let slot = self.slot_of(p).expect("partition resident");
+        self.resident[slot] = None;
+        Ok(())
+    }
+
+    /// A slot holding no partition.
+    pub fn free_slot(&self) -> Option<usize> {
+        self.resident.iter().position(|r| r.is_none())
+    }
+
     /// Takes the buffer of the slot holding `p` out for a swap.
     pub fn take(&mut self, p: u32) -> (usize, AlignedBuf) {
         let slot = self.slot_of(p).expect("the evicted partition is resident");

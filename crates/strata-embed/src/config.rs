@@ -126,6 +126,14 @@ pub struct TrainConfig {
     pub eval_negatives: usize,
     /// evaluate at most this many queries per split (0: all)
     pub eval_max_queries: usize,
+    /// distributed runs (under torchrun): buckets a rank trains between two all-reduces of the
+    /// relation parameters' deltas; 1 is the synchronous variant (see docs/distributed.md)
+    #[schemars(range(min = 1))]
+    pub relation_sync_every: usize,
+    /// distributed runs: seconds any wait on another rank may take (rendezvous, the bucket
+    /// scheduler's answers, barriers, all-reduces) before the run fails naming what timed out
+    #[schemars(range(min = 1))]
+    pub dist_timeout: u64,
 }
 
 impl Default for TrainConfig {
@@ -157,6 +165,8 @@ impl Default for TrainConfig {
             eval_protocol: Protocol::Filtered,
             eval_negatives: 1000,
             eval_max_queries: 0,
+            relation_sync_every: 4,
+            dist_timeout: 600,
         }
     }
 }

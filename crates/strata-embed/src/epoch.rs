@@ -60,13 +60,13 @@ pub struct Interval {
     pub label: String,
 }
 
-struct Timeline {
-    origin: Instant,
-    events: Vec<Interval>,
+pub(crate) struct Timeline {
+    pub(crate) origin: Instant,
+    pub(crate) events: Vec<Interval>,
 }
 
 impl Timeline {
-    fn add(
+    pub(crate) fn add(
         &mut self,
         lane: &'static str,
         step: usize,
@@ -86,11 +86,11 @@ impl Timeline {
 
 /// Running totals of one epoch.
 #[derive(Default)]
-struct Tally {
-    io_wait: f64,
-    edge_bytes: u64,
-    trained: u64,
-    loads: usize,
+pub(crate) struct Tally {
+    pub(crate) io_wait: f64,
+    pub(crate) edge_bytes: u64,
+    pub(crate) trained: u64,
+    pub(crate) loads: usize,
 }
 
 /// Model state in memory: relation rows, the partition buffer and the workers.
@@ -100,9 +100,9 @@ pub struct Trainer {
     pub buckets: Arc<Buckets>,
     pub buffer: PartitionBuffer,
     pub relations: Relations,
-    workers: Vec<Worker>,
+    pub(crate) workers: Vec<Worker>,
     /// Edges per piece read from a bucket (bounds edge memory).
-    piece_rows: u64,
+    pub(crate) piece_rows: u64,
     /// Rows of the partitions on disk, for the `all` negative pool (`None` when every
     /// partition is resident or another pool is used).
     banks: Option<Banks>,
@@ -137,6 +137,11 @@ impl Trainer {
             relations,
             piece_rows,
         }
+    }
+
+    /// Whether the `all` negative pool keeps banks of the partitions on disk.
+    pub(crate) fn has_banks(&self) -> bool {
+        self.banks.is_some()
     }
 
     pub fn threads(&self) -> usize {
@@ -283,15 +288,30 @@ impl Trainer {
         drop(edges_rx);
         let _ = edges_thread.join();
         meter.finish()?;
-        let seconds = origin.elapsed().as_secs_f64();
         let io = engine.stats().since(&io_before);
+        let report = self.report(epoch, origin, &tally, &io, sched.states(), sched.swaps());
+        Ok((report, tl.events))
+    }
+
+    /// The epoch's report from its running totals, the I/O engine's counters over the epoch
+    /// and the buffer states and swaps it went through.
+    pub(crate) fn report(
+        &self,
+        epoch: usize,
+        origin: Instant,
+        tally: &Tally,
+        io: &strata_io::StatsSnapshot,
+        states: usize,
+        swaps: usize,
+    ) -> EpochReport {
+        let seconds = origin.elapsed().as_secs_f64();
         let (loss, directions, flops, busy) = self
             .workers
             .iter()
             .fold((0.0, 0u64, 0.0, 0.0), |(l, e, f, b), w| {
                 (l + w.loss, e + w.edges, f + w.flops, b + w.busy)
             });
-        let report = EpochReport {
+        EpochReport {
             epoch: epoch + 1,
             loss: loss / directions.max(1) as f64,
             seconds,
@@ -302,17 +322,16 @@ impl Trainer {
             partition_bytes_read: io.read_bytes.saturating_sub(tally.edge_bytes),
             partition_bytes_written: io.write_bytes,
             edge_bytes_read: tally.edge_bytes,
-            buffer_states: sched.states(),
-            swaps: sched.swaps(),
+            buffer_states: states,
+            swaps,
             step_flops_per_thread: flops / busy.max(1e-9),
             step_flops_total: flops / (seconds - tally.io_wait).max(1e-9),
-        };
-        Ok((report, tl.events))
+        }
     }
 
     /// Relation ids the bucketed edges may hold: the forward relation rows the model indexes
     /// (inverse rows follow them when reciprocal), any for a model without relation rows.
-    fn relation_ids(&self) -> u64 {
+    pub(crate) fn relation_ids(&self) -> u64 {
         match (self.relations.rows(), self.relations.inverse_offset) {
             (0, _) => u64::MAX,
             (rows, 0) => rows as u64,
@@ -322,7 +341,7 @@ impl Trainer {
 
     /// Trains every piece of `bucket` as the prefetcher delivers them.
     #[allow(clippy::too_many_arguments)]
-    fn run_bucket(
+    pub(crate) fn run_bucket(
         &mut self,
         rx: &Receiver<BucketEdges>,
         bucket: Bucket,

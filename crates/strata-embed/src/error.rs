@@ -15,6 +15,9 @@ pub enum EmbedError {
     /// A run directory or index that does not hold what it should.
     #[error("{0}")]
     Corrupt(String),
+    /// Another rank or the group's scheduler failed or could not be reached; says which.
+    #[error("distributed run: {0}")]
+    Group(String),
     #[error("cancelled")]
     Cancelled,
 }

@@ -13,7 +13,8 @@ use strata_store::Store;
 
 use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
-use crate::config::{OptimizerKind, Protocol, TrainConfig};
+use crate::config::{NegativePool, OptimizerKind, Protocol, TrainConfig};
+use crate::dist::{describe_rank, Cluster, RankReport};
 use crate::epoch::Trainer;
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
@@ -76,16 +77,46 @@ struct Setup {
 
 /// Trains `cfg` on the store at `store_path` in `run_dir`: resumes the run there if there is
 /// one (unless `fresh`), else starts a new one. `on_epoch` sees every committed epoch.
+///
+/// With a `cluster` this is one rank of a distributed run (docs/distributed.md): rank 0
+/// creates or resumes the run before the others open it, every rank trains the buckets the
+/// scheduler hands it, and only rank 0 evaluates and commits; the others return the run as
+/// rank 0 committed it after the last epoch.
 pub fn train(
     store_path: &Path,
     run_dir: &Path,
     cfg: TrainConfig,
     fresh: bool,
+    mut cluster: Option<&mut dyn Cluster>,
     progress: &dyn Progress,
     on_epoch: &mut dyn FnMut(&EpochRecord),
 ) -> Result<RunMeta> {
     strata_store::config::check_built(&cfg).map_err(|e| EmbedError::Config(e.to_string()))?;
-    let mut s = setup(store_path, run_dir, cfg, fresh, progress)?;
+    if cluster.is_some() && cfg.negative_pool == NegativePool::All && cfg.bank_rows > 0 {
+        return Err(EmbedError::Config(
+            "embed.train.negative_pool: 'all' (negative banks) is not supported in distributed runs yet; use resident or partition, or set bank_rows = 0".into(),
+        ));
+    }
+    let (rank, world_size) = cluster
+        .as_ref()
+        .map_or((0, 1), |c| (c.rank(), c.world_size()));
+    let leader = rank == 0;
+    // Rank 0 creates or resumes the run (and buckets the edges) before the others open it.
+    if let (Some(c), false) = (cluster.as_deref_mut(), leader) {
+        c.barrier("run created by rank 0")?;
+    }
+    let mut s = setup(
+        store_path,
+        run_dir,
+        cfg,
+        fresh && leader,
+        leader,
+        world_size,
+        progress,
+    )?;
+    if let (Some(c), true) = (cluster.as_deref_mut(), leader) {
+        c.barrier("run created by rank 0")?;
+    }
     let model = s.trainer.model;
     let threads = s.trainer.threads();
     let sched = s.trainer.schedule()?;
@@ -109,13 +140,15 @@ pub fn train(
         )),
     }
     let spec = eval_spec(&s.trainer.cfg, &s.plan, threads);
-    let valid = if s.trainer.cfg.eval_every > 0 && s.store.array("edges_valid").is_some() {
+    // Rank 0 validates each epoch for the whole group.
+    let valid = if leader && s.trainer.cfg.eval_every > 0 && s.store.array("edges_valid").is_some()
+    {
         Some(EvalSet::new(&s.store, "valid", &spec, progress)?)
     } else {
         None
     };
     let epochs = s.trainer.cfg.epochs;
-    if s.resumed && s.run.meta.current.epoch < epochs {
+    if leader && s.resumed && s.run.meta.current.epoch < epochs {
         progress.message(&format!(
             "resuming {} after epoch {}",
             s.run.dir.display(),
@@ -135,7 +168,34 @@ pub fn train(
             &s.run.table_path(spare),
             false,
         )?);
-        let (report, timeline) = s.trainer.epoch(epoch, &current, &next, progress)?;
+        let (report, timeline, ranks) = match cluster.as_deref_mut() {
+            None => {
+                let (report, timeline) = s.trainer.epoch(epoch, &current, &next, progress)?;
+                (report, timeline, None)
+            }
+            Some(c) => {
+                let (mine, timeline) = s
+                    .trainer
+                    .epoch_scheduled(epoch, &current, &next, c, progress)?;
+                progress.message(&describe_rank(&mine, epochs));
+                // Every rank has synced its partitions of `next` before it contributes: the
+                // gather is the commit's prepare barrier.
+                let all = c.gather(serde_json::to_string(&mine).expect("serialises"))?;
+                if !leader {
+                    c.barrier("epoch committed by rank 0")?;
+                    s.run = Run::open(&s.run.dir)?;
+                    continue;
+                }
+                let ranks = all
+                    .iter()
+                    .map(|text| {
+                        serde_json::from_str::<RankReport>(text)
+                            .map_err(|e| EmbedError::Corrupt(format!("a rank's epoch report: {e}")))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                (RankReport::combine(&ranks), timeline, Some(ranks))
+            }
+        };
         let (rp, sp) = s.run.relation_paths(epoch + 1);
         s.trainer.relations.save(&rp, &sp)?;
         let due = (epoch + 1) % s.trainer.cfg.eval_every.max(1) == 0 || epoch + 1 == epochs;
@@ -172,6 +232,7 @@ pub fn train(
             report,
             valid: valid_metrics,
             best: improved,
+            ranks,
         };
         meta.history.push(record.clone());
         // Test metrics belong to a finished run's best checkpoint; training on invalidates them.
@@ -180,6 +241,12 @@ pub fn train(
         s.run.append_logs(&record, &timeline)?;
         progress.message(&describe_epoch(&record, epochs, s.run.meta.sgemm_flops));
         on_epoch(&record);
+        if let Some(c) = cluster.as_deref_mut() {
+            c.barrier("epoch committed by rank 0")?;
+        }
+    }
+    if !leader {
+        return Ok(s.run.meta);
     }
     if s.run.meta.test.is_none()
         && s.trainer.cfg.eval_every > 0
@@ -198,12 +265,16 @@ pub fn train(
     Ok(s.run.meta)
 }
 
-/// Opens or creates the run, plans the budget and builds the trainer.
+/// Opens or creates the run, plans the budget and builds the trainer. Only the `leader`
+/// (the single process, or rank 0) writes to the run directory here.
+#[allow(clippy::too_many_arguments)]
 fn setup(
     store_path: &Path,
     run_dir: &Path,
     cfg: TrainConfig,
     fresh: bool,
+    leader: bool,
+    world_size: usize,
     progress: &dyn Progress,
 ) -> Result<Setup> {
     let store = Store::open(store_path)?;
@@ -265,7 +336,9 @@ fn setup(
                 partitions: run.meta.config.partitions,
                 ..cfg.clone()
             };
-            run.rewrite_logs()?;
+            if leader {
+                run.rewrite_logs()?;
+            }
             run
         }
         None => create(
@@ -283,10 +356,13 @@ fn setup(
     let (rp, sp) = run.relation_paths(run.meta.current.epoch);
     relations.load(&rp, &sp)?;
     run.meta.memory_plan = Some(plan.memory_plan());
+    run.meta.world_size = world_size;
     if run.meta.sgemm_flops == 0.0 {
         run.meta.sgemm_flops = sgemm_reference_flops();
     }
-    run.commit()?;
+    if leader {
+        run.commit()?;
+    }
     let trainer = Trainer::new(
         cfg,
         model,
@@ -407,6 +483,7 @@ fn create(
             test: None,
             sgemm_flops: 0.0,
             memory_plan: None,
+            world_size: 1,
         },
     };
     let relations = Relations::new(

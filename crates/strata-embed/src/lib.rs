@@ -4,6 +4,8 @@ pub mod bank;
 pub mod budget;
 pub mod buffer;
 pub mod config;
+pub mod dist;
+pub mod dist_epoch;
 pub mod epoch;
 pub mod epoch_io;
 pub mod error;

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use strata_store::{Store, StoreError};
 
 use crate::config::TrainConfig;
+use crate::dist::RankReport;
 use crate::epoch::{EpochReport, Interval};
 use crate::error::{EmbedError, Result};
 use crate::eval::Metrics;
@@ -49,6 +50,9 @@ pub struct EpochRecord {
     pub valid: Option<Metrics>,
     /// This epoch became the best checkpoint.
     pub best: bool,
+    /// In a distributed run, what each rank did (the report above is the group's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<Vec<RankReport>>,
 }
 
 /// `run.json`.
@@ -76,6 +80,13 @@ pub struct RunMeta {
     /// The memory plan of the latest start (absent in runs written before plans were saved).
     #[serde(default)]
     pub memory_plan: Option<strata_store::budget::MemoryPlan>,
+    /// Ranks of the latest start (1: a single process; absent in older runs).
+    #[serde(default = "one")]
+    pub world_size: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl RunMeta {

@@ -85,8 +85,26 @@ fn one_thread_training_is_deterministic_and_resume_repeats_it() {
         dir.path().join("b"),
         dir.path().join("c"),
     );
-    train(&store, &a, cfg.clone(), false, &NoProgress, &mut |_| {}).unwrap();
-    train(&store, &b, cfg.clone(), false, &NoProgress, &mut |_| {}).unwrap();
+    train(
+        &store,
+        &a,
+        cfg.clone(),
+        false,
+        None,
+        &NoProgress,
+        &mut |_| {},
+    )
+    .unwrap();
+    train(
+        &store,
+        &b,
+        cfg.clone(),
+        false,
+        None,
+        &NoProgress,
+        &mut |_| {},
+    )
+    .unwrap();
     assert!(
         table_bytes(&a, Which::Last) == table_bytes(&b, Which::Last),
         "two runs differ"
@@ -96,9 +114,18 @@ fn one_thread_training_is_deterministic_and_resume_repeats_it() {
         epochs: 1,
         ..cfg.clone()
     };
-    let meta = train(&store, &c, one, false, &NoProgress, &mut |_| {}).unwrap();
+    let meta = train(&store, &c, one, false, None, &NoProgress, &mut |_| {}).unwrap();
     assert_eq!(meta.current.epoch, 1);
-    let meta = train(&store, &c, cfg.clone(), false, &NoProgress, &mut |_| {}).unwrap();
+    let meta = train(
+        &store,
+        &c,
+        cfg.clone(),
+        false,
+        None,
+        &NoProgress,
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(meta.current.epoch, 2);
     assert_eq!(meta.history.len(), 2);
     assert!(
@@ -111,6 +138,7 @@ fn one_thread_training_is_deterministic_and_resume_repeats_it() {
         &c,
         TrainConfig { dim: 8, ..cfg },
         false,
+        None,
         &NoProgress,
         &mut |_| {},
     )
@@ -130,7 +158,16 @@ fn filtered_ranks_match_brute_force() {
         eval_every: 0,
         ..config(5, 2, OrderingKind::Beta)
     };
-    train(&store_path, &run, cfg, false, &NoProgress, &mut |_| {}).unwrap();
+    train(
+        &store_path,
+        &run,
+        cfg,
+        false,
+        None,
+        &NoProgress,
+        &mut |_| {},
+    )
+    .unwrap();
     let mut l = Loaded::open(&run, Which::Last, 0, 1, &NoProgress).unwrap();
     let got = l
         .evaluate("test", Some(Protocol::Filtered), 0, &NoProgress)
@@ -196,7 +233,7 @@ fn out_of_core_training_learns_and_keeps_the_best_checkpoint() {
         ..config(6, 3, OrderingKind::Legend)
     };
     let mut seen = Vec::new();
-    let meta = train(&store, &run, cfg, false, &NoProgress, &mut |r| {
+    let meta = train(&store, &run, cfg, false, None, &NoProgress, &mut |r| {
         seen.push(r.report.epoch)
     })
     .unwrap();

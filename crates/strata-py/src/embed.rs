@@ -1,12 +1,14 @@
 //! Embedding training from Python.
 
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
 use pythonize::pythonize;
 use strata_embed::ordering::{schedule, OrderingKind};
 
 use std::path::PathBuf;
 
 use strata_embed::config::{Protocol, TrainConfig};
+use strata_embed::dist::{Cluster, Grant};
 use strata_embed::error::EmbedError;
 use strata_embed::export::{export, ExportFormat};
 use strata_embed::job::train;
@@ -55,11 +57,121 @@ fn embed_plan(
     Ok(pythonize(py, &report)?.unbind())
 }
 
+/// A distributed run's group as the engine sees it: calls into a Python object
+/// (`strata.embed.dist.Group`) that speaks torch.distributed. Its first exception is kept, and
+/// raised as itself once the job returns.
+struct PyCluster<'a> {
+    group: Py<PyAny>,
+    rank: usize,
+    world_size: usize,
+    error: &'a CallbackError,
+}
+
+impl PyCluster<'_> {
+    /// `group.method(*args(py))` with the GIL, its result extracted as `T`; an exception is
+    /// kept and becomes `EmbedError::Group` with its message.
+    fn call<T>(
+        &self,
+        method: &str,
+        args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
+    ) -> strata_embed::error::Result<T>
+    where
+        T: for<'a, 'py> FromPyObject<'a, 'py>,
+    {
+        Python::attach(|py| {
+            let outcome = args(py)
+                .and_then(|a| self.group.call_method1(py, method, a))
+                .and_then(|v| v.extract::<T>(py).map_err(Into::into));
+            outcome.map_err(|e| {
+                let message = e.to_string();
+                self.error.keep(e);
+                EmbedError::Group(message)
+            })
+        })
+    }
+}
+
+impl Cluster for PyCluster<'_> {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    fn acquire(
+        &mut self,
+        epoch: usize,
+        held: &[u32],
+        partitions: u32,
+        capacity: usize,
+    ) -> strata_embed::error::Result<Grant> {
+        let (kind, bucket, evict, written): (String, (u32, u32), Vec<u32>, Vec<u32>) = self
+            .call("acquire", |py| {
+                (epoch, held.to_vec(), partitions, capacity).into_pyobject(py)
+            })?;
+        match kind.as_str() {
+            "bucket" => Ok(Grant::Bucket {
+                bucket,
+                evict,
+                written,
+            }),
+            "wait" => Ok(Grant::Wait),
+            "done" => Ok(Grant::Done),
+            other => Err(EmbedError::Group(format!(
+                "the scheduler answered '{other}' (bucket, wait or done expected)"
+            ))),
+        }
+    }
+
+    fn release(&mut self, epoch: usize, parts: &[u32]) -> strata_embed::error::Result<()> {
+        self.call::<Py<PyAny>>("release", |py| (epoch, parts.to_vec()).into_pyobject(py))
+            .map(drop)
+    }
+
+    fn sync(&mut self, values: &mut [f32], done: bool) -> strata_embed::error::Result<bool> {
+        let bytes: &[u8] = bytemuck::cast_slice(values);
+        let (summed, all_done): (Vec<u8>, bool) = self.call("sync", |py| {
+            (PyBytes::new(py, bytes), done).into_pyobject(py)
+        })?;
+        if summed.len() != values.len() * 4 {
+            return Err(EmbedError::Group(format!(
+                "a relation round returned {} bytes for {} values",
+                summed.len(),
+                values.len()
+            )));
+        }
+        for (v, b) in values.iter_mut().zip(summed.chunks_exact(4)) {
+            *v = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+        }
+        Ok(all_done)
+    }
+
+    fn barrier(&mut self, what: &str) -> strata_embed::error::Result<()> {
+        self.call::<Py<PyAny>>("barrier", |py| (what,).into_pyobject(py))
+            .map(drop)
+    }
+
+    fn gather(&mut self, mine: String) -> strata_embed::error::Result<Vec<String>> {
+        self.call("gather", |py| (mine,).into_pyobject(py))
+    }
+
+    fn traffic(&self) -> (u64, u64) {
+        // A failure is kept and raised when the job returns; the figures read 0 meanwhile.
+        self.call("traffic", |py| Ok(PyTuple::empty(py)))
+            .unwrap_or((0, 0))
+    }
+}
+
 /// Trains (or resumes) a run: `config` is the `embed.train` section
 /// (`strata_embed::config::TrainConfig`);
-/// `on_epoch(record)` is called after each committed epoch. Returns the run record.
+/// `on_epoch(record)` is called after each committed epoch. Returns the run record. With
+/// `group` (a `strata.embed.dist.Group`, whose `rank` and `world_size` it reads) this process
+/// is one rank of a distributed run.
 #[pyfunction]
-#[pyo3(signature = (store, run_dir, config, fresh=false, progress=None, on_epoch=None))]
+#[pyo3(signature = (store, run_dir, config, fresh=false, progress=None, on_epoch=None, group=None))]
+#[allow(clippy::too_many_arguments)]
 fn embed_train(
     py: Python<'_>,
     store: PathBuf,
@@ -68,11 +180,26 @@ fn embed_train(
     fresh: bool,
     progress: Option<Py<PyAny>>,
     on_epoch: Option<Py<PyAny>>,
+    group: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let cfg: TrainConfig = section(config)?;
     let callback_error = CallbackError::default();
+    let mut cluster = match group {
+        Some(g) => {
+            let rank: usize = g.getattr(py, "rank")?.extract(py)?;
+            let world_size: usize = g.getattr(py, "world_size")?.extract(py)?;
+            Some(PyCluster {
+                group: g,
+                rank,
+                world_size,
+                error: &callback_error,
+            })
+        }
+        None => None,
+    };
     let result = run(py, progress, |p| {
-        train(&store, &run_dir, cfg, fresh, p, &mut |record| {
+        let cluster = cluster.as_mut().map(|c| c as &mut dyn Cluster);
+        train(&store, &run_dir, cfg, fresh, cluster, p, &mut |record| {
             if let Some(cb) = &on_epoch {
                 callback_error.call(cb, record);
             }

@@ -41,6 +41,7 @@ impl ToPyErr for EmbedError {
             EmbedError::Config(m) => raise(py, "ConfigError", m),
             EmbedError::Budget(m) => raise(py, "BudgetError", m),
             EmbedError::Corrupt(m) => raise(py, "RunError", m),
+            EmbedError::Group(m) => raise(py, "GroupError", m),
             EmbedError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
         }
     }

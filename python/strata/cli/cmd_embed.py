@@ -12,7 +12,7 @@ from ..config import (
     EmbedTrainConfig,
     from_args,
 )
-from ..embed import Run, format_metrics, format_plan, format_summary, plan, train
+from ..embed import Run, dist, format_metrics, format_plan, format_summary, plan, train
 from ..units import fmt_bytes, fmt_duration
 from .common import add_section_command, emit_summary, run_with_progress
 
@@ -55,7 +55,8 @@ def register(sub) -> None:
 def run_train(args) -> int:
     cfg = from_args(EmbedTrainConfig, args)
     run = run_with_progress(args, lambda bar: train(cfg, bar))
-    emit_summary(args, run.meta, format_summary(run))
+    if not dist.follower():
+        emit_summary(args, run.meta, format_summary(run))
     return 0
 
 

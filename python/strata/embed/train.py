@@ -12,6 +12,7 @@ from ..config.embed import EmbedTrainConfig
 from ..errors import ConfigError
 from ..paths import make_dir
 from ..units import fmt_bytes, fmt_duration
+from . import dist
 from .runs import Run, default_run_dir
 
 #: Options of the section that are the front end's, not the trainer's.
@@ -88,12 +89,31 @@ def train(
     make_dir(run_dir.parent, "--run-dir")
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
+    group = dist.from_environment(cfg.dist_timeout)
+    if group is not None:
+        progress = _ranked(progress, group.rank)
     try:
-        _native.embed_train(str(cfg.store), str(run_dir), native, cfg.fresh, progress, epoch_done)
+        _native.embed_train(str(cfg.store), str(run_dir), native, cfg.fresh, progress, epoch_done, group)
     finally:
         if board is not None:
             board.close()
+        if group is not None:
+            group.close()
     return Run(run_dir)
+
+
+def _ranked(progress: Callable[..., bool] | None, rank: int) -> Callable[..., bool] | None:
+    """``progress`` with each message line prefixed by the rank, so interleaved output of the
+    ranks of one machine stays readable."""
+    if progress is None:
+        return None
+
+    def report(event: str, *args) -> bool:
+        if event == "message" and not args[0].startswith("rank "):
+            args = (f"rank {rank}: {args[0]}",)
+        return progress(event, *args)
+
+    return report
 
 
 def format_metrics(m: dict) -> str:
@@ -120,6 +140,14 @@ def format_summary(run: Run) -> str:
             f"I/O {fmt_bytes(io)} in all, waiting on I/O {100 * wait:.1f}% of training; "
             f"step {hist[-1]['step_flops_per_thread'] / 1e9:.1f} GFLOP/s per thread vs SGEMM "
             f"{meta['sgemm_flops'] / 1e9:.1f} GFLOP/s on this machine."
+        )
+    if meta.get("world_size", 1) > 1 and hist and hist[-1].get("ranks"):
+        lines.append(f"  distributed over {meta['world_size']} ranks; last epoch:")
+        lines.extend(
+            f"    rank {r['rank']}: {r['buckets']} buckets, {r['edges_per_second']:,.0f} edges/s, "
+            f"{r['partition_loads']} partition loads, {r['relation_rounds']} relation rounds, "
+            f"sent {fmt_bytes(r['bytes_sent'])}, received {fmt_bytes(r['bytes_received'])}"
+            for r in hist[-1]["ranks"]
         )
     best = meta["best"]["epoch"]
     valid = next((h["valid"] for h in hist if h["epoch"] == best and h.get("valid")), None)

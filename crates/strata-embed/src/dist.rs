@@ -1,0 +1,173 @@
+//! What a distributed run needs from its group of ranks (see docs/distributed.md): buckets
+//! and partition locks from the scheduler on rank 0, relation rounds, barriers and a gather for
+//! the epoch's reports. The engine knows nothing of torch: `strata-py` implements [`Cluster`]
+//! over `torch.distributed`, and a single-process run has no cluster at all.
+
+use serde::{Deserialize, Serialize};
+
+use crate::epoch::EpochReport;
+use crate::error::Result;
+use crate::ordering::Bucket;
+
+/// The scheduler's answer to a rank asking for work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant {
+    /// Train `bucket`: first write back and release `evict` (resident partitions of this rank),
+    /// then load the bucket's partitions that are not resident; a partition in `written` was
+    /// already written back this epoch and is read from the epoch's output table.
+    Bucket {
+        bucket: Bucket,
+        evict: Vec<u32>,
+        written: Vec<u32>,
+    },
+    /// Buckets remain, but each needs a partition another rank holds: write back and release
+    /// everything, join a relation round, ask again.
+    Wait,
+    /// Every bucket of the epoch has been handed out.
+    Done,
+}
+
+/// A group of ranks training one run.
+pub trait Cluster: Send {
+    fn rank(&self) -> usize;
+    fn world_size(&self) -> usize;
+    /// The next grant for this rank in `epoch`; it holds `held` (its resident partitions) in
+    /// a buffer of `capacity` slots, of a table of `partitions` partitions.
+    fn acquire(
+        &mut self,
+        epoch: usize,
+        held: &[u32],
+        partitions: u32,
+        capacity: usize,
+    ) -> Result<Grant>;
+    /// `parts` are written back to the epoch's output table and no longer held by this rank.
+    fn release(&mut self, epoch: usize, parts: &[u32]) -> Result<()>;
+    /// One relation round: sums `values` over the ranks in place. `done`: this rank has no more
+    /// buckets this epoch. Returns whether every rank is done.
+    fn sync(&mut self, values: &mut [f32], done: bool) -> Result<bool>;
+    /// Waits until every rank arrives; `what` names the point in errors.
+    fn barrier(&mut self, what: &str) -> Result<()>;
+    /// Every rank's `mine`, in rank order, on rank 0; empty on the other ranks.
+    fn gather(&mut self, mine: String) -> Result<Vec<String>>;
+    /// Bytes this rank has sent and received through the group so far.
+    fn traffic(&self) -> (u64, u64);
+}
+
+/// What one rank did in one epoch (one entry of an epoch record's `ranks`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankReport {
+    pub rank: usize,
+    #[serde(flatten)]
+    pub report: EpochReport,
+    /// Buckets this rank trained.
+    pub buckets: usize,
+    /// Relation rounds it joined, and the times the scheduler had nothing it could take.
+    pub relation_rounds: usize,
+    pub waits: usize,
+    /// Seconds spent waiting for the scheduler's answers and in relation rounds.
+    pub group_wait_seconds: f64,
+    /// Bytes sent to and received from the other ranks (scheduler messages, relation rounds).
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
+impl RankReport {
+    /// The group's epoch: edges per second of all ranks together over the slowest rank's
+    /// time, loss weighted by each rank's edges, loads, bytes and waits summed.
+    pub fn combine(ranks: &[RankReport]) -> EpochReport {
+        let first = &ranks[0].report;
+        let edges = |r: &EpochReport| r.edges_per_second * r.seconds;
+        let total_edges: f64 = ranks.iter().map(|r| edges(&r.report)).sum();
+        let seconds = ranks.iter().map(|r| r.report.seconds).fold(0.0, f64::max);
+        let sum_f = |f: fn(&EpochReport) -> f64| ranks.iter().map(|r| f(&r.report)).sum::<f64>();
+        let sum_u = |f: fn(&EpochReport) -> u64| ranks.iter().map(|r| f(&r.report)).sum::<u64>();
+        let sum_n = |f: fn(&EpochReport) -> usize| ranks.iter().map(|r| f(&r.report)).sum();
+        let io_wait = sum_f(|r| r.io_wait_seconds);
+        EpochReport {
+            epoch: first.epoch,
+            loss: ranks
+                .iter()
+                .map(|r| r.report.loss * edges(&r.report))
+                .sum::<f64>()
+                / total_edges.max(1.0),
+            seconds,
+            edges_per_second: total_edges / seconds.max(1e-9),
+            io_wait_seconds: io_wait,
+            io_wait_fraction: io_wait / sum_f(|r| r.seconds).max(1e-9),
+            partition_loads: sum_n(|r| r.partition_loads),
+            partition_bytes_read: sum_u(|r| r.partition_bytes_read),
+            partition_bytes_written: sum_u(|r| r.partition_bytes_written),
+            edge_bytes_read: sum_u(|r| r.edge_bytes_read),
+            buffer_states: sum_n(|r| r.buffer_states),
+            swaps: sum_n(|r| r.swaps),
+            step_flops_per_thread: sum_f(|r| r.step_flops_per_thread) / ranks.len() as f64,
+            step_flops_total: sum_f(|r| r.step_flops_total),
+        }
+    }
+}
+
+/// One line of what a rank did in an epoch of `epochs`.
+pub fn describe_rank(r: &RankReport, epochs: usize) -> String {
+    let e = &r.report;
+    format!(
+        "rank {} epoch {}/{}: {} buckets, loss {:.4}, {:.2} s, {:.0} edges/s, {} partition loads, I/O wait {:.2} s, {} relation rounds, {} waits ({:.2} s on the group), sent {}, received {}",
+        r.rank,
+        e.epoch,
+        epochs,
+        r.buckets,
+        e.loss,
+        e.seconds,
+        e.edges_per_second,
+        e.partition_loads,
+        e.io_wait_seconds,
+        r.relation_rounds,
+        r.waits,
+        r.group_wait_seconds,
+        strata_store::units::fmt_bytes(r.bytes_sent),
+        strata_store::units::fmt_bytes(r.bytes_received)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(rank: usize, seconds: f64, edges: f64, loss: f64, loads: usize) -> RankReport {
+        RankReport {
+            rank,
+            report: EpochReport {
+                epoch: 3,
+                loss,
+                seconds,
+                edges_per_second: edges / seconds,
+                io_wait_seconds: 0.5,
+                io_wait_fraction: 0.5 / seconds,
+                partition_loads: loads,
+                partition_bytes_read: 100,
+                partition_bytes_written: 10,
+                edge_bytes_read: 1,
+                buffer_states: 4,
+                swaps: 2,
+                step_flops_per_thread: 2.0,
+                step_flops_total: 2.0,
+            },
+            buckets: 4,
+            relation_rounds: 2,
+            waits: 0,
+            group_wait_seconds: 0.0,
+            bytes_sent: 5,
+            bytes_received: 5,
+        }
+    }
+
+    #[test]
+    fn the_groups_epoch_sums_the_ranks_over_the_slowest() {
+        let g = RankReport::combine(&[rank(0, 2.0, 300.0, 1.0, 3), rank(1, 4.0, 100.0, 2.0, 5)]);
+        assert_eq!(g.epoch, 3);
+        assert_eq!(g.seconds, 4.0);
+        assert!((g.edges_per_second - 100.0).abs() < 1e-9);
+        assert!((g.loss - 1.25).abs() < 1e-12, "{}", g.loss);
+        assert_eq!((g.partition_loads, g.partition_bytes_read), (8, 200));
+        assert!((g.io_wait_fraction - 1.0 / 6.0).abs() < 1e-12);
+    }
+}

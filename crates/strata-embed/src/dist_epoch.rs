@@ -1,0 +1,222 @@
+//! An epoch of a distributed run (docs/distributed.md): buckets come one at a time from the
+//! group's scheduler instead of a precomputed schedule, partitions are locked while resident,
+//! and the relation rows are combined across ranks by all-reduce of their deltas.
+//!
+//! Partitions move through the run's shared table files: a rank writes a partition back to
+//! the epoch's output table before it releases it, and the next holder reads it from there.
+//! Swaps are synchronous here (each counted as I/O wait); the bucket's edges are still read
+//! ahead piece by piece while the previous piece trains.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use strata_io::progress::{Meter, Progress};
+
+use crate::dist::{Cluster, Grant, RankReport};
+use crate::epoch::{Interval, Tally, Timeline, Trainer};
+use crate::epoch_io::prefetch_edges;
+use crate::error::{EmbedError, Result};
+use crate::relations::Relations;
+use crate::table::TableFile;
+
+/// The relation rows (parameters, then optimizer state) as of the last round, identical on
+/// every rank: a round sums each rank's change since then.
+struct RelationRounds {
+    base: Vec<f32>,
+    scratch: Vec<f32>,
+    rounds: usize,
+}
+
+impl RelationRounds {
+    fn new(rel: &Relations) -> RelationRounds {
+        let base: Vec<f32> = rel.params.iter().chain(&rel.state).copied().collect();
+        RelationRounds {
+            scratch: vec![0.0; base.len()],
+            base,
+            rounds: 0,
+        }
+    }
+
+    /// One round: every rank's delta summed into the base, which becomes every rank's rows.
+    /// Returns whether every rank is done with the epoch.
+    fn round(
+        &mut self,
+        rel: &mut Relations,
+        cluster: &mut dyn Cluster,
+        done: bool,
+    ) -> Result<bool> {
+        let split = rel.params.len();
+        for (d, (now, base)) in self
+            .scratch
+            .iter_mut()
+            .zip(rel.params.iter().chain(&rel.state).zip(&self.base))
+        {
+            *d = now - base;
+        }
+        let all_done = cluster.sync(&mut self.scratch, done)?;
+        for (base, d) in self.base.iter_mut().zip(&self.scratch) {
+            *base += d;
+        }
+        rel.params.copy_from_slice(&self.base[..split]);
+        rel.state.copy_from_slice(&self.base[split..]);
+        self.rounds += 1;
+        Ok(all_done)
+    }
+}
+
+impl Trainer {
+    /// One epoch of a distributed run on this rank: partitions are read from `current`, or
+    /// from `next` when the scheduler says they were written back this epoch, and every
+    /// partition this rank held is written back to `next` (synced) by the time it returns.
+    pub fn epoch_scheduled(
+        &mut self,
+        epoch: usize,
+        current: &Arc<TableFile>,
+        next: &Arc<TableFile>,
+        cluster: &mut dyn Cluster,
+        progress: &dyn Progress,
+    ) -> Result<(RankReport, Vec<Interval>)> {
+        debug_assert!(
+            !self.has_banks(),
+            "job::train refuses negative banks in distributed runs"
+        );
+        let engine = self.buffer.engine().clone();
+        let origin = Instant::now();
+        let mut tl = Timeline {
+            origin,
+            events: Vec::new(),
+        };
+        let io_before = engine.stats();
+        let traffic_before = cluster.traffic();
+        let mut tally = Tally::default();
+        let mut meter = Meter::new(
+            progress,
+            &format!(
+                "epoch {}/{} (rank {})",
+                epoch + 1,
+                self.cfg.epochs,
+                cluster.rank()
+            ),
+            0,
+            0,
+        );
+        for w in &mut self.workers {
+            w.reset_counters();
+        }
+        // What this rank held last epoch may have been trained by another rank since.
+        self.buffer.clear();
+        let mut rounds = RelationRounds::new(&self.relations);
+        let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
+        let mut group_wait = 0.0;
+        loop {
+            let held: Vec<u32> = self.buffer.resident().collect();
+            let t = Instant::now();
+            let grant = cluster.acquire(
+                epoch,
+                &held,
+                self.buckets.partitioning.partitions,
+                self.buffer.capacity(),
+            )?;
+            group_wait += t.elapsed().as_secs_f64();
+            match grant {
+                Grant::Bucket {
+                    bucket,
+                    evict,
+                    written,
+                } => {
+                    let t = Instant::now();
+                    for &p in &evict {
+                        self.buffer.evict(p, next)?;
+                    }
+                    if !evict.is_empty() {
+                        cluster.release(epoch, &evict)?;
+                        evictions += evict.len();
+                    }
+                    let mut parts = vec![bucket.0, bucket.1];
+                    parts.dedup();
+                    for p in parts {
+                        if self.buffer.slot_of(p).is_some() {
+                            continue;
+                        }
+                        let slot = self.buffer.free_slot().ok_or_else(|| {
+                            EmbedError::Corrupt(format!(
+                                "the scheduler granted bucket {bucket:?} without room for partition {p} in a buffer of {}",
+                                self.buffer.capacity()
+                            ))
+                        })?;
+                        let from = if written.contains(&p) { next } else { current };
+                        self.buffer.load(slot, p, from)?;
+                        tally.loads += 1;
+                    }
+                    let now = Instant::now();
+                    if now - t > std::time::Duration::from_micros(50) {
+                        tally.io_wait += (now - t).as_secs_f64();
+                        tl.add("io", trained, t, now, format!("swap for {bucket:?}"));
+                        tl.add("wait", trained, t, now, format!("swap for {bucket:?}"));
+                    }
+                    let (rx, edges) = prefetch_edges(
+                        engine.clone(),
+                        self.buckets.clone(),
+                        vec![bucket],
+                        self.piece_rows,
+                        2,
+                        self.relation_ids(),
+                    );
+                    let result = self
+                        .run_bucket(&rx, bucket, epoch, trained, &mut tl, &mut tally, &mut meter);
+                    drop(rx);
+                    let _ = edges.join();
+                    result?;
+                    trained += 1;
+                    since_round += 1;
+                    if since_round >= self.cfg.relation_sync_every {
+                        let t = Instant::now();
+                        rounds.round(&mut self.relations, cluster, false)?;
+                        group_wait += t.elapsed().as_secs_f64();
+                        since_round = 0;
+                    }
+                }
+                Grant::Wait | Grant::Done => {
+                    let t = Instant::now();
+                    let held: Vec<u32> = self.buffer.resident().collect();
+                    for &p in &held {
+                        self.buffer.evict(p, next)?;
+                    }
+                    if !held.is_empty() {
+                        cluster.release(epoch, &held)?;
+                    }
+                    tally.io_wait += t.elapsed().as_secs_f64();
+                    let done = grant == Grant::Done;
+                    waits += usize::from(!done);
+                    let t = Instant::now();
+                    // Done: keep joining rounds until every rank is, so all leave together.
+                    while !rounds.round(&mut self.relations, cluster, done)? && done {}
+                    group_wait += t.elapsed().as_secs_f64();
+                    if done {
+                        break;
+                    }
+                }
+            }
+        }
+        let t = Instant::now();
+        next.sync()?;
+        tally.io_wait += t.elapsed().as_secs_f64();
+        meter.finish()?;
+        let io = engine.stats().since(&io_before);
+        let report = self.report(epoch, origin, &tally, &io, trained, evictions);
+        let (sent, received) = cluster.traffic();
+        Ok((
+            RankReport {
+                rank: cluster.rank(),
+                report,
+                buckets: trained,
+                relation_rounds: rounds.rounds,
+                waits,
+                group_wait_seconds: group_wait,
+                bytes_sent: sent - traffic_before.0,
+                bytes_received: received - traffic_before.1,
+            },
+            tl.events,
+        ))
+    }
+}

@@ -1,0 +1,260 @@
+"""Distributed embedding training over torch.distributed (docs/distributed.md).
+
+``from_environment`` reads torchrun's variables and, when the world has more than one rank,
+joins the group: the rendezvous store at ``MASTER_ADDR:MASTER_PORT``, a gloo process group, and
+on rank 0 the bucket scheduler serving the other ranks over the store. The native trainer calls
+the ``Group``'s methods (``acquire``, ``release``, ``sync``, ``barrier``, ``gather``,
+``traffic``); every wait on another rank is bounded by the run's ``dist_timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import timedelta
+
+from ..errors import ConfigError, GroupError, MissingDependencyError
+from . import dist_policy
+
+#: torchrun's variables a rank needs.
+ENVIRONMENT = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+#: Seconds rank 0's scheduler thread sleeps when no request is waiting.
+POLL_SECONDS = 0.002
+
+
+def _torch_distributed():
+    try:
+        import torch
+        import torch.distributed as td
+    except ImportError as e:
+        raise MissingDependencyError(
+            "distributed training (WORLD_SIZE > 1 in the environment, as torchrun sets it) needs torch: "
+            "pip install 'strata-gl[torch]' or pip install torch"
+        ) from e
+    if not td.is_available():
+        raise MissingDependencyError("this torch build has no torch.distributed; install a build that has it")
+    return torch, td
+
+
+def from_environment(timeout: int, environ=os.environ) -> Group | None:
+    """The group this process belongs to, or None for a single-process run (no ``WORLD_SIZE``,
+    or ``WORLD_SIZE=1``). Raises ``ConfigError`` naming a missing or malformed variable."""
+    try:
+        if int(environ.get("WORLD_SIZE", "1")) <= 1:
+            return None
+        for name in ENVIRONMENT:
+            if name not in environ:
+                raise ConfigError(
+                    f"WORLD_SIZE is set but {name} is not: run under torchrun, which sets {', '.join(ENVIRONMENT)}"
+                )
+        rank, world_size, port = int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ["MASTER_PORT"])
+    except ValueError as e:
+        raise ConfigError(f"torchrun's environment: {e} (RANK, WORLD_SIZE and MASTER_PORT are integers)") from None
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"RANK={rank} is outside 0..{world_size - 1} (WORLD_SIZE={world_size})")
+    return Group(rank, world_size, environ["MASTER_ADDR"], port, timeout)
+
+
+def follower(environ=os.environ) -> bool:
+    """Whether this process is a rank other than 0 of a distributed run (it leaves the run's
+    summary to rank 0)."""
+    try:
+        return int(environ.get("WORLD_SIZE", "1")) > 1 and int(environ.get("RANK", "0")) != 0
+    except ValueError:
+        return False
+
+
+class _Scheduler:
+    """Rank 0's bucket scheduler: the policy's state, served to the other ranks by a thread
+    that polls their next request key in the store, and called directly by rank 0."""
+
+    def __init__(self, group: Group):
+        self.group = group
+        self.lock = threading.Lock()
+        self.epoch = -1
+        self.state: dist_policy.EpochState | None = None
+        self.stop = threading.Event()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._serve, name="strata-bucket-scheduler", daemon=True)
+        self.thread.start()
+
+    def handle(self, rank: int, request: dict) -> dict:
+        """One request of ``rank`` (``acquire`` or ``release``), answered as a dict."""
+        with self.lock:
+            epoch = request["epoch"]
+            if request["op"] == "acquire" and epoch > self.epoch:
+                self.epoch, self.state = epoch, dist_policy.EpochState(request["partitions"], seed=epoch)
+            elif epoch != self.epoch:
+                raise ValueError(
+                    f"rank {rank} asks about epoch {epoch + 1} while the group trains epoch {self.epoch + 1}"
+                )
+            if request["op"] == "acquire" and request["partitions"] != self.state.partitions:
+                raise ValueError(
+                    f"rank {rank} has {request['partitions']} partitions, the epoch's first request "
+                    f"{self.state.partitions}: every rank must train the same partitioning"
+                )
+            if request["op"] == "release":
+                dist_policy.release(self.state, rank, request["parts"])
+                return {}
+            g = dist_policy.grant(self.state, rank, set(request["held"]), request["capacity"])
+            return {"kind": g.kind, "bucket": list(g.bucket), "evict": list(g.evict), "written": list(g.written)}
+
+    def _serve(self) -> None:
+        g = self.group
+        seq = [0] * g.world_size
+        try:
+            while not self.stop.is_set():
+                answered = False
+                for r in range(1, g.world_size):
+                    key = f"sched/req/{r}/{seq[r]}"
+                    if not g.store.check([key]):
+                        continue
+                    text = g.store.get(key)
+                    g.store.delete_key(key)
+                    g.received += len(text)
+                    try:
+                        reply = self.handle(r, json.loads(text))
+                    except (ValueError, KeyError) as e:
+                        reply = {"error": str(e)}
+                    data = json.dumps(reply)
+                    g.store.set(f"sched/rep/{r}/{seq[r]}", data)
+                    g.sent += len(data)
+                    seq[r] += 1
+                    answered = True
+                if not answered:
+                    self.stop.wait(POLL_SECONDS)
+        except BaseException as e:  # the store went away: rank 0's next call reports it
+            self.failure = e
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+class Group:
+    """This process's rank in a distributed run (``rank``, ``world_size``), joined on creation:
+    the rendezvous store, a gloo process group, and rank 0's scheduler. ``close`` leaves it."""
+
+    def __init__(self, rank: int, world_size: int, addr: str, port: int, timeout: int):
+        self.torch, td = _torch_distributed()
+        self.td = td
+        self.rank, self.world_size = rank, world_size
+        self.address = f"{addr}:{port}"
+        self.timeout = timeout
+        self.sent = self.received = 0
+        self.seq = 0
+        wait = timedelta(seconds=timeout)
+        try:
+            store, _, _ = next(td.rendezvous("env://", rank, world_size, timeout=wait))
+            td.init_process_group(
+                "gloo", store=td.PrefixStore("pg/", store), rank=rank, world_size=world_size, timeout=wait
+            )
+        except (RuntimeError, TimeoutError, ValueError) as e:
+            raise GroupError(
+                f"rank {rank}: could not join the group through the rendezvous store at {self.address} "
+                f"within {timeout} s (dist_timeout): {_first_line(e)}"
+            ) from None
+        # A group restarted by torchrun may meet the keys of the attempt before it.
+        self.store = td.PrefixStore(f"strata/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
+        self.store.set_timeout(wait)
+        self.scheduler = _Scheduler(self) if rank == 0 else None
+
+    def __repr__(self) -> str:
+        return f"Group(rank {self.rank} of {self.world_size}, store {self.address})"
+
+    def _ask(self, request: dict, what: str) -> dict:
+        if self.scheduler is not None:
+            if self.scheduler.failure is not None:
+                raise GroupError(f"rank 0: the bucket scheduler stopped: {self.scheduler.failure}")
+            try:
+                return self.scheduler.handle(0, request)
+            except (ValueError, KeyError) as e:
+                raise GroupError(f"rank 0: the bucket scheduler refused a request: {e}") from None
+        k = self.seq
+        self.seq += 1
+        data = json.dumps(request)
+        key = f"sched/rep/{self.rank}/{k}"
+        try:
+            self.store.set(f"sched/req/{self.rank}/{k}", data)
+            self.sent += len(data)
+            self.store.wait([key], timedelta(seconds=self.timeout))
+            text = self.store.get(key)
+            self.store.delete_key(key)
+        except (RuntimeError, TimeoutError) as e:
+            raise GroupError(
+                f"rank {self.rank}: no answer from the bucket scheduler on rank 0 (store at {self.address}) "
+                f"within {self.timeout} s (dist_timeout) {what}: {_first_line(e)}"
+            ) from None
+        self.received += len(text)
+        reply = json.loads(text)
+        if "error" in reply:
+            raise GroupError(f"rank {self.rank}: the bucket scheduler refused a request: {reply['error']}")
+        return reply
+
+    def acquire(self, epoch: int, held: list[int], partitions: int, capacity: int):
+        """The next grant: ``(kind, (a, b), evict, written)``."""
+        r = self._ask(
+            {"op": "acquire", "epoch": epoch, "held": held, "partitions": partitions, "capacity": capacity},
+            f"while asking for a bucket of epoch {epoch + 1}",
+        )
+        return r["kind"], tuple(r["bucket"]), r["evict"], r["written"]
+
+    def release(self, epoch: int, parts: list[int]) -> None:
+        """``parts`` are written back and no longer held."""
+        self._ask(
+            {"op": "release", "epoch": epoch, "parts": parts},
+            f"while releasing partitions {parts} in epoch {epoch + 1}",
+        )
+
+    def _collective(self, what: str, call):
+        try:
+            return call()
+        except RuntimeError as e:
+            raise GroupError(
+                f"rank {self.rank}: {what} did not complete within {self.timeout} s (dist_timeout) "
+                f"(group rendezvous at {self.address}): {_first_line(e)}"
+            ) from None
+
+    def sync(self, values: bytes, done: bool):
+        """One relation round: the float32 ``values`` summed over the ranks, and whether every
+        rank said ``done``."""
+        torch = self.torch
+        t = torch.empty(len(values) // 4 + 1, dtype=torch.float32)
+        t[:-1] = torch.frombuffer(bytearray(values), dtype=torch.float32)
+        t[-1] = 1.0 if done else 0.0
+        self._collective("a relation all-reduce", lambda: self.td.all_reduce(t))
+        self.sent += t.numel() * 4
+        self.received += t.numel() * 4
+        return t[:-1].numpy().tobytes(), int(t[-1].item()) == self.world_size
+
+    def barrier(self, what: str) -> None:
+        """Waits for every rank at the point named ``what``."""
+        wait = timedelta(seconds=self.timeout)
+        self._collective(f"the barrier '{what}'", lambda: self.td.monitored_barrier(timeout=wait, wait_all_ranks=True))
+
+    def gather(self, mine: str) -> list[str]:
+        """Every rank's ``mine`` on rank 0, in rank order; empty on the others."""
+        out = [None] * self.world_size if self.rank == 0 else None
+        self._collective("gathering the epoch's reports", lambda: self.td.gather_object(mine, out, dst=0))
+        self.sent += len(mine) if self.rank else 0
+        if self.rank:
+            return []
+        self.received += sum(len(s) for s in out[1:])
+        return list(out)
+
+    def traffic(self) -> tuple[int, int]:
+        """Bytes sent to and received from the other ranks so far."""
+        return self.sent, self.received
+
+    def close(self) -> None:
+        """Stops the scheduler (rank 0) and leaves the process group."""
+        if self.scheduler is not None:
+            self.scheduler.close()
+        if self.td.is_initialized():
+            self.td.destroy_process_group()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

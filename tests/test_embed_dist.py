@@ -1,0 +1,163 @@
+"""Distributed embedding training: the scheduler's policy as a pure function, and
+`strata embed train` under torchrun with two ranks on loopback (docs/distributed.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import needs, run_strata
+from strata.embed import dist
+from strata.embed.dist_policy import EpochState, grant, release, simulate
+from strata.errors import ConfigError
+
+SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--threads", "1", "-q"]
+
+
+def test_policy_locks_partitions_and_hands_out_every_bucket_once():
+    rng = random.Random(7)
+    for trial in range(40):
+        n = rng.randint(1, 9)
+        ranks = rng.randint(1, 4)
+        capacities = [rng.randint(2, 4) for _ in range(ranks)]
+        state = EpochState(n)
+        held: list[set[int]] = [set() for _ in range(ranks)]
+        handed: list[tuple[int, int]] = []
+        finished = [False] * ranks
+        for _ in range(20 * n * n * ranks + 100):
+            if all(finished):
+                break
+            r = rng.choice([q for q in range(ranks) if not finished[q]])
+            if held[r] and rng.random() < 0.2:
+                # A rank may give partitions back between buckets (a wait, or memory pressure).
+                part = rng.choice(sorted(held[r]))
+                release(state, r, [part])
+                held[r].discard(part)
+                continue
+            g = grant(state, r, held[r], capacities[r])
+            if g.kind == "bucket":
+                assert set(g.evict) <= held[r] and not set(g.evict) & set(g.bucket)
+                release(state, r, g.evict)
+                held[r] = (held[r] - set(g.evict)) | set(g.bucket)
+                assert len(held[r]) <= capacities[r], (trial, r, held[r])
+                handed.append(g.bucket)
+            else:
+                release(state, r, sorted(held[r]))
+                held[r] = set()
+                finished[r] = g.kind == "done"
+            owners = [p for h in held for p in h]
+            assert len(owners) == len(set(owners)), f"a partition held by two ranks: {held}"
+            assert all(state.holder[p] == q for q, h in enumerate(held) for p in h)
+        assert all(finished), trial
+        assert sorted(handed) == [(a, b) for a in range(n) for b in range(n)], trial
+
+
+def test_policy_prefers_resident_partitions_and_evicts_the_spent_ones():
+    state = EpochState(4)
+    first = grant(state, 0, set(), 3)
+    assert first.kind == "bucket" and first.evict == () and first.written == ()
+    held = set(first.bucket)
+    # While buckets among the held partitions remain, none needs a load.
+    while any((a, b) not in state.done for a in held for b in held):
+        g = grant(state, 0, held, 3)
+        assert set(g.bucket) <= held, g
+    # Rank 1 cannot take a bucket touching rank 0's partitions.
+    other = grant(state, 1, set(), 2)
+    assert other.kind == "bucket" and not set(other.bucket) & held
+    # A partition written back is read from the epoch's output table by its next holder.
+    release(state, 1, sorted(set(other.bucket)))
+    again = grant(state, 1, set(), 2)
+    assert set(again.written) == set(again.bucket) & set(other.bucket)
+    with pytest.raises(ValueError, match="which the scheduler gave it not"):
+        grant(state, 1, {next(iter(held))}, 2)
+
+
+def test_simulated_loads_with_a_buffer_of_three_beat_the_pair_lock_server():
+    for ranks in (1, 2, 3):
+        pbg = simulate(16, [2] * ranks)
+        ours = simulate(16, [3] * ranks)
+        assert sum(pbg.buckets) == sum(ours.buckets) == 256
+        assert sum(ours.loads) < sum(pbg.loads), (ranks, ours, pbg)
+
+
+def test_environment_detection():
+    assert dist.from_environment(5, {}) is None
+    assert dist.from_environment(5, {"WORLD_SIZE": "1", "RANK": "0"}) is None
+    with pytest.raises(ConfigError, match="MASTER_ADDR"):
+        dist.from_environment(5, {"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "1"})
+    with pytest.raises(ConfigError, match="RANK=2"):
+        dist.from_environment(5, {"WORLD_SIZE": "2", "RANK": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"})
+    assert dist.follower({"WORLD_SIZE": "2", "RANK": "1"}) and not dist.follower({"WORLD_SIZE": "2", "RANK": "0"})
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    # One thread per rank on a shared test machine; gloo on loopback.
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    return env
+
+
+def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path):
+    needs("torch")
+    run = tmp_path / "run"
+    port = _free_port()
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
+        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "4",
+        "--negative-pool", "resident", "--epochs", "2", "--dist-timeout", "60", "--relation-sync-every", "2",
+        *SMALL,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["world_size"] == 2 and meta["current"]["epoch"] == 2
+    for record in meta["history"]:
+        ranks = record["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        # Every bucket of the 4 x 4 grid is trained once per epoch, by one rank or the other.
+        assert sum(r["buckets"] for r in ranks) == 16
+        assert record["partition_loads"] == sum(r["partition_loads"] for r in ranks) >= 4
+        assert all(r["bytes_sent"] > 0 and r["bytes_received"] > 0 and r["relation_rounds"] >= 1 for r in ranks)
+    out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
+    # 400 candidates: a random ranking has an MRR near 0.015.
+    assert json.loads(out)["metrics"]["mrr"] > 0.05
+
+
+def test_a_rank_that_cannot_reach_rank_0_names_the_address(kg, tmp_path):
+    needs("torch")
+    port = _free_port()
+    env = _env() | {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    proc = run_strata(
+        "embed", "train", kg, "--run-dir", tmp_path / "run", "--partitions", "4", "--negative-pool", "resident",
+        "--dist-timeout", "3", *SMALL, check=False, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"127.0.0.1:{port}" in proc.stderr and "within 3 s" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_negative_banks_are_refused_in_a_distributed_run(kg, tmp_path):
+    needs("torch")
+    port = _free_port()
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
+        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(tmp_path / "run"), "--partitions", "4",
+        "--dist-timeout", "30", *SMALL,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=_env())
+    assert proc.returncode != 0
+    assert "embed.train.negative_pool" in proc.stderr, proc.stderr[-3000:]
