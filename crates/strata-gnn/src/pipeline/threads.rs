@@ -5,7 +5,7 @@
 //! and release their window pins.
 
 use std::any::Any;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::panic::{self, AssertUnwindSafe};
 use std::thread::JoinHandle;
 
@@ -186,27 +186,26 @@ impl Threads {
                         Work::Read(merged) => submit_merged(&st, merged),
                         Work::Fail(e) => Err(e),
                     };
-                    // Reads submitted and not completed, oldest first: while one completes,
-                    // the next one available is submitted (at most one), so its requests keep
-                    // the device busy while this one's last requests finish and its batches are
-                    // assembled. Taken without waiting, so an I/O thread never waits for work
-                    // while it holds a read.
-                    let mut next: VecDeque<(u64, Result<Submitted<'_>>)> = VecDeque::new();
                     while let Some((seq, work)) = recv_or_stop(&rx, &stop) {
-                        let r = panic::catch_unwind(AssertUnwindSafe(|| submit(work)));
-                        match r {
-                            Ok(r) => next.push_back((seq, r)),
-                            Err(payload) => {
-                                let _ = tx.send((seq, Err(payload)));
-                                return;
-                            }
-                        }
-                        while let Some((seq, read)) = next.pop_front() {
+                        // The read to complete next. While one completes, the next one
+                        // available is submitted here, taken without waiting (so an I/O thread
+                        // never waits for work while it holds a read): its requests keep the
+                        // device busy while the current read's last requests finish and its
+                        // batches are assembled.
+                        let mut next: Option<(u64, Result<Submitted<'_>>)> =
+                            match panic::catch_unwind(AssertUnwindSafe(|| submit(work))) {
+                                Ok(r) => Some((seq, r)),
+                                Err(payload) => {
+                                    let _ = tx.send((seq, Err(payload)));
+                                    return;
+                                }
+                            };
+                        while let Some((seq, read)) = next.take() {
                             let r = panic::catch_unwind(AssertUnwindSafe(|| {
                                 read?.complete(&st, || {
-                                    if next.is_empty() {
+                                    if next.is_none() {
                                         if let Ok((s, w)) = rx.try_recv() {
-                                            next.push_back((s, submit(w)));
+                                            next = Some((s, submit(w)));
                                         }
                                     }
                                 })
