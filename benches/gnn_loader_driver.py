@@ -51,6 +51,7 @@ def seed_nodes(store, batches: int, batch_size: int, seed: int) -> np.ndarray:
 
 
 def run_strata(args, seeds: np.ndarray) -> dict:
+    from strata import io as strata_io
     from strata.gnn import GnnData
     from strata.gnn.loader import node_id_bytes
 
@@ -79,6 +80,7 @@ def run_strata(args, seeds: np.ndarray) -> dict:
     plan = data.plan
     epoch = data._native.epoch(node_id_bytes(seeds), 0, True, False)
     read0 = proc_read_bytes()
+    io0 = strata_io.stats()
     rows = seeds_seen = batches = 0
     checksum = 0.0
     first = None
@@ -91,6 +93,7 @@ def run_strata(args, seeds: np.ndarray) -> dict:
         if first is None:
             first = time.monotonic() - t1
     seconds = time.monotonic() - t1
+    io1 = strata_io.stats()
     return {
         "setup_seconds": setup,
         "setup_phases": {
@@ -110,6 +113,24 @@ def run_strata(args, seeds: np.ndarray) -> dict:
         "all_resident": plan["hot_rows"] + plan["device_rows"] == plan["num_nodes"],
         "setup_messages": [m for _, m in events],
         "stats": epoch.stats(),
+        "io": loop_io(io0, io1),
+    }
+
+
+def loop_io(before: dict, after: dict) -> dict:
+    """The I/O engine's reads between two of its snapshots (``strata.io.stats()``), and the mean
+    number of requests in flight each request found when it was submitted: the device queue's
+    depth as the loop kept it."""
+
+    def submitted(s: dict) -> int:
+        return s["read_ops"] + s["write_ops"] + s["errors"] + s["in_flight"]
+
+    n0, n1 = submitted(before), submitted(after)
+    depth_sum = after["mean_in_flight"] * n1 - before["mean_in_flight"] * n0
+    return {
+        "read_ops": after["read_ops"] - before["read_ops"],
+        "read_bytes": after["read_bytes"] - before["read_bytes"],
+        "mean_in_flight": depth_sum / max(n1 - n0, 1),
     }
 
 

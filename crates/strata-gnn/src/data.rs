@@ -56,7 +56,8 @@ pub struct DataConfig {
     pub pipeline: bool,
     /// Threads sampling batches (0: one per core).
     pub sampler_threads: usize,
-    /// Merged reads in flight at once.
+    /// I/O threads, each completing one merged read at a time (one read more is issued:
+    /// the next one, submitted while one completes).
     pub io_threads: usize,
     /// Root of sampling and shuffling randomness.
     pub seed: u64,
@@ -215,8 +216,8 @@ fn batch_estimate(
 /// Batches alive at once as the pipeline runs (see "Memory" in [`crate::pipeline`]):
 /// `(with feature buffers, sampled structure only)`. A merged read holds the batches whose
 /// misses reach the in-flight target (at most the window); one read accumulates, one per I/O
-/// thread is in flight, one is handed out, one batch waits in the output channel and the
-/// consumer holds one. Ahead of them wait the window and up to two batches per sampler thread.
+/// thread and one more (submitted while another completes) are in flight, one is handed out,
+/// one batch waits in the output channel and the consumer holds one. Ahead of them wait the window and up to two batches per sampler thread.
 fn batches_alive(config: &DataConfig, reader: &FeatureReader, batch_rows: u64) -> (usize, usize) {
     let merged = if config.accumulator {
         let (target, _) = in_flight_target(config.in_flight_target, reader);
@@ -228,7 +229,7 @@ fn batches_alive(config: &DataConfig, reader: &FeatureReader, batch_rows: u64) -
     };
     let sampler_threads = strata_io::resolve_threads(config.sampler_threads);
     (
-        merged * (config.io_threads.max(1) + 2) + 2,
+        merged * (config.io_threads.max(1) + 3) + 2,
         config.window + 2 * sampler_threads,
     )
 }

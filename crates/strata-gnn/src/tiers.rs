@@ -59,10 +59,11 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use strata_graph::feature_store::read_on_complete;
 use strata_graph::features::{FeatureReader, ReadStats};
 use strata_graph::sampler::NeighborSampler;
 use strata_graph::topology::Topology;
-use strata_graph::{FeatureStore, GraphError};
+use strata_graph::{FeatureStore, GraphError, Pending};
 
 use crate::cache::{Eviction, FeatureCache};
 use crate::error::{GnnError, Result};
@@ -630,7 +631,7 @@ impl FeatureTiers {
 }
 
 /// The tiers as a feature store: [`FeatureTiers::gather`] (no window pins; device rows from
-/// disk), counting the bytes the disk tier read.
+/// disk) when a read is completed, counting the bytes the disk tier read.
 impl FeatureStore for FeatureTiers {
     fn num_rows(&self) -> u64 {
         self.num_rows
@@ -640,8 +641,13 @@ impl FeatureStore for FeatureTiers {
         self.row_bytes
     }
 
-    fn read(&self, rows: &[u32], out: &mut [u8]) -> strata_graph::Result<u64> {
-        Ok(self.gather(rows, out)?.disk_bytes_read)
+    /// Reads when completed: the lookup in memory decides which rows the disk serves, and it
+    /// must see the tiers as they are when the rows are copied.
+    fn submit(&self, rows: &[u32]) -> strata_graph::Result<Pending<'_>> {
+        let path = self.reader.meta().path.display().to_string();
+        read_on_complete(self, &path, rows, |rows, out| {
+            Ok(self.gather(rows, out)?.disk_bytes_read)
+        })
     }
 
     /// Refused, as the reader under the tiers refuses it: the tiers cache a read-only file.

@@ -1,8 +1,10 @@
 //! The feature-store interface: a table of fixed-size node feature rows addressed by node id,
 //! however it is held (a file read through the I/O engine, tiers of caches over one, a file read
-//! in pages through a page cache). Modelled on DGL GraphBolt's `Feature` (`read(ids)`, `size()`,
-//! `count()`, `update(value, ids)`), reduced to what Strata's engines call: the row count, the
-//! row size, a read of arbitrary rows into a caller's buffer, and an update of rows.
+//! in pages through a page cache). Modelled on DGL GraphBolt's `Feature` (`read(ids)`,
+//! `read_async(ids)`, `size()`, `count()`, `update(value, ids)`), reduced to what Strata's
+//! engines call: the row count, the row size, a read of arbitrary rows into a caller's buffer
+//! (submitted, then completed, so that a caller can have several in flight), and an update of
+//! rows.
 //!
 //! Rows are raw little-endian bytes; what they hold (float32 or float16 values, `dim` of them)
 //! is the implementation's metadata, known to its owner. Implemented by
@@ -14,6 +16,21 @@
 
 use crate::error::{GraphError, Result};
 
+/// A read submitted with [`FeatureStore::submit`], not yet completed. `Send`: it may be
+/// completed on another thread than the one that submitted it.
+pub trait PendingRead: Send {
+    /// Waits for the submitted rows and writes them into `out`: row `rows[i]` of the
+    /// submission at `out[i * row_bytes..(i + 1) * row_bytes]`, so `out.len()` must be
+    /// `rows.len() * row_bytes` bytes. Returns the bytes read from storage for it (whole blocks
+    /// or pages; 0 when memory held every row).
+    ///
+    /// Errors: a wrong `out` length ([`GraphError::Config`]), or a read error naming the file.
+    fn complete(self: Box<Self>, out: &mut [u8]) -> Result<u64>;
+}
+
+/// A pending read of a store borrowed for `'a`.
+pub type Pending<'a> = Box<dyn PendingRead + 'a>;
+
 /// A table of `num_rows()` feature rows of `row_bytes()` bytes each, row `v` belonging to node
 /// `v`. `Send + Sync`: threads read from one store concurrently.
 pub trait FeatureStore: Send + Sync {
@@ -23,14 +40,22 @@ pub trait FeatureStore: Send + Sync {
     /// Bytes per row (at least 1).
     fn row_bytes(&self) -> usize;
 
-    /// Reads rows `rows` (node ids below `num_rows()`, any order, repeats allowed) into `out`:
-    /// row `rows[i]` at `out[i * row_bytes()..(i + 1) * row_bytes()]`, so `out.len()` must be
-    /// `rows.len() * row_bytes()` bytes.
+    /// Starts reading rows `rows` (node ids below `num_rows()`, any order, repeats allowed);
+    /// [`PendingRead::complete`] finishes it into the caller's buffer. Several reads may be
+    /// pending at once, and complete in any order. A store on a device puts the reads in
+    /// flight before returning; a store in memory (or one read synchronously) reads when the
+    /// read is completed. Either way the rows are checked here.
     ///
-    /// Returns the bytes read from storage for it (whole blocks or pages; 0 when memory held
-    /// every row). Errors: a wrong `out` length or a row out of range
-    /// ([`GraphError::Config`], naming the file), or a read error.
-    fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64>;
+    /// Errors: a row out of range ([`GraphError::Config`], naming the file), before anything
+    /// is read.
+    fn submit(&self, rows: &[u32]) -> Result<Pending<'_>>;
+
+    /// Reads rows `rows` into `out` (`rows.len() * row_bytes()` bytes): [`FeatureStore::submit`]
+    /// then [`PendingRead::complete`], the one read path of every store. Returns the bytes
+    /// read from storage.
+    fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64> {
+        self.submit(rows)?.complete(out)
+    }
 
     /// Writes rows: row `rows[i]` becomes `data[i * row_bytes()..(i + 1) * row_bytes()]`, so
     /// `data.len()` must be `rows.len() * row_bytes()` bytes; a later row of `rows` wins over an
@@ -41,6 +66,54 @@ pub trait FeatureStore: Send + Sync {
     /// files, never in place), a wrong `data` length or a row out of range
     /// ([`GraphError::Config`]).
     fn update(&mut self, rows: &[u32], data: &[u8]) -> Result<()>;
+}
+
+/// The [`FeatureStore::submit`] of a store that reads when the read is completed (its rows are
+/// in memory, or it reads synchronously): checks `rows` against `store` (`what` names it in the
+/// error) and returns a pending read that calls `read(rows, out)` on completion, after
+/// checking the output's length. Holds a copy of `rows` (4 bytes per row) until then.
+pub fn read_on_complete<'a, F>(
+    store: &(impl FeatureStore + ?Sized),
+    what: &str,
+    rows: &[u32],
+    read: F,
+) -> Result<Pending<'a>>
+where
+    F: FnOnce(&[u32], &mut [u8]) -> Result<u64> + Send + 'a,
+{
+    check_rows(what, rows, store.num_rows())?;
+    Ok(Box::new(OnComplete {
+        rows: rows.to_vec(),
+        row_bytes: store.row_bytes(),
+        read,
+    }))
+}
+
+/// See [`read_on_complete`].
+struct OnComplete<F> {
+    rows: Vec<u32>,
+    row_bytes: usize,
+    read: F,
+}
+
+impl<F> PendingRead for OnComplete<F>
+where
+    F: FnOnce(&[u32], &mut [u8]) -> Result<u64> + Send,
+{
+    fn complete(self: Box<Self>, out: &mut [u8]) -> Result<u64> {
+        check_output(self.rows.len(), self.row_bytes, out.len())?;
+        (self.read)(&self.rows, out)
+    }
+}
+
+/// Checks that every row of `rows` is below `num_rows`; `what` names the store in the error.
+fn check_rows(what: &str, rows: &[u32], num_rows: u64) -> Result<()> {
+    match rows.iter().find(|&&r| r as u64 >= num_rows) {
+        Some(r) => Err(GraphError::Config(format!(
+            "{what}: row {r} is out of range: {num_rows} rows"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Checks the arguments of [`FeatureStore::update`] for `store`: `data` holds `rows.len()`
@@ -60,13 +133,7 @@ pub fn check_update(
             data.len()
         )));
     }
-    let n = store.num_rows();
-    if let Some(&r) = rows.iter().find(|&&r| r as u64 >= n) {
-        return Err(GraphError::Config(format!(
-            "{what}: row {r} is out of range: {n} rows"
-        )));
-    }
-    Ok(())
+    check_rows(what, rows, store.num_rows())
 }
 
 /// Checks that an output of `out_len` bytes holds `rows` rows of `row_bytes` bytes
@@ -142,15 +209,13 @@ mod tests {
             3
         }
 
-        fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64> {
-            assert_eq!(out.len(), rows.len() * 3);
-            for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(3)) {
-                let Some(row) = self.0.get(r as usize * 3..r as usize * 3 + 3) else {
-                    return Err(GraphError::Config(format!("row {r} is out of range")));
-                };
-                dst.copy_from_slice(row);
-            }
-            Ok(rows.len() as u64 * 3)
+        fn submit(&self, rows: &[u32]) -> Result<Pending<'_>> {
+            read_on_complete(self, "rows", rows, |rows, out| {
+                for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(3)) {
+                    dst.copy_from_slice(&self.0[r as usize * 3..r as usize * 3 + 3]);
+                }
+                Ok(rows.len() as u64 * 3)
+            })
         }
 
         fn update(&mut self, rows: &[u32], data: &[u8]) -> Result<()> {

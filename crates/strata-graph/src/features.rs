@@ -14,19 +14,23 @@
 //!   numbers are what SSDs serve best, so the defaults only merge what is nearly free.
 //! - **The mechanism** ([`FeatureReader::gather`]): the extents are read with up to the engine's
 //!   depth in flight, into aligned buffers reused across requests (and calls), and each row is
-//!   copied to every output position that asked for it.
+//!   copied to every output position that asked for it. A gather is submitted
+//!   ([`FeatureReader::submit_gather`]) and then completed ([`Gather::complete`]), so a caller
+//!   can put the next gather's reads in flight before it finishes the current one.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-use strata_io::{align_down, align_up, AlignedBuf, Engine, IoFile, OpenMode, Request, ALIGN};
+use strata_io::{
+    align_down, align_up, AlignedBuf, Engine, IoFile, IoQueue, OpenMode, Request, ALIGN,
+};
 use strata_store::npy::{self, DType};
 use strata_store::StoreError;
 
 use crate::error::{GraphError, Result};
-use crate::feature_store::FeatureStore;
+use crate::feature_store::{FeatureStore, Pending, PendingRead};
 
 /// Element type of a feature file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -436,21 +440,30 @@ impl FeatureReader {
     }
 
     /// Reads rows `rows` (any order, repeats allowed) into `out`, row `rows[i]`'s raw
-    /// little-endian bytes at `out[i * row_bytes..(i + 1) * row_bytes]`.
+    /// little-endian bytes at `out[i * row_bytes..(i + 1) * row_bytes]`:
+    /// [`FeatureReader::submit_gather`] then [`Gather::complete`].
     ///
     /// `out.len()` must be `rows.len() * row_bytes` bytes, and every id below `num_rows`.
     /// Each distinct row is read once, whatever its repeats.
     pub fn gather(&self, rows: &[u32], out: &mut [u8]) -> Result<ReadStats> {
-        let rb = self.meta.row_bytes;
-        if Some(out.len()) != rows.len().checked_mul(rb) {
-            return Err(GraphError::Config(format!(
-                "{}: a gather of {} rows of {rb} bytes needs an output of {} bytes, got {}",
-                self.meta.path.display(),
-                rows.len(),
-                rows.len().saturating_mul(rb),
-                out.len()
-            )));
-        }
+        // Checked before anything is read, so a wrong buffer costs no I/O.
+        self.check_output(rows.len(), out.len())?;
+        self.submit_gather(rows)?.complete(out)
+    }
+
+    /// Starts reading rows `rows` (any order, repeats allowed, every id below `num_rows`):
+    /// plans the reads and puts up to the engine's depth of them in flight before returning
+    /// (waiting only while the engine's window is full of other reads). The rest are submitted,
+    /// and the rows copied out, by [`Gather::complete`].
+    ///
+    /// Memory while pending: the plan (8 bytes per row, 16 per distinct row, 24 per request
+    /// and 32 per extent) and one read buffer per request in flight, at most
+    /// `engine.depth()` buffers of at most `max_request` bytes rounded up to a power of two
+    /// pages (default depth 256 x 128 KiB = 32 MiB; 4 KiB each for scattered rows).
+    ///
+    /// Errors, before any read: a row out of range, or more than 2^32 rows
+    /// ([`GraphError::Config`], naming the file).
+    pub fn submit_gather(&self, rows: &[u32]) -> Result<Gather<'_>> {
         self.check_rows(rows)?;
         if rows.len() > u32::MAX as usize + 1 {
             return Err(GraphError::Config(format!(
@@ -460,9 +473,7 @@ impl FeatureReader {
                 u32::MAX as u64 + 1
             )));
         }
-        if rows.is_empty() {
-            return Ok(ReadStats::default());
-        }
+        let rb = self.meta.row_bytes;
         // Sort (row, output position) pairs packed in one u64: the distinct rows are the runs.
         let mut keys: Vec<u64> = rows
             .iter()
@@ -496,26 +507,33 @@ impl FeatureReader {
                 offset += len;
             }
         }
-
-        let scatter = Scatter {
-            extents: &extents,
-            distinct: &distinct,
-            keys: &keys,
-            starts: &starts,
-            row_bytes: rb,
-            data_offset: self.meta.data_offset,
-        };
-        let mut pool = std::mem::take(&mut *self.pool.lock().unwrap());
-        let result = self.read_pieces(&pieces, &scatter, out, &mut pool);
-        self.pool.lock().unwrap().absorb(pool, POOL_RETAIN_BYTES);
-        result?;
-        Ok(ReadStats {
+        let stats = ReadStats {
             rows_requested: rows.len() as u64,
             rows_distinct: distinct.len() as u64,
             requests: pieces.len() as u64,
             bytes_read: pieces.iter().map(|p| p.len).sum(),
             bytes_useful: distinct.len() as u64 * rb as u64,
-        })
+        };
+        let mut gather = Gather {
+            reader: self,
+            queue: self.engine.queue(),
+            window: self.engine.depth().min(pieces.len()).max(1),
+            pieces,
+            next: 0,
+            scatter: Scatter {
+                extents,
+                distinct,
+                keys,
+                starts,
+                row_bytes: rb,
+                data_offset: self.meta.data_offset,
+            },
+            pool: std::mem::take(&mut *self.pool.lock().unwrap()),
+            failed: None,
+            stats,
+        };
+        gather.fill();
+        Ok(gather)
     }
 
     /// Like [`FeatureReader::gather`], as f32 values: `out.len()` must be `rows.len() * dim`
@@ -566,56 +584,136 @@ impl FeatureReader {
         }
     }
 
-    /// Reads `pieces` with up to the engine's depth in flight, copying each row's bytes (or the
-    /// part of them a piece holds) to its output positions as the pieces complete. On an error
-    /// it stops submitting, waits for what is in flight, and returns the first error.
-    fn read_pieces(
-        &self,
-        pieces: &[Piece],
-        scatter: &Scatter<'_>,
-        out: &mut [u8],
-        pool: &mut BufPool,
-    ) -> Result<()> {
-        let window = self.engine.depth().min(pieces.len()).max(1);
-        let mut q = self.engine.queue();
-        let mut next = 0usize;
-        let mut failed: Option<GraphError> = None;
-        loop {
-            if failed.is_none() && next < pieces.len() && q.pending() < window {
-                let mut batch = Vec::with_capacity(window - q.pending());
-                while next < pieces.len() && q.pending() + batch.len() < window {
-                    let p = pieces[next];
-                    let buf = pool.take(p.len as usize);
-                    // The last piece may reach past the end of the file into its last
-                    // block: ask for the bytes that exist; the engine reads the whole block.
-                    let len = p.len.min(self.file_len - p.offset) as usize;
-                    batch.push(Request::read(&self.file, p.offset, len, buf, next as u64));
-                    next += 1;
-                }
-                q.submit(batch);
-            }
-            let Some(c) = q.wait() else { break };
-            match c.result {
-                Ok(n) if failed.is_none() => {
-                    scatter.copy(pieces[c.tag as usize], &c.buf.as_slice()[..n], out);
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    failed.get_or_insert(e.into());
-                }
-            }
-            if let Some(b) = c.buf.into_heap() {
-                pool.give(b, usize::MAX);
-            }
+    /// Checks that an output of `out_len` bytes holds `rows` rows.
+    fn check_output(&self, rows: usize, out_len: usize) -> Result<()> {
+        let rb = self.meta.row_bytes;
+        if Some(out_len) != rows.checked_mul(rb) {
+            return Err(GraphError::Config(format!(
+                "{}: a gather of {rows} rows of {rb} bytes needs an output of {} bytes, got {out_len}",
+                self.meta.path.display(),
+                rows.saturating_mul(rb),
+            )));
         }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        Ok(())
     }
 }
 
-/// The file as a feature store: [`FeatureReader::gather`], counting the aligned bytes read.
+/// A gather in progress ([`FeatureReader::submit_gather`]): its requests are in flight on the
+/// engine, on a completion queue of its own, and it owns the plan and the read buffers, so
+/// several gathers (of one reader or several, on one thread or several) may be pending at
+/// once, and complete in any order. [`Gather::complete`] copies the rows into the caller's
+/// output. Dropping it unfinished abandons it: the requests in flight finish in
+/// the engine, which then frees their buffers.
+pub struct Gather<'a> {
+    reader: &'a FeatureReader,
+    queue: IoQueue,
+    /// Requests in flight at most (the engine's depth, or fewer when there are fewer).
+    window: usize,
+    pieces: Vec<Piece>,
+    /// Pieces submitted so far.
+    next: usize,
+    scatter: Scatter,
+    /// Read buffers, given back to the reader when the gather ends.
+    pool: BufPool,
+    /// The first error; once set, nothing more is submitted and what is in flight drains.
+    failed: Option<GraphError>,
+    /// What the gather reads (its counts are known from the plan).
+    stats: ReadStats,
+}
+
+impl Gather<'_> {
+    /// Rows asked for (the output holds this many rows).
+    pub fn rows(&self) -> usize {
+        self.stats.rows_requested as usize
+    }
+
+    /// Finishes the gather into `out` (`rows() * row_bytes` bytes): waits for each request in
+    /// flight, copies the rows (or the parts of rows) it holds to their positions, and puts
+    /// the next requests in flight, until every request has finished. Returns what it read.
+    ///
+    /// Errors: a wrong `out` length ([`GraphError::Config`]), before anything is copied; a read
+    /// error naming the file, returned once the requests in flight have finished (the rest
+    /// are never submitted).
+    pub fn complete(self, out: &mut [u8]) -> Result<ReadStats> {
+        self.complete_with(out, || {})
+    }
+
+    /// [`Gather::complete`], calling `between` each time a request has finished: a caller that
+    /// has the next gather to submit does it there, so that its requests are in flight while
+    /// this one finishes (and while the caller then uses its rows).
+    pub fn complete_with(mut self, out: &mut [u8], mut between: impl FnMut()) -> Result<ReadStats> {
+        self.reader.check_output(self.rows(), out.len())?;
+        while let Some(c) = self.queue.wait() {
+            match c.result {
+                Ok(n) if self.failed.is_none() => {
+                    self.scatter
+                        .copy(self.pieces[c.tag as usize], &c.buf.as_slice()[..n], out);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.failed.get_or_insert(e.into());
+                }
+            }
+            if let Some(b) = c.buf.into_heap() {
+                self.pool.give(b, usize::MAX);
+            }
+            self.fill();
+            between();
+        }
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(self.stats),
+        }
+    }
+
+    /// Submits pieces until the window is full (none once a request has failed).
+    fn fill(&mut self) {
+        let pending = self.queue.pending();
+        if self.failed.is_some() || self.next == self.pieces.len() || pending >= self.window {
+            return;
+        }
+        let file_len = self.reader.file_len;
+        let mut batch = Vec::with_capacity(self.window - pending);
+        while self.next < self.pieces.len() && pending + batch.len() < self.window {
+            let p = self.pieces[self.next];
+            let buf = self.pool.take(p.len as usize);
+            // The last piece may reach past the end of the file into its last block: ask for
+            // the bytes that exist; the engine reads the whole block.
+            let len = p.len.min(file_len - p.offset) as usize;
+            batch.push(Request::read(
+                &self.reader.file,
+                p.offset,
+                len,
+                buf,
+                self.next as u64,
+            ));
+            self.next += 1;
+        }
+        self.queue.submit(batch);
+    }
+}
+
+impl Drop for Gather<'_> {
+    fn drop(&mut self) {
+        let pool = std::mem::take(&mut self.pool);
+        self.reader
+            .pool
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .absorb(pool, POOL_RETAIN_BYTES);
+    }
+}
+
+/// A pending gather as a pending read of the feature store: completing it returns the
+/// aligned bytes read.
+impl PendingRead for Gather<'_> {
+    fn complete(self: Box<Self>, out: &mut [u8]) -> Result<u64> {
+        Ok(Gather::complete(*self, out)?.bytes_read)
+    }
+}
+
+/// The file as a feature store: [`FeatureReader::submit_gather`], counting the aligned bytes
+/// read.
 impl FeatureStore for FeatureReader {
     fn num_rows(&self) -> u64 {
         self.meta.num_rows
@@ -625,8 +723,8 @@ impl FeatureStore for FeatureReader {
         self.meta.row_bytes
     }
 
-    fn read(&self, rows: &[u32], out: &mut [u8]) -> Result<u64> {
-        Ok(self.gather(rows, out)?.bytes_read)
+    fn submit(&self, rows: &[u32]) -> Result<Pending<'_>> {
+        Ok(Box::new(self.submit_gather(rows)?))
     }
 
     /// Refused: the reader opens its file for reading only.
@@ -636,19 +734,19 @@ impl FeatureStore for FeatureReader {
 }
 
 /// Where a gather's rows go: the plan and the output positions of each distinct row.
-struct Scatter<'a> {
-    extents: &'a [Extent],
+struct Scatter {
+    extents: Vec<Extent>,
     /// The distinct rows, sorted.
-    distinct: &'a [u64],
+    distinct: Vec<u64>,
     /// `(row << 32) | output position`, sorted: distinct row `u`'s positions are the low halves
     /// of `keys[starts[u]..starts[u + 1]]`.
-    keys: &'a [u64],
-    starts: &'a [usize],
+    keys: Vec<u64>,
+    starts: Vec<usize>,
     row_bytes: usize,
     data_offset: u64,
 }
 
-impl Scatter<'_> {
+impl Scatter {
     /// Copies the parts of its extent's rows that piece `p` holds (`data`, read at
     /// `p.offset`) to every output position of each row. A row split across pieces gets each
     /// part from the piece holding it.
@@ -1039,6 +1137,64 @@ mod tests {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(30))]
+
+        /// Submissions and completions in any interleaving and completion order, through the
+        /// reader and through the interface, return the bytes (and statistics) of `gather`.
+        #[test]
+        fn interleaved_submits_match_gathers(
+            sets in proptest::collection::vec(proptest::collection::vec(any::<u32>(), 0..300), 1..6),
+            ops in proptest::collection::vec((any::<bool>(), any::<usize>()), 0..16),
+            max_request in prop_oneof![Just(4096u64), Just(131072)],
+            seed in any::<u64>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let num_rows = 700u64;
+            let path = write_features(dir.path(), FeatureDType::F16, num_rows, 900, false, 0, seed);
+            let sets: Vec<Vec<u32>> = sets
+                .iter()
+                .map(|s| s.iter().map(|&r| r % num_rows as u32).collect())
+                .collect();
+            let options = ReadOptions { max_gap: 4096, max_request };
+            for engine in engines() {
+                let reader = FeatureReader::with_engine(&path, engine.clone(), options).unwrap();
+                let rb = reader.meta().row_bytes;
+                let check = |g: usize, pending: Pending<'_>| -> std::result::Result<(), TestCaseError> {
+                    let mut out = vec![0u8; sets[g].len() * rb];
+                    let bytes_read = pending.complete(&mut out).unwrap();
+                    prop_assert!(out == expected(reader.meta(), &sets[g]), "gather {} differs", g);
+                    let mut again = vec![0u8; out.len()];
+                    prop_assert_eq!(reader.gather(&sets[g], &mut again).unwrap().bytes_read, bytes_read);
+                    Ok(())
+                };
+                let mut pending: Vec<(usize, Pending<'_>)> = Vec::new();
+                let mut next = 0;
+                // Then every remaining submission, then the rest completed in the order picked.
+                let tail = (0..sets.len()).map(|_| (true, 0)).chain(ops.iter().map(|&(_, p)| (false, p)));
+                for (submit, pick) in ops.iter().copied().chain(tail) {
+                    if submit && next < sets.len() {
+                        // Alternately the reader's gather and the interface's submission.
+                        let p: Pending<'_> = if next % 2 == 0 {
+                            Box::new(reader.submit_gather(&sets[next]).unwrap())
+                        } else {
+                            FeatureStore::submit(&reader, &sets[next]).unwrap()
+                        };
+                        pending.push((next, p));
+                        next += 1;
+                    } else if !pending.is_empty() {
+                        let (g, p) = pending.swap_remove(pick % pending.len());
+                        check(g, p)?;
+                    }
+                }
+                for (g, p) in pending.drain(..) {
+                    check(g, p)?;
+                }
+                prop_assert_eq!(next, sets.len());
+            }
+        }
+    }
+
     #[test]
     fn gathers_direct_from_the_shared_engine() {
         let dir = tempfile::tempdir().unwrap();
@@ -1074,6 +1230,96 @@ mod tests {
         );
         let e = store.read(&[500], &mut [0; 20]).unwrap_err().to_string();
         assert!(e.contains("row 500 is out of range"), "{e}");
+    }
+
+    /// Rows of gather `g` of a test: a dense run and scattered rows, so that each gather
+    /// needs more requests than the test engines' depth.
+    fn rows_of(g: u64, num_rows: u64) -> Vec<u32> {
+        let mut s = g;
+        (0..200)
+            .map(|_| (splitmix(&mut s) % num_rows) as u32)
+            .chain((g as u32 * 50..g as u32 * 50 + 40).rev())
+            .collect()
+    }
+
+    #[test]
+    fn several_gathers_in_flight_complete_in_any_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), FeatureDType::F32, 2000, 300, true, 0, 5);
+        for engine in engines() {
+            let reader =
+                FeatureReader::with_engine(&path, engine.clone(), ReadOptions::default()).unwrap();
+            let sets: Vec<Vec<u32>> = (0..4).map(|g| rows_of(g, 2000)).collect();
+            let mut pending: Vec<Option<Gather<'_>>> = sets
+                .iter()
+                .map(|rows| Some(reader.submit_gather(rows).unwrap()))
+                .collect();
+            assert!(sets[0].len() > engine.depth() && pending[0].as_ref().unwrap().rows() == 240);
+            for g in [2, 0, 3, 1] {
+                let gather = pending[g].take().unwrap();
+                let mut out = vec![0u8; sets[g].len() * 1200];
+                let stats = gather.complete(&mut out).unwrap();
+                assert_eq!(out, expected(reader.meta(), &sets[g]), "gather {g}");
+                let mut again = vec![0u8; out.len()];
+                assert_eq!(reader.gather(&sets[g], &mut again).unwrap(), stats);
+            }
+            // Through the interface, and a gather dropped before completing.
+            let store: &dyn FeatureStore = &reader;
+            let first = store.submit(&sets[1]).unwrap();
+            drop(reader.submit_gather(&sets[2]).unwrap());
+            let mut out = vec![0u8; sets[1].len() * 1200];
+            assert!(first.complete(&mut out).unwrap() > 0);
+            assert_eq!(out, expected(reader.meta(), &sets[1]));
+        }
+    }
+
+    #[test]
+    fn submit_refuses_rows_out_of_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), FeatureDType::F16, 50, 4, false, 0, 2);
+        let reader = FeatureReader::open(&path).unwrap();
+        let e = reader.submit_gather(&[3, 50, 1]).err().unwrap();
+        assert!(matches!(&e, GraphError::Config(_)), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("row 50 is out of range") && text.contains("f-2.npy"),
+            "{text}"
+        );
+        let store: &dyn FeatureStore = &reader;
+        let e = store.submit(&[u32::MAX]).err().unwrap();
+        assert!(matches!(&e, GraphError::Config(_)), "{e:?}");
+        // A wrong output is refused at completion, before anything is copied.
+        let mut out = vec![0xEE; 7];
+        let e = err_text(reader.submit_gather(&[1]).unwrap().complete(&mut out));
+        assert!(e.contains("needs an output of 8 bytes, got 7"), "{e}");
+        assert_eq!(out, [0xEE; 7]);
+    }
+
+    #[test]
+    fn a_read_error_surfaces_at_complete_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for engine in engines() {
+            let path = write_features(dir.path(), FeatureDType::F32, 3000, 64, true, 0, 9);
+            let reader =
+                FeatureReader::with_engine(&path, engine.clone(), ReadOptions::default()).unwrap();
+            // The file loses its rows after the reader was opened: the rows are valid for
+            // the reader, their reads come back empty.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_len(A)
+                .unwrap();
+            let rows = rows_of(1, 3000);
+            let gather = reader.submit_gather(&rows).unwrap();
+            let mut out = vec![0u8; rows.len() * 256];
+            let e = gather.complete(&mut out).err().unwrap();
+            assert!(matches!(&e, GraphError::Store(_)), "{e:?}");
+            assert!(e.to_string().contains("f-9.npy"), "{e}");
+            // The synchronous path is the same one: it fails alike.
+            let e = err_text(reader.gather(&rows[..1], &mut out[..256]));
+            assert!(e.contains("f-9.npy"), "{e}");
+        }
     }
 
     #[test]

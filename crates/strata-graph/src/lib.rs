@@ -14,6 +14,6 @@ pub mod sampler;
 pub mod topology;
 
 pub use error::{GraphError, Result};
-pub use feature_store::FeatureStore;
+pub use feature_store::{FeatureStore, Pending, PendingRead};
 pub use sampler::{Block, LinkSample, NeighborSampler, Sample, SamplerConfig};
 pub use topology::{Adjacency, Direction, Topology};

@@ -14,7 +14,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use strata_graph::{FeatureStore, GraphError};
+use strata_graph::feature_store::read_on_complete;
+use strata_graph::{FeatureStore, GraphError, Pending};
 use strata_io::{AlignedBuf, Engine, IoFile, OpenMode, Request};
 
 use crate::error::Result;
@@ -571,11 +572,15 @@ impl FeatureStore for PagedRows<'_> {
         self.row_bytes
     }
 
-    fn read(&self, rows: &[u32], out: &mut [u8]) -> strata_graph::Result<u64> {
-        let stats = self
-            .file
-            .read_rows(self.cache, self.data_offset, self.row_bytes, rows, out)?;
-        Ok(stats.bytes_read)
+    /// Reads when completed, through the page cache (a miss is read then, synchronously).
+    fn submit(&self, rows: &[u32]) -> strata_graph::Result<Pending<'_>> {
+        let path = self.file.file.path().display().to_string();
+        read_on_complete(self, &path, rows, |rows, out| {
+            let stats =
+                self.file
+                    .read_rows(self.cache, self.data_offset, self.row_bytes, rows, out)?;
+            Ok(stats.bytes_read)
+        })
     }
 
     /// Refused: a store version's file is read-only (mutations go to the served graph's
@@ -921,8 +926,12 @@ mod tests {
         assert_eq!(store.read(&ids, &mut out).unwrap(), 2 * P + 100);
         assert_eq!(out, expected(&bytes, 128, 48, &ids));
         assert_eq!(store.read(&ids, &mut out).unwrap(), 0);
-        let e = err_text(store.read(&[1023], &mut [0; 48]));
-        assert!(e.contains("row 1023 of 48 bytes"), "{e}");
+        // Refused at submit, naming the file.
+        let e = err_text(store.submit(&[1023]));
+        assert!(
+            e.contains(&format!("{}: row 1023 is out of range", path.display())),
+            "{e}"
+        );
         let mut rows = rows;
         let e = rows.update(&[0], &[0; 48]).unwrap_err();
         assert!(matches!(&e, GraphError::ReadOnly(p) if p == &path.display().to_string()));

@@ -47,7 +47,7 @@ class GnnTrainConfig:
     in_flight_target: int = option(0, help="reads to keep in flight; 0: p/(1-p) x IOPS x latency from the profile")
     pipeline: bool = option(True, help="run sampling, lookup, I/O and assembly on their own threads")
     sampler_threads: int = option(0, help="threads sampling batches (0: one per core)")
-    io_threads: int = option(1, help="merged reads in flight at once")
+    io_threads: int = option(1, help="I/O threads, each completing one merged read while it submits the next")
     seed: int = option(0, help="seed of sampling, shuffling and model initialisation")
 
     def check(self) -> None:

@@ -16,7 +16,10 @@
 //!    until their distinct rows reach the in-flight target (GIDS §3.2), at most
 //!    `max(window, 1)` batches (the most the look-ahead can provide without waiting for
 //!    batches it cannot sample yet), then read as one deduplicated gather through
-//!    [`FeatureTiers::reader`] on one of `io_threads` I/O threads.
+//!    [`FeatureTiers::reader`] on one of `io_threads` I/O threads. The gather is submitted
+//!    first and completed after: while an I/O thread completes one read, it submits the next
+//!    one the accumulator has ready (without waiting for it), so the device's queue stays
+//!    deep across the end of one read and the assembly of its batches.
 //! 4. **Completion/assembly**: the read rows are scattered into each batch's buffer, offered to
 //!    the dynamic cache ([`FeatureTiers::admit`], which releases the batch's remaining pins),
 //!    and the batches are emitted in order.
@@ -65,17 +68,20 @@
 //! Batches alive at once are bounded: `window` sampled and pinned batches ahead (samples and
 //! the list of their pinned occurrences, 4 bytes per non-hot sampled node when there is a
 //! dynamic cache; no feature buffers), at most `2 x sampler_threads` sampled but not yet in the window, one
-//! accumulating read of at most `max(window, 1)` batches, at most `io_threads` merged reads
-//! issued but not yet assembled, the batches of one read being handed out, and one in the
-//! output channel. With the accumulator off a read is one batch, so that is about `window + 2 x
-//! sampler_threads + io_threads + 3` batches.
+//! accumulating read of at most `max(window, 1)` batches, at most `io_threads + 1` merged reads
+//! issued but not yet assembled (one more than the I/O threads: the read submitted while
+//! another completes), the batches of one read being handed out, and one in the output
+//! channel. With the accumulator off a read is one batch, so that is about `window + 2 x
+//! sampler_threads + io_threads + 4` batches. Each submitted read also holds its gather's
+//! plan and read buffers (see [`strata_graph::features::FeatureReader::submit_gather`]).
 //!
 //! # Errors and shutdown
 //!
 //! An error in any stage (a seed out of range, a read error) reaches the iterator as `Err` in
 //! batch order: the batches before the failing one are delivered first, then the error, then
 //! the iterator ends. Dropping the loader (at any point) stops every stage and joins its
-//! threads; a read in progress is finished first. Either way the batches not delivered release
+//! threads; the read an I/O thread is completing is finished first, and one it submitted
+//! after it is abandoned (the engine finishes its requests and frees their buffers). Either way the batches not delivered release
 //! their window pins (see above). A panic in a stage is re-raised on the thread calling
 //! [`Iterator::next`].
 
@@ -145,8 +151,9 @@ pub struct LoaderConfig {
     /// Threads sampling different batches at once (default 2, at least 1; pipelined only).
     /// Each may also split a large layer over the sampler's own threads.
     pub sampler_threads: usize,
-    /// Merged reads in flight at once, each on its own thread (default 1, at least 1;
-    /// pipelined only). One gather already keeps the engine's depth of requests in flight.
+    /// I/O threads, each completing one merged read at a time (default 1, at least 1;
+    /// pipelined only); one read more than this is issued, submitted while another completes.
+    /// One gather already keeps the engine's depth of requests in flight.
     pub io_threads: usize,
 }
 

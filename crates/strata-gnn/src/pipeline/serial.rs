@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use crate::error::Result;
 
 use super::stages::{
-    read_merged, sample_batch, Assembler, Front, FrontConfig, SampleSource, Sampled, Stages, Work,
+    sample_batch, submit_merged, Assembler, Front, FrontConfig, SampleSource, Sampled, Stages, Work,
 };
 use super::Batch;
 
@@ -69,7 +69,9 @@ impl Serial {
                     continue;
                 }
                 Some(Work::Fail(e)) => Err(e),
-                Some(Work::Read(merged)) => read_merged(&self.st, merged),
+                Some(Work::Read(merged)) => {
+                    submit_merged(&self.st, merged).and_then(|read| read.complete(&self.st, || {}))
+                }
             };
             match result {
                 Ok(done) => self.ready.extend(self.assembler.assemble(done)),

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use strata_graph::features::Gather;
 use strata_graph::sampler::{NeighborSampler, Sample};
 use strata_graph::topology::Topology;
 
@@ -252,33 +253,67 @@ impl<S: SampleSource> Front<S> {
     }
 }
 
+/// Stage 3's I/O, started: one deduplicated gather for all the merged batches' misses, its
+/// requests in flight.
+pub(super) struct Submitted<'a> {
+    merged: Merged<Served>,
+    /// The rows' buffer, filled when the read completes.
+    data: Vec<u8>,
+    /// None when no batch missed memory.
+    gather: Option<Gather<'a>>,
+}
+
+/// Submits the merged read of `merged`'s misses.
+pub(super) fn submit_merged(st: &Stages, merged: Merged<Served>) -> Result<Submitted<'_>> {
+    st.fault.check(&merged)?;
+    let data = vec![0u8; merged.rows.len() * st.tiers.row_bytes()];
+    let gather = if merged.rows.is_empty() {
+        None
+    } else {
+        let t = Instant::now();
+        let gather = st.tiers.reader().submit_gather(&merged.rows);
+        add_busy(&st.counters.io_ns, t);
+        Some(gather?)
+    };
+    Ok(Submitted {
+        merged,
+        data,
+        gather,
+    })
+}
+
+impl Submitted<'_> {
+    /// Finishes the read ([`Gather::complete_with`], calling `between` as each request
+    /// finishes) and counts it.
+    pub(super) fn complete(self, st: &Stages, between: impl FnMut()) -> Result<ReadDone> {
+        let Submitted {
+            merged,
+            mut data,
+            gather,
+        } = self;
+        if let Some(gather) = gather {
+            let t = Instant::now();
+            let read = gather.complete_with(&mut data, between);
+            add_busy(&st.counters.io_ns, t);
+            let read = read?;
+            st.tiers.record_disk_reads(&read);
+            let c = &st.counters;
+            let rows = merged.rows.len() as u64;
+            c.reads.fetch_add(1, Ordering::Relaxed);
+            c.read_rows.fetch_add(rows, Ordering::Relaxed);
+            c.read_batches
+                .fetch_add(merged.items.len() as u64, Ordering::Relaxed);
+            c.max_read_rows.fetch_max(rows, Ordering::Relaxed);
+            c.read.lock().unwrap_or_else(|p| p.into_inner()).add(&read);
+        }
+        Ok(ReadDone { merged, data })
+    }
+}
+
 /// A merged read done: its rows (`rows[k]`'s bytes at `k * row_bytes` of `data`).
 pub(super) struct ReadDone {
     merged: Merged<Served>,
     data: Vec<u8>,
-}
-
-/// Stage 3's I/O: one deduplicated gather for all the merged batches' misses.
-pub(super) fn read_merged(st: &Stages, merged: Merged<Served>) -> Result<ReadDone> {
-    st.fault.check(&merged)?;
-    let rows = &merged.rows;
-    let mut data = vec![0u8; rows.len() * st.tiers.row_bytes()];
-    if !rows.is_empty() {
-        let t = Instant::now();
-        let read = st.tiers.reader().gather(rows, &mut data);
-        add_busy(&st.counters.io_ns, t);
-        let read = read?;
-        st.tiers.record_disk_reads(&read);
-        let c = &st.counters;
-        c.reads.fetch_add(1, Ordering::Relaxed);
-        c.read_rows.fetch_add(rows.len() as u64, Ordering::Relaxed);
-        c.read_batches
-            .fetch_add(merged.items.len() as u64, Ordering::Relaxed);
-        c.max_read_rows
-            .fetch_max(rows.len() as u64, Ordering::Relaxed);
-        c.read.lock().unwrap_or_else(|p| p.into_inner()).add(&read);
-    }
-    Ok(ReadDone { merged, data })
 }
 
 /// Stage 4: read rows into their batches, admitted to the cache, batches out.

@@ -14,8 +14,8 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvErr
 use crate::error::Result;
 
 use super::stages::{
-    read_merged, sample_batch, Assembler, Front, FrontConfig, ReadDone, SampleSource, Sampled,
-    Stages, Work,
+    sample_batch, submit_merged, Assembler, Front, FrontConfig, ReadDone, SampleSource, Sampled,
+    Stages, Submitted, Work,
 };
 use super::{Batch, LoaderConfig};
 
@@ -107,10 +107,12 @@ impl Threads {
         let (jobs_tx, jobs_rx) = unbounded::<usize>();
         let (samples_tx, samples_rx) = unbounded::<SampleMsg>();
         let (work_tx, work_rx) = bounded::<(u64, Work)>(cfg.io_threads);
-        // Bounded by the tickets: at most `io_threads` reads issued and not yet assembled.
+        // Bounded by the tickets: at most `io_threads + 1` reads issued and not yet assembled,
+        // the one more being the read an I/O thread submits while it completes another.
+        let tickets = cfg.io_threads + 1;
         let (done_tx, done_rx) = unbounded::<DoneMsg>();
-        let (ticket_tx, ticket_rx) = bounded::<()>(cfg.io_threads);
-        for _ in 0..cfg.io_threads {
+        let (ticket_tx, ticket_rx) = bounded::<()>(tickets);
+        for _ in 0..tickets {
             ticket_tx.send(()).expect("room for every ticket");
         }
         let (out_tx, out_rx) = bounded::<Result<Batch>>(1);
@@ -162,8 +164,8 @@ impl Threads {
                 Box::new(move || {
                     let mut seq = 0u64;
                     while let Some(work) = front.next_work() {
-                        // A read is issued only while fewer than `io_threads` are being read
-                        // or waiting for assembly: this bounds the batches alive.
+                        // A read is issued only while at most `io_threads` are being read or
+                        // waiting for assembly: this bounds the batches alive.
                         if recv_or_stop(&ticket_rx, &stop).is_none()
                             || !send_or_stop(&work_tx, (seq, work), &stop)
                         {
@@ -180,14 +182,38 @@ impl Threads {
             handles.push(spawn(
                 format!("strata-gnn-io-{w}"),
                 Box::new(move || {
+                    let submit = |work: Work| match work {
+                        Work::Read(merged) => submit_merged(&st, merged),
+                        Work::Fail(e) => Err(e),
+                    };
                     while let Some((seq, work)) = recv_or_stop(&rx, &stop) {
-                        let r = panic::catch_unwind(AssertUnwindSafe(|| match work {
-                            Work::Read(merged) => read_merged(&st, merged),
-                            Work::Fail(e) => Err(e),
-                        }));
-                        let panicked = r.is_err();
-                        if tx.send((seq, r)).is_err() || panicked {
-                            return;
+                        // The read to complete next. While one completes, the next one
+                        // available is submitted here, taken without waiting (so an I/O thread
+                        // never waits for work while it holds a read): its requests keep the
+                        // device busy while the current read's last requests finish and its
+                        // batches are assembled.
+                        let mut next: Option<(u64, Result<Submitted<'_>>)> =
+                            match panic::catch_unwind(AssertUnwindSafe(|| submit(work))) {
+                                Ok(r) => Some((seq, r)),
+                                Err(payload) => {
+                                    let _ = tx.send((seq, Err(payload)));
+                                    return;
+                                }
+                            };
+                        while let Some((seq, read)) = next.take() {
+                            let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                                read?.complete(&st, || {
+                                    if next.is_none() {
+                                        if let Ok((s, w)) = rx.try_recv() {
+                                            next = Some((s, submit(w)));
+                                        }
+                                    }
+                                })
+                            }));
+                            let panicked = r.is_err();
+                            if tx.send((seq, r)).is_err() || panicked || stopped(&stop) {
+                                return;
+                            }
                         }
                     }
                 }),

@@ -6,8 +6,8 @@
 //! writes a mutation's rows (added or updated vertices) with `update` into the layer it is
 //! applying to, after the group commit put the mutation's log record on disk.
 
-use strata_graph::feature_store::{check_output, check_update, read_at};
-use strata_graph::{FeatureStore, GraphError};
+use strata_graph::feature_store::{check_output, check_update, read_at, read_on_complete};
+use strata_graph::{FeatureStore, GraphError, Pending};
 
 use super::overlay::{Layer, View};
 use crate::page_cache::PagedRows;
@@ -84,12 +84,15 @@ impl FeatureStore for GraphFeatures<'_> {
         self.base.row_bytes()
     }
 
-    /// Rows a mutation wrote from memory ([`GraphFeatures::read_written`]), the rest from the
-    /// file through `read_at` (straight into `out` when no row is in memory, the common case).
-    /// Returns the bytes read from disk.
-    fn read(&self, rows: &[u32], out: &mut [u8]) -> strata_graph::Result<u64> {
-        let from_file = self.read_written(rows, out)?;
-        read_at(&self.base, rows, &from_file, out)
+    /// Reads when completed: rows a mutation wrote from memory
+    /// ([`GraphFeatures::read_written`]), the rest from the file through `read_at` (straight
+    /// into `out` when no row is in memory, the common case); completing returns the bytes
+    /// read from disk.
+    fn submit(&self, rows: &[u32]) -> strata_graph::Result<Pending<'_>> {
+        read_on_complete(self, "served graph features", rows, |rows, out| {
+            let from_file = self.read_written(rows, out)?;
+            read_at(&self.base, rows, &from_file, out)
+        })
     }
 
     /// Writes rows into the top layer (little-endian f32, `dim` per row). Every row of
