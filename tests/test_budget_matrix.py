@@ -4,12 +4,13 @@ Each row runs one command under ``memlimit`` (a memory cgroup that counts anonym
 page cache) with the limit set to the command's budget plus one fixed overhead that no plan can
 see: the interpreter and the extension's code pages (the .so is ~48 MiB). The command must
 finish (a cgroup over its limit kills it) and the peak memlimit reports must stay within that
-limit. ``gnn train`` plans torch's runtime itself (the process's resident set measured when
-the store is opened); the page cache of torch's libraries beyond the pages it maps (~0.8 GiB
-of read-ahead with the CUDA build) is clean and reclaimable, so under the limit the cgroup
-reclaims it and its peak sits at the limit: that row checks the run's own resident peak against
-the budget instead. Inputs are several times the
-budget where the plan's minimum allows it, so the out-of-core paths run: sorted runs and
+limit. ``gnn train`` plans torch's runtime itself: the process's anonymous memory measured
+when the store is opened, and a fixed 96 MiB for the code pages of torch's libraries in use.
+The rest of those libraries (~1 GiB mapped with the CUDA build, and the read-ahead of its
+import) is clean page cache that the cgroup reclaims at its limit, so that row runs under the
+same fixed overhead as every other, and its peak sits at the limit when torch's pages start
+cold; anonymous memory past the plan is not reclaimable and gets the run killed. Inputs are
+several times the budget where the plan's minimum allows it, so the out-of-core paths run: sorted runs and
 several encode passes of the name dictionary, bucketed CSR/CSC, grid spools, partitioned
 embeddings, features read from disk.
 
@@ -141,13 +142,13 @@ def gnn_train(data: Path, run: Path, budget: int) -> list[str]:
 
 def test_gnn_train_keeps_its_budget(limiter, data, tmp_path):
     pytest.importorskip("torch", reason="gnn train needs torch: pip install -e '.[torch]'")
-    # Below the plan's fixed needs (torch's runtime as measured at open, training a batch,
-    # topology, batch buffers: ~0.8 GiB with torch's CUDA build) the run is refused with the
-    # figures; the row then runs at that minimum plus 20 MiB, less than the 24 MiB of
-    # features, so that part of them is read from disk.
+    # Below the plan's fixed needs (torch's anonymous memory as measured at open and its code
+    # pages, training a batch, topology, batch buffers: ~0.55 GiB with torch's CUDA build) the
+    # run is refused with the figures; the row then runs at that minimum plus 20 MiB, less
+    # than the 24 MiB of features, so that part of them is read from disk.
     refused = subprocess.run(gnn_train(data, tmp_path / "refused", 256 * MiB), capture_output=True, text=True)
     assert refused.returncode == 2, refused.stderr[-2000:]
-    for want in ("memory budget 256 MiB cannot hold", "this process as measured at open", "training a batch"):
+    for want in ("memory budget 256 MiB cannot hold", "anonymous memory as measured at open", "training a batch"):
         assert want in refused.stderr, refused.stderr[-2000:]
     m = re.search(r"\): (\S+ \S+) in all before any feature row", refused.stderr)
     assert m, refused.stderr[-2000:]
@@ -156,16 +157,10 @@ def test_gnn_train_keeps_its_budget(limiter, data, tmp_path):
     proc = subprocess.run(
         [str(limiter), str(limit), *gnn_train(data, tmp_path / "run", budget)], capture_output=True, text=True
     )
-    check_run(proc, proc.stderr, limit, "gnn train")
-    record = json.loads((tmp_path / "run" / "run.json").read_text())
-    plan, peak = record["plan"], record["resident_peak_bytes"]
+    check_run(proc, proc.stderr, limit, f"gnn train (budget {budget / MiB:.0f} MiB)")
+    plan = json.loads((tmp_path / "run" / "run.json").read_text())["plan"]
     assert plan["runtime_measured"] and plan["training_bytes"] > 0, plan
     assert 0 < plan["hot_rows"] + plan["cache_rows"] < plan["num_nodes"], "the row must read features from disk"
-    # The cgroup's peak above includes the reclaimable read-ahead of torch's libraries; the
-    # process's own peak (anonymous memory and mapped pages, torch's code included) must stay
-    # within the budget its plan accepted.
-    assert peak <= budget, f"gnn train: resident peak {peak / MiB:.0f} MiB over its {budget / MiB:.0f} MiB budget"
-    print(f"budget matrix: gnn train: budget {budget / MiB:.0f} MiB, resident peak {peak / MiB:.0f} MiB")
 
 
 def test_serve_keeps_its_budget(limiter, data, tmp_path):

@@ -161,10 +161,10 @@ def _gnn_demo(workdir: Path, bar: ProgressBar) -> None:
 
     _step(
         9,
-        "Train GraphSAGE within 2 GiB in all (torch's runtime, measured at start, included) and 64 MiB for the "
+        "Train GraphSAGE within 1 GiB in all (torch's runtime, measured at start, included) and 64 MiB for the "
         "feature tiers: the features stay on disk, served through a hot set, a window-pinned cache and merged "
         "direct reads",
-        f"strata gnn train {store} --fanouts 10,5 --batch-size 256 --epochs 2 --hidden 64 --memory 2G "
+        f"strata gnn train {store} --fanouts 10,5 --batch-size 256 --epochs 2 --hidden 64 --memory 1G "
         "--feature-memory 64M",
     )
     try:
@@ -178,7 +178,7 @@ def _gnn_demo(workdir: Path, bar: ProgressBar) -> None:
                 batch_size=256,
                 epochs=2,
                 hidden=64,
-                memory=Size(2 << 30),
+                memory=Size(1 << 30),
                 feature_memory=Size(64 << 20),
                 device="cpu",
             ),

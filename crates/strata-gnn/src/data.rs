@@ -89,9 +89,11 @@ impl Default for DataConfig {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Consumer {
-    /// Its process's resident set as measured when it opens the store (the interpreter,
-    /// torch, the model and optimizer built); None: the [`budget::RUNTIME_BYTES`] reserve.
-    pub runtime_bytes: Option<u64>,
+    /// Its process's anonymous memory (`RssAnon`) as measured when it opens the store (the
+    /// interpreter, torch's heap, the model and optimizer built), planned with
+    /// [`budget::CODE_PAGES_BYTES`] for the libraries' code; None: the
+    /// [`budget::RUNTIME_BYTES`] reserve.
+    pub anon_bytes: Option<u64>,
     /// Bytes training holds per layer of the model, input layer first (one per hop): see
     /// [`LayerCost`]. Empty: nothing is planned for training.
     pub layers: Vec<LayerCost>,
@@ -301,10 +303,13 @@ fn load_and_plan(
         config.seed,
     )?;
     let batch_rows = estimate.rows;
-    let runtime = Runtime {
-        bytes: consumer.runtime_bytes.unwrap_or(budget::RUNTIME_BYTES),
-        measured: consumer.runtime_bytes.is_some(),
-        training_bytes: estimate.training_bytes(consumer)?,
+    let training_bytes = estimate.training_bytes(consumer)?;
+    let runtime = match consumer.anon_bytes {
+        Some(anon) => Runtime::measured(anon, training_bytes),
+        None => Runtime {
+            training_bytes,
+            ..Runtime::reserve()
+        },
     };
     let device_rows = (config.device_memory / meta.row_bytes as u64).min(n);
     let (buffered, waiting) = batches_alive(config, &reader, batch_rows);
@@ -533,7 +538,7 @@ mod tests {
             edge,
         };
         let consumer = Consumer {
-            runtime_bytes: None,
+            anon_bytes: None,
             layers: vec![layer(1, 0, 0), layer(0, 10, 100)],
             fixed_bytes: 7,
         };

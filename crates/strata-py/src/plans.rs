@@ -107,11 +107,12 @@ fn grid(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
     )
     .map_err(|e| e.to_py(py))?;
     let Some(dir) = found else {
+        // The segments, and so the fetch buffers and where each segment lives, follow the edge
+        // count of every block, which only the build's pass over the edges finds.
         return Ok(Outcome::NotPlanned(format!(
-            "no grid for {} in {} yet: `strata run {}` builds one, and its plan follows the grid",
-            algo.name(),
-            store.display(),
-            algo.name()
+            "no grid for {name} in {store} yet, and the plan needs one: it sizes segments and fetch buffers from the edge count of each of the grid's blocks, which the store's counts do not give; `strata grid build {store}` or a first `strata run {name}` builds it, then this plans it",
+            name = algo.name(),
+            store = store.display(),
         )));
     };
     let grid = Grid::open(&dir).map_err(|e| e.to_py(py))?;

@@ -29,7 +29,9 @@ class GnnTrainConfig:
     device: str = option("auto", help="torch device: auto (cuda when available), cpu, cuda, cuda:1, ...")
     torch_threads: int = option(0, help="threads torch may use (0: its default)")
     memory: Size = option(
-        2 << 30, help="budget of the whole process: torch and model (measured), training, topology, features, batches"
+        1 << 30,
+        help="budget of the whole process: torch and model (anonymous memory measured at start, and 96 MiB of "
+        "code pages), training, topology, features, batches",
     )
     feature_memory: Size = option(0, help="cap on the feature tiers (hot set + cache); 0: what --memory leaves")
     device_memory: str = option(

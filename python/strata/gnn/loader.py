@@ -131,10 +131,11 @@ AUTO_DEVICE_SHARE = 0.25
 DEVICE_LOAD_ROWS = 1 << 16
 
 
-def process_bytes(field: str = "VmRSS") -> int | None:
+def process_bytes(field: str) -> int | None:
     """A size of this process from ``/proc/self/status`` in bytes, or None where it does not
-    tell: ``VmRSS``, its resident set (its anonymous memory and the file pages it has mapped,
-    torch's libraries included), or ``VmHWM``, the largest resident set so far."""
+    tell: ``RssAnon``, its anonymous memory (the heap, torch's included, and thread stacks:
+    what the kernel cannot reclaim without swap), or ``VmHWM``, the largest resident set so
+    far (library pages mapped included)."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -182,9 +183,11 @@ class GnnData:
     ``memory`` is the data path's budget (topology, feature tiers, batches) plus a fixed
     runtime reserve: in a caller's own script the rest of the process is the caller's. With
     ``own_process=True`` (``strata gnn train``, which owns its process) the budget holds the
-    whole process instead: its resident set when the store is opened (the interpreter, torch
-    and whatever model is built by then) is measured and planned as the runtime, so build the
-    model and optimizer before opening the store. ``training`` (a model's
+    whole process instead: its anonymous memory when the store is opened (the interpreter,
+    torch's heap and whatever model is built by then) is measured and planned as the runtime
+    with a fixed allowance for the libraries' code pages (``strata_gnn::budget::CODE_PAGES_BYTES``,
+    96 MiB; the rest of torch's mapped libraries is page cache a memory cgroup reclaims), so
+    build the model and optimizer before opening the store. ``training`` (a model's
     :meth:`~strata.gnn.models.GNN.training_costs`) plans what training a batch adds."""
 
     def __init__(
@@ -212,7 +215,7 @@ class GnnData:
         train = self.nodes("train") if self.store.has("node_train") else np.empty(0, dtype=np.int64)
         self.labels = node_labels(self.store)
         self.num_classes = None if self.labels is None else int(self.labels.max()) + 1
-        consumer = {"runtime_bytes": process_bytes() if own_process else None, **(training or {})}
+        consumer = {"anon_bytes": process_bytes("RssAnon") if own_process else None, **(training or {})}
         self._native = _native.GnnData(str(store), cfg, node_id_bytes(train), consumer, progress)
         self.num_nodes, self.dim, self.dtype, self.row_bytes = self._native.features_info()
         self.device_table = self._load_device_tier()

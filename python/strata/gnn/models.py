@@ -21,10 +21,6 @@ F = torch.nn.functional
 
 ModelKind = Literal["sage", "sage_pool", "gcn", "gin", "gat"]
 
-#: Code pages of the kernels that the first backward pass, optimizer step and evaluation use,
-#: mapped after the memory plan measured the process: part of ``GNN.training_costs``. Measured:
-#: torch 2.15's CPU path maps ~16 MiB more of its libraries during a GraphSAGE epoch.
-KERNEL_PAGES_BYTES = 32 << 20
 MODEL_KINDS: tuple[str, ...] = ("sage", "sage_pool", "gcn", "gin", "gat")
 
 
@@ -262,8 +258,9 @@ class GNN(nn.Module):
         """What training holds beside the batch's input rows, in bytes, for the memory plan
         (``strata_gnn::data::Consumer``): per layer (input layer first), per source row, per
         destination row and per edge of its block; and ``fixed_bytes``, the parameters'
-        gradients, ``optimizer_states`` tensors of the parameters' size (2 for Adam) and
-        :data:`KERNEL_PAGES_BYTES`.
+        gradients and ``optimizer_states`` tensors of the parameters' size (2 for Adam). The
+        code pages of the kernels training uses are planned with the runtime
+        (``strata_gnn::budget::CODE_PAGES_BYTES``).
 
         An allowance, not an exact count, float32 throughout: a source row holds the rows a
         layer transforms before gathering (GCN, GAT, max-pool) and their gradient; a
@@ -278,7 +275,7 @@ class GNN(nn.Module):
                 {"src_row": 4 * 2 * transformed, "dst_row": 4 * (3 * a + 7 * b), "edge": 4 * 2 * message + 16}
             )
         params = sum(p.numel() * p.element_size() for p in self.parameters())
-        return {"layers": layers, "fixed_bytes": params * (1 + optimizer_states) + KERNEL_PAGES_BYTES}
+        return {"layers": layers, "fixed_bytes": params * (1 + optimizer_states)}
 
     def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
         if len(blocks) != len(self.convs):
