@@ -173,7 +173,9 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
     if typing.get_origin(tp) is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
-            raise fail("one of " + ", ".join(repr(c) for c in choices))
+            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"{fail('one of ' + ', '.join(repr(c) for c in choices))}{hint}")
         return value
     if typing.get_origin(tp) is list:
         (item,) = typing.get_args(tp)
