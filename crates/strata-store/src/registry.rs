@@ -20,28 +20,44 @@ pub trait Named {
 
 /// A name that no registered implementation has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} '{name}'{hint}")]
+#[error("unknown {what} '{name}'{}", match close {
+    Some(c) => format!("; did you mean '{c}'?"),
+    None => format!("; known: {}", known.join(", ")),
+})]
 pub struct UnknownName {
     /// What the registry holds (`score function`, `ordering`, `layer kind`).
     pub what: &'static str,
     /// The name asked for.
     pub name: String,
-    hint: String,
+    /// Every registered name.
+    pub known: Vec<&'static str>,
+    /// The registered name closest to `name`, when one is close.
+    pub close: Option<&'static str>,
 }
 
 impl UnknownName {
-    /// The error for `name` among the registered `known` names: the closest one as a
-    /// did-you-mean when one is close, else the whole list.
-    pub fn new(what: &'static str, name: &str, known: &[&str]) -> Self {
-        let hint = match closest(name, known) {
-            Some(close) => format!("; did you mean '{close}'?"),
-            None => format!("; known: {}", known.join(", ")),
-        };
+    /// The error for `name` among the registered `known` names.
+    pub fn new(what: &'static str, name: &str, known: Vec<&'static str>) -> Self {
         UnknownName {
             what,
             name: name.to_string(),
-            hint,
+            close: closest(name, &known),
+            known,
         }
+    }
+
+    /// The message in serde's words for an unknown enum variant (what config checks and
+    /// weights files report for every other choice), with the did-you-mean when there is one.
+    pub fn serde_message(&self) -> String {
+        let expected: Vec<String> = self.known.iter().map(|k| format!("`{k}`")).collect();
+        let hint = self
+            .close
+            .map_or(String::new(), |c| format!("; did you mean `{c}`?"));
+        format!(
+            "unknown variant `{}`, expected one of {}{hint}",
+            self.name,
+            expected.join(", ")
+        )
     }
 }
 
@@ -90,7 +106,7 @@ pub mod reexport {
 ///
 /// Generated: `ALL`, `name()`, `help()`, `get() -> &'static dyn Trait`, `names()`,
 /// `describe()`, `Display`, `FromStr` (error [`UnknownName`]), `Serialize`/`Deserialize` by
-/// name, and an inline `JsonSchema` (`oneOf` of the names, each with its help).
+/// name (serde's unknown-variant message, with the did-you-mean), and an inline `JsonSchema` (`oneOf` of the names, each with its help).
 #[macro_export]
 macro_rules! registry {
     (
@@ -159,7 +175,7 @@ macro_rules! registry {
                     .iter()
                     .copied()
                     .find(|k| k.name() == s)
-                    .ok_or_else(|| $crate::registry::UnknownName::new($what, s, &Self::names()))
+                    .ok_or_else(|| $crate::registry::UnknownName::new($what, s, Self::names()))
             }
         }
 
@@ -177,8 +193,9 @@ macro_rules! registry {
                 d: D,
             ) -> ::std::result::Result<Self, D::Error> {
                 let name = <::std::string::String as $crate::registry::reexport::serde::Deserialize>::deserialize(d)?;
-                name.parse()
-                    .map_err(<D::Error as $crate::registry::reexport::serde::de::Error>::custom)
+                name.parse().map_err(|e: $crate::registry::UnknownName| {
+                    <D::Error as $crate::registry::reexport::serde::de::Error>::custom(e.serde_message())
+                })
             }
         }
 
@@ -276,7 +293,12 @@ mod tests {
         let e = "circle".parse::<ShapeKind>().unwrap_err().to_string();
         assert_eq!(e, "unknown shape 'circle'; known: square, triangle");
         let e = serde_json::from_str::<ShapeKind>("\"Triangel\"").unwrap_err();
-        assert!(e.to_string().contains("did you mean 'triangle'?"), "{e}");
+        assert!(
+            e.to_string().starts_with(
+                "unknown variant `Triangel`, expected one of `square`, `triangle`; did you mean `triangle`?"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
