@@ -78,3 +78,25 @@ def test_bad_arguments():
         GNN("gine", 5, 8, 3)
     with pytest.raises(ValueError, match="2 layers but got 1"):
         GNN("sage", 5, 8, 3)([block()], torch.randn(4, 5))
+
+
+def test_every_registered_layer_kind_is_a_choice_and_stacks():
+    """Each registered layer kind is a `strata gnn train --model` choice (the config section
+    is declared without torch, so its list is checked against the registry here), builds a
+    two-layer GNN of the requested widths, and is registered once."""
+    import typing
+
+    from strata.config.gnn import GnnTrainConfig
+    from strata.gnn.models import LAYERS, MODEL_KINDS, register_layer
+
+    assert typing.get_args(typing.get_type_hints(GnnTrainConfig)["model"]) == MODEL_KINDS == tuple(LAYERS)
+    two = Block.from_csc(4, 2, INDPTR, INDICES)
+    one = Block.from_csc(2, 1, np.array([0, 1]), np.array([1]))
+    for name, kind in LAYERS.items():
+        model = GNN(name, 5, 6, 3, layers=2, heads=2).eval()
+        assert all(isinstance(conv, kind.cls) for conv in model.convs), name
+        assert model([two, one], torch.randn(4, 5)).shape == (1, 3), name
+    with pytest.raises(ValueError, match="'gcn' is registered twice"):
+        register_layer("gcn", help="again")(GCNConv)
+    with pytest.raises(ValueError, match="model: expected"):
+        GNN("gcm", 5, 6, 3)

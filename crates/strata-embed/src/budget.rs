@@ -149,14 +149,7 @@ pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
 /// gradients, update keys).
 fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
     let d = model.dim as u64;
-    let scores = 4
-        * b
-        * n
-        * if model.kind == crate::model::ScoreKind::TransE {
-            2
-        } else {
-            1
-        };
+    let scores = 4 * b * n * (1 + model.kind.get().extra_score_matrices());
     scores + 8 * (3 * b + n) * d + 8 * b * d + 16 * (2 * b + n)
 }
 

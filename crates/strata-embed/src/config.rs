@@ -58,7 +58,7 @@ pub enum Protocol {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
-    /// score function: dot (graphs without relation types), transe, distmult, complex, rotate
+    // The help text lists the registered models (`ScoreKind::describe`).
     pub model: ScoreKind,
     /// reals per node embedding (complex and rotate use half as complex coordinates)
     #[schemars(range(min = 1))]
@@ -105,8 +105,7 @@ pub struct TrainConfig {
     /// partitions resident at once when the table is partitioned
     #[schemars(range(min = 1))]
     pub buffer: usize,
-    /// partition order: legend (Legend's Alg. 1+2, built for prefetching; buffer 3), beta
-    /// (Marius's BETA; any buffer >= 2), sequential (one pair at a time; buffer 2)
+    // The help text lists the registered orderings (`OrderingKind::describe`).
     pub ordering: OrderingKind,
     /// worker threads over a bucket's chunks; 0 means one per core
     pub threads: usize,
@@ -178,22 +177,10 @@ impl Section for TrainConfig {
     /// buffer each ordering needs.
     fn validate(&self) -> Result<(), ConfigError> {
         let bad = |key: &str, msg: String| Err(ConfigError::new(Self::NAME, key, msg));
-        if matches!(self.model, ScoreKind::ComplEx | ScoreKind::RotatE)
-            && !self.dim.is_multiple_of(2)
-        {
-            return bad(
-                "dim",
-                format!(
-                    "{} needs an even dim (real and imaginary halves), got {}",
-                    if self.model == ScoreKind::ComplEx {
-                        "complex"
-                    } else {
-                        "rotate"
-                    },
-                    self.dim
-                ),
-            );
-        }
+        self.model
+            .get()
+            .check_dim(self.dim)
+            .or_else(|msg| bad("dim", msg))?;
         for (key, v) in [("lr", self.lr), ("init_scale", self.init_scale)] {
             if !(v > 0.0 && v.is_finite()) {
                 return bad(key, format!("must be a positive number, got {v}"));
@@ -206,19 +193,8 @@ impl Section for TrainConfig {
             );
         }
         let partitioned = self.partitions as usize > self.buffer;
-        match self.ordering {
-            OrderingKind::Legend if self.buffer != 3 && partitioned => bad(
-                "buffer",
-                format!("ordering legend needs a buffer of 3, got {}", self.buffer),
-            ),
-            OrderingKind::Sequential if self.buffer != 2 => bad(
-                "buffer",
-                format!(
-                    "ordering sequential needs a buffer of 2, got {}",
-                    self.buffer
-                ),
-            ),
-            _ => Ok(()),
-        }
+        self.ordering
+            .check_buffer(self.buffer, partitioned)
+            .or_else(|msg| bad("buffer", msg))
     }
 }

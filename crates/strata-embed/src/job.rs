@@ -19,7 +19,7 @@ use crate::epoch::Trainer;
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::kernels::sgemm_reference_flops;
-use crate::model::{ScoreKind, ScoreModel};
+use crate::model::ScoreModel;
 use crate::overlap;
 use crate::partitioning::{buckets, Partitioning};
 use crate::relations::Relations;
@@ -284,10 +284,10 @@ fn setup(
         dim: cfg.dim,
         transe_norm: cfg.transe_norm,
     };
-    if model.kind == ScoreKind::Dot && graph.num_relations > 0 {
+    if model.rel_dim() == 0 && graph.num_relations > 0 {
         progress.message(&format!(
-            "model dot ignores the {} relation types of the store",
-            graph.num_relations
+            "model {} ignores the {} relation types of the store",
+            model.kind, graph.num_relations
         ));
     }
     let threads = threads_for(&cfg);

@@ -20,7 +20,7 @@ use crate::config::section;
 use crate::errors::{config_error, ToPyErr};
 use crate::{job, run};
 
-/// The epoch schedule of `ordering` (`legend`, `beta`, `sequential`) for `partitions` and a
+/// The epoch schedule of `ordering` (a registered name: `OrderingKind::names`) for `partitions` and a
 /// buffer of `capacity`, with its load and overlap figures.
 #[pyfunction]
 fn embed_plan(
@@ -29,17 +29,9 @@ fn embed_plan(
     partitions: usize,
     capacity: usize,
 ) -> PyResult<Py<PyAny>> {
-    let kind = match ordering {
-        "legend" => OrderingKind::Legend,
-        "beta" => OrderingKind::Beta,
-        "sequential" => OrderingKind::Sequential,
-        other => {
-            return Err(config_error(
-                py,
-                &format!("unknown ordering '{other}' (legend, beta, sequential)"),
-            ))
-        }
-    };
+    let kind: OrderingKind = ordering
+        .parse()
+        .map_err(|e| config_error(py, &format!("embed.plan.ordering: {e}")))?;
     let s = py
         .detach(|| schedule(kind, partitions, capacity))
         .map_err(|e| config_error(py, &format!("embed.plan: {e}")))?;

@@ -102,10 +102,13 @@ pub fn architecture(
     let Some(a) = a else { return Ok(None) };
     let kind = match proto::ModelKind::try_from(a.kind) {
         Ok(proto::ModelKind::Unspecified) => return Ok(None),
-        Ok(proto::ModelKind::SageMean) => ModelKind::SageMean,
-        Ok(proto::ModelKind::SagePool) => ModelKind::SagePool,
-        Ok(proto::ModelKind::Gcn) => ModelKind::Gcn,
-        Ok(proto::ModelKind::Gin) => ModelKind::Gin,
+        // MODEL_KIND_SAGE_MEAN is the registered kind sage_mean.
+        Ok(k) => k
+            .as_str_name()
+            .trim_start_matches("MODEL_KIND_")
+            .to_ascii_lowercase()
+            .parse::<ModelKind>()
+            .map_err(|e| invalid(format!("architecture.kind: {e}")))?,
         Err(_) => {
             return Err(invalid(format!(
                 "architecture.kind: unknown value {}",
@@ -124,12 +127,12 @@ pub fn architecture(
 }
 
 pub fn architecture_proto(a: &Architecture) -> proto::ModelArchitecture {
-    let kind = match a.kind {
-        ModelKind::SageMean => proto::ModelKind::SageMean,
-        ModelKind::SagePool => proto::ModelKind::SagePool,
-        ModelKind::Gcn => proto::ModelKind::Gcn,
-        ModelKind::Gin => proto::ModelKind::Gin,
-    };
+    // Every registered kind has its MODEL_KIND_<NAME> value in serve.proto (a test checks).
+    let kind = proto::ModelKind::from_str_name(&format!(
+        "MODEL_KIND_{}",
+        a.kind.name().to_ascii_uppercase()
+    ))
+    .expect("serve.proto has a value for every registered layer kind");
     proto::ModelArchitecture {
         kind: kind as i32,
         in_dim: a.in_dim as u32,
@@ -152,5 +155,42 @@ pub fn precision_proto(p: Precision) -> i32 {
     match p {
         Precision::Fp32 => proto::Precision::Fp32 as i32,
         Precision::Int8 => proto::Precision::Int8 as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every registered layer kind: a unique name, and the same kind back through its
+    /// serve.proto value and through its architecture JSON.
+    #[test]
+    fn every_registered_layer_kind_round_trips() {
+        let names = ModelKind::names();
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        for &kind in ModelKind::ALL {
+            let a = Architecture {
+                kind,
+                in_dim: 3,
+                hidden_dim: 4,
+                out_dim: 2,
+                layers: 2,
+                fanouts: vec![5, -1],
+            };
+            let wire = architecture_proto(&a);
+            assert_ne!(wire.kind, proto::ModelKind::Unspecified as i32, "{kind}");
+            assert_eq!(architecture(Some(&wire)).unwrap(), Some(a.clone()));
+            let json = serde_json::to_string(&a).unwrap();
+            assert!(json.contains(&format!("\"kind\":\"{kind}\"")), "{json}");
+            assert_eq!(serde_json::from_str::<Architecture>(&json).unwrap(), a);
+        }
+        let e = serde_json::from_str::<Architecture>(
+            r#"{"kind":"sage_maen","in_dim":3,"hidden_dim":4,"out_dim":2,"layers":1,"fanouts":[5]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("did you mean `sage_mean`?"), "{e}");
     }
 }

@@ -15,6 +15,7 @@ pub mod ids;
 pub mod manifest;
 pub mod npy;
 pub mod perm;
+pub mod registry;
 pub mod rng;
 pub mod store;
 pub mod strtab;

@@ -5,20 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from .. import _native
 from ..errors import ConfigError
 from .schema import Size, native_section, option, section
 
-ORDERING_HELP = (
-    "partition order: legend (Legend's Alg. 1+2, built for prefetching; buffer 3), beta (Marius's BETA; any "
-    "buffer >= 2), sequential (one pair at a time; buffer 2)"
-)
+#: The registered orderings (``strata_embed::ordering::OrderingKind``), as the trainer's
+#: schema lists them, with the help text naming each one's buffer.
+_ORDERING = _native.config_schema()["embed.train"]["properties"]["ordering"]
+ORDERINGS = tuple(choice["const"] for choice in _ORDERING["oneOf"])
 
 
 @section("embed.plan")
 class EmbedPlanConfig:
     partitions: int = option(help="number of node partitions n", max=(1 << 32) - 1)
-    buffer: int = option(3, help="partitions resident at once (legend needs 3; sequential needs 2)")
-    ordering: Literal["legend", "beta", "sequential"] = option("legend", help=ORDERING_HELP)
+    buffer: int = option(3, help="partitions resident at once (see --ordering for what each ordering needs)")
+    ordering: Literal[ORDERINGS] = option("legend", help=_ORDERING["description"])
     show_buckets: bool = option(False, help="list the buckets trained in each state")
     json: bool = option(False, help="print the whole schedule as JSON")
 

@@ -10,8 +10,8 @@ destinations' own rows are ``x[:num_dst]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from ._torch import require_torch
 
@@ -19,9 +19,42 @@ torch = require_torch()
 nn = torch.nn
 F = torch.nn.functional
 
-ModelKind = Literal["sage", "sage_pool", "gcn", "gin", "gat"]
+@dataclass(frozen=True)
+class LayerKind:
+    """A registered layer kind: its conv class, one line of help, and the layer kind of the
+    graph service it is exported as (``strata_serve::model::ModelKind``; None: not servable)."""
 
-MODEL_KINDS: tuple[str, ...] = ("sage", "sage_pool", "gcn", "gin", "gat")
+    cls: type
+    help: str
+    served_as: str | None
+
+
+#: The layer kinds a :class:`GNN` stacks, by name, in registration order (:func:`register_layer`).
+LAYERS: dict[str, LayerKind] = {}
+
+
+def register_layer(name: str, *, help: str, served_as: str | None = None) -> Callable[[type], type]:
+    """Registers a conv class as layer kind ``name`` (``GNN(name, ...)``, ``strata gnn train
+    --model name``). The class takes ``(in_dim, out_dim)`` and implements ``cost_widths`` and
+    ``forward(block, x)``; a classmethod ``for_stack(dims, i, heads=, train_eps=)`` builds layer
+    ``i`` of a stack of widths ``dims`` when it needs more than the two widths. ``served_as``
+    names the service's kernel of the same layer, whose tensors are the class's state dict."""
+
+    def register(cls: type) -> type:
+        if name in LAYERS:
+            raise ValueError(f"layer kind {name!r} is registered twice ({LAYERS[name].cls.__name__}, {cls.__name__})")
+        LAYERS[name] = LayerKind(cls, help, served_as)
+        return cls
+
+    return register
+
+
+def _build_layer(kind: str, dims: list[int], i: int, *, heads: int, train_eps: bool) -> nn.Module:
+    """Layer ``i`` (widths ``dims[i] -> dims[i + 1]``) of a stack of layer kind ``kind``."""
+    cls = LAYERS[kind].cls
+    if hasattr(cls, "for_stack"):
+        return cls.for_stack(dims, i, heads=heads, train_eps=train_eps)
+    return cls(dims[i], dims[i + 1])
 
 
 @dataclass
@@ -58,6 +91,7 @@ def _mean_neighbours(block: Block, x: torch.Tensor) -> torch.Tensor:
     return out / block.in_degree().clamp(min=1).unsqueeze(1).to(x.dtype)
 
 
+@register_layer("sage", help="GraphSAGE (mean aggregator)", served_as="sage_mean")
 class SAGEConv(nn.Module):
     """GraphSAGE with the mean aggregator: ``W_self x_v + W_neigh mean(x_u)`` (Hamilton et al.
     2017, as PyG's ``SAGEConv``)."""
@@ -85,6 +119,7 @@ def _max_neighbours(block: Block, x: torch.Tensor) -> torch.Tensor:
     return out.scatter_reduce(0, index, x[block.src], reduce="amax", include_self=False)
 
 
+@register_layer("sage_pool", help="GraphSAGE (max-pool)", served_as="sage_pool")
 class SAGEPoolConv(nn.Module):
     """GraphSAGE with the max-pool aggregator (Hamilton et al. 2017, eq. 3): each sampled
     source is first passed through a one-layer perceptron, ``h_u = ReLU(W_pool x_u + b_pool)``
@@ -114,35 +149,7 @@ class SAGEPoolConv(nn.Module):
         return self.self_lin(x[: block.num_dst]) + self.neigh_lin(pooled)
 
 
-class GINConv(nn.Module):
-    """Graph isomorphism network layer (Xu et al. 2019, eq. 4.1):
-
-        ``out_v = MLP((1 + eps) x_v + sum_u x_u)``
-
-    summed over the destination's sampled sources, with ``MLP = Linear(in_dim, out_dim) ->
-    ReLU -> Linear(out_dim, out_dim)`` (``lin1``, ``lin2``; no batch norm, so that the layer
-    is the same in training and inference). ``eps`` is a learnable scalar initialised to 0
-    (GIN-eps) when ``train_eps``, else fixed at 0 (GIN-0) as a buffer; it is in the state dict
-    either way."""
-
-    def __init__(self, in_dim: int, out_dim: int, train_eps: bool = True):
-        super().__init__()
-        self.lin1 = nn.Linear(in_dim, out_dim)
-        self.lin2 = nn.Linear(out_dim, out_dim)
-        if train_eps:
-            self.eps = nn.Parameter(torch.zeros(()))
-        else:
-            self.register_buffer("eps", torch.zeros(()))
-
-    def cost_widths(self) -> tuple[int, int, int, int]:
-        return self.lin1.in_features, self.lin1.out_features, self.lin1.in_features, 0
-
-    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        out = x[: block.num_dst] * (1 + self.eps)
-        out = out.index_add(0, block.dst, x[block.src])
-        return self.lin2(F.relu(self.lin1(out)))
-
-
+@register_layer("gcn", help="GCN", served_as="gcn")
 class GCNConv(nn.Module):
     """Kipf and Welling's GCN on a sampled block, with a self loop per destination and the
     symmetric normalisation ``1 / sqrt((d_v + 1)(d_u + 1))`` over the block's degrees."""
@@ -167,6 +174,41 @@ class GCNConv(nn.Module):
         return out + self.lin.bias
 
 
+@register_layer("gin", help="GIN", served_as="gin")
+class GINConv(nn.Module):
+    """Graph isomorphism network layer (Xu et al. 2019, eq. 4.1):
+
+        ``out_v = MLP((1 + eps) x_v + sum_u x_u)``
+
+    summed over the destination's sampled sources, with ``MLP = Linear(in_dim, out_dim) ->
+    ReLU -> Linear(out_dim, out_dim)`` (``lin1``, ``lin2``; no batch norm, so that the layer
+    is the same in training and inference). ``eps`` is a learnable scalar initialised to 0
+    (GIN-eps) when ``train_eps``, else fixed at 0 (GIN-0) as a buffer; it is in the state dict
+    either way."""
+
+    def __init__(self, in_dim: int, out_dim: int, train_eps: bool = True):
+        super().__init__()
+        self.lin1 = nn.Linear(in_dim, out_dim)
+        self.lin2 = nn.Linear(out_dim, out_dim)
+        if train_eps:
+            self.eps = nn.Parameter(torch.zeros(()))
+        else:
+            self.register_buffer("eps", torch.zeros(()))
+
+    @classmethod
+    def for_stack(cls, dims: list[int], i: int, *, heads: int, train_eps: bool) -> GINConv:
+        return cls(dims[i], dims[i + 1], train_eps=train_eps)
+
+    def cost_widths(self) -> tuple[int, int, int, int]:
+        return self.lin1.in_features, self.lin1.out_features, self.lin1.in_features, 0
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        out = x[: block.num_dst] * (1 + self.eps)
+        out = out.index_add(0, block.dst, x[block.src])
+        return self.lin2(F.relu(self.lin1(out)))
+
+
+@register_layer("gat", help="GAT (heads heads per hidden layer)")
 class GATConv(nn.Module):
     """Graph attention (Veličković et al. 2018): per head, ``e_uv = LeakyReLU(a_l W x_u + a_r
     W x_v)``, softmax over each destination's sources and itself; heads concatenated, or
@@ -181,6 +223,13 @@ class GATConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
         nn.init.xavier_uniform_(self.att_src)
         nn.init.xavier_uniform_(self.att_dst)
+
+    @classmethod
+    def for_stack(cls, dims: list[int], i: int, *, heads: int, train_eps: bool) -> GATConv:
+        """Hidden layers concatenate their heads (the next one reads ``heads`` times the
+        width); the output layer averages them."""
+        last = i == len(dims) - 2
+        return cls(dims[i] if i == 0 else dims[i] * heads, dims[i + 1], heads=heads, concat=not last)
 
     def cost_widths(self) -> tuple[int, int, int, int]:
         h = self.heads * self.out_dim
@@ -208,10 +257,15 @@ class GATConv(nn.Module):
         return out + self.bias
 
 
+#: The registered layer kinds' names, in registration order.
+MODEL_KINDS: tuple[str, ...] = tuple(LAYERS)
+
+
 class GNN(nn.Module):
-    """A stack of ``len(blocks)`` layers of one kind, ReLU and dropout between them: ``sage``
-    (GraphSAGE, mean), ``sage_pool`` (GraphSAGE, max-pool), ``gcn``, ``gin`` (GIN-eps, or
-    GIN-0 without ``train_eps``) or ``gat`` (``heads`` heads per hidden layer).
+    """A stack of ``len(blocks)`` layers of one registered kind (:data:`LAYERS`), ReLU and
+    dropout between them: ``sage`` (GraphSAGE, mean), ``sage_pool`` (GraphSAGE, max-pool),
+    ``gcn``, ``gin`` (GIN-eps, or GIN-0 without ``train_eps``) or ``gat`` (``heads`` heads per
+    hidden layer).
 
     ``forward(blocks, x)``: ``blocks`` in input-to-output order (``blocks[0]`` reads the input
     rows ``x``, ``(num_src of blocks[0], in_dim)``); returns ``(num_dst of blocks[-1], out_dim)``
@@ -220,7 +274,7 @@ class GNN(nn.Module):
 
     def __init__(
         self,
-        kind: ModelKind,
+        kind: str,
         in_dim: int,
         hidden: int,
         out_dim: int,
@@ -238,20 +292,7 @@ class GNN(nn.Module):
         # The widths, for exporting the architecture (strata.serve.export).
         self.in_dim, self.hidden, self.out_dim = in_dim, hidden, out_dim
         dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
-        convs = []
-        for i in range(layers):
-            last = i == layers - 1
-            if kind == "sage":
-                convs.append(SAGEConv(dims[i], dims[i + 1]))
-            elif kind == "sage_pool":
-                convs.append(SAGEPoolConv(dims[i], dims[i + 1]))
-            elif kind == "gcn":
-                convs.append(GCNConv(dims[i], dims[i + 1]))
-            elif kind == "gin":
-                convs.append(GINConv(dims[i], dims[i + 1], train_eps=train_eps))
-            else:  # gat
-                d_in = dims[i] if i == 0 else dims[i] * heads
-                convs.append(GATConv(d_in, dims[i + 1], heads=heads, concat=not last))
+        convs = [_build_layer(kind, dims, i, heads=heads, train_eps=train_eps) for i in range(layers)]
         self.convs = nn.ModuleList(convs)
 
     def training_costs(self, optimizer_states: int) -> dict:

@@ -30,26 +30,25 @@ import numpy as np
 SAFETENSORS_ARCHITECTURE_KEY = "strata.architecture"
 NPZ_ARCHITECTURE_KEY = "__strata_architecture__"
 
-#: Python model kinds (``GNN(kind, ...)``) and the served kind each is exported as.
-SERVED_KINDS = {"sage": "sage_mean", "sage_pool": "sage_pool", "gcn": "gcn", "gin": "gin"}
-
 FORMATS = ("safetensors", "npz")
 
 
 def export_model(model, path: str | os.PathLike, *, fanouts: list[int], format: str | None = None) -> Path:
-    """Writes ``model`` (a :class:`strata.gnn.models.GNN` of kind sage, sage_pool, gcn or gin)
+    """Writes ``model`` (a :class:`strata.gnn.models.GNN` of a layer kind registered with a
+    ``served_as`` kind: sage, sage_pool, gcn or gin)
     to ``path`` for serving: its ``state_dict()`` as float32 and its architecture with the
     sampling ``fanouts`` (one per layer, seeds outwards, each >= 1 or -1 for all neighbours).
     ``format`` is ``safetensors`` or ``npz``, or None to take it from the suffix. Returns the
     path written. GAT is refused (the service has no attention kernel)."""
-    from ..gnn.models import GNN  # imports torch, with a clear message when it is missing
+    from ..gnn.models import GNN, LAYERS  # imports torch, with a clear message when it is missing
 
     if not isinstance(model, GNN):
         raise TypeError(f"export_model: expected a strata.gnn.models.GNN, got {type(model).__name__}")
-    if model.kind not in SERVED_KINDS:
+    served = {name: kind.served_as for name, kind in LAYERS.items() if kind.served_as}
+    if model.kind not in served:
         raise ValueError(
             f"export_model: a {model.kind!r} model cannot be served; the service runs "
-            f"{', '.join(SERVED_KINDS)} (GAT has no native kernel)"
+            f"{', '.join(served)} (the others have no native kernel)"
         )
     path = Path(path)
     fmt = _format(path, format)
@@ -58,7 +57,7 @@ def export_model(model, path: str | os.PathLike, *, fanouts: list[int], format: 
     if len(fanouts) != layers or any(f != -1 and f < 1 for f in fanouts):
         raise ValueError(f"fanouts: need {layers} values (one per layer), each >= 1 or -1; got {fanouts}")
     architecture = {
-        "kind": SERVED_KINDS[model.kind],
+        "kind": served[model.kind],
         "in_dim": int(model.in_dim),
         "hidden_dim": int(model.hidden),
         "out_dim": int(model.out_dim),

@@ -2,35 +2,176 @@
 //!
 //! A chunk is `b` true edges `(s, r, t)` and `n` candidate targets shared by all of them
 //! (negatives). The step corrupts targets; the other direction is the same step on
-//! `(t, r⁻¹, s)` with reciprocal relation rows (see `epoch`). For the multiplicative models
+//! `(t, r⁻¹, s)` with reciprocal relation rows (see `epoch`). For the bilinear models
 //! (dot, DistMult, ComplEx) the score is `φ(s, r) · t`, so all `b x n` negative scores are one
 //! matrix product and the backward pass is two more, reusing `φ` and the loss weights computed
-//! in the forward pass (Legend §6 on a CPU). TransE-L2 expands `‖a − t‖²` into the same products.
-//! TransE-L1 and RotatE are computed pairwise.
+//! in the forward pass (Legend §6 on a CPU; `bilinear`). TransE-L2 expands `‖a − t‖²` into the
+//! same products. TransE-L1 and RotatE are computed pairwise (`pairwise`).
+//!
+//! Each score function is a unit type in a file of its own implementing [`ScoreFunction`],
+//! listed once in the [`ScoreKind`] registry below; the config's `model` option, its help and
+//! schema, the budget and the run record take the list from there. A chunk dispatches once to
+//! its model, whose loops are generic over it (no dynamic call per edge).
+
+/// The `step` and `score` methods of a [`ScoreFunction`] whose loops are those of `$family`
+/// (`bilinear` or `pairwise`), instantiated for `Self`: for use inside its `impl`.
+macro_rules! family_methods {
+    ($family:ident) => {
+        fn step(
+            &self,
+            model: &$crate::model::ScoreModel,
+            loss: $crate::model::LossKind,
+            margin: f32,
+            b: usize,
+            n: usize,
+            src: &[f32],
+            rel: &[f32],
+            dst: &[f32],
+            neg: &[f32],
+            g: &mut $crate::model::Grads,
+            s: &mut $crate::model::Scratch,
+        ) -> f64 {
+            $crate::model::$family::step::<Self>(
+                model, loss, margin, b, n, src, rel, dst, neg, g, s,
+            )
+        }
+
+        fn score(
+            &self,
+            model: &$crate::model::ScoreModel,
+            b: usize,
+            n: usize,
+            src: &[f32],
+            rel: &[f32],
+            cands: &[f32],
+            out: &mut [f32],
+            s: &mut $crate::model::Scratch,
+        ) {
+            $crate::model::$family::score::<Self>(model, b, n, src, rel, cands, out, s)
+        }
+    };
+}
+
+mod bilinear;
+mod complex;
+mod distmult;
+mod dot;
+mod pairwise;
+mod rotate;
+mod transe;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use strata_store::rng::Rng;
 
-use crate::kernels::{dot, exp_sum, gemm_ab, gemm_abt, gemm_atb};
+use crate::kernels::exp_sum;
 
-/// Which score function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ScoreKind {
-    /// `s · t`: graph embeddings without relation types.
-    Dot,
-    /// `−‖s + r − t‖` in the L1 or L2 norm.
-    TransE,
-    /// `⟨s, r, t⟩`.
-    DistMult,
-    /// `Re⟨s, r, conj t⟩` with `d/2` complex coordinates.
-    ComplEx,
-    /// `−Σ_k |s_k r_k − t_k|` with `r` unit complex numbers (phases).
-    RotatE,
+strata_store::registry! {
+    /// Which score function (registered by name; see [`ScoreFunction`]).
+    pub enum ScoreKind: dyn ScoreFunction, "score function", "score function" {
+        dot::Dot,
+        transe::TransE,
+        distmult::DistMult,
+        complex::ComplEx,
+        rotate::RotatE,
+    }
 }
 
+/// A score function: how relation rows are shaped and initialised, and the training step and
+/// candidate scoring of one chunk. Implementations are unit types, registered in
+/// [`ScoreKind`] with their [`strata_store::registry::Named`] name and help.
+pub trait ScoreFunction: Sync {
+    /// Reals per relation row for node embeddings of `dim` reals (0: no relation rows).
+    fn rel_dim(&self, dim: usize) -> usize;
+
+    /// Why node embeddings of `dim` reals do not fit the model (a message for `embed.train.dim`).
+    fn check_dim(&self, _dim: usize) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Draws the initial value of relation row `row` (`rel_dim` reals) from `rng`; `scale` is
+    /// the standard deviation of the node embeddings. See [`ScoreModel::init_relation`].
+    fn init_relation(&self, model: &ScoreModel, row: &mut [f32], rng: &mut Rng, scale: f32);
+
+    /// Turns relation row `r` of `(h, r, t)` into the row that scores `(t, r', h)` like a tail
+    /// query; linear and its own transpose. See [`ScoreModel::reverse_relation`].
+    fn reverse_relation(&self, model: &ScoreModel, row: &mut [f32]);
+
+    /// `b x n` score matrices a worker keeps per chunk besides the scores (the budget's worker
+    /// scratch): 0 unless the step keeps another (TransE's distances).
+    fn extra_score_matrices(&self) -> u64 {
+        0
+    }
+
+    /// One chunk direction: the loss, with every gradient in `g`. See [`chunk_step`].
+    #[allow(clippy::too_many_arguments)]
+    fn step(
+        &self,
+        model: &ScoreModel,
+        loss: LossKind,
+        margin: f32,
+        b: usize,
+        n: usize,
+        src: &[f32],
+        rel: &[f32],
+        dst: &[f32],
+        neg: &[f32],
+        g: &mut Grads,
+        s: &mut Scratch,
+    ) -> f64;
+
+    /// Scores of `b` queries against `n` candidates into `out`. See [`score_candidates`].
+    #[allow(clippy::too_many_arguments)]
+    fn score(
+        &self,
+        model: &ScoreModel,
+        b: usize,
+        n: usize,
+        src: &[f32],
+        rel: &[f32],
+        cands: &[f32],
+        out: &mut [f32],
+        s: &mut Scratch,
+    );
+}
+
+/// How a model turns a source row and a relation row into the query row `a` its targets are
+/// scored against (`φ(s, r)` of the bilinear models, `s ⊕ r` of the translations).
+trait Combine {
+    /// `a = s ⊗ r` for one row: `si` and `ai` hold `d` reals, `ri` the relation row.
+    fn combine(d: usize, si: &[f32], ri: &[f32], ai: &mut [f32]);
+}
+
+/// [`Combine::combine`] for each of `b` rows of `src` and `rel` into `a` (`b x d`).
+fn combine_rows<C: Combine>(model: &ScoreModel, b: usize, src: &[f32], rel: &[f32], a: &mut [f32]) {
+    let (d, rd) = (model.dim, model.rel_dim());
+    for i in 0..b {
+        C::combine(
+            d,
+            &src[i * d..(i + 1) * d],
+            &rel[i * rd..(i + 1) * rd],
+            &mut a[i * d..(i + 1) * d],
+        );
+    }
+}
+
+/// The message of a model whose coordinates are complex numbers (`d/2` real parts, then `d/2`
+/// imaginary parts) for an odd `dim`.
+fn even_dim(name: &str, dim: usize) -> Result<(), String> {
+    if dim.is_multiple_of(2) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name} needs an even dim (real and imaginary halves), got {dim}"
+        ))
+    }
+}
+
+/// A uniform phase in `[-π, π)`.
+fn phase(rng: &mut Rng) -> f32 {
+    (rng.next_f64() * std::f64::consts::TAU - std::f64::consts::PI) as f32
+}
 /// Which loss over a positive score and its negatives.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -56,11 +197,7 @@ pub struct ScoreModel {
 impl ScoreModel {
     /// Reals per relation row (0 for dot).
     pub fn rel_dim(&self) -> usize {
-        match self.kind {
-            ScoreKind::Dot => 0,
-            ScoreKind::RotatE => self.dim / 2,
-            _ => self.dim,
-        }
+        self.kind.get().rel_dim(self.dim)
     }
 
     /// The initial value of a relation row, drawn from `rng`. Not the identity: an identity
@@ -71,32 +208,7 @@ impl ScoreModel {
     /// isometry without a preferred self-score; TransE starts from normal offsets of the node
     /// embeddings' scale (`scale`) and must learn translations long enough to leave the node.
     pub fn init_relation(&self, row: &mut [f32], rng: &mut Rng, scale: f32) {
-        let phase =
-            |rng: &mut Rng| (rng.next_f64() * std::f64::consts::TAU - std::f64::consts::PI) as f32;
-        match self.kind {
-            ScoreKind::Dot => {}
-            ScoreKind::DistMult => row
-                .iter_mut()
-                .for_each(|v| *v = if rng.below(2) == 0 { 1.0 } else { -1.0 }),
-            ScoreKind::ComplEx => {
-                let h = self.dim / 2;
-                for k in 0..h {
-                    let theta = phase(rng);
-                    row[k] = theta.cos();
-                    row[h + k] = theta.sin();
-                }
-            }
-            ScoreKind::RotatE => row.iter_mut().for_each(|v| *v = phase(rng)),
-            ScoreKind::TransE => {
-                for pair in row.chunks_mut(2) {
-                    let (a, b) = rng.normal_pair();
-                    pair[0] = a as f32 * scale;
-                    if pair.len() > 1 {
-                        pair[1] = b as f32 * scale;
-                    }
-                }
-            }
-        }
+        self.kind.get().init_relation(self, row, rng, scale)
     }
 
     /// Turns relation row `r` of `(h, r, t)` into the row that scores `(t, r', h)` like a tail
@@ -105,11 +217,7 @@ impl ScoreModel {
     /// The map is linear and its own transpose, so it also carries the gradient of `r'` back
     /// to `r`.
     pub fn reverse_relation(&self, row: &mut [f32]) {
-        match self.kind {
-            ScoreKind::Dot | ScoreKind::DistMult => {}
-            ScoreKind::ComplEx => row[self.dim / 2..].iter_mut().for_each(|v| *v = -*v),
-            ScoreKind::TransE | ScoreKind::RotatE => row.iter_mut().for_each(|v| *v = -*v),
-        }
+        self.kind.get().reverse_relation(self, row)
     }
 
     /// Multiply-adds per chunk direction for `b` edges and `n` negatives (forward + backward),
@@ -177,17 +285,10 @@ pub fn chunk_step(
     fit(&mut s.scores, b * n);
     fit(&mut s.pos, b);
     fit(&mut s.dpos, b);
-    match model.kind {
-        ScoreKind::Dot | ScoreKind::DistMult | ScoreKind::ComplEx => {
-            multiplicative(model, loss, margin, b, n, src, rel, dst, neg, g, s)
-        }
-        ScoreKind::TransE if model.transe_norm == 2 => {
-            transe_l2(model, loss, margin, b, n, src, rel, dst, neg, g, s)
-        }
-        ScoreKind::TransE | ScoreKind::RotatE => {
-            pairwise(model, loss, margin, b, n, src, rel, dst, neg, g, s)
-        }
-    }
+    model
+        .kind
+        .get()
+        .step(model, loss, margin, b, n, src, rel, dst, neg, g, s)
 }
 
 /// Turns scores into the loss and, in place, into `d loss / d score` (for negatives in
@@ -268,255 +369,6 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn multiplicative(
-    model: &ScoreModel,
-    loss: LossKind,
-    margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
-    g: &mut Grads,
-    s: &mut Scratch,
-) -> f64 {
-    let d = model.dim;
-    let h = d / 2;
-    // φ = s ⊗ r.
-    fit(&mut s.phi, b * d);
-    combine(model, b, src, rel, &mut s.phi);
-    for i in 0..b {
-        s.pos[i] = dot(&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
-    }
-    gemm_abt(b, n, d, 1.0, &s.phi, neg, 0.0, &mut s.scores);
-    let total = apply_loss(loss, margin, b, n, s);
-    // dφ = dpos ∘ t + W · neg ;  dt = dpos ∘ φ ;  dneg = Wᵀ · φ
-    fit(&mut s.dphi, b * d);
-    gemm_ab(b, d, n, 1.0, &s.scores, neg, 0.0, &mut s.dphi);
-    for i in 0..b {
-        let dp = s.dpos[i];
-        let (dphi, t, phi, gt) = (
-            &mut s.dphi[i * d..(i + 1) * d],
-            &dst[i * d..(i + 1) * d],
-            &s.phi[i * d..(i + 1) * d],
-            &mut g.dst[i * d..(i + 1) * d],
-        );
-        for k in 0..d {
-            dphi[k] += dp * t[k];
-            gt[k] = dp * phi[k];
-        }
-    }
-    gemm_atb(n, d, b, 1.0, &s.scores, &s.phi, 0.0, &mut g.neg);
-    // Back through φ.
-    for i in 0..b {
-        let (dphi, si, gs) = (
-            &s.dphi[i * d..(i + 1) * d],
-            &src[i * d..(i + 1) * d],
-            &mut g.src[i * d..(i + 1) * d],
-        );
-        match model.kind {
-            ScoreKind::Dot => gs.copy_from_slice(dphi),
-            ScoreKind::DistMult => {
-                let (ri, gr) = (&rel[i * d..(i + 1) * d], &mut g.rel[i * d..(i + 1) * d]);
-                for k in 0..d {
-                    gs[k] = dphi[k] * ri[k];
-                    gr[k] = dphi[k] * si[k];
-                }
-            }
-            _ => {
-                let (ri, gr) = (&rel[i * d..(i + 1) * d], &mut g.rel[i * d..(i + 1) * d]);
-                for k in 0..h {
-                    let (pr, pi) = (dphi[k], dphi[h + k]);
-                    let (sr, sim, rr, rim) = (si[k], si[h + k], ri[k], ri[h + k]);
-                    gs[k] = pr * rr + pi * rim;
-                    gs[h + k] = -pr * rim + pi * rr;
-                    gr[k] = pr * sr + pi * sim;
-                    gr[h + k] = -pr * sim + pi * sr;
-                }
-            }
-        }
-    }
-    total
-}
-
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // index loops over parallel arrays
-fn transe_l2(
-    model: &ScoreModel,
-    loss: LossKind,
-    margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
-    g: &mut Grads,
-    s: &mut Scratch,
-) -> f64 {
-    const EPS: f32 = 1e-9;
-    let d = model.dim;
-    fit(&mut s.phi, b * d);
-    combine(model, b, src, rel, &mut s.phi);
-    let a_sq: Vec<f32> = (0..b)
-        .map(|i| dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]))
-        .collect();
-    let n_sq: Vec<f32> = (0..n)
-        .map(|j| dot(&neg[j * d..(j + 1) * d], &neg[j * d..(j + 1) * d]))
-        .collect();
-    for i in 0..b {
-        let (a, t) = (&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
-        let dist: f32 = a.iter().zip(t).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
-        s.pos[i] = -(dist + EPS).sqrt();
-    }
-    gemm_abt(b, n, d, -2.0, &s.phi, neg, 0.0, &mut s.scores);
-    // Keep the distances for the backward pass; scores = −dist.
-    fit(&mut s.aux, b * n);
-    for i in 0..b {
-        for j in 0..n {
-            let sq = (s.scores[i * n + j] + a_sq[i] + n_sq[j]).max(0.0);
-            let dist = (sq + EPS).sqrt();
-            s.aux[i * n + j] = dist;
-            s.scores[i * n + j] = -dist;
-        }
-    }
-    let total = apply_loss(loss, margin, b, n, s);
-    // d score/d(dist²) = −1 / (2 dist): W becomes the weight on the squared distance.
-    let mut row_sum = vec![0.0f32; b];
-    let mut col_sum = vec![0.0f32; n];
-    for i in 0..b {
-        for j in 0..n {
-            let w = -s.scores[i * n + j] / (2.0 * s.aux[i * n + j]);
-            s.scores[i * n + j] = w;
-            row_sum[i] += w;
-            col_sum[j] += w;
-        }
-    }
-    // d dist²/da = 2(a − n) ; d dist²/dn = 2(n − a)
-    fit(&mut s.dphi, b * d);
-    gemm_ab(b, d, n, -2.0, &s.scores, neg, 0.0, &mut s.dphi);
-    gemm_atb(n, d, b, -2.0, &s.scores, &s.phi, 0.0, &mut g.neg);
-    for j in 0..n {
-        for k in 0..d {
-            g.neg[j * d + k] += 2.0 * col_sum[j] * neg[j * d + k];
-        }
-    }
-    for i in 0..b {
-        let (a, t) = (&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
-        let dist = -s.pos[i];
-        let dp = s.dpos[i];
-        for k in 0..d {
-            let diff = a[k] - t[k];
-            let da = s.dphi[i * d + k] + 2.0 * row_sum[i] * a[k] - dp * diff / dist;
-            g.src[i * d + k] = da;
-            g.rel[i * d + k] = da;
-            g.dst[i * d + k] = dp * diff / dist;
-        }
-    }
-    total
-}
-
-/// TransE-L1 and RotatE: `a = s ⊕ r`, score `−Σ_k dist_k(a, t)` computed for every pair.
-#[allow(clippy::too_many_arguments)]
-fn pairwise(
-    model: &ScoreModel,
-    loss: LossKind,
-    margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
-    g: &mut Grads,
-    s: &mut Scratch,
-) -> f64 {
-    let d = model.dim;
-    let h = d / 2;
-    let rotate = model.kind == ScoreKind::RotatE;
-    fit(&mut s.phi, b * d);
-    combine(model, b, src, rel, &mut s.phi);
-    let score = |a: &[f32], t: &[f32]| -> f32 {
-        if rotate {
-            -(0..h)
-                .map(|k| ((a[k] - t[k]).powi(2) + (a[h + k] - t[h + k]).powi(2) + 1e-9).sqrt())
-                .sum::<f32>()
-        } else {
-            -a.iter().zip(t).map(|(x, y)| (x - y).abs()).sum::<f32>()
-        }
-    };
-    for i in 0..b {
-        s.pos[i] = score(&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
-        for j in 0..n {
-            s.scores[i * n + j] = score(&s.phi[i * d..(i + 1) * d], &neg[j * d..(j + 1) * d]);
-        }
-    }
-    let total = apply_loss(loss, margin, b, n, s);
-    // d score / d a and d score / d t for one pair, accumulated with weight w.
-    let grad_pair = |a: &[f32], t: &[f32], w: f32, da: &mut [f32], dt: &mut [f32]| {
-        if rotate {
-            for k in 0..h {
-                let (xr, xi) = (a[k] - t[k], a[h + k] - t[h + k]);
-                let m = (xr * xr + xi * xi + 1e-9).sqrt();
-                da[k] -= w * xr / m;
-                da[h + k] -= w * xi / m;
-                dt[k] += w * xr / m;
-                dt[h + k] += w * xi / m;
-            }
-        } else {
-            for k in 0..d {
-                let sg = (a[k] - t[k]).signum();
-                da[k] -= w * sg;
-                dt[k] += w * sg;
-            }
-        }
-    };
-    zeroed(&mut g.dst, b * d);
-    zeroed(&mut g.neg, n * d);
-    zeroed(&mut s.dphi, b * d);
-    for i in 0..b {
-        let a = &s.phi[i * d..(i + 1) * d];
-        let da = &mut s.dphi[i * d..(i + 1) * d];
-        grad_pair(
-            a,
-            &dst[i * d..(i + 1) * d],
-            s.dpos[i],
-            da,
-            &mut g.dst[i * d..(i + 1) * d],
-        );
-        for j in 0..n {
-            let w = s.scores[i * n + j];
-            if w != 0.0 {
-                grad_pair(
-                    a,
-                    &neg[j * d..(j + 1) * d],
-                    w,
-                    da,
-                    &mut g.neg[j * d..(j + 1) * d],
-                );
-            }
-        }
-    }
-    for i in 0..b {
-        let da = &s.dphi[i * d..(i + 1) * d];
-        if rotate {
-            let a = &s.phi[i * d..(i + 1) * d];
-            let ri = &rel[i * h..(i + 1) * h];
-            for k in 0..h {
-                let (c, sn) = (ri[k].cos(), ri[k].sin());
-                g.src[i * d + k] = da[k] * c + da[h + k] * sn;
-                g.src[i * d + h + k] = -da[k] * sn + da[h + k] * c;
-                g.rel[i * h + k] = -da[k] * a[h + k] + da[h + k] * a[k];
-            }
-        } else {
-            g.src[i * d..(i + 1) * d].copy_from_slice(da);
-            g.rel[i * d..(i + 1) * d].copy_from_slice(da);
-        }
-    }
-    total
-}
-
 /// Scores of `b` queries `(src, rel)` against `n` candidate targets, forward only, into
 /// `out` (`b x n`): the same score functions as training, for evaluation and prediction.
 #[allow(clippy::too_many_arguments)]
@@ -530,88 +382,8 @@ pub fn score_candidates(
     out: &mut [f32],
     s: &mut Scratch,
 ) {
-    let d = model.dim;
-    let h = d / 2;
-    fit(&mut s.phi, b * d);
-    combine(model, b, src, rel, &mut s.phi);
-    match model.kind {
-        ScoreKind::Dot | ScoreKind::DistMult | ScoreKind::ComplEx => {
-            gemm_abt(b, n, d, 1.0, &s.phi, cands, 0.0, out)
-        }
-        ScoreKind::TransE if model.transe_norm == 2 => {
-            gemm_abt(b, n, d, -2.0, &s.phi, cands, 0.0, out);
-            for i in 0..b {
-                let a_sq = dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]);
-                for j in 0..n {
-                    let c = &cands[j * d..(j + 1) * d];
-                    let sq = (out[i * n + j] + a_sq + dot(c, c)).max(0.0);
-                    out[i * n + j] = -(sq + 1e-9).sqrt();
-                }
-            }
-        }
-        ScoreKind::TransE => {
-            for i in 0..b {
-                let a = &s.phi[i * d..(i + 1) * d];
-                for j in 0..n {
-                    let c = &cands[j * d..(j + 1) * d];
-                    out[i * n + j] = -a.iter().zip(c).map(|(x, y)| (x - y).abs()).sum::<f32>();
-                }
-            }
-        }
-        ScoreKind::RotatE => {
-            for i in 0..b {
-                let a = &s.phi[i * d..(i + 1) * d];
-                for j in 0..n {
-                    let c = &cands[j * d..(j + 1) * d];
-                    out[i * n + j] = -(0..h)
-                        .map(|k| {
-                            ((a[k] - c[k]).powi(2) + (a[h + k] - c[h + k]).powi(2) + 1e-9).sqrt()
-                        })
-                        .sum::<f32>();
-                }
-            }
-        }
-    }
-}
-
-/// `a = src ⊗ rel` row by row: the query vector the targets are scored against.
-fn combine(model: &ScoreModel, b: usize, src: &[f32], rel: &[f32], a: &mut [f32]) {
-    let d = model.dim;
-    let h = d / 2;
-    for i in 0..b {
-        let (si, ai) = (&src[i * d..(i + 1) * d], &mut a[i * d..(i + 1) * d]);
-        match model.kind {
-            ScoreKind::Dot => ai.copy_from_slice(si),
-            ScoreKind::DistMult => {
-                let ri = &rel[i * d..(i + 1) * d];
-                for k in 0..d {
-                    ai[k] = si[k] * ri[k];
-                }
-            }
-            ScoreKind::ComplEx => {
-                let ri = &rel[i * d..(i + 1) * d];
-                for k in 0..h {
-                    let (sr, sim, rr, rim) = (si[k], si[h + k], ri[k], ri[h + k]);
-                    ai[k] = sr * rr - sim * rim;
-                    ai[h + k] = sr * rim + sim * rr;
-                }
-            }
-            ScoreKind::TransE => {
-                let ri = &rel[i * d..(i + 1) * d];
-                for k in 0..d {
-                    ai[k] = si[k] + ri[k];
-                }
-            }
-            ScoreKind::RotatE => {
-                let ri = &rel[i * h..(i + 1) * h];
-                for k in 0..h {
-                    let (c, sn) = (ri[k].cos(), ri[k].sin());
-                    ai[k] = si[k] * c - si[h + k] * sn;
-                    ai[h + k] = si[k] * sn + si[h + k] * c;
-                }
-            }
-        }
-    }
+    fit(&mut s.phi, b * model.dim);
+    model.kind.get().score(model, b, n, src, rel, cands, out, s)
 }
 
 #[cfg(test)]

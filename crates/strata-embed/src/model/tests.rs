@@ -238,3 +238,92 @@ fn initial_relations_have_no_self_preference() {
         );
     }
 }
+
+/// A score written out from its formula, one triple at a time, independently of the chunk
+/// code: `s`, `t` hold `d` reals, `r` the relation row.
+fn reference_score(model: &ScoreModel, s: &[f32], r: &[f32], t: &[f32]) -> f32 {
+    let d = model.dim;
+    let h = d / 2;
+    match model.kind.name() {
+        "dot" => (0..d).map(|k| s[k] * t[k]).sum(),
+        "distmult" => (0..d).map(|k| s[k] * r[k] * t[k]).sum(),
+        // Re(s r conj t) per complex coordinate.
+        "complex" => (0..h)
+            .map(|k| {
+                let (sr, si, rr, ri, tr, ti) = (s[k], s[h + k], r[k], r[h + k], t[k], t[h + k]);
+                (sr * rr - si * ri) * tr + (sr * ri + si * rr) * ti
+            })
+            .sum(),
+        "transe" if model.transe_norm == 1 => {
+            -(0..d).map(|k| (s[k] + r[k] - t[k]).abs()).sum::<f32>()
+        }
+        "transe" => -(0..d)
+            .map(|k| (s[k] + r[k] - t[k]).powi(2))
+            .sum::<f32>()
+            .sqrt(),
+        // |s_k e^{iθ_k} − t_k| per complex coordinate.
+        "rotate" => -(0..h)
+            .map(|k| {
+                let (c, sn) = (r[k].cos(), r[k].sin());
+                let re = s[k] * c - s[h + k] * sn - t[k];
+                let im = s[k] * sn + s[h + k] * c - t[h + k];
+                (re * re + im * im).sqrt()
+            })
+            .sum::<f32>(),
+        other => panic!("no reference formula for registered model {other}: add one here"),
+    }
+}
+
+/// Every registered model: a unique name that parses back, and scores of a small batch equal
+/// to its formula written out triple by triple.
+#[test]
+fn every_registered_model_scores_its_formula() {
+    let names = ScoreKind::names();
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+    for &kind in ScoreKind::ALL {
+        assert_eq!(kind.name().parse::<ScoreKind>().unwrap(), kind);
+        for norm in [1, 2] {
+            let (b, n, d) = (3usize, 4usize, 8usize);
+            let model = ScoreModel {
+                kind,
+                dim: d,
+                transe_norm: norm,
+            };
+            let rd = model.rel_dim();
+            let (src, rel, cands) = (
+                rand_vec(b * d, 21),
+                rand_vec(b * rd, 22),
+                rand_vec(n * d, 23),
+            );
+            let mut out = vec![0.0f32; b * n];
+            score_candidates(
+                &model,
+                b,
+                n,
+                &src,
+                &rel,
+                &cands,
+                &mut out,
+                &mut Scratch::default(),
+            );
+            for i in 0..b {
+                for j in 0..n {
+                    let want = reference_score(
+                        &model,
+                        &src[i * d..(i + 1) * d],
+                        &rel[i * rd..(i + 1) * rd],
+                        &cands[j * d..(j + 1) * d],
+                    );
+                    let got = out[i * n + j];
+                    assert!(
+                        (got - want).abs() < 1e-4,
+                        "{kind}/{norm} ({i}, {j}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -5,10 +5,37 @@
 //! exactly once at most four partitions are unfinished, which saves one load at every size of
 //! the Legend paper's Table 8.
 
+use strata_store::registry::Named;
 use strata_store::rng::{derive, Rng};
 
 use super::coverage::Coverage;
 use super::tail::exact_finish;
+use super::{Capacity, Ordering};
+
+/// Marius's BETA.
+pub struct Beta;
+
+impl Named for Beta {
+    const NAME: &'static str = "beta";
+    const HELP: &'static str = "Marius's BETA; any buffer >= 2";
+}
+
+/// Seed of BETA's shuffles.
+const BETA_SEED: u64 = 1;
+
+impl Ordering for Beta {
+    fn capacity(&self) -> Capacity {
+        Capacity::AtLeast(2)
+    }
+
+    fn capacity_hint(&self) -> &'static str {
+        "two partitions must be resident to train the buckets between them"
+    }
+
+    fn orders(&self, n: usize, capacity: usize) -> Vec<Vec<Vec<u32>>> {
+        vec![states(n, capacity, BETA_SEED)]
+    }
+}
 
 const EXACT_TAIL: usize = 4;
 
@@ -20,7 +47,7 @@ fn shuffle(v: &mut [u32], rng: &mut Rng) {
 }
 
 /// BETA's buffer states for `n` partitions and capacity `c`, shuffled by `seed`.
-pub(crate) fn states(n: usize, c: usize, seed: u64) -> Vec<Vec<u32>> {
+fn states(n: usize, c: usize, seed: u64) -> Vec<Vec<u32>> {
     let mut rng = Rng::new(derive(0xbe7a, seed));
     let mut parts: Vec<u32> = (0..n as u32).collect();
     shuffle(&mut parts, &mut rng);

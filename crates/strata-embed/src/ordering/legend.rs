@@ -9,16 +9,43 @@
 //! list of seeds and keeps the shortest resulting order, which meets the paper's Table 8 at every
 //! size it lists. Once at most five partitions are unfinished, the order is completed exactly.
 
+use strata_store::registry::Named;
 use strata_store::rng::{derive, Rng};
 
 use super::coverage::Coverage;
 use super::tail::exact_finish;
+use super::{Capacity, Ordering};
+
+/// Legend's Algorithms 1 and 2.
+pub struct Legend;
+
+impl Named for Legend {
+    const NAME: &'static str = "legend";
+    const HELP: &'static str = "Legend's Alg. 1+2, built for prefetching; buffer 3";
+}
+
+/// Seeds tried by Legend's tie-breaking; the shortest order wins (ties: most hidden swaps).
+const LEGEND_SEEDS: u64 = 64;
+
+impl Ordering for Legend {
+    fn capacity(&self) -> Capacity {
+        Capacity::Exactly(3)
+    }
+
+    fn capacity_hint(&self) -> &'static str {
+        "Legend's Algorithm 1 is defined for three slots; use beta for other capacities"
+    }
+
+    fn orders(&self, n: usize, _capacity: usize) -> Vec<Vec<Vec<u32>>> {
+        (0..LEGEND_SEEDS).map(|seed| states(n, seed)).collect()
+    }
+}
 
 /// Partitions still unfinished at which the exact finish takes over.
 const EXACT_TAIL: usize = 5;
 
 /// Buffer states of one run of Algorithm 1 with ties broken by `seed`.
-pub(crate) fn states(n: usize, seed: u64) -> Vec<Vec<u32>> {
+fn states(n: usize, seed: u64) -> Vec<Vec<u32>> {
     if n <= 3 {
         return vec![(0..n as u32).collect()];
     }

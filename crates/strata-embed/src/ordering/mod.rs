@@ -17,28 +17,82 @@ mod legend;
 mod sequential;
 mod tail;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// Which order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum OrderingKind {
-    /// Legend's Algorithms 1 and 2 (buffer capacity 3), built for prefetching.
-    Legend,
-    /// Marius's BETA (any capacity >= 2), near the lower bound in loads.
-    Beta,
-    /// A buffer of 2, one partition pair at a time (PyTorch-BigGraph style).
-    Sequential,
+strata_store::registry! {
+    /// Which order (registered by name; see [`Ordering`]).
+    pub enum OrderingKind: dyn Ordering, "ordering", "partition order" {
+        legend::Legend,
+        beta::Beta,
+        sequential::Sequential,
+    }
+}
+
+/// An ordering: a pure function from the partition count and the buffer capacity to the
+/// sequence of buffer states (one partition swapped per step). The buckets of each state, and
+/// which of them overlap the swap into it, are assigned by [`schedule`], the same for every
+/// ordering. Implementations are unit types, registered in [`OrderingKind`] with their
+/// [`strata_store::registry::Named`] name and help.
+pub trait Ordering: Sync {
+    /// The buffer capacities the ordering is defined for.
+    fn capacity(&self) -> Capacity;
+
+    /// Why the capacity is what it is, for the error when it is not.
+    fn capacity_hint(&self) -> &'static str;
+
+    /// Whether the capacity is required even when every partition fits the buffer (then any
+    /// ordering trains the one state there is).
+    fn capacity_always(&self) -> bool {
+        false
+    }
+
+    /// Candidate orders for `n` partitions and a buffer of `capacity` (already checked, and
+    /// `n > capacity`): each a list of buffer states, consecutive states differing in one
+    /// partition, that together hold every pair of partitions. [`schedule`] keeps the
+    /// shortest (ties: the one hiding most swaps).
+    fn orders(&self, n: usize, capacity: usize) -> Vec<Vec<Vec<u32>>>;
+}
+
+/// The buffer capacities an ordering is defined for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capacity {
+    /// Exactly this many slots.
+    Exactly(usize),
+    /// At least this many slots.
+    AtLeast(usize),
+}
+
+impl Capacity {
+    /// Whether `capacity` slots are allowed.
+    pub fn allows(self, capacity: usize) -> bool {
+        match self {
+            Capacity::Exactly(c) => capacity == c,
+            Capacity::AtLeast(c) => capacity >= c,
+        }
+    }
+}
+
+impl std::fmt::Display for Capacity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Capacity::Exactly(c) => write!(f, "{c}"),
+            Capacity::AtLeast(c) => write!(f, "at least {c}"),
+        }
+    }
 }
 
 impl OrderingKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            OrderingKind::Legend => "legend",
-            OrderingKind::Beta => "beta",
-            OrderingKind::Sequential => "sequential",
+    /// Checks a buffer of `buffer` partitions for this ordering (`partitioned`: more
+    /// partitions than slots); the message is for `embed.train.buffer`.
+    pub fn check_buffer(self, buffer: usize, partitioned: bool) -> Result<(), String> {
+        let ordering = self.get();
+        let capacity = ordering.capacity();
+        if (partitioned || ordering.capacity_always()) && !capacity.allows(buffer) {
+            return Err(format!(
+                "ordering {self} needs a buffer of {capacity}, got {buffer}"
+            ));
         }
+        Ok(())
     }
 }
 
@@ -76,17 +130,12 @@ pub enum OrderingError {
     NoPartitions,
     #[error("ordering {kind} needs a buffer capacity of {need}, got {got} ({hint})")]
     Capacity {
-        kind: &'static str,
-        need: String,
+        kind: OrderingKind,
+        need: Capacity,
         got: usize,
         hint: &'static str,
     },
 }
-
-/// Seeds tried by Legend's tie-breaking; the shortest order wins (ties: most hidden swaps).
-const LEGEND_SEEDS: u64 = 64;
-/// Seed of BETA's shuffles.
-const BETA_SEED: u64 = 1;
 
 /// The schedule of `kind` for `n` partitions and a buffer of `capacity`.
 pub fn schedule(kind: OrderingKind, n: usize, capacity: usize) -> Result<Schedule, OrderingError> {
@@ -102,45 +151,21 @@ pub fn schedule(kind: OrderingKind, n: usize, capacity: usize) -> Result<Schedul
             vec![(0..n as u32).collect()],
         ));
     }
-    let states = match kind {
-        OrderingKind::Legend => {
-            if capacity != 3 {
-                return Err(OrderingError::Capacity {
-                    kind: "legend",
-                    need: "3".into(),
-                    got: capacity,
-                    hint: "Legend's Algorithm 1 is defined for three slots; use beta for other capacities",
-                });
-            }
-            return Ok((0..LEGEND_SEEDS)
-                .map(|seed| from_states(kind, n, capacity, legend::states(n, seed)))
-                .min_by_key(|s| (s.steps.len(), s.steps.len() - s.hidden_swaps()))
-                .expect("at least one seed"));
-        }
-        OrderingKind::Beta => {
-            if capacity < 2 {
-                return Err(OrderingError::Capacity {
-                    kind: "beta",
-                    need: "at least 2".into(),
-                    got: capacity,
-                    hint: "two partitions must be resident to train the buckets between them",
-                });
-            }
-            beta::states(n, capacity, BETA_SEED)
-        }
-        OrderingKind::Sequential => {
-            if capacity != 2 {
-                return Err(OrderingError::Capacity {
-                    kind: "sequential",
-                    need: "2".into(),
-                    got: capacity,
-                    hint: "the sequential order keeps one pair of partitions resident",
-                });
-            }
-            sequential::states(n)
-        }
-    };
-    Ok(from_states(kind, n, capacity, states))
+    let ordering = kind.get();
+    if !ordering.capacity().allows(capacity) {
+        return Err(OrderingError::Capacity {
+            kind,
+            need: ordering.capacity(),
+            got: capacity,
+            hint: ordering.capacity_hint(),
+        });
+    }
+    Ok(ordering
+        .orders(n, capacity)
+        .into_iter()
+        .map(|states| from_states(kind, n, capacity, states))
+        .min_by_key(|s| (s.steps.len(), s.steps.len() - s.hidden_swaps()))
+        .expect("an ordering gives at least one order"))
 }
 
 /// Assigns every bucket to a state (as late as possible) and splits each state's buckets into

@@ -184,3 +184,31 @@ proptest! {
         prop_assert_eq!(r.hidden_swaps(), s.hidden_swaps());
     }
 }
+
+/// Every registered ordering: a unique name that parses back, and for each partition count a
+/// schedule that trains every bucket exactly once, at each capacity it allows (and a refusal,
+/// naming it, at one it does not).
+#[test]
+fn every_registered_ordering_covers_every_bucket_once() {
+    let names = OrderingKind::names();
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "{names:?}");
+    for &kind in OrderingKind::ALL {
+        assert_eq!(kind.name().parse::<OrderingKind>().unwrap(), kind);
+        let (allowed, refused) = match kind.get().capacity() {
+            Capacity::Exactly(c) => (vec![c], c + 1),
+            Capacity::AtLeast(c) => (vec![c, c + 1, c + 3], c - 1),
+        };
+        for &capacity in &allowed {
+            for n in 1..=11 {
+                let s = schedule(kind, n, capacity).unwrap();
+                check(&s);
+                assert_eq!(s.kind, kind);
+            }
+        }
+        let e = schedule(kind, refused + 4, refused).unwrap_err();
+        assert!(e.to_string().contains(kind.name()), "{e}");
+    }
+}

@@ -3,12 +3,12 @@
 //! PyTorch reference so that an exported model gives the same outputs here.
 //!
 //! Dense products go through `matrixmultiply::sgemm` (fp32) or the int8 kernel of
-//! [`super::quant`]; the aggregations (mean, max, sum, GCN normalisation) are float32 loops
-//! over each destination's sampled sources.
+//! [`super::quant`]; each layer kind's aggregation (mean, max, sum, GCN normalisation), in
+//! its file under `layers/`, is a float32 loop over each destination's sampled sources.
 
 use strata_graph::Block;
 
-use super::layers::{Layer, Linear, Weight};
+use super::layers::{Linear, Weight};
 use super::Model;
 use crate::error::{Result, ServeError};
 
@@ -22,7 +22,7 @@ impl Model {
         let mut h: Option<Vec<f32>> = None;
         for (i, (layer, block)) in self.layers.iter().zip(blocks).enumerate() {
             let input = h.as_deref().unwrap_or(x);
-            let mut out = layer_forward(layer, block, input);
+            let mut out = layer.forward(block, input);
             if i + 1 < self.layers.len() {
                 out.iter_mut().for_each(|v| *v = v.max(0.0));
             }
@@ -98,131 +98,16 @@ fn check_inputs(model: &Model, blocks: &[Block], x: &[f32]) -> Result<()> {
     Ok(())
 }
 
-/// One layer over `block` on its input rows `x` (`(block.num_src, d_in)`); returns
-/// `(block.num_dst, d_out)`. The block was validated.
-fn layer_forward(layer: &Layer, block: &Block, x: &[f32]) -> Vec<f32> {
-    let n_dst = block.num_dst;
-    match layer {
-        Layer::SageMean {
-            self_lin,
-            neigh_lin,
-        } => {
-            let d = self_lin.in_dim;
-            let mut out = self_lin.apply(&x[..n_dst * d], n_dst);
-            neigh_lin.apply_add(&mean_neighbours(block, x, d), n_dst, &mut out);
-            out
-        }
-        Layer::SagePool {
-            pool_lin,
-            self_lin,
-            neigh_lin,
-        } => {
-            let d = self_lin.in_dim;
-            let mut pooled = pool_lin.apply(x, block.num_src);
-            pooled.iter_mut().for_each(|v| *v = v.max(0.0));
-            let mut out = self_lin.apply(&x[..n_dst * d], n_dst);
-            neigh_lin.apply_add(
-                &max_neighbours(block, &pooled, pool_lin.out_dim),
-                n_dst,
-                &mut out,
-            );
-            out
-        }
-        Layer::Gcn { lin, bias } => gcn(block, &lin.apply(x, block.num_src), bias),
-        Layer::Gin { eps, lin1, lin2 } => {
-            let mut hidden = lin1.apply(&gin_sum(block, x, lin1.in_dim, *eps), n_dst);
-            hidden.iter_mut().for_each(|v| *v = v.max(0.0));
-            lin2.apply(&hidden, n_dst)
-        }
-    }
-}
-
-/// Mean of each destination's sampled sources' rows of `x` (width `d`): `(num_dst, d)`,
-/// zeros for a destination without sources.
-fn mean_neighbours(block: &Block, x: &[f32], d: usize) -> Vec<f32> {
-    let mut out = vec![0f32; block.num_dst * d];
-    for (v, acc) in out.chunks_exact_mut(d).enumerate() {
-        let sources = block.sources(v);
-        for &u in sources {
-            add_row(acc, row(x, u, d));
-        }
-        if !sources.is_empty() {
-            let inv = 1.0 / sources.len() as f32;
-            acc.iter_mut().for_each(|a| *a *= inv);
-        }
-    }
-    out
-}
-
-/// Elementwise maximum of each destination's sampled sources' rows of `x` (width `d`):
-/// `(num_dst, d)`, zeros for a destination without sources.
-fn max_neighbours(block: &Block, x: &[f32], d: usize) -> Vec<f32> {
-    let mut out = vec![0f32; block.num_dst * d];
-    for (v, acc) in out.chunks_exact_mut(d).enumerate() {
-        let sources = block.sources(v);
-        if let Some((&first, rest)) = sources.split_first() {
-            acc.copy_from_slice(row(x, first, d));
-            for &u in rest {
-                for (a, &b) in acc.iter_mut().zip(row(x, u, d)) {
-                    *a = a.max(b);
-                }
-            }
-        }
-    }
-    out
-}
-
-/// GIN's aggregation `(1 + eps) x_v + sum_u x_u` for each destination `v`: `(num_dst, d)`.
-fn gin_sum(block: &Block, x: &[f32], d: usize, eps: f32) -> Vec<f32> {
-    let scale = 1.0 + eps;
-    let mut out: Vec<f32> = x[..block.num_dst * d].iter().map(|v| v * scale).collect();
-    for (v, acc) in out.chunks_exact_mut(d).enumerate() {
-        for &u in block.sources(v) {
-            add_row(acc, row(x, u, d));
-        }
-    }
-    out
-}
-
-/// GCN's aggregation of the transformed rows `h` (`(num_src, d)`) as GCNConv does on a
-/// block: each destination `v` sums `h_u / sqrt(deg_u deg_v)` over its sources and itself,
-/// with `deg_v` = in-degree + 1 (the self loop) and `deg_u` = the source's out-degree in the
-/// block (+ 1 when it is a destination, for its loop); then adds `bias`.
-fn gcn(block: &Block, h: &[f32], bias: &[f32]) -> Vec<f32> {
-    let d = bias.len();
-    let mut deg_src = vec![0f32; block.num_src];
-    for &u in &block.indices {
-        deg_src[u as usize] += 1.0;
-    }
-    deg_src[..block.num_dst].iter_mut().for_each(|g| *g += 1.0);
-    let mut out = vec![0f32; block.num_dst * d];
-    for (v, acc) in out.chunks_exact_mut(d).enumerate() {
-        let sources = block.sources(v);
-        let deg_v = sources.len() as f32 + 1.0;
-        let self_norm = 1.0 / (deg_src[v] * deg_v).sqrt();
-        for (a, &hv) in acc.iter_mut().zip(row(h, v as u32, d)) {
-            *a = hv * self_norm;
-        }
-        for &u in sources {
-            let norm = 1.0 / (deg_src[u as usize] * deg_v).sqrt();
-            for (a, &hu) in acc.iter_mut().zip(row(h, u, d)) {
-                *a += hu * norm;
-            }
-        }
-        add_row(acc, bias);
-    }
-    out
-}
-
 /// Row `i` of the row-major matrix `x` of width `d`.
 #[inline]
-fn row(x: &[f32], i: u32, d: usize) -> &[f32] {
+pub(super) fn row(x: &[f32], i: u32, d: usize) -> &[f32] {
     let start = i as usize * d;
     &x[start..start + d]
 }
 
+/// `acc += src`, elementwise.
 #[inline]
-fn add_row(acc: &mut [f32], src: &[f32]) {
+pub(super) fn add_row(acc: &mut [f32], src: &[f32]) {
     for (a, &s) in acc.iter_mut().zip(src) {
         *a += s;
     }

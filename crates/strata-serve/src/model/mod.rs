@@ -18,38 +18,16 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, ServeError};
-use layers::Layer;
+use layers::{gcn, gin, sage_mean, sage_pool, Layer, LayerKind};
 
-/// The layer type of a servable GNN (every layer of a model has the same type).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ModelKind {
-    /// GraphSAGE with the mean aggregator: `W_self x_v + b + W_neigh mean_u x_u`.
-    SageMean,
-    /// GraphSAGE with the max-pool aggregator:
-    /// `W_self x_v + b + W_neigh max_u ReLU(W_pool x_u + b_pool)`.
-    SagePool,
-    /// Kipf and Welling's GCN with a self loop and symmetric normalisation over block degrees.
-    Gcn,
-    /// GIN: `MLP((1 + eps) x_v + sum_u x_u)` with a two-layer MLP.
-    Gin,
-}
-
-impl ModelKind {
-    /// The name used in architecture JSON and messages (`sage_mean`, `sage_pool`, `gcn`, `gin`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ModelKind::SageMean => "sage_mean",
-            ModelKind::SagePool => "sage_pool",
-            ModelKind::Gcn => "gcn",
-            ModelKind::Gin => "gin",
-        }
-    }
-}
-
-impl fmt::Display for ModelKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+strata_store::registry! {
+    /// The layer kind of a servable GNN (every layer of a model has the same kind; registered
+    /// by name, see [`LayerKind`]).
+    pub enum ModelKind: dyn LayerKind, "layer kind", "layer kind" {
+        sage_mean::SageMean,
+        sage_pool::SagePool,
+        gcn::Gcn,
+        gin::Gin,
     }
 }
 
@@ -164,7 +142,7 @@ impl FromStr for Precision {
 pub struct Model {
     arch: Architecture,
     precision: Precision,
-    layers: Vec<Layer>,
+    layers: Vec<Box<dyn Layer>>,
     /// Scalars in the weights file (before any quantization).
     parameters: u64,
 }
@@ -258,7 +236,7 @@ impl Model {
     /// Bytes the weights occupy in memory as served (int8 weights count one byte each plus
     /// their per-channel scales).
     pub fn bytes(&self) -> u64 {
-        self.layers.iter().map(Layer::bytes).sum()
+        self.layers.iter().map(|l| l.bytes()).sum()
     }
 }
 

@@ -2,6 +2,11 @@
 //! of `strata.gnn.models.GNN.state_dict()`), checked against a weights file and turned into
 //! linear layers in the served precision.
 //!
+//! Each layer kind is a unit type in a file of its own implementing [`LayerKind`] (its
+//! tensors, and building a [`Layer`] from them), registered in [`super::ModelKind`]; the
+//! layer it builds runs its own kernel ([`Layer::forward`]), over the aggregations of
+//! [`super::kernels`].
+//!
 //! Tensor names, for layer `i` with input width `d_in` and output width `d_out`
 //! (`torch.nn.Linear` weights are `(out, in)`):
 //!
@@ -12,12 +17,40 @@
 //! | gcn | `lin.weight (d_out, d_in)`, `lin.bias (d_out)` |
 //! | gin | `lin1.weight (d_out, d_in)`, `lin1.bias (d_out)`, `lin2.weight (d_out, d_out)`, `lin2.bias (d_out)`, `eps ()` |
 
+pub(super) mod gcn;
+pub(super) mod gin;
+pub(super) mod sage_mean;
+pub(super) mod sage_pool;
+
 use std::collections::BTreeMap;
+
+use strata_graph::Block;
 
 use super::file::Tensor;
 use super::quant::QuantMatrix;
-use super::{Architecture, ModelKind, Precision};
+use super::{Architecture, Precision};
 use crate::error::{Result, ServeError};
+
+/// A kind of GNN layer the service runs (every layer of a model has the same kind).
+pub trait LayerKind: Sync {
+    /// The tensors of one layer from rows `d_in` wide to rows `d_out` wide: each name after
+    /// `convs.{i}.` and its shape (`torch.nn.Linear` weights are `(out, in)`).
+    fn tensors(&self, d_in: usize, d_out: usize) -> Vec<(&'static str, Vec<usize>)>;
+
+    /// The layer from its tensors, each handed over by `take(name)` (checked against
+    /// [`LayerKind::tensors`]), its linear parts in `precision`.
+    fn build(&self, take: &mut dyn FnMut(&str) -> Tensor, precision: Precision) -> Box<dyn Layer>;
+}
+
+/// One GNN layer with its weights.
+pub trait Layer: Send + Sync {
+    /// The layer over `block` on its input rows `x` (`(block.num_src, d_in)`, row-major);
+    /// returns `(block.num_dst, d_out)`. The block was validated.
+    fn forward(&self, block: &Block, x: &[f32]) -> Vec<f32>;
+
+    /// Bytes of the layer's weights as held in memory.
+    fn bytes(&self) -> u64;
+}
 
 /// A dense layer `y = x W^T (+ b)` over rows of `in_dim` values.
 pub struct Linear {
@@ -37,6 +70,19 @@ pub enum Weight {
 }
 
 impl Linear {
+    /// The linear layer `name` of a layer's tensors: `{name}.weight`, and `{name}.bias` when
+    /// `bias`.
+    pub fn take(
+        take: &mut dyn FnMut(&str) -> Tensor,
+        name: &str,
+        bias: bool,
+        precision: Precision,
+    ) -> Linear {
+        let weight = take(&format!("{name}.weight"));
+        let bias = bias.then(|| take(&format!("{name}.bias")));
+        Linear::new(weight, bias, precision)
+    }
+
     fn new(weight: Tensor, bias: Option<Tensor>, precision: Precision) -> Linear {
         let (out_dim, in_dim) = (weight.shape[0], weight.shape[1]);
         let weight = match precision {
@@ -52,7 +98,7 @@ impl Linear {
     }
 
     /// Bytes of the weights and bias as held in memory.
-    fn bytes(&self) -> u64 {
+    pub fn bytes(&self) -> u64 {
         let weight = match &self.weight {
             Weight::F32(w) => 4 * w.len() as u64,
             Weight::Int8(q) => q.bytes(),
@@ -61,72 +107,15 @@ impl Linear {
     }
 }
 
-/// One GNN layer with its weights (see the module table for the tensors).
-pub enum Layer {
-    /// `self_lin(x_v) + neigh_lin(mean_u x_u)`.
-    SageMean { self_lin: Linear, neigh_lin: Linear },
-    /// `self_lin(x_v) + neigh_lin(max_u ReLU(pool_lin(x_u)))`.
-    SagePool {
-        pool_lin: Linear,
-        self_lin: Linear,
-        neigh_lin: Linear,
-    },
-    /// `sum over v and its sources u of (x_u W^T) / sqrt(deg_u deg_v) + bias`; the product is
-    /// taken without bias (`lin.bias` is `bias`), as GCNConv adds it after aggregating.
-    Gcn { lin: Linear, bias: Vec<f32> },
-    /// `lin2(ReLU(lin1((1 + eps) x_v + sum_u x_u)))`.
-    Gin {
-        eps: f32,
-        lin1: Linear,
-        lin2: Linear,
-    },
-}
-
-impl Layer {
-    /// Bytes of the layer's weights as held in memory.
-    pub fn bytes(&self) -> u64 {
-        match self {
-            Layer::SageMean {
-                self_lin,
-                neigh_lin,
-            } => self_lin.bytes() + neigh_lin.bytes(),
-            Layer::SagePool {
-                pool_lin,
-                self_lin,
-                neigh_lin,
-            } => pool_lin.bytes() + self_lin.bytes() + neigh_lin.bytes(),
-            Layer::Gcn { lin, bias } => lin.bytes() + 4 * bias.len() as u64,
-            Layer::Gin { lin1, lin2, .. } => 4 + lin1.bytes() + lin2.bytes(),
-        }
-    }
-}
-
 /// The tensors (name, shape) of layer `i` of `arch`, in the module table's order.
 pub(crate) fn layer_tensors(arch: &Architecture, i: usize) -> Vec<(String, Vec<usize>)> {
     let (d_in, d_out) = arch.layer_dims(i);
-    let t = |suffix: &str, shape: &[usize]| (format!("convs.{i}.{suffix}"), shape.to_vec());
-    let sage = [
-        t("self_lin.weight", &[d_out, d_in]),
-        t("self_lin.bias", &[d_out]),
-        t("neigh_lin.weight", &[d_out, d_in]),
-    ];
-    match arch.kind {
-        ModelKind::SageMean => sage.to_vec(),
-        ModelKind::SagePool => {
-            let mut v = sage.to_vec();
-            v.push(t("pool_lin.weight", &[d_in, d_in]));
-            v.push(t("pool_lin.bias", &[d_in]));
-            v
-        }
-        ModelKind::Gcn => vec![t("lin.weight", &[d_out, d_in]), t("lin.bias", &[d_out])],
-        ModelKind::Gin => vec![
-            t("lin1.weight", &[d_out, d_in]),
-            t("lin1.bias", &[d_out]),
-            t("lin2.weight", &[d_out, d_out]),
-            t("lin2.bias", &[d_out]),
-            t("eps", &[]),
-        ],
-    }
+    arch.kind
+        .get()
+        .tensors(d_in, d_out)
+        .into_iter()
+        .map(|(suffix, shape)| (format!("convs.{i}.{suffix}"), shape))
+        .collect()
 }
 
 /// Whether a tensor of shape `found` can serve as `expected`: equal, or a one-element `[1]`
@@ -144,7 +133,7 @@ pub fn build(
     mut tensors: BTreeMap<String, Tensor>,
     precision: Precision,
     source: &str,
-) -> Result<Vec<Layer>> {
+) -> Result<Vec<Box<dyn Layer>>> {
     let expected: Vec<Vec<(String, Vec<usize>)>> =
         (0..arch.layers).map(|i| layer_tensors(arch, i)).collect();
     let missing: Vec<&str> = expected
@@ -191,39 +180,14 @@ pub fn build(
         }
     }
 
-    let mut take = |i: usize, suffix: &str| {
-        tensors
-            .remove(&format!("convs.{i}.{suffix}"))
-            .expect("checked above")
-    };
     let layers = (0..arch.layers)
         .map(|i| {
-            let mut linear = |name: &str, bias: bool| {
-                let w = take(i, &format!("{name}.weight"));
-                let b = bias.then(|| take(i, &format!("{name}.bias")));
-                Linear::new(w, b, precision)
+            let mut take = |suffix: &str| {
+                tensors
+                    .remove(&format!("convs.{i}.{suffix}"))
+                    .expect("checked above")
             };
-            match arch.kind {
-                ModelKind::SageMean => Layer::SageMean {
-                    self_lin: linear("self_lin", true),
-                    neigh_lin: linear("neigh_lin", false),
-                },
-                ModelKind::SagePool => Layer::SagePool {
-                    pool_lin: linear("pool_lin", true),
-                    self_lin: linear("self_lin", true),
-                    neigh_lin: linear("neigh_lin", false),
-                },
-                ModelKind::Gcn => {
-                    let lin = linear("lin", false);
-                    let bias = take(i, "lin.bias").data;
-                    Layer::Gcn { lin, bias }
-                }
-                ModelKind::Gin => Layer::Gin {
-                    lin1: linear("lin1", true),
-                    lin2: linear("lin2", true),
-                    eps: take(i, "eps").data[0],
-                },
-            }
+            arch.kind.get().build(&mut take, precision)
         })
         .collect();
     Ok(layers)

@@ -1,0 +1,82 @@
+//! The bilinear family (dot, DistMult, ComplEx): score `φ(s, r) · t`, so a chunk's `b x n`
+//! negative scores are one matrix product and its backward pass two more, reusing `φ` and the
+//! loss weights of the forward pass.
+
+use super::{apply_loss, combine_rows, fit, Combine, Grads, LossKind, ScoreModel, Scratch};
+use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+
+/// A bilinear score function: its [`Combine`] is `φ(s, r)`, linear in `s` and in `r`.
+pub(super) trait Bilinear: Combine {
+    /// Back through `φ` for one row: from `dphi = d loss / d φ` (`d` reals), the gradients of
+    /// the source row (`gs`, `d` reals) and of the relation row (`gr`, `rel_dim` reals).
+    fn back(d: usize, dphi: &[f32], si: &[f32], ri: &[f32], gs: &mut [f32], gr: &mut [f32]);
+}
+
+/// The training step of a bilinear model (see [`super::chunk_step`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn step<M: Bilinear>(
+    model: &ScoreModel,
+    loss: LossKind,
+    margin: f32,
+    b: usize,
+    n: usize,
+    src: &[f32],
+    rel: &[f32],
+    dst: &[f32],
+    neg: &[f32],
+    g: &mut Grads,
+    s: &mut Scratch,
+) -> f64 {
+    let (d, rd) = (model.dim, model.rel_dim());
+    fit(&mut s.phi, b * d);
+    combine_rows::<M>(model, b, src, rel, &mut s.phi);
+    for i in 0..b {
+        s.pos[i] = dot(&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+    }
+    gemm_abt(b, n, d, 1.0, &s.phi, neg, 0.0, &mut s.scores);
+    let total = apply_loss(loss, margin, b, n, s);
+    // dφ = dpos ∘ t + W · neg ;  dt = dpos ∘ φ ;  dneg = Wᵀ · φ
+    fit(&mut s.dphi, b * d);
+    gemm_ab(b, d, n, 1.0, &s.scores, neg, 0.0, &mut s.dphi);
+    for i in 0..b {
+        let dp = s.dpos[i];
+        let (dphi, t, phi, gt) = (
+            &mut s.dphi[i * d..(i + 1) * d],
+            &dst[i * d..(i + 1) * d],
+            &s.phi[i * d..(i + 1) * d],
+            &mut g.dst[i * d..(i + 1) * d],
+        );
+        for k in 0..d {
+            dphi[k] += dp * t[k];
+            gt[k] = dp * phi[k];
+        }
+    }
+    gemm_atb(n, d, b, 1.0, &s.scores, &s.phi, 0.0, &mut g.neg);
+    for i in 0..b {
+        M::back(
+            d,
+            &s.dphi[i * d..(i + 1) * d],
+            &src[i * d..(i + 1) * d],
+            &rel[i * rd..(i + 1) * rd],
+            &mut g.src[i * d..(i + 1) * d],
+            &mut g.rel[i * rd..(i + 1) * rd],
+        );
+    }
+    total
+}
+
+/// Candidate scores of a bilinear model (see [`super::score_candidates`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn score<M: Bilinear>(
+    model: &ScoreModel,
+    b: usize,
+    n: usize,
+    src: &[f32],
+    rel: &[f32],
+    cands: &[f32],
+    out: &mut [f32],
+    s: &mut Scratch,
+) {
+    combine_rows::<M>(model, b, src, rel, &mut s.phi);
+    gemm_abt(b, n, model.dim, 1.0, &s.phi, cands, 0.0, out)
+}

@@ -1,0 +1,50 @@
+//! DistMult: `⟨s, r, t⟩`, a diagonal bilinear form per relation.
+
+use strata_store::registry::Named;
+use strata_store::rng::Rng;
+
+use super::bilinear::Bilinear;
+use super::{Combine, ScoreFunction, ScoreModel};
+
+/// `⟨s, r, t⟩`.
+pub struct DistMult;
+
+impl Named for DistMult {
+    const NAME: &'static str = "distmult";
+    const HELP: &'static str = "⟨s, r, t⟩";
+}
+
+impl Combine for DistMult {
+    fn combine(d: usize, si: &[f32], ri: &[f32], ai: &mut [f32]) {
+        for k in 0..d {
+            ai[k] = si[k] * ri[k];
+        }
+    }
+}
+
+impl Bilinear for DistMult {
+    fn back(d: usize, dphi: &[f32], si: &[f32], ri: &[f32], gs: &mut [f32], gr: &mut [f32]) {
+        for k in 0..d {
+            gs[k] = dphi[k] * ri[k];
+            gr[k] = dphi[k] * si[k];
+        }
+    }
+}
+
+impl ScoreFunction for DistMult {
+    fn rel_dim(&self, dim: usize) -> usize {
+        dim
+    }
+
+    /// Random signs: an isometry without a preferred self-score (see
+    /// [`ScoreModel::init_relation`]).
+    fn init_relation(&self, _model: &ScoreModel, row: &mut [f32], rng: &mut Rng, _scale: f32) {
+        row.iter_mut()
+            .for_each(|v| *v = if rng.below(2) == 0 { 1.0 } else { -1.0 });
+    }
+
+    /// DistMult is symmetric: `r` scores `(t, r, h)` as it scores `(h, r, t)`.
+    fn reverse_relation(&self, _model: &ScoreModel, _row: &mut [f32]) {}
+
+    family_methods!(bilinear);
+}

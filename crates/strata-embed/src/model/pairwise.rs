@@ -1,0 +1,107 @@
+//! The pairwise family (TransE-L1, RotatE): `a = s ⊕ r`, score `−Σ_k dist_k(a, t)` computed
+//! for every (query, target) pair.
+
+use super::{apply_loss, combine_rows, fit, zeroed, Combine, Grads, LossKind, ScoreModel, Scratch};
+
+/// A score function computed pair by pair from the query row `a` of its [`Combine`].
+pub(super) trait Pairwise: Combine {
+    /// The score of query row `a` against target row `t` (`d` reals each).
+    fn pair_score(d: usize, a: &[f32], t: &[f32]) -> f32;
+
+    /// Adds `w · d score / d a` to `da` and `w · d score / d t` to `dt`.
+    fn pair_grad(d: usize, a: &[f32], t: &[f32], w: f32, da: &mut [f32], dt: &mut [f32]);
+
+    /// Back through the combination for one row: from `da = d loss / d a`, the gradients of
+    /// the source row (`gs`, `d` reals) and of the relation row (`gr`, `rel_dim` reals); `a`
+    /// is the query row, `ri` the relation row.
+    fn back(d: usize, da: &[f32], a: &[f32], ri: &[f32], gs: &mut [f32], gr: &mut [f32]);
+}
+
+/// The training step of a pairwise model (see [`super::chunk_step`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn step<M: Pairwise>(
+    model: &ScoreModel,
+    loss: LossKind,
+    margin: f32,
+    b: usize,
+    n: usize,
+    src: &[f32],
+    rel: &[f32],
+    dst: &[f32],
+    neg: &[f32],
+    g: &mut Grads,
+    s: &mut Scratch,
+) -> f64 {
+    let (d, rd) = (model.dim, model.rel_dim());
+    fit(&mut s.phi, b * d);
+    combine_rows::<M>(model, b, src, rel, &mut s.phi);
+    for i in 0..b {
+        let a = &s.phi[i * d..(i + 1) * d];
+        s.pos[i] = M::pair_score(d, a, &dst[i * d..(i + 1) * d]);
+        for j in 0..n {
+            s.scores[i * n + j] = M::pair_score(d, a, &neg[j * d..(j + 1) * d]);
+        }
+    }
+    let total = apply_loss(loss, margin, b, n, s);
+    zeroed(&mut g.dst, b * d);
+    zeroed(&mut g.neg, n * d);
+    zeroed(&mut s.dphi, b * d);
+    for i in 0..b {
+        let a = &s.phi[i * d..(i + 1) * d];
+        let da = &mut s.dphi[i * d..(i + 1) * d];
+        M::pair_grad(
+            d,
+            a,
+            &dst[i * d..(i + 1) * d],
+            s.dpos[i],
+            da,
+            &mut g.dst[i * d..(i + 1) * d],
+        );
+        for j in 0..n {
+            let w = s.scores[i * n + j];
+            if w != 0.0 {
+                M::pair_grad(
+                    d,
+                    a,
+                    &neg[j * d..(j + 1) * d],
+                    w,
+                    da,
+                    &mut g.neg[j * d..(j + 1) * d],
+                );
+            }
+        }
+    }
+    for i in 0..b {
+        M::back(
+            d,
+            &s.dphi[i * d..(i + 1) * d],
+            &s.phi[i * d..(i + 1) * d],
+            &rel[i * rd..(i + 1) * rd],
+            &mut g.src[i * d..(i + 1) * d],
+            &mut g.rel[i * rd..(i + 1) * rd],
+        );
+    }
+    total
+}
+
+/// Candidate scores of a pairwise model (see [`super::score_candidates`]).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn score<M: Pairwise>(
+    model: &ScoreModel,
+    b: usize,
+    n: usize,
+    src: &[f32],
+    rel: &[f32],
+    cands: &[f32],
+    out: &mut [f32],
+    s: &mut Scratch,
+) {
+    let d = model.dim;
+    combine_rows::<M>(model, b, src, rel, &mut s.phi);
+    for i in 0..b {
+        let a = &s.phi[i * d..(i + 1) * d];
+        for j in 0..n {
+            out[i * n + j] = M::pair_score(d, a, &cands[j * d..(j + 1) * d]);
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! RotatE: `−Σ_k |s_k r_k − t_k|` with `r` unit complex numbers, stored as their phases
+//! (`dim/2` reals per relation row).
+
+use strata_store::registry::Named;
+use strata_store::rng::Rng;
+
+use super::pairwise::Pairwise;
+use super::{even_dim, phase, Combine, ScoreFunction, ScoreModel};
+
+/// `−Σ_k |s_k r_k − t_k|`.
+pub struct RotatE;
+
+impl Named for RotatE {
+    const NAME: &'static str = "rotate";
+    const HELP: &'static str = "−Σ_k |s_k r_k − t_k| with r unit complex numbers (phases)";
+}
+
+impl Combine for RotatE {
+    fn combine(d: usize, si: &[f32], ri: &[f32], ai: &mut [f32]) {
+        let h = d / 2;
+        for k in 0..h {
+            let (c, sn) = (ri[k].cos(), ri[k].sin());
+            ai[k] = si[k] * c - si[h + k] * sn;
+            ai[h + k] = si[k] * sn + si[h + k] * c;
+        }
+    }
+}
+
+impl Pairwise for RotatE {
+    fn pair_score(d: usize, a: &[f32], t: &[f32]) -> f32 {
+        let h = d / 2;
+        -(0..h)
+            .map(|k| ((a[k] - t[k]).powi(2) + (a[h + k] - t[h + k]).powi(2) + 1e-9).sqrt())
+            .sum::<f32>()
+    }
+
+    fn pair_grad(d: usize, a: &[f32], t: &[f32], w: f32, da: &mut [f32], dt: &mut [f32]) {
+        let h = d / 2;
+        for k in 0..h {
+            let (xr, xi) = (a[k] - t[k], a[h + k] - t[h + k]);
+            let m = (xr * xr + xi * xi + 1e-9).sqrt();
+            da[k] -= w * xr / m;
+            da[h + k] -= w * xi / m;
+            dt[k] += w * xr / m;
+            dt[h + k] += w * xi / m;
+        }
+    }
+
+    fn back(d: usize, da: &[f32], a: &[f32], ri: &[f32], gs: &mut [f32], gr: &mut [f32]) {
+        let h = d / 2;
+        for k in 0..h {
+            let (c, sn) = (ri[k].cos(), ri[k].sin());
+            gs[k] = da[k] * c + da[h + k] * sn;
+            gs[h + k] = -da[k] * sn + da[h + k] * c;
+            gr[k] = -da[k] * a[h + k] + da[h + k] * a[k];
+        }
+    }
+}
+
+impl ScoreFunction for RotatE {
+    fn rel_dim(&self, dim: usize) -> usize {
+        dim / 2
+    }
+
+    fn check_dim(&self, dim: usize) -> Result<(), String> {
+        even_dim(Self::NAME, dim)
+    }
+
+    /// Random phases (see [`ScoreModel::init_relation`]).
+    fn init_relation(&self, _model: &ScoreModel, row: &mut [f32], rng: &mut Rng, _scale: f32) {
+        row.iter_mut().for_each(|v| *v = phase(rng));
+    }
+
+    /// The opposite rotation.
+    fn reverse_relation(&self, _model: &ScoreModel, row: &mut [f32]) {
+        row.iter_mut().for_each(|v| *v = -*v);
+    }
+
+    family_methods!(pairwise);
+}

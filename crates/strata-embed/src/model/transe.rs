@@ -1,0 +1,199 @@
+//! TransE: `−‖s + r − t‖` in the L1 or L2 norm (`transe_norm`). The L2 norm expands
+//! `‖a − t‖²` into the bilinear family's matrix products; the L1 norm is computed pairwise.
+
+use strata_store::registry::Named;
+use strata_store::rng::Rng;
+
+use super::pairwise::{self, Pairwise};
+use super::{
+    apply_loss, combine_rows, fit, Combine, Grads, LossKind, ScoreFunction, ScoreModel, Scratch,
+};
+use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+
+/// `−‖s + r − t‖`.
+pub struct TransE;
+
+impl Named for TransE {
+    const NAME: &'static str = "transe";
+    const HELP: &'static str = "−‖s + r − t‖ in the L1 or L2 norm (transe_norm)";
+}
+
+impl Combine for TransE {
+    fn combine(d: usize, si: &[f32], ri: &[f32], ai: &mut [f32]) {
+        for k in 0..d {
+            ai[k] = si[k] + ri[k];
+        }
+    }
+}
+
+/// The L1 norm, pair by pair.
+impl Pairwise for TransE {
+    fn pair_score(_d: usize, a: &[f32], t: &[f32]) -> f32 {
+        -a.iter().zip(t).map(|(x, y)| (x - y).abs()).sum::<f32>()
+    }
+
+    fn pair_grad(d: usize, a: &[f32], t: &[f32], w: f32, da: &mut [f32], dt: &mut [f32]) {
+        for k in 0..d {
+            let sg = (a[k] - t[k]).signum();
+            da[k] -= w * sg;
+            dt[k] += w * sg;
+        }
+    }
+
+    fn back(_d: usize, da: &[f32], _a: &[f32], _ri: &[f32], gs: &mut [f32], gr: &mut [f32]) {
+        gs.copy_from_slice(da);
+        gr.copy_from_slice(da);
+    }
+}
+
+impl ScoreFunction for TransE {
+    fn rel_dim(&self, dim: usize) -> usize {
+        dim
+    }
+
+    /// Normal offsets of the node embeddings' scale (see [`ScoreModel::init_relation`]).
+    fn init_relation(&self, _model: &ScoreModel, row: &mut [f32], rng: &mut Rng, scale: f32) {
+        for pair in row.chunks_mut(2) {
+            let (a, b) = rng.normal_pair();
+            pair[0] = a as f32 * scale;
+            if pair.len() > 1 {
+                pair[1] = b as f32 * scale;
+            }
+        }
+    }
+
+    /// `-r`.
+    fn reverse_relation(&self, _model: &ScoreModel, row: &mut [f32]) {
+        row.iter_mut().for_each(|v| *v = -*v);
+    }
+
+    /// The L2 step keeps the distances next to the scores.
+    fn extra_score_matrices(&self) -> u64 {
+        1
+    }
+
+    fn step(
+        &self,
+        model: &ScoreModel,
+        loss: LossKind,
+        margin: f32,
+        b: usize,
+        n: usize,
+        src: &[f32],
+        rel: &[f32],
+        dst: &[f32],
+        neg: &[f32],
+        g: &mut Grads,
+        s: &mut Scratch,
+    ) -> f64 {
+        if model.transe_norm == 2 {
+            step_l2(model, loss, margin, b, n, src, rel, dst, neg, g, s)
+        } else {
+            pairwise::step::<Self>(model, loss, margin, b, n, src, rel, dst, neg, g, s)
+        }
+    }
+
+    fn score(
+        &self,
+        model: &ScoreModel,
+        b: usize,
+        n: usize,
+        src: &[f32],
+        rel: &[f32],
+        cands: &[f32],
+        out: &mut [f32],
+        s: &mut Scratch,
+    ) {
+        if model.transe_norm != 2 {
+            return pairwise::score::<Self>(model, b, n, src, rel, cands, out, s);
+        }
+        let d = model.dim;
+        combine_rows::<Self>(model, b, src, rel, &mut s.phi);
+        gemm_abt(b, n, d, -2.0, &s.phi, cands, 0.0, out);
+        for i in 0..b {
+            let a_sq = dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]);
+            for j in 0..n {
+                let c = &cands[j * d..(j + 1) * d];
+                let sq = (out[i * n + j] + a_sq + dot(c, c)).max(0.0);
+                out[i * n + j] = -(sq + 1e-9).sqrt();
+            }
+        }
+    }
+}
+
+/// The TransE-L2 training step: `‖a − t‖²` expanded into matrix products.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // index loops over parallel arrays
+fn step_l2(
+    model: &ScoreModel,
+    loss: LossKind,
+    margin: f32,
+    b: usize,
+    n: usize,
+    src: &[f32],
+    rel: &[f32],
+    dst: &[f32],
+    neg: &[f32],
+    g: &mut Grads,
+    s: &mut Scratch,
+) -> f64 {
+    const EPS: f32 = 1e-9;
+    let d = model.dim;
+    fit(&mut s.phi, b * d);
+    combine_rows::<TransE>(model, b, src, rel, &mut s.phi);
+    let a_sq: Vec<f32> = (0..b)
+        .map(|i| dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]))
+        .collect();
+    let n_sq: Vec<f32> = (0..n)
+        .map(|j| dot(&neg[j * d..(j + 1) * d], &neg[j * d..(j + 1) * d]))
+        .collect();
+    for i in 0..b {
+        let (a, t) = (&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+        let dist: f32 = a.iter().zip(t).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
+        s.pos[i] = -(dist + EPS).sqrt();
+    }
+    gemm_abt(b, n, d, -2.0, &s.phi, neg, 0.0, &mut s.scores);
+    // Keep the distances for the backward pass; scores = −dist.
+    fit(&mut s.aux, b * n);
+    for i in 0..b {
+        for j in 0..n {
+            let sq = (s.scores[i * n + j] + a_sq[i] + n_sq[j]).max(0.0);
+            let dist = (sq + EPS).sqrt();
+            s.aux[i * n + j] = dist;
+            s.scores[i * n + j] = -dist;
+        }
+    }
+    let total = apply_loss(loss, margin, b, n, s);
+    // d score/d(dist²) = −1 / (2 dist): W becomes the weight on the squared distance.
+    let mut row_sum = vec![0.0f32; b];
+    let mut col_sum = vec![0.0f32; n];
+    for i in 0..b {
+        for j in 0..n {
+            let w = -s.scores[i * n + j] / (2.0 * s.aux[i * n + j]);
+            s.scores[i * n + j] = w;
+            row_sum[i] += w;
+            col_sum[j] += w;
+        }
+    }
+    // d dist²/da = 2(a − n) ; d dist²/dn = 2(n − a)
+    fit(&mut s.dphi, b * d);
+    gemm_ab(b, d, n, -2.0, &s.scores, neg, 0.0, &mut s.dphi);
+    gemm_atb(n, d, b, -2.0, &s.scores, &s.phi, 0.0, &mut g.neg);
+    for j in 0..n {
+        for k in 0..d {
+            g.neg[j * d + k] += 2.0 * col_sum[j] * neg[j * d + k];
+        }
+    }
+    for i in 0..b {
+        let (a, t) = (&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+        let dist = -s.pos[i];
+        let dp = s.dpos[i];
+        for k in 0..d {
+            let diff = a[k] - t[k];
+            let da = s.dphi[i * d + k] + 2.0 * row_sum[i] * a[k] - dp * diff / dist;
+            g.src[i * d + k] = da;
+            g.rel[i * d + k] = da;
+            g.dst[i * d + k] = dp * diff / dist;
+        }
+    }
+    total
+}
