@@ -33,6 +33,8 @@ from ..units import fmt_bytes, parse_size
 
 #: A byte size; accepts ``512M``, ``2G``, ``1.5GiB`` or an integer.
 Size = NewType("Size", int)
+#: A size or ``"auto"`` (the consumer sizes it); accepts ``auto``, ``8G`` or an integer.
+AutoSize = NewType("AutoSize", object)
 #: Three fractions (train, valid, test) summing to 1; accepts ``0.9,0.05,0.05`` or a list.
 Fractions = NewType("Fractions", tuple)
 
@@ -114,6 +116,8 @@ def type_name(tp: Any) -> str:
     tp, _ = _unwrap_optional(tp)
     if tp is Size:
         name = "size"
+    elif tp is AutoSize:
+        name = "size|auto"
     elif tp is Fractions:
         name = "train,valid,test fractions"
     elif typing.get_origin(tp) is Literal:
@@ -158,6 +162,13 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
             return Size(parse_size(value))
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
+    if tp is AutoSize:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        try:
+            return parse_size(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected auto or a size like 512M or 2G, got {value!r}") from None
     if tp is Fractions:
         parts = value.split(",") if isinstance(value, str) else value
         try:
@@ -452,7 +463,7 @@ def native_section(name: str, class_name: str, front: type | None = None):
     struct's order, with its type, default, bounds, help and command-line role; the values go
     through the engine's check (``_native.config_check``) once coerced. ``front`` (a class of
     :func:`option` fields) adds options Python handles before the engine runs (where the run
-    lives, whether to resume), placed first."""
+    lives, whether to resume), placed first; its ``check`` method, if any, checks them."""
     from .. import _native
 
     schema = _native.config_schema()[name]
@@ -482,7 +493,11 @@ def native_section(name: str, class_name: str, front: type | None = None):
             max=high,
         )
 
+    front_check = vars(front).get("check") if front else None
+
     def check(self) -> None:
+        if front_check is not None:
+            front_check(self)
         _native.config_check(name, {k: v for k, v in as_dict(self).items() if k in schema["properties"]})
 
     namespace["check"] = check
@@ -522,14 +537,13 @@ def _python_type(root: dict, prop: dict) -> tuple[Any, int | None, int | None]:
         tp, low, high = _python_type(root, _resolved(root, {**rest, **inner}))
         return tp | None, low, high
     kind = prop.get("type")
-    if isinstance(kind, list):
+    if isinstance(kind, list) and "null" in kind:
         (kind,) = [k for k in kind if k != "null"]
         tp, low, high = _python_type(root, {**prop, "type": kind})
         return tp | None, low, high
-    if prop.get("x-kind") == "size":
-        return Size, None, None
-    if prop.get("x-kind") == "path":
-        return Path, None, None
+    kinds = {"size": Size, "auto-size": AutoSize, "path": Path}
+    if prop.get("x-kind") in kinds:
+        return kinds[prop["x-kind"]], None, None
     choices = prop.get("enum") or [o["const"] for o in prop.get("oneOf", []) if "const" in o]
     if choices:
         return Literal[tuple(choices)], None, None

@@ -187,7 +187,7 @@ pub struct Completion {
 }
 
 /// Which implementation moves the bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
     /// io_uring if the kernel offers it, else the thread pool.
