@@ -17,8 +17,6 @@ QUERY = {"embed.predict": {"head": "a"}}
 #: Sections declared in Python, each because its work is Python's alone (see
 #: docs/architecture.md, "Config schema").
 PYTHON_ONLY = {
-    "check",
-    "convert",
     "datasets.fetch",
     "datasets.list",
     "grid.info",
@@ -89,6 +87,17 @@ def test_every_engine_section_is_built_from_the_native_schema(name):
         ("embed.predict", {"head": "a", "top": 0}, "embed.predict.top: must be >= 1, got 0"),
         ("embed.export", {"format": "csv"}, "embed.export.format: unknown variant `csv`"),
         ("embed.export", {}, "embed.export.out: needs an output directory"),
+        (
+            "convert",
+            {"out": "g", "split": "0.5,0.1,0.1"},
+            "convert.split: expected three fractions (train, valid, test)",
+        ),
+        ("convert", {"out": "g", "split": "0.9,0.1", "valid": ["v"]}, "convert.split: expected three fractions"),
+        ("convert", {"out": "g", "split": "0.9,0.05,0.05", "valid": ["v"]}, "convert.split: a random split cannot"),
+        ("convert", {"out": "g", "io_chunk": 1000}, "convert.io_chunk: must be a positive multiple of 4096, got 1000"),
+        ("convert", {"out": "g", "delimiter": "semicolon"}, "convert.delimiter: unknown variant `semicolon`"),
+        ("convert", {"out": "g", "num_nodes": 0}, "convert.num_nodes: must be >= 1, got 0"),
+        ("check", {"max_problems": 0}, "check.max_problems: must be >= 1, got 0"),
         ("gnn.train", {"device_memory": "lots"}, "gnn.train.device_memory: expected auto or a size like 512M or 2G"),
         ("gnn.train", {"fanouts": [10, 0]}, "gnn.train.fanouts: each hop needs a fanout >= 1 or -1, got [10, 0]"),
         ("gnn.train", {"fanouts": [-2]}, "gnn.train.fanouts: must be >= -1, got -2"),
@@ -125,6 +134,14 @@ def test_every_cli_section_of_a_rust_engine_comes_from_the_native_schema():
     only the sections whose work is Python's own are declared in Python."""
     python_only = {name for name, cls in SECTIONS.items() if not getattr(cls, "__native__", False)}
     assert python_only == PYTHON_ONLY
+
+
+def test_choices_keep_the_declaration_order_of_their_enum():
+    """Every variant of a Rust enum is a choice in Python, in the enum's order (a mixed enum of
+    documented and undocumented variants would list the undocumented ones apart, first)."""
+    for schema in NATIVE.values():
+        for name, definition in schema.get("$defs", {}).items():
+            assert not any("enum" in o for o in definition.get("oneOf", [])), name
 
 
 def test_gnn_train_memory_holds_the_whole_process_and_a_loader_only_its_data_path():

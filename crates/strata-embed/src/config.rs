@@ -276,7 +276,9 @@ pub enum EvalProtocol {
     /// The run's own (its `eval_protocol`).
     #[default]
     Run,
+    /// Against every entity, other known true triples skipped.
     Filtered,
+    /// Against sampled candidates.
     Sampled,
 }
 

@@ -9,7 +9,9 @@ use strata_farmem::config::ServeOptions as FarmemServeOptions;
 use strata_gnn::data::DataConfig;
 use strata_grid::config::{BuildOptions, RunOptions};
 use strata_serve::config::ServeOptions;
+use strata_store::check::CheckOptions;
 use strata_store::config::{check_address, normalize, schema, ConfigError, Section};
+use strata_store::convert::ConvertOptions;
 use strata_store::generate::{KgOptions, RmatOptions, SbmOptions};
 
 use crate::errors::config_error;
@@ -46,6 +48,8 @@ const SECTIONS: &[Entry] = &[
     entry::<KgOptions>(),
     entry::<SbmOptions>(),
     entry::<BenchDiskOptions>(),
+    entry::<ConvertOptions>(),
+    entry::<CheckOptions>(),
 ];
 
 /// Checks `values` as section `S` and builds it, or raises ConfigError naming `section.key`.

@@ -35,7 +35,8 @@ from ..units import fmt_bytes, parse_size
 Size = NewType("Size", int)
 #: A size or ``"auto"`` (the consumer sizes it); accepts ``auto``, ``8G`` or an integer.
 AutoSize = NewType("AutoSize", object)
-#: Three fractions (train, valid, test) summing to 1; accepts ``0.9,0.05,0.05`` or a list.
+#: Three fractions (train, valid, test) summing to 1 (checked by the engine); accepts
+#: ``0.9,0.05,0.05`` or a list.
 Fractions = NewType("Fractions", tuple)
 
 SECTIONS: dict[str, type] = {}
@@ -170,17 +171,13 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
         except ValueError:
             raise ConfigError(f"{where}: expected auto or a size like 512M or 2G, got {value!r}") from None
     if tp is Fractions:
+        # Parsed here; whether they make a split (three, in [0, 1], summing to 1) is the
+        # engine's check (strata_store::convert::Fractions).
         parts = value.split(",") if isinstance(value, str) else value
         try:
-            f = tuple(float(x) for x in parts)
+            return Fractions(tuple(float(x) for x in parts))
         except (TypeError, ValueError):
             raise fail("three fractions like 0.9,0.05,0.05") from None
-        if len(f) != 3 or any(x < 0 or x > 1 for x in f) or abs(sum(f) - 1) > 1e-6 or f[0] <= 0:
-            raise ConfigError(
-                f"{where}: expected three fractions (train, valid, test) in [0, 1] summing to 1 "
-                f"with train > 0, got {value!r}"
-            )
-        return Fractions(f)
     if typing.get_origin(tp) is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
@@ -541,16 +538,21 @@ def _python_type(root: dict, prop: dict) -> tuple[Any, int | None, int | None]:
         (kind,) = [k for k in kind if k != "null"]
         tp, low, high = _python_type(root, {**prop, "type": kind})
         return tp | None, low, high
-    kinds = {"size": Size, "auto-size": AutoSize, "path": Path}
+    if kind == "array":
+        # A list's x-kind (a list of paths) is its items'.
+        item_kind = {"x-kind": prop["x-kind"]} if "x-kind" in prop else {}
+        item, low, high = _python_type(root, {**_resolved(root, prop["items"]), **item_kind})
+        return list[item], low, high
+    kinds = {"size": Size, "auto-size": AutoSize, "path": Path, "fractions": Fractions}
     if prop.get("x-kind") in kinds:
         return kinds[prop["x-kind"]], None, None
-    choices = prop.get("enum") or [o["const"] for o in prop.get("oneOf", []) if "const" in o]
+    # A Rust enum's variants: an "enum" list, or a "oneOf" of "const"s where variants carry doc
+    # comments (schemars groups the undocumented ones of a mixed enum into one "enum" entry).
+    variants = [o.get("enum", [o["const"]] if "const" in o else []) for o in prop.get("oneOf", [])]
+    choices = prop.get("enum") or [c for v in variants for c in v]
     if choices:
         return Literal[tuple(choices)], None, None
     low, high = prop.get("minimum"), prop.get("maximum")
-    if kind == "array":
-        item, low, high = _python_type(root, _resolved(root, prop["items"]))
-        return list[item], low, high
     types_by_name = {"integer": int, "number": float, "boolean": bool, "string": str}
     if kind not in types_by_name:
         raise TypeError(f"unsupported schema type {kind!r} in {prop}")

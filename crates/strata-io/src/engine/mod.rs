@@ -192,6 +192,7 @@ pub struct Completion {
 pub enum BackendKind {
     /// io_uring if the kernel offers it, else the thread pool.
     Auto,
+    /// io_uring (Linux 5.6+).
     IoUring,
     /// pread/pwrite on a pool of threads (the fallback).
     Threads,
