@@ -147,7 +147,12 @@ def free_port() -> int:
 def start_server(capacity: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-c", f"from strata import _native; _native.farmem_serve('127.0.0.1:{port}', {capacity})"]
+        [
+            sys.executable,
+            "-c",
+            f"from strata import _native; _native.farmem_serve({{'listen': '127.0.0.1:{port}', "
+            f"'capacity': {capacity}}})",
+        ]
     )
     return proc, wait_listening(port)
 

@@ -34,4 +34,4 @@ def test_bad_plans_are_explained(strata_cli):
     with pytest.raises(ConfigError, match="use beta for other capacities"):
         plan(8, 4, "legend")
     proc = strata_cli("embed", "plan", "--partitions", "0", check=False)
-    assert proc.returncode == 2 and "at least 1" in proc.stderr
+    assert proc.returncode == 2 and "--partitions: must be >= 1, got 0" in proc.stderr

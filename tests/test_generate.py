@@ -1,25 +1,12 @@
-"""Generators through the CLI: determinism, outputs that convert, documented defaults."""
+"""Generators through the CLI: determinism, outputs that convert, refusals naming the option."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 
 import numpy as np
-import pytest
 
-from strata import Store, _native
-from strata.config import GENERATORS
-
-
-@pytest.mark.parametrize("kind", sorted(GENERATORS))
-def test_documented_defaults_are_the_generators_defaults(kind):
-    native = _native.generator_defaults(kind)
-    for field in dataclasses.fields(GENERATORS[kind]):
-        if field.default is dataclasses.MISSING:
-            continue  # required: out, scale
-        assert native[field.name] == field.default, f"generate.{kind}.{field.name}"
-    assert set(native) == {f.name for f in dataclasses.fields(GENERATORS[kind])}
+from strata import Store
 
 
 def digest(path):

@@ -141,4 +141,4 @@ def test_bench_disk_bad_options(tmp_path, strata_cli):
     proc = strata_cli("bench-disk", "--dir", tmp_path / "absent", "--size", "8M", "-q", check=False)
     assert proc.returncode == 2 and "absent: no such directory" in proc.stderr
     proc = strata_cli("bench-disk", "--dir", tmp_path, "--queue-depths", "0", check=False)
-    assert proc.returncode == 2 and "queue_depths" in proc.stderr
+    assert proc.returncode == 2 and "--queue-depths: must be >= 1, got 0" in proc.stderr

@@ -77,16 +77,7 @@ def _embed_demo(workdir: Path, bar: ProgressBar) -> None:
         print(f"   A profile of this disk is already saved (measured {measured}); using it.")
     else:
         profile = bench_disk(
-            {
-                "dir": str(workdir),
-                "size": 64 << 20,
-                "file": None,
-                "queue_depths": [1, 16, 128],
-                "seconds": 0.5,
-                "seq_depth": 16,
-                "keep": False,
-            },
-            "auto",
+            {"dir": str(workdir), "size": 64 << 20, "queue_depths": [1, 16, 128], "seconds": 0.5, "seq_depth": 16},
             bar,
         )
         bar.close()

@@ -43,10 +43,11 @@ def read_rows(path: str | os.PathLike, rows) -> np.ndarray:
     return np.frombuffer(data, dtype=np.dtype(descr)).reshape((index.size, *row_shape))
 
 
-def bench_disk(options: dict, backend: str = "auto", progress: Callable[..., bool] | None = None) -> dict:
-    """Measures the disk (sequential MB/s, 4 KiB random IOPS by queue depth); returns the
+def bench_disk(options: dict, progress: Callable[..., bool] | None = None) -> dict:
+    """Measures the disk (sequential MB/s, 4 KiB random IOPS by queue depth) with ``options``
+    (the [bench_disk] section's benchmark options; the rest take their defaults); returns the
     device profile with ``peak_iops``, ``knee_queue_depth`` and ``target_in_flight_p95``."""
-    return _native.bench_disk(options, backend, progress)
+    return _native.bench_disk(options, progress)
 
 
 def save_profile(profile: dict, path: str | os.PathLike | None = None) -> Path:

@@ -132,7 +132,7 @@ def check_store(path: str | Path, max_per_file: int = 20, progress=None) -> dict
     ``listed`` (at most ``max_per_file`` problems per file, each ``{file, row, message}``),
     ``unlisted`` (counts beyond that, by file), ``files_checked``, ``bytes_read``, ``seconds``.
     A store that does not open is reported, not raised; only I/O errors raise."""
-    return _native.check_store(str(path), max_per_file, progress)
+    return _native.check_store(str(path), {"max_problems": max_per_file}, progress)
 
 
 def open_store(path: str | Path) -> Store:

@@ -1,12 +1,17 @@
-//! Training options: the `embed.train` config section (its `///` comments are the help
-//! texts `strata embed train --help` shows).
+//! The embedding engine's config sections: `embed.train` (training options), `embed.plan`,
+//! `embed.eval`, `embed.predict` and `embed.export` (their `///` comments are the help texts
+//! `--help` shows).
+
+use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
+use crate::export::ExportFormat;
 use crate::model::{LossKind, ScoreKind};
 use crate::ordering::OrderingKind;
+use crate::run_dir::Which;
 
 /// Most edges per chunk and negatives per side: a worker's update tag holds the row in 29 bits.
 pub const MAX_ROWS: usize = 1 << 29;
@@ -196,5 +201,206 @@ impl Section for TrainConfig {
         self.ordering
             .check_buffer(self.buffer, partitioned)
             .or_else(|msg| bad("buffer", msg))
+    }
+}
+
+/// The `[embed.plan]` section: an epoch schedule to show (`strata embed plan`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlanOptions {
+    /// number of node partitions n
+    #[schemars(range(min = 1), extend("x-required" = true))]
+    pub partitions: u32,
+    /// partitions resident at once (legend needs 3; sequential needs 2)
+    #[schemars(range(min = 1))]
+    pub buffer: usize,
+    /// partition order: legend (Legend's Alg. 1+2, built for prefetching; buffer 3), beta
+    /// (Marius's BETA; any buffer >= 2), sequential (one pair at a time; buffer 2)
+    pub ordering: OrderingKind,
+}
+
+impl Default for PlanOptions {
+    /// `partitions` is required (0 is refused).
+    fn default() -> Self {
+        PlanOptions {
+            partitions: 0,
+            buffer: 3,
+            ordering: OrderingKind::Legend,
+        }
+    }
+}
+
+impl Section for PlanOptions {
+    const NAME: &'static str = "embed.plan";
+}
+
+/// Which edges `strata embed eval` ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalSplit {
+    Valid,
+    #[default]
+    Test,
+    Train,
+}
+
+impl EvalSplit {
+    /// The split's name in the store.
+    pub fn name(self) -> &'static str {
+        match self {
+            EvalSplit::Valid => "valid",
+            EvalSplit::Test => "test",
+            EvalSplit::Train => "train",
+        }
+    }
+}
+
+/// The evaluation protocol `strata embed eval` uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EvalProtocol {
+    /// The run's own (its `eval_protocol`).
+    #[default]
+    Run,
+    /// Against every entity, other known true triples skipped.
+    Filtered,
+    /// Against sampled candidates.
+    Sampled,
+}
+
+impl EvalProtocol {
+    /// The protocol to evaluate with; None: the run's.
+    pub fn protocol(self) -> Option<Protocol> {
+        match self {
+            EvalProtocol::Run => None,
+            EvalProtocol::Filtered => Some(Protocol::Filtered),
+            EvalProtocol::Sampled => Some(Protocol::Sampled),
+        }
+    }
+}
+
+/// The `[embed.eval]` section: ranking metrics of a run's checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalOptions {
+    /// edges to rank
+    pub split: EvalSplit,
+    /// checkpoint to use: best (by validation MRR) or last
+    pub checkpoint: Which,
+    /// evaluation protocol (run: the run's own)
+    pub protocol: EvalProtocol,
+    /// at most this many queries (0: the run's setting)
+    pub max_queries: usize,
+    /// memory budget (default: the run's)
+    pub memory: Option<Size>,
+    /// threads (0: the run's setting)
+    pub threads: usize,
+}
+
+impl Section for EvalOptions {
+    const NAME: &'static str = "embed.eval";
+}
+
+/// The `[embed.predict]` section: the best answers of one query of a run's checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PredictOptions {
+    /// predict tails of (HEAD, RELATION, ?): a node name, or id without names
+    pub head: Option<String>,
+    /// predict heads of (?, RELATION, TAIL)
+    pub tail: Option<String>,
+    /// relation name (or id); may be left out when the graph has one type
+    pub relation: Option<String>,
+    /// answers to print
+    #[schemars(range(min = 1))]
+    pub top: usize,
+    /// leave out answers already in the graph (any split)
+    pub exclude_known: bool,
+    /// checkpoint to use: best (by validation MRR) or last
+    pub checkpoint: Which,
+    /// memory budget (default: the run's)
+    pub memory: Option<Size>,
+}
+
+impl Default for PredictOptions {
+    fn default() -> Self {
+        PredictOptions {
+            head: None,
+            tail: None,
+            relation: None,
+            top: 10,
+            exclude_known: false,
+            checkpoint: Which::Best,
+            memory: None,
+        }
+    }
+}
+
+impl Section for PredictOptions {
+    const NAME: &'static str = "embed.predict";
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.query().map(drop)
+    }
+}
+
+impl PredictOptions {
+    /// The query's node and whether heads are predicted (`(?, relation, tail)`), or an error
+    /// unless exactly one of `head` and `tail` is given.
+    pub fn query(&self) -> Result<(&str, bool), ConfigError> {
+        match (&self.head, &self.tail) {
+            (Some(head), None) => Ok((head, false)),
+            (None, Some(tail)) => Ok((tail, true)),
+            _ => Err(ConfigError::new(
+                Self::NAME,
+                "head",
+                "give exactly one of --head and --tail",
+            )),
+        }
+    }
+}
+
+/// The `[embed.export]` section: a run's checkpoint written out in node-id order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExportOptions {
+    /// directory to write (embeddings, relations, id maps, export.json)
+    #[schemars(extend("x-required" = true, "x-short" = "o", "x-kind" = "path"))]
+    pub out: PathBuf,
+    /// npy: float32 arrays in id order plus name files; tsv: name<TAB>values
+    pub format: ExportFormat,
+    /// checkpoint to use: best (by validation MRR) or last
+    pub checkpoint: Which,
+    /// replace OUT if it exists
+    pub overwrite: bool,
+    /// memory budget (default: the run's)
+    pub memory: Option<Size>,
+}
+
+impl Default for ExportOptions {
+    /// `out` is required (empty is refused).
+    fn default() -> Self {
+        ExportOptions {
+            out: PathBuf::new(),
+            format: ExportFormat::Npy,
+            checkpoint: Which::Best,
+            overwrite: false,
+            memory: None,
+        }
+    }
+}
+
+impl Section for ExportOptions {
+    const NAME: &'static str = "embed.export";
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.out.as_os_str().is_empty() {
+            return Err(ConfigError::new(
+                Self::NAME,
+                "out",
+                "needs an output directory",
+            ));
+        }
+        Ok(())
     }
 }

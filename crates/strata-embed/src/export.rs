@@ -19,10 +19,12 @@ use crate::error::{EmbedError, Result};
 use crate::query::{name_of, Loaded};
 
 /// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ExportFormat {
+    /// float32 arrays in id order plus name files.
     Npy,
+    /// name<TAB>values lines.
     Tsv,
 }
 

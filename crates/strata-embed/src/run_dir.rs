@@ -120,9 +120,23 @@ impl RunMeta {
 }
 
 /// Which checkpoint to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Which {
+    /// The best by validation MRR.
+    #[default]
     Best,
+    /// The last committed.
     Last,
 }
 

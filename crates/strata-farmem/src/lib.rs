@@ -28,6 +28,7 @@
 #![warn(missing_docs)]
 
 mod client;
+pub mod config;
 mod error;
 pub mod protocol;
 mod server;

@@ -74,7 +74,17 @@ const NIL: u32 = u32::MAX;
 pub const MAX_CAPACITY: usize = CACHED as usize;
 
 /// Which row to evict when the cache is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Eviction {
     /// CLOCK (second chance): a hand sweeps the slots in a circle.

@@ -5,8 +5,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
+use strata_store::config::{size_bytes, AutoSize, ConfigError, Section, Size};
 use strata_store::Store;
 
 use strata_graph::features::FeatureReader;
@@ -23,54 +25,70 @@ use crate::tiers::{rank_hot_nodes, FeatureTiers};
 use strata_store::budget::Planned;
 use strata_store::rng::{derive, Rng};
 
-/// Everything that decides how a store's features are sampled and served (the Rust side of
-/// the `[gnn.train]` config section; field names are the config's).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Everything that decides how a store's features are sampled and served: the `[gnn.train]`
+/// config section's data-path options (the model's options are Python's, declared in front of
+/// these). The doc comments are the help texts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct DataConfig {
-    /// Neighbours per hop from the seeds outwards (`[25, 10]`); -1 keeps all.
+    /// neighbours per hop from the seeds outwards; -1 keeps all
+    #[schemars(inner(range(min = -1)))]
     pub fanouts: Vec<i32>,
-    /// Seeds per batch.
+    /// seed nodes per mini-batch
+    #[schemars(range(min = 1))]
     pub batch_size: usize,
-    /// Memory budget in bytes for topology, feature tiers, batches and runtime.
+    /// budget of the whole process: torch and model (anonymous memory measured at start, and
+    /// 96 MiB of code pages), training, topology, features, batches
+    #[serde(deserialize_with = "size_bytes")]
+    #[schemars(with = "Size")]
     pub memory: u64,
-    /// At most this many bytes for the feature tiers (hot set + cache), 0: all that `memory`
-    /// leaves. Caps what small graphs keep resident, so that they too read from disk.
+    /// cap on the feature tiers (hot set + cache); 0: what --memory leaves
+    #[serde(deserialize_with = "size_bytes")]
+    #[schemars(with = "Size")]
     pub feature_memory: u64,
-    /// Bytes of device (GPU) memory for the device tier: the hottest rows, held by the
-    /// consumer in a device tensor, outside `memory` (0: no device tier).
-    pub device_memory: u64,
-    /// How the static hot set is ranked.
+    /// GPU memory for the device tier (the hottest rows in a device tensor, outside --memory):
+    /// auto (a quarter of the free memory on CUDA, none on cpu), 0 (off) or a size such as 8G
+    pub device_memory: AutoSize,
+    /// ranking of the static hot set: reverse PageRank (GIDS), pre-sampling (Helios), degree
     pub hot_ranking: HotRanking,
-    /// Fraction of the feature budget for the static hot set (the rest: the dynamic cache).
+    /// share of the feature budget for the static hot set (rest: dynamic cache)
+    #[schemars(range(min = 0.0, max = 1.0))]
     pub hot_share: f64,
-    /// Eviction policy of the dynamic cache.
+    /// eviction policy of the dynamic cache
     pub eviction: Eviction,
-    /// GIDS window depth: batches sampled and pinned ahead.
+    /// GIDS window: batches sampled and pinned ahead
     pub window: usize,
-    /// Merge the disk reads of consecutive batches (GIDS accumulator).
+    /// merge the disk reads of consecutive batches (GIDS accumulator)
     pub accumulator: bool,
-    /// Reads to keep in flight; 0 derives it from the device profile.
+    /// reads to keep in flight; 0: p/(1-p) x IOPS x latency from the profile
     pub in_flight_target: usize,
-    /// Stages on their own threads (false: serial, the Helios-NoPipe ablation).
+    /// run sampling, lookup, I/O and assembly on their own threads
     pub pipeline: bool,
-    /// Threads sampling batches (0: one per core).
+    /// threads sampling batches (0: one per core)
     pub sampler_threads: usize,
-    /// I/O threads, each completing one merged read at a time (one read more is issued:
-    /// the next one, submitted while one completes).
+    /// I/O threads, each completing one merged read at a time (and submitting the next one
+    /// while it completes)
+    #[schemars(range(min = 1))]
     pub io_threads: usize,
-    /// Root of sampling and shuffling randomness.
+    /// seed of sampling, shuffling and model initialisation
     pub seed: u64,
 }
+
+/// `strata gnn train`'s budget: its `memory` holds the whole process (the interpreter, torch
+/// and the model, measured as anonymous memory when the store opens plus
+/// [`crate::budget::CODE_PAGES_BYTES`] of library code pages, besides the data path). A loader
+/// in a caller's own script budgets only the data path and a runtime reserve
+/// (`strata.gnn.loader.LOADER_MEMORY`, also 1 GiB).
+pub const TRAIN_MEMORY: u64 = 1 << 30;
 
 impl Default for DataConfig {
     fn default() -> Self {
         DataConfig {
             fanouts: vec![15, 10],
             batch_size: 1024,
-            memory: 1 << 30,
+            memory: TRAIN_MEMORY,
             feature_memory: 0,
-            device_memory: 0,
+            device_memory: AutoSize::Auto,
             hot_ranking: HotRanking::ReversePageRank,
             hot_share: budget::DEFAULT_HOT_SHARE,
             eviction: Eviction::Sieve,
@@ -82,6 +100,30 @@ impl Default for DataConfig {
             io_threads: 1,
             seed: 0,
         }
+    }
+}
+
+impl Section for DataConfig {
+    const NAME: &'static str = "gnn.train";
+
+    fn validate(&self) -> std::result::Result<(), ConfigError> {
+        if self.fanouts.is_empty() || self.fanouts.iter().any(|&f| f != -1 && f < 1) {
+            return Err(ConfigError::new(
+                Self::NAME,
+                "fanouts",
+                format!("each hop needs a fanout >= 1 or -1, got {:?}", self.fanouts),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl DataConfig {
+    /// Bytes of the device tier. `auto` is the consumer's to resolve, as it knows its device
+    /// (the Python loaders take a share of a CUDA device's free memory); the data path given
+    /// `auto` keeps no device tier.
+    pub fn device_bytes(&self) -> u64 {
+        self.device_memory.bytes_or(0)
     }
 }
 
@@ -311,7 +353,7 @@ fn load_and_plan(
             ..Runtime::reserve()
         },
     };
-    let device_rows = (config.device_memory / meta.row_bytes as u64).min(n);
+    let device_rows = (config.device_bytes() / meta.row_bytes as u64).min(n);
     let (buffered, waiting) = batches_alive(config, &reader, batch_rows);
     let plan_for = |memory| {
         budget::plan(

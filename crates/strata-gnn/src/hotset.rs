@@ -93,7 +93,17 @@ const MIN_PARALLEL_WORK: u64 = 1 << 16;
 const NOT_HOT: u32 = u32::MAX;
 
 /// How the static hot set is ranked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum HotRanking {
     /// Reverse PageRank ([`reverse_pagerank`]; GIDS' default).

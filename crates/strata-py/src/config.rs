@@ -4,12 +4,18 @@
 use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
 use serde_json::Value;
-use strata_embed::config::TrainConfig;
+use strata_embed::config::{EvalOptions, ExportOptions, PlanOptions, PredictOptions, TrainConfig};
+use strata_farmem::config::ServeOptions as FarmemServeOptions;
+use strata_gnn::data::DataConfig;
 use strata_grid::config::{BuildOptions, RunOptions};
 use strata_serve::config::ServeOptions;
-use strata_store::config::{normalize, schema, ConfigError, Section};
+use strata_store::check::CheckOptions;
+use strata_store::config::{check_address, normalize, schema, ConfigError, Section};
+use strata_store::convert::ConvertOptions;
+use strata_store::generate::{KgOptions, RmatOptions, SbmOptions};
 
 use crate::errors::config_error;
+use crate::io::BenchDiskOptions;
 
 /// One section: its schema and its check.
 struct Entry {
@@ -32,6 +38,18 @@ const SECTIONS: &[Entry] = &[
     entry::<RunOptions>(),
     entry::<BuildOptions>(),
     entry::<TrainConfig>(),
+    entry::<PlanOptions>(),
+    entry::<EvalOptions>(),
+    entry::<PredictOptions>(),
+    entry::<ExportOptions>(),
+    entry::<DataConfig>(),
+    entry::<FarmemServeOptions>(),
+    entry::<RmatOptions>(),
+    entry::<KgOptions>(),
+    entry::<SbmOptions>(),
+    entry::<BenchDiskOptions>(),
+    entry::<ConvertOptions>(),
+    entry::<CheckOptions>(),
 ];
 
 /// Checks `values` as section `S` and builds it, or raises ConfigError naming `section.key`.
@@ -68,8 +86,16 @@ fn config_check(py: Python<'_>, name: &str, values: &Bound<'_, PyAny>) -> PyResu
     Ok(pythonize(py, &checked)?.unbind())
 }
 
+/// Checks that `addr` is HOST:PORT, for option `key` of a section declared in Python (a client's
+/// server address); raises ConfigError naming `section.key`.
+#[pyfunction]
+fn config_check_address(py: Python<'_>, section: &str, key: &str, addr: &str) -> PyResult<()> {
+    check_address(section, key, addr).map_err(|e| config_error(py, &e.to_string()))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config_schema, m)?)?;
     m.add_function(wrap_pyfunction!(config_check, m)?)?;
+    m.add_function(wrap_pyfunction!(config_check_address, m)?)?;
     Ok(())
 }

@@ -3,37 +3,34 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use pythonize::pythonize;
-use strata_embed::ordering::{schedule, OrderingKind};
+use strata_embed::ordering::schedule;
 
 use std::path::PathBuf;
 
-use strata_embed::config::{Protocol, TrainConfig};
+use strata_embed::config::{EvalOptions, ExportOptions, PlanOptions, PredictOptions, TrainConfig};
 use strata_embed::dist::{Cluster, Grant};
 use strata_embed::error::EmbedError;
-use strata_embed::export::{export, ExportFormat};
+use strata_embed::export::export;
 use strata_embed::job::train;
 use strata_embed::query::Loaded;
-use strata_embed::run_dir::{Run, Which};
+use strata_embed::run_dir::Run;
 
 use crate::callback::CallbackError;
 use crate::config::section;
 use crate::errors::{config_error, ToPyErr};
-use crate::{job, run};
+use crate::run;
 
-/// The epoch schedule of `ordering` (a registered name: `OrderingKind::names`) for `partitions` and a
-/// buffer of `capacity`, with its load and overlap figures.
+/// The epoch schedule of `options` (the `[embed.plan]` section: `ordering`, `partitions`,
+/// `buffer`), with its load and overlap figures.
 #[pyfunction]
-fn embed_plan(
-    py: Python<'_>,
-    ordering: &str,
-    partitions: usize,
-    capacity: usize,
-) -> PyResult<Py<PyAny>> {
-    let kind: OrderingKind = ordering
-        .parse()
-        .map_err(|e| config_error(py, &format!("embed.plan.ordering: {e}")))?;
+fn embed_plan(py: Python<'_>, options: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let PlanOptions {
+        partitions,
+        buffer,
+        ordering: kind,
+    } = section(options)?;
     let s = py
-        .detach(|| schedule(kind, partitions, capacity))
+        .detach(|| schedule(kind, partitions as usize, buffer))
         .map_err(|e| config_error(py, &format!("embed.plan: {e}")))?;
     let report = serde_json::json!({
         "ordering": kind.name(),
@@ -200,62 +197,42 @@ fn embed_train(
     callback_error.or(result)
 }
 
-fn which(py: Python<'_>, checkpoint: &str) -> PyResult<Which> {
-    match checkpoint {
-        "best" => Ok(Which::Best),
-        "last" => Ok(Which::Last),
-        other => Err(config_error(
-            py,
-            &format!("checkpoint must be 'best' or 'last', got '{other}'"),
-        )),
-    }
-}
-
-/// Evaluates `split` on a checkpoint of the run in `run_dir`.
+/// Evaluates a checkpoint of the run in `run_dir` with `options` (the `[embed.eval]`
+/// section's, checked as it).
 #[pyfunction]
-#[pyo3(signature = (run_dir, split="test", checkpoint="best", protocol=None, max_queries=0, memory=0, threads=0, progress=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (run_dir, options, progress=None))]
 fn embed_eval(
     py: Python<'_>,
     run_dir: PathBuf,
-    split: &str,
-    checkpoint: &str,
-    protocol: Option<&Bound<'_, PyAny>>,
-    max_queries: usize,
-    memory: u64,
-    threads: usize,
+    options: &Bound<'_, PyAny>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let which = which(py, checkpoint)?;
-    let protocol: Option<Protocol> = protocol.map(job).transpose()?;
+    let o: EvalOptions = section(options)?;
+    let memory = o.memory.map_or(0, |m| m.0);
     run(py, progress, |p| {
-        let mut l = Loaded::open(&run_dir, which, memory, threads, p)?;
-        let metrics = l.evaluate(split, protocol, max_queries, p)?;
+        let mut l = Loaded::open(&run_dir, o.checkpoint, memory, o.threads, p)?;
+        let metrics = l.evaluate(o.split.name(), o.protocol.protocol(), o.max_queries, p)?;
         Ok::<_, EmbedError>(serde_json::json!({"epoch": l.epoch, "metrics": metrics}))
     })
 }
 
-/// The `top` best answers of `(node, relation, ?)` (or `(?, relation, node)` with `head`).
+/// The best answers of the query in `options` (the `[embed.predict]` section's, checked as
+/// it): tails of `(head, relation, ?)` or heads of `(?, relation, tail)`.
 #[pyfunction]
-#[pyo3(signature = (run_dir, node, relation=None, head=false, top=10, exclude_known=false, checkpoint="best", memory=0, progress=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (run_dir, options, progress=None))]
 fn embed_predict(
     py: Python<'_>,
     run_dir: PathBuf,
-    node: &str,
-    relation: Option<&str>,
-    head: bool,
-    top: usize,
-    exclude_known: bool,
-    checkpoint: &str,
-    memory: u64,
+    options: &Bound<'_, PyAny>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let which = which(py, checkpoint)?;
+    let o: PredictOptions = section(options)?;
+    let memory = o.memory.map_or(0, |m| m.0);
+    let (node, predict_heads) = o.query().map_err(|e| config_error(py, &e.to_string()))?;
     run(py, progress, |p| {
-        let mut l = Loaded::open(&run_dir, which, memory, 0, p)?;
+        let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
         let src = l.node_id(node)?;
-        let rel = match relation {
+        let rel = match &o.relation {
             Some(r) => l.relation_id(r)?,
             None if l.run.meta.num_relations > 1 => {
                 return Err(EmbedError::Config(format!(
@@ -265,41 +242,28 @@ fn embed_predict(
             }
             None => 0,
         };
-        let predictions = l.predict(src, rel, head, top, exclude_known, p)?;
+        let predictions = l.predict(src, rel, predict_heads, o.top, o.exclude_known, p)?;
         Ok(
             serde_json::json!({"epoch": l.epoch, "node": src, "relation": rel, "predictions": predictions}),
         )
     })
 }
 
-/// Exports a checkpoint to directory `out` as `npy` or `tsv`.
+/// Exports a checkpoint of the run in `run_dir` with `options` (the `[embed.export]`
+/// section's, checked as it).
 #[pyfunction]
-#[pyo3(signature = (run_dir, out, format="npy", checkpoint="best", overwrite=false, memory=0, progress=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (run_dir, options, progress=None))]
 fn embed_export(
     py: Python<'_>,
     run_dir: PathBuf,
-    out: PathBuf,
-    format: &str,
-    checkpoint: &str,
-    overwrite: bool,
-    memory: u64,
+    options: &Bound<'_, PyAny>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let which = which(py, checkpoint)?;
-    let format = match format {
-        "npy" => ExportFormat::Npy,
-        "tsv" => ExportFormat::Tsv,
-        other => {
-            return Err(config_error(
-                py,
-                &format!("format must be 'npy' or 'tsv', got '{other}'"),
-            ))
-        }
-    };
+    let o: ExportOptions = section(options)?;
+    let memory = o.memory.map_or(0, |m| m.0);
     run(py, progress, |p| {
-        let mut l = Loaded::open(&run_dir, which, memory, 0, p)?;
-        export(&mut l, &out, format, overwrite, p)
+        let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
+        export(&mut l, &o.out, o.format, o.overwrite, p)
     })
 }
 

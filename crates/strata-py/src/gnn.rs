@@ -24,7 +24,8 @@ struct PyGnnData {
 
 #[pymethods]
 impl PyGnnData {
-    /// Opens `store` with `config` (the fields of `strata_gnn::data::DataConfig`);
+    /// Opens `store` with `config` (some of the `[gnn.train]` section's data-path options,
+    /// `strata_gnn::data::DataConfig`, checked as that section; the rest take its defaults);
     /// `train_nodes` are little-endian uint32 ids (the pre-sampling ranking samples them).
     /// `consumer` holds the fields of `strata_gnn::data::Consumer` (the process's measured
     /// resident set, the model's training costs per layer).
@@ -38,7 +39,7 @@ impl PyGnnData {
         consumer: &Bound<'_, PyAny>,
         progress: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
-        let cfg: DataConfig = job(config)?;
+        let cfg: DataConfig = crate::config::section(config)?;
         let consumer: Consumer = job(consumer)?;
         let nodes = ids(py, train_nodes)?;
         let progress = PyProgress::new(progress);
@@ -283,14 +284,7 @@ fn ids(py: Python<'_>, bytes: &[u8]) -> PyResult<Vec<u32>> {
     Ok(pod_collect_to_vec(bytes))
 }
 
-/// The defaults of `strata_gnn::data::DataConfig` (Python derives its own from these).
-#[pyfunction]
-fn gnn_data_defaults(py: Python<'_>) -> PyResult<Py<PyAny>> {
-    Ok(pythonize(py, &DataConfig::default())?.unbind())
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(gnn_data_defaults, m)?)?;
     m.add_class::<PyGnnData>()?;
     m.add_class::<PyEpoch>()?;
     Ok(())

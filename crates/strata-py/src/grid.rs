@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pythonize::pythonize;
-use strata_farmem::{Server, ServerConfig};
+use strata_farmem::config::ServeOptions;
+use strata_farmem::Server;
 use strata_grid::build::build;
 use strata_grid::config::{BuildOptions, RunOptions};
 use strata_grid::run::run as run_grid;
@@ -75,23 +76,19 @@ fn grid_algorithms(py: Python<'_>) -> PyResult<Py<PyAny>> {
     Ok(pythonize(py, &all)?.unbind())
 }
 
-/// Serves far memory on `listen` with `capacity` bytes until a signal (Ctrl-C, SIGTERM
-/// through Python's handler) arrives; `on_ready(address)` is called once listening and
-/// `on_stop(counters)` once it stops, however it stops. Returns the counters.
+/// Serves far memory with `options` (the `[farmem.serve]` section's options, checked as that
+/// section) until a signal (Ctrl-C, SIGTERM through Python's handler) arrives;
+/// `on_ready(address)` is called once listening and `on_stop(counters)` once it stops, however
+/// it stops. Returns the counters.
 #[pyfunction]
-#[pyo3(signature = (listen, capacity, on_ready=None, on_stop=None))]
+#[pyo3(signature = (options, on_ready=None, on_stop=None))]
 fn farmem_serve(
     py: Python<'_>,
-    listen: String,
-    capacity: u64,
+    options: &Bound<'_, PyAny>,
     on_ready: Option<Py<PyAny>>,
     on_stop: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let cfg = ServerConfig {
-        listen,
-        capacity_bytes: capacity,
-        ..ServerConfig::default()
-    };
+    let cfg = section::<ServeOptions>(options)?.server_config();
     let server = py
         .detach(|| Server::bind(&cfg))
         .map_err(|e| raise(py, "ConfigError", &e.to_string()))?;

@@ -1,10 +1,10 @@
 //! Long jobs: conversions and generators.
 
 use pyo3::prelude::*;
-use pythonize::pythonize;
 use strata_store::convert;
 use strata_store::generate as generators;
 
+use crate::config::section;
 use crate::errors::config_error;
 use crate::{job, run};
 
@@ -55,15 +55,15 @@ fn generate(
 ) -> PyResult<Py<PyAny>> {
     match kind {
         "rmat" => {
-            let o: generators::RmatOptions = job(options)?;
+            let o: generators::RmatOptions = section(options)?;
             run(py, progress, |p| generators::rmat(&o, p))
         }
         "kg" => {
-            let o: generators::KgOptions = job(options)?;
+            let o: generators::KgOptions = section(options)?;
             run(py, progress, |p| generators::kg(&o, p))
         }
         "sbm" => {
-            let o: generators::SbmOptions = job(options)?;
+            let o: generators::SbmOptions = section(options)?;
             run(py, progress, |p| generators::sbm(&o, p))
         }
         other => Err(config_error(
@@ -73,30 +73,10 @@ fn generate(
     }
 }
 
-/// The default options of generator `kind` (required fields filled with placeholders), so the
-/// front end can check that the defaults it documents are the ones the generator applies.
-#[pyfunction]
-fn generator_defaults(py: Python<'_>, kind: &str) -> PyResult<Py<PyAny>> {
-    let value = match kind {
-        "rmat" => serde_json::to_value(generators::RmatOptions::new("out", 1)),
-        "kg" => serde_json::to_value(generators::KgOptions::new("out")),
-        "sbm" => serde_json::to_value(generators::SbmOptions::new("out")),
-        other => {
-            return Err(config_error(
-                py,
-                &format!("unknown generator '{other}' (rmat, kg, sbm)"),
-            ))
-        }
-    }
-    .expect("options serialise");
-    Ok(pythonize(py, &value)?.unbind())
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert_text, m)?)?;
     m.add_function(wrap_pyfunction!(convert_numpy, m)?)?;
     m.add_function(wrap_pyfunction!(convert_binary, m)?)?;
     m.add_function(wrap_pyfunction!(generate, m)?)?;
-    m.add_function(wrap_pyfunction!(generator_defaults, m)?)?;
     Ok(())
 }

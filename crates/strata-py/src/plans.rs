@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use serde_json::Value;
 use strata_serve::config::ServeOptions;
 use strata_store::array::{decode_ints, read_all_bytes};
@@ -23,20 +21,6 @@ enum Outcome {
     Plan(MemoryPlan),
     Refused(String),
     NotPlanned(String),
-}
-
-/// `config` over `T::default()`: the fields given replace the defaults (unknown ones are
-/// refused by `T`'s deserializer).
-fn with_defaults<T: Default + Serialize + DeserializeOwned>(
-    py: Python<'_>,
-    engine: &str,
-    config: Value,
-) -> PyResult<T> {
-    let mut merged = serde_json::to_value(T::default()).expect("configs serialise");
-    if let (Value::Object(base), Value::Object(given)) = (&mut merged, config) {
-        base.extend(given);
-    }
-    serde_json::from_value(merged).map_err(|e| config_error(py, &format!("{engine}: {e}")))
 }
 
 fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
@@ -77,7 +61,7 @@ fn train_nodes(store: &Store) -> Result<Vec<u32>, strata_store::StoreError> {
 fn gnn(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
     use strata_gnn::data::{plan, Consumer, DataConfig};
     use strata_gnn::GnnError;
-    let cfg: DataConfig = with_defaults(py, "gnn", config)?;
+    let cfg = check::<DataConfig>(&config).map_err(|e| config_error(py, &e.to_string()))?;
     let nodes =
         train_nodes(&Store::open(store).map_err(|e| e.to_py(py))?).map_err(|e| e.to_py(py))?;
     match py.detach(|| plan(store, &cfg, &nodes, &Consumer::default())) {

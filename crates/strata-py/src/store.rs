@@ -3,6 +3,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pythonize::pythonize;
+use strata_store::check::CheckOptions;
 use strata_store::strtab::NameTable as NativeNameTable;
 use strata_store::Store;
 
@@ -80,17 +81,19 @@ fn read_npy_rows(
     ))
 }
 
-/// Checks every array of the store at `path` and every grid built for it (`strata check`),
-/// listing at most `max_per_file` problems per file; returns the report
-/// (`strata_store::check::CheckReport`). Raises only on I/O errors and cancellation.
+/// Checks every array of the store at `path` and every grid built for it (`strata check`)
+/// with `options` (the `[check]` section's, checked as it: at most `max_problems` listed per
+/// file); returns the report (`strata_store::check::CheckReport`). Raises only on bad options,
+/// I/O errors and cancellation.
 #[pyfunction]
-#[pyo3(signature = (path, max_per_file, progress=None))]
+#[pyo3(signature = (path, options, progress=None))]
 fn check_store(
     py: Python<'_>,
     path: std::path::PathBuf,
-    max_per_file: usize,
+    options: &Bound<'_, PyAny>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
+    let max_per_file = crate::config::section::<CheckOptions>(options)?.max_problems;
     run(py, progress, |p| {
         let start = std::time::Instant::now();
         let mut checked = strata_store::check::check_store(&path, max_per_file, p)

@@ -288,6 +288,25 @@ impl EdgeSigs {
     }
 }
 
+/// The `[check]` section's engine options (the store to check is the front end's).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckOptions {
+    /// problems listed per file (the rest are counted); every array is read in full either way
+    #[schemars(range(min = 1))]
+    pub max_problems: usize,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { max_problems: 20 }
+    }
+}
+
+impl crate::config::Section for CheckOptions {
+    const NAME: &'static str = "check";
+}
+
 /// Checks the store at `path`, listing at most `max_per_file` problems per file. Fails only on
 /// I/O errors and cancellation: a store that does not open is a problem found, and then only
 /// the manifest and the array files' headers are checked.

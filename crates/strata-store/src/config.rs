@@ -127,6 +127,83 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// A size that may also be `"auto"`, for a budget the consumer sizes itself when the user does
+/// not (the GNN device tier: a share of the GPU's free memory). Accepts `"auto"`, an integer
+/// or a size string as [`Size`] does; serializes as `"auto"` or the integer. Its schema says
+/// `"x-kind": "auto-size"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AutoSize {
+    /// The consumer decides.
+    #[default]
+    Auto,
+    /// This many bytes.
+    Bytes(u64),
+}
+
+impl AutoSize {
+    /// The bytes given, or `auto` when the user left it to the consumer.
+    pub fn bytes_or(self, auto: u64) -> u64 {
+        match self {
+            AutoSize::Auto => auto,
+            AutoSize::Bytes(b) => b,
+        }
+    }
+}
+
+impl Serialize for AutoSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            AutoSize::Auto => s.serialize_str("auto"),
+            AutoSize::Bytes(b) => s.serialize_u64(*b),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for AutoSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AutoSize, D::Error> {
+        struct AutoSizeVisitor;
+        impl Visitor<'_> for AutoSizeVisitor {
+            type Value = AutoSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("auto, a size like 512M or 2G, or a number of bytes")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<AutoSize, E> {
+                Ok(AutoSize::Bytes(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<AutoSize, E> {
+                u64::try_from(v)
+                    .map(AutoSize::Bytes)
+                    .map_err(|_| E::custom(format!("a size cannot be negative, got {v}")))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<AutoSize, E> {
+                if v.trim().eq_ignore_ascii_case("auto") {
+                    return Ok(AutoSize::Auto);
+                }
+                Size::parse(v).map(|s| AutoSize::Bytes(s.0)).map_err(|_| {
+                    E::custom(format!(
+                        "expected auto or a size like 512M or 2G, got '{v}'"
+                    ))
+                })
+            }
+        }
+        d.deserialize_any(AutoSizeVisitor)
+    }
+}
+
+impl JsonSchema for AutoSize {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AutoSize".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": ["string", "integer"],
+            "minimum": 0,
+            "x-kind": "auto-size",
+        })
+    }
+}
+
 /// The JSON schema of section `S`, with `"x-section"` (its name) and `"x-order"` (its option
 /// names in declaration order, which the command line keeps for positionals and `--help`).
 pub fn schema<S: Section>() -> Value {
@@ -353,6 +430,22 @@ mod tests {
         assert_eq!(Size::parse(" 2g "), Ok(Size(2 << 30)));
         assert!(Size::parse("2X").is_err());
         assert!(Size::parse("").is_err());
+    }
+
+    #[test]
+    fn auto_sizes_take_auto_or_a_size() {
+        let parse = |v: Value| serde_json::from_value::<AutoSize>(v).map_err(|e| e.to_string());
+        assert_eq!(parse(serde_json::json!("auto")), Ok(AutoSize::Auto));
+        assert_eq!(parse(serde_json::json!("8G")), Ok(AutoSize::Bytes(8 << 30)));
+        assert_eq!(parse(serde_json::json!(0)), Ok(AutoSize::Bytes(0)));
+        assert_eq!(
+            parse(serde_json::json!("lots")),
+            Err("expected auto or a size like 512M or 2G, got 'lots'".into())
+        );
+        assert!(parse(serde_json::json!(-1)).is_err());
+        assert_eq!(serde_json::to_value(AutoSize::Auto).unwrap(), "auto");
+        assert_eq!(AutoSize::Bytes(5).bytes_or(7), 5);
+        assert_eq!(AutoSize::Auto.bytes_or(7), 7);
     }
 
     #[test]

@@ -25,12 +25,8 @@ def register(sub) -> None:
 def run(args) -> int:
     cfg = from_args(BenchDiskConfig, args)
     existing_dir(cfg.dir, "--dir")
-    options = {
-        k: v
-        for k, v in as_dict(cfg).items()
-        if k in ("dir", "size", "file", "queue_depths", "seconds", "seq_depth", "keep")
-    }
-    profile = run_with_progress(args, lambda bar: io.bench_disk(options, cfg.backend, bar))
+    options = {k: v for k, v in as_dict(cfg).items() if k not in cfg.__front__}
+    profile = run_with_progress(args, lambda bar: io.bench_disk(options, bar))
     if cfg.save:
         profile["saved_to"] = str(io.save_profile(profile, cfg.profile))
     if args.json_summary:

@@ -1,31 +1,22 @@
-"""The [embed.*] sections."""
+"""The [embed.*] sections: the engine declares their options (``strata_embed::config``); Python
+adds the ones it handles in front (the store or run, how to print). [plot] is Python's."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from .. import _native
-from ..errors import ConfigError
-from .schema import Size, native_section, option, section
-
-#: The registered orderings (``strata_embed::ordering::OrderingKind``), as the trainer's
-#: schema lists them, with the help text naming each one's buffer.
-_ORDERING = _native.config_schema()["embed.train"]["properties"]["ordering"]
-ORDERINGS = tuple(choice["const"] for choice in _ORDERING["oneOf"])
+from .schema import native_section, option, section
 
 
-@section("embed.plan")
-class EmbedPlanConfig:
-    partitions: int = option(help="number of node partitions n", max=(1 << 32) - 1)
-    buffer: int = option(3, help="partitions resident at once (see --ordering for what each ordering needs)")
-    ordering: Literal[ORDERINGS] = option("legend", help=_ORDERING["description"])
+class _PlanFrontEnd:
+    """The [embed.plan] options of the printout; the schedule's are the engine's
+    (``strata_embed::config::PlanOptions``)."""
+
     show_buckets: bool = option(False, help="list the buckets trained in each state")
     json: bool = option(False, help="print the whole schedule as JSON")
 
-    def check(self) -> None:
-        if self.partitions < 1:
-            raise ConfigError(f"embed.plan.partitions: need at least 1, got {self.partitions}")
+
+EmbedPlanConfig = native_section("embed.plan", "EmbedPlanConfig", front=_PlanFrontEnd)
 
 
 class _TrainFrontEnd:
@@ -43,51 +34,29 @@ class _TrainFrontEnd:
 EmbedTrainConfig = native_section("embed.train", "EmbedTrainConfig", front=_TrainFrontEnd)
 
 
-CHECKPOINT_HELP = "checkpoint to use: best (by validation MRR) or last"
 TARGET_HELP = "a run directory, or a store (its default run STORE/runs/embed)"
 
 
-@section("embed.eval")
-class EmbedEvalConfig:
+class _EvalFrontEnd:
+    """The [embed.eval] options Python handles (which run, how to print); the rest are the
+    engine's (``strata_embed::config::EvalOptions``), as for predict and export."""
+
     target: Path = option(positional=True, help=TARGET_HELP)
-    split: Literal["valid", "test", "train"] = option("test", help="edges to rank")
-    checkpoint: Literal["best", "last"] = option("best", help=CHECKPOINT_HELP)
-    protocol: Literal["run", "filtered", "sampled"] = option("run", help="evaluation protocol (run: the run's own)")
-    max_queries: int = option(0, help="at most this many queries (0: the run's setting)")
-    memory: Size | None = option(None, help="memory budget (default: the run's)")
-    threads: int = option(0, help="threads (0: the run's setting)")
     json: bool = option(False, help="print the metrics as JSON")
 
 
-@section("embed.predict")
-class EmbedPredictConfig:
+class _PredictFrontEnd:
     target: Path = option(positional=True, help=TARGET_HELP)
-    head: str | None = option(None, help="predict tails of (HEAD, RELATION, ?): a node name, or id without names")
-    tail: str | None = option(None, help="predict heads of (?, RELATION, TAIL)")
-    relation: str | None = option(None, help="relation name (or id); may be left out when the graph has one type")
-    top: int = option(10, help="answers to print")
-    exclude_known: bool = option(False, help="leave out answers already in the graph (any split)")
-    checkpoint: Literal["best", "last"] = option("best", help=CHECKPOINT_HELP)
-    memory: Size | None = option(None, help="memory budget (default: the run's)")
     json: bool = option(False, help="print the answers as JSON")
 
-    def check(self) -> None:
-        if (self.head is None) == (self.tail is None):
-            raise ConfigError("embed.predict: give exactly one of --head and --tail")
-        if self.top < 1:
-            raise ConfigError(f"embed.predict.top: need at least 1, got {self.top}")
 
-
-@section("embed.export")
-class EmbedExportConfig:
+class _ExportFrontEnd:
     target: Path = option(positional=True, help=TARGET_HELP)
-    out: Path = option(help="directory to write (embeddings, relations, id maps, export.json)", short="o")
-    format: Literal["npy", "tsv"] = option(
-        "npy", help="npy: float32 arrays in id order plus name files; tsv: name<TAB>values"
-    )
-    checkpoint: Literal["best", "last"] = option("best", help=CHECKPOINT_HELP)
-    overwrite: bool = option(False, help="replace OUT if it exists")
-    memory: Size | None = option(None, help="memory budget (default: the run's)")
+
+
+EmbedEvalConfig = native_section("embed.eval", "EmbedEvalConfig", front=_EvalFrontEnd)
+EmbedPredictConfig = native_section("embed.predict", "EmbedPredictConfig", front=_PredictFrontEnd)
+EmbedExportConfig = native_section("embed.export", "EmbedExportConfig", front=_ExportFrontEnd)
 
 
 @section("plot")

@@ -1,11 +1,10 @@
-"""The [info] section."""
+"""The [info] and [check] sections."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError
-from .schema import Size, option, section
+from .schema import Size, native_section, option, section
 
 
 @section("info")
@@ -15,13 +14,10 @@ class InfoConfig:
     json: bool = option(False, help="print the description as JSON instead of text")
 
 
-@section("check")
-class CheckConfig:
+class _CheckFrontEnd:
     store: Path = option(positional=True, help="the store to check (and the grids built for it)")
-    max_problems: int = option(
-        20, help="problems listed per file (the rest are counted); every array is read in full either way"
-    )
 
-    def check(self) -> None:
-        if self.max_problems < 1:
-            raise ConfigError(f"check.max_problems: need at least 1, got {self.max_problems}")
+
+#: [check]: which store is Python's; how many problems to list is the checker's
+#: (``strata_store::check::CheckOptions``).
+CheckConfig = native_section("check", "CheckConfig", front=_CheckFrontEnd)

@@ -33,7 +33,10 @@ from ..units import fmt_bytes, parse_size
 
 #: A byte size; accepts ``512M``, ``2G``, ``1.5GiB`` or an integer.
 Size = NewType("Size", int)
-#: Three fractions (train, valid, test) summing to 1; accepts ``0.9,0.05,0.05`` or a list.
+#: A size or ``"auto"`` (the consumer sizes it); accepts ``auto``, ``8G`` or an integer.
+AutoSize = NewType("AutoSize", object)
+#: Three fractions (train, valid, test) summing to 1 (checked by the engine); accepts
+#: ``0.9,0.05,0.05`` or a list.
 Fractions = NewType("Fractions", tuple)
 
 SECTIONS: dict[str, type] = {}
@@ -114,6 +117,8 @@ def type_name(tp: Any) -> str:
     tp, _ = _unwrap_optional(tp)
     if tp is Size:
         name = "size"
+    elif tp is AutoSize:
+        name = "size|auto"
     elif tp is Fractions:
         name = "train,valid,test fractions"
     elif typing.get_origin(tp) is Literal:
@@ -158,18 +163,21 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
             return Size(parse_size(value))
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
+    if tp is AutoSize:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        try:
+            return parse_size(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected auto or a size like 512M or 2G, got {value!r}") from None
     if tp is Fractions:
+        # Parsed here; whether they make a split (three, in [0, 1], summing to 1) is the
+        # engine's check (strata_store::convert::Fractions).
         parts = value.split(",") if isinstance(value, str) else value
         try:
-            f = tuple(float(x) for x in parts)
+            return Fractions(tuple(float(x) for x in parts))
         except (TypeError, ValueError):
             raise fail("three fractions like 0.9,0.05,0.05") from None
-        if len(f) != 3 or any(x < 0 or x > 1 for x in f) or abs(sum(f) - 1) > 1e-6 or f[0] <= 0:
-            raise ConfigError(
-                f"{where}: expected three fractions (train, valid, test) in [0, 1] summing to 1 "
-                f"with train > 0, got {value!r}"
-            )
-        return Fractions(f)
     if typing.get_origin(tp) is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
@@ -455,7 +463,7 @@ def native_section(name: str, class_name: str, front: type | None = None):
     struct's order, with its type, default, bounds, help and command-line role; the values go
     through the engine's check (``_native.config_check``) once coerced. ``front`` (a class of
     :func:`option` fields) adds options Python handles before the engine runs (where the run
-    lives, whether to resume), placed first."""
+    lives, whether to resume), placed first; its ``check`` method, if any, checks them."""
     from .. import _native
 
     schema = _native.config_schema()[name]
@@ -485,7 +493,11 @@ def native_section(name: str, class_name: str, front: type | None = None):
             max=high,
         )
 
+    front_check = vars(front).get("check") if front else None
+
     def check(self) -> None:
+        if front_check is not None:
+            front_check(self)
         _native.config_check(name, {k: v for k, v in as_dict(self).items() if k in schema["properties"]})
 
     namespace["check"] = check
@@ -525,21 +537,25 @@ def _python_type(root: dict, prop: dict) -> tuple[Any, int | None, int | None]:
         tp, low, high = _python_type(root, _resolved(root, {**rest, **inner}))
         return tp | None, low, high
     kind = prop.get("type")
-    if isinstance(kind, list):
+    if isinstance(kind, list) and "null" in kind:
         (kind,) = [k for k in kind if k != "null"]
         tp, low, high = _python_type(root, {**prop, "type": kind})
         return tp | None, low, high
-    if prop.get("x-kind") == "size":
-        return Size, None, None
-    if prop.get("x-kind") == "path":
-        return Path, None, None
-    choices = prop.get("enum") or [o["const"] for o in prop.get("oneOf", []) if "const" in o]
+    if kind == "array":
+        # A list's x-kind (a list of paths) is its items'.
+        item_kind = {"x-kind": prop["x-kind"]} if "x-kind" in prop else {}
+        item, low, high = _python_type(root, {**_resolved(root, prop["items"]), **item_kind})
+        return list[item], low, high
+    kinds = {"size": Size, "auto-size": AutoSize, "path": Path, "fractions": Fractions}
+    if prop.get("x-kind") in kinds:
+        return kinds[prop["x-kind"]], None, None
+    # A Rust enum's variants: an "enum" list, or a "oneOf" of "const"s where variants carry doc
+    # comments (schemars groups the undocumented ones of a mixed enum into one "enum" entry).
+    variants = [o.get("enum", [o["const"]] if "const" in o else []) for o in prop.get("oneOf", [])]
+    choices = prop.get("enum") or [c for v in variants for c in v]
     if choices:
         return Literal[tuple(choices)], None, None
     low, high = prop.get("minimum"), prop.get("maximum")
-    if kind == "array":
-        item, low, high = _python_type(root, _resolved(root, prop["items"]))
-        return list[item], low, high
     types_by_name = {"integer": int, "number": float, "boolean": bool, "string": str}
     if kind not in types_by_name:
         raise TypeError(f"unsupported schema type {kind!r} in {prop}")

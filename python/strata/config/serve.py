@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .grid import check_address
+from .. import _native
 from .schema import native_section, option, section
 
 ServeConfig = native_section("serve", "ServeConfig")
@@ -16,4 +16,4 @@ class ServeStatusConfig:
     timeout: float = option(10.0, help="seconds to wait for the answer")
 
     def check(self) -> None:
-        check_address("serve.status.address", self.address)
+        _native.config_check_address("serve.status", "address", self.address)

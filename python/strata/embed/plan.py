@@ -10,7 +10,7 @@ def plan(partitions: int, buffer: int = 3, ordering: str = "legend") -> dict:
     ``states`` (the Legend paper's "I/O times"), ``swaps``, ``partition_loads``, ``hidden_swaps``
     (swaps with training work to overlap them), ``volume`` (times the table size S) and
     ``steps`` (state, evicted, loaded, overlap and after-load buckets)."""
-    return _native.embed_plan(ordering, partitions, buffer)
+    return _native.embed_plan({"partitions": partitions, "buffer": buffer, "ordering": ordering})
 
 
 def _set(state) -> str:

@@ -35,12 +35,6 @@ def resolve_run(target: str | Path) -> Path:
     raise RunError(f"{target}: neither a run directory (run.json) nor a store (manifest.json)")
 
 
-def _memory(memory) -> int:
-    from ..units import parse_size
-
-    return 0 if memory is None else parse_size(memory)
-
-
 class Run:
     """A training run on disk: its record (``meta``), and evaluation, prediction and export of
     its checkpoints (``checkpoint="best"`` by validation MRR, or ``"last"``)."""
@@ -82,9 +76,15 @@ class Run:
         progress: ProgressFn | None = None,
     ) -> dict:
         """Ranking metrics of ``split``: ``{"epoch", "metrics": {mrr, mr, hits@1, hits@3, hits@10, ...}}``."""
-        return _native.embed_eval(
-            str(self.path), split, checkpoint, protocol, max_queries, _memory(memory), threads, progress
-        )
+        options = {
+            "split": split,
+            "checkpoint": checkpoint,
+            "protocol": protocol or "run",
+            "max_queries": max_queries,
+            "memory": memory,
+            "threads": threads,
+        }
+        return _native.embed_eval(str(self.path), options, progress)
 
     def predict(
         self,
@@ -99,13 +99,16 @@ class Run:
     ) -> dict:
         """The ``top`` best tails of ``(head, relation, ?)``, or heads of ``(?, relation, tail)``:
         ``{"predictions": [{"node", "name", "score", "known"}, ...]}``, best first."""
-        if (head is None) == (tail is None):
-            raise ValueError("give exactly one of head and tail")
-        node = head if head is not None else tail
-        rel = None if relation is None else str(relation)
-        return _native.embed_predict(
-            str(self.path), str(node), rel, tail is not None, top, exclude_known, checkpoint, _memory(memory), progress
-        )
+        options = {
+            "head": None if head is None else str(head),
+            "tail": None if tail is None else str(tail),
+            "relation": None if relation is None else str(relation),
+            "top": top,
+            "exclude_known": exclude_known,
+            "checkpoint": checkpoint,
+            "memory": memory,
+        }
+        return _native.embed_predict(str(self.path), options, progress)
 
     def export(
         self,
@@ -118,4 +121,11 @@ class Run:
     ) -> dict:
         """Writes the checkpoint's embeddings in node-id order (and relations, id maps) to ``out``."""
         make_dir(Path(out).absolute().parent, "--out")
-        return _native.embed_export(str(self.path), str(out), format, checkpoint, overwrite, _memory(memory), progress)
+        options = {
+            "out": str(out),
+            "format": format,
+            "checkpoint": checkpoint,
+            "overwrite": overwrite,
+            "memory": memory,
+        }
+        return _native.embed_export(str(self.path), options, progress)

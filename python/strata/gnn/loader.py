@@ -24,8 +24,14 @@ from ..store import Store
 from ..units import parse_size
 from ._torch import require_torch
 
-#: Options of the native data path and their defaults (strata_gnn::data::DataConfig).
-DATA_DEFAULTS = _native.gnn_data_defaults()
+#: Options of the native data path: the engine's part of the [gnn.train] section
+#: (strata_gnn::data::DataConfig), whose defaults fill in the options not given.
+DATA_OPTIONS: tuple[str, ...] = tuple(_native.config_schema()["gnn.train"]["x-order"])
+
+#: A loader's default budget. It covers the data path and a runtime reserve, not the caller's
+#: process; ``strata gnn train``'s budget (the section's default, also 1 GiB) holds its
+#: whole process, torch included.
+LOADER_MEMORY = 1 << 30
 
 
 @dataclass
@@ -201,15 +207,15 @@ class GnnData:
         own_process: bool = False,
         **options,
     ):
-        unknown = set(options) - set(DATA_DEFAULTS)
+        unknown = set(options) - set(DATA_OPTIONS)
         if unknown:
-            raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(DATA_DEFAULTS)}")
+            raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(DATA_OPTIONS)}")
         self.device = str(device)
-        cfg = {**DATA_DEFAULTS, **options}
-        cfg["memory"] = parse_size(cfg["memory"])
-        cfg["feature_memory"] = parse_size(cfg["feature_memory"])
-        cfg["device_memory"] = device_tier_bytes(device_memory, self.device)
-        cfg["fanouts"] = [int(f) for f in cfg["fanouts"]]
+        # Checked as the [gnn.train] section (errors name gnn.train.KEY), its defaults filled in.
+        given = {"memory": LOADER_MEMORY, **options, "device_memory": device_tier_bytes(device_memory, self.device)}
+        if "fanouts" in given:
+            given["fanouts"] = [int(f) for f in given["fanouts"]]
+        cfg = _native.config_check("gnn.train", given)
         self.store = Store(store)
         self.config = cfg
         train = self.nodes("train") if self.store.has("node_train") else np.empty(0, dtype=np.int64)

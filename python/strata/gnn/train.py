@@ -21,7 +21,7 @@ from ..paths import make_dir
 from ..store import Store
 from ..units import fmt_bytes, fmt_count
 from ._torch import require_torch
-from .loader import DATA_DEFAULTS, GnnData, node_labels, process_bytes
+from .loader import DATA_OPTIONS, GnnData, node_labels, process_bytes
 
 ProgressFn = Callable[..., bool]
 
@@ -146,7 +146,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
         device=str(device),
         training=training,
         own_process=True,
-        **{k: settings[k] for k in DATA_DEFAULTS},
+        **{k: settings[k] for k in DATA_OPTIONS},
     )
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
     make_dir(run_dir, "--run-dir")

@@ -369,9 +369,7 @@ def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[st
         else:
             print(f"listening on {addr} ({fmt_bytes(cfg.capacity)} to lend)", flush=True)
 
-    info["stopped_by"] = run_until_stopped(
-        lambda: _native.farmem_serve(cfg.listen, int(cfg.capacity), ready, info.update)
-    )
+    info["stopped_by"] = run_until_stopped(lambda: _native.farmem_serve(as_dict(cfg), ready, info.update))
     info["seconds"] = time.monotonic() - started[0]
     return info
 

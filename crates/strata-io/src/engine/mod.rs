@@ -187,11 +187,12 @@ pub struct Completion {
 }
 
 /// Which implementation moves the bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
     /// io_uring if the kernel offers it, else the thread pool.
     Auto,
+    /// io_uring (Linux 5.6+).
     IoUring,
     /// pread/pwrite on a pool of threads (the fallback).
     Threads,

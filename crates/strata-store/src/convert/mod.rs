@@ -7,6 +7,7 @@
 mod dict;
 mod nodes;
 mod numpy;
+mod options;
 mod spool;
 mod text;
 mod text_job;
@@ -28,6 +29,7 @@ use crate::units::fmt_bytes;
 use strata_io::progress::Progress;
 
 pub use numpy::{convert_binary, convert_numpy, BinaryJob, EdgeLayout, NumpyJob, NumpyOptions};
+pub use options::{ConvertOptions, Fractions, InputFormat, StoredFeatureDtype};
 pub use text::Delimiter;
 pub use text_job::{convert_text, IdKind, TextJob, TextOptions};
 pub use topology::DegreeHistogram;
@@ -88,15 +90,7 @@ impl GraphOptions {
             ));
         }
         if let Some(f) = self.split {
-            if f.iter().any(|x| !(0.0..=1.0).contains(x) || x.is_nan())
-                || (f.iter().sum::<f64>() - 1.0).abs() > 1e-6
-                || f[0] <= 0.0
-            {
-                return Err(StoreError::option(
-                    "split",
-                    format!("expected three fractions (train, valid, test) in [0, 1] summing to 1 with train > 0, got {f:?}"),
-                ));
-            }
+            Fractions::check(f).map_err(|msg| StoreError::option("split", msg))?;
         }
         if self.num_nodes == Some(0) {
             return Err(StoreError::option("num_nodes", "must be positive"));

@@ -21,7 +21,9 @@ use crate::units::fmt_bytes;
 use strata_io::progress::{Meter, Progress};
 
 /// How an edge array is laid out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum EdgeLayout {
     /// `(E, 2|3)` rows unless the shape only fits `(2|3, E)`.

@@ -12,11 +12,14 @@ use strata_io::SeqReader;
 use crate::error::{Result, StoreError};
 
 /// How fields are separated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Delimiter {
     /// Decide per file from its first data line: tab if it has one, else comma, else spaces.
     Auto,
+    /// Tab-separated.
     Tab,
     /// CSV: comma-separated, fields may be double-quoted with `""` as an escaped quote.
     Comma,

@@ -30,7 +30,9 @@ use crate::units::fmt_bytes;
 use strata_io::progress::{Meter, Progress};
 
 /// How ids in a column are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum IdKind {
     /// Integers if the first lines hold only canonical integers (no sign, no leading zero),

@@ -12,10 +12,11 @@ use std::time::Instant;
 use strata_io::SeqWriter;
 
 use super::{
-    check_fraction, decimal_width, default_seed, options_with_defaults, push_decimal, run_ordered,
-    worker_threads, GenerateSummary, Staging,
+    check_fraction, config_check, decimal_width, push_decimal, run_ordered, worker_threads,
+    GenerateSummary, Staging,
 };
 use crate::array::IO_CHUNK;
+use crate::config::{ConfigError, Section};
 use crate::error::{Result, StoreError};
 use crate::perm::Perm;
 use crate::rng::{derive, Rng};
@@ -43,100 +44,83 @@ const SUB_SLOTS: u64 = 3;
 const SUB_CLUSTER_MAP: u64 = 4;
 const SUB_TAILS: u64 = 5;
 
-/// Options of [`kg`].
-#[derive(serde::Deserialize, serde::Serialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
+/// Options of [`kg`]: the `[generate.kg]` config section (see docs/generators.md for the
+/// model each option shapes).
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema, Debug, Clone)]
+#[serde(deny_unknown_fields, default)]
 pub struct KgOptions {
-    /// Output directory (required); it receives `train.txt`, `valid.txt` and `test.txt`.
+    /// output directory (train.txt, valid.txt, test.txt)
+    #[schemars(extend("x-required" = true, "x-short" = "o", "x-kind" = "path"))]
     pub out: PathBuf,
-    /// Number of entities (default 10000).
-    #[serde(default = "default_entities")]
+    /// number of entities
     pub entities: u64,
-    /// Number of relations (default 50).
-    #[serde(default = "default_relations")]
+    /// number of relations
     pub relations: u64,
-    /// Triples over all three splits (default 200000).
-    #[serde(default = "default_triples")]
+    /// triples over all three splits
     pub triples: u64,
-    /// Fraction of the triples in `valid.txt` (default 0.05; rounded to a whole count).
-    #[serde(default = "default_eval_fraction")]
+    /// fraction of triples in valid.txt
     pub valid_fraction: f64,
-    /// Fraction of the triples in `test.txt` (default 0.05; rounded to a whole count).
-    #[serde(default = "default_eval_fraction")]
+    /// fraction of triples in test.txt
     pub test_fraction: f64,
-    /// Entities per cluster (latent entity type), at most 10000 (default 50): the number of
-    /// clusters is ceil(entities / cluster_size). A head's cluster and the relation fix the
-    /// tail's cluster, and a `(head, relation)` pair has at most this many tails.
-    #[serde(default = "default_cluster_size")]
+    /// entities per latent type; a head's type and the relation fix the tail's type
     pub cluster_size: u64,
-    /// Popularity spread of tails (default 4): the first tail of a `(head, relation)` pair is
-    /// one of the `tail_spread` most popular members of the tail cluster, the next
-    /// `2 * tail_spread` tails come from the next `2 * tail_spread` members, and so on. Smaller
-    /// values make tails more predictable.
-    #[serde(default = "default_tail_spread")]
+    /// popularity spread of tails within a type (smaller: more predictable)
     pub tail_spread: u64,
-    /// Skew of head popularity within a relation, within [0.1, 10] (default 1.0): the head of
-    /// popularity rank x has about (x0 / x)^head_skew triples of a relation.
-    #[serde(default = "default_one")]
+    /// skew of head popularity within a relation, in [0.1, 10]
     pub head_skew: f64,
-    /// Skew of relation frequencies (default 0.5): relation r gets a share of the structured
-    /// triples proportional to (r + 1)^-relation_skew, before relation names are shuffled.
-    #[serde(default = "default_relation_skew")]
+    /// skew of relation frequencies
     pub relation_skew: f64,
-    /// Fraction of the relations that come in inverse pairs (default 0.2): the two relations of
-    /// a pair express one latent relation in opposite directions, on disjoint facts.
-    #[serde(default = "default_inverse_fraction")]
+    /// fraction of relations that come in inverse pairs
     pub inverse_fraction: f64,
-    /// Fraction of the triples that are pure noise, with head, relation and tail uniform and
-    /// independent (default 0.1). 1.0 removes all structure.
-    #[serde(default = "default_noise")]
+    /// fraction of pure-noise triples (1.0 removes all structure)
     pub noise: f64,
-    /// Random seed; equal options give byte-identical files (default 1).
-    #[serde(default = "default_seed")]
+    /// random seed; equal options give byte-identical output
     pub seed: u64,
-    /// Worker threads (default 0 = all cores). Does not change the output.
-    #[serde(default)]
+    /// worker threads; 0 = one per core
     pub threads: usize,
-    /// Replace an existing output directory holding only these three files (default false).
-    #[serde(default)]
+    /// replace an existing output directory
+    // Only one holding nothing but the three files.
     pub overwrite: bool,
 }
 
-fn default_entities() -> u64 {
-    10_000
+impl Default for KgOptions {
+    /// `out` is required (empty is refused).
+    fn default() -> Self {
+        KgOptions {
+            out: PathBuf::new(),
+            entities: 10_000,
+            relations: 50,
+            triples: 200_000,
+            valid_fraction: 0.05,
+            test_fraction: 0.05,
+            cluster_size: 50,
+            tail_spread: 4,
+            head_skew: 1.0,
+            relation_skew: 0.5,
+            inverse_fraction: 0.2,
+            noise: 0.1,
+            seed: 1,
+            threads: 0,
+            overwrite: false,
+        }
+    }
 }
-fn default_relations() -> u64 {
-    50
-}
-fn default_triples() -> u64 {
-    200_000
-}
-fn default_eval_fraction() -> f64 {
-    0.05
-}
-fn default_cluster_size() -> u64 {
-    50
-}
-fn default_tail_spread() -> u64 {
-    4
-}
-fn default_one() -> f64 {
-    1.0
-}
-fn default_relation_skew() -> f64 {
-    0.5
-}
-fn default_inverse_fraction() -> f64 {
-    0.2
-}
-fn default_noise() -> f64 {
-    0.1
+
+impl Section for KgOptions {
+    const NAME: &'static str = "generate.kg";
+
+    fn validate(&self) -> std::result::Result<(), ConfigError> {
+        config_check(Self::NAME, &self.out, KgOptions::validate(self))
+    }
 }
 
 impl KgOptions {
     /// Options writing to directory `out`, every other field at its default.
     pub fn new(out: impl AsRef<Path>) -> Self {
-        options_with_defaults(out.as_ref(), serde_json::json!({}))
+        KgOptions {
+            out: out.as_ref().to_path_buf(),
+            ..KgOptions::default()
+        }
     }
 
     /// Checks ranges and consistency; errors name the offending option. (Whether the triples fit

@@ -19,6 +19,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use crate::config::ConfigError;
 use crate::error::{Result, StoreError};
 use crate::store::{output_parent, remove_path, remove_stale_partials};
 
@@ -73,21 +74,21 @@ impl GenerateSummary {
     }
 }
 
-fn default_seed() -> u64 {
-    1
-}
-
-/// Options of a generator with every field at its default except `out` (and `extra`, a JSON
-/// object of required fields): the serde defaults stay the single source of default values.
-fn options_with_defaults<T: serde::de::DeserializeOwned>(
+/// A generator section's check for its config route: `out` given, then the generator's own
+/// `validate` (a [`StoreError::Option`] naming the option becomes a [`ConfigError`] naming
+/// `section.option`).
+fn config_check(
+    section: &str,
     out: &Path,
-    extra: serde_json::Value,
-) -> T {
-    let mut value = serde_json::json!({ "out": out });
-    if let serde_json::Value::Object(fields) = extra {
-        value.as_object_mut().expect("an object").extend(fields);
+    validated: Result<()>,
+) -> std::result::Result<(), ConfigError> {
+    if out.as_os_str().is_empty() {
+        return Err(ConfigError::new(section, "out", "needs an output path"));
     }
-    serde_json::from_value(value).expect("every option but the required ones has a default")
+    validated.map_err(|e| match e {
+        StoreError::Option { field, msg } => ConfigError::new(section, &field, msg),
+        other => ConfigError::new(section, "out", other.to_string()),
+    })
 }
 
 /// Number of worker threads for a `threads` option (0 = all available cores).

@@ -7,10 +7,11 @@ use std::time::Instant;
 use strata_io::SeqWriter;
 
 use super::{
-    check_fraction, default_seed, options_with_defaults, push_decimal, run_ordered, worker_threads,
-    GenerateSummary, Staging,
+    check_fraction, config_check, push_decimal, run_ordered, worker_threads, GenerateSummary,
+    Staging,
 };
 use crate::array::{NpyWriter, IO_CHUNK};
+use crate::config::{ConfigError, Section};
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
@@ -28,7 +29,17 @@ const STREAM_EDGES: u64 = 1;
 const STREAM_PERM: u64 = 2;
 
 /// File format of an R-MAT edge list.
-#[derive(serde::Deserialize, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    serde::Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum RmatFormat {
     /// Little-endian int32 `(src, dst)` pairs, 8 bytes per edge, no header (the GridGraph /
@@ -51,58 +62,71 @@ impl RmatFormat {
     }
 }
 
-/// Options of [`rmat`].
-#[derive(serde::Deserialize, serde::Serialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
+/// Options of [`rmat`]: the `[generate.rmat]` config section (see docs/generators.md). The
+/// output is written as `<out>.partial-<pid>` and renamed when complete.
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema, Debug, Clone)]
+#[serde(deny_unknown_fields, default)]
 pub struct RmatOptions {
-    /// Output file (required). Written as `<out>.partial-<pid>` and renamed when complete.
+    /// output file
+    #[schemars(extend("x-required" = true, "x-short" = "o", "x-kind" = "path"))]
     pub out: PathBuf,
-    /// log2 of the number of vertices: n = 2^scale (required; 1 to 40, at most 31 for bin32).
+    /// log2 of the number of vertices (n = 2^scale); at most 31 for bin32
+    #[schemars(extend("x-required" = true))]
     pub scale: u32,
-    /// Edges per vertex: m = edge_factor * 2^scale edges (default 16, Graph500's value).
-    #[serde(default = "default_edge_factor")]
+    /// edges per vertex: m = edge_factor * 2^scale
     pub edge_factor: u64,
-    /// Probability of the top-left quadrant (source bit 0, target bit 0) at each level (default
-    /// 0.57). The bottom-right probability is d = 1 - a - b - c. The cumulative probabilities
-    /// a, a + b, a + b + c are applied rounded to multiples of 2^-15.
-    #[serde(default = "default_a")]
+    /// probability of the top-left quadrant at each level (Graph500: 0.57)
+    // The cumulative probabilities a, a + b, a + b + c are applied rounded to multiples of
+    // 2^-15 (four levels per random word).
     pub a: f64,
-    /// Probability of the top-right quadrant (source bit 0, target bit 1) (default 0.19).
-    #[serde(default = "default_bc")]
+    /// probability of the top-right quadrant (Graph500: 0.19)
     pub b: f64,
-    /// Probability of the bottom-left quadrant (source bit 1, target bit 0) (default 0.19).
-    #[serde(default = "default_bc")]
+    /// probability of the bottom-left quadrant (Graph500: 0.19); d = 1 - a - b - c
     pub c: f64,
-    /// Random seed; equal options give byte-identical files (default 1).
-    #[serde(default = "default_seed")]
+    /// random seed; equal options give byte-identical output
     pub seed: u64,
-    /// Output format: "bin32" (default), "tsv" or "npy".
-    #[serde(default)]
+    /// bin32: little-endian int32 (src, dst) pairs (GridGraph); tsv: text lines; npy: (m, 2) array
     pub format: RmatFormat,
-    /// Worker threads (default 0 = all cores). Does not change the output.
-    #[serde(default)]
+    /// worker threads; 0 = one per core (the output does not depend on it)
     pub threads: usize,
-    /// Replace an existing output file (default false).
-    #[serde(default)]
+    /// replace an existing output file
     pub overwrite: bool,
 }
 
-fn default_edge_factor() -> u64 {
-    16
+impl Default for RmatOptions {
+    /// Graph500's parameters; `out` and `scale` are required (empty and 0 are refused).
+    fn default() -> Self {
+        RmatOptions {
+            out: PathBuf::new(),
+            scale: 0,
+            edge_factor: 16,
+            a: 0.57,
+            b: 0.19,
+            c: 0.19,
+            seed: 1,
+            format: RmatFormat::Bin32,
+            threads: 0,
+            overwrite: false,
+        }
+    }
 }
 
-fn default_a() -> f64 {
-    0.57
-}
+impl Section for RmatOptions {
+    const NAME: &'static str = "generate.rmat";
 
-fn default_bc() -> f64 {
-    0.19
+    fn validate(&self) -> std::result::Result<(), ConfigError> {
+        config_check(Self::NAME, &self.out, RmatOptions::validate(self))
+    }
 }
 
 impl RmatOptions {
     /// Options for `2^scale` vertices written to `out`, every other field at its default.
     pub fn new(out: impl AsRef<Path>, scale: u32) -> Self {
-        options_with_defaults(out.as_ref(), serde_json::json!({ "scale": scale }))
+        RmatOptions {
+            out: out.as_ref().to_path_buf(),
+            scale,
+            ..RmatOptions::default()
+        }
     }
 
     /// Checks ranges and consistency; errors name the offending option.

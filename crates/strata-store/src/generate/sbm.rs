@@ -4,11 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::{
-    check_fraction, default_seed, options_with_defaults, run_ordered, worker_threads,
-    GenerateSummary, Staging,
-};
+use super::{check_fraction, config_check, run_ordered, worker_threads, GenerateSummary, Staging};
 use crate::array::{NpyWriter, IO_CHUNK};
+use crate::config::{ConfigError, Section};
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
@@ -40,7 +38,17 @@ const STREAM_CENTROIDS: u64 = 4;
 const STREAM_FEATURES: u64 = 5;
 
 /// Element type of `features.npy`.
-#[derive(serde::Deserialize, serde::Serialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    serde::Deserialize,
+    serde::Serialize,
+    schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum FeatureDtype {
     /// IEEE single precision, 4 bytes per value.
@@ -59,96 +67,86 @@ impl FeatureDtype {
     }
 }
 
-/// Options of [`sbm`].
-#[derive(serde::Deserialize, serde::Serialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
+/// Options of [`sbm`]: the `[generate.sbm]` config section (see docs/generators.md for the
+/// model each option shapes).
+#[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema, Debug, Clone)]
+#[serde(deny_unknown_fields, default)]
 pub struct SbmOptions {
-    /// Output directory (required); it receives `edges.npy`, `features.npy`, `labels.npy` and
-    /// `train_idx.npy`, `valid_idx.npy`, `test_idx.npy`.
+    /// output directory (edges.npy, features.npy, labels.npy, *_idx.npy)
+    #[schemars(extend("x-required" = true, "x-short" = "o", "x-kind" = "path"))]
     pub out: PathBuf,
-    /// Number of nodes (default 100000).
-    #[serde(default = "default_nodes")]
+    /// number of nodes
     pub nodes: u64,
-    /// Number of classes (communities), at least 2 (default 8). Classes differ in size by at
-    /// most one node.
-    #[serde(default = "default_classes")]
+    /// number of classes (communities)
+    // Classes differ in size by at most one node.
     pub classes: u64,
-    /// Mean degree (default 10): round(nodes * avg_degree / 2) edges, each written once.
-    #[serde(default = "default_avg_degree")]
+    /// mean degree; nodes * avg_degree / 2 edges, each written once
     pub avg_degree: f64,
-    /// Fraction of the edges whose endpoints share a class (default 0.8): the expected edge
-    /// homophily.
-    #[serde(default = "default_p_in")]
+    /// fraction of edges inside a community (edge homophily)
     pub p_in: f64,
-    /// Exponent of the power-law degree distribution, above 2 (default 2.5): Chung–Lu weights
-    /// (rank + 1)^(-1 / (power_law - 1)) within each class.
-    #[serde(default = "default_power_law")]
+    /// exponent of the power-law degree distribution (> 2)
     pub power_law: f64,
-    /// Features per node (default 128).
-    #[serde(default = "default_feature_dim")]
+    /// features per node
     pub feature_dim: u64,
-    /// Feature element type: "float32" (default) or "float16".
-    #[serde(default)]
+    /// feature element type
     pub feature_dtype: FeatureDtype,
-    /// Standard deviation of the Gaussian noise added to each feature coordinate around the
-    /// class centroid, whose coordinates have standard deviation 1 / sqrt(feature_dim) (default
-    /// 0.55: nearest-centroid accuracy about 0.63 with 8 classes, so features alone are an
-    /// imperfect classifier and neighbourhood aggregation helps).
-    #[serde(default = "default_feature_noise")]
+    /// std of Gaussian noise around each class centroid
+    // The centroids' coordinates have std 1 / sqrt(feature_dim); 0.55 gives a nearest-centroid
+    // accuracy of about 0.63 with 8 classes, so neighbourhood aggregation helps.
     pub feature_noise: f64,
-    /// Fraction of the nodes in `train_idx.npy` (default 0.6; rounded to a whole count).
-    #[serde(default = "default_train_fraction")]
+    /// fraction of nodes in train_idx.npy
     pub train_fraction: f64,
-    /// Fraction of the nodes in `valid_idx.npy` (default 0.2; rounded to a whole count).
-    #[serde(default = "default_eval_fraction")]
+    /// fraction of nodes in valid_idx.npy
     pub valid_fraction: f64,
-    /// Fraction of the nodes in `test_idx.npy` (default 0.2; rounded to a whole count). When
-    /// the three fractions sum to 1 every node is in exactly one split.
-    #[serde(default = "default_eval_fraction")]
+    /// fraction of nodes in test_idx.npy
     pub test_fraction: f64,
-    /// Random seed; equal options give byte-identical files (default 1).
-    #[serde(default = "default_seed")]
+    /// random seed; equal options give byte-identical output
     pub seed: u64,
-    /// Worker threads (default 0 = all cores). Does not change the output.
-    #[serde(default)]
+    /// worker threads; 0 = one per core
     pub threads: usize,
-    /// Replace an existing output directory holding only these six files (default false).
-    #[serde(default)]
+    /// replace an existing output directory
+    // Only one holding nothing but the six files.
     pub overwrite: bool,
 }
 
-fn default_nodes() -> u64 {
-    100_000
+impl Default for SbmOptions {
+    /// `out` is required (empty is refused).
+    fn default() -> Self {
+        SbmOptions {
+            out: PathBuf::new(),
+            nodes: 100_000,
+            classes: 8,
+            avg_degree: 10.0,
+            p_in: 0.8,
+            power_law: 2.5,
+            feature_dim: 128,
+            feature_dtype: FeatureDtype::Float32,
+            feature_noise: 0.55,
+            train_fraction: 0.6,
+            valid_fraction: 0.2,
+            test_fraction: 0.2,
+            seed: 1,
+            threads: 0,
+            overwrite: false,
+        }
+    }
 }
-fn default_classes() -> u64 {
-    8
-}
-fn default_avg_degree() -> f64 {
-    10.0
-}
-fn default_p_in() -> f64 {
-    0.8
-}
-fn default_power_law() -> f64 {
-    2.5
-}
-fn default_feature_dim() -> u64 {
-    128
-}
-fn default_feature_noise() -> f64 {
-    0.55
-}
-fn default_train_fraction() -> f64 {
-    0.6
-}
-fn default_eval_fraction() -> f64 {
-    0.2
+
+impl Section for SbmOptions {
+    const NAME: &'static str = "generate.sbm";
+
+    fn validate(&self) -> std::result::Result<(), ConfigError> {
+        config_check(Self::NAME, &self.out, SbmOptions::validate(self))
+    }
 }
 
 impl SbmOptions {
     /// Options writing to directory `out`, every other field at its default.
     pub fn new(out: impl AsRef<Path>) -> Self {
-        options_with_defaults(out.as_ref(), serde_json::json!({}))
+        SbmOptions {
+            out: out.as_ref().to_path_buf(),
+            ..SbmOptions::default()
+        }
     }
 
     /// Checks ranges and consistency; errors name the offending option.

@@ -1,0 +1,75 @@
+//! The `[farmem.serve]` config section: what `strata farmem serve` takes, checked here (the
+//! listen address included) and turned into the server's [`ServerConfig`].
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use strata_store::config::{check_address, ConfigError, Section, Size};
+
+use crate::ServerConfig;
+
+/// A memory server lending RAM to compute processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeOptions {
+    /// HOST:PORT to listen on; port 0 picks a free one
+    pub listen: String,
+    /// bytes of memory to lend to compute processes
+    pub capacity: Size,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: "127.0.0.1:7000".into(),
+            capacity: Size(1 << 30),
+        }
+    }
+}
+
+impl Section for ServeOptions {
+    const NAME: &'static str = "farmem.serve";
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_address(Self::NAME, "listen", &self.listen)?;
+        if self.capacity.0 == 0 {
+            return Err(ConfigError::new(
+                Self::NAME,
+                "capacity",
+                "must be positive, got 0",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ServeOptions {
+    /// The server's settings (its message size limit at its default).
+    pub fn server_config(&self) -> ServerConfig {
+        ServerConfig {
+            listen: self.listen.clone(),
+            capacity_bytes: self.capacity.0,
+            ..ServerConfig::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_store::config::check;
+
+    #[test]
+    fn refusals_name_the_option() {
+        let err = |v| check::<ServeOptions>(&v).unwrap_err().to_string();
+        assert_eq!(
+            err(serde_json::json!({"listen": "nowhere"})),
+            "farmem.serve.listen: expected HOST:PORT such as 127.0.0.1:7000, got 'nowhere'"
+        );
+        assert_eq!(
+            err(serde_json::json!({"capacity": 0})),
+            "farmem.serve.capacity: must be positive, got 0"
+        );
+        let ok = check::<ServeOptions>(&serde_json::json!({"capacity": "2G"})).unwrap();
+        assert_eq!(ok.server_config().capacity_bytes, 2 << 30);
+    }
+}
