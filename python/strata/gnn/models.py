@@ -19,6 +19,7 @@ torch = require_torch()
 nn = torch.nn
 F = torch.nn.functional
 
+
 @dataclass(frozen=True)
 class LayerKind:
     """A registered layer kind: its conv class, one line of help, and the layer kind of the
