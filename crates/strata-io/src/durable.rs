@@ -10,8 +10,11 @@
 //! Fault points: when the environment variable `STRATA_FAULT` names a point (for example
 //! `store.before_rename`), [`fault_point`] sends the process `SIGKILL` there, as `kill -9` at
 //! exactly that step would; `NAME@N` waits for the point's `N`th visit (a later epoch's
-//! checkpoint, say). Unset, a fault point costs one load of a cached value. The crash tests use
-//! it; nothing else should set it.
+//! checkpoint, say). In a group launched by torchrun every rank sees the same environment:
+//! `rankR:NAME[@N]` arms the point only in the process whose `RANK` is `R`, and no point fires
+//! in a group torchrun restarted (`TORCHELASTIC_RESTART_COUNT` above 0), so one fault kills one
+//! attempt and the restarted group runs through. Unset, a fault point costs one load of a
+//! cached value. The crash tests use it; nothing else should set it.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -24,19 +27,49 @@ use crate::error::{IoError, Result};
 /// Environment variable naming the fault point at which the process kills itself.
 pub const FAULT_ENV: &str = "STRATA_FAULT";
 
+/// The armed point and visit, if `STRATA_FAULT` arms one in this process (read once).
+fn armed() -> Option<&'static (String, u64)> {
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    ARMED
+        .get_or_init(|| {
+            let env = |name| std::env::var(name).ok().filter(|s: &String| !s.is_empty());
+            parse_fault(
+                &env(FAULT_ENV)?,
+                env("RANK").as_deref(),
+                env("TORCHELASTIC_RESTART_COUNT").as_deref(),
+            )
+        })
+        .as_ref()
+}
+
+/// The point and visit that `spec` (`[rankR:]NAME[@N]`) arms in a process of torchrun rank
+/// `rank` in restart `restart` (both absent outside torchrun), if any.
+fn parse_fault(spec: &str, rank: Option<&str>, restart: Option<&str>) -> Option<(String, u64)> {
+    if restart.is_some_and(|r| r != "0") {
+        return None;
+    }
+    let spec = match spec.strip_prefix("rank").and_then(|s| s.split_once(':')) {
+        Some((r, rest)) if Some(r) == rank => rest,
+        Some(_) => return None,
+        None => spec,
+    };
+    Some(match spec.rsplit_once('@') {
+        Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
+        None => (spec.to_string(), 1),
+    })
+}
+
+/// Whether a fault point is armed in this process: callers that build a point's name (with an
+/// epoch in it, say) check this first, so that an unarmed run builds no names.
+pub fn fault_armed() -> bool {
+    armed().is_some()
+}
+
 /// Kills the process with `SIGKILL` at the visit of `point` that `STRATA_FAULT` names
 /// (`point`, the first visit, or `point@N`, the `N`th); otherwise does nothing.
 pub fn fault_point(point: &str) {
-    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
     static VISITS: AtomicU64 = AtomicU64::new(0);
-    let armed = ARMED.get_or_init(|| {
-        let spec = std::env::var(FAULT_ENV).ok().filter(|s| !s.is_empty())?;
-        Some(match spec.rsplit_once('@') {
-            Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
-            None => (spec, 1),
-        })
-    });
-    let Some((name, nth)) = armed else {
+    let Some((name, nth)) = armed() else {
         return;
     };
     if name == point && VISITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
@@ -155,6 +188,28 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         assert!(is_partial(&dir.join(".")));
         assert!(is_partial(&dir.join("..").join("s.partial-5")));
+    }
+
+    #[test]
+    fn fault_specs_arm_one_rank_of_the_first_attempt() {
+        let armed = |spec, rank, restart| parse_fault(spec, rank, restart);
+        let point = |name: &str, n| Some((name.to_string(), n));
+        assert_eq!(
+            armed("embed.committed", None, None),
+            point("embed.committed", 1)
+        );
+        assert_eq!(
+            armed("embed.committed@3", Some("1"), Some("0")),
+            point("embed.committed", 3)
+        );
+        assert_eq!(
+            armed("rank1:embed.x@2", Some("1"), Some("0")),
+            point("embed.x", 2)
+        );
+        assert_eq!(armed("rank1:embed.x@2", Some("0"), Some("0")), None);
+        assert_eq!(armed("rank1:embed.x@2", None, None), None);
+        assert_eq!(armed("rank1:embed.x@2", Some("1"), Some("1")), None);
+        assert_eq!(armed("embed.committed", None, Some("2")), None);
     }
 
     #[test]
