@@ -140,6 +140,13 @@ impl PartitionBuffer {
         &floats[..self.layout.emb_floats()]
     }
 
+    /// CRC-32 of resident partition `p`'s region (`part_bytes`, what a table file holds).
+    pub fn checksum(&self, p: u32) -> u32 {
+        let slot = self.slot_of(p).expect("partition resident");
+        let buf = self.slots[slot].as_ref().expect("slot present");
+        crc32fast::hash(buf.prefix(self.layout.part_bytes() as usize))
+    }
+
     /// Mutable views of every resident partition, as `(partition, rows)` sorted by partition
     /// (so that what is drawn from them does not depend on which slot holds what).
     pub fn rows_mut(&mut self) -> Vec<(u32, SharedRows<'_>)> {

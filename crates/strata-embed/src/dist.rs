@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::epoch::EpochReport;
-use crate::error::Result;
+use crate::error::{EmbedError, Result};
 use crate::ordering::Bucket;
 
 /// The scheduler's answer to a rank asking for work.
@@ -69,6 +69,103 @@ pub struct RankReport {
     /// Bytes sent to and received from the other ranks (scheduler messages, relation rounds).
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Every partition this rank held in the epoch, in order: carried to rank 0 by the gather,
+    /// checked there ([`check_holdings`]) and not kept in `run.json`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holdings: Vec<Holding>,
+}
+
+/// One holding of a partition by a rank: loaded, trained, written back. The CRC-32s are of
+/// the partition's whole region (`TableLayout::part_bytes`) as read and as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holding {
+    pub part: u32,
+    /// Read from the committed table (else from the epoch's output table, after another
+    /// holding of the epoch wrote it there).
+    pub committed: bool,
+    pub read: u32,
+    pub written: u32,
+}
+
+/// CRC-32s of the table an epoch started from and of the table it committed, as 8 hex digits:
+/// the CRC-32 of the partitions' CRC-32s in partition order, each as 4 little-endian bytes
+/// (`zlib.crc32` over the regions of the table file gives the same).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableCrc {
+    pub start: String,
+    pub end: String,
+}
+
+/// The CRC-32 of a table from its partitions' CRC-32s (see [`TableCrc`]).
+pub fn table_crc(parts: &[u32]) -> String {
+    let bytes: Vec<u8> = parts.iter().flat_map(|c| c.to_le_bytes()).collect();
+    format!("{:08x}", crc32fast::hash(&bytes))
+}
+
+/// Checks that the ranks of epoch `epoch` trained one table: for every partition, one holding
+/// read it from the committed table and every other holding read exactly what an earlier
+/// holding wrote, so the holdings form one chain. Returns the CRCs of the table the epoch
+/// started from and of the table it leaves in the output file (each chain's last write).
+pub fn check_holdings(epoch: usize, partitions: u32, ranks: &[RankReport]) -> Result<TableCrc> {
+    let broken = |p: u32, why: String| {
+        EmbedError::Corrupt(format!(
+            "epoch {}: partition {p} {why}; the ranks did not train one table, so the epoch is not committed",
+            epoch + 1
+        ))
+    };
+    let mut by_part: Vec<Vec<Holding>> = vec![Vec::new(); partitions as usize];
+    for h in ranks.iter().flat_map(|r| &r.holdings) {
+        let list = by_part
+            .get_mut(h.part as usize)
+            .ok_or_else(|| broken(h.part, format!("is outside the table's {partitions}")))?;
+        list.push(*h);
+    }
+    let (mut start, mut end) = (Vec::new(), Vec::new());
+    for (p, mut left) in (0u32..).zip(by_part) {
+        let first: Vec<usize> = (0..left.len()).filter(|&i| left[i].committed).collect();
+        if first.len() != 1 {
+            return Err(broken(
+                p,
+                format!(
+                    "was read from the committed table {} times, not once",
+                    first.len()
+                ),
+            ));
+        }
+        let first = left.swap_remove(first[0]);
+        let mut now = first.written;
+        // A holding that changed nothing (its buckets had no edges) leaves the version as it
+        // was; every other one moves the chain to a version no holding has read yet.
+        while let Some(i) = (0..left.len())
+            .filter(|&i| left[i].read == now)
+            .min_by_key(|&i| left[i].written != now)
+        {
+            now = left.swap_remove(i).written;
+        }
+        if let Some(h) = left.first() {
+            return Err(broken(
+                p,
+                format!(
+                    "was read from the epoch's table as version {:08x}, which no holding wrote",
+                    h.read
+                ),
+            ));
+        }
+        start.push(first.read);
+        end.push(now);
+    }
+    Ok(TableCrc {
+        start: table_crc(&start),
+        end: table_crc(&end),
+    })
+}
+
+/// The test-only fault point `embed.dist.eE.WHAT`, `E` the epoch being trained counted from 1
+/// (see `strata_io::durable`; the name is built only when a fault is armed).
+pub fn fault_point(epoch: usize, what: &str) {
+    if strata_io::durable::fault_armed() {
+        strata_io::durable::fault_point(&format!("embed.dist.e{}.{what}", epoch + 1));
+    }
 }
 
 impl RankReport {
@@ -157,7 +254,56 @@ mod tests {
             group_wait_seconds: 0.0,
             bytes_sent: 5,
             bytes_received: 5,
+            holdings: Vec::new(),
         }
+    }
+
+    fn held(part: u32, committed: bool, read: u32, written: u32) -> Holding {
+        Holding {
+            part,
+            committed,
+            read,
+            written,
+        }
+    }
+
+    #[test]
+    fn holdings_chain_from_the_committed_table_to_the_last_write() {
+        let mut a = rank(0, 1.0, 1.0, 1.0, 1);
+        let mut b = rank(1, 1.0, 1.0, 1.0, 1);
+        // Partition 0: rank 0 reads 10 and writes 11, rank 1 then writes 12, rank 0 changes
+        // nothing (an empty bucket), then writes 13. Partition 1: one holding.
+        a.holdings = vec![
+            held(0, true, 10, 11),
+            held(1, true, 20, 21),
+            held(0, false, 12, 12),
+        ];
+        b.holdings = vec![held(0, false, 12, 13), held(0, false, 11, 12)];
+        let crc = check_holdings(0, 2, &[a.clone(), b.clone()]).unwrap();
+        assert_eq!(crc.start, table_crc(&[10, 20]));
+        assert_eq!(crc.end, table_crc(&[13, 21]));
+        // The same bytes through zlib's CRC-32 (what the tests compute from the file).
+        assert_eq!(table_crc(&[]), "00000000");
+        assert_eq!(
+            table_crc(&[0x6f72_6c64]),
+            format!("{:08x}", crc32fast::hash(b"dlro"))
+        );
+        // A rank that read a version of partition 0 no holding wrote (a table left by another
+        // attempt, say) breaks the chain.
+        b.holdings[0].read = 99;
+        let err = check_holdings(2, 2, &[a.clone(), b.clone()]).unwrap_err();
+        assert!(err.to_string().contains("epoch 3: partition 0"), "{err}");
+        // Two reads from the committed table: one of them is not the epoch's start.
+        b.holdings = vec![held(0, true, 10, 11)];
+        assert!(check_holdings(0, 2, &[a.clone(), b]).is_err());
+        // A partition nobody trained.
+        a.holdings = vec![held(0, true, 10, 11)];
+        let err = check_holdings(0, 2, &[a]).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("partition 1 was read from the committed table 0 times"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use strata_io::progress::{Meter, Progress};
 
-use crate::dist::{Cluster, Grant, RankReport};
+use crate::dist::{fault_point, Cluster, Grant, Holding, RankReport};
 use crate::epoch::{Interval, Tally, Timeline, Trainer};
 use crate::epoch_io::prefetch_edges;
 use crate::error::{EmbedError, Result};
@@ -64,7 +64,41 @@ impl RelationRounds {
     }
 }
 
+/// The partitions a rank held this epoch, with the CRC-32 of what it read and wrote.
+#[derive(Default)]
+struct Ledger {
+    holdings: Vec<Holding>,
+    /// The open holding of each resident partition: `(partition, index in holdings)`.
+    open: Vec<(u32, usize)>,
+}
+
+impl Ledger {
+    fn loaded(&mut self, part: u32, committed: bool, read: u32) {
+        self.open.push((part, self.holdings.len()));
+        self.holdings.push(Holding {
+            part,
+            committed,
+            read,
+            written: read,
+        });
+    }
+
+    fn written(&mut self, part: u32, crc: u32) {
+        let at = self.open.iter().position(|&(p, _)| p == part);
+        let (_, i) = self
+            .open
+            .swap_remove(at.expect("a written partition was loaded"));
+        self.holdings[i].written = crc;
+    }
+}
+
 impl Trainer {
+    /// Writes resident partition `p` back to `next` and frees its slot, noting its CRC.
+    fn write_back(&mut self, p: u32, next: &TableFile, ledger: &mut Ledger) -> Result<()> {
+        ledger.written(p, self.buffer.checksum(p));
+        self.buffer.evict(p, next)
+    }
+
     /// One epoch of a distributed run on this rank: partitions are read from `current`, or
     /// from `next` when the scheduler says they were written back this epoch, and every
     /// partition this rank held is written back to `next` (synced) by the time it returns.
@@ -108,6 +142,7 @@ impl Trainer {
         let mut rounds = RelationRounds::new(&self.relations);
         let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
         let mut group_wait = 0.0;
+        let mut ledger = Ledger::default();
         loop {
             let held: Vec<u32> = self.buffer.resident().collect();
             let t = Instant::now();
@@ -126,7 +161,7 @@ impl Trainer {
                 } => {
                     let t = Instant::now();
                     for &p in &evict {
-                        self.buffer.evict(p, next)?;
+                        self.write_back(p, next, &mut ledger)?;
                     }
                     if !evict.is_empty() {
                         cluster.release(epoch, &evict)?;
@@ -144,8 +179,10 @@ impl Trainer {
                                 self.buffer.capacity()
                             ))
                         })?;
-                        let from = if written.contains(&p) { next } else { current };
-                        self.buffer.load(slot, p, from)?;
+                        let committed = !written.contains(&p);
+                        self.buffer
+                            .load(slot, p, if committed { current } else { next })?;
+                        ledger.loaded(p, committed, self.buffer.checksum(p));
                         tally.loads += 1;
                     }
                     let now = Instant::now();
@@ -168,6 +205,7 @@ impl Trainer {
                     let _ = edges.join();
                     result?;
                     trained += 1;
+                    fault_point(epoch, "bucket");
                     since_round += 1;
                     if since_round >= self.cfg.relation_sync_every {
                         let t = Instant::now();
@@ -180,7 +218,7 @@ impl Trainer {
                     let t = Instant::now();
                     let held: Vec<u32> = self.buffer.resident().collect();
                     for &p in &held {
-                        self.buffer.evict(p, next)?;
+                        self.write_back(p, next, &mut ledger)?;
                     }
                     if !held.is_empty() {
                         cluster.release(epoch, &held)?;
@@ -215,6 +253,7 @@ impl Trainer {
                 group_wait_seconds: group_wait,
                 bytes_sent: sent - traffic_before.0,
                 bytes_received: received - traffic_before.1,
+                holdings: ledger.holdings,
             },
             tl.events,
         ))

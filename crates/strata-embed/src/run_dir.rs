@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use strata_store::{Store, StoreError};
 
 use crate::config::TrainConfig;
-use crate::dist::RankReport;
+use crate::dist::{RankReport, TableCrc};
 use crate::epoch::{EpochReport, Interval};
 use crate::error::{EmbedError, Result};
 use crate::eval::Metrics;
@@ -53,6 +53,10 @@ pub struct EpochRecord {
     /// In a distributed run, what each rank did (the report above is the group's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<Vec<RankReport>>,
+    /// In a distributed run, the CRC-32s of the table the epoch started from and of the table
+    /// it committed; rank 0 commits an epoch only if its start is the last epoch's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table_crc: Option<TableCrc>,
 }
 
 /// `run.json`.

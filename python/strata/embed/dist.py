@@ -145,18 +145,25 @@ class Group:
         self.sent = self.received = 0
         self.seq = 0
         wait = timedelta(seconds=timeout)
+        #: How many times torchrun restarted the group before this attempt (0: the first).
+        self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        # torchrun's agent keeps one store across restarts: every key of ours is under the
+        # attempt's number, or a restarted rank would read the gloo address of a dead one.
         try:
             store, _, _ = next(td.rendezvous("env://", rank, world_size, timeout=wait))
             td.init_process_group(
-                "gloo", store=td.PrefixStore("pg/", store), rank=rank, world_size=world_size, timeout=wait
+                "gloo",
+                store=td.PrefixStore(f"pg/{self.restart}/", store),
+                rank=rank,
+                world_size=world_size,
+                timeout=wait,
             )
         except (RuntimeError, TimeoutError, ValueError) as e:
             raise GroupError(
                 f"rank {rank}: could not join the group through the rendezvous store at {self.address} "
                 f"within {timeout} s (dist_timeout): {_first_line(e)}"
             ) from None
-        # A group restarted by torchrun may meet the keys of the attempt before it.
-        self.store = td.PrefixStore(f"strata/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
+        self.store = td.PrefixStore(f"strata/{self.restart}/", store)
         self.store.set_timeout(wait)
         self.scheduler = _Scheduler(self) if rank == 0 else None
 
@@ -211,9 +218,11 @@ class Group:
         try:
             return call()
         except RuntimeError as e:
+            reason = _first_line(e)
+            # A peer that died closes its connections at once; only a silent one costs the timeout.
+            outcome = f"did not complete within {self.timeout} s (dist_timeout)" if _timed_out(reason) else "failed"
             raise GroupError(
-                f"rank {self.rank}: {what} did not complete within {self.timeout} s (dist_timeout) "
-                f"(group rendezvous at {self.address}): {_first_line(e)}"
+                f"rank {self.rank}: {what} {outcome} (group rendezvous at {self.address}): {reason}"
             ) from None
 
     def sync(self, values: bytes, done: bool):
@@ -253,6 +262,11 @@ class Group:
             self.scheduler.close()
         if self.td.is_initialized():
             self.td.destroy_process_group()
+
+
+def _timed_out(reason: str) -> bool:
+    """Whether torch's error text ``reason`` is a timeout (gloo's and the store's say so)."""
+    return "timed out" in reason.lower() or "timeout" in reason.lower()
 
 
 def _first_line(e: BaseException) -> str:

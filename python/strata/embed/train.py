@@ -92,8 +92,10 @@ def train(
     group = dist.from_environment(cfg.dist_timeout)
     if group is not None:
         progress = _ranked(progress, group.rank)
+    # --fresh starts the run over once: a group torchrun restarted resumes what it committed.
+    fresh = cfg.fresh and (group is None or group.restart == 0)
     try:
-        _native.embed_train(str(cfg.store), str(run_dir), native, cfg.fresh, progress, epoch_done, group)
+        _native.embed_train(str(cfg.store), str(run_dir), native, fresh, progress, epoch_done, group)
     finally:
         if board is not None:
             board.close()

@@ -1,0 +1,137 @@
+"""Faults in distributed embedding training (docs/distributed.md, "Faults"): a rank killed
+under ``torchrun --max-restarts 1`` mid-epoch or between the epoch's prepare and its commit; the
+restarted group resumes from the last epoch every rank committed, never a mix of epochs. And a
+rank whose peer never arrives fails within ``dist_timeout`` naming the store's address.
+
+The rank kills itself with SIGKILL at a fault point (``STRATA_FAULT=rankR:POINT@N``, armed only
+in torchrun's first attempt). The consistency check is the table CRC-32s each distributed epoch
+records: the table an epoch started from must be the one the epoch before committed, and the
+last committed table file must hold what the ranks wrote."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from conftest import needs, run_strata
+from test_embed_dist import SMALL, _env, _free_port
+
+EPOCHS = 3
+PARTITIONS = 4
+#: Not quiet: the test reads rank 0's "resuming" line.
+OPTIONS = [a for a in SMALL if a != "-q"]
+
+
+def torchrun(kg: Path, run: Path, fault: str, max_restarts: int) -> subprocess.CompletedProcess:
+    """Trains ``run`` with two ranks under torchrun on loopback, ``fault`` armed; torchrun and
+    its workers run in a session of their own, killed whole if they outlive the time limit."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--max-restarts", str(max_restarts),
+        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", str(PARTITIONS),
+        "--negative-pool", "resident", "--epochs", str(EPOCHS), "--dist-timeout", "60",
+        "--relation-sync-every", "2", *OPTIONS,
+    ]  # fmt: skip
+    env = _env() | {"STRATA_FAULT": fault}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def table_crc(run: Path, meta: dict) -> str:
+    """The CRC-32 of the committed table file as run.json's ``table_crc`` defines it: of the
+    partitions' CRC-32s (each over its 4 KiB-aligned region) as little-endian words."""
+    layout = meta["layout"]
+    part_bytes = -(-layout["rows"] * (layout["dim"] + layout["state_per_row"]) * 4 // 4096) * 4096
+    data = (run / meta["current"]["table"]).read_bytes()
+    parts = meta["partitioning"]["partitions"]
+    assert len(data) >= parts * part_bytes
+    crcs = [zlib.crc32(data[p * part_bytes : (p + 1) * part_bytes]) for p in range(parts)]
+    return f"{zlib.crc32(struct.pack(f'<{parts}I', *crcs)):08x}"
+
+
+def assert_one_table_per_epoch(run: Path) -> dict:
+    """Each epoch is in run.json and metrics.jsonl once, every bucket trained once, and each
+    epoch started from the table the one before committed; the file holds the last one."""
+    meta = json.loads((run / "run.json").read_text())
+    history = meta["history"]
+    assert meta["current"]["epoch"] == EPOCHS and [h["epoch"] for h in history] == list(range(1, EPOCHS + 1))
+    logged = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, EPOCHS + 1))
+    for h in history:
+        assert [r["rank"] for r in h["ranks"]] == [0, 1]
+        assert sum(r["buckets"] for r in h["ranks"]) == PARTITIONS * PARTITIONS
+        assert "holdings" not in h["ranks"][0]
+    for before, after in itertools.pairwise(history):
+        assert after["table_crc"]["start"] == before["table_crc"]["end"], (before["epoch"], after["epoch"])
+    assert table_crc(run, meta) == history[-1]["table_crc"]["end"]
+    return meta
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        # Rank 1 dies right after training its second bucket of epoch 2: both ranks have
+        # written partitions to epoch 2's table, which no commit names.
+        "rank1:embed.dist.e2.bucket@2",
+        # Rank 0 dies after every rank prepared epoch 2 (its table complete and synced) and
+        # before it commits: the worst point, a whole uncommitted table that must not be used.
+        "rank0:embed.dist.e2.prepared",
+    ],
+)
+def test_a_rank_killed_under_torchrun_resumes_from_the_last_commit(kg, tmp_path, fault):
+    needs("torch")
+    run = tmp_path / "run"
+    proc = torchrun(kg, run, fault, max_restarts=1)
+    log = proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert proc.returncode == 0, log
+    # The fault fired (torchrun saw a worker die of SIGKILL) and the new attempt reopened the
+    # run after epoch 1, the last epoch every rank committed.
+    assert "exitcode: -9" in proc.stderr, log
+    assert "resuming" in proc.stderr and "after epoch 1" in proc.stderr, log
+    assert_one_table_per_epoch(run)
+    out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
+    # 400 candidates: a random ranking has an MRR near 0.015; three clean epochs give about 0.4.
+    assert json.loads(out)["metrics"]["mrr"] > 0.2
+
+
+def test_without_restarts_the_run_stays_at_its_last_commit_and_resumes_later(kg, tmp_path):
+    needs("torch")
+    run = tmp_path / "run"
+    proc = torchrun(kg, run, "rank1:embed.dist.e2.bucket@2", max_restarts=0)
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    assert json.loads((run / "run.json").read_text())["current"]["epoch"] == 1
+    # A new launch (no fault) resumes from epoch 1 and finishes.
+    proc = torchrun(kg, run, "", max_restarts=0)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert_one_table_per_epoch(run)
+
+
+def test_a_rank_whose_peer_never_arrives_names_the_address(kg, tmp_path):
+    needs("torch")
+    port = _free_port()
+    # Rank 0 hosts the rendezvous store and waits for rank 1, which never starts.
+    env = _env() | {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    proc = run_strata(
+        "embed", "train", kg, "--run-dir", tmp_path / "run", "--partitions", "4", "--negative-pool", "resident",
+        "--dist-timeout", "3", *SMALL, check=False, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert f"127.0.0.1:{port}" in proc.stderr and "within 3 s" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
