@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -115,8 +116,20 @@ def test_without_restarts_the_run_stays_at_its_last_commit_and_resumes_later(kg,
     run = tmp_path / "run"
     proc = torchrun(kg, run, "rank1:embed.dist.e2.bucket@2", max_restarts=0)
     assert proc.returncode != 0, proc.stderr[-3000:]
-    assert json.loads((run / "run.json").read_text())["current"]["epoch"] == 1
-    # A new launch (no fault) resumes from epoch 1 and finishes.
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["current"]["epoch"] == 1
+    # A copy whose committed table no longer holds what epoch 1 wrote (a bit flipped in each
+    # word of partition 0's first row): rank 0 refuses to commit an epoch trained from it.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(run, tampered)
+    with open(tampered / meta["current"]["table"], "r+b") as f:
+        row = bytearray(f.read(64))
+        f.seek(0)
+        f.write(bytes(b ^ 1 if i % 4 == 0 else b for i, b in enumerate(row)))
+    proc = torchrun(kg, tampered, "", max_restarts=0)
+    assert proc.returncode != 0 and "refusing to commit a mix of epochs" in proc.stderr, proc.stderr[-6000:]
+    assert json.loads((tampered / "run.json").read_text())["current"]["epoch"] == 1
+    # A new launch (no fault) on the run itself resumes from epoch 1 and finishes.
     proc = torchrun(kg, run, "", max_restarts=0)
     assert proc.returncode == 0, proc.stderr[-6000:]
     assert_one_table_per_epoch(run)
