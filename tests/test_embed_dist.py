@@ -136,10 +136,13 @@ def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path):
     assert json.loads(out)["metrics"]["mrr"] > 0.05
 
 
-def test_a_rank_that_cannot_reach_rank_0_names_the_address(kg, tmp_path):
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_a_rank_whose_peer_never_arrives_names_the_address(kg, tmp_path, rank):
+    """Rank 1 alone cannot reach rank 0's store; rank 0 alone hosts it and waits for rank 1,
+    which never starts. Both fail within dist_timeout naming the store's address."""
     needs("torch")
     port = _free_port()
-    env = _env() | {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env = _env() | {"RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     proc = run_strata(
         "embed", "train", kg, "--run-dir", tmp_path / "run", "--partitions", "4", "--negative-pool", "resident",
@@ -147,6 +150,7 @@ def test_a_rank_that_cannot_reach_rank_0_names_the_address(kg, tmp_path):
     )  # fmt: skip
     assert proc.returncode != 0
     assert f"127.0.0.1:{port}" in proc.stderr and "within 3 s" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
 
 
 def test_negative_banks_are_refused_in_a_distributed_run(kg, tmp_path):
