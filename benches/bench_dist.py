@@ -3,7 +3,7 @@ core, what do the ranks load and send, does Strata's affinity policy load fewer 
 PyTorch-BigGraph's lock server on real runs, and what does relation staleness cost in MRR?
 
     python benches/bench_dist.py [--only b5,b6] [--scale 23] [--edge-factor 12] [--rounds 3]
-        [--memory 900M] [--limit 1000M] [--work DIR]
+        [--memory 700M] [--limit 1000M] [--work DIR]
 
 - B5: one epoch of B3's run (Dot, 64 reals, 100 negatives, from the resident partitions) on
   RMAT scale 23 x 12, ``--memory`` per rank: one process with one thread, ``torchrun
@@ -304,7 +304,9 @@ def main() -> None:
     ap.add_argument("--scale", type=int, default=23, help="RMAT scale of B5's graph (B3's: 23)")
     ap.add_argument("--edge-factor", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--memory", default="900M", help="--memory of every B5 process (B3's)")
+    ap.add_argument(
+        "--memory", default="700M", help="--memory of every B5 process; under --limit it leaves room for torch"
+    )
     ap.add_argument("--limit", default="1000M", help="memlimit of every B5 process in the memlimit rows")
     ap.add_argument("--seed", type=int, default=0, help="B6's seed")
     args = ap.parse_args()
