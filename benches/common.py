@@ -42,11 +42,12 @@ def strata(*args) -> list[str]:
     return [sys.executable, "-m", "strata", *map(str, args)]
 
 
-def timed(cmd: list[str], limit: str | None = None) -> dict:
-    """Runs ``cmd`` (under ``memlimit LIMIT`` when given); returns seconds, peak bytes, stdout."""
+def timed(cmd: list[str], limit: str | None = None, env: dict | None = None) -> dict:
+    """Runs ``cmd`` (under ``memlimit LIMIT`` when given, in ``env`` or this process's
+    environment); returns seconds, peak bytes, stdout."""
     full = ([str(MEMLIMIT), limit] if limit else []) + cmd
     t = time.monotonic()
-    proc = subprocess.run(full, capture_output=True, text=True)
+    proc = subprocess.run(full, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - t
     if proc.returncode != 0:
         raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(full)}\n{proc.stderr[-3000:]}")

@@ -14,13 +14,15 @@ import pytest
 
 from conftest import needs, run_strata
 from strata.embed import dist
-from strata.embed.dist_policy import EpochState, grant, release, simulate
+from strata.embed.dist_policy import POLICIES, EpochState, grant, grant_lock_server, release, simulate
 from strata.errors import ConfigError
 
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--threads", "1", "-q"]
 
 
-def test_policy_locks_partitions_and_hands_out_every_bucket_once():
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_policy_locks_partitions_and_hands_out_every_bucket_once(policy):
+    choose = POLICIES[policy]
     rng = random.Random(7)
     for trial in range(40):
         n = rng.randint(1, 9)
@@ -40,7 +42,7 @@ def test_policy_locks_partitions_and_hands_out_every_bucket_once():
                 release(state, r, [part])
                 held[r].discard(part)
                 continue
-            g = grant(state, r, held[r], capacities[r])
+            g = choose(state, r, held[r], capacities[r])
             if g.kind == "bucket":
                 assert set(g.evict) <= held[r] and not set(g.evict) & set(g.bucket)
                 release(state, r, g.evict)
@@ -78,9 +80,29 @@ def test_policy_prefers_resident_partitions_and_evicts_the_spent_ones():
         grant(state, 1, {next(iter(held))}, 2)
 
 
-def test_simulated_loads_with_a_buffer_of_three_beat_the_pair_lock_server():
+def test_lock_server_keeps_only_the_bucket_and_follows_pbg_affinity():
+    state = EpochState(4)
+    assert grant_lock_server(state, 0, set(), 3).bucket == (0, 0)
+    # PBG's affinity: same left partition first (twice the weight of the same right one).
+    g = grant_lock_server(state, 0, {0}, 3)
+    assert g.bucket == (0, 1) and g.evict == ()
+    # With a buffer of 3 it still evicts what is outside the bucket, although (1, 0) and (1, 1)
+    # are left; the affinity policy keeps 1 and adds 2.
+    g = grant_lock_server(state, 0, {0, 1}, 3)
+    assert g.bucket == (0, 2) and g.evict == (1,)
+    release(state, 0, [1])
+    ours = EpochState(4, done={(0, 0), (0, 1)}, holder={0: 0, 1: 0})
+    assert grant(ours, 0, {0, 1}, 3).evict == ()
+    # Rank 1 cannot take a bucket touching rank 0's partitions; it gets the first free one.
+    assert grant_lock_server(state, 1, set(), 2).bucket == (1, 1)
+    assert grant_lock_server(state, 1, {1}, 2).bucket == (1, 3)
+    with pytest.raises(ValueError, match="which the scheduler gave it not"):
+        grant_lock_server(state, 1, {0}, 2)
+
+
+def test_simulated_loads_with_a_buffer_of_three_beat_the_lock_server():
     for ranks in (1, 2, 3):
-        pbg = simulate(16, [2] * ranks)
+        pbg = simulate(16, [2] * ranks, policy="lock_server")
         ours = simulate(16, [3] * ranks)
         assert sum(pbg.buckets) == sum(ours.buckets) == 256
         assert sum(ours.loads) < sum(pbg.loads), (ranks, ours, pbg)

@@ -4,6 +4,7 @@ adds the ones it handles in front (the store or run, how to print). [plot] is Py
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from .schema import native_section, option, section
 
@@ -28,6 +29,12 @@ class _TrainFrontEnd:
     fresh: bool = option(False, help="start over even if the run directory holds a run")
     tensorboard: bool = option(
         True, help="also write TensorBoard event files into the run when tensorboard is installed"
+    )
+    dist_policy: Literal["affinity", "lock_server"] = option(
+        "affinity",
+        help="distributed runs: how rank 0 hands out buckets: affinity (fewest partition loads into each "
+        "rank's buffer) or lock_server (PyTorch-BigGraph's lock server: the buffer is the current bucket, "
+        "lexicographic order preferring the last bucket's partitions), to compare the two on one graph",
     )
 
 

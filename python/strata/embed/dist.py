@@ -37,9 +37,10 @@ def _torch_distributed():
     return torch, td
 
 
-def from_environment(timeout: int, environ=os.environ) -> Group | None:
+def from_environment(timeout: int, environ=os.environ, *, policy: str = "affinity") -> Group | None:
     """The group this process belongs to, or None for a single-process run (no ``WORLD_SIZE``,
-    or ``WORLD_SIZE=1``). Raises ``ConfigError`` naming a missing or malformed variable."""
+    or ``WORLD_SIZE=1``); rank 0 schedules buckets with ``dist_policy.POLICIES[policy]``.
+    Raises ``ConfigError`` naming a missing or malformed variable."""
     try:
         if int(environ.get("WORLD_SIZE", "1")) <= 1:
             return None
@@ -53,7 +54,7 @@ def from_environment(timeout: int, environ=os.environ) -> Group | None:
         raise ConfigError(f"torchrun's environment: {e} (RANK, WORLD_SIZE and MASTER_PORT are integers)") from None
     if not 0 <= rank < world_size:
         raise ConfigError(f"RANK={rank} is outside 0..{world_size - 1} (WORLD_SIZE={world_size})")
-    return Group(rank, world_size, environ["MASTER_ADDR"], port, timeout)
+    return Group(rank, world_size, environ["MASTER_ADDR"], port, timeout, policy)
 
 
 def follower(environ=os.environ) -> bool:
@@ -69,8 +70,9 @@ class _Scheduler:
     """Rank 0's bucket scheduler: the policy's state, served to the other ranks by a thread
     that polls their next request key in the store, and called directly by rank 0."""
 
-    def __init__(self, group: Group):
+    def __init__(self, group: Group, policy: str):
         self.group = group
+        self.grant = dist_policy.POLICIES[policy]
         self.lock = threading.Lock()
         self.epoch = -1
         self.state: dist_policy.EpochState | None = None
@@ -97,7 +99,7 @@ class _Scheduler:
             if request["op"] == "release":
                 dist_policy.release(self.state, rank, request["parts"])
                 return {}
-            g = dist_policy.grant(self.state, rank, set(request["held"]), request["capacity"])
+            g = self.grant(self.state, rank, set(request["held"]), request["capacity"])
             return {"kind": g.kind, "bucket": list(g.bucket), "evict": list(g.evict), "written": list(g.written)}
 
     def _serve(self) -> None:
@@ -134,9 +136,10 @@ class _Scheduler:
 
 class Group:
     """This process's rank in a distributed run (``rank``, ``world_size``), joined on creation:
-    the rendezvous store, a gloo process group, and rank 0's scheduler. ``close`` leaves it."""
+    the rendezvous store, a gloo process group, and rank 0's scheduler (with the named policy
+    of ``dist_policy.POLICIES``). ``close`` leaves it."""
 
-    def __init__(self, rank: int, world_size: int, addr: str, port: int, timeout: int):
+    def __init__(self, rank: int, world_size: int, addr: str, port: int, timeout: int, policy: str = "affinity"):
         self.torch, td = _torch_distributed()
         self.td = td
         self.rank, self.world_size = rank, world_size
@@ -165,7 +168,7 @@ class Group:
             ) from None
         self.store = td.PrefixStore(f"strata/{self.restart}/", store)
         self.store.set_timeout(wait)
-        self.scheduler = _Scheduler(self) if rank == 0 else None
+        self.scheduler = _Scheduler(self, policy) if rank == 0 else None
 
     def __repr__(self) -> str:
         return f"Group(rank {self.rank} of {self.world_size}, store {self.address})"
@@ -230,7 +233,8 @@ class Group:
         rank said ``done``."""
         torch = self.torch
         t = torch.empty(len(values) // 4 + 1, dtype=torch.float32)
-        t[:-1] = torch.frombuffer(bytearray(values), dtype=torch.float32)
+        if values:  # a model without relation parameters (dot) still syncs its done flag
+            t[:-1] = torch.frombuffer(bytearray(values), dtype=torch.float32)
         t[-1] = 1.0 if done else 0.0
         self._collective("a relation all-reduce", lambda: self.td.all_reduce(t))
         self.sent += t.numel() * 4

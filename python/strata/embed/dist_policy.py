@@ -5,13 +5,16 @@ preferring buckets that keep the partitions it already has. Strata's ranks keep 
 ``capacity`` partitions (not just the current bucket's two), so here a rank locks everything
 resident in its buffer, and the policy also says which of them to evict to make room.
 
-``grant`` answers one request, ``release`` records partitions written back. ``simulate`` runs
-the policy for several ranks with given bucket times, without processes, to count loads.
+``grant`` answers one request, ``release`` records partitions written back. ``grant_lock_server``
+is PyTorch-BigGraph's own lock server, for comparison on the same runs; ``POLICIES`` names both
+(``[embed.train] dist_policy``). ``simulate`` runs a policy for several ranks with given bucket
+times, without processes, to count loads.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 Bucket = tuple[int, int]
@@ -31,6 +34,8 @@ class EpochState:
     holder: dict[int, int] = field(default_factory=dict)
     #: Partitions written back to this epoch's output table (read from there from now on).
     written: set[int] = field(default_factory=set)
+    #: Rank -> the bucket it was last granted this epoch (PBG's ``old_bucket``).
+    last: dict[int, Bucket] = field(default_factory=dict)
     #: Bucket -> its place among equally good ones (a seeded shuffle).
     tie_break: dict[Bucket, int] = field(init=False)
 
@@ -66,15 +71,8 @@ def grant(state: EpochState, rank: int, held: set[int] | frozenset[int], capacit
     with the fewest buckets left with the rest of the new buffer. Records the bucket as handed
     out and its partitions as held by ``rank``. Raises ``ValueError`` on a request no rank
     following the protocol can make."""
+    held = _checked(state, rank, held, capacity)
     n = state.partitions
-    if capacity < 2:
-        raise ValueError(f"rank {rank}: a buffer of {capacity} partition(s) cannot hold a bucket's two")
-    held = set(held)
-    if len(held) > capacity:
-        raise ValueError(f"rank {rank} holds {len(held)} partitions in a buffer of {capacity}")
-    for p in held:
-        if not 0 <= p < n or state.holder.get(p) != rank:
-            raise ValueError(f"rank {rank} reports holding partition {p}, which the scheduler gave it not")
     if len(state.done) == n * n:
         return Grant("done")
     free = [p for p in range(n) if state.holder.get(p, rank) == rank]
@@ -96,7 +94,60 @@ def grant(state: EpochState, rank: int, held: set[int] | frozenset[int], capacit
     if best is None:
         return Grant("wait")
     _, bucket, evict = best
+    return _hand_out(state, rank, held, bucket, evict)
+
+
+def grant_lock_server(state: EpochState, rank: int, held: set[int] | frozenset[int], capacity: int) -> Grant:
+    """PyTorch-BigGraph's ``LockServer.acquire_bucket`` as an answer to the same request.
+
+    The buffer is the current bucket: every held partition outside the granted bucket is
+    evicted, whatever ``capacity`` allows. The bucket is the first one not handed out whose
+    partitions no other rank holds, in lexicographic order, stably sorted by PBG's affinity to
+    the rank's last bucket ``(l, r)``: twice "same left partition" plus "same right partition"
+    (a bucket ``(r, l)`` counts as no affinity, as in PBG, although both partitions are
+    resident). PBG's ``init_tree`` option (the first epoch grows from partition 0) is off by
+    default there and not modelled. Raises ``ValueError`` as ``grant`` does."""
+    held = _checked(state, rank, held, capacity)
+    n = state.partitions
+    if len(state.done) == n * n:
+        return Grant("done")
+    free = {p for p in range(n) if state.holder.get(p, rank) == rank}
+    candidates = [(a, b) for a in sorted(free) for b in sorted(free) if (a, b) not in state.done]
+    if not candidates:
+        return Grant("wait")
+    old = state.last.get(rank)
+    if old is not None:
+        candidates.sort(key=lambda x: -(2 * (x[0] == old[0]) + (x[1] == old[1])))
+    bucket = candidates[0]
+    return _hand_out(state, rank, held, bucket, tuple(sorted(held - {*bucket})))
+
+
+#: The scheduler's policies by name (``[embed.train] dist_policy``); each answers
+#: ``(state, rank, held, capacity)`` with a ``Grant``.
+POLICIES: dict[str, Callable[[EpochState, int, set[int], int], Grant]] = {
+    "affinity": grant,
+    "lock_server": grant_lock_server,
+}
+
+
+def _checked(state: EpochState, rank: int, held, capacity: int) -> set[int]:
+    """``held`` as a set, after refusing a request no rank following the protocol can make."""
+    if capacity < 2:
+        raise ValueError(f"rank {rank}: a buffer of {capacity} partition(s) cannot hold a bucket's two")
+    held = set(held)
+    if len(held) > capacity:
+        raise ValueError(f"rank {rank} holds {len(held)} partitions in a buffer of {capacity}")
+    for p in held:
+        if not 0 <= p < state.partitions or state.holder.get(p) != rank:
+            raise ValueError(f"rank {rank} reports holding partition {p}, which the scheduler gave it not")
+    return held
+
+
+def _hand_out(state: EpochState, rank: int, held: set[int], bucket: Bucket, evict: tuple[int, ...]) -> Grant:
+    """Records ``bucket`` as handed out to ``rank`` (its partitions held by it) and answers it;
+    of the partitions it must load, those already written back come from the epoch's table."""
     state.done.add(bucket)
+    state.last[rank] = bucket
     loads = sorted({*bucket} - held)
     for p in bucket:
         state.holder[p] = rank
@@ -121,13 +172,16 @@ class Simulation:
     waits: list[int]
 
 
-def simulate(partitions: int, capacities: list[int], seconds=lambda rank, bucket: 1.0) -> Simulation:
-    """One epoch of the policy with ``len(capacities)`` ranks, rank ``r`` with a buffer of
-    ``capacities[r]``, training a bucket in ``seconds(rank, bucket)`` (simulated time; swaps
-    take none). A rank told to wait releases everything and asks again when the next rank
-    finishes its bucket. Returns the counts."""
+def simulate(
+    partitions: int, capacities: list[int], seconds=lambda rank, bucket: 1.0, policy: str = "affinity", seed: int = 0
+) -> Simulation:
+    """One epoch (number ``seed``) of ``POLICIES[policy]`` with ``len(capacities)`` ranks, rank
+    ``r`` with a buffer of ``capacities[r]``, training a bucket in ``seconds(rank, bucket)``
+    (simulated time; swaps take none). A rank told to wait releases everything and asks again
+    when the next rank finishes its bucket. Returns the counts."""
+    choose = POLICIES[policy]
     ranks = len(capacities)
-    state = EpochState(partitions)
+    state = EpochState(partitions, seed=seed)
     held: list[set[int]] = [set() for _ in range(ranks)]
     sim = Simulation([0] * ranks, [0] * ranks, [0] * ranks)
     clock = [0.0] * ranks
@@ -138,7 +192,7 @@ def simulate(partitions: int, capacities: list[int], seconds=lambda rank, bucket
         if not active:
             break
         r = min(active, key=lambda q: (clock[q], q))
-        g = grant(state, r, held[r], capacities[r])
+        g = choose(state, r, held[r], capacities[r])
         if g.kind == "bucket":
             release(state, r, g.evict)
             held[r] -= set(g.evict)

@@ -16,7 +16,7 @@ from . import dist
 from .runs import Run, default_run_dir
 
 #: Options of the section that are the front end's, not the trainer's.
-FRONT_END = ("store", "run_dir", "fresh", "tensorboard")
+FRONT_END = ("store", "run_dir", "fresh", "tensorboard", "dist_policy")
 
 
 class _TensorBoard:
@@ -89,7 +89,7 @@ def train(
     make_dir(run_dir.parent, "--run-dir")
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
-    group = dist.from_environment(cfg.dist_timeout)
+    group = dist.from_environment(cfg.dist_timeout, policy=cfg.dist_policy)
     if group is not None:
         progress = _ranked(progress, group.rank)
     # --fresh starts the run over once: a group torchrun restarted resumes what it committed.
