@@ -101,9 +101,10 @@ def join(env: Environment, timeout: int, backend: str = "gloo"):
     wait = timedelta(seconds=timeout)
     try:
         store, _, _ = next(td.rendezvous("env://", env.rank, env.world_size, timeout=wait))
-        td.init_process_group(
-            backend, store=td.PrefixStore("pg/", store), rank=env.rank, world_size=env.world_size, timeout=wait
-        )
+        # torchrun keeps its store across restarts of the group: keys of an earlier attempt
+        # (the ranks' gloo addresses among them) must not meet this one's.
+        pg_store = td.PrefixStore(f"pg/{restart_count()}/", store)
+        td.init_process_group(backend, store=pg_store, rank=env.rank, world_size=env.world_size, timeout=wait)
     except (RuntimeError, TimeoutError, ValueError) as e:
         raise GroupError(
             f"rank {env.rank}: could not join the group through the rendezvous store at {env.address} "
