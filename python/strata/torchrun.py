@@ -113,6 +113,19 @@ def join(env: Environment, timeout: int, backend: str = "gloo"):
     return store
 
 
+def collective(what: str, call, rank: int, timeout: int, address: str):
+    """``call()`` (a collective of the group), its failure (torch raises ``RuntimeError`` when a
+    peer is gone or ``timeout`` passed) a ``GroupError`` naming ``what``, the rank and the
+    rendezvous ``address``."""
+    try:
+        return call()
+    except RuntimeError as e:
+        raise GroupError(
+            f"rank {rank}: {what} did not complete within {timeout} s (dist_timeout) "
+            f"(group rendezvous at {address}): {first_line(e)}"
+        ) from None
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (torch's carry C++ traces below it)."""
     text = str(e).strip()

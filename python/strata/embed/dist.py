@@ -15,7 +15,7 @@ import threading
 from datetime import timedelta
 
 from ..errors import GroupError
-from ..torchrun import Environment, environment, follower, join, torch_distributed
+from ..torchrun import Environment, collective, environment, follower, join, torch_distributed
 from ..torchrun import first_line as _first_line
 from . import dist_policy
 
@@ -166,13 +166,7 @@ class Group:
         )
 
     def _collective(self, what: str, call):
-        try:
-            return call()
-        except RuntimeError as e:
-            raise GroupError(
-                f"rank {self.rank}: {what} did not complete within {self.timeout} s (dist_timeout) "
-                f"(group rendezvous at {self.address}): {_first_line(e)}"
-            ) from None
+        return collective(what, call, self.rank, self.timeout, self.address)
 
     def sync(self, values: bytes, done: bool):
         """One relation round: the float32 ``values`` summed over the ranks, and whether every

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from .. import torchrun
-from ..errors import GroupError
 from .loader import shard
 
 
@@ -48,13 +47,7 @@ class Ranks:
         return shard(nodes, self.rank, self.world_size, epoch=epoch, seed=seed, shuffle=shuffle, pad=pad)
 
     def _collective(self, what: str, call):
-        try:
-            return call()
-        except RuntimeError as e:
-            raise GroupError(
-                f"rank {self.rank}: {what} did not complete within {self.timeout} s (dist_timeout) "
-                f"(group rendezvous at {self.address}): {torchrun.first_line(e)}"
-            ) from None
+        return torchrun.collective(what, call, self.rank, self.timeout, self.address)
 
     def sum(self, values: list[float], what: str) -> list[float]:
         """``values`` summed over the ranks (float64), in order."""
