@@ -268,3 +268,16 @@ def test_a_single_process_run_records_world_size_one(sbm, tmp_path):
     record = json.loads(proc.stdout)
     assert record["world_size"] == 1 and "ranks" not in record and "ranks" not in record["history"][0]
     assert not (tmp_path / "run" / "resume.pt").exists()
+
+
+def test_a_rank_that_cannot_reach_rank_0_names_the_address(sbm, tmp_path):
+    needs("torch")
+    port = _free_port()
+    env = _env() | {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    # The last --dist-timeout given wins.
+    args = [*SMALL, "--dist-timeout", "3"]
+    proc = run_strata("gnn", "train", sbm, "--run-dir", tmp_path / "run", *args, check=False, env=env, timeout=120)
+    assert proc.returncode != 0
+    assert f"127.0.0.1:{port}" in proc.stderr and "within 3 s" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
