@@ -3,9 +3,10 @@ accuracy on Cora and CiteSeer, and match the same model with every feature row i
 fast does Strata's loader serve batches when the features are far larger than memory, against
 the memory-mapped gather of PyG and DGL and against Strata with every row in RAM (G2)? What does
 each mechanism contribute (G3), and how long does a GraphSAGE epoch take end to end (G4; both in
-`gnn_ablations.py`)?
+`gnn_ablations.py`)? Does data-parallel training under torchrun keep G1's accuracy and scale
+the G2 graph's training throughput with 2 ranks (G5, `gnn_dist_bench.py`)?
 
-    python benches/bench_gnn.py [--only g1,g2,g3,g4] [--seeds 5] [--epochs 20] [--g2-nodes 10000000]
+    python benches/bench_gnn.py [--only g1,g2,g3,g4,g5] [--seeds 5] [--epochs 20] [--g2-nodes 10000000]
         [--g2-limit 1000M] [--g2-batches 60] [--work DIR]
 
 G1: 2-layer GraphSAGE (mean), fanouts 25,10, the standard Planetoid split, mean test accuracy over
@@ -22,7 +23,7 @@ memlimit, (iii) Strata with every row in RAM and no memlimit. Reported: sampled 
 and seeds/s over the loop, MB/s read from storage, the loader's setup time, and (i)'s random
 reads per second against the device profile's 4 KiB IOPS at queue depth 128.
 
-Results go to bench-results/gnn-g{1,2,3,4}.json and the gnn-g1 to gnn-g4 sections of
+Results go to bench-results/gnn-g{1,2,3,4,5}.json and the gnn-g1 to gnn-g5 sections of
 docs/benchmarks.md.
 """
 
@@ -397,7 +398,7 @@ def g2_markdown(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="g1,g2,g3,g4", help="comma-separated subset of g1,g2,g3,g4")
+    ap.add_argument("--only", default="g1,g2,g3,g4,g5", help="comma-separated subset of g1,g2,g3,g4,g5")
     ap.add_argument("--seeds", type=int, default=5, help="G1: training seeds")
     ap.add_argument("--epochs", type=int, default=20, help="G1: epochs per run")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "gnn")
@@ -418,6 +419,8 @@ def main() -> None:
     ap.add_argument("--g4-seeds", type=int, default=102_400, help="G4: train seeds in the measured epoch")
     ap.add_argument("--g4-hidden", type=int, default=128, help="G4: GraphSAGE hidden units")
     ap.add_argument("--g4-reserve", default="700M", help="G4: left to Python and torch; the loader gets the rest")
+    ap.add_argument("--g5-memory", default="1500M", help="G5: each process's loader budget")
+    ap.add_argument("--g5-rounds", type=int, default=3, help="G5: alternating rounds of 1 process and 2 ranks")
     args = ap.parse_args()
     only = set(args.only.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -432,6 +435,10 @@ def main() -> None:
             gnn_ablations.g3(args, g2_store(args), drive)
         if "g4" in only:
             gnn_ablations.g4(args, g2_store(args))
+    if "g5" in only:
+        import gnn_dist_bench
+
+        gnn_dist_bench.g5(args, g2_store(args))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ The epoch is over the first ``--seeds`` of a permutation of the store's train sp
 GraphSAGE (mean), Adam, cross-entropy, on the CPU. Reported: the epoch's seconds, the seconds the
 model waited for the next batch (and their share), the model's own seconds, the loader's
 statistics and the budget plan.
+
+Under torchrun (G5) every rank opens the store within its own ``--memory`` and trains the model
+in DistributedDataParallel on its share of the same seeds (`strata.gnn.dist`); rank 0 prints
+the group's record, with each rank's figures under ``ranks``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import time
 import numpy as np
 import torch
 
+from strata import torchrun
 from strata.gnn import GnnData
+from strata.gnn.dist import Ranks
 from strata.gnn.models import GNN
 from strata.gnn.train import train_epoch
 
@@ -37,8 +43,15 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--window", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--torch-threads", type=int, default=0, help="0: torch's default")
+    ap.add_argument("--sampler-threads", type=int, default=0, help="0: the loader's default")
     args = ap.parse_args()
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
+    env = torchrun.environment()
+    ranks = None if env is None else Ranks(env, torch.device("cpu"), 600)
+    threads = {"sampler_threads": args.sampler_threads} if args.sampler_threads else {}
     t0 = time.monotonic()
     data = GnnData(
         args.store,
@@ -47,13 +60,15 @@ def main() -> None:
         memory=args.memory,
         window=args.window,
         seed=args.seed,
+        **threads,
     )
     setup = time.monotonic() - t0
     train = np.asarray(data.nodes("train"), dtype=np.int64)
     seeds = np.random.default_rng(args.seed).permutation(train)[: args.seeds]
     model = GNN("sage", data.dim, args.hidden, data.num_classes, 2, 0.5, 1)
+    net = model if ranks is None else ranks.wrap(model)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    rec = train_epoch(model, opt, data, seeds, 0, torch.device("cpu"))
+    rec = train_epoch(net, opt, data, seeds, 0, torch.device("cpu"), ranks=ranks)
     rec |= {
         "setup_seconds": setup,
         "model_seconds": rec["seconds"] - rec["data_wait_seconds"],
@@ -63,7 +78,12 @@ def main() -> None:
         "hidden": args.hidden,
         "torch_threads": torch.get_num_threads(),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "world_size": 1 if ranks is None else ranks.world_size,
     }
+    if ranks is not None:
+        ranks.close()
+        if ranks.rank != 0:
+            return
     json.dump(rec, sys.stdout)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import torchrun
 from ..config import GnnTrainConfig, from_args
 from .common import add_section_command, emit_summary, run_with_progress
 
@@ -22,7 +23,8 @@ def register(sub) -> None:
         help="train a node classifier (sage, gcn, gat) within --memory",
         description="Trains a GNN on STORE's labelled nodes. Prints the budget plan, a progress bar per epoch "
         "(batches/s, sampled nodes/s, MB/s, hit rates), validation accuracy per epoch, and the test accuracy of the "
-        "best epoch. Needs PyTorch (pip install 'strata-gl[torch]').",
+        "best epoch. Under torchrun it trains with DistributedDataParallel, each rank on its share of the seeds "
+        "within its own --memory. Needs PyTorch (pip install 'strata-gl[torch]').",
     )
 
 
@@ -31,5 +33,6 @@ def run_train(args) -> int:
 
     cfg = from_args(GnnTrainConfig, args)
     record = run_with_progress(args, lambda bar: train(cfg, bar))
-    emit_summary(args, record, format_summary(record))
+    if not torchrun.follower():
+        emit_summary(args, record, format_summary(record))
     return 0

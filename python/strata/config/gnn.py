@@ -29,6 +29,9 @@ class _TrainFrontEnd:
     eval_every: int = option(1, help="evaluate on the validation split every this many epochs (0: never)")
     device: str = option("auto", help="torch device: auto (cuda when available), cpu, cuda, cuda:1, ...")
     torch_threads: int = option(0, help="threads torch may use (0: its default)")
+    dist_timeout: int = option(
+        600, help="seconds a rank waits for the others (rendezvous, each collective) under torchrun", min=1
+    )
 
     def check(self) -> None:
         if not 0.0 <= self.dropout < 1.0:

@@ -14,56 +14,23 @@ import os
 import threading
 from datetime import timedelta
 
-from ..errors import ConfigError, GroupError, MissingDependencyError
+from ..errors import GroupError
+from ..torchrun import Environment, collective, environment, follower, join, torch_distributed
+from ..torchrun import first_line as _first_line
 from . import dist_policy
 
-#: torchrun's variables a rank needs.
-ENVIRONMENT = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+__all__ = ["Group", "follower", "from_environment"]
+
 #: Seconds rank 0's scheduler thread sleeps when no request is waiting.
 POLL_SECONDS = 0.002
-
-
-def _torch_distributed():
-    try:
-        import torch
-        import torch.distributed as td
-    except ImportError as e:
-        raise MissingDependencyError(
-            "distributed training (WORLD_SIZE > 1 in the environment, as torchrun sets it) needs torch: "
-            "pip install 'strata-gl[torch]' or pip install torch"
-        ) from e
-    if not td.is_available():
-        raise MissingDependencyError("this torch build has no torch.distributed; install a build that has it")
-    return torch, td
 
 
 def from_environment(timeout: int, environ=os.environ, *, policy: str = "affinity") -> Group | None:
     """The group this process belongs to, or None for a single-process run (no ``WORLD_SIZE``,
     or ``WORLD_SIZE=1``); rank 0 schedules buckets with ``dist_policy.POLICIES[policy]``.
     Raises ``ConfigError`` naming a missing or malformed variable."""
-    try:
-        if int(environ.get("WORLD_SIZE", "1")) <= 1:
-            return None
-        for name in ENVIRONMENT:
-            if name not in environ:
-                raise ConfigError(
-                    f"WORLD_SIZE is set but {name} is not: run under torchrun, which sets {', '.join(ENVIRONMENT)}"
-                )
-        rank, world_size, port = int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ["MASTER_PORT"])
-    except ValueError as e:
-        raise ConfigError(f"torchrun's environment: {e} (RANK, WORLD_SIZE and MASTER_PORT are integers)") from None
-    if not 0 <= rank < world_size:
-        raise ConfigError(f"RANK={rank} is outside 0..{world_size - 1} (WORLD_SIZE={world_size})")
-    return Group(rank, world_size, environ["MASTER_ADDR"], port, timeout, policy)
-
-
-def follower(environ=os.environ) -> bool:
-    """Whether this process is a rank other than 0 of a distributed run (it leaves the run's
-    summary to rank 0)."""
-    try:
-        return int(environ.get("WORLD_SIZE", "1")) > 1 and int(environ.get("RANK", "0")) != 0
-    except ValueError:
-        return False
+    env = environment(environ)
+    return None if env is None else Group(env.rank, env.world_size, env.addr, env.port, timeout, policy)
 
 
 class _Scheduler:
@@ -140,7 +107,7 @@ class Group:
     of ``dist_policy.POLICIES``). ``close`` leaves it."""
 
     def __init__(self, rank: int, world_size: int, addr: str, port: int, timeout: int, policy: str = "affinity"):
-        self.torch, td = _torch_distributed()
+        self.torch, td = torch_distributed()
         self.td = td
         self.rank, self.world_size = rank, world_size
         self.address = f"{addr}:{port}"
@@ -148,25 +115,9 @@ class Group:
         self.sent = self.received = 0
         self.seq = 0
         wait = timedelta(seconds=timeout)
-        #: How many times torchrun restarted the group before this attempt (0: the first).
-        self.restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-        # torchrun's agent keeps one store across restarts: every key of ours is under the
-        # attempt's number, or a restarted rank would read the gloo address of a dead one.
-        try:
-            store, _, _ = next(td.rendezvous("env://", rank, world_size, timeout=wait))
-            td.init_process_group(
-                "gloo",
-                store=td.PrefixStore(f"pg/{self.restart}/", store),
-                rank=rank,
-                world_size=world_size,
-                timeout=wait,
-            )
-        except (RuntimeError, TimeoutError, ValueError) as e:
-            raise GroupError(
-                f"rank {rank}: could not join the group through the rendezvous store at {self.address} "
-                f"within {timeout} s (dist_timeout): {_first_line(e)}"
-            ) from None
-        self.store = td.PrefixStore(f"strata/{self.restart}/", store)
+        store = join(Environment(rank, world_size, addr, port), timeout)
+        # A group restarted by torchrun may meet the keys of the attempt before it.
+        self.store = td.PrefixStore(f"strata/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
         self.store.set_timeout(wait)
         self.scheduler = _Scheduler(self, policy) if rank == 0 else None
 
@@ -218,15 +169,7 @@ class Group:
         )
 
     def _collective(self, what: str, call):
-        try:
-            return call()
-        except RuntimeError as e:
-            reason = _first_line(e)
-            # A peer that died closes its connections at once; only a silent one costs the timeout.
-            outcome = f"did not complete within {self.timeout} s (dist_timeout)" if _timed_out(reason) else "failed"
-            raise GroupError(
-                f"rank {self.rank}: {what} {outcome} (group rendezvous at {self.address}): {reason}"
-            ) from None
+        return collective(what, call, self.rank, self.timeout, self.address)
 
     def sync(self, values: bytes, done: bool):
         """One relation round: the float32 ``values`` summed over the ranks, and whether every
@@ -266,13 +209,3 @@ class Group:
             self.scheduler.close()
         if self.td.is_initialized():
             self.td.destroy_process_group()
-
-
-def _timed_out(reason: str) -> bool:
-    """Whether torch's error text ``reason`` is a timeout (gloo's and the store's say so)."""
-    return "timed out" in reason.lower() or "timeout" in reason.lower()
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

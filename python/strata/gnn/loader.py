@@ -129,6 +129,42 @@ def negatives_per_edge(negatives) -> int:
     return int(negatives)
 
 
+def shard(items, rank: int, world_size: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True, pad: bool = True):
+    """Rank ``rank``'s share of ``items`` (an ``(n,)`` array of node ids, or a ``(2, n)`` array
+    of edges: its columns) in a run of ``world_size`` ranks.
+
+    Every rank draws the same permutation from ``(seed, epoch)`` (or keeps the given order when
+    not ``shuffle``) and takes every ``world_size``-th item of it from position ``rank``. With
+    ``pad`` the permutation is first extended by wrapping around to a multiple of
+    ``world_size``, as torch's ``DistributedSampler`` does: every rank gets the same number of
+    items, so the same number of batches, and a few items appear twice in the epoch. Without
+    it the shares partition ``items`` exactly and differ in length by at most one (for
+    evaluation)."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1} (world_size {world_size})")
+    arr = np.asarray(items)
+    n = arr.shape[-1]
+    order = np.random.default_rng((seed, epoch)).permutation(n) if shuffle else np.arange(n)
+    if pad and n:
+        order = np.resize(order, -(-n // world_size) * world_size)
+    return arr[..., order[rank::world_size]]
+
+
+def distributed_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)`` as given, or when neither is given torch.distributed's when its
+    default group is initialised, else ``(0, 1)``."""
+    if rank is None and world_size is None:
+        td = require_torch().distributed
+        if td.is_available() and td.is_initialized():
+            return td.get_rank(), td.get_world_size()
+        return 0, 1
+    if rank is None or world_size is None:
+        raise ValueError(f"rank={rank}, world_size={world_size}: give both, or neither to ask torch.distributed")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1} (world_size {world_size})")
+    return int(rank), int(world_size)
+
+
 #: Share of a CUDA device's free memory the device tier takes when ``device_memory="auto"``:
 #: the rest is left to the model, its activations and the batches.
 AUTO_DEVICE_SHARE = 0.25
@@ -381,9 +417,28 @@ class EpochLoader:
         self._epoch.close()
 
 
+def _rank_share(loader, items):
+    """``(items, shuffle)`` of the loader's next epoch: all of them, or in a distributed run
+    the rank's :func:`shard` of them, already shuffled (so the native loader keeps its order)."""
+    if loader.world_size == 1:
+        return items, loader.shuffle
+    seed = loader.data.config["seed"]
+    share = shard(
+        items, loader.rank, loader.world_size, epoch=loader.epoch, seed=seed, shuffle=loader.shuffle, pad=loader.pad
+    )
+    return share, False
+
+
 class NodeLoader:
     """Node-classification batches over ``nodes`` (ids or a split name, default ``train``):
-    each ``iter(loader)`` is one epoch (reshuffled); ``loader.stats`` is the last epoch's."""
+    each ``iter(loader)`` is one epoch (reshuffled); ``loader.stats`` is the last epoch's.
+
+    For data-parallel training (DistributedDataParallel) give ``rank`` and ``world_size``, or
+    neither to take them from torch.distributed when its default group is initialised: each
+    epoch then yields rank ``rank``'s :func:`shard` of the nodes, drawn from the same
+    ``(seed, epoch)`` permutation on every rank and padded so that every rank yields the same
+    number of batches (``pad=False``: the shares partition the nodes exactly, for evaluation,
+    and differ by at most one node). Each rank's loader plans within its own ``memory``."""
 
     def __init__(
         self,
@@ -397,19 +452,25 @@ class NodeLoader:
         shuffle: bool = True,
         drop_last: bool = False,
         progress: Callable[..., bool] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        pad: bool = True,
         **options,
     ):
+        self.rank, self.world_size = distributed_rank(rank, world_size)
+        self.pad = pad
         self.data = GnnData(
             store, progress, device=device, fanouts=list(fanouts), batch_size=batch_size, memory=memory, **options
         )
-        self.nodes = nodes
+        self.nodes = self.data.nodes(nodes) if isinstance(nodes, str) and self.world_size > 1 else nodes
         self.device, self.shuffle, self.drop_last = device, shuffle, drop_last
         self.epoch = 0
         self.stats: dict | None = None
 
     def __iter__(self) -> Iterator[Batch]:
+        nodes, shuffle = _rank_share(self, self.nodes)
         loader = self.data.loader(
-            self.nodes, shuffle=self.shuffle, drop_last=self.drop_last, device=self.device, epoch=self.epoch
+            nodes, shuffle=shuffle, drop_last=self.drop_last, device=self.device, epoch=self.epoch
         )
         self.epoch += 1
         try:
@@ -424,7 +485,10 @@ class LinkLoader:
     array of (source, destination) ids): ``batch_size`` positive edges per batch, each with
     ``negatives`` uniform negative destinations; each ``iter(loader)`` is one epoch
     (reshuffled); ``loader.stats`` is the last epoch's. Batches carry ``edge_label_index``
-    ``(2, B * (1 + negatives))`` and ``edge_label`` besides ``blocks`` and ``x``."""
+    ``(2, B * (1 + negatives))`` and ``edge_label`` besides ``blocks`` and ``x``.
+
+    ``rank`` and ``world_size`` split each epoch's edges across the ranks of a data-parallel
+    run as :class:`NodeLoader` splits its nodes."""
 
     def __init__(
         self,
@@ -439,8 +503,13 @@ class LinkLoader:
         shuffle: bool = True,
         drop_last: bool = False,
         progress: Callable[..., bool] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        pad: bool = True,
         **options,
     ):
+        self.rank, self.world_size = distributed_rank(rank, world_size)
+        self.pad = pad
         self.data = GnnData(
             store, progress, device=device, fanouts=list(fanouts), batch_size=batch_size, memory=memory, **options
         )
@@ -451,10 +520,11 @@ class LinkLoader:
         self.stats: dict | None = None
 
     def __iter__(self) -> Iterator[Batch]:
+        edges, shuffle = _rank_share(self, self.edges)
         loader = self.data.link_loader(
-            self.edges,
+            edges,
             negatives=self.negatives,
-            shuffle=self.shuffle,
+            shuffle=shuffle,
             drop_last=self.drop_last,
             device=self.device,
             epoch=self.epoch,

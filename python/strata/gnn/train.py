@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import torchrun
 from ..config import as_dict
 from ..config.gnn import GnnTrainConfig
 from ..errors import ConfigError
@@ -21,6 +22,7 @@ from ..paths import make_dir
 from ..store import Store
 from ..units import fmt_bytes, fmt_count
 from ._torch import require_torch
+from .dist import Ranks
 from .loader import DATA_OPTIONS, GnnData, node_labels, process_bytes
 
 ProgressFn = Callable[..., bool]
@@ -30,10 +32,15 @@ def default_run_dir(store: Path, model: str) -> Path:
     return Path(store) / "runs" / f"gnn-{model}"
 
 
-def _device(torch, name: str):
+def _device(torch, name: str, env: torchrun.Environment | None = None):
+    """The torch device of ``--device``; under torchrun a CUDA device without an index is the
+    rank's local one (``LOCAL_RANK``)."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(name)
+    if env is not None and dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", env.local_rank)
+    return dev
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -42,30 +49,48 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def evaluate(model, data: GnnData, split: str, device) -> dict:
-    """Accuracy of ``model`` on a node split, with the training fanouts (sampled inference)."""
+def evaluate(model, data: GnnData, split: str, device, ranks: Ranks | None = None) -> dict:
+    """Accuracy of ``model`` on a node split, with the training fanouts (sampled inference);
+    in a distributed run each rank scores its share of the split and the counts are summed."""
     torch = require_torch()
     model.eval()
     correct = total = 0
     t = time.monotonic()
+    nodes = split if ranks is None else ranks.share(data.nodes(split), 0, 0, shuffle=False, pad=False)
     with torch.no_grad():
-        for b in data.loader(split, shuffle=False, device=str(device)):
+        for b in data.loader(nodes, shuffle=False, device=str(device)):
             pred = model(b.blocks, b.x.float()).argmax(1)
             correct += int((pred == b.y).sum())
             total += b.num_seeds
+    if ranks is not None:
+        correct, total = (int(v) for v in ranks.sum([correct, total], f"the {split} accuracy"))
     return {"accuracy": correct / max(total, 1), "nodes": total, "seconds": time.monotonic() - t}
 
 
 def train_epoch(
-    model, opt, data: GnnData, nodes, epoch: int, device, progress: ProgressFn | None = None, title: str = "train"
+    model,
+    opt,
+    data: GnnData,
+    nodes,
+    epoch: int,
+    device,
+    progress: ProgressFn | None = None,
+    title: str = "train",
+    ranks: Ranks | None = None,
 ) -> dict:
-    """One training epoch; returns its record (loss, accuracy, throughput, data wait, stats)."""
+    """One training epoch; returns its record (loss, accuracy, throughput, data wait, stats).
+    In a distributed run ``nodes`` are split across the ``ranks`` and the record is the
+    group's (see :func:`_group_record`)."""
     torch = require_torch()
     f = torch.nn.functional
     model.train()
-    loader = data.loader(nodes, shuffle=True, device=str(device), epoch=epoch)
+    if ranks is None:
+        loader = data.loader(nodes, shuffle=True, device=str(device), epoch=epoch)
+    else:
+        share = ranks.share(nodes, epoch, data.config["seed"])
+        loader = data.loader(share, shuffle=False, device=str(device), epoch=epoch)
     if progress:
-        progress("stage", title, 0, len(nodes))
+        progress("stage", title, 0, len(nodes) if ranks is None else len(share))
     loss_sum = correct = seeds = sampled = 0
     wait = 0.0
     t0 = time.monotonic()
@@ -101,6 +126,8 @@ def train_epoch(
     seconds = time.monotonic() - t0
     stats = loader.stats() or {}
     loader.close()
+    if ranks is not None:
+        return _group_record(ranks, loss_sum, correct, seeds, sampled, seconds, wait, stats)
     return {
         "loss": loss_sum / max(seeds, 1),
         "train_accuracy": correct / max(seeds, 1),
@@ -114,20 +141,61 @@ def train_epoch(
     }
 
 
+def _group_record(
+    ranks: Ranks, loss_sum: float, correct: int, seeds: int, sampled: int, seconds: float, wait: float, stats: dict
+) -> dict:
+    """A distributed epoch's record: loss and accuracy over every rank's seeds; ``seconds``
+    the slowest rank's, throughput the group's seeds over it; ``data_wait_*`` the mean over
+    the ranks; ``pipeline`` this rank's loader; ``ranks`` each rank's seeds, batches, seconds,
+    seeds/s and data wait."""
+    mine = {
+        "rank": ranks.rank,
+        "seeds": seeds,
+        "batches": stats.get("batches", 0),
+        "seconds": seconds,
+        "seeds_per_second": seeds / max(seconds, 1e-9),
+        "data_wait_seconds": wait,
+        "data_wait_fraction": wait / max(seconds, 1e-9),
+    }
+    per_rank = ranks.gather(mine, "the epoch's figures")
+    loss_sum, correct, seeds, sampled = ranks.sum([loss_sum, correct, seeds, sampled], "the epoch's loss and counts")
+    slowest = max(max(r["seconds"] for r in per_rank), 1e-9)
+    return {
+        "loss": loss_sum / max(seeds, 1),
+        "train_accuracy": correct / max(seeds, 1),
+        "seconds": slowest,
+        "batches": mine["batches"],
+        "seeds_per_second": seeds / slowest,
+        "sampled_nodes_per_second": sampled / slowest,
+        "data_wait_seconds": sum(r["data_wait_seconds"] for r in per_rank) / len(per_rank),
+        "data_wait_fraction": sum(r["data_wait_fraction"] for r in per_rank) / len(per_rank),
+        "pipeline": stats,
+        "ranks": per_rank,
+    }
+
+
 def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = None, **options) -> dict:
     """Trains a GNN on ``config.store`` (or the keyword options of ``[gnn.train]``); returns
-    the run record (also written to ``RUN/run.json``)."""
+    the run record (also written to ``RUN/run.json``).
+
+    Under torchrun (``WORLD_SIZE`` > 1) every rank trains the model in DistributedDataParallel
+    on its share of each epoch's seeds (:mod:`strata.gnn.dist`); accuracies are the group's and
+    rank 0 alone writes the run directory. Launched by torchrun, each epoch also leaves
+    ``resume.pt`` (model, optimizer, history), from which a group that torchrun restarts goes
+    on after the last completed epoch."""
     torch = require_torch()
     cfg = config if config is not None else GnnTrainConfig(**options)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
+    env = torchrun.environment()
     torch.manual_seed(cfg.seed)
-    device = _device(torch, cfg.device)
+    device = _device(torch, cfg.device, env)
     settings = as_dict(cfg)
     from .models import GNN
 
-    # The model and optimizer are built before the store is opened, so that the process the
-    # memory plan measures as its runtime holds them and torch's runtime they start.
+    # The model, the process group and the optimizer are built before the store is opened, so
+    # that the process the memory plan measures as its runtime holds them and torch's runtime
+    # they start.
     store = Store(cfg.store)
     features = store.manifest.get("features")
     if features is None:
@@ -138,6 +206,24 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     classes = int(labels.max()) + 1
     model = GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
     model = model.to(device)
+    ranks = None if env is None else Ranks(env, device, cfg.dist_timeout)
+    try:
+        return _train(cfg, settings, model, device, ranks, progress)
+    finally:
+        if ranks is not None:
+            ranks.close()
+
+
+def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | None, progress) -> dict:
+    torch = require_torch()
+    leader = ranks is None or ranks.rank == 0
+    net = model
+    if ranks is not None:
+        net = ranks.wrap(model)
+        # The parameters are rank 0's (DDP broadcasts them); dropout's draws differ by rank.
+        torch.manual_seed(cfg.seed + ranks.rank)
+        if not leader:
+            progress = None
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     training = model.training_costs(optimizer_states=2)
     data = GnnData(
@@ -149,47 +235,107 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
         **{k: settings[k] for k in DATA_OPTIONS},
     )
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
-    make_dir(run_dir, "--run-dir")
-    (run_dir / "metrics.jsonl").write_text("")
+    if leader:
+        make_dir(run_dir, "--run-dir")
+    history, best = [], {"epoch": 0, "accuracy": -1.0}
+    elastic = "TORCHELASTIC_RESTART_COUNT" in os.environ
+    if torchrun.restart_count() > 0:
+        state = _shared(ranks, lambda: _load(torch, run_dir / RESUME), "the checkpoint to resume from")
+        if state is not None:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            history, best = state["history"], state["best"]
+            if progress:
+                progress("message", f"resuming {run_dir} after epoch {len(history)} (torchrun restart)")
+    resumed = len(history)
+    if leader:
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in history))
     train_nodes = data.nodes("train")
     has_valid = data.store.node_split("valid") is not None
-    history, best = [], {"epoch": 0, "accuracy": -1.0}
-    for e in range(cfg.epochs):
-        rec = {
-            "epoch": e + 1,
-            **train_epoch(model, opt, data, train_nodes, e, device, progress, f"train epoch {e + 1}/{cfg.epochs}"),
-        }
+    for e in range(len(history), cfg.epochs):
+        title = f"train epoch {e + 1}/{cfg.epochs}"
+        rec = {"epoch": e + 1, **train_epoch(net, opt, data, train_nodes, e, device, progress, title, ranks)}
         if progress:
             progress("stage", "eval", 0, 0)
         if has_valid and cfg.eval_every and (e + 1) % cfg.eval_every == 0:
-            rec["valid"] = evaluate(model, data, "valid", device)
+            rec["valid"] = evaluate(model, data, "valid", device, ranks)
             if rec["valid"]["accuracy"] > best["accuracy"]:
                 best = {"epoch": e + 1, "accuracy": rec["valid"]["accuracy"]}
-                torch.save(model.state_dict(), run_dir / "best.pt")
-        torch.save(model.state_dict(), run_dir / "last.pt")
+                if leader:
+                    torch.save(model.state_dict(), run_dir / "best.pt")
         history.append(rec)
-        with open(run_dir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(rec) + "\n")
+        if leader:
+            torch.save(model.state_dict(), run_dir / "last.pt")
+            if elastic:
+                # Before the epoch's metrics line: metrics.jsonl never lists an epoch the
+                # checkpoint lacks (a resume rewrites it from the checkpoint's history).
+                state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "history": history, "best": best}
+                torch.save(state, run_dir / (RESUME + ".tmp"))
+                os.replace(run_dir / (RESUME + ".tmp"), run_dir / RESUME)
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(rec) + "\n")
         if progress:
             progress("message", describe_epoch(rec, cfg.epochs))
     if best["epoch"]:
-        model.load_state_dict(torch.load(run_dir / "best.pt", weights_only=True))
+        state = _shared(ranks, lambda: torch.load(run_dir / "best.pt", weights_only=True), "the best parameters")
+        model.load_state_dict(state)
     else:
         best = {"epoch": cfg.epochs, "accuracy": None}
-    test = evaluate(model, data, "test", device) if data.store.node_split("test") is not None else None
+    test = evaluate(model, data, "test", device, ranks) if data.store.node_split("test") is not None else None
+    peak = process_bytes("VmHWM")
     record = {
         "config": settings | {"store": str(cfg.store), "run_dir": str(run_dir)},
         "device": str(device),
+        "world_size": 1 if ranks is None else ranks.world_size,
+        "restarts": torchrun.restart_count(),
+        "resumed_after_epoch": resumed or None,
         "plan": data.plan,
         "memory_plan": data.memory_plan,
-        "resident_peak_bytes": process_bytes("VmHWM"),
+        "resident_peak_bytes": peak,
         "hot_seconds": data._native.hot_seconds,
         "history": history,
         "best": best,
         "test": test,
     }
-    _write_atomic(run_dir / "run.json", json.dumps(record, indent=2, default=str))
+    if ranks is not None:
+        record["ranks"] = _rank_summary(history, ranks.gather(peak, "the resident peaks"))
+    if leader:
+        _write_atomic(run_dir / "run.json", json.dumps(record, indent=2, default=str))
     return record
+
+
+#: The checkpoint a run launched by torchrun leaves after each epoch, to resume from.
+RESUME = "resume.pt"
+
+
+def _load(torch, path: Path):
+    """The checkpoint at ``path``, or None when there is none yet."""
+    return torch.load(path, weights_only=True) if path.exists() else None
+
+
+def _shared(ranks: Ranks | None, read: Callable, what: str):
+    """``read()`` on rank 0 (which keeps the run directory), sent to the other ranks."""
+    if ranks is None:
+        return read()
+    return ranks.from_rank0(read() if ranks.rank == 0 else None, what)
+
+
+def _rank_summary(history: list[dict], peaks: list[int | None]) -> list[dict]:
+    """Each rank over the whole run: seeds per second of its training time, the share of
+    that time it waited for data, and its resident peak in bytes."""
+    out = []
+    for rank, peak in enumerate(peaks):
+        rows = [next(r for r in rec["ranks"] if r["rank"] == rank) for rec in history if "ranks" in rec]
+        seconds = max(sum(r["seconds"] for r in rows), 1e-9)
+        out.append(
+            {
+                "rank": rank,
+                "seeds_per_second": sum(r["seeds"] for r in rows) / seconds,
+                "data_wait_fraction": sum(r["data_wait_seconds"] for r in rows) / seconds,
+                "resident_peak_bytes": peak,
+            }
+        )
+    return out
 
 
 def describe_epoch(rec: dict, epochs: int) -> str:
@@ -223,4 +369,9 @@ def format_summary(record: dict) -> str:
         lines.append(f"  best epoch {record['best']['epoch']}: valid accuracy {record['best']['accuracy']:.4f}")
     if record["test"]:
         lines.append(f"  test accuracy {record['test']['accuracy']:.4f} ({record['test']['nodes']:,} nodes)")
+    for r in record.get("ranks", []):
+        lines.append(
+            f"  rank {r['rank']} of {record['world_size']}: {r['seeds_per_second']:,.0f} seeds/s, "
+            f"waited for data {100 * r['data_wait_fraction']:.1f}%"
+        )
     return "\n".join(lines)

@@ -1,0 +1,138 @@
+"""Running under torchrun: the pieces every engine that trains over torch.distributed shares.
+
+``environment`` reads the variables torchrun sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT``, ``LOCAL_RANK``); ``join`` meets the other ranks at the rendezvous store and
+initialises the default process group, every wait bounded by a timeout and every failure a
+``GroupError`` that names the store's address. Torch is an optional extra: it is imported here,
+lazily, with a message that says how to install it. The engines (``strata.embed.dist``,
+``strata.gnn.train``) build their own protocols on top.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+from .errors import ConfigError, GroupError, MissingDependencyError
+
+#: torchrun's variables a rank needs.
+ENVIRONMENT = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class Environment:
+    """This process's place in a distributed run, as torchrun describes it."""
+
+    rank: int
+    world_size: int
+    addr: str
+    port: int
+    #: The rank's index among the ranks of its machine (which GPU it takes).
+    local_rank: int = 0
+
+    @property
+    def address(self) -> str:
+        """``MASTER_ADDR:MASTER_PORT``, the rendezvous store's address."""
+        return f"{self.addr}:{self.port}"
+
+
+def torch_distributed():
+    """``(torch, torch.distributed)``, or ``MissingDependencyError`` saying how to install them."""
+    try:
+        import torch
+        import torch.distributed as td
+    except ImportError as e:
+        raise MissingDependencyError(
+            "distributed training (WORLD_SIZE > 1 in the environment, as torchrun sets it) needs torch: "
+            "pip install 'strata-gl[torch]' or pip install torch"
+        ) from e
+    if not td.is_available():
+        raise MissingDependencyError("this torch build has no torch.distributed; install a build that has it")
+    return torch, td
+
+
+def environment(environ=os.environ) -> Environment | None:
+    """This process's rank in a distributed run, or None for a single-process run (no
+    ``WORLD_SIZE``, or ``WORLD_SIZE=1``). Raises ``ConfigError`` naming a missing or malformed
+    variable."""
+    try:
+        if int(environ.get("WORLD_SIZE", "1")) <= 1:
+            return None
+        for name in ENVIRONMENT:
+            if name not in environ:
+                raise ConfigError(
+                    f"WORLD_SIZE is set but {name} is not: run under torchrun, which sets {', '.join(ENVIRONMENT)}"
+                )
+        rank, world_size, port = int(environ["RANK"]), int(environ["WORLD_SIZE"]), int(environ["MASTER_PORT"])
+        local_rank = int(environ.get("LOCAL_RANK", "0"))
+    except ValueError as e:
+        raise ConfigError(
+            f"torchrun's environment: {e} (RANK, WORLD_SIZE, MASTER_PORT and LOCAL_RANK are integers)"
+        ) from None
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"RANK={rank} is outside 0..{world_size - 1} (WORLD_SIZE={world_size})")
+    return Environment(rank, world_size, environ["MASTER_ADDR"], port, local_rank)
+
+
+def follower(environ=os.environ) -> bool:
+    """Whether this process is a rank other than 0 of a distributed run (it leaves the run's
+    summary to rank 0)."""
+    try:
+        return int(environ.get("WORLD_SIZE", "1")) > 1 and int(environ.get("RANK", "0")) != 0
+    except ValueError:
+        return False
+
+
+def restart_count(environ=os.environ) -> int:
+    """How many times torchrun has restarted the group (0 on the first attempt and outside
+    torchrun)."""
+    try:
+        return int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError:
+        return 0
+
+
+def join(env: Environment, timeout: int, backend: str = "gloo"):
+    """Meets the other ranks at the rendezvous store of ``env`` and initialises the default
+    process group with ``backend`` (``gloo``, or ``nccl`` for CUDA tensors); collectives then
+    fail after ``timeout`` seconds instead of waiting forever. Returns the rendezvous store."""
+    _, td = torch_distributed()
+    wait = timedelta(seconds=timeout)
+    try:
+        store, _, _ = next(td.rendezvous("env://", env.rank, env.world_size, timeout=wait))
+        # torchrun keeps its store across restarts of the group: keys of an earlier attempt
+        # (the ranks' gloo addresses among them) must not meet this one's.
+        pg_store = td.PrefixStore(f"pg/{restart_count()}/", store)
+        td.init_process_group(backend, store=pg_store, rank=env.rank, world_size=env.world_size, timeout=wait)
+    except (RuntimeError, TimeoutError, ValueError) as e:
+        raise GroupError(
+            f"rank {env.rank}: could not join the group through the rendezvous store at {env.address} "
+            f"within {timeout} s (dist_timeout): {first_line(e)}"
+        ) from None
+    return store
+
+
+def collective(what: str, call, rank: int, timeout: int, address: str):
+    """``call()`` (a collective of the group), its failure (torch raises ``RuntimeError`` when a
+    peer is gone or ``timeout`` passed) a ``GroupError`` naming ``what``, the rank and the
+    rendezvous ``address``."""
+    try:
+        return call()
+    except RuntimeError as e:
+        reason = first_line(e)
+        # A peer that died closes its connections at once; only a silent one costs the timeout.
+        outcome = f"did not complete within {timeout} s (dist_timeout)" if _timed_out(reason) else "failed"
+        raise GroupError(f"rank {rank}: {what} {outcome} (group rendezvous at {address}): {reason}") from None
+
+
+def _timed_out(reason: str) -> bool:
+    """Whether torch's error text ``reason`` is a timeout (gloo's and the store's say so; torch
+    has no separate exception type for them)."""
+    return "timed out" in reason.lower() or "timeout" in reason.lower()
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (torch's carry C++ traces below it)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

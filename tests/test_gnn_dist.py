@@ -1,0 +1,283 @@
+"""Data-parallel GNN training (docs/distributed.md, "GNN training"): the seed split, the loaders'
+rank and world size, `strata gnn train` under torchrun with two ranks on loopback, in two network
+namespaces, and across a torchrun restart, and the DDP example script with a stock PyG model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import netns
+from conftest import REPO, needs, run_strata, symmetric_sbm_store
+from strata import torchrun
+from strata.errors import ConfigError
+from strata.gnn.loader import shard
+
+SMALL = ["--model", "sage", "--fanouts", "5,5", "--batch-size", "64", "--hidden", "32", "--device", "cpu",
+         "--torch-threads", "1", "--dist-timeout", "60", "-q"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sbm(tmp_path_factory) -> Path:
+    """A labelled SBM graph (2000 nodes, 4 communities, 16 float32 features) as a store."""
+    return symmetric_sbm_store(tmp_path_factory.mktemp("sbm"), nodes=2000, classes=4, dim=16, avg_degree=10)
+
+
+def test_shards_are_equal_and_cover_every_item():
+    for n in (0, 1, 5, 64, 1001):
+        items = np.arange(100, 100 + n)
+        for world in (1, 2, 3, 7):
+            padded = [shard(items, r, world, epoch=3, seed=9) for r in range(world)]
+            assert len({len(p) for p in padded}) == 1, (n, world)
+            assert set(np.concatenate(padded).tolist()) == set(items.tolist())
+            exact = [shard(items, r, world, epoch=3, seed=9, pad=False) for r in range(world)]
+            assert sorted(np.concatenate(exact).tolist()) == items.tolist()
+            assert max(map(len, exact)) - min(map(len, exact)) <= 1
+    items = np.arange(1000)
+    # One permutation per (seed, epoch), the same on every rank; another the next epoch.
+    assert not np.array_equal(shard(items, 0, 2, epoch=0), shard(items, 0, 2, epoch=1))
+    assert np.array_equal(shard(items, 1, 2, epoch=4, seed=2), shard(items, 1, 2, epoch=4, seed=2))
+    edges = np.stack([np.arange(10), np.arange(10) + 50])
+    share = shard(edges, 1, 3, epoch=0)
+    assert share.shape == (2, 4) and np.array_equal(share[1] - share[0], np.full(4, 50))
+    with pytest.raises(ValueError, match="rank 2 is outside"):
+        shard(items, 2, 2)
+
+
+def test_torchrun_environment():
+    assert torchrun.environment({}) is None
+    assert torchrun.environment({"WORLD_SIZE": "1", "RANK": "0"}) is None
+    env = torchrun.environment(
+        {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    )
+    assert (env.rank, env.world_size, env.local_rank, env.address) == (3, 4, 1, "10.0.0.1:29500")
+    with pytest.raises(ConfigError, match="MASTER_ADDR"):
+        torchrun.environment({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "1"})
+    with pytest.raises(ConfigError, match="LOCAL_RANK"):
+        torchrun.environment(
+            {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "x", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+        )
+    assert torchrun.restart_count({"TORCHELASTIC_RESTART_COUNT": "2"}) == 2 and torchrun.restart_count({}) == 0
+
+
+def test_loaders_split_an_epoch_across_ranks(sbm):
+    needs("torch")
+    from strata.gnn import LinkLoader, NodeLoader
+
+    loaders = [NodeLoader(sbm, fanouts=[3], batch_size=50, rank=r, world_size=2, seed=5) for r in range(2)]
+    train = loaders[0].data.nodes("train").tolist()
+    for _ in range(2):
+        epoch = [[b.seeds.tolist() for b in loader] for loader in loaders]
+        per_rank = -(-len(train) // 2)
+        assert len(epoch[0]) == len(epoch[1]) == -(-per_rank // 50)
+        seen = [s for batches in epoch for b in batches for s in b]
+        assert set(seen) == set(train) and len(seen) == len(train) + len(train) % 2
+    links = [LinkLoader(sbm, fanouts=[3], batch_size=100, rank=r, world_size=3) for r in range(3)]
+    counts = [sum(b.edge_label_index.shape[1] // 2 for b in loader) for loader in links]
+    assert len(set(counts)) == 1 and counts[0] >= links[0].edges.shape[1] // 3
+    with pytest.raises(ValueError, match="give both"):
+        NodeLoader(sbm, fanouts=[3], rank=1)
+    with pytest.raises(ValueError, match="outside"):
+        NodeLoader(sbm, fanouts=[3], rank=2, world_size=2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(ifname: str = "lo") -> dict:
+    env = dict(os.environ)
+    # One thread per rank on a shared test machine; gloo on the given interface.
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=ifname)
+    return env
+
+
+def _torchrun(*args, nproc: int = 2, restarts: int = 0, rendezvous=None) -> list[str]:
+    """torchrun running ``args`` in ``nproc`` ranks; by default one machine's group meeting on
+    loopback at a free port."""
+    rendezvous = rendezvous or ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}"]
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *rendezvous,
+        "--max-restarts", str(restarts), *map(str, args),
+    ]  # fmt: skip
+
+
+def _check_group_record(record: dict, split_sizes: dict, world: int = 2) -> None:
+    assert record["world_size"] == world
+    for rec in record["history"]:
+        ranks = rec["ranks"]
+        assert [r["rank"] for r in ranks] == list(range(world))
+        # Every rank trains the same number of batches of an epoch, and the seeds cover the split.
+        assert len({r["batches"] for r in ranks}) == 1 and ranks[0]["batches"] > 0
+        assert len({r["seeds"] for r in ranks}) == 1
+        assert split_sizes["train"] <= sum(r["seeds"] for r in ranks) < split_sizes["train"] + world
+        assert all(r["seeds_per_second"] > 0 and 0 <= r["data_wait_fraction"] <= 1 for r in ranks)
+        # Validation is scored over the whole split, each node once, summed over the ranks.
+        assert rec["valid"]["nodes"] == split_sizes["valid"]
+    assert record["test"]["nodes"] == split_sizes["test"]
+    assert [r["rank"] for r in record["ranks"]] == list(range(world))
+    assert all(r["seeds_per_second"] > 0 and r["resident_peak_bytes"] > 0 for r in record["ranks"])
+
+
+def _split_sizes(store: Path) -> dict:
+    from strata.store import Store
+
+    s = Store(store)
+    return {name: len(s.node_split(name)) for name in ("train", "valid", "test")}
+
+
+def test_two_ranks_under_torchrun_train_and_reduce_accuracy(sbm, tmp_path):
+    needs("torch")
+    run = tmp_path / "run"
+    cmd = _torchrun("-m", "strata", "gnn", "train", sbm, "--run-dir", run, "--epochs", "3",
+                    "--json-summary", *SMALL)  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    record = json.loads((run / "run.json").read_text())
+    # Only rank 0 prints the summary; it is the record rank 0 wrote.
+    assert json.loads(proc.stdout)["history"] == record["history"]
+    _check_group_record(record, _split_sizes(sbm))
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
+    assert (run / "best.pt").exists() and (run / "resume.pt").exists()
+    # 4 planted communities: chance is about 0.25.
+    assert record["test"]["accuracy"] > 0.6, record["test"]
+
+
+def _veth(ns: netns.Namespace) -> str:
+    """The name of the interface that carries ``ns``'s address."""
+    out = subprocess.run(["ip", "-n", ns.name, "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=30)
+    return next(line.split()[1] for line in out.stdout.splitlines() if f" {ns.addr}/" in line)
+
+
+def test_two_ranks_in_two_namespaces_each_with_its_own_store(sbm, tmp_path):
+    needs("torch")
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    port = _free_port()
+    with netns.veth_pair() as (a, b):
+        procs = []
+        for node, ns in enumerate((a, b)):
+            # Each host reads its own copy of the store.
+            store = shutil.copytree(sbm, tmp_path / f"host{node}" / "sbm.strata")
+            # Static rendezvous: node 0 (namespace a) hosts the store both ranks meet at.
+            rendezvous = [
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(node),
+                "--master-addr",
+                a.addr,
+                "--master-port",
+                str(port),
+            ]
+            cmd = _torchrun("-m", "strata", "gnn", "train", store, "--run-dir", tmp_path / f"host{node}" / "run",
+                            "--epochs", "2", *SMALL, nproc=1, rendezvous=rendezvous)  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    ns.wrap(cmd),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=_env(_veth(ns)),
+                    cwd=REPO,
+                )
+            )
+        outs = []
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=300))
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(timeout=30)
+        for p, (out, err) in zip(procs, outs, strict=True):
+            assert p.returncode == 0, out[-2000:] + err[-5000:]
+    record = json.loads((tmp_path / "host0" / "run" / "run.json").read_text())
+    _check_group_record(record, _split_sizes(sbm))
+    # Rank 1's host keeps no run directory: rank 0 writes it.
+    assert not (tmp_path / "host1" / "run").exists()
+
+
+def _workers(agent: int) -> list[int]:
+    """The process ids of the children of torchrun's agent ``agent`` (its ranks)."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(agent)], capture_output=True, text=True, timeout=30)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_a_killed_rank_restarts_and_the_run_resumes_after_the_last_epoch(sbm, tmp_path):
+    needs("torch")
+    run = tmp_path / "run"
+    epochs = 12
+    cmd = _torchrun("-m", "strata", "gnn", "train", sbm, "--run-dir", run, "--epochs", epochs,
+                    "--eval-every", "0", *SMALL, restarts=1)  # fmt: skip
+    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        metrics = run / "metrics.jsonl"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and agent.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.1)
+        workers = _workers(agent.pid)
+        assert agent.poll() is None and len(workers) == 2, "the run ended before a rank could be killed"
+        os.kill(workers[1], signal.SIGKILL)
+        out, err = agent.communicate(timeout=300)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait(timeout=30)
+    assert agent.returncode == 0, out[-2000:] + err[-5000:]
+    record = json.loads((run / "run.json").read_text())
+    assert record["restarts"] == 1 and 2 <= record["resumed_after_epoch"] < epochs
+    assert [r["epoch"] for r in record["history"]] == list(range(1, epochs + 1))
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in lines] == list(range(1, epochs + 1))
+
+
+def test_the_ddp_example_trains_a_pyg_model_on_two_ranks(sbm, tmp_path):
+    needs("torch")
+    needs("torch_geometric")
+    out = tmp_path / "epochs.json"
+    cmd = _torchrun(REPO / "examples" / "ddp_pyg.py", sbm, "--epochs", "3", "--batch-size", "128",
+                    "--out", out)  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2
+    for epoch in result["epochs"]:
+        assert len(set(epoch["batches"])) == 1 and epoch["batches"][0] > 0
+    assert result["epochs"][-1]["valid_accuracy"] > 0.6
+
+
+def test_a_single_process_run_records_world_size_one(sbm, tmp_path):
+    needs("torch")
+    proc = run_strata("gnn", "train", sbm, "--run-dir", tmp_path / "run", "--epochs", "1", "--json-summary", *SMALL)
+    record = json.loads(proc.stdout)
+    assert record["world_size"] == 1 and "ranks" not in record and "ranks" not in record["history"][0]
+    assert not (tmp_path / "run" / "resume.pt").exists()
+
+
+def test_a_rank_that_cannot_reach_rank_0_names_the_address(sbm, tmp_path):
+    needs("torch")
+    port = _free_port()
+    env = _env() | {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    # The last --dist-timeout given wins.
+    args = [*SMALL, "--dist-timeout", "3"]
+    proc = run_strata("gnn", "train", sbm, "--run-dir", tmp_path / "run", *args, check=False, env=env, timeout=120)
+    assert proc.returncode != 0
+    assert f"127.0.0.1:{port}" in proc.stderr and "within 3 s" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
