@@ -53,13 +53,13 @@ lint: setup
 	$(PY) tools/check_layers.py
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests benches tools
-	$(VENV)/bin/ruff format --check python tests benches tools
+	$(VENV)/bin/ruff check python tests benches tools examples
+	$(VENV)/bin/ruff format --check python tests benches tools examples
 
 fmt: setup
 	cargo fmt --all
-	$(VENV)/bin/ruff format python tests benches tools
-	$(VENV)/bin/ruff check --fix python tests benches tools
+	$(VENV)/bin/ruff format python tests benches tools examples
+	$(VENV)/bin/ruff check --fix python tests benches tools examples
 
 # One abi3 wheel (CPython 3.11+) in .whl/, the file `pip install` takes; tests/test_wheel.py
 # installs it into a fresh virtualenv and runs it outside the source tree.
