@@ -273,18 +273,17 @@ def run(
 
     def each(record: dict) -> None:
         m = iteration_metrics(record)
-        if not writes:
-            history.append(m)
-        elif not history:
-            # The directory is touched only once the run is under way: a run that fails its
-            # checks leaves an earlier run there as it was.
-            make_dir(out, "--out")
-            (out / "run.json").unlink(missing_ok=True)
-            (out / "metrics.jsonl").write_text("")
+        if not history:
+            if writes:
+                # The directory is touched only once the run is under way: a run that fails its
+                # checks leaves an earlier run there as it was.
+                make_dir(out, "--out")
+                (out / "run.json").unlink(missing_ok=True)
+                (out / "metrics.jsonl").write_text("")
             if progress:
                 progress("stage", f"{cfg.algorithm}: iterations", 0, 0)
+        history.append(m)
         if writes:
-            history.append(m)
             with open(out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(m) + "\n")
         if progress:
