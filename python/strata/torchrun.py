@@ -11,6 +11,7 @@ lazily, with a message that says how to install it. The engines (``strata.embed.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -136,3 +137,17 @@ def first_line(e: BaseException) -> str:
     """The first line of an exception's message (torch's carry C++ traces below it)."""
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+def ranked(progress: Callable[..., bool] | None, rank: int) -> Callable[..., bool] | None:
+    """``progress`` with each message line prefixed by the rank, so interleaved output of the
+    ranks of one machine stays readable."""
+    if progress is None:
+        return None
+
+    def report(event: str, *args) -> bool:
+        if event == "message" and not args[0].startswith("rank "):
+            args = (f"rank {rank}: {args[0]}",)
+        return progress(event, *args)
+
+    return report

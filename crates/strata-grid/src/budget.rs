@@ -3,6 +3,8 @@
 //! [`place`]). A pure function of the run's options, the grid's metadata, the compute threads
 //! and what far memory offers; [`run`](crate::run::run) prints the plan and follows it.
 
+use std::ops::Range;
+
 use crate::config::RunJob;
 use strata_store::budget::{MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
@@ -35,7 +37,7 @@ pub struct GridPlan {
     /// Largest segment in bytes: the job's, or the largest automatic size whose buffers fit a
     /// third of the budget.
     pub segment_bytes: u64,
-    /// The grid's segments of at most `segment_bytes`, in file order.
+    /// The grid's segments of at most `segment_bytes` in the run's columns, in file order.
     pub segments: Vec<Segment>,
     /// Thread counts and prefetch depth of the streaming engine.
     pub stream: StreamConfig,
@@ -44,11 +46,18 @@ pub struct GridPlan {
 }
 
 /// Plans `job` on `grid` with `threads` compute threads and, when the job uses far memory,
-/// the connected server's `far` setup (its fetchers and free capacity).
+/// the connected server's `far` setup (its fetchers and free capacity). Only the segments of
+/// major chunks `columns` are streamed (all of them, or a rank's share of a distributed run).
 ///
 /// Errors: those of [`place`] (the budget cannot hold the minimum, or vertex data must stay
 /// in memory and does not fit).
-pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -> Result<GridPlan> {
+pub fn plan(
+    job: &RunJob,
+    grid: &Grid,
+    threads: usize,
+    far: Option<&FarSetup>,
+    columns: Range<u32>,
+) -> Result<GridPlan> {
     let algo = &job.algorithm;
     let n = grid.manifest().num_vertices;
     let weighted = algo.needs_weights();
@@ -66,16 +75,21 @@ pub fn plan(job: &RunJob, grid: &Grid, threads: usize, far: Option<&FarSetup>) -
         let largest = segments.iter().map(|s| s.edge_bytes()).max().unwrap_or(0);
         (largest * bytes_per_edge / EDGE_BYTES + (2 << 12)) * buffers_held
     };
+    let segments_of = |bytes: u64| {
+        let mut all = grid.segments(bytes);
+        all.retain(|s| columns.contains(&s.major));
+        all
+    };
     let mut segment_bytes = job.segment_bytes;
     if segment_bytes == 0 {
         segment_bytes = MAX_AUTO_SEGMENT;
         while segment_bytes > MIN_AUTO_SEGMENT
-            && buffers_for(&grid.segments(segment_bytes)) > job.memory / 3
+            && buffers_for(&segments_of(segment_bytes)) > job.memory / 3
         {
             segment_bytes /= 2;
         }
     }
-    let segments = grid.segments(segment_bytes);
+    let segments = segments_of(segment_bytes);
     let vertex_bytes = algo.vertex_bytes() * n;
     // Windowed, each compute thread holds a source and a destination chunk; bitmaps stay whole.
     let layout = *grid.layout();
@@ -234,13 +248,13 @@ mod tests {
     fn automatic_segments_shrink_until_the_buffers_fit_a_third_of_the_budget() {
         let tmp = tempfile::tempdir().unwrap();
         let (grid, mut job) = grid_and_job(tmp.path(), 1 << 30, pagerank());
-        let roomy = plan(&job, &grid, 2, None).unwrap();
+        let roomy = plan(&job, &grid, 2, None, 0..4).unwrap();
         assert_eq!(roomy.segment_bytes, MAX_AUTO_SEGMENT);
         assert_eq!(roomy.bytes_per_edge, EDGE_BYTES);
         // 20 buffers (8 prefetched per source, 4 disk fetchers) of a 3 MB column exceed a
         // third of 96 MiB; of half a column they do not.
         job.memory = 96 << 20;
-        let tight = plan(&job, &grid, 2, None).unwrap();
+        let tight = plan(&job, &grid, 2, None, 0..4).unwrap();
         assert_eq!(tight.segment_bytes, MAX_AUTO_SEGMENT / 2);
         assert!(tight.placement.buffer_bytes <= job.memory / 3);
         assert!(tight.segments.len() > roomy.segments.len());
@@ -276,7 +290,7 @@ mod tests {
             probe: Vec::new(),
             ping_us: 0.0,
         };
-        let p = plan(&job, &grid, 5, Some(&setup)).unwrap();
+        let p = plan(&job, &grid, 5, Some(&setup), 0..4).unwrap();
         assert!(p.weighted);
         assert_eq!(p.bytes_per_edge, EDGE_BYTES + 4);
         assert_eq!(p.segment_bytes, 1 << 20);

@@ -119,6 +119,10 @@ pub struct RunOptions {
     /// directory for the results, run.json and metrics.jsonl (STORE/runs/grid-ALGO)
     #[schemars(extend("x-kind" = "path"))]
     pub out: Option<PathBuf>,
+    /// under torchrun: seconds a rank waits for the others (joining, each exchange) before
+    /// it gives up naming the rendezvous address
+    #[schemars(range(min = 1))]
+    pub dist_timeout: u64,
 }
 
 impl Default for RunOptions {
@@ -144,6 +148,7 @@ impl Default for RunOptions {
             weight_low: 0.0,
             weight_high: 1.0,
             out: None,
+            dist_timeout: 600,
         }
     }
 }

@@ -19,6 +19,10 @@ pub enum GridError {
     /// The memory budget cannot hold the minimum; says what is needed.
     #[error("{0}")]
     Budget(String),
+    /// A collective of a distributed run failed (another rank died, timed out or sent bytes
+    /// that make no sense); says which.
+    #[error("{0}")]
+    Group(String),
     #[error("cancelled")]
     Cancelled,
 }

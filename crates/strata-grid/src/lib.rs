@@ -7,12 +7,14 @@
 //! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
 //! - [`algo`]: the algorithms.
 //! - [`vertex`]: vertex data shared by compute threads.
+//! - [`dist`]: runs over several ranks (torchrun), each streaming its own columns.
 
 pub mod algo;
 pub mod budget;
 pub mod build;
 pub mod check;
 pub mod config;
+pub mod dist;
 pub mod error;
 pub mod far;
 pub mod fetch;

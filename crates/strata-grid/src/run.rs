@@ -16,6 +16,7 @@ use crate::algo::{Ctx, Iteration, Output, Values, NONE};
 use crate::budget::{self, GridPlan};
 use crate::build::{build, BuildJob};
 use crate::config::RunJob;
+use crate::dist::{Collective, Dist, DistSummary, RankFigures};
 use crate::error::{GridError, Result};
 use crate::far::{self, FarSetup};
 use crate::grid::Grid;
@@ -50,8 +51,11 @@ pub struct RunSummary {
     pub far: Option<FarSetup>,
     /// Set when far memory was lost during the run (it went on from disk).
     pub far_failure: Option<String>,
+    /// The result arrays written (none on the ranks other than 0 of a distributed run).
     pub arrays: Vec<String>,
     pub result: serde_json::Map<String, serde_json::Value>,
+    /// The ranks of a distributed run and their figures.
+    pub dist: Option<DistSummary>,
 }
 
 /// Runs `job`; `on_iteration` sees every iteration as it ends.
@@ -60,8 +64,47 @@ pub fn run(
     progress: &dyn Progress,
     on_iteration: &mut dyn FnMut(&Iteration) -> Result<()>,
 ) -> Result<RunSummary> {
+    run_with(job, None, progress, on_iteration)
+}
+
+/// Runs `job` as one rank of `group` (see [`crate::dist`]): this rank streams its own columns,
+/// exchanges vertex values with the others each iteration, and rank 0 writes the results.
+/// Every rank must run the same job on the same grid.
+pub fn run_distributed(
+    job: &RunJob,
+    group: &mut dyn Collective,
+    progress: &dyn Progress,
+    on_iteration: &mut dyn FnMut(&Iteration) -> Result<()>,
+) -> Result<RunSummary> {
+    run_with(job, Some(group), progress, on_iteration)
+}
+
+fn run_with(
+    job: &RunJob,
+    group: Option<&mut dyn Collective>,
+    progress: &dyn Progress,
+    on_iteration: &mut dyn FnMut(&Iteration) -> Result<()>,
+) -> Result<RunSummary> {
     let t0 = Instant::now();
-    let (dir, grid) = open_grid(job, progress)?;
+    let (dir, grid) = open_grid(job, group.is_none(), progress)?;
+    let mut dist = group.map(|g| Dist::new(g, &grid)).transpose()?;
+    let columns = match &dist {
+        Some(d) => {
+            let mine = d.columns[d.rank()].clone();
+            progress.message(&format!(
+                "rank {} of {}: columns {}..{} of {}, vertices {}..{}",
+                d.rank(),
+                d.world_size(),
+                mine.start,
+                mine.end,
+                grid.layout().partitions,
+                d.owned().start,
+                d.owned().end
+            ));
+            mine
+        }
+        None => 0..grid.layout().partitions,
+    };
     let threads = strata_io::resolve_threads(job.threads);
     let (far_client, far_setup) = match &job.far {
         Some(cfg) => {
@@ -70,7 +113,7 @@ pub fn run(
         }
         None => (None, None),
     };
-    let plan = budget::plan(job, &grid, threads, far_setup.as_ref())?;
+    let plan = budget::plan(job, &grid, threads, far_setup.as_ref(), columns.clone())?;
     announce(job, &dir, &grid, &plan, far_setup.as_ref(), progress);
     let memory_plan = plan.memory_plan();
     let (tiers, far_client) = offload(&grid, &plan, far_client, progress);
@@ -100,8 +143,33 @@ pub fn run(
         vertex,
         progress,
     )?;
-    let (output, totals, compute) = iterate(job, &mut streamer, progress, on_iteration)?;
-    let arrays = write_results(&out_dir, &output.arrays)?;
+    streamer.own(columns.clone());
+    let (output, totals, compute) =
+        iterate(job, &mut streamer, progress, dist.as_mut(), on_iteration)?;
+    let dist = match dist.as_mut() {
+        Some(d) => {
+            let (sent, received) = d.traffic();
+            let owned = d.owned();
+            let mine = RankFigures {
+                rank: d.rank(),
+                columns: [columns.start, columns.end],
+                vertices: [owned.start, owned.end],
+                edges: totals.edges,
+                bytes_disk: totals.bytes_disk,
+                bytes_far: totals.bytes_far,
+                bytes_local: totals.bytes_local,
+                bytes_sent: sent,
+                bytes_received: received,
+                compute_seconds: compute,
+            };
+            Some(d.summary(mine)?)
+        }
+        None => None,
+    };
+    let arrays = match dist.as_ref().is_none_or(|d| d.rank == 0) {
+        true => write_results(&out_dir, &output.arrays)?,
+        false => Vec::new(),
+    };
     Ok(RunSummary {
         algorithm: job.algorithm.name().to_string(),
         grid: dir,
@@ -123,17 +191,22 @@ pub fn run(
         far_failure: streamer.far_failure(),
         arrays,
         result: output.summary,
+        dist,
     })
 }
 
-/// Checks the algorithm against the store and opens the grid it runs on (found or built),
-/// refusing a grid built for another vertex count.
-fn open_grid(job: &RunJob, progress: &dyn Progress) -> Result<(PathBuf, Arc<Grid>)> {
+/// Checks the algorithm against the store and opens the grid it runs on (found, or built when
+/// `may_build`), refusing a grid built for another vertex count.
+fn open_grid(
+    job: &RunJob,
+    may_build: bool,
+    progress: &dyn Progress,
+) -> Result<(PathBuf, Arc<Grid>)> {
     let store = strata_store::Store::open(&job.store)?;
     let n = store.manifest().graph.num_nodes;
     job.algorithm.validate()?;
     job.algorithm.check(n)?;
-    let dir = find_or_build(job, progress)?;
+    let dir = find_or_build(job, may_build, progress)?;
     let grid = Arc::new(Grid::open(&dir)?);
     if grid.manifest().num_vertices != n {
         return Err(GridError::invalid(
@@ -216,12 +289,13 @@ fn offload(
     }
 }
 
-/// Runs the algorithm on `streamer`, passing each iteration to `on_iteration`; returns its
-/// output, the passes' totals and the seconds spent in iterations.
+/// Runs the algorithm on `streamer` (as a rank of `dist`), passing each iteration to
+/// `on_iteration`; returns its output, the passes' totals and the seconds spent in iterations.
 fn iterate(
     job: &RunJob,
     streamer: &mut Streamer,
     progress: &dyn Progress,
+    dist: Option<&mut Dist>,
     on_iteration: &mut dyn FnMut(&Iteration) -> Result<()>,
 ) -> Result<(Output, PassStats, f64)> {
     let mut totals = PassStats::default();
@@ -239,13 +313,15 @@ fn iterate(
     let mut ctx = Ctx {
         progress,
         on_iteration: &mut record,
+        dist,
     };
     let output = job.algorithm.run(streamer, &mut ctx)?;
     Ok((output, totals, compute))
 }
 
-/// The grid a run uses: the named one, one that suits the algorithm, or a new one.
-fn find_or_build(job: &RunJob, progress: &dyn Progress) -> Result<PathBuf> {
+/// The grid a run uses: the named one, one that suits the algorithm, or (when `may_build`) a
+/// new one.
+fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Result<PathBuf> {
     let algo = &job.algorithm;
     let weighted = algo.needs_weights();
     let symmetric = algo.needs_symmetric();
@@ -272,6 +348,23 @@ fn find_or_build(job: &RunJob, progress: &dyn Progress) -> Result<PathBuf> {
             ));
         }
         return Ok(dir);
+    }
+    if !may_build {
+        // Ranks sharing a store would build the same grid at once.
+        return Err(GridError::config(
+            "grid",
+            format!(
+                "no {}{}grid for {} in {}: a distributed run does not build one; run `strata grid build {}{}{}` \
+                 on every rank's copy of the store first",
+                if symmetric { "symmetric " } else { "" },
+                if weighted { "weighted " } else { "" },
+                algo.name(),
+                job.store.display(),
+                job.store.display(),
+                if symmetric { " --symmetrize" } else { "" },
+                if weighted { " --weighted" } else { "" },
+            ),
+        ));
     }
     progress.message(&format!(
         "no {}{}grid for {} yet: building one",

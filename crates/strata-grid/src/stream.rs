@@ -100,6 +100,8 @@ pub struct Streamer {
     vertex: VertexMemory,
     /// The process's storage counters when the last pass ended (windowed vertex data only).
     io_mark: Option<[u64; 2]>,
+    /// The vertex chunks whose values this process computes (a rank's columns; all alone).
+    chunks: Range<u32>,
 }
 
 /// A fetched segment, or why it could not be.
@@ -216,6 +218,7 @@ impl Streamer {
             meter.finish()?;
         }
         Ok(Streamer {
+            chunks: 0..grid.layout().partitions,
             grid,
             segments,
             tiers,
@@ -376,10 +379,16 @@ impl Streamer {
         }
     }
 
-    /// Runs `f(chunk)` for every vertex chunk on the compute threads and returns the results in
-    /// chunk order (a vertex pass).
+    /// Makes `chunks` the vertex chunks this process computes (a rank's columns, whose
+    /// segments are the only ones it was given): [`Streamer::par_chunks`] runs over them.
+    pub fn own(&mut self, chunks: Range<u32>) {
+        self.chunks = chunks;
+    }
+
+    /// Runs `f(chunk)` for every vertex chunk this process computes (see [`Streamer::own`]) on
+    /// the compute threads and returns the results in chunk order (a vertex pass).
     pub fn par_chunks<R: Send>(&self, f: impl Fn(u32) -> R + Sync) -> Vec<R> {
-        let p = self.grid.layout().partitions as usize;
+        let (first, p) = (self.chunks.start, self.chunks.len());
         let next = AtomicUsize::new(0);
         let out: Vec<Mutex<Option<R>>> = (0..p).map(|_| Mutex::new(None)).collect();
         std::thread::scope(|s| {
@@ -389,7 +398,7 @@ impl Streamer {
                     if c >= p {
                         return;
                     }
-                    *out[c].lock().unwrap() = Some(f(c as u32));
+                    *out[c].lock().unwrap() = Some(f(first + c as u32));
                 });
             }
         });

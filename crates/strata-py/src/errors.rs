@@ -77,6 +77,7 @@ impl ToPyErr for strata_grid::GridError {
             GridError::Invalid { .. } => raise(py, "StoreFormatError", &self.to_string()),
             GridError::Config { .. } => raise(py, "ConfigError", &self.to_string()),
             GridError::Budget(m) => raise(py, "BudgetError", m),
+            GridError::Group(m) => raise(py, "GroupError", m),
             GridError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
         }
     }

@@ -3,13 +3,15 @@
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
 use pythonize::pythonize;
 use strata_farmem::config::ServeOptions;
 use strata_farmem::Server;
 use strata_grid::build::build;
 use strata_grid::config::{BuildOptions, RunOptions};
-use strata_grid::run::run as run_grid;
-use strata_grid::Grid;
+use strata_grid::dist::{Collective, Reduce};
+use strata_grid::run::{run as run_grid, run_distributed};
+use strata_grid::{Grid, GridError};
 
 use crate::callback::CallbackError;
 use crate::config::section;
@@ -36,30 +38,141 @@ fn grid_info(py: Python<'_>, dir: PathBuf) -> PyResult<Py<PyAny>> {
     Ok(pythonize(py, g.manifest())?.unbind())
 }
 
+/// The ranks of a distributed run as the grid engine sees them: calls into a Python object
+/// (`strata.grid.dist.Exchange`) that speaks torch.distributed. Its first exception is kept,
+/// and raised as itself once the run returns.
+struct PyGroup<'a> {
+    group: Py<PyAny>,
+    rank: usize,
+    world_size: usize,
+    error: &'a CallbackError,
+}
+
+impl PyGroup<'_> {
+    /// `group.method(*args(py))` with the GIL, its result extracted as `T`; an exception is
+    /// kept and becomes `GridError::Group` with its message.
+    fn call<T>(
+        &self,
+        method: &str,
+        args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
+    ) -> strata_grid::Result<T>
+    where
+        T: for<'a, 'py> FromPyObject<'a, 'py>,
+    {
+        Python::attach(|py| {
+            let outcome = args(py)
+                .and_then(|a| self.group.call_method1(py, method, a))
+                .and_then(|v| v.extract::<T>(py).map_err(Into::into));
+            outcome.map_err(|e| {
+                let message = e.to_string();
+                self.error.keep(e);
+                GridError::Group(message)
+            })
+        })
+    }
+}
+
+impl Collective for PyGroup<'_> {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    fn all_gather(&mut self, mine: &[u8]) -> strata_grid::Result<Vec<Vec<u8>>> {
+        let parts: Vec<Vec<u8>> = self.call("all_gather", |py| {
+            (PyBytes::new(py, mine),).into_pyobject(py)
+        })?;
+        if parts.len() != self.world_size {
+            return Err(GridError::Group(format!(
+                "an all-gather returned {} parts for {} ranks",
+                parts.len(),
+                self.world_size
+            )));
+        }
+        Ok(parts)
+    }
+
+    fn all_reduce(&mut self, values: &mut [f64], op: Reduce) -> strata_grid::Result<()> {
+        let name = match op {
+            Reduce::Sum => "sum",
+            Reduce::Min => "min",
+        };
+        let bytes: &[u8] = bytemuck::cast_slice(values);
+        let reduced: Vec<u8> = self.call("all_reduce", |py| {
+            (PyBytes::new(py, bytes), name).into_pyobject(py)
+        })?;
+        if reduced.len() != values.len() * 8 {
+            return Err(GridError::Group(format!(
+                "an all-reduce returned {} bytes for {} values",
+                reduced.len(),
+                values.len()
+            )));
+        }
+        for (v, b) in values.iter_mut().zip(reduced.chunks_exact(8)) {
+            *v = f64::from_le_bytes(b.try_into().expect("8 bytes"));
+        }
+        Ok(())
+    }
+
+    fn barrier(&mut self, what: &str) -> strata_grid::Result<()> {
+        self.call::<Py<PyAny>>("barrier", |py| (what,).into_pyobject(py))
+            .map(drop)
+    }
+
+    fn traffic(&self) -> (u64, u64) {
+        // A failure is kept and raised when the run returns; the figures read 0 meanwhile.
+        self.call("traffic", |py| Ok(PyTuple::empty(py)))
+            .unwrap_or((0, 0))
+    }
+}
+
 /// Runs an algorithm; `options` are the `run` section (`strata_grid::config::RunOptions`);
-/// `on_iteration(record)` sees each iteration as it ends. Returns the run summary.
+/// `on_iteration(record)` sees each iteration as it ends. Returns the run summary. With
+/// `group` (a `strata.grid.dist.Exchange`, whose `rank` and `world_size` it reads) this
+/// process is one rank of a distributed run.
 #[pyfunction]
-#[pyo3(signature = (options, progress=None, on_iteration=None))]
+#[pyo3(signature = (options, progress=None, on_iteration=None, group=None))]
 fn grid_run(
     py: Python<'_>,
     options: &Bound<'_, PyAny>,
     progress: Option<Py<PyAny>>,
     on_iteration: Option<Py<PyAny>>,
+    group: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let j = section::<RunOptions>(options)?
         .job()
         .map_err(|e| config_error(py, &e.to_string()))?;
     let callback_error = CallbackError::default();
+    let mut group = match group {
+        Some(g) => {
+            let rank: usize = g.getattr(py, "rank")?.extract(py)?;
+            let world_size: usize = g.getattr(py, "world_size")?.extract(py)?;
+            Some(PyGroup {
+                group: g,
+                rank,
+                world_size,
+                error: &callback_error,
+            })
+        }
+        None => None,
+    };
     let result = run(py, progress, |p| {
-        run_grid(&j, p, &mut |it| {
+        let mut each = |it: &strata_grid::algo::Iteration| {
             if let Some(cb) = &on_iteration {
                 callback_error.call(cb, it);
                 if callback_error.is_set() {
-                    return Err(strata_grid::GridError::Cancelled);
+                    return Err(GridError::Cancelled);
                 }
             }
             Ok(())
-        })
+        };
+        match group.as_mut() {
+            Some(g) => run_distributed(&j, g, p, &mut each),
+            None => run_grid(&j, p, &mut each),
+        }
     });
     callback_error.or(result)
 }

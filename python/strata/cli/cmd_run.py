@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import _native
 from ..config import RunConfig, from_args
+from ..embed import dist
 from .common import add_section_command, emit_summary, run_with_progress
 
 
@@ -19,7 +20,9 @@ def register(sub) -> None:
         "vertex data stays local (in windows paged within the budget when it does not fit), edge blocks go to far "
         "memory (--far HOST:PORT, up to --far-ratio of the footprint), "
         "stay resident when they fit, or stream from disk every pass. Prints the budget plan, one line per iteration "
-        "and a summary; writes the result arrays, metrics.jsonl and run.json to --out (STORE/runs/grid-ALGO).",
+        "and a summary; writes the result arrays, metrics.jsonl and run.json to --out (STORE/runs/grid-ALGO). "
+        "Under torchrun each rank streams its own columns of the grid within its own --memory and the ranks "
+        "exchange vertex values every iteration; rank 0 writes the results.",
     )
 
 
@@ -29,5 +32,6 @@ def run(args) -> int:
 
     cfg = from_args(RunConfig, args)
     summary = run_with_progress(args, lambda bar: run_grid(cfg, bar))
-    emit_summary(args, summary, format_summary(summary))
+    if not dist.follower():
+        emit_summary(args, summary, format_summary(summary))
     return 0

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import _native
+from .. import _native, torchrun
 from ..config import as_dict
 from ..config.embed import EmbedTrainConfig
 from ..errors import ConfigError
@@ -91,7 +91,7 @@ def train(
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
     group = dist.from_environment(cfg.dist_timeout, policy=cfg.dist_policy)
     if group is not None:
-        progress = _ranked(progress, group.rank)
+        progress = torchrun.ranked(progress, group.rank)
     # --fresh starts the run over once: a group torchrun restarted resumes what it committed.
     fresh = cfg.fresh and (group is None or group.restart == 0)
     try:
@@ -102,20 +102,6 @@ def train(
         if group is not None:
             group.close()
     return Run(run_dir)
-
-
-def _ranked(progress: Callable[..., bool] | None, rank: int) -> Callable[..., bool] | None:
-    """``progress`` with each message line prefixed by the rank, so interleaved output of the
-    ranks of one machine stays readable."""
-    if progress is None:
-        return None
-
-    def report(event: str, *args) -> bool:
-        if event == "message" and not args[0].startswith("rank "):
-            args = (f"rank {rank}: {args[0]}",)
-        return progress(event, *args)
-
-    return report
 
 
 def format_metrics(m: dict) -> str:

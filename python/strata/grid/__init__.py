@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import _native
+from .. import _native, torchrun
 from ..config import as_dict
 from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
 from ..errors import InputNotFoundError, StoreFormatError
@@ -27,6 +27,7 @@ from ..paths import make_dir
 from ..stopping import run_until_stopped
 from ..store import Store
 from ..units import fmt_bytes, fmt_count, fmt_duration
+from . import dist
 
 ProgressFn = Callable[..., bool]
 
@@ -204,6 +205,7 @@ def iteration_metrics(record: dict) -> dict:
         "mb_vertex_written": p["bytes_vertex_written"] / 1e6,
         "wait_seconds": p["wait_seconds"],
         "far_fallbacks": p["far_fallbacks"],
+        "mb_exchanged": record.get("bytes_exchanged", 0) / 1e6,
     }
 
 
@@ -232,6 +234,8 @@ def format_iteration(record: dict, algorithm: str | None = None) -> str:
         line += f"  vertex windows {m['mb_vertex_read']:.0f} MB in / {m['mb_vertex_written']:.0f} MB dirtied"
     if m.get("far_fallbacks"):
         line += f"  ({m['far_fallbacks']} far reads fell back to disk)"
+    if m.get("mb_exchanged"):
+        line += f"  exchanged {m['mb_exchanged']:.2f} MB"
     return line + _value_text(algorithm, m["value"])
 
 
@@ -250,26 +254,37 @@ def run(
     """Runs ``config.algorithm`` on ``config.store`` (or the keyword options of ``[run]``) and
     returns the native summary. ``on_iteration(record)`` sees each native iteration record as it
     ends (an exception it raises stops the run). Writes ``metrics.jsonl`` (a line per iteration,
-    as they end) and ``run.json`` (at the end) beside the result arrays in the run directory."""
+    as they end) and ``run.json`` (at the end) beside the result arrays in the run directory.
+
+    Under torchrun (``WORLD_SIZE`` > 1) the process is one rank of a distributed run: it streams
+    its own columns of the grid and exchanges vertex values with the other ranks; rank 0 writes
+    the results, ``metrics.jsonl`` and ``run.json`` (with every rank's figures), the others only
+    report."""
     cfg = config if config is not None else RunConfig(**options)
     _require_store(cfg.store)
     out = Path(cfg.out) if cfg.out is not None else default_out_dir(cfg.store, cfg.algorithm)
     history: list[dict] = []
     moved = [0]  # bytes from disk and far memory so far
+    exchange = dist.join(cfg.dist_timeout)
+    writes = exchange is None or exchange.rank == 0
+    if exchange is not None:
+        progress = torchrun.ranked(progress, exchange.rank)
 
     def each(record: dict) -> None:
         m = iteration_metrics(record)
         if not history:
-            # The directory is touched only once the run is under way: a run that fails its
-            # checks leaves an earlier run there as it was.
-            make_dir(out, "--out")
-            (out / "run.json").unlink(missing_ok=True)
-            (out / "metrics.jsonl").write_text("")
+            if writes:
+                # The directory is touched only once the run is under way: a run that fails its
+                # checks leaves an earlier run there as it was.
+                make_dir(out, "--out")
+                (out / "run.json").unlink(missing_ok=True)
+                (out / "metrics.jsonl").write_text("")
             if progress:
                 progress("stage", f"{cfg.algorithm}: iterations", 0, 0)
         history.append(m)
-        with open(out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(m) + "\n")
+        if writes:
+            with open(out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(m) + "\n")
         if progress:
             moved[0] += record["pass"]["bytes_disk"] + record["pass"]["bytes_far"]
             progress("update", 0, moved[0])
@@ -277,7 +292,13 @@ def run(
         if on_iteration is not None:
             on_iteration(record)
 
-    summary = _native.grid_run({**as_dict(cfg), "out": str(out)}, progress, each)
+    try:
+        summary = _native.grid_run({**as_dict(cfg), "out": str(out)}, progress, each, exchange)
+    finally:
+        if exchange is not None:
+            exchange.close()
+    if not writes:
+        return summary
     if not history:  # no iteration ran (an empty graph): the directory still gets its files
         make_dir(out, "--out")
         (out / "metrics.jsonl").write_text("")
@@ -285,6 +306,7 @@ def run(
         "format": RUN_FORMAT,
         "format_version": RUN_FORMAT_VERSION,
         "config": as_dict(cfg),
+        "world_size": 1 if exchange is None else exchange.world_size,
         "summary": summary,
         "history": history,
     }
@@ -327,6 +349,15 @@ def format_summary(summary: dict) -> str:
             f"  far memory was lost during the run ({s['far_failure']}); the rest came from disk, "
             "results are unaffected"
         )
+    if s.get("dist"):
+        lines.append(f"  distributed over {s['dist']['world_size']} ranks:")
+        for r in s["dist"]["ranks"]:
+            lines.append(
+                f"    rank {r['rank']}: columns {r['columns'][0]}..{r['columns'][1]}, {r['edges']:,} edges, "
+                f"{fmt_bytes(r['bytes_disk'])} from disk, {fmt_bytes(r['bytes_far'])} far, "
+                f"{fmt_bytes(r['bytes_sent'])} sent / {fmt_bytes(r['bytes_received'])} received, "
+                f"{fmt_duration(r['compute_seconds'])} computing"
+            )
     if s.get("result"):
         lines.append("  result: " + ", ".join(f"{k} {_show(v)}" for k, v in s["result"].items()))
     if s.get("arrays"):

@@ -90,9 +90,12 @@ impl Algorithm for Bfs {
             depth: AtomicU64::new(1),
             base: &base,
         };
-        let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, |it| {
+        // Only the frontier travels between ranks; each rank's levels and parents are
+        // gathered once at the end.
+        let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, &[], |it| {
             kernel.depth.store(it as u64 + 1, Relaxed)
         })?;
+        ctx.gather(&[&level, &parent])?;
         let (reached, depth) = (0..n)
             .map(|v| level.get(v))
             .filter(|&l| l != NONE)

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     chunk_bases, full_pass, Algorithm, Ctx, Iteration, IterationValue, Output, Values, NONE,
 };
+use crate::dist::{Reduce, Shared};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
@@ -73,6 +74,25 @@ impl EdgeKernel for Peel<'_> {
     }
 }
 
+/// Vertices another rank peeled at level `k`: only their ids travel, and taking one sets its
+/// core number.
+struct PeeledAt<'a> {
+    core: &'a U64Array,
+    k: u64,
+}
+
+impl Shared for PeeledAt<'_> {
+    fn width(&self) -> usize {
+        0
+    }
+
+    fn put(&self, _: usize, _: &mut Vec<u8>) {}
+
+    fn take(&self, v: usize, _: &[u8]) {
+        self.core.set(v, self.k);
+    }
+}
+
 impl Algorithm for KCore {
     const NAME: &'static str = "kcore";
     const ABOUT: &'static str = "core numbers by k-core decomposition, on a symmetric grid";
@@ -113,7 +133,7 @@ impl Algorithm for KCore {
         loop {
             let t0 = Instant::now();
             let removed = Bitmap::new(n);
-            let peeled: u64 = s
+            let local: u64 = s
                 .par_chunks(|c| {
                     let mut m = 0;
                     for v in base[c as usize] as usize..base[c as usize + 1] as usize {
@@ -127,8 +147,9 @@ impl Algorithm for KCore {
                 })
                 .into_iter()
                 .sum();
+            let peeled = ctx.exchange(Some(&removed), &[&PeeledAt { core: &core, k }], local)?;
             if peeled == 0 {
-                let next = s
+                let local = s
                     .par_chunks(|c| {
                         (base[c as usize] as usize..base[c as usize + 1] as usize)
                             .filter(|&v| core.get(v) == NONE)
@@ -139,6 +160,14 @@ impl Algorithm for KCore {
                     .into_iter()
                     .min()
                     .unwrap_or(NONE);
+                // Degrees are far below 2^53, so f64 carries them exactly; NONE stays the largest.
+                let mut next = [local as f64];
+                ctx.reduce(&mut next, Reduce::Min)?;
+                let next = if next[0] >= NONE as f64 {
+                    NONE
+                } else {
+                    next[0] as u64
+                };
                 if next == NONE {
                     break;
                 }
@@ -155,13 +184,8 @@ impl Algorithm for KCore {
                 Some(&removed),
                 ctx.progress,
             )?;
-            (ctx.on_iteration)(&Iteration {
-                iteration: it,
-                pass,
-                active: peeled,
-                value: k as f64,
-                seconds: t0.elapsed().as_secs_f64(),
-            })?;
+            let seconds = t0.elapsed().as_secs_f64();
+            ctx.report(Iteration::new(it, pass, peeled, k as f64, seconds))?;
             it += 1;
         }
         let mut summary = serde_json::Map::new();

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use strata_io::progress::Progress;
 
+use crate::dist::{Dist, Reduce, Shared};
 use crate::error::{GridError, Result};
 use crate::stream::{PassStats, Streamer};
 use crate::vertex::{F32Array, F64Array, U64Array};
@@ -207,12 +208,86 @@ pub struct Iteration {
     pub value: f64,
     /// Seconds of the iteration, edge and vertex pass together.
     pub seconds: f64,
+    /// In a distributed run, bytes this rank sent and received in the iteration's collectives
+    /// (set by [`Ctx::report`]).
+    pub bytes_exchanged: u64,
 }
 
-/// What an algorithm talks to while it runs.
-pub struct Ctx<'a> {
+impl Iteration {
+    /// Iteration `iteration` of `pass` over `active` vertices, with its `value`, ended
+    /// `seconds` after it started.
+    pub fn new(iteration: usize, pass: PassStats, active: u64, value: f64, seconds: f64) -> Self {
+        Iteration {
+            iteration,
+            pass,
+            active,
+            value,
+            seconds,
+            bytes_exchanged: 0,
+        }
+    }
+}
+
+/// What an algorithm talks to while it runs. Alone, the collective methods are the identity;
+/// in a distributed run (`dist`) they reach the other ranks, and every rank must call them in
+/// the same order.
+pub struct Ctx<'a, 'g> {
     pub progress: &'a dyn Progress,
     pub on_iteration: &'a mut dyn FnMut(&Iteration) -> Result<()>,
+    /// This rank of a distributed run; `None` alone.
+    pub dist: Option<&'a mut Dist<'g>>,
+}
+
+impl Ctx<'_, '_> {
+    /// Reports `it` as ended, with the bytes exchanged since the last report.
+    pub fn report(&mut self, mut it: Iteration) -> Result<()> {
+        it.bytes_exchanged = self.dist.as_mut().map_or(0, |d| d.take_traffic());
+        (self.on_iteration)(&it)
+    }
+
+    /// The vertices whose values this process computes: those of its columns (all of them
+    /// alone).
+    pub fn owned(&self, num_vertices: usize) -> std::ops::Range<usize> {
+        match &self.dist {
+            Some(d) => {
+                let r = d.owned();
+                r.start as usize..r.end as usize
+            }
+            None => 0..num_vertices,
+        }
+    }
+
+    /// Combines `values` over the ranks in place with `op`.
+    pub fn reduce(&mut self, values: &mut [f64], op: Reduce) -> Result<()> {
+        match &mut self.dist {
+            Some(d) => d.all_reduce(values, op),
+            None => Ok(()),
+        }
+    }
+
+    /// Shares the owned vertices `changed` marks (every owned vertex when `None`) with their
+    /// `values`, and takes the other ranks' (see [`Dist::exchange`]); returns `count` summed
+    /// over the ranks.
+    pub fn exchange(
+        &mut self,
+        changed: Option<&crate::vertex::Bitmap>,
+        values: &[&dyn Shared],
+        count: u64,
+    ) -> Result<u64> {
+        match &mut self.dist {
+            Some(d) => d.exchange(changed, values, count),
+            None => Ok(count),
+        }
+    }
+
+    /// Gives every rank the other ranks' owned values of `values` (result arrays that the
+    /// iterations did not exchange).
+    pub fn gather(&mut self, values: &[&dyn Shared]) -> Result<()> {
+        match &mut self.dist {
+            Some(d) => d.gather(values),
+            None => Ok(()),
+        }
+    }
 }
 
 /// A result array, one value per vertex, written out as it is (in the heap or windowed).
@@ -234,7 +309,8 @@ pub struct Output {
 
 /// Runs frontier iterations until no vertex is activated: each pass streams the blocks of
 /// `frontier`'s chunks with `kernel`, which marks activated vertices in `next` and returns how
-/// many; `next` then becomes the frontier. `on_start(iteration)` runs before each pass.
+/// many; the ranks of a distributed run then exchange the activated vertices with their
+/// `values`, and `next` becomes the frontier. `on_start(iteration)` runs before each pass.
 /// Returns the iterations run.
 pub(crate) fn frontier_loop(
     s: &mut Streamer,
@@ -242,6 +318,7 @@ pub(crate) fn frontier_loop(
     frontier: &crate::vertex::Bitmap,
     next: &crate::vertex::Bitmap,
     kernel: &dyn crate::stream::EdgeKernel,
+    values: &[&dyn Shared],
     mut on_start: impl FnMut(usize),
 ) -> Result<usize> {
     let mut it = 0;
@@ -253,15 +330,10 @@ pub(crate) fn frontier_loop(
         let t0 = std::time::Instant::now();
         on_start(it);
         let pass = s.stream_edges(kernel, Some(frontier), ctx.progress)?;
-        let activated = pass.total;
+        let activated = ctx.exchange(Some(next), values, pass.total)?;
         frontier.take_from(next);
-        (ctx.on_iteration)(&Iteration {
-            iteration: it,
-            pass,
-            active,
-            value: activated as f64,
-            seconds: t0.elapsed().as_secs_f64(),
-        })?;
+        let seconds = t0.elapsed().as_secs_f64();
+        ctx.report(Iteration::new(it, pass, active, activated as f64, seconds))?;
         it += 1;
     }
 }
@@ -276,13 +348,13 @@ pub(crate) fn full_pass(
     let t0 = std::time::Instant::now();
     let pass = s.stream_edges(kernel, None, ctx.progress)?;
     let active = s.grid().layout().num_vertices;
-    (ctx.on_iteration)(&Iteration {
+    ctx.report(Iteration::new(
         iteration,
         pass,
         active,
-        value: 0.0,
-        seconds: t0.elapsed().as_secs_f64(),
-    })
+        0.0,
+        t0.elapsed().as_secs_f64(),
+    ))
 }
 
 /// `root` is a vertex of a graph of `n` vertices, or an error naming option `root`.

@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Algorithm, Ctx, Iteration, IterationValue, Output, Values};
+use crate::dist::{Reduce, Shared};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::F32Array;
@@ -61,6 +62,31 @@ impl EdgeKernel for Gather<'_> {
             }
         }
         0
+    }
+}
+
+/// The ranks a distributed run exchanges: taking one also sets the vertex's contribution.
+struct Ranks<'a> {
+    rank: &'a F32Array,
+    contrib: &'a F32Array,
+    inv_deg: &'a F32Array,
+}
+
+impl Shared for Ranks<'_> {
+    fn width(&self) -> usize {
+        4
+    }
+
+    fn put(&self, v: usize, out: &mut Vec<u8>) {
+        self.rank.put(v, out);
+    }
+
+    fn take(&self, v: usize, bytes: &[u8]) {
+        self.rank.take(v, bytes);
+        let inv = self.inv_deg.get(v);
+        if inv != 0.0 {
+            self.contrib.set(v, self.rank.get(v) * inv);
+        }
     }
 }
 
@@ -148,16 +174,21 @@ impl Algorithm for PageRank {
                 }
                 (delta, dangling)
             });
-            delta = parts.iter().map(|p| p.0).sum();
-            dangling = parts.iter().map(|p| p.1).sum();
+            let mut sums = [
+                parts.iter().map(|p| p.0).sum(),
+                parts.iter().map(|p| p.1).sum(),
+            ];
+            ctx.reduce(&mut sums, Reduce::Sum)?;
+            [delta, dangling] = sums;
+            let shared = Ranks {
+                rank: &rank,
+                contrib: &contrib,
+                inv_deg: &inv_deg,
+            };
+            ctx.exchange(None, &[&shared], 0)?;
             done = it + 1;
-            (ctx.on_iteration)(&Iteration {
-                iteration: it,
-                pass,
-                active: n as u64,
-                value: delta,
-                seconds: t0.elapsed().as_secs_f64(),
-            })?;
+            let seconds = t0.elapsed().as_secs_f64();
+            ctx.report(Iteration::new(it, pass, n as u64, delta, seconds))?;
             if self.tolerance > 0.0 && delta < n as f64 * self.tolerance {
                 converged = true;
                 break;

@@ -91,6 +91,7 @@ impl Algorithm for Spmv {
             weighted: self.weighted,
         };
         full_pass(s, ctx, &kernel, 0)?;
+        ctx.gather(&[&y])?;
         Ok(Output {
             arrays: vec![("y".into(), Values::F64(y))],
             summary: serde_json::Map::new(),

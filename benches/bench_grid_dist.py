@@ -1,0 +1,125 @@
+"""Question: what does splitting a PageRank run over two ranks (torchrun, gloo on loopback) cost
+and save against one process, in memory and out of core under a per-rank memlimit: seconds,
+bytes exchanged per iteration, and edge bytes each rank reads from disk?
+
+    python benches/bench_grid_dist.py [--scale 22] [--repeats 3] [--iterations 20]
+
+Graph: the R-MAT store and `col` grid of bench_grid.py (its `prepare`). Both sides use the same
+cores: 1 rank of 2 compute threads against 2 ranks of 1 thread each, alternating per repeat.
+In memory: --memory 16G, edge blocks resident. Out of core: each rank under `memlimit` of its
+--memory (80 MiB, R2's budget at scale 22) plus 512 MiB for the interpreter and torch, edge
+blocks streamed from disk every pass (--no-keep-resident). The machine's 1-minute load
+average is recorded before and after each run: other engineers' builds share it.
+
+Results go to bench-results/grid-dist.json and the grid-dist section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_grid import prepare
+from common import MEMLIMIT, machine, memlimit_available, save, update_doc
+
+#: Bytes the interpreter, numpy and torch take in each rank besides the run's --memory.
+OVERHEAD = 512 << 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def one(store: Path, ranks: int, memory: int, resident: bool, limit: bool, iterations: int) -> dict:
+    """One run of PageRank with `ranks` ranks; rank 0's run.json with the wall time and load."""
+    out = Path(tempfile.mkdtemp(prefix="griddist-"))
+    keep = "--keep-resident" if resident else "--no-keep-resident"
+    run = ["-m", "strata", "run", "pagerank", str(store), "--grid", "col", "--memory", str(memory),
+           "--threads", str(2 // ranks), "--iterations", str(iterations), keep, "--out", str(out), "-q"]  # fmt: skip
+    wrap = [str(MEMLIMIT), f"{(memory + OVERHEAD) >> 20}M"] if limit else []
+    if ranks == 1:
+        cmd = [*wrap, sys.executable, *run]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--rdzv-backend",
+               "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0", "--no-python",
+               *wrap, sys.executable, *run]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    load0 = os.getloadavg()[0]
+    t = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.monotonic() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
+    record = json.loads((out / "run.json").read_text())
+    peaks = re.findall(r"memlimit: peak (\S+) of limit", proc.stderr)
+    s = record["summary"]
+    exchanged = [h["mb_exchanged"] for h in record["history"]]
+    ranks_fig = (s.get("dist") or {"ranks": [{"rank": 0, "bytes_disk": s["bytes_disk"], "edges": s["edges"],
+                                               "compute_seconds": s["compute_seconds"]}]})["ranks"]  # fmt: skip
+    return {
+        "seconds": s["compute_seconds"],
+        "wall_seconds": wall,
+        "iterations": s["iterations"],
+        "mb_exchanged_per_iteration": statistics.median(exchanged) if exchanged else 0.0,
+        "gb_disk_per_rank": [r["bytes_disk"] / 1e9 for r in ranks_fig],
+        "edges_per_rank": [r["edges"] for r in ranks_fig],
+        "rank_seconds": [r["compute_seconds"] for r in ranks_fig],
+        "peaks": peaks,
+        "load_before": load0,
+        "load_after": os.getloadavg()[0],
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--scale", type=int, default=22)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=20)
+    a = p.parse_args()
+    store, _ = prepare(a.scale)
+    cases = [("in memory", 16 << 30, True, False)]
+    if memlimit_available():
+        cases.append(("memlimit", 80 << 20, False, True))
+    res: dict = {}
+    for name, memory, resident, limit in cases:
+        for _ in range(a.repeats):
+            for ranks in (1, 2):
+                r = one(store, ranks, memory, resident, limit, a.iterations)
+                res.setdefault(f"{name}/{ranks}", []).append(r)
+                print(f"{name} ranks {ranks}: {r['seconds']:.2f} s, {r['mb_exchanged_per_iteration']:.1f} MB "
+                      f"exchanged/iteration, load {r['load_before']:.1f}", flush=True)  # fmt: skip
+    summary = {}
+    for key, runs in res.items():
+        runs = sorted(runs, key=lambda r: r["seconds"])
+        summary[key] = runs[len(runs) // 2] | {"all_seconds": [r["seconds"] for r in runs]}
+    env = {"machine": machine(), "command": " ".join(["python benches/bench_grid_dist.py", *sys.argv[1:]])}
+    save("grid-dist", {"env": env, "scale": a.scale, "results": summary})
+    rows = [
+        "| case | ranks | seconds (median) | vs 1 rank | MB exchanged / iteration | GB from disk per rank | load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, *_ in cases:
+        base = summary[f"{name}/1"]["seconds"]
+        for ranks in (1, 2):
+            r = summary[f"{name}/{ranks}"]
+            rows.append(
+                f"| {a.scale}/pagerank {name} | {ranks} | {r['seconds']:.2f} | {r['seconds'] / base:.2f}x | "
+                f"{r['mb_exchanged_per_iteration']:.1f} | {' / '.join(f'{g:.2f}' for g in r['gb_disk_per_rank'])} | "
+                f"{r['load_before']:.1f}-{r['load_after']:.1f} |"
+            )
+    update_doc("grid-dist", f"### D1: PageRank over 2 ranks (`{env['command']}`)\n\n" + "\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

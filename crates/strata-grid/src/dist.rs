@@ -1,0 +1,664 @@
+//! Distributed runs (`torchrun ... -m strata run ALGO STORE`): each rank owns a contiguous
+//! range of destination chunks (grid columns, balanced by edges) and streams only their
+//! blocks; every rank keeps all vertex values, and after each pass the ranks exchange the
+//! values their columns changed (docs/distributed.md, "Analytics").
+//!
+//! The engine talks to the other ranks through a [`Collective`], which the Python binding
+//! implements over torch.distributed. An exchange sends, per rank, whichever of three forms is
+//! smallest: the changed vertices as (offset, value) pairs, a bitmap of the owned range with
+//! the changed values, or every owned value.
+
+use std::ops::Range;
+
+use serde::Serialize;
+
+use crate::error::{GridError, Result};
+use crate::grid::Grid;
+use crate::layout::Order;
+use crate::vertex::{Bitmap, F32Array, F64Array, U64Array};
+
+/// How [`Collective::all_reduce`] combines the ranks' values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduce {
+    Sum,
+    Min,
+}
+
+/// What a distributed run needs from the group of ranks. Every call is collective: each rank
+/// makes the same calls in the same order. Errors are [`GridError::Group`].
+pub trait Collective {
+    fn rank(&self) -> usize;
+    fn world_size(&self) -> usize;
+    /// Every rank's `mine`, in rank order (lengths may differ between ranks).
+    fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// Combines `values` element-wise over the ranks, in place (same length on every rank).
+    fn all_reduce(&mut self, values: &mut [f64], op: Reduce) -> Result<()>;
+    /// Waits for every rank at the point named `what`.
+    fn barrier(&mut self, what: &str) -> Result<()>;
+    /// Bytes sent to and received from the other ranks so far, as they went on the wire.
+    fn traffic(&self) -> (u64, u64);
+}
+
+/// The destination chunks of each of `world_size` ranks: contiguous ranges of columns in
+/// order, cut where the running edge count passes each rank's equal share (a rank may get
+/// none when there are fewer columns than ranks). Needs a column-order grid, whose column j
+/// holds every edge into chunk j.
+pub fn split_columns(grid: &Grid, world_size: usize) -> Result<Vec<Range<u32>>> {
+    let layout = *grid.layout();
+    if layout.order != Order::Column {
+        return Err(GridError::config(
+            "grid",
+            format!(
+                "{} is in row order; distributed runs split the grid by destination chunk and need a \
+                 column-order grid (strata grid build --order column)",
+                grid.dir().display()
+            ),
+        ));
+    }
+    let p = layout.partitions;
+    let column_edges = |j: u32| {
+        let (first, last) = (layout.position(0, j), layout.position(p - 1, j));
+        grid.block_edges(last).end - grid.block_edges(first).start
+    };
+    let total: u64 = (0..p).map(column_edges).sum();
+    let mut cuts = vec![0u32];
+    let mut seen = 0u64;
+    let mut j = 0u32;
+    for r in 1..world_size as u64 {
+        // Rank r starts at the first column whose edges end beyond r shares (rounded).
+        let share = (total as u128 * r as u128 / world_size as u128) as u64;
+        while j < p && seen + column_edges(j) <= share {
+            seen += column_edges(j);
+            j += 1;
+        }
+        cuts.push(j);
+    }
+    cuts.push(p);
+    Ok(cuts.windows(2).map(|w| w[0]..w[1]).collect())
+}
+
+/// Vertex arrays whose values travel in an exchange: `width` bytes a vertex.
+pub trait Shared: Sync {
+    fn width(&self) -> usize;
+    /// Appends vertex `v`'s value.
+    fn put(&self, v: usize, out: &mut Vec<u8>);
+    /// Sets vertex `v`'s value from `bytes` (`width` of them).
+    fn take(&self, v: usize, bytes: &[u8]);
+}
+
+macro_rules! shared_array {
+    ($array:ty, $value:ty) => {
+        impl Shared for $array {
+            fn width(&self) -> usize {
+                std::mem::size_of::<$value>()
+            }
+            fn put(&self, v: usize, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.get(v).to_le_bytes());
+            }
+            fn take(&self, v: usize, bytes: &[u8]) {
+                self.set(
+                    v,
+                    <$value>::from_le_bytes(bytes.try_into().expect("width bytes")),
+                );
+            }
+        }
+    };
+}
+shared_array!(F32Array, f32);
+shared_array!(F64Array, f64);
+shared_array!(U64Array, u64);
+
+/// The forms of a rank's part of an exchange (its first byte after the header).
+const SPARSE: u8 = 0;
+const BITMAP: u8 = 1;
+const FULL: u8 = 2;
+/// Vertices per round when result arrays are gathered at the end (bounds the buffers).
+const GATHER_BATCH: u64 = 1 << 20;
+
+/// This rank of a distributed run: the group, what every rank owns, and the traffic counters.
+pub struct Dist<'a> {
+    group: &'a mut dyn Collective,
+    /// Every rank's destination chunks.
+    pub columns: Vec<Range<u32>>,
+    /// Every rank's vertices (those of its chunks).
+    pub vertices: Vec<Range<u64>>,
+    /// Traffic when the last iteration was reported: (sent, received).
+    mark: (u64, u64),
+}
+
+/// A rank's figures, gathered at the end of a distributed run.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct RankFigures {
+    pub rank: usize,
+    /// Its destination chunks and vertices, as [start, end).
+    pub columns: [u32; 2],
+    pub vertices: [u64; 2],
+    pub edges: u64,
+    pub bytes_disk: u64,
+    pub bytes_far: u64,
+    pub bytes_local: u64,
+    /// Bytes sent to and received from the other ranks.
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub compute_seconds: f64,
+}
+
+/// What a distributed run adds to the run summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct DistSummary {
+    pub world_size: usize,
+    pub rank: usize,
+    /// Every rank's figures, in rank order.
+    pub ranks: Vec<RankFigures>,
+}
+
+impl<'a> Dist<'a> {
+    /// This rank of `group` on `grid`, with the columns split by [`split_columns`].
+    pub fn new(group: &'a mut dyn Collective, grid: &Grid) -> Result<Dist<'a>> {
+        let columns = split_columns(grid, group.world_size())?;
+        let layout = *grid.layout();
+        let vertices = columns
+            .iter()
+            .map(|c| layout.base(c.start)..layout.base(c.end))
+            .collect();
+        let mark = group.traffic();
+        Ok(Dist {
+            group,
+            columns,
+            vertices,
+            mark,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.group.rank()
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.group.world_size()
+    }
+
+    /// This rank's vertices.
+    pub fn owned(&self) -> Range<u64> {
+        self.vertices[self.rank()].clone()
+    }
+
+    /// Bytes sent plus received since the last call.
+    pub fn take_traffic(&mut self) -> u64 {
+        let now = self.group.traffic();
+        let delta = (now.0 - self.mark.0) + (now.1 - self.mark.1);
+        self.mark = now;
+        delta
+    }
+
+    pub fn traffic(&self) -> (u64, u64) {
+        self.group.traffic()
+    }
+
+    pub fn all_reduce(&mut self, values: &mut [f64], op: Reduce) -> Result<()> {
+        self.group.all_reduce(values, op)
+    }
+
+    pub fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.group.all_gather(mine)
+    }
+
+    pub fn barrier(&mut self, what: &str) -> Result<()> {
+        self.group.barrier(what)
+    }
+
+    /// Sends the owned vertices `changed` marks (all owned vertices when `None`) with their
+    /// `values`, and applies the other ranks': their values are taken and, with a bitmap,
+    /// their vertices marked in `changed`. `count` is this rank's figure for the iteration;
+    /// returns the sum over the ranks.
+    pub fn exchange(
+        &mut self,
+        changed: Option<&Bitmap>,
+        values: &[&dyn Shared],
+        count: u64,
+    ) -> Result<u64> {
+        let mine = encode(self.owned(), changed, values, count);
+        let parts = self.group.all_gather(&mine)?;
+        let rank = self.rank();
+        let mut total = 0;
+        for (q, part) in parts.iter().enumerate() {
+            if q == rank {
+                total += count;
+                continue;
+            }
+            let range = self.vertices[q].clone();
+            total += decode(part, range, values, |v| {
+                if let Some(b) = changed {
+                    b.set(v);
+                }
+                true
+            })
+            .map_err(|msg| GridError::Group(format!("rank {q}'s exchange: {msg}")))?;
+        }
+        Ok(total)
+    }
+
+    /// Copies every rank's owned values of `values` to every rank, in rounds of at most
+    /// [`GATHER_BATCH`] vertices a rank (the results of algorithms whose iterations exchange
+    /// less than the values).
+    pub fn gather(&mut self, values: &[&dyn Shared]) -> Result<()> {
+        let rounds = self
+            .vertices
+            .iter()
+            .map(|r| (r.end - r.start).div_ceil(GATHER_BATCH))
+            .max()
+            .unwrap_or(0);
+        let owned = self.owned();
+        for k in 0..rounds {
+            let start = (owned.start + k * GATHER_BATCH).min(owned.end);
+            let end = (start + GATHER_BATCH).min(owned.end);
+            let mut mine = Vec::with_capacity(
+                1 + 8 + (end - start) as usize * values.iter().map(|a| a.width()).sum::<usize>(),
+            );
+            mine.extend_from_slice(&0u64.to_le_bytes());
+            mine.push(FULL);
+            put_range(start..end, values, &mut mine);
+            let parts = self.group.all_gather(&mine)?;
+            for (q, part) in parts.iter().enumerate() {
+                if q == self.rank() {
+                    continue;
+                }
+                let r = &self.vertices[q];
+                let s = (r.start + k * GATHER_BATCH).min(r.end);
+                decode(part, s..(s + GATHER_BATCH).min(r.end), values, |_| true).map_err(
+                    |msg| GridError::Group(format!("rank {q}'s results, round {k}: {msg}")),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every rank's `mine`, gathered at the end of the run.
+    pub fn summary(&mut self, mine: RankFigures) -> Result<DistSummary> {
+        let text = serde_json::to_vec(&mine).expect("figures serialize");
+        let parts = self.group.all_gather(&text)?;
+        let ranks = parts
+            .iter()
+            .enumerate()
+            .map(|(q, p)| {
+                serde_json::from_slice(p)
+                    .map_err(|e| GridError::Group(format!("rank {q}'s figures: {e}")))
+            })
+            .collect::<Result<Vec<RankFigures>>>()?;
+        Ok(DistSummary {
+            world_size: self.world_size(),
+            rank: self.rank(),
+            ranks,
+        })
+    }
+}
+
+/// Appends the values of every vertex of `range`.
+fn put_range(range: Range<u64>, values: &[&dyn Shared], out: &mut Vec<u8>) {
+    for v in range {
+        for a in values {
+            a.put(v as usize, out);
+        }
+    }
+}
+
+/// A rank's part of an exchange: `count`, then the smallest form of the vertices of `owned`
+/// that `changed` marks (all of them when `None`) with their values.
+fn encode(
+    owned: Range<u64>,
+    changed: Option<&Bitmap>,
+    values: &[&dyn Shared],
+    count: u64,
+) -> Vec<u8> {
+    let width: usize = values.iter().map(|a| a.width()).sum();
+    let len = (owned.end - owned.start) as usize;
+    let marked = |v: u64| changed.is_none_or(|b| b.get(v as usize));
+    let n = match changed {
+        None => len,
+        Some(b) => b.count_range(owned.start as usize, owned.end as usize) as usize,
+    };
+    // Offsets are u32: a range longer than that sends a bitmap instead.
+    let sparse = match len <= u32::MAX as usize {
+        true => 8 + n * (4 + width),
+        false => usize::MAX,
+    };
+    let bitmap = len.div_ceil(8) + n * width;
+    let full = if n == len { len * width } else { usize::MAX };
+    let mut out = Vec::with_capacity(9 + sparse.min(bitmap).min(full));
+    out.extend_from_slice(&count.to_le_bytes());
+    if full <= sparse.min(bitmap) {
+        out.push(FULL);
+        put_range(owned, values, &mut out);
+    } else if sparse <= bitmap {
+        out.push(SPARSE);
+        out.extend_from_slice(&(n as u64).to_le_bytes());
+        for v in owned.clone().filter(|&v| marked(v)) {
+            out.extend_from_slice(&((v - owned.start) as u32).to_le_bytes());
+            for a in values {
+                a.put(v as usize, &mut out);
+            }
+        }
+    } else {
+        out.push(BITMAP);
+        let bits = out.len();
+        out.resize(bits + len.div_ceil(8), 0);
+        for v in owned.clone().filter(|&v| marked(v)) {
+            let k = (v - owned.start) as usize;
+            out[bits + k / 8] |= 1 << (k % 8);
+        }
+        for v in owned.filter(|&v| marked(v)) {
+            for a in values {
+                a.put(v as usize, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Applies another rank's part of an exchange for the vertices `range` it owns: for each
+/// vertex it names, `mark(v)` is called and says whether to take the values. Returns the
+/// rank's count, or what is wrong with the bytes.
+fn decode(
+    part: &[u8],
+    range: Range<u64>,
+    values: &[&dyn Shared],
+    mut mark: impl FnMut(usize) -> bool,
+) -> std::result::Result<u64, String> {
+    let width: usize = values.iter().map(|a| a.width()).sum();
+    let len = (range.end - range.start) as usize;
+    let short = || format!("{} bytes are too few", part.len());
+    if part.len() < 9 {
+        return Err(short());
+    }
+    let count = u64::from_le_bytes(part[..8].try_into().expect("8 bytes"));
+    let body = &part[9..];
+    let mut take = |v: usize, mut bytes: &[u8]| {
+        if mark(v) {
+            for a in values {
+                let (now, rest) = bytes.split_at(a.width());
+                a.take(v, now);
+                bytes = rest;
+            }
+        }
+    };
+    match part[8] {
+        FULL => {
+            if body.len() != len * width {
+                return Err(short());
+            }
+            for k in 0..len {
+                take(range.start as usize + k, &body[k * width..(k + 1) * width]);
+            }
+        }
+        SPARSE => {
+            let n = body
+                .get(..8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+                .ok_or_else(short)?;
+            let pairs = &body[8..];
+            if pairs.len() != n * (4 + width) {
+                return Err(short());
+            }
+            for pair in pairs.chunks_exact(4 + width) {
+                let k = u32::from_le_bytes(pair[..4].try_into().expect("4 bytes")) as usize;
+                if k >= len {
+                    return Err(format!("vertex offset {k} is outside its {len} vertices"));
+                }
+                take(range.start as usize + k, &pair[4..]);
+            }
+        }
+        BITMAP => {
+            let bits = body.get(..len.div_ceil(8)).ok_or_else(short)?;
+            let set: Vec<usize> = (0..len)
+                .filter(|&k| bits[k / 8] & (1 << (k % 8)) != 0)
+                .collect();
+            let vals = &body[bits.len()..];
+            if vals.len() != set.len() * width {
+                return Err(short());
+            }
+            for (i, k) in set.into_iter().enumerate() {
+                take(range.start as usize + k, &vals[i * width..(i + 1) * width]);
+            }
+        }
+        form => return Err(format!("unknown form {form}")),
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier, Mutex};
+
+    use super::*;
+    use crate::algo::registry::ALGORITHMS;
+    use crate::build::{build, BuildJob};
+    use crate::config::RunOptions;
+    use crate::fixtures::store;
+    use crate::layout::WeightSpec;
+    use strata_io::progress::NoProgress;
+    use strata_store::config::check;
+
+    /// Ranks of one process, each on its own thread, meeting at a barrier.
+    struct Threads {
+        rank: usize,
+        slots: Arc<Mutex<Vec<Vec<u8>>>>,
+        barrier: Arc<Barrier>,
+        sent: u64,
+        received: u64,
+    }
+
+    fn threads(world_size: usize) -> Vec<Threads> {
+        let slots = Arc::new(Mutex::new(vec![Vec::new(); world_size]));
+        let barrier = Arc::new(Barrier::new(world_size));
+        (0..world_size)
+            .map(|rank| Threads {
+                rank,
+                slots: slots.clone(),
+                barrier: barrier.clone(),
+                sent: 0,
+                received: 0,
+            })
+            .collect()
+    }
+
+    impl Collective for Threads {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn world_size(&self) -> usize {
+            self.slots.lock().unwrap().len()
+        }
+        fn all_gather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+            self.slots.lock().unwrap()[self.rank] = mine.to_vec();
+            self.barrier.wait();
+            let all = self.slots.lock().unwrap().clone();
+            // Nobody writes the next round before everyone has read this one.
+            self.barrier.wait();
+            self.sent += mine.len() as u64;
+            self.received += all.iter().map(|p| p.len() as u64).sum::<u64>() - mine.len() as u64;
+            Ok(all)
+        }
+        fn all_reduce(&mut self, values: &mut [f64], op: Reduce) -> Result<()> {
+            let mine: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            for part in self.all_gather(&mine)? {
+                for (v, b) in values.iter_mut().zip(part.chunks_exact(8)) {
+                    let x = f64::from_le_bytes(b.try_into().unwrap());
+                    *v = match op {
+                        Reduce::Sum => *v + x,
+                        Reduce::Min => v.min(x),
+                    };
+                }
+            }
+            // The loop added this rank's own values once more.
+            if op == Reduce::Sum {
+                for (v, b) in values.iter_mut().zip(mine.chunks_exact(8)) {
+                    *v -= f64::from_le_bytes(b.try_into().unwrap());
+                }
+            }
+            Ok(())
+        }
+        fn barrier(&mut self, _: &str) -> Result<()> {
+            self.barrier.wait();
+            Ok(())
+        }
+        fn traffic(&self) -> (u64, u64) {
+            (self.sent, self.received)
+        }
+    }
+
+    #[test]
+    fn every_form_of_an_exchange_carries_the_changed_values() {
+        let mem = crate::vertex::VertexMemory::Heap;
+        let values = U64Array::from_fn(&mem, 1000, |v| v as u64 * 3).unwrap();
+        let owned = 200..600u64;
+        for marked in [
+            vec![201usize, 599],
+            (200..600).step_by(3).collect(),
+            (200..600).collect(),
+        ] {
+            let changed = Bitmap::new(1000);
+            marked.iter().for_each(|&v| changed.set(v));
+            let part = encode(owned.clone(), Some(&changed), &[&values], 7);
+            let form = part[8];
+            // Sparse for 2 vertices, a bitmap for a third of them, every value for all.
+            let expected = match marked.len() {
+                2 => SPARSE,
+                400 => FULL,
+                _ => BITMAP,
+            };
+            assert_eq!(form, expected);
+            let into = U64Array::filled(&mem, 1000, 0).unwrap();
+            let mut seen = Vec::new();
+            let count = decode(&part, owned.clone(), &[&into], |v| {
+                seen.push(v);
+                true
+            })
+            .unwrap();
+            assert_eq!((count, &seen), (7, &marked));
+            for v in 0..1000 {
+                let want = if marked.contains(&v) { v as u64 * 3 } else { 0 };
+                assert_eq!(into.get(v), want, "vertex {v}, form {form}");
+            }
+            assert!(decode(&part[..part.len() - 1], owned.clone(), &[&into], |_| true).is_err());
+        }
+    }
+
+    /// The result arrays of a run in `dir`, as raw bytes by name.
+    fn results(dir: &std::path::Path, arrays: &[&str]) -> Vec<(String, Vec<u8>)> {
+        arrays
+            .iter()
+            .map(|a| {
+                let (_, b) =
+                    strata_store::array::read_all_bytes(&dir.join(format!("{a}.npy"))).unwrap();
+                (a.to_string(), b)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ranks_split_the_columns_and_every_algorithm_matches_a_single_process() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 5000, 12_000);
+        for (symmetrize, weighted) in [(false, false), (true, false), (false, true)] {
+            build(
+                &BuildJob {
+                    store: st.clone(),
+                    name: format!("s{}-w{}", symmetrize as u8, weighted as u8),
+                    partitions: 7,
+                    symmetrize: Some(symmetrize),
+                    weights: weighted.then(|| WeightSpec {
+                        kind: "random".into(),
+                        seed: 1,
+                        low: 0.0,
+                        high: 1.0,
+                    }),
+                    ..Default::default()
+                },
+                &NoProgress,
+            )
+            .unwrap();
+        }
+        for e in ALGORITHMS {
+            let job = |out: &str| {
+                check::<RunOptions>(&serde_json::json!({
+                    "store": st,
+                    "algorithm": e.name,
+                    "out": tmp.path().join(out),
+                    "memory": "256M",
+                    "threads": 2,
+                    "root": 3,
+                }))
+                .unwrap()
+                .job()
+                .unwrap()
+            };
+            let single = crate::run::run(&job(e.name), &NoProgress, &mut |_| Ok(())).unwrap();
+            let want = results(&single.out, e.arrays);
+            for world_size in [2, 3] {
+                let out = format!("{}-{world_size}", e.name);
+                let job = job(&out);
+                let summaries: Vec<_> = std::thread::scope(|s| {
+                    let handles: Vec<_> = threads(world_size)
+                        .into_iter()
+                        .map(|mut g| {
+                            let job = &job;
+                            s.spawn(move || {
+                                crate::run::run_distributed(job, &mut g, &NoProgress, &mut |_| {
+                                    Ok(())
+                                })
+                                .unwrap()
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().map(|h| h.join().unwrap()).collect()
+                });
+                let d = summaries[0].dist.as_ref().unwrap();
+                assert_eq!(d.world_size, world_size);
+                // Alone, a label or distance lowered early in a pass travels on in the same
+                // pass; across ranks it waits for the exchange, so those runs may take more
+                // passes. The others stream the same blocks, split between the ranks.
+                if !matches!(e.name, "wcc" | "sssp") {
+                    let edges = d.ranks.iter().map(|r| r.edges).sum::<u64>();
+                    assert_eq!(edges, single.edges, "{} x{world_size}", e.name);
+                }
+                let cols: Vec<[u32; 2]> = d.ranks.iter().map(|r| r.columns).collect();
+                assert_eq!(cols[0][0], 0);
+                assert!(cols.windows(2).all(|w| w[0][1] == w[1][0]));
+                assert_eq!(cols[world_size - 1][1], 7);
+                assert!(d
+                    .ranks
+                    .iter()
+                    .all(|r| r.bytes_sent > 0 && r.bytes_received > 0));
+                assert!(summaries[1..].iter().all(|s| s.arrays.is_empty()));
+                assert_eq!(
+                    summaries[0].result, single.result,
+                    "{} x{world_size}",
+                    e.name
+                );
+                let got = results(&tmp.path().join(&out), e.arrays);
+                for ((name, a), (_, b)) in want.iter().zip(&got) {
+                    match e.name {
+                        "pagerank" | "sssp" | "spmv" => {
+                            let close = match e.name {
+                                "pagerank" => {
+                                    a.chunks_exact(4).zip(b.chunks_exact(4)).all(|(x, y)| {
+                                        let x = f32::from_le_bytes(x.try_into().unwrap());
+                                        let y = f32::from_le_bytes(y.try_into().unwrap());
+                                        (x - y).abs() <= 1e-6 * x.abs().max(1e-6)
+                                    })
+                                }
+                                _ => a.chunks_exact(8).zip(b.chunks_exact(8)).all(|(x, y)| {
+                                    let x = f64::from_le_bytes(x.try_into().unwrap());
+                                    let y = f64::from_le_bytes(y.try_into().unwrap());
+                                    x == y || (x - y).abs() <= 1e-9 * x.abs()
+                                }),
+                            };
+                            assert!(close, "{} {name} x{world_size}", e.name);
+                        }
+                        _ => assert!(a == b, "{} {name} x{world_size}", e.name),
+                    }
+                }
+            }
+        }
+    }
+}
