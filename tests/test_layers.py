@@ -120,3 +120,27 @@ def test_input_that_is_not_metadata_exits_2(tmp_path):
         assert out.returncode == 2
         assert str(bad) in out.stderr and words in out.stderr
         assert "Traceback" not in out.stderr
+
+
+def test_the_engine_packages_do_not_import_each_other():
+    assert check_layers.python_violations(REPO / "python" / "strata") == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from ...grid import dist\n",
+        "from ... import gnn\n",
+        "from ...serve.client import Client\n",
+        "import strata.grid.dist\n",
+        "from strata.gnn.loader import NodeLoader\n",
+    ],
+)
+def test_an_engine_package_importing_another_fails_naming_file_and_line(tmp_path, source):
+    for name in check_layers.PY_ENGINES:
+        (tmp_path / "strata" / name / "sub").mkdir(parents=True)
+    (tmp_path / "strata" / "embed" / "sub" / "ok.py").write_text("from .. import dist\nfrom ...torchrun import join\n")
+    (tmp_path / "strata" / "embed" / "sub" / "bad.py").write_text("import os\n" + source)
+    problems = check_layers.python_violations(tmp_path / "strata")
+    assert len(problems) == 1
+    assert "strata/embed/sub/bad.py:2" in problems[0] and "strata.embed imports strata." in problems[0]

@@ -711,7 +711,7 @@ SERVED = {"sage": "MODEL_KIND_SAGE_MEAN", "sage_pool": "MODEL_KIND_SAGE_POOL", "
 @pytest.mark.parametrize("fmt", ["safetensors", "npz"])
 @pytest.mark.parametrize("kind", list(SERVED))
 def test_analyses_equal_the_torch_forward(shared, tmp_path, torch, kind, fmt):
-    from strata.serve import export_model
+    from strata.gnn import export_model
 
     c = shared.c
     model = make_model(torch, kind, seed=len(kind))
@@ -764,7 +764,7 @@ def test_analyses_equal_the_torch_forward(shared, tmp_path, torch, kind, fmt):
 
 
 def test_analyses_see_mutations(shared, sbm, tmp_path, torch):
-    from strata.serve import export_model
+    from strata.gnn import export_model
 
     c, g = shared.c, "analysed"
     c.register_graph(g, sbm)

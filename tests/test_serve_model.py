@@ -15,9 +15,10 @@ from conftest import needs
 torch = needs("torch")
 
 from strata.errors import ConfigError, InputError  # noqa: E402
+from strata.gnn import export_model  # noqa: E402
 from strata.gnn.models import GNN, Block, GINConv, SAGEPoolConv  # noqa: E402
-from strata.serve.export import _write_safetensors, export_model, load_architecture  # noqa: E402
 from strata.serve.native import NativeModel  # noqa: E402
+from strata.weights import _write_safetensors, load_architecture  # noqa: E402
 
 KINDS = {"sage": "sage_mean", "sage_pool": "sage_pool", "gcn": "gcn", "gin": "gin"}
 IN_DIM, HIDDEN, OUT_DIM = 7, 16, 5

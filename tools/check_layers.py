@@ -13,7 +13,9 @@ The layers, lowest first (docs/architecture.md explains them):
 
 A crate may depend on the crates of lower layers, and, in the foundation only, on the crates
 listed before it in its own layer. Engines never depend on each other: what two of them share
-moves down into strata-graph or strata-store. Every kind of dependency counts (normal, dev,
+moves down into strata-graph or strata-store. The same holds for the engines' Python packages
+(python/strata/{embed,gnn,grid,serve}): one never imports another; what they share lives in a
+module beside them (strata.torchrun, strata.store, ...). Every kind of dependency counts (normal, dev,
 build), and every crate of the workspace named strata-* must be in a layer, so a new crate
 cannot slip past the rule. Exits 1 naming each offending edge, 2 on unusable input.
 """
@@ -21,6 +23,7 @@ cannot slip past the rule. Exits 1 naming each offending edge, 2 on unusable inp
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import subprocess
 import sys
@@ -34,6 +37,48 @@ LAYERS: list[tuple[str, list[str], bool]] = [
     ("engines", ["strata-embed", "strata-gnn", "strata-grid", "strata-serve"], False),
     ("bindings", ["strata-py"], False),
 ]
+
+
+#: The engines' Python packages under python/strata; none may import another.
+PY_ENGINES = ["embed", "gnn", "grid", "serve"]
+
+
+def _imported_engine(node: ast.AST, package: list[str]) -> str | None:
+    """The engine package (other than the module's own) that the import ``node`` names, with
+    relative imports resolved against the module's ``package`` (``["strata", "gnn", ...]``)."""
+    if isinstance(node, ast.ImportFrom):
+        base = package[: len(package) - (node.level - 1)] if node.level else []
+        if node.module:
+            names = [[*base, *node.module.split(".")]]
+        else:
+            # `from .. import grid` names the module in the alias.
+            names = [[*base, a.name] for a in node.names]
+    elif isinstance(node, ast.Import):
+        names = [a.name.split(".") for a in node.names]
+    else:
+        return None
+    for parts in names:
+        if len(parts) >= 2 and parts[0] == "strata" and parts[1] in PY_ENGINES and parts[1] != package[1]:
+            return parts[1]
+    return None
+
+
+def python_violations(root: Path) -> list[str]:
+    """Each import in the engine packages under ``root`` (the ``python/strata`` folder) of another
+    engine package, as a sentence naming the file, line and both engines; [] when none does."""
+    problems: list[str] = []
+    for package in PY_ENGINES:
+        for path in sorted((root / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            module_package = list(path.relative_to(root.parent).parent.parts)
+            for node in ast.walk(tree):
+                other = _imported_engine(node, module_package)
+                if other is not None:
+                    problems.append(
+                        f"{path.relative_to(root.parent)}:{node.lineno}: strata.{package} imports strata.{other}: "
+                        "engines must not depend on each other; move what they share into a module beside them"
+                    )
+    return problems
 
 
 def _position(crate: str) -> tuple[int, int, str, bool] | None:
@@ -125,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             print(f"check_layers: {args.metadata}: {problem} (not `cargo metadata` output)", file=sys.stderr)
             return 2
-    problems = violations(metadata)
+    problems = violations(metadata) + python_violations(Path(__file__).resolve().parents[1] / "python" / "strata")
     for p in problems:
         print(f"check_layers: {p}", file=sys.stderr)
     return 1 if problems else 0

@@ -7,6 +7,7 @@ edges to score), served through a hot set, a window-pinned cache and merged dire
 ``strata gnn train``. PyTorch is needed for the tensors (``pip install 'strata-gl[torch]'``).
 """
 
+from .export import export_model
 from .loader import Batch, EpochLoader, GnnData, LinkLoader, NodeLoader
 
-__all__ = ["Batch", "EpochLoader", "GnnData", "LinkLoader", "NodeLoader"]
+__all__ = ["Batch", "EpochLoader", "GnnData", "LinkLoader", "NodeLoader", "export_model"]

@@ -290,7 +290,7 @@ class GNN(nn.Module):
         if kind not in MODEL_KINDS:
             raise ValueError(f"model: expected {', '.join(MODEL_KINDS[:-1])} or {MODEL_KINDS[-1]}, got {kind!r}")
         self.kind, self.dropout = kind, dropout
-        # The widths, for exporting the architecture (strata.serve.export).
+        # The widths, for exporting the architecture (strata.gnn.export).
         self.in_dim, self.hidden, self.out_dim = in_dim, hidden, out_dim
         dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
         convs = [_build_layer(kind, dims, i, heads=heads, train_eps=train_eps) for i in range(layers)]

@@ -1,8 +1,8 @@
 """Strata's near-data graph learning service (GLIST): ``strata serve`` runs it next to the data,
-:class:`Client` talks to it, :func:`export_model` writes the weights it serves."""
+:class:`Client` talks to it; it serves weights written by :func:`strata.gnn.export_model`."""
 
+from ..weights import load_architecture
 from .client import AnalysisResult, Block, Client, MutateResult, Mutations, Neighbourhood, ServiceError
-from .export import export_model, load_architecture
 from .native import NativeModel
 from .server import serve
 
@@ -15,7 +15,6 @@ __all__ = [
     "NativeModel",
     "Neighbourhood",
     "ServiceError",
-    "export_model",
     "load_architecture",
     "serve",
 ]

@@ -261,7 +261,7 @@ class Client:
         architecture: dict | None = None,
         precision: str = "fp32",
     ) -> dict:
-        """Registers a weights file exported by :func:`strata.serve.export_model`. With ``upload``
+        """Registers a weights file exported by :func:`strata.gnn.export_model`. With ``upload``
         its bytes are sent; otherwise ``path`` names a file on the server. ``architecture``
         (``kind``, ``in_dim``, ``hidden_dim``, ``out_dim``, ``layers``, ``fanouts``) overrides the
         one the file declares; ``precision`` is ``fp32`` or ``int8``."""

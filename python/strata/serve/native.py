@@ -20,7 +20,7 @@ from .. import _native
 
 
 class NativeModel:
-    """A model exported by :func:`strata.serve.export_model`, loaded for native inference."""
+    """A model exported by :func:`strata.gnn.export_model`, loaded for native inference."""
 
     def __init__(self, native):
         """Wraps the native handle; use :meth:`load`."""

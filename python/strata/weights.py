@@ -1,4 +1,6 @@
-"""Exporting a trained :class:`strata.gnn.models.GNN` for the graph service.
+"""The served-weights file: what :func:`strata.gnn.export_model` writes and the graph service
+(``strata serve``, :class:`strata.serve.native.NativeModel`) reads. It sits beside the engines
+because it is the contract between two of them.
 
 The file holds the model's ``state_dict()`` in float32 plus its declared architecture, so that
 the server (or :class:`strata.serve.native.NativeModel`) can rebuild and check the model without
@@ -33,39 +35,12 @@ NPZ_ARCHITECTURE_KEY = "__strata_architecture__"
 FORMATS = ("safetensors", "npz")
 
 
-def export_model(model, path: str | os.PathLike, *, fanouts: list[int], format: str | None = None) -> Path:
-    """Writes ``model`` (a :class:`strata.gnn.models.GNN` of a layer kind registered with a
-    ``served_as`` kind: sage, sage_pool, gcn or gin)
-    to ``path`` for serving: its ``state_dict()`` as float32 and its architecture with the
-    sampling ``fanouts`` (one per layer, seeds outwards, each >= 1 or -1 for all neighbours).
-    ``format`` is ``safetensors`` or ``npz``, or None to take it from the suffix. Returns the
-    path written. GAT is refused (the service has no attention kernel)."""
-    from ..gnn.models import GNN, LAYERS  # imports torch, with a clear message when it is missing
-
-    if not isinstance(model, GNN):
-        raise TypeError(f"export_model: expected a strata.gnn.models.GNN, got {type(model).__name__}")
-    served = {name: kind.served_as for name, kind in LAYERS.items() if kind.served_as}
-    if model.kind not in served:
-        raise ValueError(
-            f"export_model: a {model.kind!r} model cannot be served; the service runs "
-            f"{', '.join(served)} (the others have no native kernel)"
-        )
+def write(path: Path, tensors: dict[str, np.ndarray], architecture: dict, format: str | None = None) -> Path:
+    """Writes float32 ``tensors`` (name -> array) and the ``architecture`` dict to ``path`` as
+    safetensors or npz (``format``, or from the suffix), atomically: a reader never sees a
+    half-written file. Returns ``path``."""
     path = Path(path)
     fmt = _format(path, format)
-    layers = len(model.convs)
-    fanouts = [int(f) for f in fanouts]
-    if len(fanouts) != layers or any(f != -1 and f < 1 for f in fanouts):
-        raise ValueError(f"fanouts: need {layers} values (one per layer), each >= 1 or -1; got {fanouts}")
-    architecture = {
-        "kind": served[model.kind],
-        "in_dim": int(model.in_dim),
-        "hidden_dim": int(model.hidden),
-        "out_dim": int(model.out_dim),
-        "layers": layers,
-        "fanouts": fanouts,
-    }
-    tensors = {name: t.detach().to("cpu").float().contiguous().numpy() for name, t in model.state_dict().items()}
-    # Write next to the target and rename, so a reader never sees a half-written file.
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         if fmt == "safetensors":
@@ -78,7 +53,7 @@ def export_model(model, path: str | os.PathLike, *, fanouts: list[int], format: 
 
 
 def load_architecture(path: str | os.PathLike, format: str | None = None) -> dict:
-    """The architecture a weights file declares (the dict :func:`export_model` wrote), read
+    """The architecture a weights file declares (the dict :func:`write` was given), read
     without loading the tensors. Raises ``ValueError`` when the file declares none."""
     path = Path(path)
     fmt = _format(path, format)
