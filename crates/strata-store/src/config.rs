@@ -298,38 +298,6 @@ pub fn deserialize_error<T: DeserializeOwned>(
     }
 }
 
-/// Why `name` is not one of `known` (the `what`s a registry holds), with the closest known
-/// name when one is close (at most a third of its letters differ) and the list:
-/// `unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: pagerank, bfs)`.
-pub fn unknown_name(what: &str, name: &str, known: &[&str]) -> String {
-    let close = known
-        .iter()
-        .map(|k| (edit_distance(name, k), *k))
-        .filter(|(d, k)| 3 * d <= name.chars().count().max(k.chars().count()))
-        .min();
-    let hint = close.map_or(String::new(), |(_, k)| format!("; did you mean '{k}'?"));
-    format!(
-        "unknown {what} '{name}'{hint} ({what}s: {})",
-        known.join(", ")
-    )
-}
-
-/// Levenshtein distance of `a` and `b`, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
-}
-
 /// [`check`] of a section built in Rust (a resumed run's, a test's): its declared bounds and
 /// [`Section::validate`].
 pub fn check_built<S: Section>(section: &S) -> Result<(), ConfigError> {
@@ -478,21 +446,6 @@ mod tests {
             err(serde_json::json!({"fanouts": []})),
             "demo.fanouts: needs at least one hop"
         );
-    }
-
-    #[test]
-    fn an_unknown_name_gets_the_closest_and_the_list() {
-        let known = ["pagerank", "bfs", "kcore"];
-        assert_eq!(
-            unknown_name("algorithm", "pagernk", &known),
-            "unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: pagerank, bfs, kcore)"
-        );
-        assert_eq!(
-            unknown_name("algorithm", "betweenness", &known),
-            "unknown algorithm 'betweenness' (algorithms: pagerank, bfs, kcore)"
-        );
-        assert_eq!(edit_distance("kcore", "core"), 1);
-        assert_eq!(edit_distance("", "bfs"), 3);
     }
 
     #[test]
