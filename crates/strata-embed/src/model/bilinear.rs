@@ -2,7 +2,7 @@
 //! negative scores are one matrix product and its backward pass two more, reusing `φ` and the
 //! loss weights of the forward pass.
 
-use super::{apply_loss, combine_rows, fit, Combine, Grads, LossKind, ScoreModel, Scratch};
+use super::{apply_loss, combine_rows, fit, Chunk, Combine, Grads, LossKind, ScoreModel, Scratch};
 use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// A bilinear score function: its [`Combine`] is `φ(s, r)`, linear in `s` and in `r`.
@@ -13,20 +13,22 @@ pub(super) trait Bilinear: Combine {
 }
 
 /// The training step of a bilinear model (see [`super::chunk_step`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn step<M: Bilinear>(
     model: &ScoreModel,
     loss: LossKind,
     margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
+    c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
+    let Chunk {
+        b,
+        n,
+        src,
+        rel,
+        dst,
+        neg,
+    } = *c;
     let (d, rd) = (model.dim, model.rel_dim());
     fit(&mut s.phi, b * d);
     combine_rows::<M>(model, b, src, rel, &mut s.phi);

@@ -1,7 +1,9 @@
 //! The pairwise family (TransE-L1, RotatE): `a = s ⊕ r`, score `−Σ_k dist_k(a, t)` computed
 //! for every (query, target) pair.
 
-use super::{apply_loss, combine_rows, fit, zeroed, Combine, Grads, LossKind, ScoreModel, Scratch};
+use super::{
+    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, LossKind, ScoreModel, Scratch,
+};
 
 /// A score function computed pair by pair from the query row `a` of its [`Combine`].
 pub(super) trait Pairwise: Combine {
@@ -18,20 +20,22 @@ pub(super) trait Pairwise: Combine {
 }
 
 /// The training step of a pairwise model (see [`super::chunk_step`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn step<M: Pairwise>(
     model: &ScoreModel,
     loss: LossKind,
     margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
+    c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
+    let Chunk {
+        b,
+        n,
+        src,
+        rel,
+        dst,
+        neg,
+    } = *c;
     let (d, rd) = (model.dim, model.rel_dim());
     fit(&mut s.phi, b * d);
     combine_rows::<M>(model, b, src, rel, &mut s.phi);

@@ -6,7 +6,8 @@ use strata_store::rng::Rng;
 
 use super::pairwise::{self, Pairwise};
 use super::{
-    apply_loss, combine_rows, fit, Combine, Grads, LossKind, ScoreFunction, ScoreModel, Scratch,
+    apply_loss, combine_rows, fit, Chunk, Combine, Grads, LossKind, ScoreFunction, ScoreModel,
+    Scratch,
 };
 use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
@@ -77,19 +78,14 @@ impl ScoreFunction for TransE {
         model: &ScoreModel,
         loss: LossKind,
         margin: f32,
-        b: usize,
-        n: usize,
-        src: &[f32],
-        rel: &[f32],
-        dst: &[f32],
-        neg: &[f32],
+        c: &Chunk,
         g: &mut Grads,
         s: &mut Scratch,
     ) -> f64 {
         if model.transe_norm == 2 {
-            step_l2(model, loss, margin, b, n, src, rel, dst, neg, g, s)
+            step_l2(model, loss, margin, c, g, s)
         } else {
-            pairwise::step::<Self>(model, loss, margin, b, n, src, rel, dst, neg, g, s)
+            pairwise::step::<Self>(model, loss, margin, c, g, s)
         }
     }
 
@@ -122,21 +118,24 @@ impl ScoreFunction for TransE {
 }
 
 /// The TransE-L2 training step: `‖a − t‖²` expanded into matrix products.
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // index loops over parallel arrays
+#[allow(clippy::needless_range_loop)] // index loops over parallel arrays
 fn step_l2(
     model: &ScoreModel,
     loss: LossKind,
     margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
+    c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
     const EPS: f32 = 1e-9;
+    let Chunk {
+        b,
+        n,
+        src,
+        rel,
+        dst,
+        neg,
+    } = *c;
     let d = model.dim;
     fit(&mut s.phi, b * d);
     combine_rows::<TransE>(model, b, src, rel, &mut s.phi);
