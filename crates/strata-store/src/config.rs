@@ -105,25 +105,37 @@ pub fn size_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
-        struct SizeVisitor;
-        impl Visitor<'_> for SizeVisitor {
-            type Value = Size;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a size like 512M or 2G, or a number of bytes")
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Size, E> {
-                Ok(Size(v))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Size, E> {
-                u64::try_from(v)
-                    .map(Size)
-                    .map_err(|_| E::custom(format!("a size cannot be negative, got {v}")))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Size, E> {
-                Size::parse(v).map_err(E::custom)
-            }
-        }
-        d.deserialize_any(SizeVisitor)
+        d.deserialize_any(SizeVisitor {
+            expecting: "a size like 512M or 2G, or a number of bytes",
+            parse: Size::parse,
+            bytes: Size,
+        })
+    }
+}
+
+/// The visitor of [`Size`] and [`AutoSize`]: a non-negative integer is `bytes(n)`, a string is
+/// `parse(text)`.
+struct SizeVisitor<T> {
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+    bytes: fn(u64) -> T,
+}
+
+impl<T> Visitor<'_> for SizeVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.expecting)
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<T, E> {
+        Ok((self.bytes)(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<T, E> {
+        u64::try_from(v)
+            .map(self.bytes)
+            .map_err(|_| E::custom(format!("a size cannot be negative, got {v}")))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        (self.parse)(v).map_err(E::custom)
     }
 }
 
@@ -141,6 +153,16 @@ pub enum AutoSize {
 }
 
 impl AutoSize {
+    /// `auto`, or the bytes of a size as [`Size::parse`] reads them; or why it is neither.
+    pub fn parse(text: &str) -> Result<AutoSize, String> {
+        if text.trim().eq_ignore_ascii_case("auto") {
+            return Ok(AutoSize::Auto);
+        }
+        Size::parse(text)
+            .map(|s| AutoSize::Bytes(s.0))
+            .map_err(|_| format!("expected auto or a size like 512M or 2G, got '{text}'"))
+    }
+
     /// The bytes given, or `auto` when the user left it to the consumer.
     pub fn bytes_or(self, auto: u64) -> u64 {
         match self {
@@ -161,32 +183,11 @@ impl Serialize for AutoSize {
 
 impl<'de> Deserialize<'de> for AutoSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AutoSize, D::Error> {
-        struct AutoSizeVisitor;
-        impl Visitor<'_> for AutoSizeVisitor {
-            type Value = AutoSize;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("auto, a size like 512M or 2G, or a number of bytes")
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<AutoSize, E> {
-                Ok(AutoSize::Bytes(v))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<AutoSize, E> {
-                u64::try_from(v)
-                    .map(AutoSize::Bytes)
-                    .map_err(|_| E::custom(format!("a size cannot be negative, got {v}")))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<AutoSize, E> {
-                if v.trim().eq_ignore_ascii_case("auto") {
-                    return Ok(AutoSize::Auto);
-                }
-                Size::parse(v).map(|s| AutoSize::Bytes(s.0)).map_err(|_| {
-                    E::custom(format!(
-                        "expected auto or a size like 512M or 2G, got '{v}'"
-                    ))
-                })
-            }
-        }
-        d.deserialize_any(AutoSizeVisitor)
+        d.deserialize_any(SizeVisitor {
+            expecting: "auto, a size like 512M or 2G, or a number of bytes",
+            parse: AutoSize::parse,
+            bytes: AutoSize::Bytes,
+        })
     }
 }
 
