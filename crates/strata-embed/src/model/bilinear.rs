@@ -21,30 +21,23 @@ pub(super) fn step<M: Bilinear>(
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
-    let Chunk {
-        b,
-        n,
-        src,
-        rel,
-        dst,
-        neg,
-    } = *c;
+    let (b, n) = (c.b, c.n);
     let (d, rd) = (model.dim, model.rel_dim());
     fit(&mut s.phi, b * d);
-    combine_rows::<M>(model, b, src, rel, &mut s.phi);
+    combine_rows::<M>(model, b, c.src, c.rel, &mut s.phi);
     for i in 0..b {
-        s.pos[i] = dot(&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+        s.pos[i] = dot(&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
     }
-    gemm_abt(b, n, d, 1.0, &s.phi, neg, 0.0, &mut s.scores);
+    gemm_abt(b, n, d, 1.0, &s.phi, c.neg, 0.0, &mut s.scores);
     let total = apply_loss(loss, margin, b, n, s);
     // dφ = dpos ∘ t + W · neg ;  dt = dpos ∘ φ ;  dneg = Wᵀ · φ
     fit(&mut s.dphi, b * d);
-    gemm_ab(b, d, n, 1.0, &s.scores, neg, 0.0, &mut s.dphi);
+    gemm_ab(b, d, n, 1.0, &s.scores, c.neg, 0.0, &mut s.dphi);
     for i in 0..b {
         let dp = s.dpos[i];
         let (dphi, t, phi, gt) = (
             &mut s.dphi[i * d..(i + 1) * d],
-            &dst[i * d..(i + 1) * d],
+            &c.dst[i * d..(i + 1) * d],
             &s.phi[i * d..(i + 1) * d],
             &mut g.dst[i * d..(i + 1) * d],
         );
@@ -58,8 +51,8 @@ pub(super) fn step<M: Bilinear>(
         M::back(
             d,
             &s.dphi[i * d..(i + 1) * d],
-            &src[i * d..(i + 1) * d],
-            &rel[i * rd..(i + 1) * rd],
+            &c.src[i * d..(i + 1) * d],
+            &c.rel[i * rd..(i + 1) * rd],
             &mut g.src[i * d..(i + 1) * d],
             &mut g.rel[i * rd..(i + 1) * rd],
         );

@@ -28,22 +28,15 @@ pub(super) fn step<M: Pairwise>(
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
-    let Chunk {
-        b,
-        n,
-        src,
-        rel,
-        dst,
-        neg,
-    } = *c;
+    let (b, n) = (c.b, c.n);
     let (d, rd) = (model.dim, model.rel_dim());
     fit(&mut s.phi, b * d);
-    combine_rows::<M>(model, b, src, rel, &mut s.phi);
+    combine_rows::<M>(model, b, c.src, c.rel, &mut s.phi);
     for i in 0..b {
         let a = &s.phi[i * d..(i + 1) * d];
-        s.pos[i] = M::pair_score(d, a, &dst[i * d..(i + 1) * d]);
+        s.pos[i] = M::pair_score(d, a, &c.dst[i * d..(i + 1) * d]);
         for j in 0..n {
-            s.scores[i * n + j] = M::pair_score(d, a, &neg[j * d..(j + 1) * d]);
+            s.scores[i * n + j] = M::pair_score(d, a, &c.neg[j * d..(j + 1) * d]);
         }
     }
     let total = apply_loss(loss, margin, b, n, s);
@@ -56,7 +49,7 @@ pub(super) fn step<M: Pairwise>(
         M::pair_grad(
             d,
             a,
-            &dst[i * d..(i + 1) * d],
+            &c.dst[i * d..(i + 1) * d],
             s.dpos[i],
             da,
             &mut g.dst[i * d..(i + 1) * d],
@@ -67,7 +60,7 @@ pub(super) fn step<M: Pairwise>(
                 M::pair_grad(
                     d,
                     a,
-                    &neg[j * d..(j + 1) * d],
+                    &c.neg[j * d..(j + 1) * d],
                     w,
                     da,
                     &mut g.neg[j * d..(j + 1) * d],
@@ -80,7 +73,7 @@ pub(super) fn step<M: Pairwise>(
             d,
             &s.dphi[i * d..(i + 1) * d],
             &s.phi[i * d..(i + 1) * d],
-            &rel[i * rd..(i + 1) * rd],
+            &c.rel[i * rd..(i + 1) * rd],
             &mut g.src[i * d..(i + 1) * d],
             &mut g.rel[i * rd..(i + 1) * rd],
         );

@@ -128,29 +128,22 @@ fn step_l2(
     s: &mut Scratch,
 ) -> f64 {
     const EPS: f32 = 1e-9;
-    let Chunk {
-        b,
-        n,
-        src,
-        rel,
-        dst,
-        neg,
-    } = *c;
+    let (b, n) = (c.b, c.n);
     let d = model.dim;
     fit(&mut s.phi, b * d);
-    combine_rows::<TransE>(model, b, src, rel, &mut s.phi);
+    combine_rows::<TransE>(model, b, c.src, c.rel, &mut s.phi);
     let a_sq: Vec<f32> = (0..b)
         .map(|i| dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]))
         .collect();
     let n_sq: Vec<f32> = (0..n)
-        .map(|j| dot(&neg[j * d..(j + 1) * d], &neg[j * d..(j + 1) * d]))
+        .map(|j| dot(&c.neg[j * d..(j + 1) * d], &c.neg[j * d..(j + 1) * d]))
         .collect();
     for i in 0..b {
-        let (a, t) = (&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+        let (a, t) = (&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
         let dist: f32 = a.iter().zip(t).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
         s.pos[i] = -(dist + EPS).sqrt();
     }
-    gemm_abt(b, n, d, -2.0, &s.phi, neg, 0.0, &mut s.scores);
+    gemm_abt(b, n, d, -2.0, &s.phi, c.neg, 0.0, &mut s.scores);
     // Keep the distances for the backward pass; scores = −dist.
     fit(&mut s.aux, b * n);
     for i in 0..b {
@@ -175,15 +168,15 @@ fn step_l2(
     }
     // d dist²/da = 2(a − n) ; d dist²/dn = 2(n − a)
     fit(&mut s.dphi, b * d);
-    gemm_ab(b, d, n, -2.0, &s.scores, neg, 0.0, &mut s.dphi);
+    gemm_ab(b, d, n, -2.0, &s.scores, c.neg, 0.0, &mut s.dphi);
     gemm_atb(n, d, b, -2.0, &s.scores, &s.phi, 0.0, &mut g.neg);
     for j in 0..n {
         for k in 0..d {
-            g.neg[j * d + k] += 2.0 * col_sum[j] * neg[j * d + k];
+            g.neg[j * d + k] += 2.0 * col_sum[j] * c.neg[j * d + k];
         }
     }
     for i in 0..b {
-        let (a, t) = (&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+        let (a, t) = (&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
         let dist = -s.pos[i];
         let dp = s.dpos[i];
         for k in 0..d {
