@@ -6,7 +6,7 @@ use strata_store::rng::{derive, Rng};
 
 use crate::bank::Banks;
 use crate::config::{Corrupt, MAX_ROWS};
-use crate::model::{chunk_step, Grads, LossKind, ScoreModel, Scratch};
+use crate::model::{chunk_step, Chunk, Grads, LossKind, ScoreModel, Scratch};
 use crate::shared::SharedRows;
 
 /// A resident partition's rows and node count.
@@ -254,16 +254,19 @@ impl Worker {
         for (j, &id) in side.neg_ids.iter().enumerate() {
             ctx.load_negative(id, &mut side.neg[j * d..(j + 1) * d]);
         }
+        let c = Chunk {
+            b,
+            n,
+            src: &side.src,
+            rel: &side.rel,
+            dst: &side.dst,
+            neg: &side.neg,
+        };
         self.loss += chunk_step(
             &ctx.model,
             ctx.loss,
             ctx.margin,
-            b,
-            n,
-            &side.src,
-            &side.rel,
-            &side.dst,
-            &side.neg,
+            &c,
             &mut side.grads,
             &mut self.scratch,
         );

@@ -79,6 +79,21 @@ pub struct Resident {
     pub weights: Option<AlignedBuf>,
 }
 
+impl Resident {
+    /// Checks the offsets of every block of `seg` (the segment this holds) once, at load: its
+    /// bytes stay as loaded for the whole run, so compute need not scan them again on every
+    /// pass (in memory, that scan is a second read of every edge per iteration).
+    pub fn check(&self, grid: &Grid, seg: &Segment) -> Result<()> {
+        for pos in seg.blocks.clone() {
+            let e = grid.block_edges(pos);
+            let at = (e.start - self.first_edge) as usize * EDGE_BYTES as usize;
+            let len = (e.end - e.start) as usize * EDGE_BYTES as usize;
+            grid.check_block(pos, cast(&self.edges.as_slice()[at..at + len]))?;
+        }
+        Ok(())
+    }
+}
+
 /// The fetched active blocks of one segment, ready for compute.
 pub struct Fetched {
     pub plan: FetchPlan,

@@ -211,6 +211,7 @@ impl Streamer {
                 if tiers[k] == Tier::Local {
                     let r = fetch::load_resident(&mut q, &edges_file, weights_file.as_ref(), seg)
                         .map_err(|e| fetch::disk_error(&grid, e))?;
+                    r.check(&grid, seg)?;
                     resident[k] = Some(Arc::new(r));
                     meter.add(0, seg.edge_bytes())?;
                 }
@@ -634,7 +635,12 @@ impl<'a> Pass<'a> {
                     let (pos, _) = fetched.plan.blocks[b];
                     let (i, j) = layout.block_at(pos);
                     let (e, w) = fetched.block(grid, b);
-                    if let Err(err) = grid.check_block(pos, e) {
+                    let checked = match fetched.bytes {
+                        // Resident blocks were checked once, at load.
+                        fetch::Bytes::Local(_) => Ok(()),
+                        _ => grid.check_block(pos, e),
+                    };
+                    if let Err(err) = checked {
                         return self.fail(err);
                     }
                     sum += self.kernel.block(i, j, e, w, owns_dst);

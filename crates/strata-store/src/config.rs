@@ -105,25 +105,37 @@ pub fn size_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Size, D::Error> {
-        struct SizeVisitor;
-        impl Visitor<'_> for SizeVisitor {
-            type Value = Size;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a size like 512M or 2G, or a number of bytes")
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Size, E> {
-                Ok(Size(v))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Size, E> {
-                u64::try_from(v)
-                    .map(Size)
-                    .map_err(|_| E::custom(format!("a size cannot be negative, got {v}")))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Size, E> {
-                Size::parse(v).map_err(E::custom)
-            }
-        }
-        d.deserialize_any(SizeVisitor)
+        d.deserialize_any(SizeVisitor {
+            expecting: "a size like 512M or 2G, or a number of bytes",
+            parse: Size::parse,
+            bytes: Size,
+        })
+    }
+}
+
+/// The visitor of [`Size`] and [`AutoSize`]: a non-negative integer is `bytes(n)`, a string is
+/// `parse(text)`.
+struct SizeVisitor<T> {
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, String>,
+    bytes: fn(u64) -> T,
+}
+
+impl<T> Visitor<'_> for SizeVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(self.expecting)
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<T, E> {
+        Ok((self.bytes)(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<T, E> {
+        u64::try_from(v)
+            .map(self.bytes)
+            .map_err(|_| E::custom(format!("a size cannot be negative, got {v}")))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        (self.parse)(v).map_err(E::custom)
     }
 }
 
@@ -141,6 +153,16 @@ pub enum AutoSize {
 }
 
 impl AutoSize {
+    /// `auto`, or the bytes of a size as [`Size::parse`] reads them; or why it is neither.
+    pub fn parse(text: &str) -> Result<AutoSize, String> {
+        if text.trim().eq_ignore_ascii_case("auto") {
+            return Ok(AutoSize::Auto);
+        }
+        Size::parse(text)
+            .map(|s| AutoSize::Bytes(s.0))
+            .map_err(|_| format!("expected auto or a size like 512M or 2G, got '{text}'"))
+    }
+
     /// The bytes given, or `auto` when the user left it to the consumer.
     pub fn bytes_or(self, auto: u64) -> u64 {
         match self {
@@ -161,32 +183,11 @@ impl Serialize for AutoSize {
 
 impl<'de> Deserialize<'de> for AutoSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AutoSize, D::Error> {
-        struct AutoSizeVisitor;
-        impl Visitor<'_> for AutoSizeVisitor {
-            type Value = AutoSize;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("auto, a size like 512M or 2G, or a number of bytes")
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<AutoSize, E> {
-                Ok(AutoSize::Bytes(v))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<AutoSize, E> {
-                u64::try_from(v)
-                    .map(AutoSize::Bytes)
-                    .map_err(|_| E::custom(format!("a size cannot be negative, got {v}")))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<AutoSize, E> {
-                if v.trim().eq_ignore_ascii_case("auto") {
-                    return Ok(AutoSize::Auto);
-                }
-                Size::parse(v).map(|s| AutoSize::Bytes(s.0)).map_err(|_| {
-                    E::custom(format!(
-                        "expected auto or a size like 512M or 2G, got '{v}'"
-                    ))
-                })
-            }
-        }
-        d.deserialize_any(AutoSizeVisitor)
+        d.deserialize_any(SizeVisitor {
+            expecting: "auto, a size like 512M or 2G, or a number of bytes",
+            parse: AutoSize::parse,
+            bytes: AutoSize::Bytes,
+        })
     }
 }
 
@@ -296,38 +297,6 @@ pub fn deserialize_error<T: DeserializeOwned>(
             msg: e.to_string(),
         },
     }
-}
-
-/// Why `name` is not one of `known` (the `what`s a registry holds), with the closest known
-/// name when one is close (at most a third of its letters differ) and the list:
-/// `unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: pagerank, bfs)`.
-pub fn unknown_name(what: &str, name: &str, known: &[&str]) -> String {
-    let close = known
-        .iter()
-        .map(|k| (edit_distance(name, k), *k))
-        .filter(|(d, k)| 3 * d <= name.chars().count().max(k.chars().count()))
-        .min();
-    let hint = close.map_or(String::new(), |(_, k)| format!("; did you mean '{k}'?"));
-    format!(
-        "unknown {what} '{name}'{hint} ({what}s: {})",
-        known.join(", ")
-    )
-}
-
-/// Levenshtein distance of `a` and `b`, in characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let substitute = diagonal + usize::from(ca != cb);
-            diagonal = row[j + 1];
-            row[j + 1] = substitute.min(row[j] + 1).min(diagonal + 1);
-        }
-    }
-    row[b.len()]
 }
 
 /// [`check`] of a section built in Rust (a resumed run's, a test's): its declared bounds and
@@ -478,21 +447,6 @@ mod tests {
             err(serde_json::json!({"fanouts": []})),
             "demo.fanouts: needs at least one hop"
         );
-    }
-
-    #[test]
-    fn an_unknown_name_gets_the_closest_and_the_list() {
-        let known = ["pagerank", "bfs", "kcore"];
-        assert_eq!(
-            unknown_name("algorithm", "pagernk", &known),
-            "unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: pagerank, bfs, kcore)"
-        );
-        assert_eq!(
-            unknown_name("algorithm", "betweenness", &known),
-            "unknown algorithm 'betweenness' (algorithms: pagerank, bfs, kcore)"
-        );
-        assert_eq!(edit_distance("kcore", "core"), 1);
-        assert_eq!(edit_distance("", "bfs"), 3);
     }
 
     #[test]

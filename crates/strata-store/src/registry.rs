@@ -20,10 +20,7 @@ pub trait Named {
 
 /// A name that no registered implementation has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} '{name}'{}", match close {
-    Some(c) => format!("; did you mean '{c}'?"),
-    None => format!("; known: {}", known.join(", ")),
-})]
+#[error("{}", unknown_name(what, name, known))]
 pub struct UnknownName {
     /// What the registry holds (`score function`, `ordering`, `layer kind`).
     pub what: &'static str,
@@ -59,6 +56,17 @@ impl UnknownName {
             expected.join(", ")
         )
     }
+}
+
+/// Why `name` is not one of `known` (the `what`s a registry holds), with the closest known
+/// name when one is close ([`closest`]) and the list:
+/// `unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: pagerank, bfs)`.
+pub fn unknown_name(what: &str, name: &str, known: &[&str]) -> String {
+    let hint = closest(name, known).map_or(String::new(), |k| format!("; did you mean '{k}'?"));
+    format!(
+        "unknown {what} '{name}'{hint} ({what}s: {})",
+        known.join(", ")
+    )
 }
 
 /// The known name nearest to `name` (case-insensitive edit distance), if it is within a third
@@ -289,9 +297,12 @@ mod tests {
     #[test]
     fn misspelt_names_get_a_did_you_mean() {
         let e = "sqare".parse::<ShapeKind>().unwrap_err().to_string();
-        assert_eq!(e, "unknown shape 'sqare'; did you mean 'square'?");
+        assert_eq!(
+            e,
+            "unknown shape 'sqare'; did you mean 'square'? (shapes: square, triangle)"
+        );
         let e = "circle".parse::<ShapeKind>().unwrap_err().to_string();
-        assert_eq!(e, "unknown shape 'circle'; known: square, triangle");
+        assert_eq!(e, "unknown shape 'circle' (shapes: square, triangle)");
         let e = serde_json::from_str::<ShapeKind>("\"Triangel\"").unwrap_err();
         assert!(
             e.to_string().starts_with(
@@ -324,5 +335,19 @@ mod tests {
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(closest("ComplX", &["complex", "rotate"]), Some("complex"));
         assert_eq!(closest("xyz", &["complex", "rotate"]), None);
+        assert_eq!(edit_distance("kcore", "core"), 1);
+    }
+
+    #[test]
+    fn an_unknown_name_gets_the_closest_and_the_list() {
+        let known = ["pagerank", "bfs", "kcore"];
+        assert_eq!(
+            unknown_name("algorithm", "pagernk", &known),
+            "unknown algorithm 'pagernk'; did you mean 'pagerank'? (algorithms: pagerank, bfs, kcore)"
+        );
+        assert_eq!(
+            unknown_name("algorithm", "betweenness", &known),
+            "unknown algorithm 'betweenness' (algorithms: pagerank, bfs, kcore)"
+        );
     }
 }

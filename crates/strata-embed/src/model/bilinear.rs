@@ -2,7 +2,7 @@
 //! negative scores are one matrix product and its backward pass two more, reusing `φ` and the
 //! loss weights of the forward pass.
 
-use super::{apply_loss, combine_rows, fit, Combine, Grads, LossKind, ScoreModel, Scratch};
+use super::{apply_loss, combine_rows, fit, Chunk, Combine, Grads, LossKind, ScoreModel, Scratch};
 use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// A bilinear score function: its [`Combine`] is `φ(s, r)`, linear in `s` and in `r`.
@@ -13,36 +13,31 @@ pub(super) trait Bilinear: Combine {
 }
 
 /// The training step of a bilinear model (see [`super::chunk_step`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn step<M: Bilinear>(
     model: &ScoreModel,
     loss: LossKind,
     margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
+    c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
+    let (b, n) = (c.b, c.n);
     let (d, rd) = (model.dim, model.rel_dim());
     fit(&mut s.phi, b * d);
-    combine_rows::<M>(model, b, src, rel, &mut s.phi);
+    combine_rows::<M>(model, b, c.src, c.rel, &mut s.phi);
     for i in 0..b {
-        s.pos[i] = dot(&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+        s.pos[i] = dot(&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
     }
-    gemm_abt(b, n, d, 1.0, &s.phi, neg, 0.0, &mut s.scores);
+    gemm_abt(b, n, d, 1.0, &s.phi, c.neg, 0.0, &mut s.scores);
     let total = apply_loss(loss, margin, b, n, s);
     // dφ = dpos ∘ t + W · neg ;  dt = dpos ∘ φ ;  dneg = Wᵀ · φ
     fit(&mut s.dphi, b * d);
-    gemm_ab(b, d, n, 1.0, &s.scores, neg, 0.0, &mut s.dphi);
+    gemm_ab(b, d, n, 1.0, &s.scores, c.neg, 0.0, &mut s.dphi);
     for i in 0..b {
         let dp = s.dpos[i];
         let (dphi, t, phi, gt) = (
             &mut s.dphi[i * d..(i + 1) * d],
-            &dst[i * d..(i + 1) * d],
+            &c.dst[i * d..(i + 1) * d],
             &s.phi[i * d..(i + 1) * d],
             &mut g.dst[i * d..(i + 1) * d],
         );
@@ -56,8 +51,8 @@ pub(super) fn step<M: Bilinear>(
         M::back(
             d,
             &s.dphi[i * d..(i + 1) * d],
-            &src[i * d..(i + 1) * d],
-            &rel[i * rd..(i + 1) * rd],
+            &c.src[i * d..(i + 1) * d],
+            &c.rel[i * rd..(i + 1) * rd],
             &mut g.src[i * d..(i + 1) * d],
             &mut g.rel[i * rd..(i + 1) * rd],
         );

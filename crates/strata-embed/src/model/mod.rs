@@ -22,18 +22,11 @@ macro_rules! family_methods {
             model: &$crate::model::ScoreModel,
             loss: $crate::model::LossKind,
             margin: f32,
-            b: usize,
-            n: usize,
-            src: &[f32],
-            rel: &[f32],
-            dst: &[f32],
-            neg: &[f32],
+            c: &$crate::model::Chunk,
             g: &mut $crate::model::Grads,
             s: &mut $crate::model::Scratch,
         ) -> f64 {
-            $crate::model::$family::step::<Self>(
-                model, loss, margin, b, n, src, rel, dst, neg, g, s,
-            )
+            $crate::model::$family::step::<Self>(model, loss, margin, c, g, s)
         }
 
         fn score(
@@ -105,18 +98,12 @@ pub trait ScoreFunction: Sync {
     }
 
     /// One chunk direction: the loss, with every gradient in `g`. See [`chunk_step`].
-    #[allow(clippy::too_many_arguments)]
     fn step(
         &self,
         model: &ScoreModel,
         loss: LossKind,
         margin: f32,
-        b: usize,
-        n: usize,
-        src: &[f32],
-        rel: &[f32],
-        dst: &[f32],
-        neg: &[f32],
+        c: &Chunk,
         g: &mut Grads,
         s: &mut Scratch,
     ) -> f64;
@@ -229,6 +216,25 @@ impl ScoreModel {
     }
 }
 
+/// The inputs of one chunk direction: `b` true edges `(s, r, t)` and `n` candidate targets
+/// (negatives) shared by all of them. Rows are embeddings (reals, row-major): `dim` reals for
+/// node rows, the model's `rel_dim` for relation rows.
+#[derive(Debug, Clone, Copy)]
+pub struct Chunk<'a> {
+    /// True edges: rows of `src`, `rel` and `dst`.
+    pub b: usize,
+    /// Negatives: rows of `neg`.
+    pub n: usize,
+    /// Source rows, `b x dim`.
+    pub src: &'a [f32],
+    /// Relation rows, `b x rel_dim` (empty for a model without relation rows).
+    pub rel: &'a [f32],
+    /// True target rows, `b x dim`.
+    pub dst: &'a [f32],
+    /// Negative target rows, `n x dim`, scored against every edge.
+    pub neg: &'a [f32],
+}
+
 /// Gradients of one chunk direction (same shapes as the inputs).
 #[derive(Default)]
 pub struct Grads {
@@ -261,23 +267,17 @@ fn zeroed(v: &mut Vec<f32>, len: usize) {
     v.resize(len, 0.0);
 }
 
-/// Loss of one chunk direction, with every gradient written into `g` (resized to fit).
-/// `src: b x d`, `rel: b x rel_dim`, `dst: b x d`, `neg: n x d`, all row-major.
-#[allow(clippy::too_many_arguments)]
+/// Loss of chunk direction `c` under `loss` (`margin` for the margin loss), with every
+/// gradient written into `g` (resized to fit, in the shapes of `c`'s rows).
 pub fn chunk_step(
     model: &ScoreModel,
     loss: LossKind,
     margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
+    c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
-    let d = model.dim;
+    let (d, b, n) = (model.dim, c.b, c.n);
     fit(&mut g.src, b * d);
     fit(&mut g.rel, b * model.rel_dim());
     fit(&mut g.dst, b * d);
@@ -285,10 +285,7 @@ pub fn chunk_step(
     fit(&mut s.scores, b * n);
     fit(&mut s.pos, b);
     fit(&mut s.dpos, b);
-    model
-        .kind
-        .get()
-        .step(model, loss, margin, b, n, src, rel, dst, neg, g, s)
+    model.kind.get().step(model, loss, margin, c, g, s)
 }
 
 /// Turns scores into the loss and, in place, into `d loss / d score` (for negatives in

@@ -1,7 +1,9 @@
 //! The pairwise family (TransE-L1, RotatE): `a = s ⊕ r`, score `−Σ_k dist_k(a, t)` computed
 //! for every (query, target) pair.
 
-use super::{apply_loss, combine_rows, fit, zeroed, Combine, Grads, LossKind, ScoreModel, Scratch};
+use super::{
+    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, LossKind, ScoreModel, Scratch,
+};
 
 /// A score function computed pair by pair from the query row `a` of its [`Combine`].
 pub(super) trait Pairwise: Combine {
@@ -18,28 +20,23 @@ pub(super) trait Pairwise: Combine {
 }
 
 /// The training step of a pairwise model (see [`super::chunk_step`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn step<M: Pairwise>(
     model: &ScoreModel,
     loss: LossKind,
     margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
+    c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
+    let (b, n) = (c.b, c.n);
     let (d, rd) = (model.dim, model.rel_dim());
     fit(&mut s.phi, b * d);
-    combine_rows::<M>(model, b, src, rel, &mut s.phi);
+    combine_rows::<M>(model, b, c.src, c.rel, &mut s.phi);
     for i in 0..b {
         let a = &s.phi[i * d..(i + 1) * d];
-        s.pos[i] = M::pair_score(d, a, &dst[i * d..(i + 1) * d]);
+        s.pos[i] = M::pair_score(d, a, &c.dst[i * d..(i + 1) * d]);
         for j in 0..n {
-            s.scores[i * n + j] = M::pair_score(d, a, &neg[j * d..(j + 1) * d]);
+            s.scores[i * n + j] = M::pair_score(d, a, &c.neg[j * d..(j + 1) * d]);
         }
     }
     let total = apply_loss(loss, margin, b, n, s);
@@ -52,7 +49,7 @@ pub(super) fn step<M: Pairwise>(
         M::pair_grad(
             d,
             a,
-            &dst[i * d..(i + 1) * d],
+            &c.dst[i * d..(i + 1) * d],
             s.dpos[i],
             da,
             &mut g.dst[i * d..(i + 1) * d],
@@ -63,7 +60,7 @@ pub(super) fn step<M: Pairwise>(
                 M::pair_grad(
                     d,
                     a,
-                    &neg[j * d..(j + 1) * d],
+                    &c.neg[j * d..(j + 1) * d],
                     w,
                     da,
                     &mut g.neg[j * d..(j + 1) * d],
@@ -76,7 +73,7 @@ pub(super) fn step<M: Pairwise>(
             d,
             &s.dphi[i * d..(i + 1) * d],
             &s.phi[i * d..(i + 1) * d],
-            &rel[i * rd..(i + 1) * rd],
+            &c.rel[i * rd..(i + 1) * rd],
             &mut g.src[i * d..(i + 1) * d],
             &mut g.rel[i * rd..(i + 1) * rd],
         );

@@ -16,9 +16,19 @@ fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
 fn loss_of(model: &ScoreModel, loss: LossKind, b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> f64 {
     let mut g = Grads::default();
     let mut s = Scratch::default();
-    chunk_step(
-        model, loss, 0.5, b, n, &inputs[0], &inputs[1], &inputs[2], &inputs[3], &mut g, &mut s,
-    )
+    chunk_step(model, loss, 0.5, &chunk(b, n, inputs), &mut g, &mut s)
+}
+
+/// The chunk of `b` edges and `n` negatives whose rows are `inputs` (src, rel, dst, neg).
+fn chunk(b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> Chunk<'_> {
+    Chunk {
+        b,
+        n,
+        src: &inputs[0],
+        rel: &inputs[1],
+        dst: &inputs[2],
+        neg: &inputs[3],
+    }
 }
 
 /// Central finite differences against the analytic gradient of every input.
@@ -37,9 +47,7 @@ fn check(kind: ScoreKind, norm: u8, loss: LossKind) {
     ];
     let mut g = Grads::default();
     let mut s = Scratch::default();
-    chunk_step(
-        &model, loss, 0.5, b, n, &inputs[0], &inputs[1], &inputs[2], &inputs[3], &mut g, &mut s,
-    );
+    chunk_step(&model, loss, 0.5, &chunk(b, n, &inputs), &mut g, &mut s);
     let analytic = [g.src.clone(), g.rel.clone(), g.dst.clone(), g.neg.clone()];
     let h = 1e-3f32;
     for (which, grad) in analytic.iter().enumerate() {
@@ -84,19 +92,15 @@ fn complex_scores_are_the_real_part_of_the_trilinear_product() {
     let mut g = Grads::default();
     let mut s = Scratch::default();
     // With the negative equal to the positive, softmax loss is ln 2 whatever the score.
-    let l = chunk_step(
-        &model,
-        LossKind::Softmax,
-        0.0,
-        1,
-        1,
-        &src,
-        &rel,
-        &dst,
-        &neg,
-        &mut g,
-        &mut s,
-    );
+    let c = Chunk {
+        b: 1,
+        n: 1,
+        src: &src,
+        rel: &rel,
+        dst: &dst,
+        neg: &neg,
+    };
+    let l = chunk_step(&model, LossKind::Softmax, 0.0, &c, &mut g, &mut s);
     assert!((l - std::f64::consts::LN_2).abs() < 1e-6);
     assert!((s.pos[0] - 22.5).abs() < 1e-5, "{}", s.pos[0]);
 }
@@ -131,19 +135,15 @@ fn candidate_scores_agree_with_training_scores() {
                 let mut g = Grads::default();
                 let mut s2 = Scratch::default();
                 let dst = cands[j * d..(j + 1) * d].to_vec();
-                chunk_step(
-                    &model,
-                    LossKind::Softmax,
-                    0.0,
-                    1,
-                    1,
-                    &src[i * d..(i + 1) * d],
-                    &rel[i * model.rel_dim()..(i + 1) * model.rel_dim()],
-                    &dst,
-                    &dst,
-                    &mut g,
-                    &mut s2,
-                );
+                let c = Chunk {
+                    b: 1,
+                    n: 1,
+                    src: &src[i * d..(i + 1) * d],
+                    rel: &rel[i * model.rel_dim()..(i + 1) * model.rel_dim()],
+                    dst: &dst,
+                    neg: &dst,
+                };
+                chunk_step(&model, LossKind::Softmax, 0.0, &c, &mut g, &mut s2);
                 assert!(
                     (s2.pos[0] - out[i * n + j]).abs() < 1e-4,
                     "{kind:?}: {} vs {}",

@@ -6,7 +6,8 @@ use strata_store::rng::Rng;
 
 use super::pairwise::{self, Pairwise};
 use super::{
-    apply_loss, combine_rows, fit, Combine, Grads, LossKind, ScoreFunction, ScoreModel, Scratch,
+    apply_loss, combine_rows, fit, Chunk, Combine, Grads, LossKind, ScoreFunction, ScoreModel,
+    Scratch,
 };
 use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
@@ -77,19 +78,14 @@ impl ScoreFunction for TransE {
         model: &ScoreModel,
         loss: LossKind,
         margin: f32,
-        b: usize,
-        n: usize,
-        src: &[f32],
-        rel: &[f32],
-        dst: &[f32],
-        neg: &[f32],
+        c: &Chunk,
         g: &mut Grads,
         s: &mut Scratch,
     ) -> f64 {
         if model.transe_norm == 2 {
-            step_l2(model, loss, margin, b, n, src, rel, dst, neg, g, s)
+            step_l2(model, loss, margin, c, g, s)
         } else {
-            pairwise::step::<Self>(model, loss, margin, b, n, src, rel, dst, neg, g, s)
+            pairwise::step::<Self>(model, loss, margin, c, g, s)
         }
     }
 
@@ -122,36 +118,32 @@ impl ScoreFunction for TransE {
 }
 
 /// The TransE-L2 training step: `‖a − t‖²` expanded into matrix products.
-#[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // index loops over parallel arrays
+#[allow(clippy::needless_range_loop)] // index loops over parallel arrays
 fn step_l2(
     model: &ScoreModel,
     loss: LossKind,
     margin: f32,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    dst: &[f32],
-    neg: &[f32],
+    c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
     const EPS: f32 = 1e-9;
+    let (b, n) = (c.b, c.n);
     let d = model.dim;
     fit(&mut s.phi, b * d);
-    combine_rows::<TransE>(model, b, src, rel, &mut s.phi);
+    combine_rows::<TransE>(model, b, c.src, c.rel, &mut s.phi);
     let a_sq: Vec<f32> = (0..b)
         .map(|i| dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]))
         .collect();
     let n_sq: Vec<f32> = (0..n)
-        .map(|j| dot(&neg[j * d..(j + 1) * d], &neg[j * d..(j + 1) * d]))
+        .map(|j| dot(&c.neg[j * d..(j + 1) * d], &c.neg[j * d..(j + 1) * d]))
         .collect();
     for i in 0..b {
-        let (a, t) = (&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+        let (a, t) = (&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
         let dist: f32 = a.iter().zip(t).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
         s.pos[i] = -(dist + EPS).sqrt();
     }
-    gemm_abt(b, n, d, -2.0, &s.phi, neg, 0.0, &mut s.scores);
+    gemm_abt(b, n, d, -2.0, &s.phi, c.neg, 0.0, &mut s.scores);
     // Keep the distances for the backward pass; scores = −dist.
     fit(&mut s.aux, b * n);
     for i in 0..b {
@@ -176,15 +168,15 @@ fn step_l2(
     }
     // d dist²/da = 2(a − n) ; d dist²/dn = 2(n − a)
     fit(&mut s.dphi, b * d);
-    gemm_ab(b, d, n, -2.0, &s.scores, neg, 0.0, &mut s.dphi);
+    gemm_ab(b, d, n, -2.0, &s.scores, c.neg, 0.0, &mut s.dphi);
     gemm_atb(n, d, b, -2.0, &s.scores, &s.phi, 0.0, &mut g.neg);
     for j in 0..n {
         for k in 0..d {
-            g.neg[j * d + k] += 2.0 * col_sum[j] * neg[j * d + k];
+            g.neg[j * d + k] += 2.0 * col_sum[j] * c.neg[j * d + k];
         }
     }
     for i in 0..b {
-        let (a, t) = (&s.phi[i * d..(i + 1) * d], &dst[i * d..(i + 1) * d]);
+        let (a, t) = (&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
         let dist = -s.pos[i];
         let dp = s.dpos[i];
         for k in 0..d {

@@ -9,7 +9,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{json, Map, Value};
-use strata_store::config::{deserialize_error, field_order, unknown_name, ConfigError};
+use strata_store::config::{deserialize_error, field_order, ConfigError};
+use strata_store::registry::unknown_name;
 
 use super::{Algorithm, Bfs, Configured, IterationValue, KCore, PageRank, Spmv, Sssp, Wcc};
 use crate::error::GridError;
