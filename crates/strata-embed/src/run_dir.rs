@@ -83,6 +83,10 @@ pub struct RunMeta {
     /// Ranks of the latest start (1: a single process; absent in older runs).
     #[serde(default = "one")]
     pub world_size: usize,
+    /// Owner mode (`dist_storage = owners`): this directory is rank `owner_rank`'s and its
+    /// tables hold only the partitions that rank owns (`p mod world_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_rank: Option<usize>,
 }
 
 fn one() -> usize {

@@ -243,6 +243,16 @@ class Group:
         self.received += sum(len(s) for s in out[1:])
         return list(out)
 
+    def broadcast(self, text: str) -> str:
+        """Rank 0's ``text`` on every rank (owner mode's commit of an epoch)."""
+        box = [text]
+        self._collective("broadcasting rank 0's commit", lambda: self.td.broadcast_object_list(box, src=0))
+        if self.rank:
+            self.received += len(box[0])
+        else:
+            self.sent += len(text) * (self.world_size - 1)
+        return box[0]
+
     def traffic(self) -> tuple[int, int]:
         """Bytes sent to and received from the other ranks so far."""
         return self.sent, self.received
