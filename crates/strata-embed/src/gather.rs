@@ -12,14 +12,8 @@ use strata_store::Store;
 
 use crate::dist::owner_of;
 use crate::error::{EmbedError, Result};
-use crate::run_dir::{is_run, sync_dir, train_bytes, Run, RunMeta};
+use crate::run_dir::{io_err, is_run, sync_dir, train_bytes, Run, RunMeta};
 use crate::table::TableFile;
-
-fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
-    EmbedError::Store(strata_store::StoreError::Io(strata_io::IoError::os(
-        op, path, 0, e,
-    )))
-}
 
 /// The runs of `dirs` in rank order, checked to be every rank of one owner-mode run at one
 /// committed epoch.

@@ -12,7 +12,7 @@ use strata_io::progress::Progress;
 use crate::dist::Cluster;
 use crate::error::{EmbedError, Result};
 use crate::relations::Relations;
-use crate::run_dir::{sync_dir, Checkpoint, EpochRecord, Run, RunMeta};
+use crate::run_dir::{io_err, sync_dir, Checkpoint, EpochRecord, Run, RunMeta};
 
 /// Rank `rank`'s own run directory inside the `--run-dir` every rank is given.
 pub fn rank_dir(run_dir: &Path, rank: usize) -> PathBuf {
@@ -52,12 +52,6 @@ impl Commit {
 
 fn marker(dir: &Path, epoch: usize) -> PathBuf {
     dir.join(format!("prepared-e{epoch}"))
-}
-
-fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
-    EmbedError::Store(strata_store::StoreError::Io(strata_io::IoError::os(
-        op, path, 0, e,
-    )))
 }
 
 /// Marks `ckpt` prepared in `run`'s directory: its table and relation files are durable (the

@@ -150,7 +150,8 @@ pub struct Run {
     pub meta: RunMeta,
 }
 
-fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
+/// An I/O error on `path` during `op`, as the run's errors report it.
+pub(crate) fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
     EmbedError::Store(StoreError::Io(strata_io::IoError::os(op, path, 0, e)))
 }
 

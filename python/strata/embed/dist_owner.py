@@ -103,17 +103,11 @@ class Owners:
         if self.failure is not None:
             raise GroupError(f"rank {self.rank}: the owner server stopped: {_first_line(self.failure)}")
 
-    def _send(self, t, peer: int, k: int, kind: int) -> None:
+    def _transfer(self, op, t, peer: int, k: int, kind: int) -> None:
+        """``op`` (``isend`` or ``irecv``) of the uint8 tensor ``t`` with ``peer`` in pieces of
+        at most ``CHUNK`` bytes, each waited for at most ``dist_timeout``."""
         works = [
-            self.td.isend(t[a : a + CHUNK], dst=peer, group=self.p2p, tag=tag(k, kind, i))
-            for i, a in enumerate(range(0, max(t.numel(), 1), CHUNK))
-        ]
-        for w in works:
-            w.wait(self.wait)
-
-    def _recv(self, t, peer: int, k: int, kind: int) -> None:
-        works = [
-            self.td.irecv(t[a : a + CHUNK], src=peer, group=self.p2p, tag=tag(k, kind, i))
+            op(t[a : a + CHUNK], peer, self.p2p, tag(k, kind, i))
             for i, a in enumerate(range(0, max(t.numel(), 1), CHUNK))
         ]
         for w in works:
@@ -157,7 +151,7 @@ class Owners:
         try:
             o, k = self._request(p, {"op": "read", "epoch": epoch, "p": p, "written": written, "bytes": size})
             buf = self.torch.empty(size, dtype=self.torch.uint8)
-            self._recv(buf, o, k, READ)
+            self._transfer(self.td.irecv, buf, o, k, READ)
         except (RuntimeError, TimeoutError) as e:
             raise self._failed(p, what, e) from None
         self._count(0, size)
@@ -171,9 +165,9 @@ class Owners:
         torch = self.torch
         try:
             o, k = self._request(p, {"op": "write", "epoch": epoch, "p": p, "bytes": len(region)})
-            self._send(torch.frombuffer(region, dtype=torch.uint8), o, k, WRITE)
+            self._transfer(self.td.isend, torch.frombuffer(region, dtype=torch.uint8), o, k, WRITE)
             ack = torch.zeros(1, dtype=torch.int64)
-            self._recv(ack, o, k, ACK)
+            self._transfer(self.td.irecv, ack, o, k, ACK)
         except (RuntimeError, TimeoutError) as e:
             raise self._failed(p, what, e) from None
         self._count(len(region), 8)
@@ -209,18 +203,18 @@ class Owners:
         p = request["p"]
         if request["op"] == "read":
             data = tables.read(p, request["written"])
-            self._send(torch.frombuffer(data, dtype=torch.uint8), r, k, READ)
+            self._transfer(self.td.isend, torch.frombuffer(data, dtype=torch.uint8), r, k, READ)
             self._count(len(data), 0)
             return
         buf = torch.empty(request["bytes"], dtype=torch.uint8)
-        self._recv(buf, r, k, WRITE)
+        self._transfer(self.td.irecv, buf, r, k, WRITE)
         self._count(0, request["bytes"])
         ok = 1
         try:
             tables.write(p, buf.numpy().tobytes())
         except Exception as e:  # told to the writer (its ack), then this rank stops serving
             ok, self.failure = 0, e
-        self._send(torch.full((1,), ok, dtype=torch.int64), r, k, ACK)
+        self._transfer(self.td.isend, torch.full((1,), ok, dtype=torch.int64), r, k, ACK)
         self._count(8, 0)
 
     def _serve(self) -> None:
