@@ -50,6 +50,15 @@ def _wait_all(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
     return results
 
 
+def _summary(meta: dict) -> list:
+    """What every rank's history must agree on: rank 0's commits, whose floats went through
+    JSON once more on the other ranks (equal to about 1e-15)."""
+    return [
+        (h["epoch"], h["partition_loads"], [r["buckets"] for r in h["ranks"]], pytest.approx(h["loss"], rel=1e-12))
+        for h in meta["history"]
+    ]
+
+
 def _check_rank_dirs(dirs: list[Path]) -> None:
     """Each rank's own run: committed every epoch, the group's per-rank figures, every bucket
     trained once per epoch, and partition regions really moved between the ranks."""
@@ -60,7 +69,7 @@ def _check_rank_dirs(dirs: list[Path]) -> None:
     for rank, meta in enumerate(metas):
         assert meta["world_size"] == world and meta["owner_rank"] == rank
         assert meta["current"]["epoch"] == EPOCHS and meta["current"] == metas[0]["current"]
-        assert [h["loss"] for h in meta["history"]] == [h["loss"] for h in metas[0]["history"]]
+        assert _summary(meta) == _summary(metas[0])
         assert not list(d for d in dirs[rank].iterdir() if d.name.startswith("prepared-e"))
     for record in metas[0]["history"]:
         ranks = record["ranks"]
@@ -176,7 +185,7 @@ def test_a_rank_one_epoch_behind_adopts_the_epoch_it_prepared(kg, tmp_path):
     metas = [json.loads((run / f"rank-{r}" / "run.json").read_text()) for r in range(2)]
     assert [m["current"]["epoch"] for m in metas] == [3, 3]
     assert [h["epoch"] for h in metas[1]["history"]] == [1, 2, 3]
-    assert metas[0]["history"] == metas[1]["history"]
+    assert _summary(metas[0]) == _summary(metas[1])
     assert _gather_and_evaluate([run / "rank-0", behind], tmp_path / "gathered", 3) > MRR
     # A rank directory from another point of the run (two epochs behind) is refused, naming both.
     for name, data in saved.items():
@@ -190,7 +199,7 @@ def test_a_rank_one_epoch_behind_adopts_the_epoch_it_prepared(kg, tmp_path):
 
 
 RANK_SCRIPT = """
-import sys, time
+import os, sys, time
 from strata.embed import dist, dist_owner
 from strata.errors import GroupError
 group = dist.from_environment(3)
@@ -199,8 +208,9 @@ if group.rank == 1:
     try:
         owners.read(0, 0, False, 4096)
     except GroupError as e:
-        print(e, file=sys.stderr)
-        sys.exit(3)
+        print(e, file=sys.stderr, flush=True)
+        # The timed-out receive is still posted in gloo; leave without running its destructors.
+        os._exit(3)
     sys.exit(0)
 # Rank 0 owns partition 0 but never serves an epoch: its server cannot answer.
 time.sleep(8)
