@@ -20,10 +20,12 @@ PREFIX = "strata-t"
 
 @dataclass(frozen=True)
 class Namespace:
-    """One end of the link: the namespace's name and its address on the veth pair."""
+    """One end of the link: the namespace's name, its address on the veth pair and the name
+    of its veth device (for GLOO_SOCKET_IFNAME and the like)."""
 
     name: str
     addr: str
+    device: str
 
     def wrap(self, argv: list[str]) -> list[str]:
         """``argv`` run inside this namespace."""
@@ -64,9 +66,10 @@ def veth_pair() -> Iterator[tuple[Namespace, Namespace]]:
     _remove_stale()
     pid = os.getpid()
     subnet = f"10.213.{pid % 250}"
-    a, b = Namespace(f"{PREFIX}{pid}a", f"{subnet}.1"), Namespace(f"{PREFIX}{pid}b", f"{subnet}.2")
     # Interface names are limited to 15 bytes: "sv" + pid (at most 7 digits) + end.
     ends = (f"sv{pid}a", f"sv{pid}b")
+    a = Namespace(f"{PREFIX}{pid}a", f"{subnet}.1", ends[0])
+    b = Namespace(f"{PREFIX}{pid}b", f"{subnet}.2", ends[1])
     made = []
     try:
         for ns in (a, b):

@@ -89,6 +89,35 @@ impl PartitionBuffer {
         Ok(())
     }
 
+    /// Fills `slot` with partition `p` through `fill`, which gets the slot's region
+    /// (`layout.part_bytes()` bytes) to overwrite: a partition that comes from another rank.
+    pub fn load_with(
+        &mut self,
+        slot: usize,
+        p: u32,
+        fill: impl FnOnce(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.resident[slot] = None;
+        let bytes = self.layout.part_bytes() as usize;
+        let buf = self.slots[slot].as_mut().expect("slot present");
+        fill(&mut buf.full_mut()[..bytes])?;
+        self.resident[slot] = Some(p);
+        Ok(())
+    }
+
+    /// The region (`layout.part_bytes()` bytes) of resident partition `p`.
+    pub fn region(&self, p: u32) -> &[u8] {
+        let slot = self.slot_of(p).expect("partition resident");
+        let buf = self.slots[slot].as_ref().expect("slot present");
+        buf.prefix(self.layout.part_bytes() as usize)
+    }
+
+    /// Frees the slot of resident partition `p` (written back elsewhere).
+    pub fn forget(&mut self, p: u32) {
+        let slot = self.slot_of(p).expect("partition resident");
+        self.resident[slot] = None;
+    }
+
     /// Writes every resident partition to `to`; the slots keep them.
     pub fn flush(&mut self, to: &TableFile) -> Result<()> {
         for slot in 0..self.slots.len() {

@@ -49,6 +49,18 @@ pub enum NegativePool {
     All,
 }
 
+/// Where the partitions of a distributed run live (docs/distributed.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DistStorage {
+    /// Every rank opens the same run directory (one machine, or a shared file system as
+    /// PyTorch-BigGraph requires for its checkpoints); partitions move through its tables.
+    Shared,
+    /// Partition p lives in rank p mod W's own directory RUN/rank-R and moves between ranks
+    /// point-to-point; no file system is shared.
+    Owners,
+}
+
 /// Evaluation protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -138,6 +150,10 @@ pub struct TrainConfig {
     /// scheduler's answers, barriers, all-reduces) before the run fails naming what timed out
     #[schemars(range(min = 1))]
     pub dist_timeout: u64,
+    /// distributed runs: shared (every rank opens the same --run-dir: one machine or a shared
+    /// file system) or owners (each rank keeps the partitions it owns, p mod ranks, in its own
+    /// RUN/rank-R and ships them point-to-point; no shared file system; gather before eval)
+    pub dist_storage: DistStorage,
 }
 
 impl Default for TrainConfig {
@@ -171,6 +187,7 @@ impl Default for TrainConfig {
             eval_max_queries: 0,
             relation_sync_every: 4,
             dist_timeout: 600,
+            dist_storage: DistStorage::Shared,
         }
     }
 }
@@ -388,6 +405,22 @@ impl Default for ExportOptions {
             memory: None,
         }
     }
+}
+
+/// The `[embed.gather]` section: one run from every rank's directory of an owner-mode run
+/// (`dist_storage = owners`); which directories, and where to, are the command's arguments.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatherOptions {
+    /// this machine's copy of the store (default: the path rank 0 trained on)
+    #[schemars(extend("x-kind" = "path"))]
+    pub store: Option<PathBuf>,
+    /// replace OUT if it holds a run
+    pub overwrite: bool,
+}
+
+impl Section for GatherOptions {
+    const NAME: &'static str = "embed.gather";
 }
 
 impl Section for ExportOptions {

@@ -3,11 +3,14 @@
 //! the epoch's reports. The engine knows nothing of torch: `strata-py` implements [`Cluster`]
 //! over `torch.distributed`, and a single-process run has no cluster at all.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::epoch::EpochReport;
 use crate::error::{EmbedError, Result};
 use crate::ordering::Bucket;
+use crate::table::{TableFile, TableLayout};
 
 /// The scheduler's answer to a rank asking for work.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +52,38 @@ pub trait Cluster: Send {
     fn barrier(&mut self, what: &str) -> Result<()>;
     /// Every rank's `mine`, in rank order, on rank 0; empty on the other ranks.
     fn gather(&mut self, mine: String) -> Result<Vec<String>>;
+    /// Rank 0's `text` on every rank (what the other ranks pass is ignored).
+    fn broadcast(&mut self, text: String) -> Result<String>;
     /// Bytes this rank has sent and received through the group so far.
+    fn traffic(&self) -> (u64, u64);
+}
+
+/// The rank that owns partition `p` in owner mode (`dist_storage = owners`) with `world_size`
+/// ranks: it keeps `p` in its own tables and serves it to the rank that trains it.
+pub fn owner_of(p: u32, world_size: usize) -> usize {
+    p as usize % world_size
+}
+
+/// Partitions owned by other ranks (owner mode): read from and written back to their owner.
+/// A partition's region is the bytes of its region in a table file (`TableLayout::part_bytes`:
+/// embeddings, then optimizer state, padded). `strata-py` implements this over
+/// torch.distributed point-to-point transfers.
+pub trait PartitionSource: Send {
+    /// Makes this rank's tables of `epoch` (`current`, read only, and `next`, read and
+    /// written) available to the other ranks until the next call.
+    fn serve(
+        &mut self,
+        epoch: usize,
+        current: &Arc<TableFile>,
+        next: &Arc<TableFile>,
+        layout: &TableLayout,
+    ) -> Result<()>;
+    /// Fills `into` (one region) with partition `p` from its owner: from the owner's `next`
+    /// table when `written` (written back earlier this epoch), else from its `current`.
+    fn read(&mut self, epoch: usize, p: u32, written: bool, into: &mut [u8]) -> Result<()>;
+    /// Writes partition `p`'s region to its owner's `next` table; returns once it is written.
+    fn write(&mut self, epoch: usize, p: u32, region: &[u8]) -> Result<()>;
+    /// Bytes of partition regions (and their requests) sent and received so far.
     fn traffic(&self) -> (u64, u64);
 }
 
@@ -66,7 +100,8 @@ pub struct RankReport {
     pub waits: usize,
     /// Seconds spent waiting for the scheduler's answers and in relation rounds.
     pub group_wait_seconds: f64,
-    /// Bytes sent to and received from the other ranks (scheduler messages, relation rounds).
+    /// Bytes sent to and received from the other ranks (scheduler messages, relation rounds,
+    /// and in owner mode partition regions and their requests).
     pub bytes_sent: u64,
     pub bytes_received: u64,
     /// Every partition this rank held in the epoch, in order: carried to rank 0 by the gather,

@@ -2,8 +2,10 @@
 //! group's scheduler instead of a precomputed schedule, partitions are locked while resident,
 //! and the relation rows are combined across ranks by all-reduce of their deltas.
 //!
-//! Partitions move through the run's shared table files: a rank writes a partition back to
-//! the epoch's output table before it releases it, and the next holder reads it from there.
+//! With a shared run directory, partitions move through its table files: a rank writes a
+//! partition back to the epoch's output table before it releases it, and the next holder
+//! reads it from there. In owner mode a partition another rank owns is read from and written
+//! back to that owner through a [`PartitionSource`]; the owner's tables play the same roles.
 //! Swaps are synchronous here (each counted as I/O wait); the bucket's edges are still read
 //! ahead piece by piece while the previous piece trains.
 
@@ -12,7 +14,8 @@ use std::time::Instant;
 
 use strata_io::progress::{Meter, Progress};
 
-use crate::dist::{fault_point, Cluster, Grant, Holding, RankReport};
+use crate::buffer::PartitionBuffer;
+use crate::dist::{fault_point, owner_of, Cluster, Grant, Holding, PartitionSource, RankReport};
 use crate::epoch::{Interval, Tally, Timeline, Trainer};
 use crate::epoch_io::prefetch_edges;
 use crate::error::{EmbedError, Result};
@@ -92,22 +95,77 @@ impl Ledger {
     }
 }
 
-impl Trainer {
-    /// Writes resident partition `p` back to `next` and frees its slot, noting its CRC.
-    fn write_back(&mut self, p: u32, next: &TableFile, ledger: &mut Ledger) -> Result<()> {
-        ledger.written(p, self.buffer.checksum(p));
-        self.buffer.evict(p, next)
+/// Where each partition of an epoch is read from and written back to: this rank's tables,
+/// or (owner mode) the rank that owns it; every load and write-back is noted in the ledger.
+struct Homes<'a, 'b> {
+    epoch: usize,
+    current: &'a TableFile,
+    next: &'a TableFile,
+    rank: usize,
+    world_size: usize,
+    peers: Option<&'a mut (dyn PartitionSource + 'b)>,
+    ledger: Ledger,
+}
+
+impl<'b> Homes<'_, 'b> {
+    fn remote(&mut self, p: u32) -> Option<&mut (dyn PartitionSource + 'b)> {
+        let local = owner_of(p, self.world_size) == self.rank;
+        match self.peers.as_deref_mut() {
+            Some(peers) if !local => Some(peers),
+            _ => None,
+        }
     }
 
+    /// Loads `p` into `slot`: from `next` when `written` this epoch, else from `current`.
+    fn load(
+        &mut self,
+        buffer: &mut PartitionBuffer,
+        slot: usize,
+        p: u32,
+        written: bool,
+    ) -> Result<()> {
+        let epoch = self.epoch;
+        match self.remote(p) {
+            Some(peers) => buffer.load_with(slot, p, |into| peers.read(epoch, p, written, into))?,
+            None => buffer.load(slot, p, if written { self.next } else { self.current })?,
+        }
+        self.ledger.loaded(p, !written, buffer.checksum(p));
+        Ok(())
+    }
+
+    /// Writes resident `p` back to `next` (its owner's, in owner mode) and frees its slot.
+    fn evict(&mut self, buffer: &mut PartitionBuffer, p: u32) -> Result<()> {
+        let epoch = self.epoch;
+        self.ledger.written(p, buffer.checksum(p));
+        match self.remote(p) {
+            Some(peers) => {
+                peers.write(epoch, p, buffer.region(p))?;
+                buffer.forget(p);
+                Ok(())
+            }
+            None => buffer.evict(p, self.next),
+        }
+    }
+
+    fn traffic(&self) -> (u64, u64) {
+        self.peers.as_ref().map_or((0, 0), |p| p.traffic())
+    }
+}
+
+impl Trainer {
     /// One epoch of a distributed run on this rank: partitions are read from `current`, or
     /// from `next` when the scheduler says they were written back this epoch, and every
     /// partition this rank held is written back to `next` (synced) by the time it returns.
+    /// With `peers` (owner mode) `current` and `next` are this rank's own tables, which hold
+    /// the partitions it owns; the others come from and go back to their owners, and this
+    /// rank's tables are served to the other ranks.
     pub fn epoch_scheduled(
         &mut self,
         epoch: usize,
         current: &Arc<TableFile>,
         next: &Arc<TableFile>,
         cluster: &mut dyn Cluster,
+        mut peers: Option<&mut (dyn PartitionSource + '_)>,
         progress: &dyn Progress,
     ) -> Result<(RankReport, Vec<Interval>)> {
         debug_assert!(
@@ -120,8 +178,21 @@ impl Trainer {
             origin,
             events: Vec::new(),
         };
+        if let Some(p) = peers.as_deref_mut() {
+            p.serve(epoch, current, next, &self.buffer.layout)?;
+        }
+        let mut homes = Homes {
+            epoch,
+            current,
+            next,
+            rank: cluster.rank(),
+            world_size: cluster.world_size(),
+            peers,
+            ledger: Ledger::default(),
+        };
         let io_before = engine.stats();
         let traffic_before = cluster.traffic();
+        let moved_before = homes.traffic();
         let mut tally = Tally::default();
         let mut meter = Meter::new(
             progress,
@@ -142,7 +213,6 @@ impl Trainer {
         let mut rounds = RelationRounds::new(&self.relations);
         let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
         let mut group_wait = 0.0;
-        let mut ledger = Ledger::default();
         loop {
             let held: Vec<u32> = self.buffer.resident().collect();
             let t = Instant::now();
@@ -161,7 +231,7 @@ impl Trainer {
                 } => {
                     let t = Instant::now();
                     for &p in &evict {
-                        self.write_back(p, next, &mut ledger)?;
+                        homes.evict(&mut self.buffer, p)?;
                     }
                     if !evict.is_empty() {
                         cluster.release(epoch, &evict)?;
@@ -179,10 +249,7 @@ impl Trainer {
                                 self.buffer.capacity()
                             ))
                         })?;
-                        let committed = !written.contains(&p);
-                        self.buffer
-                            .load(slot, p, if committed { current } else { next })?;
-                        ledger.loaded(p, committed, self.buffer.checksum(p));
+                        homes.load(&mut self.buffer, slot, p, written.contains(&p))?;
                         tally.loads += 1;
                     }
                     let now = Instant::now();
@@ -218,7 +285,7 @@ impl Trainer {
                     let t = Instant::now();
                     let held: Vec<u32> = self.buffer.resident().collect();
                     for &p in &held {
-                        self.write_back(p, next, &mut ledger)?;
+                        homes.evict(&mut self.buffer, p)?;
                     }
                     if !held.is_empty() {
                         cluster.release(epoch, &held)?;
@@ -243,6 +310,7 @@ impl Trainer {
         let io = engine.stats().since(&io_before);
         let report = self.report(epoch, origin, &tally, &io, trained, evictions);
         let (sent, received) = cluster.traffic();
+        let (moved_out, moved_in) = homes.traffic();
         Ok((
             RankReport {
                 rank: cluster.rank(),
@@ -251,9 +319,9 @@ impl Trainer {
                 relation_rounds: rounds.rounds,
                 waits,
                 group_wait_seconds: group_wait,
-                bytes_sent: sent - traffic_before.0,
-                bytes_received: received - traffic_before.1,
-                holdings: ledger.holdings,
+                bytes_sent: sent - traffic_before.0 + moved_out - moved_before.0,
+                bytes_received: received - traffic_before.1 + moved_in - moved_before.1,
+                holdings: homes.ledger.holdings,
             },
             tl.events,
         ))

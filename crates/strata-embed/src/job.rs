@@ -13,14 +13,18 @@ use strata_store::Store;
 
 use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
-use crate::config::{NegativePool, OptimizerKind, Protocol, TrainConfig};
-use crate::dist::{check_holdings, describe_rank, fault_point, Cluster, RankReport, TableCrc};
+use crate::config::{DistStorage, NegativePool, OptimizerKind, Protocol, TrainConfig};
+use crate::dist::{
+    check_holdings, describe_rank, fault_point, owner_of, Cluster, PartitionSource, RankReport,
+    TableCrc,
+};
 use crate::epoch::Trainer;
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::kernels::sgemm_reference_flops;
 use crate::model::ScoreModel;
 use crate::overlap;
+use crate::owner::{self, Commit};
 use crate::partitioning::{buckets, Partitioning};
 use crate::relations::Relations;
 use crate::run_dir::{
@@ -87,11 +91,41 @@ pub fn train(
     run_dir: &Path,
     cfg: TrainConfig,
     fresh: bool,
+    cluster: Option<&mut dyn Cluster>,
+    progress: &dyn Progress,
+    on_epoch: &mut dyn FnMut(&EpochRecord),
+) -> Result<RunMeta> {
+    train_group(
+        store_path, run_dir, cfg, fresh, cluster, None, progress, on_epoch,
+    )
+}
+
+/// [`train`] for one rank of a group, in owner mode when `peers` is given
+/// (`dist_storage = owners`, docs/distributed.md): this rank's run is `RUN/rank-R`
+/// ([`owner::rank_dir`]), its tables hold the partitions it owns, the others come from their
+/// owners through `peers`, and every rank writes rank 0's commit of each epoch as its own.
+/// Rank 0 does not validate or test in owner mode (its tables hold only its partitions):
+/// `strata embed gather` makes one run to evaluate.
+#[allow(clippy::too_many_arguments)]
+pub fn train_group(
+    store_path: &Path,
+    run_dir: &Path,
+    cfg: TrainConfig,
+    fresh: bool,
     mut cluster: Option<&mut dyn Cluster>,
+    mut peers: Option<&mut dyn PartitionSource>,
     progress: &dyn Progress,
     on_epoch: &mut dyn FnMut(&EpochRecord),
 ) -> Result<RunMeta> {
     strata_store::config::check_built(&cfg).map_err(|e| EmbedError::Config(e.to_string()))?;
+    let owners = cluster.is_some() && cfg.dist_storage == DistStorage::Owners;
+    if owners != peers.is_some() {
+        return Err(EmbedError::Config(format!(
+            "embed.train.dist_storage is {:?} but the group {} partition transport",
+            cfg.dist_storage,
+            if peers.is_some() { "has a" } else { "has no" }
+        )));
+    }
     if cluster.is_some() && cfg.negative_pool == NegativePool::All && cfg.bank_rows > 0 {
         return Err(EmbedError::Config(
             "embed.train.negative_pool: 'all' (negative banks) is not supported in distributed runs yet; use resident or partition, or set bank_rows = 0".into(),
@@ -101,21 +135,38 @@ pub fn train(
         .as_ref()
         .map_or((0, 1), |c| (c.rank(), c.world_size()));
     let leader = rank == 0;
-    // Rank 0 creates or resumes the run (and buckets the edges) before the others open it.
+    // Rank 0 creates or resumes the run (and buckets the edges) before the others open it;
+    // in owner mode each rank then sets up its own directory (one at a time: ranks on one
+    // machine may share the store, whose bucket index the first one writes).
     if let (Some(c), false) = (cluster.as_deref_mut(), leader) {
         c.barrier("run created by rank 0")?;
     }
+    let own = owners.then_some(rank);
+    let dir = match own {
+        Some(r) => owner::rank_dir(run_dir, r),
+        None => run_dir.to_path_buf(),
+    };
     let mut s = setup(
         store_path,
-        run_dir,
+        &dir,
         cfg,
-        fresh && leader,
-        leader,
+        fresh && (leader || owners),
+        leader || owners,
         world_size,
+        own,
         progress,
     )?;
     if let (Some(c), true) = (cluster.as_deref_mut(), leader) {
         c.barrier("run created by rank 0")?;
+    }
+    if let (Some(c), true) = (cluster.as_deref_mut(), owners) {
+        owner::resume(&mut s.run, &mut s.trainer.relations, c, progress)?;
+        if leader {
+            progress.message(&format!(
+                "owner mode: rank 0 holds only the partitions it owns, so it neither validates nor tests; run `strata embed gather OUT {}/rank-*` and evaluate OUT",
+                run_dir.display()
+            ));
+        }
     }
     let model = s.trainer.model;
     let threads = s.trainer.threads();
@@ -151,7 +202,10 @@ pub fn train(
     }
     let spec = eval_spec(&s.trainer.cfg, &s.plan, threads);
     // Rank 0 validates each epoch for the whole group.
-    let valid = if leader && s.trainer.cfg.eval_every > 0 && s.store.array("edges_valid").is_some()
+    let valid = if leader
+        && !owners
+        && s.trainer.cfg.eval_every > 0
+        && s.store.array("edges_valid").is_some()
     {
         Some(EvalSet::new(&s.store, "valid", &spec, progress)?)
     } else {
@@ -184,14 +238,42 @@ pub fn train(
                 (report, timeline, None, None)
             }
             Some(c) => {
-                let (mine, timeline) = s
-                    .trainer
-                    .epoch_scheduled(epoch, &current, &next, c, progress)?;
+                let (mine, timeline) = s.trainer.epoch_scheduled(
+                    epoch,
+                    &current,
+                    &next,
+                    c,
+                    peers.as_deref_mut(),
+                    progress,
+                )?;
                 progress.message(&describe_rank(&mine, epochs));
+                if owners {
+                    // Each rank's directory must hold all of epoch E+1 but the commit marker.
+                    let (rp, sp) = s.run.relation_paths(epoch + 1);
+                    s.trainer.relations.save(&rp, &sp)?;
+                    let ckpt = Checkpoint {
+                        epoch: epoch + 1,
+                        table: spare.to_string(),
+                    };
+                    owner::prepare(&s.run, &ckpt)?;
+                }
                 // Every rank has synced its partitions of `next` before it contributes: the
                 // gather is the commit's prepare barrier.
                 let all = c.gather(serde_json::to_string(&mine).expect("serialises"))?;
                 fault_point(epoch, "prepared");
+                if !leader && owners {
+                    let text = c.broadcast(String::new())?;
+                    let commit: Commit = serde_json::from_str(&text)
+                        .map_err(|e| EmbedError::Group(format!("rank 0's commit: {e}")))?;
+                    commit.apply(&mut s.run.meta);
+                    s.run.commit()?;
+                    owner::clear_prepared(&s.run);
+                    if let Some(record) = &commit.record {
+                        s.run.append_logs(record, &timeline)?;
+                    }
+                    c.barrier("epoch committed by rank 0")?;
+                    continue;
+                }
                 if !leader {
                     c.barrier("epoch committed by rank 0")?;
                     s.run = Run::open(&s.run.dir)?;
@@ -215,8 +297,10 @@ pub fn train(
                 )
             }
         };
-        let (rp, sp) = s.run.relation_paths(epoch + 1);
-        s.trainer.relations.save(&rp, &sp)?;
+        if !owners {
+            let (rp, sp) = s.run.relation_paths(epoch + 1);
+            s.trainer.relations.save(&rp, &sp)?;
+        }
         let due = (epoch + 1) % s.trainer.cfg.eval_every.max(1) == 0 || epoch + 1 == epochs;
         let valid_metrics = match (&valid, due) {
             (Some(set), true) => {
@@ -262,10 +346,14 @@ pub fn train(
         progress.message(&describe_epoch(&record, epochs, s.run.meta.sgemm_flops));
         on_epoch(&record);
         if let Some(c) = cluster.as_deref_mut() {
+            if owners {
+                owner::clear_prepared(&s.run);
+                c.broadcast(serde_json::to_string(&Commit::of(&s.run.meta)).expect("serialises"))?;
+            }
             c.barrier("epoch committed by rank 0")?;
         }
     }
-    if !leader {
+    if !leader || owners {
         return Ok(s.run.meta);
     }
     if s.run.meta.test.is_none()
@@ -301,7 +389,9 @@ fn check_start(history: &[EpochRecord], epoch: usize, crc: &TableCrc) -> Result<
 }
 
 /// Opens or creates the run, plans the budget and builds the trainer. Only the `leader`
-/// (the single process, or rank 0) writes to the run directory here.
+/// (the single process, rank 0, or in owner mode each rank in its own directory) writes to
+/// the run directory here. `owner`: owner mode, this rank's number; its run holds only the
+/// partitions it owns and is committed by [`owner::resume`] once it agrees with rank 0's.
 #[allow(clippy::too_many_arguments)]
 fn setup(
     store_path: &Path,
@@ -310,6 +400,7 @@ fn setup(
     fresh: bool,
     leader: bool,
     world_size: usize,
+    owner: Option<usize>,
     progress: &dyn Progress,
 ) -> Result<Setup> {
     let store = Store::open(store_path)?;
@@ -334,6 +425,14 @@ fn setup(
             return Err(EmbedError::Config(format!(
                 "run {} was trained with a different embed.train.{field}; pass --fresh to start over or choose another --run-dir",
                 run_dir.display()
+            )));
+        }
+        if owner.is_some() && (run.meta.owner_rank != owner || run.meta.world_size != world_size) {
+            return Err(EmbedError::Config(format!(
+                "run {} holds the partitions of rank {:?} of {} (owner mode); resume it with the same ranks, or pass --fresh",
+                run_dir.display(),
+                run.meta.owner_rank,
+                run.meta.world_size
             )));
         }
         if run.store()?.path().canonicalize().ok() != store.path().canonicalize().ok() {
@@ -384,6 +483,7 @@ fn setup(
             partitioning,
             layout,
             &mut buffer,
+            owner.map(|r| (r, world_size)),
             progress,
         )?,
     };
@@ -392,10 +492,11 @@ fn setup(
     relations.load(&rp, &sp)?;
     run.meta.memory_plan = Some(plan.memory_plan());
     run.meta.world_size = world_size;
+    run.meta.owner_rank = owner;
     if run.meta.sgemm_flops == 0.0 {
         run.meta.sgemm_flops = sgemm_reference_flops();
     }
-    if leader {
+    if leader && owner.is_none() {
         run.commit()?;
     }
     let trainer = Trainer::new(
@@ -417,7 +518,9 @@ fn setup(
     })
 }
 
-/// Creates a new run in `dir`: initial table and relations, committed as epoch 0.
+/// Creates a new run in `dir`: initial table and relations, committed as epoch 0. With
+/// `owned = (rank, world_size)` (owner mode) only that rank's partitions are initialised; the
+/// others' regions stay holes of the full-sized files.
 #[allow(clippy::too_many_arguments)]
 fn create(
     store: &Store,
@@ -427,6 +530,7 @@ fn create(
     partitioning: Partitioning,
     layout: TableLayout,
     buffer: &mut PartitionBuffer,
+    owned: Option<(usize, usize)>,
     progress: &dyn Progress,
 ) -> Result<Run> {
     let io = |op, e| {
@@ -442,6 +546,7 @@ fn create(
                 || name.starts_with("table-")
                 || name.starts_with("relations-e")
                 || name.starts_with("relation_state-e")
+                || name.starts_with("prepared-e")
                 || name.starts_with("events.out.tfevents")
         };
         let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -476,10 +581,20 @@ fn create(
         fmt_bytes(table_bytes)
     ));
     let engine = buffer.engine().clone();
-    let first = TableFile::open(&engine, &dir.join("table-0.bin"), true)?;
-    for name in ["table-1.bin", "table-2.bin"] {
-        TableFile::open(&engine, &dir.join(name), true)?;
+    for name in ["table-0.bin", "table-1.bin", "table-2.bin"] {
+        let path = dir.join(name);
+        TableFile::open(&engine, &path, true)?;
+        if owned.is_some() {
+            // Full size from the start, so that a table whose last partitions are another
+            // owner's (holes) has the size every reader checks.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(table_bytes))
+                .map_err(|e| io("resize", e))?;
+        }
     }
+    let first = TableFile::open(&engine, &dir.join("table-0.bin"), false)?;
     let mut meter = strata_io::progress::Meter::new(
         progress,
         "init table",
@@ -487,6 +602,9 @@ fn create(
         partitioning.partitions as u64,
     );
     for p in 0..partitioning.partitions {
+        if owned.is_some_and(|(rank, world)| owner_of(p, world) != rank) {
+            continue;
+        }
         buffer.init(&first, p, partitioning.size_of(p), cfg.init_scale, cfg.seed)?;
         meter.add(1, layout.part_bytes())?;
     }
@@ -519,6 +637,7 @@ fn create(
             sgemm_flops: 0.0,
             memory_plan: None,
             world_size: 1,
+            owner_rank: None,
         },
     };
     let relations = Relations::new(

@@ -47,6 +47,14 @@ impl Loaded {
         progress: &dyn Progress,
     ) -> Result<Loaded> {
         let run = Run::open(dir)?;
+        if let (Some(rank), true) = (run.meta.owner_rank, run.meta.world_size > 1) {
+            return Err(EmbedError::Config(format!(
+                "{} is rank {rank}'s directory of an owner-mode run of {} ranks (dist_storage = owners) and holds only the partitions that rank owns; run `strata embed gather OUT` with every rank's directory (`{}/rank-*`), then use OUT",
+                dir.display(),
+                run.meta.world_size,
+                dir.parent().unwrap_or(dir).display()
+            )));
+        }
         let store = run.store()?;
         let mut cfg = run.meta.config.clone();
         cfg.partitions = run.meta.partitioning.partitions;

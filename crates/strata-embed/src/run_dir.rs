@@ -87,6 +87,10 @@ pub struct RunMeta {
     /// Ranks of the latest start (1: a single process; absent in older runs).
     #[serde(default = "one")]
     pub world_size: usize,
+    /// Owner mode (`dist_storage = owners`): this directory is rank `owner_rank`'s and its
+    /// tables hold only the partitions that rank owns (`p mod world_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_rank: Option<usize>,
 }
 
 fn one() -> usize {
@@ -150,7 +154,8 @@ pub struct Run {
     pub meta: RunMeta,
 }
 
-fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
+/// An I/O error on `path` during `op`, as the run's errors report it.
+pub(crate) fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
     EmbedError::Store(StoreError::Io(strata_io::IoError::os(op, path, 0, e)))
 }
 

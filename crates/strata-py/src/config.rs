@@ -4,7 +4,9 @@
 use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
 use serde_json::Value;
-use strata_embed::config::{EvalOptions, ExportOptions, PlanOptions, PredictOptions, TrainConfig};
+use strata_embed::config::{
+    EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
+};
 use strata_farmem::config::ServeOptions as FarmemServeOptions;
 use strata_gnn::data::DataConfig;
 use strata_grid::config::{BuildOptions, RunOptions};
@@ -42,6 +44,7 @@ const SECTIONS: &[Entry] = &[
     entry::<EvalOptions>(),
     entry::<PredictOptions>(),
     entry::<ExportOptions>(),
+    entry::<GatherOptions>(),
     entry::<DataConfig>(),
     entry::<FarmemServeOptions>(),
     entry::<RmatOptions>(),

@@ -1,19 +1,25 @@
 //! Embedding training from Python.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyTuple};
 use pythonize::pythonize;
 use strata_embed::ordering::schedule;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use strata_embed::config::{EvalOptions, ExportOptions, PlanOptions, PredictOptions, TrainConfig};
-use strata_embed::dist::{Cluster, Grant};
+use strata_embed::config::{
+    EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
+};
+use strata_embed::dist::{Cluster, Grant, PartitionSource};
 use strata_embed::error::EmbedError;
 use strata_embed::export::export;
-use strata_embed::job::train;
+use strata_embed::gather::gather;
+use strata_embed::job::train_group;
 use strata_embed::query::Loaded;
 use strata_embed::run_dir::Run;
+use strata_embed::table::{TableFile, TableLayout};
+use strata_io::{AlignedBuf, Engine};
 
 use crate::callback::CallbackError;
 use crate::config::section;
@@ -56,9 +62,30 @@ struct PyCluster<'a> {
     error: &'a CallbackError,
 }
 
+/// `obj.method(*args(py))` with the GIL, its result extracted as `T`; an exception is kept in
+/// `error` and becomes `EmbedError::Group` with its message.
+fn call_kept<T>(
+    obj: &Py<PyAny>,
+    error: &CallbackError,
+    method: &str,
+    args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
+) -> strata_embed::error::Result<T>
+where
+    T: for<'a, 'py> FromPyObject<'a, 'py>,
+{
+    Python::attach(|py| {
+        let outcome = args(py)
+            .and_then(|a| obj.call_method1(py, method, a))
+            .and_then(|v| v.extract::<T>(py).map_err(Into::into));
+        outcome.map_err(|e| {
+            let message = e.to_string();
+            error.keep(e);
+            EmbedError::Group(message)
+        })
+    })
+}
+
 impl PyCluster<'_> {
-    /// `group.method(*args(py))` with the GIL, its result extracted as `T`; an exception is
-    /// kept and becomes `EmbedError::Group` with its message.
     fn call<T>(
         &self,
         method: &str,
@@ -67,16 +94,7 @@ impl PyCluster<'_> {
     where
         T: for<'a, 'py> FromPyObject<'a, 'py>,
     {
-        Python::attach(|py| {
-            let outcome = args(py)
-                .and_then(|a| self.group.call_method1(py, method, a))
-                .and_then(|v| v.extract::<T>(py).map_err(Into::into));
-            outcome.map_err(|e| {
-                let message = e.to_string();
-                self.error.keep(e);
-                EmbedError::Group(message)
-            })
-        })
+        call_kept(&self.group, self.error, method, args)
     }
 }
 
@@ -146,6 +164,10 @@ impl Cluster for PyCluster<'_> {
         self.call("gather", |py| (mine,).into_pyobject(py))
     }
 
+    fn broadcast(&mut self, text: String) -> strata_embed::error::Result<String> {
+        self.call("broadcast", |py| (text,).into_pyobject(py))
+    }
+
     fn traffic(&self) -> (u64, u64) {
         // A failure is kept and raised when the job returns; the figures read 0 meanwhile.
         self.call("traffic", |py| Ok(PyTuple::empty(py)))
@@ -153,13 +175,140 @@ impl Cluster for PyCluster<'_> {
     }
 }
 
+/// One epoch's tables of this rank, handed to its owner server (`strata.embed.dist_owner`)
+/// to answer the other ranks' reads and writes of the partitions it owns, through the I/O
+/// engine. Valid until the next epoch's tables replace it.
+#[pyclass(frozen)]
+struct ServedTables {
+    engine: Arc<Engine>,
+    current: Arc<TableFile>,
+    next: Arc<TableFile>,
+    layout: TableLayout,
+}
+
+#[pymethods]
+impl ServedTables {
+    /// Bytes of one partition region (embeddings, then optimizer state, padded).
+    #[getter]
+    fn part_bytes(&self) -> u64 {
+        self.layout.part_bytes()
+    }
+
+    /// Partition `p`'s region, from the epoch's output table when `written`, else from the
+    /// committed one.
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        p: u32,
+        written: bool,
+    ) -> PyResult<Bound<'py, PyByteArray>> {
+        let n = self.layout.part_bytes() as usize;
+        let mut buf = AlignedBuf::new(n);
+        let table = if written { &self.next } else { &self.current };
+        py.detach(|| table.read_partition(&self.engine, &self.layout, p, &mut buf))
+            .map_err(|e| e.to_py(py))?;
+        Ok(PyByteArray::new(py, buf.prefix(n)))
+    }
+
+    /// Writes `region` (one partition region) as partition `p` of the epoch's output table.
+    fn write(&self, py: Python<'_>, p: u32, region: &[u8]) -> PyResult<()> {
+        let n = self.layout.part_bytes() as usize;
+        if region.len() != n {
+            return Err(config_error(
+                py,
+                &format!(
+                    "partition {p}: a region of {} bytes, expected {n}",
+                    region.len()
+                ),
+            ));
+        }
+        let mut buf = AlignedBuf::new(n);
+        buf.full_mut()[..n].copy_from_slice(region);
+        py.detach(|| {
+            self.next
+                .write_partition(&self.engine, &self.layout, p, &mut buf)
+        })
+        .map_err(|e| e.to_py(py))
+    }
+}
+
+/// Owner mode's partition transport as the engine sees it: calls into a Python object
+/// (`strata.embed.dist_owner.Owners`) that moves regions over torch.distributed
+/// point-to-point. Its first exception is kept, and raised as itself once the job returns.
+struct PyPartitions<'a> {
+    owners: Py<PyAny>,
+    engine: Arc<Engine>,
+    error: &'a CallbackError,
+}
+
+impl PartitionSource for PyPartitions<'_> {
+    fn serve(
+        &mut self,
+        epoch: usize,
+        current: &Arc<TableFile>,
+        next: &Arc<TableFile>,
+        layout: &TableLayout,
+    ) -> strata_embed::error::Result<()> {
+        let tables = ServedTables {
+            engine: self.engine.clone(),
+            current: current.clone(),
+            next: next.clone(),
+            layout: *layout,
+        };
+        call_kept::<Py<PyAny>>(&self.owners, self.error, "serve", |py| {
+            (epoch, Bound::new(py, tables)?).into_pyobject(py)
+        })
+        .map(drop)
+    }
+
+    fn read(
+        &mut self,
+        epoch: usize,
+        p: u32,
+        written: bool,
+        into: &mut [u8],
+    ) -> strata_embed::error::Result<()> {
+        let data: Py<PyBytes> = call_kept(&self.owners, self.error, "read", |py| {
+            (epoch, p, written, into.len()).into_pyobject(py)
+        })?;
+        Python::attach(|py| {
+            let bytes = data.as_bytes(py);
+            if bytes.len() != into.len() {
+                return Err(EmbedError::Group(format!(
+                    "partition {p} arrived with {} bytes, expected {}",
+                    bytes.len(),
+                    into.len()
+                )));
+            }
+            into.copy_from_slice(bytes);
+            Ok(())
+        })
+    }
+
+    fn write(&mut self, epoch: usize, p: u32, region: &[u8]) -> strata_embed::error::Result<()> {
+        call_kept::<Py<PyAny>>(&self.owners, self.error, "write", |py| {
+            (epoch, p, PyByteArray::new(py, region)).into_pyobject(py)
+        })
+        .map(drop)
+    }
+
+    fn traffic(&self) -> (u64, u64) {
+        // As for the cluster: a failure is raised when the job returns.
+        call_kept(&self.owners, self.error, "traffic", |py| {
+            Ok(PyTuple::empty(py))
+        })
+        .unwrap_or((0, 0))
+    }
+}
+
 /// Trains (or resumes) a run: `config` is the `embed.train` section
 /// (`strata_embed::config::TrainConfig`);
 /// `on_epoch(record)` is called after each committed epoch. Returns the run record. With
 /// `group` (a `strata.embed.dist.Group`, whose `rank` and `world_size` it reads) this process
-/// is one rank of a distributed run.
+/// is one rank of a distributed run; with `owners` too (a `strata.embed.dist_owner.Owners`)
+/// it runs in owner mode (`dist_storage = owners`).
 #[pyfunction]
-#[pyo3(signature = (store, run_dir, config, fresh=false, progress=None, on_epoch=None, group=None))]
+#[pyo3(signature = (store, run_dir, config, fresh=false, progress=None, on_epoch=None, group=None, owners=None))]
 #[allow(clippy::too_many_arguments)]
 fn embed_train(
     py: Python<'_>,
@@ -170,6 +319,7 @@ fn embed_train(
     progress: Option<Py<PyAny>>,
     on_epoch: Option<Py<PyAny>>,
     group: Option<Py<PyAny>>,
+    owners: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let cfg: TrainConfig = section(config)?;
     let callback_error = CallbackError::default();
@@ -186,13 +336,28 @@ fn embed_train(
         }
         None => None,
     };
+    let mut peers = owners.map(|o| PyPartitions {
+        owners: o,
+        engine: Engine::shared(),
+        error: &callback_error,
+    });
     let result = run(py, progress, |p| {
         let cluster = cluster.as_mut().map(|c| c as &mut dyn Cluster);
-        train(&store, &run_dir, cfg, fresh, cluster, p, &mut |record| {
-            if let Some(cb) = &on_epoch {
-                callback_error.call(cb, record);
-            }
-        })
+        let peers = peers.as_mut().map(|o| o as &mut dyn PartitionSource);
+        train_group(
+            &store,
+            &run_dir,
+            cfg,
+            fresh,
+            cluster,
+            peers,
+            p,
+            &mut |record| {
+                if let Some(cb) = &on_epoch {
+                    callback_error.call(cb, record);
+                }
+            },
+        )
     });
     callback_error.or(result)
 }
@@ -267,6 +432,24 @@ fn embed_export(
     })
 }
 
+/// Gathers an owner-mode run (`dirs`: every rank's directory, `RUN/rank-R`) into one run at
+/// `out` with `options` (the `[embed.gather]` section's, checked as it; see
+/// `strata_embed::gather`). Returns the gathered run's record.
+#[pyfunction]
+#[pyo3(signature = (out, dirs, options, progress=None))]
+fn embed_gather(
+    py: Python<'_>,
+    out: PathBuf,
+    dirs: Vec<PathBuf>,
+    options: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let o: GatherOptions = section(options)?;
+    run(py, progress, |p| {
+        gather(&dirs, &out, o.store.as_deref(), o.overwrite, p)
+    })
+}
+
 /// The run record (`run.json`) of `run_dir`, checked.
 #[pyfunction]
 fn embed_run_info(py: Python<'_>, run_dir: PathBuf) -> PyResult<Py<PyAny>> {
@@ -283,5 +466,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(embed_predict, m)?)?;
     m.add_function(wrap_pyfunction!(embed_export, m)?)?;
     m.add_function(wrap_pyfunction!(embed_run_info, m)?)?;
+    m.add_function(wrap_pyfunction!(embed_gather, m)?)?;
     Ok(())
 }

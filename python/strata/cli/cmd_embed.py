@@ -1,18 +1,21 @@
-"""``strata embed plan|train|eval|predict|export``."""
+"""``strata embed plan|train|eval|predict|export|gather``."""
 
 from __future__ import annotations
 
 import json
 
+from .. import _native
 from ..config import (
     EmbedEvalConfig,
     EmbedExportConfig,
+    EmbedGatherConfig,
     EmbedPlanConfig,
     EmbedPredictConfig,
     EmbedTrainConfig,
     from_args,
 )
 from ..embed import Run, dist, format_metrics, format_plan, format_summary, plan, train
+from ..errors import ConfigError
 from ..units import fmt_bytes, fmt_duration
 from .common import add_section_command, emit_summary, run_with_progress
 
@@ -41,6 +44,15 @@ def register(sub) -> None:
     )
     add_section_command(
         cmds, "export", EmbedExportConfig, run_export, help="write a checkpoint's embeddings as .npy or TSV"
+    )
+    add_section_command(
+        cmds,
+        "gather",
+        EmbedGatherConfig,
+        run_gather,
+        help="one run from every rank's directory of an owner-mode run (dist_storage = owners)",
+        description="Copies each partition of the committed and best tables from the rank that owns it into a new "
+        "run OUT, with the relations and the run record, so that eval, predict and export work on OUT.",
     )
     add_section_command(
         cmds,
@@ -114,6 +126,23 @@ def run_export(args) -> int:
         f"Exported epoch {report['epoch']} of {run.path}: {report['num_nodes']:,} x {report['dim']} embeddings "
         f"in node-id order to {cfg.out} ({', '.join(report['files'])}; {fmt_bytes(size)}) "
         f"in {fmt_duration(report['seconds'])}.",
+    )
+    return 0
+
+
+def run_gather(args) -> int:
+    cfg = from_args(EmbedGatherConfig, args)
+    if not cfg.ranks:
+        raise ConfigError("embed gather: name every rank's directory after OUT (RUN/rank-0 RUN/rank-1 ...)")
+    options = {"store": str(cfg.store) if cfg.store is not None else None, "overwrite": cfg.overwrite}
+    meta = run_with_progress(
+        args, lambda bar: _native.embed_gather(str(cfg.out), [str(d) for d in cfg.ranks], options, bar)
+    )
+    emit_summary(
+        args,
+        meta,
+        f"Gathered epoch {meta['current']['epoch']} of {meta['world_size']} ranks into {cfg.out}: "
+        f"evaluate, predict or export it as any run.",
     )
     return 0
 

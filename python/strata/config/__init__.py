@@ -3,7 +3,15 @@
 from .bench import BenchDiskConfig
 from .convert import ConvertConfig
 from .datasets import DatasetsListConfig, FetchConfig
-from .embed import EmbedEvalConfig, EmbedExportConfig, EmbedPlanConfig, EmbedPredictConfig, EmbedTrainConfig, PlotConfig
+from .embed import (
+    EmbedEvalConfig,
+    EmbedExportConfig,
+    EmbedGatherConfig,
+    EmbedPlanConfig,
+    EmbedPredictConfig,
+    EmbedTrainConfig,
+    PlotConfig,
+)
 from .generate import GENERATORS, KgConfig, RmatConfig, SbmConfig
 from .gnn import GnnTrainConfig
 from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
@@ -21,6 +29,7 @@ __all__ = [
     "DatasetsListConfig",
     "EmbedEvalConfig",
     "EmbedExportConfig",
+    "EmbedGatherConfig",
     "EmbedPlanConfig",
     "EmbedPredictConfig",
     "EmbedTrainConfig",

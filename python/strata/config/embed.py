@@ -66,6 +66,19 @@ EmbedPredictConfig = native_section("embed.predict", "EmbedPredictConfig", front
 EmbedExportConfig = native_section("embed.export", "EmbedExportConfig", front=_ExportFrontEnd)
 
 
+class _GatherFrontEnd:
+    """The [embed.gather] arguments (where to, from which directories); the options are the
+    engine's (``strata_embed::config::GatherOptions``)."""
+
+    out: Path = option(positional=True, help="directory for the gathered run (new, or a run with --overwrite)")
+    ranks: list[Path] = option(
+        [], positional=True, help="every rank's directory of the run (RUN/rank-R; copy them from each machine)"
+    )
+
+
+EmbedGatherConfig = native_section("embed.gather", "EmbedGatherConfig", front=_GatherFrontEnd)
+
+
 @section("plot")
 class PlotConfig:
     target: Path = option(

@@ -15,8 +15,16 @@ import threading
 from datetime import timedelta
 
 from ..errors import GroupError
-from ..torchrun import Environment, collective, environment, follower, join, torch_distributed
-from ..torchrun import first_line as _first_line
+from ..torchrun import (
+    Environment,
+    collective,
+    environment,
+    first_line,
+    follower,
+    join,
+    restart_count,
+    torch_distributed,
+)
 from . import dist_policy
 
 __all__ = ["Group", "follower", "from_environment"]
@@ -116,8 +124,11 @@ class Group:
         self.seq = 0
         wait = timedelta(seconds=timeout)
         store = join(Environment(rank, world_size, addr, port), timeout)
-        # A group restarted by torchrun may meet the keys of the attempt before it.
-        self.store = td.PrefixStore(f"strata/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/", store)
+        #: How many times torchrun restarted the group before this attempt (0: the first).
+        self.restart = restart_count()
+        # torchrun's agent keeps one store across restarts: our keys are under the attempt's
+        # number, or a restarted rank would meet the keys of the attempt before it.
+        self.store = td.PrefixStore(f"strata/{self.restart}/", store)
         self.store.set_timeout(wait)
         self.scheduler = _Scheduler(self, policy) if rank == 0 else None
 
@@ -145,7 +156,7 @@ class Group:
         except (RuntimeError, TimeoutError) as e:
             raise GroupError(
                 f"rank {self.rank}: no answer from the bucket scheduler on rank 0 (store at {self.address}) "
-                f"within {self.timeout} s (dist_timeout) {what}: {_first_line(e)}"
+                f"within {self.timeout} s (dist_timeout) {what}: {first_line(e)}"
             ) from None
         self.received += len(text)
         reply = json.loads(text)
@@ -198,6 +209,16 @@ class Group:
             return []
         self.received += sum(len(s) for s in out[1:])
         return list(out)
+
+    def broadcast(self, text: str) -> str:
+        """Rank 0's ``text`` on every rank (owner mode's commit of an epoch)."""
+        box = [text]
+        self._collective("broadcasting rank 0's commit", lambda: self.td.broadcast_object_list(box, src=0))
+        if self.rank:
+            self.received += len(box[0])
+        else:
+            self.sent += len(text) * (self.world_size - 1)
+        return box[0]
 
     def traffic(self) -> tuple[int, int]:
         """Bytes sent to and received from the other ranks so far."""

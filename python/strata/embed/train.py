@@ -12,7 +12,7 @@ from ..config.embed import EmbedTrainConfig
 from ..errors import ConfigError
 from ..paths import make_dir
 from ..units import fmt_bytes, fmt_duration
-from . import dist
+from . import dist, dist_owner
 from .runs import Run, default_run_dir
 
 #: Options of the section that are the front end's, not the trainer's.
@@ -90,18 +90,24 @@ def train(
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
     group = dist.from_environment(cfg.dist_timeout, policy=cfg.dist_policy)
+    owners = None
     if group is not None:
         progress = torchrun.ranked(progress, group.rank)
     # --fresh starts the run over once: a group torchrun restarted resumes what it committed.
     fresh = cfg.fresh and (group is None or group.restart == 0)
     try:
-        _native.embed_train(str(cfg.store), str(run_dir), native, fresh, progress, epoch_done, group)
+        if group is not None and cfg.dist_storage == "owners":
+            owners = dist_owner.Owners(group)
+        _native.embed_train(str(cfg.store), str(run_dir), native, fresh, progress, epoch_done, group, owners)
     finally:
         if board is not None:
             board.close()
+        if owners is not None:
+            owners.close()
         if group is not None:
             group.close()
-    return Run(run_dir)
+    # Owner mode: each rank's run is its own directory (docs/distributed.md).
+    return Run(run_dir / f"rank-{group.rank}" if owners is not None else run_dir)
 
 
 def format_metrics(m: dict) -> str:

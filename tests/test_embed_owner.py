@@ -1,0 +1,235 @@
+"""Owner mode (``dist_storage = owners``, docs/distributed.md): every rank keeps the partitions it
+owns in its own run directory and ships them point-to-point; no directory is shared. Two ranks
+with separate run directories and three ranks on loopback, two ranks in two network namespaces
+joined by a veth pair (each with its own copy of the store), then ``strata embed gather`` and
+evaluation of the gathered run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import needs, run_strata
+from netns import unavailable, veth_pair
+from test_embed_dist import SMALL, _env, _free_port
+
+PARTITIONS = 4
+EPOCHS = 2
+# Seconds any one wait on another rank may take, and a whole run: bounded so a hang fails.
+TIMEOUT = 60
+RUN_SECONDS = 300
+TRAIN = ["--partitions", str(PARTITIONS), "--negative-pool", "resident", "--epochs", str(EPOCHS),
+         "--dist-storage", "owners", "--dist-timeout", str(TIMEOUT), "--relation-sync-every", "2", *SMALL]  # fmt: skip
+
+
+def _torchrun(nnodes: int, nproc: int, node_rank: int, endpoint: str, kg: Path, run: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+        "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--max-restarts", "0",
+        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), *TRAIN, *extra,
+    ]  # fmt: skip
+
+
+def _wait_all(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
+    """Every process's (returncode, stdout, stderr); all are killed if one outlives the run."""
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=RUN_SECONDS)
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+def _summary(meta: dict) -> list:
+    """What every rank's history must agree on: rank 0's commits, whose floats went through
+    JSON once more on the other ranks (equal to about 1e-15)."""
+    return [
+        (h["epoch"], h["partition_loads"], [r["buckets"] for r in h["ranks"]], pytest.approx(h["loss"], rel=1e-12))
+        for h in meta["history"]
+    ]
+
+
+def _check_rank_dirs(dirs: list[Path]) -> None:
+    """Each rank's own run: committed every epoch, the group's per-rank figures, every bucket
+    trained once per epoch, and partition regions really moved between the ranks."""
+    world = len(dirs)
+    metas = [json.loads((d / "run.json").read_text()) for d in dirs]
+    layout = metas[0]["layout"]
+    region = -(-layout["rows"] * (layout["dim"] + layout["state_per_row"]) * 4 // 4096) * 4096
+    for rank, meta in enumerate(metas):
+        assert meta["world_size"] == world and meta["owner_rank"] == rank
+        assert meta["current"]["epoch"] == EPOCHS and meta["current"] == metas[0]["current"]
+        assert _summary(meta) == _summary(metas[0])
+        assert not list(d for d in dirs[rank].iterdir() if d.name.startswith("prepared-e"))
+    for record in metas[0]["history"]:
+        ranks = record["ranks"]
+        assert [r["rank"] for r in ranks] == list(range(world))
+        assert sum(r["buckets"] for r in ranks) == PARTITIONS * PARTITIONS
+        assert record["partition_loads"] == sum(r["partition_loads"] for r in ranks)
+        assert all(r["bytes_sent"] > 0 and r["bytes_received"] > 0 for r in ranks)
+        # Partitions of different owners meet in some bucket: at least one region crossed.
+        assert sum(r["bytes_received"] for r in ranks) > region
+
+
+def _gather_and_evaluate(dirs: list[Path], out: Path, epochs: int = EPOCHS) -> float:
+    run_strata("embed", "gather", out, *dirs)
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["current"]["epoch"] == epochs and "owner_rank" not in meta
+    result = json.loads(run_strata("embed", "eval", out, "--json", "--split", "test").stdout)
+    return result["metrics"]["mrr"]
+
+
+# 400 candidates: a random ranking has an MRR near 0.015; two epochs reach about 0.39.
+MRR = 0.2
+
+
+def test_two_ranks_with_separate_run_directories(kg, tmp_path):
+    needs("torch")
+    endpoint = f"127.0.0.1:{_free_port()}"
+    runs = [tmp_path / "host0", tmp_path / "host1"]
+    procs = [
+        subprocess.Popen(_torchrun(2, 1, r, endpoint, kg, runs[r]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=_env())
+        for r in range(2)
+    ]  # fmt: skip
+    for rc, out, err in _wait_all(procs):
+        assert rc == 0, out[-3000:] + err[-6000:]
+    dirs = [runs[0] / "rank-0", runs[1] / "rank-1"]
+    assert not (runs[0] / "rank-1").exists() and not (runs[1] / "rank-0").exists()
+    _check_rank_dirs(dirs)
+    # A rank's directory alone is not a run to evaluate: the error names the command.
+    proc = run_strata("embed", "eval", dirs[0], check=False)
+    assert proc.returncode != 0 and "strata embed gather" in proc.stderr, proc.stderr[-2000:]
+    assert _gather_and_evaluate(dirs, tmp_path / "gathered") > MRR
+
+
+def test_three_ranks_on_loopback(kg, tmp_path):
+    needs("torch")
+    run = tmp_path / "run"
+    proc = subprocess.run(
+        _torchrun(1, 3, 0, f"127.0.0.1:{_free_port()}", kg, run),
+        capture_output=True, text=True, timeout=RUN_SECONDS, env=_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    dirs = [run / f"rank-{r}" for r in range(3)]
+    _check_rank_dirs(dirs)
+    assert _gather_and_evaluate(dirs, tmp_path / "gathered") > MRR
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+def test_two_ranks_in_two_network_namespaces(kg, tmp_path):
+    needs("torch")
+    hosts = [tmp_path / "a", tmp_path / "b"]
+    stores = []
+    for h in hosts:
+        h.mkdir()
+        stores.append(Path(shutil.copytree(kg, h / "store")))
+    port = _free_port()
+    with veth_pair() as pair:
+        procs = []
+        for rank, (ns, host, store) in enumerate(zip(pair, hosts, stores, strict=True)):
+            env = _env() | {
+                "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": pair[0].addr, "MASTER_PORT": str(port),
+                "GLOO_SOCKET_IFNAME": ns.device,
+            }  # fmt: skip
+            env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+            argv = [sys.executable, "-m", "strata", "embed", "train", str(store), "--run-dir", str(host / "run"),
+                    *TRAIN]  # fmt: skip
+            procs.append(subprocess.Popen(ns.wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          env=env))  # fmt: skip
+        results = _wait_all(procs)
+    for rc, out, err in results:
+        assert rc == 0, out[-3000:] + err[-6000:]
+    dirs = [hosts[0] / "run" / "rank-0", hosts[1] / "run" / "rank-1"]
+    metas = [json.loads((d / "run.json").read_text()) for d in dirs]
+    assert [Path(m["store"]) for m in metas] == [s.resolve() for s in stores]
+    _check_rank_dirs(dirs)
+    assert _gather_and_evaluate(dirs, tmp_path / "gathered") > MRR
+
+
+def _two_ranks(kg: Path, run: Path, epochs: int) -> None:
+    proc = subprocess.run(
+        _torchrun(1, 2, 0, f"127.0.0.1:{_free_port()}", kg, run, "--epochs", str(epochs)),
+        capture_output=True, text=True, timeout=RUN_SECONDS, env=_env(),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+
+
+def test_a_rank_one_epoch_behind_adopts_the_epoch_it_prepared(kg, tmp_path):
+    """Rank 1 as a crash between the prepare barrier and writing rank 0's commit leaves it:
+    its run.json at epoch 1, its complete table and relations of epoch 2 with prepared-e2,
+    while rank 0 committed epoch 2. The restarted group adopts epoch 2 on rank 1 and goes on."""
+    needs("torch")
+    run = tmp_path / "run"
+    _two_ranks(kg, run, 1)
+    behind = run / "rank-1"
+    saved = {name: (behind / name).read_bytes() for name in ("run.json", "relations-e1.npy", "relation_state-e1.npy")}
+    _two_ranks(kg, run, 2)
+    leader = json.loads((run / "rank-0" / "run.json").read_text())["current"]
+    assert leader["epoch"] == 2
+    for name, data in saved.items():
+        (behind / name).write_bytes(data)
+    (behind / "prepared-e2").write_text(json.dumps(leader))
+    # Without adopting, rank 1 (epoch 1) and rank 0 (epoch 2) could not resume together.
+    _two_ranks(kg, run, 3)
+    metas = [json.loads((run / f"rank-{r}" / "run.json").read_text()) for r in range(2)]
+    assert [m["current"]["epoch"] for m in metas] == [3, 3]
+    assert [h["epoch"] for h in metas[1]["history"]] == [1, 2, 3]
+    assert _summary(metas[0]) == _summary(metas[1])
+    assert _gather_and_evaluate([run / "rank-0", behind], tmp_path / "gathered", 3) > MRR
+    # A rank directory from another point of the run (two epochs behind) is refused, naming both.
+    for name, data in saved.items():
+        (behind / name).write_bytes(data)
+    proc = subprocess.run(
+        _torchrun(1, 2, 0, f"127.0.0.1:{_free_port()}", kg, run, "--epochs", "4"),
+        capture_output=True, text=True, timeout=RUN_SECONDS, env=_env(),
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "rank 1 cannot resume" in proc.stderr and "rank 0's at epoch 3" in proc.stderr, proc.stderr[-3000:]
+
+
+RANK_SCRIPT = """
+import os, sys, time
+from strata.embed import dist, dist_owner
+from strata.errors import GroupError
+group = dist.from_environment(3)
+owners = dist_owner.Owners(group)
+if group.rank == 1:
+    try:
+        owners.read(0, 0, False, 4096)
+    except GroupError as e:
+        print(e, file=sys.stderr, flush=True)
+        # The timed-out receive is still posted in gloo; leave without running its destructors.
+        os._exit(3)
+    sys.exit(0)
+# Rank 0 owns partition 0 but never serves an epoch: its server cannot answer.
+time.sleep(8)
+"""
+
+
+def test_a_rank_that_cannot_reach_a_partition_owner_names_it(tmp_path):
+    """Rank 1 asks rank 0 for partition 0, which rank 0 never serves: rank 1 fails within
+    dist_timeout naming the owner's rank and address and what timed out."""
+    needs("torch")
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    port = str(_free_port())
+    procs = [
+        subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=_env() | {"RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                       "MASTER_PORT": port})
+        for r in range(2)
+    ]  # fmt: skip
+    _, (rc1, _, err1) = _wait_all(procs)
+    assert rc1 == 3, err1[-3000:]
+    assert "rank 0 at 127.0.0.1" in err1 and "within 3 s" in err1 and "reading partition 0" in err1, err1
