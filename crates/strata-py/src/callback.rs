@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 use pythonize::pythonize;
 use serde::Serialize;
 
@@ -33,6 +34,30 @@ impl CallbackError {
                 self.keep(e);
             }
         });
+    }
+
+    /// `obj.method(*args(py))` with the GIL, its result extracted as `T`. An exception is
+    /// kept (to be raised as itself when the job returns) and its message returned, for the
+    /// engine's own error type.
+    pub fn call_method<T>(
+        &self,
+        obj: &Py<PyAny>,
+        method: &str,
+        args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
+    ) -> Result<T, String>
+    where
+        T: for<'a, 'py> FromPyObject<'a, 'py>,
+    {
+        Python::attach(|py| {
+            let outcome = args(py)
+                .and_then(|a| obj.call_method1(py, method, a))
+                .and_then(|v| v.extract::<T>(py).map_err(Into::into));
+            outcome.map_err(|e| {
+                let message = e.to_string();
+                self.keep(e);
+                message
+            })
+        })
     }
 
     /// Checks for a pending signal (Ctrl-C) with the GIL; keeps its exception and returns

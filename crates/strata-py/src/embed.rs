@@ -62,8 +62,8 @@ struct PyCluster<'a> {
     error: &'a CallbackError,
 }
 
-/// `obj.method(*args(py))` with the GIL, its result extracted as `T`; an exception is kept in
-/// `error` and becomes `EmbedError::Group` with its message.
+/// `obj.method(*args(py))` with the GIL (see [`CallbackError::call_method`]); an exception
+/// becomes `EmbedError::Group` with its message.
 fn call_kept<T>(
     obj: &Py<PyAny>,
     error: &CallbackError,
@@ -73,16 +73,9 @@ fn call_kept<T>(
 where
     T: for<'a, 'py> FromPyObject<'a, 'py>,
 {
-    Python::attach(|py| {
-        let outcome = args(py)
-            .and_then(|a| obj.call_method1(py, method, a))
-            .and_then(|v| v.extract::<T>(py).map_err(Into::into));
-        outcome.map_err(|e| {
-            let message = e.to_string();
-            error.keep(e);
-            EmbedError::Group(message)
-        })
-    })
+    error
+        .call_method(obj, method, args)
+        .map_err(EmbedError::Group)
 }
 
 impl PyCluster<'_> {

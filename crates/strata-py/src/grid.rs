@@ -49,8 +49,8 @@ struct PyGroup<'a> {
 }
 
 impl PyGroup<'_> {
-    /// `group.method(*args(py))` with the GIL, its result extracted as `T`; an exception is
-    /// kept and becomes `GridError::Group` with its message.
+    /// `group.method(*args(py))` with the GIL (see [`CallbackError::call_method`]); an
+    /// exception becomes `GridError::Group` with its message.
     fn call<T>(
         &self,
         method: &str,
@@ -59,16 +59,9 @@ impl PyGroup<'_> {
     where
         T: for<'a, 'py> FromPyObject<'a, 'py>,
     {
-        Python::attach(|py| {
-            let outcome = args(py)
-                .and_then(|a| self.group.call_method1(py, method, a))
-                .and_then(|v| v.extract::<T>(py).map_err(Into::into));
-            outcome.map_err(|e| {
-                let message = e.to_string();
-                self.error.keep(e);
-                GridError::Group(message)
-            })
-        })
+        self.error
+            .call_method(&self.group, method, args)
+            .map_err(GridError::Group)
     }
 }
 
