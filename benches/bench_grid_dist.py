@@ -106,7 +106,8 @@ def main() -> None:
     env = {"machine": machine(), "command": " ".join(["python benches/bench_grid_dist.py", *sys.argv[1:]])}
     save("grid-dist", {"env": env, "scale": a.scale, "results": summary})
     rows = [
-        "| case | ranks | seconds (median) | speed-up over 1 rank | MB exchanged / iteration | GB from disk per rank | load |",
+        "| case | ranks | seconds (median) | speed-up over 1 rank | MB exchanged / iteration "
+        "| GB from disk per rank | load |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, *_ in cases:
