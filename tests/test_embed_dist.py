@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
 import subprocess
 import sys
 
@@ -16,6 +14,7 @@ from conftest import needs, run_strata
 from strata.embed import dist
 from strata.embed.dist_policy import POLICIES, EpochState, grant, grant_lock_server, release, simulate
 from strata.errors import ConfigError
+from torchrun_env import free_port, rank_env
 
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--threads", "1", "-q"]
 
@@ -118,23 +117,10 @@ def test_environment_detection():
     assert dist.follower({"WORLD_SIZE": "2", "RANK": "1"}) and not dist.follower({"WORLD_SIZE": "2", "RANK": "0"})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    # One thread per rank on a shared test machine; gloo on loopback.
-    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    return env
-
-
 def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path):
     needs("torch")
     run = tmp_path / "run"
-    port = _free_port()
+    port = free_port()
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
@@ -142,7 +128,7 @@ def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path):
         "--negative-pool", "resident", "--epochs", "2", "--dist-timeout", "60", "--relation-sync-every", "2",
         *SMALL,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     meta = json.loads((run / "run.json").read_text())
     assert meta["world_size"] == 2 and meta["current"]["epoch"] == 2
@@ -163,8 +149,8 @@ def test_a_rank_whose_peer_never_arrives_names_the_address(kg, tmp_path, rank):
     """Rank 1 alone cannot reach rank 0's store; rank 0 alone hosts it and waits for rank 1,
     which never starts. Both fail within dist_timeout naming the store's address."""
     needs("torch")
-    port = _free_port()
-    env = _env() | {"RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    port = free_port()
+    env = rank_env() | {"RANK": rank, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     proc = run_strata(
         "embed", "train", kg, "--run-dir", tmp_path / "run", "--partitions", "4", "--negative-pool", "resident",
@@ -177,13 +163,13 @@ def test_a_rank_whose_peer_never_arrives_names_the_address(kg, tmp_path, rank):
 
 def test_negative_banks_are_refused_in_a_distributed_run(kg, tmp_path):
     needs("torch")
-    port = _free_port()
+    port = free_port()
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
         "-m", "strata", "embed", "train", str(kg), "--run-dir", str(tmp_path / "run"), "--partitions", "4",
         "--dist-timeout", "30", *SMALL,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=rank_env())
     assert proc.returncode != 0
     assert "embed.train.negative_pool" in proc.stderr, proc.stderr[-3000:]

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from conftest import needs, run_strata
-from test_embed_dist import SMALL, _env
+from test_embed_dist import SMALL
+from torchrun_env import rank_env
 
 EPOCHS = 3
 PARTITIONS = 4
@@ -44,7 +45,7 @@ def torchrun(kg: Path, run: Path, fault: str, max_restarts: int) -> subprocess.C
         "--negative-pool", "resident", "--epochs", str(EPOCHS), "--dist-timeout", "60",
         "--relation-sync-every", "2", *OPTIONS,
     ]  # fmt: skip
-    env = _env() | {"STRATA_FAULT": fault}
+    env = rank_env() | {"STRATA_FAULT": fault}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # fmt: skip
     try:

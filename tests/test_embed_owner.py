@@ -16,7 +16,8 @@ import pytest
 
 from conftest import needs, run_strata
 from netns import unavailable, veth_pair
-from test_embed_dist import SMALL, _env, _free_port
+from test_embed_dist import SMALL
+from torchrun_env import free_port, rank_env
 
 PARTITIONS = 4
 EPOCHS = 2
@@ -95,11 +96,11 @@ MRR = 0.2
 
 def test_two_ranks_with_separate_run_directories(kg, tmp_path):
     needs("torch")
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     runs = [tmp_path / "host0", tmp_path / "host1"]
     procs = [
         subprocess.Popen(_torchrun(2, 1, r, endpoint, kg, runs[r]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=_env())
+                         text=True, env=rank_env())
         for r in range(2)
     ]  # fmt: skip
     for rc, out, err in _wait_all(procs):
@@ -117,8 +118,8 @@ def test_three_ranks_on_loopback(kg, tmp_path):
     needs("torch")
     run = tmp_path / "run"
     proc = subprocess.run(
-        _torchrun(1, 3, 0, f"127.0.0.1:{_free_port()}", kg, run),
-        capture_output=True, text=True, timeout=RUN_SECONDS, env=_env(),
+        _torchrun(1, 3, 0, f"127.0.0.1:{free_port()}", kg, run),
+        capture_output=True, text=True, timeout=RUN_SECONDS, env=rank_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     dirs = [run / f"rank-{r}" for r in range(3)]
@@ -134,11 +135,11 @@ def test_two_ranks_in_two_network_namespaces(kg, tmp_path):
     for h in hosts:
         h.mkdir()
         stores.append(Path(shutil.copytree(kg, h / "store")))
-    port = _free_port()
+    port = free_port()
     with veth_pair() as pair:
         procs = []
         for rank, (ns, host, store) in enumerate(zip(pair, hosts, stores, strict=True)):
-            env = _env() | {
+            env = rank_env() | {
                 "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": pair[0].addr, "MASTER_PORT": str(port),
                 "GLOO_SOCKET_IFNAME": ns.device,
             }  # fmt: skip
@@ -159,8 +160,8 @@ def test_two_ranks_in_two_network_namespaces(kg, tmp_path):
 
 def _two_ranks(kg: Path, run: Path, epochs: int) -> None:
     proc = subprocess.run(
-        _torchrun(1, 2, 0, f"127.0.0.1:{_free_port()}", kg, run, "--epochs", str(epochs)),
-        capture_output=True, text=True, timeout=RUN_SECONDS, env=_env(),
+        _torchrun(1, 2, 0, f"127.0.0.1:{free_port()}", kg, run, "--epochs", str(epochs)),
+        capture_output=True, text=True, timeout=RUN_SECONDS, env=rank_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
 
@@ -191,8 +192,8 @@ def test_a_rank_one_epoch_behind_adopts_the_epoch_it_prepared(kg, tmp_path):
     for name, data in saved.items():
         (behind / name).write_bytes(data)
     proc = subprocess.run(
-        _torchrun(1, 2, 0, f"127.0.0.1:{_free_port()}", kg, run, "--epochs", "4"),
-        capture_output=True, text=True, timeout=RUN_SECONDS, env=_env(),
+        _torchrun(1, 2, 0, f"127.0.0.1:{free_port()}", kg, run, "--epochs", "4"),
+        capture_output=True, text=True, timeout=RUN_SECONDS, env=rank_env(),
     )  # fmt: skip
     assert proc.returncode != 0
     assert "rank 1 cannot resume" in proc.stderr and "rank 0's at epoch 3" in proc.stderr, proc.stderr[-3000:]
@@ -223,10 +224,10 @@ def test_a_rank_that_cannot_reach_a_partition_owner_names_it(tmp_path):
     needs("torch")
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    port = str(_free_port())
+    port = str(free_port())
     procs = [
         subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=_env() | {"RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                         env=rank_env() | {"RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                                        "MASTER_PORT": port})
         for r in range(2)
     ]  # fmt: skip

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from conftest import REPO, needs, run_strata, symmetric_sbm_store
 from strata import torchrun
 from strata.errors import ConfigError
 from strata.gnn.loader import shard
+from torchrun_env import free_port, rank_env
 
 SMALL = ["--model", "sage", "--fanouts", "5,5", "--batch-size", "64", "--hidden", "32", "--device", "cpu",
          "--torch-threads", "1", "--dist-timeout", "60", "-q"]  # fmt: skip
@@ -91,23 +91,10 @@ def test_loaders_split_an_epoch_across_ranks(sbm):
         NodeLoader(sbm, fanouts=[3], rank=2, world_size=2)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(ifname: str = "lo") -> dict:
-    env = dict(os.environ)
-    # One thread per rank on a shared test machine; gloo on the given interface.
-    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=ifname)
-    return env
-
-
 def _torchrun(*args, nproc: int = 2, restarts: int = 0, rendezvous=None) -> list[str]:
     """torchrun running ``args`` in ``nproc`` ranks; by default one machine's group meeting on
     loopback at a free port."""
-    rendezvous = rendezvous or ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{_free_port()}"]
+    rendezvous = rendezvous or ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
     return [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), *rendezvous,
         "--max-restarts", str(restarts), *map(str, args),
@@ -143,7 +130,7 @@ def test_two_ranks_under_torchrun_train_and_reduce_accuracy(sbm, tmp_path):
     run = tmp_path / "run"
     cmd = _torchrun("-m", "strata", "gnn", "train", sbm, "--run-dir", run, "--epochs", "3",
                     "--json-summary", *SMALL)  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     record = json.loads((run / "run.json").read_text())
     # Only rank 0 prints the summary; it is the record rank 0 wrote.
@@ -155,18 +142,12 @@ def test_two_ranks_under_torchrun_train_and_reduce_accuracy(sbm, tmp_path):
     assert record["test"]["accuracy"] > 0.6, record["test"]
 
 
-def _veth(ns: netns.Namespace) -> str:
-    """The name of the interface that carries ``ns``'s address."""
-    out = subprocess.run(["ip", "-n", ns.name, "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=30)
-    return next(line.split()[1] for line in out.stdout.splitlines() if f" {ns.addr}/" in line)
-
-
 def test_two_ranks_in_two_namespaces_each_with_its_own_store(sbm, tmp_path):
     needs("torch")
     why = netns.unavailable()
     if why:
         pytest.skip(why)
-    port = _free_port()
+    port = free_port()
     with netns.veth_pair() as (a, b):
         procs = []
         for node, ns in enumerate((a, b)):
@@ -191,7 +172,7 @@ def test_two_ranks_in_two_namespaces_each_with_its_own_store(sbm, tmp_path):
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
-                    env=_env(_veth(ns)),
+                    env=rank_env(ns.device),
                     cwd=REPO,
                 )
             )
@@ -223,7 +204,7 @@ def test_a_killed_rank_restarts_and_the_run_resumes_after_the_last_epoch(sbm, tm
     epochs = 12
     cmd = _torchrun("-m", "strata", "gnn", "train", sbm, "--run-dir", run, "--epochs", epochs,
                     "--eval-every", "0", *SMALL, restarts=1)  # fmt: skip
-    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=rank_env())
     try:
         metrics = run / "metrics.jsonl"
         deadline = time.monotonic() + 240
@@ -253,7 +234,7 @@ def test_the_ddp_example_trains_a_pyg_model_on_two_ranks(sbm, tmp_path):
     out = tmp_path / "epochs.json"
     cmd = _torchrun(REPO / "examples" / "ddp_pyg.py", sbm, "--epochs", "3", "--batch-size", "128",
                     "--out", out)  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     result = json.loads(out.read_text())
     assert result["world_size"] == 2
@@ -272,8 +253,8 @@ def test_a_single_process_run_records_world_size_one(sbm, tmp_path):
 
 def test_a_rank_that_cannot_reach_rank_0_names_the_address(sbm, tmp_path):
     needs("torch")
-    port = _free_port()
-    env = _env() | {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    port = free_port()
+    env = rank_env() | {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     # The last --dist-timeout given wins.
     args = [*SMALL, "--dist-timeout", "3"]

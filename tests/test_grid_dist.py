@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ from netns import unavailable, veth_pair
 from strata.config import ConvertConfig
 from strata.convert import convert
 from strata.grid import RESULT_ARRAYS, build_grid, run
+from torchrun_env import free_port, rank_env
 
 N = 3000
 EXACT = {"bfs", "wcc", "kcore"}
@@ -46,25 +46,13 @@ def store(tmp_path_factory):
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(interface: str = "lo") -> dict:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=interface)
-    return env
-
-
 def _torchrun(algorithm: str, store, out, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--max-restarts", "0",
+        "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0",
         "-m", "strata", "run", algorithm, str(store), "--out", str(out), "--dist-timeout", "60", *COMMON, *extra,
     ]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env())
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
 
 
 def _assert_same_results(algorithm: str, single, distributed) -> None:
@@ -147,8 +135,8 @@ def test_a_distributed_run_does_not_build_a_grid(tmp_path):
 
 def test_a_rank_that_cannot_reach_rank_0_names_the_address(store, tmp_path):
     needs("torch")
-    port = _free_port()
-    env = _env() | {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    port = free_port()
+    env = rank_env() | {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     proc = run_strata(
         "run", "pagerank", store, "--out", tmp_path / "out", "--dist-timeout", "3",
@@ -179,7 +167,7 @@ def test_two_ranks_in_two_namespaces_with_their_own_stores(store, tmp_path, algo
                 "--dist-timeout", "60", "--memory", "256M", *COMMON,
             ]  # fmt: skip
             pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
-            procs.append(subprocess.Popen(ns.wrap(cmd), text=True, env=_env(iface), **pipes))
+            procs.append(subprocess.Popen(ns.wrap(cmd), text=True, env=rank_env(iface), **pipes))
         outs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-6000:]
