@@ -70,7 +70,8 @@ from pathlib import Path
 import numpy as np
 
 from common import MEMLIMIT, REPO, SHARED, machine, memlimit_available, save, strata, timed, update_doc
-from strata.serve import Client, ServiceError, export_model
+from strata.gnn import export_model
+from strata.serve import Client, ServiceError
 
 GRAPH = "g"
 MODEL = "sage"
