@@ -117,7 +117,10 @@ def test_environment_detection():
     assert dist.follower({"WORLD_SIZE": "2", "RANK": "1"}) and not dist.follower({"WORLD_SIZE": "2", "RANK": "0"})
 
 
-def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path):
+# A model without relation parameters (dot) still joins the relation rounds for their "done"
+# count; its MRR on a knowledge graph is lower, as it ignores the relation.
+@pytest.mark.parametrize(("model", "mrr"), [("complex", 0.05), ("dot", 0.025)])
+def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path, model, mrr):
     needs("torch")
     run = tmp_path / "run"
     port = free_port()
@@ -126,7 +129,7 @@ def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path):
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
         "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "4",
         "--negative-pool", "resident", "--epochs", "2", "--dist-timeout", "60", "--relation-sync-every", "2",
-        *SMALL,
+        "--model", model, *SMALL,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
@@ -141,7 +144,7 @@ def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path):
         assert all(r["bytes_sent"] > 0 and r["bytes_received"] > 0 and r["relation_rounds"] >= 1 for r in ranks)
     out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
     # 400 candidates: a random ranking has an MRR near 0.015.
-    assert json.loads(out)["metrics"]["mrr"] > 0.05
+    assert json.loads(out)["metrics"]["mrr"] > mrr
 
 
 @pytest.mark.parametrize("rank", ["0", "1"])
