@@ -136,6 +136,10 @@ pub struct GnnPlan {
     /// The device tier's index in host memory (4 bytes per node and per device row; 0 with
     /// no device row).
     pub device_index_bytes: u64,
+    /// Rows other ranks own when the features are split across ranks (fetched from their
+    /// owners per batch, held neither in this budget nor read from this host's disk); their
+    /// index is `device_index_bytes`, the device tier's structure (see [`GnnPlan::remote`]).
+    pub remote_rows: u64,
     /// The whole feature table (`num_nodes * row_bytes`), on disk.
     pub features_bytes: u64,
 }
@@ -157,9 +161,19 @@ impl GnnPlan {
         self.fixed_bytes() + self.hot_bytes + self.cache_bytes
     }
 
-    /// Whether every feature row is held in memory (in the hot set, or on the device).
+    /// Whether every feature row this process reads itself is held in memory (in the hot
+    /// set, or on the device; rows owned by other ranks are theirs to read).
     pub fn all_resident(&self) -> bool {
-        self.hot_rows + self.device_rows == self.num_nodes
+        self.hot_rows + self.device_rows + self.remote_rows == self.num_nodes
+    }
+
+    /// This plan with its `device_rows` counted as rows owned by other ranks instead: [`plan`]
+    /// made with `device_rows` = the remote rows keeps them out of the host tiers and counts
+    /// their index, which is what a rank holding only its own rows needs.
+    pub fn remote(mut self) -> GnnPlan {
+        self.remote_rows = self.device_rows;
+        self.device_rows = 0;
+        self
     }
 }
 
@@ -210,11 +224,25 @@ impl Planned for GnnPlan {
                 ),
             );
         }
-        let elsewhere = match (self.device_rows, self.all_resident()) {
+        if self.remote_rows > 0 {
+            plan = plan.part(
+                "remote rows index",
+                self.device_index_bytes,
+                format!(
+                    "the {} rows ({}) other ranks own, fetched from them per batch",
+                    self.remote_rows,
+                    fmt_bytes(rows(self.remote_rows))
+                ),
+            );
+        }
+        let mut elsewhere = match (self.device_rows, self.all_resident()) {
             (0, _) => "SSD".to_string(),
             (d, true) => format!("device memory ({d} rows)"),
             (d, false) => format!("device memory ({d} rows) and the SSD"),
         };
+        if self.remote_rows > 0 {
+            elsewhere = format!("{elsewhere}; {} rows on other ranks", self.remote_rows);
+        }
         plan.part(
             "hot set",
             self.hot_bytes,
@@ -358,6 +386,7 @@ pub fn plan(
         cache_bytes: tiers.cache_bytes as u64,
         device_rows,
         device_index_bytes: fixed.device_index as u64,
+        remote_rows: 0,
         features_bytes: saturate(num_nodes as u128 * row_bytes as u128),
     })
 }
@@ -734,6 +763,42 @@ mod tests {
             lines
                 .iter()
                 .any(|l| l.contains("training") && l.contains("30.0 MiB")),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
+    fn a_rank_with_split_features_plans_only_its_own_rows() {
+        // 10,000 nodes, 6,000 of them owned by other ranks: planned as rows outside the host
+        // tiers (the device tier's index structure), then counted as remote.
+        let p = plan(
+            1 << 30,
+            10_000,
+            400,
+            10 * MIB,
+            1000,
+            4,
+            0,
+            0.5,
+            Eviction::Sieve,
+            6_000,
+            Runtime::reserve(),
+        )
+        .unwrap()
+        .remote();
+        assert_eq!((p.remote_rows, p.device_rows), (6_000, 0));
+        assert_eq!((p.hot_rows, p.cache_rows), (4_000, 0));
+        assert!(p.all_resident());
+        assert_eq!(p.device_index_bytes, 4 * (10_000 + 6_000));
+        let lines = p.memory_plan().describe();
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("remote rows index") && l.contains("6000 rows")),
+            "{lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|l| l.contains("device tier")),
             "{lines:?}"
         );
     }

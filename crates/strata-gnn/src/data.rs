@@ -21,7 +21,7 @@ use crate::cache::Eviction;
 use crate::error::{GnnError, Result};
 use crate::hotset::HotRanking;
 use crate::pipeline::{LinkEdges, LoaderConfig, NodeLoader};
-use crate::tiers::{rank_hot_nodes, FeatureTiers};
+use crate::tiers::{rank_hot_nodes_within, FeatureTiers};
 use strata_store::budget::Planned;
 use strata_store::rng::{derive, Rng};
 
@@ -142,6 +142,25 @@ pub struct Consumer {
     /// Bytes training adds whatever the batch: the parameters' gradients and the optimizer's
     /// state, allocated at the first step.
     pub fixed_bytes: u64,
+    /// The feature rows this process holds when the features are split across ranks: node
+    /// ids `[start, end)`. The others are left to the consumer as the device tier's are
+    /// (batch positions, never read here: `strata.gnn.features` fetches them from their
+    /// owners), and the plan holds only these. None: every row.
+    pub owned_rows: Option<[u64; 2]>,
+}
+
+impl Consumer {
+    /// The rows this process holds (all `num_nodes` without `owned_rows`), checked.
+    fn owned(&self, num_nodes: u64) -> Result<std::ops::Range<u32>> {
+        let [start, end] = self.owned_rows.unwrap_or([0, num_nodes]);
+        if start > end || end > num_nodes {
+            return Err(GnnError::Config(format!(
+                "owned rows [{start}, {end}) are not a range of the graph's {num_nodes} nodes"
+            )));
+        }
+        // `FeatureTiers::build` refuses graphs beyond 32-bit node ids first.
+        Ok(start as u32..end.min(u32::MAX as u64) as u32)
+    }
 }
 
 /// Bytes one layer's training holds (forward activations kept for the backward pass and
@@ -354,6 +373,15 @@ fn load_and_plan(
         },
     };
     let device_rows = (config.device_bytes() / meta.row_bytes as u64).min(n);
+    let owned = consumer.owned(n)?;
+    let remote_rows = n - owned.len() as u64;
+    if remote_rows > 0 && device_rows > 0 {
+        return Err(GnnError::Config(
+            "device_memory: a device tier together with features split across ranks is not \
+             supported yet; set device_memory = 0"
+                .into(),
+        ));
+    }
     let (buffered, waiting) = batches_alive(config, &reader, batch_rows);
     let plan_for = |memory| {
         budget::plan(
@@ -366,9 +394,10 @@ fn load_and_plan(
             waiting,
             config.hot_share,
             config.eviction,
-            device_rows,
+            device_rows + remote_rows,
             runtime,
         )
+        .map(|p| if remote_rows > 0 { p.remote() } else { p })
     };
     let mut plan = plan_for(config.memory)?;
     if config.feature_memory > 0 && plan.hot_bytes + plan.cache_bytes > config.feature_memory {
@@ -429,17 +458,26 @@ impl GnnData {
             None
         };
         let threads = strata_io::resolve_threads(0);
-        // One ranking for both tiers: the device takes the best rows, the hot set the next.
-        let mut hot = rank_hot_nodes(
+        let owned = consumer.owned(topology.num_nodes() as u64)?;
+        // One ranking for both tiers: the device takes the best rows, the hot set the next;
+        // both among the rows this process owns.
+        let mut hot = rank_hot_nodes_within(
             config.hot_ranking,
             (plan.device_rows + plan.hot_rows) as usize,
             &topology,
             threads,
             presample_arg,
+            owned.clone(),
         )?;
-        let device: Vec<u32> = hot
-            .drain(..(plan.device_rows as usize).min(hot.len()))
-            .collect();
+        let device: Vec<u32> = if plan.remote_rows > 0 {
+            // The rows of other ranks take the device tier's place: left to the consumer.
+            (0..owned.start)
+                .chain(owned.end..topology.num_nodes() as u32)
+                .collect()
+        } else {
+            hot.drain(..(plan.device_rows as usize).min(hot.len()))
+                .collect()
+        };
         let mut meter = Meter::new(progress, "hot set", 0, hot.len() as u64);
         let tiers = FeatureTiers::build(reader, &hot, plan.cache_rows as usize, config.eviction)?
             .with_device_tier(&device)?;
@@ -530,6 +568,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn owned_rows_are_checked_against_the_graph() {
+        let owning = |r| Consumer {
+            owned_rows: r,
+            ..Consumer::default()
+        };
+        assert_eq!(owning(None).owned(10).unwrap(), 0..10);
+        assert_eq!(owning(Some([5, 10])).owned(10).unwrap(), 5..10);
+        for bad in [[6, 5], [0, 11]] {
+            let e = owning(Some(bad)).owned(10).unwrap_err().to_string();
+            assert!(e.contains("owned rows") && e.contains("10 nodes"), "{e}");
+        }
+    }
+
+    #[test]
     fn batch_rows_bound_is_capped_by_the_graph() {
         assert_eq!(
             batch_rows_bound(&[15, 10], 1024, 1 << 30),
@@ -583,6 +635,7 @@ mod tests {
             anon_bytes: None,
             layers: vec![layer(1, 0, 0), layer(0, 10, 100)],
             fixed_bytes: 7,
+            owned_rows: None,
         };
         assert_eq!(
             est.training_bytes(&consumer).unwrap(),

@@ -676,12 +676,39 @@ pub fn rank_hot_nodes(
     threads: usize,
     presample: Option<(&NeighborSampler, &[Vec<u32>])>,
 ) -> Result<Vec<u32>> {
-    if k == 0 {
+    let all = 0..topo_csc.num_nodes() as u32;
+    rank_hot_nodes_within(ranking, k, topo_csc, threads, presample, all)
+}
+
+/// [`rank_hot_nodes`] restricted to the nodes of `within` (the rows a rank owns when the
+/// features are split across ranks): the best `k` of them by the same whole-graph scores.
+pub fn rank_hot_nodes_within(
+    ranking: HotRanking,
+    k: usize,
+    topo_csc: &Topology,
+    threads: usize,
+    presample: Option<(&NeighborSampler, &[Vec<u32>])>,
+    within: std::ops::Range<u32>,
+) -> Result<Vec<u32>> {
+    if k == 0 || within.is_empty() {
         return Ok(Vec::new());
     }
+    // The best `k` of `scores[within]`, as node ids.
+    fn top_within<T: PartialOrd + Copy>(
+        scores: &[T],
+        k: usize,
+        within: &std::ops::Range<u32>,
+    ) -> Vec<u32> {
+        let part = &scores[within.start as usize..within.end as usize];
+        hotset::top_k(part, k)
+            .into_iter()
+            .map(|v| v + within.start)
+            .collect()
+    }
+    let best = |scores: &[f64]| top_within(scores, k, &within);
     Ok(match ranking {
         HotRanking::None => Vec::new(),
-        HotRanking::Degree => hotset::top_k(&hotset::reverse_degree_scores(topo_csc), k),
+        HotRanking::Degree => best(&hotset::reverse_degree_scores(topo_csc)),
         HotRanking::ReversePageRank => {
             let csr = hotset::transpose(topo_csc);
             let scores = hotset::reverse_pagerank(
@@ -691,7 +718,7 @@ pub fn rank_hot_nodes(
                 threads,
             );
             drop(csr);
-            hotset::top_k(&scores, k)
+            best(&scores)
         }
         HotRanking::PreSampling => {
             let Some((sampler, batches)) = presample else {
@@ -701,7 +728,7 @@ pub fn rank_hot_nodes(
                 ));
             };
             let counts = hotset::presampling_counts(sampler, topo_csc, batches, threads)?;
-            hotset::top_k(&counts, k)
+            top_within(&counts, k, &within)
         }
     })
 }
@@ -1298,6 +1325,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(got, [3, 1, 2]);
+        // Restricted to a rank's rows 0..=2: the best of them by the same scores.
+        let owned = rank_hot_nodes_within(HotRanking::Degree, 2, &csc, 1, None, 0..3).unwrap();
+        assert_eq!(owned, [2, 1]);
+        let tail = rank_hot_nodes_within(HotRanking::Degree, 9, &csc, 1, None, 3..5).unwrap();
+        assert_eq!(tail, [3, 4]);
+        assert!(
+            rank_hot_nodes_within(HotRanking::Degree, 2, &csc, 1, None, 2..2)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
