@@ -32,6 +32,11 @@ class _TrainFrontEnd:
     dist_timeout: int = option(
         600, help="seconds a rank waits for the others (rendezvous, each collective) under torchrun", min=1
     )
+    dist_features: Literal["replicated", "split"] = option(
+        "replicated",
+        help="feature rows under torchrun: replicated (each rank reads any row from its store) or split (rank r "
+        "holds node ids [r N/W, (r+1) N/W) and fetches the others from their owners over torch RPC)",
+    )
 
     def check(self) -> None:
         if not 0.0 <= self.dropout < 1.0:

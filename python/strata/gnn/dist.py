@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import torchrun
+from . import features
 from .loader import shard
 
 
@@ -29,7 +30,8 @@ class Ranks:
         if device.type == "cuda":
             # NCCL's object collectives stage through the current device.
             self.torch.cuda.set_device(device)
-        torchrun.join(env, timeout, self.backend)
+        #: The rendezvous store (RPC for split features meets through it).
+        self.store = torchrun.join(env, timeout, self.backend)
 
     def __repr__(self) -> str:
         return f"Ranks(rank {self.rank} of {self.world_size}, {self.backend}, store {self.address})"
@@ -67,7 +69,12 @@ class Ranks:
         self._collective(f"receiving {what} from rank 0", lambda: self.td.broadcast_object_list(box, src=0))
         return box[0]
 
+    def start_rpc(self) -> None:
+        """Joins the RPC group that split features fetch remote rows through."""
+        features.start_rpc(self.rank, self.world_size, self.store, self.timeout)
+
     def close(self) -> None:
-        """Leaves the process group."""
+        """Leaves the RPC group, if joined, and the process group."""
+        features.shutdown()
         if self.td.is_initialized():
             self.td.destroy_process_group()

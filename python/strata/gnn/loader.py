@@ -23,6 +23,7 @@ from .. import _native
 from ..store import Store
 from ..units import parse_size
 from ._torch import require_torch
+from .features import SplitFeatures, join_rpc, owned_range
 
 #: Options of the native data path: the engine's part of the [gnn.train] section
 #: (strata_gnn::data::DataConfig), whose defaults fill in the options not given.
@@ -230,7 +231,13 @@ class GnnData:
     with a fixed allowance for the libraries' code pages (``strata_gnn::budget::CODE_PAGES_BYTES``,
     96 MiB; the rest of torch's mapped libraries is page cache a memory cgroup reclaims), so
     build the model and optimizer before opening the store. ``training`` (a model's
-    :meth:`~strata.gnn.models.GNN.training_costs`) plans what training a batch adds."""
+    :meth:`~strata.gnn.models.GNN.training_costs`) plans what training a batch adds.
+
+    ``split=(rank, world_size)`` opens the features split across the ranks of a distributed
+    run (:mod:`strata.gnn.features`; the RPC group must be started): this process plans and
+    reads only the rows it owns, and batches get the others from their owners. There is no
+    device tier then. ``self.split`` is the :class:`~strata.gnn.features.SplitFeatures`
+    (None otherwise)."""
 
     def __init__(
         self,
@@ -241,6 +248,7 @@ class GnnData:
         device_memory: int | str | None = "auto",
         training: dict | None = None,
         own_process: bool = False,
+        split: tuple[int, int] | None = None,
         **options,
     ):
         unknown = set(options) - set(DATA_OPTIONS)
@@ -248,6 +256,8 @@ class GnnData:
             raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(DATA_OPTIONS)}")
         self.device = str(device)
         # Checked as the [gnn.train] section (errors name gnn.train.KEY), its defaults filled in.
+        if split is not None and device_memory == "auto":
+            device_memory = 0
         given = {"memory": LOADER_MEMORY, **options, "device_memory": device_tier_bytes(device_memory, self.device)}
         if "fanouts" in given:
             given["fanouts"] = [int(f) for f in given["fanouts"]]
@@ -258,9 +268,13 @@ class GnnData:
         self.labels = node_labels(self.store)
         self.num_classes = None if self.labels is None else int(self.labels.max()) + 1
         consumer = {"anon_bytes": process_bytes("RssAnon") if own_process else None, **(training or {})}
+        if split is not None:
+            consumer["owned_rows"] = list(owned_range(self.store.num_nodes, *split))
         self._native = _native.GnnData(str(store), cfg, node_id_bytes(train), consumer, progress)
         self.num_nodes, self.dim, self.dtype, self.row_bytes = self._native.features_info()
-        self.device_table = self._load_device_tier()
+        # Split, the native device tier's index holds the other ranks' rows: nothing to load.
+        self.split = None if split is None else SplitFeatures(self, *split)
+        self.device_table = None if split is not None else self._load_device_tier()
 
     def _load_device_tier(self):
         """The device tier's rows in slot order as a ``(rows, dim)`` tensor on ``self.device``
@@ -361,25 +375,45 @@ class EpochLoader:
         return self.torch.frombuffer(buf, dtype=dtype) if buf else self.torch.empty(0, dtype=dtype)
 
     def __iter__(self) -> Iterator[Batch]:
-        torch = self.torch
+        if self.data.split is None:
+            for raw in self._epoch:
+                yield self._batch(*raw)
+            return
+        # Split features: the next batch's remote rows are requested before this batch is
+        # handed out, so that the owners answer while it trains.
+        ahead = None
         for index, seeds, nodes, hops, blocks, features, stats, device, links in self._epoch:
-            seeds_t = self._tensor(seeds, torch.int32).to(torch.int64)
-            nodes_t = self._tensor(nodes, torch.int32).to(torch.int64)
-            x = self._tensor(features, self._float).view(len(nodes_t), self.data.dim)
-            blks = [
-                self._block.from_csc(
-                    n_src, n_dst, self._tensor(indptr, torch.int64), self._tensor(indices, torch.int32)
-                )
-                for n_src, n_dst, indptr, indices in blocks
-            ]
-            y = None
-            if self.data.labels is not None:
-                y = torch.from_numpy(self.data.labels[seeds_t.numpy()].astype(np.int64))
-            x = self._features(x, *device)
-            if self.device.type != "cpu":
-                blks = [b.to(self.device) for b in blks]
-                y = None if y is None else y.to(self.device, non_blocking=True)
-            yield Batch(index, seeds_t, nodes_t, list(hops), blks, x, y, stats, links)
+            positions = self._tensor(device[0], self.torch.int32).to(self.torch.int64)
+            remote = np.frombuffer(nodes, dtype="<u4")[positions.numpy()]
+            fetch = self.data.split.fetch(remote)
+            if ahead is not None:
+                yield self._batch(*ahead[0], remote=ahead[1:])
+            ahead = ((index, seeds, nodes, hops, blocks, features, stats, (b"", b""), links), positions, fetch)
+        if ahead is not None:
+            yield self._batch(*ahead[0], remote=ahead[1:])
+
+    def _batch(self, index, seeds, nodes, hops, blocks, features, stats, device, links, remote=None) -> Batch:
+        """The :class:`Batch` of one native batch; ``remote``: ``(positions, fetch)`` of its
+        rows owned by other ranks (split features)."""
+        torch = self.torch
+        seeds_t = self._tensor(seeds, torch.int32).to(torch.int64)
+        nodes_t = self._tensor(nodes, torch.int32).to(torch.int64)
+        x = self._tensor(features, self._float).view(len(nodes_t), self.data.dim)
+        blks = [
+            self._block.from_csc(n_src, n_dst, self._tensor(indptr, torch.int64), self._tensor(indices, torch.int32))
+            for n_src, n_dst, indptr, indices in blocks
+        ]
+        y = None
+        if self.data.labels is not None:
+            y = torch.from_numpy(self.data.labels[seeds_t.numpy()].astype(np.int64))
+        if remote is not None:
+            positions, fetch = remote
+            x[positions] = fetch.wait()
+        x = self._features(x, *device)
+        if self.device.type != "cpu":
+            blks = [b.to(self.device) for b in blks]
+            y = None if y is None else y.to(self.device, non_blocking=True)
+        return Batch(index, seeds_t, nodes_t, list(hops), blks, x, y, stats, links)
 
     def _features(self, x, positions: bytearray, slots: bytearray):
         """The batch's ``(rows, dim)`` features on the loader's device: the host rows of ``x``
@@ -409,12 +443,39 @@ class EpochLoader:
         return out
 
     def stats(self) -> dict | None:
-        """Per-stage busy seconds, wall time, merged reads, and the tiers' hit rates so far."""
-        return self._epoch.stats()
+        """Per-stage busy seconds, wall time, merged reads, and the tiers' hit rates so far
+        (with split features the rows other ranks own are ``tiers.remote_rows``: the native
+        path counts them where it counts device rows, as it leaves both to this loader)."""
+        stats = self._epoch.stats()
+        if stats and self.data.split is not None and "tiers" in stats:
+            stats["tiers"]["remote_rows"] = stats["tiers"].pop("device_rows")
+        return stats
 
     def close(self) -> None:
         """Stops the epoch early: threads end and the cache's window pins are released."""
         self._epoch.close()
+
+
+def open_split(store, progress, device, fanouts, batch_size, memory, loader, features: str, options) -> GnnData:
+    """A loader's :class:`GnnData`, its features ``replicated`` (every row from this process's
+    store) or ``split`` across the loader's ranks (:mod:`strata.gnn.features`; joins the RPC
+    group through torchrun's rendezvous unless this process already did)."""
+    if features not in ("replicated", "split"):
+        raise ValueError(f"features: expected 'replicated' or 'split', got {features!r}")
+    split = None
+    if features == "split" and loader.world_size > 1:
+        join_rpc(loader.rank, loader.world_size)
+        split = (loader.rank, loader.world_size)
+    return GnnData(
+        store,
+        progress,
+        device=device,
+        fanouts=list(fanouts),
+        batch_size=batch_size,
+        memory=memory,
+        split=split,
+        **options,
+    )
 
 
 def _rank_share(loader, items):
@@ -438,7 +499,12 @@ class NodeLoader:
     epoch then yields rank ``rank``'s :func:`shard` of the nodes, drawn from the same
     ``(seed, epoch)`` permutation on every rank and padded so that every rank yields the same
     number of batches (``pad=False``: the shares partition the nodes exactly, for evaluation,
-    and differ by at most one node). Each rank's loader plans within its own ``memory``."""
+    and differ by at most one node). Each rank's loader plans within its own ``memory``.
+
+    ``features="split"`` (with more than one rank) holds only the feature rows this rank owns
+    and fetches a batch's other rows from their owners over torch.distributed RPC
+    (:mod:`strata.gnn.features`), requested one batch ahead; under torchrun the RPC group is
+    joined through its rendezvous. Every rank must open its loaders in the same order."""
 
     def __init__(
         self,
@@ -455,13 +521,12 @@ class NodeLoader:
         rank: int | None = None,
         world_size: int | None = None,
         pad: bool = True,
+        features: str = "replicated",
         **options,
     ):
         self.rank, self.world_size = distributed_rank(rank, world_size)
         self.pad = pad
-        self.data = GnnData(
-            store, progress, device=device, fanouts=list(fanouts), batch_size=batch_size, memory=memory, **options
-        )
+        self.data = open_split(store, progress, device, fanouts, batch_size, memory, self, features, options)
         self.nodes = self.data.nodes(nodes) if isinstance(nodes, str) and self.world_size > 1 else nodes
         self.device, self.shuffle, self.drop_last = device, shuffle, drop_last
         self.epoch = 0
@@ -488,7 +553,7 @@ class LinkLoader:
     ``(2, B * (1 + negatives))`` and ``edge_label`` besides ``blocks`` and ``x``.
 
     ``rank`` and ``world_size`` split each epoch's edges across the ranks of a data-parallel
-    run as :class:`NodeLoader` splits its nodes."""
+    run as :class:`NodeLoader` splits its nodes; ``features`` is :class:`NodeLoader`'s."""
 
     def __init__(
         self,
@@ -506,13 +571,12 @@ class LinkLoader:
         rank: int | None = None,
         world_size: int | None = None,
         pad: bool = True,
+        features: str = "replicated",
         **options,
     ):
         self.rank, self.world_size = distributed_rank(rank, world_size)
         self.pad = pad
-        self.data = GnnData(
-            store, progress, device=device, fanouts=list(fanouts), batch_size=batch_size, memory=memory, **options
-        )
+        self.data = open_split(store, progress, device, fanouts, batch_size, memory, self, features, options)
         self.edges = self.data.edges(edges) if isinstance(edges, str) else edge_index_array(edges, self.data.num_nodes)
         self.negatives = negatives_per_edge(negatives)
         self.device, self.shuffle, self.drop_last = device, shuffle, drop_last

@@ -93,6 +93,7 @@ def train_epoch(
         progress("stage", title, 0, len(nodes) if ranks is None else len(share))
     loss_sum = correct = seeds = sampled = 0
     wait = 0.0
+    remote_before = data.split.stats() if data.split is not None else None
     t0 = time.monotonic()
     batches = iter(loader)
     while True:
@@ -127,7 +128,10 @@ def train_epoch(
     stats = loader.stats() or {}
     loader.close()
     if ranks is not None:
-        return _group_record(ranks, loss_sum, correct, seeds, sampled, seconds, wait, stats)
+        remote = None
+        if remote_before is not None:
+            remote = {k: v - remote_before[k] for k, v in data.split.stats().items()}
+        return _group_record(ranks, loss_sum, correct, seeds, sampled, seconds, wait, stats, remote)
     return {
         "loss": loss_sum / max(seeds, 1),
         "train_accuracy": correct / max(seeds, 1),
@@ -142,12 +146,21 @@ def train_epoch(
 
 
 def _group_record(
-    ranks: Ranks, loss_sum: float, correct: int, seeds: int, sampled: int, seconds: float, wait: float, stats: dict
+    ranks: Ranks,
+    loss_sum: float,
+    correct: int,
+    seeds: int,
+    sampled: int,
+    seconds: float,
+    wait: float,
+    stats: dict,
+    remote: dict | None = None,
 ) -> dict:
     """A distributed epoch's record: loss and accuracy over every rank's seeds; ``seconds``
     the slowest rank's, throughput the group's seeds over it; ``data_wait_*`` the mean over
     the ranks; ``pipeline`` this rank's loader; ``ranks`` each rank's seeds, batches, seconds,
-    seeds/s and data wait."""
+    seeds/s and data wait, and with split features ``remote``, the rows it fetched from other
+    ranks (requests, rows, bytes, seconds waited)."""
     mine = {
         "rank": ranks.rank,
         "seeds": seeds,
@@ -157,6 +170,8 @@ def _group_record(
         "data_wait_seconds": wait,
         "data_wait_fraction": wait / max(seconds, 1e-9),
     }
+    if remote is not None:
+        mine["remote"] = remote
     per_rank = ranks.gather(mine, "the epoch's figures")
     loss_sum, correct, seeds, sampled = ranks.sum([loss_sum, correct, seeds, sampled], "the epoch's loss and counts")
     slowest = max(max(r["seconds"] for r in per_rank), 1e-9)
@@ -226,12 +241,17 @@ def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | No
             progress = None
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     training = model.training_costs(optimizer_states=2)
+    split = None
+    if ranks is not None and cfg.dist_features == "split":
+        ranks.start_rpc()
+        split = (ranks.rank, ranks.world_size)
     data = GnnData(
         cfg.store,
         progress,
         device=str(device),
         training=training,
         own_process=True,
+        split=split,
         **{k: settings[k] for k in DATA_OPTIONS},
     )
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
@@ -287,6 +307,7 @@ def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | No
         "config": settings | {"store": str(cfg.store), "run_dir": str(run_dir)},
         "device": str(device),
         "world_size": 1 if ranks is None else ranks.world_size,
+        "dist_features": "split" if data.split is not None else "replicated",
         "restarts": torchrun.restart_count(),
         "resumed_after_epoch": resumed or None,
         "plan": data.plan,
