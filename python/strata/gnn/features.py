@@ -17,6 +17,7 @@ import atexit
 import threading
 import time
 import warnings
+import weakref
 from datetime import timedelta
 
 import numpy as np
@@ -35,8 +36,9 @@ WORKER = "strata-features-{}"
 
 #: The tables this process serves, by creation index (every rank creates its tables in the
 #: same order, so index ``k`` names the same table on every rank), and the condition their
-#: registration signals (a request may come before its table is open here).
-_TABLES: dict[int, object] = {}
+#: registration signals (a request may come before its table is open here). Weak: a table
+#: goes when its loader does.
+_TABLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _TABLES_CHANGED = threading.Condition()
 _STATE = {"created": 0, "rpc": False, "timeout": 600.0, "store": None, "registered": False}
 
@@ -119,18 +121,19 @@ def _rows(table: int, ids):
     table ``table``, as a ``(len(ids), dim)`` tensor."""
     deadline = time.monotonic() + _STATE["timeout"]
     with _TABLES_CHANGED:
-        while table not in _TABLES:
+        while (features := _TABLES.get(table)) is None:
+            if table < _STATE["created"]:
+                raise RuntimeError(f"split features: table {table} was closed on this rank")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RuntimeError(f"split features: table {table} was not opened on this rank in time")
             _TABLES_CHANGED.wait(left)
-        features = _TABLES[table]
     return features.local_rows(ids.numpy())
 
 
 class SplitFeatures:
     """The feature rows of one opened store (a :class:`~strata.gnn.loader.GnnData` opened with
-    ``owned`` = :func:`owned_range`) split across the ranks: ``gather(ids)`` returns any rows,
+    ``split=(rank, world_size)``) split across the ranks: ``gather(ids)`` returns any rows,
     its own read locally and the others fetched from their owners; ``fetch(ids)`` starts the
     remote part and returns a :class:`Fetch` to wait on (the loaders start it for a batch
     before the previous batch is trained).
