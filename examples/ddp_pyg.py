@@ -1,13 +1,16 @@
 """Data-parallel training of a stock PyG GraphSAGE over Strata's loaders, one process per rank.
 
     torchrun --nproc-per-node 2 examples/ddp_pyg.py STORE [--epochs 5] [--memory 1G]
+        [--features replicated|split]
 
 Each rank opens the store itself (its loader plans within its own ``--memory``) and gets its
 share of every epoch's training nodes: ``NodeLoader`` reads the rank and world size from
 torch.distributed once the process group is up, draws the same permutation on every rank and
 pads the shares so that every rank runs the same number of batches. DistributedDataParallel
 averages the gradients; validation accuracy is summed over the ranks' shares of the split.
-Rank 0 prints one line per epoch and, with ``--out``, writes them as JSON.
+Rank 0 prints one line per epoch and, with ``--out``, writes them as JSON. With ``--features
+split`` each rank's loaders hold only the feature rows it owns and fetch the others from their
+owners over torch RPC (every rank opens its loaders in the same order).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import GraphSAGE
 
-from strata.gnn import NodeLoader
+from strata.gnn import NodeLoader, features
 
 
 def edge_index(batch):
@@ -37,6 +40,7 @@ def main() -> None:
     p.add_argument("--memory", default="1G", help="each rank's loader budget")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--out", help="rank 0 writes the epochs' figures here as JSON")
+    p.add_argument("--features", choices=["replicated", "split"], default="replicated", help="feature rows per rank")
     args = p.parse_args()
 
     # gloo on CPU; with one GPU per rank, "nccl" and device=f"cuda:{LOCAL_RANK}" instead.
@@ -44,17 +48,10 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
 
-    train = NodeLoader(args.store, fanouts=[10, 5], batch_size=args.batch_size, memory=args.memory)
+    opened = {"fanouts": [10, 5], "batch_size": args.batch_size, "memory": args.memory, "features": args.features}
+    train = NodeLoader(args.store, **opened)
     # Evaluation: each rank scores its exact share of the split (no padding, no shuffling).
-    valid = NodeLoader(
-        args.store,
-        fanouts=[10, 5],
-        batch_size=args.batch_size,
-        memory=args.memory,
-        nodes="valid",
-        shuffle=False,
-        pad=False,
-    )
+    valid = NodeLoader(args.store, **opened, nodes="valid", shuffle=False, pad=False)
     data = train.data
     model = GraphSAGE(data.dim, 64, num_layers=2, out_channels=data.num_classes)
     ddp = DistributedDataParallel(model)
@@ -84,7 +81,9 @@ def main() -> None:
             print(f"epoch {epoch + 1}: batches per rank {everyone}, valid accuracy {epochs[-1]['valid_accuracy']:.4f}")
     if rank == 0 and args.out:
         with open(args.out, "w") as f:
-            json.dump({"world_size": world, "epochs": epochs}, f)
+            json.dump({"world_size": world, "features": args.features, "epochs": epochs}, f)
+    # Leaves the RPC group of split features (waiting for every rank), then the process group.
+    features.shutdown()
     dist.destroy_process_group()
 
 

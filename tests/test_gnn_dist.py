@@ -232,12 +232,13 @@ def test_the_ddp_example_trains_a_pyg_model_on_two_ranks(sbm, tmp_path):
     needs("torch")
     needs("torch_geometric")
     out = tmp_path / "epochs.json"
+    # With split features: the user's loaders fetch the other rank's rows over RPC.
     cmd = _torchrun(REPO / "examples" / "ddp_pyg.py", sbm, "--epochs", "3", "--batch-size", "128",
-                    "--out", out)  # fmt: skip
+                    "--features", "split", "--out", out)  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     result = json.loads(out.read_text())
-    assert result["world_size"] == 2
+    assert result["world_size"] == 2 and result["features"] == "split"
     for epoch in result["epochs"]:
         assert len(set(epoch["batches"])) == 1 and epoch["batches"][0] > 0
     assert result["epochs"][-1]["valid_accuracy"] > 0.6
