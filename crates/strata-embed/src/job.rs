@@ -13,7 +13,7 @@ use strata_store::Store;
 
 use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
-use crate::config::{DistStorage, NegativePool, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{DistStorage, OptimizerKind, Protocol, TrainConfig};
 use crate::dist::{
     check_holdings, describe_rank, fault_point, owner_of, Cluster, PartitionSource, RankReport,
     TableCrc,
@@ -125,11 +125,6 @@ pub fn train_group(
             cfg.dist_storage,
             if peers.is_some() { "has a" } else { "has no" }
         )));
-    }
-    if cluster.is_some() && cfg.negative_pool == NegativePool::All && cfg.bank_rows > 0 {
-        return Err(EmbedError::Config(
-            "embed.train.negative_pool: 'all' (negative banks) is not supported in distributed runs yet; use resident or partition, or set bank_rows = 0".into(),
-        ));
     }
     let (rank, world_size) = cluster
         .as_ref()
