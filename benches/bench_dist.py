@@ -2,7 +2,7 @@
 core, what do the ranks load and send, does Strata's affinity policy load fewer partitions than
 PyTorch-BigGraph's lock server on real runs, and what does relation staleness cost in MRR?
 
-    python benches/bench_dist.py [--only b5,b6] [--scale 23] [--edge-factor 12] [--rounds 3]
+    python benches/bench_dist.py [--only b5,b6,banks] [--scale 23] [--edge-factor 12] [--rounds 3]
         [--memory 700M] [--limit 1000M] [--work DIR]
 
 - B5: one epoch of B3's run (Dot, 64 reals, 100 negatives, from the resident partitions) on
@@ -15,6 +15,9 @@ PyTorch-BigGraph's lock server on real runs, and what does relation staleness co
 - B6: FB15k-237 with B1's settings, 8 partitions, a buffer of 3, ``--negative-pool resident``:
   one process against 2 ranks with ``relation_sync_every`` 1 (the synchronous variant), 4 (the
   default) and 16; filtered test MRR at the best validation epoch.
+- B6 banks: the same FB15k-237 runs with negatives drawn uniformly over all nodes through
+  negative banks (``--negative-pool all``) on one process and on 2 ranks, beside 2 ranks with
+  resident negatives.
 
 The machine may be shared: every run records the 1-minute load average before and after it,
 and the markdown says so. Loads, bytes and MRR do not depend on the load; times do, so re-run
@@ -111,8 +114,9 @@ def rmat_store(work: Path, scale: int, edge_factor: int) -> Path:
     return convert(raw, work / f"rmat-s{scale}-e{edge_factor}.strata", "--num-nodes", 1 << scale, "--memory", "4G")
 
 
-#: B5's options past B3's: negative banks (B3's default pool) are not distributed yet, so every
-#: B5 run draws its uniform negatives from the resident partitions.
+#: B5's options past B3's: every B5 run draws its uniform negatives from the resident
+#: partitions (B5 was first measured before negative banks were shared across ranks, and
+#: keeps its rows comparable; B6 banks measures the banks).
 B5_ARGS = ["--epochs", 1, "--eval-every", 0, "--negative-pool", "resident"]
 
 #: B5's configurations: label -> (ranks, scheduler policy, under memlimit).
@@ -238,18 +242,28 @@ def b5_markdown(res: dict, info: dict) -> str:
 B6_RUNS = {"1 process": (1, 4), **{f"2 ranks, relation_sync_every {k}": (2, k) for k in (1, 4, 16)}}
 
 
-def b6(work: Path, args) -> dict:
+#: The banks runs: label -> (ranks, negative pool).
+BANK_RUNS = {
+    "1 process, banks": (1, "all"),
+    "2 ranks, banks": (2, "all"),
+    "2 ranks, resident negatives": (2, "resident"),
+}
+
+
+def b6(work: Path, args, runs: dict[str, tuple[int, int | str]], vary: str) -> dict:
+    """Every run of ``runs`` (label -> ranks and the value of ``vary``: the relation sync
+    interval or the negative pool) on FB15k-237 with B1's settings, 8 partitions, a buffer of 3."""
     store = convert(SHARED / "datasets" / "fb15k-237", work / "fb15k-237.strata", "--relations")
     rows = {}
-    for label, (ranks, every) in B6_RUNS.items():
+    for label, (ranks, value) in runs.items():
         run_dir = work / "run-b6"
+        options = {"--negative-pool": "resident", "--relation-sync-every": 4, vary: value}
         meta = run(
             store,
             run_dir,
             [
-                *B1,
-                "--partitions", 8, "--buffer", 3, "--negative-pool", "resident", "--memory", "4G",
-                "--relation-sync-every", every, "--seed", args.seed,
+                *B1, "--partitions", 8, "--buffer", 3, "--memory", "4G", "--seed", args.seed,
+                *(str(x) for kv in options.items() for x in kv),
             ],
             ranks,
             None,
@@ -273,13 +287,37 @@ def b6(work: Path, args) -> dict:
     return {"seed": args.seed, "runs": rows}
 
 
+def banks_markdown(res: dict) -> str:
+    lines = [
+        "### B6 banks: negative banks shared by 2 ranks, FB15k-237 (`benches/bench_dist.py --only banks`)",
+        "",
+        "B6's settings (B1's ComplEx 100 run, 8 partitions, a buffer of 3, `relation_sync_every` 4, seed "
+        f"{res['seed']}, one thread per process). Banks: `--negative-pool all`, negatives uniform over all nodes, "
+        "those of partitions not resident from the bank blocks (FB15k-237's partitions of about 1,818 nodes are held "
+        "whole). On 2 ranks the blocks are summed at each epoch's start from the committed table, refreshed when "
+        "the rank evicts a partition, and the gradient left at the end is summed and applied by each partition's "
+        "owner (docs/distributed.md).",
+        "",
+        "| run | test MRR | vs 1 process, banks | Hits@10 | best epoch | loads per epoch | sent per rank per epoch |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    ref = res["runs"]["1 process, banks"]["test"]["mrr"]
+    for label, r in res["runs"].items():
+        t = r["test"]
+        lines.append(
+            f"| {label} | {t['mrr']:.4f} | {t['mrr'] - ref:+.4f} | {t['hits@10']:.4f} | {r['best_epoch']} | "
+            f"{r['partition_loads']:.0f} | {r['sent_per_rank'] / 2**20:.1f} MiB |"
+        )
+    return "\n".join(lines)
+
+
 def b6_markdown(res: dict) -> str:
     lines = [
         "### B6: relation staleness, FB15k-237 with 2 ranks (`benches/bench_dist.py --only b6`)",
         "",
         "B1's settings (ComplEx 100, chunks of 1000 edges sharing 1000 negatives, softmax, Adagrad lr 0.1, 10 "
-        "epochs) with 8 partitions, a buffer of 3 and `--negative-pool resident` (negative banks are not "
-        f"distributed), seed {res['seed']}, one thread per process; filtered test metrics at the best validation "
+        "epochs) with 8 partitions, a buffer of 3 and `--negative-pool resident` (B6 banks below has the "
+        f"negative banks), seed {res['seed']}, one thread per process; filtered test metrics at the best validation "
         "epoch. A rank joins a relation all-reduce every `relation_sync_every` buckets it trains; 1 is the "
         "synchronous variant.",
         "",
@@ -299,7 +337,7 @@ def b6_markdown(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="b5,b6", help="comma-separated subset of b5,b6")
+    ap.add_argument("--only", default="b5,b6,banks", help="comma-separated subset of b5,b6,banks")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "embed")
     ap.add_argument("--scale", type=int, default=23, help="RMAT scale of B5's graph (B3's: 23)")
     ap.add_argument("--edge-factor", type=int, default=12)
@@ -314,9 +352,13 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     info = machine()
     if "b6" in only:
-        res = b6(args.work, args)
+        res = b6(args.work, args, B6_RUNS, "--relation-sync-every")
         save("dist-b6", {"machine": info, **res})
         update_doc("dist-b6", b6_markdown(res))
+    if "banks" in only:
+        res = b6(args.work, args, BANK_RUNS, "--negative-pool")
+        save("dist-b6-banks", {"machine": info, **res})
+        update_doc("dist-b6-banks", banks_markdown(res))
     if "b5" in only:
         res = b5(args.work, args)
         save("dist-b5", {"machine": info, **res})

@@ -1,6 +1,7 @@
 """Owner mode (``dist_storage = owners``, docs/distributed.md): every rank keeps the partitions it
 owns in its own run directory and ships them point-to-point; no directory is shared. Two ranks
-with separate run directories and three ranks on loopback, two ranks in two network namespaces
+with separate run directories (with negative banks, and rank 0's validation and test checked
+against the gathered run's) and three ranks on loopback, two ranks in two network namespaces
 joined by a veth pair (each with its own copy of the store), then ``strata embed gather`` and
 evaluation of the gathered run."""
 
@@ -90,6 +91,22 @@ def _gather_and_evaluate(dirs: list[Path], out: Path, epochs: int = EPOCHS) -> f
     return result["metrics"]["mrr"]
 
 
+def _check_streamed_evaluation(dirs: list[Path], gathered: Path) -> None:
+    """Rank 0 validated every epoch and tested the best checkpoint by streaming the other
+    ranks' partitions from them; evaluating the gathered run gives the very same metrics."""
+    metas = [json.loads((d / "run.json").read_text()) for d in dirs]
+    assert all(h["valid"] is not None for h in metas[0]["history"])
+    test = metas[0]["test"]
+    # The other ranks wrote rank 0's test metrics, which went through JSON once more.
+    assert all(m["test"]["mrr"] == pytest.approx(test["mrr"], rel=1e-12) for m in metas[1:])
+    fields = ["queries", "mrr", "mr", "hits@1", "hits@3", "hits@10", "tail_mrr", "head_mrr"]
+    for split, checkpoint, want in [("valid", "last", metas[0]["history"][-1]["valid"]), ("test", "best", test)]:
+        got = json.loads(
+            run_strata("embed", "eval", gathered, "--json", "--split", split, "--checkpoint", checkpoint).stdout
+        )["metrics"]
+        assert [got[f] for f in fields] == [want[f] for f in fields], (split, got, want)
+
+
 # 400 candidates: a random ranking has an MRR near 0.015; two epochs reach about 0.39.
 MRR = 0.2
 
@@ -98,9 +115,10 @@ def test_two_ranks_with_separate_run_directories(kg, tmp_path):
     needs("torch")
     endpoint = f"127.0.0.1:{free_port()}"
     runs = [tmp_path / "host0", tmp_path / "host1"]
+    # The `all` pool keeps negative banks (4 partitions, buffer 3), shared across the ranks.
     procs = [
-        subprocess.Popen(_torchrun(2, 1, r, endpoint, kg, runs[r]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, env=rank_env())
+        subprocess.Popen(_torchrun(2, 1, r, endpoint, kg, runs[r], "--negative-pool", "all"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=rank_env())
         for r in range(2)
     ]  # fmt: skip
     for rc, out, err in _wait_all(procs):
@@ -112,6 +130,7 @@ def test_two_ranks_with_separate_run_directories(kg, tmp_path):
     proc = run_strata("embed", "eval", dirs[0], check=False)
     assert proc.returncode != 0 and "strata embed gather" in proc.stderr, proc.stderr[-2000:]
     assert _gather_and_evaluate(dirs, tmp_path / "gathered") > MRR
+    _check_streamed_evaluation(dirs, tmp_path / "gathered")
 
 
 def test_three_ranks_on_loopback(kg, tmp_path):

@@ -137,6 +137,43 @@ impl Banks {
         )
     }
 
+    /// Rows held per partition (at most).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Every block's rows (`partitions x capacity x dim`; a block's rows past its `len` stay
+    /// zero), for a distributed run to sum each rank's share of the blocks into.
+    pub fn rows_mut(&mut self) -> &mut [f32] {
+        &mut self.data
+    }
+
+    /// Takes every block's gradient (shaped as [`rows_mut`](Self::rows_mut)), leaving none
+    /// pending.
+    pub fn take_grad(&self) -> Vec<f32> {
+        self.pending.iter().for_each(|p| p.store(false, Relaxed));
+        self.grad
+            .iter()
+            .map(|a| f32::from_bits(a.swap(0, Relaxed)))
+            .collect()
+    }
+
+    /// Makes `grad` (shaped as [`take_grad`](Self::take_grad)'s) the pending gradient of the
+    /// partitions `keep` selects, where it is not all zero; the other partitions' is dropped.
+    pub fn set_grad(&self, grad: &[f32], keep: impl Fn(u32) -> bool) {
+        let block = self.capacity * self.dim;
+        for (part, g) in (0u32..).zip(grad.chunks(block.max(1))) {
+            if !keep(part) || g.iter().all(|&v| v == 0.0) {
+                continue;
+            }
+            let cells = &self.grad[part as usize * block..(part as usize + 1) * block];
+            for (a, v) in cells.iter().zip(g) {
+                a.store(v.to_bits(), Relaxed);
+            }
+            self.pending[part as usize].store(true, Relaxed);
+        }
+    }
+
     /// Rows held for `part`.
     pub fn len(&self, part: u32) -> u32 {
         self.len[part as usize]
@@ -187,6 +224,21 @@ mod tests {
         rows.load(row, &mut out);
         assert_eq!(out, [emb[2 * row] - 0.5, emb[2 * row + 1] + 0.5]);
         assert!(!b.has_pending(1));
+        // A distributed run takes the gradient out, sums it over the ranks and gives each
+        // partition's share back to the rank that applies it.
+        b.add_grad(2, 1, &[0.5, 0.0]);
+        b.add_grad(0, 0, &[0.25, 0.25]);
+        let mut g = b.take_grad();
+        assert!(!b.has_pending(0) && !b.has_pending(2));
+        assert_eq!(g[(2 * 100 + 1) * 2], 0.5);
+        g.iter_mut().for_each(|v| *v *= 2.0);
+        b.set_grad(&g, |part| part == 2);
+        assert!(b.has_pending(2) && !b.has_pending(0) && !b.has_pending(1));
+        assert_eq!(b.take_grad(), {
+            let mut only = vec![0.0; g.len()];
+            only[(2 * 100 + 1) * 2] = 1.0;
+            only
+        });
         // Another epoch picks other blocks; a small partition is held whole.
         let mut c = Banks::new(3, 100, 2);
         c.choose_blocks(&p, 1, 1);

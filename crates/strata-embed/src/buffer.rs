@@ -16,6 +16,10 @@ use crate::error::Result;
 use crate::shared::SharedRows;
 use crate::table::{TableFile, TableLayout};
 
+/// How a partition that is not resident is brought into a slot: `load(buffer, slot, p)`
+/// leaves `slot` holding partition `p`.
+pub type Load<'a> = dyn FnMut(&mut PartitionBuffer, usize, u32) -> Result<()> + 'a;
+
 /// Slots of partition-sized aligned buffers.
 pub struct PartitionBuffer {
     pub layout: TableLayout,
@@ -197,6 +201,17 @@ impl PartitionBuffer {
         &mut self,
         parts: &[u32],
         from: &TableFile,
+        f: impl FnMut(u32, &[f32]) -> Result<()>,
+    ) -> Result<()> {
+        self.visit_with(parts, &mut |b, slot, p| b.load(slot, p, from), f)
+    }
+
+    /// [`visit`](Self::visit) with the partitions that are not resident brought in by `load`
+    /// (from another rank in owner mode, see `owner::load_from_owners`).
+    pub fn visit_with(
+        &mut self,
+        parts: &[u32],
+        load: &mut Load<'_>,
         mut f: impl FnMut(u32, &[f32]) -> Result<()>,
     ) -> Result<()> {
         let (resident, missing): (Vec<u32>, Vec<u32>) =
@@ -205,7 +220,7 @@ impl PartitionBuffer {
             f(p, self.embeddings(p))?;
         }
         for (k, p) in missing.into_iter().enumerate() {
-            self.load(k % self.slots.len(), p, from)?;
+            load(self, k % self.slots.len(), p)?;
             f(p, self.embeddings(p))?;
         }
         Ok(())

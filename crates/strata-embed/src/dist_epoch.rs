@@ -8,6 +8,16 @@
 //! back to that owner through a [`PartitionSource`]; the owner's tables play the same roles.
 //! Swaps are synchronous here (each counted as I/O wait); the bucket's edges are still read
 //! ahead piece by piece while the previous piece trains.
+//!
+//! Negative banks (the `all` pool) are shared this way: at the start of an epoch every rank
+//! reads the bank blocks of the partitions it owns ([`owner_of`]) from the committed table and
+//! the blocks are summed over the ranks, so every rank starts with the same exact blocks. A
+//! rank refreshes a block when it evicts the partition and applies its own pending gradient
+//! when it loads one, as a single process does; meanwhile a block of a partition another rank
+//! trains is stale, by up to one epoch. After every rank is done, what gradient is left is
+//! summed over the ranks and applied by each partition's owner, which reads the partition from
+//! the epoch's output table and writes it back: no rank holds any partition then, and each is
+//! flushed by one rank, so the write-back extends the partition's holdings chain like any other.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -152,7 +162,95 @@ impl<'b> Homes<'_, 'b> {
     }
 }
 
+/// Floats summed in one all-reduce when banks are shared (bounds the transport's copies).
+const SUM_PIECE: usize = 1 << 22;
+
+/// Sums `values` over the ranks in place, in pieces of at most [`SUM_PIECE`] floats.
+fn sum_over_ranks(cluster: &mut dyn Cluster, values: &mut [f32]) -> Result<()> {
+    for piece in values.chunks_mut(SUM_PIECE) {
+        cluster.sync(piece, false)?;
+    }
+    Ok(())
+}
+
 impl Trainer {
+    /// Fills this epoch's bank blocks, the same on every rank: each rank reads the blocks of
+    /// the partitions it owns from `current` (the committed table) and the blocks are summed
+    /// over the ranks. No-op without banks (the same on every rank: one config, one plan).
+    fn share_banks(
+        &mut self,
+        epoch: usize,
+        current: &TableFile,
+        cluster: &mut dyn Cluster,
+    ) -> Result<()> {
+        let Some(banks) = &mut self.banks else {
+            return Ok(());
+        };
+        let (rank, world_size) = (cluster.rank(), cluster.world_size());
+        // The sums below need one shape on every rank: each rank plans bank rows within its
+        // own --memory, so check that they agree.
+        let mut rows = [banks.capacity() as f32];
+        cluster.sync(&mut rows, false)?;
+        if rows[0] != (banks.capacity() * world_size) as f32 {
+            return Err(EmbedError::Config(format!(
+                "rank {rank} planned {} negative bank rows per partition, another rank planned a different number; give every rank the same --memory and embed.train.bank_rows",
+                banks.capacity()
+            )));
+        }
+        let partitioning = &self.buckets.partitioning;
+        banks.choose_blocks(partitioning, self.cfg.seed, epoch);
+        banks.rows_mut().fill(0.0);
+        for p in (0..partitioning.partitions).filter(|&p| owner_of(p, world_size) == rank) {
+            banks.read(p, current, self.buffer.engine(), &self.buffer.layout)?;
+        }
+        sum_over_ranks(cluster, banks.rows_mut())
+    }
+
+    /// Makes `p` resident in `slot` through `homes` and applies the gradient its bank rows
+    /// received on this rank since.
+    fn load_from(&mut self, homes: &mut Homes, slot: usize, p: u32, written: bool) -> Result<()> {
+        homes.load(&mut self.buffer, slot, p, written)?;
+        self.apply_bank_gradient(p);
+        Ok(())
+    }
+
+    /// Writes resident `p` back through `homes`, refreshing its bank block as it leaves.
+    fn evict_to(&mut self, homes: &mut Homes, p: u32) -> Result<()> {
+        if let Some(banks) = &mut self.banks {
+            banks.copy_from(p, self.buffer.embeddings(p));
+        }
+        homes.evict(&mut self.buffer, p)
+    }
+
+    /// After every rank is done: sums the bank gradient left on the ranks and applies each
+    /// partition's share on its owner, which reads it from `next` and writes it back. Returns
+    /// the partitions read.
+    fn flush_shared_banks(
+        &mut self,
+        homes: &mut Homes,
+        cluster: &mut dyn Cluster,
+    ) -> Result<usize> {
+        let Some(banks) = &self.banks else {
+            return Ok(0);
+        };
+        let mut grad = banks.take_grad();
+        sum_over_ranks(cluster, &mut grad)?;
+        let (rank, world_size) = (cluster.rank(), cluster.world_size());
+        banks.set_grad(&grad, |p| owner_of(p, world_size) == rank);
+        let mine: Vec<u32> = (0..self.buckets.partitioning.partitions)
+            .filter(|&p| banks.has_pending(p))
+            .collect();
+        for &p in &mine {
+            let slot = self
+                .buffer
+                .free_slot()
+                .expect("every partition is written back when all ranks are done");
+            self.load_from(homes, slot, p, true)?;
+            homes.evict(&mut self.buffer, p)?;
+        }
+        Ok(mine.len())
+    }
+
     /// One epoch of a distributed run on this rank: partitions are read from `current`, or
     /// from `next` when the scheduler says they were written back this epoch, and every
     /// partition this rank held is written back to `next` (synced) by the time it returns.
@@ -168,10 +266,6 @@ impl Trainer {
         mut peers: Option<&mut (dyn PartitionSource + '_)>,
         progress: &dyn Progress,
     ) -> Result<(RankReport, Vec<Interval>)> {
-        debug_assert!(
-            !self.has_banks(),
-            "job::train refuses negative banks in distributed runs"
-        );
         let engine = self.buffer.engine().clone();
         let origin = Instant::now();
         let mut tl = Timeline {
@@ -210,6 +304,7 @@ impl Trainer {
         }
         // What this rank held last epoch may have been trained by another rank since.
         self.buffer.clear();
+        self.share_banks(epoch, current, cluster)?;
         let mut rounds = RelationRounds::new(&self.relations);
         let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
         let mut group_wait = 0.0;
@@ -231,7 +326,7 @@ impl Trainer {
                 } => {
                     let t = Instant::now();
                     for &p in &evict {
-                        homes.evict(&mut self.buffer, p)?;
+                        self.evict_to(&mut homes, p)?;
                     }
                     if !evict.is_empty() {
                         cluster.release(epoch, &evict)?;
@@ -249,7 +344,7 @@ impl Trainer {
                                 self.buffer.capacity()
                             ))
                         })?;
-                        homes.load(&mut self.buffer, slot, p, written.contains(&p))?;
+                        self.load_from(&mut homes, slot, p, written.contains(&p))?;
                         tally.loads += 1;
                     }
                     let now = Instant::now();
@@ -285,7 +380,7 @@ impl Trainer {
                     let t = Instant::now();
                     let held: Vec<u32> = self.buffer.resident().collect();
                     for &p in &held {
-                        homes.evict(&mut self.buffer, p)?;
+                        self.evict_to(&mut homes, p)?;
                     }
                     if !held.is_empty() {
                         cluster.release(epoch, &held)?;
@@ -304,6 +399,7 @@ impl Trainer {
             }
         }
         let t = Instant::now();
+        tally.loads += self.flush_shared_banks(&mut homes, cluster)?;
         next.sync()?;
         tally.io_wait += t.elapsed().as_secs_f64();
         meter.finish()?;

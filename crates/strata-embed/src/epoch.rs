@@ -105,7 +105,7 @@ pub struct Trainer {
     pub(crate) piece_rows: u64,
     /// Rows of the partitions on disk, for the `all` negative pool (`None` when every
     /// partition is resident or another pool is used).
-    banks: Option<Banks>,
+    pub(crate) banks: Option<Banks>,
 }
 
 impl Trainer {
@@ -137,11 +137,6 @@ impl Trainer {
             relations,
             piece_rows,
         }
-    }
-
-    /// Whether the `all` negative pool keeps banks of the partitions on disk.
-    pub(crate) fn has_banks(&self) -> bool {
-        self.banks.is_some()
     }
 
     pub fn threads(&self) -> usize {
@@ -412,7 +407,7 @@ impl Trainer {
     }
 
     /// Applies the gradient partition `p` (just made resident) received as a bank negative.
-    fn apply_bank_gradient(&mut self, p: u32) {
+    pub(crate) fn apply_bank_gradient(&mut self, p: u32) {
         let Some(banks) = &self.banks else { return };
         if !banks.has_pending(p) {
             return;

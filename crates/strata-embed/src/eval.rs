@@ -23,13 +23,12 @@ use strata_store::ids::IdCheck;
 use strata_store::rng::{derive, Rng};
 use strata_store::Store;
 
-use crate::buffer::PartitionBuffer;
+use crate::buffer::{Load, PartitionBuffer};
 use crate::config::{Corrupt, Protocol};
 use crate::error::{EmbedError, Result};
 use crate::model::{score_candidates, ScoreModel, Scratch};
 use crate::partitioning::{Locator, Partitioning};
 use crate::relations::Relations;
-use crate::table::TableFile;
 
 /// Queries scored together against a candidate tile.
 pub(crate) const QUERY_BATCH: usize = 512;
@@ -258,8 +257,9 @@ pub struct Scorer<'a> {
     pub relations: &'a Relations,
     pub partitioning: &'a Partitioning,
     pub buffer: &'a mut PartitionBuffer,
-    /// The table file the buffer's slots mirror.
-    pub table: &'a TableFile,
+    /// Brings a partition that is not resident into a slot: from the table file the
+    /// buffer's slots mirror, or in owner mode from the partition's owner.
+    pub load: &'a mut Load<'a>,
 }
 
 /// Known true answers of query keys `(src, rel, head)`.
@@ -350,7 +350,7 @@ impl Scorer<'_> {
         located.sort_unstable();
         let mut parts: Vec<u32> = located.iter().map(|x| x.0).collect();
         parts.dedup();
-        self.buffer.visit(&parts, self.table, |p, emb| {
+        self.buffer.visit_with(&parts, self.load, |p, emb| {
             let lo = located.partition_point(|x| x.0 < p);
             for &(_, l, i) in located[lo..].iter().take_while(|x| x.0 == p) {
                 out[i * d..(i + 1) * d].copy_from_slice(&emb[l as usize * d..(l as usize + 1) * d]);
@@ -445,7 +445,7 @@ impl Scorer<'_> {
             spec.threads.max(1),
         );
         let partitioning = self.partitioning;
-        self.buffer.visit(&all, self.table, |p, emb| {
+        self.buffer.visit_with(&all, self.load, |p, emb| {
             let size = partitioning.size_of(p) as usize;
             let next = AtomicUsize::new(0);
             std::thread::scope(|scope| {

@@ -13,7 +13,7 @@ use strata_store::Store;
 
 use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
-use crate::config::{DistStorage, NegativePool, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{DistStorage, OptimizerKind, Protocol, TrainConfig};
 use crate::dist::{
     check_holdings, describe_rank, fault_point, owner_of, Cluster, PartitionSource, RankReport,
     TableCrc,
@@ -104,8 +104,8 @@ pub fn train(
 /// (`dist_storage = owners`, docs/distributed.md): this rank's run is `RUN/rank-R`
 /// ([`owner::rank_dir`]), its tables hold the partitions it owns, the others come from their
 /// owners through `peers`, and every rank writes rank 0's commit of each epoch as its own.
-/// Rank 0 does not validate or test in owner mode (its tables hold only its partitions):
-/// `strata embed gather` makes one run to evaluate.
+/// Rank 0 validates and tests in owner mode by streaming the partitions it does not own from
+/// their owners; `strata embed gather` makes one run of the rank directories for later use.
 #[allow(clippy::too_many_arguments)]
 pub fn train_group(
     store_path: &Path,
@@ -125,11 +125,6 @@ pub fn train_group(
             cfg.dist_storage,
             if peers.is_some() { "has a" } else { "has no" }
         )));
-    }
-    if cluster.is_some() && cfg.negative_pool == NegativePool::All && cfg.bank_rows > 0 {
-        return Err(EmbedError::Config(
-            "embed.train.negative_pool: 'all' (negative banks) is not supported in distributed runs yet; use resident or partition, or set bank_rows = 0".into(),
-        ));
     }
     let (rank, world_size) = cluster
         .as_ref()
@@ -161,12 +156,6 @@ pub fn train_group(
     }
     if let (Some(c), true) = (cluster.as_deref_mut(), owners) {
         owner::resume(&mut s.run, &mut s.trainer.relations, c, progress)?;
-        if leader {
-            progress.message(&format!(
-                "owner mode: rank 0 holds only the partitions it owns, so it neither validates nor tests; run `strata embed gather OUT {}/rank-*` and evaluate OUT",
-                run_dir.display()
-            ));
-        }
     }
     let model = s.trainer.model;
     let threads = s.trainer.threads();
@@ -201,11 +190,9 @@ pub fn train_group(
         ));
     }
     let spec = eval_spec(&s.trainer.cfg, &s.plan, threads);
-    // Rank 0 validates each epoch for the whole group.
-    let valid = if leader
-        && !owners
-        && s.trainer.cfg.eval_every > 0
-        && s.store.array("edges_valid").is_some()
+    // Rank 0 validates each epoch for the whole group (in owner mode streaming the partitions
+    // it does not own from their owners).
+    let valid = if leader && s.trainer.cfg.eval_every > 0 && s.store.array("edges_valid").is_some()
     {
         Some(EvalSet::new(&s.store, "valid", &spec, progress)?)
     } else {
@@ -304,12 +291,16 @@ pub fn train_group(
         let due = (epoch + 1) % s.trainer.cfg.eval_every.max(1) == 0 || epoch + 1 == epochs;
         let valid_metrics = match (&valid, due) {
             (Some(set), true) => {
+                // Every rank's part of `next` is synced (the gather above), and the owners
+                // serve it until the next epoch starts.
+                let mut load =
+                    owner::eval_loader(&next, peers.as_deref_mut(), rank, world_size, epoch, true);
                 let mut scorer = Scorer {
                     model,
                     relations: &s.trainer.relations,
                     partitioning: &s.trainer.buckets.partitioning,
                     buffer: &mut s.trainer.buffer,
-                    table: &next,
+                    load: &mut *load,
                 };
                 Some(scorer.evaluate(set, &spec, progress)?)
             }
@@ -353,20 +344,47 @@ pub fn train_group(
             c.barrier("epoch committed by rank 0")?;
         }
     }
-    if !leader || owners {
-        return Ok(s.run.meta);
-    }
-    if s.run.meta.test.is_none()
+    let test_due = leader
+        && s.run.meta.test.is_none()
         && s.trainer.cfg.eval_every > 0
-        && s.store.array("edges_test").is_some()
-    {
-        let test = evaluate(&mut s, "test", Which::Best, progress)?;
-        progress.message(&format!(
-            "test ({} checkpoint, epoch {}): {}",
-            "best",
-            s.run.meta.best.epoch,
-            describe_metrics(&test)
-        ));
+        && s.store.array("edges_test").is_some();
+    let test = match (cluster, peers) {
+        (Some(c), Some(peers)) => {
+            // Owner mode: every rank serves its copy of the best table while rank 0 tests it,
+            // then writes rank 0's result into its own run.json.
+            let best = Arc::new(TableFile::open(
+                s.trainer.buffer.engine(),
+                &s.run.table_path(&s.run.meta.best.table),
+                false,
+            )?);
+            let served = s.run.meta.current.epoch;
+            peers.serve(served, &best, &best, &s.trainer.buffer.layout)?;
+            let test = match test_due {
+                true => Some(evaluate(
+                    &mut s,
+                    "test",
+                    Which::Best,
+                    Some((peers, served)),
+                    progress,
+                )?),
+                false => None,
+            };
+            let text = c.broadcast(serde_json::to_string(&test).expect("serialises"))?;
+            serde_json::from_str(&text)
+                .map_err(|e| EmbedError::Group(format!("rank 0's test metrics: {e}")))?
+        }
+        _ if test_due => Some(evaluate(&mut s, "test", Which::Best, None, progress)?),
+        _ => None,
+    };
+    if let Some(test) = test {
+        if leader {
+            progress.message(&format!(
+                "test ({} checkpoint, epoch {}): {}",
+                "best",
+                s.run.meta.best.epoch,
+                describe_metrics(&test)
+            ));
+        }
         s.run.meta.test = Some(test);
         s.run.commit()?;
     }
@@ -654,8 +672,16 @@ fn create(
     Ok(run)
 }
 
-/// Evaluates `split` on a checkpoint of the run being trained.
-fn evaluate(s: &mut Setup, split: &str, which: Which, progress: &dyn Progress) -> Result<Metrics> {
+/// Evaluates `split` on a checkpoint of the run being trained. In owner mode `owners` is the
+/// partition transport and the epoch under which every rank serves its copy of the checkpoint's
+/// table as `current`; the partitions this rank does not own are streamed from their owners.
+fn evaluate(
+    s: &mut Setup,
+    split: &str,
+    which: Which,
+    owners: Option<(&mut dyn PartitionSource, usize)>,
+    progress: &dyn Progress,
+) -> Result<Metrics> {
     let ckpt = s.run.checkpoint(which).clone();
     let relations = s.run.relations(&ckpt)?;
     let table = TableFile::open(
@@ -669,12 +695,15 @@ fn evaluate(s: &mut Setup, split: &str, which: Which, progress: &dyn Progress) -
     }
     let spec = eval_spec(&s.trainer.cfg, &s.plan, s.trainer.threads());
     let set = EvalSet::new(&s.store, split, &spec, progress)?;
+    let (rank, world_size) = (s.run.meta.owner_rank.unwrap_or(0), s.run.meta.world_size);
+    let (peers, epoch) = owners.map_or((None, 0), |(p, e)| (Some(p), e));
+    let mut load = owner::eval_loader(&table, peers, rank, world_size, epoch, false);
     let mut scorer = Scorer {
         model: s.trainer.model,
         relations: &relations,
         partitioning: &s.trainer.buckets.partitioning,
         buffer: &mut s.trainer.buffer,
-        table: &table,
+        load: &mut *load,
     };
     let m = scorer.evaluate(&set, &spec, progress);
     if ckpt.table != s.run.meta.current.table {

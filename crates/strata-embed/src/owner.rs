@@ -9,10 +9,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use strata_io::progress::Progress;
 
-use crate::dist::Cluster;
+use crate::buffer::{Load, PartitionBuffer};
+use crate::dist::{owner_of, Cluster, PartitionSource};
 use crate::error::{EmbedError, Result};
 use crate::relations::Relations;
 use crate::run_dir::{io_err, sync_dir, Checkpoint, EpochRecord, Run, RunMeta};
+use crate::table::TableFile;
 
 /// Rank `rank`'s own run directory inside the `--run-dir` every rank is given.
 pub fn rank_dir(run_dir: &Path, rank: usize) -> PathBuf {
@@ -166,6 +168,31 @@ pub fn resume(
     run.commit()?;
     clear_prepared(run);
     Ok(())
+}
+
+/// How rank `rank` brings partitions into its buffer to evaluate (a [`Load`]): from `table`,
+/// its copy of the table evaluated, when there are no `peers` or it owns the partition; in
+/// owner mode any other partition is streamed from its owner's copy, which the owner serves as
+/// `epoch`'s `next` table when `written`, else as its `current` ([`PartitionSource::serve`]).
+/// Each partition goes into a slot of the rank's buffer, so evaluation stays within its plan.
+pub fn eval_loader<'a, 'b: 'a>(
+    table: &'a TableFile,
+    peers: Option<&'a mut (dyn PartitionSource + 'b)>,
+    rank: usize,
+    world_size: usize,
+    epoch: usize,
+    written: bool,
+) -> Box<Load<'a>> {
+    match peers {
+        Some(peers) => Box::new(move |buffer: &mut PartitionBuffer, slot, p| {
+            if owner_of(p, world_size) == rank {
+                buffer.load(slot, p, table)
+            } else {
+                buffer.load_with(slot, p, |into| peers.read(epoch, p, written, into))
+            }
+        }),
+        None => Box::new(move |buffer: &mut PartitionBuffer, slot, p| buffer.load(slot, p, table)),
+    }
 }
 
 #[cfg(test)]

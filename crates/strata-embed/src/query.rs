@@ -116,7 +116,7 @@ impl Loaded {
             relations: &self.relations,
             partitioning: &self.run.meta.partitioning,
             buffer: &mut self.buffer,
-            table: &self.table,
+            load: &mut |b, slot, p| b.load(slot, p, &self.table),
         };
         scorer.evaluate(&set, &spec, progress)
     }
