@@ -130,7 +130,7 @@ def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path, model,
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
         "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "4",
         "--negative-pool", "resident", "--epochs", "2", "--dist-timeout", "60", "--relation-sync-every", "2",
-        "--model", model, *SMALL,
+        "--model", model, "--dist-prefetch", *SMALL,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
