@@ -116,6 +116,12 @@ def rmat_store(work: Path, scale: int, edge_factor: int) -> Path:
     return convert(raw, work / f"rmat-s{scale}-e{edge_factor}.strata", "--num-nodes", 1 << scale, "--memory", "4G")
 
 
+def _graph(store: Path, args) -> dict:
+    """The RMAT graph's shape and train edges, for a benchmark's record."""
+    manifest = json.loads((store / "manifest.json").read_text())
+    return {"scale": args.scale, "edge_factor": args.edge_factor, "edges": manifest["graph"]["num_edges"]["train"]}
+
+
 #: B5's options past B3's: negative banks (B3's default pool) are not distributed yet, so every
 #: B5 run draws its uniform negatives from the resident partitions.
 B5_ARGS = ["--epochs", 1, "--eval-every", 0, "--negative-pool", "resident"]
@@ -157,11 +163,8 @@ def b5(work: Path, args) -> dict:
                 f"{fig['partition_loads']} loads, load average {fig['loadavg'][0]:.1f}",
                 flush=True,
             )
-    manifest = json.loads((store / "manifest.json").read_text())
     return {
-        "scale": args.scale,
-        "edge_factor": args.edge_factor,
-        "edges": manifest["graph"]["num_edges"]["train"],
+        **_graph(store, args),
         "table_bytes": (1 << args.scale) * 64 * 4 * 2,
         "memory": args.memory,
         "limit": args.limit if limit_ok else None,
@@ -327,7 +330,7 @@ def b7(work: Path, args) -> dict:
                             for key in (
                                 "rank", "seconds", "buckets", "partition_loads", "prefetched_loads",
                                 "partition_wait_seconds", "partition_wait_share", "partition_bytes_loaded",
-                                "io_wait_seconds", "waits",
+                                "io_wait_seconds", "waits", "group_wait_seconds", "relation_rounds",
                             )
                         }
                         for r in e["ranks"]
@@ -345,11 +348,8 @@ def b7(work: Path, args) -> dict:
                 f"load average {fig['loadavg'][0]:.1f}",
                 flush=True,
             )
-    manifest = json.loads((store / "manifest.json").read_text())
     return {
-        "scale": args.scale,
-        "edge_factor": args.edge_factor,
-        "edges": manifest["graph"]["num_edges"]["train"],
+        **_graph(store, args),
         "partitions": args.b7_partitions,
         "epochs": args.b7_epochs,
         "memory": args.memory,
