@@ -1,8 +1,9 @@
 """Question: are two ranks of one thread at least 1.7x as fast as one rank of one thread out of
 core, what do the ranks load and send, does Strata's affinity policy load fewer partitions than
-PyTorch-BigGraph's lock server on real runs, and what does relation staleness cost in MRR?
+PyTorch-BigGraph's lock server on real runs, what does relation staleness cost in MRR, and
+how much partition wait does each rank's prefetch of its next grant hide?
 
-    python benches/bench_dist.py [--only b5,b6,banks] [--scale 23] [--edge-factor 12] [--rounds 3]
+    python benches/bench_dist.py [--only b5,b6,banks,b7] [--scale 23] [--edge-factor 12] [--rounds 3]
         [--memory 700M] [--limit 1000M] [--work DIR]
 
 - B5: one epoch of B3's run (Dot, 64 reals, 100 negatives, from the resident partitions) on
@@ -18,6 +19,10 @@ PyTorch-BigGraph's lock server on real runs, and what does relation staleness co
 - B6 banks: the same FB15k-237 runs with negatives drawn uniformly over all nodes through
   negative banks (``--negative-pool all``) on one process and on 2 ranks, beside 2 ranks with
   resident negatives.
+- B7: B5's 2-rank affinity run (``--scale``, ``--edge-factor``) for ``--b7-epochs`` epochs with
+  ``--b7-partitions`` partitions and ``--memory`` per rank, with ``--dist-prefetch`` and
+  ``--no-dist-prefetch``, alternating over ``--rounds``: each rank's partition wait share,
+  loads and epoch time, and the per-round ratio of epoch times.
 
 The machine may be shared: every run records the 1-minute load average before and after it,
 and the markdown says so. Loads, bytes and MRR do not depend on the load; times do, so re-run
@@ -114,6 +119,12 @@ def rmat_store(work: Path, scale: int, edge_factor: int) -> Path:
     return convert(raw, work / f"rmat-s{scale}-e{edge_factor}.strata", "--num-nodes", 1 << scale, "--memory", "4G")
 
 
+def _graph(store: Path, args) -> dict:
+    """The RMAT graph's shape and train edges, for a benchmark's record."""
+    manifest = json.loads((store / "manifest.json").read_text())
+    return {"scale": args.scale, "edge_factor": args.edge_factor, "edges": manifest["graph"]["num_edges"]["train"]}
+
+
 #: B5's options past B3's: every B5 run draws its uniform negatives from the resident
 #: partitions (B5 was first measured before negative banks were shared across ranks, and
 #: keeps its rows comparable; B6 banks measures the banks).
@@ -156,11 +167,8 @@ def b5(work: Path, args) -> dict:
                 f"{fig['partition_loads']} loads, load average {fig['loadavg'][0]:.1f}",
                 flush=True,
             )
-    manifest = json.loads((store / "manifest.json").read_text())
     return {
-        "scale": args.scale,
-        "edge_factor": args.edge_factor,
-        "edges": manifest["graph"]["num_edges"]["train"],
+        **_graph(store, args),
         "table_bytes": (1 << args.scale) * 64 * 4 * 2,
         "memory": args.memory,
         "limit": args.limit if limit_ok else None,
@@ -335,9 +343,105 @@ def b6_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+#: B7's configurations: label -> whether ranks prefetch their next grant.
+B7_RUNS = {"prefetch on": True, "prefetch off": False}
+
+
+def b7(work: Path, args) -> dict:
+    store = rmat_store(work, args.scale, args.edge_factor)
+    labels = list(B7_RUNS)
+    rounds: dict[str, list[dict]] = {label: [] for label in labels}
+    for k in range(args.rounds):
+        for label in labels[k % 2 :] + labels[: k % 2]:
+            run_dir = work / "run-b7"
+            flag = "--dist-prefetch" if B7_RUNS[label] else "--no-dist-prefetch"
+            opts = ["--epochs", args.b7_epochs, "--eval-every", 0, "--negative-pool", "resident"]
+            opts += ["--partitions", args.b7_partitions, "--memory", args.memory, flag]
+            meta = run(store, run_dir, [*DOT, *opts], 2, None)
+            epochs = [
+                {
+                    "seconds": e["seconds"],
+                    "partition_loads": e["partition_loads"],
+                    "ranks": [
+                        {
+                            key: r[key]
+                            for key in (
+                                "rank", "seconds", "buckets", "partition_loads", "prefetched_loads",
+                                "partition_wait_seconds", "partition_wait_share", "partition_bytes_loaded",
+                                "io_wait_seconds", "waits", "group_wait_seconds", "relation_rounds",
+                            )
+                        }
+                        for r in e["ranks"]
+                    ],
+                }
+                for e in meta["history"]
+            ]  # fmt: skip
+            plan = {p["name"]: p for p in meta["memory_plan"]["parts"]}
+            fig = {"epochs": epochs, "loadavg": meta["loadavg"], "prefetch_plan": plan.get("prefetch slots")}
+            rounds[label].append(fig)
+            shutil.rmtree(run_dir)
+            print(
+                f"B7 round {k + 1} {label}: epochs {[round(e['seconds'], 1) for e in epochs]} s, partition wait "
+                f"{[round(r['partition_wait_share'], 3) for e in epochs for r in e['ranks']]}, "
+                f"load average {fig['loadavg'][0]:.1f}",
+                flush=True,
+            )
+    return {
+        **_graph(store, args),
+        "partitions": args.b7_partitions,
+        "epochs": args.b7_epochs,
+        "memory": args.memory,
+        "rounds": rounds,
+    }
+
+
+def b7_markdown(res: dict, info: dict) -> str:
+    rounds = res["rounds"]
+    loads = [la for rows in rounds.values() for r in rows for la in r["loadavg"]]
+    lines = [
+        "### B7: each rank prefetching its next grant, on and off (`benches/bench_dist.py --only b7`)",
+        "",
+        f"RMAT scale {res['scale']} x {res['edge_factor']}: {res['edges']:,} train edges; B5's 2-rank run "
+        f"(Dot 64, 100 negatives, resident negatives, affinity policy, shared run directory) with "
+        f"{res['partitions']} partitions, a buffer of 3 and `--memory {res['memory']}` per rank, {res['epochs']} "
+        f"epochs per run, {len(next(iter(rounds.values())))} rounds alternating which goes first; medians over "
+        "every epoch of every round. Partition wait: the seconds a rank's trainer was blocked on partition "
+        "loads and write-backs, as a share of its epoch (`partition_wait_share` in run.json).",
+        "",
+        f"**Timings taken under load**: {info['nproc']} cores shared with other engineers' builds; 1-minute load "
+        f"average {min(loads):.1f} to {max(loads):.1f} around the runs. Ratios are of runs taken side by side.",
+        "",
+        "| run | epoch (s) | partition wait share (per rank) | partition wait (s, per rank) | loads per epoch "
+        "(per rank) | prefetched loads | waits | load average |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, rows in rounds.items():
+        eps = [e for r in rows for e in r["epochs"]]
+        n = len(eps[0]["ranks"])
+
+        def per_rank(key, fmt, eps=eps, n=n):
+            return "/".join(fmt.format(median([e["ranks"][q][key] for e in eps])) for q in range(n))
+
+        waits = median([sum(q["waits"] for q in e["ranks"]) for e in eps])
+        prefetched = median([sum(q["prefetched_loads"] for q in e["ranks"]) for e in eps])
+        load = "-".join(f"{x:.1f}" for x in (min(r["loadavg"][0] for r in rows), max(r["loadavg"][0] for r in rows)))
+        lines.append(
+            f"| {label} | {median([e['seconds'] for e in eps]):.1f} | {per_rank('partition_wait_share', '{:.1%}')} | "
+            f"{per_rank('partition_wait_seconds', '{:.1f}')} | {median([e['partition_loads'] for e in eps]):.0f} "
+            f"({per_rank('partition_loads', '{:.0f}')}) | {prefetched:.0f} | {waits:.0f} | {load} |"
+        )
+    on, off = rounds["prefetch on"], rounds["prefetch off"]
+    ratios = [
+        median([e["seconds"] for e in a["epochs"]]) / median([e["seconds"] for e in b["epochs"]])
+        for a, b in zip(on, off, strict=True)
+    ]
+    lines += ["", "Per-round ratio of median epoch times, on / off: " + ", ".join(f"{x:.2f}" for x in ratios) + "."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="b5,b6,banks", help="comma-separated subset of b5,b6,banks")
+    ap.add_argument("--only", default="b5,b6,banks,b7", help="comma-separated subset of b5,b6,banks,b7")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "embed")
     ap.add_argument("--scale", type=int, default=23, help="RMAT scale of B5's graph (B3's: 23)")
     ap.add_argument("--edge-factor", type=int, default=12)
@@ -347,6 +451,8 @@ def main() -> None:
     )
     ap.add_argument("--limit", default="1000M", help="memlimit of every B5 process in the memlimit rows")
     ap.add_argument("--seed", type=int, default=0, help="B6's seed")
+    ap.add_argument("--b7-partitions", type=int, default=28, help="B7's partitions (out of core at any --memory)")
+    ap.add_argument("--b7-epochs", type=int, default=2, help="B7's epochs per run")
     args = ap.parse_args()
     only = set(args.only.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -363,6 +469,10 @@ def main() -> None:
         res = b5(args.work, args)
         save("dist-b5", {"machine": info, **res})
         update_doc("dist-b5", b5_markdown(res, info))
+    if "b7" in only:
+        res = b7(args.work, args)
+        save("dist-b7", {"machine": info, **res})
+        update_doc("dist-b7", b7_markdown(res, info))
 
 
 if __name__ == "__main__":

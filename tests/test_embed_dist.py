@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+import zlib
 
 import pytest
 
@@ -129,22 +130,85 @@ def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path, model,
         "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
         "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "4",
         "--negative-pool", "resident", "--epochs", "2", "--dist-timeout", "60", "--relation-sync-every", "2",
-        "--model", model, *SMALL,
+        "--model", model, "--dist-prefetch", *SMALL,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    meta = json.loads((run / "run.json").read_text())
-    assert meta["world_size"] == 2 and meta["current"]["epoch"] == 2
-    for record in meta["history"]:
-        ranks = record["ranks"]
-        assert [r["rank"] for r in ranks] == [0, 1]
-        # Every bucket of the 4 x 4 grid is trained once per epoch, by one rank or the other.
-        assert sum(r["buckets"] for r in ranks) == 16
-        assert record["partition_loads"] == sum(r["partition_loads"] for r in ranks) >= 4
-        assert all(r["bytes_sent"] > 0 and r["bytes_received"] > 0 and r["relation_rounds"] >= 1 for r in ranks)
+    meta = check_epochs(run, buckets=16)
+    # Rank 0 planned torch and gloo as measured, and the lookahead's slot (one: with 4
+    # partitions and a buffer of 3, a grant loads at most one partition).
+    parts = {p["name"]: p for p in meta["memory_plan"]["parts"]}
+    assert parts["torch + gloo"]["bytes"] > 96 << 20 and "RssAnon" in parts["torch + gloo"]["detail"]
+    assert parts["prefetch slots"]["detail"].startswith("1 x")
+    assert all(r["prefetched_loads"] <= r["partition_loads"] for e in meta["history"] for r in e["ranks"])
     out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
     # 400 candidates: a random ranking has an MRR near 0.015.
     assert json.loads(out)["metrics"]["mrr"] > mrr
+
+
+def check_epochs(run, buckets: int) -> dict:
+    """The run's record after a 2-epoch, 2-rank run: every bucket trained once per epoch, the
+    ranks' figures, and the commit chain (each epoch starts from the table the one before it
+    committed, and the last table file is what its record says)."""
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["world_size"] == 2 and meta["current"]["epoch"] == 2
+    data = (run / meta["current"]["table"]).read_bytes()
+    parts = meta["partitioning"]["partitions"]
+    size = len(data) // parts
+    for before, record in zip([None, *meta["history"][:-1]], meta["history"], strict=True):
+        ranks = record["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        # Every bucket of the grid is trained once per epoch, by one rank or the other.
+        assert sum(r["buckets"] for r in ranks) == buckets
+        assert record["partition_loads"] == sum(r["partition_loads"] for r in ranks) >= 4
+        assert all(r["bytes_sent"] > 0 and r["bytes_received"] > 0 and r["relation_rounds"] >= 1 for r in ranks)
+        for r in ranks:
+            assert 0 <= r["partition_wait_seconds"] <= r["seconds"]
+            assert r["partition_wait_share"] == pytest.approx(r["partition_wait_seconds"] / r["seconds"])
+            assert r["partition_bytes_loaded"] == r["partition_loads"] * size
+        if before is not None:
+            assert record["table_crc"]["start"] == before["table_crc"]["end"]
+    crcs = b"".join(zlib.crc32(data[p * size : (p + 1) * size]).to_bytes(4, "little") for p in range(parts))
+    assert f"{zlib.crc32(crcs):08x}" == meta["history"][-1]["table_crc"]["end"]
+    return meta
+
+
+def test_prefetching_ranks_with_pbg_lock_server_train_every_bucket_once(kg, tmp_path):
+    """PBG's lock server evicts every partition outside the bucket, so with a buffer of 2 and
+    two prefetch slots nearly every grant is loaded ahead while the bucket before it trains."""
+    needs("torch")
+    run = tmp_path / "run"
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
+        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "8", "--buffer", "2",
+        "--ordering", "sequential", "--dist-policy", "lock_server", "--dist-prefetch", "--negative-pool", "resident",
+        "--epochs", "2", "--dist-timeout", "60", *SMALL,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    meta = check_epochs(run, buckets=64)
+    assert sum(r["prefetched_loads"] for e in meta["history"] for r in e["ranks"]) > 0
+    out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
+    assert json.loads(out)["metrics"]["mrr"] > 0.05
+
+
+def test_a_rank_whose_memory_cannot_hold_torch_fails_naming_the_figure(kg, tmp_path):
+    needs("torch")
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
+        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(tmp_path / "run"), "--partitions", "4",
+        "--negative-pool", "resident", "--memory", "200M", "--dist-timeout", "30", *SMALL,
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=rank_env())
+    assert proc.returncode != 0
+    assert "memory budget 200 MiB cannot hold this rank's process: torch and gloo take" in proc.stderr, proc.stderr[
+        -3000:
+    ]
+    assert "exitcode  : 2" in proc.stderr and "Traceback" not in proc.stderr.split("exitcode")[0], proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("rank", ["0", "1"])

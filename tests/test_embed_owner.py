@@ -136,8 +136,10 @@ def test_two_ranks_with_separate_run_directories(kg, tmp_path):
 def test_three_ranks_on_loopback(kg, tmp_path):
     needs("torch")
     run = tmp_path / "run"
+    # With the lookahead on, each rank's mover fetches its next grant's partitions from their
+    # owners while it trains.
     proc = subprocess.run(
-        _torchrun(1, 3, 0, f"127.0.0.1:{free_port()}", kg, run),
+        _torchrun(1, 3, 0, f"127.0.0.1:{free_port()}", kg, run, "--dist-prefetch"),
         capture_output=True, text=True, timeout=RUN_SECONDS, env=rank_env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]

@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 use strata_io::align_up;
-use strata_store::budget::{MemoryPlan, Planned};
+use strata_store::budget::{MemoryPlan, Planned, CODE_PAGES_BYTES};
 use strata_store::units::fmt_bytes;
 
 use crate::bank::Banks;
@@ -25,6 +25,21 @@ const PIECES_ALIVE: u64 = 4;
 const EVAL_SHARE: u64 = 8;
 /// Share of the budget for negative banks when the table is partitioned.
 const BANK_SHARE: u64 = 16;
+
+/// Partition slots a rank's lookahead wants beyond the buffer: while the current bucket
+/// trains, the next grant's loads (at most two partitions) go into free slots, since up to
+/// both of the current bucket's partitions stay in use until it is trained.
+pub const PREFETCH_SLOTS: usize = 2;
+
+/// What a rank of a distributed run adds to its plan.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RankNeeds {
+    /// The process's anonymous memory (`RssAnon`) after torch's import and the group's start,
+    /// as the front end measured it (None: not measured).
+    pub group_anon_bytes: Option<u64>,
+    /// Whether the rank wants [`PREFETCH_SLOTS`] slots for its lookahead (`dist_prefetch`).
+    pub prefetch: bool,
+}
 
 /// How the budget is spent.
 #[derive(Debug, Clone, Serialize)]
@@ -50,6 +65,15 @@ pub struct EmbedPlan {
     pub bank_rows: usize,
     pub bank_bytes: u64,
     pub runtime_bytes: u64,
+    /// A rank's torch and gloo: its measured anonymous memory after the group started plus
+    /// [`CODE_PAGES_BYTES`] (0 outside a distributed run, or where it was not measured).
+    pub group_bytes: u64,
+    /// Slots beyond `capacity` for a distributed rank's lookahead, and their bytes (0: none).
+    pub prefetch_slots: usize,
+    pub prefetch_bytes: u64,
+    /// Why a rank that asked for the lookahead has fewer than [`PREFETCH_SLOTS`] slots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch_note: Option<String>,
     /// The smallest budget that holds the fixed parts and the buffer's slots with one node
     /// per partition (the configured partitions, when set).
     pub minimum: u64,
@@ -65,6 +89,8 @@ impl EmbedPlan {
             + self.relation_bytes
             + self.bank_bytes
             + self.runtime_bytes
+            + self.group_bytes
+            + self.prefetch_bytes
     }
 
     /// Whether every partition stays resident (no swaps during an epoch).
@@ -86,7 +112,7 @@ impl Planned for EmbedPlan {
                 self.partitions, self.capacity
             )
         };
-        MemoryPlan::new("embed", self.memory)
+        let mut plan = MemoryPlan::new("embed", self.memory)
             .minimum(self.minimum)
             .part(
                 "partition buffer",
@@ -96,7 +122,21 @@ impl Planned for EmbedPlan {
                     self.capacity,
                     fmt_bytes(self.part_bytes)
                 ),
-            )
+            );
+        if let Some(note) = &self.prefetch_note {
+            plan = plan.part("prefetch slots", self.prefetch_bytes, note.clone());
+        } else if self.prefetch_slots > 0 {
+            plan = plan.part(
+                "prefetch slots",
+                self.prefetch_bytes,
+                format!(
+                    "{} x {} for the next grant's partitions, loaded while a bucket trains",
+                    self.prefetch_slots,
+                    fmt_bytes(self.part_bytes)
+                ),
+            );
+        }
+        plan = plan
             .part(
                 "edge pieces",
                 self.edge_bytes,
@@ -122,17 +162,28 @@ impl Planned for EmbedPlan {
                     "none".to_string()
                 },
             )
-            .part("runtime", self.runtime_bytes, "reserve")
-            .data(
-                "embedding table",
-                self.table_bytes,
-                if self.in_memory() {
-                    self.table_bytes
-                } else {
-                    self.buffer_bytes
-                },
-                "SSD",
-            )
+            .part("runtime", self.runtime_bytes, "reserve");
+        if self.group_bytes > 0 {
+            plan = plan.part(
+                "torch + gloo",
+                self.group_bytes,
+                format!(
+                    "measured: RssAnon {} after torch's import and the group's start, plus {} of library code",
+                    fmt_bytes(self.group_bytes - CODE_PAGES_BYTES),
+                    fmt_bytes(CODE_PAGES_BYTES)
+                ),
+            );
+        }
+        plan.data(
+            "embedding table",
+            self.table_bytes,
+            if self.in_memory() {
+                self.table_bytes
+            } else {
+                self.buffer_bytes
+            },
+            "SSD",
+        )
     }
 }
 
@@ -154,15 +205,33 @@ fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
 }
 
 /// Plans `cfg` for a graph of `num_nodes` nodes and `num_relations` relation types with
-/// `threads` workers. `cfg.partitions == 0` picks the fewest partitions that fit.
+/// `threads` workers; `rank`: this process is a rank of a distributed run.
+/// `cfg.partitions == 0` picks the fewest partitions that fit (with a rank's prefetch slots
+/// when it wants them).
 pub fn plan(
     cfg: &TrainConfig,
     model: &ScoreModel,
     num_nodes: u64,
     num_relations: u64,
     threads: usize,
+    rank: Option<RankNeeds>,
 ) -> Result<EmbedPlan> {
     let memory = cfg.memory;
+    let rank = rank.unwrap_or_default();
+    let group_bytes = rank
+        .group_anon_bytes
+        .map_or(0, |b| b.saturating_add(CODE_PAGES_BYTES));
+    if group_bytes > 0 && RUNTIME_BYTES + group_bytes >= memory {
+        return Err(EmbedError::Budget(format!(
+            "memory budget {} cannot hold this rank's process: torch and gloo take {} (RssAnon {} measured after torch's import and the group's start, plus {} of library code), beside the {} runtime reserve; give each rank --memory well above {}",
+            fmt_bytes(memory),
+            fmt_bytes(group_bytes),
+            fmt_bytes(group_bytes - CODE_PAGES_BYTES),
+            fmt_bytes(CODE_PAGES_BYTES),
+            fmt_bytes(RUNTIME_BYTES),
+            fmt_bytes(RUNTIME_BYTES + group_bytes)
+        )));
+    }
     let d = model.dim as u64;
     let rd = model.rel_dim() as u64;
     let rel_rows = num_relations.max(1) * if cfg.reciprocal { 2 } else { 1 };
@@ -199,13 +268,15 @@ pub fn plan(
     let eval_round =
         ((eval_share - tiles) / per_query).clamp(eval::QUERY_BATCH as u64, 1 << 20) as usize;
     let eval_bytes = tiles + per_query * eval_round as u64;
-    let fixed = RUNTIME_BYTES + edge_bytes + worker_bytes + eval_bytes + relation_bytes;
+    let fixed =
+        RUNTIME_BYTES + group_bytes + edge_bytes + worker_bytes + eval_bytes + relation_bytes;
     let refuse = |what: String| -> EmbedError {
         EmbedError::Budget(format!(
-            "memory budget {} cannot hold {what} (fixed needs {}: runtime {}, edges {}, workers {}, evaluation {}, relations {})",
+            "memory budget {} cannot hold {what} (fixed needs {}: runtime {}, torch + gloo {}, edges {}, workers {}, evaluation {}, relations {})",
             fmt_bytes(memory),
             fmt_bytes(fixed),
             fmt_bytes(RUNTIME_BYTES),
+            fmt_bytes(group_bytes),
             fmt_bytes(edge_bytes),
             fmt_bytes(worker_bytes),
             fmt_bytes(eval_bytes),
@@ -214,15 +285,17 @@ pub fn plan(
     };
     let available = memory.saturating_sub(fixed);
     let size = |n: u64| part_bytes(num_nodes.div_ceil(n), model.dim, cfg.optimizer);
-    let solve = |available: u64| -> Result<(u64, usize)> {
+    // (partitions, buffer slots) whose slots and `extra` more fit `available`.
+    let solve = |available: u64, extra: usize| -> Result<(u64, usize)> {
         let (n, c) = if cfg.partitions == 0 {
             if size(1) <= available {
                 return Ok((1, 1));
             }
             let c = cfg.buffer.max(1) as u64;
-            // The smallest n whose c partitions fit: c * size(n) is non-increasing in n.
+            let slots = c + extra as u64;
+            // The smallest n whose slots fit: slots * size(n) is non-increasing in n.
             let (mut lo, mut hi) = (c + 1, num_nodes.max(c + 1));
-            if c * size(hi) > available {
+            if slots * size(hi) > available {
                 return Err(refuse(format!(
                     "{c} partition slots even with one node per partition; the table of {num_nodes} nodes needs {} — raise --memory",
                     fmt_bytes(size(1))
@@ -230,7 +303,7 @@ pub fn plan(
             }
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                if c * size(mid) <= available {
+                if slots * size(mid) <= available {
                     hi = mid;
                 } else {
                     lo = mid + 1;
@@ -240,7 +313,8 @@ pub fn plan(
         } else {
             let n = cfg.partitions as u64;
             let c = cfg.buffer.min(cfg.partitions as usize).max(1);
-            if c as u64 * size(n) > available {
+            let slots = (c + extra.min(cfg.partitions as usize - c)) as u64;
+            if slots * size(n) > available {
                 return Err(refuse(format!(
                     "{c} slot(s) of {} for {n} partition(s) (needs {}; use more partitions or raise --memory to at least {})",
                     fmt_bytes(size(n)),
@@ -257,14 +331,36 @@ pub fn plan(
         }
         Ok((n, c))
     };
-    let (mut partitions, mut capacity) = solve(available)?;
+    // A rank's lookahead: as many of the slots it wants as fit, fewest partitions first.
+    let want = if rank.prefetch { PREFETCH_SLOTS } else { 0 };
+    let (mut partitions, mut capacity, mut prefetch_slots) = match (1..=want)
+        .rev()
+        .find_map(|x| solve(available, x).ok().map(|(n, c)| (n, c, x)))
+    {
+        Some(found) => found,
+        None => {
+            let (n, c) = solve(available, 0)?;
+            (n, c, 0)
+        }
+    };
+    // With n - c partitions outside the buffer, a grant loads at most that many.
+    prefetch_slots = prefetch_slots.min(partitions as usize - capacity);
+    let prefetch_note = (prefetch_slots < want.min(partitions as usize - capacity)).then(|| {
+        if prefetch_slots == 0 {
+            "none: --memory leaves no room for a slot beyond the buffer, so this rank asks for one bucket at a time (no lookahead)".to_string()
+        } else {
+            format!("{prefetch_slots} of {want} wanted (--memory): a next grant needing more loads the rest after the bucket trains")
+        }
+    });
     // Negative banks for partitions on disk (the `all` pool): a share of the budget, or what
     // the buffer leaves when that share would not fit.
     let mut bank_rows = 0usize;
     if cfg.negative_pool == NegativePool::All && partitions > capacity as u64 {
         let share = memory / BANK_SHARE;
-        let leftover = |n: u64, c: usize, avail: u64| avail.saturating_sub(c as u64 * size(n));
-        let (n, c, room) = match solve(available.saturating_sub(share)) {
+        let leftover = |n: u64, c: usize, avail: u64| {
+            avail.saturating_sub((c + prefetch_slots) as u64 * size(n))
+        };
+        let (n, c, room) = match solve(available.saturating_sub(share), prefetch_slots) {
             Ok((n, c)) => (
                 n,
                 c,
@@ -306,6 +402,10 @@ pub fn plan(
         bank_rows,
         bank_bytes,
         runtime_bytes: RUNTIME_BYTES,
+        group_bytes,
+        prefetch_slots,
+        prefetch_bytes: prefetch_slots as u64 * part_bytes,
+        prefetch_note,
         minimum,
     })
 }
@@ -326,7 +426,7 @@ mod tests {
     #[test]
     fn small_graph_stays_in_memory() {
         let cfg = TrainConfig::default();
-        let p = plan(&cfg, &model(100), 14_541, 237, 2).unwrap();
+        let p = plan(&cfg, &model(100), 14_541, 237, 2, None).unwrap();
         assert_eq!((p.partitions, p.capacity), (1, 1));
         assert!(p.total() <= cfg.memory, "{p:?}");
     }
@@ -338,7 +438,7 @@ mod tests {
             ..TrainConfig::default()
         };
         // 10M nodes x 100 dims x 2 x 4 bytes = 8 GB of table.
-        let p = plan(&cfg, &model(100), 10_000_000, 10, 2).unwrap();
+        let p = plan(&cfg, &model(100), 10_000_000, 10, 2, None).unwrap();
         assert_eq!(p.capacity, 3);
         assert!(p.partitions > 3 && p.total() <= cfg.memory, "{p:?}");
         // Negative banks get their share of the budget (and what the buffer leaves)...
@@ -362,7 +462,7 @@ mod tests {
             memory: 64 << 20,
             ..TrainConfig::default()
         };
-        let e = plan(&cfg, &model(100), 10_000_000, 10, 2)
+        let e = plan(&cfg, &model(100), 10_000_000, 10, 2, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("memory budget 64.0 MiB cannot hold"), "{e}");
@@ -371,9 +471,59 @@ mod tests {
             partitions: 4,
             ..TrainConfig::default()
         };
-        let e = plan(&cfg, &model(100), 10_000_000, 10, 2)
+        let e = plan(&cfg, &model(100), 10_000_000, 10, 2, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("use more partitions or raise --memory"), "{e}");
+    }
+
+    #[test]
+    fn a_rank_plans_its_torch_runtime_and_prefetch_slots() {
+        let cfg = TrainConfig {
+            memory: 1 << 30,
+            partitions: 16,
+            ..TrainConfig::default()
+        };
+        let rank = |anon: u64, prefetch| {
+            Some(RankNeeds {
+                group_anon_bytes: Some(anon),
+                prefetch,
+            })
+        };
+        let alone = plan(&cfg, &model(100), 10_000_000, 10, 2, None).unwrap();
+        let p = plan(&cfg, &model(100), 1_000_000, 10, 2, rank(300 << 20, true)).unwrap();
+        assert_eq!(p.group_bytes, (300 << 20) + CODE_PAGES_BYTES);
+        assert_eq!((p.capacity, p.prefetch_slots), (3, PREFETCH_SLOTS));
+        assert!(
+            p.prefetch_note.is_none() && p.total() <= cfg.memory,
+            "{p:?}"
+        );
+        let lines = p.memory_plan().describe().join("\n");
+        assert!(
+            lines.contains("torch + gloo") && lines.contains("prefetch slots"),
+            "{lines}"
+        );
+        assert_eq!(alone.group_bytes + alone.prefetch_bytes, 0);
+        // Room for the buffer but not for a slot more: no lookahead, and the plan says so.
+        let part = part_bytes(1_000_000u64.div_ceil(16), 100, OptimizerKind::Adagrad);
+        let tight = TrainConfig {
+            memory: p.total() - p.prefetch_bytes - p.buffer_bytes + 3 * part + part / 2,
+            ..cfg.clone()
+        };
+        let q = plan(&tight, &model(100), 1_000_000, 10, 2, rank(300 << 20, true)).unwrap();
+        assert_eq!(q.prefetch_slots, 0);
+        assert!(
+            q.prefetch_note.as_deref().unwrap().contains("no lookahead"),
+            "{q:?}"
+        );
+        // A budget below what torch and gloo hold is refused naming the figure.
+        let small = TrainConfig {
+            memory: 100 << 20,
+            ..cfg
+        };
+        let e = plan(&small, &model(100), 1_000_000, 10, 2, rank(300 << 20, true))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("torch and gloo take 396.0 MiB"), "{e}");
     }
 }

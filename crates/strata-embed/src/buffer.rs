@@ -93,8 +93,8 @@ impl PartitionBuffer {
         Ok(())
     }
 
-    /// Fills `slot` with partition `p` through `fill`, which gets the slot's region
-    /// (`layout.part_bytes()` bytes) to overwrite: a partition that comes from another rank.
+    /// Makes `p` resident in `slot`, its region filled by `fill` (`layout.part_bytes()` bytes),
+    /// e.g. streamed from the rank that owns it.
     pub fn load_with(
         &mut self,
         slot: usize,
@@ -107,19 +107,6 @@ impl PartitionBuffer {
         fill(&mut buf.full_mut()[..bytes])?;
         self.resident[slot] = Some(p);
         Ok(())
-    }
-
-    /// The region (`layout.part_bytes()` bytes) of resident partition `p`.
-    pub fn region(&self, p: u32) -> &[u8] {
-        let slot = self.slot_of(p).expect("partition resident");
-        let buf = self.slots[slot].as_ref().expect("slot present");
-        buf.prefix(self.layout.part_bytes() as usize)
-    }
-
-    /// Frees the slot of resident partition `p` (written back elsewhere).
-    pub fn forget(&mut self, p: u32) {
-        let slot = self.slot_of(p).expect("partition resident");
-        self.resident[slot] = None;
     }
 
     /// Writes every resident partition to `to`; the slots keep them.
@@ -139,24 +126,24 @@ impl PartitionBuffer {
         to.write_partition(&self.engine, &self.layout, p, buf)
     }
 
-    /// Writes resident partition `p` to `to` and frees its slot.
-    pub fn evict(&mut self, p: u32, to: &TableFile) -> Result<()> {
-        self.write(p, to)?;
-        let slot = self.slot_of(p).expect("partition resident");
-        self.resident[slot] = None;
-        Ok(())
-    }
-
-    /// A slot holding no partition.
-    pub fn free_slot(&self) -> Option<usize> {
-        self.resident.iter().position(|r| r.is_none())
-    }
-
     /// Takes the buffer of the slot holding `p` out for a swap.
     pub fn take(&mut self, p: u32) -> (usize, AlignedBuf) {
         let slot = self.slot_of(p).expect("the evicted partition is resident");
         self.resident[slot] = None;
         (slot, self.slots[slot].take().expect("slot present"))
+    }
+
+    /// Takes the buffer of a slot holding no partition out, to be filled elsewhere.
+    pub fn take_free(&mut self) -> Option<(usize, AlignedBuf)> {
+        let slot = (0..self.slots.len())
+            .find(|&s| self.resident[s].is_none() && self.slots[s].is_some())?;
+        Some((slot, self.slots[slot].take().expect("slot present")))
+    }
+
+    /// Puts a buffer back into `slot`, holding no partition (its partition was written back).
+    pub fn put_free(&mut self, slot: usize, buf: AlignedBuf) {
+        self.slots[slot] = Some(buf);
+        self.resident[slot] = None;
     }
 
     /// Puts a swapped buffer back, now holding partition `p`.
@@ -171,13 +158,6 @@ impl PartitionBuffer {
         let buf = self.slots[slot].as_ref().expect("slot present");
         let floats: &[f32] = bytemuck::cast_slice(buf.prefix(self.layout.part_bytes() as usize));
         &floats[..self.layout.emb_floats()]
-    }
-
-    /// CRC-32 of resident partition `p`'s region (`part_bytes`, what a table file holds).
-    pub fn checksum(&self, p: u32) -> u32 {
-        let slot = self.slot_of(p).expect("partition resident");
-        let buf = self.slots[slot].as_ref().expect("slot present");
-        crc32fast::hash(buf.prefix(self.layout.part_bytes() as usize))
     }
 
     /// Mutable views of every resident partition, as `(partition, rows)` sorted by partition

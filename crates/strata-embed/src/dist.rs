@@ -56,6 +56,12 @@ pub trait Cluster: Send {
     fn broadcast(&mut self, text: String) -> Result<String>;
     /// Bytes this rank has sent and received through the group so far.
     fn traffic(&self) -> (u64, u64);
+    /// This process's anonymous memory (`RssAnon`, bytes) measured once torch was imported and
+    /// the group started: what torch and gloo hold beside the engine, for the rank's plan.
+    /// None where it was not measured.
+    fn group_anon_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The rank that owns partition `p` in owner mode (`dist_storage = owners`) with `world_size`
@@ -104,6 +110,19 @@ pub struct RankReport {
     /// and in owner mode partition regions and their requests).
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Seconds the trainer was blocked on partition loads and write-backs (the rest of
+    /// `io_wait_seconds` is bucket edges and the epoch's sync), and that as a share of the
+    /// epoch's seconds (the rank's data-wait share).
+    #[serde(default)]
+    pub partition_wait_seconds: f64,
+    #[serde(default)]
+    pub partition_wait_share: f64,
+    /// Bytes of partition regions this rank loaded (from its tables or their owners).
+    #[serde(default)]
+    pub partition_bytes_loaded: u64,
+    /// Loads started while the previous bucket trained (`dist_prefetch`'s lookahead).
+    #[serde(default)]
+    pub prefetched_loads: usize,
     /// Every partition this rank held in the epoch, in order: carried to rank 0 by the gather,
     /// checked there ([`check_holdings`]) and not kept in `run.json`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -242,7 +261,7 @@ impl RankReport {
 pub fn describe_rank(r: &RankReport, epochs: usize) -> String {
     let e = &r.report;
     format!(
-        "rank {} epoch {}/{}: {} buckets, loss {:.4}, {:.2} s, {:.0} edges/s, {} partition loads, I/O wait {:.2} s, {} relation rounds, {} waits ({:.2} s on the group), sent {}, received {}",
+        "rank {} epoch {}/{}: {} buckets, loss {:.4}, {:.2} s, {:.0} edges/s, {} partition loads ({} prefetched), I/O wait {:.2} s, partition wait {:.2} s ({:.1}%), {} relation rounds, {} waits ({:.2} s on the group), sent {}, received {}",
         r.rank,
         e.epoch,
         epochs,
@@ -251,7 +270,10 @@ pub fn describe_rank(r: &RankReport, epochs: usize) -> String {
         e.seconds,
         e.edges_per_second,
         e.partition_loads,
+        r.prefetched_loads,
         e.io_wait_seconds,
+        r.partition_wait_seconds,
+        100.0 * r.partition_wait_share,
         r.relation_rounds,
         r.waits,
         r.group_wait_seconds,
@@ -289,6 +311,10 @@ mod tests {
             group_wait_seconds: 0.0,
             bytes_sent: 5,
             bytes_received: 5,
+            partition_wait_seconds: 0.25,
+            partition_wait_share: 0.25 / seconds,
+            partition_bytes_loaded: 100,
+            prefetched_loads: 1,
             holdings: Vec::new(),
         }
     }

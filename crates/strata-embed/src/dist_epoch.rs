@@ -6,31 +6,40 @@
 //! partition back to the epoch's output table before it releases it, and the next holder
 //! reads it from there. In owner mode a partition another rank owns is read from and written
 //! back to that owner through a [`PartitionSource`]; the owner's tables play the same roles.
-//! Swaps are synchronous here (each counted as I/O wait); the bucket's edges are still read
-//! ahead piece by piece while the previous piece trains.
+//!
+//! Partitions move on a mover thread. With `dist_prefetch` (and prefetch slots in the plan) a
+//! rank asks for its next grant before it trains the current bucket, and the mover loads that
+//! grant's partitions into free slots, and writes back the partitions it evicts that the
+//! current bucket does not use, while the bucket trains (a lookahead of one grant). What the
+//! lookahead could not start (write-backs of the current bucket's partitions, loads without a
+//! free slot) moves after the bucket, while the trainer waits. A partition is released to the
+//! scheduler only once its write-back returned, and the next grant is asked for only after
+//! the previous one's releases, so the scheduler's locks cover every move in flight.
 //!
 //! Negative banks (the `all` pool) are shared this way: at the start of an epoch every rank
 //! reads the bank blocks of the partitions it owns ([`owner_of`]) from the committed table and
 //! the blocks are summed over the ranks, so every rank starts with the same exact blocks. A
-//! rank refreshes a block when it evicts the partition and applies its own pending gradient
-//! when it loads one, as a single process does; meanwhile a block of a partition another rank
-//! trains is stale, by up to one epoch. After every rank is done, what gradient is left is
-//! summed over the ranks and applied by each partition's owner, which reads the partition from
-//! the epoch's output table and writes it back: no rank holds any partition then, and each is
-//! flushed by one rank, so the write-back extends the partition's holdings chain like any other.
+//! rank refreshes a block when it writes the partition back and applies its own pending
+//! gradient when a load of it lands, as a single process does; meanwhile a block of a
+//! partition another rank trains is stale, by up to one epoch. After every rank is done, what
+//! gradient is left is summed over the ranks and applied by each partition's owner, which reads
+//! the partition from the epoch's output table and writes it back: no rank holds any partition
+//! then, and each is flushed by one rank, so the write-back extends the partition's holdings
+//! chain like any other.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use strata_io::progress::{Meter, Progress};
+use strata_io::{AlignedBuf, Engine};
 
-use crate::buffer::PartitionBuffer;
 use crate::dist::{fault_point, owner_of, Cluster, Grant, Holding, PartitionSource, RankReport};
 use crate::epoch::{Interval, Tally, Timeline, Trainer};
 use crate::epoch_io::prefetch_edges;
 use crate::error::{EmbedError, Result};
 use crate::relations::Relations;
-use crate::table::TableFile;
+use crate::table::{TableFile, TableLayout};
 
 /// The relation rows (parameters, then optimizer state) as of the last round, identical on
 /// every rank: a round sums each rank's change since then.
@@ -105,60 +114,108 @@ impl Ledger {
     }
 }
 
-/// Where each partition of an epoch is read from and written back to: this rank's tables,
-/// or (owner mode) the rank that owns it; every load and write-back is noted in the ledger.
+/// One partition move, with the slot buffer it fills or empties.
+enum Job {
+    /// Read partition `p` into `buf` (slot `slot`'s): from `next` when `written` this epoch.
+    Read {
+        p: u32,
+        written: bool,
+        slot: usize,
+        buf: AlignedBuf,
+    },
+    /// Write partition `p` from `buf` (taken out of slot `slot`) back to `next`.
+    Write {
+        p: u32,
+        slot: usize,
+        buf: AlignedBuf,
+    },
+}
+
+/// A finished move: the job (its buffer back), the CRC-32 of the region read or written.
+struct Moved {
+    job: Job,
+    crc: u32,
+    result: Result<()>,
+    started: Instant,
+    finished: Instant,
+}
+
+/// Where each partition of an epoch is read from and written back to: this rank's tables, or
+/// (owner mode) the rank that owns it. Lives on the mover thread.
 struct Homes<'a, 'b> {
     epoch: usize,
-    current: &'a TableFile,
-    next: &'a TableFile,
+    engine: Arc<Engine>,
+    layout: TableLayout,
+    current: Arc<TableFile>,
+    next: Arc<TableFile>,
     rank: usize,
     world_size: usize,
     peers: Option<&'a mut (dyn PartitionSource + 'b)>,
-    ledger: Ledger,
 }
 
-impl<'b> Homes<'_, 'b> {
-    fn remote(&mut self, p: u32) -> Option<&mut (dyn PartitionSource + 'b)> {
-        let local = owner_of(p, self.world_size) == self.rank;
-        match self.peers.as_deref_mut() {
-            Some(peers) if !local => Some(peers),
-            _ => None,
-        }
+impl Homes<'_, '_> {
+    fn move_one(&mut self, job: &mut Job) -> (Result<()>, u32) {
+        let bytes = self.layout.part_bytes() as usize;
+        let (epoch, world_size, rank) = (self.epoch, self.world_size, self.rank);
+        let remote = |p: u32| owner_of(p, world_size) != rank;
+        let result = match job {
+            Job::Read {
+                p, written, buf, ..
+            } => match self.peers.as_deref_mut() {
+                Some(peers) if remote(*p) => {
+                    peers.read(epoch, *p, *written, &mut buf.full_mut()[..bytes])
+                }
+                _ => {
+                    let from = if *written { &self.next } else { &self.current };
+                    from.read_partition(&self.engine, &self.layout, *p, buf)
+                }
+            },
+            Job::Write { p, buf, .. } => match self.peers.as_deref_mut() {
+                Some(peers) if remote(*p) => peers.write(epoch, *p, buf.prefix(bytes)),
+                _ => self
+                    .next
+                    .write_partition(&self.engine, &self.layout, *p, buf),
+            },
+        };
+        let buf = match job {
+            Job::Read { buf, .. } | Job::Write { buf, .. } => buf,
+        };
+        (result, crc32fast::hash(buf.prefix(bytes)))
     }
 
-    /// Loads `p` into `slot`: from `next` when `written` this epoch, else from `current`.
-    fn load(
-        &mut self,
-        buffer: &mut PartitionBuffer,
-        slot: usize,
-        p: u32,
-        written: bool,
-    ) -> Result<()> {
-        let epoch = self.epoch;
-        match self.remote(p) {
-            Some(peers) => buffer.load_with(slot, p, |into| peers.read(epoch, p, written, into))?,
-            None => buffer.load(slot, p, if written { self.next } else { self.current })?,
-        }
-        self.ledger.loaded(p, !written, buffer.checksum(p));
-        Ok(())
-    }
-
-    /// Writes resident `p` back to `next` (its owner's, in owner mode) and frees its slot.
-    fn evict(&mut self, buffer: &mut PartitionBuffer, p: u32) -> Result<()> {
-        let epoch = self.epoch;
-        self.ledger.written(p, buffer.checksum(p));
-        match self.remote(p) {
-            Some(peers) => {
-                peers.write(epoch, p, buffer.region(p))?;
-                buffer.forget(p);
-                Ok(())
+    /// Moves every job in turn until the trainer hangs up; returns the partition traffic.
+    fn serve(mut self, jobs: Receiver<Job>, done: Sender<Moved>) -> (u64, u64) {
+        for mut job in jobs {
+            let started = Instant::now();
+            let (result, crc) = self.move_one(&mut job);
+            let moved = Moved {
+                job,
+                crc,
+                result,
+                started,
+                finished: Instant::now(),
+            };
+            if done.send(moved).is_err() {
+                break;
             }
-            None => buffer.evict(p, self.next),
         }
-    }
-
-    fn traffic(&self) -> (u64, u64) {
         self.peers.as_ref().map_or((0, 0), |p| p.traffic())
+    }
+}
+
+/// The trainer's end of the mover thread: jobs sent, and how many are still to be collected.
+struct Mover {
+    jobs: Sender<Job>,
+    done: Receiver<Moved>,
+    outstanding: usize,
+}
+
+impl Mover {
+    fn send(&mut self, job: Job) {
+        // The mover only stops when this end hangs up or its owner call panicked; the
+        // collection below reports the latter.
+        let _ = self.jobs.send(job);
+        self.outstanding += 1;
     }
 }
 
@@ -173,7 +230,324 @@ fn sum_over_ranks(cluster: &mut dyn Cluster, values: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
+/// What the trainer counts while it waits for partitions.
+#[derive(Default)]
+struct Waits {
+    seconds: f64,
+    prefetched: usize,
+}
+
 impl Trainer {
+    /// Collects every move in flight: loaded partitions become resident, written-back ones
+    /// free their slots (returned, to be released). Each move's I/O is on the timeline.
+    fn settle(
+        &mut self,
+        mover: &mut Mover,
+        ledger: &mut Ledger,
+        tl: &mut Timeline,
+        step: usize,
+    ) -> Result<Vec<u32>> {
+        let mut written = Vec::new();
+        let mut failed = None;
+        while mover.outstanding > 0 {
+            let m = mover
+                .done
+                .recv()
+                .map_err(|_| EmbedError::Corrupt("the partition mover stopped".into()))?;
+            mover.outstanding -= 1;
+            if let Err(e) = m.result {
+                failed.get_or_insert(e);
+                continue;
+            }
+            match m.job {
+                Job::Read {
+                    p,
+                    written: w,
+                    slot,
+                    buf,
+                } => {
+                    tl.add("io", step, m.started, m.finished, format!("load {p}"));
+                    self.buffer.put(slot, buf, p);
+                    ledger.loaded(p, !w, m.crc);
+                    self.apply_bank_gradient(p);
+                }
+                Job::Write { p, slot, buf } => {
+                    tl.add("io", step, m.started, m.finished, format!("write back {p}"));
+                    self.buffer.put_free(slot, buf);
+                    ledger.written(p, m.crc);
+                    written.push(p);
+                }
+            }
+        }
+        failed.map_or(Ok(written), Err)
+    }
+
+    /// Starts writing resident `p` back, refreshing its bank block as it leaves.
+    fn write_back(&mut self, mover: &mut Mover, p: u32) {
+        if let Some(banks) = &mut self.banks {
+            banks.copy_from(p, self.buffer.embeddings(p));
+        }
+        let (slot, buf) = self.buffer.take(p);
+        mover.send(Job::Write { p, slot, buf });
+    }
+
+    /// Starts loading `p` into a free slot; false when there is none.
+    fn start_load(&mut self, mover: &mut Mover, p: u32, written: bool) -> bool {
+        match self.buffer.take_free() {
+            Some((slot, buf)) => {
+                mover.send(Job::Read {
+                    p,
+                    written,
+                    slot,
+                    buf,
+                });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One epoch of a distributed run on this rank: partitions are read from `current`, or
+    /// from `next` when the scheduler says they were written back this epoch, and every
+    /// partition this rank held is written back to `next` (synced) by the time it returns.
+    /// With `peers` (owner mode) `current` and `next` are this rank's own tables, which hold
+    /// the partitions it owns; the others come from and go back to their owners, and this
+    /// rank's tables are served to the other ranks.
+    pub fn epoch_scheduled(
+        &mut self,
+        epoch: usize,
+        current: &Arc<TableFile>,
+        next: &Arc<TableFile>,
+        cluster: &mut dyn Cluster,
+        mut peers: Option<&mut (dyn PartitionSource + '_)>,
+        progress: &dyn Progress,
+    ) -> Result<(RankReport, Vec<Interval>)> {
+        let engine = self.buffer.engine().clone();
+        if let Some(p) = peers.as_deref_mut() {
+            p.serve(epoch, current, next, &self.buffer.layout)?;
+        }
+        self.share_banks(epoch, current, cluster)?;
+        let moved_before = peers.as_ref().map_or((0, 0), |p| p.traffic());
+        let homes = Homes {
+            epoch,
+            engine: engine.clone(),
+            layout: self.buffer.layout,
+            current: current.clone(),
+            next: next.clone(),
+            rank: cluster.rank(),
+            world_size: cluster.world_size(),
+            peers,
+        };
+        let (jobs_tx, jobs_rx) = unbounded::<Job>();
+        let (done_tx, done_rx) = unbounded::<Moved>();
+        std::thread::scope(|scope| {
+            let mover_thread = std::thread::Builder::new()
+                .name("strata-embed-mover".into())
+                .spawn_scoped(scope, move || homes.serve(jobs_rx, done_tx))
+                .expect("spawn the partition mover");
+            let mut mover = Mover {
+                jobs: jobs_tx,
+                done: done_rx,
+                outstanding: 0,
+            };
+            let result = self.scheduled_buckets(epoch, next, cluster, &mut mover, progress);
+            // Hang up, so the mover ends once its last job is done.
+            drop(mover);
+            let moved = mover_thread
+                .join()
+                .map_err(|_| EmbedError::Corrupt("the partition mover panicked".into()))?;
+            let (mut report, events) = result?;
+            report.bytes_sent += moved.0 - moved_before.0;
+            report.bytes_received += moved.1 - moved_before.1;
+            Ok((report, events))
+        })
+    }
+
+    /// The bucket loop of [`Trainer::epoch_scheduled`], moving partitions through `mover`.
+    fn scheduled_buckets(
+        &mut self,
+        epoch: usize,
+        next: &Arc<TableFile>,
+        cluster: &mut dyn Cluster,
+        mover: &mut Mover,
+        progress: &dyn Progress,
+    ) -> Result<(RankReport, Vec<Interval>)> {
+        let engine = self.buffer.engine().clone();
+        let origin = Instant::now();
+        let mut tl = Timeline {
+            origin,
+            events: Vec::new(),
+        };
+        let mut ledger = Ledger::default();
+        let io_before = engine.stats();
+        let traffic_before = cluster.traffic();
+        let mut tally = Tally::default();
+        let mut meter = Meter::new(
+            progress,
+            &format!(
+                "epoch {}/{} (rank {})",
+                epoch + 1,
+                self.cfg.epochs,
+                cluster.rank()
+            ),
+            0,
+            0,
+        );
+        for w in &mut self.workers {
+            w.reset_counters();
+        }
+        // What this rank held last epoch may have been trained by another rank since.
+        self.buffer.clear();
+        // The scheduler's view of this rank's buffer: the prefetch slots are the lookahead's.
+        let capacity = self.buffer.capacity() - self.prefetch_slots;
+        let partitions = self.buckets.partitioning.partitions;
+        let mut rounds = RelationRounds::new(&self.relations);
+        let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
+        let mut group_wait = 0.0;
+        let mut parts_wait = Waits::default();
+        let mut ahead: Option<Grant> = None;
+        loop {
+            let grant = match ahead.take() {
+                Some(g) => g,
+                None => {
+                    let held: Vec<u32> = self.buffer.resident().collect();
+                    let t = Instant::now();
+                    let g = cluster.acquire(epoch, &held, partitions, capacity)?;
+                    group_wait += t.elapsed().as_secs_f64();
+                    g
+                }
+            };
+            match grant {
+                Grant::Bucket {
+                    bucket,
+                    evict,
+                    written,
+                } => {
+                    let t = Instant::now();
+                    // What the lookahead started while the previous bucket trained, then the
+                    // write-backs and loads it could not start.
+                    let mut released = self.settle(mover, &mut ledger, &mut tl, trained)?;
+                    for &p in &evict {
+                        if self.buffer.slot_of(p).is_some() {
+                            self.write_back(mover, p);
+                        }
+                    }
+                    released.extend(self.settle(mover, &mut ledger, &mut tl, trained)?);
+                    let mut parts = vec![bucket.0, bucket.1];
+                    parts.dedup();
+                    for &p in &parts {
+                        if self.buffer.slot_of(p).is_some() {
+                            continue;
+                        }
+                        if !self.start_load(mover, p, written.contains(&p)) {
+                            return Err(EmbedError::Corrupt(format!(
+                                "the scheduler granted bucket {bucket:?} without room for partition {p} in a buffer of {capacity}"
+                            )));
+                        }
+                        tally.loads += 1;
+                    }
+                    self.settle(mover, &mut ledger, &mut tl, trained)?;
+                    if !released.is_empty() {
+                        cluster.release(epoch, &released)?;
+                        evictions += released.len();
+                    }
+                    let now = Instant::now();
+                    if now - t > Duration::from_micros(50) {
+                        tally.io_wait += (now - t).as_secs_f64();
+                        parts_wait.seconds += (now - t).as_secs_f64();
+                        tl.add(
+                            "wait",
+                            trained,
+                            t,
+                            now,
+                            format!("partitions for {bucket:?}"),
+                        );
+                    }
+                    if self.prefetch_slots > 0 {
+                        let held: Vec<u32> = self.buffer.resident().collect();
+                        let t = Instant::now();
+                        let coming = cluster.acquire(epoch, &held, partitions, capacity)?;
+                        group_wait += t.elapsed().as_secs_f64();
+                        self.look_ahead(mover, &coming, &parts, &mut tally, &mut parts_wait);
+                        ahead = Some(coming);
+                    }
+                    let (rx, edges) = prefetch_edges(
+                        engine.clone(),
+                        self.buckets.clone(),
+                        vec![bucket],
+                        self.piece_rows,
+                        2,
+                        self.relation_ids(),
+                    );
+                    let result = self
+                        .run_bucket(&rx, bucket, epoch, trained, &mut tl, &mut tally, &mut meter);
+                    drop(rx);
+                    let _ = edges.join();
+                    result?;
+                    trained += 1;
+                    fault_point(epoch, "bucket");
+                    since_round += 1;
+                    if since_round >= self.cfg.relation_sync_every {
+                        let t = Instant::now();
+                        rounds.round(&mut self.relations, cluster, false)?;
+                        group_wait += t.elapsed().as_secs_f64();
+                        since_round = 0;
+                    }
+                }
+                Grant::Wait | Grant::Done => {
+                    // A lookahead that answered wait or done started no moves.
+                    let t = Instant::now();
+                    let held: Vec<u32> = self.buffer.resident().collect();
+                    for &p in &held {
+                        self.write_back(mover, p);
+                    }
+                    let released = self.settle(mover, &mut ledger, &mut tl, trained)?;
+                    if !released.is_empty() {
+                        cluster.release(epoch, &released)?;
+                    }
+                    let waited = t.elapsed().as_secs_f64();
+                    tally.io_wait += waited;
+                    parts_wait.seconds += waited;
+                    let done = grant == Grant::Done;
+                    waits += usize::from(!done);
+                    let t = Instant::now();
+                    // Done: keep joining rounds until every rank is, so all leave together.
+                    while !rounds.round(&mut self.relations, cluster, done)? && done {}
+                    group_wait += t.elapsed().as_secs_f64();
+                    if done {
+                        break;
+                    }
+                }
+            }
+        }
+        let t = Instant::now();
+        tally.loads += self.flush_shared_banks(mover, &mut ledger, &mut tl, trained, cluster)?;
+        next.sync()?;
+        tally.io_wait += t.elapsed().as_secs_f64();
+        meter.finish()?;
+        let io = engine.stats().since(&io_before);
+        let report = self.report(epoch, origin, &tally, &io, trained, evictions);
+        let (sent, received) = cluster.traffic();
+        Ok((
+            RankReport {
+                rank: cluster.rank(),
+                buckets: trained,
+                relation_rounds: rounds.rounds,
+                waits,
+                group_wait_seconds: group_wait,
+                bytes_sent: sent - traffic_before.0,
+                bytes_received: received - traffic_before.1,
+                partition_wait_seconds: parts_wait.seconds,
+                partition_wait_share: parts_wait.seconds / report.seconds.max(1e-9),
+                partition_bytes_loaded: tally.loads as u64 * self.buffer.layout.part_bytes(),
+                prefetched_loads: parts_wait.prefetched,
+                holdings: ledger.holdings,
+                report,
+            },
+            tl.events,
+        ))
+    }
+
     /// Fills this epoch's bank blocks, the same on every rank: each rank reads the blocks of
     /// the partitions it owns from `current` (the committed table) and the blocks are summed
     /// over the ranks. No-op without banks (the same on every rank: one config, one plan).
@@ -206,28 +580,16 @@ impl Trainer {
         sum_over_ranks(cluster, banks.rows_mut())
     }
 
-    /// Makes `p` resident in `slot` through `homes` and applies the gradient its bank rows
-    /// received on this rank since.
-    fn load_from(&mut self, homes: &mut Homes, slot: usize, p: u32, written: bool) -> Result<()> {
-        homes.load(&mut self.buffer, slot, p, written)?;
-        self.apply_bank_gradient(p);
-        Ok(())
-    }
-
-    /// Writes resident `p` back through `homes`, refreshing its bank block as it leaves.
-    fn evict_to(&mut self, homes: &mut Homes, p: u32) -> Result<()> {
-        if let Some(banks) = &mut self.banks {
-            banks.copy_from(p, self.buffer.embeddings(p));
-        }
-        homes.evict(&mut self.buffer, p)
-    }
-
-    /// After every rank is done: sums the bank gradient left on the ranks and applies each
-    /// partition's share on its owner, which reads it from `next` and writes it back. Returns
-    /// the partitions read.
+    /// After every rank is done (this rank holds nothing): sums the bank gradient left on the
+    /// ranks and applies each partition's share on its owner, which loads it from `next`
+    /// through `mover` (the landing load applies the gradient) and writes it back. Returns the
+    /// partitions read.
     fn flush_shared_banks(
         &mut self,
-        homes: &mut Homes,
+        mover: &mut Mover,
+        ledger: &mut Ledger,
+        tl: &mut Timeline,
+        step: usize,
         cluster: &mut dyn Cluster,
     ) -> Result<usize> {
         let Some(banks) = &self.banks else {
@@ -241,185 +603,46 @@ impl Trainer {
             .filter(|&p| banks.has_pending(p))
             .collect();
         for &p in &mine {
-            let slot = self
-                .buffer
-                .free_slot()
-                .expect("every partition is written back when all ranks are done");
-            self.load_from(homes, slot, p, true)?;
-            homes.evict(&mut self.buffer, p)?;
+            let started = self.start_load(mover, p, true);
+            assert!(started, "every slot is free once all ranks are done");
+            self.settle(mover, ledger, tl, step)?;
+            self.write_back(mover, p);
+            self.settle(mover, ledger, tl, step)?;
         }
         Ok(mine.len())
     }
 
-    /// One epoch of a distributed run on this rank: partitions are read from `current`, or
-    /// from `next` when the scheduler says they were written back this epoch, and every
-    /// partition this rank held is written back to `next` (synced) by the time it returns.
-    /// With `peers` (owner mode) `current` and `next` are this rank's own tables, which hold
-    /// the partitions it owns; the others come from and go back to their owners, and this
-    /// rank's tables are served to the other ranks.
-    pub fn epoch_scheduled(
+    /// Starts what the next grant `coming` needs while the current bucket (partitions
+    /// `training`) trains: write-backs of the partitions it evicts outside the current
+    /// bucket, and loads of its partitions into free slots, as far as slots allow.
+    fn look_ahead(
         &mut self,
-        epoch: usize,
-        current: &Arc<TableFile>,
-        next: &Arc<TableFile>,
-        cluster: &mut dyn Cluster,
-        mut peers: Option<&mut (dyn PartitionSource + '_)>,
-        progress: &dyn Progress,
-    ) -> Result<(RankReport, Vec<Interval>)> {
-        let engine = self.buffer.engine().clone();
-        let origin = Instant::now();
-        let mut tl = Timeline {
-            origin,
-            events: Vec::new(),
+        mover: &mut Mover,
+        coming: &Grant,
+        training: &[u32],
+        tally: &mut Tally,
+        waits: &mut Waits,
+    ) {
+        let Grant::Bucket {
+            bucket,
+            evict,
+            written,
+        } = coming
+        else {
+            return;
         };
-        if let Some(p) = peers.as_deref_mut() {
-            p.serve(epoch, current, next, &self.buffer.layout)?;
-        }
-        let mut homes = Homes {
-            epoch,
-            current,
-            next,
-            rank: cluster.rank(),
-            world_size: cluster.world_size(),
-            peers,
-            ledger: Ledger::default(),
-        };
-        let io_before = engine.stats();
-        let traffic_before = cluster.traffic();
-        let moved_before = homes.traffic();
-        let mut tally = Tally::default();
-        let mut meter = Meter::new(
-            progress,
-            &format!(
-                "epoch {}/{} (rank {})",
-                epoch + 1,
-                self.cfg.epochs,
-                cluster.rank()
-            ),
-            0,
-            0,
-        );
-        for w in &mut self.workers {
-            w.reset_counters();
-        }
-        // What this rank held last epoch may have been trained by another rank since.
-        self.buffer.clear();
-        self.share_banks(epoch, current, cluster)?;
-        let mut rounds = RelationRounds::new(&self.relations);
-        let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
-        let mut group_wait = 0.0;
-        loop {
-            let held: Vec<u32> = self.buffer.resident().collect();
-            let t = Instant::now();
-            let grant = cluster.acquire(
-                epoch,
-                &held,
-                self.buckets.partitioning.partitions,
-                self.buffer.capacity(),
-            )?;
-            group_wait += t.elapsed().as_secs_f64();
-            match grant {
-                Grant::Bucket {
-                    bucket,
-                    evict,
-                    written,
-                } => {
-                    let t = Instant::now();
-                    for &p in &evict {
-                        self.evict_to(&mut homes, p)?;
-                    }
-                    if !evict.is_empty() {
-                        cluster.release(epoch, &evict)?;
-                        evictions += evict.len();
-                    }
-                    let mut parts = vec![bucket.0, bucket.1];
-                    parts.dedup();
-                    for p in parts {
-                        if self.buffer.slot_of(p).is_some() {
-                            continue;
-                        }
-                        let slot = self.buffer.free_slot().ok_or_else(|| {
-                            EmbedError::Corrupt(format!(
-                                "the scheduler granted bucket {bucket:?} without room for partition {p} in a buffer of {}",
-                                self.buffer.capacity()
-                            ))
-                        })?;
-                        self.load_from(&mut homes, slot, p, written.contains(&p))?;
-                        tally.loads += 1;
-                    }
-                    let now = Instant::now();
-                    if now - t > std::time::Duration::from_micros(50) {
-                        tally.io_wait += (now - t).as_secs_f64();
-                        tl.add("io", trained, t, now, format!("swap for {bucket:?}"));
-                        tl.add("wait", trained, t, now, format!("swap for {bucket:?}"));
-                    }
-                    let (rx, edges) = prefetch_edges(
-                        engine.clone(),
-                        self.buckets.clone(),
-                        vec![bucket],
-                        self.piece_rows,
-                        2,
-                        self.relation_ids(),
-                    );
-                    let result = self
-                        .run_bucket(&rx, bucket, epoch, trained, &mut tl, &mut tally, &mut meter);
-                    drop(rx);
-                    let _ = edges.join();
-                    result?;
-                    trained += 1;
-                    fault_point(epoch, "bucket");
-                    since_round += 1;
-                    if since_round >= self.cfg.relation_sync_every {
-                        let t = Instant::now();
-                        rounds.round(&mut self.relations, cluster, false)?;
-                        group_wait += t.elapsed().as_secs_f64();
-                        since_round = 0;
-                    }
-                }
-                Grant::Wait | Grant::Done => {
-                    let t = Instant::now();
-                    let held: Vec<u32> = self.buffer.resident().collect();
-                    for &p in &held {
-                        self.evict_to(&mut homes, p)?;
-                    }
-                    if !held.is_empty() {
-                        cluster.release(epoch, &held)?;
-                    }
-                    tally.io_wait += t.elapsed().as_secs_f64();
-                    let done = grant == Grant::Done;
-                    waits += usize::from(!done);
-                    let t = Instant::now();
-                    // Done: keep joining rounds until every rank is, so all leave together.
-                    while !rounds.round(&mut self.relations, cluster, done)? && done {}
-                    group_wait += t.elapsed().as_secs_f64();
-                    if done {
-                        break;
-                    }
-                }
+        for &p in evict {
+            if !training.contains(&p) {
+                self.write_back(mover, p);
             }
         }
-        let t = Instant::now();
-        tally.loads += self.flush_shared_banks(&mut homes, cluster)?;
-        next.sync()?;
-        tally.io_wait += t.elapsed().as_secs_f64();
-        meter.finish()?;
-        let io = engine.stats().since(&io_before);
-        let report = self.report(epoch, origin, &tally, &io, trained, evictions);
-        let (sent, received) = cluster.traffic();
-        let (moved_out, moved_in) = homes.traffic();
-        Ok((
-            RankReport {
-                rank: cluster.rank(),
-                report,
-                buckets: trained,
-                relation_rounds: rounds.rounds,
-                waits,
-                group_wait_seconds: group_wait,
-                bytes_sent: sent - traffic_before.0 + moved_out - moved_before.0,
-                bytes_received: received - traffic_before.1 + moved_in - moved_before.1,
-                holdings: homes.ledger.holdings,
-            },
-            tl.events,
-        ))
+        let mut parts = vec![bucket.0, bucket.1];
+        parts.dedup();
+        for p in parts {
+            if self.buffer.slot_of(p).is_none() && self.start_load(mover, p, written.contains(&p)) {
+                tally.loads += 1;
+                waits.prefetched += 1;
+            }
+        }
     }
 }

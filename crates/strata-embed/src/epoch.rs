@@ -103,6 +103,9 @@ pub struct Trainer {
     pub(crate) workers: Vec<Worker>,
     /// Edges per piece read from a bucket (bounds edge memory).
     pub(crate) piece_rows: u64,
+    /// Buffer slots kept for a distributed rank's lookahead (`dist_prefetch`), beyond those
+    /// the scheduler plans with; 0 outside distributed runs.
+    pub(crate) prefetch_slots: usize,
     /// Rows of the partitions on disk, for the `all` negative pool (`None` when every
     /// partition is resident or another pool is used).
     pub(crate) banks: Option<Banks>,
@@ -136,6 +139,7 @@ impl Trainer {
             buffer,
             relations,
             piece_rows,
+            prefetch_slots: 0,
         }
     }
 

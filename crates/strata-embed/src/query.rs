@@ -71,6 +71,7 @@ impl Loaded {
             run.meta.num_nodes,
             run.meta.num_relations,
             threads_for(&cfg),
+            None,
         )?;
         plan.memory_plan()
             .describe()

@@ -24,14 +24,9 @@ use crate::error::{GnnError, Result};
 /// it (see [`Runtime`]).
 pub const RUNTIME_BYTES: u64 = 64 << 20;
 
-/// Bytes of library code pages planned beside a measured process's anonymous memory: the
-/// pages of torch's (and the extension's) libraries that training keeps using. File-backed
-/// pages are clean page cache: a memory cgroup at its limit reclaims those not in use, so
-/// only this working set needs room, not the ~1 GB of libraries torch's CUDA build maps nor
-/// the read-ahead its import leaves in the page cache. Measured with torch 2.15 (CPU path,
-/// GraphSAGE, `memlimit`): 50 MiB of them stayed mapped at full speed; with 47 MiB of room
-/// beside the anonymous memory an epoch took 1.7x as long.
-pub const CODE_PAGES_BYTES: u64 = 96 << 20;
+/// Library code pages planned beside a measured process's anonymous memory (shared with the
+/// embedding trainer's ranks, which measure theirs the same way).
+pub use strata_store::budget::CODE_PAGES_BYTES;
 
 /// What the process needs beside the data path: itself, and what training a batch adds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -59,6 +59,8 @@ struct PyCluster<'a> {
     group: Py<PyAny>,
     rank: usize,
     world_size: usize,
+    /// The group's `anon_bytes`: the process's RssAnon once torch and gloo started.
+    anon_bytes: Option<u64>,
     error: &'a CallbackError,
 }
 
@@ -165,6 +167,10 @@ impl Cluster for PyCluster<'_> {
         // A failure is kept and raised when the job returns; the figures read 0 meanwhile.
         self.call("traffic", |py| Ok(PyTuple::empty(py)))
             .unwrap_or((0, 0))
+    }
+
+    fn group_anon_bytes(&self) -> Option<u64> {
+        self.anon_bytes
     }
 }
 
@@ -320,10 +326,12 @@ fn embed_train(
         Some(g) => {
             let rank: usize = g.getattr(py, "rank")?.extract(py)?;
             let world_size: usize = g.getattr(py, "world_size")?.extract(py)?;
+            let anon_bytes: Option<u64> = g.getattr(py, "anon_bytes")?.extract(py)?;
             Some(PyCluster {
                 group: g,
                 rank,
                 world_size,
+                anon_bytes,
                 error: &callback_error,
             })
         }

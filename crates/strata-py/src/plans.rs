@@ -39,7 +39,14 @@ fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
         transe_norm: cfg.transe_norm,
     };
     let threads = strata_embed::job::threads_for(&cfg);
-    match strata_embed::budget::plan(&cfg, &model, graph.num_nodes, graph.num_relations, threads) {
+    match strata_embed::budget::plan(
+        &cfg,
+        &model,
+        graph.num_nodes,
+        graph.num_relations,
+        threads,
+        None,
+    ) {
         Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
         Err(EmbedError::Budget(m)) => Ok(Outcome::Refused(m)),
         Err(e) => Err(e.to_py(py)),

@@ -22,6 +22,7 @@ from ..torchrun import (
     first_line,
     follower,
     join,
+    process_bytes,
     restart_count,
     torch_distributed,
 )
@@ -131,6 +132,9 @@ class Group:
         self.store = td.PrefixStore(f"strata/{self.restart}/", store)
         self.store.set_timeout(wait)
         self.scheduler = _Scheduler(self, policy) if rank == 0 else None
+        #: This process's anonymous memory now that torch is imported and the group started
+        #: (None where /proc does not tell): the rank's plan counts it beside the engine's.
+        self.anon_bytes = process_bytes("RssAnon")
 
     def __repr__(self) -> str:
         return f"Group(rank {self.rank} of {self.world_size}, store {self.address})"
