@@ -151,3 +151,18 @@ def ranked(progress: Callable[..., bool] | None, rank: int) -> Callable[..., boo
         return progress(event, *args)
 
     return report
+
+
+def process_bytes(field: str) -> int | None:
+    """A size of this process from ``/proc/self/status`` in bytes, or None where it does not
+    tell: ``RssAnon``, its anonymous memory (the heap, torch's included, and thread stacks:
+    what the kernel cannot reclaim without swap), or ``VmHWM``, the largest resident set so
+    far (library pages mapped included)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import _native
 from ..store import Store
+from ..torchrun import process_bytes
 from ..units import parse_size
 from ._torch import require_torch
 
@@ -171,21 +172,6 @@ AUTO_DEVICE_SHARE = 0.25
 
 #: Device-tier rows copied per transfer while loading it (bounds the host staging buffer).
 DEVICE_LOAD_ROWS = 1 << 16
-
-
-def process_bytes(field: str) -> int | None:
-    """A size of this process from ``/proc/self/status`` in bytes, or None where it does not
-    tell: ``RssAnon``, its anonymous memory (the heap, torch's included, and thread stacks:
-    what the kernel cannot reclaim without swap), or ``VmHWM``, the largest resident set so
-    far (library pages mapped included)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def node_labels(store: Store):
