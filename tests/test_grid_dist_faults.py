@@ -10,8 +10,6 @@ committed holds two iterations."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 
@@ -20,7 +18,7 @@ import pytest
 from conftest import needs
 from strata.grid import run
 from test_grid_dist import COMMON, RANK_MEMORY, _assert_same_results, store  # noqa: F401 (a fixture)
-from torchrun_env import rank_env
+from torchrun_env import rank_env, run_session
 
 
 def _torchrun(algorithm: str, grid_store, out, fault: str) -> subprocess.CompletedProcess:
@@ -35,15 +33,7 @@ def _torchrun(algorithm: str, grid_store, out, fault: str) -> subprocess.Complet
         "--memory", RANK_MEMORY, "--checkpoint-seconds", "0", *COMMON,
     ]  # fmt: skip
     env = rank_env() | {"STRATA_FAULT": fault}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_session(cmd, env, timeout=300)
 
 
 @pytest.mark.parametrize("algorithm", ["pagerank", "bfs"])
