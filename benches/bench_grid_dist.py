@@ -6,9 +6,11 @@ bytes exchanged per iteration, and edge bytes each rank reads from disk?
 
 Graph: the R-MAT store and `col` grid of bench_grid.py (its `prepare`). Both sides use the same
 cores: 1 rank of 2 compute threads against 2 ranks of 1 thread each, alternating per repeat.
-In memory: --memory 16G, edge blocks resident. Out of core: each rank under `memlimit` of its
---memory (80 MiB, R2's budget at scale 22) plus 512 MiB for the interpreter and torch, edge
-blocks streamed from disk every pass (--no-keep-resident). The machine's 1-minute load
+In memory: --memory 16G, edge blocks resident. Out of core: each rank under `memlimit` of 80
+MiB (R2's budget at scale 22) plus 512 MiB for the interpreter and torch, edge blocks streamed
+from disk every pass (--no-keep-resident). The single process plans within --memory 80M; a rank
+of the distributed run plans within all of its limit (--memory 592M), since its plan counts what
+torch and gloo hold (measured after the group starts) as a part of its own. The machine's 1-minute load
 average is recorded before and after each run: other engineers' builds share it.
 
 Results go to bench-results/grid-dist.json and the grid-dist section of docs/benchmarks.md.
@@ -41,12 +43,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def one(store: Path, ranks: int, memory: int, resident: bool, limit: bool, iterations: int) -> dict:
-    """One run of PageRank with `ranks` ranks; rank 0's run.json with the wall time and load."""
+def one(store: Path, ranks: int, memory: int, resident: bool, limit: bool, iterations: int, extra: tuple = ()) -> dict:
+    """One run of PageRank with `ranks` ranks and the `extra` options of `strata run`; rank 0's
+    run.json figures with the wall time and load."""
     out = Path(tempfile.mkdtemp(prefix="griddist-"))
     keep = "--keep-resident" if resident else "--no-keep-resident"
-    run = ["-m", "strata", "run", "pagerank", str(store), "--grid", "col", "--memory", str(memory),
-           "--threads", str(2 // ranks), "--iterations", str(iterations), keep, "--out", str(out), "-q"]  # fmt: skip
+    planned = memory + OVERHEAD if limit and ranks > 1 else memory
+    run = ["-m", "strata", "run", "pagerank", str(store), "--grid", "col", "--memory", str(planned),
+           "--threads", str(2 // ranks), "--iterations", str(iterations), keep, "--out", str(out), "-q",
+           *extra]  # fmt: skip
     wrap = [str(MEMLIMIT), f"{(memory + OVERHEAD) >> 20}M"] if limit else []
     if ranks == 1:
         cmd = [*wrap, sys.executable, *run]
@@ -70,11 +75,13 @@ def one(store: Path, ranks: int, memory: int, resident: bool, limit: bool, itera
     return {
         "seconds": s["compute_seconds"],
         "wall_seconds": wall,
+        "run_seconds": s["seconds"],
         "iterations": s["iterations"],
         "mb_exchanged_per_iteration": statistics.median(exchanged) if exchanged else 0.0,
         "gb_disk_per_rank": [r["bytes_disk"] / 1e9 for r in ranks_fig],
         "edges_per_rank": [r["edges"] for r in ranks_fig],
         "rank_seconds": [r["compute_seconds"] for r in ranks_fig],
+        "checkpoints": [r.get("checkpoints") for r in ranks_fig],
         "peaks": peaks,
         "load_before": load0,
         "load_after": os.getloadavg()[0],

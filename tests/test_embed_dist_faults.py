@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -25,7 +23,7 @@ import pytest
 
 from conftest import needs, run_strata
 from test_embed_dist import SMALL
-from torchrun_env import rank_env
+from torchrun_env import rank_env, run_session
 
 EPOCHS = 3
 PARTITIONS = 4
@@ -47,15 +45,7 @@ def torchrun(kg: Path, run: Path, fault: str, max_restarts: int, *extra: str) ->
         "--relation-sync-every", "2", *OPTIONS, *extra,
     ]  # fmt: skip
     env = rank_env() | {"STRATA_FAULT": fault}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return run_session(cmd, env, timeout=400)
 
 
 def table_crc(run: Path, meta: dict) -> str:

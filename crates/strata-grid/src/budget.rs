@@ -6,7 +6,7 @@
 use std::ops::Range;
 
 use crate::config::RunJob;
-use strata_store::budget::{MemoryPlan, Planned};
+use strata_store::budget::{MemoryPlan, Planned, CODE_PAGES_BYTES};
 use strata_store::units::fmt_bytes;
 
 use crate::error::Result;
@@ -43,11 +43,16 @@ pub struct GridPlan {
     pub stream: StreamConfig,
     /// Where vertex data, buffers and every segment live.
     pub placement: Placement,
+    /// Bytes a distributed rank's torch and gloo hold (0 alone): see [`plan`].
+    pub group_bytes: u64,
 }
 
 /// Plans `job` on `grid` with `threads` compute threads and, when the job uses far memory,
 /// the connected server's `far` setup (its fetchers and free capacity). Only the segments of
 /// major chunks `columns` are streamed (all of them, or a rank's share of a distributed run).
+/// A distributed rank passes `group_anon_bytes`, its process's anonymous memory measured
+/// after torch's import and the group's start: the plan sets it aside for torch and gloo with
+/// [`CODE_PAGES_BYTES`] of their library code (`None` alone, or where it was not measured).
 ///
 /// Errors: those of [`place`] (the budget cannot hold the minimum, or vertex data must stay
 /// in memory and does not fit).
@@ -57,7 +62,9 @@ pub fn plan(
     threads: usize,
     far: Option<&FarSetup>,
     columns: Range<u32>,
+    group_anon_bytes: Option<u64>,
 ) -> Result<GridPlan> {
+    let group_bytes = group_anon_bytes.map_or(0, |b| b + CODE_PAGES_BYTES);
     let algo = &job.algorithm;
     let n = grid.manifest().num_vertices;
     let weighted = algo.needs_weights();
@@ -109,6 +116,7 @@ pub fn plan(
         far_ratio: job.far.as_ref().map(|f| f.ratio),
         far_capacity: far.map_or(0, |f| f.free_capacity),
         keep_resident: job.keep_resident,
+        group_bytes,
     };
     let placement = place(&segments, &input)?;
     let vertex_minimum = match job.vertex {
@@ -117,13 +125,14 @@ pub fn plan(
     };
     Ok(GridPlan {
         memory: job.memory,
-        minimum: vertex_minimum + placement.buffer_bytes + RUNTIME_RESERVE,
+        minimum: vertex_minimum + placement.buffer_bytes + RUNTIME_RESERVE + group_bytes,
         weighted,
         bytes_per_edge,
         segment_bytes,
         segments,
         stream,
         placement,
+        group_bytes,
     })
 }
 
@@ -135,7 +144,7 @@ impl Planned for GridPlan {
         let p = &self.placement;
         let mut plan = MemoryPlan::new("grid", self.memory).minimum(self.minimum);
         if p.vertex_windowed {
-            let fixed = p.window_bytes + p.buffer_bytes + RUNTIME_RESERVE;
+            let fixed = p.window_bytes + p.buffer_bytes + RUNTIME_RESERVE + self.group_bytes;
             plan = plan
                 .part(
                     "vertex windows",
@@ -177,13 +186,24 @@ impl Planned for GridPlan {
                 ),
             )
             .part("resident edge blocks", p.local_edge_bytes, "")
-            .part("runtime", RUNTIME_RESERVE, "reserve")
-            .data(
-                "edge blocks",
-                p.local_edge_bytes + p.far_bytes + p.disk_bytes,
-                p.local_edge_bytes,
-                &elsewhere,
+            .part("runtime", RUNTIME_RESERVE, "reserve");
+        if self.group_bytes > 0 {
+            plan = plan.part(
+                "torch + gloo",
+                self.group_bytes,
+                format!(
+                    "measured: RssAnon {} after torch's import and the group's start, plus {} of library code",
+                    fmt_bytes(self.group_bytes - CODE_PAGES_BYTES),
+                    fmt_bytes(CODE_PAGES_BYTES)
+                ),
             );
+        }
+        plan = plan.data(
+            "edge blocks",
+            p.local_edge_bytes + p.far_bytes + p.disk_bytes,
+            p.local_edge_bytes,
+            &elsewhere,
+        );
         if p.vertex_windowed {
             plan = plan.data(
                 "vertex data",
@@ -248,13 +268,13 @@ mod tests {
     fn automatic_segments_shrink_until_the_buffers_fit_a_third_of_the_budget() {
         let tmp = tempfile::tempdir().unwrap();
         let (grid, mut job) = grid_and_job(tmp.path(), 1 << 30, pagerank());
-        let roomy = plan(&job, &grid, 2, None, 0..4).unwrap();
+        let roomy = plan(&job, &grid, 2, None, 0..4, None).unwrap();
         assert_eq!(roomy.segment_bytes, MAX_AUTO_SEGMENT);
         assert_eq!(roomy.bytes_per_edge, EDGE_BYTES);
         // 20 buffers (8 prefetched per source, 4 disk fetchers) of a 3 MB column exceed a
         // third of 96 MiB; of half a column they do not.
         job.memory = 96 << 20;
-        let tight = plan(&job, &grid, 2, None, 0..4).unwrap();
+        let tight = plan(&job, &grid, 2, None, 0..4, None).unwrap();
         assert_eq!(tight.segment_bytes, MAX_AUTO_SEGMENT / 2);
         assert!(tight.placement.buffer_bytes <= job.memory / 3);
         assert!(tight.segments.len() > roomy.segments.len());
@@ -290,7 +310,7 @@ mod tests {
             probe: Vec::new(),
             ping_us: 0.0,
         };
-        let p = plan(&job, &grid, 5, Some(&setup), 0..4).unwrap();
+        let p = plan(&job, &grid, 5, Some(&setup), 0..4, None).unwrap();
         assert!(p.weighted);
         assert_eq!(p.bytes_per_edge, EDGE_BYTES + 4);
         assert_eq!(p.segment_bytes, 1 << 20);

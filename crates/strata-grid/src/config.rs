@@ -46,6 +46,9 @@ pub struct RunJob {
     pub out: Option<PathBuf>,
     /// Weights drawn when a weighted grid must be built.
     pub weights: Option<WeightSpec>,
+    /// In a distributed run, seconds between iteration checkpoints (0: after every
+    /// iteration); `None`: no checkpoints, a restarted group starts from the beginning.
+    pub checkpoint_seconds: Option<f64>,
 }
 
 /// Deep enough that the SSD sees about 32 MiB of reads in flight at 4 MiB segments: at 4 and 2,
@@ -123,6 +126,13 @@ pub struct RunOptions {
     /// it gives up naming the rendezvous address
     #[schemars(range(min = 1))]
     pub dist_timeout: u64,
+    /// under torchrun: write iteration checkpoints, from which a group that torchrun restarts
+    /// (--max-restarts) resumes; false: a restarted group starts from the beginning
+    pub checkpoints: bool,
+    /// under torchrun: seconds between iteration checkpoints (each rank writes the values of
+    /// its own vertices); 0 writes one after every iteration
+    #[schemars(range(min = 0.0))]
+    pub checkpoint_seconds: f64,
 }
 
 impl Default for RunOptions {
@@ -149,6 +159,8 @@ impl Default for RunOptions {
             weight_high: 1.0,
             out: None,
             dist_timeout: 600,
+            checkpoints: true,
+            checkpoint_seconds: 60.0,
         }
     }
 }
@@ -183,6 +195,15 @@ impl Section for RunOptions {
         }
         if let Some(grid) = &self.grid {
             check_grid_name(Self::NAME, "grid", grid, false)?;
+        }
+        if !(self.checkpoint_seconds >= 0.0 && self.checkpoint_seconds.is_finite()) {
+            return refuse(
+                "checkpoint_seconds",
+                format!(
+                    "must be a number of seconds >= 0, got {}",
+                    self.checkpoint_seconds
+                ),
+            );
         }
         check_weights(Self::NAME, self.weight_low, self.weight_high)
     }
@@ -223,6 +244,7 @@ impl RunOptions {
                 self.weight_low,
                 self.weight_high,
             )),
+            checkpoint_seconds: self.checkpoints.then_some(self.checkpoint_seconds),
         })
     }
 }

@@ -12,6 +12,7 @@ use std::ops::Range;
 
 use serde::Serialize;
 
+use crate::checkpoint::{CheckpointFigures, Checkpoints};
 use crate::error::{GridError, Result};
 use crate::grid::Grid;
 use crate::layout::Order;
@@ -37,6 +38,16 @@ pub trait Collective {
     fn barrier(&mut self, what: &str) -> Result<()>;
     /// Bytes sent to and received from the other ranks so far, as they went on the wire.
     fn traffic(&self) -> (u64, u64);
+    /// Whether this group replaces one that failed (torchrun restarted it): a run then
+    /// resumes from its last checkpoint.
+    fn restarted(&self) -> bool {
+        false
+    }
+    /// This process's anonymous memory (`RssAnon`) once the group's runtime started, as
+    /// measured by whoever started it (`None`: not measured); the rank's plan sets it aside.
+    fn group_anon_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// The destination chunks of each of `world_size` ranks: contiguous ranges of columns in
@@ -124,6 +135,8 @@ pub struct Dist<'a> {
     pub vertices: Vec<Range<u64>>,
     /// Traffic when the last iteration was reported: (sent, received).
     mark: (u64, u64),
+    /// Iteration checkpoints, when on.
+    pub checkpoints: Option<Checkpoints>,
 }
 
 /// A rank's figures, gathered at the end of a distributed run.
@@ -141,6 +154,8 @@ pub struct RankFigures {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub compute_seconds: f64,
+    /// Its iteration checkpoints (none written when they are off).
+    pub checkpoints: CheckpointFigures,
 }
 
 /// What a distributed run adds to the run summary.
@@ -167,6 +182,7 @@ impl<'a> Dist<'a> {
             columns,
             vertices,
             mark,
+            checkpoints: None,
         })
     }
 
@@ -193,6 +209,16 @@ impl<'a> Dist<'a> {
 
     pub fn traffic(&self) -> (u64, u64) {
         self.group.traffic()
+    }
+
+    /// See [`Collective::restarted`].
+    pub fn restarted(&self) -> bool {
+        self.group.restarted()
+    }
+
+    /// See [`Collective::group_anon_bytes`].
+    pub fn group_anon_bytes(&self) -> Option<u64> {
+        self.group.group_anon_bytes()
     }
 
     pub fn all_reduce(&mut self, values: &mut [f64], op: Reduce) -> Result<()> {
@@ -445,6 +471,7 @@ mod tests {
         barrier: Arc<Barrier>,
         sent: u64,
         received: u64,
+        restarted: bool,
     }
 
     fn threads(world_size: usize) -> Vec<Threads> {
@@ -457,6 +484,7 @@ mod tests {
                 barrier: barrier.clone(),
                 sent: 0,
                 received: 0,
+                restarted: false,
             })
             .collect()
     }
@@ -503,6 +531,57 @@ mod tests {
         }
         fn traffic(&self) -> (u64, u64) {
             (self.sent, self.received)
+        }
+        fn restarted(&self) -> bool {
+            self.restarted
+        }
+    }
+
+    /// Runs `job` on `world_size` ranks of one process (a restarted group when `restarted`),
+    /// each passing its iterations to `each`; returns every rank's outcome.
+    fn run_ranks(
+        job: &crate::config::RunJob,
+        world_size: usize,
+        restarted: bool,
+        each: &(dyn Fn(&crate::algo::Iteration) -> Result<()> + Sync),
+    ) -> Vec<Result<crate::run::RunSummary>> {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = threads(world_size)
+                .into_iter()
+                .map(|mut g| {
+                    g.restarted = restarted;
+                    s.spawn(move || {
+                        crate::run::run_distributed(job, &mut g, &NoProgress, &mut |it| each(it))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    /// Asserts that result arrays `got` equal `want`: exactly, or for PageRank, SSSP and SpMV
+    /// within float tolerance.
+    fn assert_same(
+        algorithm: &str,
+        want: &[(String, Vec<u8>)],
+        got: &[(String, Vec<u8>)],
+        what: &str,
+    ) {
+        for ((name, a), (_, b)) in want.iter().zip(got) {
+            let close = match algorithm {
+                "pagerank" => a.chunks_exact(4).zip(b.chunks_exact(4)).all(|(x, y)| {
+                    let x = f32::from_le_bytes(x.try_into().unwrap());
+                    let y = f32::from_le_bytes(y.try_into().unwrap());
+                    (x - y).abs() <= 1e-6 * x.abs().max(1e-6)
+                }),
+                "sssp" | "spmv" => a.chunks_exact(8).zip(b.chunks_exact(8)).all(|(x, y)| {
+                    let x = f64::from_le_bytes(x.try_into().unwrap());
+                    let y = f64::from_le_bytes(y.try_into().unwrap());
+                    x == y || (x - y).abs() <= 1e-9 * x.abs()
+                }),
+                _ => a == b,
+            };
+            assert!(close, "{algorithm} {name} {what}");
         }
     }
 
@@ -597,21 +676,10 @@ mod tests {
             for world_size in [2, 3] {
                 let out = format!("{}-{world_size}", e.name);
                 let job = job(&out);
-                let summaries: Vec<_> = std::thread::scope(|s| {
-                    let handles: Vec<_> = threads(world_size)
-                        .into_iter()
-                        .map(|mut g| {
-                            let job = &job;
-                            s.spawn(move || {
-                                crate::run::run_distributed(job, &mut g, &NoProgress, &mut |_| {
-                                    Ok(())
-                                })
-                                .unwrap()
-                            })
-                        })
-                        .collect();
-                    handles.into_iter().map(|h| h.join().unwrap()).collect()
-                });
+                let summaries: Vec<_> = run_ranks(&job, world_size, false, &|_| Ok(()))
+                    .into_iter()
+                    .map(|r| r.unwrap())
+                    .collect();
                 let d = summaries[0].dist.as_ref().unwrap();
                 assert_eq!(d.world_size, world_size);
                 // Alone, a label or distance lowered early in a pass travels on in the same
@@ -636,29 +704,150 @@ mod tests {
                     e.name
                 );
                 let got = results(&tmp.path().join(&out), e.arrays);
-                for ((name, a), (_, b)) in want.iter().zip(&got) {
-                    match e.name {
-                        "pagerank" | "sssp" | "spmv" => {
-                            let close = match e.name {
-                                "pagerank" => {
-                                    a.chunks_exact(4).zip(b.chunks_exact(4)).all(|(x, y)| {
-                                        let x = f32::from_le_bytes(x.try_into().unwrap());
-                                        let y = f32::from_le_bytes(y.try_into().unwrap());
-                                        (x - y).abs() <= 1e-6 * x.abs().max(1e-6)
-                                    })
-                                }
-                                _ => a.chunks_exact(8).zip(b.chunks_exact(8)).all(|(x, y)| {
-                                    let x = f64::from_le_bytes(x.try_into().unwrap());
-                                    let y = f64::from_le_bytes(y.try_into().unwrap());
-                                    x == y || (x - y).abs() <= 1e-9 * x.abs()
-                                }),
-                            };
-                            assert!(close, "{} {name} x{world_size}", e.name);
-                        }
-                        _ => assert!(a == b, "{} {name} x{world_size}", e.name),
-                    }
-                }
+                assert_same(e.name, &want, &got, &format!("x{world_size}"));
             }
         }
+    }
+
+    #[test]
+    fn a_restarted_group_resumes_from_the_last_checkpoint_to_the_same_results() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 5000, 12_000);
+        for (name, symmetrize) in [("plain", false), ("sym", true)] {
+            build(
+                &BuildJob {
+                    store: st.clone(),
+                    name: name.into(),
+                    partitions: 7,
+                    symmetrize: Some(symmetrize),
+                    ..Default::default()
+                },
+                &NoProgress,
+            )
+            .unwrap();
+        }
+        for (algorithm, arrays) in [
+            ("pagerank", &["rank"][..]),
+            ("bfs", &["level", "parent"][..]),
+            ("wcc", &["component"][..]),
+        ] {
+            let job = |out: &str| {
+                check::<RunOptions>(&serde_json::json!({
+                    "store": st,
+                    "algorithm": algorithm,
+                    "out": tmp.path().join(out),
+                    "memory": "256M",
+                    "threads": 2,
+                    "root": 3,
+                    "checkpoint_seconds": 0.0,
+                }))
+                .unwrap()
+                .job()
+                .unwrap()
+            };
+            let whole = job(&format!("{algorithm}-whole"));
+            run_ranks(&whole, 2, false, &|_| Ok(()));
+            let want = results(whole.out.as_ref().unwrap(), arrays);
+            // The first attempt stops after 3 iterations, before the third's checkpoint.
+            let cut = job(&format!("{algorithm}-cut"));
+            let out = cut.out.clone().unwrap();
+            let stop = |it: &crate::algo::Iteration| match it.iteration {
+                2 => Err(GridError::Cancelled),
+                _ => Ok(()),
+            };
+            let first = run_ranks(&cut, 2, false, &stop);
+            assert!(
+                first.iter().all(|r| matches!(r, Err(GridError::Cancelled))),
+                "{algorithm}"
+            );
+            assert!(crate::checkpoint::rank_dir(&out, 1)
+                .join("iter-2.part")
+                .is_file());
+            let seen = Mutex::new(Vec::new());
+            let again = run_ranks(&cut, 2, true, &|it| {
+                seen.lock().unwrap().push(it.iteration);
+                Ok(())
+            });
+            let summaries: Vec<_> = again.into_iter().map(|r| r.unwrap()).collect();
+            let d = summaries[0].dist.as_ref().unwrap();
+            for r in &d.ranks {
+                assert_eq!(
+                    r.checkpoints.resumed_from,
+                    Some(2),
+                    "{algorithm} rank {}",
+                    r.rank
+                );
+                assert!(r.checkpoints.written > 0 && r.checkpoints.bytes > 0);
+            }
+            assert_eq!(seen.lock().unwrap().iter().min(), Some(&2), "{algorithm}");
+            assert_same(algorithm, &want, &results(&out, arrays), "resumed");
+            assert!(!crate::checkpoint::rank_dir(&out, 0).exists());
+            // A first attempt in a directory with another attempt's checkpoint starts over.
+            run_ranks(&cut, 2, false, &stop);
+            let fresh = run_ranks(&cut, 2, false, &|_| Ok(()));
+            let d = fresh[0].as_ref().unwrap().dist.clone().unwrap();
+            assert!(d.ranks.iter().all(|r| r.checkpoints.resumed_from.is_none()));
+        }
+    }
+
+    #[test]
+    fn ranks_share_one_memory_server() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 5000, 12_000);
+        build(
+            &BuildJob {
+                store: st.clone(),
+                partitions: 7,
+                ..Default::default()
+            },
+            &NoProgress,
+        )
+        .unwrap();
+        let server = strata_farmem::Server::bind(&strata_farmem::ServerConfig {
+            listen: "127.0.0.1:0".into(),
+            capacity_bytes: 64 << 20,
+            ..Default::default()
+        })
+        .unwrap();
+        let addr = server.local_addr().to_string();
+        let stop = server.stop_handle();
+        let serving = std::thread::spawn(move || server.run_until(&|| false).unwrap());
+        let job = |out: &str, far: Option<&str>| {
+            let mut options = serde_json::json!({
+                "store": st,
+                "algorithm": "pagerank",
+                "out": tmp.path().join(out),
+                "memory": "256M",
+                "threads": 2,
+                "far_ratio": 1.0,
+                "far_connections": 2,
+            });
+            if let Some(far) = far {
+                options["far"] = far.into();
+            }
+            check::<RunOptions>(&options).unwrap().job().unwrap()
+        };
+        let alone = job("alone", None);
+        crate::run::run(&alone, &NoProgress, &mut |_| Ok(())).unwrap();
+        let shared = job("shared", Some(&addr));
+        let summaries: Vec<_> = run_ranks(&shared, 2, false, &|_| Ok(()))
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        stop.stop();
+        serving.join().unwrap();
+        // Each rank's client is a session of its own on the server, whose segment ids are
+        // its own: both placed their blocks there and read them back.
+        for s in &summaries {
+            assert!(s.far_failure.is_none(), "{:?}", s.far_failure);
+        }
+        let d = summaries[0].dist.as_ref().unwrap();
+        assert!(d.ranks.iter().all(|r| r.bytes_far > 0 && r.bytes_disk == 0));
+        assert_same(
+            "pagerank",
+            &results(alone.out.as_ref().unwrap(), &["rank"]),
+            &results(shared.out.as_ref().unwrap(), &["rank"]),
+            "one server",
+        );
     }
 }

@@ -23,6 +23,9 @@ pub enum GridError {
     /// that make no sense); says which.
     #[error("{0}")]
     Group(String),
+    /// An iteration checkpoint that a restarted run cannot resume from; names the file.
+    #[error("checkpoint {}: {msg}", path.display())]
+    Checkpoint { path: PathBuf, msg: String },
     #[error("cancelled")]
     Cancelled,
 }

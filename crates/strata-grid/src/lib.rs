@@ -7,12 +7,14 @@
 //! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
 //! - [`algo`]: the algorithms.
 //! - [`vertex`]: vertex data shared by compute threads.
-//! - [`dist`]: runs over several ranks (torchrun), each streaming its own columns.
+//! - [`dist`]: runs over several ranks (torchrun), each streaming its own columns;
+//!   [`checkpoint`]: their iteration checkpoints, from which a restarted group resumes.
 
 pub mod algo;
 pub mod budget;
 pub mod build;
 pub mod check;
+pub mod checkpoint;
 pub mod config;
 pub mod dist;
 pub mod error;

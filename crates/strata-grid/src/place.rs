@@ -59,6 +59,8 @@ pub struct PlaceInput {
     pub far_capacity: u64,
     /// Keep edge blocks resident when they fit (false: stream every pass from disk).
     pub keep_resident: bool,
+    /// Bytes a distributed rank's torch and gloo hold (0 alone): fixed, like the runtime.
+    pub group_bytes: u64,
 }
 
 /// Where everything lives.
@@ -83,21 +85,28 @@ pub struct Placement {
 pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
     let payload = |s: &Segment| (s.edges.end - s.edges.start) * input.bytes_per_edge;
     let edges: u64 = segments.iter().map(payload).sum();
-    let whole = input.vertex_bytes + input.buffer_bytes + RUNTIME_RESERVE;
+    let whole = input.vertex_bytes + input.buffer_bytes + RUNTIME_RESERVE + input.group_bytes;
     let windowed = match input.vertex_placement {
         VertexPlacement::Auto => whole > input.memory,
         VertexPlacement::Memory => false,
         VertexPlacement::Windows => true,
     };
     let fixed = match windowed {
-        true => input.window_bytes + input.buffer_bytes + RUNTIME_RESERVE,
+        true => input.window_bytes + input.buffer_bytes + RUNTIME_RESERVE + input.group_bytes,
         false => whole,
     };
     if fixed > input.memory {
+        let group = match input.group_bytes {
+            0 => String::new(),
+            b => format!(
+                ", torch and gloo {} (measured in this rank after the group started)",
+                fmt_bytes(b)
+            ),
+        };
         return Err(GridError::Budget(format!(
-            "memory budget of {} is too small: vertex data takes {} (windows of it {}), fetch buffers {} and \
-             the runtime {}; windows shrink with more partitions (strata grid build --partitions) and buffers with \
-             a smaller --segment or fewer prefetched segments; or raise --memory to at least {}",
+            "memory budget of {} is too small: vertex data takes {} (windows of it {}), fetch buffers {}, \
+             the runtime {}{group}; windows shrink with more partitions (strata grid build --partitions) and \
+             buffers with a smaller --segment or fewer prefetched segments; or raise --memory to at least {}",
             fmt_bytes(input.memory),
             fmt_bytes(input.vertex_bytes),
             fmt_bytes(input.window_bytes),
@@ -181,6 +190,7 @@ mod tests {
             far_ratio: ratio,
             far_capacity: u64::MAX,
             keep_resident: true,
+            group_bytes: 0,
         }
     }
 
@@ -244,5 +254,29 @@ mod tests {
             ..input(RUNTIME_RESERVE + (12 << 20), None)
         };
         assert!(place(&segs(10, 1 << 20), &refused).is_err());
+    }
+
+    #[test]
+    fn a_ranks_torch_and_gloo_take_their_share_of_the_budget() {
+        // 10 MiB of vertex data, 6 MiB of buffers and the runtime fit 64 MiB with room for
+        // two 8 MiB segments of edges; with 8 MiB set aside for torch and gloo, one.
+        let memory = RUNTIME_RESERVE + (32 << 20);
+        let alone = place(&segs(10, 1 << 20), &input(memory, None)).unwrap();
+        assert_eq!(alone.local_edge_bytes, 16 << 20);
+        let rank = PlaceInput {
+            group_bytes: 8 << 20,
+            ..input(memory, None)
+        };
+        let p = place(&segs(10, 1 << 20), &rank).unwrap();
+        assert!(!p.vertex_windowed);
+        assert_eq!(p.local_edge_bytes, 8 << 20);
+        // Windowed, the fixed parts are 1 + 6 + 32 + 40 MiB: more than 64 MiB.
+        let tight = PlaceInput {
+            group_bytes: 40 << 20,
+            ..input(memory, None)
+        };
+        let e = place(&segs(10, 1 << 20), &tight).unwrap_err().to_string();
+        assert!(e.contains("torch and gloo 40.0 MiB"), "{e}");
+        assert!(e.contains("at least 79.0 MiB"), "{e}");
     }
 }

@@ -15,6 +15,7 @@ use strata_store::units::fmt_bytes;
 use crate::algo::{Ctx, Iteration, Output, Values, NONE};
 use crate::budget::{self, GridPlan};
 use crate::build::{build, BuildJob};
+use crate::checkpoint::Checkpoints;
 use crate::config::RunJob;
 use crate::dist::{Collective, Dist, DistSummary, RankFigures};
 use crate::error::{GridError, Result};
@@ -88,6 +89,21 @@ fn run_with(
     let t0 = Instant::now();
     let (dir, grid) = open_grid(job, group.is_none(), progress)?;
     let mut dist = group.map(|g| Dist::new(g, &grid)).transpose()?;
+    let out_dir = job.out.clone().unwrap_or_else(|| {
+        job.store
+            .join("runs")
+            .join(format!("grid-{}", job.algorithm.name()))
+    });
+    if let (Some(d), Some(every)) = (dist.as_mut(), job.checkpoint_seconds) {
+        d.checkpoints = Some(Checkpoints::open(
+            &out_dir,
+            d.rank(),
+            every,
+            d.restarted(),
+            job.algorithm.name(),
+            job.algorithm.params(),
+        )?);
+    }
     let columns = match &dist {
         Some(d) => {
             let mine = d.columns[d.rank()].clone();
@@ -113,15 +129,18 @@ fn run_with(
         }
         None => (None, None),
     };
-    let plan = budget::plan(job, &grid, threads, far_setup.as_ref(), columns.clone())?;
+    let group_anon_bytes = dist.as_ref().and_then(|d| d.group_anon_bytes());
+    let plan = budget::plan(
+        job,
+        &grid,
+        threads,
+        far_setup.as_ref(),
+        columns.clone(),
+        group_anon_bytes,
+    )?;
     announce(job, &dir, &grid, &plan, far_setup.as_ref(), progress);
     let memory_plan = plan.memory_plan();
     let (tiers, far_client) = offload(&grid, &plan, far_client, progress);
-    let out_dir = job.out.clone().unwrap_or_else(|| {
-        job.store
-            .join("runs")
-            .join(format!("grid-{}", job.algorithm.name()))
-    });
     let vertex = match plan.placement.vertex_windowed {
         true => VertexMemory::windowed(&out_dir)?,
         false => VertexMemory::Heap,
@@ -161,8 +180,19 @@ fn run_with(
                 bytes_sent: sent,
                 bytes_received: received,
                 compute_seconds: compute,
+                checkpoints: d
+                    .checkpoints
+                    .as_ref()
+                    .map(|c| c.figures.clone())
+                    .unwrap_or_default(),
             };
-            Some(d.summary(mine)?)
+            let summary = d.summary(mine)?;
+            // The iterations are over: a group restarted from here redoes the run from the
+            // beginning, to the same results.
+            if let Some(c) = &d.checkpoints {
+                c.finish()?;
+            }
+            Some(summary)
         }
         None => None,
     };

@@ -62,6 +62,7 @@ fn job(store: &Path, algorithm: Configured, memory: u64, grid: &str) -> RunJob {
         far: None,
         out: None,
         weights: None,
+        checkpoint_seconds: None,
     }
 }
 

@@ -69,6 +69,7 @@ fn job(store: &Path, far: Option<String>) -> RunJob {
         keep_resident: true,
         out: Some(store.join(format!("out-{}", rand_tag()))),
         weights: None,
+        checkpoint_seconds: None,
     }
 }
 

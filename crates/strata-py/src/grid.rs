@@ -45,6 +45,10 @@ struct PyGroup<'a> {
     group: Py<PyAny>,
     rank: usize,
     world_size: usize,
+    /// torchrun's restarts of the group before this attempt.
+    restart: usize,
+    /// The process's anonymous memory after the group started (`Exchange.anon_bytes`).
+    anon_bytes: Option<u64>,
     error: &'a CallbackError,
 }
 
@@ -115,6 +119,14 @@ impl Collective for PyGroup<'_> {
             .map(drop)
     }
 
+    fn restarted(&self) -> bool {
+        self.restart > 0
+    }
+
+    fn group_anon_bytes(&self) -> Option<u64> {
+        self.anon_bytes
+    }
+
     fn traffic(&self) -> (u64, u64) {
         // A failure is kept and raised when the run returns; the figures read 0 meanwhile.
         self.call("traffic", |py| Ok(PyTuple::empty(py)))
@@ -143,10 +155,14 @@ fn grid_run(
         Some(g) => {
             let rank: usize = g.getattr(py, "rank")?.extract(py)?;
             let world_size: usize = g.getattr(py, "world_size")?.extract(py)?;
+            let restart: usize = g.getattr(py, "restart")?.extract(py)?;
+            let anon_bytes: Option<u64> = g.getattr(py, "anon_bytes")?.extract(py)?;
             Some(PyGroup {
                 group: g,
                 rank,
                 world_size,
+                restart,
+                anon_bytes,
                 error: &callback_error,
             })
         }

@@ -108,7 +108,14 @@ fn grid(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
     };
     let grid = Grid::open(&dir).map_err(|e| e.to_py(py))?;
     let threads = strata_io::resolve_threads(job.threads);
-    match strata_grid::budget::plan(&job, &grid, threads, None, 0..grid.layout().partitions) {
+    match strata_grid::budget::plan(
+        &job,
+        &grid,
+        threads,
+        None,
+        0..grid.layout().partitions,
+        None,
+    ) {
         Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
         Err(GridError::Budget(m)) => Ok(Outcome::Refused(m)),
         Err(e) => Err(e.to_py(py)),

@@ -239,6 +239,22 @@ def format_iteration(record: dict, algorithm: str | None = None) -> str:
     return line + _value_text(algorithm, m["value"])
 
 
+def _metrics_until(path: Path, iterations: int) -> list[dict]:
+    """The ``metrics.jsonl`` lines of ``path`` for iterations 1 to ``iterations`` (none when
+    ``iterations`` is 0 or the file is missing); reading stops at a line cut short by a kill."""
+    if iterations == 0 or not path.is_file():
+        return []
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if m["iteration"] <= iterations:
+            kept.append(m)
+    return kept
+
+
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -278,7 +294,11 @@ def run(
                 # checks leaves an earlier run there as it was.
                 make_dir(out, "--out")
                 (out / "run.json").unlink(missing_ok=True)
-                (out / "metrics.jsonl").write_text("")
+                # A restarted group that resumed from a checkpoint starts past iteration 1: the
+                # lines of the iterations the checkpoint holds stay.
+                kept = _metrics_until(out / "metrics.jsonl", record["iteration"])
+                (out / "metrics.jsonl").write_text("".join(json.dumps(k) + "\n" for k in kept))
+                history.extend(kept)
             if progress:
                 progress("stage", f"{cfg.algorithm}: iterations", 0, 0)
         history.append(m)
@@ -356,13 +376,23 @@ def format_summary(summary: dict) -> str:
                 f"    rank {r['rank']}: columns {r['columns'][0]}..{r['columns'][1]}, {r['edges']:,} edges, "
                 f"{fmt_bytes(r['bytes_disk'])} from disk, {fmt_bytes(r['bytes_far'])} far, "
                 f"{fmt_bytes(r['bytes_sent'])} sent / {fmt_bytes(r['bytes_received'])} received, "
-                f"{fmt_duration(r['compute_seconds'])} computing"
+                f"{fmt_duration(r['compute_seconds'])} computing" + _checkpoint_text(r.get("checkpoints") or {})
             )
     if s.get("result"):
         lines.append("  result: " + ", ".join(f"{k} {_show(v)}" for k, v in s["result"].items()))
     if s.get("arrays"):
         lines.append(f"  wrote {', '.join(s['arrays'])}")
     return "\n".join(lines)
+
+
+def _checkpoint_text(c: dict) -> str:
+    """A rank's checkpoints, as its summary line ends (nothing when it wrote none)."""
+    text = ""
+    if c.get("resumed_from") is not None:
+        text += f", resumed from the checkpoint after iteration {c['resumed_from']}"
+    if c.get("written"):
+        text += f", {c['written']} checkpoints ({fmt_bytes(c['bytes'])}, {fmt_duration(c['seconds'])})"
+    return text
 
 
 def _show(v) -> str:

@@ -23,7 +23,7 @@ def join(timeout: int) -> Exchange | None:
     if env is None:
         return None
     torchrun.join(env, timeout)
-    return Exchange(env, timeout)
+    return Exchange(env, timeout, torchrun.process_bytes("RssAnon"))
 
 
 class Exchange:
@@ -31,9 +31,15 @@ class Exchange:
     ``world_size``). Bytes are counted as sent and received on the wire: an all-gather sends
     this rank's part, padded to the longest, to each other rank and receives theirs."""
 
-    def __init__(self, env: torchrun.Environment, timeout: int):
+    def __init__(self, env: torchrun.Environment, timeout: int, anon_bytes: int | None = None):
         self.torch, self.td = torchrun.torch_distributed()
         self.rank, self.world_size = env.rank, env.world_size
+        #: torchrun's restarts of the group before this attempt (a restarted run resumes from
+        #: its last checkpoint).
+        self.restart = torchrun.restart_count()
+        #: This process's anonymous memory once torch is imported and the group started
+        #: (None where /proc does not tell): the rank's plan counts it as torch + gloo.
+        self.anon_bytes = anon_bytes
         self.address, self.timeout = env.address, timeout
         self.sent = self.received = 0
 

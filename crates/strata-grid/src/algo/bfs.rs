@@ -92,9 +92,16 @@ impl Algorithm for Bfs {
         };
         // Only the frontier travels between ranks; each rank's levels and parents are
         // gathered once at the end.
-        let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, &[], |it| {
-            kernel.depth.store(it as u64 + 1, Relaxed)
-        })?;
+        let iterations = frontier_loop(
+            s,
+            ctx,
+            &frontier,
+            &next,
+            &kernel,
+            &[],
+            &[&level, &parent],
+            |it| kernel.depth.store(it as u64 + 1, Relaxed),
+        )?;
         ctx.gather(&[&level, &parent])?;
         let (reached, depth) = (0..n)
             .map(|v| level.get(v))

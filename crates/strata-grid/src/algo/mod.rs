@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use strata_io::progress::Progress;
 
+use crate::checkpoint::State;
 use crate::dist::{Dist, Reduce, Shared};
 use crate::error::{GridError, Result};
 use crate::stream::{PassStats, Streamer};
@@ -280,6 +281,35 @@ impl Ctx<'_, '_> {
         }
     }
 
+    /// On a group that torchrun restarted, loads the last checkpoint into `state` and returns
+    /// the iterations it holds; `None` (nothing loaded) alone, on a first attempt or when no
+    /// checkpoint was committed. Called before the first iteration.
+    pub fn resume(&mut self, state: &State) -> Result<Option<usize>> {
+        let Some(d) = &mut self.dist else {
+            return Ok(None);
+        };
+        let resumed = d.resume(state)?;
+        if let Some(k) = resumed {
+            self.progress.message(&format!(
+                "rank {}: resuming from the checkpoint after iteration {k}",
+                d.rank()
+            ));
+        }
+        Ok(resumed)
+    }
+
+    /// After `iterations` iterations, each reported: the fault point `grid.dist.iter` (its
+    /// `N`th visit follows iteration `N`), then, when due, a checkpoint of `state`.
+    pub fn checkpoint(&mut self, iterations: usize, state: &State) -> Result<()> {
+        match &mut self.dist {
+            Some(d) => {
+                strata_io::durable::fault_point("grid.dist.iter");
+                d.checkpoint(iterations, state)
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Gives every rank the other ranks' owned values of `values` (result arrays that the
     /// iterations did not exchange).
     pub fn gather(&mut self, values: &[&dyn Shared]) -> Result<()> {
@@ -311,7 +341,9 @@ pub struct Output {
 /// `frontier`'s chunks with `kernel`, which marks activated vertices in `next` and returns how
 /// many; the ranks of a distributed run then exchange the activated vertices with their
 /// `values`, and `next` becomes the frontier. `on_start(iteration)` runs before each pass.
-/// Returns the iterations run.
+/// A distributed run's checkpoints hold the frontier and the owned values of `saved` (which
+/// include `values`). Returns the iterations run.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn frontier_loop(
     s: &mut Streamer,
     ctx: &mut Ctx,
@@ -319,9 +351,15 @@ pub(crate) fn frontier_loop(
     next: &crate::vertex::Bitmap,
     kernel: &dyn crate::stream::EdgeKernel,
     values: &[&dyn Shared],
+    saved: &[&dyn Shared],
     mut on_start: impl FnMut(usize),
 ) -> Result<usize> {
-    let mut it = 0;
+    let state = State {
+        saved,
+        whole: values,
+        frontier: Some(frontier),
+    };
+    let mut it = ctx.resume(&state)?.unwrap_or(0);
     loop {
         let active = frontier.count();
         if active == 0 {
@@ -335,6 +373,7 @@ pub(crate) fn frontier_loop(
         let seconds = t0.elapsed().as_secs_f64();
         ctx.report(Iteration::new(it, pass, active, activated as f64, seconds))?;
         it += 1;
+        ctx.checkpoint(it, &state)?;
     }
 }
 

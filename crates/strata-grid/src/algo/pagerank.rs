@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Algorithm, Ctx, Iteration, IterationValue, Output, Values};
+use crate::checkpoint::State;
 use crate::dist::{Reduce, Shared};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
@@ -144,11 +145,29 @@ impl Algorithm for PageRank {
                 contrib.set(v, rank.get(v) * inv);
             }
         }
+        let shared = Ranks {
+            rank: &rank,
+            contrib: &contrib,
+            inv_deg: &inv_deg,
+        };
+        let state = State {
+            saved: &[&shared],
+            whole: &[&shared],
+            frontier: None,
+        };
+        let first = ctx.resume(&state)?;
+        if first.is_some() {
+            // Contributions were set as the ranks were taken; the dangling mass follows them.
+            dangling = (0..n)
+                .filter(|&v| inv_deg.get(v) == 0.0)
+                .map(|v| rank.get(v) as f64)
+                .sum();
+        }
         let d = self.damping;
-        let mut done = 0;
         let mut converged = false;
         let mut delta = f64::NAN;
-        for it in 0..self.iterations {
+        let mut done = first.unwrap_or(0);
+        for it in first.unwrap_or(0)..self.iterations {
             let t0 = Instant::now();
             let kernel = Gather {
                 contrib: &contrib,
@@ -180,11 +199,6 @@ impl Algorithm for PageRank {
             ];
             ctx.reduce(&mut sums, Reduce::Sum)?;
             [delta, dangling] = sums;
-            let shared = Ranks {
-                rank: &rank,
-                contrib: &contrib,
-                inv_deg: &inv_deg,
-            };
             ctx.exchange(None, &[&shared], 0)?;
             done = it + 1;
             let seconds = t0.elapsed().as_secs_f64();
@@ -192,6 +206,9 @@ impl Algorithm for PageRank {
             if self.tolerance > 0.0 && delta < n as f64 * self.tolerance {
                 converged = true;
                 break;
+            }
+            if done < self.iterations {
+                ctx.checkpoint(done, &state)?;
             }
         }
         let mut summary = serde_json::Map::new();

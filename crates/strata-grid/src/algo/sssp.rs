@@ -108,7 +108,16 @@ impl Algorithm for Sssp {
             dist: &dist,
             base: &base,
         };
-        let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, &[&dist], |_| {})?;
+        let iterations = frontier_loop(
+            s,
+            ctx,
+            &frontier,
+            &next,
+            &kernel,
+            &[&dist],
+            &[&dist],
+            |_| {},
+        )?;
         let reached = (0..n).filter(|&v| dist.get(v).is_finite()).count();
         let mut summary = serde_json::Map::new();
         summary.insert("root".into(), self.root.into());

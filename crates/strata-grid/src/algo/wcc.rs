@@ -84,7 +84,16 @@ impl Algorithm for Wcc {
             label: &label,
             base: &base,
         };
-        let iterations = frontier_loop(s, ctx, &frontier, &next, &kernel, &[&label], |_| {})?;
+        let iterations = frontier_loop(
+            s,
+            ctx,
+            &frontier,
+            &next,
+            &kernel,
+            &[&label],
+            &[&label],
+            |_| {},
+        )?;
         let components = (0..n).filter(|&v| label.get(v) == v as u64).count();
         let mut summary = serde_json::Map::new();
         summary.insert("components".into(), components.into());
