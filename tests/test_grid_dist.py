@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import needs, run_strata
-from netns import unavailable, veth_pair
+from netns import needs_netns, veth_pair
 from strata.config import ConvertConfig
 from strata.convert import convert
 from strata.grid import RESULT_ARRAYS, build_grid, run
@@ -146,7 +146,7 @@ def test_a_rank_that_cannot_reach_rank_0_names_the_address(store, tmp_path):
     assert f"127.0.0.1:{port}" in proc.stderr and "within 3 s" in proc.stderr, proc.stderr[-2000:]
 
 
-@pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
+@needs_netns
 @pytest.mark.parametrize("algorithm", ["pagerank", "bfs"])
 def test_two_ranks_in_two_namespaces_with_their_own_stores(store, tmp_path, algorithm):
     needs("torch")
