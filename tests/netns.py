@@ -8,12 +8,15 @@ time a pair is made. Only the two veth addresses are reachable from inside the n
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+import pytest
 
 PREFIX = "strata-t"
 
@@ -32,13 +35,29 @@ class Namespace:
         return ["ip", "netns", "exec", self.name, *argv]
 
 
+@functools.cache
 def unavailable() -> str | None:
-    """Why namespaces cannot be made here (for a skip message), or None when they can."""
+    """Why namespaces cannot be made here, as a skip reason that says what to change, or None
+    when they can: the `ip` command, root, and the right to make one (a container needs
+    CAP_SYS_ADMIN), tried once per test run with a namespace made and deleted at once."""
     if shutil.which("ip") is None:
         return "needs iproute2's `ip` command (apt install iproute2)"
     if os.geteuid() != 0:
         return "needs root to create network namespaces (run the tests as root)"
+    probe = f"{PREFIX}{os.getpid()}p"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
+    if made.returncode != 0:
+        return (
+            f"cannot create a network namespace here ({made.stderr.strip()}): in a container, "
+            "give it CAP_SYS_ADMIN and CAP_NET_ADMIN (docker run --cap-add SYS_ADMIN --cap-add NET_ADMIN)"
+        )
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=30)
     return None
+
+
+#: Marks a test that runs ranks in two network namespaces (:func:`veth_pair`): skipped, with
+#: what to change, where they cannot be made.
+needs_netns = pytest.mark.skipif(unavailable() is not None, reason=f"network namespaces: {unavailable()}")
 
 
 def _ip(*args: str) -> None:
@@ -54,7 +73,7 @@ def _remove_stale() -> None:
         name = line.split()[0] if line.strip() else ""
         if not name.startswith(PREFIX):
             continue
-        pid = name[len(PREFIX) :].rstrip("ab")
+        pid = name[len(PREFIX) :].rstrip("abp")
         if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
 

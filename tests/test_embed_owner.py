@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import needs, run_strata
-from netns import unavailable, veth_pair
+from netns import needs_netns, veth_pair
 from test_embed_dist import SMALL
 from torchrun_env import free_port, rank_env
 
@@ -148,7 +148,7 @@ def test_three_ranks_on_loopback(kg, tmp_path):
     assert _gather_and_evaluate(dirs, tmp_path / "gathered") > MRR
 
 
-@pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+@needs_netns
 def test_two_ranks_in_two_network_namespaces(kg, tmp_path):
     needs("torch")
     hosts = [tmp_path / "a", tmp_path / "b"]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import run_strata
-from netns import Namespace, unavailable, veth_pair
+from netns import Namespace, needs_netns, veth_pair
 from strata.config import ConvertConfig
 from strata.convert import convert
 from strata.errors import ConfigError
@@ -120,12 +120,10 @@ def test_far_run_matches_local(store, local_ranks, server, tmp_path, ratio, keep
     assert all(m["mb_far"] > 0 and m["far_fallbacks"] == 0 for m in metrics)
 
 
+@needs_netns
 def test_far_memory_across_a_veth_link(store, local_ranks, tmp_path):
     """The far-memory server in one network namespace, the run in another, joined by a veth
     pair: the edge blocks cross a real link (not loopback) and the ranks match a local run."""
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
     with veth_pair() as (client, far):
         s = Server(host=far.addr, netns=far)
         try:

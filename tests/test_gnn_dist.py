@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import netns
 from conftest import REPO, needs, run_strata, symmetric_sbm_store
+from netns import needs_netns, veth_pair
 from strata import torchrun
 from strata.errors import ConfigError
 from strata.gnn.loader import shard
@@ -142,13 +142,11 @@ def test_two_ranks_under_torchrun_train_and_reduce_accuracy(sbm, tmp_path):
     assert record["test"]["accuracy"] > 0.6, record["test"]
 
 
+@needs_netns
 def test_two_ranks_in_two_namespaces_each_with_its_own_store(sbm, tmp_path):
     needs("torch")
-    why = netns.unavailable()
-    if why:
-        pytest.skip(why)
     port = free_port()
-    with netns.veth_pair() as (a, b):
+    with veth_pair() as (a, b):
         procs = []
         for node, ns in enumerate((a, b)):
             # Each host reads its own copy of the store.

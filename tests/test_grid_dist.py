@@ -10,12 +10,13 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import needs, run_strata
-from netns import unavailable, veth_pair
+from netns import needs_netns, veth_pair
 from strata.config import ConvertConfig
 from strata.convert import convert
 from strata.grid import RESULT_ARRAYS, build_grid, run
@@ -57,6 +58,22 @@ def _torchrun(algorithm: str, store, out, *extra: str) -> subprocess.CompletedPr
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
 
 
+@pytest.fixture(scope="module")
+def loopback(store, tmp_path_factory):
+    """``loopback(algorithm)``: torchrun's completed process and the output folder of two ranks
+    on loopback running ``algorithm`` (``--memory RANK_MEMORY``), launched once for all of this module's
+    checks of that run."""
+    runs = {}
+
+    def launch(algorithm: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if algorithm not in runs:
+            out = tmp_path_factory.mktemp(f"two-{algorithm}")
+            runs[algorithm] = (_torchrun(algorithm, store, out, "--memory", RANK_MEMORY), out)
+        return runs[algorithm]
+
+    return launch
+
+
 def _assert_same_results(algorithm: str, single, distributed) -> None:
     for name in RESULT_ARRAYS[algorithm]:
         a, b = np.load(single / f"{name}.npy"), np.load(distributed / f"{name}.npy")
@@ -67,14 +84,14 @@ def _assert_same_results(algorithm: str, single, distributed) -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["pagerank", "bfs", "wcc", "sssp", "spmv", "kcore"])
-def test_two_ranks_on_loopback_match_the_single_process_run(store, tmp_path, algorithm):
+def test_two_ranks_on_loopback_match_the_single_process_run(store, loopback, tmp_path, algorithm):
     needs("torch")
     single = tmp_path / "single"
     alone = run(algorithm=algorithm, store=store, out=single, threads=2, root=5, memory="256M")
-    proc = _torchrun(algorithm, store, tmp_path / "two", "--memory", RANK_MEMORY)
+    proc, two = loopback(algorithm)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    _assert_same_results(algorithm, single, tmp_path / "two")
-    record = json.loads((tmp_path / "two" / "run.json").read_text())
+    _assert_same_results(algorithm, single, two)
+    record = json.loads((two / "run.json").read_text())
     assert record["world_size"] == 2
     ranks = record["summary"]["dist"]["ranks"]
     assert [r["rank"] for r in ranks] == [0, 1]
@@ -95,11 +112,11 @@ def test_two_ranks_on_loopback_match_the_single_process_run(store, tmp_path, alg
     assert proc.stdout.count(f"Ran {algorithm} on grid") == 1
 
 
-def test_a_sparse_frontier_sends_less_than_the_whole_array(store, tmp_path):
+def test_a_sparse_frontier_sends_less_than_the_whole_array(loopback):
     needs("torch")
-    proc = _torchrun("bfs", store, tmp_path / "bfs", "--memory", RANK_MEMORY)
+    proc, two = loopback("bfs")
     assert proc.returncode == 0, proc.stderr[-6000:]
-    history = json.loads((tmp_path / "bfs" / "run.json").read_text())["history"]
+    history = json.loads((two / "run.json").read_text())["history"]
     # Dense, a level would send each rank's bitmap (1,500 vertices: 188 bytes) padded alike,
     # plus headers; the last levels, of a few vertices, send (offset) lists instead.
     sizes = [round(h["mb_exchanged"] * 1e6) for h in history]
@@ -156,7 +173,7 @@ def test_a_rank_that_cannot_reach_rank_0_names_the_address(store, tmp_path):
     assert f"127.0.0.1:{port}" in proc.stderr and "within 3 s" in proc.stderr, proc.stderr[-2000:]
 
 
-@pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
+@needs_netns
 @pytest.mark.parametrize("algorithm", ["pagerank", "bfs"])
 def test_two_ranks_in_two_namespaces_with_their_own_stores(store, tmp_path, algorithm):
     needs("torch")

@@ -39,8 +39,8 @@ def test_an_unknown_algorithm_gets_a_did_you_mean(tmp_path):
     store = tmp_path / "g.strata"
     proc = run_strata("run", "pagernk", store, check=False)
     assert proc.returncode == 2
-    listed = ", ".join(repr(a["name"]) for a in REGISTERED)
-    assert f"expected one of {listed}, got 'pagernk'; did you mean 'pagerank'?" in proc.stderr
+    listed = ", ".join(a["name"] for a in REGISTERED)
+    assert f"unknown choice 'pagernk'; did you mean 'pagerank'? (choices: {listed})" in proc.stderr
     assert "Traceback" not in proc.stderr
     proc = run_strata("run", "betweenness", store, check=False)
     assert proc.returncode == 2 and "did you mean" not in proc.stderr and listed in proc.stderr

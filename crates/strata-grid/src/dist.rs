@@ -457,10 +457,8 @@ mod tests {
 
     use super::*;
     use crate::algo::registry::ALGORITHMS;
-    use crate::build::{build, BuildJob};
     use crate::config::RunOptions;
-    use crate::fixtures::store;
-    use crate::layout::WeightSpec;
+    use crate::fixtures::{grids, store};
     use strata_io::progress::NoProgress;
     use strata_store::config::check;
 
@@ -638,25 +636,7 @@ mod tests {
     fn ranks_split_the_columns_and_every_algorithm_matches_a_single_process() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 5000, 12_000);
-        for (symmetrize, weighted) in [(false, false), (true, false), (false, true)] {
-            build(
-                &BuildJob {
-                    store: st.clone(),
-                    name: format!("s{}-w{}", symmetrize as u8, weighted as u8),
-                    partitions: 7,
-                    symmetrize: Some(symmetrize),
-                    weights: weighted.then(|| WeightSpec {
-                        kind: "random".into(),
-                        seed: 1,
-                        low: 0.0,
-                        high: 1.0,
-                    }),
-                    ..Default::default()
-                },
-                &NoProgress,
-            )
-            .unwrap();
-        }
+        grids(&st, 7);
         for e in ALGORITHMS {
             let job = |out: &str| {
                 check::<RunOptions>(&serde_json::json!({

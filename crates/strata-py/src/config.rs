@@ -96,9 +96,19 @@ fn config_check_address(py: Python<'_>, section: &str, key: &str, addr: &str) ->
     check_address(section, key, addr).map_err(|e| config_error(py, &e.to_string()))
 }
 
+/// Why `name` is not one of `known` (a config section or option, a choice, a dataset), with
+/// the closest known name when one is close: `strata_store::registry::unknown_name`, so that
+/// Python's did-you-means read and match like the engines'.
+#[pyfunction]
+fn unknown_name(what: &str, name: &str, known: Vec<String>) -> String {
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    strata_store::registry::unknown_name(what, name, &known)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config_schema, m)?)?;
     m.add_function(wrap_pyfunction!(config_check, m)?)?;
     m.add_function(wrap_pyfunction!(config_check_address, m)?)?;
+    m.add_function(wrap_pyfunction!(unknown_name, m)?)?;
     Ok(())
 }

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import functools
 import math
 import re
@@ -28,6 +27,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, NewType, Union
 
+from .. import _native
 from ..errors import ConfigError
 from ..units import fmt_bytes, parse_size
 
@@ -181,10 +181,7 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
     if typing.get_origin(tp) is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
-            close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            listed = ", ".join(repr(c) for c in choices)
-            raise ConfigError(f"{where}: expected one of {listed}, got {value!r}{hint}")
+            raise ConfigError(f"{where}: {_native.unknown_name('choice', str(value), [str(c) for c in choices])}")
         return value
     if typing.get_origin(tp) is list:
         (item,) = typing.get_args(tp)
@@ -244,9 +241,7 @@ def _table_for(doc: dict, name: str) -> dict:
 
 def _unknown_key(cls, key: str, where: str) -> ConfigError:
     names = [f.name for f in fields(cls)]
-    close = difflib.get_close_matches(key, names, n=1)
-    hint = f"; did you mean '{close[0]}'?" if close else f"; options are: {', '.join(names)}"
-    return ConfigError(f"{where}: [{cls.__section__}] has no option '{key}'{hint}")
+    return ConfigError(f"{where}: {_native.unknown_name(f'[{cls.__section__}] option', key, names)}")
 
 
 def _check_document(doc: dict, config_file: Path, path: str = "") -> None:
@@ -267,12 +262,12 @@ def _check_document(doc: dict, config_file: Path, path: str = "") -> None:
         elif path and not isinstance(value, dict):
             inside = ", ".join(f"[{s}]" for s in sorted(SECTIONS) if s.startswith(path + "."))
             raise ConfigError(f"{config_file}: [{path}] holds sections, not options: put '{key}' in one of {inside}")
+        elif isinstance(value, dict):
+            raise ConfigError(f"{config_file}: {_native.unknown_name('section', name, sorted(SECTIONS))}")
         else:
-            known = sorted(SECTIONS)
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean [{close[0]}]?" if close else f"; sections are: {', '.join(known)}"
-            what = f"section [{name}]" if isinstance(value, dict) else f"option '{key}' outside any section"
-            raise ConfigError(f"{config_file}: unknown {what}{hint}")
+            raise ConfigError(
+                f"{config_file}: unknown option '{key}' outside any section (sections: {', '.join(sorted(SECTIONS))})"
+            )
 
 
 def _read_config_file(config_file: Path) -> dict:
@@ -464,8 +459,6 @@ def native_section(name: str, class_name: str, front: type | None = None):
     through the engine's check (``_native.config_check``) once coerced. ``front`` (a class of
     :func:`option` fields) adds options Python handles before the engine runs (where the run
     lives, whether to resume), placed first; its ``check`` method, if any, checks them."""
-    from .. import _native
-
     schema = _native.config_schema()[name]
     annotations: dict[str, Any] = typing.get_type_hints(front) if front else {}
     namespace: dict[str, Any] = {"__annotations__": annotations, "__doc__": schema.get("description")}

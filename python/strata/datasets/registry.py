@@ -7,11 +7,11 @@ layout and checksum was confirmed).
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
+from .. import _native
 from ..errors import ConfigError
 
 #: How a dataset's raw files become a store (see :mod:`strata.datasets.recipes`).
@@ -200,10 +200,7 @@ CATALOGUE: dict[str, Dataset] = {d.name: d for d in _ENTRIES}
 
 def get(name: str) -> Dataset:
     """The catalogue entry called ``name`` (case-insensitive); ConfigError with suggestions otherwise."""
-    by_key = {n.lower(): d for n, d in CATALOGUE.items()}
-    found = by_key.get(name.lower())
+    found = {n.lower(): d for n, d in CATALOGUE.items()}.get(name.lower())
     if found is not None:
         return found
-    close = difflib.get_close_matches(name.lower(), list(by_key), n=1, cutoff=0.5)
-    hint = f"; did you mean '{by_key[close[0]].name}'?" if close else ""
-    raise ConfigError(f"datasets: no dataset '{name}' in the catalogue{hint} (datasets: {', '.join(CATALOGUE)})")
+    raise ConfigError(f"datasets: {_native.unknown_name('dataset', name, list(CATALOGUE))}")

@@ -274,10 +274,8 @@ impl JsonSchema for AlgoParams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{build, BuildJob};
     use crate::config::RunOptions;
-    use crate::fixtures::store;
-    use crate::layout::WeightSpec;
+    use crate::fixtures::{grids, store};
     use strata_io::progress::NoProgress;
     use strata_store::config::{check, schema};
 
@@ -399,25 +397,7 @@ mod tests {
     fn every_algorithm_runs_on_a_small_grid() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 500, 3000);
-        for (symmetrize, weighted) in [(false, false), (true, false), (false, true)] {
-            build(
-                &BuildJob {
-                    store: st.clone(),
-                    name: format!("s{}-w{}", symmetrize as u8, weighted as u8),
-                    partitions: 3,
-                    symmetrize: Some(symmetrize),
-                    weights: weighted.then(|| WeightSpec {
-                        kind: "random".into(),
-                        seed: 1,
-                        low: 0.0,
-                        high: 1.0,
-                    }),
-                    ..Default::default()
-                },
-                &NoProgress,
-            )
-            .unwrap();
-        }
+        grids(&st, 3);
         for e in ALGORITHMS {
             let options: RunOptions = check(&json!({
                 "store": st,
