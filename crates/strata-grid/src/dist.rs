@@ -457,6 +457,7 @@ mod tests {
 
     use super::*;
     use crate::algo::registry::ALGORITHMS;
+    use crate::build::{build, BuildJob};
     use crate::config::RunOptions;
     use crate::fixtures::{grids, store};
     use strata_io::progress::NoProgress;
