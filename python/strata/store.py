@@ -25,7 +25,8 @@ class Store:
     def __repr__(self) -> str:
         edges = ", ".join(f"{k}={v:,}" for k, v in self.num_edges.items())
         types = f", {len(self.node_types)} node types, {len(self.edge_types)} edge types" if self.is_typed else ""
-        return f"Store({str(self.path)!r}: {self.num_nodes:,} nodes, {self.num_relations:,} relations{types}, edges {edges})"
+        sizes = f"{self.num_nodes:,} nodes, {self.num_relations:,} relations{types}"
+        return f"Store({str(self.path)!r}: {sizes}, edges {edges})"
 
     @property
     def name(self) -> str:
@@ -68,7 +69,9 @@ class Store:
     def edge_types(self) -> list[tuple[str, str, str]]:
         """Edge types by id as PyG-style ``(source type, relation, destination type)`` triples."""
         names = self.node_types
-        return [(names[e["src_type"]], e["relation"], names[e["dst_type"]]) for e in self.manifest.get("edge_types", [])]
+        return [
+            (names[e["src_type"]], e["relation"], names[e["dst_type"]]) for e in self.manifest.get("edge_types", [])
+        ]
 
     @property
     def node_type_offsets(self) -> np.ndarray:

@@ -447,3 +447,81 @@ impl Manifest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A typed manifest: paper ids 0..4, author ids 4..6, two edge types, weights.
+    fn typed() -> Manifest {
+        serde_json::from_value(serde_json::json!({
+            "format": FORMAT_NAME, "format_version": 2, "strata_version": "0", "name": "t",
+            "graph": {"num_nodes": 6, "num_relations": 2, "id_dtype": "int32",
+                      "num_edges": {"train": 5}, "num_topology_edges": 5, "symmetrized": false,
+                      "node_names": false, "relation_names": false},
+            "node_types": [{"name": "paper", "offset": 0, "count": 4},
+                           {"name": "author", "offset": 4, "count": 2,
+                            "labels": {"num_classes": 3}, "node_splits": {"train": 1}}],
+            "edge_types": [{"src_type": 0, "relation": "cites", "dst_type": 0},
+                           {"src_type": 1, "relation": "writes", "dst_type": 0}],
+            "edge_attributes": {"weights": true, "times": false},
+            "stats": GraphStats::default(), "arrays": {}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn typed_manifest_requires_version_2_arrays() {
+        let m = typed();
+        assert_eq!(m.required_version(), 2);
+        assert!(m.field_problems().is_empty(), "{:?}", m.field_problems());
+        assert_eq!(m.node_type_of(3), Some(0));
+        assert_eq!(m.node_type_of(4), Some(1));
+        assert_eq!(m.node_type_of(6), None);
+        let want: BTreeMap<String, (DType, Vec<Option<u64>>)> = m
+            .expected_arrays()
+            .into_iter()
+            .map(|e| (e.name, (e.dtype, e.shape)))
+            .collect();
+        assert_eq!(want["csc_etype"], (DType::U8, vec![Some(5)]));
+        assert_eq!(want["csr_eid"], (DType::I32, vec![Some(5)]));
+        assert_eq!(want["edge_weights_train"], (DType::F32, vec![Some(5)]));
+        assert_eq!(want["labels_t1"], (DType::I32, vec![Some(2)]));
+        assert_eq!(want["node_train_t1"], (DType::I32, vec![Some(1)]));
+        assert!(!want.contains_key("csr_times") && !want.contains_key("labels_t0"));
+    }
+
+    #[test]
+    fn field_problems_name_the_field() {
+        let mut m = typed();
+        m.node_types[1].offset = 5;
+        m.edge_types[1].dst_type = 7;
+        m.graph.symmetrized = true;
+        m.format_version = 1;
+        let p = m.field_problems().join("\n");
+        for needle in [
+            "format_version is 1 but node_types, edge_types or edge_attributes need version 2",
+            "node_types[1] ('author') starts at id 5 but the types before it end at 4",
+            "node_types cover ids 0..7 but graph.num_nodes is 6",
+            "edge_types[1] ('writes') names node type 7 but there are 2 node types",
+            "graph.symmetrized is not allowed in a typed store",
+        ] {
+            assert!(p.contains(needle), "{needle} not in {p}");
+        }
+        let mut plain = typed();
+        plain.node_types.clear();
+        plain.edge_types.clear();
+        plain.edge_attributes = None;
+        plain.graph.num_relations = 0;
+        assert_eq!(plain.required_version(), 1);
+        assert!(plain.field_problems().is_empty());
+    }
+
+    #[test]
+    fn etype_dtype_is_the_smallest_that_fits() {
+        assert_eq!(etype_dtype_for(256), DType::U8);
+        assert_eq!(etype_dtype_for(257), DType::U16);
+        assert_eq!(etype_dtype_for(1 << 16), DType::U16);
+        assert_eq!(etype_dtype_for((1 << 16) + 1), DType::U32);
+    }
+}
