@@ -76,6 +76,8 @@ def test_typed_store_through_the_python_api_and_check(typed, strata_cli):
     assert s.edge_attributes == {"weights": True, "times": True}
     assert check_store(typed)["ok"]
     assert strata_cli("check", typed, "-q").returncode == 0
+    info = strata_cli("info", typed).stdout
+    assert "node type     author: ids 4..6" in info and "edge type 1   (author, writes, paper)" in info
 
 
 def test_plain_stores_stay_version_1(tmp_path, strata_cli):
