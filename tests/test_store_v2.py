@@ -91,6 +91,21 @@ def test_plain_stores_stay_version_1(tmp_path, strata_cli):
     assert not s.is_typed and s.node_types == [] and s.topology_columns("csr") == {}
 
 
+def test_a_random_split_keeps_each_edge_with_its_weight_and_time(tmp_path, strata_cli):
+    rows = [(u, v) for u in range(6) for v in range(6) if u != v]
+    (tmp_path / "e.tsv").write_text("".join(f"{u}\t{v}\t{u * 10 + v}\t{-u * 100 - v}\n" for u, v in rows))
+    out = tmp_path / "s.strata"
+    strata_cli("convert", tmp_path / "e.tsv", "--columns", "src,dst,weight,time", "--split", "0.5,0.25,0.25",
+               "--out", out, "-q")  # fmt: skip
+    s = Store(out)
+    assert sum(s.num_edges.values()) == len(rows)
+    for split in ("train", "valid", "test"):
+        e = s.edges(split)
+        np.testing.assert_array_equal(s.edge_weights(split), e[:, 0] * 10 + e[:, 1])
+        np.testing.assert_array_equal(s.edge_times(split), -e[:, 0] * 100 - e[:, 1])
+    assert check_store(out)["ok"]
+
+
 def test_a_weight_column_alone_makes_an_untyped_version_2_store(tmp_path, strata_cli):
     (tmp_path / "e.tsv").write_text("0\t1\t0.5\n1\t2\t1.5\n2\t0\t2\n")
     out = tmp_path / "w.strata"
@@ -131,6 +146,15 @@ def test_bad_typed_input_names_file_line_and_field(tmp_path, strata_cli, edges, 
     assert "Traceback" not in proc.stderr
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_typed_graphs_refuse_symmetrize(tmp_path, strata_cli):
+    types = inputs(tmp_path)
+    out = tmp_path / "out.strata"
+    proc = strata_cli("convert", tmp_path / "edges.csv", "--columns", COLUMNS, *types, "--symmetrize", "--out", out,
+                      check=False)  # fmt: skip
+    assert proc.returncode == 2 and "symmetrize: is not supported for typed graphs" in proc.stderr, proc.stderr
+    assert not out.exists()
 
 
 def test_open_names_the_manifest_field_at_fault(typed, tmp_path):

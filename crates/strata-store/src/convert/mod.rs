@@ -312,12 +312,6 @@ pub(crate) fn finish(
         return Err(StoreError::option("inputs", "the inputs hold no edges"));
     }
     let typed = ingested.types.is_typed();
-    if typed && graph.symmetrize {
-        return Err(StoreError::option(
-            "symmetrize",
-            "is not supported for typed graphs: declare the reverse edge types and list the reverse edges instead",
-        ));
-    }
     let attrs = ingested.spooled.attrs;
     let edge_attributes = attrs.any().then_some(EdgeAttributes {
         weights: attrs.weights,

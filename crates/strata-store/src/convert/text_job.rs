@@ -176,11 +176,12 @@ fn detect_kinds(
 }
 
 /// Peak bytes of one parse block of `block` bytes whose records average `record_bytes`:
-/// the block, plus its parsed ids (three `i64` per record) or, in the name pass, its names
-/// (`names_per_record` per record, at most the block's bytes) in a table sized for them.
-fn block_cost(block: u64, record_bytes: u64, names_per_record: u64) -> u64 {
+/// the block, plus its parsed edges (three `i64` ids per record, and the f32 weight and i64
+/// time of `attrs`) or, in the name pass, its names (`names_per_record` per record, at most
+/// the block's bytes) in a table sized for them.
+fn block_cost(block: u64, record_bytes: u64, names_per_record: u64, attrs: Attrs) -> u64 {
     let records = block.div_ceil(record_bytes);
-    let ids = 24 * records;
+    let ids = (24 + 4 * attrs.weights as u64 + 8 * attrs.times as u64) * records;
     let names = match names_per_record {
         0 => 0,
         k => block + table_bytes(k * records),
@@ -226,7 +227,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     };
     let mut clock = Clock::new();
     let mut builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
-    let budget = ParseBudget::plan(graph, opts, kinds, record_bytes)?;
+    let budget = ParseBudget::plan(graph, opts, kinds, cols.attrs(), record_bytes)?;
     let mut plan = vec![
         budget.describe(graph.memory, kinds),
         format!(
@@ -344,6 +345,12 @@ fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result
             ))
         }
     };
+    if graph.symmetrize {
+        return Err(StoreError::option(
+            "symmetrize",
+            "is not supported for typed graphs: declare the reverse edge types and list the reverse edges instead",
+        ));
+    }
     let types = Types::read(nodes, edges)?;
     if let Some(n) = graph.num_nodes.filter(|&n| n != types.num_nodes()) {
         return Err(StoreError::option(
@@ -442,6 +449,7 @@ impl ParseBudget {
         graph: &GraphOptions,
         opts: &TextOptions,
         kinds: Kinds,
+        attrs: Attrs,
         record_bytes: u64,
     ) -> Result<ParseBudget> {
         let threads = graph.threads();
@@ -450,12 +458,12 @@ impl ParseBudget {
         let names_per_record = kinds.names_per_record();
         let mut block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64);
         while block_bytes > 64 << 10
-            && in_flight * block_cost(block_bytes, record_bytes, names_per_record)
+            && in_flight * block_cost(block_bytes, record_bytes, names_per_record, attrs)
                 > graph.memory / 4
         {
             block_bytes /= 2;
         }
-        let block_cost = block_cost(block_bytes, record_bytes, names_per_record);
+        let block_cost = block_cost(block_bytes, record_bytes, names_per_record, attrs);
         // A gzip input adds its decoder window and a 1 MiB read-ahead buffer.
         let gzip = if opts.inputs.iter().any(|f| is_gzip(&f.path)) {
             2 << 20
