@@ -41,6 +41,8 @@ pub const SIG_BUCKETS: u64 = 4096;
 pub const DEFAULT_MAX_PER_FILE: usize = 20;
 /// Values taken from a cursor at a time when arrays are read in lockstep.
 const PIECE: usize = 1 << 16;
+/// Values a [`Stream`] reads from disk at a time (1 MiB once decoded to `i64`).
+const STREAM_VALUES: usize = 1 << 17;
 /// Key of the edge hash.
 const EDGE_HASH_KEY: u64 = 0x0065_6467_6573_6967;
 
@@ -205,8 +207,11 @@ impl Stream {
             DType::F32 => DType::I32,
             d => d,
         };
+        // Values are decoded to i64: read at most STREAM_VALUES at a time, so that the several
+        // streams read in lockstep stay small whatever their element size.
+        let batch = STREAM_VALUES * info.dtype.size();
         Ok(Stream {
-            cursor: IntCursor::new(RowReader::open_array(store.path(), info, CHUNK)?, dtype),
+            cursor: IntCursor::new(RowReader::open_array(store.path(), info, batch)?, dtype),
             buf: Vec::new(),
             pos: 0,
         })

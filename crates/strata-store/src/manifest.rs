@@ -243,7 +243,7 @@ impl Manifest {
                 self.format_version
             ));
         }
-        if self.is_typed() != !self.edge_types.is_empty() {
+        if self.node_types.is_empty() != self.edge_types.is_empty() {
             out.push(
                 "node_types and edge_types must both be present (a typed store) or both absent"
                     .into(),
