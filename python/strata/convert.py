@@ -172,6 +172,8 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
     plan = plan_inputs(cfg)
     out = cfg.out
     graph = _graph_options(cfg, out)
+    if plan.format != "text" and (cfg.node_types or cfg.edge_types):
+        raise ConfigError(f"convert: --node-types and --edge-types apply to text edge lists, not {plan.format} inputs")
     if plan.format == "text":
         columns = cfg.columns or ("src,rel,dst" if cfg.relations else "src,dst")
         text = {
@@ -182,6 +184,8 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
             "header": cfg.header,
             "ids": cfg.ids,
             "relation_ids": cfg.relation_ids,
+            "node_types": str(cfg.node_types) if cfg.node_types else None,
+            "edge_types": str(cfg.edge_types) if cfg.edge_types else None,
         }
         return _native.convert_text({"graph": graph, "text": text}, progress)
     if plan.format == "bin32":

@@ -24,6 +24,9 @@ def describe(store: Store, memory: int | None = None) -> dict:
         "features": m.get("features"),
         "labels": m.get("labels"),
         "node_splits": m.get("node_splits", {}),
+        "node_types": m.get("node_types", []),
+        "edge_types": store.edge_types,
+        "edge_attributes": m.get("edge_attributes"),
         "stats": m["stats"],
         "bytes_per_file": usage,
         "bytes_total": sum(usage.values()),
@@ -78,10 +81,19 @@ def render(desc: dict) -> str:
     ]
     named = " (named)" if g["node_names"] else " (integer ids)"
     lines.append(f"  nodes         {g['num_nodes']:,}{named}")
-    if g["num_relations"]:
+    for t in desc["node_types"]:
+        lines.append(f"  node type     {t['name']}: ids {t['offset']:,}..{t['offset'] + t['count']:,}")
+    if desc["edge_types"]:
+        for k, (src, rel, dst) in enumerate(desc["edge_types"]):
+            lines.append(f"  edge type {k:<3} ({src}, {rel}, {dst})")
+    elif g["num_relations"]:
         lines.append(f"  relations     {g['num_relations']:,}{' (named)' if g['relation_names'] else ''}")
+    attrs = desc["edge_attributes"] or {}
+    if attrs:
+        held = [k for k in ("weights", "times") if attrs.get(k)] + (["features"] if attrs.get("features") else [])
+        lines.append(f"  edge data     {', '.join(held)} (parallel to the edge lists and to CSR/CSC)")
     edges = " / ".join(f"{g['num_edges'][k]:,} {k}" for k in ("train", "valid", "test") if k in g["num_edges"])
-    cols = "src,rel,dst" if g["num_relations"] else "src,dst"
+    cols = "src,etype,dst" if desc["edge_types"] else "src,rel,dst" if g["num_relations"] else "src,dst"
     lines.append(f"  edges         {edges}  ({g['id_dtype']} ids, columns {cols})")
     sym = ", symmetrized: CSR = CSC" if g["symmetrized"] else ""
     lines.append(f"  topology      {g['num_topology_edges']:,} edges in CSR and CSC{sym}")

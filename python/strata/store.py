@@ -24,7 +24,9 @@ class Store:
 
     def __repr__(self) -> str:
         edges = ", ".join(f"{k}={v:,}" for k, v in self.num_edges.items())
-        return f"Store({str(self.path)!r}: {self.num_nodes:,} nodes, {self.num_relations:,} relations, edges {edges})"
+        types = f", {len(self.node_types)} node types, {len(self.edge_types)} edge types" if self.is_typed else ""
+        sizes = f"{self.num_nodes:,} nodes, {self.num_relations:,} relations{types}"
+        return f"Store({str(self.path)!r}: {sizes}, edges {edges})"
 
     @property
     def name(self) -> str:
@@ -47,6 +49,86 @@ class Store:
     def num_edges(self) -> dict[str, int]:
         """Edges per split."""
         return dict(self.graph["num_edges"])
+
+    @property
+    def format_version(self) -> int:
+        """1 for a plain store, 2 when it has node/edge types or edge attributes."""
+        return self.manifest["format_version"]
+
+    @property
+    def is_typed(self) -> bool:
+        """Whether the store has node and edge types (format 2)."""
+        return bool(self.manifest.get("node_types"))
+
+    @property
+    def node_types(self) -> list[str]:
+        """Node type names in id order (empty for an untyped store)."""
+        return [t["name"] for t in self.manifest.get("node_types", [])]
+
+    @property
+    def edge_types(self) -> list[tuple[str, str, str]]:
+        """Edge types by id as PyG-style ``(source type, relation, destination type)`` triples."""
+        names = self.node_types
+        return [
+            (names[e["src_type"]], e["relation"], names[e["dst_type"]]) for e in self.manifest.get("edge_types", [])
+        ]
+
+    @property
+    def node_type_offsets(self) -> np.ndarray:
+        """int64 array of ``len(node_types) + 1`` offsets: type ``t`` owns the global ids
+        ``offsets[t] .. offsets[t+1]`` (like GraphBolt's ``node_type_offset``)."""
+        types = self.manifest.get("node_types", [])
+        return np.array([t["offset"] for t in types] + [self.num_nodes] if types else [], dtype=np.int64)
+
+    def node_type_index(self, node_type: str | int) -> int:
+        """Index of a node type given by name or index."""
+        names = self.node_types
+        if isinstance(node_type, int) and 0 <= node_type < len(names):
+            return node_type
+        if node_type in names:
+            return names.index(node_type)
+        raise StoreFormatError(f"store {self.path} has no node type {node_type!r}; it has: {names}")
+
+    def node_type_info(self, node_type: str | int) -> dict:
+        """The manifest entry of a node type: ``name``, ``offset``, ``count`` and, when present,
+        ``features`` (dim, dtype), ``labels`` (num_classes) and ``node_splits``."""
+        return self.manifest["node_types"][self.node_type_index(node_type)]
+
+    def node_type_of(self, nodes) -> np.ndarray:
+        """Node type index of each global id in ``nodes`` (a binary search over the offsets)."""
+        if not self.is_typed:
+            raise StoreFormatError(f"store {self.path} has no node types")
+        return np.searchsorted(self.node_type_offsets, np.asarray(nodes), side="right") - 1
+
+    def type_array(self, kind: str, node_type: str | int) -> np.ndarray | None:
+        """A per-type array (``features``, ``labels``, ``node_train``, ``node_valid``,
+        ``node_test``) of a node type, indexed by local id (``global - offset``; node splits
+        hold local ids), or None when the type has none."""
+        name = f"{kind}_t{self.node_type_index(node_type)}"
+        return self.array(name) if self.has(name) else None
+
+    @property
+    def edge_attributes(self) -> dict:
+        """``weights`` and ``times`` (bools) and ``features`` (dim, dtype) of the edges; empty
+        for a store without edge attributes."""
+        return dict(self.manifest.get("edge_attributes") or {})
+
+    def edge_weights(self, split: str = "train") -> np.ndarray | None:
+        """float32 weight of each edge of a split, parallel to ``edges(split)``."""
+        return self.array(f"edge_weights_{split}") if self.has(f"edge_weights_{split}") else None
+
+    def edge_times(self, split: str = "train") -> np.ndarray | None:
+        """int64 time of each edge of a split, parallel to ``edges(split)``."""
+        return self.array(f"edge_times_{split}") if self.has(f"edge_times_{split}") else None
+
+    def topology_columns(self, direction: str) -> dict[str, np.ndarray]:
+        """The per-edge columns parallel to ``csr_indices`` (``direction="csr"``) or
+        ``csc_indices`` (``"csc"``) of a format-2 store: ``eid`` (row in ``edges_train``),
+        and when present ``etype``, ``weights`` and ``times``."""
+        if direction not in ("csr", "csc"):
+            raise ValueError(f"direction must be 'csr' or 'csc', got {direction!r}")
+        cols = ("eid", "etype", "weights", "times")
+        return {c: self.array(f"{direction}_{c}") for c in cols if self.has(f"{direction}_{c}")}
 
     def has(self, name: str) -> bool:
         return name in self.manifest["arrays"]

@@ -114,6 +114,7 @@ pub fn encode_ints(vals: &[i64], dtype: DType, out: &mut Vec<u8>) {
         }
         DType::I64 => out.extend_from_slice(bytemuck::cast_slice(vals)),
         DType::U8 => out.extend(vals.iter().map(|&v| v as u8)),
+        DType::U16 => out.extend(vals.iter().flat_map(|&v| (v as u16).to_le_bytes())),
         DType::U32 => out.extend(vals.iter().flat_map(|&v| (v as u32).to_le_bytes())),
         DType::U64 => out.extend(vals.iter().flat_map(|&v| (v as u64).to_le_bytes())),
         DType::I16 => out.extend(vals.iter().flat_map(|&v| (v as i16).to_le_bytes())),

@@ -29,6 +29,7 @@ use crate::convert::DegreeHistogram;
 use crate::error::{Result, StoreError};
 use crate::ids::{IdCheck, IndptrCheck};
 use crate::manifest::{DegreeStats, Manifest};
+use crate::npy::DType;
 use crate::rng::derive;
 use crate::store::{array_problems, Store, MANIFEST as MANIFEST_FILE};
 
@@ -40,6 +41,8 @@ pub const SIG_BUCKETS: u64 = 4096;
 pub const DEFAULT_MAX_PER_FILE: usize = 20;
 /// Values taken from a cursor at a time when arrays are read in lockstep.
 const PIECE: usize = 1 << 16;
+/// Values a [`Stream`] reads from disk at a time (1 MiB once decoded to `i64`).
+const STREAM_VALUES: usize = 1 << 17;
 /// Key of the edge hash.
 const EDGE_HASH_KEY: u64 = 0x0065_6467_6573_6967;
 
@@ -174,7 +177,7 @@ impl Checked {
     }
 
     /// Lists every value of `check`'s array out of its range.
-    fn ids(
+    pub(crate) fn ids(
         &mut self,
         store: &Store,
         name: &str,
@@ -189,27 +192,32 @@ impl Checked {
 }
 
 /// An integer array read value by value, in chunks (for reading arrays in lockstep).
-struct Stream {
+pub(crate) struct Stream {
     cursor: IntCursor,
     buf: Vec<i64>,
     pos: usize,
 }
 
 impl Stream {
-    fn open(checked: &mut Checked, store: &Store, name: &str) -> Result<Stream> {
+    pub(crate) fn open(checked: &mut Checked, store: &Store, name: &str) -> Result<Stream> {
         let info = store.require(name)?;
         checked.read(&info.file, info.data_bytes());
+        // A float32 array (weights) is read as its bit patterns, for exact comparisons.
+        let dtype = match info.dtype {
+            DType::F32 => DType::I32,
+            d => d,
+        };
+        // Values are decoded to i64: read at most STREAM_VALUES at a time, so that the several
+        // streams read in lockstep stay small whatever their element size.
+        let batch = STREAM_VALUES * info.dtype.size();
         Ok(Stream {
-            cursor: IntCursor::new(
-                RowReader::open_array(store.path(), info, CHUNK)?,
-                info.dtype,
-            ),
+            cursor: IntCursor::new(RowReader::open_array(store.path(), info, batch)?, dtype),
             buf: Vec::new(),
             pos: 0,
         })
     }
 
-    fn next(&mut self) -> Result<Option<i64>> {
+    pub(crate) fn next(&mut self) -> Result<Option<i64>> {
         if self.pos == self.buf.len() {
             self.cursor.take(PIECE, &mut self.buf)?;
             self.pos = 0;
@@ -220,7 +228,7 @@ impl Stream {
     }
 
     /// The next `n` values (fewer at the end) into `out`.
-    fn take(&mut self, n: usize, out: &mut Vec<i64>) -> Result<()> {
+    pub(crate) fn take(&mut self, n: usize, out: &mut Vec<i64>) -> Result<()> {
         out.clear();
         let here = (self.buf.len() - self.pos).min(n);
         out.extend_from_slice(&self.buf[self.pos..self.pos + here]);
@@ -445,9 +453,9 @@ fn values(store: &Store, checked: &mut Checked, progress: &dyn Progress) -> Resu
         }
     }
     if m.features.is_some() {
-        features(store, checked, progress)?;
+        finite(store, checked, "features", progress)?;
     }
-    Ok(())
+    crate::check_v2::format2(store, checked, progress)
 }
 
 /// Checks `DIR_indptr` with the degree array `degrees` and the manifest's `stats`, then
@@ -715,10 +723,16 @@ fn name_table(
     Ok(())
 }
 
-/// Checks that every feature value is finite (a NaN poisons every model that reads the row).
-fn features(store: &Store, checked: &mut Checked, progress: &dyn Progress) -> Result<()> {
-    let info = store.require("features")?.clone();
-    let dim = info.shape[1].max(1) as usize;
+/// Checks that every value of float array `name` (features, weights) is finite (a NaN poisons
+/// every model that reads the row).
+pub(crate) fn finite(
+    store: &Store,
+    checked: &mut Checked,
+    name: &str,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let info = store.require(name)?.clone();
+    let dim = info.shape.get(1).copied().unwrap_or(1).max(1) as usize;
     let mut reader = RowReader::open_array(store.path(), &info, CHUNK)?;
     let mut meter = Meter::new(
         progress,
@@ -736,7 +750,7 @@ fn features(store: &Store, checked: &mut Checked, progress: &dyn Progress) -> Re
                     &info.file,
                     Some(row),
                     format!(
-                        "{} row {row}: column {col} is {} (features must be finite)",
+                        "{} row {row}: column {col} is {} ({name} must be finite)",
                         info.file, r[col]
                     ),
                 );

@@ -7,6 +7,7 @@ compile_error!("Strata's file formats are little-endian and it reads them in pla
 pub mod array;
 pub mod budget;
 pub mod check;
+mod check_v2;
 pub mod config;
 pub mod convert;
 pub mod error;

@@ -135,10 +135,11 @@ fn validate_arrays(store: &Path, manifest: &Manifest) -> Result<()> {
     }
 }
 
-/// Every disagreement between the manifest and the array files of the store at `store` (what
-/// [`Store::open`] checks), one message each; `strata check` lists them all.
+/// Every disagreement within the manifest's fields and between the manifest and the array
+/// files of the store at `store` (what [`Store::open`] checks), one message each; `strata
+/// check` lists them all.
 pub(crate) fn array_problems(store: &Path, manifest: &Manifest) -> Vec<String> {
-    let mut problems = Vec::new();
+    let mut problems = manifest.field_problems();
     let fmt_shape = |s: &[Option<u64>]| {
         let parts: Vec<String> = s
             .iter()
@@ -336,6 +337,8 @@ impl StoreBuilder {
     /// [`Store::open`] refuses.
     pub fn commit(mut self, mut manifest: Manifest) -> Result<Store> {
         manifest.arrays = std::mem::take(&mut self.arrays);
+        // Version 1 unless the contents need 2, so plain stores stay readable by older readers.
+        manifest.format_version = manifest.required_version();
         let scratch = self.tmp.join(".scratch");
         if scratch.exists() {
             std::fs::remove_dir_all(&scratch).map_err(|e| StoreError::os("remove", &scratch, e))?;

@@ -158,6 +158,9 @@ pub fn write_version(out: &Path, src: &dyn VersionSource, meta: &VersionMeta<'_>
             .num_classes
             .map(|num_classes| LabelInfo { num_classes }),
         node_splits: BTreeMap::new(),
+        node_types: Vec::new(),
+        edge_types: Vec::new(),
+        edge_attributes: None,
         stats,
         arrays: BTreeMap::new(),
         provenance: meta.provenance.clone(),

@@ -12,6 +12,7 @@ mod spool;
 mod text;
 mod text_job;
 mod topology;
+mod types;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, StoreError};
 use crate::manifest::{
-    id_dtype_for, FeatureInfo, GraphInfo, LabelInfo, Manifest, FORMAT_NAME, FORMAT_VERSION,
+    etype_dtype_for, id_dtype_for, EdgeAttributes, FeatureInfo, GraphInfo, LabelInfo, Manifest,
+    FORMAT_NAME, FORMAT_VERSION,
 };
 use crate::npy::DType;
 use crate::store::StoreBuilder;
@@ -35,7 +37,8 @@ pub use text_job::{convert_text, IdKind, TextJob, TextOptions};
 pub use topology::DegreeHistogram;
 
 use spool::{finalize_edges, Spooled};
-use topology::{build_topology, TopologyInput};
+use topology::{build_topology, Payload, TopologyInput};
+pub(crate) use types::Types;
 
 fn default_io_chunk() -> u64 {
     4 << 20
@@ -247,7 +250,10 @@ pub(crate) struct Ingested {
     pub converter: &'static str,
     /// Budget plan lines so far.
     pub plan: Vec<String>,
+    /// Spooled edges; in a typed conversion the relation column holds the edge type.
     pub spooled: Spooled,
+    /// Node and edge types (empty for an untyped graph).
+    pub types: Types,
     pub num_nodes: u64,
     pub num_relations: u64,
     pub node_names: bool,
@@ -305,6 +311,13 @@ pub(crate) fn finish(
     if ingested.spooled.total_rows() == 0 {
         return Err(StoreError::option("inputs", "the inputs hold no edges"));
     }
+    let typed = ingested.types.is_typed();
+    let attrs = ingested.spooled.attrs;
+    let edge_attributes = attrs.any().then_some(EdgeAttributes {
+        weights: attrs.weights,
+        times: attrs.times,
+        features: None,
+    });
     let random = graph.split.map(|f| (f, graph.seed));
     let num_edges = finalize_edges(
         &mut builder,
@@ -336,6 +349,15 @@ pub(crate) fn finish(
         node_names: ingested.node_names,
         relation_names: ingested.relation_names,
     };
+    let weights = builder.arrays().get("edge_weights_train").cloned();
+    let times = builder.arrays().get("edge_times_train").cloned();
+    let payload = (typed || attrs.any()).then(|| Payload {
+        num_etypes: ingested.types.edge_types.len() as u64,
+        etype_dtype: etype_dtype_for(ingested.types.edge_types.len() as u64),
+        eid_dtype: id_dtype_for(edges_info.shape[0]),
+        weights: weights.as_ref(),
+        times: times.as_ref(),
+    });
     let topo = build_topology(
         &mut builder,
         &TopologyInput {
@@ -346,6 +368,7 @@ pub(crate) fn finish(
             symmetrize: graph.symmetrize,
             budget: graph.memory,
             io_chunk,
+            payload,
         },
         progress,
     )?;
@@ -361,6 +384,9 @@ pub(crate) fn finish(
         features: node_data.features.clone(),
         labels: node_data.labels.clone(),
         node_splits: node_data.node_splits.clone(),
+        node_types: ingested.types.node_types.clone(),
+        edge_types: ingested.types.edge_types.clone(),
+        edge_attributes,
         stats: topo.stats,
         arrays: BTreeMap::new(),
         provenance: serde_json::json!({

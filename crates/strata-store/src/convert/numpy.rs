@@ -7,10 +7,10 @@ use serde::Deserialize;
 use strata_io::SeqReader;
 
 use super::nodes::{node_count_hint, write_node_data, NodeInputs};
-use super::spool::{split_index, EdgeBatch, Spool};
+use super::spool::{split_index, Attrs, EdgeBatch, Spool};
 use super::{
     announce, check_inputs, file_len, finish, resolve_num_nodes, Clock, GraphOptions, Ingested,
-    InputFile, NodeData, Summary,
+    InputFile, NodeData, Summary, Types,
 };
 use crate::array::{IntCursor, RowReader};
 use crate::error::{Result, StoreError};
@@ -306,6 +306,7 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
         "np",
         spool_dtype,
         if has_rel { 3 } else { 2 },
+        Attrs::default(),
         io_chunk,
     );
     let total_bytes: u64 = arrays.iter().map(|a| a.header.data_bytes()).sum();
@@ -365,6 +366,7 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
             .map(|p| file_len(p))
             .sum::<Result<u64>>()?;
     let ingested = Ingested {
+        types: Types::default(),
         converter: "numpy",
         plan,
         input_rows: spooled.total_rows(),
@@ -415,7 +417,14 @@ pub fn convert_binary(job: &BinaryJob, progress: &dyn Progress) -> Result<Summar
             fmt_bytes(io_chunk as u64)
         )],
     );
-    let mut spool = Spool::new(&builder.scratch()?, "bin", DType::I32, 2, io_chunk);
+    let mut spool = Spool::new(
+        &builder.scratch()?,
+        "bin",
+        DType::I32,
+        2,
+        Attrs::default(),
+        io_chunk,
+    );
     let mut meter = Meter::new(progress, "edges", input_bytes, input_bytes / 8);
     let mut batch = EdgeBatch::default();
     for f in &job.inputs {
@@ -456,6 +465,7 @@ pub fn convert_binary(job: &BinaryJob, progress: &dyn Progress) -> Result<Summar
     clock.lap("edges in");
     let num_nodes = resolve_num_nodes(graph, spooled.max_node, spooled.total_rows())?;
     let ingested = Ingested {
+        types: Types::default(),
         converter: "bin32",
         plan,
         input_rows: spooled.total_rows(),

@@ -125,9 +125,17 @@ pub struct ConvertOptions {
     pub test: Vec<PathBuf>,
     /// text lines are (src, relation, dst) triples; same as columns = src,rel,dst
     pub relations: bool,
-    /// meaning of each text field, comma-separated: src, dst, rel, or _ to ignore (default
-    /// src,dst; src,rel,dst with --relations)
+    /// meaning of each text field, comma-separated: src, dst, rel, weight (float32), time
+    /// (int64), or _ to ignore (default src,dst; src,rel,dst with --relations)
     pub columns: String,
+    /// typed graph: file of node types, one `NAME<TAB>COUNT` line each in id order (each type
+    /// owns the next COUNT integer ids); needs --edge-types
+    #[schemars(extend("x-kind" = "path"))]
+    pub node_types: Option<PathBuf>,
+    /// typed graph: file of edge types, one `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` line each;
+    /// the rel column (if any) names the relation
+    #[schemars(extend("x-kind" = "path"))]
+    pub edge_types: Option<PathBuf>,
     /// field separator of text inputs; auto detects per file from its first data line
     pub delimiter: Delimiter,
     /// lines starting with this are skipped; empty for none
@@ -197,6 +205,8 @@ impl Default for ConvertOptions {
             test: Vec::new(),
             relations: false,
             columns: String::new(),
+            node_types: None,
+            edge_types: None,
             delimiter: Delimiter::Auto,
             comment: "#".into(),
             header: false,

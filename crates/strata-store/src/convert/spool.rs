@@ -12,22 +12,29 @@ use crate::rng::Rng;
 use crate::store::StoreBuilder;
 use strata_io::progress::{Meter, Progress};
 
-/// Edges in columns; `rel` is empty when the input has no relation column. An id of `-1`
-/// marks an endpoint not resolved yet (string ids looked up in several passes).
+/// Edges in columns; `rel` is empty when the input has no relation column, `weight` and
+/// `time` when it has no such attribute. An id of `-1` marks an endpoint not resolved yet
+/// (string ids looked up in several passes).
 #[derive(Default, Debug, Clone, PartialEq)]
 pub(crate) struct EdgeBatch {
     pub src: Vec<i64>,
     pub rel: Vec<i64>,
     pub dst: Vec<i64>,
+    pub weight: Vec<f32>,
+    pub time: Vec<i64>,
 }
 
 impl EdgeBatch {
-    /// A batch that holds `rows` edges (with relations when `rel`) without growing.
-    pub fn with_capacity(rows: usize, rel: bool) -> Self {
+    /// A batch that holds `rows` edges (with relations when `rel`, and the attributes of
+    /// `attrs`) without growing.
+    pub fn with_capacity(rows: usize, rel: bool, attrs: Attrs) -> Self {
+        let some = |on: bool| if on { rows } else { 0 };
         EdgeBatch {
             src: Vec::with_capacity(rows),
-            rel: Vec::with_capacity(if rel { rows } else { 0 }),
+            rel: Vec::with_capacity(some(rel)),
             dst: Vec::with_capacity(rows),
+            weight: Vec::with_capacity(some(attrs.weights)),
+            time: Vec::with_capacity(some(attrs.times)),
         }
     }
 
@@ -39,6 +46,27 @@ impl EdgeBatch {
         self.src.clear();
         self.rel.clear();
         self.dst.clear();
+        self.weight.clear();
+        self.time.clear();
+    }
+}
+
+/// Which per-edge attributes the spool rows carry after their id columns: the weight's f32
+/// bits, then the time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Attrs {
+    pub weights: bool,
+    pub times: bool,
+}
+
+impl Attrs {
+    pub fn any(self) -> bool {
+        self.weights || self.times
+    }
+
+    /// Attribute columns after the ids.
+    pub fn width(self) -> usize {
+        self.weights as usize + self.times as usize
     }
 }
 
@@ -57,7 +85,9 @@ pub(crate) struct SpoolFile {
 pub(crate) struct Spooled {
     pub files: [Option<SpoolFile>; 3],
     pub dtype: DType,
+    /// Id columns (2 or 3); the attribute columns of `attrs` follow them in each row.
     pub cols: usize,
+    pub attrs: Attrs,
     /// Largest node id seen (-1 if none).
     pub max_node: i64,
     /// Largest relation id seen (-1 if none).
@@ -72,6 +102,11 @@ impl Spooled {
     pub fn total_rows(&self) -> u64 {
         (0..3).map(|s| self.rows(s)).sum()
     }
+
+    /// Columns of a spooled row.
+    pub fn width(&self) -> usize {
+        self.cols + self.attrs.width()
+    }
 }
 
 /// Appends edge batches to one array per split in a scratch directory.
@@ -80,6 +115,7 @@ pub(crate) struct Spool {
     tag: String,
     dtype: DType,
     cols: usize,
+    attrs: Attrs,
     io_chunk: usize,
     writers: [Option<NpyWriter>; 3],
     prev: [Option<IntCursor>; 3],
@@ -90,13 +126,23 @@ pub(crate) struct Spool {
 }
 
 impl Spool {
-    /// A spool writing `dtype` rows of `cols` columns into files `edges-TAG-SPLIT.npy` of `dir`.
-    pub fn new(dir: &Path, tag: &str, dtype: DType, cols: usize, io_chunk: usize) -> Self {
+    /// A spool writing `dtype` rows of `cols` id columns (and the columns of `attrs`, which
+    /// need `dtype` int64) into files `edges-TAG-SPLIT.npy` of `dir`.
+    pub fn new(
+        dir: &Path,
+        tag: &str,
+        dtype: DType,
+        cols: usize,
+        attrs: Attrs,
+        io_chunk: usize,
+    ) -> Self {
+        debug_assert!(!attrs.any() || dtype == DType::I64);
         Spool {
             dir: dir.to_path_buf(),
             tag: tag.to_string(),
             dtype,
             cols,
+            attrs,
             io_chunk,
             writers: [None, None, None],
             prev: [None, None, None],
@@ -110,7 +156,7 @@ impl Spool {
     /// A spool that merges each batch with the same rows of `prev`: endpoints still `-1` in a
     /// batch take their value from `prev`.
     pub fn patching(dir: &Path, tag: &str, prev: &Spooled, io_chunk: usize) -> Result<Self> {
-        let mut spool = Spool::new(dir, tag, prev.dtype, prev.cols, io_chunk);
+        let mut spool = Spool::new(dir, tag, prev.dtype, prev.cols, prev.attrs, io_chunk);
         for (slot, file) in prev.files.iter().enumerate() {
             if let Some(f) = file {
                 spool.prev[slot] = Some(IntCursor::new(
@@ -135,7 +181,14 @@ impl Spool {
                 self.rows.push(batch.rel[i]);
             }
             self.rows.push(batch.dst[i]);
+            if self.attrs.weights {
+                self.rows.push(batch.weight[i].to_bits() as i64);
+            }
+            if self.attrs.times {
+                self.rows.push(batch.time[i]);
+            }
         }
+        let width = self.cols + self.attrs.width();
         if let Some(prev) = self.prev[split].as_mut() {
             prev.take(self.rows.len(), &mut self.prev_rows)?;
             if self.prev_rows.len() != self.rows.len() {
@@ -144,13 +197,20 @@ impl Spool {
                     "an input file changed during the conversion: two passes read different edges",
                 ));
             }
-            for (v, p) in self.rows.iter_mut().zip(&self.prev_rows) {
-                if *v < 0 {
-                    *v = *p;
+            // Only ids are patched: a time may be negative.
+            for (row, prev_row) in self
+                .rows
+                .chunks_exact_mut(width)
+                .zip(self.prev_rows.chunks_exact(width))
+            {
+                for (v, p) in row[..self.cols].iter_mut().zip(prev_row) {
+                    if *v < 0 {
+                        *v = *p;
+                    }
                 }
             }
         }
-        for row in self.rows.chunks_exact(self.cols) {
+        for row in self.rows.chunks_exact(width) {
             self.max_node = self.max_node.max(row[0]).max(row[self.cols - 1]);
             if with_rel {
                 self.max_rel = self.max_rel.max(row[1]);
@@ -163,7 +223,7 @@ impl Spool {
             self.writers[split] = Some(NpyWriter::create(
                 &path,
                 self.dtype,
-                &[self.cols as u64],
+                &[width as u64],
                 self.io_chunk,
             )?);
         }
@@ -186,6 +246,7 @@ impl Spool {
             files,
             dtype: self.dtype,
             cols: self.cols,
+            attrs: self.attrs,
             max_node: self.max_node,
             max_rel: self.max_rel,
         })
@@ -261,8 +322,92 @@ impl Splitter {
     }
 }
 
-/// Turns spooled edges into the store's `edges_{split}` arrays in `final_dtype`, splitting
-/// them at random when `random_split` is given. Returns the edge count per split.
+/// The arrays of one split being written: `edges_SPLIT` and, with attributes,
+/// `edge_weights_SPLIT` and `edge_times_SPLIT`.
+struct SplitWriters {
+    split: &'static str,
+    edges: NpyWriter,
+    weights: Option<NpyWriter>,
+    times: Option<NpyWriter>,
+    ids: Vec<i64>,
+    weight_vals: Vec<f32>,
+    time_vals: Vec<i64>,
+}
+
+impl SplitWriters {
+    fn create(
+        builder: &StoreBuilder,
+        split: &'static str,
+        spooled: &Spooled,
+        final_dtype: DType,
+        io_chunk: usize,
+    ) -> Result<Self> {
+        let attr = |on: bool, what: &str, dtype: DType| -> Result<Option<NpyWriter>> {
+            on.then(|| builder.writer(&format!("edge_{what}_{split}"), dtype, &[], io_chunk))
+                .transpose()
+        };
+        Ok(SplitWriters {
+            split,
+            edges: builder.writer(
+                &format!("edges_{split}"),
+                final_dtype,
+                &[spooled.cols as u64],
+                io_chunk,
+            )?,
+            weights: attr(spooled.attrs.weights, "weights", DType::F32)?,
+            times: attr(spooled.attrs.times, "times", DType::I64)?,
+            ids: Vec::new(),
+            weight_vals: Vec::new(),
+            time_vals: Vec::new(),
+        })
+    }
+
+    /// Writes spooled rows (`cols` ids, then the attributes).
+    fn write_rows(&mut self, rows: &[i64], cols: usize, attrs: Attrs) -> Result<()> {
+        if !attrs.any() {
+            return self.edges.write_ints(rows);
+        }
+        self.ids.clear();
+        self.weight_vals.clear();
+        self.time_vals.clear();
+        for row in rows.chunks_exact(cols + attrs.width()) {
+            self.ids.extend_from_slice(&row[..cols]);
+            let mut at = cols;
+            if attrs.weights {
+                self.weight_vals.push(f32::from_bits(row[at] as u32));
+                at += 1;
+            }
+            if attrs.times {
+                self.time_vals.push(row[at]);
+            }
+        }
+        self.edges.write_ints(&self.ids)?;
+        if let Some(w) = self.weights.as_mut() {
+            w.write(&self.weight_vals)?;
+        }
+        if let Some(w) = self.times.as_mut() {
+            w.write(&self.time_vals)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the arrays, adds them to `builder` and returns the split's edge count.
+    fn finish(self, builder: &mut StoreBuilder) -> Result<u64> {
+        let info = self.edges.finish()?;
+        let rows = info.shape[0];
+        builder.add(&format!("edges_{}", self.split), info);
+        for (what, w) in [("weights", self.weights), ("times", self.times)] {
+            if let Some(w) = w {
+                builder.add(&format!("edge_{what}_{}", self.split), w.finish()?);
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// Turns spooled edges into the store's `edges_{split}` arrays in `final_dtype` (and the
+/// attribute arrays `edge_weights_{split}`, `edge_times_{split}`), splitting them at random
+/// when `random_split` is given. Returns the edge count per split.
 pub(crate) fn finalize_edges(
     builder: &mut StoreBuilder,
     spooled: Spooled,
@@ -272,6 +417,7 @@ pub(crate) fn finalize_edges(
     progress: &dyn Progress,
 ) -> Result<BTreeMap<String, u64>> {
     let mut counts = BTreeMap::new();
+    let width = spooled.width();
     if let Some((fractions, seed)) = random_split {
         let all = spooled.files[0]
             .as_ref()
@@ -280,10 +426,11 @@ pub(crate) fn finalize_edges(
         let mut splitter = Splitter::new(n, fractions, seed);
         let mut writers = Vec::new();
         for split in SPLITS {
-            writers.push(builder.writer(
-                &format!("edges_{split}"),
+            writers.push(SplitWriters::create(
+                builder,
+                split,
+                &spooled,
                 final_dtype,
-                &[spooled.cols as u64],
                 io_chunk,
             )?);
         }
@@ -294,20 +441,19 @@ pub(crate) fn finalize_edges(
         while let Some(bytes) = reader.next_batch()? {
             vals.clear();
             decode_ints(bytes, spooled.dtype, &mut vals);
-            for row in vals.chunks_exact(spooled.cols) {
+            for row in vals.chunks_exact(width) {
                 parts[splitter.next()].extend_from_slice(row);
             }
             for (w, part) in writers.iter_mut().zip(parts.iter_mut()) {
-                w.write_ints(part)?;
+                w.write_rows(part, spooled.cols, spooled.attrs)?;
                 part.clear();
             }
-            meter.add((vals.len() / spooled.cols) as u64, bytes.len() as u64)?;
+            meter.add((vals.len() / width) as u64, bytes.len() as u64)?;
         }
         meter.finish()?;
-        for (split, w) in SPLITS.iter().zip(writers) {
-            let info = w.finish()?;
-            counts.insert(split.to_string(), info.shape[0]);
-            builder.add(&format!("edges_{split}"), info);
+        for w in writers {
+            let split = w.split;
+            counts.insert(split.to_string(), w.finish(builder)?);
         }
         remove_spool(&spooled);
         return Ok(counts);
@@ -316,14 +462,15 @@ pub(crate) fn finalize_edges(
         let Some(file) = file else { continue };
         let name = format!("edges_{}", SPLITS[slot]);
         let rows = file.info.shape[0];
-        if spooled.dtype == final_dtype {
+        if spooled.dtype == final_dtype && !spooled.attrs.any() {
             let dest = builder.array_file(&name);
             std::fs::rename(&file.path, &dest).map_err(|e| StoreError::os("rename", &dest, e))?;
             let mut info = file.info.clone();
             info.file = dest.file_name().unwrap().to_string_lossy().into_owned();
             builder.add(&name, info);
         } else {
-            let mut w = builder.writer(&name, final_dtype, &[spooled.cols as u64], io_chunk)?;
+            let mut w =
+                SplitWriters::create(builder, SPLITS[slot], &spooled, final_dtype, io_chunk)?;
             let mut meter = Meter::new(
                 progress,
                 &format!("narrow {name}"),
@@ -336,11 +483,11 @@ pub(crate) fn finalize_edges(
             while let Some(bytes) = reader.next_batch()? {
                 vals.clear();
                 decode_ints(bytes, spooled.dtype, &mut vals);
-                w.write_ints(&vals)?;
-                meter.add((vals.len() / spooled.cols) as u64, bytes.len() as u64)?;
+                w.write_rows(&vals, spooled.cols, spooled.attrs)?;
+                meter.add((vals.len() / width) as u64, bytes.len() as u64)?;
             }
             meter.finish()?;
-            builder.add(&name, w.finish()?);
+            w.finish(builder)?;
             let _ = std::fs::remove_file(&file.path);
         }
         counts.insert(SPLITS[slot].to_string(), rows);

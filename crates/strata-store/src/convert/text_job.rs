@@ -11,14 +11,14 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::dict::{table_bytes, NameCollector, NameDict};
-use super::spool::{remove_spool, split_index, EdgeBatch, Spool, Spooled};
+use super::spool::{remove_spool, split_index, Attrs, EdgeBatch, Spool, Spooled};
 use super::text::{
     for_each_record, is_canonical_uint, is_gzip, par_map_blocks, parse_uint, Block, BlockReader,
     Delimiter, Layout,
 };
 use super::{
     announce, check_inputs, finish, resolve_num_nodes, Clock, GraphOptions, Ingested, InputFile,
-    NodeData, Summary,
+    NodeData, Summary, Types,
 };
 use crate::array::{read_i64_range, read_range, RowReader};
 use crate::error::{Result, StoreError};
@@ -49,7 +49,8 @@ pub enum IdKind {
 #[serde(deny_unknown_fields)]
 pub struct TextOptions {
     pub inputs: Vec<InputFile>,
-    /// Meaning of each field: `src`, `dst`, optionally `rel`, and `_` for ignored fields.
+    /// Meaning of each field: `src`, `dst`, optionally `rel`, `weight` (float32) and `time`
+    /// (int64), and `_` for ignored fields.
     pub columns: Vec<String>,
     pub delimiter: Delimiter,
     /// Lines starting with this (after blanks) are comments; empty for none.
@@ -60,6 +61,12 @@ pub struct TextOptions {
     pub ids: IdKind,
     /// How relation ids are read.
     pub relation_ids: IdKind,
+    /// Node types, `NAME<TAB>COUNT` lines in id order (a typed graph; see [`super::types`]).
+    #[serde(default)]
+    pub node_types: Option<PathBuf>,
+    /// Edge types, `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` lines; required with `node_types`.
+    #[serde(default)]
+    pub edge_types: Option<PathBuf>,
 }
 
 /// A text conversion.
@@ -76,20 +83,30 @@ struct Columns {
     src: usize,
     dst: usize,
     rel: Option<usize>,
+    weight: Option<usize>,
+    time: Option<usize>,
 }
 
 impl Columns {
+    /// The edge attributes the columns carry.
+    fn attrs(&self) -> Attrs {
+        Attrs {
+            weights: self.weight.is_some(),
+            times: self.time.is_some(),
+        }
+    }
+
     fn parse(cols: &[String]) -> Result<Columns> {
         let find = |role: &str| cols.iter().position(|c| c == role);
         for c in cols {
-            if !matches!(c.as_str(), "src" | "dst" | "rel" | "_") {
+            if !matches!(c.as_str(), "src" | "dst" | "rel" | "weight" | "time" | "_") {
                 return Err(StoreError::option(
                     "columns",
-                    format!("unknown column '{c}' (expected src, dst, rel or _)"),
+                    format!("unknown column '{c}' (expected src, dst, rel, weight, time or _)"),
                 ));
             }
         }
-        for role in ["src", "dst", "rel"] {
+        for role in ["src", "dst", "rel", "weight", "time"] {
             if cols.iter().filter(|c| *c == role).count() > 1 {
                 return Err(StoreError::option(
                     "columns",
@@ -102,6 +119,8 @@ impl Columns {
                 src,
                 dst,
                 rel: find("rel"),
+                weight: find("weight"),
+                time: find("time"),
             }),
             _ => Err(StoreError::option(
                 "columns",
@@ -157,11 +176,12 @@ fn detect_kinds(
 }
 
 /// Peak bytes of one parse block of `block` bytes whose records average `record_bytes`:
-/// the block, plus its parsed ids (three `i64` per record) or, in the name pass, its names
-/// (`names_per_record` per record, at most the block's bytes) in a table sized for them.
-fn block_cost(block: u64, record_bytes: u64, names_per_record: u64) -> u64 {
+/// the block, plus its parsed edges (three `i64` ids per record, and the f32 weight and i64
+/// time of `attrs`) or, in the name pass, its names (`names_per_record` per record, at most
+/// the block's bytes) in a table sized for them.
+fn block_cost(block: u64, record_bytes: u64, names_per_record: u64, attrs: Attrs) -> u64 {
     let records = block.div_ceil(record_bytes);
-    let ids = 24 * records;
+    let ids = (24 + 4 * attrs.weights as u64 + 8 * attrs.times as u64) * records;
     let names = match names_per_record {
         0 => 0,
         k => block + table_bytes(k * records),
@@ -187,25 +207,36 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         header: opts.header,
         num_fields: opts.columns.len(),
     };
+    let types = read_types(opts, graph, cols)?;
     let (node, rel, record_bytes) = detect_kinds(opts, &layout, cols)?;
     let kinds = Kinds {
         node,
         rel,
         has_rel: cols.rel.is_some(),
+        typed: types.is_typed(),
     };
     kinds.check(graph)?;
+    // A typed graph's ids are global integer ids, checked against its node types' total.
+    let graph = &GraphOptions {
+        num_nodes: if types.is_typed() {
+            Some(types.num_nodes())
+        } else {
+            graph.num_nodes
+        },
+        ..graph.clone()
+    };
     let mut clock = Clock::new();
     let mut builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
-    let budget = ParseBudget::plan(graph, opts, kinds, record_bytes)?;
+    let budget = ParseBudget::plan(graph, opts, kinds, cols.attrs(), record_bytes)?;
     let mut plan = vec![
         budget.describe(graph.memory, kinds),
         format!(
             "ids: nodes {}, relations {}",
             kind_name(kinds.node),
-            if kinds.has_rel {
-                kind_name(kinds.rel)
-            } else {
-                "none"
+            match (kinds.typed, kinds.has_rel) {
+                (true, _) => "edge types",
+                (false, true) => kind_name(kinds.rel),
+                (false, false) => "none",
             }
         ),
     ];
@@ -215,6 +246,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         layout: &layout,
         cols,
         kinds,
+        types: &types,
         paths: &paths,
         threads: budget.threads,
         block_bytes: budget.block_bytes,
@@ -266,6 +298,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         resolve_num_nodes(graph, spooled.max_node, total)?
     };
     let num_relations = match (kinds.has_rel, kinds.rel) {
+        _ if kinds.typed => types.edge_types.len() as u64,
         (false, _) => 0,
         (true, IdKind::String) => names.num_relations,
         (true, _) => graph.num_relations.unwrap_or((spooled.max_rel + 1) as u64),
@@ -274,6 +307,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         converter: "text",
         plan,
         spooled,
+        types,
         num_nodes,
         num_relations,
         node_names: kinds.node == IdKind::String,
@@ -292,6 +326,51 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     )
 }
 
+/// Reads the node and edge types of a typed conversion (both files or neither), and checks
+/// the options they constrain.
+fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result<Types> {
+    let (nodes, edges) = match (&opts.node_types, &opts.edge_types) {
+        (None, None) => return Ok(Types::default()),
+        (Some(n), Some(e)) => (n, e),
+        (Some(_), None) => {
+            return Err(StoreError::option(
+                "edge_types",
+                "a typed graph needs an edge types file beside its node types file",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(StoreError::option(
+                "node_types",
+                "a typed graph needs a node types file beside its edge types file",
+            ))
+        }
+    };
+    if graph.symmetrize {
+        return Err(StoreError::option(
+            "symmetrize",
+            "is not supported for typed graphs: declare the reverse edge types and list the reverse edges instead",
+        ));
+    }
+    let types = Types::read(nodes, edges)?;
+    if let Some(n) = graph.num_nodes.filter(|&n| n != types.num_nodes()) {
+        return Err(StoreError::option(
+            "num_nodes",
+            format!(
+                "is {n} but the node types of {} add up to {}",
+                nodes.display(),
+                types.num_nodes()
+            ),
+        ));
+    }
+    if types.num_nodes() == 0 {
+        return Err(StoreError::bad_file(nodes, "the node types hold no nodes"));
+    }
+    if cols.rel.is_none() {
+        types.check_without_relation()?;
+    }
+    Ok(types)
+}
+
 /// How node and relation ids are read, once `auto` is decided.
 #[derive(Clone, Copy)]
 struct Kinds {
@@ -299,11 +378,25 @@ struct Kinds {
     rel: IdKind,
     /// The input has a relation column.
     has_rel: bool,
+    /// A typed graph: integer global ids, and the relation field names an edge type's relation.
+    typed: bool,
 }
 
 impl Kinds {
-    /// Refuses counts given for ids that are counted, not read.
+    /// Refuses counts given for ids that are counted, not read, and name ids in a typed graph.
     fn check(&self, graph: &GraphOptions) -> Result<()> {
+        if self.typed && self.node != IdKind::Int {
+            return Err(StoreError::option(
+                "ids",
+                "a typed graph's edges hold integer global ids (a node type owns a range of them); these inputs hold names",
+            ));
+        }
+        if self.typed && graph.num_relations.is_some() {
+            return Err(StoreError::option(
+                "num_relations",
+                "does not apply to a typed graph: its edge types file lists the relations",
+            ));
+        }
         if self.node == IdKind::String && graph.num_nodes.is_some() {
             return Err(StoreError::option(
                 "num_nodes",
@@ -319,9 +412,9 @@ impl Kinds {
         Ok(())
     }
 
-    /// Relations are read as names.
+    /// Relations are read as names into a relation-name table (untyped graphs).
     fn rel_names(&self) -> bool {
-        self.has_rel && self.rel == IdKind::String
+        self.has_rel && self.rel == IdKind::String && !self.typed
     }
 
     /// Names per record the name pass collects.
@@ -356,6 +449,7 @@ impl ParseBudget {
         graph: &GraphOptions,
         opts: &TextOptions,
         kinds: Kinds,
+        attrs: Attrs,
         record_bytes: u64,
     ) -> Result<ParseBudget> {
         let threads = graph.threads();
@@ -364,12 +458,12 @@ impl ParseBudget {
         let names_per_record = kinds.names_per_record();
         let mut block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64);
         while block_bytes > 64 << 10
-            && in_flight * block_cost(block_bytes, record_bytes, names_per_record)
+            && in_flight * block_cost(block_bytes, record_bytes, names_per_record, attrs)
                 > graph.memory / 4
         {
             block_bytes /= 2;
         }
-        let block_cost = block_cost(block_bytes, record_bytes, names_per_record);
+        let block_cost = block_cost(block_bytes, record_bytes, names_per_record, attrs);
         // A gzip input adds its decoder window and a 1 MiB read-ahead buffer.
         let gzip = if opts.inputs.iter().any(|f| is_gzip(&f.path)) {
             2 << 20
@@ -419,9 +513,12 @@ impl ParseBudget {
     }
 }
 
-/// The id type of the edge spool: small enough for every id the pass can write.
-fn spool_dtype(kinds: Kinds, names: &Names, graph: &GraphOptions) -> DType {
-    if kinds.node == IdKind::String {
+/// The id type of the edge spool: small enough for every id the pass can write, and int64
+/// with attribute columns (times are int64).
+fn spool_dtype(kinds: Kinds, attrs: Attrs, names: &Names, graph: &GraphOptions) -> DType {
+    if attrs.any() {
+        DType::I64
+    } else if kinds.node == IdKind::String {
         id_dtype_for(
             names
                 .num_nodes
@@ -450,8 +547,9 @@ fn encode_edges(
 ) -> Result<Spooled> {
     let kinds = ctx.kinds;
     let scratch = builder.scratch()?;
-    let spool_dtype = spool_dtype(kinds, names, graph);
-    let cols_out = if kinds.has_rel { 3 } else { 2 };
+    let attrs = ctx.cols.attrs();
+    let spool_dtype = spool_dtype(kinds, attrs, names, graph);
+    let cols_out = if kinds.has_rel || kinds.typed { 3 } else { 2 };
     let mut spooled: Option<Spooled> = None;
     let ranges = match (&names.node_dict, kinds.node) {
         (_, IdKind::Int) => vec![None],
@@ -476,6 +574,7 @@ fn encode_edges(
                 &format!("p{k}"),
                 spool_dtype,
                 cols_out,
+                attrs,
                 ctx.io_chunk,
             ),
             Some(prev) => Spool::patching(&scratch, &format!("p{k}"), prev, ctx.io_chunk)?,
@@ -488,6 +587,7 @@ fn encode_edges(
             num_nodes: graph.num_nodes,
             num_relations: graph.num_relations,
             must_resolve: ranges.len() == 1,
+            types: ctx.types,
         };
         let stage = if ranges.len() > 1 {
             format!("encode {}/{}", k + 1, ranges.len())
@@ -529,6 +629,7 @@ struct Ctx<'a> {
     layout: &'a Layout,
     cols: Columns,
     kinds: Kinds,
+    types: &'a Types,
     paths: &'a [PathBuf],
     threads: usize,
     block_bytes: usize,
@@ -769,6 +870,8 @@ struct Lookup<'a> {
     num_relations: Option<u64>,
     /// Every name must be in `node_dict` (one encode pass).
     must_resolve: bool,
+    /// The node and edge types of a typed graph (empty otherwise).
+    types: &'a Types,
 }
 
 impl Lookup<'_> {
@@ -783,6 +886,21 @@ impl Lookup<'_> {
                 None => Ok(-1),
             },
         }
+    }
+
+    /// The edge type of a typed graph's edge `src -> dst` with relation field `rel`.
+    fn edge_type(
+        &self,
+        src: i64,
+        rel: Option<&[u8]>,
+        dst: i64,
+        file: &PathBuf,
+        line: u64,
+    ) -> Result<i64> {
+        self.types
+            .resolve(src as u64, rel, dst as u64)
+            .map(i64::from)
+            .map_err(|msg| StoreError::input(file, line, msg))
     }
 
     fn rel(&self, field: &[u8], file: &PathBuf, line: u64) -> Result<i64> {
@@ -835,6 +953,32 @@ fn int_id(
     }
 }
 
+/// Parses a weight field: a finite number that float32 holds (it is stored as float32).
+fn parse_weight(field: &[u8], file: &PathBuf, line: u64) -> Result<f32> {
+    let text = String::from_utf8_lossy(field);
+    let bad = |why: &str| StoreError::input(file, line, format!("weight '{text}' {why}"));
+    let v: f64 = text.trim().parse().map_err(|_| bad("is not a number"))?;
+    let w = v as f32;
+    if !w.is_finite() {
+        return Err(bad("is not a finite float32 number"));
+    }
+    Ok(w)
+}
+
+/// Parses a time field: an integer in the int64 range (e.g. seconds since the epoch).
+fn parse_time(field: &[u8], file: &PathBuf, line: u64) -> Result<i64> {
+    let text = String::from_utf8_lossy(field);
+    text.trim().parse::<i64>().map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "is out of the int64 range"
+            }
+            _ => "is not an integer",
+        };
+        StoreError::input(file, line, format!("time '{text}' {why}"))
+    })
+}
+
 /// One encode pass over every input, appending edges to `spool`.
 fn encode_pass(
     ctx: &Ctx,
@@ -854,12 +998,28 @@ fn encode_pass(
         ctx.threads,
         |block: &Block| {
             let path = &ctx.paths[block.file];
-            let mut batch = EdgeBatch::with_capacity(max_records(block), cols.rel.is_some());
+            let typed = ctx.kinds.typed;
+            let mut batch = EdgeBatch::with_capacity(
+                max_records(block),
+                cols.rel.is_some() || typed,
+                cols.attrs(),
+            );
             for_each_record(block, ctx.layout, path, |line, f| {
-                batch.src.push(lookup.node(f[cols.src], "src", path, line)?);
-                batch.dst.push(lookup.node(f[cols.dst], "dst", path, line)?);
-                if let Some(r) = cols.rel {
+                let src = lookup.node(f[cols.src], "src", path, line)?;
+                let dst = lookup.node(f[cols.dst], "dst", path, line)?;
+                batch.src.push(src);
+                batch.dst.push(dst);
+                if typed {
+                    let rel = cols.rel.map(|r| f[r]);
+                    batch.rel.push(lookup.edge_type(src, rel, dst, path, line)?);
+                } else if let Some(r) = cols.rel {
                     batch.rel.push(lookup.rel(f[r], path, line)?);
+                }
+                if let Some(w) = cols.weight {
+                    batch.weight.push(parse_weight(f[w], path, line)?);
+                }
+                if let Some(t) = cols.time {
+                    batch.time.push(parse_time(f[t], path, line)?);
                 }
                 Ok(())
             })?;

@@ -8,7 +8,10 @@
 //!    and each bucket is then scattered and appended to `indices` in range order.
 //!
 //! Neighbours keep the order of the edge list in both cases, so the output does not depend
-//! on the budget.
+//! on the budget. A format-2 store carries each edge's id, type, weight and time through the
+//! same steps (an [`EdgeRec`] instead of a bare neighbour id) and writes them as `*_eid`,
+//! `*_etype`, `*_weights` and `*_times` parallel to `*_indices`; a typed store's segments are
+//! then ordered by (edge type, edge id), so one edge type's neighbours are a contiguous run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use strata_io::{Engine, OpenMode, SeqWriter};
 
-use crate::array::{decode_ints, read_i64_range, NpyWriter, RowReader};
+use crate::array::{decode_ints, read_i64_range, IntCursor, NpyWriter, RowReader};
 use crate::error::{Result, StoreError};
 use crate::manifest::{ArrayInfo, DegreeStats, GraphStats};
 use crate::npy::DType;
@@ -33,6 +36,30 @@ pub(crate) struct TopologyInput<'a> {
     pub symmetrize: bool,
     pub budget: u64,
     pub io_chunk: usize,
+    /// The per-edge columns of a format-2 store; `None` for a plain one.
+    pub payload: Option<Payload<'a>>,
+}
+
+/// Per-edge columns carried into CSR/CSC order.
+pub(crate) struct Payload<'a> {
+    /// Number of edge types (the edges' relation column); 0 in an untyped store.
+    pub num_etypes: u64,
+    pub etype_dtype: DType,
+    pub eid_dtype: DType,
+    /// `edge_weights_train`, when the store has weights.
+    pub weights: Option<&'a ArrayInfo>,
+    /// `edge_times_train`, when the store has times.
+    pub times: Option<&'a ArrayInfo>,
+}
+
+impl TopologyInput<'_> {
+    /// Bytes one topology edge takes in memory and in bucket files.
+    fn value_size(&self) -> u64 {
+        match self.payload {
+            Some(_) => std::mem::size_of::<EdgeRec>() as u64,
+            None => self.id_dtype.size() as u64,
+        }
+    }
 }
 
 /// What was built, for the manifest and the summary.
@@ -196,46 +223,95 @@ impl DegreeHistogram {
     }
 }
 
-/// Sources, destinations and bytes read of one batch.
-type EdgeSlices<'a> = (&'a [i64], &'a [i64], u64);
+/// One batch of train edges: sources, destinations, and with a payload the relation column,
+/// weights and times (empty when absent); `first` is the edge id of the batch's first edge.
+#[derive(Default)]
+struct EdgeBatch {
+    first: u64,
+    src: Vec<i64>,
+    dst: Vec<i64>,
+    rel: Vec<i64>,
+    weight: Vec<f32>,
+    time: Vec<i64>,
+}
 
-/// Streams `(src, dst)` of the edge array in batches.
+/// Streams the train edges (and the attribute arrays in lockstep) in batches.
 struct EdgeStream {
     reader: RowReader,
     dtype: DType,
     cols: usize,
     vals: Vec<i64>,
-    src: Vec<i64>,
-    dst: Vec<i64>,
+    weights: Option<IntCursor>,
+    times: Option<IntCursor>,
+    /// Read the relation column (the edge type).
+    typed: bool,
+    batch: EdgeBatch,
+    scratch: Vec<i64>,
 }
 
 impl EdgeStream {
-    fn open(dir: &Path, edges: &ArrayInfo, io_chunk: usize) -> Result<Self> {
+    fn open(dir: &Path, input: &TopologyInput) -> Result<Self> {
+        let edges = input.edges;
+        let cursor = |info: Option<&ArrayInfo>| -> Result<Option<IntCursor>> {
+            info.map(|i| {
+                // Weights are read as their 32-bit patterns, the bits go back into f32.
+                let dtype = if i.dtype == DType::F32 {
+                    DType::I32
+                } else {
+                    i.dtype
+                };
+                Ok(IntCursor::new(
+                    RowReader::open_array(dir, i, input.io_chunk)?,
+                    dtype,
+                ))
+            })
+            .transpose()
+        };
+        let payload = input.payload.as_ref();
         Ok(EdgeStream {
-            reader: RowReader::open_array(dir, edges, io_chunk)?,
+            reader: RowReader::open_array(dir, edges, input.io_chunk)?,
             dtype: edges.dtype,
             cols: edges.shape[1] as usize,
             vals: Vec::new(),
-            src: Vec::new(),
-            dst: Vec::new(),
+            weights: cursor(payload.and_then(|p| p.weights))?,
+            times: cursor(payload.and_then(|p| p.times))?,
+            typed: payload.is_some_and(|p| p.num_etypes > 0),
+            batch: EdgeBatch::default(),
+            scratch: Vec::new(),
         })
     }
 
-    /// The next batch as (sources, destinations, bytes read).
-    fn next(&mut self) -> Result<Option<EdgeSlices<'_>>> {
+    /// The next batch and the bytes read for it.
+    fn next(&mut self) -> Result<Option<(&EdgeBatch, u64)>> {
         let Some(bytes) = self.reader.next_batch()? else {
             return Ok(None);
         };
         let n = bytes.len() as u64;
         self.vals.clear();
         decode_ints(bytes, self.dtype, &mut self.vals);
-        self.src.clear();
-        self.dst.clear();
+        let b = &mut self.batch;
+        b.first += b.src.len() as u64;
+        b.src.clear();
+        b.dst.clear();
+        b.rel.clear();
         for row in self.vals.chunks_exact(self.cols) {
-            self.src.push(row[0]);
-            self.dst.push(row[self.cols - 1]);
+            b.src.push(row[0]);
+            b.dst.push(row[self.cols - 1]);
+            if self.typed {
+                b.rel.push(row[1]);
+            }
         }
-        Ok(Some((&self.src, &self.dst, n)))
+        let rows = b.src.len();
+        if let Some(c) = self.weights.as_mut() {
+            c.take(rows, &mut self.scratch)?;
+            b.weight.clear();
+            b.weight
+                .extend(self.scratch.iter().map(|&v| f32::from_bits(v as u32)));
+        }
+        if let Some(c) = self.times.as_mut() {
+            c.take(rows, &mut b.time)?;
+        }
+        Ok(Some((&self.batch, n)))
     }
 }
 
@@ -250,18 +326,171 @@ impl Counter for u64 {
     const ONE: Self = 1;
 }
 
-/// An id element of `indices`.
-trait IdValue: bytemuck::Pod + Default + Send {
-    fn from_i64(v: i64) -> Self;
+/// What the fill step scatters for each topology edge: the neighbour id alone (`i32`/`i64`)
+/// or an [`EdgeRec`] with the edge's payload.
+trait Value: bytemuck::Pod + Default + Send + Sync {
+    /// The value of edge `i` of `batch`, seen from the end whose other end is `nbr`.
+    fn make(nbr: i64, i: usize, batch: &EdgeBatch) -> Self;
+    /// Sort key within a node's segment of a typed store: (edge type, edge id).
+    fn order(&self) -> (u32, i64);
+    /// Appends `vals` to the side's output columns.
+    fn write(vals: &[Self], out: &mut Columns) -> Result<()>;
 }
-impl IdValue for i32 {
-    fn from_i64(v: i64) -> Self {
-        v as i32
+
+macro_rules! id_value {
+    ($t:ty) => {
+        impl Value for $t {
+            fn make(nbr: i64, _: usize, _: &EdgeBatch) -> Self {
+                nbr as $t
+            }
+            fn order(&self) -> (u32, i64) {
+                (0, 0)
+            }
+            fn write(vals: &[Self], out: &mut Columns) -> Result<()> {
+                out.indices.write(vals)
+            }
+        }
+    };
+}
+id_value!(i32);
+id_value!(i64);
+
+/// A topology edge with its payload, in memory and in bucket files.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+struct EdgeRec {
+    nbr: i64,
+    /// Row of the edge in `edges_train`.
+    eid: i64,
+    time: i64,
+    weight: f32,
+    etype: u32,
+}
+
+// SAFETY: `EdgeRec` is `repr(C)` with fields of 8, 8, 8, 4 and 4 bytes: no padding, and every
+// bit pattern is a valid value of each field.
+unsafe impl bytemuck::Zeroable for EdgeRec {}
+unsafe impl bytemuck::Pod for EdgeRec {}
+
+impl Value for EdgeRec {
+    fn make(nbr: i64, i: usize, b: &EdgeBatch) -> Self {
+        EdgeRec {
+            nbr,
+            eid: (b.first + i as u64) as i64,
+            time: b.time.get(i).copied().unwrap_or(0),
+            weight: b.weight.get(i).copied().unwrap_or(0.0),
+            etype: b.rel.get(i).map_or(0, |&r| r as u32),
+        }
+    }
+
+    fn order(&self) -> (u32, i64) {
+        (self.etype, self.eid)
+    }
+
+    fn write(vals: &[Self], out: &mut Columns) -> Result<()> {
+        let ints = &mut out.ints;
+        let mut column = |w: &mut NpyWriter, f: fn(&EdgeRec) -> i64| {
+            ints.clear();
+            ints.extend(vals.iter().map(f));
+            w.write_ints(ints)
+        };
+        column(&mut out.indices, |r| r.nbr)?;
+        if let Some(w) = out.eid.as_mut() {
+            column(w, |r| r.eid)?;
+        }
+        if let Some(w) = out.etype.as_mut() {
+            column(w, |r| r.etype as i64)?;
+        }
+        if let Some(w) = out.times.as_mut() {
+            column(w, |r| r.time)?;
+        }
+        if let Some(w) = out.weights.as_mut() {
+            let ws: Vec<f32> = vals.iter().map(|r| r.weight).collect();
+            w.write(&ws)?;
+        }
+        Ok(())
     }
 }
-impl IdValue for i64 {
-    fn from_i64(v: i64) -> Self {
-        v
+
+/// The arrays of one side being written: `indices` and, with a payload, `eid`, `etype`,
+/// `weights` and `times` in the same order.
+struct Columns {
+    side: Side,
+    indices: NpyWriter,
+    eid: Option<NpyWriter>,
+    etype: Option<NpyWriter>,
+    weights: Option<NpyWriter>,
+    times: Option<NpyWriter>,
+    ints: Vec<i64>,
+}
+
+impl Columns {
+    fn create(builder: &StoreBuilder, side: Side, input: &TopologyInput) -> Result<Self> {
+        let p = input.payload.as_ref();
+        let w = |on: bool, what: &str, dtype: DType| -> Result<Option<NpyWriter>> {
+            on.then(|| {
+                builder.writer(
+                    &format!("{}_{what}", side.name()),
+                    dtype,
+                    &[],
+                    input.io_chunk,
+                )
+            })
+            .transpose()
+        };
+        Ok(Columns {
+            side,
+            indices: builder.writer(
+                &format!("{}_indices", side.name()),
+                input.id_dtype,
+                &[],
+                input.io_chunk,
+            )?,
+            eid: w(p.is_some(), "eid", p.map_or(DType::I64, |p| p.eid_dtype))?,
+            etype: w(
+                p.is_some_and(|p| p.num_etypes > 0),
+                "etype",
+                p.map_or(DType::U8, |p| p.etype_dtype),
+            )?,
+            weights: w(
+                p.is_some_and(|p| p.weights.is_some()),
+                "weights",
+                DType::F32,
+            )?,
+            times: w(p.is_some_and(|p| p.times.is_some()), "times", DType::I64)?,
+            ints: Vec::new(),
+        })
+    }
+
+    /// Closes every column; returns (array name, info) pairs.
+    fn finish(self) -> Result<Vec<(String, ArrayInfo)>> {
+        let side = self.side.name();
+        let mut out = vec![(format!("{side}_indices"), self.indices.finish()?)];
+        for (what, w) in [
+            ("eid", self.eid),
+            ("etype", self.etype),
+            ("weights", self.weights),
+            ("times", self.times),
+        ] {
+            if let Some(w) = w {
+                out.push((format!("{side}_{what}"), w.finish()?));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Orders each segment of `slice` (segment `v` ends at `ends[v]`, relative to the slice) by
+/// (edge type, edge id); a no-op unless `typed`.
+fn sort_segments<T: Value>(slice: &mut [T], ends: &[u64], typed: bool) {
+    if !typed {
+        return;
+    }
+    let mut start = 0usize;
+    for &end in ends {
+        let end = end as usize;
+        slice[start..end].sort_unstable_by_key(T::order);
+        start = end;
     }
 }
 
@@ -293,14 +522,23 @@ pub(crate) fn build_topology(
             }
         ));
     }
-    match input.id_dtype {
-        DType::I32 => fill::<i32>(builder, input, &sides, progress)?,
-        _ => fill::<i64>(builder, input, &sides, progress)?,
+    match (input.payload.is_some(), input.id_dtype) {
+        (true, _) => fill::<EdgeRec>(builder, input, &sides, progress)?,
+        (false, DType::I32) => fill::<i32>(builder, input, &sides, progress)?,
+        (false, _) => fill::<i64>(builder, input, &sides, progress)?,
     }
     if input.symmetrize {
         builder.alias("csc_indptr", "csr_indptr");
-        builder.alias("csc_indices", "csr_indices");
         builder.alias("in_degree", "out_degree");
+        let csr: Vec<String> = builder
+            .arrays()
+            .keys()
+            .filter(|k| k.starts_with("csr_") && *k != "csr_indptr")
+            .cloned()
+            .collect();
+        for name in csr {
+            builder.alias(&name.replacen("csr_", "csc_", 1), &name);
+        }
     }
     Ok(TopologyOutput {
         num_topology_edges: num_topo,
@@ -309,9 +547,11 @@ pub(crate) fn build_topology(
     })
 }
 
-/// Fixed buffers of the topology step: edge reader, its decode vectors, and writers.
-fn fixed_bytes(io_chunk: usize) -> u64 {
-    12 * io_chunk as u64
+/// Fixed buffers of the topology step: edge reader, its decode vectors, and writers (twice
+/// that with a payload: its readers, records and column writers).
+fn fixed_bytes(input: &TopologyInput) -> u64 {
+    let per = if input.payload.is_some() { 24 } else { 12 };
+    per * input.io_chunk as u64
 }
 
 type DegreeOutcome = (GraphStats, Vec<(Side, Vec<NodeRange>)>, Vec<String>);
@@ -331,7 +571,7 @@ impl DegreeBudget {
     /// Plans `input.budget` for counters of `counter_bytes` per node (all sides together);
     /// refuses a budget that cannot hold the I/O buffers and one node's counters.
     fn plan(input: &TopologyInput, counter_bytes: u64) -> Result<DegreeBudget> {
-        let fixed = fixed_bytes(input.io_chunk);
+        let fixed = fixed_bytes(input);
         let avail =
             input
                 .budget
@@ -388,8 +628,15 @@ fn count_range<C: Counter>(
         c.clear();
         c.resize(width, C::default());
     }
-    let mut stream = EdgeStream::open(dir, input.edges, input.io_chunk)?;
-    while let Some((src, dst, bytes)) = stream.next()? {
+    let mut stream = EdgeStream::open(
+        dir,
+        &TopologyInput {
+            payload: None,
+            ..*input
+        },
+    )?;
+    while let Some((batch, bytes)) = stream.next()? {
+        let (src, dst) = (&batch.src, &batch.dst);
         let in_range = |v: i64| (v as u64).wrapping_sub(lo) < (hi - lo);
         if input.symmetrize {
             let c = &mut counts[0];
@@ -440,7 +687,7 @@ fn degrees<C: Counter>(
         share,
         line,
     } = DegreeBudget::plan(input, sides.len() as u64 * std::mem::size_of::<C>() as u64)?;
-    let id_size = input.id_dtype.size() as u64;
+    let id_size = input.value_size();
     let plan = vec![line];
     let mut deg_w = Vec::new();
     let mut ptr_w = Vec::new();
@@ -553,7 +800,7 @@ enum Filled<T> {
     Buckets(Vec<PathBuf>),
 }
 
-fn fill<T: IdValue>(
+fn fill<T: Value>(
     builder: &mut StoreBuilder,
     input: &TopologyInput,
     sides: &[(Side, Vec<NodeRange>)],
@@ -565,7 +812,7 @@ fn fill<T: IdValue>(
 
 /// One pass over the edges: scatters each side into memory or partitions it into bucket
 /// files. Returns with every read and write buffer of the pass freed.
-fn distribute<T: IdValue>(
+fn distribute<T: Value>(
     builder: &StoreBuilder,
     input: &TopologyInput,
     sides: &[(Side, Vec<NodeRange>)],
@@ -582,7 +829,7 @@ fn distribute<T: IdValue>(
     let bucket_buf = if total_buckets == 0 {
         0
     } else {
-        let avail = input.budget.saturating_sub(fixed_bytes(input.io_chunk)) / 8;
+        let avail = input.budget.saturating_sub(fixed_bytes(input)) / 8;
         ((avail / total_buckets as u64) as usize).clamp(strata_io::ALIGN, 1 << 20)
     };
     let mut sinks = Vec::new();
@@ -612,34 +859,45 @@ fn distribute<T: IdValue>(
     }
     let e = input.edges.shape[0];
     let mut meter = Meter::new(progress, "adjacency", input.edges.data_bytes(), e);
-    let mut stream = EdgeStream::open(&dir, input.edges, input.io_chunk)?;
+    let mut stream = EdgeStream::open(&dir, input)?;
     let (mut both_keys, mut both_vals) = (Vec::new(), Vec::new());
-    while let Some((src, dst, bytes)) = stream.next()? {
+    let (mut out_vals, mut in_vals) = (Vec::new(), Vec::new());
+    while let Some((batch, bytes)) = stream.next()? {
+        let (src, dst) = (&batch.src, &batch.dst);
         if input.symmetrize {
             // Each edge's reverse right after it, so the order never depends on batch sizes.
             both_keys.clear();
             both_vals.clear();
-            for (&u, &v) in src.iter().zip(dst) {
+            for (i, (&u, &v)) in src.iter().zip(dst).enumerate() {
                 both_keys.extend([u, v]);
-                both_vals.extend([v, u]);
+                both_vals.extend([T::make(v, i, batch), T::make(u, i, batch)]);
             }
             push_pairs(&mut sinks[0], &both_keys, &both_vals)?;
         } else {
+            out_vals.clear();
+            out_vals.extend(dst.iter().enumerate().map(|(i, &v)| T::make(v, i, batch)));
+            in_vals.clear();
+            in_vals.extend(src.iter().enumerate().map(|(i, &u)| T::make(u, i, batch)));
             // CSR and CSC scatter into separate memory: one thread each.
             let (csr, csc) = sinks.split_at_mut(1);
             std::thread::scope(|scope| {
-                let other = scope.spawn(|| push_pairs(&mut csc[0], dst, src));
-                let mine = push_pairs(&mut csr[0], src, dst);
+                let other = scope.spawn(|| push_pairs(&mut csc[0], dst, &in_vals));
+                let mine = push_pairs(&mut csr[0], src, &out_vals);
                 mine.and(other.join().expect("CSC scatter thread panicked"))
             })?;
         }
         meter.add(src.len() as u64, bytes)?;
     }
     meter.finish()?;
+    let typed = input.payload.as_ref().is_some_and(|p| p.num_etypes > 0);
     sinks
         .into_iter()
         .map(|sink| match sink {
-            Sink::Direct { slice, .. } => Ok(Filled::Direct(slice)),
+            Sink::Direct { mut slice, cursor } => {
+                // Every cursor now ends its node's segment.
+                sort_segments(&mut slice, &cursor[..cursor.len() - 1], typed);
+                Ok(Filled::Direct(slice))
+            }
             Sink::Buckets { writers, paths, .. } => {
                 for w in writers {
                     w.finish()?;
@@ -653,7 +911,7 @@ fn distribute<T: IdValue>(
 /// Writes each side's `indices`: a direct slice as is, buckets scattered one range at a time.
 /// Each side's slices were budgeted separately, so both sides drain at once, one thread each;
 /// this thread reports progress and turns a cancellation into a stop signal.
-fn drain<T: IdValue>(
+fn drain<T: Value>(
     builder: &mut StoreBuilder,
     input: &TopologyInput,
     sides: &[(Side, Vec<NodeRange>)],
@@ -666,14 +924,10 @@ fn drain<T: IdValue>(
     let stop = AtomicBool::new(false);
     let mut writers = Vec::new();
     for (side, _) in sides {
-        writers.push(builder.writer(
-            &format!("{}_indices", side.name()),
-            input.id_dtype,
-            &[],
-            input.io_chunk,
-        )?);
+        writers.push(Columns::create(builder, *side, input)?);
     }
-    let infos = std::thread::scope(|scope| -> Result<Vec<ArrayInfo>> {
+    let typed = input.payload.as_ref().is_some_and(|p| p.num_etypes > 0);
+    let infos = std::thread::scope(|scope| -> Result<Vec<Vec<(String, ArrayInfo)>>> {
         let handles: Vec<_> = sides
             .iter()
             .zip(filled)
@@ -681,15 +935,15 @@ fn drain<T: IdValue>(
             .map(|(((side, ranges), filled), mut w)| {
                 let indptr = dir.join(format!("{}_indptr.npy", side.name()));
                 let (done, stop) = (&done, &stop);
-                scope.spawn(move || -> Result<ArrayInfo> {
+                scope.spawn(move || -> Result<Vec<(String, ArrayInfo)>> {
                     match filled {
-                        Filled::Direct(slice) => w.write(&slice)?,
+                        Filled::Direct(slice) => T::write(&slice, &mut w)?,
                         Filled::Buckets(paths) => {
                             for (r, path) in ranges.iter().zip(&paths) {
                                 if stop.load(Ordering::Relaxed) {
                                     return Err(StoreError::Cancelled);
                                 }
-                                drain_bucket::<T>(path, r, &indptr, &mut w, input.io_chunk)?;
+                                drain_bucket::<T>(path, r, &indptr, &mut w, input, typed)?;
                                 let _ = std::fs::remove_file(path);
                                 done.fetch_add(1, Ordering::Relaxed);
                             }
@@ -715,18 +969,18 @@ fn drain<T: IdValue>(
         meter.finish()?;
         Ok(infos)
     })?;
-    for ((side, _), info) in sides.iter().zip(infos) {
-        builder.add(&format!("{}_indices", side.name()), info);
+    for (name, info) in infos.into_iter().flatten() {
+        builder.add(&name, info);
     }
     Ok(())
 }
 
-fn push_pairs<T: IdValue>(sink: &mut Sink<T>, keys: &[i64], vals: &[i64]) -> Result<()> {
+fn push_pairs<T: Value>(sink: &mut Sink<T>, keys: &[i64], vals: &[T]) -> Result<()> {
     match sink {
         Sink::Direct { slice, cursor } => {
             for (&k, &v) in keys.iter().zip(vals) {
                 let c = &mut cursor[k as usize];
-                slice[*c as usize] = T::from_i64(v);
+                slice[*c as usize] = v;
                 *c += 1;
             }
         }
@@ -741,7 +995,7 @@ fn push_pairs<T: IdValue>(sink: &mut Sink<T>, keys: &[i64], vals: &[i64]) -> Res
                 let r = starts.partition_point(|&s| s <= k) - 1;
                 record.clear();
                 record.extend_from_slice(&((k - starts[r]) as u32).to_le_bytes());
-                record.extend_from_slice(bytemuck::bytes_of(&T::from_i64(v)));
+                record.extend_from_slice(bytemuck::bytes_of(&v));
                 writers[r].write_all(record)?;
             }
         }
@@ -750,33 +1004,47 @@ fn push_pairs<T: IdValue>(sink: &mut Sink<T>, keys: &[i64], vals: &[i64]) -> Res
 }
 
 /// Scatters one bucket into its slice of `indices` (or streams it when the range is a single
-/// node, whose neighbours are already in order) and appends it to `w`.
-fn drain_bucket<T: IdValue>(
+/// node, whose neighbours are already in edge order) and appends it to `w`; in a typed store
+/// each segment is ordered by (edge type, edge id), a single node's by one read of its bucket
+/// per edge type.
+fn drain_bucket<T: Value>(
     path: &Path,
     r: &NodeRange,
     indptr: &Path,
-    w: &mut NpyWriter,
-    io_chunk: usize,
+    w: &mut Columns,
+    input: &TopologyInput,
+    typed: bool,
 ) -> Result<()> {
     let rec = 4 + std::mem::size_of::<T>();
-    let file = Engine::shared().open(path, OpenMode::Read)?;
-    let len = file.file().size()?;
-    let mut reader = RowReader::records(file, 0, len, rec, io_chunk);
+    let open = || -> Result<RowReader> {
+        let file = Engine::shared().open(path, OpenMode::Read)?;
+        let len = file.file().size()?;
+        Ok(RowReader::records(file, 0, len, rec, input.io_chunk))
+    };
     if r.hi - r.lo == 1 {
+        let passes = match &input.payload {
+            Some(p) if typed => p.num_etypes,
+            _ => 1,
+        };
         let mut values: Vec<T> = Vec::new();
-        while let Some(batch) = reader.next_batch()? {
-            values.clear();
-            values.extend(
-                batch
-                    .chunks_exact(rec)
-                    .map(|c| bytemuck::pod_read_unaligned::<T>(&c[4..])),
-            );
-            w.write(&values)?;
+        for etype in 0..passes {
+            let mut reader = open()?;
+            while let Some(batch) = reader.next_batch()? {
+                values.clear();
+                values.extend(
+                    batch
+                        .chunks_exact(rec)
+                        .map(|c| bytemuck::pod_read_unaligned::<T>(&c[4..]))
+                        .filter(|v| !typed || v.order().0 as u64 == etype),
+                );
+                T::write(&values, w)?;
+            }
         }
         return Ok(());
     }
     let mut slice = vec![T::default(); (r.edge_hi - r.edge_lo) as usize];
-    let mut cursor = read_cursors(indptr, r.lo, r.hi, io_chunk)?;
+    let mut cursor = read_cursors(indptr, r.lo, r.hi, input.io_chunk)?;
+    let mut reader = open()?;
     while let Some(batch) = reader.next_batch()? {
         for c in batch.chunks_exact(rec) {
             let key = u32::from_le_bytes(c[..4].try_into().unwrap()) as usize;
@@ -785,7 +1053,8 @@ fn drain_bucket<T: IdValue>(
             *pos += 1;
         }
     }
-    w.write(&slice)
+    sort_segments(&mut slice, &cursor[..cursor.len() - 1], typed);
+    T::write(&slice, w)
 }
 
 #[cfg(test)]

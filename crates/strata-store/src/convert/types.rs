@@ -1,0 +1,337 @@
+//! Node and edge types of a typed conversion (format 2), read from two small TSV files, and
+//! the edge-type lookup the parser runs on every edge.
+//!
+//! `--node-types FILE`: one line per node type, `NAME<TAB>COUNT`, in id order: the first type
+//! owns ids `0 .. COUNT`, the next the following `COUNT` ids, and so on.
+//! `--edge-types FILE`: one line per edge type, `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE`, naming
+//! node types of the first file; a line's position is the edge type's id.
+//! Lines that are blank or start with `#` are skipped. Names may hold any characters but tab
+//! and newline.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::error::{Result, StoreError};
+use crate::manifest::{EdgeType, NodeType};
+
+/// The types of a conversion; empty (untyped) by default.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Types {
+    pub node_types: Vec<NodeType>,
+    pub edge_types: Vec<EdgeType>,
+    /// Edge-type ids by relation name.
+    by_relation: HashMap<Vec<u8>, Vec<u32>>,
+}
+
+/// The data lines of a types file: (line number, tab-separated fields).
+fn lines(path: &Path, fields: usize) -> Result<Vec<(u64, Vec<String>)>> {
+    let bytes = std::fs::read(path).map_err(|e| StoreError::os("read", path, e))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| StoreError::bad_file(path, format!("is not UTF-8 text: {e}")))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i as u64 + 1;
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let parts: Vec<String> = line.split('\t').map(str::to_string).collect();
+        if parts.len() != fields || parts.iter().any(String::is_empty) {
+            return Err(StoreError::input(
+                path,
+                line_no,
+                format!(
+                    "expected {fields} non-empty tab-separated fields, found {:?}",
+                    parts
+                ),
+            ));
+        }
+        out.push((line_no, parts));
+    }
+    if out.is_empty() {
+        return Err(StoreError::bad_file(path, "declares no types"));
+    }
+    Ok(out)
+}
+
+impl Types {
+    /// Reads the node-types and edge-types files (see the module doc).
+    pub fn read(node_file: &Path, edge_file: &Path) -> Result<Types> {
+        let mut node_types: Vec<NodeType> = Vec::new();
+        let mut offset = 0u64;
+        for (line, f) in lines(node_file, 2)? {
+            if node_types.iter().any(|t| t.name == f[0]) {
+                return Err(StoreError::input(
+                    node_file,
+                    line,
+                    format!("node type '{}' is declared twice", f[0]),
+                ));
+            }
+            let count: u64 = f[1].trim().parse().map_err(|_| {
+                StoreError::input(
+                    node_file,
+                    line,
+                    format!(
+                        "count '{}' of node type '{}' is not a non-negative integer",
+                        f[1], f[0]
+                    ),
+                )
+            })?;
+            node_types.push(NodeType {
+                name: f[0].clone(),
+                offset,
+                count,
+                features: None,
+                labels: None,
+                node_splits: Default::default(),
+            });
+            offset = offset.checked_add(count).ok_or_else(|| {
+                StoreError::input(node_file, line, "node counts overflow 64 bits")
+            })?;
+        }
+        let type_index = |name: &str, line: u64, field: &str| -> Result<u64> {
+            node_types
+                .iter()
+                .position(|t| t.name == name)
+                .map(|i| i as u64)
+                .ok_or_else(|| {
+                    StoreError::input(
+                        edge_file,
+                        line,
+                        format!(
+                            "{field} '{name}' is not a node type of {} (it declares: {})",
+                            node_file.display(),
+                            node_types
+                                .iter()
+                                .map(|t| t.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )
+                })
+        };
+        let mut edge_types: Vec<EdgeType> = Vec::new();
+        let mut by_relation: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+        for (line, f) in lines(edge_file, 3)? {
+            let et = EdgeType {
+                src_type: type_index(&f[0], line, "source type")?,
+                relation: f[1].clone(),
+                dst_type: type_index(&f[2], line, "destination type")?,
+            };
+            if edge_types.contains(&et) {
+                return Err(StoreError::input(
+                    edge_file,
+                    line,
+                    format!("edge type ({}, {}, {}) is declared twice", f[0], f[1], f[2]),
+                ));
+            }
+            if edge_types.len() > u32::MAX as usize {
+                return Err(StoreError::input(edge_file, line, "too many edge types"));
+            }
+            by_relation
+                .entry(f[1].as_bytes().to_vec())
+                .or_default()
+                .push(edge_types.len() as u32);
+            edge_types.push(et);
+        }
+        Ok(Types {
+            node_types,
+            edge_types,
+            by_relation,
+        })
+    }
+
+    pub fn is_typed(&self) -> bool {
+        !self.node_types.is_empty()
+    }
+
+    /// Total nodes of every type.
+    pub fn num_nodes(&self) -> u64 {
+        self.node_types.last().map_or(0, |t| t.offset + t.count)
+    }
+
+    /// Refuses an input without a relation column when two edge types join the same pair of
+    /// node types (the edge type could not be told from the endpoints).
+    pub fn check_without_relation(&self) -> Result<()> {
+        for (i, a) in self.edge_types.iter().enumerate() {
+            if let Some(b) = self.edge_types[..i]
+                .iter()
+                .find(|b| (b.src_type, b.dst_type) == (a.src_type, a.dst_type))
+            {
+                return Err(StoreError::option(
+                    "columns",
+                    format!(
+                        "edge types '{}' and '{}' both join {} to {}: the input needs a rel column to tell them apart",
+                        b.relation,
+                        a.relation,
+                        self.node_types[a.src_type as usize].name,
+                        self.node_types[a.dst_type as usize].name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Index of the node type owning global id `node` (< `num_nodes`).
+    fn type_of(&self, node: u64) -> usize {
+        self.node_types.partition_point(|t| t.offset <= node) - 1
+    }
+
+    fn describe_node(&self, role: &str, node: u64) -> String {
+        let t = &self.node_types[self.type_of(node)];
+        format!(
+            "{role} {node} is a '{}' node (ids {}..{})",
+            t.name,
+            t.offset,
+            t.offset + t.count
+        )
+    }
+
+    fn describe_edge_type(&self, e: &EdgeType) -> String {
+        format!(
+            "({}, {}, {})",
+            self.node_types[e.src_type as usize].name,
+            e.relation,
+            self.node_types[e.dst_type as usize].name
+        )
+    }
+
+    /// The edge type of an edge from `src` to `dst` (global ids below [`Types::num_nodes`])
+    /// with relation field `rel` (`None` without a relation column), or why there is none.
+    pub fn resolve(
+        &self,
+        src: u64,
+        rel: Option<&[u8]>,
+        dst: u64,
+    ) -> std::result::Result<u32, String> {
+        let (ts, td) = (self.type_of(src) as u64, self.type_of(dst) as u64);
+        let fits = |i: u32| {
+            let e = &self.edge_types[i as usize];
+            e.src_type == ts && e.dst_type == td
+        };
+        let Some(rel) = rel else {
+            let found = (0..self.edge_types.len() as u32).find(|&i| fits(i));
+            return found.ok_or_else(|| {
+                format!(
+                    "no edge type joins {} to {}: {} and {}",
+                    self.node_types[ts as usize].name,
+                    self.node_types[td as usize].name,
+                    self.describe_node("src", src),
+                    self.describe_node("dst", dst)
+                )
+            });
+        };
+        let Some(candidates) = self.by_relation.get(rel) else {
+            let mut known: Vec<&str> = self
+                .edge_types
+                .iter()
+                .map(|e| e.relation.as_str())
+                .collect();
+            known.dedup();
+            return Err(format!(
+                "unknown relation '{}' (the edge types declare: {})",
+                String::from_utf8_lossy(rel),
+                known.join(", ")
+            ));
+        };
+        if let Some(&i) = candidates.iter().find(|&&i| fits(i)) {
+            return Ok(i);
+        }
+        // Name the endpoint that is outside the declared type(s).
+        let e = &self.edge_types[candidates[0] as usize];
+        let wrong = if candidates
+            .iter()
+            .all(|&i| self.edge_types[i as usize].src_type != ts)
+        {
+            self.describe_node("src", src)
+        } else {
+            self.describe_node("dst", dst)
+        };
+        let declared: Vec<String> = candidates
+            .iter()
+            .map(|&i| self.describe_edge_type(&self.edge_types[i as usize]))
+            .collect();
+        Err(format!(
+            "relation '{}' is declared as {}, but {wrong}",
+            e.relation,
+            declared.join(" or ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn types(nodes: &str, edges: &str) -> Result<Types> {
+        let dir = tempfile::tempdir().unwrap();
+        let (n, e) = (dir.path().join("nodes.tsv"), dir.path().join("edges.tsv"));
+        std::fs::write(&n, nodes).unwrap();
+        std::fs::write(&e, edges).unwrap();
+        Types::read(&n, &e)
+    }
+
+    #[test]
+    fn types_cover_ids_in_order_and_resolve_edges() {
+        let t = types(
+            "# type\tcount\npaper\t3\nauthor\t2\n",
+            "paper\tcites\tpaper\nauthor\twrites\tpaper\npaper\trev writes\tauthor\n",
+        )
+        .unwrap();
+        assert_eq!(t.num_nodes(), 5);
+        assert_eq!((t.node_types[1].offset, t.node_types[1].count), (3, 2));
+        assert_eq!(t.resolve(0, Some(b"cites"), 2), Ok(0));
+        assert_eq!(t.resolve(4, Some(b"writes"), 1), Ok(1));
+        assert_eq!(t.resolve(1, Some(b"rev writes"), 3), Ok(2));
+        assert_eq!(t.resolve(4, None, 0), Ok(1));
+        let err = t.resolve(3, Some(b"cites"), 0).unwrap_err();
+        assert!(
+            err.contains(
+                "declared as (paper, cites, paper), but src 3 is a 'author' node (ids 3..5)"
+            ),
+            "{err}"
+        );
+        let err = t.resolve(4, Some(b"writes"), 4).unwrap_err();
+        assert!(err.contains("dst 4 is a 'author'"), "{err}");
+        assert!(t
+            .resolve(0, Some(b"likes"), 1)
+            .unwrap_err()
+            .starts_with("unknown relation 'likes'"));
+        assert!(t
+            .resolve(3, None, 4)
+            .unwrap_err()
+            .starts_with("no edge type joins author to author"));
+        t.check_without_relation().unwrap();
+    }
+
+    #[test]
+    fn bad_type_files_name_file_and_line() {
+        let err = types("paper\tx\n", "paper\tcites\tpaper\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("nodes.tsv:1: count 'x' of node type 'paper'"),
+            "{err}"
+        );
+        let err = types("paper\t2\n", "paper\tcites\tvenue\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("edges.tsv:1: destination type 'venue' is not a node type"),
+            "{err}"
+        );
+        let err = types("paper\t2\n", "\npaper cites paper\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("edges.tsv:2: expected 3 non-empty tab-separated fields"),
+            "{err}"
+        );
+        let t = types("paper\t2\n", "paper\tcites\tpaper\npaper\trefs\tpaper\n").unwrap();
+        let err = t.check_without_relation().unwrap_err().to_string();
+        assert!(
+            err.contains("'cites' and 'refs' both join paper to paper"),
+            "{err}"
+        );
+    }
+}
