@@ -479,9 +479,12 @@ mod tests {
 
     #[test]
     fn a_rank_plans_its_torch_runtime_and_prefetch_slots() {
+        // Resident negatives: banks take a share of whatever budget is left, which would
+        // hand the tight budget below its slot back.
         let cfg = TrainConfig {
             memory: 1 << 30,
             partitions: 16,
+            negative_pool: NegativePool::Resident,
             ..TrainConfig::default()
         };
         let rank = |anon: u64, prefetch| {
@@ -490,7 +493,7 @@ mod tests {
                 prefetch,
             })
         };
-        let alone = plan(&cfg, &model(100), 10_000_000, 10, 2, None).unwrap();
+        let alone = plan(&cfg, &model(100), 1_000_000, 10, 2, None).unwrap();
         let p = plan(&cfg, &model(100), 1_000_000, 10, 2, rank(300 << 20, true)).unwrap();
         assert_eq!(p.group_bytes, (300 << 20) + CODE_PAGES_BYTES);
         assert_eq!((p.capacity, p.prefetch_slots), (3, PREFETCH_SLOTS));
@@ -504,14 +507,21 @@ mod tests {
             "{lines}"
         );
         assert_eq!(alone.group_bytes + alone.prefetch_bytes, 0);
-        // Room for the buffer but not for a slot more: no lookahead, and the plan says so.
+        // Shrinking the budget a quarter slot at a time, the lookahead goes before the buffer
+        // does (evaluation also shrinks with the budget, so the step is found, not computed):
+        // a budget with room for the buffer but not a slot more plans no lookahead and says so.
         let part = part_bytes(1_000_000u64.div_ceil(16), 100, OptimizerKind::Adagrad);
-        let tight = TrainConfig {
-            memory: p.total() - p.prefetch_bytes - p.buffer_bytes + 3 * part + part / 2,
-            ..cfg.clone()
-        };
-        let q = plan(&tight, &model(100), 1_000_000, 10, 2, rank(300 << 20, true)).unwrap();
-        assert_eq!(q.prefetch_slots, 0);
+        let q = (1..64)
+            .map_while(|k| {
+                let tight = TrainConfig {
+                    memory: p.total() - k * part / 4,
+                    ..cfg.clone()
+                };
+                plan(&tight, &model(100), 1_000_000, 10, 2, rank(300 << 20, true)).ok()
+            })
+            .find(|q| q.prefetch_slots == 0)
+            .expect("a budget that holds the buffer but no prefetch slot");
+        assert_eq!(q.capacity, 3, "{q:?}");
         assert!(
             q.prefetch_note.as_deref().unwrap().contains("no lookahead"),
             "{q:?}"
@@ -524,6 +534,6 @@ mod tests {
         let e = plan(&small, &model(100), 1_000_000, 10, 2, rank(300 << 20, true))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("torch and gloo take 396.0 MiB"), "{e}");
+        assert!(e.contains("torch and gloo take 396 MiB"), "{e}");
     }
 }
