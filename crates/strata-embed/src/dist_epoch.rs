@@ -561,7 +561,7 @@ impl Trainer {
     ) -> Result<bool> {
         let all_done = rounds.round(&mut self.relations, cluster, done)?;
         let every = self.cfg.bank_sync_every;
-        if !all_done && every > 0 && rounds.rounds % every == 0 {
+        if !all_done && every > 0 && rounds.rounds.is_multiple_of(every) {
             self.sync_bank_gradient(cluster)?;
         }
         Ok(all_done)
