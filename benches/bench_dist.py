@@ -17,8 +17,9 @@ how much partition wait does each rank's prefetch of its next grant hide?
   one process against 2 ranks with ``relation_sync_every`` 1 (the synchronous variant), 4 (the
   default) and 16; filtered test MRR at the best validation epoch.
 - B6 banks: the same FB15k-237 runs with negatives drawn uniformly over all nodes through
-  negative banks (``--negative-pool all``) on one process and on 2 ranks, beside 2 ranks with
-  resident negatives.
+  negative banks (``--negative-pool all``) on one process and on 2 ranks (with the bank gradient
+  summed at the epoch's end only, and at every relation round), beside 2 ranks with resident
+  negatives.
 - B7: B5's 2-rank affinity run (``--scale``, ``--edge-factor``) for ``--b7-epochs`` epochs with
   ``--b7-partitions`` partitions and ``--memory`` per rank, with ``--dist-prefetch`` and
   ``--no-dist-prefetch``, alternating over ``--rounds``: each rank's partition wait share,
@@ -246,26 +247,31 @@ def b5_markdown(res: dict, info: dict) -> str:
     return "\n".join(lines)
 
 
-#: B6's runs: label -> (ranks, relation_sync_every).
-B6_RUNS = {"1 process": (1, 4), **{f"2 ranks, relation_sync_every {k}": (2, k) for k in (1, 4, 16)}}
-
-
-#: The banks runs: label -> (ranks, negative pool).
-BANK_RUNS = {
-    "1 process, banks": (1, "all"),
-    "2 ranks, banks": (2, "all"),
-    "2 ranks, resident negatives": (2, "resident"),
+#: B6's runs: label -> (ranks, options beside B6's).
+B6_RUNS = {
+    "1 process": (1, {}),
+    **{f"2 ranks, relation_sync_every {k}": (2, {"--relation-sync-every": k}) for k in (1, 4, 16)},
 }
 
 
-def b6(work: Path, args, runs: dict[str, tuple[int, int | str]], vary: str) -> dict:
-    """Every run of ``runs`` (label -> ranks and the value of ``vary``: the relation sync
-    interval or the negative pool) on FB15k-237 with B1's settings, 8 partitions, a buffer of 3."""
+#: The banks runs: label -> (ranks, options beside B6's).
+BANK_RUNS = {
+    "1 process, banks": (1, {"--negative-pool": "all"}),
+    "2 ranks, banks": (2, {"--negative-pool": "all"}),
+    "2 ranks, banks, bank_sync_every 1": (2, {"--negative-pool": "all", "--bank-sync-every": 1}),
+    "2 ranks, resident negatives": (2, {}),
+}
+
+
+def b6(work: Path, args, runs: dict[str, tuple[int, dict[str, int | str]]]) -> dict:
+    """Every run of ``runs`` (label -> ranks and the options that differ from B6's: resident
+    negatives, ``relation_sync_every`` 4) on FB15k-237 with B1's settings, 8 partitions, a
+    buffer of 3."""
     store = convert(SHARED / "datasets" / "fb15k-237", work / "fb15k-237.strata", "--relations")
     rows = {}
-    for label, (ranks, value) in runs.items():
+    for label, (ranks, extra) in runs.items():
         run_dir = work / "run-b6"
-        options = {"--negative-pool": "resident", "--relation-sync-every": 4, vary: value}
+        options = {"--negative-pool": "resident", "--relation-sync-every": 4, **extra}
         meta = run(
             store,
             run_dir,
@@ -304,7 +310,8 @@ def banks_markdown(res: dict) -> str:
         "those of partitions not resident from the bank blocks (FB15k-237's partitions of about 1,818 nodes are held "
         "whole). On 2 ranks the blocks are summed at each epoch's start from the committed table, refreshed when "
         "the rank evicts a partition, and the gradient left at the end is summed and applied by each partition's "
-        "owner (docs/distributed.md).",
+        "owner; with `bank_sync_every` 1 the pending gradient is also summed at every relation round and applied "
+        "at once by the rank holding the partition (docs/distributed.md).",
         "",
         "| run | test MRR | vs 1 process, banks | Hits@10 | best epoch | loads per epoch | sent per rank per epoch |",
         "|---|---|---|---|---|---|---|",
@@ -458,11 +465,11 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     info = machine()
     if "b6" in only:
-        res = b6(args.work, args, B6_RUNS, "--relation-sync-every")
+        res = b6(args.work, args, B6_RUNS)
         save("dist-b6", {"machine": info, **res})
         update_doc("dist-b6", b6_markdown(res))
     if "banks" in only:
-        res = b6(args.work, args, BANK_RUNS, "--negative-pool")
+        res = b6(args.work, args, BANK_RUNS)
         save("dist-b6-banks", {"machine": info, **res})
         update_doc("dist-b6-banks", banks_markdown(res))
     if "b5" in only:

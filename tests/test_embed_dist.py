@@ -230,21 +230,23 @@ def test_a_rank_whose_peer_never_arrives_names_the_address(kg, tmp_path, rank):
 
 def test_two_ranks_share_negative_banks(kg, tmp_path):
     """The default ``all`` negative pool with 4 partitions and a buffer of 3 keeps negative
-    banks; two ranks share them (blocks summed at each epoch's start, leftover gradient flushed
+    banks; two ranks share them (blocks summed at each epoch's start, pending gradient summed
+    at every relation round and applied by the partition's holder, leftover gradient flushed
     by each partition's owner) and every epoch still commits one chain of holdings per
-    partition."""
+    partition. The owner-mode test covers banks without the per-round sums."""
     needs("torch")
     run = tmp_path / "run"
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0",
         "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "4",
-        "--epochs", "2", "--dist-timeout", "60", *SMALL,
+        "--epochs", "2", "--dist-timeout", "60", "--relation-sync-every", "2", "--bank-sync-every", "1", *SMALL,
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     meta = json.loads((run / "run.json").read_text())
     assert meta["world_size"] == 2 and meta["config"]["negative_pool"] == "all"
+    assert meta["config"]["bank_sync_every"] == 1
     banks = [part for part in meta["memory_plan"]["parts"] if part["name"] == "negative banks"]
     assert banks and banks[0]["bytes"] > 0, meta["memory_plan"]
     history = meta["history"]

@@ -146,6 +146,10 @@ pub struct TrainConfig {
     /// relation parameters' deltas; 1 is the synchronous variant (see docs/distributed.md)
     #[schemars(range(min = 1))]
     pub relation_sync_every: usize,
+    /// distributed runs with negative banks: every this many relation rounds the ranks also sum
+    /// their pending bank gradient (one bank-sized all-reduce) and the rank holding each
+    /// partition applies it at once; 0: only at the epoch's end (see docs/distributed.md)
+    pub bank_sync_every: usize,
     /// distributed runs: seconds any wait on another rank may take (rendezvous, the bucket
     /// scheduler's answers, barriers, all-reduces) before the run fails naming what timed out
     #[schemars(range(min = 1))]
@@ -191,6 +195,7 @@ impl Default for TrainConfig {
             eval_negatives: 1000,
             eval_max_queries: 0,
             relation_sync_every: 4,
+            bank_sync_every: 0,
             dist_timeout: 600,
             dist_storage: DistStorage::Shared,
             dist_prefetch: false,

@@ -21,7 +21,9 @@
 //! the blocks are summed over the ranks, so every rank starts with the same exact blocks. A
 //! rank refreshes a block when it writes the partition back and applies its own pending
 //! gradient when a load of it lands, as a single process does; meanwhile a block of a
-//! partition another rank trains is stale, by up to one epoch. After every rank is done, what
+//! partition another rank trains is stale, by up to one epoch. With `bank_sync_every` the
+//! ranks also sum their pending gradient at relation rounds, and the rank holding a partition
+//! applies it then instead of at the next load. After every rank is done, what
 //! gradient is left is summed over the ranks and applied by each partition's owner, which reads
 //! the partition from the epoch's output table and writes it back: no rank holds any partition
 //! then, and each is flushed by one rank, so the write-back extends the partition's holdings
@@ -489,7 +491,7 @@ impl Trainer {
                     since_round += 1;
                     if since_round >= self.cfg.relation_sync_every {
                         let t = Instant::now();
-                        rounds.round(&mut self.relations, cluster, false)?;
+                        self.round(&mut rounds, cluster, false)?;
                         group_wait += t.elapsed().as_secs_f64();
                         since_round = 0;
                     }
@@ -512,7 +514,7 @@ impl Trainer {
                     waits += usize::from(!done);
                     let t = Instant::now();
                     // Done: keep joining rounds until every rank is, so all leave together.
-                    while !rounds.round(&mut self.relations, cluster, done)? && done {}
+                    while !self.round(&mut rounds, cluster, done)? && done {}
                     group_wait += t.elapsed().as_secs_f64();
                     if done {
                         break;
@@ -546,6 +548,58 @@ impl Trainer {
             },
             tl.events,
         ))
+    }
+
+    /// A relation round ([`RelationRounds::round`]), with a bank gradient round every
+    /// `bank_sync_every` of them unless every rank is done (the epoch's flush follows then).
+    /// Every rank joins the same rounds, so the bank all-reduces pair up too.
+    fn round(
+        &mut self,
+        rounds: &mut RelationRounds,
+        cluster: &mut dyn Cluster,
+        done: bool,
+    ) -> Result<bool> {
+        let all_done = rounds.round(&mut self.relations, cluster, done)?;
+        let every = self.cfg.bank_sync_every;
+        if !all_done && every > 0 && rounds.rounds.is_multiple_of(every) {
+            self.sync_bank_gradient(cluster)?;
+        }
+        Ok(all_done)
+    }
+
+    /// Sums the pending bank gradient over the ranks, with a count per partition of the ranks
+    /// holding it, and keeps each partition's sum on one rank: the one holding it, which
+    /// applies it to its resident rows at once (it holds the lock, and the rows reach the
+    /// holdings chain at its write-back), or, when no rank holds it, its owner, which applies
+    /// it when a load of it lands or in the epoch's flush. A load still in flight does not
+    /// count as held: its partition's sum waits on the owner.
+    fn sync_bank_gradient(&mut self, cluster: &mut dyn Cluster) -> Result<()> {
+        let Some(banks) = &self.banks else {
+            return Ok(());
+        };
+        let held: Vec<u32> = self.buffer.resident().collect();
+        let mut grad = banks.take_grad();
+        let split = grad.len();
+        grad.extend(
+            (0..self.buckets.partitioning.partitions)
+                .map(|p| f32::from(u8::from(held.contains(&p)))),
+        );
+        sum_over_ranks(cluster, &mut grad)?;
+        let (rank, world_size) = (cluster.rank(), cluster.world_size());
+        let holders = &grad[split..];
+        if let Some(p) = holders.iter().position(|&h| h > 1.0) {
+            return Err(EmbedError::Corrupt(format!(
+                "partition {p} was resident on {} ranks at once at a bank gradient round",
+                holders[p]
+            )));
+        }
+        banks.set_grad(&grad[..split], |p| {
+            held.contains(&p) || (holders[p as usize] == 0.0 && owner_of(p, world_size) == rank)
+        });
+        for p in held {
+            self.apply_bank_gradient(p);
+        }
+        Ok(())
     }
 
     /// Fills this epoch's bank blocks, the same on every rank: each rank reads the blocks of
