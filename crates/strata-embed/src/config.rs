@@ -160,8 +160,8 @@ pub struct TrainConfig {
     pub dist_storage: DistStorage,
     /// distributed runs: while a rank trains a bucket it asks for its next one and loads that
     /// bucket's partitions in the background (up to 2 partition slots beyond buffer; when
-    /// --memory cannot hold them the plan says so and the rank asks one bucket at a time); off
-    /// by default: it cut partition waits but not epoch times on a shared 2-core machine (B7)
+    /// --memory cannot hold them the plan says so and the rank asks one bucket at a time); on
+    /// a quiet machine it cut partition waits from 20% to 7% and epochs by 10-17% (B7)
     pub dist_prefetch: bool,
 }
 
@@ -198,7 +198,7 @@ impl Default for TrainConfig {
             bank_sync_every: 0,
             dist_timeout: 600,
             dist_storage: DistStorage::Shared,
-            dist_prefetch: false,
+            dist_prefetch: true,
         }
     }
 }
