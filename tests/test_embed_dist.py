@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import subprocess
@@ -78,6 +79,48 @@ def test_policy_prefers_resident_partitions_and_evicts_the_spent_ones():
     assert set(again.written) == set(again.bucket) & set(other.bucket)
     with pytest.raises(ValueError, match="which the scheduler gave it not"):
         grant(state, 1, {next(iter(held))}, 2)
+
+
+def _best_bucket_by_scan(state: EpochState, rank: int, held: set[int], capacity: int):
+    """``grant``'s documented order by brute force over every bucket: fewest loads, fewest
+    evictions, most buckets left among the partitions kept, then the seeded tie-break."""
+    free = [p for p in range(state.partitions) if state.holder.get(p, rank) == rank]
+    best = None
+    for a, b in itertools.product(free, free):
+        if (a, b) in state.done:
+            continue
+        after = held | {a, b}
+        evictions = max(0, len(after) - capacity)
+        spent = sorted(held - {a, b}, key=lambda p: (_left(state, p, after), p))[:evictions]
+        keep = after - set(spent)
+        left = sum(1 for x in keep for y in keep if (x, y) not in state.done and (x, y) != (a, b))
+        key = (len({a, b} - held), evictions, -left, state.tie_break[(a, b)])
+        if best is None or key < best[0]:
+            best = (key, (a, b), tuple(spent))
+    return None if best is None else best[1:]
+
+
+def _left(state: EpochState, p: int, after: set[int]) -> int:
+    return sum(1 for q in after for x in {(p, q), (q, p)} if x not in state.done)
+
+
+def test_policy_grant_equals_a_scan_of_every_bucket():
+    # grant scores buckets stage by stage (no load, one, two); the answer must be the one a
+    # scan of all n^2 buckets in the documented order gives.
+    rng = random.Random(7)
+    for trial in range(600):
+        n, capacity = rng.randint(2, 8), rng.randint(2, 5)
+        state = EpochState(n, seed=trial)
+        density = rng.random()
+        state.done = {(a, b) for a in range(n) for b in range(n) if rng.random() < density}
+        held = set(rng.sample(range(n), rng.randint(0, min(capacity, n))))
+        state.holder = {p: 0 for p in held} | {p: 1 for p in range(n) if p not in held and rng.random() < 0.3}
+        expected = _best_bucket_by_scan(state, 0, held, capacity)
+        kind = "done" if len(state.done) == n * n else "wait" if expected is None else "bucket"
+        g = grant(state, 0, held, capacity)
+        assert g.kind == kind, trial
+        if kind == "bucket":
+            assert (g.bucket, g.evict) == expected, trial
 
 
 def test_lock_server_keeps_only_the_bucket_and_follows_pbg_affinity():
