@@ -191,21 +191,25 @@ def _per_rank(rows: list[dict], key, fmt: str) -> str:
     return "/".join(fmt.format(_med(rows, lambda r, q=q: key(r["ranks"][q]))) for q in range(len(rows[0]["ranks"])))
 
 
+def _load_span(rows: list[dict]) -> str:
+    """The 1-minute load averages taken before and after a configuration's runs, lowest-highest."""
+    loads = [x for r in rows for x in r["loadavg"]]
+    return f"{min(loads):.1f}-{max(loads):.1f}"
+
+
 def _load_note(info: dict, loads: list[float]) -> str:
     """What the machine's load means for B5's timings: nothing else ran (load below the core
-    count), or other work shared the cores and only the ratios' direction holds."""
+    count), or other work shared the cores for some rows (their load column says which)."""
     span = (
-        f"1-minute load average {min(loads):.1f} to {max(loads):.1f} around the runs "
+        f"1-minute load average {min(loads):.1f} to {max(loads):.1f} before and after the runs "
         "(per run in bench-results/dist-b5.json)"
     )
     if max(loads) < info["nproc"]:
         return f"**Quiet machine**: {info['nproc']} cores, nothing else running; {span}."
     return (
-        f"**Timings taken under load**: {info['nproc']} cores shared with other engineers' builds; {span}. "
-        "Loads and bytes do not depend on it; edges/s and the ratio do. With more runnable threads than cores, "
-        "two processes get about twice the CPU share of one, so a ratio near 2 under load shows that the "
-        "group's overheads (scheduler, relation rounds, waits) are small, not that two ranks reach it on an "
-        "idle 2-core machine, where they also share memory bandwidth and the disk."
+        f"**Not all rows on a quiet machine**: {span}. A row whose load column exceeds {info['nproc']} ran "
+        "beside other engineers' builds: its loads and bytes hold, its edges/s and ratio do not (with more "
+        "runnable threads than cores, two processes get about twice the CPU share of one)."
     )
 
 
@@ -246,7 +250,7 @@ def b5_markdown(res: dict, info: dict) -> str:
         peaks = [p for r in rows for p in r["peaks"]]
         peak = f"{max(peaks) / mib:.0f} MiB" if peaks else "-"
         waits = _med(rows, lambda r: sum(q["waits"] for q in r["ranks"]))
-        load = "-".join(f"{x:.1f}" for x in (min(r["loadavg"][0] for r in rows), max(r["loadavg"][0] for r in rows)))
+        load = _load_span(rows)
         lines.append(
             f"| {label} | {rows[0]['partitions']} | {_med(rows, lambda r: r['seconds']):.1f} | {eps:,.0f} | {ratio} | "
             f"{_med(rows, lambda r: r['partition_loads']):.0f} ({per_rank}) | {waits:.0f} | {sent} | {disk} | {peak} | "
@@ -451,7 +455,7 @@ def b7_markdown(res: dict, info: dict) -> str:
 
         waits = median([sum(q["waits"] for q in e["ranks"]) for e in eps])
         prefetched = median([sum(q["prefetched_loads"] for q in e["ranks"]) for e in eps])
-        load = "-".join(f"{x:.1f}" for x in (min(r["loadavg"][0] for r in rows), max(r["loadavg"][0] for r in rows)))
+        load = _load_span(rows)
         lines.append(
             f"| {label} | {median([e['seconds'] for e in eps]):.1f} | {per_rank('partition_wait_share', '{:.1%}')} | "
             f"{per_rank('partition_wait_seconds', '{:.1f}')} | {median([e['partition_loads'] for e in eps]):.0f} "
