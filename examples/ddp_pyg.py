@@ -82,7 +82,9 @@ def main() -> None:
     if rank == 0 and args.out:
         with open(args.out, "w") as f:
             json.dump({"world_size": world, "features": args.features, "epochs": epochs}, f)
-    # Leaves the RPC group of split features (waiting for every rank), then the process group.
+    # Every rank done before any tears down; then the RPC group of split features (waiting for
+    # every rank) and the process group.
+    dist.barrier()
     features.shutdown()
     dist.destroy_process_group()
 

@@ -10,6 +10,8 @@ lazily, with a message that says how to install it. The engines (``strata.embed.
 
 from __future__ import annotations
 
+import faulthandler
+import gc
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,6 +101,9 @@ def join(env: Environment, timeout: int, backend: str = "gloo"):
     process group with ``backend`` (``gloo``, or ``nccl`` for CUDA tensors); collectives then
     fail after ``timeout`` seconds instead of waiting forever. Returns the rendezvous store."""
     _, td = torch_distributed()
+    # A rank that torch's C++ side aborts (a gloo thread calling std::terminate) would die with
+    # only "terminate called ..."; this prints where every Python thread was.
+    faulthandler.enable()
     wait = timedelta(seconds=timeout)
     try:
         store, _, _ = next(td.rendezvous("env://", env.rank, env.world_size, timeout=wait))
@@ -112,6 +117,19 @@ def join(env: Environment, timeout: int, backend: str = "gloo"):
             f"within {timeout} s (dist_timeout): {first_line(e)}"
         ) from None
     return store
+
+
+def leave() -> None:
+    """Leaves the default process group, if this process joined one.
+
+    What still holds the group is collected first: DistributedDataParallel's reducer sits in
+    reference cycles, and left to interpreter shutdown it would destroy the gloo group after
+    the interpreter is gone, whose worker threads then abort the process ("terminate called
+    without an active exception", exit -6) after a run that succeeded."""
+    _, td = torch_distributed()
+    if td.is_initialized():
+        gc.collect()
+        td.destroy_process_group()
 
 
 def collective(what: str, call, rank: int, timeout: int, address: str):

@@ -22,6 +22,7 @@ from ..torchrun import (
     first_line,
     follower,
     join,
+    leave,
     process_bytes,
     restart_count,
     torch_distributed,
@@ -232,5 +233,4 @@ class Group:
         """Stops the scheduler (rank 0) and leaves the process group."""
         if self.scheduler is not None:
             self.scheduler.close()
-        if self.td.is_initialized():
-            self.td.destroy_process_group()
+        leave()

@@ -73,8 +73,11 @@ class Ranks:
         """Joins the RPC group that split features fetch remote rows through."""
         features.start_rpc(self.rank, self.world_size, self.store, self.timeout)
 
-    def close(self) -> None:
-        """Leaves the RPC group, if joined, and the process group."""
+    def close(self, completed: bool) -> None:
+        """Leaves the RPC group, if joined, and the process group. After a ``completed`` run
+        the ranks first meet at a barrier, so that none tears its group down while another
+        still writes the run's files or finishes its last collective."""
+        if completed:
+            self._collective("the barrier at the end of the run", self.td.barrier)
         features.shutdown()
-        if self.td.is_initialized():
-            self.td.destroy_process_group()
+        torchrun.leave()

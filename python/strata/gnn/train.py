@@ -222,11 +222,14 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     model = GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
     model = model.to(device)
     ranks = None if env is None else Ranks(env, device, cfg.dist_timeout)
+    completed = False
     try:
-        return _train(cfg, settings, model, device, ranks, progress)
+        record = _train(cfg, settings, model, device, ranks, progress)
+        completed = True
+        return record
     finally:
         if ranks is not None:
-            ranks.close()
+            ranks.close(completed)
 
 
 def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | None, progress) -> dict:

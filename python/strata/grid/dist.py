@@ -92,5 +92,4 @@ class Exchange:
 
     def close(self) -> None:
         """Leaves the group."""
-        if self.td.is_initialized():
-            self.td.destroy_process_group()
+        torchrun.leave()
