@@ -68,6 +68,19 @@ def write_typed_dir(d, g: dict) -> None:
             np.save(d / f"node_{split}_t{names.index(name)}.npy", ids)
 
 
+def global_edges(g: dict) -> np.ndarray:
+    """The (src, etype, dst) rows a typed store holds for ``g``: local ids shifted by their
+    type's offset, edge types in dict order."""
+    names = list(g["num_nodes_dict"])
+    offsets = np.cumsum([0, *g["num_nodes_dict"].values()])
+    return np.concatenate(
+        [
+            np.stack([e[0] + offsets[names.index(s)], np.full(e.shape[1], k), e[1] + offsets[names.index(d)]], 1)
+            for k, ((s, _, d), e) in enumerate(g["edge_index_dict"].items())
+        ]
+    )
+
+
 def check_against_numpy(path, g: dict) -> None:
     """The store at ``path`` holds ``g``: global ids, edge types, attributes, per-type data."""
     s = Store(path)
@@ -75,15 +88,7 @@ def check_against_numpy(path, g: dict) -> None:
     assert s.node_types == names and s.edge_types == list(g["edge_index_dict"])
     offsets = np.cumsum([0, *g["num_nodes_dict"].values()])
     np.testing.assert_array_equal(s.node_type_offsets, offsets)
-    want = np.concatenate(
-        [
-            np.stack(
-                [e[0] + offsets[names.index(et[0])], np.full(e.shape[1], k), e[1] + offsets[names.index(et[2])]], 1
-            )
-            for k, (et, e) in enumerate(g["edge_index_dict"].items())
-        ]
-    )
-    np.testing.assert_array_equal(s.edges("train"), want)
+    np.testing.assert_array_equal(s.edges("train"), global_edges(g))
     np.testing.assert_array_equal(s.edge_weights("train"), np.concatenate(list(g["edge_weight_dict"].values())))
     np.testing.assert_array_equal(s.edge_times("train"), np.concatenate(list(g["edge_time_dict"].values())))
     for name, x in g["node_feat_dict"].items():
@@ -230,17 +235,7 @@ def test_ogb_heterogeneous_layout_through_datasets(tmp_path):
         result = fetch(load(FetchConfig, flags={"name": "ogbn-mag", "dir": tmp_path / "data", "mirror": server.url}))
     s = Store(result.store)
     assert s.node_types == ["author", "institution", "paper"]
-    names = s.node_types
-    offsets = np.cumsum([0, *g["num_nodes_dict"].values()])
-    want = np.concatenate(
-        [
-            np.stack(
-                [e[0] + offsets[names.index(et[0])], np.full(e.shape[1], k), e[1] + offsets[names.index(et[2])]], 1
-            )
-            for k, (et, e) in enumerate(g["edge_index_dict"].items())
-        ]
-    )
-    np.testing.assert_array_equal(s.edges("train"), want)
+    np.testing.assert_array_equal(s.edges("train"), global_edges(g))
     np.testing.assert_array_equal(s.edge_times("train"), np.concatenate(list(g["edge_time_dict"].values())))
     assert s.edge_weights("train") is None
     np.testing.assert_array_equal(s.type_array("features", "paper"), g["node_feat_dict"]["paper"])
