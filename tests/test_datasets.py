@@ -62,6 +62,7 @@ def test_catalogue_entries_are_well_formed():
         "CiteSeer",
         "ogbn-arxiv",
         "ogbn-products",
+        "ogbn-mag",
         "ogbn-papers100M",
         "soc-LiveJournal1",
         "twitter-2010",

@@ -1,11 +1,12 @@
-"""``strata convert``: from text edge lists, NumPy arrays, raw int32 pairs or Planetoid files
-into a store, streaming within a memory budget (the work happens in ``strata._native``)."""
+"""``strata convert``: from text edge lists, NumPy arrays (plain or typed), raw int32 pairs or
+Planetoid files into a store, streaming within a memory budget (the work happens in
+``strata._native``); :func:`convert_dicts` converts OGB/PyG-style typed dicts held in memory."""
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from . import _native
 from .config import ConvertConfig, as_dict
+from .datasets import hetero
 from .datasets.planetoid import datasets_in, read_planetoid
 from .errors import ConfigError, InputNotFoundError
 from .units import fmt_bytes, fmt_count, fmt_duration
@@ -43,6 +45,8 @@ class Plan:
     test: list[Path] = field(default_factory=list)
     numpy: dict[str, Path] = field(default_factory=dict)
     planetoid: tuple[Path, str] | None = None
+    #: The directory of a typed NumPy conversion (format ``numpy-typed``).
+    typed: Path | None = None
 
 
 def _split_files(directory: Path) -> dict[str, list[Path]]:
@@ -84,6 +88,9 @@ def plan_inputs(cfg: ConvertConfig) -> Plan:
                     f"convert.name: {d} holds Planetoid datasets {', '.join(planetoid)}; choose one with --name"
                 )
             return Plan("planetoid", [], planetoid=(d, name))
+        has_types = cfg.node_types is not None or (d / hetero.NODE_TYPES_FILE).exists()
+        if fmt in ("auto", "numpy") and has_types and any(d.glob("edges_e*.npy")):
+            return Plan("numpy-typed", [], typed=d)
         if fmt == "numpy" or (fmt == "auto" and numpy_edges):
             if not numpy_edges:
                 raise InputNotFoundError(f"{d}: no edges.npy")
@@ -172,8 +179,11 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
     plan = plan_inputs(cfg)
     out = cfg.out
     graph = _graph_options(cfg, out)
-    if plan.format != "text" and (cfg.node_types or cfg.edge_types):
-        raise ConfigError(f"convert: --node-types and --edge-types apply to text edge lists, not {plan.format} inputs")
+    if plan.format not in ("text", "numpy-typed") and (cfg.node_types or cfg.edge_types):
+        raise ConfigError(
+            f"convert: --node-types and --edge-types apply to text edge lists and typed NumPy directories, "
+            f"not {plan.format} inputs"
+        )
     if plan.format == "text":
         columns = cfg.columns or ("src,rel,dst" if cfg.relations else "src,dst")
         text = {
@@ -192,7 +202,76 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
         return _native.convert_binary({"graph": graph, "inputs": _inputs(plan)}, progress)
     if plan.format == "numpy":
         return _native.convert_numpy({"graph": graph, "numpy": _numpy_options(cfg, plan)}, progress)
+    if plan.format == "numpy-typed":
+        return _native.convert_typed_numpy({"graph": graph, "typed_numpy": _typed_options(cfg, plan)}, progress)
     return _convert_planetoid(cfg, plan, graph, progress)
+
+
+def _typed_options(cfg: ConvertConfig, plan: Plan) -> dict:
+    """The typed NumPy inputs of ``plan.typed`` (named as datasets/hetero.py describes)."""
+    given = [
+        f"--{k.replace('_', '-')}"
+        for k in ("features", "labels", "node_train", "node_valid", "node_test", "node_split")
+        if getattr(cfg, k) is not None
+    ] + [f"--{k}" for k in ("valid", "test") if getattr(cfg, k)]
+    if given:
+        raise ConfigError(
+            f"convert: {', '.join(given)} do not apply to a typed NumPy directory: name its arrays "
+            "features_tI.npy, labels_tI.npy, node_train_tI.npy, valid_edges_eK.npy, ... (docs/convert.md)"
+        )
+    options = hetero.typed_inputs(plan.typed, cfg.node_types, cfg.edge_types)
+    options["layout"] = cfg.layout
+    options["feature_dtype"] = None if cfg.feature_dtype == "auto" else cfg.feature_dtype
+    return options
+
+
+def convert_dicts(
+    out: str | Path,
+    num_nodes_dict: Mapping[str, int],
+    edge_index_dict: Mapping[tuple[str, str, str], np.ndarray],
+    *,
+    node_feat_dict: Mapping[str, np.ndarray] | None = None,
+    node_label_dict: Mapping[str, np.ndarray] | None = None,
+    y_dict: Mapping[str, np.ndarray] | None = None,
+    split_dict: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    edge_weight_dict: Mapping[tuple[str, str, str], np.ndarray] | None = None,
+    edge_time_dict: Mapping[tuple[str, str, str], np.ndarray] | None = None,
+    progress: ProgressFn | None = None,
+    **options,
+) -> dict:
+    """Converts a typed graph held in OGB/PyG-style dicts into a store at ``out``.
+
+    ``num_nodes_dict`` {type: count} fixes the node types and their id order;
+    ``edge_index_dict`` {(src_type, relation, dst_type): (2, E) local ids} the edge types, in
+    its order. Optional: ``node_feat_dict`` {type: (count, dim)}, ``node_label_dict`` (or PyG's
+    ``y_dict``) {type: (count,) labels, -1 or NaN unlabelled}, ``split_dict`` (OGB's
+    ``get_idx_split()``: {"train": {type: local ids}, ...}), ``edge_weight_dict`` and
+    ``edge_time_dict`` {edge type: (E,)}. The arrays are saved as ``.npy`` files beside ``out``
+    and streamed through the typed NumPy converter; ``options`` are ``ConvertConfig`` fields
+    (``memory``, ``overwrite``, ``split``, ``seed``, ``name``, ...). Returns the summary.
+    """
+    if node_label_dict is not None and y_dict is not None:
+        raise ConfigError("convert_dicts: give node_label_dict or y_dict, not both")
+    out = Path(out)
+    parent = out.absolute().parent
+    if not parent.is_dir():
+        raise InputNotFoundError(f"{parent}: the output's parent directory does not exist")
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-arrays-", dir=parent))
+    try:
+        hetero.stage_dicts(
+            staging,
+            num_nodes_dict,
+            edge_index_dict,
+            node_feat_dict=node_feat_dict,
+            node_label_dict=node_label_dict if node_label_dict is not None else y_dict,
+            split_dict=split_dict,
+            edge_weight_dict=edge_weight_dict,
+            edge_time_dict=edge_time_dict,
+        )
+        cfg = ConvertConfig(**options, inputs=[staging], out=out, format="numpy")
+        return convert(cfg, progress)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _convert_planetoid(cfg: ConvertConfig, plan: Plan, graph: dict, progress: ProgressFn | None) -> dict:

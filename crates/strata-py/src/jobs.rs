@@ -32,6 +32,18 @@ fn convert_numpy(
     run(py, progress, |p| convert::convert_numpy(&j, p))
 }
 
+/// Converts typed NumPy arrays; `job` mirrors `strata_store::convert::TypedNumpyJob`.
+#[pyfunction]
+#[pyo3(signature = (job, progress=None))]
+fn convert_typed_numpy(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let j: convert::TypedNumpyJob = self::job(job)?;
+    run(py, progress, |p| convert::convert_typed_numpy(&j, p))
+}
+
 /// Converts raw int32 pair files; `job` mirrors `strata_store::convert::BinaryJob`.
 #[pyfunction]
 #[pyo3(signature = (job, progress=None))]
@@ -76,6 +88,7 @@ fn generate(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert_text, m)?)?;
     m.add_function(wrap_pyfunction!(convert_numpy, m)?)?;
+    m.add_function(wrap_pyfunction!(convert_typed_numpy, m)?)?;
     m.add_function(wrap_pyfunction!(convert_binary, m)?)?;
     m.add_function(wrap_pyfunction!(generate, m)?)?;
     Ok(())

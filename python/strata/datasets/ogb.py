@@ -13,6 +13,23 @@ and ``num_nodes_list``, and ``raw/node-label.npz`` with ``node_label`` (float, N
 with the same split files. Both are copied into ``.npy`` files chunk by chunk: CSV rows are parsed
 a block of lines at a time and ``.npz`` members (zip entries holding ``.npy`` files) are streamed
 after their header, so no array is ever held whole.
+
+A heterogeneous dataset (ogbn-mag) is laid out as OGB's ``read_csv_heterograph_raw`` reads it::
+
+    raw/num-node-dict.csv.gz                 header of node types, one line of counts
+    raw/triplet-type-list.csv.gz             one "src_type,relation,dst_type" line per edge type
+    raw/relations/SRC___REL___DST/edge.csv.gz          "src,dst" local ids per line
+    raw/relations/SRC___REL___DST/num-edge-list.csv.gz the count
+    raw/relations/SRC___REL___DST/edge_time.csv.gz     (or edge_year; optional) time per edge
+    raw/node-feat/TYPE/node-feat.csv.gz      features of that type's nodes
+    raw/nodetype-has-label.csv.gz            header of node types, one line of True/False
+    raw/node-label/TYPE/node-label.csv.gz    labels
+    split/<kind>/nodetype-has-split.csv.gz   split/<kind>/TYPE/{train,valid,test}.csv.gz
+
+Types are taken in OGB's (sorted) order and staged as a typed NumPy directory
+(:mod:`.hetero`). Not staged: ``edge_reltype`` (the edge type itself), ``node_year`` and
+``edge-feat`` files (the store has no per-type node attributes beyond features, and no
+converter writes edge features yet).
 """
 
 from __future__ import annotations
@@ -30,6 +47,7 @@ from typing import BinaryIO, Literal
 import numpy as np
 
 from ..errors import InputError, InputNotFoundError
+from . import hetero
 from .download import no_progress
 
 ProgressFn = Callable[..., bool]
@@ -94,12 +112,12 @@ class _NpyWriter:
 
 
 def find_root(raw: Path) -> Path:
-    """The extracted dataset folder under ``raw`` (the one holding ``raw/num-node-list.csv.gz`` or
-    ``raw/data.npz``)."""
+    """The extracted dataset folder under ``raw`` (the one holding ``raw/num-node-list.csv.gz``,
+    ``raw/data.npz`` or, for a heterogeneous dataset, ``raw/num-node-dict.csv.gz``)."""
     found = sorted(
         {
             p.parent.parent
-            for pattern in ("num-node-list.csv.gz", "data.npz")
+            for pattern in ("num-node-list.csv.gz", "data.npz", "num-node-dict.csv.gz")
             for p in raw.rglob(pattern)
             if p.parent.name == "raw"
         }
@@ -178,6 +196,127 @@ def _id_dtype(num_nodes: int) -> np.dtype:
     return np.dtype(np.int32 if num_nodes < 2**31 else np.int64)
 
 
+def is_hetero(root: Path) -> bool:
+    """Whether the OGB dataset at ``root`` is heterogeneous (``raw/num-node-dict.csv.gz``)."""
+    return (root / "raw" / "num-node-dict.csv.gz").exists()
+
+
+def _type_row(path: Path) -> dict[str, str]:
+    """A CSV.gz of one header line (node types) and one line of values, as OGB writes a one-row
+    pandas frame: {type: value}."""
+    try:
+        with gzip.open(_require(path), "rt") as f:
+            lines = [line.rstrip("\r\n") for line in f if line.strip()]
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
+        raise InputError(f"{path}: not a readable gzip text file ({e})") from None
+    if len(lines) != 2 or lines[0].count(",") != lines[1].count(","):
+        raise InputError(f"{path}: expected a header line of node types and one line of values, one per type")
+    return dict(zip(lines[0].split(","), lines[1].split(","), strict=True))
+
+
+def stage_hetero(root: Path, staging: Path, chunk_bytes: int, progress: ProgressFn | None = None) -> Path:
+    """Writes the heterogeneous OGB dataset at ``root`` (layout in the module doc) into
+    ``staging`` as a typed NumPy directory, reading ``chunk_bytes`` of input at a time; returns
+    ``staging``."""
+    progress = progress or no_progress
+    raw = root / "raw"
+    counts_file = raw / "num-node-dict.csv.gz"
+    counts = {}
+    for name, value in sorted(_type_row(counts_file).items()):
+        if not value.strip().isdigit():
+            raise InputError(f"{counts_file}: node type {name!r} has count {value!r}, not a non-negative integer")
+        counts[name] = int(value)
+    triplets_file = raw / "triplet-type-list.csv.gz"
+    triplets = []
+    for line, block in _csv_blocks(triplets_file, chunk_bytes):
+        for i, row in enumerate(block.decode(errors="replace").splitlines()):
+            if not row.strip():
+                continue
+            parts = tuple(row.strip().split(","))
+            if len(parts) != 3 or not all(parts):
+                raise InputError(f"{triplets_file}: line {line + i}: expected src_type,relation,dst_type")
+            for end in (parts[0], parts[2]):
+                if end not in counts:
+                    raise InputError(
+                        f"{triplets_file}: line {line + i}: '{end}' is not a node type of {counts_file.name} "
+                        f"({', '.join(counts)})"
+                    )
+            triplets.append(parts)
+    triplets.sort()
+    hetero.write_types(staging, counts, triplets)
+    relations = [raw / "relations" / "___".join(t) for t in triplets]
+    time_names = ("edge_time.csv.gz", "edge_year.csv.gz")
+    times = [next((d / n for n in time_names if (d / n).exists()), None) for d in relations]
+    if any(times) and not all(times):
+        missing = relations[times.index(None)]
+        raise InputError(f"{missing}: no {' or '.join(time_names)} while other edge types have times: all or none")
+    id_dtype = _id_dtype(max(counts.values(), default=0))
+    for k, ((src, _, dst), folder, time_file) in enumerate(zip(triplets, relations, times, strict=True)):
+        num_edges = int(_small_csv(folder / "num-edge-list.csv.gz").sum())
+        bounds = (counts[src], counts[dst])
+        _csv_to_npy(folder / "edge.csv.gz", staging / f"edges_e{k}.npy", (num_edges, 2), np.int64, id_dtype,
+                    chunk_bytes, progress, bound=bounds)  # fmt: skip
+        if time_file is not None:
+            _csv_to_npy(time_file, staging / f"edge_times_e{k}.npy", (num_edges,), np.int64, np.int64, chunk_bytes,
+                        progress)  # fmt: skip
+    labelled = _labelled_types(raw, counts)
+    for i, (name, count) in enumerate(counts.items()):
+        features = raw / "node-feat" / name / "node-feat.csv.gz"
+        if features.exists():
+            with gzip.open(features, "rb") as f:
+                dim = f.readline().count(b",") + 1
+            _csv_to_npy(features, staging / f"features_t{i}.npy", (count, dim), np.float64, np.float32, chunk_bytes,
+                        progress)  # fmt: skip
+        if name in labelled:
+            _csv_to_npy(raw / "node-label" / name / "node-label.csv.gz", staging / f"labels_t{i}.npy", (count,),
+                        np.float64, np.int32, chunk_bytes, progress, convert=_labels_as_int)  # fmt: skip
+    for name, per_split in _hetero_splits(root / "split", counts).items():
+        i = list(counts).index(name)
+        for split, ids in per_split.items():
+            np.save(staging / f"node_{split}_t{i}.npy", ids)
+    return staging
+
+
+def _labelled_types(raw: Path, counts: dict[str, int]) -> list[str]:
+    """Node types with labels: those marked True in ``nodetype-has-label.csv.gz`` (or, without
+    that file, those with a ``node-label/TYPE`` folder)."""
+    flags = raw / "nodetype-has-label.csv.gz"
+    if flags.exists():
+        marked = [name for name, v in _type_row(flags).items() if v.strip().lower() in ("true", "1")]
+    else:
+        marked = [p.name for p in (raw / "node-label").glob("*") if p.is_dir()]
+    for name in marked:
+        if name not in counts:
+            raise InputError(f"{flags}: '{name}' is not a node type ({', '.join(counts)})")
+    return marked
+
+
+def _hetero_splits(split_dir: Path, counts: dict[str, int]) -> dict[str, dict[str, np.ndarray]]:
+    """``split/<kind>/TYPE/{train,valid,test}.csv.gz`` as local id arrays per node type."""
+    kinds = sorted(p for p in split_dir.iterdir() if p.is_dir()) if split_dir.is_dir() else []
+    if not kinds:
+        return {}
+    if len(kinds) > 1:
+        raise InputError(f"{split_dir}: several split types ({', '.join(p.name for p in kinds)}); keep one")
+    flags = kinds[0] / "nodetype-has-split.csv.gz"
+    if flags.exists():
+        names = [name for name, v in _type_row(flags).items() if v.strip().lower() in ("true", "1")]
+    else:
+        names = sorted(p.name for p in kinds[0].iterdir() if p.is_dir())
+    out = {}
+    for name in names:
+        if name not in counts:
+            raise InputError(f"{kinds[0]}: split for '{name}', which is not a node type ({', '.join(counts)})")
+        out[name] = {}
+        for split in SPLITS:
+            source = kinds[0] / name / f"{split}.csv.gz"
+            ids = _small_csv(source)
+            if ids.size and (ids.min() < 0 or ids.max() >= counts[name]):
+                raise InputError(f"{source}: a node id is outside [0, {counts[name]:,}) of node type '{name}'")
+            out[name][split] = ids
+    return out
+
+
 def _stage_csv(raw: Path, staging: Path, chunk_bytes: int, progress: ProgressFn) -> Staged:
     num_nodes = int(_small_csv(raw / "num-node-list.csv.gz").sum())
     num_edges = int(_small_csv(raw / "num-edge-list.csv.gz").sum())
@@ -217,12 +356,13 @@ def _csv_to_npy(
     chunk_bytes: int,
     progress: ProgressFn,
     *,
-    bound: int | None = None,
+    bound: int | tuple[int, ...] | None = None,
     convert: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> None:
     """Parses a CSV.gz a block of lines at a time into a new ``.npy`` of ``shape`` and ``dtype``.
 
-    ``bound``: every value must lie in ``[0, bound)`` (node ids); ``convert`` transforms each block.
+    ``bound``: every value must lie in ``[0, bound)`` (node ids), or each column in its own
+    range; ``convert`` transforms each block.
     """
     columns = shape[1] if len(shape) == 2 else 1
     progress("stage", f"stage {source.name.split('.')[0]}", 0, shape[0])
@@ -230,8 +370,13 @@ def _csv_to_npy(
     with _NpyWriter(dest, np.dtype(dtype), shape, source) as out:
         for line, block in _csv_blocks(source, chunk_bytes):
             values = _parse(block, line, source, parse_dtype, columns)
-            if bound is not None and values.size and (values.min() < 0 or values.max() >= bound):
-                raise InputError(f"{source}: in the lines from {line:,}: a node id is outside [0, {bound:,})")
+            if bound is not None and values.size:
+                limits = np.broadcast_to(np.asarray(bound), values.shape[1:])
+                bad = (values < 0) | (values >= limits)
+                if bad.any():
+                    row, col = (int(x[0]) for x in np.nonzero(bad))
+                    value, limit = values[row, col], int(limits[col])
+                    raise InputError(f"{source}: line {line + row:,}: node id {value} is outside [0, {limit:,})")
             out.write(convert(values) if convert else values)
             rows += len(values)
             progress("update", rows, 0)

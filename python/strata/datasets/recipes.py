@@ -5,7 +5,8 @@
 - ``freebase``: DGL-KE's Freebase folder, the same files with integer ``head tail relation`` ids;
   the entity and relation counts come from the first line of ``entity2id.txt`` / ``relation2id.txt``.
 - ``planetoid``: the ``ind.NAME.*`` files, processed as PyTorch Geometric does.
-- ``ogb``: OGB node-property zips, staged as ``.npy`` files in bounded memory (:mod:`.ogb`).
+- ``ogb``: OGB node-property zips (homogeneous, or heterogeneous as ogbn-mag), staged as ``.npy``
+  files in bounded memory (:mod:`.ogb`).
 - ``snap``: SNAP edge lists, integer ids, ``#`` comments, read gzip-compressed as downloaded.
 
 Every recipe ends in :func:`strata.convert.convert`, which streams within the memory budget.
@@ -127,6 +128,9 @@ def _ogb(ds: Dataset, raw: Path, common: dict, build: Build, progress: ProgressF
     try:
         # A 32nd of the budget per block of text: parsing holds the block and its numbers a few times.
         chunk = min(max(build.memory // 32, MIB), 64 * MIB)
+        if ogb.is_hetero(root):
+            typed = ogb.stage_hetero(root, staging, chunk, progress)
+            return convert(ConvertConfig(**common, inputs=[typed], format="numpy"), progress)
         staged = ogb.stage(root, staging, chunk, progress)
         cfg = ConvertConfig(
             **common,

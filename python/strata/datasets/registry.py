@@ -153,6 +153,15 @@ _ENTRIES = (
         symmetrize=True,
     ),
     Dataset(
+        "ogbn-mag",
+        "1,939,743 nodes of 4 types (paper, author, institution, field_of_study), 21,111,007 edges of "
+        "4 types, 128-dim paper features",
+        "node classification of papers, 349 venues (time split)",
+        "ogb",
+        (RemoteFile(f"{_OGB}/mag.zip"),),
+        "OGB (snap.stanford.edu)",
+    ),
+    Dataset(
         "ogbn-papers100M",
         "111,059,956 nodes, 1,615,685,872 directed edges, 128-dim features",
         "node classification, 172 classes (time split; about 1.5M nodes labelled)",

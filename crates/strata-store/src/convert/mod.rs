@@ -7,6 +7,7 @@
 mod dict;
 mod nodes;
 mod numpy;
+mod numpy_typed;
 mod options;
 mod spool;
 mod text;
@@ -31,6 +32,9 @@ use crate::units::fmt_bytes;
 use strata_io::progress::Progress;
 
 pub use numpy::{convert_binary, convert_numpy, BinaryJob, EdgeLayout, NumpyJob, NumpyOptions};
+pub use numpy_typed::{
+    convert_typed_numpy, TypedEdgeInput, TypedNodeInput, TypedNumpyJob, TypedNumpyOptions,
+};
 pub use options::{ConvertOptions, Fractions, InputFormat, StoredFeatureDtype};
 pub use text::Delimiter;
 pub use text_job::{convert_text, IdKind, TextJob, TextOptions};

@@ -24,6 +24,9 @@ pub(crate) struct NodeInputs<'a> {
     /// Random node split fractions (over labelled nodes when there are labels).
     pub node_split: Option<[f64; 3]>,
     pub seed: u64,
+    /// Appended to every array name: empty for a plain store, `_tI` for node type `I` of a
+    /// typed one (`features_tI`, `labels_tI`, `node_SPLIT_tI`).
+    pub suffix: &'a str,
 }
 
 /// Rows of features and labels, which must agree; `None` when neither is given.
@@ -64,13 +67,14 @@ pub(crate) fn write_node_data(
             path,
             inputs.feature_dtype,
             n,
+            inputs.suffix,
             io_chunk,
             progress,
         )?);
     }
     let mut labels = None;
     if let Some(path) = inputs.labels {
-        let (info, values) = write_labels(builder, path, n, io_chunk)?;
+        let (info, values) = write_labels(builder, path, n, inputs.suffix, io_chunk)?;
         data.labels = Some(info);
         labels = Some(values);
     }
@@ -98,7 +102,15 @@ pub(crate) fn write_node_data(
                     ));
                 }
             }
-            write_split(builder, slot, &ids, id_dtype, io_chunk, &mut data)?;
+            write_split(
+                builder,
+                slot,
+                &ids,
+                id_dtype,
+                inputs.suffix,
+                io_chunk,
+                &mut data,
+            )?;
         }
     } else if let Some(fractions) = inputs.node_split {
         let pool: Vec<i64> = match &labels {
@@ -111,7 +123,15 @@ pub(crate) fn write_node_data(
             parts[splitter.next()].push(v);
         }
         for (slot, ids) in parts.iter().enumerate() {
-            write_split(builder, slot, ids, id_dtype, io_chunk, &mut data)?;
+            write_split(
+                builder,
+                slot,
+                ids,
+                id_dtype,
+                inputs.suffix,
+                io_chunk,
+                &mut data,
+            )?;
         }
     }
     Ok(data)
@@ -122,10 +142,11 @@ fn write_split(
     slot: usize,
     ids: &[i64],
     id_dtype: DType,
+    suffix: &str,
     io_chunk: usize,
     data: &mut NodeData,
 ) -> Result<()> {
-    let name = format!("node_{}", SPLITS[slot]);
+    let name = format!("node_{}{suffix}", SPLITS[slot]);
     let mut w = builder.writer(&name, id_dtype, &[], io_chunk)?;
     w.write_ints(ids)?;
     builder.add(&name, w.finish()?);
@@ -149,9 +170,11 @@ fn write_features(
     path: &Path,
     want: Option<DType>,
     n: u64,
+    suffix: &str,
     io_chunk: usize,
     progress: &dyn Progress,
 ) -> Result<FeatureInfo> {
+    let name = format!("features{suffix}");
     let h = read_header(path)?;
     require_c_order(path, &h)?;
     let [rows, dim] = h.shape[..] else {
@@ -186,7 +209,7 @@ fn write_features(
         None if h.dtype == DType::F16 => DType::F16,
         None => DType::F32,
     };
-    let mut w = builder.writer("features", out, &[dim], io_chunk)?;
+    let mut w = builder.writer(&name, out, &[dim], io_chunk)?;
     let mut reader = RowReader::open(path, &h, io_chunk)?;
     let mut meter = Meter::new(progress, "features", h.data_bytes(), rows);
     let row_bytes = (dim as usize * h.dtype.size()).max(1) as u64;
@@ -209,7 +232,7 @@ fn write_features(
         meter.add(bytes.len() as u64 / row_bytes, bytes.len() as u64)?;
     }
     meter.finish()?;
-    builder.add("features", w.finish()?);
+    builder.add(&name, w.finish()?);
     Ok(FeatureInfo { dim, dtype: out })
 }
 
@@ -218,6 +241,7 @@ fn write_labels(
     builder: &mut StoreBuilder,
     path: &Path,
     n: u64,
+    suffix: &str,
     io_chunk: usize,
 ) -> Result<(LabelInfo, Vec<i32>)> {
     let h = read_header(path)?;
@@ -263,9 +287,10 @@ fn write_labels(
             "no node has a label (all are -1)",
         ));
     }
-    let mut w = builder.writer("labels", DType::I32, &[], io_chunk)?;
+    let name = format!("labels{suffix}");
+    let mut w = builder.writer(&name, DType::I32, &[], io_chunk)?;
     w.write(&labels)?;
-    builder.add("labels", w.finish()?);
+    builder.add(&name, w.finish()?);
     Ok((
         LabelInfo {
             num_classes: num_classes as u64,

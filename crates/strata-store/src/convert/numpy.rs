@@ -77,16 +77,16 @@ pub struct NumpyJob {
 }
 
 /// How to read one edge file.
-struct EdgeArray {
-    path: PathBuf,
-    header: NpyHeader,
+pub(super) struct EdgeArray {
+    pub path: PathBuf,
+    pub header: NpyHeader,
     /// Rows (one edge per row) or columns (each column a contiguous run of E ids).
     columns: bool,
-    width: usize,
-    edges: u64,
+    pub width: usize,
+    pub edges: u64,
 }
 
-fn inspect_edges(path: &Path, layout: EdgeLayout) -> Result<EdgeArray> {
+pub(super) fn inspect_edges(path: &Path, layout: EdgeLayout) -> Result<EdgeArray> {
     let header = read_header(path)?;
     if !header.dtype.is_int() {
         return Err(StoreError::bad_file(
@@ -128,7 +128,7 @@ fn inspect_edges(path: &Path, layout: EdgeLayout) -> Result<EdgeArray> {
 
 impl EdgeArray {
     /// Streams the edges in batches into `sink`.
-    fn stream(
+    pub(super) fn stream(
         &self,
         io_chunk: usize,
         mut sink: impl FnMut(&EdgeBatch, u64) -> Result<()>,
@@ -272,6 +272,7 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
         splits,
         node_split: opts.node_split,
         seed: graph.seed,
+        suffix: "",
     };
     let hint = node_count_hint(&node_inputs)?;
     if let (Some(n), Some(h)) = (graph.num_nodes, hint) {
