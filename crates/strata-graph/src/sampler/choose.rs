@@ -88,14 +88,8 @@ fn choose_run(
         if k >= run.len() {
             out.extend(run);
         } else {
-            scratch.picks.choose(rng, run.len() as u64, k);
-            out.extend(
-                scratch
-                    .picks
-                    .positions
-                    .iter()
-                    .map(|&p| run.start + p as usize),
-            );
+            let start = run.start;
+            pick_uniform(&mut scratch.picks, rng, run.len(), k, out, |i| start + i);
         }
         return;
     }
@@ -111,13 +105,22 @@ fn choose_run(
     } else if rule.weighted {
         weighted::choose(rng, candidates, edges.weights, k, &mut scratch.keyed, out);
     } else {
-        scratch.picks.choose(rng, candidates.len() as u64, k);
-        out.extend(
-            scratch
-                .picks
-                .positions
-                .iter()
-                .map(|&i| candidates[i as usize]),
-        );
+        pick_uniform(&mut scratch.picks, rng, candidates.len(), k, out, |i| {
+            candidates[i]
+        });
     }
+}
+
+/// Appends `position(i)` for `k` of the indices `0..n` drawn uniformly without replacement,
+/// in increasing index order.
+fn pick_uniform(
+    picks: &mut Picks,
+    rng: &mut Rng,
+    n: usize,
+    k: usize,
+    out: &mut Vec<usize>,
+    position: impl Fn(usize) -> usize,
+) {
+    picks.choose(rng, n as u64, k);
+    out.extend(picks.positions.iter().map(|&i| position(i as usize)));
 }

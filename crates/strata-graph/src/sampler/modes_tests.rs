@@ -93,7 +93,7 @@ fn kept(s: &Sample, dst: usize) -> BTreeSet<u32> {
 }
 
 /// Chi-square statistic of observed counts against expected counts.
-fn chi2(observed: &[f64], expected: &[f64]) -> f64 {
+pub(super) fn chi2(observed: &[f64], expected: &[f64]) -> f64 {
     observed
         .iter()
         .zip(expected)

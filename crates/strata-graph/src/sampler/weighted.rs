@@ -40,17 +40,9 @@ pub(super) fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::modes_tests::chi2;
     use std::collections::HashMap;
     use strata_store::rng::derive;
-
-    /// Chi-square statistic of observed counts against expected counts.
-    fn chi2(observed: &[f64], expected: &[f64]) -> f64 {
-        observed
-            .iter()
-            .zip(expected)
-            .map(|(o, e)| (o - e).powi(2) / e)
-            .sum()
-    }
 
     #[test]
     fn one_draw_is_proportional_to_weight() {
