@@ -351,6 +351,7 @@ fn load_and_plan(
         fanouts: config.fanouts.clone(),
         seed: config.seed,
         threads: 1,
+        ..SamplerConfig::default()
     })?;
     let topology = Topology::load(&store, Direction::In)?;
     let reader = FeatureReader::open(&features)?;
@@ -606,6 +607,7 @@ mod tests {
             fanouts: vec![2, 2],
             seed: 0,
             threads: 1,
+            ..SamplerConfig::default()
         })
         .unwrap();
         let seeds: Vec<u32> = (0..100).collect();

@@ -239,7 +239,11 @@ pub fn transpose(topo: &Topology) -> Topology {
             *at += 1;
         }
     }
-    Topology { indptr, indices }
+    Topology {
+        indptr,
+        indices,
+        columns: Default::default(),
+    }
 }
 
 /// How many times each node appears in `Sample::nodes` over one pre-sampling epoch (Helios
@@ -685,6 +689,7 @@ mod tests {
                 fanouts: vec![2, 2],
                 seed: 7,
                 threads: 1,
+                ..SamplerConfig::default()
             })
             .unwrap();
             let mut want = vec![0u32; 30];
@@ -704,6 +709,7 @@ mod tests {
             fanouts: vec![1],
             seed: 0,
             threads: 1,
+            ..SamplerConfig::default()
         })
         .unwrap();
         let batches = vec![vec![0u32], vec![1], vec![2, 2], vec![0], vec![9]];

@@ -1311,6 +1311,7 @@ mod tests {
             fanouts: vec![-1],
             seed: 1,
             threads: 1,
+            ..SamplerConfig::default()
         })
         .unwrap();
         // Full neighbourhoods: batch {0} reads 0..=3, batch {1} reads 1, 2, 3, batch {4}

@@ -1,6 +1,7 @@
-//! Graph primitives every engine may use: the adjacency in RAM ([`Topology`] and the
-//! [`Adjacency`] trait), the multi-layer neighbour sampler ([`NeighborSampler`]) and the reader
-//! of node features on disk ([`features::FeatureReader`]), and the small interface every holder of
+//! Graph primitives every engine may use: the adjacency in RAM with its edge columns
+//! ([`Topology`] and the [`Adjacency`] trait), the multi-layer neighbour sampler
+//! ([`NeighborSampler`]: uniform, weighted, temporal and per edge type), the reader of node
+//! features on disk ([`features::FeatureReader`]), and the small interface every holder of
 //! feature rows implements ([`FeatureStore`]).
 //!
 //! This crate sits between the foundation (`strata-io`, `strata-store`) and the engines; the
@@ -15,5 +16,7 @@ pub mod topology;
 
 pub use error::{GraphError, Result};
 pub use feature_store::{FeatureStore, Pending, PendingRead};
-pub use sampler::{Block, LinkSample, NeighborSampler, Sample, SamplerConfig};
-pub use topology::{Adjacency, Direction, Topology};
+pub use sampler::{
+    Block, HeteroSample, LinkSample, NeighborSampler, Sample, SamplerConfig, TemporalStrategy,
+};
+pub use topology::{Adjacency, ColumnSet, Direction, EdgeColumns, Edges, Topology};

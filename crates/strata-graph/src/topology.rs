@@ -3,9 +3,8 @@
 
 use std::path::Path;
 
-use strata_store::array::{decode_ints, read_all_bytes};
+use strata_store::array::{decode_f32, decode_ints, read_all_bytes};
 use strata_store::ids::{IdCheck, IndptrCheck};
-use strata_store::npy::DType;
 use strata_store::Store;
 
 use crate::error::{GraphError, Result};
@@ -27,6 +26,18 @@ pub trait Adjacency: Sync {
     fn num_nodes(&self) -> usize;
     /// Neighbours of `v` (`v < num_nodes()`), in a fixed order: sampling picks positions.
     fn neighbors(&self, v: u32) -> &[u32];
+    /// The edge columns [`Adjacency::edges`] carries; none unless the adjacency overrides it.
+    fn columns(&self) -> ColumnSet {
+        ColumnSet::default()
+    }
+    /// `v`'s edges with the columns of [`Adjacency::columns`], each parallel to
+    /// `neighbors(v)`; a column the adjacency lacks is an empty slice.
+    fn edges(&self, v: u32) -> Edges<'_> {
+        Edges {
+            neighbors: self.neighbors(v),
+            ..Edges::default()
+        }
+    }
 }
 
 impl Adjacency for Topology {
@@ -36,6 +47,29 @@ impl Adjacency for Topology {
 
     fn neighbors(&self, v: u32) -> &[u32] {
         Topology::neighbors(self, v)
+    }
+
+    fn columns(&self) -> ColumnSet {
+        let c = &self.columns;
+        ColumnSet {
+            weights: c.weights.is_some(),
+            times: c.times.is_some(),
+            edge_types: c.types.as_ref().map_or(0, |_| c.num_types),
+        }
+    }
+
+    fn edges(&self, v: u32) -> Edges<'_> {
+        let (a, b) = (
+            self.indptr[v as usize] as usize,
+            self.indptr[v as usize + 1] as usize,
+        );
+        let c = &self.columns;
+        Edges {
+            neighbors: &self.indices[a..b],
+            weights: segment(&c.weights, a, b),
+            times: segment(&c.times, a, b),
+            types: segment(&c.types, a, b),
+        }
     }
 }
 
@@ -47,13 +81,71 @@ impl<A: Adjacency + Send + ?Sized> Adjacency for std::sync::Arc<A> {
     fn neighbors(&self, v: u32) -> &[u32] {
         (**self).neighbors(v)
     }
+
+    fn columns(&self) -> ColumnSet {
+        (**self).columns()
+    }
+
+    fn edges(&self, v: u32) -> Edges<'_> {
+        (**self).edges(v)
+    }
 }
 
-/// Compressed adjacency: the neighbours of `v` are `indices[indptr[v]..indptr[v + 1]]`.
+/// Entries `a..b` of an optional column; empty when the column is absent.
+fn segment<T>(column: &Option<Vec<T>>, a: usize, b: usize) -> &[T] {
+    column.as_ref().map_or(&[], |c| &c[a..b])
+}
+
+/// Which per-edge columns an adjacency carries besides the neighbours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ColumnSet {
+    /// float32 edge weights.
+    pub weights: bool,
+    /// int64 edge times.
+    pub times: bool,
+    /// Number of edge types when it carries each edge's type; 0 when it does not.
+    pub edge_types: usize,
+}
+
+/// One node's edges: its neighbours and the columns parallel to them (empty when absent). In
+/// a store's CSC a segment is ordered by (edge type, edge id), so each type is one run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Edges<'a> {
+    pub neighbors: &'a [u32],
+    pub weights: &'a [f32],
+    pub times: &'a [i64],
+    pub types: &'a [u32],
+}
+
+/// Per-edge columns held with a [`Topology`], each parallel to its `indices`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EdgeColumns {
+    /// Non-negative finite weights (a store's `csc_weights`/`csr_weights`).
+    pub weights: Option<Vec<f32>>,
+    /// Times in the user's unit (`csc_times`/`csr_times`).
+    pub times: Option<Vec<i64>>,
+    /// Edge-type ids, each `< num_types` (`csc_etype`/`csr_etype`).
+    pub types: Option<Vec<u32>>,
+    /// Number of edge types (the manifest's `edge_types`); 0 without `types`.
+    pub num_types: usize,
+}
+
+impl EdgeColumns {
+    fn bytes(&self) -> u64 {
+        let len = |n: Option<usize>, size: u64| n.unwrap_or(0) as u64 * size;
+        len(self.weights.as_ref().map(Vec::len), 4)
+            + len(self.times.as_ref().map(Vec::len), 8)
+            + len(self.types.as_ref().map(Vec::len), 4)
+    }
+}
+
+/// Compressed adjacency: the neighbours of `v` are `indices[indptr[v]..indptr[v + 1]]`, with
+/// optional per-edge columns parallel to `indices`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Topology {
     pub indptr: Vec<u64>,
     pub indices: Vec<u32>,
+    pub columns: EdgeColumns,
 }
 
 impl Topology {
@@ -77,7 +169,64 @@ impl Topology {
         if let Some(&v) = indices.iter().find(|&&v| v as u64 >= n) {
             return bad(format!("neighbour {v} is out of range ({n} nodes)"));
         }
-        Ok(Topology { indptr, indices })
+        Ok(Topology {
+            indptr,
+            indices,
+            columns: EdgeColumns::default(),
+        })
+    }
+
+    /// This topology with `columns`, checked: each column has one entry per edge, weights
+    /// are finite and non-negative, types are below `num_types`.
+    pub fn with_columns(mut self, columns: EdgeColumns) -> Result<Topology> {
+        let e = self.indices.len();
+        let bad = |m: String| Err(GraphError::Config(format!("topology: {m}")));
+        let lens = [
+            ("weights", columns.weights.as_ref().map(Vec::len)),
+            ("times", columns.times.as_ref().map(Vec::len)),
+            ("types", columns.types.as_ref().map(Vec::len)),
+        ];
+        for (name, len) in lens {
+            if let Some(len) = len.filter(|&len| len != e) {
+                return bad(format!("{len} edge {name} for {e} edges"));
+            }
+        }
+        if let Some(w) = columns
+            .weights
+            .iter()
+            .flatten()
+            .find(|w| !(w.is_finite() && **w >= 0.0))
+        {
+            return bad(format!(
+                "edge weight {w} is not a finite non-negative number"
+            ));
+        }
+        let num_types = columns.num_types;
+        if let Some(t) = columns
+            .types
+            .iter()
+            .flatten()
+            .find(|&&t| t as usize >= num_types)
+        {
+            return bad(format!(
+                "edge type {t} is out of range ({num_types} edge types)"
+            ));
+        }
+        // The sampler finds a type's edges by binary search of the node's segment.
+        if let Some(types) = &columns.types {
+            let unsorted = self.indptr.windows(2).position(|w| {
+                types[w[0] as usize..w[1] as usize]
+                    .windows(2)
+                    .any(|p| p[0] > p[1])
+            });
+            if let Some(v) = unsorted {
+                return bad(format!(
+                    "the edge types of node {v} are not in increasing order"
+                ));
+            }
+        }
+        self.columns = columns;
+        Ok(self)
     }
 
     /// Loads the store's CSC (`Direction::In`) or CSR into memory.
@@ -110,7 +259,56 @@ impl Topology {
         Ok(Topology {
             indptr: indptr.into_iter().map(|x| x as u64).collect(),
             indices: indices.into_iter().map(|x| x as u32).collect(),
+            columns: EdgeColumns::default(),
         })
+    }
+
+    /// Loads the store's CSC (`Direction::In`) or CSR with the edge columns in `wanted`
+    /// (`edge_types` > 0 asks for the types). A column the store lacks is an error naming
+    /// the column and how a store gets it; `strata check` validates the columns' values, and
+    /// [`Topology::with_columns`] checks them again here.
+    pub fn load_with(store: &Store, direction: Direction, wanted: ColumnSet) -> Result<Topology> {
+        let topo = Topology::load(store, direction)?;
+        let prefix = match direction {
+            Direction::In => "csc",
+            Direction::Out => "csr",
+        };
+        let m = store.manifest();
+        let attrs = m.edge_attributes.clone().unwrap_or_default();
+        let missing = |what: &str, how: &str| {
+            GraphError::Config(format!(
+                "{}: the store has no edge {what}; {how}",
+                store.path().display()
+            ))
+        };
+        let mut columns = EdgeColumns::default();
+        if wanted.weights {
+            if !attrs.weights {
+                return Err(missing("weights", "convert with --columns src,dst,weight"));
+            }
+            let (header, bytes) = read_all_bytes(&store.array_path(&format!("{prefix}_weights"))?)?;
+            let mut w = Vec::with_capacity(header.len() as usize);
+            decode_f32(&bytes, header.dtype, &mut w);
+            columns.weights = Some(w);
+        }
+        if wanted.times {
+            if !attrs.times {
+                return Err(missing("times", "convert with --columns src,dst,time"));
+            }
+            columns.times = Some(read_ints(&store.array_path(&format!("{prefix}_times"))?)?);
+        }
+        if wanted.edge_types > 0 {
+            if !m.is_typed() {
+                return Err(missing(
+                    "types",
+                    "convert with --node-types FILE --edge-types FILE",
+                ));
+            }
+            let types = read_ints(&store.array_path(&format!("{prefix}_etype"))?)?;
+            columns.types = Some(types.into_iter().map(|t| t as u32).collect());
+            columns.num_types = m.edge_types.len();
+        }
+        topo.with_columns(columns)
     }
 
     pub fn num_nodes(&self) -> usize {
@@ -131,17 +329,17 @@ impl Topology {
         self.indptr[v as usize + 1] - self.indptr[v as usize]
     }
 
-    /// Bytes held in memory.
+    /// Bytes held in memory, edge columns included.
     pub fn bytes(&self) -> u64 {
-        self.indptr.len() as u64 * 8 + self.indices.len() as u64 * 4
+        self.indptr.len() as u64 * 8 + self.indices.len() as u64 * 4 + self.columns.bytes()
     }
 }
 
 fn read_ints(path: &Path) -> Result<Vec<i64>> {
     let (header, bytes) = read_all_bytes(path)?;
-    if !matches!(header.dtype, DType::I32 | DType::I64) {
+    if !header.dtype.is_int() {
         return Err(GraphError::Config(format!(
-            "{}: expected int32 or int64, found {:?}",
+            "{}: expected integers, found {:?}",
             path.display(),
             header.dtype
         )));

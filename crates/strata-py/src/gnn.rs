@@ -271,16 +271,26 @@ fn batch_tuple(py: Python<'_>, b: Batch) -> PyResult<Py<PyTuple>> {
 
 /// Little-endian uint32 ids from Python bytes.
 fn ids(py: Python<'_>, bytes: &[u8]) -> PyResult<Vec<u32>> {
-    if !bytes.len().is_multiple_of(4) {
+    values(py, bytes, "node ids")
+}
+
+/// Little-endian values of type `T` from Python bytes; `what` names them in the error.
+pub(crate) fn values<T: bytemuck::Pod>(
+    py: Python<'_>,
+    bytes: &[u8],
+    what: &str,
+) -> PyResult<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    if !bytes.len().is_multiple_of(size) {
         return Err(config_error(
             py,
             &format!(
-                "node ids: {} bytes is not a whole number of uint32 values",
+                "{what}: {} bytes is not a whole number of {size}-byte values",
                 bytes.len()
             ),
         ));
     }
-    // Python's buffer need not be 4-byte aligned: copy rather than cast in place.
+    // Python's buffer need not be aligned: copy rather than cast in place.
     Ok(pod_collect_to_vec(bytes))
 }
 

@@ -13,6 +13,7 @@ mod io;
 mod jobs;
 mod plans;
 mod progress;
+mod sampling;
 mod serve;
 mod serve_model;
 mod store;
@@ -64,6 +65,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     io::register(m)?;
     embed::register(m)?;
     gnn::register(m)?;
+    sampling::register(m)?;
     grid::register(m)?;
     serve::register(m)?;
     serve_model::register(m)?;

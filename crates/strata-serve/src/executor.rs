@@ -363,6 +363,7 @@ fn run_share(shared: &Shared, share: &[Job], x: &mut Vec<f32>) -> Result<Vec<Out
         fanouts: arch.fanouts.clone(),
         seed: shared.config.sample_seed,
         threads: 0,
+        ..SamplerConfig::default()
     })?;
     let mut table: HashMap<u32, Arc<[f32]>> = HashMap::new();
     for group in &plan.groups {

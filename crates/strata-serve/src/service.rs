@@ -881,6 +881,7 @@ impl GraphLearning for Service {
                 fanouts: r.fanouts,
                 seed: r.seed,
                 threads: 0,
+                ..SamplerConfig::default()
             })?;
             let what = format!(
                 "SampleNeighbors of {} seeds (up to {} vertices and {} edges)",

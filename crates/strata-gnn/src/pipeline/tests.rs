@@ -81,6 +81,7 @@ fn fixture() -> Fixture {
         fanouts: vec![5, 3],
         seed: 7,
         threads: 1,
+        ..SamplerConfig::default()
     })
     .unwrap();
     Fixture {
