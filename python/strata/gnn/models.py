@@ -42,10 +42,10 @@ def register_layer(
 ) -> Callable[[type], type]:
     """Registers a conv class as layer kind ``name`` (``GNN(name, ...)``, ``strata gnn train
     --model name``). The class takes ``(in_dim, out_dim)`` and implements ``cost_widths`` and
-    ``forward(block, x)``; a classmethod ``for_stack(dims, i, heads=, train_eps=, edge_types=)``
-    builds layer ``i`` of a stack of widths ``dims`` when it needs more than the two widths.
-    ``served_as`` names the service's kernel of the same layer, whose tensors are the class's
-    state dict. ``typed`` kinds have parameters per edge type (``edge_types`` of the stack)."""
+    ``forward(block, x)``; a classmethod ``for_stack(dims, i, heads=, train_eps=)`` builds layer
+    ``i`` of a stack of widths ``dims`` when it needs more than the two widths. ``served_as``
+    names the service's kernel of the same layer, whose tensors are the class's state dict.
+    ``typed`` kinds have parameters per edge type: they take ``(in_dim, out_dim, edge_types)``."""
 
     def register(cls: type) -> type:
         if name in LAYERS:
@@ -61,8 +61,10 @@ def _build_layer(
 ) -> nn.Module:
     """Layer ``i`` (widths ``dims[i] -> dims[i + 1]``) of a stack of layer kind ``kind``."""
     cls = LAYERS[kind].cls
+    if LAYERS[kind].typed:
+        return cls(dims[i], dims[i + 1], edge_types)
     if hasattr(cls, "for_stack"):
-        return cls.for_stack(dims, i, heads=heads, train_eps=train_eps, edge_types=edge_types)
+        return cls.for_stack(dims, i, heads=heads, train_eps=train_eps)
     return cls(dims[i], dims[i + 1])
 
 
@@ -223,9 +225,7 @@ class GINConv(nn.Module):
             self.register_buffer("eps", torch.zeros(()))
 
     @classmethod
-    def for_stack(
-        cls, dims: list[int], i: int, *, heads: int, train_eps: bool, edge_types: list[tuple[int, int]]
-    ) -> GINConv:
+    def for_stack(cls, dims: list[int], i: int, *, heads: int, train_eps: bool) -> GINConv:
         return cls(dims[i], dims[i + 1], train_eps=train_eps)
 
     def cost_widths(self) -> tuple[int, int, int, int]:
@@ -254,9 +254,7 @@ class GATConv(nn.Module):
         nn.init.xavier_uniform_(self.att_dst)
 
     @classmethod
-    def for_stack(
-        cls, dims: list[int], i: int, *, heads: int, train_eps: bool, edge_types: list[tuple[int, int]]
-    ) -> GATConv:
+    def for_stack(cls, dims: list[int], i: int, *, heads: int, train_eps: bool) -> GATConv:
         """Hidden layers concatenate their heads (the next one reads ``heads`` times the
         width); the output layer averages them."""
         last = i == len(dims) - 2
@@ -313,12 +311,6 @@ class RGCNConv(nn.Module):
         self.weight = nn.Parameter(torch.empty(len(edge_types), in_dim, out_dim).uniform_(-bound, bound))
         self.root_lin = nn.Linear(in_dim, out_dim)
 
-    @classmethod
-    def for_stack(
-        cls, dims: list[int], i: int, *, heads: int, train_eps: bool, edge_types: list[tuple[int, int]]
-    ) -> RGCNConv:
-        return cls(dims[i], dims[i + 1], edge_types)
-
     def cost_widths(self) -> tuple[int, int, int, int]:
         """The aggregates are one mean per edge type: the input width times the types."""
         r, d, out = self.weight.shape
@@ -352,12 +344,6 @@ class HeteroSAGEConv(nn.Module):
         self.edge_types = [tuple(int(t) for t in e) for e in edge_types]
         self.out_dim = out_dim
         self.convs = nn.ModuleList(SAGEConv(in_dim, out_dim) for _ in self.edge_types)
-
-    @classmethod
-    def for_stack(
-        cls, dims: list[int], i: int, *, heads: int, train_eps: bool, edge_types: list[tuple[int, int]]
-    ) -> HeteroSAGEConv:
-        return cls(dims[i], dims[i + 1], edge_types)
 
     def cost_widths(self) -> tuple[int, int, int, int]:
         """The aggregates are one mean per edge type: the input width times the types."""
