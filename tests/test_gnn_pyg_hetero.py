@@ -20,7 +20,7 @@ from torch_geometric.data import EdgeAttr, remote_backend_utils  # noqa: E402
 
 from conftest import run_strata  # noqa: E402
 from strata.errors import StoreFormatError  # noqa: E402
-from strata.gnn.pyg_hetero import hetero_stores  # noqa: E402
+from strata.gnn.pyg_hetero import TypedCSC, hetero_stores  # noqa: E402
 from strata.store import Store, check_store  # noqa: E402
 
 TYPES = {"paper": 40, "author": 25, "field": 6}
@@ -126,6 +126,20 @@ def test_each_edge_type_is_its_own_csc_in_local_ids(typed):
         np.testing.assert_array_equal(fs[et, "edge_weight", slice(2, 9, 3)].numpy(), weights[2:9:3])
         assert fs.get_tensor_size(et, "edge_weight", None) == (len(row),)
     assert sum(len(expected(edges, k)[0]) for k in range(len(EDGE_TYPES))) == len(edges)
+
+
+def test_the_scan_and_the_binary_search_find_the_same_runs(typed):
+    path, edges, _, _ = typed
+    store = Store(path)
+    indices = np.asarray(store.array("csc_indices"))
+    for k, et in enumerate(EDGE_TYPES):
+        row, colptr, _, _ = expected(edges, k)
+        for method in ("scan", "search"):
+            csc = TypedCSC(store, k, method)
+            np.testing.assert_array_equal(csc.colptr, colptr, err_msg=f"{et} {method}")
+            np.testing.assert_array_equal(indices[csc.positions()] - OFFSET[et[0]], row, err_msg=f"{et} {method}")
+    with pytest.raises(ValueError, match="method must be 'scan', 'search' or None"):
+        TypedCSC(store, 0, "walk")
 
 
 def test_pyg_converts_the_typed_csc_to_coo(typed):

@@ -19,7 +19,7 @@ Feature rows are read from the store's memory maps, only the rows asked for; the
 through the native feature tiers (hot set, cache, merged reads) that serve plain stores
 (:mod:`strata.gnn.pyg`), which do not know node types yet. An edge type's ``(row, colptr)`` is
 built on request from the global CSC (its destinations' segments cut on ``csc_etype``) and held
-by the caller: ``8 * (E_type + count_dst + 1)`` bytes. Needs ``torch_geometric``.
+by the caller: ``8 * (E_type + count_dst + 1)`` bytes (see :class:`TypedCSC`). Needs ``torch_geometric``.
 """
 
 from __future__ import annotations
@@ -66,28 +66,44 @@ def _rows(index, count: int) -> np.ndarray | None:
     return np.where(ids < 0, ids + count, ids)
 
 
+#: Edge-type bytes a scan reads at a time (bounds its memory: the bytes and a mask).
+SCAN_CHUNK = 1 << 24
+
+
 class TypedCSC:
     """One edge type's slice of a typed store's CSC, in the type's local ids.
 
     ``colptr`` (int64, ``count_dst + 1``) and ``starts`` (int64, ``count_dst``: where each
     destination's run of this edge type begins in the global CSC) are computed once; the
     positions of the type's edges in the global CSC, ``starts[j] + k`` for the ``k``-th edge of
-    local destination ``j``, address ``csc_indices`` and the per-edge columns."""
+    local destination ``j``, address ``csc_indices`` and the per-edge columns.
 
-    def __init__(self, store: Store, etype: int):
+    Each destination's segment is ordered by (edge type, edge id), so the type's edges are one
+    run per segment, found either by two binary searches per destination (``method="search"``:
+    ``log2`` of the longest segment rounds of reads at every destination) or by one sequential
+    scan of the destination type's ``csc_etype`` bytes (``"scan"``). The default picks the one
+    with fewer reads. On a 1M-edge store (a loaded machine) the scan took 92-158 ms against
+    283-508 ms for the search on 300,000 destinations, the search 2.3 ms against 9.5 ms on
+    1,000 destinations of 150,000 edges."""
+
+    def __init__(self, store: Store, etype: int, method: str | None = None):
         info = store.manifest["edge_types"][etype]
         offsets = store.node_type_offsets
         self.src_offset = int(offsets[info["src_type"]])
         dst_lo, dst_hi = int(offsets[info["dst_type"]]), int(offsets[info["dst_type"] + 1])
-        indptr = store.array("csc_indptr")
-        seg_lo = np.asarray(indptr[dst_lo:dst_hi], dtype=np.int64)
-        seg_hi = np.asarray(indptr[dst_lo + 1 : dst_hi + 1], dtype=np.int64)
+        bounds = np.asarray(store.array("csc_indptr")[dst_lo : dst_hi + 1], dtype=np.int64)
         etypes = store.array("csc_etype")
-        # Segments are ordered by (edge type, edge id): the type's run is [first >= etype,
-        # first > etype), two binary searches per destination, all destinations at once.
-        self.starts = _lower_bound(etypes, seg_lo, seg_hi, etype)
-        ends = _lower_bound(etypes, self.starts, seg_hi, etype + 1)
-        self.colptr = np.zeros(dst_hi - dst_lo + 1, dtype=np.int64)
+        if method is None:
+            rounds = int(np.diff(bounds).max(initial=0)).bit_length()
+            method = "scan" if bounds[-1] - bounds[0] <= 2 * (len(bounds) - 1) * rounds else "search"
+        if method == "scan":
+            self.starts, ends = _scan(etypes, bounds, etype)
+        elif method == "search":
+            self.starts = _lower_bound(etypes, bounds[:-1], bounds[1:], etype)
+            ends = _lower_bound(etypes, self.starts, bounds[1:], etype + 1)
+        else:
+            raise ValueError(f"method must be 'scan', 'search' or None, got {method!r}")
+        self.colptr = np.zeros(len(bounds), dtype=np.int64)
         np.cumsum(ends - self.starts, out=self.colptr[1:])
 
     @property
@@ -103,6 +119,22 @@ class TypedCSC:
         local = np.asarray(index, dtype=np.int64)
         dst = np.searchsorted(self.colptr, local, side="right") - 1
         return self.starts[dst] + (local - self.colptr[dst])
+
+
+def _scan(values: np.ndarray, bounds: np.ndarray, key: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment ``[bounds[i], bounds[i + 1])`` the run ``[start, end)`` of the positions whose
+    value is ``key`` (segments sorted, so one run each), from a chunked scan of
+    ``values[bounds[0]:bounds[-1]]``."""
+    parts = [np.empty(0, dtype=np.int64)]
+    for lo in range(int(bounds[0]), int(bounds[-1]), SCAN_CHUNK):
+        hi = min(lo + SCAN_CHUNK, int(bounds[-1]))
+        parts.append(np.flatnonzero(np.asarray(values[lo:hi]) == key) + lo)
+    hits = np.concatenate(parts)
+    first, last = np.searchsorted(hits, bounds[:-1]), np.searchsorted(hits, bounds[1:])
+    # A segment without the key gets the empty run at its end.
+    found = hits[np.minimum(first, len(hits) - 1)] if len(hits) else bounds[1:]
+    starts = np.where(last > first, found, bounds[1:])
+    return starts, starts + (last - first)
 
 
 def _lower_bound(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, key: int) -> np.ndarray:
