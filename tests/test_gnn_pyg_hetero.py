@@ -70,6 +70,19 @@ def add_node_data(store: Path, node_type: int, features: np.ndarray, labels: np.
     (store / "manifest.json").write_text(json.dumps(m))
 
 
+def add_edge_features(store: Path, features: np.ndarray) -> None:
+    """Writes ``edge_features_train`` (by edge id) into a store and its manifest."""
+    m = json.loads((store / "manifest.json").read_text())
+    save_aligned(store / "edge_features_train.npy", features)
+    m["arrays"]["edge_features_train"] = {
+        "file": "edge_features_train.npy",
+        "dtype": "float32",
+        "shape": list(features.shape),
+    }
+    m["edge_attributes"]["features"] = {"dim": features.shape[1], "dtype": "float32"}
+    (store / "manifest.json").write_text(json.dumps(m))
+
+
 @pytest.fixture(scope="module")
 def typed(tmp_path_factory):
     d = tmp_path_factory.mktemp("pyghetero")
@@ -90,20 +103,28 @@ def typed(tmp_path_factory):
     features = rng.normal(size=(TYPES["paper"], FEATURE_DIM)).astype(np.float32)
     labels = rng.integers(-1, CLASSES, TYPES["paper"]).astype(np.int32)
     add_node_data(d / "g.strata", 0, features, labels)
+    add_edge_features(d / "g.strata", edge_features(len(edges)))
     assert check_store(d / "g.strata")["ok"]
     return d / "g.strata", np.array(edges, dtype=object), features, labels
 
 
+def edge_features(num_edges: int) -> np.ndarray:
+    """Edge ``e``'s features: ``(e, -e, 0.5 e)``, so that a wrong edge id shows."""
+    e = np.arange(num_edges, dtype=np.float32)
+    return np.stack([e, -e, 0.5 * e], axis=1)
+
+
 def expected(edges, k: int):
-    """NumPy's (row, colptr, weights, times) of edge type ``k``: sources by destination, then
-    edge id, in local ids."""
-    mine = [(u, v, w, t) for kk, u, v, w, t in edges if kk == k]
+    """NumPy's (row, colptr, weights, times, edge ids) of edge type ``k``: sources by
+    destination, then edge id, in local ids."""
+    mine = [(u, v, w, t, eid) for eid, (kk, u, v, w, t) in enumerate(edges) if kk == k]
     src, dst = (np.array([e[i] for e in mine], dtype=np.int64) for i in (0, 1))
     order = np.argsort(dst, kind="stable")  # input order = edge id within a destination
     colptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=TYPES[EDGE_TYPES[k][2]]))])
     weights = np.array([e[2] for e in mine], dtype=np.float32)[order]
     times = np.array([e[3] for e in mine], dtype=np.int64)[order]
-    return src[order], colptr, weights, times
+    eids = np.array([e[4] for e in mine], dtype=np.int64)[order]
+    return src[order], colptr, weights, times, eids
 
 
 def test_each_edge_type_is_its_own_csc_in_local_ids(typed):
@@ -112,7 +133,7 @@ def test_each_edge_type_is_its_own_csc_in_local_ids(typed):
     attrs = {a.edge_type: a for a in gs.get_all_edge_attrs()}
     assert list(attrs) == EDGE_TYPES
     for k, et in enumerate(EDGE_TYPES):
-        row, colptr, weights, times = expected(edges, k)
+        row, colptr, weights, times, eids = expected(edges, k)
         assert attrs[et].layout.value == "csc" and attrs[et].is_sorted
         assert attrs[et].size == (TYPES[et[0]], TYPES[et[2]])
         got_row, got_colptr = gs.get_edge_index(EdgeAttr(et, "csc"))
@@ -125,6 +146,9 @@ def test_each_edge_type_is_its_own_csc_in_local_ids(typed):
         np.testing.assert_array_equal(fs[et, "edge_time", idx].numpy(), times[idx.numpy()])
         np.testing.assert_array_equal(fs[et, "edge_weight", slice(2, 9, 3)].numpy(), weights[2:9:3])
         assert fs.get_tensor_size(et, "edge_weight", None) == (len(row),)
+        np.testing.assert_array_equal(fs[et, "edge_attr", None].numpy(), edge_features(len(edges))[eids])
+        np.testing.assert_array_equal(fs[et, "edge_attr", idx].numpy(), edge_features(len(edges))[eids[idx.numpy()]])
+        assert fs.get_tensor_size(et, "edge_attr", None) == (len(row), 3)
     assert sum(len(expected(edges, k)[0]) for k in range(len(EDGE_TYPES))) == len(edges)
 
 
@@ -133,7 +157,7 @@ def test_the_scan_and_the_binary_search_find_the_same_runs(typed):
     store = Store(path)
     indices = np.asarray(store.array("csc_indices"))
     for k, et in enumerate(EDGE_TYPES):
-        row, colptr, _, _ = expected(edges, k)
+        row, colptr, *_ = expected(edges, k)
         for method in ("scan", "search"):
             csc = TypedCSC(store, k, method)
             np.testing.assert_array_equal(csc.colptr, colptr, err_msg=f"{et} {method}")
@@ -148,7 +172,7 @@ def test_pyg_converts_the_typed_csc_to_coo(typed):
     rows, cols, perms = gs.coo()
     assert set(rows) == set(EDGE_TYPES) and all(p is None for p in perms.values())
     for k, et in enumerate(EDGE_TYPES):
-        row, colptr, _, _ = expected(edges, k)
+        row, colptr, *_ = expected(edges, k)
         np.testing.assert_array_equal(rows[et].numpy(), row)
         np.testing.assert_array_equal(cols[et].numpy(), np.repeat(np.arange(len(colptr) - 1), np.diff(colptr)))
 
@@ -164,7 +188,7 @@ def test_node_attributes_are_per_type_rows(typed):
     np.testing.assert_array_equal(fs["paper", "x", slice(1, 4)].numpy(), features[1:4])
     assert fs.get_tensor_size("paper", "x", None) == (TYPES["paper"], FEATURE_DIM)
     got = {(a.group_name, a.attr_name) for a in fs.get_all_tensor_attrs()}
-    edge_attrs = {(et, a) for et in EDGE_TYPES for a in ("edge_weight", "edge_time")}
+    edge_attrs = {(et, a) for et in EDGE_TYPES for a in ("edge_weight", "edge_time", "edge_attr")}
     assert got == {("paper", "x"), ("paper", "y")} | edge_attrs
     assert {t: remote_backend_utils.num_nodes(fs, gs, t) for t in TYPES} == TYPES
     with pytest.raises(IndexError, match="index 40 is out of range for 40 rows"):

@@ -13,7 +13,8 @@ Node attributes (``group_name`` = node type name, index = the type's local ids):
 type's features, ``features_tI``) and ``y`` (its labels, ``labels_tI``, ``-1`` unlabelled).
 Edge attributes (``group_name`` = the ``(src, rel, dst)`` triple, index = positions in that edge
 type's CSC ``row``, as PyG's samplers index edge attributes of a CSC graph store):
-``edge_weight`` (float32) and ``edge_time`` (int64) when the store has them.
+``edge_weight`` (float32), ``edge_time`` (int64) and ``edge_attr`` (the edge features,
+``(E_type, d)``, fetched by edge id through ``csc_eid``) when the store has them.
 
 Feature rows are read from the store's memory maps, only the rows asked for; they do not go
 through the native feature tiers (hot set, cache, merged reads) that serve plain stores
@@ -205,8 +206,9 @@ class StrataHeteroGraphStore(GraphStore):
 
 class StrataHeteroFeatureStore(FeatureStore):
     """Read-only attributes of a typed store: per node type ``x`` and ``y`` by local id, per edge
-    type ``edge_weight`` and ``edge_time`` by position in the graph store's CSC ``row`` of that
-    type (see the module's doc). Shares the graph store's per-edge-type CSC slices."""
+    type ``edge_weight``, ``edge_time`` and ``edge_attr`` (edge features) by position in the graph
+    store's CSC ``row`` of that type (see the module's doc). Shares the graph store's
+    per-edge-type CSC slices."""
 
     def __init__(self, graph_store: StrataHeteroGraphStore):
         super().__init__()
@@ -219,10 +221,13 @@ class StrataHeteroFeatureStore(FeatureStore):
             for attr, kind in (("x", "features"), ("y", "labels"))
             if s.has(f"{kind}_t{i}")
         }
-        #: PyG attribute name -> the CSC-ordered memmap of every edge.
-        self._edge = {attr: s.array(f"csc_{col}") for col, attr in EDGE_ATTRS.items() if s.has(f"csc_{col}")}
+        #: PyG attribute name -> (memmap, whether it is indexed by edge id rather than CSC position).
+        self._edge = {attr: (s.array(f"csc_{col}"), False) for col, attr in EDGE_ATTRS.items() if s.has(f"csc_{col}")}
+        if s.has("edge_features_train"):
+            self._edge["edge_attr"] = (s.array("edge_features_train"), True)
+        self._eid = s.array("csc_eid")
 
-    def _edge_array(self, attr: TensorAttr) -> np.ndarray | None:
+    def _edge_array(self, attr: TensorAttr) -> tuple[np.ndarray, bool] | None:
         group = attr.group_name
         if not isinstance(group, tuple) or group not in self.graph_store.edge_types:
             return None
@@ -234,23 +239,26 @@ class StrataHeteroFeatureStore(FeatureStore):
             ids = _rows(attr.index, len(arr))
             rows = np.array(arr) if ids is None else np.asarray(arr[ids])
             return torch.from_numpy(rows.astype(np.int64) if attr.attr_name == "y" else rows)
-        arr = self._edge_array(attr)
-        if arr is None:
+        found = self._edge_array(attr)
+        if found is None:
             have = [f"{a.group_name!r}.{a.attr_name}" for a in self.get_all_tensor_attrs()]
             raise KeyError(
                 f"store {self.store.path}: {attr.group_name!r} has no attribute {attr.attr_name!r}; "
                 f"it has: {', '.join(have)}"
             )
+        arr, by_eid = found
         csc = self.graph_store.typed_csc(attr.group_name)
-        return torch.from_numpy(np.asarray(arr[csc.positions(_rows(attr.index, csc.num_edges))]))
+        pos = csc.positions(_rows(attr.index, csc.num_edges))
+        return torch.from_numpy(np.asarray(arr[np.asarray(self._eid[pos], dtype=np.int64)] if by_eid else arr[pos]))
 
     def _get_tensor_size(self, attr: TensorAttr) -> tuple | None:
         arr = self._node.get((attr.group_name, attr.attr_name))
         if arr is not None:
             return tuple(arr.shape)
-        if self._edge_array(attr) is None:
+        found = self._edge_array(attr)
+        if found is None:
             return None
-        return (self.graph_store.typed_csc(attr.group_name).num_edges,)
+        return (self.graph_store.typed_csc(attr.group_name).num_edges, *found[0].shape[1:])
 
     def _put_tensor(self, tensor, attr: TensorAttr) -> bool:
         _read_only(self.store)
