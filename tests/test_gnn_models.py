@@ -74,7 +74,7 @@ def test_stack_shapes_and_gradients(kind):
 
 
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="expected sage, sage_pool, gcn, gin or gat"):
+    with pytest.raises(ValueError, match="expected sage, sage_pool, gcn, gin, gat, rgcn or sage_hetero"):
         GNN("gine", 5, 8, 3)
     with pytest.raises(ValueError, match="2 layers but got 1"):
         GNN("sage", 5, 8, 3)([block()], torch.randn(4, 5))

@@ -137,7 +137,7 @@ def test_new_kinds_train(kind):
     assert out.shape == (2, 3)
     out.sum().backward()
     assert all(p.grad is not None for p in model.parameters())
-    with pytest.raises(ValueError, match="expected sage, sage_pool, gcn, gin or gat, got 'gine'"):
+    with pytest.raises(ValueError, match="expected sage, sage_pool, gcn, gin, gat, rgcn or sage_hetero, got 'gine'"):
         GNN("gine", 5, 8, 3)
 
 

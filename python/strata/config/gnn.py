@@ -17,8 +17,10 @@ class _TrainFrontEnd:
 
     store: Path = option(positional=True, help="store with node features, labels and node splits")
     run_dir: Path | None = option(None, help="run directory (default: STORE/runs/gnn-MODEL)")
-    model: Literal["sage", "sage_pool", "gcn", "gin", "gat"] = option(
-        "sage", help="GraphSAGE (mean aggregator), GraphSAGE (max-pool), GCN, GIN or GAT, in plain torch"
+    model: Literal["sage", "sage_pool", "gcn", "gin", "gat", "rgcn", "sage_hetero"] = option(
+        "sage",
+        help="GraphSAGE (mean aggregator), GraphSAGE (max-pool), GCN, GIN or GAT, in plain torch; rgcn (R-GCN) and "
+        "sage_hetero (GraphSAGE per edge type) are for typed stores, which training does not sample yet",
     )
     hidden: int = option(256, help="hidden units per layer (per head for gat)", min=1)
     heads: int = option(4, help="attention heads of gat", min=1)

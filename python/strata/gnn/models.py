@@ -1,11 +1,12 @@
 """Reference GNNs in plain PyTorch over message-flow blocks: GraphSAGE (mean and max-pool
-aggregators), GCN, GIN and GAT.
+aggregators), GCN, GIN and GAT, and for typed graphs R-GCN and a heterogeneous GraphSAGE.
 
 No pyg-lib, torch-sparse or DGL: aggregation is ``index_add_`` over a block's edge list, so the
 models run wherever torch does. A block is the bipartite graph of one layer (see
 ``strata.gnn.Block``): its destinations are the first ``num_dst`` of its sources, so a layer's
 output for the destinations is computed from rows ``[:num_src]`` of its input and the
-destinations' own rows are ``x[:num_dst]``.
+destinations' own rows are ``x[:num_dst]``. A typed block also says each edge's type and each
+source's node type; the typed layers read them, the others ignore them.
 """
 
 from __future__ import annotations
@@ -22,37 +23,46 @@ F = torch.nn.functional
 
 @dataclass(frozen=True)
 class LayerKind:
-    """A registered layer kind: its conv class, one line of help, and the layer kind of the
-    graph service it is exported as (``strata_serve::model::ModelKind``; None: not servable)."""
+    """A registered layer kind: its conv class, one line of help, the layer kind of the graph
+    service it is exported as (``strata_serve::model::ModelKind``; None: not servable), and
+    whether it is built for typed graphs (its parameters are per edge type)."""
 
     cls: type
     help: str
     served_as: str | None
+    typed: bool = False
 
 
 #: The layer kinds a :class:`GNN` stacks, by name, in registration order (:func:`register_layer`).
 LAYERS: dict[str, LayerKind] = {}
 
 
-def register_layer(name: str, *, help: str, served_as: str | None = None) -> Callable[[type], type]:
+def register_layer(
+    name: str, *, help: str, served_as: str | None = None, typed: bool = False
+) -> Callable[[type], type]:
     """Registers a conv class as layer kind ``name`` (``GNN(name, ...)``, ``strata gnn train
     --model name``). The class takes ``(in_dim, out_dim)`` and implements ``cost_widths`` and
     ``forward(block, x)``; a classmethod ``for_stack(dims, i, heads=, train_eps=)`` builds layer
     ``i`` of a stack of widths ``dims`` when it needs more than the two widths. ``served_as``
-    names the service's kernel of the same layer, whose tensors are the class's state dict."""
+    names the service's kernel of the same layer, whose tensors are the class's state dict.
+    ``typed`` kinds have parameters per edge type: they take ``(in_dim, out_dim, edge_types)``."""
 
     def register(cls: type) -> type:
         if name in LAYERS:
             raise ValueError(f"layer kind {name!r} is registered twice ({LAYERS[name].cls.__name__}, {cls.__name__})")
-        LAYERS[name] = LayerKind(cls, help, served_as)
+        LAYERS[name] = LayerKind(cls, help, served_as, typed)
         return cls
 
     return register
 
 
-def _build_layer(kind: str, dims: list[int], i: int, *, heads: int, train_eps: bool) -> nn.Module:
+def _build_layer(
+    kind: str, dims: list[int], i: int, *, heads: int, train_eps: bool, edge_types: list[tuple[int, int]]
+) -> nn.Module:
     """Layer ``i`` (widths ``dims[i] -> dims[i + 1]``) of a stack of layer kind ``kind``."""
     cls = LAYERS[kind].cls
+    if LAYERS[kind].typed:
+        return cls(dims[i], dims[i + 1], edge_types)
     if hasattr(cls, "for_stack"):
         return cls.for_stack(dims, i, heads=heads, train_eps=train_eps)
     return cls(dims[i], dims[i + 1])
@@ -61,24 +71,42 @@ def _build_layer(kind: str, dims: list[int], i: int, *, heads: int, train_eps: b
 @dataclass
 class Block:
     """One layer's sampled edges in local ids: ``src[e] -> dst[e]``, ``src < num_src``,
-    ``dst < num_dst``; both int64 tensors of shape ``(E,)``."""
+    ``dst < num_dst``; both int64 tensors of shape ``(E,)``. A typed block adds ``etype``, the
+    edge type of each edge (int64 ``(E,)``), and ``ntype``, the node type of each source
+    (int64 ``(num_src,)``; the destinations' are its first ``num_dst``); an untyped block is
+    read by the typed layers as one node type and one edge type, 0."""
 
     num_src: int
     num_dst: int
     src: torch.Tensor
     dst: torch.Tensor
+    etype: torch.Tensor | None = None
+    ntype: torch.Tensor | None = None
 
     @staticmethod
-    def from_csc(num_src: int, num_dst: int, indptr, indices) -> Block:
+    def from_csc(num_src: int, num_dst: int, indptr, indices, etype=None, ntype=None) -> Block:
         """From a CSC over destinations (``indptr`` of ``num_dst + 1`` offsets, ``indices`` of
-        local sources), as the sampler produces; NumPy arrays or tensors."""
+        local sources, ``etype`` parallel to ``indices``), as the sampler produces; NumPy
+        arrays or tensors."""
         indptr = torch.as_tensor(indptr, dtype=torch.int64)
         src = torch.as_tensor(indices).to(torch.int64)
         dst = torch.repeat_interleave(torch.arange(num_dst, dtype=torch.int64), indptr[1:] - indptr[:-1])
-        return Block(num_src, num_dst, src, dst)
+        etype, ntype = (None if t is None else torch.as_tensor(t).to(torch.int64) for t in (etype, ntype))
+        return Block(num_src, num_dst, src, dst, etype, ntype)
 
     def to(self, device) -> Block:
-        return Block(self.num_src, self.num_dst, self.src.to(device), self.dst.to(device))
+        etype, ntype = (None if t is None else t.to(device) for t in (self.etype, self.ntype))
+        return Block(self.num_src, self.num_dst, self.src.to(device), self.dst.to(device), etype, ntype)
+
+    def edge_types(self) -> torch.Tensor:
+        """``etype``, or zeros (one edge type) for an untyped block."""
+        return self.etype if self.etype is not None else torch.zeros_like(self.src)
+
+    def dst_types(self) -> torch.Tensor:
+        """Node type of each destination, int64 ``(num_dst,)`` (zeros for an untyped block)."""
+        if self.ntype is not None:
+            return self.ntype[: self.num_dst]
+        return torch.zeros(self.num_dst, dtype=torch.int64, device=self.src.device)
 
     def in_degree(self) -> torch.Tensor:
         """Sampled in-degree of each destination, float ``(num_dst,)``."""
@@ -258,6 +286,82 @@ class GATConv(nn.Module):
         return out + self.bias
 
 
+def _check_edge_types(block: Block, num_types: int, layer: str) -> None:
+    """Refuses a block with edge types the layer has no parameters for (they would be mixed
+    into other types' aggregates or dropped without a word)."""
+    if block.etype is not None and block.etype.numel() and int(block.etype.max()) >= num_types:
+        raise ValueError(f"{layer}: the block has edge type {int(block.etype.max())}, the layer {num_types} edge types")
+
+
+@register_layer("rgcn", help="R-GCN (a weight per edge type; typed stores)", typed=True)
+class RGCNConv(nn.Module):
+    """Relational GCN (Schlichtkrull et al. 2018, eq. 2) with the per-relation mean
+    (``c_vr = |N_r(v)|``), one weight matrix per edge type ``r`` (no basis decomposition):
+
+        ``out_v = W_root x_v + b + sum_r mean_{u in N_r(v)} W_r x_u``
+
+    This is PyG's ``RGCNConv(in_dim, out_dim, len(edge_types), aggr="mean")``: its ``weight``
+    is ``weight`` here, its ``root`` ``root_lin.weight.T`` and its ``bias`` ``root_lin.bias``.
+    Only the edge type selects a weight; ``edge_types`` are ``(source type, destination type)``
+    pairs by edge-type id, of which R-GCN uses the count."""
+
+    def __init__(self, in_dim: int, out_dim: int, edge_types: list[tuple[int, int]] = ((0, 0),)):
+        super().__init__()
+        bound = (6 / (in_dim + out_dim)) ** 0.5  # Glorot, as PyG initialises RGCNConv.weight
+        self.weight = nn.Parameter(torch.empty(len(edge_types), in_dim, out_dim).uniform_(-bound, bound))
+        self.root_lin = nn.Linear(in_dim, out_dim)
+
+    def cost_widths(self) -> tuple[int, int, int, int]:
+        """The aggregates are one mean per edge type: the input width times the types."""
+        r, d, out = self.weight.shape
+        return r * d, out, d, 0
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        r = self.weight.shape[0]
+        _check_edge_types(block, r, "rgcn")
+        n = block.num_dst
+        key = block.dst * r + block.edge_types()  # one bucket per (destination, edge type)
+        sums = x.new_zeros(n * r, x.shape[1]).index_add_(0, key, x[block.src])
+        counts = torch.bincount(key, minlength=n * r).clamp(min=1).unsqueeze(1).to(x.dtype)
+        mean = (sums / counts).view(n, r, -1)
+        return self.root_lin(x[:n]) + torch.einsum("nri,rio->no", mean, self.weight)
+
+
+@register_layer("sage_hetero", help="GraphSAGE per edge type, summed per node type (typed stores)", typed=True)
+class HeteroSAGEConv(nn.Module):
+    """Heterogeneous GraphSAGE: a mean-aggregator :class:`SAGEConv` per edge type ``r = (s,
+    t)``; a destination of node type ``t`` sums the layers of the edge types into ``t``:
+
+        ``out_v = sum_{r into type(v)} (W_self^r x_v + b^r + W_neigh^r mean_{u in N_r(v)} x_u)``
+
+    This is what PyG's ``to_hetero(GraphSAGE, metadata, aggr="sum")`` and ``HeteroConv({r:
+    SAGEConv(in_dim, out_dim)}, aggr="sum")`` compute (PyG's ``lin_l`` is ``neigh_lin`` with
+    ``self_lin``'s bias, its ``lin_r`` ``self_lin``). A destination of a node type no edge type
+    points into gets zeros (PyG leaves such types out of its output)."""
+
+    def __init__(self, in_dim: int, out_dim: int, edge_types: list[tuple[int, int]] = ((0, 0),)):
+        super().__init__()
+        self.edge_types = [tuple(int(t) for t in e) for e in edge_types]
+        self.out_dim = out_dim
+        self.convs = nn.ModuleList(SAGEConv(in_dim, out_dim) for _ in self.edge_types)
+
+    def cost_widths(self) -> tuple[int, int, int, int]:
+        """The aggregates are one mean per edge type: the input width times the types."""
+        d = self.convs[0].self_lin.in_features
+        return len(self.convs) * d, self.out_dim, d, 0
+
+    def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
+        _check_edge_types(block, len(self.convs), "sage_hetero")
+        etype, dst_type = block.edge_types(), block.dst_types()
+        out = x.new_zeros(block.num_dst, self.out_dim)
+        for r, ((_, t), conv) in enumerate(zip(self.edge_types, self.convs, strict=True)):
+            keep = etype == r
+            mean = _mean_neighbours(Block(block.num_src, block.num_dst, block.src[keep], block.dst[keep]), x)
+            rows = (dst_type == t).nonzero().squeeze(1)
+            out = out.index_add(0, rows, conv.self_lin(x[rows]) + conv.neigh_lin(mean[rows]))
+        return out
+
+
 #: The registered layer kinds' names, in registration order.
 MODEL_KINDS: tuple[str, ...] = tuple(LAYERS)
 
@@ -265,8 +369,11 @@ MODEL_KINDS: tuple[str, ...] = tuple(LAYERS)
 class GNN(nn.Module):
     """A stack of ``len(blocks)`` layers of one registered kind (:data:`LAYERS`), ReLU and
     dropout between them: ``sage`` (GraphSAGE, mean), ``sage_pool`` (GraphSAGE, max-pool),
-    ``gcn``, ``gin`` (GIN-eps, or GIN-0 without ``train_eps``) or ``gat`` (``heads`` heads per
-    hidden layer).
+    ``gcn``, ``gin`` (GIN-eps, or GIN-0 without ``train_eps``), ``gat`` (``heads`` heads per
+    hidden layer), and for typed graphs ``rgcn`` (R-GCN) and ``sage_hetero`` (GraphSAGE per edge
+    type), whose parameters are per edge type of ``edge_types``: the ``(source node type,
+    destination node type)`` of each edge-type id (default: one type, ``[(0, 0)]``). Every node
+    type's rows have the same width ``in_dim``.
 
     ``forward(blocks, x)``: ``blocks`` in input-to-output order (``blocks[0]`` reads the input
     rows ``x``, ``(num_src of blocks[0], in_dim)``); returns ``(num_dst of blocks[-1], out_dim)``
@@ -283,6 +390,7 @@ class GNN(nn.Module):
         dropout: float = 0.5,
         heads: int = 4,
         train_eps: bool = True,
+        edge_types: list[tuple[int, int]] | None = None,
     ):
         super().__init__()
         if layers < 1:
@@ -293,7 +401,10 @@ class GNN(nn.Module):
         # The widths, for exporting the architecture (strata.gnn.export).
         self.in_dim, self.hidden, self.out_dim = in_dim, hidden, out_dim
         dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
-        convs = [_build_layer(kind, dims, i, heads=heads, train_eps=train_eps) for i in range(layers)]
+        types = list(edge_types) if edge_types is not None else [(0, 0)]
+        if not types:
+            raise ValueError("edge_types: need at least one edge type")
+        convs = [_build_layer(kind, dims, i, heads=heads, train_eps=train_eps, edge_types=types) for i in range(layers)]
         self.convs = nn.ModuleList(convs)
 
     def training_costs(self, optimizer_states: int) -> dict:

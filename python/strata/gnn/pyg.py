@@ -18,6 +18,7 @@ amount)`` and ``neighbor_sampler=StrataSampler(data)``.
 
 Feature reads go through the store's tiers (hot set, cache, direct reads); the graph store hands
 PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install 'strata-gl[pyg]'``).
+Typed (format 2) stores are served per node and edge type by :mod:`strata.gnn.pyg_hetero`.
 """
 
 from __future__ import annotations

@@ -206,12 +206,22 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     torch.manual_seed(cfg.seed)
     device = _device(torch, cfg.device, env)
     settings = as_dict(cfg)
-    from .models import GNN
+    from .models import GNN, LAYERS
 
     # The model, the process group and the optimizer are built before the store is opened, so
     # that the process the memory plan measures as its runtime holds them and torch's runtime
     # they start.
     store = Store(cfg.store)
+    if store.is_typed:
+        raise ConfigError(
+            f"{cfg.store}: a typed store (node and edge types) needs heterogeneous sampling, which strata gnn "
+            "train does not have yet; rgcn and sage_hetero run from Python on typed blocks (strata.gnn.models)"
+        )
+    if LAYERS[cfg.model].typed:
+        raise ConfigError(
+            f"gnn.train.model: {cfg.model} needs a typed store (node and edge types, format 2); "
+            f"{cfg.store} has no edge types"
+        )
     features = store.manifest.get("features")
     if features is None:
         raise ConfigError(f"{cfg.store}: the store has no node features; GNN training needs them")
