@@ -198,7 +198,7 @@ pub struct HetSbmOptions {
     pub feature_dtype: FeatureDtype,
     /// std of Gaussian noise around the community centroid, papers
     // The centroids' coordinates have std 1 / sqrt(feature_dim); with 8 classes 0.7 leaves a
-    // nearest-centroid accuracy of about 0.45, so neighbours must carry the rest.
+    // nearest-centroid accuracy of about 0.5, so neighbours must carry the rest.
     pub paper_feature_noise: f64,
     /// std of feature noise, authors
     pub author_feature_noise: f64,
