@@ -1,5 +1,6 @@
 """``strata generate``: deterministic synthetic graphs streamed to disk (RMAT, a knowledge
-graph with planted structure, a labelled SBM with features)."""
+graph with planted structure, a labelled SBM with features, and a typed SBM written as a
+store)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from .units import fmt_bytes, fmt_count, fmt_duration
 
 
 def generate(cfg, progress: Callable[..., bool] | None = None) -> dict:
-    """Runs the generator of config section ``cfg`` (an RmatConfig, KgConfig or SbmConfig)."""
+    """Runs the generator of config section ``cfg`` (an RmatConfig, KgConfig, SbmConfig or
+    HetSbmConfig)."""
     kind = next(k for k, cls in GENERATORS.items() if isinstance(cfg, cls))
     return _native.generate(kind, as_dict(cfg), progress)
 
@@ -30,7 +32,11 @@ def format_summary(s: dict) -> str:
         )
     elif s["kind"] == "sbm":
         extra = f" ({details.get('classes', '?')} classes, {details.get('feature_dim', '?')}-dim features)"
-    files = ", ".join(str(f) for f in s["files"])
+    elif s["kind"] == "hetsbm":
+        types = ", ".join(f"{t['count']:,} {t['name']}" for t in details.get("node_types", []))
+        extra = f" ({types}; {len(details.get('edge_types', []))} edge types, {details.get('classes', '?')} classes)"
+    # A store's files are many; its directory names them all.
+    files = str(s["out"]) if s["kind"] == "hetsbm" else ", ".join(str(f) for f in s["files"])
     return (
         f"Generated {s['kind']}: {s['num_nodes']:,} nodes and {s['num_edges']:,} edges{extra} in "
         f"{fmt_duration(secs)} ({fmt_count(s['num_edges'] / max(secs, 1e-9))} edges/s, "

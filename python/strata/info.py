@@ -20,6 +20,7 @@ def describe(store: Store, memory: int | None = None) -> dict:
         "format_version": m["format_version"],
         "strata_version": m["strata_version"],
         "converter": (m.get("provenance") or {}).get("converter"),
+        "generator": (m.get("provenance") or {}).get("generator"),
         "graph": g,
         "features": m.get("features"),
         "labels": m.get("labels"),
@@ -75,9 +76,11 @@ def _deg_line(s: dict) -> str:
 def render(desc: dict) -> str:
     """Human-readable text of :func:`describe`'s output."""
     g = desc["graph"]
+    # A generator that writes a store (hetsbm) is named instead of a converter.
+    made_by = f"generator {desc['generator']}" if desc.get("generator") else f"converter {desc['converter']}"
     lines = [
         f"Store {desc['path']}  ({desc['name']}; format {desc['format_version']}, strata "
-        f"{desc['strata_version']}, converter {desc['converter']})"
+        f"{desc['strata_version']}, {made_by})"
     ]
     named = " (named)" if g["node_names"] else " (integer ids)"
     lines.append(f"  nodes         {g['num_nodes']:,}{named}")

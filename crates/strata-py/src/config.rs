@@ -14,7 +14,7 @@ use strata_serve::config::ServeOptions;
 use strata_store::check::CheckOptions;
 use strata_store::config::{check_address, normalize, schema, ConfigError, Section};
 use strata_store::convert::ConvertOptions;
-use strata_store::generate::{KgOptions, RmatOptions, SbmOptions};
+use strata_store::generate::{HetSbmOptions, KgOptions, RmatOptions, SbmOptions};
 
 use crate::errors::config_error;
 use crate::io::BenchDiskOptions;
@@ -50,6 +50,7 @@ const SECTIONS: &[Entry] = &[
     entry::<RmatOptions>(),
     entry::<KgOptions>(),
     entry::<SbmOptions>(),
+    entry::<HetSbmOptions>(),
     entry::<BenchDiskOptions>(),
     entry::<ConvertOptions>(),
     entry::<CheckOptions>(),

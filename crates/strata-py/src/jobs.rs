@@ -56,7 +56,8 @@ fn convert_binary(
     run(py, progress, |p| convert::convert_binary(&j, p))
 }
 
-/// Generates a graph: `kind` is `rmat`, `kg` or `sbm`; `options` mirrors its options struct.
+/// Generates a graph: `kind` is `rmat`, `kg`, `sbm` or `hetsbm`; `options` mirrors its options
+/// struct.
 #[pyfunction]
 #[pyo3(signature = (kind, options, progress=None))]
 fn generate(
@@ -78,9 +79,13 @@ fn generate(
             let o: generators::SbmOptions = section(options)?;
             run(py, progress, |p| generators::sbm(&o, p))
         }
+        "hetsbm" => {
+            let o: generators::HetSbmOptions = section(options)?;
+            run(py, progress, |p| generators::hetsbm(&o, p))
+        }
         other => Err(config_error(
             py,
-            &format!("unknown generator '{other}' (rmat, kg, sbm)"),
+            &format!("unknown generator '{other}' (rmat, kg, sbm, hetsbm)"),
         )),
     }
 }

@@ -1,4 +1,4 @@
-"""``strata generate rmat|kg|sbm``."""
+"""``strata generate rmat|kg|sbm|hetsbm``."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ HELP = {
     "rmat": "Graph500 R-MAT/Kronecker graph (power-law), as int32 pairs, TSV or .npy",
     "kg": "knowledge graph with planted latent structure, as train/valid/test TSV triples",
     "sbm": "labelled degree-corrected SBM with class-correlated features, as NumPy arrays",
+    "hetsbm": "ogbn-mag-like typed SBM with weights and times, written as a typed store",
 }
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "generate",
-        help="generate a synthetic graph (rmat, kg, sbm), deterministic by seed",
+        help="generate a synthetic graph (rmat, kg, sbm, hetsbm), deterministic by seed",
         description="Streams a synthetic graph to disk; equal options give identical files. "
-        "Convert the result with `strata convert`. See docs/generators.md.",
+        "Convert the files of rmat, kg and sbm with `strata convert`; hetsbm writes a store. "
+        "See docs/generators.md.",
     )
     kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     for kind, cls in GENERATORS.items():

@@ -12,7 +12,7 @@ from .embed import (
     EmbedTrainConfig,
     PlotConfig,
 )
-from .generate import GENERATORS, KgConfig, RmatConfig, SbmConfig
+from .generate import GENERATORS, HetSbmConfig, KgConfig, RmatConfig, SbmConfig
 from .gnn import GnnTrainConfig
 from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
 from .info import CheckConfig, InfoConfig
@@ -39,6 +39,7 @@ __all__ = [
     "GnnTrainConfig",
     "GridBuildConfig",
     "GridInfoConfig",
+    "HetSbmConfig",
     "InfoConfig",
     "KgConfig",
     "PlotConfig",

@@ -41,7 +41,7 @@ pub use text_job::{convert_text, IdKind, TextJob, TextOptions};
 pub use topology::DegreeHistogram;
 
 use spool::{finalize_edges, Spooled};
-use topology::{build_topology, Payload, TopologyInput};
+pub(crate) use topology::{build_topology, Payload, TopologyInput};
 pub(crate) use types::Types;
 
 fn default_io_chunk() -> u64 {
@@ -113,11 +113,9 @@ impl GraphOptions {
         }
     }
 
-    /// The I/O chunk actually used: the configured one, shrunk so that the fixed buffers of a
-    /// step (about a dozen chunks) stay a small part of a small budget.
+    /// The I/O chunk actually used (see [`io_chunk_within`]).
     fn io_chunk(&self) -> usize {
-        let fit = strata_io::align_down(self.memory / 64).max(strata_io::ALIGN as u64);
-        self.io_chunk.min(fit) as usize
+        io_chunk_within(self.memory, self.io_chunk)
     }
 
     fn store_name(&self) -> String {
@@ -129,6 +127,14 @@ impl GraphOptions {
             stem.unwrap_or_else(|| "graph".into())
         })
     }
+}
+
+/// The I/O chunk a step with budget `memory` (bytes) uses: `configured` (bytes, a multiple of
+/// 4096), shrunk so that the step's fixed buffers (about a dozen chunks) stay a small part of a
+/// small budget.
+pub(crate) fn io_chunk_within(memory: u64, configured: u64) -> usize {
+    let fit = strata_io::align_down(memory / 64).max(strata_io::ALIGN as u64);
+    configured.min(fit) as usize
 }
 
 /// One input file and the split its edges belong to.

@@ -1,5 +1,6 @@
 //! Deterministic, streaming graph generators: Graph500 R-MAT edge lists ([`rmat`]), knowledge
-//! graphs with planted structure ([`kg`]) and labelled degree-corrected block models ([`sbm`]).
+//! graphs with planted structure ([`kg`]), labelled degree-corrected block models ([`sbm`]) and
+//! heterogeneous ones with weights and times, written as a typed store ([`hetsbm`]).
 //!
 //! Every random value is a pure function of the seed and the index of the thing it belongs to
 //! (see [`rng`]), so worker threads can generate disjoint index ranges in any order while a
@@ -7,13 +8,17 @@
 //! Memory stays bounded by a few chunks per thread plus small per-class or per-relation tables.
 //! The construction of each generator is documented in `docs/generators.md`.
 
+mod hetsbm;
 mod kg;
+mod planted;
 mod rmat;
 mod sbm;
 
+pub use hetsbm::{hetsbm, HetSbmOptions, SplitBy};
 pub use kg::{kg, KgOptions};
+pub use planted::FeatureDtype;
 pub use rmat::{rmat, RmatFormat, RmatOptions};
-pub use sbm::{sbm, FeatureDtype, SbmOptions};
+pub use sbm::{sbm, SbmOptions};
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -26,13 +31,13 @@ use crate::store::{output_parent, remove_path, remove_stale_partials};
 /// What a generator wrote, for the CLI to print and for provenance records.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GenerateSummary {
-    /// `"rmat"`, `"kg"` or `"sbm"`.
+    /// `"rmat"`, `"kg"`, `"sbm"` or `"hetsbm"`.
     pub kind: String,
-    /// The output path as given (a file for rmat, a directory otherwise).
+    /// The output path as given (a file for rmat, a directory otherwise: a store for hetsbm).
     pub out: PathBuf,
     /// Final paths of the files written.
     pub files: Vec<PathBuf>,
-    /// Vertices (rmat), entities (kg) or nodes (sbm).
+    /// Vertices (rmat), entities (kg) or nodes (sbm, hetsbm: all types).
     pub num_nodes: u64,
     /// Edges or triples written, over all splits.
     pub num_edges: u64,

@@ -4,6 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::planted::{
+    centroids, check_feature_dim, check_noise, check_power_law, check_split_fractions, other_class,
+    push_features, split_counts, split_slot, Blocks, FeatureDtype,
+};
 use super::{check_fraction, config_check, run_ordered, worker_threads, GenerateSummary, Staging};
 use crate::array::{NpyWriter, IO_CHUNK};
 use crate::config::{ConfigError, Section};
@@ -36,36 +40,6 @@ const STREAM_SPLIT: u64 = 2;
 const STREAM_EDGES: u64 = 3;
 const STREAM_CENTROIDS: u64 = 4;
 const STREAM_FEATURES: u64 = 5;
-
-/// Element type of `features.npy`.
-#[derive(
-    serde::Deserialize,
-    serde::Serialize,
-    schemars::JsonSchema,
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum FeatureDtype {
-    /// IEEE single precision, 4 bytes per value.
-    #[default]
-    Float32,
-    /// IEEE half precision, 2 bytes per value.
-    Float16,
-}
-
-impl FeatureDtype {
-    fn dtype(self) -> DType {
-        match self {
-            FeatureDtype::Float32 => DType::F32,
-            FeatureDtype::Float16 => DType::F16,
-        }
-    }
-}
 
 /// Options of [`sbm`]: the `[generate.sbm]` config section (see docs/generators.md for the
 /// model each option shapes).
@@ -177,56 +151,29 @@ impl SbmOptions {
             ));
         }
         check_fraction("p_in", self.p_in)?;
-        if !(self.power_law > 2.0 && self.power_law.is_finite()) {
-            return Err(StoreError::option(
-                "power_law",
-                format!("must be a finite exponent above 2, got {}", self.power_law),
-            ));
-        }
-        if !(1..=1 << 20).contains(&self.feature_dim) {
-            return Err(StoreError::option(
-                "feature_dim",
-                format!("must be within [1, 2^20], got {}", self.feature_dim),
-            ));
-        }
-        if !(self.feature_noise >= 0.0 && self.feature_noise.is_finite()) {
-            return Err(StoreError::option(
-                "feature_noise",
-                format!(
-                    "must be a finite non-negative standard deviation, got {}",
-                    self.feature_noise
-                ),
-            ));
-        }
-        check_fraction("train_fraction", self.train_fraction)?;
-        check_fraction("valid_fraction", self.valid_fraction)?;
-        check_fraction("test_fraction", self.test_fraction)?;
-        if self.train_fraction + self.valid_fraction + self.test_fraction > 1.0 + 1e-9 {
-            return Err(StoreError::option(
-                "test_fraction",
-                "train_fraction + valid_fraction + test_fraction must not exceed 1",
-            ));
-        }
-        Ok(())
+        check_power_law(self.power_law)?;
+        check_feature_dim(self.feature_dim)?;
+        check_noise("feature_noise", self.feature_noise)?;
+        check_split_fractions(self.fractions())
+    }
+
+    /// Train, valid and test fractions.
+    fn fractions(&self) -> [f64; 3] {
+        [self.train_fraction, self.valid_fraction, self.test_fraction]
     }
 }
 
 /// The generator: edges and node rows are pure functions of their index and these tables.
 ///
 /// Node `j` in canonical order has class `j % classes` and degree rank `j / classes` within
-/// it; its id is `ids.apply(j)`, so neither class nor degree can be read off the id.
+/// it (see [`Blocks`]).
 struct SbmModel {
     classes: u64,
     p_in: f64,
-    ids: Perm,
+    nodes: Blocks,
     split: Perm,
     /// Split sizes: train, valid, test.
     split_counts: [u64; 3],
-    /// 1 / (1 - alpha) for Chung–Lu weights (rank + 1)^-alpha.
-    inv_exponent: f64,
-    /// Per class: its size and the normaliser (size + 1)^(1 - alpha) - 1 of its weight CDF.
-    class_size: Vec<u64>,
-    class_mass: Vec<f64>,
     edge_key: u64,
     feature_key: u64,
     dim: usize,
@@ -238,57 +185,19 @@ struct SbmModel {
 impl SbmModel {
     fn new(o: &SbmOptions) -> SbmModel {
         let n = o.nodes;
-        let exponent = 1.0 - 1.0 / (o.power_law - 1.0);
-        let class_size: Vec<u64> = (0..o.classes)
-            .map(|c| (n - c).div_ceil(o.classes))
-            .collect();
-        let class_mass = class_size
-            .iter()
-            .map(|&s| ((s + 1) as f64).powf(exponent) - 1.0)
-            .collect();
         let dim = o.feature_dim as usize;
-        let centroid_key = derive(o.seed, STREAM_CENTROIDS);
-        let scale = 1.0 / (dim as f64).sqrt();
-        let mut centroids = Vec::with_capacity(o.classes as usize * dim);
-        for c in 0..o.classes {
-            let mut rng = Rng::new(derive(centroid_key, c));
-            centroids.extend(normals(&mut rng, dim).map(|z| (z * scale) as f32));
-        }
-        let count = |f: f64| (n as f64 * f).round() as u64;
-        // Rounding both evaluation splits up can overshoot by one node when the fractions sum to 1.
-        let n_valid = count(o.valid_fraction).min(n);
-        let n_test = count(o.test_fraction).min(n - n_valid);
-        let rest = n - n_valid - n_test;
-        let total = o.train_fraction + o.valid_fraction + o.test_fraction;
-        let n_train = if total >= 1.0 - 1e-9 {
-            rest
-        } else {
-            count(o.train_fraction).min(rest)
-        };
         SbmModel {
             classes: o.classes,
             p_in: o.p_in,
-            ids: Perm::new(n, derive(o.seed, STREAM_IDS)),
+            nodes: Blocks::new(n, o.classes, o.power_law, derive(o.seed, STREAM_IDS)),
             split: Perm::new(n, derive(o.seed, STREAM_SPLIT)),
-            split_counts: [n_train, n_valid, n_test],
-            inv_exponent: 1.0 / exponent,
-            class_size,
-            class_mass,
+            split_counts: split_counts(n, o.fractions()),
             edge_key: derive(o.seed, STREAM_EDGES),
             feature_key: derive(o.seed, STREAM_FEATURES),
             dim,
             noise: o.feature_noise,
-            centroids,
+            centroids: centroids(derive(o.seed, STREAM_CENTROIDS), o.classes, dim),
         }
-    }
-
-    /// A node of class `c` drawn with probability proportional to its Chung–Lu weight, by the
-    /// closed-form inverse CDF of the density (x + 1)^-alpha on [0, size): no per-node table.
-    #[inline]
-    fn endpoint(&self, c: u64, u: f64) -> u64 {
-        let x = (1.0 + u * self.class_mass[c as usize]).powf(self.inv_exponent) - 1.0;
-        let rank = (x as u64).min(self.class_size[c as usize] - 1);
-        self.ids.apply(c + self.classes * rank)
     }
 
     /// Edge `e`: a uniform source class, the target in the same class with probability `p_in`
@@ -297,29 +206,13 @@ impl SbmModel {
     fn edge(&self, e: u64) -> (u64, u64) {
         let mut rng = Rng::new(derive(self.edge_key, e));
         let cs = rng.below(self.classes);
-        let src = self.endpoint(cs, rng.next_f64());
+        let src = self.nodes.draw(cs, rng.next_f64());
         let cd = if rng.next_f64() < self.p_in {
             cs
         } else {
-            (cs + 1 + rng.below(self.classes - 1)) % self.classes
+            other_class(&mut rng, cs, self.classes)
         };
-        (src, self.endpoint(cd, rng.next_f64()))
-    }
-
-    fn class_of(&self, id: u64) -> u64 {
-        self.ids.invert(id) % self.classes
-    }
-
-    /// Split of node `id`: 0, 1, 2 for train, valid, test, 3 for none.
-    fn split_of(&self, id: u64) -> usize {
-        let mut s = self.split.apply(id);
-        for (k, &count) in self.split_counts.iter().enumerate() {
-            if s < count {
-                return k;
-            }
-            s -= count;
-        }
-        3
+        (src, self.nodes.draw(cd, rng.next_f64()))
     }
 
     /// Fills `out` with the labels, features and split membership of nodes `range`.
@@ -328,34 +221,17 @@ impl SbmModel {
         out.features.clear();
         out.splits.iter_mut().for_each(Vec::clear);
         for id in range {
-            let c = self.class_of(id) as usize;
+            let c = self.nodes.class_of(id) as usize;
             out.labels.push(c as i32);
-            if let Some(split) = out.splits.get_mut(self.split_of(id)) {
+            let slot = split_slot(self.split.apply(id), &self.split_counts);
+            if let Some(split) = out.splits.get_mut(slot) {
                 split.push(id as i64);
             }
             let centroid = &self.centroids[c * self.dim..(c + 1) * self.dim];
             let mut rng = Rng::new(derive(self.feature_key, id));
-            for (&mu, z) in centroid.iter().zip(normals(&mut rng, self.dim)) {
-                let x = mu + (self.noise * z) as f32;
-                match dtype {
-                    FeatureDtype::Float32 => out.features.extend_from_slice(&x.to_le_bytes()),
-                    FeatureDtype::Float16 => out
-                        .features
-                        .extend_from_slice(&half::f16::from_f32(x).to_le_bytes()),
-                }
-            }
+            push_features(&mut out.features, centroid, self.noise, &mut rng, dtype);
         }
     }
-}
-
-/// `count` standard normal values from `rng`, drawn in Box–Muller pairs.
-fn normals(rng: &mut Rng, count: usize) -> impl Iterator<Item = f64> + '_ {
-    (0..count.div_ceil(2))
-        .flat_map(move |_| {
-            let (a, b) = rng.normal_pair();
-            [a, b]
-        })
-        .take(count)
 }
 
 /// The per-node outputs of one chunk of node ids.
