@@ -161,32 +161,43 @@ def test_environment_detection():
     assert dist.follower({"WORLD_SIZE": "2", "RANK": "1"}) and not dist.follower({"WORLD_SIZE": "2", "RANK": "0"})
 
 
+def train_two_ranks(kg, run, *options: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``strata embed train KG --run-dir RUN OPTIONS`` (and the SMALL ones) in two ranks under
+    torchrun on loopback, meeting at a free port, without restarts; the finished launch."""
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0",
+        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), *options, *SMALL,
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=rank_env())
+
+
+def train_and_check(kg, run, buckets: int, mrr: float, *options: str) -> dict:
+    """Two ranks train RUN for two epochs with OPTIONS: the launch succeeds, the record passes
+    check_epochs with ``buckets`` buckets an epoch, and the test MRR is above ``mrr``; the record."""
+    proc = train_two_ranks(kg, run, "--epochs", "2", "--dist-timeout", "60", "--dist-prefetch",
+                           "--negative-pool", "resident", *options)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    meta = check_epochs(run, buckets)
+    out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
+    # 400 candidates: a random ranking has an MRR near 0.015.
+    assert json.loads(out)["metrics"]["mrr"] > mrr
+    return meta
+
+
 # A model without relation parameters (dot) still joins the relation rounds for their "done"
 # count; its MRR on a knowledge graph is lower, as it ignores the relation.
 @pytest.mark.parametrize(("model", "mrr"), [("complex", 0.05), ("dot", 0.025)])
 def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path, model, mrr):
     needs("torch")
-    run = tmp_path / "run"
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
-        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "4",
-        "--negative-pool", "resident", "--epochs", "2", "--dist-timeout", "60", "--relation-sync-every", "2",
-        "--model", model, "--dist-prefetch", *SMALL,
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    meta = check_epochs(run, buckets=16)
+    meta = train_and_check(kg, tmp_path / "run", 16, mrr, "--partitions", "4", "--relation-sync-every", "2",
+                           "--model", model)  # fmt: skip
     # Rank 0 planned torch and gloo as measured, and the lookahead's slot (one: with 4
     # partitions and a buffer of 3, a grant loads at most one partition).
     parts = {p["name"]: p for p in meta["memory_plan"]["parts"]}
     assert parts["torch + gloo"]["bytes"] > 96 << 20 and "RssAnon" in parts["torch + gloo"]["detail"]
     assert parts["prefetch slots"]["detail"].startswith("1 x")
     assert all(r["prefetched_loads"] <= r["partition_loads"] for e in meta["history"] for r in e["ranks"])
-    out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
-    # 400 candidates: a random ranking has an MRR near 0.015.
-    assert json.loads(out)["metrics"]["mrr"] > mrr
 
 
 def check_epochs(run, buckets: int) -> dict:
@@ -220,33 +231,15 @@ def test_prefetching_ranks_with_pbg_lock_server_train_every_bucket_once(kg, tmp_
     """PBG's lock server evicts every partition outside the bucket, so with a buffer of 2 and
     two prefetch slots nearly every grant is loaded ahead while the bucket before it trains."""
     needs("torch")
-    run = tmp_path / "run"
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
-        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "8", "--buffer", "2",
-        "--ordering", "sequential", "--dist-policy", "lock_server", "--dist-prefetch", "--negative-pool", "resident",
-        "--epochs", "2", "--dist-timeout", "60", *SMALL,
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    meta = check_epochs(run, buckets=64)
+    meta = train_and_check(kg, tmp_path / "run", 64, 0.05, "--partitions", "8", "--buffer", "2", "--ordering",
+                           "sequential", "--dist-policy", "lock_server")  # fmt: skip
     assert sum(r["prefetched_loads"] for e in meta["history"] for r in e["ranks"]) > 0
-    out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
-    assert json.loads(out)["metrics"]["mrr"] > 0.05
 
 
 def test_a_rank_whose_memory_cannot_hold_torch_fails_naming_the_figure(kg, tmp_path):
     needs("torch")
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "0",
-        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(tmp_path / "run"), "--partitions", "4",
-        "--negative-pool", "resident", "--memory", "200M", "--dist-timeout", "30", *SMALL,
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=rank_env())
+    proc = train_two_ranks(kg, tmp_path / "run", "--partitions", "4", "--negative-pool", "resident", "--memory",
+                           "200M", "--dist-timeout", "30", timeout=200)  # fmt: skip
     assert proc.returncode != 0
     assert "memory budget 200 MiB cannot hold this rank's process: torch and gloo take" in proc.stderr, proc.stderr[
         -3000:
@@ -279,13 +272,8 @@ def test_two_ranks_share_negative_banks(kg, tmp_path):
     partition. The owner-mode test covers banks without the per-round sums."""
     needs("torch")
     run = tmp_path / "run"
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0",
-        "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), "--partitions", "4",
-        "--epochs", "2", "--dist-timeout", "60", "--relation-sync-every", "2", "--bank-sync-every", "1", *SMALL,
-    ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
+    proc = train_two_ranks(kg, run, "--partitions", "4", "--epochs", "2", "--dist-timeout", "60",
+                           "--relation-sync-every", "2", "--bank-sync-every", "1")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     meta = json.loads((run / "run.json").read_text())
     assert meta["world_size"] == 2 and meta["config"]["negative_pool"] == "all"

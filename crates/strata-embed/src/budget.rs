@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 use strata_io::align_up;
-use strata_store::budget::{MemoryPlan, Planned, CODE_PAGES_BYTES};
+use strata_store::budget::{group_bytes, group_takes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::bank::Banks;
@@ -66,7 +66,8 @@ pub struct EmbedPlan {
     pub bank_bytes: u64,
     pub runtime_bytes: u64,
     /// A rank's torch and gloo: its measured anonymous memory after the group started plus
-    /// [`CODE_PAGES_BYTES`] (0 outside a distributed run, or where it was not measured).
+    /// their code pages ([`group_bytes`]; 0 outside a distributed run, or where it was not
+    /// measured).
     pub group_bytes: u64,
     /// Slots beyond `capacity` for a distributed rank's lookahead, and their bytes (0: none).
     pub prefetch_slots: usize,
@@ -162,18 +163,8 @@ impl Planned for EmbedPlan {
                     "none".to_string()
                 },
             )
-            .part("runtime", self.runtime_bytes, "reserve");
-        if self.group_bytes > 0 {
-            plan = plan.part(
-                "torch + gloo",
-                self.group_bytes,
-                format!(
-                    "measured: RssAnon {} after torch's import and the group's start, plus {} of library code",
-                    fmt_bytes(self.group_bytes - CODE_PAGES_BYTES),
-                    fmt_bytes(CODE_PAGES_BYTES)
-                ),
-            );
-        }
+            .part("runtime", self.runtime_bytes, "reserve")
+            .group_part(self.group_bytes);
         plan.data(
             "embedding table",
             self.table_bytes,
@@ -218,16 +209,12 @@ pub fn plan(
 ) -> Result<EmbedPlan> {
     let memory = cfg.memory;
     let rank = rank.unwrap_or_default();
-    let group_bytes = rank
-        .group_anon_bytes
-        .map_or(0, |b| b.saturating_add(CODE_PAGES_BYTES));
+    let group_bytes = group_bytes(rank.group_anon_bytes);
     if group_bytes > 0 && RUNTIME_BYTES + group_bytes >= memory {
         return Err(EmbedError::Budget(format!(
-            "memory budget {} cannot hold this rank's process: torch and gloo take {} (RssAnon {} measured after torch's import and the group's start, plus {} of library code), beside the {} runtime reserve; give each rank --memory well above {}",
+            "memory budget {} cannot hold this rank's process: {}, beside the {} runtime reserve; give each rank --memory well above {}",
             fmt_bytes(memory),
-            fmt_bytes(group_bytes),
-            fmt_bytes(group_bytes - CODE_PAGES_BYTES),
-            fmt_bytes(CODE_PAGES_BYTES),
+            group_takes(group_bytes),
             fmt_bytes(RUNTIME_BYTES),
             fmt_bytes(RUNTIME_BYTES + group_bytes)
         )));
@@ -414,6 +401,7 @@ pub fn plan(
 mod tests {
     use super::*;
     use crate::model::ScoreKind;
+    use strata_store::budget::CODE_PAGES_BYTES;
 
     fn model(dim: usize) -> ScoreModel {
         ScoreModel {

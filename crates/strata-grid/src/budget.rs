@@ -6,7 +6,7 @@
 use std::ops::Range;
 
 use crate::config::RunJob;
-use strata_store::budget::{MemoryPlan, Planned, CODE_PAGES_BYTES};
+use strata_store::budget::{group_bytes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::error::Result;
@@ -52,7 +52,7 @@ pub struct GridPlan {
 /// major chunks `columns` are streamed (all of them, or a rank's share of a distributed run).
 /// A distributed rank passes `group_anon_bytes`, its process's anonymous memory measured
 /// after torch's import and the group's start: the plan sets it aside for torch and gloo with
-/// [`CODE_PAGES_BYTES`] of their library code (`None` alone, or where it was not measured).
+/// their library code ([`group_bytes`]; `None` alone, or where it was not measured).
 ///
 /// Errors: those of [`place`] (the budget cannot hold the minimum, or vertex data must stay
 /// in memory and does not fit).
@@ -64,7 +64,7 @@ pub fn plan(
     columns: Range<u32>,
     group_anon_bytes: Option<u64>,
 ) -> Result<GridPlan> {
-    let group_bytes = group_anon_bytes.map_or(0, |b| b + CODE_PAGES_BYTES);
+    let group_bytes = group_bytes(group_anon_bytes);
     let algo = &job.algorithm;
     let n = grid.manifest().num_vertices;
     let weighted = algo.needs_weights();
@@ -186,18 +186,8 @@ impl Planned for GridPlan {
                 ),
             )
             .part("resident edge blocks", p.local_edge_bytes, "")
-            .part("runtime", RUNTIME_RESERVE, "reserve");
-        if self.group_bytes > 0 {
-            plan = plan.part(
-                "torch + gloo",
-                self.group_bytes,
-                format!(
-                    "measured: RssAnon {} after torch's import and the group's start, plus {} of library code",
-                    fmt_bytes(self.group_bytes - CODE_PAGES_BYTES),
-                    fmt_bytes(CODE_PAGES_BYTES)
-                ),
-            );
-        }
+            .part("runtime", RUNTIME_RESERVE, "reserve")
+            .group_part(self.group_bytes);
         plan = plan.data(
             "edge blocks",
             p.local_edge_bytes + p.far_bytes + p.disk_bytes,

@@ -459,7 +459,7 @@ mod tests {
     use crate::algo::registry::ALGORITHMS;
     use crate::build::{build, BuildJob};
     use crate::config::RunOptions;
-    use crate::fixtures::{grids, store};
+    use crate::fixtures::{far_server, grids, store};
     use strata_io::progress::NoProgress;
     use strata_store::config::check;
 
@@ -784,15 +784,7 @@ mod tests {
             &NoProgress,
         )
         .unwrap();
-        let server = strata_farmem::Server::bind(&strata_farmem::ServerConfig {
-            listen: "127.0.0.1:0".into(),
-            capacity_bytes: 64 << 20,
-            ..Default::default()
-        })
-        .unwrap();
-        let addr = server.local_addr().to_string();
-        let stop = server.stop_handle();
-        let serving = std::thread::spawn(move || server.run_until(&|| false).unwrap());
+        let (addr, stop, serving) = far_server();
         let job = |out: &str, far: Option<&str>| {
             let mut options = serde_json::json!({
                 "store": st,

@@ -214,3 +214,149 @@ pub fn preload(
     meter.finish()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! Far memory end to end: the placement offloads edge blocks to a memory server, results
+    //! equal a local run, and losing the server mid-run costs speed, not the result.
+
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use strata_io::progress::{NoProgress, Progress};
+    use strata_store::array::read_all_bytes;
+    use strata_store::rng::Rng;
+
+    use super::FarConfig;
+    use crate::algo::{Configured, Iteration, PageRank};
+    use crate::build::{build, BuildJob};
+    use crate::config::RunJob;
+    use crate::fixtures::{far_server, store_of};
+    use crate::run::{run, RunSummary};
+
+    /// A store of 300,000 random edges over 4,000 vertices and its grid of 16 x 16 blocks.
+    fn store(dir: &Path) -> PathBuf {
+        let mut rng = Rng::new(9);
+        let n = 4000u64;
+        let edges: Vec<(u64, u64)> = (0..300_000).map(|_| (rng.below(n), rng.below(n))).collect();
+        let out = store_of(dir, n, edges);
+        let grid = BuildJob {
+            store: out.clone(),
+            partitions: 16,
+            ..Default::default()
+        };
+        build(&grid, &NoProgress).unwrap();
+        out
+    }
+
+    fn job(store: &Path, far: Option<String>) -> RunJob {
+        RunJob {
+            store: store.to_path_buf(),
+            algorithm: Configured::new(PageRank {
+                iterations: 12,
+                tolerance: 0.0,
+                damping: 0.85,
+            }),
+            grid: None,
+            memory: 1 << 30,
+            threads: 2,
+            segment_bytes: 16 << 10,
+            prefetch: 2,
+            disk_fetchers: 2,
+            vertex: Default::default(),
+            far: far.map(|addr| FarConfig {
+                addr,
+                ratio: 0.7,
+                chunk_bytes: 4096,
+                connections: 2,
+                fetchers: 2,
+            }),
+            keep_resident: true,
+            out: Some(store.join(format!("out-{}", rand_tag()))),
+            weights: None,
+            checkpoint_seconds: None,
+        }
+    }
+
+    fn rand_tag() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn ranks(s: &RunSummary) -> Vec<f32> {
+        let (_, b) = read_all_bytes(Path::new(&s.arrays[0])).unwrap();
+        bytemuck::pod_collect_to_vec(&b)
+    }
+
+    /// Collects progress messages.
+    #[derive(Default)]
+    struct Messages(std::sync::Mutex<Vec<String>>);
+
+    impl Progress for Messages {
+        fn stage(&self, _: &str, _: u64, _: u64) {}
+        fn update(&self, _: u64, _: u64) -> bool {
+            true
+        }
+        fn message(&self, text: &str) {
+            self.0.lock().unwrap().push(text.to_string());
+        }
+    }
+
+    #[test]
+    fn far_run_equals_local_and_survives_losing_the_server() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path());
+        let local = run(&job(&st, None), &NoProgress, &mut |_: &Iteration| Ok(())).unwrap();
+        assert_eq!(local.bytes_far, 0);
+
+        let (addr, stop, h) = far_server();
+        let far = run(&job(&st, Some(addr)), &NoProgress, &mut |_: &Iteration| {
+            Ok(())
+        })
+        .unwrap();
+        assert!(far.bytes_far > 0 && far.far_failure.is_none(), "{far:?}");
+        // Vertex data and buffers stay local, so the ratio reaches 0.7 only within a segment.
+        let p = &far.placement;
+        assert!(
+            p.far_ratio > 0.6 && p.far_ratio <= 0.75 && p.local_edge_bytes > 0,
+            "{p:?}"
+        );
+        assert_eq!(ranks(&far), ranks(&local));
+
+        // Kill the server after the second iteration: the run finishes from disk.
+        let msgs = Arc::new(Messages::default());
+        let mut stop_once = Some(stop);
+        let (addr2, stop2, h2) = far_server();
+        let lost = run(&job(&st, Some(addr2)), &*msgs, &mut |it: &Iteration| {
+            if it.iteration == 1 {
+                if let Some(s) = stop_once.take() {
+                    s.stop();
+                    stop2.stop();
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        h.join().unwrap();
+        h2.join().unwrap();
+        assert!(lost.far_failure.is_some(), "{lost:?}");
+        assert!(lost.bytes_disk > 0 && lost.bytes_far > 0);
+        assert_eq!(ranks(&lost), ranks(&local));
+        assert!(msgs
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|m| m.contains("continuing from the disk copy")));
+
+        // Nobody listening: a clear error before any work.
+        let e = run(
+            &job(&st, Some("127.0.0.1:1".into())),
+            &NoProgress,
+            &mut |_: &Iteration| Ok(()),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("memory server"), "{e}");
+    }
+}

@@ -1,7 +1,9 @@
 //! Test fixtures shared by the grid's unit tests.
 
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
+use strata_farmem::{Server, ServerConfig, StopHandle};
 use strata_io::progress::NoProgress;
 
 use crate::build::{build, BuildJob};
@@ -9,13 +11,15 @@ use crate::layout::WeightSpec;
 
 /// A store of `m` edges `(k % n, (k * 7919) % n)` for k in 0..m.
 pub fn store(dir: &Path, n: u64, m: u64) -> PathBuf {
-    let bytes: Vec<u8> = (0..m)
-        .flat_map(|k| {
-            [
-                ((k % n) as i32).to_le_bytes(),
-                (((k * 7919) % n) as i32).to_le_bytes(),
-            ]
-        })
+    store_of(dir, n, (0..m).map(|k| (k % n, (k * 7919) % n)))
+}
+
+/// A store in `dir` of `edges` (source, destination) over `n` vertices, converted from a
+/// binary edge list.
+pub fn store_of(dir: &Path, n: u64, edges: impl IntoIterator<Item = (u64, u64)>) -> PathBuf {
+    let bytes: Vec<u8> = edges
+        .into_iter()
+        .flat_map(|(u, v)| [(u as i32).to_le_bytes(), (v as i32).to_le_bytes()])
         .flatten()
         .collect();
     let bin = dir.join("e.bin");
@@ -53,4 +57,19 @@ pub fn grids(store: &Path, partitions: u32) {
         )
         .unwrap();
     }
+}
+
+/// A far-memory server of 64 MiB on a free loopback port, serving on a thread of its own: its
+/// address, the handle that stops it, and the thread (join it once stopped).
+pub fn far_server() -> (String, StopHandle, JoinHandle<()>) {
+    let server = Server::bind(&ServerConfig {
+        listen: "127.0.0.1:0".into(),
+        capacity_bytes: 64 << 20,
+        ..Default::default()
+    })
+    .unwrap();
+    let addr = server.local_addr().to_string();
+    let stop = server.stop_handle();
+    let serving = std::thread::spawn(move || server.run_until(&|| false).unwrap());
+    (addr, stop, serving)
 }

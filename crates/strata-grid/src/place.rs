@@ -15,6 +15,7 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use strata_store::budget::group_takes;
 use strata_store::units::fmt_bytes;
 
 use crate::error::{GridError, Result};
@@ -98,10 +99,7 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
     if fixed > input.memory {
         let group = match input.group_bytes {
             0 => String::new(),
-            b => format!(
-                ", torch and gloo {} (measured in this rank after the group started)",
-                fmt_bytes(b)
-            ),
+            b => format!(", {}", group_takes(b)),
         };
         return Err(GridError::Budget(format!(
             "memory budget of {} is too small: vertex data takes {} (windows of it {}), fetch buffers {}, \
@@ -168,6 +166,7 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_store::budget::group_bytes;
 
     fn segs(n: usize, edges: u64) -> Vec<Segment> {
         (0..n)
@@ -270,13 +269,17 @@ mod tests {
         let p = place(&segs(10, 1 << 20), &rank).unwrap();
         assert!(!p.vertex_windowed);
         assert_eq!(p.local_edge_bytes, 8 << 20);
-        // Windowed, the fixed parts are 1 + 6 + 32 + 40 MiB: more than 64 MiB.
+        // Windowed, the fixed parts are 1 + 6 + 32 + 136 MiB (40 MiB measured and the code
+        // pages): more than 64 MiB.
         let tight = PlaceInput {
-            group_bytes: 40 << 20,
+            group_bytes: group_bytes(Some(40 << 20)),
             ..input(memory, None)
         };
         let e = place(&segs(10, 1 << 20), &tight).unwrap_err().to_string();
-        assert!(e.contains("torch and gloo 40.0 MiB"), "{e}");
-        assert!(e.contains("at least 79.0 MiB"), "{e}");
+        assert!(
+            e.contains("torch and gloo take 136 MiB (RssAnon 40.0 MiB measured"),
+            "{e}"
+        );
+        assert!(e.contains("at least 175 MiB"), "{e}");
     }
 }

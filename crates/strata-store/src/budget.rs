@@ -21,6 +21,29 @@ use crate::units::fmt_bytes;
 /// beside the anonymous memory an epoch took 1.7x as long.
 pub const CODE_PAGES_BYTES: u64 = 96 << 20;
 
+/// The name of the plan part that holds a distributed rank's torch and gloo.
+pub const GROUP_PART: &str = "torch + gloo";
+
+/// Bytes a distributed rank's plan sets aside for torch and gloo: `anon_bytes`, the process's
+/// anonymous memory (`RssAnon`) measured after torch's import and the process group's start,
+/// plus [`CODE_PAGES_BYTES`] of their library code; 0 for `None` (a process alone, or one whose
+/// `/proc` did not tell).
+pub fn group_bytes(anon_bytes: Option<u64>) -> u64 {
+    anon_bytes.map_or(0, |b| b.saturating_add(CODE_PAGES_BYTES))
+}
+
+/// What `group_bytes` (from [`group_bytes`]) is made of, for a refusal: "torch and gloo take
+/// 394 MiB (RssAnon 298 MiB measured after torch's import and the group's start, plus 96.0 MiB
+/// of library code)".
+pub fn group_takes(group_bytes: u64) -> String {
+    format!(
+        "torch and gloo take {} (RssAnon {} measured after torch's import and the group's start, plus {} of library code)",
+        fmt_bytes(group_bytes),
+        fmt_bytes(group_bytes.saturating_sub(CODE_PAGES_BYTES)),
+        fmt_bytes(CODE_PAGES_BYTES)
+    )
+}
+
 /// One use of the budget: `bytes` of memory for `name` (e.g. "partition buffer").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanPart {
@@ -88,6 +111,23 @@ impl MemoryPlan {
             detail: detail.into(),
         });
         self
+    }
+
+    /// Adds the [`GROUP_PART`] of `group_bytes` bytes (from [`group_bytes`]) with its measured
+    /// figure; a process alone (0) gets none.
+    pub fn group_part(self, group_bytes: u64) -> MemoryPlan {
+        if group_bytes == 0 {
+            return self;
+        }
+        self.part(
+            GROUP_PART,
+            group_bytes,
+            format!(
+                "measured: RssAnon {} after torch's import and the group's start, plus {} of library code",
+                fmt_bytes(group_bytes.saturating_sub(CODE_PAGES_BYTES)),
+                fmt_bytes(CODE_PAGES_BYTES)
+            ),
+        )
     }
 
     /// Adds a data set of `bytes` bytes of which `resident` are in memory.
@@ -203,6 +243,36 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[4].ends_with("all in memory"), "{lines:?}");
+    }
+
+    #[test]
+    fn a_ranks_torch_and_gloo_are_planned_as_measured_plus_code_pages() {
+        assert_eq!(group_bytes(None), 0);
+        let g = group_bytes(Some(298 << 20));
+        assert_eq!(g, (298 << 20) + CODE_PAGES_BYTES);
+        let alone = MemoryPlan::new("grid", 1 << 30).group_part(group_bytes(None));
+        assert!(alone.parts.is_empty());
+        let rank = MemoryPlan::new("grid", 1 << 30).group_part(g);
+        assert_eq!(rank.parts.len(), 1);
+        assert_eq!(
+            (rank.parts[0].name.as_str(), rank.parts[0].bytes),
+            (GROUP_PART, g)
+        );
+        assert!(
+            rank.parts[0]
+                .detail
+                .starts_with("measured: RssAnon 298 MiB after")
+                && rank.parts[0]
+                    .detail
+                    .ends_with("plus 96.0 MiB of library code"),
+            "{:?}",
+            rank.parts[0]
+        );
+        let takes = group_takes(g);
+        assert!(
+            takes.starts_with("torch and gloo take 394 MiB (RssAnon 298 MiB measured"),
+            "{takes}"
+        );
     }
 
     #[test]
