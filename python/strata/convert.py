@@ -236,12 +236,24 @@ def _convert_planetoid(cfg: ConvertConfig, plan: Plan, graph: dict, progress: Pr
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _named(items, most: int = 6) -> str:
+    """``items`` joined by commas, the first ``most`` of them and a count of the rest."""
+    items = list(items)
+    rest = f", and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + rest
+
+
 def format_summary(s: dict) -> str:
     """The one-paragraph summary printed at the end of a conversion."""
     edges = s["num_edges"]
     total = sum(edges.values())
     split_text = " / ".join(f"{edges[k]:,} {k}" for k in ("train", "valid", "test") if k in edges)
     rel = f" and {s['num_relations']:,} relations" if s["num_relations"] else ""
+    if s.get("node_types"):
+        nt, et = s["node_types"], s["edge_types"]
+        rel = f" of {len(nt)} types ({_named(f'{n} {c:,}' for n, c in nt)}) and {len(et)} edge types " + _named(
+            f"({a}, {r}, {b})" for a, r, b in et
+        )
     secs = s["seconds"]
     feats = ""
     if s.get("features"):

@@ -128,8 +128,9 @@ pub struct ConvertOptions {
     /// meaning of each text field, comma-separated: src, dst, rel, weight (float32), time
     /// (int64), or _ to ignore (default src,dst; src,rel,dst with --relations)
     pub columns: String,
-    /// typed graph: file of node types, one `NAME<TAB>COUNT` line each in id order (each type
-    /// owns the next COUNT integer ids); needs --edge-types
+    /// typed graph: file of node types in id order, one `NAME<TAB>COUNT` line each (edges hold
+    /// integer global ids, each type owning the next COUNT) or one `NAME` line each (edges hold
+    /// node names, numbered by type then name); needs --edge-types
     #[schemars(extend("x-kind" = "path"))]
     pub node_types: Option<PathBuf>,
     /// typed graph: file of edge types, one `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` line each;

@@ -4,6 +4,10 @@
 //! (spilling sorted runs) and writes the sorted name table; the second encodes each edge by
 //! looking names up, in as many sub-passes as the dictionary needs ranges to fit the budget.
 //! Integer ids take one pass.
+//!
+//! A typed graph with names keys its dictionary by (node type, name) ([`name_key`]): each
+//! edge's type, and so its endpoints' node types, follow from its relation field, and the
+//! sorted keys give every node type a contiguous id range holding its names in sorted order.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +20,7 @@ use super::text::{
     for_each_record, is_canonical_uint, is_gzip, par_map_blocks, parse_uint, Block, BlockReader,
     Delimiter, Layout,
 };
+use super::types::{name_key, split_key, KEY_PREFIX};
 use super::{
     announce, check_inputs, finish, resolve_num_nodes, Clock, GraphOptions, Ingested, InputFile,
     NodeData, Summary, Types,
@@ -61,7 +66,8 @@ pub struct TextOptions {
     pub ids: IdKind,
     /// How relation ids are read.
     pub relation_ids: IdKind,
-    /// Node types, `NAME<TAB>COUNT` lines in id order (a typed graph; see [`super::types`]).
+    /// Node types in id order, `NAME<TAB>COUNT` lines (integer global ids) or `NAME` lines
+    /// (node names) (a typed graph; see [`super::types`]).
     #[serde(default)]
     pub node_types: Option<PathBuf>,
     /// Edge types, `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` lines; required with `node_types`.
@@ -178,13 +184,19 @@ fn detect_kinds(
 /// Peak bytes of one parse block of `block` bytes whose records average `record_bytes`:
 /// the block, plus its parsed edges (three `i64` ids per record, and the f32 weight and i64
 /// time of `attrs`) or, in the name pass, its names (`names_per_record` per record, at most
-/// the block's bytes) in a table sized for them.
-fn block_cost(block: u64, record_bytes: u64, names_per_record: u64, attrs: Attrs) -> u64 {
+/// the block's bytes plus `key_bytes` per name) in a table sized for them.
+fn block_cost(
+    block: u64,
+    record_bytes: u64,
+    names_per_record: u64,
+    key_bytes: u64,
+    attrs: Attrs,
+) -> u64 {
     let records = block.div_ceil(record_bytes);
     let ids = (24 + 4 * attrs.weights as u64 + 8 * attrs.times as u64) * records;
     let names = match names_per_record {
         0 => 0,
-        k => block + table_bytes(k * records),
+        k => block + key_bytes * k * records + table_bytes(k * records),
     };
     block + ids.max(names)
 }
@@ -210,15 +222,15 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     let types = read_types(opts, graph, cols)?;
     let (node, rel, record_bytes) = detect_kinds(opts, &layout, cols)?;
     let kinds = Kinds {
-        node,
+        node: typed_node_kind(opts, &types, node)?,
         rel,
         has_rel: cols.rel.is_some(),
         typed: types.is_typed(),
     };
     kinds.check(graph)?;
-    // A typed graph's ids are global integer ids, checked against its node types' total.
+    // A typed graph's integer ids are global ids, checked against its node types' total.
     let graph = &GraphOptions {
-        num_nodes: if types.is_typed() {
+        num_nodes: if types.counted {
             Some(types.num_nodes())
         } else {
             graph.num_nodes
@@ -232,7 +244,11 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         budget.describe(graph.memory, kinds),
         format!(
             "ids: nodes {}, relations {}",
-            kind_name(kinds.node),
+            if kinds.typed_names() {
+                "names (renumbered in (node type, name) order)"
+            } else {
+                kind_name(kinds.node)
+            },
             match (kinds.typed, kinds.has_rel) {
                 (true, _) => "edge types",
                 (false, true) => kind_name(kinds.rel),
@@ -268,6 +284,16 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         clock.lap("names");
     }
     plan = announce(progress, plan);
+    // With names, each node type's id range is known once its names are counted.
+    let types = if kinds.typed_names() {
+        types.with_counts(&names.type_counts)
+    } else {
+        types.clone()
+    };
+    let ctx = Ctx {
+        types: &types,
+        ..ctx
+    };
 
     // Pass 2: encode edges (in several sub-passes when the dictionary does not fit).
     let spooled = encode_edges(
@@ -352,7 +378,10 @@ fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result
         ));
     }
     let types = Types::read(nodes, edges)?;
-    if let Some(n) = graph.num_nodes.filter(|&n| n != types.num_nodes()) {
+    if let Some(n) = graph
+        .num_nodes
+        .filter(|&n| types.counted && n != types.num_nodes())
+    {
         return Err(StoreError::option(
             "num_nodes",
             format!(
@@ -362,13 +391,42 @@ fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result
             ),
         ));
     }
-    if types.num_nodes() == 0 {
+    if types.counted && types.num_nodes() == 0 {
         return Err(StoreError::bad_file(nodes, "the node types hold no nodes"));
     }
-    if cols.rel.is_none() {
+    if !types.counted {
+        types.check_named_endpoints(cols.rel.is_some(), edges)?;
+    } else if cols.rel.is_none() {
         types.check_without_relation()?;
     }
     Ok(types)
+}
+
+/// How a typed graph's node ids are read: integers when its node types file gives counts,
+/// names when it does not; `detected` (the `auto` decision) for an untyped graph.
+fn typed_node_kind(opts: &TextOptions, types: &Types, detected: IdKind) -> Result<IdKind> {
+    if !types.is_typed() {
+        return Ok(detected);
+    }
+    let file = opts.node_types.as_deref().expect("a typed conversion");
+    match (types.counted, opts.ids, detected) {
+        (true, IdKind::String, _) | (true, IdKind::Auto, IdKind::String) => Err(StoreError::option(
+            "ids",
+            format!(
+                "{} gives each node type a count, so edges hold integer global ids (a node type owns a range of them), but these inputs hold names: list the node types without counts to read names",
+                file.display()
+            ),
+        )),
+        (true, _, _) => Ok(IdKind::Int),
+        (false, IdKind::Int, _) => Err(StoreError::option(
+            "ids",
+            format!(
+                "is int, but {} gives no node type a count: integer global ids need a NAME<TAB>COUNT line per node type",
+                file.display()
+            ),
+        )),
+        (false, _, _) => Ok(IdKind::String),
+    }
 }
 
 /// How node and relation ids are read, once `auto` is decided.
@@ -378,19 +436,13 @@ struct Kinds {
     rel: IdKind,
     /// The input has a relation column.
     has_rel: bool,
-    /// A typed graph: integer global ids, and the relation field names an edge type's relation.
+    /// A typed graph: the relation field names an edge type's relation.
     typed: bool,
 }
 
 impl Kinds {
-    /// Refuses counts given for ids that are counted, not read, and name ids in a typed graph.
+    /// Refuses counts given for ids that are counted, not read.
     fn check(&self, graph: &GraphOptions) -> Result<()> {
-        if self.typed && self.node != IdKind::Int {
-            return Err(StoreError::option(
-                "ids",
-                "a typed graph's edges hold integer global ids (a node type owns a range of them); these inputs hold names",
-            ));
-        }
         if self.typed && graph.num_relations.is_some() {
             return Err(StoreError::option(
                 "num_relations",
@@ -410,6 +462,20 @@ impl Kinds {
             ));
         }
         Ok(())
+    }
+
+    /// A typed graph whose edges hold node names, keyed by (node type, name).
+    fn typed_names(&self) -> bool {
+        self.typed && self.node == IdKind::String
+    }
+
+    /// Bytes each node name's dictionary key adds to the name ([`name_key`]).
+    fn key_bytes(&self) -> u64 {
+        if self.typed_names() {
+            KEY_PREFIX
+        } else {
+            0
+        }
     }
 
     /// Relations are read as names into a relation-name table (untyped graphs).
@@ -456,14 +522,20 @@ impl ParseBudget {
         let io_chunk = graph.io_chunk();
         let in_flight = 3 * threads as u64 + 2;
         let names_per_record = kinds.names_per_record();
+        let cost = |block| {
+            block_cost(
+                block,
+                record_bytes,
+                names_per_record,
+                kinds.key_bytes(),
+                attrs,
+            )
+        };
         let mut block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64);
-        while block_bytes > 64 << 10
-            && in_flight * block_cost(block_bytes, record_bytes, names_per_record, attrs)
-                > graph.memory / 4
-        {
+        while block_bytes > 64 << 10 && in_flight * cost(block_bytes) > graph.memory / 4 {
             block_bytes /= 2;
         }
-        let block_cost = block_cost(block_bytes, record_bytes, names_per_record, attrs);
+        let block_cost = cost(block_bytes);
         // A gzip input adds its decoder window and a 1 MiB read-ahead buffer.
         let gzip = if opts.inputs.iter().any(|f| is_gzip(&f.path)) {
             2 << 20
@@ -554,7 +626,13 @@ fn encode_edges(
     let ranges = match (&names.node_dict, kinds.node) {
         (_, IdKind::Int) => vec![None],
         (Some(_), _) => vec![None],
-        (None, _) => dictionary_ranges(builder, names.num_nodes, dict_budget, ctx.io_chunk)?,
+        (None, _) => dictionary_ranges(
+            builder,
+            names.num_nodes,
+            dict_budget,
+            kinds.key_bytes(),
+            ctx.io_chunk,
+        )?,
     };
     if ranges.len() > 1 {
         progress.message(&format!(
@@ -564,7 +642,7 @@ fn encode_edges(
     }
     for (k, range) in ranges.iter().enumerate() {
         let range_dict = match range {
-            Some((lo, hi)) => Some(load_range(builder, *lo, *hi)?),
+            Some((lo, hi)) => Some(load_range(builder, *lo, *hi, ctx.types)?),
             None => None,
         };
         let node_dict = range_dict.as_ref().or(names.node_dict.as_ref());
@@ -659,6 +737,8 @@ impl Ctx<'_> {
 struct Names {
     num_nodes: u64,
     num_relations: u64,
+    /// Distinct names per node type in id order (typed graphs with names).
+    type_counts: Vec<u64>,
     /// The whole node dictionary, when it fit in memory.
     node_dict: Option<NameDict>,
     rel_dict: Option<NameDict>,
@@ -695,6 +775,7 @@ fn collect_names(
 ) -> Result<Names> {
     let want_nodes = ctx.kinds.node == IdKind::String;
     let want_rels = ctx.kinds.rel_names();
+    let typed_names = ctx.kinds.typed_names();
     let scratch = builder.scratch()?;
     let mut collector = NameCollector::new(dict_budget, &scratch, ctx.io_chunk);
     let mut rels = NameDict::new();
@@ -710,10 +791,12 @@ fn collect_names(
             // its old and new buckets at once).
             let records = max_records(block);
             let mut nodes = if want_nodes {
-                NameDict::with_capacity(2 * records, block.data.len())
+                let keys = 2 * records * ctx.kinds.key_bytes() as usize;
+                NameDict::with_capacity(2 * records, block.data.len() + keys)
             } else {
                 NameDict::new()
             };
+            let mut key = Vec::new();
             let mut rels = NameDict::new();
             let mut rows = 0u64;
             let path = &ctx.paths[block.file];
@@ -738,7 +821,18 @@ fn collect_names(
                         ));
                     }
                 }
-                if want_nodes {
+                if typed_names {
+                    let rel = cols.rel.map(|r| f[r]);
+                    let etype = ctx
+                        .types
+                        .named_edge_type(rel)
+                        .map_err(|msg| StoreError::input(path, line, msg))?;
+                    let (ts, td) = ctx.types.endpoints(etype);
+                    name_key(ts, f[cols.src], &mut key);
+                    nodes.insert(&key, 0);
+                    name_key(td, f[cols.dst], &mut key);
+                    nodes.insert(&key, 0);
+                } else if want_nodes {
                     nodes.insert(f[cols.src], 0);
                     nodes.insert(f[cols.dst], 0);
                 }
@@ -763,7 +857,17 @@ fn collect_names(
         runs,
         ..Names::default()
     };
-    if want_nodes {
+    if typed_names {
+        let mut table = StrTabWriter::create(builder, "node_names")?;
+        let mut counts = vec![0u64; ctx.types.node_types.len()];
+        names.node_dict = collector.finish(|key| {
+            let (t, name) = split_key(key);
+            counts[t as usize] += 1;
+            table.push(name)
+        })?;
+        names.num_nodes = table.finish(builder, "node_names")?;
+        names.type_counts = counts;
+    } else if want_nodes {
         let mut table = StrTabWriter::create(builder, "node_names")?;
         names.node_dict = collector.finish(|n| table.push(n))?;
         names.num_nodes = table.finish(builder, "node_names")?;
@@ -777,11 +881,13 @@ fn collect_names(
     Ok(names)
 }
 
-/// Cuts the sorted node-name table into id ranges whose dictionaries fit in `budget`.
+/// Cuts the sorted node-name table into id ranges whose dictionaries (with `key_bytes` more
+/// per name, see [`name_key`]) fit in `budget`.
 fn dictionary_ranges(
     builder: &StoreBuilder,
     n: u64,
     budget: u64,
+    key_bytes: u64,
     io_chunk: usize,
 ) -> Result<Vec<Option<(u64, u64)>>> {
     let offsets = &builder.arrays()["node_names_offsets"];
@@ -799,7 +905,7 @@ fn dictionary_ranges(
             }
             let len = (off - prev_off) as u64;
             prev_off = off;
-            if id > lo && range_cost(id + 1 - lo, range_bytes + len) > budget {
+            if id > lo && range_cost(id + 1 - lo, range_bytes + len, key_bytes) > budget {
                 ranges.push(Some((lo, id)));
                 lo = id;
                 range_bytes = 0;
@@ -813,13 +919,15 @@ fn dictionary_ranges(
 }
 
 /// Peak bytes of [`load_range`] for `names` names of `bytes` bytes in all: their offsets and
-/// bytes as read, and the dictionary (its arena and a table sized for them).
-fn range_cost(names: u64, bytes: u64) -> u64 {
-    8 * (names + 1) + 2 * bytes + table_bytes(names)
+/// bytes as read, and the dictionary (its arena, with `key_bytes` more per name, and a table
+/// sized for them).
+fn range_cost(names: u64, bytes: u64, key_bytes: u64) -> u64 {
+    8 * (names + 1) + 2 * bytes + key_bytes * names + table_bytes(names)
 }
 
-/// Loads names `[lo, hi)` of the node-name table into a dictionary with their ids.
-fn load_range(builder: &StoreBuilder, lo: u64, hi: u64) -> Result<NameDict> {
+/// Loads names `[lo, hi)` of the node-name table into a dictionary with their ids, keyed by
+/// (node type, name) in a typed graph (`types` has its id ranges then).
+fn load_range(builder: &StoreBuilder, lo: u64, hi: u64, types: &Types) -> Result<NameDict> {
     let offs = read_i64_range(
         &builder.array_file("node_names_offsets"),
         lo,
@@ -833,12 +941,24 @@ fn load_range(builder: &StoreBuilder, lo: u64, hi: u64) -> Result<NameDict> {
         base as u64,
         (offs[offs.len() - 1] - base) as u64,
     )?;
-    let mut dict = NameDict::with_capacity(offs.len() - 1, bytes.len());
+    let typed = types.is_typed();
+    let names = offs.len() - 1;
+    let keys = if typed {
+        KEY_PREFIX as usize * names
+    } else {
+        0
+    };
+    let mut dict = NameDict::with_capacity(names, bytes.len() + keys);
+    let mut key = Vec::new();
     for (i, w) in offs.windows(2).enumerate() {
-        dict.insert(
-            &bytes[(w[0] - base) as usize..(w[1] - base) as usize],
-            lo + i as u64,
-        );
+        let id = lo + i as u64;
+        let name = &bytes[(w[0] - base) as usize..(w[1] - base) as usize];
+        if typed {
+            name_key(types.type_of(id) as u32, name, &mut key);
+            dict.insert(&key, id);
+        } else {
+            dict.insert(name, id);
+        }
     }
     Ok(dict)
 }
@@ -875,10 +995,27 @@ struct Lookup<'a> {
 }
 
 impl Lookup<'_> {
-    fn node(&self, field: &[u8], role: &str, file: &PathBuf, line: u64) -> Result<i64> {
+    /// The id of endpoint `field`; a name of node type `node_type` (typed graphs with names)
+    /// is looked up by its key, built in `key`.
+    fn node(
+        &self,
+        field: &[u8],
+        node_type: Option<u32>,
+        key: &mut Vec<u8>,
+        role: &str,
+        file: &PathBuf,
+        line: u64,
+    ) -> Result<i64> {
+        let name = match node_type {
+            Some(t) => {
+                name_key(t, field, key);
+                &key[..]
+            }
+            None => field,
+        };
         match self.node_kind {
             IdKind::Int => int_id(field, role, self.num_nodes, "num_nodes", file, line),
-            _ => match self.node_dict.and_then(|d| d.get(field)) {
+            _ => match self.node_dict.and_then(|d| d.get(name)) {
                 Some(id) => Ok(id as i64),
                 None if self.must_resolve => {
                     panic!("name collected in pass 1 missing from the dictionary")
@@ -886,6 +1023,13 @@ impl Lookup<'_> {
                 None => Ok(-1),
             },
         }
+    }
+
+    /// The edge type of a typed graph's edge with names, from its relation field `rel`.
+    fn named_edge_type(&self, rel: Option<&[u8]>, file: &PathBuf, line: u64) -> Result<u32> {
+        self.types
+            .named_edge_type(rel)
+            .map_err(|msg| StoreError::input(file, line, msg))
     }
 
     /// The edge type of a typed graph's edge `src -> dst` with relation field `rel`.
@@ -1004,14 +1148,26 @@ fn encode_pass(
                 cols.rel.is_some() || typed,
                 cols.attrs(),
             );
+            let mut key = Vec::new();
             for_each_record(block, ctx.layout, path, |line, f| {
-                let src = lookup.node(f[cols.src], "src", path, line)?;
-                let dst = lookup.node(f[cols.dst], "dst", path, line)?;
+                let rel = cols.rel.map(|r| f[r]);
+                // With names, the edge type comes first: it gives the endpoints' node types.
+                let named = if ctx.kinds.typed_names() {
+                    Some(lookup.named_edge_type(rel, path, line)?)
+                } else {
+                    None
+                };
+                let (ts, td) = named.map(|e| ctx.types.endpoints(e)).unzip();
+                let src = lookup.node(f[cols.src], ts, &mut key, "src", path, line)?;
+                let dst = lookup.node(f[cols.dst], td, &mut key, "dst", path, line)?;
                 batch.src.push(src);
                 batch.dst.push(dst);
                 if typed {
-                    let rel = cols.rel.map(|r| f[r]);
-                    batch.rel.push(lookup.edge_type(src, rel, dst, path, line)?);
+                    let etype = match named {
+                        Some(e) => i64::from(e),
+                        None => lookup.edge_type(src, rel, dst, path, line)?,
+                    };
+                    batch.rel.push(etype);
                 } else if let Some(r) = cols.rel {
                     batch.rel.push(lookup.rel(f[r], path, line)?);
                 }
