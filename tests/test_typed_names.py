@@ -110,3 +110,63 @@ def test_integer_ids_need_counts(tmp_path, strata_cli):
                       "--out", tmp_path / "o.strata", check=False)  # fmt: skip
     assert proc.returncode == 2 and "integer global ids need a NAME<TAB>COUNT line per node type" in proc.stderr
     assert not (tmp_path / "o.strata").exists()
+
+
+def edge_files(d: Path, files: dict[str, str]) -> list[str]:
+    """Writes one edge file per edge type ``"SRC:REL:DST": text``; returns the --edges-of specs."""
+    specs = []
+    for i, (triple, text) in enumerate(files.items()):
+        (d / f"e{i}.tsv").write_text(text)
+        specs.append(f"{triple}={d / f'e{i}.tsv'}")
+    return specs
+
+
+def test_one_file_per_edge_type_with_names(tmp_path, strata_cli):
+    (tmp_path / "node_types.txt").write_text(NODE_TYPES)
+    specs = edge_files(tmp_path, {"author:writes:paper": "ann\tp1\np2\tp3\n", "paper:cites:paper": "p3\tp1\np2\tp1\n"})
+    out = tmp_path / "g.strata"
+    strata_cli("convert", "--edges-of", *specs, "--node-types", tmp_path / "node_types.txt", "--out", out, "-q")
+    s = Store(out)
+    # Without --edge-types, the edge types are the files' in the order given.
+    assert s.edge_types == [("author", "writes", "paper"), ("paper", "cites", "paper")]
+    assert [s.node_name(i) for i in range(s.num_nodes)] == ["p1", "p2", "p3", "ann", "p2"]
+    np.testing.assert_array_equal(s.edges("train"), [[3, 0, 0], [4, 0, 2], [2, 1, 0], [1, 1, 0]])
+    assert check_store(out)["ok"]
+
+
+def test_integer_ids_in_a_per_edge_type_file_are_local_to_their_node_type(tmp_path, strata_cli):
+    types = inputs(tmp_path, "", "paper\t3\nauthor\t2\n")
+    specs = edge_files(tmp_path, {"author:writes:paper": "0\t2\n1\t0\n", "paper:cites:paper": "2\t1\n"})
+    out = tmp_path / "g.strata"
+    strata_cli("convert", "--edges-of", *specs, *types, "--out", out, "-q")
+    s = Store(out)
+    assert s.edge_types == [("paper", "cites", "paper"), ("author", "writes", "paper")]
+    # Author 0 is global id 3: the node types file's order, not the files'.
+    np.testing.assert_array_equal(s.edges("train"), [[3, 1, 2], [4, 1, 0], [2, 0, 1]])
+
+
+@pytest.mark.parametrize(
+    ("files", "extra", "needles"),
+    [
+        ({"author:writes:paper": "0\t2\n2\t0\n"}, [], ["e0.tsv:2:", "src id 2 is out of range: node type 'author'"]),
+        ({"author:writes:venue": "0\t1\n"}, [], ["edges_of:", "destination type 'venue' is not a node type"]),
+        (
+            {"author:likes:paper": "0\t1\n"},
+            ["--edge-types", "{dir}/edge_types.tsv"],
+            ["edge type (author, likes, paper) is not declared"],
+        ),
+        ({"author:writes:paper": "0\twrites\t1\n"}, ["--columns", "src,rel,dst"], ["hold no rel column"]),
+        ({"author:writes": "0\t1\n"}, [], ["convert.edges_of: expected SRC_TYPE:RELATION:DST_TYPE=FILE"]),
+    ],
+)
+def test_bad_per_edge_type_files_exit_2(tmp_path, strata_cli, files, extra, needles):
+    inputs(tmp_path, "", "paper\t3\nauthor\t2\n")
+    specs = edge_files(tmp_path, files)
+    extra = [e.format(dir=tmp_path) for e in extra]
+    out = tmp_path / "o.strata"
+    proc = strata_cli("convert", "--edges-of", *specs, "--node-types", tmp_path / "node_types.txt", *extra,
+                      "--out", out, check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    for n in needles:
+        assert n in proc.stderr, f"{n!r} not in {proc.stderr!r}"
+    assert "Traceback" not in proc.stderr and not out.exists()

@@ -186,3 +186,75 @@ fn typed_names_map_back_to_their_types_and_names() {
     let checked = check_store(store.path(), 20, &NoProgress).unwrap();
     assert!(checked.problems.is_empty(), "{:?}", checked.problems.listed);
 }
+
+/// A job reading one file per edge type (`edges_of`), without an edge types file.
+fn per_edge_type_job(out: &Path, node_types: &Path, files: &[(&Path, [&str; 3])]) -> TextJob {
+    let edges_of: Vec<_> = files
+        .iter()
+        .map(|(p, t)| serde_json::json!({"path": p, "edge_type": t}))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "graph": {"out": out, "memory": 1 << 26, "threads": 2},
+        "text": {"inputs": [], "edges_of": edges_of, "columns": ["src", "dst"],
+                 "delimiter": "auto", "comment": "#", "header": false, "ids": "auto",
+                 "relation_ids": "auto", "node_types": node_types},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn per_edge_type_files_take_local_ids_or_names_of_their_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (writes, cites) = (d.join("writes.tsv"), d.join("cites.tsv"));
+    std::fs::write(d.join("counted.txt"), "paper\t3\nauthor\t2\n").unwrap();
+    std::fs::write(&writes, "0\t2\n1\t0\n").unwrap();
+    std::fs::write(&cites, "2\t1\n").unwrap();
+    let files = [
+        (writes.as_path(), ["author", "writes", "paper"]),
+        (cites.as_path(), ["paper", "cites", "paper"]),
+    ];
+    let s = convert_text(
+        &per_edge_type_job(&d.join("ints.strata"), &d.join("counted.txt"), &files),
+        &NoProgress,
+    )
+    .unwrap();
+    let store = Store::open(&s.store).unwrap();
+    // Author 0 is global id 3; the edge types are the files', in the order given.
+    assert_eq!(
+        edges(&store, "train"),
+        vec![(3, 0, 2), (4, 0, 0), (2, 1, 1)]
+    );
+    assert_eq!(
+        s.edge_types[0],
+        ("author".into(), "writes".into(), "paper".into())
+    );
+
+    std::fs::write(d.join("named.txt"), "paper\nauthor\n").unwrap();
+    std::fs::write(&writes, "ann\tp1\np2\tp3\n").unwrap();
+    std::fs::write(&cites, "p3\tp1\n").unwrap();
+    let s = convert_text(
+        &per_edge_type_job(&d.join("names.strata"), &d.join("named.txt"), &files),
+        &NoProgress,
+    )
+    .unwrap();
+    let store = Store::open(&s.store).unwrap();
+    assert_eq!(names(&store, "node_names"), ["p1", "p3", "ann", "p2"]);
+    assert_eq!(
+        edges(&store, "train"),
+        vec![(2, 0, 0), (3, 0, 1), (1, 1, 0)]
+    );
+
+    std::fs::write(&writes, "0\t2\n2\t0\n").unwrap();
+    let err = convert_text(
+        &per_edge_type_job(&d.join("bad.strata"), &d.join("counted.txt"), &files),
+        &NoProgress,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("writes.tsv:2: src id 2 is out of range: node type 'author' has 2 nodes"),
+        "{err}"
+    );
+    assert!(!d.join("bad.strata").exists());
+}

@@ -33,7 +33,7 @@ use strata_io::progress::Progress;
 pub use numpy::{convert_binary, convert_numpy, BinaryJob, EdgeLayout, NumpyJob, NumpyOptions};
 pub use options::{ConvertOptions, Fractions, InputFormat, StoredFeatureDtype};
 pub use text::Delimiter;
-pub use text_job::{convert_text, IdKind, TextJob, TextOptions};
+pub use text_job::{convert_text, EdgeTypeFile, IdKind, TextJob, TextOptions};
 pub use topology::DegreeHistogram;
 
 use spool::{finalize_edges, Spooled};

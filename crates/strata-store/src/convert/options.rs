@@ -137,6 +137,11 @@ pub struct ConvertOptions {
     /// the rel column (if any) names the relation
     #[schemars(extend("x-kind" = "path"))]
     pub edge_types: Option<PathBuf>,
+    /// typed graph: edge files of one edge type each, `SRC_TYPE:RELATION:DST_TYPE=FILE` (as
+    /// GraphBolt writes edge types), in place of input files (like PyG's edge_index_dict):
+    /// lines hold src and dst, no rel column; integer ids are local to each node type; without
+    /// --edge-types the edge types are these, in order
+    pub edges_of: Vec<String>,
     /// field separator of text inputs; auto detects per file from its first data line
     pub delimiter: Delimiter,
     /// lines starting with this are skipped; empty for none
@@ -208,6 +213,7 @@ impl Default for ConvertOptions {
             columns: String::new(),
             node_types: None,
             edge_types: None,
+            edges_of: Vec::new(),
             delimiter: Delimiter::Auto,
             comment: "#".into(),
             header: false,

@@ -6,8 +6,10 @@
 //! Integer ids take one pass.
 //!
 //! A typed graph with names keys its dictionary by (node type, name) ([`name_key`]): each
-//! edge's type, and so its endpoints' node types, follow from its relation field, and the
-//! sorted keys give every node type a contiguous id range holding its names in sorted order.
+//! edge's type, and so its endpoints' node types, follow from its relation field (or from its
+//! file, for per-edge-type files), and the sorted keys give every node type a contiguous id
+//! range holding its names in sorted order. Integer ids in per-edge-type files are local to
+//! their node type (PyG's `edge_index_dict`); elsewhere they are global.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,9 +72,23 @@ pub struct TextOptions {
     /// (node names) (a typed graph; see [`super::types`]).
     #[serde(default)]
     pub node_types: Option<PathBuf>,
-    /// Edge types, `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` lines; required with `node_types`.
+    /// Edge types, `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` lines; required with `node_types`
+    /// unless `edges_of` gives the edge types.
     #[serde(default)]
     pub edge_types: Option<PathBuf>,
+    /// Edge files of one edge type each (train edges), in place of `inputs`: their lines hold
+    /// no rel column, and integer ids in them are local to each node type.
+    #[serde(default)]
+    pub edges_of: Vec<EdgeTypeFile>,
+}
+
+/// An edge file whose every edge has one edge type.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeTypeFile {
+    pub path: PathBuf,
+    /// (source type, relation, destination type) by node type names.
+    pub edge_type: [String; 3],
 }
 
 /// A text conversion.
@@ -209,9 +225,15 @@ fn max_records(block: &Block) -> usize {
 /// Converts text edge lists into a store.
 pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     let graph = &job.graph;
-    let opts = &job.text;
+    let opts = &with_edge_type_files(&job.text)?;
     graph.validate()?;
     let cols = Columns::parse(&opts.columns)?;
+    if !opts.edges_of.is_empty() && cols.rel.is_some() {
+        return Err(StoreError::option(
+            "columns",
+            "per-edge-type files (edges_of) hold no rel column: each file's edge type is given",
+        ));
+    }
     let input_bytes = check_inputs(&opts.inputs, graph)?;
     let layout = Layout {
         delimiter: opts.delimiter,
@@ -219,7 +241,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         header: opts.header,
         num_fields: opts.columns.len(),
     };
-    let types = read_types(opts, graph, cols)?;
+    let (types, file_etypes) = read_types(opts, graph, cols)?;
     let (node, rel, record_bytes) = detect_kinds(opts, &layout, cols)?;
     let kinds = Kinds {
         node: typed_node_kind(opts, &types, node)?,
@@ -263,6 +285,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         cols,
         kinds,
         types: &types,
+        file_etypes: &file_etypes,
         paths: &paths,
         threads: budget.threads,
         block_bytes: budget.block_bytes,
@@ -352,22 +375,54 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     )
 }
 
-/// Reads the node and edge types of a typed conversion (both files or neither), and checks
-/// the options they constrain.
-fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result<Types> {
+/// The text options with the per-edge-type files (if any) as the input files, holding train
+/// edges.
+fn with_edge_type_files(opts: &TextOptions) -> Result<TextOptions> {
+    if opts.edges_of.is_empty() {
+        return Ok(opts.clone());
+    }
+    if !opts.inputs.is_empty() {
+        return Err(StoreError::option(
+            "edges_of",
+            "replaces the input files: give edges either as input files (with a rel column) or as one file per edge type, not both",
+        ));
+    }
+    let inputs = opts
+        .edges_of
+        .iter()
+        .map(|f| InputFile {
+            path: f.path.clone(),
+            split: "train".into(),
+        })
+        .collect();
+    Ok(TextOptions {
+        inputs,
+        ..opts.clone()
+    })
+}
+
+/// Reads the node and edge types of a typed conversion (both files, or the node types file
+/// and per-edge-type files, or none), and checks the options they constrain; returns them and
+/// the edge type of each input file that has one.
+fn read_types(
+    opts: &TextOptions,
+    graph: &GraphOptions,
+    cols: Columns,
+) -> Result<(Types, Vec<Option<u32>>)> {
+    let per_file = !opts.edges_of.is_empty();
     let (nodes, edges) = match (&opts.node_types, &opts.edge_types) {
-        (None, None) => return Ok(Types::default()),
-        (Some(n), Some(e)) => (n, e),
-        (Some(_), None) => {
+        (None, None) if !per_file => return Ok((Types::default(), vec![None; opts.inputs.len()])),
+        (Some(n), e) if e.is_some() || per_file => (n, e.as_deref()),
+        (Some(_), _) => {
             return Err(StoreError::option(
                 "edge_types",
-                "a typed graph needs an edge types file beside its node types file",
+                "a typed graph needs an edge types file beside its node types file (or one edge file per edge type)",
             ))
         }
-        (None, Some(_)) => {
+        (None, _) => {
             return Err(StoreError::option(
                 "node_types",
-                "a typed graph needs a node types file beside its edge types file",
+                "a typed graph needs a node types file (NAME<TAB>COUNT lines for integer ids, NAME lines for names)",
             ))
         }
     };
@@ -377,7 +432,17 @@ fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result
             "is not supported for typed graphs: declare the reverse edge types and list the reverse edges instead",
         ));
     }
-    let types = Types::read(nodes, edges)?;
+    let mut types = Types::read(nodes, edges)?;
+    let mut file_etypes = Vec::with_capacity(opts.inputs.len());
+    for f in &opts.edges_of {
+        let etype = types
+            .file_edge_type(&f.edge_type, edges.is_none())
+            .map_err(|msg| {
+                StoreError::option("edges_of", format!("{}: {msg}", f.path.display()))
+            })?;
+        file_etypes.push(Some(etype));
+    }
+    file_etypes.resize(opts.inputs.len(), None);
     if let Some(n) = graph
         .num_nodes
         .filter(|&n| types.counted && n != types.num_nodes())
@@ -394,12 +459,13 @@ fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result
     if types.counted && types.num_nodes() == 0 {
         return Err(StoreError::bad_file(nodes, "the node types hold no nodes"));
     }
-    if !types.counted {
-        types.check_named_endpoints(cols.rel.is_some(), edges)?;
-    } else if cols.rel.is_none() {
-        types.check_without_relation()?;
+    match (per_file, types.counted, edges) {
+        (true, _, _) => {}
+        (false, false, Some(edges)) => types.check_named_endpoints(cols.rel.is_some(), edges)?,
+        (false, true, _) if cols.rel.is_none() => types.check_without_relation()?,
+        _ => {}
     }
-    Ok(types)
+    Ok((types, file_etypes))
 }
 
 /// How a typed graph's node ids are read: integers when its node types file gives counts,
@@ -708,6 +774,8 @@ struct Ctx<'a> {
     cols: Columns,
     kinds: Kinds,
     types: &'a Types,
+    /// The edge type of each input file that holds one edge type.
+    file_etypes: &'a [Option<u32>],
     paths: &'a [PathBuf],
     threads: usize,
     block_bytes: usize,
@@ -722,6 +790,18 @@ impl Ctx<'_> {
             self.block_bytes,
             self.io_chunk,
         )
+    }
+
+    /// The edge type of an edge of input `file` known before its endpoints are read: the
+    /// file's, or (typed graphs with names) the one its relation field `rel` names.
+    fn known_edge_type(&self, file: usize, rel: Option<&[u8]>, line: u64) -> Result<u32> {
+        match self.file_etypes[file] {
+            Some(e) => Ok(e),
+            None => self
+                .types
+                .named_edge_type(rel)
+                .map_err(|msg| StoreError::input(&self.paths[file], line, msg)),
+        }
     }
 
     fn input_bytes(&self) -> u64 {
@@ -823,10 +903,7 @@ fn collect_names(
                 }
                 if typed_names {
                     let rel = cols.rel.map(|r| f[r]);
-                    let etype = ctx
-                        .types
-                        .named_edge_type(rel)
-                        .map_err(|msg| StoreError::input(path, line, msg))?;
+                    let etype = ctx.known_edge_type(block.file, rel, line)?;
                     let (ts, td) = ctx.types.endpoints(etype);
                     name_key(ts, f[cols.src], &mut key);
                     nodes.insert(&key, 0);
@@ -995,8 +1072,9 @@ struct Lookup<'a> {
 }
 
 impl Lookup<'_> {
-    /// The id of endpoint `field`; a name of node type `node_type` (typed graphs with names)
-    /// is looked up by its key, built in `key`.
+    /// The id of endpoint `field` of node type `node_type` when the edge's type is known first
+    /// (a name is looked up by its key, built in `key`; an integer is local to the type),
+    /// else of the graph.
     fn node(
         &self,
         field: &[u8],
@@ -1013,8 +1091,23 @@ impl Lookup<'_> {
             }
             None => field,
         };
-        match self.node_kind {
-            IdKind::Int => int_id(field, role, self.num_nodes, "num_nodes", file, line),
+        match (self.node_kind, node_type) {
+            (IdKind::Int, None) => int_id(field, role, self.num_nodes, "num_nodes", file, line),
+            (IdKind::Int, Some(t)) => {
+                let nt = &self.types.node_types[t as usize];
+                let local = int_id(field, role, None, "", file, line)? as u64;
+                if local >= nt.count {
+                    return Err(StoreError::input(
+                        file,
+                        line,
+                        format!(
+                            "{role} id {local} is out of range: node type '{}' has {} nodes (ids in a per-edge-type file are local to their node type)",
+                            nt.name, nt.count
+                        ),
+                    ));
+                }
+                Ok((nt.offset + local) as i64)
+            }
             _ => match self.node_dict.and_then(|d| d.get(name)) {
                 Some(id) => Ok(id as i64),
                 None if self.must_resolve => {
@@ -1023,13 +1116,6 @@ impl Lookup<'_> {
                 None => Ok(-1),
             },
         }
-    }
-
-    /// The edge type of a typed graph's edge with names, from its relation field `rel`.
-    fn named_edge_type(&self, rel: Option<&[u8]>, file: &PathBuf, line: u64) -> Result<u32> {
-        self.types
-            .named_edge_type(rel)
-            .map_err(|msg| StoreError::input(file, line, msg))
     }
 
     /// The edge type of a typed graph's edge `src -> dst` with relation field `rel`.
@@ -1151,9 +1237,10 @@ fn encode_pass(
             let mut key = Vec::new();
             for_each_record(block, ctx.layout, path, |line, f| {
                 let rel = cols.rel.map(|r| f[r]);
-                // With names, the edge type comes first: it gives the endpoints' node types.
-                let named = if ctx.kinds.typed_names() {
-                    Some(lookup.named_edge_type(rel, path, line)?)
+                // With names or a per-edge-type file, the edge type comes first: it gives the
+                // endpoints' node types.
+                let named = if ctx.kinds.typed_names() || ctx.file_etypes[block.file].is_some() {
+                    Some(ctx.known_edge_type(block.file, rel, line)?)
                 } else {
                     None
                 };

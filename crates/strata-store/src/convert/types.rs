@@ -6,12 +6,14 @@
 //! ids, and so on) or `NAME` alone (edges hold node names, and each type's count is the number
 //! of distinct names of that type the inputs hold; see [`name_key`]).
 //! `--edge-types FILE`: one line per edge type, `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE`, naming
-//! node types of the first file; a line's position is the edge type's id.
+//! node types of the first file; a line's position is the edge type's id. With per-edge-type
+//! edge files (`--edges-of`) it may be left out: the files' edge types are declared in the
+//! order they are given.
 //! Lines that are blank or start with `#` are skipped. Names may hold any characters but tab
 //! and newline.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Result, StoreError};
 use crate::manifest::{EdgeType, NodeType};
@@ -23,9 +25,11 @@ pub(crate) struct Types {
     pub edge_types: Vec<EdgeType>,
     /// Edge-type ids by relation name.
     by_relation: HashMap<Vec<u8>, Vec<u32>>,
-    /// The node types file gave counts (integer global ids); without them the edges hold
-    /// names and the counts come from the names.
+    /// The node types file gave counts (integer ids); without them the edges hold names and
+    /// the counts come from the names.
     pub counted: bool,
+    /// The node types file, for messages.
+    node_file: PathBuf,
 }
 
 /// Bytes [`name_key`] puts before a name.
@@ -84,8 +88,8 @@ fn lines(path: &Path, min: usize, max: usize) -> Result<Vec<(u64, Vec<String>)>>
 }
 
 impl Types {
-    /// Reads the node-types and edge-types files (see the module doc).
-    pub fn read(node_file: &Path, edge_file: &Path) -> Result<Types> {
+    /// Reads the node-types file and, when given, the edge-types file (see the module doc).
+    pub fn read(node_file: &Path, edge_file: Option<&Path>) -> Result<Types> {
         let mut node_types: Vec<NodeType> = Vec::new();
         let mut offset = 0u64;
         let node_lines = lines(node_file, 1, 2)?;
@@ -143,57 +147,94 @@ impl Types {
                 StoreError::input(node_file, line, "node counts overflow 64 bits")
             })?;
         }
-        let type_index = |name: &str, line: u64, field: &str| -> Result<u64> {
-            node_types
-                .iter()
-                .position(|t| t.name == name)
-                .map(|i| i as u64)
-                .ok_or_else(|| {
-                    StoreError::input(
-                        edge_file,
-                        line,
-                        format!(
-                            "{field} '{name}' is not a node type of {} (it declares: {})",
-                            node_file.display(),
-                            node_types
-                                .iter()
-                                .map(|t| t.name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    )
-                })
+        let mut types = Types {
+            node_types,
+            edge_types: Vec::new(),
+            by_relation: HashMap::new(),
+            counted,
+            node_file: node_file.to_path_buf(),
         };
-        let mut edge_types: Vec<EdgeType> = Vec::new();
-        let mut by_relation: HashMap<Vec<u8>, Vec<u32>> = HashMap::new();
+        let Some(edge_file) = edge_file else {
+            return Ok(types);
+        };
         for (line, f) in lines(edge_file, 3, 3)? {
-            let et = EdgeType {
-                src_type: type_index(&f[0], line, "source type")?,
-                relation: f[1].clone(),
-                dst_type: type_index(&f[2], line, "destination type")?,
-            };
-            if edge_types.contains(&et) {
+            let et = types
+                .edge_type(&f[0], &f[1], &f[2])
+                .map_err(|msg| StoreError::input(edge_file, line, msg))?;
+            if types.edge_types.contains(&et) {
                 return Err(StoreError::input(
                     edge_file,
                     line,
                     format!("edge type ({}, {}, {}) is declared twice", f[0], f[1], f[2]),
                 ));
             }
-            if edge_types.len() > u32::MAX as usize {
-                return Err(StoreError::input(edge_file, line, "too many edge types"));
-            }
-            by_relation
-                .entry(f[1].as_bytes().to_vec())
-                .or_default()
-                .push(edge_types.len() as u32);
-            edge_types.push(et);
+            types.declare(et);
         }
-        Ok(Types {
-            node_types,
-            edge_types,
-            by_relation,
-            counted,
+        Ok(types)
+    }
+
+    /// The edge type (`src`, `relation`, `dst`) by node type names, or why a name is not a
+    /// node type.
+    fn edge_type(
+        &self,
+        src: &str,
+        relation: &str,
+        dst: &str,
+    ) -> std::result::Result<EdgeType, String> {
+        let index = |name: &str, field: &str| {
+            self.node_types
+                .iter()
+                .position(|t| t.name == name)
+                .map(|i| i as u64)
+                .ok_or_else(|| {
+                    format!(
+                        "{field} '{name}' is not a node type of {} (it declares: {})",
+                        self.node_file.display(),
+                        self.node_types
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+        };
+        Ok(EdgeType {
+            src_type: index(src, "source type")?,
+            relation: relation.to_string(),
+            dst_type: index(dst, "destination type")?,
         })
+    }
+
+    /// Adds edge type `et` (not yet declared) with the next id.
+    fn declare(&mut self, et: EdgeType) -> u32 {
+        let id = self.edge_types.len() as u32;
+        self.by_relation
+            .entry(et.relation.as_bytes().to_vec())
+            .or_default()
+            .push(id);
+        self.edge_types.push(et);
+        id
+    }
+
+    /// The id of the edge type of a per-edge-type edge file, `[src, relation, dst]` by names:
+    /// one of the declared types, or, when `declare`, a new one if it is not declared yet (the
+    /// edge types then come from the files in the order given).
+    pub fn file_edge_type(
+        &mut self,
+        names: &[String; 3],
+        declare: bool,
+    ) -> std::result::Result<u32, String> {
+        let et = self.edge_type(&names[0], &names[1], &names[2])?;
+        if let Some(i) = self.edge_types.iter().position(|e| *e == et) {
+            return Ok(i as u32);
+        }
+        if !declare {
+            return Err(format!(
+                "edge type ({}, {}, {}) is not declared in the edge types file",
+                names[0], names[1], names[2]
+            ));
+        }
+        Ok(self.declare(et))
     }
 
     /// The types with each node type's count (and so its id range) set from `counts`, one per
@@ -396,7 +437,7 @@ mod tests {
         let (n, e) = (dir.path().join("nodes.tsv"), dir.path().join("edges.tsv"));
         std::fs::write(&n, nodes).unwrap();
         std::fs::write(&e, edges).unwrap();
-        Types::read(&n, &e)
+        Types::read(&n, Some(&e))
     }
 
     #[test]
