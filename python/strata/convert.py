@@ -65,6 +65,13 @@ def _split_files(directory: Path) -> dict[str, list[Path]]:
 def plan_inputs(cfg: ConvertConfig) -> Plan:
     """Decides the format and the role of each input from the config and the files."""
     inputs = list(cfg.inputs)
+    if cfg.edges_of:
+        if inputs or cfg.valid or cfg.test:
+            raise ConfigError(
+                "convert: --edges-of files hold the train edges: give no input, --valid or --test files "
+                "beside them (--split makes a random split)"
+            )
+        return Plan("text", [])
     if not inputs:
         raise ConfigError("convert: no input given (a file, several files, or a directory)")
     for p in inputs + cfg.valid + cfg.test:
@@ -126,6 +133,21 @@ def plan_inputs(cfg: ConvertConfig) -> Plan:
     return Plan(fmt, inputs, list(cfg.valid), list(cfg.test))
 
 
+def _edges_of(cfg: ConvertConfig) -> list[dict]:
+    """The per-edge-type files of ``--edges-of SRC_TYPE:RELATION:DST_TYPE=FILE`` (GraphBolt's
+    ``src:relation:dst`` edge type strings; commas would split the list option)."""
+    files = []
+    for spec in cfg.edges_of:
+        triple, sep, path = spec.partition("=")
+        names = triple.split(":")
+        if not sep or not path or len(names) != 3 or not all(names):
+            raise ConfigError(f"convert.edges_of: expected SRC_TYPE:RELATION:DST_TYPE=FILE, got {spec!r}")
+        if not Path(path).is_file():
+            raise InputNotFoundError(f"{path}: no such file (convert.edges_of {spec!r})")
+        files.append({"path": path, "edge_type": names})
+    return files
+
+
 def _graph_options(cfg: ConvertConfig, out: Path) -> dict:
     return {
         "out": str(out),
@@ -184,6 +206,8 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
             f"convert: --node-types and --edge-types apply to text edge lists and typed NumPy directories, "
             f"not {plan.format} inputs"
         )
+    if plan.format != "text" and cfg.edges_of:
+        raise ConfigError(f"convert: --edges-of applies to text edge lists, not {plan.format} inputs")
     if plan.format == "text":
         columns = cfg.columns or ("src,rel,dst" if cfg.relations else "src,dst")
         text = {
@@ -196,6 +220,7 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
             "relation_ids": cfg.relation_ids,
             "node_types": str(cfg.node_types) if cfg.node_types else None,
             "edge_types": str(cfg.edge_types) if cfg.edge_types else None,
+            "edges_of": _edges_of(cfg),
         }
         return _native.convert_text({"graph": graph, "text": text}, progress)
     if plan.format == "bin32":
@@ -315,12 +340,24 @@ def _convert_planetoid(cfg: ConvertConfig, plan: Plan, graph: dict, progress: Pr
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _named(items, most: int = 6) -> str:
+    """``items`` joined by commas, the first ``most`` of them and a count of the rest."""
+    items = list(items)
+    rest = f", and {len(items) - most} more" if len(items) > most else ""
+    return ", ".join(items[:most]) + rest
+
+
 def format_summary(s: dict) -> str:
     """The one-paragraph summary printed at the end of a conversion."""
     edges = s["num_edges"]
     total = sum(edges.values())
     split_text = " / ".join(f"{edges[k]:,} {k}" for k in ("train", "valid", "test") if k in edges)
     rel = f" and {s['num_relations']:,} relations" if s["num_relations"] else ""
+    if s.get("node_types"):
+        nt, et = s["node_types"], s["edge_types"]
+        rel = f" of {len(nt)} types ({_named(f'{n} {c:,}' for n, c in nt)}) and {len(et)} edge types " + _named(
+            f"({a}, {r}, {b})" for a, r, b in et
+        )
     secs = s["seconds"]
     feats = ""
     if s.get("features"):

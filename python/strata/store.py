@@ -185,11 +185,26 @@ class Store:
     def _node_names(self):
         return _native.NameTable(str(self.path), "node_names") if self.graph["node_names"] else None
 
-    def node_id(self, name: str) -> int | None:
-        """Dense id of the node named ``name`` (string-id stores), or None."""
+    def node_id(self, name: str, node_type: str | int | None = None) -> int | None:
+        """Dense (global) id of the node named ``name`` (string-id stores), or None. In a typed
+        store names are unique within a node type: ``node_type`` limits the search to one type;
+        without it a name that names nodes of several types raises ValueError."""
         if self._node_names is None:
             raise StoreFormatError(f"store {self.path} has integer node ids and no name table")
-        return self._node_names.find(name)
+        if not self.is_typed:
+            if node_type is not None:
+                raise StoreFormatError(f"store {self.path} has no node types")
+            return self._node_names.find(name)
+        types = self.manifest["node_types"]
+        wanted = range(len(types)) if node_type is None else [self.node_type_index(node_type)]
+        found = {}
+        for t in wanted:
+            node = self._node_names.find_in(name, types[t]["offset"], types[t]["offset"] + types[t]["count"])
+            if node is not None:
+                found[types[t]["name"]] = node
+        if len(found) > 1:
+            raise ValueError(f"{name!r} names nodes of several node types ({', '.join(found)}): give node_type")
+        return next(iter(found.values()), None)
 
     def node_name(self, node: int) -> str:
         """Original name of node ``node`` (its id as text for integer-id stores)."""

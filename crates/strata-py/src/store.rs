@@ -60,6 +60,13 @@ impl NameTable {
     fn find(&self, py: Python<'_>, name: &str) -> PyResult<Option<u64>> {
         self.0.find(name.as_bytes()).map_err(|e| e.to_py(py))
     }
+
+    /// The id of `name` among ids `lo..hi` (a typed store's node type), or None.
+    fn find_in(&self, py: Python<'_>, name: &str, lo: u64, hi: u64) -> PyResult<Option<u64>> {
+        self.0
+            .find_in(name.as_bytes(), lo, hi)
+            .map_err(|e| e.to_py(py))
+    }
 }
 
 /// Reads `rows` of the `.npy` at `path` through the I/O engine; returns

@@ -698,13 +698,23 @@ fn name_table(
     let mut offsets = Stream::open(checked, store, &offsets_name)?;
     let mut bytes = Stream::open(checked, store, &bytes_name)?;
     let (mut prev, mut name, mut vals) = (Vec::<u8>::new(), Vec::<u8>::new(), Vec::new());
+    // A typed store's node names are sorted within each node type's id range.
+    let restarts: Vec<u64> = match table {
+        "node_names" => store
+            .manifest()
+            .node_types
+            .iter()
+            .map(|t| t.offset)
+            .collect(),
+        _ => Vec::new(),
+    };
     let mut start = offsets.next()?.unwrap_or(0);
     let mut id = 0u64;
     while let Some(end) = offsets.next()? {
         bytes.take((end - start) as usize, &mut vals)?;
         name.clear();
         name.extend(vals.iter().map(|&b| b as u8));
-        if id > 0 && name <= prev {
+        if id > 0 && restarts.binary_search(&id).is_err() && name <= prev {
             checked.problems.add(
                 &bytes_file,
                 Some(id),

@@ -1,6 +1,8 @@
 //! String tables: names of nodes or relations as two arrays, `NAME_offsets` (int64, n + 1
 //! entries) and `NAME_bytes` (uint8, UTF-8 names concatenated). Names are sorted byte-wise and
-//! unique, so a name's dense id is its rank and lookups are binary searches.
+//! unique, so a name's dense id is its rank and lookups are binary searches. A typed store's
+//! node names are sorted and unique within each node type's id range instead (the same name
+//! may name nodes of two types), and a lookup searches each range.
 
 use std::path::{Path, PathBuf};
 
@@ -64,6 +66,9 @@ pub struct NameTable {
     offsets_start: usize,
     bytes_start: usize,
     len: usize,
+    /// Id ranges `[lo, hi)` each sorted on its own: the node types' ranges of a typed store's
+    /// node names, else the whole table.
+    segments: Vec<(u64, u64)>,
     store: PathBuf,
     offsets_file: String,
 }
@@ -84,12 +89,22 @@ impl NameTable {
         let (offsets, offsets_start) = map(&offsets_name)?;
         let (bytes, bytes_start) = map(&format!("{prefix}_bytes"))?;
         let len = (offsets.len() - offsets_start) / 8 - 1;
+        let types = &store.manifest().node_types;
+        let segments = if prefix == "node_names" && !types.is_empty() {
+            types
+                .iter()
+                .map(|t| (t.offset, t.offset + t.count))
+                .collect()
+        } else {
+            vec![(0, len as u64)]
+        };
         Ok(NameTable {
             offsets,
             bytes,
             offsets_start,
             bytes_start,
             len,
+            segments,
             store: store.path().to_path_buf(),
             offsets_file: store.require(&offsets_name)?.file.clone(),
         })
@@ -135,9 +150,30 @@ impl NameTable {
         Ok(String::from_utf8_lossy(self.get(i)?).into_owned())
     }
 
-    /// The id of `name`, if present.
+    /// The id of `name`, if present. In a typed store's node names, the name must name a node
+    /// of one type only (else an error lists the ids; [`NameTable::find_in`] searches one type).
     pub fn find(&self, name: &[u8]) -> Result<Option<u64>> {
-        let (mut lo, mut hi) = (0usize, self.len);
+        let mut found = Vec::new();
+        for &(lo, hi) in &self.segments {
+            found.extend(self.find_in(name, lo, hi)?);
+        }
+        match found[..] {
+            [] => Ok(None),
+            [id] => Ok(Some(id)),
+            _ => Err(StoreError::Invalid {
+                store: self.store.clone(),
+                msg: format!(
+                    "the name {:?} names nodes {found:?} of different node types: look it up within one node type",
+                    String::from_utf8_lossy(name)
+                ),
+            }),
+        }
+    }
+
+    /// The id of `name` among ids `[lo, hi)` (a range sorted on its own, such as a node type's),
+    /// if present.
+    pub fn find_in(&self, name: &[u8], lo: u64, hi: u64) -> Result<Option<u64>> {
+        let (mut lo, mut hi) = (lo as usize, (hi as usize).min(self.len));
         while lo < hi {
             let mid = (lo + hi) / 2;
             match self.get(mid)?.cmp(name) {

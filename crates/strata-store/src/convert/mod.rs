@@ -37,7 +37,7 @@ pub use numpy_typed::{
 };
 pub use options::{ConvertOptions, Fractions, InputFormat, StoredFeatureDtype};
 pub use text::Delimiter;
-pub use text_job::{convert_text, IdKind, TextJob, TextOptions};
+pub use text_job::{convert_text, EdgeTypeFile, IdKind, TextJob, TextOptions};
 pub use topology::DegreeHistogram;
 
 use spool::{finalize_edges, Spooled};
@@ -208,6 +208,10 @@ pub struct Summary {
     pub converter: String,
     pub num_nodes: u64,
     pub num_relations: u64,
+    /// A typed store's node types as (name, count), in id order; empty for an untyped one.
+    pub node_types: Vec<(String, u64)>,
+    /// A typed store's edge types as (source type, relation, destination type) names.
+    pub edge_types: Vec<(String, String, String)>,
     pub num_edges: BTreeMap<String, u64>,
     pub num_topology_edges: u64,
     pub id_dtype: DType,
@@ -408,12 +412,29 @@ pub(crate) fn finish(
     let store = builder.commit(manifest)?;
     clock.lap("commit");
     let m = store.manifest();
+    let type_name = |t: u64| m.node_types[t as usize].name.clone();
     Ok(Summary {
         store: store.path().to_path_buf(),
         name: m.name.clone(),
         converter: converter.into(),
         num_nodes: m.graph.num_nodes,
         num_relations: m.graph.num_relations,
+        node_types: m
+            .node_types
+            .iter()
+            .map(|t| (t.name.clone(), t.count))
+            .collect(),
+        edge_types: m
+            .edge_types
+            .iter()
+            .map(|e| {
+                (
+                    type_name(e.src_type),
+                    e.relation.clone(),
+                    type_name(e.dst_type),
+                )
+            })
+            .collect(),
         num_edges: m.graph.num_edges.clone(),
         num_topology_edges: m.graph.num_topology_edges,
         id_dtype,

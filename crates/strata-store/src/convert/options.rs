@@ -128,14 +128,20 @@ pub struct ConvertOptions {
     /// meaning of each text field, comma-separated: src, dst, rel, weight (float32), time
     /// (int64), or _ to ignore (default src,dst; src,rel,dst with --relations)
     pub columns: String,
-    /// typed graph: file of node types, one `NAME<TAB>COUNT` line each in id order (each type
-    /// owns the next COUNT integer ids); needs --edge-types
+    /// typed graph: file of node types in id order, one `NAME<TAB>COUNT` line each (edges hold
+    /// integer global ids, each type owning the next COUNT) or one `NAME` line each (edges hold
+    /// node names, numbered by type then name); needs --edge-types
     #[schemars(extend("x-kind" = "path"))]
     pub node_types: Option<PathBuf>,
     /// typed graph: file of edge types, one `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` line each;
     /// the rel column (if any) names the relation
     #[schemars(extend("x-kind" = "path"))]
     pub edge_types: Option<PathBuf>,
+    /// typed graph: edge files of one edge type each, `SRC_TYPE:RELATION:DST_TYPE=FILE` (as
+    /// GraphBolt writes edge types), in place of input files (like PyG's edge_index_dict):
+    /// lines hold src and dst, no rel column; integer ids are local to each node type; without
+    /// --edge-types the edge types are these, in order
+    pub edges_of: Vec<String>,
     /// field separator of text inputs; auto detects per file from its first data line
     pub delimiter: Delimiter,
     /// lines starting with this are skipped; empty for none
@@ -207,6 +213,7 @@ impl Default for ConvertOptions {
             columns: String::new(),
             node_types: None,
             edge_types: None,
+            edges_of: Vec::new(),
             delimiter: Delimiter::Auto,
             comment: "#".into(),
             header: false,

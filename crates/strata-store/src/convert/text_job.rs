@@ -4,6 +4,12 @@
 //! (spilling sorted runs) and writes the sorted name table; the second encodes each edge by
 //! looking names up, in as many sub-passes as the dictionary needs ranges to fit the budget.
 //! Integer ids take one pass.
+//!
+//! A typed graph with names keys its dictionary by (node type, name) ([`name_key`]): each
+//! edge's type, and so its endpoints' node types, follow from its relation field (or from its
+//! file, for per-edge-type files), and the sorted keys give every node type a contiguous id
+//! range holding its names in sorted order. Integer ids in per-edge-type files are local to
+//! their node type (PyG's `edge_index_dict`); elsewhere they are global.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +22,7 @@ use super::text::{
     for_each_record, is_canonical_uint, is_gzip, par_map_blocks, parse_uint, Block, BlockReader,
     Delimiter, Layout,
 };
+use super::types::{name_key, split_key, KEY_PREFIX};
 use super::{
     announce, check_inputs, finish, resolve_num_nodes, Clock, GraphOptions, Ingested, InputFile,
     NodeData, Summary, Types,
@@ -61,12 +68,27 @@ pub struct TextOptions {
     pub ids: IdKind,
     /// How relation ids are read.
     pub relation_ids: IdKind,
-    /// Node types, `NAME<TAB>COUNT` lines in id order (a typed graph; see [`super::types`]).
+    /// Node types in id order, `NAME<TAB>COUNT` lines (integer global ids) or `NAME` lines
+    /// (node names) (a typed graph; see [`super::types`]).
     #[serde(default)]
     pub node_types: Option<PathBuf>,
-    /// Edge types, `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` lines; required with `node_types`.
+    /// Edge types, `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` lines; required with `node_types`
+    /// unless `edges_of` gives the edge types.
     #[serde(default)]
     pub edge_types: Option<PathBuf>,
+    /// Edge files of one edge type each (train edges), in place of `inputs`: their lines hold
+    /// no rel column, and integer ids in them are local to each node type.
+    #[serde(default)]
+    pub edges_of: Vec<EdgeTypeFile>,
+}
+
+/// An edge file whose every edge has one edge type.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EdgeTypeFile {
+    pub path: PathBuf,
+    /// (source type, relation, destination type) by node type names.
+    pub edge_type: [String; 3],
 }
 
 /// A text conversion.
@@ -178,13 +200,19 @@ fn detect_kinds(
 /// Peak bytes of one parse block of `block` bytes whose records average `record_bytes`:
 /// the block, plus its parsed edges (three `i64` ids per record, and the f32 weight and i64
 /// time of `attrs`) or, in the name pass, its names (`names_per_record` per record, at most
-/// the block's bytes) in a table sized for them.
-fn block_cost(block: u64, record_bytes: u64, names_per_record: u64, attrs: Attrs) -> u64 {
+/// the block's bytes plus `key_bytes` per name) in a table sized for them.
+fn block_cost(
+    block: u64,
+    record_bytes: u64,
+    names_per_record: u64,
+    key_bytes: u64,
+    attrs: Attrs,
+) -> u64 {
     let records = block.div_ceil(record_bytes);
     let ids = (24 + 4 * attrs.weights as u64 + 8 * attrs.times as u64) * records;
     let names = match names_per_record {
         0 => 0,
-        k => block + table_bytes(k * records),
+        k => block + key_bytes * k * records + table_bytes(k * records),
     };
     block + ids.max(names)
 }
@@ -197,9 +225,15 @@ fn max_records(block: &Block) -> usize {
 /// Converts text edge lists into a store.
 pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     let graph = &job.graph;
-    let opts = &job.text;
+    let opts = &with_edge_type_files(&job.text)?;
     graph.validate()?;
     let cols = Columns::parse(&opts.columns)?;
+    if !opts.edges_of.is_empty() && cols.rel.is_some() {
+        return Err(StoreError::option(
+            "columns",
+            "per-edge-type files (edges_of) hold no rel column: each file's edge type is given",
+        ));
+    }
     let input_bytes = check_inputs(&opts.inputs, graph)?;
     let layout = Layout {
         delimiter: opts.delimiter,
@@ -207,18 +241,18 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         header: opts.header,
         num_fields: opts.columns.len(),
     };
-    let types = read_types(opts, graph, cols)?;
+    let (types, file_etypes) = read_types(opts, graph, cols)?;
     let (node, rel, record_bytes) = detect_kinds(opts, &layout, cols)?;
     let kinds = Kinds {
-        node,
+        node: typed_node_kind(opts, &types, node)?,
         rel,
         has_rel: cols.rel.is_some(),
         typed: types.is_typed(),
     };
     kinds.check(graph)?;
-    // A typed graph's ids are global integer ids, checked against its node types' total.
+    // A typed graph's integer ids are global ids, checked against its node types' total.
     let graph = &GraphOptions {
-        num_nodes: if types.is_typed() {
+        num_nodes: if types.counted {
             Some(types.num_nodes())
         } else {
             graph.num_nodes
@@ -232,7 +266,11 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         budget.describe(graph.memory, kinds),
         format!(
             "ids: nodes {}, relations {}",
-            kind_name(kinds.node),
+            if kinds.typed_names() {
+                "names (renumbered in (node type, name) order)"
+            } else {
+                kind_name(kinds.node)
+            },
             match (kinds.typed, kinds.has_rel) {
                 (true, _) => "edge types",
                 (false, true) => kind_name(kinds.rel),
@@ -247,6 +285,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         cols,
         kinds,
         types: &types,
+        file_etypes: &file_etypes,
         paths: &paths,
         threads: budget.threads,
         block_bytes: budget.block_bytes,
@@ -268,6 +307,16 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         clock.lap("names");
     }
     plan = announce(progress, plan);
+    // With names, each node type's id range is known once its names are counted.
+    let types = if kinds.typed_names() {
+        types.with_counts(&names.type_counts)
+    } else {
+        types.clone()
+    };
+    let ctx = Ctx {
+        types: &types,
+        ..ctx
+    };
 
     // Pass 2: encode edges (in several sub-passes when the dictionary does not fit).
     let spooled = encode_edges(
@@ -326,22 +375,54 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
     )
 }
 
-/// Reads the node and edge types of a typed conversion (both files or neither), and checks
-/// the options they constrain.
-fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result<Types> {
+/// The text options with the per-edge-type files (if any) as the input files, holding train
+/// edges.
+fn with_edge_type_files(opts: &TextOptions) -> Result<TextOptions> {
+    if opts.edges_of.is_empty() {
+        return Ok(opts.clone());
+    }
+    if !opts.inputs.is_empty() {
+        return Err(StoreError::option(
+            "edges_of",
+            "replaces the input files: give edges either as input files (with a rel column) or as one file per edge type, not both",
+        ));
+    }
+    let inputs = opts
+        .edges_of
+        .iter()
+        .map(|f| InputFile {
+            path: f.path.clone(),
+            split: "train".into(),
+        })
+        .collect();
+    Ok(TextOptions {
+        inputs,
+        ..opts.clone()
+    })
+}
+
+/// Reads the node and edge types of a typed conversion (both files, or the node types file
+/// and per-edge-type files, or none), and checks the options they constrain; returns them and
+/// the edge type of each input file that has one.
+fn read_types(
+    opts: &TextOptions,
+    graph: &GraphOptions,
+    cols: Columns,
+) -> Result<(Types, Vec<Option<u32>>)> {
+    let per_file = !opts.edges_of.is_empty();
     let (nodes, edges) = match (&opts.node_types, &opts.edge_types) {
-        (None, None) => return Ok(Types::default()),
-        (Some(n), Some(e)) => (n, e),
-        (Some(_), None) => {
+        (None, None) if !per_file => return Ok((Types::default(), vec![None; opts.inputs.len()])),
+        (Some(n), e) if e.is_some() || per_file => (n, e.as_deref()),
+        (Some(_), _) => {
             return Err(StoreError::option(
                 "edge_types",
-                "a typed graph needs an edge types file beside its node types file",
+                "a typed graph needs an edge types file beside its node types file (or one edge file per edge type)",
             ))
         }
-        (None, Some(_)) => {
+        (None, _) => {
             return Err(StoreError::option(
                 "node_types",
-                "a typed graph needs a node types file beside its edge types file",
+                "a typed graph needs a node types file (NAME<TAB>COUNT lines for integer ids, NAME lines for names)",
             ))
         }
     };
@@ -351,8 +432,21 @@ fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result
             "is not supported for typed graphs: declare the reverse edge types and list the reverse edges instead",
         ));
     }
-    let types = Types::read(nodes, edges)?;
-    if let Some(n) = graph.num_nodes.filter(|&n| n != types.num_nodes()) {
+    let mut types = Types::read(nodes, edges)?;
+    let mut file_etypes = Vec::with_capacity(opts.inputs.len());
+    for f in &opts.edges_of {
+        let etype = types
+            .file_edge_type(&f.edge_type, edges.is_none())
+            .map_err(|msg| {
+                StoreError::option("edges_of", format!("{}: {msg}", f.path.display()))
+            })?;
+        file_etypes.push(Some(etype));
+    }
+    file_etypes.resize(opts.inputs.len(), None);
+    if let Some(n) = graph
+        .num_nodes
+        .filter(|&n| types.counted && n != types.num_nodes())
+    {
         return Err(StoreError::option(
             "num_nodes",
             format!(
@@ -362,13 +456,43 @@ fn read_types(opts: &TextOptions, graph: &GraphOptions, cols: Columns) -> Result
             ),
         ));
     }
-    if types.num_nodes() == 0 {
+    if types.counted && types.num_nodes() == 0 {
         return Err(StoreError::bad_file(nodes, "the node types hold no nodes"));
     }
-    if cols.rel.is_none() {
-        types.check_without_relation()?;
+    match (per_file, types.counted, edges) {
+        (true, _, _) => {}
+        (false, false, Some(edges)) => types.check_named_endpoints(cols.rel.is_some(), edges)?,
+        (false, true, _) if cols.rel.is_none() => types.check_without_relation()?,
+        _ => {}
     }
-    Ok(types)
+    Ok((types, file_etypes))
+}
+
+/// How a typed graph's node ids are read: integers when its node types file gives counts,
+/// names when it does not; `detected` (the `auto` decision) for an untyped graph.
+fn typed_node_kind(opts: &TextOptions, types: &Types, detected: IdKind) -> Result<IdKind> {
+    if !types.is_typed() {
+        return Ok(detected);
+    }
+    let file = opts.node_types.as_deref().expect("a typed conversion");
+    match (types.counted, opts.ids, detected) {
+        (true, IdKind::String, _) | (true, IdKind::Auto, IdKind::String) => Err(StoreError::option(
+            "ids",
+            format!(
+                "{} gives each node type a count, so edges hold integer global ids (a node type owns a range of them), but these inputs hold names: list the node types without counts to read names",
+                file.display()
+            ),
+        )),
+        (true, _, _) => Ok(IdKind::Int),
+        (false, IdKind::Int, _) => Err(StoreError::option(
+            "ids",
+            format!(
+                "is int, but {} gives no node type a count: integer global ids need a NAME<TAB>COUNT line per node type",
+                file.display()
+            ),
+        )),
+        (false, _, _) => Ok(IdKind::String),
+    }
 }
 
 /// How node and relation ids are read, once `auto` is decided.
@@ -378,19 +502,13 @@ struct Kinds {
     rel: IdKind,
     /// The input has a relation column.
     has_rel: bool,
-    /// A typed graph: integer global ids, and the relation field names an edge type's relation.
+    /// A typed graph: the relation field names an edge type's relation.
     typed: bool,
 }
 
 impl Kinds {
-    /// Refuses counts given for ids that are counted, not read, and name ids in a typed graph.
+    /// Refuses counts given for ids that are counted, not read.
     fn check(&self, graph: &GraphOptions) -> Result<()> {
-        if self.typed && self.node != IdKind::Int {
-            return Err(StoreError::option(
-                "ids",
-                "a typed graph's edges hold integer global ids (a node type owns a range of them); these inputs hold names",
-            ));
-        }
         if self.typed && graph.num_relations.is_some() {
             return Err(StoreError::option(
                 "num_relations",
@@ -410,6 +528,20 @@ impl Kinds {
             ));
         }
         Ok(())
+    }
+
+    /// A typed graph whose edges hold node names, keyed by (node type, name).
+    fn typed_names(&self) -> bool {
+        self.typed && self.node == IdKind::String
+    }
+
+    /// Bytes each node name's dictionary key adds to the name ([`name_key`]).
+    fn key_bytes(&self) -> u64 {
+        if self.typed_names() {
+            KEY_PREFIX
+        } else {
+            0
+        }
     }
 
     /// Relations are read as names into a relation-name table (untyped graphs).
@@ -456,14 +588,20 @@ impl ParseBudget {
         let io_chunk = graph.io_chunk();
         let in_flight = 3 * threads as u64 + 2;
         let names_per_record = kinds.names_per_record();
+        let cost = |block| {
+            block_cost(
+                block,
+                record_bytes,
+                names_per_record,
+                kinds.key_bytes(),
+                attrs,
+            )
+        };
         let mut block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64);
-        while block_bytes > 64 << 10
-            && in_flight * block_cost(block_bytes, record_bytes, names_per_record, attrs)
-                > graph.memory / 4
-        {
+        while block_bytes > 64 << 10 && in_flight * cost(block_bytes) > graph.memory / 4 {
             block_bytes /= 2;
         }
-        let block_cost = block_cost(block_bytes, record_bytes, names_per_record, attrs);
+        let block_cost = cost(block_bytes);
         // A gzip input adds its decoder window and a 1 MiB read-ahead buffer.
         let gzip = if opts.inputs.iter().any(|f| is_gzip(&f.path)) {
             2 << 20
@@ -554,7 +692,13 @@ fn encode_edges(
     let ranges = match (&names.node_dict, kinds.node) {
         (_, IdKind::Int) => vec![None],
         (Some(_), _) => vec![None],
-        (None, _) => dictionary_ranges(builder, names.num_nodes, dict_budget, ctx.io_chunk)?,
+        (None, _) => dictionary_ranges(
+            builder,
+            names.num_nodes,
+            dict_budget,
+            kinds.key_bytes(),
+            ctx.io_chunk,
+        )?,
     };
     if ranges.len() > 1 {
         progress.message(&format!(
@@ -564,7 +708,7 @@ fn encode_edges(
     }
     for (k, range) in ranges.iter().enumerate() {
         let range_dict = match range {
-            Some((lo, hi)) => Some(load_range(builder, *lo, *hi)?),
+            Some((lo, hi)) => Some(load_range(builder, *lo, *hi, ctx.types)?),
             None => None,
         };
         let node_dict = range_dict.as_ref().or(names.node_dict.as_ref());
@@ -630,6 +774,8 @@ struct Ctx<'a> {
     cols: Columns,
     kinds: Kinds,
     types: &'a Types,
+    /// The edge type of each input file that holds one edge type.
+    file_etypes: &'a [Option<u32>],
     paths: &'a [PathBuf],
     threads: usize,
     block_bytes: usize,
@@ -646,6 +792,18 @@ impl Ctx<'_> {
         )
     }
 
+    /// The edge type of an edge of input `file` known before its endpoints are read: the
+    /// file's, or (typed graphs with names) the one its relation field `rel` names.
+    fn known_edge_type(&self, file: usize, rel: Option<&[u8]>, line: u64) -> Result<u32> {
+        match self.file_etypes[file] {
+            Some(e) => Ok(e),
+            None => self
+                .types
+                .named_edge_type(rel)
+                .map_err(|msg| StoreError::input(&self.paths[file], line, msg)),
+        }
+    }
+
     fn input_bytes(&self) -> u64 {
         self.paths
             .iter()
@@ -659,6 +817,8 @@ impl Ctx<'_> {
 struct Names {
     num_nodes: u64,
     num_relations: u64,
+    /// Distinct names per node type in id order (typed graphs with names).
+    type_counts: Vec<u64>,
     /// The whole node dictionary, when it fit in memory.
     node_dict: Option<NameDict>,
     rel_dict: Option<NameDict>,
@@ -695,6 +855,7 @@ fn collect_names(
 ) -> Result<Names> {
     let want_nodes = ctx.kinds.node == IdKind::String;
     let want_rels = ctx.kinds.rel_names();
+    let typed_names = ctx.kinds.typed_names();
     let scratch = builder.scratch()?;
     let mut collector = NameCollector::new(dict_budget, &scratch, ctx.io_chunk);
     let mut rels = NameDict::new();
@@ -710,10 +871,12 @@ fn collect_names(
             // its old and new buckets at once).
             let records = max_records(block);
             let mut nodes = if want_nodes {
-                NameDict::with_capacity(2 * records, block.data.len())
+                let keys = 2 * records * ctx.kinds.key_bytes() as usize;
+                NameDict::with_capacity(2 * records, block.data.len() + keys)
             } else {
                 NameDict::new()
             };
+            let mut key = Vec::new();
             let mut rels = NameDict::new();
             let mut rows = 0u64;
             let path = &ctx.paths[block.file];
@@ -738,7 +901,15 @@ fn collect_names(
                         ));
                     }
                 }
-                if want_nodes {
+                if typed_names {
+                    let rel = cols.rel.map(|r| f[r]);
+                    let etype = ctx.known_edge_type(block.file, rel, line)?;
+                    let (ts, td) = ctx.types.endpoints(etype);
+                    name_key(ts, f[cols.src], &mut key);
+                    nodes.insert(&key, 0);
+                    name_key(td, f[cols.dst], &mut key);
+                    nodes.insert(&key, 0);
+                } else if want_nodes {
                     nodes.insert(f[cols.src], 0);
                     nodes.insert(f[cols.dst], 0);
                 }
@@ -763,7 +934,17 @@ fn collect_names(
         runs,
         ..Names::default()
     };
-    if want_nodes {
+    if typed_names {
+        let mut table = StrTabWriter::create(builder, "node_names")?;
+        let mut counts = vec![0u64; ctx.types.node_types.len()];
+        names.node_dict = collector.finish(|key| {
+            let (t, name) = split_key(key);
+            counts[t as usize] += 1;
+            table.push(name)
+        })?;
+        names.num_nodes = table.finish(builder, "node_names")?;
+        names.type_counts = counts;
+    } else if want_nodes {
         let mut table = StrTabWriter::create(builder, "node_names")?;
         names.node_dict = collector.finish(|n| table.push(n))?;
         names.num_nodes = table.finish(builder, "node_names")?;
@@ -777,11 +958,13 @@ fn collect_names(
     Ok(names)
 }
 
-/// Cuts the sorted node-name table into id ranges whose dictionaries fit in `budget`.
+/// Cuts the sorted node-name table into id ranges whose dictionaries (with `key_bytes` more
+/// per name, see [`name_key`]) fit in `budget`.
 fn dictionary_ranges(
     builder: &StoreBuilder,
     n: u64,
     budget: u64,
+    key_bytes: u64,
     io_chunk: usize,
 ) -> Result<Vec<Option<(u64, u64)>>> {
     let offsets = &builder.arrays()["node_names_offsets"];
@@ -799,7 +982,7 @@ fn dictionary_ranges(
             }
             let len = (off - prev_off) as u64;
             prev_off = off;
-            if id > lo && range_cost(id + 1 - lo, range_bytes + len) > budget {
+            if id > lo && range_cost(id + 1 - lo, range_bytes + len, key_bytes) > budget {
                 ranges.push(Some((lo, id)));
                 lo = id;
                 range_bytes = 0;
@@ -813,13 +996,15 @@ fn dictionary_ranges(
 }
 
 /// Peak bytes of [`load_range`] for `names` names of `bytes` bytes in all: their offsets and
-/// bytes as read, and the dictionary (its arena and a table sized for them).
-fn range_cost(names: u64, bytes: u64) -> u64 {
-    8 * (names + 1) + 2 * bytes + table_bytes(names)
+/// bytes as read, and the dictionary (its arena, with `key_bytes` more per name, and a table
+/// sized for them).
+fn range_cost(names: u64, bytes: u64, key_bytes: u64) -> u64 {
+    8 * (names + 1) + 2 * bytes + key_bytes * names + table_bytes(names)
 }
 
-/// Loads names `[lo, hi)` of the node-name table into a dictionary with their ids.
-fn load_range(builder: &StoreBuilder, lo: u64, hi: u64) -> Result<NameDict> {
+/// Loads names `[lo, hi)` of the node-name table into a dictionary with their ids, keyed by
+/// (node type, name) in a typed graph (`types` has its id ranges then).
+fn load_range(builder: &StoreBuilder, lo: u64, hi: u64, types: &Types) -> Result<NameDict> {
     let offs = read_i64_range(
         &builder.array_file("node_names_offsets"),
         lo,
@@ -833,12 +1018,24 @@ fn load_range(builder: &StoreBuilder, lo: u64, hi: u64) -> Result<NameDict> {
         base as u64,
         (offs[offs.len() - 1] - base) as u64,
     )?;
-    let mut dict = NameDict::with_capacity(offs.len() - 1, bytes.len());
+    let typed = types.is_typed();
+    let names = offs.len() - 1;
+    let keys = if typed {
+        KEY_PREFIX as usize * names
+    } else {
+        0
+    };
+    let mut dict = NameDict::with_capacity(names, bytes.len() + keys);
+    let mut key = Vec::new();
     for (i, w) in offs.windows(2).enumerate() {
-        dict.insert(
-            &bytes[(w[0] - base) as usize..(w[1] - base) as usize],
-            lo + i as u64,
-        );
+        let id = lo + i as u64;
+        let name = &bytes[(w[0] - base) as usize..(w[1] - base) as usize];
+        if typed {
+            name_key(types.type_of(id) as u32, name, &mut key);
+            dict.insert(&key, id);
+        } else {
+            dict.insert(name, id);
+        }
     }
     Ok(dict)
 }
@@ -875,10 +1072,43 @@ struct Lookup<'a> {
 }
 
 impl Lookup<'_> {
-    fn node(&self, field: &[u8], role: &str, file: &PathBuf, line: u64) -> Result<i64> {
-        match self.node_kind {
-            IdKind::Int => int_id(field, role, self.num_nodes, "num_nodes", file, line),
-            _ => match self.node_dict.and_then(|d| d.get(field)) {
+    /// The id of endpoint `field` of node type `node_type` when the edge's type is known first
+    /// (a name is looked up by its key, built in `key`; an integer is local to the type),
+    /// else of the graph.
+    fn node(
+        &self,
+        field: &[u8],
+        node_type: Option<u32>,
+        key: &mut Vec<u8>,
+        role: &str,
+        file: &PathBuf,
+        line: u64,
+    ) -> Result<i64> {
+        let name = match node_type {
+            Some(t) => {
+                name_key(t, field, key);
+                &key[..]
+            }
+            None => field,
+        };
+        match (self.node_kind, node_type) {
+            (IdKind::Int, None) => int_id(field, role, self.num_nodes, "num_nodes", file, line),
+            (IdKind::Int, Some(t)) => {
+                let nt = &self.types.node_types[t as usize];
+                let local = int_id(field, role, None, "", file, line)? as u64;
+                if local >= nt.count {
+                    return Err(StoreError::input(
+                        file,
+                        line,
+                        format!(
+                            "{role} id {local} is out of range: node type '{}' has {} nodes (ids in a per-edge-type file are local to their node type)",
+                            nt.name, nt.count
+                        ),
+                    ));
+                }
+                Ok((nt.offset + local) as i64)
+            }
+            _ => match self.node_dict.and_then(|d| d.get(name)) {
                 Some(id) => Ok(id as i64),
                 None if self.must_resolve => {
                     panic!("name collected in pass 1 missing from the dictionary")
@@ -1004,14 +1234,27 @@ fn encode_pass(
                 cols.rel.is_some() || typed,
                 cols.attrs(),
             );
+            let mut key = Vec::new();
             for_each_record(block, ctx.layout, path, |line, f| {
-                let src = lookup.node(f[cols.src], "src", path, line)?;
-                let dst = lookup.node(f[cols.dst], "dst", path, line)?;
+                let rel = cols.rel.map(|r| f[r]);
+                // With names or a per-edge-type file, the edge type comes first: it gives the
+                // endpoints' node types.
+                let named = if ctx.kinds.typed_names() || ctx.file_etypes[block.file].is_some() {
+                    Some(ctx.known_edge_type(block.file, rel, line)?)
+                } else {
+                    None
+                };
+                let (ts, td) = named.map(|e| ctx.types.endpoints(e)).unzip();
+                let src = lookup.node(f[cols.src], ts, &mut key, "src", path, line)?;
+                let dst = lookup.node(f[cols.dst], td, &mut key, "dst", path, line)?;
                 batch.src.push(src);
                 batch.dst.push(dst);
                 if typed {
-                    let rel = cols.rel.map(|r| f[r]);
-                    batch.rel.push(lookup.edge_type(src, rel, dst, path, line)?);
+                    let etype = match named {
+                        Some(e) => i64::from(e),
+                        None => lookup.edge_type(src, rel, dst, path, line)?,
+                    };
+                    batch.rel.push(etype);
                 } else if let Some(r) = cols.rel {
                     batch.rel.push(lookup.rel(f[r], path, line)?);
                 }
