@@ -387,26 +387,32 @@ impl Value for EdgeRec {
         (self.etype, self.eid)
     }
 
+    /// Writes `vals` in pieces of `out.piece` records: the column staging vectors (and each
+    /// writer's narrowing scratch) then stay within the I/O buffers of [`fixed_bytes`] instead
+    /// of growing to a whole adjacency slice, which the budget does not count.
     fn write(vals: &[Self], out: &mut Columns) -> Result<()> {
-        let ints = &mut out.ints;
-        let mut column = |w: &mut NpyWriter, f: fn(&EdgeRec) -> i64| {
-            ints.clear();
-            ints.extend(vals.iter().map(f));
-            w.write_ints(ints)
-        };
-        column(&mut out.indices, |r| r.nbr)?;
-        if let Some(w) = out.eid.as_mut() {
-            column(w, |r| r.eid)?;
-        }
-        if let Some(w) = out.etype.as_mut() {
-            column(w, |r| r.etype as i64)?;
-        }
-        if let Some(w) = out.times.as_mut() {
-            column(w, |r| r.time)?;
-        }
-        if let Some(w) = out.weights.as_mut() {
-            let ws: Vec<f32> = vals.iter().map(|r| r.weight).collect();
-            w.write(&ws)?;
+        for piece in vals.chunks(out.piece) {
+            let ints = &mut out.ints;
+            let mut column = |w: &mut NpyWriter, f: fn(&EdgeRec) -> i64| {
+                ints.clear();
+                ints.extend(piece.iter().map(f));
+                w.write_ints(ints)
+            };
+            column(&mut out.indices, |r| r.nbr)?;
+            if let Some(w) = out.eid.as_mut() {
+                column(w, |r| r.eid)?;
+            }
+            if let Some(w) = out.etype.as_mut() {
+                column(w, |r| r.etype as i64)?;
+            }
+            if let Some(w) = out.times.as_mut() {
+                column(w, |r| r.time)?;
+            }
+            if let Some(w) = out.weights.as_mut() {
+                out.floats.clear();
+                out.floats.extend(piece.iter().map(|r| r.weight));
+                w.write(&out.floats)?;
+            }
         }
         Ok(())
     }
@@ -421,7 +427,10 @@ struct Columns {
     etype: Option<NpyWriter>,
     weights: Option<NpyWriter>,
     times: Option<NpyWriter>,
+    /// Records staged per column at a time: `io_chunk / 8`, so `ints` is one I/O chunk.
+    piece: usize,
     ints: Vec<i64>,
+    floats: Vec<f32>,
 }
 
 impl Columns {
@@ -458,7 +467,9 @@ impl Columns {
                 DType::F32,
             )?,
             times: w(p.is_some_and(|p| p.times.is_some()), "times", DType::I64)?,
+            piece: (input.io_chunk / 8).max(1),
             ints: Vec::new(),
+            floats: Vec::new(),
         })
     }
 
@@ -548,7 +559,8 @@ pub(crate) fn build_topology(
 }
 
 /// Fixed buffers of the topology step: edge reader, its decode vectors, and writers (twice
-/// that with a payload: its readers, records and column writers).
+/// that with a payload: its readers, records, column writers and the pieces each side's
+/// columns are staged in, see [`EdgeRec::write`]).
 fn fixed_bytes(input: &TopologyInput) -> u64 {
     let per = if input.payload.is_some() { 24 } else { 12 };
     per * input.io_chunk as u64
