@@ -367,12 +367,12 @@ pub fn convert_typed_numpy(job: &TypedNumpyJob, progress: &dyn Progress) -> Resu
             "does not apply to a typed graph: its edge types file lists the relations",
         ));
     }
-    let mut types = Types::read(&opts.node_types, &opts.edge_types)?;
+    let mut types = Types::read(&opts.node_types, Some(&opts.edge_types))?;
     let num_nodes = types.num_nodes();
     if num_nodes == 0 {
         return Err(StoreError::bad_file(
             &opts.node_types,
-            "the node types hold no nodes",
+            "the node types hold no nodes: typed NumPy inputs need NAME<TAB>COUNT lines",
         ));
     }
     if let Some(n) = job.graph.num_nodes.filter(|&n| n != num_nodes) {
