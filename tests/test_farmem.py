@@ -27,13 +27,25 @@ EDGES = 400_000  # 3.2 MB of edge records
 SEGMENT = "64K"
 
 
+def _default_sigint() -> None:
+    """In the server's process before exec: SIGINT delivered and handled by default, whatever
+    the test process inherited or set (an ignored or blocked SIGINT survives exec, and Python
+    then never raises KeyboardInterrupt; the Ctrl-C test timed out in two full-suite runs)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class Server:
     """``strata farmem serve`` in a subprocess, on a port the OS picks."""
 
     def __init__(self, capacity: str = "256M", host: str = "127.0.0.1", netns: Namespace | None = None):
         argv = [sys.executable, "-m", "strata", "farmem", "serve", "--listen", f"{host}:0", "--capacity", capacity]
         self.proc = subprocess.Popen(
-            netns.wrap(argv) if netns else argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            netns.wrap(argv) if netns else argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=_default_sigint,
         )
         line = self._readline(60)
         m = re.match(rf"listening on ({re.escape(host)}:\d+)", line)
