@@ -114,6 +114,31 @@ def test_bad_inputs(sbm, tmp_path):
         GnnData(sbm, fanout=[3])
     proc = run_strata("gnn", "train", sbm, "--fanouts", "0,5", check=False)
     assert proc.returncode == 2 and "gnn.train.fanouts" in proc.stderr
+    if not torch.cuda.is_available():
+        proc = run_strata("gnn", "train", sbm, "--device", "cuda", check=False)
+        assert proc.returncode == 2 and "torch sees no CUDA device" in proc.stderr, proc.stderr
+    proc = run_strata("gnn", "train", sbm, "--device", "tpu:x", check=False)
+    assert proc.returncode == 2 and "not a torch device" in proc.stderr, proc.stderr
+
+
+def test_a_second_local_rank_on_a_one_gpu_machine_is_refused():
+    # Seen on an H100 machine: torchrun --nproc-per-node 2 --device cuda put local rank 1 on
+    # cuda:1, which torch rejected mid-setup with "invalid device ordinal" and a traceback.
+    from types import SimpleNamespace
+
+    from strata.gnn.train import _device
+    from strata.torchrun import Environment
+
+    one_gpu = SimpleNamespace(
+        device=torch.device, cuda=SimpleNamespace(is_available=lambda: True, device_count=lambda: 1)
+    )
+    env = Environment(rank=1, world_size=2, addr="127.0.0.1", port=1, local_rank=1)
+    assert _device(one_gpu, "cuda", Environment(rank=0, world_size=2, addr="127.0.0.1", port=1)) == torch.device(
+        "cuda", 0
+    )
+    with pytest.raises(ConfigError, match=r"rank 1 \(local rank 1\) would train on cuda:1, but this machine has 1"):
+        _device(one_gpu, "cuda", env)
+    assert _device(one_gpu, "cuda:0", env) == torch.device("cuda", 0)
 
 
 def test_the_plan_holds_the_process_and_what_training_adds(sbm):

@@ -37,9 +37,25 @@ def _device(torch, name: str, env: torchrun.Environment | None = None):
     rank's local one (``LOCAL_RANK``)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(name)
-    if env is not None and dev.type == "cuda" and dev.index is None:
+    try:
+        dev = torch.device(name)
+    except RuntimeError as e:
+        raise ConfigError(f"gnn.train.device: {name!r} is not a torch device ({e})") from None
+    if dev.type != "cuda":
+        return dev
+    if env is not None and dev.index is None:
         dev = torch.device("cuda", env.local_rank)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError(
+            f"gnn.train.device: {name!r} asks for CUDA, but torch sees no CUDA device here; use cpu or auto"
+        )
+    if (dev.index or 0) >= count:
+        rank = f"rank {env.rank} (local rank {env.local_rank}) " if env is not None else ""
+        raise ConfigError(
+            f"gnn.train.device: {rank}would train on {dev}, but this machine has {count} CUDA device(s); "
+            "run at most one rank per GPU (torchrun --nproc-per-node) or name the device"
+        )
     return dev
 
 
