@@ -42,6 +42,15 @@ def run_strata(*args: str | os.PathLike, check: bool = True, **kwargs) -> subpro
     return proc
 
 
+def typed_text_inputs(d: Path, edges: str, node_types: str, edge_types: str) -> list:
+    """Writes a typed text graph into ``d`` (``edges.csv``, ``node_types.tsv``,
+    ``edge_types.tsv``) and returns the converter's ``--node-types``/``--edge-types`` flags."""
+    (d / "node_types.tsv").write_text(node_types)
+    (d / "edge_types.tsv").write_text(edge_types)
+    (d / "edges.csv").write_text(edges)
+    return ["--node-types", d / "node_types.tsv", "--edge-types", d / "edge_types.tsv"]
+
+
 def symmetric_sbm_store(directory: Path, *, nodes, classes, dim, avg_degree) -> Path:
     """Generates a labelled SBM (``nodes``, ``classes``, ``dim`` float32 features) in ``directory``
     and converts it with both directions of every edge; returns the store's path."""

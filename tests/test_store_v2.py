@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_strata
+from conftest import run_strata, typed_text_inputs
 from strata.errors import StoreFormatError
 from strata.store import Store, check_store
 
@@ -22,10 +22,7 @@ COLUMNS = "src,rel,dst,weight,time"
 
 
 def inputs(d: Path, edges: str = EDGES, node_types: str = NODE_TYPES, edge_types: str = EDGE_TYPES):
-    (d / "node_types.tsv").write_text(node_types)
-    (d / "edge_types.tsv").write_text(edge_types)
-    (d / "edges.csv").write_text(edges)
-    return ["--node-types", d / "node_types.tsv", "--edge-types", d / "edge_types.tsv"]
+    return typed_text_inputs(d, edges, node_types, edge_types)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_strata
+from conftest import run_strata, typed_text_inputs
 from strata.store import Store, check_store
 
 NODE_TYPES = "paper\nauthor\n"
@@ -21,10 +21,7 @@ COLUMNS = "src,rel,dst,time"
 
 
 def inputs(d: Path, edges: str = EDGES, node_types: str = NODE_TYPES, edge_types: str = EDGE_TYPES):
-    (d / "node_types.txt").write_text(node_types)
-    (d / "edge_types.tsv").write_text(edge_types)
-    (d / "edges.csv").write_text(edges)
-    return ["--node-types", d / "node_types.txt", "--edge-types", d / "edge_types.tsv"]
+    return typed_text_inputs(d, edges, node_types, edge_types)
 
 
 @pytest.fixture(scope="module")
@@ -80,14 +77,14 @@ BAD_INPUTS = [
     ("p1,cites,p2,1\np1,likes,p2,1\n", None, None, ["edges.csv:2:", "unknown relation 'likes'"]),
     ("p1,cites,p2,1\np1,cites,,1\n", None, None, ["edges.csv:2:", "the dst field is empty"]),
     ("p1,cites,p2,x\n", None, None, ["edges.csv:1:", "time 'x' is not an integer"]),
-    (None, "paper\t3\nauthor\n", None, ["node_types.txt:2:", "node type 'author' lacks a count"]),
+    (None, "paper\t3\nauthor\n", None, ["node_types.tsv:2:", "node type 'author' lacks a count"]),
     (
         None,
         None,
         "paper\tcites\tpaper\nauthor\tcites\tpaper\n",
         ["edge_types.tsv: relation 'cites' names two edge types, (paper, cites, paper) and (author, cites, paper)"],
     ),
-    (None, "paper\t3\nauthor\t2\n", None, ["option ids:", "node_types.txt gives each node type a count", "hold names"]),
+    (None, "paper\t3\nauthor\t2\n", None, ["option ids:", "node_types.tsv gives each node type a count", "hold names"]),
 ]
 
 
@@ -122,10 +119,10 @@ def edge_files(d: Path, files: dict[str, str]) -> list[str]:
 
 
 def test_one_file_per_edge_type_with_names(tmp_path, strata_cli):
-    (tmp_path / "node_types.txt").write_text(NODE_TYPES)
+    (tmp_path / "node_types.tsv").write_text(NODE_TYPES)
     specs = edge_files(tmp_path, {"author:writes:paper": "ann\tp1\np2\tp3\n", "paper:cites:paper": "p3\tp1\np2\tp1\n"})
     out = tmp_path / "g.strata"
-    strata_cli("convert", "--edges-of", *specs, "--node-types", tmp_path / "node_types.txt", "--out", out, "-q")
+    strata_cli("convert", "--edges-of", *specs, "--node-types", tmp_path / "node_types.tsv", "--out", out, "-q")
     s = Store(out)
     # Without --edge-types, the edge types are the files' in the order given.
     assert s.edge_types == [("author", "writes", "paper"), ("paper", "cites", "paper")]
@@ -164,7 +161,7 @@ def test_bad_per_edge_type_files_exit_2(tmp_path, strata_cli, files, extra, need
     specs = edge_files(tmp_path, files)
     extra = [e.format(dir=tmp_path) for e in extra]
     out = tmp_path / "o.strata"
-    proc = strata_cli("convert", "--edges-of", *specs, "--node-types", tmp_path / "node_types.txt", *extra,
+    proc = strata_cli("convert", "--edges-of", *specs, "--node-types", tmp_path / "node_types.tsv", *extra,
                       "--out", out, check=False)  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     for n in needles:
