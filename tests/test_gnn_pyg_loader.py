@@ -22,6 +22,7 @@ from torch_geometric.sampler import NegativeSampling  # noqa: E402
 
 from conftest import run_strata  # noqa: E402
 from strata.convert import convert_dicts  # noqa: E402
+from strata.errors import ConfigError  # noqa: E402
 from strata.gnn import GnnData  # noqa: E402
 from strata.gnn.pyg import stores  # noqa: E402
 from strata.gnn.pyg_hetero import hetero_stores  # noqa: E402
@@ -366,6 +367,12 @@ def test_unsupported_options_and_bad_inputs_are_refused(graph):
         StrataNeighborSampler((fs, gs), {CITES: [2]})
     with pytest.raises(TypeError, match="data"):
         StrataNeighborSampler(fs, FANOUTS)
+    with pytest.raises(ConfigError, match="weighted"):
+        StrataNeighborSampler(
+            (fs, gs), FANOUTS, weight_attr="edge_weight", time_attr="edge_time", temporal_strategy="last"
+        )
+    with pytest.raises(ValueError, match="temporal_strategy"):
+        StrataNeighborSampler((fs, gs), FANOUTS, time_attr="edge_time", temporal_strategy="newest")
     seeds, times = ("paper", torch.arange(4)), torch.zeros(4, dtype=torch.long)
     plain = StrataNeighborSampler((fs, gs), FANOUTS)
     with pytest.raises(ValueError, match="input_time: given"):

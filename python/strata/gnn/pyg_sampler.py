@@ -33,7 +33,8 @@ nodes first reached at the previous hop, so ``num_sampled_edges`` of hop ``h >= 
 fresh edges into earlier hops' nodes; sampled edges carry no edge ids (``e_id``), so batches have
 no ``edge_attr``/``edge_weight``/``edge_time``. Not supported (NotImplementedError):
 ``replace=True``, ``subgraph_type="induced"``, ``disjoint=True`` without times, node-level times
-(PyG's ``time_attr`` naming a node attribute: a store holds edge times).
+(PyG's ``time_attr`` naming a node attribute: a store holds edge times); ``weight_attr`` with
+``temporal_strategy="last"`` is a ``ConfigError`` from the sampler.
 """
 
 from __future__ import annotations
