@@ -328,7 +328,7 @@ class TinyHetero(torch.nn.Module):
         return self.head(torch.cat([h["paper"], batch["paper"].x], 1))
 
 
-def test_a_hetero_model_trains_through_the_loader(graph):
+def test_a_hetero_model_trains_through_the_loader(graph, one_thread):
     torch.manual_seed(0)
     model = TinyHetero()
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
