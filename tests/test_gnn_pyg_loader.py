@@ -281,16 +281,17 @@ def test_link_neighbor_loader_by_edge_type(graph):
         assert torch.equal(pos, label_index[:, i * 8 : (i + 1) * 8])
 
 
-def test_temporal_link_neighbor_loader(graph):
+@pytest.mark.parametrize("edge_type", [CITES, WRITES], ids=["one-node-type", "two-node-types"])
+def test_temporal_link_neighbor_loader(graph, edge_type):
     fs, gs = graph["stores"]
     lookup = edge_lookup(graph)
-    label_index = torch.from_numpy(graph["edges"][CITES][:, :30].copy())
-    label_time = torch.from_numpy(graph["times"][CITES][:30].copy())
+    label_index = torch.from_numpy(graph["edges"][edge_type][:, :30].copy())
+    label_time = torch.from_numpy(graph["times"][edge_type][:30].copy())
     sampler = StrataNeighborSampler((fs, gs), FANOUTS, time_attr="edge_time", temporal_strategy="uniform")
     batches = LinkNeighborLoader(
         (fs, gs),
         FANOUTS,
-        edge_label_index=(CITES, label_index),
+        edge_label_index=(edge_type, label_index),
         edge_label_time=label_time,
         time_attr="edge_time",
         neg_sampling=NegativeSampling("binary", 1),
@@ -299,12 +300,12 @@ def test_temporal_link_neighbor_loader(graph):
     )
     for i, b in enumerate(batches):
         # PyG's times per label: the positives', repeated for the negatives.
-        assert torch.equal(b[CITES].edge_label_time, label_time[i * 10 : (i + 1) * 10].repeat(2))
-        eli = b[CITES].edge_label_index
-        pos = b["paper"].n_id[eli[:, :10]]
+        assert torch.equal(b[edge_type].edge_label_time, label_time[i * 10 : (i + 1) * 10].repeat(2))
+        eli = b[edge_type].edge_label_index
+        pos = torch.stack([b[edge_type[0]].n_id[eli[0, :10]], b[edge_type[2]].n_id[eli[1, :10]]])
         assert torch.equal(pos, label_index[:, i * 10 : (i + 1) * 10])
         # PyG's batch maps each node to its seed edge (negatives to the edge whose time they take).
-        check_batch(graph, b, FANOUTS, lookup, seed_time=b[CITES].edge_label_time.numpy())
+        check_batch(graph, b, FANOUTS, lookup, seed_time=b[edge_type].edge_label_time.numpy())
 
 
 def test_bidirectional_subgraphs(graph):
