@@ -255,9 +255,19 @@ def test_weighted_inclusion_frequencies(graph):
         n_id = b["paper"].n_id.numpy()
         for r, c in b[CITES].edge_index.T.numpy():
             counts[lookup[(CITES, int(n_id[r]), int(n_id[c]))]] += 1
+    stat, cells = 0.0, 0
     for v in seeds:
         edges = np.flatnonzero(dst == v)
-        assert_frequencies(counts[edges], inclusion(w[edges], 2), TRIALS, f"paper {v}")
+        probs = inclusion(w[edges], 2)
+        assert_frequencies(counts[edges], probs, TRIALS, f"paper {v}")
+        random = (probs > 0) & (probs < 1)
+        p, c = probs[random], counts[edges][random]
+        stat += np.sum((c - TRIALS * p) ** 2 / (TRIALS * p * (1 - p)))
+        cells += random.sum()
+    # Over all edges with a random outcome: the sum of squared standardised deviations stays
+    # near its count (a node's inclusions are negatively correlated, so this bound is loose
+    # only on the safe side), which a small bias on every edge would exceed.
+    assert stat < cells + 5 * np.sqrt(2 * cells), f"chi-square {stat:.1f} over {cells} edges"
 
 
 def test_link_neighbor_loader_by_edge_type(graph):
