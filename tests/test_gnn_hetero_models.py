@@ -132,16 +132,6 @@ def planted_graph(seed: int, papers: int = 300, authors: int = 200, classes: int
     return Block(n, n, src, dst, etype, ntype), torch.tensor(x, dtype=torch.float32), torch.tensor(label)
 
 
-@pytest.fixture
-def one_thread():
-    """Full-batch training of a few thousand edges: one thread is 10-40x faster than torch's
-    default on a machine whose cores are busy with other work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize("kind", ["rgcn", "sage_hetero"])
 def test_typed_models_learn_planted_labels(kind, one_thread):
     torch.manual_seed(0)

@@ -18,7 +18,8 @@ amount)`` and ``neighbor_sampler=StrataSampler(data)``.
 
 Feature reads go through the store's tiers (hot set, cache, direct reads); the graph store hands
 PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install 'strata-gl[pyg]'``).
-Typed (format 2) stores are served per node and edge type by :mod:`strata.gnn.pyg_hetero`.
+Typed (format 2) stores are served per node and edge type by :mod:`strata.gnn.pyg_hetero`;
+typed, weighted and temporal sampling for PyG's loaders is :mod:`strata.gnn.pyg_sampler`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from ._torch import require_torch
 from .loader import FLOAT_DTYPES, GnnData, node_id_bytes
 
 torch = require_torch()
+#: The error without PyG, shared by the modules that need it.
+PYG_MISSING = "strata.gnn.pyg needs PyTorch Geometric: pip install 'strata-gl[pyg]' (or pip install torch_geometric)"
 try:
     from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
     from torch_geometric.sampler import (
@@ -43,9 +46,7 @@ try:
         SamplerOutput,
     )
 except ImportError as e:  # pragma: no cover - exercised only without PyG
-    raise MissingDependencyError(
-        "strata.gnn.pyg needs PyTorch Geometric: pip install 'strata-gl[pyg]' (or pip install torch_geometric)"
-    ) from e
+    raise MissingDependencyError(PYG_MISSING) from e
 
 
 class StrataFeatureStore(FeatureStore):
@@ -157,13 +158,19 @@ class StrataSampler(BaseSampler):
         metadata is PyG's for binary sampling: ``(input_id, edge_label_index (2, B + negatives)
         local ids into node, edge_label, None)``, labels 0 for the negatives.
 
-        Not supported (NotImplementedError): triplet negative sampling, weighted negatives
-        (``src_weight``/``dst_weight``), temporal sampling (``edge_label_time``) and
-        heterogeneous edge types."""
+        Not supported here (NotImplementedError): triplet negative sampling, weighted negatives
+        (``src_weight``/``dst_weight``), temporal sampling (``edge_label_time``) and edge types;
+        :class:`strata.gnn.pyg_sampler.StrataNeighborSampler` samples those."""
         if inputs.input_type is not None:
-            raise NotImplementedError("StrataSampler: heterogeneous link sampling (edge types) is not supported")
+            raise NotImplementedError(
+                "StrataSampler: link sampling by edge type needs a typed store; use "
+                "strata.gnn.pyg_sampler.StrataNeighborSampler with strata.gnn.pyg_hetero.hetero_stores"
+            )
         if inputs.time is not None:
-            raise NotImplementedError("StrataSampler: temporal link sampling (edge_label_time) is not supported")
+            raise NotImplementedError(
+                "StrataSampler: temporal link sampling (edge_label_time) is not supported here; use "
+                "strata.gnn.pyg_sampler.StrataNeighborSampler(..., time_attr='edge_time')"
+            )
         num_pos = inputs.row.numel()
         per_edge = num_neg = 0
         if neg_sampling is not None:

@@ -192,27 +192,42 @@ class NeighborSampler:
         )
 
     def sample_hetero(self, seeds, batch_key: int = 0, seed_time=None) -> HeteroSampledGraph:
-        """The sample of ``seeds`` = ``(node_type, type-local ids)`` (PyG's ``input_nodes``)
-        grouped by type, for ``batch_key``; ``seed_time`` as in :meth:`sample`."""
+        """The sample of ``seeds`` grouped by type, for ``batch_key``. ``seeds`` is
+        ``(node_type, type-local ids)`` (PyG's ``input_nodes``) or a dict ``{node_type: ids}``
+        (PyG's seed dict, seeds of several types: a link's endpoints); a disjoint sample's
+        ``batch`` indexes the seeds in that order (the dict's types one after the other).
+        ``seed_time`` as in :meth:`sample`, or with a dict of seeds a dict of the same types."""
         if not self.store.is_typed:
             raise ValueError(f"seeds: {self.store.path} has no node types; use sample()")
-        if not (isinstance(seeds, tuple) and len(seeds) == 2):
-            raise ValueError(f"seeds: expected (node_type, ids), got {type(seeds).__name__}")
-        node_type, local = seeds
+        if isinstance(seeds, dict):
+            groups = list(seeds.items())
+        elif isinstance(seeds, tuple) and len(seeds) == 2:
+            groups = [seeds]
+        else:
+            raise ValueError(f"seeds: expected (node_type, ids) or {{node_type: ids}}, got {type(seeds).__name__}")
+        if isinstance(seed_time, dict):
+            if not isinstance(seeds, dict) or set(seed_time) != set(seeds):
+                raise ValueError(
+                    f"seed_time: a dict of times needs a dict of seeds with the same node types, "
+                    f"got times for {sorted(seed_time)}"
+                )
+            seed_time = np.concatenate([np.asarray(seed_time[t]).reshape(-1) for t, _ in groups])
         names = self.store.node_types
-        if node_type not in names:
-            raise ValueError(f"seeds: unknown node type {node_type!r}; the store's node types are {names}")
-        t = names.index(node_type)
         offsets = self.store.node_type_offsets
-        local = np.asarray(local, dtype=np.int64)
-        count = offsets[t + 1] - offsets[t]
-        if local.size and (local.min() < 0 or local.max() >= count):
-            bad = local.min() if local.min() < 0 else local.max()
-            raise ValueError(f"seeds: {node_type} id {bad} is out of range ({count} nodes of the type)")
-        times = self._times(seed_time, local.size)
-        nodes, hops, batch, rows, cols, edges = self._native.sample_hetero(
-            node_id_bytes(local + offsets[t]), int(batch_key), times
-        )
+        ids = []
+        for node_type, local in groups:
+            if node_type not in names:
+                raise ValueError(f"seeds: unknown node type {node_type!r}; the store's node types are {names}")
+            t = names.index(node_type)
+            local = np.asarray(local, dtype=np.int64).reshape(-1)
+            count = offsets[t + 1] - offsets[t]
+            if local.size and (local.min() < 0 or local.max() >= count):
+                bad = local.min() if local.min() < 0 else local.max()
+                raise ValueError(f"seeds: {node_type} id {bad} is out of range ({count} nodes of the type)")
+            ids.append(local + offsets[t])
+        ids = np.concatenate(ids) if ids else np.empty(0, dtype=np.int64)
+        times = self._times(seed_time, ids.size)
+        nodes, hops, batch, rows, cols, edges = self._native.sample_hetero(node_id_bytes(ids), int(batch_key), times)
         edge_types = self.store.edge_types
         return HeteroSampledGraph(
             node={name: _ids(b) for name, b in zip(names, nodes, strict=True)},
