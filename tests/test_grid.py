@@ -277,8 +277,35 @@ def test_runs_find_or_build_a_grid_that_suits(tmp_path):
     assert len(names) == 3 and all("error" not in e for e in list_grids(store))
     # The next runs find the grids built for them instead of building more.
     assert run(algorithm="wcc", store=store)["grid"] == wcc["grid"]
-    assert run(algorithm="spmv", store=store, weighted=True)["grid"] == s["grid"]
+    drawn = {"weight_seed": 3, "weight_low": 2.0, "weight_high": 3.0}
+    assert run(algorithm="spmv", store=store, weighted=True, **drawn)["grid"] == s["grid"]
     assert sorted(e["name"] for e in list_grids(store)) == names
+    # Other drawn weights are another grid: a run never reads weights it did not ask for.
+    assert run(algorithm="sssp", store=store, root=1)["grid"] != s["grid"]
+
+
+def test_sssp_runs_on_the_weights_the_store_was_converted_with(tmp_path):
+    g = nx.gnm_random_graph(150, 700, seed=4, directed=True)
+    rng = np.random.default_rng(4)
+    for a, b in g.edges:
+        g[a][b]["weight"] = float(np.float32(rng.uniform(0.1, 5.0)))
+    (tmp_path / "edges.tsv").write_text("".join(f"{a}\t{b}\t{w['weight']!r}\n" for a, b, w in g.edges(data=True)))
+    store = tmp_path / "w.strata"
+    cols = ["--columns", "src,dst,weight"]
+    run_strata("convert", tmp_path / "edges.tsv", *cols, "--num-nodes", 150, "--out", store, "-q")
+    proc = run_strata("run", "sssp", store, "--root", 0, "--out", tmp_path / "sssp")
+    assert "weighted by the store's weights" in proc.stderr, proc.stderr
+    dist = np.load(tmp_path / "sssp" / "distance.npy")
+    want = nx.single_source_dijkstra_path_length(g, 0)
+    for v in range(150):
+        assert dist[v] == pytest.approx(want.get(v, np.inf), rel=1e-9)
+    assert grid_info(run(algorithm="sssp", store=store, root=0)["grid"])["weights"] == {"kind": "store"}
+    info = run_strata("grid", "info", store).stdout
+    assert "weighted (the store's edge_weights_train)" in info, info
+    # Asked for the store's weights, a store without them is refused naming the option.
+    plain = make_store(tmp_path, np.array(sorted(g.edges)), 150)
+    proc = run_strata("run", "sssp", plain, "--weight-source", "store", check=False)
+    assert proc.returncode == 2 and "weight_source" in proc.stderr and "no edge weights" in proc.stderr, proc.stderr
 
 
 @pytest.fixture(scope="module")

@@ -236,12 +236,7 @@ mod tests {
                 weights: job
                     .algorithm
                     .needs_weights()
-                    .then(|| crate::layout::WeightSpec {
-                        kind: "random".into(),
-                        seed: 0,
-                        low: 0.0,
-                        high: 1.0,
-                    }),
+                    .then(|| crate::layout::WeightRequest::random(0, 0.0, 1.0)),
                 ..Default::default()
             },
             &NoProgress,

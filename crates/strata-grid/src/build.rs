@@ -24,12 +24,21 @@ use strata_store::{ArrayInfo, Store};
 
 use crate::error::{GridError, Result};
 use crate::layout::{
-    GridManifest, Layout, Order, WeightSpec, EDGE_BYTES, GRID_FORMAT, GRID_FORMAT_VERSION,
-    GRID_MANIFEST,
+    GridManifest, Layout, Order, WeightRequest, WeightSource, WeightSpec, EDGE_BYTES, GRID_FORMAT,
+    GRID_FORMAT_VERSION, GRID_MANIFEST, STORE_WEIGHTS,
 };
 
-/// Bytes of one spooled record: minor chunk, source offset, destination offset (u32 each).
-const SPOOL_BYTES: u64 = 12;
+/// Words (u32) of one spooled record: minor chunk, source offset, destination offset, and
+/// the edge's weight (f32 bits) when the weights come from the store.
+fn spool_words(weights: Option<&WeightSpec>) -> usize {
+    if weights == Some(&WeightSpec::Store) {
+        4
+    } else {
+        3
+    }
+}
+/// Grids of one default name (differing weights) before a build asks for a name.
+const MAX_DEFAULT_NAMES: u32 = 100;
 /// Vertex state the automatic P plans for (GridGraph's PageRank: 12 B, plus bitmaps).
 const PLAN_VERTEX_BYTES: u64 = 16;
 
@@ -45,8 +54,8 @@ pub struct BuildJob {
     pub order: Order,
     /// Store both directions of every edge; `None` follows the store's `symmetrized` flag.
     pub symmetrize: Option<bool>,
-    /// Draw edge weights (needed by SSSP and weighted SpMV).
-    pub weights: Option<WeightSpec>,
+    /// Weight the edges (needed by SSSP and weighted SpMV): the store's weights or drawn ones.
+    pub weights: Option<WeightRequest>,
     /// Memory budget of the build and of the runs P is planned for, in bytes.
     pub memory: u64,
     /// Replace an existing grid of the same name.
@@ -92,8 +101,12 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let n = store.manifest().graph.num_nodes;
     let symmetric = job.symmetrize.unwrap_or(store.manifest().graph.symmetrized);
     check_weights(job.weights.as_ref())?;
+    let weights = job
+        .weights
+        .map(|r| r.resolve(store.array(STORE_WEIGHTS).is_some(), &job.store))
+        .transpose()?;
     let layout = plan_layout(job, &store, symmetric)?;
-    let (parent, name) = target(job, &layout, symmetric)?;
+    let (parent, name) = target(job, &layout, symmetric, weights.as_ref())?;
     let out = parent.join(&name);
     let edges_info = store.require("edges_train")?.clone();
     let stored = edges_info.shape[0];
@@ -111,20 +124,21 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         layout.blocks(),
         layout.order.name(),
         if symmetric { ", symmetrised" } else { "" },
-        if job.weights.is_some() { ", weighted" } else { "" },
+        match weights {
+            Some(WeightSpec::Store) => ", weighted by the store's weights",
+            Some(WeightSpec::Random { .. }) => ", weighted by drawn weights",
+            None => "",
+        },
         fmt_bytes(job.memory)
     ));
-    let spooled = spool_pass(
-        &store,
-        &edges_info,
-        &layout,
+    let spool = SpoolInput {
+        edges: &edges_info,
+        weights: weights.as_ref(),
         symmetric,
-        &tmp,
-        &budget,
-        progress,
-    )?;
-    budget.check_sort(spooled.largest(), &layout)?;
-    let blocks = block_pass(&tmp, &layout, job.weights.as_ref(), total, progress)?;
+    };
+    let spooled = spool_pass(&store, &spool, &layout, &tmp, &budget, progress)?;
+    budget.check_sort(spooled.largest(), &layout, weights.as_ref())?;
+    let blocks = block_pass(&tmp, &layout, weights.as_ref(), total, progress)?;
     std::fs::remove_dir(tmp.join("spool")).map_err(|e| GridError::os("remove", &tmp, e))?;
 
     let manifest = GridManifest {
@@ -136,7 +150,8 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         chunk_size: layout.chunk_size,
         order: layout.order,
         symmetric,
-        weights: job.weights.clone(),
+        weights,
+        weight_range: blocks.weight_range,
         largest_block_edges: blocks.largest_block,
         largest_major_edges: spooled.largest(),
         arrays: write_arrays(&tmp, blocks.edges, blocks.weights, &blocks.index, spooled)?,
@@ -164,24 +179,20 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     })
 }
 
-/// Refuses weights that cannot be drawn: only `random` weights on a finite `(low, high]`.
-fn check_weights(weights: Option<&WeightSpec>) -> Result<()> {
-    let Some(w) = weights else {
-        return Ok(());
-    };
-    if w.kind != "random" {
-        return Err(GridError::config(
-            "weights.kind",
-            format!("'{}' is not a weight source; stores carry no weights, so the only kind is 'random'", w.kind),
-        ));
+/// Refuses drawn weights whose range is empty or not finite.
+fn check_weights(weights: Option<&WeightRequest>) -> Result<()> {
+    match weights {
+        Some(w)
+            if w.source != WeightSource::Store
+                && !(w.low.is_finite() && w.high.is_finite() && w.low < w.high) =>
+        {
+            Err(GridError::config(
+                "weights",
+                format!("need finite low < high, got ({}, {}]", w.low, w.high),
+            ))
+        }
+        _ => Ok(()),
     }
-    if !(w.low.is_finite() && w.high.is_finite() && w.low < w.high) {
-        return Err(GridError::config(
-            "weights",
-            format!("need finite low < high, got ({}, {}]", w.low, w.high),
-        ));
-    }
-    Ok(())
 }
 
 /// The grid's layout: the job's P, or one chosen from the vertex count, the edges (doubled
@@ -200,9 +211,20 @@ fn plan_layout(job: &BuildJob, store: &Store, symmetric: bool) -> Result<Layout>
 
 /// Where the grid goes: `STORE/grids/` (created) and the grid's directory name, checked to be
 /// a plain name that does not exist yet unless the job may overwrite it.
-fn target(job: &BuildJob, layout: &Layout, symmetric: bool) -> Result<(PathBuf, String)> {
+fn target(
+    job: &BuildJob,
+    layout: &Layout,
+    symmetric: bool,
+    weights: Option<&WeightSpec>,
+) -> Result<(PathBuf, String)> {
+    let parent = grids_dir(&job.store);
     let name = match job.name.as_str() {
-        "" => default_name(layout, symmetric, job.weights.is_some()),
+        "" => free_default_name(
+            &parent,
+            default_name(layout, symmetric, weights),
+            symmetric,
+            weights,
+        )?,
         s => s.to_string(),
     };
     if name.contains('/')
@@ -214,7 +236,6 @@ fn target(job: &BuildJob, layout: &Layout, symmetric: bool) -> Result<(PathBuf, 
             format!("'{name}' must be a plain directory name"),
         ));
     }
-    let parent = grids_dir(&job.store);
     std::fs::create_dir_all(&parent).map_err(|e| GridError::os("mkdir", &parent, e))?;
     let out = parent.join(&name);
     if out.exists() && !job.overwrite {
@@ -227,6 +248,35 @@ fn target(job: &BuildJob, layout: &Layout, symmetric: bool) -> Result<(PathBuf, 
         ));
     }
     Ok((parent, name))
+}
+
+/// Grids of one P and order whose weights differ (drawn from other seeds, or the store's)
+/// share a default name: the first of `base`, `base-2`, `base-3`, ... that is free or holds
+/// the same kind of grid (which the caller then refuses to overwrite unless asked).
+fn free_default_name(
+    parent: &Path,
+    base: String,
+    symmetric: bool,
+    weights: Option<&WeightSpec>,
+) -> Result<String> {
+    for k in 1..=MAX_DEFAULT_NAMES {
+        let name = if k == 1 {
+            base.clone()
+        } else {
+            format!("{base}-{k}")
+        };
+        match GridManifest::load(&parent.join(&name)) {
+            Ok(m) if m.symmetric != symmetric || m.weights.as_ref() != weights => continue,
+            _ => return Ok(name),
+        }
+    }
+    Err(GridError::config(
+        "name",
+        format!(
+            "{MAX_DEFAULT_NAMES} grids named {base}[-K] already exist in {}; name this one",
+            parent.display()
+        ),
+    ))
 }
 
 /// How a build spends its budget. Degrees (2 x 8 B per vertex) stay in memory through both
@@ -266,8 +316,16 @@ impl BuildBudget {
 
     /// Refuses a grid whose largest major chunk (`largest` edges) cannot be sorted within the
     /// budget.
-    fn check_sort(&self, largest: u64, layout: &Layout) -> Result<()> {
-        let sort_bytes = largest * (SPOOL_BYTES + EDGE_BYTES + 8);
+    fn check_sort(
+        &self,
+        largest: u64,
+        layout: &Layout,
+        weights: Option<&WeightSpec>,
+    ) -> Result<()> {
+        // The spool's records, the sorted edges, their minors and (weighted) their weights.
+        let record = 4 * spool_words(weights) as u64;
+        let sort_bytes =
+            largest * (record + EDGE_BYTES + 4 + if weights.is_some() { 4 } else { 0 });
         if sort_bytes > self.spare {
             return Err(GridError::Budget(format!(
                 "memory budget of {} is too small: the largest {} of the grid holds {largest} edges and sorting it needs {} beside {} of degrees; raise --memory or the partitions",
@@ -295,20 +353,85 @@ impl Spooled {
     }
 }
 
+/// What pass 1 reads: the train edges, their weights when they come from the store, and
+/// whether to spool both directions.
+struct SpoolInput<'a> {
+    edges: &'a ArrayInfo,
+    weights: Option<&'a WeightSpec>,
+    symmetric: bool,
+}
+
+/// The store's edge weights, read in step with the edges: `take(k)` hands the next `k`.
+struct WeightColumn {
+    reader: RowReader,
+    buf: Vec<f32>,
+    at: usize,
+}
+
+impl WeightColumn {
+    fn open(store: &Store, edges: &ArrayInfo) -> Result<WeightColumn> {
+        let info = store.require(STORE_WEIGHTS)?;
+        if info.shape.first() != edges.shape.first() {
+            return Err(GridError::config(
+                "weight_source",
+                format!(
+                    "{}: {STORE_WEIGHTS} holds {:?} weights for {:?} train edges",
+                    store.path().display(),
+                    info.shape.first(),
+                    edges.shape.first()
+                ),
+            ));
+        }
+        Ok(WeightColumn {
+            reader: RowReader::open_array(store.path(), info, 1 << 20)?,
+            buf: Vec::new(),
+            at: 0,
+        })
+    }
+
+    /// The next `k` weights (the edge batches and weight batches need not line up).
+    fn take(&mut self, k: usize, out: &mut Vec<f32>) -> Result<()> {
+        out.clear();
+        while out.len() < k {
+            if self.at == self.buf.len() {
+                let batch = self.reader.next_batch()?.ok_or_else(|| {
+                    GridError::config(
+                        "weight_source",
+                        format!("{STORE_WEIGHTS} ends before the edges"),
+                    )
+                })?;
+                self.buf.clear();
+                self.buf.extend(
+                    batch
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                );
+                self.at = 0;
+            }
+            let n = (k - out.len()).min(self.buf.len() - self.at);
+            out.extend_from_slice(&self.buf[self.at..self.at + n]);
+            self.at += n;
+        }
+        Ok(())
+    }
+}
+
 /// Pass 1: reads the edge array once (checking its ids) and appends each edge, and its
-/// reverse when `symmetric`, to the spool `tmp/spool/{major}.npy` of its major chunk.
+/// reverse when `symmetric`, to the spool `tmp/spool/{major}.npy` of its major chunk, with
+/// its weight when the weights come from the store.
 fn spool_pass(
     store: &Store,
-    edges_info: &ArrayInfo,
+    input: &SpoolInput,
     layout: &Layout,
-    symmetric: bool,
     tmp: &Path,
     budget: &BuildBudget,
     progress: &dyn Progress,
 ) -> Result<Spooled> {
+    let edges_info = input.edges;
     let n = layout.num_vertices as usize;
     let partitions = layout.partitions;
     let cols = edges_info.shape.get(1).copied().unwrap_or(1) as usize;
+    let words = spool_words(input.weights);
     let mut out_deg = vec![0u64; n];
     let mut in_deg = vec![0u64; n];
     let mut spools = (0..partitions)
@@ -316,12 +439,16 @@ fn spool_pass(
             NpyWriter::create(
                 &tmp.join("spool").join(format!("{m}.npy")),
                 DType::U32,
-                &[3],
+                &[words as u64],
                 budget.spool_buf,
             )
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let mut reader = RowReader::open_array(store.path(), edges_info, 4 << 20)?;
+    let mut column = match input.weights {
+        Some(WeightSpec::Store) => Some(WeightColumn::open(store, edges_info)?),
+        _ => None,
+    };
     let mut meter = Meter::new(
         progress,
         "grid: spool",
@@ -329,18 +456,28 @@ fn spool_pass(
         edges_info.shape[0],
     );
     let mut ids = Vec::new();
+    let mut weights = Vec::new();
     let mut check = IdCheck::edges(store, "edges_train")?;
     let mut staged: Vec<Vec<u32>> = vec![Vec::new(); partitions as usize];
-    let flush_at = (budget.spool_buf / 4).max(3 * 1024);
+    let flush_at = (budget.spool_buf / 4).max(words * 1024);
+    let mut degrees = Degrees {
+        out_deg: &mut out_deg,
+        in_deg: &mut in_deg,
+    };
     while let Some(batch) = reader.next_batch()? {
         ids.clear();
         decode_ints(batch, edges_info.dtype, &mut ids);
         check.check(&ids)?;
-        for row in ids.chunks_exact(cols) {
+        let rows = ids.len() / cols;
+        if let Some(c) = column.as_mut() {
+            c.take(rows, &mut weights)?;
+        }
+        for (e, row) in ids.chunks_exact(cols).enumerate() {
             let (u, v) = (row[0] as u64, row[cols - 1] as u64);
-            spool_edge(layout, u, v, &mut staged, &mut out_deg, &mut in_deg);
-            if symmetric && u != v {
-                spool_edge(layout, v, u, &mut staged, &mut out_deg, &mut in_deg);
+            let w = weights.get(e).copied();
+            spool_edge(layout, u, v, w, &mut staged, &mut degrees);
+            if input.symmetric && u != v {
+                spool_edge(layout, v, u, w, &mut staged, &mut degrees);
             }
         }
         for (m, buf) in staged.iter_mut().enumerate() {
@@ -349,7 +486,7 @@ fn spool_pass(
                 buf.clear();
             }
         }
-        meter.add((ids.len() / cols) as u64, batch.len() as u64)?;
+        meter.add(rows as u64, batch.len() as u64)?;
     }
     meter.finish()?;
     let mut spool_edges = Vec::with_capacity(partitions as usize);
@@ -369,6 +506,8 @@ fn spool_pass(
 struct Blocks {
     edges: ArrayInfo,
     weights: Option<ArrayInfo>,
+    /// Smallest and largest weight, when weighted (SSSP refuses negative ones).
+    weight_range: Option<(f32, f32)>,
     /// First edge of each block in file order, then the edge count (P * P + 1 entries).
     index: Vec<i64>,
     written: u64,
@@ -376,7 +515,8 @@ struct Blocks {
 }
 
 /// Pass 2: loads each spool in turn (removing it), counting-sorts it by minor chunk and
-/// appends its blocks to `tmp/edges.npy`, with their drawn weights to `tmp/weights.npy`.
+/// appends its blocks to `tmp/edges.npy`, with their weights (spooled from the store, or
+/// drawn) to `tmp/weights.npy`.
 fn block_pass(
     tmp: &Path,
     layout: &Layout,
@@ -403,6 +543,8 @@ fn block_pass(
     let mut recs: Vec<u32> = Vec::new();
     let mut sorted: Vec<u32> = Vec::new();
     let mut wbuf: Vec<f32> = Vec::new();
+    let words = spool_words(weights);
+    let mut range: Option<(f32, f32)> = None;
     for major in 0..layout.partitions {
         let path = tmp.join("spool").join(format!("{major}.npy"));
         recs.clear();
@@ -413,7 +555,7 @@ fn block_pass(
         }
         std::fs::remove_file(&path).map_err(|e| GridError::os("remove", &path, e))?;
         let mut counts = vec![0u64; p + 1];
-        for rec in recs.chunks_exact(3) {
+        for rec in recs.chunks_exact(words) {
             counts[rec[0] as usize + 1] += 1;
         }
         for k in 0..p {
@@ -424,29 +566,38 @@ fn block_pass(
             largest_block = largest_block.max(c);
             index.push((written + counts[k + 1]) as i64);
         }
-        let m = recs.len() / 3;
+        let m = recs.len() / words;
         sorted.clear();
         sorted.resize(m * 2, 0);
         let mut fill = counts.clone();
         let mut minors = vec![0u32; m];
-        for rec in recs.chunks_exact(3) {
+        wbuf.clear();
+        wbuf.resize(if words == 4 { m } else { 0 }, 0.0);
+        for rec in recs.chunks_exact(words) {
             let at = fill[rec[0] as usize] as usize;
             fill[rec[0] as usize] += 1;
             sorted[2 * at] = rec[1];
             sorted[2 * at + 1] = rec[2];
             minors[at] = rec[0];
+            if words == 4 {
+                wbuf[at] = f32::from_bits(rec[3]);
+            }
         }
         edges_w.write(&sorted)?;
         if let (Some(w), Some(spec)) = (weights_w.as_mut(), weights) {
-            wbuf.clear();
-            for (e, &minor) in minors.iter().enumerate() {
-                let (i, j) = match layout.order {
-                    Order::Column => (minor, major),
-                    Order::Row => (major, minor),
-                };
-                let u = layout.base(i) + sorted[2 * e] as u64;
-                let v = layout.base(j) + sorted[2 * e + 1] as u64;
-                wbuf.push(spec.weight(u, v));
+            if words == 3 {
+                for (e, &minor) in minors.iter().enumerate() {
+                    let (i, j) = match layout.order {
+                        Order::Column => (minor, major),
+                        Order::Row => (major, minor),
+                    };
+                    let u = layout.base(i) + sorted[2 * e] as u64;
+                    let v = layout.base(j) + sorted[2 * e + 1] as u64;
+                    wbuf.extend(spec.drawn(u, v));
+                }
+            }
+            for &x in &wbuf {
+                range = Some(range.map_or((x, x), |(lo, hi)| (lo.min(x), hi.max(x))));
             }
             w.write(&wbuf)?;
         }
@@ -457,6 +608,7 @@ fn block_pass(
     Ok(Blocks {
         edges: edges_w.finish()?,
         weights: weights_w.map(|w| w.finish()).transpose()?,
+        weight_range: range,
         index,
         written,
         largest_block,
@@ -492,15 +644,26 @@ fn write_arrays(
     Ok(arrays)
 }
 
-/// Default grid name: `p{P}-{order}`, then `-sym` and `-w` when symmetrised and weighted.
-pub fn default_name(layout: &Layout, symmetric: bool, weighted: bool) -> String {
+/// Default grid name: `p{P}-{order}`, then `-sym` when symmetrised, and `-w` (drawn weights)
+/// or `-ws` (the store's weights) when weighted.
+pub fn default_name(layout: &Layout, symmetric: bool, weights: Option<&WeightSpec>) -> String {
     format!(
         "p{}-{}{}{}",
         layout.partitions,
         layout.order.name(),
         if symmetric { "-sym" } else { "" },
-        if weighted { "-w" } else { "" }
+        match weights {
+            Some(WeightSpec::Random { .. }) => "-w",
+            Some(WeightSpec::Store) => "-ws",
+            None => "",
+        }
     )
+}
+
+/// Each vertex's out- and in-degree, counted as edges are spooled.
+struct Degrees<'a> {
+    out_deg: &'a mut [u64],
+    in_deg: &'a mut [u64],
 }
 
 #[inline]
@@ -508,22 +671,26 @@ fn spool_edge(
     layout: &Layout,
     u: u64,
     v: u64,
+    weight: Option<f32>,
     staged: &mut [Vec<u32>],
-    out_deg: &mut [u64],
-    in_deg: &mut [u64],
+    degrees: &mut Degrees,
 ) {
     let (i, j) = (layout.chunk_of(u), layout.chunk_of(v));
     let (major, minor) = match layout.order {
         Order::Column => (j, i),
         Order::Row => (i, j),
     };
-    staged[major as usize].extend_from_slice(&[
+    let spool = &mut staged[major as usize];
+    spool.extend_from_slice(&[
         minor,
         (u - layout.base(i)) as u32,
         (v - layout.base(j)) as u32,
     ]);
-    out_deg[u as usize] += 1;
-    in_deg[v as usize] += 1;
+    if let Some(w) = weight {
+        spool.push(w.to_bits());
+    }
+    degrees.out_deg[u as usize] += 1;
+    degrees.in_deg[v as usize] += 1;
 }
 
 fn write_i64(dir: &Path, name: &str, vals: &[i64]) -> Result<ArrayInfo> {

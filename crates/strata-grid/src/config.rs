@@ -11,8 +11,9 @@ use strata_store::config::{check_address, ConfigError, Section, Size};
 use crate::algo::registry::{self, AlgoParams};
 use crate::algo::Configured;
 use crate::build::BuildJob;
+use crate::error::Result;
 use crate::far::FarConfig;
-use crate::layout::{Order, WeightSpec};
+use crate::layout::{Order, WeightRequest, WeightSource, WeightSpec, STORE_WEIGHTS};
 use crate::place::VertexPlacement;
 
 /// One run.
@@ -44,11 +45,26 @@ pub struct RunJob {
     pub keep_resident: bool,
     /// Where results go; `None`: `STORE/runs/grid-ALGO`.
     pub out: Option<PathBuf>,
-    /// Weights drawn when a weighted grid must be built.
-    pub weights: Option<WeightSpec>,
+    /// The weights of a weighted grid built for the run (and which existing grid suits it).
+    pub weights: Option<WeightRequest>,
     /// In a distributed run, seconds between iteration checkpoints (0: after every
     /// iteration); `None`: no checkpoints, a restarted group starts from the beginning.
     pub checkpoint_seconds: Option<f64>,
+}
+
+impl RunJob {
+    /// The weights the run's algorithm reads (`None` when it needs none), resolved against
+    /// the store: its own when `weight_source` allows and it has them, else drawn ones.
+    pub fn weights_wanted(&self) -> Result<Option<WeightSpec>> {
+        if !self.algorithm.needs_weights() {
+            return Ok(None);
+        }
+        let store = strata_store::Store::open(&self.store)?;
+        let request = self.weights.unwrap_or_default();
+        request
+            .resolve(store.array(STORE_WEIGHTS).is_some(), &self.store)
+            .map(Some)
+    }
 }
 
 /// Deep enough that the SSD sees about 32 MiB of reads in flight at 4 MiB segments: at 4 and 2,
@@ -113,6 +129,10 @@ pub struct RunOptions {
     pub far_fetchers: u64,
     /// keep edge blocks in memory when they fit (false: stream every pass)
     pub keep_resident: bool,
+    /// where the edge weights of sssp and weighted spmv come from: auto (the store's weights
+    /// when it has them, else drawn), store (its edge_weights_train column) or random (drawn
+    /// from weight_seed, uniform in (weight_low, weight_high])
+    pub weight_source: WeightSource,
     /// seed of the weights when a weighted grid must be built (sssp, spmv --weighted)
     pub weight_seed: u64,
     /// weights of an automatically built grid are uniform in (low, high]
@@ -154,6 +174,7 @@ impl Default for RunOptions {
             far_connections: 0,
             far_fetchers: 2,
             keep_resident: true,
+            weight_source: WeightSource::Auto,
             weight_seed: 0,
             weight_low: 0.0,
             weight_high: 1.0,
@@ -239,7 +260,8 @@ impl RunOptions {
             algorithm,
             keep_resident: self.keep_resident,
             out: Some(out),
-            weights: Some(random_weights(
+            weights: Some(weight_request(
+                self.weight_source,
                 self.weight_seed,
                 self.weight_low,
                 self.weight_high,
@@ -266,8 +288,11 @@ pub struct BuildOptions {
     pub order: Order,
     /// store both directions of every edge (needed by wcc and kcore); unset follows the store
     pub symmetrize: Option<bool>,
-    /// draw an edge weight per edge (needed by sssp and weighted spmv)
+    /// weight every edge (needed by sssp and weighted spmv), from weight_source
     pub weighted: bool,
+    /// where weights come from: auto (the store's weights when it has them, else drawn),
+    /// store (its edge_weights_train column) or random (drawn from weight_seed)
+    pub weight_source: WeightSource,
     /// seed of the edge weights (a weight depends on the seed and the endpoint pair)
     pub weight_seed: u64,
     /// edge weights are uniform in (weight_low, weight_high]
@@ -289,6 +314,7 @@ impl Default for BuildOptions {
             order: Order::Column,
             symmetrize: None,
             weighted: false,
+            weight_source: WeightSource::Auto,
             weight_seed: 0,
             weight_low: 0.0,
             weight_high: 1.0,
@@ -319,22 +345,25 @@ impl BuildOptions {
             partitions: self.partitions,
             order: self.order,
             symmetrize: self.symmetrize,
-            weights: self
-                .weighted
-                .then(|| random_weights(self.weight_seed, self.weight_low, self.weight_high)),
+            weights: self.weighted.then(|| {
+                weight_request(
+                    self.weight_source,
+                    self.weight_seed,
+                    self.weight_low,
+                    self.weight_high,
+                )
+            }),
             memory: self.memory.0,
             overwrite: self.overwrite,
         }
     }
 }
 
-/// Uniform weights in (low, high] drawn from `seed`.
-fn random_weights(seed: u64, low: f64, high: f64) -> WeightSpec {
-    WeightSpec {
-        kind: "random".into(),
-        seed,
-        low: low as f32,
-        high: high as f32,
+/// Weights from `source`; drawn ones uniform in (low, high] from `seed`.
+fn weight_request(source: WeightSource, seed: u64, low: f64, high: f64) -> WeightRequest {
+    WeightRequest {
+        source,
+        ..WeightRequest::random(seed, low as f32, high as f32)
     }
 }
 

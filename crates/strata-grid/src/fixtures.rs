@@ -7,7 +7,7 @@ use strata_farmem::{Server, ServerConfig, StopHandle};
 use strata_io::progress::NoProgress;
 
 use crate::build::{build, BuildJob};
-use crate::layout::WeightSpec;
+use crate::layout::WeightRequest;
 
 /// A store of `m` edges `(k % n, (k * 7919) % n)` for k in 0..m.
 pub fn store(dir: &Path, n: u64, m: u64) -> PathBuf {
@@ -45,12 +45,7 @@ pub fn grids(store: &Path, partitions: u32) {
                 name: format!("s{}-w{}", symmetrize as u8, weighted as u8),
                 partitions,
                 symmetrize: Some(symmetrize),
-                weights: weighted.then(|| WeightSpec {
-                    kind: "random".into(),
-                    seed: 1,
-                    low: 0.0,
-                    high: 1.0,
-                }),
+                weights: weighted.then(WeightRequest::default),
                 ..Default::default()
             },
             &NoProgress,

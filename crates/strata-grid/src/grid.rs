@@ -9,7 +9,7 @@ use strata_store::npy::{read_header, DType};
 
 use crate::build::grids_dir;
 use crate::error::{GridError, Result};
-use crate::layout::{GridManifest, Layout, EDGE_BYTES, GRID_MANIFEST};
+use crate::layout::{GridManifest, Layout, WeightSpec, EDGE_BYTES, GRID_MANIFEST};
 
 /// A run of consecutive blocks of one major chunk (a column in column order), contiguous in
 /// the edge file: what is placed in a tier and fetched as a whole.
@@ -114,11 +114,11 @@ impl Grid {
     }
 
     /// Finds a grid of `store`: the one called `name`, else one that satisfies the needs
-    /// (weights, symmetry), preferring the fewest partitions that are not below `min_partitions`.
+    /// (`weights` made that way, symmetry), preferring the fewest partitions.
     pub fn find(
         store: &Path,
         name: Option<&str>,
-        weighted: bool,
+        weights: Option<&WeightSpec>,
         symmetric: bool,
     ) -> Result<Option<PathBuf>> {
         let root = grids_dir(store);
@@ -141,7 +141,7 @@ impl Grid {
             let Ok(m) = GridManifest::load(&dir) else {
                 continue;
             };
-            if (weighted && m.weights.is_none()) || m.symmetric != symmetric {
+            if (weights.is_some() && m.weights.as_ref() != weights) || m.symmetric != symmetric {
                 continue;
             }
             if best.as_ref().is_none_or(|(p, _)| m.partitions < *p) {

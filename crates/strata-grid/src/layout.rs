@@ -47,26 +47,99 @@ impl Order {
     }
 }
 
-/// How edge weights were made. Stores carry no weights, so weighted grids draw them.
+/// How a weighted grid's edge weights were made (recorded in its manifest as `kind`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum WeightSpec {
+    /// Uniform in (low, high], a pure function of the seed and the unordered endpoint pair
+    /// (so both directions of a symmetrised edge weigh the same).
+    Random { seed: u64, low: f32, high: f32 },
+    /// The store's `edge_weights_train` column, edge by edge (both directions of a
+    /// symmetrised edge carry its weight).
+    Store,
+}
+
+/// The store array a [`WeightSpec::Store`] grid takes its weights from.
+pub const STORE_WEIGHTS: &str = "edge_weights_train";
+
+impl WeightSpec {
+    /// The drawn weight of edge `(u, v)`; `None` for store weights, which come with the edge.
+    #[inline]
+    pub fn drawn(&self, u: u64, v: u64) -> Option<f32> {
+        let WeightSpec::Random { seed, low, high } = *self else {
+            return None;
+        };
+        let (a, b) = if u <= v { (u, v) } else { (v, u) };
+        let h = strata_store::rng::derive(strata_store::rng::derive(seed, a), b);
+        let unit = ((h >> 11) as f64 + 1.0) / (1u64 << 53) as f64; // (0, 1]
+        Some((low as f64 + unit * (high - low) as f64) as f32)
+    }
+}
+
+/// Where a job wants a weighted grid's weights from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightSource {
+    /// The store's weights when it has them, else drawn ones.
+    #[default]
+    Auto,
+    /// The store's `edge_weights_train` (an error when the store has none).
+    Store,
+    /// Drawn from the seed, uniform in (low, high].
+    Random,
+}
+
+/// What a job asks for: the source, and the parameters of drawn weights.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WeightSpec {
-    /// `random`: uniform in (low, high], a pure function of the seed and the unordered
-    /// endpoint pair (so both directions of a symmetrised edge weigh the same).
-    pub kind: String,
+pub struct WeightRequest {
+    pub source: WeightSource,
     pub seed: u64,
     pub low: f32,
     pub high: f32,
 }
 
-impl WeightSpec {
-    /// The weight of edge `(u, v)`.
-    #[inline]
-    pub fn weight(&self, u: u64, v: u64) -> f32 {
-        let (a, b) = if u <= v { (u, v) } else { (v, u) };
-        let h = strata_store::rng::derive(strata_store::rng::derive(self.seed, a), b);
-        let unit = ((h >> 11) as f64 + 1.0) / (1u64 << 53) as f64; // (0, 1]
-        (self.low as f64 + unit * (self.high - self.low) as f64) as f32
+impl Default for WeightRequest {
+    /// The store's weights when it has them, else drawn from seed 0 in (0, 1].
+    fn default() -> Self {
+        WeightRequest {
+            source: WeightSource::Auto,
+            ..WeightRequest::random(0, 0.0, 1.0)
+        }
+    }
+}
+
+impl WeightRequest {
+    /// Drawn weights, uniform in (low, high] from `seed`.
+    pub fn random(seed: u64, low: f32, high: f32) -> WeightRequest {
+        WeightRequest {
+            source: WeightSource::Random,
+            seed,
+            low,
+            high,
+        }
+    }
+
+    /// The weights this request gives on `store`, whose `has_weights` says whether it carries
+    /// `edge_weights_train`.
+    pub fn resolve(&self, has_weights: bool, store: &Path) -> Result<WeightSpec> {
+        let drawn = WeightSpec::Random {
+            seed: self.seed,
+            low: self.low,
+            high: self.high,
+        };
+        match (self.source, has_weights) {
+            (WeightSource::Random, _) | (WeightSource::Auto, false) => Ok(drawn),
+            (WeightSource::Store, true) | (WeightSource::Auto, true) => Ok(WeightSpec::Store),
+            (WeightSource::Store, false) => Err(GridError::config(
+                "weight_source",
+                format!(
+                    "{} has no edge weights ({STORE_WEIGHTS}): convert it with a weight column \
+                     (--columns src,dst,weight), or use weight_source random",
+                    store.display()
+                ),
+            )),
+        }
     }
 }
 
@@ -196,6 +269,9 @@ pub struct GridManifest {
     pub symmetric: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<WeightSpec>,
+    /// Smallest and largest edge weight (weighted grids; absent in grids built before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_range: Option<(f32, f32)>,
     /// `edges` (uint32, (E, 2): in-block source and destination), `weights` (float32, (E,)),
     /// `block_index` (int64, (P²+1,): first edge of each block in file order), `out_degree`
     /// and `in_degree` (int64, (V,)).
@@ -211,6 +287,16 @@ pub struct GridManifest {
 }
 
 impl GridManifest {
+    /// The smallest edge weight: measured at build, or (grids built before that was
+    /// recorded) the low end of the drawn range; `None` when unweighted.
+    pub fn lowest_weight(&self) -> Option<f32> {
+        match (&self.weight_range, &self.weights) {
+            (Some((lo, _)), _) => Some(*lo),
+            (None, Some(WeightSpec::Random { low, .. })) => Some(*low),
+            (None, _) => None,
+        }
+    }
+
     /// The layout the manifest describes.
     pub fn layout(&self) -> Result<Layout> {
         Layout::new(self.num_vertices, self.partitions, self.order)
@@ -323,16 +409,63 @@ mod tests {
 
     #[test]
     fn weights_are_symmetric_and_in_range() {
-        let w = WeightSpec {
-            kind: "random".into(),
+        let w = WeightSpec::Random {
             seed: 3,
             low: 1.0,
             high: 10.0,
         };
         for (u, v) in [(0, 1), (5, 2), (7, 7)] {
-            let x = w.weight(u, v);
-            assert_eq!(x, w.weight(v, u));
+            let x = w.drawn(u, v).unwrap();
+            assert_eq!(Some(x), w.drawn(v, u));
             assert!(x > 1.0 && x <= 10.0);
         }
+        assert_eq!(WeightSpec::Store.drawn(0, 1), None);
+    }
+
+    #[test]
+    fn a_request_takes_the_stores_weights_when_it_has_them() {
+        let at = Path::new("g.strata");
+        let req = |source| WeightRequest {
+            source,
+            ..WeightRequest::random(1, 0.0, 2.0)
+        };
+        let drawn = WeightSpec::Random {
+            seed: 1,
+            low: 0.0,
+            high: 2.0,
+        };
+        assert_eq!(
+            req(WeightSource::Auto).resolve(true, at).unwrap(),
+            WeightSpec::Store
+        );
+        assert_eq!(req(WeightSource::Auto).resolve(false, at).unwrap(), drawn);
+        assert_eq!(req(WeightSource::Random).resolve(true, at).unwrap(), drawn);
+        let err = req(WeightSource::Store)
+            .resolve(false, at)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("option weight_source") && err.contains("no edge weights"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn manifests_written_before_store_weights_still_read() {
+        let old = r#"{"kind": "random", "seed": 7, "low": 0.0, "high": 1.0}"#;
+        let w: WeightSpec = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            w,
+            WeightSpec::Random {
+                seed: 7,
+                low: 0.0,
+                high: 1.0
+            }
+        );
+        let store: WeightSpec = serde_json::from_str(r#"{"kind": "store"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&store).unwrap(),
+            r#"{"kind":"store"}"#
+        );
     }
 }

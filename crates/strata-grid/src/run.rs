@@ -21,7 +21,7 @@ use crate::dist::{Collective, Dist, DistSummary, RankFigures};
 use crate::error::{GridError, Result};
 use crate::far::{self, FarSetup};
 use crate::grid::Grid;
-use crate::layout::{Order, WeightSpec};
+use crate::layout::Order;
 use crate::place::Placement;
 use crate::stream::{PassStats, StreamConfig, Streamer, Tier};
 use crate::vertex::VertexMemory;
@@ -353,9 +353,10 @@ fn iterate(
 /// new one.
 fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Result<PathBuf> {
     let algo = &job.algorithm;
-    let weighted = algo.needs_weights();
+    let wanted = job.weights_wanted()?;
+    let weighted = wanted.is_some();
     let symmetric = algo.needs_symmetric();
-    if let Some(dir) = Grid::find(&job.store, job.grid.as_deref(), weighted, symmetric)? {
+    if let Some(dir) = Grid::find(&job.store, job.grid.as_deref(), wanted.as_ref(), symmetric)? {
         let m = Grid::open(&dir)?.manifest().clone();
         if weighted && m.weights.is_none() {
             return Err(GridError::config(
@@ -402,14 +403,8 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
         if weighted { "weighted " } else { "" },
         algo.name()
     ));
-    let weights = weighted.then(|| {
-        job.weights.clone().unwrap_or(WeightSpec {
-            kind: "random".into(),
-            seed: 0,
-            low: 0.0,
-            high: 1.0,
-        })
-    });
+    // The build resolves the request as weights_wanted did, so the grid is the one looked for.
+    let weights = weighted.then(|| job.weights.unwrap_or_default());
     let built = build(
         &BuildJob {
             store: job.store.clone(),

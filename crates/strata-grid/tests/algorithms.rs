@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use strata_grid::algo::{Bfs, Configured, Iteration, KCore, PageRank, Spmv, Sssp, Wcc};
 use strata_grid::build::{build, BuildJob};
 use strata_grid::config::RunJob;
-use strata_grid::layout::{Order, WeightSpec};
+use strata_grid::layout::{Order, WeightRequest, WeightSource, WeightSpec};
 use strata_grid::place::VertexPlacement;
 use strata_grid::run::run;
-use strata_store::convert::{convert_binary, BinaryJob};
+use strata_store::convert::{convert_binary, convert_text, BinaryJob, TextJob};
 use strata_store::rng::Rng;
 use strata_store::NoProgress;
 
@@ -72,7 +72,7 @@ fn grid(
     partitions: u32,
     order: Order,
     symmetrize: bool,
-    weights: Option<WeightSpec>,
+    weights: Option<WeightRequest>,
 ) {
     build(
         &BuildJob {
@@ -124,19 +124,12 @@ fn run_all(j: &RunJob) -> strata_grid::run::RunSummary {
     s
 }
 
-const WEIGHTS: WeightSpec = WeightSpec {
-    kind: String::new(),
+/// The drawn weights the weighted tests build with.
+const DRAWN: WeightSpec = WeightSpec::Random {
     seed: 5,
     low: 0.5,
     high: 2.0,
 };
-
-fn weights() -> WeightSpec {
-    WeightSpec {
-        kind: "random".into(),
-        ..WEIGHTS
-    }
-}
 
 #[test]
 fn pagerank_matches_power_iteration() {
@@ -273,33 +266,41 @@ fn wcc_and_kcore_match_references() {
     }
 }
 
+/// Shortest distances from vertex 0, by repeated scans (small n); `w(k)` weighs edge k.
+fn dijkstra(n: usize, edges: &[(u64, u64)], w: impl Fn(usize) -> f64) -> Vec<f64> {
+    let mut dist = vec![f64::INFINITY; n];
+    let mut done = vec![false; n];
+    dist[0] = 0.0;
+    while let Some(u) = (0..n)
+        .filter(|&v| !done[v] && dist[v].is_finite())
+        .min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
+    {
+        done[u] = true;
+        for (k, &(a, b)) in edges.iter().enumerate() {
+            if a as usize == u {
+                dist[b as usize] = dist[b as usize].min(dist[u] + w(k));
+            }
+        }
+    }
+    dist
+}
+
+fn assert_distances(got: &[f64], want: &[f64]) {
+    for (v, (g, d)) in got.iter().zip(want).enumerate() {
+        assert!(
+            g == d || (g - d).abs() < 1e-9 * d.max(1.0),
+            "v{v}: {g} vs {d}"
+        );
+    }
+}
+
 #[test]
 fn sssp_and_spmv_match_references() {
     let tmp = tempfile::tempdir().unwrap();
     let n = 1000usize;
     let (st, edges) = store(tmp.path(), n as u64, 5000, 4);
-    let w = weights();
-    // Dijkstra by repeated scans (small n).
-    let mut dist = vec![f64::INFINITY; n];
-    let mut done = vec![false; n];
-    dist[0] = 0.0;
-    for _ in 0..n {
-        let Some(u) = (0..n)
-            .filter(|&v| !done[v] && dist[v].is_finite())
-            .min_by(|&a, &b| dist[a].total_cmp(&dist[b]))
-        else {
-            break;
-        };
-        done[u] = true;
-        for &(a, b) in &edges {
-            if a as usize == u {
-                let nd = dist[u] + w.weight(a, b) as f64;
-                if nd < dist[b as usize] {
-                    dist[b as usize] = nd;
-                }
-            }
-        }
-    }
+    let w = |a, b| DRAWN.drawn(a, b).unwrap();
+    let dist = dijkstra(n, &edges, |k| w(edges[k].0, edges[k].1) as f64);
     let x: Vec<f64> = (0..n).map(|v| (v % 7) as f64 - 2.5).collect();
     let vec_path = tmp.path().join("x.npy");
     let mut wr =
@@ -309,21 +310,20 @@ fn sssp_and_spmv_match_references() {
     wr.finish().unwrap();
     let mut y = vec![0f64; n];
     for &(a, b) in &edges {
-        y[b as usize] += w.weight(a, b) as f64 * x[a as usize];
+        y[b as usize] += w(a, b) as f64 * x[a as usize];
     }
     for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
-        grid(&st, name, 4, order, false, Some(weights()));
+        grid(
+            &st,
+            name,
+            4,
+            order,
+            false,
+            Some(WeightRequest::random(5, 0.5, 2.0)),
+        );
         for memory in MEMORIES {
             let s = run_all(&job(&st, Configured::new(Sssp { root: 0 }), memory, name));
-            let got = load_f64(&s.arrays[0]);
-            for v in 0..n {
-                assert!(
-                    got[v] == dist[v] || (got[v] - dist[v]).abs() < 1e-9 * dist[v].max(1.0),
-                    "v{v}: {} vs {}",
-                    got[v],
-                    dist[v]
-                );
-            }
+            assert_distances(&load_f64(&s.arrays[0]), &dist);
             let algo = Configured::new(Spmv {
                 vector: Some(vec_path.clone()),
                 weighted: true,
@@ -335,6 +335,102 @@ fn sssp_and_spmv_match_references() {
             }
         }
     }
+}
+
+/// A store converted from `src dst weight` lines whose weights are float32 values in [0.1, 3).
+fn weighted_store(dir: &Path, n: u64, m: usize) -> (PathBuf, Vec<(u64, u64)>, Vec<f32>) {
+    let mut rng = Rng::new(11);
+    let edges: Vec<(u64, u64)> = (0..m).map(|_| (rng.below(n), rng.below(n))).collect();
+    let weights: Vec<f32> = (0..m)
+        .map(|_| 0.1 + rng.below(2900) as f32 / 1000.0)
+        .collect();
+    let text: String = edges
+        .iter()
+        .zip(&weights)
+        .map(|(&(u, v), w)| format!("{u}\t{v}\t{w}\n"))
+        .collect();
+    let tsv = dir.join("edges.tsv");
+    std::fs::write(&tsv, text).unwrap();
+    let out = dir.join("w.strata");
+    convert_weighted(&tsv, &out, n);
+    (out, edges, weights)
+}
+
+/// Converts `src dst weight` lines of `tsv` among `n` nodes into store `out`.
+fn convert_weighted(tsv: &Path, out: &Path, n: u64) {
+    let job: TextJob = serde_json::from_value(serde_json::json!({
+        "graph": {"out": out, "memory": 256u64 << 20, "num_nodes": n},
+        "text": {"inputs": [{"path": tsv, "split": "train"}], "columns": ["src", "dst", "weight"],
+                 "delimiter": "auto", "comment": "#", "header": false, "ids": "int", "relation_ids": "int"},
+    }))
+    .unwrap();
+    convert_text(&job, &NoProgress).unwrap();
+}
+
+#[test]
+fn sssp_follows_the_stores_own_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 400usize;
+    let (st, edges, weights) = weighted_store(tmp.path(), n as u64, 3000);
+    let want = dijkstra(n, &edges, |k| weights[k] as f64);
+    // No grid named: the run builds one from the store's weights (auto), then finds it again.
+    for source in [WeightSource::Auto, WeightSource::Store] {
+        let mut j = job(&st, Configured::new(Sssp { root: 0 }), MEMORIES[1], "");
+        j.grid = None;
+        j.weights = Some(WeightRequest {
+            source,
+            ..WeightRequest::default()
+        });
+        assert_distances(&load_f64(&run_all(&j).arrays[0]), &want);
+    }
+    let grids: Vec<String> = std::fs::read_dir(st.join("grids"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(grids.len(), 1, "{grids:?}");
+    assert!(grids[0].ends_with("-ws"), "{grids:?}");
+    let manifest = strata_grid::grid::Grid::open(&st.join("grids").join(&grids[0])).unwrap();
+    let (lo, hi) = manifest.manifest().weight_range.unwrap();
+    let min = weights.iter().copied().fold(f32::INFINITY, f32::min);
+    assert!(lo == min && hi <= 3.0, "{lo} {hi}");
+    // Drawn weights on the same store: another grid, other distances.
+    let mut j = job(&st, Configured::new(Sssp { root: 0 }), MEMORIES[1], "");
+    j.grid = None;
+    j.weights = Some(WeightRequest::random(5, 0.5, 2.0));
+    let drawn = load_f64(&run_all(&j).arrays[0]);
+    assert_distances(
+        &drawn,
+        &dijkstra(n, &edges, |k| {
+            DRAWN.drawn(edges[k].0, edges[k].1).unwrap() as f64
+        }),
+    );
+    assert_eq!(std::fs::read_dir(st.join("grids")).unwrap().count(), 2);
+}
+
+#[test]
+fn negative_store_weights_are_refused_by_sssp_and_kept_by_spmv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tsv = tmp.path().join("e.tsv");
+    std::fs::write(&tsv, "0\t1\t2.5\n1\t2\t-1.5\n2\t0\t1\n").unwrap();
+    let out = tmp.path().join("neg.strata");
+    convert_weighted(&tsv, &out, 3);
+    let weighted = Some(WeightRequest::default());
+    grid(&out, "g", 1, Order::Column, false, weighted);
+    let mut j = job(&out, Configured::new(Sssp { root: 0 }), MEMORIES[0], "g");
+    j.weights = weighted;
+    let err = run(&j, &NoProgress, &mut |_: &Iteration| Ok(()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("non-negative") && err.contains("-1.5"),
+        "{err}"
+    );
+    let spmv = Configured::new(Spmv {
+        vector: None,
+        weighted: true,
+    });
+    let y = load_f64(&run_all(&job(&out, spmv, MEMORIES[0], "g")).arrays[0]);
+    assert_eq!(y, vec![1.0, 2.5, -1.5]);
 }
 
 #[test]

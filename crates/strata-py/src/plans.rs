@@ -90,10 +90,11 @@ fn grid(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
         .and_then(|o| o.job())
         .map_err(|e| config_error(py, &e.to_string()))?;
     let algo = &job.algorithm;
+    let wanted = job.weights_wanted().map_err(|e| e.to_py(py))?;
     let found = Grid::find(
         &job.store,
         job.grid.as_deref(),
-        algo.needs_weights(),
+        wanted.as_ref(),
         algo.needs_symmetric(),
     )
     .map_err(|e| e.to_py(py))?;

@@ -139,8 +139,10 @@ def _grid_kind(m: dict) -> str:
     if m.get("symmetric"):
         parts.append("symmetric")
     w = m.get("weights")
-    if w:
-        parts.append(f"weighted ({w['kind']}, seed {w['seed']}, in ({w['low']:g}, {w['high']:g}])")
+    if w and w["kind"] == "store":
+        parts.append("weighted (the store's edge_weights_train)")
+    elif w:
+        parts.append(f"weighted (random, seed {w['seed']}, in ({w['low']:g}, {w['high']:g}])")
     return ", ".join(parts)
 
 

@@ -75,7 +75,7 @@ impl Algorithm for Spmv {
         if self.weighted && s.grid().manifest().weights.is_none() {
             return Err(GridError::config(
                 "weighted",
-                "the grid has no weights (strata grid build --weights)",
+                "the grid has no weights (strata grid build --weighted)",
             ));
         }
         let x = match &self.vector {

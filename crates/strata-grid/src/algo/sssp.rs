@@ -81,20 +81,22 @@ impl Algorithm for Sssp {
     }
 
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
-        match &s.grid().manifest().weights {
-            Some(w) if w.low >= 0.0 => {}
-            Some(_) => {
-                return Err(GridError::config(
-                    "weights",
-                    "sssp needs non-negative weights (low >= 0)",
-                ))
-            }
-            None => {
-                return Err(GridError::config(
-                    "grid",
-                    "sssp needs a weighted grid (strata grid build --weights)",
-                ))
-            }
+        let m = s.grid().manifest();
+        if m.weights.is_none() {
+            return Err(GridError::config(
+                "grid",
+                "sssp needs a weighted grid (strata grid build --weighted)",
+            ));
+        }
+        // Bellman-Ford would not end on a negative cycle: refuse negative weights up front.
+        if let Some(lowest) = m.lowest_weight().filter(|&w| w < 0.0) {
+            return Err(GridError::config(
+                "weights",
+                format!(
+                    "sssp needs non-negative weights; {} holds weights down to {lowest}",
+                    s.grid().dir().display()
+                ),
+            ));
         }
         let n = s.grid().layout().num_vertices as usize;
         let base = chunk_bases(s);
