@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,6 +41,13 @@ def run_strata(*args: str | os.PathLike, check: bool = True, **kwargs) -> subpro
     if check and proc.returncode != 0:
         raise AssertionError(f"strata {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
+
+
+def save_aligned(path: Path, arr: np.ndarray) -> None:
+    """``np.save`` with the data at byte 4096, where a store's arrays keep it (docs/formats.md)."""
+    d = f"{{'descr': {np.lib.format.dtype_to_descr(arr.dtype)!r}, 'fortran_order': False, 'shape': {arr.shape}, }}"
+    header = b"\x93NUMPY\x01\x00" + (4096 - 10).to_bytes(2, "little") + d.encode().ljust(4096 - 11) + b"\n"
+    path.write_bytes(header + np.ascontiguousarray(arr).tobytes())
 
 
 def symmetric_sbm_store(directory: Path, *, nodes, classes, dim, avg_degree) -> Path:

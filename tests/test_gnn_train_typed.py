@@ -8,9 +8,10 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from conftest import needs, run_strata
+from conftest import needs, run_strata, save_aligned
 
 needs("torch")
 
@@ -32,6 +33,18 @@ def without_features(store: Path, node_type: int, out: Path) -> Path:
     del manifest["node_types"][node_type]["features"]
     entry = manifest["arrays"].pop(f"features_t{node_type}")
     (out / entry["file"]).unlink()
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def with_author_labels(store: Path, out: Path) -> Path:
+    """A copy of ``store`` where authors have labels too (all class 0)."""
+    shutil.copytree(store, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    count = manifest["node_types"][1]["count"]
+    manifest["node_types"][1]["labels"] = {"num_classes": 4}
+    manifest["arrays"]["labels_t1"] = {"file": "labels_t1.npy", "dtype": "int32", "shape": [count]}
+    save_aligned(out / "labels_t1.npy", np.zeros(count, dtype=np.int32))
     (out / "manifest.json").write_text(json.dumps(manifest))
     return out
 
@@ -94,3 +107,14 @@ def test_bad_typed_options_in_process(mag, options, message):
 
     with pytest.raises(ConfigError, match=message):
         train(store=mag, **{"model": "rgcn", "epochs": 1, **options})
+
+
+def test_the_target_type_must_be_named_when_several_have_labels(mag, tmp_path):
+    from strata.errors import ConfigError
+    from strata.gnn.typed import target_type
+    from strata.store import Store
+
+    store = Store(with_author_labels(mag, tmp_path / "two-labelled.strata"))
+    with pytest.raises(ConfigError, match=r"gnn.train.target_type: .* labels for several node types \(paper, author\)"):
+        target_type(store, None)
+    assert target_type(store, "author") == 1 and target_type(Store(mag), None) == 0

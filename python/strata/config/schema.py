@@ -126,7 +126,7 @@ def type_name(tp: Any) -> str:
     elif tp is Fractions:
         name = "train,valid,test fractions"
     elif tp is FanoutTable:
-        name = "table of src:rel:dst = fanouts"
+        name = "src:rel:dst=fanouts;..."
     elif typing.get_origin(tp) is Literal:
         name = "|".join(str(a) for a in typing.get_args(tp))
     elif typing.get_origin(tp) is list:

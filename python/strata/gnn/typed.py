@@ -95,9 +95,9 @@ class TypedBatch:
 
 
 class TypedEpochLoader:
-    """One epoch's :class:`TypedBatch` es of a :class:`TypedGnnData` over ``nodes`` (target
-    local ids, in order); ``stats()`` counts batches, rows and bytes read in
-    the shape of the native loader's tiers (every row is a disk row)."""
+    """One epoch's batches (:class:`TypedBatch`) of a :class:`TypedGnnData` over ``nodes``
+    (target local ids, in order); ``stats()`` counts batches, rows and bytes read in the shape
+    of the native loader's tiers (every row is a disk row)."""
 
     def __init__(self, data, nodes: np.ndarray, epoch: int, device: str):
         self.torch = require_torch()
