@@ -61,6 +61,8 @@ def test_rgcn_learns_from_disk_and_reports_the_run(mag, tmp_path):
     # Every sampled row of a featured type is read from its file: 16 float32 per row.
     assert tiers["disk_rows"] == tiers["rows"] > 0 and tiers["disk_bytes_read"] == 64 * tiers["rows"]
     assert last["sampled_nodes_per_second"] > 0 and len((run / "metrics.jsonl").read_text().splitlines()) == 4
+    parts = {p["name"]: p["bytes"] for p in record["memory_plan"]["parts"]}
+    assert parts["topology"] == record["plan"]["topology"] and parts["runtime"] > 0
     assert "typed store: classify paper nodes" in proc.stdout + proc.stderr
     assert "test accuracy" in proc.stdout
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import _native
 from ..errors import ConfigError
 from ..store import Store
 from ..torchrun import process_bytes
@@ -227,11 +228,16 @@ class TypedGnnData:
                 for n, f in zip(names, self.features, strict=True)
             },
         }
+        # In the shape every engine's plan takes (strata_store::budget::MemoryPlan).
         self.memory_plan = {
-            "engine": "gnn-typed",
+            "engine": "gnn",
             "memory": memory,
-            "parts": {"runtime": runtime, "topology": topology},
-            "data": {"feature_files": feature_bytes},
+            "minimum": runtime + topology,
+            "parts": [
+                {"name": "runtime", "bytes": runtime, "detail": "anonymous memory as measured at open"},
+                {"name": "topology", "bytes": topology, "detail": "the sampler's CSC with edge types"},
+            ],
+            "data": [{"name": "node features", "bytes": feature_bytes, "resident": 0, "elsewhere": "SSD"}],
         }
         if progress:
             for line in self.plan_lines():
@@ -241,9 +247,9 @@ class TypedGnnData:
         """The plan, for printing at start."""
         p = self.plan
         lines = [
-            f"typed store: classify {p['target_type']} nodes; budget {fmt_bytes(p['memory'])}: runtime "
-            f"{fmt_bytes(p['runtime'])}, sampler topology {fmt_bytes(p['topology'])}; feature rows read from "
-            f"the store files ({fmt_bytes(p['feature_files'])}), no hot set or cache"
+            *_native.describe_memory_plan(self.memory_plan),
+            f"typed store: classify {p['target_type']} nodes; feature rows read from the store files "
+            f"({fmt_bytes(p['feature_files'])}), no hot set or cache",
         ]
         for name, f in p["features"].items():
             what = "no features: one learned vector" if f is None else f"{f['rows']:,} x {f['dim']} {f['dtype']}"
