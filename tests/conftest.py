@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,6 +61,13 @@ def typed_text_inputs(d: Path, edges: str, node_types: str, edge_types: str) -> 
     (d / "edge_types.tsv").write_text(edge_types)
     (d / "edges.csv").write_text(edges)
     return ["--node-types", d / "node_types.tsv", "--edge-types", d / "edge_types.tsv"]
+
+
+def save_aligned(path: Path, arr: np.ndarray) -> None:
+    """``np.save`` with the data at byte 4096, where a store's arrays keep it (docs/formats.md)."""
+    d = f"{{'descr': {np.lib.format.dtype_to_descr(arr.dtype)!r}, 'fortran_order': False, 'shape': {arr.shape}, }}"
+    header = b"\x93NUMPY\x01\x00" + (4096 - 10).to_bytes(2, "little") + d.encode().ljust(4096 - 11) + b"\n"
+    path.write_bytes(header + np.ascontiguousarray(arr).tobytes())
 
 
 def symmetric_sbm_store(directory: Path, *, nodes, classes, dim, avg_degree) -> Path:

@@ -1,6 +1,7 @@
 """The typed reference GNNs (R-GCN, heterogeneous GraphSAGE) of strata.gnn.models: equal to PyG's
 own layers with the same weights, shapes and gradients on typed blocks, learning planted labels
-on a small heterogeneous graph, and `strata gnn train --model rgcn` refusing what it cannot train."""
+on a small heterogeneous graph, and `strata gnn train` refusing typed models on plain stores and
+plain models on typed ones."""
 
 from __future__ import annotations
 
@@ -165,5 +166,7 @@ def test_gnn_train_refuses_typed_models_and_stores(tmp_path, strata_cli):
     from strata.errors import ConfigError
     from strata.gnn.train import train
 
-    with pytest.raises(ConfigError, match=r"a typed store .* needs heterogeneous sampling"):
+    with pytest.raises(ConfigError, match=r"gnn.train.model: .* is a typed store .* it trains rgcn or sage_hetero"):
+        train(store=tmp_path / "typed.strata", model="sage")
+    with pytest.raises(ConfigError, match=r"gnn.train.target_type: .* has no node type with labels"):
         train(store=tmp_path / "typed.strata", model="rgcn")

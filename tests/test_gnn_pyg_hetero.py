@@ -18,7 +18,7 @@ needs("torch_geometric")
 
 from torch_geometric.data import EdgeAttr, remote_backend_utils  # noqa: E402
 
-from conftest import run_strata  # noqa: E402
+from conftest import run_strata, save_aligned  # noqa: E402
 from strata.errors import StoreFormatError  # noqa: E402
 from strata.gnn.pyg_hetero import TypedCSC, hetero_stores  # noqa: E402
 from strata.store import Store, check_store  # noqa: E402
@@ -48,13 +48,6 @@ def raw_edges(rng) -> list[tuple[int, int, int, float, int]]:
     rows += rows[:5]  # repeated edges keep their own ids, weights and times
     order = rng.permutation(len(rows))
     return [rows[i] for i in order]
-
-
-def save_aligned(path: Path, arr: np.ndarray) -> None:
-    """``np.save`` with the data at byte 4096, where a store's arrays keep it (docs/formats.md)."""
-    d = f"{{'descr': {np.lib.format.dtype_to_descr(arr.dtype)!r}, 'fortran_order': False, 'shape': {arr.shape}, }}"
-    header = b"\x93NUMPY\x01\x00" + (4096 - 10).to_bytes(2, "little") + d.encode().ljust(4096 - 11) + b"\n"
-    path.write_bytes(header + np.ascontiguousarray(arr).tobytes())
 
 
 def add_node_data(store: Path, node_type: int, features: np.ndarray, labels: np.ndarray) -> None:

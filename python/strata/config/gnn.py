@@ -8,19 +8,33 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
-from .schema import native_section, option
+from .schema import FanoutTable, native_section, option
 
 
 class _TrainFrontEnd:
     """The [gnn.train] options Python handles: the store and run, the torch model and its
     training."""
 
-    store: Path = option(positional=True, help="store with node features, labels and node splits")
+    store: Path = option(
+        positional=True,
+        help="store with node features, labels and node splits (a typed store: per node type, see target_type)",
+    )
     run_dir: Path | None = option(None, help="run directory (default: STORE/runs/gnn-MODEL)")
     model: Literal["sage", "sage_pool", "gcn", "gin", "gat", "rgcn", "sage_hetero"] = option(
         "sage",
         help="GraphSAGE (mean aggregator), GraphSAGE (max-pool), GCN, GIN or GAT, in plain torch; rgcn (R-GCN) and "
-        "sage_hetero (GraphSAGE per edge type) are for typed stores, which training does not sample yet",
+        "sage_hetero (GraphSAGE per edge type) for typed stores (node and edge types)",
+    )
+    target_type: str | None = option(
+        None,
+        help="typed stores: the node type to classify (its labels and splits are used); default: the only "
+        "node type with labels",
+    )
+    edge_fanouts: FanoutTable | None = option(
+        None,
+        help="typed stores: fanouts per edge type, a table keyed by src:rel:dst (PyG's num_neighbors dict; "
+        "on the command line a:b:c=15,10;d:e:f=5,5), each list one entry per layer; edge types not in it "
+        "take fanouts",
     )
     hidden: int = option(256, help="hidden units per layer (per head for gat)", min=1)
     heads: int = option(4, help="attention heads of gat", min=1)

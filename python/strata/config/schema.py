@@ -38,6 +38,10 @@ AutoSize = NewType("AutoSize", object)
 #: Three fractions (train, valid, test) summing to 1 (checked by the engine); accepts
 #: ``0.9,0.05,0.05`` or a list.
 Fractions = NewType("Fractions", tuple)
+#: Fanouts per edge type, keyed by ``src:rel:dst`` (PyG's ``num_neighbors`` dict): a TOML table
+#: ``{"author:writes:paper" = [15, 10]}`` or, on the command line,
+#: ``author:writes:paper=15,10;paper:cites:paper=10,5``.
+FanoutTable = NewType("FanoutTable", dict)
 
 SECTIONS: dict[str, type] = {}
 
@@ -121,6 +125,8 @@ def type_name(tp: Any) -> str:
         name = "size|auto"
     elif tp is Fractions:
         name = "train,valid,test fractions"
+    elif tp is FanoutTable:
+        name = "src:rel:dst=fanouts;..."
     elif typing.get_origin(tp) is Literal:
         name = "|".join(str(a) for a in typing.get_args(tp))
     elif typing.get_origin(tp) is list:
@@ -178,6 +184,8 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
             return Fractions(tuple(float(x) for x in parts))
         except (TypeError, ValueError):
             raise fail("three fractions like 0.9,0.05,0.05") from None
+    if tp is FanoutTable:
+        return _fanout_table(value, where)
     if typing.get_origin(tp) is Literal:
         choices = typing.get_args(tp)
         if value not in choices:
@@ -230,6 +238,27 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
             raise fail("a string")
         return value
     raise TypeError(f"unsupported config type {tp!r} for {where}")
+
+
+def _fanout_table(value: Any, where: str) -> FanoutTable:
+    """A :data:`FanoutTable` from a TOML table or a command-line string; the keys are checked
+    against a store's edge types where one is opened (``strata.gnn.typed``)."""
+    if isinstance(value, str):
+        table = {}
+        for entry in (e.strip() for e in value.split(";")):
+            key, eq, fanouts = entry.partition("=")
+            if not entry or not eq:
+                raise ConfigError(f"{where}: expected src:rel:dst=F,F;... entries, got {entry!r} in {value!r}")
+            table[key.strip()] = fanouts
+        value = table
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table of src:rel:dst = [fanouts], got {value!r}")
+    out = {}
+    for key, fanouts in value.items():
+        if not isinstance(key, str) or len(key.split(":")) != 3 or not all(key.split(":")):
+            raise ConfigError(f"{where}: expected keys like author:writes:paper (src:rel:dst), got {key!r}")
+        out[key] = coerce(fanouts, list[int], f"{where}[{key}]", (-1, INT_RANGE[1]))
+    return FanoutTable(out)
 
 
 def _table_for(doc: dict, name: str) -> dict:
@@ -435,6 +464,8 @@ def _toml_value(v: Any, tp: Any) -> str:
         return repr(v)
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x, None) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_value(k, None)} = {_toml_value(x, None)}" for k, x in v.items()) + "}"
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

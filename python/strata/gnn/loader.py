@@ -289,6 +289,15 @@ class GnnData:
     def plan_lines(self) -> list[str]:
         return self._native.plan_lines()
 
+    @property
+    def hot_seconds(self):
+        """Seconds the hot set took to load."""
+        return self._native.hot_seconds
+
+    def has_split(self, split: str) -> bool:
+        """Whether the store has node split ``split``."""
+        return self.store.has(f"node_{split}")
+
     def nodes(self, split: str):
         """The node ids of a split (``train``, ``valid``, ``test``) of the store."""
         if not self.store.has(f"node_{split}"):

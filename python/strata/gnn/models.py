@@ -439,3 +439,81 @@ class GNN(nn.Module):
             if i < len(self.convs) - 1:
                 h = F.dropout(F.relu(h), self.dropout, self.training)
         return h
+
+
+@dataclass
+class TypedRows:
+    """The input rows of a typed batch, by node type: ``rows[t]`` the features of the batch's
+    nodes of type ``t`` (``(n_t, dim_t)``; None for a featureless type) and ``index[t]`` their
+    positions in the batch's node list (int64 ``(n_t,)``); ``count`` the batch's nodes."""
+
+    count: int
+    rows: list[torch.Tensor | None]
+    index: list[torch.Tensor]
+
+    def float(self) -> TypedRows:
+        """The same rows as float32."""
+        return TypedRows(self.count, [None if r is None else r.float() for r in self.rows], self.index)
+
+    def to(self, device) -> TypedRows:
+        rows = [None if r is None else r.to(device, non_blocking=True) for r in self.rows]
+        return TypedRows(self.count, rows, [i.to(device) for i in self.index])
+
+
+class TypedInput(nn.Module):
+    """One input layer per node type, to a common ``width``: a linear projection of a type's
+    features (node types may differ in width), or for a type without features one learned
+    vector shared by all its nodes. A per-node embedding would be a parameter table growing
+    with the graph (held in RAM with Adam's two states, outside the data path's budget); the
+    shared vector is constant in size, and the layers above tell such nodes apart by their
+    sampled neighbours. ``dims[t]``: the feature width of node type ``t``, None without."""
+
+    def __init__(self, dims: list[int | None], width: int):
+        super().__init__()
+        self.dims, self.width = list(dims), width
+        self.lins = nn.ModuleDict({str(t): nn.Linear(d, width) for t, d in enumerate(dims) if d is not None})
+        self.vectors = nn.ParameterDict(
+            {str(t): nn.Parameter(torch.empty(width).normal_()) for t, d in enumerate(dims) if d is None}
+        )
+
+    def forward(self, x: TypedRows) -> torch.Tensor:
+        """``(x.count, width)`` rows in the batch's node order."""
+        params = next(self.parameters())
+        out = params.new_zeros(x.count, self.width)
+        for t, (rows, index) in enumerate(zip(x.rows, x.index, strict=True)):
+            if self.dims[t] is None:
+                out[index] = self.vectors[str(t)].expand(len(index), -1)
+            else:
+                out[index] = self.lins[str(t)](rows)
+        return out
+
+
+class TypedGNN(nn.Module):
+    """A :class:`GNN` of a typed layer kind (``rgcn``, ``sage_hetero``) over a typed store's
+    nodes: :class:`TypedInput` maps each node type's rows to ``hidden`` columns, then the
+    stack of ``layers`` layers (parameters per edge type of ``edge_types``, ``(source type,
+    destination type)`` by edge-type id) gives ``out_dim`` logits per seed.
+
+    ``forward(blocks, x)``: ``x`` the :class:`TypedRows` of ``blocks[0]``'s sources, whose
+    blocks carry ``etype`` and ``ntype``."""
+
+    def __init__(
+        self,
+        kind: str,
+        dims: list[int | None],
+        hidden: int,
+        out_dim: int,
+        layers: int,
+        dropout: float,
+        edge_types: list[tuple[int, int]],
+    ):
+        super().__init__()
+        if kind not in LAYERS or not LAYERS[kind].typed:
+            typed = [k for k, v in LAYERS.items() if v.typed]
+            raise ValueError(f"model: a typed store trains {' or '.join(typed)}, got {kind!r}")
+        self.kind = kind
+        self.inputs = TypedInput(dims, hidden)
+        self.gnn = GNN(kind, hidden, hidden, out_dim, layers, dropout, edge_types=edge_types)
+
+    def forward(self, blocks: list[Block], x: TypedRows) -> torch.Tensor:
+        return self.gnn(blocks, self.inputs(x))

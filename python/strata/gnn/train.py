@@ -229,28 +229,30 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     # they start.
     store = Store(cfg.store)
     if store.is_typed:
-        raise ConfigError(
-            f"{cfg.store}: a typed store (node and edge types) needs heterogeneous sampling, which strata gnn "
-            "train does not have yet; rgcn and sage_hetero run from Python on typed blocks (strata.gnn.models)"
-        )
-    if LAYERS[cfg.model].typed:
-        raise ConfigError(
-            f"gnn.train.model: {cfg.model} needs a typed store (node and edge types, format 2); "
-            f"{cfg.store} has no edge types"
-        )
-    features = store.manifest.get("features")
-    if features is None:
-        raise ConfigError(f"{cfg.store}: the store has no node features; GNN training needs them")
-    labels = node_labels(store)
-    if labels is None:
-        raise ValueError(f"{cfg.store}: the store has no node labels; node classification needs them")
-    classes = int(labels.max()) + 1
-    model = GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
+        model, open_data = _typed(cfg, store, env, device, progress)
+    else:
+        if LAYERS[cfg.model].typed:
+            raise ConfigError(
+                f"gnn.train.model: {cfg.model} needs a typed store (node and edge types, format 2); "
+                f"{cfg.store} has no edge types"
+            )
+        if cfg.target_type is not None or cfg.edge_fanouts is not None:
+            given = "target_type" if cfg.target_type is not None else "edge_fanouts"
+            raise ConfigError(f"gnn.train.{given}: for typed stores; {cfg.store} has no node types")
+        features = store.manifest.get("features")
+        if features is None:
+            raise ConfigError(f"{cfg.store}: the store has no node features; GNN training needs them")
+        labels = node_labels(store)
+        if labels is None:
+            raise ValueError(f"{cfg.store}: the store has no node labels; node classification needs them")
+        classes = int(labels.max()) + 1
+        model = GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
+        open_data = None
     model = model.to(device)
     ranks = None if env is None else Ranks(env, device, cfg.dist_timeout)
     completed = False
     try:
-        record = _train(cfg, settings, model, device, ranks, progress)
+        record = _train(cfg, settings, model, device, ranks, progress, open_data)
         completed = True
         return record
     finally:
@@ -258,7 +260,46 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
             ranks.close(completed)
 
 
-def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | None, progress) -> dict:
+def _typed(cfg: GnnTrainConfig, store: Store, env, device, progress):
+    """The typed model of a typed store and the function that opens its data
+    (:mod:`strata.gnn.typed`); checks the typed options, errors naming them."""
+    from .models import LAYERS, TypedGNN
+    from .typed import TypedGnnData, fanout_dict, target_type
+
+    if not LAYERS[cfg.model].typed:
+        typed = " or ".join(k for k, v in LAYERS.items() if v.typed)
+        raise ConfigError(f"gnn.train.model: {cfg.store} is a typed store (node and edge types); it trains {typed}")
+    if env is not None:
+        raise ConfigError(f"{cfg.store}: a typed store trains in one process, not under torchrun")
+    target = target_type(store, cfg.target_type)
+    fanouts = fanout_dict(store, list(cfg.fanouts), cfg.edge_fanouts)
+    names = store.node_types
+    dims = [(store.node_type_info(t).get("features") or {}).get("dim") for t in range(len(names))]
+    classes = store.node_type_info(target)["labels"]["num_classes"]
+    edge_types = [(names.index(s), names.index(d)) for s, _, d in store.edge_types]
+    model = TypedGNN(cfg.model, dims, cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, edge_types)
+
+    def open_data() -> TypedGnnData:
+        return TypedGnnData(
+            cfg.store,
+            target,
+            fanouts,
+            batch_size=cfg.batch_size,
+            memory=int(cfg.memory),
+            seed=cfg.seed,
+            threads=cfg.sampler_threads,
+            device=str(device),
+            progress=progress,
+        )
+
+    return model, open_data
+
+
+def _train(
+    cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | None, progress, open_data: Callable | None
+) -> dict:
+    """The training loop; ``open_data()`` opens a typed store's data (None: the native data
+    path, :class:`GnnData`)."""
     torch = require_torch()
     leader = ranks is None or ranks.rank == 0
     net = model
@@ -269,20 +310,22 @@ def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | No
         if not leader:
             progress = None
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    training = model.training_costs(optimizer_states=2)
     split = None
     if ranks is not None and cfg.dist_features == "split":
         ranks.start_rpc()
         split = (ranks.rank, ranks.world_size)
-    data = GnnData(
-        cfg.store,
-        progress,
-        device=str(device),
-        training=training,
-        own_process=True,
-        split=split,
-        **{k: settings[k] for k in DATA_OPTIONS},
-    )
+    if open_data is None:
+        data = GnnData(
+            cfg.store,
+            progress,
+            device=str(device),
+            training=model.training_costs(optimizer_states=2),
+            own_process=True,
+            split=split,
+            **{k: settings[k] for k in DATA_OPTIONS},
+        )
+    else:
+        data = open_data()
     run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
     if leader:
         make_dir(run_dir, "--run-dir")
@@ -300,7 +343,7 @@ def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | No
     if leader:
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(rec) + "\n" for rec in history))
     train_nodes = data.nodes("train")
-    has_valid = data.store.node_split("valid") is not None
+    has_valid = data.has_split("valid")
     for e in range(len(history), cfg.epochs):
         title = f"train epoch {e + 1}/{cfg.epochs}"
         rec = {"epoch": e + 1, **train_epoch(net, opt, data, train_nodes, e, device, progress, title, ranks)}
@@ -330,7 +373,7 @@ def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | No
         model.load_state_dict(state)
     else:
         best = {"epoch": cfg.epochs, "accuracy": None}
-    test = evaluate(model, data, "test", device, ranks) if data.store.node_split("test") is not None else None
+    test = evaluate(model, data, "test", device, ranks) if data.has_split("test") else None
     peak = process_bytes("VmHWM")
     record = {
         "config": settings | {"store": str(cfg.store), "run_dir": str(run_dir)},
@@ -342,7 +385,7 @@ def _train(cfg: GnnTrainConfig, settings: dict, model, device, ranks: Ranks | No
         "plan": data.plan,
         "memory_plan": data.memory_plan,
         "resident_peak_bytes": peak,
-        "hot_seconds": data._native.hot_seconds,
+        "hot_seconds": data.hot_seconds,
         "history": history,
         "best": best,
         "test": test,
