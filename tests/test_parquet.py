@@ -99,7 +99,7 @@ BAD = [
     ({"src": [0, 1], "dst": [1, 2], "w": ["x", "y"]}, "src,dst,weight=w", ["column 'w' (weight) is string"]),
     ({"src": [0, 1, 2, 3, 4], "dst": [1, 2, 3, None, 0]}, "src,dst", [f"{NULL} column 'dst' (dst) is null"]),
     ({"src": [0, 1, 2, -3, 4], "dst": [1, 2, 3, 4, 0]}, "src,dst", [f"{NULL} src '-3' is not a non-", "'src')"]),
-    ({"src": [0, 1], "dst": [1, 2]}, "src,dst,feat", ["unknown role 'feat'"]),
+    ({"src": [0, 1], "dst": [1, 2]}, "src,dst,colour", ["unknown role 'colour'"]),
     ({"src": [0, 1], "dst": [1, 2]}, "src=a,src=b,dst", ["role 'src' appears more than once"]),
     ({"dst": [0, 1]}, "dst", ["need the roles src and dst"]),
 ]

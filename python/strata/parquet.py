@@ -189,6 +189,9 @@ def stage(path: Path, pairs: list[tuple[str, str]], csv: Path) -> Staged:
                     arrays += _fields(pa, array)
                 out.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
                 row += batch.num_rows
+    # Arrow's allocator keeps freed batches for reuse; the converter that runs next in this
+    # process needs that memory within the same limit.
+    pa.default_memory_pool().release_unused()
     return Staged(path, csv, group_rows, id_kind, rel_kind, dim)
 
 
