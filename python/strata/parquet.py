@@ -168,7 +168,8 @@ def stage(path: Path, pairs: list[tuple[str, str]], csv: Path) -> Staged:
     if not path.is_file():
         raise InputNotFoundError(f"{path}: no such file")
     id_kind, rel_kind, dim = _check_schema(pa, path, pairs)
-    source = pa.parquet.ParquetFile(path)
+    # A buffered stream of 1 MiB reads pages as needed; the default reads whole column chunks.
+    source = pa.parquet.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
     columns = list(dict.fromkeys(c for _, c in pairs))
     options = pa.csv.WriteOptions(include_header=False, quoting_style="needed")
     group_rows = [source.metadata.row_group(g).num_rows for g in range(source.num_row_groups)]
