@@ -1,6 +1,7 @@
-"""``strata convert``: from text edge lists, NumPy arrays (plain or typed), raw int32 pairs or
-Planetoid files into a store, streaming within a memory budget (the work happens in
-``strata._native``); :func:`convert_dicts` converts OGB/PyG-style typed dicts held in memory."""
+"""``strata convert``: from text edge lists, Parquet edge tables (staged as text by
+:mod:`strata.parquet`), NumPy arrays (plain or typed), raw int32 pairs or Planetoid files into a
+store, streaming within a memory budget (the work happens in ``strata._native``);
+:func:`convert_dicts` converts OGB/PyG-style typed dicts held in memory."""
 
 from __future__ import annotations
 
