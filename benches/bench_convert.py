@@ -1,8 +1,9 @@
 """Question: how fast does `strata convert` stream a large edge list within a small memory
 budget (under a 2 GiB memlimit that also caps the page cache), and how fast does it convert
-FB15k-237?
+FB15k-237? And how does a Parquet edge table compare with the same edges as TSV?
 
     python benches/bench_convert.py [--scale 25] [--formats bin32,tsv] [--limit 2G] [--memory 1536M]
+    python benches/bench_convert.py --parquet-scale 20 [--runs 3]   # Parquet vs TSV only
 
 RMAT scale 25, edge factor 16 is 536,870,912 edges (4.3 GB as int32 pairs, 9.4 GB as TSV).
 Results go to bench-results/convert.json and the `convert` section of docs/benchmarks.md.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -102,6 +104,79 @@ def fb15k_row(work: Path, runs: int) -> dict | None:
     }
 
 
+def parquet_rows(args, work: Path, limit: str | None) -> list[dict]:
+    """The same RMAT edges as TSV and as Parquet (int64 columns src, dst), converted in
+    alternation ``args.runs`` times each; medians."""
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    tsv = work / "rmat.tsv"
+    timed(strata("generate", "rmat", "--scale", args.parquet_scale, "--edge-factor", args.edge_factor,
+                 "--format", "tsv", "--out", tsv, "--overwrite", "-q"))  # fmt: skip
+    table = pyarrow.csv.open_csv(
+        tsv,
+        read_options=pyarrow.csv.ReadOptions(column_names=["src", "dst"]),
+        parse_options=pyarrow.csv.ParseOptions(delimiter="\t"),
+    )
+    pq = work / "rmat.parquet"
+    with pyarrow.parquet.ParquetWriter(pq, table.schema) as writer:
+        for batch in table:
+            writer.write_batch(batch)
+    inputs = {"TSV": (tsv, ["--ids", "int"]), "Parquet": (pq, [])}
+    times: dict[str, list[float]] = {name: [] for name in inputs}
+    peaks: dict[str, list[int]] = {name: [] for name in inputs}
+    for _ in range(args.runs):
+        for name, (path, extra) in inputs.items():
+            run = timed(
+                strata("convert", path, "--out", work / "g.strata", "--num-nodes", 1 << args.parquet_scale,
+                       "--memory", args.memory, "--overwrite", "-q", "--json-summary", *extra),
+                limit,
+            )  # fmt: skip
+            times[name].append(run["seconds"])
+            peaks[name].append(run["peak_bytes"] or 0)
+            edges = sum(json.loads(run["stdout"])["num_edges"].values())
+    return [
+        {
+            "input": f"RMAT scale {args.parquet_scale} x {args.edge_factor} ({name})",
+            "edges": edges,
+            "input_bytes": path.stat().st_size,
+            "seconds": median(times[name]),
+            "runs": times[name],
+            "peak_bytes": max(peaks[name]),
+        }
+        for name, (path, _) in inputs.items()
+    ]
+
+
+def parquet_doc(args, rows: list[dict], limit: str | None) -> str:
+    m = machine()
+    load = os.getloadavg()[0]
+    tsv, parquet = rows
+    lines = [
+        "## Conversion: Parquet vs TSV (`benches/bench_convert.py --parquet-scale`)",
+        "",
+        f"Machine: {m['nproc']} cores ({m['cpu']}), load average {load:.1f} at the end (other "
+        f"jobs were running: read the ratio, not the absolute times). Command: `python benches/bench_convert.py "
+        f"--parquet-scale {args.parquet_scale} --runs {args.runs} --memory {args.memory} --limit {args.limit}`; "
+        "each conversion runs as `memlimit "
+        f"{limit or '(unavailable)'} strata convert ... --memory {args.memory}`, TSV and Parquet in alternation, "
+        "median of the runs. Parquet is staged as CSV one record batch at a time, then read by the text converter "
+        '(docs/convert.md, "Parquet inputs").',
+        "",
+        "| input | edges | input size | wall time (median) | runs | peak memory (cgroup) | edges/s |",
+        "|---|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        runs = ", ".join(f"{t:.1f}" for t in r["runs"])
+        peak = f"{r['peak_bytes'] / 2**20:.0f} MiB" if r["peak_bytes"] else "n/a"
+        lines.append(
+            f"| {r['input']} | {r['edges']:,} | {r['input_bytes'] / 1e6:.0f} MB | {r['seconds']:.1f} s | {runs} | "
+            f"{peak} | {r['edges'] / r['seconds'] / 1e6:.2f}M |"
+        )
+    lines += ["", f"Parquet / TSV wall time: {parquet['seconds'] / tsv['seconds']:.2f}."]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=int, default=25)
@@ -111,8 +186,19 @@ def main() -> None:
     ap.add_argument("--memory", default="1536M", help="strata's --memory inside the limit")
     ap.add_argument("--fb-runs", type=int, default=5)
     ap.add_argument("--dir", type=Path, default=REPO / "bench-data")
+    ap.add_argument("--parquet-scale", type=int, help="only compare Parquet with TSV, on RMAT of this scale")
+    ap.add_argument("--runs", type=int, default=3, help="conversions of each input for --parquet-scale")
     args = ap.parse_args()
     args.dir.mkdir(exist_ok=True)
+    if args.parquet_scale:
+        limit = args.limit if memlimit_available() else None
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+            rows = parquet_rows(args, Path(tmp), limit)
+        save("convert-parquet", {"machine": machine(), "memlimit": limit, "memory": args.memory, "rows": rows})
+        doc = parquet_doc(args, rows, limit)
+        update_doc("convert-parquet", doc)
+        print(doc)
+        return
     need = (1 << args.scale) * args.edge_factor * 8 * 5
     if disk_free(args.dir) < need:
         raise SystemExit(f"need about {need / 1e9:.0f} GB free in {args.dir}")

@@ -24,7 +24,13 @@ def shared_datasets() -> Path:
 
 
 #: The extra of strata-gl that installs each optional dependency the tests use.
-EXTRAS = {"torch": "torch", "torch_geometric": "pyg", "matplotlib": "plot", "tensorboard": "tensorboard"}
+EXTRAS = {
+    "torch": "torch",
+    "torch_geometric": "pyg",
+    "matplotlib": "plot",
+    "tensorboard": "tensorboard",
+    "pyarrow": "parquet",
+}
 
 
 def needs(module: str):

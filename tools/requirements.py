@@ -1,6 +1,6 @@
 """Prints the requirements of Strata plus the named extras of pyproject.toml, one a line.
 
-``python tools/requirements.py dev+torch+pyg`` is what ``make test`` installs; the Makefile
+``python tools/requirements.py dev+torch+pyg+parquet`` is what ``make test`` installs; the Makefile
 keeps no package list of its own, so pyproject.toml is the one place that names them.
 """
 

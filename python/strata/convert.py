@@ -1,6 +1,7 @@
-"""``strata convert``: from text edge lists, NumPy arrays (plain or typed), raw int32 pairs or
-Planetoid files into a store, streaming within a memory budget (the work happens in
-``strata._native``); :func:`convert_dicts` converts OGB/PyG-style typed dicts held in memory."""
+"""``strata convert``: from text edge lists, Parquet edge tables (staged as text by
+:mod:`strata.parquet`), NumPy arrays (plain or typed), raw int32 pairs or Planetoid files into a
+store, streaming within a memory budget (the work happens in ``strata._native``);
+:func:`convert_dicts` converts OGB/PyG-style typed dicts held in memory."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _native
+from . import _native, parquet
 from .config import ConvertConfig, as_dict
 from .datasets import hetero
 from .datasets.planetoid import datasets_in, read_planetoid
-from .errors import ConfigError, InputNotFoundError
+from .errors import ConfigError, InputError, InputNotFoundError, StrataError
 from .units import fmt_bytes, fmt_count, fmt_duration
 
 ProgressFn = Callable[..., bool]
@@ -111,11 +112,15 @@ def plan_inputs(cfg: ConvertConfig) -> Plan:
                 f"{d}: found no train file (train.txt, train.tsv, ...), edges.npy, or Planetoid files"
             )
         text_fmt = "bin32" if fmt == "bin32" else "text"
+        if fmt in ("auto", "parquet") and all(parquet.is_parquet(p) for p in splits["train"]):
+            text_fmt = "parquet"
         return Plan(text_fmt, splits["train"], cfg.valid or splits["valid"], cfg.test or splits["test"])
     if any(p.is_dir() for p in inputs):
         raise ConfigError("convert: give one directory, or files, not both")
     if fmt == "auto":
-        if inputs[0].name.startswith("ind.") and not inputs[0].exists():
+        if all(parquet.is_parquet(p) for p in inputs):
+            fmt = "parquet"
+        elif inputs[0].name.startswith("ind.") and not inputs[0].exists():
             fmt = "planetoid"
         elif all(p.suffix == ".npy" for p in inputs):
             fmt = "numpy"
@@ -201,27 +206,19 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
     plan = plan_inputs(cfg)
     out = cfg.out
     graph = _graph_options(cfg, out)
-    if plan.format not in ("text", "numpy-typed") and (cfg.node_types or cfg.edge_types):
+    if plan.format not in ("text", "parquet", "numpy-typed") and (cfg.node_types or cfg.edge_types):
         raise ConfigError(
-            f"convert: --node-types and --edge-types apply to text edge lists and typed NumPy directories, "
-            f"not {plan.format} inputs"
+            "convert: --node-types and --edge-types apply to text and Parquet edge lists and typed NumPy "
+            f"directories, not {plan.format} inputs"
         )
     if plan.format != "text" and cfg.edges_of:
-        raise ConfigError(f"convert: --edges-of applies to text edge lists, not {plan.format} inputs")
+        raise ConfigError(f"convert: --edges-of applies to text and Parquet edge lists, not {plan.format} inputs")
+    edges_of = _edges_of(cfg)
+    if plan.format == "parquet" or any(parquet.is_parquet(Path(f["path"])) for f in edges_of):
+        return _convert_parquet(cfg, plan, graph, edges_of, progress)
     if plan.format == "text":
-        columns = cfg.columns or ("src,rel,dst" if cfg.relations else "src,dst")
-        text = {
-            "inputs": _inputs(plan),
-            "columns": [c.strip() for c in columns.split(",")],
-            "delimiter": cfg.delimiter,
-            "comment": cfg.comment,
-            "header": cfg.header,
-            "ids": cfg.ids,
-            "relation_ids": cfg.relation_ids,
-            "node_types": str(cfg.node_types) if cfg.node_types else None,
-            "edge_types": str(cfg.edge_types) if cfg.edge_types else None,
-            "edges_of": _edges_of(cfg),
-        }
+        columns = cfg.columns or _default_columns(cfg)
+        text = _text_options(cfg, _inputs(plan), [c.strip() for c in columns.split(",")], edges_of)
         return _native.convert_text({"graph": graph, "text": text}, progress)
     if plan.format == "bin32":
         return _native.convert_binary({"graph": graph, "inputs": _inputs(plan)}, progress)
@@ -230,6 +227,79 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
     if plan.format == "numpy-typed":
         return _native.convert_typed_numpy({"graph": graph, "typed_numpy": _typed_options(cfg, plan)}, progress)
     return _convert_planetoid(cfg, plan, graph, progress)
+
+
+def _default_columns(cfg: ConvertConfig) -> str:
+    return "src,rel,dst" if cfg.relations else "src,dst"
+
+
+def _text_options(cfg: ConvertConfig, inputs: list[dict], columns: list[str], edges_of: list[dict]) -> dict:
+    """The text converter's options: ``inputs`` as :func:`_inputs` gives them, ``columns`` the
+    role of each field."""
+    return {
+        "inputs": inputs,
+        "columns": columns,
+        "delimiter": cfg.delimiter,
+        "comment": cfg.comment,
+        "header": cfg.header,
+        "ids": cfg.ids,
+        "relation_ids": cfg.relation_ids,
+        "node_types": str(cfg.node_types) if cfg.node_types else None,
+        "edge_types": str(cfg.edge_types) if cfg.edge_types else None,
+        "edges_of": edges_of,
+    }
+
+
+def _convert_parquet(
+    cfg: ConvertConfig, plan: Plan, graph: dict, edges_of: list[dict], progress: ProgressFn | None
+) -> dict:
+    """Stages each Parquet file as CSV beside the store (:mod:`strata.parquet`), one record
+    batch at a time, and converts the CSV files with the text converter."""
+    files = [Path(f["path"]) for f in edges_of] + [Path(i["path"]) for i in _inputs(plan)]
+    text_files = [str(p) for p in files if not parquet.is_parquet(p)]
+    if text_files:
+        raise ConfigError(f"convert: give Parquet files only, or text files only; {text_files[0]} is not Parquet")
+    if cfg.header or cfg.delimiter != "auto" or cfg.comment != "#":
+        raise ConfigError("convert: --header, --delimiter and --comment apply to text inputs, not Parquet")
+    pairs = parquet.parse_columns(cfg.columns or _default_columns(cfg))
+    parent = Path(cfg.out).absolute().parent
+    if not parent.is_dir():
+        raise InputNotFoundError(f"{parent}: the output's parent directory does not exist")
+    staging = Path(tempfile.mkdtemp(prefix=f".{Path(cfg.out).name}-parquet-", dir=parent))
+    staged: list[parquet.Staged] = []
+    try:
+        for i, path in enumerate(files):
+            staged.append(parquet.stage(path, pairs, staging / f"{i}.csv"))
+        id_kinds = {s.id_kind for s in staged}
+        rel_kinds = {s.rel_kind for s in staged}
+        if len(id_kinds) > 1 or len(rel_kinds) > 1:
+            raise InputError(
+                "convert: the Parquet files disagree on the id columns' types (integers in some, strings in others)"
+            )
+        dims = {s.feature_dim for s in staged}
+        if len(dims) > 1:
+            raise InputError(
+                f"convert: the Parquet files' feat columns hold different numbers of features ({sorted(dims)})"
+            )
+        by_path = dict(zip(files, staged, strict=True))
+        typed = [{**f, "path": str(by_path[Path(f["path"])].csv)} for f in edges_of]
+        inputs = [{**i, "path": str(by_path[Path(i["path"])].csv)} for i in _inputs(plan)]
+        text = _text_options(cfg, inputs, parquet.text_columns(pairs, dims.pop()), typed)
+        text.update(delimiter="comma", comment="", header=False)
+        if cfg.ids == "auto":
+            text["ids"] = id_kinds.pop()
+        rel_kind = rel_kinds.pop()
+        if cfg.relation_ids == "auto" and rel_kind is not None:
+            text["relation_ids"] = rel_kind
+        try:
+            summary = _native.convert_text({"graph": graph, "text": text}, progress)
+        except StrataError as e:
+            raise type(e)(parquet.rename_error(str(e), staged, pairs)) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    summary["converter"] = "parquet"
+    summary["input_bytes"] = sum(p.stat().st_size for p in files)
+    return summary
 
 
 def _typed_options(cfg: ConvertConfig, plan: Plan) -> dict:

@@ -121,6 +121,11 @@ class Store:
         """int64 time of each edge of a split, parallel to ``edges(split)``."""
         return self.array(f"edge_times_{split}") if self.has(f"edge_times_{split}") else None
 
+    def edge_features(self) -> np.ndarray | None:
+        """(E_train, d) features of the train edges, parallel to ``edges("train")`` (the format
+        stores no features of valid and test edges); ``csr_eid``/``csc_eid`` index it."""
+        return self.array("edge_features_train") if self.has("edge_features_train") else None
+
     def topology_columns(self, direction: str) -> dict[str, np.ndarray]:
         """The per-edge columns parallel to ``csr_indices`` (``direction="csr"``) or
         ``csc_indices`` (``"csc"``) of a format-2 store: ``eid`` (row in ``edges_train``),

@@ -330,7 +330,10 @@ pub(crate) fn finish(
     let edge_attributes = attrs.any().then_some(EdgeAttributes {
         weights: attrs.weights,
         times: attrs.times,
-        features: None,
+        features: (attrs.features > 0).then_some(FeatureInfo {
+            dim: attrs.features as u64,
+            dtype: DType::F32,
+        }),
     });
     let random = graph.split.map(|f| (f, graph.seed));
     let num_edges = finalize_edges(

@@ -310,6 +310,7 @@ fn check_inputs(opts: &TypedNumpyOptions, types: &Types) -> Result<Attrs> {
     let attrs = Attrs {
         weights: opts.edges.iter().any(|e| e.weights.is_some()),
         times: opts.edges.iter().any(|e| e.times.is_some()),
+        features: 0,
     };
     for e in &opts.edges {
         for (on, given, what) in [

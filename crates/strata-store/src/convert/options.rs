@@ -82,7 +82,8 @@ impl JsonSchema for Fractions {
     }
 }
 
-/// The input format, or `auto` to decide from the file names and contents.
+/// The input format, or `auto` to decide from the file names and contents; `parquet` is
+/// Apache Parquet edge tables, read through pyarrow (the `parquet` extra).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum InputFormat {
@@ -92,6 +93,7 @@ pub enum InputFormat {
     Numpy,
     Bin32,
     Planetoid,
+    Parquet,
 }
 
 /// The stored feature dtype, or `auto` (float16 stays, everything else becomes float32).
@@ -126,7 +128,9 @@ pub struct ConvertOptions {
     /// text lines are (src, relation, dst) triples; same as columns = src,rel,dst
     pub relations: bool,
     /// meaning of each text field, comma-separated: src, dst, rel, weight (float32), time
-    /// (int64), or _ to ignore (default src,dst; src,rel,dst with --relations)
+    /// (int64), feat:D (D float32 edge features), or _ to ignore (default src,dst; src,rel,dst
+    /// with --relations); for Parquet inputs ROLE or ROLE=COLUMN names the column each role
+    /// reads (default: the role's name), feat=COLUMN repeated for features
     pub columns: String,
     /// typed graph: file of node types in id order, one `NAME<TAB>COUNT` line each (edges hold
     /// integer global ids, each type owning the next COUNT) or one `NAME` line each (edges hold

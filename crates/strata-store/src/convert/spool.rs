@@ -12,8 +12,8 @@ use crate::rng::Rng;
 use crate::store::StoreBuilder;
 use strata_io::progress::{Meter, Progress};
 
-/// Edges in columns; `rel` is empty when the input has no relation column, `weight` and
-/// `time` when it has no such attribute. An id of `-1` marks an endpoint not resolved yet
+/// Edges in columns; `rel` is empty when the input has no relation column, `weight`, `time`
+/// and `feat` when it has no such attribute (`feat` holds `Attrs::features` values an edge). An id of `-1` marks an endpoint not resolved yet
 /// (string ids looked up in several passes).
 #[derive(Default, Debug, Clone, PartialEq)]
 pub(crate) struct EdgeBatch {
@@ -22,6 +22,7 @@ pub(crate) struct EdgeBatch {
     pub dst: Vec<i64>,
     pub weight: Vec<f32>,
     pub time: Vec<i64>,
+    pub feat: Vec<f32>,
 }
 
 impl EdgeBatch {
@@ -35,6 +36,7 @@ impl EdgeBatch {
             dst: Vec::with_capacity(rows),
             weight: Vec::with_capacity(some(attrs.weights)),
             time: Vec::with_capacity(some(attrs.times)),
+            feat: Vec::with_capacity(rows * attrs.features),
         }
     }
 
@@ -48,25 +50,29 @@ impl EdgeBatch {
         self.dst.clear();
         self.weight.clear();
         self.time.clear();
+        self.feat.clear();
     }
 }
 
 /// Which per-edge attributes the spool rows carry after their id columns: the weight's f32
-/// bits, then the time.
+/// bits, then the time, then `features` f32 feature values (as bits).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Attrs {
     pub weights: bool,
     pub times: bool,
+    /// Edge feature dimension (0: none); only the train split's are stored
+    /// (`edge_features_train`, as the format defines).
+    pub features: usize,
 }
 
 impl Attrs {
     pub fn any(self) -> bool {
-        self.weights || self.times
+        self.weights || self.times || self.features > 0
     }
 
     /// Attribute columns after the ids.
     pub fn width(self) -> usize {
-        self.weights as usize + self.times as usize
+        self.weights as usize + self.times as usize + self.features
     }
 }
 
@@ -186,6 +192,10 @@ impl Spool {
             }
             if self.attrs.times {
                 self.rows.push(batch.time[i]);
+            }
+            let d = self.attrs.features;
+            for v in &batch.feat[i * d..(i + 1) * d] {
+                self.rows.push(v.to_bits() as i64);
             }
         }
         let width = self.cols + self.attrs.width();
@@ -323,15 +333,17 @@ impl Splitter {
 }
 
 /// The arrays of one split being written: `edges_SPLIT` and, with attributes,
-/// `edge_weights_SPLIT` and `edge_times_SPLIT`.
+/// `edge_weights_SPLIT`, `edge_times_SPLIT` and (train only) `edge_features_train`.
 struct SplitWriters {
     split: &'static str,
     edges: NpyWriter,
     weights: Option<NpyWriter>,
     times: Option<NpyWriter>,
+    features: Option<NpyWriter>,
     ids: Vec<i64>,
     weight_vals: Vec<f32>,
     time_vals: Vec<i64>,
+    feature_vals: Vec<f32>,
 }
 
 impl SplitWriters {
@@ -356,9 +368,20 @@ impl SplitWriters {
             )?,
             weights: attr(spooled.attrs.weights, "weights", DType::F32)?,
             times: attr(spooled.attrs.times, "times", DType::I64)?,
+            features: (spooled.attrs.features > 0 && split == "train")
+                .then(|| {
+                    builder.writer(
+                        "edge_features_train",
+                        DType::F32,
+                        &[spooled.attrs.features as u64],
+                        io_chunk,
+                    )
+                })
+                .transpose()?,
             ids: Vec::new(),
             weight_vals: Vec::new(),
             time_vals: Vec::new(),
+            feature_vals: Vec::new(),
         })
     }
 
@@ -370,6 +393,7 @@ impl SplitWriters {
         self.ids.clear();
         self.weight_vals.clear();
         self.time_vals.clear();
+        self.feature_vals.clear();
         for row in rows.chunks_exact(cols + attrs.width()) {
             self.ids.extend_from_slice(&row[..cols]);
             let mut at = cols;
@@ -379,6 +403,12 @@ impl SplitWriters {
             }
             if attrs.times {
                 self.time_vals.push(row[at]);
+                at += 1;
+            }
+            if self.features.is_some() {
+                let bits = &row[at..at + attrs.features];
+                self.feature_vals
+                    .extend(bits.iter().map(|&b| f32::from_bits(b as u32)));
             }
         }
         self.edges.write_ints(&self.ids)?;
@@ -387,6 +417,9 @@ impl SplitWriters {
         }
         if let Some(w) = self.times.as_mut() {
             w.write(&self.time_vals)?;
+        }
+        if let Some(w) = self.features.as_mut() {
+            w.write(&self.feature_vals)?;
         }
         Ok(())
     }
@@ -401,12 +434,15 @@ impl SplitWriters {
                 builder.add(&format!("edge_{what}_{}", self.split), w.finish()?);
             }
         }
+        if let Some(w) = self.features {
+            builder.add("edge_features_train", w.finish()?);
+        }
         Ok(rows)
     }
 }
 
 /// Turns spooled edges into the store's `edges_{split}` arrays in `final_dtype` (and the
-/// attribute arrays `edge_weights_{split}`, `edge_times_{split}`), splitting them at random
+/// attribute arrays `edge_weights_{split}`, `edge_times_{split}`, `edge_features_train`), splitting them at random
 /// when `random_split` is given. Returns the edge count per split.
 pub(crate) fn finalize_edges(
     builder: &mut StoreBuilder,

@@ -107,6 +107,10 @@ struct Columns {
     rel: Option<usize>,
     weight: Option<usize>,
     time: Option<usize>,
+    /// Edge features: the first of a run of fields, and the run's length (`feat:D`).
+    feat: Option<(usize, usize)>,
+    /// Fields a line holds.
+    fields: usize,
 }
 
 impl Columns {
@@ -115,39 +119,55 @@ impl Columns {
         Attrs {
             weights: self.weight.is_some(),
             times: self.time.is_some(),
+            features: self.feat.map_or(0, |(_, d)| d),
         }
     }
 
+    /// Reads `columns` items: `src`, `dst`, `rel`, `weight`, `time`, `_` (one field each) and
+    /// `feat:D` (a run of `D` float32 edge features).
     fn parse(cols: &[String]) -> Result<Columns> {
-        let find = |role: &str| cols.iter().position(|c| c == role);
+        let bad = |msg: String| Err(StoreError::option("columns", msg));
+        let mut at = std::collections::HashMap::new();
+        let mut fields = 0;
+        let mut feat = None;
         for c in cols {
+            if let Some(d) = c.strip_prefix("feat:") {
+                let dim = match d.parse::<usize>() {
+                    Ok(n) if n > 0 => n,
+                    _ => {
+                        return bad(format!(
+                            "'{c}': feat:D needs a feature count D of at least 1"
+                        ))
+                    }
+                };
+                if feat.is_some() {
+                    return bad(format!("'feat:' appears more than once in {cols:?}"));
+                }
+                feat = Some((fields, dim));
+                fields += dim;
+                continue;
+            }
             if !matches!(c.as_str(), "src" | "dst" | "rel" | "weight" | "time" | "_") {
-                return Err(StoreError::option(
-                    "columns",
-                    format!("unknown column '{c}' (expected src, dst, rel, weight, time or _)"),
+                return bad(format!(
+                    "unknown column '{c}' (expected src, dst, rel, weight, time, feat:D or _)"
                 ));
             }
-        }
-        for role in ["src", "dst", "rel", "weight", "time"] {
-            if cols.iter().filter(|c| *c == role).count() > 1 {
-                return Err(StoreError::option(
-                    "columns",
-                    format!("'{role}' appears more than once in {cols:?}"),
-                ));
+            if c != "_" && at.insert(c.as_str(), fields).is_some() {
+                return bad(format!("'{c}' appears more than once in {cols:?}"));
             }
+            fields += 1;
         }
-        match (find("src"), find("dst")) {
-            (Some(src), Some(dst)) => Ok(Columns {
+        match (at.get("src"), at.get("dst")) {
+            (Some(&src), Some(&dst)) => Ok(Columns {
                 src,
                 dst,
-                rel: find("rel"),
-                weight: find("weight"),
-                time: find("time"),
+                rel: at.get("rel").copied(),
+                weight: at.get("weight").copied(),
+                time: at.get("time").copied(),
+                feat,
+                fields,
             }),
-            _ => Err(StoreError::option(
-                "columns",
-                format!("{cols:?} must name both a src and a dst column"),
-            )),
+            _ => bad(format!("{cols:?} must name both a src and a dst column")),
         }
     }
 }
@@ -198,8 +218,8 @@ fn detect_kinds(
 }
 
 /// Peak bytes of one parse block of `block` bytes whose records average `record_bytes`:
-/// the block, plus its parsed edges (three `i64` ids per record, and the f32 weight and i64
-/// time of `attrs`) or, in the name pass, its names (`names_per_record` per record, at most
+/// the block, plus its parsed edges (three `i64` ids per record, and the f32 weight, i64
+/// time and f32 features of `attrs`) or, in the name pass, its names (`names_per_record` per record, at most
 /// the block's bytes plus `key_bytes` per name) in a table sized for them.
 fn block_cost(
     block: u64,
@@ -209,7 +229,8 @@ fn block_cost(
     attrs: Attrs,
 ) -> u64 {
     let records = block.div_ceil(record_bytes);
-    let ids = (24 + 4 * attrs.weights as u64 + 8 * attrs.times as u64) * records;
+    let ids = (24 + 4 * attrs.weights as u64 + 8 * attrs.times as u64 + 4 * attrs.features as u64)
+        * records;
     let names = match names_per_record {
         0 => 0,
         k => block + key_bytes * k * records + table_bytes(k * records),
@@ -239,7 +260,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         delimiter: opts.delimiter,
         comment: opts.comment.as_bytes().to_vec(),
         header: opts.header,
-        num_fields: opts.columns.len(),
+        num_fields: cols.fields,
     };
     let (types, file_etypes) = read_types(opts, graph, cols)?;
     let (node, rel, record_bytes) = detect_kinds(opts, &layout, cols)?;
@@ -1183,10 +1204,11 @@ fn int_id(
     }
 }
 
-/// Parses a weight field: a finite number that float32 holds (it is stored as float32).
-fn parse_weight(field: &[u8], file: &PathBuf, line: u64) -> Result<f32> {
+/// Parses a `what` field (a weight or an edge feature): a finite number that float32 holds
+/// (it is stored as float32).
+fn parse_f32(field: &[u8], what: &str, file: &PathBuf, line: u64) -> Result<f32> {
     let text = String::from_utf8_lossy(field);
-    let bad = |why: &str| StoreError::input(file, line, format!("weight '{text}' {why}"));
+    let bad = |why: &str| StoreError::input(file, line, format!("{what} '{text}' {why}"));
     let v: f64 = text.trim().parse().map_err(|_| bad("is not a number"))?;
     let w = v as f32;
     if !w.is_finite() {
@@ -1259,10 +1281,15 @@ fn encode_pass(
                     batch.rel.push(lookup.rel(f[r], path, line)?);
                 }
                 if let Some(w) = cols.weight {
-                    batch.weight.push(parse_weight(f[w], path, line)?);
+                    batch.weight.push(parse_f32(f[w], "weight", path, line)?);
                 }
                 if let Some(t) = cols.time {
                     batch.time.push(parse_time(f[t], path, line)?);
+                }
+                if let Some((first, dim)) = cols.feat {
+                    for field in &f[first..first + dim] {
+                        batch.feat.push(parse_f32(field, "feature", path, line)?);
+                    }
                 }
                 Ok(())
             })?;
