@@ -11,14 +11,16 @@ Orders (each a pure function of the topology; ties go to the lower old id):
 - ``rcm``: reverse Cuthill-McKee: breadth-first from a lowest-degree node of each component,
   each node's new neighbours in increasing degree, the whole order reversed; it minimises the
   bandwidth (largest ``|new(u) - new(v)|`` over edges) heuristically.
+- ``glist``: GLIST's Alg. 2 vertex re-ordering, the serve engine's (``strata_serve::reorder``,
+  its default parameters): chained centres, each followed by its in-neighbours, over the CSC.
 
-Memory: the order is computed from the undirected adjacency: a symmetrized store's CSR is read
-through memory maps (page cache, which the kernel reclaims under pressure); otherwise CSR and CSC
-are merged in memory (``8 N + T_csr + T_csc`` ids). The orders' own arrays are ``O(N)``, about
-``41 N`` bytes (degree, roots, order, inverse, visited flags), plus breadth-first steps of at
-most ``EXPAND`` adjacency entries (~40 MB). The permuted arrays are then written in chunks of
-``CHUNK_ROWS`` rows (or topology segments of as many nodes), so writing is bounded whatever the
-feature matrix's size.
+Memory: the order is computed from the undirected adjacency, read into memory: the CSR of a
+symmetrized store, else CSR and CSC merged (``8 N`` bytes plus one id per CSR and CSC entry).
+The order's own arrays are about ``41 N`` bytes (degree, roots, order, inverse, visited flags),
+plus breadth-first steps of at most ``EXPAND`` adjacency entries (~40 MB). Writing then holds one
+``indices`` array in memory while its segments are permuted, and streams everything else in
+chunks of ``CHUNK_ROWS`` rows: features and labels are gathered through the I/O engine (O_DIRECT)
+and every output is written sequentially, so the feature matrix's size does not matter.
 
 The new store keeps the input's ids visible: ``original_id`` (int, ``(N,)``) is the input id of
 each new node, and ``Store.node_name`` reports it."""
@@ -33,10 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _native
 from .errors import ConfigError, StoreExistsError, StoreFormatError
+from .io import read_rows
 from .store import Store
 
-ORDERS = ("degree", "bfs", "rcm")
+ORDERS = ("degree", "bfs", "rcm", "glist")
 
 #: Rows (or nodes' topology segments) permuted per chunk.
 CHUNK_ROWS = 1 << 16
@@ -49,12 +53,12 @@ DATA_OFFSET = 4096
 
 
 def undirected(store: Store) -> tuple[np.ndarray, np.ndarray]:
-    """The undirected adjacency as ``(indptr (N+1,) int64, indices (T',) id dtype)``: the CSR's
-    memory maps when the store is symmetrized, else, built in memory, each node's out-neighbours
-    followed by its in-neighbours."""
+    """The undirected adjacency, in memory, as ``(indptr (N+1,) int64, indices (T',) id dtype)``:
+    the CSR when the store is symmetrized, else each node's out-neighbours followed by its
+    in-neighbours."""
     indptr, indices = store.csr()
     if store.graph["symmetrized"]:
-        return indptr, indices
+        return np.asarray(indptr), np.array(indices)
     cindptr, cindices = store.csc()
     out_deg, in_deg = np.diff(indptr), np.diff(cindptr)
     both = np.concatenate(([0], np.cumsum(out_deg + in_deg)))
@@ -83,7 +87,7 @@ def compute_order(indptr: np.ndarray, indices: np.ndarray, order: str) -> np.nda
     if order == "rcm":
         cm = _traverse(indptr, indices, degree, roots=np.argsort(degree, kind="stable"), by_degree=True)
         return cm[::-1].copy()
-    raise ConfigError(f"reorder: --order must be one of {', '.join(ORDERS)}, got {order!r}")
+    raise ConfigError(f"reorder: compute_order computes degree, bfs and rcm, not {order!r}")
 
 
 def _traverse(indptr, indices, degree, roots: np.ndarray, by_degree: bool) -> np.ndarray:
@@ -154,42 +158,52 @@ def _header(dtype: np.dtype, shape: tuple) -> bytes:
     return b"\x93NUMPY\x01\x00" + (DATA_OFFSET - 10).to_bytes(2, "little") + body.encode("latin1")
 
 
+class _Array:
+    """One output array, written front to back in blocks (plain sequential writes: no dirty
+    memory-mapped pages to thrash under a memory limit)."""
+
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple):
+        self.file = open(path, "wb")
+        self.file.write(_header(dtype, shape))
+        self.dtype = dtype
+
+    def write(self, block: np.ndarray) -> None:
+        self.file.write(np.ascontiguousarray(block, dtype=self.dtype).tobytes())
+
+
 class _Writer:
     """Arrays written into the partial output directory, in the store's layout."""
 
     def __init__(self, directory: Path):
         self.directory = directory
         self.arrays: dict[str, dict] = {}
+        self.open: list[_Array] = []
 
-    def create(self, name: str, dtype, shape: tuple, file: str | None = None) -> np.memmap:
+    def create(self, name: str, dtype, shape: tuple, file: str | None = None) -> _Array:
         dtype = np.dtype(dtype)
         file = file or f"{name}.npy"
-        path = self.directory / file
-        with open(path, "wb") as f:
-            f.write(_header(dtype, shape))
-            f.truncate(DATA_OFFSET + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
         self.arrays[name] = {"file": file, "dtype": dtype.name, "shape": list(shape)}
-        if int(np.prod(shape)) == 0:
-            return np.empty(shape, dtype=dtype)
-        return np.memmap(path, dtype=dtype, mode="r+", offset=DATA_OFFSET, shape=shape)
+        out = _Array(self.directory / file, dtype, shape)
+        self.open.append(out)
+        return out
 
     def alias(self, name: str, of: str) -> None:
         self.arrays[name] = dict(self.arrays[of])
 
-
-def _gather(src: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """``src[idx]``, read in increasing row order (sequential on a memmap) and put back."""
-    ranks = np.argsort(np.argsort(idx, kind="stable"), kind="stable")
-    return np.asarray(src[np.sort(idx)])[ranks]
+    def close(self) -> None:
+        for out in self.open:
+            out.file.close()
 
 
-def _permute_rows(src: np.ndarray, dst: np.ndarray, order: np.ndarray) -> None:
-    """``dst[new] = src[order[new]]``, in chunks of rows."""
+def _permute_rows(store: Store, name: str, dst: _Array, order: np.ndarray) -> None:
+    """``dst[new] = src[order[new]]`` for store array ``name``, in chunks of rows read through
+    the I/O engine (O_DIRECT, so the page cache is neither used nor thrashed)."""
+    path = store.path / store.manifest["arrays"][name]["file"]
     for a in range(0, order.size, CHUNK_ROWS):
-        dst[a : a + CHUNK_ROWS] = _gather(src, order[a : a + CHUNK_ROWS])
+        dst.write(read_rows(path, order[a : a + CHUNK_ROWS]))
 
 
-def _map_ids(src: np.ndarray, dst: np.ndarray, new_id: np.ndarray, columns: list[int] | None) -> None:
+def _map_ids(src: np.ndarray, dst: _Array, new_id: np.ndarray, columns: list[int] | None) -> None:
     """``dst = new_id[src]`` (only ``columns`` of a 2-D array; the others copied), in chunks."""
     for a in range(0, src.shape[0], CHUNK_ROWS):
         block = np.array(src[a : a + CHUNK_ROWS])
@@ -198,19 +212,19 @@ def _map_ids(src: np.ndarray, dst: np.ndarray, new_id: np.ndarray, columns: list
         else:
             for c in columns:
                 block[:, c] = new_id[block[:, c]]
-        dst[a : a + CHUNK_ROWS] = block
+        dst.write(block)
 
 
-def _permute_topology(indptr, indices, out_indptr, out_indices, order, new_id) -> None:
+def _permute_topology(indptr, indices, out_indptr: _Array, out_indices: _Array, order, new_id) -> None:
     """Node ``new``'s segment is old node ``order[new]``'s, its ids mapped by ``new_id``, in the
-    same (edge-list) order within the segment."""
+    same (edge-list) order within the segment. ``indices`` is read into memory (one id per
+    entry): the segments of consecutive new nodes lie anywhere in it."""
+    indptr, indices = np.asarray(indptr), np.array(indices)
     lengths = np.diff(indptr)[order]
-    out_indptr[0] = 0
-    out_indptr[1:] = np.cumsum(lengths)
+    out_indptr.write(np.concatenate(([0], np.cumsum(lengths))))
     for a in range(0, order.size, CHUNK_ROWS):
-        pos = _positions(np.asarray(indptr)[order[a : a + CHUNK_ROWS]], lengths[a : a + CHUNK_ROWS])
-        lo = int(out_indptr[a])
-        out_indices[lo : lo + pos.size] = new_id[_gather(indices, pos)]
+        pos = _positions(indptr[order[a : a + CHUNK_ROWS]], lengths[a : a + CHUNK_ROWS])
+        out_indices.write(new_id[indices[pos]])
 
 
 def reorder_store(src: str | Path, out: str | Path, order: str, overwrite: bool = False) -> dict:
@@ -227,7 +241,10 @@ def reorder_store(src: str | Path, out: str | Path, order: str, overwrite: bool 
     store = _open_input(src)
     t0 = time.perf_counter()
     indptr, indices = undirected(store)
-    perm = compute_order(indptr, indices, order)
+    if order == "glist":
+        perm = np.frombuffer(_native.glist_order(str(src)), dtype="<u4").astype(np.int64)
+    else:
+        perm = compute_order(indptr, indices, order)
     n = perm.size
     new_id = np.empty(n, dtype=np.int64)
     new_id[perm] = np.arange(n, dtype=np.int64)
@@ -242,7 +259,10 @@ def reorder_store(src: str | Path, out: str | Path, order: str, overwrite: bool 
     partial.mkdir(parents=True)
     try:
         writer = _Writer(partial)
-        _write_arrays(store, writer, perm, new_id)
+        try:
+            _write_arrays(store, writer, perm, new_id)
+        finally:
+            writer.close()
         manifest = dict(store.manifest)
         manifest["arrays"] = dict(sorted(writer.arrays.items()))
         seconds = time.perf_counter() - t0
@@ -297,7 +317,7 @@ def _write_arrays(store: Store, writer: _Writer, perm: np.ndarray, new_id: np.nd
         elif name.startswith("node_") and name[5:] in ("train", "valid", "test"):
             _map_ids(a, out, new_id, None)
         elif name in ("out_degree", "in_degree", "features", "labels"):
-            _permute_rows(a, out, perm)
+            _permute_rows(store, name, out, perm)
         elif name.endswith(("_indptr", "_indices")):
             base = name.rsplit("_", 1)[0]
             ip_name, ix_name = f"{base}_indptr", f"{base}_indices"
@@ -313,7 +333,7 @@ def _write_arrays(store: Store, writer: _Writer, perm: np.ndarray, new_id: np.nd
             raise StoreFormatError(f"reorder: {store.path} has an array this reorder cannot permute: {name!r}")
         written[file] = name
     id_dtype = np.dtype(store.graph["id_dtype"])
-    writer.create("original_id", id_dtype, (perm.size,))[:] = perm.astype(id_dtype)
+    writer.create("original_id", id_dtype, (perm.size,)).write(perm)
 
 
 def _publish(partial: Path, out: Path, manifest: dict) -> None:
