@@ -420,6 +420,7 @@ def main() -> None:
     ap.add_argument(
         "--g2-orders", default="none,degree,bfs,rcm", help="G2R: node orders measured (none: the generated ids)"
     )
+    ap.add_argument("--g2-repeats", type=int, default=3, help="G2R: loader runs per store (the median is reported)")
     ap.add_argument("--g2-timeout", type=int, default=600, help="seconds before a loader process is killed")
     ap.add_argument("--g4-seeds", type=int, default=102_400, help="G4: train seeds in the measured epoch")
     ap.add_argument("--g4-hidden", type=int, default=128, help="G4: GraphSAGE hidden units")
