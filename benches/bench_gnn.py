@@ -398,7 +398,9 @@ def g2_markdown(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="g1,g2,g3,g4,g5", help="comma-separated subset of g1,g2,g3,g4,g5")
+    ap.add_argument(
+        "--only", default="g1,g2,g3,g4,g5", help="comma-separated subset of g1,g2,g3,g4,g5 and g2r (G2 reordered)"
+    )
     ap.add_argument("--seeds", type=int, default=5, help="G1: training seeds")
     ap.add_argument("--epochs", type=int, default=20, help="G1: epochs per run")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "gnn")
@@ -415,6 +417,10 @@ def main() -> None:
         "--g2-window", type=int, default=2, help="Strata's look-ahead window (each pinned batch holds its rows)"
     )
     ap.add_argument("--g2-seed", type=int, default=0)
+    ap.add_argument(
+        "--g2-orders", default="none,degree,bfs,rcm", help="G2R: node orders measured (none: the generated ids)"
+    )
+    ap.add_argument("--g2-repeats", type=int, default=3, help="G2R: loader runs per store (the median is reported)")
     ap.add_argument("--g2-timeout", type=int, default=600, help="seconds before a loader process is killed")
     ap.add_argument("--g4-seeds", type=int, default=102_400, help="G4: train seeds in the measured epoch")
     ap.add_argument("--g4-hidden", type=int, default=128, help="G4: GraphSAGE hidden units")
@@ -428,6 +434,10 @@ def main() -> None:
         g1(args)
     if "g2" in only:
         g2(args)
+    if "g2r" in only:
+        import gnn_reorder
+
+        gnn_reorder.g2r(args, g2_store(args), drive)
     if only & {"g3", "g4"}:
         import gnn_ablations
 

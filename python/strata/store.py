@@ -211,9 +211,19 @@ class Store:
             raise ValueError(f"{name!r} names nodes of several node types ({', '.join(found)}): give node_type")
         return next(iter(found.values()), None)
 
+    @property
+    def original_id(self) -> np.ndarray | None:
+        """Input id of each node of a reordered store (``strata reorder``), ``(N,)``; None when
+        the store keeps its input's ids."""
+        return self.array("original_id") if self.has("original_id") else None
+
     def node_name(self, node: int) -> str:
-        """Original name of node ``node`` (its id as text for integer-id stores)."""
-        return self._node_names.name(node) if self._node_names is not None else str(node)
+        """Original name of node ``node``: its name, or its input id as text for integer-id
+        stores (the id before ``strata reorder``, if the store was reordered)."""
+        if self._node_names is not None:
+            return self._node_names.name(node)
+        original = self.original_id
+        return str(int(original[node]) if original is not None else node)
 
     @cached_property
     def relation_names(self) -> list[str]:

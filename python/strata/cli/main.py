@@ -26,12 +26,14 @@ from . import (
     cmd_grid,
     cmd_info,
     cmd_plot,
+    cmd_reorder,
     cmd_run,
     cmd_serve,
 )
 
 COMMANDS = (
     cmd_convert,
+    cmd_reorder,
     cmd_generate,
     cmd_datasets,
     cmd_info,
