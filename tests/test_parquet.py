@@ -139,3 +139,19 @@ def test_without_pyarrow_the_message_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"install the parquet extra: pip install 'strata-gl\[parquet\]'"):
         convert(ConvertConfig(inputs=[tmp_path / "e.parquet"], out=tmp_path / "out.strata"))
     assert not (tmp_path / "out.strata").exists()
+
+
+def test_a_killed_conversions_staging_is_removed_by_the_next(tmp_path, strata_cli):
+    import os
+    import subprocess
+
+    write(tmp_path / "e.parquet", {"src": np.array([0, 1, 2]), "dst": np.array([1, 2, 0])})
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".g.strata-parquet-{gone.stdout.strip()}"
+    stale.mkdir()
+    (stale / "0.csv").write_text("0,1\n")
+    alive = tmp_path / f".g.strata-parquet-{os.getpid()}"
+    alive.mkdir()
+    strata_cli("convert", tmp_path / "e.parquet", "--out", tmp_path / "g.strata", "-q")
+    assert not stale.exists() and alive.is_dir(), "only the staging of a process that is gone goes"
+    assert Store(tmp_path / "g.strata").num_nodes == 3

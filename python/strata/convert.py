@@ -6,7 +6,6 @@ store, streaming within a memory budget (the work happens in ``strata._native``)
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,6 +17,7 @@ from .config import ConvertConfig, as_dict
 from .datasets import hetero
 from .datasets.planetoid import datasets_in, read_planetoid
 from .errors import ConfigError, InputError, InputNotFoundError, StrataError
+from .paths import staging_dir
 from .units import fmt_bytes, fmt_count, fmt_duration
 
 ProgressFn = Callable[..., bool]
@@ -265,7 +265,7 @@ def _convert_parquet(
     parent = Path(cfg.out).absolute().parent
     if not parent.is_dir():
         raise InputNotFoundError(f"{parent}: the output's parent directory does not exist")
-    staging = Path(tempfile.mkdtemp(prefix=f".{Path(cfg.out).name}-parquet-", dir=parent))
+    staging = staging_dir(parent, Path(cfg.out).name, "parquet")
     staged: list[parquet.Staged] = []
     try:
         for i, path in enumerate(files):
@@ -351,7 +351,7 @@ def convert_dicts(
     parent = out.absolute().parent
     if not parent.is_dir():
         raise InputNotFoundError(f"{parent}: the output's parent directory does not exist")
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-arrays-", dir=parent))
+    staging = staging_dir(parent, out.name, "arrays")
     try:
         hetero.stage_dicts(
             staging,
@@ -376,7 +376,7 @@ def _convert_planetoid(cfg: ConvertConfig, plan: Plan, graph: dict, progress: Pr
     parent = Path(cfg.out).absolute().parent
     if not parent.is_dir():
         raise InputNotFoundError(f"{parent}: the output's parent directory does not exist")
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-arrays-", dir=parent))
+    staging = staging_dir(parent, Path(cfg.out).name, "arrays")
     try:
         arrays = {
             "edges": data.edge_index,

@@ -5,8 +5,9 @@ row group) and each batch is written as CSV lines to a staging file beside the s
 the text converter then reads like any edge list: memory stays at one batch, whatever the
 file's size, and every text-converter feature (string ids, typed graphs, weights, times, edge
 features, ``--split``) applies unchanged. The staging file costs disk (about the size of the edges as
-text) and is removed when the conversion ends. Errors name the Parquet file, the row group,
-the row inside it and the column.
+text) and is removed when the conversion ends; a killed conversion's staging directory
+(``.NAME-parquet-PID``) is removed by the next conversion beside it once that process is gone.
+Errors name the Parquet file, the row group, the row inside it and the column.
 """
 
 from __future__ import annotations

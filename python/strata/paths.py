@@ -1,7 +1,10 @@
-"""Creating output directories with a true message when a path component is a file."""
+"""Creating output directories with a true message when a path component is a file, and
+staging directories that a killed process's successor cleans up."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from .errors import ConfigError
@@ -34,3 +37,28 @@ def existing_dir(path: str | Path, what: str) -> Path:
     if blocker is not None:
         raise ConfigError(f"{what} {path}: {blocker} is a file, not a directory")
     raise ConfigError(f"{what} {path}: no such directory")
+
+
+def staging_dir(parent: Path, store_name: str, kind: str) -> Path:
+    """Creates ``parent/.STORE_NAME-KIND-PID`` for a conversion's staging files (``kind``:
+    ``parquet``, ``arrays``), first removing those that conversions no longer running left
+    there (killed ones). The caller removes its own when done."""
+    prefix = f".{store_name}-{kind}-"
+    for old in parent.glob(f"{prefix}*"):
+        pid = old.name[len(prefix) :]
+        if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
+            shutil.rmtree(old, ignore_errors=True)
+    staging = parent / f"{prefix}{os.getpid()}"
+    staging.mkdir()
+    return staging
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
