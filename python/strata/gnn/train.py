@@ -8,6 +8,7 @@ rates, stage busy times, the share of the epoch the model waited for data), ``la
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -73,8 +74,8 @@ def evaluate(model, data: GnnData, split: str, device, ranks: Ranks | None = Non
     correct = total = 0
     t = time.monotonic()
     nodes = split if ranks is None else ranks.share(data.nodes(split), 0, 0, shuffle=False, pad=False)
-    with torch.no_grad():
-        for b in data.loader(nodes, shuffle=False, device=str(device)):
+    with torch.no_grad(), contextlib.closing(data.loader(nodes, shuffle=False, device=str(device))) as loader:
+        for b in loader:
             pred = model(b.blocks, b.x.float()).argmax(1)
             correct += int((pred == b.y).sum())
             total += b.num_seeds
