@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 
@@ -106,7 +107,11 @@ class StrataGraphStore(GraphStore):
         if edge_attr.layout.value != "csc":
             raise ValueError(f"{self.data.store.path}: the store serves its topology as csc, not {edge_attr.layout}")
         indptr, indices = self.data.store.csc()
-        return torch.from_numpy(np.asarray(indices, dtype=np.int64)), torch.from_numpy(np.asarray(indptr))
+        with warnings.catch_warnings():
+            # indptr stays a view of the store's read-only memory map, not a copy: torch warns
+            # that writing to it would be undefined, and nothing does (the store refuses writes).
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable", UserWarning)
+            return torch.from_numpy(np.asarray(indices, dtype=np.int64)), torch.from_numpy(np.asarray(indptr))
 
     def _put_edge_index(self, edge_index, edge_attr: EdgeAttr) -> bool:
         raise NotImplementedError(f"{self.data.store.path}: a Strata store is read-only through PyG")
