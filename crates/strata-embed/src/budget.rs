@@ -56,6 +56,8 @@ pub struct EmbedPlan {
     pub piece_rows: u64,
     pub edge_bytes: u64,
     pub threads: usize,
+    /// Workers one per core would have been (more than `threads` when the budget held fewer).
+    pub cores: usize,
     pub worker_bytes: u64,
     /// Queries per evaluation round and the bytes a round uses.
     pub eval_round: usize,
@@ -146,7 +148,14 @@ impl Planned for EmbedPlan {
             .part(
                 "workers",
                 self.worker_bytes,
-                format!("{} threads", self.threads),
+                if self.threads < self.cores {
+                    format!(
+                        "{} threads (of {} cores: --memory holds no more)",
+                        self.threads, self.cores
+                    )
+                } else {
+                    format!("{} threads", self.threads)
+                },
             )
             .part(
                 "evaluation",
@@ -193,6 +202,31 @@ fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
     let d = model.dim as u64;
     let scores = 4 * b * n * (1 + model.kind.get().extra_score_matrices());
     scores + 8 * (3 * b + n) * d + 8 * b * d + 16 * (2 * b + n)
+}
+
+/// Plans `cfg` with the workers it asks for, or (`threads` 0: one per core) with as many of the
+/// cores' workers as the budget holds: each needs its scratch and an evaluation tile, which
+/// many cores and a small `--memory` cannot all have (halving down to one; the refusal is then
+/// the one-worker plan's).
+pub fn plan_fitting(
+    cfg: &TrainConfig,
+    model: &ScoreModel,
+    num_nodes: u64,
+    num_relations: u64,
+    rank: Option<RankNeeds>,
+) -> Result<EmbedPlan> {
+    let cores = strata_io::resolve_threads(cfg.threads);
+    let mut threads = cores;
+    loop {
+        match plan(cfg, model, num_nodes, num_relations, threads, rank) {
+            Err(EmbedError::Budget(_)) if cfg.threads == 0 && threads > 1 => threads /= 2,
+            Ok(mut p) => {
+                p.cores = cores;
+                return Ok(p);
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Plans `cfg` for a graph of `num_nodes` nodes and `num_relations` relation types with
@@ -382,6 +416,7 @@ pub fn plan(
         piece_rows,
         edge_bytes,
         threads,
+        cores: threads,
         worker_bytes,
         eval_round,
         eval_bytes,
@@ -409,6 +444,44 @@ mod tests {
             dim,
             transe_norm: 2,
         }
+    }
+
+    #[test]
+    fn one_worker_per_core_shrinks_to_what_the_budget_holds() {
+        // The make demo setting that a 16-core machine refused: 100k nodes in 128 MiB, where
+        // each worker's evaluation tile alone is 8 MiB.
+        let one = TrainConfig {
+            memory: 128 << 20,
+            threads: 1,
+            ..TrainConfig::default()
+        };
+        let fits_one = plan(&one, &model(100), 100_000, 40, 1, None).unwrap();
+        let many = plan(&one, &model(100), 100_000, 40, 64, None);
+        assert!(
+            matches!(many, Err(EmbedError::Budget(_))),
+            "64 workers must not fit"
+        );
+        let auto = TrainConfig {
+            threads: 0,
+            ..one.clone()
+        };
+        let p = plan_fitting(&auto, &model(100), 100_000, 40, None).unwrap();
+        assert_eq!(p.cores, strata_io::resolve_threads(0));
+        assert!(
+            p.threads >= 1 && p.threads <= p.cores && p.total() <= auto.memory,
+            "{p:?}"
+        );
+        if p.threads < p.cores {
+            let line = p.memory_plan().describe().join("\n");
+            assert!(line.contains("cores: --memory holds no more"), "{line}");
+        }
+        // Asked for explicitly, 64 workers are refused rather than shrunk.
+        let explicit = TrainConfig { threads: 64, ..one };
+        assert!(matches!(
+            plan_fitting(&explicit, &model(100), 100_000, 40, None),
+            Err(EmbedError::Budget(_))
+        ));
+        assert_eq!(fits_one.threads, 1);
     }
 
     #[test]

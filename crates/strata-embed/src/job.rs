@@ -34,11 +34,6 @@ use crate::run_dir::{
 use crate::table::{TableFile, TableLayout};
 use strata_store::budget::Planned;
 
-/// Worker threads for `cfg` (0: one per core).
-pub fn threads_for(cfg: &TrainConfig) -> usize {
-    strata_io::resolve_threads(cfg.threads)
-}
-
 /// The evaluation settings of a run's config.
 pub fn eval_spec(cfg: &TrainConfig, plan: &EmbedPlan, threads: usize) -> EvalSpec {
     EvalSpec {
@@ -445,7 +440,6 @@ fn setup(
             model.kind, graph.num_relations
         ));
     }
-    let threads = threads_for(&cfg);
     let existing = is_run(run_dir) && !fresh;
     let mut cfg = cfg;
     let prior = if existing {
@@ -477,14 +471,8 @@ fn setup(
     } else {
         None
     };
-    let plan = budget::plan(
-        &cfg,
-        &model,
-        graph.num_nodes,
-        graph.num_relations,
-        threads,
-        rank,
-    )?;
+    let plan = budget::plan_fitting(&cfg, &model, graph.num_nodes, graph.num_relations, rank)?;
+    let threads = plan.threads;
     plan.memory_plan()
         .describe()
         .iter()

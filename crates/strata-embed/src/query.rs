@@ -16,7 +16,7 @@ use crate::buffer::PartitionBuffer;
 use crate::config::{Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
-use crate::job::{eval_spec, threads_for};
+use crate::job::eval_spec;
 use crate::model::{score_candidates, ScoreModel, Scratch};
 use crate::relations::Relations;
 use crate::run_dir::{Run, Which};
@@ -65,12 +65,11 @@ impl Loaded {
             cfg.threads = threads;
         }
         let model = run.meta.model();
-        let plan = budget::plan(
+        let plan = budget::plan_fitting(
             &cfg,
             &model,
             run.meta.num_nodes,
             run.meta.num_relations,
-            threads_for(&cfg),
             None,
         )?;
         plan.memory_plan()
@@ -104,7 +103,7 @@ impl Loaded {
         max_queries: usize,
         progress: &dyn Progress,
     ) -> Result<Metrics> {
-        let mut spec = eval_spec(&self.cfg, &self.plan, threads_for(&self.cfg));
+        let mut spec = eval_spec(&self.cfg, &self.plan, self.plan.threads);
         if let Some(p) = protocol {
             spec.protocol = p;
         }

@@ -38,13 +38,11 @@ fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
         dim: cfg.dim,
         transe_norm: cfg.transe_norm,
     };
-    let threads = strata_embed::job::threads_for(&cfg);
-    match strata_embed::budget::plan(
+    match strata_embed::budget::plan_fitting(
         &cfg,
         &model,
         graph.num_nodes,
         graph.num_relations,
-        threads,
         None,
     ) {
         Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
