@@ -16,8 +16,20 @@ each edge type the list's fanout, as PyG does with a list, so it samples more ed
 than the other modes. Temporal seeds are at time 500, so about half the edges are eligible; a
 temporal sample is disjoint per seed, so it holds more nodes.
 
-Not compared here: a peer sampler. PyG's own samplers need pyg-lib or torch-sparse, which do not
-install for this torch (issue 19); DGL was not tried in this run.
+The peer: DGL's neighbour sampler (`dgl.dataloading.NeighborSampler`, the classic C++ one),
+when DGL imports. It expands blocks as Strata does (every node known so far is re-sampled at each
+hop), so node counts match in kind: DGL's `input_nodes` of a batch against Strata's `node`. It
+runs on the same edges, built once as a DGL graph (its CSC is made in an untimed warm-up pass),
+uniform, weighted (`prob`) and per edge type; it has no temporal mode (GraphBolt's temporal
+sampler needs GraphBolt's native library, see below). PyG's own samplers need pyg-lib or
+torch-sparse, which do not install for this torch (issue 19).
+
+Installing DGL here: the package registry's newest DGL is 2.1.0, and its GraphBolt library ships
+only for torch <= 2.2.1, so `import dgl` fails on GraphBolt under a newer torch. The classic
+sampler does not use GraphBolt, so this script lets `import dgl` proceed without it (an empty
+`dgl.graphbolt` module) and says so. Put DGL beside the venv's torch, e.g.
+`pip install --no-deps --target /tmp/dgl dgl==2.1.0 torchdata==0.7.1 pyyaml pydantic pandas`
+then `PYTHONPATH=/tmp/dgl python benches/bench_sampler.py`. `--no-peer` skips it.
 
 Results go to bench-results/gnn-sampler.json and the gnn-sampler section of docs/benchmarks.md.
 """
@@ -25,9 +37,13 @@ Results go to bench-results/gnn-sampler.json and the gnn-sampler section of docs
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import shutil
+import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +113,86 @@ def measure(sampler: NeighborSampler, batches: list[np.ndarray], repeats: int, *
     }
 
 
+def load_dgl():
+    """DGL, or None when it does not import; under a torch newer than DGL's GraphBolt library
+    supports, DGL is imported without GraphBolt (the classic sampler does not need it)."""
+    try:
+        return importlib.import_module("dgl")
+    except ImportError:
+        return None
+    except FileNotFoundError as e:
+        if "graphbolt" not in str(e):
+            raise
+    for name in [m for m in sys.modules if m == "dgl" or m.startswith("dgl.")]:
+        del sys.modules[name]
+    sys.modules["dgl.graphbolt"] = types.ModuleType("dgl.graphbolt")
+    print("DGL: GraphBolt's native library is not built for this torch; using DGL without GraphBolt")
+    return importlib.import_module("dgl")
+
+
+def dgl_graphs(dgl, typed: Path, plain: Path) -> tuple:
+    """The plain store as a DGL graph and the typed one as a DGL heterograph (per-type local ids),
+    with the stores' train edges and weights in ``edata["w"]``."""
+    import torch
+
+    from strata import Store
+
+    s = Store(plain)
+    e = np.asarray(s.edges())
+    g = dgl.graph(
+        (torch.from_numpy(e[:, 0].astype(np.int64)), torch.from_numpy(e[:, 1].astype(np.int64))), num_nodes=s.num_nodes
+    )
+    g.edata["w"] = torch.from_numpy(np.array(s.edge_weights()))
+    t = Store(typed)
+    e = np.asarray(t.edges())
+    w = np.array(t.edge_weights())
+    offsets = t.node_type_offsets
+    names = t.node_types
+    data, weights = {}, {}
+    for r, (src_t, rel, dst_t) in enumerate(t.edge_types):
+        sel = e[:, 1] == r
+        so, do = offsets[names.index(src_t)], offsets[names.index(dst_t)]
+        data[(src_t, rel, dst_t)] = (torch.from_numpy(e[sel, 0] - so), torch.from_numpy(e[sel, 2] - do))
+        weights[(src_t, rel, dst_t)] = torch.from_numpy(w[sel])
+    counts = {n: int(offsets[i + 1] - offsets[i]) for i, n in enumerate(names)}
+    h = dgl.heterograph(data, num_nodes_dict=counts)
+    for et, ws in weights.items():
+        h.edges[et].data["w"] = ws
+    return g, h
+
+
+def measure_dgl(dgl, graph, batches: list[np.ndarray], repeats: int, *, hetero: bool, weighted: bool) -> dict:
+    """DGL's block sampler over the same batches: median sampled nodes/s (``input_nodes``) and
+    edges/s (edges of the blocks), after one untimed pass that builds DGL's CSC."""
+    import torch
+
+    dgl.seed(0)
+    if hetero:
+        fanouts = [dict.fromkeys(graph.canonical_etypes, f) for f in reversed(FANOUTS)]
+    else:
+        fanouts = list(reversed(FANOUTS))
+    sampler = dgl.dataloading.NeighborSampler(fanouts, prob="w" if weighted else None)
+    seeds = [{"paper": torch.from_numpy(b)} if hetero else torch.from_numpy(b) for b in batches]
+    rates, edge_rates = [], []
+    for rep in range(repeats + 1):
+        nodes, edges, start = 0, 0, time.perf_counter()
+        for s in seeds:
+            inputs, _, blocks = sampler.sample_blocks(graph, s)
+            nodes += sum(len(v) for v in inputs.values()) if hetero else len(inputs)
+            edges += sum(b.num_edges() for b in blocks)
+        seconds = time.perf_counter() - start
+        if rep:
+            rates.append(nodes / seconds)
+            edge_rates.append(edges / seconds)
+    return {
+        "nodes_per_s": float(np.median(rates)),
+        "edges_per_s": float(np.median(edge_rates)),
+        "nodes_per_pass": nodes,
+        "edges_per_pass": edges,
+        "rates": rates,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=500_000)
@@ -105,7 +201,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--no-peer", action="store_true", help="skip DGL's sampler")
     args = ap.parse_args()
+    dgl = None if args.no_peer else load_dgl()
+    threads = args.threads or os.cpu_count()
+    if dgl is not None:
+        # The same thread count for both samplers (DGL's OpenMP pool, Strata's `threads`).
+        dgl.utils.set_num_threads(threads)
     work = Path(tempfile.mkdtemp(prefix="bench-sampler-", dir=args.work))
     try:
         info = write_inputs(work, args.nodes, args.edges)
@@ -127,25 +229,50 @@ def main() -> None:
             results[name] = measure(sampler, batches, args.repeats, hetero=hetero, temporal=temporal)
             r = results[name]
             print(f"{name:24s} {r['nodes_per_s']:>12,.0f} nodes/s {r['edges_per_s']:>12,.0f} edges/s")
+        if dgl is not None:
+            g, h = dgl_graphs(dgl, typed, plain)
+            peers = {
+                "uniform": (g, False, False),
+                "weighted": (g, False, True),
+                "typed (per edge type)": (h, True, False),
+                "typed + weighted": (h, True, True),
+            }
+            for name, (graph, hetero, weighted) in peers.items():
+                r = measure_dgl(dgl, graph, batches, args.repeats, hetero=hetero, weighted=weighted)
+                results[name]["dgl"] = r
+                print(f"{'DGL ' + name:24s} {r['nodes_per_s']:>12,.0f} nodes/s {r['edges_per_s']:>12,.0f} edges/s")
         base = results["uniform"]["nodes_per_s"]
         for r in results.values():
             r["ratio_to_uniform"] = r["nodes_per_s"] / base
-        record = {"machine": machine(), "args": vars(args) | {"work": str(args.work)}, "results": results}
+        peer = f"DGL {dgl.__version__}" if dgl is not None else "no peer (DGL did not import)"
+        record = {"machine": machine(), "args": vars(args) | {"work": str(args.work)}, "peer": peer, "results": results}
         save("gnn-sampler", record)
-        rows = "\n".join(
-            f"| {name} | {r['nodes_per_s']:,.0f} | {r['ratio_to_uniform']:.2f} | {r['edges_per_s']:,.0f} | "
-            f"{r['nodes_per_pass'] / args.batches:,.0f} | {r['edges_per_pass'] / args.batches:,.0f} |"
-            for name, r in results.items()
-        )
+        rows = "\n".join(peer_row(name, r, args.batches) for name, r in results.items())
         update_doc(
             "gnn-sampler",
             f"Sampler throughput (`benches/bench_sampler.py`, {args.nodes:,} nodes, {args.edges:,} edges, "
-            f"{args.batches} batches of {BATCH} seeds, fanouts 15,10, median of {args.repeats}):\n\n"
-            "| mode | sampled nodes/s | ratio to uniform | sampled edges/s | nodes per batch | edges per batch |\n"
-            "|---|---|---|---|---|---|\n" + rows,
+            f"{args.batches} batches of {BATCH} seeds, fanouts 15,10, {threads} threads each, "
+            f"median of {args.repeats}):\n\n"
+            f"Peer: {peer}.\n\n"
+            "| mode | sampled nodes/s | ratio to uniform | sampled edges/s | nodes per batch | edges per batch "
+            "| DGL nodes/s | Strata / DGL | DGL nodes per batch |\n"
+            "|---|---|---|---|---|---|---|---|---|\n" + rows,
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def peer_row(name: str, r: dict, batches: int) -> str:
+    """One table row: Strata's figures, then DGL's where it has the mode."""
+    row = (
+        f"| {name} | {r['nodes_per_s']:,.0f} | {r['ratio_to_uniform']:.2f} | {r['edges_per_s']:,.0f} | "
+        f"{r['nodes_per_pass'] / batches:,.0f} | {r['edges_per_pass'] / batches:,.0f} |"
+    )
+    d = r.get("dgl")
+    if d is None:
+        return row + " n/a | | |"
+    ratio = r["nodes_per_s"] / d["nodes_per_s"]
+    return row + f" {d['nodes_per_s']:,.0f} | {ratio:.2f} | {d['nodes_per_pass'] / batches:,.0f} |"
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from conftest import needs
 torch = needs("torch")
 needs("torch_geometric")
 
+from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.loader import LinkNeighborLoader, NeighborLoader  # noqa: E402
 from torch_geometric.nn import HeteroConv, SAGEConv  # noqa: E402
 from torch_geometric.sampler import NegativeSampling  # noqa: E402
@@ -26,7 +27,8 @@ from strata.errors import ConfigError  # noqa: E402
 from strata.gnn import GnnData  # noqa: E402
 from strata.gnn.pyg import stores  # noqa: E402
 from strata.gnn.pyg_hetero import hetero_stores  # noqa: E402
-from strata.gnn.pyg_sampler import StrataNeighborSampler  # noqa: E402
+from strata.gnn.pyg_sampler import EdgeAttributes, StrataNeighborSampler  # noqa: E402
+from strata.store import Store  # noqa: E402
 from test_gnn_pyg_hetero import save_aligned  # noqa: E402
 from test_gnn_sampling import assert_frequencies, inclusion  # noqa: E402
 
@@ -117,14 +119,19 @@ def test_homogeneous_weighted_temporal_loader(plain):
         time_attr="edge_time",
         batch_size=10,
         neighbor_sampler=sampler,
+        transform=EdgeAttributes(data.store.path),
     )
+    stored = Store(data.store.path).edges()
     for b in batches:
         n_id, seed_time = b.n_id.numpy(), b.seed_time.numpy()
         assert torch.equal(b.x, torch.from_numpy(g["x"]["paper"][n_id]))
         row, col = b.edge_index.numpy()
-        for r, c in zip(row, col, strict=True):
+        # e_id names each sampled edge's row in edges("train"); the attributes follow it.
+        assert np.array_equal(stored[b.e_id.numpy()], np.stack([n_id[row], n_id[col]], axis=1))
+        for k, (r, c) in enumerate(zip(row, col, strict=True)):
             (i,) = np.flatnonzero((src == n_id[r]) & (dst == n_id[c]))
             assert b.batch[r] == b.batch[c] and t[i] <= seed_time[b.batch[c]] and w[i] > 0
+            assert b.edge_weight[k] == w[i] and b.edge_time[k] == t[i]
         known = np.cumsum(b.num_sampled_nodes)
         for h, part in enumerate(hop_slices(b.num_sampled_edges)):
             got = np.bincount(col[part], minlength=int(known[h]))
@@ -194,16 +201,36 @@ def loader(g, fanouts=FANOUTS, seed=0, **options):
     return NeighborLoader((fs, gs), fanouts, neighbor_sampler=sampler, **options)
 
 
+def check_edge_ids(g: dict, batch, store: Store, lookup: dict):
+    """Each edge type's ``e_id`` names the sampled edge's row of the typed store's
+    ``edges("train")`` (global ids, relation), and ``EdgeAttributes`` filled its weight and time."""
+    offsets = dict(zip(store.node_types, store.node_type_offsets[:-1], strict=True))
+    stored = store.edges()
+    for r, et in enumerate(store.edge_types):
+        src = batch[et[0]].n_id.numpy()[batch[et].edge_index[0].numpy()]
+        dst = batch[et[2]].n_id.numpy()[batch[et].edge_index[1].numpy()]
+        ids = batch[et].e_id.numpy()
+        want = np.stack([src + offsets[et[0]], np.full(len(ids), r), dst + offsets[et[2]]], axis=1)
+        assert np.array_equal(stored[ids], want), f"{et}: e_id names other edges"
+        i = [lookup[(et, int(s), int(d))] for s, d in zip(src, dst, strict=True)]
+        assert np.array_equal(batch[et].edge_weight.numpy(), g["weights"][et][i])
+        assert np.array_equal(batch[et].edge_time.numpy(), g["times"][et][i])
+
+
 def test_hetero_neighbor_loader_batches_match_the_graph(graph):
     lookup = edge_lookup(graph)
     seeds = np.arange(0, COUNTS["paper"], 2)
-    batches = list(loader(graph, input_nodes=("paper", torch.from_numpy(seeds)), batch_size=8))
+    store = Store(graph["dir"] / "typed.strata")
+    batches = list(
+        loader(graph, input_nodes=("paper", torch.from_numpy(seeds)), batch_size=8, transform=EdgeAttributes(store))
+    )
     assert len(batches) == 3
     for i, b in enumerate(batches):
         assert b["paper"].batch_size == len(seeds[i * 8 : (i + 1) * 8])
         assert b["paper"].n_id[: b["paper"].batch_size].tolist() == seeds[i * 8 : (i + 1) * 8].tolist()
         assert b["author"].num_sampled_nodes[0] == 0
         check_batch(graph, b, FANOUTS, lookup)
+        check_edge_ids(graph, b, store, lookup)
     # A list of fanouts applies to each edge type, as in PyG.
     for b in loader(graph, [2, 1], input_nodes=("author", torch.arange(COUNTS["author"])), batch_size=15):
         check_batch(graph, b, {et: [2, 1] for et in EDGE_TYPES}, lookup)
@@ -404,3 +431,12 @@ def test_unsupported_options_and_bad_inputs_are_refused(graph):
     temporal = StrataNeighborSampler((fs, gs), FANOUTS, time_attr="edge_time")
     with pytest.raises(ValueError, match="input_time: a temporal sampler"):
         next(iter(NeighborLoader((fs, gs), FANOUTS, input_nodes=seeds, neighbor_sampler=temporal)))
+    # A plain edge list's store numbers no edges: no e_id, so nothing for EdgeAttributes.
+    (graph["dir"] / "bare.csv").write_text("0,1\n1,2\n")
+    run_strata(
+        "convert", graph["dir"] / "bare.csv", "--columns", "src,dst", "--out", graph["dir"] / "bare.strata", "-q"
+    )
+    with pytest.raises(ValueError, match="format-1 store"):
+        EdgeAttributes(graph["dir"] / "bare.strata")
+    with pytest.raises(ValueError, match="has no e_id"):
+        EdgeAttributes(graph["dir"] / "typed.strata")(Data(edge_index=torch.zeros(2, 0, dtype=torch.long)))

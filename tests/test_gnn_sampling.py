@@ -15,6 +15,7 @@ import pytest
 from conftest import run_strata
 from strata.errors import ConfigError
 from strata.gnn.sampling import NeighborSampler
+from strata.store import Store
 
 PAPERS, AUTHORS = 30, 12
 EDGE_TYPES = [("paper", "cites", "paper"), ("author", "writes", "paper"), ("paper", "written_by", "author")]
@@ -251,6 +252,30 @@ def test_samples_are_deterministic_per_batch_key(graph):
         assert np.array_equal(getattr(x, field), getattr(y, field))
     z = a.sample(seeds, batch_key=10)
     assert not (len(z.row) == len(x.row) and np.array_equal(z.row, x.row) and np.array_equal(z.node, x.node))
+
+
+def test_edge_ids_name_rows_of_the_train_edges(graph):
+    attrs = NeighborSampler(graph["attrs"], [3, 2], temporal_strategy="uniform", edge_ids=True)
+    seeds = np.arange(0, PAPERS, 3)
+    times = np.full(len(seeds), 60)
+    out = attrs.sample(seeds, batch_key=2, seed_time=times)
+    stored = Store(graph["attrs"]).edges()
+    assert np.array_equal(stored[out.edge], np.stack([out.node[out.row], out.node[out.col]], axis=1))
+    assert (Store(graph["attrs"]).edge_times()[out.edge] <= 60).all()
+    typed = NeighborSampler(graph["typed"], [2, 2], weighted=True, edge_ids=True)
+    store = Store(graph["typed"])
+    offsets = dict(zip(store.node_types, store.node_type_offsets[:-1], strict=True))
+    h = typed.sample_hetero(("paper", np.arange(PAPERS)), batch_key=3)
+    for r, et in enumerate(EDGE_TYPES):
+        src_t, _, dst_t = et
+        src = h.node[src_t][h.row[et]] + offsets[src_t]
+        dst = h.node[dst_t][h.col[et]] + offsets[dst_t]
+        rows = store.edges()[h.edge[et]]
+        assert np.array_equal(rows, np.stack([src, np.full(len(src), r), dst], axis=1))
+        assert (store.edge_weights()[h.edge[et]] > 0).all()
+    assert NeighborSampler(graph["attrs"], [1]).sample([0]).edge is None
+    with pytest.raises(ValueError, match=r"edge_ids: .* is a format-1 store"):
+        NeighborSampler(graph["dir"] / "bare.strata", [1], edge_ids=True)
 
 
 def test_bad_options_name_the_option(graph):

@@ -55,6 +55,7 @@ impl Adjacency for Topology {
             weights: c.weights.is_some(),
             times: c.times.is_some(),
             edge_types: c.types.as_ref().map_or(0, |_| c.num_types),
+            ids: c.ids.is_some(),
         }
     }
 
@@ -69,6 +70,7 @@ impl Adjacency for Topology {
             weights: segment(&c.weights, a, b),
             times: segment(&c.times, a, b),
             types: segment(&c.types, a, b),
+            ids: segment(&c.ids, a, b),
         }
     }
 }
@@ -105,6 +107,8 @@ pub struct ColumnSet {
     pub times: bool,
     /// Number of edge types when it carries each edge's type; 0 when it does not.
     pub edge_types: usize,
+    /// Each edge's id: its row in the store's `edges_train` (`csc_eid`/`csr_eid`).
+    pub ids: bool,
 }
 
 /// One node's edges: its neighbours and the columns parallel to them (empty when absent). In
@@ -115,6 +119,7 @@ pub struct Edges<'a> {
     pub weights: &'a [f32],
     pub times: &'a [i64],
     pub types: &'a [u32],
+    pub ids: &'a [u64],
 }
 
 /// Per-edge columns held with a [`Topology`], each parallel to its `indices`.
@@ -128,6 +133,8 @@ pub struct EdgeColumns {
     pub types: Option<Vec<u32>>,
     /// Number of edge types (the manifest's `edge_types`); 0 without `types`.
     pub num_types: usize,
+    /// Edge ids, rows of the store's `edges_train` (`csc_eid`/`csr_eid`).
+    pub ids: Option<Vec<u64>>,
 }
 
 impl EdgeColumns {
@@ -136,6 +143,7 @@ impl EdgeColumns {
         len(self.weights.as_ref().map(Vec::len), 4)
             + len(self.times.as_ref().map(Vec::len), 8)
             + len(self.types.as_ref().map(Vec::len), 4)
+            + len(self.ids.as_ref().map(Vec::len), 8)
     }
 }
 
@@ -185,6 +193,7 @@ impl Topology {
             ("weights", columns.weights.as_ref().map(Vec::len)),
             ("times", columns.times.as_ref().map(Vec::len)),
             ("types", columns.types.as_ref().map(Vec::len)),
+            ("ids", columns.ids.as_ref().map(Vec::len)),
         ];
         for (name, len) in lens {
             if let Some(len) = len.filter(|&len| len != e) {
@@ -307,6 +316,28 @@ impl Topology {
             let types = read_ints(&store.array_path(&format!("{prefix}_etype"))?)?;
             columns.types = Some(types.into_iter().map(|t| t as u32).collect());
             columns.num_types = m.edge_types.len();
+        }
+        if wanted.ids {
+            if m.required_version() < 2 {
+                return Err(missing(
+                    "ids (a format-1 store: its edges have no attributes or types)",
+                    "convert with an edge attribute column (--columns src,dst,weight) or with edge types",
+                ));
+            }
+            let path = store.array_path(&format!("{prefix}_eid"))?;
+            let train = m.graph.num_edges.get("train").copied().unwrap_or(0);
+            let ids = read_ints(&path)?;
+            if let Some((at, id)) = ids
+                .iter()
+                .enumerate()
+                .find(|(_, &i)| i < 0 || i as u64 >= train)
+            {
+                return Err(GraphError::Config(format!(
+                    "{} row {at}: edge id {id} is out of range [0, {train}) (the train edges)",
+                    path.display()
+                )));
+            }
+            columns.ids = Some(ids.into_iter().map(|i| i as u64).collect());
         }
         topo.with_columns(columns)
     }

@@ -15,7 +15,8 @@ use crate::errors::{config_error, ToPyErr};
 use crate::gnn::values;
 use crate::job;
 
-/// A store's CSC in RAM with the edge columns its sampler needs.
+/// A store's CSC in RAM with the edge columns its sampler needs (edge ids when it records
+/// them).
 #[pyclass(frozen, name = "Sampler")]
 struct PySampler {
     sampler: NeighborSampler,
@@ -28,13 +29,14 @@ struct PySampler {
 #[pymethods]
 impl PySampler {
     /// Opens `store`'s CSC for `config` (`strata_graph::sampler::SamplerConfig`'s fields):
-    /// with weights when `weighted`, times when `temporal` is set, and edge types whenever
-    /// the store has them (so samples can be grouped by type).
+    /// with weights when `weighted`, times when `temporal` is set, edge ids when `edge_ids`,
+    /// and edge types whenever the store has them (so samples can be grouped by type).
     #[new]
     fn new(py: Python<'_>, store: PathBuf, config: &Bound<'_, PyAny>) -> PyResult<Self> {
         let config: SamplerConfig = job(config)?;
         let weighted = config.weighted;
         let temporal = config.temporal.is_some();
+        let ids = config.edge_ids;
         let sampler = NeighborSampler::new(config).map_err(|e| e.to_py(py))?;
         let open = || -> Result<_, strata_graph::GraphError> {
             let store = Store::open(&store)?;
@@ -43,6 +45,7 @@ impl PySampler {
                 weights: weighted,
                 times: temporal,
                 edge_types: m.edge_types.len(),
+                ids,
             };
             let offsets: Vec<u64> = m.node_types.iter().map(|t| t.offset).collect();
             Ok((Topology::load_with(&store, Direction::In, wanted)?, offsets))
@@ -65,10 +68,11 @@ impl PySampler {
 
     /// The sample of `seeds` (uint32 bytes of global ids) for `batch_key`; `times` (int64
     /// bytes, one per seed) for a temporal sampler. Returns `(nodes, hop_counts, row, col,
-    /// edges_per_hop, edge_types, batch)`: `row`/`col` the local source and destination of
-    /// every sampled edge, hop 1 first (uint32 bytes); `edge_types` their types (uint32 bytes,
-    /// empty for an untyped store); `batch` each node's seed in a temporal (disjoint) sample
-    /// (uint32 bytes, empty otherwise).
+    /// edges_per_hop, edge_types, batch, edge_ids)`: `row`/`col` the local source and
+    /// destination of every sampled edge, hop 1 first (uint32 bytes); `edge_types` their types
+    /// (uint32 bytes, empty for an untyped store); `batch` each node's seed in a temporal
+    /// (disjoint) sample (uint32 bytes, empty otherwise); `edge_ids` their rows in the store's
+    /// `edges_train` (uint64 bytes, empty unless the config asks for `edge_ids`).
     #[pyo3(signature = (seeds, batch_key, times=None))]
     fn sample(
         &self,
@@ -79,7 +83,8 @@ impl PySampler {
     ) -> PyResult<Py<PyTuple>> {
         let s = self.draw(py, seeds, batch_key, times)?;
         let (row, col) = s.edge_index();
-        let types: Vec<u32> = s.edge_types.iter().rev().flatten().copied().collect();
+        let types = Sample::by_hop(&s.edge_types);
+        let ids = Sample::by_hop(&s.edge_ids);
         let u32s = |v: &[u32]| PyByteArray::new(py, cast_slice(v));
         let tuple = (
             u32s(&s.nodes),
@@ -89,16 +94,18 @@ impl PySampler {
             s.edges_per_hop.clone(),
             u32s(&types),
             u32s(&s.batch),
+            PyByteArray::new(py, cast_slice(&ids)),
         );
         Ok(tuple.into_pyobject(py)?.unbind())
     }
 
     /// The sample of [`PySampler::sample`] grouped by type (a typed store only), as PyG's
-    /// heterogeneous sampler output: `(nodes, hop_counts, batch, rows, cols, edges_per_hop)`,
-    /// `nodes`/`hop_counts`/`batch` one entry per node type (type-local ids as uint32 bytes,
-    /// nodes first reached per hop, seeds of a disjoint sample as uint32 bytes), `rows`/`cols`/
-    /// `edges_per_hop` one per edge type (indices into the source and destination type's
-    /// `nodes` as uint32 bytes, edges per hop).
+    /// heterogeneous sampler output: `(nodes, hop_counts, batch, rows, cols, edges_per_hop,
+    /// edge_ids)`, `nodes`/`hop_counts`/`batch` one entry per node type (type-local ids as
+    /// uint32 bytes, nodes first reached per hop, seeds of a disjoint sample as uint32 bytes),
+    /// `rows`/`cols`/`edges_per_hop`/`edge_ids` one per edge type (indices into the source and
+    /// destination type's `nodes` as uint32 bytes, edges per hop, rows in `edges_train` as
+    /// uint64 bytes, empty unless the config asks for `edge_ids`).
     #[pyo3(signature = (seeds, batch_key, times=None))]
     fn sample_hetero(
         &self,
@@ -116,18 +123,22 @@ impl PySampler {
         let s = self.draw(py, seeds, batch_key, times)?;
         let h = HeteroSample::new(&s, &self.type_offsets, self.num_edge_types)
             .map_err(|e| e.to_py(py))?;
-        let lists = |v: &[Vec<u32>]| -> Vec<Bound<'_, PyByteArray>> {
+        fn lists<'py, T: bytemuck::Pod>(
+            py: Python<'py>,
+            v: &[Vec<T>],
+        ) -> Vec<Bound<'py, PyByteArray>> {
             v.iter()
                 .map(|l| PyByteArray::new(py, cast_slice(l)))
                 .collect()
-        };
+        }
         let tuple = (
-            lists(&h.nodes),
+            lists(py, &h.nodes),
             h.hop_counts.clone(),
-            lists(&h.batch),
-            lists(&h.rows),
-            lists(&h.cols),
+            lists(py, &h.batch),
+            lists(py, &h.rows),
+            lists(py, &h.cols),
             h.edges_per_hop.clone(),
+            lists(py, &h.edge_ids),
         );
         Ok(tuple.into_pyobject(py)?.unbind())
     }

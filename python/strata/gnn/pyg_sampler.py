@@ -30,8 +30,15 @@ trees, ``batch`` naming each node's seed), ``subgraph_type`` ``"directional"`` o
 
 Where it differs: each hop re-samples every node known so far (DGL's blocks), not only the
 nodes first reached at the previous hop, so ``num_sampled_edges`` of hop ``h >= 2`` also counts
-fresh edges into earlier hops' nodes; sampled edges carry no edge ids (``e_id``), so batches have
-no ``edge_attr``/``edge_weight``/``edge_time``. Not supported (NotImplementedError):
+fresh edges into earlier hops' nodes.
+
+Edge ids: on a format-2 store (one with edge attributes or types) each batch's ``e_id`` (per edge
+type in a ``HeteroData`` batch) names each sampled edge's row in the store's ``edges("train")``,
+as PyG's ``e_id`` names columns of ``edge_index``. PyG fetches no edge attributes from a
+feature/graph store pair ("TODO support edge features" in its loader), so pass
+``transform=EdgeAttributes(store)`` to the loader to fill ``edge_weight``, ``edge_time`` and
+``edge_attr`` from them. A format-1 store (a plain edge list) numbers no edges: its batches have
+no ``e_id``. Not supported (NotImplementedError):
 ``replace=True``, ``subgraph_type="induced"``, ``disjoint=True`` without times, node-level times
 (PyG's ``time_attr`` naming a node attribute: a store holds edge times); ``weight_attr`` with
 ``temporal_strategy="last"`` is a ``ConfigError`` from the sampler.
@@ -153,6 +160,7 @@ class StrataNeighborSampler(BaseSampler):
             temporal_strategy=temporal_strategy if self.is_temporal else None,
             seed=seed,
             threads=threads,
+            edge_ids=store.format_version >= 2,
         )
         if store.is_typed:
             counts = np.diff(store.node_type_offsets)
@@ -209,7 +217,7 @@ class StrataNeighborSampler(BaseSampler):
                 node={t: torch.from_numpy(v) for t, v in out.node.items()},
                 row={e: torch.from_numpy(v) for e, v in out.row.items()},
                 col={e: torch.from_numpy(v) for e, v in out.col.items()},
-                edge=None,
+                edge=None if out.edge is None else {e: torch.from_numpy(v) for e, v in out.edge.items()},
                 batch=None if out.batch is None else {t: torch.from_numpy(v) for t, v in out.batch.items()},
                 num_sampled_nodes=out.num_sampled_nodes,
                 num_sampled_edges=out.num_sampled_edges,
@@ -224,8 +232,35 @@ class StrataNeighborSampler(BaseSampler):
             node=torch.from_numpy(out.node),
             row=torch.from_numpy(out.row),
             col=torch.from_numpy(out.col),
-            edge=None,
+            edge=None if out.edge is None else torch.from_numpy(out.edge),
             batch=None if out.batch is None else torch.from_numpy(out.batch),
             num_sampled_nodes=out.num_sampled_nodes,
             num_sampled_edges=out.num_sampled_edges,
         )
+
+
+class EdgeAttributes:
+    """A PyG loader ``transform`` that fills a batch's edge attributes from its ``e_id``: the
+    store's ``edge_weight`` (float32), ``edge_time`` (int64) and ``edge_attr`` (its edge
+    features, ``(E, d)``), each where the store has it, per edge type in a ``HeteroData`` batch.
+    ``e_id`` is a row of ``edges("train")``, which the three arrays are parallel to."""
+
+    def __init__(self, store: str | Path | Store):
+        self.store = store if isinstance(store, Store) else Store(store)
+        if self.store.format_version < 2:
+            raise ValueError(f"EdgeAttributes: {self.store.path} is a format-1 store: it has no edge attributes")
+        self.columns = {
+            WEIGHT_ATTR: self.store.edge_weights(),
+            TIME_ATTR: self.store.edge_times(),
+            "edge_attr": self.store.edge_features(),
+        }
+
+    def __call__(self, batch):
+        for edges in batch.edge_stores:
+            if "e_id" not in edges:
+                raise ValueError("EdgeAttributes: the batch has no e_id; sample it with StrataNeighborSampler")
+            ids = edges["e_id"].cpu().numpy()
+            for name, column in self.columns.items():
+                if column is not None:
+                    edges[name] = torch.from_numpy(np.asarray(column[ids]))
+        return batch

@@ -15,6 +15,10 @@ per-edge-type (heterogeneous) sampling of a store's graph, without feature tiers
   ``input_time``), and its tree only takes edges no later than it: uniformly among those, or
   the most recent ones. Temporal samples are disjoint (each seed its own tree, a ``batch``
   vector naming each node's seed), as PyG makes them.
+- ``edge_ids=True``: each sampled edge comes with its id, its row in the store's
+  ``edges("train")`` (PyG's ``e_id``), which indexes ``Store.edge_weights()``,
+  ``edge_times()`` and ``edge_features()``. Needs a format-2 store (one with edge attributes or
+  types; a plain edge list's store numbers no edges).
 
 Unlike PyG, which expands only the nodes first reached at the previous hop, each hop re-samples
 every node known so far (DGL's blocks), so hop ``h >= 2`` also holds fresh edges into nodes of
@@ -42,7 +46,8 @@ class SampledGraph:
     """A homogeneous sample: ``node`` the global ids (seeds first), ``row``/``col`` the local
     source and destination of each sampled edge (hop 1 first), ``edge_type`` each edge's type
     (None for an untyped store), ``batch`` each node's seed in a temporal sample (else None),
-    ``num_sampled_nodes``/``num_sampled_edges`` per hop. Arrays are int64."""
+    ``num_sampled_nodes``/``num_sampled_edges`` per hop, ``edge`` each edge's id (its row in
+    ``edges("train")``; None unless the sampler records ``edge_ids``). Arrays are int64."""
 
     node: np.ndarray
     row: np.ndarray
@@ -51,6 +56,7 @@ class SampledGraph:
     batch: np.ndarray | None
     num_sampled_nodes: list[int]
     num_sampled_edges: list[int]
+    edge: np.ndarray | None = None
 
 
 @dataclass
@@ -59,7 +65,9 @@ class HeteroSampledGraph:
     ids of the sampled nodes of type ``T`` (seeds first), ``row[E]``/``col[E]`` indices into
     ``node[src]``/``node[dst]`` of each sampled edge of edge type ``E = (src, rel, dst)``,
     ``batch[T]`` each node's seed in a temporal sample (else None), ``num_sampled_nodes[T]``
-    per hop (hop 0: the seeds), ``num_sampled_edges[E]`` per hop. Arrays are int64."""
+    per hop (hop 0: the seeds), ``num_sampled_edges[E]`` per hop, ``edge[E]`` each edge's id
+    (its row in ``edges("train")``; None unless the sampler records ``edge_ids``). Arrays are
+    int64."""
 
     node: dict
     row: dict
@@ -67,10 +75,15 @@ class HeteroSampledGraph:
     batch: dict | None
     num_sampled_nodes: dict
     num_sampled_edges: dict
+    edge: dict | None = None
 
 
 def _ids(buf) -> np.ndarray:
     return np.frombuffer(buf, dtype="<u4").astype(np.int64)
+
+
+def _edge_ids(buf) -> np.ndarray:
+    return np.frombuffer(buf, dtype="<u8").astype(np.int64)
 
 
 def _fanout_list(value, what: str) -> list[int]:
@@ -85,10 +98,18 @@ def _fanout_list(value, what: str) -> list[int]:
     return out
 
 
-def sampler_config(store: Store, fanouts, *, weighted: bool, temporal_strategy, seed: int, threads: int) -> dict:
+def sampler_config(
+    store: Store, fanouts, *, weighted: bool, temporal_strategy, seed: int, threads: int, edge_ids: bool = False
+) -> dict:
     """The native sampler's config for ``store``, every option checked against what the store
-    has; errors name the option (``fanouts``, ``weighted``, ``temporal_strategy``)."""
+    has; errors name the option (``fanouts``, ``weighted``, ``temporal_strategy``,
+    ``edge_ids``)."""
     attrs = store.edge_attributes
+    if edge_ids and store.format_version < 2:
+        raise ValueError(
+            f"edge_ids: {store.path} is a format-1 store, whose edges carry no ids; convert with an edge "
+            "attribute column (--columns src,dst,weight) or with edge types to number them"
+        )
     if weighted and not attrs.get("weights"):
         raise ValueError(
             f"weighted: {store.path} has no edge weights (convert with --columns src,dst,weight, "
@@ -108,6 +129,7 @@ def sampler_config(store: Store, fanouts, *, weighted: bool, temporal_strategy, 
         "weighted": bool(weighted),
         "temporal": temporal_strategy,
         "edge_type_fanouts": [],
+        "edge_ids": bool(edge_ids),
     }
     edge_types = store.edge_types
     if isinstance(fanouts, dict):
@@ -135,7 +157,7 @@ def sampler_config(store: Store, fanouts, *, weighted: bool, temporal_strategy, 
 class NeighborSampler:
     """Samples a store's graph (its CSC: a node's in-neighbours) with PyG's semantics; see the
     module's docstring for the options. The topology and the columns the options need
-    (weights, times, edge types) are held in RAM: ``topology_bytes`` of them."""
+    (weights, times, edge types, edge ids) are held in RAM: ``topology_bytes`` of them."""
 
     def __init__(
         self,
@@ -146,11 +168,19 @@ class NeighborSampler:
         temporal_strategy: str | None = None,
         seed: int = 0,
         threads: int = 0,
+        edge_ids: bool = False,
     ):
         self.store = Store(store)
         self.temporal = temporal_strategy is not None
+        self.edge_ids = edge_ids
         config = sampler_config(
-            self.store, fanouts, weighted=weighted, temporal_strategy=temporal_strategy, seed=seed, threads=threads
+            self.store,
+            fanouts,
+            weighted=weighted,
+            temporal_strategy=temporal_strategy,
+            seed=seed,
+            threads=threads,
+            edge_ids=edge_ids,
         )
         self._native = _native.Sampler(str(store), config)
 
@@ -180,7 +210,9 @@ class NeighborSampler:
         ``batch_key``; ``seed_time`` (one per seed, or one for all) for a temporal sampler."""
         seeds = np.asarray(seeds)
         times = self._times(seed_time, seeds.size)
-        nodes, hops, row, col, edges, types, batch = self._native.sample(node_id_bytes(seeds), int(batch_key), times)
+        nodes, hops, row, col, edges, types, batch, eids = self._native.sample(
+            node_id_bytes(seeds), int(batch_key), times
+        )
         return SampledGraph(
             node=_ids(nodes),
             row=_ids(row),
@@ -189,6 +221,7 @@ class NeighborSampler:
             batch=_ids(batch) if self.temporal else None,
             num_sampled_nodes=list(hops),
             num_sampled_edges=list(edges),
+            edge=_edge_ids(eids) if self.edge_ids else None,
         )
 
     def sample_hetero(self, seeds, batch_key: int = 0, seed_time=None) -> HeteroSampledGraph:
@@ -227,7 +260,9 @@ class NeighborSampler:
             ids.append(local + offsets[t])
         ids = np.concatenate(ids) if ids else np.empty(0, dtype=np.int64)
         times = self._times(seed_time, ids.size)
-        nodes, hops, batch, rows, cols, edges = self._native.sample_hetero(node_id_bytes(ids), int(batch_key), times)
+        nodes, hops, batch, rows, cols, edges, eids = self._native.sample_hetero(
+            node_id_bytes(ids), int(batch_key), times
+        )
         edge_types = self.store.edge_types
         return HeteroSampledGraph(
             node={name: _ids(b) for name, b in zip(names, nodes, strict=True)},
@@ -236,4 +271,5 @@ class NeighborSampler:
             batch={name: _ids(b) for name, b in zip(names, batch, strict=True)} if self.temporal else None,
             num_sampled_nodes={name: list(h) for name, h in zip(names, hops, strict=True)},
             num_sampled_edges={e: list(h) for e, h in zip(edge_types, edges, strict=True)},
+            edge={e: _edge_ids(b) for e, b in zip(edge_types, eids, strict=True)} if self.edge_ids else None,
         )

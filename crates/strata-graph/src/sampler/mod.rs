@@ -75,6 +75,10 @@ pub struct SamplerConfig {
     /// this many edge types.
     #[serde(default)]
     pub edge_type_fanouts: Vec<Vec<i32>>,
+    /// Record each sampled edge's id (its row in the store's `edges_train`; PyG's `e_id`) in
+    /// [`Sample::edge_ids`]. Needs an adjacency with edge ids.
+    #[serde(default)]
+    pub edge_ids: bool,
 }
 
 impl Default for SamplerConfig {
@@ -86,6 +90,7 @@ impl Default for SamplerConfig {
             weighted: false,
             temporal: None,
             edge_type_fanouts: Vec::new(),
+            edge_ids: false,
         }
     }
 }
@@ -225,6 +230,10 @@ pub struct Sample {
     /// The edge type of every sampled edge, one list per block parallel to its `indices`,
     /// when the adjacency carries edge types; empty lists otherwise.
     pub edge_types: Vec<Vec<u32>>,
+    /// The id of every sampled edge (its row in the store's `edges_train`), one list per
+    /// block parallel to its `indices`, when the config asks for `edge_ids`; empty lists
+    /// otherwise.
+    pub edge_ids: Vec<Vec<u64>>,
     /// In a disjoint (temporal) sample, the seed each node belongs to (index into the seeds),
     /// parallel to `nodes`; PyG's `batch`. Empty otherwise.
     pub batch: Vec<u32>,
@@ -239,6 +248,12 @@ impl Sample {
     /// Sampled edges over all hops.
     pub fn num_edges(&self) -> usize {
         self.edges_per_hop.iter().sum()
+    }
+
+    /// A per-block edge column (`edge_types` or `edge_ids`) in [`Sample::edge_index`]'s
+    /// order: hop 1's edges first.
+    pub fn by_hop<T: Copy>(column: &[Vec<T>]) -> Vec<T> {
+        column.iter().rev().flatten().copied().collect()
     }
 
     /// All sampled edges in one COO list, `(row, col)` = (local source, local destination),
@@ -466,6 +481,13 @@ impl NeighborSampler {
                     .into(),
             ));
         }
+        if c.edge_ids && !have.ids {
+            return Err(GraphError::Config(
+                "sampler: edge ids were asked for but the graph carries none (a format-1 \
+                 store's edges have no ids)"
+                    .into(),
+            ));
+        }
         let typed = c.edge_type_fanouts.len();
         if typed > 0 && typed != have.edge_types {
             return Err(GraphError::Config(if have.edge_types == 0 {
@@ -508,6 +530,7 @@ impl NeighborSampler {
         let mut hop_counts = vec![nodes.len()];
         let mut blocks = Vec::with_capacity(hops);
         let mut edge_types = Vec::with_capacity(hops);
+        let mut edge_ids = Vec::with_capacity(hops);
         for hop in 0..hops {
             let num_dst = nodes.len();
             let per_type: Vec<i32> = self
@@ -522,6 +545,7 @@ impl NeighborSampler {
                 batch: &batch,
                 seed_times,
                 typed,
+                ids: self.config.edge_ids,
             };
             let chunks = self.sample_layer(topo, &nodes, &layer);
             // Relabelling is serial and in destination order, so local ids do not depend on
@@ -531,6 +555,7 @@ impl NeighborSampler {
             indptr.push(0u64);
             let mut indices = Vec::with_capacity(total);
             let mut types = Vec::with_capacity(if typed { total } else { 0 });
+            let mut ids = Vec::with_capacity(if layer.ids { total } else { 0 });
             let mut dst = 0;
             for chunk in &chunks {
                 let mut at = 0;
@@ -551,6 +576,7 @@ impl NeighborSampler {
                     indptr.push(indices.len() as u64);
                 }
                 types.extend_from_slice(&chunk.types);
+                ids.extend_from_slice(&chunk.ids);
             }
             hop_counts.push(nodes.len() - num_dst);
             blocks.push(Block {
@@ -560,9 +586,11 @@ impl NeighborSampler {
                 indices,
             });
             edge_types.push(types);
+            edge_ids.push(ids);
         }
         blocks.reverse();
         edge_types.reverse();
+        edge_ids.reverse();
         let edges_per_hop = blocks.iter().rev().map(Block::num_edges).collect();
         Sample {
             nodes,
@@ -570,6 +598,7 @@ impl NeighborSampler {
             blocks,
             edges_per_hop,
             edge_types,
+            edge_ids,
             batch,
         }
     }
@@ -612,6 +641,8 @@ struct Layer<'a> {
     seed_times: Option<&'a SeedTimes<'a>>,
     /// Record each kept edge's type.
     typed: bool,
+    /// Record each kept edge's id.
+    ids: bool,
 }
 
 /// Sampled neighbours (global ids) of consecutive frontier nodes.
@@ -622,6 +653,8 @@ struct Chunk {
     neighbors: Vec<u32>,
     /// Their edge types when the layer records them; empty otherwise.
     types: Vec<u32>,
+    /// Their edge ids when the layer records them; empty otherwise.
+    ids: Vec<u64>,
 }
 
 /// Samples the frontier nodes `part`, which start at frontier position `first`.
@@ -635,6 +668,7 @@ fn sample_chunk<A: Adjacency + ?Sized>(
         kept: Vec::with_capacity(part.len()),
         neighbors: Vec::new(),
         types: Vec::new(),
+        ids: Vec::new(),
     };
     let mut scratch = Scratch::default();
     let mut positions = Vec::new();
@@ -665,6 +699,9 @@ fn sample_chunk<A: Adjacency + ?Sized>(
             chunk
                 .types
                 .extend(positions.iter().map(|&p| edges.types[p]));
+        }
+        if layer.ids {
+            chunk.ids.extend(positions.iter().map(|&p| edges.ids[p]));
         }
         chunk.kept.push(positions.len());
     }

@@ -26,16 +26,22 @@ fn graph(lists: &[Vec<Edge>], num_types: usize) -> Topology {
         }
         indptr.push(indices.len() as u64);
     }
+    let ids = (0..indices.len() as u64).map(|p| p + ID_BASE).collect();
     Topology::new(indptr, indices)
         .unwrap()
         .with_columns(EdgeColumns {
             weights: Some(weights),
             times: Some(times),
+            ids: Some(ids),
             types: Some(types),
             num_types,
         })
         .unwrap()
 }
+
+/// [`graph`] gives the edge at adjacency position `p` the id `ID_BASE + p`, so an id is
+/// checkable against the edge it names.
+const ID_BASE: u64 = 1000;
 
 /// Node 0's in-edges come from `1..=edges.len()` with the given (weight, time, type).
 fn star(edges: &[(f32, i64, u32)], num_types: usize) -> Topology {
@@ -324,6 +330,15 @@ fn bad_modes_are_refused_naming_the_option() {
     assert!(msg(t.sample_temporal(&plain, &[0], &[1], 0)).starts_with("gnn.temporal_strategy:"));
     let ty = sampler(typed(&[vec![1]]), 1);
     assert!(msg(ty.sample(&plain, &[0], 0)).contains("need a graph with edge types"));
+    let ids = sampler(
+        SamplerConfig {
+            fanouts: vec![1],
+            edge_ids: true,
+            ..SamplerConfig::default()
+        },
+        1,
+    );
+    assert!(msg(ids.sample(&plain, &[0], 0)).contains("edge ids were asked for"));
 
     let topo = star(&[(1.0, 1, 0), (1.0, 2, 1)], 2);
     assert!(
@@ -347,6 +362,7 @@ fn topology_columns_are_checked() {
         times: None,
         types: Some(ty),
         num_types: n,
+        ids: None,
     };
     let err = |c| t().with_columns(c).unwrap_err().to_string();
     assert!(err(cols(vec![1.0], vec![0, 0], 1)).contains("1 edge weights for 2 edges"));
@@ -363,7 +379,8 @@ fn topology_columns_are_checked() {
         crate::topology::ColumnSet {
             weights: true,
             times: false,
-            edge_types: 2
+            edge_types: 2,
+            ids: false,
         }
     );
 }
@@ -587,7 +604,7 @@ proptest! {
             prop_assert_eq!(first, seeds_of_t);
         }
         let (row, col) = s.edge_index();
-        let all_types: Vec<u32> = s.edge_types.iter().rev().flatten().copied().collect();
+        let all_types = Sample::by_hop(&s.edge_types);
         let mut want: Vec<(u64, u64, u32)> = row.iter().zip(&col).zip(&all_types)
             .map(|((&r, &c), &e)| (s.nodes[r as usize] as u64, s.nodes[c as usize] as u64, e))
             .collect();
@@ -603,5 +620,51 @@ proptest! {
         got.sort_unstable();
         prop_assert_eq!(got, want);
         prop_assert!(hetero.batch.iter().all(Vec::is_empty));
+        prop_assert!(s.edge_ids.iter().all(Vec::is_empty));
+        prop_assert!(hetero.edge_ids.iter().all(Vec::is_empty));
+    }
+
+    #[test]
+    fn edge_ids_name_each_sampled_edge(
+        (topo, offsets, seeds) in attributed_case(),
+        per_type in prop::collection::vec(prop::collection::vec(-1i32..4, 2), 4),
+        key in any::<u64>(),
+    ) {
+        let config = SamplerConfig { edge_ids: true, ..typed(&per_type) };
+        let s = sampler(config, 2).sample(&topo, &seeds, key).unwrap();
+        let (row, col) = s.edge_index();
+        let ids = Sample::by_hop(&s.edge_ids);
+        let types = Sample::by_hop(&s.edge_types);
+        prop_assert_eq!(ids.len(), row.len());
+        // Each id is an edge into the destination from the source, of the edge's type.
+        let edge_of = |id: u64| (id - ID_BASE) as usize;
+        for i in 0..ids.len() {
+            let (u, v) = (s.nodes[row[i] as usize], s.nodes[col[i] as usize]);
+            let p = edge_of(ids[i]);
+            let segment = topo.indptr[v as usize] as usize..topo.indptr[v as usize + 1] as usize;
+            prop_assert!(segment.contains(&p), "id {} is not an edge into {}", ids[i], v);
+            prop_assert_eq!(topo.indices[p], u);
+            prop_assert_eq!(topo.columns.types.as_ref().unwrap()[p], types[i]);
+        }
+        // Within a hop, a destination's edges are distinct (drawn without replacement).
+        let mut at = 0;
+        for &count in &s.edges_per_hop {
+            let mut hop: Vec<(u32, u64)> = (at..at + count).map(|i| (col[i], ids[i])).collect();
+            hop.sort_unstable();
+            hop.dedup();
+            prop_assert_eq!(hop.len(), count);
+            at += count;
+        }
+        // Grouped by type, each edge keeps its id.
+        let hetero = HeteroSample::new(&s, &offsets, 4).unwrap();
+        for (e, &(src_t, dst_t)) in EDGE_TYPES.iter().enumerate() {
+            prop_assert_eq!(hetero.edge_ids[e].len(), hetero.rows[e].len());
+            for ((&r, &c), &id) in hetero.rows[e].iter().zip(&hetero.cols[e]).zip(&hetero.edge_ids[e]) {
+                let p = edge_of(id);
+                let v = hetero.nodes[dst_t][c as usize] as u64 + offsets[dst_t];
+                prop_assert!(topo.indptr[v as usize] as usize <= p && p < topo.indptr[v as usize + 1] as usize);
+                prop_assert_eq!(topo.indices[p] as u64, hetero.nodes[src_t][r as usize] as u64 + offsets[src_t]);
+            }
+        }
     }
 }

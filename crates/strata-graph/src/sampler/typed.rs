@@ -44,6 +44,9 @@ pub struct HeteroSample {
     pub cols: Vec<Vec<u32>>,
     /// Per edge type: sampled edges at each hop, `H` entries; PyG's `num_sampled_edges`.
     pub edges_per_hop: Vec<Vec<usize>>,
+    /// Per edge type, when the sample has edge ids: each sampled edge's id (its row in the
+    /// store's `edges_train`), parallel to `rows`; PyG's `edge`. Empty lists otherwise.
+    pub edge_ids: Vec<Vec<u64>>,
 }
 
 impl HeteroSample {
@@ -70,6 +73,7 @@ impl HeteroSample {
             rows: vec![Vec::new(); num_edge_types],
             cols: vec![Vec::new(); num_edge_types],
             edges_per_hop: vec![vec![0; hops]; num_edge_types],
+            edge_ids: vec![Vec::new(); num_edge_types],
         };
         // Each sample node's index among the nodes of its type.
         let mut type_local = Vec::with_capacity(sample.nodes.len());
@@ -91,6 +95,7 @@ impl HeteroSample {
         for hop in 1..=hops {
             let block = &sample.blocks[hops - hop];
             let types = &sample.edge_types[hops - hop];
+            let ids = &sample.edge_ids[hops - hop];
             if types.len() != block.num_edges() {
                 return Err(GraphError::Config(
                     "sampler: the sample carries no edge types (its graph has none)".into(),
@@ -108,6 +113,9 @@ impl HeteroSample {
                     out.rows[e].push(type_local[src as usize]);
                     out.cols[e].push(type_local[dst]);
                     out.edges_per_hop[e][hop - 1] += 1;
+                    if let Some(&id) = ids.get(first + i) {
+                        out.edge_ids[e].push(id);
+                    }
                 }
             }
         }
