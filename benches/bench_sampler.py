@@ -19,8 +19,10 @@ temporal sample is disjoint per seed, so it holds more nodes.
 The peer: DGL's neighbour sampler (`dgl.dataloading.NeighborSampler`, the classic C++ one),
 when DGL imports. It expands blocks as Strata does (every node known so far is re-sampled at each
 hop), so node counts match in kind: DGL's `input_nodes` of a batch against Strata's `node`. It
-runs on the same edges, built once as a DGL graph (its CSC is made in an untimed warm-up pass),
-uniform, weighted (`prob`) and per edge type; it has no temporal mode (GraphBolt's temporal
+runs on the same edges, built once as a DGL graph, uniform, weighted (`prob`) and per edge type,
+in the same rounds as Strata's passes (each round runs every mode, Strata's pass and DGL's back
+to back, so load on a shared machine hits both alike; round 0 is an untimed warm-up in which DGL
+builds its CSC); it has no temporal mode (GraphBolt's temporal
 sampler needs GraphBolt's native library, see below). PyG's own samplers need pyg-lib or
 torch-sparse, which do not install for this torch (issue 19).
 
@@ -44,6 +46,7 @@ import sys
 import tempfile
 import time
 import types
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -86,30 +89,30 @@ def convert(d: Path) -> tuple[Path, Path]:
     return typed, plain
 
 
-def measure(sampler: NeighborSampler, batches: list[np.ndarray], repeats: int, *, hetero: bool, temporal: bool) -> dict:
-    """Median sampled nodes/s (and edges/s) over ``repeats`` passes over ``batches``."""
-    rates, edge_rates = [], []
-    for _ in range(repeats):
-        nodes, edges, start = 0, 0, time.perf_counter()
-        for key, seeds in enumerate(batches):
-            times = np.full(len(seeds), 500) if temporal else None
-            if hetero:
-                out = sampler.sample_hetero(("paper", seeds), batch_key=key, seed_time=times)
-                nodes += sum(len(v) for v in out.node.values())
-                edges += sum(sum(h) for h in out.num_sampled_edges.values())
-            else:
-                out = sampler.sample(seeds, batch_key=key, seed_time=times)
-                nodes += len(out.node)
-                edges += sum(out.num_sampled_edges)
-        seconds = time.perf_counter() - start
-        rates.append(nodes / seconds)
-        edge_rates.append(edges / seconds)
+def strata_pass(sampler: NeighborSampler, batches: list[np.ndarray], *, hetero: bool, temporal: bool) -> tuple:
+    """One pass of Strata's sampler over ``batches``: (sampled nodes, sampled edges, seconds)."""
+    nodes, edges, start = 0, 0, time.perf_counter()
+    for key, seeds in enumerate(batches):
+        times = np.full(len(seeds), 500) if temporal else None
+        if hetero:
+            out = sampler.sample_hetero(("paper", seeds), batch_key=key, seed_time=times)
+            nodes += sum(len(v) for v in out.node.values())
+            edges += sum(sum(h) for h in out.num_sampled_edges.values())
+        else:
+            out = sampler.sample(seeds, batch_key=key, seed_time=times)
+            nodes += len(out.node)
+            edges += sum(out.num_sampled_edges)
+    return nodes, edges, time.perf_counter() - start
+
+
+def summary(passes: list[tuple]) -> dict:
+    """Median sampled nodes/s and edges/s over timed passes."""
     return {
-        "nodes_per_s": float(np.median(rates)),
-        "edges_per_s": float(np.median(edge_rates)),
-        "nodes_per_pass": nodes,
-        "edges_per_pass": edges,
-        "rates": rates,
+        "nodes_per_s": float(np.median([n / s for n, _, s in passes])),
+        "edges_per_s": float(np.median([e / s for _, e, s in passes])),
+        "nodes_per_pass": passes[-1][0],
+        "edges_per_pass": passes[-1][1],
+        "rates": [n / s for n, _, s in passes],
     }
 
 
@@ -161,36 +164,23 @@ def dgl_graphs(dgl, typed: Path, plain: Path) -> tuple:
     return g, h
 
 
-def measure_dgl(dgl, graph, batches: list[np.ndarray], repeats: int, *, hetero: bool, weighted: bool) -> dict:
-    """DGL's block sampler over the same batches: median sampled nodes/s (``input_nodes``) and
-    edges/s (edges of the blocks), after one untimed pass that builds DGL's CSC."""
+def dgl_pass(dgl, graph, batches: list[np.ndarray], *, hetero: bool, weighted: bool) -> tuple:
+    """One pass of DGL's block sampler over ``batches``: (sampled nodes, i.e. ``input_nodes``,
+    edges of the blocks, seconds)."""
     import torch
 
-    dgl.seed(0)
     if hetero:
         fanouts = [dict.fromkeys(graph.canonical_etypes, f) for f in reversed(FANOUTS)]
     else:
         fanouts = list(reversed(FANOUTS))
     sampler = dgl.dataloading.NeighborSampler(fanouts, prob="w" if weighted else None)
-    seeds = [{"paper": torch.from_numpy(b)} if hetero else torch.from_numpy(b) for b in batches]
-    rates, edge_rates = [], []
-    for rep in range(repeats + 1):
-        nodes, edges, start = 0, 0, time.perf_counter()
-        for s in seeds:
-            inputs, _, blocks = sampler.sample_blocks(graph, s)
-            nodes += sum(len(v) for v in inputs.values()) if hetero else len(inputs)
-            edges += sum(b.num_edges() for b in blocks)
-        seconds = time.perf_counter() - start
-        if rep:
-            rates.append(nodes / seconds)
-            edge_rates.append(edges / seconds)
-    return {
-        "nodes_per_s": float(np.median(rates)),
-        "edges_per_s": float(np.median(edge_rates)),
-        "nodes_per_pass": nodes,
-        "edges_per_pass": edges,
-        "rates": rates,
-    }
+    nodes, edges, start = 0, 0, time.perf_counter()
+    for b in batches:
+        seeds = {"paper": torch.from_numpy(b)} if hetero else torch.from_numpy(b)
+        inputs, _, blocks = sampler.sample_blocks(graph, seeds)
+        nodes += sum(len(v) for v in inputs.values()) if hetero else len(inputs)
+        edges += sum(b.num_edges() for b in blocks)
+    return nodes, edges, time.perf_counter() - start
 
 
 def main() -> None:
@@ -222,14 +212,15 @@ def main() -> None:
             "typed (per edge type)": (typed, {}, True),
             "typed + weighted": (typed, {"weighted": True}, True),
         }
-        results = {}
+        # Each round runs every mode once, Strata's then DGL's pass back to back, so a change in
+        # the machine's load hits both alike; the first round is untimed (it builds DGL's CSC).
+        runs = {}
         for name, (store, options, hetero) in modes.items():
             sampler = NeighborSampler(store, FANOUTS, threads=args.threads, **options)
             temporal = "temporal_strategy" in options
-            results[name] = measure(sampler, batches, args.repeats, hetero=hetero, temporal=temporal)
-            r = results[name]
-            print(f"{name:24s} {r['nodes_per_s']:>12,.0f} nodes/s {r['edges_per_s']:>12,.0f} edges/s")
+            runs[name] = [partial(strata_pass, sampler, batches, hetero=hetero, temporal=temporal)]
         if dgl is not None:
+            dgl.seed(0)
             g, h = dgl_graphs(dgl, typed, plain)
             peers = {
                 "uniform": (g, False, False),
@@ -238,9 +229,22 @@ def main() -> None:
                 "typed + weighted": (h, True, True),
             }
             for name, (graph, hetero, weighted) in peers.items():
-                r = measure_dgl(dgl, graph, batches, args.repeats, hetero=hetero, weighted=weighted)
-                results[name]["dgl"] = r
-                print(f"{'DGL ' + name:24s} {r['nodes_per_s']:>12,.0f} nodes/s {r['edges_per_s']:>12,.0f} edges/s")
+                runs[name].append(partial(dgl_pass, dgl, graph, batches, hetero=hetero, weighted=weighted))
+        passes = {name: [[] for _ in fns] for name, fns in runs.items()}
+        for rnd in range(args.repeats + 1):
+            for name, fns in runs.items():
+                for k, fn in enumerate(fns):
+                    result = fn()
+                    if rnd:
+                        passes[name][k].append(result)
+        results = {}
+        for name, (mine, *peer) in passes.items():
+            results[name] = summary(mine)
+            if peer:
+                results[name]["dgl"] = summary(peer[0])
+            for who, r in [("", results[name]), ("DGL ", results[name].get("dgl"))]:
+                if r is not None:
+                    print(f"{who + name:24s} {r['nodes_per_s']:>12,.0f} nodes/s {r['edges_per_s']:>12,.0f} edges/s")
         base = results["uniform"]["nodes_per_s"]
         for r in results.values():
             r["ratio_to_uniform"] = r["nodes_per_s"] / base
@@ -251,7 +255,7 @@ def main() -> None:
         update_doc(
             "gnn-sampler",
             f"Sampler throughput (`benches/bench_sampler.py`, {args.nodes:,} nodes, {args.edges:,} edges, "
-            f"{args.batches} batches of {BATCH} seeds, fanouts 15,10, {threads} threads each, "
+            f"{args.batches} batches of {BATCH} seeds, fanouts 15,10, {threads} thread{'s' if threads > 1 else ''} each, "
             f"median of {args.repeats}):\n\n"
             f"Peer: {peer}.\n\n"
             "| mode | sampled nodes/s | ratio to uniform | sampled edges/s | nodes per batch | edges per batch "
