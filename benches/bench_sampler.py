@@ -255,8 +255,8 @@ def main() -> None:
         update_doc(
             "gnn-sampler",
             f"Sampler throughput (`benches/bench_sampler.py`, {args.nodes:,} nodes, {args.edges:,} edges, "
-            f"{args.batches} batches of {BATCH} seeds, fanouts 15,10, {threads} thread{'s' if threads > 1 else ''} each, "
-            f"median of {args.repeats}):\n\n"
+            f"{args.batches} batches of {BATCH} seeds, fanouts 15,10, {threads} thread{'s' if threads > 1 else ''} "
+            f"each, median of {args.repeats}):\n\n"
             f"Peer: {peer}.\n\n"
             "| mode | sampled nodes/s | ratio to uniform | sampled edges/s | nodes per batch | edges per batch "
             "| DGL nodes/s | Strata / DGL | DGL nodes per batch |\n"
