@@ -36,7 +36,7 @@ def _torchrun(algorithm: str, grid_store, out, fault: str) -> subprocess.Complet
     return run_session(cmd, env, timeout=300)
 
 
-@pytest.mark.parametrize("algorithm", ["pagerank", "bfs"])
+@pytest.mark.parametrize("algorithm", ["pagerank", "bfs", "kcore"])
 def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint(store, tmp_path, algorithm):  # noqa: F811
     needs("torch")
     single = tmp_path / "single"

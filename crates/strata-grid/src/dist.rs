@@ -711,6 +711,7 @@ mod tests {
             ("pagerank", &["rank"][..]),
             ("bfs", &["level", "parent"][..]),
             ("wcc", &["component"][..]),
+            ("kcore", &["core"][..]),
         ] {
             let job = |out: &str| {
                 check::<RunOptions>(&serde_json::json!({

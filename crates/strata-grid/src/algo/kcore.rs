@@ -2,6 +2,10 @@
 //! remaining degree <= k get core number k and are removed, and a pass over their blocks
 //! lowers their neighbours' degrees; when none is left at k, k jumps to the smallest
 //! remaining degree. Self-loops are ignored; parallel edges count (a multigraph's degrees).
+//!
+//! A distributed run checkpoints the owned degrees and core numbers after every peel: that is
+//! the whole state, since the level to resume at is the highest core number assigned (levels
+//! only rise, and a level's vertices left unpeeled are peeled again at it).
 
 use std::time::Instant;
 
@@ -11,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::{
     chunk_bases, full_pass, Algorithm, Ctx, Iteration, IterationValue, Output, Values, NONE,
 };
+use crate::checkpoint::State;
 use crate::dist::{Reduce, Shared};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
@@ -119,17 +124,27 @@ impl Algorithm for KCore {
         let base = chunk_bases(s);
         let deg = U64Array::filled(s.vertex(), n, 0)?;
         let core = U64Array::filled(s.vertex(), n, NONE)?;
-        full_pass(
-            s,
-            ctx,
-            &Degree {
-                deg: &deg,
-                base: &base,
-            },
-            0,
-        )?;
-        let mut k = 0u64;
-        let mut it = 1;
+        let state = State {
+            saved: &[&deg, &core],
+            whole: &[&core],
+            frontier: None,
+        };
+        let (mut k, mut it) = match ctx.resume(&state)? {
+            // Every rank holds every core number (`whole`), so all resume at the same level.
+            Some(done) => {
+                let highest = (0..n).map(|v| core.get(v)).filter(|&c| c != NONE).max();
+                (highest.unwrap_or(0), done)
+            }
+            None => {
+                let degree = Degree {
+                    deg: &deg,
+                    base: &base,
+                };
+                full_pass(s, ctx, &degree, 0)?;
+                ctx.checkpoint(1, &state)?;
+                (0, 1)
+            }
+        };
         loop {
             let t0 = Instant::now();
             let removed = Bitmap::new(n);
@@ -187,6 +202,7 @@ impl Algorithm for KCore {
             let seconds = t0.elapsed().as_secs_f64();
             ctx.report(Iteration::new(it, pass, peeled, k as f64, seconds))?;
             it += 1;
+            ctx.checkpoint(it, &state)?;
         }
         let mut summary = serde_json::Map::new();
         summary.insert("max_core".into(), k.into());
