@@ -7,8 +7,12 @@
 
 mod bfs;
 mod kcore;
+mod mis;
 mod pagerank;
+mod ppr;
+mod radii;
 pub mod registry;
+mod scc;
 mod spmv;
 mod sssp;
 mod wcc;
@@ -28,7 +32,11 @@ use crate::vertex::{F32Array, F64Array, U64Array};
 
 pub use bfs::Bfs;
 pub use kcore::KCore;
+pub use mis::Mis;
 pub use pagerank::PageRank;
+pub use ppr::PersonalizedPageRank;
+pub use radii::Radii;
+pub use scc::Scc;
 pub use spmv::Spmv;
 pub use sssp::Sssp;
 pub use wcc::Wcc;
@@ -63,6 +71,12 @@ pub trait Algorithm:
     /// The grid must hold both directions of every edge.
     fn needs_symmetric(&self) -> bool {
         false
+    }
+
+    /// Whether it runs in a distributed group: its passes write only to destinations (which
+    /// the rank streaming their column owns) and it exchanges what changed through [`Ctx`].
+    fn distributed(&self) -> bool {
+        true
     }
 
     /// Checks the parameters by themselves; an error names the parameter
@@ -101,6 +115,7 @@ trait Dyn: Send + Sync {
     fn vertex_bytes(&self) -> u64;
     fn needs_weights(&self) -> bool;
     fn needs_symmetric(&self) -> bool;
+    fn distributed(&self) -> bool;
     fn validate(&self) -> Result<()>;
     fn check(&self, num_vertices: u64) -> Result<()>;
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output>;
@@ -121,6 +136,9 @@ impl<A: Algorithm> Dyn for A {
     }
     fn needs_symmetric(&self) -> bool {
         Algorithm::needs_symmetric(self)
+    }
+    fn distributed(&self) -> bool {
+        Algorithm::distributed(self)
     }
     fn validate(&self) -> Result<()> {
         Algorithm::validate(self)
@@ -168,6 +186,11 @@ impl Configured {
     /// See [`Algorithm::needs_symmetric`].
     pub fn needs_symmetric(&self) -> bool {
         self.0.needs_symmetric()
+    }
+
+    /// See [`Algorithm::distributed`].
+    pub fn distributed(&self) -> bool {
+        self.0.distributed()
     }
 
     /// See [`Algorithm::validate`].
@@ -374,6 +397,44 @@ pub(crate) fn frontier_loop(
         ctx.report(Iteration::new(it, pass, active, activated as f64, seconds))?;
         it += 1;
         ctx.checkpoint(it, &state)?;
+    }
+}
+
+/// Passes of an algorithm with several kinds of them (phases, rounds), each reported as an
+/// iteration, numbered in order.
+pub(crate) struct Passes<'c, 'a, 'g> {
+    ctx: &'c mut Ctx<'a, 'g>,
+    /// Passes run.
+    pub done: usize,
+}
+
+impl<'c, 'a, 'g> Passes<'c, 'a, 'g> {
+    pub fn new(ctx: &'c mut Ctx<'a, 'g>) -> Self {
+        Passes { ctx, done: 0 }
+    }
+
+    /// Streams `kernel` over the blocks of `active`'s chunks (all when `None`) and reports the
+    /// pass with `count` vertices active and the kernel's total as its value; returns the total.
+    pub fn pass(
+        &mut self,
+        s: &mut Streamer,
+        kernel: &dyn crate::stream::EdgeKernel,
+        active: Option<&crate::vertex::Bitmap>,
+        count: u64,
+    ) -> Result<u64> {
+        let t0 = std::time::Instant::now();
+        let pass = s.stream_edges(kernel, active, self.ctx.progress)?;
+        let total = pass.total;
+        let seconds = t0.elapsed().as_secs_f64();
+        self.ctx.report(Iteration::new(
+            self.done,
+            pass,
+            count,
+            total as f64,
+            seconds,
+        ))?;
+        self.done += 1;
+        Ok(total)
     }
 }
 
