@@ -244,6 +244,12 @@ impl U64Array {
         self.0[i].fetch_sub(v, Relaxed)
     }
 
+    /// Sets the value to `f(value)`, whoever else is writing.
+    #[inline]
+    pub fn update_shared(&self, i: usize, f: impl Fn(u64) -> u64) {
+        let _ = self.0[i].fetch_update(Relaxed, Relaxed, |x| Some(f(x)));
+    }
+
     /// ORs `v` into the value, whoever else is writing; returns the value before.
     #[inline]
     pub fn or_shared(&self, i: usize, v: u64) -> u64 {

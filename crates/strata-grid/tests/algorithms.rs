@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use strata_grid::algo::{
-    Bfs, Configured, Iteration, KCore, Mis, PageRank, PersonalizedPageRank, Radii, Scc, Spmv, Sssp,
-    Wcc,
+    Bfs, Configured, HyperAnf, Iteration, KCore, Mis, PageRank, PersonalizedPageRank, Radii, Scc,
+    Spmv, Sssp, Wcc,
 };
 use strata_grid::build::{build, BuildJob};
 use strata_grid::config::RunJob;
@@ -320,6 +320,65 @@ fn mis_is_the_greedy_set_by_priority_independent_and_maximal() {
         }
     }
     assert_ne!(greedy(1), greedy(2));
+}
+
+#[test]
+fn hyperanf_is_within_the_hyperloglog_error_of_the_exact_neighbourhood_function() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 600usize;
+    let (st, edges) = store(tmp.path(), n as u64, 900, 12);
+    let mut adj = vec![Vec::new(); n];
+    for &(u, v) in &edges {
+        adj[u as usize].push(v as usize);
+    }
+    // Exact: ball[v] = vertices reaching v in at most t edges, by BFS from every vertex.
+    let mut function = vec![0f64; n];
+    let mut reach = vec![0f64; n];
+    for x in 0..n {
+        let mut dist = vec![usize::MAX; n];
+        dist[x] = 0;
+        let mut q = VecDeque::from([x]);
+        while let Some(u) = q.pop_front() {
+            for &v in &adj[u] {
+                if dist[v] == usize::MAX {
+                    dist[v] = dist[u] + 1;
+                    q.push_back(v);
+                }
+            }
+        }
+        for (v, &d) in dist.iter().enumerate() {
+            if d != usize::MAX {
+                function[d..].iter_mut().for_each(|f| *f += 1.0);
+                reach[v] += 1.0;
+            }
+        }
+    }
+    let depth = function.windows(2).take_while(|w| w[1] > w[0]).count();
+    assert!(depth > 5, "a graph with depth");
+    let algo = HyperAnf {
+        log2_registers: 10,
+        seed: 1,
+    };
+    let sigma = 1.04 / 32.0;
+    grid(&st, "c", 4, Order::Column, false, None);
+    for memory in MEMORIES {
+        let s = run_all(&job(&st, Configured::new(algo.clone()), memory, "c"));
+        let got: Vec<f64> =
+            serde_json::from_value(s.result["neighbourhood_function"].clone()).unwrap();
+        for (t, want) in function.iter().enumerate().take(depth + 3) {
+            let g = got[t.min(got.len() - 1)];
+            assert!(
+                (g - want).abs() <= 3.0 * sigma * want,
+                "N({t}): {g} vs {want}"
+            );
+        }
+        let est = load_f64(&s.arrays[0]);
+        let mean: f64 = (0..n)
+            .map(|v| (est[v] - reach[v]).abs() / reach[v])
+            .sum::<f64>()
+            / n as f64;
+        assert!(mean <= 1.5 * sigma, "mean relative error {mean}");
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{chunk_bases, Algorithm, Ctx, IterationValue, Output, Passes, Values};
+use super::{chunk_bases, vertex_hash, Algorithm, Ctx, IterationValue, Output, Passes, Values};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
@@ -20,13 +20,10 @@ pub struct Mis {
 }
 
 impl Mis {
-    /// Vertex `v`'s priority under `seed`, lower first: a hash of both (SplitMix64's mixer),
-    /// then the id, so no two vertices tie.
+    /// Vertex `v`'s priority under `seed`, lower first: a hash of both, then the id, so no
+    /// two vertices tie.
     pub fn priority(seed: u64, v: u64) -> (u64, u64) {
-        let mut z = seed ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31), v)
+        (vertex_hash(seed, v), v)
     }
 }
 

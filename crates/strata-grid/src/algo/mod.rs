@@ -6,6 +6,7 @@
 //! own, registered by one line in [`registry`]; a run holds it as a [`Configured`].
 
 mod bfs;
+mod hyperanf;
 mod kcore;
 mod mis;
 mod pagerank;
@@ -31,6 +32,7 @@ use crate::stream::{PassStats, Streamer};
 use crate::vertex::{F32Array, F64Array, U64Array};
 
 pub use bfs::Bfs;
+pub use hyperanf::HyperAnf;
 pub use kcore::KCore;
 pub use mis::Mis;
 pub use pagerank::PageRank;
@@ -455,6 +457,16 @@ pub(crate) fn full_pass(
         0.0,
         t0.elapsed().as_secs_f64(),
     ))
+}
+
+/// A 64-bit hash of vertex `v` under `seed` (SplitMix64's mixer), for per-vertex random
+/// choices that need no stored state.
+#[inline]
+pub fn vertex_hash(seed: u64, v: u64) -> u64 {
+    let mut z = seed ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// `root` is a vertex of a graph of `n` vertices, or an error naming option `root`.

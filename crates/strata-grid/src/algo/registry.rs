@@ -13,8 +13,8 @@ use strata_store::config::{deserialize_error, field_order, ConfigError};
 use strata_store::registry::unknown_name;
 
 use super::{
-    Algorithm, Bfs, Configured, IterationValue, KCore, Mis, PageRank, PersonalizedPageRank, Radii,
-    Scc, Spmv, Sssp, Wcc,
+    Algorithm, Bfs, Configured, HyperAnf, IterationValue, KCore, Mis, PageRank,
+    PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Wcc,
 };
 use crate::error::GridError;
 
@@ -30,6 +30,7 @@ pub const ALGORITHMS: &[Entry] = &[
     entry::<Scc>(),
     entry::<Mis>(),
     entry::<Radii>(),
+    entry::<HyperAnf>(),
 ];
 
 /// A registered algorithm: its constants, and its parameters' handling compiled for its type.
