@@ -23,8 +23,8 @@ netem (CONFIG_NET_SCH_NETEM unset, so `tc qdisc ... netem delay` is refused), so
 from a relay (`cargo run --example delay_relay` of strata-farmem) that holds every chunk it
 forwards for the delay, without capping throughput.
 
-`--only algos` runs R1 and R2 for the algorithms of issue 21 (ppr from the BFS root, scc on the
-directed grid, mis and radii on the symmetric one) into bench-results/grid-algos.json and the
+`--only algos` runs R1 and R2 for the algorithms of issue 21 (ppr from the BFS root, scc and
+hyperanf on the directed grid, mis and radii on the symmetric one) into bench-results/grid-algos.json and the
 grid-algos section.
 
 Results go to bench-results/grid-r{1,2,3}.json and the grid-r1..r3 sections of docs/benchmarks.md.
@@ -112,7 +112,7 @@ def best_of(runs: list[dict]) -> dict:
 
 ALGOS = (("pagerank", "col"), ("wcc", "sym"), ("bfs", "col"))
 # Issue 21's algorithms (`--only algos`): R1 and R2 side by side, each on the grid it needs.
-MORE_ALGOS = (("ppr", "col"), ("scc", "col"), ("mis", "sym"), ("radii", "sym"))
+MORE_ALGOS = (("ppr", "col"), ("scc", "col"), ("mis", "sym"), ("radii", "sym"), ("hyperanf", "col"))
 VERTEX_BYTES = {"pagerank": 16, "wcc": 9, "bfs": 17}
 
 
