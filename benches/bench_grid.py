@@ -2,7 +2,7 @@
 core under a memlimit of a quarter of the grid (R2), and with a far-memory tier holding a ratio
 of the footprint while the local memlimit holds only the rest (R3)?
 
-    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3] [--repeats 1] [--r3-scale 24]
+    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3,algos] [--repeats 1] [--r3-scale 24]
 
 Graphs: Graph500 R-MAT (`strata generate rmat`, a=0.57, b=c=0.19, edge factor 16), converted to a
 store, then two grids built by `strata grid build` with P chosen automatically: the directed one
@@ -22,6 +22,10 @@ one-way delay of 0, 250 and 1000 us added in each direction. The kernel here is 
 netem (CONFIG_NET_SCH_NETEM unset, so `tc qdisc ... netem delay` is refused), so the delay comes
 from a relay (`cargo run --example delay_relay` of strata-farmem) that holds every chunk it
 forwards for the delay, without capping throughput.
+
+`--only algos` runs R1 and R2 for the algorithms of issue 21 (ppr from the BFS root, scc and
+hyperanf on the directed grid, mis and radii on the symmetric one) into bench-results/grid-algos.json and the
+grid-algos section.
 
 Results go to bench-results/grid-r{1,2,3}.json and the grid-r1..r3 sections of docs/benchmarks.md.
 """
@@ -107,25 +111,27 @@ def best_of(runs: list[dict]) -> dict:
 
 
 ALGOS = (("pagerank", "col"), ("wcc", "sym"), ("bfs", "col"))
+# Issue 21's algorithms (`--only algos`): R1 and R2 side by side, each on the grid it needs.
+MORE_ALGOS = (("ppr", "col"), ("scc", "col"), ("mis", "sym"), ("radii", "sym"), ("hyperanf", "col"))
 VERTEX_BYTES = {"pagerank": 16, "wcc": 9, "bfs": 17}
 
 
-def r1(scales: list[int], repeats: int) -> dict:
+def r1(scales: list[int], repeats: int, algos=ALGOS) -> dict:
     out = {}
     for scale in scales:
         store, root = prepare(scale)
-        for algo, grid in ALGOS:
+        for algo, grid in algos:
             runs = [drive(store, algo, grid, 16 << 30, root=root) for _ in range(repeats)]
             out[f"{scale}/{algo}"] = best_of(runs)
             print(f"R1 scale {scale} {algo}: {out[f'{scale}/{algo}']['edges_per_s'] / 1e6:.0f}M edges/s", flush=True)
     return out
 
 
-def r2(scales: list[int], repeats: int, r1_res: dict) -> dict:
+def r2(scales: list[int], repeats: int, r1_res: dict, algos=ALGOS) -> dict:
     out = {}
     for scale in scales:
         store, root = prepare(scale)
-        for algo, grid in ALGOS:
+        for algo, grid in algos:
             limit = edge_file_bytes(store, grid) // 4
             runs = [drive(store, algo, grid, limit - OVERHEAD, limit=limit, root=root) for _ in range(repeats)]
             f = best_of(runs)
@@ -276,6 +282,11 @@ def main() -> None:
         save("grid-r2", {**env, "results": res})
         head = f"### R2: out of core (`{env['command']}`; profile sequential read {seq:.0f} MB/s)\n\n"
         update_doc("grid-r2", head + r2_table(res, seq))
+    if "algos" in only:
+        in_memory = r1(scales, a.repeats, MORE_ALGOS)
+        res = {"r1": in_memory, "r2": r2(scales, a.repeats, in_memory, MORE_ALGOS)}
+        save("grid-algos", {**env, "results": res})
+        update_doc("grid-algos", f"### More algorithms (`{env['command']}`)\n\n" + algos_table(res, seq))
     if "r3" in only:
         res = r3(a.r3_scale, a.repeats)
         save("grid-r3", {**env, "results": res})
@@ -297,6 +308,20 @@ def r2_table(res: dict, seq: float) -> str:
                      f"{v['disk_mb_s_median']:.0f}{share}", f"{v['peak_mb']:.0f}"))  # fmt: skip
     return table(rows, ("scale/algorithm", "memlimit", "vertex data", "seconds", "vs R1", "GB read",
                         "disk MB/s (of seq)", "peak MiB"))  # fmt: skip
+
+
+def algos_table(res: dict, seq: float) -> str:
+    """In memory (R1) and out of core (R2) side by side, per algorithm."""
+    rows = []
+    for k, mem in res["r1"].items():
+        ooc = res["r2"][k]
+        share = f" ({ooc['disk_mb_s_median'] / seq:.0%})" if seq else ""
+        rows.append((k, mem["iterations"], f"{mem['edges_per_s'] / 1e6:.0f}M", f"{mem['seconds']:.2f}",
+                     f"{ooc['memlimit_mb']:.0f} MiB", "windows" if ooc["vertex_windowed"] else "memory",
+                     f"{ooc['edges_per_s'] / 1e6:.0f}M", f"{ooc['seconds']:.2f}", f"{ooc['time_vs_r1']:.2f}x",
+                     f"{ooc['gb_disk']:.2f}", f"{ooc['disk_mb_s_median']:.0f}{share}"))  # fmt: skip
+    return table(rows, ("scale/algorithm", "passes", "R1 edges/s", "R1 s", "R2 memlimit", "R2 vertex data",
+                        "R2 edges/s", "R2 s", "R2 vs R1", "R2 GB read", "disk MB/s (of seq)"))  # fmt: skip
 
 
 def r3_table(res: dict) -> str:

@@ -23,7 +23,7 @@ def main() -> None:
     p.add_argument("--memory", type=int, required=True)
     p.add_argument("--keep-resident", type=int, default=1)
     p.add_argument("--iterations", type=int, default=20)
-    p.add_argument("--root", type=int, default=0)
+    p.add_argument("--root", type=int, default=0, help="bfs, sssp: the root; ppr: the one seed")
     p.add_argument("--far", default=None)
     p.add_argument("--ratio", type=float, default=0.7)
     p.add_argument("--chunk", type=int, default=256 << 10)
@@ -42,8 +42,10 @@ def main() -> None:
         "segment": a.segment,
         "out": f"{a.store}/runs/bench-{a.algo}",
     }
-    if a.algo == "pagerank":
+    if a.algo in ("pagerank", "ppr"):
         job["iterations"] = a.iterations
+    if a.algo == "ppr":
+        job["seeds"] = [str(a.root)]
     if a.algo in ("bfs", "sssp"):
         job["root"] = a.root
     for key in ("prefetch", "disk_fetchers"):

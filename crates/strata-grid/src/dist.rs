@@ -558,7 +558,8 @@ mod tests {
         })
     }
 
-    /// Asserts that result arrays `got` equal `want`: exactly, or for PageRank, SSSP and SpMV
+    /// Asserts that result arrays `got` equal `want`: exactly, or for (personalized) PageRank,
+    /// SSSP and SpMV
     /// within float tolerance.
     fn assert_same(
         algorithm: &str,
@@ -568,7 +569,7 @@ mod tests {
     ) {
         for ((name, a), (_, b)) in want.iter().zip(got) {
             let close = match algorithm {
-                "pagerank" => a.chunks_exact(4).zip(b.chunks_exact(4)).all(|(x, y)| {
+                "pagerank" | "ppr" => a.chunks_exact(4).zip(b.chunks_exact(4)).all(|(x, y)| {
                     let x = f32::from_le_bytes(x.try_into().unwrap());
                     let y = f32::from_le_bytes(y.try_into().unwrap());
                     (x - y).abs() <= 1e-6 * x.abs().max(1e-6)
@@ -652,7 +653,16 @@ mod tests {
                 .job()
                 .unwrap()
             };
-            let single = crate::run::run(&job(e.name), &NoProgress, &mut |_| Ok(())).unwrap();
+            let one = job(e.name);
+            if !one.algorithm.distributed() {
+                let refused = run_ranks(&one, 2, false, &|_| Ok(()));
+                for r in refused {
+                    let err = r.unwrap_err().to_string();
+                    assert!(err.contains("runs in one process only"), "{err}");
+                }
+                continue;
+            }
+            let single = crate::run::run(&one, &NoProgress, &mut |_| Ok(())).unwrap();
             let want = results(&single.out, e.arrays);
             for world_size in [2, 3] {
                 let out = format!("{}-{world_size}", e.name);

@@ -155,6 +155,15 @@ impl Grid {
         &self.dir
     }
 
+    /// The store the grid was built from: grids live in `STORE/grids/NAME`
+    /// ([`grids_dir`](crate::build::grids_dir)).
+    pub fn store_dir(&self) -> &Path {
+        self.dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir)
+    }
+
     pub fn manifest(&self) -> &GridManifest {
         &self.manifest
     }

@@ -87,6 +87,15 @@ fn run_with(
     on_iteration: &mut dyn FnMut(&Iteration) -> Result<()>,
 ) -> Result<RunSummary> {
     let t0 = Instant::now();
+    if group.is_some() && !job.algorithm.distributed() {
+        return Err(GridError::config(
+            "algorithm",
+            format!(
+                "{} runs in one process only, not in a distributed group",
+                job.algorithm.name()
+            ),
+        ));
+    }
     let (dir, grid) = open_grid(job, group.is_none(), progress)?;
     let mut dist = group.map(|g| Dist::new(g, &grid)).transpose()?;
     let out_dir = job.out.clone().unwrap_or_else(|| {

@@ -243,6 +243,18 @@ impl U64Array {
     pub fn sub_shared(&self, i: usize, v: u64) -> u64 {
         self.0[i].fetch_sub(v, Relaxed)
     }
+
+    /// Sets the value to `f(value)`, whoever else is writing.
+    #[inline]
+    pub fn update_shared(&self, i: usize, f: impl Fn(u64) -> u64) {
+        let _ = self.0[i].fetch_update(Relaxed, Relaxed, |x| Some(f(x)));
+    }
+
+    /// ORs `v` into the value, whoever else is writing; returns the value before.
+    #[inline]
+    pub fn or_shared(&self, i: usize, v: u64) -> u64 {
+        self.0[i].fetch_or(v, Relaxed)
+    }
 }
 
 /// One bit per vertex.
@@ -282,6 +294,18 @@ impl Bitmap {
     #[inline]
     pub fn set(&self, i: usize) {
         self.words[i / 64].fetch_or(1 << (i % 64), Relaxed);
+    }
+
+    /// Sets bit `i`; true if it was clear (one caller of many racing to set it sees true).
+    #[inline]
+    pub fn set_new(&self, i: usize) -> bool {
+        let bit = 1 << (i % 64);
+        self.words[i / 64].fetch_or(bit, Relaxed) & bit == 0
+    }
+
+    #[inline]
+    pub fn clear(&self, i: usize) {
+        self.words[i / 64].fetch_and(!(1 << (i % 64)), Relaxed);
     }
 
     /// Sets or clears every bit.

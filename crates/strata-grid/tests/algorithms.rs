@@ -4,7 +4,10 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
-use strata_grid::algo::{Bfs, Configured, Iteration, KCore, PageRank, Spmv, Sssp, Wcc};
+use strata_grid::algo::{
+    Bfs, Configured, HyperAnf, Iteration, KCore, Mis, PageRank, PersonalizedPageRank, Radii, Scc,
+    Spmv, Sssp, Wcc,
+};
 use strata_grid::build::{build, BuildJob};
 use strata_grid::config::RunJob;
 use strata_grid::layout::{Order, WeightRequest, WeightSource, WeightSpec};
@@ -147,28 +150,277 @@ fn pagerank_matches_power_iteration() {
             let s = run_all(&job(&st, algo, memory, name));
             let (_, b) = strata_store::array::read_all_bytes(Path::new(&s.arrays[0])).unwrap();
             let got: Vec<f32> = bytemuck::pod_collect_to_vec(&b);
-            let n = n as usize;
-            let mut deg = vec![0f64; n];
-            for &(u, _) in &edges {
-                deg[u as usize] += 1.0;
-            }
-            let mut r = vec![1.0 / n as f64; n];
-            for _ in 0..15 {
-                let dangling: f64 = (0..n).filter(|&v| deg[v] == 0.0).map(|v| r[v]).sum();
-                let mut next = vec![(0.15 + 0.85 * dangling) / n as f64; n];
-                for &(u, v) in &edges {
-                    next[v as usize] += 0.85 * r[u as usize] / deg[u as usize];
+            let r = power_iteration(n as usize, &edges, 15, &vec![1.0 / n as f64; n as usize]);
+            assert_ranks(&got, &r, &format!("{name} {memory}"));
+        }
+    }
+}
+
+/// 15 PageRank iterations (damping 0.85) from the uniform vector, jumping by `p` (networkx's
+/// personalization, dangling mass included).
+fn power_iteration(n: usize, edges: &[(u64, u64)], iterations: usize, p: &[f64]) -> Vec<f64> {
+    let mut deg = vec![0f64; n];
+    for &(u, _) in edges {
+        deg[u as usize] += 1.0;
+    }
+    let mut r = vec![1.0 / n as f64; n];
+    for _ in 0..iterations {
+        let dangling: f64 = (0..n).filter(|&v| deg[v] == 0.0).map(|v| r[v]).sum();
+        let mut next: Vec<f64> = p.iter().map(|p| (0.15 + 0.85 * dangling) * p).collect();
+        for &(u, v) in edges {
+            next[v as usize] += 0.85 * r[u as usize] / deg[u as usize];
+        }
+        r = next;
+    }
+    r
+}
+
+fn assert_ranks(got: &[f32], want: &[f64], what: &str) {
+    for (v, (&g, &r)) in got.iter().zip(want).enumerate() {
+        let g = g as f64;
+        assert!((g - r).abs() <= 1e-5 * r + 1e-9, "{what} v{v}: {g} vs {r}");
+    }
+}
+
+#[test]
+fn personalized_pagerank_jumps_to_the_seeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 2000usize;
+    let (st, edges) = store(tmp.path(), n as u64, 9000, 6);
+    let mut p = vec![0.0; n];
+    for v in [5, 17, 1999] {
+        p[v] = 1.0 / 3.0;
+    }
+    let want = power_iteration(n, &edges, 15, &p);
+    grid(&st, "c", 5, Order::Column, false, None);
+    for memory in MEMORIES {
+        let algo = Configured::new(PersonalizedPageRank {
+            iterations: 15,
+            tolerance: 0.0,
+            damping: 0.85,
+            // A seed given twice counts once.
+            seeds: ["5", "17", "1999", "5"].map(String::from).to_vec(),
+        });
+        let s = run_all(&job(&st, algo, memory, "c"));
+        let (_, b) = strata_store::array::read_all_bytes(Path::new(&s.arrays[0])).unwrap();
+        assert_ranks(
+            &bytemuck::pod_collect_to_vec(&b),
+            &want,
+            &format!("{memory}"),
+        );
+    }
+    let err = |seeds: &[&str]| {
+        let algo = Configured::new(PersonalizedPageRank {
+            seeds: seeds.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        });
+        run(
+            &job(&st, algo, MEMORIES[0], "c"),
+            &NoProgress,
+            &mut |_: &Iteration| Ok(()),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    assert!(err(&["2000"]).contains("option seeds: vertex 2000 is not in the graph"));
+    assert!(err(&["alice"]).contains("\"alice\" is not a vertex id"));
+    assert!(err(&[]).contains("option seeds: need at least one seed"));
+}
+
+/// Each vertex's strongly connected component, labelled by its smallest vertex: u and v share
+/// one when each reaches the other (searches from every vertex; small graphs).
+fn brute_scc(n: usize, edges: &[(u64, u64)]) -> Vec<i64> {
+    let mut adj = vec![Vec::new(); n];
+    for &(u, v) in edges {
+        adj[u as usize].push(v as usize);
+    }
+    let reach: Vec<Vec<bool>> = (0..n)
+        .map(|s| {
+            let mut seen = vec![false; n];
+            seen[s] = true;
+            let mut stack = vec![s];
+            while let Some(u) = stack.pop() {
+                for &v in &adj[u] {
+                    if !seen[v] {
+                        seen[v] = true;
+                        stack.push(v);
+                    }
                 }
-                r = next;
             }
-            for v in 0..n {
-                let g = got[v] as f64;
-                assert!(
-                    (g - r[v]).abs() <= 1e-5 * r[v] + 1e-9,
-                    "{name} {memory} v{v}: {g} vs {}",
-                    r[v]
-                );
+            seen
+        })
+        .collect();
+    (0..n)
+        .map(|v| (0..n).find(|&u| reach[u][v] && reach[v][u]).unwrap() as i64)
+        .collect()
+}
+
+#[test]
+fn scc_matches_mutual_reachability() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 600usize;
+    // Sparse enough for many components, some long paths and cycles among them.
+    let (st, edges) = store(tmp.path(), n as u64, 700, 7);
+    let want = brute_scc(n, &edges);
+    let mut sizes = std::collections::HashMap::new();
+    want.iter().for_each(|&c| *sizes.entry(c).or_insert(0) += 1);
+    assert!(
+        sizes.values().any(|&k| k > 10) && sizes.len() > 100,
+        "{}",
+        sizes.len()
+    );
+    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
+        grid(&st, name, 6, order, false, None);
+        for memory in MEMORIES {
+            let s = run_all(&job(&st, Configured::new(Scc {}), memory, name));
+            assert_eq!(load_i64(&s.arrays[0]), want, "{name} {memory}");
+            assert_eq!(s.result["components"], sizes.len());
+        }
+    }
+}
+
+#[test]
+fn mis_is_the_greedy_set_by_priority_independent_and_maximal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 1500usize;
+    let (st, edges) = store(tmp.path(), n as u64, 5000, 9);
+    let mut adj = vec![Vec::new(); n];
+    for &(u, v) in &edges {
+        if u != v {
+            adj[u as usize].push(v as usize);
+            adj[v as usize].push(u as usize);
+        }
+    }
+    let greedy = |seed: u64| {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&v| Mis::priority(seed, v as u64));
+        let mut set = vec![0i64; n];
+        for v in order {
+            if adj[v].iter().all(|&u| set[u] == 0) {
+                set[v] = 1;
             }
+        }
+        set
+    };
+    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
+        grid(&st, name, 6, order, true, None);
+        for memory in MEMORIES {
+            for seed in [1, 2] {
+                let s = run_all(&job(&st, Configured::new(Mis { seed }), memory, name));
+                let got = load_i64(&s.arrays[0]);
+                for v in 0..n {
+                    let inside = adj[v].iter().filter(|&&u| got[u] == 1).count();
+                    match got[v] {
+                        1 => assert_eq!(inside, 0, "{v} and a neighbour are both in"),
+                        _ => assert!(inside > 0, "{v} could join: not maximal"),
+                    }
+                }
+                assert_eq!(got, greedy(seed), "{name} {memory} seed {seed}");
+            }
+        }
+    }
+    assert_ne!(greedy(1), greedy(2));
+}
+
+#[test]
+fn hyperanf_is_within_the_hyperloglog_error_of_the_exact_neighbourhood_function() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 600usize;
+    let (st, edges) = store(tmp.path(), n as u64, 900, 12);
+    let mut adj = vec![Vec::new(); n];
+    for &(u, v) in &edges {
+        adj[u as usize].push(v as usize);
+    }
+    // Exact: ball[v] = vertices reaching v in at most t edges, by BFS from every vertex.
+    let mut function = vec![0f64; n];
+    let mut reach = vec![0f64; n];
+    for x in 0..n {
+        let mut dist = vec![usize::MAX; n];
+        dist[x] = 0;
+        let mut q = VecDeque::from([x]);
+        while let Some(u) = q.pop_front() {
+            for &v in &adj[u] {
+                if dist[v] == usize::MAX {
+                    dist[v] = dist[u] + 1;
+                    q.push_back(v);
+                }
+            }
+        }
+        for (v, &d) in dist.iter().enumerate() {
+            if d != usize::MAX {
+                function[d..].iter_mut().for_each(|f| *f += 1.0);
+                reach[v] += 1.0;
+            }
+        }
+    }
+    let depth = function.windows(2).take_while(|w| w[1] > w[0]).count();
+    assert!(depth > 5, "a graph with depth");
+    let algo = HyperAnf {
+        log2_registers: 10,
+        seed: 1,
+    };
+    let sigma = 1.04 / 32.0;
+    grid(&st, "c", 4, Order::Column, false, None);
+    for memory in MEMORIES {
+        let s = run_all(&job(&st, Configured::new(algo.clone()), memory, "c"));
+        let got: Vec<f64> =
+            serde_json::from_value(s.result["neighbourhood_function"].clone()).unwrap();
+        for (t, want) in function.iter().enumerate().take(depth + 3) {
+            let g = got[t.min(got.len() - 1)];
+            assert!(
+                (g - want).abs() <= 3.0 * sigma * want,
+                "N({t}): {g} vs {want}"
+            );
+        }
+        let est = load_f64(&s.arrays[0]);
+        let mean: f64 = (0..n)
+            .map(|v| (est[v] - reach[v]).abs() / reach[v])
+            .sum::<f64>()
+            / n as f64;
+        assert!(mean <= 1.5 * sigma, "mean relative error {mean}");
+    }
+}
+
+#[test]
+fn radii_are_the_farthest_sampled_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let n = 2000usize;
+    let (st, edges) = store(tmp.path(), n as u64, 2600, 10);
+    let mut adj = vec![Vec::new(); n];
+    for &(u, v) in &edges {
+        adj[u as usize].push(v as usize);
+    }
+    let radii = Radii {
+        samples: 40,
+        seed: 3,
+    };
+    let sources = radii.sources(n as u64);
+    assert_eq!(sources.len(), 40);
+    let mut want = vec![-1i64; n];
+    for &s in &sources {
+        let mut dist = vec![-1i64; n];
+        dist[s as usize] = 0;
+        let mut q = VecDeque::from([s as usize]);
+        while let Some(u) = q.pop_front() {
+            for &v in &adj[u] {
+                if dist[v] < 0 {
+                    dist[v] = dist[u] + 1;
+                    q.push_back(v);
+                }
+            }
+        }
+        for v in 0..n {
+            want[v] = want[v].max(dist[v]);
+        }
+    }
+    assert!(want.iter().any(|&r| r > 5), "a graph with depth");
+    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
+        grid(&st, name, 5, order, false, None);
+        for memory in MEMORIES {
+            let s = run_all(&job(&st, Configured::new(radii.clone()), memory, name));
+            assert_eq!(load_i64(&s.arrays[0]), want, "{name} {memory}");
+            let listed: Vec<u64> = serde_json::from_value(s.result["sources"].clone()).unwrap();
+            assert_eq!(listed, sources);
         }
     }
 }

@@ -24,7 +24,7 @@ def register(sub) -> None:
         help="build a grid of a store's train edges within --memory",
         description="Builds STORE/grids/NAME from the store's train edges in two streaming passes within --memory: "
         "edges are spooled by column (or row) of blocks, then each spool is sorted into its blocks. --symmetrize "
-        "stores both directions (wcc, kcore), --weighted draws edge weights (sssp, weighted spmv).",
+        "stores both directions (wcc, kcore, mis), --weighted draws edge weights (sssp, weighted spmv).",
     )
     for name, text in (("info", "describe a grid, or list the grids of a store"), ("list", "the same as info")):
         add_section_command(

@@ -6,9 +6,14 @@
 //! own, registered by one line in [`registry`]; a run holds it as a [`Configured`].
 
 mod bfs;
+mod hyperanf;
 mod kcore;
+mod mis;
 mod pagerank;
+mod ppr;
+mod radii;
 pub mod registry;
+mod scc;
 mod spmv;
 mod sssp;
 mod wcc;
@@ -27,8 +32,13 @@ use crate::stream::{PassStats, Streamer};
 use crate::vertex::{F32Array, F64Array, U64Array};
 
 pub use bfs::Bfs;
+pub use hyperanf::HyperAnf;
 pub use kcore::KCore;
+pub use mis::Mis;
 pub use pagerank::PageRank;
+pub use ppr::PersonalizedPageRank;
+pub use radii::Radii;
+pub use scc::Scc;
 pub use spmv::Spmv;
 pub use sssp::Sssp;
 pub use wcc::Wcc;
@@ -63,6 +73,12 @@ pub trait Algorithm:
     /// The grid must hold both directions of every edge.
     fn needs_symmetric(&self) -> bool {
         false
+    }
+
+    /// Whether it runs in a distributed group: its passes write only to destinations (which
+    /// the rank streaming their column owns) and it exchanges what changed through [`Ctx`].
+    fn distributed(&self) -> bool {
+        true
     }
 
     /// Checks the parameters by themselves; an error names the parameter
@@ -101,6 +117,7 @@ trait Dyn: Send + Sync {
     fn vertex_bytes(&self) -> u64;
     fn needs_weights(&self) -> bool;
     fn needs_symmetric(&self) -> bool;
+    fn distributed(&self) -> bool;
     fn validate(&self) -> Result<()>;
     fn check(&self, num_vertices: u64) -> Result<()>;
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output>;
@@ -121,6 +138,9 @@ impl<A: Algorithm> Dyn for A {
     }
     fn needs_symmetric(&self) -> bool {
         Algorithm::needs_symmetric(self)
+    }
+    fn distributed(&self) -> bool {
+        Algorithm::distributed(self)
     }
     fn validate(&self) -> Result<()> {
         Algorithm::validate(self)
@@ -168,6 +188,11 @@ impl Configured {
     /// See [`Algorithm::needs_symmetric`].
     pub fn needs_symmetric(&self) -> bool {
         self.0.needs_symmetric()
+    }
+
+    /// See [`Algorithm::distributed`].
+    pub fn distributed(&self) -> bool {
+        self.0.distributed()
     }
 
     /// See [`Algorithm::validate`].
@@ -377,6 +402,44 @@ pub(crate) fn frontier_loop(
     }
 }
 
+/// Passes of an algorithm with several kinds of them (phases, rounds), each reported as an
+/// iteration, numbered in order.
+pub(crate) struct Passes<'c, 'a, 'g> {
+    ctx: &'c mut Ctx<'a, 'g>,
+    /// Passes run.
+    pub done: usize,
+}
+
+impl<'c, 'a, 'g> Passes<'c, 'a, 'g> {
+    pub fn new(ctx: &'c mut Ctx<'a, 'g>) -> Self {
+        Passes { ctx, done: 0 }
+    }
+
+    /// Streams `kernel` over the blocks of `active`'s chunks (all when `None`) and reports the
+    /// pass with `count` vertices active and the kernel's total as its value; returns the total.
+    pub fn pass(
+        &mut self,
+        s: &mut Streamer,
+        kernel: &dyn crate::stream::EdgeKernel,
+        active: Option<&crate::vertex::Bitmap>,
+        count: u64,
+    ) -> Result<u64> {
+        let t0 = std::time::Instant::now();
+        let pass = s.stream_edges(kernel, active, self.ctx.progress)?;
+        let total = pass.total;
+        let seconds = t0.elapsed().as_secs_f64();
+        self.ctx.report(Iteration::new(
+            self.done,
+            pass,
+            count,
+            total as f64,
+            seconds,
+        ))?;
+        self.done += 1;
+        Ok(total)
+    }
+}
+
 /// One pass of `kernel` over every block, reported as iteration `iteration`.
 pub(crate) fn full_pass(
     s: &mut Streamer,
@@ -394,6 +457,16 @@ pub(crate) fn full_pass(
         0.0,
         t0.elapsed().as_secs_f64(),
     ))
+}
+
+/// A 64-bit hash of vertex `v` under `seed` (SplitMix64's mixer), for per-vertex random
+/// choices that need no stored state.
+#[inline]
+pub fn vertex_hash(seed: u64, v: u64) -> u64 {
+    let mut z = seed ^ v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// `root` is a vertex of a graph of `n` vertices, or an error naming option `root`.

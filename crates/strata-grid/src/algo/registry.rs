@@ -12,7 +12,10 @@ use serde_json::{json, Map, Value};
 use strata_store::config::{deserialize_error, field_order, ConfigError};
 use strata_store::registry::unknown_name;
 
-use super::{Algorithm, Bfs, Configured, IterationValue, KCore, PageRank, Spmv, Sssp, Wcc};
+use super::{
+    Algorithm, Bfs, Configured, HyperAnf, IterationValue, KCore, Mis, PageRank,
+    PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Wcc,
+};
 use crate::error::GridError;
 
 /// Every algorithm, in the order the command line lists them; the first is the default.
@@ -23,6 +26,11 @@ pub const ALGORITHMS: &[Entry] = &[
     entry::<Sssp>(),
     entry::<Spmv>(),
     entry::<KCore>(),
+    entry::<PersonalizedPageRank>(),
+    entry::<Scc>(),
+    entry::<Mis>(),
+    entry::<Radii>(),
+    entry::<HyperAnf>(),
 ];
 
 /// A registered algorithm: its constants, and its parameters' handling compiled for its type.
