@@ -21,6 +21,7 @@ use crate::dist::{
 use crate::epoch::Trainer;
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
+use crate::incremental;
 use crate::kernels::sgemm_reference_flops;
 use crate::model::ScoreModel;
 use crate::overlap;
@@ -50,13 +51,14 @@ pub fn eval_spec(cfg: &TrainConfig, plan: &EmbedPlan, threads: usize) -> EvalSpe
 
 /// Fields that shape the stored state: a resumed run must keep them.
 fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
-    let checks: [(&'static str, bool); 7] = [
+    let checks: [(&'static str, bool); 8] = [
         ("model", a.model == b.model),
         ("dim", a.dim == b.dim),
         ("transe_norm", a.transe_norm == b.transe_norm),
         ("optimizer", a.optimizer == b.optimizer),
         ("reciprocal", a.reciprocal == b.reciprocal),
         ("seed", a.seed == b.seed),
+        ("init_from", a.init_from == b.init_from),
         (
             "partitions",
             a.partitions == 0 || b.partitions == 0 || a.partitions == b.partitions,
@@ -440,6 +442,11 @@ fn setup(
             model.kind, graph.num_relations
         ));
     }
+    if cfg.init_from.is_some() && owner.is_some() {
+        return Err(EmbedError::Config(
+            "embed.train.init_from is not supported with dist_storage = owners; start the run with dist_storage = shared".into(),
+        ));
+    }
     let existing = is_run(run_dir) && !fresh;
     let mut cfg = cfg;
     let prior = if existing {
@@ -471,6 +478,11 @@ fn setup(
     } else {
         None
     };
+    // A new run's origin is checked before the run writes anything.
+    let origin = match (&cfg.init_from, &prior) {
+        (Some(from), None) => Some(incremental::Origin::open(from, Which::Best, &cfg, &store)?),
+        _ => None,
+    };
     let plan = budget::plan_fitting(&cfg, &model, graph.num_nodes, graph.num_relations, rank)?;
     let threads = plan.threads;
     plan.memory_plan()
@@ -501,17 +513,33 @@ fn setup(
             }
             run
         }
-        None => create(
-            &store,
-            run_dir,
-            &cfg,
-            &model,
-            partitioning,
-            layout,
-            &mut buffer,
-            owner.map(|r| (r, world_size)),
-            progress,
-        )?,
+        None => {
+            let run = create(
+                &store,
+                run_dir,
+                &cfg,
+                &model,
+                partitioning,
+                layout,
+                &mut buffer,
+                owner.map(|r| (r, world_size)),
+                progress,
+            )?;
+            if let Some(origin) = origin {
+                // The remap streams through the memory the buffer's slots hold (and a slot
+                // still holds a partition as initialised): free them, then allocate anew.
+                drop(buffer);
+                let held = plan.runtime_bytes + plan.group_bytes + plan.relation_bytes;
+                let budget = cfg.memory.saturating_sub(held + origin.bytes());
+                origin.apply(&run, budget, progress)?;
+                buffer = PartitionBuffer::new(
+                    engine.clone(),
+                    layout,
+                    plan.capacity + plan.prefetch_slots,
+                );
+            }
+            run
+        }
     };
     let mut relations = run.meta.empty_relations();
     let (rp, sp) = run.relation_paths(run.meta.current.epoch);

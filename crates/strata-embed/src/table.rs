@@ -136,11 +136,31 @@ impl TableFile {
         first: u64,
         out: &mut [f32],
     ) -> Result<()> {
+        let at = p as u64 * layout.part_bytes() + first * layout.dim as u64 * 4;
+        self.read_floats(engine, at, out)
+    }
+
+    /// Reads `out.len() / state_per_row` rows of partition `p`'s optimizer state starting at
+    /// local row `first` (an unaligned read, as [`TableFile::read_rows`]).
+    pub fn read_state_rows(
+        &self,
+        engine: &Arc<Engine>,
+        layout: &TableLayout,
+        p: u32,
+        first: u64,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let at = p as u64 * layout.part_bytes()
+            + (layout.emb_floats() as u64 + first * layout.state_per_row as u64) * 4;
+        self.read_floats(engine, at, out)
+    }
+
+    /// Reads `out.len()` little-endian floats at byte `at` of the file.
+    fn read_floats(&self, engine: &Arc<Engine>, at: u64, out: &mut [f32]) -> Result<()> {
         let len = out.len() * 4;
         if len == 0 {
             return Ok(());
         }
-        let at = p as u64 * layout.part_bytes() + first * layout.dim as u64 * 4;
         let mut q = engine.queue();
         q.submit([Request::read(&self.file, at, len, AlignedBuf::new(len), 0)]);
         let c = q.wait().expect("one request in flight");

@@ -381,6 +381,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
         )
         shown = fmt_bytes(default) if tp is Size and isinstance(default, int) else default
         help_text = meta["help"] + (f" (default: {shown})" if default not in (None, [], "") else "")
+        # argparse expands %-formats in help texts; the texts are plain prose ("20%").
+        help_text = help_text.replace("%", "%%")
         if meta.get("positional"):
             nargs = "*" if typing.get_origin(tp) is list else None
             parser.add_argument(f.name, metavar=f.name.upper(), nargs=nargs, help=help_text, default=argparse.SUPPRESS)
