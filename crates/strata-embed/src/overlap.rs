@@ -213,6 +213,7 @@ mod tests {
             kind: cfg.model,
             dim: 16,
             transe_norm: 2,
+            pbg: crate::model::PbgForm::default(),
         };
         let t = measure_edge_seconds(&model, &cfg, 2);
         assert!(t > 0.0 && t < 1e-3, "{t}");

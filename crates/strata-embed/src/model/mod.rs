@@ -50,6 +50,7 @@ mod complex;
 mod distmult;
 mod dot;
 mod pairwise;
+mod pbg;
 mod rotate;
 mod transe;
 
@@ -60,6 +61,8 @@ use strata_store::rng::Rng;
 
 use crate::kernels::exp_sum;
 
+pub use pbg::{Comparator, Operator, PbgForm};
+
 strata_store::registry! {
     /// Which score function (registered by name; see [`ScoreFunction`]).
     pub enum ScoreKind: dyn ScoreFunction, "score function", "score function" {
@@ -68,6 +71,7 @@ strata_store::registry! {
         distmult::DistMult,
         complex::ComplEx,
         rotate::RotatE,
+        pbg::Pbg,
     }
 }
 
@@ -75,8 +79,8 @@ strata_store::registry! {
 /// candidate scoring of one chunk. Implementations are unit types, registered in
 /// [`ScoreKind`] with their [`strata_store::registry::Named`] name and help.
 pub trait ScoreFunction: Sync {
-    /// Reals per relation row for node embeddings of `dim` reals (0: no relation rows).
-    fn rel_dim(&self, dim: usize) -> usize;
+    /// Reals per relation row of `model` (0: no relation rows).
+    fn rel_dim(&self, model: &ScoreModel) -> usize;
 
     /// Why node embeddings of `dim` reals do not fit the model (a message for `embed.train.dim`).
     fn check_dim(&self, _dim: usize) -> Result<(), String> {
@@ -179,12 +183,14 @@ pub struct ScoreModel {
     pub dim: usize,
     /// 1 or 2: the norm of TransE.
     pub transe_norm: u8,
+    /// The operator and comparator of `pbg`.
+    pub pbg: PbgForm,
 }
 
 impl ScoreModel {
     /// Reals per relation row (0 for dot).
     pub fn rel_dim(&self) -> usize {
-        self.kind.get().rel_dim(self.dim)
+        self.kind.get().rel_dim(self)
     }
 
     /// The initial value of a relation row, drawn from `rng`. Not the identity: an identity
@@ -253,6 +259,7 @@ pub struct Scratch {
     pos: Vec<f32>,
     dpos: Vec<f32>,
     aux: Vec<f32>,
+    cos: pbg::CosScratch,
 }
 
 /// Sizes a scratch buffer to `len` without clearing it: every caller overwrites it (matrix
@@ -385,3 +392,6 @@ pub fn score_candidates(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod pbg_tests;
