@@ -381,6 +381,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
         )
         shown = fmt_bytes(default) if tp is Size and isinstance(default, int) else default
         help_text = meta["help"] + (f" (default: {shown})" if default not in (None, [], "") else "")
+        # argparse expands %-formats in help texts; a literal "20% to 7%" must not be one.
+        help_text = help_text.replace("%", "%%")
         if meta.get("positional"):
             nargs = "*" if typing.get_origin(tp) is list else None
             parser.add_argument(f.name, metavar=f.name.upper(), nargs=nargs, help=help_text, default=argparse.SUPPRESS)
