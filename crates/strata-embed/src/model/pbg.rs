@@ -123,12 +123,12 @@ impl PbgForm {
     /// with `dot`. The others need `reciprocal = true`.
     pub fn reversible(self) -> bool {
         use {Comparator as C, Operator as O};
-        match (self.operator, self.comparator) {
-            (O::None, _) => true,
-            (O::Translation, C::L2 | C::SquaredL2) => true,
-            (O::Diagonal | O::Linear | O::ComplexDiagonal, C::Dot) => true,
-            _ => false,
-        }
+        matches!(
+            (self.operator, self.comparator),
+            (O::None, _)
+                | (O::Translation, C::L2 | C::SquaredL2)
+                | (O::Diagonal | O::Linear | O::ComplexDiagonal, C::Dot)
+        )
     }
 }
 
@@ -451,6 +451,7 @@ fn score<O: OperatorRows>(
 }
 
 /// The training step of a `pbg` model (see [`super::chunk_step`]).
+#[allow(clippy::needless_range_loop)] // index loops over parallel arrays
 fn step<O: OperatorRows>(
     model: &ScoreModel,
     loss: LossKind,
