@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
 use crate::export::ExportFormat;
-use crate::model::{Comparator, LossKind, Operator, PbgForm, ScoreKind};
+use crate::model::{
+    Comparator, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
+};
 use crate::ordering::OrderingKind;
 use crate::run_dir::Which;
 
@@ -92,6 +94,12 @@ pub struct TrainConfig {
     pub comparator: Option<Comparator>,
     /// softmax: cross-entropy of the true edge among its negatives; logistic; margin ranking
     pub loss: LossKind,
+    /// none; n3 (Σ|x|³, moduli of complex coordinates: ComplEx-N3) or l2 (Σx²) of the source,
+    /// target and relation rows of each chunk, times reg_weight / chunk edges
+    pub regularizer: RegularizerKind,
+    /// weight of the regularizer
+    #[schemars(range(min = 0.0))]
+    pub reg_weight: f32,
     /// margin of the margin-ranking loss
     #[schemars(range(min = 0.0))]
     pub margin: f32,
@@ -181,6 +189,8 @@ impl Default for TrainConfig {
             operator: None,
             comparator: None,
             loss: LossKind::Softmax,
+            regularizer: RegularizerKind::None,
+            reg_weight: 0.0,
             margin: 0.1,
             lr: 0.1,
             optimizer: OptimizerKind::Adagrad,
@@ -228,6 +238,12 @@ impl Section for TrainConfig {
                 return bad(key, format!("must be a positive number, got {v}"));
             }
         }
+        if !(self.reg_weight >= 0.0 && self.reg_weight.is_finite()) {
+            return bad(
+                "reg_weight",
+                format!("must be a number >= 0, got {}", self.reg_weight),
+            );
+        }
         if !self.margin.is_finite() {
             return bad(
                 "margin",
@@ -248,6 +264,14 @@ impl TrainConfig {
         PbgForm {
             operator: self.operator.unwrap_or_default(),
             comparator: self.comparator.unwrap_or_default(),
+        }
+    }
+
+    /// The regularizer and its weight.
+    pub fn regularizer(&self) -> Regularizer {
+        Regularizer {
+            kind: self.regularizer,
+            weight: self.reg_weight,
         }
     }
 

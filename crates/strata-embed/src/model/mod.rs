@@ -51,6 +51,7 @@ mod distmult;
 mod dot;
 mod pairwise;
 mod pbg;
+mod regularizer;
 mod rotate;
 mod transe;
 
@@ -62,6 +63,7 @@ use strata_store::rng::Rng;
 use crate::kernels::exp_sum;
 
 pub use pbg::{Comparator, Operator, PbgForm};
+pub use regularizer::{regularize, Regularizer, RegularizerKind};
 
 strata_store::registry! {
     /// Which score function (registered by name; see [`ScoreFunction`]).
