@@ -17,6 +17,7 @@ use super::{Chunk, Grads, Operator, ScoreKind, ScoreModel};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum RegularizerKind {
+    /// No regularization.
     #[default]
     None,
     /// `Σ |x|³` (moduli for complex coordinates).
