@@ -6,7 +6,10 @@
 //! (dot, DistMult, ComplEx) the score is `φ(s, r) · t`, so all `b x n` negative scores are one
 //! matrix product and the backward pass is two more, reusing `φ` and the loss weights computed
 //! in the forward pass (Legend §6 on a CPU; `bilinear`). TransE-L2 expands `‖a − t‖²` into the
-//! same products. TransE-L1 and RotatE are computed pairwise (`pairwise`).
+//! same products. TransE-L1 and RotatE are computed pairwise (`pairwise`). PyTorch-BigGraph's
+//! operators and comparators (`pbg`) reuse the named models' operator rows and run every
+//! comparator through the same three products. `regularizer` adds N3 or L2 terms of a chunk's
+//! rows.
 //!
 //! Each score function is a unit type in a file of its own implementing [`ScoreFunction`],
 //! listed once in the [`ScoreKind`] registry below; the config's `model` option, its help and
