@@ -200,8 +200,10 @@ pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
 /// gradients, update keys).
 fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
     let d = model.dim as u64;
+    // Relation rows and their gradients: `dim` reals or more (`linear`: dim²).
+    let rd = (model.rel_dim() as u64).max(d);
     let scores = 4 * b * n * (1 + model.kind.get().extra_score_matrices());
-    scores + 8 * (3 * b + n) * d + 8 * b * d + 16 * (2 * b + n)
+    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n)
 }
 
 /// Plans `cfg` with the workers it asks for, or (`threads` 0: one per core) with as many of the
@@ -435,7 +437,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ScoreKind;
+    use crate::model::{PbgForm, ScoreKind};
     use strata_store::budget::CODE_PAGES_BYTES;
 
     fn model(dim: usize) -> ScoreModel {
@@ -443,6 +445,7 @@ mod tests {
             kind: ScoreKind::ComplEx,
             dim,
             transe_norm: 2,
+            pbg: PbgForm::default(),
         }
     }
 

@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
 use crate::export::ExportFormat;
-use crate::model::{LossKind, ScoreKind};
+use crate::model::{
+    Comparator, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
+};
 use crate::ordering::OrderingKind;
 use crate::run_dir::Which;
 
@@ -83,8 +85,21 @@ pub struct TrainConfig {
     /// norm of transe: 1 or 2
     #[schemars(range(min = 1, max = 2))]
     pub transe_norm: u8,
+    /// model pbg: the relation operator applied to the source, none (default), translation
+    /// (s + r), diagonal (s ∘ r), linear (M s; RESCAL with dot), affine (M s + v) or
+    /// complex_diagonal (complex s r)
+    pub operator: Option<Operator>,
+    /// model pbg: how the operator's output is compared with the target, cos (default), dot,
+    /// l2 (−‖a − t‖) or squared_l2 (−‖a − t‖²)
+    pub comparator: Option<Comparator>,
     /// softmax: cross-entropy of the true edge among its negatives; logistic; margin ranking
     pub loss: LossKind,
+    /// none; n3 (Σ|x|³, moduli of complex coordinates: ComplEx-N3) or l2 (Σx²) of the source,
+    /// target and relation rows of each chunk, times reg_weight / chunk edges
+    pub regularizer: RegularizerKind,
+    /// weight of the regularizer
+    #[schemars(range(min = 0.0))]
+    pub reg_weight: f32,
     /// margin of the margin-ranking loss
     #[schemars(range(min = 0.0))]
     pub margin: f32,
@@ -176,7 +191,11 @@ impl Default for TrainConfig {
             model: ScoreKind::ComplEx,
             dim: 100,
             transe_norm: 2,
+            operator: None,
+            comparator: None,
             loss: LossKind::Softmax,
+            regularizer: RegularizerKind::None,
+            reg_weight: 0.0,
             margin: 0.1,
             lr: 0.1,
             optimizer: OptimizerKind::Adagrad,
@@ -225,16 +244,85 @@ impl Section for TrainConfig {
                 return bad(key, format!("must be a positive number, got {v}"));
             }
         }
+        if !(self.reg_weight >= 0.0 && self.reg_weight.is_finite()) {
+            return bad(
+                "reg_weight",
+                format!("must be a number >= 0, got {}", self.reg_weight),
+            );
+        }
         if !self.margin.is_finite() {
             return bad(
                 "margin",
                 format!("must be a finite number, got {}", self.margin),
             );
         }
+        self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
         let partitioned = self.partitions as usize > self.buffer;
         self.ordering
             .check_buffer(self.buffer, partitioned)
             .or_else(|msg| bad("buffer", msg))
+    }
+}
+
+impl TrainConfig {
+    /// The operator and comparator of model pbg (PBG's defaults where unset).
+    pub fn pbg_form(&self) -> PbgForm {
+        PbgForm {
+            operator: self.operator.unwrap_or_default(),
+            comparator: self.comparator.unwrap_or_default(),
+        }
+    }
+
+    /// The regularizer and its weight.
+    pub fn regularizer(&self) -> Regularizer {
+        Regularizer {
+            kind: self.regularizer,
+            weight: self.reg_weight,
+        }
+    }
+
+    /// The key and message of what model pbg's options do not allow: an operator or
+    /// comparator for another model, an odd dim for complex_diagonal, or no reciprocal
+    /// relations where a reversed relation row does not score heads as the row scores tails.
+    fn check_pbg(&self) -> Result<(), (&'static str, String)> {
+        if self.model != ScoreKind::Pbg {
+            let set = [
+                ("operator", self.operator.map(Operator::name)),
+                ("comparator", self.comparator.map(Comparator::name)),
+            ];
+            return match set.into_iter().find_map(|(k, v)| Some(k).zip(v)) {
+                Some((key, value)) => Err((
+                    key,
+                    format!(
+                        "{key} = {value:?} applies to model \"pbg\" only (model is {:?})",
+                        self.model.to_string()
+                    ),
+                )),
+                None => Ok(()),
+            };
+        }
+        let form = self.pbg_form();
+        if form.operator == Operator::ComplexDiagonal && !self.dim.is_multiple_of(2) {
+            return Err((
+                "dim",
+                format!(
+                    "operator complex_diagonal needs an even dim (real and imaginary halves), got {}",
+                    self.dim
+                ),
+            ));
+        }
+        if !self.reciprocal && !form.reversible() {
+            return Err((
+                "reciprocal",
+                format!(
+                    "operator {} with comparator {} scores heads only through reciprocal \
+                     relations (a reversed relation row does not score the same)",
+                    form.operator.name(),
+                    form.comparator.name()
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

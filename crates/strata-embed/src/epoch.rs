@@ -503,6 +503,7 @@ impl Trainer {
             negatives: self.cfg.negatives,
             degree_fraction: self.cfg.degree_fraction,
             pool,
+            reg: self.cfg.regularizer(),
         };
         let chunks: Vec<&[[i32; 3]]> = edges.chunks(self.cfg.chunk_size.max(1)).collect();
         let threads = self.workers.len().min(chunks.len());

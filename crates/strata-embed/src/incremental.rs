@@ -38,8 +38,19 @@ const EXAMPLES: usize = 5;
 /// TransE norm, optimizer (state layout) or reciprocal setting, or an owner-mode rank's run.
 pub fn check_compatible(old: &RunMeta, cfg: &TrainConfig, from: &Path) -> Result<()> {
     let a = &old.config;
-    let fields: [(&str, String, String); 5] = [
+    let (form_a, form_b) = (a.pbg_form(), cfg.pbg_form());
+    let fields: [(&str, String, String); 7] = [
         ("model", a.model.to_string(), cfg.model.to_string()),
+        (
+            "operator",
+            format!("{:?}", form_a.operator),
+            format!("{:?}", form_b.operator),
+        ),
+        (
+            "comparator",
+            format!("{:?}", form_a.comparator),
+            format!("{:?}", form_b.comparator),
+        ),
         ("dim", a.dim.to_string(), cfg.dim.to_string()),
         (
             "transe_norm",

@@ -51,8 +51,13 @@ pub fn eval_spec(cfg: &TrainConfig, plan: &EmbedPlan, threads: usize) -> EvalSpe
 
 /// Fields that shape the stored state: a resumed run must keep them.
 fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
-    let checks: [(&'static str, bool); 8] = [
+    let checks: [(&'static str, bool); 10] = [
         ("model", a.model == b.model),
+        ("operator", a.pbg_form().operator == b.pbg_form().operator),
+        (
+            "comparator",
+            a.pbg_form().comparator == b.pbg_form().comparator,
+        ),
         ("dim", a.dim == b.dim),
         ("transe_norm", a.transe_norm == b.transe_norm),
         ("optimizer", a.optimizer == b.optimizer),
@@ -435,6 +440,7 @@ fn setup(
         kind: cfg.model,
         dim: cfg.dim,
         transe_norm: cfg.transe_norm,
+        pbg: cfg.pbg_form(),
     };
     if model.rel_dim() == 0 && graph.num_relations > 0 {
         progress.message(&format!(

@@ -109,6 +109,7 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
         negatives: cfg.negatives,
         degree_fraction: cfg.degree_fraction,
         pool: Pool::Resident,
+        reg: cfg.regularizer(),
     };
     let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
     // One warm-up chunk per worker (allocations), then the timed ones.
@@ -213,6 +214,7 @@ mod tests {
             kind: cfg.model,
             dim: 16,
             transe_norm: 2,
+            pbg: crate::model::PbgForm::default(),
         };
         let t = measure_edge_seconds(&model, &cfg, 2);
         assert!(t > 0.0 && t < 1e-3, "{t}");

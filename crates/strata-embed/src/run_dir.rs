@@ -103,6 +103,7 @@ impl RunMeta {
             kind: self.config.model,
             dim: self.config.dim,
             transe_norm: self.config.transe_norm,
+            pbg: self.config.pbg_form(),
         }
     }
 

@@ -6,7 +6,9 @@ use strata_store::rng::{derive, Rng};
 
 use crate::bank::Banks;
 use crate::config::{Corrupt, MAX_ROWS};
-use crate::model::{chunk_step, Chunk, Grads, LossKind, ScoreModel, Scratch};
+use crate::model::{
+    chunk_step, regularize, Chunk, Grads, LossKind, Regularizer, ScoreModel, Scratch,
+};
 use crate::shared::SharedRows;
 
 /// A resident partition's rows and node count.
@@ -51,6 +53,8 @@ pub struct BucketCtx<'a> {
     pub negatives: usize,
     pub degree_fraction: f32,
     pub pool: Pool<'a>,
+    /// Added to the loss of every chunk direction (see [`regularize`]).
+    pub reg: Regularizer,
 }
 
 /// Marks a negative taken from a bank: `(BANK | partition, row of the bank)`.
@@ -270,6 +274,7 @@ impl Worker {
             &mut side.grads,
             &mut self.scratch,
         );
+        self.loss += regularize(&ctx.reg, &ctx.model, &c, &mut side.grads);
         if o.reverse {
             side.grads
                 .rel

@@ -195,6 +195,7 @@ fn relations_and_their_inverses_carry_by_name() {
         kind: TrainConfig::default().model,
         dim: 8,
         transe_norm: 2,
+        pbg: Default::default(),
     };
     let mut old = Relations::new(&model, 4, true, false, 1, 0.1);
     old.state

@@ -37,6 +37,7 @@ fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
         kind: cfg.model,
         dim: cfg.dim,
         transe_norm: cfg.transe_norm,
+        pbg: cfg.pbg_form(),
     };
     match strata_embed::budget::plan_fitting(
         &cfg,

@@ -40,8 +40,8 @@ impl Bilinear for ComplEx {
 }
 
 impl ScoreFunction for ComplEx {
-    fn rel_dim(&self, dim: usize) -> usize {
-        dim
+    fn rel_dim(&self, model: &ScoreModel) -> usize {
+        model.dim
     }
 
     fn check_dim(&self, dim: usize) -> Result<(), String> {

@@ -32,8 +32,8 @@ impl Bilinear for DistMult {
 }
 
 impl ScoreFunction for DistMult {
-    fn rel_dim(&self, dim: usize) -> usize {
-        dim
+    fn rel_dim(&self, model: &ScoreModel) -> usize {
+        model.dim
     }
 
     /// Random signs: an isometry without a preferred self-score (see

@@ -27,7 +27,7 @@ impl Bilinear for Dot {
 }
 
 impl ScoreFunction for Dot {
-    fn rel_dim(&self, _dim: usize) -> usize {
+    fn rel_dim(&self, _model: &ScoreModel) -> usize {
         0
     }
 

@@ -6,7 +6,10 @@
 //! (dot, DistMult, ComplEx) the score is `φ(s, r) · t`, so all `b x n` negative scores are one
 //! matrix product and the backward pass is two more, reusing `φ` and the loss weights computed
 //! in the forward pass (Legend §6 on a CPU; `bilinear`). TransE-L2 expands `‖a − t‖²` into the
-//! same products. TransE-L1 and RotatE are computed pairwise (`pairwise`).
+//! same products. TransE-L1 and RotatE are computed pairwise (`pairwise`). PyTorch-BigGraph's
+//! operators and comparators (`pbg`) reuse the named models' operator rows and run every
+//! comparator through the same three products. `regularizer` adds N3 or L2 terms of a chunk's
+//! rows.
 //!
 //! Each score function is a unit type in a file of its own implementing [`ScoreFunction`],
 //! listed once in the [`ScoreKind`] registry below; the config's `model` option, its help and
@@ -50,6 +53,8 @@ mod complex;
 mod distmult;
 mod dot;
 mod pairwise;
+mod pbg;
+mod regularizer;
 mod rotate;
 mod transe;
 
@@ -60,6 +65,9 @@ use strata_store::rng::Rng;
 
 use crate::kernels::exp_sum;
 
+pub use pbg::{Comparator, Operator, PbgForm};
+pub use regularizer::{regularize, Regularizer, RegularizerKind};
+
 strata_store::registry! {
     /// Which score function (registered by name; see [`ScoreFunction`]).
     pub enum ScoreKind: dyn ScoreFunction, "score function", "score function" {
@@ -68,6 +76,7 @@ strata_store::registry! {
         distmult::DistMult,
         complex::ComplEx,
         rotate::RotatE,
+        pbg::Pbg,
     }
 }
 
@@ -75,8 +84,8 @@ strata_store::registry! {
 /// candidate scoring of one chunk. Implementations are unit types, registered in
 /// [`ScoreKind`] with their [`strata_store::registry::Named`] name and help.
 pub trait ScoreFunction: Sync {
-    /// Reals per relation row for node embeddings of `dim` reals (0: no relation rows).
-    fn rel_dim(&self, dim: usize) -> usize;
+    /// Reals per relation row of `model` (0: no relation rows).
+    fn rel_dim(&self, model: &ScoreModel) -> usize;
 
     /// Why node embeddings of `dim` reals do not fit the model (a message for `embed.train.dim`).
     fn check_dim(&self, _dim: usize) -> Result<(), String> {
@@ -179,12 +188,14 @@ pub struct ScoreModel {
     pub dim: usize,
     /// 1 or 2: the norm of TransE.
     pub transe_norm: u8,
+    /// The operator and comparator of `pbg`.
+    pub pbg: PbgForm,
 }
 
 impl ScoreModel {
     /// Reals per relation row (0 for dot).
     pub fn rel_dim(&self) -> usize {
-        self.kind.get().rel_dim(self.dim)
+        self.kind.get().rel_dim(self)
     }
 
     /// The initial value of a relation row, drawn from `rng`. Not the identity: an identity
@@ -253,6 +264,7 @@ pub struct Scratch {
     pos: Vec<f32>,
     dpos: Vec<f32>,
     aux: Vec<f32>,
+    cos: pbg::CosScratch,
 }
 
 /// Sizes a scratch buffer to `len` without clearing it: every caller overwrites it (matrix
@@ -385,3 +397,6 @@ pub fn score_candidates(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod pbg_tests;

@@ -58,8 +58,8 @@ impl Pairwise for RotatE {
 }
 
 impl ScoreFunction for RotatE {
-    fn rel_dim(&self, dim: usize) -> usize {
-        dim / 2
+    fn rel_dim(&self, model: &ScoreModel) -> usize {
+        model.dim / 2
     }
 
     fn check_dim(&self, dim: usize) -> Result<(), String> {

@@ -1,7 +1,7 @@
 use super::*;
 use strata_store::rng::Rng;
 
-fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
+pub(super) fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..len)
         .map(|_| {
@@ -33,12 +33,21 @@ fn chunk(b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> Chunk<'_> {
 
 /// Central finite differences against the analytic gradient of every input.
 fn check(kind: ScoreKind, norm: u8, loss: LossKind) {
-    let (b, n, d) = (3usize, 4usize, 6usize);
-    let model = ScoreModel {
-        kind,
-        dim: d,
-        transe_norm: norm,
-    };
+    check_model(
+        &ScoreModel {
+            kind,
+            dim: 6,
+            transe_norm: norm,
+            pbg: PbgForm::default(),
+        },
+        loss,
+    )
+}
+
+/// [`check`] for any model (of any `dim`).
+pub(super) fn check_model(model: &ScoreModel, loss: LossKind) {
+    let (b, n, d) = (3usize, 4usize, model.dim);
+    let model = *model;
     let inputs = [
         rand_vec(b * d, 1),
         rand_vec(b * model.rel_dim(), 2),
@@ -62,7 +71,7 @@ fn check(kind: ScoreKind, norm: u8, loss: LossKind) {
             let tol = 2e-2 * numeric.abs().max(got.abs()).max(0.05);
             assert!(
                 (numeric - got).abs() <= tol,
-                "{kind:?}/{norm} {loss:?}: input {which} element {idx}: numeric {numeric} vs analytic {got}"
+                "{model:?} {loss:?}: input {which} element {idx}: numeric {numeric} vs analytic {got}"
             );
         }
     }
@@ -87,6 +96,7 @@ fn complex_scores_are_the_real_part_of_the_trilinear_product() {
         kind: ScoreKind::ComplEx,
         dim: 2,
         transe_norm: 2,
+        pbg: PbgForm::default(),
     };
     let (src, rel, dst, neg) = ([1.0, 2.0], [3.0, -1.0], [0.5, 4.0], [0.5, 4.0]);
     let mut g = Grads::default();
@@ -122,6 +132,7 @@ fn candidate_scores_agree_with_training_scores() {
             kind,
             dim: d,
             transe_norm: norm,
+            pbg: PbgForm::default(),
         };
         let src = rand_vec(b * d, 11);
         let rel = rand_vec(b * model.rel_dim(), 12);
@@ -171,6 +182,7 @@ fn reversed_relation_scores_the_same_triple() {
             kind,
             dim: d,
             transe_norm: norm,
+            pbg: PbgForm::default(),
         };
         let (h, t) = (rand_vec(d, 11), rand_vec(d, 12));
         let r = rand_vec(model.rel_dim(), 13);
@@ -218,6 +230,7 @@ fn initial_relations_have_no_self_preference() {
             kind,
             dim: d,
             transe_norm: 2,
+            pbg: PbgForm::default(),
         };
         let mut identity = vec![0.0f32; model.rel_dim()];
         match kind {
@@ -241,7 +254,7 @@ fn initial_relations_have_no_self_preference() {
 
 /// A score written out from its formula, one triple at a time, independently of the chunk
 /// code: `s`, `t` hold `d` reals, `r` the relation row.
-fn reference_score(model: &ScoreModel, s: &[f32], r: &[f32], t: &[f32]) -> f32 {
+pub(super) fn reference_score(model: &ScoreModel, s: &[f32], r: &[f32], t: &[f32]) -> f32 {
     let d = model.dim;
     let h = d / 2;
     match model.kind.name() {
@@ -270,6 +283,7 @@ fn reference_score(model: &ScoreModel, s: &[f32], r: &[f32], t: &[f32]) -> f32 {
                 (re * re + im * im).sqrt()
             })
             .sum::<f32>(),
+        "pbg" => super::pbg_tests::reference_score(model, s, r, t),
         other => panic!("no reference formula for registered model {other}: add one here"),
     }
 }
@@ -291,6 +305,7 @@ fn every_registered_model_scores_its_formula() {
                 kind,
                 dim: d,
                 transe_norm: norm,
+                pbg: PbgForm::default(),
             };
             let rd = model.rel_dim();
             let (src, rel, cands) = (

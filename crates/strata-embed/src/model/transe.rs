@@ -48,8 +48,8 @@ impl Pairwise for TransE {
 }
 
 impl ScoreFunction for TransE {
-    fn rel_dim(&self, dim: usize) -> usize {
-        dim
+    fn rel_dim(&self, model: &ScoreModel) -> usize {
+        model.dim
     }
 
     /// Normal offsets of the node embeddings' scale (see [`ScoreModel::init_relation`]).

@@ -1,0 +1,254 @@
+//! Regularizers of the rows a chunk touches: N3 (Lacroix et al. 2018, the nuclear 3-norm
+//! of ComplEx-N3, as PyTorch-BigGraph's `N3Regularizer`) and L2.
+//!
+//! Each chunk direction adds `reg_weight / b · Σ R(x)` over its `b` source rows, true target
+//! rows and relation rows (not the negatives, as PBG): `R(x) = Σ_k |x_k|³` for N3 and
+//! `Σ_k x_k²` for L2. Rows in complex coordinates (ComplEx and RotatE nodes, ComplEx and
+//! `complex_diagonal` relations) take the modulus of each coordinate instead of each real
+//! (`|x_k|` is `√(re² + im²)`), so that N3 is the 3-norm of the complex vector. RotatE's
+//! relation rows are phases and are not regularized.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Chunk, Grads, Operator, ScoreKind, ScoreModel};
+
+/// Which regularizer (config `regularizer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RegularizerKind {
+    /// No regularization.
+    #[default]
+    None,
+    /// `Σ |x|³` (moduli for complex coordinates).
+    N3,
+    /// `Σ x²`.
+    L2,
+}
+
+/// A regularizer and its weight.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Regularizer {
+    pub kind: RegularizerKind,
+    /// `reg_weight`: the factor of `Σ R(x) / b`.
+    pub weight: f32,
+}
+
+/// How the reals of a row are grouped into the magnitudes `R` sums over.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Layout {
+    /// Every real is a coordinate.
+    Real,
+    /// `d/2` real parts, then `d/2` imaginary parts (the row's first `d` reals).
+    Complex,
+    /// Not regularized.
+    Skip,
+}
+
+/// The layouts of `model`'s node rows and relation rows.
+fn layouts(model: &ScoreModel) -> (Layout, Layout) {
+    match model.kind {
+        ScoreKind::ComplEx => (Layout::Complex, Layout::Complex),
+        ScoreKind::RotatE => (Layout::Complex, Layout::Skip),
+        ScoreKind::Pbg if model.pbg.operator == Operator::ComplexDiagonal => {
+            (Layout::Complex, Layout::Complex)
+        }
+        _ => (Layout::Real, Layout::Real),
+    }
+}
+
+impl RegularizerKind {
+    /// `R(m)` of one magnitude `m >= 0` and `R'(m) / m`, the factor of a coordinate's real
+    /// in the gradient (`d R / d x = R'(m) · x / m`).
+    fn of(self, m: f32) -> (f32, f32) {
+        match self {
+            RegularizerKind::None => (0.0, 0.0),
+            RegularizerKind::N3 => (m * m * m, 3.0 * m),
+            RegularizerKind::L2 => (m * m, 2.0),
+        }
+    }
+}
+
+/// Adds `w · R(row)` to the returned total and `w · d R / d row` to `grad`.
+fn add_row(kind: RegularizerKind, layout: Layout, w: f32, row: &[f32], grad: &mut [f32]) -> f64 {
+    let mut total = 0.0f64;
+    match layout {
+        Layout::Skip => {}
+        Layout::Real => {
+            for (x, g) in row.iter().zip(grad.iter_mut()) {
+                let (r, f) = kind.of(x.abs());
+                total += r as f64;
+                *g += w * f * x;
+            }
+        }
+        Layout::Complex => {
+            let h = row.len() / 2;
+            for k in 0..h {
+                let (re, im) = (row[k], row[h + k]);
+                let (r, f) = kind.of((re * re + im * im).sqrt());
+                total += r as f64;
+                grad[k] += w * f * re;
+                grad[h + k] += w * f * im;
+            }
+        }
+    }
+    w as f64 * total
+}
+
+/// The regularization term of chunk direction `c` (source, true target and relation rows),
+/// with its gradient added to `g` (whose shapes are `c`'s). Returns the term, for the loss.
+pub fn regularize(reg: &Regularizer, model: &ScoreModel, c: &Chunk, g: &mut Grads) -> f64 {
+    if reg.kind == RegularizerKind::None || reg.weight == 0.0 || c.b == 0 {
+        return 0.0;
+    }
+    let (d, rd) = (model.dim, model.rel_dim());
+    let w = reg.weight / c.b as f32;
+    let (nodes, rels) = layouts(model);
+    let mut total = 0.0;
+    for (rows, grads) in [(c.src, &mut g.src), (c.dst, &mut g.dst)] {
+        for (row, grad) in rows.chunks_exact(d).zip(grads.chunks_exact_mut(d)) {
+            total += add_row(reg.kind, nodes, w, row, grad);
+        }
+    }
+    if rd > 0 {
+        for (row, grad) in c.rel.chunks_exact(rd).zip(g.rel.chunks_exact_mut(rd)) {
+            total += add_row(reg.kind, rels, w, row, grad);
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PbgForm, ScoreKind};
+
+    fn model(kind: ScoreKind, dim: usize) -> ScoreModel {
+        ScoreModel {
+            kind,
+            dim,
+            transe_norm: 2,
+            pbg: PbgForm::default(),
+        }
+    }
+
+    /// The term and gradients of one edge `(s, r, t)` under `kind` with weight 1.
+    fn one_edge(
+        kind: RegularizerKind,
+        m: &ScoreModel,
+        s: &[f32],
+        r: &[f32],
+        t: &[f32],
+    ) -> (f64, Grads) {
+        let c = Chunk {
+            b: 1,
+            n: 0,
+            src: s,
+            rel: r,
+            dst: t,
+            neg: &[],
+        };
+        let mut g = Grads {
+            src: vec![0.0; s.len()],
+            rel: vec![0.0; r.len()],
+            dst: vec![0.0; t.len()],
+            neg: Vec::new(),
+        };
+        let reg = Regularizer { kind, weight: 1.0 };
+        (regularize(&reg, m, &c, &mut g), g)
+    }
+
+    #[test]
+    fn real_rows_by_hand() {
+        // DistMult, s = (1, -2), r = (0.5, 0), t = (0, 3).
+        let m = model(ScoreKind::DistMult, 2);
+        let (s, r, t) = ([1.0, -2.0], [0.5, 0.0], [0.0, 3.0]);
+        // N3: 1 + 8 + 0.125 + 27; d|x|³/dx = 3 x |x|.
+        let (total, g) = one_edge(RegularizerKind::N3, &m, &s, &r, &t);
+        assert!((total - 36.125).abs() < 1e-6, "{total}");
+        assert_eq!(g.src, [3.0, -12.0]);
+        assert_eq!(g.rel, [0.75, 0.0]);
+        assert_eq!(g.dst, [0.0, 27.0]);
+        // L2: 1 + 4 + 0.25 + 9; dx²/dx = 2x.
+        let (total, g) = one_edge(RegularizerKind::L2, &m, &s, &r, &t);
+        assert!((total - 14.25).abs() < 1e-6, "{total}");
+        assert_eq!(
+            (g.src, g.rel, g.dst),
+            (vec![2.0, -4.0], vec![1.0, 0.0], vec![0.0, 6.0])
+        );
+    }
+
+    #[test]
+    fn complex_rows_use_moduli_and_rotate_phases_are_left_alone() {
+        // ComplEx with one coordinate: s = 3 + 4i (|s| = 5), r = 0 + 1i, t = 0.
+        let m = model(ScoreKind::ComplEx, 2);
+        let (total, g) = one_edge(
+            RegularizerKind::N3,
+            &m,
+            &[3.0, 4.0],
+            &[0.0, 1.0],
+            &[0.0, 0.0],
+        );
+        // 5³ + 1³; d|z|³/d(re, im) = 3 |z| (re, im).
+        assert!((total - 126.0).abs() < 1e-4, "{total}");
+        assert_eq!(g.src, [45.0, 60.0]);
+        assert_eq!(g.rel, [0.0, 3.0]);
+        let rot = model(ScoreKind::RotatE, 2);
+        let (total, g) = one_edge(RegularizerKind::N3, &rot, &[3.0, 4.0], &[2.0], &[0.0, 0.0]);
+        assert!((total - 125.0).abs() < 1e-4, "{total}");
+        assert_eq!(g.rel, [0.0]);
+    }
+
+    #[test]
+    fn gradients_match_finite_differences_and_scale_by_weight_over_edges() {
+        let m = model(ScoreKind::ComplEx, 4);
+        let (b, d) = (2usize, 4usize);
+        let rows: Vec<f32> = (0..3 * b * d)
+            .map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0)
+            .collect();
+        let (s, rest) = rows.split_at(b * d);
+        let (r, t) = rest.split_at(b * d);
+        let reg = Regularizer {
+            kind: RegularizerKind::N3,
+            weight: 0.3,
+        };
+        let term = |s: &[f32], r: &[f32], t: &[f32], g: &mut Grads| {
+            let c = Chunk {
+                b,
+                n: 0,
+                src: s,
+                rel: r,
+                dst: t,
+                neg: &[],
+            };
+            regularize(&reg, &m, &c, g)
+        };
+        let zero = || Grads {
+            src: vec![0.0; b * d],
+            rel: vec![0.0; b * d],
+            dst: vec![0.0; b * d],
+            neg: Vec::new(),
+        };
+        let mut g = zero();
+        let total = term(s, r, t, &mut g);
+        let (_, unit) = one_edge(RegularizerKind::N3, &m, &s[..d], &r[..d], &t[..d]);
+        // Weight 0.3 over 2 edges: 0.15 of one edge's unit gradient.
+        for k in 0..d {
+            assert!((g.src[k] - 0.15 * unit.src[k]).abs() < 1e-5);
+        }
+        assert!(total > 0.0);
+        let h = 1e-3f32;
+        for k in 0..b * d {
+            let (mut up, mut down) = (s.to_vec(), s.to_vec());
+            up[k] += h;
+            down[k] -= h;
+            let numeric =
+                (term(&up, r, t, &mut zero()) - term(&down, r, t, &mut zero())) / (2.0 * h as f64);
+            assert!(
+                (numeric - g.src[k] as f64).abs() < 1e-2,
+                "{k}: {numeric} vs {}",
+                g.src[k]
+            );
+        }
+    }
+}
