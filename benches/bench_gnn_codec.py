@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 from pathlib import Path
 
 from bench_gnn import SAGE, drive, g2_store, run
-from common import REPO, SHARED, machine, memlimit_available, save, strata, timed, update_doc
+from common import REPO, RESULTS, SHARED, machine, memlimit_available, save, strata, timed, update_doc
 from strata.units import parse_size
 
 CODECS = ("f32", "f16", "int8")
@@ -52,6 +53,7 @@ def stores(args) -> dict[str, tuple[Path, list]]:
         timed(strata("generate", "sbm", "--out", raw, "--nodes", 20_000, "--classes", 16, "--feature-dim", 64,
                      "--overwrite", "-q"))  # fmt: skip
         timed(strata("convert", raw, "--symmetrize", "--out", store, "-q"))
+        shutil.rmtree(raw)  # the store has every array of it; regenerating is deterministic
     out["sbm"] = (store, SBM_TRAIN)
     return out
 
@@ -177,11 +179,16 @@ def main() -> None:
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
-    res = {"machine": machine(), "seeds": args.seeds, "epochs": args.epochs}
+    new = {}
     if "acc" in only:
-        res["accuracy"] = accuracy(args)
+        new |= {"seeds": args.seeds, "epochs": args.epochs, "accuracy": accuracy(args)}
     if "loader" in only:
-        res["loader"] = loader(args)
+        new["loader"] = loader(args)
+    # A part not run keeps its last results (read when this run is done, so that the two parts
+    # may also run side by side).
+    saved = RESULTS / "gnn-codec.json"
+    res = json.loads(saved.read_text()) if saved.exists() else {}
+    res |= new | {"machine": machine()}
     save("gnn-codec", res)
     update_doc("gnn-codec", markdown(res))
 

@@ -375,7 +375,7 @@ pub fn plan_encoded(
     )?;
     let held_row_bytes = match codec {
         FeatureCodec::F32 => row_bytes,
-        c if row_bytes % 4 == 0 => c.row_bytes(row_bytes / 4),
+        c if row_bytes.is_multiple_of(4) => c.row_bytes(row_bytes / 4),
         c => {
             return Err(GnnError::Config(format!(
                 "budget: feature_codec = {}: rows of {row_bytes} bytes are not float32 rows",
