@@ -47,8 +47,9 @@ SAGE = ["--model", "sage", "--fanouts", "25,10", "--batch-size", "64", "--hidden
         "--weight-decay", "5e-4", "--dropout", "0.5", "--device", "cpu"]  # fmt: skip
 
 
-def run(store: Path, run_dir: Path, seed: int, epochs: int, feature_memory: str) -> dict:
-    res = timed(strata("gnn", "train", store, "--run-dir", run_dir, *SAGE, "--epochs", epochs, "--seed", seed,
+def run(store: Path, run_dir: Path, seed: int, epochs: int, feature_memory: str, extra: tuple = SAGE) -> dict:
+    """One `strata gnn train` with the options ``extra`` (G1's GraphSAGE by default)."""
+    res = timed(strata("gnn", "train", store, "--run-dir", run_dir, *extra, "--epochs", epochs, "--seed", seed,
                        "--feature-memory", feature_memory, "-q", "--json-summary"))  # fmt: skip
     rec = json.loads(res["stdout"])
     last = rec["history"][-1]

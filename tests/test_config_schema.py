@@ -103,6 +103,7 @@ def test_every_engine_section_is_built_from_the_native_schema(name):
         ("gnn.train", {"fanouts": [-2]}, "gnn.train.fanouts: must be >= -1, got -2"),
         ("gnn.train", {"hot_share": 1.5}, "gnn.train.hot_share: must be <= 1.0, got 1.5"),
         ("gnn.train", {"batch_size": 0}, "gnn.train.batch_size: must be >= 1, got 0"),
+        ("gnn.train", {"feature_codec": "int4"}, "gnn.train.feature_codec: unknown variant `int4`"),
     ],
 )
 def test_rust_refuses_a_bad_value_naming_section_and_key(name, values, message):

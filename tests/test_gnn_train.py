@@ -71,6 +71,28 @@ def test_the_device_tier_serves_the_hottest_rows(sbm):
         NodeLoader(sbm, fanouts=[5], device_memory="lots")
 
 
+def test_encoded_features_are_decoded_into_the_batches(sbm):
+    """feature_codec: every row is hot, held encoded, and served decoded to float32. f16 is
+    exactly numpy's float16 rounding; int8 is within half its row's scale."""
+    feats = np.asarray(GnnData(sbm).store.features)
+    scale = np.abs(feats).max(axis=1, keepdims=True) / 127
+    for codec in ("f16", "int8"):
+        loader = NodeLoader(sbm, fanouts=[5, 5], batch_size=500, feature_codec=codec)
+        plan = loader.data.plan
+        assert plan["codec"] == codec and plan["held_row_bytes"] == {"f16": 64, "int8": 36}[codec]
+        assert plan["hot_rows"] == 3000
+        for b in loader:
+            assert b.x.dtype == torch.float32
+            want = feats[b.nodes.numpy()]
+            if codec == "f16":
+                assert torch.equal(b.x, torch.from_numpy(want.astype(np.float16).astype(np.float32)))
+            else:
+                err = np.abs(b.x.numpy() - want)
+                assert (err <= scale[b.nodes.numpy()] * 0.5001).all()
+                assert err.max() > 0, "int8 is lossy on these features"
+        assert loader.stats["tiers"]["hot_rows"] == loader.stats["tiers"]["rows"]
+
+
 def test_epochs_reshuffle_and_are_deterministic(sbm):
     def seeds_of(loader):
         return [b.seeds.tolist() for b in loader]
@@ -114,6 +136,8 @@ def test_bad_inputs(sbm, tmp_path):
         GnnData(sbm, fanout=[3])
     proc = run_strata("gnn", "train", sbm, "--fanouts", "0,5", check=False)
     assert proc.returncode == 2 and "gnn.train.fanouts" in proc.stderr
+    proc = run_strata("gnn", "train", sbm, "--feature-codec", "f8", check=False)
+    assert proc.returncode == 2 and "--feature-codec: unknown choice 'f8' (choices: f32, f16, int8)" in proc.stderr
     if not torch.cuda.is_available():
         proc = run_strata("gnn", "train", sbm, "--device", "cuda", check=False)
         assert proc.returncode == 2 and "torch sees no CUDA device" in proc.stderr, proc.stderr

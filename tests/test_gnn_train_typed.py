@@ -101,6 +101,7 @@ def test_bad_typed_options_exit_2_naming_the_option(mag):
         ({"edge_fanouts": {"paper:cites": [5, 5]}}, "gnn.train.edge_fanouts: expected keys like"),
         ({"target_type": "venue"}, "gnn.train.target_type: .* has no node type 'venue'"),
         ({"model": "sage"}, "gnn.train.model: .* it trains rgcn or sage_hetero"),
+        ({"feature_codec": "int8"}, "gnn.train.feature_codec: .* is a typed store"),
     ],
 )
 def test_bad_typed_options_in_process(mag, options, message):

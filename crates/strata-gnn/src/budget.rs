@@ -14,6 +14,7 @@
 
 use serde::Serialize;
 use strata_store::budget::{MemoryPlan, Planned};
+use strata_store::codec::FeatureCodec;
 use strata_store::units::fmt_bytes;
 
 use crate::cache::{Eviction, FeatureCache, MAX_CAPACITY};
@@ -89,8 +90,12 @@ pub struct GnnPlan {
     pub memory: u64,
     /// Graph nodes (feature rows in the file).
     pub num_nodes: u64,
-    /// Bytes per feature row.
+    /// Bytes per feature row (on disk and in the batches).
     pub row_bytes: usize,
+    /// How the hot set and the dynamic cache hold their rows (`feature_codec`), and
+    pub codec: FeatureCodec,
+    /// the bytes of a row held that way (`row_bytes` for f32).
+    pub held_row_bytes: usize,
     /// Feature rows per batch the plan was sized for (sampled nodes of one mini-batch).
     pub batch_rows_estimate: u64,
     /// Batches holding feature buffers at once (merged into a read, being read or assembled,
@@ -238,16 +243,25 @@ impl Planned for GnnPlan {
         if self.remote_rows > 0 {
             elsewhere = format!("{elsewhere}; {} rows on other ranks", self.remote_rows);
         }
+        let held = match self.codec {
+            FeatureCodec::F32 => String::new(),
+            c => format!(
+                " {} ({} B a row against {} B)",
+                c.name(),
+                self.held_row_bytes,
+                self.row_bytes
+            ),
+        };
         plan.part(
             "hot set",
             self.hot_bytes,
-            format!("{} rows with their index", self.hot_rows),
+            format!("{} rows{held} with their index", self.hot_rows),
         )
         .part(
             "dynamic cache",
             self.cache_bytes,
             format!(
-                "{} rows, {}, window-pinned",
+                "{} rows{held}, {}, window-pinned",
                 self.cache_rows,
                 eviction_name(self.eviction)
             ),
@@ -316,6 +330,42 @@ pub fn plan(
     device_rows: u64,
     runtime: Runtime,
 ) -> Result<GnnPlan> {
+    plan_encoded(
+        memory,
+        num_nodes,
+        row_bytes,
+        topology_bytes,
+        batch_rows_estimate,
+        in_flight_batches,
+        window_batches,
+        hot_share,
+        eviction,
+        device_rows,
+        runtime,
+        FeatureCodec::F32,
+    )
+}
+
+/// [`plan`] for a hot set and a cache holding their rows encoded by `codec`: `row_bytes` are
+/// then float32 rows (`4 * dim`), and each tier row costs [`FeatureCodec::row_bytes`]`(dim)`
+/// instead, so the same feature budget holds about 2x (f16) or 4x (int8) the rows. The batch
+/// buffers stay float32. Errors: those of [`plan`], and `row_bytes` not a multiple of 4 for
+/// an encoding codec.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_encoded(
+    memory: u64,
+    num_nodes: u64,
+    row_bytes: usize,
+    topology_bytes: u64,
+    batch_rows_estimate: u64,
+    in_flight_batches: usize,
+    window_batches: usize,
+    hot_share: f64,
+    eviction: Eviction,
+    device_rows: u64,
+    runtime: Runtime,
+    codec: FeatureCodec,
+) -> Result<GnnPlan> {
     check_arguments(
         num_nodes,
         row_bytes,
@@ -323,6 +373,16 @@ pub fn plan(
         hot_share,
         device_rows,
     )?;
+    let held_row_bytes = match codec {
+        FeatureCodec::F32 => row_bytes,
+        c if row_bytes.is_multiple_of(4) => c.row_bytes(row_bytes / 4),
+        c => {
+            return Err(GnnError::Config(format!(
+                "budget: feature_codec = {}: rows of {row_bytes} bytes are not float32 rows",
+                c.name()
+            )))
+        }
+    };
     let batches = Batches {
         rows: batch_rows_estimate,
         in_flight: in_flight_batches,
@@ -339,7 +399,7 @@ pub fn plan(
     if fixed.total > memory as u128 {
         return Err(GnnError::Budget(fixed.refusal(memory, row_bytes, batches)));
     }
-    let costs = TierCosts::new(num_nodes, row_bytes, eviction);
+    let costs = TierCosts::new(num_nodes, held_row_bytes, eviction);
     let tiers = costs.split(
         memory as u128 - fixed.total,
         num_nodes - device_rows,
@@ -355,7 +415,7 @@ pub fn plan(
                 0
             },
             tiers.cache as usize,
-            row_bytes,
+            held_row_bytes,
             eviction
         )
     );
@@ -364,6 +424,8 @@ pub fn plan(
         memory,
         num_nodes,
         row_bytes,
+        codec,
+        held_row_bytes,
         batch_rows_estimate,
         in_flight_batches,
         window_batches,
@@ -686,6 +748,77 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_encoding_codec_multiplies_the_rows_a_budget_holds() {
+        // 1M nodes of 128 float32 values (512 B); 200 MiB of budget, not enough for all rows.
+        let (n, rb) = (1_000_000u64, 512usize);
+        let p = |codec| {
+            plan_encoded(
+                200 * MIB,
+                n,
+                rb,
+                8 * MIB,
+                1000,
+                4,
+                0,
+                1.0,
+                Eviction::Clock,
+                0,
+                Runtime::reserve(),
+                codec,
+            )
+            .unwrap()
+        };
+        let f32 = p(FeatureCodec::F32);
+        let available = 200 * MIB - f32.fixed_bytes();
+        for (codec, held, factor) in [
+            (FeatureCodec::F32, 512, 1.0),
+            (FeatureCodec::F16, 256, 1.98),
+            (FeatureCodec::Int8, 132, 3.79),
+        ] {
+            let plan = p(codec);
+            assert_eq!((plan.codec, plan.held_row_bytes), (codec, held));
+            assert_eq!(
+                plan.fixed_bytes(),
+                f32.fixed_bytes(),
+                "batches stay float32"
+            );
+            // All to the hot set: each row costs its held bytes and 4 of index, beside the
+            // index of 4 bytes per node.
+            assert_eq!(
+                plan.hot_rows,
+                (available - 4 * n) / (held as u64 + 4),
+                "{codec:?}"
+            );
+            let ratio = plan.hot_rows as f64 / f32.hot_rows as f64;
+            assert!((ratio - factor).abs() < 0.01, "{codec:?}: {ratio}");
+            let text = plan.memory_plan().describe().join("\n");
+            let said = format!(
+                "{} rows {} ({held} B a row against 512 B)",
+                plan.hot_rows,
+                codec.name()
+            );
+            assert_eq!(text.contains(&said), codec != FeatureCodec::F32, "{text}");
+        }
+        let e = plan_encoded(
+            200 * MIB,
+            n,
+            6,
+            0,
+            10,
+            1,
+            0,
+            0.5,
+            Eviction::Clock,
+            0,
+            Runtime::reserve(),
+            FeatureCodec::F16,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("feature_codec = f16: rows of 6 bytes"), "{e}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
+use strata_store::codec::FeatureCodec;
 use strata_store::config::{size_bytes, AutoSize, ConfigError, Section, Size};
 use strata_store::Store;
 
@@ -21,7 +22,7 @@ use crate::cache::Eviction;
 use crate::error::{GnnError, Result};
 use crate::hotset::HotRanking;
 use crate::pipeline::{LinkEdges, LoaderConfig, NodeLoader};
-use crate::tiers::{rank_hot_nodes_within, FeatureTiers};
+use crate::tiers::{held_row_bytes, rank_hot_nodes_within, FeatureTiers};
 use strata_store::budget::Planned;
 use strata_store::rng::{derive, Rng};
 
@@ -56,6 +57,10 @@ pub struct DataConfig {
     pub hot_share: f64,
     /// eviction policy of the dynamic cache
     pub eviction: Eviction,
+    /// how the hot set and the dynamic cache hold feature rows in memory: f32 as on disk, f16
+    /// (2x the rows in the same bytes) or int8 with a scale per row (about 4x); the file stays
+    /// float32 and batches are decoded to float32 (float32 feature files only)
+    pub feature_codec: FeatureCodec,
     /// GIDS window: batches sampled and pinned ahead
     pub window: usize,
     /// merge the disk reads of consecutive batches (GIDS accumulator)
@@ -92,6 +97,7 @@ impl Default for DataConfig {
             hot_ranking: HotRanking::ReversePageRank,
             hot_share: budget::DEFAULT_HOT_SHARE,
             eviction: Eviction::Sieve,
+            feature_codec: FeatureCodec::F32,
             window: 8,
             accumulator: true,
             in_flight_target: 0,
@@ -356,6 +362,7 @@ fn load_and_plan(
     let topology = Topology::load(&store, Direction::In)?;
     let reader = FeatureReader::open(&features)?;
     let meta = reader.meta().clone();
+    held_row_bytes(config.feature_codec, &meta)?;
     let n = topology.num_nodes() as u64;
     let estimate = batch_estimate(
         &sampler,
@@ -385,7 +392,7 @@ fn load_and_plan(
     }
     let (buffered, waiting) = batches_alive(config, &reader, batch_rows);
     let plan_for = |memory| {
-        budget::plan(
+        budget::plan_encoded(
             memory,
             n,
             meta.row_bytes,
@@ -397,6 +404,7 @@ fn load_and_plan(
             config.eviction,
             device_rows + remote_rows,
             runtime,
+            config.feature_codec,
         )
         .map(|p| if remote_rows > 0 { p.remote() } else { p })
     };
@@ -480,8 +488,14 @@ impl GnnData {
                 .collect()
         };
         let mut meter = Meter::new(progress, "hot set", 0, hot.len() as u64);
-        let tiers = FeatureTiers::build(reader, &hot, plan.cache_rows as usize, config.eviction)?
-            .with_device_tier(&device)?;
+        let tiers = FeatureTiers::build_encoded(
+            reader,
+            &hot,
+            plan.cache_rows as usize,
+            config.eviction,
+            config.feature_codec,
+        )?
+        .with_device_tier(&device)?;
         meter.add(hot.len() as u64, hot.len() as u64 * meta.row_bytes as u64)?;
         meter.finish()?;
         let hot_seconds = t.elapsed().as_secs_f64();

@@ -16,6 +16,14 @@
 //! for callers that do not overlap them; having no device tensor, it reads device rows from
 //! disk.
 //!
+//! # Encoded rows
+//!
+//! The hot set and the dynamic cache may hold their rows encoded ([`FeatureCodec`]: float16,
+//! or int8 with a scale per row), so that the same bytes hold about twice or four times the
+//! rows. The file stays float32 on disk; rows are encoded when they enter a tier (the hot set's
+//! load, [`FeatureTiers::admit`]) and decoded back to float32 when a batch is served, so every
+//! caller sees float32 rows of [`FeatureTiers::row_bytes`] bytes whatever the codec.
+//!
 //! # Pin accounting (window buffering)
 //!
 //! A pin says "a batch in the look-ahead window will read this row; do not evict it". The rule
@@ -60,10 +68,12 @@
 use std::sync::{Mutex, MutexGuard};
 
 use strata_graph::feature_store::read_on_complete;
+use strata_graph::features::{FeatureDType, FeatureFile};
 use strata_graph::features::{FeatureReader, ReadStats};
 use strata_graph::sampler::NeighborSampler;
 use strata_graph::topology::Topology;
 use strata_graph::{FeatureStore, GraphError, Pending};
+use strata_store::codec::FeatureCodec;
 
 use crate::cache::{Eviction, FeatureCache};
 use crate::error::{GnnError, Result};
@@ -76,6 +86,10 @@ pub const LOCK_CHUNK_ROWS: usize = 4096;
 /// bookkeeping (about 24 bytes per row) while keeping thousands of reads in flight. The rows
 /// land directly in the hot arena, so no row buffer is needed besides the reader's own.
 const HOT_LOAD_CHUNK_ROWS: usize = 1 << 16;
+
+/// Bytes of float32 rows staged per gather while loading an encoded hot set (the rows are read
+/// into this buffer and encoded into the hot arena from there).
+const HOT_LOAD_STAGING_BYTES: usize = 4 << 20;
 
 /// Where a batch's rows came from, and what the cache and the disk did for it. Counts are of
 /// row occurrences (a node listed twice counts twice), except the disk's requests and bytes.
@@ -158,7 +172,12 @@ pub struct Lookup {
 /// The hot set, the dynamic cache and the reader of one feature file (see the module docs).
 pub struct FeatureTiers {
     reader: FeatureReader,
+    /// Bytes of a row as served (the file's rows).
     row_bytes: usize,
+    /// How the hot set and the cache hold their rows, and
+    codec: FeatureCodec,
+    /// the bytes of a row held that way.
+    held_row_bytes: usize,
     num_rows: u64,
     /// The device tier's index (node -> slot in the consumer's device tensor); over 0 nodes,
     /// costing nothing, when there is no device tier.
@@ -166,7 +185,7 @@ pub struct FeatureTiers {
     /// The static hot set's index. Built over 0 nodes when empty, so that an absent hot set
     /// costs no per-node memory (every lookup is then out of range, i.e. not hot).
     hot: HotSet,
-    /// Row of hot slot `s` at `s * row_bytes`.
+    /// Row of hot slot `s` at `s * held_row_bytes`, encoded.
     hot_rows: Vec<u8>,
     /// Whether the dynamic cache has any capacity; when not, it is built over 0 nodes (no
     /// per-node memory) and never touched.
@@ -206,9 +225,26 @@ impl FeatureTiers {
         cache_rows: usize,
         eviction: Eviction,
     ) -> Result<FeatureTiers> {
+        Self::build_encoded(reader, hot_nodes, cache_rows, eviction, FeatureCodec::F32)
+    }
+
+    /// [`FeatureTiers::build`] with the hot set and the cache holding their rows encoded by
+    /// `codec` (see the module docs): rows of [`FeatureCodec::row_bytes`] instead of
+    /// `row_bytes` in the memory figures. Loading the hot set then stages at most 4 MiB of
+    /// float32 rows at a time.
+    ///
+    /// Errors: those of `build`, and a codec other than f32 for a file that is not float32.
+    pub fn build_encoded(
+        reader: FeatureReader,
+        hot_nodes: &[u32],
+        cache_rows: usize,
+        eviction: Eviction,
+        codec: FeatureCodec,
+    ) -> Result<FeatureTiers> {
         let meta = reader.meta();
         let row_bytes = meta.row_bytes;
         let num_rows = meta.num_rows;
+        let held_row_bytes = held_row_bytes(codec, meta)?;
         if num_rows > u32::MAX as u64 + 1 {
             return Err(GnnError::Config(format!(
                 "{}: {num_rows} feature rows; the GNN data path handles at most {} (32-bit node ids)",
@@ -224,26 +260,46 @@ impl FeatureTiers {
         } else {
             HotSet::new(n, &sorted)?
         };
-        let hot_bytes = sorted.len().checked_mul(row_bytes).ok_or_else(|| {
+        let hot_bytes = sorted.len().checked_mul(held_row_bytes).ok_or_else(|| {
             GnnError::Budget(format!(
-                "hot set: {} rows of {row_bytes} bytes overflow the address space",
+                "hot set: {} rows of {held_row_bytes} bytes overflow the address space",
                 sorted.len()
             ))
         })?;
         let mut hot_rows = vec![0u8; hot_bytes];
-        for (chunk, rows) in sorted
-            .chunks(HOT_LOAD_CHUNK_ROWS)
-            .zip(hot_rows.chunks_mut(HOT_LOAD_CHUNK_ROWS.saturating_mul(row_bytes)))
-        {
-            reader.gather(chunk, rows)?;
+        if codec == FeatureCodec::F32 {
+            for (chunk, rows) in sorted
+                .chunks(HOT_LOAD_CHUNK_ROWS)
+                .zip(hot_rows.chunks_mut(HOT_LOAD_CHUNK_ROWS.saturating_mul(row_bytes)))
+            {
+                reader.gather(chunk, rows)?;
+            }
+        } else {
+            let chunk_rows = (HOT_LOAD_STAGING_BYTES / row_bytes).clamp(1, HOT_LOAD_CHUNK_ROWS);
+            let mut staging = vec![0u8; chunk_rows.min(sorted.len()) * row_bytes];
+            for (chunk, held) in sorted
+                .chunks(chunk_rows)
+                .zip(hot_rows.chunks_mut(chunk_rows * held_row_bytes))
+            {
+                let rows = &mut staging[..chunk.len() * row_bytes];
+                reader.gather(chunk, rows)?;
+                for (src, dst) in rows
+                    .chunks_exact(row_bytes)
+                    .zip(held.chunks_exact_mut(held_row_bytes))
+                {
+                    codec.encode(src, dst);
+                }
+            }
         }
         let cache_rows = cache_rows.min(n - sorted.len());
         let cache_nodes = if cache_rows > 0 { n } else { 0 };
-        let cache = FeatureCache::new(cache_nodes, cache_rows, row_bytes, eviction)?;
+        let cache = FeatureCache::new(cache_nodes, cache_rows, held_row_bytes, eviction)?;
         let cache_bytes = cache.bytes();
         Ok(FeatureTiers {
             reader,
             row_bytes,
+            codec,
+            held_row_bytes,
             num_rows,
             device: HotSet::new(0, &[])?,
             hot,
@@ -293,6 +349,16 @@ impl FeatureTiers {
         self.num_rows
     }
 
+    /// How the hot set and the dynamic cache hold their rows.
+    pub fn codec(&self) -> FeatureCodec {
+        self.codec
+    }
+
+    /// Bytes of a row as the hot set and the dynamic cache hold it.
+    pub fn held_row_bytes(&self) -> usize {
+        self.held_row_bytes
+    }
+
     /// The reader misses go through (for callers that submit their own reads).
     pub fn reader(&self) -> &FeatureReader {
         &self.reader
@@ -334,7 +400,7 @@ impl FeatureTiers {
         unpin: bool,
         use_device: bool,
     ) -> (Lookup, u64, u64) {
-        let rb = self.row_bytes;
+        let (rb, hb, codec) = (self.row_bytes, self.held_row_bytes, self.codec);
         assert_eq!(
             Some(out.len()),
             nodes.len().checked_mul(rb),
@@ -363,7 +429,10 @@ impl FeatureTiers {
             }
             match self.hot.lookup(v) {
                 Some(s) => {
-                    out[i * rb..][..rb].copy_from_slice(&self.hot_rows[s as usize * rb..][..rb]);
+                    codec.decode(
+                        &self.hot_rows[s as usize * hb..][..hb],
+                        &mut out[i * rb..][..rb],
+                    );
                     hot_hits += 1;
                 }
                 None => rest.push(i as u32),
@@ -378,7 +447,7 @@ impl FeatureTiers {
                     let v = nodes[i as usize];
                     let hit = match cache.get(v) {
                         Some(row) => {
-                            out[i as usize * rb..][..rb].copy_from_slice(row);
+                            codec.decode(row, &mut out[i as usize * rb..][..rb]);
                             true
                         }
                         None => false,
@@ -490,6 +559,7 @@ impl FeatureTiers {
         if !self.cache_enabled {
             return (0, 0);
         }
+        let mut encoded = vec![0u8; self.held_row_bytes];
         let (mut evictions, mut failures) = (0u64, 0u64);
         for (chunk, bytes) in nodes
             .chunks(LOCK_CHUNK_ROWS)
@@ -505,7 +575,12 @@ impl FeatureTiers {
                 }
                 // Insert first: the row lands with the node's pending pins, this batch's
                 // included, and only then is this batch's pin released.
-                cache.insert(v, row);
+                if self.codec == FeatureCodec::F32 {
+                    cache.insert(v, row);
+                } else {
+                    self.codec.encode(row, &mut encoded);
+                    cache.insert(v, &encoded);
+                }
                 if unpin {
                     cache.unpin(v);
                 }
@@ -627,6 +702,21 @@ impl FeatureTiers {
     #[cfg(test)]
     pub(crate) fn cache_for_tests(&self) -> MutexGuard<'_, FeatureCache> {
         self.lock_cache()
+    }
+}
+
+/// Bytes of a row of the feature file `meta` held with `codec`. Errors: an encoding codec
+/// (f16, int8) for a file that is not float32.
+pub fn held_row_bytes(codec: FeatureCodec, meta: &FeatureFile) -> Result<usize> {
+    match (codec, meta.dtype) {
+        (FeatureCodec::F32, _) => Ok(meta.row_bytes),
+        (_, FeatureDType::F32) => Ok(codec.row_bytes(meta.dim)),
+        (_, FeatureDType::F16) => Err(GnnError::Config(format!(
+            "feature_codec = {}: {} holds float16 features; encoding applies to float32 \
+             features only (use feature_codec = f32)",
+            codec.name(),
+            meta.path.display()
+        ))),
     }
 }
 
@@ -1140,14 +1230,82 @@ mod tests {
         assert!(c.contains(12));
     }
 
+    /// `nodes`' rows of the file as `codec` holds them, decoded: what an encoded tier serves.
+    fn decoded(reader: &FeatureReader, nodes: &[u32], codec: FeatureCodec) -> Vec<u8> {
+        let rb = reader.meta().row_bytes;
+        let mut out = expected(reader, nodes);
+        let mut held = vec![0u8; codec.row_bytes(rb / 4)];
+        for row in out.chunks_exact_mut(rb) {
+            codec.encode(row, &mut held);
+            codec.decode(&held, row);
+        }
+        out
+    }
+
+    #[test]
+    fn encoded_tiers_serve_the_decoded_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = 500u32;
+        let path = write_features(dir.path(), n as u64, 24, 11);
+        let all: Vec<u32> = (0..n).collect();
+        let mut s = 5;
+        let nodes = batch(&mut s, n, 300);
+        for codec in [FeatureCodec::F16, FeatureCodec::Int8] {
+            let reader = FeatureReader::open(&path).unwrap();
+            let want = decoded(&reader, &nodes, codec);
+            assert_ne!(want, expected(&reader, &nodes), "{codec:?} is lossy here");
+            // Every row hot: the batch is the decoded rows.
+            let hot = FeatureTiers::build_encoded(reader, &all, 0, Eviction::Clock, codec).unwrap();
+            assert_eq!(hot.held_row_bytes(), codec.row_bytes(24));
+            let mut out = vec![0u8; nodes.len() * 96];
+            assert_eq!(hot.gather(&nodes, &mut out).unwrap().hot_rows, 300);
+            assert_eq!(out, want, "{codec:?} hot set");
+            // Cache only: the first gather reads the file (exact), the second hits the cache.
+            let reader = FeatureReader::open(&path).unwrap();
+            let cached =
+                FeatureTiers::build_encoded(reader, &[], n as usize, Eviction::Sieve, codec)
+                    .unwrap();
+            cached.gather(&nodes, &mut out).unwrap();
+            assert_eq!(
+                out,
+                expected(cached.reader(), &nodes),
+                "{codec:?} from disk"
+            );
+            assert_eq!(cached.gather(&nodes, &mut out).unwrap().cache_rows, 300);
+            assert_eq!(out, want, "{codec:?} cache");
+        }
+    }
+
+    #[test]
+    fn an_encoding_codec_refuses_float16_features() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("features.npy");
+        let mut bytes = npy::header_block(DType::F16, &[4, 2]);
+        bytes.extend_from_slice(&[0u8; 16]);
+        std::fs::write(&path, bytes).unwrap();
+        let open = || FeatureReader::open(&path).unwrap();
+        let e = FeatureTiers::build_encoded(open(), &[0], 0, Eviction::Clock, FeatureCodec::Int8)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("feature_codec = int8") && e.contains("float16"),
+            "{e}"
+        );
+        assert!(
+            FeatureTiers::build_encoded(open(), &[0], 0, Eviction::Clock, FeatureCodec::F32)
+                .is_ok()
+        );
+    }
+
     #[test]
     fn memory_matches_the_budget_plan() {
         let dir = tempfile::tempdir().unwrap();
         let n = 2000u64;
         let path = write_features(dir.path(), n, 16, 8);
         let rb = 64;
-        let plan = |memory, share, eviction| {
-            crate::budget::plan(
+        let plan = |memory, share, eviction, codec| {
+            crate::budget::plan_encoded(
                 memory,
                 n,
                 rb,
@@ -1159,28 +1317,40 @@ mod tests {
                 eviction,
                 0,
                 crate::budget::Runtime::reserve(),
+                codec,
             )
             .unwrap()
         };
         // The fixed needs; all 2000 rows and their index take 2000 * 64 + 8 * 2000 bytes more.
-        let fixed = plan(1 << 40, 0.5, Eviction::Clock).fixed_bytes();
-        for (room, share, eviction) in [
-            (100_000, 0.5, Eviction::Clock),
-            (60_000, 0.0, Eviction::Sieve),
-            (50_000, 1.0, Eviction::Sieve),
-            (30_000, 0.3, Eviction::Sieve),
-            (1 << 30, 0.5, Eviction::Clock),
-        ] {
-            let plan = plan(fixed + room, share, eviction);
-            assert!(plan.hot_rows + plan.cache_rows > 0, "{plan:?}");
-            let hot: Vec<u32> = (0..plan.hot_rows as u32).collect();
-            let t = tiers(&path, &hot, plan.cache_rows as usize, eviction);
-            assert_eq!(t.cache_rows() as u64, plan.cache_rows);
-            assert_eq!(
-                t.memory_bytes(),
-                plan.hot_bytes + plan.cache_bytes,
-                "{plan:?}"
-            );
+        let fixed = plan(1 << 40, 0.5, Eviction::Clock, FeatureCodec::F32).fixed_bytes();
+        for codec in [FeatureCodec::F32, FeatureCodec::F16, FeatureCodec::Int8] {
+            for (room, share, eviction) in [
+                (100_000, 0.5, Eviction::Clock),
+                (60_000, 0.0, Eviction::Sieve),
+                (50_000, 1.0, Eviction::Sieve),
+                (30_000, 0.3, Eviction::Sieve),
+                (1 << 30, 0.5, Eviction::Clock),
+            ] {
+                let plan = plan(fixed + room, share, eviction, codec);
+                assert_eq!(plan.fixed_bytes(), fixed, "the batches stay float32");
+                assert!(plan.hot_rows + plan.cache_rows > 0, "{plan:?}");
+                let hot: Vec<u32> = (0..plan.hot_rows as u32).collect();
+                let reader = FeatureReader::open(&path).unwrap();
+                let t = FeatureTiers::build_encoded(
+                    reader,
+                    &hot,
+                    plan.cache_rows as usize,
+                    eviction,
+                    codec,
+                )
+                .unwrap();
+                assert_eq!(t.cache_rows() as u64, plan.cache_rows);
+                assert_eq!(
+                    t.memory_bytes(),
+                    plan.hot_bytes + plan.cache_bytes,
+                    "{plan:?}"
+                );
+            }
         }
     }
 

@@ -8,6 +8,7 @@ pub mod array;
 pub mod budget;
 pub mod check;
 mod check_v2;
+pub mod codec;
 pub mod config;
 pub mod convert;
 pub mod error;

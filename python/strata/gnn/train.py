@@ -272,6 +272,11 @@ def _typed(cfg: GnnTrainConfig, store: Store, env, device, progress):
         raise ConfigError(f"gnn.train.model: {cfg.store} is a typed store (node and edge types); it trains {typed}")
     if env is not None:
         raise ConfigError(f"{cfg.store}: a typed store trains in one process, not under torchrun")
+    if cfg.feature_codec != "f32":
+        raise ConfigError(
+            f"gnn.train.feature_codec: {cfg.store} is a typed store, whose batches read every row from its files "
+            "(no hot set or cache to hold rows encoded); use f32"
+        )
     target = target_type(store, cfg.target_type)
     fanouts = fanout_dict(store, list(cfg.fanouts), cfg.edge_fanouts)
     names = store.node_types

@@ -1,12 +1,13 @@
 //! Int8 linear layers (GLIST serves 8-bit fixed point, §5.1): weights quantized once at load,
 //! symmetric with one scale per output channel; activations quantized per row at run time;
-//! products in integers with int32 accumulation, rescaled to float32.
+//! products in integers with int32 accumulation, rescaled to float32. The quantization itself
+//! ([`quantize_row`]) is shared with the GNN feature tiers in `strata_store::codec`, which
+//! explains it.
 //!
-//! Symmetric quantization maps `v` to `round(v / s)` with `s = max|v| / 127`, so the largest
-//! magnitude becomes ±127 and zero stays exactly zero (ReLU outputs and padding cost nothing).
-//! A per-row / per-channel scale keeps one large row from crushing the resolution of the
-//! others. An int32 sum of `k` products of at most 127² each cannot overflow for
+//! An int32 sum of `k` products of at most 127² each cannot overflow for
 //! `k < 2^31 / 127² ≈ 133,000` inputs, far above any layer width served here.
+
+use strata_store::codec::quantize_row;
 
 /// A matrix `(rows, cols)` of int8 values, row `r` scaled by `scales[r]`:
 /// `value[r][c] ≈ values[r * cols + c] as f32 * scales[r]`.
@@ -15,23 +16,6 @@ pub struct QuantMatrix {
     pub cols: usize,
     pub values: Vec<i8>,
     pub scales: Vec<f32>,
-}
-
-/// Quantizes `src` into `dst` (same length) symmetrically; returns the scale (0 for an
-/// all-zero row, whose values all quantize to 0).
-pub fn quantize_row(src: &[f32], dst: &mut [i8]) -> f32 {
-    let max = src.iter().fold(0f32, |m, v| m.max(v.abs()));
-    if max == 0.0 || !max.is_finite() {
-        // A zero row is exact at scale 0; a non-finite row has no meaningful scale, and
-        // zeroing it keeps NaN/inf from turning into arbitrary integers.
-        dst.fill(0);
-        return 0.0;
-    }
-    let inv = 127.0 / max;
-    for (d, &v) in dst.iter_mut().zip(src) {
-        *d = (v * inv).round().clamp(-127.0, 127.0) as i8;
-    }
-    max / 127.0
 }
 
 /// `sum a[i] * b[i]` in int32. A plain zip-map-sum over contiguous slices, which the compiler
@@ -104,16 +88,6 @@ impl QuantMatrix {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantize_row_is_symmetric_and_exact_at_the_extremes() {
-        let mut q = [0i8; 4];
-        let s = quantize_row(&[0.0, 1.0, -2.0, 0.5], &mut q);
-        assert_eq!(s, 2.0 / 127.0);
-        assert_eq!(q, [0, 64, -127, 32]);
-        assert_eq!(quantize_row(&[0.0; 4], &mut q), 0.0);
-        assert_eq!(q, [0; 4]);
-    }
 
     #[test]
     fn dot_accumulates_in_int32() {
