@@ -61,9 +61,20 @@ class _ExportFrontEnd:
     target: Path = option(positional=True, help=TARGET_HELP)
 
 
+class _NeighborsFrontEnd:
+    target: Path = option(positional=True, help=TARGET_HELP)
+    json: bool = option(False, help="print the neighbours as JSON")
+
+
+class _ScoreFrontEnd:
+    target: Path = option(positional=True, help=TARGET_HELP)
+
+
 EmbedEvalConfig = native_section("embed.eval", "EmbedEvalConfig", front=_EvalFrontEnd)
 EmbedPredictConfig = native_section("embed.predict", "EmbedPredictConfig", front=_PredictFrontEnd)
 EmbedExportConfig = native_section("embed.export", "EmbedExportConfig", front=_ExportFrontEnd)
+EmbedNeighborsConfig = native_section("embed.neighbors", "EmbedNeighborsConfig", front=_NeighborsFrontEnd)
+EmbedScoreConfig = native_section("embed.score", "EmbedScoreConfig", front=_ScoreFrontEnd)
 
 
 class _GatherFrontEnd:
