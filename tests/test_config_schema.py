@@ -18,6 +18,7 @@ QUERY = {"embed.predict": {"head": "a"}, "embed.neighbors": {"node": ["a"]}}
 #: docs/architecture.md, "Config schema").
 PYTHON_ONLY = {
     "datasets.fetch",
+    "embed.index",
     "datasets.list",
     "grid.info",
     "info",

@@ -160,3 +160,61 @@ def test_parquet_export_without_pyarrow_says_how_to_install(trained, tmp_path, m
     with pytest.raises(ConfigError, match=r"strata-gl\[parquet\]"):
         Run(trained[0]).export(tmp_path / "x", format="parquet")
     assert not Path(tmp_path / "x").exists()
+
+
+def test_index_recall_against_the_exact_scan(trained, strata_cli, tmp_path):
+    needs("usearch")
+    from strata.embed import ann
+
+    run, _, _, names, _ = trained
+    built = json.loads(strata_cli("embed", "index", run, "--out", tmp_path / "idx", "--json-summary", "-q").stdout)
+    assert built["metric"] == ann.natural_metric(Run(run)) == Run(run).neighbors(names[0], top=1)["metric"] == "cos"
+    queries = [names[3], names[150], names[399]]
+    args = ["--node", *queries, "--top", "10", "--json", "-q"]
+    approx = json.loads(strata_cli("embed", "neighbors", run, *args, "--index", tmp_path / "idx").stdout)
+    exact = json.loads(strata_cli("embed", "neighbors", run, *args).stdout)
+    hits = 0
+    for a, e in zip(approx["results"], exact["results"], strict=True):
+        assert a["name"] == e["name"] and len(a["neighbors"]) == 10
+        assert a["node"] not in [n["node"] for n in a["neighbors"]]
+        truth = {n["node"]: n["score"] for n in e["neighbors"]}
+        hits += sum(n["node"] in truth for n in a["neighbors"])
+        for n in a["neighbors"]:
+            if n["node"] in truth:
+                assert n["score"] == pytest.approx(truth[n["node"]], abs=1e-4)
+    # 400 nodes and 128 candidates per search: the HNSW search is close to exhaustive.
+    assert hits / 30 >= 0.9
+    one = ann.Index(tmp_path / "idx").search(names[3], top=4)["results"]
+    assert len(one) == 1 and [n["node"] for n in one[0]["neighbors"]] == [
+        n["node"] for n in approx["results"][0]["neighbors"][:4]
+    ]
+
+
+def test_index_bad_inputs(trained, strata_cli, tmp_path, monkeypatch):
+    needs("usearch")
+    from strata.embed import ann
+
+    run, _, _, names, _ = trained
+    strata_cli("embed", "index", run, "--out", tmp_path / "idx", "--metric", "l2", "-q")
+    again = strata_cli("embed", "index", run, "--out", tmp_path / "idx", check=False)
+    assert again.returncode == 2 and "--overwrite" in again.stderr
+    other = strata_cli("embed", "neighbors", run, "--node", names[1], "--metric", "cos", "--index", tmp_path / "idx",
+                       check=False)  # fmt: skip
+    assert other.returncode == 2 and "compares by l2, not cos" in other.stderr
+    unknown = strata_cli("embed", "neighbors", run, "--node", "nope", "--index", tmp_path / "idx", check=False)
+    assert unknown.returncode == 2 and "node 'nope' is not in the index" in unknown.stderr
+    not_index = strata_cli("embed", "neighbors", run, "--node", names[1], "--index", tmp_path, check=False)
+    assert not_index.returncode == 2 and "not a neighbour index" in not_index.stderr
+    import builtins
+
+    real = builtins.__import__
+
+    def no_usearch(name, *args, **kwargs):
+        if name.startswith("usearch"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_usearch)
+    with pytest.raises(ConfigError, match=r"strata-gl\[ann\]"):
+        ann.build_index(Run(run), tmp_path / "idx2")
+    assert not (tmp_path / "idx2").exists()

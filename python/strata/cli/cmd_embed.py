@@ -1,4 +1,4 @@
-"""``strata embed plan|train|eval|predict|neighbors|score|export|gather``."""
+"""``strata embed plan|train|eval|predict|neighbors|index|score|export|gather``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ..config import (
     EmbedEvalConfig,
     EmbedExportConfig,
     EmbedGatherConfig,
+    EmbedIndexConfig,
     EmbedNeighborsConfig,
     EmbedPlanConfig,
     EmbedPredictConfig,
@@ -16,7 +17,7 @@ from ..config import (
     EmbedTrainConfig,
     from_args,
 )
-from ..embed import Run, dist, format_metrics, format_plan, format_summary, plan, train
+from ..embed import Run, ann, dist, format_metrics, format_plan, format_summary, plan, train
 from ..errors import ConfigError
 from ..units import fmt_bytes, fmt_duration
 from .common import add_section_command, emit_summary, run_with_progress
@@ -52,6 +53,15 @@ def register(sub) -> None:
         help="the nearest nodes of nodes' embeddings, by an exact scan within --memory",
         description="Scans every partition of the table (through the buffer when it does not fit --memory) for "
         "the --top nearest nodes of each query node by --metric; several query nodes share one scan.",
+    )
+    add_section_command(
+        cmds,
+        "index",
+        EmbedIndexConfig,
+        run_index,
+        help="build an approximate neighbour index of a run (usearch, the ann extra) for neighbors --index",
+        description="Exports the checkpoint within --memory and adds its rows to a usearch HNSW graph saved in OUT; "
+        "`strata embed neighbors RUN --node NAME --index OUT` then answers from it without scanning the table.",
     )
     add_section_command(
         cmds,
@@ -136,10 +146,13 @@ def run_predict(args) -> int:
 def run_neighbors(args) -> int:
     cfg = from_args(EmbedNeighborsConfig, args)
     run = Run(cfg.target)
-    result = run_with_progress(
-        args,
-        lambda bar: run.neighbors(cfg.node, cfg.top, cfg.metric, cfg.nodes_file, cfg.checkpoint, cfg.memory, bar),
-    )
+    if cfg.index is not None:
+        result = ann.search_run_index(run, cfg.index, cfg.node, cfg.nodes_file, cfg.top, cfg.metric)
+    else:
+        result = run_with_progress(
+            args,
+            lambda bar: run.neighbors(cfg.node, cfg.top, cfg.metric, cfg.nodes_file, cfg.checkpoint, cfg.memory, bar),
+        )
     if cfg.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -150,6 +163,24 @@ def run_neighbors(args) -> int:
         print(f"  {'rank':>4}  {'node':<{width}}  {value:>10}")
         for i, n in enumerate(q["neighbors"], 1):
             print(f"  {i:>4}  {n['name']:<{width}}  {n['score']:>10.4f}")
+    return 0
+
+
+def run_index(args) -> int:
+    cfg = from_args(EmbedIndexConfig, args)
+    run = Run(cfg.target)
+    meta = run_with_progress(
+        args,
+        lambda bar: ann.build_index(
+            run, cfg.out, cfg.metric, cfg.connectivity, cfg.expansion, cfg.checkpoint, cfg.overwrite, cfg.memory, bar
+        ),
+    )
+    emit_summary(
+        args,
+        meta,
+        f"Indexed {meta['num_nodes']:,} x {meta['dim']} embeddings of epoch {meta['epoch']} of {run.path} "
+        f"({meta['metric']}) into {cfg.out}; query it with strata embed neighbors {run.path} --index {cfg.out}.",
+    )
     return 0
 
 
