@@ -180,10 +180,10 @@ pub fn neighbors(
         queries.len().div_ceil(per_scan) as u64 * n,
     );
     for group in queries.chunks(per_scan) {
-        let (rows, rows_read) = query_rows(l, group)?;
+        let rows = single_rows(l, group)?;
         let (best, read) = scan(l, group, &rows, top, metric, &mut meter)?;
         scans += 1;
-        partitions_read += rows_read + read;
+        partitions_read += read;
         for (&q, list) in group.iter().zip(best) {
             let neighbors = list
                 .into_iter()
@@ -214,16 +214,36 @@ pub fn neighbors(
     })
 }
 
-/// The embedding rows of `nodes` (`nodes.len() x dim`), read partition by partition, and the
-/// number of partitions read from disk.
-pub(crate) fn query_rows(l: &mut Loaded, nodes: &[u64]) -> Result<(Vec<f32>, u64)> {
+/// The embedding rows of `nodes` (`nodes.len() x dim`), each read on its own (from the buffer
+/// when its partition is resident): a few query rows should not load, and so evict, whole
+/// partitions that the scan then has to read again.
+fn single_rows(l: &Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
+    let d = l.model.dim;
+    let locator = l.run.meta.partitioning.locator();
+    let engine = l.buffer.engine().clone();
+    let mut rows = vec![0.0f32; nodes.len() * d];
+    for (&v, out) in nodes.iter().zip(rows.chunks_exact_mut(d)) {
+        let (p, local) = locator.locate(v);
+        if l.buffer.slot_of(p).is_some() {
+            let at = local as usize * d;
+            out.copy_from_slice(&l.buffer.embeddings(p)[at..at + d]);
+        } else {
+            l.table
+                .read_rows(&engine, &l.buffer.layout, p, local as u64, out)?;
+        }
+    }
+    Ok(rows)
+}
+
+/// The embedding rows of `nodes` (`nodes.len() x dim`), read partition by partition (each
+/// partition holding one of them is read once, whatever their number).
+pub(crate) fn query_rows(l: &mut Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
     let d = l.model.dim;
     let locator = l.run.meta.partitioning.locator();
     let places: Vec<(u32, u32)> = nodes.iter().map(|&v| locator.locate(v)).collect();
     let mut parts: Vec<u32> = places.iter().map(|&(p, _)| p).collect();
     parts.sort_unstable();
     parts.dedup();
-    let read = not_resident(l, &parts);
     let mut rows = vec![0.0f32; nodes.len() * d];
     l.buffer.visit(&parts, &l.table, |p, emb| {
         for (i, &(q, local)) in places.iter().enumerate() {
@@ -234,15 +254,7 @@ pub(crate) fn query_rows(l: &mut Loaded, nodes: &[u64]) -> Result<(Vec<f32>, u64
         }
         Ok(())
     })?;
-    Ok((rows, read))
-}
-
-/// How many of `parts` the buffer does not hold (a visit reads them from disk).
-fn not_resident(l: &Loaded, parts: &[u32]) -> u64 {
-    parts
-        .iter()
-        .filter(|&&p| l.buffer.slot_of(p).is_none())
-        .count() as u64
+    Ok(rows)
 }
 
 /// A min-heap of the best `(key, node)` seen, higher key better, lower node on ties.
@@ -268,7 +280,10 @@ fn scan(
     let partitioning = l.run.meta.partitioning.clone();
     let locator = partitioning.locator();
     let all: Vec<u32> = (0..partitioning.partitions).collect();
-    let read = not_resident(l, &all);
+    let read = all
+        .iter()
+        .filter(|&&p| l.buffer.slot_of(p).is_none())
+        .count() as u64;
     let mut products = Vec::new();
     let mut cand_norms = Vec::new();
     l.buffer.visit(&all, &l.table, |p, emb| {

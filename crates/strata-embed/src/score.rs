@@ -97,7 +97,7 @@ pub fn score_ids(l: &mut Loaded, triples: &[(u64, u32, u64)]) -> Result<Vec<f32>
     let mut nodes: Vec<u64> = triples.iter().flat_map(|&(h, _, t)| [h, t]).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    let (rows, _) = query_rows(l, &nodes)?;
+    let rows = query_rows(l, &nodes)?;
     let row = |v: u64| {
         let i = nodes
             .binary_search(&v)
