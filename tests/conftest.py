@@ -30,6 +30,7 @@ EXTRAS = {
     "matplotlib": "plot",
     "tensorboard": "tensorboard",
     "pyarrow": "parquet",
+    "usearch": "ann",
 }
 
 

@@ -12,12 +12,13 @@ from strata.errors import ConfigError
 NATIVE = _native.config_schema()
 
 #: Options a section needs besides its required ones to pass its check.
-QUERY = {"embed.predict": {"head": "a"}}
+QUERY = {"embed.predict": {"head": "a"}, "embed.neighbors": {"node": ["a"]}}
 
 #: Sections declared in Python, each because its work is Python's alone (see
 #: docs/architecture.md, "Config schema").
 PYTHON_ONLY = {
     "datasets.fetch",
+    "embed.index",
     "datasets.list",
     "grid.info",
     "info",
@@ -87,6 +88,9 @@ def test_every_engine_section_is_built_from_the_native_schema(name):
         ("embed.predict", {"head": "a", "top": 0}, "embed.predict.top: must be >= 1, got 0"),
         ("embed.export", {"format": "csv"}, "embed.export.format: unknown variant `csv`"),
         ("embed.export", {}, "embed.export.out: needs an output directory"),
+        ("embed.neighbors", {}, "embed.neighbors.node: give at least one --node or a --nodes-file"),
+        ("embed.neighbors", {"node": ["a"], "metric": "l1"}, "embed.neighbors.metric: unknown variant `l1`"),
+        ("embed.score", {}, "embed.score.input: needs a file of triples"),
         (
             "convert",
             {"out": "g", "split": "0.5,0.1,0.1"},

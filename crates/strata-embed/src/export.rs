@@ -1,5 +1,6 @@
 //! Export of a checkpoint in node-id order: `.npy` arrays with the id maps as text files, or
-//! TSV rows `name<TAB>v1<TAB>...`. The output directory is written beside its final path and
+//! TSV rows `name<TAB>v1<TAB>...`, or rows handed to a [`RowSink`] from outside the crate (the
+//! Python package's Parquet writer). The output directory is written beside its final path and
 //! renamed into place only when complete.
 //!
 //! Partitions place nodes by a permutation, so id order is rebuilt in passes: each pass holds a
@@ -26,6 +27,30 @@ pub enum ExportFormat {
     Npy,
     /// name<TAB>values lines.
     Tsv,
+    /// id, name and embedding columns, written by a [`RowSink`] (the Python package's
+    /// Parquet writer: pyarrow, the parquet extra).
+    Parquet,
+}
+
+impl ExportFormat {
+    /// The file name ending of its files.
+    fn suffix(self) -> &'static str {
+        match self {
+            ExportFormat::Npy => "npy",
+            ExportFormat::Tsv => "tsv",
+            ExportFormat::Parquet => "parquet",
+        }
+    }
+}
+
+/// A writer of rows in id order outside this crate, one file at a time.
+pub trait RowSink {
+    /// Starts file `path` of rows of `dim` floats.
+    fn begin(&mut self, path: &Path, dim: usize) -> Result<()>;
+    /// Rows `first..first + names.len()` (`names.len() x dim`, row-major) and their names.
+    fn rows(&mut self, first: u64, names: &[String], rows: &[f32]) -> Result<()>;
+    /// Ends the file begun last (written and synced).
+    fn finish(&mut self) -> Result<()>;
 }
 
 /// What an export wrote.
@@ -45,12 +70,13 @@ fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
 }
 
 /// Where rows in id order go.
-enum Sink {
+enum Sink<'a> {
     Npy(NpyWriter),
     Tsv(BufWriter<std::fs::File>, Option<NameTable>),
+    External(&'a mut dyn RowSink, Option<NameTable>),
 }
 
-impl Sink {
+impl Sink<'_> {
     /// Writes rows of nodes `first..` (`rows x dim`).
     fn rows(&mut self, first: u64, rows: &[f32], dim: usize, path: &Path) -> Result<()> {
         match self {
@@ -61,6 +87,13 @@ impl Sink {
                         .map_err(|e| io_err("write", path, e))?;
                 }
                 Ok(())
+            }
+            Sink::External(w, names) => {
+                let count = rows.len() / dim.max(1);
+                let labels = (first..first + count as u64)
+                    .map(|v| name_of(names.as_ref(), v))
+                    .collect::<Result<Vec<_>>>()?;
+                w.rows(first, &labels, rows)
             }
         }
     }
@@ -73,6 +106,7 @@ impl Sink {
                 .map_err(|e| io_err("write", path, e.into_error()))?
                 .sync_all()
                 .map_err(|e| io_err("fsync", path, e)),
+            Sink::External(w, _) => w.finish(),
         }
     }
 }
@@ -85,7 +119,7 @@ fn tsv_row(w: &mut impl Write, name: String, row: &[f32]) -> std::io::Result<()>
     w.write_all(b"\n")
 }
 
-/// Exports the loaded checkpoint to `out` in `format`.
+/// Exports the loaded checkpoint to `out` in `format` (npy or tsv; see [`export_with`]).
 pub fn export(
     l: &mut Loaded,
     out: &Path,
@@ -93,6 +127,23 @@ pub fn export(
     overwrite: bool,
     progress: &dyn Progress,
 ) -> Result<ExportReport> {
+    export_with(l, out, format, overwrite, None, progress)
+}
+
+/// [`export`], with the rows of the parquet format written by `external`.
+pub fn export_with(
+    l: &mut Loaded,
+    out: &Path,
+    format: ExportFormat,
+    overwrite: bool,
+    mut external: Option<&mut dyn RowSink>,
+    progress: &dyn Progress,
+) -> Result<ExportReport> {
+    if format == ExportFormat::Parquet && external.is_none() {
+        return Err(EmbedError::Config(
+            "export.format parquet is written through the Python package (strata embed export --format parquet)".into(),
+        ));
+    }
     let start = std::time::Instant::now();
     if out.exists() && !overwrite {
         return Err(EmbedError::Config(format!(
@@ -115,7 +166,7 @@ pub fn export(
     ));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).map_err(|e| io_err("mkdir", &tmp, e))?;
-    let result = write_all(l, &tmp, format, progress);
+    let result = write_all(l, &tmp, format, external.take(), progress);
     let (files, passes) = match result {
         Ok(x) => x,
         Err(e) => {
@@ -142,17 +193,15 @@ fn write_all(
     l: &mut Loaded,
     dir: &Path,
     format: ExportFormat,
+    mut external: Option<&mut dyn RowSink>,
     progress: &dyn Progress,
 ) -> Result<(Vec<String>, u64)> {
     let d = l.model.dim;
     let n = l.run.meta.num_nodes;
     let names = l.node_names()?;
     let mut files = Vec::new();
-    let emb_name = match format {
-        ExportFormat::Npy => "embeddings.npy",
-        ExportFormat::Tsv => "embeddings.tsv",
-    };
-    let emb_path = dir.join(emb_name);
+    let emb_name = format!("embeddings.{}", format.suffix());
+    let emb_path = dir.join(&emb_name);
     let mut sink = match format {
         ExportFormat::Npy => Sink::Npy(NpyWriter::create(
             &emb_path,
@@ -166,13 +215,14 @@ fn write_all(
             ),
             names,
         ),
+        ExportFormat::Parquet => {
+            let w = external.as_deref_mut().expect("checked by export_with");
+            w.begin(&emb_path, d)?;
+            Sink::External(w, names)
+        }
     };
     // Nodes per pass: half of what the budget leaves beside the buffer.
-    let spare = l.plan.memory.saturating_sub(l.plan.total())
-        + l.plan.eval_bytes
-        + l.plan.edge_bytes
-        + l.plan.worker_bytes;
-    let per_pass = (spare / 2 / (d as u64 * 4)).clamp(1, n.max(1));
+    let per_pass = (l.spare_bytes() / 2 / (d as u64 * 4)).clamp(1, n.max(1));
     let passes = n.div_ceil(per_pass).max(1);
     let partitioning = l.run.meta.partitioning.clone();
     let locator = partitioning.locator();
@@ -200,7 +250,7 @@ fn write_all(
     }
     sink.finish(&emb_path)?;
     meter.finish()?;
-    files.push(emb_name.to_string());
+    files.push(emb_name);
     let rel_names = if l.store.manifest().graph.relation_names {
         Some(NameTable::open(&l.store, "relation_names")?)
     } else {
@@ -225,6 +275,17 @@ fn write_all(
                 w.write(&l.relations.params)?;
                 w.finish()?;
                 files.push("relations.npy".into());
+            }
+            ExportFormat::Parquet => {
+                let path = dir.join("relations.parquet");
+                let w = external.expect("checked by export_with");
+                let labels = (0..l.relations.rows())
+                    .map(rel_label)
+                    .collect::<Result<Vec<_>>>()?;
+                w.begin(&path, rd)?;
+                w.rows(0, &labels, &l.relations.params)?;
+                w.finish()?;
+                files.push("relations.parquet".into());
             }
             ExportFormat::Tsv => {
                 let path = dir.join("relations.tsv");
@@ -262,6 +323,7 @@ fn write_all(
         "store": l.run.meta.store,
         "epoch": l.epoch,
         "model": l.run.meta.config.model,
+        "file_format": format,
         "dim": d,
         "num_nodes": n,
         "num_relations": l.run.meta.num_relations,

@@ -121,6 +121,15 @@ impl Loaded {
         scorer.evaluate(&set, &spec, progress)
     }
 
+    /// Bytes the budget leaves beside the partition buffer for a query's own arrays: what
+    /// training would give to edges, evaluation and workers, plus what the plan leaves unused.
+    pub fn spare_bytes(&self) -> u64 {
+        self.plan.memory.saturating_sub(self.plan.total())
+            + self.plan.eval_bytes
+            + self.plan.edge_bytes
+            + self.plan.worker_bytes
+    }
+
     /// The id of node `name` (a name from the store's id map, or a number when it has none).
     pub fn node_id(&self, name: &str) -> Result<u64> {
         lookup(
@@ -242,7 +251,7 @@ pub struct Prediction {
 
 /// A float ordered by `total_cmp` (scores are never NaN here).
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct OrdF32(f32);
+pub(crate) struct OrdF32(pub(crate) f32);
 
 impl Eq for OrdF32 {}
 

@@ -7,6 +7,8 @@ use serde_json::Value;
 use strata_embed::config::{
     EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
 };
+use strata_embed::neighbors::NeighborsOptions;
+use strata_embed::score::ScoreOptions;
 use strata_farmem::config::ServeOptions as FarmemServeOptions;
 use strata_gnn::data::DataConfig;
 use strata_grid::config::{BuildOptions, RunOptions};
@@ -44,6 +46,8 @@ const SECTIONS: &[Entry] = &[
     entry::<EvalOptions>(),
     entry::<PredictOptions>(),
     entry::<ExportOptions>(),
+    entry::<NeighborsOptions>(),
+    entry::<ScoreOptions>(),
     entry::<GatherOptions>(),
     entry::<DataConfig>(),
     entry::<FarmemServeOptions>(),

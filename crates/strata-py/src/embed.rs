@@ -13,11 +13,13 @@ use strata_embed::config::{
 };
 use strata_embed::dist::{Cluster, Grant, PartitionSource};
 use strata_embed::error::EmbedError;
-use strata_embed::export::export;
+use strata_embed::export::{export_with, ExportFormat, RowSink};
 use strata_embed::gather::gather;
 use strata_embed::job::train_group;
+use strata_embed::neighbors::{neighbors, resolve_queries, Metric, NeighborsOptions};
 use strata_embed::query::Loaded;
 use strata_embed::run_dir::Run;
+use strata_embed::score::{score_file, score_named, ScoreOptions};
 use strata_embed::table::{TableFile, TableLayout};
 use strata_io::{AlignedBuf, Engine};
 
@@ -418,18 +420,133 @@ fn embed_predict(
 /// Exports a checkpoint of the run in `run_dir` with `options` (the `[embed.export]`
 /// section's, checked as it).
 #[pyfunction]
-#[pyo3(signature = (run_dir, options, progress=None))]
+#[pyo3(signature = (run_dir, options, progress=None, writer=None))]
 fn embed_export(
     py: Python<'_>,
     run_dir: PathBuf,
     options: &Bound<'_, PyAny>,
     progress: Option<Py<PyAny>>,
+    writer: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
     let o: ExportOptions = section(options)?;
     let memory = o.memory.map_or(0, |m| m.0);
+    if o.format == ExportFormat::Parquet && writer.is_none() {
+        return Err(config_error(
+            py,
+            "embed.export.format: parquet needs a writer (strata.embed.Run.export passes one)",
+        ));
+    }
+    let error = CallbackError::default();
+    let result = run(py, progress, |p| {
+        let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
+        let mut sink = writer.map(|w| PyRowSink {
+            writer: w,
+            error: &error,
+        });
+        export_with(
+            &mut l,
+            &o.out,
+            o.format,
+            o.overwrite,
+            sink.as_mut().map(|s| s as &mut dyn RowSink),
+            p,
+        )
+    });
+    error.or(result)
+}
+
+/// Rows in id order handed to a Python writer (`strata.embed.parquet.Writer`): its `begin`,
+/// `rows` (the floats as bytes) and `finish`; its first exception is raised as itself.
+struct PyRowSink<'a> {
+    writer: Py<PyAny>,
+    error: &'a CallbackError,
+}
+
+impl RowSink for PyRowSink<'_> {
+    fn begin(&mut self, path: &std::path::Path, dim: usize) -> strata_embed::error::Result<()> {
+        let path = path.to_path_buf();
+        self.error
+            .call_method::<Py<PyAny>>(&self.writer, "begin", |py| (path, dim).into_pyobject(py))
+            .map(drop)
+            .map_err(EmbedError::Config)
+    }
+
+    fn rows(
+        &mut self,
+        first: u64,
+        names: &[String],
+        rows: &[f32],
+    ) -> strata_embed::error::Result<()> {
+        self.error
+            .call_method::<Py<PyAny>>(&self.writer, "rows", |py| {
+                let bytes = PyBytes::new(py, bytemuck::cast_slice(rows));
+                (first, names.to_vec(), bytes).into_pyobject(py)
+            })
+            .map(drop)
+            .map_err(EmbedError::Config)
+    }
+
+    fn finish(&mut self) -> strata_embed::error::Result<()> {
+        self.error
+            .call_method::<Py<PyAny>>(&self.writer, "finish", |py| Ok(PyTuple::empty(py)))
+            .map(drop)
+            .map_err(EmbedError::Config)
+    }
+}
+
+/// The nearest nodes of the query nodes in `options` (the `[embed.neighbors]` section's,
+/// checked as it), by an exact scan of the table within the budget.
+#[pyfunction]
+#[pyo3(signature = (run_dir, options, progress=None))]
+fn embed_neighbors(
+    py: Python<'_>,
+    run_dir: PathBuf,
+    options: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let o: NeighborsOptions = section(options)?;
+    let memory = o.memory.map_or(0, |m| m.0);
     run(py, progress, |p| {
         let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
-        export(&mut l, &o.out, o.format, o.overwrite, p)
+        let queries = resolve_queries(&l, &o)?;
+        neighbors(&mut l, &queries, o.top, o.metric, p)
+    })
+}
+
+/// Scores the triples of the file in `options` (the `[embed.score]` section's, checked as
+/// it) into its `out` file, or standard output without one.
+#[pyfunction]
+#[pyo3(signature = (run_dir, options, progress=None))]
+fn embed_score(
+    py: Python<'_>,
+    run_dir: PathBuf,
+    options: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let o: ScoreOptions = section(options)?;
+    let memory = o.memory.map_or(0, |m| m.0);
+    run(py, progress, |p| {
+        let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
+        score_file(&mut l, &o.input, o.out.as_deref(), p)
+    })
+}
+
+/// Scores of `triples` (`(head, relation, tail)` names) by the run in `run_dir`, in order;
+/// `options` as the `[embed.score]` section's (its `input` is not read: the triples are given).
+#[pyfunction]
+#[pyo3(signature = (run_dir, triples, options, progress=None))]
+fn embed_score_triples(
+    py: Python<'_>,
+    run_dir: PathBuf,
+    triples: Vec<[String; 3]>,
+    options: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let o: ScoreOptions = section(options)?;
+    let memory = o.memory.map_or(0, |m| m.0);
+    run(py, progress, |p| {
+        let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
+        score_named(&mut l, &triples, &|i| format!("triple {i}"))
     })
 }
 
@@ -460,13 +577,27 @@ fn embed_run_info(py: Python<'_>, run_dir: PathBuf) -> PyResult<Py<PyAny>> {
     Ok(pythonize(py, &meta)?.unbind())
 }
 
+/// The metric `--metric model` stands for with `run_dir`'s score function
+/// (`strata_embed::neighbors::Metric::natural`): "cos", "dot" or "l2".
+#[pyfunction]
+fn embed_natural_metric(py: Python<'_>, run_dir: PathBuf) -> PyResult<&'static str> {
+    let meta = py
+        .detach(|| Run::open(&run_dir).map(|r| r.meta))
+        .map_err(|e| e.to_py(py))?;
+    Ok(Metric::natural(&meta.model()).name())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(embed_plan, m)?)?;
     m.add_function(wrap_pyfunction!(embed_train, m)?)?;
     m.add_function(wrap_pyfunction!(embed_eval, m)?)?;
     m.add_function(wrap_pyfunction!(embed_predict, m)?)?;
     m.add_function(wrap_pyfunction!(embed_export, m)?)?;
+    m.add_function(wrap_pyfunction!(embed_neighbors, m)?)?;
+    m.add_function(wrap_pyfunction!(embed_score, m)?)?;
+    m.add_function(wrap_pyfunction!(embed_score_triples, m)?)?;
     m.add_function(wrap_pyfunction!(embed_run_info, m)?)?;
+    m.add_function(wrap_pyfunction!(embed_natural_metric, m)?)?;
     m.add_function(wrap_pyfunction!(embed_gather, m)?)?;
     Ok(())
 }

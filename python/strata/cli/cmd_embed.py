@@ -1,4 +1,4 @@
-"""``strata embed plan|train|eval|predict|export|gather``."""
+"""``strata embed plan|train|eval|predict|neighbors|index|score|export|gather``."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ from ..config import (
     EmbedEvalConfig,
     EmbedExportConfig,
     EmbedGatherConfig,
+    EmbedIndexConfig,
+    EmbedNeighborsConfig,
     EmbedPlanConfig,
     EmbedPredictConfig,
+    EmbedScoreConfig,
     EmbedTrainConfig,
     from_args,
 )
-from ..embed import Run, dist, format_metrics, format_plan, format_summary, plan, train
+from ..embed import Run, ann, dist, format_metrics, format_plan, format_summary, plan, train
 from ..errors import ConfigError
 from ..units import fmt_bytes, fmt_duration
 from .common import add_section_command, emit_summary, run_with_progress
@@ -43,7 +46,34 @@ def register(sub) -> None:
         cmds, "predict", EmbedPredictConfig, run_predict, help="the best tails of (head, relation, ?) or heads"
     )
     add_section_command(
-        cmds, "export", EmbedExportConfig, run_export, help="write a checkpoint's embeddings as .npy or TSV"
+        cmds,
+        "neighbors",
+        EmbedNeighborsConfig,
+        run_neighbors,
+        help="the nearest nodes of nodes' embeddings, by an exact scan within --memory",
+        description="Scans every partition of the table (through the buffer when it does not fit --memory) for "
+        "the --top nearest nodes of each query node by --metric; several query nodes share one scan.",
+    )
+    add_section_command(
+        cmds,
+        "index",
+        EmbedIndexConfig,
+        run_index,
+        help="build an approximate neighbour index of a run (usearch, the ann extra) for neighbors --index",
+        description="Exports the checkpoint within --memory and adds its rows to a usearch HNSW graph saved in OUT; "
+        "`strata embed neighbors RUN --node NAME --index OUT` then answers from it without scanning the table.",
+    )
+    add_section_command(
+        cmds,
+        "score",
+        EmbedScoreConfig,
+        run_score,
+        help="score (head, relation, tail) triples of a file with the run's score function",
+        description="Reads head<TAB>relation<TAB>tail lines (names from the store's id maps) and writes "
+        "head<TAB>relation<TAB>tail<TAB>score lines in input order to --out or standard output.",
+    )
+    add_section_command(
+        cmds, "export", EmbedExportConfig, run_export, help="write a checkpoint's embeddings as .npy, TSV or Parquet"
     )
     add_section_command(
         cmds,
@@ -110,6 +140,61 @@ def run_predict(args) -> int:
     print(f"  {'rank':>4}  {'node':<{width}}  {'score':>10}  known")
     for i, p in enumerate(result["predictions"], 1):
         print(f"  {i:>4}  {p['name']:<{width}}  {p['score']:>10.4f}  {'yes' if p['known'] else ''}")
+    return 0
+
+
+def run_neighbors(args) -> int:
+    cfg = from_args(EmbedNeighborsConfig, args)
+    run = Run(cfg.target)
+    if cfg.index is not None:
+        result = ann.search_run_index(run, cfg.index, cfg.node, cfg.nodes_file, cfg.top, cfg.metric)
+    else:
+        result = run_with_progress(
+            args,
+            lambda bar: run.neighbors(cfg.node, cfg.top, cfg.metric, cfg.nodes_file, cfg.checkpoint, cfg.memory, bar),
+        )
+    if cfg.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    value = "distance" if result["metric"] == "l2" else result["metric"]
+    for q in result["results"]:
+        print(f"nearest to {q['name']} ({result['metric']}) by {run.path} epoch {result['epoch']}:")
+        width = max((len(n["name"]) for n in q["neighbors"]), default=4)
+        print(f"  {'rank':>4}  {'node':<{width}}  {value:>10}")
+        for i, n in enumerate(q["neighbors"], 1):
+            print(f"  {i:>4}  {n['name']:<{width}}  {n['score']:>10.4f}")
+    return 0
+
+
+def run_index(args) -> int:
+    cfg = from_args(EmbedIndexConfig, args)
+    run = Run(cfg.target)
+    meta = run_with_progress(
+        args,
+        lambda bar: ann.build_index(
+            run, cfg.out, cfg.metric, cfg.connectivity, cfg.expansion, cfg.checkpoint, cfg.overwrite, cfg.memory, bar
+        ),
+    )
+    emit_summary(
+        args,
+        meta,
+        f"Indexed {meta['num_nodes']:,} x {meta['dim']} embeddings of epoch {meta['epoch']} of {run.path} "
+        f"({meta['metric']}) into {cfg.out}; query it with strata embed neighbors {run.path} --index {cfg.out}.",
+    )
+    return 0
+
+
+def run_score(args) -> int:
+    cfg = from_args(EmbedScoreConfig, args)
+    run = Run(cfg.target)
+    report = run_with_progress(args, lambda bar: run.score_file(cfg.input, cfg.out, cfg.checkpoint, cfg.memory, bar))
+    if cfg.out is not None:
+        emit_summary(
+            args,
+            report,
+            f"Scored {report['triples']:,} triples with epoch {report['epoch']} of {run.path} into {cfg.out} "
+            f"in {fmt_duration(report['seconds'])}.",
+        )
     return 0
 
 

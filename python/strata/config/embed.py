@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from .schema import native_section, option, section
+from .schema import Size, native_section, option, section
 
 
 class _PlanFrontEnd:
@@ -61,9 +61,42 @@ class _ExportFrontEnd:
     target: Path = option(positional=True, help=TARGET_HELP)
 
 
+class _NeighborsFrontEnd:
+    target: Path = option(positional=True, help=TARGET_HELP)
+    json: bool = option(False, help="print the neighbours as JSON")
+    index: Path | None = option(
+        None, help="answer from this approximate index (strata embed index; the ann extra) instead of a scan"
+    )
+
+
+class _ScoreFrontEnd:
+    target: Path = option(positional=True, help=TARGET_HELP)
+
+
 EmbedEvalConfig = native_section("embed.eval", "EmbedEvalConfig", front=_EvalFrontEnd)
 EmbedPredictConfig = native_section("embed.predict", "EmbedPredictConfig", front=_PredictFrontEnd)
 EmbedExportConfig = native_section("embed.export", "EmbedExportConfig", front=_ExportFrontEnd)
+EmbedNeighborsConfig = native_section("embed.neighbors", "EmbedNeighborsConfig", front=_NeighborsFrontEnd)
+EmbedScoreConfig = native_section("embed.score", "EmbedScoreConfig", front=_ScoreFrontEnd)
+
+
+@section("embed.index")
+class EmbedIndexConfig:
+    """An approximate neighbour index (usearch HNSW, the ann extra) of a run's checkpoint, for
+    many repeated neighbour queries; see docs/embed.md."""
+
+    target: Path = option(positional=True, help=TARGET_HELP)
+    out: Path = option(short="o", help="directory to write (index.usearch, index.json, node_names.txt)")
+    metric: Literal["model", "cos", "dot", "l2"] = option(
+        "model", help="cos, dot or l2 (model: the run's model's own, as strata embed neighbors)"
+    )
+    connectivity: int = option(16, min=2, max=256, help="links per node of the HNSW graph")
+    expansion: int = option(
+        128, min=1, max=65536, help="candidates kept while adding and searching (higher: better recall, slower)"
+    )
+    checkpoint: Literal["best", "last"] = option("best", help="checkpoint to use: best (by validation MRR) or last")
+    overwrite: bool = option(False, help="replace OUT if it exists")
+    memory: Size | None = option(None, help="memory budget of the export the index is built from (default: the run's)")
 
 
 class _GatherFrontEnd:

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import _native
-from ..errors import RunError
+from ..errors import ConfigError, RunError
 from ..paths import make_dir
+from . import parquet
 
 ProgressFn = Callable[..., bool]
 
@@ -128,4 +129,66 @@ class Run:
             "overwrite": overwrite,
             "memory": memory,
         }
-        return _native.embed_export(str(self.path), options, progress)
+        writer = parquet.Writer() if format == "parquet" else None
+        return _native.embed_export(str(self.path), options, progress, writer)
+
+    def neighbors(
+        self,
+        nodes: str | int | list[str | int] = (),
+        top: int = 10,
+        metric: str = "model",
+        nodes_file: str | Path | None = None,
+        checkpoint: str = "best",
+        memory=None,
+        progress: ProgressFn | None = None,
+    ) -> dict:
+        """The ``top`` nearest nodes of each of ``nodes`` (names, or ids without names; and the
+        lines of ``nodes_file``) by an exact scan of the table within the budget, all queries
+        sharing one scan: ``{"metric", "results": [{"node", "name", "neighbors": [{"node",
+        "name", "score"}, ...]}, ...], "scans", "partitions_read"}``, nearest first. ``metric``:
+        cos, dot, l2 (``score`` is then the distance) or model (the run's model's own)."""
+        if isinstance(nodes, (str, int)):
+            nodes = [nodes]
+        options = {
+            "node": [str(n) for n in nodes],
+            "nodes_file": None if nodes_file is None else str(nodes_file),
+            "top": top,
+            "metric": metric,
+            "checkpoint": checkpoint,
+            "memory": memory,
+        }
+        return _native.embed_neighbors(str(self.path), options, progress)
+
+    def score(
+        self,
+        triples: list[tuple[str | int, str | int, str | int]],
+        checkpoint: str = "best",
+        memory=None,
+        progress: ProgressFn | None = None,
+    ) -> list[float]:
+        """The run's scores of ``(head, relation, tail)`` triples (names, or ids without
+        names), in their order: higher is more plausible."""
+        named = [tuple(str(x) for x in t) for t in triples]
+        if any(len(t) != 3 for t in named):
+            raise ConfigError("embed.score: each triple is (head, relation, tail)")
+        # The section's input names where triples come from; here they are given, not read.
+        options = {"input": "<triples>", "checkpoint": checkpoint, "memory": memory}
+        return _native.embed_score_triples(str(self.path), named, options, progress)
+
+    def score_file(
+        self,
+        input: str | Path,
+        out: str | Path | None = None,
+        checkpoint: str = "best",
+        memory=None,
+        progress: ProgressFn | None = None,
+    ) -> dict:
+        """Scores the ``head<TAB>relation<TAB>tail`` lines of ``input`` into ``out`` (or standard
+        output) as ``head<TAB>relation<TAB>tail<TAB>score`` lines in input order."""
+        options = {
+            "input": str(input),
+            "out": None if out is None else str(out),
+            "checkpoint": checkpoint,
+            "memory": memory,
+        }
+        return _native.embed_score(str(self.path), options, progress)
