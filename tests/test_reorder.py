@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_strata
 
-ORDERS = ("degree", "bfs", "rcm", "glist")
+ORDERS = ("degree", "bfs", "rcm", "glist", "community")
 
 
 def random_graph(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -42,7 +42,7 @@ def build_store(tmp_path: Path, seed: int, n: int, symmetrize: bool) -> Path:
     return out
 
 
-@pytest.mark.parametrize("order", ["degree", "bfs", "rcm"])
+@pytest.mark.parametrize("order", ["degree", "bfs", "rcm", "community"])
 @pytest.mark.parametrize("seed", range(4))
 def test_orders_are_permutations(order, seed):
     from strata.reorder import compute_order
@@ -78,6 +78,37 @@ def test_traversals_lay_a_shuffled_path_out_in_a_line(order):
     new = np.empty(n, dtype=np.int64)
     new[perm] = np.arange(n)
     assert np.abs(new[ids[:-1]] - new[ids[1:]]).max() == (2 if order == "bfs" else 1)
+
+
+def test_community_order_lays_each_planted_community_out_contiguously(monkeypatch):
+    """Three cliques of different sizes with shuffled ids, joined by single edges: label
+    propagation finds each clique, the order puts the cliques one after another (largest first)
+    and each by decreasing degree; the slicing of the work arrays does not change the labels."""
+    import strata.reorder as reorder
+
+    sizes = [40, 25, 10]
+    n = sum(sizes)
+    ids = np.random.default_rng(5).permutation(n)
+    cliques = np.split(ids, np.cumsum(sizes)[:-1])
+    pairs = [(u, v) for c in cliques for u in c for v in c if u != v]
+    pairs += [(cliques[0][0], cliques[1][0]), (cliques[1][1], cliques[2][0])]
+    both = np.array(sorted({*pairs, *[(v, u) for u, v in pairs]}))
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(both[:, 0], minlength=n))))
+    indices = both[:, 1].astype(np.int64)
+    label = reorder.communities(indptr, indices, reorder.COMMUNITY_ROUNDS)
+    assert [len(set(label[c])) for c in cliques] == [1, 1, 1]
+    assert len(set(label)) == 3
+    perm = reorder.compute_order(indptr, indices, "community")
+    new = np.empty(n, dtype=np.int64)
+    new[perm] = np.arange(n)
+    start = 0
+    for c in cliques:
+        assert sorted(new[c]) == list(range(start, start + len(c)))
+        start += len(c)
+    degree = np.diff(indptr)
+    assert (np.diff(degree[perm[: sizes[0]]]) <= 0).all()
+    monkeypatch.setattr(reorder, "EXPAND", 7)
+    assert np.array_equal(reorder.communities(indptr, indices, reorder.COMMUNITY_ROUNDS), label)
 
 
 def test_degree_order_is_by_decreasing_degree_then_id():

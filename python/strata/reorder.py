@@ -13,6 +13,11 @@ Orders (each a pure function of the topology; ties go to the lower old id):
   bandwidth (largest ``|new(u) - new(v)|`` over edges) heuristically.
 - ``glist``: GLIST's Alg. 2 vertex re-ordering, the serve engine's (``strata_serve::reorder``,
   its default parameters): chained centres, each followed by its in-neighbours, over the CSC.
+- ``community``: communities by label propagation (Raghavan et al.; ``COMMUNITY_ROUNDS``
+  synchronous rounds, each node taking the most frequent label among itself and its neighbours,
+  ties broken by a hash of the label and the round), laid out one after another, largest first,
+  each by decreasing degree: a node's neighbours, mostly in its community, get nearby ids (the
+  idea of Rabbit order, without its hierarchy).
 
 Memory: the order is computed from the undirected adjacency, read into memory: the CSR of a
 symmetrized store, else CSR and CSC merged (``8 N`` bytes plus one id per CSR and CSC entry).
@@ -40,7 +45,10 @@ from .errors import ConfigError, StoreExistsError, StoreFormatError
 from .io import read_rows
 from .store import Store
 
-ORDERS = ("degree", "bfs", "rcm", "glist")
+ORDERS = ("degree", "bfs", "rcm", "glist", "community")
+
+#: Label propagation rounds of the ``community`` order.
+COMMUNITY_ROUNDS = 5
 
 #: Rows (or nodes' topology segments) permuted per chunk.
 CHUNK_ROWS = 1 << 16
@@ -87,7 +95,51 @@ def compute_order(indptr: np.ndarray, indices: np.ndarray, order: str) -> np.nda
     if order == "rcm":
         cm = _traverse(indptr, indices, degree, roots=np.argsort(degree, kind="stable"), by_degree=True)
         return cm[::-1].copy()
-    raise ConfigError(f"reorder: compute_order computes degree, bfs and rcm, not {order!r}")
+    if order == "community":
+        label = communities(indptr, indices, COMMUNITY_ROUNDS)
+        size = np.bincount(label, minlength=degree.size)
+        ids = np.arange(degree.size)
+        return np.lexsort((ids, -degree, label, -size[label]))
+    raise ConfigError(f"reorder: compute_order computes degree, bfs, rcm and community, not {order!r}")
+
+
+def communities(indptr: np.ndarray, indices: np.ndarray, rounds: int) -> np.ndarray:
+    """Label propagation over the undirected graph ``(indptr (N+1,), indices (T,))``: every node
+    starts with its own id as label; each of ``rounds`` synchronous rounds gives every node the
+    most frequent label among itself and its neighbours (a multigraph's parallel edges count),
+    ties going to the smallest hash of (label, round), a deterministic stand-in for the random
+    tie-break of Raghavan et al. (ties to the smallest label would spread the lowest ids over
+    whole components). Nodes are taken in slices of at most ``EXPAND`` adjacency entries, so the
+    work arrays stay bounded. Returns the labels, int64 ``(N,)``, each a node id."""
+    n = indptr.size - 1
+    label = np.arange(n, dtype=np.int64)
+    starts = np.asarray(indptr, dtype=np.int64)
+    for r in range(rounds):
+        new = np.empty_like(label)
+        a = 0
+        while a < n:
+            b = max(a + 1, int(np.searchsorted(starts, starts[a] + EXPAND, side="right")) - 1)
+            # At most EXPAND nodes too, so that `owner * n + label` stays below 2^52.
+            b = min(b, n, a + EXPAND)
+            lengths = np.diff(starts[a : b + 1])
+            owner = np.concatenate([np.repeat(np.arange(b - a), lengths), np.arange(b - a)])
+            seen = np.concatenate([label[np.asarray(indices[starts[a] : starts[b]], dtype=np.int64)], label[a:b]])
+            keys, counts = np.unique(owner * n + seen, return_counts=True)
+            own, lab = keys // n, keys % n
+            best = np.lexsort((_mix(lab, r), -counts, own))
+            first = np.flatnonzero(np.diff(own[best], prepend=-1))
+            new[a:b] = lab[best[first]]
+            a = b
+        label = new
+    return label
+
+
+def _mix(x: np.ndarray, salt: int) -> np.ndarray:
+    """A 64-bit hash of each value and ``salt`` (SplitMix64's finaliser), as uint64."""
+    z = x.astype(np.uint64) + np.uint64((salt + 1) * 0x9E3779B97F4A7C15 % (1 << 64))
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 def _traverse(indptr, indices, degree, roots: np.ndarray, by_degree: bool) -> np.ndarray:
