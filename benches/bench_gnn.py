@@ -419,7 +419,9 @@ def main() -> None:
     )
     ap.add_argument("--g2-seed", type=int, default=0)
     ap.add_argument(
-        "--g2-orders", default="none,degree,bfs,rcm,glist,community", help="G2R: node orders measured (none: the generated ids)"
+        "--g2-orders",
+        default="none,degree,bfs,rcm,glist,community",
+        help="G2R: node orders measured (none: the generated ids)",
     )
     ap.add_argument("--g2-repeats", type=int, default=3, help="G2R: loader runs per store (the median is reported)")
     ap.add_argument("--g2-timeout", type=int, default=600, help="seconds before a loader process is killed")
