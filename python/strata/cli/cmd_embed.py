@@ -136,11 +136,18 @@ def run_predict(args) -> int:
         f"({cfg.head}, {cfg.relation or '-'}, ?)" if cfg.head is not None else f"(?, {cfg.relation or '-'}, {cfg.tail})"
     )
     print(f"{query} by {run.path} epoch {result['epoch']}:")
-    width = max((len(p["name"]) for p in result["predictions"]), default=4)
-    print(f"  {'rank':>4}  {'node':<{width}}  {'score':>10}  known")
-    for i, p in enumerate(result["predictions"], 1):
-        print(f"  {i:>4}  {p['name']:<{width}}  {p['score']:>10.4f}  {'yes' if p['known'] else ''}")
+    print_ranked(result["predictions"], "score", known=True)
     return 0
+
+
+def print_ranked(rows: list[dict], value: str, known: bool = False) -> None:
+    """A ranked table of ``rows`` (``name``, ``score``, and ``known`` when ``known``): rank, node,
+    the score under the heading ``value``, and whether the answer is a known edge."""
+    width = max((len(r["name"]) for r in rows), default=4)
+    print(f"  {'rank':>4}  {'node':<{width}}  {value:>10}" + ("  known" if known else ""))
+    for i, r in enumerate(rows, 1):
+        flag = f"  {'yes' if r['known'] else ''}" if known else ""
+        print(f"  {i:>4}  {r['name']:<{width}}  {r['score']:>10.4f}{flag}")
 
 
 def run_neighbors(args) -> int:
@@ -159,10 +166,7 @@ def run_neighbors(args) -> int:
     value = "distance" if result["metric"] == "l2" else result["metric"]
     for q in result["results"]:
         print(f"nearest to {q['name']} ({result['metric']}) by {run.path} epoch {result['epoch']}:")
-        width = max((len(n["name"]) for n in q["neighbors"]), default=4)
-        print(f"  {'rank':>4}  {'node':<{width}}  {value:>10}")
-        for i, n in enumerate(q["neighbors"], 1):
-            print(f"  {i:>4}  {n['name']:<{width}}  {n['score']:>10.4f}")
+        print_ranked(q["neighbors"], value)
     return 0
 
 
