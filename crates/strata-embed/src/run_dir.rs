@@ -212,6 +212,21 @@ impl Run {
         })
     }
 
+    /// Opens the run in `dir`, refusing one rank's directory of an owner-mode run (it holds
+    /// only the partitions that rank owns).
+    pub fn open_whole(dir: &Path) -> Result<Run> {
+        let run = Run::open(dir)?;
+        if let (Some(rank), true) = (run.meta.owner_rank, run.meta.world_size > 1) {
+            return Err(EmbedError::Config(format!(
+                "{} is rank {rank}'s directory of an owner-mode run of {} ranks (dist_storage = owners) and holds only the partitions that rank owns; run `strata embed gather OUT` with every rank's directory (`{}/rank-*`), then use OUT",
+                dir.display(),
+                run.meta.world_size,
+                dir.parent().unwrap_or(dir).display()
+            )));
+        }
+        Ok(run)
+    }
+
     /// Opens the store the run trained on, checking it still holds the same train edges.
     pub fn store(&self) -> Result<Store> {
         let store = Store::open(&self.meta.store)?;
