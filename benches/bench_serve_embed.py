@@ -77,19 +77,20 @@ def measure(run: Path, work: Path, repeats: int) -> dict:
         times.setdefault(case, []).append(time.perf_counter() - t)
 
     cli = [sys.executable, "-m", "strata", "embed"]
+
+    def cli_call(*args) -> None:
+        subprocess.run([*cli, *map(str, args), "-q"], check=True, capture_output=True)
+
     try:
         with Client(addr, timeout=600) as c:
             c.top_k("fb", names[:1], rel, k=10)  # the first scan reads the table
             for r in range(repeats):
                 loads.append(load1())
                 q = names[r % BATCH]
-                clock("CLI predict, 1 query", lambda q=q: subprocess.run(
-                    [*cli, "predict", run, "--head", q, "--relation", rel, "--top", "10", "-q"],
-                    check=True, capture_output=True))  # fmt: skip
+                clock("CLI predict, 1 query", lambda q=q: cli_call("predict", run, "--head", q, "--relation", rel))
                 clock("server TopK, 1 query", lambda q=q: c.top_k("fb", [q], rel, k=10))
                 clock(f"server TopK, {BATCH} queries", lambda: c.top_k("fb", names, rel, k=10))
-                clock("CLI neighbors, 1 query", lambda q=q: subprocess.run(
-                    [*cli, "neighbors", run, "--node", q, "--top", "10", "-q"], check=True, capture_output=True))  # fmt: skip
+                clock("CLI neighbors, 1 query", lambda q=q: cli_call("neighbors", run, "--node", q))
                 clock("server Neighbors, 1 query", lambda q=q: c.neighbors("fb", [q], k=10))
                 clock(f"server Neighbors, {BATCH} queries", lambda: c.neighbors("fb", names, k=10))
                 print(f"round {r + 1}/{repeats}, load {loads[-1]:.2f}", flush=True)

@@ -521,9 +521,17 @@ mod tests {
         assert_eq!((all.capacity, all.buffer_bytes), (6, 6 * part));
         assert_eq!(all.memory, 6 * part + 2048 + QUERY_SCRATCH_BYTES);
         assert!(all.in_memory() && all.total() == all.memory);
-        let two = plan_queries(6, part, 2048, Some(2048 + QUERY_SCRATCH_BYTES + 2 * part + 100))
-            .unwrap();
-        assert_eq!((two.capacity, two.memory), (2, 2048 + QUERY_SCRATCH_BYTES + 2 * part));
+        let two = plan_queries(
+            6,
+            part,
+            2048,
+            Some(2048 + QUERY_SCRATCH_BYTES + 2 * part + 100),
+        )
+        .unwrap();
+        assert_eq!(
+            (two.capacity, two.memory),
+            (2, 2048 + QUERY_SCRATCH_BYTES + 2 * part)
+        );
         assert_eq!(two.minimum, 2048 + QUERY_SCRATCH_BYTES + part);
         // More than the table: all of it, and no more bytes than it needs.
         let big = plan_queries(6, part, 2048, Some(1 << 40)).unwrap();
@@ -531,7 +539,11 @@ mod tests {
         let e = plan_queries(6, part, 2048, Some(QUERY_SCRATCH_BYTES))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("cannot hold a served run's minimum") && e.contains("one partition of 12.0 KiB"), "{e}");
+        assert!(
+            e.contains("cannot hold a served run's minimum")
+                && e.contains("one partition of 12.0 KiB"),
+            "{e}"
+        );
     }
 
     #[test]

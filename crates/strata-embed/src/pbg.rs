@@ -149,7 +149,11 @@ fn operator_params(
                 vec![d64, d64],
                 0..d * d,
             ),
-            (n("translation", "translations"), vec![d64], d * d..d * d + d),
+            (
+                n("translation", "translations"),
+                vec![d64],
+                d * d..d * d + d,
+            ),
         ],
         Operator::ComplexDiagonal => vec![
             ("real", vec![d64 / 2], 0..d / 2),
@@ -176,7 +180,10 @@ fn write_text(path: &Path, text: &str) -> Result<()> {
 fn write_names(path: &Path, names: impl Iterator<Item = Result<String>>) -> Result<()> {
     let file = std::fs::File::create(path).map_err(|e| io_err("create", path, e))?;
     let mut w = BufWriter::new(file);
-    let mut put = |text: &str| w.write_all(text.as_bytes()).map_err(|e| io_err("write", path, e));
+    let mut put = |text: &str| {
+        w.write_all(text.as_bytes())
+            .map_err(|e| io_err("write", path, e))
+    };
     put("[")?;
     for (i, name) in names.enumerate() {
         let quoted = serde_json::to_string(&name?).expect("a string serialises");
@@ -416,7 +423,9 @@ impl PbgConfig {
         EmbedError::Config(format!(
             "{}: {key}: expected {want}, got {}",
             self.path.display(),
-            self.value.get(key).map_or("nothing".into(), |v| v.to_string())
+            self.value
+                .get(key)
+                .map_or("nothing".into(), |v| v.to_string())
         ))
     }
 
@@ -475,9 +484,8 @@ fn read_checkpoint(
 ) -> Result<Checkpointed> {
     let dir = &o.checkpoint;
     let read = |path: PathBuf| -> Result<String> {
-        std::fs::read_to_string(&path).map_err(|e| {
-            EmbedError::Config(format!("{}: cannot read it: {e}", path.display()))
-        })
+        std::fs::read_to_string(&path)
+            .map_err(|e| EmbedError::Config(format!("{}: cannot read it: {e}", path.display())))
     };
     let path = dir.join("config.json");
     let config = PbgConfig {
@@ -555,7 +563,9 @@ fn read_checkpoint(
         }
         let op = operator_named(
             &config,
-            rel.get("operator").and_then(Value::as_str).unwrap_or("none"),
+            rel.get("operator")
+                .and_then(Value::as_str)
+                .unwrap_or("none"),
         )?;
         if operator.is_some_and(|o| o != op) {
             return Err(config.unsupported(format!(
@@ -601,7 +611,12 @@ fn read_checkpoint(
     } else if !dynamic {
         relations
             .iter()
-            .map(|r| r.get("name").and_then(Value::as_str).unwrap_or("").to_string())
+            .map(|r| {
+                r.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            })
             .collect()
     } else {
         return Err(EmbedError::Config(format!(
@@ -609,7 +624,11 @@ fn read_checkpoint(
             names_path.display()
         )));
     };
-    let pbg_count = if dynamic { names.len() } else { relations.len() };
+    let pbg_count = if dynamic {
+        names.len()
+    } else {
+        relations.len()
+    };
     if pbg_count as u64 != count || names.len() != pbg_count {
         return Err(EmbedError::Config(format!(
             "{}: {} relation types, but store {} has {count}",
@@ -620,9 +639,8 @@ fn read_checkpoint(
     }
     let mut strata_of = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
-        let r = lookup(store, "relation_names", name, count, "relation").map_err(|e| {
-            EmbedError::Config(format!("{} entry {i}: {e}", names_path.display()))
-        })?;
+        let r = lookup(store, "relation_names", name, count, "relation")
+            .map_err(|e| EmbedError::Config(format!("{} entry {i}: {e}", names_path.display())))?;
         strata_of.push(r as usize);
     }
     // The operator parameters, as Strata relation rows.
@@ -783,7 +801,11 @@ pub fn import(
     let config_entity_path = std::fs::read_to_string(o.checkpoint.join("config.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .and_then(|v| v.get("entity_path").and_then(Value::as_str).map(PathBuf::from))
+        .and_then(|v| {
+            v.get("entity_path")
+                .and_then(Value::as_str)
+                .map(PathBuf::from)
+        })
         .filter(|p| p.is_dir());
     let entity_path = o
         .entity_path
@@ -889,7 +911,8 @@ pub fn import(
             })?
     };
     cfg.partitions = partitions;
-    cfg.validate().map_err(|e| EmbedError::Config(e.to_string()))?;
+    cfg.validate()
+        .map_err(|e| EmbedError::Config(e.to_string()))?;
     let partitioning = Partitioning::new(n, partitions, cfg.seed)?;
     let layout = layout_for(&partitioning);
     let rows_per_read = ((o.memory.0 / 4) / (d as u64 * 4 + 64)).max(1);
@@ -903,7 +926,10 @@ pub fn import(
     );
     relations.params.copy_from_slice(&params);
     relations.state.fill(0.0);
-    let store_path = o.store.canonicalize().map_err(|e| io_err("resolve", &o.store, e))?;
+    let store_path = o
+        .store
+        .canonicalize()
+        .map_err(|e| io_err("resolve", &o.store, e))?;
     let meta = RunMeta {
         format: RUN_FORMAT.into(),
         format_version: RUN_VERSION,
@@ -1068,7 +1094,9 @@ mod tests {
         assert_eq!(form_of(&model(ScoreKind::Pbg, rescal)).unwrap(), rescal);
         assert_eq!(kind_of(rescal), (ScoreKind::Pbg, Some(rescal)));
         let e = form_of(&model(ScoreKind::RotatE, PbgForm::default())).unwrap_err();
-        assert!(e.to_string().contains("model rotate has no PyTorch-BigGraph form"));
+        assert!(e
+            .to_string()
+            .contains("model rotate has no PyTorch-BigGraph form"));
         let mut l1 = model(ScoreKind::TransE, PbgForm::default());
         l1.transe_norm = 1;
         assert!(form_of(&l1).unwrap_err().to_string().contains("no L1"));
@@ -1089,7 +1117,11 @@ mod tests {
                 let params = operator_params(op, d, dynamic);
                 let mut covered = vec![0; op.rel_dim(d)];
                 for (name, shape, reals) in &params {
-                    assert_eq!(shape.iter().product::<u64>() as usize, reals.len(), "{name}");
+                    assert_eq!(
+                        shape.iter().product::<u64>() as usize,
+                        reals.len(),
+                        "{name}"
+                    );
                     reals.clone().for_each(|i| covered[i] += 1);
                 }
                 assert!(covered.iter().all(|&c| c == 1), "{op:?}: {covered:?}");
@@ -1100,7 +1132,10 @@ mod tests {
             .map(|p| p.0)
             .collect();
         assert_eq!(names, ["linear_transformations", "translations"]);
-        assert_eq!(operator_params(Operator::Diagonal, d, false)[0].0, "diagonal");
+        assert_eq!(
+            operator_params(Operator::Diagonal, d, false)[0].0,
+            "diagonal"
+        );
     }
 
     #[test]

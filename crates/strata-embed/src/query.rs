@@ -54,13 +54,8 @@ impl Loaded {
             if threads > 0 {
                 cfg.threads = threads;
             }
-            let plan = budget::plan_fitting(
-                cfg,
-                model,
-                run.meta.num_nodes,
-                run.meta.num_relations,
-                None,
-            )?;
+            let plan =
+                budget::plan_fitting(cfg, model, run.meta.num_nodes, run.meta.num_relations, None)?;
             plan.memory_plan()
                 .describe()
                 .iter()
@@ -237,7 +232,8 @@ impl Loaded {
                         .map_or(&[][..], |v| &v[..])
                 })
                 .collect();
-            let best = self.scan_top(&src_rows, &rel_rows, &filters, k, exclude_known, &mut meter)?;
+            let best =
+                self.scan_top(&src_rows, &rel_rows, &filters, k, exclude_known, &mut meter)?;
             lists.extend(best);
         }
         meter.finish()?;
@@ -284,8 +280,7 @@ impl Loaded {
                 for (i, heap) in heaps.iter_mut().enumerate() {
                     for (j, &s) in out[i * t..(i + 1) * t].iter().enumerate() {
                         let node = locator.node(p, (lo + j) as u32);
-                        if s.is_nan()
-                            || (exclude_known && filters[i].binary_search(&node).is_ok())
+                        if s.is_nan() || (exclude_known && filters[i].binary_search(&node).is_ok())
                         {
                             continue;
                         }
@@ -352,7 +347,13 @@ pub(crate) fn name_of(names: Option<&NameTable>, id: u64) -> Result<String> {
 
 /// The id of `name` in name table `table` of `store`, or `name` as a number below `count`
 /// when the store has no such table.
-pub(crate) fn lookup(store: &Store, table: &str, name: &str, count: u64, what: &str) -> Result<u64> {
+pub(crate) fn lookup(
+    store: &Store,
+    table: &str,
+    name: &str,
+    count: u64,
+    what: &str,
+) -> Result<u64> {
     let has_names = store.array(&format!("{table}_offsets")).is_some();
     if has_names {
         let t = NameTable::open(store, table)?;

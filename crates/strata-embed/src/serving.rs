@@ -149,11 +149,7 @@ impl Served {
     }
 
     /// Refuses relation ids at or past the run's relation count, naming `field[i]`.
-    fn check_relations(
-        &self,
-        field: &str,
-        ids: impl Iterator<Item = u32>,
-    ) -> EmbeddingResult<()> {
+    fn check_relations(&self, field: &str, ids: impl Iterator<Item = u32>) -> EmbeddingResult<()> {
         let count = self.info.num_relations.max(1);
         for (i, r) in ids.enumerate() {
             if r as u64 >= count {

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
+use strata_embed::config::ExportOptions;
 use strata_embed::error::EmbedError;
-use strata_embed::export::ExportOptions;
 use strata_embed::pbg::{self, Dataset, Hdf5, ImportPbgOptions};
 use strata_embed::query::Loaded;
 

@@ -274,7 +274,10 @@ mod tests {
             ..ServeOptions::default()
         };
         let e = o.server_config().unwrap_err().to_string();
-        assert!(e.contains("serve.embedding: ") && e.contains("(no run.json)"), "{e}");
+        assert!(
+            e.contains("serve.embedding: ") && e.contains("(no run.json)"),
+            "{e}"
+        );
     }
 
     #[test]

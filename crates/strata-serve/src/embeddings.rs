@@ -94,8 +94,13 @@ impl Embeddings {
             let json: EmbeddingJson = serde_json::from_slice(&bytes).map_err(|err| {
                 ServeError::FailedPrecondition(format!("{}: {err}", json_path.display()))
             })?;
-            let run = e.backend()?.open(&path.join("run"), json.memory);
-            let run = run.map_err(|err| embedding_error(err).within(&format!("embedding run '{name}'")))?;
+            let run = e
+                .backend()
+                .and_then(|b| {
+                    b.open(&path.join("run"), json.memory)
+                        .map_err(embedding_error)
+                })
+                .map_err(|err| err.within(&format!("embedding run '{name}'")))?;
             e.insert(name, json, run);
         }
         Ok(e)
@@ -136,14 +141,9 @@ impl Embeddings {
     }
 
     pub fn get(&self, name: &str) -> Result<Arc<ServedEmbedding>> {
-        self.runs
-            .read()
-            .unwrap()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| {
-                ServeError::NotFound(format!("embedding run '{name}' is not registered"))
-            })
+        self.runs.read().unwrap().get(name).cloned().ok_or_else(|| {
+            ServeError::NotFound(format!("embedding run '{name}' is not registered"))
+        })
     }
 
     pub fn list(&self) -> Vec<Arc<ServedEmbedding>> {
@@ -291,7 +291,9 @@ mod tests {
 
         fn resident_bytes(&self, _dir: &Path, memory: Option<u64>) -> EmbeddingResult<u64> {
             match memory {
-                Some(m) if m < 1 << 20 => Err(EmbeddingError::Budget(format!("{m} is below the minimum"))),
+                Some(m) if m < 1 << 20 => {
+                    Err(EmbeddingError::Budget(format!("{m} is below the minimum")))
+                }
                 Some(m) => Ok(m.min(BYTES)),
                 None => Ok(BYTES),
             }
@@ -375,8 +377,14 @@ mod tests {
         drop(e);
         let again = Embeddings::open(state.path(), Some(Arc::new(Fake))).unwrap();
         assert_eq!(again.held_bytes(), vec![("r1".to_string(), BYTES)]);
-        assert_eq!(again.get("r1").unwrap().json.source, run.path().canonicalize().unwrap());
-        let resident = Resident::new(Arc::clone(&cache), [((Kind::Embedding, "r1".into()), BYTES)].into());
+        assert_eq!(
+            again.get("r1").unwrap().json.source,
+            run.path().canonicalize().unwrap()
+        );
+        let resident = Resident::new(
+            Arc::clone(&cache),
+            [((Kind::Embedding, "r1".into()), BYTES)].into(),
+        );
         again.unregister("r1", Some(&resident)).unwrap();
         assert_eq!(cache.capacity_bytes(), 64 << 20);
         assert!(!placed.exists() && again.list().is_empty());
@@ -393,12 +401,21 @@ mod tests {
         let small = e.register("a", run.path(), "", Some(1000), Some(&resident));
         assert!(matches!(small, Err(ServeError::ResourceExhausted(m)) if m.contains("minimum")));
         let big = e.register("b", run.path(), "", None, Some(&resident));
-        assert!(matches!(big, Err(ServeError::ResourceExhausted(m)) if m.contains("embedding run 'b' needs")));
+        assert!(
+            matches!(big, Err(ServeError::ResourceExhausted(m)) if m.contains("embedding run 'b' needs"))
+        );
         let missing = e.register("c", &state.path().join("nope"), "", None, Some(&resident));
         assert!(matches!(missing, Err(ServeError::NotFound(m)) if m.contains("no run.json")));
         assert_eq!(cache.capacity_bytes(), 3 << 20);
-        assert_eq!(std::fs::read_dir(state.path().join("embeddings")).unwrap().count(), 0);
-        let fits = e.register("d", run.path(), "", Some(1 << 20), Some(&resident)).unwrap();
+        assert_eq!(
+            std::fs::read_dir(state.path().join("embeddings"))
+                .unwrap()
+                .count(),
+            0
+        );
+        let fits = e
+            .register("d", run.path(), "", Some(1 << 20), Some(&resident))
+            .unwrap();
         assert_eq!(fits.info.resident_bytes, 1 << 20);
     }
 
@@ -408,12 +425,16 @@ mod tests {
         let run = source();
         let e = Embeddings::open(state.path(), None).unwrap();
         let r = e.register("r", run.path(), "", None, None);
-        assert!(matches!(r, Err(ServeError::FailedPrecondition(m)) if m.contains("without an embedding backend")));
+        assert!(
+            matches!(r, Err(ServeError::FailedPrecondition(m)) if m.contains("without an embedding backend"))
+        );
         Embeddings::open(state.path(), Some(Arc::new(Fake)))
             .unwrap()
             .register("r", run.path(), "", None, None)
             .unwrap();
         let reopened = Embeddings::open(state.path(), None);
-        assert!(matches!(reopened, Err(ServeError::FailedPrecondition(m)) if m.contains("embedding run 'r'")));
+        assert!(
+            matches!(reopened, Err(ServeError::FailedPrecondition(m)) if m.contains("embedding run 'r'"))
+        );
     }
 }

@@ -8,11 +8,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use strata_graph::embedding_run::EmbeddingBackend;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
 use tonic::service::Interceptor;
-use strata_graph::embedding_run::EmbeddingBackend;
 use tonic::{Request, Status};
 
 use crate::budget::{self, ServePlan};

@@ -131,7 +131,11 @@ fn node_count(core: &Core, refs: Option<&proto::NodeRefs>, field: &str) -> Resul
 }
 
 /// The node ids `refs` names (names looked up in the run's store).
-fn node_ids(run: &dyn EmbeddingRun, refs: Option<&proto::NodeRefs>, field: &str) -> Result<Vec<u64>> {
+fn node_ids(
+    run: &dyn EmbeddingRun,
+    refs: Option<&proto::NodeRefs>,
+    field: &str,
+) -> Result<Vec<u64>> {
     let refs = refs.expect("counted by node_count");
     if refs.ids.is_empty() {
         run.node_ids(field, &refs.names).map_err(embedding_error)
@@ -191,11 +195,7 @@ fn check_k(core: &Core, k: u32) -> Result<usize> {
 /// names, and reserves what their results hold while the call runs.
 fn reserve_answers(core: &Core, queries: usize, k: usize, what: &str) -> Result<Reservation> {
     let answers = (queries as u64).saturating_mul(k as u64);
-    memory::check_reply(
-        answers.saturating_mul(RANKED_BYTES),
-        core.max_message,
-        what,
-    )?;
+    memory::check_reply(answers.saturating_mul(RANKED_BYTES), core.max_message, what)?;
     core.working
         .reserve(answers.saturating_mul(RANKED_WORKING_BYTES), what)
 }
@@ -212,10 +212,7 @@ fn ranked_lists(
     let mut ids: Vec<u64> = nodes.to_vec();
     ids.extend(lists.iter().flatten().map(|a| a.node));
     let names = run.node_names(&ids).map_err(embedding_error)?;
-    let bytes: u64 = names
-        .iter()
-        .map(|n| n.len() as u64 + RANKED_BYTES)
-        .sum();
+    let bytes: u64 = names.iter().map(|n| n.len() as u64 + RANKED_BYTES).sum();
     memory::check_reply(bytes, core.max_message, what)?;
     let held = core.working.reserve(bytes.saturating_mul(2), what)?;
     let mut names = names.into_iter();
@@ -336,8 +333,7 @@ pub fn neighbors(
     let (metric, lists) = run
         .neighbors(&nodes, k, metric, &deadline)
         .map_err(embedding_error)?;
-    let (results, _reply) =
-        ranked_lists(core, run.as_ref(), &nodes, lists, "EmbeddingNeighbors")?;
+    let (results, _reply) = ranked_lists(core, run.as_ref(), &nodes, lists, "EmbeddingNeighbors")?;
     Ok(proto::EmbeddingNeighborsResponse {
         metric,
         results,
