@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from conftest import needs, run_strata
-from strata.embed import Run
-from strata.errors import ConfigError
+from strata.embed import Run, import_pbg
+from strata.errors import ConfigError, InputError
 
 h5py = needs("h5py")
 
@@ -37,17 +37,21 @@ def runs(kg, tmp_path_factory) -> dict:
     out = {}
     for label, args in MODELS.items():
         run_strata("embed", "train", kg, "--run-dir", d / label, *SMALL, *args)
-        run_strata("embed", "export", d / label, "--out", d / f"{label}.pbg", "--format", "pbg", "-q")
+        Run(d / label).export(d / f"{label}.pbg", format="pbg")
         out[label] = (d / label, d / f"{label}.pbg")
-    run_strata("embed", "export", d / "distmult", "--out", d / "names", "-q")
+    Run(d / "distmult").export(d / "names")
     names = (d / "names" / "node_names.txt").read_text().splitlines()
     rel_names = (d / "names" / "relation_names.txt").read_text().splitlines()
     return {"runs": out, "names": names, "rel_names": rel_names, "dir": d}
 
 
 def table(run: Path, out: Path) -> tuple[np.ndarray, np.ndarray]:
-    run_strata("embed", "export", run, "--out", out, "-q")
+    Run(run).export(out)
     return np.load(out / "embeddings.npy"), np.load(out / "relations.npy")
+
+
+def imported(checkpoint: Path, store: Path, out: Path, **options) -> dict:
+    return import_pbg({"checkpoint": str(checkpoint), "store": str(store), "out": str(out), **options})
 
 
 @pytest.mark.parametrize("label", list(MODELS))
@@ -57,9 +61,7 @@ def test_round_trip_is_bit_exact(runs, kg, tmp_path, label):
     config = json.loads((pbg / "config.json").read_text())
     assert config["dynamic_relations"] and config["entities"] == {"all": {"num_partitions": 3}}
     assert sum(int((pbg / f"entity_count_all_{p}.txt").read_text()) for p in range(3)) == 400
-    summary = json.loads(
-        run_strata("embed", "import-pbg", pbg, "--store", kg, "--out", tmp_path / "back", "--json-summary", "-q").stdout
-    )
+    summary = imported(pbg, kg, tmp_path / "back")
     source, back = Run(run), Run(tmp_path / "back")
     assert back.meta["config"]["model"] == source.meta["config"]["model"]
     assert back.meta["config"]["reciprocal"] == source.meta["config"]["reciprocal"] == summary["reciprocal"]
@@ -72,7 +74,9 @@ def test_round_trip_is_bit_exact(runs, kg, tmp_path, label):
 
 def test_an_imported_run_evaluates_predicts_and_reexports(runs, kg, tmp_path):
     _, pbg = runs["runs"]["complex"]
-    run_strata("embed", "import-pbg", pbg, "--store", kg, "--out", tmp_path / "r", "--partitions", "2", "-q")
+    args = ["--store", kg, "--out", tmp_path / "r", "--partitions", "2", "--json-summary", "-q"]
+    summary = json.loads(run_strata("embed", "import-pbg", pbg, *args).stdout)
+    assert (summary["partitions"], summary["model"], summary["reciprocal"]) == (2, "complex", True)
     back = Run(tmp_path / "r")
     assert back.meta["partitioning"]["partitions"] == 2
     got = back.evaluate("test", protocol="filtered")["metrics"]
@@ -80,7 +84,7 @@ def test_an_imported_run_evaluates_predicts_and_reexports(runs, kg, tmp_path):
     ranks = ("queries", "mrr", "mr", "hits@1", "hits@10", "tail_mrr", "head_mrr")
     assert [got[k] for k in ranks] == [want[k] for k in ranks]
     assert len(back.predict(head=runs["names"][0], relation=runs["rel_names"][0], top=3)["predictions"]) == 3
-    run_strata("embed", "export", tmp_path / "r", "--out", tmp_path / "again", "--format", "pbg", "-q")
+    back.export(tmp_path / "again", format="pbg")
     for name in ("model.v1.h5", "embeddings_all_1.v1.h5", "entity_names_all_1.json", "dynamic_rel_names.json"):
         assert (tmp_path / "again" / name).is_file()
 
@@ -194,7 +198,7 @@ def handmade(runs, tmp_path) -> tuple[Path, dict]:
 def test_a_pbg_checkpoint_with_static_relations_imports_with_its_scores(runs, kg, tmp_path, handmade):
     ck, expect = handmade
     names, rel_names = runs["names"], runs["rel_names"]
-    run_strata("embed", "import-pbg", ck, "--store", kg, "--out", tmp_path / "run", "-q")
+    imported(ck, kg, tmp_path / "run")
     run = Run(tmp_path / "run")
     assert (run.meta["config"]["model"], run.meta["config"]["reciprocal"]) == ("transe", False)
     triples = [(i, i % 8, (11 * i + 5) % 400) for i in range(0, 400, 19)]
@@ -202,23 +206,20 @@ def test_a_pbg_checkpoint_with_static_relations_imports_with_its_scores(runs, kg
     assert np.allclose(scores, [expect["score"](*x) for x in triples], rtol=1e-5, atol=1e-4)
 
 
-def refused(*args) -> str:
-    proc = run_strata("embed", "import-pbg", *args, check=False)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    return proc.stderr
-
-
-def test_bad_checkpoints_exit_2_naming_the_file(runs, kg, tmp_path, handmade):
+def test_bad_checkpoints_are_refused_naming_the_file(runs, kg, tmp_path, handmade):
     ck, _ = handmade
     out = tmp_path / "out"
 
     def broken(name: str, change) -> str:
         copy = tmp_path / name
         shutil.copytree(ck, copy)
+        config = json.loads((copy / "config.json").read_text())
+        (copy / "config.json").write_text(json.dumps({**config, "entity_path": str(copy)}))
         change(copy)
-        message = refused(copy, "--store", kg, "--out", out)
+        with pytest.raises((ConfigError, InputError)) as e:
+            imported(copy, kg, out)
         assert not out.exists() and not list(tmp_path.glob(".out.partial-*")), "nothing half-written"
-        return message
+        return str(e.value)
 
     assert "config.json: cannot read it" in broken("noconfig", lambda c: (c / "config.json").unlink())
     assert "model.v4.h5: missing" in broken("nomodel", lambda c: (c / "model.v4.h5").unlink())
@@ -254,13 +255,10 @@ def test_bad_checkpoints_exit_2_naming_the_file(runs, kg, tmp_path, handmade):
     assert "entity_names_ent_1.json entry 3: node 'no-such-entity' is not in store" in broken("names", stranger)
     version = broken("version", lambda c: write_h5(c / "model.v4.h5", {"x": [1.0]}, version=2))
     assert "model.v4.h5: format_version 2" in version
-
-
-def test_models_without_a_pbg_form_are_refused(kg, tmp_path):
-    run_strata("embed", "train", kg, "--run-dir", tmp_path / "rot", *SMALL, "--model", "rotate")
-    proc = run_strata("embed", "export", tmp_path / "rot", "--out", tmp_path / "x", "--format", "pbg", check=False)
-    assert proc.returncode == 2 and "model rotate has no PyTorch-BigGraph form" in proc.stderr
-    assert not (tmp_path / "x").exists()
+    # From the command line: exit 2, the message, no traceback.
+    proc = run_strata("embed", "import-pbg", tmp_path / "names", "--store", kg, "--out", out, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "entity_names_ent_1.json entry 3" in proc.stderr
 
 
 def test_without_h5py_the_error_says_how_to_install(runs, tmp_path, monkeypatch):

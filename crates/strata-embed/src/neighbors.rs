@@ -264,7 +264,7 @@ pub(crate) fn query_rows(l: &mut Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
 }
 
 /// A min-heap of the best `(key, node)` seen, higher key better, lower node on ties.
-type Best = BinaryHeap<Reverse<(OrdF32, Reverse<u64>)>>;
+pub(crate) type Best = BinaryHeap<Reverse<(OrdF32, Reverse<u64>)>>;
 
 /// `(score, node)` pairs, nearest first.
 type Ranked = Vec<(f32, u64)>;

@@ -2,7 +2,6 @@
 //! budget (partitions are scanned through the buffer when the table does not fit).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::path::Path;
 
 use serde::Serialize;
@@ -18,6 +17,7 @@ use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::job::eval_spec;
 use crate::model::{score_candidates, ScoreModel, Scratch};
+use crate::neighbors::Best;
 use crate::relations::Relations;
 use crate::run_dir::{Run, Which};
 use crate::table::TableFile;
@@ -257,8 +257,7 @@ impl Loaded {
         let model = self.model;
         let partitioning = self.run.meta.partitioning.clone();
         let locator = partitioning.locator();
-        let mut heaps: Vec<BinaryHeap<Reverse<(OrdF32, Reverse<u64>)>>> =
-            (0..b).map(|_| BinaryHeap::with_capacity(k + 1)).collect();
+        let mut heaps: Vec<Best> = (0..b).map(|_| Best::with_capacity(k + 1)).collect();
         let mut scratch = Scratch::default();
         let mut out = Vec::new();
         let all: Vec<u32> = (0..partitioning.partitions).collect();
