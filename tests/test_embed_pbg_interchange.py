@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs, run_strata
+from conftest import needs, run_strata, without
 from strata.embed import Run, import_pbg
 from strata.errors import ConfigError, InputError
 
@@ -262,16 +262,7 @@ def test_bad_checkpoints_are_refused_naming_the_file(runs, kg, tmp_path, handmad
 
 
 def test_without_h5py_the_error_says_how_to_install(runs, tmp_path, monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_h5py(name, *args, **kwargs):
-        if name.startswith("h5py"):
-            raise ImportError(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_h5py)
+    without(monkeypatch, "h5py")
     with pytest.raises(ConfigError, match=r"strata-gl\[hdf5\]"):
         Run(runs["runs"]["complex"][0]).export(tmp_path / "x", format="pbg")
     assert not (tmp_path / "x").exists()

@@ -52,7 +52,7 @@ use crate::model::{Comparator, Operator, PbgForm, ScoreKind, ScoreModel};
 use crate::partitioning::Partitioning;
 use crate::query::{lookup, name_of, Loaded};
 use crate::relations::Relations;
-use crate::run_dir::{io_err, train_bytes, Checkpoint, Run, RunMeta, RUN_FORMAT, RUN_VERSION};
+use crate::run_dir::{io_err, Run, RunMeta};
 use crate::table::{TableFile, TableLayout};
 
 /// The entity type of an export (PBG's examples name a single type `all`).
@@ -926,36 +926,7 @@ pub fn import(
     );
     relations.params.copy_from_slice(&params);
     relations.state.fill(0.0);
-    let store_path = o
-        .store
-        .canonicalize()
-        .map_err(|e| io_err("resolve", &o.store, e))?;
-    let meta = RunMeta {
-        format: RUN_FORMAT.into(),
-        format_version: RUN_VERSION,
-        store: store_path,
-        store_train_bytes: train_bytes(&store)?,
-        num_nodes: n,
-        num_relations,
-        config: cfg.clone(),
-        partitioning: partitioning.clone(),
-        layout,
-        current: Checkpoint {
-            epoch: 0,
-            table: "table-0.bin".into(),
-        },
-        best: Checkpoint {
-            epoch: 0,
-            table: "table-0.bin".into(),
-        },
-        best_mrr: None,
-        history: Vec::new(),
-        test: None,
-        sgemm_flops: 0.0,
-        memory_plan: None,
-        world_size: 1,
-        owner_rank: None,
-    };
+    let meta = RunMeta::fresh(&store, cfg.clone(), partitioning.clone(), layout)?;
     let node_count = n;
     write_published(&o.out, o.overwrite, |dir| {
         let engine = Engine::shared();

@@ -98,6 +98,44 @@ fn one() -> usize {
 }
 
 impl RunMeta {
+    /// The record of a new run on `store` before its first epoch: epoch 0 in `table-0.bin`
+    /// (current and best), no history, one process.
+    pub fn fresh(
+        store: &Store,
+        config: TrainConfig,
+        partitioning: Partitioning,
+        layout: TableLayout,
+    ) -> Result<RunMeta> {
+        let graph = &store.manifest().graph;
+        let first = Checkpoint {
+            epoch: 0,
+            table: TABLES[0].into(),
+        };
+        Ok(RunMeta {
+            format: RUN_FORMAT.into(),
+            format_version: RUN_VERSION,
+            store: store
+                .path()
+                .canonicalize()
+                .unwrap_or_else(|_| store.path().to_path_buf()),
+            store_train_bytes: train_bytes(store)?,
+            num_nodes: graph.num_nodes,
+            num_relations: graph.num_relations,
+            config,
+            partitioning,
+            layout,
+            current: first.clone(),
+            best: first,
+            best_mrr: None,
+            history: Vec::new(),
+            test: None,
+            sgemm_flops: 0.0,
+            memory_plan: None,
+            world_size: 1,
+            owner_rank: None,
+        })
+    }
+
     pub fn model(&self) -> ScoreModel {
         ScoreModel {
             kind: self.config.model,
