@@ -8,11 +8,11 @@ import time
 from datetime import timedelta
 
 import pytest
-from conftest import needs
-from torchrun_env import free_port
 
+from conftest import needs
 from strata.errors import GroupError
 from strata.torchrun import PeerRequests, connect_store
+from torchrun_env import free_port
 
 
 @pytest.fixture
