@@ -658,8 +658,41 @@ impl Trainer {
         banks.set_grad(&grad[..split], |p| {
             held.contains(&p) || (holders[p as usize] == 0.0 && owner_of(p, world_size) == rank)
         });
-        for p in held {
+        for &p in &held {
             self.apply_bank_gradient(p);
+        }
+        self.refresh_held_blocks(cluster, &held, &grad[split..])
+    }
+
+    /// After a bank gradient round: every rank's block of a partition some rank holds becomes
+    /// the holder's current rows (the holder sends its block, the others zeros, summed), so a
+    /// negative drawn from a partition another rank trains is as old as the last round rather
+    /// than the last time this rank held it. `holders` counts the ranks holding each partition.
+    fn refresh_held_blocks(
+        &mut self,
+        cluster: &mut dyn Cluster,
+        held: &[u32],
+        holders: &[f32],
+    ) -> Result<()> {
+        let Some(banks) = &mut self.banks else {
+            return Ok(());
+        };
+        for &p in held {
+            banks.copy_from(p, self.buffer.embeddings(p));
+        }
+        let block = banks.block_floats();
+        let mut rows = banks.rows_mut().to_vec();
+        for (p, b) in rows.chunks_mut(block).enumerate() {
+            if !held.contains(&(p as u32)) {
+                b.fill(0.0);
+            }
+        }
+        sum_over_ranks(cluster, &mut rows)?;
+        let mine = banks.rows_mut();
+        for (p, (dst, src)) in mine.chunks_mut(block).zip(rows.chunks(block)).enumerate() {
+            if holders[p] == 1.0 && !held.contains(&(p as u32)) {
+                dst.copy_from_slice(src);
+            }
         }
         Ok(())
     }
