@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -90,15 +91,20 @@ def test_an_imported_run_evaluates_predicts_and_reexports(runs, kg, tmp_path):
 
 
 def pbg_modules():
-    """torchbiggraph's modules, or a skip that says how to get them."""
+    """torchbiggraph's modules (from the venv's ``peers`` folder, where ``make test`` installs
+    them), or a skip that says how to get them."""
+    peers = Path(sys.prefix) / "peers"
+    if peers.is_dir() and str(peers) not in sys.path:
+        sys.path.append(str(peers))
     try:
         from torchbiggraph.checkpoint_manager import CheckpointManager
         from torchbiggraph.config import ConfigSchema
         from torchbiggraph.model import make_model
     except ImportError as e:
         pytest.skip(
-            f"torchbiggraph is not importable ({e}): `pip install --no-deps --target DIR torchbiggraph` "
-            "(it pins an old torch; its checkpoint code runs with this one) and run with PYTHONPATH=DIR"
+            f"torchbiggraph is not importable ({e}): `make test` installs it, or `pip install --no-deps "
+            "--target DIR torchbiggraph==1.0.0` (it pins an old torch; its checkpoint code runs with this one) "
+            "and run with PYTHONPATH=DIR"
         )
     return CheckpointManager, ConfigSchema, make_model
 
