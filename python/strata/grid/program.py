@@ -269,19 +269,17 @@ def load_program(path: str | Path) -> VertexProgram:
         raise ConfigError(f"{path}: a vertex program is a .py, .toml or .json file")
     if not path.is_file():
         raise InputNotFoundError(f"{path}: no such program file")
-    if path.suffix == ".toml":
-        try:
-            spec = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{path}: not TOML: {e}") from None
-        return VertexProgram.from_spec(spec, where=str(path))
-    if path.suffix == ".json":
-        try:
-            spec = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not JSON: {e}") from None
-        return VertexProgram.from_spec(spec, where=str(path))
-    return _from_python(path)
+    if path.suffix == ".py":
+        return _from_python(path)
+    kind, parse, malformed = {
+        ".toml": ("TOML", tomllib.loads, tomllib.TOMLDecodeError),
+        ".json": ("JSON", json.loads, json.JSONDecodeError),
+    }[path.suffix]
+    try:
+        spec = parse(path.read_text())
+    except malformed as e:
+        raise ConfigError(f"{path}: not {kind}: {e}") from None
+    return VertexProgram.from_spec(spec, where=str(path))
 
 
 def _from_python(path: Path) -> VertexProgram:

@@ -69,6 +69,9 @@ pub(crate) struct Compiler<'d> {
     free: Vec<usize>,
     /// Registers holding `old.X` (array, register).
     old: Vec<(usize, usize)>,
+    /// Registers holding a column already loaded, until a store to it: a column read twice
+    /// is loaded once (`out_degree` in `where(out_degree > 0, rank / out_degree, 0)`).
+    loaded: Vec<(Side, Column, usize)>,
     /// Uniform subtrees, computed once per iteration into slots `first_derived + k`.
     derived: &'d mut Vec<Node>,
     first_derived: usize,
@@ -80,6 +83,7 @@ impl<'d> Compiler<'d> {
             code: Code::default(),
             free: Vec::new(),
             old: Vec::new(),
+            loaded: Vec::new(),
             derived,
             first_derived,
         }
@@ -94,7 +98,9 @@ impl<'d> Compiler<'d> {
 
     fn release(&mut self, a: Arg) {
         if let Arg::Reg(r) = a {
-            if !self.old.iter().any(|&(_, o)| o == r) {
+            let held = self.old.iter().any(|&(_, o)| o == r)
+                || self.loaded.iter().any(|&(_, _, l)| l == r);
+            if !held {
                 self.free.push(r);
             }
         }
@@ -152,9 +158,21 @@ impl<'d> Compiler<'d> {
                         .expect("pin_old loaded every old value");
                     return Arg::Reg(*r);
                 }
+                if let Leaf::Column(side, column) = *leaf {
+                    if let Some(&(_, _, r)) = self
+                        .loaded
+                        .iter()
+                        .find(|&&(s, c, _)| s == side && c == column)
+                    {
+                        return Arg::Reg(r);
+                    }
+                }
                 let out = self.alloc();
                 self.code.ops.push(match *leaf {
-                    Leaf::Column(side, column) => Op::Load { out, side, column },
+                    Leaf::Column(side, column) => {
+                        self.loaded.push((side, column, out));
+                        Op::Load { out, side, column }
+                    }
                     Leaf::Weight => Op::Weight { out },
                     Leaf::Acc => Op::Acc { out },
                     Leaf::Const(_) | Leaf::Uniform(_) | Leaf::Old(_) => unreachable!(),
@@ -188,11 +206,14 @@ impl<'d> Compiler<'d> {
         }
     }
 
-    /// Emits `array = node` at every vertex of the batch.
+    /// Emits `array = node` at every vertex of the batch. A load of the array made before
+    /// is forgotten (its register stays taken: a result may be in it).
     pub fn store(&mut self, array: usize, node: &Node) {
         let value = self.expr(node);
         self.code.ops.push(Op::Store { array, value });
         self.release(value);
+        self.loaded
+            .retain(|&(side, column, _)| !(side == Side::Vertex && column == Column::Value(array)));
     }
 
     pub fn finish(self) -> Code {
@@ -275,16 +296,17 @@ impl Code {
                 | Op::Bin { out, .. }
                 | Op::Select { out, .. } => out,
                 Op::Store { array, value } => {
-                    let v = regs.val(value, uniforms, len);
                     let target = &columns.values[array];
-                    for k in 0..len {
-                        let vertex = batch.vertex(k);
-                        target.store(vertex, v.at(k)).map_err(|value| StoreFault {
-                            array,
-                            vertex,
-                            value,
-                        })?;
-                    }
+                    let index = |k| batch.vertex(k);
+                    let stored = match regs.val(value, uniforms, len) {
+                        Val::Each(v) => target.scatter(len, index, |k| v[k]),
+                        Val::All(x) => target.scatter(len, index, |_| x),
+                    };
+                    stored.map_err(|(k, value)| StoreFault {
+                        array,
+                        vertex: batch.vertex(k),
+                        value,
+                    })?;
                     continue;
                 }
             };
@@ -294,11 +316,7 @@ impl Code {
             match *op {
                 Op::Load { side, column, .. } => batch.gather(columns, side, column, o),
                 Op::Weight { .. } => batch.weight(o),
-                Op::Acc { .. } => {
-                    for (k, x) in o.iter_mut().enumerate() {
-                        *x = columns.acc.get(batch.vertex(k));
-                    }
-                }
+                Op::Acc { .. } => columns.acc.gather(o, |k| batch.vertex(k)),
                 Op::Un { f, a, .. } => unary(f, o, regs.val(a, uniforms, len)),
                 Op::Bin { f, a, b, .. } => {
                     binary(f, o, regs.val(a, uniforms, len), regs.val(b, uniforms, len))
@@ -442,6 +460,10 @@ mod tests {
         out[0]
     }
 
+    fn set(a: &Array, v: usize, x: f64) {
+        a.scatter(1, |_| v, |_| x).unwrap()
+    }
+
     fn columns(n: usize, dtype: DType) -> Columns {
         let mem = VertexMemory::Heap;
         let values = vec![
@@ -461,8 +483,8 @@ mod tests {
         let n = 300;
         let cols = columns(n, DType::F64);
         for v in 0..n {
-            cols.values[0].store(v, (v as f64 - 150.0) / 7.0).unwrap();
-            cols.values[1].store(v, (v % 13) as f64 - 4.5).unwrap();
+            set(&cols.values[0], v, (v as f64 - 150.0) / 7.0);
+            set(&cols.values[1], v, (v % 13) as f64 - 4.5);
         }
         let exprs = [
             "where(x > 0.5, x * 2, -x) + min(x, y) ** 2 - abs(y) // 1 % 3",
@@ -480,8 +502,11 @@ mod tests {
             let mut c = Compiler::new(&mut derived, 3);
             let result = c.expr(&tree);
             let code = c.finish();
-            // A tree's registers are recycled: a few, however long the expression.
+            // A tree's registers are recycled: a few, however long the expression; a column
+            // is loaded once however often it is read.
             assert!(code.regs <= 6, "{text}: {} registers", code.regs);
+            let loads = code.ops.iter().filter(|op| matches!(op, Op::Load { .. })).count();
+            assert!(loads <= 2, "{text}: {loads} loads");
             let mut uniforms = vec![0.0, 0.0, u];
             uniforms.extend(derived.iter().map(|d| d.scalar(&[0.0, 0.0, u])));
             let mut regs = Regs::new(code.regs);
@@ -514,7 +539,7 @@ mod tests {
         c.store(1, &second);
         let code = c.finish();
         for v in 0..n {
-            cols.values[0].store(v, v as f64).unwrap();
+            set(&cols.values[0], v, v as f64);
         }
         code.run(&Vertices(n), &cols, &[0.0; 3], &mut Regs::new(code.regs))
             .unwrap();

@@ -41,18 +41,27 @@ impl Array {
         }
     }
 
-    /// Sets `self[i] = x` in the array's dtype (an f32 rounds); `Err` when an int64 cannot
-    /// hold `x` (not finite, not an integer after truncation towards zero within ±2^63).
+    /// Sets `self[index(k)] = value(k)` for k in 0..len in the array's dtype (an f32 rounds);
+    /// `Err((k, x))` at the first value an int64 cannot hold (not finite, or not within ±2^63
+    /// after truncation towards zero), the ones before it stored.
     #[inline]
-    pub fn store(&self, i: usize, x: f64) -> std::result::Result<(), f64> {
+    pub fn scatter(
+        &self,
+        len: usize,
+        index: impl Fn(usize) -> usize,
+        value: impl Fn(usize) -> f64,
+    ) -> std::result::Result<(), (usize, f64)> {
         match self {
-            Array::F32(a) => a.set(i, x as f32),
-            Array::F64(a) => a.set(i, x),
+            Array::F32(a) => (0..len).for_each(|k| a.set(index(k), value(k) as f32)),
+            Array::F64(a) => (0..len).for_each(|k| a.set(index(k), value(k))),
             Array::I64(a) => {
-                if !(x.is_finite() && (-I64_END..I64_END).contains(&x)) {
-                    return Err(x);
+                for k in 0..len {
+                    let x = value(k);
+                    if !(x.is_finite() && (-I64_END..I64_END).contains(&x)) {
+                        return Err((k, x));
+                    }
+                    a.set(index(k), x as i64 as u64)
                 }
-                a.set(i, x as i64 as u64)
             }
         }
         Ok(())
@@ -142,20 +151,22 @@ impl Acc {
         Ok(Acc { cells, fold })
     }
 
+    /// `out[k] = acc[index(k)]`.
     #[inline]
-    pub fn get(&self, i: usize) -> f64 {
+    pub fn gather(&self, out: &mut [f64], index: impl Fn(usize) -> usize) {
         match &self.cells {
-            AccCells::F32(a) => a.get(i) as f64,
-            AccCells::F64(a) => a.get(i),
+            AccCells::F32(a) => fill(out, |k| a.get(index(k)) as f64),
+            AccCells::F64(a) => fill(out, |k| a.get(index(k))),
         }
     }
 
-    /// Back to the identity (after the vertex has read it).
+    /// Sets `acc[index(k)]` for k in 0..len back to the identity (once the vertices read it).
     #[inline]
-    pub fn reset(&self, i: usize) {
+    pub fn reset(&self, len: usize, index: impl Fn(usize) -> usize) {
+        let id = self.fold.identity();
         match &self.cells {
-            AccCells::F32(a) => a.set(i, self.fold.identity() as f32),
-            AccCells::F64(a) => a.set(i, self.fold.identity()),
+            AccCells::F32(a) => (0..len).for_each(|k| a.set(index(k), id as f32)),
+            AccCells::F64(a) => (0..len).for_each(|k| a.set(index(k), id)),
         }
     }
 

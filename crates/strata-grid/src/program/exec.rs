@@ -396,13 +396,13 @@ impl Exec<'_> {
                 }
             }
             for (total, (fold, arg)) in t.aggregates.iter_mut().zip(&pass.aggregates) {
-                let v = regs.val(*arg, uniforms, len);
-                *total = (0..len).fold(*total, |a, k| fold.apply(a, v.at(k)));
+                *total = match regs.val(*arg, uniforms, len) {
+                    Val::Each(v) => v.iter().fold(*total, |a, &x| fold.apply(a, x)),
+                    Val::All(x) => (0..len).fold(*total, |a, _| fold.apply(a, x)),
+                };
             }
             if pass.reset_acc {
-                for k in 0..len {
-                    self.columns.acc.reset(batch.vertex(k));
-                }
+                self.columns.acc.reset(len, |k| batch.vertex(k));
             }
             if let Some(m) = pass.only {
                 for k in 0..len {

@@ -505,32 +505,34 @@ impl Parser<'_> {
         Ok(bin(f, a, b))
     }
 
-    fn sum(&mut self) -> Parsed {
-        let mut a = self.product()?;
+    /// A left-associative chain of `operand`s joined by the operators of `ops`.
+    fn chain(&mut self, ops: &[(&str, Bin)], operand: fn(&mut Self) -> Parsed) -> Parsed {
+        let mut a = operand(self)?;
         loop {
             let f = match self.peek() {
-                Tok::Op("+") => Bin::Add,
-                Tok::Op("-") => Bin::Sub,
+                Tok::Op(op) => match ops.iter().find(|(o, _)| o == op) {
+                    Some(&(_, f)) => f,
+                    None => return Ok(a),
+                },
                 _ => return Ok(a),
             };
             self.next();
-            a = bin(f, a, self.product()?);
+            a = bin(f, a, operand(self)?);
         }
     }
 
+    fn sum(&mut self) -> Parsed {
+        self.chain(&[("+", Bin::Add), ("-", Bin::Sub)], Self::product)
+    }
+
     fn product(&mut self) -> Parsed {
-        let mut a = self.unary()?;
-        loop {
-            let f = match self.peek() {
-                Tok::Op("*") => Bin::Mul,
-                Tok::Op("/") => Bin::Div,
-                Tok::Op("//") => Bin::FloorDiv,
-                Tok::Op("%") => Bin::Mod,
-                _ => return Ok(a),
-            };
-            self.next();
-            a = bin(f, a, self.unary()?);
-        }
+        let ops = [
+            ("*", Bin::Mul),
+            ("/", Bin::Div),
+            ("//", Bin::FloorDiv),
+            ("%", Bin::Mod),
+        ];
+        self.chain(&ops, Self::unary)
     }
 
     fn unary(&mut self) -> Parsed {
