@@ -58,8 +58,8 @@ def prepare(scale: int, work: Path = WORK) -> tuple[Path, int]:
     """The store of RMAT scale ``scale`` in ``work`` with its `col` and `sym` grids, and the
     BFS root."""
     store = work / f"rmat{scale}.strata"
+    work.mkdir(parents=True, exist_ok=True)
     if not store.exists():
-        work.mkdir(parents=True, exist_ok=True)
         raw = work / f"rmat{scale}.bin"
         subprocess.run(strata("generate", "rmat", "--scale", scale, "--out", raw, "-q", "--overwrite"), check=True)
         subprocess.run(strata("convert", raw, "--format", "bin32", "--num-nodes", 2**scale, "--out", store,
