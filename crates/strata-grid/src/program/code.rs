@@ -505,7 +505,11 @@ mod tests {
             // A tree's registers are recycled: a few, however long the expression; a column
             // is loaded once however often it is read.
             assert!(code.regs <= 6, "{text}: {} registers", code.regs);
-            let loads = code.ops.iter().filter(|op| matches!(op, Op::Load { .. })).count();
+            let loads = code
+                .ops
+                .iter()
+                .filter(|op| matches!(op, Op::Load { .. }))
+                .count();
             assert!(loads <= 2, "{text}: {loads} loads");
             let mut uniforms = vec![0.0, 0.0, u];
             uniforms.extend(derived.iter().map(|d| d.scalar(&[0.0, 0.0, u])));

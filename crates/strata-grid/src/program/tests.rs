@@ -118,6 +118,26 @@ fn pagerank_as_a_program_gives_the_native_ranks() {
 }
 
 #[test]
+fn a_program_streams_from_far_memory_like_any_algorithm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = store(tmp.path(), 3000, 20_000);
+    grids(&st, 5);
+    let spec = serde_json::to_value(pagerank()).unwrap();
+    let local = json!({"grid": "s0-w0", "segment": "4K"});
+    let (want, _) = run_with(&st, "local", merged(&program(spec.clone()), &local)).unwrap();
+    let (addr, stop, serving) = crate::fixtures::far_server();
+    let far = merged(
+        &local,
+        &json!({"far": addr, "far_ratio": 0.7, "far_connections": 1}),
+    );
+    let (got, _) = run_with(&st, "far", merged(&program(spec), &far)).unwrap();
+    stop.stop();
+    serving.join().unwrap();
+    assert!(got.bytes_far > 0 && got.far_failure.is_none(), "{got:?}");
+    assert_eq!(array::<f32>(&got, "rank"), array::<f32>(&want, "rank"));
+}
+
+#[test]
 fn until_reads_the_aggregates_and_stops_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     let st = store(tmp.path(), 2000, 10_000);
