@@ -1,17 +1,19 @@
 """Vertex programs (`strata.grid.VertexProgram`, `run_program`, `strata run program`): the
 shipped PageRank program against the native PageRank, in memory and out of core; connected
-components and BFS programs with active sets against networkx; program files (.py, .toml,
-.json) from the CLI; programs that cannot run."""
+components and BFS programs with active sets against networkx, alone and on two ranks under
+torchrun; program files (.py, .toml, .json) from the CLI; programs that cannot run."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 
 import numpy as np
 import pytest
 
 from conftest import REPO, needs, run_strata
+from torchrun_env import free_port, rank_env, run_session
 
 nx = needs("networkx")
 
@@ -97,6 +99,24 @@ def test_components_with_an_active_set_skip_settled_blocks(graph, tmp_path):
     result = run_program(tmp_path / "path.strata" / "grids" / "sym", program, on_iteration=seen.append)
     assert len(seen) == 100 and set(np.asarray(result["component"])[:100]) == {0}
     assert all(it["pass"]["blocks_skipped"] > 0 for it in seen[3:]), "settled chunks' blocks are not read"
+
+
+def test_two_ranks_under_torchrun_give_the_single_process_components(graph, tmp_path):
+    needs("torch")
+    program = REPO / "examples" / "components_program.py"
+    alone = run_program(graph["store"], load_program(program), out=tmp_path / "alone", threads=2)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0", "-m", "strata", "run", "program",
+        graph["store"], "--program", program, "--out", tmp_path / "two", "--threads", "2", "--memory", "1G",
+        "--dist-timeout", "60", "-q",
+    ]  # fmt: skip
+    proc = run_session([str(c) for c in cmd], rank_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    np.testing.assert_array_equal(np.load(tmp_path / "two" / "component.npy"), np.asarray(alone["component"]))
+    record = json.loads((tmp_path / "two" / "run.json").read_text())
+    assert record["world_size"] == 2 and record["program"]["name"] == "components"
+    assert all(r["bytes_sent"] > 0 for r in record["summary"]["dist"]["ranks"])
 
 
 BFS_TOML = """
