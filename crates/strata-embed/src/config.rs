@@ -490,7 +490,8 @@ pub struct ExportOptions {
     /// directory to write (embeddings, relations, id maps, export.json)
     #[schemars(extend("x-required" = true, "x-short" = "o", "x-kind" = "path"))]
     pub out: PathBuf,
-    /// npy: float32 arrays in id order plus name files; tsv: name<TAB>values
+    /// npy: float32 arrays in id order plus name files; tsv: name<TAB>values; parquet: id,
+    /// name, embedding columns (pyarrow); pbg: a PyTorch-BigGraph checkpoint directory (h5py)
     pub format: ExportFormat,
     /// checkpoint to use: best (by validation MRR) or last
     pub checkpoint: Which,

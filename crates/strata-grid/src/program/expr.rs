@@ -457,22 +457,22 @@ impl Parser<'_> {
         ))
     }
 
-    fn or(&mut self) -> Parsed {
-        let mut a = self.and()?;
-        while self.is_word("or") {
+    /// A left-associative chain of `operand`s joined by the word `word` (`and`, `or`).
+    fn words(&mut self, word: &str, f: Bin, operand: fn(&mut Self) -> Parsed) -> Parsed {
+        let mut a = operand(self)?;
+        while self.is_word(word) {
             self.next();
-            a = bin(Bin::Or, a, self.and()?);
+            a = bin(f, a, operand(self)?);
         }
         Ok(a)
     }
 
+    fn or(&mut self) -> Parsed {
+        self.words("or", Bin::Or, Self::and)
+    }
+
     fn and(&mut self) -> Parsed {
-        let mut a = self.not()?;
-        while self.is_word("and") {
-            self.next();
-            a = bin(Bin::And, a, self.not()?);
-        }
-        Ok(a)
+        self.words("and", Bin::And, Self::not)
     }
 
     fn not(&mut self) -> Parsed {
