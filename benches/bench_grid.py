@@ -54,12 +54,13 @@ OVERHEAD = 48 << 20
 DELAYS_US = (0, 250, 1000)
 
 
-def prepare(scale: int) -> tuple[Path, int]:
-    """The store of RMAT scale ``scale`` with its `col` and `sym` grids, and the BFS root."""
-    store = WORK / f"rmat{scale}.strata"
-    WORK.mkdir(parents=True, exist_ok=True)
+def prepare(scale: int, work: Path = WORK) -> tuple[Path, int]:
+    """The store of RMAT scale ``scale`` in ``work`` with its `col` and `sym` grids, and the
+    BFS root."""
+    store = work / f"rmat{scale}.strata"
+    work.mkdir(parents=True, exist_ok=True)
     if not store.exists():
-        raw = WORK / f"rmat{scale}.bin"
+        raw = work / f"rmat{scale}.bin"
         subprocess.run(strata("generate", "rmat", "--scale", scale, "--out", raw, "-q", "--overwrite"), check=True)
         subprocess.run(strata("convert", raw, "--format", "bin32", "--num-nodes", 2**scale, "--out", store,
                               "--memory", "8G", "-q"), check=True)  # fmt: skip

@@ -5,7 +5,8 @@
 //! - [`config`], [`budget`], [`run`]: a run's options, its plan within the memory budget, and
 //!   the run itself.
 //! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
-//! - [`algo`]: the algorithms.
+//! - [`algo`]: the algorithms; [`program`]: vertex programs of the user's own, written as
+//!   expressions and compiled to vector code.
 //! - [`vertex`]: vertex data shared by compute threads.
 //! - [`dist`]: runs over several ranks (torchrun), each streaming its own columns;
 //!   [`checkpoint`]: their iteration checkpoints, from which a restarted group resumes.
@@ -25,6 +26,7 @@ mod fixtures;
 pub mod grid;
 pub mod layout;
 pub mod place;
+pub mod program;
 pub mod run;
 pub mod stream;
 pub mod vertex;

@@ -159,8 +159,14 @@ macro_rules! float_array {
             /// Adds to a value other threads may update at the same time.
             #[inline]
             pub fn add_shared(&self, i: usize, v: $float) {
+                self.update_shared(i, |x| x + v)
+            }
+
+            /// Sets the value to `f(value)`, whoever else is writing.
+            #[inline]
+            pub fn update_shared(&self, i: usize, f: impl Fn($float) -> $float) {
                 let _ = self.0[i].fetch_update(Relaxed, Relaxed, |x| {
-                    Some((<$float>::from_bits(x) + v).to_bits())
+                    Some(f(<$float>::from_bits(x)).to_bits())
                 });
             }
         }

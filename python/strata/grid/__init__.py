@@ -3,7 +3,8 @@ and ``strata farmem serve``.
 
 A grid (``STORE/grids/NAME``) holds a store's train edges in a P x P grid of blocks. ``run``
 streams the blocks through a registered algorithm (:func:`algorithms`: PageRank, BFS, WCC,
-SSSP, SpMV, k-core) within a memory budget: vertex data stays local, edge blocks are offloaded to a memory server up to
+SSSP, SpMV, k-core, ...) or a vertex program of your own (:class:`VertexProgram`,
+:func:`run_program`) within a memory budget: vertex data stays local, edge blocks are offloaded to a memory server up to
 ``far_ratio`` of the footprint, kept resident where the budget allows, and streamed from disk
 otherwise. A run directory holds the result arrays (``rank.npy``, ``level.npy``, ...),
 ``metrics.jsonl`` (one line per iteration, written as it ends) and ``run.json`` (format
@@ -28,6 +29,7 @@ from ..stopping import run_until_stopped
 from ..store import Store
 from ..units import fmt_bytes, fmt_count, fmt_duration
 from . import dist
+from .program import ProgramResult, VertexProgram, load_program, program_text, run_program
 
 ProgressFn = Callable[..., bool]
 
@@ -50,6 +52,8 @@ RESULT_ARRAYS = {a["name"]: tuple(a["arrays"]) for a in algorithms()}
 __all__ = [
     "RESULT_ARRAYS",
     "RUN_FORMAT",
+    "ProgramResult",
+    "VertexProgram",
     "algorithms",
     "build_grid",
     "default_out_dir",
@@ -61,13 +65,16 @@ __all__ = [
     "grid_info",
     "iteration_metrics",
     "list_grids",
+    "load_program",
     "run",
+    "run_program",
     "serve_farmem",
 ]
 
 
 def default_out_dir(store: str | Path, algorithm: str) -> Path:
-    """Where ``strata run ALGO STORE`` writes by default: ``STORE/runs/grid-ALGO``."""
+    """Where ``strata run ALGO STORE`` writes by default: ``STORE/runs/grid-ALGO``
+    (``grid-program-NAME`` for a vertex program's run)."""
     return Path(store) / "runs" / f"grid-{algorithm}"
 
 
@@ -280,7 +287,13 @@ def run(
     report."""
     cfg = config if config is not None else RunConfig(**options)
     _require_store(cfg.store)
-    out = Path(cfg.out) if cfg.out is not None else default_out_dir(cfg.store, cfg.algorithm)
+    native = as_dict(cfg)
+    program = None
+    if cfg.algorithm == "program" and cfg.program:
+        # A .py or .toml program is read here; the engine takes the program's JSON.
+        native["program"], program = program_text(cfg.program)
+    name = cfg.algorithm if program is None else f"program-{program.get('name', 'program')}"
+    out = Path(cfg.out) if cfg.out is not None else default_out_dir(cfg.store, name)
     history: list[dict] = []
     moved = [0]  # bytes from disk and far memory so far
     exchange = dist.join(cfg.dist_timeout)
@@ -315,7 +328,7 @@ def run(
             on_iteration(record)
 
     try:
-        summary = _native.grid_run({**as_dict(cfg), "out": str(out)}, progress, each, exchange)
+        summary = _native.grid_run({**native, "out": str(out)}, progress, each, exchange)
     finally:
         if exchange is not None:
             exchange.close()
@@ -332,6 +345,8 @@ def run(
         "summary": summary,
         "history": history,
     }
+    if program is not None:
+        record["program"] = program
     _write_atomic(out / "run.json", json.dumps(record, indent=2, default=str))
     return summary
 

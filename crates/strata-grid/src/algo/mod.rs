@@ -56,7 +56,8 @@ pub trait Algorithm:
     const NAME: &'static str;
     /// What it computes, in a few words (the command line's list of algorithms).
     const ABOUT: &'static str;
-    /// The result arrays it writes (`NAME.npy` in the run directory), in order.
+    /// The result arrays it writes (`NAME.npy` in the run directory), in order; empty when
+    /// its parameters declare them ([`Algorithm::arrays`]).
     const ARRAYS: &'static [&'static str];
     /// What [`Iteration::value`] means, shown after each iteration's line.
     const VALUE: IterationValue;
@@ -93,6 +94,12 @@ pub trait Algorithm:
         Ok(())
     }
 
+    /// The result arrays these parameters make it write: [`Algorithm::ARRAYS`], unless the
+    /// parameters declare them (a vertex program's outputs).
+    fn arrays(&self) -> Vec<String> {
+        Self::ARRAYS.iter().map(|a| a.to_string()).collect()
+    }
+
     /// Runs on `s`, reporting each iteration to `ctx` as it ends.
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output>;
 }
@@ -120,6 +127,7 @@ trait Dyn: Send + Sync {
     fn distributed(&self) -> bool;
     fn validate(&self) -> Result<()>;
     fn check(&self, num_vertices: u64) -> Result<()>;
+    fn arrays(&self) -> Vec<String>;
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output>;
 }
 
@@ -147,6 +155,9 @@ impl<A: Algorithm> Dyn for A {
     }
     fn check(&self, num_vertices: u64) -> Result<()> {
         Algorithm::check(self, num_vertices)
+    }
+    fn arrays(&self) -> Vec<String> {
+        Algorithm::arrays(self)
     }
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         Algorithm::run(self, s, ctx)
@@ -203,6 +214,11 @@ impl Configured {
     /// See [`Algorithm::check`].
     pub fn check(&self, num_vertices: u64) -> Result<()> {
         self.0.check(num_vertices)
+    }
+
+    /// See [`Algorithm::arrays`].
+    pub fn arrays(&self) -> Vec<String> {
+        self.0.arrays()
     }
 
     /// See [`Algorithm::run`].

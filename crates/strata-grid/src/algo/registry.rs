@@ -17,6 +17,7 @@ use super::{
     PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Wcc,
 };
 use crate::error::GridError;
+use crate::program::Program;
 
 /// Every algorithm, in the order the command line lists them; the first is the default.
 pub const ALGORITHMS: &[Entry] = &[
@@ -31,6 +32,7 @@ pub const ALGORITHMS: &[Entry] = &[
     entry::<Mis>(),
     entry::<Radii>(),
     entry::<HyperAnf>(),
+    entry::<Program>(),
 ];
 
 /// A registered algorithm: its constants, and its parameters' handling compiled for its type.
@@ -308,7 +310,7 @@ mod tests {
         let mut generator = SchemaGenerator::default();
         let mut by_key: Map<String, Value> = Map::new();
         for e in ALGORITHMS {
-            assert!(!e.about.is_empty() && !e.arrays.is_empty(), "{}", e.name);
+            assert!(!e.about.is_empty(), "{}", e.name);
             let schema = e.schema(&mut generator);
             assert_eq!(schema.get("type"), Some(&json!("object")), "{}", e.name);
             let props = schema
@@ -407,15 +409,25 @@ mod tests {
         let st = store(tmp.path(), 500, 3000);
         grids(&st, 3);
         for e in ALGORITHMS {
-            let options: RunOptions = check(&json!({
+            let mut given = json!({
                 "store": st,
                 "algorithm": e.name,
                 "out": tmp.path().join(e.name),
                 "memory": "256M",
-            }))
-            .unwrap();
+            });
+            // The one algorithm with a required parameter: the program it runs.
+            if e.name == "program" {
+                let program = crate::program::spec::tests::pagerank();
+                given["program"] = json!(serde_json::to_string(&program).unwrap());
+            }
+            let options: RunOptions = check(&given).unwrap();
             let job = options.job().unwrap();
             assert_eq!(job.algorithm.name(), e.name);
+            let arrays = job.algorithm.arrays();
+            assert!(!arrays.is_empty(), "{}", e.name);
+            if !e.arrays.is_empty() {
+                assert_eq!(arrays, e.arrays, "{}", e.name);
+            }
             let mut iterations = 0;
             let summary = crate::run::run(&job, &NoProgress, &mut |_| {
                 iterations += 1;
@@ -424,8 +436,7 @@ mod tests {
             .unwrap_or_else(|err| panic!("{}: {err}", e.name));
             assert_eq!(summary.algorithm, e.name);
             assert!(iterations > 0, "{}", e.name);
-            let written: Vec<String> = e
-                .arrays
+            let written: Vec<String> = arrays
                 .iter()
                 .map(|a| {
                     tmp.path()
