@@ -257,6 +257,46 @@ impl U64Array {
     }
 }
 
+/// `u32` values (BFS levels of several sources a vertex).
+pub struct U32Array(Cells<AtomicU32>);
+
+impl U32Array {
+    /// `n` copies of `value`, in `mem`.
+    pub fn filled(mem: &VertexMemory, n: usize, value: u32) -> Result<U32Array> {
+        let a = U32Array(mem.zeroed(n)?);
+        if value != 0 {
+            (0..n).for_each(|i| a.set(i, value));
+        }
+        Ok(a)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> u32 {
+        self.0[i].load(Relaxed)
+    }
+
+    #[inline]
+    pub fn set(&self, i: usize, v: u32) {
+        self.0[i].store(v, Relaxed)
+    }
+
+    /// Sets the value to `new` if it is `old`, whoever else is writing; true if it did.
+    #[inline]
+    pub fn cas_shared(&self, i: usize, old: u32, new: u32) -> bool {
+        self.0[i]
+            .compare_exchange(old, new, Relaxed, Relaxed)
+            .is_ok()
+    }
+}
+
 /// One bit per vertex.
 pub struct Bitmap {
     words: Vec<AtomicU64>,
@@ -395,6 +435,9 @@ mod tests {
             assert_eq!(u.get(0), 4);
             let z = F64Array::filled(&mem, 3, 0.0).unwrap();
             assert_eq!(z.get(2), 0.0);
+            let l = U32Array::filled(&mem, 3, u32::MAX).unwrap();
+            assert!(l.cas_shared(1, u32::MAX, 4) && !l.cas_shared(1, u32::MAX, 5));
+            assert_eq!((l.get(0), l.get(1), l.len()), (u32::MAX, 4, 3));
         }
     }
 

@@ -13,8 +13,8 @@ use strata_store::config::{deserialize_error, field_order, ConfigError};
 use strata_store::registry::unknown_name;
 
 use super::{
-    Algorithm, Bfs, Configured, HyperAnf, IterationValue, KCore, Mis, PageRank,
-    PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Wcc,
+    Algorithm, Betweenness, Bfs, Configured, HyperAnf, IterationValue, KCore, Lpa, Mis, PageRank,
+    PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Triangles, Wcc,
 };
 use crate::error::GridError;
 
@@ -31,6 +31,9 @@ pub const ALGORITHMS: &[Entry] = &[
     entry::<Mis>(),
     entry::<Radii>(),
     entry::<HyperAnf>(),
+    entry::<Triangles>(),
+    entry::<Lpa>(),
+    entry::<Betweenness>(),
 ];
 
 /// A registered algorithm: its constants, and its parameters' handling compiled for its type.
