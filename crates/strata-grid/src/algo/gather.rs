@@ -16,7 +16,7 @@ use strata_store::units::fmt_bytes;
 
 use super::chunk_bases;
 use crate::error::{GridError, Result};
-use crate::layout::Order;
+use crate::layout::{GridManifest, Order};
 use crate::stream::{EdgeKernel, PassStats, Streamer};
 use crate::vertex::U64Array;
 
@@ -135,11 +135,6 @@ impl Lists {
     }
 }
 
-/// Whether the owned end of a block's records is the destination (column order) or the source.
-fn owner_is_dst(s: &Streamer) -> bool {
-    s.grid().layout().order == Order::Column
-}
-
 /// Calls `f(owner, other)` for every edge record whose owned end is in `range`; counts the
 /// calls that return true.
 struct ByOwner<'a, F> {
@@ -176,6 +171,25 @@ fn majors(s: &Streamer, range: &Range<usize>) -> Range<u32> {
     layout.chunk_of(range.start as u64)..layout.chunk_of(range.end as u64 - 1) + 1
 }
 
+/// One pass over the blocks of `range`'s chunks calling `f(owner, other)` for every edge
+/// record whose owned end is in `range`; the pass's total counts the calls that return true.
+fn by_owner(
+    s: &mut Streamer,
+    range: Range<usize>,
+    f: impl Fn(usize, usize) -> bool + Sync,
+    progress: &dyn Progress,
+) -> Result<PassStats> {
+    let base = chunk_bases(s);
+    let majors = majors(s, &range);
+    let kernel = ByOwner {
+        base: &base,
+        owner_is_dst: s.grid().layout().order == Order::Column,
+        range,
+        f,
+    };
+    s.stream_majors(&kernel, None, majors, progress)
+}
+
 /// One pass over the blocks of `range`'s chunks adding to `counts[owner]` one for every edge
 /// record whose owned end is in `range` and for which `keep(owner, other)`.
 pub(crate) fn count(
@@ -185,21 +199,14 @@ pub(crate) fn count(
     keep: impl Fn(usize, usize) -> bool + Sync,
     progress: &dyn Progress,
 ) -> Result<PassStats> {
-    let base = chunk_bases(s);
-    let kernel = ByOwner {
-        base: &base,
-        owner_is_dst: owner_is_dst(s),
-        range: range.clone(),
-        f: |owner: usize, other: usize| {
-            let kept = keep(owner, other);
-            if kept {
-                counts.set(owner, counts.get(owner) + 1);
-            }
-            kept
-        },
+    let add = |owner: usize, other: usize| {
+        let kept = keep(owner, other);
+        if kept {
+            counts.set(owner, counts.get(owner) + 1);
+        }
+        kept
     };
-    let majors = majors(s, &range);
-    s.stream_majors(&kernel, None, majors, progress)
+    by_owner(s, range, add, progress)
 }
 
 /// One pass over the blocks of `lists`' range's chunks putting `value(owner, other)`, when it
@@ -210,21 +217,36 @@ pub(crate) fn gather(
     value: impl Fn(usize, usize) -> Option<u32> + Sync,
     progress: &dyn Progress,
 ) -> Result<PassStats> {
-    let base = chunk_bases(s);
-    let kernel = ByOwner {
-        base: &base,
-        owner_is_dst: owner_is_dst(s),
-        range: lists.range.clone(),
-        f: |owner: usize, other: usize| match value(owner, other) {
-            Some(x) => {
-                lists.push(owner, x);
-                true
-            }
-            None => false,
-        },
+    let put = |owner: usize, other: usize| match value(owner, other) {
+        Some(x) => {
+            lists.push(owner, x);
+            true
+        }
+        None => false,
     };
-    let majors = majors(s, &lists.range);
-    s.stream_majors(&kernel, None, majors, progress)
+    by_owner(s, lists.range.clone(), put, progress)
+}
+
+/// The manifest of `s`'s grid when it suits an algorithm that gathers vertex ids: symmetric,
+/// and with ids that fit the 4 bytes of a list's value; else an error naming `algorithm`.
+pub(crate) fn symmetric_u32(s: &Streamer, algorithm: &str) -> Result<GridManifest> {
+    let m = s.grid().manifest().clone();
+    if !m.symmetric {
+        return Err(GridError::config(
+            "grid",
+            format!("{algorithm} needs a symmetric grid (strata grid build --symmetrize)"),
+        ));
+    }
+    if m.num_vertices > u32::MAX as u64 {
+        return Err(GridError::config(
+            "algorithm",
+            format!(
+                "{algorithm} keeps 32-bit vertex ids and the grid has {} vertices",
+                m.num_vertices
+            ),
+        ));
+    }
+    Ok(m)
 }
 
 /// Calls `f(v, list)` for every vertex v from `start` on with its list of `values` (laid out

@@ -20,7 +20,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::gather::{
-    for_each_list, gather, plan_ranges, too_big, Lists, VALUE_BYTES, VERTEX_BYTES,
+    for_each_list, gather, plan_ranges, symmetric_u32, too_big, Lists, VALUE_BYTES, VERTEX_BYTES,
 };
 use super::{Algorithm, Ctx, Iteration, IterationValue, Output, Values, Work};
 use crate::checkpoint::State;
@@ -103,22 +103,7 @@ impl Algorithm for Lpa {
     }
 
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
-        let m = s.grid().manifest().clone();
-        if !m.symmetric {
-            return Err(GridError::config(
-                "grid",
-                "lpa needs a symmetric grid (strata grid build --symmetrize)",
-            ));
-        }
-        if m.num_vertices > u32::MAX as u64 {
-            return Err(GridError::config(
-                "algorithm",
-                format!(
-                    "lpa keeps 32-bit labels and the grid has {} vertices",
-                    m.num_vertices
-                ),
-            ));
-        }
+        let m = symmetric_u32(s, "lpa")?;
         let n = m.num_vertices as usize;
         let owned = ctx.owned(n);
         let (capacity, threads) = (s.config().work_bytes, s.config().threads);

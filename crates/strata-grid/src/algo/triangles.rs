@@ -15,10 +15,10 @@ use std::time::Instant;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::gather::{plan_ranges, too_big, VALUE_BYTES, VERTEX_BYTES};
+use super::gather::{plan_ranges, symmetric_u32, too_big, VALUE_BYTES, VERTEX_BYTES};
 use super::oriented::{longest_list_bytes, orient, Oriented, Scratch};
 use super::{Algorithm, Ctx, IterationValue, Output, Passes, Values, Work};
-use crate::error::{GridError, Result};
+use crate::error::Result;
 use crate::layout::GridManifest;
 use crate::stream::{PassStats, Streamer};
 use crate::vertex::U64Array;
@@ -216,22 +216,7 @@ impl Algorithm for Triangles {
     }
 
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
-        let m = s.grid().manifest().clone();
-        if !m.symmetric {
-            return Err(GridError::config(
-                "grid",
-                "triangles needs a symmetric grid (strata grid build --symmetrize)",
-            ));
-        }
-        if m.num_vertices > u32::MAX as u64 {
-            return Err(GridError::config(
-                "algorithm",
-                format!(
-                    "triangles keeps 32-bit vertex ids and the grid has {} vertices",
-                    m.num_vertices
-                ),
-            ));
-        }
+        let m = symmetric_u32(s, "triangles")?;
         let n = m.num_vertices as usize;
         let (capacity, threads) = (s.config().work_bytes, s.config().threads);
         let degree = U64Array::filled(s.vertex(), n, 0)?;
@@ -306,6 +291,7 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::error::GridError;
     use crate::fixtures::{grid, hub_edges, run_alone, shapes, store_of, values, Setting};
     use crate::layout::Order;
     use crate::stream::Tier;
