@@ -28,42 +28,74 @@ use crate::vertex::U64Array;
 #[serde(deny_unknown_fields)]
 pub struct Triangles {}
 
-/// The number of common values of sorted lists `a` and `b`, calling `each` on every one.
+/// How much longer one list must be than the other for the intersection to binary-search the
+/// long one for each value of the short one instead of merging them.
+const GALLOP: usize = 16;
+
+/// The number of common values of sorted lists `a` and `b` (without repeats), calling
+/// `each(i)` with the position in `a` of every one. Merges them without branching on the
+/// comparison, or binary-searches the longer for each value of the shorter when it is at
+/// least [`GALLOP`] times longer.
 #[inline]
-fn intersect(a: &[u32], b: &[u32], mut each: impl FnMut(u32)) -> u64 {
-    let (mut i, mut j, mut found) = (0, 0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                each(a[i]);
-                found += 1;
-                i += 1;
-                j += 1;
+fn intersect(a: &[u32], b: &[u32], mut each: impl FnMut(usize)) -> u64 {
+    let mut found = 0;
+    if a.len() * GALLOP < b.len() {
+        let mut lo = 0;
+        for (i, &x) in a.iter().enumerate() {
+            lo += b[lo..].partition_point(|&y| y < x);
+            if lo == b.len() {
+                break;
             }
+            if b[lo] == x {
+                each(i);
+                found += 1;
+            }
+        }
+    } else if b.len() * GALLOP < a.len() {
+        let mut lo = 0;
+        for &x in b {
+            lo += a[lo..].partition_point(|&y| y < x);
+            if lo == a.len() {
+                break;
+            }
+            if a[lo] == x {
+                each(lo);
+                found += 1;
+            }
+        }
+    } else {
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            let (x, y) = (a[i], b[j]);
+            if x == y {
+                each(i);
+                found += 1;
+            }
+            i += (x <= y) as usize;
+            j += (y <= x) as usize;
         }
     }
     found
 }
 
 /// The triangles found at `u`: for each v of `list_u` in `r` (vertex ids), those through the
-/// common neighbours of u and v (`list_of(v)`), each counted once in the total and once for
-/// each of its three corners in `counts`.
+/// common neighbours w of u and v (`list_of(v)`), each counted once in the total and once for
+/// each of its three corners in `counts`. The w's are all in `list_u`: their counts gather in
+/// `at_w` (one per entry of `list_u`; zero before and after) and go to `counts` once per w.
 fn triangles_at<'l>(
     u: usize,
     list_u: &[u32],
     r: &Range<usize>,
     list_of: impl Fn(usize) -> &'l [u32],
     counts: &U64Array,
+    at_w: &mut Vec<u64>,
 ) -> u64 {
     let from = list_u.partition_point(|&v| (v as usize) < r.start);
     let to = list_u.partition_point(|&v| (v as usize) < r.end);
+    at_w.resize(list_u.len(), 0);
     let mut at_u = 0;
     for &v in &list_u[from..to] {
-        let found = intersect(list_u, list_of(v as usize), |w| {
-            counts.add_shared(w as usize, 1);
-        });
+        let found = intersect(list_u, list_of(v as usize), |i| at_w[i] += 1);
         if found > 0 {
             counts.add_shared(v as usize, found);
             at_u += found;
@@ -71,6 +103,12 @@ fn triangles_at<'l>(
     }
     if at_u > 0 {
         counts.add_shared(u, at_u);
+        for (k, c) in at_w.iter_mut().enumerate() {
+            if *c > 0 {
+                counts.add_shared(list_u[k] as usize, *c);
+                *c = 0;
+            }
+        }
     }
     at_u
 }
@@ -96,9 +134,9 @@ fn count_in_memory(
                 if first >= n {
                     return;
                 }
-                let mut found = 0;
+                let (mut found, mut at_w) = (0, Vec::new());
                 for u in first..(first + SWEEP_BLOCK).min(n) {
-                    found += triangles_at(u, list(u), &(0..n), list, counts);
+                    found += triangles_at(u, list(u), &(0..n), list, counts, &mut at_w);
                 }
                 total.fetch_add(found, Relaxed);
             });
@@ -157,12 +195,12 @@ fn count_range(
                 let r = &r;
                 scope.spawn(move || -> Result<u64> {
                     let mut reader = scratch.reader(start.get(first)..start.get(last));
-                    let mut list = Vec::new();
+                    let (mut list, mut at_w) = (Vec::new(), Vec::new());
                     let mut found = 0;
                     for u in first..last {
                         list.resize((start.get(u + 1) - start.get(u)) as usize, 0);
                         reader.fill(&mut list)?;
-                        found += triangles_at(u, &list, r, list_of, counts);
+                        found += triangles_at(u, &list, r, list_of, counts, &mut at_w);
                     }
                     Ok(found)
                 })
@@ -319,14 +357,22 @@ mod tests {
     }
 
     #[test]
-    fn intersections_call_back_on_each_common_value() {
+    fn intersections_call_back_with_each_common_position_merging_or_searching() {
         let mut seen = Vec::new();
         assert_eq!(
-            intersect(&[1, 3, 5, 9], &[2, 3, 9, 10], |w| seen.push(w)),
+            intersect(&[1, 3, 5, 9], &[2, 3, 9, 10], |i| seen.push(i)),
             2
         );
-        assert_eq!(seen, [3, 9]);
+        assert_eq!(seen, [1, 3]);
         assert_eq!(intersect(&[], &[1], |_| ()), 0);
+        // One list many times the other, either way round: the positions are in the first.
+        let long: Vec<u32> = (0..400).map(|x| x * 3).collect();
+        let short = [0, 4, 9, 600, 1197, 1200];
+        for (a, b) in [(&short[..], &long[..]), (&long[..], &short[..])] {
+            let mut at = Vec::new();
+            assert_eq!(intersect(a, b, |i| at.push(a[i])), 4);
+            assert_eq!(at, [0, 9, 600, 1197]);
+        }
     }
 
     #[test]
