@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{chunk_bases, sample_vertices, Algorithm, Ctx, IterationValue, Output, Passes, Values};
 use crate::error::{GridError, Result};
+use crate::layout::Order;
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, F64Array, U32Array, U64Array};
 
@@ -174,10 +175,13 @@ impl EdgeKernel for Forward<'_> {
 }
 
 /// A backward pass: every edge from a vertex at level t - 1 of a source to one at level t
-/// adds sigma(u)/sigma(v) (1 + delta(v)) to the source end's delta. The source end is owned
-/// in row order only.
+/// adds sigma(u)/sigma(v) (1 + delta(v)) to the delta of the end at t - 1. That end is the
+/// record's source, owned in row order only; on a symmetric grid in column order the pass
+/// reads each edge's reverse record instead (`reversed`: source at t, destination at t - 1),
+/// so the end it writes is the owned destination.
 struct Backward<'a> {
     rows: &'a Rows<'a>,
+    reversed: bool,
 }
 
 impl EdgeKernel for Backward<'_> {
@@ -191,15 +195,20 @@ impl EdgeKernel for Backward<'_> {
             if mask == 0 {
                 continue;
             }
+            // The front holds the slots where the record's source is at t (reversed: it is
+            // the upper end) or at t - 1 (it is the lower end); the destination must be at
+            // the other level.
+            let want = if self.reversed { t - 1 } else { t };
             for b in slots(mask) {
                 let (iu, iv) = (u * r.width + b, v * r.width + b);
-                if r.level.get(iv) != t {
+                if r.level.get(iv) != want {
                     continue;
                 }
-                let c = r.sigma.get(iu) / r.sigma.get(iv) * (1.0 + r.delta.get(iv));
-                match owns_dst {
-                    true => r.delta.add_shared(iu, c),
-                    false => r.delta.add_owned(iu, c),
+                let (lower, upper) = if self.reversed { (iv, iu) } else { (iu, iv) };
+                let c = r.sigma.get(lower) / r.sigma.get(upper) * (1.0 + r.delta.get(upper));
+                match self.reversed || !owns_dst {
+                    true => r.delta.add_owned(lower, c),
+                    false => r.delta.add_shared(lower, c),
                 }
                 added += 1;
             }
@@ -257,6 +266,7 @@ impl Algorithm for Betweenness {
             base: &base,
             t: AtomicU32::new(0),
         };
+        let reversed = m.symmetric && m.order == Order::Column;
         let mut passes = Passes::new(ctx);
         for batch in sources.chunks(width) {
             for (b, &x) in batch.iter().enumerate() {
@@ -289,15 +299,17 @@ impl Algorithm for Betweenness {
                 });
                 active.take_from(&reached);
             }
-            // Backward, from the deepest level to the sources.
+            // Backward, from the deepest level to the sources: the active sources of the
+            // records are the vertices at level t - 1, or at t when reversed.
             for t in (1..=depth).rev() {
                 active.fill(false);
+                let from = if reversed { t } else { t - 1 };
                 s.par_chunks(|c| {
                     for v in base[c as usize] as usize..base[c as usize + 1] as usize {
                         let row = v * width..(v + 1) * width;
                         let mask = row
                             .enumerate()
-                            .filter(|&(_, k)| level.get(k) == t - 1)
+                            .filter(|&(_, k)| level.get(k) == from)
                             .fold(0u64, |m, (b, _)| m | 1 << b);
                         front.set(v, mask);
                         if mask != 0 {
@@ -307,7 +319,11 @@ impl Algorithm for Betweenness {
                 });
                 rows.t.store(t, Relaxed);
                 let count = active.count();
-                passes.pass(s, &Backward { rows: &rows }, Some(&active), count)?;
+                let kernel = Backward {
+                    rows: &rows,
+                    reversed,
+                };
+                passes.pass(s, &kernel, Some(&active), count)?;
             }
             // Each vertex takes its dependencies, its own source's aside; the rows clear.
             s.par_chunks(|c| {
