@@ -42,7 +42,7 @@ def test_an_unknown_algorithm_gets_a_did_you_mean(tmp_path):
     listed = ", ".join(a["name"] for a in REGISTERED)
     assert f"unknown choice 'pagernk'; did you mean 'pagerank'? (choices: {listed})" in proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = run_strata("run", "betweenness", store, check=False)
+    proc = run_strata("run", "closeness", store, check=False)
     assert proc.returncode == 2 and "did you mean" not in proc.stderr and listed in proc.stderr
     # The engine's own check, for a name that does not come through the command line.
     with pytest.raises(ConfigError, match=r"run\.algorithm: unknown algorithm 'pagernk'; did you mean 'pagerank'\?"):

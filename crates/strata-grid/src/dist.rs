@@ -735,6 +735,7 @@ mod tests {
             ("bfs", &["level", "parent"][..]),
             ("wcc", &["component"][..]),
             ("kcore", &["core"][..]),
+            ("lpa", &["community"][..]),
         ] {
             let job = |out: &str| {
                 check::<RunOptions>(&serde_json::json!({

@@ -172,6 +172,7 @@ fn run_with(
         progress,
     )?;
     streamer.own(columns.clone());
+    streamer.set_scratch_dir(&out_dir);
     let (output, totals, compute) =
         iterate(job, &mut streamer, progress, dist.as_mut(), on_iteration)?;
     let dist = match dist.as_mut() {

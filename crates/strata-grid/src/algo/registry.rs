@@ -13,8 +13,8 @@ use strata_store::config::{deserialize_error, field_order, ConfigError};
 use strata_store::registry::unknown_name;
 
 use super::{
-    Algorithm, Bfs, Configured, HyperAnf, IterationValue, KCore, Mis, PageRank,
-    PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Wcc,
+    Algorithm, Betweenness, Bfs, Configured, HyperAnf, IterationValue, KCore, Lpa, Mis, PageRank,
+    PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Triangles, Wcc,
 };
 use crate::error::GridError;
 use crate::program::Program;
@@ -32,6 +32,9 @@ pub const ALGORITHMS: &[Entry] = &[
     entry::<Mis>(),
     entry::<Radii>(),
     entry::<HyperAnf>(),
+    entry::<Triangles>(),
+    entry::<Lpa>(),
+    entry::<Betweenness>(),
     entry::<Program>(),
 ];
 
@@ -285,7 +288,7 @@ impl JsonSchema for AlgoParams {
 mod tests {
     use super::*;
     use crate::config::RunOptions;
-    use crate::fixtures::{grids, store};
+    use crate::fixtures::{far_server, grids, store};
     use strata_io::progress::NoProgress;
     use strata_store::config::{check, schema};
 
@@ -448,5 +451,50 @@ mod tests {
                 .collect();
             assert_eq!(summary.arrays, written, "{}", e.name);
         }
+    }
+
+    #[test]
+    fn every_algorithm_reads_far_memory_to_the_results_of_a_local_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 500, 3000);
+        grids(&st, 3);
+        let (addr, stop, serving) = far_server();
+        for e in ALGORITHMS {
+            let job = |out: &str, far: bool| {
+                let mut options = json!({
+                    "store": st,
+                    "algorithm": e.name,
+                    "out": tmp.path().join(out),
+                    "memory": "256M",
+                    "far_ratio": 1.0,
+                });
+                if far {
+                    options["far"] = addr.clone().into();
+                }
+                check::<RunOptions>(&options).unwrap().job().unwrap()
+            };
+            let run = |far: bool| {
+                let j = job(&format!("{}-{far}", e.name), far);
+                crate::run::run(&j, &NoProgress, &mut |_| Ok(())).unwrap()
+            };
+            let (local, far) = (run(false), run(true));
+            // Every edge block is in far memory (triangles' sweep reads its own adjacency).
+            assert!(far.far_failure.is_none() && far.bytes_far > 0, "{}", e.name);
+            assert_eq!(far.bytes_disk, 0, "{}", e.name);
+            for (a, b) in local.arrays.iter().zip(&far.arrays) {
+                let (_, x) = strata_store::array::read_all_bytes(std::path::Path::new(a)).unwrap();
+                let (_, y) = strata_store::array::read_all_bytes(std::path::Path::new(b)).unwrap();
+                // Floats summed by several threads in another order may differ in the last bits.
+                let same = x == y
+                    || x.chunks_exact(8).zip(y.chunks_exact(8)).all(|(p, q)| {
+                        let p = f64::from_le_bytes(p.try_into().unwrap());
+                        let q = f64::from_le_bytes(q.try_into().unwrap());
+                        (p - q).abs() <= 1e-9 * p.abs()
+                    });
+                assert!(same, "{} {a}", e.name);
+            }
+        }
+        stop.stop();
+        serving.join().unwrap();
     }
 }
