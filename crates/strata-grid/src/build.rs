@@ -73,14 +73,56 @@ impl Default for BuildJob {
     }
 }
 
-/// One step of a build: its wall time and the bytes it read and wrote.
+/// One step of a build: its wall time, the processor time it took and the bytes it read and
+/// wrote.
 #[derive(Debug, Clone, Serialize)]
 pub struct BuildStage {
     /// `count` (the node count pass), `parse` (text), `spool` (pass 1), `blocks` (pass 2).
     pub name: String,
     pub seconds: f64,
+    /// User and system time of the process over the step, all threads (on a shared machine
+    /// the wall time says how busy the machine was, this what the step cost).
+    pub cpu_seconds: f64,
     pub read_bytes: u64,
     pub written_bytes: u64,
+}
+
+/// The wall clock and the process's processor time at the start of a step.
+pub(crate) struct StageClock {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl StageClock {
+    pub fn start() -> StageClock {
+        StageClock {
+            wall: Instant::now(),
+            cpu: process_cpu_seconds(),
+        }
+    }
+
+    /// The step `name` since the start, with its bytes.
+    pub fn stage(&self, name: &str, read_bytes: u64, written_bytes: u64) -> BuildStage {
+        BuildStage {
+            name: name.into(),
+            seconds: self.wall.elapsed().as_secs_f64(),
+            cpu_seconds: process_cpu_seconds() - self.cpu,
+            read_bytes,
+            written_bytes,
+        }
+    }
+}
+
+/// User and system time of this process so far, in seconds.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given and reads nothing else.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// What a build did.
@@ -306,7 +348,7 @@ pub(crate) fn write_grid(
     feed: impl FnOnce(&mut Feed) -> Result<()>,
 ) -> Result<Written> {
     let spool_path = tmp.join("spool.bin");
-    let t = Instant::now();
+    let clock = StageClock::start();
     let binner = Binner::create(
         &spool_path,
         &spec.layout,
@@ -325,30 +367,21 @@ pub(crate) fn write_grid(
     let spool = pipe.binner.finish()?;
     strata_io::durable::fault_point("grid.spooled");
     let spooled = spool.total() * spool.format.bytes();
-    let mut stages = vec![BuildStage {
-        name: "spool".into(),
-        seconds: t.elapsed().as_secs_f64(),
-        read_bytes: read,
-        written_bytes: spooled,
-    }];
-    let t = Instant::now();
+    let mut stages = vec![clock.stage("spool", read, spooled)];
+    let clock = StageClock::start();
     let read_ahead = plan.check_sort(spool.largest(), &spec.layout)?;
     let input = SortInput {
         layout: &spec.layout,
         weights: spec.weights.as_ref(),
         read_ahead,
+        degree_buffer: plan.degree_buffer,
     };
     let sorted = sort_pass(&spool, &input, tmp, progress)?;
     let largest_major = spool.largest();
     drop(spool);
     crate::spool::remove(&spool_path)?;
     let index = write_i64(tmp, "block_index", &sorted.blocks.index)?;
-    stages.push(BuildStage {
-        name: "blocks".into(),
-        seconds: t.elapsed().as_secs_f64(),
-        read_bytes: spooled,
-        written_bytes: dir_bytes(tmp)?,
-    });
+    stages.push(clock.stage("blocks", spooled, dir_bytes(tmp)?));
     Ok(Written {
         sorted,
         largest_major,

@@ -27,6 +27,10 @@ pub const READ_BYTES: u64 = 4 << 20;
 const READ_FACTOR: u64 = 5;
 /// Bytes of pass 2's write buffers: edges, weights, the major side's degrees, block index.
 const WRITE_BUFFERS: u64 = 14 << 20;
+/// Pass 2's degree buffers: at most this much in all, at most [`MAX_DEGREE_BUFFER`] a minor
+/// chunk (each buffer's counting touches its chunk's counters once per buffer of edges).
+const DEGREE_BUFFERS: u64 = 128 << 20;
+const MAX_DEGREE_BUFFER: u64 = 1 << 20;
 
 /// How a build spends its budget.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,6 +49,8 @@ pub struct BuildPlan {
     pub degree_bytes: u64,
     /// Pass 2's counters of one major chunk's vertices, bytes.
     pub chunk_degree_bytes: u64,
+    /// Pass 2's buffer of minor offsets per minor chunk, bytes.
+    pub degree_buffer: u64,
     /// The grid is weighted (pass 2 keeps a weight per sorted edge).
     pub weighted: bool,
 }
@@ -77,6 +83,7 @@ impl BuildPlan {
             read_bytes,
             degree_bytes: counter * layout.num_vertices,
             chunk_degree_bytes: 8 * layout.chunk_size,
+            degree_buffer: (DEGREE_BUFFERS.min(memory / 8) / p).clamp(4096, MAX_DEGREE_BUFFER),
             weighted,
         };
         if spool_buffer == 0 {
@@ -91,10 +98,10 @@ impl BuildPlan {
         let fixed = plan.sort_fixed();
         if fixed > memory {
             return Err(GridError::Budget(format!(
-                "memory budget of {} is too small to build a grid of {} vertices: the degree counters need {} and the write buffers {}: at least {}",
+                "memory budget of {} is too small to build a grid of {} vertices: the degree counters and their buffers need {} and the write buffers {}: at least {}",
                 fmt_bytes(memory),
                 layout.num_vertices,
-                fmt_bytes(plan.degree_bytes + plan.chunk_degree_bytes),
+                fmt_bytes(plan.sort_fixed() - WRITE_BUFFERS - BUILD_RESERVE),
                 fmt_bytes(WRITE_BUFFERS),
                 fmt_bytes(fixed)
             )));
@@ -110,7 +117,11 @@ impl BuildPlan {
 
     /// Pass 2's bytes besides the major chunks' records.
     fn sort_fixed(&self) -> u64 {
-        BUILD_RESERVE + self.degree_bytes + self.chunk_degree_bytes + WRITE_BUFFERS
+        BUILD_RESERVE
+            + self.degree_bytes
+            + self.chunk_degree_bytes
+            + self.partitions as u64 * self.degree_buffer
+            + WRITE_BUFFERS
     }
 
     /// Pass 2's bytes for one major chunk of `records` records: the records as read (whole
@@ -124,6 +135,12 @@ impl BuildPlan {
     /// Checks that pass 2 can sort a major chunk of `largest` records; returns whether the
     /// next chunk's records can be read ahead while one is sorted. Fails with what to raise.
     pub fn check_sort(&self, largest: u64, layout: &Layout) -> Result<bool> {
+        if largest > u32::MAX as u64 {
+            return Err(GridError::Budget(format!(
+                "the largest {} of the grid holds {largest} edges, more than the 2^32 a column's sort counts: raise the partitions",
+                if layout.order == Order::Column { "column" } else { "row" },
+            )));
+        }
         let (read, sorted) = self.chunk_bytes(largest);
         let room = self.memory.saturating_sub(self.sort_fixed());
         if read + sorted > room {
@@ -150,8 +167,9 @@ impl BuildPlan {
                 fmt_bytes(self.read_bytes)
             ),
             format!(
-                "  pass 2 (blocks): degree counters {}, write buffers {}, the rest ({}) for the largest column's records and their sorted copy",
+                "  pass 2 (blocks): degree counters {} and their buffers {}, write buffers {}, the rest ({}) for the largest column's records and their sorted copy",
                 fmt_bytes(self.degree_bytes + self.chunk_degree_bytes),
+                fmt_bytes(self.partitions as u64 * self.degree_buffer),
                 fmt_bytes(WRITE_BUFFERS),
                 fmt_bytes(self.memory.saturating_sub(self.sort_fixed()))
             ),

@@ -19,6 +19,7 @@ use strata_store::StoreError;
 
 use crate::build::{
     dir_bytes, plan_layout, publish, write_grid, BuildStage, BuildSummary, GridSpec, PartialDir,
+    StageClock,
 };
 use crate::build_budget::READ_BYTES;
 use crate::error::{GridError, Result};
@@ -82,11 +83,10 @@ pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<Build
     let guard = PartialDir::create(&tmp)?;
     let mut stages = Vec::new();
     let mut input = open_input(job, &tmp, &mut stages, progress)?;
-    let t = Instant::now();
+    let clock = StageClock::start();
     let n = input.num_nodes(job.num_nodes, READ_BYTES as usize)?;
     if job.num_nodes.is_none() && !matches!(input, EdgeInput::Text(_)) {
-        let read = input.stream_bytes()?;
-        stages.push(stage("count", t, read, 0));
+        stages.push(clock.stage("count", input.stream_bytes()?, 0));
     }
     let weights = job
         .weights
@@ -156,15 +156,6 @@ pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<Build
     })
 }
 
-fn stage(name: &str, since: Instant, read_bytes: u64, written_bytes: u64) -> BuildStage {
-    BuildStage {
-        name: name.into(),
-        seconds: since.elapsed().as_secs_f64(),
-        read_bytes,
-        written_bytes,
-    }
-}
-
 /// The output's parent and name: a plain name whose parent exists, and that is free, or a
 /// grid that `overwrite` lets the build replace.
 fn output(out: &Path, overwrite: bool) -> Result<(PathBuf, String)> {
@@ -206,7 +197,7 @@ fn open_input(
         InputSource::Bin32 { paths } => EdgeInput::bin32(paths.clone())?,
         InputSource::Numpy { path, layout } => EdgeInput::numpy(path, *layout)?,
         InputSource::Text { job: text } => {
-            let t = Instant::now();
+            let clock = StageClock::start();
             let mut text = (**text).clone();
             text.graph.out = tmp.join("input");
             text.graph.overwrite = false;
@@ -219,12 +210,7 @@ fn open_input(
             for line in staged.plan() {
                 progress.message(line);
             }
-            stages.push(stage(
-                "parse",
-                t,
-                input.input_bytes()?,
-                input.stream_bytes()?,
-            ));
+            stages.push(clock.stage("parse", input.input_bytes()?, input.stream_bytes()?));
             input
         }
     })

@@ -180,7 +180,8 @@ def format_build(summary: dict) -> str:
         return f"{n / max(secs, 1e-9) / 1e6:,.0f} MB/s"
 
     steps = "; ".join(
-        f"{st['name']} {fmt_duration(st['seconds'])} (read {rate(st['read_bytes'], st['seconds'])}"
+        f"{st['name']} {fmt_duration(st['seconds'])} ({st['cpu_seconds']:.1f} s of CPU; read "
+        f"{rate(st['read_bytes'], st['seconds'])}"
         + (f", wrote {rate(st['written_bytes'], st['seconds'])}" if st["written_bytes"] else "")
         + ")"
         for st in summary.get("stages", [])
