@@ -100,7 +100,8 @@ def base_env(rev: str) -> dict:
 def rates(stages: list[dict]) -> str:
     return "; ".join(
         f"{st['name']} {st['seconds']:.1f} s, CPU {st.get('cpu_seconds', float('nan')):.1f} s "
-        f"({st['read_bytes'] / st['seconds'] / 1e6:.0f} MB/s in, {st['written_bytes'] / st['seconds'] / 1e6:.0f} MB/s out)"
+        f"({st['read_bytes'] / st['seconds'] / 1e6:.0f} MB/s in, "
+        f"{st['written_bytes'] / st['seconds'] / 1e6:.0f} MB/s out)"
         for st in stages
         if st["seconds"] > 0
     )

@@ -143,7 +143,8 @@ def _input_job(cfg: GridBuildConfig) -> dict:
         )
     if plan.valid or plan.test:
         raise ConfigError(
-            f"grid.build: {cfg.store} holds train, valid and test files; a grid holds one edge list: give the train file"
+            f"grid.build: {cfg.store} holds train, valid and test files; a grid holds one edge list: "
+            "give the train file"
         )
     if plan.format == "text":
         source = {"format": "text", "job": text_job(convert, plan)}
