@@ -1,7 +1,9 @@
 //! Strata's out-of-core graph analytics: GridGraph's 2-level grid streamed through the I/O
 //! engine, extended with Fargraph+'s far-memory tier.
 //!
-//! - [`layout`], [`build`], [`grid`]: the grid format, its builder and reader.
+//! - [`layout`], [`build`], [`grid`]: the grid format, its builder and reader; the build's
+//!   passes ([`spool`], [`blocks`]) and plan ([`build_budget`]), and builds straight from an
+//!   input edge list ([`input`]).
 //! - [`config`], [`budget`], [`run`]: a run's options, its plan within the memory budget, and
 //!   the run itself.
 //! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
@@ -12,8 +14,10 @@
 //!   [`checkpoint`]: their iteration checkpoints, from which a restarted group resumes.
 
 pub mod algo;
+mod blocks;
 pub mod budget;
 pub mod build;
+mod build_budget;
 pub mod check;
 pub mod checkpoint;
 pub mod config;
@@ -24,10 +28,12 @@ pub mod fetch;
 #[cfg(test)]
 mod fixtures;
 pub mod grid;
+pub mod input;
 pub mod layout;
 pub mod place;
 pub mod program;
 pub mod run;
+mod spool;
 pub mod stream;
 pub mod vertex;
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import _native, torchrun
 from ..config import as_dict
 from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
-from ..errors import InputNotFoundError, StoreFormatError
+from ..errors import ConfigError, InputNotFoundError, StoreFormatError
 from ..paths import make_dir
 from ..stopping import run_until_stopped
 from ..store import Store
@@ -87,20 +87,117 @@ def _require_store(store: Path) -> None:
 # strata grid build / info
 
 
+#: Options of ``[grid.build]`` that describe an input edge list (used with ``out`` only).
+_INPUT_OPTIONS = ("format", "columns", "ids", "delimiter", "comment", "header", "num_nodes", "layout", "threads")
+
+
 def build_grid(config: GridBuildConfig | None = None, progress: ProgressFn | None = None, **options) -> dict:
-    """Builds the grid of ``config.store`` (or the keyword options of ``[grid.build]``); returns
-    the build summary (dir, partitions, num_vertices, num_edges, bytes, seconds)."""
+    """Builds the grid of ``config.store`` (or the keyword options of ``[grid.build]``), or with
+    ``out`` the grid directory ``out`` straight from the input edge list ``config.store``;
+    returns the build summary (dir, partitions, num_vertices, num_edges, bytes, seconds, stages
+    with their bytes, plan)."""
     cfg = config if config is not None else GridBuildConfig(**options)
+    if cfg.out is not None:
+        return _native.grid_build_input(_input_job(cfg), progress)
     _require_store(cfg.store)
+    if not (Path(cfg.store) / "manifest.json").is_file() and not Path(cfg.store).is_dir():
+        raise ConfigError(
+            f"grid.build: {cfg.store} is not a store; to build a grid straight from an input edge list, give the "
+            "grid's directory with --out DIR"
+        )
+    defaults = GridBuildConfig(store=cfg.store)
+    given = [k for k in _INPUT_OPTIONS if getattr(cfg, k) != getattr(defaults, k)]
+    if given:
+        raise ConfigError(
+            f"grid.build.{given[0]}: describes an input edge list, used with --out only; a store's grid is built "
+            "from its train edges"
+        )
     return _native.grid_build(as_dict(cfg), progress)
 
 
+def _input_job(cfg: GridBuildConfig) -> dict:
+    """The native job of a grid built from the input ``cfg.store`` into ``cfg.out``: the input
+    planned as ``strata convert`` plans it (format, files), in the formats a grid reads."""
+    from ..config import ConvertConfig
+    from ..convert import plan_inputs, text_job
+
+    if (Path(cfg.store) / "manifest.json").is_file():
+        raise ConfigError(
+            f"grid.build.out: {cfg.store} is a store: its grids go to {cfg.store}/grids/ (drop --out), or give an "
+            "input edge list"
+        )
+    if cfg.name:
+        raise ConfigError("grid.build.name: names a grid under STORE/grids/; with --out the directory is the grid")
+    convert = ConvertConfig(
+        inputs=[Path(cfg.store)],
+        out=Path(cfg.out),
+        format=cfg.format,
+        columns=cfg.columns,
+        ids=cfg.ids,
+        delimiter=cfg.delimiter,
+        comment=cfg.comment,
+        header=cfg.header,
+        num_nodes=cfg.num_nodes,
+        layout=cfg.layout,
+        threads=cfg.threads,
+        memory=cfg.memory,
+    )
+    plan = plan_inputs(convert)
+    if plan.format not in ("text", "bin32", "numpy"):
+        raise ConfigError(
+            f"grid.build.format: {cfg.store} is a {plan.format} input; a grid is built straight from text, bin32 or "
+            "NumPy edge lists: convert it into a store first (`strata convert`), then `strata grid build STORE`"
+        )
+    if plan.valid or plan.test:
+        raise ConfigError(
+            f"grid.build: {cfg.store} holds train, valid and test files; a grid holds one edge list: "
+            "give the train file"
+        )
+    if plan.format == "text":
+        source = {"format": "text", "job": text_job(convert, plan)}
+    elif plan.format == "bin32":
+        source = {"format": "bin32", "paths": [str(p) for p in plan.train]}
+    else:
+        source = {"format": "numpy", "path": str(plan.train[0]), "layout": cfg.layout}
+    weights = None
+    if cfg.weighted:
+        weights = {
+            "source": cfg.weight_source,
+            "seed": cfg.weight_seed,
+            "low": cfg.weight_low,
+            "high": cfg.weight_high,
+        }
+    return {
+        "out": str(cfg.out),
+        "input": source,
+        "num_nodes": cfg.num_nodes,
+        "partitions": cfg.partitions,
+        "order": cfg.order,
+        "symmetrize": bool(cfg.symmetrize),
+        "weights": weights,
+        "memory": int(cfg.memory),
+        "overwrite": cfg.overwrite,
+        "provenance": {"config": as_dict(cfg)},
+    }
+
+
 def format_build(summary: dict) -> str:
-    """The line printed after ``strata grid build``."""
+    """The line printed after ``strata grid build``, with each step's time and rates."""
+
+    def rate(n: int, secs: float) -> str:
+        return f"{n / max(secs, 1e-9) / 1e6:,.0f} MB/s"
+
+    steps = "; ".join(
+        f"{st['name']} {fmt_duration(st['seconds'])} ({st['cpu_seconds']:.1f} s of CPU; read "
+        f"{rate(st['read_bytes'], st['seconds'])}"
+        + (f", wrote {rate(st['written_bytes'], st['seconds'])}" if st["written_bytes"] else "")
+        + ")"
+        for st in summary.get("stages", [])
+    )
     return (
         f"Built grid {summary['dir']}: {summary['num_vertices']:,} vertices in {summary['partitions']} chunks, "
         f"{summary['num_edges']:,} edges in {summary['partitions'] ** 2:,} blocks, {fmt_bytes(summary['bytes'])} "
-        f"on disk, in {fmt_duration(summary['seconds'])}."
+        f"on disk, in {fmt_duration(summary['seconds'])}" + (f": {steps}." if steps else ".")
     )
 
 
@@ -170,6 +267,9 @@ def format_grids(entries: list[dict], target: str | Path) -> str:
         prov = m.get("provenance") or {}
         if prov.get("store"):
             lines.append(f"  built from {prov['store']} ({prov.get('edges', 'edges_train')})")
+        elif prov.get("input"):
+            names = ", node names kept" if "node_names_offsets" in m["arrays"] else ""
+            lines.append(f"  built from {prov.get('format')} input {', '.join(prov['input'])}{names}")
         return "\n".join(lines)
     if not entries:
         return f"Store {target} has no grids yet (build one with `strata grid build {target}`, or `strata run` does)."
