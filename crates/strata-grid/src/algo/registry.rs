@@ -406,23 +406,31 @@ mod tests {
             .starts_with("run.rooot: unknown parameter 'rooot'; did you mean 'root'?"));
     }
 
+    /// `options` with the parameters algorithm `name` requires: `program` alone has one, the
+    /// program it runs.
+    fn with_required(name: &str, mut options: serde_json::Value) -> serde_json::Value {
+        if name == "program" {
+            let program = crate::program::spec::tests::pagerank();
+            options["program"] = json!(serde_json::to_string(&program).unwrap());
+        }
+        options
+    }
+
     #[test]
     fn every_algorithm_runs_on_a_small_grid() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 500, 3000);
         grids(&st, 3);
         for e in ALGORITHMS {
-            let mut given = json!({
-                "store": st,
-                "algorithm": e.name,
-                "out": tmp.path().join(e.name),
-                "memory": "256M",
-            });
-            // The one algorithm with a required parameter: the program it runs.
-            if e.name == "program" {
-                let program = crate::program::spec::tests::pagerank();
-                given["program"] = json!(serde_json::to_string(&program).unwrap());
-            }
+            let given = with_required(
+                e.name,
+                json!({
+                    "store": st,
+                    "algorithm": e.name,
+                    "out": tmp.path().join(e.name),
+                    "memory": "256M",
+                }),
+            );
             let options: RunOptions = check(&given).unwrap();
             let job = options.job().unwrap();
             assert_eq!(job.algorithm.name(), e.name);
@@ -461,13 +469,16 @@ mod tests {
         let (addr, stop, serving) = far_server();
         for e in ALGORITHMS {
             let job = |out: &str, far: bool| {
-                let mut options = json!({
-                    "store": st,
-                    "algorithm": e.name,
-                    "out": tmp.path().join(out),
-                    "memory": "256M",
-                    "far_ratio": 1.0,
-                });
+                let mut options = with_required(
+                    e.name,
+                    json!({
+                        "store": st,
+                        "algorithm": e.name,
+                        "out": tmp.path().join(out),
+                        "memory": "256M",
+                        "far_ratio": 1.0,
+                    }),
+                );
                 if far {
                     options["far"] = addr.clone().into();
                 }
