@@ -447,7 +447,7 @@ def test_sssp_runs_on_the_weights_the_store_was_converted_with(tmp_path):
     cols = ["--columns", "src,dst,weight"]
     run_strata("convert", tmp_path / "edges.tsv", *cols, "--num-nodes", 150, "--out", store, "-q")
     proc = run_strata("run", "sssp", store, "--root", 0, "--out", tmp_path / "sssp")
-    assert "weighted by the store's weights" in proc.stderr, proc.stderr
+    assert "weighted by the edges' own weights" in proc.stderr, proc.stderr
     dist = np.load(tmp_path / "sssp" / "distance.npy")
     want = nx.single_source_dijkstra_path_length(g, 0)
     for v in range(150):
