@@ -23,6 +23,14 @@ netem (CONFIG_NET_SCH_NETEM unset, so `tc qdisc ... netem delay` is refused), so
 from a relay (`cargo run --example delay_relay` of strata-farmem) that holds every chunk it
 forwards for the delay, without capping throughput.
 
+`--only comp` (issue 21 item 4) measures compressed grids (`--compression packed|byte`): the
+codes' bytes per edge and one core's decode rate (`cargo run --release --example codec_bench` of
+strata-grid, on the `col` grid and on the same graph reordered by `strata reorder --order
+community`, a graph whose ids follow its communities as a crawled or reordered real graph's do),
+then PageRank in memory (R1, plain) and out of core (R2's memlimit, plain and each code) side by
+side, the cases alternating over `--repeats` rounds, the 1-minute load average recorded with each
+run; into bench-results/grid-comp.json and the grid-comp section.
+
 `--only algos` runs R1 and R2 for the algorithms of issue 21 (ppr from the BFS root, scc and
 hyperanf on the directed grid, mis and radii on the symmetric one) into bench-results/grid-algos.json and the
 grid-algos section.
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -49,6 +58,8 @@ from strata.io import load_profile
 
 DRIVER = Path(__file__).resolve().parent / "grid_driver.py"
 RELAY = REPO / "target" / "release" / "examples" / "delay_relay"
+CODEC_BENCH = REPO / "target" / "release" / "examples" / "codec_bench"
+CODECS = ("packed", "byte")
 WORK = REPO / "bench-data" / "grid"
 OVERHEAD = 48 << 20
 DELAYS_US = (0, 250, 1000)
@@ -68,6 +79,75 @@ def prepare(scale: int) -> tuple[Path, int]:
             _native.grid_build({"store": str(store), "name": name, "symmetrize": sym, "memory": 4 << 30})
     deg = np.load(store / "grids" / "col" / "out_degree.npy", mmap_mode="r")
     return store, int(np.argmax(deg))
+
+
+def prepare_coded(store: Path) -> None:
+    """The `col-packed` and `col-byte` grids of ``store``: `col` compressed by each code."""
+    for codec in CODECS:
+        if not (store / "grids" / f"col-{codec}" / "grid.json").exists():
+            _native.grid_build({"store": str(store), "name": f"col-{codec}", "compression": codec,
+                                "memory": 4 << 30})  # fmt: skip
+
+
+def prepare_reordered(scale: int) -> Path:
+    """RMAT ``scale`` reordered by `strata reorder --order community`, with its `col` grid."""
+    store, _ = prepare(scale)
+    out = WORK / f"rmat{scale}-community.strata"
+    if not out.exists():
+        subprocess.run(strata("reorder", store, "--order", "community", "--out", out, "-q"), check=True)
+    if not (out / "grids" / "col" / "grid.json").exists():
+        _native.grid_build({"store": str(out), "name": "col", "memory": 4 << 30})
+    return out
+
+
+def codec_bench(grid: Path, repeats: int) -> list[dict]:
+    """codec_bench's lines on the plain grid ``grid`` (bytes per edge, one core's decode rate)."""
+    res = timed([str(CODEC_BENCH), str(grid), str(repeats)])
+    return [json.loads(line) for line in res["stdout"].splitlines()]
+
+
+def comp(scales: list[int], repeats: int) -> dict:
+    """Codes and out-of-core PageRank on compressed grids (see the module documentation)."""
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "strata-grid", "--example", "codec_bench"],
+                   cwd=REPO, check=True)  # fmt: skip
+    out: dict = {"codes": {}, "runs": {}}
+    for scale in scales:
+        store, _ = prepare(scale)
+        prepare_coded(store)
+        for label, s in ((f"rmat{scale}", store), (f"rmat{scale}-community", prepare_reordered(scale))):
+            for line in codec_bench(s / "grids" / "col", repeats):
+                out["codes"][f"{label}/{line['codec']}"] = line
+                print(f"codes {label} {line['codec']}: {line['bytes_per_edge']:.2f} B/edge, "
+                      f"{line['decode_gb_per_s']:.2f} GB/s", flush=True)  # fmt: skip
+        limit = edge_file_bytes(store, "col") // 4
+        cases = [("r1", "col", None), ("r2_none", "col", limit)] + [(f"r2_{c}", f"col-{c}", limit) for c in CODECS]
+        rounds: dict = {name: [] for name, _, _ in cases}
+        for r in range(repeats):
+            # Alternate: each round starts one case later.
+            for name, grid, lim in cases[r % len(cases) :] + cases[: r % len(cases)]:
+                run = drive(store, "pagerank", grid, (lim - OVERHEAD) if lim else 16 << 30, limit=lim)
+                f = figures(run)
+                f["load_1min"] = os.getloadavg()[0]
+                s = run["summary"]
+                f["bytes_per_edge"] = s["stored_bytes_per_edge"]
+                f["decode_seconds"] = s["decode_seconds"]
+                f["decode_gb_per_s"] = (
+                    s["edges_decoded"] * 8 / s["decode_seconds"] / 1e9 if s["decode_seconds"] else 0.0
+                )
+                rounds[name].append(f)
+                print(f"comp scale {scale} round {r} {name}: {f['seconds']:.2f} s (load {f['load_1min']:.1f})",
+                      flush=True)  # fmt: skip
+        res = {}
+        for name, runs in rounds.items():
+            med = {k: statistics.median(f[k] for f in runs) for k in ("seconds", "gb_disk", "disk_mb_s_median",
+                   "decode_gb_per_s", "bytes_per_edge", "load_1min", "peak_mb")}  # fmt: skip
+            pairs = zip(runs, rounds["r1"], strict=True)
+            med["vs_r1"] = statistics.median(f["seconds"] / base["seconds"] for f, base in pairs)
+            med["runs"] = runs
+            res[name] = med
+        res["memlimit_mb"] = limit / 2**20
+        out["runs"][str(scale)] = res
+    return out
 
 
 def edge_file_bytes(store: Path, grid: str) -> int:
@@ -282,6 +362,10 @@ def main() -> None:
         save("grid-r2", {**env, "results": res})
         head = f"### R2: out of core (`{env['command']}`; profile sequential read {seq:.0f} MB/s)\n\n"
         update_doc("grid-r2", head + r2_table(res, seq))
+    if "comp" in only:
+        res = comp(scales, a.repeats)
+        save("grid-comp", {**env, "results": res})
+        update_doc("grid-comp", f"### Compressed grids (`{env['command']}`)\n\n" + comp_table(res))
     if "algos" in only:
         in_memory = r1(scales, a.repeats, MORE_ALGOS)
         res = {"r1": in_memory, "r2": r2(scales, a.repeats, in_memory, MORE_ALGOS)}
@@ -322,6 +406,25 @@ def algos_table(res: dict, seq: float) -> str:
                      f"{ooc['gb_disk']:.2f}", f"{ooc['disk_mb_s_median']:.0f}{share}"))  # fmt: skip
     return table(rows, ("scale/algorithm", "passes", "R1 edges/s", "R1 s", "R2 memlimit", "R2 vertex data",
                         "R2 edges/s", "R2 s", "R2 vs R1", "R2 GB read", "disk MB/s (of seq)"))  # fmt: skip
+
+
+def comp_table(res: dict) -> str:
+    """Codes (bytes per edge, one core's decode rate), then PageRank in memory and out of core."""
+    rows = [(k, f"{v['bytes_per_edge']:.2f}", f"{v['decode_edges_per_s'] / 1e6:.0f}M", f"{v['decode_gb_per_s']:.2f}")
+            for k, v in res["codes"].items()]  # fmt: skip
+    text = table(rows, ("graph/code", "bytes per edge", "decode edges/s (1 core)", "decode GB/s of records"))
+    for scale, runs in res["runs"].items():
+        rows = []
+        for name, v in runs.items():
+            if not isinstance(v, dict):
+                continue
+            rows.append((f"{scale}/{name}", f"{v['seconds']:.2f}", f"{v['vs_r1']:.2f}x", f"{v['gb_disk']:.2f}",
+                         f"{v['disk_mb_s_median']:.0f}", f"{v['bytes_per_edge']:.2f}", f"{v['decode_gb_per_s']:.2f}",
+                         f"{v['load_1min']:.1f}"))  # fmt: skip
+        text += f"\n\nPageRank, 20 iterations, R2 memlimit {runs['memlimit_mb']:.0f} MiB (medians of the rounds):\n\n"
+        text += table(rows, ("scale/case", "seconds", "vs R1", "GB read", "disk MB/s", "B per edge",
+                             "decode GB/s per fetcher", "load (1 min)"))  # fmt: skip
+    return text
 
 
 def r3_table(res: dict) -> str:

@@ -22,10 +22,12 @@ use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
 use strata_store::{ArrayInfo, Store};
 
+use crate::block_codec::Compression;
+use crate::edge_file::EdgeWriter;
 use crate::error::{GridError, Result};
 use crate::layout::{
-    GridManifest, Layout, Order, WeightRequest, WeightSource, WeightSpec, EDGE_BYTES, GRID_FORMAT,
-    GRID_FORMAT_VERSION, GRID_MANIFEST, STORE_WEIGHTS,
+    format_version, GridManifest, Layout, Order, WeightRequest, WeightSource, WeightSpec,
+    EDGE_BYTES, GRID_FORMAT, GRID_MANIFEST, STORE_WEIGHTS,
 };
 
 /// Words (u32) of one spooled record: minor chunk, source offset, destination offset, and
@@ -60,6 +62,8 @@ pub struct BuildJob {
     pub memory: u64,
     /// Replace an existing grid of the same name.
     pub overwrite: bool,
+    /// How blocks store their edges: plain records or a code.
+    pub compression: Compression,
 }
 
 impl Default for BuildJob {
@@ -73,6 +77,7 @@ impl Default for BuildJob {
             weights: None,
             memory: 1 << 30,
             overwrite: false,
+            compression: Compression::None,
         }
     }
 }
@@ -118,7 +123,7 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     std::fs::create_dir_all(tmp.join("spool")).map_err(|e| GridError::os("mkdir", &tmp, e))?;
     let guard = PartialDir(tmp.clone());
     progress.message(&format!(
-        "grid: {n} vertices in {} chunks of {}, {total} edges in {} blocks ({} order{}{}), budget {}",
+        "grid: {n} vertices in {} chunks of {}, {total} edges in {} blocks ({} order{}{}{}), budget {}",
         layout.partitions,
         layout.chunk_size,
         layout.blocks(),
@@ -129,6 +134,10 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
             Some(WeightSpec::Random { .. }) => ", weighted by drawn weights",
             None => "",
         },
+        match job.compression {
+            Compression::None => String::new(),
+            c => format!(", {} compression", c.name()),
+        },
         fmt_bytes(job.memory)
     ));
     let spool = SpoolInput {
@@ -137,13 +146,25 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         symmetric,
     };
     let spooled = spool_pass(&store, &spool, &layout, &tmp, &budget, progress)?;
-    budget.check_sort(spooled.largest(), &layout, weights.as_ref())?;
-    let blocks = block_pass(&tmp, &layout, weights.as_ref(), total, progress)?;
+    budget.check_sort(
+        spooled.largest(),
+        &layout,
+        weights.as_ref(),
+        job.compression,
+    )?;
+    let blocks = block_pass(
+        &tmp,
+        &layout,
+        weights.as_ref(),
+        job.compression,
+        total,
+        progress,
+    )?;
     std::fs::remove_dir(tmp.join("spool")).map_err(|e| GridError::os("remove", &tmp, e))?;
 
     let manifest = GridManifest {
         format: GRID_FORMAT.to_string(),
-        format_version: GRID_FORMAT_VERSION,
+        format_version: format_version(job.compression),
         num_vertices: n,
         num_edges: blocks.written,
         partitions: layout.partitions,
@@ -154,7 +175,8 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         weight_range: blocks.weight_range,
         largest_block_edges: blocks.largest_block,
         largest_major_edges: spooled.largest(),
-        arrays: write_arrays(&tmp, blocks.edges, blocks.weights, &blocks.index, spooled)?,
+        compression: job.compression,
+        arrays: write_arrays(&tmp, blocks.arrays, &blocks.index, spooled)?,
         provenance: serde_json::json!({
             "store": job.store.canonicalize().unwrap_or(job.store.clone()),
             "store_name": store.manifest().name,
@@ -221,9 +243,10 @@ fn target(
     let name = match job.name.as_str() {
         "" => free_default_name(
             &parent,
-            default_name(layout, symmetric, weights),
+            default_name(layout, symmetric, weights, job.compression),
             symmetric,
             weights,
+            job.compression,
         )?,
         s => s.to_string(),
     };
@@ -258,6 +281,7 @@ fn free_default_name(
     base: String,
     symmetric: bool,
     weights: Option<&WeightSpec>,
+    compression: Compression,
 ) -> Result<String> {
     for k in 1..=MAX_DEFAULT_NAMES {
         let name = if k == 1 {
@@ -266,7 +290,13 @@ fn free_default_name(
             format!("{base}-{k}")
         };
         match GridManifest::load(&parent.join(&name)) {
-            Ok(m) if m.symmetric != symmetric || m.weights.as_ref() != weights => continue,
+            Ok(m)
+                if m.symmetric != symmetric
+                    || m.weights.as_ref() != weights
+                    || m.compression != compression =>
+            {
+                continue
+            }
             _ => return Ok(name),
         }
     }
@@ -321,11 +351,19 @@ impl BuildBudget {
         largest: u64,
         layout: &Layout,
         weights: Option<&WeightSpec>,
+        compression: Compression,
     ) -> Result<()> {
-        // The spool's records, the sorted edges, their minors and (weighted) their weights.
+        // The spool's records, the sorted edges, their minors and (weighted) their weights;
+        // compressed, a block's code (at most 9 bytes an edge: 8-byte gaps and run headers)
+        // and, weighted, the (key, weight) pairs its sort moves.
         let record = 4 * spool_words(weights) as u64;
-        let sort_bytes =
-            largest * (record + EDGE_BYTES + 4 + if weights.is_some() { 4 } else { 0 });
+        let weight = if weights.is_some() { 4 } else { 0 };
+        let coding = match (compression.is_compressed(), weights.is_some()) {
+            (false, _) => 0,
+            (true, false) => 9,
+            (true, true) => 9 + 16,
+        };
+        let sort_bytes = largest * (record + EDGE_BYTES + 4 + weight + coding);
         if sort_bytes > self.spare {
             return Err(GridError::Budget(format!(
                 "memory budget of {} is too small: the largest {} of the grid holds {largest} edges and sorting it needs {} beside {} of degrees; raise --memory or the partitions",
@@ -504,8 +542,8 @@ fn spool_pass(
 
 /// What pass 2 writes: the edge (and weight) arrays, the block index and its counts.
 struct Blocks {
-    edges: ArrayInfo,
-    weights: Option<ArrayInfo>,
+    /// The edge arrays by name (`edges`, or `edge_codes` and `code_index`; `weights`).
+    arrays: BTreeMap<String, ArrayInfo>,
     /// Smallest and largest weight, when weighted (SSSP refuses negative ones).
     weight_range: Option<(f32, f32)>,
     /// First edge of each block in file order, then the edge count (P * P + 1 entries).
@@ -515,25 +553,17 @@ struct Blocks {
 }
 
 /// Pass 2: loads each spool in turn (removing it), counting-sorts it by minor chunk and
-/// appends its blocks to `tmp/edges.npy`, with their weights (spooled from the store, or
-/// drawn) to `tmp/weights.npy`.
+/// hands its blocks, with their weights (spooled from the store, or drawn), to the
+/// [`EdgeWriter`] (`tmp/edges.npy` or `tmp/edge_codes.npy`, and `tmp/weights.npy`).
 fn block_pass(
     tmp: &Path,
     layout: &Layout,
     weights: Option<&WeightSpec>,
+    compression: Compression,
     total: u64,
     progress: &dyn Progress,
 ) -> Result<Blocks> {
-    let mut edges_w = NpyWriter::create(&tmp.join("edges.npy"), DType::U32, &[2], 4 << 20)?;
-    let mut weights_w = match weights {
-        Some(_) => Some(NpyWriter::create(
-            &tmp.join("weights.npy"),
-            DType::F32,
-            &[],
-            4 << 20,
-        )?),
-        None => None,
-    };
+    let mut writer = EdgeWriter::create(tmp, compression, layout.chunk_size, weights.is_some())?;
     let p = layout.partitions as usize;
     let mut index = Vec::with_capacity(p * p + 1);
     index.push(0i64);
@@ -583,8 +613,7 @@ fn block_pass(
                 wbuf[at] = f32::from_bits(rec[3]);
             }
         }
-        edges_w.write(&sorted)?;
-        if let (Some(w), Some(spec)) = (weights_w.as_mut(), weights) {
+        if let Some(spec) = weights {
             if words == 3 {
                 for (e, &minor) in minors.iter().enumerate() {
                     let (i, j) = match layout.order {
@@ -599,15 +628,23 @@ fn block_pass(
             for &x in &wbuf {
                 range = Some(range.map_or((x, x), |(lo, hi)| (lo.min(x), hi.max(x))));
             }
-            w.write(&wbuf)?;
+        }
+        let records: &mut [[u32; 2]] = bytemuck::cast_slice_mut(&mut sorted);
+        for k in 0..p {
+            let (a, b) = (counts[k] as usize, counts[k + 1] as usize);
+            let w = if wbuf.is_empty() {
+                &mut [][..]
+            } else {
+                &mut wbuf[a..b]
+            };
+            writer.push(&mut records[a..b], w)?;
         }
         written += m as u64;
         meter.add(m as u64, m as u64 * EDGE_BYTES)?;
     }
     meter.finish()?;
     Ok(Blocks {
-        edges: edges_w.finish()?,
-        weights: weights_w.map(|w| w.finish()).transpose()?,
+        arrays: writer.finish(tmp)?,
         weight_range: range,
         index,
         written,
@@ -615,19 +652,13 @@ fn block_pass(
     })
 }
 
-/// The grid's array index: edges, weights, and the block index and degrees written to `tmp`.
+/// The grid's array index: the edge arrays, and the block index and degrees written to `tmp`.
 fn write_arrays(
     tmp: &Path,
-    edges: ArrayInfo,
-    weights: Option<ArrayInfo>,
+    mut arrays: BTreeMap<String, ArrayInfo>,
     index: &[i64],
     spooled: Spooled,
 ) -> Result<BTreeMap<String, ArrayInfo>> {
-    let mut arrays = BTreeMap::new();
-    arrays.insert("edges".to_string(), edges);
-    if let Some(w) = weights {
-        arrays.insert("weights".to_string(), w);
-    }
     arrays.insert(
         "block_index".to_string(),
         write_i64(tmp, "block_index", index)?,
@@ -644,11 +675,16 @@ fn write_arrays(
     Ok(arrays)
 }
 
-/// Default grid name: `p{P}-{order}`, then `-sym` when symmetrised, and `-w` (drawn weights)
-/// or `-ws` (the store's weights) when weighted.
-pub fn default_name(layout: &Layout, symmetric: bool, weights: Option<&WeightSpec>) -> String {
+/// Default grid name: `p{P}-{order}`, then `-sym` when symmetrised, `-w` (drawn weights)
+/// or `-ws` (the store's weights) when weighted, and `-byte` or `-packed` when compressed.
+pub fn default_name(
+    layout: &Layout,
+    symmetric: bool,
+    weights: Option<&WeightSpec>,
+    compression: Compression,
+) -> String {
     format!(
-        "p{}-{}{}{}",
+        "p{}-{}{}{}{}",
         layout.partitions,
         layout.order.name(),
         if symmetric { "-sym" } else { "" },
@@ -656,6 +692,10 @@ pub fn default_name(layout: &Layout, symmetric: bool, weights: Option<&WeightSpe
             Some(WeightSpec::Random { .. }) => "-w",
             Some(WeightSpec::Store) => "-ws",
             None => "",
+        },
+        match compression {
+            Compression::None => String::new(),
+            c => format!("-{}", c.name()),
         }
     )
 }
@@ -802,5 +842,69 @@ mod tests {
             .map(|d| d.flatten().collect())
             .unwrap_or_default();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn compressed_blocks_hold_the_plain_blocks_sorted_with_their_weights() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 3001, 40_000);
+        let read = |g: &crate::Grid, name: &str| {
+            strata_store::array::read_all_bytes(&g.array_path(name))
+                .unwrap()
+                .1
+        };
+        for order in [Order::Column, Order::Row] {
+            let job = |name: &str, compression| BuildJob {
+                store: st.clone(),
+                name: name.into(),
+                partitions: 5,
+                order,
+                weights: Some(WeightRequest::random(3, 0.0, 1.0)),
+                overwrite: true,
+                compression,
+                ..Default::default()
+            };
+            let plain = crate::Grid::open(
+                &build(&job("plain", Compression::None), &NoProgress)
+                    .unwrap()
+                    .dir,
+            )
+            .unwrap();
+            let records: Vec<[u32; 2]> = bytemuck::pod_collect_to_vec(&read(&plain, "edges"));
+            let weights: Vec<f32> = bytemuck::pod_collect_to_vec(&read(&plain, "weights"));
+            for codec in [Compression::Byte, Compression::Packed] {
+                let built = build(&job(codec.name(), codec), &NoProgress).unwrap();
+                let grid = crate::Grid::open(&built.dir).unwrap();
+                let m = grid.manifest();
+                assert_eq!((m.compression, m.format_version), (codec, 2));
+                assert!(m.stored_edge_bytes() < m.num_edges * EDGE_BYTES / 2);
+                for name in ["block_index", "out_degree", "in_degree"] {
+                    assert_eq!(read(&grid, name), read(&plain, name), "{name}");
+                }
+                let codes = read(&grid, "edge_codes");
+                let got_weights: Vec<f32> = bytemuck::pod_collect_to_vec(&read(&grid, "weights"));
+                for pos in 0..grid.layout().blocks() {
+                    let e = grid.block_edges(pos);
+                    let (a, b) = (e.start as usize, e.end as usize);
+                    let bytes = grid.block_bytes(pos);
+                    let mut got = vec![[0u32; 2]; b - a];
+                    grid.decode_block(
+                        pos,
+                        &codes[bytes.start as usize..bytes.end as usize],
+                        &mut got,
+                    )
+                    .unwrap();
+                    let mut want: Vec<([u32; 2], u32)> =
+                        (a..b).map(|k| (records[k], weights[k].to_bits())).collect();
+                    want.sort_unstable();
+                    let got: Vec<([u32; 2], u32)> = got
+                        .into_iter()
+                        .zip(&got_weights[a..b])
+                        .map(|(e, w)| (e, w.to_bits()))
+                        .collect();
+                    assert_eq!(got, want, "{codec:?} {order:?} block {pos}");
+                }
+            }
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::thread::JoinHandle;
 use strata_farmem::{Server, ServerConfig, StopHandle};
 use strata_io::progress::NoProgress;
 
+use crate::block_codec::Compression;
 use crate::build::{build, BuildJob};
 use crate::layout::WeightRequest;
 
@@ -36,21 +37,33 @@ pub fn store_of(dir: &Path, n: u64, edges: impl IntoIterator<Item = (u64, u64)>)
 
 /// Builds the three grids of `store` that the algorithms between them ask for, each with
 /// `partitions` partitions a side: directed, symmetrised, and directed with random weights
-/// in (0, 1] (`s0-w0`, `s1-w0`, `s0-w1`).
-pub fn grids(store: &Path, partitions: u32) {
+/// in (0, 1] (`s0-w0`, `s1-w0`, `s0-w1`; compressed ones named with `-CODE` after that).
+pub fn grids(store: &Path, partitions: u32, compression: Compression) {
     for (symmetrize, weighted) in [(false, false), (true, false), (false, true)] {
         build(
             &BuildJob {
                 store: store.to_path_buf(),
-                name: format!("s{}-w{}", symmetrize as u8, weighted as u8),
+                name: coded_name(
+                    &format!("s{}-w{}", symmetrize as u8, weighted as u8),
+                    compression,
+                ),
                 partitions,
                 symmetrize: Some(symmetrize),
                 weights: weighted.then(WeightRequest::default),
+                compression,
                 ..Default::default()
             },
             &NoProgress,
         )
         .unwrap();
+    }
+}
+
+/// `name` for a plain grid, `name-CODE` for a compressed one.
+pub fn coded_name(name: &str, compression: Compression) -> String {
+    match compression {
+        Compression::None => name.to_string(),
+        c => format!("{name}-{}", c.name()),
     }
 }
 

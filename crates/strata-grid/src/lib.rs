@@ -1,7 +1,9 @@
 //! Strata's out-of-core graph analytics: GridGraph's 2-level grid streamed through the I/O
 //! engine, extended with Fargraph+'s far-memory tier.
 //!
-//! - [`layout`], [`build`], [`grid`]: the grid format, its builder and reader.
+//! - [`layout`], [`build`], [`grid`]: the grid format, its builder and reader;
+//!   [`edge_file`]: how a build writes each block; [`block_codec`]: the codes of compressed
+//!   blocks.
 //! - [`config`], [`budget`], [`run`]: a run's options, its plan within the memory budget, and
 //!   the run itself.
 //! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
@@ -11,12 +13,14 @@
 //!   [`checkpoint`]: their iteration checkpoints, from which a restarted group resumes.
 
 pub mod algo;
+pub mod block_codec;
 pub mod budget;
 pub mod build;
 pub mod check;
 pub mod checkpoint;
 pub mod config;
 pub mod dist;
+pub mod edge_file;
 pub mod error;
 pub mod far;
 pub mod fetch;

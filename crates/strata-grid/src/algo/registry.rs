@@ -282,8 +282,9 @@ impl JsonSchema for AlgoParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::block_codec::Compression;
     use crate::config::RunOptions;
-    use crate::fixtures::{grids, store};
+    use crate::fixtures::{coded_name, grids, store};
     use strata_io::progress::NoProgress;
     use strata_store::config::{check, schema};
 
@@ -405,7 +406,7 @@ mod tests {
     fn every_algorithm_runs_on_a_small_grid() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 500, 3000);
-        grids(&st, 3);
+        grids(&st, 3, Compression::None);
         for e in ALGORITHMS {
             let options: RunOptions = check(&json!({
                 "store": st,
@@ -436,6 +437,83 @@ mod tests {
                 })
                 .collect();
             assert_eq!(summary.arrays, written, "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn every_algorithm_gives_the_plain_grids_results_on_compressed_grids() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 500, 3000);
+        grids(&st, 3, Compression::None);
+        let run = |e: &Entry, grid: Option<String>, out: &str| {
+            let mut options = json!({
+                "store": st,
+                "algorithm": e.name,
+                "out": tmp.path().join(out),
+                "memory": "256M",
+                "keep_resident": false,
+                "segment": "4K",
+            });
+            if let Some(g) = grid {
+                options["grid"] = g.into();
+            }
+            let job = check::<RunOptions>(&options).unwrap().job().unwrap();
+            crate::run::run(&job, &NoProgress, &mut |_| Ok(()))
+                .unwrap_or_else(|err| panic!("{}: {err}", e.name))
+        };
+        let plain: Vec<_> = ALGORITHMS.iter().map(|e| run(e, None, e.name)).collect();
+        for codec in [Compression::Byte, Compression::Packed] {
+            grids(&st, 3, codec);
+            for (e, want) in ALGORITHMS.iter().zip(&plain) {
+                let name = want.grid.file_name().unwrap().to_string_lossy();
+                let got = run(
+                    e,
+                    Some(coded_name(&name, codec)),
+                    &format!("{}-{codec:?}", e.name),
+                );
+                assert!(
+                    got.edges_decoded > 0 && got.stored_bytes_per_edge < 8.0,
+                    "{}",
+                    e.name
+                );
+                for (a, b) in want.arrays.iter().zip(&got.arrays) {
+                    same_values(a, b, &format!("{} on {codec:?}", e.name));
+                }
+            }
+        }
+    }
+
+    /// Two result arrays agree: floats to 1e-5 relative (compressed blocks are sorted, so
+    /// sums run in another order), integers exactly, except BFS parents (any parent one level
+    /// up is right, and which edge reaches a vertex first depends on the order).
+    fn same_values(a: &str, b: &str, what: &str) {
+        let (ha, va) = strata_store::array::read_all_bytes(std::path::Path::new(a)).unwrap();
+        let (_, vb) = strata_store::array::read_all_bytes(std::path::Path::new(b)).unwrap();
+        match ha.dtype {
+            strata_store::npy::DType::F32 => {
+                let (x, y): (Vec<f32>, Vec<f32>) = (
+                    bytemuck::pod_collect_to_vec(&va),
+                    bytemuck::pod_collect_to_vec(&vb),
+                );
+                for (v, (p, q)) in x.iter().zip(&y).enumerate() {
+                    assert!(
+                        (p - q).abs() <= 1e-5 * p.abs() + 1e-9,
+                        "{what} {a} v{v}: {p} vs {q}"
+                    );
+                }
+            }
+            strata_store::npy::DType::F64 => {
+                let (x, y): (Vec<f64>, Vec<f64>) = (
+                    bytemuck::pod_collect_to_vec(&va),
+                    bytemuck::pod_collect_to_vec(&vb),
+                );
+                for (v, (p, q)) in x.iter().zip(&y).enumerate() {
+                    let close = p == q || (p - q).abs() <= 1e-9 * p.abs().max(1.0);
+                    assert!(close, "{what} {a} v{v}: {p} vs {q}");
+                }
+            }
+            _ if a.ends_with("parent.npy") => {}
+            _ => assert_eq!(va, vb, "{what} {a}"),
         }
     }
 }
