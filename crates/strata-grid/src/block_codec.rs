@@ -39,7 +39,7 @@ pub enum Compression {
     None,
     /// gaps of sorted keys in Ligra+'s run-length byte code, in `edge_codes.npy`
     Byte,
-    /// gaps of sorted keys bit-packed in frames of 128, in `edge_codes.npy`
+    /// gaps of sorted keys bit-packed in frames of 32, in `edge_codes.npy`
     Packed,
 }
 
@@ -60,7 +60,7 @@ impl Compression {
 }
 
 /// Gaps per frame of the packed code.
-pub const FRAME: usize = 128;
+pub const FRAME: usize = 32;
 /// Longest run of the byte code (5 bits of the header).
 const MAX_RUN: usize = 32;
 
@@ -121,22 +121,18 @@ pub fn sort_block(edges: &mut [[u32; 2]], weights: &mut [f32]) {
 }
 
 /// Appends the code of a block's `edges` (sorted by [`sort_block`]) to `out`. `codec` is
-/// `Byte` or `Packed`.
+/// `Byte` or `Packed`. The gaps are computed as they are coded: encoding needs no memory
+/// beyond `out`.
 pub fn encode(codec: Compression, keys: Keys, edges: &[[u32; 2]], out: &mut Vec<u8>) {
-    let mut prev = 0u64;
-    let gaps: Vec<u64> = edges
-        .iter()
-        .map(|&e| {
-            let k = keys.key(e);
-            debug_assert!(k >= prev, "blocks are encoded sorted");
-            let g = k - prev;
-            prev = k;
-            g
-        })
-        .collect();
+    let gap = |i: usize| {
+        let k = keys.key(edges[i]);
+        let prev = if i == 0 { 0 } else { keys.key(edges[i - 1]) };
+        debug_assert!(k >= prev, "blocks are encoded sorted");
+        k - prev
+    };
     match codec {
-        Compression::Byte => encode_byte(&gaps, out),
-        Compression::Packed => encode_packed(&gaps, out),
+        Compression::Byte => encode_byte(edges.len(), gap, out),
+        Compression::Packed => encode_packed(edges.len(), gap, out),
         Compression::None => unreachable!("plain blocks are not encoded"),
     }
 }
@@ -146,29 +142,30 @@ fn byte_width(g: u64) -> usize {
     (64 - g.leading_zeros() as usize).div_ceil(8).max(1)
 }
 
-fn encode_byte(gaps: &[u64], out: &mut Vec<u8>) {
+fn encode_byte(n: usize, gap: impl Fn(usize) -> u64, out: &mut Vec<u8>) {
     let mut i = 0;
-    while i < gaps.len() {
-        let w = byte_width(gaps[i]);
+    while i < n {
+        let w = byte_width(gap(i));
         let mut run = 1;
-        while i + run < gaps.len() && run < MAX_RUN && byte_width(gaps[i + run]) == w {
+        while i + run < n && run < MAX_RUN && byte_width(gap(i + run)) == w {
             run += 1;
         }
         out.push((((run - 1) << 3) | (w - 1)) as u8);
-        for g in &gaps[i..i + run] {
-            out.extend_from_slice(&g.to_le_bytes()[..w]);
+        for k in i..i + run {
+            out.extend_from_slice(&gap(k).to_le_bytes()[..w]);
         }
         i += run;
     }
 }
 
-fn encode_packed(gaps: &[u64], out: &mut Vec<u8>) {
-    for frame in gaps.chunks(FRAME) {
-        let w = 64 - frame.iter().fold(0, |a, &g| a | g).leading_zeros();
+fn encode_packed(n: usize, gap: impl Fn(usize) -> u64, out: &mut Vec<u8>) {
+    for start in (0..n).step_by(FRAME) {
+        let frame = start..(start + FRAME).min(n);
+        let w = 64 - frame.clone().fold(0, |a, k| a | gap(k)).leading_zeros();
         out.push(w as u8);
         let (mut acc, mut bits) = (0u128, 0u32);
-        for &g in frame {
-            acc |= (g as u128) << bits;
+        for k in frame {
+            acc |= (gap(k) as u128) << bits;
             bits += w;
             while bits >= 8 {
                 out.push(acc as u8);

@@ -305,7 +305,7 @@ pub struct BuildOptions {
     /// replace an existing grid of the same name
     pub overwrite: bool,
     /// how blocks store their edges: none (8 B an edge, uint32 pairs), packed (each block
-    /// sorted and its key gaps bit-packed in frames of 128: about 2.5 B an edge on RMAT,
+    /// sorted and its key gaps bit-packed in frames of 32: about 2.5 B an edge on RMAT,
     /// decoded as blocks are fetched) or byte (Ligra+'s run-length byte code of the gaps)
     pub compression: Compression,
 }
