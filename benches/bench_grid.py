@@ -128,6 +128,7 @@ def comp(scales: list[int], repeats: int) -> dict:
                 run = drive(store, "pagerank", grid, (lim - OVERHEAD) if lim else 16 << 30, limit=lim)
                 f = figures(run)
                 f["load_1min"] = os.getloadavg()[0]
+                f["cpu_seconds"] = run["cpu_seconds"]
                 s = run["summary"]
                 f["bytes_per_edge"] = s["stored_bytes_per_edge"]
                 f["decode_seconds"] = s["decode_seconds"]
@@ -139,10 +140,13 @@ def comp(scales: list[int], repeats: int) -> dict:
                       flush=True)  # fmt: skip
         res = {}
         for name, runs in rounds.items():
-            med = {k: statistics.median(f[k] for f in runs) for k in ("seconds", "gb_disk", "disk_mb_s_median",
-                   "decode_gb_per_s", "bytes_per_edge", "load_1min", "peak_mb")}  # fmt: skip
+            med = {k: statistics.median(f[k] for f in runs) for k in ("seconds", "cpu_seconds", "gb_disk",
+                   "disk_mb_s_median", "decode_gb_per_s", "bytes_per_edge", "load_1min", "peak_mb")}  # fmt: skip
             pairs = zip(runs, rounds["r1"], strict=True)
             med["vs_r1"] = statistics.median(f["seconds"] / base["seconds"] for f, base in pairs)
+            med["vs_none"] = statistics.median(
+                f["seconds"] / base["seconds"] for f, base in zip(runs, rounds["r2_none"], strict=True)
+            )
             med["runs"] = runs
             res[name] = med
         res["memlimit_mb"] = limit / 2**20
@@ -161,6 +165,7 @@ def drive(store: Path, algo: str, grid: str, memory: int, limit: int | None = No
     res = timed([str(a) for a in args], limit=f"{limit // (1 << 20)}M" if limit else None)
     out = json.loads(res["stdout"])
     out["wall_seconds"] = res["seconds"]
+    out["cpu_seconds"] = res["cpu_seconds"]
     out["peak_bytes"] = res["peak_bytes"]
     return out
 
@@ -418,12 +423,13 @@ def comp_table(res: dict) -> str:
         for name, v in runs.items():
             if not isinstance(v, dict):
                 continue
-            rows.append((f"{scale}/{name}", f"{v['seconds']:.2f}", f"{v['vs_r1']:.2f}x", f"{v['gb_disk']:.2f}",
-                         f"{v['disk_mb_s_median']:.0f}", f"{v['bytes_per_edge']:.2f}", f"{v['decode_gb_per_s']:.2f}",
+            rows.append((f"{scale}/{name}", f"{v['seconds']:.2f}", f"{v['vs_r1']:.2f}x", f"{v['vs_none']:.2f}x",
+                         f"{v['cpu_seconds']:.1f}", f"{v['gb_disk']:.2f}", f"{v['disk_mb_s_median']:.0f}",
+                         f"{v['bytes_per_edge']:.2f}", f"{v['decode_gb_per_s']:.2f}",
                          f"{v['load_1min']:.1f}"))  # fmt: skip
         text += f"\n\nPageRank, 20 iterations, R2 memlimit {runs['memlimit_mb']:.0f} MiB (medians of the rounds):\n\n"
-        text += table(rows, ("scale/case", "seconds", "vs R1", "GB read", "disk MB/s", "B per edge",
-                             "decode GB/s per fetcher", "load (1 min)"))  # fmt: skip
+        text += table(rows, ("scale/case", "seconds", "vs R1", "vs R2 plain", "CPU s", "GB read", "disk MB/s",
+                             "B per edge", "decode GB/s per fetcher", "load (1 min)"))  # fmt: skip
     return text
 
 
