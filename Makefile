@@ -12,7 +12,7 @@ RUST_SOURCES := Cargo.toml $(shell find crates -name '*.rs' -o -name Cargo.toml)
 # dependencies plus the extras listed here. A stamp is named after its extras and depends on
 # pyproject.toml, so a changed list, or a target that needs more extras, installs again.
 SETUP_EXTRAS := dev
-TEST_EXTRAS := dev+torch+pyg+parquet+ann
+TEST_EXTRAS := dev+torch+pyg+parquet+ann+hdf5
 SETUP_STAMP := $(VENV)/.deps-$(SETUP_EXTRAS)
 TEST_STAMP := $(VENV)/.deps-$(TEST_EXTRAS)
 EXT_STAMP := $(VENV)/.extension-built
@@ -36,7 +36,16 @@ setup: $(EXT_STAMP)
 
 # The tests need every optional dependency (torch and torch_geometric for the GNN and PyG
 # tests): a few GB on a first run, installed once.
-setup-test: $(EXT_STAMP) $(TEST_STAMP)
+# Peers the tests check Strata's interchange against, installed apart from the venv's packages
+# (PyTorch-BigGraph pins an old torch; its checkpoint code runs with ours; it imports pkg_resources,
+# which setuptools 81 dropped): tests add the folder.
+PEERS := $(VENV)/peers
+PEERS_STAMP := $(PEERS)/.installed
+$(PEERS_STAMP): $(TEST_STAMP)
+	$(PY) -m pip install -q --no-deps --target $(PEERS) torchbiggraph==1.0.0 "setuptools<81"
+	touch $@
+
+setup-test: $(EXT_STAMP) $(TEST_STAMP) $(PEERS_STAMP)
 
 demo: setup
 	$(VENV)/bin/strata demo

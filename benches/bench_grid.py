@@ -2,7 +2,8 @@
 core under a memlimit of a quarter of the grid (R2), and with a far-memory tier holding a ratio
 of the footprint while the local memlimit holds only the rest (R3)?
 
-    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3,algos] [--repeats 1] [--r3-scale 24]
+    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3,algos,comp] [--repeats 1] [--r3-scale 24]
+        [--algos ppr,scc,...] [--nx-scale 14] [--gridgraph DIR]
 
 Graphs: Graph500 R-MAT (`strata generate rmat`, a=0.57, b=c=0.19, edge factor 16), converted to a
 store, then two grids built by `strata grid build` with P chosen automatically: the directed one
@@ -32,8 +33,24 @@ side, the cases alternating over `--repeats` rounds, the 1-minute load average r
 run; into bench-results/grid-comp.json and the grid-comp section.
 
 `--only algos` runs R1 and R2 for the algorithms of issue 21 (ppr from the BFS root, scc and
-hyperanf on the directed grid, mis and radii on the symmetric one) into bench-results/grid-algos.json and the
-grid-algos section.
+hyperanf on the directed grid; mis, radii, triangles, lpa (10 rounds) and betweenness (16 sampled
+sources in one batch) on the symmetric one), or those `--algos` names, alternating R1 and R2 over
+`--repeats` rounds, with the 1-minute load average before each run, into
+bench-results/grid-algos.json and the grid-algos section (grid-algos-NAME-... for a subset). Then,
+side by side in one run and alternating over the rounds:
+- networkx on RMAT scale `--nx-scale` (14: networkx holds the graph as Python dicts) for the
+  algorithms it has (triangles: `triangles`; lpa: `label_propagation_communities`, semi-synchronous,
+  so other rounds; betweenness: `betweenness_centrality(k=16)`; mis: `maximal_independent_set`; scc:
+  `strongly_connected_components`), networkx timed in this process on a graph it built from the
+  store beforehand, Strata as an in-memory run (its compute seconds, and the process's wall time);
+- GridGraph's `mis` and `radii` (examples/mis.cpp and radii.cpp of thu-pacman/GridGraph) when
+  `--gridgraph DIR` names a GridGraph checkout built with `make` (on recent g++ add
+  `CXXFLAGS="-O3 -std=c++11 -fopenmp -include functional -I$PWD"`): the symmetric graph is written
+  as its binary edge list and cut by its `preprocess` into as many partitions as Strata's grid,
+  then both run in memory and under the R2 memlimit (GridGraph with a 1 GB budget, its smallest).
+  GridGraph's radii draws its 64 sources from the clock and then runs a second sweep from the
+  farthest vertices found, and its mis keeps the lower id of two neighbours, so they do other work
+  than Strata's seeded ones: the table compares time and passes.
 
 Results go to bench-results/grid-r{1,2,3}.json and the grid-r1..r3 sections of docs/benchmarks.md.
 """
@@ -43,6 +60,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -65,11 +83,13 @@ OVERHEAD = 48 << 20
 DELAYS_US = (0, 250, 1000)
 
 
-def prepare(scale: int) -> tuple[Path, int]:
-    """The store of RMAT scale ``scale`` with its `col` and `sym` grids, and the BFS root."""
-    store = WORK / f"rmat{scale}.strata"
+def prepare(scale: int, work: Path = WORK) -> tuple[Path, int]:
+    """The store of RMAT scale ``scale`` in ``work`` with its `col` and `sym` grids, and the
+    BFS root."""
+    store = work / f"rmat{scale}.strata"
+    work.mkdir(parents=True, exist_ok=True)
     if not store.exists():
-        raw = WORK / f"rmat{scale}.bin"
+        raw = work / f"rmat{scale}.bin"
         subprocess.run(strata("generate", "rmat", "--scale", scale, "--out", raw, "-q", "--overwrite"), check=True)
         subprocess.run(strata("convert", raw, "--format", "bin32", "--num-nodes", 2**scale, "--out", store,
                               "--memory", "8G", "-q"), check=True)  # fmt: skip
@@ -162,11 +182,15 @@ def drive(store: Path, algo: str, grid: str, memory: int, limit: int | None = No
     args = [sys.executable, DRIVER, store, algo, "--grid", grid, "--memory", memory]
     for k, v in kw.items():
         args += [f"--{k.replace('_', '-')}", v]
+    for k, v in ALGO_PARAMS.get(algo, {}).items():
+        args += ["--param", f"{k}={json.dumps(v)}"]
+    load = os.getloadavg()[0]
     res = timed([str(a) for a in args], limit=f"{limit // (1 << 20)}M" if limit else None)
     out = json.loads(res["stdout"])
     out["wall_seconds"] = res["seconds"]
     out["cpu_seconds"] = res["cpu_seconds"]
     out["peak_bytes"] = res["peak_bytes"]
+    out["load1"] = load
     return out
 
 
@@ -186,6 +210,8 @@ def figures(run: dict) -> dict:
         "far_mb_s_median": statistics.median(far_rates) if far_rates else 0.0,
         "peak_mb": (run["peak_bytes"] or 0) / 2**20,
         "far_failure": s.get("far_failure"),
+        "load1": run["load1"],
+        "result": {k: v for k, v in s["result"].items() if k != "sources"},
     }
 
 
@@ -197,7 +223,18 @@ def best_of(runs: list[dict]) -> dict:
 
 ALGOS = (("pagerank", "col"), ("wcc", "sym"), ("bfs", "col"))
 # Issue 21's algorithms (`--only algos`): R1 and R2 side by side, each on the grid it needs.
-MORE_ALGOS = (("ppr", "col"), ("scc", "col"), ("mis", "sym"), ("radii", "sym"), ("hyperanf", "col"))
+MORE_ALGOS = (
+    ("ppr", "col"),
+    ("scc", "col"),
+    ("mis", "sym"),
+    ("radii", "sym"),
+    ("hyperanf", "col"),
+    ("triangles", "sym"),
+    ("lpa", "sym"),
+    ("betweenness", "sym"),
+)
+# Parameters of the benchmarked runs besides the defaults.
+ALGO_PARAMS = {"lpa": {"rounds": 10}, "betweenness": {"sources": 16, "batch": 16}}
 VERTEX_BYTES = {"pagerank": 16, "wcc": 9, "bfs": 17}
 
 
@@ -226,6 +263,153 @@ def r2(scales: list[int], repeats: int, r1_res: dict, algos=ALGOS) -> dict:
             f["time_vs_r1"] = f["seconds"] / base["seconds"] if base else None
             out[f"{scale}/{algo}"] = f
             print(f"R2 scale {scale} {algo}: {f['seconds']:.1f} s, disk {f['disk_mb_s_median']:.0f} MB/s", flush=True)
+    return out
+
+
+def algos_r1_r2(scales: list[int], repeats: int, algos) -> dict:
+    """R1 and R2 of each algorithm, alternating over ``repeats`` rounds; medians by compute time."""
+    runs: dict = {}
+    for scale in scales:
+        store, root = prepare(scale)
+        for _ in range(repeats):
+            for algo, grid in algos:
+                key = f"{scale}/{algo}"
+                limit = edge_file_bytes(store, grid) // 4
+                mem = drive(store, algo, grid, 16 << 30, root=root)
+                ooc = drive(store, algo, grid, limit - OVERHEAD, limit=limit, root=root)
+                ooc["memlimit_mb"] = limit / 2**20
+                runs.setdefault(key, ([], []))
+                runs[key][0].append(mem)
+                runs[key][1].append(ooc)
+                r1_s, r2_s = mem["summary"]["compute_seconds"], ooc["summary"]["compute_seconds"]
+                print(f"{key}: R1 {r1_s:.1f} s, R2 {r2_s:.1f} s (load {ooc['load1']:.1f})", flush=True)
+    out: dict = {"r1": {}, "r2": {}}
+    for key, (mem, ooc) in runs.items():
+        out["r1"][key] = best_of(mem)
+        f = best_of(ooc)
+        f["memlimit_mb"] = ooc[0]["memlimit_mb"]
+        f["vertex_windowed"] = ooc[0]["summary"]["vertex_windowed"]
+        f["time_vs_r1"] = f["seconds"] / out["r1"][key]["seconds"]
+        out["r2"][key] = f
+    return out
+
+
+def nx_graph(store: Path, directed: bool):
+    """The store's edges as a networkx graph (a simple graph: networkx keeps an edge once)."""
+    import networkx as nx
+
+    from strata import Store
+
+    st = Store(store)
+    g = nx.DiGraph() if directed else nx.Graph()
+    g.add_nodes_from(range(st.num_nodes))
+    g.add_edges_from(np.asarray(st.edges("train")).tolist())
+    return g
+
+
+def nx_call(algo: str, g) -> None:
+    import networkx as nx
+
+    if algo == "triangles":
+        sum(nx.triangles(g).values())
+    elif algo == "lpa":
+        list(nx.community.label_propagation_communities(g))
+    elif algo == "betweenness":
+        nx.betweenness_centrality(g, k=ALGO_PARAMS["betweenness"]["sources"], seed=0)
+    elif algo == "mis":
+        nx.maximal_independent_set(g, seed=0)
+    elif algo == "scc":
+        list(nx.strongly_connected_components(g))
+
+
+NX_ALGOS = ("triangles", "lpa", "betweenness", "mis", "scc")
+
+
+def networkx_side_by_side(scale: int, repeats: int, algos) -> dict:
+    """Strata in memory and networkx on the same graph, alternating over ``repeats`` rounds."""
+    store, root = prepare(scale)
+    graphs = {False: nx_graph(store, directed=False), True: nx_graph(store, directed=True)}
+    out = {}
+    for algo, grid in algos:
+        if algo not in NX_ALGOS:
+            continue
+        ours, theirs, loads = [], [], []
+        for _ in range(repeats):
+            loads.append(os.getloadavg()[0])
+            ours.append(drive(store, algo, grid, 16 << 30, root=root))
+            t = time.perf_counter()
+            nx_call(algo, graphs[grid == "col"])
+            theirs.append(time.perf_counter() - t)
+        f = best_of(ours)
+        out[f"{scale}/{algo}"] = {
+            "strata_seconds": f["seconds"],
+            "strata_wall_seconds": f["wall_seconds"],
+            "networkx_seconds": statistics.median(theirs),
+            "speedup": statistics.median(theirs) / f["seconds"],
+            "load1": statistics.median(loads),
+        }
+        print(f"networkx {scale}/{algo}: strata {f['seconds']:.2f} s, networkx {statistics.median(theirs):.2f} s",
+              flush=True)  # fmt: skip
+    return out
+
+
+def gridgraph_grid(gridgraph: Path, store: Path, scale: int) -> Path:
+    """GridGraph's grid of the store's symmetric graph (both directions of each edge, self-loops
+    once, as Strata's `sym` grid holds it), cut into as many partitions, beside the store (made
+    once; its input edge list is deleted)."""
+    out = WORK / f"gridgraph-{scale}-sym"
+    if (out / "meta").exists():
+        return out
+    from strata import Store
+
+    edges = np.asarray(Store(store).edges("train")).astype(np.uint32)
+    loops = edges[:, 0] == edges[:, 1]
+    both = np.concatenate([edges, edges[~loops][:, ::-1]])
+    raw = WORK / f"gridgraph-{scale}.bin"
+    both.tofile(raw)
+    del edges, both
+    partitions = json.loads((store / "grids" / "sym" / "grid.json").read_text())["partitions"]
+    subprocess.run([gridgraph / "bin" / "preprocess", "-i", raw, "-o", out, "-v", str(2**scale), "-p",
+                    str(partitions), "-t", "0"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    raw.unlink()
+    return out
+
+
+def gridgraph_run(gridgraph: Path, algo: str, grid: Path, budget_gb: int, limit: int | None) -> dict:
+    load = os.getloadavg()[0]
+    res = timed([str(gridgraph / "bin" / algo), str(grid), str(budget_gb)],
+                limit=f"{limit // (1 << 20)}M" if limit else None)  # fmt: skip
+    seconds = float(re.search(r"time: ([0-9.]+) seconds", res["stdout"]).group(1))
+    passes = len(re.findall(r"^\s*\d+: ", res["stdout"], flags=re.M))
+    return {"seconds": seconds, "passes": passes, "wall_seconds": res["seconds"], "load1": load}
+
+
+def gridgraph_side_by_side(gridgraph: Path, scales: list[int], repeats: int) -> dict:
+    """Strata's and GridGraph's mis and radii on the symmetric graph, in memory and under the R2
+    memlimit, alternating over ``repeats`` rounds."""
+    out = {}
+    for scale in scales:
+        store, root = prepare(scale)
+        gg = gridgraph_grid(gridgraph, store, scale)
+        limit = edge_file_bytes(store, "sym") // 4
+        for algo in ("mis", "radii"):
+            cases: dict = {k: [] for k in ("strata_r1", "gridgraph_r1", "strata_r2", "gridgraph_r2")}
+            for _ in range(repeats):
+                cases["strata_r1"].append(figures(drive(store, algo, "sym", 16 << 30, root=root)))
+                cases["gridgraph_r1"].append(gridgraph_run(gridgraph, algo, gg, 16, None))
+                cases["strata_r2"].append(figures(drive(store, algo, "sym", limit - OVERHEAD, limit=limit)))
+                cases["gridgraph_r2"].append(gridgraph_run(gridgraph, algo, gg, 1, limit))
+            row = {}
+            for case, fs in cases.items():
+                row[case] = {
+                    "seconds": statistics.median(f["seconds"] for f in fs),
+                    "passes": fs[0].get("passes", fs[0].get("iterations")),
+                    "load1": statistics.median(f["load1"] for f in fs),
+                }
+            row["memlimit_mb"] = limit / 2**20
+            out[f"{scale}/{algo}"] = row
+            print(f"GridGraph {scale}/{algo}: " + ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in row.items()
+                                                          if isinstance(v, dict)), flush=True)  # fmt: skip
     return out
 
 
@@ -345,6 +529,9 @@ def main() -> None:
     p.add_argument("--only", default="r1,r2,r3")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--r3-scale", type=int, default=24)
+    p.add_argument("--algos", default=",".join(a for a, _ in MORE_ALGOS), help="--only algos: which of them")
+    p.add_argument("--nx-scale", type=int, default=14, help="--only algos: the RMAT scale networkx runs on")
+    p.add_argument("--gridgraph", type=Path, default=None, help="--only algos: a built GridGraph checkout")
     a = p.parse_args()
     if not memlimit_available():
         raise SystemExit("memlimit is not available: R2 and R3 need ../shared/tools/memlimit")
@@ -372,10 +559,18 @@ def main() -> None:
         save("grid-comp", {**env, "results": res})
         update_doc("grid-comp", f"### Compressed grids (`{env['command']}`)\n\n" + comp_table(res))
     if "algos" in only:
-        in_memory = r1(scales, a.repeats, MORE_ALGOS)
-        res = {"r1": in_memory, "r2": r2(scales, a.repeats, in_memory, MORE_ALGOS)}
-        save("grid-algos", {**env, "results": res})
-        update_doc("grid-algos", f"### More algorithms (`{env['command']}`)\n\n" + algos_table(res, seq))
+        names = a.algos.split(",")
+        unknown = set(names) - {x for x, _ in MORE_ALGOS}
+        if unknown:
+            raise SystemExit(f"--algos: not among {[x for x, _ in MORE_ALGOS]}: {sorted(unknown)}")
+        chosen = tuple((x, g) for x, g in MORE_ALGOS if x in names)
+        section = "grid-algos" + ("" if len(chosen) == len(MORE_ALGOS) else "-" + "-".join(x for x, _ in chosen))
+        res = algos_r1_r2(scales, a.repeats, chosen)
+        res["networkx"] = networkx_side_by_side(a.nx_scale, a.repeats, chosen)
+        if a.gridgraph:
+            res["gridgraph"] = gridgraph_side_by_side(a.gridgraph, scales, a.repeats)
+        save(section, {**env, "results": res})
+        update_doc(section, f"### More algorithms (`{env['command']}`)\n\n" + algos_tables(res, seq))
     if "r3" in only:
         res = r3(a.r3_scale, a.repeats)
         save("grid-r3", {**env, "results": res})
@@ -399,18 +594,37 @@ def r2_table(res: dict, seq: float) -> str:
                         "disk MB/s (of seq)", "peak MiB"))  # fmt: skip
 
 
-def algos_table(res: dict, seq: float) -> str:
-    """In memory (R1) and out of core (R2) side by side, per algorithm."""
+def algos_tables(res: dict, seq: float) -> str:
+    """In memory (R1) and out of core (R2) side by side, per algorithm; then networkx and GridGraph."""
     rows = []
     for k, mem in res["r1"].items():
         ooc = res["r2"][k]
         share = f" ({ooc['disk_mb_s_median'] / seq:.0%})" if seq else ""
         rows.append((k, mem["iterations"], f"{mem['edges_per_s'] / 1e6:.0f}M", f"{mem['seconds']:.2f}",
-                     f"{ooc['memlimit_mb']:.0f} MiB", "windows" if ooc["vertex_windowed"] else "memory",
+                     f"{mem['load1']:.1f}", f"{ooc['memlimit_mb']:.0f} MiB",
+                     "windows" if ooc["vertex_windowed"] else "memory", ooc["iterations"],
                      f"{ooc['edges_per_s'] / 1e6:.0f}M", f"{ooc['seconds']:.2f}", f"{ooc['time_vs_r1']:.2f}x",
-                     f"{ooc['gb_disk']:.2f}", f"{ooc['disk_mb_s_median']:.0f}{share}"))  # fmt: skip
-    return table(rows, ("scale/algorithm", "passes", "R1 edges/s", "R1 s", "R2 memlimit", "R2 vertex data",
-                        "R2 edges/s", "R2 s", "R2 vs R1", "R2 GB read", "disk MB/s (of seq)"))  # fmt: skip
+                     f"{ooc['gb_disk']:.2f}", f"{ooc['disk_mb_s_median']:.0f}{share}",
+                     f"{ooc['load1']:.1f}"))  # fmt: skip
+    out = table(rows, ("scale/algorithm", "R1 passes", "R1 edges/s", "R1 s", "R1 load", "R2 memlimit",
+                       "R2 vertex data", "R2 passes", "R2 edges/s", "R2 s", "R2 vs R1", "R2 GB read",
+                       "disk MB/s (of seq)", "R2 load"))  # fmt: skip
+    if res.get("networkx"):
+        rows = [(k, f"{v['strata_seconds']:.3f}", f"{v['strata_wall_seconds']:.2f}", f"{v['networkx_seconds']:.2f}",
+                 f"{v['speedup']:.0f}x", f"{v['load1']:.1f}") for k, v in res["networkx"].items()]  # fmt: skip
+        out += "\n\nnetworkx side by side (Strata in memory; networkx in one Python process on its own graph):\n\n"
+        out += table(rows, ("scale/algorithm", "Strata s", "Strata process s", "networkx s", "networkx / Strata",
+                            "load"))  # fmt: skip
+    if res.get("gridgraph"):
+        rows = []
+        for k, v in res["gridgraph"].items():
+            rows.append((k, *(f"{v[c]['seconds']:.2f} ({v[c]['passes']})" for c in
+                              ("strata_r1", "gridgraph_r1", "strata_r2", "gridgraph_r2")),
+                         f"{v['memlimit_mb']:.0f} MiB", f"{v['strata_r1']['load1']:.1f}"))  # fmt: skip
+        out += "\n\nGridGraph side by side (seconds, and passes in brackets):\n\n"
+        out += table(rows, ("scale/algorithm", "Strata R1", "GridGraph R1", "Strata R2", "GridGraph R2",
+                            "R2 memlimit", "load"))  # fmt: skip
+    return out
 
 
 def comp_table(res: dict) -> str:

@@ -3,7 +3,7 @@ prints the run summary and every iteration as one JSON object.
 
     python benches/grid_driver.py STORE ALGO --grid NAME --memory BYTES [--keep-resident 0|1]
         [--iterations N] [--root V] [--far ADDR --ratio R --chunk BYTES --connections N] [--prefetch N]
-        [--disk-fetchers N] [--segment BYTES]
+        [--disk-fetchers N] [--segment BYTES] [--program FILE] [--param KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import sys
 
 from strata import _native
+from strata.grid import load_program
 
 
 def main() -> None:
@@ -31,6 +32,10 @@ def main() -> None:
     p.add_argument("--prefetch", type=int, default=None)
     p.add_argument("--disk-fetchers", type=int, default=None)
     p.add_argument("--segment", type=int, default=0)
+    p.add_argument("--program", default=None, help="algo program: the program file (its iterations: --iterations)")
+    p.add_argument(
+        "--param", action="append", default=[], help="an algorithm parameter of [run], KEY=VALUE (VALUE as JSON)"
+    )
     a = p.parse_args()
     # The [run] section's options (strata_grid::config::RunOptions); unset ones take its defaults.
     job = {
@@ -44,10 +49,15 @@ def main() -> None:
     }
     if a.algo in ("pagerank", "ppr"):
         job["iterations"] = a.iterations
+    if a.algo == "program":
+        job["program"] = load_program(a.program).replace(iterations=a.iterations).to_json()
     if a.algo == "ppr":
         job["seeds"] = [str(a.root)]
     if a.algo in ("bfs", "sssp"):
         job["root"] = a.root
+    for param in a.param:
+        key, _, value = param.partition("=")
+        job[key] = json.loads(value)
     for key in ("prefetch", "disk_fetchers"):
         if getattr(a, key) is not None:
             job[key] = getattr(a, key)

@@ -31,6 +31,7 @@ EXTRAS = {
     "tensorboard": "tensorboard",
     "pyarrow": "parquet",
     "usearch": "ann",
+    "h5py": "hdf5",
 }
 
 
@@ -40,6 +41,21 @@ def needs(module: str):
     return pytest.importorskip(
         module, reason=f"{module} is not installed: `make test` installs it (or pip install 'strata-gl[{extra}]')"
     )
+
+
+def without(monkeypatch, module: str) -> None:
+    """Makes every import of ``module`` (and its submodules) fail for the rest of the test, as if
+    the optional dependency were not installed."""
+    import builtins
+
+    real = builtins.__import__
+
+    def refuse(name, *args, **kwargs):
+        if name == module or name.startswith(f"{module}."):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", refuse)
 
 
 @pytest.fixture

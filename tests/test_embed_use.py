@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs, run_strata
+from conftest import needs, run_strata, without
 from strata.embed import Run
 from strata.errors import ConfigError
 
@@ -147,16 +147,7 @@ def test_parquet_export_equals_the_npy_export(trained, tmp_path, strata_cli):
 
 
 def test_parquet_export_without_pyarrow_says_how_to_install(trained, tmp_path, monkeypatch):
-    import builtins
-
-    real = builtins.__import__
-
-    def no_pyarrow(name, *args, **kwargs):
-        if name.startswith("pyarrow"):
-            raise ImportError(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    without(monkeypatch, "pyarrow")
     with pytest.raises(ConfigError, match=r"strata-gl\[parquet\]"):
         Run(trained[0]).export(tmp_path / "x", format="parquet")
     assert not Path(tmp_path / "x").exists()
@@ -205,16 +196,7 @@ def test_index_bad_inputs(trained, strata_cli, tmp_path, monkeypatch):
     assert unknown.returncode == 2 and "node 'nope' is not in the index" in unknown.stderr
     not_index = strata_cli("embed", "neighbors", run, "--node", names[1], "--index", tmp_path, check=False)
     assert not_index.returncode == 2 and "not a neighbour index" in not_index.stderr
-    import builtins
-
-    real = builtins.__import__
-
-    def no_usearch(name, *args, **kwargs):
-        if name.startswith("usearch"):
-            raise ImportError(name)
-        return real(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_usearch)
+    without(monkeypatch, "usearch")
     with pytest.raises(ConfigError, match=r"strata-gl\[ann\]"):
         ann.build_index(Run(run), tmp_path / "idx2")
     assert not (tmp_path / "idx2").exists()

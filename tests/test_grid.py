@@ -349,6 +349,74 @@ def test_hyperanf(graphs, tmp_path, order, keep):
     assert reach.dtype == np.float64 and reach.min() >= 0.9  # every vertex reaches itself
 
 
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_triangles(graphs, tmp_path, order, keep):
+    """Per vertex and in all as networkx's `triangles` (self-loops and repeated edges aside)."""
+    s, out = run_on(graphs["ustore"], f"s-{order}", "triangles", keep, tmp_path)
+    want = nx.triangles(graphs["u"])
+    assert np.load(out / "triangles.npy").tolist() == [want[v] for v in range(N)]
+    assert s["result"]["triangles"] == sum(want.values()) // 3 > 50
+
+
+def prec_max_rounds(src: np.ndarray, dst: np.ndarray, n: int, rounds: int) -> tuple[np.ndarray, bool]:
+    """Synchronous rounds of networkx's per-vertex rule (`_update_label`: keep the label when it is
+    among the most frequent, else take the largest of those) over a grid's edge records."""
+    label = np.arange(n)
+    for _ in range(rounds):
+        new = label.copy()
+        for v in range(n):
+            labels, counts = np.unique(label[src[dst == v]], return_counts=True)
+            if len(labels) and label[v] not in labels[counts == counts.max()]:
+                new[v] = labels[counts == counts.max()].max()
+        if np.array_equal(new, label):
+            return label, True
+        label = new
+    return label, False
+
+
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_lpa(graphs, tmp_path, order, keep):
+    """Synchronous rounds of networkx's Prec-Max rule, against a reference of the rule on the
+    grid's records (self-loops counted, the repeated one twice)."""
+    s, out = run_on(graphs["ustore"], f"s-{order}", "lpa", keep, tmp_path, rounds=8)
+    src, dst, _ = grid_edges(graphs["ustore"] / "grids" / f"s-{order}")
+    want, converged = prec_max_rounds(src, dst, N, 8)
+    assert np.array_equal(np.load(out / "community.npy"), want)
+    assert s["result"]["converged"] is converged
+    assert s["result"]["communities"] == len(np.unique(want))
+
+
+def test_lpa_finds_the_planted_communities_networkx_finds(tmp_path):
+    """Cliques joined in a ring by single edges: one community each, as networkx's semi-synchronous
+    `label_propagation_communities` finds them."""
+    g = nx.ring_of_cliques(7, 9)
+    store = make_store(tmp_path, np.array(g.edges), g.number_of_nodes(), "cliques")
+    s = run(algorithm="lpa", store=store, out=tmp_path / "lpa")
+    label = np.load(tmp_path / "lpa" / "community.npy")
+    ours = {frozenset(np.flatnonzero(label == x).tolist()) for x in np.unique(label)}
+    assert ours == {frozenset(c) for c in nx.community.label_propagation_communities(g)}
+    assert len(ours) == 7 and s["result"]["converged"]
+
+
+@pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
+def test_betweenness(graphs, tmp_path, order, keep):
+    """Every source: networkx's exact `betweenness_centrality` of the undirected graph. Sampled on
+    the directed one: networkx's sums from the same sources, scaled as its `k=` scales them."""
+    u, g = graphs["u"], graphs["g"]
+    s, out = run_on(graphs["ustore"], f"s-{order}", "betweenness", keep, tmp_path / "exact", sources=0)
+    want = nx.betweenness_centrality(u)
+    np.testing.assert_allclose(np.load(out / "betweenness.npy"), [want[v] for v in range(N)], rtol=1e-9, atol=1e-15)
+    assert s["result"]["batches"] == -(-N // 16)
+    k = 25
+    s, out = run_on(graphs["store"], f"d-{order}", "betweenness", keep, tmp_path / "k", sources=k, seed=3, batch=10)
+    sources = s["result"]["sources"]
+    assert len(set(sources)) == k
+    sums = nx.betweenness_centrality_subset(g, sources, list(g), normalized=False)
+    pairs = N - 1
+    scale = [1 / ((k - 1) * (pairs - 1)) if v in sources else 1 / (k * (pairs - 1)) for v in range(N)]
+    np.testing.assert_allclose(np.load(out / "betweenness.npy"), [sums[v] * scale[v] for v in range(N)], rtol=1e-9)
+
+
 def test_runs_find_or_build_a_grid_that_suits(tmp_path):
     g = nx.gnm_random_graph(120, 500, seed=8, directed=True)
     store = make_store(tmp_path, np.array(sorted(g.edges)), 120)
@@ -379,7 +447,7 @@ def test_sssp_runs_on_the_weights_the_store_was_converted_with(tmp_path):
     cols = ["--columns", "src,dst,weight"]
     run_strata("convert", tmp_path / "edges.tsv", *cols, "--num-nodes", 150, "--out", store, "-q")
     proc = run_strata("run", "sssp", store, "--root", 0, "--out", tmp_path / "sssp")
-    assert "weighted by the store's weights" in proc.stderr, proc.stderr
+    assert "weighted by the edges' own weights" in proc.stderr, proc.stderr
     dist = np.load(tmp_path / "sssp" / "distance.npy")
     want = nx.single_source_dijkstra_path_length(g, 0)
     for v in range(150):
@@ -527,7 +595,9 @@ def free_port() -> int:
         ),
         ({"algorithm": "pagerank", "segment": "1K"}, "run.segment: must be 0 (automatic) or at least 4 KiB"),
         ({"algorithm": "sssp", "weight_low": 2.0, "weight_high": 1.0}, "weight_low < weight_high"),
-        ({"algorithm": "betweenness"}, "unknown choice 'betweenness' (choices: pagerank, bfs, wcc, "),
+        ({"algorithm": "closeness"}, "unknown choice 'closeness' (choices: pagerank, bfs, wcc, "),
+        ({"algorithm": "betweenness", "batch": 65}, "run.batch: must be <= 64, got 65"),
+        ({"algorithm": "lpa", "rounds": 0}, "run.rounds: must be >= 1, got 0"),
     ],
 )
 def test_bad_options_name_the_field(options, message):
@@ -595,7 +665,7 @@ def test_malformed_grid_json(graphs, tmp_path):
 def test_bad_inputs_through_the_cli(graphs, tmp_path):
     store = graphs["store"]
     cases = [
-        (["run", "betweenness", store], "unknown choice 'betweenness' (choices: pagerank, bfs,"),
+        (["run", "closeness", store], "unknown choice 'closeness' (choices: pagerank, bfs,"),
         (["run", "bfs", store, "--root", "-3"], "--root: must be >= 0, got -3"),
         (["run", "bfs", store, "--grid", "d-row", "--root", "1000"], "option root: vertex 1000 is not in the graph"),
         (
@@ -604,6 +674,7 @@ def test_bad_inputs_through_the_cli(graphs, tmp_path):
         ),
         (["run", "pagerank", tmp_path / "nope.strata"], "no such store"),
         (["run", "wcc", store, "--grid", "d-row"], "is not symmetric and wcc needs it"),
+        (["run", "triangles", store, "--grid", "d-row"], "is not symmetric and triangles needs it"),
         (["grid", "info", tmp_path / "nope"], "no such store or grid directory"),
         (["grid", "info", tmp_path], "neither a store (manifest.json) nor a grid directory"),
     ]

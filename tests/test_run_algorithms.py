@@ -12,7 +12,7 @@ from strata import _native
 from strata.config import ConvertConfig, RunConfig, describe
 from strata.convert import convert
 from strata.errors import ConfigError
-from strata.grid import RESULT_ARRAYS, algorithms, run
+from strata.grid import RESULT_ARRAYS, VertexProgram, algorithms, run
 
 REGISTERED = _native.grid_algorithms()
 
@@ -42,7 +42,7 @@ def test_an_unknown_algorithm_gets_a_did_you_mean(tmp_path):
     listed = ", ".join(a["name"] for a in REGISTERED)
     assert f"unknown choice 'pagernk'; did you mean 'pagerank'? (choices: {listed})" in proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = run_strata("run", "betweenness", store, check=False)
+    proc = run_strata("run", "closeness", store, check=False)
     assert proc.returncode == 2 and "did you mean" not in proc.stderr and listed in proc.stderr
     # The engine's own check, for a name that does not come through the command line.
     with pytest.raises(ConfigError, match=r"run\.algorithm: unknown algorithm 'pagernk'; did you mean 'pagerank'\?"):
@@ -55,7 +55,13 @@ def test_every_registered_algorithm_runs_from_python(tmp_path):
     np.save(tmp_path / "e.npy", edges)
     store = tmp_path / "g.strata"
     convert(ConvertConfig(inputs=[tmp_path / "e.npy"], out=store, num_nodes=60))
+    # The one algorithm with a required parameter, whose arrays are the program's outputs.
+    program = VertexProgram("in_degree", values={"d": ("f64", "0")}, edge="1", apply={"d": "acc"}, iterations=1)
+    required = {"program": {"program": program.to_json()}}
     for a in REGISTERED:
-        summary = run(algorithm=a["name"], store=store, memory="256M", out=tmp_path / a["name"])
+        summary = run(
+            algorithm=a["name"], store=store, memory="256M", out=tmp_path / a["name"], **required.get(a["name"], {})
+        )
         assert summary["algorithm"] == a["name"]
-        assert [p.rsplit("/", 1)[1] for p in summary["arrays"]] == [f"{x}.npy" for x in a["arrays"]]
+        arrays = a["arrays"] or ["d"]
+        assert [p.rsplit("/", 1)[1] for p in summary["arrays"]] == [f"{x}.npy" for x in arrays]

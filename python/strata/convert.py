@@ -217,9 +217,7 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
     if plan.format == "parquet" or any(parquet.is_parquet(Path(f["path"])) for f in edges_of):
         return _convert_parquet(cfg, plan, graph, edges_of, progress)
     if plan.format == "text":
-        columns = cfg.columns or _default_columns(cfg)
-        text = _text_options(cfg, _inputs(plan), [c.strip() for c in columns.split(",")], edges_of)
-        return _native.convert_text({"graph": graph, "text": text}, progress)
+        return _native.convert_text(text_job(cfg, plan, edges_of), progress)
     if plan.format == "bin32":
         return _native.convert_binary({"graph": graph, "inputs": _inputs(plan)}, progress)
     if plan.format == "numpy":
@@ -227,6 +225,13 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
     if plan.format == "numpy-typed":
         return _native.convert_typed_numpy({"graph": graph, "typed_numpy": _typed_options(cfg, plan)}, progress)
     return _convert_planetoid(cfg, plan, graph, progress)
+
+
+def text_job(cfg: ConvertConfig, plan: Plan, edges_of: list[dict] | None = None) -> dict:
+    """The text converter's job (``strata_store::convert::TextJob``) for ``plan``'s files."""
+    columns = cfg.columns or _default_columns(cfg)
+    text = _text_options(cfg, _inputs(plan), [c.strip() for c in columns.split(",")], edges_of or [])
+    return {"graph": _graph_options(cfg, cfg.out), "text": text}
 
 
 def _default_columns(cfg: ConvertConfig) -> str:

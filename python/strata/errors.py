@@ -23,6 +23,12 @@ class InputNotFoundError(InputError, FileNotFoundError):
     """An input path does not exist."""
 
 
+class ProgramError(InputError):
+    """A vertex program (``strata.grid.VertexProgram``) cannot run: its file does not define
+    one, its Python code raised, or a value it computed does not fit its array; the message
+    names the program and the step (and the vertex)."""
+
+
 class StoreFormatError(StrataError):
     """A store is not valid: wrong format version, missing or truncated arrays."""
 

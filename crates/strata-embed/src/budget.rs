@@ -196,6 +196,80 @@ pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
     align_up(rows * (dim + state) as u64 * 4)
 }
 
+/// Bytes of the relation rows and their optimizer state of `num_relations` relation types
+/// (doubled with reciprocal relations), as [`crate::relations::Relations`] holds them.
+pub fn relation_bytes(cfg: &TrainConfig, model: &ScoreModel, num_relations: u64) -> u64 {
+    let rd = model.rel_dim() as u64;
+    let rel_rows = num_relations.max(1) * if cfg.reciprocal { 2 } else { 1 };
+    let rel_state = match cfg.optimizer {
+        OptimizerKind::Adagrad => rd,
+        OptimizerKind::AdagradRow => 1,
+    };
+    if rd == 0 {
+        0
+    } else {
+        rel_rows * (rd + rel_state) * 4
+    }
+}
+
+/// Bytes a run opened to answer queries keeps beside its buffer and relations: the query
+/// rows, score tiles and heaps of a scan (queries beyond what it holds go in further scans).
+pub const QUERY_SCRATCH_BYTES: u64 = 8 << 20;
+
+/// The plan of a run opened to answer queries (`strata serve`): its relations, the query
+/// scratch ([`QUERY_SCRATCH_BYTES`]) and as many resident partitions of `part_bytes` as
+/// `memory` holds (`None`: all `partitions`, the whole table resident). Nothing for a runtime,
+/// edges, workers or evaluation: the serving process plans its own. Refuses (`Budget`, naming
+/// both sizes) a `memory` below one partition, the relations and the scratch.
+pub fn plan_queries(
+    partitions: u32,
+    part_bytes: u64,
+    relation_bytes: u64,
+    memory: Option<u64>,
+) -> Result<EmbedPlan> {
+    let fixed = relation_bytes + QUERY_SCRATCH_BYTES;
+    let minimum = fixed + part_bytes;
+    let capacity = match memory {
+        None => partitions as usize,
+        Some(m) if m < minimum => {
+            return Err(EmbedError::Budget(format!(
+                "memory {} cannot hold a served run's minimum of {}: one partition of {}, relations {}, query scratch {}",
+                fmt_bytes(m),
+                fmt_bytes(minimum),
+                fmt_bytes(part_bytes),
+                fmt_bytes(relation_bytes),
+                fmt_bytes(QUERY_SCRATCH_BYTES)
+            )))
+        }
+        Some(m) => ((m - fixed) / part_bytes.max(1)).min(partitions as u64) as usize,
+    };
+    let buffer_bytes = capacity as u64 * part_bytes;
+    Ok(EmbedPlan {
+        memory: fixed + buffer_bytes,
+        partitions,
+        capacity,
+        part_bytes,
+        buffer_bytes,
+        table_bytes: partitions as u64 * part_bytes,
+        piece_rows: 0,
+        edge_bytes: 0,
+        threads: 1,
+        cores: 1,
+        worker_bytes: 0,
+        eval_round: 0,
+        eval_bytes: QUERY_SCRATCH_BYTES,
+        relation_bytes,
+        bank_rows: 0,
+        bank_bytes: 0,
+        runtime_bytes: 0,
+        group_bytes: 0,
+        prefetch_slots: 0,
+        prefetch_bytes: 0,
+        prefetch_note: None,
+        minimum,
+    })
+}
+
 /// Scratch of one worker for chunks of `b` edges and `n` negatives (scores, loaded rows,
 /// gradients, update keys).
 fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
@@ -257,16 +331,7 @@ pub fn plan(
     }
     let d = model.dim as u64;
     let rd = model.rel_dim() as u64;
-    let rel_rows = num_relations.max(1) * if cfg.reciprocal { 2 } else { 1 };
-    let rel_state = match cfg.optimizer {
-        OptimizerKind::Adagrad => rd,
-        OptimizerKind::AdagradRow => 1,
-    };
-    let relation_bytes = if rd == 0 {
-        0
-    } else {
-        rel_rows * (rd + rel_state) * 4
-    };
+    let relation_bytes = relation_bytes(cfg, model, num_relations);
     let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
     let edge_bytes = PIECES_ALIVE * piece_rows * 12;
     let worker_bytes =
@@ -447,6 +512,38 @@ mod tests {
             transe_norm: 2,
             pbg: PbgForm::default(),
         }
+    }
+
+    #[test]
+    fn a_served_run_holds_the_partitions_its_memory_holds() {
+        let part = 12 << 10;
+        let all = plan_queries(6, part, 2048, None).unwrap();
+        assert_eq!((all.capacity, all.buffer_bytes), (6, 6 * part));
+        assert_eq!(all.memory, 6 * part + 2048 + QUERY_SCRATCH_BYTES);
+        assert!(all.in_memory() && all.total() == all.memory);
+        let two = plan_queries(
+            6,
+            part,
+            2048,
+            Some(2048 + QUERY_SCRATCH_BYTES + 2 * part + 100),
+        )
+        .unwrap();
+        assert_eq!(
+            (two.capacity, two.memory),
+            (2, 2048 + QUERY_SCRATCH_BYTES + 2 * part)
+        );
+        assert_eq!(two.minimum, 2048 + QUERY_SCRATCH_BYTES + part);
+        // More than the table: all of it, and no more bytes than it needs.
+        let big = plan_queries(6, part, 2048, Some(1 << 40)).unwrap();
+        assert_eq!((big.capacity, big.memory), (6, all.memory));
+        let e = plan_queries(6, part, 2048, Some(QUERY_SCRATCH_BYTES))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot hold a served run's minimum")
+                && e.contains("one partition of 12.0 KiB"),
+            "{e}"
+        );
     }
 
     #[test]

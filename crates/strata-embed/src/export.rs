@@ -14,10 +14,11 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::array::{NpyWriter, IO_CHUNK};
 use strata_store::strtab::NameTable;
-use strata_store::{DType, StoreError};
+use strata_store::DType;
 
 use crate::error::{EmbedError, Result};
 use crate::query::{name_of, Loaded};
+use crate::run_dir::io_err;
 
 /// Output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -30,6 +31,9 @@ pub enum ExportFormat {
     /// id, name and embedding columns, written by a [`RowSink`] (the Python package's
     /// Parquet writer: pyarrow, the parquet extra).
     Parquet,
+    /// a PyTorch-BigGraph checkpoint directory (`crate::pbg::export`; HDF5 through h5py, the
+    /// hdf5 extra).
+    Pbg,
 }
 
 impl ExportFormat {
@@ -39,6 +43,7 @@ impl ExportFormat {
             ExportFormat::Npy => "npy",
             ExportFormat::Tsv => "tsv",
             ExportFormat::Parquet => "parquet",
+            ExportFormat::Pbg => "h5",
         }
     }
 }
@@ -63,10 +68,6 @@ pub struct ExportReport {
     pub dim: usize,
     pub passes: u64,
     pub seconds: f64,
-}
-
-fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
-    EmbedError::Store(StoreError::Io(strata_io::IoError::os(op, path, 0, e)))
 }
 
 /// Where rows in id order go.
@@ -139,12 +140,39 @@ pub fn export_with(
     mut external: Option<&mut dyn RowSink>,
     progress: &dyn Progress,
 ) -> Result<ExportReport> {
+    if format == ExportFormat::Pbg {
+        return Err(EmbedError::Config(
+            "export.format pbg is written by strata_embed::pbg::export (strata embed export --format pbg)".into(),
+        ));
+    }
     if format == ExportFormat::Parquet && external.is_none() {
         return Err(EmbedError::Config(
             "export.format parquet is written through the Python package (strata embed export --format parquet)".into(),
         ));
     }
     let start = std::time::Instant::now();
+    let (files, passes) = write_published(out, overwrite, |tmp| {
+        write_all(l, tmp, format, external.take(), progress)
+    })?;
+    Ok(ExportReport {
+        out: out.to_path_buf(),
+        files,
+        epoch: l.epoch,
+        num_nodes: l.run.meta.num_nodes,
+        dim: l.model.dim,
+        passes,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Writes the directory `out` with `write` into a `.partial-PID` directory beside it, then
+/// publishes it (renamed into place, or swapped with an existing `out` when `overwrite`); on
+/// any error the partial directory is removed and `out` is untouched.
+pub(crate) fn write_published<T>(
+    out: &Path,
+    overwrite: bool,
+    write: impl FnOnce(&Path) -> Result<T>,
+) -> Result<T> {
     if out.exists() && !overwrite {
         return Err(EmbedError::Config(format!(
             "{} exists; pass --overwrite to replace it",
@@ -166,27 +194,14 @@ pub fn export_with(
     ));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).map_err(|e| io_err("mkdir", &tmp, e))?;
-    let result = write_all(l, &tmp, format, external.take(), progress);
-    let (files, passes) = match result {
-        Ok(x) => x,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
-    if let Err(e) = strata_io::durable::publish_dir(&tmp, out, "export") {
+    let written = write(&tmp).and_then(|x| {
+        strata_io::durable::publish_dir(&tmp, out, "export")?;
+        Ok(x)
+    });
+    if written.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e.into());
     }
-    Ok(ExportReport {
-        out: out.to_path_buf(),
-        files,
-        epoch: l.epoch,
-        num_nodes: l.run.meta.num_nodes,
-        dim: l.model.dim,
-        passes,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+    written
 }
 
 fn write_all(
@@ -215,6 +230,7 @@ fn write_all(
             ),
             names,
         ),
+        ExportFormat::Pbg => unreachable!("refused by export_with"),
         ExportFormat::Parquet => {
             let w = external.as_deref_mut().expect("checked by export_with");
             w.begin(&emb_path, d)?;
@@ -276,6 +292,7 @@ fn write_all(
                 w.finish()?;
                 files.push("relations.npy".into());
             }
+            ExportFormat::Pbg => unreachable!("refused by export_with"),
             ExportFormat::Parquet => {
                 let path = dir.join("relations.parquet");
                 let w = external.expect("checked by export_with");

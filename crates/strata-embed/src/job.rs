@@ -28,10 +28,7 @@ use crate::overlap;
 use crate::owner::{self, Commit};
 use crate::partitioning::{buckets, Partitioning};
 use crate::relations::Relations;
-use crate::run_dir::{
-    is_run, sync_dir, train_bytes, Checkpoint, EpochRecord, Run, RunMeta, Which, RUN_FORMAT,
-    RUN_VERSION,
-};
+use crate::run_dir::{is_run, sync_dir, Checkpoint, EpochRecord, Run, RunMeta, Which};
 use crate::table::{TableFile, TableLayout};
 use strata_store::budget::Planned;
 
@@ -671,35 +668,9 @@ fn create(
     }
     first.sync()?;
     meter.finish()?;
-    let ckpt = Checkpoint {
-        epoch: 0,
-        table: "table-0.bin".into(),
-    };
     let run = Run {
         dir: dir.to_path_buf(),
-        meta: RunMeta {
-            format: RUN_FORMAT.into(),
-            format_version: RUN_VERSION,
-            store: store
-                .path()
-                .canonicalize()
-                .unwrap_or_else(|_| store.path().to_path_buf()),
-            store_train_bytes: train_bytes(store)?,
-            num_nodes: graph.num_nodes,
-            num_relations: graph.num_relations,
-            config: cfg.clone(),
-            partitioning,
-            layout,
-            current: ckpt.clone(),
-            best: ckpt,
-            best_mrr: None,
-            history: Vec::new(),
-            test: None,
-            sgemm_flops: 0.0,
-            memory_plan: None,
-            world_size: 1,
-            owner_rank: None,
-        },
+        meta: RunMeta::fresh(store, cfg.clone(), partitioning, layout)?,
     };
     let relations = Relations::new(
         model,

@@ -223,7 +223,7 @@ pub fn neighbors(
 /// The embedding rows of `nodes` (`nodes.len() x dim`), each read on its own (from the buffer
 /// when its partition is resident): a few query rows should not load, and so evict, whole
 /// partitions that the scan then has to read again.
-fn single_rows(l: &Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
+pub(crate) fn single_rows(l: &Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
     let d = l.model.dim;
     let locator = l.run.meta.partitioning.locator();
     let engine = l.buffer.engine().clone();
@@ -264,7 +264,7 @@ pub(crate) fn query_rows(l: &mut Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
 }
 
 /// A min-heap of the best `(key, node)` seen, higher key better, lower node on ties.
-type Best = BinaryHeap<Reverse<(OrdF32, Reverse<u64>)>>;
+pub(crate) type Best = BinaryHeap<Reverse<(OrdF32, Reverse<u64>)>>;
 
 /// `(score, node)` pairs, nearest first.
 type Ranked = Vec<(f32, u64)>;

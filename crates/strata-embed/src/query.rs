@@ -2,11 +2,10 @@
 //! budget (partitions are scanned through the buffer when the table does not fit).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::path::Path;
 
 use serde::Serialize;
-use strata_io::progress::Progress;
+use strata_io::progress::{Meter, Progress};
 use strata_io::Engine;
 use strata_store::strtab::NameTable;
 use strata_store::Store;
@@ -18,6 +17,7 @@ use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::job::eval_spec;
 use crate::model::{score_candidates, ScoreModel, Scratch};
+use crate::neighbors::Best;
 use crate::relations::Relations;
 use crate::run_dir::{Run, Which};
 use crate::table::TableFile;
@@ -38,7 +38,8 @@ pub struct Loaded {
 
 impl Loaded {
     /// Opens checkpoint `which` of the run in `dir` with a budget of `memory` bytes (0: the
-    /// run's own) and `threads` threads (0: the run's own).
+    /// run's own) and `threads` threads (0: the run's own), planned as training would plan it
+    /// (the plan's lines go to `progress`).
     pub fn open(
         dir: &Path,
         which: Which,
@@ -46,36 +47,36 @@ impl Loaded {
         threads: usize,
         progress: &dyn Progress,
     ) -> Result<Loaded> {
-        let run = Run::open(dir)?;
-        if let (Some(rank), true) = (run.meta.owner_rank, run.meta.world_size > 1) {
-            return Err(EmbedError::Config(format!(
-                "{} is rank {rank}'s directory of an owner-mode run of {} ranks (dist_storage = owners) and holds only the partitions that rank owns; run `strata embed gather OUT` with every rank's directory (`{}/rank-*`), then use OUT",
-                dir.display(),
-                run.meta.world_size,
-                dir.parent().unwrap_or(dir).display()
-            )));
-        }
+        Loaded::open_planned(dir, which, |run, cfg, model| {
+            if memory > 0 {
+                cfg.memory = memory;
+            }
+            if threads > 0 {
+                cfg.threads = threads;
+            }
+            let plan =
+                budget::plan_fitting(cfg, model, run.meta.num_nodes, run.meta.num_relations, None)?;
+            plan.memory_plan()
+                .describe()
+                .iter()
+                .for_each(|l| progress.message(l));
+            Ok(plan)
+        })
+    }
+
+    /// Opens checkpoint `which` of the run in `dir` with the plan `plan` makes from the run,
+    /// its config (which it may change) and its model; the buffer gets the plan's capacity.
+    pub fn open_planned(
+        dir: &Path,
+        which: Which,
+        plan: impl FnOnce(&Run, &mut TrainConfig, &ScoreModel) -> Result<EmbedPlan>,
+    ) -> Result<Loaded> {
+        let run = Run::open_whole(dir)?;
         let store = run.store()?;
         let mut cfg = run.meta.config.clone();
         cfg.partitions = run.meta.partitioning.partitions;
-        if memory > 0 {
-            cfg.memory = memory;
-        }
-        if threads > 0 {
-            cfg.threads = threads;
-        }
         let model = run.meta.model();
-        let plan = budget::plan_fitting(
-            &cfg,
-            &model,
-            run.meta.num_nodes,
-            run.meta.num_relations,
-            None,
-        )?;
-        plan.memory_plan()
-            .describe()
-            .iter()
-            .for_each(|l| progress.message(l));
+        let plan = plan(&run, &mut cfg, &model)?;
         let ckpt = run.checkpoint(which).clone();
         let relations = run.relations(&ckpt)?;
         let engine = Engine::shared();
@@ -173,25 +174,90 @@ impl Loaded {
             answer: src,
             head,
         };
-        let known = known_answers(&self.store, &[query], progress)?
-            .remove(&(src, rel, head))
-            .unwrap_or_default();
+        let mut lists = self.predict_many(&[query], k, exclude_known, progress)?;
+        let names = self.node_names()?;
+        lists
+            .pop()
+            .expect("one list per query")
+            .into_iter()
+            .map(|(score, node, known)| {
+                Ok(Prediction {
+                    node,
+                    name: name_of(names.as_ref(), node)?,
+                    score,
+                    known,
+                })
+            })
+            .collect()
+    }
+
+    /// [`Loaded::predict`] for many queries (`answer` unused), without names: per query its
+    /// `k` best `(score, node, known)`, best first (ties: lower id first). Queries share scans
+    /// of the table, as many in one scan as the budget's spare bytes hold (a tile of scores, a
+    /// heap, the query's rows); the rest in further scans. Ids must be in range.
+    pub fn predict_many(
+        &mut self,
+        queries: &[Query],
+        k: usize,
+        exclude_known: bool,
+        progress: &dyn Progress,
+    ) -> Result<Vec<Vec<(f32, u64, bool)>>> {
+        let known = known_answers(&self.store, queries, progress)?;
         let (d, rd) = (self.model.dim, self.model.rel_dim());
-        let locator = self.run.meta.partitioning.locator();
-        let (p, l) = locator.locate(src);
-        let mut src_row = vec![0.0f32; d];
-        self.buffer.visit(&[p], &self.table, |_, emb| {
-            src_row.copy_from_slice(&emb[l as usize * d..(l as usize + 1) * d]);
-            Ok(())
-        })?;
-        let mut rel_row = vec![0.0f32; rd];
-        if rd > 0 {
-            self.relations
-                .query_row(&self.model, rel, head, &mut rel_row);
+        let tile = crate::eval::TILE;
+        let per_query = ((d + rd + tile) * 4 + (k + 1) * 16) as u64;
+        let per_scan = (self.spare_bytes() / per_query).max(1) as usize;
+        let n = self.run.meta.num_nodes;
+        let mut meter = Meter::new(
+            progress,
+            "predict",
+            queries.len().div_ceil(per_scan) as u64 * n * d as u64 * 4,
+            queries.len().div_ceil(per_scan) as u64 * n,
+        );
+        let mut lists = Vec::with_capacity(queries.len());
+        for group in queries.chunks(per_scan) {
+            let nodes: Vec<u64> = group.iter().map(|q| q.src).collect();
+            let src_rows = crate::neighbors::single_rows(self, &nodes)?;
+            let mut rel_rows = vec![0.0f32; group.len() * rd];
+            if rd > 0 {
+                for (q, row) in group.iter().zip(rel_rows.chunks_exact_mut(rd)) {
+                    self.relations.query_row(&self.model, q.rel, q.head, row);
+                }
+            }
+            let filters: Vec<&[u64]> = group
+                .iter()
+                .map(|q| {
+                    known
+                        .get(&(q.src, q.rel, q.head))
+                        .map_or(&[][..], |v| &v[..])
+                })
+                .collect();
+            let best =
+                self.scan_top(&src_rows, &rel_rows, &filters, k, exclude_known, &mut meter)?;
+            lists.extend(best);
         }
+        meter.finish()?;
+        Ok(lists)
+    }
+
+    /// One scan of every partition for the queries with rows `src_rows` (`b x dim`) and
+    /// `rel_rows` (`b x rel_dim`): per query its `k` best `(score, node, known)`, best first,
+    /// `known` from its sorted `filters` list (left out with `exclude_known`).
+    fn scan_top(
+        &mut self,
+        src_rows: &[f32],
+        rel_rows: &[f32],
+        filters: &[&[u64]],
+        k: usize,
+        exclude_known: bool,
+        meter: &mut Meter,
+    ) -> Result<Vec<Vec<(f32, u64, bool)>>> {
+        let d = self.model.dim;
+        let b = filters.len();
         let model = self.model;
         let partitioning = self.run.meta.partitioning.clone();
-        let mut heap: BinaryHeap<Reverse<(OrdF32, u64)>> = BinaryHeap::with_capacity(k + 1);
+        let locator = partitioning.locator();
+        let mut heaps: Vec<Best> = (0..b).map(|_| Best::with_capacity(k + 1)).collect();
         let mut scratch = Scratch::default();
         let mut out = Vec::new();
         let all: Vec<u32> = (0..partitioning.partitions).collect();
@@ -199,43 +265,46 @@ impl Loaded {
             let size = partitioning.size_of(p) as usize;
             for lo in (0..size).step_by(crate::eval::TILE) {
                 let t = crate::eval::TILE.min(size - lo);
-                out.resize(t, 0.0);
+                out.resize(b * t, 0.0);
                 score_candidates(
                     &model,
-                    1,
+                    b,
                     t,
-                    &src_row,
-                    &rel_row,
+                    src_rows,
+                    rel_rows,
                     &emb[lo * d..(lo + t) * d],
                     &mut out,
                     &mut scratch,
                 );
-                for (j, &s) in out.iter().enumerate() {
-                    let node = locator.node(p, (lo + j) as u32);
-                    if s.is_nan() || (exclude_known && known.binary_search(&node).is_ok()) {
-                        continue;
-                    }
-                    heap.push(Reverse((OrdF32(s), node)));
-                    if heap.len() > k {
-                        heap.pop();
+                for (i, heap) in heaps.iter_mut().enumerate() {
+                    for (j, &s) in out[i * t..(i + 1) * t].iter().enumerate() {
+                        let node = locator.node(p, (lo + j) as u32);
+                        if s.is_nan() || (exclude_known && filters[i].binary_search(&node).is_ok())
+                        {
+                            continue;
+                        }
+                        heap.push(Reverse((OrdF32(s), Reverse(node))));
+                        if heap.len() > k {
+                            heap.pop();
+                        }
                     }
                 }
             }
+            meter.add(size as u64, (size * d * 4) as u64)?;
             Ok(())
         })?;
-        let names = self.node_names()?;
-        let mut best: Vec<(f32, u64)> = heap.into_iter().map(|Reverse((s, n))| (s.0, n)).collect();
-        best.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        best.into_iter()
-            .map(|(score, node)| {
-                Ok(Prediction {
-                    node,
-                    name: name_of(names.as_ref(), node)?,
-                    score,
-                    known: known.binary_search(&node).is_ok(),
-                })
+        Ok(heaps
+            .into_iter()
+            .zip(filters)
+            .map(|(heap, known)| {
+                let mut best: Vec<(f32, u64, bool)> = heap
+                    .into_iter()
+                    .map(|Reverse((s, Reverse(n)))| (s.0, n, known.binary_search(&n).is_ok()))
+                    .collect();
+                best.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                best
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -267,8 +336,6 @@ impl Ord for OrdF32 {
     }
 }
 
-/// The id of `name` in name table `table` of `store`, or `name` as a number below `count`
-/// when the store has no such table.
 /// The name of node (or relation) `id`: from `names`, or the id itself without a table.
 pub(crate) fn name_of(names: Option<&NameTable>, id: u64) -> Result<String> {
     match names {
@@ -277,7 +344,15 @@ pub(crate) fn name_of(names: Option<&NameTable>, id: u64) -> Result<String> {
     }
 }
 
-fn lookup(store: &Store, table: &str, name: &str, count: u64, what: &str) -> Result<u64> {
+/// The id of `name` in name table `table` of `store`, or `name` as a number below `count`
+/// when the store has no such table.
+pub(crate) fn lookup(
+    store: &Store,
+    table: &str,
+    name: &str,
+    count: u64,
+    what: &str,
+) -> Result<u64> {
     let has_names = store.array(&format!("{table}_offsets")).is_some();
     if has_names {
         let t = NameTable::open(store, table)?;

@@ -98,6 +98,44 @@ fn one() -> usize {
 }
 
 impl RunMeta {
+    /// The record of a new run on `store` before its first epoch: epoch 0 in `table-0.bin`
+    /// (current and best), no history, one process.
+    pub fn fresh(
+        store: &Store,
+        config: TrainConfig,
+        partitioning: Partitioning,
+        layout: TableLayout,
+    ) -> Result<RunMeta> {
+        let graph = &store.manifest().graph;
+        let first = Checkpoint {
+            epoch: 0,
+            table: TABLES[0].into(),
+        };
+        Ok(RunMeta {
+            format: RUN_FORMAT.into(),
+            format_version: RUN_VERSION,
+            store: store
+                .path()
+                .canonicalize()
+                .unwrap_or_else(|_| store.path().to_path_buf()),
+            store_train_bytes: train_bytes(store)?,
+            num_nodes: graph.num_nodes,
+            num_relations: graph.num_relations,
+            config,
+            partitioning,
+            layout,
+            current: first.clone(),
+            best: first,
+            best_mrr: None,
+            history: Vec::new(),
+            test: None,
+            sgemm_flops: 0.0,
+            memory_plan: None,
+            world_size: 1,
+            owner_rank: None,
+        })
+    }
+
     pub fn model(&self) -> ScoreModel {
         ScoreModel {
             kind: self.config.model,
@@ -210,6 +248,21 @@ impl Run {
             dir: dir.to_path_buf(),
             meta,
         })
+    }
+
+    /// Opens the run in `dir`, refusing one rank's directory of an owner-mode run (it holds
+    /// only the partitions that rank owns).
+    pub fn open_whole(dir: &Path) -> Result<Run> {
+        let run = Run::open(dir)?;
+        if let (Some(rank), true) = (run.meta.owner_rank, run.meta.world_size > 1) {
+            return Err(EmbedError::Config(format!(
+                "{} is rank {rank}'s directory of an owner-mode run of {} ranks (dist_storage = owners) and holds only the partitions that rank owns; run `strata embed gather OUT` with every rank's directory (`{}/rank-*`), then use OUT",
+                dir.display(),
+                run.meta.world_size,
+                dir.parent().unwrap_or(dir).display()
+            )));
+        }
+        Ok(run)
     }
 
     /// Opens the store the run trained on, checking it still holds the same train edges.

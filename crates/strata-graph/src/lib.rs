@@ -2,12 +2,14 @@
 //! ([`Topology`] and the [`Adjacency`] trait), the multi-layer neighbour sampler
 //! ([`NeighborSampler`]: uniform, weighted, temporal and per edge type), the reader of node
 //! features on disk ([`features::FeatureReader`]), and the small interface every holder of
-//! feature rows implements ([`FeatureStore`]).
+//! feature rows implements ([`FeatureStore`]); and the interface a service reads trained
+//! embedding runs through ([`embedding_run::EmbeddingBackend`]).
 //!
 //! This crate sits between the foundation (`strata-io`, `strata-store`) and the engines; the
 //! engines share these types through it and never depend on each other (see
 //! `docs/architecture.md`).
 
+pub mod embedding_run;
 pub mod error;
 pub mod feature_store;
 pub mod features;

@@ -5,7 +5,7 @@
 //! build does), checks the round trip, then decodes all blocks on one thread `REPEATS` times
 //! (default 3). Prints one JSON line per code: bytes per edge, and the best repeat's decode
 //! rate in edges/s and GB/s of records produced (8 bytes an edge). `benches/bench_grid.py
-//! --only codec` runs it.
+//! --only comp` runs it.
 
 use std::path::Path;
 use std::time::Instant;
@@ -46,7 +46,7 @@ fn main() {
         let mut out = vec![[0u32; 2]; largest];
         for r in &blocks {
             let mut block = records[r.clone()].to_vec();
-            block_codec::sort_block(&mut block, &mut []);
+            block_codec::sort_block(&mut block, None, &mut Vec::new());
             let at = codes.len();
             block_codec::encode(codec, keys, &block, &mut codes);
             starts.push(codes.len());

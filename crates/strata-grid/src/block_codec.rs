@@ -100,21 +100,29 @@ impl Keys {
     }
 }
 
-/// Sorts a block's edges by (source, destination), moving `weights` (one per edge, or empty)
-/// along: the order a compressed block is stored and decoded in.
-pub fn sort_block(edges: &mut [[u32; 2]], weights: &mut [f32]) {
+/// Sorts a block's edges by (source, destination), moving `weights` (one per edge) along
+/// when the grid is weighted: the order a compressed block is stored and decoded in. A
+/// weighted block is sorted as (key, weight) pairs in `pairs` (16 bytes an edge, reused from
+/// block to block).
+pub fn sort_block(
+    edges: &mut [[u32; 2]],
+    weights: Option<&mut [f32]>,
+    pairs: &mut Vec<(u64, f32)>,
+) {
     let order = |e: &[u32; 2]| ((e[0] as u64) << 32) | e[1] as u64;
-    if weights.is_empty() {
+    let Some(weights) = weights else {
         edges.sort_unstable_by_key(order);
         return;
-    }
-    let mut pairs: Vec<(u64, f32)> = edges
-        .iter()
-        .zip(weights.iter())
-        .map(|(e, &w)| (order(e), w))
-        .collect();
+    };
+    pairs.clear();
+    pairs.extend(
+        edges
+            .iter()
+            .zip(weights.iter())
+            .map(|(e, &w)| (order(e), w)),
+    );
     pairs.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
-    for ((e, w), (k, x)) in edges.iter_mut().zip(weights.iter_mut()).zip(pairs) {
+    for ((e, w), &(k, x)) in edges.iter_mut().zip(weights.iter_mut()).zip(pairs.iter()) {
         *e = [(k >> 32) as u32, k as u32];
         *w = x;
     }
@@ -348,7 +356,7 @@ mod tests {
     const CODECS: [Compression; 2] = [Compression::Byte, Compression::Packed];
 
     fn round_trip(codec: Compression, chunk: u64, mut edges: Vec<[u32; 2]>) -> Vec<u8> {
-        sort_block(&mut edges, &mut []);
+        sort_block(&mut edges, None, &mut Vec::new());
         let keys = Keys::new(chunk);
         let mut code = Vec::new();
         encode(codec, keys, &edges, &mut code);
@@ -453,7 +461,7 @@ mod tests {
     fn sorting_moves_the_weights_along() {
         let mut edges = vec![[3, 1], [0, 9], [3, 0], [0, 2]];
         let mut weights = vec![0.31, 0.09, 0.30, 0.02];
-        sort_block(&mut edges, &mut weights);
+        sort_block(&mut edges, Some(&mut weights), &mut Vec::new());
         assert_eq!(edges, vec![[0, 2], [0, 9], [3, 0], [3, 1]]);
         assert_eq!(weights, vec![0.02, 0.09, 0.30, 0.31]);
     }

@@ -9,6 +9,7 @@ use crate::config::RunJob;
 use strata_store::budget::{group_bytes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
+use crate::algo::Work;
 use crate::block_codec::Compression;
 use crate::error::Result;
 use crate::far::FarSetup;
@@ -50,6 +51,9 @@ pub struct GridPlan {
     pub placement: Placement,
     /// Bytes a distributed rank's torch and gloo hold (0 alone): see [`plan`].
     pub group_bytes: u64,
+    /// What the algorithm asked for besides vertex data (its work buffer got
+    /// `placement.work_bytes` of it).
+    pub work: Option<Work>,
 }
 
 /// Plans `job` on `grid` with `threads` compute threads and, when the job uses far memory,
@@ -74,11 +78,13 @@ pub fn plan(
     let n = grid.manifest().num_vertices;
     let weighted = algo.needs_weights();
     let bytes_per_edge = EDGE_BYTES + if weighted { 4 } else { 0 };
-    let stream = StreamConfig {
+    let work = algo.work(grid.manifest(), threads);
+    let mut stream = StreamConfig {
         threads,
         disk_fetchers: job.disk_fetchers.max(1),
         far_fetchers: far.map_or(0, |f| f.fetchers),
         prefetch: job.prefetch,
+        work_bytes: 0,
     };
     let far_fetchers = job.far.as_ref().map_or(0, |f| f.fetchers.max(1));
     let fetchers = (stream.disk_fetchers + far_fetchers) as u64;
@@ -134,8 +140,11 @@ pub fn plan(
         far_capacity: far.map_or(0, |f| f.free_capacity),
         keep_resident: job.keep_resident,
         group_bytes,
+        work_minimum: work.as_ref().map_or(0, |w| w.minimum),
+        work_wanted: work.as_ref().map_or(0, |w| w.wanted),
     };
     let placement = place(&segments, &input)?;
+    stream.work_bytes = placement.work_bytes;
     let vertex_minimum = match job.vertex {
         VertexPlacement::Memory => vertex_bytes,
         VertexPlacement::Auto | VertexPlacement::Windows => window_bytes,
@@ -143,7 +152,11 @@ pub fn plan(
     let m = grid.manifest();
     Ok(GridPlan {
         memory: job.memory,
-        minimum: vertex_minimum + placement.buffer_bytes + RUNTIME_RESERVE + group_bytes,
+        minimum: vertex_minimum
+            + placement.buffer_bytes
+            + RUNTIME_RESERVE
+            + group_bytes
+            + input.work_minimum,
         weighted,
         bytes_per_edge,
         compression,
@@ -153,6 +166,7 @@ pub fn plan(
         stream,
         placement,
         group_bytes,
+        work,
     })
 }
 
@@ -164,7 +178,8 @@ impl Planned for GridPlan {
         let p = &self.placement;
         let mut plan = MemoryPlan::new("grid", self.memory).minimum(self.minimum);
         if p.vertex_windowed {
-            let fixed = p.window_bytes + p.buffer_bytes + RUNTIME_RESERVE + self.group_bytes;
+            let fixed =
+                p.window_bytes + p.buffer_bytes + RUNTIME_RESERVE + self.group_bytes + p.work_bytes;
             plan = plan
                 .part(
                     "vertex windows",
@@ -213,7 +228,20 @@ impl Planned for GridPlan {
                     }
                 ),
             )
-            .part("resident edge blocks", p.local_edge_bytes, "")
+            .part("resident edge blocks", p.local_edge_bytes, "");
+        if let Some(w) = &self.work {
+            plan = plan.part(
+                "work buffer",
+                p.work_bytes,
+                format!(
+                    "{} (at least {}, at most {})",
+                    w.about,
+                    fmt_bytes(w.minimum),
+                    fmt_bytes(w.wanted)
+                ),
+            );
+        }
+        plan = plan
             .part("runtime", RUNTIME_RESERVE, "reserve")
             .group_part(self.group_bytes);
         plan = plan.data(

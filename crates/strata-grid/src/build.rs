@@ -1,14 +1,17 @@
-//! `strata grid build`: a store's train edges into a P x P grid, streaming, in two passes
-//! within a memory budget.
+//! `strata grid build`: edges into a P x P grid of blocks, streaming, in two passes within a
+//! memory budget, from a store's train edges ([`build`]) or straight from an input edge list
+//! ([`crate::input`]).
 //!
-//! Pass 1 reads the edge array once and appends each edge to the spool of its major chunk
-//! (its destination chunk in column order), as `(minor chunk, source offset, destination
-//! offset)`. Pass 2 loads one spool at a time, counting-sorts it by minor chunk and appends
-//! its blocks to `edges.npy` (and their weights to `weights.npy`), so the edge file is written
-//! sequentially and memory holds one spool, not the graph. The grid is written into a
-//! `.partial-PID` directory and published only when complete (files, directory and parent
-//! fsynced, then renamed or swapped with the old grid: `strata_io::durable::publish_dir`);
-//! readers refuse `.partial-PID` directories, so a killed build leaves no grid that opens.
+//! Pass 1 ([`crate::spool`]) reads the edges once and bins each edge, and its reverse when
+//! symmetrised, by major chunk (its destination chunk in column order) into one spool file of
+//! large sequential writes. Pass 2 ([`crate::blocks`]) reads each major chunk's records back,
+//! counting-sorts them by minor chunk into their blocks and appends them to `edges.npy` (and
+//! their weights to `weights.npy`), so the edge file is written sequentially and memory holds
+//! one major chunk, not the graph. A compressed grid (`compression` packed or byte) codes each
+//! block as pass 2 writes it, into `edge_codes.npy` ([`crate::block_codec`]). The grid is written into a `.partial-PID` directory and
+//! published only when complete (files, directory and parent fsynced, then renamed or swapped
+//! with the old grid: `strata_io::durable::publish_dir`); readers refuse `.partial-PID`
+//! directories, so a killed build leaves no grid that opens.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,26 +26,19 @@ use strata_store::units::fmt_bytes;
 use strata_store::{ArrayInfo, Store};
 
 use crate::block_codec::Compression;
-use crate::edge_file::EdgeWriter;
+use crate::blocks::{sort_pass, SortInput, Sorted};
+use crate::build_budget::{BuildPlan, SPOOL_IN_FLIGHT};
 use crate::error::{GridError, Result};
 use crate::layout::{
     format_version, GridManifest, Layout, Order, WeightRequest, WeightSource, WeightSpec,
-    EDGE_BYTES, GRID_FORMAT, GRID_MANIFEST, STORE_WEIGHTS,
+    CODE_INDEX, GRID_FORMAT, GRID_MANIFEST, STORE_WEIGHTS,
 };
+use crate::spool::{Binner, RecordFormat};
 
-/// Words (u32) of one spooled record: minor chunk, source offset, destination offset, and
-/// the edge's weight (f32 bits) when the weights come from the store.
-fn spool_words(weights: Option<&WeightSpec>) -> usize {
-    if weights == Some(&WeightSpec::Store) {
-        4
-    } else {
-        3
-    }
-}
 /// Grids of one default name (differing weights) before a build asks for a name.
 const MAX_DEFAULT_NAMES: u32 = 100;
 /// Vertex state the automatic P plans for (GridGraph's PageRank: 12 B, plus bitmaps).
-const PLAN_VERTEX_BYTES: u64 = 16;
+pub(crate) const PLAN_VERTEX_BYTES: u64 = 16;
 
 /// What to build.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -82,6 +78,58 @@ impl Default for BuildJob {
     }
 }
 
+/// One step of a build: its wall time, the processor time it took and the bytes it read and
+/// wrote.
+#[derive(Debug, Clone, Serialize)]
+pub struct BuildStage {
+    /// `count` (the node count pass), `parse` (text), `spool` (pass 1), `blocks` (pass 2).
+    pub name: String,
+    pub seconds: f64,
+    /// User and system time of the process over the step, all threads (on a shared machine
+    /// the wall time says how busy the machine was, this what the step cost).
+    pub cpu_seconds: f64,
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+}
+
+/// The wall clock and the process's processor time at the start of a step.
+pub(crate) struct StageClock {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl StageClock {
+    pub fn start() -> StageClock {
+        StageClock {
+            wall: Instant::now(),
+            cpu: process_cpu_seconds(),
+        }
+    }
+
+    /// The step `name` since the start, with its bytes.
+    pub fn stage(&self, name: &str, read_bytes: u64, written_bytes: u64) -> BuildStage {
+        BuildStage {
+            name: name.into(),
+            seconds: self.wall.elapsed().as_secs_f64(),
+            cpu_seconds: process_cpu_seconds() - self.cpu,
+            read_bytes,
+            written_bytes,
+        }
+    }
+}
+
+/// User and system time of this process so far, in seconds.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given and reads nothing else.
+    let usage = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
 /// What a build did.
 #[derive(Debug, Clone, Serialize)]
 pub struct BuildSummary {
@@ -92,6 +140,10 @@ pub struct BuildSummary {
     /// Bytes of the grid on disk.
     pub bytes: u64,
     pub seconds: f64,
+    /// The steps in order, with their bytes.
+    pub stages: Vec<BuildStage>,
+    /// The budget plan, as printed.
+    pub plan: Vec<String>,
 }
 
 /// Directory holding the grids of a store.
@@ -99,7 +151,7 @@ pub fn grids_dir(store: &Path) -> PathBuf {
     store.join("grids")
 }
 
-/// Builds the grid `job` asks for.
+/// Builds the grid `job` asks for from the store's train edges.
 pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let t0 = Instant::now();
     let store = Store::open(&job.store)?;
@@ -110,99 +162,287 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         .weights
         .map(|r| r.resolve(store.array(STORE_WEIGHTS).is_some(), &job.store))
         .transpose()?;
-    let layout = plan_layout(job, &store, symmetric)?;
-    let (parent, name) = target(job, &layout, symmetric, weights.as_ref())?;
-    let out = parent.join(&name);
     let edges_info = store.require("edges_train")?.clone();
-    let stored = edges_info.shape[0];
-    let total = if symmetric { stored * 2 } else { stored };
-    let budget = BuildBudget::plan(job.memory, n, layout.partitions)?;
-
-    strata_store::store::remove_stale_partials(&parent, &name);
-    let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
-    std::fs::create_dir_all(tmp.join("spool")).map_err(|e| GridError::os("mkdir", &tmp, e))?;
-    let guard = PartialDir(tmp.clone());
-    progress.message(&format!(
-        "grid: {n} vertices in {} chunks of {}, {total} edges in {} blocks ({} order{}{}{}), budget {}",
-        layout.partitions,
-        layout.chunk_size,
-        layout.blocks(),
-        layout.order.name(),
-        if symmetric { ", symmetrised" } else { "" },
-        match weights {
-            Some(WeightSpec::Store) => ", weighted by the store's weights",
-            Some(WeightSpec::Random { .. }) => ", weighted by drawn weights",
-            None => "",
-        },
-        match job.compression {
-            Compression::None => String::new(),
-            c => format!(", {} compression", c.name()),
-        },
-        fmt_bytes(job.memory)
-    ));
-    let spool = SpoolInput {
-        edges: &edges_info,
-        weights: weights.as_ref(),
-        symmetric,
-    };
-    let spooled = spool_pass(&store, &spool, &layout, &tmp, &budget, progress)?;
-    budget.check_sort(
-        spooled.largest(),
-        &layout,
-        weights.as_ref(),
-        job.compression,
-    )?;
-    let blocks = block_pass(
-        &tmp,
-        &layout,
-        weights.as_ref(),
-        job.compression,
-        total,
-        progress,
-    )?;
-    std::fs::remove_dir(tmp.join("spool")).map_err(|e| GridError::os("remove", &tmp, e))?;
-
-    let manifest = GridManifest {
-        format: GRID_FORMAT.to_string(),
-        format_version: format_version(job.compression),
-        num_vertices: n,
-        num_edges: blocks.written,
-        partitions: layout.partitions,
-        chunk_size: layout.chunk_size,
-        order: layout.order,
+    let spec = GridSpec {
+        layout: plan_layout(
+            n,
+            job.partitions,
+            job.order,
+            edges_info.shape[0],
+            symmetric,
+            job.memory,
+        )?,
         symmetric,
         weights,
-        weight_range: blocks.weight_range,
-        largest_block_edges: blocks.largest_block,
-        largest_major_edges: spooled.largest(),
+        memory: job.memory,
+        input_edges: edges_info.shape[0],
+        input_bytes: edges_info.data_bytes(),
         compression: job.compression,
-        arrays: write_arrays(&tmp, blocks.arrays, &blocks.index, spooled)?,
-        provenance: serde_json::json!({
+    };
+    let (parent, name) = target(job, &spec)?;
+    let plan = spec.plan()?;
+    let out = parent.join(&name);
+    strata_store::store::remove_stale_partials(&parent, &name);
+    let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
+    let guard = PartialDir::create(&tmp)?;
+    spec.announce(&plan, progress);
+    let mut written = write_grid(&spec, &plan, &tmp, progress, |feed| {
+        feed_store(&store, &edges_info, spec.weights.as_ref(), &plan, feed)
+    })?;
+    let stages = std::mem::take(&mut written.stages);
+    let manifest = written.manifest(
+        &spec,
+        serde_json::json!({
             "store": job.store.canonicalize().unwrap_or(job.store.clone()),
             "store_name": store.manifest().name,
             "edges": "edges_train",
             "seconds": t0.elapsed().as_secs_f64(),
             "memory": job.memory,
         }),
-    };
-    let text = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
-    write_synced(&tmp.join(GRID_MANIFEST), text.as_bytes())?;
-    strata_io::durable::fault_point("grid.manifest_written");
-    strata_io::durable::publish_dir(&tmp, &out, "grid")?;
-    std::mem::forget(guard);
-    let bytes = dir_bytes(&out)?;
+    );
+    publish(&tmp, &out, &manifest, guard)?;
     Ok(BuildSummary {
+        bytes: dir_bytes(&out)?,
         dir: out,
-        partitions: layout.partitions,
+        partitions: spec.layout.partitions,
         num_vertices: n,
-        num_edges: blocks.written,
-        bytes,
+        num_edges: manifest.num_edges,
         seconds: t0.elapsed().as_secs_f64(),
+        stages,
+        plan: plan.describe(),
     })
 }
 
+/// Writes `manifest` into `tmp` and publishes `tmp` as `out` (see the module's doc).
+pub(crate) fn publish(
+    tmp: &Path,
+    out: &Path,
+    manifest: &GridManifest,
+    guard: PartialDir,
+) -> Result<()> {
+    let text = serde_json::to_string_pretty(manifest).expect("manifest serialises");
+    write_synced(&tmp.join(GRID_MANIFEST), text.as_bytes())?;
+    strata_io::durable::fault_point("grid.manifest_written");
+    strata_io::durable::publish_dir(tmp, out, "grid")?;
+    std::mem::forget(guard);
+    Ok(())
+}
+
+/// The grid a build writes: geometry, symmetry, weights, budget, the size of its input
+/// (for the meters and the plan) and how its blocks are stored.
+pub(crate) struct GridSpec {
+    pub layout: Layout,
+    pub symmetric: bool,
+    pub weights: Option<WeightSpec>,
+    pub memory: u64,
+    /// Edges the input holds (before symmetrising).
+    pub input_edges: u64,
+    /// Bytes pass 1 reads.
+    pub input_bytes: u64,
+    pub compression: Compression,
+}
+
+impl GridSpec {
+    /// Records pass 1 spools (each edge twice when symmetrised, a bound with self-loops).
+    fn records(&self) -> u64 {
+        self.input_edges * if self.symmetric { 2 } else { 1 }
+    }
+
+    /// The spool's record format: weights in the records when they come with the edges.
+    fn format(&self) -> RecordFormat {
+        RecordFormat::new(&self.layout, self.weights == Some(WeightSpec::Store))
+    }
+
+    /// The build's plan within the budget.
+    pub fn plan(&self) -> Result<BuildPlan> {
+        BuildPlan::new(
+            self.memory,
+            &self.layout,
+            self.format(),
+            self.records(),
+            self.weights.is_some(),
+            self.compression,
+        )
+    }
+
+    /// Prints what will be built and the plan.
+    pub fn announce(&self, plan: &BuildPlan, progress: &dyn Progress) {
+        let l = &self.layout;
+        progress.message(&format!(
+            "grid: {} vertices in {} chunks of {}, {} edges in {} blocks ({} order{}{}{}), budget {}",
+            l.num_vertices,
+            l.partitions,
+            l.chunk_size,
+            self.records(),
+            l.blocks(),
+            l.order.name(),
+            if self.symmetric { ", symmetrised" } else { "" },
+            match self.weights {
+                Some(WeightSpec::Store) => ", weighted by the edges' own weights",
+                Some(WeightSpec::Random { .. }) => ", weighted by drawn weights",
+                None => "",
+            },
+            match self.compression {
+                Compression::None => String::new(),
+                c => format!(", {} compression", c.name()),
+            },
+            fmt_bytes(self.memory)
+        ));
+        for line in plan.describe() {
+            progress.message(&line);
+        }
+    }
+}
+
+/// Pass 1's end of the pipe: the binner and the meter of the input read.
+pub(crate) struct Feed<'a> {
+    binner: Binner,
+    meter: Meter<'a>,
+}
+
+impl Feed<'_> {
+    /// Bins edges `src[k] -> dst[k]` (global ids, already checked) with `weight[k]` when the
+    /// weights come with the edges; `bytes` is the input they were read from.
+    pub fn add(&mut self, src: &[u64], dst: &[u64], weight: &[f32], bytes: u64) -> Result<()> {
+        self.binner.add(src, dst, weight)?;
+        Ok(self.meter.add(src.len() as u64, bytes)?)
+    }
+}
+
+/// What [`write_grid`] leaves in the grid's directory.
+pub(crate) struct Written {
+    sorted: Sorted,
+    largest_major: u64,
+    index: ArrayInfo,
+    pub stages: Vec<BuildStage>,
+    /// More arrays for the manifest (a node name table).
+    pub extra: BTreeMap<String, ArrayInfo>,
+}
+
+impl Written {
+    /// The grid's manifest, with `provenance`.
+    pub fn manifest(self, spec: &GridSpec, provenance: serde_json::Value) -> GridManifest {
+        let blocks = self.sorted.blocks;
+        let mut arrays = self.extra;
+        arrays.extend(blocks.arrays);
+        arrays.insert("block_index".to_string(), self.index);
+        arrays.insert("out_degree".to_string(), self.sorted.out_degree);
+        arrays.insert("in_degree".to_string(), self.sorted.in_degree);
+        GridManifest {
+            format: GRID_FORMAT.to_string(),
+            format_version: format_version(spec.compression),
+            num_vertices: spec.layout.num_vertices,
+            num_edges: blocks.written,
+            partitions: spec.layout.partitions,
+            chunk_size: spec.layout.chunk_size,
+            order: spec.layout.order,
+            symmetric: spec.symmetric,
+            weights: spec.weights.clone(),
+            weight_range: blocks.weight_range,
+            largest_block_edges: blocks.largest_block,
+            largest_major_edges: self.largest_major,
+            compression: spec.compression,
+            arrays,
+            provenance,
+        }
+    }
+}
+
+/// Writes a grid's arrays into `tmp` in two passes: `feed` hands every input edge to pass 1
+/// through the [`Feed`]; pass 2 sorts the spool into blocks. Removes the spool.
+pub(crate) fn write_grid(
+    spec: &GridSpec,
+    plan: &BuildPlan,
+    tmp: &Path,
+    progress: &dyn Progress,
+    feed: impl FnOnce(&mut Feed) -> Result<()>,
+) -> Result<Written> {
+    let spool_path = tmp.join("spool.bin");
+    let clock = StageClock::start();
+    let binner = Binner::create(
+        &spool_path,
+        &spec.layout,
+        spec.format(),
+        spec.symmetric,
+        plan.spool_buffer as usize,
+        SPOOL_IN_FLIGHT,
+    )?;
+    let mut pipe = Feed {
+        binner,
+        meter: Meter::new(progress, "grid: spool", spec.input_bytes, spec.input_edges),
+    };
+    feed(&mut pipe)?;
+    let read = pipe.meter.bytes();
+    pipe.meter.finish()?;
+    let spool = pipe.binner.finish()?;
+    strata_io::durable::fault_point("grid.spooled");
+    let spooled = spool.total() * spool.format.bytes();
+    let mut stages = vec![clock.stage("spool", read, spooled)];
+    let clock = StageClock::start();
+    let read_ahead = plan.check_sort(spool.largest(), &spec.layout)?;
+    let input = SortInput {
+        layout: &spec.layout,
+        weights: spec.weights.as_ref(),
+        read_ahead,
+        degree_buffer: plan.degree_buffer,
+        compression: spec.compression,
+    };
+    let mut sorted = sort_pass(&spool, &input, tmp, progress)?;
+    let largest_major = spool.largest();
+    drop(spool);
+    crate::spool::remove(&spool_path)?;
+    let index = write_i64(tmp, "block_index", &sorted.blocks.index)?;
+    if let Some(codes) = sorted.blocks.code_index.take() {
+        let info = write_i64(tmp, CODE_INDEX, &codes)?;
+        sorted.blocks.arrays.insert(CODE_INDEX.to_string(), info);
+    }
+    stages.push(clock.stage("blocks", spooled, dir_bytes(tmp)?));
+    Ok(Written {
+        sorted,
+        largest_major,
+        index,
+        stages,
+        extra: BTreeMap::new(),
+    })
+}
+
+/// Pass 1's input from a store: its train edges (ids checked as they are read) and, for the
+/// store's weights, `edge_weights_train` in step.
+fn feed_store(
+    store: &Store,
+    edges: &ArrayInfo,
+    weights: Option<&WeightSpec>,
+    plan: &BuildPlan,
+    feed: &mut Feed,
+) -> Result<()> {
+    let cols = edges.shape.get(1).copied().unwrap_or(1) as usize;
+    let mut reader = RowReader::open_array(store.path(), edges, plan.read_bytes as usize)?;
+    let mut column = match weights {
+        Some(WeightSpec::Store) => Some(WeightColumn::open(store, edges)?),
+        _ => None,
+    };
+    let mut check = IdCheck::edges(store, "edges_train")?;
+    let (mut ids, mut src, mut dst, mut w) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    while let Some(batch) = reader.next_batch()? {
+        ids.clear();
+        decode_ints(batch, edges.dtype, &mut ids);
+        check.check(&ids)?;
+        src.clear();
+        dst.clear();
+        for row in ids.chunks_exact(cols) {
+            src.push(row[0] as u64);
+            dst.push(row[cols - 1] as u64);
+        }
+        if let Some(c) = column.as_mut() {
+            c.take(src.len(), &mut w)?;
+        }
+        feed.add(&src, &dst, &w, batch.len() as u64)?;
+    }
+    Ok(())
+}
+
 /// Refuses drawn weights whose range is empty or not finite.
-fn check_weights(weights: Option<&WeightRequest>) -> Result<()> {
+pub(crate) fn check_weights(weights: Option<&WeightRequest>) -> Result<()> {
     match weights {
         Some(w)
             if w.source != WeightSource::Store
@@ -217,37 +457,34 @@ fn check_weights(weights: Option<&WeightRequest>) -> Result<()> {
     }
 }
 
-/// The grid's layout: the job's P, or one chosen from the vertex count, the edges (doubled
-/// when symmetrised) and the budget of the runs.
-fn plan_layout(job: &BuildJob, store: &Store, symmetric: bool) -> Result<Layout> {
-    let n = store.manifest().graph.num_nodes;
-    let partitions = match job.partitions {
-        0 => {
-            let edges = store.require("edges_train")?.shape[0] * if symmetric { 2 } else { 1 };
-            Layout::auto_partitions(n, edges, PLAN_VERTEX_BYTES, job.memory)
-        }
+/// The grid's layout: `partitions` (P), or, for 0, one chosen from the vertex count, the
+/// edges (`edges`, doubled when symmetrised) and the budget of the runs.
+pub(crate) fn plan_layout(
+    n: u64,
+    partitions: u32,
+    order: Order,
+    edges: u64,
+    symmetric: bool,
+    memory: u64,
+) -> Result<Layout> {
+    let partitions = match partitions {
+        0 => Layout::auto_partitions(
+            n,
+            edges * if symmetric { 2 } else { 1 },
+            PLAN_VERTEX_BYTES,
+            memory,
+        ),
         p => p,
     };
-    Layout::new(n, partitions, job.order)
+    Layout::new(n, partitions, order)
 }
 
 /// Where the grid goes: `STORE/grids/` (created) and the grid's directory name, checked to be
 /// a plain name that does not exist yet unless the job may overwrite it.
-fn target(
-    job: &BuildJob,
-    layout: &Layout,
-    symmetric: bool,
-    weights: Option<&WeightSpec>,
-) -> Result<(PathBuf, String)> {
+fn target(job: &BuildJob, spec: &GridSpec) -> Result<(PathBuf, String)> {
     let parent = grids_dir(&job.store);
     let name = match job.name.as_str() {
-        "" => free_default_name(
-            &parent,
-            default_name(layout, symmetric, weights, job.compression),
-            symmetric,
-            weights,
-            job.compression,
-        )?,
+        "" => free_default_name(&parent, spec)?,
         s => s.to_string(),
     };
     if name.contains('/')
@@ -274,15 +511,16 @@ fn target(
 }
 
 /// Grids of one P and order whose weights differ (drawn from other seeds, or the store's)
-/// share a default name: the first of `base`, `base-2`, `base-3`, ... that is free or holds
-/// the same kind of grid (which the caller then refuses to overwrite unless asked).
-fn free_default_name(
-    parent: &Path,
-    base: String,
-    symmetric: bool,
-    weights: Option<&WeightSpec>,
-    compression: Compression,
-) -> Result<String> {
+/// share a default name: the first of `base`, `base-2`, `base-3`, ... (the [`default_name`]
+/// of `spec`) that is free or holds the same kind of grid (which the caller then refuses to
+/// overwrite unless asked).
+fn free_default_name(parent: &Path, spec: &GridSpec) -> Result<String> {
+    let base = default_name(
+        &spec.layout,
+        spec.symmetric,
+        spec.weights.as_ref(),
+        spec.compression,
+    );
     for k in 1..=MAX_DEFAULT_NAMES {
         let name = if k == 1 {
             base.clone()
@@ -291,9 +529,9 @@ fn free_default_name(
         };
         match GridManifest::load(&parent.join(&name)) {
             Ok(m)
-                if m.symmetric != symmetric
-                    || m.weights.as_ref() != weights
-                    || m.compression != compression =>
+                if m.symmetric != spec.symmetric
+                    || m.weights != spec.weights
+                    || m.compression != spec.compression =>
             {
                 continue
             }
@@ -307,96 +545,6 @@ fn free_default_name(
             parent.display()
         ),
     ))
-}
-
-/// How a build spends its budget. Degrees (2 x 8 B per vertex) stay in memory through both
-/// passes; spool buffers take a quarter of the rest and pass 2 needs one spool plus its
-/// sorted copy.
-struct BuildBudget {
-    memory: u64,
-    degree_bytes: u64,
-    /// The budget less degrees and fixed buffers.
-    spare: u64,
-    /// Write buffer of each spool, in bytes.
-    spool_buf: usize,
-}
-
-impl BuildBudget {
-    /// Plans `memory` bytes for `n` vertices in `partitions` chunks; refuses a budget that
-    /// cannot hold the degrees and fixed buffers.
-    fn plan(memory: u64, n: u64, partitions: u32) -> Result<BuildBudget> {
-        let degree_bytes = 16 * n;
-        let fixed = degree_bytes + (64 << 20);
-        if memory < fixed {
-            return Err(GridError::Budget(format!(
-                "memory budget of {} is too small to build a grid of {n} vertices: degrees and buffers need {}",
-                fmt_bytes(memory),
-                fmt_bytes(fixed)
-            )));
-        }
-        let spare = memory - fixed;
-        let spool_buf = ((spare / 4) / partitions as u64).clamp(64 << 10, 1 << 20) as usize;
-        Ok(BuildBudget {
-            memory,
-            degree_bytes,
-            spare,
-            spool_buf,
-        })
-    }
-
-    /// Refuses a grid whose largest major chunk (`largest` edges) cannot be sorted within the
-    /// budget.
-    fn check_sort(
-        &self,
-        largest: u64,
-        layout: &Layout,
-        weights: Option<&WeightSpec>,
-        compression: Compression,
-    ) -> Result<()> {
-        // The spool's records, the sorted edges, their minors and (weighted) their weights;
-        // compressed, a block's code (at most 9 bytes an edge: 8-byte gaps and run headers)
-        // and, weighted, the (key, weight) pairs its sort moves.
-        let record = 4 * spool_words(weights) as u64;
-        let weight = if weights.is_some() { 4 } else { 0 };
-        let coding = match (compression.is_compressed(), weights.is_some()) {
-            (false, _) => 0,
-            (true, false) => 9,
-            (true, true) => 9 + 16,
-        };
-        let sort_bytes = largest * (record + EDGE_BYTES + 4 + weight + coding);
-        if sort_bytes > self.spare {
-            return Err(GridError::Budget(format!(
-                "memory budget of {} is too small: the largest {} of the grid holds {largest} edges and sorting it needs {} beside {} of degrees; raise --memory or the partitions",
-                fmt_bytes(self.memory),
-                if layout.order == Order::Column { "column" } else { "row" },
-                fmt_bytes(sort_bytes),
-                fmt_bytes(self.degree_bytes)
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// What pass 1 leaves: each vertex's degrees and each spool's edge count.
-struct Spooled {
-    out_deg: Vec<u64>,
-    in_deg: Vec<u64>,
-    spool_edges: Vec<u64>,
-}
-
-impl Spooled {
-    /// Edges of the largest major chunk.
-    fn largest(&self) -> u64 {
-        self.spool_edges.iter().copied().max().unwrap_or(0)
-    }
-}
-
-/// What pass 1 reads: the train edges, their weights when they come from the store, and
-/// whether to spool both directions.
-struct SpoolInput<'a> {
-    edges: &'a ArrayInfo,
-    weights: Option<&'a WeightSpec>,
-    symmetric: bool,
 }
 
 /// The store's edge weights, read in step with the edges: `take(k)` hands the next `k`.
@@ -454,227 +602,6 @@ impl WeightColumn {
     }
 }
 
-/// Pass 1: reads the edge array once (checking its ids) and appends each edge, and its
-/// reverse when `symmetric`, to the spool `tmp/spool/{major}.npy` of its major chunk, with
-/// its weight when the weights come from the store.
-fn spool_pass(
-    store: &Store,
-    input: &SpoolInput,
-    layout: &Layout,
-    tmp: &Path,
-    budget: &BuildBudget,
-    progress: &dyn Progress,
-) -> Result<Spooled> {
-    let edges_info = input.edges;
-    let n = layout.num_vertices as usize;
-    let partitions = layout.partitions;
-    let cols = edges_info.shape.get(1).copied().unwrap_or(1) as usize;
-    let words = spool_words(input.weights);
-    let mut out_deg = vec![0u64; n];
-    let mut in_deg = vec![0u64; n];
-    let mut spools = (0..partitions)
-        .map(|m| {
-            NpyWriter::create(
-                &tmp.join("spool").join(format!("{m}.npy")),
-                DType::U32,
-                &[words as u64],
-                budget.spool_buf,
-            )
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let mut reader = RowReader::open_array(store.path(), edges_info, 4 << 20)?;
-    let mut column = match input.weights {
-        Some(WeightSpec::Store) => Some(WeightColumn::open(store, edges_info)?),
-        _ => None,
-    };
-    let mut meter = Meter::new(
-        progress,
-        "grid: spool",
-        edges_info.data_bytes(),
-        edges_info.shape[0],
-    );
-    let mut ids = Vec::new();
-    let mut weights = Vec::new();
-    let mut check = IdCheck::edges(store, "edges_train")?;
-    let mut staged: Vec<Vec<u32>> = vec![Vec::new(); partitions as usize];
-    let flush_at = (budget.spool_buf / 4).max(words * 1024);
-    let mut degrees = Degrees {
-        out_deg: &mut out_deg,
-        in_deg: &mut in_deg,
-    };
-    while let Some(batch) = reader.next_batch()? {
-        ids.clear();
-        decode_ints(batch, edges_info.dtype, &mut ids);
-        check.check(&ids)?;
-        let rows = ids.len() / cols;
-        if let Some(c) = column.as_mut() {
-            c.take(rows, &mut weights)?;
-        }
-        for (e, row) in ids.chunks_exact(cols).enumerate() {
-            let (u, v) = (row[0] as u64, row[cols - 1] as u64);
-            let w = weights.get(e).copied();
-            spool_edge(layout, u, v, w, &mut staged, &mut degrees);
-            if input.symmetric && u != v {
-                spool_edge(layout, v, u, w, &mut staged, &mut degrees);
-            }
-        }
-        for (m, buf) in staged.iter_mut().enumerate() {
-            if buf.len() >= flush_at {
-                spools[m].write(buf)?;
-                buf.clear();
-            }
-        }
-        meter.add(rows as u64, batch.len() as u64)?;
-    }
-    meter.finish()?;
-    let mut spool_edges = Vec::with_capacity(partitions as usize);
-    for (m, w) in spools.into_iter().enumerate() {
-        let mut w = w;
-        w.write(&staged[m])?;
-        spool_edges.push(w.finish()?.shape[0]);
-    }
-    Ok(Spooled {
-        out_deg,
-        in_deg,
-        spool_edges,
-    })
-}
-
-/// What pass 2 writes: the edge (and weight) arrays, the block index and its counts.
-struct Blocks {
-    /// The edge arrays by name (`edges`, or `edge_codes` and `code_index`; `weights`).
-    arrays: BTreeMap<String, ArrayInfo>,
-    /// Smallest and largest weight, when weighted (SSSP refuses negative ones).
-    weight_range: Option<(f32, f32)>,
-    /// First edge of each block in file order, then the edge count (P * P + 1 entries).
-    index: Vec<i64>,
-    written: u64,
-    largest_block: u64,
-}
-
-/// Pass 2: loads each spool in turn (removing it), counting-sorts it by minor chunk and
-/// hands its blocks, with their weights (spooled from the store, or drawn), to the
-/// [`EdgeWriter`] (`tmp/edges.npy` or `tmp/edge_codes.npy`, and `tmp/weights.npy`).
-fn block_pass(
-    tmp: &Path,
-    layout: &Layout,
-    weights: Option<&WeightSpec>,
-    compression: Compression,
-    total: u64,
-    progress: &dyn Progress,
-) -> Result<Blocks> {
-    let mut writer = EdgeWriter::create(tmp, compression, layout.chunk_size, weights.is_some())?;
-    let p = layout.partitions as usize;
-    let mut index = Vec::with_capacity(p * p + 1);
-    index.push(0i64);
-    let mut written = 0u64;
-    let mut largest_block = 0u64;
-    let mut meter = Meter::new(progress, "grid: blocks", total * EDGE_BYTES, total);
-    let mut recs: Vec<u32> = Vec::new();
-    let mut sorted: Vec<u32> = Vec::new();
-    let mut wbuf: Vec<f32> = Vec::new();
-    let words = spool_words(weights);
-    let mut range: Option<(f32, f32)> = None;
-    for major in 0..layout.partitions {
-        let path = tmp.join("spool").join(format!("{major}.npy"));
-        recs.clear();
-        let header = strata_store::npy::read_header(&path)?;
-        let mut r = RowReader::open(&path, &header, 4 << 20)?;
-        while let Some(b) = r.next_batch()? {
-            recs.extend_from_slice(bytemuck::cast_slice(b));
-        }
-        std::fs::remove_file(&path).map_err(|e| GridError::os("remove", &path, e))?;
-        let mut counts = vec![0u64; p + 1];
-        for rec in recs.chunks_exact(words) {
-            counts[rec[0] as usize + 1] += 1;
-        }
-        for k in 0..p {
-            counts[k + 1] += counts[k];
-        }
-        for k in 0..p {
-            let c = counts[k + 1] - counts[k];
-            largest_block = largest_block.max(c);
-            index.push((written + counts[k + 1]) as i64);
-        }
-        let m = recs.len() / words;
-        sorted.clear();
-        sorted.resize(m * 2, 0);
-        let mut fill = counts.clone();
-        let mut minors = vec![0u32; m];
-        wbuf.clear();
-        wbuf.resize(if words == 4 { m } else { 0 }, 0.0);
-        for rec in recs.chunks_exact(words) {
-            let at = fill[rec[0] as usize] as usize;
-            fill[rec[0] as usize] += 1;
-            sorted[2 * at] = rec[1];
-            sorted[2 * at + 1] = rec[2];
-            minors[at] = rec[0];
-            if words == 4 {
-                wbuf[at] = f32::from_bits(rec[3]);
-            }
-        }
-        if let Some(spec) = weights {
-            if words == 3 {
-                for (e, &minor) in minors.iter().enumerate() {
-                    let (i, j) = match layout.order {
-                        Order::Column => (minor, major),
-                        Order::Row => (major, minor),
-                    };
-                    let u = layout.base(i) + sorted[2 * e] as u64;
-                    let v = layout.base(j) + sorted[2 * e + 1] as u64;
-                    wbuf.extend(spec.drawn(u, v));
-                }
-            }
-            for &x in &wbuf {
-                range = Some(range.map_or((x, x), |(lo, hi)| (lo.min(x), hi.max(x))));
-            }
-        }
-        let records: &mut [[u32; 2]] = bytemuck::cast_slice_mut(&mut sorted);
-        for k in 0..p {
-            let (a, b) = (counts[k] as usize, counts[k + 1] as usize);
-            let w = if wbuf.is_empty() {
-                &mut [][..]
-            } else {
-                &mut wbuf[a..b]
-            };
-            writer.push(&mut records[a..b], w)?;
-        }
-        written += m as u64;
-        meter.add(m as u64, m as u64 * EDGE_BYTES)?;
-    }
-    meter.finish()?;
-    Ok(Blocks {
-        arrays: writer.finish(tmp)?,
-        weight_range: range,
-        index,
-        written,
-        largest_block,
-    })
-}
-
-/// The grid's array index: the edge arrays, and the block index and degrees written to `tmp`.
-fn write_arrays(
-    tmp: &Path,
-    mut arrays: BTreeMap<String, ArrayInfo>,
-    index: &[i64],
-    spooled: Spooled,
-) -> Result<BTreeMap<String, ArrayInfo>> {
-    arrays.insert(
-        "block_index".to_string(),
-        write_i64(tmp, "block_index", index)?,
-    );
-    let as_i64 = |d: Vec<u64>| d.into_iter().map(|x| x as i64).collect::<Vec<_>>();
-    arrays.insert(
-        "out_degree".to_string(),
-        write_i64(tmp, "out_degree", &as_i64(spooled.out_deg))?,
-    );
-    arrays.insert(
-        "in_degree".to_string(),
-        write_i64(tmp, "in_degree", &as_i64(spooled.in_deg))?,
-    );
-    Ok(arrays)
-}
-
 /// Default grid name: `p{P}-{order}`, then `-sym` when symmetrised, `-w` (drawn weights)
 /// or `-ws` (the store's weights) when weighted, and `-byte` or `-packed` when compressed.
 pub fn default_name(
@@ -700,40 +627,7 @@ pub fn default_name(
     )
 }
 
-/// Each vertex's out- and in-degree, counted as edges are spooled.
-struct Degrees<'a> {
-    out_deg: &'a mut [u64],
-    in_deg: &'a mut [u64],
-}
-
-#[inline]
-fn spool_edge(
-    layout: &Layout,
-    u: u64,
-    v: u64,
-    weight: Option<f32>,
-    staged: &mut [Vec<u32>],
-    degrees: &mut Degrees,
-) {
-    let (i, j) = (layout.chunk_of(u), layout.chunk_of(v));
-    let (major, minor) = match layout.order {
-        Order::Column => (j, i),
-        Order::Row => (i, j),
-    };
-    let spool = &mut staged[major as usize];
-    spool.extend_from_slice(&[
-        minor,
-        (u - layout.base(i)) as u32,
-        (v - layout.base(j)) as u32,
-    ]);
-    if let Some(w) = weight {
-        spool.push(w.to_bits());
-    }
-    degrees.out_deg[u as usize] += 1;
-    degrees.in_deg[v as usize] += 1;
-}
-
-fn write_i64(dir: &Path, name: &str, vals: &[i64]) -> Result<ArrayInfo> {
+pub(crate) fn write_i64(dir: &Path, name: &str, vals: &[i64]) -> Result<ArrayInfo> {
     let mut w = NpyWriter::create(&dir.join(format!("{name}.npy")), DType::I64, &[], 1 << 20)?;
     w.write(vals)?;
     Ok(w.finish()?)
@@ -747,7 +641,7 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     f.sync_all().map_err(|e| GridError::os("fsync", path, e))
 }
 
-fn dir_bytes(dir: &Path) -> Result<u64> {
+pub(crate) fn dir_bytes(dir: &Path) -> Result<u64> {
     let mut total = 0;
     for e in std::fs::read_dir(dir).map_err(|e| GridError::os("list", dir, e))? {
         let e = e.map_err(|e| GridError::os("list", dir, e))?;
@@ -759,8 +653,16 @@ fn dir_bytes(dir: &Path) -> Result<u64> {
     Ok(total)
 }
 
-/// Removes an unfinished grid directory unless forgotten.
-struct PartialDir(PathBuf);
+/// An unfinished grid directory, removed when dropped unless forgotten once published.
+pub(crate) struct PartialDir(PathBuf);
+
+impl PartialDir {
+    /// Creates `tmp` (a `.partial-PID` directory).
+    pub fn create(tmp: &Path) -> Result<PartialDir> {
+        std::fs::create_dir_all(tmp).map_err(|e| GridError::os("mkdir", tmp, e))?;
+        Ok(PartialDir(tmp.to_path_buf()))
+    }
+}
 
 impl Drop for PartialDir {
     fn drop(&mut self) {
@@ -772,6 +674,7 @@ impl Drop for PartialDir {
 mod tests {
     use super::*;
     use crate::fixtures::store;
+    use crate::layout::EDGE_BYTES;
     use strata_io::progress::NoProgress;
 
     #[test]

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::config::{check_address, ConfigError, Section, Size};
+use strata_store::convert::{Delimiter, EdgeLayout, IdKind};
 
 use crate::algo::registry::{self, AlgoParams};
 use crate::algo::Configured;
@@ -14,7 +15,8 @@ use crate::block_codec::Compression;
 use crate::build::BuildJob;
 use crate::error::Result;
 use crate::far::FarConfig;
-use crate::layout::{Order, WeightRequest, WeightSource, WeightSpec, STORE_WEIGHTS};
+use crate::grid::is_grid_dir;
+use crate::layout::{GridManifest, Order, WeightRequest, WeightSource, WeightSpec, STORE_WEIGHTS};
 use crate::place::VertexPlacement;
 
 /// One run.
@@ -55,13 +57,20 @@ pub struct RunJob {
 
 impl RunJob {
     /// The weights the run's algorithm reads (`None` when it needs none), resolved against
-    /// the store: its own when `weight_source` allows and it has them, else drawn ones.
+    /// the store: its own when `weight_source` allows and it has them, else drawn ones. A
+    /// grid built from an input, run on directly, is the grid: its own weights, if any.
     pub fn weights_wanted(&self) -> Result<Option<WeightSpec>> {
         if !self.algorithm.needs_weights() {
             return Ok(None);
         }
-        let store = strata_store::Store::open(&self.store)?;
         let request = self.weights.unwrap_or_default();
+        if is_grid_dir(&self.store) {
+            let own = GridManifest::load(&self.store)?.weights;
+            return own
+                .map_or_else(|| request.resolve(false, &self.store), Ok)
+                .map(Some);
+        }
+        let store = strata_store::Store::open(&self.store)?;
         request
             .resolve(store.array(STORE_WEIGHTS).is_some(), &self.store)
             .map(Some)
@@ -90,7 +99,8 @@ pub struct RunOptions {
         extend("x-positional" = true, "x-required" = true)
     )]
     pub algorithm: String,
-    /// store to run on (its grids live in STORE/grids/)
+    /// store to run on (its grids live in STORE/grids/), or a grid directory built straight
+    /// from an input (`strata grid build INPUT --out DIR`)
     #[schemars(extend("x-positional" = true, "x-required" = true, "x-kind" = "path"))]
     pub store: PathBuf,
     /// The parameters of every registered algorithm, each an option of the section.
@@ -272,13 +282,58 @@ impl RunOptions {
     }
 }
 
-/// Options of `strata grid build STORE` (the `grid.build` section).
+/// The formats a grid is built from straight from its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EdgeFormat {
+    /// Decided from the file names and contents, as `strata convert` decides.
+    #[default]
+    Auto,
+    /// Text edge lists (TSV, CSV, whitespace; plain or gzip).
+    Text,
+    /// Raw little-endian int32 (src, dst) pairs.
+    Bin32,
+    /// A NumPy edge array (or a directory holding edges.npy).
+    Numpy,
+}
+
+/// Options of `strata grid build STORE` and `strata grid build INPUT --out DIR` (the
+/// `grid.build` section).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BuildOptions {
-    /// store whose train edges become the grid
+    /// store whose train edges become the grid, or, with --out, an input edge list (bin32
+    /// pairs, a text edge list, a NumPy edge array or a directory with edges.npy) to build
+    /// the grid from directly, without a store
     #[schemars(extend("x-positional" = true, "x-required" = true, "x-kind" = "path"))]
     pub store: PathBuf,
+    /// the grid directory to create from an input edge list (no store: `strata run` takes
+    /// the directory in place of a store)
+    #[schemars(extend("x-short" = "o", "x-kind" = "path"))]
+    pub out: Option<PathBuf>,
+    /// input format, with --out; auto decides from the file names and contents
+    pub format: EdgeFormat,
+    /// with --out, text inputs: the meaning of each field, comma-separated: src, dst, rel,
+    /// weight (float32), or _ to ignore (default src,dst)
+    pub columns: String,
+    /// with --out, text inputs: node ids: int uses non-negative integers as ids directly,
+    /// string renumbers names densely in sorted order and keeps the name table; auto picks
+    /// int when the first lines hold only plain integers
+    pub ids: IdKind,
+    /// with --out, text inputs: field separator; auto detects it per file
+    pub delimiter: Delimiter,
+    /// with --out, text inputs: lines starting with this are skipped; empty for none
+    pub comment: String,
+    /// with --out, text inputs: each file starts with a header line to skip
+    pub header: bool,
+    /// with --out: the number of vertices (integer ids must be below it); default the
+    /// largest id + 1, found by a pass over binary inputs
+    #[schemars(range(min = 1))]
+    pub num_nodes: Option<u64>,
+    /// with --out, NumPy inputs: edges as rows (E, 2|3) or columns (2|3, E)
+    pub layout: EdgeLayout,
+    /// with --out, text inputs: parsing threads; 0 = one per core
+    pub threads: usize,
     /// grid name under STORE/grids/ (default: p{P}-{order}[-sym][-w])
     pub name: String,
     /// vertex chunks P of the P x P grid; 0 chooses from the vertex count and --memory
@@ -288,11 +343,13 @@ pub struct BuildOptions {
     /// source
     pub order: Order,
     /// store both directions of every edge (needed by wcc and kcore); unset follows the store
+    /// (an input: not symmetrised)
     pub symmetrize: Option<bool>,
     /// weight every edge (needed by sssp and weighted spmv), from weight_source
     pub weighted: bool,
-    /// where weights come from: auto (the store's weights when it has them, else drawn),
-    /// store (its edge_weights_train column) or random (drawn from weight_seed)
+    /// where weights come from: auto (the edges' own weights when they have them, else
+    /// drawn), store (the store's edge_weights_train column, or the input's weight column) or
+    /// random (drawn from weight_seed)
     pub weight_source: WeightSource,
     /// seed of the edge weights (a weight depends on the seed and the endpoint pair)
     pub weight_seed: u64,
@@ -314,6 +371,16 @@ impl Default for BuildOptions {
     fn default() -> Self {
         BuildOptions {
             store: PathBuf::new(),
+            out: None,
+            format: EdgeFormat::Auto,
+            columns: String::new(),
+            ids: IdKind::Auto,
+            delimiter: Delimiter::Auto,
+            comment: "#".into(),
+            header: false,
+            num_nodes: None,
+            layout: EdgeLayout::Auto,
+            threads: 0,
             name: String::new(),
             partitions: 0,
             order: Order::Column,

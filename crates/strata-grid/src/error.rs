@@ -26,6 +26,10 @@ pub enum GridError {
     /// An iteration checkpoint that a restarted run cannot resume from; names the file.
     #[error("checkpoint {}: {msg}", path.display())]
     Checkpoint { path: PathBuf, msg: String },
+    /// A vertex program that cannot go on (a value its array cannot hold); names the
+    /// program, the step and the vertex.
+    #[error("{0}")]
+    Program(String),
     #[error("cancelled")]
     Cancelled,
 }

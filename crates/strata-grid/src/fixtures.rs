@@ -1,14 +1,19 @@
 //! Test fixtures shared by the grid's unit tests.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use strata_farmem::{Server, ServerConfig, StopHandle};
 use strata_io::progress::NoProgress;
 
+use crate::algo::{Algorithm, Ctx, Iteration, Output, Values};
 use crate::block_codec::Compression;
 use crate::build::{build, BuildJob};
-use crate::layout::WeightRequest;
+use crate::grid::Grid;
+use crate::layout::{Order, WeightRequest};
+use crate::stream::{StreamConfig, Streamer, Tier};
+use crate::vertex::VertexMemory;
 
 /// A store of `m` edges `(k % n, (k * 7919) % n)` for k in 0..m.
 pub fn store(dir: &Path, n: u64, m: u64) -> PathBuf {
@@ -80,4 +85,125 @@ pub fn far_server() -> (String, StopHandle, JoinHandle<()>) {
     let stop = server.stop_handle();
     let serving = std::thread::spawn(move || server.run_until(&|| false).unwrap());
     (addr, stop, serving)
+}
+
+/// The block orders and storage an algorithm's tests run it on: both orders plain, and each
+/// compressed with one of the codes (so that every read of its blocks is also checked
+/// through the fetch stage's decoding).
+pub const KINDS: [(Order, Compression); 4] = [
+    (Order::Column, Compression::None),
+    (Order::Row, Compression::None),
+    (Order::Column, Compression::Packed),
+    (Order::Row, Compression::Byte),
+];
+
+/// Builds grid `name` of `store` with `partitions` a side in `order`, symmetrised or not,
+/// its blocks stored as `compression` says; returns its directory.
+pub fn grid(
+    store: &Path,
+    name: &str,
+    partitions: u32,
+    (order, compression): (Order, Compression),
+    symmetrize: bool,
+) -> PathBuf {
+    build(
+        &BuildJob {
+            store: store.to_path_buf(),
+            name: name.into(),
+            partitions,
+            order,
+            symmetrize: Some(symmetrize),
+            overwrite: true,
+            compression,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap()
+    .dir
+}
+
+/// Where a test runs an algorithm: its edge blocks resident or read from disk (segments of
+/// 4 KiB), its vertex arrays in the heap or in windows (scratch files in `scratch`), and the
+/// bytes of its work buffer.
+pub struct Setting<'a> {
+    pub tier: Tier,
+    pub windowed: bool,
+    pub work_bytes: u64,
+    pub scratch: &'a Path,
+}
+
+/// Runs `algorithm` alone on the grid at `dir` as `setting` says, on two compute threads;
+/// returns its output and the iterations it reported, or its error.
+pub fn run_alone<A: Algorithm>(
+    algorithm: &A,
+    dir: &Path,
+    setting: &Setting,
+) -> crate::error::Result<(Output, Vec<Iteration>)> {
+    let grid = Arc::new(Grid::open(dir).unwrap());
+    let segments = grid.segments(4096);
+    let tiers = vec![setting.tier; segments.len()];
+    let cfg = StreamConfig {
+        threads: 2,
+        disk_fetchers: 2,
+        far_fetchers: 0,
+        prefetch: 2,
+        work_bytes: setting.work_bytes,
+    };
+    let vertex = match setting.windowed {
+        true => VertexMemory::windowed(setting.scratch).unwrap(),
+        false => VertexMemory::Heap,
+    };
+    let mut s =
+        Streamer::new(grid, segments, tiers, None, false, cfg, vertex, &NoProgress).unwrap();
+    s.set_scratch_dir(setting.scratch);
+    let mut iterations = Vec::new();
+    let mut record = |it: &Iteration| {
+        iterations.push(it.clone());
+        Ok(())
+    };
+    let mut ctx = Ctx {
+        progress: &NoProgress,
+        on_iteration: &mut record,
+        dist: None,
+    };
+    let out = algorithm.run(&mut s, &mut ctx)?;
+    Ok((out, iterations))
+}
+
+/// The values of result array `k` of `out`, as f64 (ids and counts exactly, below 2^53).
+pub fn values(out: &Output, k: usize) -> Vec<f64> {
+    match &out.arrays[k].1 {
+        Values::F32(a) => (0..a.len()).map(|i| a.get(i) as f64).collect(),
+        Values::F64(a) => (0..a.len()).map(|i| a.get(i)).collect(),
+        Values::Ids(a) => (0..a.len()).map(|i| a.get(i) as f64).collect(),
+    }
+}
+
+/// `m` random edges over `n` vertices, a tenth of the endpoints among the first 8 (hubs),
+/// with the self-loops and parallel edges that come.
+pub fn hub_edges(n: u64, m: u64, seed: u64) -> Vec<(u64, u64)> {
+    let mut rng = strata_store::rng::Rng::new(seed);
+    let mut pick = move || match rng.below(10) {
+        0 => rng.below(8),
+        _ => rng.below(n),
+    };
+    (0..m).map(|_| (pick(), pick())).collect()
+}
+
+/// Adversarial shapes on 64 vertices: a clique on 0..12 (some edges given twice, once each
+/// way), a star centred on 12 with leaves 13..40, a path 40..60 with a self-loop at 45, and
+/// isolated vertices 60..64.
+pub fn shapes() -> (u64, Vec<(u64, u64)>) {
+    let mut edges = Vec::new();
+    for u in 0..12 {
+        for v in u + 1..12 {
+            edges.push((u, v));
+        }
+    }
+    edges.extend([(3, 1), (7, 2), (11, 0), (2, 7)]);
+    edges.extend((13..40).map(|leaf| (12, leaf)));
+    edges.extend((40..59).map(|v| (v, v + 1)));
+    edges.push((45, 45));
+    (64, edges)
 }

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use strata_store::array::read_all_bytes;
 use strata_store::ids::IndptrCheck;
 use strata_store::npy::{read_header, DType};
+use strata_store::strtab::NameTable;
+use strata_store::Store;
 
 use crate::block_codec::{self, Compression, Keys};
 use crate::build::grids_dir;
@@ -13,6 +15,11 @@ use crate::error::{GridError, Result};
 use crate::layout::{
     GridManifest, Layout, WeightSpec, CODE_INDEX, EDGE_BYTES, EDGE_CODES, GRID_MANIFEST,
 };
+
+/// Whether `path` is a grid directory (it holds `grid.json`) rather than a store.
+pub fn is_grid_dir(path: &Path) -> bool {
+    path.join(GRID_MANIFEST).is_file()
+}
 
 /// A run of consecutive blocks of one major chunk (a column in column order), contiguous in
 /// the edge file: what is placed in a tier and fetched as a whole.
@@ -135,13 +142,26 @@ impl Grid {
     }
 
     /// Finds a grid of `store`: the one called `name`, else one that satisfies the needs
-    /// (`weights` made that way, symmetry), preferring the fewest partitions.
+    /// (`weights` made that way, symmetry), preferring the fewest partitions. A grid built
+    /// from an input ([`is_grid_dir`]) given as `store` is itself the grid.
     pub fn find(
         store: &Path,
         name: Option<&str>,
         weights: Option<&WeightSpec>,
         symmetric: bool,
     ) -> Result<Option<PathBuf>> {
+        if is_grid_dir(store) {
+            if let Some(name) = name {
+                return Err(GridError::config(
+                    "grid",
+                    format!(
+                        "{} is a grid directory itself (from `strata grid build INPUT --out DIR`), not a store with grids: drop --grid {name}",
+                        store.display()
+                    ),
+                ));
+            }
+            return Ok(Some(store.to_path_buf()));
+        }
         let root = grids_dir(store);
         if let Some(name) = name {
             let dir = root.join(name);
@@ -176,13 +196,33 @@ impl Grid {
         &self.dir
     }
 
-    /// The store the grid was built from: grids live in `STORE/grids/NAME`
-    /// ([`grids_dir`](crate::build::grids_dir)).
-    pub fn store_dir(&self) -> &Path {
-        self.dir
-            .parent()
-            .and_then(Path::parent)
-            .unwrap_or(&self.dir)
+    /// The store the grid belongs to (grids of a store live in `STORE/grids/NAME`, see
+    /// [`grids_dir`](crate::build::grids_dir)); `None` for a grid built from an input.
+    pub fn store_dir(&self) -> Option<&Path> {
+        let parent = self.dir.parent()?;
+        let store = parent.parent()?;
+        (parent.file_name()? == "grids" && store.join(strata_store::store::MANIFEST).is_file())
+            .then_some(store)
+    }
+
+    /// The node name table of the graph, when its ids were names: the grid's own (a grid
+    /// built from an input), else its store's.
+    pub fn node_names(&self) -> Result<Option<NameTable>> {
+        let arrays = &self.manifest.arrays;
+        if let (Some(offsets), Some(bytes)) = (
+            arrays.get("node_names_offsets"),
+            arrays.get("node_names_bytes"),
+        ) {
+            return Ok(Some(NameTable::open_in(&self.dir, offsets, bytes)?));
+        }
+        let Some(dir) = self.store_dir() else {
+            return Ok(None);
+        };
+        let store = Store::open(dir)?;
+        if !store.manifest().graph.node_names {
+            return Ok(None);
+        }
+        Ok(Some(NameTable::open(&store, "node_names")?))
     }
 
     pub fn manifest(&self) -> &GridManifest {

@@ -64,6 +64,11 @@ pub struct PlaceInput {
     pub keep_resident: bool,
     /// Bytes a distributed rank's torch and gloo hold (0 alone): fixed, like the runtime.
     pub group_bytes: u64,
+    /// The algorithm's work buffer: the least it runs with and the most it can use (0 and 0
+    /// when it asks for none). It is fixed up to its minimum and takes what the budget has
+    /// left up to its want before edge blocks are kept resident.
+    pub work_minimum: u64,
+    pub work_wanted: u64,
 }
 
 /// Where everything lives.
@@ -82,6 +87,8 @@ pub struct Placement {
     pub disk_bytes: u64,
     /// Far bytes over the footprint (what the ratio became).
     pub far_ratio: f64,
+    /// Bytes of the algorithm's work buffer.
+    pub work_bytes: u64,
 }
 
 /// Places `segments` (see the module documentation). Far memory and the disk hold a
@@ -92,14 +99,24 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
         s.stored_bytes() + (s.edges.end - s.edges.start) * (input.bytes_per_edge - EDGE_BYTES)
     };
     let edges: u64 = segments.iter().map(stored).sum();
-    let whole = input.vertex_bytes + input.buffer_bytes + RUNTIME_RESERVE + input.group_bytes;
+    let whole = input.vertex_bytes
+        + input.buffer_bytes
+        + RUNTIME_RESERVE
+        + input.group_bytes
+        + input.work_minimum;
     let windowed = match input.vertex_placement {
         VertexPlacement::Auto => whole > input.memory,
         VertexPlacement::Memory => false,
         VertexPlacement::Windows => true,
     };
     let fixed = match windowed {
-        true => input.window_bytes + input.buffer_bytes + RUNTIME_RESERVE + input.group_bytes,
+        true => {
+            input.window_bytes
+                + input.buffer_bytes
+                + RUNTIME_RESERVE
+                + input.group_bytes
+                + input.work_minimum
+        }
         false => whole,
     };
     if fixed > input.memory {
@@ -107,9 +124,13 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
             0 => String::new(),
             b => format!(", {}", group_takes(b)),
         };
+        let work = match input.work_minimum {
+            0 => String::new(),
+            b => format!(", the algorithm's work buffer at least {}", fmt_bytes(b)),
+        };
         return Err(GridError::Budget(format!(
             "memory budget of {} is too small: vertex data takes {} (windows of it {}), fetch buffers {}, \
-             the runtime {}{group}; windows shrink with more partitions (strata grid build --partitions) and \
+             the runtime {}{group}{work}; windows shrink with more partitions (strata grid build --partitions) and \
              buffers with a smaller --segment or fewer prefetched segments; or raise --memory to at least {}",
             fmt_bytes(input.memory),
             fmt_bytes(input.vertex_bytes),
@@ -132,8 +153,17 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
             .min(input.far_capacity),
         None => 0,
     };
+    // The work buffer grows into what is left before edge blocks do: it saves passes.
+    let work_bytes = input.work_minimum
+        + input
+            .work_wanted
+            .saturating_sub(input.work_minimum)
+            .min(input.memory - fixed);
     // Windowed vertex data needs the rest of the budget as its page cache.
-    let mut local_room = if windowed { 0 } else { input.memory - fixed };
+    let mut local_room = match windowed {
+        true => 0,
+        false => input.memory - fixed - (work_bytes - input.work_minimum),
+    };
     let (mut far, mut local, mut disk) = (0u64, 0u64, 0u64);
     // Far memory takes a prefix of the streaming order that stays within the target.
     let mut far_open = true;
@@ -166,6 +196,7 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
         far_bytes: far,
         disk_bytes: disk,
         far_ratio: far as f64 / footprint.max(1) as f64,
+        work_bytes,
     })
 }
 
@@ -197,6 +228,8 @@ mod tests {
             far_capacity: u64::MAX,
             keep_resident: true,
             group_bytes: 0,
+            work_minimum: 0,
+            work_wanted: 0,
         }
     }
 
@@ -260,6 +293,34 @@ mod tests {
             ..input(RUNTIME_RESERVE + (12 << 20), None)
         };
         assert!(place(&segs(10, 1 << 20), &refused).is_err());
+    }
+
+    #[test]
+    fn the_work_buffer_takes_its_minimum_then_grows_before_edge_blocks_stay() {
+        // 10 + 6 + 32 MiB fixed, and a work buffer of 4 to 12 MiB: it takes 12 of the 32 MiB
+        // left, and two segments of 8 MiB stay resident in the other 20.
+        let memory = RUNTIME_RESERVE + (48 << 20);
+        let with = |minimum: u64, wanted: u64| PlaceInput {
+            work_minimum: minimum,
+            work_wanted: wanted,
+            ..input(memory, None)
+        };
+        let p = place(&segs(10, 1 << 20), &with(4 << 20, 12 << 20)).unwrap();
+        assert_eq!(p.work_bytes, 12 << 20);
+        assert_eq!(p.local_edge_bytes, 16 << 20);
+        // Wanting more than is left, it takes all of it and no edge block stays.
+        let p = place(&segs(10, 1 << 20), &with(4 << 20, 1 << 30)).unwrap();
+        assert_eq!(p.work_bytes, 32 << 20);
+        assert_eq!(p.local_edge_bytes, 0);
+        // Its minimum counts in what the budget must hold: beside whole vertex data it does
+        // not fit, and vertex data goes to windows; beside the windows it does not either.
+        let p = place(&segs(10, 1 << 20), &with(40 << 20, 40 << 20)).unwrap();
+        assert!(p.vertex_windowed && p.work_bytes == 40 << 20);
+        let e = place(&segs(10, 1 << 20), &with(48 << 20, 48 << 20)).unwrap_err();
+        assert!(
+            e.to_string().contains("work buffer at least 48.0 MiB"),
+            "{e}"
+        );
     }
 
     #[test]

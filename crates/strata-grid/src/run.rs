@@ -21,8 +21,8 @@ use crate::config::RunJob;
 use crate::dist::{Collective, Dist, DistSummary, RankFigures};
 use crate::error::{GridError, Result};
 use crate::far::{self, FarSetup};
-use crate::grid::Grid;
-use crate::layout::Order;
+use crate::grid::{is_grid_dir, Grid};
+use crate::layout::{GridManifest, Order};
 use crate::place::Placement;
 use crate::stream::{PassStats, StreamConfig, Streamer, Tier};
 use crate::vertex::VertexMemory;
@@ -183,6 +183,7 @@ fn run_with(
         progress,
     )?;
     streamer.own(columns.clone());
+    streamer.set_scratch_dir(&out_dir);
     let (output, totals, compute) =
         iterate(job, &mut streamer, progress, dist.as_mut(), on_iteration)?;
     let dist = match dist.as_mut() {
@@ -256,8 +257,15 @@ fn open_grid(
     may_build: bool,
     progress: &dyn Progress,
 ) -> Result<(PathBuf, Arc<Grid>)> {
-    let store = strata_store::Store::open(&job.store)?;
-    let n = store.manifest().graph.num_nodes;
+    let n = match is_grid_dir(&job.store) {
+        true => GridManifest::load(&job.store)?.num_vertices,
+        false => {
+            strata_store::Store::open(&job.store)?
+                .manifest()
+                .graph
+                .num_nodes
+        }
+    };
     job.algorithm.validate()?;
     job.algorithm.check(n)?;
     let dir = find_or_build(job, may_build, progress)?;
@@ -384,13 +392,21 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
     let symmetric = algo.needs_symmetric();
     if let Some(dir) = Grid::find(&job.store, job.grid.as_deref(), wanted.as_ref(), symmetric)? {
         let m = Grid::open(&dir)?.manifest().clone();
+        // A grid built from an input is the only grid there is: say how to build the one needed.
+        let rebuild = |flag: &str| match is_grid_dir(&job.store) {
+            true => format!(
+                "; build one from the input with `strata grid build INPUT {flag} --out DIR`"
+            ),
+            false => String::new(),
+        };
         if weighted && m.weights.is_none() {
             return Err(GridError::config(
                 "grid",
                 format!(
-                    "{} has no weights and {} needs them",
+                    "{} has no weights and {} needs them{}",
                     dir.display(),
-                    algo.name()
+                    algo.name(),
+                    rebuild("--weighted")
                 ),
             ));
         }
@@ -398,9 +414,10 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
             return Err(GridError::config(
                 "grid",
                 format!(
-                    "{} is not symmetric and {} needs it",
+                    "{} is not symmetric and {} needs it{}",
                     dir.display(),
-                    algo.name()
+                    algo.name(),
+                    rebuild("--symmetrize")
                 ),
             ));
         }

@@ -4,6 +4,7 @@
 //! the owned side need no atomic read-modify-write.
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -56,6 +57,9 @@ pub struct StreamConfig {
     pub far_fetchers: usize,
     /// Segments fetched ahead of compute per source: 2 per compute thread is double buffering.
     pub prefetch: usize,
+    /// Bytes of the algorithm's work buffer (see
+    /// [`Algorithm::work`](crate::algo::Algorithm::work); 0 when it asks for none).
+    pub work_bytes: u64,
 }
 
 /// What one pass did.
@@ -89,6 +93,26 @@ pub struct PassStats {
     pub decode_seconds: f64,
 }
 
+impl PassStats {
+    /// Adds the counters and times of `other` (another pass of the same iteration).
+    pub fn absorb(&mut self, other: &PassStats) {
+        self.edges += other.edges;
+        self.blocks += other.blocks;
+        self.blocks_skipped += other.blocks_skipped;
+        self.bytes_local += other.bytes_local;
+        self.bytes_far += other.bytes_far;
+        self.bytes_disk += other.bytes_disk;
+        self.total += other.total;
+        self.seconds += other.seconds;
+        self.wait_seconds += other.wait_seconds;
+        self.far_fallbacks += other.far_fallbacks;
+        self.bytes_vertex_read += other.bytes_vertex_read;
+        self.bytes_vertex_written += other.bytes_vertex_written;
+        self.edges_decoded += other.edges_decoded;
+        self.decode_seconds += other.decode_seconds;
+    }
+}
+
 /// The streaming engine over one grid with a placement.
 pub struct Streamer {
     grid: Arc<Grid>,
@@ -107,6 +131,8 @@ pub struct Streamer {
     io_mark: Option<[u64; 2]>,
     /// The vertex chunks whose values this process computes (a rank's columns; all alone).
     chunks: Range<u32>,
+    /// Where an algorithm puts scratch files (the run directory).
+    scratch: PathBuf,
 }
 
 /// A fetched segment, or why it could not be.
@@ -249,7 +275,19 @@ impl Streamer {
             engine,
             io_mark: vertex.is_windowed().then(process_io).flatten(),
             vertex,
+            scratch: std::env::temp_dir(),
         })
+    }
+
+    /// Makes `dir` (created when needed) the directory of the algorithm's scratch files; the
+    /// system's temporary directory until set.
+    pub fn set_scratch_dir(&mut self, dir: &Path) {
+        self.scratch = dir.to_path_buf();
+    }
+
+    /// The directory of the algorithm's scratch files (see [`Streamer::set_scratch_dir`]).
+    pub fn scratch_dir(&self) -> &Path {
+        &self.scratch
     }
 
     /// Where the algorithm puts its vertex arrays.
@@ -286,8 +324,22 @@ impl Streamer {
         active: Option<&Bitmap>,
         progress: &dyn Progress,
     ) -> Result<PassStats> {
+        let all = 0..self.grid.layout().partitions;
+        self.stream_majors(kernel, active, all, progress)
+    }
+
+    /// [`Streamer::stream_edges`] over the blocks of major chunks `majors` only (columns in
+    /// column order, rows in row order): a pass that computes the values of some owned
+    /// vertices reads only their blocks.
+    pub fn stream_majors(
+        &mut self,
+        kernel: &dyn EdgeKernel,
+        active: Option<&Bitmap>,
+        majors: Range<u32>,
+        progress: &dyn Progress,
+    ) -> Result<PassStats> {
         let t0 = Instant::now();
-        let schedule = self.schedule(active);
+        let schedule = self.schedule(active, majors);
         if kernel.weighted() && self.weights_file.is_none() {
             return Err(GridError::config(
                 "algorithm",
@@ -337,9 +389,9 @@ impl Streamer {
         Ok(stats)
     }
 
-    /// The segments a pass visits: those with a block whose source chunk has an active
-    /// vertex, in file order, grouped by major chunk.
-    fn schedule(&self, active: Option<&Bitmap>) -> Schedule {
+    /// The segments a pass visits: those of `majors` with a block whose source chunk has an
+    /// active vertex, in file order, grouped by major chunk.
+    fn schedule(&self, active: Option<&Bitmap>, majors: Range<u32>) -> Schedule {
         let grid = &self.grid;
         let layout = *grid.layout();
         let chunk_active: Vec<bool> = (0..layout.partitions)
@@ -355,6 +407,9 @@ impl Streamer {
         let mut blocks_skipped = 0;
         let mut scheduled: Vec<(usize, FetchPlan)> = Vec::new();
         for (k, seg) in self.segments.iter().enumerate() {
+            if !majors.contains(&seg.major) {
+                continue;
+            }
             let plan = FetchPlan::new(grid, seg, |pos| {
                 chunk_active[layout.block_at(pos).0 as usize]
             });

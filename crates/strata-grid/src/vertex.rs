@@ -159,8 +159,14 @@ macro_rules! float_array {
             /// Adds to a value other threads may update at the same time.
             #[inline]
             pub fn add_shared(&self, i: usize, v: $float) {
+                self.update_shared(i, |x| x + v)
+            }
+
+            /// Sets the value to `f(value)`, whoever else is writing.
+            #[inline]
+            pub fn update_shared(&self, i: usize, f: impl Fn($float) -> $float) {
                 let _ = self.0[i].fetch_update(Relaxed, Relaxed, |x| {
-                    Some((<$float>::from_bits(x) + v).to_bits())
+                    Some(f(<$float>::from_bits(x)).to_bits())
                 });
             }
         }
@@ -186,52 +192,76 @@ impl F64Array {
     }
 }
 
-/// `u64` values (ids, levels, labels, counts).
-pub struct U64Array(Cells<AtomicU64>);
+/// Defines an integer array type over the atomic of the integer's width, with plain access
+/// and the shared updates every width offers.
+macro_rules! int_array {
+    ($(#[$doc:meta])* $name:ident, $int:ty, $atomic:ty) => {
+        $(#[$doc])*
+        pub struct $name(Cells<$atomic>);
+
+        impl $name {
+            /// `n` copies of `value`, in `mem` (zeros as the memory comes, untouched).
+            pub fn filled(mem: &VertexMemory, n: usize, value: $int) -> Result<$name> {
+                match value {
+                    0 => Ok($name(mem.zeroed(n)?)),
+                    _ => $name::from_fn(mem, n, |_| value),
+                }
+            }
+
+            /// Cell i set to `f(i)`, in `mem`.
+            pub fn from_fn(
+                mem: &VertexMemory,
+                n: usize,
+                f: impl Fn(usize) -> $int,
+            ) -> Result<$name> {
+                let a = $name(mem.zeroed(n)?);
+                (0..n).for_each(|i| a.set(i, f(i)));
+                Ok(a)
+            }
+
+            pub fn len(&self) -> usize {
+                self.0.len()
+            }
+
+            pub fn is_empty(&self) -> bool {
+                self.0.is_empty()
+            }
+
+            #[inline]
+            pub fn get(&self, i: usize) -> $int {
+                self.0[i].load(Relaxed)
+            }
+
+            #[inline]
+            pub fn set(&self, i: usize, v: $int) {
+                self.0[i].store(v, Relaxed)
+            }
+
+            /// Sets the value to `new` if it is `old`, whoever else is writing; true if it did.
+            #[inline]
+            pub fn cas_shared(&self, i: usize, old: $int, new: $int) -> bool {
+                self.0[i]
+                    .compare_exchange(old, new, Relaxed, Relaxed)
+                    .is_ok()
+            }
+        }
+    };
+}
+
+int_array!(
+    /// `u64` values (ids, levels, labels, counts).
+    U64Array, u64, AtomicU64
+);
+int_array!(
+    /// `u32` values (BFS levels of several sources a vertex).
+    U32Array, u32, AtomicU32
+);
 
 impl U64Array {
-    /// `n` copies of `value`, in `mem`.
-    pub fn filled(mem: &VertexMemory, n: usize, value: u64) -> Result<U64Array> {
-        U64Array::from_fn(mem, n, |_| value)
-    }
-
-    /// Cell i set to `f(i)`, in `mem`.
-    pub fn from_fn(mem: &VertexMemory, n: usize, f: impl Fn(usize) -> u64) -> Result<U64Array> {
-        let a = U64Array(mem.zeroed(n)?);
-        (0..n).for_each(|i| a.set(i, f(i)));
-        Ok(a)
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    #[inline]
-    pub fn get(&self, i: usize) -> u64 {
-        self.0[i].load(Relaxed)
-    }
-
-    #[inline]
-    pub fn set(&self, i: usize, v: u64) {
-        self.0[i].store(v, Relaxed)
-    }
-
     /// Lowers the value to `v` if smaller, whoever else is writing; true if it changed.
     #[inline]
     pub fn min_shared(&self, i: usize, v: u64) -> bool {
         self.0[i].fetch_min(v, Relaxed) > v
-    }
-
-    /// Sets the value to `new` if it is `old`, whoever else is writing; true if it did.
-    #[inline]
-    pub fn cas_shared(&self, i: usize, old: u64, new: u64) -> bool {
-        self.0[i]
-            .compare_exchange(old, new, Relaxed, Relaxed)
-            .is_ok()
     }
 
     #[inline]
@@ -395,6 +425,9 @@ mod tests {
             assert_eq!(u.get(0), 4);
             let z = F64Array::filled(&mem, 3, 0.0).unwrap();
             assert_eq!(z.get(2), 0.0);
+            let l = U32Array::filled(&mem, 3, u32::MAX).unwrap();
+            assert!(l.cas_shared(1, u32::MAX, 4) && !l.cas_shared(1, u32::MAX, 5));
+            assert_eq!((l.get(0), l.get(1), l.len()), (u32::MAX, 4, 3));
         }
     }
 

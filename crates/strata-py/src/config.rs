@@ -8,6 +8,7 @@ use strata_embed::config::{
     EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
 };
 use strata_embed::neighbors::NeighborsOptions;
+use strata_embed::pbg::ImportPbgOptions;
 use strata_embed::score::ScoreOptions;
 use strata_farmem::config::ServeOptions as FarmemServeOptions;
 use strata_gnn::data::DataConfig;
@@ -49,6 +50,7 @@ const SECTIONS: &[Entry] = &[
     entry::<NeighborsOptions>(),
     entry::<ScoreOptions>(),
     entry::<GatherOptions>(),
+    entry::<ImportPbgOptions>(),
     entry::<DataConfig>(),
     entry::<FarmemServeOptions>(),
     entry::<RmatOptions>(),

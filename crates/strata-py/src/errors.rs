@@ -78,6 +78,7 @@ impl ToPyErr for strata_grid::GridError {
             GridError::Config { .. } => raise(py, "ConfigError", &self.to_string()),
             GridError::Budget(m) => raise(py, "BudgetError", m),
             GridError::Group(m) => raise(py, "GroupError", m),
+            GridError::Program(m) => raise(py, "ProgramError", m),
             GridError::Checkpoint { .. } => raise(py, "StoreFormatError", &self.to_string()),
             GridError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
         }

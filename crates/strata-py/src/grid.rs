@@ -10,6 +10,7 @@ use strata_farmem::Server;
 use strata_grid::build::build;
 use strata_grid::config::{BuildOptions, RunOptions};
 use strata_grid::dist::{Collective, Reduce};
+use strata_grid::input::{build_input, InputBuildJob};
 use strata_grid::run::{run as run_grid, run_distributed};
 use strata_grid::{Grid, GridError};
 
@@ -29,6 +30,19 @@ fn grid_build(
 ) -> PyResult<Py<PyAny>> {
     let j = section::<BuildOptions>(options)?.job();
     run(py, progress, |p| build(&j, p))
+}
+
+/// Builds a grid straight from an input edge list; `job` mirrors
+/// `strata_grid::input::InputBuildJob`.
+#[pyfunction]
+#[pyo3(signature = (job, progress=None))]
+fn grid_build_input(
+    py: Python<'_>,
+    job: &Bound<'_, PyAny>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Py<PyAny>> {
+    let j: InputBuildJob = crate::job(job)?;
+    run(py, progress, |p| build_input(&j, p))
 }
 
 /// The manifest of the grid in `dir`.
@@ -240,6 +254,7 @@ fn farmem_serve(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(grid_build, m)?)?;
+    m.add_function(wrap_pyfunction!(grid_build_input, m)?)?;
     m.add_function(wrap_pyfunction!(grid_info, m)?)?;
     m.add_function(wrap_pyfunction!(grid_run, m)?)?;
     m.add_function(wrap_pyfunction!(grid_algorithms, m)?)?;

@@ -11,6 +11,7 @@ mod gnn;
 mod grid;
 mod io;
 mod jobs;
+mod pbg;
 mod plans;
 mod progress;
 mod sampling;
@@ -64,6 +65,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     io::register(m)?;
     embed::register(m)?;
+    pbg::register(m)?;
     gnn::register(m)?;
     sampling::register(m)?;
     grid::register(m)?;

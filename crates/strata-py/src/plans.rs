@@ -126,10 +126,13 @@ fn serve(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
     let o = check::<ServeOptions>(&config).map_err(|e| config_error(py, &e.to_string()))?;
     let graphs = strata_serve::memory::store_graph_bytes(store)
         .map_err(|e| raise(py, "StoreFormatError", &e.to_string()))?;
+    let registered = strata_serve::budget::Registered {
+        graphs,
+        ..Default::default()
+    };
     match strata_serve::budget::plan(
         o.memory.0,
-        graphs,
-        0,
+        registered,
         o.embedding_cache,
         usize::try_from(o.max_message.0).unwrap_or(usize::MAX),
     ) {

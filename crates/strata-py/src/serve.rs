@@ -45,9 +45,12 @@ fn serve_run(
         .map_err(|e| raise(py, error_class(&e), &e.to_string()))?;
     let signal = CallbackError::default();
     let ready_error = CallbackError::default();
+    let backend: std::sync::Arc<dyn strata_graph::embedding_run::EmbeddingBackend> =
+        std::sync::Arc::new(strata_embed::serving::Backend);
     let outcome = py.detach(|| {
         serve(
             &cfg,
+            Some(backend),
             |addr, plan| {
                 Python::attach(|py| {
                     let memory_plan = plan.memory_plan();
@@ -90,6 +93,7 @@ fn status_json(s: &strata_serve::proto::StatusResponse) -> serde_json::Value {
     serde_json::json!({
         "graphs": s.graphs.iter().map(|g| g.name.clone()).collect::<Vec<_>>(),
         "models": s.models.iter().map(|m| m.name.clone()).collect::<Vec<_>>(),
+        "embeddings": s.embeddings.iter().map(|e| e.name.clone()).collect::<Vec<_>>(),
         "requests_done": s.requests_done,
         "requests_failed": s.requests_failed,
         "bytes_in": s.bytes_in,

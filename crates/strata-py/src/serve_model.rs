@@ -135,7 +135,9 @@ fn serve_error(py: Python<'_>, e: &ServeError) -> PyErr {
         ServeError::ResourceExhausted(_) | ServeError::OutOfRange(_) => {
             raise(py, "BudgetError", &msg)
         }
-        ServeError::Unavailable(_) => raise(py, "StrataError", &msg),
+        ServeError::Unavailable(_) | ServeError::DeadlineExceeded(_) => {
+            raise(py, "StrataError", &msg)
+        }
         ServeError::Store(e) => e.to_py(py),
         ServeError::Graph(e) => e.to_py(py),
         ServeError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {

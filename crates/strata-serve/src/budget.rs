@@ -40,6 +40,9 @@ pub struct ServePlan {
     pub graphs_bytes: u64,
     /// Weights of the models registered at start, as served.
     pub models_bytes: u64,
+    /// Resident sets of the embedding runs registered at start: partitions, relations, query
+    /// scratch.
+    pub embeddings_bytes: u64,
     /// The page cache at start; graphs and models registered later take from it.
     pub page_cache_bytes: u64,
     pub embedding_cache_bytes: u64,
@@ -52,31 +55,47 @@ pub struct ServePlan {
     pub max_message_bytes: u64,
 }
 
-/// The split of `memory`: the runtime, `graphs_bytes` and `models_bytes` off the
-/// top; of the rest (the shared part), an eighth each to the working memory and the
-/// executor, of what remains a quarter to embeddings when `embedding_cache`, and the
-/// remainder (or all) to pages. `max_message` is the configured message limit. Refuses
-/// (`INVALID_ARGUMENT`, naming each part) a budget whose shared part would be less than
-/// [`MIN_SHARED_BYTES`].
+/// What is registered when the plan is made, in bytes held in memory.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Registered {
+    /// Topology, ids and labels of the graphs ([`crate::memory::graph_bytes`]).
+    pub graphs: u64,
+    /// Weights of the models as served.
+    pub models: u64,
+    /// Resident sets of the embedding runs (partitions, relations, query scratch).
+    pub embeddings: u64,
+}
+
+/// The split of `memory`: the runtime and what is `registered` off the top; of the rest
+/// (the shared part), an eighth each to the working memory and the executor, of what
+/// remains a quarter to embeddings when `embedding_cache`, and the remainder (or all) to
+/// pages. `max_message` is the configured message limit. Refuses (`INVALID_ARGUMENT`,
+/// naming each part) a budget whose shared part would be less than [`MIN_SHARED_BYTES`].
 pub fn plan(
     memory: u64,
-    graphs_bytes: u64,
-    models_bytes: u64,
+    registered: Registered,
     embedding_cache: bool,
     max_message: usize,
 ) -> Result<ServePlan> {
+    let Registered {
+        graphs: graphs_bytes,
+        models: models_bytes,
+        embeddings: embeddings_bytes,
+    } = registered;
     let fixed = RUNTIME_BYTES
         .saturating_add(graphs_bytes)
-        .saturating_add(models_bytes);
+        .saturating_add(models_bytes)
+        .saturating_add(embeddings_bytes);
     let minimum = fixed.saturating_add(MIN_SHARED_BYTES);
     if memory < minimum {
         return Err(ServeError::InvalidArgument(format!(
-            "memory: --memory {} is below this server's minimum of {}: runtime {} (async runtime, RPC threads, allocator; measured), registered graphs {} (topology, ids, labels), models {}, and at least {} for the working memory, the executor and the caches; raise --memory",
+            "memory: --memory {} is below this server's minimum of {}: runtime {} (async runtime, RPC threads, allocator; measured), registered graphs {} (topology, ids, labels), models {}, embedding runs {} (resident partitions, relations), and at least {} for the working memory, the executor and the caches; raise --memory",
             fmt_bytes(memory),
             fmt_bytes(minimum),
             fmt_bytes(RUNTIME_BYTES),
             fmt_bytes(graphs_bytes),
             fmt_bytes(models_bytes),
+            fmt_bytes(embeddings_bytes),
             fmt_bytes(MIN_SHARED_BYTES)
         )));
     }
@@ -94,6 +113,7 @@ pub fn plan(
         runtime_bytes: RUNTIME_BYTES,
         graphs_bytes,
         models_bytes,
+        embeddings_bytes,
         page_cache_bytes: rest - embedding,
         embedding_cache_bytes: embedding,
         working_bytes: working,
@@ -107,7 +127,13 @@ impl Planned for ServePlan {
     /// memory, executor groups. The features are read through the page cache, from the SSD.
     fn memory_plan(&self) -> MemoryPlan {
         MemoryPlan::new("serve", self.memory)
-            .minimum(self.runtime_bytes + self.graphs_bytes + self.models_bytes + MIN_SHARED_BYTES)
+            .minimum(
+                self.runtime_bytes
+                    + self.graphs_bytes
+                    + self.models_bytes
+                    + self.embeddings_bytes
+                    + MIN_SHARED_BYTES,
+            )
             .part(
                 "runtime",
                 self.runtime_bytes,
@@ -120,9 +146,14 @@ impl Planned for ServePlan {
             )
             .part("models", self.models_bytes, "weights as served")
             .part(
+                "embedding runs",
+                self.embeddings_bytes,
+                "resident partitions, relations, query scratch",
+            )
+            .part(
                 "page cache",
                 self.page_cache_bytes,
-                "16 KiB pages, LRU; graphs and models registered later take from it",
+                "16 KiB pages, LRU; graphs, models and embedding runs registered later take from it",
             )
             .part("embedding cache", self.embedding_cache_bytes, "")
             .part(
@@ -147,8 +178,13 @@ mod tests {
 
     #[test]
     fn the_plan_takes_the_runtime_graphs_and_models_off_the_top() {
-        let p = plan(128 << 20, 3 << 20, 1 << 20, true, 64 << 20).unwrap();
-        let shared = (128 - 24 - 4) << 20;
+        let reg = |graphs, models, embeddings| Registered {
+            graphs,
+            models,
+            embeddings,
+        };
+        let p = plan(128 << 20, reg(3 << 20, 1 << 20, 2 << 20), true, 64 << 20).unwrap();
+        let shared = (128 - 24 - 6) << 20;
         assert_eq!(
             (p.working_bytes, p.executor_bytes),
             (shared / 8, shared / 8)
@@ -156,25 +192,27 @@ mod tests {
         let parts = p.runtime_bytes
             + p.graphs_bytes
             + p.models_bytes
+            + p.embeddings_bytes
             + p.working_bytes
             + p.executor_bytes
             + p.embedding_cache_bytes
             + p.page_cache_bytes;
         assert_eq!(parts, 128 << 20);
         let mp = p.memory_plan();
-        assert_eq!((mp.total(), mp.minimum), (128 << 20, (24 + 4 + 8) << 20));
+        assert_eq!((mp.total(), mp.minimum), (128 << 20, (24 + 6 + 8) << 20));
         assert_eq!(p.max_message_bytes, shared / 16);
-        let e = plan(35 << 20, 3 << 20, 1 << 20, true, 64 << 20)
+        let e = plan(37 << 20, reg(3 << 20, 1 << 20, 2 << 20), true, 64 << 20)
             .unwrap_err()
             .to_string();
         for want in [
-            "--memory 35.0 MiB is below this server's minimum of 36.0 MiB",
+            "--memory 37.0 MiB is below this server's minimum of 38.0 MiB",
             "runtime 24.0 MiB",
             "registered graphs 3.00 MiB",
             "models 1.00 MiB",
+            "embedding runs 2.00 MiB",
         ] {
             assert!(e.contains(want), "{want:?} not in {e}");
         }
-        assert!(plan(36 << 20, 3 << 20, 1 << 20, false, 64 << 20).is_ok());
+        assert!(plan(38 << 20, reg(3 << 20, 1 << 20, 2 << 20), false, 64 << 20).is_ok());
     }
 }

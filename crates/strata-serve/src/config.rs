@@ -37,9 +37,20 @@ pub struct ServeOptions {
     pub token: String,
     /// largest request or response message
     pub max_message: Size,
-    /// most ids (targets, seeds, vertices, edges) in one request
+    /// most ids (targets, seeds, vertices, edges, embedding queries) in one request
     #[schemars(range(min = 1))]
     pub max_ids: u64,
+    /// most answers per query of an embedding run (top-k tails, neighbours)
+    #[schemars(range(min = 1))]
+    pub max_k: u64,
+    /// embedding runs (`strata embed train`) to register at start, each as NAME=RUN_DIR or
+    /// RUN_DIR (named after its directory); their best checkpoint is served; skipped when the
+    /// name is already registered
+    #[schemars(extend("x-kind" = "path"))]
+    pub embedding: Vec<String>,
+    /// bytes each embedding run registered at start holds resident (partitions, relations,
+    /// query scratch); 0 holds its whole table
+    pub embedding_memory: Size,
     /// requests per second over all clients; 0 means no limit
     #[schemars(range(min = 0.0))]
     pub rate: f64,
@@ -87,6 +98,9 @@ impl Default for ServeOptions {
             token: String::new(),
             max_message: Size(64 << 20),
             max_ids: 1_000_000,
+            max_k: 1000,
+            embedding: Vec::new(),
+            embedding_memory: Size(0),
             rate: 0.0,
             window_ms: 2.0,
             max_batch: 4096,
@@ -141,6 +155,11 @@ impl ServeOptions {
             .iter()
             .map(|spec| store_to_register(spec))
             .collect::<Result<Vec<_>>>()?;
+        let register_embeddings = self
+            .embedding
+            .iter()
+            .map(|spec| run_to_register(spec))
+            .collect::<Result<Vec<_>>>()?;
         let token = Some(self.token.clone()).filter(|t| !t.is_empty());
         Ok(ServeConfig {
             listen: self.listen.clone(),
@@ -151,6 +170,7 @@ impl ServeOptions {
             max_message_bytes: usize::try_from(self.max_message.0).unwrap_or(usize::MAX),
             limits: Limits {
                 max_ids: usize::try_from(self.max_ids).unwrap_or(usize::MAX),
+                max_k: usize::try_from(self.max_k).unwrap_or(usize::MAX),
                 rate: self.rate,
             },
             exec: ExecConfig {
@@ -168,6 +188,8 @@ impl ServeOptions {
             fold_records: self.fold_records,
             fold_after: Duration::from_secs_f64(self.fold_after),
             register,
+            register_embeddings,
+            embedding_memory: (self.embedding_memory.0 > 0).then_some(self.embedding_memory.0),
             reorder: self.reorder.then(|| ReorderParams {
                 hops: self.reorder_hops,
                 centers: usize::try_from(self.reorder_centers).unwrap_or(usize::MAX),
@@ -180,13 +202,30 @@ impl ServeOptions {
 
 /// `NAME=PATH` or `PATH` (named after its directory, less `.strata`) as (name, absolute path).
 fn store_to_register(spec: &str) -> Result<(String, PathBuf)> {
+    named_path(spec, "serve.stores", "manifest.json", "a Strata store")
+}
+
+/// `NAME=RUN_DIR` or `RUN_DIR` (named after its directory) as (name, absolute path).
+fn run_to_register(spec: &str) -> Result<(String, PathBuf)> {
+    named_path(
+        spec,
+        "serve.embedding",
+        "run.json",
+        "a run directory of `strata embed train`",
+    )
+}
+
+/// `NAME=PATH` or `PATH` as (name, absolute path), refusing (`INVALID_ARGUMENT`, naming
+/// option `key`) a path without the file `marker` that makes it `what`. Without a name, the
+/// directory's name less `.strata` names it.
+fn named_path(spec: &str, key: &str, marker: &str, what: &str) -> Result<(String, PathBuf)> {
     let (name, path) = match spec.split_once('=') {
         Some((name, path)) => (Some(name), Path::new(path)),
         None => (None, Path::new(spec)),
     };
-    if !path.join("manifest.json").exists() {
+    if !path.join(marker).exists() {
         return Err(ServeError::InvalidArgument(format!(
-            "serve.stores: {} is not a Strata store (no manifest.json)",
+            "{key}: {} is not {what} (no {marker})",
             path.display()
         )));
     }
@@ -230,6 +269,15 @@ mod tests {
         };
         let e = o.server_config().unwrap_err().to_string();
         assert!(e.contains("is not a Strata store"), "{e}");
+        let o = ServeOptions {
+            embedding: vec![format!("r={}", dir.path().display())],
+            ..ServeOptions::default()
+        };
+        let e = o.server_config().unwrap_err().to_string();
+        assert!(
+            e.contains("serve.embedding: ") && e.contains("(no run.json)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub enum ServeError {
     /// The server is shutting down.
     #[error("{0}")]
     Unavailable(String),
+    /// The call's deadline passed before it was answered.
+    #[error("{0}")]
+    DeadlineExceeded(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -63,6 +66,7 @@ impl ServeError {
             ServeError::ResourceExhausted(m) => ServeError::ResourceExhausted(at(m)),
             ServeError::OutOfRange(m) => ServeError::OutOfRange(at(m)),
             ServeError::Unavailable(m) => ServeError::Unavailable(at(m)),
+            ServeError::DeadlineExceeded(m) => ServeError::DeadlineExceeded(at(m)),
             ServeError::Io { context, source } => ServeError::Io {
                 context: at(context),
                 source,

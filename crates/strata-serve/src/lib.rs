@@ -1,12 +1,14 @@
 //! Strata's near-data graph learning service (GLIST, ATC'21): a gRPC server next to the data
 //! that registers graphs and models, applies durable mutations, and answers analysis requests
 //! (embeddings, classes, link scores) with native GNN inference over sampled neighbourhoods,
+//! and serves trained embedding runs (top-k, scores, neighbours) through an embedding backend,
 //! so that only small results cross the network.
 
 pub mod budget;
 pub mod commit;
 pub mod config;
 pub mod durable;
+pub mod embeddings;
 pub mod error;
 pub mod executor;
 pub mod graph;
@@ -19,6 +21,7 @@ pub mod reorder;
 pub mod schedule;
 pub mod server;
 pub mod service;
+pub mod service_embed;
 pub mod wal;
 pub mod wire;
 

@@ -222,11 +222,23 @@ pub fn store_graph_bytes(path: &Path) -> Result<u64> {
     ))
 }
 
-/// What a registered graph or model is, for [`Resident`].
+/// What a registered graph, model or embedding run is, for [`Resident`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     Graph,
     Model,
+    Embedding,
+}
+
+impl Kind {
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Graph => "graph",
+            Kind::Model => "model",
+            Kind::Embedding => "embedding run",
+        }
+    }
 }
 
 /// The registered graphs and models as a part of `--memory` taken from the page cache: the
@@ -252,12 +264,9 @@ impl Resident {
         let mut held = self.held.lock().unwrap();
         let pages = self.page_cache.capacity_bytes();
         if pages < MIN_PAGE_CACHE_BYTES.saturating_add(bytes) {
-            let what = match kind {
-                Kind::Graph => "graph",
-                Kind::Model => "model",
-            };
             return Err(ServeError::ResourceExhausted(format!(
-                "{what} '{name}' needs {} in memory, but the page cache has {} of --memory left and keeps at least {}; unregister a graph or model, or restart with a larger --memory",
+                "{} '{name}' needs {} in memory, but the page cache has {} of --memory left and keeps at least {}; unregister a graph, model or embedding run, or restart with a larger --memory",
+                kind.name(),
                 fmt_bytes(bytes),
                 fmt_bytes(pages),
                 fmt_bytes(MIN_PAGE_CACHE_BYTES)

@@ -1,9 +1,10 @@
-//! The registered graphs and models by name, kept in the server's state directory so that a
-//! restart serves the same ones:
+//! The registered graphs, models and embedding runs by name, kept in the server's state
+//! directory so that a restart serves the same ones:
 //!
 //! ```text
 //! STATE/graphs/NAME/     a served graph (see `graph`)
 //! STATE/models/NAME/     weights (as uploaded) + model.json (resolved architecture, precision)
+//! STATE/embeddings/NAME/ a served copy of an embedding run's checkpoint (see `embeddings`)
 //! ```
 
 use std::collections::BTreeMap;
@@ -12,8 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use serde::{Deserialize, Serialize};
+use strata_graph::embedding_run::EmbeddingBackend;
 
 use crate::durable::{create_dir_all, sync_dir, write_atomic};
+use crate::embeddings::{Embeddings, ServedEmbedding};
 use crate::error::{Result, ServeError};
 use crate::graph::ServedGraph;
 use crate::memory::{self, Kind, Resident};
@@ -36,11 +39,12 @@ struct ModelJson {
     precision: Precision,
 }
 
-/// Graphs and models by name.
+/// Graphs, models and embedding runs by name.
 pub struct Registry {
     dir: PathBuf,
     graphs: RwLock<BTreeMap<String, Arc<ServedGraph>>>,
     models: RwLock<BTreeMap<String, Arc<ServedModel>>>,
+    pub embeddings: Embeddings,
     next_model_id: AtomicU64,
     /// Once the server has planned its budget ([`Registry::attach`]): registrations take
     /// their memory from the page cache, or are refused.
@@ -72,14 +76,16 @@ pub fn check_name(name: &str, what: &str) -> Result<()> {
 }
 
 impl Registry {
-    /// Opens (creating) the state directory and everything registered in it.
-    pub fn open(dir: &Path) -> Result<Registry> {
+    /// Opens (creating) the state directory and everything registered in it; embedding runs
+    /// are opened with `backend` (without one, a registered run is refused).
+    pub fn open(dir: &Path, backend: Option<Arc<dyn EmbeddingBackend>>) -> Result<Registry> {
         create_dir_all(&dir.join("graphs"))?;
         create_dir_all(&dir.join("models"))?;
         let reg = Registry {
             dir: dir.to_path_buf(),
             graphs: RwLock::new(BTreeMap::new()),
             models: RwLock::new(BTreeMap::new()),
+            embeddings: Embeddings::open(dir, backend)?,
             next_model_id: AtomicU64::new(1),
             resident: OnceLock::new(),
         };
@@ -110,7 +116,8 @@ impl Registry {
         Ok(reg)
     }
 
-    /// What each registered graph and model holds in memory, (kind, name) -> bytes.
+    /// What each registered graph, model and embedding run holds in memory, (kind, name) ->
+    /// bytes.
     pub fn held_bytes(&self) -> BTreeMap<(Kind, String), u64> {
         let graphs = self.graphs.read().unwrap();
         let models = self.models.read().unwrap();
@@ -122,7 +129,31 @@ impl Registry {
                     .iter()
                     .map(|(n, m)| ((Kind::Model, n.clone()), m.model.bytes())),
             )
+            .chain(
+                self.embeddings
+                    .held_bytes()
+                    .into_iter()
+                    .map(|(n, b)| ((Kind::Embedding, n), b)),
+            )
             .collect()
+    }
+
+    /// Registers checkpoint `checkpoint` of the run at `source` as `name` (see
+    /// [`Embeddings::register`]), its resident bytes taken from the page cache.
+    pub fn register_embedding(
+        &self,
+        name: &str,
+        source: &Path,
+        checkpoint: &str,
+        memory: Option<u64>,
+    ) -> Result<Arc<ServedEmbedding>> {
+        self.embeddings
+            .register(name, source, checkpoint, memory, self.resident.get())
+    }
+
+    /// Unregisters embedding run `name`, giving its bytes back to the page cache.
+    pub fn unregister_embedding(&self, name: &str) -> Result<()> {
+        self.embeddings.unregister(name, self.resident.get())
     }
 
     /// From now on, registrations take their memory from `page_cache` (what is registered
@@ -313,7 +344,7 @@ impl Registry {
 
 /// Subdirectories of `dir` (name, path), skipping hidden ones and removing leftovers of an
 /// interrupted registration (`.partial-*`) or removal (`.removed-*`).
-fn list_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+pub(crate) fn list_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut out = Vec::new();
     let entries =
         std::fs::read_dir(dir).map_err(|e| ServeError::io(dir.display().to_string(), e))?;
@@ -334,7 +365,7 @@ fn list_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
 
 /// Renames `dir/name` out of the way (atomic: after a crash it is either registered or
 /// gone), then deletes it.
-fn remove_registered(dir: &Path, name: &str) -> Result<()> {
+pub(crate) fn remove_registered(dir: &Path, name: &str) -> Result<()> {
     let from = dir.join(name);
     let to = dir.join(format!(".removed-{name}"));
     std::fs::rename(&from, &to).map_err(|e| ServeError::io(from.display().to_string(), e))?;

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use strata_graph::embedding_run::EmbeddingBackend;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_stream::StreamExt;
 use tonic::service::interceptor::InterceptedService;
@@ -54,6 +55,10 @@ pub struct ServeConfig {
     pub fold_after: Duration,
     /// Stores to register before listening, (name, path), unless already registered.
     pub register: Vec<(String, PathBuf)>,
+    /// Embedding runs to register before listening, (name, run directory), unless already
+    /// registered; each with `embedding_memory` bytes resident (`None`: its whole table).
+    pub register_embeddings: Vec<(String, PathBuf)>,
+    pub embedding_memory: Option<u64>,
     /// How to re-order them (GLIST Alg. 2); None keeps their numbering.
     pub reorder: Option<ReorderParams>,
 }
@@ -120,9 +125,11 @@ fn share_one_malloc_arena() {
 }
 
 /// Runs the server until `should_stop` says so (polled on the calling thread every 100 ms,
-/// so it may check for signals); `on_ready(addr, plan)` is called once it listens.
+/// so it may check for signals); `on_ready(addr, plan)` is called once it listens. Embedding
+/// runs are opened with `backend` (without one, none can be registered).
 pub fn serve(
     cfg: &ServeConfig,
+    backend: Option<Arc<dyn EmbeddingBackend>>,
     on_ready: impl FnOnce(SocketAddr, ServePlan),
     should_stop: impl Fn() -> bool,
 ) -> Result<ServeSummary> {
@@ -136,12 +143,15 @@ pub fn serve(
     if cfg.token.as_deref() == Some("") {
         return Err(ServeError::InvalidArgument("token: empty".into()));
     }
-    let registry = Registry::open(&cfg.state_dir)?;
-    let plan_for = |graphs: u64, models: u64| {
+    let registry = Registry::open(&cfg.state_dir, backend)?;
+    let plan_for = |graphs: u64, models: u64, embeddings: u64| {
         budget::plan(
             cfg.memory,
-            graphs,
-            models,
+            budget::Registered {
+                graphs,
+                models,
+                embeddings,
+            },
             cfg.embedding_cache,
             cfg.max_message_bytes,
         )
@@ -164,14 +174,31 @@ pub fn serve(
     for (_, path) in &pending {
         pending_bytes = pending_bytes.saturating_add(memory::store_graph_bytes(path)?);
     }
+    let pending_runs: Vec<&(String, PathBuf)> = cfg
+        .register_embeddings
+        .iter()
+        .filter(|(name, _)| !registry.embeddings.contains(name))
+        .collect();
+    let mut pending_run_bytes = 0u64;
+    for (_, path) in &pending_runs {
+        pending_run_bytes = pending_run_bytes.saturating_add(
+            registry
+                .embeddings
+                .planned_bytes(path, cfg.embedding_memory)?,
+        );
+    }
     plan_for(
         sum(Kind::Graph).saturating_add(pending_bytes),
         sum(Kind::Model),
+        sum(Kind::Embedding).saturating_add(pending_run_bytes),
     )?;
     for (name, path) in pending {
         registry.register_graph(name, path, cfg.reorder.as_ref())?;
     }
-    let plan = plan_for(sum(Kind::Graph), sum(Kind::Model))?;
+    for (name, path) in pending_runs {
+        registry.register_embedding(name, path, "best", cfg.embedding_memory)?;
+    }
+    let plan = plan_for(sum(Kind::Graph), sum(Kind::Model), sum(Kind::Embedding))?;
     let page_cache = Arc::new(PageCache::new(plan.page_cache_bytes));
     registry.attach(Arc::clone(&page_cache));
     let mut exec = cfg.exec.clone();

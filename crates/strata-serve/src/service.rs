@@ -23,7 +23,7 @@ use crate::proto::{self, ResultState};
 use crate::registry::{Registry, ServedModel};
 use crate::reorder::ReorderParams;
 use crate::schedule::Targets;
-use crate::wire;
+use crate::{service_embed, wire};
 
 /// Longest a `GetAnalysisResult` may wait, so a drain is never held up for long.
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -49,8 +49,10 @@ const STREAM_CHUNK_BYTES: u64 = 4 << 20;
 /// Request limits (besides the message size, which tonic enforces).
 #[derive(Debug, Clone)]
 pub struct Limits {
-    /// Most ids in one request (targets, seeds, vertices, edges).
+    /// Most ids in one request (targets, seeds, vertices, edges, embedding queries).
     pub max_ids: usize,
+    /// Most answers per query of an embedding run (top-k, neighbours).
+    pub max_k: usize,
     /// Requests per second over all clients (a token bucket holding one second's worth);
     /// 0 means no limit.
     pub rate: f64,
@@ -133,7 +135,8 @@ impl Core {
         Ok(())
     }
 
-    fn check_ids(&self, n: usize, what: &str) -> Result<()> {
+    /// Refuses more than `--max-ids` ids in one request field `what`.
+    pub fn check_ids(&self, n: usize, what: &str) -> Result<()> {
         if n > self.limits.max_ids {
             return Err(ServeError::ResourceExhausted(format!(
                 "{what}: {n} ids in one request; the limit is {} (--max-ids)",
@@ -208,6 +211,13 @@ impl Core {
             working_used_bytes: self.working.used(),
             working_capacity_bytes: self.working.capacity(),
             max_message_bytes: self.max_message,
+            embeddings: self
+                .registry
+                .embeddings
+                .list()
+                .iter()
+                .map(|e| service_embed::embedding_info(e))
+                .collect(),
         }
     }
 }
@@ -1004,6 +1014,55 @@ impl GraphLearning for Service {
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(rx),
         )))
+    }
+
+    async fn embedding_register(
+        &self,
+        req: Request<proto::EmbeddingRegisterRequest>,
+    ) -> std::result::Result<Response<proto::EmbeddingInfo>, Status> {
+        self.call(req, true, "EmbeddingRegister", service_embed::register)
+            .await
+    }
+
+    async fn embedding_unregister(
+        &self,
+        req: Request<proto::EmbeddingUnregisterRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        self.call(req, true, "EmbeddingUnregister", service_embed::unregister)
+            .await
+    }
+
+    async fn embedding_top_k(
+        &self,
+        req: Request<proto::EmbeddingTopKRequest>,
+    ) -> std::result::Result<Response<proto::EmbeddingTopKResponse>, Status> {
+        let deadline = service_embed::deadline_of(&req);
+        self.call(req, false, "EmbeddingTopK", move |core, r| {
+            service_embed::top_k(core, r, deadline)
+        })
+        .await
+    }
+
+    async fn embedding_score(
+        &self,
+        req: Request<proto::EmbeddingScoreRequest>,
+    ) -> std::result::Result<Response<proto::EmbeddingScoreResponse>, Status> {
+        let deadline = service_embed::deadline_of(&req);
+        self.call(req, false, "EmbeddingScore", move |core, r| {
+            service_embed::score(core, r, deadline)
+        })
+        .await
+    }
+
+    async fn embedding_neighbors(
+        &self,
+        req: Request<proto::EmbeddingNeighborsRequest>,
+    ) -> std::result::Result<Response<proto::EmbeddingNeighborsResponse>, Status> {
+        let deadline = service_embed::deadline_of(&req);
+        self.call(req, false, "EmbeddingNeighbors", move |core, r| {
+            service_embed::neighbors(core, r, deadline)
+        })
+        .await
     }
 
     async fn status(

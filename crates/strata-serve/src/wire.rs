@@ -17,6 +17,7 @@ impl From<ServeError> for Status {
             ServeError::ResourceExhausted(_) => Code::ResourceExhausted,
             ServeError::OutOfRange(_) => Code::OutOfRange,
             ServeError::Unavailable(_) => Code::Unavailable,
+            ServeError::DeadlineExceeded(_) => Code::DeadlineExceeded,
             // The sampler's config errors are about the request (fanouts, duplicate seeds).
             ServeError::Graph(strata_graph::GraphError::Config(_)) => Code::InvalidArgument,
             ServeError::Store(_) | ServeError::Graph(_) => Code::FailedPrecondition,

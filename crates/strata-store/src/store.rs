@@ -376,7 +376,7 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// The parent directory (which must exist) and file name of an output path.
-pub(crate) fn output_parent(out: &Path) -> Result<(PathBuf, String)> {
+pub fn output_parent(out: &Path) -> Result<(PathBuf, String)> {
     let name = out
         .file_name()
         .ok_or_else(|| {

@@ -1,4 +1,4 @@
-"""``strata embed plan|train|eval|predict|neighbors|index|score|export|gather``."""
+"""``strata embed plan|train|eval|predict|neighbors|index|score|export|import-pbg|gather``."""
 
 from __future__ import annotations
 
@@ -9,15 +9,17 @@ from ..config import (
     EmbedEvalConfig,
     EmbedExportConfig,
     EmbedGatherConfig,
+    EmbedImportPbgConfig,
     EmbedIndexConfig,
     EmbedNeighborsConfig,
     EmbedPlanConfig,
     EmbedPredictConfig,
     EmbedScoreConfig,
     EmbedTrainConfig,
+    as_dict,
     from_args,
 )
-from ..embed import Run, ann, dist, format_metrics, format_plan, format_summary, plan, train
+from ..embed import Run, ann, dist, format_metrics, format_plan, format_summary, import_pbg, plan, train
 from ..errors import ConfigError
 from ..units import fmt_bytes, fmt_duration
 from .common import add_section_command, emit_summary, run_with_progress
@@ -73,7 +75,22 @@ def register(sub) -> None:
         "head<TAB>relation<TAB>tail<TAB>score lines in input order to --out or standard output.",
     )
     add_section_command(
-        cmds, "export", EmbedExportConfig, run_export, help="write a checkpoint's embeddings as .npy, TSV or Parquet"
+        cmds,
+        "export",
+        EmbedExportConfig,
+        run_export,
+        help="write a checkpoint's embeddings as .npy, TSV, Parquet or a PyTorch-BigGraph checkpoint",
+    )
+    add_section_command(
+        cmds,
+        "import-pbg",
+        EmbedImportPbgConfig,
+        run_import_pbg,
+        help="a PyTorch-BigGraph checkpoint as a run on a store with its entity names (h5py, the hdf5 extra)",
+        description="Reads a PBG checkpoint directory (config.json, checkpoint_version.txt, model and embeddings "
+        ".h5, entity names and counts) and writes a run OUT on STORE, whose node and relation names must be PBG's "
+        "entity and relation names, so that eval, predict, neighbors, export and serve work on it. Entity rows are "
+        "read a slice at a time and each partition of the table is written whole, within --memory.",
     )
     add_section_command(
         cmds,
@@ -208,6 +225,10 @@ def run_export(args) -> int:
     report = run_with_progress(
         args, lambda bar: run.export(cfg.out, cfg.format, cfg.checkpoint, cfg.overwrite, cfg.memory, bar)
     )
+    if cfg.format == "pbg":
+        emit_summary(args, report, f"Exported epoch {report['epoch']} of {run.path} as a PyTorch-BigGraph checkpoint: "
+                     f"{pbg_summary(report)} in {fmt_duration(report['seconds'])}.")  # fmt: skip
+        return 0
     size = sum((cfg.out / f).stat().st_size for f in report["files"])
     emit_summary(
         args,
@@ -215,6 +236,28 @@ def run_export(args) -> int:
         f"Exported epoch {report['epoch']} of {run.path}: {report['num_nodes']:,} x {report['dim']} embeddings "
         f"in node-id order to {cfg.out} ({', '.join(report['files'])}; {fmt_bytes(size)}) "
         f"in {fmt_duration(report['seconds'])}.",
+    )
+    return 0
+
+
+def pbg_summary(report: dict) -> str:
+    """What a PyTorch-BigGraph export or import wrote, for its summary line."""
+    return (
+        f"{report['num_nodes']:,} x {report['dim']} embeddings in {report['partitions']} partition(s), "
+        f"{report['num_relations']} relation type(s), {report['model']} = operator {report['operator']}, comparator "
+        f"{report['comparator']}, to {report['out']}"
+    )
+
+
+def run_import_pbg(args) -> int:
+    cfg = from_args(EmbedImportPbgConfig, args)
+    report = run_with_progress(args, lambda bar: import_pbg(as_dict(cfg), bar))
+    inverse = "with reciprocal relations" if report["reciprocal"] else "without reciprocal relations"
+    emit_summary(
+        args,
+        report,
+        f"Imported {cfg.checkpoint}: {pbg_summary(report)} ({inverse}) in {fmt_duration(report['seconds'])}; "
+        f"eval, predict, neighbors, export or serve it as any run.",
     )
     return 0
 

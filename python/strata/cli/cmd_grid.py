@@ -13,7 +13,8 @@ def register(sub) -> None:
         "grid",
         help="edge grids for graph analytics (Fargraph+): build, info",
         description="A grid holds a store's train edges in P x P blocks (vertex chunk of the source x chunk of the "
-        "destination) that `strata run` streams. Grids live in STORE/grids/NAME.",
+        "destination) that `strata run` streams. Grids live in STORE/grids/NAME, or, built straight from an input "
+        "edge list, in a directory of their own.",
     )
     cmds = p.add_subparsers(dest="grid_command", metavar="COMMAND", required=True)
     add_section_command(
@@ -21,10 +22,12 @@ def register(sub) -> None:
         "build",
         GridBuildConfig,
         run_build,
-        help="build a grid of a store's train edges within --memory",
-        description="Builds STORE/grids/NAME from the store's train edges in two streaming passes within --memory: "
-        "edges are spooled by column (or row) of blocks, then each spool is sorted into its blocks. --symmetrize "
-        "stores both directions (wcc, kcore, mis), --weighted draws edge weights (sssp, weighted spmv).",
+        help="build a grid of a store's train edges, or straight from an input edge list (--out), within --memory",
+        description="Builds STORE/grids/NAME from the store's train edges, or with --out DIR the grid directory DIR "
+        "straight from an input edge list (bin32 pairs, text, NumPy; no store, no CSR/CSC; `strata run ALGO DIR` "
+        "runs on it), in two streaming passes within --memory: edges are binned by column (or row) of blocks into "
+        "one spool, then each column is sorted into its blocks. --symmetrize stores both directions (wcc, kcore, "
+        "mis), --weighted weights the edges (sssp, weighted spmv): the input's weight column or drawn weights.",
     )
     for name, text in (("info", "describe a grid, or list the grids of a store"), ("list", "the same as info")):
         add_section_command(

@@ -22,7 +22,10 @@ def register(sub) -> None:
         "stay resident when they fit, or stream from disk every pass. Prints the budget plan, one line per iteration "
         "and a summary; writes the result arrays, metrics.jsonl and run.json to --out (STORE/runs/grid-ALGO). "
         "Under torchrun each rank streams its own columns of the grid within its own --memory and the ranks "
-        "exchange vertex values every iteration; rank 0 writes the results.",
+        "exchange vertex values every iteration; rank 0 writes the results. `strata run program STORE --program "
+        "FILE` runs a vertex program of your own (a .py file defining a strata.grid.VertexProgram, a .toml or .json "
+        'file, or JSON text; docs/grid.md, "Vertex programs") the same way; its results go to '
+        "STORE/runs/grid-program-NAME.",
     )
 
 

@@ -110,6 +110,7 @@ class _GatherFrontEnd:
 
 
 EmbedGatherConfig = native_section("embed.gather", "EmbedGatherConfig", front=_GatherFrontEnd)
+EmbedImportPbgConfig = native_section("embed.import_pbg", "EmbedImportPbgConfig")
 
 
 @section("plot")

@@ -8,7 +8,7 @@ from pathlib import Path
 from .. import _native
 from ..errors import ConfigError, RunError
 from ..paths import make_dir
-from . import parquet
+from . import hdf5, parquet
 
 ProgressFn = Callable[..., bool]
 
@@ -120,7 +120,8 @@ class Run:
         memory=None,
         progress: ProgressFn | None = None,
     ) -> dict:
-        """Writes the checkpoint's embeddings in node-id order (and relations, id maps) to ``out``."""
+        """Writes the checkpoint's embeddings in node-id order (and relations, id maps) to ``out``;
+        ``format="pbg"`` writes a PyTorch-BigGraph checkpoint directory instead (h5py)."""
         make_dir(Path(out).absolute().parent, "--out")
         options = {
             "out": str(out),
@@ -129,6 +130,8 @@ class Run:
             "overwrite": overwrite,
             "memory": memory,
         }
+        if format == "pbg":
+            return hdf5.export_pbg(self.path, options, progress)
         writer = parquet.Writer() if format == "parquet" else None
         return _native.embed_export(str(self.path), options, progress, writer)
 

@@ -3,7 +3,8 @@ and ``strata farmem serve``.
 
 A grid (``STORE/grids/NAME``) holds a store's train edges in a P x P grid of blocks. ``run``
 streams the blocks through a registered algorithm (:func:`algorithms`: PageRank, BFS, WCC,
-SSSP, SpMV, k-core) within a memory budget: vertex data stays local, edge blocks are offloaded to a memory server up to
+SSSP, SpMV, k-core, ...) or a vertex program of your own (:class:`VertexProgram`,
+:func:`run_program`) within a memory budget: vertex data stays local, edge blocks are offloaded to a memory server up to
 ``far_ratio`` of the footprint, kept resident where the budget allows, and streamed from disk
 otherwise. A run directory holds the result arrays (``rank.npy``, ``level.npy``, ...),
 ``metrics.jsonl`` (one line per iteration, written as it ends) and ``run.json`` (format
@@ -22,12 +23,13 @@ from pathlib import Path
 from .. import _native, torchrun
 from ..config import as_dict
 from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
-from ..errors import InputNotFoundError, StoreFormatError
+from ..errors import ConfigError, InputNotFoundError, StoreFormatError
 from ..paths import make_dir
 from ..stopping import run_until_stopped
 from ..store import Store
 from ..units import fmt_bytes, fmt_count, fmt_duration
 from . import dist
+from .program import ProgramResult, VertexProgram, load_program, program_text, run_program
 
 ProgressFn = Callable[..., bool]
 
@@ -50,6 +52,8 @@ RESULT_ARRAYS = {a["name"]: tuple(a["arrays"]) for a in algorithms()}
 __all__ = [
     "RESULT_ARRAYS",
     "RUN_FORMAT",
+    "ProgramResult",
+    "VertexProgram",
     "algorithms",
     "build_grid",
     "default_out_dir",
@@ -61,13 +65,16 @@ __all__ = [
     "grid_info",
     "iteration_metrics",
     "list_grids",
+    "load_program",
     "run",
+    "run_program",
     "serve_farmem",
 ]
 
 
 def default_out_dir(store: str | Path, algorithm: str) -> Path:
-    """Where ``strata run ALGO STORE`` writes by default: ``STORE/runs/grid-ALGO``."""
+    """Where ``strata run ALGO STORE`` writes by default: ``STORE/runs/grid-ALGO``
+    (``grid-program-NAME`` for a vertex program's run)."""
     return Path(store) / "runs" / f"grid-{algorithm}"
 
 
@@ -80,20 +87,118 @@ def _require_store(store: Path) -> None:
 # strata grid build / info
 
 
+#: Options of ``[grid.build]`` that describe an input edge list (used with ``out`` only).
+_INPUT_OPTIONS = ("format", "columns", "ids", "delimiter", "comment", "header", "num_nodes", "layout", "threads")
+
+
 def build_grid(config: GridBuildConfig | None = None, progress: ProgressFn | None = None, **options) -> dict:
-    """Builds the grid of ``config.store`` (or the keyword options of ``[grid.build]``); returns
-    the build summary (dir, partitions, num_vertices, num_edges, bytes, seconds)."""
+    """Builds the grid of ``config.store`` (or the keyword options of ``[grid.build]``), or with
+    ``out`` the grid directory ``out`` straight from the input edge list ``config.store``;
+    returns the build summary (dir, partitions, num_vertices, num_edges, bytes, seconds, stages
+    with their bytes, plan)."""
     cfg = config if config is not None else GridBuildConfig(**options)
+    if cfg.out is not None:
+        return _native.grid_build_input(_input_job(cfg), progress)
     _require_store(cfg.store)
+    if not (Path(cfg.store) / "manifest.json").is_file() and not Path(cfg.store).is_dir():
+        raise ConfigError(
+            f"grid.build: {cfg.store} is not a store; to build a grid straight from an input edge list, give the "
+            "grid's directory with --out DIR"
+        )
+    defaults = GridBuildConfig(store=cfg.store)
+    given = [k for k in _INPUT_OPTIONS if getattr(cfg, k) != getattr(defaults, k)]
+    if given:
+        raise ConfigError(
+            f"grid.build.{given[0]}: describes an input edge list, used with --out only; a store's grid is built "
+            "from its train edges"
+        )
     return _native.grid_build(as_dict(cfg), progress)
 
 
+def _input_job(cfg: GridBuildConfig) -> dict:
+    """The native job of a grid built from the input ``cfg.store`` into ``cfg.out``: the input
+    planned as ``strata convert`` plans it (format, files), in the formats a grid reads."""
+    from ..config import ConvertConfig
+    from ..convert import plan_inputs, text_job
+
+    if (Path(cfg.store) / "manifest.json").is_file():
+        raise ConfigError(
+            f"grid.build.out: {cfg.store} is a store: its grids go to {cfg.store}/grids/ (drop --out), or give an "
+            "input edge list"
+        )
+    if cfg.name:
+        raise ConfigError("grid.build.name: names a grid under STORE/grids/; with --out the directory is the grid")
+    convert = ConvertConfig(
+        inputs=[Path(cfg.store)],
+        out=Path(cfg.out),
+        format=cfg.format,
+        columns=cfg.columns,
+        ids=cfg.ids,
+        delimiter=cfg.delimiter,
+        comment=cfg.comment,
+        header=cfg.header,
+        num_nodes=cfg.num_nodes,
+        layout=cfg.layout,
+        threads=cfg.threads,
+        memory=cfg.memory,
+    )
+    plan = plan_inputs(convert)
+    if plan.format not in ("text", "bin32", "numpy"):
+        raise ConfigError(
+            f"grid.build.format: {cfg.store} is a {plan.format} input; a grid is built straight from text, bin32 or "
+            "NumPy edge lists: convert it into a store first (`strata convert`), then `strata grid build STORE`"
+        )
+    if plan.valid or plan.test:
+        raise ConfigError(
+            f"grid.build: {cfg.store} holds train, valid and test files; a grid holds one edge list: "
+            "give the train file"
+        )
+    if plan.format == "text":
+        source = {"format": "text", "job": text_job(convert, plan)}
+    elif plan.format == "bin32":
+        source = {"format": "bin32", "paths": [str(p) for p in plan.train]}
+    else:
+        source = {"format": "numpy", "path": str(plan.train[0]), "layout": cfg.layout}
+    weights = None
+    if cfg.weighted:
+        weights = {
+            "source": cfg.weight_source,
+            "seed": cfg.weight_seed,
+            "low": cfg.weight_low,
+            "high": cfg.weight_high,
+        }
+    return {
+        "out": str(cfg.out),
+        "input": source,
+        "num_nodes": cfg.num_nodes,
+        "partitions": cfg.partitions,
+        "order": cfg.order,
+        "symmetrize": bool(cfg.symmetrize),
+        "weights": weights,
+        "memory": int(cfg.memory),
+        "overwrite": cfg.overwrite,
+        "compression": cfg.compression,
+        "provenance": {"config": as_dict(cfg)},
+    }
+
+
 def format_build(summary: dict) -> str:
-    """The line printed after ``strata grid build``."""
+    """The line printed after ``strata grid build``, with each step's time and rates."""
+
+    def rate(n: int, secs: float) -> str:
+        return f"{n / max(secs, 1e-9) / 1e6:,.0f} MB/s"
+
+    steps = "; ".join(
+        f"{st['name']} {fmt_duration(st['seconds'])} ({st['cpu_seconds']:.1f} s of CPU; read "
+        f"{rate(st['read_bytes'], st['seconds'])}"
+        + (f", wrote {rate(st['written_bytes'], st['seconds'])}" if st["written_bytes"] else "")
+        + ")"
+        for st in summary.get("stages", [])
+    )
     return (
         f"Built grid {summary['dir']}: {summary['num_vertices']:,} vertices in {summary['partitions']} chunks, "
         f"{summary['num_edges']:,} edges in {summary['partitions'] ** 2:,} blocks, {fmt_bytes(summary['bytes'])} "
-        f"on disk, in {fmt_duration(summary['seconds'])}."
+        f"on disk, in {fmt_duration(summary['seconds'])}" + (f": {steps}." if steps else ".")
     )
 
 
@@ -166,6 +271,9 @@ def format_grids(entries: list[dict], target: str | Path) -> str:
         prov = m.get("provenance") or {}
         if prov.get("store"):
             lines.append(f"  built from {prov['store']} ({prov.get('edges', 'edges_train')})")
+        elif prov.get("input"):
+            names = ", node names kept" if "node_names_offsets" in m["arrays"] else ""
+            lines.append(f"  built from {prov.get('format')} input {', '.join(prov['input'])}{names}")
         return "\n".join(lines)
     if not entries:
         return f"Store {target} has no grids yet (build one with `strata grid build {target}`, or `strata run` does)."
@@ -287,7 +395,13 @@ def run(
     report."""
     cfg = config if config is not None else RunConfig(**options)
     _require_store(cfg.store)
-    out = Path(cfg.out) if cfg.out is not None else default_out_dir(cfg.store, cfg.algorithm)
+    native = as_dict(cfg)
+    program = None
+    if cfg.algorithm == "program" and cfg.program:
+        # A .py or .toml program is read here; the engine takes the program's JSON.
+        native["program"], program = program_text(cfg.program)
+    name = cfg.algorithm if program is None else f"program-{program.get('name', 'program')}"
+    out = Path(cfg.out) if cfg.out is not None else default_out_dir(cfg.store, name)
     history: list[dict] = []
     moved = [0]  # bytes from disk and far memory so far
     exchange = dist.join(cfg.dist_timeout)
@@ -322,7 +436,7 @@ def run(
             on_iteration(record)
 
     try:
-        summary = _native.grid_run({**as_dict(cfg), "out": str(out)}, progress, each, exchange)
+        summary = _native.grid_run({**native, "out": str(out)}, progress, each, exchange)
     finally:
         if exchange is not None:
             exchange.close()
@@ -339,6 +453,8 @@ def run(
         "summary": summary,
         "history": history,
     }
+    if program is not None:
+        record["program"] = program
     _write_atomic(out / "run.json", json.dumps(record, indent=2, default=str))
     return summary
 

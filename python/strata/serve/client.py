@@ -16,6 +16,7 @@ import grpc
 import numpy as np
 
 from ..errors import StrataError
+from ..units import parse_size
 from . import _proto
 
 #: Default address of ``strata serve``.
@@ -281,6 +282,20 @@ class Client:
     def unregister_model(self, name: str) -> None:
         self._call("ModelUnregister", name=name)
 
+    def register_embedding(
+        self, name: str, run: str | Path, *, checkpoint: str = "best", memory: int | str | None = None
+    ) -> dict:
+        """Registers the embedding run at ``run`` (a run directory of ``strata embed train`` on the
+        server) as ``name``: the server serves a copy of its ``best`` (or ``last``) checkpoint, with
+        ``memory`` bytes resident (``512M`` or a number; ``None`` holds the whole table, fewer bytes
+        hold fewer partitions and queries scan the rest from disk). Returns the run's info."""
+        size = 0 if memory is None else parse_size(memory)
+        info = self._call("EmbeddingRegister", name=name, run_path=str(run), checkpoint=checkpoint, memory=size)
+        return _plain(info)
+
+    def unregister_embedding(self, name: str) -> None:
+        self._call("EmbeddingUnregister", name=name)
+
     # Mutations: each returns once the server has the change in its log on disk ---------------
 
     def add_vertices(self, graph: str, features: np.ndarray) -> np.ndarray:
@@ -399,10 +414,88 @@ class Client:
             raise ServiceError("DATA_LOSS", f"StreamFeatures sent {at} of {len(ids)} rows")
         return out
 
+    # Embedding runs -------------------------------------------------------------------------
+
+    def top_k(self, run: str, nodes, relations, k: int = 10, *, filtered: bool = False, heads: bool = False) -> list:
+        """The ``k`` best tails of ``(node, relation, ?)`` for each of ``nodes`` (or with ``heads``
+        the best heads of ``(?, relation, node)``), computed next to the table: ``nodes`` are names
+        or ids (one or a list), ``relations`` one name or id for all queries or one per query.
+        With ``filtered``, answers already in the store (any split) are left out, as
+        ``strata embed predict --exclude-known``; otherwise they are marked ``known``. Returns per
+        query ``{"node", "name", "predictions": [{"node", "name", "score", "known"}, ...]}``, best
+        first."""
+        r = self._call(
+            "EmbeddingTopK",
+            run=run,
+            nodes=_node_refs(nodes, "nodes"),
+            relations=_relation_refs(relations),
+            k=k,
+            filtered=filtered,
+            predict_heads=heads,
+        )
+        return [_ranked(q, "predictions", known=True) for q in r.results]
+
+    def score(self, run: str, heads, relations, tails) -> np.ndarray:
+        """Scores (float32) of the triples ``(heads[i], relations[i], tails[i])`` with the run's
+        score function; ``relations`` may be one name or id for all."""
+        r = self._call(
+            "EmbeddingScore",
+            run=run,
+            heads=_node_refs(heads, "heads"),
+            relations=_relation_refs(relations),
+            tails=_node_refs(tails, "tails"),
+        )
+        return np.asarray(r.scores, dtype=np.float32)
+
+    def neighbors(self, run: str, nodes, k: int = 10, *, metric: str = "model") -> dict:
+        """The ``k`` nearest nodes of each of ``nodes`` (names or ids) by ``metric`` (``model``,
+        ``cos``, ``dot`` or ``l2``): ``{"metric", "results": [{"node", "name", "neighbors": [{"node",
+        "name", "score"}, ...]}]}``, nearest first, as ``strata embed neighbors --json``."""
+        r = self._call("EmbeddingNeighbors", run=run, nodes=_node_refs(nodes, "nodes"), k=k, metric=metric)
+        return {"metric": r.metric, "results": [_ranked(q, "neighbors") for q in r.results]}
+
     def status(self) -> dict:
-        """Registered graphs and models, cache hit rates, queue depth and counters."""
+        """Registered graphs, models and embedding runs, cache hit rates, queue depth and
+        counters."""
         r = self._call("Status")
         return _plain(r)
+
+
+def _as_list(values) -> list:
+    """One value or a sequence of them as a list."""
+    if isinstance(values, (str, bytes, int, np.integer)):
+        return [values]
+    return list(values)
+
+
+def _refs(values, field: str, message: str):
+    """``values`` (names, or ids) as a ``NodeRefs``/``RelationRefs`` message."""
+    items = _as_list(values)
+    if all(isinstance(v, str) for v in items):
+        return _proto.message(message)(names=items)
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
+        return _proto.message(message)(ids=[int(v) for v in items])
+    raise ValueError(f"{field}: give names (str) or ids (int), not a mix")
+
+
+def _node_refs(nodes, field: str):
+    return _refs(nodes, field, "NodeRefs")
+
+
+def _relation_refs(relations):
+    return _refs(relations, "relations", "RelationRefs")
+
+
+def _ranked(q, key: str, known: bool = False) -> dict:
+    """A ``RankedList`` as ``{"node", "name", key: [{"node", "name", "score"[, "known"]}]}``."""
+
+    def answer(a) -> dict:
+        out = {"node": a.id, "name": a.name, "score": a.score}
+        if known:
+            out["known"] = a.known
+        return out
+
+    return {"node": q.id, "name": q.name, key: [answer(a) for a in q.answers]}
 
 
 def _result(r) -> AnalysisResult:

@@ -95,4 +95,11 @@ def format_status(status: dict) -> str:
             f"{a.get('fanouts')}, {str(m.get('precision', '')).removeprefix('PRECISION_').lower()}, "
             f"{m.get('parameters')} parameters"
         )
+    lines.append(f"embedding runs ({len(status.get('embeddings', []))}):")
+    for e in status.get("embeddings", []):
+        lines.append(
+            f"  {e['name']}: {e['model']} dim {e['dim']}, {e['num_nodes']} nodes, {e['num_relations']} relations, "
+            f"epoch {e['epoch']} ({e['checkpoint']}), {e['resident_partitions']} of {e['partitions']} partitions "
+            f"resident ({fmt_bytes(int(e['resident_bytes']))}), from {e['source_path']}"
+        )
     return "\n".join(lines)

@@ -5,10 +5,14 @@
 //! An algorithm is a struct of its parameters implementing [`Algorithm`], in a file of its
 //! own, registered by one line in [`registry`]; a run holds it as a [`Configured`].
 
+mod betweenness;
 mod bfs;
+mod gather;
 mod hyperanf;
 mod kcore;
+mod lpa;
 mod mis;
+mod oriented;
 mod pagerank;
 mod ppr;
 mod radii;
@@ -16,6 +20,7 @@ pub mod registry;
 mod scc;
 mod spmv;
 mod sssp;
+mod triangles;
 mod wcc;
 
 use std::sync::Arc;
@@ -28,12 +33,15 @@ use strata_io::progress::Progress;
 use crate::checkpoint::State;
 use crate::dist::{Dist, Reduce, Shared};
 use crate::error::{GridError, Result};
+use crate::layout::GridManifest;
 use crate::stream::{PassStats, Streamer};
 use crate::vertex::{F32Array, F64Array, U64Array};
 
+pub use betweenness::Betweenness;
 pub use bfs::Bfs;
 pub use hyperanf::HyperAnf;
 pub use kcore::KCore;
+pub use lpa::{most_frequent, Lpa};
 pub use mis::Mis;
 pub use pagerank::PageRank;
 pub use ppr::PersonalizedPageRank;
@@ -41,6 +49,7 @@ pub use radii::Radii;
 pub use scc::Scc;
 pub use spmv::Spmv;
 pub use sssp::Sssp;
+pub use triangles::Triangles;
 pub use wcc::Wcc;
 
 /// Marks an unreached vertex or a missing parent in id arrays.
@@ -56,7 +65,8 @@ pub trait Algorithm:
     const NAME: &'static str;
     /// What it computes, in a few words (the command line's list of algorithms).
     const ABOUT: &'static str;
-    /// The result arrays it writes (`NAME.npy` in the run directory), in order.
+    /// The result arrays it writes (`NAME.npy` in the run directory), in order; empty when
+    /// its parameters declare them ([`Algorithm::arrays`]).
     const ARRAYS: &'static [&'static str];
     /// What [`Iteration::value`] means, shown after each iteration's line.
     const VALUE: IterationValue;
@@ -64,6 +74,15 @@ pub trait Algorithm:
     /// Bytes of vertex data per vertex (what stays local: Fargraph+'s resistant set); the
     /// budget plan sizes vertex data and its windows from it.
     fn vertex_bytes(&self) -> u64;
+
+    /// Memory it asks for besides vertex data on a grid described by `grid`, streamed by
+    /// `threads` compute threads: a work buffer whose size sets how many passes it needs. The
+    /// plan grants at least the minimum (or refuses the run) and up to the want; the
+    /// algorithm finds the grant in [`StreamConfig::work_bytes`](crate::stream::StreamConfig).
+    fn work(&self, grid: &GridManifest, threads: usize) -> Option<Work> {
+        let _ = (grid, threads);
+        None
+    }
 
     /// The grid must carry edge weights (they then stream with the edges).
     fn needs_weights(&self) -> bool {
@@ -93,8 +112,25 @@ pub trait Algorithm:
         Ok(())
     }
 
+    /// The result arrays these parameters make it write: [`Algorithm::ARRAYS`], unless the
+    /// parameters declare them (a vertex program's outputs).
+    fn arrays(&self) -> Vec<String> {
+        Self::ARRAYS.iter().map(|a| a.to_string()).collect()
+    }
+
     /// Runs on `s`, reporting each iteration to `ctx` as it ends.
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output>;
+}
+
+/// A work buffer an algorithm asks the budget for (see [`Algorithm::work`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Work {
+    /// The least it runs with, bytes.
+    pub minimum: u64,
+    /// The most it can use, bytes.
+    pub wanted: u64,
+    /// What it holds, for the plan's line.
+    pub about: String,
 }
 
 /// What an iteration's `value` is, for the line printed after it.
@@ -115,11 +151,13 @@ trait Dyn: Send + Sync {
     fn name(&self) -> &'static str;
     fn params(&self) -> serde_json::Value;
     fn vertex_bytes(&self) -> u64;
+    fn work(&self, grid: &GridManifest, threads: usize) -> Option<Work>;
     fn needs_weights(&self) -> bool;
     fn needs_symmetric(&self) -> bool;
     fn distributed(&self) -> bool;
     fn validate(&self) -> Result<()>;
     fn check(&self, num_vertices: u64) -> Result<()>;
+    fn arrays(&self) -> Vec<String>;
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output>;
 }
 
@@ -132,6 +170,9 @@ impl<A: Algorithm> Dyn for A {
     }
     fn vertex_bytes(&self) -> u64 {
         Algorithm::vertex_bytes(self)
+    }
+    fn work(&self, grid: &GridManifest, threads: usize) -> Option<Work> {
+        Algorithm::work(self, grid, threads)
     }
     fn needs_weights(&self) -> bool {
         Algorithm::needs_weights(self)
@@ -147,6 +188,9 @@ impl<A: Algorithm> Dyn for A {
     }
     fn check(&self, num_vertices: u64) -> Result<()> {
         Algorithm::check(self, num_vertices)
+    }
+    fn arrays(&self) -> Vec<String> {
+        Algorithm::arrays(self)
     }
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         Algorithm::run(self, s, ctx)
@@ -180,6 +224,11 @@ impl Configured {
         self.0.vertex_bytes()
     }
 
+    /// See [`Algorithm::work`].
+    pub fn work(&self, grid: &GridManifest, threads: usize) -> Option<Work> {
+        self.0.work(grid, threads)
+    }
+
     /// See [`Algorithm::needs_weights`].
     pub fn needs_weights(&self) -> bool {
         self.0.needs_weights()
@@ -203,6 +252,11 @@ impl Configured {
     /// See [`Algorithm::check`].
     pub fn check(&self, num_vertices: u64) -> Result<()> {
         self.0.check(num_vertices)
+    }
+
+    /// See [`Algorithm::arrays`].
+    pub fn arrays(&self) -> Vec<String> {
+        self.0.arrays()
     }
 
     /// See [`Algorithm::run`].
@@ -424,10 +478,16 @@ impl<'c, 'a, 'g> Passes<'c, 'a, 'g> {
         active: Option<&crate::vertex::Bitmap>,
         count: u64,
     ) -> Result<u64> {
-        let t0 = std::time::Instant::now();
         let pass = s.stream_edges(kernel, active, self.ctx.progress)?;
         let total = pass.total;
-        let seconds = t0.elapsed().as_secs_f64();
+        self.report(pass, count)?;
+        Ok(total)
+    }
+
+    /// Reports `pass` (made by the algorithm, or by a streaming call of its own) as the next
+    /// iteration, with `count` vertices active and its total as the value.
+    pub fn report(&mut self, pass: PassStats, count: u64) -> Result<()> {
+        let (total, seconds) = (pass.total, pass.seconds);
         self.ctx.report(Iteration::new(
             self.done,
             pass,
@@ -436,7 +496,12 @@ impl<'c, 'a, 'g> Passes<'c, 'a, 'g> {
             seconds,
         ))?;
         self.done += 1;
-        Ok(total)
+        Ok(())
+    }
+
+    /// What the algorithm talks to (its progress and collectives).
+    pub fn ctx(&mut self) -> &mut Ctx<'a, 'g> {
+        self.ctx
     }
 }
 
@@ -467,6 +532,20 @@ pub fn vertex_hash(seed: u64, v: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// `min(k, n)` distinct vertices of a graph of `n` drawn from `seed`, in the order drawn.
+pub fn sample_vertices(seed: u64, n: u64, k: u64) -> Vec<u64> {
+    let mut rng = strata_store::rng::Rng::new(seed);
+    let mut picked = std::collections::HashSet::new();
+    let mut out: Vec<u64> = Vec::new();
+    while (out.len() as u64) < n.min(k) {
+        let v = rng.below(n);
+        if picked.insert(v) {
+            out.push(v);
+        }
+    }
+    out
 }
 
 /// `root` is a vertex of a graph of `n` vertices, or an error naming option `root`.

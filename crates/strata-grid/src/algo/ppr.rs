@@ -62,7 +62,7 @@ impl PersonalizedPageRank {
                     None => seed.trim().parse::<u64>().map_err(|_| {
                         GridError::config(
                             "seeds",
-                            format!("{seed:?} is not a vertex id (the store has no node names)"),
+                            format!("{seed:?} is not a vertex id (the graph has no node names)"),
                         )
                     })?,
                 };
@@ -99,11 +99,7 @@ impl Algorithm for PersonalizedPageRank {
 
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
         let n = s.grid().layout().num_vertices;
-        let store = strata_store::Store::open(s.grid().store_dir())?;
-        let names = match store.manifest().graph.node_names {
-            true => Some(NameTable::open(&store, "node_names")?),
-            false => None,
-        };
+        let names = s.grid().node_names()?;
         let ids = self.resolve(names.as_ref(), n)?;
         let seeds = Bitmap::new(n as usize);
         ids.iter().for_each(|&v| seeds.set(v as usize));

@@ -9,9 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use strata_store::rng::Rng;
 
-use super::{chunk_bases, frontier_loop, Algorithm, Ctx, IterationValue, Output, Values, NONE};
+use super::{
+    chunk_bases, frontier_loop, sample_vertices, Algorithm, Ctx, IterationValue, Output, Values,
+    NONE,
+};
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
 use crate::vertex::{Bitmap, U64Array};
@@ -40,15 +42,7 @@ impl Radii {
     /// The sampled sources of a graph of `n` vertices: `min(samples, n)` distinct vertices
     /// drawn from `seed`, source k taking bit k.
     pub fn sources(&self, n: u64) -> Vec<u64> {
-        let mut rng = Rng::new(self.seed);
-        let mut picked: Vec<u64> = Vec::new();
-        while (picked.len() as u64) < n.min(self.samples as u64) {
-            let v = rng.below(n);
-            if !picked.contains(&v) {
-                picked.push(v);
-            }
-        }
-        picked
+        sample_vertices(self.seed, n, self.samples as u64)
     }
 }
 

@@ -13,10 +13,11 @@ use strata_store::config::{deserialize_error, field_order, ConfigError};
 use strata_store::registry::unknown_name;
 
 use super::{
-    Algorithm, Bfs, Configured, HyperAnf, IterationValue, KCore, Mis, PageRank,
-    PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Wcc,
+    Algorithm, Betweenness, Bfs, Configured, HyperAnf, IterationValue, KCore, Lpa, Mis, PageRank,
+    PersonalizedPageRank, Radii, Scc, Spmv, Sssp, Triangles, Wcc,
 };
 use crate::error::GridError;
+use crate::program::Program;
 
 /// Every algorithm, in the order the command line lists them; the first is the default.
 pub const ALGORITHMS: &[Entry] = &[
@@ -31,6 +32,10 @@ pub const ALGORITHMS: &[Entry] = &[
     entry::<Mis>(),
     entry::<Radii>(),
     entry::<HyperAnf>(),
+    entry::<Triangles>(),
+    entry::<Lpa>(),
+    entry::<Betweenness>(),
+    entry::<Program>(),
 ];
 
 /// A registered algorithm: its constants, and its parameters' handling compiled for its type.
@@ -284,7 +289,7 @@ mod tests {
     use super::*;
     use crate::block_codec::Compression;
     use crate::config::RunOptions;
-    use crate::fixtures::{coded_name, grids, store};
+    use crate::fixtures::{coded_name, far_server, grids, store};
     use strata_io::progress::NoProgress;
     use strata_store::config::{check, schema};
 
@@ -309,7 +314,7 @@ mod tests {
         let mut generator = SchemaGenerator::default();
         let mut by_key: Map<String, Value> = Map::new();
         for e in ALGORITHMS {
-            assert!(!e.about.is_empty() && !e.arrays.is_empty(), "{}", e.name);
+            assert!(!e.about.is_empty(), "{}", e.name);
             let schema = e.schema(&mut generator);
             assert_eq!(schema.get("type"), Some(&json!("object")), "{}", e.name);
             let props = schema
@@ -402,21 +407,40 @@ mod tests {
             .starts_with("run.rooot: unknown parameter 'rooot'; did you mean 'root'?"));
     }
 
+    /// The `[run]` options of algorithm `name` on `store`, writing to `out` within 256M, with
+    /// `more` and the parameters the algorithm requires (`program` alone has one, the program
+    /// it runs).
+    fn options(
+        name: &str,
+        store: &std::path::Path,
+        out: &std::path::Path,
+        more: serde_json::Value,
+    ) -> serde_json::Value {
+        let mut options = json!({"store": store, "algorithm": name, "out": out, "memory": "256M"});
+        let more = more.as_object().expect("options are an object").clone();
+        options.as_object_mut().unwrap().extend(more);
+        if name == "program" {
+            let program = crate::program::spec::tests::pagerank();
+            options["program"] = json!(serde_json::to_string(&program).unwrap());
+        }
+        options
+    }
+
     #[test]
     fn every_algorithm_runs_on_a_small_grid() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 500, 3000);
         grids(&st, 3, Compression::None);
         for e in ALGORITHMS {
-            let options: RunOptions = check(&json!({
-                "store": st,
-                "algorithm": e.name,
-                "out": tmp.path().join(e.name),
-                "memory": "256M",
-            }))
-            .unwrap();
+            let given = options(e.name, &st, &tmp.path().join(e.name), json!({}));
+            let options: RunOptions = check(&given).unwrap();
             let job = options.job().unwrap();
             assert_eq!(job.algorithm.name(), e.name);
+            let arrays = job.algorithm.arrays();
+            assert!(!arrays.is_empty(), "{}", e.name);
+            if !e.arrays.is_empty() {
+                assert_eq!(arrays, e.arrays, "{}", e.name);
+            }
             let mut iterations = 0;
             let summary = crate::run::run(&job, &NoProgress, &mut |_| {
                 iterations += 1;
@@ -425,8 +449,7 @@ mod tests {
             .unwrap_or_else(|err| panic!("{}: {err}", e.name));
             assert_eq!(summary.algorithm, e.name);
             assert!(iterations > 0, "{}", e.name);
-            let written: Vec<String> = e
-                .arrays
+            let written: Vec<String> = arrays
                 .iter()
                 .map(|a| {
                     tmp.path()
@@ -441,23 +464,65 @@ mod tests {
     }
 
     #[test]
+    fn every_algorithm_reads_far_memory_to_the_results_of_a_local_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 500, 3000);
+        grids(&st, 3, Compression::None);
+        let (addr, stop, serving) = far_server();
+        for e in ALGORITHMS {
+            let job = |out: &str, far: bool| {
+                let mut given = options(
+                    e.name,
+                    &st,
+                    &tmp.path().join(out),
+                    json!({"far_ratio": 1.0}),
+                );
+                if far {
+                    given["far"] = addr.clone().into();
+                }
+                check::<RunOptions>(&given).unwrap().job().unwrap()
+            };
+            let run = |far: bool| {
+                let j = job(&format!("{}-{far}", e.name), far);
+                crate::run::run(&j, &NoProgress, &mut |_| Ok(())).unwrap()
+            };
+            let (local, far) = (run(false), run(true));
+            // Every edge block is in far memory (triangles' sweep reads its own adjacency).
+            assert!(far.far_failure.is_none() && far.bytes_far > 0, "{}", e.name);
+            assert_eq!(far.bytes_disk, 0, "{}", e.name);
+            for (a, b) in local.arrays.iter().zip(&far.arrays) {
+                let (_, x) = strata_store::array::read_all_bytes(std::path::Path::new(a)).unwrap();
+                let (_, y) = strata_store::array::read_all_bytes(std::path::Path::new(b)).unwrap();
+                // Floats summed by several threads in another order may differ in the last bits.
+                let same = x == y
+                    || x.chunks_exact(8).zip(y.chunks_exact(8)).all(|(p, q)| {
+                        let p = f64::from_le_bytes(p.try_into().unwrap());
+                        let q = f64::from_le_bytes(q.try_into().unwrap());
+                        (p - q).abs() <= 1e-9 * p.abs()
+                    });
+                assert!(same, "{} {a}", e.name);
+            }
+        }
+        stop.stop();
+        serving.join().unwrap();
+    }
+
+    #[test]
     fn every_algorithm_gives_the_plain_grids_results_on_compressed_grids() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 500, 3000);
         grids(&st, 3, Compression::None);
         let run = |e: &Entry, grid: Option<String>, out: &str| {
-            let mut options = json!({
-                "store": st,
-                "algorithm": e.name,
-                "out": tmp.path().join(out),
-                "memory": "256M",
-                "keep_resident": false,
-                "segment": "4K",
-            });
+            let mut given = options(
+                e.name,
+                &st,
+                &tmp.path().join(out),
+                json!({"keep_resident": false, "segment": "4K"}),
+            );
             if let Some(g) = grid {
-                options["grid"] = g.into();
+                given["grid"] = g.into();
             }
-            let job = check::<RunOptions>(&options).unwrap().job().unwrap();
+            let job = check::<RunOptions>(&given).unwrap().job().unwrap();
             crate::run::run(&job, &NoProgress, &mut |_| Ok(()))
                 .unwrap_or_else(|err| panic!("{}: {err}", e.name))
         };

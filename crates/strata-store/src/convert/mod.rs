@@ -5,6 +5,7 @@
 //! the manifest, and the atomic rename of the finished store.
 
 mod dict;
+pub mod edges;
 mod nodes;
 mod numpy;
 mod numpy_typed;
@@ -291,7 +292,13 @@ pub(crate) fn resolve_num_nodes(
     max_node: i64,
     total_edges: u64,
 ) -> Result<u64> {
-    if let Some(n) = graph.num_nodes {
+    num_nodes_for(graph.num_nodes, max_node, total_edges)
+}
+
+/// The node count of integer ids: `given`, else the largest id (`max_node`) + 1, refused when
+/// ids that sparse for `total_edges` edges would waste memory on empty nodes.
+pub fn num_nodes_for(given: Option<u64>, max_node: i64, total_edges: u64) -> Result<u64> {
+    if let Some(n) = given {
         return Ok(n);
     }
     let n = (max_node + 1).max(0) as u64;

@@ -127,12 +127,13 @@ pub(super) fn inspect_edges(path: &Path, layout: EdgeLayout) -> Result<EdgeArray
 }
 
 impl EdgeArray {
-    /// Streams the edges in batches into `sink`.
-    pub(super) fn stream(
+    /// Streams the edges in batches into `sink`, with the input bytes each batch took;
+    /// negative ids are refused naming the edge.
+    pub(super) fn stream<E: From<StoreError>>(
         &self,
         io_chunk: usize,
-        mut sink: impl FnMut(&EdgeBatch, u64) -> Result<()>,
-    ) -> Result<()> {
+        mut sink: impl FnMut(&EdgeBatch, u64) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
         let w = self.width;
         let mut batch = EdgeBatch::default();
         let check = |batch: &EdgeBatch, first: u64| -> Result<()> {
@@ -206,7 +207,7 @@ impl EdgeArray {
 }
 
 /// Checks ids of a batch against known node and relation counts.
-fn check_range(
+pub(super) fn check_range(
     batch: &EdgeBatch,
     first: u64,
     num_nodes: Option<u64>,
@@ -330,7 +331,7 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
             )?;
             first += batch.len() as u64;
             spool.append(*split, batch)?;
-            Ok(meter.add(batch.len() as u64, bytes)?)
+            Ok::<_, StoreError>(meter.add(batch.len() as u64, bytes)?)
         })?;
         if a.edges == 0 {
             return Err(StoreError::bad_file(&a.path, "holds no edges"));
@@ -396,16 +397,7 @@ pub fn convert_binary(job: &BinaryJob, progress: &dyn Progress) -> Result<Summar
     graph.validate()?;
     let input_bytes = check_inputs(&job.inputs, graph)?;
     for f in &job.inputs {
-        let len = file_len(&f.path)?;
-        if len == 0 {
-            return Err(StoreError::bad_file(&f.path, "is empty: no edges"));
-        }
-        if len % 8 != 0 {
-            return Err(StoreError::bad_file(
-                &f.path,
-                format!("is {len} bytes, not a whole number of 8-byte int32 (src, dst) pairs"),
-            ));
-        }
+        check_bin32(&f.path)?;
     }
     let mut clock = Clock::new();
     let builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
@@ -427,39 +419,12 @@ pub fn convert_binary(job: &BinaryJob, progress: &dyn Progress) -> Result<Summar
         io_chunk,
     );
     let mut meter = Meter::new(progress, "edges", input_bytes, input_bytes / 8);
-    let mut batch = EdgeBatch::default();
     for f in &job.inputs {
         let split = split_index(&f.split).expect("validated split");
-        let mut reader = SeqReader::open(&f.path, 0, io_chunk)?;
-        let mut first = 0u64;
-        while let Some(bytes) = reader.next_chunk()? {
-            batch.clear();
-            for pair in bytes.chunks_exact(8) {
-                batch
-                    .src
-                    .push(i32::from_le_bytes(pair[..4].try_into().unwrap()) as i64);
-                batch
-                    .dst
-                    .push(i32::from_le_bytes(pair[4..].try_into().unwrap()) as i64);
-            }
-            for (role, col) in [("src", &batch.src), ("dst", &batch.dst)] {
-                if let Some(i) = col.iter().position(|&v| v < 0) {
-                    return Err(StoreError::bad_file(
-                        &f.path,
-                        format!(
-                            "pair {} (byte {}): {role} id {} is negative",
-                            first + i as u64,
-                            (first + i as u64) * 8,
-                            col[i]
-                        ),
-                    ));
-                }
-            }
-            check_range(&batch, first, graph.num_nodes, None, &f.path, "pair")?;
-            first += batch.len() as u64;
-            spool.append(split, &batch)?;
-            meter.add(batch.len() as u64, bytes.len() as u64)?;
-        }
+        stream_bin32(&f.path, graph.num_nodes, io_chunk, |batch, bytes| {
+            spool.append(split, batch)?;
+            Ok::<_, StoreError>(meter.add(batch.len() as u64, bytes)?)
+        })?;
     }
     meter.finish()?;
     let spooled = spool.finish()?;
@@ -486,4 +451,62 @@ pub fn convert_binary(job: &BinaryJob, progress: &dyn Progress) -> Result<Summar
         clock,
         progress,
     )
+}
+
+/// Checks a raw int32 pair file's length: a positive whole number of 8-byte pairs.
+pub(super) fn check_bin32(path: &Path) -> Result<u64> {
+    let len = file_len(path)?;
+    if len == 0 {
+        return Err(StoreError::bad_file(path, "is empty: no edges"));
+    }
+    if len % 8 != 0 {
+        return Err(StoreError::bad_file(
+            path,
+            format!("is {len} bytes, not a whole number of 8-byte int32 (src, dst) pairs"),
+        ));
+    }
+    Ok(len)
+}
+
+/// Streams a raw little-endian int32 `(src, dst)` pair file in batches into `sink`, with the
+/// bytes each batch took; a negative id, or one at or above `num_nodes` when given, is
+/// refused naming the pair and its byte offset.
+pub(super) fn stream_bin32<E: From<StoreError>>(
+    path: &Path,
+    num_nodes: Option<u64>,
+    io_chunk: usize,
+    mut sink: impl FnMut(&EdgeBatch, u64) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let mut reader = SeqReader::open(path, 0, io_chunk).map_err(StoreError::from)?;
+    let mut batch = EdgeBatch::default();
+    let mut first = 0u64;
+    while let Some(bytes) = reader.next_chunk().map_err(StoreError::from)? {
+        batch.clear();
+        for pair in bytes.chunks_exact(8) {
+            batch
+                .src
+                .push(i32::from_le_bytes(pair[..4].try_into().unwrap()) as i64);
+            batch
+                .dst
+                .push(i32::from_le_bytes(pair[4..].try_into().unwrap()) as i64);
+        }
+        for (role, col) in [("src", &batch.src), ("dst", &batch.dst)] {
+            if let Some(i) = col.iter().position(|&v| v < 0) {
+                return Err(StoreError::bad_file(
+                    path,
+                    format!(
+                        "pair {} (byte {}): {role} id {} is negative",
+                        first + i as u64,
+                        (first + i as u64) * 8,
+                        col[i]
+                    ),
+                )
+                .into());
+            }
+        }
+        check_range(&batch, first, num_nodes, None, path, "pair")?;
+        first += batch.len() as u64;
+        sink(&batch, bytes.len() as u64)?;
+    }
+    Ok(())
 }

@@ -245,6 +245,24 @@ fn max_records(block: &Block) -> usize {
 
 /// Converts text edge lists into a store.
 pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
+    let (builder, ingested, clock) = ingest_text(job, progress)?;
+    finish(
+        builder,
+        &job.graph,
+        ingested,
+        NodeData::default(),
+        clock,
+        progress,
+    )
+}
+
+/// The text converter's passes up to the spooled edges: ids decided, names collected into
+/// the builder's sorted name tables, every edge parsed and encoded into a spool in the
+/// builder's scratch directory.
+pub(super) fn ingest_text(
+    job: &TextJob,
+    progress: &dyn Progress,
+) -> Result<(StoreBuilder, Ingested, Clock)> {
     let graph = &job.graph;
     let opts = &with_edge_type_files(&job.text)?;
     graph.validate()?;
@@ -386,14 +404,7 @@ pub fn convert_text(job: &TextJob, progress: &dyn Progress) -> Result<Summary> {
         input_bytes,
         input_rows: total,
     };
-    finish(
-        builder,
-        graph,
-        ingested,
-        NodeData::default(),
-        clock,
-        progress,
-    )
+    Ok((builder, ingested, clock))
 }
 
 /// The text options with the per-edge-type files (if any) as the input files, holding train
