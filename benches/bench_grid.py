@@ -2,7 +2,7 @@
 core under a memlimit of a quarter of the grid (R2), and with a far-memory tier holding a ratio
 of the footprint while the local memlimit holds only the rest (R3)?
 
-    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3,algos] [--repeats 1] [--r3-scale 24]
+    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3,algos,comp] [--repeats 1] [--r3-scale 24]
         [--algos ppr,scc,...] [--nx-scale 14] [--gridgraph DIR]
 
 Graphs: Graph500 R-MAT (`strata generate rmat`, a=0.57, b=c=0.19, edge factor 16), converted to a
@@ -23,6 +23,14 @@ one-way delay of 0, 250 and 1000 us added in each direction. The kernel here is 
 netem (CONFIG_NET_SCH_NETEM unset, so `tc qdisc ... netem delay` is refused), so the delay comes
 from a relay (`cargo run --example delay_relay` of strata-farmem) that holds every chunk it
 forwards for the delay, without capping throughput.
+
+`--only comp` (issue 21 item 4) measures compressed grids (`--compression packed|byte`): the
+codes' bytes per edge and one core's decode rate (`cargo run --release --example codec_bench` of
+strata-grid, on the `col` grid and on the same graph reordered by `strata reorder --order
+community`, a graph whose ids follow its communities as a crawled or reordered real graph's do),
+then PageRank in memory (R1, plain) and out of core (R2's memlimit, plain and each code) side by
+side, the cases alternating over `--repeats` rounds, the 1-minute load average recorded with each
+run; into bench-results/grid-comp.json and the grid-comp section.
 
 `--only algos` runs R1 and R2 for the algorithms of issue 21 (ppr from the BFS root, scc and
 hyperanf on the directed grid; mis, radii, triangles, lpa (10 rounds) and betweenness (8 sampled
@@ -68,6 +76,8 @@ from strata.io import load_profile
 
 DRIVER = Path(__file__).resolve().parent / "grid_driver.py"
 RELAY = REPO / "target" / "release" / "examples" / "delay_relay"
+CODEC_BENCH = REPO / "target" / "release" / "examples" / "codec_bench"
+CODECS = ("packed", "byte")
 WORK = REPO / "bench-data" / "grid"
 OVERHEAD = 48 << 20
 DELAYS_US = (0, 250, 1000)
@@ -91,6 +101,79 @@ def prepare(scale: int, work: Path = WORK) -> tuple[Path, int]:
     return store, int(np.argmax(deg))
 
 
+def prepare_coded(store: Path) -> None:
+    """The `col-packed` and `col-byte` grids of ``store``: `col` compressed by each code."""
+    for codec in CODECS:
+        if not (store / "grids" / f"col-{codec}" / "grid.json").exists():
+            _native.grid_build({"store": str(store), "name": f"col-{codec}", "compression": codec,
+                                "memory": 4 << 30})  # fmt: skip
+
+
+def prepare_reordered(scale: int) -> Path:
+    """RMAT ``scale`` reordered by `strata reorder --order community`, with its `col` grid."""
+    store, _ = prepare(scale)
+    out = WORK / f"rmat{scale}-community.strata"
+    if not out.exists():
+        subprocess.run(strata("reorder", store, "--order", "community", "--out", out, "-q"), check=True)
+    if not (out / "grids" / "col" / "grid.json").exists():
+        _native.grid_build({"store": str(out), "name": "col", "memory": 4 << 30})
+    return out
+
+
+def codec_bench(grid: Path, repeats: int) -> list[dict]:
+    """codec_bench's lines on the plain grid ``grid`` (bytes per edge, one core's decode rate)."""
+    res = timed([str(CODEC_BENCH), str(grid), str(repeats)])
+    return [json.loads(line) for line in res["stdout"].splitlines()]
+
+
+def comp(scales: list[int], repeats: int) -> dict:
+    """Codes and out-of-core PageRank on compressed grids (see the module documentation)."""
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "strata-grid", "--example", "codec_bench"],
+                   cwd=REPO, check=True)  # fmt: skip
+    out: dict = {"codes": {}, "runs": {}}
+    for scale in scales:
+        store, _ = prepare(scale)
+        prepare_coded(store)
+        for label, s in ((f"rmat{scale}", store), (f"rmat{scale}-community", prepare_reordered(scale))):
+            for line in codec_bench(s / "grids" / "col", repeats):
+                out["codes"][f"{label}/{line['codec']}"] = line
+                print(f"codes {label} {line['codec']}: {line['bytes_per_edge']:.2f} B/edge, "
+                      f"{line['decode_gb_per_s']:.2f} GB/s", flush=True)  # fmt: skip
+        limit = edge_file_bytes(store, "col") // 4
+        cases = [("r1", "col", None), ("r2_none", "col", limit)] + [(f"r2_{c}", f"col-{c}", limit) for c in CODECS]
+        rounds: dict = {name: [] for name, _, _ in cases}
+        for r in range(repeats):
+            # Alternate: each round starts one case later.
+            for name, grid, lim in cases[r % len(cases) :] + cases[: r % len(cases)]:
+                run = drive(store, "pagerank", grid, (lim - OVERHEAD) if lim else 16 << 30, limit=lim)
+                f = figures(run)
+                f["load_1min"] = os.getloadavg()[0]
+                f["cpu_seconds"] = run["cpu_seconds"]
+                s = run["summary"]
+                f["bytes_per_edge"] = s["stored_bytes_per_edge"]
+                f["decode_seconds"] = s["decode_seconds"]
+                f["decode_gb_per_s"] = (
+                    s["edges_decoded"] * 8 / s["decode_seconds"] / 1e9 if s["decode_seconds"] else 0.0
+                )
+                rounds[name].append(f)
+                print(f"comp scale {scale} round {r} {name}: {f['seconds']:.2f} s (load {f['load_1min']:.1f})",
+                      flush=True)  # fmt: skip
+        res = {}
+        for name, runs in rounds.items():
+            med = {k: statistics.median(f[k] for f in runs) for k in ("seconds", "cpu_seconds", "gb_disk",
+                   "disk_mb_s_median", "decode_gb_per_s", "bytes_per_edge", "load_1min", "peak_mb")}  # fmt: skip
+            pairs = zip(runs, rounds["r1"], strict=True)
+            med["vs_r1"] = statistics.median(f["seconds"] / base["seconds"] for f, base in pairs)
+            med["vs_none"] = statistics.median(
+                f["seconds"] / base["seconds"] for f, base in zip(runs, rounds["r2_none"], strict=True)
+            )
+            med["runs"] = runs
+            res[name] = med
+        res["memlimit_mb"] = limit / 2**20
+        out["runs"][str(scale)] = res
+    return out
+
+
 def edge_file_bytes(store: Path, grid: str) -> int:
     return (store / "grids" / grid / "edges.npy").stat().st_size
 
@@ -105,6 +188,7 @@ def drive(store: Path, algo: str, grid: str, memory: int, limit: int | None = No
     res = timed([str(a) for a in args], limit=f"{limit // (1 << 20)}M" if limit else None)
     out = json.loads(res["stdout"])
     out["wall_seconds"] = res["seconds"]
+    out["cpu_seconds"] = res["cpu_seconds"]
     out["peak_bytes"] = res["peak_bytes"]
     out["load1"] = load
     return out
@@ -471,6 +555,10 @@ def main() -> None:
         save("grid-r2", {**env, "results": res})
         head = f"### R2: out of core (`{env['command']}`; profile sequential read {seq:.0f} MB/s)\n\n"
         update_doc("grid-r2", head + r2_table(res, seq))
+    if "comp" in only:
+        res = comp(scales, a.repeats)
+        save("grid-comp", {**env, "results": res})
+        update_doc("grid-comp", f"### Compressed grids (`{env['command']}`)\n\n" + comp_table(res))
     if "algos" in only:
         names = a.algos.split(",")
         unknown = set(names) - {x for x, _ in MORE_ALGOS}
@@ -538,6 +626,26 @@ def algos_tables(res: dict, seq: float) -> str:
         out += table(rows, ("scale/algorithm", "Strata R1", "GridGraph R1", "Strata R2", "GridGraph R2",
                             "R2 memlimit", "load"))  # fmt: skip
     return out
+
+
+def comp_table(res: dict) -> str:
+    """Codes (bytes per edge, one core's decode rate), then PageRank in memory and out of core."""
+    rows = [(k, f"{v['bytes_per_edge']:.2f}", f"{v['decode_edges_per_s'] / 1e6:.0f}M", f"{v['decode_gb_per_s']:.2f}")
+            for k, v in res["codes"].items()]  # fmt: skip
+    text = table(rows, ("graph/code", "bytes per edge", "decode edges/s (1 core)", "decode GB/s of records"))
+    for scale, runs in res["runs"].items():
+        rows = []
+        for name, v in runs.items():
+            if not isinstance(v, dict):
+                continue
+            rows.append((f"{scale}/{name}", f"{v['seconds']:.2f}", f"{v['vs_r1']:.2f}x", f"{v['vs_none']:.2f}x",
+                         f"{v['cpu_seconds']:.1f}", f"{v['gb_disk']:.2f}", f"{v['disk_mb_s_median']:.0f}",
+                         f"{v['bytes_per_edge']:.2f}", f"{v['decode_gb_per_s']:.2f}",
+                         f"{v['load_1min']:.1f}"))  # fmt: skip
+        text += f"\n\nPageRank, 20 iterations, R2 memlimit {runs['memlimit_mb']:.0f} MiB (medians of the rounds):\n\n"
+        text += table(rows, ("scale/case", "seconds", "vs R1", "vs R2 plain", "CPU s", "GB read", "disk MB/s",
+                             "B per edge", "decode GB/s per fetcher", "load (1 min)"))  # fmt: skip
+    return text
 
 
 def r3_table(res: dict) -> str:

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -44,18 +45,21 @@ def strata(*args) -> list[str]:
 
 def timed(cmd: list[str], limit: str | None = None, env: dict | None = None) -> dict:
     """Runs ``cmd`` (under ``memlimit LIMIT`` when given, in ``env`` or this process's
-    environment); returns seconds, peak bytes, stdout."""
+    environment); returns seconds, the CPU seconds (user + system) of the command and its
+    children, peak bytes, stdout."""
     full = ([str(MEMLIMIT), limit] if limit else []) + cmd
-    t = time.monotonic()
+    t, used = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(full, capture_output=True, text=True, env=env)
     seconds = time.monotonic() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
     if proc.returncode != 0:
         raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(full)}\n{proc.stderr[-3000:]}")
     peak = None
     m = re.search(r"memlimit: peak (\S+) of limit", proc.stderr)
     if m:
         peak = int(subprocess.run(["numfmt", "--from=iec", m.group(1)], capture_output=True, text=True).stdout)
-    return {"seconds": seconds, "peak_bytes": peak, "stdout": proc.stdout, "stderr": proc.stderr}
+    return {"seconds": seconds, "cpu_seconds": cpu, "peak_bytes": peak, "stdout": proc.stdout, "stderr": proc.stderr}
 
 
 def memlimit_available() -> bool:

@@ -1,10 +1,12 @@
 //! Pass 2 of a grid build: each major chunk's spooled records are read back in turn (the next
 //! chunk's reads in flight while this one is sorted), counting-sorted by minor chunk into
-//! their blocks and handed to the [`BlockWriter`], the one place a grid's blocks are written.
+//! their blocks and handed to the [`BlockWriter`], the one place a grid's blocks are written
+//! (as plain records, or sorted and coded in a compressed grid: [`crate::block_codec`]).
 //! Degrees are counted on the way: the major side's in a chunk-sized array written as each
 //! major chunk ends (its vertices are contiguous), the minor side's in a vertex-sized array
 //! through a buffer per minor chunk ([`MinorDegrees`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use strata_io::progress::{Meter, Progress};
@@ -13,8 +15,9 @@ use strata_store::array::NpyWriter;
 use strata_store::npy::DType;
 use strata_store::ArrayInfo;
 
+use crate::block_codec::{self, Compression, Keys};
 use crate::error::Result;
-use crate::layout::{Layout, Order, WeightSpec, EDGE_BYTES};
+use crate::layout::{Layout, Order, WeightSpec, EDGE_BYTES, EDGE_CODES};
 use crate::spool::{ChunkDiv, Spool};
 
 /// Bytes of the edge file's write buffers (two halves: one fills while the other is written).
@@ -22,9 +25,10 @@ const EDGE_WRITE_BUFFER: usize = 8 << 20;
 /// Bytes of the weight and degree files' write buffers.
 const SMALL_WRITE_BUFFER: usize = 2 << 20;
 
-/// Writes a grid's blocks in file order: their edge records to `edges.npy`, their weights to
-/// `weights.npy`, and the block index. Every block of a grid passes through
-/// [`BlockWriter::push_block`], whatever the build's source.
+/// Writes a grid's blocks in file order: their edge records to `edges.npy` (in a compressed
+/// grid, each block sorted and its code appended to `edge_codes.npy`), their weights to
+/// `weights.npy` (in the stored order), and the block index (and the code index). Every block
+/// of a grid passes through [`BlockWriter::push_block`], whatever the build's source.
 pub(crate) struct BlockWriter {
     edges: NpyWriter,
     weights: Option<NpyWriter>,
@@ -32,27 +36,73 @@ pub(crate) struct BlockWriter {
     written: u64,
     largest_block: u64,
     weight_range: Option<(f32, f32)>,
+    coder: Option<Coder>,
+}
+
+/// A compressed grid's coding state: the keys, the code index so far, and the buffers reused
+/// from block to block (the one block's code, and a weighted block's (key, weight) pairs as it
+/// is sorted; see `BuildPlan`'s coding buffers).
+struct Coder {
+    compression: Compression,
+    keys: Keys,
+    index: Vec<i64>,
+    code: Vec<u8>,
+    pairs: Vec<(u64, f32)>,
 }
 
 /// What the block writer wrote.
 pub(crate) struct Blocks {
-    pub edges: ArrayInfo,
-    pub weights: Option<ArrayInfo>,
+    /// The edge arrays by name: `edges` (or `edge_codes`), and `weights` when weighted.
+    pub arrays: BTreeMap<String, ArrayInfo>,
     /// Smallest and largest weight, when weighted.
     pub weight_range: Option<(f32, f32)>,
     /// First edge of each block in file order, then the edge count (P² + 1 entries).
     pub index: Vec<i64>,
+    /// Compressed grids: first byte of each block's code, then the code's bytes (P² + 1).
+    pub code_index: Option<Vec<i64>>,
     pub written: u64,
     pub largest_block: u64,
 }
 
 impl BlockWriter {
-    /// Creates `dir/edges.npy` (and `dir/weights.npy` when `weighted`) for `blocks` blocks.
-    pub fn create(dir: &Path, weighted: bool, blocks: usize) -> Result<BlockWriter> {
-        let mut index = Vec::with_capacity(blocks + 1);
-        index.push(0);
+    /// Creates `dir/edges.npy`, or `dir/edge_codes.npy` when `compression` codes the blocks
+    /// of a grid with `chunk_size` vertices a chunk (and `dir/weights.npy` when `weighted`),
+    /// for `blocks` blocks.
+    pub fn create(
+        dir: &Path,
+        weighted: bool,
+        blocks: usize,
+        compression: Compression,
+        chunk_size: u64,
+    ) -> Result<BlockWriter> {
+        // Block offsets from 0, one entry per block after it.
+        let offsets = || {
+            let mut index = Vec::with_capacity(blocks + 1);
+            index.push(0);
+            index
+        };
+        let (edges, coder) = match compression {
+            Compression::None => (
+                NpyWriter::create(&dir.join("edges.npy"), DType::U32, &[2], EDGE_WRITE_BUFFER)?,
+                None,
+            ),
+            _ => {
+                let path = dir.join(format!("{EDGE_CODES}.npy"));
+                let coder = Coder {
+                    compression,
+                    keys: Keys::new(chunk_size),
+                    index: offsets(),
+                    code: Vec::new(),
+                    pairs: Vec::new(),
+                };
+                (
+                    NpyWriter::create(&path, DType::U8, &[], EDGE_WRITE_BUFFER)?,
+                    Some(coder),
+                )
+            }
+        };
         Ok(BlockWriter {
-            edges: NpyWriter::create(&dir.join("edges.npy"), DType::U32, &[2], EDGE_WRITE_BUFFER)?,
+            edges,
             weights: weighted
                 .then(|| {
                     NpyWriter::create(
@@ -63,25 +113,41 @@ impl BlockWriter {
                     )
                 })
                 .transpose()?,
-            index,
+            index: offsets(),
             written: 0,
             largest_block: 0,
             weight_range: None,
+            coder,
         })
     }
 
     /// Appends the next block in file order: its edges as (source offset, destination offset)
-    /// and, in a weighted grid, their weights.
-    pub fn push_block(&mut self, edges: &[[u32; 2]], weights: Option<&[f32]>) -> Result<()> {
-        self.edges.write(edges)?;
+    /// and, in a weighted grid, their weights. A compressed grid sorts both (the order it
+    /// stores) and writes the block's code.
+    pub fn push_block(
+        &mut self,
+        edges: &mut [[u32; 2]],
+        mut weights: Option<&mut [f32]>,
+    ) -> Result<()> {
+        match self.coder.as_mut() {
+            Some(c) => {
+                block_codec::sort_block(edges, weights.as_deref_mut(), &mut c.pairs);
+                c.code.clear();
+                block_codec::encode(c.compression, c.keys, edges, &mut c.code);
+                self.edges.write(&c.code)?;
+                let end = c.index.last().copied().unwrap_or(0) + c.code.len() as i64;
+                c.index.push(end);
+            }
+            None => self.edges.write(&*edges)?,
+        }
         if let (Some(w), Some(vals)) = (self.weights.as_mut(), weights) {
             debug_assert_eq!(vals.len(), edges.len());
-            for &x in vals {
+            for &x in vals.iter() {
                 let (lo, hi) = self.weight_range.get_or_insert((x, x));
                 *lo = lo.min(x);
                 *hi = hi.max(x);
             }
-            w.write(vals)?;
+            w.write(&*vals)?;
         }
         self.written += edges.len() as u64;
         self.largest_block = self.largest_block.max(edges.len() as u64);
@@ -91,11 +157,20 @@ impl BlockWriter {
 
     /// Closes the files (synced).
     pub fn finish(self) -> Result<Blocks> {
+        let mut arrays = BTreeMap::new();
+        let name = match self.coder {
+            Some(_) => EDGE_CODES,
+            None => "edges",
+        };
+        arrays.insert(name.to_string(), self.edges.finish()?);
+        if let Some(w) = self.weights {
+            arrays.insert("weights".to_string(), w.finish()?);
+        }
         Ok(Blocks {
-            edges: self.edges.finish()?,
-            weights: self.weights.map(|w| w.finish()).transpose()?,
+            arrays,
             weight_range: self.weight_range,
             index: self.index,
+            code_index: self.coder.map(|c| c.index),
             written: self.written,
             largest_block: self.largest_block,
         })
@@ -290,6 +365,8 @@ pub(crate) struct SortInput<'a> {
     pub read_ahead: bool,
     /// Bytes of each minor chunk's degree buffer (see `MinorDegrees`).
     pub degree_buffer: u64,
+    /// How the blocks are stored.
+    pub compression: Compression,
 }
 
 /// What pass 2 wrote: the blocks and the degree arrays.
@@ -310,7 +387,13 @@ pub(crate) fn sort_pass(
     let layout = input.layout;
     let p = layout.partitions as usize;
     let total = spool.total();
-    let mut writer = BlockWriter::create(dir, input.weights.is_some(), layout.blocks())?;
+    let mut writer = BlockWriter::create(
+        dir,
+        input.weights.is_some(),
+        layout.blocks(),
+        input.compression,
+        layout.chunk_size,
+    )?;
     let major_name = match layout.order {
         Order::Column => "in_degree",
         Order::Row => "out_degree",
@@ -345,9 +428,10 @@ pub(crate) fn sort_pass(
         };
         for k in 0..p {
             let (a, b) = (sorter.starts[k], sorter.starts[k + 1]);
-            let edges = &sorter.edges[a..b];
+            let edges = &mut sorter.edges[a..b];
             minor_degrees.add(k, edges.iter().map(|e| e[minor_side]));
-            writer.push_block(edges, input.weights.map(|_| &sorter.weights[a..b]))?;
+            let weights = input.weights.map(|_| &mut sorter.weights[a..b]);
+            writer.push_block(edges, weights)?;
         }
         wide.clear();
         wide.extend(sorter.major_counts.iter().map(|&c| c as i64));

@@ -10,6 +10,7 @@ use strata_store::budget::{group_bytes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::algo::Work;
+use crate::block_codec::Compression;
 use crate::error::Result;
 use crate::far::FarSetup;
 use crate::grid::{Grid, Segment};
@@ -33,8 +34,12 @@ pub struct GridPlan {
     pub minimum: u64,
     /// Edge weights stream with the edges.
     pub weighted: bool,
-    /// Bytes per edge fetched (8, or 12 with weights).
+    /// Bytes per edge fetched, as compute sees it (8, or 12 with weights).
     pub bytes_per_edge: u64,
+    /// How the grid stores its blocks (compressed ones are decoded by the fetchers).
+    pub compression: Compression,
+    /// Bytes the grid stores an edge in, on average (8 plain).
+    pub stored_bytes_per_edge: f64,
     /// Largest segment in bytes: the job's, or the largest automatic size whose buffers fit a
     /// third of the budget.
     pub segment_bytes: u64,
@@ -82,11 +87,23 @@ pub fn plan(
         work_bytes: 0,
     };
     let far_fetchers = job.far.as_ref().map_or(0, |f| f.fetchers.max(1));
-    // Each fetcher holds one segment in flight and `prefetch` per source wait for compute.
-    let buffers_held = (job.prefetch.max(1) * 2 + stream.disk_fetchers + far_fetchers) as u64;
+    let fetchers = (stream.disk_fetchers + far_fetchers) as u64;
+    // Each fetcher holds one segment in flight and `prefetch` per source wait for compute;
+    // in a compressed grid those hold decoded records, and each fetcher also the codes it
+    // decodes from.
+    let buffers_held = job.prefetch.max(1) as u64 * 2 + fetchers;
+    let compression = grid.compression();
     let buffers_for = |segments: &[Segment]| {
         let largest = segments.iter().map(|s| s.edge_bytes()).max().unwrap_or(0);
-        (largest * bytes_per_edge / EDGE_BYTES + (2 << 12)) * buffers_held
+        let decoded = (largest * bytes_per_edge / EDGE_BYTES + (2 << 12)) * buffers_held;
+        let codes = match compression.is_compressed() {
+            true => {
+                let stored = segments.iter().map(|s| s.stored_bytes()).max().unwrap_or(0);
+                (stored + (2 << 12)) * fetchers
+            }
+            false => 0,
+        };
+        decoded + codes
     };
     let segments_of = |bytes: u64| {
         let mut all = grid.segments(bytes);
@@ -132,6 +149,7 @@ pub fn plan(
         VertexPlacement::Memory => vertex_bytes,
         VertexPlacement::Auto | VertexPlacement::Windows => window_bytes,
     };
+    let m = grid.manifest();
     Ok(GridPlan {
         memory: job.memory,
         minimum: vertex_minimum
@@ -141,6 +159,8 @@ pub fn plan(
             + input.work_minimum,
         weighted,
         bytes_per_edge,
+        compression,
+        stored_bytes_per_edge: m.stored_edge_bytes() as f64 / m.num_edges.max(1) as f64,
         segment_bytes,
         segments,
         stream,
@@ -194,10 +214,18 @@ impl Planned for GridPlan {
                 "fetch buffers",
                 p.buffer_bytes,
                 format!(
-                    "{} segments of up to {}, {} B per edge",
+                    "{} segments of up to {}, {} B per edge{}",
                     self.segments.len(),
                     fmt_bytes(self.segment_bytes),
-                    self.bytes_per_edge
+                    self.bytes_per_edge,
+                    match self.compression {
+                        Compression::None => String::new(),
+                        c => format!(
+                            ", decoded from {} codes of {:.2} B per edge",
+                            c.name(),
+                            self.stored_bytes_per_edge
+                        ),
+                    }
                 ),
             )
             .part("resident edge blocks", p.local_edge_bytes, "");

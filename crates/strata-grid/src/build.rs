@@ -7,7 +7,8 @@
 //! large sequential writes. Pass 2 ([`crate::blocks`]) reads each major chunk's records back,
 //! counting-sorts them by minor chunk into their blocks and appends them to `edges.npy` (and
 //! their weights to `weights.npy`), so the edge file is written sequentially and memory holds
-//! one major chunk, not the graph. The grid is written into a `.partial-PID` directory and
+//! one major chunk, not the graph. A compressed grid (`compression` packed or byte) codes each
+//! block as pass 2 writes it, into `edge_codes.npy` ([`crate::block_codec`]). The grid is written into a `.partial-PID` directory and
 //! published only when complete (files, directory and parent fsynced, then renamed or swapped
 //! with the old grid: `strata_io::durable::publish_dir`); readers refuse `.partial-PID`
 //! directories, so a killed build leaves no grid that opens.
@@ -24,12 +25,13 @@ use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
 use strata_store::{ArrayInfo, Store};
 
+use crate::block_codec::Compression;
 use crate::blocks::{sort_pass, SortInput, Sorted};
 use crate::build_budget::{BuildPlan, SPOOL_IN_FLIGHT};
 use crate::error::{GridError, Result};
 use crate::layout::{
-    GridManifest, Layout, Order, WeightRequest, WeightSource, WeightSpec, GRID_FORMAT,
-    GRID_FORMAT_VERSION, GRID_MANIFEST, STORE_WEIGHTS,
+    format_version, GridManifest, Layout, Order, WeightRequest, WeightSource, WeightSpec,
+    CODE_INDEX, GRID_FORMAT, GRID_MANIFEST, STORE_WEIGHTS,
 };
 use crate::spool::{Binner, RecordFormat};
 
@@ -56,6 +58,8 @@ pub struct BuildJob {
     pub memory: u64,
     /// Replace an existing grid of the same name.
     pub overwrite: bool,
+    /// How blocks store their edges: plain records or a code.
+    pub compression: Compression,
 }
 
 impl Default for BuildJob {
@@ -69,6 +73,7 @@ impl Default for BuildJob {
             weights: None,
             memory: 1 << 30,
             overwrite: false,
+            compression: Compression::None,
         }
     }
 }
@@ -172,8 +177,9 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
         memory: job.memory,
         input_edges: edges_info.shape[0],
         input_bytes: edges_info.data_bytes(),
+        compression: job.compression,
     };
-    let (parent, name) = target(job, &spec.layout, symmetric, spec.weights.as_ref())?;
+    let (parent, name) = target(job, &spec)?;
     let plan = spec.plan()?;
     let out = parent.join(&name);
     strata_store::store::remove_stale_partials(&parent, &name);
@@ -222,8 +228,8 @@ pub(crate) fn publish(
     Ok(())
 }
 
-/// The grid a build writes: geometry, symmetry, weights, budget, and the size of its input
-/// (for the meters and the plan).
+/// The grid a build writes: geometry, symmetry, weights, budget, the size of its input
+/// (for the meters and the plan) and how its blocks are stored.
 pub(crate) struct GridSpec {
     pub layout: Layout,
     pub symmetric: bool,
@@ -233,6 +239,7 @@ pub(crate) struct GridSpec {
     pub input_edges: u64,
     /// Bytes pass 1 reads.
     pub input_bytes: u64,
+    pub compression: Compression,
 }
 
 impl GridSpec {
@@ -254,6 +261,7 @@ impl GridSpec {
             self.format(),
             self.records(),
             self.weights.is_some(),
+            self.compression,
         )
     }
 
@@ -261,7 +269,7 @@ impl GridSpec {
     pub fn announce(&self, plan: &BuildPlan, progress: &dyn Progress) {
         let l = &self.layout;
         progress.message(&format!(
-            "grid: {} vertices in {} chunks of {}, {} edges in {} blocks ({} order{}{}), budget {}",
+            "grid: {} vertices in {} chunks of {}, {} edges in {} blocks ({} order{}{}{}), budget {}",
             l.num_vertices,
             l.partitions,
             l.chunk_size,
@@ -273,6 +281,10 @@ impl GridSpec {
                 Some(WeightSpec::Store) => ", weighted by the edges' own weights",
                 Some(WeightSpec::Random { .. }) => ", weighted by drawn weights",
                 None => "",
+            },
+            match self.compression {
+                Compression::None => String::new(),
+                c => format!(", {} compression", c.name()),
             },
             fmt_bytes(self.memory)
         ));
@@ -312,16 +324,13 @@ impl Written {
     pub fn manifest(self, spec: &GridSpec, provenance: serde_json::Value) -> GridManifest {
         let blocks = self.sorted.blocks;
         let mut arrays = self.extra;
-        arrays.insert("edges".to_string(), blocks.edges);
-        if let Some(w) = blocks.weights {
-            arrays.insert("weights".to_string(), w);
-        }
+        arrays.extend(blocks.arrays);
         arrays.insert("block_index".to_string(), self.index);
         arrays.insert("out_degree".to_string(), self.sorted.out_degree);
         arrays.insert("in_degree".to_string(), self.sorted.in_degree);
         GridManifest {
             format: GRID_FORMAT.to_string(),
-            format_version: GRID_FORMAT_VERSION,
+            format_version: format_version(spec.compression),
             num_vertices: spec.layout.num_vertices,
             num_edges: blocks.written,
             partitions: spec.layout.partitions,
@@ -332,6 +341,7 @@ impl Written {
             weight_range: blocks.weight_range,
             largest_block_edges: blocks.largest_block,
             largest_major_edges: self.largest_major,
+            compression: spec.compression,
             arrays,
             provenance,
         }
@@ -375,12 +385,17 @@ pub(crate) fn write_grid(
         weights: spec.weights.as_ref(),
         read_ahead,
         degree_buffer: plan.degree_buffer,
+        compression: spec.compression,
     };
-    let sorted = sort_pass(&spool, &input, tmp, progress)?;
+    let mut sorted = sort_pass(&spool, &input, tmp, progress)?;
     let largest_major = spool.largest();
     drop(spool);
     crate::spool::remove(&spool_path)?;
     let index = write_i64(tmp, "block_index", &sorted.blocks.index)?;
+    if let Some(codes) = sorted.blocks.code_index.take() {
+        let info = write_i64(tmp, CODE_INDEX, &codes)?;
+        sorted.blocks.arrays.insert(CODE_INDEX.to_string(), info);
+    }
     stages.push(clock.stage("blocks", spooled, dir_bytes(tmp)?));
     Ok(Written {
         sorted,
@@ -466,20 +481,10 @@ pub(crate) fn plan_layout(
 
 /// Where the grid goes: `STORE/grids/` (created) and the grid's directory name, checked to be
 /// a plain name that does not exist yet unless the job may overwrite it.
-fn target(
-    job: &BuildJob,
-    layout: &Layout,
-    symmetric: bool,
-    weights: Option<&WeightSpec>,
-) -> Result<(PathBuf, String)> {
+fn target(job: &BuildJob, spec: &GridSpec) -> Result<(PathBuf, String)> {
     let parent = grids_dir(&job.store);
     let name = match job.name.as_str() {
-        "" => free_default_name(
-            &parent,
-            default_name(layout, symmetric, weights),
-            symmetric,
-            weights,
-        )?,
+        "" => free_default_name(&parent, spec)?,
         s => s.to_string(),
     };
     if name.contains('/')
@@ -506,14 +511,16 @@ fn target(
 }
 
 /// Grids of one P and order whose weights differ (drawn from other seeds, or the store's)
-/// share a default name: the first of `base`, `base-2`, `base-3`, ... that is free or holds
-/// the same kind of grid (which the caller then refuses to overwrite unless asked).
-fn free_default_name(
-    parent: &Path,
-    base: String,
-    symmetric: bool,
-    weights: Option<&WeightSpec>,
-) -> Result<String> {
+/// share a default name: the first of `base`, `base-2`, `base-3`, ... (the [`default_name`]
+/// of `spec`) that is free or holds the same kind of grid (which the caller then refuses to
+/// overwrite unless asked).
+fn free_default_name(parent: &Path, spec: &GridSpec) -> Result<String> {
+    let base = default_name(
+        &spec.layout,
+        spec.symmetric,
+        spec.weights.as_ref(),
+        spec.compression,
+    );
     for k in 1..=MAX_DEFAULT_NAMES {
         let name = if k == 1 {
             base.clone()
@@ -521,7 +528,13 @@ fn free_default_name(
             format!("{base}-{k}")
         };
         match GridManifest::load(&parent.join(&name)) {
-            Ok(m) if m.symmetric != symmetric || m.weights.as_ref() != weights => continue,
+            Ok(m)
+                if m.symmetric != spec.symmetric
+                    || m.weights != spec.weights
+                    || m.compression != spec.compression =>
+            {
+                continue
+            }
             _ => return Ok(name),
         }
     }
@@ -589,11 +602,16 @@ impl WeightColumn {
     }
 }
 
-/// Default grid name: `p{P}-{order}`, then `-sym` when symmetrised, and `-w` (drawn weights)
-/// or `-ws` (the store's weights) when weighted.
-pub fn default_name(layout: &Layout, symmetric: bool, weights: Option<&WeightSpec>) -> String {
+/// Default grid name: `p{P}-{order}`, then `-sym` when symmetrised, `-w` (drawn weights)
+/// or `-ws` (the store's weights) when weighted, and `-byte` or `-packed` when compressed.
+pub fn default_name(
+    layout: &Layout,
+    symmetric: bool,
+    weights: Option<&WeightSpec>,
+    compression: Compression,
+) -> String {
     format!(
-        "p{}-{}{}{}",
+        "p{}-{}{}{}{}",
         layout.partitions,
         layout.order.name(),
         if symmetric { "-sym" } else { "" },
@@ -601,6 +619,10 @@ pub fn default_name(layout: &Layout, symmetric: bool, weights: Option<&WeightSpe
             Some(WeightSpec::Random { .. }) => "-w",
             Some(WeightSpec::Store) => "-ws",
             None => "",
+        },
+        match compression {
+            Compression::None => String::new(),
+            c => format!("-{}", c.name()),
         }
     )
 }
@@ -652,6 +674,7 @@ impl Drop for PartialDir {
 mod tests {
     use super::*;
     use crate::fixtures::store;
+    use crate::layout::EDGE_BYTES;
     use strata_io::progress::NoProgress;
 
     #[test]
@@ -722,5 +745,69 @@ mod tests {
             .map(|d| d.flatten().collect())
             .unwrap_or_default();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn compressed_blocks_hold_the_plain_blocks_sorted_with_their_weights() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 3001, 40_000);
+        let read = |g: &crate::Grid, name: &str| {
+            strata_store::array::read_all_bytes(&g.array_path(name))
+                .unwrap()
+                .1
+        };
+        for order in [Order::Column, Order::Row] {
+            let job = |name: &str, compression| BuildJob {
+                store: st.clone(),
+                name: name.into(),
+                partitions: 5,
+                order,
+                weights: Some(WeightRequest::random(3, 0.0, 1.0)),
+                overwrite: true,
+                compression,
+                ..Default::default()
+            };
+            let plain = crate::Grid::open(
+                &build(&job("plain", Compression::None), &NoProgress)
+                    .unwrap()
+                    .dir,
+            )
+            .unwrap();
+            let records: Vec<[u32; 2]> = bytemuck::pod_collect_to_vec(&read(&plain, "edges"));
+            let weights: Vec<f32> = bytemuck::pod_collect_to_vec(&read(&plain, "weights"));
+            for codec in [Compression::Byte, Compression::Packed] {
+                let built = build(&job(codec.name(), codec), &NoProgress).unwrap();
+                let grid = crate::Grid::open(&built.dir).unwrap();
+                let m = grid.manifest();
+                assert_eq!((m.compression, m.format_version), (codec, 2));
+                assert!(m.stored_edge_bytes() < m.num_edges * EDGE_BYTES / 2);
+                for name in ["block_index", "out_degree", "in_degree"] {
+                    assert_eq!(read(&grid, name), read(&plain, name), "{name}");
+                }
+                let codes = read(&grid, "edge_codes");
+                let got_weights: Vec<f32> = bytemuck::pod_collect_to_vec(&read(&grid, "weights"));
+                for pos in 0..grid.layout().blocks() {
+                    let e = grid.block_edges(pos);
+                    let (a, b) = (e.start as usize, e.end as usize);
+                    let bytes = grid.block_bytes(pos);
+                    let mut got = vec![[0u32; 2]; b - a];
+                    grid.decode_block(
+                        pos,
+                        &codes[bytes.start as usize..bytes.end as usize],
+                        &mut got,
+                    )
+                    .unwrap();
+                    let mut want: Vec<([u32; 2], u32)> =
+                        (a..b).map(|k| (records[k], weights[k].to_bits())).collect();
+                    want.sort_unstable();
+                    let got: Vec<([u32; 2], u32)> = got
+                        .into_iter()
+                        .zip(&got_weights[a..b])
+                        .map(|(e, w)| (e, w.to_bits()))
+                        .collect();
+                    assert_eq!(got, want, "{codec:?} {order:?} block {pos}");
+                }
+            }
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The grids of a store, for `strata check`: each grid's manifest and arrays, its block index
-//! (from 0 to the edge count, never decreasing), every edge record's offsets inside its block,
-//! and its degree arrays (non-negative, summing to the edge count). Problems are added to the
+//! (from 0 to the edge count, never decreasing), every edge record's offsets inside its block
+//! (a compressed grid's blocks decoded first: a code that does not decode is a problem naming
+//! the block), and its degree arrays (non-negative, summing to the edge count). Problems are added to the
 //! store's [`Checked`] under the grid's path inside the store (`grids/NAME/edges.npy`).
 
 use std::path::Path;
@@ -13,9 +14,10 @@ use strata_store::npy::read_header;
 use strata_store::Store;
 
 use crate::build::grids_dir;
+use crate::error::GridError;
 use crate::error::Result;
 use crate::grid::Grid;
-use crate::layout::{GridManifest, EDGE_BYTES, GRID_MANIFEST};
+use crate::layout::{GridManifest, EDGE_BYTES, EDGE_CODES, GRID_MANIFEST};
 
 /// Checks every grid built for `store` (none is fine).
 pub fn check_grids(store: &Store, checked: &mut Checked, progress: &dyn Progress) -> Result<()> {
@@ -100,7 +102,15 @@ fn check_grid(
             return Ok(());
         }
     };
-    edges(&grid, &rel("edges.npy"), checked, progress)?;
+    match grid.compression().is_compressed() {
+        true => codes(
+            &grid,
+            &rel(&grid.manifest().arrays[EDGE_CODES].file),
+            checked,
+            progress,
+        )?,
+        false => edges(&grid, &rel("edges.npy"), checked, progress)?,
+    }
     for degree in ["out_degree", "in_degree"] {
         let file = grid.manifest().arrays[degree].file.clone();
         let (mut sum, mut row) = (0i64, 0u64);
@@ -193,5 +203,46 @@ fn edges(grid: &Grid, file: &str, checked: &mut Checked, progress: &dyn Progress
     }
     meter.finish()?;
     checked.read(file, total * EDGE_BYTES);
+    Ok(())
+}
+
+/// Decodes every block of a compressed grid's `edge_codes.npy` (`file` in the report) and
+/// checks its offsets, block by block in file order, holding one block's code and records.
+fn codes(grid: &Grid, file: &str, checked: &mut Checked, progress: &dyn Progress) -> Result<()> {
+    let path = grid.array_path(EDGE_CODES);
+    let header = read_header(&path)?;
+    let mut reader = RowReader::open(&path, &header, CHUNK)?;
+    let total = header.data_bytes();
+    let mut meter = Meter::new(progress, &format!("check {file}"), total, total);
+    let blocks = grid.layout().blocks();
+    // `pending` holds the code bytes from `consumed` on that no decoded block has used yet.
+    let (mut pending, mut consumed, mut pos) = (Vec::<u8>::new(), 0u64, 0usize);
+    let mut records = Vec::new();
+    while let Some(bytes) = reader.next_batch()? {
+        pending.extend_from_slice(bytes);
+        while pos < blocks && grid.block_bytes(pos).end <= consumed + pending.len() as u64 {
+            let (b, e) = (grid.block_bytes(pos), grid.block_edges(pos));
+            records.clear();
+            records.resize((e.end - e.start) as usize, [0u32; 2]);
+            let code = &pending[(b.start - consumed) as usize..(b.end - consumed) as usize];
+            match grid.decode_codes(pos, code, &mut records) {
+                Ok(()) => grid.scan_block(pos, e.start, &records, |r, msg| {
+                    checked.problems.add(file, Some(r), msg)
+                }),
+                Err(GridError::Invalid { msg, .. }) => checked.problems.add(file, None, msg),
+                Err(other) => return Err(other),
+            }
+            pos += 1;
+        }
+        let keep_from = match pos < blocks {
+            true => grid.block_bytes(pos).start,
+            false => consumed + pending.len() as u64,
+        };
+        pending.drain(..(keep_from - consumed) as usize);
+        consumed = keep_from;
+        meter.add(bytes.len() as u64, bytes.len() as u64)?;
+    }
+    meter.finish()?;
+    checked.read(file, total);
     Ok(())
 }

@@ -457,6 +457,7 @@ mod tests {
 
     use super::*;
     use crate::algo::registry::ALGORITHMS;
+    use crate::block_codec::Compression;
     use crate::build::{build, BuildJob};
     use crate::config::RunOptions;
     use crate::fixtures::{far_server, grids, store};
@@ -640,7 +641,7 @@ mod tests {
     fn ranks_split_the_columns_and_every_algorithm_matches_a_single_process() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 5000, 12_000);
-        grids(&st, 7);
+        grids(&st, 7, Compression::None);
         let program = serde_json::to_string(&crate::program::spec::tests::pagerank()).unwrap();
         for e in ALGORITHMS {
             let job = |out: &str| {
@@ -800,52 +801,60 @@ mod tests {
     fn ranks_share_one_memory_server() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 5000, 12_000);
-        build(
-            &BuildJob {
-                store: st.clone(),
-                partitions: 7,
-                ..Default::default()
-            },
-            &NoProgress,
-        )
-        .unwrap();
-        let (addr, stop, serving) = far_server();
-        let job = |out: &str, far: Option<&str>| {
-            let mut options = serde_json::json!({
-                "store": st,
-                "algorithm": "pagerank",
-                "out": tmp.path().join(out),
-                "memory": "256M",
-                "threads": 2,
-                "far_ratio": 1.0,
-                "far_connections": 2,
-            });
-            if let Some(far) = far {
-                options["far"] = far.into();
+        for compression in [Compression::None, Compression::Packed] {
+            let grid = compression.name();
+            build(
+                &BuildJob {
+                    store: st.clone(),
+                    name: grid.into(),
+                    partitions: 7,
+                    compression,
+                    ..Default::default()
+                },
+                &NoProgress,
+            )
+            .unwrap();
+            let (addr, stop, serving) = far_server();
+            let job = |out: &str, far: Option<&str>| {
+                let mut options = serde_json::json!({
+                    "store": st,
+                    "grid": grid,
+                    "algorithm": "pagerank",
+                    "out": tmp.path().join(out),
+                    "memory": "256M",
+                    "threads": 2,
+                    "far_ratio": 1.0,
+                    "far_connections": 2,
+                });
+                if let Some(far) = far {
+                    options["far"] = far.into();
+                }
+                check::<RunOptions>(&options).unwrap().job().unwrap()
+            };
+            let alone = job(&format!("{grid}-alone"), None);
+            crate::run::run(&alone, &NoProgress, &mut |_| Ok(())).unwrap();
+            let shared = job(&format!("{grid}-shared"), Some(&addr));
+            let summaries: Vec<_> = run_ranks(&shared, 2, false, &|_| Ok(()))
+                .into_iter()
+                .map(|r| r.unwrap())
+                .collect();
+            stop.stop();
+            serving.join().unwrap();
+            // Each rank's client is a session of its own on the server, whose segment ids are
+            // its own: both placed their blocks there (a compressed grid's as codes) and read
+            // them back.
+            for s in &summaries {
+                assert!(s.far_failure.is_none(), "{:?}", s.far_failure);
+                assert_eq!(s.edges_decoded > 0, compression.is_compressed(), "{grid}");
             }
-            check::<RunOptions>(&options).unwrap().job().unwrap()
-        };
-        let alone = job("alone", None);
-        crate::run::run(&alone, &NoProgress, &mut |_| Ok(())).unwrap();
-        let shared = job("shared", Some(&addr));
-        let summaries: Vec<_> = run_ranks(&shared, 2, false, &|_| Ok(()))
-            .into_iter()
-            .map(|r| r.unwrap())
-            .collect();
-        stop.stop();
-        serving.join().unwrap();
-        // Each rank's client is a session of its own on the server, whose segment ids are
-        // its own: both placed their blocks there and read them back.
-        for s in &summaries {
-            assert!(s.far_failure.is_none(), "{:?}", s.far_failure);
+            let d = summaries[0].dist.as_ref().unwrap();
+            assert!(d.ranks.iter().all(|r| r.bytes_far > 0 && r.bytes_disk == 0));
+            assert_same(
+                "pagerank",
+                &results(alone.out.as_ref().unwrap(), &["rank"]),
+                &results(shared.out.as_ref().unwrap(), &["rank"]),
+                &format!("one server, {grid}"),
+            );
         }
-        let d = summaries[0].dist.as_ref().unwrap();
-        assert!(d.ranks.iter().all(|r| r.bytes_far > 0 && r.bytes_disk == 0));
-        assert_same(
-            "pagerank",
-            &results(alone.out.as_ref().unwrap(), &["rank"]),
-            &results(shared.out.as_ref().unwrap(), &["rank"]),
-            "one server",
-        );
     }
 }

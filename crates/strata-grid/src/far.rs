@@ -168,7 +168,7 @@ fn probe_rate(cfg: &ClientConfig) -> std::result::Result<f64, strata_farmem::Far
 }
 
 /// Writes every segment placed in far memory to the server (segment id = its index): its
-/// edge records, then its weights when `weighted`.
+/// edges as stored (records, or a compressed grid's codes), then its weights when `weighted`.
 pub fn preload(
     client: &FarClient,
     grid: &Grid,
@@ -178,7 +178,10 @@ pub fn preload(
     progress: &dyn Progress,
 ) -> Result<()> {
     let engine = strata_io::Engine::shared();
-    let edges_file = engine.open(&grid.array_path("edges"), strata_io::OpenMode::Read)?;
+    let edges_file = engine.open(
+        &grid.array_path(grid.manifest().edge_array()),
+        strata_io::OpenMode::Read,
+    )?;
     let weights_file = match weighted {
         true => Some(engine.open(&grid.array_path("weights"), strata_io::OpenMode::Read)?),
         false => None,
@@ -187,7 +190,7 @@ pub fn preload(
         .iter()
         .zip(tiers)
         .filter(|(_, t)| **t == Tier::Far)
-        .map(|(s, _)| s.edge_bytes())
+        .map(|(s, _)| s.stored_bytes())
         .sum();
     let mut meter = Meter::new(progress, "grid: write edge blocks to far memory", total, 0);
     let mut q = engine.queue();
@@ -196,7 +199,7 @@ pub fn preload(
         if tiers[k] != Tier::Far {
             continue;
         }
-        let r = fetch::load_resident(&mut q, &edges_file, weights_file.as_ref(), seg)?;
+        let r = fetch::load_stored(&mut q, &edges_file, weights_file.as_ref(), seg)?;
         let wbytes = r.weights.as_ref().map_or(0, |w| w.len());
         client
             .alloc(k as u64, (r.edges.len() + wbytes) as u64)
@@ -209,7 +212,7 @@ pub fn preload(
                 .write(k as u64, r.edges.len() as u64, w.as_slice())
                 .map_err(far_err)?;
         }
-        meter.add(0, seg.edge_bytes())?;
+        meter.add(0, seg.stored_bytes())?;
     }
     meter.finish()?;
     Ok(())
@@ -229,6 +232,7 @@ mod tests {
 
     use super::FarConfig;
     use crate::algo::{Configured, Iteration, PageRank};
+    use crate::block_codec::Compression;
     use crate::build::{build, BuildJob};
     use crate::config::RunJob;
     use crate::fixtures::{far_server, store_of};
@@ -358,5 +362,48 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("memory server"), "{e}");
+    }
+
+    #[test]
+    fn compressed_blocks_go_to_far_memory_as_codes_and_decode_to_the_same_ranks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path());
+        let plain = run(&job(&st, None), &NoProgress, &mut |_: &Iteration| Ok(())).unwrap();
+        build(
+            &BuildJob {
+                store: st.clone(),
+                name: "packed".into(),
+                partitions: 16,
+                compression: Compression::Packed,
+                ..Default::default()
+            },
+            &NoProgress,
+        )
+        .unwrap();
+        let on_packed = |far: Option<String>| RunJob {
+            grid: Some("packed".into()),
+            ..job(&st, far)
+        };
+        let local = run(&on_packed(None), &NoProgress, &mut |_: &Iteration| Ok(())).unwrap();
+        assert!(local.stored_bytes_per_edge < 4.0, "{local:?}");
+        let (addr, stop, h) = far_server();
+        let far = run(&on_packed(Some(addr)), &NoProgress, &mut |_: &Iteration| {
+            Ok(())
+        })
+        .unwrap();
+        stop.stop();
+        h.join().unwrap();
+        assert!(
+            far.far_failure.is_none() && far.edges_decoded > 0,
+            "{far:?}"
+        );
+        // Far memory holds and sends the codes; resident blocks were decoded at load.
+        let per_pass = far.bytes_far / far.iterations as u64;
+        assert_eq!(per_pass, far.placement.far_bytes);
+        assert!(per_pass < far.edges_decoded / far.iterations as u64 * 4);
+        assert_eq!(ranks(&far), ranks(&local));
+        for (a, b) in ranks(&local).iter().zip(ranks(&plain)) {
+            assert!((a - b).abs() <= 1e-6 * b.abs() + 1e-9, "{a} vs {b}");
+        }
     }
 }

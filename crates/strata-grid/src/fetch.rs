@@ -3,6 +3,8 @@
 //!
 //! A fetch reads *runs*: maximal stretches of consecutive active blocks, merged across gaps of
 //! inactive blocks shorter than [`MERGE_GAP`] (reading a little more beats another request).
+//! Runs are read as stored: plain records, or a compressed grid's block codes, which the
+//! fetch stage then decodes ([`Fetched::decode`]) so that compute always sees records.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -26,6 +28,9 @@ const WEIGHT_BYTES: u64 = 4;
 pub struct FetchPlan {
     /// Edge ranges to read.
     pub runs: Vec<Range<u64>>,
+    /// Where each run is stored: bytes of the edge array's data (`edges.npy`, 8 an edge, or
+    /// `edge_codes.npy`).
+    pub bytes: Vec<Range<u64>>,
     /// File positions of the active blocks, with the run each lies in.
     pub blocks: Vec<(usize, usize)>,
 }
@@ -39,9 +44,16 @@ impl FetchPlan {
             if e.start == e.end || !active(pos) {
                 continue;
             }
-            match plan.runs.last_mut() {
-                Some(last) if (e.start - last.end) * EDGE_BYTES <= MERGE_GAP => last.end = e.end,
-                _ => plan.runs.push(e.clone()),
+            let b = grid.block_bytes(pos);
+            match (plan.runs.last_mut(), plan.bytes.last_mut()) {
+                (Some(last), Some(stored)) if b.start - stored.end <= MERGE_GAP => {
+                    last.end = e.end;
+                    stored.end = b.end;
+                }
+                _ => {
+                    plan.runs.push(e.clone());
+                    plan.bytes.push(b);
+                }
             }
             plan.blocks.push((pos, plan.runs.len() - 1));
         }
@@ -52,52 +64,67 @@ impl FetchPlan {
     pub fn edges_read(&self) -> u64 {
         self.runs.iter().map(|r| r.end - r.start).sum()
     }
+
+    /// Stored bytes of edges the runs read (including merged gaps).
+    pub fn stored_read(&self) -> u64 {
+        self.bytes.iter().map(|r| r.end - r.start).sum()
+    }
+
+    /// Edges of the active blocks.
+    pub fn block_edges(&self, grid: &Grid) -> u64 {
+        self.blocks
+            .iter()
+            .map(|&(pos, _)| {
+                let e = grid.block_edges(pos);
+                e.end - e.start
+            })
+            .sum()
+    }
 }
 
-/// Where the bytes of a fetched segment are.
+/// Where the bytes of a fetched segment's edges, or weights, are.
 pub enum Bytes {
-    /// A resident segment (the whole segment, from its first edge).
+    /// A resident segment (the whole segment decoded, from its first edge; weights included).
     Local(Arc<Resident>),
-    /// Disk runs, each at `starts[k]` bytes into one aligned buffer.
-    Disk {
-        edges: AlignedBuf,
-        weights: Option<AlignedBuf>,
-        edge_at: Vec<usize>,
-        weight_at: Vec<usize>,
-    },
+    /// Disk runs, each at `at[k]` bytes into one aligned buffer.
+    Disk { buf: AlignedBuf, at: Vec<usize> },
     /// Far runs, one buffer each.
-    Far {
-        edges: Vec<Vec<u8>>,
-        weights: Vec<Vec<u8>>,
+    Far(Vec<Vec<u8>>),
+    /// A compressed grid's active blocks decoded in the fetch stage: block k of the plan at
+    /// record `at[k]`.
+    Decoded {
+        edges: Vec<[u32; 2]>,
+        at: Vec<usize>,
     },
 }
 
-/// A segment kept in memory for the whole run.
+impl Bytes {
+    /// `len` bytes from `from` bytes into run `run` (disk and far bytes).
+    fn run_bytes(&self, run: usize, from: usize, len: usize) -> &[u8] {
+        match self {
+            Bytes::Disk { buf, at } => &buf.as_slice()[at[run] + from..][..len],
+            Bytes::Far(runs) => &runs[run][from..from + len],
+            Bytes::Local(_) | Bytes::Decoded { .. } => {
+                unreachable!("resident and decoded bytes are not read by run")
+            }
+        }
+    }
+}
+
+/// A segment kept in memory for the whole run, its edges as records (decoded once, at load,
+/// in a compressed grid).
 pub struct Resident {
     pub first_edge: u64,
     pub edges: AlignedBuf,
     pub weights: Option<AlignedBuf>,
 }
 
-impl Resident {
-    /// Checks the offsets of every block of `seg` (the segment this holds) once, at load: its
-    /// bytes stay as loaded for the whole run, so compute need not scan them again on every
-    /// pass (in memory, that scan is a second read of every edge per iteration).
-    pub fn check(&self, grid: &Grid, seg: &Segment) -> Result<()> {
-        for pos in seg.blocks.clone() {
-            let e = grid.block_edges(pos);
-            let at = (e.start - self.first_edge) as usize * EDGE_BYTES as usize;
-            let len = (e.end - e.start) as usize * EDGE_BYTES as usize;
-            grid.check_block(pos, cast(&self.edges.as_slice()[at..at + len]))?;
-        }
-        Ok(())
-    }
-}
-
 /// The fetched active blocks of one segment, ready for compute.
 pub struct Fetched {
     pub plan: FetchPlan,
-    pub bytes: Bytes,
+    pub edges: Bytes,
+    /// Weights read from disk or far memory (a resident segment holds its own).
+    pub weights: Option<Bytes>,
 }
 
 impl Fetched {
@@ -109,35 +136,52 @@ impl Fetched {
             (e.end - e.start) as usize,
             (e.start - self.plan.runs[run].start) as usize,
         );
-        let (eb, wb): (&[u8], Option<&[u8]>) = match &self.bytes {
+        let edges: &[[u32; 2]] = match &self.edges {
             Bytes::Local(r) => {
                 let at = (e.start - r.first_edge) as usize;
-                (
-                    &r.edges.as_slice()[at * 8..(at + n) * 8],
-                    r.weights
-                        .as_ref()
-                        .map(|w| &w.as_slice()[at * 4..(at + n) * 4]),
-                )
+                cast(&r.edges.as_slice()[at * 8..(at + n) * 8])
             }
-            Bytes::Disk {
-                edges,
-                weights,
-                edge_at,
-                weight_at,
-            } => (
-                &edges.as_slice()[edge_at[run] + from_run * 8..][..n * 8],
-                weights
-                    .as_ref()
-                    .map(|w| &w.as_slice()[weight_at[run] + from_run * 4..][..n * 4]),
-            ),
-            Bytes::Far { edges, weights } => (
-                &edges[run][from_run * 8..(from_run + n) * 8],
-                weights
-                    .get(run)
-                    .map(|w| &w[from_run * 4..(from_run + n) * 4]),
-            ),
+            Bytes::Decoded { edges, at } => &edges[at[k]..at[k] + n],
+            raw => cast(raw.run_bytes(run, from_run * 8, n * 8)),
         };
-        (cast(eb), wb.map(cast).unwrap_or(&[]))
+        let weights: Option<&[u8]> = match (&self.edges, &self.weights) {
+            (Bytes::Local(r), _) => r.weights.as_ref().map(|w| {
+                let at = (e.start - r.first_edge) as usize;
+                &w.as_slice()[at * 4..(at + n) * 4]
+            }),
+            (_, Some(w)) => Some(w.run_bytes(run, from_run * 4, n * 4)),
+            (_, None) => None,
+        };
+        (edges, weights.map(cast).unwrap_or(&[]))
+    }
+
+    /// Whether compute must check the blocks' offsets: plain records read this pass (resident
+    /// blocks were checked at load, decoded ones as they were decoded).
+    pub fn needs_check(&self) -> bool {
+        matches!(self.edges, Bytes::Disk { .. } | Bytes::Far(_))
+    }
+
+    /// Decodes the active blocks of a compressed grid's fetched codes (checking them) into
+    /// `out` (a buffer to reuse, any length); returns the codes' bytes, for reuse.
+    pub fn decode(&mut self, grid: &Grid, mut out: Vec<[u32; 2]>) -> Result<Bytes> {
+        let total = self.plan.block_edges(grid) as usize;
+        out.truncate(total);
+        out.resize(total, [0; 2]);
+        let mut at = Vec::with_capacity(self.plan.blocks.len());
+        let mut next = 0;
+        for &(pos, run) in &self.plan.blocks {
+            let (e, b) = (grid.block_edges(pos), grid.block_bytes(pos));
+            let n = (e.end - e.start) as usize;
+            let from = (b.start - self.plan.bytes[run].start) as usize;
+            let code = self.edges.run_bytes(run, from, (b.end - b.start) as usize);
+            grid.decode_block(pos, code, &mut out[next..next + n])?;
+            at.push(next);
+            next += n;
+        }
+        Ok(std::mem::replace(
+            &mut self.edges,
+            Bytes::Decoded { edges: out, at },
+        ))
     }
 }
 
@@ -147,42 +191,43 @@ fn cast<T: bytemuck::Pod>(b: &[u8]) -> &[T] {
     bytemuck::try_cast_slice(b).expect("fetch buffers are aligned")
 }
 
-/// Byte range in a `.npy` file of edges `r`, for records of `width` bytes.
-fn file_range(r: &Range<u64>, width: u64) -> (u64, u64) {
-    (DATA_OFFSET + r.start * width, DATA_OFFSET + r.end * width)
+/// Byte range in a `.npy` file of the data bytes `r`.
+fn file_range(r: &Range<u64>) -> (u64, u64) {
+    (DATA_OFFSET + r.start, DATA_OFFSET + r.end)
 }
 
-/// Aligned bytes a disk buffer needs for `runs` of records of `width` bytes.
-pub fn disk_bytes(runs: &[Range<u64>], width: u64) -> usize {
+/// The data bytes of the weights (4 an edge) of edges `r`.
+fn weight_bytes(r: &Range<u64>) -> Range<u64> {
+    r.start * WEIGHT_BYTES..r.end * WEIGHT_BYTES
+}
+
+/// Aligned bytes a disk buffer needs for `runs` of data bytes.
+pub fn disk_bytes(runs: &[Range<u64>]) -> usize {
     runs.iter()
         .map(|r| {
-            let (a, b) = file_range(r, width);
+            let (a, b) = file_range(r);
             (align_up(b) - align_down(a)) as usize
         })
         .sum()
 }
 
-/// Reads runs of records of `width` bytes from `file` into `buf` (which must hold
-/// [`disk_bytes`]), returning where each run's first record landed. Pieces of at most
-/// [`IO_PIECE`] go out together, so a segment keeps many requests in flight.
+/// Reads runs of data bytes from `file` into `buf` (which must hold [`disk_bytes`]),
+/// returning where each run's first byte landed. Pieces of at most [`IO_PIECE`] go out
+/// together, so a segment keeps many requests in flight.
 pub fn read_runs(
     q: &mut IoQueue,
     file: &IoFile,
     runs: &[Range<u64>],
-    width: u64,
     buf: &mut AlignedBuf,
 ) -> Result<Vec<usize>> {
     let file_len = file.file().size()?;
     let base = buf.full_mut().as_mut_ptr();
-    assert!(
-        buf.capacity() >= disk_bytes(runs, width),
-        "fetch buffer too small"
-    );
+    assert!(buf.capacity() >= disk_bytes(runs), "fetch buffer too small");
     let mut at = Vec::with_capacity(runs.len());
     let mut reqs = Vec::new();
     let mut off = 0usize;
     for r in runs {
-        let (a, b) = file_range(r, width);
+        let (a, b) = file_range(r);
         let start = align_down(a);
         at.push(off + (a - start) as usize);
         let end = align_up(b).min(file_len);
@@ -212,36 +257,36 @@ pub fn fetch_disk(
     plan: FetchPlan,
     pool: &mut Vec<AlignedBuf>,
 ) -> Result<Fetched> {
-    let mut take = |need: usize| match pool.iter().position(|b| b.capacity() >= need) {
-        Some(k) => pool.swap_remove(k),
-        None => AlignedBuf::new(need),
+    let mut read = |file: &IoFile, runs: &[Range<u64>]| -> Result<Bytes> {
+        let need = disk_bytes(runs);
+        let mut buf = match pool.iter().position(|b| b.capacity() >= need) {
+            Some(k) => pool.swap_remove(k),
+            None => AlignedBuf::new(need),
+        };
+        let at = read_runs(q, file, runs, &mut buf)?;
+        Ok(Bytes::Disk { buf, at })
     };
-    let mut edges = take(disk_bytes(&plan.runs, EDGE_BYTES));
-    let edge_at = read_runs(q, edges_file, &plan.runs, EDGE_BYTES, &mut edges)?;
-    let (weights, weight_at) = match weights_file {
-        Some(f) => {
-            let mut w = take(disk_bytes(&plan.runs, WEIGHT_BYTES));
-            let at = read_runs(q, f, &plan.runs, WEIGHT_BYTES, &mut w)?;
-            (Some(w), at)
-        }
-        None => (None, Vec::new()),
+    let edges = read(edges_file, &plan.bytes)?;
+    let weights = match weights_file {
+        Some(f) => Some(read(
+            f,
+            &plan.runs.iter().map(weight_bytes).collect::<Vec<_>>(),
+        )?),
+        None => None,
     };
     Ok(Fetched {
         plan,
-        bytes: Bytes::Disk {
-            edges,
-            weights,
-            edge_at,
-            weight_at,
-        },
+        edges,
+        weights,
     })
 }
 
-/// Far-memory layout of a segment: its edge records, then its weights.
-pub fn far_offsets(seg: &Segment, run: &Range<u64>) -> (u64, u64, u64) {
-    let edge_off = (run.start - seg.edges.start) * EDGE_BYTES;
-    let weight_off = seg.edge_bytes() + (run.start - seg.edges.start) * WEIGHT_BYTES;
-    (edge_off, weight_off, run.end - run.start)
+/// Far-memory layout of a segment: its stored edges, then its weights. Returns the offsets
+/// of `run`'s edges and weights there.
+pub fn far_offsets(seg: &Segment, plan: &FetchPlan, run: usize) -> (u64, u64) {
+    let edge_off = plan.bytes[run].start - seg.bytes.start;
+    let weight_off = seg.stored_bytes() + (plan.runs[run].start - seg.edges.start) * WEIGHT_BYTES;
+    (edge_off, weight_off)
 }
 
 /// Reads a plan's runs from far memory (segment id `id`), waiting for all of them.
@@ -263,9 +308,9 @@ pub fn fetch_far(
         None => vec![0u8; need],
     };
     let mut reqs = Vec::new();
-    for (k, run) in plan.runs.iter().enumerate() {
-        let (eo, wo, n) = far_offsets(seg, run);
-        let len = (n * EDGE_BYTES) as usize;
+    for k in 0..plan.runs.len() {
+        let (eo, wo) = far_offsets(seg, &plan, k);
+        let len = (plan.bytes[k].end - plan.bytes[k].start) as usize;
         reqs.push(FarRead {
             segment: id,
             offset: eo,
@@ -274,7 +319,7 @@ pub fn fetch_far(
             tag: 2 * k as u64,
         });
         if weighted {
-            let len = (n * WEIGHT_BYTES) as usize;
+            let len = ((plan.runs[k].end - plan.runs[k].start) * WEIGHT_BYTES) as usize;
             reqs.push(FarRead {
                 segment: id,
                 offset: wo,
@@ -306,35 +351,90 @@ pub fn fetch_far(
     }
     Ok(Fetched {
         plan,
-        bytes: Bytes::Far { edges, weights },
+        edges: Bytes::Far(edges),
+        weights: weighted.then_some(Bytes::Far(weights)),
     })
 }
 
-/// Loads a whole segment into memory (a resident segment).
-pub fn load_resident(
+/// A segment's stored bytes read whole: its edges as stored (records or codes) and its
+/// weights, each from the start of its buffer.
+pub struct Stored {
+    pub edges: AlignedBuf,
+    pub weights: Option<AlignedBuf>,
+}
+
+/// Reads the stored bytes of a whole segment (what far memory holds, and what a resident
+/// segment is loaded from).
+pub fn load_stored(
     q: &mut IoQueue,
     edges_file: &IoFile,
     weights_file: Option<&IoFile>,
     seg: &Segment,
-) -> Result<Resident> {
-    let runs = [seg.edges.clone()];
-    let mut edges = AlignedBuf::new(disk_bytes(&runs, EDGE_BYTES));
-    let at = read_runs(q, edges_file, &runs, EDGE_BYTES, &mut edges)?;
-    let edges = compact(edges, at[0], seg.edge_bytes() as usize);
+) -> Result<Stored> {
+    let whole = |q: &mut IoQueue, file: &IoFile, r: Range<u64>| -> Result<AlignedBuf> {
+        let runs = [r];
+        let mut buf = AlignedBuf::new(disk_bytes(&runs));
+        let at = read_runs(q, file, &runs, &mut buf)?;
+        let len = (runs[0].end - runs[0].start) as usize;
+        Ok(compact(buf, at[0], len))
+    };
+    let edges = whole(q, edges_file, seg.bytes.clone())?;
     let weights = match weights_file {
-        Some(f) => {
-            let mut w = AlignedBuf::new(disk_bytes(&runs, WEIGHT_BYTES));
-            let at = read_runs(q, f, &runs, WEIGHT_BYTES, &mut w)?;
-            let n = (seg.edges.end - seg.edges.start) * WEIGHT_BYTES;
-            Some(compact(w, at[0], n as usize))
-        }
+        Some(f) => Some(whole(q, f, weight_bytes(&seg.edges))?),
         None => None,
+    };
+    Ok(Stored { edges, weights })
+}
+
+/// Loads a whole segment into memory (a resident segment), checking its blocks once, at
+/// load: its bytes stay as loaded for the whole run, so compute need not scan them again on
+/// every pass (in memory, that scan is a second read of every edge per iteration). A
+/// compressed grid's blocks are decoded here, once.
+pub fn load_resident(
+    q: &mut IoQueue,
+    grid: &Grid,
+    edges_file: &IoFile,
+    weights_file: Option<&IoFile>,
+    seg: &Segment,
+) -> Result<Resident> {
+    let stored = load_stored(q, edges_file, weights_file, seg)?;
+    let edges = match grid.compression().is_compressed() {
+        true => decode_segment(grid, seg, stored.edges.as_slice())?,
+        false => {
+            for pos in seg.blocks.clone() {
+                let e = grid.block_edges(pos);
+                let at = (e.start - seg.edges.start) as usize * EDGE_BYTES as usize;
+                let len = (e.end - e.start) as usize * EDGE_BYTES as usize;
+                grid.check_block(pos, cast(&stored.edges.as_slice()[at..at + len]))?;
+            }
+            stored.edges
+        }
     };
     Ok(Resident {
         first_edge: seg.edges.start,
         edges,
-        weights,
+        weights: stored.weights,
     })
+}
+
+/// Decodes every block of `seg` from its stored `codes` into records.
+fn decode_segment(grid: &Grid, seg: &Segment, codes: &[u8]) -> Result<AlignedBuf> {
+    let mut records = AlignedBuf::new(seg.edge_bytes() as usize);
+    records.set_len(seg.edge_bytes() as usize);
+    let out: &mut [[u32; 2]] = bytemuck::cast_slice_mut(records.as_mut_slice());
+    for pos in seg.blocks.clone() {
+        let (e, b) = (grid.block_edges(pos), grid.block_bytes(pos));
+        let (at, from) = (
+            (e.start - seg.edges.start) as usize,
+            (b.start - seg.bytes.start) as usize,
+        );
+        grid.decode_block(
+            pos,
+            &codes[from..from + (b.end - b.start) as usize],
+            &mut out[at..at + (e.end - e.start) as usize],
+        )?;
+    }
+    Ok(records)
 }
 
 /// Moves `len` bytes at `at` to the start of `buf`.

@@ -8,6 +8,7 @@ use strata_farmem::{Server, ServerConfig, StopHandle};
 use strata_io::progress::NoProgress;
 
 use crate::algo::{Algorithm, Ctx, Iteration, Output, Values};
+use crate::block_codec::Compression;
 use crate::build::{build, BuildJob};
 use crate::grid::Grid;
 use crate::layout::{Order, WeightRequest};
@@ -41,21 +42,33 @@ pub fn store_of(dir: &Path, n: u64, edges: impl IntoIterator<Item = (u64, u64)>)
 
 /// Builds the three grids of `store` that the algorithms between them ask for, each with
 /// `partitions` partitions a side: directed, symmetrised, and directed with random weights
-/// in (0, 1] (`s0-w0`, `s1-w0`, `s0-w1`).
-pub fn grids(store: &Path, partitions: u32) {
+/// in (0, 1] (`s0-w0`, `s1-w0`, `s0-w1`; compressed ones named with `-CODE` after that).
+pub fn grids(store: &Path, partitions: u32, compression: Compression) {
     for (symmetrize, weighted) in [(false, false), (true, false), (false, true)] {
         build(
             &BuildJob {
                 store: store.to_path_buf(),
-                name: format!("s{}-w{}", symmetrize as u8, weighted as u8),
+                name: coded_name(
+                    &format!("s{}-w{}", symmetrize as u8, weighted as u8),
+                    compression,
+                ),
                 partitions,
                 symmetrize: Some(symmetrize),
                 weights: weighted.then(WeightRequest::default),
+                compression,
                 ..Default::default()
             },
             &NoProgress,
         )
         .unwrap();
+    }
+}
+
+/// `name` for a plain grid, `name-CODE` for a compressed one.
+pub fn coded_name(name: &str, compression: Compression) -> String {
+    match compression {
+        Compression::None => name.to_string(),
+        c => format!("{name}-{}", c.name()),
     }
 }
 
@@ -74,9 +87,25 @@ pub fn far_server() -> (String, StopHandle, JoinHandle<()>) {
     (addr, stop, serving)
 }
 
-/// Builds grid `name` of `store` with `partitions` a side in `order`, symmetrised or not;
-/// returns its directory.
-pub fn grid(store: &Path, name: &str, partitions: u32, order: Order, symmetrize: bool) -> PathBuf {
+/// The block orders and storage an algorithm's tests run it on: both orders plain, and each
+/// compressed with one of the codes (so that every read of its blocks is also checked
+/// through the fetch stage's decoding).
+pub const KINDS: [(Order, Compression); 4] = [
+    (Order::Column, Compression::None),
+    (Order::Row, Compression::None),
+    (Order::Column, Compression::Packed),
+    (Order::Row, Compression::Byte),
+];
+
+/// Builds grid `name` of `store` with `partitions` a side in `order`, symmetrised or not,
+/// its blocks stored as `compression` says; returns its directory.
+pub fn grid(
+    store: &Path,
+    name: &str,
+    partitions: u32,
+    (order, compression): (Order, Compression),
+    symmetrize: bool,
+) -> PathBuf {
     build(
         &BuildJob {
             store: store.to_path_buf(),
@@ -85,6 +114,7 @@ pub fn grid(store: &Path, name: &str, partitions: u32, order: Order, symmetrize:
             order,
             symmetrize: Some(symmetrize),
             overwrite: true,
+            compression,
             ..Default::default()
         },
         &NoProgress,

@@ -9,9 +9,12 @@ use strata_store::npy::{read_header, DType};
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
+use crate::block_codec::{self, Compression, Keys};
 use crate::build::grids_dir;
 use crate::error::{GridError, Result};
-use crate::layout::{GridManifest, Layout, WeightSpec, EDGE_BYTES, GRID_MANIFEST};
+use crate::layout::{
+    GridManifest, Layout, WeightSpec, CODE_INDEX, EDGE_BYTES, EDGE_CODES, GRID_MANIFEST,
+};
 
 /// Whether `path` is a grid directory (it holds `grid.json`) rather than a store.
 pub fn is_grid_dir(path: &Path) -> bool {
@@ -26,14 +29,22 @@ pub struct Segment {
     pub major: u32,
     /// File positions of its blocks.
     pub blocks: Range<usize>,
-    /// Its edges (rows of `edges.npy`).
+    /// Its edges (rows of `edges.npy`, or edges of the decoded blocks).
     pub edges: Range<u64>,
+    /// Where its edges are stored: bytes of `edges.npy`'s data (8 an edge), or of
+    /// `edge_codes.npy`'s in a compressed grid.
+    pub bytes: Range<u64>,
 }
 
 impl Segment {
-    /// Bytes of its edge records.
+    /// Bytes of its edge records (decoded, in a compressed grid).
     pub fn edge_bytes(&self) -> u64 {
         (self.edges.end - self.edges.start) * EDGE_BYTES
+    }
+
+    /// Bytes its edges are stored in (what the disk and far memory move).
+    pub fn stored_bytes(&self) -> u64 {
+        self.bytes.end - self.bytes.start
     }
 }
 
@@ -45,6 +56,8 @@ pub struct Grid {
     layout: Layout,
     /// First edge of each block in file order, and the edge count at the end (P² + 1).
     index: Vec<u64>,
+    /// Compressed grids: first byte of each block's code, and the code bytes at the end.
+    codes: Option<Vec<u64>>,
 }
 
 impl Grid {
@@ -57,14 +70,22 @@ impl Grid {
             manifest.num_edges,
             layout.blocks() as u64,
         );
+        let coded = manifest.compression.is_compressed();
+        let code_bytes = manifest.stored_edge_bytes();
         let mut expect = vec![
-            ("edges", DType::U32, vec![e, 2]),
+            match coded {
+                true => (EDGE_CODES, DType::U8, vec![code_bytes]),
+                false => ("edges", DType::U32, vec![e, 2]),
+            },
             ("block_index", DType::I64, vec![p2 + 1]),
             ("out_degree", DType::I64, vec![n]),
             ("in_degree", DType::I64, vec![n]),
         ];
         if manifest.weights.is_some() {
             expect.push(("weights", DType::F32, vec![e]));
+        }
+        if coded {
+            expect.push((CODE_INDEX, DType::I64, vec![p2 + 1]));
         }
         for (name, dtype, shape) in expect {
             let info = manifest.arrays.get(name).ok_or_else(|| {
@@ -100,23 +121,23 @@ impl Grid {
                 ));
             }
         }
-        let index_file = &manifest.arrays["block_index"].file;
-        let (_, bytes) = read_all_bytes(&dir.join(index_file))?;
-        let index = bytemuck::pod_collect_to_vec::<u8, i64>(&bytes);
-        let mut offsets = IndptrCheck::new(dir, index_file, "block offset", e);
-        let mut first = None;
-        offsets.scan(&index, |_, msg| {
-            first.get_or_insert(msg);
-        });
-        if let Some(msg) = first.or_else(|| offsets.end_problem().map(|p| p.1)) {
-            return Err(GridError::invalid(dir, msg));
-        }
-        let index: Vec<u64> = index.into_iter().map(|x| x as u64).collect();
+        let index = read_offsets(dir, &manifest, "block_index", "block offset", e)?;
+        let codes = match coded {
+            true => Some(read_offsets(
+                dir,
+                &manifest,
+                CODE_INDEX,
+                "code offset",
+                code_bytes,
+            )?),
+            false => None,
+        };
         Ok(Grid {
             dir: dir.to_path_buf(),
             manifest,
             layout,
             index,
+            codes,
         })
     }
 
@@ -223,6 +244,45 @@ impl Grid {
         self.index[pos]..self.index[pos + 1]
     }
 
+    /// How the grid stores its blocks.
+    pub fn compression(&self) -> Compression {
+        self.manifest.compression
+    }
+
+    /// Bytes of the edge array's data (`edges.npy` or `edge_codes.npy`) holding the block at
+    /// file position `pos`.
+    #[inline]
+    pub fn block_bytes(&self, pos: usize) -> Range<u64> {
+        match &self.codes {
+            Some(c) => c[pos]..c[pos + 1],
+            None => self.index[pos] * EDGE_BYTES..self.index[pos + 1] * EDGE_BYTES,
+        }
+    }
+
+    /// Decodes `code`, the stored bytes of the compressed block at file position `pos`, into
+    /// `out` (its edge count of records): every read of a compressed block goes through here.
+    /// Errors name the grid, the file, the block and what is wrong with its code.
+    pub fn decode_codes(&self, pos: usize, code: &[u8], out: &mut [[u32; 2]]) -> Result<()> {
+        let keys = Keys::new(self.layout.chunk_size);
+        block_codec::decode(self.manifest.compression, keys, code, out).map_err(|e| {
+            let (i, j) = self.layout.block_at(pos);
+            let b = self.block_bytes(pos);
+            GridError::invalid(
+                &self.dir,
+                format!(
+                    "{} block ({i}, {j}) (bytes {}..{} of its data): {e}",
+                    self.manifest.arrays[EDGE_CODES].file, b.start, b.end
+                ),
+            )
+        })
+    }
+
+    /// [`Grid::decode_codes`], then [`Grid::check_block`] on the records.
+    pub fn decode_block(&self, pos: usize, code: &[u8], out: &mut [[u32; 2]]) -> Result<()> {
+        self.decode_codes(pos, code, out)?;
+        self.check_block(pos, out)
+    }
+
     /// Checks that the edge records `edges` of the block at file position `pos` hold offsets
     /// inside their chunks (what the kernels index vertex arrays with). A max over the block
     /// while it is in cache decides; the bad row is searched for only when there is one.
@@ -256,7 +316,11 @@ impl Grid {
     ) {
         let (i, j) = self.layout.block_at(pos);
         let (src_len, dst_len) = (self.layout.chunk_len(i), self.layout.chunk_len(j));
-        let file = &self.manifest.arrays["edges"].file;
+        let file = &self.manifest.arrays[self.manifest.edge_array()].file;
+        let row_name = match self.manifest.compression {
+            Compression::None => "row",
+            _ => "decoded edge",
+        };
         for (k, e) in edges.iter().enumerate() {
             for (what, value, len) in [("src", e[0], src_len), ("dst", e[1], dst_len)] {
                 if value as u64 >= len {
@@ -264,7 +328,7 @@ impl Grid {
                     f(
                         row,
                         format!(
-                            "{file} row {row}: {what} offset {value} is out of range [0, {len}) of block ({i}, {j})"
+                            "{file} {row_name} {row}: {what} offset {value} is out of range [0, {len}) of block ({i}, {j})"
                         ),
                     );
                 }
@@ -310,6 +374,7 @@ impl Grid {
                         major: major as u32,
                         blocks: start..stop,
                         edges,
+                        bytes: self.block_bytes(start).start..self.block_bytes(stop - 1).end,
                     });
                 }
                 start = stop;
@@ -317,4 +382,27 @@ impl Grid {
         }
         out
     }
+}
+
+/// Reads and checks the offsets array `name` of a grid (P² + 1 entries, from 0, never
+/// decreasing, ending at `total`; `what` names an entry in errors).
+fn read_offsets(
+    dir: &Path,
+    manifest: &GridManifest,
+    name: &str,
+    what: &str,
+    total: u64,
+) -> Result<Vec<u64>> {
+    let file = &manifest.arrays[name].file;
+    let (_, bytes) = read_all_bytes(&dir.join(file))?;
+    let index = bytemuck::pod_collect_to_vec::<u8, i64>(&bytes);
+    let mut offsets = IndptrCheck::new(dir, file, what, total);
+    let mut first = None;
+    offsets.scan(&index, |_, msg| {
+        first.get_or_insert(msg);
+    });
+    if let Some(msg) = first.or_else(|| offsets.end_problem().map(|p| p.1)) {
+        return Err(GridError::invalid(dir, msg));
+    }
+    Ok(index.into_iter().map(|x| x as u64).collect())
 }

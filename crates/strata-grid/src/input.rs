@@ -4,7 +4,7 @@
 //! The input is read by the converters' readers ([`strata_store::convert::edges`]): raw int32
 //! pairs and NumPy edge arrays in place, text through the text converter's parse (names get
 //! its sorted name table, which the grid keeps). The grid is the one a store's build writes
-//! (same passes, same format, same files), in a directory of its own that `strata run`
+//! (same passes, same format, same files, compressed blocks included), in a directory of its own that `strata run`
 //! takes in place of a store; a node name table, when the ids were names, sits beside the
 //! arrays (`node_names_offsets.npy`, `node_names_bytes.npy`, listed in `grid.json`).
 
@@ -17,6 +17,7 @@ use strata_store::convert::edges::EdgeInput;
 use strata_store::convert::{EdgeLayout, TextJob};
 use strata_store::StoreError;
 
+use crate::block_codec::Compression;
 use crate::build::{
     dir_bytes, plan_layout, publish, write_grid, BuildStage, BuildSummary, GridSpec, PartialDir,
     StageClock,
@@ -65,6 +66,9 @@ pub struct InputBuildJob {
     /// Replace an existing grid at `out`.
     #[serde(default)]
     pub overwrite: bool,
+    /// How blocks store their edges: plain records or a code.
+    #[serde(default)]
+    pub compression: Compression,
     /// What the front end wants recorded (command line, config).
     #[serde(default)]
     pub provenance: serde_json::Value,
@@ -107,6 +111,7 @@ pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<Build
         memory: job.memory,
         input_edges: edges,
         input_bytes: input.stream_bytes()?,
+        compression: job.compression,
     };
     let plan = spec.plan()?;
     spec.announce(&plan, progress);
@@ -262,10 +267,12 @@ mod tests {
         // 1.5M edges: several read batches and spool buffers per column.
         let st = store(tmp.path(), 10_007, 1_500_000);
         let bin = tmp.path().join("e.bin");
-        for (order, symmetrize, weighted) in [
-            (Order::Column, false, false),
-            (Order::Row, true, false),
-            (Order::Column, true, true),
+        for (order, symmetrize, weighted, compression) in [
+            (Order::Column, false, false, Compression::None),
+            (Order::Row, true, false, Compression::None),
+            (Order::Column, true, true, Compression::None),
+            (Order::Row, false, true, Compression::Packed),
+            (Order::Column, true, false, Compression::Byte),
         ] {
             let weights = weighted.then(|| WeightRequest::random(3, 1.0, 2.0));
             let from_store = build(
@@ -277,6 +284,7 @@ mod tests {
                     weights,
                     memory: 64 << 20,
                     overwrite: true,
+                    compression,
                     ..Default::default()
                 },
                 &NoProgress,
@@ -285,12 +293,16 @@ mod tests {
             let out = tmp.path().join("g.grid");
             let mut j = job(&out, &bin);
             (j.partitions, j.order, j.symmetrize, j.weights) = (7, order, symmetrize, weights);
-            j.overwrite = true;
+            (j.overwrite, j.compression) = (true, compression);
             let direct = build_input(&j, &NoProgress).unwrap();
             assert_eq!(direct.num_edges, from_store.num_edges);
             assert_eq!(direct.num_vertices, 10_007, "the largest id + 1");
             assert!(direct.stages.iter().any(|s| s.name == "count"));
-            let mut arrays = vec!["edges", "block_index", "out_degree", "in_degree"];
+            let mut arrays = vec!["block_index", "out_degree", "in_degree"];
+            arrays.extend(match compression {
+                Compression::None => &["edges"][..],
+                _ => &["edge_codes", "code_index"][..],
+            });
             if weighted {
                 arrays.push("weights");
             }
@@ -302,6 +314,7 @@ mod tests {
             }
             let grid = crate::Grid::open(&out).unwrap();
             assert_eq!(grid.manifest().weights.is_some(), weighted);
+            assert_eq!(grid.compression(), compression);
             assert_eq!(grid.store_dir(), None);
         }
     }

@@ -8,12 +8,29 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::manifest::ArrayInfo;
 
+use crate::block_codec::Compression;
 use crate::error::{GridError, Result};
 
 /// The `format` field of every grid manifest.
 pub const GRID_FORMAT: &str = "strata-grid";
-/// The grid format version this Strata writes and the newest it reads.
-pub const GRID_FORMAT_VERSION: u32 = 1;
+/// The newest grid format version this Strata reads: 2 added compressed edge blocks. A grid
+/// is written with the oldest version that describes it ([`format_version`]), so plain grids
+/// stay readable by a Strata that knows only version 1.
+pub const GRID_FORMAT_VERSION: u32 = 2;
+
+/// The format version a grid of `compression` is written with: 1 for plain edge records, 2
+/// for compressed blocks (a Strata that reads only version 1 then refuses the grid by its
+/// version, rather than missing `edges.npy`).
+pub fn format_version(compression: Compression) -> u32 {
+    if compression.is_compressed() {
+        2
+    } else {
+        1
+    }
+}
+/// The array of a compressed grid's block codes, and the index of their first bytes.
+pub const EDGE_CODES: &str = "edge_codes";
+pub const CODE_INDEX: &str = "code_index";
 /// Name of the manifest inside a grid directory.
 pub const GRID_MANIFEST: &str = "grid.json";
 /// Bytes of one edge record: source and destination offsets from their chunk bases (u32 each).
@@ -272,7 +289,13 @@ pub struct GridManifest {
     /// Smallest and largest edge weight (weighted grids; absent in grids built before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight_range: Option<(f32, f32)>,
-    /// `edges` (uint32, (E, 2): in-block source and destination), `weights` (float32, (E,)),
+    /// How blocks store their edges (absent in plain grids, and in every grid built before
+    /// compression).
+    #[serde(default, skip_serializing_if = "is_plain")]
+    pub compression: Compression,
+    /// `edges` (uint32, (E, 2): in-block source and destination; plain grids) or
+    /// `edge_codes` (uint8, (B,): the blocks' codes) with `code_index` (int64, (P²+1,): first
+    /// byte of each block's code) in compressed grids; `weights` (float32, (E,)),
     /// `block_index` (int64, (P²+1,): first edge of each block in file order), `out_degree`
     /// and `in_degree` (int64, (V,)).
     pub arrays: BTreeMap<String, ArrayInfo>,
@@ -284,6 +307,10 @@ pub struct GridManifest {
     /// The store it was built from and how.
     #[serde(default)]
     pub provenance: serde_json::Value,
+}
+
+fn is_plain(c: &Compression) -> bool {
+    !c.is_compressed()
 }
 
 impl GridManifest {
@@ -302,9 +329,25 @@ impl GridManifest {
         Layout::new(self.num_vertices, self.partitions, self.order)
     }
 
-    /// Bytes of edge records (the part a far-memory tier or the disk streams).
-    pub fn edge_bytes(&self) -> u64 {
-        self.num_edges * EDGE_BYTES
+    /// Bytes the grid stores its edges in: records (8 B an edge) or the blocks' codes.
+    pub fn stored_edge_bytes(&self) -> u64 {
+        match self.compression {
+            Compression::None => self.num_edges * EDGE_BYTES,
+            _ => self
+                .arrays
+                .get(EDGE_CODES)
+                .and_then(|a| a.shape.first().copied())
+                .unwrap_or(0),
+        }
+    }
+
+    /// The array holding the edges: `edges` (plain) or `edge_codes` (compressed).
+    pub fn edge_array(&self) -> &'static str {
+        if self.compression.is_compressed() {
+            EDGE_CODES
+        } else {
+            "edges"
+        }
     }
 
     /// Reads and checks `grid.json` in `dir`.
@@ -354,6 +397,16 @@ impl GridManifest {
         })?;
         m.layout()
             .map_err(|e| GridError::invalid(dir, format!("inconsistent geometry: {e}")))?;
+        if m.format_version < format_version(m.compression) {
+            return Err(GridError::invalid(
+                dir,
+                format!(
+                    "{GRID_MANIFEST} says compression {} in format version {}; compressed grids are version 2",
+                    m.compression.name(),
+                    m.format_version
+                ),
+            ));
+        }
         Ok(m)
     }
 }
@@ -467,5 +520,38 @@ mod tests {
             serde_json::to_string(&store).unwrap(),
             r#"{"kind":"store"}"#
         );
+    }
+
+    #[test]
+    fn plain_manifests_keep_version_1_and_compressed_ones_need_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = |version: u32, compression: Option<&str>| {
+            let mut m = serde_json::json!({
+                "format": GRID_FORMAT, "format_version": version, "num_vertices": 10,
+                "num_edges": 0, "partitions": 2, "chunk_size": 5, "order": "column",
+                "symmetric": false, "arrays": {}, "largest_block_edges": 0,
+                "largest_major_edges": 0,
+            });
+            if let Some(c) = compression {
+                m["compression"] = c.into();
+            }
+            std::fs::write(dir.path().join(GRID_MANIFEST), m.to_string()).unwrap();
+            GridManifest::load(dir.path())
+        };
+        // Grids built before compression have no `compression` key: plain.
+        let old = manifest(1, None).unwrap();
+        assert_eq!(old.compression, Compression::None);
+        assert!(!serde_json::to_string(&old).unwrap().contains("compression"));
+        assert_eq!(format_version(Compression::None), 1);
+        assert_eq!(
+            manifest(2, Some("packed")).unwrap().compression,
+            Compression::Packed
+        );
+        let err = manifest(1, Some("byte")).unwrap_err().to_string();
+        assert!(err.contains("compressed grids are version 2"), "{err}");
+        let err = manifest(1, Some("zstd")).unwrap_err().to_string();
+        assert!(err.contains("does not match the format"), "{err}");
+        let err = manifest(3, None).unwrap_err().to_string();
+        assert!(err.contains("reads versions 1 to 2"), "{err}");
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! - [`layout`], [`build`], [`grid`]: the grid format, its builder and reader; the build's
 //!   passes ([`spool`], [`blocks`]) and plan ([`build_budget`]), and builds straight from an
-//!   input edge list ([`input`]).
+//!   input edge list ([`input`]); [`block_codec`]: the codes of compressed blocks.
 //! - [`config`], [`budget`], [`run`]: a run's options, its plan within the memory budget, and
 //!   the run itself.
 //! - [`stream`], [`fetch`]: the streaming engine and how segments are fetched from each tier.
@@ -14,6 +14,7 @@
 //!   [`checkpoint`]: their iteration checkpoints, from which a restarted group resumes.
 
 pub mod algo;
+pub mod block_codec;
 mod blocks;
 pub mod budget;
 pub mod build;

@@ -20,6 +20,7 @@ use strata_store::units::fmt_bytes;
 
 use crate::error::{GridError, Result};
 use crate::grid::Segment;
+use crate::layout::EDGE_BYTES;
 use crate::stream::Tier;
 
 /// Memory the runtime needs besides the planned buffers (allocator slack, bitmaps' rounding,
@@ -50,7 +51,8 @@ pub struct PlaceInput {
     pub vertex_placement: VertexPlacement,
     /// Bytes of fetch buffers.
     pub buffer_bytes: u64,
-    /// Bytes per edge fetched (8, or 12 with weights).
+    /// Bytes per edge in memory (8, or 12 with weights): what a resident segment takes, its
+    /// blocks decoded in a compressed grid.
     pub bytes_per_edge: u64,
     /// Local memory budget.
     pub memory: u64,
@@ -89,10 +91,14 @@ pub struct Placement {
     pub work_bytes: u64,
 }
 
-/// Places `segments` (see the module documentation).
+/// Places `segments` (see the module documentation). Far memory and the disk hold a
+/// segment as stored (a compressed grid's codes); resident memory holds it as records.
 pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
-    let payload = |s: &Segment| (s.edges.end - s.edges.start) * input.bytes_per_edge;
-    let edges: u64 = segments.iter().map(payload).sum();
+    let resident = |s: &Segment| (s.edges.end - s.edges.start) * input.bytes_per_edge;
+    let stored = |s: &Segment| {
+        s.stored_bytes() + (s.edges.end - s.edges.start) * (input.bytes_per_edge - EDGE_BYTES)
+    };
+    let edges: u64 = segments.iter().map(stored).sum();
     let whole = input.vertex_bytes
         + input.buffer_bytes
         + RUNTIME_RESERVE
@@ -164,14 +170,14 @@ pub fn place(segments: &[Segment], input: &PlaceInput) -> Result<Placement> {
     let tiers = segments
         .iter()
         .map(|s| {
-            let b = payload(s);
+            let (b, r) = (stored(s), resident(s));
             far_open &= far + b <= far_target;
             if far_open {
                 far += b;
                 Tier::Far
-            } else if input.keep_resident && b <= local_room {
-                local_room -= b;
-                local += b;
+            } else if input.keep_resident && r <= local_room {
+                local_room -= r;
+                local += r;
                 Tier::Local
             } else {
                 disk += b;
@@ -205,6 +211,7 @@ mod tests {
                 major: k as u32,
                 blocks: k..k + 1,
                 edges: k as u64 * edges..(k as u64 + 1) * edges,
+                bytes: k as u64 * edges * EDGE_BYTES..(k as u64 + 1) * edges * EDGE_BYTES,
             })
             .collect()
     }
@@ -342,5 +349,31 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("at least 175 MiB"), "{e}");
+    }
+
+    #[test]
+    fn compressed_segments_stream_as_codes_and_stay_resident_as_records() {
+        // Ten segments of 1M edges stored in 2.5 MB each: far memory and the disk hold the
+        // codes, resident memory the 8 MB of records.
+        let segs: Vec<Segment> = segs(10, 1 << 20)
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| Segment {
+                bytes: k as u64 * 2_500_000..(k as u64 + 1) * 2_500_000,
+                ..s
+            })
+            .collect();
+        let p = place(
+            &segs,
+            &input(RUNTIME_RESERVE + (16 << 20) + (20 << 20), Some(0.2)),
+        )
+        .unwrap();
+        let tier = |t| p.tiers.iter().filter(|x| **x == t).count() as u64;
+        // Footprint 16 MiB + 25 MB: 20% is 8.6 MB, three segments of codes.
+        assert_eq!(p.far_bytes, tier(Tier::Far) * 2_500_000);
+        assert_eq!(tier(Tier::Far), 3);
+        assert_eq!(p.local_edge_bytes, tier(Tier::Local) * (8 << 20));
+        assert_eq!(tier(Tier::Local), 2);
+        assert_eq!(p.disk_bytes, tier(Tier::Disk) * 2_500_000);
     }
 }

@@ -13,6 +13,7 @@ use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
 
 use crate::algo::{Ctx, Iteration, Output, Values, NONE};
+use crate::block_codec::Compression;
 use crate::budget::{self, GridPlan};
 use crate::build::{build, BuildJob};
 use crate::checkpoint::Checkpoints;
@@ -45,6 +46,14 @@ pub struct RunSummary {
     /// Windowed vertex data: bytes paged in and dirtied (see [`PassStats`]).
     pub bytes_vertex_read: u64,
     pub bytes_vertex_written: u64,
+    /// How the grid stores its blocks (`none`, `byte`, `packed`), and in how many bytes an
+    /// edge on average (8 plain).
+    pub compression: String,
+    pub stored_bytes_per_edge: f64,
+    /// Compressed grids: edges the fetch stage decoded, and the fetchers' seconds decoding
+    /// (summed over fetchers; decoded bytes are 8 an edge).
+    pub edges_decoded: u64,
+    pub decode_seconds: f64,
     pub placement: Placement,
     /// The plan in the shape every engine's takes.
     pub memory_plan: MemoryPlan,
@@ -159,6 +168,8 @@ fn run_with(
         segments,
         stream,
         placement,
+        compression,
+        stored_bytes_per_edge,
         ..
     } = plan;
     let mut streamer = Streamer::new(
@@ -224,6 +235,10 @@ fn run_with(
         bytes_local: totals.bytes_local,
         bytes_vertex_read: totals.bytes_vertex_read,
         bytes_vertex_written: totals.bytes_vertex_written,
+        compression: compression.name().to_string(),
+        stored_bytes_per_edge,
+        edges_decoded: totals.edges_decoded,
+        decode_seconds: totals.decode_seconds,
         placement,
         memory_plan,
         stream,
@@ -354,6 +369,8 @@ fn iterate(
         totals.bytes_local += it.pass.bytes_local;
         totals.bytes_vertex_read += it.pass.bytes_vertex_read;
         totals.bytes_vertex_written += it.pass.bytes_vertex_written;
+        totals.edges_decoded += it.pass.edges_decoded;
+        totals.decode_seconds += it.pass.decode_seconds;
         compute += it.seconds;
         on_iteration(it)
     };
@@ -441,6 +458,7 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
             weights,
             memory: job.memory,
             overwrite: false,
+            compression: Compression::None,
         },
         progress,
     )?;

@@ -86,6 +86,11 @@ pub struct PassStats {
     /// With windowed vertex data: bytes of vertex pages dirtied since the previous pass ended
     /// (written back as the windows slide), from `/proc/self/io`.
     pub bytes_vertex_written: u64,
+    /// Compressed grids: edges the fetch stage decoded from disk and far memory (resident
+    /// blocks were decoded once, at load).
+    pub edges_decoded: u64,
+    /// Compressed grids: the fetchers' time decoding, summed over fetchers.
+    pub decode_seconds: f64,
 }
 
 impl PassStats {
@@ -103,6 +108,8 @@ impl PassStats {
         self.far_fallbacks += other.far_fallbacks;
         self.bytes_vertex_read += other.bytes_vertex_read;
         self.bytes_vertex_written += other.bytes_vertex_written;
+        self.edges_decoded += other.edges_decoded;
+        self.decode_seconds += other.decode_seconds;
     }
 }
 
@@ -215,7 +222,10 @@ impl Streamer {
         progress: &dyn Progress,
     ) -> Result<Streamer> {
         let engine = Engine::shared();
-        let edges_file = engine.open(&grid.array_path("edges"), OpenMode::Read)?;
+        let edges_file = engine.open(
+            &grid.array_path(grid.manifest().edge_array()),
+            OpenMode::Read,
+        )?;
         let weights_file = match weighted {
             true => Some(engine.open(&grid.array_path("weights"), OpenMode::Read)?),
             false => None,
@@ -225,7 +235,7 @@ impl Streamer {
             .iter()
             .zip(&tiers)
             .filter(|(_, t)| **t == Tier::Local)
-            .map(|(s, _)| s.edge_bytes())
+            .map(|(s, _)| s.stored_bytes())
             .sum();
         if local > 0 {
             let mut meter =
@@ -233,11 +243,19 @@ impl Streamer {
             let mut q = engine.queue();
             for (k, seg) in segments.iter().enumerate() {
                 if tiers[k] == Tier::Local {
-                    let r = fetch::load_resident(&mut q, &edges_file, weights_file.as_ref(), seg)
-                        .map_err(|e| fetch::disk_error(&grid, e))?;
-                    r.check(&grid, seg)?;
+                    let r = fetch::load_resident(
+                        &mut q,
+                        &grid,
+                        &edges_file,
+                        weights_file.as_ref(),
+                        seg,
+                    )
+                    .map_err(|e| match e {
+                        GridError::Invalid { .. } => e,
+                        e => fetch::disk_error(&grid, e),
+                    })?;
                     resident[k] = Some(Arc::new(r));
-                    meter.add(0, seg.edge_bytes())?;
+                    meter.add(0, seg.stored_bytes())?;
                 }
             }
             meter.finish()?;
@@ -499,6 +517,10 @@ struct Pass<'a> {
     bytes_disk: AtomicU64,
     fallbacks: AtomicU64,
     wait_ns: AtomicU64,
+    decode_ns: AtomicU64,
+    edges_decoded: AtomicU64,
+    /// Decode buffers compute has finished with, for the fetchers to reuse.
+    decoded_pool: Mutex<Vec<Vec<[u32; 2]>>>,
     edges_done: AtomicU64,
     total: AtomicU64,
     blocks_done: AtomicU64,
@@ -544,6 +566,9 @@ impl<'a> Pass<'a> {
             bytes_disk: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
+            decode_ns: AtomicU64::new(0),
+            edges_decoded: AtomicU64::new(0),
+            decoded_pool: Mutex::new(Vec::new()),
             edges_done: AtomicU64::new(0),
             total: AtomicU64::new(0),
             blocks_done: AtomicU64::new(0),
@@ -563,9 +588,36 @@ impl<'a> Pass<'a> {
         self.abort.store(true, Ordering::Relaxed);
     }
 
-    /// Bytes a fetch of `plan` reads: its edges, with their weights when the kernel reads them.
+    /// Bytes a fetch of `plan` reads: its stored edges, with their weights when the kernel
+    /// reads them.
     fn read_bytes(&self, plan: &FetchPlan) -> u64 {
-        plan.edges_read() * (EDGE_BYTES + if self.weighted { 4 } else { 0 })
+        plan.stored_read()
+            + if self.weighted {
+                plan.edges_read() * 4
+            } else {
+                0
+            }
+    }
+
+    /// Puts a fetch into `slot`, first decoding a compressed grid's codes (timed: the fetch
+    /// stage's decode, overlapped with compute); returns the codes' bytes for reuse.
+    fn deliver(&self, slot: usize, fetched: Result<Fetched>) -> Option<fetch::Bytes> {
+        let grid = &self.streamer.grid;
+        let mut spent = None;
+        let ready = fetched.and_then(|mut f| {
+            if grid.compression().is_compressed() {
+                let t = Instant::now();
+                let out = self.decoded_pool.lock().unwrap().pop().unwrap_or_default();
+                spent = Some(f.decode(grid, out)?);
+                self.decode_ns
+                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                self.edges_decoded
+                    .fetch_add(f.plan.block_edges(grid), Ordering::Relaxed);
+            }
+            Ok(f)
+        });
+        self.slots.put(slot, ready);
+        spent
     }
 
     /// Fills the slots of resident segments (they need no fetch).
@@ -582,7 +634,8 @@ impl<'a> Pass<'a> {
                 slot,
                 Ok(Fetched {
                     plan,
-                    bytes: fetch::Bytes::Local(res),
+                    edges: fetch::Bytes::Local(res),
+                    weights: None,
                 }),
             );
         }
@@ -616,7 +669,9 @@ impl<'a> Pass<'a> {
         )
         .map_err(|e| fetch::disk_error(&s.grid, e));
         self.bytes_disk.fetch_add(read, Ordering::Relaxed);
-        self.slots.put(slot, r);
+        if let Some(fetch::Bytes::Disk { buf, .. }) = self.deliver(slot, r) {
+            pool.push(buf);
+        }
     }
 
     /// A disk fetcher: reads the slots of `list` in turn, each once a credit frees.
@@ -651,7 +706,9 @@ impl<'a> Pass<'a> {
                 ) {
                     Ok(f) => {
                         self.bytes_far.fetch_add(read, Ordering::Relaxed);
-                        self.slots.put(slot, Ok(f));
+                        if let Some(fetch::Bytes::Far(bufs)) = self.deliver(slot, Ok(f)) {
+                            far_pool.extend(bufs);
+                        }
                         continue;
                     }
                     Err(e) => s.lose_far(&e.to_string(), self.progress),
@@ -688,10 +745,9 @@ impl<'a> Pass<'a> {
                     let (pos, _) = fetched.plan.blocks[b];
                     let (i, j) = layout.block_at(pos);
                     let (e, w) = fetched.block(grid, b);
-                    let checked = match fetched.bytes {
-                        // Resident blocks were checked once, at load.
-                        fetch::Bytes::Local(_) => Ok(()),
-                        _ => grid.check_block(pos, e),
+                    let checked = match fetched.needs_check() {
+                        true => grid.check_block(pos, e),
+                        false => Ok(()),
                     };
                     if let Err(err) = checked {
                         return self.fail(err);
@@ -703,6 +759,9 @@ impl<'a> Pass<'a> {
                 self.total.fetch_add(sum, Ordering::Relaxed);
                 self.blocks_done
                     .fetch_add(fetched.plan.blocks.len() as u64, Ordering::Relaxed);
+                if let fetch::Bytes::Decoded { edges, .. } = fetched.edges {
+                    self.decoded_pool.lock().unwrap().push(edges);
+                }
                 match self.slot_tier[slot] {
                     Tier::Disk => self.disk_credits.release(),
                     Tier::Far => self.far_credits.release(),
@@ -726,6 +785,8 @@ impl<'a> Pass<'a> {
             bytes_disk: self.bytes_disk.into_inner(),
             far_fallbacks: self.fallbacks.into_inner(),
             wait_seconds: self.wait_ns.into_inner() as f64 * 1e-9,
+            edges_decoded: self.edges_decoded.into_inner(),
+            decode_seconds: self.decode_ns.into_inner() as f64 * 1e-9,
             ..PassStats::default()
         })
     }

@@ -8,6 +8,7 @@ use strata_grid::algo::{
     Bfs, Configured, HyperAnf, Iteration, KCore, Mis, PageRank, PersonalizedPageRank, Radii, Scc,
     Spmv, Sssp, Wcc,
 };
+use strata_grid::block_codec::Compression;
 use strata_grid::build::{build, BuildJob};
 use strata_grid::config::RunJob;
 use strata_grid::layout::{Order, WeightRequest, WeightSource, WeightSpec};
@@ -69,11 +70,26 @@ fn job(store: &Path, algorithm: Configured, memory: u64, grid: &str) -> RunJob {
     }
 }
 
+/// The grids the tests run every algorithm on: both block orders, plain and compressed
+/// (each code in one order), so that every algorithm is checked against its reference on
+/// compressed blocks resident, streamed from disk and with windowed vertex data.
+const GRIDS: [(&str, Order, Compression); 4] = [
+    ("c", Order::Column, Compression::None),
+    ("r", Order::Row, Compression::None),
+    ("cp", Order::Column, Compression::Packed),
+    ("rb", Order::Row, Compression::Byte),
+];
+
+/// The column-order grids of [`GRIDS`].
+const COLUMN_GRIDS: [(&str, Order, Compression); 2] = [
+    ("c", Order::Column, Compression::None),
+    ("cp", Order::Column, Compression::Packed),
+];
+
 fn grid(
     store: &Path,
-    name: &str,
+    (name, order, compression): (&str, Order, Compression),
     partitions: u32,
-    order: Order,
     symmetrize: bool,
     weights: Option<WeightRequest>,
 ) {
@@ -87,6 +103,7 @@ fn grid(
             weights,
             memory: 256 << 20,
             overwrite: true,
+            compression,
         },
         &NoProgress,
     )
@@ -139,8 +156,8 @@ fn pagerank_matches_power_iteration() {
     let tmp = tempfile::tempdir().unwrap();
     let n = 3000;
     let (st, edges) = store(tmp.path(), n, 20_000, 1);
-    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
-        grid(&st, name, 7, order, false, None);
+    for g @ (name, _, _) in GRIDS {
+        grid(&st, g, 7, false, None);
         for memory in MEMORIES {
             let algo = Configured::new(PageRank {
                 iterations: 15,
@@ -192,22 +209,24 @@ fn personalized_pagerank_jumps_to_the_seeds() {
         p[v] = 1.0 / 3.0;
     }
     let want = power_iteration(n, &edges, 15, &p);
-    grid(&st, "c", 5, Order::Column, false, None);
-    for memory in MEMORIES {
-        let algo = Configured::new(PersonalizedPageRank {
-            iterations: 15,
-            tolerance: 0.0,
-            damping: 0.85,
-            // A seed given twice counts once.
-            seeds: ["5", "17", "1999", "5"].map(String::from).to_vec(),
-        });
-        let s = run_all(&job(&st, algo, memory, "c"));
-        let (_, b) = strata_store::array::read_all_bytes(Path::new(&s.arrays[0])).unwrap();
-        assert_ranks(
-            &bytemuck::pod_collect_to_vec(&b),
-            &want,
-            &format!("{memory}"),
-        );
+    for g @ (name, _, _) in COLUMN_GRIDS {
+        grid(&st, g, 5, false, None);
+        for memory in MEMORIES {
+            let algo = Configured::new(PersonalizedPageRank {
+                iterations: 15,
+                tolerance: 0.0,
+                damping: 0.85,
+                // A seed given twice counts once.
+                seeds: ["5", "17", "1999", "5"].map(String::from).to_vec(),
+            });
+            let s = run_all(&job(&st, algo, memory, name));
+            let (_, b) = strata_store::array::read_all_bytes(Path::new(&s.arrays[0])).unwrap();
+            assert_ranks(
+                &bytemuck::pod_collect_to_vec(&b),
+                &want,
+                &format!("{name} {memory}"),
+            );
+        }
     }
     let err = |seeds: &[&str]| {
         let algo = Configured::new(PersonalizedPageRank {
@@ -269,8 +288,8 @@ fn scc_matches_mutual_reachability() {
         "{}",
         sizes.len()
     );
-    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
-        grid(&st, name, 6, order, false, None);
+    for g @ (name, _, _) in GRIDS {
+        grid(&st, g, 6, false, None);
         for memory in MEMORIES {
             let s = run_all(&job(&st, Configured::new(Scc {}), memory, name));
             assert_eq!(load_i64(&s.arrays[0]), want, "{name} {memory}");
@@ -302,8 +321,8 @@ fn mis_is_the_greedy_set_by_priority_independent_and_maximal() {
         }
         set
     };
-    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
-        grid(&st, name, 6, order, true, None);
+    for g @ (name, _, _) in GRIDS {
+        grid(&st, g, 6, true, None);
         for memory in MEMORIES {
             for seed in [1, 2] {
                 let s = run_all(&job(&st, Configured::new(Mis { seed }), memory, name));
@@ -360,24 +379,26 @@ fn hyperanf_is_within_the_hyperloglog_error_of_the_exact_neighbourhood_function(
         seed: 1,
     };
     let sigma = 1.04 / 32.0;
-    grid(&st, "c", 4, Order::Column, false, None);
-    for memory in MEMORIES {
-        let s = run_all(&job(&st, Configured::new(algo.clone()), memory, "c"));
-        let got: Vec<f64> =
-            serde_json::from_value(s.result["neighbourhood_function"].clone()).unwrap();
-        for (t, want) in function.iter().enumerate().take(depth + 3) {
-            let g = got[t.min(got.len() - 1)];
-            assert!(
-                (g - want).abs() <= 3.0 * sigma * want,
-                "N({t}): {g} vs {want}"
-            );
+    for g @ (name, _, _) in COLUMN_GRIDS {
+        grid(&st, g, 4, false, None);
+        for memory in MEMORIES {
+            let s = run_all(&job(&st, Configured::new(algo.clone()), memory, name));
+            let got: Vec<f64> =
+                serde_json::from_value(s.result["neighbourhood_function"].clone()).unwrap();
+            for (t, want) in function.iter().enumerate().take(depth + 3) {
+                let g = got[t.min(got.len() - 1)];
+                assert!(
+                    (g - want).abs() <= 3.0 * sigma * want,
+                    "N({t}): {g} vs {want}"
+                );
+            }
+            let est = load_f64(&s.arrays[0]);
+            let mean: f64 = (0..n)
+                .map(|v| (est[v] - reach[v]).abs() / reach[v])
+                .sum::<f64>()
+                / n as f64;
+            assert!(mean <= 1.5 * sigma, "mean relative error {mean}");
         }
-        let est = load_f64(&s.arrays[0]);
-        let mean: f64 = (0..n)
-            .map(|v| (est[v] - reach[v]).abs() / reach[v])
-            .sum::<f64>()
-            / n as f64;
-        assert!(mean <= 1.5 * sigma, "mean relative error {mean}");
     }
 }
 
@@ -414,8 +435,8 @@ fn radii_are_the_farthest_sampled_sources() {
         }
     }
     assert!(want.iter().any(|&r| r > 5), "a graph with depth");
-    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
-        grid(&st, name, 5, order, false, None);
+    for g @ (name, _, _) in GRIDS {
+        grid(&st, g, 5, false, None);
         for memory in MEMORIES {
             let s = run_all(&job(&st, Configured::new(radii.clone()), memory, name));
             assert_eq!(load_i64(&s.arrays[0]), want, "{name} {memory}");
@@ -445,8 +466,8 @@ fn bfs_levels_match_and_parents_are_valid() {
             }
         }
     }
-    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
-        grid(&st, name, 5, order, false, None);
+    for g @ (name, _, _) in GRIDS {
+        grid(&st, g, 5, false, None);
         for memory in MEMORIES {
             let s = run_all(&job(&st, Configured::new(Bfs { root: 3 }), memory, name));
             let (level, parent) = (load_i64(&s.arrays[0]), load_i64(&s.arrays[1]));
@@ -507,8 +528,8 @@ fn wcc_and_kcore_match_references() {
             }
         }
     }
-    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
-        grid(&st, name, 6, order, true, None);
+    for g @ (name, _, _) in GRIDS {
+        grid(&st, g, 6, true, None);
         for memory in MEMORIES {
             let s = run_all(&job(&st, Configured::new(Wcc {}), memory, name));
             assert_eq!(load_i64(&s.arrays[0]), want_cc);
@@ -564,15 +585,8 @@ fn sssp_and_spmv_match_references() {
     for &(a, b) in &edges {
         y[b as usize] += w(a, b) as f64 * x[a as usize];
     }
-    for (name, order) in [("c", Order::Column), ("r", Order::Row)] {
-        grid(
-            &st,
-            name,
-            4,
-            order,
-            false,
-            Some(WeightRequest::random(5, 0.5, 2.0)),
-        );
+    for g @ (name, _, _) in GRIDS {
+        grid(&st, g, 4, false, Some(WeightRequest::random(5, 0.5, 2.0)));
         for memory in MEMORIES {
             let s = run_all(&job(&st, Configured::new(Sssp { root: 0 }), memory, name));
             assert_distances(&load_f64(&s.arrays[0]), &dist);
@@ -667,7 +681,13 @@ fn negative_store_weights_are_refused_by_sssp_and_kept_by_spmv() {
     let out = tmp.path().join("neg.strata");
     convert_weighted(&tsv, &out, 3);
     let weighted = Some(WeightRequest::default());
-    grid(&out, "g", 1, Order::Column, false, weighted);
+    grid(
+        &out,
+        ("g", Order::Column, Compression::None),
+        1,
+        false,
+        weighted,
+    );
     let mut j = job(&out, Configured::new(Sssp { root: 0 }), MEMORIES[0], "g");
     j.weights = weighted;
     let err = run(&j, &NoProgress, &mut |_: &Iteration| Ok(()))
@@ -689,7 +709,7 @@ fn negative_store_weights_are_refused_by_sssp_and_kept_by_spmv() {
 fn bad_inputs_fail_clearly() {
     let tmp = tempfile::tempdir().unwrap();
     let (st, _) = store(tmp.path(), 100, 300, 5);
-    grid(&st, "g", 2, Order::Column, false, None);
+    grid(&st, ("g", Order::Column, Compression::None), 2, false, None);
     let err = |j: RunJob| {
         run(&j, &NoProgress, &mut |_: &Iteration| Ok(()))
             .unwrap_err()

@@ -177,6 +177,7 @@ def _input_job(cfg: GridBuildConfig) -> dict:
         "weights": weights,
         "memory": int(cfg.memory),
         "overwrite": cfg.overwrite,
+        "compression": cfg.compression,
         "provenance": {"config": as_dict(cfg)},
     }
 
@@ -240,6 +241,9 @@ def list_grids(target: str | Path) -> list[dict]:
 
 def _grid_kind(m: dict) -> str:
     parts = [f"P={m['partitions']}", f"{m['order']} order"]
+    if m.get("compression", "none") != "none":
+        codes = m["arrays"]["edge_codes"]["shape"][0]
+        parts.append(f"{m['compression']} compression ({codes / max(m['num_edges'], 1):.2f} B per edge)")
     if m.get("symmetric"):
         parts.append("symmetric")
     w = m.get("weights")
@@ -314,6 +318,8 @@ def iteration_metrics(record: dict) -> dict:
         "mb_vertex_written": p["bytes_vertex_written"] / 1e6,
         "wait_seconds": p["wait_seconds"],
         "far_fallbacks": p["far_fallbacks"],
+        "edges_decoded": p["edges_decoded"],
+        "decode_seconds": p["decode_seconds"],
         "mb_exchanged": record.get("bytes_exchanged", 0) / 1e6,
     }
 
@@ -341,6 +347,8 @@ def format_iteration(record: dict, algorithm: str | None = None) -> str:
     )
     if m.get("mb_vertex_read") or m.get("mb_vertex_written"):
         line += f"  vertex windows {m['mb_vertex_read']:.0f} MB in / {m['mb_vertex_written']:.0f} MB dirtied"
+    if m.get("edges_decoded") and m.get("decode_seconds"):
+        line += f"  decoded {m['edges_decoded'] * 8 / m['decode_seconds'] / 1e9:.2f} GB/s per fetcher"
     if m.get("far_fallbacks"):
         line += f"  ({m['far_fallbacks']} far reads fell back to disk)"
     if m.get("mb_exchanged"):
@@ -475,6 +483,13 @@ def format_summary(summary: dict) -> str:
         f"{fmt_bytes(p['disk_bytes'])} on disk "
         f"(far ratio {p['far_ratio']:.2f} of {fmt_bytes(p['footprint'])})"
     )
+    if s.get("compression", "none") != "none":
+        rate = s["edges_decoded"] * 8 / max(s["decode_seconds"], 1e-9)
+        lines.append(
+            f"  {s['compression']} compression: {s['stored_bytes_per_edge']:.2f} B per edge stored; "
+            f"{s['edges_decoded']:,} edges decoded as fetched in {fmt_duration(s['decode_seconds'])} of "
+            f"fetcher time ({fmt_bytes(rate)}/s of records per fetcher)"
+        )
     far = s.get("far")
     if far:
         lines.append(

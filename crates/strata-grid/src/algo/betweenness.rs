@@ -371,8 +371,7 @@ mod tests {
     use std::collections::VecDeque;
 
     use super::*;
-    use crate::fixtures::{grid, hub_edges, run_alone, shapes, store_of, values, Setting};
-    use crate::layout::Order;
+    use crate::fixtures::{grid, hub_edges, run_alone, shapes, store_of, values, Setting, KINDS};
     use crate::stream::Tier;
 
     /// Brandes from each of `sources` over the records of `edges` (both ways when
@@ -472,8 +471,9 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
             let st = store_of(&dir, n, edges.clone());
             for symmetric in [false, true] {
-                for order in [Order::Column, Order::Row] {
-                    let g = grid(&st, &format!("{order:?}-{symmetric}"), 3, order, symmetric);
+                for kind @ (order, compression) in KINDS {
+                    let name_of = format!("{order:?}-{compression:?}-{symmetric}");
+                    let g = grid(&st, &name_of, 3, kind, symmetric);
                     for (algo, tier, windowed) in [
                         (
                             Betweenness {
@@ -514,7 +514,9 @@ mod tests {
                             scratch: &dir,
                         };
                         let (out, its) = run_alone(&algo, &g, &setting).unwrap();
-                        let what = format!("{name} symmetric {symmetric} {order:?} {algo:?}");
+                        let what = format!(
+                            "{name} symmetric {symmetric} {order:?} {compression:?} {algo:?}"
+                        );
                         close(&values(&out, 0), &want, &what);
                         let batches = sources.len().div_ceil(algo.batch as usize);
                         assert_eq!(out.summary["batches"], batches, "{what}");

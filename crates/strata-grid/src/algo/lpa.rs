@@ -184,7 +184,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::fixtures::{grid, hub_edges, run_alone, shapes, store_of, values, Setting};
+    use crate::block_codec::Compression;
+    use crate::fixtures::{grid, hub_edges, run_alone, shapes, store_of, values, Setting, KINDS};
     use crate::layout::Order;
     use crate::stream::Tier;
 
@@ -249,8 +250,8 @@ mod tests {
             let dir = tmp.path().join(name);
             std::fs::create_dir_all(&dir).unwrap();
             let st = store_of(&dir, n, edges.clone());
-            for order in [Order::Column, Order::Row] {
-                let g = grid(&st, &format!("{order:?}"), 3, order, true);
+            for kind @ (order, compression) in KINDS {
+                let g = grid(&st, &format!("{order:?}-{compression:?}"), 3, kind, true);
                 for (rounds, tier, windowed, work_bytes) in [
                     (30, Tier::Local, false, 1 << 30),
                     (7, Tier::Disk, false, 4 << 10),
@@ -264,7 +265,7 @@ mod tests {
                         scratch: &dir,
                     };
                     let (out, its) = run_alone(&Lpa { rounds }, &g, &setting).unwrap();
-                    let what = format!("{name} {order:?} {tier:?} {rounds} rounds");
+                    let what = format!("{name} {order:?} {compression:?} {tier:?} {rounds} rounds");
                     assert_eq!(values(&out, 0), want, "{what}");
                     assert_eq!(out.summary["converged"], converged, "{what}");
                     assert_eq!(its.len(), out.iterations, "{what}");
@@ -297,7 +298,7 @@ mod tests {
         }
         let tmp = tempfile::tempdir().unwrap();
         let st = store_of(tmp.path(), 48, edges);
-        let g = grid(&st, "s", 2, Order::Column, true);
+        let g = grid(&st, "s", 2, (Order::Column, Compression::None), true);
         let setting = Setting {
             tier: Tier::Local,
             windowed: false,
@@ -322,7 +323,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let (n, edges) = shapes();
         let st = store_of(tmp.path(), n, edges);
-        let g = grid(&st, "s", 2, Order::Column, true);
+        let g = grid(&st, "s", 2, (Order::Column, Compression::None), true);
         let setting = Setting {
             tier: Tier::Disk,
             windowed: false,

@@ -287,8 +287,9 @@ impl JsonSchema for AlgoParams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::block_codec::Compression;
     use crate::config::RunOptions;
-    use crate::fixtures::{far_server, grids, store};
+    use crate::fixtures::{coded_name, far_server, grids, store};
     use strata_io::progress::NoProgress;
     use strata_store::config::{check, schema};
 
@@ -406,9 +407,18 @@ mod tests {
             .starts_with("run.rooot: unknown parameter 'rooot'; did you mean 'root'?"));
     }
 
-    /// `options` with the parameters algorithm `name` requires: `program` alone has one, the
-    /// program it runs.
-    fn with_required(name: &str, mut options: serde_json::Value) -> serde_json::Value {
+    /// The `[run]` options of algorithm `name` on `store`, writing to `out` within 256M, with
+    /// `more` and the parameters the algorithm requires (`program` alone has one, the program
+    /// it runs).
+    fn options(
+        name: &str,
+        store: &std::path::Path,
+        out: &std::path::Path,
+        more: serde_json::Value,
+    ) -> serde_json::Value {
+        let mut options = json!({"store": store, "algorithm": name, "out": out, "memory": "256M"});
+        let more = more.as_object().expect("options are an object").clone();
+        options.as_object_mut().unwrap().extend(more);
         if name == "program" {
             let program = crate::program::spec::tests::pagerank();
             options["program"] = json!(serde_json::to_string(&program).unwrap());
@@ -420,17 +430,9 @@ mod tests {
     fn every_algorithm_runs_on_a_small_grid() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 500, 3000);
-        grids(&st, 3);
+        grids(&st, 3, Compression::None);
         for e in ALGORITHMS {
-            let given = with_required(
-                e.name,
-                json!({
-                    "store": st,
-                    "algorithm": e.name,
-                    "out": tmp.path().join(e.name),
-                    "memory": "256M",
-                }),
-            );
+            let given = options(e.name, &st, &tmp.path().join(e.name), json!({}));
             let options: RunOptions = check(&given).unwrap();
             let job = options.job().unwrap();
             assert_eq!(job.algorithm.name(), e.name);
@@ -465,24 +467,20 @@ mod tests {
     fn every_algorithm_reads_far_memory_to_the_results_of_a_local_run() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 500, 3000);
-        grids(&st, 3);
+        grids(&st, 3, Compression::None);
         let (addr, stop, serving) = far_server();
         for e in ALGORITHMS {
             let job = |out: &str, far: bool| {
-                let mut options = with_required(
+                let mut given = options(
                     e.name,
-                    json!({
-                        "store": st,
-                        "algorithm": e.name,
-                        "out": tmp.path().join(out),
-                        "memory": "256M",
-                        "far_ratio": 1.0,
-                    }),
+                    &st,
+                    &tmp.path().join(out),
+                    json!({"far_ratio": 1.0}),
                 );
                 if far {
-                    options["far"] = addr.clone().into();
+                    given["far"] = addr.clone().into();
                 }
-                check::<RunOptions>(&options).unwrap().job().unwrap()
+                check::<RunOptions>(&given).unwrap().job().unwrap()
             };
             let run = |far: bool| {
                 let j = job(&format!("{}-{far}", e.name), far);
@@ -507,5 +505,80 @@ mod tests {
         }
         stop.stop();
         serving.join().unwrap();
+    }
+
+    #[test]
+    fn every_algorithm_gives_the_plain_grids_results_on_compressed_grids() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 500, 3000);
+        grids(&st, 3, Compression::None);
+        let run = |e: &Entry, grid: Option<String>, out: &str| {
+            let mut given = options(
+                e.name,
+                &st,
+                &tmp.path().join(out),
+                json!({"keep_resident": false, "segment": "4K"}),
+            );
+            if let Some(g) = grid {
+                given["grid"] = g.into();
+            }
+            let job = check::<RunOptions>(&given).unwrap().job().unwrap();
+            crate::run::run(&job, &NoProgress, &mut |_| Ok(()))
+                .unwrap_or_else(|err| panic!("{}: {err}", e.name))
+        };
+        let plain: Vec<_> = ALGORITHMS.iter().map(|e| run(e, None, e.name)).collect();
+        for codec in [Compression::Byte, Compression::Packed] {
+            grids(&st, 3, codec);
+            for (e, want) in ALGORITHMS.iter().zip(&plain) {
+                let name = want.grid.file_name().unwrap().to_string_lossy();
+                let got = run(
+                    e,
+                    Some(coded_name(&name, codec)),
+                    &format!("{}-{codec:?}", e.name),
+                );
+                assert!(
+                    got.edges_decoded > 0 && got.stored_bytes_per_edge < 8.0,
+                    "{}",
+                    e.name
+                );
+                for (a, b) in want.arrays.iter().zip(&got.arrays) {
+                    same_values(a, b, &format!("{} on {codec:?}", e.name));
+                }
+            }
+        }
+    }
+
+    /// Two result arrays agree: floats to 1e-5 relative (compressed blocks are sorted, so
+    /// sums run in another order), integers exactly, except BFS parents (any parent one level
+    /// up is right, and which edge reaches a vertex first depends on the order).
+    fn same_values(a: &str, b: &str, what: &str) {
+        let (ha, va) = strata_store::array::read_all_bytes(std::path::Path::new(a)).unwrap();
+        let (_, vb) = strata_store::array::read_all_bytes(std::path::Path::new(b)).unwrap();
+        match ha.dtype {
+            strata_store::npy::DType::F32 => {
+                let (x, y): (Vec<f32>, Vec<f32>) = (
+                    bytemuck::pod_collect_to_vec(&va),
+                    bytemuck::pod_collect_to_vec(&vb),
+                );
+                for (v, (p, q)) in x.iter().zip(&y).enumerate() {
+                    assert!(
+                        (p - q).abs() <= 1e-5 * p.abs() + 1e-9,
+                        "{what} {a} v{v}: {p} vs {q}"
+                    );
+                }
+            }
+            strata_store::npy::DType::F64 => {
+                let (x, y): (Vec<f64>, Vec<f64>) = (
+                    bytemuck::pod_collect_to_vec(&va),
+                    bytemuck::pod_collect_to_vec(&vb),
+                );
+                for (v, (p, q)) in x.iter().zip(&y).enumerate() {
+                    let close = p == q || (p - q).abs() <= 1e-9 * p.abs().max(1.0);
+                    assert!(close, "{what} {a} v{v}: {p} vs {q}");
+                }
+            }
+            _ if a.ends_with("parent.npy") => {}
+            _ => assert_eq!(va, vb, "{what} {a}"),
+        }
     }
 }

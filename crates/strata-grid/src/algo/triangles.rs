@@ -329,8 +329,9 @@ mod tests {
     use std::collections::BTreeSet;
 
     use super::*;
+    use crate::block_codec::Compression;
     use crate::error::GridError;
-    use crate::fixtures::{grid, hub_edges, run_alone, shapes, store_of, values, Setting};
+    use crate::fixtures::{grid, hub_edges, run_alone, shapes, store_of, values, Setting, KINDS};
     use crate::layout::Order;
     use crate::stream::Tier;
 
@@ -389,8 +390,8 @@ mod tests {
             let want = brute(n as usize, &edges);
             let total = want.iter().sum::<f64>() / 3.0;
             assert!(total > 100.0, "{name}: a graph with triangles");
-            for order in [Order::Column, Order::Row] {
-                let g = grid(&st, &format!("{order:?}"), 4, order, true);
+            for kind @ (order, compression) in KINDS {
+                let g = grid(&st, &format!("{order:?}-{compression:?}"), 4, kind, true);
                 for (tier, windowed, work_bytes) in [
                     (Tier::Local, false, 1 << 30),
                     (Tier::Disk, false, 40 << 10),
@@ -403,7 +404,8 @@ mod tests {
                         scratch: &dir,
                     };
                     let (out, its) = run_alone(&Triangles {}, &g, &setting).unwrap();
-                    let what = format!("{name} {order:?} {tier:?} windowed {windowed}");
+                    let what =
+                        format!("{name} {order:?} {compression:?} {tier:?} windowed {windowed}");
                     assert_eq!(values(&out, 0), want, "{what}");
                     assert_eq!(out.summary["triangles"], total as u64, "{what}");
                     let built = out.summary["build_passes"].as_u64().unwrap() as usize;
@@ -436,7 +438,7 @@ mod tests {
     fn a_work_buffer_too_small_for_a_list_is_a_budget_error() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store_of(tmp.path(), 2000, hub_edges(2000, 20_000, 3));
-        let g = grid(&st, "s", 4, Order::Column, true);
+        let g = grid(&st, "s", 4, (Order::Column, Compression::None), true);
         let setting = Setting {
             tier: Tier::Disk,
             windowed: false,

@@ -1,6 +1,6 @@
 //! Programs against the native algorithms they restate (PageRank, BFS, WCC, SSSP), in memory,
-//! from disk, with windowed vertex data and in row order; and the errors of programs that
-//! cannot run.
+//! from disk, with windowed vertex data, in row order and on compressed grids; and the errors
+//! of programs that cannot run.
 
 use std::path::Path;
 
@@ -10,8 +10,9 @@ use strata_store::config::check;
 
 use super::spec::tests::pagerank;
 use crate::algo::Iteration;
+use crate::block_codec::Compression;
 use crate::config::RunOptions;
-use crate::fixtures::{grids, store, store_of};
+use crate::fixtures::{coded_name, grids, store, store_of};
 use crate::run::{run, RunSummary};
 use crate::GridError;
 
@@ -77,7 +78,7 @@ fn merged(a: &Value, b: &Value) -> Value {
 fn pagerank_as_a_program_gives_the_native_ranks() {
     let tmp = tempfile::tempdir().unwrap();
     let st = store(tmp.path(), 3000, 20_000);
-    grids(&st, 5);
+    grids(&st, 5, Compression::None);
     crate::build::build(
         &crate::build::BuildJob {
             store: st.clone(),
@@ -121,7 +122,7 @@ fn pagerank_as_a_program_gives_the_native_ranks() {
 fn a_program_streams_from_far_memory_like_any_algorithm() {
     let tmp = tempfile::tempdir().unwrap();
     let st = store(tmp.path(), 3000, 20_000);
-    grids(&st, 5);
+    grids(&st, 5, Compression::None);
     let spec = serde_json::to_value(pagerank()).unwrap();
     let local = json!({"grid": "s0-w0", "segment": "4K"});
     let (want, _) = run_with(&st, "local", merged(&program(spec.clone()), &local)).unwrap();
@@ -141,7 +142,7 @@ fn a_program_streams_from_far_memory_like_any_algorithm() {
 fn until_reads_the_aggregates_and_stops_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     let st = store(tmp.path(), 2000, 10_000);
-    grids(&st, 3);
+    grids(&st, 3, Compression::None);
     let mut spec = serde_json::to_value(pagerank()).unwrap();
     spec["iterations"] = json!(200);
     spec["aggregates"]
@@ -179,7 +180,7 @@ fn bfs_as_a_program_reads_only_the_frontier_and_gives_the_native_levels() {
         .map(|v| (v, v + 1))
         .chain((400..500).map(|v| (v, if v == 499 { 400 } else { v + 1 })));
     let st = store_of(tmp.path(), 500, edges);
-    grids(&st, 5);
+    grids(&st, 5, Compression::None);
     let (native, _) = run_with(
         &st,
         "native",
@@ -203,7 +204,9 @@ fn bfs_as_a_program_reads_only_the_frontier_and_gives_the_native_levels() {
 fn wcc_and_sssp_as_programs_give_the_native_results() {
     let tmp = tempfile::tempdir().unwrap();
     let st = store(tmp.path(), 1500, 2500);
-    grids(&st, 4);
+    grids(&st, 4, Compression::None);
+    // The programs also read packed grids, their blocks decoded as fetched.
+    grids(&st, 4, Compression::Packed);
     let wcc = json!({
         "name": "wcc",
         "values": [{"name": "component", "dtype": "i64", "init": "id"}],
@@ -240,7 +243,9 @@ fn wcc_and_sssp_as_programs_give_the_native_results() {
     ];
     for (name, spec, native, array_name, grid) in cases {
         let (native, _) = run_with(&st, name, merged(&native, &json!({"grid": grid}))).unwrap();
-        for (k, place) in placements(grid).iter().enumerate() {
+        let packed = coded_name(grid, Compression::Packed);
+        let places = [placements(grid), placements(&packed)].concat();
+        for (k, place) in places.iter().enumerate() {
             let (s, _) = run_with(
                 &st,
                 &format!("{name}{k}"),
@@ -286,7 +291,7 @@ fn wcc_and_sssp_as_programs_give_the_native_results() {
 fn programs_that_cannot_run_say_why() {
     let tmp = tempfile::tempdir().unwrap();
     let st = store(tmp.path(), 300, 1000);
-    grids(&st, 2);
+    grids(&st, 2, Compression::None);
     let err = |given: Value| {
         run_with(&st, "bad", merged(&given, &json!({"grid": "s0-w0"})))
             .unwrap_err()
