@@ -6,6 +6,7 @@ pub mod buffer;
 pub mod config;
 pub mod dist;
 pub mod dist_epoch;
+pub mod entity_types;
 pub mod epoch;
 pub mod epoch_io;
 pub mod error;
@@ -27,4 +28,7 @@ pub mod run_dir;
 pub mod score;
 pub mod shared;
 pub mod table;
+pub mod typed_negatives;
+#[cfg(test)]
+mod typed_tests;
 pub mod worker;

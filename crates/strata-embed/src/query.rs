@@ -14,6 +14,7 @@ use strata_store::Store;
 use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
 use crate::config::{Protocol, TrainConfig};
+use crate::entity_types::{load_bags, node_shape, relation_types};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::job::eval_spec;
@@ -65,13 +66,8 @@ impl Loaded {
             cfg.threads = threads;
         }
         let model = run.meta.model();
-        let plan = budget::plan_fitting(
-            &cfg,
-            &model,
-            run.meta.num_nodes,
-            run.meta.num_relations,
-            None,
-        )?;
+        let shape = node_shape(&store, &cfg)?;
+        let plan = budget::plan_fitting(&cfg, &model, &shape, run.meta.num_relations, None)?;
         plan.memory_plan()
             .describe()
             .iter()
@@ -79,8 +75,16 @@ impl Loaded {
         let ckpt = run.checkpoint(which).clone();
         let relations = run.relations(&ckpt)?;
         let engine = Engine::shared();
-        let buffer = PartitionBuffer::new(engine.clone(), run.meta.layout, plan.capacity);
+        let mut buffer = PartitionBuffer::new(engine.clone(), run.meta.layout, plan.capacity);
         let table = TableFile::open(&engine, &run.table_path(&ckpt.table), false)?;
+        // A typed run's pinned region is held from the start, as in training (its featurized
+        // entities are read through their features).
+        if let Some(layout) = run.meta.partitioning.typed_layout() {
+            buffer.set_bags(load_bags(&store, &layout)?);
+        }
+        if let Some(pinned) = run.meta.partitioning.pinned() {
+            buffer.load(0, pinned, &table)?;
+        }
         Ok(Loaded {
             store,
             cfg,
@@ -111,14 +115,23 @@ impl Loaded {
             spec.max_queries = max_queries;
         }
         let set = EvalSet::new(&self.store, split, &spec, progress)?;
+        let rel_types = self.answer_types();
         let mut scorer = Scorer {
             model: self.model,
             relations: &self.relations,
             partitioning: &self.run.meta.partitioning,
             buffer: &mut self.buffer,
             load: &mut |b, slot, p| b.load(slot, p, &self.table),
+            rel_types,
         };
         scorer.evaluate(&set, &spec, progress)
+    }
+
+    /// A typed run's relation types when its evaluation and predictions rank answers
+    /// against their own type (`typed_eval`).
+    pub fn answer_types(&self) -> Option<Vec<(usize, usize)>> {
+        (self.cfg.typed_eval && self.run.meta.partitioning.types.is_some())
+            .then(|| relation_types(&self.store))
     }
 
     /// Bytes the budget leaves beside the partition buffer for a query's own arrays: what
@@ -194,11 +207,26 @@ impl Loaded {
         let mut heap: BinaryHeap<Reverse<(OrdF32, u64)>> = BinaryHeap::with_capacity(k + 1);
         let mut scratch = Scratch::default();
         let mut out = Vec::new();
-        let all: Vec<u32> = (0..partitioning.partitions).collect();
+        let all = partitioning.regions();
+        // A typed run answers with entities of the relation's type at that end.
+        let typed = partitioning
+            .typed_layout()
+            .zip(self.answer_types())
+            .map(|(l, types)| {
+                let (src, dst) = types[rel as usize];
+                (l, if head { src } else { dst })
+            });
         self.buffer.visit(&all, &self.table, |p, emb| {
             let size = partitioning.size_of(p) as usize;
-            for lo in (0..size).step_by(crate::eval::TILE) {
-                let t = crate::eval::TILE.min(size - lo);
+            let rows = match &typed {
+                Some((l, t)) => {
+                    let s = l.section(*t, p);
+                    s.start as usize..s.end as usize
+                }
+                None => 0..size,
+            };
+            for lo in rows.clone().step_by(crate::eval::TILE) {
+                let t = crate::eval::TILE.min(rows.end - lo);
                 out.resize(t, 0.0);
                 score_candidates(
                     &model,
