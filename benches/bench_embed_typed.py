@@ -76,7 +76,8 @@ def generate(work: Path, users: int, items: int, seed: int) -> dict:
         "user\tlikes\titem\nuser\tfollows\tuser\nitem\tin_category\tcategory\nitem\tsimilar\titem\n"
     )
     words = [
-        f"i{i}\t" + " ".join([f"w{cluster[i]}_{k}" for k in range(WORDS_PER_CLUSTER)] + [f"n{rng.randrange(NOISE_WORDS)}"])
+        f"i{i}\t"
+        + " ".join([*(f"w{cluster[i]}_{k}" for k in range(WORDS_PER_CLUSTER)), f"n{rng.randrange(NOISE_WORDS)}"])
         for i in range(items)
     ]
     (work / "bags.tsv").write_text("\n".join(words) + "\n")
@@ -132,7 +133,8 @@ def side_by_side(cases: dict, store: Path, work: Path, rounds: int) -> dict:
             meta = loaded_train(store, work / f"run-{name}", [*cases[name], "--seed", str(r)])
             out[name].append(summary(meta))
             s = out[name][-1]
-            print(f"round {r} {name}: test MRR {s['test_mrr']:.4f}, epoch {s['epoch_seconds']:.2f} s, load {s['load1']:.1f}")
+            mrr, secs, load = s["test_mrr"], s["epoch_seconds"], s["load1"]
+            print(f"round {r} {name}: test MRR {mrr:.4f}, epoch {secs:.2f} s, load {load:.1f}")
     return out
 
 
@@ -189,7 +191,8 @@ def markdown(res: dict, info: dict, cmd: str) -> str:
     )
     neg, pin, feat = m["negatives"], m["pinned"], m["featurized"]
     lines = [
-        "### Entity types: typed negatives, an unpartitioned type, featurized entities (`benches/bench_embed_typed.py`)",
+        "### Entity types: typed negatives, an unpartitioned type, featurized entities "
+        "(`benches/bench_embed_typed.py`)",
         "",
         f"{info['nproc']} cores ({info['cpu']}), **under load**: shared with other engineers' builds and tests "
         f"(1-minute load average {min(loads):.1f} to {max(loads):.1f} before the runs). Command: `{cmd}`. "

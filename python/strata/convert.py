@@ -214,7 +214,9 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
     if plan.format != "text" and cfg.edges_of:
         raise ConfigError(f"convert: --edges-of applies to text and Parquet edge lists, not {plan.format} inputs")
     if plan.format not in ("text", "parquet") and cfg.node_bags:
-        raise ConfigError(f"convert: --node-bags applies to typed text and Parquet edge lists, not {plan.format} inputs")
+        raise ConfigError(
+            f"convert: --node-bags applies to typed text and Parquet edge lists, not {plan.format} inputs"
+        )
     edges_of = _edges_of(cfg)
     if plan.format == "parquet" or any(parquet.is_parquet(Path(f["path"])) for f in edges_of):
         return _convert_parquet(cfg, plan, graph, edges_of, progress)
