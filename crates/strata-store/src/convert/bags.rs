@@ -19,6 +19,9 @@ use crate::npy::DType;
 use crate::store::StoreBuilder;
 use crate::strtab::{NameTable, StrTabWriter};
 
+/// One node's bag: the line it came from and its features (slices of the file).
+type Bag<'d> = Option<(u64, Vec<&'d [u8]>)>;
+
 /// Bytes a bags file of `len` bytes holds in memory while converted: the file, a slice per
 /// feature listed (16 bytes) and a feature id (8) for about one listed feature per 4 bytes.
 fn held_bytes(len: u64) -> u64 {
@@ -104,8 +107,8 @@ fn parse<'d>(
     data: &'d [u8],
     ty: &NodeType,
     names: Option<&NameTable>,
-) -> Result<Vec<Option<(u64, Vec<&'d [u8]>)>>> {
-    let mut bags: Vec<Option<(u64, Vec<&[u8]>)>> = vec![None; ty.count as usize];
+) -> Result<Vec<Bag<'d>>> {
+    let mut bags: Vec<Bag> = vec![None; ty.count as usize];
     for (i, line) in data.split(|&b| b == b'\n').enumerate() {
         let line_no = i as u64 + 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -166,12 +169,7 @@ fn parse<'d>(
 
 /// Writes type `t`'s bags: offsets, feature ids (ranks of the sorted unique feature names)
 /// and the names.
-fn write(
-    builder: &mut StoreBuilder,
-    t: usize,
-    bags: &[Option<(u64, Vec<&[u8]>)>],
-    path: &Path,
-) -> Result<BagInfo> {
+fn write(builder: &mut StoreBuilder, t: usize, bags: &[Bag], path: &Path) -> Result<BagInfo> {
     let mut features: Vec<&[u8]> = bags.iter().flatten().flat_map(|(_, f)| f.clone()).collect();
     let entries = features.len() as u64;
     features.sort_unstable();
