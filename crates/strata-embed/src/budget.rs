@@ -536,6 +536,46 @@ mod tests {
     use crate::model::{PbgForm, ScoreKind};
     use strata_store::budget::CODE_PAGES_BYTES;
 
+    fn untyped(nodes: u64) -> NodeShape {
+        NodeShape::untyped(nodes)
+    }
+
+    #[test]
+    fn a_typed_table_plans_its_in_memory_types_and_fixed_partitions() {
+        // Users and items partitioned into 8 (entity_partitions), 1000 categories and 5000
+        // featurized documents over 20,000 words held in memory all epoch.
+        let shape = NodeShape {
+            partitioned: vec![8_000_000, 1_000_000],
+            partitions: Some(8),
+            pinned_rows: 1_000 + 20_000,
+            featurized_entities: 5_000,
+            bag_bytes: 5_001 * 8 + 50_000 * 4,
+        };
+        let cfg = TrainConfig {
+            memory: 4 << 30,
+            negative_pool: NegativePool::Resident,
+            ..TrainConfig::default()
+        };
+        let p = plan(&cfg, &model(100), &shape, 10, 2, None).unwrap();
+        assert_eq!(p.partitions, 8);
+        assert_eq!(
+            p.part_bytes,
+            part_bytes(1_000_000 + 125_000, 100, OptimizerKind::Adagrad)
+        );
+        let pinned =
+            part_bytes(21_000, 100, OptimizerKind::Adagrad) + 5_000 * 400 + shape.bag_bytes;
+        assert_eq!((p.pinned_bytes, p.pinned_rows), (pinned, 21_000));
+        assert!(
+            p.total() <= cfg.memory && p.total() >= p.buffer_bytes + pinned,
+            "{p:?}"
+        );
+        let lines = p.memory_plan().describe().join("\n");
+        assert!(lines.contains("in-memory entity types"), "{lines}");
+        // The untyped shape of the same nodes plans no pinned part.
+        let flat = plan(&cfg, &model(100), &untyped(9_026_000), 10, 2, None).unwrap();
+        assert_eq!(flat.pinned_bytes, 0);
+    }
+
     fn model(dim: usize) -> ScoreModel {
         ScoreModel {
             kind: ScoreKind::ComplEx,
@@ -554,15 +594,8 @@ mod tests {
             threads: 1,
             ..TrainConfig::default()
         };
-        let fits_one = plan(&one, &model(100), &NodeShape::untyped(100_000), 40, 1, None).unwrap();
-        let many = plan(
-            &one,
-            &model(100),
-            &NodeShape::untyped(100_000),
-            40,
-            64,
-            None,
-        );
+        let fits_one = plan(&one, &model(100), &untyped(100_000), 40, 1, None).unwrap();
+        let many = plan(&one, &model(100), &untyped(100_000), 40, 64, None);
         assert!(
             matches!(many, Err(EmbedError::Budget(_))),
             "64 workers must not fit"
@@ -571,7 +604,7 @@ mod tests {
             threads: 0,
             ..one.clone()
         };
-        let p = plan_fitting(&auto, &model(100), &NodeShape::untyped(100_000), 40, None).unwrap();
+        let p = plan_fitting(&auto, &model(100), &untyped(100_000), 40, None).unwrap();
         assert_eq!(p.cores, strata_io::resolve_threads(0));
         assert!(
             p.threads >= 1 && p.threads <= p.cores && p.total() <= auto.memory,
@@ -584,13 +617,7 @@ mod tests {
         // Asked for explicitly, 64 workers are refused rather than shrunk.
         let explicit = TrainConfig { threads: 64, ..one };
         assert!(matches!(
-            plan_fitting(
-                &explicit,
-                &model(100),
-                &NodeShape::untyped(100_000),
-                40,
-                None
-            ),
+            plan_fitting(&explicit, &model(100), &untyped(100_000), 40, None),
             Err(EmbedError::Budget(_))
         ));
         assert_eq!(fits_one.threads, 1);
@@ -599,7 +626,7 @@ mod tests {
     #[test]
     fn small_graph_stays_in_memory() {
         let cfg = TrainConfig::default();
-        let p = plan(&cfg, &model(100), &NodeShape::untyped(14_541), 237, 2, None).unwrap();
+        let p = plan(&cfg, &model(100), &untyped(14_541), 237, 2, None).unwrap();
         assert_eq!((p.partitions, p.capacity), (1, 1));
         assert!(p.total() <= cfg.memory, "{p:?}");
     }
@@ -611,15 +638,7 @@ mod tests {
             ..TrainConfig::default()
         };
         // 10M nodes x 100 dims x 2 x 4 bytes = 8 GB of table.
-        let p = plan(
-            &cfg,
-            &model(100),
-            &NodeShape::untyped(10_000_000),
-            10,
-            2,
-            None,
-        )
-        .unwrap();
+        let p = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None).unwrap();
         assert_eq!(p.capacity, 3);
         assert!(p.partitions > 3 && p.total() <= cfg.memory, "{p:?}");
         // Negative banks get their share of the budget (and what the buffer leaves)...
@@ -643,32 +662,18 @@ mod tests {
             memory: 64 << 20,
             ..TrainConfig::default()
         };
-        let e = plan(
-            &cfg,
-            &model(100),
-            &NodeShape::untyped(10_000_000),
-            10,
-            2,
-            None,
-        )
-        .unwrap_err()
-        .to_string();
+        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("memory budget 64.0 MiB cannot hold"), "{e}");
         let cfg = TrainConfig {
             memory: 512 << 20,
             partitions: 4,
             ..TrainConfig::default()
         };
-        let e = plan(
-            &cfg,
-            &model(100),
-            &NodeShape::untyped(10_000_000),
-            10,
-            2,
-            None,
-        )
-        .unwrap_err()
-        .to_string();
+        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("use more partitions or raise --memory"), "{e}");
     }
 
@@ -688,19 +693,11 @@ mod tests {
                 prefetch,
             })
         };
-        let alone = plan(
-            &cfg,
-            &model(100),
-            &NodeShape::untyped(1_000_000),
-            10,
-            2,
-            None,
-        )
-        .unwrap();
+        let alone = plan(&cfg, &model(100), &untyped(1_000_000), 10, 2, None).unwrap();
         let p = plan(
             &cfg,
             &model(100),
-            &NodeShape::untyped(1_000_000),
+            &untyped(1_000_000),
             10,
             2,
             rank(300 << 20, true),
@@ -731,7 +728,7 @@ mod tests {
                 plan(
                     &tight,
                     &model(100),
-                    &NodeShape::untyped(1_000_000),
+                    &untyped(1_000_000),
                     10,
                     2,
                     rank(300 << 20, true),
@@ -753,7 +750,7 @@ mod tests {
         let e = plan(
             &small,
             &model(100),
-            &NodeShape::untyped(1_000_000),
+            &untyped(1_000_000),
             10,
             2,
             rank(300 << 20, true),
