@@ -142,16 +142,25 @@ B5_RUNS = {
 }
 
 
+#: B5's optional row: one process cut into the 2-rank runs' partitions (``--b5-partitions``),
+#: which separates what the smaller partitions do to one thread's speed from the scaling.
+SAME_PARTS = "1 rank, the 2 ranks' partitions"
+
+
 def b5(work: Path, args) -> dict:
     store = rmat_store(work, args.scale, args.edge_factor)
     limit_ok = memlimit_available()
     runs = {label: spec for label, spec in B5_RUNS.items() if limit_ok or not spec[2]}
+    if args.b5_partitions:
+        runs[SAME_PARTS] = (1, None, False)
     labels = list(runs)
     rounds: dict[str, list[dict]] = {label: [] for label in labels}
     for k in range(args.rounds):
         for label in labels[k % len(labels) :] + labels[: k % len(labels)]:
             ranks, policy, limited = runs[label]
             extra = ["--dist-policy", policy] if policy else []
+            if label == SAME_PARTS:
+                extra = ["--partitions", args.b5_partitions]
             run_dir = work / "run-b5"
             # A rank's plan sets torch and gloo aside first: it gets that much more, so that
             # every process has the same budget for the table, buffers and edges.
@@ -268,6 +277,13 @@ def b5_markdown(res: dict, info: dict) -> str:
             for one, two in zip(rounds["1 rank"], rounds["2 ranks, affinity"], strict=True)
         ]
         lines += ["", "Per-round ratio 2 ranks / 1 rank (affinity): " + ", ".join(f"{x:.2f}" for x in ratios) + "."]
+    if SAME_PARTS in rounds and "2 ranks, affinity" in rounds:
+        eps = {k: _med(rounds[k], lambda r: r["edges_per_second"]) for k in (SAME_PARTS, "2 ranks, affinity")}
+        lines += [
+            "",
+            f"2 ranks / 1 rank with the same {rounds[SAME_PARTS][0]['partitions']} partitions: "
+            f"{eps['2 ranks, affinity'] / eps[SAME_PARTS]:.2f}x.",
+        ]
     return "\n".join(lines)
 
 
@@ -489,6 +505,13 @@ def main() -> None:
         default="450M",
         help="added to --memory and --limit of each torchrun rank: torch and gloo, which a rank's plan sets "
         "aside (about 400 MiB measured), so every process has the same budget for its data",
+    )
+    ap.add_argument(
+        "--b5-partitions",
+        type=int,
+        default=0,
+        help="also run one process with this many partitions (the 2-rank runs' count, from their plan) "
+        "to separate the partitioning's effect on one thread from the scaling; 0: no such row",
     )
     ap.add_argument("--seed", type=int, default=0, help="B6's seed")
     ap.add_argument("--b7-partitions", type=int, default=28, help="B7's partitions (out of core at any --memory)")

@@ -57,6 +57,7 @@ DELAYS_US = (0, 250, 1000)
 def prepare(scale: int) -> tuple[Path, int]:
     """The store of RMAT scale ``scale`` with its `col` and `sym` grids, and the BFS root."""
     store = WORK / f"rmat{scale}.strata"
+    WORK.mkdir(parents=True, exist_ok=True)
     if not store.exists():
         raw = WORK / f"rmat{scale}.bin"
         subprocess.run(strata("generate", "rmat", "--scale", scale, "--out", raw, "-q", "--overwrite"), check=True)

@@ -267,7 +267,8 @@ def test_a_rank_whose_peer_never_arrives_names_the_address(kg, tmp_path, rank):
 def test_two_ranks_share_negative_banks(kg, tmp_path):
     """The default ``all`` negative pool with 4 partitions and a buffer of 3 keeps negative
     banks; two ranks share them (blocks summed at each epoch's start, pending gradient summed
-    at every relation round and applied by the partition's holder, leftover gradient flushed
+    at every relation round and applied by the partition's holder, blocks refreshed from their
+    holders at the same rounds, leftover gradient flushed
     by each partition's owner) and every epoch still commits one chain of holdings per
     partition. The owner-mode test covers banks without the per-round sums."""
     needs("torch")

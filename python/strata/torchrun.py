@@ -13,6 +13,7 @@ from __future__ import annotations
 import faulthandler
 import gc
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -143,6 +144,89 @@ def collective(what: str, call, rank: int, timeout: int, address: str):
         # A peer that died closes its connections at once; only a silent one costs the timeout.
         outcome = f"did not complete within {timeout} s (dist_timeout)" if _timed_out(reason) else "failed"
         raise GroupError(f"rank {rank}: {what} {outcome} (group rendezvous at {address}): {reason}") from None
+
+
+class PeerRequests:
+    """Answers the numbered requests other ranks post in the group's store: peer ``r``'s
+    ``k``-th request is the text under ``{prefix}/{r}/{k}``, taken (and deleted) in order.
+
+    One thread per peer blocks in the store's ``wait`` for that peer's next key, on a store
+    connection of its own (``connect()``: a connection is held for the length of a wait), so an
+    idle server costs no CPU and a request is taken as soon as it lands. Polling the keys
+    instead cost rank 0 about 5% of a core at 2 ms (docs/distributed.md); with one thread of
+    training per core that is training time. ``handle(store, r, k, text)`` answers on the
+    thread's connection; handles of different peers may run at once (the caller locks what
+    must not). ``failure`` is the first error a thread met; ``close`` stops them."""
+
+    STOP = "stop"
+
+    def __init__(self, name: str, connect: Callable, prefix: str, peers, handle: Callable, timeout: int):
+        self.prefix, self.handle, self.timeout = prefix, handle, timeout
+        self.lock = threading.Lock()
+        self.stopping = False
+        self.failure: BaseException | None = None
+        self.seq = {r: 0 for r in peers}
+        self.threads = [
+            threading.Thread(target=self._serve, args=(r, connect()), name=f"{name}-{r}", daemon=True) for r in self.seq
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _key(self, r: int) -> str:
+        return f"{self.prefix}/{r}/{self.seq[r]}"
+
+    def _serve(self, r: int, store) -> None:
+        try:
+            while True:
+                with self.lock:
+                    if self.stopping or self.failure is not None:
+                        return
+                    key = self._key(r)
+                try:
+                    store.wait([key], timedelta(seconds=self.timeout))
+                except RuntimeError as e:
+                    if _timed_out(str(e)):  # an idle peer (a long evaluation): wait again
+                        continue
+                    raise
+                text = store.get(key).decode()
+                store.delete_key(key)
+                if text == self.STOP:
+                    return
+                self.handle(store, r, self.seq[r], text)
+                with self.lock:
+                    self.seq[r] += 1
+        except BaseException as e:  # the store went away, or a handle failed
+            with self.lock:
+                if not self.stopping:
+                    self.failure = self.failure or e
+
+    def close(self, store) -> None:
+        """Stops every thread: each one waiting is woken through ``store`` by a stop request
+        under its next key."""
+        with self.lock:
+            self.stopping = True
+            keys = [self._key(r) for r in self.seq]
+        for key in keys:
+            try:
+                store.set(key, self.STOP)
+            except RuntimeError:  # the store is gone: the daemon threads end with the process
+                break
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+def connect_store(address: str, prefix: str, timeout: int):
+    """A connection of its own to the rendezvous store at ``address`` (``HOST:PORT``), its keys
+    under ``prefix``."""
+    _, td = torch_distributed()
+    host, port = address.rsplit(":", 1)
+    try:
+        store = td.TCPStore(host, int(port), None, False, timedelta(seconds=timeout))
+    except (RuntimeError, TimeoutError) as e:
+        raise GroupError(
+            f"could not connect to the rendezvous store at {address} within {timeout} s: {first_line(e)}"
+        ) from None
+    return td.PrefixStore(prefix, store)
 
 
 def _timed_out(reason: str) -> bool:

@@ -193,6 +193,11 @@ impl Banks {
         Ok(())
     }
 
+    /// Floats of one partition's block in [`rows_mut`](Self::rows_mut) (`capacity x dim`).
+    pub fn block_floats(&self) -> usize {
+        self.capacity * self.dim
+    }
+
     /// Rows held per partition (at most).
     pub fn capacity(&self) -> usize {
         self.capacity

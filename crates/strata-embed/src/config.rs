@@ -181,8 +181,9 @@ pub struct TrainConfig {
     #[schemars(range(min = 1))]
     pub relation_sync_every: usize,
     /// distributed runs with negative banks: every this many relation rounds the ranks also sum
-    /// their pending bank gradient (one bank-sized all-reduce) and the rank holding each
-    /// partition applies it at once; 0: only at the epoch's end (see docs/distributed.md)
+    /// their pending bank gradient, the rank holding each partition applies it at once, and
+    /// every rank's block of a held partition is refreshed from its holder (two bank-sized
+    /// all-reduces); 0: only at the epoch's end (see docs/distributed.md)
     pub bank_sync_every: usize,
     /// distributed runs: seconds any wait on another rank may take (rendezvous, the bucket
     /// scheduler's answers, barriers, all-reduces) before the run fails naming what timed out

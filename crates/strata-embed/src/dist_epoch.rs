@@ -38,10 +38,62 @@ use strata_io::{AlignedBuf, Engine};
 
 use crate::dist::{fault_point, owner_of, Cluster, Grant, Holding, PartitionSource, RankReport};
 use crate::epoch::{Interval, Tally, Timeline, Trainer};
-use crate::epoch_io::prefetch_edges;
+use crate::epoch_io::{prefetch_edges, BucketEdges};
 use crate::error::{EmbedError, Result};
 use crate::relations::Relations;
 use crate::table::{TableFile, TableLayout};
+
+/// How long a rank told to wait pauses before it asks again, when no round is due.
+const WAIT_PAUSE: Duration = Duration::from_millis(20);
+
+/// The epoch's edge reader ([`prefetch_edges`]) with the channel that feeds it buckets. On drop
+/// (the epoch's end or an error) it hangs up both ways and joins the reader.
+struct EdgeFeed {
+    buckets: Option<Sender<(u32, u32)>>,
+    pieces: Option<Receiver<BucketEdges>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EdgeFeed {
+    fn start(trainer: &Trainer, engine: &Arc<Engine>) -> EdgeFeed {
+        let (tx, order) = unbounded();
+        let (pieces, reader) = prefetch_edges(
+            engine.clone(),
+            trainer.buckets.clone(),
+            order,
+            trainer.piece_rows,
+            2,
+            trainer.relation_ids(),
+        );
+        EdgeFeed {
+            buckets: Some(tx),
+            pieces: Some(pieces),
+            reader: Some(reader),
+        }
+    }
+
+    /// Queues a granted bucket's edges (grants are trained in the order they are queued).
+    fn queue(&self, grant: &Grant) {
+        if let (Grant::Bucket { bucket, .. }, Some(tx)) = (grant, &self.buckets) {
+            // A reader that stopped on an error reports it through `pieces`.
+            let _ = tx.send(*bucket);
+        }
+    }
+
+    fn pieces(&self) -> &Receiver<BucketEdges> {
+        self.pieces.as_ref().expect("open until dropped")
+    }
+}
+
+impl Drop for EdgeFeed {
+    fn drop(&mut self) {
+        self.buckets.take();
+        self.pieces.take();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
 
 /// The relation rows (parameters, then optimizer state) as of the last round, identical on
 /// every rank: a round sums each rank's change since then.
@@ -404,10 +456,18 @@ impl Trainer {
         let capacity = self.buffer.capacity() - self.prefetch_slots;
         let partitions = self.buckets.partitioning.partitions;
         let mut rounds = RelationRounds::new(&self.relations);
+        // Rounds during the epoch carry relation deltas and bank gradient; with neither (dot
+        // without `bank_sync_every`) the ranks meet once, when all are done, and a rank told to
+        // wait asks again after a pause instead of joining a round.
+        let rounds_carry = !self.relations.params.is_empty()
+            || (self.banks.is_some() && self.cfg.bank_sync_every > 0);
         let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
         let mut group_wait = 0.0;
         let mut parts_wait = Waits::default();
         let mut ahead: Option<Grant> = None;
+        // One edge reader for the epoch, fed each bucket as soon as it is granted: the
+        // lookahead's bucket is read while the current one trains.
+        let edges = EdgeFeed::start(self, &engine);
         loop {
             let grant = match ahead.take() {
                 Some(g) => g,
@@ -416,6 +476,7 @@ impl Trainer {
                     let t = Instant::now();
                     let g = cluster.acquire(epoch, &held, partitions, capacity)?;
                     group_wait += t.elapsed().as_secs_f64();
+                    edges.queue(&g);
                     g
                 }
             };
@@ -470,26 +531,23 @@ impl Trainer {
                         let t = Instant::now();
                         let coming = cluster.acquire(epoch, &held, partitions, capacity)?;
                         group_wait += t.elapsed().as_secs_f64();
+                        edges.queue(&coming);
                         self.look_ahead(mover, &coming, &parts, &mut tally, &mut parts_wait);
                         ahead = Some(coming);
                     }
-                    let (rx, edges) = prefetch_edges(
-                        engine.clone(),
-                        self.buckets.clone(),
-                        vec![bucket],
-                        self.piece_rows,
-                        2,
-                        self.relation_ids(),
-                    );
-                    let result = self
-                        .run_bucket(&rx, bucket, epoch, trained, &mut tl, &mut tally, &mut meter);
-                    drop(rx);
-                    let _ = edges.join();
-                    result?;
+                    self.run_bucket(
+                        edges.pieces(),
+                        bucket,
+                        epoch,
+                        trained,
+                        &mut tl,
+                        &mut tally,
+                        &mut meter,
+                    )?;
                     trained += 1;
                     fault_point(epoch, "bucket");
                     since_round += 1;
-                    if since_round >= self.cfg.relation_sync_every {
+                    if rounds_carry && since_round >= self.cfg.relation_sync_every {
                         let t = Instant::now();
                         self.round(&mut rounds, cluster, false)?;
                         group_wait += t.elapsed().as_secs_f64();
@@ -513,8 +571,12 @@ impl Trainer {
                     let done = grant == Grant::Done;
                     waits += usize::from(!done);
                     let t = Instant::now();
-                    // Done: keep joining rounds until every rank is, so all leave together.
-                    while !self.round(&mut rounds, cluster, done)? && done {}
+                    if done || rounds_carry {
+                        // Done: keep joining rounds until every rank is, so all leave together.
+                        while !self.round(&mut rounds, cluster, done)? && done {}
+                    } else {
+                        std::thread::sleep(WAIT_PAUSE);
+                    }
                     group_wait += t.elapsed().as_secs_f64();
                     if done {
                         break;
@@ -596,8 +658,41 @@ impl Trainer {
         banks.set_grad(&grad[..split], |p| {
             held.contains(&p) || (holders[p as usize] == 0.0 && owner_of(p, world_size) == rank)
         });
-        for p in held {
+        for &p in &held {
             self.apply_bank_gradient(p);
+        }
+        self.refresh_held_blocks(cluster, &held, &grad[split..])
+    }
+
+    /// After a bank gradient round: every rank's block of a partition some rank holds becomes
+    /// the holder's current rows (the holder sends its block, the others zeros, summed), so a
+    /// negative drawn from a partition another rank trains is as old as the last round rather
+    /// than the last time this rank held it. `holders` counts the ranks holding each partition.
+    fn refresh_held_blocks(
+        &mut self,
+        cluster: &mut dyn Cluster,
+        held: &[u32],
+        holders: &[f32],
+    ) -> Result<()> {
+        let Some(banks) = &mut self.banks else {
+            return Ok(());
+        };
+        for &p in held {
+            banks.copy_from(p, self.buffer.embeddings(p));
+        }
+        let block = banks.block_floats();
+        let mut rows = banks.rows_mut().to_vec();
+        for (p, b) in rows.chunks_mut(block).enumerate() {
+            if !held.contains(&(p as u32)) {
+                b.fill(0.0);
+            }
+        }
+        sum_over_ranks(cluster, &mut rows)?;
+        let mine = banks.rows_mut();
+        for (p, (dst, src)) in mine.chunks_mut(block).zip(rows.chunks(block)).enumerate() {
+            if holders[p] == 1.0 && !held.contains(&(p as u32)) {
+                dst.copy_from_slice(src);
+            }
         }
         Ok(())
     }

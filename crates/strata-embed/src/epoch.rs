@@ -202,7 +202,7 @@ impl Trainer {
         let (edges_rx, edges_thread) = prefetch_edges(
             engine.clone(),
             self.buckets.clone(),
-            sched.buckets().collect(),
+            sched.buckets().collect::<Vec<_>>(),
             self.piece_rows,
             2,
             self.relation_ids(),

@@ -115,13 +115,16 @@ pub struct BucketEdges {
 
 /// Reads the edges of `order`'s buckets in that order, in pieces of at most `piece_rows`
 /// edges, up to `ahead` pieces ahead (so edge memory stays bounded whatever a bucket's size).
+/// `order` may be a channel's receiving iterator: a distributed rank feeds it each bucket as
+/// soon as the scheduler grants it, so the next bucket's edges are read while the current one
+/// trains; the thread ends when `order` does.
 /// Every bucket yields at least one piece, possibly empty. Local ids are checked against their
 /// partitions' sizes and relations against `relations` (the rows a relation id may index) as
 /// the rows are decoded, so a corrupt index fails with its file and row named.
 pub fn prefetch_edges(
     engine: Arc<Engine>,
     buckets: Arc<Buckets>,
-    order: Vec<(u32, u32)>,
+    order: impl IntoIterator<Item = (u32, u32)> + Send + 'static,
     piece_rows: u64,
     ahead: usize,
     relations: u64,

@@ -17,7 +17,9 @@ from datetime import timedelta
 from ..errors import GroupError
 from ..torchrun import (
     Environment,
+    PeerRequests,
     collective,
+    connect_store,
     environment,
     first_line,
     follower,
@@ -31,9 +33,6 @@ from . import dist_policy
 
 __all__ = ["Group", "follower", "from_environment"]
 
-#: Seconds rank 0's scheduler thread sleeps when no request is waiting.
-POLL_SECONDS = 0.002
-
 
 def from_environment(timeout: int, environ=os.environ, *, policy: str = "affinity") -> Group | None:
     """The group this process belongs to, or None for a single-process run (no ``WORLD_SIZE``,
@@ -44,8 +43,8 @@ def from_environment(timeout: int, environ=os.environ, *, policy: str = "affinit
 
 
 class _Scheduler:
-    """Rank 0's bucket scheduler: the policy's state, served to the other ranks by a thread
-    that polls their next request key in the store, and called directly by rank 0."""
+    """Rank 0's bucket scheduler: the policy's state, served to the other ranks through the
+    store (``PeerRequests``), and called directly by rank 0."""
 
     def __init__(self, group: Group, policy: str):
         self.group = group
@@ -53,10 +52,18 @@ class _Scheduler:
         self.lock = threading.Lock()
         self.epoch = -1
         self.state: dist_policy.EpochState | None = None
-        self.stop = threading.Event()
-        self.failure: BaseException | None = None
-        self.thread = threading.Thread(target=self._serve, name="strata-bucket-scheduler", daemon=True)
-        self.thread.start()
+        self.server = PeerRequests(
+            "strata-bucket-scheduler",
+            group.connect,
+            "sched/req",
+            range(1, group.world_size),
+            self._answer,
+            group.timeout,
+        )
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.server.failure
 
     def handle(self, rank: int, request: dict) -> dict:
         """One request of ``rank`` (``acquire`` or ``release``), answered as a dict."""
@@ -79,36 +86,19 @@ class _Scheduler:
             g = self.grant(self.state, rank, set(request["held"]), request["capacity"])
             return {"kind": g.kind, "bucket": list(g.bucket), "evict": list(g.evict), "written": list(g.written)}
 
-    def _serve(self) -> None:
-        g = self.group
-        seq = [0] * g.world_size
+    def _answer(self, store, r: int, k: int, text: str) -> None:
         try:
-            while not self.stop.is_set():
-                answered = False
-                for r in range(1, g.world_size):
-                    key = f"sched/req/{r}/{seq[r]}"
-                    if not g.store.check([key]):
-                        continue
-                    text = g.store.get(key)
-                    g.store.delete_key(key)
-                    g.received += len(text)
-                    try:
-                        reply = self.handle(r, json.loads(text))
-                    except (ValueError, KeyError) as e:
-                        reply = {"error": str(e)}
-                    data = json.dumps(reply)
-                    g.store.set(f"sched/rep/{r}/{seq[r]}", data)
-                    g.sent += len(data)
-                    seq[r] += 1
-                    answered = True
-                if not answered:
-                    self.stop.wait(POLL_SECONDS)
-        except BaseException as e:  # the store went away: rank 0's next call reports it
-            self.failure = e
+            reply = self.handle(r, json.loads(text))
+        except (ValueError, KeyError) as e:
+            reply = {"error": str(e)}
+        data = json.dumps(reply)
+        store.set(f"sched/rep/{r}/{k}", data)
+        with self.lock:
+            self.group.received += len(text)
+            self.group.sent += len(data)
 
     def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
+        self.server.close(self.group.store)
 
 
 class Group:
@@ -139,6 +129,11 @@ class Group:
 
     def __repr__(self) -> str:
         return f"Group(rank {self.rank} of {self.world_size}, store {self.address})"
+
+    def connect(self):
+        """A connection of its own to the rendezvous store, under this attempt's keys (a
+        server thread blocks in its waits without holding ``store``)."""
+        return connect_store(self.address, f"strata/{self.restart}/", self.timeout)
 
     def _ask(self, request: dict, what: str) -> dict:
         if self.scheduler is not None:

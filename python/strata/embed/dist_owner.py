@@ -9,8 +9,9 @@ that trains ``p`` without owning it asks the owner for it and sends it back when
   ``isend``/``irecv`` in chunks of at most 64 MiB on a gloo group of their own, so they never
   interleave with the relation all-reduce on the default group; a write is acknowledged by a
   one-element message once the owner has written it;
-- each rank runs an owner server thread that polls its request keys and answers them from the
-  tables the trainer handed it for the epoch (``serve``), through the native I/O engine.
+- each rank runs owner server threads (``PeerRequests``, one blocking on each other rank's
+  next request key) that answer from the tables the trainer handed it for the epoch
+  (``serve``), through the native I/O engine, one answer at a time.
 
 Every wait is bounded by the run's ``dist_timeout``; a rank that gets no answer names the
 owner's rank and address and what it was doing.
@@ -25,7 +26,7 @@ import time
 from datetime import timedelta
 
 from ..errors import GroupError
-from ..torchrun import first_line
+from ..torchrun import PeerRequests, first_line
 
 #: Largest piece of a region in one point-to-point message.
 CHUNK = 64 << 20
@@ -33,8 +34,6 @@ CHUNK = 64 << 20
 MAX_CHUNKS = 1024
 #: Tags wrap here (torch passes them as a C int); transfers that far apart are long finished.
 TAG_SPACE = 1 << 30
-#: Seconds the owner server sleeps when no request is waiting.
-POLL_SECONDS = 0.002
 READ, WRITE, ACK = 0, 1, 2
 
 
@@ -86,9 +85,16 @@ class Owners:
         self.served = threading.Condition()
         self.epoch, self.tables = -1, None
         self.stop = threading.Event()
-        self.failure: BaseException | None = None
-        self.thread = threading.Thread(target=self._serve, name="strata-owner-server", daemon=True)
-        self.thread.start()
+        # One answer at a time: the tables and the point-to-point group serve one transfer.
+        self.answering = threading.Lock()
+        self.server = PeerRequests(
+            "strata-owner-server",
+            group.connect,
+            f"part/req/{self.rank}",
+            [r for r in range(self.world_size) if r != self.rank],
+            self._handle,
+            self.timeout,
+        )
 
     def _count(self, sent: int, received: int) -> None:
         with self.counters:
@@ -100,8 +106,8 @@ class Owners:
         return f"its owner, rank {o} at {self.addresses[o]}"
 
     def _check(self) -> None:
-        if self.failure is not None:
-            raise GroupError(f"rank {self.rank}: the owner server stopped: {first_line(self.failure)}")
+        if self.server.failure is not None:
+            raise GroupError(f"rank {self.rank}: the owner server stopped: {first_line(self.server.failure)}")
 
     def _transfer(self, op, t, peer: int, k: int, kind: int) -> None:
         """``op`` (``isend`` or ``irecv``) of the uint8 tensor ``t`` with ``peer`` in pieces of
@@ -209,38 +215,24 @@ class Owners:
         buf = torch.empty(request["bytes"], dtype=torch.uint8)
         self._transfer(self.td.irecv, buf, r, k, WRITE)
         self._count(0, request["bytes"])
-        ok = 1
+        failure = None
         try:
             tables.write(p, buf.numpy().tobytes())
         except Exception as e:  # told to the writer (its ack), then this rank stops serving
-            ok, self.failure = 0, e
-        self._transfer(self.td.isend, torch.full((1,), ok, dtype=torch.int64), r, k, ACK)
+            failure = e
+        self._transfer(self.td.isend, torch.full((1,), int(failure is None), dtype=torch.int64), r, k, ACK)
         self._count(8, 0)
+        if failure is not None:
+            raise failure
 
-    def _serve(self) -> None:
-        store = self.group.store
-        seq = [0] * self.world_size
-        try:
-            while not self.stop.is_set() and self.failure is None:
-                answered = False
-                for r in range(self.world_size):
-                    key = f"part/req/{self.rank}/{r}/{seq[r]}"
-                    if r == self.rank or not store.check([key]):
-                        continue
-                    text = store.get(key)
-                    store.delete_key(key)
-                    self._count(0, len(text))
-                    self._answer(r, seq[r], json.loads(text))
-                    seq[r] += 1
-                    answered = True
-                if not answered:
-                    self.stop.wait(POLL_SECONDS)
-        except BaseException as e:  # this rank's next call reports it; the requester times out
-            self.failure = e
+    def _handle(self, store, r: int, k: int, text: str) -> None:
+        with self.answering:
+            self._count(0, len(text))
+            self._answer(r, k, json.loads(text))
 
     def close(self) -> None:
         """Stops the owner server (after the last epoch's commit: no request is pending)."""
         self.stop.set()
         with self.served:
             self.served.notify_all()
-        self.thread.join(timeout=10)
+        self.server.close(self.group.store)
