@@ -132,8 +132,27 @@ pub struct TrainConfig {
     pub corrupt: Corrupt,
     /// relations get inverse rows used when heads are corrupted (reciprocal relations)
     pub reciprocal: bool,
-    /// node partitions; 0 plans the fewest that fit --memory
+    /// node partitions; 0 plans the fewest that fit --memory (typed stores: of every entity type
+    /// entity_partitions leaves out)
     pub partitions: u32,
+    /// typed stores: node types are PyTorch-BigGraph's entity types (each partitioned on its
+    /// own or held in memory, negatives and ranking of the right type); false: one table of
+    /// every node, as an untyped store
+    pub entity_types: bool,
+    /// typed stores: partitions of entity types as TYPE=N items (N = 1: unpartitioned, held in
+    /// memory all epoch, PBG's num_partitions = 1); types left out take --partitions; every
+    /// partitioned type has the same count, as in PBG
+    pub entity_partitions: Vec<String>,
+    /// typed stores: entity types whose entities are bags of features (the store's feature
+    /// bags, strata convert --node-bags): an entity's embedding is the mean of its features'
+    /// (PBG's featurized); such types are unpartitioned
+    pub featurized: Vec<String>,
+    /// typed stores: uniform negatives come from the corrupted side's entity type (false: from
+    /// every node of the pool)
+    pub typed_negatives: bool,
+    /// typed stores: evaluation ranks each answer against the entities of its type only
+    /// (false: against every node)
+    pub typed_eval: bool,
     /// partitions resident at once when the table is partitioned
     #[schemars(range(min = 1))]
     pub buffer: usize,
@@ -210,6 +229,11 @@ impl Default for TrainConfig {
             corrupt: Corrupt::Both,
             reciprocal: true,
             partitions: 0,
+            entity_types: true,
+            entity_partitions: Vec::new(),
+            featurized: Vec::new(),
+            typed_negatives: true,
+            typed_eval: true,
             buffer: 3,
             ordering: OrderingKind::Legend,
             threads: 0,

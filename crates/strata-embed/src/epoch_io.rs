@@ -137,12 +137,18 @@ pub fn prefetch_edges(
             let file = strata_store::npy::read_header(&path)
                 .map_err(EmbedError::from)
                 .and_then(|h| Ok((h.data_offset, engine.open(&path, OpenMode::Read)?)));
+            // A typed run's edges with an end in the pinned region hold that end's row there.
+            let partitioning = &buckets.partitioning;
+            let pinned = partitioning.pinned().map_or(0, |r| partitioning.size_of(r));
+            let sizes: Vec<u64> = (0..partitioning.partitions)
+                .map(|p| partitioning.size_of(p))
+                .collect();
             for bucket in order {
                 let range = buckets.range(bucket.0, bucket.1);
                 let mut at = range.start;
                 loop {
                     let end = range.end.min(at + piece_rows.max(1));
-                    let size = |p: u32| buckets.partitioning.size_of(p) as i64;
+                    let size = |p: u32| sizes[p as usize].max(pinned) as i64;
                     let fields = vec![
                         Field::new("src_local", 0, size(bucket.0)),
                         Field::new("rel", 0, relations.min(i32::MAX as u64) as i64),

@@ -242,7 +242,7 @@ fn write_all(
     let passes = n.div_ceil(per_pass).max(1);
     let partitioning = l.run.meta.partitioning.clone();
     let locator = partitioning.locator();
-    let all: Vec<u32> = (0..partitioning.partitions).collect();
+    let all = partitioning.regions();
     let mut meter = Meter::new(progress, "export", n * d as u64 * 4, n);
     let mut rows = Vec::new();
     for pass in 0..passes {

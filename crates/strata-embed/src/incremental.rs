@@ -37,6 +37,9 @@ const EXAMPLES: usize = 5;
 /// Refuses an old run whose stored state cannot seed `cfg`: a different model, dimension,
 /// TransE norm, optimizer (state layout) or reciprocal setting, or an owner-mode rank's run.
 pub fn check_compatible(old: &RunMeta, cfg: &TrainConfig, from: &Path) -> Result<()> {
+    if old.partitioning.pinned().is_some() {
+        return Err(crate::job::pinned_init_error());
+    }
     let a = &old.config;
     let (form_a, form_b) = (a.pbg_form(), cfg.pbg_form());
     let fields: [(&str, String, String); 7] = [

@@ -6,6 +6,7 @@ pub mod buffer;
 pub mod config;
 pub mod dist;
 pub mod dist_epoch;
+pub mod entity_types;
 pub mod epoch;
 pub mod epoch_io;
 pub mod error;
@@ -29,4 +30,7 @@ pub mod score;
 pub mod serving;
 pub mod shared;
 pub mod table;
+pub mod typed_negatives;
+#[cfg(test)]
+mod typed_tests;
 pub mod worker;

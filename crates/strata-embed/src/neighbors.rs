@@ -285,7 +285,7 @@ fn scan(
     let mut heaps: Vec<Best> = (0..b).map(|_| Best::with_capacity(top + 1)).collect();
     let partitioning = l.run.meta.partitioning.clone();
     let locator = partitioning.locator();
-    let all: Vec<u32> = (0..partitioning.partitions).collect();
+    let all = partitioning.regions();
     let read = all
         .iter()
         .filter(|&&p| l.buffer.slot_of(p).is_none())

@@ -110,6 +110,8 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
         degree_fraction: cfg.degree_fraction,
         pool: Pool::Resident,
         reg: cfg.regularizer(),
+        negs: None,
+        feat: None,
     };
     let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
     // One warm-up chunk per worker (allocations), then the timed ones.

@@ -5,6 +5,12 @@
 //! index `π(v) % size`. Train edges are grouped into `n x n` buckets `(partition of source,
 //! partition of destination)` and stored, with local ids, in the store under
 //! `partitions/n{n}-seed{seed}/` (a derived index: the store's own arrays are unchanged).
+//!
+//! A typed run places each entity type on its own ([`crate::entity_types`]): partitioned
+//! types by their own permutations, the others in a pinned region `n` held in memory all
+//! epoch. An edge with a pinned end goes to the bucket of its other end's partition on both
+//! sides (`(q, q)`), so that only that partition need be resident; one with both ends
+//! pinned to `(0, 0)`.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +23,7 @@ use strata_store::rng::derive;
 use strata_store::units::fmt_bytes;
 use strata_store::{Store, StoreError};
 
+use crate::entity_types::{EntityType, TypedLayout};
 use crate::error::{EmbedError, Result};
 
 /// Where each node lives.
@@ -24,9 +31,13 @@ use crate::error::{EmbedError, Result};
 pub struct Partitioning {
     pub num_nodes: u64,
     pub partitions: u32,
-    /// Positions per partition (the last one may hold fewer nodes).
+    /// Positions per partition (the last one may hold fewer nodes); in a typed run the rows
+    /// of a partition region (every partitioned type's share).
     pub part_size: u64,
     pub seed: u64,
+    /// A typed run's entity types (None: one table of all nodes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub types: Option<Vec<EntityType>>,
 }
 
 impl Partitioning {
@@ -48,7 +59,72 @@ impl Partitioning {
             partitions,
             part_size,
             seed,
+            types: None,
         })
+    }
+
+    /// A typed run's partitioning: `types` (covering the ids in order) over `partitions`
+    /// partitions. With one partition every type that is not featurized shares partition 0.
+    pub fn typed(types: Vec<EntityType>, partitions: u32, seed: u64) -> Result<Self> {
+        let num_nodes = types.last().map_or(0, |t| t.first + t.count);
+        let most = types
+            .iter()
+            .filter(|t| t.partitioned)
+            .map(|t| t.count)
+            .max()
+            .unwrap_or(1);
+        if partitions == 0 || partitions as u64 > most.max(1) {
+            return Err(EmbedError::Config(format!(
+                "partitions must be between 1 and the largest partitioned entity type's count ({most}), got {partitions}"
+            )));
+        }
+        let types: Vec<EntityType> = types
+            .into_iter()
+            .map(|t| EntityType {
+                partitioned: t.features.is_none() && (t.partitioned || partitions == 1),
+                ..t
+            })
+            .collect();
+        let part_size: u64 = types
+            .iter()
+            .filter(|t| t.partitioned)
+            .map(|t| t.count.div_ceil(partitions as u64))
+            .sum();
+        let layout = TypedLayout::new(&types, partitions, seed);
+        let largest = layout.stored_rows(partitions).max(part_size);
+        if largest > i32::MAX as u64 {
+            return Err(EmbedError::Config(format!(
+                "{largest} rows in one region do not fit int32 local ids; partition more entity types or use more partitions"
+            )));
+        }
+        Ok(Partitioning {
+            num_nodes,
+            partitions,
+            part_size,
+            seed,
+            types: Some(types),
+        })
+    }
+
+    /// A typed run's layout of its entity types (None in an untyped run).
+    pub fn typed_layout(&self) -> Option<TypedLayout> {
+        self.types
+            .as_ref()
+            .map(|t| TypedLayout::new(t, self.partitions, self.seed))
+    }
+
+    /// The pinned region of a typed run whose types are not all partitioned: region id
+    /// `partitions`, held in memory for the whole epoch.
+    pub fn pinned(&self) -> Option<u32> {
+        self.types
+            .as_ref()
+            .is_some_and(|t| t.iter().any(|t| !t.partitioned))
+            .then_some(self.partitions)
+    }
+
+    /// Every region of the table: the partitions, then the pinned region if any.
+    pub fn regions(&self) -> Vec<u32> {
+        (0..self.partitions).chain(self.pinned()).collect()
     }
 
     /// The bijection, or `None` for a single partition (identity, which keeps exports in id order).
@@ -59,16 +135,33 @@ impl Partitioning {
     /// A locator reusable for many nodes.
     pub fn locator(&self) -> Locator {
         Locator {
-            perm: self.perm(),
+            perm: if self.types.is_some() {
+                None
+            } else {
+                self.perm()
+            },
             part_size: self.part_size,
             num_nodes: self.num_nodes,
+            typed: self.typed_layout(),
         }
     }
 
-    /// Nodes in partition `p`.
+    /// Nodes in region `p` (entity view: a featurized entity is one row).
     pub fn size_of(&self, p: u32) -> u64 {
+        if let Some(t) = &self.types {
+            return TypedLayout::new(t, self.partitions, self.seed).entities_in(p);
+        }
         let start = p as u64 * self.part_size;
         self.num_nodes.saturating_sub(start).min(self.part_size)
+    }
+
+    /// Rows region `p` stores: [`Partitioning::size_of`], except for a pinned region holding
+    /// featurized types (their features).
+    pub fn stored_rows(&self, p: u32) -> u64 {
+        match &self.types {
+            Some(t) => TypedLayout::new(t, self.partitions, self.seed).stored_rows(p),
+            None => self.size_of(p),
+        }
     }
 }
 
@@ -77,17 +170,25 @@ pub struct Locator {
     perm: Option<Perm>,
     part_size: u64,
     num_nodes: u64,
+    typed: Option<TypedLayout>,
 }
 
 impl Locator {
-    /// `(partition, local index)` of node `v`.
+    /// `(partition, local index)` of node `v` (in a typed run: region and entity-view row).
+    #[inline]
     pub fn locate(&self, v: u64) -> (u32, u32) {
+        if let Some(t) = &self.typed {
+            return t.locate(v);
+        }
         let pos = self.perm.as_ref().map_or(v, |p| p.apply(v));
         ((pos / self.part_size) as u32, (pos % self.part_size) as u32)
     }
 
     /// The node at local index `local` of partition `p`.
     pub fn node(&self, p: u32, local: u32) -> u64 {
+        if let Some(t) = &self.typed {
+            return t.node(p, local);
+        }
         let pos = p as u64 * self.part_size + local as u64;
         debug_assert!(pos < self.num_nodes);
         self.perm.as_ref().map_or(pos, |q| q.invert(pos))
@@ -131,10 +232,31 @@ impl Buckets {
 }
 
 fn index_dir(store: &Store, p: &Partitioning) -> PathBuf {
-    store
-        .path()
-        .join("partitions")
-        .join(format!("n{}-seed{}", p.partitions, p.seed))
+    let name = match &p.types {
+        None => format!("n{}-seed{}", p.partitions, p.seed),
+        // A typed layout buckets differently: its own index, named by a hash of the types.
+        Some(types) => {
+            let text = serde_json::to_string(types).expect("serialises");
+            let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            });
+            format!("n{}-seed{}-typed-{hash:016x}", p.partitions, p.seed)
+        }
+    };
+    store.path().join("partitions").join(name)
+}
+
+/// The bucket of an edge whose ends are in regions `a` and `b`: `(a, b)`, or with an end in
+/// the pinned region `pinned` the bucket of the other end's partition on both sides (`(0, 0)`
+/// when both ends are pinned).
+#[inline]
+pub fn bucket_of(a: u32, b: u32, pinned: Option<u32>) -> (u32, u32) {
+    match pinned {
+        Some(p) if a == p && b == p => (0, 0),
+        Some(p) if a == p => (b, b),
+        Some(p) if b == p => (a, a),
+        _ => (a, b),
+    }
 }
 
 /// The buckets of `store` for `partitioning`, built (within `budget` bytes) unless an index
@@ -157,6 +279,7 @@ pub fn buckets(
     }
     let n = partitioning.partitions as usize;
     let locator = partitioning.locator();
+    let pinned = partitioning.pinned();
     let cols = edges.shape[1] as usize;
     let num_edges = edges.shape[0];
     // Pass 1: bucket sizes, with every id checked (the later passes re-read the same rows).
@@ -172,6 +295,7 @@ pub fn buckets(
         for row in vals.chunks_exact(cols) {
             let (a, _) = locator.locate(row[0] as u64);
             let (b, _) = locator.locate(row[cols - 1] as u64);
+            let (a, b) = bucket_of(a, b, pinned);
             counts[a as usize * n + b as usize] += 1;
         }
         meter.add((vals.len() / cols) as u64, bytes.len() as u64)?;
@@ -228,6 +352,7 @@ pub fn buckets(
             for row in vals.chunks_exact(cols) {
                 let (a, la) = locator.locate(row[0] as u64);
                 let (b, lb) = locator.locate(row[cols - 1] as u64);
+                let (a, b) = bucket_of(a, b, pinned);
                 let bucket = a as usize * n + b as usize;
                 if (start..end).contains(&bucket) {
                     let rel = if cols == 3 { row[1] as i32 } else { 0 };
@@ -302,5 +427,62 @@ struct TempDir(PathBuf);
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ty(name: &str, first: u64, count: u64, partitioned: bool) -> EntityType {
+        EntityType {
+            name: name.into(),
+            first,
+            count,
+            partitioned,
+            features: None,
+        }
+    }
+
+    #[test]
+    fn typed_buckets_need_only_their_partitions_resident() {
+        // Users and items in 4 partitions each, tags unpartitioned (PBG's num_partitions 1).
+        let p = Partitioning::typed(
+            vec![
+                ty("user", 0, 50, true),
+                ty("item", 50, 30, true),
+                ty("tag", 80, 5, false),
+            ],
+            4,
+            1,
+        )
+        .unwrap();
+        assert_eq!(p.pinned(), Some(4));
+        assert_eq!(p.regions(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(p.part_size, 13 + 8);
+        let loc = p.locator();
+        let mut seen = std::collections::HashSet::new();
+        for u in 0..85 {
+            for v in 0..85 {
+                let ((a, la), (b, lb)) = (loc.locate(u), loc.locate(v));
+                let (x, y) = bucket_of(a, b, p.pinned());
+                assert!(x < 4 && y < 4, "{u} {v}");
+                // Each end is in one of the bucket's partitions or in the pinned region.
+                assert!([x, y, 4].contains(&a) && [x, y, 4].contains(&b));
+                assert_eq!((loc.node(a, la), loc.node(b, lb)), (u, v));
+                seen.insert((x, y));
+            }
+        }
+        // Tag-to-tag edges share bucket (0, 0); a tag's edges go to the other end's diagonal.
+        assert_eq!(bucket_of(4, 4, Some(4)), (0, 0));
+        assert_eq!(bucket_of(4, 2, Some(4)), (2, 2));
+        assert_eq!(bucket_of(3, 4, Some(4)), (3, 3));
+        assert_eq!(seen.len(), 16);
+        // With one partition every plain type shares it: no pinned region.
+        let one = Partitioning::typed(vec![ty("user", 0, 50, true), ty("tag", 50, 5, false)], 1, 1)
+            .unwrap();
+        assert_eq!((one.pinned(), one.size_of(0)), (None, 55));
+        // More partitions than the largest partitioned type has nodes are refused.
+        assert!(Partitioning::typed(vec![ty("user", 0, 3, true)], 4, 1).is_err());
     }
 }

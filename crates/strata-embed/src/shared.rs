@@ -50,6 +50,15 @@ impl<'a> SharedRows<'a> {
         }
     }
 
+    /// Adds row `i` to `out` (a featurized entity sums its features' rows).
+    #[inline]
+    pub fn add_to(&self, i: usize, out: &mut [f32]) {
+        let row = &self.params[i * self.dim..(i + 1) * self.dim];
+        for (o, w) in out.iter_mut().zip(row) {
+            *o += f32::from_bits(w.load(Relaxed));
+        }
+    }
+
     /// One Adagrad step on row `i` with gradient `g`: `state += g²`, `w -= lr g / (√state + ε)`
     /// (per-row: the state accumulates the mean of `g²`).
     #[inline]

@@ -18,7 +18,7 @@ use crate::config::OptimizerKind;
 use crate::error::Result;
 use crate::partitioning::Partitioning;
 
-/// Byte layout of one partition region.
+/// Byte layout of the partition regions (and of a typed run's pinned region, after them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableLayout {
     /// Rows per partition (the last partition's extra rows are never used).
@@ -26,6 +26,17 @@ pub struct TableLayout {
     pub dim: usize,
     /// Adagrad state floats per row: `dim`, or 1 for row-wise Adagrad.
     pub state_per_row: usize,
+    /// A typed run's pinned region (its unpartitioned and featurized entity types).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<PinnedRegion>,
+}
+
+/// The region of a typed run's types that stay in memory all epoch: region id `region` (the
+/// number of partitions), stored after the partitions with `rows` rows of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedRegion {
+    pub region: u32,
+    pub rows: u64,
 }
 
 impl TableLayout {
@@ -37,6 +48,10 @@ impl TableLayout {
                 OptimizerKind::Adagrad => dim,
                 OptimizerKind::AdagradRow => 1,
             },
+            pinned: p.pinned().map(|region| PinnedRegion {
+                region,
+                rows: p.stored_rows(region),
+            }),
         }
     }
 
@@ -48,6 +63,35 @@ impl TableLayout {
     /// Bytes of one partition region (embeddings + state), padded for `O_DIRECT`.
     pub fn part_bytes(&self) -> u64 {
         align_up(self.rows * (self.dim + self.state_per_row) as u64 * 4)
+    }
+
+    /// Whether region `p` is the pinned region.
+    pub fn is_pinned(&self, p: u32) -> bool {
+        self.pinned.is_some_and(|r| r.region == p)
+    }
+
+    /// Rows of region `p`.
+    pub fn region_rows(&self, p: u32) -> u64 {
+        match self.pinned {
+            Some(r) if r.region == p => r.rows,
+            _ => self.rows,
+        }
+    }
+
+    /// Floats of embeddings in region `p`.
+    pub fn emb_floats_in(&self, p: u32) -> usize {
+        self.region_rows(p) as usize * self.dim
+    }
+
+    /// Bytes of region `p` (embeddings + state), padded for `O_DIRECT`.
+    pub fn region_bytes(&self, p: u32) -> u64 {
+        align_up(self.region_rows(p) * (self.dim + self.state_per_row) as u64 * 4)
+    }
+
+    /// Bytes of a whole table file of `partitions` partitions (and the pinned region).
+    pub fn table_bytes(&self, partitions: u32) -> u64 {
+        partitions as u64 * self.part_bytes()
+            + self.pinned.map_or(0, |r| self.region_bytes(r.region))
     }
 }
 
@@ -104,7 +148,7 @@ impl TableFile {
         buf: &mut AlignedBuf,
         write: bool,
     ) -> Result<()> {
-        let bytes = layout.part_bytes() as usize;
+        let bytes = layout.region_bytes(p) as usize;
         assert!(buf.capacity() >= bytes, "partition buffer too small");
         let base = p as u64 * layout.part_bytes();
         let region = buf.full_mut().as_mut_ptr();
@@ -151,7 +195,7 @@ impl TableFile {
         out: &mut [f32],
     ) -> Result<()> {
         let at = p as u64 * layout.part_bytes()
-            + (layout.emb_floats() as u64 + first * layout.state_per_row as u64) * 4;
+            + (layout.emb_floats_in(p) as u64 + first * layout.state_per_row as u64) * 4;
         self.read_floats(engine, at, out)
     }
 
@@ -189,7 +233,7 @@ pub fn init_partition(
     buf: &mut AlignedBuf,
 ) {
     let floats: &mut [f32] =
-        bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.part_bytes() as usize]);
+        bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.region_bytes(p) as usize]);
     floats.fill(0.0);
     let mut rng = Rng::new(derive(derive(seed, 0xe3b0), p as u64));
     for v in floats[..used_rows as usize * layout.dim].chunks_mut(2) {

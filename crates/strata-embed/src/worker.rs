@@ -6,10 +6,12 @@ use strata_store::rng::{derive, Rng};
 
 use crate::bank::Banks;
 use crate::config::{Corrupt, MAX_ROWS};
+use crate::entity_types::FeatureBags;
 use crate::model::{
     chunk_step, regularize, Chunk, Grads, LossKind, Regularizer, ScoreModel, Scratch,
 };
 use crate::shared::SharedRows;
+use crate::typed_negatives::{NegSpace, Negative};
 
 /// A resident partition's rows and node count.
 #[derive(Clone, Copy)]
@@ -55,6 +57,12 @@ pub struct BucketCtx<'a> {
     pub pool: Pool<'a>,
     /// Added to the loss of every chunk direction (see [`regularize`]).
     pub reg: Regularizer,
+    /// A typed run: the uniform negatives of tail and of head corruption (the destination's
+    /// and the source's entity type; `None`: every node of the pool, untyped).
+    pub negs: Option<[NegSpace; 2]>,
+    /// A typed run's featurized entities, in part `feat.0`: their rows are their features'
+    /// means (see [`BucketCtx::load_row`]).
+    pub feat: Option<(usize, &'a FeatureBags)>,
 }
 
 /// Marks a negative taken from a bank: `(BANK | partition, row of the bank)`.
@@ -64,9 +72,20 @@ const BANK: usize = 1 << (usize::BITS - 1);
 const BANK_KEY: usize = 1 << 22;
 
 impl BucketCtx<'_> {
-    /// A uniform negative for a side whose targets lie in part `target`: `(part index, local
-    /// row)`, or `(BANK | partition, bank row)` for a node of a partition on disk.
-    fn uniform_node(&self, target: usize, rng: &mut Rng) -> (usize, u32) {
+    /// A uniform negative for side `k` (0: tail corruption, 1: head) whose targets lie in
+    /// part `target`: `(part index, local row)`, or `(BANK | partition, bank row)` for a node
+    /// of a partition on disk.
+    fn uniform_node(&self, k: usize, target: usize, rng: &mut Rng) -> (usize, u32) {
+        if let Some(negs) = &self.negs {
+            let banks = match &self.pool {
+                Pool::All { banks, .. } => Some(*banks),
+                _ => None,
+            };
+            return match negs[k].draw(banks, rng) {
+                Negative::Part(part, row) => (part, row),
+                Negative::Bank(p, row) => (BANK | p as usize, row),
+            };
+        }
         match &self.pool {
             Pool::Partition => (target, rng.below(self.parts[target].size as u64) as u32),
             Pool::Resident => {
@@ -102,7 +121,25 @@ impl BucketCtx<'_> {
             Pool::All { banks, .. } if part & BANK != 0 => {
                 out.copy_from_slice(banks.row((part & !BANK) as u32, row))
             }
-            _ => self.parts[part].rows.load(row as usize, out),
+            _ => self.load_row(part, row, out),
+        }
+    }
+
+    /// The features of row `row` of part `part` when it is a featurized entity.
+    #[inline]
+    fn bag(&self, part: usize, row: u32) -> Option<&[u32]> {
+        self.feat
+            .and_then(|(p, bags)| if p == part { bags.bag(row) } else { None })
+    }
+
+    /// Copies row `row` of part `part` into `out`: a featurized entity's is the mean of its
+    /// features' rows.
+    #[inline]
+    pub fn load_row(&self, part: usize, row: u32, out: &mut [f32]) {
+        let rows = &self.parts[part].rows;
+        match self.bag(part, row) {
+            Some(bag) => FeatureBags::mean(bag, |f, acc| rows.add_to(f, acc), out),
+            None => rows.load(row as usize, out),
         }
     }
 }
@@ -127,6 +164,10 @@ pub struct Worker {
     sides: [Side; 2],
     updates: Vec<(u64, u32)>,
     sum: Vec<f32>,
+    /// Gradients of featurized entities' features (rows of `dim`), and the updates they
+    /// replace the entities' with.
+    feat_grads: Vec<f32>,
+    feat_updates: Vec<(u64, u32)>,
     /// Loss summed over chunks and directions.
     pub loss: f64,
     /// Positive edge-directions trained.
@@ -145,12 +186,16 @@ const SIDE_BIT: u32 = 1 << 31;
 const FROM_SRC: u32 = 0;
 const FROM_DST: u32 = 1 << 29;
 const FROM_NEG: u32 = 2 << 29;
+/// A featurized entity's feature: a row of the worker's `feat_grads`.
+const FROM_FEAT: u32 = 3 << 29;
 const FROM_MASK: u32 = 3 << 29;
 const ROW_MASK: u32 = (MAX_ROWS - 1) as u32;
 
 /// How one side reads an edge `(s, r, t)`: tail corruption scores `(s, r, t')`, head
 /// corruption `(t, r⁻¹, s')` (or `(t, r', s')` with the reversed relation).
 struct Orientation {
+    /// The side: 0 tail corruption, 1 head corruption.
+    k: usize,
     s_part: usize,
     s_col: usize,
     d_part: usize,
@@ -163,6 +208,7 @@ impl Orientation {
     fn new(ctx: &BucketCtx, tail: bool) -> Orientation {
         if tail {
             Orientation {
+                k: 0,
                 s_part: ctx.src_part,
                 s_col: 0,
                 d_part: ctx.dst_part,
@@ -172,6 +218,7 @@ impl Orientation {
             }
         } else {
             Orientation {
+                k: 1,
                 s_part: ctx.dst_part,
                 s_col: 2,
                 d_part: ctx.src_part,
@@ -223,13 +270,20 @@ impl Worker {
         let (d, rd) = (ctx.model.dim, ctx.model.rel_dim());
         let b = chunk.len();
         let side = &mut self.sides[k];
-        let (s_rows, d_rows) = (ctx.parts[o.s_part].rows, ctx.parts[o.d_part].rows);
         resize(&mut side.src, b * d);
         resize(&mut side.dst, b * d);
         resize(&mut side.rel, b * rd);
         for (i, e) in chunk.iter().enumerate() {
-            s_rows.load(e[o.s_col] as usize, &mut side.src[i * d..(i + 1) * d]);
-            d_rows.load(e[o.d_col] as usize, &mut side.dst[i * d..(i + 1) * d]);
+            ctx.load_row(
+                o.s_part,
+                e[o.s_col] as u32,
+                &mut side.src[i * d..(i + 1) * d],
+            );
+            ctx.load_row(
+                o.d_part,
+                e[o.d_col] as u32,
+                &mut side.dst[i * d..(i + 1) * d],
+            );
             if let Some(rels) = &ctx.rels {
                 let row = &mut side.rel[i * rd..(i + 1) * rd];
                 rels.load((e[1] as u32 + o.rel_offset) as usize, row);
@@ -250,7 +304,7 @@ impl Worker {
                     chunk[rng.below(b as u64) as usize][o.d_col] as u32,
                 )
             } else {
-                ctx.uniform_node(o.d_part, rng)
+                ctx.uniform_node(o.k, o.d_part, rng)
             };
             side.neg_ids.push(id);
         }
@@ -315,17 +369,30 @@ impl Worker {
                     .push((key(part, local), side_bit | FROM_NEG | j as u32));
             }
         }
-        self.updates.sort_unstable_by_key(|u| u.0);
-        let sides_ref = &self.sides;
-        let grad_row = |tag: u32| -> &[f32] {
-            let g = &sides_ref[(tag >> 31) as usize].grads;
-            let r = (tag & ROW_MASK) as usize;
-            match tag & FROM_MASK {
-                FROM_SRC => &g.src[r * d..(r + 1) * d],
-                FROM_DST => &g.dst[r * d..(r + 1) * d],
-                _ => &g.neg[r * d..(r + 1) * d],
+        if ctx.feat.is_some() {
+            // A featurized entity is the mean of its features: each feature takes the
+            // entity's gradient over the bag's size, summed with its other updates below.
+            self.feat_grads.clear();
+            self.feat_updates.clear();
+            for &(k, tag) in &self.updates {
+                let (part, row) = ((k >> PART_SHIFT) as usize, k as u32);
+                let Some(bag) = ctx.bag(part, row) else {
+                    self.feat_updates.push((k, tag));
+                    continue;
+                };
+                let g = grad_of(&self.sides, &[], d, tag);
+                let scale = 1.0 / bag.len() as f32;
+                for &f in bag {
+                    let at = (self.feat_grads.len() / d) as u32;
+                    self.feat_grads.extend(g.iter().map(|x| x * scale));
+                    self.feat_updates.push((key(part, f), FROM_FEAT | at));
+                }
             }
-        };
+            std::mem::swap(&mut self.updates, &mut self.feat_updates);
+        }
+        self.updates.sort_unstable_by_key(|u| u.0);
+        let (sides, feat) = (&self.sides, &self.feat_grads);
+        let grad_row = |tag: u32| grad_of(sides, feat, d, tag);
         apply_sorted(&self.updates, &mut self.sum, d, grad_row, |k, g| {
             let (part, row) = (
                 (k >> PART_SHIFT) as usize,
@@ -368,6 +435,19 @@ impl Worker {
             },
             |key, g| rels.adagrad(key as usize, g, ctx.lr),
         );
+    }
+}
+
+/// The gradient row an update's `tag` names: a side's source, destination or negative
+/// gradient, or a featurized entity's feature gradient in `feat` (rows of `d`).
+fn grad_of<'g>(sides: &'g [Side; 2], feat: &'g [f32], d: usize, tag: u32) -> &'g [f32] {
+    let g = &sides[(tag >> 31) as usize].grads;
+    let r = (tag & ROW_MASK) as usize;
+    match tag & FROM_MASK {
+        FROM_SRC => &g.src[r * d..(r + 1) * d],
+        FROM_DST => &g.dst[r * d..(r + 1) * d],
+        FROM_NEG => &g.neg[r * d..(r + 1) * d],
+        _ => &feat[r * d..(r + 1) * d],
     }
 }
 

@@ -76,37 +76,51 @@ pub struct NameTable {
 impl NameTable {
     /// Opens table `prefix` of `store`.
     pub fn open(store: &Store, prefix: &str) -> Result<NameTable> {
-        let map = |name: &str| -> Result<(memmap2::Mmap, usize)> {
-            let path = store.array_path(name)?;
-            let header = npy::read_header(&path)?;
-            let file = std::fs::File::open(&path).map_err(|e| StoreError::os("open", &path, e))?;
-            // SAFETY: store files are never modified in place after a store is committed.
-            let mmap = unsafe { memmap2::Mmap::map(&file) }
-                .map_err(|e| StoreError::os("mmap", &path, e))?;
-            Ok((mmap, header.data_offset as usize))
-        };
         let offsets_name = format!("{prefix}_offsets");
-        let (offsets, offsets_start) = map(&offsets_name)?;
-        let (bytes, bytes_start) = map(&format!("{prefix}_bytes"))?;
-        let len = (offsets.len() - offsets_start) / 8 - 1;
         let types = &store.manifest().node_types;
-        let segments = if prefix == "node_names" && !types.is_empty() {
+        let segments = (prefix == "node_names" && !types.is_empty()).then(|| {
             types
                 .iter()
                 .map(|t| (t.offset, t.offset + t.count))
                 .collect()
-        } else {
-            vec![(0, len as u64)]
+        });
+        NameTable::open_at(
+            store.path(),
+            store.require(&offsets_name)?,
+            store.require(&format!("{prefix}_bytes"))?,
+            segments,
+        )
+    }
+
+    /// Opens the table of arrays `offsets` and `bytes` in `dir` (a store, or one being
+    /// built), each id range of `segments` sorted on its own (None: the whole table).
+    pub fn open_at(
+        dir: &Path,
+        offsets: &ArrayInfo,
+        bytes: &ArrayInfo,
+        segments: Option<Vec<(u64, u64)>>,
+    ) -> Result<NameTable> {
+        let map = |info: &ArrayInfo| -> Result<(memmap2::Mmap, usize)> {
+            let path = dir.join(&info.file);
+            let header = npy::read_header(&path)?;
+            let file = std::fs::File::open(&path).map_err(|e| StoreError::os("open", &path, e))?;
+            // SAFETY: store files are never modified in place once written.
+            let mmap = unsafe { memmap2::Mmap::map(&file) }
+                .map_err(|e| StoreError::os("mmap", &path, e))?;
+            Ok((mmap, header.data_offset as usize))
         };
+        let (offsets_map, offsets_start) = map(offsets)?;
+        let (bytes_map, bytes_start) = map(bytes)?;
+        let len = (offsets_map.len() - offsets_start) / 8 - 1;
         Ok(NameTable {
-            offsets,
-            bytes,
+            offsets: offsets_map,
+            bytes: bytes_map,
             offsets_start,
             bytes_start,
             len,
-            segments,
-            store: store.path().to_path_buf(),
-            offsets_file: store.require(&offsets_name)?.file.clone(),
+            segments: segments.unwrap_or_else(|| vec![(0, len as u64)]),
+            store: dir.to_path_buf(),
+            offsets_file: offsets.file.clone(),
         })
     }
 
