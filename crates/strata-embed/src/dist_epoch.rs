@@ -480,6 +480,7 @@ impl Trainer {
                         self.piece_rows,
                         2,
                         self.relation_ids(),
+                        self.weighted(),
                     );
                     let result = self
                         .run_bucket(&rx, bucket, epoch, trained, &mut tl, &mut tally, &mut meter);

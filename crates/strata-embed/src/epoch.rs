@@ -109,6 +109,9 @@ pub struct Trainer {
     /// Rows of the partitions on disk, for the `all` negative pool (`None` when every
     /// partition is resident or another pool is used).
     pub(crate) banks: Option<Banks>,
+    /// `corrupt = bernoulli`: the probability of corrupting the head, by relation id (empty
+    /// otherwise; see [`crate::bernoulli`]).
+    pub head_prob: Vec<f32>,
 }
 
 impl Trainer {
@@ -140,7 +143,14 @@ impl Trainer {
             relations,
             piece_rows,
             prefetch_slots: 0,
+            head_prob: Vec::new(),
         }
+    }
+
+    /// Whether training scales each edge's loss by its weight: the store has weights and the
+    /// run does not ignore them.
+    pub fn weighted(&self) -> bool {
+        self.cfg.edge_weights && self.buckets.weights.is_some()
     }
 
     pub fn threads(&self) -> usize {
@@ -196,6 +206,7 @@ impl Trainer {
             self.piece_rows,
             2,
             self.relation_ids(),
+            self.weighted(),
         );
         let swapper = Swapper::start(engine.clone(), layout);
         let mut tally = Tally::default();
@@ -366,10 +377,10 @@ impl Trainer {
                 tl.add("wait", step, t, now, format!("edges {bucket:?}"));
             }
             debug_assert_eq!(got.bucket, bucket);
-            let mut edges = got.edges?;
+            let (mut edges, mut weights) = got.edges?;
             tally.edge_bytes += got.bytes;
             let start = Instant::now();
-            self.train_piece(bucket, &mut edges, derive(bucket_key, piece));
+            self.train_piece(bucket, &mut edges, &mut weights, derive(bucket_key, piece));
             tl.add(
                 "compute",
                 step,
@@ -446,14 +457,25 @@ impl Trainer {
         Ok(loads)
     }
 
-    /// Trains one piece of bucket `(a, b)`'s edges, shuffled by `key`, on the worker threads.
-    fn train_piece(&mut self, (a, b): Bucket, edges: &mut [[i32; 3]], key: u64) {
+    /// Trains one piece of bucket `(a, b)`'s edges (with their `weights`, one per edge or
+    /// none), shuffled by `key`, on the worker threads.
+    fn train_piece(
+        &mut self,
+        (a, b): Bucket,
+        edges: &mut [[i32; 3]],
+        weights: &mut [f32],
+        key: u64,
+    ) {
         if edges.is_empty() {
             return;
         }
         let mut rng = Rng::new(key);
         for i in (1..edges.len()).rev() {
-            edges.swap(i, rng.below(i as u64 + 1) as usize);
+            let j = rng.below(i as u64 + 1) as usize;
+            edges.swap(i, j);
+            if !weights.is_empty() {
+                weights.swap(i, j);
+            }
         }
         let partitioning = &self.buckets.partitioning;
         let resident = self.buffer.rows_mut();
@@ -491,8 +513,7 @@ impl Trainer {
         let inverse_offset = self.relations.inverse_offset;
         let ctx = BucketCtx {
             model: self.model,
-            loss: self.cfg.loss,
-            margin: self.cfg.margin,
+            loss: self.cfg.loss_fn(),
             lr: self.cfg.lr,
             parts,
             src_part,
@@ -500,23 +521,31 @@ impl Trainer {
             rels: self.relations.shared(),
             inverse_offset,
             corrupt: self.cfg.corrupt,
+            head_prob: &self.head_prob,
             negatives: self.cfg.negatives,
             degree_fraction: self.cfg.degree_fraction,
             pool,
             reg: self.cfg.regularizer(),
         };
-        let chunks: Vec<&[[i32; 3]]> = edges.chunks(self.cfg.chunk_size.max(1)).collect();
+        let size = self.cfg.chunk_size.max(1);
+        let chunks: Vec<&[[i32; 3]]> = edges.chunks(size).collect();
+        // The weights of chunk c (empty: unweighted).
+        let weights: &[f32] = weights;
+        let weights_of = |c: usize| match weights.is_empty() {
+            true => &[][..],
+            false => &weights[c * size..(c * size + chunks[c].len())],
+        };
         let threads = self.workers.len().min(chunks.len());
         if threads == 1 {
             for (c, chunk) in chunks.iter().enumerate() {
-                self.workers[0].train_chunk(&ctx, chunk, derive(key, c as u64));
+                self.workers[0].train_chunk(&ctx, chunk, weights_of(c), derive(key, c as u64));
             }
             return;
         }
         // Chunks go to whichever worker is free; each chunk's negatives depend only on its
         // index, so the assignment changes nothing but the interleaving of updates.
         let next = AtomicUsize::new(0);
-        let (ctx, chunks, next) = (&ctx, &chunks, &next);
+        let (ctx, chunks, next, weights_of) = (&ctx, &chunks, &next, &weights_of);
         std::thread::scope(|scope| {
             for worker in self.workers[..threads].iter_mut() {
                 scope.spawn(move || loop {
@@ -524,7 +553,7 @@ impl Trainer {
                     if c >= chunks.len() {
                         break;
                     }
-                    worker.train_chunk(ctx, chunks[c], derive(key, c as u64));
+                    worker.train_chunk(ctx, chunks[c], weights_of(c), derive(key, c as u64));
                 });
             }
         });

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use strata_io::{AlignedBuf, Engine, IoFile, OpenMode};
-use strata_store::array::{decode_ints, RowReader};
+use strata_store::array::{decode_f32, decode_ints, RowReader};
 use strata_store::ids::{Field, IdCheck};
 use strata_store::DType;
 
@@ -103,21 +103,24 @@ impl Drop for Swapper {
     }
 }
 
-/// A piece of one bucket's edges as `(src_local, rel, dst_local)` rows.
+/// A piece of one bucket's edges as `(src_local, rel, dst_local)` rows, with their weights
+/// (one per edge, or empty when the edges are read without them).
 pub struct BucketEdges {
     pub bucket: (u32, u32),
     /// Whether this is the bucket's last piece.
     pub last: bool,
-    pub edges: Result<Vec<[i32; 3]>>,
+    pub edges: Result<(Vec<[i32; 3]>, Vec<f32>)>,
     /// Bytes read.
     pub bytes: u64,
 }
 
 /// Reads the edges of `order`'s buckets in that order, in pieces of at most `piece_rows`
 /// edges, up to `ahead` pieces ahead (so edge memory stays bounded whatever a bucket's size).
-/// Every bucket yields at least one piece, possibly empty. Local ids are checked against their
-/// partitions' sizes and relations against `relations` (the rows a relation id may index) as
-/// the rows are decoded, so a corrupt index fails with its file and row named.
+/// With `weighted` (the index must hold weights) each piece carries its edges' weights, and
+/// holds 3/4 as many edges so that it takes the same bytes. Every bucket yields at least one
+/// piece, possibly empty. Local ids are checked against their partitions' sizes and relations
+/// against `relations` (the rows a relation id may index) as the rows are decoded, and
+/// weights for being finite and >= 0, so a corrupt index fails with its file and row named.
 pub fn prefetch_edges(
     engine: Arc<Engine>,
     buckets: Arc<Buckets>,
@@ -125,15 +128,23 @@ pub fn prefetch_edges(
     piece_rows: u64,
     ahead: usize,
     relations: u64,
+    weighted: bool,
 ) -> (Receiver<BucketEdges>, JoinHandle<()>) {
     let (tx, rx) = bounded::<BucketEdges>(ahead.max(1));
+    let row_bytes = ROW_BYTES + if weighted { WEIGHT_BYTES } else { 0 };
+    let piece_rows = piece_rows * ROW_BYTES / row_bytes;
     let handle = std::thread::Builder::new()
         .name("strata-embed-edges".into())
         .spawn(move || {
+            let open = |path: &std::path::Path| {
+                strata_store::npy::read_header(path)
+                    .map_err(EmbedError::from)
+                    .and_then(|h| Ok((h.data_offset, engine.open(path, OpenMode::Read)?)))
+            };
             let path = buckets.edges_path();
-            let file = strata_store::npy::read_header(&path)
-                .map_err(EmbedError::from)
-                .and_then(|h| Ok((h.data_offset, engine.open(&path, OpenMode::Read)?)));
+            let file = open(&path);
+            let weights_path = buckets.weights_path();
+            let weights_file = weighted.then(|| open(&weights_path));
             for bucket in order {
                 let range = buckets.range(bucket.0, bucket.1);
                 let mut at = range.start;
@@ -150,11 +161,22 @@ pub fn prefetch_edges(
                         Ok((data_offset, f)) => read_rows(f, &path, *data_offset, at..end, check),
                         Err(e) => Err(EmbedError::Corrupt(format!("{}: {e}", path.display()))),
                     };
+                    let weights = match &weights_file {
+                        None => Ok(Vec::new()),
+                        Some(Ok((data_offset, f))) => {
+                            read_weights(f, &weights_path, *data_offset, at..end)
+                        }
+                        Some(Err(e)) => Err(EmbedError::Corrupt(format!(
+                            "{}: {e}",
+                            weights_path.display()
+                        ))),
+                    };
+                    let edges = edges.and_then(|e| Ok((e, weights?)));
                     let failed = edges.is_err();
                     let piece = BucketEdges {
                         bucket,
                         last: end == range.end,
-                        bytes: (end - at) * ROW_BYTES,
+                        bytes: (end - at) * row_bytes,
                         edges,
                     };
                     if tx.send(piece).is_err() || failed {
@@ -173,6 +195,44 @@ pub fn prefetch_edges(
 
 /// Bytes of one bucketed edge row (three int32).
 const ROW_BYTES: u64 = 12;
+/// Bytes of one bucketed weight (float32).
+const WEIGHT_BYTES: u64 = 4;
+
+/// Reads the weights of edge rows `rows` from the bucketed weights at `path`, checking each.
+fn read_weights(
+    file: &IoFile,
+    path: &std::path::Path,
+    data_offset: u64,
+    rows: std::ops::Range<u64>,
+) -> Result<Vec<f32>> {
+    let count = (rows.end - rows.start) as usize;
+    let mut out: Vec<f32> = Vec::with_capacity(count);
+    if count == 0 {
+        return Ok(out);
+    }
+    let start = data_offset + rows.start * WEIGHT_BYTES;
+    let end = start + count as u64 * WEIGHT_BYTES;
+    let mut reader = RowReader::records(file.clone(), start, end, WEIGHT_BYTES as usize, 4 << 20);
+    while let Some(batch) = reader.next_batch()? {
+        decode_f32(batch, DType::F32, &mut out);
+    }
+    if let Some(i) = out.iter().position(|w| !(*w >= 0.0 && w.is_finite())) {
+        return Err(EmbedError::Corrupt(format!(
+            "{}: row {}: weight {} is not a finite number >= 0",
+            path.display(),
+            rows.start + i as u64,
+            out[i]
+        )));
+    }
+    if out.len() != count {
+        return Err(EmbedError::Corrupt(format!(
+            "{}: bucket rows {rows:?} hold {} weights",
+            path.display(),
+            out.len()
+        )));
+    }
+    Ok(out)
+}
 
 fn read_rows(
     file: &IoFile,

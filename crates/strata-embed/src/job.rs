@@ -11,9 +11,10 @@ use strata_io::Engine;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
+use crate::bernoulli;
 use crate::budget::{self, EmbedPlan, RankNeeds};
 use crate::buffer::PartitionBuffer;
-use crate::config::{DistStorage, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{Corrupt, DistStorage, OptimizerKind, Protocol, TrainConfig};
 use crate::dist::{
     check_holdings, describe_rank, fault_point, owner_of, Cluster, PartitionSource, RankReport,
     TableCrc,
@@ -496,15 +497,46 @@ fn setup(
         .iter()
         .for_each(|l| progress.message(l));
     let partitioning = Partitioning::new(graph.num_nodes, plan.partitions, cfg.seed)?;
-    let buckets = Arc::new(buckets(
-        &store,
-        &partitioning,
-        cfg.memory
-            .saturating_sub(plan.runtime_bytes + plan.group_bytes),
-        progress,
-    )?);
-    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
+    // Bucketing and the Bernoulli counts run before the buffer and workers take their share.
+    let spare = cfg
+        .memory
+        .saturating_sub(plan.runtime_bytes + plan.group_bytes);
+    let buckets = Arc::new(buckets(&store, &partitioning, spare, progress)?);
+    match (&buckets.weights, cfg.edge_weights) {
+        (Some(w), true) => {
+            w.check(store.path())?;
+            progress.message(&format!(
+                "edge weights ({}): each edge's loss scaled by its weight, min {}, max {}, mean {:.4}",
+                crate::partitioning::WEIGHTS,
+                w.min,
+                w.max,
+                w.sum / buckets.num_edges.max(1) as f64
+            ));
+        }
+        (Some(_), false) => progress.message(&format!(
+            "edge weights ({}) ignored: edge_weights = false",
+            crate::partitioning::WEIGHTS
+        )),
+        (None, _) => {}
+    }
     let engine = Engine::shared();
+    let head_prob = match cfg.corrupt {
+        Corrupt::Bernoulli => {
+            let counts = bernoulli::count_sides(
+                &engine,
+                &buckets,
+                graph.num_relations,
+                spare,
+                plan.piece_rows,
+                progress,
+            )?;
+            let p = counts.head_probabilities();
+            progress.message(&bernoulli::describe(&p));
+            p
+        }
+        _ => Vec::new(),
+    };
+    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
     let mut buffer =
         PartitionBuffer::new(engine.clone(), layout, plan.capacity + plan.prefetch_slots);
     let resumed = prior.is_some();
@@ -570,6 +602,7 @@ fn setup(
         plan.bank_rows,
     );
     trainer.prefetch_slots = plan.prefetch_slots;
+    trainer.head_prob = head_prob;
     Ok(Setup {
         run,
         store,
