@@ -146,35 +146,37 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def models_benchmarks(work: Path, forms: list[str], epochs: int) -> dict:
-    """B1's settings for `epochs` epochs on FB15k-237 and WN18RR: every named model, every pbg
-    form `operator+comparator`, and the training options of OPTION_RUNS. Each run's result is
-    kept in WORK/models-cache (delete it to measure again)."""
+def models_benchmarks(work: Path, forms: list[str], epochs: int, report) -> dict:
+    """B1's settings for `epochs` epochs on FB15k-237 and WN18RR: every named model, the
+    training options of OPTION_RUNS, then every pbg form `operator+comparator`. Each run's
+    result is kept in WORK/models-cache (delete it to measure again), and `report` sees the
+    results after every run."""
     cache = work / "models-cache"
     cache.mkdir(parents=True, exist_ok=True)
     short = ["--epochs", str(epochs), "--eval-every", str(epochs), "--partitions", "1", "--memory", "4G"]
     runs = [(name, ["--model", name]) for name in ("dot", "transe", "distmult", "complex", "rotate")]
+    runs += OPTION_RUNS
     for form in forms:
         operator, comparator = form.split("+")
         runs.append((f"pbg {form}", ["--model", "pbg", "--operator", operator, "--comparator", comparator]))
-    runs += OPTION_RUNS
-    out = {}
-    for dataset in ("fb15k-237", "wn18rr"):
-        store = convert(SHARED / "datasets" / dataset, work / f"{dataset}.strata", "--relations")
-        rows = {}
-        for name, model in runs:
+    datasets = ("fb15k-237", "wn18rr")
+    stores = {d: convert(SHARED / "datasets" / d, work / f"{d}.strata", "--relations") for d in datasets}
+    res = {"epochs": epochs, "runs": [name for name, _ in runs], "datasets": {d: {} for d in datasets}}
+    for name, model in runs:
+        for dataset in datasets:
             slug = re.sub(r"[^a-z0-9.]+", "-", f"{dataset} {name} e{epochs}")
             path = cache / f"{slug}.json"
             if not path.exists():
                 before = load()
-                meta = train(store, work / "run-models", [*B1, *model, *short])
+                meta = train(stores[dataset], work / "run-models", [*B1, *model, *short])
                 row = {"test": meta["test"], **epoch_stats(meta), "load_before": before, "load_after": load()}
                 path.write_text(json.dumps(row))
-            rows[name] = json.loads(path.read_text())
-            print(f"{dataset} {name}: test MRR {rows[name]['test']['mrr']:.4f}, load {rows[name]['load_after']:.2f}")
-        out[dataset] = rows
+            row = json.loads(path.read_text())
+            res["datasets"][dataset][name] = row
+            print(f"{dataset} {name}: test MRR {row['test']['mrr']:.4f}, load {row['load_after']:.2f}", flush=True)
+            report(res)
     shutil.rmtree(work / "run-models", ignore_errors=True)
-    return {"epochs": epochs, "datasets": out}
+    return res
 
 
 def models_markdown(res: dict, info: dict) -> str:
@@ -189,25 +191,26 @@ def models_markdown(res: dict, info: dict) -> str:
         f"negatives, both sides corrupted, softmax, Adagrad lr 0.1, one partition) for only {res['epochs']} epochs "
         "(B1 trains 10), so the MRRs are below converged figures and compare the score functions at equal "
         "training, not at their best; filtered test MRR after the last epoch, both directions. Epoch seconds: "
-        "median over the epochs, on a shared machine (compare them within a row only roughly).",
+        "median over the epochs, on a shared machine (they compare only roughly). `-`: not measured yet.",
         "",
         "| model | FB15k-237 MRR | Hits@10 | epoch (s) | WN18RR MRR | Hits@10 | epoch (s) |",
         "|---|---|---|---|---|---|---|",
     ]
-    fb, wn = datasets["fb15k-237"], datasets["wn18rr"]
-    for name in fb:
+    for name in res["runs"]:
         cells = []
-        for rows in (fb, wn):
-            r = rows[name]
-            cells.append(f"{r['test']['mrr']:.4f} | {r['test']['hits@10']:.4f} | {r['epoch_seconds']:.1f}")
+        for rows in datasets.values():
+            r = rows.get(name)
+            cells.append(
+                f"{r['test']['mrr']:.4f} | {r['test']['hits@10']:.4f} | {r['epoch_seconds']:.1f}" if r else "- | - | -"
+            )
         lines.append(f"| {name} | {' | '.join(cells)} |")
     lines += [
         "",
-        "The last rows change one training option of a named model against its default above (softmax, both "
-        "sides corrupted): the logistic loss alone and with self-adversarial weighting at temperature 1 "
-        "(RotatE's; DGL-KE's `-adv`), and Bernoulli corruption (one side per edge, TransH's probabilities). "
-        "`diagonal+dot` is DistMult, `complex_diagonal+dot` ComplEx, `translation+l2` TransE-L2 and `none+dot` "
-        "Dot through the generic path.",
+        "Below the named models, one training option changes against that model's default (softmax, both sides "
+        "corrupted): the logistic loss alone and with self-adversarial weighting at temperature 1 (RotatE's; "
+        "DGL-KE's `-adv`), and Bernoulli corruption (one side per edge, TransH's probabilities). `diagonal+dot` "
+        "is DistMult, `complex_diagonal+dot` ComplEx, `translation+l2` TransE-L2 and `none+dot` Dot through the "
+        "generic path.",
     ]
     return "\n".join(lines)
 
@@ -505,9 +508,7 @@ def b4_markdown(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4,models,weights"
-    )
+    ap.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4,models,weights")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "embed")
     ap.add_argument("--b3-scale", type=int, default=23)
     ap.add_argument("--b3-edge-factor", type=int, default=12)
@@ -531,9 +532,12 @@ def main() -> None:
         save("embed-kg", {"machine": info, "runs": rows})
         update_doc("embed-kg", kg_markdown(rows, info))
     if "models" in only:
-        res = models_benchmarks(args.work, args.pbg_forms.split(","), args.models_epochs)
-        save("embed-models", {"machine": info, **res})
-        update_doc("embed-models", models_markdown(res, info))
+
+        def report(res: dict) -> None:
+            save("embed-models", {"machine": info, **res})
+            update_doc("embed-models", models_markdown(res, info))
+
+        models_benchmarks(args.work, args.pbg_forms.split(","), args.models_epochs, report)
     if "weights" in only:
         res = weights_benchmarks(args.work, args.models_epochs)
         save("embed-weights", {"machine": info, **res})

@@ -9,6 +9,7 @@ import random
 from pathlib import Path
 
 import pytest
+
 from conftest import run_strata
 
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--epochs", "3", "-q"]

@@ -205,35 +205,31 @@ fn read_weights(
     data_offset: u64,
     rows: std::ops::Range<u64>,
 ) -> Result<Vec<f32>> {
-    let count = (rows.end - rows.start) as usize;
-    let mut out: Vec<f32> = Vec::with_capacity(count);
-    if count == 0 {
-        return Ok(out);
-    }
-    let start = data_offset + rows.start * WEIGHT_BYTES;
-    let end = start + count as u64 * WEIGHT_BYTES;
-    let mut reader = RowReader::records(file.clone(), start, end, WEIGHT_BYTES as usize, 4 << 20);
-    while let Some(batch) = reader.next_batch()? {
-        decode_f32(batch, DType::F32, &mut out);
-    }
-    if let Some(i) = out.iter().position(|w| !(*w >= 0.0 && w.is_finite())) {
-        return Err(EmbedError::Corrupt(format!(
+    let first = rows.start;
+    let out = read_records(
+        file,
+        path,
+        data_offset,
+        rows,
+        WEIGHT_BYTES,
+        "weights",
+        |b, out| {
+            decode_f32(b, DType::F32, out);
+            Ok(())
+        },
+    )?;
+    match out.iter().position(|w| !(*w >= 0.0 && w.is_finite())) {
+        Some(i) => Err(EmbedError::Corrupt(format!(
             "{}: row {}: weight {} is not a finite number >= 0",
             path.display(),
-            rows.start + i as u64,
+            first + i as u64,
             out[i]
-        )));
+        ))),
+        None => Ok(out),
     }
-    if out.len() != count {
-        return Err(EmbedError::Corrupt(format!(
-            "{}: bucket rows {rows:?} hold {} weights",
-            path.display(),
-            out.len()
-        )));
-    }
-    Ok(out)
 }
 
+/// Reads edge rows `rows` of the bucketed edges at `path`, checking their ids with `check`.
 fn read_rows(
     file: &IoFile,
     path: &std::path::Path,
@@ -241,32 +237,53 @@ fn read_rows(
     rows: std::ops::Range<u64>,
     mut check: IdCheck,
 ) -> Result<Vec<[i32; 3]>> {
+    let mut vals = Vec::new();
+    read_records(
+        file,
+        path,
+        data_offset,
+        rows,
+        ROW_BYTES,
+        "edges",
+        |b, out| {
+            vals.clear();
+            decode_ints(b, DType::I32, &mut vals);
+            check.check(&vals)?;
+            out.extend(
+                vals.chunks_exact(3)
+                    .map(|r| [r[0] as i32, r[1] as i32, r[2] as i32]),
+            );
+            Ok(())
+        },
+    )
+}
+
+/// Reads records `rows` (of `row_bytes` each, from `data_offset`) of the file at `path`,
+/// turning each batch of bytes into values with `decode`; `what` names the values in the
+/// error when the file holds fewer.
+fn read_records<T>(
+    file: &IoFile,
+    path: &std::path::Path,
+    data_offset: u64,
+    rows: std::ops::Range<u64>,
+    row_bytes: u64,
+    what: &str,
+    mut decode: impl FnMut(&[u8], &mut Vec<T>) -> Result<()>,
+) -> Result<Vec<T>> {
     let count = (rows.end - rows.start) as usize;
-    let mut out: Vec<[i32; 3]> = Vec::with_capacity(count);
+    let mut out = Vec::with_capacity(count);
     if count == 0 {
         return Ok(out);
     }
-    let start = data_offset + rows.start * ROW_BYTES;
-    let mut reader = RowReader::records(
-        file.clone(),
-        start,
-        start + count as u64 * ROW_BYTES,
-        ROW_BYTES as usize,
-        4 << 20,
-    );
-    let mut vals = Vec::new();
+    let start = data_offset + rows.start * row_bytes;
+    let end = start + count as u64 * row_bytes;
+    let mut reader = RowReader::records(file.clone(), start, end, row_bytes as usize, 4 << 20);
     while let Some(batch) = reader.next_batch()? {
-        vals.clear();
-        decode_ints(batch, DType::I32, &mut vals);
-        check.check(&vals)?;
-        out.extend(
-            vals.chunks_exact(3)
-                .map(|r| [r[0] as i32, r[1] as i32, r[2] as i32]),
-        );
+        decode(batch, &mut out)?;
     }
     if out.len() != count {
         return Err(EmbedError::Corrupt(format!(
-            "{}: bucket rows {rows:?} hold {} edges",
+            "{}: bucket rows {rows:?} hold {} {what}",
             path.display(),
             out.len()
         )));

@@ -37,6 +37,26 @@ fn chunk<'a>(b: usize, n: usize, inputs: &'a [Vec<f32>; 4], weights: &'a [f32]) 
     }
 }
 
+/// Every named model, with TransE in both norms.
+const NAMED: [(ScoreKind, u8); 6] = [
+    (ScoreKind::Dot, 2),
+    (ScoreKind::DistMult, 2),
+    (ScoreKind::ComplEx, 2),
+    (ScoreKind::TransE, 1),
+    (ScoreKind::TransE, 2),
+    (ScoreKind::RotatE, 2),
+];
+
+/// Named model `kind` of `dim` reals (TransE-L2).
+fn named(kind: ScoreKind, dim: usize) -> ScoreModel {
+    ScoreModel {
+        kind,
+        dim,
+        transe_norm: 2,
+        pbg: PbgForm::default(),
+    }
+}
+
 /// Random rows of a chunk of `b` edges and `n` negatives of `model` (src, rel, dst, neg).
 fn random_inputs(model: &ScoreModel, b: usize, n: usize) -> [Vec<f32>; 4] {
     let d = model.dim;
@@ -153,14 +173,7 @@ fn complex_scores_are_the_real_part_of_the_trilinear_product() {
 fn candidate_scores_agree_with_training_scores() {
     // The evaluation scorer and the training step must rank with the same function: with one
     // negative equal to the positive target, softmax weights of the two are equal.
-    for (kind, norm) in [
-        (ScoreKind::Dot, 2),
-        (ScoreKind::DistMult, 2),
-        (ScoreKind::ComplEx, 2),
-        (ScoreKind::TransE, 1),
-        (ScoreKind::TransE, 2),
-        (ScoreKind::RotatE, 2),
-    ] {
+    for (kind, norm) in NAMED {
         let (b, n, d) = (3usize, 5usize, 8usize);
         let model = ScoreModel {
             kind,
@@ -467,22 +480,15 @@ fn reference_loss(
 fn weighted_and_self_adversarial_steps_match_their_definition() {
     let (b, n) = (3usize, 4usize);
     let weights = [0.5f32, 2.0, 1.25];
-    let mut models: Vec<ScoreModel> = [
-        (ScoreKind::Dot, 2),
-        (ScoreKind::DistMult, 2),
-        (ScoreKind::ComplEx, 2),
-        (ScoreKind::TransE, 1),
-        (ScoreKind::TransE, 2),
-        (ScoreKind::RotatE, 2),
-    ]
-    .into_iter()
-    .map(|(kind, transe_norm)| ScoreModel {
-        kind,
-        dim: 6,
-        transe_norm,
-        pbg: PbgForm::default(),
-    })
-    .collect();
+    let mut models: Vec<ScoreModel> = NAMED
+        .into_iter()
+        .map(|(kind, transe_norm)| ScoreModel {
+            kind,
+            dim: 6,
+            transe_norm,
+            pbg: PbgForm::default(),
+        })
+        .collect();
     for (operator, comparator) in [
         (Operator::Linear, Comparator::Cos),
         (Operator::Affine, Comparator::L2),
@@ -533,12 +539,7 @@ fn weighted_and_self_adversarial_steps_match_their_definition() {
 /// `(0.5, 0)`, so the positive scores 0 and the negatives 1 and 0.5.
 #[test]
 fn self_adversarial_weights_by_hand() {
-    let model = ScoreModel {
-        kind: ScoreKind::Dot,
-        dim: 2,
-        transe_norm: 2,
-        pbg: PbgForm::default(),
-    };
+    let model = named(ScoreKind::Dot, 2);
     let x = [
         vec![1.0, 0.0],
         vec![],
@@ -582,25 +583,14 @@ fn self_adversarial_weights_by_hand() {
     );
     assert!(close(&g.dst, &[-2.0, 0.0]), "{:?}", g.dst);
     // Without the weighting the margin loss is 2 + 1.5 whatever α would say.
-    let l = chunk_step(
-        &model,
-        &Loss::plain(LossKind::Margin, 1.0),
-        &c,
-        &mut g,
-        &mut s,
-    );
+    let l = loss_of(&model, &Loss::plain(LossKind::Margin, 1.0), &c);
     assert!((l - 3.5).abs() < 1e-6, "{l}");
 }
 
 /// As the temperature goes to 0 the weighting is uniform: the plain loss and gradients.
 #[test]
 fn self_adversarial_at_zero_temperature_is_the_plain_loss() {
-    let model = ScoreModel {
-        kind: ScoreKind::ComplEx,
-        dim: 6,
-        transe_norm: 2,
-        pbg: PbgForm::default(),
-    };
+    let model = named(ScoreKind::ComplEx, 6);
     let (b, n) = (3usize, 5usize);
     let x = random_inputs(&model, b, n);
     for kind in [LossKind::Logistic, LossKind::Margin] {
@@ -638,12 +628,7 @@ fn self_adversarial_at_zero_temperature_is_the_plain_loss() {
 /// the chunk, so an edge's term depends on its own rows only), and weight 0 as no edge.
 #[test]
 fn an_integer_weight_is_the_edge_repeated() {
-    let model = ScoreModel {
-        kind: ScoreKind::DistMult,
-        dim: 6,
-        transe_norm: 2,
-        pbg: PbgForm::default(),
-    };
+    let model = named(ScoreKind::DistMult, 6);
     let (d, n) = (6usize, 4usize);
     let x = random_inputs(&model, 3, n);
     // Edges 0, 1, 1 unweighted against edges 0, 1, 2 weighted 1, 2, 0.
