@@ -12,11 +12,12 @@ import pytest
 
 from conftest import run_strata
 
-SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--epochs", "3", "-q"]
+SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--epochs", "3"]
 
 
 def summary(strata_cli, store: Path, run: Path, *args) -> dict:
-    return json.loads(strata_cli("embed", "train", store, "--run-dir", run, *SMALL, *args, "--json-summary").stdout)
+    proc = strata_cli("embed", "train", store, "--run-dir", run, *SMALL, "-q", *args, "--json-summary")
+    return json.loads(proc.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def test_self_adversarial_weighting_trains_and_refuses_softmax(kg, tmp_path, str
                   "embed.train.adversarial_temperature=1.0")  # fmt: skip
     assert adv["config"]["adversarial_temperature"] == 1.0
     # 400 candidates: a random ranking has an MRR near 0.015.
-    assert adv["test"]["mrr"] > 0.2, adv["test"]
+    assert adv["test"]["mrr"] > 0.1, adv["test"]
 
     def refused(*args: str) -> str:
         proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", *SMALL, *args, check=False)
