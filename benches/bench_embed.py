@@ -304,6 +304,15 @@ def weights_markdown(res: dict, info: dict) -> str:
         lines.append(
             f"| {name} | {r['train_edges']:,} | {t['mrr']:.4f} | {t['hits@10']:.4f} | {r['epoch_seconds']:.1f} |"
         )
+    mrr = {name: r["test"]["mrr"] for name, r in rows.items()}
+    lines += [
+        "",
+        f"- Weight-0 noise, weights used, minus clean: {mrr['noise, weights used'] - mrr['clean']:+.4f}; weights "
+        f"ignored minus clean: {mrr['noise, weights ignored'] - mrr['clean']:+.4f}.",
+        f"- A third weighted 2 minus the same third repeated: "
+        f"{mrr['a third weighted 2'] - mrr['a third repeated']:+.4f} "
+        "(the same loss in expectation, one run each: the difference is run-to-run noise unless it is large).",
+    ]
     return "\n".join(lines)
 
 
