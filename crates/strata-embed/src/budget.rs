@@ -9,7 +9,7 @@ use strata_store::budget::{group_bytes, group_takes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::bank::Banks;
-use crate::config::{NegativePool, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval;
 use crate::model::ScoreModel;
@@ -366,14 +366,26 @@ pub fn plan_queries(
     })
 }
 
-/// Scratch of one worker for chunks of `b` edges and `n` negatives (scores, loaded rows,
-/// gradients, update keys).
-fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
+/// Scratch of one worker for `cfg`'s chunks of `b` edges and `n` negatives (scores, loaded
+/// rows, gradients, update keys; self-adversarial weights of one edge's negatives; the
+/// chunk's edges and weights split by side for Bernoulli corruption).
+fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig) -> u64 {
+    let (b, n) = (cfg.chunk_size as u64, cfg.negatives as u64);
     let d = model.dim as u64;
     // Relation rows and their gradients: `dim` reals or more (`linear`: dim²).
     let rd = (model.rel_dim() as u64).max(d);
     let scores = 4 * b * n * (1 + model.kind.get().extra_score_matrices());
-    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n)
+    let adversarial = if cfg.adversarial_temperature.is_some() {
+        4 * n
+    } else {
+        0
+    };
+    let split = if cfg.corrupt == Corrupt::Bernoulli {
+        16 * b
+    } else {
+        0
+    };
+    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n) + adversarial + split
 }
 
 /// Plans `cfg` with the workers it asks for, or (`threads` 0: one per core) with as many of the
@@ -427,14 +439,18 @@ pub fn plan(
     }
     let d = model.dim as u64;
     let rd = model.rel_dim() as u64;
-    let relation_bytes = relation_bytes(cfg, model, num_relations);
+    // Bernoulli corruption's head probabilities: one float per relation.
+    let head_prob = match cfg.corrupt {
+        Corrupt::Bernoulli => num_relations.max(1) * 4,
+        _ => 0,
+    };
+    let relation_bytes = relation_bytes(cfg, model, num_relations) + head_prob;
     let num_nodes = shape.largest();
     let wanted = shape.partitions.unwrap_or(cfg.partitions);
     let pinned_bytes = shape.pinned_bytes(model.dim, cfg.optimizer);
     let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
     let edge_bytes = PIECES_ALIVE * piece_rows * 12;
-    let worker_bytes =
-        threads as u64 * worker_bytes(model, cfg.chunk_size as u64, cfg.negatives as u64);
+    let worker_bytes = threads as u64 * worker_bytes(model, cfg);
     // Evaluation: per query its source, answer and relation rows, and (sampled) its share of
     // the batch's candidates, or (filtered) its known answers; plus each thread's score tile.
     let per_query = 4 * (2 * d + rd)

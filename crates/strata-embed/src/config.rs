@@ -10,7 +10,7 @@ use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
 use crate::export::ExportFormat;
 use crate::model::{
-    Comparator, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
+    Comparator, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
 };
 use crate::ordering::OrderingKind;
 use crate::run_dir::Which;
@@ -31,9 +31,13 @@ pub enum OptimizerKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Corrupt {
+    /// Both sides of every edge, each against its own negatives.
     Both,
     Tail,
     Head,
+    /// One side per edge, the head with probability tph / (tph + hpt) of its relation (Wang
+    /// et al. 2014, TransH), counted from the training edges at start.
+    Bernoulli,
 }
 
 /// Where uniform negatives come from.
@@ -94,6 +98,13 @@ pub struct TrainConfig {
     pub comparator: Option<Comparator>,
     /// softmax: cross-entropy of the true edge among its negatives; logistic; margin ranking
     pub loss: LossKind,
+    /// self-adversarial negative weighting (RotatE; DGL-KE's -adv): each negative of the
+    /// logistic or margin loss weighs softmax(temperature x score) over its edge's negatives,
+    /// held constant in the gradient; unset: uniform weights
+    pub adversarial_temperature: Option<f32>,
+    /// scale each train edge's loss by its weight in the store (edge_weights_train, from
+    /// convert --columns ...,weight), as PyTorch-BigGraph does; false ignores the weights
+    pub edge_weights: bool,
     /// none; n3 (Σ|x|³, moduli of complex coordinates: ComplEx-N3) or l2 (Σx²) of the source,
     /// target and relation rows of each chunk, times reg_weight / chunk edges
     pub regularizer: RegularizerKind,
@@ -128,7 +139,8 @@ pub struct TrainConfig {
     pub negative_pool: NegativePool,
     /// rows of each partition kept in memory as negatives while it is on disk
     pub bank_rows: usize,
-    /// which side of each edge is corrupted
+    /// which side of each edge is corrupted: both, tail, head, or bernoulli (one side per edge,
+    /// the head with probability tph/(tph+hpt) of its relation, TransH)
     pub corrupt: Corrupt,
     /// relations get inverse rows used when heads are corrupted (reciprocal relations)
     pub reciprocal: bool,
@@ -214,6 +226,8 @@ impl Default for TrainConfig {
             operator: None,
             comparator: None,
             loss: LossKind::Softmax,
+            adversarial_temperature: None,
+            edge_weights: true,
             regularizer: RegularizerKind::None,
             reg_weight: 0.0,
             margin: 0.1,
@@ -282,6 +296,23 @@ impl Section for TrainConfig {
             );
         }
         self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
+        if let Some(t) = self.adversarial_temperature {
+            if !(t > 0.0 && t.is_finite()) {
+                return bad(
+                    "adversarial_temperature",
+                    format!("must be a positive number, got {t}"),
+                );
+            }
+            if !self.loss.takes_adversarial() {
+                return bad(
+                    "adversarial_temperature",
+                    "self-adversarial weighting applies to loss \"logistic\" or \"margin\", not \
+                     \"softmax\" (softmax's gradient already weights each negative by its softmax \
+                     probability)"
+                        .into(),
+                );
+            }
+        }
         let partitioned = self.partitions as usize > self.buffer;
         self.ordering
             .check_buffer(self.buffer, partitioned)
@@ -295,6 +326,15 @@ impl TrainConfig {
         PbgForm {
             operator: self.operator.unwrap_or_default(),
             comparator: self.comparator.unwrap_or_default(),
+        }
+    }
+
+    /// The loss with its margin and self-adversarial temperature.
+    pub fn loss_fn(&self) -> Loss {
+        Loss {
+            kind: self.loss,
+            margin: self.margin,
+            adversarial: self.adversarial_temperature,
         }
     }
 

@@ -113,6 +113,9 @@ pub struct Trainer {
     pub(crate) banks: Option<Banks>,
     /// A typed run's entity types (None: one table of all nodes).
     pub typed: Option<TypedTraining>,
+    /// `corrupt = bernoulli`: the probability of corrupting the head, by relation id (empty
+    /// otherwise; see [`crate::bernoulli`]).
+    pub head_prob: Vec<f32>,
 }
 
 impl Trainer {
@@ -150,7 +153,14 @@ impl Trainer {
             piece_rows,
             prefetch_slots: 0,
             typed: None,
+            head_prob: Vec::new(),
         }
+    }
+
+    /// Whether training scales each edge's loss by its weight: the store has weights and the
+    /// run does not ignore them.
+    pub fn weighted(&self) -> bool {
+        self.cfg.edge_weights && self.buckets.weights.is_some()
     }
 
     pub fn threads(&self) -> usize {
@@ -206,6 +216,7 @@ impl Trainer {
             self.piece_rows,
             2,
             self.relation_ids(),
+            self.weighted(),
         );
         let swapper = Swapper::start(engine.clone(), layout);
         let mut tally = Tally::default();
@@ -377,10 +388,10 @@ impl Trainer {
                 tl.add("wait", step, t, now, format!("edges {bucket:?}"));
             }
             debug_assert_eq!(got.bucket, bucket);
-            let mut edges = got.edges?;
+            let (mut edges, mut weights) = got.edges?;
             tally.edge_bytes += got.bytes;
             let start = Instant::now();
-            self.train_piece(bucket, &mut edges, derive(bucket_key, piece));
+            self.train_piece(bucket, &mut edges, &mut weights, derive(bucket_key, piece));
             tl.add(
                 "compute",
                 step,
@@ -457,21 +468,28 @@ impl Trainer {
         Ok(loads)
     }
 
-    /// Trains one piece of bucket `(a, b)`'s edges, shuffled by `key`, on the worker threads.
-    /// In a typed run the piece is first grouped by its edges' (source, destination) entity
-    /// types, each group shuffled on its own, so that a chunk's shared negatives come from
-    /// one type per side (as PBG batches edges of one relation).
-    fn train_piece(&mut self, (a, b): Bucket, edges: &mut [[i32; 3]], key: u64) {
+    /// Trains one piece of bucket `(a, b)`'s edges (with their `weights`, one per edge or
+    /// none), shuffled by `key`, on the worker threads. In a typed run the piece is first
+    /// grouped by its edges' (source, destination) entity types, each group shuffled on its
+    /// own, so that a chunk's shared negatives come from one type per side (as PBG batches
+    /// edges of one relation). Weights move with their edges.
+    fn train_piece(
+        &mut self,
+        (a, b): Bucket,
+        edges: &mut [[i32; 3]],
+        weights: &mut [f32],
+        key: u64,
+    ) {
         if edges.is_empty() {
             return;
         }
         let mut rng = Rng::new(key);
         let groups = match &self.typed {
             None => {
-                shuffle(edges, &mut rng);
+                shuffle(edges, weights, &mut rng);
                 vec![(0..edges.len(), None)]
             }
-            Some(typed) => group_by_types(edges, &typed.rel_types, &mut rng),
+            Some(typed) => group_by_types(edges, weights, &typed.rel_types, &mut rng),
         };
         let partitioning = &self.buckets.partitioning;
         let layout = self.typed.as_ref().map(|t| &t.layout);
@@ -544,8 +562,7 @@ impl Trainer {
                 }
                 BucketCtx {
                     model: self.model,
-                    loss: self.cfg.loss,
-                    margin: self.cfg.margin,
+                    loss: self.cfg.loss_fn(),
                     lr: self.cfg.lr,
                     parts: parts.clone(),
                     src_part,
@@ -553,6 +570,7 @@ impl Trainer {
                     rels,
                     inverse_offset,
                     corrupt: self.cfg.corrupt,
+                    head_prob: &self.head_prob,
                     negatives: self.cfg.negatives,
                     degree_fraction: self.cfg.degree_fraction,
                     pool: pool(),
@@ -566,16 +584,26 @@ impl Trainer {
             })
             .collect();
         let size = self.cfg.chunk_size.max(1);
-        let edges: &[[i32; 3]] = edges;
-        let chunks: Vec<(usize, &[[i32; 3]])> = groups
+        let (edges, weights): (&[[i32; 3]], &[f32]) = (edges, weights);
+        let chunks: Vec<PieceChunk> = groups
             .iter()
             .enumerate()
-            .flat_map(|(g, (range, _))| edges[range.clone()].chunks(size).map(move |c| (g, c)))
+            .flat_map(|(g, (range, _))| {
+                range.clone().step_by(size).map(move |lo| {
+                    let hi = (lo + size).min(range.end);
+                    let w = if weights.is_empty() {
+                        &[][..]
+                    } else {
+                        &weights[lo..hi]
+                    };
+                    (g, &edges[lo..hi], w)
+                })
+            })
             .collect();
         let threads = self.workers.len().min(chunks.len());
         if threads == 1 {
-            for (c, &(g, chunk)) in chunks.iter().enumerate() {
-                self.workers[0].train_chunk(&ctxs[g], chunk, derive(key, c as u64));
+            for (c, &(g, chunk, w)) in chunks.iter().enumerate() {
+                self.workers[0].train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
             }
             return;
         }
@@ -590,36 +618,66 @@ impl Trainer {
                     if c >= chunks.len() {
                         break;
                     }
-                    let (g, chunk) = chunks[c];
-                    worker.train_chunk(&ctxs[g], chunk, derive(key, c as u64));
+                    let (g, chunk, w) = chunks[c];
+                    worker.train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
                 });
             }
         });
     }
 }
 
-/// Shuffles `edges` in place (Fisher-Yates from the end).
-fn shuffle(edges: &mut [[i32; 3]], rng: &mut Rng) {
+/// A chunk of a piece: its group (its [`BucketCtx`]), its edges and their weights (empty:
+/// unweighted).
+type PieceChunk<'a> = (usize, &'a [[i32; 3]], &'a [f32]);
+
+/// Shuffles `edges` in place (Fisher-Yates from the end), and `weights` (one per edge, or
+/// empty) with them.
+fn shuffle(edges: &mut [[i32; 3]], weights: &mut [f32], rng: &mut Rng) {
     for i in (1..edges.len()).rev() {
-        edges.swap(i, rng.below(i as u64 + 1) as usize);
+        let j = rng.below(i as u64 + 1) as usize;
+        edges.swap(i, j);
+        if !weights.is_empty() {
+            weights.swap(i, j);
+        }
     }
 }
 
-/// Groups `edges` by the (source, destination) entity types of their relations (`rel_types`),
-/// groups in order of their types, each shuffled: the groups' row ranges and type pairs.
+/// Groups `edges` (and `weights`, one per edge or empty) by the (source, destination) entity
+/// types of their relations (`rel_types`), groups in order of their types, each shuffled: the
+/// groups' row ranges and type pairs.
 #[allow(clippy::type_complexity)]
 pub(crate) fn group_by_types(
     edges: &mut [[i32; 3]],
+    weights: &mut [f32],
     rel_types: &[(usize, usize)],
     rng: &mut Rng,
 ) -> Vec<(std::ops::Range<usize>, Option<(usize, usize)>)> {
-    edges.sort_by_key(|e| rel_types[e[1] as usize]);
+    let pair_of = |e: &[i32; 3]| rel_types[e[1] as usize];
+    if weights.is_empty() {
+        edges.sort_by_key(pair_of);
+    } else {
+        // The same stable order as without weights, each weight kept with its edge.
+        let mut rows: Vec<([i32; 3], f32)> =
+            edges.iter().copied().zip(weights.iter().copied()).collect();
+        rows.sort_by_key(|(e, _)| pair_of(e));
+        for ((e, w), (edge, weight)) in rows
+            .into_iter()
+            .zip(edges.iter_mut().zip(weights.iter_mut()))
+        {
+            (*edge, *weight) = (e, w);
+        }
+    }
     let mut groups = Vec::new();
     let mut start = 0;
     while start < edges.len() {
-        let pair = rel_types[edges[start][1] as usize];
-        let end = start + edges[start..].partition_point(|e| rel_types[e[1] as usize] == pair);
-        shuffle(&mut edges[start..end], rng);
+        let pair = pair_of(&edges[start]);
+        let end = start + edges[start..].partition_point(|e| pair_of(e) == pair);
+        let w = if weights.is_empty() {
+            &mut weights[..]
+        } else {
+            &mut weights[start..end]
+        };
+        shuffle(&mut edges[start..end], w, rng);
         groups.push((start..end, Some(pair)));
         start = end;
     }

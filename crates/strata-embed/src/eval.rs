@@ -156,11 +156,11 @@ pub fn read_triples(store: &Store, split: &str) -> Result<Vec<[u64; 3]>> {
     Ok(out)
 }
 
-/// The queries of `triples` in the directions `corrupt` asks, at most `max` (0: all) from a
-/// seeded sample of the triples.
+/// The queries of `triples` in the directions `corrupt` asks (both for Bernoulli corruption,
+/// which trains both), at most `max` (0: all) from a seeded sample of the triples.
 pub fn make_queries(triples: &[[u64; 3]], corrupt: Corrupt, max: usize, seed: u64) -> Vec<Query> {
     let dirs: &[bool] = match corrupt {
-        Corrupt::Both => &[false, true],
+        Corrupt::Both | Corrupt::Bernoulli => &[false, true],
         Corrupt::Tail => &[false],
         Corrupt::Head => &[true],
     };

@@ -11,9 +11,10 @@ use strata_io::Engine;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
+use crate::bernoulli;
 use crate::budget::{self, EmbedPlan, RankNeeds};
 use crate::buffer::PartitionBuffer;
-use crate::config::{DistStorage, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{Corrupt, DistStorage, OptimizerKind, Protocol, TrainConfig};
 use crate::dist::{
     check_holdings, describe_rank, fault_point, owner_of, Cluster, PartitionSource, RankReport,
     TableCrc,
@@ -542,15 +543,58 @@ fn setup(
         return Err(pinned_init_error());
     }
     let bags = typed.as_ref().and_then(|t| t.bags.clone());
-    let buckets = Arc::new(buckets(
-        &store,
-        &partitioning,
-        cfg.memory
-            .saturating_sub(plan.runtime_bytes + plan.group_bytes),
-        progress,
-    )?);
-    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
+    // Bucketing and the Bernoulli counts run before the buffer and workers take their share.
+    let spare = cfg
+        .memory
+        .saturating_sub(plan.runtime_bytes + plan.group_bytes);
+    let buckets = Arc::new(buckets(&store, &partitioning, spare, progress)?);
+    match (&buckets.weights, cfg.edge_weights) {
+        (Some(w), true) => {
+            w.check(store.path())?;
+            progress.message(&format!(
+                "edge weights ({}): each edge's loss scaled by its weight, min {}, max {}, mean {:.4}",
+                crate::partitioning::WEIGHTS,
+                w.min,
+                w.max,
+                w.sum / buckets.num_edges.max(1) as f64
+            ));
+        }
+        (Some(_), false) => progress.message(&format!(
+            "edge weights ({}) ignored: edge_weights = false",
+            crate::partitioning::WEIGHTS
+        )),
+        (None, _) => {}
+    }
     let engine = Engine::shared();
+    let head_prob = match cfg.corrupt {
+        Corrupt::Bernoulli => {
+            // A typed run's ends in the pinned region are counted as that region's nodes.
+            let pinned_ends: Option<Vec<(bool, bool)>> = typed
+                .as_ref()
+                .filter(|_| partitioning.pinned().is_some())
+                .map(|t| {
+                    let pinned = |ty: usize| !t.layout.types[ty].partitioned;
+                    t.rel_types
+                        .iter()
+                        .map(|&(s, d)| (pinned(s), pinned(d)))
+                        .collect()
+                });
+            let counts = bernoulli::count_sides(
+                &engine,
+                &buckets,
+                graph.num_relations,
+                pinned_ends.as_deref(),
+                spare,
+                plan.piece_rows,
+                progress,
+            )?;
+            let p = counts.head_probabilities();
+            progress.message(&bernoulli::describe(&p));
+            p
+        }
+        _ => Vec::new(),
+    };
+    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
     let mut buffer =
         PartitionBuffer::new(engine.clone(), layout, plan.capacity + plan.prefetch_slots);
     buffer.set_bags(bags.clone());
@@ -619,6 +663,7 @@ fn setup(
     );
     trainer.prefetch_slots = plan.prefetch_slots;
     trainer.typed = typed;
+    trainer.head_prob = head_prob;
     Ok(Setup {
         run,
         store,

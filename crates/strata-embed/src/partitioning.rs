@@ -4,7 +4,8 @@
 //! crowd one partition): node `v` sits at position `π(v)`, in partition `π(v) / size` at local
 //! index `π(v) % size`. Train edges are grouped into `n x n` buckets `(partition of source,
 //! partition of destination)` and stored, with local ids, in the store under
-//! `partitions/n{n}-seed{seed}/` (a derived index: the store's own arrays are unchanged).
+//! `partitions/n{n}-seed{seed}/` (a derived index: the store's own arrays are unchanged), with
+//! their weights (`edge_weights_train`) in the same order when the store has them.
 //!
 //! A typed run places each entity type on its own ([`crate::entity_types`]): partitioned
 //! types by their own permutations, the others in a pinned region `n` held in memory all
@@ -16,12 +17,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
-use strata_store::array::{decode_ints, NpyWriter, RowReader, IO_CHUNK};
+use strata_store::array::{decode_ints, IntCursor, NpyWriter, RowReader, IO_CHUNK};
 use strata_store::ids::IdCheck;
 use strata_store::perm::Perm;
 use strata_store::rng::derive;
 use strata_store::units::fmt_bytes;
-use strata_store::{Store, StoreError};
+use strata_store::{DType, Store, StoreError};
 
 use crate::entity_types::{EntityType, TypedLayout};
 use crate::error::{EmbedError, Result};
@@ -202,6 +203,9 @@ pub struct Buckets {
     pub num_edges: u64,
     /// Bytes of the store's train-edge array this was built from (a staleness check).
     pub source_bytes: u64,
+    /// The store's edge weights, bucketed in `weights.npy` (None: the store has none).
+    #[serde(default)]
+    pub weights: Option<WeightSummary>,
     #[serde(skip)]
     pub dir: PathBuf,
     /// `offsets[a * n + b]..offsets[a * n + b + 1]` are the rows of bucket `(a, b)`.
@@ -221,6 +225,11 @@ impl Buckets {
         self.dir.join("edges.npy")
     }
 
+    /// Path of the bucketed weights: `(E,)` float32, row `i` the weight of edge row `i`.
+    pub fn weights_path(&self) -> PathBuf {
+        self.dir.join("weights.npy")
+    }
+
     /// Edges in the largest bucket.
     pub fn max_bucket(&self) -> u64 {
         self.offsets
@@ -229,6 +238,88 @@ impl Buckets {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// What the bucketing pass saw of the store's edge weights.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightSummary {
+    /// Smallest, largest and summed weight over the finite ones.
+    pub min: f32,
+    pub max: f32,
+    pub sum: f64,
+    /// The first weight that is negative or not finite: its row in `edge_weights_train` and
+    /// its value as text.
+    pub first_bad: Option<(u64, String)>,
+}
+
+impl WeightSummary {
+    fn new() -> Self {
+        WeightSummary {
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+            sum: 0.0,
+            first_bad: None,
+        }
+    }
+
+    fn add(&mut self, row: u64, w: f32) {
+        if w.is_finite() {
+            self.min = self.min.min(w);
+            self.max = self.max.max(w);
+            self.sum += w as f64;
+        }
+        if !(w >= 0.0 && w.is_finite()) && self.first_bad.is_none() {
+            self.first_bad = Some((row, w.to_string()));
+        }
+    }
+
+    /// An error naming the first weight training cannot use (negative, NaN or infinite).
+    pub fn check(&self, store: &Path) -> Result<()> {
+        match &self.first_bad {
+            None => Ok(()),
+            Some((row, value)) => Err(StoreError::Invalid {
+                store: store.to_path_buf(),
+                msg: format!(
+                    "{WEIGHTS} row {row}: weight {value}: embedding training scales each edge's \
+                     loss by its weight, which must be a finite number >= 0 (set \
+                     embed.train.edge_weights = false to ignore the weights)"
+                ),
+            }
+            .into()),
+        }
+    }
+}
+
+/// The store array of train-edge weights.
+pub const WEIGHTS: &str = "edge_weights_train";
+
+/// The store's edge weights read in step with its edges (as their bit patterns).
+fn weight_cursor(store: &Store) -> Result<Option<IntCursor>> {
+    let Some(info) = store.array(WEIGHTS) else {
+        return Ok(None);
+    };
+    let reader = RowReader::open_array(store.path(), info, IO_CHUNK)?;
+    Ok(Some(IntCursor::new(reader, DType::I32)))
+}
+
+/// The next `k` weights of `cursor` into `out` (emptied when there is no cursor).
+fn take_weights(
+    cursor: &mut Option<IntCursor>,
+    k: usize,
+    bits: &mut Vec<i64>,
+    out: &mut Vec<f32>,
+) -> Result<()> {
+    out.clear();
+    if let Some(c) = cursor {
+        c.take(k, bits)?;
+        out.extend(bits.iter().map(|&b| f32::from_bits(b as u32)));
+        if out.len() != k {
+            return Err(EmbedError::Corrupt(format!(
+                "{WEIGHTS} holds fewer weights than edges_train has edges"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn index_dir(store: &Store, p: &Partitioning) -> PathBuf {
@@ -272,8 +363,12 @@ pub fn buckets(
     let source_bytes = std::fs::metadata(store.array_path("edges_train")?)
         .map_err(|e| StoreError::Io(strata_io::IoError::os("stat", &dir, 0, e)))?
         .len();
+    let weighted = store.array(WEIGHTS).is_some();
     if let Ok(existing) = load(&dir) {
-        if existing.partitioning == *partitioning && existing.source_bytes == source_bytes {
+        if existing.partitioning == *partitioning
+            && existing.source_bytes == source_bytes
+            && existing.weights.is_some() == weighted
+        {
             return Ok(existing);
         }
     }
@@ -287,7 +382,10 @@ pub fn buckets(
     let mut meter = Meter::new(progress, "bucket counts", edges.data_bytes(), num_edges);
     let mut reader = RowReader::open_array(store.path(), &edges, IO_CHUNK)?;
     let mut ids = IdCheck::edges(store, "edges_train")?;
-    let mut vals = Vec::new();
+    let (mut vals, mut bits, mut w) = (Vec::new(), Vec::new(), Vec::new());
+    let mut weight_col = weight_cursor(store)?;
+    let mut summary = weighted.then(WeightSummary::new);
+    let mut row_at = 0u64;
     while let Some(bytes) = reader.next_batch()? {
         vals.clear();
         decode_ints(bytes, edges.dtype, &mut vals);
@@ -298,7 +396,15 @@ pub fn buckets(
             let (a, b) = bucket_of(a, b, pinned);
             counts[a as usize * n + b as usize] += 1;
         }
-        meter.add((vals.len() / cols) as u64, bytes.len() as u64)?;
+        let rows = vals.len() / cols;
+        take_weights(&mut weight_col, rows, &mut bits, &mut w)?;
+        if let Some(summary) = &mut summary {
+            for (i, &x) in w.iter().enumerate() {
+                summary.add(row_at + i as u64, x);
+            }
+        }
+        row_at += rows as u64;
+        meter.add(rows as u64, bytes.len() as u64)?;
     }
     meter.finish()?;
     let mut offsets = vec![0u64; n * n + 1];
@@ -306,7 +412,7 @@ pub fn buckets(
         offsets[i + 1] = offsets[i] + counts[i];
     }
     // Pass 2+: groups of consecutive buckets that fit the budget, scattered in memory.
-    let row_bytes = 12u64;
+    let row_bytes = if weighted { 16u64 } else { 12 };
     let group_budget = budget
         .saturating_sub(4 * IO_CHUNK as u64)
         .max(row_bytes * 1024);
@@ -322,12 +428,21 @@ pub fn buckets(
     std::fs::create_dir(&tmp)
         .map_err(|e| StoreError::Io(strata_io::IoError::os("mkdir", &tmp, 0, e)))?;
     let cleanup = TempDir(tmp.clone());
-    let mut w = NpyWriter::create(
+    let mut edge_w = NpyWriter::create(
         &tmp.join("edges.npy"),
         strata_store::DType::I32,
         &[3],
         IO_CHUNK,
     )?;
+    let mut weight_w = match weighted {
+        true => Some(NpyWriter::create(
+            &tmp.join("weights.npy"),
+            strata_store::DType::F32,
+            &[],
+            IO_CHUNK,
+        )?),
+        false => None,
+    };
     let mut start = 0usize;
     let mut passes = 0;
     while start < n * n {
@@ -337,6 +452,7 @@ pub fn buckets(
         }
         let base = offsets[start];
         let mut group = vec![[0i32; 3]; (offsets[end] - base) as usize];
+        let mut group_w = vec![0f32; if weighted { group.len() } else { 0 }];
         let mut cursor: Vec<u64> = offsets[start..end].iter().map(|o| o - base).collect();
         passes += 1;
         let mut meter = Meter::new(
@@ -346,10 +462,13 @@ pub fn buckets(
             num_edges,
         );
         let mut reader = RowReader::open_array(store.path(), &edges, IO_CHUNK)?;
+        let mut weight_col = weight_cursor(store)?;
         while let Some(bytes) = reader.next_batch()? {
             vals.clear();
             decode_ints(bytes, edges.dtype, &mut vals);
-            for row in vals.chunks_exact(cols) {
+            let rows = vals.len() / cols;
+            take_weights(&mut weight_col, rows, &mut bits, &mut w)?;
+            for (i, row) in vals.chunks_exact(cols).enumerate() {
                 let (a, la) = locator.locate(row[0] as u64);
                 let (b, lb) = locator.locate(row[cols - 1] as u64);
                 let (a, b) = bucket_of(a, b, pinned);
@@ -358,16 +477,25 @@ pub fn buckets(
                     let rel = if cols == 3 { row[1] as i32 } else { 0 };
                     let c = &mut cursor[bucket - start];
                     group[*c as usize] = [la as i32, rel, lb as i32];
+                    if let Some(&x) = w.get(i) {
+                        group_w[*c as usize] = x;
+                    }
                     *c += 1;
                 }
             }
-            meter.add((vals.len() / cols) as u64, bytes.len() as u64)?;
+            meter.add(rows as u64, bytes.len() as u64)?;
         }
         meter.finish()?;
-        w.write(bytemuck::cast_slice::<[i32; 3], i32>(&group))?;
+        edge_w.write(bytemuck::cast_slice::<[i32; 3], i32>(&group))?;
+        if let Some(ww) = &mut weight_w {
+            ww.write(&group_w)?;
+        }
         start = end;
     }
-    w.finish()?;
+    edge_w.finish()?;
+    if let Some(ww) = weight_w {
+        ww.finish()?;
+    }
     let mut off_w = NpyWriter::create(
         &tmp.join("offsets.npy"),
         strata_store::DType::I64,
@@ -380,6 +508,7 @@ pub fn buckets(
         partitioning: partitioning.clone(),
         num_edges,
         source_bytes,
+        weights: summary,
         dir: dir.clone(),
         offsets,
     };
@@ -389,7 +518,8 @@ pub fn buckets(
     strata_io::durable::publish_dir(&tmp, &dir, "buckets").map_err(StoreError::Io)?;
     std::mem::forget(cleanup);
     progress.message(&format!(
-        "bucketed {num_edges} train edges into {}x{} buckets in {} pass(es) within {} (largest bucket {} edges)",
+        "bucketed {num_edges} train edges{} into {}x{} buckets in {} pass(es) within {} (largest bucket {} edges)",
+        if weighted { " and their weights" } else { "" },
         n,
         n,
         passes + 1,

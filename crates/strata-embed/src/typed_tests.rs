@@ -4,7 +4,7 @@
 
 use crate::config::{Corrupt, NegativePool};
 use crate::entity_types::{EntityType, FeatureBags, TypedLayout};
-use crate::model::{LossKind, PbgForm, Regularizer, RegularizerKind, ScoreKind, ScoreModel};
+use crate::model::{Loss, LossKind, PbgForm, Regularizer, RegularizerKind, ScoreKind, ScoreModel};
 use crate::shared::SharedRows;
 use crate::typed_negatives::{NegSpace, SpaceInputs};
 use crate::worker::{BucketCtx, PartRows, Pool, Worker};
@@ -70,8 +70,7 @@ fn train(a: &mut [f32], f: &mut [f32], state: f32, lr: f32) -> f64 {
             transe_norm: 2,
             pbg: PbgForm::default(),
         },
-        loss: LossKind::Softmax,
-        margin: 0.1,
+        loss: Loss::plain(LossKind::Softmax, 0.1),
         lr,
         parts,
         src_part: 1,
@@ -79,6 +78,7 @@ fn train(a: &mut [f32], f: &mut [f32], state: f32, lr: f32) -> f64 {
         rels: None,
         inverse_offset: 0,
         corrupt: Corrupt::Both,
+        head_prob: &[],
         negatives: 4,
         degree_fraction: 0.0,
         pool: Pool::Resident,
@@ -93,7 +93,7 @@ fn train(a: &mut [f32], f: &mut [f32], state: f32, lr: f32) -> f64 {
         feat: Some((1, &bags)),
     };
     let mut w = Worker::default();
-    w.train_chunk(&ctx, &CHUNK, 11);
+    w.train_chunk(&ctx, &CHUNK, &[], 11);
     w.loss
 }
 

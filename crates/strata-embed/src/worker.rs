@@ -7,9 +7,7 @@ use strata_store::rng::{derive, Rng};
 use crate::bank::Banks;
 use crate::config::{Corrupt, MAX_ROWS};
 use crate::entity_types::FeatureBags;
-use crate::model::{
-    chunk_step, regularize, Chunk, Grads, LossKind, Regularizer, ScoreModel, Scratch,
-};
+use crate::model::{chunk_step, regularize, Chunk, Grads, Loss, Regularizer, ScoreModel, Scratch};
 use crate::shared::SharedRows;
 use crate::typed_negatives::{NegSpace, Negative};
 
@@ -40,8 +38,7 @@ pub enum Pool<'a> {
 /// What every chunk of one bucket `(a, b)` trains against.
 pub struct BucketCtx<'a> {
     pub model: ScoreModel,
-    pub loss: LossKind,
-    pub margin: f32,
+    pub loss: Loss,
     pub lr: f32,
     /// Every resident partition.
     pub parts: Vec<PartRows<'a>>,
@@ -52,6 +49,9 @@ pub struct BucketCtx<'a> {
     /// Row offset of the inverse relations (reciprocal), or 0.
     pub inverse_offset: u32,
     pub corrupt: Corrupt,
+    /// `corrupt = bernoulli`: the probability of corrupting the head of an edge, by relation
+    /// id (see [`crate::bernoulli`]); empty otherwise.
+    pub head_prob: &'a [f32],
     pub negatives: usize,
     pub degree_fraction: f32,
     pub pool: Pool<'a>,
@@ -160,8 +160,11 @@ struct Side {
 #[derive(Default)]
 pub struct Worker {
     scratch: Scratch,
-    /// Tail corruption, then head corruption.
+    /// The chunk's corrupted sides in training order (tail corruption first).
     sides: [Side; 2],
+    /// `corrupt = bernoulli`: the chunk's edges (and weights) whose tails, and whose heads,
+    /// are corrupted.
+    split: [(Vec<[i32; 3]>, Vec<f32>); 2],
     updates: Vec<(u64, u32)>,
     sum: Vec<f32>,
     /// Gradients of featurized entities' features (rows of `dim`), and the updates they
@@ -239,35 +242,59 @@ impl Worker {
         self.busy = 0.0;
     }
 
-    /// Trains one chunk (rows `(src_local, rel, dst_local)`); `key` seeds its negatives. Both
-    /// corrupted sides are computed from the same parameters and their gradients summed into
-    /// one Adagrad step per row (the loss is the sum of both sides' losses, as in Marius).
-    pub fn train_chunk(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], key: u64) {
+    /// Trains one chunk (rows `(src_local, rel, dst_local)`, with `weights`, one per edge or
+    /// none); `key` seeds its negatives (and, with `corrupt = bernoulli`, each edge's side).
+    /// The corrupted sides are computed from the same parameters and their gradients summed
+    /// into one Adagrad step per row (the loss is the sum of the sides' losses, as in Marius).
+    pub fn train_chunk(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], weights: &[f32], key: u64) {
         let start = Instant::now();
-        let sides: &[bool] = match ctx.corrupt {
-            Corrupt::Both => &[true, false],
-            Corrupt::Tail => &[true],
-            Corrupt::Head => &[false],
+        let all = |tail| SideEdges {
+            tail,
+            edges: chunk,
+            weights,
         };
-        for (k, &tail) in sides.iter().enumerate() {
+        let mut split = std::mem::take(&mut self.split);
+        let mut sides = [all(true), all(false)];
+        let count = match ctx.corrupt {
+            Corrupt::Both => 2,
+            Corrupt::Tail => 1,
+            Corrupt::Head => {
+                sides[0] = all(false);
+                1
+            }
+            Corrupt::Bernoulli => {
+                let mut rng = Rng::new(derive(key, 2));
+                split_by_side(chunk, weights, ctx.head_prob, &mut rng, &mut split);
+                let mut count = 0;
+                for (tail, (edges, weights)) in [true, false].into_iter().zip(&split) {
+                    if !edges.is_empty() {
+                        sides[count] = SideEdges {
+                            tail,
+                            edges,
+                            weights,
+                        };
+                        count += 1;
+                    }
+                }
+                count
+            }
+        };
+        let sides = &sides[..count];
+        for (k, side) in sides.iter().enumerate() {
             let mut rng = Rng::new(derive(key, k as u64));
-            self.forward_backward(ctx, chunk, k, &Orientation::new(ctx, tail), &mut rng);
+            self.forward_backward(ctx, side, k, &mut rng);
         }
-        self.update_nodes(ctx, chunk, sides);
-        self.update_relations(ctx, chunk, sides);
+        self.update_nodes(ctx, sides);
+        self.update_relations(ctx, sides);
+        self.split = split;
         self.busy += start.elapsed().as_secs_f64();
     }
 
     /// Loads side `k`'s rows and negatives and computes its loss and gradients.
-    fn forward_backward(
-        &mut self,
-        ctx: &BucketCtx,
-        chunk: &[[i32; 3]],
-        k: usize,
-        o: &Orientation,
-        rng: &mut Rng,
-    ) {
+    fn forward_backward(&mut self, ctx: &BucketCtx, edges: &SideEdges, k: usize, rng: &mut Rng) {
         let (d, rd) = (ctx.model.dim, ctx.model.rel_dim());
+        let o = Orientation::new(ctx, edges.tail);
+        let chunk = edges.edges;
         let b = chunk.len();
         let side = &mut self.sides[k];
         resize(&mut side.src, b * d);
@@ -319,11 +346,11 @@ impl Worker {
             rel: &side.rel,
             dst: &side.dst,
             neg: &side.neg,
+            weights: edges.weights,
         };
         self.loss += chunk_step(
             &ctx.model,
-            ctx.loss,
-            ctx.margin,
+            &ctx.loss,
             &c,
             &mut side.grads,
             &mut self.scratch,
@@ -341,14 +368,14 @@ impl Worker {
 
     /// One Adagrad step per node row touched by the chunk, with its gradients from every side
     /// and role (source, target, negative) summed.
-    fn update_nodes(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], sides: &[bool]) {
+    fn update_nodes(&mut self, ctx: &BucketCtx, sides: &[SideEdges]) {
         let d = ctx.model.dim;
         let key = |part: usize, row: u32| ((part as u64) << PART_SHIFT) | row as u64;
         self.updates.clear();
-        for (k, &tail) in sides.iter().enumerate() {
-            let o = Orientation::new(ctx, tail);
+        for (k, side) in sides.iter().enumerate() {
+            let o = Orientation::new(ctx, side.tail);
             let side_bit = if k == 1 { SIDE_BIT } else { 0 };
-            for (i, e) in chunk.iter().enumerate() {
+            for (i, e) in side.edges.iter().enumerate() {
                 self.updates.push((
                     key(o.s_part, e[o.s_col] as u32),
                     side_bit | FROM_SRC | i as u32,
@@ -408,14 +435,14 @@ impl Worker {
     }
 
     /// One Adagrad step per relation row touched by the chunk.
-    fn update_relations(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], sides: &[bool]) {
+    fn update_relations(&mut self, ctx: &BucketCtx, sides: &[SideEdges]) {
         let Some(rels) = &ctx.rels else { return };
         let rd = ctx.model.rel_dim();
         self.updates.clear();
-        for (k, &tail) in sides.iter().enumerate() {
-            let o = Orientation::new(ctx, tail);
+        for (k, side) in sides.iter().enumerate() {
+            let o = Orientation::new(ctx, side.tail);
             let side_bit = if k == 1 { SIDE_BIT } else { 0 };
-            for (i, e) in chunk.iter().enumerate() {
+            for (i, e) in side.edges.iter().enumerate() {
                 self.updates
                     .push(((e[1] as u32 + o.rel_offset) as u64, side_bit | i as u32));
             }
@@ -451,6 +478,39 @@ fn grad_of<'g>(sides: &'g [Side; 2], feat: &'g [f32], d: usize, tag: u32) -> &'g
     }
 }
 
+/// The edges one corrupted side of a chunk trains: tail or head corruption, its edges and
+/// their weights (one per edge, or empty: every weight 1).
+#[derive(Clone, Copy)]
+struct SideEdges<'c> {
+    tail: bool,
+    edges: &'c [[i32; 3]],
+    weights: &'c [f32],
+}
+
+/// Bernoulli corruption (Wang et al. 2014): draws each edge's side, its head with probability
+/// `head_prob[relation]`, and puts the edge (and its weight) in `split[0]` (tail corrupted) or
+/// `split[1]` (head corrupted).
+fn split_by_side(
+    chunk: &[[i32; 3]],
+    weights: &[f32],
+    head_prob: &[f32],
+    rng: &mut Rng,
+    split: &mut [(Vec<[i32; 3]>, Vec<f32>); 2],
+) {
+    for (edges, w) in split.iter_mut() {
+        edges.clear();
+        w.clear();
+    }
+    for (i, e) in chunk.iter().enumerate() {
+        let head = rng.next_f64() < head_prob[e[1] as usize] as f64;
+        let (edges, w) = &mut split[head as usize];
+        edges.push(*e);
+        if let Some(&x) = weights.get(i) {
+            w.push(x);
+        }
+    }
+}
+
 /// Sums the gradients of equal keys (sorted `updates`) and applies each sum once.
 fn apply_sorted<'g>(
     updates: &[(u64, u32)],
@@ -479,4 +539,90 @@ fn apply_sorted<'g>(
 /// Sizes a buffer that the caller then overwrites entirely (so nothing is cleared).
 fn resize(v: &mut Vec<f32>, len: usize) {
     v.resize(len, 0.0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{LossKind, PbgForm, ScoreKind};
+
+    #[test]
+    fn bernoulli_sides_follow_each_relations_probability_and_keep_weights() {
+        let head_prob = [0.1f32, 0.5, 0.9, 0.0];
+        let edges: Vec<[i32; 3]> = (0..40_000).map(|i| [i, i % 4, i + 1]).collect();
+        let weights: Vec<f32> = (0..40_000).map(|i| i as f32).collect();
+        let mut rng = Rng::new(7);
+        let mut split = Default::default();
+        let (mut heads, mut total) = ([0u32; 4], [0u32; 4]);
+        for (chunk, w) in edges.chunks(1000).zip(weights.chunks(1000)) {
+            split_by_side(chunk, w, &head_prob, &mut rng, &mut split);
+            for (side, (e, w)) in split.iter().enumerate() {
+                assert_eq!(e.len(), w.len());
+                for (e, &w) in e.iter().zip(w) {
+                    assert_eq!(w, e[0] as f32, "a weight left its edge");
+                    total[e[1] as usize] += 1;
+                    heads[e[1] as usize] += side as u32;
+                }
+            }
+        }
+        for r in 0..4 {
+            let freq = heads[r] as f64 / total[r] as f64;
+            // 10,000 draws each: 4 standard deviations are below 0.02.
+            assert!(
+                (freq - head_prob[r] as f64).abs() < 0.02,
+                "relation {r}: heads corrupted {freq}, expected {}",
+                head_prob[r]
+            );
+        }
+        assert_eq!(heads[3], 0);
+        assert_eq!(total.iter().sum::<u32>(), 40_000);
+        // Unweighted chunks split without weights.
+        split_by_side(&edges[..10], &[], &head_prob, &mut rng, &mut split);
+        assert!(split.iter().all(|(e, w)| w.is_empty() && e.len() <= 10));
+    }
+
+    #[test]
+    fn bernoulli_trains_each_edge_on_one_side() {
+        let (d, rows) = (8usize, 64usize);
+        let mut params: Vec<f32> = (0..rows * d).map(|i| (i % 7) as f32 * 0.01).collect();
+        let mut state = vec![0.0f32; rows * d];
+        let mut rel_params = vec![0.5f32; 2 * d];
+        let mut rel_state = vec![0.0f32; 2 * d];
+        let model = ScoreModel {
+            kind: ScoreKind::DistMult,
+            dim: d,
+            transe_norm: 2,
+            pbg: PbgForm::default(),
+        };
+        let chunk: Vec<[i32; 3]> = (0..50).map(|i| [i % 64, 0, (i * 7) % 64]).collect();
+        let mut edges_by = |corrupt: Corrupt| {
+            let ctx = BucketCtx {
+                model,
+                loss: Loss::plain(LossKind::Softmax, 0.0),
+                lr: 0.1,
+                parts: vec![PartRows {
+                    rows: SharedRows::new(&mut params, &mut state, d, d),
+                    size: rows as u32,
+                }],
+                src_part: 0,
+                dst_part: 0,
+                rels: Some(SharedRows::new(&mut rel_params, &mut rel_state, d, d)),
+                inverse_offset: 1,
+                corrupt,
+                head_prob: &[0.3],
+                negatives: 16,
+                degree_fraction: 0.0,
+                pool: Pool::Resident,
+                reg: Regularizer::default(),
+                negs: None,
+                feat: None,
+            };
+            let mut w = Worker::default();
+            w.train_chunk(&ctx, &chunk, &[], 3);
+            assert!(w.loss.is_finite() && w.loss > 0.0);
+            w.edges
+        };
+        assert_eq!(edges_by(Corrupt::Both), 100);
+        assert_eq!(edges_by(Corrupt::Bernoulli), 50);
+    }
 }
