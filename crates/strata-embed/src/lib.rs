@@ -12,6 +12,7 @@ pub mod error;
 pub mod eval;
 pub mod export;
 pub mod gather;
+pub mod gemm;
 pub mod incremental;
 pub mod job;
 pub mod kernels;
