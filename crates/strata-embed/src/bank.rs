@@ -21,7 +21,7 @@ use strata_store::rng::{derive, Rng};
 use crate::error::Result;
 use crate::partitioning::Partitioning;
 use crate::shared::SharedRows;
-use crate::table::{TableFile, TableLayout};
+use crate::table::{Rows, TableFile, TableLayout};
 
 /// One block of rows per partition, with the gradient the rows received as negatives.
 pub struct Banks {
@@ -39,6 +39,9 @@ pub struct Banks {
     len: Vec<u32>,
     /// First local row of each partition's block.
     first: Vec<u64>,
+    /// Salt of the stochastic rounding of pending gradient applied to a bf16 table (drawn
+    /// with the blocks: a pure function of the seed and the epoch).
+    salt: u64,
 }
 
 impl Banks {
@@ -57,12 +60,14 @@ impl Banks {
             pending: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
             len: vec![0; partitions as usize],
             first: vec![0; partitions as usize],
+            salt: 0,
         }
     }
 
     /// Picks this epoch's block of every partition (a function of `seed` and `epoch`), except
     /// for partitions whose gradient is still pending: they keep the block it belongs to.
     pub fn choose_blocks(&mut self, p: &Partitioning, seed: u64, epoch: usize) {
+        self.salt = derive(derive(seed, 0x5a17), epoch as u64);
         let mut rng = Rng::new(derive(derive(seed, 0xba4c), epoch as u64));
         for part in 0..p.partitions {
             let size = p.size_of(part);
@@ -103,19 +108,25 @@ impl Banks {
                 *v = f32::from_bits(a.swap(0, Relaxed));
             }
             if g.iter().any(|&v| v != 0.0) {
-                rows.adagrad((self.first[part as usize] + j as u64) as usize, &g, lr);
+                let salt = derive(self.salt, part as u64);
+                rows.adagrad(
+                    (self.first[part as usize] + j as u64) as usize,
+                    &g,
+                    lr,
+                    salt,
+                );
             }
         }
     }
 
     /// Copies partition `part`'s block out of its embeddings (`rows x dim`, resident).
-    pub fn copy_from(&mut self, part: u32, embeddings: &[f32]) {
+    pub fn copy_from(&mut self, part: u32, embeddings: Rows) {
         let (lo, n) = (
             self.first[part as usize] as usize * self.dim,
             self.len[part as usize] as usize * self.dim,
         );
         let at = part as usize * self.capacity * self.dim;
-        self.data[at..at + n].copy_from_slice(&embeddings[lo..lo + n]);
+        embeddings.copy(lo, &mut self.data[at..at + n]);
     }
 
     /// Reads partition `part`'s block from `table`.
@@ -204,7 +215,7 @@ mod tests {
             assert!(b.first[part as usize] + 100 <= p.size_of(part));
         }
         let emb: Vec<f32> = (0..334 * 2).map(|i| i as f32).collect();
-        b.copy_from(1, &emb);
+        b.copy_from(1, Rows::F32(&emb));
         let first = b.first[1] as f32;
         assert_eq!(b.row(1, 0), &[2.0 * first, 2.0 * first + 1.0]);
         assert_eq!(

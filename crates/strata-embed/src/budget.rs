@@ -4,15 +4,15 @@
 //! at start and the run refuses to start when the minimum does not fit.
 
 use serde::Serialize;
-use strata_io::align_up;
 use strata_store::budget::{group_bytes, group_takes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::bank::Banks;
-use crate::config::{NegativePool, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval;
 use crate::model::ScoreModel;
+use crate::table::region_bytes;
 
 /// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
 /// rings and bounce buffers.
@@ -187,13 +187,13 @@ impl Planned for EmbedPlan {
     }
 }
 
-/// Bytes of one partition of `rows` nodes.
-pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
+/// Bytes of one partition of `rows` nodes stored in `dtype`.
+pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind, dtype: TableDtype) -> u64 {
     let state = match optimizer {
         OptimizerKind::Adagrad => dim,
         OptimizerKind::AdagradRow => 1,
     };
-    align_up(rows * (dim + state) as u64 * 4)
+    region_bytes(rows, dim, state, dtype)
 }
 
 /// Scratch of one worker for chunks of `b` edges and `n` negatives (scores, loaded rows,
@@ -281,12 +281,18 @@ pub fn plan(
                 2 * cfg.eval_negatives as u64 * (d * 4 + 8) / cfg.chunk_size.max(1) as u64
             }
         };
+    // Each thread's score tile, and for a bf16 table its tile of candidates widened to f32.
+    let widened = match cfg.table_dtype {
+        TableDtype::F32 => 0,
+        TableDtype::Bf16 => eval::TILE as u64 * d,
+    };
     let tiles = threads as u64
         * 4
-        * match cfg.eval_protocol {
-            Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
-            Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
-        };
+        * (widened
+            + match cfg.eval_protocol {
+                Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
+                Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
+            });
     let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * eval::QUERY_BATCH as u64);
     let eval_round =
         ((eval_share - tiles) / per_query).clamp(eval::QUERY_BATCH as u64, 1 << 20) as usize;
@@ -307,7 +313,14 @@ pub fn plan(
         ))
     };
     let available = memory.saturating_sub(fixed);
-    let size = |n: u64| part_bytes(num_nodes.div_ceil(n), model.dim, cfg.optimizer);
+    let size = |n: u64| {
+        part_bytes(
+            num_nodes.div_ceil(n),
+            model.dim,
+            cfg.optimizer,
+            cfg.table_dtype,
+        )
+    };
     // (partitions, buffer slots) whose slots and `extra` more fit `available`.
     let solve = |available: u64, extra: usize| -> Result<(u64, usize)> {
         let (n, c) = if cfg.partitions == 0 {
@@ -515,6 +528,7 @@ mod tests {
             10_000_000u64.div_ceil(p.partitions as u64 - 1),
             100,
             OptimizerKind::Adagrad,
+            TableDtype::F32,
         );
         let fixed = p.total() - p.buffer_bytes - p.bank_bytes;
         assert!(fixed + cfg.memory / BANK_SHARE + 3 * fewer > cfg.memory);
@@ -574,7 +588,12 @@ mod tests {
         // Shrinking the budget a quarter slot at a time, the lookahead goes before the buffer
         // does (evaluation also shrinks with the budget, so the step is found, not computed):
         // a budget with room for the buffer but not a slot more plans no lookahead and says so.
-        let part = part_bytes(1_000_000u64.div_ceil(16), 100, OptimizerKind::Adagrad);
+        let part = part_bytes(
+            1_000_000u64.div_ceil(16),
+            100,
+            OptimizerKind::Adagrad,
+            TableDtype::F32,
+        );
         let q = (1..64)
             .map_while(|k| {
                 let tight = TrainConfig {

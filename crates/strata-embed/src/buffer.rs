@@ -14,7 +14,7 @@ use strata_io::{AlignedBuf, Engine};
 
 use crate::error::Result;
 use crate::shared::SharedRows;
-use crate::table::{TableFile, TableLayout};
+use crate::table::{Rows, TableFile, TableLayout};
 
 /// How a partition that is not resident is brought into a slot: `load(buffer, slot, p)`
 /// leaves `slot` holding partition `p`.
@@ -152,12 +152,15 @@ impl PartitionBuffer {
         self.resident[slot] = Some(p);
     }
 
-    /// Embedding rows (`rows x dim`, row-major) of resident partition `p`.
-    pub fn embeddings(&self, p: u32) -> &[f32] {
+    /// Embedding rows (`rows x dim`, row-major, in the table's dtype) of resident partition `p`.
+    pub fn embeddings(&self, p: u32) -> Rows<'_> {
         let slot = self.slot_of(p).expect("partition resident");
         let buf = self.slots[slot].as_ref().expect("slot present");
-        let floats: &[f32] = bytemuck::cast_slice(buf.prefix(self.layout.part_bytes() as usize));
-        &floats[..self.layout.emb_floats()]
+        Rows::of(
+            buf.prefix(self.layout.part_bytes() as usize),
+            self.layout.dtype,
+            self.layout.emb_floats(),
+        )
     }
 
     /// Mutable views of every resident partition, as `(partition, rows)` sorted by partition
@@ -181,7 +184,7 @@ impl PartitionBuffer {
         &mut self,
         parts: &[u32],
         from: &TableFile,
-        f: impl FnMut(u32, &[f32]) -> Result<()>,
+        f: impl FnMut(u32, Rows<'_>) -> Result<()>,
     ) -> Result<()> {
         self.visit_with(parts, &mut |b, slot, p| b.load(slot, p, from), f)
     }
@@ -192,7 +195,7 @@ impl PartitionBuffer {
         &mut self,
         parts: &[u32],
         load: &mut Load<'_>,
-        mut f: impl FnMut(u32, &[f32]) -> Result<()>,
+        mut f: impl FnMut(u32, Rows<'_>) -> Result<()>,
     ) -> Result<()> {
         let (resident, missing): (Vec<u32>, Vec<u32>) =
             parts.iter().partition(|&&p| self.slot_of(p).is_some());
@@ -227,13 +230,5 @@ impl PartitionBuffer {
 
 /// A partition buffer's embedding rows and optimizer state as shared rows.
 fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &TableLayout) -> SharedRows<'a> {
-    let floats: &mut [f32] =
-        bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.part_bytes() as usize]);
-    let (emb, state) = floats.split_at_mut(layout.emb_floats());
-    SharedRows::new(
-        emb,
-        &mut state[..layout.rows as usize * layout.state_per_row],
-        layout.dim,
-        layout.state_per_row,
-    )
+    SharedRows::region(&mut buf.full_mut()[..layout.part_bytes() as usize], layout)
 }

@@ -51,7 +51,7 @@ pub fn eval_spec(cfg: &TrainConfig, plan: &EmbedPlan, threads: usize) -> EvalSpe
 
 /// Fields that shape the stored state: a resumed run must keep them.
 fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
-    let checks: [(&'static str, bool); 10] = [
+    let checks: [(&'static str, bool); 11] = [
         ("model", a.model == b.model),
         ("operator", a.pbg_form().operator == b.pbg_form().operator),
         (
@@ -61,6 +61,7 @@ fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
         ("dim", a.dim == b.dim),
         ("transe_norm", a.transe_norm == b.transe_norm),
         ("optimizer", a.optimizer == b.optimizer),
+        ("table_dtype", a.table_dtype == b.table_dtype),
         ("reciprocal", a.reciprocal == b.reciprocal),
         ("seed", a.seed == b.seed),
         ("init_from", a.init_from == b.init_from),
@@ -503,7 +504,7 @@ fn setup(
             .saturating_sub(plan.runtime_bytes + plan.group_bytes),
         progress,
     )?);
-    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
+    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer, cfg.table_dtype);
     let engine = Engine::shared();
     let mut buffer =
         PartitionBuffer::new(engine.clone(), layout, plan.capacity + plan.prefetch_slots);

@@ -1,6 +1,7 @@
 //! Strata's out-of-core graph embedding training, after Legend (`../shared/papers/legend.txt`).
 
 pub mod bank;
+pub mod bf16;
 pub mod budget;
 pub mod buffer;
 pub mod config;

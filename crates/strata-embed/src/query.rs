@@ -181,7 +181,7 @@ impl Loaded {
         let (p, l) = locator.locate(src);
         let mut src_row = vec![0.0f32; d];
         self.buffer.visit(&[p], &self.table, |_, emb| {
-            src_row.copy_from_slice(&emb[l as usize * d..(l as usize + 1) * d]);
+            emb.copy(l as usize * d, &mut src_row);
             Ok(())
         })?;
         let mut rel_row = vec![0.0f32; rd];
@@ -193,7 +193,7 @@ impl Loaded {
         let partitioning = self.run.meta.partitioning.clone();
         let mut heap: BinaryHeap<Reverse<(OrdF32, u64)>> = BinaryHeap::with_capacity(k + 1);
         let mut scratch = Scratch::default();
-        let mut out = Vec::new();
+        let (mut out, mut widened) = (Vec::new(), Vec::new());
         let all: Vec<u32> = (0..partitioning.partitions).collect();
         self.buffer.visit(&all, &self.table, |p, emb| {
             let size = partitioning.size_of(p) as usize;
@@ -206,7 +206,7 @@ impl Loaded {
                     t,
                     &src_row,
                     &rel_row,
-                    &emb[lo * d..(lo + t) * d],
+                    emb.span(lo * d, t * d, &mut widened),
                     &mut out,
                     &mut scratch,
                 );

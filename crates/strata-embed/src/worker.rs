@@ -137,6 +137,9 @@ pub struct Worker {
     pub busy: f64,
 }
 
+/// Rows ahead whose cache lines the gathers of a chunk's rows request early.
+const PREFETCH_AHEAD: usize = 4;
+
 /// Bits of an update key below the part index.
 const PART_SHIFT: u32 = 40;
 /// An update's tag: which side (bit 31), which gradient (bits 29-30: source, destination or
@@ -206,8 +209,8 @@ impl Worker {
             let mut rng = Rng::new(derive(key, k as u64));
             self.forward_backward(ctx, chunk, k, &Orientation::new(ctx, tail), &mut rng);
         }
-        self.update_nodes(ctx, chunk, sides);
-        self.update_relations(ctx, chunk, sides);
+        self.update_nodes(ctx, chunk, sides, key);
+        self.update_relations(ctx, chunk, sides, key);
         self.busy += start.elapsed().as_secs_f64();
     }
 
@@ -228,6 +231,12 @@ impl Worker {
         resize(&mut side.dst, b * d);
         resize(&mut side.rel, b * rd);
         for (i, e) in chunk.iter().enumerate() {
+            // The rows are scattered over the table: ask for a later edge's rows now, so that
+            // their cache misses overlap this edge's copies.
+            if let Some(ahead) = chunk.get(i + PREFETCH_AHEAD) {
+                s_rows.prefetch(ahead[o.s_col] as usize);
+                d_rows.prefetch(ahead[o.d_col] as usize);
+            }
             s_rows.load(e[o.s_col] as usize, &mut side.src[i * d..(i + 1) * d]);
             d_rows.load(e[o.d_col] as usize, &mut side.dst[i * d..(i + 1) * d]);
             if let Some(rels) = &ctx.rels {
@@ -256,6 +265,11 @@ impl Worker {
         }
         resize(&mut side.neg, n * d);
         for (j, &id) in side.neg_ids.iter().enumerate() {
+            if let Some(&(part, row)) = side.neg_ids.get(j + PREFETCH_AHEAD) {
+                if part & BANK == 0 {
+                    ctx.parts[part].rows.prefetch(row as usize);
+                }
+            }
             ctx.load_negative(id, &mut side.neg[j * d..(j + 1) * d]);
         }
         let c = Chunk {
@@ -286,8 +300,9 @@ impl Worker {
     }
 
     /// One Adagrad step per node row touched by the chunk, with its gradients from every side
-    /// and role (source, target, negative) summed.
-    fn update_nodes(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], sides: &[bool]) {
+    /// and role (source, target, negative) summed; `salt` (the chunk's key) draws the rounding
+    /// of a bf16 table.
+    fn update_nodes(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], sides: &[bool], salt: u64) {
         let d = ctx.model.dim;
         let key = |part: usize, row: u32| ((part as u64) << PART_SHIFT) | row as u64;
         self.updates.clear();
@@ -335,13 +350,13 @@ impl Worker {
                 Pool::All { banks, .. } if part >= BANK_KEY => {
                     banks.add_grad((part - BANK_KEY) as u32, row, g)
                 }
-                _ => ctx.parts[part].rows.adagrad(row as usize, g, ctx.lr),
+                _ => ctx.parts[part].rows.adagrad(row as usize, g, ctx.lr, salt),
             }
         });
     }
 
     /// One Adagrad step per relation row touched by the chunk.
-    fn update_relations(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], sides: &[bool]) {
+    fn update_relations(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], sides: &[bool], key: u64) {
         let Some(rels) = &ctx.rels else { return };
         let rd = ctx.model.rel_dim();
         self.updates.clear();
@@ -366,7 +381,7 @@ impl Worker {
                 );
                 &g[i * rd..(i + 1) * rd]
             },
-            |key, g| rels.adagrad(key as usize, g, ctx.lr),
+            |row, g| rels.adagrad(row as usize, g, ctx.lr, key),
         );
     }
 }
@@ -383,15 +398,22 @@ fn apply_sorted<'g>(
     let mut i = 0;
     while i < updates.len() {
         let key = updates[i].0;
-        sum.copy_from_slice(grad(updates[i].1));
         let mut j = i + 1;
         while j < updates.len() && updates[j].0 == key {
-            for (s, g) in sum.iter_mut().zip(grad(updates[j].1)) {
-                *s += g;
-            }
             j += 1;
         }
-        apply(key, sum);
+        if j == i + 1 {
+            // Most rows have one gradient in a chunk: apply it where it is.
+            apply(key, grad(updates[i].1));
+        } else {
+            sum.copy_from_slice(grad(updates[i].1));
+            for u in &updates[i + 1..j] {
+                for (s, g) in sum.iter_mut().zip(grad(u.1)) {
+                    *s += g;
+                }
+            }
+            apply(key, sum);
+        }
         i = j;
     }
 }
