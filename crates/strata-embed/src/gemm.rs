@@ -72,52 +72,37 @@ impl Mat {
     }
 }
 
-/// `C = alpha * A * B^T + beta * C` with `A: m x k`, `B: n x k`, `C: m x n`, all row-major.
-#[allow(clippy::too_many_arguments)] // the BLAS argument list
-pub fn gemm_abt(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    b: &[f32],
-    beta: f32,
-    c: &mut [f32],
-) {
-    let (a, b) = (Mat::rows(a, m, k), Mat::transposed(b, n, k));
-    gemm_on(Backend::best(), m, n, k, alpha, a, b, beta, c)
+/// The public products: each names how its row-major operands are laid out (in terms of the
+/// dimensions `$m`, `$n`, `$k`, named by the caller for macro hygiene) and calls [`gemm_on`]
+/// with the best backend.
+macro_rules! products {
+    (($m:ident, $n:ident, $k:ident) $($(#[$doc:meta])* $name:ident: $a:ident($ar:ident, $ac:ident), $b:ident($br:ident, $bc:ident);)*) => {$(
+        $(#[$doc])*
+        #[allow(clippy::too_many_arguments)] // the BLAS argument list
+        pub fn $name(
+            $m: usize,
+            $n: usize,
+            $k: usize,
+            alpha: f32,
+            a: &[f32],
+            b: &[f32],
+            beta: f32,
+            c: &mut [f32],
+        ) {
+            let (a, b) = (Mat::$a(a, $ar, $ac), Mat::$b(b, $br, $bc));
+            gemm_on(Backend::best(), $m, $n, $k, alpha, a, b, beta, c)
+        }
+    )*};
 }
 
-/// `C = alpha * A * B + beta * C` with `A: m x k`, `B: k x n`, `C: m x n`, all row-major.
-#[allow(clippy::too_many_arguments)] // the BLAS argument list
-pub fn gemm_ab(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    b: &[f32],
-    beta: f32,
-    c: &mut [f32],
-) {
-    let (a, b) = (Mat::rows(a, m, k), Mat::rows(b, k, n));
-    gemm_on(Backend::best(), m, n, k, alpha, a, b, beta, c)
-}
-
-/// `C = alpha * A^T * B + beta * C` with `A: k x m`, `B: k x n`, `C: m x n`, all row-major.
-#[allow(clippy::too_many_arguments)] // the BLAS argument list
-pub fn gemm_atb(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    b: &[f32],
-    beta: f32,
-    c: &mut [f32],
-) {
-    let (a, b) = (Mat::transposed(a, k, m), Mat::rows(b, k, n));
-    gemm_on(Backend::best(), m, n, k, alpha, a, b, beta, c)
+products! {
+    (m, n, k)
+    /// `C = alpha * A * B^T + beta * C` with `A: m x k`, `B: n x k`, `C: m x n`, all row-major.
+    gemm_abt: rows(m, k), transposed(n, k);
+    /// `C = alpha * A * B + beta * C` with `A: m x k`, `B: k x n`, `C: m x n`, all row-major.
+    gemm_ab: rows(m, k), rows(k, n);
+    /// `C = alpha * A^T * B + beta * C` with `A: k x m`, `B: k x n`, `C: m x n`, all row-major.
+    gemm_atb: transposed(k, m), rows(k, n);
 }
 
 /// `C = alpha * A * B + beta * C` (`A: m x k`, `B: k x n`, `C: m x n` row-major) on `backend`.
