@@ -211,6 +211,34 @@ def test_featurized_films_are_the_mean_of_their_words(typed, tmp_path):
     assert 0.0 < sampled["mrr"] <= 1.0 and sampled["protocol"] == "sampled"
 
 
+def test_a_bf16_typed_run_reads_its_pinned_features_widened(typed, tmp_path, strata_cli):
+    run = train(
+        store=typed, run_dir=tmp_path / "half", dim=16, chunk_size=100, negatives=32, epochs=3,
+        featurized=["film"], entity_partitions=["person=2"], buffer=2, ordering="sequential",
+        table_dtype="bf16",
+    )  # fmt: skip
+    meta = json.loads((tmp_path / "half" / "run.json").read_text())
+    assert meta["layout"]["dtype"] == "bf16" and meta["layout"]["pinned"] == {"region": 2, "rows": WORDS}
+    assert run.test["mrr"] > 0.05, run.test
+    run.export(tmp_path / "emb", format="npy")
+    emb = np.load(tmp_path / "emb" / "embeddings.npy")
+    node = names(typed)
+    films = [i for i, n in enumerate(node) if n.startswith("f")]
+    others = [i for i, n in enumerate(node) if not n.startswith("f")]
+    # People and genres are bf16 rows widened (low 16 bits zero); films are means of widened words.
+    assert not (emb[others].view(np.uint32) & 0xFFFF).any() and emb[others].any()
+    assert np.array_equal(emb[node.index("f0")], emb[node.index(f"f{FILMS - 1}")])
+    assert np.all(np.any(emb[films] != 0, axis=1))
+    best = meta["best"]["epoch"]
+    again = Run(tmp_path / "half").evaluate("valid")["metrics"]
+    assert again["mrr"] == pytest.approx(meta["history"][best - 1]["valid"]["mrr"], abs=1e-9)
+    got = json.loads(
+        strata_cli("embed", "predict", tmp_path / "half", "--head", "p3", "--relation", "0", "--top", "5",
+                   "--json").stdout
+    )  # fmt: skip
+    assert {r["name"][0] for r in got["predictions"]} == {"f"}, got
+
+
 def test_typed_negatives_can_be_turned_off(typed, tmp_path, strata_cli):
     meta = json.loads(
         strata_cli(

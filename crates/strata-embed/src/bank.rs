@@ -24,7 +24,7 @@ use strata_store::rng::{derive, Rng};
 use crate::error::Result;
 use crate::partitioning::Partitioning;
 use crate::shared::SharedRows;
-use crate::table::{TableFile, TableLayout};
+use crate::table::{Rows, TableFile, TableLayout};
 
 /// One block of rows per partition (per partition and partitioned entity type in a typed
 /// run), with the gradient the rows received as negatives.
@@ -48,6 +48,9 @@ pub struct Banks {
     len: Vec<u32>,
     first: Vec<u64>,
     at: Vec<u32>,
+    /// Salt of the stochastic rounding of pending gradient applied to a bf16 table (drawn
+    /// with the blocks: a pure function of the seed and the epoch).
+    salt: u64,
 }
 
 impl Banks {
@@ -75,6 +78,7 @@ impl Banks {
             len: vec![0; blocks],
             first: vec![0; blocks],
             at: vec![0; blocks],
+            salt: 0,
         }
     }
 
@@ -83,6 +87,7 @@ impl Banks {
     /// a typed run each partitioned entity type gets a block within its section, sized by its
     /// share of the partition's rows.
     pub fn choose_blocks(&mut self, p: &Partitioning, seed: u64, epoch: usize) {
+        self.salt = derive(derive(seed, 0x5a17), epoch as u64);
         let mut rng = Rng::new(derive(derive(seed, 0xba4c), epoch as u64));
         let typed = p.typed_layout();
         let sections: Vec<usize> = match &typed {
@@ -150,6 +155,7 @@ impl Banks {
         }
         let mut g = vec![0.0f32; self.dim];
         let base = part as usize * self.capacity * self.dim;
+        let salt = derive(self.salt, part as u64);
         for (at, first, len) in self.segments(part) {
             for j in 0..len {
                 let cell = base + (at + j) * self.dim;
@@ -157,21 +163,22 @@ impl Banks {
                     *v = f32::from_bits(a.swap(0, Relaxed));
                 }
                 if g.iter().any(|&v| v != 0.0) {
-                    rows.adagrad((first + j as u64) as usize, &g, lr);
+                    rows.adagrad((first + j as u64) as usize, &g, lr, salt);
                 }
             }
         }
     }
 
     /// Copies partition `part`'s block out of its embeddings (`rows x dim`, resident).
-    pub fn copy_from(&mut self, part: u32, embeddings: &[f32]) {
+    pub fn copy_from(&mut self, part: u32, embeddings: Rows) {
         let base = part as usize * self.capacity * self.dim;
         let d = self.dim;
         let segs: Vec<_> = self.segments(part).collect();
         for (at, first, len) in segs {
-            let lo = first as usize * d;
-            self.data[base + at * d..base + (at + len) * d]
-                .copy_from_slice(&embeddings[lo..lo + len * d]);
+            embeddings.copy(
+                first as usize * d,
+                &mut self.data[base + at * d..base + (at + len) * d],
+            );
         }
     }
 
@@ -265,7 +272,7 @@ mod tests {
             assert!(b.first[part as usize] + 100 <= p.size_of(part));
         }
         let emb: Vec<f32> = (0..334 * 2).map(|i| i as f32).collect();
-        b.copy_from(1, &emb);
+        b.copy_from(1, Rows::F32(&emb));
         let first = b.first[1] as f32;
         assert_eq!(b.row(1, 0), &[2.0 * first, 2.0 * first + 1.0]);
         assert_eq!(

@@ -4,15 +4,15 @@
 //! at start and the run refuses to start when the minimum does not fit.
 
 use serde::Serialize;
-use strata_io::align_up;
 use strata_store::budget::{group_bytes, group_takes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::bank::Banks;
-use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval;
 use crate::model::ScoreModel;
+use crate::table::region_bytes;
 
 /// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
 /// rings and bounce buffers.
@@ -86,11 +86,11 @@ impl NodeShape {
 
     /// Bytes of the pinned region in memory: its rows (embeddings and optimizer state), the
     /// entity view of its featurized entities and their bags.
-    pub fn pinned_bytes(&self, dim: usize, optimizer: OptimizerKind) -> u64 {
+    pub fn pinned_bytes(&self, dim: usize, optimizer: OptimizerKind, dtype: TableDtype) -> u64 {
         if self.pinned_rows == 0 {
             return 0;
         }
-        part_bytes(self.pinned_rows, dim, optimizer)
+        part_bytes(self.pinned_rows, dim, optimizer, dtype)
             + self.featurized_entities * dim as u64 * 4
             + self.bag_bytes
     }
@@ -256,13 +256,13 @@ impl Planned for EmbedPlan {
     }
 }
 
-/// Bytes of one partition of `rows` nodes.
-pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
+/// Bytes of one partition of `rows` nodes stored in `dtype`.
+pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind, dtype: TableDtype) -> u64 {
     let state = match optimizer {
         OptimizerKind::Adagrad => dim,
         OptimizerKind::AdagradRow => 1,
     };
-    align_up(rows * (dim + state) as u64 * 4)
+    region_bytes(rows, dim, state, dtype)
 }
 
 /// Bytes of the relation rows and their optimizer state of `num_relations` relation types
@@ -447,7 +447,7 @@ pub fn plan(
     let relation_bytes = relation_bytes(cfg, model, num_relations) + head_prob;
     let num_nodes = shape.largest();
     let wanted = shape.partitions.unwrap_or(cfg.partitions);
-    let pinned_bytes = shape.pinned_bytes(model.dim, cfg.optimizer);
+    let pinned_bytes = shape.pinned_bytes(model.dim, cfg.optimizer, cfg.table_dtype);
     let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
     let edge_bytes = PIECES_ALIVE * piece_rows * 12;
     let worker_bytes = threads as u64 * worker_bytes(model, cfg);
@@ -461,12 +461,18 @@ pub fn plan(
                 2 * cfg.eval_negatives as u64 * (d * 4 + 8) / cfg.chunk_size.max(1) as u64
             }
         };
+    // Each thread's score tile, and for a bf16 table its tile of candidates widened to f32.
+    let widened = match cfg.table_dtype {
+        TableDtype::F32 => 0,
+        TableDtype::Bf16 => eval::TILE as u64 * d,
+    };
     let tiles = threads as u64
         * 4
-        * match cfg.eval_protocol {
-            Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
-            Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
-        };
+        * (widened
+            + match cfg.eval_protocol {
+                Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
+                Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
+            });
     let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * eval::QUERY_BATCH as u64);
     let eval_round =
         ((eval_share - tiles) / per_query).clamp(eval::QUERY_BATCH as u64, 1 << 20) as usize;
@@ -497,7 +503,7 @@ pub fn plan(
         ))
     };
     let available = memory.saturating_sub(fixed);
-    let size = |n: u64| part_bytes(shape.rows(n), model.dim, cfg.optimizer);
+    let size = |n: u64| part_bytes(shape.rows(n), model.dim, cfg.optimizer, cfg.table_dtype);
     // (partitions, buffer slots) whose slots and `extra` more fit `available`.
     let solve = |available: u64, extra: usize| -> Result<(u64, usize)> {
         let (n, c) = if wanted == 0 {
@@ -613,7 +619,7 @@ pub fn plan(
         buffer_bytes: capacity as u64 * part_bytes,
         table_bytes: partitions * part_bytes
             + if shape.pinned_rows > 0 {
-                self::part_bytes(shape.pinned_rows, model.dim, cfg.optimizer)
+                self::part_bytes(shape.pinned_rows, model.dim, cfg.optimizer, cfg.table_dtype)
             } else {
                 0
             },
@@ -668,10 +674,16 @@ mod tests {
         assert_eq!(p.partitions, 8);
         assert_eq!(
             p.part_bytes,
-            part_bytes(1_000_000 + 125_000, 100, OptimizerKind::Adagrad)
+            part_bytes(
+                1_000_000 + 125_000,
+                100,
+                OptimizerKind::Adagrad,
+                TableDtype::F32
+            )
         );
-        let pinned =
-            part_bytes(21_000, 100, OptimizerKind::Adagrad) + 5_000 * 400 + shape.bag_bytes;
+        let pinned = part_bytes(21_000, 100, OptimizerKind::Adagrad, TableDtype::F32)
+            + 5_000 * 400
+            + shape.bag_bytes;
         assert_eq!((p.pinned_bytes, p.pinned_rows), (pinned, 21_000));
         assert!(
             p.total() <= cfg.memory && p.total() >= p.buffer_bytes + pinned,
@@ -821,6 +833,7 @@ mod tests {
             10_000_000u64.div_ceil(p.partitions as u64 - 1),
             100,
             OptimizerKind::Adagrad,
+            TableDtype::F32,
         );
         let fixed = p.total() - p.buffer_bytes - p.bank_bytes;
         assert!(fixed + cfg.memory / BANK_SHARE + 3 * fewer > cfg.memory);
@@ -888,7 +901,12 @@ mod tests {
         // Shrinking the budget a quarter slot at a time, the lookahead goes before the buffer
         // does (evaluation also shrinks with the budget, so the step is found, not computed):
         // a budget with room for the buffer but not a slot more plans no lookahead and says so.
-        let part = part_bytes(1_000_000u64.div_ceil(16), 100, OptimizerKind::Adagrad);
+        let part = part_bytes(
+            1_000_000u64.div_ceil(16),
+            100,
+            OptimizerKind::Adagrad,
+            TableDtype::F32,
+        );
         let q = (1..64)
             .map_while(|k| {
                 let tight = TrainConfig {

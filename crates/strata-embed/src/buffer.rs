@@ -20,7 +20,7 @@ use strata_io::{AlignedBuf, Engine};
 use crate::entity_types::FeatureBags;
 use crate::error::Result;
 use crate::shared::SharedRows;
-use crate::table::{TableFile, TableLayout};
+use crate::table::{Rows, TableFile, TableLayout};
 
 /// How a partition that is not resident is brought into a slot: `load(buffer, slot, p)`
 /// leaves `slot` holding partition `p`.
@@ -80,9 +80,15 @@ impl PartitionBuffer {
             return;
         };
         let buf = self.slots[slot].as_ref().expect("slot present");
-        let floats: &[f32] =
-            bytemuck::cast_slice(buf.prefix(self.layout.region_bytes(r.region) as usize));
-        let stored = &floats[..self.layout.emb_floats_in(r.region)];
+        let region = self.layout.region(r.region);
+        let rows = Rows::of(
+            buf.prefix(region.part_bytes() as usize),
+            region.dtype,
+            region.emb_floats(),
+        );
+        // The features' rows widened (borrowed from a float32 table).
+        let mut wide = Vec::new();
+        let stored = rows.span(0, region.emb_floats(), &mut wide);
         bags.entity_view(stored, self.layout.dim, &mut self.view);
     }
 
@@ -217,16 +223,21 @@ impl PartitionBuffer {
         self.resident[slot] = Some(p);
     }
 
-    /// Embedding rows (`rows x dim`, row-major) of resident partition `p` (of the pinned
-    /// region: its entity view, featurized entities as the means of their features).
-    pub fn embeddings(&self, p: u32) -> &[f32] {
+    /// Embedding rows (`rows x dim`, row-major, in the table's dtype) of resident partition `p`
+    /// (of the pinned region: its entity view, featurized entities as the means of their
+    /// features, in float32).
+    pub fn embeddings(&self, p: u32) -> Rows<'_> {
         if self.bags.is_some() && self.layout.is_pinned(p) {
-            return &self.view;
+            return Rows::F32(&self.view);
         }
         let slot = self.slot_of(p).expect("partition resident");
         let buf = self.slots[slot].as_ref().expect("slot present");
-        let floats: &[f32] = bytemuck::cast_slice(buf.prefix(self.layout.region_bytes(p) as usize));
-        &floats[..self.layout.emb_floats_in(p)]
+        let region = self.layout.region(p);
+        Rows::of(
+            buf.prefix(region.part_bytes() as usize),
+            region.dtype,
+            region.emb_floats(),
+        )
     }
 
     /// Mutable views of every resident partition, as `(partition, rows)` sorted by partition
@@ -250,7 +261,7 @@ impl PartitionBuffer {
         &mut self,
         parts: &[u32],
         from: &TableFile,
-        f: impl FnMut(u32, &[f32]) -> Result<()>,
+        f: impl FnMut(u32, Rows<'_>) -> Result<()>,
     ) -> Result<()> {
         self.visit_with(parts, &mut |b, slot, p| b.load(slot, p, from), f)
     }
@@ -261,7 +272,7 @@ impl PartitionBuffer {
         &mut self,
         parts: &[u32],
         load: &mut Load<'_>,
-        mut f: impl FnMut(u32, &[f32]) -> Result<()>,
+        mut f: impl FnMut(u32, Rows<'_>) -> Result<()>,
     ) -> Result<()> {
         let (resident, missing): (Vec<u32>, Vec<u32>) =
             parts.iter().partition(|&&p| self.slot_of(p).is_some());
@@ -300,13 +311,6 @@ impl PartitionBuffer {
 
 /// A partition buffer's embedding rows and optimizer state (of region `p`) as shared rows.
 fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &TableLayout, p: u32) -> SharedRows<'a> {
-    let floats: &mut [f32] =
-        bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.region_bytes(p) as usize]);
-    let (emb, state) = floats.split_at_mut(layout.emb_floats_in(p));
-    SharedRows::new(
-        emb,
-        &mut state[..layout.region_rows(p) as usize * layout.state_per_row],
-        layout.dim,
-        layout.state_per_row,
-    )
+    let region = layout.region(p);
+    SharedRows::region(&mut buf.full_mut()[..region.part_bytes() as usize], &region)
 }

@@ -27,6 +27,27 @@ pub enum OptimizerKind {
     AdagradRow,
 }
 
+/// How the node table stores its values (embeddings and Adagrad state).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TableDtype {
+    /// IEEE float32.
+    #[default]
+    F32,
+    /// bfloat16: the upper half of a float32 (8 significant bits, same range).
+    Bf16,
+}
+
+impl TableDtype {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            TableDtype::F32 => 4,
+            TableDtype::Bf16 => 2,
+        }
+    }
+}
+
 /// Which side of each edge is corrupted to make negatives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -118,6 +139,11 @@ pub struct TrainConfig {
     pub lr: f32,
     /// Adagrad with one accumulator per element, or per row (half the optimizer state)
     pub optimizer: OptimizerKind,
+    /// storage of the node table (embeddings and Adagrad state, on disk and in the buffer):
+    /// f32, or bf16 (half the bytes: twice the rows per partition slot, half the I/O; values
+    /// are widened to f32 for every computation and rounded stochastically when an update
+    /// stores them; readable on any CPU)
+    pub table_dtype: TableDtype,
     /// standard deviation of the initial node embeddings
     pub init_scale: f32,
     /// epochs to train (a resumed run trains up to this many in total)
@@ -233,6 +259,7 @@ impl Default for TrainConfig {
             margin: 0.1,
             lr: 0.1,
             optimizer: OptimizerKind::Adagrad,
+            table_dtype: TableDtype::F32,
             init_scale: 1e-3,
             epochs: 10,
             chunk_size: 1000,

@@ -403,7 +403,7 @@ impl Scorer<'_> {
         self.buffer.visit_with(&parts, self.load, |p, emb| {
             let lo = located.partition_point(|x| x.0 < p);
             for &(_, l, i) in located[lo..].iter().take_while(|x| x.0 == p) {
-                out[i * d..(i + 1) * d].copy_from_slice(&emb[l as usize * d..(l as usize + 1) * d]);
+                emb.copy(l as usize * d, &mut out[i * d..(i + 1) * d]);
             }
             Ok(())
         })
@@ -515,7 +515,7 @@ impl Scorer<'_> {
                 for _ in 0..threads.min(counts.len()) {
                     scope.spawn(|| {
                         let mut scratch = Scratch::default();
-                        let mut out = Vec::new();
+                        let (mut out, mut widened) = (Vec::new(), Vec::new());
                         loop {
                             let b = next.fetch_add(1, Relaxed);
                             if b >= counts.len() {
@@ -536,7 +536,7 @@ impl Scorer<'_> {
                                     t,
                                     &rows.src[q0 * d..(q0 + qb) * d],
                                     &rows.rel[q0 * rd..(q0 + qb) * rd],
-                                    &emb[lo * d..(lo + t) * d],
+                                    emb.span(lo * d, t * d, &mut widened),
                                     &mut out,
                                     &mut scratch,
                                 );

@@ -255,8 +255,7 @@ fn write_all(
                 let v = locator.node(p, local);
                 if (lo..hi).contains(&v) {
                     let at = (v - lo) as usize * d;
-                    rows[at..at + d]
-                        .copy_from_slice(&emb[local as usize * d..(local as usize + 1) * d]);
+                    emb.copy(local as usize * d, &mut rows[at..at + d]);
                 }
             }
             Ok(())

@@ -50,7 +50,7 @@ pub fn eval_spec(cfg: &TrainConfig, plan: &EmbedPlan, threads: usize) -> EvalSpe
 
 /// Fields that shape the stored state: a resumed run must keep them.
 fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
-    let checks: [(&'static str, bool); 13] = [
+    let checks: [(&'static str, bool); 14] = [
         ("model", a.model == b.model),
         ("operator", a.pbg_form().operator == b.pbg_form().operator),
         (
@@ -60,6 +60,7 @@ fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
         ("dim", a.dim == b.dim),
         ("transe_norm", a.transe_norm == b.transe_norm),
         ("optimizer", a.optimizer == b.optimizer),
+        ("table_dtype", a.table_dtype == b.table_dtype),
         ("reciprocal", a.reciprocal == b.reciprocal),
         ("seed", a.seed == b.seed),
         ("init_from", a.init_from == b.init_from),
@@ -594,7 +595,7 @@ fn setup(
         }
         _ => Vec::new(),
     };
-    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
+    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer, cfg.table_dtype);
     let mut buffer =
         PartitionBuffer::new(engine.clone(), layout, plan.capacity + plan.prefetch_slots);
     buffer.set_bags(bags.clone());

@@ -2,6 +2,7 @@
 
 pub mod bank;
 pub mod bernoulli;
+pub mod bf16;
 pub mod budget;
 pub mod buffer;
 pub mod config;
@@ -14,6 +15,7 @@ pub mod error;
 pub mod eval;
 pub mod export;
 pub mod gather;
+pub mod gemm;
 pub mod incremental;
 pub mod job;
 pub mod kernels;

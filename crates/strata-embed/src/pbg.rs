@@ -45,7 +45,7 @@ use strata_store::config::{ConfigError, Section, Size};
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
-use crate::config::{OptimizerKind, TrainConfig};
+use crate::config::{OptimizerKind, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::export::write_published;
 use crate::model::{Comparator, Operator, PbgForm, ScoreKind, ScoreModel};
@@ -281,9 +281,9 @@ fn write_checkpoint(
     );
     for p in 0..partitioning.partitions {
         let size = partitioning.size_of(p);
-        let mut rows = Vec::new();
+        let mut rows = vec![0.0f32; size as usize * d];
         l.buffer.visit(&[p], &l.table, |_, emb| {
-            rows.extend_from_slice(&emb[..size as usize * d]);
+            emb.copy(0, &mut rows);
             Ok(())
         })?;
         h5.write(
@@ -913,7 +913,9 @@ pub fn import(
         cfg.reciprocal = true;
         [c.lhs.clone(), c.rhs.clone()].concat()
     };
-    let layout_for = |p: &Partitioning| TableLayout::new(p, d, cfg.optimizer);
+    // An imported table is float32 (the rows are written as such below); `--init-from` turns
+    // it into a bf16 run where wanted.
+    let layout_for = |p: &Partitioning| TableLayout::new(p, d, cfg.optimizer, TableDtype::F32);
     let partitions = if o.partitions > 0 {
         o.partitions
     } else {

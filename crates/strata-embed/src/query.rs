@@ -302,7 +302,7 @@ impl Loaded {
         let locator = partitioning.locator();
         let mut heaps: Vec<Best> = (0..b).map(|_| Best::with_capacity(k + 1)).collect();
         let mut scratch = Scratch::default();
-        let mut out = Vec::new();
+        let (mut out, mut widened) = (Vec::new(), Vec::new());
         let all = partitioning.regions();
         let typed = partitioning.typed_layout().zip(scan.answer_type);
         self.buffer.visit(&all, &self.table, |p, emb| {
@@ -323,7 +323,7 @@ impl Loaded {
                     t,
                     scan.src_rows,
                     scan.rel_rows,
-                    &emb[lo * d..(lo + t) * d],
+                    emb.span(lo * d, t * d, &mut widened),
                     &mut out,
                     &mut scratch,
                 );

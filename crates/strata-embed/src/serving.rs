@@ -63,7 +63,7 @@ fn query_plan(run: &Run, store: &Store, memory: Option<u64>) -> Result<EmbedPlan
             part_bytes: layout.part_bytes(),
             table_bytes: layout.table_bytes(cfg.partitions),
             pinned_rows: shape.pinned_rows,
-            pinned_bytes: shape.pinned_bytes(model.dim, cfg.optimizer),
+            pinned_bytes: shape.pinned_bytes(model.dim, cfg.optimizer, cfg.table_dtype),
         },
         budget::relation_bytes(&cfg, &model, run.meta.num_relations),
         memory,

@@ -132,6 +132,15 @@ impl BucketCtx<'_> {
             .and_then(|(p, bags)| if p == part { bags.bag(row) } else { None })
     }
 
+    /// Asks the CPU for row `row` of part `part` ahead of its load (a featurized entity's
+    /// features are left alone: its row is no storage row).
+    #[inline]
+    fn prefetch_row(&self, part: usize, row: u32) {
+        if self.bag(part, row).is_none() {
+            self.parts[part].rows.prefetch(row as usize);
+        }
+    }
+
     /// Copies row `row` of part `part` into `out`: a featurized entity's is the mean of its
     /// features' rows.
     #[inline]
@@ -180,6 +189,9 @@ pub struct Worker {
     /// Seconds spent in chunk steps.
     pub busy: f64,
 }
+
+/// Rows ahead whose cache lines the gathers of a chunk's rows request early.
+const PREFETCH_AHEAD: usize = 4;
 
 /// Bits of an update key below the part index.
 const PART_SHIFT: u32 = 40;
@@ -284,8 +296,8 @@ impl Worker {
             let mut rng = Rng::new(derive(key, k as u64));
             self.forward_backward(ctx, side, k, &mut rng);
         }
-        self.update_nodes(ctx, sides);
-        self.update_relations(ctx, sides);
+        self.update_nodes(ctx, sides, key);
+        self.update_relations(ctx, sides, key);
         self.split = split;
         self.busy += start.elapsed().as_secs_f64();
     }
@@ -301,6 +313,12 @@ impl Worker {
         resize(&mut side.dst, b * d);
         resize(&mut side.rel, b * rd);
         for (i, e) in chunk.iter().enumerate() {
+            // The rows are scattered over the table: ask for a later edge's rows now, so that
+            // their cache misses overlap this edge's copies.
+            if let Some(ahead) = chunk.get(i + PREFETCH_AHEAD) {
+                ctx.prefetch_row(o.s_part, ahead[o.s_col] as u32);
+                ctx.prefetch_row(o.d_part, ahead[o.d_col] as u32);
+            }
             ctx.load_row(
                 o.s_part,
                 e[o.s_col] as u32,
@@ -337,6 +355,11 @@ impl Worker {
         }
         resize(&mut side.neg, n * d);
         for (j, &id) in side.neg_ids.iter().enumerate() {
+            if let Some(&(part, row)) = side.neg_ids.get(j + PREFETCH_AHEAD) {
+                if part & BANK == 0 {
+                    ctx.prefetch_row(part, row);
+                }
+            }
             ctx.load_negative(id, &mut side.neg[j * d..(j + 1) * d]);
         }
         let c = Chunk {
@@ -367,8 +390,9 @@ impl Worker {
     }
 
     /// One Adagrad step per node row touched by the chunk, with its gradients from every side
-    /// and role (source, target, negative) summed.
-    fn update_nodes(&mut self, ctx: &BucketCtx, sides: &[SideEdges]) {
+    /// and role (source, target, negative) summed; `salt` (the chunk's key) draws the rounding
+    /// of a bf16 table.
+    fn update_nodes(&mut self, ctx: &BucketCtx, sides: &[SideEdges], salt: u64) {
         let d = ctx.model.dim;
         let key = |part: usize, row: u32| ((part as u64) << PART_SHIFT) | row as u64;
         self.updates.clear();
@@ -429,13 +453,13 @@ impl Worker {
                 Pool::All { banks, .. } if part >= BANK_KEY => {
                     banks.add_grad((part - BANK_KEY) as u32, row, g)
                 }
-                _ => ctx.parts[part].rows.adagrad(row as usize, g, ctx.lr),
+                _ => ctx.parts[part].rows.adagrad(row as usize, g, ctx.lr, salt),
             }
         });
     }
 
     /// One Adagrad step per relation row touched by the chunk.
-    fn update_relations(&mut self, ctx: &BucketCtx, sides: &[SideEdges]) {
+    fn update_relations(&mut self, ctx: &BucketCtx, sides: &[SideEdges], key: u64) {
         let Some(rels) = &ctx.rels else { return };
         let rd = ctx.model.rel_dim();
         self.updates.clear();
@@ -460,7 +484,7 @@ impl Worker {
                 );
                 &g[i * rd..(i + 1) * rd]
             },
-            |key, g| rels.adagrad(key as usize, g, ctx.lr),
+            |row, g| rels.adagrad(row as usize, g, ctx.lr, key),
         );
     }
 }
@@ -523,15 +547,22 @@ fn apply_sorted<'g>(
     let mut i = 0;
     while i < updates.len() {
         let key = updates[i].0;
-        sum.copy_from_slice(grad(updates[i].1));
         let mut j = i + 1;
         while j < updates.len() && updates[j].0 == key {
-            for (s, g) in sum.iter_mut().zip(grad(updates[j].1)) {
-                *s += g;
-            }
             j += 1;
         }
-        apply(key, sum);
+        if j == i + 1 {
+            // Most rows have one gradient in a chunk: apply it where it is.
+            apply(key, grad(updates[i].1));
+        } else {
+            sum.copy_from_slice(grad(updates[i].1));
+            for u in &updates[i + 1..j] {
+                for (s, g) in sum.iter_mut().zip(grad(u.1)) {
+                    *s += g;
+                }
+            }
+            apply(key, sum);
+        }
         i = j;
     }
 }
