@@ -1,7 +1,7 @@
 """Question: does `strata embed train` reach the published quality on FB15k-237 and WN18RR, lose
 nothing when the table is partitioned, hide its I/O out of core, and how fast is it?
 
-    python benches/bench_embed.py [--only b1,b2,b3,b4,pbg] [--b3-scale 23] [--b4-scale 22] [--work DIR]
+    python benches/bench_embed.py [--only b1,b2,b3,b4,models,weights] [--b3-scale 23] [--b4-scale 22] [--work DIR]
 
 - B1: ComplEx (100 reals), chunks of 1000 edges sharing 1000 uniform negatives, both sides
   corrupted, softmax, Adagrad lr 0.1, 10 epochs, one partition; FB15k-237 and WN18RR.
@@ -11,8 +11,12 @@ nothing when the table is partitioned, hide its I/O out of core, and how fast is
 - B4: Dot on RMAT scale 22 x 16 (LiveJournal's size: 4.2M nodes, 67M edges), sampled protocol,
   in memory and with 8 partitions / buffer 3; also on a planted-community (SBM) graph of the
   same size, where held-out edges are predictable (Graph500 RMAT edges are not: see the doc).
-- pbg: B1 on FB15k-237 with PyTorch-BigGraph's operators and comparators (`--pbg-forms`), next to
-  the named ComplEx and DistMult, for `--pbg-epochs` epochs (validated once, at the last).
+- models: B1 on FB15k-237 and WN18RR for `--models-epochs` epochs (validated once, at the last)
+  with every named model, every PyTorch-BigGraph operator+comparator (`--pbg-forms`), and the
+  training options (logistic loss with and without self-adversarial weighting, Bernoulli
+  corruption) against the default.
+- weights: ComplEx on FB15k-237 with weighted edges: random triples of weight 0 with the weights
+  used and ignored, and repeated edges against the same edges weighted 2.
 
 Results go to bench-results/embed-*.json and the embed-* sections of docs/benchmarks.md.
 """
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
 import re
 import shutil
 from pathlib import Path
@@ -116,49 +122,196 @@ def kg_markdown(rows: dict, info: dict) -> str:
     return "\n".join(lines)
 
 
-def pbg_benchmarks(work: Path, forms: list[str], epochs: int) -> dict:
-    """B1 on FB15k-237 for `epochs` epochs: the named complex and distmult, then each pbg form
-    `operator+comparator`."""
-    store = convert(SHARED / "datasets" / "fb15k-237", work / "fb15k-237.strata", "--relations")
+#: Every PyTorch-BigGraph operator and comparator (`--model pbg`).
+PBG_FORMS = [
+    f"{op}+{cmp}"
+    for op in ("none", "translation", "diagonal", "linear", "affine", "complex_diagonal")
+    for cmp in ("dot", "cos", "l2", "squared_l2")
+]
+
+#: The training options against the default (softmax, both sides corrupted): self-adversarial
+#: weighting against its own loss without it, and Bernoulli corruption.
+OPTION_RUNS = [
+    (f"{model} {variant}", ["--model", model, *args])
+    for model in ("rotate", "transe", "complex")
+    for variant, args in (
+        ("logistic", ["--loss", "logistic"]),
+        ("logistic adv 1.0", ["--loss", "logistic", "--adversarial-temperature", "1.0"]),
+        ("bernoulli", ["--corrupt", "bernoulli"]),
+    )
+]
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def models_benchmarks(work: Path, forms: list[str], epochs: int, only: set[str] | None, report) -> dict:
+    """B1's settings for `epochs` epochs on FB15k-237 and WN18RR: every named model, the
+    training options of OPTION_RUNS, then every pbg form `operator+comparator` (of those named
+    in `only`, when given). Each run's result is kept in WORK/models-cache (delete it to
+    measure again), and `report` sees the results after every run."""
+    cache = work / "models-cache"
+    cache.mkdir(parents=True, exist_ok=True)
     short = ["--epochs", str(epochs), "--eval-every", str(epochs), "--partitions", "1", "--memory", "4G"]
-    runs = [(name, ["--model", name]) for name in ("complex", "distmult")]
+    runs = [(name, ["--model", name]) for name in ("dot", "transe", "distmult", "complex", "rotate")]
+    runs += OPTION_RUNS
     for form in forms:
         operator, comparator = form.split("+")
         runs.append((f"pbg {form}", ["--model", "pbg", "--operator", operator, "--comparator", comparator]))
-    rows = {}
+    datasets = ("fb15k-237", "wn18rr")
+    stores = {d: convert(SHARED / "datasets" / d, work / f"{d}.strata", "--relations") for d in datasets}
+    res = {"epochs": epochs, "runs": [name for name, _ in runs], "datasets": {d: {} for d in datasets}}
     for name, model in runs:
-        meta = train(store, work / f"run-pbg-{name.replace(' ', '-')}", [*B1, *model, *short])
-        rows[name] = {"test": meta["test"], **epoch_stats(meta)}
-        print(f"{name}: test MRR {meta['test']['mrr']:.4f}, median epoch {rows[name]['epoch_seconds']:.2f} s")
+        for dataset in datasets:
+            if only is not None and name not in only:
+                continue
+            slug = re.sub(r"[^a-z0-9.]+", "-", f"{dataset} {name} e{epochs}")
+            path = cache / f"{slug}.json"
+            if not path.exists():
+                before = load()
+                meta = train(stores[dataset], work / "run-models", [*B1, *model, *short])
+                row = {"test": meta["test"], **epoch_stats(meta), "load_before": before, "load_after": load()}
+                path.write_text(json.dumps(row))
+            row = json.loads(path.read_text())
+            res["datasets"][dataset][name] = row
+            print(f"{dataset} {name}: test MRR {row['test']['mrr']:.4f}, load {row['load_after']:.2f}", flush=True)
+            report(res)
+    shutil.rmtree(work / "run-models", ignore_errors=True)
+    return res
+
+
+def models_markdown(res: dict, info: dict) -> str:
+    datasets = res["datasets"]
+    loads = [r[k] for rows in datasets.values() for r in rows.values() for k in ("load_before", "load_after")]
+    lines = [
+        "### Models, PyTorch-BigGraph forms and training options on FB15k-237 and WN18RR "
+        "(`benches/bench_embed.py --only models`)",
+        "",
+        f"{info['nproc']} cores ({info['cpu']}), under load (1-minute load average {min(loads):.1f} to "
+        f"{max(loads):.1f} around the runs). B1's settings (100 reals, chunks of 1000 edges sharing 1000 uniform "
+        f"negatives, both sides corrupted, softmax, Adagrad lr 0.1, one partition) for only {res['epochs']} epochs "
+        "(B1 trains 10), so the MRRs are below converged figures and compare the score functions at equal "
+        "training, not at their best; filtered test MRR after the last epoch, both directions. Epoch seconds: "
+        "median over the epochs, on a shared machine (they compare only roughly). `-`: not measured yet.",
+        "",
+        "| model | FB15k-237 MRR | Hits@10 | epoch (s) | WN18RR MRR | Hits@10 | epoch (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in res["runs"]:
+        cells = []
+        for rows in datasets.values():
+            r = rows.get(name)
+            cells.append(
+                f"{r['test']['mrr']:.4f} | {r['test']['hits@10']:.4f} | {r['epoch_seconds']:.1f}" if r else "- | - | -"
+            )
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    lines += [
+        "",
+        "Below the named models, one training option changes against that model's default (softmax, both sides "
+        "corrupted): the logistic loss alone and with self-adversarial weighting at temperature 1 (RotatE's; "
+        "DGL-KE's `-adv`), and Bernoulli corruption (one side per edge, TransH's probabilities). `diagonal+dot` "
+        "is DistMult, `complex_diagonal+dot` ComplEx, `translation+l2` TransE-L2 and `none+dot` Dot through the "
+        "generic path.",
+    ]
+    return "\n".join(lines)
+
+
+def weighted_store(work: Path, name: str, lines: list[str]) -> Path:
+    """FB15k-237 with weighted train `lines` (valid and test weighted 1) as a store."""
+    out = work / f"{name}.strata"
+    if out.exists():
+        return out
+    raw = work / f"{name}-raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    (raw / "train.txt").write_text("".join(lines))
+    for split in ("valid", "test"):
+        text = (SHARED / "datasets" / "fb15k-237" / f"{split}.txt").read_text()
+        (raw / f"{split}.txt").write_text("".join(f"{t}\t1\n" for t in text.splitlines() if t))
+    timed(strata("convert", raw, "--out", out, "--columns", "src,rel,dst,weight", "-q"))
+    shutil.rmtree(raw)
+    return out
+
+
+def weights_benchmarks(work: Path, epochs: int) -> dict:
+    """ComplEx with B1's settings for `epochs` epochs on FB15k-237 variants: random triples
+    (half as many as the train edges) added with weight 0, trained with and without the
+    weights; a random third of the train edges repeated, against the same edges weighted 2."""
+    rng = random.Random(0)
+    train_lines = (SHARED / "datasets" / "fb15k-237" / "train.txt").read_text().splitlines()
+    triples = [t.split("\t") for t in train_lines if t]
+    nodes = sorted({t[0] for t in triples} | {t[2] for t in triples})
+    rels = sorted({t[1] for t in triples})
+    noise = [f"{rng.choice(nodes)}\t{rng.choice(rels)}\t{rng.choice(nodes)}\t0\n" for _ in triples[::2]]
+    third = set(rng.sample(range(len(triples)), len(triples) // 3))
+    clean = [f"{chr(9).join(t)}\t1\n" for t in triples]
+    stores = {
+        "clean": convert(SHARED / "datasets" / "fb15k-237", work / "fb15k-237.strata", "--relations"),
+        "noise weight 0": weighted_store(work, "fb-noise", clean + noise),
+        "repeated": weighted_store(work, "fb-repeated", clean + [clean[i] for i in sorted(third)]),
+        "weight 2": weighted_store(
+            work, "fb-weight2", [f"{chr(9).join(t)}\t{2 if i in third else 1}\n" for i, t in enumerate(triples)]
+        ),
+    }
+    short = ["--epochs", str(epochs), "--eval-every", str(epochs), "--partitions", "1", "--memory", "4G"]
+    runs = [
+        ("clean", "clean", []),
+        ("noise, weights used", "noise weight 0", []),
+        ("noise, weights ignored", "noise weight 0", ["--no-edge-weights"]),
+        ("a third repeated", "repeated", []),
+        ("a third weighted 2", "weight 2", []),
+    ]
+    rows = {}
+    # The clean run is the unweighted store (which trains bit for bit as one with every weight
+    # 1, tested): the models part's ComplEx run on FB15k-237 when it was measured.
+    cached = work / "models-cache" / f"fb15k-237-complex-e{epochs}.json"
+    if cached.exists():
+        runs = runs[1:]
+        rows["clean"] = {**json.loads(cached.read_text()), "train_edges": len(triples)}
+    for name, store, extra in runs:
+        before = load()
+        meta = train(stores[store], work / "run-weights", [*B1, *short, *extra])
+        rows[name] = {
+            "test": meta["test"],
+            **epoch_stats(meta),
+            "train_edges": meta["train_edges"],
+            "load_before": before,
+            "load_after": load(),
+        }
+        print(f"weights {name}: test MRR {meta['test']['mrr']:.4f}")
+    shutil.rmtree(work / "run-weights", ignore_errors=True)
     return {"epochs": epochs, "runs": rows}
 
 
-def pbg_markdown(res: dict, info: dict) -> str:
+def weights_markdown(res: dict, info: dict) -> str:
+    rows = res["runs"]
+    loads = [r[k] for r in rows.values() for k in ("load_before", "load_after")]
     lines = [
-        "### PyTorch-BigGraph operators and comparators on FB15k-237 (`benches/bench_embed.py --only pbg`)",
+        "### Edge weights on FB15k-237 (`benches/bench_embed.py --only weights`)",
         "",
-        f"{info['nproc']} cores ({info['cpu']}), shared with other jobs. B1's settings (100 reals, chunks of 1000 "
-        f"edges sharing 1000 uniform negatives, both sides corrupted, softmax, Adagrad lr 0.1, one partition) for "
-        f"only {res['epochs']} epochs (B1 trains 10), so the MRRs are below converged figures and compare the "
-        "models at equal training, not at their best; filtered test metrics after the last epoch. Epoch time: "
-        "median over the epochs.",
+        f"{info['nproc']} cores ({info['cpu']}), under load (1-minute load average {min(loads):.1f} to "
+        f"{max(loads):.1f}). ComplEx with B1's settings for {res['epochs']} epochs (B1 trains 10), one partition; "
+        "clean: the unweighted store; the others converted with `--columns src,rel,dst,weight`. Noise: random "
+        "triples, half as many as the train "
+        "edges, with weight 0. Repeated: a random third of the train edges appear twice (unweighted), against "
+        "the same third with weight 2 and the others 1.",
         "",
-        "| model | test MRR | Hits@1 | Hits@10 | epoch (s) | edges/s | epoch time / distmult's |",
-        "|---|---|---|---|---|---|---|",
+        "| train edges | edges | test MRR | Hits@10 | epoch (s) |",
+        "|---|---|---|---|---|",
     ]
-    base = res["runs"].get("distmult", {}).get("epoch_seconds")
-    for name, r in res["runs"].items():
+    for name, r in rows.items():
         t = r["test"]
-        ratio = f"{r['epoch_seconds'] / base:.2f}" if base else "-"
         lines.append(
-            f"| {name} | {t['mrr']:.4f} | {t['hits@1']:.4f} | {t['hits@10']:.4f} | {r['epoch_seconds']:.2f} | "
-            f"{r['edges_per_second']:,.0f} | {ratio} |"
+            f"| {name} | {r['train_edges']:,} | {t['mrr']:.4f} | {t['hits@10']:.4f} | {r['epoch_seconds']:.1f} |"
         )
+    mrr = {name: r["test"]["mrr"] for name, r in rows.items()}
     lines += [
         "",
-        "The runs follow each other on a machine whose other jobs come and go, so their epoch times are only "
-        "comparable within one quiet run; the MRRs are. `diagonal+dot` is DistMult and `complex_diagonal+dot` "
-        "ComplEx through the generic path: their MRRs match the named models'.",
+        f"- Weight-0 noise, weights used, minus clean: {mrr['noise, weights used'] - mrr['clean']:+.4f}; weights "
+        f"ignored minus clean: {mrr['noise, weights ignored'] - mrr['clean']:+.4f}.",
+        f"- A third weighted 2 minus the same third repeated: "
+        f"{mrr['a third weighted 2'] - mrr['a third repeated']:+.4f} "
+        "(the same loss in expectation, one run each: the difference is run-to-run noise unless it is large).",
     ]
     return "\n".join(lines)
 
@@ -373,7 +526,7 @@ def b4_markdown(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4,pbg")
+    ap.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4,models,weights")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "embed")
     ap.add_argument("--b3-scale", type=int, default=23)
     ap.add_argument("--b3-edge-factor", type=int, default=12)
@@ -384,10 +537,13 @@ def main() -> None:
     ap.add_argument("--b4-epochs", type=int, default=2)
     ap.add_argument(
         "--pbg-forms",
-        default="translation+l2,diagonal+dot,complex_diagonal+dot,linear+dot",
-        help="comma-separated operator+comparator pairs of the pbg runs",
+        default=",".join(PBG_FORMS),
+        help="comma-separated operator+comparator pairs of the models runs (default: all 24)",
     )
-    ap.add_argument("--pbg-epochs", type=int, default=3)
+    ap.add_argument("--models-epochs", type=int, default=3, help="epochs of the models and weights runs")
+    ap.add_argument(
+        "--models-runs", default="", help="comma-separated names of the models runs to measure (default: all)"
+    )
     args = ap.parse_args()
     only = set(args.only.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -396,10 +552,18 @@ def main() -> None:
         rows = kg_benchmarks(args.work)
         save("embed-kg", {"machine": info, "runs": rows})
         update_doc("embed-kg", kg_markdown(rows, info))
-    if "pbg" in only:
-        res = pbg_benchmarks(args.work, args.pbg_forms.split(","), args.pbg_epochs)
-        save("embed-pbg", {"machine": info, **res})
-        update_doc("embed-pbg", pbg_markdown(res, info))
+    if "models" in only:
+
+        def report(res: dict) -> None:
+            save("embed-models", {"machine": info, **res})
+            update_doc("embed-models", models_markdown(res, info))
+
+        only_runs = set(args.models_runs.split(",")) if args.models_runs else None
+        models_benchmarks(args.work, args.pbg_forms.split(","), args.models_epochs, only_runs, report)
+    if "weights" in only:
+        res = weights_benchmarks(args.work, args.models_epochs)
+        save("embed-weights", {"machine": info, **res})
+        update_doc("embed-weights", weights_markdown(res, info))
     if "b3" in only:
         res = b3(args.work, args)
         save("embed-b3", {"machine": info, **res})

@@ -213,6 +213,10 @@ def convert(cfg: ConvertConfig, progress: ProgressFn | None = None) -> dict:
         )
     if plan.format != "text" and cfg.edges_of:
         raise ConfigError(f"convert: --edges-of applies to text and Parquet edge lists, not {plan.format} inputs")
+    if plan.format not in ("text", "parquet") and cfg.node_bags:
+        raise ConfigError(
+            f"convert: --node-bags applies to typed text and Parquet edge lists, not {plan.format} inputs"
+        )
     edges_of = _edges_of(cfg)
     if plan.format == "parquet" or any(parquet.is_parquet(Path(f["path"])) for f in edges_of):
         return _convert_parquet(cfg, plan, graph, edges_of, progress)
@@ -252,6 +256,7 @@ def _text_options(cfg: ConvertConfig, inputs: list[dict], columns: list[str], ed
         "node_types": str(cfg.node_types) if cfg.node_types else None,
         "edge_types": str(cfg.edge_types) if cfg.edge_types else None,
         "edges_of": edges_of,
+        "node_bags": list(cfg.node_bags),
     }
 
 

@@ -10,7 +10,10 @@
 //! of the epoch), against the very values it was computed from.
 //!
 //! Nodes are spread over partitions by a random permutation, so a contiguous block of local
-//! rows is a uniform sample of the partition's nodes and is read with one request.
+//! rows is a uniform sample of the partition's nodes and is read with one request. In a typed
+//! run a partition's bank holds one such block per partitioned entity type (a *segment*),
+//! each its type's share of the rows (at least one), so negatives of every type can be drawn
+//! from it.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -21,13 +24,18 @@ use strata_store::rng::{derive, Rng};
 use crate::error::Result;
 use crate::partitioning::Partitioning;
 use crate::shared::SharedRows;
-use crate::table::{TableFile, TableLayout};
+use crate::table::{Rows, TableFile, TableLayout};
 
-/// One block of rows per partition, with the gradient the rows received as negatives.
+/// One block of rows per partition (per partition and partitioned entity type in a typed
+/// run), with the gradient the rows received as negatives.
 pub struct Banks {
     dim: usize,
     /// Rows held per partition (at most).
     capacity: usize,
+    /// Rows the blocks of one partition share (`capacity` less one per extra segment).
+    rows: usize,
+    /// Segments per partition: 1, or a typed run's partitioned entity types.
+    segs: usize,
     /// `partitions x capacity x dim`.
     data: Vec<f32>,
     /// Summed gradients of the rows, same shape; workers add to them concurrently (relaxed
@@ -35,44 +43,94 @@ pub struct Banks {
     grad: Vec<AtomicU32>,
     /// Whether a partition's block has gradient not yet applied.
     pending: Vec<AtomicBool>,
-    /// Rows held for each partition.
+    /// Per `(partition, segment)`: rows held, first local row in the partition and first
+    /// row in the partition's bank.
     len: Vec<u32>,
-    /// First local row of each partition's block.
     first: Vec<u64>,
+    at: Vec<u32>,
+    /// Salt of the stochastic rounding of pending gradient applied to a bf16 table (drawn
+    /// with the blocks: a pure function of the seed and the epoch).
+    salt: u64,
 }
 
 impl Banks {
-    /// Bytes held for `partitions` banks of `rows` rows of `dim` floats (rows and gradients).
-    pub fn bytes(partitions: u32, rows: usize, dim: usize) -> u64 {
-        2 * partitions as u64 * rows as u64 * dim as u64 * 4
+    /// Bytes held for `partitions` banks of `rows` rows of `dim` floats (rows and gradients)
+    /// in `segs` segments each (each segment's share rounds up by at most one row).
+    pub fn bytes(partitions: u32, rows: usize, dim: usize, segs: usize) -> u64 {
+        2 * partitions as u64 * (rows + segs.max(1) - 1) as u64 * dim as u64 * 4
     }
 
-    pub fn new(partitions: u32, rows: usize, dim: usize) -> Banks {
-        let floats = partitions as usize * rows * dim;
+    /// Banks of `rows` rows per partition in `segs` segments (1, or a typed run's partitioned
+    /// entity types).
+    pub fn new(partitions: u32, rows: usize, dim: usize, segs: usize) -> Banks {
+        let segs = segs.max(1);
+        let capacity = rows + segs - 1;
+        let floats = partitions as usize * capacity * dim;
+        let blocks = partitions as usize * segs;
         Banks {
             dim,
-            capacity: rows,
+            capacity,
+            rows,
+            segs,
             data: vec![0.0; floats],
             grad: (0..floats).map(|_| AtomicU32::new(0)).collect(),
             pending: (0..partitions).map(|_| AtomicBool::new(false)).collect(),
-            len: vec![0; partitions as usize],
-            first: vec![0; partitions as usize],
+            len: vec![0; blocks],
+            first: vec![0; blocks],
+            at: vec![0; blocks],
+            salt: 0,
         }
     }
 
     /// Picks this epoch's block of every partition (a function of `seed` and `epoch`), except
-    /// for partitions whose gradient is still pending: they keep the block it belongs to.
+    /// for partitions whose gradient is still pending: they keep the block it belongs to. In
+    /// a typed run each partitioned entity type gets a block within its section, sized by its
+    /// share of the partition's rows.
     pub fn choose_blocks(&mut self, p: &Partitioning, seed: u64, epoch: usize) {
+        self.salt = derive(derive(seed, 0x5a17), epoch as u64);
         let mut rng = Rng::new(derive(derive(seed, 0xba4c), epoch as u64));
+        let typed = p.typed_layout();
+        let sections: Vec<usize> = match &typed {
+            Some(l) => (0..l.types.len())
+                .filter(|&t| l.types[t].partitioned)
+                .collect(),
+            None => vec![0],
+        };
+        debug_assert_eq!(sections.len(), self.segs);
         for part in 0..p.partitions {
-            let size = p.size_of(part);
-            let len = size.min(self.capacity as u64);
-            let first = rng.below(size - len + 1);
-            if !self.has_pending(part) {
-                self.len[part as usize] = len as u32;
-                self.first[part as usize] = first;
+            let total = p.size_of(part);
+            let mut at = 0u32;
+            for (s, &t) in sections.iter().enumerate() {
+                let range = match &typed {
+                    Some(l) => l.section(t, part),
+                    None => 0..total,
+                };
+                let size = range.end - range.start;
+                let len = if self.segs == 1 {
+                    size.min(self.rows as u64)
+                } else {
+                    (self.rows as u64 * size / total.max(1)).max(1).min(size)
+                };
+                let first = range.start + rng.below(size - len + 1);
+                let i = part as usize * self.segs + s;
+                if !self.has_pending(part) {
+                    (self.len[i], self.first[i], self.at[i]) = (len as u32, first, at);
+                }
+                at += self.len[i];
             }
         }
+    }
+
+    /// Bank row and rows of segment `seg` (entity type) of `part`'s bank.
+    pub fn segment(&self, part: u32, seg: usize) -> (u32, u32) {
+        let i = part as usize * self.segs + seg;
+        (self.at[i], self.len[i])
+    }
+
+    /// `(first bank row, first local row, rows)` of each segment of `part`.
+    fn segments(&self, part: u32) -> impl Iterator<Item = (usize, u64, usize)> + '_ {
+        let i = part as usize * self.segs;
+        (i..i + self.segs).map(|k| (self.at[k] as usize, self.first[k], self.len[k] as usize))
     }
 
     /// Whether `part`'s block has gradient not yet applied.
@@ -97,25 +155,31 @@ impl Banks {
         }
         let mut g = vec![0.0f32; self.dim];
         let base = part as usize * self.capacity * self.dim;
-        for j in 0..self.len[part as usize] as usize {
-            let cells = &self.grad[base + j * self.dim..base + (j + 1) * self.dim];
-            for (v, a) in g.iter_mut().zip(cells) {
-                *v = f32::from_bits(a.swap(0, Relaxed));
-            }
-            if g.iter().any(|&v| v != 0.0) {
-                rows.adagrad((self.first[part as usize] + j as u64) as usize, &g, lr);
+        let salt = derive(self.salt, part as u64);
+        for (at, first, len) in self.segments(part) {
+            for j in 0..len {
+                let cell = base + (at + j) * self.dim;
+                for (v, a) in g.iter_mut().zip(&self.grad[cell..cell + self.dim]) {
+                    *v = f32::from_bits(a.swap(0, Relaxed));
+                }
+                if g.iter().any(|&v| v != 0.0) {
+                    rows.adagrad((first + j as u64) as usize, &g, lr, salt);
+                }
             }
         }
     }
 
     /// Copies partition `part`'s block out of its embeddings (`rows x dim`, resident).
-    pub fn copy_from(&mut self, part: u32, embeddings: &[f32]) {
-        let (lo, n) = (
-            self.first[part as usize] as usize * self.dim,
-            self.len[part as usize] as usize * self.dim,
-        );
-        let at = part as usize * self.capacity * self.dim;
-        self.data[at..at + n].copy_from_slice(&embeddings[lo..lo + n]);
+    pub fn copy_from(&mut self, part: u32, embeddings: Rows) {
+        let base = part as usize * self.capacity * self.dim;
+        let d = self.dim;
+        let segs: Vec<_> = self.segments(part).collect();
+        for (at, first, len) in segs {
+            embeddings.copy(
+                first as usize * d,
+                &mut self.data[base + at * d..base + (at + len) * d],
+            );
+        }
     }
 
     /// Reads partition `part`'s block from `table`.
@@ -126,15 +190,14 @@ impl Banks {
         engine: &Arc<Engine>,
         layout: &TableLayout,
     ) -> Result<()> {
-        let (first, n) = (self.first[part as usize], self.len[part as usize] as usize);
-        let at = part as usize * self.capacity * self.dim;
-        table.read_rows(
-            engine,
-            layout,
-            part,
-            first,
-            &mut self.data[at..at + n * self.dim],
-        )
+        let base = part as usize * self.capacity * self.dim;
+        let d = self.dim;
+        let segs: Vec<_> = self.segments(part).collect();
+        for (at, first, len) in segs {
+            let rows = &mut self.data[base + at * d..base + (at + len) * d];
+            table.read_rows(engine, layout, part, first, rows)?;
+        }
+        Ok(())
     }
 
     /// Floats of one partition's block in [`rows_mut`](Self::rows_mut) (`capacity x dim`).
@@ -181,7 +244,7 @@ impl Banks {
 
     /// Rows held for `part`.
     pub fn len(&self, part: u32) -> u32 {
-        self.len[part as usize]
+        self.segments(part).map(|(_, _, n)| n as u32).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -202,14 +265,14 @@ mod tests {
     #[test]
     fn blocks_fit_their_partitions_and_copy_rows() {
         let p = Partitioning::new(1000, 3, 7).unwrap();
-        let mut b = Banks::new(3, 100, 2);
+        let mut b = Banks::new(3, 100, 2, 1);
         b.choose_blocks(&p, 1, 0);
         for part in 0..3 {
             assert_eq!(b.len(part), 100);
             assert!(b.first[part as usize] + 100 <= p.size_of(part));
         }
         let emb: Vec<f32> = (0..334 * 2).map(|i| i as f32).collect();
-        b.copy_from(1, &emb);
+        b.copy_from(1, Rows::F32(&emb));
         let first = b.first[1] as f32;
         assert_eq!(b.row(1, 0), &[2.0 * first, 2.0 * first + 1.0]);
         assert_eq!(
@@ -245,10 +308,10 @@ mod tests {
             only
         });
         // Another epoch picks other blocks; a small partition is held whole.
-        let mut c = Banks::new(3, 100, 2);
+        let mut c = Banks::new(3, 100, 2, 1);
         c.choose_blocks(&p, 1, 1);
         assert_ne!(b.first, c.first);
-        let mut whole = Banks::new(3, 5000, 2);
+        let mut whole = Banks::new(3, 5000, 2, 1);
         whole.choose_blocks(&p, 1, 0);
         assert_eq!((whole.len(0), whole.first[0]), (334, 0));
     }

@@ -4,15 +4,15 @@
 //! at start and the run refuses to start when the minimum does not fit.
 
 use serde::Serialize;
-use strata_io::align_up;
 use strata_store::budget::{group_bytes, group_takes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::bank::Banks;
-use crate::config::{NegativePool, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval;
 use crate::model::ScoreModel;
+use crate::table::region_bytes;
 
 /// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
 /// rings and bounce buffers.
@@ -41,6 +41,61 @@ pub struct RankNeeds {
     pub prefetch: bool,
 }
 
+/// What the node table holds, for planning: the rows a partition count gives and what stays
+/// in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeShape {
+    /// Node counts of the partitioned entity types (an untyped run: one, every node).
+    pub partitioned: Vec<u64>,
+    /// The partition count the entity types fix (`entity_partitions`), if any.
+    pub partitions: Option<u32>,
+    /// A typed run's pinned region: the rows it stores (unpartitioned types' entities and
+    /// featurized types' features), the featurized entities read through its entity view,
+    /// and the bytes of their feature bags.
+    pub pinned_rows: u64,
+    pub featurized_entities: u64,
+    pub bag_bytes: u64,
+}
+
+impl NodeShape {
+    /// One table of `num_nodes` nodes.
+    pub fn untyped(num_nodes: u64) -> NodeShape {
+        NodeShape {
+            partitioned: vec![num_nodes],
+            partitions: None,
+            pinned_rows: 0,
+            featurized_entities: 0,
+            bag_bytes: 0,
+        }
+    }
+
+    /// Rows of a partition region with `n` partitions.
+    pub fn rows(&self, n: u64) -> u64 {
+        self.partitioned.iter().map(|c| c.div_ceil(n)).sum()
+    }
+
+    /// The largest partitioned type: the most partitions that leave none of them all empty.
+    fn largest(&self) -> u64 {
+        self.partitioned.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Bank segments per partition (one per partitioned type).
+    fn segments(&self) -> usize {
+        self.partitioned.len().max(1)
+    }
+
+    /// Bytes of the pinned region in memory: its rows (embeddings and optimizer state), the
+    /// entity view of its featurized entities and their bags.
+    pub fn pinned_bytes(&self, dim: usize, optimizer: OptimizerKind, dtype: TableDtype) -> u64 {
+        if self.pinned_rows == 0 {
+            return 0;
+        }
+        part_bytes(self.pinned_rows, dim, optimizer, dtype)
+            + self.featurized_entities * dim as u64 * 4
+            + self.bag_bytes
+    }
+}
+
 /// How the budget is spent.
 #[derive(Debug, Clone, Serialize)]
 pub struct EmbedPlan {
@@ -53,6 +108,9 @@ pub struct EmbedPlan {
     pub buffer_bytes: u64,
     /// The whole table on disk (one file).
     pub table_bytes: u64,
+    /// A typed run's pinned region in memory (0: none) and its rows.
+    pub pinned_bytes: u64,
+    pub pinned_rows: u64,
     pub piece_rows: u64,
     pub edge_bytes: u64,
     pub threads: usize,
@@ -86,6 +144,7 @@ impl EmbedPlan {
     /// Total planned bytes.
     pub fn total(&self) -> u64 {
         self.buffer_bytes
+            + self.pinned_bytes
             + self.edge_bytes
             + self.worker_bytes
             + self.eval_bytes
@@ -126,6 +185,16 @@ impl Planned for EmbedPlan {
                     fmt_bytes(self.part_bytes)
                 ),
             );
+        if self.pinned_bytes > 0 {
+            plan = plan.part(
+                "in-memory entity types",
+                self.pinned_bytes,
+                format!(
+                    "{} rows of unpartitioned and featurized types, resident all epoch",
+                    self.pinned_rows
+                ),
+            );
+        }
         if let Some(note) = &self.prefetch_note {
             plan = plan.part("prefetch slots", self.prefetch_bytes, note.clone());
         } else if self.prefetch_slots > 0 {
@@ -180,20 +249,20 @@ impl Planned for EmbedPlan {
             if self.in_memory() {
                 self.table_bytes
             } else {
-                self.buffer_bytes
+                self.buffer_bytes + self.pinned_bytes.min(self.table_bytes)
             },
             "SSD",
         )
     }
 }
 
-/// Bytes of one partition of `rows` nodes.
-pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind) -> u64 {
+/// Bytes of one partition of `rows` nodes stored in `dtype`.
+pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind, dtype: TableDtype) -> u64 {
     let state = match optimizer {
         OptimizerKind::Adagrad => dim,
         OptimizerKind::AdagradRow => 1,
     };
-    align_up(rows * (dim + state) as u64 * 4)
+    region_bytes(rows, dim, state, dtype)
 }
 
 /// Bytes of the relation rows and their optimizer state of `num_relations` relation types
@@ -216,29 +285,54 @@ pub fn relation_bytes(cfg: &TrainConfig, model: &ScoreModel, num_relations: u64)
 /// rows, score tiles and heaps of a scan (queries beyond what it holds go in further scans).
 pub const QUERY_SCRATCH_BYTES: u64 = 8 << 20;
 
-/// The plan of a run opened to answer queries (`strata serve`): its relations, the query
-/// scratch ([`QUERY_SCRATCH_BYTES`]) and as many resident partitions of `part_bytes` as
-/// `memory` holds (`None`: all `partitions`, the whole table resident). Nothing for a runtime,
-/// edges, workers or evaluation: the serving process plans its own. Refuses (`Budget`, naming
-/// both sizes) a `memory` below one partition, the relations and the scratch.
+/// The node table of a run opened to answer queries, for [`plan_queries`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServedTable {
+    pub partitions: u32,
+    /// Bytes of one partition region.
+    pub part_bytes: u64,
+    /// The whole table file (partitions and a typed run's pinned region).
+    pub table_bytes: u64,
+    /// A typed run's pinned region: its stored rows, and its bytes in memory (rows, entity
+    /// view, feature bags; [`NodeShape::pinned_bytes`]); 0 without one.
+    pub pinned_rows: u64,
+    pub pinned_bytes: u64,
+}
+
+/// The plan of a run opened to answer queries (`strata serve`): its relations, a typed run's
+/// pinned region (always resident), the query scratch ([`QUERY_SCRATCH_BYTES`]) and as many
+/// resident partitions as `memory` holds (`None`: all of them, the whole table resident).
+/// Nothing for a runtime, edges, workers or evaluation: the serving process plans its own.
+/// Refuses (`Budget`, naming both sizes) a `memory` below one partition, the pinned region,
+/// the relations and the scratch.
 pub fn plan_queries(
-    partitions: u32,
-    part_bytes: u64,
+    table: ServedTable,
     relation_bytes: u64,
     memory: Option<u64>,
 ) -> Result<EmbedPlan> {
-    let fixed = relation_bytes + QUERY_SCRATCH_BYTES;
+    let ServedTable {
+        partitions,
+        part_bytes,
+        pinned_bytes,
+        ..
+    } = table;
+    let fixed = relation_bytes + QUERY_SCRATCH_BYTES + pinned_bytes;
     let minimum = fixed + part_bytes;
     let capacity = match memory {
         None => partitions as usize,
         Some(m) if m < minimum => {
             return Err(EmbedError::Budget(format!(
-                "memory {} cannot hold a served run's minimum of {}: one partition of {}, relations {}, query scratch {}",
+                "memory {} cannot hold a served run's minimum of {}: one partition of {}, relations {}, query scratch {}{}",
                 fmt_bytes(m),
                 fmt_bytes(minimum),
                 fmt_bytes(part_bytes),
                 fmt_bytes(relation_bytes),
-                fmt_bytes(QUERY_SCRATCH_BYTES)
+                fmt_bytes(QUERY_SCRATCH_BYTES),
+                if pinned_bytes > 0 {
+                    format!(", in-memory entity types {}", fmt_bytes(pinned_bytes))
+                } else {
+                    String::new()
+                }
             )))
         }
         Some(m) => ((m - fixed) / part_bytes.max(1)).min(partitions as u64) as usize,
@@ -250,7 +344,9 @@ pub fn plan_queries(
         capacity,
         part_bytes,
         buffer_bytes,
-        table_bytes: partitions as u64 * part_bytes,
+        table_bytes: table.table_bytes,
+        pinned_bytes,
+        pinned_rows: table.pinned_rows,
         piece_rows: 0,
         edge_bytes: 0,
         threads: 1,
@@ -270,14 +366,26 @@ pub fn plan_queries(
     })
 }
 
-/// Scratch of one worker for chunks of `b` edges and `n` negatives (scores, loaded rows,
-/// gradients, update keys).
-fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
+/// Scratch of one worker for `cfg`'s chunks of `b` edges and `n` negatives (scores, loaded
+/// rows, gradients, update keys; self-adversarial weights of one edge's negatives; the
+/// chunk's edges and weights split by side for Bernoulli corruption).
+fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig) -> u64 {
+    let (b, n) = (cfg.chunk_size as u64, cfg.negatives as u64);
     let d = model.dim as u64;
     // Relation rows and their gradients: `dim` reals or more (`linear`: dim²).
     let rd = (model.rel_dim() as u64).max(d);
     let scores = 4 * b * n * (1 + model.kind.get().extra_score_matrices());
-    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n)
+    let adversarial = if cfg.adversarial_temperature.is_some() {
+        4 * n
+    } else {
+        0
+    };
+    let split = if cfg.corrupt == Corrupt::Bernoulli {
+        16 * b
+    } else {
+        0
+    };
+    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n) + adversarial + split
 }
 
 /// Plans `cfg` with the workers it asks for, or (`threads` 0: one per core) with as many of the
@@ -287,14 +395,14 @@ fn worker_bytes(model: &ScoreModel, b: u64, n: u64) -> u64 {
 pub fn plan_fitting(
     cfg: &TrainConfig,
     model: &ScoreModel,
-    num_nodes: u64,
+    shape: &NodeShape,
     num_relations: u64,
     rank: Option<RankNeeds>,
 ) -> Result<EmbedPlan> {
     let cores = strata_io::resolve_threads(cfg.threads);
     let mut threads = cores;
     loop {
-        match plan(cfg, model, num_nodes, num_relations, threads, rank) {
+        match plan(cfg, model, shape, num_relations, threads, rank) {
             Err(EmbedError::Budget(_)) if cfg.threads == 0 && threads > 1 => threads /= 2,
             Ok(mut p) => {
                 p.cores = cores;
@@ -305,14 +413,14 @@ pub fn plan_fitting(
     }
 }
 
-/// Plans `cfg` for a graph of `num_nodes` nodes and `num_relations` relation types with
+/// Plans `cfg` for a node table of `shape` and `num_relations` relation types with
 /// `threads` workers; `rank`: this process is a rank of a distributed run.
-/// `cfg.partitions == 0` picks the fewest partitions that fit (with a rank's prefetch slots
-/// when it wants them).
+/// `cfg.partitions == 0` (and no count fixed by the entity types) picks the fewest
+/// partitions that fit (with a rank's prefetch slots when it wants them).
 pub fn plan(
     cfg: &TrainConfig,
     model: &ScoreModel,
-    num_nodes: u64,
+    shape: &NodeShape,
     num_relations: u64,
     threads: usize,
     rank: Option<RankNeeds>,
@@ -331,11 +439,18 @@ pub fn plan(
     }
     let d = model.dim as u64;
     let rd = model.rel_dim() as u64;
-    let relation_bytes = relation_bytes(cfg, model, num_relations);
+    // Bernoulli corruption's head probabilities: one float per relation.
+    let head_prob = match cfg.corrupt {
+        Corrupt::Bernoulli => num_relations.max(1) * 4,
+        _ => 0,
+    };
+    let relation_bytes = relation_bytes(cfg, model, num_relations) + head_prob;
+    let num_nodes = shape.largest();
+    let wanted = shape.partitions.unwrap_or(cfg.partitions);
+    let pinned_bytes = shape.pinned_bytes(model.dim, cfg.optimizer, cfg.table_dtype);
     let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
     let edge_bytes = PIECES_ALIVE * piece_rows * 12;
-    let worker_bytes =
-        threads as u64 * worker_bytes(model, cfg.chunk_size as u64, cfg.negatives as u64);
+    let worker_bytes = threads as u64 * worker_bytes(model, cfg);
     // Evaluation: per query its source, answer and relation rows, and (sampled) its share of
     // the batch's candidates, or (filtered) its known answers; plus each thread's score tile.
     let per_query = 4 * (2 * d + rd)
@@ -346,21 +461,32 @@ pub fn plan(
                 2 * cfg.eval_negatives as u64 * (d * 4 + 8) / cfg.chunk_size.max(1) as u64
             }
         };
+    // Each thread's score tile, and for a bf16 table its tile of candidates widened to f32.
+    let widened = match cfg.table_dtype {
+        TableDtype::F32 => 0,
+        TableDtype::Bf16 => eval::TILE as u64 * d,
+    };
     let tiles = threads as u64
         * 4
-        * match cfg.eval_protocol {
-            Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
-            Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
-        };
+        * (widened
+            + match cfg.eval_protocol {
+                Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
+                Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
+            });
     let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * eval::QUERY_BATCH as u64);
     let eval_round =
         ((eval_share - tiles) / per_query).clamp(eval::QUERY_BATCH as u64, 1 << 20) as usize;
     let eval_bytes = tiles + per_query * eval_round as u64;
-    let fixed =
-        RUNTIME_BYTES + group_bytes + edge_bytes + worker_bytes + eval_bytes + relation_bytes;
+    let fixed = RUNTIME_BYTES
+        + group_bytes
+        + edge_bytes
+        + worker_bytes
+        + eval_bytes
+        + relation_bytes
+        + pinned_bytes;
     let refuse = |what: String| -> EmbedError {
         EmbedError::Budget(format!(
-            "memory budget {} cannot hold {what} (fixed needs {}: runtime {}, torch + gloo {}, edges {}, workers {}, evaluation {}, relations {})",
+            "memory budget {} cannot hold {what} (fixed needs {}: runtime {}, torch + gloo {}, edges {}, workers {}, evaluation {}, relations {}{})",
             fmt_bytes(memory),
             fmt_bytes(fixed),
             fmt_bytes(RUNTIME_BYTES),
@@ -368,14 +494,19 @@ pub fn plan(
             fmt_bytes(edge_bytes),
             fmt_bytes(worker_bytes),
             fmt_bytes(eval_bytes),
-            fmt_bytes(relation_bytes)
+            fmt_bytes(relation_bytes),
+            if pinned_bytes > 0 {
+                format!(", in-memory entity types {}", fmt_bytes(pinned_bytes))
+            } else {
+                String::new()
+            }
         ))
     };
     let available = memory.saturating_sub(fixed);
-    let size = |n: u64| part_bytes(num_nodes.div_ceil(n), model.dim, cfg.optimizer);
+    let size = |n: u64| part_bytes(shape.rows(n), model.dim, cfg.optimizer, cfg.table_dtype);
     // (partitions, buffer slots) whose slots and `extra` more fit `available`.
     let solve = |available: u64, extra: usize| -> Result<(u64, usize)> {
-        let (n, c) = if cfg.partitions == 0 {
+        let (n, c) = if wanted == 0 {
             if size(1) <= available {
                 return Ok((1, 1));
             }
@@ -399,9 +530,9 @@ pub fn plan(
             }
             (lo, c as usize)
         } else {
-            let n = cfg.partitions as u64;
-            let c = cfg.buffer.min(cfg.partitions as usize).max(1);
-            let slots = (c + extra.min(cfg.partitions as usize - c)) as u64;
+            let n = wanted as u64;
+            let c = cfg.buffer.min(wanted as usize).max(1);
+            let slots = (c + extra.min(wanted as usize - c)) as u64;
             if slots * size(n) > available {
                 return Err(refuse(format!(
                     "{c} slot(s) of {} for {n} partition(s) (needs {}; use more partitions or raise --memory to at least {})",
@@ -461,16 +592,23 @@ pub fn plan(
             ),
         };
         (partitions, capacity) = (n, c);
+        // A typed run's banks round each entity type's share up: a row per type at most.
+        let one = |segs| Banks::bytes(n as u32, 1, model.dim, segs);
+        let room = room.saturating_sub(one(shape.segments()) - one(1));
         bank_rows = (cfg.bank_rows as u64)
-            .min(num_nodes.div_ceil(n))
-            .min(room / Banks::bytes(n as u32, 1, model.dim).max(1)) as usize;
+            .min(shape.rows(n))
+            .min(room / one(1).max(1)) as usize;
     }
-    let bank_bytes = Banks::bytes(partitions as u32, bank_rows, model.dim);
+    let bank_bytes = if bank_rows > 0 {
+        Banks::bytes(partitions as u32, bank_rows, model.dim, shape.segments())
+    } else {
+        0
+    };
     let part_bytes = size(partitions);
-    let fewest_rows = if cfg.partitions == 0 {
+    let fewest_rows = if wanted == 0 {
         size(num_nodes.max(1))
     } else {
-        size(cfg.partitions as u64)
+        size(wanted as u64)
     };
     let minimum = fixed + capacity as u64 * fewest_rows;
     Ok(EmbedPlan {
@@ -479,7 +617,14 @@ pub fn plan(
         capacity,
         part_bytes,
         buffer_bytes: capacity as u64 * part_bytes,
-        table_bytes: partitions * part_bytes,
+        table_bytes: partitions * part_bytes
+            + if shape.pinned_rows > 0 {
+                self::part_bytes(shape.pinned_rows, model.dim, cfg.optimizer, cfg.table_dtype)
+            } else {
+                0
+            },
+        pinned_bytes,
+        pinned_rows: shape.pinned_rows,
         piece_rows,
         edge_bytes,
         threads,
@@ -505,6 +650,52 @@ mod tests {
     use crate::model::{PbgForm, ScoreKind};
     use strata_store::budget::CODE_PAGES_BYTES;
 
+    fn untyped(nodes: u64) -> NodeShape {
+        NodeShape::untyped(nodes)
+    }
+
+    #[test]
+    fn a_typed_table_plans_its_in_memory_types_and_fixed_partitions() {
+        // Users and items partitioned into 8 (entity_partitions), 1000 categories and 5000
+        // featurized documents over 20,000 words held in memory all epoch.
+        let shape = NodeShape {
+            partitioned: vec![8_000_000, 1_000_000],
+            partitions: Some(8),
+            pinned_rows: 1_000 + 20_000,
+            featurized_entities: 5_000,
+            bag_bytes: 5_001 * 8 + 50_000 * 4,
+        };
+        let cfg = TrainConfig {
+            memory: 4 << 30,
+            negative_pool: NegativePool::Resident,
+            ..TrainConfig::default()
+        };
+        let p = plan(&cfg, &model(100), &shape, 10, 2, None).unwrap();
+        assert_eq!(p.partitions, 8);
+        assert_eq!(
+            p.part_bytes,
+            part_bytes(
+                1_000_000 + 125_000,
+                100,
+                OptimizerKind::Adagrad,
+                TableDtype::F32
+            )
+        );
+        let pinned = part_bytes(21_000, 100, OptimizerKind::Adagrad, TableDtype::F32)
+            + 5_000 * 400
+            + shape.bag_bytes;
+        assert_eq!((p.pinned_bytes, p.pinned_rows), (pinned, 21_000));
+        assert!(
+            p.total() <= cfg.memory && p.total() >= p.buffer_bytes + pinned,
+            "{p:?}"
+        );
+        let lines = p.memory_plan().describe().join("\n");
+        assert!(lines.contains("in-memory entity types"), "{lines}");
+        // The untyped shape of the same nodes plans no pinned part.
+        let flat = plan(&cfg, &model(100), &untyped(9_026_000), 10, 2, None).unwrap();
+        assert_eq!(flat.pinned_bytes, 0);
+    }
+
     fn model(dim: usize) -> ScoreModel {
         ScoreModel {
             kind: ScoreKind::ComplEx,
@@ -514,16 +705,26 @@ mod tests {
         }
     }
 
+    /// A served table of 6 partitions of `part` bytes and a pinned region of `pinned` bytes.
+    fn served(part: u64, pinned: u64) -> ServedTable {
+        ServedTable {
+            partitions: 6,
+            part_bytes: part,
+            table_bytes: 6 * part + pinned,
+            pinned_rows: pinned / 64,
+            pinned_bytes: pinned,
+        }
+    }
+
     #[test]
     fn a_served_run_holds_the_partitions_its_memory_holds() {
         let part = 12 << 10;
-        let all = plan_queries(6, part, 2048, None).unwrap();
+        let all = plan_queries(served(part, 0), 2048, None).unwrap();
         assert_eq!((all.capacity, all.buffer_bytes), (6, 6 * part));
         assert_eq!(all.memory, 6 * part + 2048 + QUERY_SCRATCH_BYTES);
         assert!(all.in_memory() && all.total() == all.memory);
         let two = plan_queries(
-            6,
-            part,
+            served(part, 0),
             2048,
             Some(2048 + QUERY_SCRATCH_BYTES + 2 * part + 100),
         )
@@ -534,9 +735,9 @@ mod tests {
         );
         assert_eq!(two.minimum, 2048 + QUERY_SCRATCH_BYTES + part);
         // More than the table: all of it, and no more bytes than it needs.
-        let big = plan_queries(6, part, 2048, Some(1 << 40)).unwrap();
+        let big = plan_queries(served(part, 0), 2048, Some(1 << 40)).unwrap();
         assert_eq!((big.capacity, big.memory), (6, all.memory));
-        let e = plan_queries(6, part, 2048, Some(QUERY_SCRATCH_BYTES))
+        let e = plan_queries(served(part, 0), 2048, Some(QUERY_SCRATCH_BYTES))
             .unwrap_err()
             .to_string();
         assert!(
@@ -544,6 +745,26 @@ mod tests {
                 && e.contains("one partition of 12.0 KiB"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_served_typed_run_holds_its_pinned_region_beside_the_partitions() {
+        let (part, pinned) = (12 << 10, 40 << 10);
+        let fixed = 2048 + QUERY_SCRATCH_BYTES + pinned;
+        let all = plan_queries(served(part, pinned), 2048, None).unwrap();
+        assert_eq!(all.memory, fixed + 6 * part);
+        assert_eq!(
+            (all.pinned_bytes, all.table_bytes),
+            (pinned, 6 * part + pinned)
+        );
+        assert!(all.total() == all.memory);
+        // The pinned region comes first: what is left holds two partitions.
+        let two = plan_queries(served(part, pinned), 2048, Some(fixed + 2 * part + 100)).unwrap();
+        assert_eq!((two.capacity, two.minimum), (2, fixed + part));
+        let e = plan_queries(served(part, pinned), 2048, Some(fixed))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("in-memory entity types 40.0 KiB"), "{e}");
     }
 
     #[test]
@@ -555,8 +776,8 @@ mod tests {
             threads: 1,
             ..TrainConfig::default()
         };
-        let fits_one = plan(&one, &model(100), 100_000, 40, 1, None).unwrap();
-        let many = plan(&one, &model(100), 100_000, 40, 64, None);
+        let fits_one = plan(&one, &model(100), &untyped(100_000), 40, 1, None).unwrap();
+        let many = plan(&one, &model(100), &untyped(100_000), 40, 64, None);
         assert!(
             matches!(many, Err(EmbedError::Budget(_))),
             "64 workers must not fit"
@@ -565,7 +786,7 @@ mod tests {
             threads: 0,
             ..one.clone()
         };
-        let p = plan_fitting(&auto, &model(100), 100_000, 40, None).unwrap();
+        let p = plan_fitting(&auto, &model(100), &untyped(100_000), 40, None).unwrap();
         assert_eq!(p.cores, strata_io::resolve_threads(0));
         assert!(
             p.threads >= 1 && p.threads <= p.cores && p.total() <= auto.memory,
@@ -578,7 +799,7 @@ mod tests {
         // Asked for explicitly, 64 workers are refused rather than shrunk.
         let explicit = TrainConfig { threads: 64, ..one };
         assert!(matches!(
-            plan_fitting(&explicit, &model(100), 100_000, 40, None),
+            plan_fitting(&explicit, &model(100), &untyped(100_000), 40, None),
             Err(EmbedError::Budget(_))
         ));
         assert_eq!(fits_one.threads, 1);
@@ -587,7 +808,7 @@ mod tests {
     #[test]
     fn small_graph_stays_in_memory() {
         let cfg = TrainConfig::default();
-        let p = plan(&cfg, &model(100), 14_541, 237, 2, None).unwrap();
+        let p = plan(&cfg, &model(100), &untyped(14_541), 237, 2, None).unwrap();
         assert_eq!((p.partitions, p.capacity), (1, 1));
         assert!(p.total() <= cfg.memory, "{p:?}");
     }
@@ -599,7 +820,7 @@ mod tests {
             ..TrainConfig::default()
         };
         // 10M nodes x 100 dims x 2 x 4 bytes = 8 GB of table.
-        let p = plan(&cfg, &model(100), 10_000_000, 10, 2, None).unwrap();
+        let p = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None).unwrap();
         assert_eq!(p.capacity, 3);
         assert!(p.partitions > 3 && p.total() <= cfg.memory, "{p:?}");
         // Negative banks get their share of the budget (and what the buffer leaves)...
@@ -612,6 +833,7 @@ mod tests {
             10_000_000u64.div_ceil(p.partitions as u64 - 1),
             100,
             OptimizerKind::Adagrad,
+            TableDtype::F32,
         );
         let fixed = p.total() - p.buffer_bytes - p.bank_bytes;
         assert!(fixed + cfg.memory / BANK_SHARE + 3 * fewer > cfg.memory);
@@ -623,7 +845,7 @@ mod tests {
             memory: 64 << 20,
             ..TrainConfig::default()
         };
-        let e = plan(&cfg, &model(100), 10_000_000, 10, 2, None)
+        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("memory budget 64.0 MiB cannot hold"), "{e}");
@@ -632,7 +854,7 @@ mod tests {
             partitions: 4,
             ..TrainConfig::default()
         };
-        let e = plan(&cfg, &model(100), 10_000_000, 10, 2, None)
+        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("use more partitions or raise --memory"), "{e}");
@@ -654,8 +876,16 @@ mod tests {
                 prefetch,
             })
         };
-        let alone = plan(&cfg, &model(100), 1_000_000, 10, 2, None).unwrap();
-        let p = plan(&cfg, &model(100), 1_000_000, 10, 2, rank(300 << 20, true)).unwrap();
+        let alone = plan(&cfg, &model(100), &untyped(1_000_000), 10, 2, None).unwrap();
+        let p = plan(
+            &cfg,
+            &model(100),
+            &untyped(1_000_000),
+            10,
+            2,
+            rank(300 << 20, true),
+        )
+        .unwrap();
         assert_eq!(p.group_bytes, (300 << 20) + CODE_PAGES_BYTES);
         assert_eq!((p.capacity, p.prefetch_slots), (3, PREFETCH_SLOTS));
         assert!(
@@ -671,14 +901,27 @@ mod tests {
         // Shrinking the budget a quarter slot at a time, the lookahead goes before the buffer
         // does (evaluation also shrinks with the budget, so the step is found, not computed):
         // a budget with room for the buffer but not a slot more plans no lookahead and says so.
-        let part = part_bytes(1_000_000u64.div_ceil(16), 100, OptimizerKind::Adagrad);
+        let part = part_bytes(
+            1_000_000u64.div_ceil(16),
+            100,
+            OptimizerKind::Adagrad,
+            TableDtype::F32,
+        );
         let q = (1..64)
             .map_while(|k| {
                 let tight = TrainConfig {
                     memory: p.total() - k * part / 4,
                     ..cfg.clone()
                 };
-                plan(&tight, &model(100), 1_000_000, 10, 2, rank(300 << 20, true)).ok()
+                plan(
+                    &tight,
+                    &model(100),
+                    &untyped(1_000_000),
+                    10,
+                    2,
+                    rank(300 << 20, true),
+                )
+                .ok()
             })
             .find(|q| q.prefetch_slots == 0)
             .expect("a budget that holds the buffer but no prefetch slot");
@@ -692,9 +935,16 @@ mod tests {
             memory: 100 << 20,
             ..cfg
         };
-        let e = plan(&small, &model(100), 1_000_000, 10, 2, rank(300 << 20, true))
-            .unwrap_err()
-            .to_string();
+        let e = plan(
+            &small,
+            &model(100),
+            &untyped(1_000_000),
+            10,
+            2,
+            rank(300 << 20, true),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("torch and gloo take 396 MiB"), "{e}");
     }
 }

@@ -6,15 +6,21 @@
 //! Between epochs the slots keep their partitions: after an epoch writes every resident
 //! partition back, the slots equal the committed table, so the next epoch (or evaluation)
 //! reuses them without reading.
+//!
+//! A typed run's pinned region (its unpartitioned and featurized entity types) has a slot of
+//! its own beyond the partition slots, sized to it: it is loaded with the first state and
+//! never evicted. When the region holds featurized types, readers see its entity view (each
+//! entity the mean of its features), refreshed whenever the region is read or written back.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use strata_io::{AlignedBuf, Engine};
 
+use crate::entity_types::FeatureBags;
 use crate::error::Result;
 use crate::shared::SharedRows;
-use crate::table::{TableFile, TableLayout};
+use crate::table::{Rows, TableFile, TableLayout};
 
 /// How a partition that is not resident is brought into a slot: `load(buffer, slot, p)`
 /// leaves `slot` holding partition `p`.
@@ -24,26 +30,80 @@ pub type Load<'a> = dyn FnMut(&mut PartitionBuffer, usize, u32) -> Result<()> + 
 pub struct PartitionBuffer {
     pub layout: TableLayout,
     engine: Arc<Engine>,
-    /// `None` while the slot's buffer is away being swapped.
+    /// `None` while the slot's buffer is away being swapped. The partition slots, then the
+    /// pinned region's slot when the layout has one.
     slots: Vec<Option<AlignedBuf>>,
     resident: Vec<Option<u32>>,
+    /// Partition slots (the pinned slot not counted).
+    capacity: usize,
+    /// The featurized entities of the pinned region and its entity view.
+    bags: Option<Arc<FeatureBags>>,
+    view: Vec<f32>,
 }
 
 impl PartitionBuffer {
-    /// `capacity` slots of `layout.part_bytes()` each (allocated now, so the budget is paid up front).
+    /// `capacity` slots of `layout.part_bytes()` each, and one for the pinned region when the
+    /// layout has one (allocated now, so the budget is paid up front).
     pub fn new(engine: Arc<Engine>, layout: TableLayout, capacity: usize) -> Self {
+        let pinned = layout
+            .pinned
+            .map(|r| layout.region_bytes(r.region) as usize);
         PartitionBuffer {
             slots: (0..capacity)
-                .map(|_| Some(AlignedBuf::new(layout.part_bytes() as usize)))
+                .map(|_| layout.part_bytes() as usize)
+                .chain(pinned)
+                .map(|bytes| Some(AlignedBuf::new(bytes)))
                 .collect(),
-            resident: vec![None; capacity],
+            resident: vec![None; capacity + pinned.is_some() as usize],
+            capacity,
             layout,
             engine,
+            bags: None,
+            view: Vec::new(),
         }
     }
 
+    /// Makes the pinned region's featurized entities (`bags`) the means of their features for
+    /// every reader of [`embeddings`](Self::embeddings).
+    pub fn set_bags(&mut self, bags: Option<Arc<FeatureBags>>) {
+        self.bags = bags;
+        self.refresh_view();
+    }
+
+    /// Recomputes the pinned region's entity view from its rows (when it is resident and holds
+    /// featurized entities).
+    fn refresh_view(&mut self) {
+        let (Some(bags), Some(r)) = (&self.bags, self.layout.pinned) else {
+            return;
+        };
+        let Some(slot) = self.slot_of(r.region) else {
+            return;
+        };
+        let buf = self.slots[slot].as_ref().expect("slot present");
+        let region = self.layout.region(r.region);
+        let rows = Rows::of(
+            buf.prefix(region.part_bytes() as usize),
+            region.dtype,
+            region.emb_floats(),
+        );
+        // The features' rows widened (borrowed from a float32 table).
+        let mut wide = Vec::new();
+        let stored = rows.span(0, region.emb_floats(), &mut wide);
+        bags.entity_view(stored, self.layout.dim, &mut self.view);
+    }
+
+    /// The slot for region `p`: the pinned slot for the pinned region, else `slot`.
+    fn slot_for(&self, slot: usize, p: u32) -> usize {
+        if self.layout.is_pinned(p) {
+            self.capacity
+        } else {
+            slot
+        }
+    }
+
+    /// Partition slots (not counting a typed run's pinned slot).
     pub fn capacity(&self) -> usize {
-        self.slots.len()
+        self.capacity
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -72,11 +132,12 @@ impl PartitionBuffer {
     /// needed by `state`. Returns the seconds spent reading.
     pub fn fill(&mut self, state: &[u32], from: &TableFile) -> Result<f64> {
         let start = Instant::now();
-        for &p in state {
+        let pinned = self.layout.pinned.map(|r| r.region);
+        for &p in state.iter().chain(pinned.as_ref()) {
             if self.slot_of(p).is_some() {
                 continue;
             }
-            let slot = (0..self.slots.len())
+            let slot = (0..self.capacity)
                 .find(|&s| self.resident[s].is_none_or(|q| !state.contains(&q)))
                 .expect("the state fits the buffer");
             self.load(slot, p, from)?;
@@ -84,28 +145,36 @@ impl PartitionBuffer {
         Ok(start.elapsed().as_secs_f64())
     }
 
-    /// Reads partition `p` from `from` into `slot`.
+    /// Reads partition `p` from `from` into `slot` (the pinned region into its own slot).
     pub fn load(&mut self, slot: usize, p: u32, from: &TableFile) -> Result<()> {
+        let slot = self.slot_for(slot, p);
         self.resident[slot] = None;
         let buf = self.slots[slot].as_mut().expect("slot present");
         from.read_partition(&self.engine, &self.layout, p, buf)?;
         self.resident[slot] = Some(p);
+        if self.layout.is_pinned(p) {
+            self.refresh_view();
+        }
         Ok(())
     }
 
-    /// Makes `p` resident in `slot`, its region filled by `fill` (`layout.part_bytes()` bytes),
-    /// e.g. streamed from the rank that owns it.
+    /// Makes `p` resident in `slot`, its region filled by `fill` (`layout.region_bytes(p)`
+    /// bytes), e.g. streamed from the rank that owns it.
     pub fn load_with(
         &mut self,
         slot: usize,
         p: u32,
         fill: impl FnOnce(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
+        let slot = self.slot_for(slot, p);
         self.resident[slot] = None;
-        let bytes = self.layout.part_bytes() as usize;
+        let bytes = self.layout.region_bytes(p) as usize;
         let buf = self.slots[slot].as_mut().expect("slot present");
         fill(&mut buf.full_mut()[..bytes])?;
         self.resident[slot] = Some(p);
+        if self.layout.is_pinned(p) {
+            self.refresh_view();
+        }
         Ok(())
     }
 
@@ -116,6 +185,8 @@ impl PartitionBuffer {
                 to.write_partition(&self.engine, &self.layout, p, buf)?;
             }
         }
+        // Training changed the features the pinned entity view is computed from.
+        self.refresh_view();
         Ok(())
     }
 
@@ -135,8 +206,8 @@ impl PartitionBuffer {
 
     /// Takes the buffer of a slot holding no partition out, to be filled elsewhere.
     pub fn take_free(&mut self) -> Option<(usize, AlignedBuf)> {
-        let slot = (0..self.slots.len())
-            .find(|&s| self.resident[s].is_none() && self.slots[s].is_some())?;
+        let slot =
+            (0..self.capacity).find(|&s| self.resident[s].is_none() && self.slots[s].is_some())?;
         Some((slot, self.slots[slot].take().expect("slot present")))
     }
 
@@ -152,12 +223,21 @@ impl PartitionBuffer {
         self.resident[slot] = Some(p);
     }
 
-    /// Embedding rows (`rows x dim`, row-major) of resident partition `p`.
-    pub fn embeddings(&self, p: u32) -> &[f32] {
+    /// Embedding rows (`rows x dim`, row-major, in the table's dtype) of resident partition `p`
+    /// (of the pinned region: its entity view, featurized entities as the means of their
+    /// features, in float32).
+    pub fn embeddings(&self, p: u32) -> Rows<'_> {
+        if self.bags.is_some() && self.layout.is_pinned(p) {
+            return Rows::F32(&self.view);
+        }
         let slot = self.slot_of(p).expect("partition resident");
         let buf = self.slots[slot].as_ref().expect("slot present");
-        let floats: &[f32] = bytemuck::cast_slice(buf.prefix(self.layout.part_bytes() as usize));
-        &floats[..self.layout.emb_floats()]
+        let region = self.layout.region(p);
+        Rows::of(
+            buf.prefix(region.part_bytes() as usize),
+            region.dtype,
+            region.emb_floats(),
+        )
     }
 
     /// Mutable views of every resident partition, as `(partition, rows)` sorted by partition
@@ -168,7 +248,7 @@ impl PartitionBuffer {
             .slots
             .iter_mut()
             .zip(&self.resident)
-            .filter_map(|(buf, p)| Some(((*p)?, rows_of(buf.as_mut()?, &layout))))
+            .filter_map(|(buf, p)| Some(((*p)?, rows_of(buf.as_mut()?, &layout, (*p)?))))
             .collect();
         rows.sort_unstable_by_key(|(p, _)| *p);
         rows
@@ -181,7 +261,7 @@ impl PartitionBuffer {
         &mut self,
         parts: &[u32],
         from: &TableFile,
-        f: impl FnMut(u32, &[f32]) -> Result<()>,
+        f: impl FnMut(u32, Rows<'_>) -> Result<()>,
     ) -> Result<()> {
         self.visit_with(parts, &mut |b, slot, p| b.load(slot, p, from), f)
     }
@@ -192,7 +272,7 @@ impl PartitionBuffer {
         &mut self,
         parts: &[u32],
         load: &mut Load<'_>,
-        mut f: impl FnMut(u32, &[f32]) -> Result<()>,
+        mut f: impl FnMut(u32, Rows<'_>) -> Result<()>,
     ) -> Result<()> {
         let (resident, missing): (Vec<u32>, Vec<u32>) =
             parts.iter().partition(|&&p| self.slot_of(p).is_some());
@@ -200,7 +280,7 @@ impl PartitionBuffer {
             f(p, self.embeddings(p))?;
         }
         for (k, p) in missing.into_iter().enumerate() {
-            load(self, k % self.slots.len(), p)?;
+            load(self, k % self.capacity.max(1), p)?;
             f(p, self.embeddings(p))?;
         }
         Ok(())
@@ -216,24 +296,21 @@ impl PartitionBuffer {
         init_scale: f32,
         seed: u64,
     ) -> Result<()> {
-        self.resident[0] = None;
-        let buf = self.slots[0].as_mut().expect("slot present");
+        let slot = self.slot_for(0, p);
+        self.resident[slot] = None;
+        let buf = self.slots[slot].as_mut().expect("slot present");
         crate::table::init_partition(&self.layout, p, used_rows, init_scale, seed, buf);
         to.write_partition(&self.engine, &self.layout, p, buf)?;
-        self.resident[0] = Some(p);
+        self.resident[slot] = Some(p);
+        if self.layout.is_pinned(p) {
+            self.refresh_view();
+        }
         Ok(())
     }
 }
 
-/// A partition buffer's embedding rows and optimizer state as shared rows.
-fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &TableLayout) -> SharedRows<'a> {
-    let floats: &mut [f32] =
-        bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.part_bytes() as usize]);
-    let (emb, state) = floats.split_at_mut(layout.emb_floats());
-    SharedRows::new(
-        emb,
-        &mut state[..layout.rows as usize * layout.state_per_row],
-        layout.dim,
-        layout.state_per_row,
-    )
+/// A partition buffer's embedding rows and optimizer state (of region `p`) as shared rows.
+fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &TableLayout, p: u32) -> SharedRows<'a> {
+    let region = layout.region(p);
+    SharedRows::region(&mut buf.full_mut()[..region.part_bytes() as usize], &region)
 }

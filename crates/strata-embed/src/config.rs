@@ -10,7 +10,7 @@ use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
 use crate::export::ExportFormat;
 use crate::model::{
-    Comparator, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
+    Comparator, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
 };
 use crate::ordering::OrderingKind;
 use crate::run_dir::Which;
@@ -27,13 +27,38 @@ pub enum OptimizerKind {
     AdagradRow,
 }
 
+/// How the node table stores its values (embeddings and Adagrad state).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TableDtype {
+    /// IEEE float32.
+    #[default]
+    F32,
+    /// bfloat16: the upper half of a float32 (8 significant bits, same range).
+    Bf16,
+}
+
+impl TableDtype {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            TableDtype::F32 => 4,
+            TableDtype::Bf16 => 2,
+        }
+    }
+}
+
 /// Which side of each edge is corrupted to make negatives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Corrupt {
+    /// Both sides of every edge, each against its own negatives.
     Both,
     Tail,
     Head,
+    /// One side per edge, the head with probability tph / (tph + hpt) of its relation (Wang
+    /// et al. 2014, TransH), counted from the training edges at start.
+    Bernoulli,
 }
 
 /// Where uniform negatives come from.
@@ -94,6 +119,13 @@ pub struct TrainConfig {
     pub comparator: Option<Comparator>,
     /// softmax: cross-entropy of the true edge among its negatives; logistic; margin ranking
     pub loss: LossKind,
+    /// self-adversarial negative weighting (RotatE; DGL-KE's -adv): each negative of the
+    /// logistic or margin loss weighs softmax(temperature x score) over its edge's negatives,
+    /// held constant in the gradient; unset: uniform weights
+    pub adversarial_temperature: Option<f32>,
+    /// scale each train edge's loss by its weight in the store (edge_weights_train, from
+    /// convert --columns ...,weight), as PyTorch-BigGraph does; false ignores the weights
+    pub edge_weights: bool,
     /// none; n3 (Σ|x|³, moduli of complex coordinates: ComplEx-N3) or l2 (Σx²) of the source,
     /// target and relation rows of each chunk, times reg_weight / chunk edges
     pub regularizer: RegularizerKind,
@@ -107,6 +139,11 @@ pub struct TrainConfig {
     pub lr: f32,
     /// Adagrad with one accumulator per element, or per row (half the optimizer state)
     pub optimizer: OptimizerKind,
+    /// storage of the node table (embeddings and Adagrad state, on disk and in the buffer):
+    /// f32, or bf16 (half the bytes: twice the rows per partition slot, half the I/O; values
+    /// are widened to f32 for every computation and rounded stochastically when an update
+    /// stores them; readable on any CPU)
+    pub table_dtype: TableDtype,
     /// standard deviation of the initial node embeddings
     pub init_scale: f32,
     /// epochs to train (a resumed run trains up to this many in total)
@@ -128,12 +165,32 @@ pub struct TrainConfig {
     pub negative_pool: NegativePool,
     /// rows of each partition kept in memory as negatives while it is on disk
     pub bank_rows: usize,
-    /// which side of each edge is corrupted
+    /// which side of each edge is corrupted: both, tail, head, or bernoulli (one side per edge,
+    /// the head with probability tph/(tph+hpt) of its relation, TransH)
     pub corrupt: Corrupt,
     /// relations get inverse rows used when heads are corrupted (reciprocal relations)
     pub reciprocal: bool,
-    /// node partitions; 0 plans the fewest that fit --memory
+    /// node partitions; 0 plans the fewest that fit --memory (typed stores: of every entity type
+    /// entity_partitions leaves out)
     pub partitions: u32,
+    /// typed stores: node types are PyTorch-BigGraph's entity types (each partitioned on its
+    /// own or held in memory, negatives and ranking of the right type); false: one table of
+    /// every node, as an untyped store
+    pub entity_types: bool,
+    /// typed stores: partitions of entity types as TYPE=N items (N = 1: unpartitioned, held in
+    /// memory all epoch, PBG's num_partitions = 1); types left out take --partitions; every
+    /// partitioned type has the same count, as in PBG
+    pub entity_partitions: Vec<String>,
+    /// typed stores: entity types whose entities are bags of features (the store's feature
+    /// bags, strata convert --node-bags): an entity's embedding is the mean of its features'
+    /// (PBG's featurized); such types are unpartitioned
+    pub featurized: Vec<String>,
+    /// typed stores: uniform negatives come from the corrupted side's entity type (false: from
+    /// every node of the pool)
+    pub typed_negatives: bool,
+    /// typed stores: evaluation ranks each answer against the entities of its type only
+    /// (false: against every node)
+    pub typed_eval: bool,
     /// partitions resident at once when the table is partitioned
     #[schemars(range(min = 1))]
     pub buffer: usize,
@@ -195,11 +252,14 @@ impl Default for TrainConfig {
             operator: None,
             comparator: None,
             loss: LossKind::Softmax,
+            adversarial_temperature: None,
+            edge_weights: true,
             regularizer: RegularizerKind::None,
             reg_weight: 0.0,
             margin: 0.1,
             lr: 0.1,
             optimizer: OptimizerKind::Adagrad,
+            table_dtype: TableDtype::F32,
             init_scale: 1e-3,
             epochs: 10,
             chunk_size: 1000,
@@ -210,6 +270,11 @@ impl Default for TrainConfig {
             corrupt: Corrupt::Both,
             reciprocal: true,
             partitions: 0,
+            entity_types: true,
+            entity_partitions: Vec::new(),
+            featurized: Vec::new(),
+            typed_negatives: true,
+            typed_eval: true,
             buffer: 3,
             ordering: OrderingKind::Legend,
             threads: 0,
@@ -258,6 +323,23 @@ impl Section for TrainConfig {
             );
         }
         self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
+        if let Some(t) = self.adversarial_temperature {
+            if !(t > 0.0 && t.is_finite()) {
+                return bad(
+                    "adversarial_temperature",
+                    format!("must be a positive number, got {t}"),
+                );
+            }
+            if !self.loss.takes_adversarial() {
+                return bad(
+                    "adversarial_temperature",
+                    "self-adversarial weighting applies to loss \"logistic\" or \"margin\", not \
+                     \"softmax\" (softmax's gradient already weights each negative by its softmax \
+                     probability)"
+                        .into(),
+                );
+            }
+        }
         let partitioned = self.partitions as usize > self.buffer;
         self.ordering
             .check_buffer(self.buffer, partitioned)
@@ -271,6 +353,15 @@ impl TrainConfig {
         PbgForm {
             operator: self.operator.unwrap_or_default(),
             comparator: self.comparator.unwrap_or_default(),
+        }
+    }
+
+    /// The loss with its margin and self-adversarial temperature.
+    pub fn loss_fn(&self) -> Loss {
+        Loss {
+            kind: self.loss,
+            margin: self.margin,
+            adversarial: self.adversarial_temperature,
         }
     }
 

@@ -64,6 +64,7 @@ impl EdgeFeed {
             trainer.piece_rows,
             2,
             trainer.relation_ids(),
+            trainer.weighted(),
         );
         EdgeFeed {
             buckets: Some(tx),

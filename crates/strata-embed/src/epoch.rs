@@ -14,6 +14,7 @@ use strata_store::rng::{derive, Rng};
 use crate::bank::Banks;
 use crate::buffer::PartitionBuffer;
 use crate::config::{NegativePool, TrainConfig};
+use crate::entity_types::TypedTraining;
 use crate::epoch_io::{prefetch_edges, BucketEdges, Swap, Swapper};
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
@@ -21,6 +22,7 @@ use crate::ordering::{schedule, Bucket, Schedule};
 use crate::partitioning::Buckets;
 use crate::relations::Relations;
 use crate::table::TableFile;
+use crate::typed_negatives::{NegSpace, SpaceInputs};
 use crate::worker::{BucketCtx, PartRows, Pool, Worker};
 
 /// What one epoch did.
@@ -109,6 +111,11 @@ pub struct Trainer {
     /// Rows of the partitions on disk, for the `all` negative pool (`None` when every
     /// partition is resident or another pool is used).
     pub(crate) banks: Option<Banks>,
+    /// A typed run's entity types (None: one table of all nodes).
+    pub typed: Option<TypedTraining>,
+    /// `corrupt = bernoulli`: the probability of corrupting the head, by relation id (empty
+    /// otherwise; see [`crate::bernoulli`]).
+    pub head_prob: Vec<f32>,
 }
 
 impl Trainer {
@@ -126,10 +133,15 @@ impl Trainer {
         bank_rows: usize,
     ) -> Self {
         let partitions = buckets.partitioning.partitions;
+        let segments = buckets
+            .partitioning
+            .types
+            .as_ref()
+            .map_or(1, |t| t.iter().filter(|t| t.partitioned).count());
         let banks = (cfg.negative_pool == NegativePool::All
             && bank_rows > 0
             && partitions as usize > buffer.capacity())
-        .then(|| Banks::new(partitions, bank_rows, model.dim));
+        .then(|| Banks::new(partitions, bank_rows, model.dim, segments));
         Trainer {
             banks,
             workers: (0..threads.max(1)).map(|_| Worker::default()).collect(),
@@ -140,7 +152,15 @@ impl Trainer {
             relations,
             piece_rows,
             prefetch_slots: 0,
+            typed: None,
+            head_prob: Vec::new(),
         }
+    }
+
+    /// Whether training scales each edge's loss by its weight: the store has weights and the
+    /// run does not ignore them.
+    pub fn weighted(&self) -> bool {
+        self.cfg.edge_weights && self.buckets.weights.is_some()
     }
 
     pub fn threads(&self) -> usize {
@@ -196,6 +216,7 @@ impl Trainer {
             self.piece_rows,
             2,
             self.relation_ids(),
+            self.weighted(),
         );
         let swapper = Swapper::start(engine.clone(), layout);
         let mut tally = Tally::default();
@@ -211,6 +232,7 @@ impl Trainer {
         let first = &sched.steps[0].state;
         tally.loads += first
             .iter()
+            .chain(self.buckets.partitioning.pinned().as_ref())
             .filter(|&&p| self.buffer.slot_of(p).is_none())
             .count();
         let t = Instant::now();
@@ -366,10 +388,10 @@ impl Trainer {
                 tl.add("wait", step, t, now, format!("edges {bucket:?}"));
             }
             debug_assert_eq!(got.bucket, bucket);
-            let mut edges = got.edges?;
+            let (mut edges, mut weights) = got.edges?;
             tally.edge_bytes += got.bytes;
             let start = Instant::now();
-            self.train_piece(bucket, &mut edges, derive(bucket_key, piece));
+            self.train_piece(bucket, &mut edges, &mut weights, derive(bucket_key, piece));
             tl.add(
                 "compute",
                 step,
@@ -446,16 +468,31 @@ impl Trainer {
         Ok(loads)
     }
 
-    /// Trains one piece of bucket `(a, b)`'s edges, shuffled by `key`, on the worker threads.
-    fn train_piece(&mut self, (a, b): Bucket, edges: &mut [[i32; 3]], key: u64) {
+    /// Trains one piece of bucket `(a, b)`'s edges (with their `weights`, one per edge or
+    /// none), shuffled by `key`, on the worker threads. In a typed run the piece is first
+    /// grouped by its edges' (source, destination) entity types, each group shuffled on its
+    /// own, so that a chunk's shared negatives come from one type per side (as PBG batches
+    /// edges of one relation). Weights move with their edges.
+    fn train_piece(
+        &mut self,
+        (a, b): Bucket,
+        edges: &mut [[i32; 3]],
+        weights: &mut [f32],
+        key: u64,
+    ) {
         if edges.is_empty() {
             return;
         }
         let mut rng = Rng::new(key);
-        for i in (1..edges.len()).rev() {
-            edges.swap(i, rng.below(i as u64 + 1) as usize);
-        }
+        let groups = match &self.typed {
+            None => {
+                shuffle(edges, weights, &mut rng);
+                vec![(0..edges.len(), None)]
+            }
+            Some(typed) => group_by_types(edges, weights, &typed.rel_types, &mut rng),
+        };
         let partitioning = &self.buckets.partitioning;
+        let layout = self.typed.as_ref().map(|t| &t.layout);
         let resident = self.buffer.rows_mut();
         let index_of = |p: u32| {
             resident
@@ -463,60 +500,117 @@ impl Trainer {
                 .position(|(q, _)| *q == p)
                 .expect("bucket partitions are resident")
         };
-        let (src_part, dst_part) = (index_of(a), index_of(b));
         let parts: Vec<PartRows> = resident
             .iter()
             .map(|&(p, rows)| PartRows {
                 rows,
-                size: partitioning.size_of(p) as u32,
+                size: layout.map_or_else(|| partitioning.size_of(p), |l| l.entities_in(p)) as u32,
             })
             .collect();
-        let pool = match (&self.banks, self.cfg.negative_pool) {
-            (_, NegativePool::Partition) => Pool::Partition,
-            (Some(banks), NegativePool::All) => {
-                let mut part_of = vec![None; partitioning.partitions as usize];
-                for (i, (p, _)) in resident.iter().enumerate() {
-                    part_of[*p as usize] = Some(i);
-                }
-                Pool::All {
-                    banks,
-                    part_of,
-                    part_size: partitioning.part_size,
-                    num_nodes: partitioning.num_nodes,
+        let regions: Vec<u32> = resident.iter().map(|(p, _)| *p).collect();
+        let part_of = || {
+            let mut part_of = vec![None; partitioning.partitions as usize];
+            for (i, (p, _)) in resident.iter().enumerate() {
+                if let Some(slot) = part_of.get_mut(*p as usize) {
+                    *slot = Some(i);
                 }
             }
+            part_of
+        };
+        let banked = match (&self.banks, self.cfg.negative_pool) {
+            (Some(_), NegativePool::All) => Some(Arc::new(part_of())),
+            _ => None,
+        };
+        let banks = self.banks.as_ref();
+        let pool = || match (banks, &banked, self.cfg.negative_pool) {
+            (_, _, NegativePool::Partition) => Pool::Partition,
+            (Some(banks), Some(part_of), NegativePool::All) => Pool::All {
+                banks,
+                part_of: part_of.to_vec(),
+                part_size: partitioning.part_size,
+                num_nodes: partitioning.num_nodes,
+            },
             // Everything resident (or no room for banks): the resident partitions are all.
             _ => Pool::Resident,
         };
         let inverse_offset = self.relations.inverse_offset;
-        let ctx = BucketCtx {
-            model: self.model,
-            loss: self.cfg.loss,
-            margin: self.cfg.margin,
-            lr: self.cfg.lr,
-            parts,
-            src_part,
-            dst_part,
-            rels: self.relations.shared(),
-            inverse_offset,
-            corrupt: self.cfg.corrupt,
-            negatives: self.cfg.negatives,
-            degree_fraction: self.cfg.degree_fraction,
-            pool,
-            reg: self.cfg.regularizer(),
-        };
-        let chunks: Vec<&[[i32; 3]]> = edges.chunks(self.cfg.chunk_size.max(1)).collect();
+        let rels = self.relations.shared();
+        let ctxs: Vec<BucketCtx> = groups
+            .iter()
+            .map(|(_, types)| {
+                let (mut src_part, mut dst_part) = (index_of(a), index_of(b));
+                let mut negs = None;
+                if let (Some(typed), Some((ts, td))) = (&self.typed, *types) {
+                    let l = &typed.layout;
+                    let pinned = || index_of(l.partitions);
+                    if !l.types[ts].partitioned {
+                        src_part = pinned();
+                    }
+                    if !l.types[td].partitioned {
+                        dst_part = pinned();
+                    }
+                    let inputs = SpaceInputs {
+                        layout: l,
+                        pool: self.cfg.negative_pool,
+                        regions: &regions,
+                        banked: banked.clone(),
+                    };
+                    negs = Some([
+                        NegSpace::new(&inputs, &typed.negative_types(td), dst_part),
+                        NegSpace::new(&inputs, &typed.negative_types(ts), src_part),
+                    ]);
+                }
+                BucketCtx {
+                    model: self.model,
+                    loss: self.cfg.loss_fn(),
+                    lr: self.cfg.lr,
+                    parts: parts.clone(),
+                    src_part,
+                    dst_part,
+                    rels,
+                    inverse_offset,
+                    corrupt: self.cfg.corrupt,
+                    head_prob: &self.head_prob,
+                    negatives: self.cfg.negatives,
+                    degree_fraction: self.cfg.degree_fraction,
+                    pool: pool(),
+                    reg: self.cfg.regularizer(),
+                    negs,
+                    feat: self.typed.as_ref().and_then(|t| {
+                        let bags = t.bags.as_deref()?;
+                        Some((index_of(t.layout.partitions), bags))
+                    }),
+                }
+            })
+            .collect();
+        let size = self.cfg.chunk_size.max(1);
+        let (edges, weights): (&[[i32; 3]], &[f32]) = (edges, weights);
+        let chunks: Vec<PieceChunk> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(g, (range, _))| {
+                range.clone().step_by(size).map(move |lo| {
+                    let hi = (lo + size).min(range.end);
+                    let w = if weights.is_empty() {
+                        &[][..]
+                    } else {
+                        &weights[lo..hi]
+                    };
+                    (g, &edges[lo..hi], w)
+                })
+            })
+            .collect();
         let threads = self.workers.len().min(chunks.len());
         if threads == 1 {
-            for (c, chunk) in chunks.iter().enumerate() {
-                self.workers[0].train_chunk(&ctx, chunk, derive(key, c as u64));
+            for (c, &(g, chunk, w)) in chunks.iter().enumerate() {
+                self.workers[0].train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
             }
             return;
         }
         // Chunks go to whichever worker is free; each chunk's negatives depend only on its
         // index, so the assignment changes nothing but the interleaving of updates.
         let next = AtomicUsize::new(0);
-        let (ctx, chunks, next) = (&ctx, &chunks, &next);
+        let (ctxs, chunks, next) = (&ctxs, &chunks, &next);
         std::thread::scope(|scope| {
             for worker in self.workers[..threads].iter_mut() {
                 scope.spawn(move || loop {
@@ -524,9 +618,68 @@ impl Trainer {
                     if c >= chunks.len() {
                         break;
                     }
-                    worker.train_chunk(ctx, chunks[c], derive(key, c as u64));
+                    let (g, chunk, w) = chunks[c];
+                    worker.train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
                 });
             }
         });
     }
+}
+
+/// A chunk of a piece: its group (its [`BucketCtx`]), its edges and their weights (empty:
+/// unweighted).
+type PieceChunk<'a> = (usize, &'a [[i32; 3]], &'a [f32]);
+
+/// Shuffles `edges` in place (Fisher-Yates from the end), and `weights` (one per edge, or
+/// empty) with them.
+fn shuffle(edges: &mut [[i32; 3]], weights: &mut [f32], rng: &mut Rng) {
+    for i in (1..edges.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        edges.swap(i, j);
+        if !weights.is_empty() {
+            weights.swap(i, j);
+        }
+    }
+}
+
+/// Groups `edges` (and `weights`, one per edge or empty) by the (source, destination) entity
+/// types of their relations (`rel_types`), groups in order of their types, each shuffled: the
+/// groups' row ranges and type pairs.
+#[allow(clippy::type_complexity)]
+pub(crate) fn group_by_types(
+    edges: &mut [[i32; 3]],
+    weights: &mut [f32],
+    rel_types: &[(usize, usize)],
+    rng: &mut Rng,
+) -> Vec<(std::ops::Range<usize>, Option<(usize, usize)>)> {
+    let pair_of = |e: &[i32; 3]| rel_types[e[1] as usize];
+    if weights.is_empty() {
+        edges.sort_by_key(pair_of);
+    } else {
+        // The same stable order as without weights, each weight kept with its edge.
+        let mut rows: Vec<([i32; 3], f32)> =
+            edges.iter().copied().zip(weights.iter().copied()).collect();
+        rows.sort_by_key(|(e, _)| pair_of(e));
+        for ((e, w), (edge, weight)) in rows
+            .into_iter()
+            .zip(edges.iter_mut().zip(weights.iter_mut()))
+        {
+            (*edge, *weight) = (e, w);
+        }
+    }
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < edges.len() {
+        let pair = pair_of(&edges[start]);
+        let end = start + edges[start..].partition_point(|e| pair_of(e) == pair);
+        let w = if weights.is_empty() {
+            &mut weights[..]
+        } else {
+            &mut weights[start..end]
+        };
+        shuffle(&mut edges[start..end], w, rng);
+        groups.push((start..end, Some(pair)));
+        start = end;
+    }
+    groups
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
 use strata_io::{AlignedBuf, Engine, IoFile, OpenMode};
-use strata_store::array::{decode_ints, RowReader};
+use strata_store::array::{decode_f32, decode_ints, RowReader};
 use strata_store::ids::{Field, IdCheck};
 use strata_store::DType;
 
@@ -103,12 +103,13 @@ impl Drop for Swapper {
     }
 }
 
-/// A piece of one bucket's edges as `(src_local, rel, dst_local)` rows.
+/// A piece of one bucket's edges as `(src_local, rel, dst_local)` rows, with their weights
+/// (one per edge, or empty when the edges are read without them).
 pub struct BucketEdges {
     pub bucket: (u32, u32),
     /// Whether this is the bucket's last piece.
     pub last: bool,
-    pub edges: Result<Vec<[i32; 3]>>,
+    pub edges: Result<(Vec<[i32; 3]>, Vec<f32>)>,
     /// Bytes read.
     pub bytes: u64,
 }
@@ -118,9 +119,11 @@ pub struct BucketEdges {
 /// `order` may be a channel's receiving iterator: a distributed rank feeds it each bucket as
 /// soon as the scheduler grants it, so the next bucket's edges are read while the current one
 /// trains; the thread ends when `order` does.
-/// Every bucket yields at least one piece, possibly empty. Local ids are checked against their
-/// partitions' sizes and relations against `relations` (the rows a relation id may index) as
-/// the rows are decoded, so a corrupt index fails with its file and row named.
+/// With `weighted` (the index must hold weights) each piece carries its edges' weights, and
+/// holds 3/4 as many edges so that it takes the same bytes. Every bucket yields at least one
+/// piece, possibly empty. Local ids are checked against their partitions' sizes and relations
+/// against `relations` (the rows a relation id may index) as the rows are decoded, and
+/// weights for being finite and >= 0, so a corrupt index fails with its file and row named.
 pub fn prefetch_edges(
     engine: Arc<Engine>,
     buckets: Arc<Buckets>,
@@ -128,21 +131,35 @@ pub fn prefetch_edges(
     piece_rows: u64,
     ahead: usize,
     relations: u64,
+    weighted: bool,
 ) -> (Receiver<BucketEdges>, JoinHandle<()>) {
     let (tx, rx) = bounded::<BucketEdges>(ahead.max(1));
+    let row_bytes = ROW_BYTES + if weighted { WEIGHT_BYTES } else { 0 };
+    let piece_rows = piece_rows * ROW_BYTES / row_bytes;
     let handle = std::thread::Builder::new()
         .name("strata-embed-edges".into())
         .spawn(move || {
+            let open = |path: &std::path::Path| {
+                strata_store::npy::read_header(path)
+                    .map_err(EmbedError::from)
+                    .and_then(|h| Ok((h.data_offset, engine.open(path, OpenMode::Read)?)))
+            };
             let path = buckets.edges_path();
-            let file = strata_store::npy::read_header(&path)
-                .map_err(EmbedError::from)
-                .and_then(|h| Ok((h.data_offset, engine.open(&path, OpenMode::Read)?)));
+            let file = open(&path);
+            let weights_path = buckets.weights_path();
+            let weights_file = weighted.then(|| open(&weights_path));
+            // A typed run's edges with an end in the pinned region hold that end's row there.
+            let partitioning = &buckets.partitioning;
+            let pinned = partitioning.pinned().map_or(0, |r| partitioning.size_of(r));
+            let sizes: Vec<u64> = (0..partitioning.partitions)
+                .map(|p| partitioning.size_of(p))
+                .collect();
             for bucket in order {
                 let range = buckets.range(bucket.0, bucket.1);
                 let mut at = range.start;
                 loop {
                     let end = range.end.min(at + piece_rows.max(1));
-                    let size = |p: u32| buckets.partitioning.size_of(p) as i64;
+                    let size = |p: u32| sizes[p as usize].max(pinned) as i64;
                     let fields = vec![
                         Field::new("src_local", 0, size(bucket.0)),
                         Field::new("rel", 0, relations.min(i32::MAX as u64) as i64),
@@ -153,11 +170,22 @@ pub fn prefetch_edges(
                         Ok((data_offset, f)) => read_rows(f, &path, *data_offset, at..end, check),
                         Err(e) => Err(EmbedError::Corrupt(format!("{}: {e}", path.display()))),
                     };
+                    let weights = match &weights_file {
+                        None => Ok(Vec::new()),
+                        Some(Ok((data_offset, f))) => {
+                            read_weights(f, &weights_path, *data_offset, at..end)
+                        }
+                        Some(Err(e)) => Err(EmbedError::Corrupt(format!(
+                            "{}: {e}",
+                            weights_path.display()
+                        ))),
+                    };
+                    let edges = edges.and_then(|e| Ok((e, weights?)));
                     let failed = edges.is_err();
                     let piece = BucketEdges {
                         bucket,
                         last: end == range.end,
-                        bytes: (end - at) * ROW_BYTES,
+                        bytes: (end - at) * row_bytes,
                         edges,
                     };
                     if tx.send(piece).is_err() || failed {
@@ -176,7 +204,41 @@ pub fn prefetch_edges(
 
 /// Bytes of one bucketed edge row (three int32).
 const ROW_BYTES: u64 = 12;
+/// Bytes of one bucketed weight (float32).
+const WEIGHT_BYTES: u64 = 4;
 
+/// Reads the weights of edge rows `rows` from the bucketed weights at `path`, checking each.
+fn read_weights(
+    file: &IoFile,
+    path: &std::path::Path,
+    data_offset: u64,
+    rows: std::ops::Range<u64>,
+) -> Result<Vec<f32>> {
+    let first = rows.start;
+    let out = read_records(
+        file,
+        path,
+        data_offset,
+        rows,
+        WEIGHT_BYTES,
+        "weights",
+        |b, out| {
+            decode_f32(b, DType::F32, out);
+            Ok(())
+        },
+    )?;
+    match out.iter().position(|w| !(*w >= 0.0 && w.is_finite())) {
+        Some(i) => Err(EmbedError::Corrupt(format!(
+            "{}: row {}: weight {} is not a finite number >= 0",
+            path.display(),
+            first + i as u64,
+            out[i]
+        ))),
+        None => Ok(out),
+    }
+}
+
+/// Reads edge rows `rows` of the bucketed edges at `path`, checking their ids with `check`.
 fn read_rows(
     file: &IoFile,
     path: &std::path::Path,
@@ -184,32 +246,53 @@ fn read_rows(
     rows: std::ops::Range<u64>,
     mut check: IdCheck,
 ) -> Result<Vec<[i32; 3]>> {
+    let mut vals = Vec::new();
+    read_records(
+        file,
+        path,
+        data_offset,
+        rows,
+        ROW_BYTES,
+        "edges",
+        |b, out| {
+            vals.clear();
+            decode_ints(b, DType::I32, &mut vals);
+            check.check(&vals)?;
+            out.extend(
+                vals.chunks_exact(3)
+                    .map(|r| [r[0] as i32, r[1] as i32, r[2] as i32]),
+            );
+            Ok(())
+        },
+    )
+}
+
+/// Reads records `rows` (of `row_bytes` each, from `data_offset`) of the file at `path`,
+/// turning each batch of bytes into values with `decode`; `what` names the values in the
+/// error when the file holds fewer.
+fn read_records<T>(
+    file: &IoFile,
+    path: &std::path::Path,
+    data_offset: u64,
+    rows: std::ops::Range<u64>,
+    row_bytes: u64,
+    what: &str,
+    mut decode: impl FnMut(&[u8], &mut Vec<T>) -> Result<()>,
+) -> Result<Vec<T>> {
     let count = (rows.end - rows.start) as usize;
-    let mut out: Vec<[i32; 3]> = Vec::with_capacity(count);
+    let mut out = Vec::with_capacity(count);
     if count == 0 {
         return Ok(out);
     }
-    let start = data_offset + rows.start * ROW_BYTES;
-    let mut reader = RowReader::records(
-        file.clone(),
-        start,
-        start + count as u64 * ROW_BYTES,
-        ROW_BYTES as usize,
-        4 << 20,
-    );
-    let mut vals = Vec::new();
+    let start = data_offset + rows.start * row_bytes;
+    let end = start + count as u64 * row_bytes;
+    let mut reader = RowReader::records(file.clone(), start, end, row_bytes as usize, 4 << 20);
     while let Some(batch) = reader.next_batch()? {
-        vals.clear();
-        decode_ints(batch, DType::I32, &mut vals);
-        check.check(&vals)?;
-        out.extend(
-            vals.chunks_exact(3)
-                .map(|r| [r[0] as i32, r[1] as i32, r[2] as i32]),
-        );
+        decode(batch, &mut out)?;
     }
     if out.len() != count {
         return Err(EmbedError::Corrupt(format!(
-            "{}: bucket rows {rows:?} hold {} edges",
+            "{}: bucket rows {rows:?} hold {} {what}",
             path.display(),
             out.len()
         )));

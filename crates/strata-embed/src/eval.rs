@@ -10,6 +10,11 @@
 //!   which appear in proportion to their degree); unfiltered.
 //!
 //! Ties count half: rank = 1 + (candidates scoring higher) + (candidates scoring equal) / 2.
+//!
+//! In a typed run (`typed_eval`) an answer is ranked against the entities of its own type
+//! only (the relation's destination type for tail queries, its source type for head queries):
+//! queries are evaluated grouped by that type, the filtered scan covers only the types' rows
+//! of each region, and the sampled protocol draws its uniform candidates from the type.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -25,6 +30,7 @@ use strata_store::Store;
 
 use crate::buffer::{Load, PartitionBuffer};
 use crate::config::{Corrupt, Protocol};
+use crate::entity_types::TypedLayout;
 use crate::error::{EmbedError, Result};
 use crate::model::{score_candidates, ScoreModel, Scratch};
 use crate::partitioning::{Locator, Partitioning};
@@ -150,11 +156,11 @@ pub fn read_triples(store: &Store, split: &str) -> Result<Vec<[u64; 3]>> {
     Ok(out)
 }
 
-/// The queries of `triples` in the directions `corrupt` asks, at most `max` (0: all) from a
-/// seeded sample of the triples.
+/// The queries of `triples` in the directions `corrupt` asks (both for Bernoulli corruption,
+/// which trains both), at most `max` (0: all) from a seeded sample of the triples.
 pub fn make_queries(triples: &[[u64; 3]], corrupt: Corrupt, max: usize, seed: u64) -> Vec<Query> {
     let dirs: &[bool] = match corrupt {
-        Corrupt::Both => &[false, true],
+        Corrupt::Both | Corrupt::Bernoulli => &[false, true],
         Corrupt::Tail => &[false],
         Corrupt::Head => &[true],
     };
@@ -260,6 +266,16 @@ pub struct Scorer<'a> {
     /// Brings a partition that is not resident into a slot: from the table file the
     /// buffer's slots mirror, or in owner mode from the partition's owner.
     pub load: &'a mut Load<'a>,
+    /// A typed run ranking each answer against its own type: the (source, destination)
+    /// entity types of each relation (None: against every node).
+    pub rel_types: Option<Vec<(usize, usize)>>,
+}
+
+/// The answer types of one round of a typed evaluation.
+struct RoundTypes<'l> {
+    layout: &'l TypedLayout,
+    /// The entity type of each query's answer.
+    answer: Vec<usize>,
 }
 
 /// Known true answers of query keys `(src, rel, head)`.
@@ -307,19 +323,53 @@ impl Scorer<'_> {
     ) -> Result<Metrics> {
         let start = Instant::now();
         let locator = self.partitioning.locator();
-        let mut ranks = Vec::with_capacity(set.queries.len());
+        let layout = self.partitioning.typed_layout();
+        let rel_types = self.rel_types.clone();
+        let typed = layout.as_ref().zip(rel_types.as_deref());
+        let answer_type = |q: &Query| {
+            typed.map(|(_, rel)| {
+                let (src, dst) = rel[q.rel as usize];
+                if q.head {
+                    src
+                } else {
+                    dst
+                }
+            })
+        };
+        // A typed evaluation takes the queries grouped by answer type, so that a batch (and
+        // the rows its scan covers) is mostly of one type.
+        let mut order: Vec<usize> = (0..set.queries.len()).collect();
+        order.sort_by_key(|&i| answer_type(&set.queries[i]));
+        let queries: Vec<Query> = order.iter().map(|&i| set.queries[i]).collect();
+        let mut ranks = vec![0.0; queries.len()];
         let mut meter = Meter::new(
             progress,
             &format!("eval {}", set.split),
             0,
-            set.queries.len() as u64,
+            queries.len() as u64,
         );
-        for (r, round) in set.queries.chunks(spec.round.max(QUERY_BATCH)).enumerate() {
+        let per_round = spec.round.max(QUERY_BATCH);
+        for (r, round) in queries.chunks(per_round).enumerate() {
+            let types = typed.map(|(layout, _)| RoundTypes {
+                layout,
+                answer: round
+                    .iter()
+                    .map(|q| answer_type(q).expect("typed"))
+                    .collect(),
+            });
             let got = match &set.known {
-                Some(known) => self.filtered_round(round, known, &locator, spec)?,
-                None => self.sampled_round(round, &locator, spec, derive(spec.seed, r as u64))?,
+                Some(known) => self.filtered_round(round, known, &locator, types.as_ref(), spec)?,
+                None => self.sampled_round(
+                    round,
+                    &locator,
+                    types.as_ref(),
+                    spec,
+                    derive(spec.seed, r as u64),
+                )?,
             };
-            ranks.extend(got);
+            for (k, rank) in got.into_iter().enumerate() {
+                ranks[order[r * per_round + k]] = rank;
+            }
             meter.add(round.len() as u64, 0)?;
         }
         meter.finish()?;
@@ -353,7 +403,7 @@ impl Scorer<'_> {
         self.buffer.visit_with(&parts, self.load, |p, emb| {
             let lo = located.partition_point(|x| x.0 < p);
             for &(_, l, i) in located[lo..].iter().take_while(|x| x.0 == p) {
-                out[i * d..(i + 1) * d].copy_from_slice(&emb[l as usize * d..(l as usize + 1) * d]);
+                emb.copy(l as usize * d, &mut out[i * d..(i + 1) * d]);
             }
             Ok(())
         })
@@ -412,6 +462,7 @@ impl Scorer<'_> {
         round: &[Query],
         known: &KnownAnswers,
         locator: &Locator,
+        types: Option<&RoundTypes>,
         spec: &EvalSpec,
     ) -> Result<Vec<f64>> {
         let rows = self.prepare(round, locator)?;
@@ -437,7 +488,7 @@ impl Scorer<'_> {
             .chunks(QUERY_BATCH)
             .map(|c| Mutex::new(vec![(0, 0); c.len()]))
             .collect();
-        let all: Vec<u32> = (0..self.partitioning.partitions).collect();
+        let all = self.partitioning.regions();
         let (model, d, rd, threads) = (
             self.model,
             self.model.dim,
@@ -447,12 +498,24 @@ impl Scorer<'_> {
         let partitioning = self.partitioning;
         self.buffer.visit_with(&all, self.load, |p, emb| {
             let size = partitioning.size_of(p) as usize;
+            // The rows each query ranks against here: its answer type's, or all of them.
+            let ranges: Vec<std::ops::Range<usize>> = match types {
+                Some(t) => t
+                    .answer
+                    .iter()
+                    .map(|&ty| {
+                        let s = t.layout.section(ty, p);
+                        s.start as usize..s.end as usize
+                    })
+                    .collect(),
+                None => vec![0..size; round.len()],
+            };
             let next = AtomicUsize::new(0);
             std::thread::scope(|scope| {
                 for _ in 0..threads.min(counts.len()) {
                     scope.spawn(|| {
                         let mut scratch = Scratch::default();
-                        let mut out = Vec::new();
+                        let (mut out, mut widened) = (Vec::new(), Vec::new());
                         loop {
                             let b = next.fetch_add(1, Relaxed);
                             if b >= counts.len() {
@@ -461,8 +524,11 @@ impl Scorer<'_> {
                             let mut cnt = counts[b].lock().expect("not poisoned");
                             let q0 = b * QUERY_BATCH;
                             let qb = cnt.len();
-                            for lo in (0..size).step_by(TILE) {
-                                let t = TILE.min(size - lo);
+                            let batch = &ranges[q0..q0 + qb];
+                            let scan_lo = batch.iter().map(|r| r.start).min().unwrap_or(0);
+                            let scan_hi = batch.iter().map(|r| r.end).max().unwrap_or(0);
+                            for lo in (scan_lo..scan_hi).step_by(TILE) {
+                                let t = TILE.min(scan_hi - lo);
                                 out.resize(qb * t, 0.0);
                                 score_candidates(
                                     &model,
@@ -470,20 +536,26 @@ impl Scorer<'_> {
                                     t,
                                     &rows.src[q0 * d..(q0 + qb) * d],
                                     &rows.rel[q0 * rd..(q0 + qb) * rd],
-                                    &emb[lo * d..(lo + t) * d],
+                                    emb.span(lo * d, t * d, &mut widened),
                                     &mut out,
                                     &mut scratch,
                                 );
-                                let key_lo = ((p as u64) << 32) | lo as u64;
                                 for (i, c) in cnt.iter_mut().enumerate() {
                                     let q = q0 + i;
-                                    let row = &out[i * t..(i + 1) * t];
+                                    let (a, z) =
+                                        (ranges[q].start.max(lo), ranges[q].end.min(lo + t));
+                                    if a >= z {
+                                        continue;
+                                    }
+                                    let row = &out[i * t + a - lo..i * t + z - lo];
                                     let s = rows.true_score[q];
                                     let (mut g, mut e) = count_above(row, s);
                                     let ex = &excluded[q];
+                                    let key_lo = ((p as u64) << 32) | a as u64;
                                     let from = ex.partition_point(|&k| k < key_lo);
-                                    for &k in
-                                        ex[from..].iter().take_while(|&&k| k < key_lo + t as u64)
+                                    for &k in ex[from..]
+                                        .iter()
+                                        .take_while(|&&k| k < key_lo + (z - a) as u64)
                                     {
                                         let v = row[(k - key_lo) as usize];
                                         if v > s || s.is_nan() {
@@ -514,6 +586,7 @@ impl Scorer<'_> {
         &mut self,
         round: &[Query],
         locator: &Locator,
+        types: Option<&RoundTypes>,
         spec: &EvalSpec,
         key: u64,
     ) -> Result<Vec<f64>> {
@@ -524,9 +597,32 @@ impl Scorer<'_> {
         let mut cand_ids: Vec<u64> = Vec::with_capacity(round.len().div_ceil(batch) * 2 * n);
         for (b, qs) in round.chunks(batch).enumerate() {
             let mut rng = Rng::new(derive(key, b as u64));
-            cand_ids.extend((0..n).map(|_| rng.below(num_nodes)));
+            match types {
+                // Uniform over the entities of the batch's answer types.
+                Some(t) => {
+                    let mut present: Vec<usize> =
+                        t.answer[b * batch..b * batch + qs.len()].to_vec();
+                    present.sort_unstable();
+                    present.dedup();
+                    let counts: Vec<u64> =
+                        present.iter().map(|&ty| t.layout.types[ty].count).collect();
+                    let total: u64 = counts.iter().sum();
+                    cand_ids.extend((0..n).map(|_| {
+                        let (mut w, mut k) = (rng.below(total.max(1)), 0);
+                        while w >= counts[k] {
+                            w -= counts[k];
+                            k += 1;
+                        }
+                        t.layout.types[present[k]].first + w
+                    }));
+                }
+                None => cand_ids.extend((0..n).map(|_| rng.below(num_nodes))),
+            }
             cand_ids.extend((0..n).map(|_| qs[rng.below(qs.len() as u64) as usize].answer));
         }
+        // Each candidate's type, where a batch mixes answer types (its queries skip the others).
+        let cand_types: Option<Vec<usize>> =
+            types.map(|t| cand_ids.iter().map(|&v| t.layout.type_of(v)).collect());
         let mut cands = Vec::new();
         self.gather(&cand_ids, locator, &mut cands)?;
         let (model, d, rd) = (self.model, self.model.dim, self.model.rel_dim());
@@ -563,6 +659,20 @@ impl Scorer<'_> {
                             let row = &out[i * 2 * n..(i + 1) * 2 * n];
                             let s = rows.true_score[q];
                             let (mut g, mut e) = count_above(row, s);
+                            // Candidates of another type than the answer's do not compete.
+                            if let (Some(t), Some(ct)) = (types, &cand_types) {
+                                let other = ct[c0..c0 + 2 * n]
+                                    .iter()
+                                    .zip(row)
+                                    .filter(|(&ty, _)| ty != t.answer[q]);
+                                for (_, &v) in other {
+                                    if v > s || s.is_nan() {
+                                        g -= 1;
+                                    } else if v == s {
+                                        e -= 1;
+                                    }
+                                }
+                            }
                             // The answer drawn as its own candidate does not compete with itself.
                             for (j, &id) in cand_ids[c0..c0 + 2 * n].iter().enumerate() {
                                 if id == round[q].answer {

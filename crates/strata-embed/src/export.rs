@@ -242,7 +242,7 @@ fn write_all(
     let passes = n.div_ceil(per_pass).max(1);
     let partitioning = l.run.meta.partitioning.clone();
     let locator = partitioning.locator();
-    let all: Vec<u32> = (0..partitioning.partitions).collect();
+    let all = partitioning.regions();
     let mut meter = Meter::new(progress, "export", n * d as u64 * 4, n);
     let mut rows = Vec::new();
     for pass in 0..passes {
@@ -255,8 +255,7 @@ fn write_all(
                 let v = locator.node(p, local);
                 if (lo..hi).contains(&v) {
                     let at = (v - lo) as usize * d;
-                    rows[at..at + d]
-                        .copy_from_slice(&emb[local as usize * d..(local as usize + 1) * d]);
+                    emb.copy(local as usize * d, &mut rows[at..at + d]);
                 }
             }
             Ok(())

@@ -29,6 +29,7 @@ use crate::error::{EmbedError, Result};
 use crate::partitioning::Partitioning;
 use crate::relations::Relations;
 use crate::run_dir::{is_run, Run, RunMeta, Which};
+use crate::shared::SharedRows;
 use crate::table::{TableFile, TableLayout};
 
 /// Examples of missing names quoted in an error.
@@ -37,6 +38,9 @@ const EXAMPLES: usize = 5;
 /// Refuses an old run whose stored state cannot seed `cfg`: a different model, dimension,
 /// TransE norm, optimizer (state layout) or reciprocal setting, or an owner-mode rank's run.
 pub fn check_compatible(old: &RunMeta, cfg: &TrainConfig, from: &Path) -> Result<()> {
+    if old.partitioning.pinned().is_some() {
+        return Err(crate::job::pinned_init_error());
+    }
     let a = &old.config;
     let (form_a, form_b) = (a.pbg_form(), cfg.pbg_form());
     let fields: [(&str, String, String); 7] = [
@@ -307,7 +311,8 @@ const MIN_CHUNK_ROWS: u64 = 1024;
 /// its new id `map[old id]`; rows of new nodes keep what the new table holds. Works within
 /// `budget` bytes: groups of `k` new partitions are held in memory while the old table is
 /// read through in row chunks, once per group. Returns the number of passes over the old
-/// table. Both layouts must have the same `dim` and `state_per_row`.
+/// table. Both layouts must have the same `dim` and `state_per_row`; their dtypes may differ
+/// (values are widened on reading and rounded to nearest on writing).
 pub fn remap_table(
     engine: &Arc<Engine>,
     old: &TableSide,
@@ -341,7 +346,6 @@ pub fn remap_table(
         .collect();
     let mut emb = vec![0f32; chunk_rows * dim];
     let mut state = vec![0f32; chunk_rows * spr];
-    let new_emb = new.layout.emb_floats();
     let old_bytes = old.partitioning.partitions as u64 * old.layout.part_bytes();
     let mut passes = 0;
     for first in (0..parts).step_by(k as usize) {
@@ -371,13 +375,12 @@ pub fn remap_table(
                     if !members.contains(&p) {
                         continue;
                     }
-                    let floats: &mut [f32] = bytemuck::cast_slice_mut(
+                    let rows = SharedRows::region(
                         &mut group[(p - first) as usize].full_mut()[..part_bytes as usize],
+                        new.layout,
                     );
-                    let nl = nl as usize;
-                    floats[nl * dim..(nl + 1) * dim].copy_from_slice(&emb[l * dim..(l + 1) * dim]);
-                    floats[new_emb + nl * spr..new_emb + (nl + 1) * spr]
-                        .copy_from_slice(&state[l * spr..(l + 1) * spr]);
+                    rows.store(nl as usize, &emb[l * dim..(l + 1) * dim]);
+                    rows.store_state(nl as usize, &state[l * spr..(l + 1) * spr]);
                 }
                 meter.add(rows as u64, rows as u64 * row_cost / 2)?;
                 start += rows as u64;

@@ -11,13 +11,15 @@ use strata_io::Engine;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
+use crate::bernoulli;
 use crate::budget::{self, EmbedPlan, RankNeeds};
 use crate::buffer::PartitionBuffer;
-use crate::config::{DistStorage, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{Corrupt, DistStorage, OptimizerKind, Protocol, TrainConfig};
 use crate::dist::{
     check_holdings, describe_rank, fault_point, owner_of, Cluster, PartitionSource, RankReport,
     TableCrc,
 };
+use crate::entity_types::{load_bags, TypeSpec, TypedTraining};
 use crate::epoch::Trainer;
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
@@ -48,7 +50,7 @@ pub fn eval_spec(cfg: &TrainConfig, plan: &EmbedPlan, threads: usize) -> EvalSpe
 
 /// Fields that shape the stored state: a resumed run must keep them.
 fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
-    let checks: [(&'static str, bool); 10] = [
+    let checks: [(&'static str, bool); 14] = [
         ("model", a.model == b.model),
         ("operator", a.pbg_form().operator == b.pbg_form().operator),
         (
@@ -58,9 +60,16 @@ fn same_shape(a: &TrainConfig, b: &TrainConfig) -> Option<&'static str> {
         ("dim", a.dim == b.dim),
         ("transe_norm", a.transe_norm == b.transe_norm),
         ("optimizer", a.optimizer == b.optimizer),
+        ("table_dtype", a.table_dtype == b.table_dtype),
         ("reciprocal", a.reciprocal == b.reciprocal),
         ("seed", a.seed == b.seed),
         ("init_from", a.init_from == b.init_from),
+        ("entity_types", a.entity_types == b.entity_types),
+        (
+            "entity_partitions",
+            a.entity_partitions == b.entity_partitions,
+        ),
+        ("featurized", a.featurized == b.featurized),
         (
             "partitions",
             a.partitions == 0 || b.partitions == 0 || a.partitions == b.partitions,
@@ -304,12 +313,14 @@ pub fn train_group(
                 // serve it until the next epoch starts.
                 let mut load =
                     owner::eval_loader(&next, peers.as_deref_mut(), rank, world_size, epoch, true);
+                let rel_types = eval_types(&s.trainer);
                 let mut scorer = Scorer {
                     model,
                     relations: &s.trainer.relations,
                     partitioning: &s.trainer.buckets.partitioning,
                     buffer: &mut s.trainer.buffer,
                     load: &mut *load,
+                    rel_types,
                 };
                 Some(scorer.evaluate(set, &spec, progress)?)
             }
@@ -415,6 +426,24 @@ fn check_start(history: &[EpochRecord], epoch: usize, crc: &TableCrc) -> Result<
     }
 }
 
+/// Refuses what a typed run does not support yet, naming the option: entity types under
+/// torchrun.
+fn check_typed(spec: Option<&TypeSpec>, world_size: usize) -> Result<()> {
+    if spec.is_some() && world_size > 1 {
+        return Err(EmbedError::Config(
+            "embed.train.entity_types: entity types (per-type partitions and negatives) are not supported in a distributed run yet; set entity_types = false to train the typed store as one table of every node".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The refusal of `init_from` into a run whose entity types are not all partitioned.
+pub(crate) fn pinned_init_error() -> EmbedError {
+    EmbedError::Config(
+        "embed.train.init_from: runs with unpartitioned or featurized entity types (entity_partitions TYPE=1 with more than one partition, featurized) cannot start from or seed another run yet; partition every type, or start from scratch".into(),
+    )
+}
+
 /// Opens or creates the run, plans the budget and builds the trainer. Only the `leader`
 /// (the single process, rank 0, or in owner mode each rank in its own directory) writes to
 /// the run directory here. `owner`: owner mode, this rank's number; its run holds only the
@@ -481,29 +510,95 @@ fn setup(
     } else {
         None
     };
+    let spec = TypeSpec::of(&store, &cfg)?;
+    check_typed(spec.as_ref(), world_size)?;
     // A new run's origin is checked before the run writes anything.
     let origin = match (&cfg.init_from, &prior) {
         (Some(from), None) => Some(incremental::Origin::open(from, Which::Best, &cfg, &store)?),
         _ => None,
     };
-    let plan = budget::plan_fitting(&cfg, &model, graph.num_nodes, graph.num_relations, rank)?;
+    let shape = spec.as_ref().map_or_else(
+        || budget::NodeShape::untyped(graph.num_nodes),
+        TypeSpec::shape,
+    );
+    let plan = budget::plan_fitting(&cfg, &model, &shape, graph.num_relations, rank)?;
     let threads = plan.threads;
     plan.memory_plan()
         .describe()
         .iter()
         .for_each(|l| progress.message(l));
-    let partitioning = Partitioning::new(graph.num_nodes, plan.partitions, cfg.seed)?;
-    let buckets = Arc::new(buckets(
-        &store,
-        &partitioning,
-        cfg.memory
-            .saturating_sub(plan.runtime_bytes + plan.group_bytes),
-        progress,
-    )?);
-    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer);
+    let partitioning = match &spec {
+        Some(spec) => Partitioning::typed(spec.types.clone(), plan.partitions, cfg.seed)?,
+        None => Partitioning::new(graph.num_nodes, plan.partitions, cfg.seed)?,
+    };
+    let typed = match (&spec, partitioning.typed_layout()) {
+        (Some(spec), Some(layout)) => Some(TypedTraining {
+            bags: load_bags(&store, &layout)?,
+            layout,
+            rel_types: spec.rel_types.clone(),
+            typed_negatives: cfg.typed_negatives,
+        }),
+        _ => None,
+    };
+    if origin.is_some() && partitioning.pinned().is_some() {
+        return Err(pinned_init_error());
+    }
+    let bags = typed.as_ref().and_then(|t| t.bags.clone());
+    // Bucketing and the Bernoulli counts run before the buffer and workers take their share.
+    let spare = cfg
+        .memory
+        .saturating_sub(plan.runtime_bytes + plan.group_bytes);
+    let buckets = Arc::new(buckets(&store, &partitioning, spare, progress)?);
+    match (&buckets.weights, cfg.edge_weights) {
+        (Some(w), true) => {
+            w.check(store.path())?;
+            progress.message(&format!(
+                "edge weights ({}): each edge's loss scaled by its weight, min {}, max {}, mean {:.4}",
+                crate::partitioning::WEIGHTS,
+                w.min,
+                w.max,
+                w.sum / buckets.num_edges.max(1) as f64
+            ));
+        }
+        (Some(_), false) => progress.message(&format!(
+            "edge weights ({}) ignored: edge_weights = false",
+            crate::partitioning::WEIGHTS
+        )),
+        (None, _) => {}
+    }
     let engine = Engine::shared();
+    let head_prob = match cfg.corrupt {
+        Corrupt::Bernoulli => {
+            // A typed run's ends in the pinned region are counted as that region's nodes.
+            let pinned_ends: Option<Vec<(bool, bool)>> = typed
+                .as_ref()
+                .filter(|_| partitioning.pinned().is_some())
+                .map(|t| {
+                    let pinned = |ty: usize| !t.layout.types[ty].partitioned;
+                    t.rel_types
+                        .iter()
+                        .map(|&(s, d)| (pinned(s), pinned(d)))
+                        .collect()
+                });
+            let counts = bernoulli::count_sides(
+                &engine,
+                &buckets,
+                graph.num_relations,
+                pinned_ends.as_deref(),
+                spare,
+                plan.piece_rows,
+                progress,
+            )?;
+            let p = counts.head_probabilities();
+            progress.message(&bernoulli::describe(&p));
+            p
+        }
+        _ => Vec::new(),
+    };
+    let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer, cfg.table_dtype);
     let mut buffer =
         PartitionBuffer::new(engine.clone(), layout, plan.capacity + plan.prefetch_slots);
+    buffer.set_bags(bags.clone());
     let resumed = prior.is_some();
     let mut run = match prior {
         Some(mut run) => {
@@ -540,6 +635,7 @@ fn setup(
                     layout,
                     plan.capacity + plan.prefetch_slots,
                 );
+                buffer.set_bags(bags);
             }
             run
         }
@@ -567,6 +663,8 @@ fn setup(
         plan.bank_rows,
     );
     trainer.prefetch_slots = plan.prefetch_slots;
+    trainer.typed = typed;
+    trainer.head_prob = head_prob;
     Ok(Setup {
         run,
         store,
@@ -629,7 +727,7 @@ fn create(
     }
     std::fs::create_dir_all(dir).map_err(|e| io("mkdir", e))?;
     let graph = &store.manifest().graph;
-    let table_bytes = partitioning.partitions as u64 * layout.part_bytes();
+    let table_bytes = layout.table_bytes(partitioning.partitions);
     progress.message(&format!(
         "new run {}: {} nodes x {} dims ({:?}), table {} per checkpoint file",
         dir.display(),
@@ -659,12 +757,13 @@ fn create(
         table_bytes,
         partitioning.partitions as u64,
     );
-    for p in 0..partitioning.partitions {
+    for p in partitioning.regions() {
         if owned.is_some_and(|(rank, world)| owner_of(p, world) != rank) {
             continue;
         }
-        buffer.init(&first, p, partitioning.size_of(p), cfg.init_scale, cfg.seed)?;
-        meter.add(1, layout.part_bytes())?;
+        let rows = partitioning.stored_rows(p);
+        buffer.init(&first, p, rows, cfg.init_scale, cfg.seed)?;
+        meter.add(1, layout.region_bytes(p))?;
     }
     first.sync()?;
     meter.finish()?;
@@ -712,18 +811,28 @@ fn evaluate(
     let (rank, world_size) = (s.run.meta.owner_rank.unwrap_or(0), s.run.meta.world_size);
     let (peers, epoch) = owners.map_or((None, 0), |(p, e)| (Some(p), e));
     let mut load = owner::eval_loader(&table, peers, rank, world_size, epoch, false);
+    let rel_types = eval_types(&s.trainer);
     let mut scorer = Scorer {
         model: s.trainer.model,
         relations: &relations,
         partitioning: &s.trainer.buckets.partitioning,
         buffer: &mut s.trainer.buffer,
         load: &mut *load,
+        rel_types,
     };
     let m = scorer.evaluate(&set, &spec, progress);
     if ckpt.table != s.run.meta.current.table {
         s.trainer.buffer.clear();
     }
     m
+}
+
+/// The relation types a typed run's evaluation ranks answers by (`typed_eval`).
+fn eval_types(t: &Trainer) -> Option<Vec<(usize, usize)>> {
+    t.typed
+        .as_ref()
+        .filter(|_| t.cfg.typed_eval)
+        .map(|typed| typed.rel_types.clone())
 }
 
 /// One line per epoch for the user.

@@ -1,108 +1,9 @@
-//! Dense kernels of the training step: matrix products (matrixmultiply, which picks its
-//! AVX-512/AVX2/FMA kernels at run time) and a vectorised softmax whose hot loop is compiled for
-//! AVX-512 and AVX2 and chosen at run time, so one build runs everywhere and fast here.
+//! Dense kernels of the training step: matrix products (`gemm`: an own AVX-512 kernel, or
+//! matrixmultiply's AVX2/FMA/portable ones, chosen at run time) and a vectorised softmax whose
+//! hot loop is compiled for AVX-512 and AVX2 and chosen at run time, so one build runs
+//! everywhere and fast here.
 
-/// `C = alpha * A * B^T + beta * C` with `A: m x k`, `B: n x k`, `C: m x n`, all row-major.
-#[allow(clippy::too_many_arguments)] // the BLAS argument list
-pub fn gemm_abt(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    b: &[f32],
-    beta: f32,
-    c: &mut [f32],
-) {
-    assert!(a.len() >= m * k && b.len() >= n * k && c.len() >= m * n);
-    // SAFETY: the asserts bound every index the strides reach.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr(),
-            k as isize,
-            1,
-            b.as_ptr(),
-            1,
-            k as isize,
-            beta,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
-}
-
-/// `C = alpha * A * B + beta * C` with `A: m x k`, `B: k x n`, `C: m x n`, all row-major.
-#[allow(clippy::too_many_arguments)] // the BLAS argument list
-pub fn gemm_ab(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    b: &[f32],
-    beta: f32,
-    c: &mut [f32],
-) {
-    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
-    // SAFETY: as above.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr(),
-            k as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            beta,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
-}
-
-/// `C = alpha * A^T * B + beta * C` with `A: k x m`, `B: k x n`, `C: m x n`, all row-major.
-#[allow(clippy::too_many_arguments)] // the BLAS argument list
-pub fn gemm_atb(
-    m: usize,
-    n: usize,
-    k: usize,
-    alpha: f32,
-    a: &[f32],
-    b: &[f32],
-    beta: f32,
-    c: &mut [f32],
-) {
-    assert!(a.len() >= k * m && b.len() >= k * n && c.len() >= m * n);
-    // SAFETY: as above.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr(),
-            1,
-            m as isize,
-            b.as_ptr(),
-            n as isize,
-            1,
-            beta,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
-}
+pub use crate::gemm::{gemm_ab, gemm_abt, gemm_atb};
 
 /// `exp(x)` for `x <= 0` to within 4e-6 relative error: `2^(x log2 e)` split into an integer
 /// power (built in the exponent bits) and a degree-6 polynomial on `[-0.5, 0.5]`. Written as
@@ -244,17 +145,7 @@ mod tests {
     }
 
     #[test]
-    fn gemm_layouts() {
-        // A = [[1,2],[3,4]], B = [[5,6],[7,8]]
-        let a = [1.0, 2.0, 3.0, 4.0];
-        let b = [5.0, 6.0, 7.0, 8.0];
-        let mut c = [0.0f32; 4];
-        gemm_abt(2, 2, 2, 1.0, &a, &b, 0.0, &mut c);
-        assert_eq!(c, [17.0, 23.0, 39.0, 53.0]);
-        gemm_ab(2, 2, 2, 1.0, &a, &b, 0.0, &mut c);
-        assert_eq!(c, [19.0, 22.0, 43.0, 50.0]);
-        gemm_atb(2, 2, 2, 1.0, &a, &b, 0.0, &mut c);
-        assert_eq!(c, [26.0, 30.0, 38.0, 44.0]);
+    fn dot_covers_the_remainder() {
         assert!((dot(&[1.0; 19], &[2.0; 19]) - 38.0).abs() < 1e-6);
     }
 }

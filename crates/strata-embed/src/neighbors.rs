@@ -232,7 +232,7 @@ pub(crate) fn single_rows(l: &Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
         let (p, local) = locator.locate(v);
         if l.buffer.slot_of(p).is_some() {
             let at = local as usize * d;
-            out.copy_from_slice(&l.buffer.embeddings(p)[at..at + d]);
+            l.buffer.embeddings(p).copy(at, out);
         } else {
             l.table
                 .read_rows(&engine, &l.buffer.layout, p, local as u64, out)?;
@@ -255,7 +255,7 @@ pub(crate) fn query_rows(l: &mut Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
         for (i, &(q, local)) in places.iter().enumerate() {
             if q == p {
                 let at = local as usize * d;
-                rows[i * d..(i + 1) * d].copy_from_slice(&emb[at..at + d]);
+                emb.copy(at, &mut rows[i * d..(i + 1) * d]);
             }
         }
         Ok(())
@@ -285,18 +285,18 @@ fn scan(
     let mut heaps: Vec<Best> = (0..b).map(|_| Best::with_capacity(top + 1)).collect();
     let partitioning = l.run.meta.partitioning.clone();
     let locator = partitioning.locator();
-    let all: Vec<u32> = (0..partitioning.partitions).collect();
+    let all = partitioning.regions();
     let read = all
         .iter()
         .filter(|&&p| l.buffer.slot_of(p).is_none())
         .count() as u64;
     let mut products = Vec::new();
-    let mut cand_norms = Vec::new();
+    let (mut cand_norms, mut widened) = (Vec::new(), Vec::new());
     l.buffer.visit(&all, &l.table, |p, emb| {
         let size = partitioning.size_of(p) as usize;
         for lo in (0..size).step_by(TILE) {
             let t = TILE.min(size - lo);
-            let cands = &emb[lo * d..(lo + t) * d];
+            let cands = emb.span(lo * d, t * d, &mut widened);
             products.clear();
             products.resize(b * t, 0.0f32);
             gemm_abt(b, t, d, 1.0, rows, cands, 0.0, &mut products);

@@ -96,8 +96,7 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
     };
     let ctx = BucketCtx {
         model: *model,
-        loss: cfg.loss,
-        margin: cfg.margin,
+        loss: cfg.loss_fn(),
         lr: 1e-6,
         parts: vec![part],
         src_part: 0,
@@ -106,10 +105,14 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
             .then(|| SharedRows::new(&mut rel_params, &mut rel_state, rd, rd)),
         inverse_offset: 1,
         corrupt: cfg.corrupt,
+        // The synthetic edges are of relation 0: an even split of their sides.
+        head_prob: &[0.5],
         negatives: cfg.negatives,
         degree_fraction: cfg.degree_fraction,
         pool: Pool::Resident,
         reg: cfg.regularizer(),
+        negs: None,
+        feat: None,
     };
     let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
     // One warm-up chunk per worker (allocations), then the timed ones.
@@ -120,7 +123,7 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
                 let (ctx, chunks) = (&ctx, chunks);
                 s.spawn(move || {
                     for c in chunks.iter().skip(w).step_by(threads) {
-                        worker.train_chunk(ctx, c, 1);
+                        worker.train_chunk(ctx, c, &[], 1);
                     }
                 });
             }

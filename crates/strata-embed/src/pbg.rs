@@ -45,7 +45,7 @@ use strata_store::config::{ConfigError, Section, Size};
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
-use crate::config::{OptimizerKind, TrainConfig};
+use crate::config::{OptimizerKind, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::export::write_published;
 use crate::model::{Comparator, Operator, PbgForm, ScoreKind, ScoreModel};
@@ -224,6 +224,7 @@ pub fn export(
 ) -> Result<PbgReport> {
     let start = std::time::Instant::now();
     let form = form_of(&l.model)?;
+    refuse_entity_types(&l.run)?;
     let abs_out = std::path::absolute(out).map_err(|e| io_err("resolve", out, e))?;
     write_published(out, overwrite, |dir| {
         write_checkpoint(l, dir, &abs_out, form, h5, progress)
@@ -241,6 +242,22 @@ pub fn export(
         reciprocal: true,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Refuses a run of several entity types (or an in-memory one): the export writes one PBG
+/// entity type, [`ENTITY`], over the partitions.
+fn refuse_entity_types(run: &Run) -> Result<()> {
+    let partitioning = &run.meta.partitioning;
+    match &partitioning.types {
+        Some(types) if types.len() > 1 || partitioning.pinned().is_some() => {
+            Err(EmbedError::Config(format!(
+                "run {}: PyTorch-BigGraph export of a run with entity types ({}) is not supported: the export writes one entity type '{ENTITY}'; train with embed.train.entity_types = false (--no-entity-types) for a run it can export",
+                run.dir.display(),
+                types.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn write_checkpoint(
@@ -264,9 +281,9 @@ fn write_checkpoint(
     );
     for p in 0..partitioning.partitions {
         let size = partitioning.size_of(p);
-        let mut rows = Vec::new();
+        let mut rows = vec![0.0f32; size as usize * d];
         l.buffer.visit(&[p], &l.table, |_, emb| {
-            rows.extend_from_slice(&emb[..size as usize * d]);
+            emb.copy(0, &mut rows);
             Ok(())
         })?;
         h5.write(
@@ -875,6 +892,8 @@ pub fn import(
         optimizer: OptimizerKind::Adagrad,
         init_scale: c.init_scale,
         memory: o.memory.0,
+        // One PBG entity type: one table of every node, also on a typed store.
+        entity_types: false,
         ..TrainConfig::default()
     };
     let model = ScoreModel {
@@ -894,7 +913,9 @@ pub fn import(
         cfg.reciprocal = true;
         [c.lhs.clone(), c.rhs.clone()].concat()
     };
-    let layout_for = |p: &Partitioning| TableLayout::new(p, d, cfg.optimizer);
+    // An imported table is float32 (the rows are written as such below); `--init-from` turns
+    // it into a bf16 run where wanted.
+    let layout_for = |p: &Partitioning| TableLayout::new(p, d, cfg.optimizer, TableDtype::F32);
     let partitions = if o.partitions > 0 {
         o.partitions
     } else {

@@ -13,6 +13,7 @@ use strata_store::Store;
 use crate::budget::{self, EmbedPlan};
 use crate::buffer::PartitionBuffer;
 use crate::config::{Protocol, TrainConfig};
+use crate::entity_types::{load_bags, node_shape, relation_types};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::job::eval_spec;
@@ -47,15 +48,15 @@ impl Loaded {
         threads: usize,
         progress: &dyn Progress,
     ) -> Result<Loaded> {
-        Loaded::open_planned(dir, which, |run, cfg, model| {
+        Loaded::open_planned(dir, which, |run, store, cfg, model| {
             if memory > 0 {
                 cfg.memory = memory;
             }
             if threads > 0 {
                 cfg.threads = threads;
             }
-            let plan =
-                budget::plan_fitting(cfg, model, run.meta.num_nodes, run.meta.num_relations, None)?;
+            let shape = node_shape(store, cfg)?;
+            let plan = budget::plan_fitting(cfg, model, &shape, run.meta.num_relations, None)?;
             plan.memory_plan()
                 .describe()
                 .iter()
@@ -65,23 +66,32 @@ impl Loaded {
     }
 
     /// Opens checkpoint `which` of the run in `dir` with the plan `plan` makes from the run,
-    /// its config (which it may change) and its model; the buffer gets the plan's capacity.
+    /// its store, its config (which it may change) and its model; the buffer gets the plan's
+    /// capacity (and a typed run's pinned region a slot of its own).
     pub fn open_planned(
         dir: &Path,
         which: Which,
-        plan: impl FnOnce(&Run, &mut TrainConfig, &ScoreModel) -> Result<EmbedPlan>,
+        plan: impl FnOnce(&Run, &Store, &mut TrainConfig, &ScoreModel) -> Result<EmbedPlan>,
     ) -> Result<Loaded> {
         let run = Run::open_whole(dir)?;
         let store = run.store()?;
         let mut cfg = run.meta.config.clone();
         cfg.partitions = run.meta.partitioning.partitions;
         let model = run.meta.model();
-        let plan = plan(&run, &mut cfg, &model)?;
+        let plan = plan(&run, &store, &mut cfg, &model)?;
         let ckpt = run.checkpoint(which).clone();
         let relations = run.relations(&ckpt)?;
         let engine = Engine::shared();
-        let buffer = PartitionBuffer::new(engine.clone(), run.meta.layout, plan.capacity);
+        let mut buffer = PartitionBuffer::new(engine.clone(), run.meta.layout, plan.capacity);
         let table = TableFile::open(&engine, &run.table_path(&ckpt.table), false)?;
+        // A typed run's pinned region is held from the start, as in training (its featurized
+        // entities are read through their features).
+        if let Some(layout) = run.meta.partitioning.typed_layout() {
+            buffer.set_bags(load_bags(&store, &layout)?);
+        }
+        if let Some(pinned) = run.meta.partitioning.pinned() {
+            buffer.load(0, pinned, &table)?;
+        }
         Ok(Loaded {
             store,
             cfg,
@@ -112,14 +122,23 @@ impl Loaded {
             spec.max_queries = max_queries;
         }
         let set = EvalSet::new(&self.store, split, &spec, progress)?;
+        let rel_types = self.answer_types();
         let mut scorer = Scorer {
             model: self.model,
             relations: &self.relations,
             partitioning: &self.run.meta.partitioning,
             buffer: &mut self.buffer,
             load: &mut |b, slot, p| b.load(slot, p, &self.table),
+            rel_types,
         };
         scorer.evaluate(&set, &spec, progress)
+    }
+
+    /// A typed run's relation types when its evaluation and predictions rank answers
+    /// against their own type (`typed_eval`).
+    pub fn answer_types(&self) -> Option<Vec<(usize, usize)>> {
+        (self.cfg.typed_eval && self.run.meta.partitioning.types.is_some())
+            .then(|| relation_types(&self.store))
     }
 
     /// Bytes the budget leaves beside the partition buffer for a query's own arrays: what
@@ -194,7 +213,9 @@ impl Loaded {
     /// [`Loaded::predict`] for many queries (`answer` unused), without names: per query its
     /// `k` best `(score, node, known)`, best first (ties: lower id first). Queries share scans
     /// of the table, as many in one scan as the budget's spare bytes hold (a tile of scores, a
-    /// heap, the query's rows); the rest in further scans. Ids must be in range.
+    /// heap, the query's rows); the rest in further scans. In a typed run with `typed_eval`
+    /// each query is answered with entities of its relation's type at the answer's end, so
+    /// queries share a scan only with queries of the same answer type. Ids must be in range.
     pub fn predict_many(
         &mut self,
         queries: &[Query],
@@ -207,15 +228,32 @@ impl Loaded {
         let tile = crate::eval::TILE;
         let per_query = ((d + rd + tile) * 4 + (k + 1) * 16) as u64;
         let per_scan = (self.spare_bytes() / per_query).max(1) as usize;
+        let types = self.answer_types();
+        let answer_type = |q: &Query| {
+            types.as_ref().map(|t| {
+                let (src, dst) = t[q.rel as usize];
+                if q.head {
+                    src
+                } else {
+                    dst
+                }
+            })
+        };
+        // Query indices by answer type (a stable sort: each type's queries in their order).
+        let mut order: Vec<usize> = (0..queries.len()).collect();
+        order.sort_by_key(|&i| answer_type(&queries[i]));
+        let by_type: Vec<&[usize]> = order
+            .chunk_by(|&i, &j| answer_type(&queries[i]) == answer_type(&queries[j]))
+            .collect();
+        let scans: u64 = by_type
+            .iter()
+            .map(|g| g.len().div_ceil(per_scan) as u64)
+            .sum();
         let n = self.run.meta.num_nodes;
-        let mut meter = Meter::new(
-            progress,
-            "predict",
-            queries.len().div_ceil(per_scan) as u64 * n * d as u64 * 4,
-            queries.len().div_ceil(per_scan) as u64 * n,
-        );
-        let mut lists = Vec::with_capacity(queries.len());
-        for group in queries.chunks(per_scan) {
+        let mut meter = Meter::new(progress, "predict", scans * n * d as u64 * 4, scans * n);
+        let mut lists = vec![Vec::new(); queries.len()];
+        for indices in by_type.iter().flat_map(|g| g.chunks(per_scan)) {
+            let group: Vec<&Query> = indices.iter().map(|&i| &queries[i]).collect();
             let nodes: Vec<u64> = group.iter().map(|q| q.src).collect();
             let src_rows = crate::neighbors::single_rows(self, &nodes)?;
             let mut rel_rows = vec![0.0f32; group.len() * rd];
@@ -232,54 +270,68 @@ impl Loaded {
                         .map_or(&[][..], |v| &v[..])
                 })
                 .collect();
-            let best =
-                self.scan_top(&src_rows, &rel_rows, &filters, k, exclude_known, &mut meter)?;
-            lists.extend(best);
+            let scan = Scan {
+                src_rows: &src_rows,
+                rel_rows: &rel_rows,
+                filters: &filters,
+                answer_type: answer_type(group[0]),
+            };
+            let best = self.scan_top(&scan, k, exclude_known, &mut meter)?;
+            for (&i, list) in indices.iter().zip(best) {
+                lists[i] = list;
+            }
         }
         meter.finish()?;
         Ok(lists)
     }
 
-    /// One scan of every partition for the queries with rows `src_rows` (`b x dim`) and
-    /// `rel_rows` (`b x rel_dim`): per query its `k` best `(score, node, known)`, best first,
-    /// `known` from its sorted `filters` list (left out with `exclude_known`).
+    /// One scan of every partition for the queries of `scan`: per query its `k` best
+    /// `(score, node, known)`, best first, `known` from its sorted filter list (left out with
+    /// `exclude_known`); only entities of the scan's answer type are candidates.
     fn scan_top(
         &mut self,
-        src_rows: &[f32],
-        rel_rows: &[f32],
-        filters: &[&[u64]],
+        scan: &Scan,
         k: usize,
         exclude_known: bool,
         meter: &mut Meter,
     ) -> Result<Vec<Vec<(f32, u64, bool)>>> {
         let d = self.model.dim;
-        let b = filters.len();
+        let b = scan.filters.len();
         let model = self.model;
         let partitioning = self.run.meta.partitioning.clone();
         let locator = partitioning.locator();
         let mut heaps: Vec<Best> = (0..b).map(|_| Best::with_capacity(k + 1)).collect();
         let mut scratch = Scratch::default();
-        let mut out = Vec::new();
-        let all: Vec<u32> = (0..partitioning.partitions).collect();
+        let (mut out, mut widened) = (Vec::new(), Vec::new());
+        let all = partitioning.regions();
+        let typed = partitioning.typed_layout().zip(scan.answer_type);
         self.buffer.visit(&all, &self.table, |p, emb| {
             let size = partitioning.size_of(p) as usize;
-            for lo in (0..size).step_by(crate::eval::TILE) {
-                let t = crate::eval::TILE.min(size - lo);
+            let rows = match &typed {
+                Some((l, t)) => {
+                    let s = l.section(*t, p);
+                    s.start as usize..s.end as usize
+                }
+                None => 0..size,
+            };
+            for lo in rows.clone().step_by(crate::eval::TILE) {
+                let t = crate::eval::TILE.min(rows.end - lo);
                 out.resize(b * t, 0.0);
                 score_candidates(
                     &model,
                     b,
                     t,
-                    src_rows,
-                    rel_rows,
-                    &emb[lo * d..(lo + t) * d],
+                    scan.src_rows,
+                    scan.rel_rows,
+                    emb.span(lo * d, t * d, &mut widened),
                     &mut out,
                     &mut scratch,
                 );
                 for (i, heap) in heaps.iter_mut().enumerate() {
                     for (j, &s) in out[i * t..(i + 1) * t].iter().enumerate() {
                         let node = locator.node(p, (lo + j) as u32);
-                        if s.is_nan() || (exclude_known && filters[i].binary_search(&node).is_ok())
+                        if s.is_nan()
+                            || (exclude_known && scan.filters[i].binary_search(&node).is_ok())
                         {
                             continue;
                         }
@@ -295,7 +347,7 @@ impl Loaded {
         })?;
         Ok(heaps
             .into_iter()
-            .zip(filters)
+            .zip(scan.filters)
             .map(|(heap, known)| {
                 let mut best: Vec<(f32, u64, bool)> = heap
                     .into_iter()
@@ -306,6 +358,17 @@ impl Loaded {
             })
             .collect())
     }
+}
+
+/// The queries of one scan of [`Loaded::scan_top`].
+struct Scan<'a> {
+    /// Their source rows (`b x dim`) and relation rows (`b x rel_dim`).
+    src_rows: &'a [f32],
+    rel_rows: &'a [f32],
+    /// Per query its known answers, sorted.
+    filters: &'a [&'a [u64]],
+    /// The entity type of every answer (None: any node).
+    answer_type: Option<usize>,
 }
 
 /// One predicted answer.

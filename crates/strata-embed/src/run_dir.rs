@@ -233,7 +233,7 @@ impl Run {
         }
         for ckpt in [&meta.current, &meta.best] {
             let table = dir.join(&ckpt.table);
-            let want = meta.partitioning.partitions as u64 * meta.layout.part_bytes();
+            let want = meta.layout.table_bytes(meta.partitioning.partitions);
             let have = std::fs::metadata(&table)
                 .map_err(|e| io_err("stat", &table, e))?
                 .len();

@@ -10,8 +10,10 @@ use strata_graph::embedding_run::{
 };
 use strata_io::progress::Progress;
 use strata_store::strtab::NameTable;
+use strata_store::Store;
 
-use crate::budget::{self, EmbedPlan};
+use crate::budget::{self, EmbedPlan, ServedTable};
+use crate::entity_types::node_shape;
 use crate::error::{EmbedError, Result};
 use crate::eval::Query;
 use crate::neighbors::{neighbors, Metric};
@@ -47,13 +49,23 @@ fn which(name: &str) -> EmbeddingResult<Which> {
     }
 }
 
-/// The plan of serving `run` with `memory` bytes (`None`: the whole table resident).
-fn query_plan(run: &Run, memory: Option<u64>) -> Result<EmbedPlan> {
+/// The plan of serving `run` with `memory` bytes (`None`: the whole table resident); a typed
+/// run's pinned region is always resident.
+fn query_plan(run: &Run, store: &Store, memory: Option<u64>) -> Result<EmbedPlan> {
     let model = run.meta.model();
+    let mut cfg = run.meta.config.clone();
+    cfg.partitions = run.meta.partitioning.partitions;
+    let shape = node_shape(store, &cfg)?;
+    let layout = &run.meta.layout;
     budget::plan_queries(
-        run.meta.partitioning.partitions,
-        run.meta.layout.part_bytes(),
-        budget::relation_bytes(&run.meta.config, &model, run.meta.num_relations),
+        ServedTable {
+            partitions: cfg.partitions,
+            part_bytes: layout.part_bytes(),
+            table_bytes: layout.table_bytes(cfg.partitions),
+            pinned_rows: shape.pinned_rows,
+            pinned_bytes: shape.pinned_bytes(model.dim, cfg.optimizer, cfg.table_dtype),
+        },
+        budget::relation_bytes(&cfg, &model, run.meta.num_relations),
         memory,
     )
 }
@@ -99,12 +111,15 @@ impl EmbeddingBackend for Backend {
 
     fn resident_bytes(&self, dir: &Path, memory: Option<u64>) -> EmbeddingResult<u64> {
         let run = Run::open_whole(dir).map_err(kind)?;
-        Ok(query_plan(&run, memory).map_err(kind)?.memory)
+        let store = run.store().map_err(kind)?;
+        Ok(query_plan(&run, &store, memory).map_err(kind)?.memory)
     }
 
     fn open(&self, dir: &Path, memory: Option<u64>) -> EmbeddingResult<Box<dyn EmbeddingRun>> {
-        let loaded = Loaded::open_planned(dir, Which::Best, |run, _, _| query_plan(run, memory))
-            .map_err(kind)?;
+        let loaded = Loaded::open_planned(dir, Which::Best, |run, store, _, _| {
+            query_plan(run, store, memory)
+        })
+        .map_err(kind)?;
         let names = loaded.node_names().map_err(kind)?;
         let meta = &loaded.run.meta;
         let info = RunInfo {

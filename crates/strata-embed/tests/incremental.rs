@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use strata_embed::config::{OptimizerKind, TrainConfig};
+use strata_embed::bf16;
+use strata_embed::config::{OptimizerKind, TableDtype, TrainConfig};
 use strata_embed::incremental::{node_map, relation_map, remap_relations, remap_table, TableSide};
 use strata_embed::job::train;
 use strata_embed::model::ScoreModel;
@@ -262,8 +263,8 @@ fn the_streaming_remap_equals_the_in_memory_one() {
     let (n_old, n_new) = (6000u64, 9000u64);
     let old_p = Partitioning::new(n_old, 4, 11).unwrap();
     let new_p = Partitioning::new(n_new, 7, 12).unwrap();
-    let old_l = TableLayout::new(&old_p, 8, OptimizerKind::Adagrad);
-    let new_l = TableLayout::new(&new_p, 8, OptimizerKind::Adagrad);
+    let old_l = TableLayout::new(&old_p, 8, OptimizerKind::Adagrad, TableDtype::F32);
+    let new_l = TableLayout::new(&new_p, 8, OptimizerKind::Adagrad, TableDtype::F32);
     // Old node v becomes new node (v * 7 + 3) mod n_new: an injection that scatters them.
     let map: Vec<u64> = (0..n_old).map(|v| (v * 7 + 3) % n_new).collect();
     let engine: Arc<Engine> = Engine::shared();
@@ -343,4 +344,62 @@ fn the_streaming_remap_equals_the_in_memory_one() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("raise --memory"), "{err}");
+}
+
+#[test]
+fn a_remap_into_a_bf16_table_rounds_the_old_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 3000u64;
+    let old_p = Partitioning::new(n, 3, 11).unwrap();
+    let new_p = Partitioning::new(n, 2, 12).unwrap();
+    let old_l = TableLayout::new(&old_p, 8, OptimizerKind::AdagradRow, TableDtype::F32);
+    let new_l = TableLayout::new(&new_p, 8, OptimizerKind::AdagradRow, TableDtype::Bf16);
+    let map: Vec<u64> = (0..n).map(|v| (v * 7 + 3) % n).collect();
+    let engine: Arc<Engine> = Engine::shared();
+    let old_path = dir.path().join("old.bin");
+    random_table(&old_path, &old_p, &old_l, 1);
+    let old_f = TableFile::open(&engine, &old_path, false).unwrap();
+    let path = dir.path().join("new.bin");
+    let f = TableFile::open(&engine, &path, true).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .and_then(|x| x.set_len(new_p.partitions as u64 * new_l.part_bytes()))
+        .unwrap();
+    let side = |file, layout, partitioning| TableSide {
+        file,
+        layout,
+        partitioning,
+    };
+    remap_table(
+        &engine,
+        &side(&old_f, &old_l, &old_p),
+        &side(&f, &new_l, &new_p),
+        &map,
+        1 << 30,
+        &NoProgress,
+    )
+    .unwrap();
+    let (ol, nl) = (old_p.locator(), new_p.locator());
+    for v in (0..n).step_by(41) {
+        let ((op, oi), (np, ni)) = (ol.locate(v), nl.locate(map[v as usize]));
+        let (mut old_row, mut new_row) = (vec![0f32; 8], vec![0f32; 8]);
+        old_f
+            .read_rows(&engine, &old_l, op, oi as u64, &mut old_row)
+            .unwrap();
+        f.read_rows(&engine, &new_l, np, ni as u64, &mut new_row)
+            .unwrap();
+        let rounded: Vec<f32> = old_row
+            .iter()
+            .map(|&x| bf16::to_f32(bf16::round(x)))
+            .collect();
+        assert_eq!(new_row, rounded, "node {v}");
+        let (mut old_s, mut new_s) = (vec![0f32; 1], vec![0f32; 1]);
+        old_f
+            .read_state_rows(&engine, &old_l, op, oi as u64, &mut old_s)
+            .unwrap();
+        f.read_state_rows(&engine, &new_l, np, ni as u64, &mut new_s)
+            .unwrap();
+        assert_eq!(new_s[0], bf16::to_f32(bf16::round(old_s[0])), "node {v}");
+    }
 }

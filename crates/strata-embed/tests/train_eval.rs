@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use strata_embed::config::{Protocol, TrainConfig};
+use strata_embed::config::{Protocol, TableDtype, TrainConfig};
 use strata_embed::eval::{make_queries, read_triples};
 use strata_embed::export::{export, ExportFormat};
 use strata_embed::job::train;
@@ -77,9 +77,20 @@ fn table_bytes(run: &Path, which: Which) -> Vec<u8> {
 
 #[test]
 fn one_thread_training_is_deterministic_and_resume_repeats_it() {
+    for dtype in [TableDtype::F32, TableDtype::Bf16] {
+        deterministic_and_resumable(dtype);
+    }
+}
+
+/// A bf16 table's stochastic rounding is drawn from the chunks' keys, so it is deterministic
+/// and resumable too.
+fn deterministic_and_resumable(table_dtype: TableDtype) {
     let dir = tempfile::tempdir().unwrap();
     let store = make_store(dir.path(), 300, 4, 6000);
-    let cfg = config(4, 3, OrderingKind::Legend);
+    let cfg = TrainConfig {
+        table_dtype,
+        ..config(4, 3, OrderingKind::Legend)
+    };
     let (a, b, c) = (
         dir.path().join("a"),
         dir.path().join("b"),
@@ -132,11 +143,14 @@ fn one_thread_training_is_deterministic_and_resume_repeats_it() {
         table_bytes(&a, Which::Last) == table_bytes(&c, Which::Last),
         "the resumed run differs"
     );
-    // A different shape cannot resume the run.
+    // A different shape or dtype cannot resume the run.
     let err = train(
         &store,
         &c,
-        TrainConfig { dim: 8, ..cfg },
+        TrainConfig {
+            dim: 8,
+            ..cfg.clone()
+        },
         false,
         None,
         &NoProgress,
@@ -144,18 +158,44 @@ fn one_thread_training_is_deterministic_and_resume_repeats_it() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("embed.train.dim"), "{err}");
+    let other = match table_dtype {
+        TableDtype::F32 => TableDtype::Bf16,
+        TableDtype::Bf16 => TableDtype::F32,
+    };
+    let err = train(
+        &store,
+        &c,
+        TrainConfig {
+            table_dtype: other,
+            ..cfg
+        },
+        false,
+        None,
+        &NoProgress,
+        &mut |_| {},
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("embed.train.table_dtype"), "{err}");
 }
 
 /// Filtered ranks from the partition scan equal a brute-force ranking over the exported
-/// embeddings (which are in node-id order), for a partitioned table read through one slot.
+/// embeddings (which are in node-id order), for a partitioned table read through one slot,
+/// stored in float32 or in bf16 (scanned and exported widened to float32).
 #[test]
 fn filtered_ranks_match_brute_force() {
+    for dtype in [TableDtype::F32, TableDtype::Bf16] {
+        ranks_match_brute_force(dtype);
+    }
+}
+
+fn ranks_match_brute_force(table_dtype: TableDtype) {
     let dir = tempfile::tempdir().unwrap();
     let store_path = make_store(dir.path(), 200, 3, 3000);
     let run = dir.path().join("run");
     let cfg = TrainConfig {
         epochs: 1,
         eval_every: 0,
+        table_dtype,
         ..config(5, 2, OrderingKind::Beta)
     };
     train(
@@ -180,6 +220,11 @@ fn filtered_ranks_match_brute_force() {
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     let d = l.model.dim;
+    if table_dtype == TableDtype::Bf16 {
+        // Exported values are bf16 values widened: their low 16 bits are zero.
+        assert!(emb.iter().all(|x| x.to_bits() & 0xffff == 0));
+        assert!(emb.iter().any(|&x| x != 0.0));
+    }
     let store = Store::open(&store_path).unwrap();
     let mut known = std::collections::HashSet::new();
     for split in ["train", "valid", "test"] {

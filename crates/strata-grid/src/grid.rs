@@ -213,7 +213,7 @@ impl Grid {
             arrays.get("node_names_offsets"),
             arrays.get("node_names_bytes"),
         ) {
-            return Ok(Some(NameTable::open_in(&self.dir, offsets, bytes)?));
+            return Ok(Some(NameTable::open_at(&self.dir, offsets, bytes, None)?));
         }
         let Some(dir) = self.store_dir() else {
             return Ok(None);

@@ -670,7 +670,7 @@ fn compare_edges(
 
 /// Checks a name table: offsets from 0 to the byte count, never decreasing; names sorted and
 /// unique (ids are ranks, found by binary search).
-fn name_table(
+pub(crate) fn name_table(
     store: &Store,
     checked: &mut Checked,
     table: &str,

@@ -12,8 +12,8 @@ use strata_io::progress::Progress;
 
 use crate::check::{finite, Checked, Stream};
 use crate::error::Result;
-use crate::ids::{Field, IdCheck};
-use crate::manifest::Manifest;
+use crate::ids::{Field, IdCheck, IndptrCheck};
+use crate::manifest::{BagInfo, Manifest};
 use crate::rng::derive;
 use crate::store::Store;
 
@@ -309,6 +309,41 @@ fn per_type(
         if nt.features.is_some() {
             finite(store, checked, &format!("features_t{i}"), progress)?;
         }
+        if let Some(b) = &nt.bags {
+            bags(store, checked, i, b, progress)?;
+        }
     }
     Ok(())
+}
+
+/// A node type's feature bags: offsets from 0 to the entries, never decreasing; feature ids
+/// in `[0, num_features)`; feature names sorted and unique.
+fn bags(
+    store: &Store,
+    checked: &mut Checked,
+    t: usize,
+    b: &BagInfo,
+    progress: &dyn Progress,
+) -> Result<()> {
+    let offsets = format!("bag_offsets_t{t}");
+    let file = store.require(&offsets)?.file.clone();
+    let mut check = IndptrCheck::array(store, &offsets, b.entries)?;
+    checked.ints(store, &offsets, progress, |problems, vals| {
+        check.scan(vals, |row, msg| problems.add(&file, Some(row), msg))
+    })?;
+    if let Some((row, msg)) = check.end_problem() {
+        checked.problems.add(&file, Some(row), msg);
+    }
+    let features = format!("bag_features_t{t}");
+    let check = IdCheck::new(
+        store.path(),
+        &store.require(&features)?.file,
+        vec![Field::new(
+            "feature id",
+            0,
+            b.num_features.min(i64::MAX as u64) as i64,
+        )],
+    );
+    checked.ids(store, &features, check, progress)?;
+    crate::check::name_table(store, checked, &format!("bag_names_t{t}"), progress)
 }

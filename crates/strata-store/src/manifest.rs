@@ -127,6 +127,19 @@ pub struct NodeType {
     /// Nodes in each node split of this type (`node_SPLIT_tI` arrays of local ids).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_splits: BTreeMap<String, u64>,
+    /// Each node of this type as a bag of feature ids (`bag_offsets_tI`, `bag_features_tI`,
+    /// feature names `bag_names_tI_*`): PyTorch-BigGraph's featurized entities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bags: Option<BagInfo>,
+}
+
+/// A node type's feature bags: node `i`'s features are
+/// `bag_features_tI[bag_offsets_tI[i]..bag_offsets_tI[i + 1]]`, ids below `num_features`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BagInfo {
+    pub num_features: u64,
+    /// Feature ids listed over all the type's bags.
+    pub entries: u64,
 }
 
 /// One edge type (format 2): its id is its index in `edge_types`, which the edge lists'
@@ -267,6 +280,11 @@ impl Manifest {
             }
             if t.features.as_ref().is_some_and(|f| f.dim == 0) {
                 out.push(format!("node_types[{i}].features.dim must be positive"));
+            }
+            if t.bags.as_ref().is_some_and(|b| b.num_features == 0) {
+                out.push(format!(
+                    "node_types[{i}].bags.num_features must be positive"
+                ));
             }
             for split in t.node_splits.keys() {
                 if !SPLITS.contains(&split.as_str()) {
@@ -443,6 +461,24 @@ impl Manifest {
             }
             for (split, &count) in &nt.node_splits {
                 out.push(e(format!("node_{split}_t{i}"), g.id_dtype, &[Some(count)]));
+            }
+            if let Some(b) = &nt.bags {
+                out.push(e(
+                    format!("bag_offsets_t{i}"),
+                    DType::I64,
+                    &[Some(nt.count + 1)],
+                ));
+                out.push(e(
+                    format!("bag_features_t{i}"),
+                    id_dtype_for(b.num_features),
+                    &[Some(b.entries)],
+                ));
+                out.push(e(
+                    format!("bag_names_t{i}_offsets"),
+                    DType::I64,
+                    &[Some(b.num_features + 1)],
+                ));
+                out.push(e(format!("bag_names_t{i}_bytes"), DType::U8, &[None]));
             }
         }
     }

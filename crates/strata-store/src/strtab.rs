@@ -76,22 +76,31 @@ pub struct NameTable {
 impl NameTable {
     /// Opens table `prefix` of `store`.
     pub fn open(store: &Store, prefix: &str) -> Result<NameTable> {
-        let offsets = store.require(&format!("{prefix}_offsets"))?;
-        let bytes = store.require(&format!("{prefix}_bytes"))?;
-        let mut table = Self::open_in(store.path(), offsets, bytes)?;
+        let offsets_name = format!("{prefix}_offsets");
         let types = &store.manifest().node_types;
-        if prefix == "node_names" && !types.is_empty() {
-            table.segments = types
+        let segments = (prefix == "node_names" && !types.is_empty()).then(|| {
+            types
                 .iter()
                 .map(|t| (t.offset, t.offset + t.count))
-                .collect();
-        }
-        Ok(table)
+                .collect()
+        });
+        NameTable::open_at(
+            store.path(),
+            store.require(&offsets_name)?,
+            store.require(&format!("{prefix}_bytes"))?,
+            segments,
+        )
     }
 
-    /// Opens the table whose arrays `offsets` and `bytes` are files of `dir` (a store, or a
-    /// grid built from an input); its names sorted as one range.
-    pub fn open_in(dir: &Path, offsets: &ArrayInfo, bytes: &ArrayInfo) -> Result<NameTable> {
+    /// Opens the table of arrays `offsets` and `bytes` in `dir` (a store, one being built,
+    /// or a grid built from an input), each id range of `segments` sorted on its own (None:
+    /// the whole table).
+    pub fn open_at(
+        dir: &Path,
+        offsets: &ArrayInfo,
+        bytes: &ArrayInfo,
+        segments: Option<Vec<(u64, u64)>>,
+    ) -> Result<NameTable> {
         let map = |info: &ArrayInfo| -> Result<(memmap2::Mmap, usize)> {
             let path = dir.join(&info.file);
             let header = npy::read_header(&path)?;
@@ -110,7 +119,7 @@ impl NameTable {
             offsets_start,
             bytes_start,
             len,
-            segments: vec![(0, len as u64)],
+            segments: segments.unwrap_or_else(|| vec![(0, len as u64)]),
             store: dir.to_path_buf(),
             offsets_file: offsets.file.clone(),
         })

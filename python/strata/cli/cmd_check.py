@@ -18,7 +18,7 @@ def register(sub) -> None:
         description="Reads every array of STORE and every grid built for it, in bounded memory, and checks what the "
         "engines rely on: the manifest against the files, ids in range, each indptr from 0 to the edge count, "
         "degrees and degree statistics, CSR, CSC and the train edges holding the same edges, labels, node splits, "
-        "name tables, finite features, grid block offsets and in-block ids. Lists every problem (up to "
+        "name tables, feature bags, finite features, grid block offsets and in-block ids. Lists every problem (up to "
         "--max-problems per file) and exits 2 when there is any, 0 when the store is sound.",
     )
 

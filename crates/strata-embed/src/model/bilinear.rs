@@ -2,7 +2,7 @@
 //! negative scores are one matrix product and its backward pass two more, reusing `φ` and the
 //! loss weights of the forward pass.
 
-use super::{apply_loss, combine_rows, fit, Chunk, Combine, Grads, LossKind, ScoreModel, Scratch};
+use super::{apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreModel, Scratch};
 use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// A bilinear score function: its [`Combine`] is `φ(s, r)`, linear in `s` and in `r`.
@@ -15,8 +15,7 @@ pub(super) trait Bilinear: Combine {
 /// The training step of a bilinear model (see [`super::chunk_step`]).
 pub(super) fn step<M: Bilinear>(
     model: &ScoreModel,
-    loss: LossKind,
-    margin: f32,
+    loss: &Loss,
     c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
@@ -29,7 +28,7 @@ pub(super) fn step<M: Bilinear>(
         s.pos[i] = dot(&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
     }
     gemm_abt(b, n, d, 1.0, &s.phi, c.neg, 0.0, &mut s.scores);
-    let total = apply_loss(loss, margin, b, n, s);
+    let total = apply_loss(loss, c, s);
     // dφ = dpos ∘ t + W · neg ;  dt = dpos ∘ φ ;  dneg = Wᵀ · φ
     fit(&mut s.dphi, b * d);
     gemm_ab(b, d, n, 1.0, &s.scores, c.neg, 0.0, &mut s.dphi);

@@ -23,13 +23,12 @@ macro_rules! family_methods {
         fn step(
             &self,
             model: &$crate::model::ScoreModel,
-            loss: $crate::model::LossKind,
-            margin: f32,
+            loss: &$crate::model::Loss,
             c: &$crate::model::Chunk,
             g: &mut $crate::model::Grads,
             s: &mut $crate::model::Scratch,
         ) -> f64 {
-            $crate::model::$family::step::<Self>(model, loss, margin, c, g, s)
+            $crate::model::$family::step::<Self>(model, loss, c, g, s)
         }
 
         fn score(
@@ -110,8 +109,7 @@ pub trait ScoreFunction: Sync {
     fn step(
         &self,
         model: &ScoreModel,
-        loss: LossKind,
-        margin: f32,
+        loss: &Loss,
         c: &Chunk,
         g: &mut Grads,
         s: &mut Scratch,
@@ -180,6 +178,40 @@ pub enum LossKind {
     Margin,
 }
 
+impl LossKind {
+    /// Whether self-adversarial weighting applies: to the losses that score each negative on
+    /// its own. Softmax's gradient already weights each negative by its softmax probability.
+    pub fn takes_adversarial(self) -> bool {
+        matches!(self, LossKind::Logistic | LossKind::Margin)
+    }
+}
+
+/// The loss of a chunk direction: which one, the margin of the margin loss, and the
+/// temperature `α` of self-adversarial negative weighting (RotatE, Sun et al. 2019), if on.
+///
+/// With `α`, negative `j` of edge `i` weighs `p_ij = softmax_j(α · score_ij)` over the edge's
+/// negatives, a constant in the gradient (RotatE's `detach`): the logistic loss's
+/// `mean_j softplus(neg_j)` becomes `Σ_j p_ij softplus(neg_j)` (DGL-KE's `-adv`, PyKEEN's
+/// `NSSALoss` without its margin), and the margin loss's `Σ_j` becomes `Σ_j n p_ij`, so that
+/// both are the plain loss as `α → 0`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Loss {
+    pub kind: LossKind,
+    pub margin: f32,
+    pub adversarial: Option<f32>,
+}
+
+impl Loss {
+    /// `kind` with `margin`, without self-adversarial weighting.
+    pub fn plain(kind: LossKind, margin: f32) -> Loss {
+        Loss {
+            kind,
+            margin,
+            adversarial: None,
+        }
+    }
+}
+
 /// A score function of a given dimension.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ScoreModel {
@@ -244,6 +276,9 @@ pub struct Chunk<'a> {
     pub dst: &'a [f32],
     /// Negative target rows, `n x dim`, scored against every edge.
     pub neg: &'a [f32],
+    /// Each edge's weight, `b` reals (its loss term and so its gradients are scaled by it), or
+    /// empty: every weight 1.
+    pub weights: &'a [f32],
 }
 
 /// Gradients of one chunk direction (same shapes as the inputs).
@@ -264,6 +299,8 @@ pub struct Scratch {
     pos: Vec<f32>,
     dpos: Vec<f32>,
     aux: Vec<f32>,
+    /// One edge's self-adversarial weights of its negatives (`n`).
+    adv: Vec<f32>,
     cos: pbg::CosScratch,
 }
 
@@ -279,17 +316,17 @@ fn zeroed(v: &mut Vec<f32>, len: usize) {
     v.resize(len, 0.0);
 }
 
-/// Loss of chunk direction `c` under `loss` (`margin` for the margin loss), with every
-/// gradient written into `g` (resized to fit, in the shapes of `c`'s rows).
+/// Loss of chunk direction `c` under `loss`, with every gradient written into `g` (resized
+/// to fit, in the shapes of `c`'s rows). Edge `i`'s term is scaled by its weight `c.weights[i]`.
 pub fn chunk_step(
     model: &ScoreModel,
-    loss: LossKind,
-    margin: f32,
+    loss: &Loss,
     c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
     let (d, b, n) = (model.dim, c.b, c.n);
+    debug_assert!(c.weights.is_empty() || c.weights.len() == b);
     fit(&mut g.src, b * d);
     fit(&mut g.rel, b * model.rel_dim());
     fit(&mut g.dst, b * d);
@@ -297,56 +334,91 @@ pub fn chunk_step(
     fit(&mut s.scores, b * n);
     fit(&mut s.pos, b);
     fit(&mut s.dpos, b);
-    model.kind.get().step(model, loss, margin, c, g, s)
+    model.kind.get().step(model, loss, c, g, s)
 }
 
-/// Turns scores into the loss and, in place, into `d loss / d score` (for negatives in
-/// `s.scores`, for positives in `s.dpos`).
-fn apply_loss(loss: LossKind, margin: f32, b: usize, n: usize, s: &mut Scratch) -> f64 {
+/// Turns the scores of `c` (positives in `s.pos`, negatives in `s.scores`) into the loss and,
+/// in place, into `d loss / d score` (for negatives in `s.scores`, for positives in `s.dpos`).
+fn apply_loss(loss: &Loss, c: &Chunk, s: &mut Scratch) -> f64 {
+    let (b, n) = (c.b, c.n);
     let mut total = 0.0f64;
+    if loss.adversarial.is_some() {
+        fit(&mut s.adv, n);
+    }
     for i in 0..b {
         let pos = s.pos[i];
         let row = &mut s.scores[i * n..(i + 1) * n];
-        match loss {
+        // The weight of each negative relative to the plain loss's (`None`: 1).
+        let adv = match loss.adversarial {
+            Some(alpha) if loss.kind.takes_adversarial() => {
+                adversarial_weights(alpha, row, &mut s.adv);
+                Some(&s.adv[..])
+            }
+            _ => None,
+        };
+        let term = match loss.kind {
             LossKind::Softmax => {
                 // log Σ exp over [pos, negs], shifted by the max for stability.
                 let shift = pos.max(max_of(row));
                 let neg_sum = exp_sum(row, shift);
                 let pos_exp = (pos - shift).exp();
                 let z = neg_sum + pos_exp;
-                total += (shift + z.ln() - pos) as f64;
                 let inv = 1.0 / z;
                 for v in row.iter_mut() {
                     *v *= inv;
                 }
                 s.dpos[i] = pos_exp * inv - 1.0;
+                (shift + z.ln() - pos) as f64
             }
             LossKind::Logistic => {
                 let inv_n = 1.0 / n as f32;
-                total += softplus(-pos) as f64;
+                let mut l = softplus(-pos) as f64;
                 s.dpos[i] = -sigmoid(-pos);
-                for v in row.iter_mut() {
-                    total += (softplus(*v) * inv_n) as f64;
-                    *v = sigmoid(*v) * inv_n;
+                for (j, v) in row.iter_mut().enumerate() {
+                    let u = adv.map_or(inv_n, |a| a[j] * inv_n);
+                    l += (softplus(*v) * u) as f64;
+                    *v = sigmoid(*v) * u;
                 }
+                l
             }
             LossKind::Margin => {
-                let mut active = 0.0f32;
-                for v in row.iter_mut() {
-                    let l = margin - pos + *v;
-                    if l > 0.0 {
-                        total += l as f64;
-                        active += 1.0;
-                        *v = 1.0;
+                let (mut l, mut active) = (0.0f64, 0.0f32);
+                for (j, v) in row.iter_mut().enumerate() {
+                    let u = adv.map_or(1.0, |a| a[j]);
+                    let h = loss.margin - pos + *v;
+                    if h > 0.0 {
+                        l += (h * u) as f64;
+                        active += u;
+                        *v = u;
                     } else {
                         *v = 0.0;
                     }
                 }
                 s.dpos[i] = -active;
+                l
             }
+        };
+        match c.weights.get(i) {
+            Some(&w) => {
+                total += w as f64 * term;
+                s.dpos[i] *= w;
+                row.iter_mut().for_each(|v| *v *= w);
+            }
+            None => total += term,
         }
     }
     total
+}
+
+/// `n · softmax(alpha · scores)` into `out` (`n` reals): self-adversarial weights relative to
+/// a uniform negative's, so that they average 1.
+fn adversarial_weights(alpha: f32, scores: &[f32], out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(scores) {
+        *o = alpha * v;
+    }
+    let sum = exp_sum(out, max_of(out));
+    let scale = out.len() as f32 / sum;
+    out.iter_mut().for_each(|o| *o *= scale);
 }
 
 /// The largest value of `row` (NaNs ignored), in independent lanes so that it vectorises.

@@ -2,7 +2,7 @@
 //! for every (query, target) pair.
 
 use super::{
-    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, LossKind, ScoreModel, Scratch,
+    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, Loss, ScoreModel, Scratch,
 };
 
 /// A score function computed pair by pair from the query row `a` of its [`Combine`].
@@ -22,8 +22,7 @@ pub(super) trait Pairwise: Combine {
 /// The training step of a pairwise model (see [`super::chunk_step`]).
 pub(super) fn step<M: Pairwise>(
     model: &ScoreModel,
-    loss: LossKind,
-    margin: f32,
+    loss: &Loss,
     c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
@@ -39,7 +38,7 @@ pub(super) fn step<M: Pairwise>(
             s.scores[i * n + j] = M::pair_score(d, a, &c.neg[j * d..(j + 1) * d]);
         }
     }
-    let total = apply_loss(loss, margin, b, n, s);
+    let total = apply_loss(loss, c, s);
     zeroed(&mut g.dst, b * d);
     zeroed(&mut g.neg, n * d);
     zeroed(&mut s.dphi, b * d);

@@ -26,8 +26,7 @@ use super::dot::Dot;
 use super::pairwise::Pairwise;
 use super::transe::TransE;
 use super::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Grads, LossKind, ScoreFunction, ScoreModel,
-    Scratch,
+    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreFunction, ScoreModel, Scratch,
 };
 use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
@@ -287,13 +286,12 @@ impl ScoreFunction for Pbg {
     fn step(
         &self,
         model: &ScoreModel,
-        loss: LossKind,
-        margin: f32,
+        loss: &Loss,
         c: &Chunk,
         g: &mut Grads,
         s: &mut Scratch,
     ) -> f64 {
-        with_operator!(model, step(model, loss, margin, c, g, s))
+        with_operator!(model, step(model, loss, c, g, s))
     }
 
     fn score(
@@ -454,8 +452,7 @@ fn score<O: OperatorRows>(
 #[allow(clippy::needless_range_loop)] // index loops over parallel arrays
 fn step<O: OperatorRows>(
     model: &ScoreModel,
-    loss: LossKind,
-    margin: f32,
+    loss: &Loss,
     c: &Chunk,
     g: &mut Grads,
     s: &mut Scratch,
@@ -486,7 +483,7 @@ fn step<O: OperatorRows>(
     }
     gemm_abt(b, n, d, 1.0, &s.phi, neg, 0.0, &mut s.scores);
     finish_scores(cmp, d, &s.phi, neg, &mut s.scores, &mut s.aux);
-    let total = apply_loss(loss, margin, b, n, s);
+    let total = apply_loss(loss, c, s);
 
     // The weights W = d loss / d score become the weights of the products q · tᵀ (in
     // s.scores) and, for the distances, of ‖q_i‖² (row sums) and ‖t_j‖² (column sums):

@@ -46,15 +46,10 @@ fn both_scores(model: &ScoreModel, s: &[f32], r: &[f32], t: &[f32]) -> (f32, f32
         rel: r,
         dst: t,
         neg: t,
+        weights: &[],
     };
-    chunk_step(
-        model,
-        LossKind::Softmax,
-        0.0,
-        &c,
-        &mut Grads::default(),
-        &mut scratch,
-    );
+    let loss = Loss::plain(LossKind::Softmax, 0.0);
+    chunk_step(model, &loss, &c, &mut Grads::default(), &mut scratch);
     (scratch.pos[0], out[0])
 }
 

@@ -147,6 +147,7 @@ mod tests {
             rel: r,
             dst: t,
             neg: &[],
+            weights: &[],
         };
         let mut g = Grads {
             src: vec![0.0; s.len()],
@@ -220,6 +221,7 @@ mod tests {
                 rel: r,
                 dst: t,
                 neg: &[],
+                weights: &[],
             };
             regularize(&reg, &m, &c, g)
         };

@@ -13,14 +13,19 @@ pub(super) fn rand_vec(len: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn loss_of(model: &ScoreModel, loss: LossKind, b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> f64 {
-    let mut g = Grads::default();
-    let mut s = Scratch::default();
-    chunk_step(model, loss, 0.5, &chunk(b, n, inputs), &mut g, &mut s)
+fn loss_of(model: &ScoreModel, loss: &Loss, c: &Chunk) -> f64 {
+    chunk_step(
+        model,
+        loss,
+        c,
+        &mut Grads::default(),
+        &mut Scratch::default(),
+    )
 }
 
-/// The chunk of `b` edges and `n` negatives whose rows are `inputs` (src, rel, dst, neg).
-fn chunk(b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> Chunk<'_> {
+/// The chunk of `b` edges and `n` negatives whose rows are `inputs` (src, rel, dst, neg), with
+/// edge `weights` (`b`, or empty).
+fn chunk<'a>(b: usize, n: usize, inputs: &'a [Vec<f32>; 4], weights: &'a [f32]) -> Chunk<'a> {
     Chunk {
         b,
         n,
@@ -28,7 +33,71 @@ fn chunk(b: usize, n: usize, inputs: &[Vec<f32>; 4]) -> Chunk<'_> {
         rel: &inputs[1],
         dst: &inputs[2],
         neg: &inputs[3],
+        weights,
     }
+}
+
+/// Every named model, with TransE in both norms.
+const NAMED: [(ScoreKind, u8); 6] = [
+    (ScoreKind::Dot, 2),
+    (ScoreKind::DistMult, 2),
+    (ScoreKind::ComplEx, 2),
+    (ScoreKind::TransE, 1),
+    (ScoreKind::TransE, 2),
+    (ScoreKind::RotatE, 2),
+];
+
+/// Named model `kind` of `dim` reals (TransE-L2).
+fn named(kind: ScoreKind, dim: usize) -> ScoreModel {
+    ScoreModel {
+        kind,
+        dim,
+        transe_norm: 2,
+        pbg: PbgForm::default(),
+    }
+}
+
+/// Random rows of a chunk of `b` edges and `n` negatives of `model` (src, rel, dst, neg).
+fn random_inputs(model: &ScoreModel, b: usize, n: usize) -> [Vec<f32>; 4] {
+    let d = model.dim;
+    [
+        rand_vec(b * d, 1),
+        rand_vec(b * model.rel_dim(), 2),
+        rand_vec(b * d, 3),
+        rand_vec(n * d, 4),
+    ]
+}
+
+/// Central finite differences of `f` at every element of `inputs` against `analytic`.
+fn check_gradients(
+    what: &str,
+    inputs: &[Vec<f32>; 4],
+    analytic: &[Vec<f32>; 4],
+    f: impl Fn(&[Vec<f32>; 4]) -> f64,
+) {
+    let h = 1e-3f32;
+    for (which, grad) in analytic.iter().enumerate() {
+        for idx in 0..inputs[which].len() {
+            let mut up = inputs.clone();
+            up[which][idx] += h;
+            let mut down = inputs.clone();
+            down[which][idx] -= h;
+            let numeric = (f(&up) - f(&down)) / (2.0 * h as f64);
+            let got = grad[idx] as f64;
+            let tol = 2e-2 * numeric.abs().max(got.abs()).max(0.05);
+            assert!(
+                (numeric - got).abs() <= tol,
+                "{what}: input {which} element {idx}: numeric {numeric} vs analytic {got}"
+            );
+        }
+    }
+}
+
+/// The step's gradients of `c`'s inputs (src, rel, dst, neg).
+fn gradients(model: &ScoreModel, loss: &Loss, c: &Chunk) -> [Vec<f32>; 4] {
+    let mut g = Grads::default();
+    chunk_step(model, loss, c, &mut g, &mut Scratch::default());
+    [g.src, g.rel, g.dst, g.neg]
 }
 
 /// Central finite differences against the analytic gradient of every input.
@@ -46,35 +115,13 @@ fn check(kind: ScoreKind, norm: u8, loss: LossKind) {
 
 /// [`check`] for any model (of any `dim`).
 pub(super) fn check_model(model: &ScoreModel, loss: LossKind) {
-    let (b, n, d) = (3usize, 4usize, model.dim);
-    let model = *model;
-    let inputs = [
-        rand_vec(b * d, 1),
-        rand_vec(b * model.rel_dim(), 2),
-        rand_vec(b * d, 3),
-        rand_vec(n * d, 4),
-    ];
-    let mut g = Grads::default();
-    let mut s = Scratch::default();
-    chunk_step(&model, loss, 0.5, &chunk(b, n, &inputs), &mut g, &mut s);
-    let analytic = [g.src.clone(), g.rel.clone(), g.dst.clone(), g.neg.clone()];
-    let h = 1e-3f32;
-    for (which, grad) in analytic.iter().enumerate() {
-        for idx in 0..inputs[which].len() {
-            let mut up = inputs.clone();
-            up[which][idx] += h;
-            let mut down = inputs.clone();
-            down[which][idx] -= h;
-            let numeric = (loss_of(&model, loss, b, n, &up) - loss_of(&model, loss, b, n, &down))
-                / (2.0 * h as f64);
-            let got = grad[idx] as f64;
-            let tol = 2e-2 * numeric.abs().max(got.abs()).max(0.05);
-            assert!(
-                (numeric - got).abs() <= tol,
-                "{model:?} {loss:?}: input {which} element {idx}: numeric {numeric} vs analytic {got}"
-            );
-        }
-    }
+    let (b, n) = (3usize, 4usize);
+    let loss = Loss::plain(loss, 0.5);
+    let inputs = random_inputs(model, b, n);
+    let analytic = gradients(model, &loss, &chunk(b, n, &inputs, &[]));
+    check_gradients(&format!("{model:?} {loss:?}"), &inputs, &analytic, |x| {
+        loss_of(model, &loss, &chunk(b, n, x, &[]))
+    });
 }
 
 #[test]
@@ -109,8 +156,15 @@ fn complex_scores_are_the_real_part_of_the_trilinear_product() {
         rel: &rel,
         dst: &dst,
         neg: &neg,
+        weights: &[],
     };
-    let l = chunk_step(&model, LossKind::Softmax, 0.0, &c, &mut g, &mut s);
+    let l = chunk_step(
+        &model,
+        &Loss::plain(LossKind::Softmax, 0.0),
+        &c,
+        &mut g,
+        &mut s,
+    );
     assert!((l - std::f64::consts::LN_2).abs() < 1e-6);
     assert!((s.pos[0] - 22.5).abs() < 1e-5, "{}", s.pos[0]);
 }
@@ -119,14 +173,7 @@ fn complex_scores_are_the_real_part_of_the_trilinear_product() {
 fn candidate_scores_agree_with_training_scores() {
     // The evaluation scorer and the training step must rank with the same function: with one
     // negative equal to the positive target, softmax weights of the two are equal.
-    for (kind, norm) in [
-        (ScoreKind::Dot, 2),
-        (ScoreKind::DistMult, 2),
-        (ScoreKind::ComplEx, 2),
-        (ScoreKind::TransE, 1),
-        (ScoreKind::TransE, 2),
-        (ScoreKind::RotatE, 2),
-    ] {
+    for (kind, norm) in NAMED {
         let (b, n, d) = (3usize, 5usize, 8usize);
         let model = ScoreModel {
             kind,
@@ -153,8 +200,15 @@ fn candidate_scores_agree_with_training_scores() {
                     rel: &rel[i * model.rel_dim()..(i + 1) * model.rel_dim()],
                     dst: &dst,
                     neg: &dst,
+                    weights: &[],
                 };
-                chunk_step(&model, LossKind::Softmax, 0.0, &c, &mut g, &mut s2);
+                chunk_step(
+                    &model,
+                    &Loss::plain(LossKind::Softmax, 0.0),
+                    &c,
+                    &mut g,
+                    &mut s2,
+                );
                 assert!(
                     (s2.pos[0] - out[i * n + j]).abs() < 1e-4,
                     "{kind:?}: {} vs {}",
@@ -339,6 +393,274 @@ fn every_registered_model_scores_its_formula() {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The scores of a chunk from the candidate scorer (not the training step): positives `b` and
+/// negatives `b x n`, in f64.
+fn scores_of(model: &ScoreModel, b: usize, n: usize, x: &[Vec<f32>; 4]) -> (Vec<f64>, Vec<f64>) {
+    let (d, rd) = (model.dim, model.rel_dim());
+    let mut s = Scratch::default();
+    let mut neg = vec![0.0f32; b * n];
+    score_candidates(model, b, n, &x[0], &x[1], &x[3], &mut neg, &mut s);
+    let pos = (0..b)
+        .map(|i| {
+            let mut out = [0.0f32];
+            let row = |v: &[f32], w: usize| v[i * w..(i + 1) * w].to_vec();
+            let (src, rel, dst) = (row(&x[0], d), row(&x[1], rd), row(&x[2], d));
+            score_candidates(model, 1, 1, &src, &rel, &dst, &mut out, &mut s);
+            out[0] as f64
+        })
+        .collect();
+    (pos, neg.iter().map(|&v| v as f64).collect())
+}
+
+/// RotatE's `softmax_j(alpha · score_ij)` of each edge's negatives at the rows `x`.
+fn adversarial_probabilities(
+    model: &ScoreModel,
+    alpha: f64,
+    b: usize,
+    n: usize,
+    x: &[Vec<f32>; 4],
+) -> Vec<f64> {
+    let (_, neg) = scores_of(model, b, n, x);
+    neg.chunks(n)
+        .flat_map(|row| {
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(alpha * v));
+            let e: Vec<f64> = row.iter().map(|&v| (alpha * v - max).exp()).collect();
+            let z: f64 = e.iter().sum();
+            e.into_iter().map(move |v| v / z)
+        })
+        .collect()
+}
+
+/// The loss of a chunk written out from its definition: each edge's term (softmax
+/// cross-entropy, logistic, or margin ranking) times its weight, with the negatives of the
+/// logistic and margin losses weighted by `p` (self-adversarial probabilities, held fixed:
+/// RotatE's constants) or uniformly.
+fn reference_loss(
+    model: &ScoreModel,
+    loss: &Loss,
+    b: usize,
+    n: usize,
+    x: &[Vec<f32>; 4],
+    weights: &[f32],
+    p: Option<&[f64]>,
+) -> f64 {
+    let softplus = |v: f64| (1.0 + v.exp()).ln();
+    let (pos, neg) = scores_of(model, b, n, x);
+    (0..b)
+        .map(|i| {
+            let row = &neg[i * n..(i + 1) * n];
+            let u = |j: usize| p.map_or(1.0 / n as f64, |p| p[i * n + j]);
+            let term = match loss.kind {
+                LossKind::Softmax => {
+                    let z: f64 = row.iter().map(|v| v.exp()).sum::<f64>() + pos[i].exp();
+                    z.ln() - pos[i]
+                }
+                LossKind::Logistic => {
+                    softplus(-pos[i]) + (0..n).map(|j| u(j) * softplus(row[j])).sum::<f64>()
+                }
+                LossKind::Margin => (0..n)
+                    .map(|j| n as f64 * u(j) * (loss.margin as f64 - pos[i] + row[j]).max(0.0))
+                    .sum(),
+            };
+            weights.get(i).map_or(1.0, |&w| w as f64) * term
+        })
+        .collect::<Vec<f64>>()
+        .iter()
+        .sum()
+}
+
+/// Every model and loss with edge weights, and with self-adversarial weighting where it
+/// applies: the step's loss is the loss written out from its definition, and its gradients
+/// are that loss's finite differences with the adversarial probabilities held fixed.
+#[test]
+fn weighted_and_self_adversarial_steps_match_their_definition() {
+    let (b, n) = (3usize, 4usize);
+    let weights = [0.5f32, 2.0, 1.25];
+    let mut models: Vec<ScoreModel> = NAMED
+        .into_iter()
+        .map(|(kind, transe_norm)| ScoreModel {
+            kind,
+            dim: 6,
+            transe_norm,
+            pbg: PbgForm::default(),
+        })
+        .collect();
+    for (operator, comparator) in [
+        (Operator::Linear, Comparator::Cos),
+        (Operator::Affine, Comparator::L2),
+        (Operator::ComplexDiagonal, Comparator::SquaredL2),
+    ] {
+        models.push(ScoreModel {
+            kind: ScoreKind::Pbg,
+            dim: 4,
+            transe_norm: 2,
+            pbg: PbgForm {
+                operator,
+                comparator,
+            },
+        });
+    }
+    for model in &models {
+        let x = random_inputs(model, b, n);
+        for kind in [LossKind::Softmax, LossKind::Logistic, LossKind::Margin] {
+            let temperatures: &[Option<f32>] = if kind.takes_adversarial() {
+                &[None, Some(0.7)]
+            } else {
+                &[None]
+            };
+            for &adversarial in temperatures {
+                let loss = Loss {
+                    kind,
+                    margin: 0.5,
+                    adversarial,
+                };
+                let p = adversarial.map(|a| adversarial_probabilities(model, a as f64, b, n, &x));
+                let c = chunk(b, n, &x, &weights);
+                let want = reference_loss(model, &loss, b, n, &x, &weights, p.as_deref());
+                let got = loss_of(model, &loss, &c);
+                assert!(
+                    (got - want).abs() < 1e-4 * want.abs().max(1.0),
+                    "{model:?} {loss:?}: loss {got} vs {want}"
+                );
+                let analytic = gradients(model, &loss, &c);
+                check_gradients(&format!("{model:?} {loss:?}"), &x, &analytic, |y| {
+                    reference_loss(model, &loss, b, n, y, &weights, p.as_deref())
+                });
+            }
+        }
+    }
+}
+
+/// One edge of the dot model by hand: `s = (1, 0)`, `t = (0, 1)`, negatives `(1, 0)` and
+/// `(0.5, 0)`, so the positive scores 0 and the negatives 1 and 0.5.
+#[test]
+fn self_adversarial_weights_by_hand() {
+    let model = named(ScoreKind::Dot, 2);
+    let x = [
+        vec![1.0, 0.0],
+        vec![],
+        vec![0.0, 1.0],
+        vec![1.0, 0.0, 0.5, 0.0],
+    ];
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let softplus = |v: f64| (1.0 + v.exp()).ln();
+    // α = 2: p = (e², e¹) / (e² + e¹).
+    let (p1, p2) = (1.0 / (1.0 + (-1.0f64).exp()), 1.0 / (1.0 + 1.0f64.exp()));
+    let alpha = Some(2.0);
+    let logistic = Loss {
+        kind: LossKind::Logistic,
+        margin: 0.0,
+        adversarial: alpha,
+    };
+    let c = chunk(1, 2, &x, &[]);
+    let mut g = Grads::default();
+    let mut s = Scratch::default();
+    let l = chunk_step(&model, &logistic, &c, &mut g, &mut s);
+    let want = 2f64.ln() + p1 * softplus(1.0) + p2 * softplus(0.5);
+    assert!((l - want).abs() < 1e-6, "{l} vs {want}");
+    // d/d neg_j = p_j σ(score_j) s ; d/d s = −σ(0) t + Σ_j p_j σ(score_j) neg_j.
+    let (w1, w2) = (p1 * sigmoid(1.0), p2 * sigmoid(0.5));
+    let close = |a: &[f32], b: &[f64]| a.iter().zip(b).all(|(&x, &y)| (x as f64 - y).abs() < 1e-6);
+    assert!(close(&g.neg, &[w1, 0.0, w2, 0.0]), "{:?}", g.neg);
+    assert!(close(&g.src, &[w1 + 0.5 * w2, -0.5]), "{:?}", g.src);
+    // Margin 1: both negatives violate (1 − 0 + 1, 1 − 0 + 0.5), weighted 2 p_j.
+    let margin = Loss {
+        kind: LossKind::Margin,
+        margin: 1.0,
+        adversarial: alpha,
+    };
+    let l = chunk_step(&model, &margin, &c, &mut g, &mut s);
+    let want = 2.0 * (p1 * 2.0 + p2 * 1.5);
+    assert!((l - want).abs() < 1e-5, "{l} vs {want}");
+    assert!(
+        close(&g.neg, &[2.0 * p1, 0.0, 2.0 * p2, 0.0]),
+        "{:?}",
+        g.neg
+    );
+    assert!(close(&g.dst, &[-2.0, 0.0]), "{:?}", g.dst);
+    // Without the weighting the margin loss is 2 + 1.5 whatever α would say.
+    let l = loss_of(&model, &Loss::plain(LossKind::Margin, 1.0), &c);
+    assert!((l - 3.5).abs() < 1e-6, "{l}");
+}
+
+/// As the temperature goes to 0 the weighting is uniform: the plain loss and gradients.
+#[test]
+fn self_adversarial_at_zero_temperature_is_the_plain_loss() {
+    let model = named(ScoreKind::ComplEx, 6);
+    let (b, n) = (3usize, 5usize);
+    let x = random_inputs(&model, b, n);
+    for kind in [LossKind::Logistic, LossKind::Margin] {
+        let plain = Loss::plain(kind, 0.5);
+        let cold = Loss {
+            adversarial: Some(1e-9),
+            ..plain
+        };
+        let hot = Loss {
+            adversarial: Some(5.0),
+            ..plain
+        };
+        let c = chunk(b, n, &x, &[]);
+        let (gp, gc, gh) = (
+            gradients(&model, &plain, &c),
+            gradients(&model, &cold, &c),
+            gradients(&model, &hot, &c),
+        );
+        let diff = |a: &[Vec<f32>; 4], b: &[Vec<f32>; 4]| -> f32 {
+            a.iter()
+                .flatten()
+                .zip(b.iter().flatten())
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max)
+        };
+        assert!(diff(&gp, &gc) < 1e-6, "{kind:?}");
+        // A high temperature does change them (so the comparison can fail).
+        assert!(diff(&gp, &gh) > 1e-3, "{kind:?}");
+        let (lp, lc) = (loss_of(&model, &plain, &c), loss_of(&model, &cold, &c));
+        assert!((lp - lc).abs() < 1e-6, "{kind:?}: {lp} vs {lc}");
+    }
+}
+
+/// An edge of weight 2 trains as the same edge twice in the chunk (negatives are shared by
+/// the chunk, so an edge's term depends on its own rows only), and weight 0 as no edge.
+#[test]
+fn an_integer_weight_is_the_edge_repeated() {
+    let model = named(ScoreKind::DistMult, 6);
+    let (d, n) = (6usize, 4usize);
+    let x = random_inputs(&model, 3, n);
+    // Edges 0, 1, 1 unweighted against edges 0, 1, 2 weighted 1, 2, 0.
+    let pick = |v: &[f32], rows: &[usize]| -> Vec<f32> {
+        rows.iter()
+            .flat_map(|&r| v[r * d..(r + 1) * d].to_vec())
+            .collect()
+    };
+    let repeated = [
+        pick(&x[0], &[0, 1, 1]),
+        pick(&x[1], &[0, 1, 1]),
+        pick(&x[2], &[0, 1, 1]),
+        x[3].clone(),
+    ];
+    for kind in [LossKind::Softmax, LossKind::Logistic, LossKind::Margin] {
+        let loss = Loss::plain(kind, 0.5);
+        let weights = [1.0f32, 2.0, 0.0];
+        let (cw, cr) = (chunk(3, n, &x, &weights), chunk(3, n, &repeated, &[]));
+        let (lw, lr) = (loss_of(&model, &loss, &cw), loss_of(&model, &loss, &cr));
+        assert!((lw - lr).abs() < 1e-5, "{kind:?}: {lw} vs {lr}");
+        let (gw, gr) = (gradients(&model, &loss, &cw), gradients(&model, &loss, &cr));
+        for k in 0..d {
+            let close = |a: f32, b: f32| (a - b).abs() < 1e-5;
+            assert!(close(gw[0][k], gr[0][k]), "{kind:?}");
+            assert!(
+                close(gw[0][d + k], gr[0][d + k] + gr[0][2 * d + k]),
+                "{kind:?}"
+            );
+            assert_eq!(gw[0][2 * d + k], 0.0, "{kind:?}: weight 0 trains nothing");
+        }
+        for (a, b) in gw[3].iter().zip(&gr[3]) {
+            assert!((a - b).abs() < 1e-5, "{kind:?}: negatives {a} vs {b}");
         }
     }
 }

@@ -6,8 +6,7 @@ use strata_store::rng::Rng;
 
 use super::pairwise::{self, Pairwise};
 use super::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Grads, LossKind, ScoreFunction, ScoreModel,
-    Scratch,
+    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreFunction, ScoreModel, Scratch,
 };
 use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
@@ -76,16 +75,15 @@ impl ScoreFunction for TransE {
     fn step(
         &self,
         model: &ScoreModel,
-        loss: LossKind,
-        margin: f32,
+        loss: &Loss,
         c: &Chunk,
         g: &mut Grads,
         s: &mut Scratch,
     ) -> f64 {
         if model.transe_norm == 2 {
-            step_l2(model, loss, margin, c, g, s)
+            step_l2(model, loss, c, g, s)
         } else {
-            pairwise::step::<Self>(model, loss, margin, c, g, s)
+            pairwise::step::<Self>(model, loss, c, g, s)
         }
     }
 
@@ -119,14 +117,7 @@ impl ScoreFunction for TransE {
 
 /// The TransE-L2 training step: `‖a − t‖²` expanded into matrix products.
 #[allow(clippy::needless_range_loop)] // index loops over parallel arrays
-fn step_l2(
-    model: &ScoreModel,
-    loss: LossKind,
-    margin: f32,
-    c: &Chunk,
-    g: &mut Grads,
-    s: &mut Scratch,
-) -> f64 {
+fn step_l2(model: &ScoreModel, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch) -> f64 {
     const EPS: f32 = 1e-9;
     let (b, n) = (c.b, c.n);
     let d = model.dim;
@@ -154,7 +145,7 @@ fn step_l2(
             s.scores[i * n + j] = -dist;
         }
     }
-    let total = apply_loss(loss, margin, b, n, s);
+    let total = apply_loss(loss, c, s);
     // d score/d(dist²) = −1 / (2 dist): W becomes the weight on the squared distance.
     let mut row_sum = vec![0.0f32; b];
     let mut col_sum = vec![0.0f32; n];

@@ -4,6 +4,7 @@
 //! random split (if asked), the final `edges_*` arrays, CSR/CSC and degrees within the budget,
 //! the manifest, and the atomic rename of the finished store.
 
+mod bags;
 mod dict;
 pub mod edges;
 mod nodes;

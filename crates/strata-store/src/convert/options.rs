@@ -146,6 +146,10 @@ pub struct ConvertOptions {
     /// lines hold src and dst, no rel column; integer ids are local to each node type; without
     /// --edge-types the edge types are these, in order
     pub edges_of: Vec<String>,
+    /// typed graph: feature bags of a node type, TYPE=FILE with lines NODE<TAB>FEATURE
+    /// FEATURE ... (a node by name, or by local id without names; features are names):
+    /// PyTorch-BigGraph's featurized entities (strata embed train --featurized TYPE)
+    pub node_bags: Vec<String>,
     /// field separator of text inputs; auto detects per file from its first data line
     pub delimiter: Delimiter,
     /// lines starting with this are skipped; empty for none
@@ -218,6 +222,7 @@ impl Default for ConvertOptions {
             node_types: None,
             edge_types: None,
             edges_of: Vec::new(),
+            node_bags: Vec::new(),
             delimiter: Delimiter::Auto,
             comment: "#".into(),
             header: false,

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::bags::write_bags;
 use super::dict::{table_bytes, NameCollector, NameDict};
 use super::spool::{remove_spool, split_index, Attrs, EdgeBatch, Spool, Spooled};
 use super::text::{
@@ -80,6 +81,9 @@ pub struct TextOptions {
     /// no rel column, and integer ids in them are local to each node type.
     #[serde(default)]
     pub edges_of: Vec<EdgeTypeFile>,
+    /// Feature bags of node types, `TYPE=FILE` items (see [`super::bags`]).
+    #[serde(default)]
+    pub node_bags: Vec<String>,
 }
 
 /// An edge file whose every edge has one edge type.
@@ -391,6 +395,24 @@ pub(super) fn ingest_text(
         (true, IdKind::String) => names.num_relations,
         (true, _) => graph.num_relations.unwrap_or((spooled.max_rel + 1) as u64),
     };
+    let mut types = types;
+    if !opts.node_bags.is_empty() {
+        if !types.is_typed() {
+            return Err(StoreError::option(
+                "node_bags",
+                "feature bags belong to node types: give --node-types and --edge-types",
+            ));
+        }
+        let lines = write_bags(
+            &mut builder,
+            &opts.node_bags,
+            &mut types.node_types,
+            kinds.node == IdKind::String,
+            graph.memory,
+        )?;
+        plan.extend(announce(progress, lines));
+        clock.lap("bags");
+    }
     let ingested = Ingested {
         converter: "text",
         plan,

@@ -122,6 +122,7 @@ impl Types {
                     features: None,
                     labels: None,
                     node_splits: Default::default(),
+                    bags: None,
                 });
                 continue;
             };
@@ -142,6 +143,7 @@ impl Types {
                 features: None,
                 labels: None,
                 node_splits: Default::default(),
+                bags: None,
             });
             offset = offset.checked_add(count).ok_or_else(|| {
                 StoreError::input(node_file, line, "node counts overflow 64 bits")

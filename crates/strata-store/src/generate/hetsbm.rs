@@ -845,6 +845,7 @@ fn write_nodes(
                 num_classes: opts.classes,
             }),
             node_splits,
+            bags: None,
         });
     }
     meter.finish()?;
