@@ -54,7 +54,9 @@ impl TableDtype {
 pub enum Corrupt {
     /// Both sides of every edge, each against its own negatives.
     Both,
+    /// The tail of every edge only.
     Tail,
+    /// The head of every edge only.
     Head,
     /// One side per edge, the head with probability tph / (tph + hpt) of its relation (Wang
     /// et al. 2014, TransH), counted from the training edges at start.
