@@ -138,7 +138,7 @@ impl BlockWriter {
                 let end = c.index.last().copied().unwrap_or(0) + c.code.len() as i64;
                 c.index.push(end);
             }
-            None => self.edges.write(&*edges)?,
+            None => self.edges.write::<u32>(bytemuck::cast_slice(edges))?,
         }
         if let (Some(w), Some(vals)) = (self.weights.as_mut(), weights) {
             debug_assert_eq!(vals.len(), edges.len());
