@@ -616,10 +616,11 @@ impl FeatureBags {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ty(name: &str, first: u64, count: u64, partitioned: bool) -> EntityType {
+    /// A plain entity type of `count` ids from `first` (tests here and in `partitioning`).
+    pub(crate) fn ty(name: &str, first: u64, count: u64, partitioned: bool) -> EntityType {
         EntityType {
             name: name.into(),
             first,

@@ -563,16 +563,7 @@ impl Drop for TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ty(name: &str, first: u64, count: u64, partitioned: bool) -> EntityType {
-        EntityType {
-            name: name.into(),
-            first,
-            count,
-            partitioned,
-            features: None,
-        }
-    }
+    use crate::entity_types::tests::ty;
 
     #[test]
     fn typed_buckets_need_only_their_partitions_resident() {
