@@ -1,7 +1,7 @@
 """Question: does `strata embed train` reach the published quality on FB15k-237 and WN18RR, lose
 nothing when the table is partitioned, hide its I/O out of core, and how fast is it?
 
-    python benches/bench_embed.py [--only b1,b2,b3,b4,models,weights] [--b3-scale 23] [--b4-scale 22] [--work DIR]
+    python benches/bench_embed.py [--only b1,b2,b3,b4,models,weights,kern] [--b3-scale 23] [--b4-scale 22] [--work DIR]
 
 - B1: ComplEx (100 reals), chunks of 1000 edges sharing 1000 uniform negatives, both sides
   corrupted, softmax, Adagrad lr 0.1, 10 epochs, one partition; FB15k-237 and WN18RR.
@@ -15,6 +15,8 @@ nothing when the table is partitioned, hide its I/O out of core, and how fast is
   with every named model, every PyTorch-BigGraph operator+comparator (`--pbg-forms`), and the
   training options (logistic loss with and without self-adversarial weighting, Bernoulli
   corruption) against the default.
+- kern: B1 on FB15k-237 and a legend epoch of B3 with float32 and bf16 tables side by side (the
+  kernels' before/after across commits: `benches/compare.py --only b1`).
 - weights: ComplEx on FB15k-237 with weighted edges: random triples of weight 0 with the weights
   used and ignored, and repeated edges against the same edges weighted 2.
 
@@ -130,7 +132,8 @@ PBG_FORMS = [
 ]
 
 #: The training options against the default (softmax, both sides corrupted): self-adversarial
-#: weighting against its own loss without it, and Bernoulli corruption.
+#: weighting against its own loss without it, Bernoulli corruption, and the distance models'
+#: logistic loss with DGL-KE's default gamma.
 OPTION_RUNS = [
     (f"{model} {variant}", ["--model", model, *args])
     for model in ("rotate", "transe", "complex")
@@ -139,6 +142,9 @@ OPTION_RUNS = [
         ("logistic adv 1.0", ["--loss", "logistic", "--adversarial-temperature", "1.0"]),
         ("bernoulli", ["--corrupt", "bernoulli"]),
     )
+] + [
+    (f"{model} logistic gamma 12", ["--model", model, "--loss", "logistic", "--gamma", "12"])
+    for model in ("rotate", "transe")
 ]
 
 
@@ -322,7 +328,8 @@ def ensure_profile(work: Path) -> None:
         timed(strata("bench-disk", "--dir", work, "-q"))
 
 
-def b3(work: Path, args) -> dict:
+def b3_store(work: Path, args) -> Path:
+    """B3's RMAT store (generated and converted once) and the disk profile its runs check against."""
     raw = work / f"rmat-s{args.b3_scale}-e{args.b3_edge_factor}.bin"
     if not raw.exists():
         timed(
@@ -339,43 +346,41 @@ def b3(work: Path, args) -> dict:
         "4G",
     )
     ensure_profile(work)
+    return store
+
+
+def b3_epoch(store: Path, run_dir: Path, args, ordering: str, buffer: int, *extra: str) -> dict:
+    """One B3 epoch (Dot, `--memory` B3's, under B3's memlimit); returns its figures."""
     limit = args.b3_limit if memlimit_available() else None
+    meta = train(
+        store,
+        run_dir,
+        [*DOT, "--epochs", "1", "--eval-every", "0", "--ordering", ordering, "--buffer", buffer,
+         "--memory", args.b3_memory, *extra],
+        limit,
+    )  # fmt: skip
+    shutil.rmtree(run_dir)
+    dtype_bytes = 2 if meta["layout"].get("dtype") == "bf16" else 4
+    return {
+        **epoch_stats(meta),
+        "buffer": buffer,
+        "table_bytes": meta["num_nodes"] * meta["layout"]["dim"] * dtype_bytes * 2,
+        "peak_bytes": meta["peak_bytes"],
+        "theorem3": meta["theorem3"],
+        "budget": meta["budget"],
+        "edges": meta["train_edges"],
+    }
+
+
+def b3(work: Path, args) -> dict:
+    store = b3_store(work, args)
     rows = {}
     for ordering, buffer in (("legend", 3), ("beta", 3), ("sequential", 2)):
-        run_dir = work / f"run-b3-{ordering}"
-        meta = train(
-            store,
-            run_dir,
-            [
-                *DOT,
-                "--epochs",
-                "1",
-                "--eval-every",
-                "0",
-                "--ordering",
-                ordering,
-                "--buffer",
-                buffer,
-                "--memory",
-                args.b3_memory,
-            ],
-            limit,
-        )
-        table = meta["num_nodes"] * meta["layout"]["dim"] * 4 * 2
-        rows[ordering] = {
-            **epoch_stats(meta),
-            "buffer": buffer,
-            "table_bytes": table,
-            "peak_bytes": meta["peak_bytes"],
-            "theorem3": meta["theorem3"],
-            "budget": meta["budget"],
-            "edges": meta["train_edges"],
-        }
-        shutil.rmtree(run_dir)
+        rows[ordering] = b3_epoch(store, work / f"run-b3-{ordering}", args, ordering, buffer)
         r = rows[ordering]
         print(f"B3 {ordering}: {r['epoch_seconds']:.1f} s, I/O wait {100 * r['io_wait_fraction']:.1f}%")
     return {
-        "limit": limit,
+        "limit": args.b3_limit if memlimit_available() else None,
         "memory": args.b3_memory,
         "scale": args.b3_scale,
         "edge_factor": args.b3_edge_factor,
@@ -413,6 +418,74 @@ def b3_markdown(res: dict) -> str:
         "",
     ]
     lines += [f"    {line}" for line in rows["legend"]["theorem3"]]
+    return "\n".join(lines)
+
+
+def kern(work: Path, args) -> dict:
+    """B1 on FB15k-237 and one legend epoch of B3 with float32 and bf16 tables, side by side:
+    B1 alternates the dtypes over `--kern-rounds` rounds, B3 runs each dtype once."""
+    store = convert(SHARED / "datasets" / "fb15k-237", work / "fb15k-237.strata", "--relations")
+    b1 = {"f32": [], "bf16": []}
+    for _ in range(args.kern_rounds):
+        for dtype in b1:
+            before = load()
+            extra = ["--partitions", "1", "--memory", "4G", "--table-dtype", dtype]
+            meta = train(store, work / "run-kern-b1", [*B1, *extra])
+            b1[dtype].append({"test": meta["test"], **epoch_stats(meta), "load_before": before, "load_after": load()})
+            print(f"kern B1 {dtype}: epoch {b1[dtype][-1]['epoch_seconds']:.2f} s, MRR {meta['test']['mrr']:.4f}")
+    shutil.rmtree(work / "run-kern-b1", ignore_errors=True)
+    b3s = b3_store(work, args)
+    b3_rows = {}
+    for dtype in ("f32", "bf16"):
+        b3_rows[dtype] = b3_epoch(b3s, work / "run-kern-b3", args, "legend", 3, "--table-dtype", dtype)
+        print(f"kern B3 {dtype}: {b3_rows[dtype]['epoch_seconds']:.1f} s")
+    return {"b1": b1, "b3": b3_rows, "b3_limit": args.b3_limit, "b3_memory": args.b3_memory}
+
+
+def kern_markdown(res: dict, info: dict) -> str:
+    b1 = res["b1"]
+    loads = [r[k] for runs in b1.values() for r in runs for k in ("load_before", "load_after")]
+    med = {d: {"epoch": median([r["epoch_seconds"] for r in runs]), "mrr": median([r["test"]["mrr"] for r in runs])}
+           for d, runs in b1.items()}  # fmt: skip
+    lines = [
+        "### Kernels and bf16 tables: B1 and B3 (`benches/bench_embed.py --only kern`)",
+        "",
+        f"{info['nproc']} cores ({info['cpu']}), 1-minute load average {min(loads):.1f} to {max(loads):.1f} around "
+        f"the B1 runs. B1: FB15k-237, B1's settings (ComplEx, 10 epochs, one partition), the two table dtypes "
+        f"alternating over {len(b1['f32'])} rounds; epoch: median over a run's epochs, then over the rounds. B3: one "
+        f"legend epoch of B3's Dot run under `memlimit {res['b3_limit']}` with `--memory {res['b3_memory']}`.",
+        "",
+        "| run | table dtype | epoch (s), each round | epoch (s), median | test MRR, median | "
+        "step GFLOP/s per thread |",
+        "|---|---|---|---|---|---|",
+    ]
+    for dtype, runs in b1.items():
+        rounds = ", ".join(f"{r['epoch_seconds']:.2f}" for r in runs)
+        lines.append(
+            f"| B1 FB15k-237 | {dtype} | {rounds} | "
+            f"{med[dtype]['epoch']:.2f} | {med[dtype]['mrr']:.4f} | "
+            f"{median([r['step_gflops_per_thread'] for r in runs]):.1f} |"
+        )
+    lines += [
+        "",
+        "| run | table dtype | table (GiB) | partitions | epoch (s) | edges/s | read (GiB) | written (GiB) | "
+        "I/O wait |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for dtype, r in res["b3"].items():
+        lines.append(
+            f"| B3 legend | {dtype} | {r['table_bytes'] / 2**30:.2f} | {r['partitions']} | {r['epoch_seconds']:.1f} | "
+            f"{r['edges_per_second']:,.0f} | {r['bytes_read'] / 2**30:.2f} | {r['bytes_written'] / 2**30:.2f} | "
+            f"{100 * r['io_wait_fraction']:.1f}% |"
+        )
+    f32, bf = res["b3"]["f32"], res["b3"]["bf16"]
+    lines += [
+        "",
+        f"- B1: bf16 / f32 epoch {med['bf16']['epoch'] / med['f32']['epoch']:.3f}x; test MRR bf16 minus f32 "
+        f"{med['bf16']['mrr'] - med['f32']['mrr']:+.4f} (target: epoch at most 2.2 s, MRR within 0.005).",
+        f"- B3: bf16 / f32 epoch {bf['epoch_seconds'] / f32['epoch_seconds']:.3f}x, bytes moved "
+        f"{(bf['bytes_read'] + bf['bytes_written']) / (f32['bytes_read'] + f32['bytes_written']):.3f}x.",
+    ]
     return "\n".join(lines)
 
 
@@ -526,7 +599,7 @@ def b4_markdown(res: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4,models,weights")
+    ap.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4,models,weights,kern")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "embed")
     ap.add_argument("--b3-scale", type=int, default=23)
     ap.add_argument("--b3-edge-factor", type=int, default=12)
@@ -540,6 +613,7 @@ def main() -> None:
         default=",".join(PBG_FORMS),
         help="comma-separated operator+comparator pairs of the models runs (default: all 24)",
     )
+    ap.add_argument("--kern-rounds", type=int, default=3, help="rounds of the kern benchmark's B1 runs")
     ap.add_argument("--models-epochs", type=int, default=3, help="epochs of the models and weights runs")
     ap.add_argument(
         "--models-runs", default="", help="comma-separated names of the models runs to measure (default: all)"
@@ -568,6 +642,10 @@ def main() -> None:
         res = b3(args.work, args)
         save("embed-b3", {"machine": info, **res})
         update_doc("embed-b3", b3_markdown(res))
+    if "kern" in only:
+        res = kern(args.work, args)
+        save("embed-kern", {"machine": info, **res})
+        update_doc("embed-kern", kern_markdown(res, info))
     if "b4" in only:
         res = b4(args.work, args)
         save("embed-b4", {"machine": info, **res})

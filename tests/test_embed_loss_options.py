@@ -83,6 +83,9 @@ def test_self_adversarial_weighting_trains_and_refuses_softmax(kg, tmp_path, str
     assert "embed.train.adversarial_temperature" in softmax and '"softmax"' in softmax, softmax
     zero = refused("--loss", "margin", "--adversarial-temperature", "0")
     assert "embed.train.adversarial_temperature" in zero and "positive" in zero, zero
+    # gamma shifts the logistic loss's scores only: the other losses compare scores.
+    gamma = refused("--loss", "margin", "--gamma", "9")
+    assert "embed.train.gamma" in gamma and '"logistic"' in gamma, gamma
 
 
 def test_bernoulli_corruption_trains_and_says_its_probabilities(kg, tmp_path, strata_cli):

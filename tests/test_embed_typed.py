@@ -183,8 +183,59 @@ def test_a_served_typed_run_answers_each_query_with_its_own_type(typed, pinned_r
             # Heads of (?, has_genre, genre) are films, read from the genres in the pinned region.
             got = c.top_k("films", ["g1"], 2, k=4, heads=True)
             assert {a["name"] for a in got[0]["predictions"]} <= {n for n in node if n.startswith("f")}
+            # Neighbours are of each node's own type, as the CLI's; any_type searches them all.
+            got = c.neighbors("films", ["p3", "g1"], k=3, metric="cos")
+            assert [{a["name"][0] for a in q["neighbors"]} for q in got["results"]] == [{"p"}, {"g"}], got
+            every = c.neighbors("films", ["p3"], k=60, any_type=True)["results"][0]["neighbors"]
+            assert len({a["name"][0] for a in every}) > 1
     finally:
         server.stop()
+
+
+def nearest_by_cos(emb: np.ndarray, q: int, candidates: range, top: int) -> list[int]:
+    """The ``top`` candidates nearest to row ``q`` by cosine (``q`` left out), by brute force."""
+    ids = np.array([c for c in candidates if c != q])
+    rows = emb[ids] / np.linalg.norm(emb[ids], axis=1, keepdims=True)
+    sims = rows @ (emb[q] / np.linalg.norm(emb[q]))
+    return ids[np.argsort(-sims, kind="stable")[:top]].tolist()
+
+
+def test_neighbours_are_of_the_query_nodes_own_type_unless_any_type(typed, pinned_run, tmp_path, strata_cli):
+    from conftest import needs
+
+    node = names(typed)
+    kinds = {"p": range(PEOPLE), "f": range(PEOPLE, PEOPLE + FILMS), "g": range(PEOPLE + FILMS, len(node))}
+    assert all(node[i][0] == k for k, ids in kinds.items() for i in ids)
+    strata_cli("embed", "export", pinned_run, "--out", tmp_path / "emb")
+    emb = np.load(tmp_path / "emb" / "embeddings.npy")
+    queries = ["p3", "f5", "g1", "p7", "f30"]
+    got = Run(pinned_run).neighbors(queries, top=3, metric="cos")
+    assert [q["name"] for q in got["results"]] == queries
+    for q in got["results"]:
+        want = nearest_by_cos(emb, q["node"], kinds[q["name"][0]], 3)
+        assert [a["node"] for a in q["neighbors"]] == want, (q, want)
+    # --any-type through the CLI: the nearest of every node, whatever its type.
+    out = json.loads(
+        strata_cli("embed", "neighbors", pinned_run, "--node", "p3", "--top", "8", "--metric", "cos", "--any-type",
+                   "--json").stdout
+    )  # fmt: skip
+    assert [a["node"] for a in out["results"][0]["neighbors"]] == nearest_by_cos(emb, node.index("p3"), range(len(node)), 8)
+    # The approximate index keeps one graph per type and answers within the type the same way.
+    needs("usearch")
+    strata_cli("embed", "index", pinned_run, "--out", tmp_path / "idx", "--metric", "cos")
+    meta = json.loads((tmp_path / "idx" / "index.json").read_text())
+    assert [p["name"] for p in meta["parts"]] == ["person", "film", "genre"]
+    out = json.loads(
+        strata_cli("embed", "neighbors", pinned_run, "--index", tmp_path / "idx", "--node", "g1", "--node", "f5",
+                   "--top", "3", "--json").stdout
+    )  # fmt: skip
+    assert [{a["name"][0] for a in q["neighbors"]} for q in out["results"]] == [{"g"}, {"f"}], out
+    assert [a["node"] for a in out["results"][0]["neighbors"]] == nearest_by_cos(emb, node.index("g1"), kinds["g"], 3)
+    out = json.loads(
+        strata_cli("embed", "neighbors", pinned_run, "--index", tmp_path / "idx", "--node", "p3", "--top", "8",
+                   "--any-type", "--json").stdout
+    )  # fmt: skip
+    assert [a["node"] for a in out["results"][0]["neighbors"]] == nearest_by_cos(emb, node.index("p3"), range(len(node)), 8)
 
 
 def test_featurized_films_are_the_mean_of_their_words(typed, tmp_path):

@@ -137,6 +137,10 @@ pub struct TrainConfig {
     /// margin of the margin-ranking loss
     #[schemars(range(min = 0.0))]
     pub margin: f32,
+    /// logistic loss: γ added to every score inside it, softplus(−(pos + γ)) + mean_j
+    /// softplus(neg_j + γ) (RotatE's and DGL-KE's gamma, for the distance models transe and
+    /// rotate, whose scores −‖·‖ are never positive); 0 is PyTorch-BigGraph's logistic loss
+    pub gamma: f32,
     /// learning rate
     pub lr: f32,
     /// Adagrad with one accumulator per element, or per row (half the optimizer state)
@@ -259,6 +263,7 @@ impl Default for TrainConfig {
             regularizer: RegularizerKind::None,
             reg_weight: 0.0,
             margin: 0.1,
+            gamma: 0.0,
             lr: 0.1,
             optimizer: OptimizerKind::Adagrad,
             table_dtype: TableDtype::F32,
@@ -325,6 +330,20 @@ impl Section for TrainConfig {
             );
         }
         self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
+        if !self.gamma.is_finite() {
+            return bad(
+                "gamma",
+                format!("must be a finite number, got {}", self.gamma),
+            );
+        }
+        if self.gamma != 0.0 && self.loss != LossKind::Logistic {
+            return bad(
+                "gamma",
+                "applies to loss \"logistic\" only (softmax and margin ranking compare \
+                 scores, so a shift of all of them changes nothing)"
+                    .into(),
+            );
+        }
         if let Some(t) = self.adversarial_temperature {
             if !(t > 0.0 && t.is_finite()) {
                 return bad(
@@ -358,11 +377,12 @@ impl TrainConfig {
         }
     }
 
-    /// The loss with its margin and self-adversarial temperature.
+    /// The loss with its margin, logistic shift and self-adversarial temperature.
     pub fn loss_fn(&self) -> Loss {
         Loss {
             kind: self.loss,
             margin: self.margin,
+            gamma: self.gamma,
             adversarial: self.adversarial_temperature,
         }
     }

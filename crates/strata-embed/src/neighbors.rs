@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::config::{ConfigError, Section, Size};
 
+use crate::entity_types::TypedLayout;
 use crate::error::{EmbedError, Result};
 use crate::kernels::{dot, gemm_abt};
 use crate::model::{Comparator, ScoreModel};
@@ -92,6 +93,8 @@ pub struct NeighborsOptions {
     pub checkpoint: Which,
     /// memory budget (default: the run's); a table larger than it is scanned partition by partition
     pub memory: Option<Size>,
+    /// in a run with entity types, search every type (default: only the query node's own type)
+    pub any_type: bool,
 }
 
 impl Default for NeighborsOptions {
@@ -103,6 +106,7 @@ impl Default for NeighborsOptions {
             metric: Metric::Model,
             checkpoint: Which::Best,
             memory: None,
+            any_type: false,
         }
     }
 }
@@ -154,12 +158,15 @@ pub struct NeighborsReport {
 }
 
 /// The `top` nearest nodes of each of `queries` (node ids) by `metric`, each query node left
-/// out of its own list, nearest first (ties: lower id first).
+/// out of its own list, nearest first (ties: lower id first). In a run with entity types the
+/// candidates are the query node's own type unless `any_type`: queries are grouped by type
+/// and each group's scans read only that type's section of every region.
 pub fn neighbors(
     l: &mut Loaded,
     queries: &[u64],
     top: usize,
     metric: Metric,
+    any_type: bool,
     progress: &dyn Progress,
 ) -> Result<NeighborsReport> {
     let start = std::time::Instant::now();
@@ -176,21 +183,34 @@ pub fn neighbors(
     let per_query = ((d + TILE) * 4 + (top + 1) * 16) as u64;
     let per_scan = (l.spare_bytes() / per_query).max(1) as usize;
     let names = l.node_names()?;
-    let mut results = Vec::with_capacity(queries.len());
+    let layout = (!any_type)
+        .then(|| l.run.meta.partitioning.typed_layout())
+        .flatten();
+    let type_of = |q: u64| layout.as_ref().map(|t| t.type_of(q));
+    // Query indices grouped by the type they search (stable: query order within a type).
+    let mut order: Vec<usize> = (0..queries.len()).collect();
+    order.sort_by_key(|&i| type_of(queries[i]));
+    let groups: Vec<&[usize]> = order
+        .chunk_by(|&i, &j| type_of(queries[i]) == type_of(queries[j]))
+        .flat_map(|same| same.chunks(per_scan))
+        .collect();
+    let mut results: Vec<Option<NeighborList>> = vec![None; queries.len()];
     let mut scans = 0;
     let mut partitions_read = 0;
     let mut meter = Meter::new(
         progress,
         "neighbors",
-        queries.len().div_ceil(per_scan) as u64 * n * d as u64 * 4,
-        queries.len().div_ceil(per_scan) as u64 * n,
+        groups.len() as u64 * n * d as u64 * 4,
+        groups.len() as u64 * n,
     );
-    for group in queries.chunks(per_scan) {
-        let rows = single_rows(l, group)?;
-        let (best, read) = scan(l, group, &rows, top, metric, &mut meter)?;
+    for group in groups {
+        let nodes: Vec<u64> = group.iter().map(|&i| queries[i]).collect();
+        let rows = single_rows(l, &nodes)?;
+        let within = layout.as_ref().zip(type_of(nodes[0]));
+        let (best, read) = scan(l, &nodes, &rows, top, metric, within, &mut meter)?;
         scans += 1;
         partitions_read += read;
-        for (&q, list) in group.iter().zip(best) {
+        for (&i, list) in group.iter().zip(best) {
             let neighbors = list
                 .into_iter()
                 .map(|(score, node)| {
@@ -201,14 +221,15 @@ pub fn neighbors(
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            results.push(NeighborList {
-                node: q,
-                name: name_of(names.as_ref(), q)?,
+            results[i] = Some(NeighborList {
+                node: queries[i],
+                name: name_of(names.as_ref(), queries[i])?,
                 neighbors,
             });
         }
     }
     meter.finish()?;
+    let results = results.into_iter().flatten().collect();
     Ok(NeighborsReport {
         epoch: l.epoch,
         metric: metric.name(),
@@ -270,13 +291,15 @@ pub(crate) type Best = BinaryHeap<Reverse<(OrdF32, Reverse<u64>)>>;
 type Ranked = Vec<(f32, u64)>;
 
 /// One scan of every partition for the query nodes `group` (rows `rows`): per query, its
-/// `top` best as `(score, node)` nearest first, and the partitions read from disk.
+/// `top` best as `(score, node)` nearest first, and the partitions read from disk. `within`:
+/// a typed run's layout and the one type whose sections are the candidates.
 fn scan(
     l: &mut Loaded,
     group: &[u64],
     rows: &[f32],
     top: usize,
     metric: Metric,
+    within: Option<(&TypedLayout, usize)>,
     meter: &mut Meter,
 ) -> Result<(Vec<Ranked>, u64)> {
     let d = l.model.dim;
@@ -294,8 +317,15 @@ fn scan(
     let (mut cand_norms, mut widened) = (Vec::new(), Vec::new());
     l.buffer.visit(&all, &l.table, |p, emb| {
         let size = partitioning.size_of(p) as usize;
-        for lo in (0..size).step_by(TILE) {
-            let t = TILE.min(size - lo);
+        let span = match within {
+            Some((layout, ty)) => {
+                let s = layout.section(ty, p);
+                s.start as usize..s.end as usize
+            }
+            None => 0..size,
+        };
+        for lo in span.clone().step_by(TILE) {
+            let t = TILE.min(span.end - lo);
             let cands = emb.span(lo * d, t * d, &mut widened);
             products.clear();
             products.resize(b * t, 0.0f32);
@@ -324,7 +354,7 @@ fn scan(
                 }
             }
         }
-        meter.add(size as u64, (size * d * 4) as u64)?;
+        meter.add(size as u64, (span.len() * d * 4) as u64)?;
         Ok(())
     })?;
     let best = heaps

@@ -265,6 +265,7 @@ impl EmbeddingRun for Served {
         nodes: &[u64],
         k: usize,
         metric: &str,
+        any_type: bool,
         progress: &dyn Progress,
     ) -> EmbeddingResult<(String, Vec<Vec<Ranked>>)> {
         self.check_nodes("nodes", nodes.iter().copied())?;
@@ -274,7 +275,8 @@ impl EmbeddingRun for Served {
                     "metric: expected model, cos, dot or l2, got '{metric}'"
                 ))
             })?;
-        let report = neighbors(&mut self.loaded, nodes, k, metric, progress).map_err(kind)?;
+        let report =
+            neighbors(&mut self.loaded, nodes, k, metric, any_type, progress).map_err(kind)?;
         let lists = report
             .results
             .into_iter()

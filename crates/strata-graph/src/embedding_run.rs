@@ -126,12 +126,14 @@ pub trait EmbeddingRun: Send {
     ) -> EmbeddingResult<Vec<f32>>;
 
     /// The `k` nearest nodes of each of `nodes` (itself left out) by `metric` (`model`, `cos`,
-    /// `dot` or `l2`), nearest first, and the metric `model` resolved to.
+    /// `dot` or `l2`), nearest first, and the metric `model` resolved to. In a run with entity
+    /// types only nodes of each query node's own type are candidates, unless `any_type`.
     fn neighbors(
         &mut self,
         nodes: &[u64],
         k: usize,
         metric: &str,
+        any_type: bool,
         progress: &dyn Progress,
     ) -> EmbeddingResult<(String, Vec<Vec<Ranked>>)>;
 }

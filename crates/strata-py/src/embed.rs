@@ -509,7 +509,7 @@ fn embed_neighbors(
     run(py, progress, |p| {
         let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
         let queries = resolve_queries(&l, &o)?;
-        neighbors(&mut l, &queries, o.top, o.metric, p)
+        neighbors(&mut l, &queries, o.top, o.metric, o.any_type, p)
     })
 }
 

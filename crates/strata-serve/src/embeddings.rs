@@ -346,6 +346,7 @@ mod tests {
             _: &[u64],
             _: usize,
             _: &str,
+            _: bool,
             _: &dyn Progress,
         ) -> EmbeddingResult<(String, Vec<Vec<Ranked>>)> {
             Ok((String::new(), vec![]))

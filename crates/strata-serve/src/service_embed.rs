@@ -331,7 +331,7 @@ pub fn neighbors(
     deadline.check()?;
     let nodes = node_ids(run.as_ref(), r.nodes.as_ref(), "nodes")?;
     let (metric, lists) = run
-        .neighbors(&nodes, k, metric, &deadline)
+        .neighbors(&nodes, k, metric, r.any_type, &deadline)
         .map_err(embedding_error)?;
     let (results, _reply) = ranked_lists(core, run.as_ref(), &nodes, lists, "EmbeddingNeighbors")?;
     Ok(proto::EmbeddingNeighborsResponse {

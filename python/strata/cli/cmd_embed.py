@@ -171,11 +171,13 @@ def run_neighbors(args) -> int:
     cfg = from_args(EmbedNeighborsConfig, args)
     run = Run(cfg.target)
     if cfg.index is not None:
-        result = ann.search_run_index(run, cfg.index, cfg.node, cfg.nodes_file, cfg.top, cfg.metric)
+        result = ann.search_run_index(run, cfg.index, cfg.node, cfg.nodes_file, cfg.top, cfg.metric, cfg.any_type)
     else:
         result = run_with_progress(
             args,
-            lambda bar: run.neighbors(cfg.node, cfg.top, cfg.metric, cfg.nodes_file, cfg.checkpoint, cfg.memory, bar),
+            lambda bar: run.neighbors(
+                cfg.node, cfg.top, cfg.metric, cfg.nodes_file, cfg.checkpoint, cfg.memory, bar, cfg.any_type
+            ),
         )
     if cfg.json:
         print(json.dumps(result, indent=2))

@@ -7,11 +7,14 @@ the rows to a usearch HNSW graph in batches of ``BATCH_ROWS`` and saves it besid
 node names; the export is then removed. The index itself lives in memory while it is built and
 searched (about the table's size plus the graph's links): it is for tables that fit in memory.
 ``Index.search`` answers like ``Run.neighbors``; its recall against the exact scan is measured
-in benches/bench_embed_use.py.
+in benches/bench_embed_use.py. A run with entity types gets one HNSW graph per type
+(``index-T.usearch``), so a search within a node's own type (the default, as the exact scan's)
+walks only that type's graph; ``any_type`` searches every graph and merges the answers.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import shutil
@@ -49,6 +52,19 @@ def natural_metric(run: Run) -> str:
     return _native.embed_natural_metric(str(run.path))
 
 
+def index_parts(run: Run, num_nodes: int) -> list[dict]:
+    """The graphs an index of ``run`` holds: one per entity type of a typed run (``{"name",
+    "first", "count", "file"}``, the type's ids ``first .. first + count``), else one of all
+    ``num_nodes`` nodes (``name`` None)."""
+    types = run.meta["partitioning"].get("types")
+    if not types:
+        return [{"name": None, "first": 0, "count": num_nodes, "file": INDEX_FILE}]
+    return [
+        {"name": t["name"], "first": t["first"], "count": t["count"], "file": f"index-{i}.usearch"}
+        for i, t in enumerate(types)
+    ]
+
+
 def build_index(
     run: Run,
     out: str | Path,
@@ -78,18 +94,21 @@ def build_index(
         exported = run.export(staging / "export", "npy", checkpoint, False, memory, progress)
         emb = np.load(staging / "export" / "embeddings.npy", mmap_mode="r")
         n, dim = emb.shape
-        index = uindex.Index(
-            ndim=dim,
-            metric=USEARCH_METRIC[metric],
-            dtype="f32",
-            connectivity=connectivity,
-            expansion_add=expansion,
-            expansion_search=expansion,
-        )
-        for lo in range(0, n, BATCH_ROWS):
-            hi = min(lo + BATCH_ROWS, n)
-            index.add(np.arange(lo, hi, dtype=np.uint64), np.ascontiguousarray(emb[lo:hi]))
-        index.save(str(staging / INDEX_FILE))
+        parts = index_parts(run, n)
+        for part in parts:
+            index = uindex.Index(
+                ndim=dim,
+                metric=USEARCH_METRIC[metric],
+                dtype="f32",
+                connectivity=connectivity,
+                expansion_add=expansion,
+                expansion_search=expansion,
+            )
+            end = part["first"] + part["count"]
+            for lo in range(part["first"], end, BATCH_ROWS):
+                hi = min(lo + BATCH_ROWS, end)
+                index.add(np.arange(lo, hi, dtype=np.uint64), np.ascontiguousarray(emb[lo:hi]))
+            index.save(str(staging / part["file"]))
         if (staging / "export" / NAMES_FILE).exists():
             (staging / "export" / NAMES_FILE).rename(staging / NAMES_FILE)
         shutil.rmtree(staging / "export")
@@ -102,6 +121,7 @@ def build_index(
             "dim": dim,
             "connectivity": connectivity,
             "expansion": expansion,
+            "parts": parts,
         }
         (staging / META_FILE).write_text(json.dumps(meta, indent=2))
         if out.exists():
@@ -122,7 +142,11 @@ class Index:
             self.meta = json.loads((self.path / META_FILE).read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise ConfigError(f"{self.path}: not a neighbour index ({META_FILE}: {e})") from e
-        self.index = uindex.Index.restore(str(self.path / INDEX_FILE))
+        # Indexes built before typed runs had one graph of every node and no "parts".
+        default = [{"name": None, "first": 0, "count": self.meta.get("num_nodes", 0), "file": INDEX_FILE}]
+        self.parts = self.meta.get("parts", default)
+        self.firsts = [p["first"] for p in self.parts]
+        self.graphs = [uindex.Index.restore(str(self.path / p["file"])) for p in self.parts]
         names = self.path / NAMES_FILE
         self.names = names.read_text().splitlines() if names.exists() else None
         self.ids = {name: i for i, name in enumerate(self.names)} if self.names is not None else None
@@ -144,28 +168,43 @@ class Index:
     def name(self, node: int) -> str:
         return self.names[node] if self.names is not None else str(node)
 
-    def search(self, nodes: str | int | list[str | int], top: int = 10) -> dict:
+    def part_of(self, node: int) -> int:
+        """The graph holding ``node``."""
+        return bisect.bisect_right(self.firsts, node) - 1
+
+    def search(self, nodes: str | int | list[str | int], top: int = 10, any_type: bool = False) -> dict:
         """The ``top`` approximate nearest nodes of each of ``nodes`` (itself left out), nearest
         first: ``{"metric", "top", "results": [{"node", "name", "neighbors": [{"node", "name",
-        "score"}, ...]}, ...]}``, ``score`` as in ``Run.neighbors``."""
+        "score"}, ...]}, ...]}``, ``score`` as in ``Run.neighbors``. In an index of a typed run
+        the neighbours are of each node's own type unless ``any_type``."""
         if isinstance(nodes, (str, int)):
             nodes = [nodes]
         if top < 1:
             raise ConfigError(f"embed.neighbors.top: must be >= 1, got {top}")
         ids = [self.node_id(v) for v in nodes]
         top = min(top, self.meta["num_nodes"] - 1)
-        vectors = np.asarray(self.index.get(np.array(ids, dtype=np.uint64)), dtype=np.float32)
-        found = self.index.search(vectors.reshape(len(ids), -1), top + 1)
-        keys = np.atleast_2d(found.keys)
-        distances = np.atleast_2d(found.distances)
-        # One query answers a single match list (no counts); several, a batch with counts.
-        counts = np.atleast_1d(found.counts) if hasattr(found, "counts") else [len(found.keys)]
+        home = [self.part_of(q) for q in ids]
+        vectors = np.stack(
+            [np.asarray(self.graphs[h].get(q), dtype=np.float32).ravel() for q, h in zip(ids, home, strict=True)]
+        )
+        # Per query: (distance, key) from every graph it searches; usearch's distances are
+        # lower-is-nearer for every metric, so answers of several graphs merge by them.
+        hits: list[list[tuple[float, int]]] = [[] for _ in ids]
+        for part, graph in enumerate(self.graphs):
+            rows = [i for i, h in enumerate(home) if any_type or h == part]
+            if not rows:
+                continue
+            found = graph.search(vectors[rows], top + 1)
+            keys, distances = np.atleast_2d(found.keys), np.atleast_2d(found.distances)
+            # One query answers a single match list (no counts); several, a batch with counts.
+            counts = np.atleast_1d(found.counts) if hasattr(found, "counts") else [len(found.keys)]
+            for j, i in enumerate(rows):
+                hits[i] += zip(distances[j][: counts[j]].tolist(), keys[j][: counts[j]].tolist(), strict=True)
         metric = self.meta["metric"]
         results = []
-        for row, q in enumerate(ids):
+        for q, found_here in zip(ids, hits, strict=True):
             neighbors = []
-            found_here = counts[row]
-            for key, dist in zip(keys[row][:found_here], distances[row][:found_here], strict=True):
+            for dist, key in sorted(found_here):
                 if int(key) == q or len(neighbors) == top:
                     continue
                 score = float(np.sqrt(max(dist, 0.0))) if metric == "l2" else 1.0 - float(dist)
@@ -181,6 +220,7 @@ def search_run_index(
     nodes_file: str | Path | None,
     top: int,
     metric: str = "model",
+    any_type: bool = False,
 ) -> dict:
     """``strata embed neighbors RUN --index DIR``: ``Index(DIR).search`` of ``nodes`` and the
     lines of ``nodes_file``, refused when the index was built from another run or with another
@@ -200,4 +240,4 @@ def search_run_index(
         except OSError as e:
             raise ConfigError(f"--nodes-file {nodes_file}: cannot read it: {e}") from e
         queries += [line.strip() for line in lines if line.strip()]
-    return {"epoch": found.meta["epoch"], **found.search(queries, top)}
+    return {"epoch": found.meta["epoch"], **found.search(queries, top, any_type)}

@@ -144,12 +144,15 @@ class Run:
         checkpoint: str = "best",
         memory=None,
         progress: ProgressFn | None = None,
+        any_type: bool = False,
     ) -> dict:
         """The ``top`` nearest nodes of each of ``nodes`` (names, or ids without names; and the
         lines of ``nodes_file``) by an exact scan of the table within the budget, all queries
         sharing one scan: ``{"metric", "results": [{"node", "name", "neighbors": [{"node",
         "name", "score"}, ...]}, ...], "scans", "partitions_read"}``, nearest first. ``metric``:
-        cos, dot, l2 (``score`` is then the distance) or model (the run's model's own)."""
+        cos, dot, l2 (``score`` is then the distance) or model (the run's model's own). In a run
+        with entity types the neighbours are of each query node's own type, unless ``any_type``
+        (queries of one type share a scan of that type's rows)."""
         if isinstance(nodes, (str, int)):
             nodes = [nodes]
         options = {
@@ -159,6 +162,7 @@ class Run:
             "metric": metric,
             "checkpoint": checkpoint,
             "memory": memory,
+            "any_type": any_type,
         }
         return _native.embed_neighbors(str(self.path), options, progress)
 

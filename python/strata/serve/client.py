@@ -447,11 +447,14 @@ class Client:
         )
         return np.asarray(r.scores, dtype=np.float32)
 
-    def neighbors(self, run: str, nodes, k: int = 10, *, metric: str = "model") -> dict:
+    def neighbors(self, run: str, nodes, k: int = 10, *, metric: str = "model", any_type: bool = False) -> dict:
         """The ``k`` nearest nodes of each of ``nodes`` (names or ids) by ``metric`` (``model``,
         ``cos``, ``dot`` or ``l2``): ``{"metric", "results": [{"node", "name", "neighbors": [{"node",
-        "name", "score"}, ...]}]}``, nearest first, as ``strata embed neighbors --json``."""
-        r = self._call("EmbeddingNeighbors", run=run, nodes=_node_refs(nodes, "nodes"), k=k, metric=metric)
+        "name", "score"}, ...]}]}``, nearest first, as ``strata embed neighbors --json``. In a run
+        with entity types, neighbours are of each node's own type unless ``any_type``."""
+        r = self._call(
+            "EmbeddingNeighbors", run=run, nodes=_node_refs(nodes, "nodes"), k=k, metric=metric, any_type=any_type
+        )
         return {"metric": r.metric, "results": [_ranked(q, "neighbors") for q in r.results]}
 
     def status(self) -> dict:

@@ -172,7 +172,7 @@ fn phase(rng: &mut Rng) -> f32 {
 pub enum LossKind {
     /// Cross-entropy of the positive among `[positive, negatives]` (the Legend/Marius loss).
     Softmax,
-    /// `softplus(−pos) + mean_j softplus(neg_j)`.
+    /// `softplus(−(pos + γ)) + mean_j softplus(neg_j + γ)`.
     Logistic,
     /// `Σ_j max(0, margin − pos + neg_j)`.
     Margin,
@@ -186,8 +186,14 @@ impl LossKind {
     }
 }
 
-/// The loss of a chunk direction: which one, the margin of the margin loss, and the
-/// temperature `α` of self-adversarial negative weighting (RotatE, Sun et al. 2019), if on.
+/// The loss of a chunk direction: which one, the margin of the margin loss, the shift `γ` of
+/// the logistic loss's scores, and the temperature `α` of self-adversarial negative weighting
+/// (RotatE, Sun et al. 2019), if on.
+///
+/// `γ` is RotatE's and DGL-KE's margin inside the sigmoid: a distance model scores `−‖·‖`,
+/// never positive, so `softplus(−pos)` alone pulls every positive pair to distance 0 and the
+/// embeddings collapse; `softplus(−(γ + pos))` is satisfied once a positive is within `γ`,
+/// and `softplus(neg + γ)` once a negative is beyond it.
 ///
 /// With `α`, negative `j` of edge `i` weighs `p_ij = softmax_j(α · score_ij)` over the edge's
 /// negatives, a constant in the gradient (RotatE's `detach`): the logistic loss's
@@ -198,15 +204,17 @@ impl LossKind {
 pub struct Loss {
     pub kind: LossKind,
     pub margin: f32,
+    pub gamma: f32,
     pub adversarial: Option<f32>,
 }
 
 impl Loss {
-    /// `kind` with `margin`, without self-adversarial weighting.
+    /// `kind` with `margin`, without a logistic shift or self-adversarial weighting.
     pub fn plain(kind: LossKind, margin: f32) -> Loss {
         Loss {
             kind,
             margin,
+            gamma: 0.0,
             adversarial: None,
         }
     }
@@ -371,13 +379,13 @@ fn apply_loss(loss: &Loss, c: &Chunk, s: &mut Scratch) -> f64 {
                 (shift + z.ln() - pos) as f64
             }
             LossKind::Logistic => {
-                let inv_n = 1.0 / n as f32;
-                let mut l = softplus(-pos) as f64;
-                s.dpos[i] = -sigmoid(-pos);
+                let (inv_n, g) = (1.0 / n as f32, loss.gamma);
+                let mut l = softplus(-(pos + g)) as f64;
+                s.dpos[i] = -sigmoid(-(pos + g));
                 for (j, v) in row.iter_mut().enumerate() {
                     let u = adv.map_or(inv_n, |a| a[j] * inv_n);
-                    l += (softplus(*v) * u) as f64;
-                    *v = sigmoid(*v) * u;
+                    l += (softplus(*v + g) * u) as f64;
+                    *v = sigmoid(*v + g) * u;
                 }
                 l
             }

@@ -460,7 +460,9 @@ fn reference_loss(
                     z.ln() - pos[i]
                 }
                 LossKind::Logistic => {
-                    softplus(-pos[i]) + (0..n).map(|j| u(j) * softplus(row[j])).sum::<f64>()
+                    let g = loss.gamma as f64;
+                    softplus(-(pos[i] + g))
+                        + (0..n).map(|j| u(j) * softplus(row[j] + g)).sum::<f64>()
                 }
                 LossKind::Margin => (0..n)
                     .map(|j| n as f64 * u(j) * (loss.margin as f64 - pos[i] + row[j]).max(0.0))
@@ -516,6 +518,7 @@ fn weighted_and_self_adversarial_steps_match_their_definition() {
                 let loss = Loss {
                     kind,
                     margin: 0.5,
+                    gamma: if kind == LossKind::Logistic { 1.5 } else { 0.0 },
                     adversarial,
                 };
                 let p = adversarial.map(|a| adversarial_probabilities(model, a as f64, b, n, &x));
@@ -554,6 +557,7 @@ fn self_adversarial_weights_by_hand() {
     let logistic = Loss {
         kind: LossKind::Logistic,
         margin: 0.0,
+        gamma: 0.0,
         adversarial: alpha,
     };
     let c = chunk(1, 2, &x, &[]);
@@ -571,6 +575,7 @@ fn self_adversarial_weights_by_hand() {
     let margin = Loss {
         kind: LossKind::Margin,
         margin: 1.0,
+        gamma: 0.0,
         adversarial: alpha,
     };
     let l = chunk_step(&model, &margin, &c, &mut g, &mut s);
@@ -585,6 +590,38 @@ fn self_adversarial_weights_by_hand() {
     // Without the weighting the margin loss is 2 + 1.5 whatever α would say.
     let l = loss_of(&model, &Loss::plain(LossKind::Margin, 1.0), &c);
     assert!((l - 3.5).abs() < 1e-6, "{l}");
+}
+
+/// The logistic loss's `γ` by hand on TransE (L2): `s = (0, 0)`, `r = (1, 0)`, `t = (1, 0)`
+/// and negatives `(4, 0)` and `(1, 3)`, so the positive scores 0 and the negatives −3 and −3.
+#[test]
+fn logistic_gamma_shifts_every_score_by_hand() {
+    let model = named(ScoreKind::TransE, 2);
+    let x = [
+        vec![0.0, 0.0],
+        vec![1.0, 0.0],
+        vec![1.0, 0.0],
+        vec![4.0, 0.0, 1.0, 3.0],
+    ];
+    let softplus = |v: f64| (1.0 + v.exp()).ln();
+    let sigmoid = |v: f64| 1.0 / (1.0 + (-v).exp());
+    let c = chunk(1, 2, &x, &[]);
+    let (mut g, mut s) = (Grads::default(), Scratch::default());
+    let gamma = Loss {
+        gamma: 2.0,
+        ..Loss::plain(LossKind::Logistic, 0.0)
+    };
+    // softplus(−(0 + 2)) + mean(softplus(−3 + 2), softplus(−3 + 2)).
+    let l = chunk_step(&model, &gamma, &c, &mut g, &mut s);
+    let want = softplus(-2.0) + softplus(-1.0);
+    assert!((l - want).abs() < 1e-4, "{l} vs {want}");
+    // d/d neg_1 = ½ σ(−1) d(−‖a − n_1‖)/d n_1 = ½ σ(−1) (a − n_1)/‖a − n_1‖ with a = (1, 0).
+    let w = 0.5 * sigmoid(-1.0);
+    let close = |a: &[f32], b: &[f64]| a.iter().zip(b).all(|(&x, &y)| (x as f64 - y).abs() < 1e-4);
+    assert!(close(&g.neg, &[-w, 0.0, 0.0, -w]), "{:?}", g.neg);
+    // Without γ the same edge's loss is softplus(0) + softplus(−3).
+    let l = loss_of(&model, &Loss::plain(LossKind::Logistic, 0.0), &c);
+    assert!((l - (softplus(0.0) + softplus(-3.0))).abs() < 1e-4, "{l}");
 }
 
 /// As the temperature goes to 0 the weighting is uniform: the plain loss and gradients.
