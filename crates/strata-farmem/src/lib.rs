@@ -83,6 +83,16 @@ impl TransportKind {
     }
 }
 
+/// Checks, without connecting, that this process can run a client on `kind`:
+/// [`FarError::Unsupported`] says why not (io_uring unavailable: old kernel, seccomp or
+/// container policy, the `kernel.io_uring_disabled` sysctl).
+pub fn check_transport(kind: TransportKind) -> Result<()> {
+    match kind {
+        TransportKind::Tcp => Ok(()),
+        TransportKind::Uring => uring::ring(8, &uring::CLIENT_OPS).map(drop),
+    }
+}
+
 impl std::fmt::Display for TransportKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
