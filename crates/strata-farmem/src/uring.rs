@@ -97,7 +97,7 @@ mod tests {
     #[test]
     fn send_parts_msg_skips_what_was_sent() {
         let head = [1u8; 48];
-        let body = vec![2u8; 100];
+        let body = [2u8; 100];
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,

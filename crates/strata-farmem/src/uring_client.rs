@@ -344,7 +344,9 @@ impl ConnLoop<'_> {
                 (self.message[*got..].as_mut_ptr(), total - got)
             }
         };
-        let entry = opcode::Recv::new(types::Fd(self.fd), ptr, len as u32)
+        // A chunk above 4 GiB is received in several pieces.
+        let len = len.min(u32::MAX as usize) as u32;
+        let entry = opcode::Recv::new(types::Fd(self.fd), ptr, len)
             .flags(libc::MSG_WAITALL)
             .build();
         self.push(entry, RECV);
@@ -375,17 +377,22 @@ impl ConnLoop<'_> {
             match slot {
                 SEND => self.sent(res),
                 RECV => self.received(res),
+                _ if res < 0 => self.fail(format!(
+                    "waiting for new requests: {}",
+                    io::Error::from_raw_os_error(-res)
+                )),
                 _ => self.post_wake(),
             }
         }
     }
 
     fn sent(&mut self, res: i32) {
-        if res < 0 {
-            self.fail(format!(
-                "sending requests failed: {}",
-                io::Error::from_raw_os_error(-res)
-            ));
+        if res <= 0 {
+            let why = match res {
+                0 => "the connection accepted no more bytes".to_string(),
+                r => io::Error::from_raw_os_error(-r).to_string(),
+            };
+            self.fail(format!("sending requests failed: {why}"));
             return;
         }
         let s = self.sending.as_mut().expect("a send was in flight");
