@@ -217,6 +217,7 @@ def figures(run: dict) -> dict:
     return {
         "seconds": s["compute_seconds"],
         "wall_seconds": run["wall_seconds"],
+        "cpu_seconds": run["cpu_seconds"],
         "edges_per_s": s["edges_per_second"],
         "iterations": s["iterations"],
         "gb_disk": s["bytes_disk"] / 1e9,
@@ -485,7 +486,6 @@ def r3_transports(scale: int, repeats: int, cases: list[str], work: Path, runs_d
                 run = drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=addr, ratio=0.7, chunk=chunk,
                             far_transport=client, iterations=10, out=out_dir)  # fmt: skip
                 f = figures(run)
-                f["cpu_seconds"] = run["cpu_seconds"]
                 f["server_cpu_seconds"] = process_cpu(proc.pid) - before
                 f["vs_all_local"] = f["seconds"] / runs["all_local"][-1]["seconds"]
                 runs[case].append(f)
