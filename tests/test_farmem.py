@@ -213,6 +213,7 @@ def test_cli_far_run_over_io_uring(store, local_ranks, tmp_path):
     finally:
         rc, _, err = s.stop(signal.SIGTERM)
     assert "data connections over uring" in proc.stderr, proc.stderr
+    assert re.search(r"far memory .* chunks of 4\.00 MiB over uring, ping", proc.stdout), proc.stdout
     np.testing.assert_allclose(np.load(tmp_path / "rank.npy"), local_ranks[10], rtol=1e-6)
     summary = json.loads((tmp_path / "run.json").read_text())["summary"]
     assert summary["bytes_far"] > 0 and summary["far_failure"] is None and summary["far"]["transport"] == "uring"
