@@ -626,7 +626,7 @@ impl Shared {
         let mut hbuf = [0u8; HEADER_LEN];
         // Receive buffer for chunk writes; grows to the largest chunk seen, then stays.
         let mut scratch: Vec<u8> = Vec::new();
-        let mut replier = Replier::new(self.transport, &self.zero_copy);
+        let mut replier = Replier::new(self.transport, stream, &self.zero_copy);
         loop {
             let h = match self.next_header(stream, &mut hbuf) {
                 Ok(Some(h)) => h,

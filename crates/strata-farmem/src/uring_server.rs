@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use io_uring::{cqueue, opcode, types, IoUring};
 
+use crate::error::FarError;
 use crate::protocol;
 use crate::uring;
 use crate::TransportKind;
@@ -36,9 +37,15 @@ use crate::TransportKind;
 const SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: set in a notification's result when the data was copied.
 const NOTIF_USAGE_ZC_COPIED: i32 = i32::MIN;
-/// How often a send waiting on the kernel checks again (the wait has no overall deadline, like
-/// a blocking write: stopping the server shuts the socket down, which ends the send).
+/// How often a send waiting on the kernel checks again. The send has no deadline of its own,
+/// like a blocking write: stopping the server shuts the socket down, which ends it.
 const TICK: Duration = Duration::from_millis(100);
+/// Longest time sent data may stay unacknowledged on a zero-copy connection before TCP aborts
+/// it (`TCP_USER_TIMEOUT`). The kernel gives zero-copy pages back (the notification a reply
+/// waits for) only once the peer acknowledged them, and shutting the socket down does not hasten
+/// that: without this, a peer that vanished mid-reply would hold the connection's thread, and a
+/// stopping server, for TCP's retransmission limit (about 15 minutes).
+const UNACKNOWLEDGED_LIMIT_MS: u32 = 30_000;
 
 /// Counts of a server's zero-copy sends.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -81,13 +88,23 @@ pub(crate) enum Replier {
 }
 
 impl Replier {
-    /// The replier for `transport`; `uring` falls back to plain writes (said once) when the
-    /// ring cannot be set up.
-    pub(crate) fn new(transport: TransportKind, counters: &ZeroCopyCounters) -> Replier {
+    /// The replier for `transport` on `stream`; `uring` falls back to plain writes (said once)
+    /// when the ring cannot be set up.
+    pub(crate) fn new(
+        transport: TransportKind,
+        stream: &TcpStream,
+        counters: &ZeroCopyCounters,
+    ) -> Replier {
         match transport {
             TransportKind::Tcp => Replier::Plain,
             TransportKind::Uring => {
-                match uring::ring(4, &[(opcode::SendMsgZc::CODE, "SENDMSG_ZC")]) {
+                let ring =
+                    uring::ring(4, &[(opcode::SendMsgZc::CODE, "SENDMSG_ZC")]).and_then(|ring| {
+                        protocol::user_timeout(stream, UNACKNOWLEDGED_LIMIT_MS)
+                            .map(|()| ring)
+                            .map_err(|e| FarError::io("setting TCP_USER_TIMEOUT", e))
+                    });
+                match ring {
                     Ok(ring) => Replier::ZeroCopy(Box::new(ZcSender {
                         ring,
                         iov: [libc::iovec {
