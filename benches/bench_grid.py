@@ -2,7 +2,8 @@
 core under a memlimit of a quarter of the grid (R2), and with a far-memory tier holding a ratio
 of the footprint while the local memlimit holds only the rest (R3)?
 
-    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3,algos,comp] [--repeats 1] [--r3-scale 24]
+    python benches/bench_grid.py [--scales 22,24] [--only r1,r2,r3,r3t,farcpu,algos,comp] [--repeats 1]
+        [--r3-scale 24] [--far-cases tcp/tcp/256K,uring/tcp/4M,...] [--data DIR]
         [--algos ppr,scc,...] [--nx-scale 14] [--gridgraph DIR]
 
 Graphs: Graph500 R-MAT (`strata generate rmat`, a=0.57, b=c=0.19, edge factor 16), converted to a
@@ -23,6 +24,19 @@ one-way delay of 0, 250 and 1000 us added in each direction. The kernel here is 
 netem (CONFIG_NET_SCH_NETEM unset, so `tc qdisc ... netem delay` is refused), so the delay comes
 from a relay (`cargo run --example delay_relay` of strata-farmem) that holds every chunk it
 forwards for the delay, without capping throughput.
+
+`--only r3t` (issue 21 item 5, the far-memory transports) runs R3 at ratio 0.7 for each
+`--far-cases` case CLIENT/SERVER/CHUNK (client and server transport, tcp or uring, and the
+chunk size; default: the old tcp/tcp/256K, tcp/tcp/4M, uring/tcp/4M and uring/uring/4M) side by
+side with the all-local run, the cases alternating over `--repeats` rounds, one memory server
+per server transport; recorded per run: compute seconds, the compute process's CPU seconds, the
+server process's CPU seconds over the run (from /proc/PID/stat: the preload's writes and every
+pass's reads) and the 1-minute load average; into bench-results/grid-r3t.json and the grid-r3t
+section. `--only farcpu` runs `cargo run --release --example farmem_bench` of strata-farmem:
+CPU seconds per GB read of client and server for every transport pair at 256 KiB and 4 MiB
+chunks, alternating over `--repeats` rounds, into the grid-farcpu section. `--data DIR` reads the
+R-MAT stores from DIR instead of bench-data/grid, and `--runs DIR` is where r3t's runs write
+their output (default bench-data/grid-runs; never into the stores).
 
 `--only comp` (issue 21 item 4) measures compressed grids (`--compression packed|byte`): the
 codes' bytes per edge and one core's decode rate (`cargo run --release --example codec_bench` of
@@ -76,9 +90,11 @@ from strata.io import load_profile
 
 DRIVER = Path(__file__).resolve().parent / "grid_driver.py"
 RELAY = REPO / "target" / "release" / "examples" / "delay_relay"
+FARMEM_BENCH = REPO / "target" / "release" / "examples" / "farmem_bench"
 CODEC_BENCH = REPO / "target" / "release" / "examples" / "codec_bench"
 CODECS = ("packed", "byte")
 WORK = REPO / "bench-data" / "grid"
+RUNS = REPO / "bench-data" / "grid-runs"
 OVERHEAD = 48 << 20
 DELAYS_US = (0, 250, 1000)
 
@@ -201,6 +217,7 @@ def figures(run: dict) -> dict:
     return {
         "seconds": s["compute_seconds"],
         "wall_seconds": run["wall_seconds"],
+        "cpu_seconds": run["cpu_seconds"],
         "edges_per_s": s["edges_per_second"],
         "iterations": s["iterations"],
         "gb_disk": s["bytes_disk"] / 1e9,
@@ -420,17 +437,97 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(capacity: str) -> tuple[subprocess.Popen, str]:
+def start_server(capacity: str, transport: str = "tcp") -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
             "-c",
             f"from strata import _native; _native.farmem_serve({{'listen': '127.0.0.1:{port}', "
-            f"'capacity': {capacity}}})",
+            f"'capacity': {capacity}, 'transport': '{transport}'}})",
         ]
     )
     return proc, wait_listening(port)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def parse_case(case: str) -> tuple[str, str, int]:
+    """CLIENT/SERVER/CHUNK, e.g. ``uring/tcp/4M``."""
+    parts = case.split("/")
+    units = {"K": 1 << 10, "M": 1 << 20}
+    if len(parts) != 3 or not set(parts[:2]) <= {"tcp", "uring"} or not re.fullmatch(r"\d+[KM]", parts[2]):
+        raise SystemExit(f"--far-cases: expected CLIENT/SERVER/CHUNK such as uring/tcp/4M, got {case!r}")
+    return parts[0], parts[1], int(parts[2][:-1]) * units[parts[2][-1]]
+
+
+def r3_transports(scale: int, repeats: int, cases: list[str], work: Path, runs_dir: Path) -> dict:
+    """R3 at ratio 0.7 for each transport case, alternating with the all-local run."""
+    store, _ = prepare(scale, work)
+    edges = edge_file_bytes(store, "col")
+    footprint = edges + 16 * 2**scale + (64 << 20)
+    limit = max(int(0.3 * footprint) + OVERHEAD, 16 * 2**scale + (128 << 20) + OVERHEAD)
+    parsed = {c: parse_case(c) for c in cases}
+    out_dir = runs_dir / f"rmat{scale}"
+    servers = {t: start_server(str(edges * 2), t) for t in sorted({p[1] for p in parsed.values()})}
+    runs: dict[str, list[dict]] = {"all_local": [], **{c: [] for c in cases}}
+    try:
+        for r in range(repeats):
+            f = figures(drive(store, "pagerank", "col", 16 << 30, iterations=10, out=out_dir))
+            runs["all_local"].append(f)
+            print(f"R3t round {r} all_local: {f['seconds']:.2f} s (load {f['load1']:.1f})", flush=True)
+            for case, (client, server, chunk) in parsed.items():
+                proc, addr = servers[server]
+                before = process_cpu(proc.pid)
+                run = drive(store, "pagerank", "col", limit - OVERHEAD, limit=limit, far=addr, ratio=0.7, chunk=chunk,
+                            far_transport=client, iterations=10, out=out_dir)  # fmt: skip
+                f = figures(run)
+                f["server_cpu_seconds"] = process_cpu(proc.pid) - before
+                f["vs_all_local"] = f["seconds"] / runs["all_local"][-1]["seconds"]
+                runs[case].append(f)
+                print(f"R3t round {r} {case}: {f['seconds']:.2f} s ({f['vs_all_local']:.2f}x local, "
+                      f"far {f['far_mb_s_median']:.0f} MB/s, load {f['load1']:.1f})", flush=True)  # fmt: skip
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait()
+    res: dict = {"memlimit_mb": limit / 2**20}
+    for name, fs in runs.items():
+        keys = ("seconds", "cpu_seconds", "gb_far", "far_mb_s_median", "load1")
+        med = {k: statistics.median(f[k] for f in fs) for k in keys}
+        if name != "all_local":
+            med["vs_all_local"] = statistics.median(f["vs_all_local"] for f in fs)
+            med["server_cpu_seconds"] = statistics.median(f["server_cpu_seconds"] for f in fs)
+        med["runs"] = fs
+        res[name] = med
+    return res
+
+
+def r3t_table(res: dict) -> str:
+    rows = []
+    for k, v in res.items():
+        if not isinstance(v, dict):
+            continue
+        vs = f"{v['vs_all_local']:.2f}x" if "vs_all_local" in v else ""
+        server = f"{v['server_cpu_seconds']:.1f}" if "server_cpu_seconds" in v else ""
+        rows.append((k, f"{v['seconds']:.2f}", vs, f"{v['gb_far']:.2f}", f"{v['far_mb_s_median']:.0f}",
+                     f"{v['cpu_seconds']:.1f}", server, f"{v['load1']:.1f}"))  # fmt: skip
+    head = f"Ratio 0.7 under a memlimit of {res['memlimit_mb']:.0f} MiB; medians of the rounds.\n\n"
+    return head + table(rows, ("case (client/server/chunk)", "seconds", "vs all-local", "GB far", "far MB/s",
+                               "compute process CPU s", "server CPU s", "load (1 min)"))  # fmt: skip
+
+
+def far_cpu(repeats: int) -> tuple[str, list]:
+    """farmem_bench's table (markdown) and its JSON figures."""
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "strata-farmem", "--example", "farmem_bench"],
+                   cwd=REPO, check=True)  # fmt: skip
+    proc = subprocess.run([str(FARMEM_BENCH), "3", str(repeats)], capture_output=True, text=True, check=True)
+    lines = proc.stdout.strip().splitlines()
+    return "\n".join(lines[:-1]), json.loads(lines[-1])
 
 
 def start_relay(upstream: str, delay_us: int) -> tuple[subprocess.Popen, str]:
@@ -530,6 +627,10 @@ def main() -> None:
     p.add_argument("--only", default="r1,r2,r3")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--r3-scale", type=int, default=24)
+    p.add_argument("--far-cases", default="tcp/tcp/256K,tcp/tcp/4M,uring/tcp/4M,uring/uring/4M",
+                   help="--only r3t: CLIENT/SERVER/CHUNK cases")  # fmt: skip
+    p.add_argument("--data", type=Path, default=WORK, help="where the R-MAT stores are (r3t)")
+    p.add_argument("--runs", type=Path, default=RUNS, help="where r3t's runs write their output")
     p.add_argument("--algos", default=",".join(a for a, _ in MORE_ALGOS), help="--only algos: which of them")
     p.add_argument("--nx-scale", type=int, default=14, help="--only algos: the RMAT scale networkx runs on")
     p.add_argument("--gridgraph", type=Path, default=None, help="--only algos: a built GridGraph checkout")
@@ -572,6 +673,16 @@ def main() -> None:
             res["gridgraph"] = gridgraph_side_by_side(a.gridgraph, scales, a.repeats)
         save(section, {**env, "results": res})
         update_doc(section, f"### More algorithms (`{env['command']}`)\n\n" + algos_tables(res, seq))
+    if "r3t" in only:
+        res = r3_transports(a.r3_scale, a.repeats, a.far_cases.split(","), a.data, a.runs)
+        save("grid-r3t", {**env, "results": res})
+        head = f"### R3 by far-memory transport, PageRank scale {a.r3_scale} (`{env['command']}`)\n\n"
+        update_doc("grid-r3t", head + r3t_table(res))
+    if "farcpu" in only:
+        text, figs = far_cpu(a.repeats)
+        save("grid-farcpu", {**env, "results": figs})
+        head = f"### CPU per far GB by transport (`{env['command']}`)\n\n"
+        update_doc("grid-farcpu", head + text)
     if "r3" in only:
         res = r3(a.r3_scale, a.repeats)
         save("grid-r3", {**env, "results": res})

@@ -2,7 +2,8 @@
 prints the run summary and every iteration as one JSON object.
 
     python benches/grid_driver.py STORE ALGO --grid NAME --memory BYTES [--keep-resident 0|1]
-        [--iterations N] [--root V] [--far ADDR --ratio R --chunk BYTES --connections N] [--prefetch N]
+        [--iterations N] [--root V] [--far ADDR --ratio R --chunk BYTES --connections N --far-transport tcp|uring]
+        [--prefetch N] [--out DIR]
         [--disk-fetchers N] [--segment BYTES] [--program FILE] [--param KEY=VALUE ...]
 """
 
@@ -29,6 +30,8 @@ def main() -> None:
     p.add_argument("--ratio", type=float, default=0.7)
     p.add_argument("--chunk", type=int, default=256 << 10)
     p.add_argument("--connections", type=int, default=0)
+    p.add_argument("--far-transport", default="tcp", choices=("tcp", "uring"))
+    p.add_argument("--out", default=None, help="the run's directory (default: STORE/runs/bench-ALGO)")
     p.add_argument("--prefetch", type=int, default=None)
     p.add_argument("--disk-fetchers", type=int, default=None)
     p.add_argument("--segment", type=int, default=0)
@@ -45,7 +48,7 @@ def main() -> None:
         "memory": a.memory,
         "keep_resident": bool(a.keep_resident),
         "segment": a.segment,
-        "out": f"{a.store}/runs/bench-{a.algo}",
+        "out": a.out or f"{a.store}/runs/bench-{a.algo}",
     }
     if a.algo in ("pagerank", "ppr"):
         job["iterations"] = a.iterations
@@ -62,7 +65,8 @@ def main() -> None:
         if getattr(a, key) is not None:
             job[key] = getattr(a, key)
     if a.far:
-        job.update(far=a.far, far_ratio=a.ratio, far_chunk=a.chunk, far_connections=a.connections)
+        job.update(far=a.far, far_ratio=a.ratio, far_chunk=a.chunk, far_connections=a.connections,
+                   far_transport=a.far_transport)  # fmt: skip
     iterations = []
     messages = []
 

@@ -38,8 +38,11 @@ def _default_sigint() -> None:
 class Server:
     """``strata farmem serve`` in a subprocess, on a port the OS picks."""
 
-    def __init__(self, capacity: str = "256M", host: str = "127.0.0.1", netns: Namespace | None = None):
-        argv = [sys.executable, "-m", "strata", "farmem", "serve", "--listen", f"{host}:0", "--capacity", capacity]
+    def __init__(
+        self, capacity: str = "256M", host: str = "127.0.0.1", netns: Namespace | None = None, transport: str = "tcp"
+    ):
+        argv = [sys.executable, "-m", "strata", "farmem", "serve", "--listen", f"{host}:0", "--capacity", capacity,
+                "--transport", transport]  # fmt: skip
         self.proc = subprocess.Popen(
             netns.wrap(argv) if netns else argv,
             stdout=subprocess.PIPE,
@@ -199,6 +202,24 @@ def test_cli_far_run_and_sigterm(store, server, tmp_path):
     assert "Traceback" not in err
 
 
+def test_cli_far_run_over_io_uring(store, local_ranks, tmp_path):
+    """Both sides on the io_uring transport (client receiving into place, server zero-copy
+    sends): the ranks equal the all-local run's."""
+    s = Server(transport="uring")
+    try:
+        proc = run_strata("run", "pagerank", store, "--iterations", "10", "--segment", SEGMENT, "--far", s.addr,
+                          "--far-ratio", "0.7", "--far-transport", "uring", "--far-chunk", "4M",
+                          "--out", tmp_path)  # fmt: skip
+    finally:
+        rc, _, err = s.stop(signal.SIGTERM)
+    assert "data connections over uring" in proc.stderr, proc.stderr
+    assert re.search(r"far memory .* chunks of 4\.00 MiB over uring, ping", proc.stdout), proc.stdout
+    np.testing.assert_allclose(np.load(tmp_path / "rank.npy"), local_ranks[10], rtol=1e-6)
+    summary = json.loads((tmp_path / "run.json").read_text())["summary"]
+    assert summary["bytes_far"] > 0 and summary["far_failure"] is None and summary["far"]["transport"] == "uring"
+    assert rc == 0 and "Traceback" not in err, err
+
+
 def test_ctrl_c_stops_the_server_cleanly():
     s = Server("16M")
     rc, out, err = s.stop(signal.SIGINT)
@@ -210,6 +231,8 @@ def test_serve_refuses_bad_options():
     assert proc.returncode == 2 and "farmem.serve.listen: expected HOST:PORT" in proc.stderr
     proc = run_strata("farmem", "serve", "--capacity", "0", check=False)
     assert proc.returncode == 2 and "farmem.serve.capacity: must be positive" in proc.stderr
+    proc = run_strata("farmem", "serve", "--transport", "rdma", check=False)
+    assert proc.returncode == 2 and "--transport: unknown choice 'rdma' (choices: tcp, uring)" in proc.stderr
 
 
 def test_serve_refuses_a_port_in_use(server):

@@ -1,12 +1,17 @@
 //! The compute side: a client of one memory server.
 //!
 //! Structure: one control connection (behind a mutex, one round trip at a time) and
-//! `data_connections` data connections. Each data connection has a **sender** thread, fed by an
-//! unbounded queue of chunk jobs, that keeps at most `depth_per_connection` chunk requests in
-//! flight, and a **receiver** thread that reads the replies (in request order) and lands each
-//! chunk's payload directly in the destination region of the caller's [`FarRead`] buffer with a
-//! `recv` into raw memory: no per-chunk allocation and no intermediate copy. A read's completion
-//! is sent when the last of its chunks has arrived.
+//! `data_connections` data connections, each fed by an unbounded queue of chunk jobs and keeping
+//! at most `depth_per_connection` chunk requests in flight. Replies come back in request order,
+//! and each chunk's payload lands directly in the destination region of the caller's
+//! [`FarRead`] buffer with a `recv` into raw memory: no per-chunk allocation and no intermediate
+//! copy. A read's completion is sent when the last of its chunks has arrived.
+//!
+//! With the `tcp` transport each data connection has a **sender** thread and a **receiver**
+//! thread on blocking sockets (this module); with `uring` one thread drives both directions of a
+//! connection through an io_uring ([`crate::uring_client`]). The bookkeeping (request ids, the
+//! in-flight queue, matching replies to requests, completing reads and writes, failure) is this
+//! module's and shared by both.
 //!
 //! Failure: the first broken connection, protocol violation or reply overdue by more than
 //! `io_timeout` makes the whole client dead. Every chunk in flight or queued then fails with
@@ -25,6 +30,8 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::error::{FarError, Result};
 use crate::protocol::{self, op, status, Header, HeaderRead, HEADER_LEN};
 use crate::server::ServerStats;
+use crate::uring_client;
+use crate::TransportKind;
 
 /// Settings of a far-memory client.
 #[derive(Clone, Debug)]
@@ -42,6 +49,8 @@ pub struct ClientConfig {
     /// Longest wait for an overdue reply before the client declares the server dead
     /// (default 5 s).
     pub io_timeout: Duration,
+    /// How the data connections move bytes (default `tcp`).
+    pub transport: TransportKind,
 }
 
 impl Default for ClientConfig {
@@ -53,6 +62,7 @@ impl Default for ClientConfig {
             depth_per_connection: 4,
             connect_timeout: Duration::from_secs(2),
             io_timeout: Duration::from_secs(5),
+            transport: TransportKind::Tcp,
         }
     }
 }
@@ -125,7 +135,7 @@ struct Counters {
     errors: AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -137,7 +147,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// For a write it points into the caller's `&[u8]`, which [`FarClient::write`] keeps borrowed
 /// until every chunk has been both sent (sender thread done with it) and accounted.
 #[derive(Clone, Copy)]
-struct Region(*mut u8);
+pub(crate) struct Region(pub(crate) *mut u8);
 
 // SAFETY: see the type's documentation: the memory outlives every use, and each region has a
 // single user at a time.
@@ -150,21 +160,39 @@ enum Target {
 }
 
 /// One chunk request.
-struct Job {
+pub(crate) struct Job {
     op: u8,
     segment: u64,
     offset: u64,
-    len: usize,
-    region: Region,
+    pub(crate) len: usize,
+    pub(crate) region: Region,
     target: Target,
 }
 
 impl Job {
     /// Accounts the chunk (exactly once per job).
-    fn finish(self, result: Result<usize>, shared: &Shared) {
+    pub(crate) fn finish(self, result: Result<usize>, shared: &Shared) {
         match self.target {
             Target::Read(state) => state.chunk_done(result, shared),
             Target::Write(state) => state.release(result.map(|_| ())),
+        }
+    }
+
+    /// Fails the chunk while the kernel may still write into its region (a receive that could
+    /// not be confirmed finished): a read's buffer is leaked instead of handed back, so its
+    /// completion carries an empty buffer. Last resort of [`crate::uring_client`]'s shutdown.
+    pub(crate) fn abandon(self, shared: &Shared) {
+        if let Target::Read(state) = &self.target {
+            std::mem::forget(lock(&state.buf).take());
+        }
+        self.finish(Err(shared.unavailable()), shared);
+    }
+
+    /// The reference a write chunk holds on its caller's bytes while they are being sent.
+    fn send_ref(&self) -> Option<Arc<WriteState>> {
+        match &self.target {
+            Target::Write(w) => Some(w.clone()),
+            Target::Read(_) => None,
         }
     }
 }
@@ -226,13 +254,13 @@ impl ReadState {
 /// Shared state of one [`FarClient::write`] call: each chunk holds two references, one released
 /// when its acknowledgement (or failure) is accounted, one when the sender thread no longer
 /// touches its bytes.
-struct WriteState {
+pub(crate) struct WriteState {
     state: Mutex<(usize, Option<FarError>)>,
     done: Condvar,
 }
 
 impl WriteState {
-    fn release(&self, result: Result<()>) {
+    pub(crate) fn release(&self, result: Result<()>) {
         let mut g = lock(&self.state);
         if let Err(e) = result {
             g.1.get_or_insert(e);
@@ -262,27 +290,191 @@ struct Pending {
     sent_at: Instant,
 }
 
-struct ConnState {
+pub(crate) struct ConnState {
     inflight: VecDeque<Pending>,
-    closed: bool,
+    pub(crate) closed: bool,
     next_id: u64,
 }
 
 /// One data connection's shared state.
-struct DataConn {
-    index: usize,
+pub(crate) struct DataConn {
+    pub(crate) index: usize,
     stream: TcpStream,
     depth: usize,
-    state: Mutex<ConnState>,
+    pub(crate) state: Mutex<ConnState>,
     space: Condvar,
 }
 
-struct Shared {
+/// A chunk request ready to go on the wire.
+pub(crate) struct Outgoing {
+    /// The encoded request header.
+    pub(crate) header: [u8; HEADER_LEN],
+    /// A write's payload: the chunk's bytes and the reference to release once they are sent.
+    pub(crate) body: Option<(Region, usize, Arc<WriteState>)>,
+}
+
+/// What the receiving side does after a reply header.
+pub(crate) enum Reply {
+    /// A READ's payload follows: receive `job.len` bytes into `job.region`, then
+    /// [`DataConn::payload_received`].
+    Payload(Job),
+    /// An error reply's message of `h.payload_len` bytes follows: receive it, then
+    /// [`DataConn::error_received`].
+    Message(Job, Header),
+    /// Nothing follows (a WRITE acknowledgement, already accounted).
+    Done,
+}
+
+impl DataConn {
+    /// True when fewer than `depth` requests are in flight and the connection is open.
+    pub(crate) fn has_room(&self, st: &ConnState) -> bool {
+        !st.closed && st.inflight.len() < self.depth
+    }
+
+    /// Puts `job` in flight under a fresh request id; the job comes back when the connection is
+    /// closed (fail it with [`DataConn::reject`]).
+    pub(crate) fn register(
+        &self,
+        st: &mut ConnState,
+        job: Job,
+    ) -> std::result::Result<Outgoing, Job> {
+        if st.closed {
+            return Err(job);
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        let mut h = Header::request(job.op, id, job.segment, job.offset, job.len as u64);
+        let body = job.send_ref().map(|w| {
+            h.payload_len = job.len as u64;
+            (job.region, job.len, w)
+        });
+        st.inflight.push_back(Pending {
+            id,
+            job,
+            sent_at: Instant::now(),
+        });
+        Ok(Outgoing {
+            header: h.encode(),
+            body,
+        })
+    }
+
+    /// Fails a job that could not be sent (the client is dead).
+    pub(crate) fn reject(shared: &Shared, job: Job) {
+        let send_ref = job.send_ref();
+        job.finish(Err(shared.unavailable()), shared);
+        if let Some(w) = send_ref {
+            w.release(Ok(()));
+        }
+    }
+
+    /// When the oldest request in flight was sent.
+    pub(crate) fn oldest_sent(&self) -> Option<Instant> {
+        lock(&self.state).inflight.front().map(|p| p.sent_at)
+    }
+
+    /// Matches a reply header with the oldest request in flight and checks it. `Err` means the
+    /// client was made dead (the reason is recorded) and the connection's loop should end.
+    pub(crate) fn reply(&self, shared: &Shared, h: &Header) -> std::result::Result<Reply, ()> {
+        let pending = {
+            let mut st = lock(&self.state);
+            match st.inflight.front() {
+                Some(p) if p.id == h.id => {
+                    let p = st.inflight.pop_front();
+                    self.space.notify_one();
+                    p
+                }
+                _ => None,
+            }
+        };
+        let Some(pending) = pending else {
+            shared.fail(format!(
+                "data connection {}: unexpected reply {} #{} (protocol error)",
+                self.index,
+                op::name(h.op),
+                h.id
+            ));
+            return Err(());
+        };
+        let job = pending.job;
+        if h.status != status::OK {
+            if h.payload_len > protocol::MAX_ERROR_PAYLOAD {
+                shared.fail(format!(
+                    "data connection {}: oversized error reply",
+                    self.index
+                ));
+                job.finish(Err(shared.unavailable()), shared);
+                return Err(());
+            }
+            return Ok(Reply::Message(job, *h));
+        }
+        let expected_payload = if job.op == op::READ {
+            job.len as u64
+        } else {
+            0
+        };
+        if h.op != job.op | op::REPLY
+            || h.segment != job.segment
+            || h.offset != job.offset
+            || h.length != job.len as u64
+            || h.payload_len != expected_payload
+        {
+            shared.fail(format!(
+                "data connection {}: reply {} #{} does not match its request",
+                self.index,
+                op::name(h.op),
+                h.id
+            ));
+            job.finish(Err(shared.unavailable()), shared);
+            return Err(());
+        }
+        if job.op == op::READ {
+            return Ok(Reply::Payload(job));
+        }
+        let len = job.len;
+        job.finish(Ok(len), shared);
+        Ok(Reply::Done)
+    }
+
+    /// Accounts a READ chunk whose payload has landed in its region.
+    pub(crate) fn payload_received(shared: &Shared, job: Job) {
+        shared
+            .stats
+            .bytes_read
+            .fetch_add(job.len as u64, Ordering::Relaxed);
+        shared.stats.chunks_read.fetch_add(1, Ordering::Relaxed);
+        let len = job.len;
+        job.finish(Ok(len), shared);
+    }
+
+    /// Fails the job of an error reply with its message. `Err` when the error was a PROTOCOL
+    /// error: the client was made dead and the connection's loop should end.
+    pub(crate) fn error_received(
+        &self,
+        shared: &Shared,
+        job: Job,
+        h: &Header,
+        msg: &[u8],
+    ) -> std::result::Result<(), ()> {
+        job.finish(Err(protocol::reply_error(h, msg)), shared);
+        if h.status == status::PROTOCOL {
+            shared.fail(format!(
+                "data connection {}: the server reported a protocol error: {}",
+                self.index,
+                String::from_utf8_lossy(msg)
+            ));
+            return Err(());
+        }
+        Ok(())
+    }
+}
+
+pub(crate) struct Shared {
     dead: AtomicBool,
     reason: Mutex<Option<String>>,
     conns: Vec<Arc<DataConn>>,
     control_stream: TcpStream,
-    io_timeout: Duration,
+    pub(crate) io_timeout: Duration,
     stats: Counters,
 }
 
@@ -291,14 +483,14 @@ impl Shared {
         self.dead.load(Ordering::Acquire)
     }
 
-    fn unavailable(&self) -> FarError {
+    pub(crate) fn unavailable(&self) -> FarError {
         let reason = lock(&self.reason).clone();
         FarError::Unavailable(reason.unwrap_or_else(|| "far memory client is closed".into()))
     }
 
     /// Makes the client dead: records the first reason, fails every chunk in flight, wakes the
     /// senders and closes every connection.
-    fn fail(&self, reason: String) {
+    pub(crate) fn fail(&self, reason: String) {
         {
             let mut r = lock(&self.reason);
             if r.is_none() {
@@ -332,10 +524,17 @@ struct Control {
 pub struct FarClient {
     shared: Arc<Shared>,
     control: Mutex<Control>,
-    jobs: Vec<Sender<Job>>,
+    lanes: Vec<Lane>,
     next_conn: AtomicUsize,
     chunk_bytes: usize,
     addr: SocketAddr,
+    transport: TransportKind,
+}
+
+/// The queue of one data connection, and how to wake its io_uring thread (`uring` only).
+struct Lane {
+    jobs: Sender<Job>,
+    waker: Option<Arc<uring_client::Waker>>,
 }
 
 impl std::fmt::Debug for FarClient {
@@ -343,7 +542,8 @@ impl std::fmt::Debug for FarClient {
         f.debug_struct("FarClient")
             .field("server", &self.addr)
             .field("chunk_bytes", &self.chunk_bytes)
-            .field("data_connections", &self.jobs.len())
+            .field("transport", &self.transport)
+            .field("data_connections", &self.lanes.len())
             .field("alive", &self.is_alive())
             .finish()
     }
@@ -424,7 +624,9 @@ impl FarClient {
     /// Connects: one control connection (HELLO, which opens a session) plus
     /// `data_connections` data connections joining it. [`FarError::Unavailable`] when the
     /// server cannot be reached within `connect_timeout`; [`FarError::BadRequest`] for a
-    /// configuration the server cannot serve (e.g. chunks above its maximum message size).
+    /// configuration the server cannot serve (e.g. chunks above its maximum message size);
+    /// [`FarError::Unsupported`] when the `uring` transport is asked for and this process
+    /// cannot use io_uring (checked before any connection is opened).
     pub fn connect(cfg: &ClientConfig) -> Result<FarClient> {
         if cfg.addr.is_empty() {
             return Err(FarError::BadRequest(
@@ -438,6 +640,14 @@ impl FarClient {
                 cfg.chunk_bytes, cfg.data_connections, cfg.depth_per_connection
             )));
         }
+        // One ring per data connection, set up first so that an unusable io_uring is reported
+        // before the server sees a session.
+        let mut rings = match cfg.transport {
+            TransportKind::Tcp => Vec::new(),
+            TransportKind::Uring => (0..cfg.data_connections)
+                .map(|_| uring_client::ConnRing::new())
+                .collect::<Result<Vec<_>>>()?,
+        };
         // Handshakes answer within connect_timeout; later replies within io_timeout.
         let timeouts = |s: &TcpStream, t: Duration| -> Result<()> {
             let t = Some(t.max(Duration::from_millis(1)));
@@ -494,19 +704,33 @@ impl FarClient {
             io_timeout: cfg.io_timeout,
             stats: Counters::default(),
         });
-        let mut jobs = Vec::with_capacity(streams.len());
+        let mut lanes = Vec::with_capacity(streams.len());
         for (i, s) in streams.into_iter().enumerate() {
             let (tx, rx) = crossbeam_channel::unbounded::<Job>();
-            jobs.push(tx);
-            let recv_stream = clone(&s)?;
             let (sh, conn) = (shared.clone(), shared.conns[i].clone());
-            spawn(format!("farmem-send-{i}"), move || {
-                sender_loop(&sh, &conn, rx, s)
-            })?;
-            let (sh, conn) = (shared.clone(), shared.conns[i].clone());
-            spawn(format!("farmem-recv-{i}"), move || {
-                receiver_loop(&sh, &conn, recv_stream)
-            })?;
+            if rings.is_empty() {
+                let recv_stream = clone(&s)?;
+                spawn(format!("farmem-send-{i}"), move || {
+                    sender_loop(&sh, &conn, rx, s)
+                })?;
+                let (sh, conn) = (shared.clone(), shared.conns[i].clone());
+                spawn(format!("farmem-recv-{i}"), move || {
+                    receiver_loop(&sh, &conn, recv_stream)
+                })?;
+                lanes.push(Lane {
+                    jobs: tx,
+                    waker: None,
+                });
+            } else {
+                let ring = rings.remove(0);
+                lanes.push(Lane {
+                    jobs: tx,
+                    waker: Some(ring.waker()),
+                });
+                spawn(format!("farmem-uring-{i}"), move || {
+                    ring.run(&sh, &conn, rx, s)
+                })?;
+            }
         }
         Ok(FarClient {
             shared,
@@ -514,10 +738,11 @@ impl FarClient {
                 stream: control,
                 next_id: 1,
             }),
-            jobs,
+            lanes,
             next_conn: AtomicUsize::new(0),
             chunk_bytes: cfg.chunk_bytes,
             addr,
+            transport: cfg.transport,
         })
     }
 
@@ -529,6 +754,11 @@ impl FarClient {
     /// Bytes per chunk.
     pub fn chunk_bytes(&self) -> usize {
         self.chunk_bytes
+    }
+
+    /// How the data connections move bytes.
+    pub fn transport(&self) -> TransportKind {
+        self.transport
     }
 
     /// False once the client is dead (server gone, connection broken, or reply overdue).
@@ -634,10 +864,16 @@ impl FarClient {
     }
 
     fn enqueue(&self, conn: usize, job: Job) {
-        let conn = conn % self.jobs.len();
-        if let Err(e) = self.jobs[conn].send(job) {
-            e.into_inner()
-                .finish(Err(self.shared.unavailable()), &self.shared);
+        let lane = &self.lanes[conn % self.lanes.len()];
+        match lane.jobs.send(job) {
+            Ok(()) => {
+                if let Some(w) = &lane.waker {
+                    w.wake();
+                }
+            }
+            Err(e) => e
+                .into_inner()
+                .finish(Err(self.shared.unavailable()), &self.shared),
         }
     }
 
@@ -780,7 +1016,7 @@ impl Drop for FarClient {
         // ends the session and frees its segments when the control connection closes. Queued
         // jobs are failed by the sender threads, which exit once the queues disconnect.
         self.shared.fail("far memory client closed".into());
-        self.jobs.clear();
+        self.lanes.clear();
     }
 }
 
@@ -795,53 +1031,36 @@ fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> Result<()> {
 /// Sends chunk requests of one data connection, keeping at most `depth` in flight.
 fn sender_loop(shared: &Shared, conn: &DataConn, jobs: Receiver<Job>, mut stream: TcpStream) {
     while let Ok(job) = jobs.recv() {
-        let write_ref = match &job.target {
-            Target::Write(w) => Some(w.clone()),
-            Target::Read(_) => None,
-        };
-        let (op_code, len, region) = (job.op, job.len, job.region);
-        let header = {
+        let registered = {
             let mut st = lock(&conn.state);
-            while !st.closed && st.inflight.len() >= conn.depth {
+            while !st.closed && !conn.has_room(&st) {
                 st = conn.space.wait(st).unwrap_or_else(|e| e.into_inner());
             }
-            if st.closed {
-                drop(st);
-                job.finish(Err(shared.unavailable()), shared);
-                if let Some(w) = write_ref {
-                    w.release(Ok(()));
-                }
+            conn.register(&mut st, job)
+        };
+        let out = match registered {
+            Ok(out) => out,
+            Err(job) => {
+                DataConn::reject(shared, job);
                 continue;
             }
-            let id = st.next_id;
-            st.next_id += 1;
-            let mut h = Header::request(op_code, id, job.segment, job.offset, len as u64);
-            if op_code == op::WRITE {
-                h.payload_len = len as u64;
+        };
+        let sent = match &out.body {
+            Some((region, len, w)) => {
+                // SAFETY: Region of a write: the caller's slice, kept borrowed by `write` until
+                // this send reference is released.
+                let body = unsafe { std::slice::from_raw_parts(region.0.cast_const(), *len) };
+                let sent = protocol::write_parts(&mut stream, &out.header, body);
+                w.release(Ok(()));
+                sent
             }
-            st.inflight.push_back(Pending {
-                id,
-                job,
-                sent_at: Instant::now(),
-            });
-            h.encode()
+            None => stream.write_all(&out.header),
         };
-        let sent = if op_code == op::WRITE {
-            // SAFETY: Region of a write: the caller's slice, kept borrowed by `write` until this
-            // job's `write_ref` is released below.
-            let body = unsafe { std::slice::from_raw_parts(region.0.cast_const(), len) };
-            protocol::write_parts(&mut stream, &header, body)
-        } else {
-            stream.write_all(&header)
-        };
-        if let Some(w) = write_ref {
-            w.release(Ok(()));
-        }
         if let Err(e) = sent {
             shared.fail(format!(
                 "data connection {}: sending a {} request failed: {e}",
                 conn.index,
-                op::name(op_code)
+                op::name(out.header[6])
             ));
         }
     }
@@ -855,16 +1074,13 @@ fn receiver_loop(shared: &Shared, conn: &DataConn, mut stream: TcpStream) {
         match protocol::read_header(&mut stream, &mut hbuf) {
             Ok(HeaderRead::Got) => {}
             Ok(HeaderRead::Idle) => {
-                let st = lock(&conn.state);
-                if st.closed {
+                if lock(&conn.state).closed {
                     return;
                 }
-                let overdue = st
-                    .inflight
-                    .front()
-                    .is_some_and(|p| p.sent_at.elapsed() >= shared.io_timeout);
-                drop(st);
-                if overdue {
+                if conn
+                    .oldest_sent()
+                    .is_some_and(|t| t.elapsed() >= shared.io_timeout)
+                {
                     shared.fail(format!(
                         "data connection {}: no reply within {:?}",
                         conn.index, shared.io_timeout
@@ -892,95 +1108,38 @@ fn receiver_loop(shared: &Shared, conn: &DataConn, mut stream: TcpStream) {
                 return;
             }
         };
-        let pending = {
-            let mut st = lock(&conn.state);
-            match st.inflight.front() {
-                Some(p) if p.id == h.id => {
-                    let p = st.inflight.pop_front();
-                    conn.space.notify_one();
-                    p
+        let received = match conn.reply(shared, &h) {
+            Err(()) => return,
+            Ok(Reply::Done) => Ok(()),
+            Ok(Reply::Message(job, h)) => {
+                msg.resize(h.payload_len as usize, 0);
+                match stream.read_exact(&mut msg) {
+                    Ok(()) => match conn.error_received(shared, job, &h, &msg) {
+                        Ok(()) => Ok(()),
+                        Err(()) => return,
+                    },
+                    Err(e) => Err((job, e)),
                 }
-                _ => None,
+            }
+            Ok(Reply::Payload(job)) => {
+                // SAFETY: Region of a read: this chunk's disjoint part of the FarRead's buffer,
+                // owned by its ReadState until this job is accounted, written only here.
+                match unsafe { protocol::recv_exact_raw(&stream, job.region.0, job.len) } {
+                    Ok(()) => {
+                        DataConn::payload_received(shared, job);
+                        Ok(())
+                    }
+                    Err(e) => Err((job, e)),
+                }
             }
         };
-        let Some(pending) = pending else {
+        if let Err((job, e)) = received {
             shared.fail(format!(
-                "data connection {}: unexpected reply {} #{} (protocol error)",
-                conn.index,
-                op::name(h.op),
-                h.id
+                "data connection {}: receiving a reply: {e}",
+                conn.index
             ));
-            return;
-        };
-        let job = pending.job;
-        if h.status != status::OK {
-            if h.payload_len > protocol::MAX_ERROR_PAYLOAD {
-                shared.fail(format!(
-                    "data connection {}: oversized error reply",
-                    conn.index
-                ));
-                job.finish(Err(shared.unavailable()), shared);
-                return;
-            }
-            msg.resize(h.payload_len as usize, 0);
-            if let Err(e) = stream.read_exact(&mut msg) {
-                shared.fail(format!("data connection {}: {e}", conn.index));
-                job.finish(Err(shared.unavailable()), shared);
-                return;
-            }
-            let err = protocol::reply_error(&h, &msg);
-            let fatal = h.status == status::PROTOCOL;
-            job.finish(Err(err), shared);
-            if fatal {
-                shared.fail(format!(
-                    "data connection {}: the server reported a protocol error: {}",
-                    conn.index,
-                    String::from_utf8_lossy(&msg)
-                ));
-                return;
-            }
-            continue;
-        }
-        let expected_payload = if job.op == op::READ {
-            job.len as u64
-        } else {
-            0
-        };
-        if h.op != job.op | op::REPLY
-            || h.segment != job.segment
-            || h.offset != job.offset
-            || h.length != job.len as u64
-            || h.payload_len != expected_payload
-        {
-            let why = format!(
-                "data connection {}: reply {} #{} does not match its request",
-                conn.index,
-                op::name(h.op),
-                h.id
-            );
-            shared.fail(why);
             job.finish(Err(shared.unavailable()), shared);
             return;
         }
-        if job.op == op::READ {
-            // SAFETY: Region of a read: this chunk's disjoint part of the FarRead's buffer,
-            // owned by its ReadState until this job is accounted, written only here.
-            let got = unsafe { protocol::recv_exact_raw(&stream, job.region.0, job.len) };
-            if let Err(e) = got {
-                shared.fail(format!(
-                    "data connection {}: receiving a chunk: {e}",
-                    conn.index
-                ));
-                job.finish(Err(shared.unavailable()), shared);
-                return;
-            }
-            shared
-                .stats
-                .bytes_read
-                .fetch_add(job.len as u64, Ordering::Relaxed);
-            shared.stats.chunks_read.fetch_add(1, Ordering::Relaxed);
-        }
-        let len = job.len;
-        job.finish(Ok(len), shared);
     }
 }

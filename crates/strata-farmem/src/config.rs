@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::config::{check_address, ConfigError, Section, Size};
 
-use crate::ServerConfig;
+use crate::{ServerConfig, TransportKind};
 
 /// A memory server lending RAM to compute processes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -15,6 +15,10 @@ pub struct ServeOptions {
     pub listen: String,
     /// bytes of memory to lend to compute processes
     pub capacity: Size,
+    /// how data connections send chunks: tcp (socket writes) or uring (io_uring zero-copy
+    /// sends of segment memory; on loopback the kernel copies them anyway, see the far-memory
+    /// docs; falls back to writes, said on stderr, where io_uring or zero-copy is unavailable)
+    pub transport: TransportKind,
 }
 
 impl Default for ServeOptions {
@@ -22,6 +26,7 @@ impl Default for ServeOptions {
         ServeOptions {
             listen: "127.0.0.1:7000".into(),
             capacity: Size(1 << 30),
+            transport: TransportKind::Tcp,
         }
     }
 }
@@ -48,6 +53,7 @@ impl ServeOptions {
         ServerConfig {
             listen: self.listen.clone(),
             capacity_bytes: self.capacity.0,
+            transport: self.transport,
             ..ServerConfig::default()
         }
     }
@@ -69,7 +75,10 @@ mod tests {
             err(serde_json::json!({"capacity": 0})),
             "farmem.serve.capacity: must be positive, got 0"
         );
+        assert!(err(serde_json::json!({"transport": "rdma"})).starts_with("farmem.serve.transport"));
         let ok = check::<ServeOptions>(&serde_json::json!({"capacity": "2G"})).unwrap();
         assert_eq!(ok.server_config().capacity_bytes, 2 << 30);
+        let uring = check::<ServeOptions>(&serde_json::json!({"transport": "uring"})).unwrap();
+        assert_eq!(uring.server_config().transport, TransportKind::Uring);
     }
 }

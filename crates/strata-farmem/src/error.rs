@@ -28,6 +28,10 @@ pub enum FarError {
     /// arguments. The connection stays usable.
     #[error("bad far memory request: {0}")]
     BadRequest(String),
+    /// This process cannot use the asked-for transport (io_uring unavailable: old kernel,
+    /// seccomp or container policy, the `kernel.io_uring_disabled` sysctl); the message says why.
+    #[error("far memory transport not supported here: {0}")]
+    Unsupported(String),
     /// A local I/O failure (binding, accepting) with what was being done.
     #[error("{context}: {source}")]
     Io {

@@ -8,6 +8,12 @@
 //! control messages on one connection and bulk chunks on separate data connections (Fargraph+
 //! §6.3). The wire format is documented in [`protocol`].
 //!
+//! Each side drives its data connections with one of two [`TransportKind`]s, a local choice
+//! that does not change the wire: `tcp` (blocking sockets, a sender and a receiver thread per
+//! data connection) or `uring` (io_uring: one thread and one ring per data connection on the
+//! client, zero-copy sends of segment memory on the server). Either client works with either
+//! server.
+//!
 //! The disk copy stays authoritative: when the server dies or a connection breaks, the client
 //! turns dead, every pending and later operation fails with [`FarError::Unavailable`] (within
 //! the client's `io_timeout`), and callers fall back to disk.
@@ -32,6 +38,9 @@ pub mod config;
 mod error;
 pub mod protocol;
 mod server;
+mod uring;
+mod uring_client;
+mod uring_server;
 
 #[cfg(test)]
 mod tests;
@@ -39,10 +48,60 @@ mod tests;
 pub use client::{ClientConfig, ClientStats, FarClient, FarCompletion, FarRead};
 pub use error::{FarError, Result};
 pub use server::{Server, ServerConfig, ServerStats, StopHandle};
+pub use uring_server::ZeroCopyStats;
+
+/// How a client or server moves the bytes of its data connections (the wire is the same).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// Blocking sockets: a sender and a receiver thread per data connection.
+    #[default]
+    Tcp,
+    /// io_uring: on the client one thread and one ring per data connection, receiving each
+    /// chunk straight into its destination; on the server zero-copy sends (`SENDMSG_ZC`) of
+    /// segment memory. Unavailable io_uring is reported as [`FarError::Unsupported`].
+    Uring,
+}
+
+impl TransportKind {
+    /// The name used in configuration (`tcp` or `uring`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Tcp => "tcp",
+            TransportKind::Uring => "uring",
+        }
+    }
+}
+
+/// Checks, without connecting, that this process can run a client on `kind`:
+/// [`FarError::Unsupported`] says why not (io_uring unavailable: old kernel, seccomp or
+/// container policy, the `kernel.io_uring_disabled` sysctl).
+pub fn check_transport(kind: TransportKind) -> Result<()> {
+    match kind {
+        TransportKind::Tcp => Ok(()),
+        TransportKind::Uring => uring::ring(8, &uring::CLIENT_OPS).map(drop),
+    }
+}
+
+impl std::fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The far-memory operations a compute engine needs, independent of the link.
 ///
-/// [`FarClient`] is the TCP implementation. An RDMA implementation would map `alloc`/`free`
+/// [`FarClient`] implements it over TCP, with either [`TransportKind`]. An RDMA implementation would map `alloc`/`free`
 /// onto registering memory regions on the memory node (over a message queue pair), `write` onto
 /// one-sided writes, and `submit` onto one-sided reads posted on data queue pairs with the
 /// completions harvested from a completion queue. Engines that want to stay link-agnostic hold

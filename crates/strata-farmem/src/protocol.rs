@@ -372,6 +372,17 @@ pub(crate) fn tune_socket(stream: &TcpStream, bulk: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes TCP abort the connection when sent data stays unacknowledged for `ms` milliseconds
+/// (`TCP_USER_TIMEOUT`), instead of retrying for up to about 15 minutes.
+pub(crate) fn user_timeout(stream: &TcpStream, ms: u32) -> io::Result<()> {
+    set_int_opt(
+        stream,
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        ms.min(i32::MAX as u32) as libc::c_int,
+    )
+}
+
 /// Turns on TCP keep-alive probing (first probe after 30 s idle, then every 10 s, 3 probes), so
 /// the server notices a client whose machine vanished and frees its session within about a
 /// minute instead of hours.

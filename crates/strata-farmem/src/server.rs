@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use crate::error::{FarError, Result};
 use crate::protocol::{self, op, status, Header, HeaderRead, HEADER_LEN};
+use crate::uring_server::{Replier, ZeroCopyCounters, ZeroCopyStats};
+use crate::TransportKind;
 
 /// How often `run_until` checks its stop condition.
 const STOP_POLL: Duration = Duration::from_millis(50);
@@ -33,6 +35,9 @@ pub struct ServerConfig {
     pub capacity_bytes: u64,
     /// Largest message (chunk) the server accepts or sends, in bytes (default 64 MiB).
     pub max_message_bytes: u64,
+    /// How data connections send READ replies: `tcp` writes them, `uring` sends them with
+    /// zero-copy sends (falling back to writes, said once on stderr, where the kernel refuses).
+    pub transport: TransportKind,
 }
 
 impl Default for ServerConfig {
@@ -41,6 +46,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:0".to_string(),
             capacity_bytes: 1 << 30,
             max_message_bytes: 64 << 20,
+            transport: TransportKind::Tcp,
         }
     }
 }
@@ -136,6 +142,8 @@ struct Accounting {
 struct Shared {
     capacity: u64,
     max_message: u64,
+    transport: TransportKind,
+    zero_copy: ZeroCopyCounters,
     acct: Arc<Accounting>,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
     /// Every open connection, so that stopping can close them.
@@ -213,6 +221,8 @@ impl Server {
             shared: Arc::new(Shared {
                 capacity: cfg.capacity_bytes,
                 max_message: cfg.max_message_bytes,
+                transport: cfg.transport,
+                zero_copy: ZeroCopyCounters::default(),
                 acct: Arc::new(Accounting::default()),
                 sessions: Mutex::new(HashMap::new()),
                 conns: Mutex::new(HashMap::new()),
@@ -239,6 +249,17 @@ impl Server {
     /// The server's counters now.
     pub fn stats(&self) -> ServerStats {
         self.shared.stats()
+    }
+
+    /// How the server's data connections send READ replies.
+    pub fn transport(&self) -> TransportKind {
+        self.shared.transport
+    }
+
+    /// The zero-copy sends of the `uring` transport so far, and how many the kernel copied
+    /// anyway (on loopback: all).
+    pub fn zero_copy_stats(&self) -> ZeroCopyStats {
+        self.shared.zero_copy.snapshot()
     }
 
     /// Serves (one thread per connection) until `stop()` returns true or the
@@ -605,6 +626,7 @@ impl Shared {
         let mut hbuf = [0u8; HEADER_LEN];
         // Receive buffer for chunk writes; grows to the largest chunk seen, then stays.
         let mut scratch: Vec<u8> = Vec::new();
+        let mut replier = Replier::new(self.transport, stream, &self.zero_copy);
         loop {
             let h = match self.next_header(stream, &mut hbuf) {
                 Ok(Some(h)) => h,
@@ -626,7 +648,7 @@ impl Shared {
                     if h.payload_len != 0 {
                         return ConnEnd::Protocol(h.id, h.op, "READ carries no payload".into());
                     }
-                    self.read_chunk(stream, session, &h)
+                    self.read_chunk(stream, &mut replier, session, &h)
                 }
                 op::WRITE => {
                     if h.payload_len != h.length {
@@ -684,6 +706,7 @@ impl Shared {
     fn read_chunk(
         &self,
         stream: &mut TcpStream,
+        replier: &mut Replier,
         session: &Session,
         h: &Header,
     ) -> std::io::Result<()> {
@@ -710,8 +733,9 @@ impl Shared {
         };
         let mut reply = Header::reply_to(h);
         reply.payload_len = h.length;
-        // Straight from the segment's memory into the socket.
-        protocol::write_parts(stream, &reply.encode(), &data[range])?;
+        // Straight from the segment's memory into the socket (with `uring`, the kernel sends
+        // from the segment's pages; the read lock is held until it is done with them).
+        replier.send(stream, &reply.encode(), &data[range], &self.zero_copy)?;
         self.bytes_served.fetch_add(h.length, Ordering::Relaxed);
         Ok(())
     }

@@ -1,4 +1,8 @@
 //! Client/server tests over loopback TCP. Timing enters only as generous upper bounds.
+//!
+//! Every test runs on both transports (client and server alike): `on_both_transports!` at the
+//! end makes a `tcp::NAME` and a `uring::NAME` test of each. `STRATA_TEST_NO_URING=1` skips the
+//! `uring` ones on a system without io_uring.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -18,16 +22,18 @@ const GENEROUS: Duration = Duration::from_secs(30);
 /// A server running on a background thread, stopped and joined on drop.
 struct TestServer {
     server: Arc<Server>,
+    transport: TransportKind,
     stop: StopHandle,
     thread: Option<JoinHandle<Result<()>>>,
 }
 
 impl TestServer {
-    fn start(capacity: u64) -> TestServer {
+    fn start(capacity: u64, transport: TransportKind) -> TestServer {
         Self::start_with(ServerConfig {
             listen: "127.0.0.1:0".into(),
             capacity_bytes: capacity,
             max_message_bytes: 64 << 20,
+            transport,
         })
     }
 
@@ -38,6 +44,7 @@ impl TestServer {
         let thread = std::thread::spawn(move || s.run_until(&|| false));
         TestServer {
             server,
+            transport: cfg.transport,
             stop,
             thread: Some(thread),
         }
@@ -50,6 +57,7 @@ impl TestServer {
     fn config(&self) -> ClientConfig {
         ClientConfig {
             addr: self.addr(),
+            transport: self.transport,
             ..Default::default()
         }
     }
@@ -121,9 +129,8 @@ fn read_one(c: &FarClient, segment: u64, offset: u64, len: usize) -> Result<Vec<
     done.result.map(|n| done.buf[..n].to_vec())
 }
 
-#[test]
-fn round_trip_odd_sizes() {
-    let srv = TestServer::start(64 << 20);
+fn round_trip_odd_sizes(t: TransportKind) {
+    let srv = TestServer::start(64 << 20, t);
     let c = FarClient::connect(&ClientConfig {
         chunk_bytes: 10_007,
         ..srv.config()
@@ -157,9 +164,8 @@ fn round_trip_odd_sizes() {
     assert_eq!(ss.bytes_received, len as u64);
 }
 
-#[test]
-fn proptest_round_trip() {
-    let srv = TestServer::start(256 << 20);
+fn proptest_round_trip(t: TransportKind) {
+    let srv = TestServer::start(256 << 20, t);
     let strategy = (
         prop_oneof![1usize..=64, 65usize..=5000, 5000usize..=70_000],
         1usize..=3,
@@ -230,9 +236,8 @@ fn proptest_round_trip() {
         .unwrap();
 }
 
-#[test]
-fn many_reads_in_flight() {
-    let srv = TestServer::start(64 << 20);
+fn many_reads_in_flight(t: TransportKind) {
+    let srv = TestServer::start(64 << 20, t);
     let c = FarClient::connect(&ClientConfig {
         chunk_bytes: 4096,
         data_connections: 3,
@@ -268,9 +273,8 @@ fn many_reads_in_flight() {
     assert!(st.read_latency_us_mean > 0.0);
 }
 
-#[test]
-fn two_clients_have_separate_sessions() {
-    let srv = TestServer::start(64 << 20);
+fn two_clients_have_separate_sessions(t: TransportKind) {
+    let srv = TestServer::start(64 << 20, t);
     let a = Arc::new(srv.client());
     let b = Arc::new(srv.client());
     let (da, db) = (pattern(100, 1 << 20), pattern(200, 1 << 20));
@@ -305,9 +309,8 @@ fn two_clients_have_separate_sessions() {
     assert!(a.is_alive() && b.is_alive());
 }
 
-#[test]
-fn session_segments_freed_on_client_drop() {
-    let srv = TestServer::start(64 << 20);
+fn session_segments_freed_on_client_drop(t: TransportKind) {
+    let srv = TestServer::start(64 << 20, t);
     let c = srv.client();
     c.alloc(1, 3 << 20).unwrap();
     c.alloc(2, 5 << 20).unwrap();
@@ -335,9 +338,8 @@ fn session_segments_freed_on_client_drop() {
     assert_eq!(other.free_capacity().unwrap(), 63 << 20);
 }
 
-#[test]
-fn capacity_refusal() {
-    let srv = TestServer::start(1 << 20);
+fn capacity_refusal(t: TransportKind) {
+    let srv = TestServer::start(1 << 20, t);
     let c = srv.client();
     match c.alloc(1, 2 << 20) {
         Err(FarError::Capacity { asked, free }) => {
@@ -391,12 +393,12 @@ fn closed_by_peer(s: &mut TcpStream) -> bool {
     !matches!(s.read(&mut b), Ok(n) if n > 0)
 }
 
-#[test]
-fn out_of_range_and_bad_messages_are_rejected_while_serving() {
+fn out_of_range_and_bad_messages_are_rejected_while_serving(t: TransportKind) {
     let srv = TestServer::start_with(ServerConfig {
         listen: "127.0.0.1:0".into(),
         capacity_bytes: 16 << 20,
         max_message_bytes: 1 << 20,
+        transport: t,
     });
     let c = FarClient::connect(&ClientConfig {
         chunk_bytes: 64 << 10,
@@ -505,12 +507,12 @@ fn out_of_range_and_bad_messages_are_rejected_while_serving() {
     assert!(wait_for(|| srv.server.stats().sessions == 2, GENEROUS));
 }
 
-#[test]
-fn client_config_is_checked() {
+fn client_config_is_checked(t: TransportKind) {
     let srv = TestServer::start_with(ServerConfig {
         listen: "127.0.0.1:0".into(),
         capacity_bytes: 1 << 20,
         max_message_bytes: 4096,
+        transport: t,
     });
     let too_big = FarClient::connect(&ClientConfig {
         chunk_bytes: 8192,
@@ -523,13 +525,15 @@ fn client_config_is_checked() {
     });
     assert!(matches!(zero, Err(FarError::BadRequest(_))));
     assert!(matches!(
-        FarClient::connect(&ClientConfig::default()),
+        FarClient::connect(&ClientConfig {
+            transport: t,
+            ..ClientConfig::default()
+        }),
         Err(FarError::BadRequest(_))
     ));
 }
 
-#[test]
-fn unreachable_server_is_unavailable() {
+fn unreachable_server_is_unavailable(t: TransportKind) {
     let port = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -537,19 +541,20 @@ fn unreachable_server_is_unavailable() {
     let r = FarClient::connect(&ClientConfig {
         addr: format!("127.0.0.1:{port}"),
         connect_timeout: Duration::from_millis(500),
+        transport: t,
         ..Default::default()
     });
     assert!(matches!(r, Err(FarError::Unavailable(_))), "{r:?}");
 }
 
-#[test]
-fn silent_listener_is_unavailable() {
+fn silent_listener_is_unavailable(t: TransportKind) {
     // The kernel accepts the connection, but nobody answers HELLO.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let r = FarClient::connect(&ClientConfig {
         addr: l.local_addr().unwrap().to_string(),
         connect_timeout: Duration::from_millis(300),
         io_timeout: Duration::from_secs(60),
+        transport: t,
         ..Default::default()
     });
     assert!(matches!(r, Err(FarError::Unavailable(_))), "{r:?}");
@@ -597,9 +602,8 @@ fn assert_fails_fast(c: &FarClient) {
     );
 }
 
-#[test]
-fn server_stopped_mid_stream() {
-    let mut srv = TestServer::start(128 << 20);
+fn server_stopped_mid_stream(t: TransportKind) {
+    let mut srv = TestServer::start(128 << 20, t);
     let io_timeout = Duration::from_secs(3);
     let c = FarClient::connect(&ClientConfig {
         io_timeout,
@@ -672,13 +676,13 @@ fn fake_server(close_after_first: bool) -> (SocketAddr, JoinHandle<()>) {
     (addr, t)
 }
 
-#[test]
-fn silent_server_times_out_pending_reads() {
-    let (addr, t) = fake_server(false);
+fn silent_server_times_out_pending_reads(t: TransportKind) {
+    let (addr, fake) = fake_server(false);
     let io_timeout = Duration::from_millis(500);
     let c = FarClient::connect(&ClientConfig {
         addr: addr.to_string(),
         io_timeout,
+        transport: t,
         ..Default::default()
     })
     .unwrap();
@@ -692,15 +696,15 @@ fn silent_server_times_out_pending_reads() {
     assert!(matches!(&got[&0].result, Err(FarError::Unavailable(m)) if m.contains("no reply")));
     assert_fails_fast(&c);
     drop(c);
-    t.join().unwrap();
+    fake.join().unwrap();
 }
 
-#[test]
-fn server_closing_fails_pending_reads_and_writes() {
-    let (addr, t) = fake_server(true);
+fn server_closing_fails_pending_reads_and_writes(t: TransportKind) {
+    let (addr, fake) = fake_server(true);
     let c = FarClient::connect(&ClientConfig {
         addr: addr.to_string(),
         io_timeout: Duration::from_secs(60),
+        transport: t,
         ..Default::default()
     })
     .unwrap();
@@ -712,16 +716,16 @@ fn server_closing_fails_pending_reads_and_writes() {
     // Closing is noticed at once: no need to wait for the (long) io timeout.
     let got = collect(&rx, 20);
     assert_eq!(count_unavailable(&got), 20);
-    t.join().unwrap();
+    fake.join().unwrap();
     assert_fails_fast(&c);
 }
 
-#[test]
-fn dropping_the_client_completes_pending_reads() {
-    let (addr, t) = fake_server(false);
+fn dropping_the_client_completes_pending_reads(t: TransportKind) {
+    let (addr, fake) = fake_server(false);
     let c = FarClient::connect(&ClientConfig {
         addr: addr.to_string(),
         io_timeout: Duration::from_secs(60),
+        transport: t,
         ..Default::default()
     })
     .unwrap();
@@ -733,93 +737,163 @@ fn dropping_the_client_completes_pending_reads() {
     drop(c);
     let got = collect(&rx, 20);
     assert_eq!(count_unavailable(&got), 20);
-    t.join().unwrap();
+    fake.join().unwrap();
 }
 
-#[test]
-fn works_through_the_transport_trait() {
-    let srv = TestServer::start(8 << 20);
-    let t: Arc<dyn Transport> = Arc::new(srv.client());
-    t.alloc(3, 5000).unwrap();
-    t.write(3, 10, b"hello far memory").unwrap();
-    assert_eq!(t.free_capacity().unwrap(), (8 << 20) - 5000);
+fn works_through_the_transport_trait(t: TransportKind) {
+    let srv = TestServer::start(8 << 20, t);
+    let far: Arc<dyn Transport> = Arc::new(srv.client());
+    far.alloc(3, 5000).unwrap();
+    far.write(3, 10, b"hello far memory").unwrap();
+    assert_eq!(far.free_capacity().unwrap(), (8 << 20) - 5000);
     let (tx, rx) = unbounded();
-    t.submit(vec![FarRead::new(3, 10, 16, 9)], &tx);
+    far.submit(vec![FarRead::new(3, 10, 16, 9)], &tx);
     let done = rx.recv_timeout(GENEROUS).unwrap();
     assert_eq!(&done.buf[..16], b"hello far memory");
-    assert!(t.is_alive() && t.chunk_bytes() == 256 << 10);
-    t.free(3).unwrap();
+    assert!(far.is_alive() && far.chunk_bytes() == 256 << 10);
+    far.free(3).unwrap();
 }
 
-/// Loopback throughput: `cargo test --release -p strata-farmem -- --ignored --nocapture`.
-#[test]
-#[ignore = "benchmark"]
-fn loopback_throughput() {
-    let seg = 256usize << 20;
-    let srv = TestServer::start(2 * seg as u64);
-    for (conns, chunk) in [(1, 256 << 10), (2, 256 << 10), (4, 256 << 10), (2, 1 << 20)] {
-        let c = FarClient::connect(&ClientConfig {
-            chunk_bytes: chunk,
-            data_connections: conns,
-            ..srv.config()
-        })
-        .unwrap();
-        let data = pattern(1, seg);
-        c.alloc(1, seg as u64).unwrap();
-        let t = Instant::now();
-        c.write(1, 0, &data).unwrap();
-        let write_gbs = seg as f64 / t.elapsed().as_secs_f64() / 1e9;
-        // Reads of 4 MiB, 16 in flight, buffers recycled.
-        let read_len = 4usize << 20;
-        let per_pass = seg / read_len;
-        let passes = 8;
-        let total = per_pass * passes;
-        let (tx, rx) = unbounded();
-        let t = Instant::now();
-        let mut next = 0usize;
-        let mut bufs: Vec<Vec<u8>> = (0..16).map(|_| Vec::with_capacity(read_len)).collect();
-        let mut done = 0usize;
-        while next < 16 {
-            let off = (next % per_pass) * read_len;
-            c.submit(
-                vec![FarRead {
-                    segment: 1,
-                    offset: off as u64,
-                    len: read_len,
-                    buf: bufs.pop().unwrap(),
-                    tag: next as u64,
-                }],
-                &tx,
-            );
-            next += 1;
-        }
-        while done < total {
-            let comp = rx.recv_timeout(GENEROUS).unwrap();
-            comp.result.unwrap();
-            done += 1;
-            if next < total {
-                let off = (next % per_pass) * read_len;
-                c.submit(
-                    vec![FarRead {
-                        segment: 1,
-                        offset: off as u64,
-                        len: read_len,
-                        buf: comp.buf,
-                        tag: next as u64,
-                    }],
-                    &tx,
-                );
-                next += 1;
-            }
-        }
-        let secs = t.elapsed().as_secs_f64();
-        let read_gbs = (total * read_len) as f64 / secs / 1e9;
-        let st = c.stats();
-        println!(
-            "conns={conns} chunk={} KiB: write {write_gbs:.2} GB/s, read {read_gbs:.2} GB/s, mean read latency {:.0} us (4 MiB reads, 16 in flight)",
-            chunk >> 10,
-            st.read_latency_us_mean
-        );
-        c.free(1).unwrap();
+/// A client of either transport works against a server of the other (the wire is the same).
+fn mixed_transports_interoperate(t: TransportKind) {
+    let other = match t {
+        TransportKind::Tcp => TransportKind::Uring,
+        TransportKind::Uring => TransportKind::Tcp,
+    };
+    let srv = TestServer::start(16 << 20, other);
+    let c = FarClient::connect(&ClientConfig {
+        transport: t,
+        chunk_bytes: 100_000,
+        ..srv.config()
+    })
+    .unwrap();
+    assert_eq!((c.transport(), srv.server.transport()), (t, other));
+    let data = pattern(21, 3 << 20);
+    c.alloc(1, data.len() as u64).unwrap();
+    c.write(1, 0, &data).unwrap();
+    assert_eq!(read_one(&c, 1, 0, data.len()).unwrap(), data);
+    assert_eq!(
+        read_one(&c, 1, 777, 1_000_001).unwrap(),
+        &data[777..1_000_778]
+    );
+    // Zero-copy sends are counted on the uring server (on loopback the kernel copies them).
+    let zc = srv.server.zero_copy_stats();
+    match other {
+        TransportKind::Uring => assert!(zc.sends >= 42 && zc.copied <= zc.sends, "{zc:?}"),
+        TransportKind::Tcp => assert_eq!(zc, ZeroCopyStats::default()),
     }
 }
+
+/// Installs, on the calling thread only, a seccomp filter that makes `io_uring_setup` fail with
+/// ENOSYS: what a container policy or an old kernel does to a process.
+fn deny_io_uring_on_this_thread() {
+    let insn = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let mut prog = [
+        // The system call number; io_uring_setup gets ENOSYS, everything else runs.
+        insn(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+        insn(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            0,
+            1,
+            libc::SYS_io_uring_setup as u32,
+        ),
+        insn(
+            libc::BPF_RET | libc::BPF_K,
+            0,
+            0,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        ),
+        insn(libc::BPF_RET | libc::BPF_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: plain prctl calls; the kernel copies the filter program during the call.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        let rc = libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &fprog as *const libc::sock_fprog,
+        );
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+}
+
+#[test]
+fn unusable_io_uring_is_reported_and_the_server_falls_back() {
+    let srv = TestServer::start(8 << 20, TransportKind::Tcp);
+    let cfg = srv.config();
+    // A thread of its own: the filter stays with it and the threads it starts.
+    std::thread::spawn(move || {
+        deny_io_uring_on_this_thread();
+        let r = FarClient::connect(&ClientConfig {
+            transport: TransportKind::Uring,
+            ..cfg.clone()
+        });
+        match r {
+            Err(FarError::Unsupported(why)) => assert!(why.contains("no io_uring"), "{why}"),
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+        // A uring server started here serves with plain writes instead (said on stderr).
+        let fallback = TestServer::start(8 << 20, TransportKind::Uring);
+        let c = FarClient::connect(&ClientConfig {
+            transport: TransportKind::Tcp,
+            ..fallback.config()
+        })
+        .unwrap();
+        c.alloc(1, 4096).unwrap();
+        c.write(1, 0, &pattern(3, 4096)).unwrap();
+        assert_eq!(read_one(&c, 1, 0, 4096).unwrap(), pattern(3, 4096));
+        assert_eq!(fallback.server.zero_copy_stats().sends, 0);
+        // The tcp transport needs no io_uring.
+        FarClient::connect(&cfg).unwrap().alloc(1, 10).unwrap();
+    })
+    .join()
+    .unwrap();
+}
+
+/// Runs each named test on both transports, as `tcp::NAME` and `uring::NAME`.
+macro_rules! on_both_transports {
+    ($($name:ident),* $(,)?) => {
+        mod tcp {
+            $(#[test]
+            fn $name() {
+                super::$name(crate::TransportKind::Tcp)
+            })*
+        }
+        mod uring {
+            $(#[test]
+            fn $name() {
+                if std::env::var_os("STRATA_TEST_NO_URING").is_none() {
+                    super::$name(crate::TransportKind::Uring)
+                }
+            })*
+        }
+    };
+}
+
+on_both_transports!(
+    round_trip_odd_sizes,
+    proptest_round_trip,
+    many_reads_in_flight,
+    two_clients_have_separate_sessions,
+    session_segments_freed_on_client_drop,
+    capacity_refusal,
+    out_of_range_and_bad_messages_are_rejected_while_serving,
+    client_config_is_checked,
+    unreachable_server_is_unavailable,
+    silent_listener_is_unavailable,
+    server_stopped_mid_stream,
+    silent_server_times_out_pending_reads,
+    server_closing_fails_pending_reads_and_writes,
+    dropping_the_client_completes_pending_reads,
+    works_through_the_transport_trait,
+    mixed_transports_interoperate,
+);

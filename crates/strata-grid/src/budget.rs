@@ -338,6 +338,7 @@ mod tests {
             addr: "127.0.0.1:1".into(),
             ratio: 0.5,
             chunk_bytes: 256 << 10,
+            transport: strata_farmem::TransportKind::Tcp,
             connections: 1,
             fetchers: 2,
         });
@@ -345,6 +346,7 @@ mod tests {
         let setup = FarSetup {
             addr: "127.0.0.1:1".into(),
             chunk_bytes: 256 << 10,
+            transport: strata_farmem::TransportKind::Tcp,
             connections: 1,
             fetchers: 3,
             free_capacity: capacity,

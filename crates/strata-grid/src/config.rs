@@ -18,6 +18,7 @@ use crate::far::FarConfig;
 use crate::grid::is_grid_dir;
 use crate::layout::{GridManifest, Order, WeightRequest, WeightSource, WeightSpec, STORE_WEIGHTS};
 use crate::place::VertexPlacement;
+use strata_farmem::TransportKind;
 
 /// One run.
 #[derive(Debug, Clone)]
@@ -133,6 +134,10 @@ pub struct RunOptions {
     pub far_ratio: f64,
     /// bytes per far-memory transfer chunk (4 KiB to 64 MiB)
     pub far_chunk: Size,
+    /// how the far-memory data connections move bytes: tcp (blocking sockets, two threads per
+    /// connection) or uring (io_uring, one thread per connection, chunks received straight into
+    /// place; falls back to tcp, with a message, where io_uring is unavailable)
+    pub far_transport: TransportKind,
     /// parallel data connections to far memory; 0 = the controller probes
     pub far_connections: u64,
     /// threads fetching segments from far memory
@@ -182,6 +187,7 @@ impl Default for RunOptions {
             far: None,
             far_ratio: 0.5,
             far_chunk: Size(256 << 10),
+            far_transport: TransportKind::Tcp,
             far_connections: 0,
             far_fetchers: 2,
             keep_resident: true,
@@ -265,6 +271,7 @@ impl RunOptions {
                 addr: addr.clone(),
                 ratio: self.far_ratio,
                 chunk_bytes: count(self.far_chunk.0),
+                transport: self.far_transport,
                 connections: count(self.far_connections),
                 fetchers: count(self.far_fetchers),
             }),
@@ -495,6 +502,8 @@ mod tests {
             .starts_with("run.far: expected HOST:PORT"));
         assert!(refusal::<RunOptions>(with("far_chunk", "1G".into()))
             .starts_with("run.far_chunk: must be between"));
+        assert!(refusal::<RunOptions>(with("far_transport", "rdma".into()))
+            .starts_with("run.far_transport"));
         assert!(refusal::<RunOptions>(with("grid", "../x".into()))
             .starts_with("run.grid: must be a plain"));
         assert!(refusal::<RunOptions>(with("weight_low", 2.0.into()))
@@ -508,7 +517,8 @@ mod tests {
     #[test]
     fn the_job_carries_the_algorithm_and_far_memory() {
         let o: RunOptions = check(&serde_json::json!({
-            "algorithm": "sssp", "store": "g", "root": 7, "far": "h:1", "far_ratio": 0.25
+            "algorithm": "sssp", "store": "g", "root": 7, "far": "h:1", "far_ratio": 0.25,
+            "far_transport": "uring"
         }))
         .unwrap();
         let job = o.job().unwrap();
@@ -516,7 +526,8 @@ mod tests {
             job.algorithm,
             Configured::new(crate::algo::Sssp { root: 7 })
         );
-        assert_eq!(job.far.unwrap().ratio, 0.25);
+        let far = job.far.unwrap();
+        assert_eq!((far.ratio, far.transport), (0.25, TransportKind::Uring));
         assert_eq!(job.out, Some(PathBuf::from("g/runs/grid-sssp")));
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use strata_farmem::{ClientConfig, FarClient, FarCompletion, FarRead};
+use strata_farmem::{ClientConfig, FarClient, FarCompletion, FarError, FarRead, TransportKind};
 use strata_io::progress::{Meter, Progress};
 use strata_store::units::fmt_bytes;
 
@@ -25,6 +25,10 @@ pub struct FarConfig {
     /// Bytes per transfer chunk.
     #[serde(default = "default_chunk")]
     pub chunk_bytes: usize,
+    /// How the data connections move bytes (`uring` falls back to `tcp`, with a message, where
+    /// io_uring is unavailable).
+    #[serde(default)]
+    pub transport: TransportKind,
     /// Parallel data connections; 0: the controller picks.
     #[serde(default)]
     pub connections: usize,
@@ -46,6 +50,8 @@ fn default_fetchers() -> usize {
 pub struct FarSetup {
     pub addr: String,
     pub chunk_bytes: usize,
+    /// The transport in use (`tcp` where `uring` was asked for but is unavailable).
+    pub transport: TransportKind,
     pub connections: usize,
     pub fetchers: usize,
     pub free_capacity: u64,
@@ -72,16 +78,18 @@ pub fn connect(cfg: &FarConfig, progress: &dyn Progress) -> Result<(Arc<FarClien
             format!("must be between 4 KiB and 64 MiB, got {}", cfg.chunk_bytes),
         ));
     }
-    let unreachable = |e: strata_farmem::FarError| {
+    let unreachable = |e: FarError| {
         GridError::config(
             "far",
             format!("cannot use the memory server at {}: {e}", cfg.addr),
         )
     };
+    let transport = usable_transport(cfg.transport, progress);
     let client_cfg = |connections: usize| ClientConfig {
         addr: cfg.addr.clone(),
         chunk_bytes: cfg.chunk_bytes,
         data_connections: connections,
+        transport,
         ..ClientConfig::default()
     };
     let mut probe = Vec::new();
@@ -106,12 +114,13 @@ pub fn connect(cfg: &FarConfig, progress: &dyn Progress) -> Result<(Arc<FarClien
     let free_capacity = client.free_capacity().map_err(unreachable)?;
     let ping_us = client.ping().map_err(unreachable)?.as_secs_f64() * 1e6;
     progress.message(&format!(
-        "far memory {}: {} free, ping {:.0} us, chunks of {}, {} data connections{}",
+        "far memory {}: {} free, ping {:.0} us, chunks of {}, {} data connections over {}{}",
         cfg.addr,
         fmt_bytes(free_capacity),
         ping_us,
         fmt_bytes(cfg.chunk_bytes as u64),
         connections,
+        transport,
         if probe.is_empty() {
             String::new()
         } else {
@@ -130,6 +139,7 @@ pub fn connect(cfg: &FarConfig, progress: &dyn Progress) -> Result<(Arc<FarClien
         FarSetup {
             addr: cfg.addr.clone(),
             chunk_bytes: cfg.chunk_bytes,
+            transport,
             connections,
             fetchers: cfg.fetchers.max(1),
             free_capacity,
@@ -139,8 +149,20 @@ pub fn connect(cfg: &FarConfig, progress: &dyn Progress) -> Result<(Arc<FarClien
     ))
 }
 
+/// `asked`, or `tcp` with a message when `uring` is asked for and this process cannot use
+/// io_uring (the disk copy's reads fall back the same way: the run goes on, slower).
+fn usable_transport(asked: TransportKind, progress: &dyn Progress) -> TransportKind {
+    if asked == TransportKind::Uring {
+        if let Err(e) = strata_farmem::check_transport(asked) {
+            progress.message(&format!("far memory: {e}; using the tcp transport"));
+            return TransportKind::Tcp;
+        }
+    }
+    asked
+}
+
 /// Read throughput (bytes/s) of a fresh client with `cfg`'s connections.
-fn probe_rate(cfg: &ClientConfig) -> std::result::Result<f64, strata_farmem::FarError> {
+fn probe_rate(cfg: &ClientConfig) -> std::result::Result<f64, FarError> {
     let client = FarClient::connect(cfg)?;
     let id = u64::MAX - 1;
     client.alloc(id, PROBE_BYTES as u64)?;
@@ -226,6 +248,7 @@ mod tests {
     use std::path::{Path, PathBuf};
     use std::sync::Arc;
 
+    use strata_farmem::TransportKind;
     use strata_io::progress::{NoProgress, Progress};
     use strata_store::array::read_all_bytes;
     use strata_store::rng::Rng;
@@ -254,6 +277,10 @@ mod tests {
     }
 
     fn job(store: &Path, far: Option<String>) -> RunJob {
+        job_on(store, far, TransportKind::Tcp)
+    }
+
+    fn job_on(store: &Path, far: Option<String>, transport: TransportKind) -> RunJob {
         RunJob {
             store: store.to_path_buf(),
             algorithm: Configured::new(PageRank {
@@ -272,6 +299,7 @@ mod tests {
                 addr,
                 ratio: 0.7,
                 chunk_bytes: 4096,
+                transport,
                 connections: 2,
                 fetchers: 2,
             }),
@@ -380,9 +408,10 @@ mod tests {
             &NoProgress,
         )
         .unwrap();
+        // The far run goes over io_uring (the other far tests over tcp).
         let on_packed = |far: Option<String>| RunJob {
             grid: Some("packed".into()),
-            ..job(&st, far)
+            ..job_on(&st, far, TransportKind::Uring)
         };
         let local = run(&on_packed(None), &NoProgress, &mut |_: &Iteration| Ok(())).unwrap();
         assert!(local.stored_bytes_per_edge < 4.0, "{local:?}");

@@ -20,8 +20,8 @@ pub mod testing;
 
 pub use aligned::{align_down, align_up, AlignedBuf, ALIGN};
 pub use engine::{
-    BackendKind, Completion, Engine, EngineConfig, FixedBuf, FixedPool, IoBuf, IoFile, IoQueue, Op,
-    Request,
+    explain_uring_setup_error, BackendKind, Completion, Engine, EngineConfig, FixedBuf, FixedPool,
+    IoBuf, IoFile, IoQueue, Op, Request,
 };
 pub use error::{IoError, Result};
 pub use file::{DirectFile, OpenMode};

@@ -494,7 +494,7 @@ def format_summary(summary: dict) -> str:
     if far:
         lines.append(
             f"  far memory {far['addr']}: {far['connections']} connections, {far['fetchers']} fetchers, "
-            f"chunks of {fmt_bytes(far['chunk_bytes'])}, ping {far['ping_us']:.0f} us"
+            f"chunks of {fmt_bytes(far['chunk_bytes'])} over {far['transport']}, ping {far['ping_us']:.0f} us"
         )
     if s.get("far_failure"):
         lines.append(

@@ -29,6 +29,7 @@ use crate::stats::{IoStats, StatsSnapshot};
 
 pub use file::IoFile;
 pub use fixed::{FixedBuf, FixedPool};
+pub use uring::explain_setup_error as explain_uring_setup_error;
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,8 +22,9 @@ pub(super) struct Uring {
     free_bufs: Option<Mutex<Vec<u16>>>,
 }
 
-/// Why io_uring cannot be used here, in words, from a setup error.
-fn explain(e: &std::io::Error) -> String {
+/// Why io_uring cannot be used here, in words, from an `io_uring_setup` error (shared with the
+/// far-memory tier's rings).
+pub fn explain_setup_error(e: &std::io::Error) -> String {
     let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
         .map(|v| v.trim().to_string())
         .unwrap_or_default();
@@ -45,7 +46,7 @@ impl Uring {
         let ring = IoUring::builder()
             .setup_cqsize(entries * 2)
             .build(entries)
-            .map_err(|e| explain(&e))?;
+            .map_err(|e| explain_setup_error(&e))?;
         let mut probe = io_uring::Probe::new();
         ring.submitter()
             .register_probe(&mut probe)
