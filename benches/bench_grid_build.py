@@ -174,7 +174,8 @@ def main() -> None:
     save("grid-build", {"machine": machine(), "command": command, "limit": a.limit, "results": results})
     update_doc(
         "grid-build",
-        f"### Input to grid (`{command}`; under load, memlimit {a.limit})\n\n{table(results)}",
+        f"### Input to grid (`{command}`; memlimit {a.limit}, the 1-minute load in the last column)\n\n"
+        f"{table(results)}",
     )
     print(table(results))
 

@@ -208,6 +208,7 @@ def test_neighbours_are_of_the_query_nodes_own_type_unless_any_type(typed, pinne
     assert all(node[i][0] == k for k, ids in kinds.items() for i in ids)
     strata_cli("embed", "export", pinned_run, "--out", tmp_path / "emb")
     emb = np.load(tmp_path / "emb" / "embeddings.npy")
+    p3, everyone = node.index("p3"), range(len(node))
     queries = ["p3", "f5", "g1", "p7", "f30"]
     got = Run(pinned_run).neighbors(queries, top=3, metric="cos")
     assert [q["name"] for q in got["results"]] == queries
@@ -219,7 +220,7 @@ def test_neighbours_are_of_the_query_nodes_own_type_unless_any_type(typed, pinne
         strata_cli("embed", "neighbors", pinned_run, "--node", "p3", "--top", "8", "--metric", "cos", "--any-type",
                    "--json").stdout
     )  # fmt: skip
-    assert [a["node"] for a in out["results"][0]["neighbors"]] == nearest_by_cos(emb, node.index("p3"), range(len(node)), 8)
+    assert [a["node"] for a in out["results"][0]["neighbors"]] == nearest_by_cos(emb, p3, everyone, 8)
     # The approximate index keeps one graph per type and answers within the type the same way.
     needs("usearch")
     strata_cli("embed", "index", pinned_run, "--out", tmp_path / "idx", "--metric", "cos")
@@ -235,7 +236,7 @@ def test_neighbours_are_of_the_query_nodes_own_type_unless_any_type(typed, pinne
         strata_cli("embed", "neighbors", pinned_run, "--index", tmp_path / "idx", "--node", "p3", "--top", "8",
                    "--any-type", "--json").stdout
     )  # fmt: skip
-    assert [a["node"] for a in out["results"][0]["neighbors"]] == nearest_by_cos(emb, node.index("p3"), range(len(node)), 8)
+    assert [a["node"] for a in out["results"][0]["neighbors"]] == nearest_by_cos(emb, p3, everyone, 8)
 
 
 def test_featurized_films_are_the_mean_of_their_words(typed, tmp_path):
