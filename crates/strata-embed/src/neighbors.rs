@@ -16,7 +16,7 @@ use crate::entity_types::TypedLayout;
 use crate::error::{EmbedError, Result};
 use crate::kernels::{dot, gemm_abt};
 use crate::model::{Comparator, ScoreModel};
-use crate::query::{name_of, Loaded, OrdF32};
+use crate::query::{candidate_rows, name_of, scan_groups, Loaded, OrdF32};
 use crate::run_dir::Which;
 
 /// Candidate rows scored per matrix product.
@@ -187,13 +187,7 @@ pub fn neighbors(
         .then(|| l.run.meta.partitioning.typed_layout())
         .flatten();
     let type_of = |q: u64| layout.as_ref().map(|t| t.type_of(q));
-    // Query indices grouped by the type they search (stable: query order within a type).
-    let mut order: Vec<usize> = (0..queries.len()).collect();
-    order.sort_by_key(|&i| type_of(queries[i]));
-    let groups: Vec<&[usize]> = order
-        .chunk_by(|&i, &j| type_of(queries[i]) == type_of(queries[j]))
-        .flat_map(|same| same.chunks(per_scan))
-        .collect();
+    let groups = scan_groups(queries.len(), |i| type_of(queries[i]), per_scan);
     let mut results: Vec<Option<NeighborList>> = vec![None; queries.len()];
     let mut scans = 0;
     let mut partitions_read = 0;
@@ -203,7 +197,7 @@ pub fn neighbors(
         groups.len() as u64 * n * d as u64 * 4,
         groups.len() as u64 * n,
     );
-    for group in groups {
+    for group in &groups {
         let nodes: Vec<u64> = group.iter().map(|&i| queries[i]).collect();
         let rows = single_rows(l, &nodes)?;
         let within = layout.as_ref().zip(type_of(nodes[0]));
@@ -317,13 +311,7 @@ fn scan(
     let (mut cand_norms, mut widened) = (Vec::new(), Vec::new());
     l.buffer.visit(&all, &l.table, |p, emb| {
         let size = partitioning.size_of(p) as usize;
-        let span = match within {
-            Some((layout, ty)) => {
-                let s = layout.section(ty, p);
-                s.start as usize..s.end as usize
-            }
-            None => 0..size,
-        };
+        let span = candidate_rows(&partitioning, within, p);
         for lo in span.clone().step_by(TILE) {
             let t = TILE.min(span.end - lo);
             let cands = emb.span(lo * d, t * d, &mut widened);

@@ -239,20 +239,12 @@ impl Loaded {
                 }
             })
         };
-        // Query indices by answer type (a stable sort: each type's queries in their order).
-        let mut order: Vec<usize> = (0..queries.len()).collect();
-        order.sort_by_key(|&i| answer_type(&queries[i]));
-        let by_type: Vec<&[usize]> = order
-            .chunk_by(|&i, &j| answer_type(&queries[i]) == answer_type(&queries[j]))
-            .collect();
-        let scans: u64 = by_type
-            .iter()
-            .map(|g| g.len().div_ceil(per_scan) as u64)
-            .sum();
+        let groups = scan_groups(queries.len(), |i| answer_type(&queries[i]), per_scan);
+        let scans = groups.len() as u64;
         let n = self.run.meta.num_nodes;
         let mut meter = Meter::new(progress, "predict", scans * n * d as u64 * 4, scans * n);
         let mut lists = vec![Vec::new(); queries.len()];
-        for indices in by_type.iter().flat_map(|g| g.chunks(per_scan)) {
+        for indices in &groups {
             let group: Vec<&Query> = indices.iter().map(|&i| &queries[i]).collect();
             let nodes: Vec<u64> = group.iter().map(|q| q.src).collect();
             let src_rows = crate::neighbors::single_rows(self, &nodes)?;
@@ -307,13 +299,7 @@ impl Loaded {
         let typed = partitioning.typed_layout().zip(scan.answer_type);
         self.buffer.visit(&all, &self.table, |p, emb| {
             let size = partitioning.size_of(p) as usize;
-            let rows = match &typed {
-                Some((l, t)) => {
-                    let s = l.section(*t, p);
-                    s.start as usize..s.end as usize
-                }
-                None => 0..size,
-            };
+            let rows = candidate_rows(&partitioning, typed.as_ref().map(|(l, t)| (l, *t)), p);
             for lo in rows.clone().step_by(crate::eval::TILE) {
                 let t = crate::eval::TILE.min(rows.end - lo);
                 out.resize(b * t, 0.0);
@@ -433,5 +419,36 @@ pub(crate) fn lookup(
             store.path().display(),
             count - 1
         ))),
+    }
+}
+
+/// Query indices `0..n` in scan groups: grouped by `key` (a stable sort, so each key's queries
+/// keep their order), each group at most `per_scan` long.
+pub(crate) fn scan_groups<K: Ord>(
+    n: usize,
+    key: impl Fn(usize) -> K,
+    per_scan: usize,
+) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| key(i));
+    order
+        .chunk_by(|&i, &j| key(i) == key(j))
+        .flat_map(|same| same.chunks(per_scan))
+        .map(<[usize]>::to_vec)
+        .collect()
+}
+
+/// The rows of region `p` a scan scores: `within`'s type section in a typed run, else all.
+pub(crate) fn candidate_rows(
+    partitioning: &crate::partitioning::Partitioning,
+    within: Option<(&crate::entity_types::TypedLayout, usize)>,
+    p: u32,
+) -> std::ops::Range<usize> {
+    match within {
+        Some((layout, ty)) => {
+            let s = layout.section(ty, p);
+            s.start as usize..s.end as usize
+        }
+        None => 0..partitioning.size_of(p) as usize,
     }
 }
