@@ -413,6 +413,24 @@ pub fn plan_fitting(
     }
 }
 
+/// Checks that a budget of `memory` bytes holds this rank's process (torch, gloo and the
+/// runtime reserve) and returns the bytes the process takes (0 outside a distributed run).
+/// Every rank runs it before the group's first barrier, so each one fails on its own with
+/// the budget error rather than waiting on a peer that has already exited.
+pub fn check_rank_process(memory: u64, rank: &RankNeeds) -> Result<u64> {
+    let group_bytes = group_bytes(rank.group_anon_bytes);
+    if group_bytes > 0 && RUNTIME_BYTES + group_bytes >= memory {
+        return Err(EmbedError::Budget(format!(
+            "memory budget {} cannot hold this rank's process: {}, beside the {} runtime reserve; give each rank --memory well above {}",
+            fmt_bytes(memory),
+            group_takes(group_bytes),
+            fmt_bytes(RUNTIME_BYTES),
+            fmt_bytes(RUNTIME_BYTES + group_bytes)
+        )));
+    }
+    Ok(group_bytes)
+}
+
 /// Plans `cfg` for a node table of `shape` and `num_relations` relation types with
 /// `threads` workers; `rank`: this process is a rank of a distributed run.
 /// `cfg.partitions == 0` (and no count fixed by the entity types) picks the fewest
@@ -427,16 +445,7 @@ pub fn plan(
 ) -> Result<EmbedPlan> {
     let memory = cfg.memory;
     let rank = rank.unwrap_or_default();
-    let group_bytes = group_bytes(rank.group_anon_bytes);
-    if group_bytes > 0 && RUNTIME_BYTES + group_bytes >= memory {
-        return Err(EmbedError::Budget(format!(
-            "memory budget {} cannot hold this rank's process: {}, beside the {} runtime reserve; give each rank --memory well above {}",
-            fmt_bytes(memory),
-            group_takes(group_bytes),
-            fmt_bytes(RUNTIME_BYTES),
-            fmt_bytes(RUNTIME_BYTES + group_bytes)
-        )));
-    }
+    let group_bytes = check_rank_process(memory, &rank)?;
     let d = model.dim as u64;
     let rd = model.rel_dim() as u64;
     // Bernoulli corruption's head probabilities: one float per relation.

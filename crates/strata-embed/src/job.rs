@@ -138,6 +138,13 @@ pub fn train_group(
         .as_ref()
         .map_or((0, 1), |c| (c.rank(), c.world_size()));
     let leader = rank == 0;
+    let needs = cluster.as_ref().map(|c| RankNeeds {
+        group_anon_bytes: c.group_anon_bytes(),
+        prefetch: cfg.dist_prefetch,
+    });
+    if let Some(n) = &needs {
+        budget::check_rank_process(cfg.memory, n)?;
+    }
     // Rank 0 creates or resumes the run (and buckets the edges) before the others open it;
     // in owner mode each rank then sets up its own directory (one at a time: ranks on one
     // machine may share the store, whose bucket index the first one writes).
@@ -145,10 +152,6 @@ pub fn train_group(
         c.barrier("run created by rank 0")?;
     }
     let own = owners.then_some(rank);
-    let needs = cluster.as_ref().map(|c| RankNeeds {
-        group_anon_bytes: c.group_anon_bytes(),
-        prefetch: cfg.dist_prefetch,
-    });
     let dir = match own {
         Some(r) => owner::rank_dir(run_dir, r),
         None => run_dir.to_path_buf(),
