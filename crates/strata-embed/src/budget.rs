@@ -413,6 +413,15 @@ pub fn plan_fitting(
     }
 }
 
+/// Bytes of the float32 copy a scan makes of one tile of candidate rows (`TILE x dim`) from
+/// a bf16 table; 0 for a float32 table, whose rows are scored where they lie.
+pub fn widened_tile_bytes(dtype: TableDtype, dim: usize) -> u64 {
+    match dtype {
+        TableDtype::F32 => 0,
+        TableDtype::Bf16 => (eval::TILE * dim * 4) as u64,
+    }
+}
+
 /// Checks that a budget of `memory` bytes holds this rank's process (torch, gloo and the
 /// runtime reserve) and returns the bytes the process takes (0 outside a distributed run).
 /// Every rank runs it before the group's first barrier, so each one fails on its own with
@@ -471,14 +480,9 @@ pub fn plan(
             }
         };
     // Each thread's score tile, and for a bf16 table its tile of candidates widened to f32.
-    let widened = match cfg.table_dtype {
-        TableDtype::F32 => 0,
-        TableDtype::Bf16 => eval::TILE as u64 * d,
-    };
     let tiles = threads as u64
-        * 4
-        * (widened
-            + match cfg.eval_protocol {
+        * (widened_tile_bytes(cfg.table_dtype, model.dim)
+            + 4 * match cfg.eval_protocol {
                 Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
                 Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
             });

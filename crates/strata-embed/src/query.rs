@@ -142,12 +142,17 @@ impl Loaded {
     }
 
     /// Bytes the budget leaves beside the partition buffer for a query's own arrays: what
-    /// training would give to edges, evaluation and workers, plus what the plan leaves unused.
+    /// training would give to edges, evaluation and workers, plus what the plan leaves unused,
+    /// less the widened tile of candidates a scan of a bf16 table holds.
     pub fn spare_bytes(&self) -> u64 {
-        self.plan.memory.saturating_sub(self.plan.total())
+        (self.plan.memory.saturating_sub(self.plan.total())
             + self.plan.eval_bytes
             + self.plan.edge_bytes
-            + self.plan.worker_bytes
+            + self.plan.worker_bytes)
+            .saturating_sub(budget::widened_tile_bytes(
+                self.cfg.table_dtype,
+                self.model.dim,
+            ))
     }
 
     /// The id of node `name` (a name from the store's id map, or a number when it has none).
