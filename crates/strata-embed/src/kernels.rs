@@ -34,6 +34,39 @@ fn exp_neg(x: f32) -> f32 {
 /// reassociating float additions.
 const LANES: usize = 16;
 
+/// Defines `pub fn NAME(args) -> ret` that runs the `#[inline(always)]` function `generic`
+/// compiled for AVX-512, for AVX2 or for the baseline, the widest the CPU has (detected at run
+/// time), so that one build runs everywhere and uses the vector unit it finds.
+macro_rules! widest {
+    ($(#[$doc:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $generic:ident) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512dq,fma")]
+                unsafe fn avx512($($arg: $ty),*) -> $ret {
+                    $generic($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) -> $ret {
+                    $generic($($arg),*)
+                }
+                if std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512dq")
+                {
+                    // SAFETY: the features were detected at run time.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // SAFETY: as above.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $generic($($arg),*)
+        }
+    };
+}
+
 /// Shifts `row` by `shift`, exponentiates it in place and returns the sum (all inputs `<= shift`).
 #[inline(always)]
 fn exp_sum_generic(row: &mut [f32], shift: f32) -> f32 {
@@ -54,32 +87,32 @@ fn exp_sum_generic(row: &mut [f32], shift: f32) -> f32 {
     sum
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512dq,fma")]
-unsafe fn exp_sum_avx512(row: &mut [f32], shift: f32) -> f32 {
-    exp_sum_generic(row, shift)
+widest! {
+    /// `row[i] = exp(row[i] - shift)`, returning the sum (every `row[i] <= shift`).
+    pub fn exp_sum(row: &mut [f32], shift: f32) -> f32 = exp_sum_generic
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn exp_sum_avx2(row: &mut [f32], shift: f32) -> f32 {
-    exp_sum_generic(row, shift)
-}
-
-/// `row[i] = exp(row[i] - shift)`, returning the sum, with the widest vector unit available.
-pub fn exp_sum(row: &mut [f32], shift: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512dq") {
-            // SAFETY: the features were detected at run time.
-            return unsafe { exp_sum_avx512(row, shift) };
-        }
-        if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-            // SAFETY: as above.
-            return unsafe { exp_sum_avx2(row, shift) };
+/// The largest value of `row` (NaNs ignored; -inf when empty or all NaN).
+#[inline(always)]
+fn max_generic(row: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
         }
     }
-    exp_sum_generic(row, shift)
+    chunks
+        .remainder()
+        .iter()
+        .chain(&acc)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max)
+}
+
+widest! {
+    /// The largest value of `row` (NaNs ignored; -inf when empty or all NaN).
+    pub fn max(row: &[f32]) -> f32 = max_generic
 }
 
 /// `sum_i a[i] * b[i]`.
@@ -142,6 +175,16 @@ mod tests {
         let s = exp_sum(&mut row, 0.0);
         assert!((s - (1.0 + (-1f32).exp() + (-2f32).exp())).abs() < 1e-6);
         assert!(row[3] >= 0.0 && row[3] < 1e-30);
+    }
+
+    #[test]
+    fn max_covers_the_remainder_and_ignores_nan() {
+        let mut row: Vec<f32> = (0..37).map(|i| -(i as f32)).collect();
+        row[36] = 5.0;
+        row[3] = f32::NAN;
+        assert_eq!(max(&row), 5.0);
+        assert_eq!(max(&row[..16]), 0.0);
+        assert_eq!(max(&[]), f32::NEG_INFINITY);
     }
 
     #[test]

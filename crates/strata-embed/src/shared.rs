@@ -168,6 +168,14 @@ impl<'a> SharedRows<'a> {
         self.params.prefetch(i * self.dim, self.dim);
     }
 
+    /// [`SharedRows::prefetch`] for an update of row `i`: its optimizer state too.
+    #[inline]
+    pub fn prefetch_update(&self, i: usize) {
+        self.prefetch(i);
+        self.state
+            .prefetch(i * self.state_per_row, self.state_per_row);
+    }
+
     /// Copies row `i` into `out`.
     #[inline]
     pub fn load(&self, i: usize, out: &mut [f32]) {

@@ -190,7 +190,8 @@ pub struct Worker {
     pub busy: f64,
 }
 
-/// Rows ahead whose cache lines the gathers of a chunk's rows request early.
+/// Rows ahead whose cache lines the gathers of a chunk's rows, and its Adagrad updates
+/// (parameters and state: random rows, each a cache miss otherwise), request early.
 const PREFETCH_AHEAD: usize = 4;
 
 /// Bits of an update key below the part index.
@@ -444,18 +445,35 @@ impl Worker {
         self.updates.sort_unstable_by_key(|u| u.0);
         let (sides, feat) = (&self.sides, &self.feat_grads);
         let grad_row = |tag: u32| grad_of(sides, feat, d, tag);
-        apply_sorted(&self.updates, &mut self.sum, d, grad_row, |k, g| {
-            let (part, row) = (
+        let split = |k: u64| {
+            (
                 (k >> PART_SHIFT) as usize,
-                (k & ((1 << PART_SHIFT) - 1)) as u32,
-            );
-            match &ctx.pool {
-                Pool::All { banks, .. } if part >= BANK_KEY => {
-                    banks.add_grad((part - BANK_KEY) as u32, row, g)
-                }
-                _ => ctx.parts[part].rows.adagrad(row as usize, g, ctx.lr, salt),
+                (k & ((1 << PART_SHIFT) - 1)) as usize,
+            )
+        };
+        let banked = |part: usize| matches!(&ctx.pool, Pool::All { .. } if part >= BANK_KEY);
+        let prefetch = |k: u64| {
+            let (part, row) = split(k);
+            if !banked(part) {
+                ctx.parts[part].rows.prefetch_update(row);
             }
-        });
+        };
+        apply_sorted(
+            &self.updates,
+            &mut self.sum,
+            d,
+            grad_row,
+            prefetch,
+            |k, g| {
+                let (part, row) = split(k);
+                match &ctx.pool {
+                    Pool::All { banks, .. } if banked(part) => {
+                        banks.add_grad((part - BANK_KEY) as u32, row as u32, g)
+                    }
+                    _ => ctx.parts[part].rows.adagrad(row, g, ctx.lr, salt),
+                }
+            },
+        );
     }
 
     /// One Adagrad step per relation row touched by the chunk.
@@ -484,6 +502,7 @@ impl Worker {
                 );
                 &g[i * rd..(i + 1) * rd]
             },
+            |_| {},
             |row, g| rels.adagrad(row as usize, g, ctx.lr, key),
         );
     }
@@ -535,18 +554,26 @@ fn split_by_side(
     }
 }
 
-/// Sums the gradients of equal keys (sorted `updates`) and applies each sum once.
+/// Sums the gradients of equal keys (sorted `updates`) and applies each sum once, calling
+/// `prefetch` with the key [`PREFETCH_AHEAD`] updates ahead of each one applied.
 fn apply_sorted<'g>(
     updates: &[(u64, u32)],
     sum: &mut Vec<f32>,
     dim: usize,
     grad: impl Fn(u32) -> &'g [f32],
+    prefetch: impl Fn(u64),
     mut apply: impl FnMut(u64, &[f32]),
 ) {
     resize(sum, dim);
+    for u in updates.iter().take(PREFETCH_AHEAD) {
+        prefetch(u.0);
+    }
     let mut i = 0;
     while i < updates.len() {
         let key = updates[i].0;
+        if let Some(u) = updates.get(i + PREFETCH_AHEAD) {
+            prefetch(u.0);
+        }
         let mut j = i + 1;
         while j < updates.len() && updates[j].0 == key {
             j += 1;

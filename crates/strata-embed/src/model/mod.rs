@@ -62,7 +62,7 @@ use serde::{Deserialize, Serialize};
 
 use strata_store::rng::Rng;
 
-use crate::kernels::exp_sum;
+use crate::kernels::{self, exp_sum};
 
 pub use pbg::{Comparator, Operator, PbgForm};
 pub use regularizer::{regularize, Regularizer, RegularizerKind};
@@ -367,7 +367,7 @@ fn apply_loss(loss: &Loss, c: &Chunk, s: &mut Scratch) -> f64 {
         let term = match loss.kind {
             LossKind::Softmax => {
                 // log Σ exp over [pos, negs], shifted by the max for stability.
-                let shift = pos.max(max_of(row));
+                let shift = pos.max(kernels::max(row));
                 let neg_sum = exp_sum(row, shift);
                 let pos_exp = (pos - shift).exp();
                 let z = neg_sum + pos_exp;
@@ -424,26 +424,9 @@ fn adversarial_weights(alpha: f32, scores: &[f32], out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(scores) {
         *o = alpha * v;
     }
-    let sum = exp_sum(out, max_of(out));
+    let sum = exp_sum(out, kernels::max(out));
     let scale = out.len() as f32 / sum;
     out.iter_mut().for_each(|o| *o *= scale);
-}
-
-/// The largest value of `row` (NaNs ignored), in independent lanes so that it vectorises.
-fn max_of(row: &[f32]) -> f32 {
-    let mut acc = [f32::NEG_INFINITY; 16];
-    let mut chunks = row.chunks_exact(16);
-    for c in &mut chunks {
-        for l in 0..16 {
-            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
-        }
-    }
-    chunks
-        .remainder()
-        .iter()
-        .chain(&acc)
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max)
 }
 
 fn sigmoid(x: f32) -> f32 {
