@@ -554,8 +554,8 @@ fn split_by_side(
     }
 }
 
-/// Sums the gradients of equal keys (sorted `updates`) and applies each sum once, calling
-/// `prefetch` with the key [`PREFETCH_AHEAD`] updates ahead of each one applied.
+/// Sums the gradients of equal keys (sorted `updates`) and applies each sum once, having
+/// called `prefetch` with the keys of the [`PREFETCH_AHEAD`] updates after it.
 fn apply_sorted<'g>(
     updates: &[(u64, u32)],
     sum: &mut Vec<f32>,
@@ -565,14 +565,14 @@ fn apply_sorted<'g>(
     mut apply: impl FnMut(u64, &[f32]),
 ) {
     resize(sum, dim);
-    for u in updates.iter().take(PREFETCH_AHEAD) {
-        prefetch(u.0);
-    }
+    // The next update whose row is to be prefetched.
+    let mut ahead = 0;
     let mut i = 0;
     while i < updates.len() {
         let key = updates[i].0;
-        if let Some(u) = updates.get(i + PREFETCH_AHEAD) {
-            prefetch(u.0);
+        while ahead < updates.len() && ahead <= i + PREFETCH_AHEAD {
+            prefetch(updates[ahead].0);
+            ahead += 1;
         }
         let mut j = i + 1;
         while j < updates.len() && updates[j].0 == key {
@@ -603,6 +603,60 @@ fn resize(v: &mut Vec<f32>, len: usize) {
 mod tests {
     use super::*;
     use crate::model::{LossKind, PbgForm, ScoreKind};
+    use std::cell::RefCell;
+
+    #[test]
+    fn sorted_updates_sum_equal_keys_and_prefetch_each_update_ahead_of_its_step() {
+        // Keys 1 (three gradients), 2, 5 (two), 7, 8, 9: gradient `tag` is [tag, 10 tag].
+        let updates = [
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (2, 4),
+            (5, 5),
+            (5, 6),
+            (7, 7),
+            (8, 8),
+            (9, 9),
+        ];
+        let grads: Vec<[f32; 2]> = (0..10).map(|t| [t as f32, 10.0 * t as f32]).collect();
+        let events = RefCell::new(Vec::new());
+        let mut sum = Vec::new();
+        apply_sorted(
+            &updates,
+            &mut sum,
+            2,
+            |tag| &grads[tag as usize][..],
+            |k| events.borrow_mut().push(("prefetch", k, 0.0)),
+            |k, g| {
+                assert_eq!(g[1], 10.0 * g[0]);
+                events.borrow_mut().push(("apply", k, g[0]));
+            },
+        );
+        let events = events.into_inner();
+        let applied: Vec<_> = events
+            .iter()
+            .filter(|e| e.0 == "apply")
+            .map(|e| (e.1, e.2))
+            .collect();
+        assert_eq!(
+            applied,
+            [(1, 6.0), (2, 4.0), (5, 11.0), (7, 7.0), (8, 8.0), (9, 9.0)]
+        );
+        // Every update is prefetched once, in order, and before its key is applied; when a key
+        // is applied, the updates up to PREFETCH_AHEAD after its first one have been asked for.
+        let prefetched: Vec<u64> = events
+            .iter()
+            .filter(|e| e.0 == "prefetch")
+            .map(|e| e.1)
+            .collect();
+        assert_eq!(prefetched, updates.map(|u| u.0));
+        for (at, e) in events.iter().enumerate().filter(|(_, e)| e.0 == "apply") {
+            let first = updates.iter().position(|u| u.0 == e.1).unwrap();
+            let asked = events[..at].iter().filter(|e| e.0 == "prefetch").count();
+            assert_eq!(asked, (first + PREFETCH_AHEAD + 1).min(updates.len()));
+        }
+    }
 
     #[test]
     fn bernoulli_sides_follow_each_relations_probability_and_keep_weights() {
