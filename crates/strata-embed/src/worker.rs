@@ -396,6 +396,8 @@ impl Worker {
     fn update_nodes(&mut self, ctx: &BucketCtx, sides: &[SideEdges], salt: u64) {
         let d = ctx.model.dim;
         let key = |part: usize, row: u32| ((part as u64) << PART_SHIFT) | row as u64;
+        // Rows fit 32 bits, below PART_SHIFT.
+        let split = |k: u64| ((k >> PART_SHIFT) as usize, k as u32);
         self.updates.clear();
         for (k, side) in sides.iter().enumerate() {
             let o = Orientation::new(ctx, side.tail);
@@ -427,7 +429,7 @@ impl Worker {
             self.feat_grads.clear();
             self.feat_updates.clear();
             for &(k, tag) in &self.updates {
-                let (part, row) = ((k >> PART_SHIFT) as usize, k as u32);
+                let (part, row) = split(k);
                 let Some(bag) = ctx.bag(part, row) else {
                     self.feat_updates.push((k, tag));
                     continue;
@@ -445,17 +447,11 @@ impl Worker {
         self.updates.sort_unstable_by_key(|u| u.0);
         let (sides, feat) = (&self.sides, &self.feat_grads);
         let grad_row = |tag: u32| grad_of(sides, feat, d, tag);
-        let split = |k: u64| {
-            (
-                (k >> PART_SHIFT) as usize,
-                (k & ((1 << PART_SHIFT) - 1)) as usize,
-            )
-        };
         let banked = |part: usize| matches!(&ctx.pool, Pool::All { .. } if part >= BANK_KEY);
         let prefetch = |k: u64| {
             let (part, row) = split(k);
             if !banked(part) {
-                ctx.parts[part].rows.prefetch_update(row);
+                ctx.parts[part].rows.prefetch_update(row as usize);
             }
         };
         apply_sorted(
@@ -467,10 +463,10 @@ impl Worker {
             |k, g| {
                 let (part, row) = split(k);
                 match &ctx.pool {
-                    Pool::All { banks, .. } if banked(part) => {
-                        banks.add_grad((part - BANK_KEY) as u32, row as u32, g)
+                    Pool::All { banks, .. } if part >= BANK_KEY => {
+                        banks.add_grad((part - BANK_KEY) as u32, row, g)
                     }
-                    _ => ctx.parts[part].rows.adagrad(row, g, ctx.lr, salt),
+                    _ => ctx.parts[part].rows.adagrad(row as usize, g, ctx.lr, salt),
                 }
             },
         );
