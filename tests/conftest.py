@@ -23,23 +23,10 @@ def shared_datasets() -> Path:
     return SHARED_DATASETS
 
 
-#: The extra of strata-gl that installs each optional dependency the tests use.
-EXTRAS = {
-    "torch": "torch",
-    "torch_geometric": "pyg",
-    "matplotlib": "plot",
-    "tensorboard": "tensorboard",
-    "pyarrow": "parquet",
-    "usearch": "ann",
-    "h5py": "hdf5",
-}
-
-
 def needs(module: str):
     """Imports optional dependency ``module``, or skips the test saying how to install it."""
-    extra = EXTRAS.get(module, "dev")
     return pytest.importorskip(
-        module, reason=f"{module} is not installed: `make test` installs it (or pip install 'strata-gl[{extra}]')"
+        module, reason=f"{module} is not installed: `make test` installs it (or pip install {module})"
     )
 
 

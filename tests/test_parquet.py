@@ -133,10 +133,10 @@ def test_text_options_and_mixed_inputs_are_refused(tmp_path, strata_cli):
                        "--out", out, check=False), out, "give Parquet files only")  # fmt: skip
 
 
-def test_without_pyarrow_the_message_names_the_extra(tmp_path, monkeypatch):
+def test_without_pyarrow_the_message_says_how_to_install_it(tmp_path, monkeypatch):
     write(tmp_path / "e.parquet", {"src": [0], "dst": [1]})
     monkeypatch.setitem(sys.modules, "pyarrow", None)
-    with pytest.raises(ConfigError, match=r"install the parquet extra: pip install 'strata-gl\[parquet\]'"):
+    with pytest.raises(ConfigError, match=r"read with pyarrow, which is not installed; pip install pyarrow"):
         convert(ConvertConfig(inputs=[tmp_path / "e.parquet"], out=tmp_path / "out.strata"))
     assert not (tmp_path / "out.strata").exists()
 

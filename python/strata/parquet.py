@@ -42,8 +42,7 @@ def _pyarrow():
         import pyarrow.parquet
     except ImportError as e:
         raise ConfigError(
-            "convert: Parquet inputs are read with pyarrow, which is not installed; "
-            "install the parquet extra: pip install 'strata-gl[parquet]'"
+            "convert: Parquet inputs are read with pyarrow, which is not installed; pip install pyarrow"
         ) from e
     return pyarrow
 

@@ -49,7 +49,7 @@ def torch_distributed():
     except ImportError as e:
         raise MissingDependencyError(
             "distributed training (WORLD_SIZE > 1 in the environment, as torchrun sets it) needs torch: "
-            "pip install 'strata-gl[torch]' or pip install torch"
+            "pip install torch"
         ) from e
     if not td.is_available():
         raise MissingDependencyError("this torch build has no torch.distributed; install a build that has it")

@@ -24,7 +24,7 @@ def register(sub) -> None:
         description="Trains a GNN on STORE's labelled nodes. Prints the budget plan, a progress bar per epoch "
         "(batches/s, sampled nodes/s, MB/s, hit rates), validation accuracy per epoch, and the test accuracy of the "
         "best epoch. Under torchrun it trains with DistributedDataParallel, each rank on its share of the seeds "
-        "within its own --memory. Needs PyTorch (pip install 'strata-gl[torch]').",
+        "within its own --memory. Needs PyTorch (pip install torch).",
     )
 
 

@@ -41,8 +41,7 @@ def _usearch():
         import usearch.index
     except ImportError as e:
         raise ConfigError(
-            "embed.index: the neighbour index is built with usearch, which is not installed; "
-            "install the ann extra: pip install 'strata-gl[ann]'"
+            "embed.index: the neighbour index is built with usearch, which is not installed; pip install usearch"
         ) from e
     return usearch.index
 

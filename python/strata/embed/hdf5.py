@@ -28,7 +28,7 @@ def _h5py():
     except ImportError as e:
         raise ConfigError(
             "PyTorch-BigGraph checkpoints are HDF5 files read and written with h5py, which is not installed; "
-            "install the hdf5 extra: pip install 'strata-gl[hdf5]'"
+            "pip install h5py"
         ) from e
     return h5py
 

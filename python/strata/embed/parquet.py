@@ -26,8 +26,7 @@ def _pyarrow():
         import pyarrow.parquet
     except ImportError as e:
         raise ConfigError(
-            "embed.export.format: Parquet is written with pyarrow, which is not installed; "
-            "install the parquet extra: pip install 'strata-gl[parquet]'"
+            "embed.export.format: Parquet is written with pyarrow, which is not installed; pip install pyarrow"
         ) from e
     return pyarrow
 

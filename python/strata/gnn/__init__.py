@@ -5,7 +5,7 @@ features stay on disk (``LinkLoader`` the same for link prediction, with positiv
 edges to score), served through a hot set, a window-pinned cache and merged direct reads;
 ``strata.gnn.models`` has reference GraphSAGE, GCN and GAT in plain PyTorch; ``train`` runs
 ``strata gnn train``; ``strata.gnn.sampling`` is the sampler on its own, with weighted, temporal
-and per-edge-type sampling of typed stores. PyTorch is needed for the tensors (``pip install 'strata-gl[torch]'``).
+and per-edge-type sampling of typed stores. PyTorch is needed for the tensors (``pip install torch``).
 """
 
 from .export import export_model

@@ -10,7 +10,5 @@ def require_torch():
     try:
         import torch
     except ImportError as e:
-        raise MissingDependencyError(
-            "strata.gnn needs PyTorch for training: pip install 'strata-gl[torch]' (or pip install torch)"
-        ) from e
+        raise MissingDependencyError("strata.gnn needs PyTorch for training: pip install torch") from e
     return torch

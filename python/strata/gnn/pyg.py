@@ -17,7 +17,7 @@ a feature and graph store; the store's is None), ``neg_sampling=NegativeSampling
 amount)`` and ``neighbor_sampler=StrataSampler(data)``.
 
 Feature reads go through the store's tiers (hot set, cache, direct reads); the graph store hands
-PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install 'strata-gl[pyg]'``).
+PyG the store's CSC without copying it. Needs ``torch_geometric`` (``pip install torch_geometric``).
 Typed (format 2) stores are served per node and edge type by :mod:`strata.gnn.pyg_hetero`;
 typed, weighted and temporal sampling for PyG's loaders is :mod:`strata.gnn.pyg_sampler`.
 """
@@ -36,7 +36,7 @@ from .loader import FLOAT_DTYPES, GnnData, node_id_bytes
 
 torch = require_torch()
 #: The error without PyG, shared by the modules that need it.
-PYG_MISSING = "strata.gnn.pyg needs PyTorch Geometric: pip install 'strata-gl[pyg]' (or pip install torch_geometric)"
+PYG_MISSING = "strata.gnn.pyg needs PyTorch Geometric: pip install torch_geometric"
 try:
     from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
     from torch_geometric.sampler import (

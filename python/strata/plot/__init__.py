@@ -18,9 +18,7 @@ def pyplot():
     try:
         import matplotlib
     except ImportError as e:
-        raise MissingDependencyError(
-            "plotting needs matplotlib: pip install 'strata-gl[plot]' (or pip install matplotlib)"
-        ) from e
+        raise MissingDependencyError("plotting needs matplotlib: pip install matplotlib") from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -716,7 +716,7 @@ impl Inner {
             }
         }
         match &self.backend {
-            Backend::Uring(u) => u.push(&transfers),
+            Backend::Uring(u) => u.push(self, &transfers),
             Backend::Threads(t) => t.push(&transfers),
         }
     }

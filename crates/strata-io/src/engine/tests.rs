@@ -189,6 +189,34 @@ fn a_read_past_the_end_is_an_error() {
 }
 
 #[test]
+fn a_submission_the_kernel_refuses_fails_its_requests_instead_of_panicking() {
+    if !backends().contains(&BackendKind::IoUring) {
+        return;
+    }
+    let engine = engine(BackendKind::IoUring, 4, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = sample(dir.path(), 10_000);
+    let file = engine.open(&path, OpenMode::Read).unwrap();
+    let Backend::Uring(ring) = &engine.inner.backend else {
+        unreachable!("an io_uring engine has a ring")
+    };
+    // /dev/null in place of the ring's descriptor: every io_uring_enter now fails
+    // (EOPNOTSUPP), as it would on a ring the kernel no longer accepts.
+    let null = std::fs::File::open("/dev/null").unwrap();
+    // SAFETY: both descriptors are open; the ring's is replaced, not freed twice (the ring
+    // closes the /dev/null copy when it drops).
+    assert!(unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), ring.ring_fd()) } >= 0);
+    for round in 0..2 {
+        let got = read_all(&engine, &file, &[(0, 4096), (8192, 100)], 0);
+        for g in got {
+            let e = g.unwrap_err().to_string();
+            assert!(e.contains("data.bin"), "round {round}: {e}");
+        }
+    }
+    assert_eq!(engine.stats().errors, 4);
+}
+
+#[test]
 fn back_pressure_bounds_requests_in_flight() {
     for kind in backends() {
         let engine = engine(kind, 3, 4);

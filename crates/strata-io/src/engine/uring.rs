@@ -1,7 +1,12 @@
 //! The io_uring backend: submissions from any thread under a lock on the submission queue;
 //! completions reaped by whichever thread waits for one, under a lock on the completion
 //! queue, and dispatched to their owners.
+//!
+//! A submission the kernel refuses for good (`io_uring_enter` failing with anything but a
+//! transient error) closes the ring to submissions: the requests it held, and every later one,
+//! complete with that error, while requests already in the kernel still complete normally.
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 
 use io_uring::{opcode, squeue, types, IoUring};
@@ -20,6 +25,8 @@ pub(super) struct Uring {
     cq: Mutex<()>,
     free_files: Option<Mutex<Vec<u32>>>,
     free_bufs: Option<Mutex<Vec<u16>>>,
+    /// The errno of the `io_uring_enter` that closed the ring to submissions (0 while open).
+    refused: AtomicI32,
 }
 
 /// Why io_uring cannot be used here, in words, from an `io_uring_setup` error (shared with the
@@ -72,7 +79,15 @@ impl Uring {
             cq: Mutex::new(()),
             free_files,
             free_bufs,
+            refused: AtomicI32::new(0),
         })
+    }
+
+    /// The ring's file descriptor, for tests that make the kernel refuse it.
+    #[cfg(test)]
+    pub(super) fn ring_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.ring.as_raw_fd()
     }
 
     fn entry(t: &Transfer) -> squeue::Entry {
@@ -101,44 +116,70 @@ impl Uring {
     }
 
     /// Queues `transfers` (slot id, transfer) and submits them in as few system calls as the
-    /// ring's size allows.
-    pub(super) fn push(&self, transfers: &[(usize, Transfer)]) {
+    /// ring's size allows; those the kernel refuses complete with its error through `inner`.
+    pub(super) fn push(&self, inner: &Inner, transfers: &[(usize, Transfer)]) {
         let entries: Vec<squeue::Entry> = transfers
             .iter()
             .map(|(id, t)| Self::entry(t).user_data(*id as u64))
             .collect();
-        self.push_entries(&entries);
+        self.push_entries(inner, &entries);
     }
 
-    fn push_entries(&self, entries: &[squeue::Entry]) {
-        let _guard = self.sq.lock().unwrap();
+    fn push_entries(&self, inner: &Inner, entries: &[squeue::Entry]) {
+        let guard = self.sq.lock().unwrap();
         let mut rest = entries;
         while !rest.is_empty() {
-            {
-                // SAFETY: the `sq` lock makes this the only submission-queue view.
-                let mut sq = unsafe { self.ring.submission_shared() };
-                while let Some((e, tail)) = rest.split_first() {
-                    // SAFETY: every pointer in the entry refers to memory owned by its in-flight
-                    // slot, which lives until the completion is reaped.
-                    if unsafe { sq.push(e) }.is_err() {
-                        break;
+            let mut refused = self.refused.load(Ordering::Relaxed);
+            if refused == 0 {
+                let queued = self.queue(rest);
+                match self.submit() {
+                    Ok(()) => rest = &rest[queued..],
+                    Err(errno) => {
+                        // The kernel took none of this round's entries (it returns a count when
+                        // it takes some); they stay in the queue, never submitted, since every
+                        // later `io_uring_enter` asks for completions only.
+                        self.refused.store(errno, Ordering::Relaxed);
+                        refused = errno;
                     }
-                    rest = tail;
                 }
             }
-            // Submit what is queued; when the ring was full this makes room for the rest.
-            loop {
-                match self.ring.submitter().submit() {
-                    Ok(_) => break,
-                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                    Err(e)
-                        if e.raw_os_error() == Some(libc::EBUSY)
-                            || e.raw_os_error() == Some(libc::EAGAIN) =>
-                    {
-                        std::thread::yield_now();
-                    }
-                    Err(e) => panic!("io_uring_enter failed: {e}"),
+            if refused != 0 {
+                drop(guard);
+                for e in rest {
+                    inner.advance(e.get_user_data() as usize, -(refused as i64));
                 }
+                return;
+            }
+        }
+    }
+
+    /// Copies as many of `entries` into the submission queue as fit; returns how many.
+    fn queue(&self, entries: &[squeue::Entry]) -> usize {
+        // SAFETY: the caller holds the `sq` lock, which makes this the only submission-queue view.
+        let mut sq = unsafe { self.ring.submission_shared() };
+        let mut queued = 0;
+        for e in entries {
+            // SAFETY: every pointer in the entry refers to memory owned by its in-flight slot,
+            // which lives until the completion is reaped (or the request fails unsubmitted).
+            if unsafe { sq.push(e) }.is_err() {
+                break;
+            }
+            queued += 1;
+        }
+        queued
+    }
+
+    /// Submits what is queued, retrying transient refusals; when the ring was full this makes
+    /// room for the rest. Returns the errno of a refusal that retrying cannot cure.
+    fn submit(&self) -> Result<(), i32> {
+        loop {
+            match self.ring.submitter().submit() {
+                Ok(_) => return Ok(()),
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EBUSY | libc::EAGAIN) => std::thread::yield_now(),
+                    errno => return Err(errno.unwrap_or(libc::EIO)),
+                },
             }
         }
     }
@@ -188,7 +229,7 @@ impl Uring {
             )
             .collect();
         if !again.is_empty() {
-            self.push_entries(&again);
+            self.push_entries(inner, &again);
         }
         reaped.len()
     }
