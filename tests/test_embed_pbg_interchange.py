@@ -269,6 +269,6 @@ def test_bad_checkpoints_are_refused_naming_the_file(runs, kg, tmp_path, handmad
 
 def test_without_h5py_the_error_says_how_to_install(runs, tmp_path, monkeypatch):
     without(monkeypatch, "h5py")
-    with pytest.raises(ConfigError, match=r"strata-gl\[hdf5\]"):
+    with pytest.raises(ConfigError, match=r"pip install h5py"):
         Run(runs["runs"]["complex"][0]).export(tmp_path / "x", format="pbg")
     assert not (tmp_path / "x").exists()

@@ -23,7 +23,7 @@ def test_wheel_installs_and_runs_outside_the_source_tree(tmp_path):
     wheels = tmp_path / "wheels"
     run(bin_dir / "maturin", "build", "--release", "--quiet", "--out", wheels, cwd=REPO, env=env)
     (wheel,) = wheels.glob("*.whl")
-    # One wheel for every CPython from 3.11 on, published as strata-gl.
+    # One wheel for every CPython from 3.11 on, distributed as strata-gl.
     assert wheel.name.startswith("strata_gl-") and "-cp311-abi3-" in wheel.name, wheel.name
 
     venv = tmp_path / "venv"
