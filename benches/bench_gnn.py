@@ -379,7 +379,7 @@ def g2_markdown(res: dict) -> str:
         lines.append("")
 
     lines += [
-        "Targets (issue 5):",
+        "Targets:",
         "",
         verdict(
             t["vs_mmap"],

@@ -1,6 +1,6 @@
 """Question: what do feature rows held encoded in the GNN hot set and cache (`feature_codec`
 f16, int8 with a scale per row) cost in accuracy, and what do they buy in rows held, hit rate
-and loader throughput under a fixed budget (issue 19 item 5)?
+and loader throughput under a fixed budget?
 
     python benches/bench_gnn_codec.py [--only acc,loader] [--seeds 2] [--epochs 10]
         [--graphs cora,citeseer,sbm] [--g2-nodes 500000] [--g2-limit 450M] [--g2-batch-size 256]
@@ -122,7 +122,7 @@ def served(tiers: dict) -> float:
 
 
 def markdown(res: dict) -> str:
-    lines = ["### Compressed feature rows (`benches/bench_gnn_codec.py`, issue 19 item 5)", ""]
+    lines = ["### Compressed feature rows (`benches/bench_gnn_codec.py`)", ""]
     acc = res.get("accuracy")
     if acc:
         lines += [

@@ -1,4 +1,4 @@
-"""Question (issue 19, "Measure"): does R-GCN trained from disk by `strata gnn train` on a typed
+"""Question: does R-GCN trained from disk by `strata gnn train` on a typed
 store reach the accuracy of the same model fed from memory? Target: within 0.5 points.
 
     python benches/bench_gnn_typed.py [--papers 10000] [--epochs 8] [--seeds 0,1,2] [--work DIR]

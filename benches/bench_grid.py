@@ -25,7 +25,7 @@ netem (CONFIG_NET_SCH_NETEM unset, so `tc qdisc ... netem delay` is refused), so
 from a relay (`cargo run --example delay_relay` of strata-farmem) that holds every chunk it
 forwards for the delay, without capping throughput.
 
-`--only r3t` (issue 21 item 5, the far-memory transports) runs R3 at ratio 0.7 for each
+`--only r3t` (the far-memory transports) runs R3 at ratio 0.7 for each
 `--far-cases` case CLIENT/SERVER/CHUNK (client and server transport, tcp or uring, and the
 chunk size; default: the old tcp/tcp/256K, tcp/tcp/4M, uring/tcp/4M and uring/uring/4M) side by
 side with the all-local run, the cases alternating over `--repeats` rounds, one memory server
@@ -38,7 +38,7 @@ chunks, alternating over `--repeats` rounds, into the grid-farcpu section. `--da
 R-MAT stores from DIR instead of bench-data/grid, and `--runs DIR` is where r3t's runs write
 their output (default bench-data/grid-runs; never into the stores).
 
-`--only comp` (issue 21 item 4) measures compressed grids (`--compression packed|byte`): the
+`--only comp` measures compressed grids (`--compression packed|byte`): the
 codes' bytes per edge and one core's decode rate (`cargo run --release --example codec_bench` of
 strata-grid, on the `col` grid and on the same graph reordered by `strata reorder --order
 community`, a graph whose ids follow its communities as a crawled or reordered real graph's do),
@@ -46,7 +46,7 @@ then PageRank in memory (R1, plain) and out of core (R2's memlimit, plain and ea
 side, the cases alternating over `--repeats` rounds, the 1-minute load average recorded with each
 run; into bench-results/grid-comp.json and the grid-comp section.
 
-`--only algos` runs R1 and R2 for the algorithms of issue 21 (ppr from the BFS root, scc and
+`--only algos` runs R1 and R2 for the analytics algorithms (ppr from the BFS root, scc and
 hyperanf on the directed grid; mis, radii, triangles, lpa (10 rounds) and betweenness (8 sampled
 sources in one batch) on the symmetric one), or those `--algos` names, alternating R1 and R2 over
 `--repeats` rounds, with the 1-minute load average before each run, into
@@ -239,7 +239,7 @@ def best_of(runs: list[dict]) -> dict:
 
 
 ALGOS = (("pagerank", "col"), ("wcc", "sym"), ("bfs", "col"))
-# Issue 21's algorithms (`--only algos`): R1 and R2 side by side, each on the grid it needs.
+# The analytics algorithms (`--only algos`): R1 and R2 side by side, each on the grid it needs.
 MORE_ALGOS = (
     ("ppr", "col"),
     ("scc", "col"),
@@ -640,7 +640,7 @@ def main() -> None:
     p.add_argument("--gridgraph", type=Path, default=None, help="--only algos: a built GridGraph checkout")
     a = p.parse_args()
     if not memlimit_available():
-        raise SystemExit("memlimit is not available: R2 and R3 need ../shared/tools/memlimit")
+        raise SystemExit("memlimit is not available: R2 and R3 need shared/tools/memlimit beside the checkout")
     WORK.mkdir(parents=True, exist_ok=True)
     scales = [int(s) for s in a.scales.split(",")]
     only = set(a.only.split(","))

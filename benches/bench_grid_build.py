@@ -1,4 +1,4 @@
-"""Question (issue 21 item 6): how long from an input edge list to a grid `strata run` can stream,
+"""Question: how long from an input edge list to a grid `strata run` can stream,
 straight from the input (`strata grid build INPUT --out DIR`) against a store first (`strata
 convert`, CSR and CSC built, then `strata grid build STORE`), and how close does each pass come
 to the disk's sequential speed?

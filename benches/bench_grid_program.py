@@ -153,7 +153,7 @@ def main() -> None:
         return
     only = set(a.only.split(","))
     if "ooc" in only and not memlimit_available():
-        raise SystemExit("memlimit is not available: the out-of-core runs need ../shared/tools/memlimit")
+        raise SystemExit("memlimit is not available: out-of-core runs need shared/tools/memlimit beside the checkout")
     env = {"machine": machine(), "command": " ".join(sys.argv)}
     results = {}
     for scale in (int(s) for s in a.scales.split(",")):

@@ -24,7 +24,7 @@ in the same rounds as Strata's passes (each round runs every mode, Strata's pass
 to back, so load on a shared machine hits both alike; round 0 is an untimed warm-up in which DGL
 builds its CSC); it has no temporal mode (GraphBolt's temporal
 sampler needs GraphBolt's native library, see below). PyG's own samplers need pyg-lib or
-torch-sparse, which do not install for this torch (issue 19).
+torch-sparse, which do not install for this torch.
 
 Installing DGL here: the package registry's newest DGL is 2.1.0, and its GraphBolt library ships
 only for torch <= 2.2.1, so `import dgl` fails on GraphBolt under a newer torch. The classic
