@@ -13,7 +13,10 @@ from __future__ import annotations
 import faulthandler
 import gc
 import os
+import socket
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -88,35 +91,174 @@ def follower(environ=os.environ) -> bool:
         return False
 
 
-def restart_count(environ=os.environ) -> int:
-    """How many times torchrun has restarted the group (0 on the first attempt and outside
-    torchrun)."""
+def attempt() -> int:
+    """This attempt of the group in the current torchrun run: 0 for the first, ``k`` after
+    ``k`` restarts, the same on every rank (agreed through the rendezvous store by
+    :func:`join`, or :func:`agree_attempt`); 0 in a process that has not joined a group."""
+    return _AGREED.get("attempt", 0)
+
+
+#: The attempt this process agreed on with the other ranks (one per process: every rank
+#: agrees once, so a second caller reuses it instead of starting a round the others never join).
+_AGREED: dict = {}
+
+#: Where the attempt agreement keeps its keys in torchrun's store (every attempt's own keys
+#: are under ``pg/{number}/``, ``strata/{number}/`` and ``rpc/{number}/`` beside them).
+AGREEMENT = "strata/attempt/"
+
+
+def agree_attempt(store, rank: int, world_size: int, deadline: float, address: str) -> int:
+    """The number of this attempt of the group (0 first), the same on every rank, from the
+    rendezvous ``store`` that torchrun keeps across restarts; every wait ends by ``deadline``
+    (``time.monotonic()``), else a ``GroupError`` (its text the reason, for the caller to
+    prefix with the rank and the figure) naming the ranks that did not arrive.
+
+    torchrun's restart count cannot name an attempt: each agent counts only its own node's
+    failures (with two nodes, the agent of the node whose rank died says 1 and the other 0),
+    and nothing else torchrun hands the workers changes between attempts. So rank 0 draws a
+    fresh generation from the store (an atomic counter: never one an earlier attempt used)
+    and hands it to every rank that asks; the others ask under a key only they know and
+    confirm. Messages go to numbered slots, each claimed atomically (``compare_set``), so a
+    rank killed mid-message leaves no hole; rank 0 reads the slots in order, answering every
+    request (a dead rank's of an earlier attempt too, harmlessly) until each rank confirmed
+    this generation."""
+    _, td = torch_distributed()
+    keys = td.PrefixStore(AGREEMENT, store)
     try:
-        return int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    except ValueError:
-        return 0
+        if rank == 0:
+            generation = _hand_out(keys, world_size, deadline, address)
+        else:
+            generation = _ask(keys, rank, deadline, address)
+    except RuntimeError as e:  # the store went away (rank 0's agent died)
+        raise GroupError(f"the store failed while the ranks agreed on the attempt: {first_line(e)}") from None
+    return generation - 1
+
+
+def agreed_attempt(store, rank: int, world_size: int, deadline: float, address: str) -> int:
+    """:func:`agree_attempt`, once per process: a later call (the RPC group's, after
+    :func:`join`) returns the number agreed first, as every rank's does."""
+    if "attempt" not in _AGREED:
+        _AGREED["attempt"] = agree_attempt(store, rank, world_size, deadline, address)
+    return _AGREED["attempt"]
+
+
+def _post(keys, message: str) -> None:
+    """Puts ``message`` (unique: it names its sender) in the first free slot at or after the
+    last one rank 0 finished reading."""
+    k = keys.add("read", 0) + 1
+    while keys.compare_set(f"slot/{k}", "", message).decode() != message:
+        k += 1
+
+
+def _remaining(deadline: float) -> timedelta:
+    return timedelta(seconds=max(deadline - time.monotonic(), 0.001))
+
+
+def _hand_out(keys, world_size: int, deadline: float, address: str) -> int:
+    """Rank 0's side of :func:`agree_attempt`: a fresh generation, handed to every rank that
+    asks until ranks ``1..world_size-1`` all confirmed it."""
+    generation = keys.add("generation", 1)
+    first = keys.add("read", 0)
+    k, waiting = first + 1, set(range(1, world_size))
+    while waiting:
+        try:
+            keys.wait([f"slot/{k}"], _remaining(deadline))
+        except RuntimeError as e:
+            if not _timed_out(str(e)):
+                raise
+            missing = ", ".join(map(str, sorted(waiting)))
+            raise GroupError(
+                f"rank {missing} did not arrive ({'its' if len(waiting) == 1 else 'their'} process never "
+                f"started, or cannot reach {address})"
+            ) from None
+        kind, sender, value = keys.get(f"slot/{k}").decode().split()
+        if kind == "ask":
+            keys.set(f"answer/{value}", str(generation))
+        elif kind == "joined" and int(value) == generation:
+            waiting.discard(int(sender))
+        k += 1
+    # The next attempt's rank 0 starts after these slots.
+    keys.add("read", k - 1 - first)
+    return generation
+
+
+def _ask(keys, rank: int, deadline: float, address: str) -> int:
+    """A rank other than 0's side of :func:`agree_attempt`: asks rank 0 for the generation
+    under a key of this process alone, and confirms it."""
+    token = uuid.uuid4().hex
+    _post(keys, f"ask {rank} {token}")
+    try:
+        keys.wait([f"answer/{token}"], _remaining(deadline))
+    except RuntimeError as e:
+        if not _timed_out(str(e)):
+            raise
+        raise GroupError(
+            f"rank 0 did not arrive at the rendezvous store at {address} (its process never started, or "
+            "is stuck before joining)"
+        ) from None
+    generation = int(keys.get(f"answer/{token}"))
+    _post(keys, f"joined {rank} {generation}")
+    return generation
+
+
+def _await_store(env: Environment, deadline: float) -> None:
+    """Returns once something listens at the rendezvous store's address, or raises
+    ``GroupError`` at ``deadline``. torch's store client retries a failed connection once
+    after a random delay, so its own timeout ``t`` waits 2 to 3 ``t``; probing here first
+    keeps the whole wait within the user's figure."""
+    while True:
+        try:
+            with socket.create_connection(
+                (env.addr, env.port), timeout=max(0.1, min(1.0, deadline - time.monotonic()))
+            ):
+                return
+        except socket.gaierror as e:
+            raise GroupError(f"the rendezvous host {env.addr!r} does not resolve: {e}") from None
+        except OSError as e:
+            if time.monotonic() + 0.2 >= deadline:
+                raise GroupError(
+                    f"nothing answered at {env.address} ({e.strerror or e}): rank 0's torchrun agent has not "
+                    "started, or the address is not reachable from this machine"
+                ) from None
+            time.sleep(0.2)
 
 
 def join(env: Environment, timeout: int, backend: str = "gloo"):
-    """Meets the other ranks at the rendezvous store of ``env`` and initialises the default
-    process group with ``backend`` (``gloo``, or ``nccl`` for CUDA tensors); collectives then
+    """Meets the other ranks at the rendezvous store of ``env``, agrees with them on the
+    attempt (:func:`attempt`) and initialises the default process group with ``backend``
+    (``gloo``, or ``nccl`` for CUDA tensors), all within ``timeout`` seconds; collectives then
     fail after ``timeout`` seconds instead of waiting forever. Returns the rendezvous store."""
     _, td = torch_distributed()
     # A rank that torch's C++ side aborts (a gloo thread calling std::terminate) would die with
     # only "terminate called ..."; this prints where every Python thread was.
     faulthandler.enable()
     wait = timedelta(seconds=timeout)
+    deadline = time.monotonic() + timeout
+
+    def failed(reason: str) -> GroupError:
+        return GroupError(
+            f"rank {env.rank}: could not join the group through the rendezvous store at {env.address} "
+            f"within {timeout} s (dist_timeout): {reason}"
+        )
+
     try:
-        store, _, _ = next(td.rendezvous("env://", env.rank, env.world_size, timeout=wait))
+        # Only a rank that hosts no store waits for one (outside torchrun rank 0 hosts it).
+        if env.rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            _await_store(env, deadline)
+        store, _, _ = next(td.rendezvous("env://", env.rank, env.world_size, timeout=_remaining(deadline)))
+        number = agreed_attempt(store, env.rank, env.world_size, deadline, env.address)
         # torchrun keeps its store across restarts of the group: keys of an earlier attempt
         # (the ranks' gloo addresses among them) must not meet this one's.
-        pg_store = td.PrefixStore(f"pg/{restart_count()}/", store)
+        pg_store = td.PrefixStore(f"pg/{number}/", store)
+        # The group's timeout is every collective's: the whole figure. Every rank is known to be
+        # up by now, so the group forms at once (or fails, should one die meanwhile).
         td.init_process_group(backend, store=pg_store, rank=env.rank, world_size=env.world_size, timeout=wait)
+    except GroupError as e:
+        raise failed(str(e)) from None
     except (RuntimeError, TimeoutError, ValueError) as e:
-        raise GroupError(
-            f"rank {env.rank}: could not join the group through the rendezvous store at {env.address} "
-            f"within {timeout} s (dist_timeout): {first_line(e)}"
-        ) from None
+        raise failed(first_line(e)) from None
+    # The store's own waits (RPC's start, the engines' requests) get the whole figure again.
+    store.set_timeout(wait)
     return store
 
 

@@ -18,6 +18,7 @@ from ..errors import GroupError
 from ..torchrun import (
     Environment,
     PeerRequests,
+    attempt,
     collective,
     connect_store,
     environment,
@@ -26,7 +27,6 @@ from ..torchrun import (
     join,
     leave,
     process_bytes,
-    restart_count,
     torch_distributed,
 )
 from . import dist_policy
@@ -116,8 +116,9 @@ class Group:
         self.seq = 0
         wait = timedelta(seconds=timeout)
         store = join(Environment(rank, world_size, addr, port), timeout)
-        #: How many times torchrun restarted the group before this attempt (0: the first).
-        self.restart = restart_count()
+        #: How many times torchrun restarted the group before this attempt (0: the first), as
+        #: the ranks agreed when they joined.
+        self.restart = attempt()
         # torchrun's agent keeps one store across restarts: our keys are under the attempt's
         # number, or a restarted rank would meet the keys of the attempt before it.
         self.store = td.PrefixStore(f"strata/{self.restart}/", store)

@@ -28,7 +28,7 @@ from ._torch import require_torch
 
 #: torch.distributed rendezvous scheme under which :func:`start_rpc` hands RPC the group's
 #: store (a public hook of ``torch.distributed.rendezvous``): RPC's keys then carry the
-#: restart count, like the process group's, and never meet an earlier attempt's.
+#: attempt's number, like the process group's, and never meet an earlier attempt's.
 RENDEZVOUS_SCHEME = "strata-rpc"
 
 #: Worker name of rank ``r`` in the RPC group.
@@ -67,7 +67,17 @@ def start_rpc(rank: int, world_size: int, store, timeout: float) -> None:
         return
     torch, td = torchrun.torch_distributed()
     rpc = torch.distributed.rpc
-    _STATE["store"] = (td.PrefixStore(f"rpc/{torchrun.restart_count()}/", store), rank, world_size)
+    # The attempt is agreed once per process (torchrun.join did, unless a user's script
+    # initialised its own group).
+    env = torchrun.environment()
+    address = env.address if env is not None else "the rendezvous store"
+    try:
+        number = torchrun.agreed_attempt(store, rank, world_size, time.monotonic() + timeout, address)
+    except GroupError as e:
+        raise GroupError(
+            f"rank {rank}: could not start the RPC group for split features within {timeout} s: {e}"
+        ) from None
+    _STATE["store"] = (td.PrefixStore(f"rpc/{number}/", store), rank, world_size)
     if not _STATE["registered"]:
         td.register_rendezvous_handler(RENDEZVOUS_SCHEME, _rendezvous)
         _STATE["registered"] = True

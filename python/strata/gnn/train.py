@@ -337,7 +337,7 @@ def _train(
         make_dir(run_dir, "--run-dir")
     history, best = [], {"epoch": 0, "accuracy": -1.0}
     elastic = "TORCHELASTIC_RESTART_COUNT" in os.environ
-    if torchrun.restart_count() > 0:
+    if torchrun.attempt() > 0:
         state = _shared(ranks, lambda: _load(torch, run_dir / RESUME), "the checkpoint to resume from")
         if state is not None:
             model.load_state_dict(state["model"])
@@ -386,7 +386,7 @@ def _train(
         "device": str(device),
         "world_size": 1 if ranks is None else ranks.world_size,
         "dist_features": "split" if data.split is not None else "replicated",
-        "restarts": torchrun.restart_count(),
+        "restarts": torchrun.attempt(),
         "resumed_after_epoch": resumed or None,
         "plan": data.plan,
         "memory_plan": data.memory_plan,

@@ -34,9 +34,9 @@ class Exchange:
     def __init__(self, env: torchrun.Environment, timeout: int, anon_bytes: int | None = None):
         self.torch, self.td = torchrun.torch_distributed()
         self.rank, self.world_size = env.rank, env.world_size
-        #: torchrun's restarts of the group before this attempt (a restarted run resumes from
-        #: its last checkpoint).
-        self.restart = torchrun.restart_count()
+        #: torchrun's restarts of the group before this attempt, as the ranks agreed when they
+        #: joined (a restarted run resumes from its last checkpoint).
+        self.restart = torchrun.attempt()
         #: This process's anonymous memory once torch is imported and the group started
         #: (None where /proc does not tell): the rank's plan counts it as torch + gloo.
         self.anon_bytes = anon_bytes
