@@ -653,11 +653,14 @@ def test_malformed_grid_json(graphs, tmp_path):
     (store / "grids" / "d-column" / "grid.json").write_text('{"format": "strata-grid"}')
     with pytest.raises(StoreFormatError):
         grid_info(store / "grids" / "d-column")
-    # Listing the store shows the broken grids beside the good ones; naming one fails.
+    # Listing the store shows the broken grids beside the good ones, and fails naming them;
+    # naming one fails.
     entries = {e["name"]: e for e in list_grids(store)}
     assert "error" in entries["d-row"] and "manifest" in entries["w-row"]
-    proc = run_strata("grid", "info", store)
-    assert "d-row" in proc.stdout and "invalid: grid" in proc.stdout
+    proc = run_strata("grid", "info", store, check=False)
+    assert proc.returncode == 2
+    assert "d-row" in proc.stdout and "invalid: grid" in proc.stdout and "w-row" in proc.stdout
+    assert "error: grid d-row is invalid: " in proc.stderr and "grid.json is not valid JSON" in proc.stderr
     proc = run_strata("grid", "info", store / "grids" / "d-row", check=False)
     assert proc.returncode == 2 and "grid.json is not valid JSON" in proc.stderr
 

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use strata_io::progress::{Meter, Progress};
 use strata_io::{AlignedBuf, Engine};
+use strata_store::error::quoted;
 use strata_store::strtab::NameTable;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
@@ -180,7 +181,7 @@ pub fn node_map(old: &Store, new: &Store) -> Result<Vec<u64>> {
                     } else {
                         missing += 1;
                         if examples.len() < EXAMPLES {
-                            examples.push(format!("'{}'", String::from_utf8_lossy(name)));
+                            examples.push(quoted(name));
                         }
                     }
                 }

@@ -87,3 +87,35 @@ impl StoreError {
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Most characters of an input's text an error message quotes.
+pub const QUOTE_CHARS: usize = 40;
+
+/// `text` (a field of an input file) as an error message quotes it: in single quotes, cut
+/// after [`QUOTE_CHARS`] characters with `...` and its length in bytes, so that a malformed
+/// multi-megabyte field makes a short message rather than one as long as the field.
+pub fn quoted(text: &[u8]) -> String {
+    // A UTF-8 character is at most 4 bytes: this prefix holds QUOTE_CHARS + 1 of them.
+    let head = String::from_utf8_lossy(&text[..text.len().min(4 * (QUOTE_CHARS + 1))]);
+    match head.char_indices().nth(QUOTE_CHARS) {
+        Some((cut, _)) => format!("'{}...' ({} bytes)", &head[..cut], text.len()),
+        None => format!("'{head}'"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_cuts_long_text() {
+        assert_eq!(quoted(b"x4"), "'x4'");
+        let exact = "é".repeat(QUOTE_CHARS);
+        assert_eq!(quoted(exact.as_bytes()), format!("'{exact}'"));
+        let long = "7".repeat(10 << 20);
+        assert_eq!(
+            quoted(long.as_bytes()),
+            format!("'{}...' (10485760 bytes)", &long[..QUOTE_CHARS])
+        );
+    }
+}

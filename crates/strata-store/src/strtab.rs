@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::array::{NpyWriter, IO_CHUNK};
-use crate::error::{Result, StoreError};
+use crate::error::{quoted, Result, StoreError};
 use crate::ids::{Field, IdCheck, OutOfRange};
 use crate::manifest::ArrayInfo;
 use crate::npy::{self, DType};
@@ -178,8 +178,8 @@ impl NameTable {
             _ => Err(StoreError::Invalid {
                 store: self.store.clone(),
                 msg: format!(
-                    "the name {:?} names nodes {found:?} of different node types: look it up within one node type",
-                    String::from_utf8_lossy(name)
+                    "the name {} names nodes {found:?} of different node types: look it up within one node type",
+                    quoted(name)
                 ),
             }),
         }

@@ -306,4 +306,15 @@ fn binary_pairs_round_trip_and_reject_bad_files() {
         err.contains("pair 1 (byte 8): dst id -4 is negative"),
         "{err}"
     );
+    // A device reports no size and never ends: it is refused for what it is, not as empty.
+    let bad: BinaryJob = serde_json::from_value(serde_json::json!({
+        "graph": graph_opts(&d.join("h.strata"), 1 << 20, serde_json::json!({})),
+        "inputs": [{"path": "/dev/zero"}],
+    }))
+    .unwrap();
+    let err = convert_binary(&bad, &NoProgress).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "/dev/zero: is a character device, not a regular file: give a file of its contents"
+    );
 }

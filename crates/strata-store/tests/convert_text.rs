@@ -286,6 +286,20 @@ fn bad_inputs_are_rejected_with_file_and_line() {
         ),
         &["ints.txt:2:", "dst 'x4' is not a non-negative integer"],
     );
+    // A huge malformed field is quoted by its start, not whole.
+    let p = write("long.txt", &format!("1 2\n3 x{}\n", "4".repeat(10 << 20)));
+    let job = text_job(
+        &[(p, "train")],
+        &out,
+        64 << 20,
+        &["src", "dst"],
+        "int",
+        serde_json::json!({}),
+    );
+    let err = convert_text(&job, &NoProgress).unwrap_err().to_string();
+    assert!(err.len() < 300, "{} bytes of error", err.len());
+    let start = format!("dst 'x{}...' (10485761 bytes) is not", "4".repeat(39));
+    assert!(err.contains(&start), "{err}");
     // Negative integer id.
     let p = write("neg.txt", "1 2\n-3 4\n");
     expect_error(

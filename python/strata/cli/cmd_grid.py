@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from ..config import GridBuildConfig, GridInfoConfig, from_args
 from .common import add_section_command, emit_summary, run_with_progress
@@ -57,4 +58,8 @@ def run_info(args) -> int:
     cfg = from_args(GridInfoConfig, args)
     entries = list_grids(cfg.target)
     print(json.dumps(entries, indent=2) if cfg.json else format_grids(entries, cfg.target))
-    return 0
+    # The listing shows every grid; an invalid one still fails the command, as `strata check` does.
+    invalid = [e for e in entries if "error" in e]
+    for e in invalid:
+        print(f"strata grid info: error: grid {e['name']} is invalid: {e['error']}", file=sys.stderr)
+    return 2 if invalid else 0

@@ -224,7 +224,9 @@ def stage_hetero(root: Path, staging: Path, chunk_bytes: int, progress: Progress
     counts = {}
     for name, value in sorted(_type_row(counts_file).items()):
         if not value.strip().isdigit():
-            raise InputError(f"{counts_file}: node type {name!r} has count {value!r}, not a non-negative integer")
+            raise InputError(
+                f"{counts_file}: node type {name[:40]!r} has count {value[:40]!r}, not a non-negative integer"
+            )
         counts[name] = int(value)
     triplets_file = raw / "triplet-type-list.csv.gz"
     triplets = []

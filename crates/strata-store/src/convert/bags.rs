@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::array::IO_CHUNK;
-use crate::error::{Result, StoreError};
+use crate::error::{quoted, Result, StoreError};
 use crate::manifest::{id_dtype_for, BagInfo, NodeType};
 use crate::npy::DType;
 use crate::store::StoreBuilder;
@@ -62,9 +62,7 @@ pub(crate) fn write_bags(
             ));
         }
         let path = PathBuf::from(file);
-        let len = std::fs::metadata(&path)
-            .map_err(|e| StoreError::os("open", &path, e))?
-            .len();
+        let len = super::file_len(&path)?;
         if held_bytes(len) > memory {
             return Err(StoreError::option(
                 "node_bags",
@@ -136,13 +134,13 @@ fn parse<'d>(
                 line_no,
                 match names {
                     Some(_) => format!(
-                        "node '{}' is not a '{}' node of the edge lists",
-                        String::from_utf8_lossy(node),
+                        "node {} is not a '{}' node of the edge lists",
+                        quoted(node),
                         ty.name
                     ),
                     None => format!(
-                        "node '{}' is not a local id of node type '{}' (0..{})",
-                        String::from_utf8_lossy(node),
+                        "node {} is not a local id of node type '{}' (0..{})",
+                        quoted(node),
                         ty.name,
                         ty.count
                     ),
@@ -157,10 +155,7 @@ fn parse<'d>(
             return Err(StoreError::input(
                 path,
                 line_no,
-                format!(
-                    "node '{}' has a bag already (line {first})",
-                    String::from_utf8_lossy(node)
-                ),
+                format!("node {} has a bag already (line {first})", quoted(node)),
             ));
         }
     }

@@ -471,9 +471,30 @@ pub(crate) fn announce(progress: &dyn Progress, lines: Vec<String>) -> Vec<Strin
     lines
 }
 
-/// Size in bytes of a file, or an error naming it.
+/// Size in bytes of a regular file, or an error naming it. Anything else (a device, a pipe, a
+/// directory) is refused: its size says nothing about what a read of it returns, and a device
+/// such as /dev/zero never ends.
 pub(crate) fn file_len(path: &Path) -> Result<u64> {
-    Ok(std::fs::metadata(path)
-        .map_err(|e| StoreError::os("open", path, e))?
-        .len())
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::metadata(path).map_err(|e| StoreError::os("open", path, e))?;
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        return Ok(meta.len());
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_fifo() {
+        "a pipe"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    };
+    Err(StoreError::bad_file(
+        path,
+        format!("is {what}, not a regular file: give a file of its contents"),
+    ))
 }

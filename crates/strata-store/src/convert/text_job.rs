@@ -29,7 +29,7 @@ use super::{
     NodeData, Summary, Types,
 };
 use crate::array::{read_i64_range, read_range, RowReader};
-use crate::error::{Result, StoreError};
+use crate::error::{quoted, Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::DType;
 use crate::store::StoreBuilder;
@@ -1214,12 +1214,11 @@ fn int_id(
     file: &PathBuf,
     line: u64,
 ) -> Result<i64> {
-    let text = || String::from_utf8_lossy(field).into_owned();
     let v = parse_uint(field).ok_or_else(|| {
         StoreError::input(
             file,
             line,
-            format!("{role} '{}' is not a non-negative integer (integer ids; set ids = \"string\" to map arbitrary names)", text()),
+            format!("{role} {} is not a non-negative integer (integer ids; set ids = \"string\" to map arbitrary names)", quoted(field)),
         )
     })?;
     match limit {
@@ -1241,7 +1240,7 @@ fn int_id(
 /// (it is stored as float32).
 fn parse_f32(field: &[u8], what: &str, file: &PathBuf, line: u64) -> Result<f32> {
     let text = String::from_utf8_lossy(field);
-    let bad = |why: &str| StoreError::input(file, line, format!("{what} '{text}' {why}"));
+    let bad = |why: &str| StoreError::input(file, line, format!("{what} {} {why}", quoted(field)));
     let v: f64 = text.trim().parse().map_err(|_| bad("is not a number"))?;
     let w = v as f32;
     if !w.is_finite() {
@@ -1260,7 +1259,7 @@ fn parse_time(field: &[u8], file: &PathBuf, line: u64) -> Result<i64> {
             }
             _ => "is not an integer",
         };
-        StoreError::input(file, line, format!("time '{text}' {why}"))
+        StoreError::input(file, line, format!("time {} {why}", quoted(field)))
     })
 }
 

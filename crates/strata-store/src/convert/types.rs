@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Result, StoreError};
+use crate::error::{quoted, Result, StoreError};
 use crate::manifest::{EdgeType, NodeType};
 
 /// The types of a conversion; empty (untyped) by default.
@@ -54,6 +54,8 @@ pub(crate) fn split_key(key: &[u8]) -> (u32, &[u8]) {
 /// The data lines of a types file: (line number, tab-separated fields), each line with
 /// `min ..= max` fields.
 fn lines(path: &Path, min: usize, max: usize) -> Result<Vec<(u64, Vec<String>)>> {
+    // A regular file only: a device such as /dev/zero would be read for ever.
+    super::file_len(path)?;
     let bytes = std::fs::read(path).map_err(|e| StoreError::os("read", path, e))?;
     let text = String::from_utf8(bytes)
         .map_err(|e| StoreError::bad_file(path, format!("is not UTF-8 text: {e}")))?;
@@ -74,8 +76,12 @@ fn lines(path: &Path, min: usize, max: usize) -> Result<Vec<(u64, Vec<String>)>>
                 path,
                 line_no,
                 format!(
-                    "expected {fields} non-empty tab-separated fields, found {:?}",
+                    "expected {fields} non-empty tab-separated fields, found [{}]",
                     parts
+                        .iter()
+                        .map(|p| quoted(p.as_bytes()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             ));
         }
@@ -131,7 +137,8 @@ impl Types {
                     node_file,
                     line,
                     format!(
-                        "count '{count_field}' of node type '{}' is not a non-negative integer",
+                        "count {} of node type '{}' is not a non-negative integer",
+                        quoted(count_field.as_bytes()),
                         f[0]
                     ),
                 )
@@ -362,8 +369,8 @@ impl Types {
             .collect();
         known.dedup();
         format!(
-            "unknown relation '{}' (the edge types declare: {})",
-            String::from_utf8_lossy(rel),
+            "unknown relation {} (the edge types declare: {})",
+            quoted(rel),
             known.join(", ")
         )
     }
