@@ -85,25 +85,42 @@ def manifest(keys: list, value):
     return lambda s: edit_manifest(s / "manifest.json", set_in(keys, value))
 
 
-# name: (store, corruption, the file messages must name, commands that read it: a set, or "all")
+def shift(file: str, index):
+    """Moves one id of ``file`` to the next node: still in range, but a different edge."""
+
+    def corrupt(store: Path) -> None:
+        old = int(np.load(store / file, mmap_mode="r")[index])
+        poke(store, file, index, (old + 1) % SBM_NODES)
+
+    return corrupt
+
+
+#: Engines that open a store to train or serve, which refuse one that fails `strata check`.
+GATED = {"serve", "gnn", "embed", "build"}
+
+# name: (store, corruption, the file messages must name, commands that read it: a set, "all", or
+# "store": the store fails `strata check`, so every engine in GATED refuses it, and so does `run`
+# where it builds its grid)
 CASES = {
-    "csr_indptr": ("sbm", at("csr_indptr.npy", 5, 10**9), "csr_indptr.npy", {"serve"}),
-    "csr_indices": ("sbm", at("csr_indices.npy", 3, 10**6), "csr_indices.npy", {"serve"}),
-    "csc_indptr": ("sbm", at("csc_indptr.npy", 7, -5), "csc_indptr.npy", {"serve", "gnn"}),
-    "csc_indices": ("sbm", at("csc_indices.npy", 0, SBM_NODES), "csc_indices.npy", {"serve", "gnn"}),
-    "edges_src": ("kg", at("edges_train.npy", (10, 0), 10**7), "edges_train.npy", {"embed", "build"}),
-    "edges_rel": ("kg", at("edges_train.npy", (11, 1), 99), "edges_train.npy", {"embed", "build"}),
-    "edges_dst": ("sbm", at("edges_train.npy", (2, 1), -1), "edges_train.npy", {"embed", "build"}),
-    "edges_valid": ("kg", at("edges_valid.npy", (0, 2), 10**6), "edges_valid.npy", {"embed"}),
-    "edges_test": ("kg", at("edges_test.npy", (1, 0), 10**6), "edges_test.npy", {"embed"}),
-    "labels": ("sbm", at("labels.npy", 4, 77), "labels.npy", {"serve", "gnn"}),
-    "node_train": ("sbm", at("node_train.npy", 1, 10**5), "node_train.npy", {"gnn"}),
-    "node_valid": ("sbm", at("node_valid.npy", 0, -2), "node_valid.npy", {"gnn"}),
-    "node_test": ("sbm", at("node_test.npy", 2, SBM_NODES), "node_test.npy", {"gnn"}),
-    "out_degree": ("sbm", at("out_degree.npy", 3, 999), "out_degree.npy", set()),
-    "features_nan": ("sbm", at("features.npy", (3, 2), np.nan), "features.npy", set()),
-    "node_names": ("kg", at("node_names_offsets.npy", 5, 10**9), "node_names_offsets.npy", set()),
-    "stats": ("sbm", manifest(["stats", "out_degree", "max"], 10**6), "manifest.json", set()),
+    "csr_indptr": ("sbm", at("csr_indptr.npy", 5, 10**9), "csr_indptr.npy", "store"),
+    "csr_indices": ("sbm", at("csr_indices.npy", 3, 10**6), "csr_indices.npy", "store"),
+    "csc_indptr": ("sbm", at("csc_indptr.npy", 7, -5), "csc_indptr.npy", "store"),
+    "csc_indices": ("sbm", at("csc_indices.npy", 0, SBM_NODES), "csc_indices.npy", "store"),
+    "csc_edge_changed": ("sbm", shift("csc_indices.npy", 17), "csc_indices.npy", "store"),
+    "edges_src": ("kg", at("edges_train.npy", (10, 0), 10**7), "edges_train.npy", "store"),
+    "edges_rel": ("kg", at("edges_train.npy", (11, 1), 99), "edges_train.npy", "store"),
+    "edges_dst": ("sbm", at("edges_train.npy", (2, 1), -1), "edges_train.npy", "store"),
+    "edges_valid": ("kg", at("edges_valid.npy", (0, 2), 10**6), "edges_valid.npy", "store"),
+    "edges_test": ("kg", at("edges_test.npy", (1, 0), 10**6), "edges_test.npy", "store"),
+    "labels": ("sbm", at("labels.npy", 4, 77), "labels.npy", "store"),
+    "node_train": ("sbm", at("node_train.npy", 1, 10**5), "node_train.npy", "store"),
+    "node_valid": ("sbm", at("node_valid.npy", 0, -2), "node_valid.npy", "store"),
+    "node_test": ("sbm", at("node_test.npy", 2, SBM_NODES), "node_test.npy", "store"),
+    "out_degree": ("sbm", at("out_degree.npy", 3, 999), "out_degree.npy", "store"),
+    "features_nan": ("sbm", at("features.npy", (3, 2), np.nan), "features.npy row 3: column 2 is NaN", "store"),
+    "features_inf": ("sbm", at("features.npy", (5, 0), -np.inf), "features.npy row 5: column 0 is -inf", "store"),
+    "node_names": ("kg", at("node_names_offsets.npy", 5, 10**9), "node_names_offsets.npy", "store"),
+    "stats": ("sbm", manifest(["stats", "out_degree", "max"], 10**6), "manifest.json", "store"),
     "features_shape": ("sbm", reshape_features, "features", "all"),
     "manifest_counts": ("kg", manifest(["graph", "num_nodes"], 150), "the graph requires", "all"),
     "grid_offsets": ("sbm", grid("block_index.npy", 2, 10**8), "block_index.npy", {"run"}),
@@ -151,6 +168,8 @@ def in_process(args, capsys) -> tuple[int, str]:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_every_command_refuses_a_corrupt_array(case, pristine, tmp_path, capsys):
     kind, corrupt, needle, readers = CASES[case]
+    if readers == "store":
+        readers = GATED | ({"run"} if kind == "kg" else set())
     store = tmp_path / f"{kind}.strata"
     shutil.copytree(pristine[kind], store)
     corrupt(store)
@@ -253,6 +272,17 @@ def test_the_python_loaders_raise_store_format_error(pristine, tmp_path):
         loader = LinkLoader if file == "edges_train.npy" else NodeLoader
         with pytest.raises(StoreFormatError, match=f"{file} row"):
             loader(store, fanouts=[3], batch_size=32, memory="256M")
+    # Values in range that break a cross-check: CSC no longer holds CSR's edges, a NaN feature.
+    for corrupt, needle in (
+        (shift("csc_indices.npy", 40), r"csc_indices.npy: the edges into nodes \[\d+, \d+\) differ"),
+        (at("features.npy", (7, 1), np.nan), "features.npy row 7: column 1 is NaN"),
+    ):
+        store = tmp_path / f"cross-{needle[:8]}"
+        shutil.copytree(pristine["sbm"], store)
+        corrupt(store)
+        for loader in (NodeLoader, LinkLoader):
+            with pytest.raises(StoreFormatError, match=needle):
+                loader(store, fanouts=[3], batch_size=32, memory="256M")
     assert Store(pristine["sbm"]).checked("labels", "label", -1, 3).shape == (SBM_NODES,)
 
 
@@ -262,6 +292,7 @@ def test_a_trained_run_refuses_a_store_corrupted_since(pristine, tmp_path):
     run = tmp_path / "run"
     run_strata("embed", "train", store, "--run-dir", run, "--epochs", "1", "--dim", "8", "--partitions", "2", "-q")
     head = Store(store).node_name(3)
+    offset = int(np.load(store / "node_names_offsets.npy", mmap_mode="r")[100])
     poke(store, "edges_test.npy", (0, 2), 10**6)
     poke(store, "node_names_offsets.npy", 100, 10**9)
     for args, needle in (
@@ -275,7 +306,9 @@ def test_a_trained_run_refuses_a_store_corrupted_since(pristine, tmp_path):
         assert "Traceback" not in proc.stderr and "panicked" not in proc.stderr
     # The bucket index is the store's too: a local id out of its partition is named at the row.
     index = next((store / "partitions").iterdir())
+    # The store is sound again (`embed train` refuses a store that fails `strata check`).
     poke(store, "edges_test.npy", (0, 2), 0)
+    poke(store, "node_names_offsets.npy", 100, offset)
     poke(index, "edges.npy", (7, 2), 10**6)
     proc = strata("embed", "train", store, "--run-dir", tmp_path / "again", "--epochs", "1", "--dim", "8",
                   "--partitions", "2", "-q")  # fmt: skip
@@ -290,3 +323,29 @@ def test_check_finds_unsorted_names(pristine, tmp_path):
     names = [p for p in report["listed"] if p["file"] == "node_names_bytes.npy"]
     assert [p["row"] for p in names] == [1] and "names must be sorted and unique" in names[0]["message"], names
     assert report["problems"] == 1, report["listed"]
+
+
+def test_a_passed_check_is_recorded_and_redone_when_the_store_changes(pristine, tmp_path):
+    store = tmp_path / "sbm.strata"
+    shutil.copytree(pristine["sbm"], store)
+    (store / "checked.json").unlink(missing_ok=True)
+    build = ["grid", "build", store, "--partitions", "2", "-q", "--overwrite"]
+    run_strata(*build, "--name", "a")
+    stamp = json.loads((store / "checked.json").read_text())
+    assert {f["file"] for f in stamp["files"]} >= {"manifest.json", "csc_indices.npy", "features.npy"}, stamp
+    # The stamp is what lets the next open skip the pass: a stale one (sizes, times) is ignored.
+    old = float(np.load(store / "features.npy", mmap_mode="r")[3, 2])
+    poke(store, "features.npy", (3, 2), np.nan)
+    proc = run_strata(*build, "--name", "b", check=False)
+    assert proc.returncode == 2 and "features.npy row 3: column 2 is NaN" in proc.stderr, proc.stderr
+    assert "strata check" in proc.stderr, proc.stderr
+    poke(store, "features.npy", (3, 2), old)
+    run_strata(*build, "--name", "b")
+    assert json.loads((store / "checked.json").read_text()) != stamp
+    # `strata check` records a pass too, and a store it refuses carries no stamp.
+    (store / "checked.json").unlink()
+    assert strata("check", store, "-q").returncode == 0 and (store / "checked.json").is_file()
+    shift("csc_indices.npy", 3)(store)
+    assert strata("check", store, "-q").returncode == 2
+    proc = strata("serve", f"g={store}", "--state-dir", tmp_path / "state", "--listen", "127.0.0.1:0", timeout=60)
+    assert proc.returncode == 2 and "csc_indices.npy: the edges into nodes" in proc.stderr, proc.stderr

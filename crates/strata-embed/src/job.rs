@@ -463,7 +463,7 @@ fn setup(
     rank: Option<RankNeeds>,
     progress: &dyn Progress,
 ) -> Result<Setup> {
-    let store = Store::open(store_path)?;
+    let store = strata_store::open_checked(store_path, progress)?;
     let graph = store.manifest().graph.clone();
     let model = ScoreModel {
         kind: cfg.model,

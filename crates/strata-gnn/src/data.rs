@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::codec::FeatureCodec;
 use strata_store::config::{size_bytes, AutoSize, ConfigError, Section, Size};
-use strata_store::Store;
+use strata_store::{open_checked, NoProgress};
 
 use strata_graph::features::FeatureReader;
 use strata_graph::sampler::{NeighborSampler, SamplerConfig};
@@ -345,7 +345,7 @@ fn load_and_plan(
     if config.batch_size == 0 {
         return Err(GnnError::Config("gnn.batch_size: need at least 1".into()));
     }
-    let store = Store::open(store_path)?;
+    let store = open_checked(store_path, &NoProgress)?;
     let features = store.array_path("features").map_err(|_| {
         GnnError::Config(format!(
             "{}: the store has no node features (features.npy); GNN training needs them \

@@ -154,7 +154,7 @@ pub fn grids_dir(store: &Path) -> PathBuf {
 /// Builds the grid `job` asks for from the store's train edges.
 pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let t0 = Instant::now();
-    let store = Store::open(&job.store)?;
+    let store = strata_store::open_checked(&job.store, progress)?;
     let n = store.manifest().graph.num_nodes;
     let symmetric = job.symmetrize.unwrap_or(store.manifest().graph.symmetrized);
     check_weights(job.weights.as_ref())?;

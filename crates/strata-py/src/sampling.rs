@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyTuple};
 use strata_graph::sampler::{HeteroSample, NeighborSampler, Sample, SamplerConfig};
 use strata_graph::topology::{ColumnSet, Direction, Topology};
-use strata_store::Store;
+use strata_store::{open_checked, NoProgress};
 
 use crate::errors::{config_error, ToPyErr};
 use crate::gnn::values;
@@ -39,7 +39,7 @@ impl PySampler {
         let ids = config.edge_ids;
         let sampler = NeighborSampler::new(config).map_err(|e| e.to_py(py))?;
         let open = || -> Result<_, strata_graph::GraphError> {
-            let store = Store::open(&store)?;
+            let store = open_checked(&store, &NoProgress)?;
             let m = store.manifest();
             let wanted = ColumnSet {
                 weights: weighted,

@@ -32,6 +32,7 @@ use crate::manifest::{DegreeStats, Manifest};
 use crate::npy::DType;
 use crate::rng::derive;
 use crate::store::{array_problems, Store, MANIFEST as MANIFEST_FILE};
+use crate::verified::Stamp;
 
 /// Bytes of each streaming read.
 pub const CHUNK: usize = 4 << 20;
@@ -317,7 +318,8 @@ impl crate::config::Section for CheckOptions {
 
 /// Checks the store at `path`, listing at most `max_per_file` problems per file. Fails only on
 /// I/O errors and cancellation: a store that does not open is a problem found, and then only
-/// the manifest and the array files' headers are checked.
+/// the manifest and the array files' headers are checked. A store without problems is stamped
+/// as checked (`crate::verified`), keyed to its files as they were before the check read them.
 pub fn check_store(path: &Path, max_per_file: usize, progress: &dyn Progress) -> Result<Checked> {
     let mut checked = Checked {
         store: None,
@@ -337,7 +339,11 @@ pub fn check_store(path: &Path, max_per_file: usize, progress: &dyn Progress) ->
         }
         Err(e) => return Err(e),
     };
+    let stamp = Stamp::of(&store);
     values(&store, &mut checked, progress)?;
+    if let (true, Some(stamp)) = (checked.problems.is_empty(), stamp) {
+        stamp.record(path);
+    }
     checked.store = Some(store);
     Ok(checked)
 }

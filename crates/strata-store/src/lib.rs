@@ -22,9 +22,11 @@ pub mod rng;
 pub mod store;
 pub mod strtab;
 pub mod units;
+pub mod verified;
 
 pub use error::{Result, StoreError};
 pub use manifest::{ArrayInfo, Manifest};
 pub use npy::DType;
 pub use store::{Store, StoreBuilder};
 pub use strata_io::progress::{Cancelled, Meter, NoProgress, Progress};
+pub use verified::open_checked;

@@ -7,7 +7,7 @@ use strata_graph::features::FeatureReader;
 use strata_graph::topology::Direction;
 use strata_graph::Topology;
 use strata_store::ids::IdCheck;
-use strata_store::Store;
+use strata_store::{open_checked, NoProgress};
 
 use super::version::{write_version, VersionMeta, VersionSource};
 use crate::error::{Result, ServeError};
@@ -67,7 +67,7 @@ pub fn register(
     name: &str,
     reorder: Option<&ReorderParams>,
 ) -> Result<Registered> {
-    let store = Store::open(source)?;
+    let store = open_checked(source, &NoProgress)?;
     if store.manifest().features.is_none() {
         return Err(ServeError::FailedPrecondition(format!(
             "{}: the store has no node features; the service needs them for GNN inference",

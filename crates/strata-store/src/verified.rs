@@ -1,0 +1,187 @@
+//! Opening a store to train on or serve: every engine that does so calls [`open_checked`],
+//! which refuses a store that fails `strata check`'s value checks ([`check_store`]: CSR against
+//! CSC and the train edges, finite features, ids in range, degrees, name tables) instead of
+//! letting a model learn from it or a server answer from it.
+//!
+//! The check streams every array once or twice in bounded memory (check.rs), so it costs about a
+//! read of the store. A passed check is recorded in the store as [`STAMP`], keyed to the size and
+//! modification time of `manifest.json` and of every array file, so that later opens of an
+//! unchanged store only `stat` its files; any write to a file (a new mtime or size) makes the
+//! next open check again. `strata check` records a pass the same way. The stamp is written to a
+//! private temporary name and renamed into place, so readers see a whole stamp or none; a store
+//! that cannot be written (a read-only copy) is checked at every open instead.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::UNIX_EPOCH;
+
+use serde::{Deserialize, Serialize};
+use strata_io::progress::Progress;
+
+use crate::check::{check_store, Problem};
+use crate::error::{Result, StoreError};
+use crate::store::{Store, MANIFEST};
+
+/// File of the store recording its last passed check.
+pub const STAMP: &str = "checked.json";
+/// Version of the checks a stamp vouches for: raised whenever `strata check` checks more, so
+/// stamps written by older checks are not trusted.
+const CHECKS_VERSION: u32 = 1;
+/// Problems named in the error of a store that fails the check.
+const NAMED: usize = 3;
+
+/// Size and modification time of one file of the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct FileKey {
+    file: String,
+    bytes: u64,
+    /// Nanoseconds since the Unix epoch.
+    mtime_ns: u64,
+}
+
+/// What a passed check vouches for: the checks' version and every file as it was checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Stamp {
+    checks_version: u32,
+    files: Vec<FileKey>,
+}
+
+impl Stamp {
+    /// The key of `store`'s files as they are now; `None` when one cannot be `stat`ed (the
+    /// check then reports it).
+    pub(crate) fn of(store: &Store) -> Option<Stamp> {
+        let files: BTreeSet<&str> = std::iter::once(MANIFEST)
+            .chain(store.manifest().arrays.values().map(|a| a.file.as_str()))
+            .collect();
+        let files = files
+            .into_iter()
+            .map(|file| {
+                let meta = std::fs::metadata(store.path().join(file)).ok()?;
+                let mtime = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
+                Some(FileKey {
+                    file: file.to_string(),
+                    bytes: meta.len(),
+                    mtime_ns: u64::try_from(mtime.as_nanos()).ok()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Stamp {
+            checks_version: CHECKS_VERSION,
+            files,
+        })
+    }
+
+    /// Whether the stamp recorded in the store at `path` is this one.
+    fn recorded(&self, path: &Path) -> bool {
+        std::fs::read(path.join(STAMP))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Stamp>(&b).ok())
+            .is_some_and(|s| &s == self)
+    }
+
+    /// Records the stamp in the store at `path`, best effort: a store that cannot be written is
+    /// simply checked again at its next open.
+    pub(crate) fn record(&self, path: &Path) {
+        let tmp = path.join(format!(".{STAMP}.{}.tmp", std::process::id()));
+        let text = serde_json::to_vec_pretty(self).expect("a stamp serialises");
+        if std::fs::write(&tmp, text).is_err() || std::fs::rename(&tmp, path.join(STAMP)).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// Opens the store at `path` for training or serving: runs `strata check`'s store checks unless
+/// a passed check of the unchanged files is recorded (module documentation), and fails with
+/// [`StoreError::Invalid`] naming the first problems when there is any. Cost: nothing but a
+/// `stat` per file when the stamp holds; otherwise one streaming read of every array (each
+/// `indptr` twice) in a few tens of MiB, reported to `progress` as `check FILE` stages.
+pub fn open_checked(path: &Path, progress: &dyn Progress) -> Result<Store> {
+    let store = Store::open(path)?;
+    if Stamp::of(&store).is_some_and(|s| s.recorded(path)) {
+        return Ok(store);
+    }
+    let checked = check_store(path, NAMED, progress)?;
+    if checked.problems.is_empty() {
+        return Ok(store);
+    }
+    let named: Vec<String> = checked
+        .problems
+        .listed
+        .iter()
+        .take(NAMED)
+        .map(problem_text)
+        .collect();
+    let total = checked.problems.total();
+    Err(StoreError::Invalid {
+        store: path.to_path_buf(),
+        msg: format!(
+            "fails `strata check` ({total} problem{}: {}{}), so it is not trained on or served; \
+             run `strata check {}` to list every problem",
+            if total == 1 { "" } else { "s" },
+            named.join("; "),
+            if total > named.len() as u64 {
+                "; ..."
+            } else {
+                ""
+            },
+            path.display()
+        ),
+    })
+}
+
+/// A problem in words, naming its file.
+fn problem_text(p: &Problem) -> String {
+    if p.message.starts_with(&p.file) {
+        p.message.clone()
+    } else {
+        format!("{}: {}", p.file, p.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::{decode_ints, encode_ints, read_all_bytes};
+    use crate::generate::{hetsbm, HetSbmOptions};
+    use crate::NoProgress;
+
+    /// Moves CSC index `i` of the store at `out` to the next node: still in range, but CSC no
+    /// longer holds CSR's edges.
+    fn shift_csc_index(out: &Path, i: usize) {
+        let path = out.join("csc_indices.npy");
+        let (h, data) = read_all_bytes(&path).unwrap();
+        let (mut vals, mut enc) = (Vec::new(), Vec::new());
+        decode_ints(&data, h.dtype, &mut vals);
+        let n = Store::open(out).unwrap().manifest().graph.num_nodes as i64;
+        vals[i] = (vals[i] + 1) % n;
+        encode_ints(&vals, h.dtype, &mut enc);
+        let mut file = std::fs::read(&path).unwrap();
+        file[h.data_offset as usize..].copy_from_slice(&enc);
+        std::fs::write(&path, file).unwrap();
+    }
+
+    #[test]
+    fn a_pass_is_recorded_and_a_changed_file_is_checked_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = HetSbmOptions::new(dir.path().join("g.strata"));
+        (o.papers, o.authors, o.institutions, o.fields) = (300, 400, 10, 50);
+        (o.feature_dim, o.threads) = (4, 1);
+        hetsbm(&o, &NoProgress).unwrap();
+        assert!(!o.out.join(STAMP).exists());
+        open_checked(&o.out, &NoProgress).unwrap();
+        assert!(Stamp::of(&Store::open(&o.out).unwrap())
+            .unwrap()
+            .recorded(&o.out));
+        shift_csc_index(&o.out, 5);
+        let err = open_checked(&o.out, &NoProgress).unwrap_err().to_string();
+        assert!(
+            err.contains("csc_indices.npy: the edges into nodes"),
+            "{err}"
+        );
+        assert!(err.contains("strata check"), "{err}");
+        // The stale stamp stays, but no longer matches the files.
+        assert!(!Stamp::of(&Store::open(&o.out).unwrap())
+            .unwrap()
+            .recorded(&o.out));
+    }
+}
