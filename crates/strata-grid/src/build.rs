@@ -223,6 +223,8 @@ pub(crate) fn publish(
     let text = serde_json::to_string_pretty(manifest).expect("manifest serialises");
     write_synced(&tmp.join(GRID_MANIFEST), text.as_bytes())?;
     strata_io::durable::fault_point("grid.manifest_written");
+    // Kept in the grid before it is published: a distributed run compares it across ranks.
+    strata_store::digest::content_digest(tmp, GRID_MANIFEST)?;
     strata_io::durable::publish_dir(tmp, out, "grid")?;
     std::mem::forget(guard);
     Ok(())

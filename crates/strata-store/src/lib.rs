@@ -11,6 +11,7 @@ mod check_v2;
 pub mod codec;
 pub mod config;
 pub mod convert;
+pub mod digest;
 pub mod error;
 pub mod generate;
 pub mod ids;

@@ -348,6 +348,8 @@ impl StoreBuilder {
         write_synced(&mpath, text.as_bytes())?;
         durable::fault_point("store.manifest_written");
         validate_arrays(&self.tmp, &manifest)?;
+        // Kept in the store before it is published: a distributed run compares it across ranks.
+        crate::digest::content_digest(&self.tmp, MANIFEST)?;
         if self.out.exists() && !self.overwrite {
             return Err(StoreError::Exists {
                 path: self.out.clone(),
