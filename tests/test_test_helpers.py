@@ -1,13 +1,15 @@
 """The helpers that let the suite run on parallel pytest-xdist workers: rendezvous ports that no
-two test processes share."""
+two test processes share, and the rule that puts heavy tests into one xdist group."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torchrun_env
+from conftest import is_heavy
 
 HERE = Path(__file__).resolve().parent
 
@@ -35,3 +37,21 @@ def test_a_port_held_by_a_live_process_is_not_handed_to_another(monkeypatch):
     # Below the kernel's ephemeral range: no socket bound to port 0 can take it meanwhile.
     assert torchrun_env.FIRST_PORT <= min(mine, held) and max(mine, held) < torchrun_env._ephemeral_low()
     assert torchrun_env.free_port() != mine
+
+
+def item(file: str, fixtures=(), **module_names) -> SimpleNamespace:
+    return SimpleNamespace(path=Path(file), module=SimpleNamespace(**module_names), fixturenames=list(fixtures))
+
+
+def test_heavy_tests_are_found_by_name_helper_and_fixture():
+    assert is_heavy(item("tests/test_embed_dist.py"))
+    assert is_heavy(item("tests/test_grid_dist_faults.py"))
+    assert is_heavy(item("tests/test_serve_netns.py"))
+    assert is_heavy(item("tests/test_serve_adversarial.py"))
+    assert is_heavy(item("tests/test_wheel.py"))
+    assert is_heavy(item("tests/test_grid_program.py", run_session=object()))
+    assert is_heavy(item("tests/test_farmem.py", veth_pair=object()))
+    assert is_heavy(item("tests/test_config.py", fixtures=("tmp_path", "limiter")))
+    # A module that only asks for a port (nothing listens on it) is light.
+    assert not is_heavy(item("tests/test_peer_requests.py", free_port=object()))
+    assert not is_heavy(item("tests/test_grid.py", fixtures=("tmp_path",)))
