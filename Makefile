@@ -55,8 +55,11 @@ test: test-rust test-python
 test-rust: setup-test
 	cargo test --workspace --exclude strata-py --quiet
 
+# pytest-xdist workers, one a core; tests/conftest.py keeps the heavy tests (torchrun groups,
+# namespaces, memory limits, the wheel build) on one worker, one after another.
+PYTEST_WORKERS ?= 2
 test-python: setup-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup
 
 lint: setup
 	$(PY) tools/check_layers.py

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import subprocess
@@ -13,6 +14,63 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+
+# `make test-python` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). Tests
+# that each keep several processes busy for long, or that measure memory, run one after another
+# on one worker, beside the light tests on the other: two torchrun groups of 2-3 ranks side by
+# side on two cores would starve each other's heartbeats and timeouts. A test is heavy, and
+# joins the xdist group "heavy", when
+# - its file's name matches one of HEAVY_FILES (ranks under torchrun, network namespaces,
+#   injected faults, the adversarial server tests, the memory bounds, the wheel build), or
+# - its module imports the torchrun or namespace helpers (`rank_env`, `run_session` from
+#   tests/torchrun_env.py, `veth_pair` from tests/netns.py), or
+# - it uses the `limiter` fixture (a memory cgroup).
+# New tests that follow the naming rules in these files are grouped without an edit. The heavy
+# group is scheduled first (xdist hands out the largest group first): it is the long pole.
+HEAVY_FILES = (
+    "test_*dist*.py",
+    "test_*netns*.py",
+    "test_*faults*.py",
+    "test_serve_adversarial.py",
+    "test_memory_bound.py",
+    "test_wheel.py",
+)
+HEAVY_HELPERS = ("rank_env", "run_session", "veth_pair")
+
+
+def is_heavy(item: pytest.Item) -> bool:
+    """Whether ``item`` runs in the xdist group "heavy" (the rules above)."""
+    name = item.path.name
+    module = getattr(item, "module", None)
+    return (
+        any(fnmatch.fnmatch(name, pattern) for pattern in HEAVY_FILES)
+        or any(hasattr(module, helper) for helper in HEAVY_HELPERS)
+        or "limiter" in getattr(item, "fixturenames", ())
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # tryfirst: xdist reads the xdist_group marks in its own hook, which must come after this one.
+    for item in items:
+        if is_heavy(item):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    # Under --dist loadgroup a worker names a grouped test "NODEID@GROUP"; where a pytest and
+    # pytest-xdist pair does not, the heavy tests would run side by side without a word.
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    lost = [i for i in ids if any(fnmatch.fnmatch(i.split("::")[0].rsplit("/")[-1], p) for p in HEAVY_FILES)]
+    lost = [i for i in lost if not i.endswith("@heavy")]
+    if lost:
+        pytest.exit(
+            f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more heavy tests) under pytest "
+            f"{pytest.__version__}: install the versions pyproject.toml's dev extra names (make test does)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.fixture

@@ -184,7 +184,7 @@ def test_two_ranks_in_two_namespaces_with_their_own_stores(store, tmp_path, algo
     for c in copies:
         shutil.copytree(store, c)
     with veth_pair() as (a, b):
-        port = 29500 + os.getpid() % 1000
+        port = free_port()
         procs = []
         for r, ns in enumerate((a, b)):
             iface = f"sv{os.getpid()}{'ab'[r]}"

@@ -1,19 +1,69 @@
-"""What the tests that launch ranks under torchrun share: a free port for the rendezvous, and
+"""What the tests that launch ranks under torchrun share: a port reserved for a rendezvous, and
 the environment each rank runs with."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import random
 import signal
 import socket
 import subprocess
+import tempfile
+from pathlib import Path
+
+#: Lock files, one a reserved port, shared by every test process on the machine (parallel
+#: pytest-xdist workers, and other checkouts' test runs).
+PORT_LOCKS = Path(tempfile.gettempdir()) / "strata-test-ports"
+#: Where reserved ports come from: below the kernel's ephemeral range (32768-60999 by default),
+#: so that no socket bound to port 0 or connecting out (gloo's, torch's, a server's) takes one.
+FIRST_PORT = 20000
+_held: dict[int, int] = {}  # port -> the open lock file that reserves it, for this process's life
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for a rendezvous endpoint)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port that nothing listens on, reserved for this process until it exits: another
+    test process asking at the same time (a parallel worker) never gets it, and the kernel never
+    hands it out on its own, so a rendezvous endpoint chosen now is still free when torchrun
+    binds it. Each call returns a port this process has not had before."""
+    last = _ephemeral_low()
+    if last <= FIRST_PORT + 1000:
+        raise RuntimeError(f"the ephemeral port range starts at {last}: no room below it for test ports")
+    PORT_LOCKS.mkdir(exist_ok=True)
+    span = last - FIRST_PORT
+    start = random.randrange(span)
+    for i in range(span):
+        port = FIRST_PORT + (start + i) % span
+        if port in _held:
+            continue
+        fd = os.open(PORT_LOCKS / f"{port}.lock", os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if not _bindable(port):
+            os.close(fd)
+            continue
+        _held[port] = fd
+        return port
+    raise RuntimeError(f"no free port left in {FIRST_PORT}-{last - 1}")
 
 
 def rank_env(interface: str = "lo") -> dict:
