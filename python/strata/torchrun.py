@@ -242,10 +242,22 @@ def join(env: Environment, timeout: int, backend: str = "gloo"):
         )
 
     try:
-        # Only a rank that hosts no store waits for one (outside torchrun rank 0 hosts it).
-        if env.rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        if env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            # Outside torchrun rank 0 hosts the store. It does not wait there for the others to
+            # connect (torch's way, whose timeout says only how many came): the agreement
+            # below waits for them, and names those that never come.
+            store = td.TCPStore(
+                env.addr,
+                env.port,
+                env.world_size,
+                True,
+                _remaining(deadline),
+                wait_for_workers=False,
+                multi_tenant=True,
+            )
+        else:
             _await_store(env, deadline)
-        store, _, _ = next(td.rendezvous("env://", env.rank, env.world_size, timeout=_remaining(deadline)))
+            store, _, _ = next(td.rendezvous("env://", env.rank, env.world_size, timeout=_remaining(deadline)))
         number = agreed_attempt(store, env.rank, env.world_size, deadline, env.address)
         # torchrun keeps its store across restarts of the group: keys of an earlier attempt
         # (the ranks' gloo addresses among them) must not meet this one's.
