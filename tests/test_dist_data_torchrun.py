@@ -118,16 +118,16 @@ def test_gnn_refuses_a_store_whose_labels_differ(tmp_path):
 
 @pytest.fixture(scope="module")
 def rmats(tmp_path_factory) -> list[Path]:
-    """Two RMAT graphs of the same size (different seeds) as stores, each with a 3 x 3 grid."""
+    """Two RMAT graphs of the same size (different seeds) as stores, each with a 3 x 3 grid. Their
+    integer ids are kept (bin32), so the first column, into the RMAT hub's chunk, holds most edges."""
     d = tmp_path_factory.mktemp("rmats")
     stores = []
     for seed in (1, 2):
-        run_strata(
-            "generate", "rmat", "--out", d / f"rmat{seed}", "--scale", "10", "--seed", seed, "--format", "tsv", "-q"
-        )
+        raw = d / f"rmat{seed}.bin32"
+        run_strata("generate", "rmat", "--out", raw, "--scale", "10", "--seed", seed, "--format", "bin32", "-q")
         store = d / f"host{seed - 1}" / "rmat.strata"
         store.parent.mkdir()
-        run_strata("convert", d / f"rmat{seed}", "--out", store, "-q")
+        run_strata("convert", raw, "--num-nodes", "1024", "--out", store, "-q")
         run_strata("grid", "build", store, "--partitions", "3", "-q")
         stores.append(store)
     return stores
@@ -147,9 +147,16 @@ def test_grid_runs_refuse_a_different_graph_of_the_same_size(rmats, tmp_path):
     assert not (tmp_path / "out" / "run.json").exists()
 
 
-def test_three_ranks_on_three_columns_get_a_column_each(rmats, tmp_path):
+def test_three_ranks_on_three_columns_get_a_column_each(tmp_path):
     needs("torch")
-    store = rmats[0]
+    # Two thirds of the edges go into the first of 3 chunks of 333 vertices (a hub's chunk):
+    # cutting at running shares of the edges gave rank 0 no column and rank 1 two thirds.
+    rng = np.random.default_rng(0)
+    dst = np.concatenate([rng.integers(0, 333, 8000), rng.integers(333, 999, 4000)])
+    np.save(tmp_path / "e.npy", np.stack([rng.integers(0, 999, 12_000), dst], axis=1))
+    store = tmp_path / "skewed.strata"
+    run_strata("convert", tmp_path / "e.npy", "--num-nodes", "999", "--out", store, "-q")
+    run_strata("grid", "build", store, "--partitions", "3", "-q")
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0",
@@ -160,8 +167,7 @@ def test_three_ranks_on_three_columns_get_a_column_each(rmats, tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
     ranks = json.loads((tmp_path / "out" / "run.json").read_text())["summary"]["dist"]["ranks"]
     assert [r["columns"] for r in ranks] == [[0, 1], [1, 2], [2, 3]], ranks
-    # The RMAT hub's column is the largest; no rank holds more than it.
-    assert max(r["edges"] for r in ranks) < sum(r["edges"] for r in ranks)
+    assert ranks[0]["edges"] > 2 * max(ranks[1]["edges"], ranks[2]["edges"]), ranks
 
 
 def test_grid_runs_refuse_ranks_given_different_options(rmats, tmp_path):
