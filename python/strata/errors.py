@@ -74,3 +74,11 @@ class MissingDependencyError(StrataError, ImportError):
 class GroupError(StrataError):
     """A distributed run failed: another rank, the bucket scheduler on rank 0 or a collective
     could not be reached in time (the message names the address and what timed out)."""
+
+
+class DataMismatchError(GroupError):
+    """The ranks of a distributed run hold different data (stores or grids whose content
+    digests differ) or run with different options; the message names both ranks' host:path,
+    digests or options."""
+
+    exit_code = 2

@@ -3,7 +3,8 @@
 ``environment`` reads the variables torchrun sets (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
 ``MASTER_PORT``, ``LOCAL_RANK``); ``join`` meets the other ranks at the rendezvous store and
 initialises the default process group, every wait bounded by a timeout and every failure a
-``GroupError`` that names the store's address. Torch is an optional extra: it is imported here,
+``GroupError`` that names the store's address; ``same_data`` proves, before the first step,
+that every rank holds the same data and runs the same options. Torch is an optional extra: it is imported here,
 lazily, with a message that says how to install it. The engines (``strata.embed.dist``,
 ``strata.gnn.train``) build their own protocols on top.
 """
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .errors import ConfigError, GroupError, MissingDependencyError
+from .errors import ConfigError, DataMismatchError, GroupError, MissingDependencyError
 
 #: torchrun's variables a rank needs.
 ENVIRONMENT = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -272,6 +273,47 @@ def join(env: Environment, timeout: int, backend: str = "gloo"):
     # The store's own waits (RPC's start, the engines' requests) get the whole figure again.
     store.set_timeout(wait)
     return store
+
+
+def data_digest(path) -> str:
+    """The content digest (``blake3:HEX``) of the store or grid directory at ``path``: the one
+    kept in it, or computed from its files and kept (a store written before digests existed,
+    or copied; docs/distributed.md). A rank calls it before joining its group, so that hashing
+    a large store counts against no collective's timeout."""
+    from . import _native
+
+    return _native.content_digest(str(path))
+
+
+def same_data(rank: int, timeout: int, address: str, path, digest: str, options: dict) -> None:
+    """Proves that every rank of the joined group holds the same data and runs the same
+    ``options`` (the settings that must agree, as a JSON-able dict): the ranks all-gather
+    (digest, host, path, options), and every rank raises the same ``DataMismatchError``,
+    naming both ranks' ``host:path`` and digests (or the differing options), when one differs
+    from rank 0's."""
+    _, td = torch_distributed()
+    mine = {"host": socket.gethostname(), "path": os.path.abspath(path), "digest": digest, "options": options}
+    every: list = [None] * td.get_world_size()
+    collective("comparing the ranks' data", lambda: td.all_gather_object(every, mine), rank, timeout, address)
+    first = every[0]
+    for r, other in enumerate(every[1:], start=1):
+        if other["digest"] != first["digest"]:
+            raise DataMismatchError(
+                f"rank {r} holds different data from rank 0: rank 0 has {first['host']}:{first['path']} "
+                f"({first['digest']}), rank {r} has {other['host']}:{other['path']} ({other['digest']}); "
+                "every rank needs the same data: copy rank 0's store to the others, or convert the same "
+                "input with the same options on each machine"
+            )
+        keys = sorted(first["options"].keys() | other["options"].keys())
+        differ = [k for k in keys if first["options"].get(k) != other["options"].get(k)]
+        if differ:
+            shown = "; ".join(
+                f"{k} is {first['options'].get(k)!r} on rank 0, {other['options'].get(k)!r} on rank {r}" for k in differ
+            )
+            raise DataMismatchError(
+                f"rank {r} runs with different options from rank 0 ({first['host']}:{first['path']} and "
+                f"{other['host']}:{other['path']}): {shown}; every rank must be given the same options"
+            )
 
 
 def leave() -> None:

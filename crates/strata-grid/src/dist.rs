@@ -9,13 +9,14 @@
 //! the changed values, or every owned value.
 
 use std::ops::Range;
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::checkpoint::{CheckpointFigures, Checkpoints};
 use crate::error::{GridError, Result};
 use crate::grid::Grid;
-use crate::layout::Order;
+use crate::layout::{Order, GRID_MANIFEST};
 use crate::vertex::{Bitmap, F32Array, F64Array, U64Array};
 
 /// How [`Collective::all_reduce`] combines the ranks' values.
@@ -38,6 +39,9 @@ pub trait Collective {
     fn barrier(&mut self, what: &str) -> Result<()>;
     /// Bytes sent to and received from the other ranks so far, as they went on the wire.
     fn traffic(&self) -> (u64, u64);
+    /// Fails (on every rank) unless every rank runs on the same data: `grid` is this rank's
+    /// grid directory and `digest` its content digest (`strata_store::digest`).
+    fn same_data(&mut self, grid: &Path, digest: &str) -> Result<()>;
     /// Whether this group replaces one that failed (torchrun restarted it): a run then
     /// resumes from its last checkpoint.
     fn restarted(&self) -> bool {
@@ -51,9 +55,10 @@ pub trait Collective {
 }
 
 /// The destination chunks of each of `world_size` ranks: contiguous ranges of columns in
-/// order, cut where the running edge count passes each rank's equal share (a rank may get
-/// none when there are fewer columns than ranks). Needs a column-order grid, whose column j
-/// holds every edge into chunk j.
+/// order, balanced by edges ([`balance_columns`]), every rank at least one column. Needs a
+/// column-order grid, whose column j holds every edge into chunk j, with at least as many
+/// columns as ranks: a column's destinations are summed by one rank, so a grid of fewer
+/// columns is refused with the command that builds one with enough.
 pub fn split_columns(grid: &Grid, world_size: usize) -> Result<Vec<Range<u32>>> {
     let layout = *grid.layout();
     if layout.order != Order::Column {
@@ -67,25 +72,93 @@ pub fn split_columns(grid: &Grid, world_size: usize) -> Result<Vec<Range<u32>>> 
         ));
     }
     let p = layout.partitions;
-    let column_edges = |j: u32| {
-        let (first, last) = (layout.position(0, j), layout.position(p - 1, j));
-        grid.block_edges(last).end - grid.block_edges(first).start
-    };
-    let total: u64 = (0..p).map(column_edges).sum();
-    let mut cuts = vec![0u32];
-    let mut seen = 0u64;
-    let mut j = 0u32;
-    for r in 1..world_size as u64 {
-        // Rank r starts at the first column whose edges end beyond r shares (rounded).
-        let share = (total as u128 * r as u128 / world_size as u128) as u64;
-        while j < p && seen + column_edges(j) <= share {
-            seen += column_edges(j);
-            j += 1;
-        }
-        cuts.push(j);
+    if (p as usize) < world_size {
+        return Err(GridError::config(
+            "grid",
+            format!(
+                "{} has {p} columns (partitions) for {world_size} ranks: each rank owns whole columns \
+                 and every rank needs one; build a grid with at least {world_size} partitions \
+                 (strata grid build STORE --partitions {world_size} --order column, and run with \
+                 --grid and the name it prints) or run fewer ranks",
+                grid.dir().display()
+            ),
+        ));
     }
-    cuts.push(p);
-    Ok(cuts.windows(2).map(|w| w[0]..w[1]).collect())
+    let column_edges: Vec<u64> = (0..p)
+        .map(|j| {
+            let (first, last) = (layout.position(0, j), layout.position(p - 1, j));
+            grid.block_edges(last).end - grid.block_edges(first).start
+        })
+        .collect();
+    Ok(balance_columns(&column_edges, world_size))
+}
+
+/// Splits columns with `edges[j]` edges each into `ranks` contiguous, non-empty ranges in order
+/// (`1 <= ranks <= edges.len()`), so that the most edges any range holds is the least any such
+/// split can reach; within that bound each cut lands nearest an equal share of the edges left.
+///
+/// The bound is found by bisection on the greedy count of ranges; a cut is chosen among those
+/// whose remaining columns the remaining ranks can still cover within the bound. Cost:
+/// O(columns x (log edges + ranks)).
+pub fn balance_columns(edges: &[u64], ranks: usize) -> Vec<Range<u32>> {
+    let p = edges.len();
+    assert!(
+        ranks >= 1 && ranks <= p,
+        "balance_columns: {ranks} ranks for {p} columns"
+    );
+    // sums[j]: edges of the columns before j.
+    let mut sums = Vec::with_capacity(p + 1);
+    sums.push(0u64);
+    for &e in edges {
+        sums.push(sums.last().unwrap() + e);
+    }
+    // The furthest end of a range from column j that holds at most `bound` edges.
+    let reach = |j: usize, bound: u64| sums.partition_point(|&s| s <= sums[j] + bound) - 1;
+    let ranges_needed = |bound: u64| {
+        let (mut j, mut n) = (0, 0);
+        while j < p {
+            j = reach(j, bound);
+            n += 1;
+        }
+        n
+    };
+    let (mut lo, mut hi) = (edges.iter().copied().max().unwrap_or(0), sums[p]);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if ranges_needed(mid) <= ranks {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let bound = lo;
+    // need[j]: ranges the columns from j on need within the bound (greedy, so the least).
+    let mut need = vec![0usize; p + 1];
+    for j in (0..p).rev() {
+        need[j] = 1 + need[reach(j, bound)];
+    }
+    let mut out = Vec::with_capacity(ranks);
+    let mut j = 0;
+    for r in 0..ranks {
+        let left = ranks - r;
+        if left == 1 {
+            out.push(j as u32..p as u32);
+            break;
+        }
+        // Ends that keep this range within the bound and leave the rest coverable by the
+        // others with a column each at least; `need` falls as the end moves right.
+        let last = reach(j, bound).min(p - (left - 1));
+        let first = (j + 1..=last)
+            .find(|&e| need[e] < left)
+            .expect("the bound admits a split");
+        let share = (sums[p] - sums[j]) / left as u64;
+        let end = (first..=last)
+            .min_by_key(|&e| (sums[e] - sums[j]).abs_diff(share))
+            .expect("a non-empty range of ends");
+        out.push(j as u32..end as u32);
+        j = end;
+    }
+    out
 }
 
 /// Vertex arrays whose values travel in an exchange: `width` bytes a vertex.
@@ -169,7 +242,11 @@ pub struct DistSummary {
 
 impl<'a> Dist<'a> {
     /// This rank of `group` on `grid`, with the columns split by [`split_columns`].
+    /// Every rank first proves it holds the same grid (its kept content digest, computed
+    /// once when the grid has none).
     pub fn new(group: &'a mut dyn Collective, grid: &Grid) -> Result<Dist<'a>> {
+        let digest = strata_store::digest::content_digest(grid.dir(), GRID_MANIFEST)?;
+        group.same_data(grid.dir(), &digest)?;
         let columns = split_columns(grid, group.world_size())?;
         let layout = *grid.layout();
         let vertices = columns
@@ -464,6 +541,88 @@ mod tests {
     use strata_io::progress::NoProgress;
     use strata_store::config::check;
 
+    /// The least, over every split of `edges` into `ranks` contiguous non-empty ranges, of
+    /// the most edges a range holds (dynamic programming, for small cases).
+    fn best_bound(edges: &[u64], ranks: usize) -> u64 {
+        let p = edges.len();
+        let sum = |a: usize, b: usize| edges[a..b].iter().sum::<u64>();
+        // best[r][i]: the first i columns in r ranges.
+        let mut best = vec![vec![u64::MAX; p + 1]; ranks + 1];
+        best[0][0] = 0;
+        for r in 1..=ranks {
+            for i in r..=p {
+                best[r][i] = (r - 1..i)
+                    .filter(|&k| best[r - 1][k] != u64::MAX)
+                    .map(|k| best[r - 1][k].max(sum(k, i)))
+                    .min()
+                    .unwrap_or(u64::MAX);
+            }
+        }
+        best[ranks][p]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn columns_split_into_contiguous_ranges_with_the_least_largest_share(
+            edges in proptest::collection::vec(
+                proptest::prop_oneof![0u64..3, 0u64..1000, 0u64..1_000_000], 1..24),
+            ranks_seed in 0usize..1000,
+        ) {
+            let ranks = 1 + ranks_seed % edges.len();
+            let split = balance_columns(&edges, ranks);
+            proptest::prop_assert_eq!(split.len(), ranks);
+            let mut next = 0u32;
+            for r in &split {
+                proptest::prop_assert_eq!(r.start, next, "contiguous, each column once");
+                proptest::prop_assert!(r.end > r.start, "every rank gets a column: {:?}", split);
+                next = r.end;
+            }
+            proptest::prop_assert_eq!(next as usize, edges.len());
+            let largest = split
+                .iter()
+                .map(|r| edges[r.start as usize..r.end as usize].iter().sum::<u64>())
+                .max()
+                .unwrap();
+            proptest::prop_assert_eq!(largest, best_bound(&edges, ranks), "{:?}", split);
+        }
+    }
+
+    #[test]
+    fn three_ranks_on_three_skewed_columns_get_one_column_each() {
+        // The first column holds most edges (a power-law graph's hub chunk): cutting at equal
+        // shares of the running count left rank 0 nothing and rank 1 two thirds.
+        assert_eq!(balance_columns(&[660, 170, 170], 3), vec![0..1, 1..2, 2..3]);
+        assert_eq!(
+            balance_columns(&[5, 5, 5, 5, 5, 5], 3),
+            vec![0..2, 2..4, 4..6]
+        );
+        assert_eq!(balance_columns(&[0, 0, 0, 9], 2), vec![0..1, 1..4]);
+        assert_eq!(balance_columns(&[0, 0, 0], 3), vec![0..1, 1..2, 2..3]);
+    }
+
+    #[test]
+    fn a_grid_with_fewer_columns_than_ranks_is_refused_with_the_build_command() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = store(tmp.path(), 300, 2000);
+        let built = build(
+            &BuildJob {
+                store: st,
+                partitions: 2,
+                ..Default::default()
+            },
+            &NoProgress,
+        )
+        .unwrap();
+        let grid = Grid::open(&built.dir).unwrap();
+        assert_eq!(split_columns(&grid, 2).unwrap().len(), 2);
+        let err = split_columns(&grid, 3).unwrap_err().to_string();
+        assert!(
+            err.contains("has 2 columns (partitions) for 3 ranks")
+                && err.contains("strata grid build STORE --partitions 3"),
+            "{err}"
+        );
+    }
+
     /// Ranks of one process, each on its own thread, meeting at a barrier.
     struct Threads {
         rank: usize,
@@ -531,6 +690,13 @@ mod tests {
         }
         fn traffic(&self) -> (u64, u64) {
             (self.sent, self.received)
+        }
+        fn same_data(&mut self, _: &Path, digest: &str) -> Result<()> {
+            let all = self.all_gather(digest.as_bytes())?;
+            match all.iter().all(|d| d == digest.as_bytes()) {
+                true => Ok(()),
+                false => Err(GridError::Group("the ranks' grids differ".into())),
+            }
         }
         fn restarted(&self) -> bool {
             self.restarted

@@ -133,6 +133,12 @@ impl Collective for PyGroup<'_> {
             .map(drop)
     }
 
+    fn same_data(&mut self, grid: &std::path::Path, digest: &str) -> strata_grid::Result<()> {
+        let grid = grid.to_string_lossy().into_owned();
+        self.call::<Py<PyAny>>("same_data", |py| (grid, digest).into_pyobject(py))
+            .map(drop)
+    }
+
     fn restarted(&self) -> bool {
         self.restart > 0
     }

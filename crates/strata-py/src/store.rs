@@ -88,6 +88,31 @@ fn read_npy_rows(
     ))
 }
 
+/// The content digest (`blake3:HEX`, `strata_store::digest`) of the store or grid directory at
+/// `path`: the kept one when its files are unchanged, else (with `compute`) computed from the
+/// files and kept; None when not kept and not `compute`. A store is opened (validated) first.
+#[pyfunction]
+#[pyo3(signature = (path, compute=true))]
+fn content_digest(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    compute: bool,
+) -> PyResult<Option<String>> {
+    py.detach(|| {
+        let manifest = if strata_grid::grid::is_grid_dir(&path) {
+            strata_grid::layout::GRID_MANIFEST
+        } else {
+            Store::open(&path)?;
+            strata_store::store::MANIFEST
+        };
+        match compute {
+            true => strata_store::digest::content_digest(&path, manifest).map(Some),
+            false => strata_store::digest::kept_digest(&path, manifest),
+        }
+    })
+    .map_err(|e| e.to_py(py))
+}
+
 /// Checks every array of the store at `path` and every grid built for it (`strata check`)
 /// with `options` (the `[check]` section's, checked as it: at most `max_problems` listed per
 /// file); returns the report (`strata_store::check::CheckReport`). Raises only on bad options,
@@ -115,6 +140,7 @@ fn check_store(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_store, m)?)?;
     m.add_function(wrap_pyfunction!(open_store, m)?)?;
+    m.add_function(wrap_pyfunction!(content_digest, m)?)?;
     m.add_function(wrap_pyfunction!(disk_usage, m)?)?;
     m.add_function(wrap_pyfunction!(read_npy_rows, m)?)?;
     m.add_class::<NameTable>()?;

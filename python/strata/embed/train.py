@@ -17,6 +17,9 @@ from .runs import Run, default_run_dir
 
 #: Options of the section that are the front end's, not the trainer's.
 FRONT_END = ("store", "run_dir", "fresh", "tensorboard", "dist_policy")
+#: Trainer options each rank may set for itself (its machine's resources and paths); every
+#: other option must be the same on every rank of a distributed run.
+RANK_OWN = ("memory", "threads", "device", "device_memory", "init_from", "dist_timeout", "dist_prefetch")
 
 
 class _TensorBoard:
@@ -89,6 +92,8 @@ def train(
     make_dir(run_dir.parent, "--run-dir")
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
+    # Hashed before joining, so that a store without a kept digest costs no collective's timeout.
+    digest = None if torchrun.environment() is None else torchrun.data_digest(cfg.store)
     group = dist.from_environment(cfg.dist_timeout, policy=cfg.dist_policy)
     owners = None
     if group is not None:
@@ -96,6 +101,9 @@ def train(
     # --fresh starts the run over once: a group torchrun restarted resumes what it committed.
     fresh = cfg.fresh and (group is None or group.restart == 0)
     try:
+        if group is not None:
+            agreed = {k: v for k, v in native.items() if k not in RANK_OWN}
+            torchrun.same_data(group.rank, group.timeout, group.address, cfg.store, digest, agreed)
         if group is not None and cfg.dist_storage == "owners":
             owners = dist_owner.Owners(group)
         _native.embed_train(str(cfg.store), str(run_dir), native, fresh, progress, epoch_done, group, owners)

@@ -27,6 +27,12 @@ from .dist import Ranks
 from .loader import DATA_OPTIONS, GnnData, node_labels, process_bytes
 
 ProgressFn = Callable[..., bool]
+#: Options every rank of a distributed run must share (they shape the model, the samples and
+#: the updates); the others (budgets, threads, devices, paths) are each rank's own.
+AGREED = (
+    "model", "hidden", "heads", "dropout", "lr", "weight_decay", "epochs", "eval_every", "fanouts",
+    "batch_size", "seed", "dist_features", "feature_codec", "target_type", "edge_fanouts",
+)  # fmt: skip
 
 
 def default_run_dir(store: Path, model: str) -> Path:
@@ -250,9 +256,14 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
         model = GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
         open_data = None
     model = model.to(device)
+    # Hashed before joining, so that a store without a kept digest costs no collective's timeout.
+    digest = None if env is None else torchrun.data_digest(cfg.store)
     ranks = None if env is None else Ranks(env, device, cfg.dist_timeout)
     completed = False
     try:
+        if ranks is not None:
+            agreed = {k: settings[k] for k in AGREED if k in settings}
+            torchrun.same_data(ranks.rank, ranks.timeout, ranks.address, cfg.store, digest, agreed)
         record = _train(cfg, settings, model, device, ranks, progress, open_data)
         completed = True
         return record

@@ -36,6 +36,12 @@ ProgressFn = Callable[..., bool]
 #: The ``format`` of a grid run's ``run.json``.
 RUN_FORMAT = "strata-grid-run"
 RUN_FORMAT_VERSION = 1
+#: Run options each rank of a distributed run may set for itself (its machine's resources and
+#: paths; the far-memory options, ``far*``, too); every other option must be the same on every rank.
+RANK_OWN = (
+    "store", "grid", "memory", "threads", "segment", "prefetch", "vertex", "disk_fetchers", "keep_resident",
+    "out", "dist_timeout", "checkpoints", "checkpoint_seconds",
+)  # fmt: skip
 
 
 def algorithms() -> list[dict]:
@@ -404,7 +410,8 @@ def run(
     out = Path(cfg.out) if cfg.out is not None else default_out_dir(cfg.store, name)
     history: list[dict] = []
     moved = [0]  # bytes from disk and far memory so far
-    exchange = dist.join(cfg.dist_timeout)
+    agreed = {k: v for k, v in native.items() if k not in RANK_OWN and not k.startswith("far")}
+    exchange = dist.join(cfg.dist_timeout, agreed)
     writes = exchange is None or exchange.rank == 0
     if exchange is not None:
         progress = torchrun.ranked(progress, exchange.rank)

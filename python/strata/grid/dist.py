@@ -14,16 +14,17 @@ from datetime import timedelta
 from .. import torchrun
 
 
-def join(timeout: int) -> Exchange | None:
+def join(timeout: int, options: dict | None = None) -> Exchange | None:
     """This process's rank of a distributed run (from torchrun's environment), or None when it
-    runs alone. Raises ``ConfigError`` for a malformed environment, ``GroupError`` naming the
-    rendezvous address when the group cannot be joined within ``timeout`` seconds, and
-    ``MissingDependencyError`` without torch."""
+    runs alone; ``options`` are the run's settings every rank must share (compared with the
+    grids' digests before the first pass, :meth:`Exchange.same_data`). Raises ``ConfigError``
+    for a malformed environment, ``GroupError`` naming the rendezvous address when the group
+    cannot be joined within ``timeout`` seconds, and ``MissingDependencyError`` without torch."""
     env = torchrun.environment()
     if env is None:
         return None
     torchrun.join(env, timeout)
-    return Exchange(env, timeout, torchrun.process_bytes("RssAnon"))
+    return Exchange(env, timeout, torchrun.process_bytes("RssAnon"), options or {})
 
 
 class Exchange:
@@ -31,7 +32,9 @@ class Exchange:
     ``world_size``). Bytes are counted as sent and received on the wire: an all-gather sends
     this rank's part, padded to the longest, to each other rank and receives theirs."""
 
-    def __init__(self, env: torchrun.Environment, timeout: int, anon_bytes: int | None = None):
+    def __init__(
+        self, env: torchrun.Environment, timeout: int, anon_bytes: int | None = None, options: dict | None = None
+    ):
         self.torch, self.td = torchrun.torch_distributed()
         self.rank, self.world_size = env.rank, env.world_size
         #: torchrun's restarts of the group before this attempt, as the ranks agreed when they
@@ -41,6 +44,7 @@ class Exchange:
         #: (None where /proc does not tell): the rank's plan counts it as torch + gloo.
         self.anon_bytes = anon_bytes
         self.address, self.timeout = env.address, timeout
+        self.options = options or {}
         self.sent = self.received = 0
 
     def __repr__(self) -> str:
@@ -85,6 +89,11 @@ class Exchange:
         """Waits for every rank at the point named ``what``."""
         wait = timedelta(seconds=self.timeout)
         self._collective(f"the barrier '{what}'", lambda: self.td.monitored_barrier(timeout=wait, wait_all_ranks=True))
+
+    def same_data(self, grid: str, digest: str) -> None:
+        """Fails on every rank unless every rank runs on the same grid (``digest``, its content
+        digest) with the same options (see :func:`strata.torchrun.same_data`)."""
+        torchrun.same_data(self.rank, self.timeout, self.address, grid, digest, self.options)
 
     def traffic(self) -> tuple[int, int]:
         """Bytes sent to and received from the other ranks so far."""
