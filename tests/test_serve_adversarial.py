@@ -277,3 +277,4 @@ def test_the_server_is_still_whole_after_the_attacks(server, files):
     assert server.stop() == 0
     peak = re.search(r"memlimit: peak (\S+) of limit", server.stderr)
     assert peak, server.stderr
+    print(f"serve adversarial: {peak.group(0)} {MEMORY + OVERHEAD}")
