@@ -353,7 +353,7 @@ def s2_run(store: Path, tmp: Path, stream: np.ndarray, config: str, memory: str,
     flags, alg2 = S2_CONFIGS[config]
     warm, measured = stream[: len(stream) // 4], stream[len(stream) // 4 :]
     shutil.rmtree(tmp / "state", ignore_errors=True)
-    srv = Server(tmp / "state", "--memory", memory, *flags, limit=limit)
+    srv = Server(tmp / "state", "--memory", memory, "--data-root", store.parent, *flags, limit=limit)
     with srv.client() as c:
         c.register_graph(GRAPH, store, reorder=alg2)
         c.register_model(MODEL, tmp / "sage.safetensors")
@@ -599,7 +599,7 @@ def q(args) -> dict:
     rows = {}
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         tmp = Path(tmp)
-        srv = Server(tmp / "state")
+        srv = Server(tmp / "state", "--data-root", args.work)
         with srv.client() as c:
             for dataset in Q_DATASETS:
                 store = args.work / f"{dataset}.strata"

@@ -200,7 +200,8 @@ def test_serve_keeps_its_budget(limiter, data, tmp_path):
     # topology (3.4 MiB) then shrinks; the features alone are 24 MiB.
     budget = 48 * MiB
     limit = limit_for(budget)
-    cmd = strata("serve", "--listen", "127.0.0.1:0", "--state-dir", tmp_path / "state", "--memory", budget)
+    cmd = strata("serve", "--listen", "127.0.0.1:0", "--state-dir", tmp_path / "state", "--memory", budget,
+                 "--data-root", data)  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     proc = subprocess.Popen(
         [str(limiter), str(limit), *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env

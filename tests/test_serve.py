@@ -116,7 +116,9 @@ class Shared:
 @pytest.fixture(scope="module")
 def shared(sbm, tmp_path_factory):
     d = tmp_path_factory.mktemp("serve-shared")
-    with serving(d / "state", f"g={sbm}") as server, server.client(timeout=60) as client:
+    # Rooted at the session's temporary directory: the tests register files of their own.
+    root = tmp_path_factory.getbasetemp()
+    with serving(d / "state", f"g={sbm}", "--data-root", root) as server, server.client(timeout=60) as client:
         client.register_model("np_sage", numpy_sage(d / "np_sage.npz"))
         yield Shared(server, client, d / "state")
         assert server.stop() == 0, server.stderr
@@ -453,7 +455,7 @@ def check_mutations(c: Client, g: str, want: dict) -> dict:
 def test_mutations_survive_a_restart(tmp_path, sbm, store, fold):
     state = tmp_path / "state"
     folding = ["--fold-records", "5", "--fold-after", "1"] if fold else []
-    with serving(state, f"g={sbm}", *folding) as server:
+    with serving(state, f"g={sbm}", "--data-root", tmp_path, *folding) as server:
         with server.client() as c:
             want = apply_mutations(c, "g", store)
             info = check_mutations(c, "g", want)

@@ -105,7 +105,7 @@ def test_score_and_neighbors_equal_the_cli(trained, server):
         (lambda c, n, r: c.top_k("kg", [], r[0]), "INVALID_ARGUMENT", "nodes: empty"),
         (lambda c, n, r: c.neighbors("kg", [0], metric="l1"), "INVALID_ARGUMENT", "metric"),
         (lambda c, n, r: c.score("kg", [0, 1], 0, [2]), "INVALID_ARGUMENT", "1 given for 2 heads"),
-        (lambda c, n, r: c.register_embedding("other", "/nonexistent"), "NOT_FOUND", "no run.json"),
+        (lambda c, n, r: c.register_embedding("other", "/nonexistent"), "PERMISSION_DENIED", "not under a data root"),
     ],
 )
 def test_bad_requests(trained, server, call, code, message):
@@ -129,7 +129,7 @@ def test_unauthenticated_and_duplicate_registration(trained, server):
 
 def test_registration_survives_a_restart_and_unregisters(trained, tmp_path):
     run, names, rel_names = trained
-    server = Server(tmp_path / "state", "--memory", "128M")
+    server = Server(tmp_path / "state", "--memory", "128M", "--data-root", run)
     try:
         with server.client() as c:
             info = c.register_embedding("last", run, checkpoint="last")
@@ -140,7 +140,7 @@ def test_registration_survives_a_restart_and_unregisters(trained, tmp_path):
             assert e.value.code == "RESOURCE_EXHAUSTED" and "minimum" in e.value.message
     finally:
         server.stop()
-    server = Server(tmp_path / "state", "--memory", "128M")
+    server = Server(tmp_path / "state", "--memory", "128M", "--data-root", run)
     try:
         with server.client() as c:
             assert [e["name"] for e in c.status()["embeddings"]] == ["last"]

@@ -233,10 +233,12 @@ def test_architecture_override_and_mismatch(tmp_path):
 def test_bad_files(tmp_path):
     path = tmp_path / "m.safetensors"
     path.write_bytes(b"\x00\x10\x00\x00\x00\x00\x00\x00{")
-    with pytest.raises(InputError, match=r"m\.safetensors: truncated safetensors header"):
+    with pytest.raises(InputError, match=r"m\.safetensors: not a safetensors file, or truncated"):
         NativeModel.load(path)
     with pytest.raises(FileNotFoundError, match=r"nothing\.npz"):
         NativeModel.load(tmp_path / "nothing.npz")
+    with pytest.raises(InputError, match=r"is not a regular file"):
+        NativeModel.load(tmp_path)
     with pytest.raises(ValueError, match="truncated safetensors file"):
         load_architecture(path)
 

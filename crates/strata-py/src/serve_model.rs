@@ -127,9 +127,9 @@ fn values<T: Pod>(py: Python<'_>, bytes: &[u8], what: &str) -> PyResult<Vec<T>> 
 fn serve_error(py: Python<'_>, e: &ServeError) -> PyErr {
     let msg = e.to_string();
     match e {
-        ServeError::InvalidArgument(_) | ServeError::FailedPrecondition(_) => {
-            raise(py, "InputError", &msg)
-        }
+        ServeError::InvalidArgument(_)
+        | ServeError::FailedPrecondition(_)
+        | ServeError::PermissionDenied(_) => raise(py, "InputError", &msg),
         ServeError::NotFound(_) => raise(py, "InputNotFoundError", &msg),
         ServeError::AlreadyExists(_) => raise(py, "StoreExistsError", &msg),
         ServeError::ResourceExhausted(_) | ServeError::OutOfRange(_) => {

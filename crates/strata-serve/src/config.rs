@@ -10,6 +10,7 @@ use strata_store::config::{check_address, ConfigError, Section, Size};
 
 use crate::executor::ExecConfig;
 use crate::reorder::ReorderParams;
+use crate::roots::DataRoots;
 use crate::schedule::ScheduleConfig;
 use crate::server::ServeConfig;
 use crate::service::Limits;
@@ -48,6 +49,11 @@ pub struct ServeOptions {
     /// name is already registered
     #[schemars(extend("x-kind" = "path"))]
     pub embedding: Vec<String>,
+    /// directory whose stores, embedding runs and model files clients may name (repeatable;
+    /// symlinks and `..` are resolved first); without one, only the stores and embedding
+    /// runs given here
+    #[schemars(extend("x-kind" = "path"))]
+    pub data_root: Vec<PathBuf>,
     /// bytes each embedding run registered at start holds resident (partitions, relations,
     /// query scratch); 0 holds its whole table
     pub embedding_memory: Size,
@@ -100,6 +106,7 @@ impl Default for ServeOptions {
             max_ids: 1_000_000,
             max_k: 1000,
             embedding: Vec::new(),
+            data_root: Vec::new(),
             embedding_memory: Size(0),
             rate: 0.0,
             window_ms: 2.0,
@@ -148,7 +155,9 @@ impl Section for ServeOptions {
 
 impl ServeOptions {
     /// The server's config (an empty `token` is none; the stores to register as (name,
-    /// absolute path)). Refuses (`INVALID_ARGUMENT`) a store that has no manifest.
+    /// absolute path); the data roots, by default the stores and runs registered at start).
+    /// Refuses (`INVALID_ARGUMENT`) a store that has no manifest, a root that is not a
+    /// directory.
     pub fn server_config(&self) -> Result<ServeConfig> {
         let register = self
             .stores
@@ -160,6 +169,19 @@ impl ServeOptions {
             .iter()
             .map(|spec| run_to_register(spec))
             .collect::<Result<Vec<_>>>()?;
+        // Without --data-root, a client may name what the operator chose to serve and nothing
+        // else: re-register those stores and runs (under other names, re-ordered), never
+        // browse the rest of the disk.
+        let roots = if self.data_root.is_empty() {
+            let given: Vec<PathBuf> = register
+                .iter()
+                .chain(&register_embeddings)
+                .map(|(_, path)| path.clone())
+                .collect();
+            DataRoots::new(&given, "serve.stores")?
+        } else {
+            DataRoots::new(&self.data_root, "serve.data_root")?
+        };
         let token = Some(self.token.clone()).filter(|t| !t.is_empty());
         Ok(ServeConfig {
             listen: self.listen.clone(),
@@ -172,6 +194,7 @@ impl ServeOptions {
                 max_ids: usize::try_from(self.max_ids).unwrap_or(usize::MAX),
                 max_k: usize::try_from(self.max_k).unwrap_or(usize::MAX),
                 rate: self.rate,
+                roots,
             },
             exec: ExecConfig {
                 window: Duration::from_secs_f64(self.window_ms / 1e3),
@@ -276,6 +299,37 @@ mod tests {
         let e = o.server_config().unwrap_err().to_string();
         assert!(
             e.contains("serve.embedding: ") && e.contains("(no run.json)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_roots_default_to_the_stores_and_runs_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("g.strata");
+        std::fs::create_dir(&store).unwrap();
+        std::fs::write(store.join("manifest.json"), b"{}").unwrap();
+        let o = ServeOptions {
+            stores: vec![store.display().to_string()],
+            ..ServeOptions::default()
+        };
+        let roots = o.server_config().unwrap().limits.roots;
+        assert_eq!(roots.dirs(), [store.canonicalize().unwrap()]);
+        assert!(ServeOptions::default()
+            .server_config()
+            .unwrap()
+            .limits
+            .roots
+            .dirs()
+            .is_empty());
+        let o = ServeOptions {
+            stores: vec![store.display().to_string()],
+            data_root: vec![dir.path().join("none")],
+            ..ServeOptions::default()
+        };
+        let e = o.server_config().unwrap_err().to_string();
+        assert!(
+            e.starts_with("serve.data_root: ") && e.ends_with("is not a directory"),
             "{e}"
         );
     }

@@ -20,6 +20,10 @@ pub enum ServeError {
     /// the graph's feature width, a weights file missing a tensor the architecture needs).
     #[error("{0}")]
     FailedPrecondition(String),
+    /// A path outside the server's data roots (`--data-root`); names the path as the client
+    /// sent it, and never whether it exists.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// A size or rate limit; says which and by how much.
     #[error("{0}")]
     ResourceExhausted(String),
@@ -63,6 +67,7 @@ impl ServeError {
             ServeError::InvalidArgument(m) => ServeError::InvalidArgument(at(m)),
             ServeError::AlreadyExists(m) => ServeError::AlreadyExists(at(m)),
             ServeError::FailedPrecondition(m) => ServeError::FailedPrecondition(at(m)),
+            ServeError::PermissionDenied(m) => ServeError::PermissionDenied(at(m)),
             ServeError::ResourceExhausted(m) => ServeError::ResourceExhausted(at(m)),
             ServeError::OutOfRange(m) => ServeError::OutOfRange(at(m)),
             ServeError::Unavailable(m) => ServeError::Unavailable(at(m)),

@@ -18,6 +18,7 @@ pub mod page_cache;
 pub mod proto;
 pub mod registry;
 pub mod reorder;
+pub mod roots;
 pub mod schedule;
 pub mod server;
 pub mod service;

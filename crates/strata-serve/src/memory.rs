@@ -57,6 +57,22 @@ impl Drop for Reservation {
     }
 }
 
+impl Reservation {
+    /// Holds `bytes` more for `what`, or refuses as [`Pool::reserve`] does.
+    pub fn grow(&mut self, bytes: u64, what: &str) -> Result<()> {
+        self.pool.take(bytes, what)?;
+        self.bytes += bytes;
+        Ok(())
+    }
+
+    /// Gives `bytes` (at most what it holds) back to the pool.
+    pub fn shrink(&mut self, bytes: u64) {
+        let bytes = bytes.min(self.bytes);
+        self.pool.used.fetch_sub(bytes, Ordering::AcqRel);
+        self.bytes -= bytes;
+    }
+}
+
 impl Pool {
     /// A pool of `capacity` bytes; `name` says what it is in refusals.
     pub fn new(capacity: u64, name: &'static str) -> Arc<Pool> {
@@ -79,6 +95,15 @@ impl Pool {
     /// Reserves `bytes` for `what`, or refuses with `RESOURCE_EXHAUSTED`: permanently when
     /// `bytes` is over the whole capacity, for now when the pool is busy.
     pub fn reserve(self: &Arc<Self>, bytes: u64, what: &str) -> Result<Reservation> {
+        self.take(bytes, what)?;
+        Ok(Reservation {
+            pool: Arc::clone(self),
+            bytes,
+        })
+    }
+
+    /// Counts `bytes` as used, or refuses as [`Pool::reserve`] does.
+    fn take(&self, bytes: u64, what: &str) -> Result<()> {
         if bytes > self.capacity {
             return Err(ServeError::ResourceExhausted(format!(
                 "{what} needs {bytes} bytes of memory, more than the {} bytes of the server's {}; ask for less in one call",
@@ -99,15 +124,77 @@ impl Pool {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => {
-                    return Ok(Reservation {
-                        pool: Arc::clone(self),
-                        bytes,
-                    })
-                }
+                Ok(_) => return Ok(()),
                 Err(now) => used = now,
             }
         }
+    }
+}
+
+/// What one load of client-named or client-sent data (a weights file) may allocate, charged
+/// before each allocation: at most `limit` bytes in all, each charge also reserved from a
+/// [`Pool`] when one is given (given back when the allowance is dropped).
+#[derive(Debug)]
+pub struct Allowance {
+    limit: u64,
+    used: u64,
+    /// What the limit is, for refusals ("half the working memory").
+    name: &'static str,
+    /// What is charged, held from the pool when one was given.
+    held: Option<Reservation>,
+}
+
+impl Allowance {
+    /// No limit: for files the operator names (the state directory, the Python API).
+    pub fn unbounded() -> Allowance {
+        Allowance::new(u64::MAX, "no limit", None)
+    }
+
+    /// At most `limit` bytes (`name` says what it is), reserved from `pool` as they are charged.
+    pub fn new(limit: u64, name: &'static str, pool: Option<Arc<Pool>>) -> Allowance {
+        Allowance {
+            limit,
+            used: 0,
+            name,
+            held: pool.map(|pool| Reservation { pool, bytes: 0 }),
+        }
+    }
+
+    /// Bytes that may still be charged.
+    pub fn remaining(&self) -> u64 {
+        self.limit - self.used
+    }
+
+    /// Charges `bytes` for `what`, or refuses with `RESOURCE_EXHAUSTED` naming the sizes and
+    /// the limit (or the pool's refusal, when it is busy).
+    pub fn charge(&mut self, bytes: u64, what: &dyn std::fmt::Display) -> Result<()> {
+        if bytes > self.remaining() {
+            return Err(self.refusal(bytes, what));
+        }
+        if let Some(held) = &mut self.held {
+            held.grow(bytes, &what.to_string())?;
+        }
+        self.used += bytes;
+        Ok(())
+    }
+
+    /// The `RESOURCE_EXHAUSTED` refusal of `bytes` more for `what`, naming the sizes and the
+    /// limit.
+    pub fn refusal(&self, bytes: u64, what: &dyn std::fmt::Display) -> ServeError {
+        ServeError::ResourceExhausted(format!(
+            "{what} needs {bytes} more bytes of memory, over what loading it may take: {} bytes \
+             in all ({}), {} already taken; restart with a larger --memory",
+            self.limit, self.name, self.used
+        ))
+    }
+
+    /// Gives back `bytes` of what was charged (freed, or charged but not needed).
+    pub fn release(&mut self, bytes: u64) {
+        let bytes = bytes.min(self.used);
+        if let Some(held) = &mut self.held {
+            held.shrink(bytes);
+        }
+        self.used -= bytes;
     }
 }
 
@@ -365,6 +452,32 @@ mod tests {
         assert_eq!(pool.used(), 0);
         let _all = pool.reserve(1000, "x").unwrap();
         assert_eq!(pool.used(), 1000);
+    }
+
+    #[test]
+    fn an_allowance_holds_what_it_charges_from_the_pool() {
+        let pool = Pool::new(1000, "working memory");
+        let other = pool.reserve(500, "GetFeatures").unwrap();
+        let mut a = Allowance::new(600, "half the working memory", Some(Arc::clone(&pool)));
+        a.charge(400, &"file").unwrap();
+        assert_eq!((pool.used(), a.remaining()), (900, 200));
+        // Over the allowance: refused naming both sizes, nothing more held.
+        let e = a.charge(201, &"tensor w").unwrap_err().to_string();
+        assert!(
+            e.contains("tensor w needs 201 more bytes")
+                && e.contains("600 bytes in all (half the working memory), 400 already taken"),
+            "{e}"
+        );
+        // Within the allowance but over what the pool has free: the pool's refusal.
+        let e = a.charge(200, &"tensor v").unwrap_err().to_string();
+        assert!(e.contains("retry later"), "{e}");
+        a.release(300);
+        assert_eq!((pool.used(), a.remaining()), (600, 500));
+        drop(other);
+        a.charge(500, &"tensor v").unwrap();
+        assert_eq!(pool.used(), 600);
+        drop(a);
+        assert_eq!(pool.used(), 0);
     }
 
     #[test]

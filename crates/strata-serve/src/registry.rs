@@ -19,7 +19,7 @@ use crate::durable::{create_dir_all, sync_dir, write_atomic};
 use crate::embeddings::{Embeddings, ServedEmbedding};
 use crate::error::{Result, ServeError};
 use crate::graph::ServedGraph;
-use crate::memory::{self, Kind, Resident};
+use crate::memory::{self, Allowance, Kind, Resident};
 use crate::model::{Architecture, Model, Precision};
 use crate::page_cache::PageCache;
 use crate::reorder::ReorderParams;
@@ -259,7 +259,9 @@ impl Registry {
         Ok(g)
     }
 
-    /// Registers weights `bytes` (a safetensors or npz file) as `name`.
+    /// Registers weights `bytes` (a safetensors or npz file; `source` is the path it was read
+    /// from) as `name`, charging what parsing allocates to `allowance`.
+    #[allow(clippy::too_many_arguments)]
     pub fn register_model(
         &self,
         name: &str,
@@ -268,6 +270,7 @@ impl Registry {
         arch: Option<Architecture>,
         precision: Precision,
         source: Option<&Path>,
+        allowance: &mut Allowance,
     ) -> Result<Arc<ServedModel>> {
         check_name(name, "model")?;
         if self.models.read().unwrap().contains_key(name) {
@@ -275,17 +278,13 @@ impl Registry {
                 "model '{name}' is already registered"
             )));
         }
-        let fmt = crate::model::file::Format::resolve(
-            format,
-            source,
-            bytes,
-            &source.map_or("model weights".to_string(), |p| p.display().to_string()),
-        )?;
+        let source_name = source.map_or("model weights".to_string(), |p| p.display().to_string());
+        let fmt = crate::model::file::Format::resolve(format, source, bytes, &source_name)?;
         let fmt_name = match fmt {
             crate::model::file::Format::Safetensors => "safetensors",
             crate::model::file::Format::Npz => "npz",
         };
-        let model = Model::from_bytes(bytes, Some(fmt_name), arch, precision)?;
+        let model = Model::build(bytes, fmt, arch, precision, &source_name, allowance)?;
         if let Some(r) = self.resident.get() {
             r.take(Kind::Model, name, model.bytes())?;
         }

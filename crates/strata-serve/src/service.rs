@@ -1,7 +1,7 @@
 //! The gRPC service: each RPC checks its request, runs the blocking work off the async
 //! runtime, and maps errors to status codes (`wire.rs`).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,12 +16,13 @@ use crate::budget::ServePlan;
 use crate::error::{Result, ServeError};
 use crate::executor::{Executor, Finished, Output, Task};
 use crate::graph::{Applied, Change, GraphStatus, Pending, ServedGraph};
-use crate::memory::{self, Pool, Reservation, SampleBound};
+use crate::memory::{self, Allowance, Pool, Reservation, SampleBound};
 use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearning;
 use crate::proto::{self, ResultState};
 use crate::registry::{Registry, ServedModel};
 use crate::reorder::ReorderParams;
+use crate::roots::DataRoots;
 use crate::schedule::Targets;
 use crate::{service_embed, wire};
 
@@ -56,6 +57,8 @@ pub struct Limits {
     /// Requests per second over all clients (a token bucket holding one second's worth);
     /// 0 means no limit.
     pub rate: f64,
+    /// The directories whose files requests may name.
+    pub roots: DataRoots,
 }
 
 /// A token bucket: `rate` tokens a second, at most `rate` banked.
@@ -113,6 +116,18 @@ impl Core {
             bytes_in: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
         }
+    }
+
+    /// What loading one model may allocate (file bytes, inflated npz members, decoded
+    /// tensors): half the working memory, reserved from it as it is taken, so that a hostile
+    /// file or upload is refused before it can take the server past `--memory`. An uploaded
+    /// file's bytes are already held with its request.
+    pub fn model_load_allowance(&self) -> Allowance {
+        Allowance::new(
+            self.working.capacity() / 2,
+            "half the working memory, itself 1/8 of --memory",
+            Some(Arc::clone(&self.working)),
+        )
     }
 
     /// Admits one request under the rate limit.
@@ -552,11 +567,10 @@ impl GraphLearning for Service {
                 return Err(ServeError::InvalidArgument("store_path: missing".into()));
             }
             let params = reorder_params(r.reorder.as_ref());
-            let g = core.registry.register_graph(
-                &r.name,
-                &PathBuf::from(&r.store_path),
-                params.as_ref(),
-            )?;
+            let path = core.limits.roots.resolve("store_path", &r.store_path)?;
+            let g = core
+                .registry
+                .register_graph(&r.name, &path, params.as_ref())?;
             Ok(graph_info(&g.status()))
         })
         .await
@@ -583,30 +597,33 @@ impl GraphLearning for Service {
             let arch = wire::architecture(r.architecture.as_ref())?;
             let precision = wire::precision(r.precision)?;
             let format = (!r.format.is_empty()).then_some(r.format.as_str());
+            let mut allowance = core.model_load_allowance();
             let m = match &r.source {
                 Some(proto::model_register_request::Source::Path(p)) => {
-                    let path = PathBuf::from(p);
-                    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-                        std::io::ErrorKind::NotFound => ServeError::NotFound(format!(
-                            "model file {p} does not exist on the server"
-                        )),
-                        // A directory, a file it may not read: the request names a bad path.
-                        _ => ServeError::InvalidArgument(format!(
-                            "model file {p} cannot be read on the server: {e}"
-                        )),
-                    })?;
+                    let path = core.limits.roots.resolve("path", p)?;
+                    // Errors name the path as the client sent it, not where it resolved.
+                    let bytes = crate::model::file::read_file(&path, p, &mut allowance)?;
                     core.registry.register_model(
                         &r.name,
                         &bytes,
                         format,
                         arch,
                         precision,
-                        Some(&path),
+                        Some(Path::new(p)),
+                        &mut allowance,
                     )?
                 }
-                Some(proto::model_register_request::Source::Data(bytes)) => core
-                    .registry
-                    .register_model(&r.name, bytes, format, arch, precision, None)?,
+                Some(proto::model_register_request::Source::Data(bytes)) => {
+                    core.registry.register_model(
+                        &r.name,
+                        bytes,
+                        format,
+                        arch,
+                        precision,
+                        None,
+                        &mut allowance,
+                    )?
+                }
                 None => {
                     return Err(ServeError::InvalidArgument(
                         "source: give a path or the file's bytes".into(),

@@ -95,12 +95,10 @@ pub fn register(core: &Core, r: proto::EmbeddingRegisterRequest) -> Result<proto
         ));
     }
     let memory = (r.memory > 0).then_some(r.memory);
-    let e = core.registry.register_embedding(
-        &r.name,
-        std::path::Path::new(&r.run_path),
-        &r.checkpoint,
-        memory,
-    )?;
+    let path = core.limits.roots.resolve("run_path", &r.run_path)?;
+    let e = core
+        .registry
+        .register_embedding(&r.name, &path, &r.checkpoint, memory)?;
     Ok(embedding_info(&e))
 }
 

@@ -14,6 +14,7 @@ impl From<ServeError> for Status {
             ServeError::InvalidArgument(_) => Code::InvalidArgument,
             ServeError::AlreadyExists(_) => Code::AlreadyExists,
             ServeError::FailedPrecondition(_) => Code::FailedPrecondition,
+            ServeError::PermissionDenied(_) => Code::PermissionDenied,
             ServeError::ResourceExhausted(_) => Code::ResourceExhausted,
             ServeError::OutOfRange(_) => Code::OutOfRange,
             ServeError::Unavailable(_) => Code::Unavailable,

@@ -240,9 +240,10 @@ class Client:
         max_degree: int = 0,
         seed: int = 0,
     ) -> dict:
-        """Registers the store at ``store`` (a path on the server) as ``name``; with ``reorder``,
-        GLIST's Alg. 2 re-numbers vertices for page locality (``hops`` = h, ``centers`` = Cn with 0
-        for automatic, ``max_degree`` = Td with 0 for no limit). Returns the graph's info."""
+        """Registers the store at ``store`` (a path on the server, under one of its data roots) as
+        ``name``; with ``reorder``, GLIST's Alg. 2 re-numbers vertices for page locality (``hops`` =
+        h, ``centers`` = Cn with 0 for automatic, ``max_degree`` = Td with 0 for no limit). Returns
+        the graph's info."""
         options = _proto.message("ReorderOptions")(
             enabled=reorder, hops=hops, centers=centers, max_degree=max_degree, seed=seed
         )
@@ -263,9 +264,9 @@ class Client:
         precision: str = "fp32",
     ) -> dict:
         """Registers a weights file exported by :func:`strata.gnn.export_model`. With ``upload``
-        its bytes are sent; otherwise ``path`` names a file on the server. ``architecture``
-        (``kind``, ``in_dim``, ``hidden_dim``, ``out_dim``, ``layers``, ``fanouts``) overrides the
-        one the file declares; ``precision`` is ``fp32`` or ``int8``."""
+        its bytes are sent; otherwise ``path`` names a file on the server, under one of its data
+        roots. ``architecture`` (``kind``, ``in_dim``, ``hidden_dim``, ``out_dim``, ``layers``,
+        ``fanouts``) overrides the one the file declares; ``precision`` is ``fp32`` or ``int8``."""
         fields: dict = {"name": name, "format": format or ""}
         if upload:
             fields["data"] = Path(path).read_bytes()
@@ -286,9 +287,10 @@ class Client:
         self, name: str, run: str | Path, *, checkpoint: str = "best", memory: int | str | None = None
     ) -> dict:
         """Registers the embedding run at ``run`` (a run directory of ``strata embed train`` on the
-        server) as ``name``: the server serves a copy of its ``best`` (or ``last``) checkpoint, with
-        ``memory`` bytes resident (``512M`` or a number; ``None`` holds the whole table, fewer bytes
-        hold fewer partitions and queries scan the rest from disk). Returns the run's info."""
+        server, under one of its data roots) as ``name``: the server serves a copy of its ``best``
+        (or ``last``) checkpoint, with ``memory`` bytes resident (``512M`` or a number; ``None``
+        holds the whole table, fewer bytes hold fewer partitions and queries scan the rest from
+        disk). Returns the run's info."""
         size = 0 if memory is None else parse_size(memory)
         info = self._call("EmbeddingRegister", name=name, run_path=str(run), checkpoint=checkpoint, memory=size)
         return _plain(info)

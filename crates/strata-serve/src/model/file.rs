@@ -3,7 +3,11 @@
 //!
 //! Both parsers are our own (a few dozen lines each) rather than dependencies, and check every
 //! length against the bytes present, so a truncated or hostile file gives an error that names
-//! the file and the tensor instead of a panic or a huge allocation.
+//! the file and the tensor instead of a panic or a huge allocation. Every allocation a parse
+//! makes (the decoded tensors, each inflated npz member) is charged to an [`Allowance`] first,
+//! and members are inflated in bounded chunks whatever size the archive declares, so a
+//! compressed bomb stops at the allowance. Errors name the file, the tensor and the sizes,
+//! never the file's bytes (a client may name any file under a data root).
 //!
 //! - safetensors: an 8-byte little-endian header length, a JSON header mapping each tensor
 //!   name to `{"dtype", "shape", "data_offsets": [begin, end]}` (offsets into the data that
@@ -14,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use half::{bf16, f16};
@@ -21,6 +26,13 @@ use serde::Deserialize;
 
 use super::Architecture;
 use crate::error::{Result, ServeError};
+use crate::memory::Allowance;
+
+/// Bytes of memory a parsed safetensors header may take per byte of its JSON text (a 32-byte
+/// `serde_json::Value`, plus its vector's slack, for a 2-byte `0,`); charged before parsing.
+const JSON_EXPANSION: u64 = 32;
+/// Bytes an npz member is inflated by at a time, each charged before it is read.
+const INFLATE_CHUNK: usize = 1 << 20;
 
 /// The metadata key (safetensors) that holds the architecture JSON.
 pub const SAFETENSORS_ARCHITECTURE_KEY: &str = "strata.architecture";
@@ -93,12 +105,123 @@ pub struct WeightsFile {
     pub architecture: Option<Architecture>,
 }
 
-/// Parses `bytes` as a weights file of `format`; `source` names it in errors.
-pub fn parse(bytes: &[u8], format: Format, source: &str) -> Result<WeightsFile> {
-    match format {
-        Format::Safetensors => parse_safetensors(bytes, source),
-        Format::Npz => parse_npz(bytes, source),
+/// The bytes of the weights file at `path` (`source` names it in errors), refusing before
+/// any read what is not a regular file (a directory, a FIFO, a device such as /dev/zero:
+/// `INVALID_ARGUMENT`) and a file larger than `allowance` has left (`RESOURCE_EXHAUSTED`).
+pub fn read_file(path: &Path, source: &str, allowance: &mut Allowance) -> Result<Vec<u8>> {
+    let not_regular = || {
+        ServeError::InvalidArgument(format!(
+            "model file {source} is not a regular file (a directory, FIFO or device is refused)"
+        ))
+    };
+    let unreadable = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            ServeError::NotFound(format!("model file {source} does not exist on the server"))
+        }
+        _ => ServeError::InvalidArgument(format!("model file {source} cannot be read: {e}")),
+    };
+    // Checked before the open too: opening a FIFO would wait for a writer.
+    if !std::fs::metadata(path).map_err(unreadable)?.is_file() {
+        return Err(not_regular());
     }
+    // Non-blocking, and checked again on the open file: the path may have changed since.
+    let mut file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err(not_regular());
+    }
+    let len = meta.len();
+    allowance.charge(len, &format_args!("model file {source} ({len} bytes)"))?;
+    let mut bytes = Vec::with_capacity(len as usize);
+    // A file that grew since is read to its size then, which the charge covers.
+    (&mut file)
+        .take(len)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    Ok(bytes)
+}
+
+/// Parses `bytes` as a weights file of `format`, charging what it allocates to `allowance`;
+/// `source` names it in errors.
+pub fn parse(
+    bytes: &[u8],
+    format: Format,
+    source: &str,
+    allowance: &mut Allowance,
+) -> Result<WeightsFile> {
+    match format {
+        Format::Safetensors => parse_safetensors(bytes, source, allowance),
+        Format::Npz => parse_npz(bytes, source, allowance),
+    }
+}
+
+/// `text` (a dtype a file declares) quoted when it looks like a dtype name, so an error may
+/// show it; anything else (the bytes of a file that is no weights file) is not echoed.
+fn shown(text: &str) -> String {
+    let dtype_like = text.len() <= 12
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"<>|=_".contains(&b));
+    if dtype_like {
+        format!("{text:?}")
+    } else {
+        "(not a dtype name)".into()
+    }
+}
+
+/// Charges the float32 copy of tensor `name` (`n` elements) to `allowance`.
+fn charge_tensor(allowance: &mut Allowance, n: usize, name: &str, source: &str) -> Result<()> {
+    let bytes = (n as u64).saturating_mul(4);
+    allowance.charge(bytes, &format_args!("{source}: tensor {name} as float32"))
+}
+
+/// All of `reader` (an npz member, `what` in errors), inflated [`INFLATE_CHUNK`] bytes at a
+/// time, each chunk charged to `allowance` before it is read: whatever the archive declares,
+/// it stops at the allowance (`RESOURCE_EXHAUSTED`).
+pub fn inflate_bounded(
+    mut reader: impl Read,
+    what: &str,
+    allowance: &mut Allowance,
+) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let chunk = (INFLATE_CHUNK as u64).min(allowance.remaining()) as usize;
+        if chunk == 0 {
+            // Out of allowance: refused unless the member ends exactly here.
+            let mut probe = [0u8; 1];
+            if reader
+                .read(&mut probe)
+                .map_err(|e| inflate_error(what, e))?
+                == 0
+            {
+                return Ok(out);
+            }
+            return Err(allowance.refusal(
+                1,
+                &format_args!("{what}, inflated past {} bytes,", out.len()),
+            ));
+        }
+        allowance.charge(chunk as u64, &format_args!("{what}, inflated"))?;
+        out.reserve_exact(chunk);
+        let read = (&mut reader)
+            .take(chunk as u64)
+            .read_to_end(&mut out)
+            .map_err(|e| inflate_error(what, e))?;
+        if read < chunk {
+            // The member ended: what the last chunk did not fill goes back.
+            out.shrink_to_fit();
+            allowance.release((chunk - read) as u64);
+            return Ok(out);
+        }
+    }
+}
+
+fn inflate_error(what: &str, e: std::io::Error) -> ServeError {
+    ServeError::InvalidArgument(format!("{what}: the member is corrupt: {e}"))
 }
 
 fn invalid(source: &str, what: impl std::fmt::Display) -> ServeError {
@@ -182,7 +305,7 @@ struct SafetensorsEntry {
     data_offsets: [usize; 2],
 }
 
-fn parse_safetensors(bytes: &[u8], source: &str) -> Result<WeightsFile> {
+fn parse_safetensors(bytes: &[u8], source: &str, allowance: &mut Allowance) -> Result<WeightsFile> {
     let Some(len_bytes) = bytes.get(..8) else {
         return Err(invalid(
             source,
@@ -195,20 +318,30 @@ fn parse_safetensors(bytes: &[u8], source: &str) -> Result<WeightsFile> {
     let header_len = u64::from_le_bytes(len_bytes.try_into().expect("8 bytes"));
     let available = (bytes.len() - 8) as u64;
     if header_len > available {
+        // The length itself is not shown: in a file that is no safetensors file, it is the
+        // file's first 8 bytes.
         return Err(invalid(
             source,
             format_args!(
-                "truncated safetensors header: it declares {header_len} bytes but only \
-                 {available} follow"
+                "not a safetensors file, or truncated: the header length its first 8 bytes \
+                 give is past the end of the file ({available} bytes follow them)"
             ),
         ));
     }
+    allowance.charge(
+        header_len.saturating_mul(JSON_EXPANSION),
+        &format_args!("{source}: the safetensors header ({header_len} bytes of JSON)"),
+    )?;
     let header_end = 8 + header_len as usize;
     let header: serde_json::Map<String, serde_json::Value> =
         serde_json::from_slice(&bytes[8..header_end]).map_err(|e| {
             invalid(
                 source,
-                format_args!("the safetensors header is not a JSON object: {e}"),
+                format_args!(
+                    "the safetensors header is not a JSON object (line {}, column {})",
+                    e.line(),
+                    e.column()
+                ),
             )
         })?;
     let data = &bytes[header_end..];
@@ -220,11 +353,12 @@ fn parse_safetensors(bytes: &[u8], source: &str) -> Result<WeightsFile> {
             architecture = safetensors_architecture(value, source)?;
             continue;
         }
-        let entry: SafetensorsEntry = serde_json::from_value(value).map_err(|e| {
+        let entry: SafetensorsEntry = serde_json::from_value(value).map_err(|_| {
             invalid(
                 source,
                 format_args!(
-                    "tensor {name}: expected {{\"dtype\", \"shape\", \"data_offsets\"}}: {e}"
+                    "tensor {name}: expected {{\"dtype\": string, \"shape\": [integers], \
+                     \"data_offsets\": [begin, end]}}"
                 ),
             )
         })?;
@@ -237,8 +371,8 @@ fn parse_safetensors(bytes: &[u8], source: &str) -> Result<WeightsFile> {
                 return Err(invalid(
                     source,
                     format_args!(
-                        "tensor {name}: unsupported dtype {other:?} (expected F32, F16, BF16 \
-                         or F64)"
+                        "tensor {name}: unsupported dtype {} (expected F32, F16, BF16 or F64)",
+                        shown(other)
                     ),
                 ))
             }
@@ -259,6 +393,7 @@ fn parse_safetensors(bytes: &[u8], source: &str) -> Result<WeightsFile> {
                 ),
             ));
         }
+        charge_tensor(allowance, n, &name, source)?;
         let tensor = Tensor {
             shape: entry.shape,
             data: float.decode(&data[begin..end]),
@@ -296,13 +431,13 @@ fn safetensors_architecture(
 // ---------------------------------------------------------------------------------------------
 // npz / npy
 
-fn parse_npz(bytes: &[u8], source: &str) -> Result<WeightsFile> {
+fn parse_npz(bytes: &[u8], source: &str, allowance: &mut Allowance) -> Result<WeightsFile> {
     let mut archive = zip::ZipArchive::new(Cursor::new(bytes))
         .map_err(|e| invalid(source, format_args!("not a valid npz (zip) archive: {e}")))?;
     let mut tensors = BTreeMap::new();
     let mut architecture = None;
     for i in 0..archive.len() {
-        let mut member = archive
+        let member = archive
             .by_index(i)
             .map_err(|e| invalid(source, format_args!("npz member {i}: {e}")))?;
         let member_name = member.name().to_string();
@@ -312,15 +447,16 @@ fn parse_npz(bytes: &[u8], source: &str) -> Result<WeightsFile> {
                 format_args!("npz member {member_name:?} is not a .npy array"),
             ));
         };
-        // The declared size bounds what is read, whatever the compressed stream says.
-        let size = member.size();
-        let mut npy = Vec::with_capacity(size.min(bytes.len() as u64 * 8) as usize);
-        member
-            .by_ref()
-            .take(size)
-            .read_to_end(&mut npy)
-            .map_err(|e| invalid(source, format_args!("npz member {member_name}: {e}")))?;
-        let array = parse_npy(&npy, name, source)?;
+        // The declared size is not trusted: the allowance bounds what is inflated.
+        let npy = inflate_bounded(
+            member,
+            &format!("{source}: npz member {member_name}"),
+            allowance,
+        )?;
+        let array = parse_npy(&npy, name, source, allowance)?;
+        // The inflated member is decoded: its bytes go back.
+        allowance.release(npy.len() as u64);
+        drop(npy);
         if name == NPZ_ARCHITECTURE_KEY {
             let Npy::U8(text) = array else {
                 return Err(invalid(
@@ -356,7 +492,7 @@ enum Npy {
 /// Parses one `.npy` file (format versions 1 to 3): the magic `\x93NUMPY`, the version, the
 /// header length (u16 in version 1, u32 after), a Python dict literal with `descr`,
 /// `fortran_order` and `shape`, then the raw data.
-fn parse_npy(bytes: &[u8], name: &str, source: &str) -> Result<Npy> {
+fn parse_npy(bytes: &[u8], name: &str, source: &str, allowance: &mut Allowance) -> Result<Npy> {
     let bad = |what: String| invalid(source, format_args!("tensor {name}: {what}"));
     if !bytes.starts_with(b"\x93NUMPY") || bytes.len() < 10 {
         return Err(bad("not a .npy array (bad magic or truncated)".into()));
@@ -385,8 +521,8 @@ fn parse_npy(bytes: &[u8], name: &str, source: &str) -> Result<Npy> {
         "|u1" => None,
         other => {
             return Err(bad(format!(
-                "unsupported dtype {other:?} (expected little-endian float32 '<f4', or '<f8', \
-                 '<f2')"
+                "unsupported dtype {} (expected little-endian float32 '<f4', or '<f8', '<f2')",
+                shown(other)
             )))
         }
     };
@@ -405,6 +541,7 @@ fn parse_npy(bytes: &[u8], name: &str, source: &str) -> Result<Npy> {
             "Fortran-ordered arrays are not supported (save a C-contiguous array)".into(),
         ));
     }
+    charge_tensor(allowance, n, name, source)?;
     Ok(match kind {
         Some(float) => Npy::Float(Tensor {
             shape: header.shape,
@@ -452,8 +589,8 @@ impl NpyHeader {
                 ("descr", PyValue::Str(s)) => descr = Some(s),
                 ("fortran_order", PyValue::Bool(b)) => fortran_order = Some(b),
                 ("shape", PyValue::Tuple(t)) => shape = Some(t),
-                (k @ ("descr" | "fortran_order" | "shape"), v) => {
-                    return Err(format!("has an unexpected value for {k:?}: {v:?}"))
+                (k @ ("descr" | "fortran_order" | "shape"), _) => {
+                    return Err(format!("has an unexpected value for {k:?}"))
                 }
                 _ => {} // other keys are allowed by the format and carry nothing we need
             }
@@ -645,7 +782,13 @@ pub(crate) mod tests {
             &[("a", &[2, 3], &[1., 2., 3., 4., 5., 6.]), ("s", &[], &[7.])],
             Some(ARCH),
         );
-        let f = parse(&bytes, Format::Safetensors, "m").unwrap();
+        let f = parse(
+            &bytes,
+            Format::Safetensors,
+            "m",
+            &mut Allowance::unbounded(),
+        )
+        .unwrap();
         assert_eq!(f.tensors["a"].shape, vec![2, 3]);
         assert_eq!(f.tensors["a"].data, vec![1., 2., 3., 4., 5., 6.]);
         assert_eq!(f.tensors["s"].shape, Vec::<usize>::new());
@@ -669,7 +812,13 @@ pub(crate) mod tests {
         let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
         bytes.extend(header);
         bytes.extend(data);
-        let f = parse(&bytes, Format::Safetensors, "m").unwrap();
+        let f = parse(
+            &bytes,
+            Format::Safetensors,
+            "m",
+            &mut Allowance::unbounded(),
+        )
+        .unwrap();
         assert_eq!(f.tensors["h"].data, vec![1.5, -2.0]);
         assert_eq!(f.tensors["b"].data, vec![0.25]);
         assert!(f.architecture.is_none());
@@ -677,30 +826,71 @@ pub(crate) mod tests {
 
     #[test]
     fn safetensors_bad_inputs_are_named() {
-        assert!(err(parse(b"\x05\x00", Format::Safetensors, "m.st"))
-            .contains("m.st: truncated safetensors file"));
+        assert!(err(parse(
+            b"\x05\x00",
+            Format::Safetensors,
+            "m.st",
+            &mut Allowance::unbounded()
+        ))
+        .contains("m.st: truncated safetensors file"));
         let good = safetensors(&[("w", &[2], &[1., 2.])], None);
-        let msg = err(parse(&good[..12], Format::Safetensors, "m"));
-        assert!(msg.contains("truncated safetensors header"), "{msg}");
+        let msg = err(parse(
+            &good[..12],
+            Format::Safetensors,
+            "m",
+            &mut Allowance::unbounded(),
+        ));
+        assert!(
+            msg.contains("past the end of the file (4 bytes follow"),
+            "{msg}"
+        );
         // Data cut short: the offsets run past the end.
-        let msg = err(parse(&good[..good.len() - 1], Format::Safetensors, "m"));
+        let msg = err(parse(
+            &good[..good.len() - 1],
+            Format::Safetensors,
+            "m",
+            &mut Allowance::unbounded(),
+        ));
         assert!(msg.contains("tensor w: data_offsets [0, 8]"), "{msg}");
         // Offsets that disagree with the shape.
         let bytes = safetensors(&[("w", &[3], &[1., 2.])], None);
-        assert!(err(parse(&bytes, Format::Safetensors, "m")).contains("do not hold shape [3]"));
+        assert!(err(parse(
+            &bytes,
+            Format::Safetensors,
+            "m",
+            &mut Allowance::unbounded()
+        ))
+        .contains("do not hold shape [3]"));
         // An integer tensor.
         let header = br#"{"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}}"#;
         let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
         bytes.extend(header);
         bytes.extend([0u8; 8]);
-        assert!(err(parse(&bytes, Format::Safetensors, "m")).contains("unsupported dtype \"I64\""));
+        assert!(err(parse(
+            &bytes,
+            Format::Safetensors,
+            "m",
+            &mut Allowance::unbounded()
+        ))
+        .contains("unsupported dtype \"I64\""));
         // Not JSON, and a bad architecture.
         let mut bytes = 3u64.to_le_bytes().to_vec();
         bytes.extend(b"{x}");
-        assert!(err(parse(&bytes, Format::Safetensors, "m")).contains("not a JSON object"));
+        assert!(err(parse(
+            &bytes,
+            Format::Safetensors,
+            "m",
+            &mut Allowance::unbounded()
+        ))
+        .contains("not a JSON object"));
         let bytes = safetensors(&[], Some(r#"{"kind":"gat"}"#));
-        assert!(err(parse(&bytes, Format::Safetensors, "m"))
-            .contains("declared architecture is not valid"));
+        assert!(err(parse(
+            &bytes,
+            Format::Safetensors,
+            "m",
+            &mut Allowance::unbounded()
+        ))
+        .contains("declared architecture is not valid"));
     }
 
     #[test]
@@ -718,7 +908,7 @@ pub(crate) mod tests {
                 Format::resolve(None, None, &bytes, "m").unwrap(),
                 Format::Npz
             );
-            let f = parse(&bytes, Format::Npz, "m").unwrap();
+            let f = parse(&bytes, Format::Npz, "m", &mut Allowance::unbounded()).unwrap();
             assert_eq!(f.tensors["convs.0.w"].data, vec![1., 2., 3., 4.]);
             assert_eq!(f.tensors["e"].shape, Vec::<usize>::new());
             assert_eq!(f.architecture.unwrap().in_dim, 2);
@@ -728,25 +918,45 @@ pub(crate) mod tests {
     #[test]
     fn npy_float64_is_narrowed_and_bad_arrays_are_named() {
         let data: Vec<u8> = [0.5f64, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-        let Npy::Float(t) = parse_npy(&npy("<f8", &[2], &data), "t", "m").unwrap() else {
+        let Npy::Float(t) = parse_npy(
+            &npy("<f8", &[2], &data),
+            "t",
+            "m",
+            &mut Allowance::unbounded(),
+        )
+        .unwrap() else {
             panic!("not float")
         };
         assert_eq!(t.data, vec![0.5, 2.0]);
-        let msg = parse_npy(&npy("<i8", &[1], &[0; 8]), "t", "m")
-            .unwrap_err()
-            .to_string();
+        let msg = parse_npy(
+            &npy("<i8", &[1], &[0; 8]),
+            "t",
+            "m",
+            &mut Allowance::unbounded(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(msg.contains("tensor t: unsupported dtype \"<i8\""), "{msg}");
-        let msg = parse_npy(&npy("<f4", &[3], &[0; 8]), "t", "m")
-            .unwrap_err()
-            .to_string();
+        let msg = parse_npy(
+            &npy("<f4", &[3], &[0; 8]),
+            "t",
+            "m",
+            &mut Allowance::unbounded(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
             msg.contains("shape [3] of <f4 needs 12 bytes of data, the array has 8"),
             "{msg}"
         );
         let full = npy("<f4", &[2], &[0; 8]);
-        let msg = parse_npy(&full[..20], "t", "m").unwrap_err().to_string();
+        let msg = parse_npy(&full[..20], "t", "m", &mut Allowance::unbounded())
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("truncated .npy header"), "{msg}");
-        let msg = parse_npy(b"garbage", "t", "m").unwrap_err().to_string();
+        let msg = parse_npy(b"garbage", "t", "m", &mut Allowance::unbounded())
+            .unwrap_err()
+            .to_string();
         assert!(msg.contains("not a .npy array"), "{msg}");
     }
 
@@ -806,13 +1016,127 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn inflation_stops_at_the_allowance() {
+        // An endless stream: only the allowance stops it.
+        let mut allowance = Allowance::new(4 << 20, "a test limit", None);
+        let e =
+            inflate_bounded(std::io::repeat(0), "m: npz member w.npy", &mut allowance).unwrap_err();
+        assert!(matches!(e, ServeError::ResourceExhausted(_)), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("m: npz member w.npy")
+                && msg.contains("4194304 bytes in all (a test limit)"),
+            "{msg}"
+        );
+        // What fits is inflated whole, to the exact byte, including a member that ends at
+        // the limit.
+        for n in [0, 1000, 3 << 20, 4 << 20] {
+            let mut allowance = Allowance::new(4 << 20, "a test limit", None);
+            let out = inflate_bounded(std::io::repeat(7).take(n), "m", &mut allowance).unwrap();
+            assert_eq!(out.len() as u64, n);
+        }
+    }
+
+    #[test]
+    fn a_bomb_member_is_refused_whatever_size_the_archive_declares() {
+        // An npz whose member inflates to 64 MiB, honest about its size.
+        let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        zip.start_file("w.npy", options).unwrap();
+        let n = 16 << 20;
+        zip.write_all(&npy("<f4", &[n], &[])).unwrap();
+        let chunk = vec![0u8; 1 << 20];
+        for _ in 0..(n * 4) >> 20 {
+            zip.write_all(&chunk).unwrap();
+        }
+        let bytes = zip.finish().unwrap().into_inner();
+        let mut allowance = Allowance::new(8 << 20, "a test limit", None);
+        let e = parse(&bytes, Format::Npz, "m", &mut allowance).unwrap_err();
+        assert!(
+            e.to_string().contains("m: npz member w.npy, inflated"),
+            "{e}"
+        );
+        // The same file under an allowance that holds it, and its float32 copy, loads.
+        let mut allowance = Allowance::new(160 << 20, "a test limit", None);
+        let f = parse(&bytes, Format::Npz, "m", &mut allowance).unwrap();
+        assert_eq!(f.tensors["w"].data.len(), n);
+    }
+
+    #[test]
+    fn tensors_are_charged_before_they_are_decoded() {
+        let bytes = safetensors(&[("w", &[1000], &[0.0; 1000])], None);
+        let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) * JSON_EXPANSION;
+        let mut allowance = Allowance::new(header - 1, "a test limit", None);
+        let e = parse(&bytes, Format::Safetensors, "m", &mut allowance).unwrap_err();
+        assert!(e.to_string().contains("m: the safetensors header"), "{e}");
+        let mut allowance = Allowance::new(header + 3999, "a test limit", None);
+        let e = parse(&bytes, Format::Safetensors, "m", &mut allowance).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("m: tensor w as float32 needs 4000 more bytes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn special_and_oversized_files_are_refused_before_a_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let mut free = Allowance::unbounded();
+        for p in [fifo.as_path(), dir.path(), Path::new("/dev/zero")] {
+            let e = read_file(p, "sent", &mut free).unwrap_err().to_string();
+            assert!(e.contains("model file sent is not a regular file"), "{e}");
+        }
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let mut allowance = Allowance::new(1 << 20, "a test limit", None);
+        let e = read_file(&big, "big", &mut allowance).unwrap_err();
+        assert!(matches!(e, ServeError::ResourceExhausted(_)), "{e}");
+        assert!(
+            e.to_string()
+                .contains("model file big (1099511627776 bytes)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn errors_do_not_echo_the_file() {
+        let passwd = b"root:x:0:0:root:/root:/bin/bash\n";
+        let mut free = Allowance::unbounded();
+        let e = err(parse(passwd, Format::Safetensors, "f", &mut free));
+        let first8 = u64::from_le_bytes(passwd[..8].try_into().unwrap()).to_string();
+        assert!(!e.contains(&first8) && !e.contains("root"), "{e}");
+        let header = br#"{"w":{"dtype":"root:x:0","shape":[1],"data_offsets":[0,4]},"v":"root:x"}"#;
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header);
+        bytes.extend([0u8; 4]);
+        let e = err(parse(&bytes, Format::Safetensors, "f", &mut free));
+        assert!(!e.contains("root"), "{e}");
+    }
+
+    #[test]
     fn npz_rejects_other_members_and_non_zip() {
         let mut zip = zip::ZipWriter::new(Cursor::new(Vec::new()));
         zip.start_file("readme.txt", zip::write::SimpleFileOptions::default())
             .unwrap();
         zip.write_all(b"hi").unwrap();
         let bytes = zip.finish().unwrap().into_inner();
-        assert!(err(parse(&bytes, Format::Npz, "m")).contains("\"readme.txt\" is not a .npy array"));
-        assert!(err(parse(b"PK\x03\x04junk", Format::Npz, "m")).contains("not a valid npz"));
+        assert!(
+            err(parse(&bytes, Format::Npz, "m", &mut Allowance::unbounded()))
+                .contains("\"readme.txt\" is not a .npy array")
+        );
+        assert!(err(parse(
+            b"PK\x03\x04junk",
+            Format::Npz,
+            "m",
+            &mut Allowance::unbounded()
+        ))
+        .contains("not a valid npz"));
     }
 }

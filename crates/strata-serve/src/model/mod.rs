@@ -18,6 +18,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, ServeError};
+use crate::memory::Allowance;
 use layers::{gcn, gin, sage_mean, sage_pool, Layer, LayerKind};
 
 strata_store::registry! {
@@ -163,18 +164,19 @@ impl Model {
     /// Loads the weights file at `path`: `format` is `safetensors` or `npz`, or None to tell
     /// from the suffix (then the magic bytes). `arch` overrides the architecture the file
     /// declares; the file must hold exactly the tensors of that architecture, with the shapes
-    /// it implies. `precision` is how the linear layers are served.
+    /// it implies. `precision` is how the linear layers are served. What is not a regular
+    /// file is refused before any read.
     pub fn load(
         path: &Path,
         format: Option<&str>,
         arch: Option<Architecture>,
         precision: Precision,
     ) -> Result<Model> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| ServeError::io(format!("reading model file {}", path.display()), e))?;
         let source = path.display().to_string();
+        let mut allowance = Allowance::unbounded();
+        let bytes = file::read_file(path, &source, &mut allowance)?;
         let format = file::Format::resolve(format, Some(path), &bytes, &source)?;
-        Model::build(&bytes, format, arch, precision, &source)
+        Model::build(&bytes, format, arch, precision, &source, &mut allowance)
     }
 
     /// [`Model::load`] from the bytes of a weights file (e.g. uploaded by a client): the format
@@ -187,17 +189,28 @@ impl Model {
     ) -> Result<Model> {
         let source = "model weights";
         let format = file::Format::resolve(format, None, bytes, source)?;
-        Model::build(bytes, format, arch, precision, source)
+        Model::build(
+            bytes,
+            format,
+            arch,
+            precision,
+            source,
+            &mut Allowance::unbounded(),
+        )
     }
 
-    fn build(
+    /// [`Model::from_bytes`] of the weights file `source` names, in the format already
+    /// resolved, charging what parsing allocates (decoded tensors, inflated npz members) to
+    /// `allowance` before it allocates it.
+    pub fn build(
         bytes: &[u8],
         format: file::Format,
         arch: Option<Architecture>,
         precision: Precision,
         source: &str,
+        allowance: &mut Allowance,
     ) -> Result<Model> {
-        let weights = file::parse(bytes, format, source)?;
+        let weights = file::parse(bytes, format, source, allowance)?;
         let arch = match (arch, weights.architecture) {
             (Some(a), _) | (None, Some(a)) => a,
             (None, None) => {
@@ -306,8 +319,10 @@ mod tests {
         assert_eq!(m.precision(), Precision::Int8);
         let missing = dir.path().join("none.safetensors");
         let e = Model::load(&missing, None, None, Precision::Fp32).unwrap_err();
-        assert!(matches!(e, ServeError::Io { .. }));
+        assert!(matches!(e, ServeError::NotFound(_)));
         assert!(e.to_string().contains("none.safetensors"), "{e}");
+        let e = Model::load(dir.path(), None, None, Precision::Fp32).unwrap_err();
+        assert!(e.to_string().contains("is not a regular file"), "{e}");
     }
 
     #[test]
