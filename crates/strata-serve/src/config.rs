@@ -33,8 +33,15 @@ pub struct ServeOptions {
     /// cache node embeddings until the graph changes (GLIST's C); off gives all of --memory
     /// to pages
     pub embedding_cache: bool,
-    /// shared secret clients must send (default $STRATA_SERVE_TOKEN); required off loopback
+    /// shared secret clients must send, required off loopback (default: --token-file, else
+    /// $STRATA_SERVE_TOKEN); visible to every user of this machine in ps, so prefer
+    /// --token-file or the environment
     pub token: String,
+    /// seconds a connection may stay silent (nothing sent, or a request stalled half-way)
+    /// before it is closed; live clients are pinged at half of it, so an idle client that
+    /// answers pings keeps its connection
+    #[schemars(range(min = 0.01, max = 86400.0))]
+    pub idle_timeout: f64,
     /// largest request or response message
     pub max_message: Size,
     /// most ids (targets, seeds, vertices, edges, embedding queries) in one request
@@ -96,6 +103,7 @@ impl Default for ServeOptions {
             memory: Size(1 << 30),
             embedding_cache: true,
             token: String::new(),
+            idle_timeout: 60.0,
             max_message: Size(64 << 20),
             max_ids: 1_000_000,
             max_k: 1000,
@@ -167,6 +175,7 @@ impl ServeOptions {
             memory: self.memory.0,
             embedding_cache: self.embedding_cache,
             token,
+            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
             max_message_bytes: usize::try_from(self.max_message.0).unwrap_or(usize::MAX),
             limits: Limits {
                 max_ids: usize::try_from(self.max_ids).unwrap_or(usize::MAX),
