@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use strata_store::config::{check_address, ConfigError, Section, Size};
+use strata_store::config::{check_address, check_seconds, ConfigError, Section, Size};
 
 use crate::executor::ExecConfig;
 use crate::reorder::ReorderParams;
@@ -136,20 +136,16 @@ impl Section for ServeOptions {
                 return Err(ConfigError::new(Self::NAME, key, "must be positive, got 0"));
             }
         }
-        for (key, v) in [
-            ("rate", self.rate),
-            ("window_ms", self.window_ms),
-            ("result_ttl", self.result_ttl),
-            ("fold_after", self.fold_after),
-        ] {
-            if !v.is_finite() {
-                return Err(ConfigError::new(
-                    Self::NAME,
-                    key,
-                    format!("expected a finite number, got {v}"),
-                ));
-            }
+        if !self.rate.is_finite() {
+            return Err(ConfigError::new(
+                Self::NAME,
+                "rate",
+                format!("expected a finite number, got {}", self.rate),
+            ));
         }
+        check_seconds(Self::NAME, "window_ms", self.window_ms, 1e3)?;
+        check_seconds(Self::NAME, "result_ttl", self.result_ttl, 1.0)?;
+        check_seconds(Self::NAME, "fold_after", self.fold_after, 1.0)?;
         Ok(())
     }
 }
@@ -287,6 +283,23 @@ mod tests {
             e.contains("serve.embedding: ") && e.contains("(no run.json)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn durations_beyond_a_duration_are_refused() {
+        let e = check::<ServeOptions>(&serde_json::json!({"fold_after": 1e300})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "serve.fold_after: expected a duration from 0 to 1e9 (about 31 years), got 1e300"
+        );
+        let e = check::<ServeOptions>(&serde_json::json!({"window_ms": 1e15})).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("serve.window_ms: expected a duration from 0 to 1e12"));
+        check::<ServeOptions>(&serde_json::json!({"result_ttl": 1e9}))
+            .unwrap()
+            .server_config()
+            .unwrap();
     }
 
     #[test]
