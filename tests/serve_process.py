@@ -15,17 +15,18 @@ from strata.serve import Client
 from strata.serve.client import TOKEN_ENV
 
 
-def server_env() -> dict:
-    """The environment of a server: no token unless a test passes one."""
+def server_env(**extra: str) -> dict:
+    """The environment of a server: no token unless a test passes one (in ``extra``)."""
     env = dict(os.environ)
     env.pop(TOKEN_ENV, None)
-    return env
+    return {**env, **extra}
 
 
 class Server:
     """A ``strata serve`` child process, started on ``state_dir`` with ``args``; ``addr`` once
     it prints ``listening on HOST:PORT``. Its stdout is collected in ``lines``. With ``wrap``
-    (e.g. ``[memlimit, LIMIT]``) the server runs as that command's child."""
+    (e.g. ``[memlimit, LIMIT]``) the server runs as that command's child; ``env`` adds to its
+    environment (:func:`server_env`)."""
 
     def __init__(
         self,
@@ -34,12 +35,15 @@ class Server:
         listen: str = "127.0.0.1:0",
         ready_timeout: float = 60.0,
         wrap: Sequence[str | os.PathLike] = (),
+        env: dict[str, str] | None = None,
     ):
         self.state_dir = Path(state_dir)
         self.wrapped = bool(wrap)
         cmd = [*map(str, wrap), sys.executable, "-m", "strata", "serve", *map(str, args), "--listen", listen]
         cmd += ["--state-dir", str(state_dir)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env())
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env(**(env or {}))
+        )
         self.addr: str | None = None
         self.lines: list[str] = []
         self.err: list[str] = []

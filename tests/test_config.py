@@ -44,6 +44,11 @@ def test_precedence_defaults_file_flags_overrides(tmp_path):
         ({"flags": {"threads": "two"}}, "--threads: expected an integer"),
         ({"flags": {"threads": "-1"}}, "--threads: must be >= 0, got -1"),
         ({"flags": {"split": "0.8,0.1,0.1"}, "overrides": ["convert.valid=v.txt"]}, "cannot be combined"),
+        (
+            {"flags": {"memory": "100000000000000000000"}},
+            "--memory: a size must be at most 9223372036854775807 bytes (8 EiB), got '100000000000000000000'",
+        ),
+        ({"overrides": ["convert.memory=99999999999P"]}, "-p convert.memory: a size must be at most 922337203685477"),
     ],
 )
 def test_bad_values_name_the_field(kwargs, message):
@@ -117,6 +122,11 @@ def test_help_lists_every_option_with_its_help(strata_cli):
         ('[convert]\nout = "x"\n[embed.train]\ndim = "big"\n', "run.toml: [embed.train] dim: expected an integer"),
         ('[convert]\nout = "x"\n[embed.train]\ndimm = 4\n', "unknown [embed.train] option 'dimm'; did you mean 'dim'?"),
         ("[gnn.train]\nlr = nan\n", "run.toml: [gnn.train] lr: expected a finite number, got nan"),
+        (
+            '[convert]\nout = "x"\nmemory = 100000000000000000000\n',
+            "run.toml: [convert] memory: a size must be at most 9223372036854775807 bytes",
+        ),
+        ('[gnn.train]\ndevice_memory = "99999999999P"\n', "[gnn.train] device_memory: a size must be at most"),
     ],
 )
 def test_config_files_are_strict(tmp_path, text, message):
@@ -157,3 +167,17 @@ def test_config_errors_exit_2_naming_file_section_and_key(tmp_path, strata_cli):
     assert "Traceback" not in proc.stderr
     proc = strata_cli("convert", tmp_path / "e.tsv", "--out", tmp_path / "g", "-p", "convert.seed=-5", check=False)
     assert proc.returncode == 2 and "-p convert.seed: must be >= 0, got -5" in proc.stderr
+
+
+def test_sizes_out_of_range_name_the_option_and_the_range(tmp_path, strata_cli):
+    from strata import _native
+
+    for value in ("100000000000000000000", "99999999999P"):
+        proc = strata_cli("embed", "train", tmp_path / "g.strata", "--memory", value, check=False)
+        assert proc.returncode == 2
+        assert f"--memory: a size must be at most 9223372036854775807 bytes (8 EiB), got '{value}'" in proc.stderr
+    assert coerce_field(ConvertConfig, "memory", "1.5K", "--memory") == 1536
+    assert coerce_field(ConvertConfig, "memory", "9007199254740993", "--memory") == 9007199254740993  # exact
+    # The engine's own check names the option when a value has no 64-bit form.
+    with pytest.raises(ConfigError, match=r"embed\.train\.memory: .*numbers must lie within \[-2\^63, 2\^64 - 1\]"):
+        _native.config_check("embed.train", {"memory": 10**20})

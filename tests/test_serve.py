@@ -251,6 +251,11 @@ def test_sample_and_feature_request_errors(shared):
     assert error_code(c.get_features, "g", [NODES]) == "INVALID_ARGUMENT"
     assert error_code(c.sample_neighbors, "g", [0, NODES + 5], [2]) == "INVALID_ARGUMENT"
     assert error_code(c.sample_neighbors, "g", [3, 3], [2]) == "INVALID_ARGUMENT"
+    # A repeated seed is named by the client's id, not by the server's (re-ordered) one.
+    external = np.load(sorted((shared.state_dir / "graphs" / "g").glob("v*"))[-1] / "external_ids.npy")
+    v = int(external[np.flatnonzero(external != np.arange(len(external)))[0]])
+    with pytest.raises(ServiceError, match=f"seeds: must be distinct; vertex {v} appears twice"):
+        c.sample_neighbors("g", [v, 1 if v != 1 else 2, v], [2])
     assert error_code(c.sample_neighbors, "g", [3], [0]) == "INVALID_ARGUMENT"
     assert error_code(c.sample_neighbors, "g", [3], [-2]) == "INVALID_ARGUMENT"
     assert c.status()["listen"] == shared.server.addr

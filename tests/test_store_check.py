@@ -244,6 +244,25 @@ def test_check_passes_sound_stores_and_caps_the_list(pristine, tmp_path):
     )
 
 
+def test_one_corrupt_indptr_entry_is_one_problem(pristine, tmp_path):
+    store = tmp_path / "sbm.strata"
+    shutil.copytree(pristine["sbm"], store)
+    indptr = np.load(store / "csr_indptr.npy")
+    # In range, but above the entries after it: every good entry after it looks decreasing.
+    spike = int(indptr[150])
+    poke(store, "csr_indptr.npy", 100, spike)
+    report = check_store(store)
+    assert [(p["file"], p["row"]) for p in report["listed"]] == [("csr_indptr.npy", 100)], report["listed"]
+    assert report["problems"] == 1
+    want = f"csr_indptr.npy row 100: indptr {spike} is out of range [{indptr[99]}, {indptr[101] + 1})"
+    assert report["listed"][0]["message"] == want
+    # Below the entry before it: that entry alone.
+    poke(store, "csr_indptr.npy", 100, int(indptr[100]))
+    poke(store, "csc_indptr.npy", 200, 0)
+    report = check_store(store)
+    assert [(p["file"], p["row"]) for p in report["listed"]] == [("csc_indptr.npy", 200)], report["listed"]
+
+
 def test_check_lists_every_structural_problem(pristine, tmp_path):
     store = tmp_path / "kg.strata"
     shutil.copytree(pristine["kg"], store)

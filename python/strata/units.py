@@ -3,24 +3,33 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
 _POWERS = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
+#: The largest size: the engines count bytes in signed 64-bit integers.
+SIZE_MAX = (1 << 63) - 1
 
 
-def parse_size(text: str | int) -> int:
-    """Bytes in a size such as ``2G``, ``512M``, ``1.5GiB`` or ``4096`` (K/M/G are binary)."""
+def parse_size(text: str | int, expected: str = "a size like 512M or 2G") -> int:
+    """Bytes in a size such as ``2G``, ``512M``, ``1.5GiB`` or ``4096`` (K/M/G are binary), at
+    most :data:`SIZE_MAX`; ``expected`` says what else the caller accepts, for the error."""
     if isinstance(text, bool):
-        raise ValueError(f"expected a size like 512M or 2G, got {text!r}")
+        raise ValueError(f"expected {expected}, got {text!r}")
     if isinstance(text, int):
-        if text < 0:
-            raise ValueError(f"a size cannot be negative, got {text}")
-        return text
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ValueError(f"expected a size like 512M or 2G, got {text!r}")
-    number, unit, _ = m.groups()
-    return int(float(number) * 1024 ** _POWERS[unit.lower()])
+        number = text
+    else:
+        m = _SIZE.match(str(text))
+        if not m:
+            raise ValueError(f"expected {expected}, got {text!r}")
+        digits, unit, _ = m.groups()
+        # Exact arithmetic: a float would round a large byte count, or overflow.
+        number = int(Fraction(digits) * 1024 ** _POWERS[unit.lower()])
+    if number < 0:
+        raise ValueError(f"a size cannot be negative, got {text}")
+    if number > SIZE_MAX:
+        raise ValueError(f"a size must be at most {SIZE_MAX} bytes (8 EiB), got {text!r}")
+    return number
 
 
 def fmt_bytes(n: float) -> str:

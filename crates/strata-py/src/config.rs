@@ -90,8 +90,19 @@ fn config_check(py: Python<'_>, name: &str, values: &Bound<'_, PyAny>) -> PyResu
             &format!("no engine config section '{name}'"),
         ));
     };
-    let values: Value =
-        depythonize(values).map_err(|e| config_error(py, &format!("{name}: {e}")))?;
+    let values: Value = depythonize(values).map_err(|e| {
+        // Name the option whose value has no JSON form (an integer beyond 64 bits).
+        let key = values.cast::<pyo3::types::PyDict>().ok().and_then(|d| {
+            d.iter()
+                .find(|(_, v)| depythonize::<Value>(v).is_err())
+                .map(|(k, _)| k.to_string())
+        });
+        let at = key.map_or(name.to_string(), |k| format!("{name}.{k}"));
+        config_error(
+            py,
+            &format!("{at}: {e}: numbers must lie within [-2^63, 2^64 - 1]"),
+        )
+    })?;
     let checked = (entry.check)(&values).map_err(|e| config_error(py, &e.to_string()))?;
     Ok(pythonize(py, &checked)?.unbind())
 }

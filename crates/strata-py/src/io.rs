@@ -7,7 +7,7 @@ use pythonize::pythonize;
 use strata_io::bench::{bench_disk as run_bench, BenchOptions};
 use strata_io::profile::{profile_path, DeviceProfile, ProfileReport};
 use strata_io::{BackendKind, Engine, EngineConfig};
-use strata_store::config::{ConfigError, Section, Size};
+use strata_store::config::{check_seconds, ConfigError, Section, Size};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -104,6 +104,7 @@ impl Section for BenchDiskOptions {
         if !(self.seconds > 0.0 && self.seconds.is_finite()) {
             return refuse("seconds", format!("must be positive, got {}", self.seconds));
         }
+        check_seconds(Self::NAME, "seconds", self.seconds, 1.0)?;
         if self.size.0 < MIN_BENCH_FILE && self.file.is_none() {
             return refuse("size", format!("at least 4M, got {}", self.size.0));
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use strata_store::config::{check_address, ConfigError, Section, Size};
+use strata_store::config::{check_address, check_seconds, ConfigError, Section, Size};
 
 use crate::executor::ExecConfig;
 use crate::reorder::ReorderParams;
@@ -34,8 +34,15 @@ pub struct ServeOptions {
     /// cache node embeddings until the graph changes (GLIST's C); off gives all of --memory
     /// to pages
     pub embedding_cache: bool,
-    /// shared secret clients must send (default $STRATA_SERVE_TOKEN); required off loopback
+    /// shared secret clients must send, required off loopback (default: --token-file, else
+    /// $STRATA_SERVE_TOKEN); visible to every user of this machine in ps, so prefer
+    /// --token-file or the environment
     pub token: String,
+    /// seconds a connection may stay silent (nothing sent, or a request stalled half-way)
+    /// before it is closed; live clients are pinged at half of it, so an idle client that
+    /// answers pings keeps its connection
+    #[schemars(range(min = 0.01, max = 86400.0))]
+    pub idle_timeout: f64,
     /// largest request or response message
     pub max_message: Size,
     /// most ids (targets, seeds, vertices, edges, embedding queries) in one request
@@ -102,6 +109,7 @@ impl Default for ServeOptions {
             memory: Size(1 << 30),
             embedding_cache: true,
             token: String::new(),
+            idle_timeout: 60.0,
             max_message: Size(64 << 20),
             max_ids: 1_000_000,
             max_k: 1000,
@@ -135,20 +143,16 @@ impl Section for ServeOptions {
                 return Err(ConfigError::new(Self::NAME, key, "must be positive, got 0"));
             }
         }
-        for (key, v) in [
-            ("rate", self.rate),
-            ("window_ms", self.window_ms),
-            ("result_ttl", self.result_ttl),
-            ("fold_after", self.fold_after),
-        ] {
-            if !v.is_finite() {
-                return Err(ConfigError::new(
-                    Self::NAME,
-                    key,
-                    format!("expected a finite number, got {v}"),
-                ));
-            }
+        if !self.rate.is_finite() {
+            return Err(ConfigError::new(
+                Self::NAME,
+                "rate",
+                format!("expected a finite number, got {}", self.rate),
+            ));
         }
+        check_seconds(Self::NAME, "window_ms", self.window_ms, 1e3)?;
+        check_seconds(Self::NAME, "result_ttl", self.result_ttl, 1.0)?;
+        check_seconds(Self::NAME, "fold_after", self.fold_after, 1.0)?;
         Ok(())
     }
 }
@@ -189,6 +193,7 @@ impl ServeOptions {
             memory: self.memory.0,
             embedding_cache: self.embedding_cache,
             token,
+            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
             max_message_bytes: usize::try_from(self.max_message.0).unwrap_or(usize::MAX),
             limits: Limits {
                 max_ids: usize::try_from(self.max_ids).unwrap_or(usize::MAX),
@@ -332,6 +337,23 @@ mod tests {
             e.starts_with("serve.data_root: ") && e.ends_with("is not a directory"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn durations_beyond_a_duration_are_refused() {
+        let e = check::<ServeOptions>(&serde_json::json!({"fold_after": 1e300})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "serve.fold_after: expected a duration from 0 to 1e9 (about 31 years), got 1e300"
+        );
+        let e = check::<ServeOptions>(&serde_json::json!({"window_ms": 1e15})).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("serve.window_ms: expected a duration from 0 to 1e12"));
+        check::<ServeOptions>(&serde_json::json!({"result_ttl": 1e9}))
+            .unwrap()
+            .server_config()
+            .unwrap();
     }
 
     #[test]

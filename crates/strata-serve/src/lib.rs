@@ -12,6 +12,7 @@ pub mod embeddings;
 pub mod error;
 pub mod executor;
 pub mod graph;
+pub mod idle;
 pub mod memory;
 pub mod model;
 pub mod page_cache;

@@ -18,6 +18,7 @@ use tonic::{Request, Status};
 use crate::budget::{self, ServePlan};
 use crate::error::{Result, ServeError};
 use crate::executor::{ExecConfig, Executor};
+use crate::idle::IdleTimeout;
 use crate::memory::{self, Kind};
 use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearningServer;
@@ -44,6 +45,9 @@ pub struct ServeConfig {
     /// Shared secret clients send as `authorization: Bearer TOKEN`; required to listen on a
     /// non-loopback address.
     pub token: Option<String>,
+    /// A connection whose client sends nothing for this long is closed; live clients are
+    /// pinged at half of it, so only clients that stop answering are dropped.
+    pub idle_timeout: Duration,
     /// Largest request or response message, bytes (the plan lowers it to half the working
     /// memory when that is less).
     pub max_message_bytes: usize,
@@ -234,14 +238,20 @@ pub fn serve(
         TokenCheck(cfg.token.as_deref().map(Arc::from)),
     );
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let idle = cfg.idle_timeout;
     let server = runtime.spawn(
         tonic::transport::Server::builder()
+            // Pings make a live client answer within the idle timeout, however long it waits
+            // between calls or for a long one; a client that does not is closed.
+            .http2_keepalive_interval(Some(idle / 2))
+            .http2_keepalive_timeout(Some(idle / 2))
             .add_service(service)
             .serve_with_incoming_shutdown(
                 // Without TCP_NODELAY, a response's trailing frames wait for the client's
                 // delayed ACK (Nagle): about 40 ms added to every call.
-                TcpListenerStream::new(listener)
-                    .map(|conn| conn.and_then(|s| s.set_nodelay(true).map(|()| s))),
+                TcpListenerStream::new(listener).map(move |conn| {
+                    conn.and_then(|s| s.set_nodelay(true).map(|()| IdleTimeout::new(s, idle)))
+                }),
                 async {
                     let _ = stop_rx.await;
                 },

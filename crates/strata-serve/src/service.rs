@@ -902,6 +902,13 @@ impl GraphLearning for Service {
         self.call(req, false, "SampleNeighbors", |core, r| {
             let g = core.registry.graph(&r.graph)?;
             core.check_ids(r.seeds.len(), "seeds")?;
+            // Checked here, in the client's ids: the sampler would name the internal id.
+            let mut seen = std::collections::HashSet::with_capacity(r.seeds.len());
+            if let Some(v) = r.seeds.iter().find(|&&v| !seen.insert(v)) {
+                return Err(ServeError::InvalidArgument(format!(
+                    "seeds: must be distinct; vertex {v} appears twice"
+                )));
+            }
             let seeds = g.to_internal(&r.seeds, "seeds")?;
             let bound = sample_bound(&g, &seeds, &r.fanouts);
             let sampler = NeighborSampler::new(SamplerConfig {

@@ -26,7 +26,7 @@ use strata_io::progress::{Meter, Progress};
 
 use crate::array::{decode_f32, decode_ints, IntCursor, RowReader};
 use crate::convert::DegreeHistogram;
-use crate::error::{Result, StoreError};
+use crate::error::{quoted, Result, StoreError};
 use crate::ids::{IdCheck, IndptrCheck};
 use crate::manifest::{DegreeStats, Manifest};
 use crate::npy::DType;
@@ -488,33 +488,42 @@ fn topology(
         0,
         g.num_nodes + 1,
     );
-    let (mut sound, mut prev, mut prev_good) = (true, 0i64, false);
+    // The offsets check may blame an entry only once it sees the next one, so a row's degree
+    // is compared one entry late, once both its offsets have their verdict: `before` and
+    // `last` are the previous two entries (value, good).
+    type Entry = Option<(i64, bool)>;
+    let mut sound = true;
+    let (mut before, mut last): (Entry, Entry) = (None, None);
+    // The problem with degree row `row` (between entries `before` and `last`), if any.
+    let mut compare = |row: u64, before: Entry, last: Entry| {
+        let stored = degree.next()?.unwrap_or(0);
+        let (Some((lo, true)), Some((hi, true))) = (before, last) else {
+            return Ok(None);
+        };
+        let d = hi - lo;
+        hist.add(d as u64);
+        Ok::<_, StoreError>((d != stored).then(|| {
+            format!("{degree_file} row {row}: degree {stored} but {indptr_file} gives {d}")
+        }))
+    };
     while let Some(v) = indptr.next()? {
         let row = offsets.row();
         let mut good = true;
         offsets.scan(&[v], |r, msg| {
-            good = false;
+            sound = false;
+            if r == row {
+                good = false;
+            } else if let Some(l) = last.as_mut() {
+                l.1 = false;
+            }
             checked.problems.add(&indptr_file, Some(r), msg);
         });
-        if row > 0 {
-            let stored = degree.next()?.unwrap_or(0);
-            if good && prev_good {
-                let d = v - prev;
-                hist.add(d as u64);
-                if d != stored {
-                    checked.problems.add(
-                        &degree_file,
-                        Some(row - 1),
-                        format!(
-                            "{degree_file} row {}: degree {stored} but {indptr_file} gives {d}",
-                            row - 1
-                        ),
-                    );
-                }
+        if row >= 2 {
+            if let Some(msg) = compare(row - 2, before, last)? {
+                checked.problems.add(&degree_file, Some(row - 2), msg);
             }
         }
-        sound &= good;
-        (prev, prev_good) = (v, good);
+        (before, last) = (last, Some((v, good)));
         if offsets.row() % PIECE as u64 == 0 {
             meter.add(PIECE as u64, PIECE as u64 * 8)?;
         }
@@ -522,7 +531,16 @@ fn topology(
     meter.finish()?;
     if let Some((row, msg)) = offsets.end_problem() {
         sound = false;
+        if let Some(l) = last.as_mut() {
+            l.1 = false;
+        }
         checked.problems.add(&indptr_file, Some(row), msg);
+    }
+    if offsets.row() >= 2 {
+        let row = offsets.row() - 2;
+        if let Some(msg) = compare(row, before, last)? {
+            checked.problems.add(&degree_file, Some(row), msg);
+        }
     }
     let field = if dir == "csr" { "dst" } else { "src" };
     let mut ids = IdCheck::nodes(store, &indices_name, field)?;
@@ -725,10 +743,10 @@ pub(crate) fn name_table(
                 &bytes_file,
                 Some(id),
                 format!(
-                    "{bytes_file}: name {id} ({:?}) does not sort after name {} ({:?}): names must be sorted and unique",
-                    String::from_utf8_lossy(&name),
+                    "{bytes_file}: name {id} ({}) does not sort after name {} ({}): names must be sorted and unique",
+                    quoted(&name),
                     id - 1,
-                    String::from_utf8_lossy(&prev)
+                    quoted(&prev)
                 ),
             );
         }

@@ -58,6 +58,29 @@ pub fn check_address(section: &str, key: &str, addr: &str) -> Result<(), ConfigE
     }
 }
 
+/// The longest duration an option may give: about 31 years (a float of seconds beyond what a
+/// duration holds would otherwise abort the engine that converts it).
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// Checks option `key`, a duration of `value` in units of `1 / per_second` s (1 for seconds,
+/// 1000 for milliseconds): finite and within [0, [`MAX_SECONDS`]].
+pub fn check_seconds(
+    section: &str,
+    key: &str,
+    value: f64,
+    per_second: f64,
+) -> Result<(), ConfigError> {
+    let most = MAX_SECONDS * per_second;
+    if (0.0..=most).contains(&value) {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        section,
+        key,
+        format!("expected a duration from 0 to {most:e} (about 31 years), got {value:?}"),
+    ))
+}
+
 /// A byte size, in bytes. Accepts an integer or a string such as `512M`, `2G`, `1.5GiB`
 /// (K, M, G, T, P are binary); serializes as the integer. Its schema says `"x-kind": "size"`.
 #[derive(

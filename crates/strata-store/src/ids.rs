@@ -194,15 +194,21 @@ pub fn out_of_range(file: &str, row: u64, field: &Field, value: i64) -> String {
 
 /// Checks an offsets array (`indptr`: `N + 1` offsets into `T` indices; a name table's
 /// offsets into its bytes; a grid's block index) batch by batch: it starts at 0, never
-/// decreases and ends at `T`. A bad entry is reported against the last good one, so one corrupt
-/// value is one problem rather than a cascade.
+/// decreases and ends at `T`. One corrupt value is one problem rather than a cascade: an entry
+/// below the last good one is blamed alone, and an entry above the ones after it (a spike, which
+/// would make every good entry after it look decreasing) is blamed when the next entry shows it,
+/// so a bad entry may be reported one entry late.
 #[derive(Debug, Clone)]
 pub struct IndptrCheck {
     store: PathBuf,
     file: String,
     field: String,
     end: i64,
+    /// The last entry known to be good.
     prev: i64,
+    /// The entry after `prev` (row, value) when it is in range but not yet known good: the
+    /// next entry tells whether it is a spike.
+    pending: Option<(u64, i64)>,
     row: u64,
     /// The last entry was bad (and reported).
     last_bad: bool,
@@ -218,6 +224,7 @@ impl IndptrCheck {
             field: field.to_string(),
             end: bound(end),
             prev: 0,
+            pending: None,
             row: 0,
             last_bad: false,
         }
@@ -238,19 +245,35 @@ impl IndptrCheck {
         ))
     }
 
-    /// Checks the next entries and calls `f` with every bad one (its row and message).
+    /// Checks the next entries and calls `f` with every bad one (its row, which may be the
+    /// entry before the current one, and message).
     pub fn scan(&mut self, vals: &[i64], mut f: impl FnMut(u64, String)) {
         for &v in vals {
-            // The first entry must be 0; the others lie in [previous good entry, end].
-            let hi = if self.row == 0 { 1 } else { self.end + 1 };
-            self.last_bad = v < self.prev || v >= hi;
-            if self.last_bad {
-                let field = Field::new(&self.field, self.prev, hi);
-                f(self.row, out_of_range(&self.file, self.row, &field, v));
-            } else {
-                self.prev = v;
-            }
+            let row = self.row;
             self.row += 1;
+            if let Some((pending_row, pending)) = self.pending {
+                if v >= pending {
+                    (self.prev, self.pending) = (pending, None);
+                } else if v >= self.prev {
+                    // The pending entry is above the entries on both sides of it.
+                    let field = Field::new(&self.field, self.prev, v + 1);
+                    f(
+                        pending_row,
+                        out_of_range(&self.file, pending_row, &field, pending),
+                    );
+                    self.pending = None;
+                }
+            }
+            // The first entry must be 0; the others lie in [last entry, end].
+            let lo = self.pending.map_or(self.prev, |(_, p)| p);
+            let hi = if row == 0 { 1 } else { self.end + 1 };
+            self.last_bad = v < lo || v >= hi;
+            if self.last_bad {
+                let field = Field::new(&self.field, lo, hi);
+                f(row, out_of_range(&self.file, row, &field, v));
+            } else {
+                self.pending = Some((row, v));
+            }
         }
     }
 
@@ -274,11 +297,12 @@ impl IndptrCheck {
     /// After the last entry: the problem if the offsets do not end at `end` (unless the last
     /// entry was already reported).
     pub fn end_problem(&self) -> Option<(u64, String)> {
-        (self.prev != self.end && !self.last_bad).then(|| {
+        let last = self.pending.map_or(self.prev, |(_, p)| p);
+        (last != self.end && !self.last_bad).then(|| {
             let row = self.row.saturating_sub(1);
             let msg = format!(
-                "{} row {row}: {} ends at {} but must end at {}",
-                self.file, self.field, self.prev, self.end
+                "{} row {row}: {} ends at {last} but must end at {}",
+                self.file, self.field, self.end
             );
             (row, msg)
         })
@@ -378,6 +402,19 @@ mod tests {
             c.finish().unwrap_err().to_string(),
             "store g: csr_indptr.npy row 5: indptr ends at 5 but must end at 6"
         );
+        // A spike within range is the one problem, not the good entries after it.
+        let mut c = IndptrCheck::new(Path::new("g"), "csr_indptr.npy", "indptr", 10);
+        let mut bad = Vec::new();
+        c.scan(&[0, 2, 8, 3, 4, 5, 6], |row, msg| bad.push((row, msg)));
+        c.scan(&[7, 10], |row, msg| bad.push((row, msg)));
+        assert_eq!(
+            bad,
+            vec![(
+                2,
+                "csr_indptr.npy row 2: indptr 8 is out of range [2, 4)".to_string()
+            )]
+        );
+        assert_eq!(c.end_problem(), None);
         let mut first = IndptrCheck::new(Path::new("g"), "csr_indptr.npy", "indptr", 0);
         let e = first.check(&[3]).unwrap_err().to_string();
         assert!(e.ends_with("row 0: indptr 3 is out of range [0, 1)"), "{e}");

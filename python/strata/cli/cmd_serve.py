@@ -61,7 +61,7 @@ def run_status(args) -> int:
     from ..serve.server import format_status
 
     cfg = from_args(ServeStatusConfig, args)
-    with Client(cfg.address, token=cfg.token or None, timeout=cfg.timeout) as client:
+    with Client(cfg.address, token=cfg.token or None, token_file=cfg.token_file, timeout=cfg.timeout) as client:
         status = client.status()
     print(json.dumps(status, indent=2) if args.json else format_status(status))
     return 0

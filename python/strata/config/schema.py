@@ -173,9 +173,9 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
         if isinstance(value, str) and value.strip().lower() == "auto":
             return "auto"
         try:
-            return parse_size(value)
-        except ValueError:
-            raise ConfigError(f"{where}: expected auto or a size like 512M or 2G, got {value!r}") from None
+            return parse_size(value, expected="auto or a size like 512M or 2G")
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
     if tp is Fractions:
         # Parsed here; whether they make a split (three, in [0, 1], summing to 1) is the
         # engine's check (strata_store::convert::Fractions).

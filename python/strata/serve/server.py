@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
@@ -11,7 +10,7 @@ from ..config import as_dict
 from ..config.serve import ServeConfig
 from ..stopping import run_until_stopped
 from ..units import fmt_bytes
-from .client import TOKEN_ENV
+from .client import resolve_token
 
 
 def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], object] | None = None, **options) -> dict:
@@ -21,10 +20,11 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
     ``listening on ADDR``, flushed); the summary keeps ``plan`` (the split, bytes) and
     ``memory_plan`` (the same in the shape every engine's plan takes)."""
     cfg = config if config is not None else ServeConfig(**options)
-    token = cfg.token or os.environ.get(TOKEN_ENV) or None
-    # The server reads the checked section itself; the token's environment default is
-    # filled in here, where the ready line says whether one is required.
-    native_options = {**as_dict(cfg), "token": token or ""}
+    token = resolve_token(cfg.token or None, cfg.token_file)
+    # The server reads the checked section itself; the token from a file or the environment
+    # is filled in here, where the ready line says whether one is required.
+    native = {k: v for k, v in as_dict(cfg).items() if k not in cfg.__front__}
+    native_options = {**native, "token": token or ""}
     info: dict = {"listen": cfg.listen, "addr": None}
 
     def ready(addr: str, plan: dict, memory_plan: dict) -> None:
