@@ -100,6 +100,7 @@ def graphs(tmp_path_factory):
     ustore = make_store(d, und, N, "undirected")
     for order in ("column", "row"):
         build_grid(store=ustore, name=f"s-{order}", partitions=PARTITIONS, order=order, symmetrize=True)
+        build_grid(store=ustore, name=f"k-{order}", partitions=PARTITIONS, order=order, symmetrize=True, simple=True)
     return {"dir": d, "store": store, "g": g, "ustore": ustore, "u": u}
 
 
@@ -256,8 +257,8 @@ def test_spmv(graphs, tmp_path, order, keep):
 
 @pytest.mark.parametrize(("order", "keep"), MODES, ids=MODE_IDS)
 def test_kcore(graphs, tmp_path, order, keep):
-    """Core numbers of an undirected simple graph; the store's self-loops are ignored."""
-    _, out = run_on(graphs["ustore"], f"s-{order}", "kcore", keep, tmp_path)
+    """Core numbers of an undirected simple graph, on a simple grid: the store's self-loops dropped."""
+    _, out = run_on(graphs["ustore"], f"k-{order}", "kcore", keep, tmp_path)
     core = np.load(out / "core.npy")
     want = nx.core_number(graphs["u"])
     assert core.dtype == np.int64 and core.tolist() == [want[v] for v in range(N)]

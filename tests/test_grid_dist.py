@@ -45,6 +45,7 @@ def store(tmp_path_factory):
     convert(ConvertConfig(inputs=[tmp / "e.npy"], out=out, num_nodes=N))
     build_grid(store=out, partitions=8)
     build_grid(store=out, partitions=8, symmetrize=True)
+    build_grid(store=out, partitions=8, symmetrize=True, simple=True)
     build_grid(store=out, partitions=8, weighted=True)
     return out
 

@@ -367,6 +367,8 @@ pub(crate) struct SortInput<'a> {
     pub degree_buffer: u64,
     /// How the blocks are stored.
     pub compression: Compression,
+    /// Store each repeated edge once (an unweighted grid: `build::check_simple`).
+    pub simple: bool,
 }
 
 /// What pass 2 wrote: the blocks and the degree arrays.
@@ -418,6 +420,9 @@ pub(crate) fn sort_pass(
             reader.request(major + 1);
         }
         sorter.sort(major as u32, &bufs);
+        if input.simple {
+            sorter.merge_repeats();
+        }
         reader.give_back(bufs);
         if !input.read_ahead && major + 1 < p {
             reader.request(major + 1);
@@ -497,6 +502,38 @@ impl<'a> Sorter<'a> {
             (minor as usize, off, rec[1])
         } else {
             (rec[0] as usize, rec[1], rec[2])
+        }
+    }
+
+    /// Stores each repeated edge of the sorted major chunk once: sorts each block and drops
+    /// its repeats (an edge's repeats all fall in its block), moving the blocks down over the
+    /// gaps, and counts the major side's degrees again. Unweighted chunks only.
+    fn merge_repeats(&mut self) {
+        debug_assert!(self.weights.is_empty());
+        let major_side = match self.layout.order {
+            Order::Column => 1,
+            Order::Row => 0,
+        };
+        let mut at = 0;
+        for k in 0..self.layout.partitions as usize {
+            let (a, b) = (self.starts[k], self.starts[k + 1]);
+            self.edges[a..b].sort_unstable();
+            self.starts[k] = at;
+            let mut last = None;
+            for i in a..b {
+                let e = self.edges[i];
+                if last != Some(e) {
+                    self.edges[at] = e;
+                    at += 1;
+                    last = Some(e);
+                }
+            }
+        }
+        *self.starts.last_mut().expect("P + 1 starts") = at;
+        self.edges.truncate(at);
+        self.major_counts.iter_mut().for_each(|c| *c = 0);
+        for e in &self.edges {
+            self.major_counts[e[major_side] as usize] += 1;
         }
     }
 

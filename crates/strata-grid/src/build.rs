@@ -45,13 +45,16 @@ pub(crate) const PLAN_VERTEX_BYTES: u64 = 16;
 #[serde(deny_unknown_fields, default)]
 pub struct BuildJob {
     pub store: PathBuf,
-    /// Directory name under `STORE/grids/`; empty: `p{P}-{order}[-sym][-w]`.
+    /// Directory name under `STORE/grids/`; empty: `p{P}-{order}[-sym][-simple][-w]`.
     pub name: String,
     /// Vertex chunks P; 0 chooses from the vertex count and `memory`.
     pub partitions: u32,
     pub order: Order,
     /// Store both directions of every edge; `None` follows the store's `symmetrized` flag.
     pub symmetrize: Option<bool>,
+    /// Drop self-loops and store each repeated edge once (with `symmetrize`, an edge given in
+    /// both directions is one undirected edge); unweighted grids only.
+    pub simple: bool,
     /// Weight the edges (needed by SSSP and weighted SpMV): the store's weights or drawn ones.
     pub weights: Option<WeightRequest>,
     /// Memory budget of the build and of the runs P is planned for, in bytes.
@@ -70,6 +73,7 @@ impl Default for BuildJob {
             partitions: 0,
             order: Order::Column,
             symmetrize: None,
+            simple: false,
             weights: None,
             memory: 1 << 30,
             overwrite: false,
@@ -158,6 +162,7 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let n = store.manifest().graph.num_nodes;
     let symmetric = job.symmetrize.unwrap_or(store.manifest().graph.symmetrized);
     check_weights(job.weights.as_ref())?;
+    check_simple(job.simple, job.weights.is_some())?;
     let weights = job
         .weights
         .map(|r| r.resolve(store.array(STORE_WEIGHTS).is_some(), &job.store))
@@ -173,6 +178,7 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
             job.memory,
         )?,
         symmetric,
+        simple: job.simple,
         weights,
         memory: job.memory,
         input_edges: edges_info.shape[0],
@@ -235,6 +241,8 @@ pub(crate) fn publish(
 pub(crate) struct GridSpec {
     pub layout: Layout,
     pub symmetric: bool,
+    /// Self-loops dropped and repeated edges merged (`BuildJob::simple`).
+    pub simple: bool,
     pub weights: Option<WeightSpec>,
     pub memory: u64,
     /// Edges the input holds (before symmetrising).
@@ -278,7 +286,12 @@ impl GridSpec {
             self.records(),
             l.blocks(),
             l.order.name(),
-            if self.symmetric { ", symmetrised" } else { "" },
+            match (self.symmetric, self.simple) {
+                (true, true) => ", symmetrised, simple",
+                (true, false) => ", symmetrised",
+                (false, true) => ", simple",
+                (false, false) => "",
+            },
             match self.weights {
                 Some(WeightSpec::Store) => ", weighted by the edges' own weights",
                 Some(WeightSpec::Random { .. }) => ", weighted by drawn weights",
@@ -339,6 +352,7 @@ impl Written {
             chunk_size: spec.layout.chunk_size,
             order: spec.layout.order,
             symmetric: spec.symmetric,
+            simple: spec.simple,
             weights: spec.weights.clone(),
             weight_range: blocks.weight_range,
             largest_block_edges: blocks.largest_block,
@@ -365,7 +379,7 @@ pub(crate) fn write_grid(
         &spool_path,
         &spec.layout,
         spec.format(),
-        spec.symmetric,
+        (spec.symmetric, spec.simple),
         plan.spool_buffer as usize,
         SPOOL_IN_FLIGHT,
     )?;
@@ -388,6 +402,7 @@ pub(crate) fn write_grid(
         read_ahead,
         degree_buffer: plan.degree_buffer,
         compression: spec.compression,
+        simple: spec.simple,
     };
     let mut sorted = sort_pass(&spool, &input, tmp, progress)?;
     let largest_major = spool.largest();
@@ -459,6 +474,18 @@ pub(crate) fn check_weights(weights: Option<&WeightRequest>) -> Result<()> {
     }
 }
 
+/// Refuses a simple grid with weights: merging repeated edges would have to pick one weight.
+pub(crate) fn check_simple(simple: bool, weighted: bool) -> Result<()> {
+    if simple && weighted {
+        return Err(GridError::config(
+            "simple",
+            "a simple grid keeps one of each repeated edge and so cannot carry weights: drop \
+             --weighted or --simple",
+        ));
+    }
+    Ok(())
+}
+
 /// The grid's layout: `partitions` (P), or, for 0, one chosen from the vertex count, the
 /// edges (`edges`, doubled when symmetrised) and the budget of the runs.
 pub(crate) fn plan_layout(
@@ -519,7 +546,7 @@ fn target(job: &BuildJob, spec: &GridSpec) -> Result<(PathBuf, String)> {
 fn free_default_name(parent: &Path, spec: &GridSpec) -> Result<String> {
     let base = default_name(
         &spec.layout,
-        spec.symmetric,
+        (spec.symmetric, spec.simple),
         spec.weights.as_ref(),
         spec.compression,
     );
@@ -532,6 +559,7 @@ fn free_default_name(parent: &Path, spec: &GridSpec) -> Result<String> {
         match GridManifest::load(&parent.join(&name)) {
             Ok(m)
                 if m.symmetric != spec.symmetric
+                    || m.simple != spec.simple
                     || m.weights != spec.weights
                     || m.compression != spec.compression =>
             {
@@ -604,19 +632,21 @@ impl WeightColumn {
     }
 }
 
-/// Default grid name: `p{P}-{order}`, then `-sym` when symmetrised, `-w` (drawn weights)
+/// Default grid name: `p{P}-{order}`, then `-sym` when symmetrised, `-simple` when simple
+/// (`(symmetric, simple)`), `-w` (drawn weights)
 /// or `-ws` (the store's weights) when weighted, and `-byte` or `-packed` when compressed.
 pub fn default_name(
     layout: &Layout,
-    symmetric: bool,
+    (symmetric, simple): (bool, bool),
     weights: Option<&WeightSpec>,
     compression: Compression,
 ) -> String {
     format!(
-        "p{}-{}{}{}{}",
+        "p{}-{}{}{}{}{}",
         layout.partitions,
         layout.order.name(),
         if symmetric { "-sym" } else { "" },
+        if simple { "-simple" } else { "" },
         match weights {
             Some(WeightSpec::Random { .. }) => "-w",
             Some(WeightSpec::Store) => "-ws",
@@ -675,9 +705,29 @@ impl Drop for PartialDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures::store;
+    use crate::fixtures::{store, store_of};
     use crate::layout::EDGE_BYTES;
     use strata_io::progress::NoProgress;
+
+    /// Every edge of the grid at `dir` as global (source, destination), sorted; checks each
+    /// lies inside its block's chunks.
+    fn grid_edges(dir: &Path) -> Vec<(u64, u64)> {
+        let grid = crate::Grid::open(dir).unwrap();
+        let l = *grid.layout();
+        let (_, bytes) = strata_store::array::read_all_bytes(&grid.array_path("edges")).unwrap();
+        let recs: Vec<[u32; 2]> = bytemuck::pod_collect_to_vec(&bytes);
+        let mut got = Vec::with_capacity(recs.len());
+        for pos in 0..l.blocks() {
+            let (i, j) = l.block_at(pos);
+            for e in grid.block_edges(pos) {
+                let [s, d] = recs[e as usize];
+                assert!((s as u64) < l.chunk_len(i) && (d as u64) < l.chunk_len(j));
+                got.push((l.base(i) + s as u64, l.base(j) + d as u64));
+            }
+        }
+        got.sort_unstable();
+        got
+    }
 
     #[test]
     fn every_edge_lands_once_in_its_block_across_many_read_batches() {
@@ -696,28 +746,87 @@ mod tests {
             let s = build(&job, &NoProgress).unwrap();
             assert_eq!(s.num_edges, m);
             let grid = crate::Grid::open(&s.dir).unwrap();
-            let l = *grid.layout();
-            let (_, bytes) =
-                strata_store::array::read_all_bytes(&grid.array_path("edges")).unwrap();
-            let recs: Vec<[u32; 2]> = bytemuck::pod_collect_to_vec(&bytes);
-            let mut got: Vec<(u64, u64)> = Vec::with_capacity(m as usize);
-            for pos in 0..l.blocks() {
-                let (i, j) = l.block_at(pos);
-                for e in grid.block_edges(pos) {
-                    let [s, d] = recs[e as usize];
-                    assert!((s as u64) < l.chunk_len(i) && (d as u64) < l.chunk_len(j));
-                    got.push((l.base(i) + s as u64, l.base(j) + d as u64));
-                }
-            }
             let mut want: Vec<(u64, u64)> = (0..m).map(|k| (k % n, (k * 7919) % n)).collect();
-            got.sort_unstable();
             want.sort_unstable();
-            assert_eq!(got, want);
+            assert_eq!(grid_edges(&s.dir), want);
             let mut total = 0;
             grid.for_each_degree("out_degree", |_, d| total += d)
                 .unwrap();
             assert_eq!(total, m);
         }
+    }
+
+    #[test]
+    fn a_simple_grid_holds_each_undirected_edge_once_each_way() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Both directions of 0-1 (twice), 1-2 once, 2-0 both ways, self-loops on 3 and 4 (4 has
+        // no other edge), across 3 chunks of 2 vertices.
+        let edges = [
+            (0, 1),
+            (1, 0),
+            (1, 2),
+            (2, 0),
+            (0, 2),
+            (0, 1),
+            (3, 3),
+            (4, 4),
+            (5, 3),
+        ];
+        let st = store_of(tmp.path(), 6, edges);
+        let want = vec![
+            (0, 1),
+            (0, 2),
+            (1, 0),
+            (1, 2),
+            (2, 0),
+            (2, 1),
+            (3, 5),
+            (5, 3),
+        ];
+        for (order, compression) in [
+            (Order::Column, Compression::None),
+            (Order::Row, Compression::None),
+            (Order::Column, Compression::Packed),
+        ] {
+            let job = BuildJob {
+                store: st.clone(),
+                partitions: 3,
+                order,
+                symmetrize: Some(true),
+                simple: true,
+                compression,
+                overwrite: true,
+                ..Default::default()
+            };
+            let s = build(&job, &NoProgress).unwrap();
+            let grid = crate::Grid::open(&s.dir).unwrap();
+            let suffix = match compression {
+                Compression::None => "",
+                _ => "-packed",
+            };
+            let name = format!("p3-{}-sym-simple{suffix}", order.name());
+            assert!(grid.manifest().simple && s.dir.ends_with(name));
+            assert_eq!(s.num_edges, want.len() as u64);
+            if compression == Compression::None {
+                assert_eq!(grid_edges(&s.dir), want);
+            }
+            for (name, side) in [("out_degree", 0), ("in_degree", 1)] {
+                let mut deg = vec![0u64; 6];
+                grid.for_each_degree(name, |v, d| deg[v] = d).unwrap();
+                let mut count = vec![0u64; 6];
+                want.iter()
+                    .for_each(|&e| count[[e.0, e.1][side] as usize] += 1);
+                assert_eq!(deg, count, "{name} {order:?}");
+            }
+        }
+        let weighted = BuildJob {
+            store: st.clone(),
+            simple: true,
+            weights: Some(WeightRequest::default()),
+            ..Default::default()
+        };
+        let err = build(&weighted, &NoProgress).unwrap_err().to_string();
+        assert!(err.contains("cannot carry weights"), "{err}");
     }
 
     #[test]

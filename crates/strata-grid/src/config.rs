@@ -341,7 +341,7 @@ pub struct BuildOptions {
     pub layout: EdgeLayout,
     /// with --out, text inputs: parsing threads; 0 = one per core
     pub threads: usize,
-    /// grid name under STORE/grids/ (default: p{P}-{order}[-sym][-w])
+    /// grid name under STORE/grids/ (default: p{P}-{order}[-sym][-simple][-w])
     pub name: String,
     /// vertex chunks P of the P x P grid; 0 chooses from the vertex count and --memory
     #[schemars(range(max = 4096))]
@@ -352,6 +352,9 @@ pub struct BuildOptions {
     /// store both directions of every edge (needed by wcc and kcore); unset follows the store
     /// (an input: not symmetrised)
     pub symmetrize: Option<bool>,
+    /// a simple graph: drop self-loops and store each repeated edge once (with symmetrize, an
+    /// edge given in both directions is one undirected edge); needed by kcore; not with weighted
+    pub simple: bool,
     /// weight every edge (needed by sssp and weighted spmv), from weight_source
     pub weighted: bool,
     /// where weights come from: auto (the edges' own weights when they have them, else
@@ -392,6 +395,7 @@ impl Default for BuildOptions {
             partitions: 0,
             order: Order::Column,
             symmetrize: None,
+            simple: false,
             weighted: false,
             weight_source: WeightSource::Auto,
             weight_seed: 0,
@@ -425,6 +429,7 @@ impl BuildOptions {
             partitions: self.partitions,
             order: self.order,
             symmetrize: self.symmetrize,
+            simple: self.simple,
             weights: self.weighted.then(|| {
                 weight_request(
                     self.weight_source,

@@ -884,13 +884,18 @@ mod tests {
     fn a_restarted_group_resumes_from_the_last_checkpoint_to_the_same_results() {
         let tmp = tempfile::tempdir().unwrap();
         let st = store(tmp.path(), 5000, 12_000);
-        for (name, symmetrize) in [("plain", false), ("sym", true)] {
+        for (name, symmetrize, simple) in [
+            ("plain", false, false),
+            ("sym", true, false),
+            ("simple", true, true),
+        ] {
             build(
                 &BuildJob {
                     store: st.clone(),
                     name: name.into(),
                     partitions: 7,
                     symmetrize: Some(symmetrize),
+                    simple,
                     ..Default::default()
                 },
                 &NoProgress,

@@ -40,20 +40,30 @@ pub fn store_of(dir: &Path, n: u64, edges: impl IntoIterator<Item = (u64, u64)>)
     out
 }
 
-/// Builds the three grids of `store` that the algorithms between them ask for, each with
-/// `partitions` partitions a side: directed, symmetrised, and directed with random weights
-/// in (0, 1] (`s0-w0`, `s1-w0`, `s0-w1`; compressed ones named with `-CODE` after that).
+/// Builds the four grids of `store` that the algorithms between them ask for, each with
+/// `partitions` partitions a side: directed, symmetrised, symmetrised and simple, and directed
+/// with random weights in (0, 1] (`s0-w0`, `s1-w0`, `s1-w0-simple`, `s0-w1`; compressed ones
+/// named with `-CODE` after that).
 pub fn grids(store: &Path, partitions: u32, compression: Compression) {
-    for (symmetrize, weighted) in [(false, false), (true, false), (false, true)] {
+    for (symmetrize, weighted, simple) in [
+        (false, false, false),
+        (true, false, false),
+        (true, false, true),
+        (false, true, false),
+    ] {
+        let name = format!(
+            "s{}-w{}{}",
+            symmetrize as u8,
+            weighted as u8,
+            if simple { "-simple" } else { "" }
+        );
         build(
             &BuildJob {
                 store: store.to_path_buf(),
-                name: coded_name(
-                    &format!("s{}-w{}", symmetrize as u8, weighted as u8),
-                    compression,
-                ),
+                name: coded_name(&name, compression),
                 partitions,
                 symmetrize: Some(symmetrize),
+                simple,
                 weights: weighted.then(WeightRequest::default),
                 compression,
                 ..Default::default()

@@ -142,13 +142,14 @@ impl Grid {
     }
 
     /// Finds a grid of `store`: the one called `name`, else one that satisfies the needs
-    /// (`weights` made that way, symmetry), preferring the fewest partitions. A grid built
+    /// (`weights` made that way, symmetry, simplicity: `(symmetric, simple)`), preferring the
+    /// fewest partitions. A grid built
     /// from an input ([`is_grid_dir`]) given as `store` is itself the grid.
     pub fn find(
         store: &Path,
         name: Option<&str>,
         weights: Option<&WeightSpec>,
-        symmetric: bool,
+        (symmetric, simple): (bool, bool),
     ) -> Result<Option<PathBuf>> {
         if is_grid_dir(store) {
             if let Some(name) = name {
@@ -182,7 +183,9 @@ impl Grid {
             let Ok(m) = GridManifest::load(&dir) else {
                 continue;
             };
-            if (weights.is_some() && m.weights.as_ref() != weights) || m.symmetric != symmetric {
+            if (weights.is_some() && m.weights.as_ref() != weights)
+                || (m.symmetric, m.simple) != (symmetric, simple)
+            {
                 continue;
             }
             if best.as_ref().is_none_or(|(p, _)| m.partitions < *p) {

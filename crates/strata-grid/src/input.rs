@@ -58,6 +58,9 @@ pub struct InputBuildJob {
     /// Store both directions of every edge.
     #[serde(default)]
     pub symmetrize: bool,
+    /// Drop self-loops and store each repeated edge once (`BuildJob::simple`).
+    #[serde(default)]
+    pub simple: bool,
     /// Weight the edges: the input's weight column (`store` or `auto`) or drawn ones.
     #[serde(default)]
     pub weights: Option<WeightRequest>,
@@ -81,6 +84,7 @@ pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<Build
         return Err(GridError::config("num_nodes", "must be positive"));
     }
     crate::build::check_weights(job.weights.as_ref())?;
+    crate::build::check_simple(job.simple, job.weights.is_some())?;
     let (parent, name) = output(&job.out, job.overwrite)?;
     strata_store::store::remove_stale_partials(&parent, &name);
     let tmp = parent.join(format!("{name}.partial-{}", std::process::id()));
@@ -107,6 +111,7 @@ pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<Build
             job.memory,
         )?,
         symmetric: job.symmetrize,
+        simple: job.simple,
         weights,
         memory: job.memory,
         input_edges: edges,

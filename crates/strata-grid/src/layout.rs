@@ -284,6 +284,10 @@ pub struct GridManifest {
     pub order: Order,
     /// Every edge is stored in both directions (self-loops once).
     pub symmetric: bool,
+    /// A simple graph: self-loops dropped and repeated edges stored once, so each neighbour
+    /// counts once (what k-core needs; absent in grids that keep every input edge).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub simple: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<WeightSpec>,
     /// Smallest and largest edge weight (weighted grids; absent in grids built before it).

@@ -389,8 +389,9 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
     let algo = &job.algorithm;
     let wanted = job.weights_wanted()?;
     let weighted = wanted.is_some();
-    let symmetric = algo.needs_symmetric();
-    if let Some(dir) = Grid::find(&job.store, job.grid.as_deref(), wanted.as_ref(), symmetric)? {
+    let (symmetric, simple) = (algo.needs_symmetric(), algo.needs_simple());
+    let needs = (symmetric, simple);
+    if let Some(dir) = Grid::find(&job.store, job.grid.as_deref(), wanted.as_ref(), needs)? {
         let m = Grid::open(&dir)?.manifest().clone();
         // A grid built from an input is the only grid there is: say how to build the one needed.
         let rebuild = |flag: &str| match is_grid_dir(&job.store) {
@@ -421,6 +422,21 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
                 ),
             ));
         }
+        if simple && !m.simple {
+            // A symmetric grid of a store that holds both directions holds each edge twice.
+            return Err(GridError::config(
+                "grid",
+                format!(
+                    "{} is not simple and {} needs it (it may hold an edge more than once, or \
+                     a self-loop): build one with `strata grid build {} --symmetrize --simple`, \
+                     or leave out the grid to have one built{}",
+                    dir.display(),
+                    algo.name(),
+                    job.store.display(),
+                    rebuild("--symmetrize --simple")
+                ),
+            ));
+        }
         return Ok(dir);
     }
     if !may_build {
@@ -428,20 +444,23 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
         return Err(GridError::config(
             "grid",
             format!(
-                "no {}{}grid for {} in {}: a distributed run does not build one; run `strata grid build {}{}{}` \
+                "no {}{}{}grid for {} in {}: a distributed run does not build one; run `strata grid build {}{}{}{}` \
                  on every rank's copy of the store first",
+                if simple { "simple " } else { "" },
                 if symmetric { "symmetric " } else { "" },
                 if weighted { "weighted " } else { "" },
                 algo.name(),
                 job.store.display(),
                 job.store.display(),
                 if symmetric { " --symmetrize" } else { "" },
+                if simple { " --simple" } else { "" },
                 if weighted { " --weighted" } else { "" },
             ),
         ));
     }
     progress.message(&format!(
-        "no {}{}grid for {} yet: building one",
+        "no {}{}{}grid for {} yet: building one",
+        if simple { "simple " } else { "" },
         if symmetric { "symmetric " } else { "" },
         if weighted { "weighted " } else { "" },
         algo.name()
@@ -455,6 +474,7 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
             partitions: 0,
             order: Order::Column,
             symmetrize: Some(symmetric),
+            simple,
             weights,
             memory: job.memory,
             overwrite: false,

@@ -134,6 +134,8 @@ pub(crate) struct Binner {
     div: ChunkDiv,
     format: RecordFormat,
     symmetric: bool,
+    /// Self-loops are dropped (a simple grid).
+    drop_loops: bool,
     file: IoFile,
     queue: IoQueue,
     fill: Vec<AlignedBuf>,
@@ -150,12 +152,13 @@ pub(crate) struct Binner {
 impl Binner {
     /// A binner writing `path` for `layout`'s major chunks: buffers of `buffer_bytes` (a
     /// multiple of [`RecordFormat::unit_bytes`]), `in_flight` of them being written at once.
-    /// `symmetric` bins every edge both ways (a self-loop once).
+    /// `symmetric` bins every edge both ways (a self-loop once); `drop_loops` drops
+    /// self-loops.
     pub fn create(
         path: &Path,
         layout: &Layout,
         format: RecordFormat,
-        symmetric: bool,
+        (symmetric, drop_loops): (bool, bool),
         buffer_bytes: usize,
         in_flight: usize,
     ) -> Result<Binner> {
@@ -168,6 +171,7 @@ impl Binner {
             div: ChunkDiv::new(layout.chunk_size),
             format,
             symmetric,
+            drop_loops,
             file,
             queue: engine.queue(),
             fill: (0..p).map(|_| AlignedBuf::new(buffer_bytes)).collect(),
@@ -201,6 +205,9 @@ impl Binner {
                 0
             };
             let (u, v) = (src[k], dst[k]);
+            if self.drop_loops && u == v {
+                continue;
+            }
             self.push::<W>(u, v, w)?;
             if self.symmetric && u != v {
                 self.push::<W>(v, u, w)?;

@@ -86,7 +86,7 @@ fn grid(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
         &job.store,
         job.grid.as_deref(),
         wanted.as_ref(),
-        algo.needs_symmetric(),
+        (algo.needs_symmetric(), algo.needs_simple()),
     )
     .map_err(|e| e.to_py(py))?;
     let Some(dir) = found else {

@@ -28,7 +28,8 @@ def register(sub) -> None:
         "straight from an input edge list (bin32 pairs, text, NumPy; no store, no CSR/CSC; `strata run ALGO DIR` "
         "runs on it), in two streaming passes within --memory: edges are binned by column (or row) of blocks into "
         "one spool, then each column is sorted into its blocks. --symmetrize stores both directions (wcc, kcore, "
-        "mis), --weighted weights the edges (sssp, weighted spmv): the input's weight column or drawn weights.",
+        "mis), --simple drops self-loops and stores each repeated edge once (kcore), --weighted weights the edges "
+        "(sssp, weighted spmv): the input's weight column or drawn weights.",
     )
     for name, text in (("info", "describe a grid, or list the grids of a store"), ("list", "the same as info")):
         add_section_command(

@@ -180,6 +180,7 @@ def _input_job(cfg: GridBuildConfig) -> dict:
         "partitions": cfg.partitions,
         "order": cfg.order,
         "symmetrize": bool(cfg.symmetrize),
+        "simple": cfg.simple,
         "weights": weights,
         "memory": int(cfg.memory),
         "overwrite": cfg.overwrite,

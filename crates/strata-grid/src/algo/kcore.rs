@@ -1,7 +1,10 @@
 //! Core numbers by peeling (Batagelj-Zaversnik order, streamed): at level k, vertices of
 //! remaining degree <= k get core number k and are removed, and a pass over their blocks
 //! lowers their neighbours' degrees; when none is left at k, k jumps to the smallest
-//! remaining degree. Self-loops are ignored; parallel edges count (a multigraph's degrees).
+//! remaining degree. Core numbers are those of the simple graph, so kcore runs on a simple
+//! symmetric grid (`strata grid build --symmetrize --simple`: self-loops dropped, an edge given
+//! in both directions or repeated stored once each way); on any other grid repeated edges would
+//! count as several neighbours (an edge given both ways doubles every core number).
 //!
 //! A distributed run checkpoints the owned degrees and core numbers after every peel: that is
 //! the whole state, since the level to resume at is the highest core number assigned (levels
@@ -113,11 +116,16 @@ impl Algorithm for KCore {
         true
     }
 
+    fn needs_simple(&self) -> bool {
+        true
+    }
+
     fn run(&self, s: &mut Streamer, ctx: &mut Ctx) -> Result<Output> {
-        if !s.grid().manifest().symmetric {
+        let m = s.grid().manifest();
+        if !(m.symmetric && m.simple) {
             return Err(GridError::config(
                 "grid",
-                "kcore needs a symmetric grid (strata grid build --symmetrize)",
+                "kcore needs a simple symmetric grid (strata grid build --symmetrize --simple)",
             ));
         }
         let n = s.grid().layout().num_vertices as usize;

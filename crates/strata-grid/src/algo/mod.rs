@@ -94,6 +94,12 @@ pub trait Algorithm:
         false
     }
 
+    /// The grid must be simple: no self-loops, each edge once (a multigraph's repeated edges
+    /// would count as several neighbours).
+    fn needs_simple(&self) -> bool {
+        false
+    }
+
     /// Whether it runs in a distributed group: its passes write only to destinations (which
     /// the rank streaming their column owns) and it exchanges what changed through [`Ctx`].
     fn distributed(&self) -> bool {
@@ -154,6 +160,7 @@ trait Dyn: Send + Sync {
     fn work(&self, grid: &GridManifest, threads: usize) -> Option<Work>;
     fn needs_weights(&self) -> bool;
     fn needs_symmetric(&self) -> bool;
+    fn needs_simple(&self) -> bool;
     fn distributed(&self) -> bool;
     fn validate(&self) -> Result<()>;
     fn check(&self, num_vertices: u64) -> Result<()>;
@@ -179,6 +186,9 @@ impl<A: Algorithm> Dyn for A {
     }
     fn needs_symmetric(&self) -> bool {
         Algorithm::needs_symmetric(self)
+    }
+    fn needs_simple(&self) -> bool {
+        Algorithm::needs_simple(self)
     }
     fn distributed(&self) -> bool {
         Algorithm::distributed(self)
@@ -237,6 +247,11 @@ impl Configured {
     /// See [`Algorithm::needs_symmetric`].
     pub fn needs_symmetric(&self) -> bool {
         self.0.needs_symmetric()
+    }
+
+    /// See [`Algorithm::needs_simple`].
+    pub fn needs_simple(&self) -> bool {
+        self.0.needs_simple()
     }
 
     /// See [`Algorithm::distributed`].
