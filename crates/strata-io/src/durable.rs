@@ -103,6 +103,32 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| IoError::os("fsync", dir, 0, e))
 }
 
+/// Replaces the file `path` with `bytes` so that a reader sees the old contents or the new ones,
+/// never a mix: the bytes go to a temporary file of this process beside it (processes sharing a
+/// directory may replace the same file at once), which is fsynced and renamed over `path`; then
+/// the directory is fsynced so the rename survives a crash. On failure the temporary file is
+/// removed and the OS error returned as it is (callers tell "not ours to write" from a fault).
+pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
+}
+
 /// Fsyncs every regular file directly inside `dir`, then `dir` itself.
 pub fn sync_tree(dir: &Path) -> Result<()> {
     for entry in std::fs::read_dir(dir).map_err(|e| IoError::os("list", dir, 0, e))? {

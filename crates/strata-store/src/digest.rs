@@ -11,7 +11,6 @@
 //! when the directory is writable and only returned when it is not.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +18,7 @@ use strata_io::durable;
 use strata_io::SeqReader;
 
 use crate::error::{Result, StoreError};
+use crate::file_stamp::{self, FileStamp};
 use crate::npy;
 
 /// Name of the file that keeps a directory's digest.
@@ -31,29 +31,12 @@ const CHUNK: usize = 4 << 20;
 /// conversions of the same input at different times, paths or versions have equal digests.
 const NOT_CONTENT: [&str; 3] = ["provenance", "strata_version", "name"];
 
-/// What identifies a file's version without reading it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Stamp {
-    bytes: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
-}
-
 /// The contents of [`DIGEST_FILE`].
 #[derive(Debug, Serialize, Deserialize)]
 struct Kept {
     digest: String,
     /// The manifest and every hashed file, by name, as they were when hashed.
-    files: BTreeMap<String, Stamp>,
-}
-
-fn stamp(path: &Path) -> Result<Stamp> {
-    let m = std::fs::metadata(path).map_err(|e| StoreError::os("stat", path, e))?;
-    Ok(Stamp {
-        bytes: m.len(),
-        mtime_ns: m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
-        ctime_ns: m.ctime() as i128 * 1_000_000_000 + m.ctime_nsec() as i128,
-    })
+    files: BTreeMap<String, FileStamp>,
 }
 
 /// The manifest `manifest_file` of `dir` as canonical bytes (keys sorted at every level,
@@ -155,16 +138,9 @@ pub fn kept_digest(dir: &Path, manifest_file: &str) -> Result<Option<String>> {
         return Ok(None); // damaged or from another version: computed again
     };
     let (_, files) = manifest_content(dir, manifest_file)?;
-    let mut names: Vec<&str> = files.iter().map(String::as_str).collect();
-    names.push(manifest_file);
-    if kept.files.len() != names.len() {
+    let names = files.iter().map(String::as_str).chain([manifest_file]);
+    if !file_stamp::unchanged(dir, &kept.files, names) {
         return Ok(None);
-    }
-    for name in names {
-        match (kept.files.get(name), stamp(&dir.join(name))) {
-            (Some(was), Ok(now)) if *was == now => {}
-            _ => return Ok(None),
-        }
     }
     Ok(Some(kept.digest))
 }
@@ -180,17 +156,14 @@ pub fn content_digest(dir: &Path, manifest_file: &str) -> Result<String> {
     }
     let (manifest, files) = manifest_content(dir, manifest_file)?;
     // Stamped before reading: a file changed while it is hashed fails the next check.
-    let mut stamps = BTreeMap::new();
-    for name in files.iter().map(String::as_str).chain([manifest_file]) {
-        stamps.insert(name.to_string(), stamp(&dir.join(name))?);
-    }
+    let stamps = file_stamp::stamps(dir, files.iter().map(String::as_str).chain([manifest_file]))?;
     let digest = compute(dir, &manifest, &files)?;
     let kept = Kept {
         digest: digest.clone(),
         files: stamps,
     };
     let text = serde_json::to_vec_pretty(&kept).expect("the digest serialises");
-    match write_atomic(&dir.join(DIGEST_FILE), &text) {
+    match durable::replace_file(&dir.join(DIGEST_FILE), &text) {
         Ok(()) => {}
         Err(e) if unwritable(&e) => {}
         Err(e) => return Err(StoreError::os("write", &dir.join(DIGEST_FILE), e)),
@@ -204,25 +177,6 @@ fn unwritable(e: &std::io::Error) -> bool {
         e.raw_os_error(),
         Some(libc::EROFS | libc::EACCES | libc::EPERM)
     )
-}
-
-/// Replaces `path` with `bytes` through a temporary file of this process (ranks sharing a
-/// store may save its digest at once), fsynced, renamed over `path`, the directory fsynced.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    durable::sync_dir(dir).map_err(std::io::Error::other)
 }
 
 #[cfg(test)]

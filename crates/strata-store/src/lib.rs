@@ -13,6 +13,7 @@ pub mod config;
 pub mod convert;
 pub mod digest;
 pub mod error;
+pub mod file_stamp;
 pub mod generate;
 pub mod ids;
 pub mod manifest;

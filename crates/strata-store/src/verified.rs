@@ -4,22 +4,23 @@
 //! letting a model learn from it or a server answer from it.
 //!
 //! The check streams every array once or twice in bounded memory (check.rs), so it costs about a
-//! read of the store. A passed check is recorded in the store as [`STAMP`], keyed to the size and
-//! modification time of `manifest.json` and of every array file, so that later opens of an
-//! unchanged store only `stat` its files; any write to a file (a new mtime or size) makes the
-//! next open check again. `strata check` records a pass the same way. The stamp is written to a
+//! read of the store. A passed check is recorded in the store as [`STAMP`], keyed to the size,
+//! modification and change times of `manifest.json` and of every array file ([`file_stamp`],
+//! as the content digest is), so that later opens of an unchanged store only `stat` its files;
+//! any write to a file makes the next open check again. `strata check` records a pass the same way. The stamp is written to a
 //! private temporary name and renamed into place, so readers see a whole stamp or none; a store
 //! that cannot be written (a read-only copy) is checked at every open instead.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
+use strata_io::durable;
 use strata_io::progress::Progress;
 
 use crate::check::{check_store, Problem};
 use crate::error::{Result, StoreError};
+use crate::file_stamp::{self, FileStamp};
 use crate::store::{Store, MANIFEST};
 
 /// File of the store recording its last passed check.
@@ -30,63 +31,46 @@ const CHECKS_VERSION: u32 = 1;
 /// Problems named in the error of a store that fails the check.
 const NAMED: usize = 3;
 
-/// Size and modification time of one file of the store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct FileKey {
-    file: String,
-    bytes: u64,
-    /// Nanoseconds since the Unix epoch.
-    mtime_ns: u64,
-}
-
 /// What a passed check vouches for: the checks' version and every file as it was checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Stamp {
     checks_version: u32,
-    files: Vec<FileKey>,
+    files: BTreeMap<String, FileStamp>,
 }
 
 impl Stamp {
-    /// The key of `store`'s files as they are now; `None` when one cannot be `stat`ed (the
+    /// The names of `store`'s files a check reads: the manifest and every array file.
+    fn files(store: &Store) -> BTreeSet<&str> {
+        std::iter::once(MANIFEST)
+            .chain(store.manifest().arrays.values().map(|a| a.file.as_str()))
+            .collect()
+    }
+
+    /// The stamp of `store`'s files as they are now; `None` when one cannot be `stat`ed (the
     /// check then reports it).
     pub(crate) fn of(store: &Store) -> Option<Stamp> {
-        let files: BTreeSet<&str> = std::iter::once(MANIFEST)
-            .chain(store.manifest().arrays.values().map(|a| a.file.as_str()))
-            .collect();
-        let files = files
-            .into_iter()
-            .map(|file| {
-                let meta = std::fs::metadata(store.path().join(file)).ok()?;
-                let mtime = meta.modified().ok()?.duration_since(UNIX_EPOCH).ok()?;
-                Some(FileKey {
-                    file: file.to_string(),
-                    bytes: meta.len(),
-                    mtime_ns: u64::try_from(mtime.as_nanos()).ok()?,
-                })
-            })
-            .collect::<Option<Vec<_>>>()?;
         Some(Stamp {
             checks_version: CHECKS_VERSION,
-            files,
+            files: file_stamp::stamps(store.path(), Stamp::files(store)).ok()?,
         })
     }
 
-    /// Whether the stamp recorded in the store at `path` is this one.
-    fn recorded(&self, path: &Path) -> bool {
-        std::fs::read(path.join(STAMP))
+    /// Whether `store` records a passed check of its files as they are now.
+    fn recorded(store: &Store) -> bool {
+        std::fs::read(store.path().join(STAMP))
             .ok()
             .and_then(|b| serde_json::from_slice::<Stamp>(&b).ok())
-            .is_some_and(|s| &s == self)
+            .is_some_and(|s| {
+                s.checks_version == CHECKS_VERSION
+                    && file_stamp::unchanged(store.path(), &s.files, Stamp::files(store))
+            })
     }
 
     /// Records the stamp in the store at `path`, best effort: a store that cannot be written is
     /// simply checked again at its next open.
     pub(crate) fn record(&self, path: &Path) {
-        let tmp = path.join(format!(".{STAMP}.{}.tmp", std::process::id()));
         let text = serde_json::to_vec_pretty(self).expect("a stamp serialises");
-        if std::fs::write(&tmp, text).is_err() || std::fs::rename(&tmp, path.join(STAMP)).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        let _ = durable::replace_file(&path.join(STAMP), &text);
     }
 }
 
@@ -97,7 +81,7 @@ impl Stamp {
 /// `indptr` twice) in a few tens of MiB, reported to `progress` as `check FILE` stages.
 pub fn open_checked(path: &Path, progress: &dyn Progress) -> Result<Store> {
     let store = Store::open(path)?;
-    if Stamp::of(&store).is_some_and(|s| s.recorded(path)) {
+    if Stamp::recorded(&store) {
         return Ok(store);
     }
     let checked = check_store(path, NAMED, progress)?;
@@ -169,9 +153,7 @@ mod tests {
         hetsbm(&o, &NoProgress).unwrap();
         assert!(!o.out.join(STAMP).exists());
         open_checked(&o.out, &NoProgress).unwrap();
-        assert!(Stamp::of(&Store::open(&o.out).unwrap())
-            .unwrap()
-            .recorded(&o.out));
+        assert!(Stamp::recorded(&Store::open(&o.out).unwrap()));
         shift_csc_index(&o.out, 5);
         let err = open_checked(&o.out, &NoProgress).unwrap_err().to_string();
         assert!(
@@ -180,8 +162,6 @@ mod tests {
         );
         assert!(err.contains("strata check"), "{err}");
         // The stale stamp stays, but no longer matches the files.
-        assert!(!Stamp::of(&Store::open(&o.out).unwrap())
-            .unwrap()
-            .recorded(&o.out));
+        assert!(!Stamp::recorded(&Store::open(&o.out).unwrap()));
     }
 }
