@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import needs, run_strata, symmetric_sbm_store
-from torchrun_env import free_port, rank_env
+from torchrun_env import free_port, rank_env, wait_all
 
 #: Seconds any one wait on another rank may take, and a whole launch: bounded so a hang fails.
 TIMEOUT = 60
@@ -39,17 +39,7 @@ def _two_nodes(
         ]  # fmt: skip
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=rank_env(), start_new_session=True))  # fmt: skip
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=RUN_SECONDS)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    return results
+    return wait_all(procs, RUN_SECONDS)
 
 
 def _assert_refused(results, stores: list[Path]) -> None:

@@ -18,7 +18,7 @@ import pytest
 from conftest import needs, run_strata
 from netns import needs_netns, veth_pair
 from test_embed_dist import SMALL
-from torchrun_env import free_port, rank_env
+from torchrun_env import free_port, rank_env, wait_all
 
 PARTITIONS = 4
 EPOCHS = 2
@@ -35,21 +35,6 @@ def _torchrun(nnodes: int, nproc: int, node_rank: int, endpoint: str, kg: Path, 
         "--node-rank", str(node_rank), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--max-restarts", "0",
         "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), *TRAIN, *extra,
     ]  # fmt: skip
-
-
-def _wait_all(procs: list[subprocess.Popen]) -> list[tuple[int, str, str]]:
-    """Every process's (returncode, stdout, stderr); all are killed if one outlives the run."""
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=RUN_SECONDS)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
 
 
 def _summary(meta: dict) -> list:
@@ -121,7 +106,7 @@ def test_two_ranks_with_separate_run_directories(kg, tmp_path):
                          stderr=subprocess.PIPE, text=True, env=rank_env())
         for r in range(2)
     ]  # fmt: skip
-    for rc, out, err in _wait_all(procs):
+    for rc, out, err in wait_all(procs, RUN_SECONDS):
         assert rc == 0, out[-3000:] + err[-6000:]
     dirs = [runs[0] / "rank-0", runs[1] / "rank-1"]
     assert not (runs[0] / "rank-1").exists() and not (runs[1] / "rank-0").exists()
@@ -169,7 +154,7 @@ def test_two_ranks_in_two_network_namespaces(kg, tmp_path):
                     *TRAIN]  # fmt: skip
             procs.append(subprocess.Popen(ns.wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                           env=env))  # fmt: skip
-        results = _wait_all(procs)
+        results = wait_all(procs, RUN_SECONDS)
     for rc, out, err in results:
         assert rc == 0, out[-3000:] + err[-6000:]
     dirs = [hosts[0] / "run" / "rank-0", hosts[1] / "run" / "rank-1"]
@@ -252,6 +237,6 @@ def test_a_rank_that_cannot_reach_a_partition_owner_names_it(tmp_path):
                                        "MASTER_PORT": port})
         for r in range(2)
     ]  # fmt: skip
-    _, (rc1, _, err1) = _wait_all(procs)
+    _, (rc1, _, err1) = wait_all(procs, RUN_SECONDS)
     assert rc1 == 3, err1[-3000:]
     assert "rank 0 at 127.0.0.1" in err1 and "within 3 s" in err1 and "reading partition 0" in err1, err1

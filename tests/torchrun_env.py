@@ -86,3 +86,19 @@ def run_session(cmd: list[str], env: dict, timeout: int) -> subprocess.Completed
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def wait_all(procs: list[subprocess.Popen], timeout: float) -> list[tuple[int, str, str]]:
+    """Every process's (returncode, stdout, stderr), in order; each wait is bounded by
+    ``timeout`` seconds, and every process still running when one fails is killed."""
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    return results
