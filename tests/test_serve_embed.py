@@ -127,9 +127,22 @@ def test_unauthenticated_and_duplicate_registration(trained, server):
     assert e.value.code == "ALREADY_EXISTS"
 
 
-def test_registration_survives_a_restart_and_unregisters(trained, tmp_path):
-    run, names, rel_names = trained
+def test_a_run_whose_store_lies_outside_the_roots_is_refused(kg, trained, tmp_path):
+    run, _, _ = trained
     server = Server(tmp_path / "state", "--memory", "128M", "--data-root", run)
+    try:
+        with server.client() as c, pytest.raises(ServiceError) as e:
+            c.register_embedding("kg", run)
+        assert e.value.code == "PERMISSION_DENIED" and "the store this run was trained on" in e.value.message
+        assert str(kg) not in e.value.message
+    finally:
+        server.stop()
+
+
+def test_registration_survives_a_restart_and_unregisters(kg, trained, tmp_path):
+    run, names, rel_names = trained
+    roots = ["--data-root", run, "--data-root", kg]
+    server = Server(tmp_path / "state", "--memory", "128M", *roots)
     try:
         with server.client() as c:
             info = c.register_embedding("last", run, checkpoint="last")
@@ -140,7 +153,7 @@ def test_registration_survives_a_restart_and_unregisters(trained, tmp_path):
             assert e.value.code == "RESOURCE_EXHAUSTED" and "minimum" in e.value.message
     finally:
         server.stop()
-    server = Server(tmp_path / "state", "--memory", "128M", "--data-root", run)
+    server = Server(tmp_path / "state", "--memory", "128M", *roots)
     try:
         with server.client() as c:
             assert [e["name"] for e in c.status()["embeddings"]] == ["last"]

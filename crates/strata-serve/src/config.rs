@@ -177,10 +177,16 @@ impl ServeOptions {
         // else: re-register those stores and runs (under other names, re-ordered), never
         // browse the rest of the disk.
         let roots = if self.data_root.is_empty() {
+            // A run opens the store it was trained on, so that store is given too.
+            let run_stores = register_embeddings
+                .iter()
+                .filter_map(|(_, run)| crate::roots::run_store(run))
+                .filter(|store| store.is_dir());
             let given: Vec<PathBuf> = register
                 .iter()
                 .chain(&register_embeddings)
                 .map(|(_, path)| path.clone())
+                .chain(run_stores)
                 .collect();
             DataRoots::new(&given, "serve.stores")?
         } else {

@@ -72,6 +72,29 @@ impl DataRoots {
         Err(self.refusal(field, sent))
     }
 
+    /// Refuses (`PERMISSION_DENIED`) the embedding run at `run` (already resolved under a root)
+    /// when the store it was trained on, which the run opens by the path its `run.json` names,
+    /// lies outside every root or is missing; a `run.json` that is not a run's record is
+    /// `INVALID_ARGUMENT`. Messages name neither that path nor any of the file's bytes. A
+    /// directory without `run.json` passes: registering it says it is not a run.
+    pub fn check_run_store(&self, field: &str, run: &Path) -> Result<()> {
+        if !run.join("run.json").exists() {
+            return Ok(());
+        }
+        let Some(store) = run_store(run) else {
+            return Err(ServeError::InvalidArgument(format!(
+                "{field}: its run.json is not the record of a `strata embed train` run"
+            )));
+        };
+        if store.canonicalize().is_ok_and(|s| self.holds(&s)) {
+            return Ok(());
+        }
+        Err(ServeError::PermissionDenied(format!(
+            "{field}: the store this run was trained on (named in its run.json) is missing or \
+             not under a data root of this server; put the store under a --data-root directory"
+        )))
+    }
+
     fn refusal(&self, field: &str, sent: &str) -> ServeError {
         let hint = if self.roots.is_empty() {
             "this server was given no data roots and no stores at start (start it with \
@@ -86,6 +109,21 @@ impl DataRoots {
     }
 }
 
+/// Largest `run.json` read: a run's record is a few KiB; anything larger is not one.
+const RUN_RECORD_LIMIT: u64 = 1 << 20;
+
+/// The store path the run at `run` names in its `run.json` (a regular file of at most
+/// [`RUN_RECORD_LIMIT`] bytes holding a JSON object with a string `store`), if it names one.
+pub fn run_store(run: &Path) -> Option<PathBuf> {
+    let record = run.join("run.json");
+    let meta = std::fs::metadata(&record).ok()?;
+    if !meta.is_file() || meta.len() > RUN_RECORD_LIMIT {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).ok()?).ok()?;
+    Some(PathBuf::from(value.get("store")?.as_str()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +136,35 @@ mod tests {
             Err(ServeError::NotFound(_)) => "missing",
             Err(e) => panic!("unexpected {e}"),
         }
+    }
+
+    #[test]
+    fn a_run_is_refused_when_its_store_lies_outside_the_roots() {
+        let d = tempfile::tempdir().unwrap();
+        let (root, out) = (d.path().join("root"), d.path().join("out"));
+        for dir in [
+            root.join("run"),
+            root.join("g.strata"),
+            out.join("g.strata"),
+        ] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let roots = DataRoots::new(std::slice::from_ref(&root), "k").unwrap();
+        let record = |store: &Path| {
+            let text = serde_json::json!({"store": store, "num_nodes": 3}).to_string();
+            std::fs::write(root.join("run/run.json"), text).unwrap();
+        };
+        record(&root.join("g.strata"));
+        roots.check_run_store("f", &root.join("run")).unwrap();
+        record(&out.join("g.strata"));
+        let e = roots.check_run_store("f", &root.join("run")).unwrap_err();
+        assert!(matches!(e, ServeError::PermissionDenied(_)), "{e}");
+        assert!(!e.to_string().contains("out"), "{e}");
+        std::fs::write(root.join("run/run.json"), b"root:x:0:0").unwrap();
+        let e = roots.check_run_store("f", &root.join("run")).unwrap_err();
+        assert!(matches!(e, ServeError::InvalidArgument(_)) && !e.to_string().contains("root:x"));
+        std::fs::remove_file(root.join("run/run.json")).unwrap();
+        roots.check_run_store("f", &root.join("run")).unwrap();
     }
 
     #[test]

@@ -902,13 +902,6 @@ impl GraphLearning for Service {
         self.call(req, false, "SampleNeighbors", |core, r| {
             let g = core.registry.graph(&r.graph)?;
             core.check_ids(r.seeds.len(), "seeds")?;
-            // Checked here, in the client's ids: the sampler would name the internal id.
-            let mut seen = std::collections::HashSet::with_capacity(r.seeds.len());
-            if let Some(v) = r.seeds.iter().find(|&&v| !seen.insert(v)) {
-                return Err(ServeError::InvalidArgument(format!(
-                    "seeds: must be distinct; vertex {v} appears twice"
-                )));
-            }
             let seeds = g.to_internal(&r.seeds, "seeds")?;
             let bound = sample_bound(&g, &seeds, &r.fanouts);
             let sampler = NeighborSampler::new(SamplerConfig {
@@ -925,6 +918,14 @@ impl GraphLearning for Service {
             );
             let reply = bound.reply_bytes();
             memory::check_reply(reply, core.max_message, &what)?;
+            // Checked here, in the client's ids (the sampler would name the internal one), and after
+            // the reply's bound, which refuses an oversized request before a set of its seeds is built.
+            let mut seen = std::collections::HashSet::with_capacity(r.seeds.len());
+            if let Some(v) = r.seeds.iter().find(|&&v| !seen.insert(v)) {
+                return Err(ServeError::InvalidArgument(format!(
+                    "seeds: must be distinct; vertex {v} appears twice"
+                )));
+            }
             let _held = core.working.reserve(
                 reply
                     .saturating_mul(2)

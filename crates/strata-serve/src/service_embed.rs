@@ -96,6 +96,7 @@ pub fn register(core: &Core, r: proto::EmbeddingRegisterRequest) -> Result<proto
     }
     let memory = (r.memory > 0).then_some(r.memory);
     let path = core.limits.roots.resolve("run_path", &r.run_path)?;
+    core.limits.roots.check_run_store("run_path", &path)?;
     let e = core
         .registry
         .register_embedding(&r.name, &path, &r.checkpoint, memory)?;
