@@ -19,8 +19,8 @@ use strata_store::config::{check_address, normalize, schema, ConfigError, Sectio
 use strata_store::convert::ConvertOptions;
 use strata_store::generate::{HetSbmOptions, KgOptions, RmatOptions, SbmOptions};
 
+use crate::bench_disk::BenchDiskOptions;
 use crate::errors::config_error;
-use crate::io::BenchDiskOptions;
 
 /// One section: its schema and its check.
 struct Entry {

@@ -3,6 +3,7 @@
 //! into Python objects. Progress and cancellation go through a Python callback; typed Rust
 //! errors become the exception classes of `strata.errors`.
 
+mod bench_disk;
 mod callback;
 mod config;
 mod embed;
