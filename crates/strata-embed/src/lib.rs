@@ -32,6 +32,7 @@ pub mod run_dir;
 pub mod score;
 pub mod serving;
 pub mod shared;
+pub mod store_plan;
 pub mod table;
 pub mod typed_negatives;
 #[cfg(test)]

@@ -15,6 +15,7 @@
 use serde::Serialize;
 use strata_store::budget::{MemoryPlan, Planned};
 use strata_store::codec::FeatureCodec;
+use strata_store::config::Size;
 use strata_store::units::fmt_bytes;
 
 use crate::cache::{Eviction, FeatureCache, MAX_CAPACITY};
@@ -293,45 +294,52 @@ fn eviction_name(e: Eviction) -> &'static str {
     }
 }
 
-/// Plans the feature tiers of a graph of `num_nodes` nodes with rows of `row_bytes` bytes
-/// under a budget of `memory` bytes.
-///
-/// - `topology_bytes`: the topology held in RAM ([`strata_graph::Topology::bytes`]).
-/// - `batch_rows_estimate`: feature rows per batch (the sampled nodes of a mini-batch, e.g.
-///   the largest of a few sampled batches).
-/// - `in_flight_batches`: batches holding feature buffers at once, from the lookup to
-///   training (at least 1).
-/// - `window_batches`: batches sampled ahead and waiting in the look-ahead window (their
-///   samples only).
-/// - `hot_share`: fraction in `[0, 1]` of the feature budget for the static hot set, the rest
-///   for the dynamic cache ([`DEFAULT_HOT_SHARE`]; 0 when there is no hot-set ranking). When
-///   the hot share cannot even hold its index, the cache gets everything, and the other way
-///   round (unless `hot_share` is 0).
-/// - `eviction`: the cache's policy (SIEVE costs 8 bytes more per cached row).
-/// - `device_rows`: rows of the device tier (at most `num_nodes`): their rows live in device
-///   memory, but their index (4 bytes per node and per row) is a fixed need here, and the
-///   host tiers plan for the other rows only.
-/// - `runtime`: the process itself and what training adds, fixed needs too.
+/// What the feature tiers are planned for besides the budget: the graph, its rows, the
+/// batches, the tiers' policies and the process. All sizes in bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanInputs {
+    /// Graph nodes (feature rows in the file).
+    pub num_nodes: u64,
+    /// Bytes per feature row on disk and in the batches.
+    pub row_bytes: usize,
+    /// The topology held in RAM ([`strata_graph::Topology::bytes`]).
+    pub topology_bytes: u64,
+    /// Feature rows per batch (the sampled nodes of a mini-batch, e.g. the largest of a few
+    /// sampled batches).
+    pub batch_rows_estimate: u64,
+    /// Batches holding feature buffers at once, from the lookup to training (at least 1).
+    pub in_flight_batches: usize,
+    /// Batches sampled ahead and waiting in the look-ahead window (their samples only).
+    pub window_batches: usize,
+    /// Fraction in `[0, 1]` of the feature budget for the static hot set, the rest for the
+    /// dynamic cache ([`DEFAULT_HOT_SHARE`]; 0 when there is no hot-set ranking). When the
+    /// hot share cannot even hold its index, the cache gets everything, and the other way
+    /// round (unless `hot_share` is 0).
+    pub hot_share: f64,
+    /// The cache's policy (SIEVE costs 8 bytes more per cached row).
+    pub eviction: Eviction,
+    /// Rows of the device tier (at most `num_nodes`): their rows live in device memory, but
+    /// their index (4 bytes per node and per row) is a fixed need here, and the host tiers
+    /// plan for the other rows only.
+    pub device_rows: u64,
+    /// The process itself and what training adds, fixed needs too.
+    pub runtime: Runtime,
+    /// How the hot set and the cache hold their rows: `row_bytes` are float32 rows (`4 * dim`)
+    /// for an encoding codec, and each tier row costs [`FeatureCodec::row_bytes`]`(dim)`
+    /// instead, so the same feature budget holds about 2x (f16) or 4x (int8) the rows. The
+    /// batch buffers stay float32.
+    pub codec: FeatureCodec,
+}
+
+/// Plans the feature tiers of `inputs` under a budget of `memory`.
 ///
 /// The result never plans more than `memory` bytes, nor more device, hot and cached rows
 /// than `num_nodes`. Errors: [`GnnError::Budget`] when the fixed needs alone exceed `memory`
-/// (naming each figure); [`GnnError::Config`] for arguments out of range.
-#[allow(clippy::too_many_arguments)]
-pub fn plan(
-    memory: u64,
-    num_nodes: u64,
-    row_bytes: usize,
-    topology_bytes: u64,
-    batch_rows_estimate: u64,
-    in_flight_batches: usize,
-    window_batches: usize,
-    hot_share: f64,
-    eviction: Eviction,
-    device_rows: u64,
-    runtime: Runtime,
-) -> Result<GnnPlan> {
-    plan_encoded(
-        memory,
+/// (naming each figure); [`GnnError::Config`] for inputs out of range, and `row_bytes` not a
+/// multiple of 4 for an encoding codec.
+pub fn plan(memory: Size, inputs: &PlanInputs) -> Result<GnnPlan> {
+    let memory = memory.0;
+    let PlanInputs {
         num_nodes,
         row_bytes,
         topology_bytes,
@@ -342,30 +350,8 @@ pub fn plan(
         eviction,
         device_rows,
         runtime,
-        FeatureCodec::F32,
-    )
-}
-
-/// [`plan`] for a hot set and a cache holding their rows encoded by `codec`: `row_bytes` are
-/// then float32 rows (`4 * dim`), and each tier row costs [`FeatureCodec::row_bytes`]`(dim)`
-/// instead, so the same feature budget holds about 2x (f16) or 4x (int8) the rows. The batch
-/// buffers stay float32. Errors: those of [`plan`], and `row_bytes` not a multiple of 4 for
-/// an encoding codec.
-#[allow(clippy::too_many_arguments)]
-pub fn plan_encoded(
-    memory: u64,
-    num_nodes: u64,
-    row_bytes: usize,
-    topology_bytes: u64,
-    batch_rows_estimate: u64,
-    in_flight_batches: usize,
-    window_batches: usize,
-    hot_share: f64,
-    eviction: Eviction,
-    device_rows: u64,
-    runtime: Runtime,
-    codec: FeatureCodec,
-) -> Result<GnnPlan> {
+        codec,
+    } = *inputs;
     check_arguments(
         num_nodes,
         row_bytes,
@@ -668,6 +654,30 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// Inputs of a graph of `num_nodes` rows of `row_bytes`, `topology_bytes` of topology and
+    /// batches of `batch_rows` rows: 4 in flight, none waiting, half the feature budget to the
+    /// hot set, CLOCK, no device tier, the runtime reserve, float32 tiers.
+    fn inputs(
+        num_nodes: u64,
+        row_bytes: usize,
+        topology_bytes: u64,
+        batch_rows: u64,
+    ) -> PlanInputs {
+        PlanInputs {
+            num_nodes,
+            row_bytes,
+            topology_bytes,
+            batch_rows_estimate: batch_rows,
+            in_flight_batches: 4,
+            window_batches: 0,
+            hot_share: 0.5,
+            eviction: Eviction::Clock,
+            device_rows: 0,
+            runtime: Runtime::reserve(),
+            codec: FeatureCodec::F32,
+        }
+    }
+
     fn eviction(sieve: bool) -> Eviction {
         if sieve {
             Eviction::Sieve
@@ -694,7 +704,7 @@ mod tests {
         ) {
             let device_rows = (num_nodes as f64 * device_share) as u64;
             let ev = eviction(sieve);
-            match plan(memory, num_nodes, row_bytes, topology_bytes, batch_rows, in_flight, window, hot_share, ev, device_rows, Runtime::reserve()) {
+            match plan(Size(memory), &PlanInputs { in_flight_batches: in_flight, window_batches: window, hot_share, eviction: ev, device_rows, ..inputs(num_nodes, row_bytes, topology_bytes, batch_rows) }) {
                 Ok(p) => {
                     prop_assert!(p.total() <= memory, "{:?}", p);
                     prop_assert!(p.hot_rows + p.cache_rows + device_rows <= num_nodes, "{:?}", p);
@@ -755,19 +765,13 @@ mod tests {
         // 1M nodes of 128 float32 values (512 B); 200 MiB of budget, not enough for all rows.
         let (n, rb) = (1_000_000u64, 512usize);
         let p = |codec| {
-            plan_encoded(
-                200 * MIB,
-                n,
-                rb,
-                8 * MIB,
-                1000,
-                4,
-                0,
-                1.0,
-                Eviction::Clock,
-                0,
-                Runtime::reserve(),
-                codec,
+            plan(
+                Size(200 * MIB),
+                &PlanInputs {
+                    hot_share: 1.0,
+                    codec,
+                    ..inputs(n, rb, 8 * MIB, 1000)
+                },
             )
             .unwrap()
         };
@@ -802,19 +806,13 @@ mod tests {
             );
             assert_eq!(text.contains(&said), codec != FeatureCodec::F32, "{text}");
         }
-        let e = plan_encoded(
-            200 * MIB,
-            n,
-            6,
-            0,
-            10,
-            1,
-            0,
-            0.5,
-            Eviction::Clock,
-            0,
-            Runtime::reserve(),
-            FeatureCodec::F16,
+        let e = plan(
+            Size(200 * MIB),
+            &PlanInputs {
+                in_flight_batches: 1,
+                codec: FeatureCodec::F16,
+                ..inputs(n, 6, 0, 10)
+            },
         )
         .unwrap_err()
         .to_string();
@@ -823,20 +821,7 @@ mod tests {
 
     #[test]
     fn refuses_when_the_topology_does_not_fit() {
-        let e = plan(
-            64 * MIB,
-            1_000_000,
-            512,
-            95 * MIB,
-            1000,
-            4,
-            0,
-            0.5,
-            Eviction::Clock,
-            0,
-            Runtime::reserve(),
-        )
-        .unwrap_err();
+        let e = plan(Size(64 * MIB), &inputs(1_000_000, 512, 95 * MIB, 1000)).unwrap_err();
         assert!(matches!(e, GnnError::Budget(_)));
         let msg = e.to_string();
         for want in [
@@ -856,17 +841,11 @@ mod tests {
         assert_eq!(runtime.bytes, 700 * MIB);
         let args = |memory| {
             plan(
-                memory,
-                1_000_000,
-                512,
-                10 * MIB,
-                1000,
-                4,
-                0,
-                0.5,
-                Eviction::Clock,
-                0,
-                runtime,
+                Size(memory),
+                &PlanInputs {
+                    runtime,
+                    ..inputs(1_000_000, 512, 10 * MIB, 1000)
+                },
             )
         };
         let msg = args(512 * MIB).unwrap_err().to_string();
@@ -900,17 +879,12 @@ mod tests {
         // 10,000 nodes, 6,000 of them owned by other ranks: planned as rows outside the host
         // tiers (the device tier's index structure), then counted as remote.
         let p = plan(
-            1 << 30,
-            10_000,
-            400,
-            10 * MIB,
-            1000,
-            4,
-            0,
-            0.5,
-            Eviction::Sieve,
-            6_000,
-            Runtime::reserve(),
+            Size(1 << 30),
+            &PlanInputs {
+                eviction: Eviction::Sieve,
+                device_rows: 6_000,
+                ..inputs(10_000, 400, 10 * MIB, 1000)
+            },
         )
         .unwrap()
         .remote();
@@ -934,17 +908,11 @@ mod tests {
     #[test]
     fn everything_fits_in_the_hot_set() {
         let p = plan(
-            1 << 30,
-            10_000,
-            400,
-            10 * MIB,
-            1000,
-            4,
-            0,
-            0.5,
-            Eviction::Sieve,
-            0,
-            Runtime::reserve(),
+            Size(1 << 30),
+            &PlanInputs {
+                eviction: Eviction::Sieve,
+                ..inputs(10_000, 400, 10 * MIB, 1000)
+            },
         )
         .unwrap();
         assert!(p.all_resident());
@@ -968,17 +936,12 @@ mod tests {
         );
         // Even with no hot share, a full copy goes to the hot set rather than the cache.
         let p0 = plan(
-            1 << 30,
-            10_000,
-            400,
-            10 * MIB,
-            1000,
-            4,
-            0,
-            0.0,
-            Eviction::Sieve,
-            0,
-            Runtime::reserve(),
+            Size(1 << 30),
+            &PlanInputs {
+                hot_share: 0.0,
+                eviction: Eviction::Sieve,
+                ..inputs(10_000, 400, 10 * MIB, 1000)
+            },
         )
         .unwrap();
         assert!(p0.all_resident());
@@ -987,36 +950,11 @@ mod tests {
     #[test]
     fn splits_the_rest_by_the_hot_share() {
         let n = 1_000_000u64;
-        let fixed = plan(
-            u64::MAX,
-            n,
-            256,
-            50 * MIB,
-            10_000,
-            4,
-            0,
-            0.5,
-            Eviction::Clock,
-            0,
-            Runtime::reserve(),
-        )
-        .unwrap()
-        .fixed_bytes();
+        let fixed = plan(Size(u64::MAX), &inputs(n, 256, 50 * MIB, 10_000))
+            .unwrap()
+            .fixed_bytes();
         let room = 100 * MIB;
-        let p = plan(
-            fixed + room,
-            n,
-            256,
-            50 * MIB,
-            10_000,
-            4,
-            0,
-            0.5,
-            Eviction::Clock,
-            0,
-            Runtime::reserve(),
-        )
-        .unwrap();
+        let p = plan(Size(fixed + room), &inputs(n, 256, 50 * MIB, 10_000)).unwrap();
         // Half of the room each, minus the 4 MB indexes.
         assert_eq!(p.hot_rows, (room / 2 - 4 * n) / 260);
         assert_eq!(p.cache_rows, (room - p.hot_bytes - 4 * n) / 265);
@@ -1033,49 +971,33 @@ mod tests {
         );
         // No hot share: all to the cache.
         let p = plan(
-            fixed + room,
-            n,
-            256,
-            50 * MIB,
-            10_000,
-            4,
-            0,
-            0.0,
-            Eviction::Sieve,
-            0,
-            Runtime::reserve(),
+            Size(fixed + room),
+            &PlanInputs {
+                hot_share: 0.0,
+                eviction: Eviction::Sieve,
+                ..inputs(n, 256, 50 * MIB, 10_000)
+            },
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows), (0, (room - 4 * n) / 273));
         // All hot share: the cache gets what rounding leaves, here nothing.
         let p = plan(
-            fixed + room,
-            n,
-            256,
-            50 * MIB,
-            10_000,
-            4,
-            0,
-            1.0,
-            Eviction::Sieve,
-            0,
-            Runtime::reserve(),
+            Size(fixed + room),
+            &PlanInputs {
+                hot_share: 1.0,
+                eviction: Eviction::Sieve,
+                ..inputs(n, 256, 50 * MIB, 10_000)
+            },
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows), ((room - 4 * n) / 260, 0));
         // A budget that holds no index: nothing in memory, every read from the SSD.
         let p = plan(
-            fixed + 1000,
-            n,
-            256,
-            50 * MIB,
-            10_000,
-            4,
-            0,
-            0.5,
-            Eviction::Sieve,
-            0,
-            Runtime::reserve(),
+            Size(fixed + 1000),
+            &PlanInputs {
+                eviction: Eviction::Sieve,
+                ..inputs(n, 256, 50 * MIB, 10_000)
+            },
         )
         .unwrap();
         assert_eq!((p.hot_rows, p.cache_rows, p.total()), (0, 0, fixed));
@@ -1093,17 +1015,11 @@ mod tests {
     fn the_device_tier_takes_rows_off_the_host_tiers() {
         let n = 1_000_000u64;
         let p = plan(
-            1 << 30,
-            n,
-            256,
-            50 * MIB,
-            10_000,
-            4,
-            0,
-            0.5,
-            Eviction::Clock,
-            400_000,
-            Runtime::reserve(),
+            Size(1 << 30),
+            &PlanInputs {
+                device_rows: 400_000,
+                ..inputs(n, 256, 50 * MIB, 10_000)
+            },
         )
         .unwrap();
         // The other 600k rows fit in the hot set; the device index (5.6 MB) is a fixed need.
@@ -1125,17 +1041,11 @@ mod tests {
         );
         // Everything on the device: no host tier at all.
         let p = plan(
-            1 << 30,
-            n,
-            256,
-            50 * MIB,
-            10_000,
-            4,
-            0,
-            0.5,
-            Eviction::Clock,
-            n,
-            Runtime::reserve(),
+            Size(1 << 30),
+            &PlanInputs {
+                device_rows: n,
+                ..inputs(n, 256, 50 * MIB, 10_000)
+            },
         )
         .unwrap();
         assert!(p.all_resident());
@@ -1147,87 +1057,54 @@ mod tests {
         let e = |r: Result<GnnPlan>| r.unwrap_err().to_string();
         let m = 1 << 30;
         assert!(e(plan(
-            m,
-            10,
-            0,
-            0,
-            1,
-            1,
-            0,
-            0.5,
-            Eviction::Clock,
-            0,
-            Runtime::reserve()
+            Size(m),
+            &PlanInputs {
+                in_flight_batches: 1,
+                ..inputs(10, 0, 0, 1)
+            }
         ))
         .contains("0 bytes"));
         assert!(e(plan(
-            m,
-            10,
-            4,
-            0,
-            1,
-            1,
-            0,
-            1.5,
-            Eviction::Clock,
-            0,
-            Runtime::reserve()
+            Size(m),
+            &PlanInputs {
+                in_flight_batches: 1,
+                hot_share: 1.5,
+                ..inputs(10, 4, 0, 1)
+            }
         ))
         .contains("hot share 1.5"));
         assert!(e(plan(
-            m,
-            10,
-            4,
-            0,
-            1,
-            1,
-            0,
-            f64::NAN,
-            Eviction::Clock,
-            0,
-            Runtime::reserve()
+            Size(m),
+            &PlanInputs {
+                in_flight_batches: 1,
+                hot_share: f64::NAN,
+                ..inputs(10, 4, 0, 1)
+            }
         ))
         .contains("hot share NaN"));
         assert!(e(plan(
-            m,
-            10,
-            4,
-            0,
-            1,
-            0,
-            0,
-            0.5,
-            Eviction::Clock,
-            0,
-            Runtime::reserve()
+            Size(m),
+            &PlanInputs {
+                in_flight_batches: 0,
+                ..inputs(10, 4, 0, 1)
+            }
         ))
         .contains("in flight"));
         assert!(e(plan(
-            m,
-            1 << 33,
-            4,
-            0,
-            1,
-            1,
-            0,
-            0.5,
-            Eviction::Clock,
-            0,
-            Runtime::reserve()
+            Size(m),
+            &PlanInputs {
+                in_flight_batches: 1,
+                ..inputs(1 << 33, 4, 0, 1)
+            }
         ))
         .contains("32-bit"));
         assert!(e(plan(
-            m,
-            10,
-            4,
-            0,
-            1,
-            1,
-            0,
-            0.5,
-            Eviction::Clock,
-            11,
-            Runtime::reserve()
+            Size(m),
+            &PlanInputs {
+                in_flight_batches: 1,
+                device_rows: 11,
+                ..inputs(10, 4, 0, 1)
+            }
         ))
         .contains("11 device rows"));
     }

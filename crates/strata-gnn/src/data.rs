@@ -8,22 +8,23 @@ use std::sync::Arc;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
+use strata_store::array::{decode_ints, read_all_bytes};
 use strata_store::codec::FeatureCodec;
-use strata_store::config::{size_bytes, AutoSize, ConfigError, Section, Size};
-use strata_store::{open_checked, NoProgress};
+use strata_store::config::{AutoSize, ConfigError, Section, Size};
+use strata_store::{open_checked, NoProgress, Store};
 
 use strata_graph::features::FeatureReader;
 use strata_graph::sampler::{NeighborSampler, SamplerConfig};
 use strata_graph::topology::{Direction, Topology};
 
 use crate::accumulator::in_flight_target;
-use crate::budget::{self, GnnPlan, Runtime};
+use crate::budget::{self, GnnPlan, PlanInputs, Runtime};
 use crate::cache::Eviction;
 use crate::error::{GnnError, Result};
 use crate::hotset::HotRanking;
 use crate::pipeline::{LinkEdges, LoaderConfig, NodeLoader};
 use crate::tiers::{held_row_bytes, rank_hot_nodes_within, FeatureTiers};
-use strata_store::budget::Planned;
+use strata_store::budget::{Planned, Planning};
 use strata_store::rng::{derive, Rng};
 
 /// Everything that decides how a store's features are sampled and served: the `[gnn.train]`
@@ -40,13 +41,9 @@ pub struct DataConfig {
     pub batch_size: usize,
     /// budget of the whole process: torch and model (anonymous memory measured at start, and
     /// 96 MiB of code pages), training, topology, features, batches
-    #[serde(deserialize_with = "size_bytes")]
-    #[schemars(with = "Size")]
-    pub memory: u64,
+    pub memory: Size,
     /// cap on the feature tiers (hot set + cache); 0: what --memory leaves
-    #[serde(deserialize_with = "size_bytes")]
-    #[schemars(with = "Size")]
-    pub feature_memory: u64,
+    pub feature_memory: Size,
     /// GPU memory for the device tier (the hottest rows in a device tensor, outside --memory):
     /// auto (a quarter of the free memory on CUDA, none on cpu), 0 (off) or a size such as 8G
     pub device_memory: AutoSize,
@@ -79,12 +76,12 @@ pub struct DataConfig {
     pub seed: u64,
 }
 
-/// `strata gnn train`'s budget: its `memory` holds the whole process (the interpreter, torch
-/// and the model, measured as anonymous memory when the store opens plus
-/// [`crate::budget::CODE_PAGES_BYTES`] of library code pages, besides the data path). A loader
-/// in a caller's own script budgets only the data path and a runtime reserve
-/// (`strata.gnn.loader.LOADER_MEMORY`, also 1 GiB).
-pub const TRAIN_MEMORY: u64 = 1 << 30;
+/// The `[gnn.train]` section's default `memory`, and so also the default of a Python loader,
+/// which takes the section's defaults. `strata gnn train`'s budget holds the whole process (the
+/// interpreter, torch and the model, measured as anonymous memory when the store opens plus
+/// [`crate::budget::CODE_PAGES_BYTES`] of library code pages, besides the data path); a loader
+/// in a caller's own script budgets only the data path and a runtime reserve.
+pub const TRAIN_MEMORY: Size = Size(1 << 30);
 
 impl Default for DataConfig {
     fn default() -> Self {
@@ -92,7 +89,7 @@ impl Default for DataConfig {
             fanouts: vec![15, 10],
             batch_size: 1024,
             memory: TRAIN_MEMORY,
-            feature_memory: 0,
+            feature_memory: Size(0),
             device_memory: AutoSize::Auto,
             hot_ranking: HotRanking::ReversePageRank,
             hot_share: budget::DEFAULT_HOT_SHARE,
@@ -391,26 +388,26 @@ fn load_and_plan(
         ));
     }
     let (buffered, waiting) = batches_alive(config, &reader, batch_rows);
-    let plan_for = |memory| {
-        budget::plan_encoded(
-            memory,
-            n,
-            meta.row_bytes,
-            topology.bytes(),
-            batch_rows,
-            buffered,
-            waiting,
-            config.hot_share,
-            config.eviction,
-            device_rows + remote_rows,
-            runtime,
-            config.feature_codec,
-        )
-        .map(|p| if remote_rows > 0 { p.remote() } else { p })
+    let inputs = PlanInputs {
+        num_nodes: n,
+        row_bytes: meta.row_bytes,
+        topology_bytes: topology.bytes(),
+        batch_rows_estimate: batch_rows,
+        in_flight_batches: buffered,
+        window_batches: waiting,
+        hot_share: config.hot_share,
+        eviction: config.eviction,
+        device_rows: device_rows + remote_rows,
+        runtime,
+        codec: config.feature_codec,
     };
-    let mut plan = plan_for(config.memory)?;
-    if config.feature_memory > 0 && plan.hot_bytes + plan.cache_bytes > config.feature_memory {
-        plan = plan_for(plan.fixed_bytes() + config.feature_memory)?;
+    let plan_within = |memory| {
+        budget::plan(memory, &inputs).map(|p| if remote_rows > 0 { p.remote() } else { p })
+    };
+    let mut plan = plan_within(config.memory)?;
+    let cap = config.feature_memory.0;
+    if cap > 0 && plan.hot_bytes + plan.cache_bytes > cap {
+        plan = plan_within(Size(plan.fixed_bytes() + cap))?;
     }
     Ok(Loaded {
         sampler,
@@ -420,16 +417,30 @@ fn load_and_plan(
     })
 }
 
-/// The plan [`GnnData::open`] would make for `store_path` with `config`, `train_nodes` and
-/// `consumer`, without ranking or loading the hot set (`strata info --memory`). Loads the
-/// topology and samples a few batches, as opening does.
-pub fn plan(
-    store_path: &Path,
-    config: &DataConfig,
-    train_nodes: &[u32],
-    consumer: &Consumer,
-) -> Result<GnnPlan> {
-    load_and_plan(store_path, config, train_nodes, consumer).map(|l| l.plan)
+/// The plan `strata gnn train` makes for `store_path` with `config` (`strata info --memory`):
+/// [`GnnData::open`]'s plan with the store's `node_train` seeds (none without a train split)
+/// and a consumer that says nothing (the runtime reserve, no training), without ranking or
+/// loading the hot set. Loads the topology and samples a few batches, as opening does.
+/// A budget below the minimum is [`Planning::Refused`].
+pub fn plan_for(store_path: &Path, config: &DataConfig) -> Result<Planning> {
+    let train_nodes = train_nodes(&Store::open(store_path)?)?;
+    match load_and_plan(store_path, config, &train_nodes, &Consumer::default()) {
+        Ok(loaded) => Ok(Planning::of(&loaded.plan)),
+        Err(GnnError::Budget(why)) => Ok(Planning::Refused(why)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The store's `node_train` ids (empty without a train split): the seeds a training run
+/// estimates its batches from.
+fn train_nodes(store: &Store) -> Result<Vec<u32>> {
+    let Ok(path) = store.array_path("node_train") else {
+        return Ok(Vec::new());
+    };
+    let (header, bytes) = read_all_bytes(&path)?;
+    let mut ids = Vec::new();
+    decode_ints(&bytes, header.dtype, &mut ids);
+    Ok(ids.into_iter().map(|i| i as u32).collect())
 }
 
 impl GnnData {

@@ -1305,19 +1305,21 @@ mod tests {
         let path = write_features(dir.path(), n, 16, 8);
         let rb = 64;
         let plan = |memory, share, eviction, codec| {
-            crate::budget::plan_encoded(
-                memory,
-                n,
-                rb,
-                1 << 20,
-                100,
-                4,
-                0,
-                share,
-                eviction,
-                0,
-                crate::budget::Runtime::reserve(),
-                codec,
+            crate::budget::plan(
+                strata_store::config::Size(memory),
+                &crate::budget::PlanInputs {
+                    num_nodes: n,
+                    row_bytes: rb,
+                    topology_bytes: 1 << 20,
+                    batch_rows_estimate: 100,
+                    in_flight_batches: 4,
+                    window_batches: 0,
+                    hot_share: share,
+                    eviction,
+                    device_rows: 0,
+                    runtime: crate::budget::Runtime::reserve(),
+                    codec,
+                },
             )
             .unwrap()
         };

@@ -4,14 +4,15 @@
 //! and what far memory offers; [`run`](crate::run::run) prints the plan and follows it.
 
 use std::ops::Range;
+use std::path::Path;
 
-use crate::config::RunJob;
-use strata_store::budget::{group_bytes, MemoryPlan, Planned};
+use crate::config::{RunJob, RunOptions};
+use strata_store::budget::{group_bytes, MemoryPlan, Planned, Planning};
 use strata_store::units::fmt_bytes;
 
 use crate::algo::Work;
 use crate::block_codec::Compression;
-use crate::error::Result;
+use crate::error::{GridError, Result};
 use crate::far::FarSetup;
 use crate::grid::{Grid, Segment};
 use crate::layout::EDGE_BYTES;
@@ -54,6 +55,41 @@ pub struct GridPlan {
     /// What the algorithm asked for besides vertex data (its work buffer got
     /// `placement.work_bytes` of it).
     pub work: Option<Work>,
+}
+
+/// The plan `strata run` makes for `options` on `store`'s grid (`strata info --memory`): the
+/// grid that suits the algorithm, planned alone (no far memory, no group) over all its
+/// columns. A budget below the minimum is [`Planning::Refused`]; without a grid yet there is
+/// nothing to plan ([`Planning::NotPlanned`]): segments and fetch buffers follow the edge
+/// count of every block, which only the build's pass over the edges finds.
+pub fn plan_for(store: &Path, options: &RunOptions) -> Result<Planning> {
+    let mut job = options
+        .job()
+        .map_err(|e| GridError::config(&e.key, e.msg))?;
+    job.store = store.to_path_buf();
+    let algo = &job.algorithm;
+    let wanted = job.weights_wanted()?;
+    let found = Grid::find(
+        &job.store,
+        job.grid.as_deref(),
+        wanted.as_ref(),
+        (algo.needs_symmetric(), algo.needs_simple()),
+    )?;
+    let Some(dir) = found else {
+        return Ok(Planning::NotPlanned(format!(
+            "no grid for {name} in {store} yet, and the plan needs one: it sizes segments and fetch buffers from the edge count of each of the grid's blocks, which the store's counts do not give; `strata grid build {store}` or a first `strata run {name}` builds it, then this plans it",
+            name = algo.name(),
+            store = store.display(),
+        )));
+    };
+    let grid = Grid::open(&dir)?;
+    let threads = strata_io::resolve_threads(job.threads);
+    let columns = 0..grid.layout().partitions;
+    match plan(&job, &grid, threads, None, columns, None) {
+        Ok(p) => Ok(Planning::of(&p)),
+        Err(GridError::Budget(why)) => Ok(Planning::Refused(why)),
+        Err(e) => Err(e),
+    }
 }
 
 /// Plans `job` on `grid` with `threads` compute threads and, when the job uses far memory,

@@ -6,7 +6,9 @@
 //! and device profile in, the engine's typed plan out) and turns its plan into a
 //! [`MemoryPlan`] through [`Planned`]. The engines print [`MemoryPlan::describe`] at start and
 //! save the plan in their run's JSON; `strata info --memory` prints the same plans, so what
-//! the user is told and what the engine does cannot disagree.
+//! the user is told and what the engine does cannot disagree: each engine exposes one
+//! `plan_for(store, &section)` (a store and its checked config section in, a [`Planning`]
+//! out) that makes the plan the engine would make at start.
 
 use serde::{Deserialize, Serialize};
 
@@ -196,6 +198,26 @@ impl MemoryPlan {
 pub trait Planned {
     /// The plan as named parts and data sets.
     fn memory_plan(&self) -> MemoryPlan;
+}
+
+/// What an engine's `plan_for(store, &section)` says: the plan it would start with, why the
+/// budget cannot hold its minimum, or why there is nothing to plan yet. Other failures (an
+/// unreadable store) are the engine's errors.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Planning {
+    /// The plan, in the common shape.
+    Plan(MemoryPlan),
+    /// The budget is below the engine's minimum: the planner's message, naming each figure.
+    Refused(String),
+    /// Nothing to plan yet (grid: no grid built for the algorithm), and why.
+    NotPlanned(String),
+}
+
+impl Planning {
+    /// [`Planning::Plan`] of a typed plan.
+    pub fn of(plan: &impl Planned) -> Planning {
+        Planning::Plan(plan.memory_plan())
+    }
 }
 
 #[cfg(test)]
