@@ -3,10 +3,12 @@ native schema, their checks from Rust."""
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from strata import _native
-from strata.config import SECTIONS, as_dict, describe, load
+from strata.config import SECTIONS, as_dict, describe, engine_options, load
 from strata.errors import ConfigError
 
 NATIVE = _native.config_schema()
@@ -33,6 +35,7 @@ def test_every_engine_section_is_built_from_the_native_schema(name):
     cls = SECTIONS[name]
     assert cls.__native__
     assert list(cls.__dataclass_fields__) == [*cls.__front__, *schema["x-order"]]
+    assert cls.__engine__ == tuple(schema["x-order"])
     assert sorted(schema["x-order"]) == sorted(schema["properties"])
     for key in schema["x-order"]:
         field = cls.__dataclass_fields__[key]
@@ -46,7 +49,10 @@ def test_every_engine_section_is_built_from_the_native_schema(name):
     }
     required.update(QUERY.get(name, {}))
     front = {k: "x" for k in cls.__front__ if cls.__dataclass_fields__[k].metadata["positional"]}
-    ours, native = as_dict(cls(**required, **front)), _native.config_check(name, required)
+    cfg = cls(**required, **front)
+    # What the engine is handed is its own options, the front end's left out.
+    assert list(engine_options(cfg)) == list(schema["x-order"])
+    ours, native = as_dict(cfg), _native.config_check(name, required)
     # Options Python adds in front of an engine's (where a run lives) are its own; f32 options
     # come back as the nearest double of their f32 value.
     for key, value in native.items():
@@ -154,10 +160,13 @@ def test_choices_keep_the_declaration_order_of_their_enum():
 
 def test_gnn_train_memory_holds_the_whole_process_and_a_loader_only_its_data_path():
     from strata.config import GnnTrainConfig
-    from strata.gnn.loader import LOADER_MEMORY
+    from strata.gnn.loader import LinkLoader, NodeLoader
 
     cfg = GnnTrainConfig(store="x")
-    assert cfg.memory == 1 << 30 and LOADER_MEMORY == 1 << 30
+    assert cfg.memory == 1 << 30
+    # A loader's budget defaults to the section's: the default is written once, in the schema.
+    for loader in (NodeLoader, LinkLoader):
+        assert inspect.signature(loader).parameters["memory"].default is None
     assert cfg.device_memory == "auto"
     assert GnnTrainConfig(store="x", device_memory="8G").device_memory == 8 << 30
     with pytest.raises(ConfigError, match=r"gnn\.train\.dropout: must be in \[0, 1\), got 1.0"):

@@ -236,7 +236,7 @@ def test_check_passes_sound_stores_and_caps_the_list(pristine, tmp_path):
     a[:50, 0] = 10**6
     a.flush()
     del a
-    report = check_store(store, max_per_file=5)
+    report = check_store(store, max_problems=5)
     assert [p["row"] for p in report["listed"] if p["file"] == "edges_train.npy"] == [0, 1, 2, 3, 4]
     # 45 more rows, and the ranges where the train edges no longer match CSR and CSC.
     assert (

@@ -238,13 +238,14 @@ class Store:
         return _native.disk_usage(str(self.path))
 
 
-def check_store(path: str | Path, max_per_file: int = 20, progress=None) -> dict:
+def check_store(path: str | Path, progress=None, **options) -> dict:
     """Reads every array of the store at ``path`` and every grid built for it, and checks every
-    invariant (see docs/check.md). Returns the report: ``ok``, ``problems`` (the count),
-    ``listed`` (at most ``max_per_file`` problems per file, each ``{file, row, message}``),
+    invariant (see docs/check.md); ``options`` are the [check] section's (``max_problems``, its
+    default the engine's). Returns the report: ``ok``, ``problems`` (the count),
+    ``listed`` (at most ``max_problems`` problems per file, each ``{file, row, message}``),
     ``unlisted`` (counts beyond that, by file), ``files_checked``, ``bytes_read``, ``seconds``.
     A store that does not open is reported, not raised; only I/O errors raise."""
-    return _native.check_store(str(path), {"max_problems": max_per_file}, progress)
+    return _native.check_store(str(path), options, progress)
 
 
 def open_store(path: str | Path) -> Store:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .. import io
-from ..config import BenchDiskConfig, as_dict, from_args
+from ..config import BenchDiskConfig, engine_options, from_args
 from ..paths import existing_dir
 from .common import add_section_command, run_with_progress
 
@@ -25,7 +25,7 @@ def register(sub) -> None:
 def run(args) -> int:
     cfg = from_args(BenchDiskConfig, args)
     existing_dir(cfg.dir, "--dir")
-    options = {k: v for k, v in as_dict(cfg).items() if k not in cfg.__front__}
+    options = engine_options(cfg)
     profile = run_with_progress(args, lambda bar: io.bench_disk(options, bar))
     if cfg.save:
         profile["saved_to"] = str(io.save_profile(profile, cfg.profile))

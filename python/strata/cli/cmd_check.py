@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config import CheckConfig, from_args
+from ..config import CheckConfig, engine_options, from_args
 from ..store import check_store
 from ..units import fmt_bytes
 from .common import add_section_command, emit_summary, run_with_progress
@@ -42,6 +42,6 @@ def format_report(report: dict) -> str:
 
 def run(args) -> int:
     cfg = from_args(CheckConfig, args)
-    report = run_with_progress(args, lambda bar: check_store(cfg.store, cfg.max_problems, bar))
+    report = run_with_progress(args, lambda bar: check_store(cfg.store, bar, **engine_options(cfg)))
     emit_summary(args, report, format_report(report))
     return 0 if report["ok"] else 2

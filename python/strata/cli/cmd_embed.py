@@ -16,7 +16,7 @@ from ..config import (
     EmbedPredictConfig,
     EmbedScoreConfig,
     EmbedTrainConfig,
-    as_dict,
+    engine_options,
     from_args,
 )
 from ..embed import Run, ann, dist, format_metrics, format_plan, format_summary, import_pbg, plan, train
@@ -122,11 +122,7 @@ def run_train(args) -> int:
 def run_eval(args) -> int:
     cfg = from_args(EmbedEvalConfig, args)
     run = Run(cfg.target)
-    protocol = None if cfg.protocol == "run" else cfg.protocol
-    result = run_with_progress(
-        args,
-        lambda bar: run.evaluate(cfg.split, cfg.checkpoint, protocol, cfg.max_queries, cfg.memory, cfg.threads, bar),
-    )
+    result = run_with_progress(args, lambda bar: run.evaluate(progress=bar, **engine_options(cfg)))
     if cfg.json:
         print(json.dumps(result, indent=2))
     else:
@@ -140,12 +136,7 @@ def run_eval(args) -> int:
 def run_predict(args) -> int:
     cfg = from_args(EmbedPredictConfig, args)
     run = Run(cfg.target)
-    result = run_with_progress(
-        args,
-        lambda bar: run.predict(
-            cfg.head, cfg.relation, cfg.tail, cfg.top, cfg.exclude_known, cfg.checkpoint, cfg.memory, bar
-        ),
-    )
+    result = run_with_progress(args, lambda bar: run.predict(progress=bar, **engine_options(cfg)))
     if cfg.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -173,12 +164,7 @@ def run_neighbors(args) -> int:
     if cfg.index is not None:
         result = ann.search_run_index(run, cfg.index, cfg.node, cfg.nodes_file, cfg.top, cfg.metric, cfg.any_type)
     else:
-        result = run_with_progress(
-            args,
-            lambda bar: run.neighbors(
-                cfg.node, cfg.top, cfg.metric, cfg.nodes_file, cfg.checkpoint, cfg.memory, bar, cfg.any_type
-            ),
-        )
+        result = run_with_progress(args, lambda bar: run.neighbors(progress=bar, **engine_options(cfg)))
     if cfg.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -210,7 +196,7 @@ def run_index(args) -> int:
 def run_score(args) -> int:
     cfg = from_args(EmbedScoreConfig, args)
     run = Run(cfg.target)
-    report = run_with_progress(args, lambda bar: run.score_file(cfg.input, cfg.out, cfg.checkpoint, cfg.memory, bar))
+    report = run_with_progress(args, lambda bar: run.score_file(progress=bar, **engine_options(cfg)))
     if cfg.out is not None:
         emit_summary(
             args,
@@ -224,9 +210,7 @@ def run_score(args) -> int:
 def run_export(args) -> int:
     cfg = from_args(EmbedExportConfig, args)
     run = Run(cfg.target)
-    report = run_with_progress(
-        args, lambda bar: run.export(cfg.out, cfg.format, cfg.checkpoint, cfg.overwrite, cfg.memory, bar)
-    )
+    report = run_with_progress(args, lambda bar: run.export(progress=bar, **engine_options(cfg)))
     if cfg.format == "pbg":
         emit_summary(args, report, f"Exported epoch {report['epoch']} of {run.path} as a PyTorch-BigGraph checkpoint: "
                      f"{pbg_summary(report)} in {fmt_duration(report['seconds'])}.")  # fmt: skip
@@ -253,7 +237,7 @@ def pbg_summary(report: dict) -> str:
 
 def run_import_pbg(args) -> int:
     cfg = from_args(EmbedImportPbgConfig, args)
-    report = run_with_progress(args, lambda bar: import_pbg(as_dict(cfg), bar))
+    report = run_with_progress(args, lambda bar: import_pbg(engine_options(cfg), bar))
     inverse = "with reciprocal relations" if report["reciprocal"] else "without reciprocal relations"
     emit_summary(
         args,
@@ -268,9 +252,8 @@ def run_gather(args) -> int:
     cfg = from_args(EmbedGatherConfig, args)
     if not cfg.ranks:
         raise ConfigError("embed gather: name every rank's directory after OUT (RUN/rank-0 RUN/rank-1 ...)")
-    options = {"store": str(cfg.store) if cfg.store is not None else None, "overwrite": cfg.overwrite}
     meta = run_with_progress(
-        args, lambda bar: _native.embed_gather(str(cfg.out), [str(d) for d in cfg.ranks], options, bar)
+        args, lambda bar: _native.embed_gather(str(cfg.out), [str(d) for d in cfg.ranks], engine_options(cfg), bar)
     )
     emit_summary(
         args,
@@ -283,6 +266,6 @@ def run_gather(args) -> int:
 
 def run_plan(args) -> int:
     cfg = from_args(EmbedPlanConfig, args)
-    p = plan(cfg.partitions, cfg.buffer, cfg.ordering)
+    p = plan(**engine_options(cfg))
     print(json.dumps(p, indent=2) if cfg.json else format_plan(p, cfg.show_buckets))
     return 0

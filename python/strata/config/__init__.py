@@ -20,7 +20,18 @@ from .generate import GENERATORS, HetSbmConfig, KgConfig, RmatConfig, SbmConfig
 from .gnn import GnnTrainConfig
 from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
 from .info import CheckConfig, InfoConfig
-from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_dict, describe, from_args, load
+from .schema import (
+    SECTIONS,
+    ConfigError,
+    Fractions,
+    Size,
+    add_arguments,
+    as_dict,
+    describe,
+    engine_options,
+    from_args,
+    load,
+)
 from .serve import ServeConfig, ServeStatusConfig
 
 __all__ = [
@@ -60,6 +71,7 @@ __all__ = [
     "add_arguments",
     "as_dict",
     "describe",
+    "engine_options",
     "from_args",
     "load",
 ]

@@ -486,17 +486,26 @@ def as_dict(obj) -> dict[str, Any]:
     return out
 
 
+def engine_options(cfg) -> dict[str, Any]:
+    """The options of a native section's values that the engine declares (``__engine__``), as
+    JSON-able data: what the engine's entry point takes. The front end's (``__front__``: the
+    store or run, how to print) are Python's and left out."""
+    return {k: v for k, v in as_dict(cfg).items() if k in cfg.__engine__}
+
+
 def native_section(name: str, class_name: str, front: type | None = None):
     """Declares engine section ``name`` from its Rust schema: one field per option, in the
     struct's order, with its type, default, bounds, help and command-line role; the values go
     through the engine's check (``_native.config_check``) once coerced. ``front`` (a class of
     :func:`option` fields) adds options Python handles before the engine runs (where the run
-    lives, whether to resume), placed first; its ``check`` method, if any, checks them."""
+    lives, whether to resume), placed first; its ``check`` method, if any, checks them. The
+    class's ``__front__`` names those, ``__engine__`` the engine's (:func:`engine_options`)."""
     schema = _native.config_schema()[name]
     annotations: dict[str, Any] = typing.get_type_hints(front) if front else {}
     namespace: dict[str, Any] = {"__annotations__": annotations, "__doc__": schema.get("description")}
     namespace.update({k: vars(front)[k] for k in annotations if k in vars(front)})
     namespace["__front__"] = tuple(annotations)
+    namespace["__engine__"] = tuple(schema["x-order"])
     for key in schema["x-order"]:
         prop = _resolved(schema, schema["properties"][key])
         tp, low, high = _python_type(schema, prop)
@@ -524,7 +533,7 @@ def native_section(name: str, class_name: str, front: type | None = None):
     def check(self) -> None:
         if front_check is not None:
             front_check(self)
-        _native.config_check(name, {k: v for k, v in as_dict(self).items() if k in schema["properties"]})
+        _native.config_check(name, engine_options(self))
 
     namespace["check"] = check
     namespace["__module__"] = __name__

@@ -90,7 +90,7 @@ def build_index(
     staging = out.absolute().parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        exported = run.export(staging / "export", "npy", checkpoint, False, memory, progress)
+        exported = run.export(staging / "export", format="npy", checkpoint=checkpoint, memory=memory, progress=progress)
         emb = np.load(staging / "export" / "embeddings.npy", mmap_mode="r")
         n, dim = emb.shape
         parts = index_parts(run, n)

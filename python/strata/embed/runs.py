@@ -66,136 +66,95 @@ class Run:
         """Test metrics of the best checkpoint, once training finished."""
         return self.meta.get("test")
 
-    def evaluate(
-        self,
-        split: str = "test",
-        checkpoint: str = "best",
-        protocol: str | None = None,
-        max_queries: int = 0,
-        memory=None,
-        threads: int = 0,
-        progress: ProgressFn | None = None,
-    ) -> dict:
-        """Ranking metrics of ``split``: ``{"epoch", "metrics": {mrr, mr, hits@1, hits@3, hits@10, ...}}``."""
-        options = {
-            "split": split,
-            "checkpoint": checkpoint,
-            "protocol": protocol or "run",
-            "max_queries": max_queries,
-            "memory": memory,
-            "threads": threads,
-        }
-        return _native.embed_eval(str(self.path), options, progress)
+    # Each use of a run takes its engine section's options (``[embed.eval]``, ``[embed.predict]``,
+    # ...: ``strata config embed.eval`` lists them) as keyword arguments, and passes them on
+    # as they are: the engine checks them and fills in its defaults, so neither is written
+    # here. The first argument is the one the use is about (a split, the query nodes, ...).
+
+    def evaluate(self, split: str = "test", *, progress: ProgressFn | None = None, **options) -> dict:
+        """Ranking metrics of ``split`` (``options``: ``[embed.eval]``'s, e.g. ``checkpoint``,
+        ``protocol``, ``max_queries``, ``memory``, ``threads``):
+        ``{"epoch", "metrics": {mrr, mr, hits@1, hits@3, hits@10, ...}}``."""
+        return _native.embed_eval(str(self.path), _plain({"split": split, **options}), progress)
 
     def predict(
         self,
         head: str | int | None = None,
         relation: str | int | None = None,
         tail: str | int | None = None,
-        top: int = 10,
-        exclude_known: bool = False,
-        checkpoint: str = "best",
-        memory=None,
+        *,
         progress: ProgressFn | None = None,
+        **options,
     ) -> dict:
-        """The ``top`` best tails of ``(head, relation, ?)``, or heads of ``(?, relation, tail)``:
+        """The ``top`` best tails of ``(head, relation, ?)``, or heads of ``(?, relation, tail)``
+        (names, or ids without names; ``options``: ``[embed.predict]``'s, e.g. ``top``,
+        ``exclude_known``, ``checkpoint``, ``memory``):
         ``{"predictions": [{"node", "name", "score", "known"}, ...]}``, best first."""
-        options = {
-            "head": None if head is None else str(head),
-            "tail": None if tail is None else str(tail),
-            "relation": None if relation is None else str(relation),
-            "top": top,
-            "exclude_known": exclude_known,
-            "checkpoint": checkpoint,
-            "memory": memory,
-        }
-        return _native.embed_predict(str(self.path), options, progress)
+        query = {"head": head, "relation": relation, "tail": tail}
+        named = {k: None if v is None else str(v) for k, v in query.items() if k not in options}
+        return _native.embed_predict(str(self.path), _plain({**named, **options}), progress)
 
-    def export(
-        self,
-        out: str | Path,
-        format: str = "npy",
-        checkpoint: str = "best",
-        overwrite: bool = False,
-        memory=None,
-        progress: ProgressFn | None = None,
-    ) -> dict:
-        """Writes the checkpoint's embeddings in node-id order (and relations, id maps) to ``out``;
-        ``format="pbg"`` writes a PyTorch-BigGraph checkpoint directory instead (h5py)."""
+    def export(self, out: str | Path, *, progress: ProgressFn | None = None, **options) -> dict:
+        """Writes the checkpoint's embeddings in node-id order (and relations, id maps) to ``out``
+        (``options``: ``[embed.export]``'s, e.g. ``format``, ``checkpoint``, ``overwrite``,
+        ``memory``); ``format="pbg"`` writes a PyTorch-BigGraph checkpoint directory instead
+        (h5py)."""
         make_dir(Path(out).absolute().parent, "--out")
-        options = {
-            "out": str(out),
-            "format": format,
-            "checkpoint": checkpoint,
-            "overwrite": overwrite,
-            "memory": memory,
-        }
-        if format == "pbg":
+        # Checked here, defaults filled in, for the format that picks the writer.
+        options = _native.config_check("embed.export", _plain({**options, "out": out}))
+        if options["format"] == "pbg":
             return hdf5.export_pbg(self.path, options, progress)
-        writer = parquet.Writer() if format == "parquet" else None
+        writer = parquet.Writer() if options["format"] == "parquet" else None
         return _native.embed_export(str(self.path), options, progress, writer)
 
     def neighbors(
-        self,
-        nodes: str | int | list[str | int] = (),
-        top: int = 10,
-        metric: str = "model",
-        nodes_file: str | Path | None = None,
-        checkpoint: str = "best",
-        memory=None,
-        progress: ProgressFn | None = None,
-        any_type: bool = False,
+        self, nodes: str | int | list[str | int] = (), *, progress: ProgressFn | None = None, **options
     ) -> dict:
         """The ``top`` nearest nodes of each of ``nodes`` (names, or ids without names; and the
         lines of ``nodes_file``) by an exact scan of the table within the budget, all queries
         sharing one scan: ``{"metric", "results": [{"node", "name", "neighbors": [{"node",
-        "name", "score"}, ...]}, ...], "scans", "partitions_read"}``, nearest first. ``metric``:
-        cos, dot, l2 (``score`` is then the distance) or model (the run's model's own). In a run
-        with entity types the neighbours are of each query node's own type, unless ``any_type``
-        (queries of one type share a scan of that type's rows)."""
+        "name", "score"}, ...]}, ...], "scans", "partitions_read"}``, nearest first. ``options``:
+        ``[embed.neighbors]``'s, e.g. ``top``, ``metric`` (cos, dot, l2, whose ``score`` is then
+        the distance, or model: the run's model's own), ``nodes_file``, ``checkpoint``,
+        ``memory``, ``any_type``. In a run with entity types the neighbours are of each query
+        node's own type, unless ``any_type`` (queries of one type share a scan of that type's
+        rows)."""
         if isinstance(nodes, (str, int)):
             nodes = [nodes]
-        options = {
-            "node": [str(n) for n in nodes],
-            "nodes_file": None if nodes_file is None else str(nodes_file),
-            "top": top,
-            "metric": metric,
-            "checkpoint": checkpoint,
-            "memory": memory,
-            "any_type": any_type,
-        }
-        return _native.embed_neighbors(str(self.path), options, progress)
+        options.setdefault("node", [str(n) for n in nodes])
+        return _native.embed_neighbors(str(self.path), _plain(options), progress)
 
     def score(
         self,
         triples: list[tuple[str | int, str | int, str | int]],
-        checkpoint: str = "best",
-        memory=None,
+        *,
         progress: ProgressFn | None = None,
+        **options,
     ) -> list[float]:
         """The run's scores of ``(head, relation, tail)`` triples (names, or ids without
-        names), in their order: higher is more plausible."""
+        names), in their order: higher is more plausible (``options``: ``[embed.score]``'s,
+        ``checkpoint`` and ``memory``)."""
         named = [tuple(str(x) for x in t) for t in triples]
         if any(len(t) != 3 for t in named):
             raise ConfigError("embed.score: each triple is (head, relation, tail)")
         # The section's input names where triples come from; here they are given, not read.
-        options = {"input": "<triples>", "checkpoint": checkpoint, "memory": memory}
-        return _native.embed_score_triples(str(self.path), named, options, progress)
+        options = {**options, "input": "<triples>"}
+        return _native.embed_score_triples(str(self.path), named, _plain(options), progress)
 
     def score_file(
         self,
         input: str | Path,
         out: str | Path | None = None,
-        checkpoint: str = "best",
-        memory=None,
+        *,
         progress: ProgressFn | None = None,
+        **options,
     ) -> dict:
         """Scores the ``head<TAB>relation<TAB>tail`` lines of ``input`` into ``out`` (or standard
-        output) as ``head<TAB>relation<TAB>tail<TAB>score`` lines in input order."""
-        options = {
-            "input": str(input),
-            "out": None if out is None else str(out),
-            "checkpoint": checkpoint,
-            "memory": memory,
-        }
-        return _native.embed_score(str(self.path), options, progress)
+        output) as ``head<TAB>relation<TAB>tail<TAB>score`` lines in input order (``options``:
+        ``[embed.score]``'s, ``checkpoint`` and ``memory``)."""
+        return _native.embed_score(str(self.path), _plain({"input": input, "out": out, **options}), progress)
+
+
+def _plain(options: dict) -> dict:
+    """``options`` with paths as strings, as the engine's sections take them."""
+    return {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}

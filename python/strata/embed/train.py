@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import _native, torchrun
-from ..config import as_dict
+from ..config import engine_options
 from ..config.embed import EmbedTrainConfig
 from ..errors import ConfigError
 from ..paths import make_dir
@@ -15,8 +15,6 @@ from ..units import fmt_bytes, fmt_duration
 from . import dist, dist_owner
 from .runs import Run, default_run_dir
 
-#: Options of the section that are the front end's, not the trainer's.
-FRONT_END = ("store", "run_dir", "fresh", "tensorboard", "dist_policy")
 #: Trainer options each rank may set for itself (its machine's resources and paths); every
 #: other option must be the same on every rank of a distributed run.
 RANK_OWN = ("memory", "threads", "device", "device_memory", "init_from", "dist_timeout", "dist_prefetch")
@@ -80,7 +78,7 @@ def train(
     """
     cfg = config if config is not None else EmbedTrainConfig(**options)
     run_dir = cfg.run_dir if cfg.run_dir is not None else default_run_dir(cfg.store)
-    native = {k: v for k, v in as_dict(cfg).items() if k not in FRONT_END}
+    native = engine_options(cfg)
     board = _TensorBoard(run_dir) if cfg.tensorboard else None
 
     def epoch_done(record: dict) -> None:

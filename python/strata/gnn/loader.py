@@ -20,20 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from .. import _native
+from ..config.gnn import GnnTrainConfig
 from ..store import Store
 from ..torchrun import process_bytes
 from ..units import parse_size
 from ._torch import require_torch
 from .features import SplitFeatures, join_rpc, owned_range
-
-#: Options of the native data path: the engine's part of the [gnn.train] section
-#: (strata_gnn::data::DataConfig), whose defaults fill in the options not given.
-DATA_OPTIONS: tuple[str, ...] = tuple(_native.config_schema()["gnn.train"]["x-order"])
-
-#: A loader's default budget. It covers the data path and a runtime reserve, not the caller's
-#: process; ``strata gnn train``'s budget (the section's default, also 1 GiB) holds its
-#: whole process, torch included.
-LOADER_MEMORY = 1 << 30
 
 
 @dataclass
@@ -209,8 +201,9 @@ class GnnData:
     rows are gathered on the device. On ``cpu`` an explicit ``device_memory`` builds the same
     tier in RAM (for tests and for checking the path without a GPU).
 
-    ``memory`` is the data path's budget (topology, feature tiers, batches) plus a fixed
-    runtime reserve: in a caller's own script the rest of the process is the caller's. With
+    ``memory`` (default: the [gnn.train] section's) is the data path's budget (topology,
+    feature tiers, batches) plus a fixed runtime reserve: in a caller's own script the rest of
+    the process is the caller's. With
     ``own_process=True`` (``strata gnn train``, which owns its process) the budget holds the
     whole process instead: its anonymous memory when the store is opened (the interpreter,
     torch's heap and whatever model is built by then) is measured and planned as the runtime
@@ -237,14 +230,18 @@ class GnnData:
         split: tuple[int, int] | None = None,
         **options,
     ):
-        unknown = set(options) - set(DATA_OPTIONS)
+        # The native data path's options are the engine's part of the [gnn.train] section
+        # (strata_gnn::data::DataConfig), whose defaults fill in those not given, ``memory`` too
+        # (a loader's budget then covers the data path and a runtime reserve, not the caller's
+        # process, while ``strata gnn train``'s holds its whole process).
+        unknown = set(options) - set(GnnTrainConfig.__engine__)
         if unknown:
-            raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(DATA_OPTIONS)}")
+            raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(GnnTrainConfig.__engine__)}")
         self.device = str(device)
         # Checked as the [gnn.train] section (errors name gnn.train.KEY), its defaults filled in.
         if split is not None and device_memory == "auto":
             device_memory = 0
-        given = {"memory": LOADER_MEMORY, **options, "device_memory": device_tier_bytes(device_memory, self.device)}
+        given = {**options, "device_memory": device_tier_bytes(device_memory, self.device)}
         if "fanouts" in given:
             given["fanouts"] = [int(f) for f in given["fanouts"]]
         cfg = _native.config_check("gnn.train", given)
@@ -461,16 +458,9 @@ def open_split(store, progress, device, fanouts, batch_size, memory, loader, fea
     if features == "split" and loader.world_size > 1:
         join_rpc(loader.rank, loader.world_size)
         split = (loader.rank, loader.world_size)
-    return GnnData(
-        store,
-        progress,
-        device=device,
-        fanouts=list(fanouts),
-        batch_size=batch_size,
-        memory=memory,
-        split=split,
-        **options,
-    )
+    if memory is not None:
+        options = {**options, "memory": memory}
+    return GnnData(store, progress, device=device, fanouts=list(fanouts), batch_size=batch_size, split=split, **options)
 
 
 def _rank_share(loader, items):
@@ -508,7 +498,7 @@ class NodeLoader:
         batch_size: int = 1024,
         *,
         nodes="train",
-        memory: int | str = 1 << 30,
+        memory: int | str | None = None,
         device: str = "cpu",
         shuffle: bool = True,
         drop_last: bool = False,
@@ -558,7 +548,7 @@ class LinkLoader:
         *,
         edges="train",
         negatives: int = 1,
-        memory: int | str = 1 << 30,
+        memory: int | str | None = None,
         device: str = "cpu",
         shuffle: bool = True,
         drop_last: bool = False,

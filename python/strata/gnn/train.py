@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import torchrun
-from ..config import as_dict
+from ..config import as_dict, engine_options
 from ..config.gnn import GnnTrainConfig
 from ..errors import ConfigError
 from ..paths import make_dir
@@ -24,7 +24,7 @@ from ..store import Store
 from ..units import fmt_bytes, fmt_count
 from ._torch import require_torch
 from .dist import Ranks
-from .loader import DATA_OPTIONS, GnnData, node_labels, process_bytes
+from .loader import GnnData, node_labels, process_bytes
 
 ProgressFn = Callable[..., bool]
 #: Options every rank of a distributed run must share (they shape the model, the samples and
@@ -339,7 +339,7 @@ def _train(
             training=model.training_costs(optimizer_states=2),
             own_process=True,
             split=split,
-            **{k: settings[k] for k in DATA_OPTIONS},
+            **engine_options(cfg),
         )
     else:
         data = open_data()

@@ -345,7 +345,6 @@ def run_program(
     target: str | Path,
     program: VertexProgram | str | Path | Mapping,
     *,
-    memory: str | int = "1G",
     iterations: int | None = None,
     params: Mapping | None = None,
     progress=None,
@@ -355,8 +354,8 @@ def run_program(
     """Runs ``program`` (a :class:`VertexProgram`, a program file, or its JSON form) on the
     store ``target`` (its grid found or built for what the program reads) or on the grid
     directory ``target`` (``STORE/grids/NAME``), within ``memory``. ``iterations`` and
-    ``params`` override the program's; other keyword options are ``[run]``'s (``out``,
-    ``threads``, ``vertex``, ``keep_resident``, ``far``, ...). Results go to ``out``
+    ``params`` override the program's; other keyword options are ``[run]``'s (``memory``,
+    ``out``, ``threads``, ``vertex``, ``keep_resident``, ``far``, ...), their defaults its. Results go to ``out``
     (``STORE/runs/grid-program-NAME``) with ``metrics.jsonl`` and ``run.json``."""
     from . import RunConfig, run
 
@@ -374,7 +373,7 @@ def run_program(
     if (target / "grid.json").is_file():
         options.setdefault("grid", target.name)
         target = target.parent.parent
-    cfg = RunConfig(algorithm="program", store=target, program=program.to_json(), memory=memory, **options)
+    cfg = RunConfig(algorithm="program", store=target, program=program.to_json(), **options)
     summary = run(cfg, progress=progress, on_iteration=on_iteration)
     values = {Path(p).stem: np.load(p, mmap_mode="r") for p in summary["arrays"]}
     return ProgramResult(values=values, summary=summary, out=Path(summary["out"]))

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 from .. import _native
-from ..config import as_dict
+from ..config import engine_options
 from ..config.serve import ServeConfig
 from ..stopping import run_until_stopped
 from ..units import fmt_bytes
@@ -23,8 +23,7 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
     token = resolve_token(cfg.token or None, cfg.token_file)
     # The server reads the checked section itself; the token from a file or the environment
     # is filled in here, where the ready line says whether one is required.
-    native = {k: v for k, v in as_dict(cfg).items() if k not in cfg.__front__}
-    native_options = {**native, "token": token or ""}
+    native_options = {**engine_options(cfg), "token": token or ""}
     info: dict = {"listen": cfg.listen, "addr": None}
 
     def ready(addr: str, plan: dict, memory_plan: dict) -> None:
