@@ -5,6 +5,7 @@
 
 mod callback;
 mod config;
+mod convert;
 mod embed;
 mod errors;
 mod gnn;
@@ -62,6 +63,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pin_malloc_thresholds();
     config::register(m)?;
     jobs::register(m)?;
+    convert::register(m)?;
     store::register(m)?;
     io::register(m)?;
     embed::register(m)?;
