@@ -391,6 +391,34 @@ mod tests {
     }
 
     #[test]
+    fn inputs_no_format_streams_are_refused_naming_the_formats_that_do() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("g.grid");
+        let table = tmp.path().join("e.parquet");
+        std::fs::write(&table, b"PAR1").unwrap();
+        let mut j = job(&out, &table);
+        j.input.format = strata_store::convert::InputFormat::Auto;
+        let err = build_input(&j, &NoProgress).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "option format: {} is a parquet input; only numpy, bin32, text edge lists are read as a stream: convert it into a store first (`strata convert`)",
+                table.display()
+            )
+        );
+        let dir = tmp.path().join("splits");
+        std::fs::create_dir(&dir).unwrap();
+        for f in ["train.txt", "test.txt"] {
+            std::fs::write(dir.join(f), b"0 1\n").unwrap();
+        }
+        let mut j = job(&out, &dir);
+        j.input.format = strata_store::convert::InputFormat::Auto;
+        let err = build_input(&j, &NoProgress).unwrap_err().to_string();
+        assert!(err.contains("holds train, valid and test files"), "{err}");
+        assert!(!out.exists());
+    }
+
+    #[test]
     fn weights_from_an_input_without_them_are_refused_naming_the_option() {
         let tmp = tempfile::tempdir().unwrap();
         store(tmp.path(), 100, 1000);
