@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::config::{check_address, ConfigError, Section, Size};
-use strata_store::convert::{Delimiter, EdgeLayout, IdKind};
+use strata_store::convert::{Delimiter, EdgeLayout, IdKind, InputFormat};
 
 use crate::algo::registry::{self, AlgoParams};
 use crate::algo::Configured;
@@ -289,21 +289,6 @@ impl RunOptions {
     }
 }
 
-/// The formats a grid is built from straight from its input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum EdgeFormat {
-    /// Decided from the file names and contents, as `strata convert` decides.
-    #[default]
-    Auto,
-    /// Text edge lists (TSV, CSV, whitespace; plain or gzip).
-    Text,
-    /// Raw little-endian int32 (src, dst) pairs.
-    Bin32,
-    /// A NumPy edge array (or a directory holding edges.npy).
-    Numpy,
-}
-
 /// Options of `strata grid build STORE` and `strata grid build INPUT --out DIR` (the
 /// `grid.build` section).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -319,7 +304,7 @@ pub struct BuildOptions {
     #[schemars(extend("x-short" = "o", "x-kind" = "path"))]
     pub out: Option<PathBuf>,
     /// input format, with --out; auto decides from the file names and contents
-    pub format: EdgeFormat,
+    pub format: InputFormat,
     /// with --out, text inputs: the meaning of each field, comma-separated: src, dst, rel,
     /// weight (float32), or _ to ignore (default src,dst)
     pub columns: String,
@@ -382,7 +367,7 @@ impl Default for BuildOptions {
         BuildOptions {
             store: PathBuf::new(),
             out: None,
-            format: EdgeFormat::Auto,
+            format: InputFormat::Auto,
             columns: String::new(),
             ids: IdKind::Auto,
             delimiter: Delimiter::Auto,

@@ -1,9 +1,10 @@
 //! `strata grid build INPUT --out DIR`: a grid straight from an input edge list, for users who
 //! only want analytics and would otherwise pay for a whole store (CSR, CSC) first.
 //!
-//! The input is read by the converters' readers ([`strata_store::convert::edges`]): raw int32
-//! pairs and NumPy edge arrays in place, text through the text converter's parse (names get
-//! its sorted name table, which the grid keeps). The grid is the one a store's build writes
+//! The input is planned and opened by its input format as `strata convert` plans it
+//! ([`strata_store::convert::source`]): raw int32 pairs and NumPy edge arrays are read in
+//! place, text through the text converter's parse (names get its sorted name table, which the
+//! grid keeps). The grid is the one a store's build writes
 //! (same passes, same format, same files, compressed blocks included), in a directory of its own that `strata run`
 //! takes in place of a store; a node name table, when the ids were names, sits beside the
 //! arrays (`node_names_offsets.npy`, `node_names_bytes.npy`, listed in `grid.json`).
@@ -14,7 +15,7 @@ use std::time::Instant;
 use serde::Deserialize;
 use strata_io::progress::Progress;
 use strata_store::convert::edges::EdgeInput;
-use strata_store::convert::{EdgeLayout, TextJob};
+use strata_store::convert::{plan_inputs, ConvertOptions};
 use strata_store::StoreError;
 
 use crate::block_codec::Compression;
@@ -23,21 +24,9 @@ use crate::build::{
     StageClock,
 };
 use crate::build_budget::READ_BYTES;
+use crate::config::BuildOptions;
 use crate::error::{GridError, Result};
 use crate::layout::{Order, WeightRequest, WeightSource, WeightSpec, GRID_MANIFEST};
-
-/// Where the edges come from.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "format", rename_all = "lowercase", deny_unknown_fields)]
-pub enum InputSource {
-    /// Raw little-endian int32 `(src, dst)` pair files.
-    Bin32 { paths: Vec<PathBuf> },
-    /// One NumPy edge array.
-    Numpy { path: PathBuf, layout: EdgeLayout },
-    /// Text edge lists, as `strata convert` reads them (its `graph.out`, `memory` and
-    /// `num_nodes` are the build's own).
-    Text { job: Box<TextJob> },
-}
 
 /// A grid to build from an input.
 #[derive(Debug, Clone, Deserialize)]
@@ -45,7 +34,9 @@ pub enum InputSource {
 pub struct InputBuildJob {
     /// The grid's directory (must not exist unless `overwrite`).
     pub out: PathBuf,
-    pub input: InputSource,
+    /// The input as `strata convert` reads it (its `out` is unused; `memory` and
+    /// `num_nodes` are the build's own).
+    pub input: ConvertOptions,
     /// The vertex count; `None`: the largest id + 1 (a counting pass over binary inputs), or
     /// the number of names.
     #[serde(default)]
@@ -77,6 +68,48 @@ pub struct InputBuildJob {
     pub provenance: serde_json::Value,
 }
 
+impl InputBuildJob {
+    /// The job of `strata grid build INPUT --out DIR` from its checked `grid.build` section
+    /// (`options.out` set); `provenance` is what the front end records in `grid.json`.
+    pub fn from_section(options: &BuildOptions, provenance: serde_json::Value) -> Result<Self> {
+        let Some(out) = options.out.clone() else {
+            return Err(GridError::config(
+                "out",
+                "a grid built from an input needs its directory (--out DIR)",
+            ));
+        };
+        let store_job = options.job();
+        Ok(InputBuildJob {
+            input: ConvertOptions {
+                inputs: vec![options.store.clone()],
+                out: out.clone(),
+                format: options.format,
+                columns: options.columns.clone(),
+                ids: options.ids,
+                delimiter: options.delimiter,
+                comment: options.comment.clone(),
+                header: options.header,
+                num_nodes: options.num_nodes,
+                layout: options.layout,
+                threads: options.threads,
+                memory: options.memory,
+                ..ConvertOptions::default()
+            },
+            out,
+            num_nodes: options.num_nodes,
+            partitions: store_job.partitions,
+            order: store_job.order,
+            symmetrize: options.symmetrize.unwrap_or(false),
+            simple: store_job.simple,
+            weights: store_job.weights,
+            memory: store_job.memory,
+            overwrite: store_job.overwrite,
+            compression: store_job.compression,
+            provenance,
+        })
+    }
+}
+
 /// Builds the grid `job` asks for from its input.
 pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
     let t0 = Instant::now();
@@ -93,7 +126,7 @@ pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<Build
     let mut input = open_input(job, &tmp, &mut stages, progress)?;
     let clock = StageClock::start();
     let n = input.num_nodes(job.num_nodes, READ_BYTES as usize)?;
-    if job.num_nodes.is_none() && !matches!(input, EdgeInput::Text(_)) {
+    if job.num_nodes.is_none() && input.counts_nodes() {
         stages.push(clock.stage("count", input.stream_bytes()?, 0));
     }
     let weights = job
@@ -130,12 +163,7 @@ pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<Build
             )
         })
     })?;
-    if let Some((offsets, bytes)) = input
-        .staged()
-        .map(|s| s.move_names(&tmp))
-        .transpose()?
-        .flatten()
-    {
+    if let Some((offsets, bytes)) = input.move_names(&tmp)? {
         written.extra.insert("node_names_offsets".into(), offsets);
         written.extra.insert("node_names_bytes".into(), bytes);
     }
@@ -196,34 +224,36 @@ fn output(out: &Path, overwrite: bool) -> Result<(PathBuf, String)> {
     Ok((parent, name))
 }
 
-/// Opens the job's input; text is parsed here (a `parse` stage), its scratch files in `tmp`.
+/// Opens the job's input as its format plans it; a format that parses its input first (text)
+/// does it here (a `parse` stage), its scratch files in `tmp`.
 fn open_input(
     job: &InputBuildJob,
     tmp: &Path,
     stages: &mut Vec<BuildStage>,
     progress: &dyn Progress,
 ) -> Result<EdgeInput> {
-    Ok(match &job.input {
-        InputSource::Bin32 { paths } => EdgeInput::bin32(paths.clone())?,
-        InputSource::Numpy { path, layout } => EdgeInput::numpy(path, *layout)?,
-        InputSource::Text { job: text } => {
-            let clock = StageClock::start();
-            let mut text = (**text).clone();
-            text.graph.out = tmp.join("input");
-            text.graph.overwrite = false;
-            text.graph.memory = job.memory;
-            text.graph.num_nodes = job.num_nodes;
-            let input = EdgeInput::text(&text, progress)?;
-            let EdgeInput::Text(staged) = &input else {
-                unreachable!("a text input")
-            };
-            for line in staged.plan() {
-                progress.message(line);
-            }
-            stages.push(clock.stage("parse", input.input_bytes()?, input.stream_bytes()?));
-            input
+    let mut options = job.input.clone();
+    (options.memory, options.num_nodes) = (strata_store::config::Size(job.memory), job.num_nodes);
+    let plan = plan_inputs(&options)?;
+    if !plan.valid.is_empty() || !plan.test.is_empty() {
+        let input = options.inputs.first().cloned().unwrap_or_default();
+        return Err(GridError::config(
+            "inputs",
+            format!(
+                "{} holds train, valid and test files; a grid holds one edge list: give the train file",
+                input.display()
+            ),
+        ));
+    }
+    let clock = StageClock::start();
+    let input = plan.format.get().open(&plan, &options, tmp, progress)?;
+    if let Some(lines) = input.parse_plan() {
+        for line in lines {
+            progress.message(line);
         }
-    })
+        stages.push(clock.stage("parse", input.input_bytes()?, input.stream_bytes()?));
+    }
+    Ok(input)
 }
 
 /// The weights a request gives on an input whose edges come with weights (`has_weights`)
@@ -256,7 +286,7 @@ mod tests {
     fn job(out: &Path, bin: &Path) -> InputBuildJob {
         serde_json::from_value(serde_json::json!({
             "out": out,
-            "input": {"format": "bin32", "paths": [bin]},
+            "input": {"inputs": [bin], "format": "bin32", "out": out},
             "memory": 64u64 << 20,
         }))
         .unwrap()
@@ -358,6 +388,34 @@ mod tests {
             .map(|e| e.file_name())
             .collect();
         assert_eq!(left, vec![std::ffi::OsString::from("e.bin")]);
+    }
+
+    #[test]
+    fn inputs_no_format_streams_are_refused_naming_the_formats_that_do() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("g.grid");
+        let table = tmp.path().join("e.parquet");
+        std::fs::write(&table, b"PAR1").unwrap();
+        let mut j = job(&out, &table);
+        j.input.format = strata_store::convert::InputFormat::Auto;
+        let err = build_input(&j, &NoProgress).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "option format: {} is a parquet input; only numpy, bin32, text edge lists are read as a stream: convert it into a store first (`strata convert`)",
+                table.display()
+            )
+        );
+        let dir = tmp.path().join("splits");
+        std::fs::create_dir(&dir).unwrap();
+        for f in ["train.txt", "test.txt"] {
+            std::fs::write(dir.join(f), b"0 1\n").unwrap();
+        }
+        let mut j = job(&out, &dir);
+        j.input.format = strata_store::convert::InputFormat::Auto;
+        let err = build_input(&j, &NoProgress).unwrap_err().to_string();
+        assert!(err.contains("holds train, valid and test files"), "{err}");
+        assert!(!out.exists());
     }
 
     #[test]

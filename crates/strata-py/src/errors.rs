@@ -91,7 +91,8 @@ fn store_error(py: Python<'_>, e: &StoreError) -> PyErr {
         StoreError::Input { .. } | StoreError::BadFile { .. } => "InputError",
         StoreError::Invalid { .. } | StoreError::NewerFormat { .. } => "StoreFormatError",
         StoreError::Budget { .. } => "BudgetError",
-        StoreError::Option { .. } => "ConfigError",
+        StoreError::Option { .. } | StoreError::Usage(_) => "ConfigError",
+        StoreError::Missing { .. } => "InputNotFoundError",
         StoreError::Exists { .. } => "StoreExistsError",
         StoreError::Cancelled | StoreError::Io(IoError::Cancelled) => {
             return pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled")

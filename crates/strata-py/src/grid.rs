@@ -32,16 +32,24 @@ fn grid_build(
     run(py, progress, |p| build(&j, p))
 }
 
-/// Builds a grid straight from an input edge list; `job` mirrors
-/// `strata_grid::input::InputBuildJob`.
+/// Builds a grid straight from an input edge list; `options` are the `grid.build` section
+/// with `out` set, `provenance` what `grid.json` records of the front end.
 #[pyfunction]
-#[pyo3(signature = (job, progress=None))]
+#[pyo3(signature = (options, provenance=None, progress=None))]
 fn grid_build_input(
     py: Python<'_>,
-    job: &Bound<'_, PyAny>,
+    options: &Bound<'_, PyAny>,
+    provenance: Option<&Bound<'_, PyAny>>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<Py<PyAny>> {
-    let j: InputBuildJob = crate::job(job)?;
+    let o: BuildOptions = section(options)?;
+    let provenance: serde_json::Value = match provenance {
+        Some(p) => {
+            pythonize::depythonize(p).map_err(|e| config_error(py, &format!("provenance: {e}")))?
+        }
+        None => serde_json::Value::Null,
+    };
+    let j = InputBuildJob::from_section(&o, provenance).map_err(|e| e.to_py(py))?;
     run(py, progress, |p| build_input(&j, p))
 }
 

@@ -6,6 +6,7 @@
 mod bench_disk;
 mod callback;
 mod config;
+mod convert;
 mod embed;
 mod errors;
 mod gnn;
@@ -63,6 +64,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pin_malloc_thresholds();
     config::register(m)?;
     jobs::register(m)?;
+    convert::register(m)?;
     store::register(m)?;
     io::register(m)?;
     embed::register(m)?;

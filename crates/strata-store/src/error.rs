@@ -47,6 +47,14 @@ pub enum StoreError {
     #[error("{} already exists; remove it or set overwrite to replace it", path.display())]
     Exists { path: PathBuf },
 
+    /// Options that do not fit the inputs, in the front end's words (`convert: ...`).
+    #[error("{0}")]
+    Usage(String),
+
+    /// An input that is not there.
+    #[error("{}: {msg}", path.display())]
+    Missing { path: PathBuf, msg: String },
+
     #[error("cancelled")]
     Cancelled,
 }

@@ -1,5 +1,5 @@
 """The typed NumPy directory layout (docs/convert.md, "Typed NumPy inputs"), and writing it from
-OGB/PyG-style dicts held in memory.
+OGB/PyG-style dicts held in memory (the NumPy input format reads it: ``strata_store::convert::source``).
 
 A typed directory holds::
 
@@ -19,19 +19,16 @@ so type names may hold any character but tab and newline.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, InputError, InputNotFoundError
+from ..errors import ConfigError, InputError
 
 NODE_TYPES_FILE = "node_types.tsv"
 EDGE_TYPES_FILE = "edge_types.tsv"
 SPLITS = ("train", "valid", "test")
-EDGE_FILE = re.compile(r"(?:(valid|test)_)?(edges|edge_weights|edge_times)_e(\d+)\.npy")
-NODE_FILE = re.compile(r"(features|labels|node_train|node_valid|node_test)_t(\d+)\.npy")
 
 EdgeType = tuple[str, str, str]
 
@@ -131,37 +128,3 @@ def _labels(values: np.ndarray, what: str) -> np.ndarray:
     if values.dtype.kind == "f":
         return np.where(np.isnan(values), -1, values).astype(np.int32)
     return values.astype(np.int32)
-
-
-def typed_inputs(directory: Path, node_types: Path | None = None, edge_types: Path | None = None) -> dict:
-    """The converter's ``typed_numpy`` inputs for a typed directory (without layout/dtype), or
-    an error naming a file that does not fit the layout."""
-    edges: dict[tuple[int, int], dict[str, str]] = {}
-    nodes: dict[int, dict[str, str]] = {}
-    for p in sorted(directory.glob("*.npy")):
-        if m := EDGE_FILE.fullmatch(p.name):
-            split, role, k = m.group(1) or "train", m.group(2), int(m.group(3))
-            key = {"edges": "edges", "edge_weights": "weights", "edge_times": "times"}[role]
-            edges.setdefault((SPLITS.index(split), k), {})[key] = str(p)
-        elif m := NODE_FILE.fullmatch(p.name):
-            nodes.setdefault(int(m.group(2)), {})[m.group(1)] = str(p)
-        else:
-            raise InputError(
-                f"{p}: not a typed NumPy input name (edges_eK.npy, edge_weights_eK.npy, edge_times_eK.npy, "
-                "valid_/test_ prefixes, features_tI.npy, labels_tI.npy, node_SPLIT_tI.npy)"
-            )
-    out_edges = []
-    for (split, k), files in sorted(edges.items()):
-        if "edges" not in files:
-            given = next(iter(files.values()))
-            prefix = "" if split == 0 else f"{SPLITS[split]}_"
-            raise InputError(f"{given}: no {prefix}edges_e{k}.npy beside it for its edges")
-        out_edges.append({"edge_type": k, "split": SPLITS[split], **files})
-    if not out_edges:
-        raise InputNotFoundError(f"{directory}: a typed NumPy directory needs at least one edges_eK.npy")
-    return {
-        "node_types": str(node_types or directory / NODE_TYPES_FILE),
-        "edge_types": str(edge_types or directory / EDGE_TYPES_FILE),
-        "edges": out_edges,
-        "nodes": [{"node_type": i, **files} for i, files in sorted(nodes.items())],
-    }

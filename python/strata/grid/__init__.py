@@ -104,7 +104,8 @@ def build_grid(config: GridBuildConfig | None = None, progress: ProgressFn | Non
     with their bytes, plan)."""
     cfg = config if config is not None else GridBuildConfig(**options)
     if cfg.out is not None:
-        return _native.grid_build_input(_input_job(cfg), progress)
+        _check_input(cfg)
+        return _native.grid_build_input(as_dict(cfg), {"config": as_dict(cfg)}, progress)
     _require_store(cfg.store)
     if not (Path(cfg.store) / "manifest.json").is_file() and not Path(cfg.store).is_dir():
         raise ConfigError(
@@ -121,12 +122,9 @@ def build_grid(config: GridBuildConfig | None = None, progress: ProgressFn | Non
     return _native.grid_build(as_dict(cfg), progress)
 
 
-def _input_job(cfg: GridBuildConfig) -> dict:
-    """The native job of a grid built from the input ``cfg.store`` into ``cfg.out``: the input
-    planned as ``strata convert`` plans it (format, files), in the formats a grid reads."""
-    from ..config import ConvertConfig
-    from ..convert import plan_inputs, text_job
-
+def _check_input(cfg: GridBuildConfig) -> None:
+    """Refuses a grid built "from an input" that is a store, or named as a store's grid; the
+    input itself is planned by its format in ``strata._native``, as ``strata convert`` plans it."""
     if (Path(cfg.store) / "manifest.json").is_file():
         raise ConfigError(
             f"grid.build.out: {cfg.store} is a store: its grids go to {cfg.store}/grids/ (drop --out), or give an "
@@ -134,59 +132,6 @@ def _input_job(cfg: GridBuildConfig) -> dict:
         )
     if cfg.name:
         raise ConfigError("grid.build.name: names a grid under STORE/grids/; with --out the directory is the grid")
-    convert = ConvertConfig(
-        inputs=[Path(cfg.store)],
-        out=Path(cfg.out),
-        format=cfg.format,
-        columns=cfg.columns,
-        ids=cfg.ids,
-        delimiter=cfg.delimiter,
-        comment=cfg.comment,
-        header=cfg.header,
-        num_nodes=cfg.num_nodes,
-        layout=cfg.layout,
-        threads=cfg.threads,
-        memory=cfg.memory,
-    )
-    plan = plan_inputs(convert)
-    if plan.format not in ("text", "bin32", "numpy"):
-        raise ConfigError(
-            f"grid.build.format: {cfg.store} is a {plan.format} input; a grid is built straight from text, bin32 or "
-            "NumPy edge lists: convert it into a store first (`strata convert`), then `strata grid build STORE`"
-        )
-    if plan.valid or plan.test:
-        raise ConfigError(
-            f"grid.build: {cfg.store} holds train, valid and test files; a grid holds one edge list: "
-            "give the train file"
-        )
-    if plan.format == "text":
-        source = {"format": "text", "job": text_job(convert, plan)}
-    elif plan.format == "bin32":
-        source = {"format": "bin32", "paths": [str(p) for p in plan.train]}
-    else:
-        source = {"format": "numpy", "path": str(plan.train[0]), "layout": cfg.layout}
-    weights = None
-    if cfg.weighted:
-        weights = {
-            "source": cfg.weight_source,
-            "seed": cfg.weight_seed,
-            "low": cfg.weight_low,
-            "high": cfg.weight_high,
-        }
-    return {
-        "out": str(cfg.out),
-        "input": source,
-        "num_nodes": cfg.num_nodes,
-        "partitions": cfg.partitions,
-        "order": cfg.order,
-        "symmetrize": bool(cfg.symmetrize),
-        "simple": cfg.simple,
-        "weights": weights,
-        "memory": int(cfg.memory),
-        "overwrite": cfg.overwrite,
-        "compression": cfg.compression,
-        "provenance": {"config": as_dict(cfg)},
-    }
 
 
 def format_build(summary: dict) -> str:

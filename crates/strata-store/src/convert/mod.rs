@@ -11,6 +11,7 @@ mod nodes;
 mod numpy;
 mod numpy_typed;
 mod options;
+pub mod source;
 mod spool;
 mod text;
 mod text_job;
@@ -37,7 +38,8 @@ pub use numpy::{convert_binary, convert_numpy, BinaryJob, EdgeLayout, NumpyJob, 
 pub use numpy_typed::{
     convert_typed_numpy, TypedEdgeInput, TypedNodeInput, TypedNumpyJob, TypedNumpyOptions,
 };
-pub use options::{ConvertOptions, Fractions, InputFormat, StoredFeatureDtype};
+pub use options::{Fractions, StoredFeatureDtype};
+pub use source::{convert, plan_inputs, ConvertOptions, EdgeSource, InputFormat, SourcePlan};
 pub use text::Delimiter;
 pub use text_job::{convert_text, EdgeTypeFile, IdKind, TextJob, TextOptions};
 pub use topology::DegreeHistogram;
@@ -46,7 +48,7 @@ use spool::{finalize_edges, Spooled};
 pub(crate) use topology::{build_topology, Payload, TopologyInput};
 pub(crate) use types::Types;
 
-fn default_io_chunk() -> u64 {
+pub(crate) fn default_io_chunk() -> u64 {
     4 << 20
 }
 

@@ -87,7 +87,7 @@ pub struct TextOptions {
 }
 
 /// An edge file whose every edge has one edge type.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EdgeTypeFile {
     pub path: PathBuf,
