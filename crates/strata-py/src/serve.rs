@@ -4,9 +4,9 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pythonize::pythonize;
+use strata_graph::order::glist::{reorganize, ReorderParams};
 use strata_graph::topology::{Direction, Topology};
 use strata_serve::config::ServeOptions;
-use strata_serve::reorder::{reorganize, ReorderParams};
 use strata_serve::server::serve;
 use strata_serve::ServeError;
 use strata_store::budget::Planned;
