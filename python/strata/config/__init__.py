@@ -20,6 +20,7 @@ from .generate import GENERATORS, HetSbmConfig, KgConfig, RmatConfig, SbmConfig
 from .gnn import GnnTrainConfig
 from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
 from .info import CheckConfig, InfoConfig
+from .reorder import ReorderConfig
 from .schema import SECTIONS, ConfigError, Fractions, Size, add_arguments, as_dict, describe, from_args, load
 from .serve import ServeConfig, ServeStatusConfig
 
@@ -51,6 +52,7 @@ __all__ = [
     "InfoConfig",
     "KgConfig",
     "PlotConfig",
+    "ReorderConfig",
     "RmatConfig",
     "RunConfig",
     "SbmConfig",
