@@ -14,7 +14,7 @@ from strata.errors import ConfigError
 NATIVE = _native.config_schema()
 
 #: Options a section needs besides its required ones to pass its check.
-QUERY = {"embed.predict": {"head": "a"}, "embed.neighbors": {"node": ["a"]}}
+QUERY = {"embed.predict": {"head": "a"}, "embed.neighbors": {"node": ["a"]}, "reorder": {"order": "bfs"}}
 
 #: Sections declared in Python, each because its work is Python's alone (see
 #: docs/architecture.md, "Config schema").

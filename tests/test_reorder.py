@@ -42,7 +42,7 @@ def build_store(tmp_path: Path, seed: int, n: int, symmetrize: bool) -> Path:
     return out
 
 
-@pytest.mark.parametrize("order", ["degree", "bfs", "rcm", "community"])
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("seed", range(4))
 def test_orders_are_permutations(order, seed):
     from strata.reorder import compute_order
@@ -80,11 +80,11 @@ def test_traversals_lay_a_shuffled_path_out_in_a_line(order):
     assert np.abs(new[ids[:-1]] - new[ids[1:]]).max() == (2 if order == "bfs" else 1)
 
 
-def test_community_order_lays_each_planted_community_out_contiguously(monkeypatch):
+def test_community_order_lays_each_planted_community_out_contiguously():
     """Three cliques of different sizes with shuffled ids, joined by single edges: label
-    propagation finds each clique, the order puts the cliques one after another (largest first)
-    and each by decreasing degree; the slicing of the work arrays does not change the labels."""
-    import strata.reorder as reorder
+    propagation finds each clique, and the order puts the cliques one after another (largest
+    first), each by decreasing degree."""
+    from strata.reorder import compute_order
 
     sizes = [40, 25, 10]
     n = sum(sizes)
@@ -95,10 +95,7 @@ def test_community_order_lays_each_planted_community_out_contiguously(monkeypatc
     both = np.array(sorted({*pairs, *[(v, u) for u, v in pairs]}))
     indptr = np.concatenate(([0], np.cumsum(np.bincount(both[:, 0], minlength=n))))
     indices = both[:, 1].astype(np.int64)
-    label = reorder.communities(indptr, indices, reorder.COMMUNITY_ROUNDS)
-    assert [len(set(label[c])) for c in cliques] == [1, 1, 1]
-    assert len(set(label)) == 3
-    perm = reorder.compute_order(indptr, indices, "community")
+    perm = compute_order(indptr, indices, "community")
     new = np.empty(n, dtype=np.int64)
     new[perm] = np.arange(n)
     start = 0
@@ -107,8 +104,6 @@ def test_community_order_lays_each_planted_community_out_contiguously(monkeypatc
         start += len(c)
     degree = np.diff(indptr)
     assert (np.diff(degree[perm[: sizes[0]]]) <= 0).all()
-    monkeypatch.setattr(reorder, "EXPAND", 7)
-    assert np.array_equal(reorder.communities(indptr, indices, reorder.COMMUNITY_ROUNDS), label)
 
 
 def test_degree_order_is_by_decreasing_degree_then_id():
@@ -149,6 +144,25 @@ def test_reordered_store_maps_back_to_its_input(tmp_path, order, symmetrize):
         assert summary["nodes"] == a.num_nodes
         if order in ("bfs", "rcm"):
             assert summary["mean_edge_span_after"] < summary["mean_edge_span_before"]
+
+
+def test_the_orders_are_the_sections_choices():
+    from strata.reorder import ORDERS as offered
+
+    assert offered == ORDERS
+
+
+def test_cli_prints_its_memory_plan_and_refuses_a_budget_below_it(tmp_path):
+    src = build_store(tmp_path, 3, 400, False)
+    proc = run_strata("reorder", src, "--out", tmp_path / "r.strata", "--order", "community", "--memory", "64M")
+    assert "reorder budget 64.0 MiB: planned" in proc.stderr, proc.stderr
+    assert "community over" in proc.stderr, proc.stderr
+    small = run_strata(
+        "reorder", src, "--out", tmp_path / "s.strata", "--order", "bfs", "--memory", "16K", "-q", check=False
+    )
+    assert small.returncode == 2, small.stderr
+    assert "memory budget of 16.0 KiB is too small" in small.stderr and "reorder.memory" in small.stderr
+    assert "Traceback" not in small.stderr and not (tmp_path / "s.strata").exists()
 
 
 def test_cli_refuses_a_bad_order_naming_the_option(tmp_path):

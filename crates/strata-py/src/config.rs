@@ -12,6 +12,7 @@ use strata_embed::pbg::ImportPbgOptions;
 use strata_embed::score::ScoreOptions;
 use strata_farmem::config::ServeOptions as FarmemServeOptions;
 use strata_gnn::data::DataConfig;
+use strata_graph::reorder::ReorderOptions;
 use strata_grid::config::{BuildOptions, RunOptions};
 use strata_serve::config::ServeOptions;
 use strata_store::check::CheckOptions;
@@ -59,6 +60,7 @@ const SECTIONS: &[Entry] = &[
     entry::<HetSbmOptions>(),
     entry::<BenchDiskOptions>(),
     entry::<ConvertOptions>(),
+    entry::<ReorderOptions>(),
     entry::<CheckOptions>(),
 ];
 

@@ -16,6 +16,7 @@ mod jobs;
 mod pbg;
 mod plans;
 mod progress;
+mod reorder;
 mod sampling;
 mod serve;
 mod serve_model;
@@ -75,6 +76,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     serve::register(m)?;
     serve_model::register(m)?;
     plans::register(m)?;
+    reorder::register(m)?;
     m.add("FORMAT_VERSION", strata_store::manifest::FORMAT_VERSION)?;
     Ok(())
 }

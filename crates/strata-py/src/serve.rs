@@ -4,9 +4,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pythonize::pythonize;
-use strata_graph::topology::{Direction, Topology};
 use strata_serve::config::ServeOptions;
-use strata_serve::reorder::{reorganize, ReorderParams};
 use strata_serve::server::serve;
 use strata_serve::ServeError;
 use strata_store::budget::Planned;
@@ -103,22 +101,6 @@ fn status_json(s: &strata_serve::proto::StatusResponse) -> serde_json::Value {
     })
 }
 
-/// GLIST's Alg. 2 vertex order (`strata_serve::reorder`, default parameters, as `strata serve`
-/// registers a store) over the in-neighbour lists of the store at `path`, the direction the
-/// sampler walks: `old_of_new` as little-endian uint32 bytes, `(N,)`. Memory: the CSC as
-/// 32-bit ids (`8 (N + 1) + 4 T` bytes) plus the algorithm's per-vertex and per-centre arrays.
-#[pyfunction]
-fn glist_order(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Bound<'_, PyBytes>> {
-    let order = py
-        .detach(|| -> Result<Vec<u32>, ServeError> {
-            let store = strata_store::Store::open(&path)?;
-            let csc = Topology::load(&store, Direction::In)?;
-            Ok(reorganize(&csc, &ReorderParams::default())?.old_of_new())
-        })
-        .map_err(|e| raise(py, error_class(&e), &e.to_string()))?;
-    Ok(PyBytes::new(py, bytemuck::cast_slice(&order)))
-}
-
 /// The encoded `FileDescriptorSet` of `serve.proto`.
 #[pyfunction]
 fn serve_descriptor(py: Python<'_>) -> Bound<'_, PyBytes> {
@@ -128,6 +110,5 @@ fn serve_descriptor(py: Python<'_>) -> Bound<'_, PyBytes> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve_run, m)?)?;
     m.add_function(wrap_pyfunction!(serve_descriptor, m)?)?;
-    m.add_function(wrap_pyfunction!(glist_order, m)?)?;
     Ok(())
 }

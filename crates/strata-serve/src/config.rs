@@ -9,12 +9,12 @@ use serde::{Deserialize, Serialize};
 use strata_store::config::{check_address, check_seconds, ConfigError, Section, Size};
 
 use crate::executor::ExecConfig;
-use crate::reorder::ReorderParams;
 use crate::roots::DataRoots;
 use crate::schedule::ScheduleConfig;
 use crate::server::ServeConfig;
 use crate::service::Limits;
 use crate::{Result, ServeError};
+use strata_graph::order::glist::ReorderParams;
 
 /// Options of `strata serve`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -18,7 +18,6 @@ pub mod model;
 pub mod page_cache;
 pub mod proto;
 pub mod registry;
-pub mod reorder;
 pub mod roots;
 pub mod schedule;
 pub mod server;

@@ -22,7 +22,7 @@ use crate::graph::ServedGraph;
 use crate::memory::{self, Allowance, Kind, Resident};
 use crate::model::{Architecture, Model, Precision};
 use crate::page_cache::PageCache;
-use crate::reorder::ReorderParams;
+use strata_graph::order::glist::ReorderParams;
 
 /// A registered model; `id` tells apart two registrations under one name (embedding caches
 /// key on it).

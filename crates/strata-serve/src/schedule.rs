@@ -17,7 +17,7 @@
 //!   predictions keep request order and find their inputs through EP_MT. The paper's
 //!   implementation "simply finds the vertex that has the minimum distance from the previously
 //!   requested vertex"; we take the distance to be `|a - b|` in the vertex id space, which
-//!   [`crate::reorder`] makes locality-preserving, so consecutive embeddings sample
+//!   [`strata_graph::order::glist`] makes locality-preserving, so consecutive embeddings sample
 //!   overlapping neighbourhoods whose feature pages are then still cached.
 //! - **Grouping (line 11, `request_grouping`)**: the ordered embeddings are cut into groups of
 //!   `S`; the executor fuses each group into one sampled batch.

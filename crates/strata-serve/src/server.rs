@@ -23,8 +23,8 @@ use crate::memory::{self, Kind};
 use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearningServer;
 use crate::registry::Registry;
-use crate::reorder::ReorderParams;
 use crate::service::{Core, Limits, Service};
+use strata_graph::order::glist::ReorderParams;
 
 /// How often the stop condition and the fold policy are checked.
 const TICK: Duration = Duration::from_millis(100);

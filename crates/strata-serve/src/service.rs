@@ -21,10 +21,10 @@ use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearning;
 use crate::proto::{self, ResultState};
 use crate::registry::{Registry, ServedModel};
-use crate::reorder::ReorderParams;
 use crate::roots::DataRoots;
 use crate::schedule::Targets;
 use crate::{service_embed, wire};
+use strata_graph::order::glist::ReorderParams;
 
 /// Longest a `GetAnalysisResult` may wait, so a drain is never held up for long.
 const MAX_WAIT: Duration = Duration::from_secs(60);

@@ -20,6 +20,7 @@ from .generate import GENERATORS, HetSbmConfig, KgConfig, RmatConfig, SbmConfig
 from .gnn import GnnTrainConfig
 from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
 from .info import CheckConfig, InfoConfig
+from .reorder import ReorderConfig
 from .schema import (
     SECTIONS,
     ConfigError,
@@ -62,6 +63,7 @@ __all__ = [
     "InfoConfig",
     "KgConfig",
     "PlotConfig",
+    "ReorderConfig",
     "RmatConfig",
     "RunConfig",
     "SbmConfig",

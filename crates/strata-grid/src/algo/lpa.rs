@@ -45,27 +45,11 @@ impl Default for Lpa {
 }
 
 /// The label a vertex labelled `current` takes from its neighbours' labels `list` (sorted in
-/// place here): `current` when it is among the most frequent, else the largest of those.
+/// place here): `current` when it is among the most frequent, else the largest of those (the
+/// vote of [`strata_graph::order::most_frequent`], which the `community` node order shares).
 pub fn most_frequent(list: &mut [u32], current: u64) -> u64 {
-    list.sort_unstable();
-    let (mut best, mut best_count, mut own_count) = (current, 0usize, 0usize);
-    let mut i = 0;
-    while i < list.len() {
-        let x = list[i];
-        let run = list[i..].iter().take_while(|&&y| y == x).count();
-        if run >= best_count {
-            (best, best_count) = (x as u64, run);
-        }
-        if x as u64 == current {
-            own_count = run;
-        }
-        i += run;
-    }
-    if own_count == best_count {
-        current
-    } else {
-        best
-    }
+    strata_graph::order::most_frequent(list, |l| (l as u64 == current, l))
+        .map_or(current, u64::from)
 }
 
 impl Algorithm for Lpa {

@@ -34,11 +34,11 @@ use crate::commit::{Commit, GroupLog, Staging};
 use crate::durable::{sync_dir, write_atomic};
 use crate::error::{Result, ServeError};
 use crate::page_cache::PageCache;
-use crate::reorder::ReorderParams;
 use crate::wal::Wal;
 use features::GraphFeatures;
 use mutation::Mutation;
 use overlay::{Layer, Overlay, View};
+use strata_graph::order::glist::ReorderParams;
 use version::{write_version, Version, VersionMeta, VersionSource};
 
 const CURRENT: &str = "CURRENT";

@@ -11,7 +11,7 @@ use strata_store::{open_checked, NoProgress};
 
 use super::version::{write_version, VersionMeta, VersionSource};
 use crate::error::{Result, ServeError};
-use crate::reorder::{reorganize, ReorderParams};
+use strata_graph::order::glist::{reorganize, ReorderParams};
 
 /// The source store seen through the new numbering.
 struct Renumbered {

@@ -32,10 +32,13 @@
 
 use std::cmp::Reverse;
 
-use strata_graph::Adjacency;
+use strata_store::registry::Named;
 use strata_store::rng::{derive, Rng};
 
-use crate::error::{Result, ServeError};
+use super::{inverse, Bfs, Input, NodeOrder};
+use crate::error::{GraphError, Result};
+use crate::topology::Adjacency;
+use crate::Topology;
 
 /// Default [`ReorderParams::sample_above`]: sets this small cost no more to compare exactly
 /// than through a sample, and exact counts keep small overlaps (2 vs 3 shared vertices, as in
@@ -99,11 +102,33 @@ pub struct Reordering {
 impl Reordering {
     /// The inverse permutation: `old_of_new[new] = old`, i.e. the old ids in storage order.
     pub fn old_of_new(&self) -> Vec<u32> {
-        let mut old_of_new = vec![0u32; self.new_of_old.len()];
-        for (old, &new) in self.new_of_old.iter().enumerate() {
-            old_of_new[new as usize] = old as u32;
-        }
-        old_of_new
+        inverse(&self.new_of_old)
+    }
+}
+
+/// GLIST's Alg. 2 with its default parameters ([`ReorderParams::default`]), over the
+/// in-neighbour lists, as the graph service registers a store.
+pub struct Glist;
+
+impl Named for Glist {
+    const NAME: &'static str = "glist";
+    const HELP: &'static str = "GLIST's Alg. 2 vertex re-ordering with the graph service's default parameters: chained centres, each followed by its in-neighbours, over the CSC";
+}
+
+impl NodeOrder for Glist {
+    fn input(&self) -> Input {
+        Input::InNeighbours
+    }
+
+    /// Per vertex: the centre candidates (16 bytes), the inverted index's offsets and live
+    /// lengths (16), the centres' flags and counters (5), the search's stamps (4) and the two
+    /// permutations (8); per entry: the working sets' samples and their inverted index (8).
+    fn work_bytes(&self) -> (u64, u64) {
+        (49, 8)
+    }
+
+    fn order(&self, adj: &Topology) -> Result<Vec<u32>> {
+        Ok(reorganize(adj, &ReorderParams::default())?.old_of_new())
     }
 }
 
@@ -115,7 +140,7 @@ impl Reordering {
 /// which touches only the centres that share a sampled vertex with the current one.
 pub fn reorganize<A: Adjacency + ?Sized>(adj: &A, params: &ReorderParams) -> Result<Reordering> {
     if params.hops == 0 || params.hops > MAX_HOPS {
-        return Err(ServeError::InvalidArgument(format!(
+        return Err(GraphError::Config(format!(
             "hops must be in 1..={MAX_HOPS}, got {}: an h-hop neighbourhood grows like \
              degree^h, so beyond {MAX_HOPS} hops working sets span most of the graph and no \
              longer tell localities apart",
@@ -124,7 +149,7 @@ pub fn reorganize<A: Adjacency + ?Sized>(adj: &A, params: &ReorderParams) -> Res
     }
     let n = adj.num_nodes();
     if n > u32::MAX as usize {
-        return Err(ServeError::InvalidArgument(format!(
+        return Err(GraphError::Config(format!(
             "adj: {n} vertices do not fit 32-bit ids"
         )));
     }
@@ -336,54 +361,6 @@ fn chain_by_overlap(n: usize, samples: &Samples) -> Vec<usize> {
     chain
 }
 
-/// Breadth-first search bounded by a hop count, reusing its buffers across calls.
-struct Bfs {
-    /// `seen[v] == epoch`: `v` was reached in the current search (no clearing between runs).
-    seen: Vec<u32>,
-    epoch: u32,
-    order: Vec<u32>,
-}
-
-impl Bfs {
-    fn new(n: usize) -> Bfs {
-        Bfs {
-            seen: vec![0; n],
-            epoch: 0,
-            order: Vec::new(),
-        }
-    }
-
-    /// `root` followed by the vertices within `hops` hops, hop by hop, each hop in the order
-    /// the previous hop's neighbour lists name them.
-    fn run<A: Adjacency + ?Sized>(&mut self, adj: &A, root: u32, hops: u32) -> &[u32] {
-        if self.epoch == u32::MAX {
-            self.seen.fill(0);
-            self.epoch = 0;
-        }
-        self.epoch += 1;
-        self.order.clear();
-        self.order.push(root);
-        self.seen[root as usize] = self.epoch;
-        let mut hop_start = 0;
-        for _ in 0..hops {
-            let hop_end = self.order.len();
-            for i in hop_start..hop_end {
-                for &u in adj.neighbors(self.order[i]) {
-                    if self.seen[u as usize] != self.epoch {
-                        self.seen[u as usize] = self.epoch;
-                        self.order.push(u);
-                    }
-                }
-            }
-            if self.order.len() == hop_end {
-                break;
-            }
-            hop_start = hop_end;
-        }
-        &self.order
-    }
-}
-
 /// The mean number of distinct pages that a vertex's `hops`-hop neighbourhood (the vertex
 /// included) touches, over `sample` vertices drawn uniformly (with replacement) from `seed`.
 /// A vertex's feature row sits on page `id / rows_per_page`, with `id` its new id under
@@ -401,13 +378,13 @@ pub fn mean_pages_per_neighbourhood<A: Adjacency + ?Sized>(
 ) -> Result<f64> {
     let n = adj.num_nodes();
     if rows_per_page == 0 {
-        return Err(ServeError::InvalidArgument(
+        return Err(GraphError::Config(
             "rows_per_page must be at least 1".into(),
         ));
     }
     if let Some(map) = new_of_old {
         if map.len() != n {
-            return Err(ServeError::InvalidArgument(format!(
+            return Err(GraphError::Config(format!(
                 "new_of_old has {} entries for {n} vertices",
                 map.len()
             )));
@@ -438,7 +415,6 @@ pub fn mean_pages_per_neighbourhood<A: Adjacency + ?Sized>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use strata_graph::Topology;
     // Named explicitly: proptest's prelude exports an `Rng` trait too.
     use strata_store::rng::Rng;
 
@@ -577,17 +553,17 @@ mod tests {
         let adj = graph(&[vec![]]);
         for hops in [0, MAX_HOPS + 1] {
             match reorganize(&adj, &params(hops, 0, 0)) {
-                Err(ServeError::InvalidArgument(m)) => assert!(m.contains("hops"), "{m}"),
+                Err(GraphError::Config(m)) => assert!(m.contains("hops"), "{m}"),
                 other => panic!("{other:?}"),
             }
         }
         assert!(matches!(
             mean_pages_per_neighbourhood(&adj, None, 0, 1, 1, 0),
-            Err(ServeError::InvalidArgument(_))
+            Err(GraphError::Config(_))
         ));
         assert!(matches!(
             mean_pages_per_neighbourhood(&adj, Some(&[0, 1]), 4, 1, 1, 0),
-            Err(ServeError::InvalidArgument(_))
+            Err(GraphError::Config(_))
         ));
     }
 
