@@ -55,8 +55,9 @@ test: test-rust test-python
 test-rust: setup-test
 	cargo test --workspace --exclude strata-py --quiet
 
-# pytest-xdist workers, one a core; tests/conftest.py keeps the heavy tests (torchrun groups,
-# namespaces, memory limits, the wheel build) on one worker, one after another.
+# pytest-xdist workers, one a core; tests/conftest.py puts the heavy tests into two groups, each
+# run one test after another on one worker: torchrun groups and namespaces in one, memory limits
+# and the wheel in the other.
 PYTEST_WORKERS ?= 2
 test-python: setup-test
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup

@@ -16,45 +16,50 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 # `make test-python` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). Tests
-# that each keep several processes busy for long, or that measure memory, run one after another
-# on one worker, beside the light tests on the other: two torchrun groups of 2-3 ranks side by
-# side on two cores would starve each other's heartbeats and timeouts. A test is heavy, and
-# joins the xdist group "heavy", when
-# - its file's name matches one of HEAVY_FILES (ranks under torchrun, network namespaces,
-#   injected faults, the adversarial server tests, the memory bounds, the wheel build), or
-# - its module imports the torchrun or namespace helpers (`rank_env`, `run_session` from
-#   tests/torchrun_env.py, `veth_pair` from tests/netns.py), or
-# - it uses the `limiter` fixture (a memory cgroup).
-# New tests that follow the naming rules in these files are grouped without an edit. The heavy
-# group is scheduled first (xdist hands out the largest group first): it is the long pole.
-HEAVY_FILES = (
-    "test_*dist*.py",
-    "test_*netns*.py",
-    "test_*faults*.py",
-    "test_serve_adversarial.py",
-    "test_memory_bound.py",
-    "test_wheel.py",
-)
-HEAVY_HELPERS = ("rank_env", "run_session", "veth_pair")
+# that each keep several processes busy for long, or that measure memory, are heavy: they join
+# one of two xdist groups, and a group's tests run one after another on one worker.
+# - "heavy-ranks": torchrun groups of 2-3 ranks. Two of them side by side on two cores would
+#   starve each other's heartbeats and timeouts, so they never overlap. A test is one when its
+#   file's name matches RANK_FILES (ranks under torchrun, network namespaces, injected faults), or
+#   its module imports the torchrun or namespace helpers (`rank_env`, `run_session` from
+#   tests/torchrun_env.py, `veth_pair` from tests/netns.py).
+# - "heavy-memory": one process measured or bounded at a time. A test is one when its file's name
+#   matches MEMORY_FILES (the memory bounds, the adversarial server under a cgroup, the wheel's
+#   install and run), or it uses the `limiter` fixture (a memory cgroup).
+# The two groups share nothing by name: ports come from tests/torchrun_env.py:free_port (a lock
+# file each), namespaces and cgroups are named after the process that makes them. xdist hands
+# out the largest groups first, so each worker starts on one of them and the light tests fill in
+# around both: neither worker waits on the other at the end. New tests that follow the naming
+# rules in these files are grouped without an edit.
+RANK_FILES = ("test_*dist*.py", "test_*netns*.py", "test_*faults*.py")
+RANK_HELPERS = ("rank_env", "run_session", "veth_pair")
+MEMORY_FILES = ("test_serve_adversarial.py", "test_memory_bound.py", "test_wheel.py")
+HEAVY_FILES = RANK_FILES + MEMORY_FILES
 
 
-def is_heavy(item: pytest.Item) -> bool:
-    """Whether ``item`` runs in the xdist group "heavy" (the rules above)."""
+def heavy_group(item: pytest.Item) -> str | None:
+    """The xdist group ``item`` runs in ("heavy-ranks" or "heavy-memory", the rules above), or
+    None for a light test."""
     name = item.path.name
     module = getattr(item, "module", None)
-    return (
-        any(fnmatch.fnmatch(name, pattern) for pattern in HEAVY_FILES)
-        or any(hasattr(module, helper) for helper in HEAVY_HELPERS)
-        or "limiter" in getattr(item, "fixturenames", ())
-    )
+    if any(fnmatch.fnmatch(name, pattern) for pattern in RANK_FILES) or any(
+        hasattr(module, helper) for helper in RANK_HELPERS
+    ):
+        return "heavy-ranks"
+    if any(fnmatch.fnmatch(name, pattern) for pattern in MEMORY_FILES) or "limiter" in getattr(
+        item, "fixturenames", ()
+    ):
+        return "heavy-memory"
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # tryfirst: xdist reads the xdist_group marks in its own hook, which must come after this one.
     for item in items:
-        if is_heavy(item):
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+        group = heavy_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -64,7 +69,7 @@ def pytest_xdist_node_collection_finished(node, ids):
     if node.config.getvalue("dist") != "loadgroup":
         return
     lost = [i for i in ids if any(fnmatch.fnmatch(i.split("::")[0].rsplit("/")[-1], p) for p in HEAVY_FILES)]
-    lost = [i for i in lost if not i.endswith("@heavy")]
+    lost = [i for i in lost if "@heavy-" not in i]
     if lost:
         pytest.exit(
             f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more heavy tests) under pytest "

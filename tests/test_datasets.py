@@ -7,7 +7,6 @@ import gzip
 import hashlib
 import io
 import json
-import socket
 import tarfile
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from strata.datasets.fetch import MIRROR_ENV, fetch, file_url
 from strata.datasets.registry import CATALOGUE, get
 from strata.errors import DownloadError, InputError
 from strata.store import Store
+from torchrun_env import free_port
 
 
 @pytest.fixture
@@ -43,12 +43,6 @@ def server(tmp_path):
 
 def fetch_cfg(name: str, tmp_path: Path, server: FileServer, **kw) -> FetchConfig:
     return load(FetchConfig, flags={"name": name, "dir": tmp_path / "data", "mirror": server.url, **kw})
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- catalogue ------------------------------------------------------------------------------------
@@ -192,7 +186,7 @@ def test_http_404_names_the_url(tmp_path, server):
 
 
 def test_unreachable_host_names_the_url(tmp_path):
-    mirror = f"http://127.0.0.1:{closed_port()}"
+    mirror = f"http://127.0.0.1:{free_port()}"
     cfg = load(FetchConfig, flags={"name": "Cora", "dir": tmp_path, "mirror": mirror, "retries": 0})
     with pytest.raises(DownloadError, match=rf"GET {mirror}/Cora/ind.cora.x: cannot reach the server"):
         fetch(cfg)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ from strata.config import ConvertConfig, GridBuildConfig, RunConfig  # noqa: E40
 from strata.convert import convert  # noqa: E402
 from strata.errors import BudgetError, ConfigError, InputNotFoundError, StoreFormatError  # noqa: E402
 from strata.grid import build_grid, format_iteration, format_summary, grid_info, list_grids, run  # noqa: E402
+from torchrun_env import free_port  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 N = 310  # vertices 300..309 have no edges at all
@@ -571,12 +571,6 @@ def test_cli_end_to_end_with_plots(graphs, tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # bad inputs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """The helpers that let the suite run on parallel pytest-xdist workers: rendezvous ports that no
-two test processes share, and the rule that puts heavy tests into one xdist group."""
+two test processes share, and the rules that put heavy tests into xdist groups."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torchrun_env
-from conftest import is_heavy
+from conftest import heavy_group
 
 HERE = Path(__file__).resolve().parent
 
@@ -43,15 +43,19 @@ def item(file: str, fixtures=(), **module_names) -> SimpleNamespace:
     return SimpleNamespace(path=Path(file), module=SimpleNamespace(**module_names), fixturenames=list(fixtures))
 
 
-def test_heavy_tests_are_found_by_name_helper_and_fixture():
-    assert is_heavy(item("tests/test_embed_dist.py"))
-    assert is_heavy(item("tests/test_grid_dist_faults.py"))
-    assert is_heavy(item("tests/test_serve_netns.py"))
-    assert is_heavy(item("tests/test_serve_adversarial.py"))
-    assert is_heavy(item("tests/test_wheel.py"))
-    assert is_heavy(item("tests/test_grid_program.py", run_session=object()))
-    assert is_heavy(item("tests/test_farmem.py", veth_pair=object()))
-    assert is_heavy(item("tests/test_config.py", fixtures=("tmp_path", "limiter")))
+def test_heavy_tests_are_grouped_by_name_helper_and_fixture():
+    ranks, memory = "heavy-ranks", "heavy-memory"
+    assert heavy_group(item("tests/test_embed_dist.py")) == ranks
+    assert heavy_group(item("tests/test_grid_dist_faults.py")) == ranks
+    assert heavy_group(item("tests/test_serve_netns.py")) == ranks
+    assert heavy_group(item("tests/test_grid_program.py", run_session=object())) == ranks
+    assert heavy_group(item("tests/test_farmem.py", veth_pair=object())) == ranks
+    assert heavy_group(item("tests/test_serve_adversarial.py")) == memory
+    assert heavy_group(item("tests/test_wheel.py")) == memory
+    assert heavy_group(item("tests/test_memory_bound.py")) == memory
+    assert heavy_group(item("tests/test_config.py", fixtures=("tmp_path", "limiter"))) == memory
+    # Ranks come first: a torchrun test that also bounds memory never overlaps another group of ranks.
+    assert heavy_group(item("tests/test_gnn_dist.py", fixtures=("limiter",))) == ranks
     # A module that only asks for a port (nothing listens on it) is light.
-    assert not is_heavy(item("tests/test_peer_requests.py", free_port=object()))
-    assert not is_heavy(item("tests/test_grid.py", fixtures=("tmp_path",)))
+    assert heavy_group(item("tests/test_peer_requests.py", free_port=object())) is None
+    assert heavy_group(item("tests/test_grid.py", fixtures=("tmp_path",))) is None
