@@ -13,7 +13,7 @@ use crate::reorder::ReorderParams;
 use crate::roots::DataRoots;
 use crate::schedule::ScheduleConfig;
 use crate::server::ServeConfig;
-use crate::service::Limits;
+use crate::shared::Limits;
 use crate::{Result, ServeError};
 
 /// Options of `strata serve`.

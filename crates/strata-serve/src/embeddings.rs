@@ -23,7 +23,7 @@ use strata_graph::embedding_run::{EmbeddingBackend, EmbeddingError, EmbeddingRun
 use crate::durable::{create_dir_all, sync_dir, write_atomic};
 use crate::error::{Result, ServeError};
 use crate::memory::{Kind, Resident};
-use crate::registry::{check_name, list_dirs, remove_registered};
+use crate::registered::{check_name, list_dirs, remove_registered};
 
 /// How a run was registered (`embedding.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

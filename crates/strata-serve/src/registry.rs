@@ -22,6 +22,7 @@ use crate::graph::ServedGraph;
 use crate::memory::{self, Allowance, Kind, Resident};
 use crate::model::{Architecture, Model, Precision};
 use crate::page_cache::PageCache;
+use crate::registered::{check_name, list_dirs, remove_registered};
 use crate::reorder::ReorderParams;
 
 /// A registered model; `id` tells apart two registrations under one name (embedding caches
@@ -55,24 +56,6 @@ pub struct Registry {
 fn served_graph_bytes(g: &ServedGraph) -> u64 {
     let s = g.status();
     memory::graph_bytes(s.num_nodes, s.num_edges, s.num_classes > 0)
-}
-
-/// Names become directory names: keep them to a safe alphabet.
-pub fn check_name(name: &str, what: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(ServeError::InvalidArgument(format!(
-            "{what} name {name:?}: expected 1 to 128 characters of letters, digits, '.', '_' or '-', \
-             not starting with '.'"
-        )))
-    }
 }
 
 impl Registry {
@@ -339,35 +322,4 @@ impl Registry {
         self.models.write().unwrap().insert(name, Arc::clone(&m));
         m
     }
-}
-
-/// Subdirectories of `dir` (name, path), skipping hidden ones and removing leftovers of an
-/// interrupted registration (`.partial-*`) or removal (`.removed-*`).
-pub(crate) fn list_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let mut out = Vec::new();
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| ServeError::io(dir.display().to_string(), e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| ServeError::io(dir.display().to_string(), e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let path = entry.path();
-        if name.starts_with(".partial-") || name.starts_with(".removed-") {
-            std::fs::remove_dir_all(&path)
-                .map_err(|e| ServeError::io(path.display().to_string(), e))?;
-        } else if !name.starts_with('.') && path.is_dir() {
-            out.push((name, path));
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// Renames `dir/name` out of the way (atomic: after a crash it is either registered or
-/// gone), then deletes it.
-pub(crate) fn remove_registered(dir: &Path, name: &str) -> Result<()> {
-    let from = dir.join(name);
-    let to = dir.join(format!(".removed-{name}"));
-    std::fs::rename(&from, &to).map_err(|e| ServeError::io(from.display().to_string(), e))?;
-    sync_dir(dir)?;
-    std::fs::remove_dir_all(&to).map_err(|e| ServeError::io(to.display().to_string(), e))
 }

@@ -24,7 +24,8 @@ use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearningServer;
 use crate::registry::Registry;
 use crate::reorder::ReorderParams;
-use crate::service::{Core, Limits, Service};
+use crate::service::Service;
+use crate::shared::{Core, Limits};
 
 /// How often the stop condition and the fold policy are checked.
 const TICK: Duration = Duration::from_millis(100);

@@ -16,6 +16,7 @@
 //! at any point leaves CURRENT naming a complete version and a log holding everything after it.
 
 pub mod features;
+pub mod layer;
 pub mod mutation;
 pub mod overlay;
 pub mod register;
@@ -37,8 +38,9 @@ use crate::page_cache::PageCache;
 use crate::reorder::ReorderParams;
 use crate::wal::Wal;
 use features::GraphFeatures;
+use layer::{Layer, View};
 use mutation::Mutation;
-use overlay::{Layer, Overlay, View};
+use overlay::Overlay;
 use version::{write_version, Version, VersionMeta, VersionSource};
 
 const CURRENT: &str = "CURRENT";
