@@ -152,22 +152,13 @@ impl Checkpoints {
     }
 }
 
-/// Writes `write`'s bytes to `path` atomically and durably: a temporary file beside it,
-/// fsynced, renamed over `path`, and the directory fsynced.
+/// Writes `write`'s bytes to `path` atomically and durably
+/// ([`strata_io::durable::replace_file_with`]).
 fn publish(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let result = (|| {
-        let mut f = BufWriter::new(std::fs::File::create(&tmp)?);
-        write(&mut f)?;
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| GridError::os("write", path, e))?;
-    strata_io::durable::sync_dir(path.parent().expect("a checkpoint file has a directory"))?;
-    Ok(())
+    strata_io::durable::replace_file_with(path, write).map_err(|e| GridError::os("write", path, e))
 }
 
 /// Writes the owned part of `state` (`owned` vertices) to `out`; returns its length and CRC.

@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use serde::{Deserialize, Serialize};
 use strata_graph::embedding_run::EmbeddingBackend;
 
-use crate::durable::{create_dir_all, sync_dir, write_atomic};
+use crate::durable::{create_dir_all, sync_dir};
 use crate::embeddings::{Embeddings, ServedEmbedding};
 use crate::error::{Result, ServeError};
 use crate::graph::ServedGraph;
@@ -24,6 +24,7 @@ use crate::model::{Architecture, Model, Precision};
 use crate::page_cache::PageCache;
 use crate::registered::{check_name, list_dirs, remove_registered};
 use crate::reorder::ReorderParams;
+use strata_io::durable::replace_file;
 
 /// A registered model; `id` tells apart two registrations under one name (embedding caches
 /// key on it).
@@ -281,11 +282,12 @@ impl Registry {
             precision,
         };
         let persist = (|| {
-            write_atomic(&partial.join("weights"), bytes)?;
-            write_atomic(
-                &partial.join("model.json"),
-                &serde_json::to_vec_pretty(&json).unwrap(),
-            )?;
+            let path = partial.join("weights");
+            replace_file(&path, bytes)
+                .map_err(|e| ServeError::io(format!("write {}", path.display()), e))?;
+            let path = partial.join("model.json");
+            replace_file(&path, &serde_json::to_vec_pretty(&json).unwrap())
+                .map_err(|e| ServeError::io(format!("write {}", path.display()), e))?;
             let dir = models.join(name);
             std::fs::rename(&partial, &dir)
                 .map_err(|e| ServeError::io(dir.display().to_string(), e))?;
