@@ -33,6 +33,7 @@
 
 #![warn(missing_docs)]
 
+mod chunks;
 mod client;
 pub mod config;
 mod error;
@@ -45,7 +46,8 @@ mod uring_server;
 #[cfg(test)]
 mod tests;
 
-pub use client::{ClientConfig, ClientStats, FarClient, FarCompletion, FarRead};
+pub use chunks::FarCompletion;
+pub use client::{ClientConfig, ClientStats, FarClient, FarRead};
 pub use error::{FarError, Result};
 pub use server::{Server, ServerConfig, ServerStats, StopHandle};
 pub use uring_server::ZeroCopyStats;

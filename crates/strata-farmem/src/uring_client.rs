@@ -1,6 +1,6 @@
 //! The client's `uring` data path: one thread and one io_uring per data connection, in place of
 //! the `tcp` path's sender and receiver threads. The bookkeeping (ids, in-flight queue, reply
-//! matching, completions, failure) is [`crate::client`]'s; this module only moves the bytes.
+//! matching, completions, failure) is [`crate::chunks`]'s; this module only moves the bytes.
 //!
 //! How the bytes land: replies come back in request order, so when a READ reply's header has
 //! arrived its destination (the chunk's region of the caller's [`crate::FarRead`] buffer) is
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use io_uring::{opcode, types, IoUring};
 
-use crate::client::{lock, DataConn, Job, Outgoing, Reply, Shared, WriteState};
+use crate::chunks::{lock, DataConn, Job, Outgoing, Reply, Shared, WriteState};
 use crate::error::{FarError, Result};
 use crate::protocol::{Header, HEADER_LEN};
 use crate::uring;

@@ -25,9 +25,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dist::{Dist, Reduce, Shared};
 use crate::error::{GridError, Result};
-use crate::vertex::Bitmap;
+use crate::vertex::{Bitmap, Shared};
 
 /// The `format` of a commit record.
 const FORMAT: &str = "strata-grid-checkpoint";
@@ -153,22 +152,13 @@ impl Checkpoints {
     }
 }
 
-/// Writes `write`'s bytes to `path` atomically and durably: a temporary file beside it,
-/// fsynced, renamed over `path`, and the directory fsynced.
+/// Writes `write`'s bytes to `path` atomically and durably
+/// ([`strata_io::durable::replace_file_with`]).
 fn publish(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<std::fs::File>) -> std::io::Result<()>,
 ) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let result = (|| {
-        let mut f = BufWriter::new(std::fs::File::create(&tmp)?);
-        write(&mut f)?;
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    result.map_err(|e| GridError::os("write", path, e))?;
-    strata_io::durable::sync_dir(path.parent().expect("a checkpoint file has a directory"))?;
-    Ok(())
+    strata_io::durable::replace_file_with(path, write).map_err(|e| GridError::os("write", path, e))
 }
 
 /// Writes the owned part of `state` (`owned` vertices) to `out`; returns its length and CRC.
@@ -273,38 +263,45 @@ fn read_part(
     Ok(())
 }
 
-impl Dist<'_> {
-    /// After `iterations` iterations: when checkpoints are on and (by the ranks' agreement) at
-    /// least their interval has passed since the last one, writes and commits a checkpoint of
-    /// `state`. Every rank calls it at the same points. Its collectives are not counted in the
-    /// iterations' bytes.
-    pub fn checkpoint(&mut self, iterations: usize, state: &State) -> Result<()> {
-        let Some((every, last)) = self.checkpoints.as_ref().map(|c| (c.every, c.last)) else {
-            return Ok(());
-        };
-        let t0 = Instant::now();
-        if every > 0.0 {
-            // The ranks' clocks differ: the smallest wait decides for all of them.
-            let mut waited = [last.elapsed().as_secs_f64()];
-            self.all_reduce(&mut waited, Reduce::Min)?;
-            if waited[0] < every {
-                self.take_traffic();
-                return Ok(());
-            }
-        }
-        let owned = self.owned();
-        let c = self.checkpoints.as_ref().expect("checked above");
-        std::fs::create_dir_all(&c.dir).map_err(|e| GridError::os("create", &c.dir, e))?;
-        let path = c.part_path(iterations);
+impl Checkpoints {
+    /// Seconds between checkpoints (0: after every iteration) and when the last one was
+    /// written (or the run started).
+    pub(crate) fn timing(&self) -> (f64, Instant) {
+        (self.every, self.last)
+    }
+
+    /// Writes this rank's part of the checkpoint after `iterations` iterations (the `owned`
+    /// vertices of `state`) durably, and returns its record (length and CRC) for the ranks to
+    /// all-gather before [`Checkpoints::commit`].
+    pub(crate) fn write_part(
+        &self,
+        iterations: usize,
+        owned: Range<u64>,
+        state: &State,
+    ) -> Result<Vec<u8>> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| GridError::os("create", &self.dir, e))?;
+        let path = self.part_path(iterations);
         let mut part = None;
         publish(&path, |f| {
             part = Some(write_part(owned, state, f)?);
             Ok(())
         })?;
-        let part = part.expect("written");
-        let text = serde_json::to_vec(&part).expect("a part serialises");
-        let parts = self
-            .all_gather(&text)?
+        Ok(serde_json::to_vec(&part.expect("written")).expect("a part serialises"))
+    }
+
+    /// Commits the checkpoint after `iterations` iterations once every rank's part is durable:
+    /// `records` are the ranks' part records in rank order (this one's is `rank`'s), `vertices`
+    /// every rank's vertices. Writes the commit record, removes this rank's older parts and
+    /// counts the checkpoint (`started`: when it began) in the figures.
+    pub(crate) fn commit(
+        &mut self,
+        iterations: usize,
+        rank: usize,
+        vertices: Vec<[u64; 2]>,
+        records: &[Vec<u8>],
+        started: Instant,
+    ) -> Result<()> {
+        let parts = records
             .iter()
             .enumerate()
             .map(|(q, p)| {
@@ -312,48 +309,56 @@ impl Dist<'_> {
                     .map_err(|e| GridError::Group(format!("rank {q}'s checkpoint part: {e}")))
             })
             .collect::<Result<Vec<Part>>>()?;
-        let vertices = self.vertices.iter().map(|r| [r.start, r.end]).collect();
-        let c = self.checkpoints.as_mut().expect("checked above");
+        let bytes = parts[rank].bytes;
         let commit = Commit {
             format: FORMAT.into(),
             format_version: VERSION,
-            algorithm: c.algorithm.clone(),
-            params: c.params.clone(),
+            algorithm: self.algorithm.clone(),
+            params: self.params.clone(),
             vertices,
             iterations,
             parts,
         };
         let record = serde_json::to_vec_pretty(&commit).expect("a commit serialises");
-        publish(&c.commit_path(), |f| f.write_all(&record))?;
-        for entry in std::fs::read_dir(&c.dir).map_err(|e| GridError::os("list", &c.dir, e))? {
-            let old = entry.map_err(|e| GridError::os("list", &c.dir, e))?.path();
+        publish(&self.commit_path(), |f| f.write_all(&record))?;
+        let path = self.part_path(iterations);
+        for entry in
+            std::fs::read_dir(&self.dir).map_err(|e| GridError::os("list", &self.dir, e))?
+        {
+            let old = entry
+                .map_err(|e| GridError::os("list", &self.dir, e))?
+                .path();
             if old.extension().is_some_and(|x| x == "part") && old != path {
                 std::fs::remove_file(&old).map_err(|e| GridError::os("remove", &old, e))?;
             }
         }
-        c.last = Instant::now();
-        c.figures.written += 1;
-        c.figures.bytes += part.bytes;
-        c.figures.seconds += t0.elapsed().as_secs_f64();
-        self.take_traffic();
+        self.last = Instant::now();
+        self.figures.written += 1;
+        self.figures.bytes += bytes;
+        self.figures.seconds += started.elapsed().as_secs_f64();
         Ok(())
     }
 
-    /// On a restarted attempt, loads the last checkpoint every rank's part of which is
-    /// durable into `state` and returns the iterations it holds; `None` when the run starts
-    /// from the beginning (a first attempt, checkpoints off, or nothing committed). Every rank
-    /// calls it before its first iteration.
-    pub fn resume(&mut self, state: &State) -> Result<Option<usize>> {
-        let Some(c) = self.checkpoints.as_ref() else {
-            return Ok(None);
-        };
-        if !c.restarted {
+    /// What this rank shares with the others before a resume: `None` on a first attempt
+    /// (nothing to resume), else its commit record (empty when it has none).
+    pub(crate) fn record_to_share(&self) -> Result<Option<Vec<u8>>> {
+        if !self.restarted {
             return Ok(None);
         }
-        let mine = c.read_commit()?.unwrap_or_default();
-        let records = self.all_gather(&mine)?;
-        let c = self.checkpoints.as_ref().expect("checked above");
-        let vertices: Vec<[u64; 2]> = self.vertices.iter().map(|r| [r.start, r.end]).collect();
+        Ok(Some(self.read_commit()?.unwrap_or_default()))
+    }
+
+    /// Loads into `state` (this rank's `owned` vertices) the checkpoint of the highest
+    /// iteration among the ranks' commit `records` that belongs to this run (same algorithm,
+    /// parameters and split of `vertices`); returns its iterations, `None` when there is none.
+    pub(crate) fn load(
+        &self,
+        records: &[Vec<u8>],
+        vertices: &[[u64; 2]],
+        rank: usize,
+        owned: Range<u64>,
+        state: &State,
+    ) -> Result<Option<usize>> {
         let mut best: Option<Commit> = None;
         for (q, text) in records.iter().enumerate() {
             if text.is_empty() {
@@ -361,13 +366,14 @@ impl Dist<'_> {
             }
             let commit: Commit =
                 serde_json::from_slice(text).map_err(|e| GridError::Checkpoint {
-                    path: rank_dir(c.dir.parent().unwrap_or(Path::new(".")), q).join("commit.json"),
+                    path: rank_dir(self.dir.parent().unwrap_or(Path::new(".")), q)
+                        .join("commit.json"),
                     msg: format!("rank {q}'s commit record does not parse: {e}"),
                 })?;
             // Another run's record (another algorithm, parameters or split) is not this one's.
             let ours = commit.format == FORMAT
-                && commit.algorithm == c.algorithm
-                && commit.params == c.params
+                && commit.algorithm == self.algorithm
+                && commit.params == self.params
                 && commit.vertices == vertices
                 && commit.parts.len() == vertices.len();
             if ours
@@ -381,8 +387,8 @@ impl Dist<'_> {
         let Some(commit) = best else {
             return Ok(None);
         };
-        let path = c.part_path(commit.iterations);
-        let part = &commit.parts[self.rank()];
+        let path = self.part_path(commit.iterations);
+        let part = &commit.parts[rank];
         let file = std::fs::File::open(&path).map_err(|e| GridError::Checkpoint {
             path: path.clone(),
             msg: format!(
@@ -390,23 +396,19 @@ impl Dist<'_> {
                 commit.iterations
             ),
         })?;
-        read_part(self.owned(), state, part, &mut BufReader::new(file)).map_err(|msg| {
+        read_part(owned, state, part, &mut BufReader::new(file)).map_err(|msg| {
             GridError::Checkpoint {
                 path: path.clone(),
                 msg: format!("refusing to resume from a part that is not the committed one: {msg}"),
             }
         })?;
-        if !state.whole.is_empty() {
-            self.gather(state.whole)?;
-        }
-        if let Some(frontier) = state.frontier {
-            self.exchange(Some(frontier), &[], 0)?;
-        }
-        self.take_traffic();
-        let c = self.checkpoints.as_mut().expect("checked above");
-        c.figures.resumed_from = Some(commit.iterations);
-        c.last = Instant::now();
         Ok(Some(commit.iterations))
+    }
+
+    /// Records that the run resumed from the checkpoint after `iterations` iterations.
+    pub(crate) fn resumed(&mut self, iterations: usize) {
+        self.figures.resumed_from = Some(iterations);
+        self.last = Instant::now();
     }
 }
 

@@ -10,14 +10,15 @@
 
 use std::ops::Range;
 use std::path::Path;
+use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::checkpoint::{CheckpointFigures, Checkpoints};
+use crate::checkpoint::{CheckpointFigures, Checkpoints, State};
 use crate::error::{GridError, Result};
 use crate::grid::Grid;
 use crate::layout::{Order, GRID_MANIFEST};
-use crate::vertex::{Bitmap, F32Array, F64Array, U64Array};
+use crate::vertex::{Bitmap, Shared};
 
 /// How [`Collective::all_reduce`] combines the ranks' values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,37 +161,6 @@ pub fn balance_columns(edges: &[u64], ranks: usize) -> Vec<Range<u32>> {
     }
     out
 }
-
-/// Vertex arrays whose values travel in an exchange: `width` bytes a vertex.
-pub trait Shared: Sync {
-    fn width(&self) -> usize;
-    /// Appends vertex `v`'s value.
-    fn put(&self, v: usize, out: &mut Vec<u8>);
-    /// Sets vertex `v`'s value from `bytes` (`width` of them).
-    fn take(&self, v: usize, bytes: &[u8]);
-}
-
-macro_rules! shared_array {
-    ($array:ty, $value:ty) => {
-        impl Shared for $array {
-            fn width(&self) -> usize {
-                std::mem::size_of::<$value>()
-            }
-            fn put(&self, v: usize, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.get(v).to_le_bytes());
-            }
-            fn take(&self, v: usize, bytes: &[u8]) {
-                self.set(
-                    v,
-                    <$value>::from_le_bytes(bytes.try_into().expect("width bytes")),
-                );
-            }
-        }
-    };
-}
-shared_array!(F32Array, f32);
-shared_array!(F64Array, f64);
-shared_array!(U64Array, u64);
 
 /// The forms of a rank's part of an exchange (its first byte after the header).
 const SPARSE: u8 = 0;
@@ -376,6 +346,68 @@ impl<'a> Dist<'a> {
         Ok(())
     }
 
+    /// After `iterations` iterations: when checkpoints are on and (by the ranks' agreement) at
+    /// least their interval has passed since the last one, writes and commits a checkpoint of
+    /// `state` ([`crate::checkpoint`]). Every rank calls it at the same points. Its collectives
+    /// are not counted in the iterations' bytes.
+    pub fn checkpoint(&mut self, iterations: usize, state: &State) -> Result<()> {
+        let Some((every, last)) = self.checkpoints.as_ref().map(Checkpoints::timing) else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        if every > 0.0 {
+            // The ranks' clocks differ: the smallest wait decides for all of them.
+            let mut waited = [last.elapsed().as_secs_f64()];
+            self.all_reduce(&mut waited, Reduce::Min)?;
+            if waited[0] < every {
+                self.take_traffic();
+                return Ok(());
+            }
+        }
+        let owned = self.owned();
+        let c = self.checkpoints.as_ref().expect("checked above");
+        let mine = c.write_part(iterations, owned, state)?;
+        let records = self.all_gather(&mine)?;
+        let vertices = self.vertices.iter().map(|r| [r.start, r.end]).collect();
+        let rank = self.rank();
+        let c = self.checkpoints.as_mut().expect("checked above");
+        c.commit(iterations, rank, vertices, &records, started)?;
+        self.take_traffic();
+        Ok(())
+    }
+
+    /// On a restarted attempt, loads the last checkpoint every rank's part of which is
+    /// durable into `state` and returns the iterations it holds; `None` when the run starts
+    /// from the beginning (a first attempt, checkpoints off, or nothing committed). Every rank
+    /// calls it before its first iteration.
+    pub fn resume(&mut self, state: &State) -> Result<Option<usize>> {
+        let Some(c) = self.checkpoints.as_ref() else {
+            return Ok(None);
+        };
+        let Some(mine) = c.record_to_share()? else {
+            return Ok(None);
+        };
+        let records = self.all_gather(&mine)?;
+        let vertices: Vec<[u64; 2]> = self.vertices.iter().map(|r| [r.start, r.end]).collect();
+        let c = self.checkpoints.as_ref().expect("checked above");
+        let Some(iterations) = c.load(&records, &vertices, self.rank(), self.owned(), state)?
+        else {
+            return Ok(None);
+        };
+        if !state.whole.is_empty() {
+            self.gather(state.whole)?;
+        }
+        if let Some(frontier) = state.frontier {
+            self.exchange(Some(frontier), &[], 0)?;
+        }
+        self.take_traffic();
+        self.checkpoints
+            .as_mut()
+            .expect("checked above")
+            .resumed(iterations);
+        Ok(Some(iterations))
+    }
+
     /// Every rank's `mine`, gathered at the end of the run.
     pub fn summary(&mut self, mine: RankFigures) -> Result<DistSummary> {
         let text = serde_json::to_vec(&mine).expect("figures serialize");
@@ -538,6 +570,7 @@ mod tests {
     use crate::build::{build, BuildJob};
     use crate::config::RunOptions;
     use crate::fixtures::{far_server, grids, store};
+    use crate::vertex::U64Array;
     use strata_io::progress::NoProgress;
     use strata_store::config::check;
 

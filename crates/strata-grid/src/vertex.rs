@@ -392,6 +392,37 @@ impl Bitmap {
     }
 }
 
+/// Vertex arrays whose values travel in an exchange: `width` bytes a vertex.
+pub trait Shared: Sync {
+    fn width(&self) -> usize;
+    /// Appends vertex `v`'s value.
+    fn put(&self, v: usize, out: &mut Vec<u8>);
+    /// Sets vertex `v`'s value from `bytes` (`width` of them).
+    fn take(&self, v: usize, bytes: &[u8]);
+}
+
+macro_rules! shared_array {
+    ($array:ty, $value:ty) => {
+        impl Shared for $array {
+            fn width(&self) -> usize {
+                std::mem::size_of::<$value>()
+            }
+            fn put(&self, v: usize, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.get(v).to_le_bytes());
+            }
+            fn take(&self, v: usize, bytes: &[u8]) {
+                self.set(
+                    v,
+                    <$value>::from_le_bytes(bytes.try_into().expect("width bytes")),
+                );
+            }
+        }
+    };
+}
+shared_array!(F32Array, f32);
+shared_array!(F64Array, f64);
+shared_array!(U64Array, u64);
+
 #[cfg(test)]
 mod tests {
     use super::*;

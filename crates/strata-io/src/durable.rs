@@ -17,6 +17,8 @@
 //! cached value. The crash tests use it; nothing else should set it.
 
 use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -104,18 +106,44 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 }
 
 /// Replaces the file `path` with `bytes` so that a reader sees the old contents or the new ones,
-/// never a mix: the bytes go to a temporary file of this process beside it (processes sharing a
-/// directory may replace the same file at once), which is fsynced and renamed over `path`; then
-/// the directory is fsynced so the rename survives a crash. On failure the temporary file is
-/// removed and the OS error returned as it is (callers tell "not ours to write" from a fault).
+/// never a mix, and a crash leaves one or the other ([`replace_file_with`]).
 pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    replace_file_with(path, |f| f.write_all(bytes))
+}
+
+/// Replaces the file `path` with what `write` writes (through a buffer, so a large file can be
+/// streamed) so that a reader sees the old contents or the new ones, never a mix: the bytes go
+/// to a new temporary file beside it (a rename is atomic only within one file system), named
+/// for this process and call so that processes and threads sharing a directory may replace
+/// the same file at once; it is fsynced and renamed over `path`, and then the directory is
+/// fsynced so the rename survives a crash. On failure the temporary file is removed and the OS
+/// error returned as it is (callers tell "not ours to write" from a fault); a path that names
+/// no file is `InvalidInput`.
+pub fn replace_file_with(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} does not name a file", path.display()),
+        )
+    })?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = path.with_file_name(tmp_name);
     let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
+        // `create_new`: never write through a file someone else is using.
+        let f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut f = BufWriter::new(f);
+        write(&mut f)?;
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         std::fs::rename(&tmp, path)
     })();
     if written.is_err() {
@@ -126,7 +154,7 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    std::fs::File::open(dir).and_then(|d| d.sync_all())
+    File::open(dir).and_then(|d| d.sync_all())
 }
 
 /// Fsyncs every regular file directly inside `dir`, then `dir` itself.
@@ -236,6 +264,67 @@ mod tests {
         assert_eq!(armed("rank1:embed.x@2", None, None), None);
         assert_eq!(armed("rank1:embed.x@2", Some("1"), Some("1")), None);
         assert_eq!(armed("embed.committed", None, Some("2")), None);
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn replace_file_creates_and_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        replace_file(&path, b"first").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"first");
+        replace_file(&path, b"second, longer").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second, longer");
+        replace_file(&path, b"").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+        replace_file_with(&path, |f| {
+            (0..3).try_for_each(|i| f.write_all(format!("{i}").as_bytes()))
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"012");
+        // No temporary file is left behind.
+        assert_eq!(names(dir.path()), ["state.json"]);
+    }
+
+    #[test]
+    fn a_failed_replacement_keeps_the_old_contents_and_no_litter() {
+        let dir = tempfile::tempdir().unwrap();
+        // A rename cannot replace a non-empty directory: the last step fails.
+        let path = dir.path().join("taken");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("inside"), b"old").unwrap();
+        assert!(replace_file(&path, b"new").is_err());
+        assert_eq!(std::fs::read(path.join("inside")).unwrap(), b"old");
+        assert_eq!(names(dir.path()), ["taken"]);
+        // A writer's error is returned, and its partial file removed.
+        let file = dir.path().join("file");
+        replace_file(&file, b"kept").unwrap();
+        let e = replace_file_with(&file, |f| {
+            f.write_all(b"half")?;
+            Err(std::io::Error::other("the writer failed"))
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "the writer failed");
+        assert_eq!(std::fs::read(&file).unwrap(), b"kept");
+        assert_eq!(names(dir.path()), ["file", "taken"]);
+        // A missing directory fails at the first step.
+        let e = replace_file(&dir.path().join("no/such/file"), b"x").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn a_path_that_names_no_file_is_refused() {
+        let e = replace_file(Path::new("/"), b"x").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("does not name a file"), "{e}");
     }
 
     #[test]

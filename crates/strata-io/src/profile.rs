@@ -78,15 +78,15 @@ impl DeviceProfile {
             .map_or(1, |q| q.queue_depth)
     }
 
-    /// Writes the profile as JSON to `path` (creating its directory).
+    /// Writes the profile as JSON to `path` (creating its directory), replacing an earlier one
+    /// atomically.
     pub fn save(&self, path: &Path) -> Result<()> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| IoError::os("mkdir", parent, 0, e))?;
         }
         let text = serde_json::to_string_pretty(self).expect("a profile serialises");
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, text).map_err(|e| IoError::os("write", &tmp, 0, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| IoError::os("rename", path, 0, e))
+        crate::durable::replace_file(path, text.as_bytes())
+            .map_err(|e| IoError::os("write", path, 0, e))
     }
 
     /// Reads a profile written by [`DeviceProfile::save`].

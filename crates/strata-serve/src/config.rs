@@ -12,7 +12,7 @@ use crate::executor::ExecConfig;
 use crate::roots::DataRoots;
 use crate::schedule::ScheduleConfig;
 use crate::server::ServeConfig;
-use crate::service::Limits;
+use crate::shared::Limits;
 use crate::{Result, ServeError};
 use strata_graph::order::glist::ReorderParams;
 

@@ -20,10 +20,11 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use serde::{Deserialize, Serialize};
 use strata_graph::embedding_run::{EmbeddingBackend, EmbeddingError, EmbeddingRun, RunInfo};
 
-use crate::durable::{create_dir_all, sync_dir, write_atomic};
+use crate::durable::{create_dir_all, sync_dir};
 use crate::error::{Result, ServeError};
 use crate::memory::{Kind, Resident};
-use crate::registry::{check_name, list_dirs, remove_registered};
+use crate::registered::{check_name, list_dirs, remove_registered};
+use strata_io::durable::replace_file;
 
 /// How a run was registered (`embedding.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -214,10 +215,12 @@ impl Embeddings {
             backend
                 .snapshot(&source, &json.checkpoint, &partial.join("run"))
                 .map_err(embedding_error)?;
-            write_atomic(
-                &partial.join("embedding.json"),
+            let path = partial.join("embedding.json");
+            replace_file(
+                &path,
                 &serde_json::to_vec_pretty(&json).expect("serialises"),
-            )?;
+            )
+            .map_err(|e| ServeError::io(format!("write {}", path.display()), e))?;
             std::fs::rename(&partial, &placed)
                 .map_err(|e| ServeError::io(placed.display().to_string(), e))?;
             sync_dir(&self.dir)

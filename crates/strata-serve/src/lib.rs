@@ -17,6 +17,7 @@ pub mod memory;
 pub mod model;
 pub mod page_cache;
 pub mod proto;
+pub mod registered;
 pub mod registry;
 pub mod roots;
 pub mod schedule;
@@ -24,6 +25,7 @@ pub mod server;
 pub mod service;
 pub mod service_embed;
 pub mod store_plan;
+pub mod shared;
 pub mod wal;
 pub mod wire;
 

@@ -15,13 +15,15 @@ use std::sync::{Arc, OnceLock, RwLock};
 use serde::{Deserialize, Serialize};
 use strata_graph::embedding_run::EmbeddingBackend;
 
-use crate::durable::{create_dir_all, sync_dir, write_atomic};
+use crate::durable::{create_dir_all, sync_dir};
 use crate::embeddings::{Embeddings, ServedEmbedding};
 use crate::error::{Result, ServeError};
 use crate::graph::ServedGraph;
 use crate::memory::{self, Allowance, Kind, Resident};
 use crate::model::{Architecture, Model, Precision};
 use crate::page_cache::PageCache;
+use crate::registered::{check_name, list_dirs, remove_registered};
+use strata_io::durable::replace_file;
 use strata_graph::order::glist::ReorderParams;
 
 /// A registered model; `id` tells apart two registrations under one name (embedding caches
@@ -55,24 +57,6 @@ pub struct Registry {
 fn served_graph_bytes(g: &ServedGraph) -> u64 {
     let s = g.status();
     memory::graph_bytes(s.num_nodes, s.num_edges, s.num_classes > 0)
-}
-
-/// Names become directory names: keep them to a safe alphabet.
-pub fn check_name(name: &str, what: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(ServeError::InvalidArgument(format!(
-            "{what} name {name:?}: expected 1 to 128 characters of letters, digits, '.', '_' or '-', \
-             not starting with '.'"
-        )))
-    }
 }
 
 impl Registry {
@@ -298,11 +282,12 @@ impl Registry {
             precision,
         };
         let persist = (|| {
-            write_atomic(&partial.join("weights"), bytes)?;
-            write_atomic(
-                &partial.join("model.json"),
-                &serde_json::to_vec_pretty(&json).unwrap(),
-            )?;
+            let path = partial.join("weights");
+            replace_file(&path, bytes)
+                .map_err(|e| ServeError::io(format!("write {}", path.display()), e))?;
+            let path = partial.join("model.json");
+            replace_file(&path, &serde_json::to_vec_pretty(&json).unwrap())
+                .map_err(|e| ServeError::io(format!("write {}", path.display()), e))?;
             let dir = models.join(name);
             std::fs::rename(&partial, &dir)
                 .map_err(|e| ServeError::io(dir.display().to_string(), e))?;
@@ -339,35 +324,4 @@ impl Registry {
         self.models.write().unwrap().insert(name, Arc::clone(&m));
         m
     }
-}
-
-/// Subdirectories of `dir` (name, path), skipping hidden ones and removing leftovers of an
-/// interrupted registration (`.partial-*`) or removal (`.removed-*`).
-pub(crate) fn list_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let mut out = Vec::new();
-    let entries =
-        std::fs::read_dir(dir).map_err(|e| ServeError::io(dir.display().to_string(), e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| ServeError::io(dir.display().to_string(), e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let path = entry.path();
-        if name.starts_with(".partial-") || name.starts_with(".removed-") {
-            std::fs::remove_dir_all(&path)
-                .map_err(|e| ServeError::io(path.display().to_string(), e))?;
-        } else if !name.starts_with('.') && path.is_dir() {
-            out.push((name, path));
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// Renames `dir/name` out of the way (atomic: after a crash it is either registered or
-/// gone), then deletes it.
-pub(crate) fn remove_registered(dir: &Path, name: &str) -> Result<()> {
-    let from = dir.join(name);
-    let to = dir.join(format!(".removed-{name}"));
-    std::fs::rename(&from, &to).map_err(|e| ServeError::io(from.display().to_string(), e))?;
-    sync_dir(dir)?;
-    std::fs::remove_dir_all(&to).map_err(|e| ServeError::io(to.display().to_string(), e))
 }

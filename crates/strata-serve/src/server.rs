@@ -23,7 +23,8 @@ use crate::memory::{self, Kind};
 use crate::page_cache::PageCache;
 use crate::proto::graph_learning_server::GraphLearningServer;
 use crate::registry::Registry;
-use crate::service::{Core, Limits, Service};
+use crate::service::Service;
+use crate::shared::{Core, Limits};
 use strata_graph::order::glist::ReorderParams;
 
 /// How often the stop condition and the fold policy are checked.

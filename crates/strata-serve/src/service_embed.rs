@@ -10,11 +10,11 @@ use strata_graph::embedding_run::{EmbeddingRun, LinkQuery, Ranked};
 use strata_io::progress::Progress;
 use tonic::Request;
 
-use crate::embeddings::{embedding_error, ServedEmbedding};
+use crate::embeddings::embedding_error;
 use crate::error::{Result, ServeError};
 use crate::memory::{self, Reservation};
 use crate::proto;
-use crate::service::Core;
+use crate::shared::{embedding_info, Core};
 
 /// Bytes of one ranked answer on the wire besides its name: id and score varints, the known
 /// flag, tags and lengths.
@@ -64,26 +64,6 @@ impl Deadline {
                 strata_graph::embedding_run::EmbeddingError::Cancelled,
             ))
         }
-    }
-}
-
-/// A registered run's description.
-pub fn embedding_info(e: &ServedEmbedding) -> proto::EmbeddingInfo {
-    let i = &e.info;
-    proto::EmbeddingInfo {
-        name: e.name.clone(),
-        source_path: e.json.source.display().to_string(),
-        store_path: i.store.clone(),
-        checkpoint: e.json.checkpoint.clone(),
-        epoch: i.epoch,
-        model: i.model.clone(),
-        dim: i.dim as u32,
-        num_nodes: i.num_nodes,
-        num_relations: i.num_relations,
-        partitions: i.partitions,
-        resident_partitions: i.resident_partitions,
-        table_bytes: i.table_bytes,
-        resident_bytes: i.resident_bytes,
     }
 }
 

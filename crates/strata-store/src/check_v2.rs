@@ -10,7 +10,7 @@
 
 use strata_io::progress::Progress;
 
-use crate::check::{finite, Checked, Stream};
+use crate::checked::{finite, name_table, Checked, Stream};
 use crate::error::Result;
 use crate::ids::{Field, IdCheck, IndptrCheck};
 use crate::manifest::{BagInfo, Manifest};
@@ -345,5 +345,5 @@ fn bags(
         )],
     );
     checked.ids(store, &features, check, progress)?;
-    crate::check::name_table(store, checked, &format!("bag_names_t{t}"), progress)
+    name_table(store, checked, &format!("bag_names_t{t}"), progress)
 }

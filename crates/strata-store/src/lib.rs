@@ -7,7 +7,9 @@ compile_error!("Strata's file formats are little-endian and it reads them in pla
 pub mod array;
 pub mod budget;
 pub mod check;
+mod check_stamp;
 mod check_v2;
+pub mod checked;
 pub mod codec;
 pub mod config;
 pub mod convert;

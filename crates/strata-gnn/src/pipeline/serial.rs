@@ -5,10 +5,10 @@ use std::collections::VecDeque;
 
 use crate::error::Result;
 
+use super::batch::Batch;
 use super::stages::{
     sample_batch, submit_merged, Assembler, Front, FrontConfig, SampleSource, Sampled, Stages, Work,
 };
-use super::Batch;
 
 /// Samples on the caller's thread.
 struct InlineSource {

@@ -17,8 +17,8 @@ use crate::accumulator::{Accumulator, Merged};
 use crate::error::{GnnError, Result};
 use crate::tiers::{FeatureTiers, Lookup};
 
+use super::batch::{add_busy, batch_key, Batch, BatchStats, Counters, Items, LinkIndex, Plan};
 use super::pins::WindowPins;
-use super::{add_busy, batch_key, Batch, BatchStats, Counters, Items, LinkIndex, Plan};
 
 /// What every stage shares.
 #[derive(Clone)]

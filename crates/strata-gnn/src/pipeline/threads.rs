@@ -13,11 +13,11 @@ use crossbeam_channel::{bounded, select, unbounded, Receiver, Sender, TryRecvErr
 
 use crate::error::Result;
 
+use super::batch::{Batch, LoaderConfig};
 use super::stages::{
     sample_batch, submit_merged, Assembler, Front, FrontConfig, ReadDone, SampleSource, Sampled,
     Stages, Submitted, Work,
 };
-use super::{Batch, LoaderConfig};
 
 /// A sampling worker's answer: the batch, or the payload of a panic to re-raise.
 type SampleMsg = (usize, std::thread::Result<Result<Sampled>>);

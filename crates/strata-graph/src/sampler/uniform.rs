@@ -6,7 +6,7 @@ use std::hash::BuildHasherDefault;
 
 use strata_store::rng::Rng;
 
-use super::IdHasher;
+use super::ids::IdHasher;
 
 /// Up to this many picks, Floyd's membership test scans the picks so far; beyond, a hash set
 /// keeps it O(1) (a linear scan over a 1000-neighbour pick would be quadratic).

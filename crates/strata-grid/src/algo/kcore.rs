@@ -19,10 +19,10 @@ use super::{
     chunk_bases, full_pass, Algorithm, Ctx, Iteration, IterationValue, Output, Values, NONE,
 };
 use crate::checkpoint::State;
-use crate::dist::{Reduce, Shared};
+use crate::dist::Reduce;
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
-use crate::vertex::{Bitmap, U64Array};
+use crate::vertex::{Bitmap, Shared, U64Array};
 
 /// k-core decomposition (no parameters).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

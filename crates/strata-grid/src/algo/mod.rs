@@ -31,11 +31,11 @@ use serde::Serialize;
 use strata_io::progress::Progress;
 
 use crate::checkpoint::State;
-use crate::dist::{Dist, Reduce, Shared};
+use crate::dist::{Dist, Reduce};
 use crate::error::{GridError, Result};
 use crate::layout::GridManifest;
 use crate::stream::{PassStats, Streamer};
-use crate::vertex::{F32Array, F64Array, U64Array};
+use crate::vertex::{F32Array, F64Array, Shared, U64Array};
 
 pub use betweenness::Betweenness;
 pub use bfs::Bfs;

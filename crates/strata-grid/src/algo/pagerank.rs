@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use super::{Algorithm, Ctx, Iteration, IterationValue, Output, Values};
 use crate::checkpoint::State;
-use crate::dist::{Reduce, Shared};
+use crate::dist::Reduce;
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
-use crate::vertex::{Bitmap, F32Array};
+use crate::vertex::{Bitmap, F32Array, Shared};
 
 /// PageRank's parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

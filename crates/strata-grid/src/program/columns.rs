@@ -2,10 +2,9 @@
 //! and its accumulator, all in the run's vertex memory (the heap, or windows out of core).
 
 use crate::algo::Values;
-use crate::dist::Shared;
 use crate::error::Result;
 use crate::grid::Grid;
-use crate::vertex::{F32Array, F64Array, U64Array, VertexMemory};
+use crate::vertex::{F32Array, F64Array, Shared, U64Array, VertexMemory};
 
 use super::expr::Column;
 use super::spec::{AccType, Checked, DType, Fold};

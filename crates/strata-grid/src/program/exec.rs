@@ -13,10 +13,10 @@ use super::columns::{Array, Columns};
 use super::expr::{Column, Leaf, Node, Side};
 use super::spec::{Checked, Fold, FIRST_AGGREGATE, UNIFORM_ITERATION, UNIFORM_N};
 use crate::algo::{chunk_bases, Ctx, Iteration, Output};
-use crate::dist::{Reduce, Shared};
+use crate::dist::Reduce;
 use crate::error::{GridError, Result};
 use crate::stream::{EdgeKernel, Streamer};
-use crate::vertex::Bitmap;
+use crate::vertex::{Bitmap, Shared};
 
 /// A checked program compiled to vector code.
 pub(crate) struct Compiled {

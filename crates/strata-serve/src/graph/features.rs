@@ -9,7 +9,7 @@
 use strata_graph::feature_store::{check_output, check_update, read_at, read_on_complete};
 use strata_graph::{FeatureStore, GraphError, Pending};
 
-use super::overlay::{Layer, View};
+use super::layer::{Layer, View};
 use crate::page_cache::PagedRows;
 
 /// Feature rows of a served graph: `dim` f32 (`base.row_bytes()` bytes) per vertex id,

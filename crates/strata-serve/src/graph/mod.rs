@@ -16,6 +16,7 @@
 //! at any point leaves CURRENT naming a complete version and a log holding everything after it.
 
 pub mod features;
+pub mod layer;
 pub mod mutation;
 pub mod overlay;
 pub mod register;
@@ -29,15 +30,17 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use strata_graph::feature_store::read_at;
 use strata_graph::FeatureStore;
+use strata_io::durable::replace_file;
 
 use crate::commit::{Commit, GroupLog, Staging};
-use crate::durable::{sync_dir, write_atomic};
+use crate::durable::sync_dir;
 use crate::error::{Result, ServeError};
 use crate::page_cache::PageCache;
 use crate::wal::Wal;
 use features::GraphFeatures;
+use layer::{Layer, View};
 use mutation::Mutation;
-use overlay::{Layer, Overlay, View};
+use overlay::Overlay;
 use strata_graph::order::glist::ReorderParams;
 use version::{write_version, Version, VersionMeta, VersionSource};
 
@@ -186,18 +189,16 @@ impl ServedGraph {
                 reorder_centers: reg.centers,
                 reorder_covered: reg.covered,
             };
-            write_atomic(
-                &partial.join(GRAPH_JSON),
-                &serde_json::to_vec_pretty(&meta).unwrap(),
-            )?;
+            let path = partial.join(GRAPH_JSON);
+            replace_file(&path, &serde_json::to_vec_pretty(&meta).unwrap())
+                .map_err(|e| ServeError::io(format!("write {}", path.display()), e))?;
             let current = Current {
                 version: 1,
                 checkpoint_lsn: 0,
             };
-            write_atomic(
-                &partial.join(CURRENT),
-                &serde_json::to_vec(&current).unwrap(),
-            )?;
+            let path = partial.join(CURRENT);
+            replace_file(&path, &serde_json::to_vec(&current).unwrap())
+                .map_err(|e| ServeError::io(format!("write {}", path.display()), e))?;
             std::fs::rename(&partial, &dir)
                 .map_err(|e| ServeError::io(dir.display().to_string(), e))?;
             sync_dir(graphs_dir)
@@ -510,10 +511,9 @@ impl ServedGraph {
             version: next,
             checkpoint_lsn: boundary,
         };
-        write_atomic(
-            &self.dir.join(CURRENT),
-            &serde_json::to_vec(&current).unwrap(),
-        )?;
+        let current_path = self.dir.join(CURRENT);
+        replace_file(&current_path, &serde_json::to_vec(&current).unwrap())
+            .map_err(|e| ServeError::io(format!("write {}", current_path.display()), e))?;
         {
             let mut st = self.state.write().unwrap();
             st.version = new_version;

@@ -18,7 +18,6 @@ use strata_store::manifest::{
 use strata_store::npy::DType;
 use strata_store::{Store, StoreBuilder};
 
-use super::overlay::BaseGraph;
 use crate::error::{Result, ServeError};
 use crate::page_cache::{PageCache, PagedFile, PagedRows};
 
@@ -167,6 +166,23 @@ pub fn write_version(out: &Path, src: &dyn VersionSource, meta: &VersionMeta<'_>
     };
     builder.commit(manifest)?;
     Ok(())
+}
+
+/// One store version's graph, in memory (the paper's GL-TL vertex table lives in DRAM too).
+#[derive(Debug)]
+pub struct BaseGraph {
+    /// In-neighbours: what a vertex aggregates from.
+    pub csc: Topology,
+    /// Out-neighbours: where a removal must also look.
+    pub csr: Topology,
+    /// Removed vertices of this version (their lists are already empty).
+    pub removed: Vec<bool>,
+}
+
+impl BaseGraph {
+    pub fn num_nodes(&self) -> u32 {
+        self.csc.num_nodes() as u32
+    }
 }
 
 /// One store version, opened for serving: topology in memory, features read through the

@@ -24,7 +24,8 @@ use std::path::Path;
 use half::{bf16, f16};
 use serde::Deserialize;
 
-use super::Architecture;
+use super::arch::Architecture;
+pub use super::tensor::Tensor;
 use crate::error::{Result, ServeError};
 use crate::memory::Allowance;
 
@@ -85,15 +86,6 @@ impl Format {
             )))
         }
     }
-}
-
-/// One tensor of a weights file, widened or narrowed to float32, row-major.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Tensor {
-    /// Dimensions, outermost first; empty for a scalar.
-    pub shape: Vec<usize>,
-    /// `shape.iter().product()` values.
-    pub data: Vec<f32>,
 }
 
 /// The contents of a weights file.

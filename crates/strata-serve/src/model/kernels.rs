@@ -1,102 +1,12 @@
-//! Native GNN inference over sampled blocks: the forward pass of `strata.gnn.models.GNN` in
-//! eval mode (ReLU between layers, no dropout), layer by layer, with the same formulas as the
-//! PyTorch reference so that an exported model gives the same outputs here.
+//! The kernels of native GNN inference (the forward pass is [`super::Model::forward`]), with
+//! the same formulas as the PyTorch reference so that an exported model gives the same
+//! outputs here.
 //!
 //! Dense products go through `matrixmultiply::sgemm` (fp32) or the int8 kernel of
 //! [`super::quant`]; each layer kind's aggregation (mean, max, sum, GCN normalisation), in
 //! its file under `layers/`, is a float32 loop over each destination's sampled sources.
 
-use strata_graph::Block;
-
 use super::layers::{Linear, Weight};
-use super::Model;
-use crate::error::{Result, ServeError};
-
-impl Model {
-    /// Runs the model on sampled `blocks` (input to output order: `blocks[0]` reads `x`, one
-    /// block per layer) and the input rows `x`, row-major `(blocks[0].num_src, in_dim)`.
-    /// Returns row-major `(blocks.last().num_dst, out_dim)` float32 outputs, one row per seed.
-    /// Malformed blocks or a wrong-sized `x` are InvalidArgument, naming what was expected.
-    pub fn forward(&self, blocks: &[Block], x: &[f32]) -> Result<Vec<f32>> {
-        check_inputs(self, blocks, x)?;
-        let mut h: Option<Vec<f32>> = None;
-        for (i, (layer, block)) in self.layers.iter().zip(blocks).enumerate() {
-            let input = h.as_deref().unwrap_or(x);
-            let mut out = layer.forward(block, input);
-            if i + 1 < self.layers.len() {
-                out.iter_mut().for_each(|v| *v = v.max(0.0));
-            }
-            h = Some(out);
-        }
-        Ok(h.expect("a model has at least one layer"))
-    }
-}
-
-/// Checks the blocks' structure and chaining and `x`'s size against `model`.
-fn check_inputs(model: &Model, blocks: &[Block], x: &[f32]) -> Result<()> {
-    let arch = model.architecture();
-    let bad = |msg: String| Err(ServeError::InvalidArgument(msg));
-    if blocks.len() != arch.layers {
-        return bad(format!(
-            "blocks: the model has {} layers, so it needs {} blocks, got {}",
-            arch.layers,
-            arch.layers,
-            blocks.len()
-        ));
-    }
-    for (i, b) in blocks.iter().enumerate() {
-        if b.num_dst > b.num_src {
-            return bad(format!(
-                "blocks[{i}]: num_dst {} exceeds num_src {} (destinations are the first sources)",
-                b.num_dst, b.num_src
-            ));
-        }
-        if b.indptr.len() != b.num_dst + 1 {
-            return bad(format!(
-                "blocks[{i}]: indptr has {} offsets, expected num_dst + 1 = {}",
-                b.indptr.len(),
-                b.num_dst + 1
-            ));
-        }
-        if b.indptr[0] != 0 || b.indptr.windows(2).any(|w| w[0] > w[1]) {
-            return bad(format!(
-                "blocks[{i}]: indptr must start at 0 and never decrease"
-            ));
-        }
-        if b.indptr[b.num_dst] != b.indices.len() as u64 {
-            return bad(format!(
-                "blocks[{i}]: indptr ends at {} but there are {} indices",
-                b.indptr[b.num_dst],
-                b.indices.len()
-            ));
-        }
-        if let Some(&u) = b.indices.iter().find(|&&u| u as usize >= b.num_src) {
-            return bad(format!(
-                "blocks[{i}]: source index {u} is out of range (num_src {})",
-                b.num_src
-            ));
-        }
-        if i > 0 && b.num_src != blocks[i - 1].num_dst {
-            return bad(format!(
-                "blocks[{i}]: num_src {} must equal blocks[{}].num_dst {} (blocks chain from \
-                 the input layer to the seeds)",
-                b.num_src,
-                i - 1,
-                blocks[i - 1].num_dst
-            ));
-        }
-    }
-    let rows = blocks[0].num_src;
-    if x.len() != rows * arch.in_dim {
-        return bad(format!(
-            "x: expected blocks[0].num_src x in_dim = {rows} x {} = {} values, got {}",
-            arch.in_dim,
-            rows * arch.in_dim,
-            x.len()
-        ));
-    }
-    Ok(())
-}
 
 /// Row `i` of the row-major matrix `x` of width `d`.
 #[inline]
@@ -163,9 +73,10 @@ impl Linear {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::error::ServeError;
     use crate::model::file::tests::safetensors;
-    use crate::model::Precision;
+    use crate::model::{Model, Precision};
+    use strata_graph::Block;
 
     /// A model of `kind` (one layer unless `arch` says otherwise) from named tensors.
     fn model(arch: &str, tensors: &[(&str, &[usize], &[f32])], precision: Precision) -> Model {
@@ -398,7 +309,7 @@ mod tests {
             let arch_value: crate::model::Architecture = serde_json::from_str(&arch).unwrap();
             // Every tensor the architecture needs, with random values.
             let names: Vec<(String, Vec<usize>)> = (0..2)
-                .flat_map(|i| crate::model::layers::layer_tensors(&arch_value, i))
+                .flat_map(|i| crate::model::assemble::layer_tensors(&arch_value, i))
                 .collect();
             let values: Vec<Vec<f32>> = names
                 .iter()

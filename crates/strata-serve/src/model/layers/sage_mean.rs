@@ -6,9 +6,9 @@
 use strata_graph::Block;
 use strata_store::registry::Named;
 
-use super::super::file::Tensor;
 use super::super::kernels::{add_row, row};
-use super::super::Precision;
+use super::super::precision::Precision;
+use super::super::tensor::Tensor;
 use super::{Layer, LayerKind, Linear};
 
 /// GraphSAGE, mean aggregator.
