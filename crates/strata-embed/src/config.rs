@@ -8,12 +8,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
-use crate::export::ExportFormat;
 use crate::model::{
     Comparator, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
 };
 use crate::ordering::OrderingKind;
-use crate::run_dir::Which;
+use crate::run::export::ExportFormat;
+use crate::run::run_dir::Which;
 
 /// Most edges per chunk and negatives per side: a worker's update tag holds the row in 29 bits.
 pub const MAX_ROWS: usize = 1 << 29;

@@ -4,15 +4,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use strata_embed::bf16;
+use strata_embed::compute::bf16;
 use strata_embed::config::{OptimizerKind, TableDtype, TrainConfig};
-use strata_embed::incremental::{node_map, relation_map, remap_relations, remap_table, TableSide};
-use strata_embed::job::train;
 use strata_embed::model::ScoreModel;
-use strata_embed::partitioning::Partitioning;
-use strata_embed::relations::Relations;
-use strata_embed::run_dir::Run;
-use strata_embed::table::{TableFile, TableLayout};
+use strata_embed::run::incremental::{
+    node_map, relation_map, remap_relations, remap_table, TableSide,
+};
+use strata_embed::run::run_dir::Run;
+use strata_embed::storage::partitioning::Partitioning;
+use strata_embed::storage::relations::Relations;
+use strata_embed::storage::table::{TableFile, TableLayout};
+use strata_embed::train::job::train;
 use strata_io::{AlignedBuf, Engine};
 use strata_store::convert::{convert_text, TextJob};
 use strata_store::rng::Rng;

@@ -5,12 +5,12 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use strata_embed::bernoulli::count_sides;
 use strata_embed::config::{Corrupt, TrainConfig};
-use strata_embed::entity_types::EntityType;
-use strata_embed::job::train;
-use strata_embed::partitioning::{buckets, Partitioning};
-use strata_embed::run_dir::{Run, Which};
+use strata_embed::run::run_dir::{Run, Which};
+use strata_embed::storage::entity_types::EntityType;
+use strata_embed::storage::partitioning::{buckets, Partitioning};
+use strata_embed::train::bernoulli::count_sides;
+use strata_embed::train::job::train;
 use strata_io::Engine;
 use strata_store::array::read_all_bytes;
 use strata_store::convert::{convert_text, TextJob};

@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 
 use strata_embed::config::{Protocol, TableDtype, TrainConfig};
 use strata_embed::eval::{make_queries, read_triples};
-use strata_embed::export::{export, ExportFormat};
-use strata_embed::job::train;
 use strata_embed::model::{score_candidates, Scratch};
 use strata_embed::ordering::OrderingKind;
-use strata_embed::query::Loaded;
-use strata_embed::run_dir::Which;
+use strata_embed::run::export::{export, ExportFormat};
+use strata_embed::run::run_dir::Which;
+use strata_embed::serve::query::Loaded;
+use strata_embed::train::job::train;
 use strata_store::convert::{convert_text, TextJob};
 use strata_store::{NoProgress, Store};
 
@@ -71,7 +71,7 @@ fn config(partitions: u32, buffer: usize, ordering: OrderingKind) -> TrainConfig
 }
 
 fn table_bytes(run: &Path, which: Which) -> Vec<u8> {
-    let r = strata_embed::run_dir::Run::open(run).unwrap();
+    let r = strata_embed::run::run_dir::Run::open(run).unwrap();
     std::fs::read(r.table_path(&r.checkpoint(which).table)).unwrap()
 }
 

@@ -7,9 +7,9 @@ use serde_json::Value;
 use strata_embed::config::{
     EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
 };
-use strata_embed::neighbors::NeighborsOptions;
-use strata_embed::pbg::ImportPbgOptions;
-use strata_embed::score::ScoreOptions;
+use strata_embed::run::pbg::ImportPbgOptions;
+use strata_embed::serve::neighbors::NeighborsOptions;
+use strata_embed::serve::score::ScoreOptions;
 use strata_farmem::config::ServeOptions as FarmemServeOptions;
 use strata_gnn::data::DataConfig;
 use strata_grid::config::{BuildOptions, RunOptions};

@@ -11,16 +11,16 @@ use std::sync::Arc;
 use strata_embed::config::{
     EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
 };
-use strata_embed::dist::{Cluster, Grant, PartitionSource};
 use strata_embed::error::EmbedError;
-use strata_embed::export::{export_with, ExportFormat, RowSink};
-use strata_embed::gather::gather;
-use strata_embed::job::train_group;
-use strata_embed::neighbors::{neighbors, resolve_queries, Metric, NeighborsOptions};
-use strata_embed::query::Loaded;
-use strata_embed::run_dir::Run;
-use strata_embed::score::{score_file, score_named, ScoreOptions};
-use strata_embed::table::{TableFile, TableLayout};
+use strata_embed::run::export::{export_with, ExportFormat, RowSink};
+use strata_embed::run::gather::gather;
+use strata_embed::run::run_dir::Run;
+use strata_embed::serve::neighbors::{neighbors, resolve_queries, Metric, NeighborsOptions};
+use strata_embed::serve::query::Loaded;
+use strata_embed::serve::score::{score_file, score_named, ScoreOptions};
+use strata_embed::storage::table::{TableFile, TableLayout};
+use strata_embed::train::dist::{Cluster, Grant, PartitionSource};
+use strata_embed::train::job::train_group;
 use strata_io::{AlignedBuf, Engine};
 
 use crate::callback::CallbackError;
@@ -552,7 +552,7 @@ fn embed_score_triples(
 
 /// Gathers an owner-mode run (`dirs`: every rank's directory, `RUN/rank-R`) into one run at
 /// `out` with `options` (the `[embed.gather]` section's, checked as it; see
-/// `strata_embed::gather`). Returns the gathered run's record.
+/// `strata_embed::run::gather`). Returns the gathered run's record.
 #[pyfunction]
 #[pyo3(signature = (out, dirs, options, progress=None))]
 fn embed_gather(
@@ -578,7 +578,7 @@ fn embed_run_info(py: Python<'_>, run_dir: PathBuf) -> PyResult<Py<PyAny>> {
 }
 
 /// The metric `--metric model` stands for with `run_dir`'s score function
-/// (`strata_embed::neighbors::Metric::natural`): "cos", "dot" or "l2".
+/// (`strata_embed::serve::neighbors::Metric::natural`): "cos", "dot" or "l2".
 #[pyfunction]
 fn embed_natural_metric(py: Python<'_>, run_dir: PathBuf) -> PyResult<&'static str> {
     let meta = py

@@ -1,5 +1,5 @@
 //! PyTorch-BigGraph checkpoints from Python: the HDF5 files go through a Python object
-//! (`strata.embed.hdf5.Hdf5`, h5py), everything else is `strata_embed::pbg`.
+//! (`strata.embed.hdf5.Hdf5`, h5py), everything else is `strata_embed::run::pbg`.
 
 use std::path::{Path, PathBuf};
 
@@ -7,8 +7,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use strata_embed::config::ExportOptions;
 use strata_embed::error::EmbedError;
-use strata_embed::pbg::{self, Dataset, Hdf5, ImportPbgOptions};
-use strata_embed::query::Loaded;
+use strata_embed::run::pbg::{self, Dataset, Hdf5, ImportPbgOptions};
+use strata_embed::serve::query::Loaded;
 
 use crate::callback::CallbackError;
 use crate::config::section;

@@ -3,7 +3,7 @@
 //! loss weights of the forward pass.
 
 use super::{apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreModel, Scratch};
-use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// A bilinear score function: its [`Combine`] is `φ(s, r)`, linear in `s` and in `r`.
 pub(super) trait Bilinear: Combine {

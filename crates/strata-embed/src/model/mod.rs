@@ -62,7 +62,7 @@ use serde::{Deserialize, Serialize};
 
 use strata_store::rng::Rng;
 
-use crate::kernels::{self, exp_sum};
+use crate::compute::kernels::{self, exp_sum};
 
 pub use pbg::{Comparator, Operator, PbgForm};
 pub use regularizer::{regularize, Regularizer, RegularizerKind};

@@ -28,7 +28,7 @@ use super::transe::TransE;
 use super::{
     apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreFunction, ScoreModel, Scratch,
 };
-use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// Below this length a row is not scaled up to unit length by `cos` (PBG clamps the norm too).
 const MIN_NORM: f32 = 1e-12;

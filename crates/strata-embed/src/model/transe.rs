@@ -8,7 +8,7 @@ use super::pairwise::{self, Pairwise};
 use super::{
     apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreFunction, ScoreModel, Scratch,
 };
-use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// `−‖s + r − t‖`.
 pub struct TransE;
