@@ -9,5 +9,6 @@ pub mod ordering;
 pub mod plan;
 pub mod run;
 pub mod serve;
+pub mod sizes;
 pub mod storage;
 pub mod train;

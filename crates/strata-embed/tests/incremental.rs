@@ -11,9 +11,10 @@ use strata_embed::run::incremental::{
     node_map, relation_map, remap_relations, remap_table, TableSide,
 };
 use strata_embed::run::run_dir::Run;
+use strata_embed::storage::layout::TableLayout;
 use strata_embed::storage::partitioning::Partitioning;
 use strata_embed::storage::relations::Relations;
-use strata_embed::storage::table::{TableFile, TableLayout};
+use strata_embed::storage::table::TableFile;
 use strata_embed::train::job::train;
 use strata_io::{AlignedBuf, Engine};
 use strata_store::convert::{convert_text, TextJob};

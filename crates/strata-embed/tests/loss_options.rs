@@ -5,8 +5,9 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use strata_embed::config::Which;
 use strata_embed::config::{Corrupt, TrainConfig};
-use strata_embed::run::run_dir::{Run, Which};
+use strata_embed::run::run_dir::Run;
 use strata_embed::storage::entity_types::EntityType;
 use strata_embed::storage::partitioning::{buckets, Partitioning};
 use strata_embed::train::bernoulli::count_sides;

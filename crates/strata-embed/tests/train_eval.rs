@@ -2,12 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
+use strata_embed::config::ExportFormat;
+use strata_embed::config::Which;
 use strata_embed::config::{Protocol, TableDtype, TrainConfig};
 use strata_embed::eval::{make_queries, read_triples};
 use strata_embed::model::{score_candidates, Scratch};
 use strata_embed::ordering::OrderingKind;
-use strata_embed::run::export::{export, ExportFormat};
-use strata_embed::run::run_dir::Which;
+use strata_embed::run::export::export;
 use strata_embed::serve::query::Loaded;
 use strata_embed::train::job::train;
 use strata_store::convert::{convert_text, TextJob};

@@ -8,17 +8,19 @@ use strata_embed::ordering::schedule;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use strata_embed::config::ExportFormat;
 use strata_embed::config::{
     EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
 };
 use strata_embed::error::EmbedError;
-use strata_embed::run::export::{export_with, ExportFormat, RowSink};
+use strata_embed::run::export::{export_with, RowSink};
 use strata_embed::run::gather::gather;
 use strata_embed::run::run_dir::Run;
 use strata_embed::serve::neighbors::{neighbors, resolve_queries, Metric, NeighborsOptions};
 use strata_embed::serve::query::Loaded;
 use strata_embed::serve::score::{score_file, score_named, ScoreOptions};
-use strata_embed::storage::table::{TableFile, TableLayout};
+use strata_embed::storage::layout::TableLayout;
+use strata_embed::storage::table::TableFile;
 use strata_embed::train::dist::{Cluster, Grant, PartitionSource};
 use strata_embed::train::job::train_group;
 use strata_io::{AlignedBuf, Engine};

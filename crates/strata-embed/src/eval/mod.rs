@@ -31,15 +31,11 @@ use strata_store::Store;
 use crate::config::{Corrupt, Protocol};
 use crate::error::{EmbedError, Result};
 use crate::model::{score_candidates, ScoreModel, Scratch};
+use crate::sizes::{QUERY_BATCH, TILE};
 use crate::storage::buffer::{Load, PartitionBuffer};
 use crate::storage::entity_types::TypedLayout;
 use crate::storage::partitioning::{Locator, Partitioning};
 use crate::storage::relations::Relations;
-
-/// Queries scored together against a candidate tile.
-pub(crate) const QUERY_BATCH: usize = 512;
-/// Candidates per tile of the filtered scan.
-pub(crate) const TILE: usize = 4096;
 
 /// How to evaluate.
 #[derive(Debug, Clone)]

@@ -9,10 +9,10 @@ use strata_store::units::fmt_bytes;
 
 use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
-use crate::eval;
 use crate::model::ScoreModel;
+use crate::sizes::{part_bytes, QUERY_BATCH, TILE};
 use crate::storage::bank::Banks;
-use crate::storage::table::region_bytes;
+use crate::storage::entity_types::NodeShape;
 
 /// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
 /// rings and bounce buffers.
@@ -39,61 +39,6 @@ pub struct RankNeeds {
     pub group_anon_bytes: Option<u64>,
     /// Whether the rank wants [`PREFETCH_SLOTS`] slots for its lookahead (`dist_prefetch`).
     pub prefetch: bool,
-}
-
-/// What the node table holds, for planning: the rows a partition count gives and what stays
-/// in memory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NodeShape {
-    /// Node counts of the partitioned entity types (an untyped run: one, every node).
-    pub partitioned: Vec<u64>,
-    /// The partition count the entity types fix (`entity_partitions`), if any.
-    pub partitions: Option<u32>,
-    /// A typed run's pinned region: the rows it stores (unpartitioned types' entities and
-    /// featurized types' features), the featurized entities read through its entity view,
-    /// and the bytes of their feature bags.
-    pub pinned_rows: u64,
-    pub featurized_entities: u64,
-    pub bag_bytes: u64,
-}
-
-impl NodeShape {
-    /// One table of `num_nodes` nodes.
-    pub fn untyped(num_nodes: u64) -> NodeShape {
-        NodeShape {
-            partitioned: vec![num_nodes],
-            partitions: None,
-            pinned_rows: 0,
-            featurized_entities: 0,
-            bag_bytes: 0,
-        }
-    }
-
-    /// Rows of a partition region with `n` partitions.
-    pub fn rows(&self, n: u64) -> u64 {
-        self.partitioned.iter().map(|c| c.div_ceil(n)).sum()
-    }
-
-    /// The largest partitioned type: the most partitions that leave none of them all empty.
-    fn largest(&self) -> u64 {
-        self.partitioned.iter().copied().max().unwrap_or(0)
-    }
-
-    /// Bank segments per partition (one per partitioned type).
-    fn segments(&self) -> usize {
-        self.partitioned.len().max(1)
-    }
-
-    /// Bytes of the pinned region in memory: its rows (embeddings and optimizer state), the
-    /// entity view of its featurized entities and their bags.
-    pub fn pinned_bytes(&self, dim: usize, optimizer: OptimizerKind, dtype: TableDtype) -> u64 {
-        if self.pinned_rows == 0 {
-            return 0;
-        }
-        part_bytes(self.pinned_rows, dim, optimizer, dtype)
-            + self.featurized_entities * dim as u64 * 4
-            + self.bag_bytes
-    }
 }
 
 /// How the budget is spent.
@@ -256,15 +201,6 @@ impl Planned for EmbedPlan {
     }
 }
 
-/// Bytes of one partition of `rows` nodes stored in `dtype`.
-pub fn part_bytes(rows: u64, dim: usize, optimizer: OptimizerKind, dtype: TableDtype) -> u64 {
-    let state = match optimizer {
-        OptimizerKind::Adagrad => dim,
-        OptimizerKind::AdagradRow => 1,
-    };
-    region_bytes(rows, dim, state, dtype)
-}
-
 /// Bytes of the relation rows and their optimizer state of `num_relations` relation types
 /// (doubled with reciprocal relations), as [`crate::storage::relations::Relations`] holds them.
 pub fn relation_bytes(cfg: &TrainConfig, model: &ScoreModel, num_relations: u64) -> u64 {
@@ -418,7 +354,7 @@ pub fn plan_fitting(
 pub fn widened_tile_bytes(dtype: TableDtype, dim: usize) -> u64 {
     match dtype {
         TableDtype::F32 => 0,
-        TableDtype::Bf16 => (eval::TILE * dim * 4) as u64,
+        TableDtype::Bf16 => (TILE * dim * 4) as u64,
     }
 }
 
@@ -483,12 +419,11 @@ pub fn plan(
     let tiles = threads as u64
         * (widened_tile_bytes(cfg.table_dtype, model.dim)
             + 4 * match cfg.eval_protocol {
-                Protocol::Filtered => (eval::QUERY_BATCH * eval::TILE) as u64,
+                Protocol::Filtered => (QUERY_BATCH * TILE) as u64,
                 Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
             });
-    let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * eval::QUERY_BATCH as u64);
-    let eval_round =
-        ((eval_share - tiles) / per_query).clamp(eval::QUERY_BATCH as u64, 1 << 20) as usize;
+    let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * QUERY_BATCH as u64);
+    let eval_round = ((eval_share - tiles) / per_query).clamp(QUERY_BATCH as u64, 1 << 20) as usize;
     let eval_bytes = tiles + per_query * eval_round as u64;
     let fixed = RUNTIME_BYTES
         + group_bytes

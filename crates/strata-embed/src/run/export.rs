@@ -10,43 +10,16 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use strata_io::progress::{Meter, Progress};
 use strata_store::array::{NpyWriter, IO_CHUNK};
 use strata_store::strtab::NameTable;
 use strata_store::DType;
 
+use crate::config::ExportFormat;
+use crate::error::io_err;
 use crate::error::{EmbedError, Result};
-use crate::run::run_dir::io_err;
 use crate::serve::query::{name_of, Loaded};
-
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum ExportFormat {
-    /// float32 arrays in id order plus name files.
-    Npy,
-    /// name<TAB>values lines.
-    Tsv,
-    /// id, name and embedding columns, written by a [`RowSink`] (the Python package's
-    /// Parquet writer: pyarrow, the parquet extra).
-    Parquet,
-    /// a PyTorch-BigGraph checkpoint directory (`crate::run::pbg::export`; HDF5 through h5py, the
-    /// hdf5 extra).
-    Pbg,
-}
-
-impl ExportFormat {
-    /// The file name ending of its files.
-    fn suffix(self) -> &'static str {
-        match self {
-            ExportFormat::Npy => "npy",
-            ExportFormat::Tsv => "tsv",
-            ExportFormat::Parquet => "parquet",
-            ExportFormat::Pbg => "h5",
-        }
-    }
-}
 
 /// A writer of rows in id order outside this crate, one file at a time.
 pub trait RowSink {

@@ -26,12 +26,14 @@ use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
 use crate::config::TrainConfig;
+use crate::config::Which;
 use crate::error::{EmbedError, Result};
-use crate::run::run_dir::{is_run, Run, RunMeta, Which};
+use crate::run::run_dir::{is_run, Run, RunMeta};
+use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::Partitioning;
 use crate::storage::relations::Relations;
 use crate::storage::shared::SharedRows;
-use crate::storage::table::{TableFile, TableLayout};
+use crate::storage::table::TableFile;
 
 /// Examples of missing names quoted in an error.
 const EXAMPLES: usize = 5;

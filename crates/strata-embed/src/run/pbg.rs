@@ -46,14 +46,16 @@ use strata_store::strtab::NameTable;
 use strata_store::Store;
 
 use crate::config::{OptimizerKind, TableDtype, TrainConfig};
+use crate::error::io_err;
 use crate::error::{EmbedError, Result};
 use crate::model::{Comparator, Operator, PbgForm, ScoreKind, ScoreModel};
 use crate::run::export::write_published;
-use crate::run::run_dir::{io_err, Run, RunMeta};
+use crate::run::run_dir::{Run, RunMeta};
 use crate::serve::query::{lookup, name_of, Loaded};
+use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::Partitioning;
 use crate::storage::relations::Relations;
-use crate::storage::table::{TableFile, TableLayout};
+use crate::storage::table::TableFile;
 
 /// The entity type of an export (PBG's examples name a single type `all`).
 pub const ENTITY: &str = "all";

@@ -19,15 +19,15 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use strata_store::{Store, StoreError};
+use strata_store::Store;
 
-use crate::config::TrainConfig;
-use crate::error::{EmbedError, Result};
+use crate::config::{TrainConfig, Which};
+use crate::error::{io_err, EmbedError, Result};
 use crate::eval::Metrics;
 use crate::model::ScoreModel;
+use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::Partitioning;
 use crate::storage::relations::Relations;
-use crate::storage::table::TableLayout;
 use crate::train::dist::{RankReport, TableCrc};
 use crate::train::epoch::{EpochReport, Interval};
 
@@ -166,36 +166,10 @@ impl RunMeta {
     }
 }
 
-/// Which checkpoint to use.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Default,
-    serde::Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Which {
-    /// The best by validation MRR.
-    #[default]
-    Best,
-    /// The last committed.
-    Last,
-}
-
 /// An opened run directory.
 pub struct Run {
     pub dir: PathBuf,
     pub meta: RunMeta,
-}
-
-/// An I/O error on `path` during `op`, as the run's errors report it.
-pub(crate) fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
-    EmbedError::Store(StoreError::Io(strata_io::IoError::os(op, path, 0, e)))
 }
 
 /// Whether `dir` holds a run.

@@ -4,7 +4,6 @@
 //! in one scan, the rest in further scans.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::path::PathBuf;
 
 use schemars::JsonSchema;
@@ -13,14 +12,14 @@ use strata_io::progress::{Meter, Progress};
 use strata_store::config::{ConfigError, Section, Size};
 
 use crate::compute::kernels::{dot, gemm_abt};
+use crate::config::Which;
 use crate::error::{EmbedError, Result};
 use crate::model::{Comparator, ScoreModel};
-use crate::run::run_dir::Which;
-use crate::serve::query::{candidate_rows, name_of, scan_groups, Loaded, OrdF32};
+use crate::serve::query::{
+    candidate_rows, name_of, scan_groups, single_rows, Best, Loaded, OrdF32,
+};
+use crate::sizes::TILE;
 use crate::storage::entity_types::TypedLayout;
-
-/// Candidate rows scored per matrix product.
-const TILE: usize = 4096;
 
 /// How two node embeddings are compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
@@ -235,27 +234,6 @@ pub fn neighbors(
     })
 }
 
-/// The embedding rows of `nodes` (`nodes.len() x dim`), each read on its own (from the buffer
-/// when its partition is resident): a few query rows should not load, and so evict, whole
-/// partitions that the scan then has to read again.
-pub(crate) fn single_rows(l: &Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
-    let d = l.model.dim;
-    let locator = l.run.meta.partitioning.locator();
-    let engine = l.buffer.engine().clone();
-    let mut rows = vec![0.0f32; nodes.len() * d];
-    for (&v, out) in nodes.iter().zip(rows.chunks_exact_mut(d)) {
-        let (p, local) = locator.locate(v);
-        if l.buffer.slot_of(p).is_some() {
-            let at = local as usize * d;
-            l.buffer.embeddings(p).copy(at, out);
-        } else {
-            l.table
-                .read_rows(&engine, &l.buffer.layout, p, local as u64, out)?;
-        }
-    }
-    Ok(rows)
-}
-
 /// The embedding rows of `nodes` (`nodes.len() x dim`), read partition by partition (each
 /// partition holding one of them is read once, whatever their number).
 pub(crate) fn query_rows(l: &mut Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
@@ -277,9 +255,6 @@ pub(crate) fn query_rows(l: &mut Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
     })?;
     Ok(rows)
 }
-
-/// A min-heap of the best `(key, node)` seen, higher key better, lower node on ties.
-pub(crate) type Best = BinaryHeap<Reverse<(OrdF32, Reverse<u64>)>>;
 
 /// `(score, node)` pairs, nearest first.
 type Ranked = Vec<(f32, u64)>;

@@ -2,6 +2,7 @@
 //! budget (partitions are scanned through the buffer when the table does not fit).
 
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::path::Path;
 
 use serde::Serialize;
@@ -10,13 +11,13 @@ use strata_io::Engine;
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
+use crate::config::Which;
 use crate::config::{Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::model::{score_candidates, ScoreModel, Scratch};
 use crate::plan::budget::{self, EmbedPlan};
-use crate::run::run_dir::{Run, Which};
-use crate::serve::neighbors::Best;
+use crate::run::run_dir::Run;
 use crate::storage::buffer::PartitionBuffer;
 use crate::storage::entity_types::{load_bags, node_shape, relation_types};
 use crate::storage::relations::Relations;
@@ -230,7 +231,7 @@ impl Loaded {
     ) -> Result<Vec<Vec<(f32, u64, bool)>>> {
         let known = known_answers(&self.store, queries, progress)?;
         let (d, rd) = (self.model.dim, self.model.rel_dim());
-        let tile = crate::eval::TILE;
+        let tile = crate::sizes::TILE;
         let per_query = ((d + rd + tile) * 4 + (k + 1) * 16) as u64;
         let per_scan = (self.spare_bytes() / per_query).max(1) as usize;
         let types = self.answer_types();
@@ -252,7 +253,7 @@ impl Loaded {
         for indices in &groups {
             let group: Vec<&Query> = indices.iter().map(|&i| &queries[i]).collect();
             let nodes: Vec<u64> = group.iter().map(|q| q.src).collect();
-            let src_rows = crate::serve::neighbors::single_rows(self, &nodes)?;
+            let src_rows = single_rows(self, &nodes)?;
             let mut rel_rows = vec![0.0f32; group.len() * rd];
             if rd > 0 {
                 for (q, row) in group.iter().zip(rel_rows.chunks_exact_mut(rd)) {
@@ -305,8 +306,8 @@ impl Loaded {
         self.buffer.visit(&all, &self.table, |p, emb| {
             let size = partitioning.size_of(p) as usize;
             let rows = candidate_rows(&partitioning, typed.as_ref().map(|(l, t)| (l, *t)), p);
-            for lo in rows.clone().step_by(crate::eval::TILE) {
-                let t = crate::eval::TILE.min(rows.end - lo);
+            for lo in rows.clone().step_by(crate::sizes::TILE) {
+                let t = crate::sizes::TILE.min(rows.end - lo);
                 out.resize(b * t, 0.0);
                 score_candidates(
                     &model,
@@ -371,6 +372,30 @@ pub struct Prediction {
     /// The edge is in one of the store's splits.
     pub known: bool,
 }
+
+/// The embedding rows of `nodes` (`nodes.len() x dim`), each read on its own (from the buffer
+/// when its partition is resident): a few query rows should not load, and so evict, whole
+/// partitions that the scan then has to read again.
+pub(crate) fn single_rows(l: &Loaded, nodes: &[u64]) -> Result<Vec<f32>> {
+    let d = l.model.dim;
+    let locator = l.run.meta.partitioning.locator();
+    let engine = l.buffer.engine().clone();
+    let mut rows = vec![0.0f32; nodes.len() * d];
+    for (&v, out) in nodes.iter().zip(rows.chunks_exact_mut(d)) {
+        let (p, local) = locator.locate(v);
+        if l.buffer.slot_of(p).is_some() {
+            let at = local as usize * d;
+            l.buffer.embeddings(p).copy(at, out);
+        } else {
+            l.table
+                .read_rows(&engine, &l.buffer.layout, p, local as u64, out)?;
+        }
+    }
+    Ok(rows)
+}
+
+/// A min-heap of the best `(key, node)` seen, higher key better, lower node on ties.
+pub(crate) type Best = BinaryHeap<Reverse<(OrdF32, Reverse<u64>)>>;
 
 /// A float ordered by `total_cmp` (scores are never NaN here).
 #[derive(Debug, Clone, Copy, PartialEq)]

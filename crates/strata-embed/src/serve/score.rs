@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::Progress;
 use strata_store::config::{ConfigError, Section, Size};
 
+use crate::config::Which;
 use crate::error::{EmbedError, Result};
 use crate::model::{score_candidates, Scratch};
-use crate::run::run_dir::Which;
 use crate::serve::neighbors::query_rows;
 use crate::serve::query::Loaded;
 

@@ -12,10 +12,12 @@ use strata_io::progress::Progress;
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
+use crate::config::Which;
+use crate::error::io_err;
 use crate::error::{EmbedError, Result};
 use crate::eval::Query;
 use crate::plan::budget::{self, EmbedPlan, ServedTable};
-use crate::run::run_dir::{io_err, Checkpoint, Run, Which};
+use crate::run::run_dir::{Checkpoint, Run};
 use crate::serve::neighbors::{neighbors, Metric};
 use crate::serve::query::{name_of, Loaded};
 use crate::serve::score::score_ids;

@@ -22,9 +22,10 @@ use strata_io::Engine;
 use strata_store::rng::{derive, Rng};
 
 use crate::error::Result;
+use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::Partitioning;
 use crate::storage::shared::SharedRows;
-use crate::storage::table::{Rows, TableFile, TableLayout};
+use crate::storage::table::{Rows, TableFile};
 
 /// One block of rows per partition (per partition and partitioned entity type in a typed
 /// run), with the gradient the rows received as negatives.

@@ -19,8 +19,9 @@ use strata_io::{AlignedBuf, Engine};
 
 use crate::error::Result;
 use crate::storage::entity_types::FeatureBags;
+use crate::storage::layout::TableLayout;
 use crate::storage::shared::SharedRows;
-use crate::storage::table::{Rows, TableFile, TableLayout};
+use crate::storage::table::{Rows, TableFile};
 
 /// How a partition that is not resident is brought into a slot: `load(buffer, slot, p)`
 /// leaves `slot` holding partition `p`.

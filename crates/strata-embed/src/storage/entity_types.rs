@@ -31,9 +31,64 @@ use strata_store::perm::Perm;
 use strata_store::rng::derive;
 use strata_store::Store;
 
-use crate::config::TrainConfig;
+use crate::config::{OptimizerKind, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
-use crate::plan::budget::NodeShape;
+use crate::sizes::part_bytes;
+
+/// What the node table holds, for planning: the rows a partition count gives and what stays
+/// in memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeShape {
+    /// Node counts of the partitioned entity types (an untyped run: one, every node).
+    pub partitioned: Vec<u64>,
+    /// The partition count the entity types fix (`entity_partitions`), if any.
+    pub partitions: Option<u32>,
+    /// A typed run's pinned region: the rows it stores (unpartitioned types' entities and
+    /// featurized types' features), the featurized entities read through its entity view,
+    /// and the bytes of their feature bags.
+    pub pinned_rows: u64,
+    pub featurized_entities: u64,
+    pub bag_bytes: u64,
+}
+
+impl NodeShape {
+    /// One table of `num_nodes` nodes.
+    pub fn untyped(num_nodes: u64) -> NodeShape {
+        NodeShape {
+            partitioned: vec![num_nodes],
+            partitions: None,
+            pinned_rows: 0,
+            featurized_entities: 0,
+            bag_bytes: 0,
+        }
+    }
+
+    /// Rows of a partition region with `n` partitions.
+    pub fn rows(&self, n: u64) -> u64 {
+        self.partitioned.iter().map(|c| c.div_ceil(n)).sum()
+    }
+
+    /// The largest partitioned type: the most partitions that leave none of them all empty.
+    pub(crate) fn largest(&self) -> u64 {
+        self.partitioned.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Bank segments per partition (one per partitioned type).
+    pub(crate) fn segments(&self) -> usize {
+        self.partitioned.len().max(1)
+    }
+
+    /// Bytes of the pinned region in memory: its rows (embeddings and optimizer state), the
+    /// entity view of its featurized entities and their bags.
+    pub fn pinned_bytes(&self, dim: usize, optimizer: OptimizerKind, dtype: TableDtype) -> u64 {
+        if self.pinned_rows == 0 {
+            return 0;
+        }
+        part_bytes(self.pinned_rows, dim, optimizer, dtype)
+            + self.featurized_entities * dim as u64 * 4
+            + self.bag_bytes
+    }
+}
 
 /// One node type of a typed run, as PyTorch-BigGraph's entity schema.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

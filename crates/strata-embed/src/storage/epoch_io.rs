@@ -13,8 +13,9 @@ use strata_store::ids::{Field, IdCheck};
 use strata_store::DType;
 
 use crate::error::{EmbedError, Result};
+use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::Buckets;
-use crate::storage::table::{TableFile, TableLayout};
+use crate::storage::table::TableFile;
 
 /// One swap: write `evict` (if any) from `buf` to `to`, then read `load` into it from `from`.
 pub struct Swap {

@@ -4,6 +4,7 @@ pub mod bank;
 pub mod buffer;
 pub mod entity_types;
 pub mod epoch_io;
+pub mod layout;
 pub mod partitioning;
 pub mod relations;
 pub mod shared;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU16, AtomicU32, Ordering::Relaxed};
 
 use crate::compute::bf16;
 use crate::config::TableDtype;
-use crate::storage::table::TableLayout;
+use crate::storage::layout::TableLayout;
 
 /// Adagrad's epsilon (the Legend repository's value).
 const EPS: f32 = 1e-9;

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, Result};
 use crate::ordering::Bucket;
-use crate::storage::table::{TableFile, TableLayout};
+use crate::storage::layout::TableLayout;
+use crate::storage::table::TableFile;
 use crate::train::epoch::EpochReport;
 
 /// The scheduler's answer to a rank asking for work.

@@ -38,8 +38,9 @@ use strata_io::{AlignedBuf, Engine};
 
 use crate::error::{EmbedError, Result};
 use crate::storage::epoch_io::{prefetch_edges, BucketEdges};
+use crate::storage::layout::TableLayout;
 use crate::storage::relations::Relations;
-use crate::storage::table::{TableFile, TableLayout};
+use crate::storage::table::TableFile;
 use crate::train::dist::{
     fault_point, owner_of, Cluster, Grant, Holding, PartitionSource, RankReport,
 };

@@ -12,18 +12,20 @@ use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
 use crate::compute::kernels::sgemm_reference_flops;
+use crate::config::Which;
 use crate::config::{Corrupt, DistStorage, OptimizerKind, Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::model::ScoreModel;
 use crate::plan::budget::{self, EmbedPlan, RankNeeds};
 use crate::run::incremental;
-use crate::run::run_dir::{is_run, sync_dir, Checkpoint, EpochRecord, Run, RunMeta, Which};
+use crate::run::run_dir::{is_run, sync_dir, Checkpoint, EpochRecord, Run, RunMeta};
 use crate::storage::buffer::PartitionBuffer;
 use crate::storage::entity_types::{load_bags, TypeSpec, TypedTraining};
+use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::{buckets, Partitioning};
 use crate::storage::relations::Relations;
-use crate::storage::table::{TableFile, TableLayout};
+use crate::storage::table::TableFile;
 use crate::train::bernoulli;
 use crate::train::dist::{
     check_holdings, describe_rank, fault_point, owner_of, Cluster, PartitionSource, RankReport,
@@ -521,7 +523,7 @@ fn setup(
         _ => None,
     };
     let shape = spec.as_ref().map_or_else(
-        || budget::NodeShape::untyped(graph.num_nodes),
+        || crate::storage::entity_types::NodeShape::untyped(graph.num_nodes),
         TypeSpec::shape,
     );
     let plan = budget::plan_fitting(&cfg, &model, &shape, graph.num_relations, rank)?;
