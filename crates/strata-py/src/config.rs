@@ -4,12 +4,10 @@
 use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
 use serde_json::Value;
-use strata_embed::config::{
-    EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
+use strata_embed::{
+    EvalOptions, ExportOptions, GatherOptions, ImportPbgOptions, NeighborsOptions, PlanOptions,
+    PredictOptions, ScoreOptions, TrainConfig,
 };
-use strata_embed::run::pbg::ImportPbgOptions;
-use strata_embed::serve::neighbors::NeighborsOptions;
-use strata_embed::serve::score::ScoreOptions;
 use strata_farmem::config::ServeOptions as FarmemServeOptions;
 use strata_gnn::data::DataConfig;
 use strata_grid::config::{BuildOptions, RunOptions};

@@ -24,22 +24,18 @@ enum Outcome {
 }
 
 fn embed(py: Python<'_>, store: &Path, config: Value) -> PyResult<Outcome> {
-    use strata_embed::config::TrainConfig;
-    use strata_embed::error::EmbedError;
-    use strata_embed::model::ScoreModel;
+    use strata_embed::{EmbedError, ScoreModel, TrainConfig};
     let cfg = check::<TrainConfig>(&config).map_err(|e| config_error(py, &e.to_string()))?;
     let store = Store::open(store).map_err(|e| e.to_py(py))?;
     let graph = store.manifest().graph.clone();
-    let shape =
-        strata_embed::storage::entity_types::node_shape(&store, &cfg).map_err(|e| e.to_py(py))?;
+    let shape = strata_embed::node_shape(&store, &cfg).map_err(|e| e.to_py(py))?;
     let model = ScoreModel {
         kind: cfg.model,
         dim: cfg.dim,
         transe_norm: cfg.transe_norm,
         pbg: cfg.pbg_form(),
     };
-    match strata_embed::plan::budget::plan_fitting(&cfg, &model, &shape, graph.num_relations, None)
-    {
+    match strata_embed::plan_fitting(&cfg, &model, &shape, graph.num_relations, None) {
         Ok(p) => Ok(Outcome::Plan(p.memory_plan())),
         Err(EmbedError::Budget(m)) => Ok(Outcome::Refused(m)),
         Err(e) => Err(e.to_py(py)),

@@ -58,13 +58,6 @@ pub fn widen(src: &[u16], dst: &mut [f32]) {
     }
 }
 
-/// Rounds `src` into `dst` (same length), to nearest.
-pub fn narrow(src: &[f32], dst: &mut [u16]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        *d = round(*s);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,8 +83,7 @@ mod tests {
         assert!(to_f32(round(f32::NAN)).is_nan());
         assert!(to_f32(round_stochastic(f32::NAN, 0xffff)).is_nan());
         assert_eq!(to_f32(round(f32::MAX)), f32::INFINITY);
-        let mut h = [0u16; 3];
-        narrow(&[1.0, -0.5, 1e-3], &mut h);
+        let h = [1.0f32, -0.5, 1e-3].map(round);
         let mut back = [0.0f32; 3];
         widen(&h, &mut back);
         assert_eq!(&back[..2], &[1.0, -0.5]);

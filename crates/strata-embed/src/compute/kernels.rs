@@ -133,14 +133,6 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-/// `y += alpha * x`.
-#[inline]
-pub fn axpy(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (yi, xi) in y.iter_mut().zip(x) {
-        *yi += alpha * xi;
-    }
-}
-
 /// A large matrix product timed on this machine, in FLOP/s: the reference that the training
 /// step's achieved rate is reported against.
 pub fn sgemm_reference_flops() -> f64 {

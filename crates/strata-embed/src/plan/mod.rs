@@ -1,3 +1,3 @@
 //! The memory plan: how a byte budget splits between the buffer, edge pieces, scratch and evaluation.
 
-pub mod budget;
+pub(crate) mod budget;

@@ -93,18 +93,8 @@ fn tsv_row(w: &mut impl Write, name: String, row: &[f32]) -> std::io::Result<()>
     w.write_all(b"\n")
 }
 
-/// Exports the loaded checkpoint to `out` in `format` (npy or tsv; see [`export_with`]).
-pub fn export(
-    l: &mut Loaded,
-    out: &Path,
-    format: ExportFormat,
-    overwrite: bool,
-    progress: &dyn Progress,
-) -> Result<ExportReport> {
-    export_with(l, out, format, overwrite, None, progress)
-}
-
-/// [`export`], with the rows of the parquet format written by `external`.
+/// Exports the loaded checkpoint to `out` in `format`, the rows of the parquet format written
+/// by `external` (npy and tsv need none).
 pub fn export_with(
     l: &mut Loaded,
     out: &Path,

@@ -248,10 +248,6 @@ impl Banks {
         self.segments(part).map(|(_, _, n)| n as u32).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len.iter().all(|&l| l == 0)
-    }
-
     /// Row `j` of `part`'s block.
     pub fn row(&self, part: u32, j: u32) -> &[f32] {
         let at = (part as usize * self.capacity + j as usize) * self.dim;

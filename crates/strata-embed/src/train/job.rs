@@ -96,6 +96,7 @@ struct Setup {
 /// creates or resumes the run before the others open it, every rank trains the buckets the
 /// scheduler hands it, and only rank 0 evaluates and commits; the others return the run as
 /// rank 0 committed it after the last epoch.
+#[cfg(test)]
 pub fn train(
     store_path: &Path,
     run_dir: &Path,

@@ -4,18 +4,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use strata_embed::compute::bf16;
-use strata_embed::config::{OptimizerKind, TableDtype, TrainConfig};
-use strata_embed::model::ScoreModel;
-use strata_embed::run::incremental::{
-    node_map, relation_map, remap_relations, remap_table, TableSide,
-};
-use strata_embed::run::run_dir::Run;
-use strata_embed::storage::layout::TableLayout;
-use strata_embed::storage::partitioning::Partitioning;
-use strata_embed::storage::relations::Relations;
-use strata_embed::storage::table::TableFile;
-use strata_embed::train::job::train;
+use crate::compute::bf16;
+use crate::config::{OptimizerKind, TableDtype, TrainConfig};
+use crate::model::ScoreModel;
+use crate::run::incremental::{node_map, relation_map, remap_relations, remap_table, TableSide};
+use crate::run::run_dir::Run;
+use crate::storage::layout::TableLayout;
+use crate::storage::partitioning::Partitioning;
+use crate::storage::relations::Relations;
+use crate::storage::table::TableFile;
+use crate::train::job::train;
 use strata_io::{AlignedBuf, Engine};
 use strata_store::convert::{convert_text, TextJob};
 use strata_store::rng::Rng;

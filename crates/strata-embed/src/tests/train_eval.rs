@@ -2,15 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
-use strata_embed::config::ExportFormat;
-use strata_embed::config::Which;
-use strata_embed::config::{Protocol, TableDtype, TrainConfig};
-use strata_embed::eval::{make_queries, read_triples};
-use strata_embed::model::{score_candidates, Scratch};
-use strata_embed::ordering::OrderingKind;
-use strata_embed::run::export::export;
-use strata_embed::serve::query::Loaded;
-use strata_embed::train::job::train;
+use crate::config::ExportFormat;
+use crate::config::Which;
+use crate::config::{Protocol, TableDtype, TrainConfig};
+use crate::eval::{make_queries, read_triples};
+use crate::model::{score_candidates, Scratch};
+use crate::ordering::OrderingKind;
+use crate::run::export::export_with;
+use crate::serve::query::Loaded;
+use crate::train::job::train;
 use strata_store::convert::{convert_text, TextJob};
 use strata_store::{NoProgress, Store};
 
@@ -72,7 +72,7 @@ fn config(partitions: u32, buffer: usize, ordering: OrderingKind) -> TrainConfig
 }
 
 fn table_bytes(run: &Path, which: Which) -> Vec<u8> {
-    let r = strata_embed::run::run_dir::Run::open(run).unwrap();
+    let r = crate::run::run_dir::Run::open(run).unwrap();
     std::fs::read(r.table_path(&r.checkpoint(which).table)).unwrap()
 }
 
@@ -214,7 +214,7 @@ fn ranks_match_brute_force(table_dtype: TableDtype) {
         .evaluate("test", Some(Protocol::Filtered), 0, &NoProgress)
         .unwrap();
     let out = dir.path().join("export");
-    export(&mut l, &out, ExportFormat::Npy, false, &NoProgress).unwrap();
+    export_with(&mut l, &out, ExportFormat::Npy, false, None, &NoProgress).unwrap();
     let (_, bytes) = strata_store::array::read_all_bytes(&out.join("embeddings.npy")).unwrap();
     let emb: Vec<f32> = bytes
         .chunks_exact(4)
