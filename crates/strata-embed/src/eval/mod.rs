@@ -30,7 +30,7 @@ use strata_store::Store;
 
 use crate::config::{Corrupt, Protocol};
 use crate::error::{EmbedError, Result};
-use crate::model::{score_candidates, ScoreModel, Scratch};
+use crate::model::{score_candidates, ScoreBatch, ScoreModel, Scratch};
 use crate::sizes::{QUERY_BATCH, TILE};
 use crate::storage::buffer::{Load, PartitionBuffer};
 use crate::storage::entity_types::TypedLayout;
@@ -436,11 +436,13 @@ impl Scorer<'_> {
         for i in 0..round.len() {
             score_candidates(
                 &self.model,
-                1,
-                1,
-                &src[i * d..(i + 1) * d],
-                &rel[i * rd..(i + 1) * rd],
-                &ans[i * d..(i + 1) * d],
+                &ScoreBatch {
+                    b: 1,
+                    n: 1,
+                    src: &src[i * d..(i + 1) * d],
+                    rel: &rel[i * rd..(i + 1) * rd],
+                    cands: &ans[i * d..(i + 1) * d],
+                },
                 &mut true_score[i..i + 1],
                 &mut scratch,
             );
@@ -528,11 +530,13 @@ impl Scorer<'_> {
                                 out.resize(qb * t, 0.0);
                                 score_candidates(
                                     &model,
-                                    qb,
-                                    t,
-                                    &rows.src[q0 * d..(q0 + qb) * d],
-                                    &rows.rel[q0 * rd..(q0 + qb) * rd],
-                                    emb.span(lo * d, t * d, &mut widened),
+                                    &ScoreBatch {
+                                        b: qb,
+                                        n: t,
+                                        src: &rows.src[q0 * d..(q0 + qb) * d],
+                                        rel: &rows.rel[q0 * rd..(q0 + qb) * rd],
+                                        cands: emb.span(lo * d, t * d, &mut widened),
+                                    },
                                     &mut out,
                                     &mut scratch,
                                 );
@@ -642,11 +646,13 @@ impl Scorer<'_> {
                         out.resize(qb * 2 * n, 0.0);
                         score_candidates(
                             &model,
-                            qb,
-                            2 * n,
-                            &rows.src[q0 * d..(q0 + qb) * d],
-                            &rows.rel[q0 * rd..(q0 + qb) * rd],
-                            &cands[c0 * d..(c0 + 2 * n) * d],
+                            &ScoreBatch {
+                                b: qb,
+                                n: 2 * n,
+                                src: &rows.src[q0 * d..(q0 + qb) * d],
+                                rel: &rows.rel[q0 * rd..(q0 + qb) * rd],
+                                cands: &cands[c0 * d..(c0 + 2 * n) * d],
+                            },
                             &mut out,
                             &mut scratch,
                         );

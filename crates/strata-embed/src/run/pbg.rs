@@ -93,36 +93,25 @@ pub trait Hdf5 {
 
 /// The PBG operator and comparator that score exactly as `model`, or why none does.
 pub fn form_of(model: &ScoreModel) -> Result<PbgForm> {
-    let form = |operator, comparator| PbgForm {
-        operator,
-        comparator,
-    };
-    match model.kind {
-        ScoreKind::Dot => Ok(form(Operator::None, Comparator::Dot)),
-        ScoreKind::DistMult => Ok(form(Operator::Diagonal, Comparator::Dot)),
-        ScoreKind::ComplEx => Ok(form(Operator::ComplexDiagonal, Comparator::Dot)),
-        ScoreKind::TransE if model.transe_norm == 2 => {
-            Ok(form(Operator::Translation, Comparator::L2))
-        }
-        ScoreKind::TransE => Err(EmbedError::Config(
-            "model transe with transe_norm = 1 has no PyTorch-BigGraph form: PBG's comparators are dot, cos, l2 and squared_l2 (no L1 distance)".into(),
-        )),
-        ScoreKind::RotatE => Err(EmbedError::Config(
-            "model rotate has no PyTorch-BigGraph form: RotatE sums the moduli of complex differences, which no PBG comparator computes".into(),
-        )),
-        ScoreKind::Pbg => Ok(model.pbg),
-    }
+    model.pbg_form().map_err(EmbedError::Config)
 }
 
-/// The Strata model that scores as PBG's `form`: the named model when it is exactly one,
-/// else `pbg` with that operator and comparator.
-fn kind_of(form: PbgForm) -> (ScoreKind, Option<PbgForm>) {
-    match (form.operator, form.comparator) {
-        (Operator::None, Comparator::Dot) => (ScoreKind::Dot, None),
-        (Operator::Diagonal, Comparator::Dot) => (ScoreKind::DistMult, None),
-        (Operator::ComplexDiagonal, Comparator::Dot) => (ScoreKind::ComplEx, None),
-        (Operator::Translation, Comparator::L2) => (ScoreKind::TransE, None),
-        _ => (ScoreKind::Pbg, Some(form)),
+/// The Strata model that scores as PBG's `form`: the registered model whose form it is (TransE
+/// in the L2 norm, the one PBG has), else `pbg` with that operator and comparator.
+fn kind_of(form: PbgForm, dim: usize) -> (ScoreKind, Option<PbgForm>) {
+    let named = ScoreKind::ALL.iter().copied().find(|&kind| {
+        let model = ScoreModel {
+            kind,
+            dim,
+            transe_norm: 2,
+            pbg: form,
+        };
+        // `pbg` itself takes every form: only a model of its own form names it.
+        kind != ScoreKind::Pbg && model.pbg_form() == Ok(form)
+    });
+    match named {
+        Some(kind) => (kind, None),
+        None => (ScoreKind::Pbg, Some(form)),
     }
 }
 
@@ -884,7 +873,7 @@ pub fn import(
         }
         out
     };
-    let (kind, pbg) = kind_of(c.form);
+    let (kind, pbg) = kind_of(c.form, d);
     let mut cfg = TrainConfig {
         model: kind,
         dim: d,
@@ -1079,14 +1068,14 @@ mod tests {
             ScoreKind::TransE,
         ] {
             let form = form_of(&model(kind, PbgForm::default())).unwrap();
-            assert_eq!(kind_of(form), (kind, None), "{kind:?}");
+            assert_eq!(kind_of(form, 4), (kind, None), "{kind:?}");
         }
         let rescal = PbgForm {
             operator: Operator::Linear,
             comparator: Comparator::Dot,
         };
         assert_eq!(form_of(&model(ScoreKind::Pbg, rescal)).unwrap(), rescal);
-        assert_eq!(kind_of(rescal), (ScoreKind::Pbg, Some(rescal)));
+        assert_eq!(kind_of(rescal, 4), (ScoreKind::Pbg, Some(rescal)));
         let e = form_of(&model(ScoreKind::RotatE, PbgForm::default())).unwrap_err();
         assert!(e
             .to_string()

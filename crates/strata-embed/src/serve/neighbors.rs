@@ -37,21 +37,15 @@ pub enum Metric {
 }
 
 impl Metric {
-    /// The comparator of `model`'s geometry: dot for the dot model (its score), L2 for the
-    /// translation and rotation models (TransE, RotatE score by distances), cosine for the
-    /// other bilinear models (DistMult, ComplEx: their scores weight coordinates by the
-    /// relation, so only directions compare across relations).
-    /// `pbg` compares by its own comparator (squared L2 ranks as L2).
+    /// The metric of `model`'s geometry: the comparator its score function names
+    /// ([`ScoreModel::natural_comparator`]: dot for dot, L2 for the distance models, cosine
+    /// for the bilinear models that weight coordinates by the relation, `pbg`'s own).
     pub fn natural(model: &ScoreModel) -> Metric {
-        match model.kind.name() {
-            "dot" => Metric::Dot,
-            "transe" | "rotate" => Metric::L2,
-            "pbg" => match model.pbg.comparator {
-                Comparator::Dot => Metric::Dot,
-                Comparator::Cos => Metric::Cos,
-                Comparator::L2 | Comparator::SquaredL2 => Metric::L2,
-            },
-            _ => Metric::Cos,
+        match model.natural_comparator() {
+            Comparator::Dot => Metric::Dot,
+            Comparator::Cos => Metric::Cos,
+            // Squared L2 ranks as L2.
+            Comparator::L2 | Comparator::SquaredL2 => Metric::L2,
         }
     }
 

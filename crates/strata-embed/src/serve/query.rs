@@ -15,7 +15,7 @@ use crate::config::Which;
 use crate::config::{Protocol, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
-use crate::model::{score_candidates, ScoreModel, Scratch};
+use crate::model::{score_candidates, ScoreBatch, ScoreModel, Scratch};
 use crate::plan::budget::{self, EmbedPlan};
 use crate::run::run_dir::Run;
 use crate::storage::buffer::PartitionBuffer;
@@ -311,11 +311,13 @@ impl Loaded {
                 out.resize(b * t, 0.0);
                 score_candidates(
                     &model,
-                    b,
-                    t,
-                    scan.src_rows,
-                    scan.rel_rows,
-                    emb.span(lo * d, t * d, &mut widened),
+                    &ScoreBatch {
+                        b,
+                        n: t,
+                        src: scan.src_rows,
+                        rel: scan.rel_rows,
+                        cands: emb.span(lo * d, t * d, &mut widened),
+                    },
                     &mut out,
                     &mut scratch,
                 );

@@ -13,7 +13,7 @@ use strata_store::config::{ConfigError, Section, Size};
 
 use crate::config::Which;
 use crate::error::{EmbedError, Result};
-use crate::model::{score_candidates, Scratch};
+use crate::model::{score_candidates, ScoreBatch, Scratch};
 use crate::serve::neighbors::query_rows;
 use crate::serve::query::Loaded;
 
@@ -116,11 +116,13 @@ pub fn score_ids(l: &mut Loaded, triples: &[(u64, u32, u64)]) -> Result<Vec<f32>
             }
             score_candidates(
                 &model,
-                1,
-                1,
-                row(h),
-                &rel_row,
-                row(t),
+                &ScoreBatch {
+                    b: 1,
+                    n: 1,
+                    src: row(h),
+                    rel: &rel_row,
+                    cands: row(t),
+                },
                 &mut out,
                 &mut scratch,
             );

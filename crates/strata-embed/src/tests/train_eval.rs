@@ -6,7 +6,7 @@ use crate::config::ExportFormat;
 use crate::config::Which;
 use crate::config::{Protocol, TableDtype, TrainConfig};
 use crate::eval::{make_queries, read_triples};
-use crate::model::{score_candidates, Scratch};
+use crate::model::{score_candidates, ScoreBatch, Scratch};
 use crate::ordering::OrderingKind;
 use crate::run::export::export_with;
 use crate::serve::query::Loaded;
@@ -242,7 +242,18 @@ fn ranks_match_brute_force(table_dtype: TableDtype) {
     for q in &queries {
         l.relations.query_row(&l.model, q.rel, q.head, &mut rel);
         let src = &emb[q.src as usize * d..(q.src as usize + 1) * d];
-        score_candidates(&l.model, 1, n, src, &rel, &emb, &mut scores, &mut scratch);
+        score_candidates(
+            &l.model,
+            &ScoreBatch {
+                b: 1,
+                n,
+                src,
+                rel: &rel,
+                cands: &emb,
+            },
+            &mut scores,
+            &mut scratch,
+        );
         let truth = scores[q.answer as usize];
         let (mut greater, mut equal) = (0usize, 0usize);
         for (c, &s) in scores.iter().enumerate() {
