@@ -10,8 +10,7 @@ use strata_io::progress::{Meter, Progress};
 use strata_io::{AlignedBuf, Engine};
 use strata_store::Store;
 
-use crate::error::io_err;
-use crate::error::{EmbedError, Result};
+use crate::error::{io_err, EmbedError, Result};
 use crate::run::run_dir::{is_run, sync_dir, train_bytes, Run, RunMeta};
 use crate::storage::table::TableFile;
 use crate::train::dist::owner_of;

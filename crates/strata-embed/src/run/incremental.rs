@@ -25,8 +25,7 @@ use strata_store::strtab::NameTable;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
-use crate::config::TrainConfig;
-use crate::config::Which;
+use crate::config::{TrainConfig, Which};
 use crate::error::{EmbedError, Result};
 use crate::run::run_dir::{is_run, Run, RunMeta};
 use crate::storage::layout::TableLayout;

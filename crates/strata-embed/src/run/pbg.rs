@@ -46,8 +46,7 @@ use strata_store::strtab::NameTable;
 use strata_store::Store;
 
 use crate::config::{OptimizerKind, TableDtype, TrainConfig};
-use crate::error::io_err;
-use crate::error::{EmbedError, Result};
+use crate::error::{io_err, EmbedError, Result};
 use crate::model::{Comparator, Operator, PbgForm, ScoreKind, ScoreModel};
 use crate::run::export::write_published;
 use crate::run::run_dir::{Run, RunMeta};
@@ -491,24 +490,84 @@ fn read_checkpoint(
     h5: &mut dyn Hdf5,
 ) -> Result<Checkpointed> {
     let dir = &o.checkpoint;
-    let read = |path: PathBuf| -> Result<String> {
-        std::fs::read_to_string(&path)
-            .map_err(|e| EmbedError::Config(format!("{}: cannot read it: {e}", path.display())))
+    let (config, version) = read_config(dir)?;
+    let (entity, parts, dim) = entity_schema(&config)?;
+    let rels = relation_schema(&config, &entity, dim)?;
+    let count = store.manifest().graph.num_relations.max(1);
+    let ids = relation_ids(store, entity_path, &rels, count)?;
+    // The operator parameters, as Strata relation rows.
+    let model_path = dir.join(format!("model.v{version}.h5"));
+    // Read only when there is something to read (global_emb is looked up only then, as PBG).
+    let needed = rels.form.operator.rel_dim(dim) > 0 || config.bool_or("global_emb", true)?;
+    let mut model = ModelFile::open(h5, model_path, needed)?;
+    let rhs = side_rows(&mut model, "rhs", &rels, dim, &ids, count)?;
+    let lhs = if rels.dynamic {
+        side_rows(&mut model, "lhs", &rels, dim, &ids, count)?
+    } else {
+        Vec::new()
     };
+    let global = if config.bool_or("global_emb", true)? {
+        Some(global_embedding(&mut model, &entity, dim)?)
+    } else {
+        None
+    };
+    model.finish(rels.form.operator)?;
+    let max_norm = match config.value.get("max_norm") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            v.as_f64()
+                .filter(|m| *m > 0.0)
+                .ok_or_else(|| config.bad("max_norm", "a positive number or null"))?
+                as f32,
+        ),
+    };
+    let init_scale = config
+        .value
+        .get("init_scale")
+        .and_then(Value::as_f64)
+        .unwrap_or(1e-3) as f32;
+    Ok(Checkpointed {
+        version,
+        entity,
+        parts,
+        dim,
+        form: rels.form,
+        dynamic: rels.dynamic,
+        lhs,
+        rhs,
+        global,
+        max_norm,
+        init_scale,
+    })
+}
+
+/// A text file of the checkpoint, or an error naming it.
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map_err(|e| EmbedError::Config(format!("{}: cannot read it: {e}", path.display())))
+}
+
+/// The checkpoint's `config.json` and its version (`checkpoint_version.txt`).
+fn read_config(dir: &Path) -> Result<(PbgConfig, u64)> {
     let path = dir.join("config.json");
     let config = PbgConfig {
-        value: serde_json::from_str(&read(path.clone())?).map_err(|e| {
+        value: serde_json::from_str(&read_text(&path)?).map_err(|e| {
             EmbedError::Config(format!("{}: not PBG's config JSON: {e}", path.display()))
         })?,
         path,
     };
     let version_path = dir.join("checkpoint_version.txt");
-    let version: u64 = read(version_path.clone())?.trim().parse().map_err(|_| {
+    let version: u64 = read_text(&version_path)?.trim().parse().map_err(|_| {
         EmbedError::Config(format!(
             "{}: expected the checkpoint's version number",
             version_path.display()
         ))
     })?;
+    Ok((config, version))
+}
+
+/// The config's one entity type: its name, partition count and the embedding dimension.
+fn entity_schema(config: &PbgConfig) -> Result<(String, u32, usize)> {
     let entities = config
         .value
         .get("entities")
@@ -544,6 +603,24 @@ fn read_checkpoint(
             )));
         }
     }
+    Ok((entity.clone(), parts, dim))
+}
+
+/// The config's relation types: the one operator they share with the comparator, whether
+/// they are dynamic, and their entries.
+struct RelationSchema<'a> {
+    form: PbgForm,
+    dynamic: bool,
+    entries: &'a [Value],
+}
+
+/// Reads and checks the relation types of `config` (every one between `entity` and itself,
+/// one operator, a form Strata scores alike in both directions unless dynamic).
+fn relation_schema<'a>(
+    config: &'a PbgConfig,
+    entity: &str,
+    dim: usize,
+) -> Result<RelationSchema<'a>> {
     if config.bool_or("bias", false)? {
         return Err(config.unsupported(
             "bias = true (the first coordinate as a bias) has no Strata score function".into(),
@@ -562,7 +639,7 @@ fn read_checkpoint(
     let mut operator = None;
     for (i, rel) in relations.iter().enumerate() {
         for side in ["lhs", "rhs"] {
-            if rel.get(side).and_then(Value::as_str) != Some(entity.as_str()) {
+            if rel.get(side).and_then(Value::as_str) != Some(entity) {
                 return Err(config.unsupported(format!(
                     "relations[{i}].{side}: expected entity type '{entity}', got {}",
                     rel.get(side).unwrap_or(&Value::Null)
@@ -570,7 +647,7 @@ fn read_checkpoint(
             }
         }
         let op = operator_named(
-            &config,
+            config,
             rel.get("operator")
                 .and_then(Value::as_str)
                 .unwrap_or("none"),
@@ -606,18 +683,31 @@ fn read_checkpoint(
             "operator complex_diagonal needs an even dimension, got {dim}"
         )));
     }
-    // PBG's relation names, in its relation order, mapped to the store's relation ids.
-    let count = store.manifest().graph.num_relations.max(1);
+    Ok(RelationSchema {
+        form,
+        dynamic,
+        entries: relations,
+    })
+}
+
+/// PBG's relation names, in its relation order, as the store's relation ids (the store has
+/// `count` relation types, as many as PBG's).
+fn relation_ids(
+    store: &Store,
+    entity_path: &Path,
+    rels: &RelationSchema,
+    count: u64,
+) -> Result<Vec<usize>> {
     let names_path = entity_path.join("dynamic_rel_names.json");
     let names: Vec<String> = if names_path.exists() {
-        serde_json::from_str(&read(names_path.clone())?).map_err(|e| {
+        serde_json::from_str(&read_text(&names_path)?).map_err(|e| {
             EmbedError::Config(format!(
                 "{}: expected a JSON list of relation names: {e}",
                 names_path.display()
             ))
         })?
-    } else if !dynamic {
-        relations
+    } else if !rels.dynamic {
+        rels.entries
             .iter()
             .map(|r| {
                 r.get("name")
@@ -632,10 +722,10 @@ fn read_checkpoint(
             names_path.display()
         )));
     };
-    let pbg_count = if dynamic {
+    let pbg_count = if rels.dynamic {
         names.len()
     } else {
-        relations.len()
+        rels.entries.len()
     };
     if pbg_count as u64 != count || names.len() != pbg_count {
         return Err(EmbedError::Config(format!(
@@ -645,123 +735,112 @@ fn read_checkpoint(
             store.path().display()
         )));
     }
-    let mut strata_of = Vec::with_capacity(names.len());
+    let mut ids = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
         let r = lookup(store, "relation_names", name, count, "relation")
             .map_err(|e| EmbedError::Config(format!("{} entry {i}: {e}", names_path.display())))?;
-        strata_of.push(r as usize);
+        ids.push(r as usize);
     }
-    // The operator parameters, as Strata relation rows.
-    let model_path = dir.join(format!("model.v{version}.h5"));
-    let rd = form.operator.rel_dim(dim);
-    let datasets = if rd > 0 || config.bool_or("global_emb", true)? {
-        check_format(h5, &model_path, "model")?;
-        h5.datasets(&model_path, "model")?
-    } else {
-        Vec::new()
-    };
-    let mut found: BTreeMap<&str, &Dataset> =
-        datasets.iter().map(|d| (d.name.as_str(), d)).collect();
-    let mut side_rows = |side: &str| -> Result<Vec<f32>> {
-        let mut rows = vec![0.0f32; count as usize * rd];
-        // Dynamic relations: one tensor (`relations/0/...`) with a row per relation; static
-        // ones: a tensor per relation (`relations/{i}/...`).
-        let tensors: Vec<(usize, Vec<usize>)> = if dynamic {
-            vec![(0, (0..pbg_count).collect())]
+    Ok(ids)
+}
+
+/// The datasets of the checkpoint's model file, taken one by one: what is left at the end is
+/// not a parameter Strata knows.
+struct ModelFile {
+    path: PathBuf,
+    left: BTreeMap<String, Dataset>,
+}
+
+impl ModelFile {
+    /// The datasets of `path`'s `model` group, read only when `needed` (the model has
+    /// operator parameters or a global embedding).
+    fn open(h5: &mut dyn Hdf5, path: PathBuf, needed: bool) -> Result<ModelFile> {
+        let datasets = if needed {
+            check_format(h5, &path, "model")?;
+            h5.datasets(&path, "model")?
         } else {
-            (0..pbg_count).map(|i| (i, vec![i])).collect()
+            Vec::new()
         };
-        for (param, shape, reals) in operator_params(form.operator, dim, dynamic) {
-            let per = reals.len();
-            for (idx, members) in &tensors {
-                let name = format!("relations/{idx}/operator/{side}/{param}");
-                let ds = found.remove(name.as_str()).ok_or_else(|| {
-                    EmbedError::Config(format!(
-                        "{}: dataset model/{name} is missing (operator {})",
-                        model_path.display(),
-                        form.operator.name()
-                    ))
-                })?;
-                let want: Vec<u64> = if dynamic {
-                    [vec![pbg_count as u64], shape.clone()].concat()
-                } else {
-                    shape.clone()
-                };
-                if ds.shape != want {
-                    return Err(EmbedError::Config(format!(
-                        "{}: dataset model/{name} has shape {:?}, expected {want:?}",
-                        model_path.display(),
-                        ds.shape
-                    )));
-                }
-                for (j, &i) in members.iter().enumerate() {
-                    let at = strata_of[i] * rd;
-                    rows[at + reals.start..at + reals.end]
-                        .copy_from_slice(&ds.data[j * per..(j + 1) * per]);
-                }
-            }
-        }
-        Ok(rows)
-    };
-    let rhs = side_rows("rhs")?;
-    let lhs = if dynamic {
-        side_rows("lhs")?
-    } else {
-        Vec::new()
-    };
-    let global = if config.bool_or("global_emb", true)? {
-        let name = format!("entities/{entity}/global_embedding");
-        let ds = found.remove(name.as_str()).ok_or_else(|| {
+        let left = datasets.into_iter().map(|d| (d.name.clone(), d)).collect();
+        Ok(ModelFile { path, left })
+    }
+
+    /// Dataset `model/{name}` of shape `shape`; `why` says why it must be there.
+    fn take(&mut self, name: &str, shape: &[u64], why: &str) -> Result<Dataset> {
+        let ds = self.left.remove(name).ok_or_else(|| {
             EmbedError::Config(format!(
-                "{}: dataset model/{name} is missing (global_emb is on)",
-                model_path.display()
+                "{}: dataset model/{name} is missing ({why})",
+                self.path.display()
             ))
         })?;
-        if ds.shape != [dim as u64] {
+        if ds.shape != shape {
             return Err(EmbedError::Config(format!(
-                "{}: dataset model/{name} has shape {:?}, expected [{dim}]",
-                model_path.display(),
+                "{}: dataset model/{name} has shape {:?}, expected {shape:?}",
+                self.path.display(),
                 ds.shape
             )));
         }
-        Some(ds.data.clone())
-    } else {
-        None
-    };
-    if let Some(extra) = found.keys().next() {
-        return Err(EmbedError::Config(format!(
-            "{}: dataset model/{extra} is not a parameter of operator {} (a different operator or a newer PBG?)",
-            model_path.display(),
-            form.operator.name()
-        )));
+        Ok(ds)
     }
-    let max_norm = match config.value.get("max_norm") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_f64()
-                .filter(|m| *m > 0.0)
-                .ok_or_else(|| config.bad("max_norm", "a positive number or null"))?
-                as f32,
-        ),
+
+    /// Refuses a dataset no parameter of `operator` took.
+    fn finish(self, operator: Operator) -> Result<()> {
+        match self.left.keys().next() {
+            Some(extra) => Err(EmbedError::Config(format!(
+                "{}: dataset model/{extra} is not a parameter of operator {} (a different operator or a newer PBG?)",
+                self.path.display(),
+                operator.name()
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// One side's (`lhs` or `rhs`) operator parameters as Strata relation rows (`count x
+/// rel_dim`), PBG's relation `i` at row `ids[i]`.
+fn side_rows(
+    model: &mut ModelFile,
+    side: &str,
+    rels: &RelationSchema,
+    dim: usize,
+    ids: &[usize],
+    count: u64,
+) -> Result<Vec<f32>> {
+    let (operator, pbg_count) = (rels.form.operator, ids.len());
+    let rd = operator.rel_dim(dim);
+    let mut rows = vec![0.0f32; count as usize * rd];
+    // Dynamic relations: one tensor (`relations/0/...`) with a row per relation; static
+    // ones: a tensor per relation (`relations/{i}/...`).
+    let tensors: Vec<(usize, Vec<usize>)> = if rels.dynamic {
+        vec![(0, (0..pbg_count).collect())]
+    } else {
+        (0..pbg_count).map(|i| (i, vec![i])).collect()
     };
-    let init_scale = config
-        .value
-        .get("init_scale")
-        .and_then(Value::as_f64)
-        .unwrap_or(1e-3) as f32;
-    Ok(Checkpointed {
-        version,
-        entity: entity.clone(),
-        parts,
-        dim,
-        form,
-        dynamic,
-        lhs,
-        rhs,
-        global,
-        max_norm,
-        init_scale,
-    })
+    for (param, shape, reals) in operator_params(operator, dim, rels.dynamic) {
+        let per = reals.len();
+        let want: Vec<u64> = if rels.dynamic {
+            [vec![pbg_count as u64], shape].concat()
+        } else {
+            shape
+        };
+        for (idx, members) in &tensors {
+            let name = format!("relations/{idx}/operator/{side}/{param}");
+            let why = format!("operator {}", operator.name());
+            let ds = model.take(&name, &want, &why)?;
+            for (j, &i) in members.iter().enumerate() {
+                let at = ids[i] * rd;
+                rows[at + reals.start..at + reals.end]
+                    .copy_from_slice(&ds.data[j * per..(j + 1) * per]);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The entity type's global embedding (`dim` reals, added to every entity by PBG).
+fn global_embedding(model: &mut ModelFile, entity: &str, dim: usize) -> Result<Vec<f32>> {
+    let name = format!("entities/{entity}/global_embedding");
+    Ok(model.take(&name, &[dim as u64], "global_emb is on")?.data)
 }
 
 /// Refuses an HDF5 file whose `format_version` is not PBG's (or that lacks `dataset`).
@@ -804,130 +883,18 @@ pub fn import(
     let start = std::time::Instant::now();
     let store = Store::open(&o.store)?;
     let graph = &store.manifest().graph;
-    let n = graph.num_nodes;
-    let num_relations = graph.num_relations;
-    let config_entity_path = std::fs::read_to_string(o.checkpoint.join("config.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
-        .and_then(|v| {
-            v.get("entity_path")
-                .and_then(Value::as_str)
-                .map(PathBuf::from)
-        })
-        .filter(|p| p.is_dir());
-    let entity_path = o
-        .entity_path
-        .clone()
-        .or(config_entity_path)
-        .unwrap_or_else(|| o.checkpoint.clone());
+    let (n, num_relations) = (graph.num_nodes, graph.num_relations);
+    let entity_path = entity_path(o);
     let c = read_checkpoint(o, &store, &entity_path, h5)?;
-    let d = c.dim;
-    // PBG's partitions: their entity counts and embedding files.
-    let mut parts = Vec::with_capacity(c.parts as usize);
-    let mut total = 0u64;
-    for k in 0..c.parts {
-        let count_path = entity_path.join(format!("entity_count_{}_{k}.txt", c.entity));
-        let count: u64 = std::fs::read_to_string(&count_path)
-            .map_err(|e| {
-                EmbedError::Config(format!("{}: cannot read it: {e}", count_path.display()))
-            })?
-            .trim()
-            .parse()
-            .map_err(|_| {
-                EmbedError::Config(format!(
-                    "{}: expected the partition's entity count",
-                    count_path.display()
-                ))
-            })?;
-        let emb_path = o
-            .checkpoint
-            .join(format!("embeddings_{}_{k}.v{}.h5", c.entity, c.version));
-        let shape = check_format(h5, &emb_path, "embeddings")?;
-        if shape != Some(vec![count, d as u64]) {
-            return Err(EmbedError::Config(format!(
-                "{}: dataset embeddings has shape {}, expected [{count}, {d}] ({} entities of dimension {d})",
-                emb_path.display(),
-                shape.map_or("missing".into(), |s| format!("{s:?}")),
-                count_path.display()
-            )));
-        }
-        let names_path = entity_path.join(format!("entity_names_{}_{k}.json", c.entity));
-        parts.push((emb_path, names_path, count));
-        total += count;
-    }
-    if total != n {
-        return Err(EmbedError::Config(format!(
-            "{}: the checkpoint holds {total} entities of type '{}', but store {} has {n} nodes",
-            entity_path.display(),
-            c.entity,
-            o.store.display()
-        )));
-    }
-    // The Strata run's shape.
-    let reversed = |rows: &[f32], model: &ScoreModel| -> Vec<f32> {
-        let mut out = rows.to_vec();
-        let rd = model.rel_dim();
-        if rd > 0 {
-            out.chunks_exact_mut(rd)
-                .for_each(|r| model.reverse_relation(r));
-        }
-        out
-    };
-    let (kind, pbg) = kind_of(c.form, d);
-    let mut cfg = TrainConfig {
-        model: kind,
-        dim: d,
-        transe_norm: 2,
-        operator: pbg.map(|f| f.operator),
-        comparator: pbg.map(|f| f.comparator),
-        optimizer: OptimizerKind::Adagrad,
-        init_scale: c.init_scale,
-        memory: o.memory.0,
-        // One PBG entity type: one table of every node, also on a typed store.
-        entity_types: false,
-        ..TrainConfig::default()
-    };
-    let model = ScoreModel {
-        kind,
-        dim: d,
-        transe_norm: 2,
-        pbg: c.form,
-    };
-    let params = if !c.dynamic {
-        // cmp(u, f_r(v)) both ways: the tail-query row is f_r reversed.
-        cfg.reciprocal = false;
-        reversed(&c.rhs, &model)
-    } else if c.form.reversible() && reversed(&c.lhs, &model) == c.rhs {
-        cfg.reciprocal = false;
-        c.lhs.clone()
-    } else {
-        cfg.reciprocal = true;
-        [c.lhs.clone(), c.rhs.clone()].concat()
-    };
-    // An imported table is float32 (the rows are written as such below); `--init-from` turns
-    // it into a bf16 run where wanted.
-    let layout_for = |p: &Partitioning| TableLayout::new(p, d, cfg.optimizer, TableDtype::F32);
-    let partitions = if o.partitions > 0 {
-        o.partitions
-    } else {
-        (1..=n.max(1) as u32)
-            .find(|&p| {
-                Partitioning::new(n, p, cfg.seed)
-                    .is_ok_and(|q| layout_for(&q).part_bytes() <= o.memory.0 / 2)
-            })
-            .ok_or_else(|| {
-                EmbedError::Budget(format!(
-                    "memory {} cannot hold one partition of a {d}-dim table even with one node per partition",
-                    strata_store::units::fmt_bytes(o.memory.0)
-                ))
-            })?
-    };
+    let parts = pbg_partitions(o, h5, &entity_path, &c, n)?;
+    let (mut cfg, model) = import_config(o, &c);
+    let params = relation_params(&c, &model, &mut cfg);
+    let partitions = import_partitions(o, n, &cfg)?;
     cfg.partitions = partitions;
     cfg.validate()
         .map_err(|e| EmbedError::Config(e.to_string()))?;
     let partitioning = Partitioning::new(n, partitions, cfg.seed)?;
-    let layout = layout_for(&partitioning);
-    let rows_per_read = ((o.memory.0 / 4) / (d as u64 * 4 + 64)).max(1);
+    let layout = import_layout(&partitioning, &cfg);
     let mut relations = Relations::new(
         &model,
         num_relations,
@@ -939,70 +906,16 @@ pub fn import(
     relations.params.copy_from_slice(&params);
     relations.state.fill(0.0);
     let meta = RunMeta::fresh(&store, cfg.clone(), partitioning.clone(), layout)?;
-    let node_count = n;
+    let table = ImportTable {
+        store: &store,
+        checkpoint: &c,
+        parts: &parts,
+        partitioning: &partitioning,
+        layout,
+        rows_per_read: ((o.memory.0 / 4) / (c.dim as u64 * 4 + 64)).max(1),
+    };
     write_published(&o.out, o.overwrite, |dir| {
-        let engine = Engine::shared();
-        let table = TableFile::open(&engine, &dir.join("table-0.bin"), true)?;
-        let locator = partitioning.locator();
-        let mut seen = vec![0u64; node_count.div_ceil(64) as usize];
-        let mut meter = Meter::new(
-            progress,
-            "import pbg",
-            partitions as u64 * node_count * d as u64 * 4,
-            partitions as u64 * node_count,
-        );
-        let mut buf = AlignedBuf::new(layout.part_bytes() as usize);
-        for p in 0..partitions {
-            buf.full_mut().fill(0);
-            let floats: &mut [f32] =
-                bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.part_bytes() as usize]);
-            for (emb_path, names_path, count) in &parts {
-                let names = read_names(names_path, *count)?;
-                for lo in (0..*count).step_by(rows_per_read as usize) {
-                    let hi = (lo + rows_per_read).min(*count);
-                    let rows = h5.rows(emb_path, "embeddings", lo, hi)?;
-                    if rows.len() != (hi - lo) as usize * d {
-                        return Err(EmbedError::Config(format!(
-                            "{}: rows {lo}..{hi} of embeddings hold {} values, expected {}",
-                            emb_path.display(),
-                            rows.len(),
-                            (hi - lo) as usize * d
-                        )));
-                    }
-                    for (i, row) in rows.chunks_exact(d).enumerate() {
-                        let at = lo as usize + i;
-                        let id = lookup(&store, "node_names", &names[at], node_count, "node")
-                            .map_err(|e| {
-                                EmbedError::Config(format!(
-                                    "{} entry {at}: {e}",
-                                    names_path.display()
-                                ))
-                            })?;
-                        if p == 0 {
-                            let (word, bit) = ((id / 64) as usize, id % 64);
-                            if seen[word] >> bit & 1 == 1 {
-                                return Err(EmbedError::Config(format!(
-                                    "{} entry {at}: '{}' appears twice in the checkpoint's entity names",
-                                    names_path.display(),
-                                    names[at]
-                                )));
-                            }
-                            seen[word] |= 1 << bit;
-                        }
-                        let (part, local) = locator.locate(id);
-                        if part == p {
-                            let out = &mut floats[local as usize * d..(local as usize + 1) * d];
-                            out.copy_from_slice(row);
-                            adjust(out, c.max_norm, c.global.as_deref());
-                        }
-                    }
-                    meter.add(hi - lo, (hi - lo) * d as u64 * 4)?;
-                }
-            }
-            table.write_partition(&engine, &layout, p, &mut buf)?;
-        }
-        table.sync()?;
-        meter.finish()?;
+        table.write(dir, h5, progress)?;
         let run = Run {
             dir: dir.to_path_buf(),
             meta: meta.clone(),
@@ -1016,14 +929,266 @@ pub fn import(
         epoch: 0,
         num_nodes: n,
         num_relations,
-        dim: d,
+        dim: c.dim,
         partitions,
-        model: kind.to_string(),
+        model: model.kind.to_string(),
         operator: c.form.operator.name(),
         comparator: c.form.comparator.name(),
         reciprocal: cfg.reciprocal,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Where the checkpoint's entity counts and names are: `--entity-path`, else the config's
+/// `entity_path` when it is a directory, else the checkpoint directory.
+fn entity_path(o: &ImportPbgOptions) -> PathBuf {
+    let config_entity_path = std::fs::read_to_string(o.checkpoint.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| {
+            v.get("entity_path")
+                .and_then(Value::as_str)
+                .map(PathBuf::from)
+        })
+        .filter(|p| p.is_dir());
+    o.entity_path
+        .clone()
+        .or(config_entity_path)
+        .unwrap_or_else(|| o.checkpoint.clone())
+}
+
+/// One of PBG's partitions: its embeddings file, its names file and its entity count.
+struct PbgPart {
+    embeddings: PathBuf,
+    names: PathBuf,
+    count: u64,
+}
+
+/// PBG's partitions of the checkpoint, each checked against its entity count; together they
+/// must hold the store's `n` nodes.
+fn pbg_partitions(
+    o: &ImportPbgOptions,
+    h5: &mut dyn Hdf5,
+    entity_path: &Path,
+    c: &Checkpointed,
+    n: u64,
+) -> Result<Vec<PbgPart>> {
+    let d = c.dim;
+    let mut parts = Vec::with_capacity(c.parts as usize);
+    let mut total = 0u64;
+    for k in 0..c.parts {
+        let count_path = entity_path.join(format!("entity_count_{}_{k}.txt", c.entity));
+        let count: u64 = read_text(&count_path)?.trim().parse().map_err(|_| {
+            EmbedError::Config(format!(
+                "{}: expected the partition's entity count",
+                count_path.display()
+            ))
+        })?;
+        let embeddings = o
+            .checkpoint
+            .join(format!("embeddings_{}_{k}.v{}.h5", c.entity, c.version));
+        let shape = check_format(h5, &embeddings, "embeddings")?;
+        if shape != Some(vec![count, d as u64]) {
+            return Err(EmbedError::Config(format!(
+                "{}: dataset embeddings has shape {}, expected [{count}, {d}] ({} entities of dimension {d})",
+                embeddings.display(),
+                shape.map_or("missing".into(), |s| format!("{s:?}")),
+                count_path.display()
+            )));
+        }
+        let names = entity_path.join(format!("entity_names_{}_{k}.json", c.entity));
+        parts.push(PbgPart {
+            embeddings,
+            names,
+            count,
+        });
+        total += count;
+    }
+    if total != n {
+        return Err(EmbedError::Config(format!(
+            "{}: the checkpoint holds {total} entities of type '{}', but store {} has {n} nodes",
+            entity_path.display(),
+            c.entity,
+            o.store.display()
+        )));
+    }
+    Ok(parts)
+}
+
+/// The imported run's config (before its partition count) and model: the registered model
+/// of the checkpoint's form, else `pbg` with it.
+fn import_config(o: &ImportPbgOptions, c: &Checkpointed) -> (TrainConfig, ScoreModel) {
+    let (kind, pbg) = kind_of(c.form, c.dim);
+    let cfg = TrainConfig {
+        model: kind,
+        dim: c.dim,
+        transe_norm: 2,
+        operator: pbg.map(|f| f.operator),
+        comparator: pbg.map(|f| f.comparator),
+        optimizer: OptimizerKind::Adagrad,
+        init_scale: c.init_scale,
+        memory: o.memory.0,
+        // One PBG entity type: one table of every node, also on a typed store.
+        entity_types: false,
+        ..TrainConfig::default()
+    };
+    let model = ScoreModel {
+        kind,
+        dim: c.dim,
+        transe_norm: 2,
+        pbg: c.form,
+    };
+    (cfg, model)
+}
+
+/// The Strata relation rows of the checkpoint's operators, and whether the run needs
+/// reciprocal relations for them (set in `cfg`).
+fn relation_params(c: &Checkpointed, model: &ScoreModel, cfg: &mut TrainConfig) -> Vec<f32> {
+    let reversed = |rows: &[f32]| -> Vec<f32> {
+        let mut out = rows.to_vec();
+        let rd = model.rel_dim();
+        if rd > 0 {
+            out.chunks_exact_mut(rd)
+                .for_each(|r| model.reverse_relation(r));
+        }
+        out
+    };
+    if !c.dynamic {
+        // cmp(u, f_r(v)) both ways: the tail-query row is f_r reversed.
+        cfg.reciprocal = false;
+        reversed(&c.rhs)
+    } else if c.form.reversible() && reversed(&c.lhs) == c.rhs {
+        cfg.reciprocal = false;
+        c.lhs.clone()
+    } else {
+        cfg.reciprocal = true;
+        [c.lhs.clone(), c.rhs.clone()].concat()
+    }
+}
+
+/// The table layout of an imported run. An imported table is float32 (the rows are written
+/// as such); `--init-from` turns it into a bf16 run where wanted.
+fn import_layout(p: &Partitioning, cfg: &TrainConfig) -> TableLayout {
+    TableLayout::new(p, cfg.dim, cfg.optimizer, TableDtype::F32)
+}
+
+/// The partition count of the imported run: `--partitions`, else the fewest whose partition
+/// fits half the budget.
+fn import_partitions(o: &ImportPbgOptions, n: u64, cfg: &TrainConfig) -> Result<u32> {
+    if o.partitions > 0 {
+        return Ok(o.partitions);
+    }
+    (1..=n.max(1) as u32)
+        .find(|&p| {
+            Partitioning::new(n, p, cfg.seed)
+                .is_ok_and(|q| import_layout(&q, cfg).part_bytes() <= o.memory.0 / 2)
+        })
+        .ok_or_else(|| {
+            EmbedError::Budget(format!(
+                "memory {} cannot hold one partition of a {}-dim table even with one node per partition",
+                strata_store::units::fmt_bytes(o.memory.0),
+                cfg.dim
+            ))
+        })
+}
+
+/// The imported run's table, written partition by partition from PBG's embedding files
+/// (each read `rows_per_read` rows at a time, once per Strata partition).
+struct ImportTable<'a> {
+    store: &'a Store,
+    checkpoint: &'a Checkpointed,
+    parts: &'a [PbgPart],
+    partitioning: &'a Partitioning,
+    layout: TableLayout,
+    rows_per_read: u64,
+}
+
+impl ImportTable<'_> {
+    /// Writes `table-0.bin` in `dir`.
+    fn write(&self, dir: &Path, h5: &mut dyn Hdf5, progress: &dyn Progress) -> Result<()> {
+        let (n, d) = (self.partitioning.num_nodes, self.checkpoint.dim);
+        let partitions = self.partitioning.partitions;
+        let engine = Engine::shared();
+        let table = TableFile::open(&engine, &dir.join("table-0.bin"), true)?;
+        let mut seen = vec![0u64; n.div_ceil(64) as usize];
+        let mut meter = Meter::new(
+            progress,
+            "import pbg",
+            partitions as u64 * n * d as u64 * 4,
+            partitions as u64 * n,
+        );
+        let mut buf = AlignedBuf::new(self.layout.part_bytes() as usize);
+        for p in 0..partitions {
+            buf.full_mut().fill(0);
+            let floats: &mut [f32] =
+                bytemuck::cast_slice_mut(&mut buf.full_mut()[..self.layout.part_bytes() as usize]);
+            for part in self.parts {
+                self.fill(p, part, floats, &mut seen, h5, &mut meter)?;
+            }
+            table.write_partition(&engine, &self.layout, p, &mut buf)?;
+        }
+        table.sync()?;
+        meter.finish()?;
+        Ok(())
+    }
+
+    /// Copies the rows of PBG partition `part` that Strata partition `p` holds into `floats`
+    /// (its embeddings), with PBG's `max_norm` and global embedding applied. The first pass
+    /// (`p == 0`) also refuses an entity named twice, marking each in `seen`.
+    fn fill(
+        &self,
+        p: u32,
+        part: &PbgPart,
+        floats: &mut [f32],
+        seen: &mut [u64],
+        h5: &mut dyn Hdf5,
+        meter: &mut Meter<'_>,
+    ) -> Result<()> {
+        let (n, d, c) = (
+            self.partitioning.num_nodes,
+            self.checkpoint.dim,
+            self.checkpoint,
+        );
+        let locator = self.partitioning.locator();
+        let names = read_names(&part.names, part.count)?;
+        for lo in (0..part.count).step_by(self.rows_per_read as usize) {
+            let hi = (lo + self.rows_per_read).min(part.count);
+            let rows = h5.rows(&part.embeddings, "embeddings", lo, hi)?;
+            if rows.len() != (hi - lo) as usize * d {
+                return Err(EmbedError::Config(format!(
+                    "{}: rows {lo}..{hi} of embeddings hold {} values, expected {}",
+                    part.embeddings.display(),
+                    rows.len(),
+                    (hi - lo) as usize * d
+                )));
+            }
+            for (i, row) in rows.chunks_exact(d).enumerate() {
+                let at = lo as usize + i;
+                let id = lookup(self.store, "node_names", &names[at], n, "node").map_err(|e| {
+                    EmbedError::Config(format!("{} entry {at}: {e}", part.names.display()))
+                })?;
+                if p == 0 {
+                    let (word, bit) = ((id / 64) as usize, id % 64);
+                    if seen[word] >> bit & 1 == 1 {
+                        return Err(EmbedError::Config(format!(
+                            "{} entry {at}: '{}' appears twice in the checkpoint's entity names",
+                            part.names.display(),
+                            names[at]
+                        )));
+                    }
+                    seen[word] |= 1 << bit;
+                }
+                let (q, local) = locator.locate(id);
+                if q == p {
+                    let out = &mut floats[local as usize * d..(local as usize + 1) * d];
+                    out.copy_from_slice(row);
+                    adjust(out, c.max_norm, c.global.as_deref());
+                }
+            }
+            meter.add(hi - lo, (hi - lo) * d as u64 * 4)?;
+        }
+        Ok(())
+    }
 }
 
 /// The `count` entity names of PBG's names file `path`.

@@ -374,3 +374,52 @@ pub fn resolve_queries(l: &Loaded, o: &NeighborsOptions) -> Result<Vec<u64>> {
     }
     Ok(ids)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Operator, PbgForm, ScoreKind};
+
+    /// docs/embed.md's table of default metrics, row by row.
+    #[test]
+    fn each_model_names_its_natural_metric() {
+        let model = |kind, comparator| ScoreModel {
+            kind,
+            dim: 4,
+            transe_norm: 2,
+            pbg: PbgForm {
+                operator: Operator::None,
+                comparator,
+            },
+        };
+        let named = [
+            (ScoreKind::Dot, Metric::Dot),
+            (ScoreKind::TransE, Metric::L2),
+            (ScoreKind::RotatE, Metric::L2),
+            (ScoreKind::DistMult, Metric::Cos),
+            (ScoreKind::ComplEx, Metric::Cos),
+        ];
+        for (kind, want) in named {
+            assert_eq!(
+                Metric::natural(&model(kind, Comparator::Cos)),
+                want,
+                "{kind:?}"
+            );
+        }
+        let pbg = [
+            (Comparator::Dot, Metric::Dot),
+            (Comparator::Cos, Metric::Cos),
+            (Comparator::L2, Metric::L2),
+            (Comparator::SquaredL2, Metric::L2),
+        ];
+        for (comparator, want) in pbg {
+            let m = model(ScoreKind::Pbg, comparator);
+            assert_eq!(Metric::natural(&m), want, "{comparator:?}");
+        }
+        assert_eq!(
+            ScoreKind::ALL.len(),
+            named.len() + 1,
+            "a new model needs its row here"
+        );
+    }
+}

@@ -11,8 +11,7 @@ use strata_io::Engine;
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
-use crate::config::Which;
-use crate::config::{Protocol, TrainConfig};
+use crate::config::{Protocol, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::model::{score_candidates, ScoreBatch, ScoreModel, Scratch};

@@ -13,8 +13,7 @@ use strata_store::strtab::NameTable;
 use strata_store::Store;
 
 use crate::config::Which;
-use crate::error::io_err;
-use crate::error::{EmbedError, Result};
+use crate::error::{io_err, EmbedError, Result};
 use crate::eval::Query;
 use crate::plan::budget::{self, EmbedPlan, ServedTable};
 use crate::run::run_dir::{Checkpoint, Run};

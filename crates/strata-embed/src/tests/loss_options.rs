@@ -5,8 +5,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::config::Which;
-use crate::config::{Corrupt, TrainConfig};
+use crate::config::{Corrupt, TrainConfig, Which};
 use crate::run::run_dir::Run;
 use crate::storage::entity_types::EntityType;
 use crate::storage::partitioning::{buckets, Partitioning};

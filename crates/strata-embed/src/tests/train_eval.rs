@@ -2,9 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::ExportFormat;
-use crate::config::Which;
-use crate::config::{Protocol, TableDtype, TrainConfig};
+use crate::config::{ExportFormat, Protocol, TableDtype, TrainConfig, Which};
 use crate::eval::{make_queries, read_triples};
 use crate::model::{score_candidates, ScoreBatch, Scratch};
 use crate::ordering::OrderingKind;

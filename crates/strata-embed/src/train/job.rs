@@ -12,8 +12,7 @@ use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
 use crate::compute::kernels::sgemm_reference_flops;
-use crate::config::Which;
-use crate::config::{Corrupt, DistStorage, OptimizerKind, Protocol, TrainConfig};
+use crate::config::{Corrupt, DistStorage, OptimizerKind, Protocol, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::model::ScoreModel;

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use strata_io::progress::Progress;
 
-use crate::error::io_err;
-use crate::error::{EmbedError, Result};
+use crate::error::{io_err, EmbedError, Result};
 use crate::run::run_dir::{sync_dir, Checkpoint, EpochRecord, Run, RunMeta};
 use crate::storage::buffer::{Load, PartitionBuffer};
 use crate::storage::relations::Relations;
