@@ -8,15 +8,62 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
-use crate::export::ExportFormat;
 use crate::model::{
     Comparator, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
 };
 use crate::ordering::OrderingKind;
-use crate::run_dir::Which;
 
 /// Most edges per chunk and negatives per side: a worker's update tag holds the row in 29 bits.
 pub const MAX_ROWS: usize = 1 << 29;
+
+/// Which checkpoint to use.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Which {
+    /// The best by validation MRR.
+    #[default]
+    Best,
+    /// The last committed.
+    Last,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportFormat {
+    /// float32 arrays in id order plus name files.
+    Npy,
+    /// name<TAB>values lines.
+    Tsv,
+    /// id, name and embedding columns, written by a `RowSink` (the Python package's
+    /// Parquet writer: pyarrow, the parquet extra).
+    Parquet,
+    /// a PyTorch-BigGraph checkpoint directory (`crate::run::pbg::export`; HDF5 through h5py, the
+    /// hdf5 extra).
+    Pbg,
+}
+
+impl ExportFormat {
+    /// The file name ending of its files.
+    pub(crate) fn suffix(self) -> &'static str {
+        match self {
+            ExportFormat::Npy => "npy",
+            ExportFormat::Tsv => "tsv",
+            ExportFormat::Parquet => "parquet",
+            ExportFormat::Pbg => "h5",
+        }
+    }
+}
 
 /// Adagrad's state: one accumulator per element, or one per row (half the state, as PBG's
 /// row-wise Adagrad).

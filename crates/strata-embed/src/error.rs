@@ -1,5 +1,7 @@
 //! Errors of embedding training.
 
+use std::path::Path;
+
 use strata_store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,3 +37,8 @@ impl From<strata_io::progress::Cancelled> for EmbedError {
 }
 
 pub type Result<T> = std::result::Result<T, EmbedError>;
+
+/// An I/O error on `path` during `op`, as the run's errors report it.
+pub(crate) fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> EmbedError {
+    EmbedError::Store(StoreError::Io(strata_io::IoError::os(op, path, 0, e)))
+}

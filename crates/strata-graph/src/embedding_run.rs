@@ -4,7 +4,7 @@
 //! The embedding engine (`strata-embed`) owns the run format and the score functions; the
 //! service (`strata-serve`) owns registration, limits, authentication and the memory plan.
 //! Engines never depend on each other, so the service holds an [`EmbeddingBackend`] handed to
-//! it at start (`strata-py` hands it `strata_embed::serving::Backend`), as it holds feature
+//! it at start (`strata-py` hands it `strata_embed::ServingBackend`), as it holds feature
 //! rows through [`crate::FeatureStore`]. Every score is computed by the engine's own code: the
 //! service never scores.
 

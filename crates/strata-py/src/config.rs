@@ -4,12 +4,10 @@
 use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
 use serde_json::Value;
-use strata_embed::config::{
-    EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
+use strata_embed::{
+    EvalOptions, ExportOptions, GatherOptions, ImportPbgOptions, NeighborsOptions, PlanOptions,
+    PredictOptions, ScoreOptions, TrainConfig,
 };
-use strata_embed::neighbors::NeighborsOptions;
-use strata_embed::pbg::ImportPbgOptions;
-use strata_embed::score::ScoreOptions;
 use strata_farmem::config::ServeOptions as FarmemServeOptions;
 use strata_gnn::data::DataConfig;
 use strata_graph::reorder::ReorderOptions;

@@ -3,24 +3,17 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyTuple};
 use pythonize::pythonize;
-use strata_embed::ordering::schedule;
+use strata_embed::schedule;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use strata_embed::config::{
-    EvalOptions, ExportOptions, GatherOptions, PlanOptions, PredictOptions, TrainConfig,
+use strata_embed::{
+    export_with, gather, neighbors, resolve_queries, score_file, score_named, train_group, Cluster,
+    EmbedError, EvalOptions, ExportFormat, ExportOptions, GatherOptions, Grant, Loaded, Metric,
+    NeighborsOptions, PartitionSource, PlanOptions, PredictOptions, RowSink, Run, ScoreOptions,
+    TableFile, TableLayout, TrainConfig,
 };
-use strata_embed::dist::{Cluster, Grant, PartitionSource};
-use strata_embed::error::EmbedError;
-use strata_embed::export::{export_with, ExportFormat, RowSink};
-use strata_embed::gather::gather;
-use strata_embed::job::train_group;
-use strata_embed::neighbors::{neighbors, resolve_queries, Metric, NeighborsOptions};
-use strata_embed::query::Loaded;
-use strata_embed::run_dir::Run;
-use strata_embed::score::{score_file, score_named, ScoreOptions};
-use strata_embed::table::{TableFile, TableLayout};
 use strata_io::{AlignedBuf, Engine};
 
 use crate::callback::CallbackError;
@@ -73,7 +66,7 @@ fn call_kept<T>(
     error: &CallbackError,
     method: &str,
     args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
-) -> strata_embed::error::Result<T>
+) -> strata_embed::Result<T>
 where
     T: for<'a, 'py> FromPyObject<'a, 'py>,
 {
@@ -87,7 +80,7 @@ impl PyCluster<'_> {
         &self,
         method: &str,
         args: impl for<'py> FnOnce(Python<'py>) -> PyResult<Bound<'py, PyTuple>>,
-    ) -> strata_embed::error::Result<T>
+    ) -> strata_embed::Result<T>
     where
         T: for<'a, 'py> FromPyObject<'a, 'py>,
     {
@@ -110,7 +103,7 @@ impl Cluster for PyCluster<'_> {
         held: &[u32],
         partitions: u32,
         capacity: usize,
-    ) -> strata_embed::error::Result<Grant> {
+    ) -> strata_embed::Result<Grant> {
         let (kind, bucket, evict, written): (String, (u32, u32), Vec<u32>, Vec<u32>) = self
             .call("acquire", |py| {
                 (epoch, held.to_vec(), partitions, capacity).into_pyobject(py)
@@ -129,12 +122,12 @@ impl Cluster for PyCluster<'_> {
         }
     }
 
-    fn release(&mut self, epoch: usize, parts: &[u32]) -> strata_embed::error::Result<()> {
+    fn release(&mut self, epoch: usize, parts: &[u32]) -> strata_embed::Result<()> {
         self.call::<Py<PyAny>>("release", |py| (epoch, parts.to_vec()).into_pyobject(py))
             .map(drop)
     }
 
-    fn sync(&mut self, values: &mut [f32], done: bool) -> strata_embed::error::Result<bool> {
+    fn sync(&mut self, values: &mut [f32], done: bool) -> strata_embed::Result<bool> {
         let bytes: &[u8] = bytemuck::cast_slice(values);
         let (summed, all_done): (Vec<u8>, bool) = self.call("sync", |py| {
             (PyBytes::new(py, bytes), done).into_pyobject(py)
@@ -152,16 +145,16 @@ impl Cluster for PyCluster<'_> {
         Ok(all_done)
     }
 
-    fn barrier(&mut self, what: &str) -> strata_embed::error::Result<()> {
+    fn barrier(&mut self, what: &str) -> strata_embed::Result<()> {
         self.call::<Py<PyAny>>("barrier", |py| (what,).into_pyobject(py))
             .map(drop)
     }
 
-    fn gather(&mut self, mine: String) -> strata_embed::error::Result<Vec<String>> {
+    fn gather(&mut self, mine: String) -> strata_embed::Result<Vec<String>> {
         self.call("gather", |py| (mine,).into_pyobject(py))
     }
 
-    fn broadcast(&mut self, text: String) -> strata_embed::error::Result<String> {
+    fn broadcast(&mut self, text: String) -> strata_embed::Result<String> {
         self.call("broadcast", |py| (text,).into_pyobject(py))
     }
 
@@ -249,7 +242,7 @@ impl PartitionSource for PyPartitions<'_> {
         current: &Arc<TableFile>,
         next: &Arc<TableFile>,
         layout: &TableLayout,
-    ) -> strata_embed::error::Result<()> {
+    ) -> strata_embed::Result<()> {
         let tables = ServedTables {
             engine: self.engine.clone(),
             current: current.clone(),
@@ -268,7 +261,7 @@ impl PartitionSource for PyPartitions<'_> {
         p: u32,
         written: bool,
         into: &mut [u8],
-    ) -> strata_embed::error::Result<()> {
+    ) -> strata_embed::Result<()> {
         let data: Py<PyBytes> = call_kept(&self.owners, self.error, "read", |py| {
             (epoch, p, written, into.len()).into_pyobject(py)
         })?;
@@ -286,7 +279,7 @@ impl PartitionSource for PyPartitions<'_> {
         })
     }
 
-    fn write(&mut self, epoch: usize, p: u32, region: &[u8]) -> strata_embed::error::Result<()> {
+    fn write(&mut self, epoch: usize, p: u32, region: &[u8]) -> strata_embed::Result<()> {
         call_kept::<Py<PyAny>>(&self.owners, self.error, "write", |py| {
             (epoch, p, PyByteArray::new(py, region)).into_pyobject(py)
         })
@@ -303,7 +296,7 @@ impl PartitionSource for PyPartitions<'_> {
 }
 
 /// Trains (or resumes) a run: `config` is the `embed.train` section
-/// (`strata_embed::config::TrainConfig`);
+/// (`strata_embed::TrainConfig`);
 /// `on_epoch(record)` is called after each committed epoch. Returns the run record. With
 /// `group` (a `strata.embed.dist.Group`, whose `rank` and `world_size` it reads) this process
 /// is one rank of a distributed run; with `owners` too (a `strata.embed.dist_owner.Owners`)
@@ -463,7 +456,7 @@ struct PyRowSink<'a> {
 }
 
 impl RowSink for PyRowSink<'_> {
-    fn begin(&mut self, path: &std::path::Path, dim: usize) -> strata_embed::error::Result<()> {
+    fn begin(&mut self, path: &std::path::Path, dim: usize) -> strata_embed::Result<()> {
         let path = path.to_path_buf();
         self.error
             .call_method::<Py<PyAny>>(&self.writer, "begin", |py| (path, dim).into_pyobject(py))
@@ -471,12 +464,7 @@ impl RowSink for PyRowSink<'_> {
             .map_err(EmbedError::Config)
     }
 
-    fn rows(
-        &mut self,
-        first: u64,
-        names: &[String],
-        rows: &[f32],
-    ) -> strata_embed::error::Result<()> {
+    fn rows(&mut self, first: u64, names: &[String], rows: &[f32]) -> strata_embed::Result<()> {
         self.error
             .call_method::<Py<PyAny>>(&self.writer, "rows", |py| {
                 let bytes = PyBytes::new(py, bytemuck::cast_slice(rows));
@@ -486,7 +474,7 @@ impl RowSink for PyRowSink<'_> {
             .map_err(EmbedError::Config)
     }
 
-    fn finish(&mut self) -> strata_embed::error::Result<()> {
+    fn finish(&mut self) -> strata_embed::Result<()> {
         self.error
             .call_method::<Py<PyAny>>(&self.writer, "finish", |py| Ok(PyTuple::empty(py)))
             .map(drop)
@@ -578,7 +566,7 @@ fn embed_run_info(py: Python<'_>, run_dir: PathBuf) -> PyResult<Py<PyAny>> {
 }
 
 /// The metric `--metric model` stands for with `run_dir`'s score function
-/// (`strata_embed::neighbors::Metric::natural`): "cos", "dot" or "l2".
+/// (`strata_embed::Metric::natural`): "cos", "dot" or "l2".
 #[pyfunction]
 fn embed_natural_metric(py: Python<'_>, run_dir: PathBuf) -> PyResult<&'static str> {
     let meta = py

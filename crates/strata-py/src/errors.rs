@@ -1,7 +1,7 @@
 //! Maps Strata's typed errors to the exception classes defined in `strata/errors.py`.
 
 use pyo3::prelude::*;
-use strata_embed::error::EmbedError;
+use strata_embed::EmbedError;
 use strata_gnn::GnnError;
 use strata_graph::GraphError;
 use strata_io::IoError;

@@ -1,14 +1,13 @@
 //! PyTorch-BigGraph checkpoints from Python: the HDF5 files go through a Python object
-//! (`strata.embed.hdf5.Hdf5`, h5py), everything else is `strata_embed::pbg`.
+//! (`strata.embed.hdf5.Hdf5`, h5py), everything else is `strata_embed::{export_pbg, import_pbg}`.
 
 use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
-use strata_embed::config::ExportOptions;
-use strata_embed::error::EmbedError;
-use strata_embed::pbg::{self, Dataset, Hdf5, ImportPbgOptions};
-use strata_embed::query::Loaded;
+use strata_embed::{
+    export_pbg, import_pbg, Dataset, EmbedError, ExportOptions, Hdf5, ImportPbgOptions, Loaded,
+};
 
 use crate::callback::CallbackError;
 use crate::config::section;
@@ -33,7 +32,7 @@ fn floats(bytes: &[u8]) -> Vec<f32> {
 }
 
 impl Hdf5 for PyHdf5<'_> {
-    fn write(&mut self, path: &Path, datasets: &[Dataset]) -> strata_embed::error::Result<()> {
+    fn write(&mut self, path: &Path, datasets: &[Dataset]) -> strata_embed::Result<()> {
         self.error
             .call_method::<Py<PyAny>>(&self.h5, "write", |py| {
                 let items = PyList::empty(py);
@@ -51,7 +50,7 @@ impl Hdf5 for PyHdf5<'_> {
         &mut self,
         path: &Path,
         dataset: &str,
-    ) -> strata_embed::error::Result<(Option<i64>, Option<Vec<u64>>)> {
+    ) -> strata_embed::Result<(Option<i64>, Option<Vec<u64>>)> {
         self.error
             .call_method(&self.h5, "info", |py| {
                 (path.to_path_buf(), dataset).into_pyobject(py)
@@ -59,7 +58,7 @@ impl Hdf5 for PyHdf5<'_> {
             .map_err(EmbedError::Config)
     }
 
-    fn datasets(&mut self, path: &Path, group: &str) -> strata_embed::error::Result<Vec<Dataset>> {
+    fn datasets(&mut self, path: &Path, group: &str) -> strata_embed::Result<Vec<Dataset>> {
         let raw: Vec<Raw> = self
             .error
             .call_method(&self.h5, "datasets", |py| {
@@ -83,7 +82,7 @@ impl Hdf5 for PyHdf5<'_> {
         dataset: &str,
         lo: u64,
         hi: u64,
-    ) -> strata_embed::error::Result<Vec<f32>> {
+    ) -> strata_embed::Result<Vec<f32>> {
         let data: Vec<u8> = self
             .error
             .call_method(&self.h5, "rows", |py| {
@@ -111,7 +110,7 @@ fn embed_export_pbg(
     let result = run(py, progress, |p| {
         let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
         let mut h5 = PyHdf5 { h5, error: &error };
-        pbg::export(&mut l, &o.out, o.overwrite, &mut h5, p)
+        export_pbg(&mut l, &o.out, o.overwrite, &mut h5, p)
     });
     error.or(result)
 }
@@ -130,7 +129,7 @@ fn embed_import_pbg(
     let error = CallbackError::default();
     let result = run(py, progress, |p| {
         let mut h5 = PyHdf5 { h5, error: &error };
-        pbg::import(&o, &mut h5, p)
+        import_pbg(&o, &mut h5, p)
     });
     error.or(result)
 }

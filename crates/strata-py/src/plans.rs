@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
 use serde_json::Value;
-use strata_embed::store_plan;
+use strata_embed::plan_for as embed_plan_for;
 use strata_gnn::data::plan_for as gnn_plan_for;
 use strata_grid::budget::plan_for as grid_plan_for;
 use strata_serve::store_plan::plan_for as serve_plan_for;
@@ -55,7 +55,7 @@ fn memory_plan(
     let config: Value = depythonize(config).map_err(|e| config_error(py, &e.to_string()))?;
     let memory = config.get("memory").cloned().unwrap_or(Value::Null);
     let outcome = match engine {
-        "embed" => planned(py, &store, config, store_plan::plan_for, engine_error)?,
+        "embed" => planned(py, &store, config, embed_plan_for, engine_error)?,
         "gnn" => planned(py, &store, config, gnn_plan_for, engine_error)?,
         "grid" => planned(py, &store, config, grid_plan_for, engine_error)?,
         // A store whose manifest cannot be read, as the other engines' store errors say.

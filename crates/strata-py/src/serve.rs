@@ -44,7 +44,7 @@ fn serve_run(
     let signal = CallbackError::default();
     let ready_error = CallbackError::default();
     let backend: std::sync::Arc<dyn strata_graph::embedding_run::EmbeddingBackend> =
-        std::sync::Arc::new(strata_embed::serving::Backend);
+        std::sync::Arc::new(strata_embed::ServingBackend);
     let outcome = py.detach(|| {
         serve(
             &cfg,

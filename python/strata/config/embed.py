@@ -1,4 +1,4 @@
-"""The [embed.*] sections: the engine declares their options (``strata_embed::config``); Python
+"""The [embed.*] sections: the engine declares their options (strata-embed's ``config.rs``); Python
 adds the ones it handles in front (the store or run, how to print). [plot] is Python's."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .schema import Size, native_section, option, section
 
 class _PlanFrontEnd:
     """The [embed.plan] options of the printout; the schedule's are the engine's
-    (``strata_embed::config::PlanOptions``)."""
+    (``strata_embed::PlanOptions``)."""
 
     show_buckets: bool = option(False, help="list the buckets trained in each state")
     json: bool = option(False, help="print the whole schedule as JSON")
@@ -22,7 +22,7 @@ EmbedPlanConfig = native_section("embed.plan", "EmbedPlanConfig", front=_PlanFro
 
 class _TrainFrontEnd:
     """The [embed.train] options Python handles; the rest are the trainer's
-    (``strata_embed::config::TrainConfig``)."""
+    (``strata_embed::TrainConfig``)."""
 
     store: Path = option(positional=True, help="store to train on (from strata convert or generate)")
     run_dir: Path | None = option(None, help="run directory (default: STORE/runs/embed); an existing run resumes")
@@ -46,7 +46,7 @@ TARGET_HELP = "a run directory, or a store (its default run STORE/runs/embed)"
 
 class _EvalFrontEnd:
     """The [embed.eval] options Python handles (which run, how to print); the rest are the
-    engine's (``strata_embed::config::EvalOptions``), as for predict and export."""
+    engine's (``strata_embed::EvalOptions``), as for predict and export."""
 
     target: Path = option(positional=True, help=TARGET_HELP)
     json: bool = option(False, help="print the metrics as JSON")
@@ -101,7 +101,7 @@ class EmbedIndexConfig:
 
 class _GatherFrontEnd:
     """The [embed.gather] arguments (where to, from which directories); the options are the
-    engine's (``strata_embed::config::GatherOptions``)."""
+    engine's (``strata_embed::GatherOptions``)."""
 
     out: Path = option(positional=True, help="directory for the gathered run (new, or a run with --overwrite)")
     ranks: list[Path] = option(

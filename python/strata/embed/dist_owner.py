@@ -38,7 +38,7 @@ READ, WRITE, ACK = 0, 1, 2
 
 
 def owner_of(p: int, world_size: int) -> int:
-    """The rank owning partition ``p`` (the same rule as ``strata_embed::dist::owner_of``)."""
+    """The rank owning partition ``p`` (the same rule as ``owner_of`` in strata-embed's ``train/dist.rs``)."""
     return p % world_size
 
 

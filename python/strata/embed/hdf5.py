@@ -1,7 +1,7 @@
 """HDF5 files of PyTorch-BigGraph checkpoints, through h5py (the ``hdf5`` extra), for
 ``strata embed export --format pbg`` and ``strata embed import-pbg``.
 
-The engine (``strata_embed::pbg``) decides what goes in which file; this module only moves
+The engine (strata-embed's ``run/pbg.rs``) decides what goes in which file; this module only moves
 float32 datasets in and out, in PBG's conventions: a root attribute ``format_version`` (1), and
 for model parameters a ``state_dict_key`` attribute with the PyTorch name of the tensor.
 Reads are slices of a dataset (``rows``), so an entity partition is never read whole.
@@ -35,7 +35,7 @@ def _h5py():
 
 class Hdf5:
     """The engine's HDF5 files: ``write``, ``info``, ``datasets`` and ``rows`` (see
-    ``strata_embed::pbg::Hdf5``); datasets travel as ``(name, shape, float32 bytes, state_dict_key)``."""
+    ``strata_embed::Hdf5``); datasets travel as ``(name, shape, float32 bytes, state_dict_key)``."""
 
     def __init__(self):
         self._h5py = _h5py()

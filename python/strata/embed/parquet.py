@@ -1,7 +1,7 @@
 """Parquet files of ``strata embed export --format parquet`` (the ``parquet`` extra: pyarrow).
 
 The engine hands the rows over in node-id order, one pass of the export at a time (see
-``strata_embed::export``); each pass becomes one or more row groups of ``BATCH_ROWS`` rows, so
+strata-embed's ``run/export.rs``); each pass becomes one or more row groups of ``BATCH_ROWS`` rows, so
 memory stays at one pass whatever the table's size. Columns: ``id`` (int64), ``name`` (the
 store's id map, or the id as text without one) and ``embedding`` (fixed-size list of float32).
 """

@@ -2,8 +2,10 @@
 //! negative scores are one matrix product and its backward pass two more, reusing `φ` and the
 //! loss weights of the forward pass.
 
-use super::{apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreModel, Scratch};
-use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+use super::{
+    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreBatch, ScoreModel, Scratch,
+};
+use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// A bilinear score function: its [`Combine`] is `φ(s, r)`, linear in `s` and in `r`.
 pub(super) trait Bilinear: Combine {
@@ -60,17 +62,19 @@ pub(super) fn step<M: Bilinear>(
 }
 
 /// Candidate scores of a bilinear model (see [`super::score_candidates`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn score<M: Bilinear>(
     model: &ScoreModel,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    cands: &[f32],
+    q: &ScoreBatch,
     out: &mut [f32],
     s: &mut Scratch,
 ) {
+    let ScoreBatch {
+        b,
+        n,
+        src,
+        rel,
+        cands,
+    } = *q;
     combine_rows::<M>(model, b, src, rel, &mut s.phi);
     gemm_abt(b, n, model.dim, 1.0, &s.phi, cands, 0.0, out)
 }

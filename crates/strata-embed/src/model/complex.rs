@@ -4,7 +4,9 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::{even_dim, phase, Combine, ScoreFunction, ScoreModel};
+use super::{
+    even_dim, phase, Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel,
+};
 
 /// `Re⟨s, r, conj t⟩`.
 pub struct ComplEx;
@@ -42,6 +44,22 @@ impl Bilinear for ComplEx {
 impl ScoreFunction for ComplEx {
     fn rel_dim(&self, model: &ScoreModel) -> usize {
         model.dim
+    }
+
+    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+        (Layout::Complex, Layout::Complex)
+    }
+
+    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+        // Scores weight coordinates by the relation: only directions compare across relations.
+        Comparator::Cos
+    }
+
+    fn pbg_form(&self, _model: &ScoreModel) -> Result<PbgForm, String> {
+        Ok(PbgForm {
+            operator: Operator::ComplexDiagonal,
+            comparator: Comparator::Dot,
+        })
     }
 
     fn check_dim(&self, dim: usize) -> Result<(), String> {

@@ -4,7 +4,7 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::{Combine, ScoreFunction, ScoreModel};
+use super::{Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel};
 
 /// `⟨s, r, t⟩`.
 pub struct DistMult;
@@ -34,6 +34,22 @@ impl Bilinear for DistMult {
 impl ScoreFunction for DistMult {
     fn rel_dim(&self, model: &ScoreModel) -> usize {
         model.dim
+    }
+
+    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+        (Layout::Real, Layout::Real)
+    }
+
+    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+        // Scores weight coordinates by the relation: only directions compare across relations.
+        Comparator::Cos
+    }
+
+    fn pbg_form(&self, _model: &ScoreModel) -> Result<PbgForm, String> {
+        Ok(PbgForm {
+            operator: Operator::Diagonal,
+            comparator: Comparator::Dot,
+        })
     }
 
     /// Random signs: an isometry without a preferred self-score (see

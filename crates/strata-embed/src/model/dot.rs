@@ -4,7 +4,7 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::{Combine, ScoreFunction, ScoreModel};
+use super::{Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel};
 
 /// `s · t`.
 pub struct Dot;
@@ -29,6 +29,22 @@ impl Bilinear for Dot {
 impl ScoreFunction for Dot {
     fn rel_dim(&self, _model: &ScoreModel) -> usize {
         0
+    }
+
+    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+        (Layout::Real, Layout::Real)
+    }
+
+    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+        // Its score is the dot product.
+        Comparator::Dot
+    }
+
+    fn pbg_form(&self, _model: &ScoreModel) -> Result<PbgForm, String> {
+        Ok(PbgForm {
+            operator: Operator::None,
+            comparator: Comparator::Dot,
+        })
     }
 
     fn init_relation(&self, _model: &ScoreModel, _row: &mut [f32], _rng: &mut Rng, _scale: f32) {}

@@ -34,15 +34,11 @@ macro_rules! family_methods {
         fn score(
             &self,
             model: &$crate::model::ScoreModel,
-            b: usize,
-            n: usize,
-            src: &[f32],
-            rel: &[f32],
-            cands: &[f32],
+            q: &$crate::model::ScoreBatch,
             out: &mut [f32],
             s: &mut $crate::model::Scratch,
         ) {
-            $crate::model::$family::score::<Self>(model, b, n, src, rel, cands, out, s)
+            $crate::model::$family::score::<Self>(model, q, out, s)
         }
     };
 }
@@ -51,6 +47,7 @@ mod bilinear;
 mod complex;
 mod distmult;
 mod dot;
+mod form;
 mod pairwise;
 mod pbg;
 mod regularizer;
@@ -62,9 +59,9 @@ use serde::{Deserialize, Serialize};
 
 use strata_store::rng::Rng;
 
-use crate::kernels::{self, exp_sum};
+use crate::compute::kernels::{self, exp_sum};
 
-pub use pbg::{Comparator, Operator, PbgForm};
+pub use form::{Comparator, Operator, PbgForm};
 pub use regularizer::{regularize, Regularizer, RegularizerKind};
 
 strata_store::registry! {
@@ -105,6 +102,18 @@ pub trait ScoreFunction: Sync {
         0
     }
 
+    /// How the reals of `model`'s node rows and relation rows group into the coordinates a
+    /// regularizer measures: `(nodes, relations)`.
+    fn layouts(&self, model: &ScoreModel) -> (Layout, Layout);
+
+    /// The comparator of the model's geometry: what `embed neighbors` compares embeddings by
+    /// when asked for the model's own metric.
+    fn natural_comparator(&self, model: &ScoreModel) -> Comparator;
+
+    /// PyTorch-BigGraph's operator and comparator that score exactly as `model`, or why none
+    /// does (a message naming the model).
+    fn pbg_form(&self, model: &ScoreModel) -> Result<PbgForm, String>;
+
     /// One chunk direction: the loss, with every gradient in `g`. See [`chunk_step`].
     fn step(
         &self,
@@ -115,19 +124,19 @@ pub trait ScoreFunction: Sync {
         s: &mut Scratch,
     ) -> f64;
 
-    /// Scores of `b` queries against `n` candidates into `out`. See [`score_candidates`].
-    #[allow(clippy::too_many_arguments)]
-    fn score(
-        &self,
-        model: &ScoreModel,
-        b: usize,
-        n: usize,
-        src: &[f32],
-        rel: &[f32],
-        cands: &[f32],
-        out: &mut [f32],
-        s: &mut Scratch,
-    );
+    /// Scores of `q`'s queries against its candidates into `out`. See [`score_candidates`].
+    fn score(&self, model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch);
+}
+
+/// How the reals of a row group into coordinates (what a regularizer takes magnitudes of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Every real is a coordinate.
+    Real,
+    /// `d/2` real parts, then `d/2` imaginary parts (the row's first `d` reals).
+    Complex,
+    /// Not regularized.
+    Skip,
 }
 
 /// How a model turns a source row and a relation row into the query row `a` its targets are
@@ -247,6 +256,21 @@ impl ScoreModel {
     /// embeddings' scale (`scale`) and must learn translations long enough to leave the node.
     pub fn init_relation(&self, row: &mut [f32], rng: &mut Rng, scale: f32) {
         self.kind.get().init_relation(self, row, rng, scale)
+    }
+
+    /// The coordinate layouts of node rows and relation rows (see [`ScoreFunction::layouts`]).
+    pub fn layouts(&self) -> (Layout, Layout) {
+        self.kind.get().layouts(self)
+    }
+
+    /// The comparator of the model's geometry (see [`ScoreFunction::natural_comparator`]).
+    pub fn natural_comparator(&self) -> Comparator {
+        self.kind.get().natural_comparator(self)
+    }
+
+    /// PyTorch-BigGraph's form of the model (see [`ScoreFunction::pbg_form`]).
+    pub fn pbg_form(&self) -> Result<PbgForm, String> {
+        self.kind.get().pbg_form(self)
     }
 
     /// Turns relation row `r` of `(h, r, t)` into the row that scores `(t, r', h)` like a tail
@@ -441,21 +465,22 @@ fn softplus(x: f32) -> f32 {
     }
 }
 
-/// Scores of `b` queries `(src, rel)` against `n` candidate targets, forward only, into
-/// `out` (`b x n`): the same score functions as training, for evaluation and prediction.
-#[allow(clippy::too_many_arguments)]
-pub fn score_candidates(
-    model: &ScoreModel,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    cands: &[f32],
-    out: &mut [f32],
-    s: &mut Scratch,
-) {
-    fit(&mut s.phi, b * model.dim);
-    model.kind.get().score(model, b, n, src, rel, cands, out, s)
+/// `b` queries to score against `n` candidate targets: source rows `src` (`b x dim`),
+/// relation rows `rel` (`b x rel_dim`) and candidates `cands` (`n x dim`), row-major.
+#[derive(Debug, Clone, Copy)]
+pub struct ScoreBatch<'a> {
+    pub b: usize,
+    pub n: usize,
+    pub src: &'a [f32],
+    pub rel: &'a [f32],
+    pub cands: &'a [f32],
+}
+
+/// Scores of `q`'s `b` queries against its `n` candidate targets, forward only, into `out`
+/// (`b x n`): the same score functions as training, for evaluation and prediction.
+pub fn score_candidates(model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
+    fit(&mut s.phi, q.b * model.dim);
+    model.kind.get().score(model, q, out, s)
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! for every (query, target) pair.
 
 use super::{
-    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, Loss, ScoreModel, Scratch,
+    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, Loss, ScoreBatch, ScoreModel,
+    Scratch,
 };
 
 /// A score function computed pair by pair from the query row `a` of its [`Combine`].
@@ -81,17 +82,19 @@ pub(super) fn step<M: Pairwise>(
 }
 
 /// Candidate scores of a pairwise model (see [`super::score_candidates`]).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn score<M: Pairwise>(
     model: &ScoreModel,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    cands: &[f32],
+    q: &ScoreBatch,
     out: &mut [f32],
     s: &mut Scratch,
 ) {
+    let ScoreBatch {
+        b,
+        n,
+        src,
+        rel,
+        cands,
+    } = *q;
     let d = model.dim;
     combine_rows::<M>(model, b, src, rel, &mut s.phi);
     for i in 0..b {

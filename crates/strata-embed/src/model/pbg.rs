@@ -14,8 +14,6 @@
 //! `diagonal` DistMult's, `complex_diagonal` ComplEx's; `linear` (`a = M s`) and `affine`
 //! (`a = M s + v`) are here.
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
@@ -26,9 +24,10 @@ use super::dot::Dot;
 use super::pairwise::Pairwise;
 use super::transe::TransE;
 use super::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreFunction, ScoreModel, Scratch,
+    apply_loss, combine_rows, fit, Chunk, Combine, Comparator, Grads, Layout, Loss, Operator,
+    PbgForm, ScoreBatch, ScoreFunction, ScoreModel, Scratch,
 };
-use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// Below this length a row is not scaled up to unit length by `cos` (PBG clamps the norm too).
 const MIN_NORM: f32 = 1e-12;
@@ -36,100 +35,6 @@ const MIN_NORM: f32 = 1e-12;
 /// Added to squared distances under the square root of `l2`, so that its gradient stays finite
 /// at distance 0 (as TransE-L2).
 const DIST_EPS: f32 = 1e-9;
-
-/// A PBG relation operator: how the relation row turns the source row into the query row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Operator {
-    /// `a = s`: no relation rows.
-    #[default]
-    None,
-    /// `a = s + r`.
-    Translation,
-    /// `a = s ∘ r`.
-    Diagonal,
-    /// `a = M s` with `M` a `dim x dim` matrix (row-major).
-    Linear,
-    /// `a = M s + v`: the `dim x dim` matrix then the `dim` translation.
-    Affine,
-    /// `a = s r` in `dim/2` complex coordinates (real parts, then imaginary parts).
-    ComplexDiagonal,
-}
-
-/// A PBG comparator between the query row `a` and a target row `t`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Comparator {
-    /// `a · t`.
-    Dot,
-    /// `a · t / (‖a‖ ‖t‖)`.
-    #[default]
-    Cos,
-    /// `−‖a − t‖`.
-    L2,
-    /// `−‖a − t‖²`.
-    SquaredL2,
-}
-
-/// An operator and a comparator: the shape of a `pbg` model (PBG's defaults: `none`, `cos`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PbgForm {
-    pub operator: Operator,
-    pub comparator: Comparator,
-}
-
-impl Operator {
-    /// Its name in config files.
-    pub fn name(self) -> &'static str {
-        match self {
-            Operator::None => "none",
-            Operator::Translation => "translation",
-            Operator::Diagonal => "diagonal",
-            Operator::Linear => "linear",
-            Operator::Affine => "affine",
-            Operator::ComplexDiagonal => "complex_diagonal",
-        }
-    }
-
-    /// Reals per relation row for node rows of `dim` reals.
-    pub fn rel_dim(self, dim: usize) -> usize {
-        match self {
-            Operator::None => 0,
-            Operator::Translation | Operator::Diagonal | Operator::ComplexDiagonal => dim,
-            Operator::Linear => dim * dim,
-            Operator::Affine => dim * dim + dim,
-        }
-    }
-}
-
-impl Comparator {
-    /// Its name in config files.
-    pub fn name(self) -> &'static str {
-        match self {
-            Comparator::Dot => "dot",
-            Comparator::Cos => "cos",
-            Comparator::L2 => "l2",
-            Comparator::SquaredL2 => "squared_l2",
-        }
-    }
-}
-
-impl PbgForm {
-    /// Whether the reversed relation row (see [`ScoreModel::reverse_relation`]) scores
-    /// `(t, r', h)` as `r` scores `(h, r, t)`, so that heads can be corrupted without
-    /// reciprocal relations: `none` with any comparator; `translation` (`r' = −r`) with the
-    /// distances; `diagonal` (`r`), `linear` (`Mᵀ`) and `complex_diagonal` (the conjugate)
-    /// with `dot`. The others need `reciprocal = true`.
-    pub fn reversible(self) -> bool {
-        use {Comparator as C, Operator as O};
-        matches!(
-            (self.operator, self.comparator),
-            (O::None, _)
-                | (O::Translation, C::L2 | C::SquaredL2)
-                | (O::Diagonal | O::Linear | O::ComplexDiagonal, C::Dot)
-        )
-    }
-}
 
 /// A relation operator's backward pass, next to its forward pass ([`Combine`]).
 trait OperatorRows: Combine {
@@ -241,6 +146,22 @@ impl ScoreFunction for Pbg {
         model.pbg.operator.rel_dim(model.dim)
     }
 
+    fn layouts(&self, model: &ScoreModel) -> (Layout, Layout) {
+        if model.pbg.operator == Operator::ComplexDiagonal {
+            (Layout::Complex, Layout::Complex)
+        } else {
+            (Layout::Real, Layout::Real)
+        }
+    }
+
+    fn natural_comparator(&self, model: &ScoreModel) -> Comparator {
+        model.pbg.comparator
+    }
+
+    fn pbg_form(&self, model: &ScoreModel) -> Result<PbgForm, String> {
+        Ok(model.pbg)
+    }
+
     /// The named models' starts for the operators that are theirs; for `linear` and `affine`,
     /// a signed diagonal matrix (and a zero translation).
     fn init_relation(&self, model: &ScoreModel, row: &mut [f32], rng: &mut Rng, scale: f32) {
@@ -294,18 +215,8 @@ impl ScoreFunction for Pbg {
         with_operator!(model, step(model, loss, c, g, s))
     }
 
-    fn score(
-        &self,
-        model: &ScoreModel,
-        b: usize,
-        n: usize,
-        src: &[f32],
-        rel: &[f32],
-        cands: &[f32],
-        out: &mut [f32],
-        s: &mut Scratch,
-    ) {
-        with_operator!(model, score(model, b, n, src, rel, cands, out, s))
+    fn score(&self, model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
+        with_operator!(model, score(model, q, out, s))
     }
 }
 
@@ -418,17 +329,14 @@ fn finish_scores(
 }
 
 /// Candidate scores of a `pbg` model (see [`super::score_candidates`]).
-#[allow(clippy::too_many_arguments)]
-fn score<O: OperatorRows>(
-    model: &ScoreModel,
-    b: usize,
-    n: usize,
-    src: &[f32],
-    rel: &[f32],
-    cands: &[f32],
-    out: &mut [f32],
-    s: &mut Scratch,
-) {
+fn score<O: OperatorRows>(model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
+    let ScoreBatch {
+        b,
+        n,
+        src,
+        rel,
+        cands,
+    } = *q;
     let (d, cmp) = (model.dim, model.pbg.comparator);
     // Taken out of the scratch so that its rows can be read while the rest is written.
     let mut cs = std::mem::take(&mut s.cos);

@@ -38,7 +38,18 @@ fn pbg(operator: Operator, comparator: Comparator, dim: usize) -> ScoreModel {
 fn both_scores(model: &ScoreModel, s: &[f32], r: &[f32], t: &[f32]) -> (f32, f32) {
     let mut out = [0.0f32];
     let mut scratch = Scratch::default();
-    score_candidates(model, 1, 1, s, r, t, &mut out, &mut scratch);
+    score_candidates(
+        model,
+        &ScoreBatch {
+            b: 1,
+            n: 1,
+            src: s,
+            rel: r,
+            cands: t,
+        },
+        &mut out,
+        &mut scratch,
+    );
     let c = Chunk {
         b: 1,
         n: 1,
@@ -250,7 +261,18 @@ fn batches_score_every_pair_by_the_formula() {
             );
             let mut out = vec![0.0f32; b * n];
             let mut scratch = Scratch::default();
-            score_candidates(&model, b, n, &src, &rel, &cands, &mut out, &mut scratch);
+            score_candidates(
+                &model,
+                &ScoreBatch {
+                    b,
+                    n,
+                    src: &src,
+                    rel: &rel,
+                    cands: &cands,
+                },
+                &mut out,
+                &mut scratch,
+            );
             for i in 0..b {
                 for j in 0..n {
                     let want = reference_score(

@@ -11,7 +11,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Chunk, Grads, Operator, ScoreKind, ScoreModel};
+use super::{Chunk, Grads, Layout, ScoreModel};
 
 /// Which regularizer (config `regularizer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -32,29 +32,6 @@ pub struct Regularizer {
     pub kind: RegularizerKind,
     /// `reg_weight`: the factor of `Σ R(x) / b`.
     pub weight: f32,
-}
-
-/// How the reals of a row are grouped into the magnitudes `R` sums over.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Layout {
-    /// Every real is a coordinate.
-    Real,
-    /// `d/2` real parts, then `d/2` imaginary parts (the row's first `d` reals).
-    Complex,
-    /// Not regularized.
-    Skip,
-}
-
-/// The layouts of `model`'s node rows and relation rows.
-fn layouts(model: &ScoreModel) -> (Layout, Layout) {
-    match model.kind {
-        ScoreKind::ComplEx => (Layout::Complex, Layout::Complex),
-        ScoreKind::RotatE => (Layout::Complex, Layout::Skip),
-        ScoreKind::Pbg if model.pbg.operator == Operator::ComplexDiagonal => {
-            (Layout::Complex, Layout::Complex)
-        }
-        _ => (Layout::Real, Layout::Real),
-    }
 }
 
 impl RegularizerKind {
@@ -103,7 +80,7 @@ pub fn regularize(reg: &Regularizer, model: &ScoreModel, c: &Chunk, g: &mut Grad
     }
     let (d, rd) = (model.dim, model.rel_dim());
     let w = reg.weight / c.b as f32;
-    let (nodes, rels) = layouts(model);
+    let (nodes, rels) = model.layouts();
     let mut total = 0.0;
     for (rows, grads) in [(c.src, &mut g.src), (c.dst, &mut g.dst)] {
         for (row, grad) in rows.chunks_exact(d).zip(grads.chunks_exact_mut(d)) {

@@ -5,7 +5,7 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::pairwise::Pairwise;
-use super::{even_dim, phase, Combine, ScoreFunction, ScoreModel};
+use super::{even_dim, phase, Combine, Comparator, Layout, PbgForm, ScoreFunction, ScoreModel};
 
 /// `−Σ_k |s_k r_k − t_k|`.
 pub struct RotatE;
@@ -60,6 +60,20 @@ impl Pairwise for RotatE {
 impl ScoreFunction for RotatE {
     fn rel_dim(&self, model: &ScoreModel) -> usize {
         model.dim / 2
+    }
+
+    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+        // Relation rows are phases, not regularized.
+        (Layout::Complex, Layout::Skip)
+    }
+
+    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+        // It scores by distances.
+        Comparator::L2
+    }
+
+    fn pbg_form(&self, _model: &ScoreModel) -> Result<PbgForm, String> {
+        Err("model rotate has no PyTorch-BigGraph form: RotatE sums the moduli of complex differences, which no PBG comparator computes".into())
     }
 
     fn check_dim(&self, dim: usize) -> Result<(), String> {

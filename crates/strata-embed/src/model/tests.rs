@@ -186,7 +186,18 @@ fn candidate_scores_agree_with_training_scores() {
         let cands = rand_vec(n * d, 13);
         let mut out = vec![0.0f32; b * n];
         let mut s = Scratch::default();
-        score_candidates(&model, b, n, &src, &rel, &cands, &mut out, &mut s);
+        score_candidates(
+            &model,
+            &ScoreBatch {
+                b,
+                n,
+                src: &src,
+                rel: &rel,
+                cands: &cands,
+            },
+            &mut out,
+            &mut s,
+        );
         for i in 0..b {
             for j in 0..n {
                 // Score (src_i, rel_i, cand_j) as a positive through the training path.
@@ -244,15 +255,48 @@ fn reversed_relation_scores_the_same_triple() {
         model.reverse_relation(&mut r_rev);
         let mut s = Scratch::default();
         let (mut forward, mut backward) = ([0.0f32], [0.0f32]);
-        score_candidates(&model, 1, 1, &h, &r, &t, &mut forward, &mut s);
-        score_candidates(&model, 1, 1, &t, &r_rev, &h, &mut backward, &mut s);
+        score_candidates(
+            &model,
+            &ScoreBatch {
+                b: 1,
+                n: 1,
+                src: &h,
+                rel: &r,
+                cands: &t,
+            },
+            &mut forward,
+            &mut s,
+        );
+        score_candidates(
+            &model,
+            &ScoreBatch {
+                b: 1,
+                n: 1,
+                src: &t,
+                rel: &r_rev,
+                cands: &h,
+            },
+            &mut backward,
+            &mut s,
+        );
         assert!(
             (forward[0] - backward[0]).abs() < 1e-5,
             "{kind:?}: {forward:?} vs {backward:?}"
         );
         if kind != ScoreKind::DistMult {
             // Without the reversal the head score would differ (so the test can fail).
-            score_candidates(&model, 1, 1, &t, &r, &h, &mut backward, &mut s);
+            score_candidates(
+                &model,
+                &ScoreBatch {
+                    b: 1,
+                    n: 1,
+                    src: &t,
+                    rel: &r,
+                    cands: &h,
+                },
+                &mut backward,
+                &mut s,
+            );
             assert!((forward[0] - backward[0]).abs() > 1e-4, "{kind:?}");
         }
     }
@@ -271,8 +315,30 @@ fn initial_relations_have_no_self_preference() {
         let mut gap = 0.0;
         for i in 0..200 {
             let (h, t) = (rand_vec(d, 100 + i), rand_vec(d, 10_000 + i));
-            score_candidates(model, 1, 1, &h, r, &h, &mut a, &mut s);
-            score_candidates(model, 1, 1, &h, r, &t, &mut b, &mut s);
+            score_candidates(
+                model,
+                &ScoreBatch {
+                    b: 1,
+                    n: 1,
+                    src: &h,
+                    rel: r,
+                    cands: &h,
+                },
+                &mut a,
+                &mut s,
+            );
+            score_candidates(
+                model,
+                &ScoreBatch {
+                    b: 1,
+                    n: 1,
+                    src: &h,
+                    rel: r,
+                    cands: &t,
+                },
+                &mut b,
+                &mut s,
+            );
             gap += (a[0] - b[0]) as f64;
         }
         gap / 200.0
@@ -370,11 +436,13 @@ fn every_registered_model_scores_its_formula() {
             let mut out = vec![0.0f32; b * n];
             score_candidates(
                 &model,
-                b,
-                n,
-                &src,
-                &rel,
-                &cands,
+                &ScoreBatch {
+                    b,
+                    n,
+                    src: &src,
+                    rel: &rel,
+                    cands: &cands,
+                },
                 &mut out,
                 &mut Scratch::default(),
             );
@@ -403,13 +471,35 @@ fn scores_of(model: &ScoreModel, b: usize, n: usize, x: &[Vec<f32>; 4]) -> (Vec<
     let (d, rd) = (model.dim, model.rel_dim());
     let mut s = Scratch::default();
     let mut neg = vec![0.0f32; b * n];
-    score_candidates(model, b, n, &x[0], &x[1], &x[3], &mut neg, &mut s);
+    score_candidates(
+        model,
+        &ScoreBatch {
+            b,
+            n,
+            src: &x[0],
+            rel: &x[1],
+            cands: &x[3],
+        },
+        &mut neg,
+        &mut s,
+    );
     let pos = (0..b)
         .map(|i| {
             let mut out = [0.0f32];
             let row = |v: &[f32], w: usize| v[i * w..(i + 1) * w].to_vec();
             let (src, rel, dst) = (row(&x[0], d), row(&x[1], rd), row(&x[2], d));
-            score_candidates(model, 1, 1, &src, &rel, &dst, &mut out, &mut s);
+            score_candidates(
+                model,
+                &ScoreBatch {
+                    b: 1,
+                    n: 1,
+                    src: &src,
+                    rel: &rel,
+                    cands: &dst,
+                },
+                &mut out,
+                &mut s,
+            );
             out[0] as f64
         })
         .collect();

@@ -6,9 +6,10 @@ use strata_store::rng::Rng;
 
 use super::pairwise::{self, Pairwise};
 use super::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreFunction, ScoreModel, Scratch,
+    apply_loss, combine_rows, fit, Chunk, Combine, Comparator, Grads, Layout, Loss, Operator,
+    PbgForm, ScoreBatch, ScoreFunction, ScoreModel, Scratch,
 };
-use crate::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// `−‖s + r − t‖`.
 pub struct TransE;
@@ -51,6 +52,26 @@ impl ScoreFunction for TransE {
         model.dim
     }
 
+    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+        (Layout::Real, Layout::Real)
+    }
+
+    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+        // It scores by distances.
+        Comparator::L2
+    }
+
+    fn pbg_form(&self, model: &ScoreModel) -> Result<PbgForm, String> {
+        if model.transe_norm == 2 {
+            Ok(PbgForm {
+                operator: Operator::Translation,
+                comparator: Comparator::L2,
+            })
+        } else {
+            Err("model transe with transe_norm = 1 has no PyTorch-BigGraph form: PBG's comparators are dot, cos, l2 and squared_l2 (no L1 distance)".into())
+        }
+    }
+
     /// Normal offsets of the node embeddings' scale (see [`ScoreModel::init_relation`]).
     fn init_relation(&self, _model: &ScoreModel, row: &mut [f32], rng: &mut Rng, scale: f32) {
         for pair in row.chunks_mut(2) {
@@ -87,20 +108,17 @@ impl ScoreFunction for TransE {
         }
     }
 
-    fn score(
-        &self,
-        model: &ScoreModel,
-        b: usize,
-        n: usize,
-        src: &[f32],
-        rel: &[f32],
-        cands: &[f32],
-        out: &mut [f32],
-        s: &mut Scratch,
-    ) {
+    fn score(&self, model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
         if model.transe_norm != 2 {
-            return pairwise::score::<Self>(model, b, n, src, rel, cands, out, s);
+            return pairwise::score::<Self>(model, q, out, s);
         }
+        let ScoreBatch {
+            b,
+            n,
+            src,
+            rel,
+            cands,
+        } = *q;
         let d = model.dim;
         combine_rows::<Self>(model, b, src, rel, &mut s.phi);
         gemm_abt(b, n, d, -2.0, &s.phi, cands, 0.0, out);

@@ -1,0 +1,186 @@
+//! Dense kernels of the training step: matrix products (`gemm`: an own AVX-512 kernel, or
+//! matrixmultiply's AVX2/FMA/portable ones, chosen at run time) and a vectorised softmax whose
+//! hot loop is compiled for AVX-512 and AVX2 and chosen at run time, so one build runs
+//! everywhere and fast here.
+
+pub use crate::compute::gemm::{gemm_ab, gemm_abt, gemm_atb};
+
+/// `exp(x)` for `x <= 0` to within 4e-6 relative error: `2^(x log2 e)` split into an integer
+/// power (built in the exponent bits) and a degree-6 polynomial on `[-0.5, 0.5]`. Written as
+/// straight-line arithmetic without library calls (`floor`, not `round`, which has no vector
+/// instruction) so that the compiler vectorises it.
+#[inline(always)]
+fn exp_neg(x: f32) -> f32 {
+    // Not `clamp`, which passes NaN through; max/min map it to -87.
+    #[allow(clippy::manual_clamp)]
+    let x = x.max(-87.0).min(0.0);
+    let t = x * std::f32::consts::LOG2_E;
+    let k = (t + 0.5).floor();
+    let f = t - k;
+    // 2^f on [-0.5, 0.5] (minimax-like Taylor coefficients of e^(f ln 2)).
+    let p = 1.0
+        + f * (std::f32::consts::LN_2
+            + f * (0.240_226_5
+                + f * (0.055_504_11
+                    + f * (0.009_618_129 + f * (0.001_333_356 + f * 0.000_154_035_3)))));
+    // SAFETY: k is an integer in [-126, 0] (x is clamped, NaN included, to [-87, 0]), so the
+    // unchecked conversion (one vector instruction, unlike `as`) is exact.
+    let k: i32 = unsafe { k.to_int_unchecked() };
+    let bits = ((k + 127) as u32) << 23;
+    p * f32::from_bits(bits)
+}
+
+/// Lanes of the partial sums: independent accumulators let the loop vectorise without
+/// reassociating float additions.
+const LANES: usize = 16;
+
+/// Defines `pub fn NAME(args) -> ret` that runs the `#[inline(always)]` function `generic`
+/// compiled for AVX-512, for AVX2 or for the baseline, the widest the CPU has (detected at run
+/// time), so that one build runs everywhere and uses the vector unit it finds.
+macro_rules! widest {
+    ($(#[$doc:meta])* pub fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty = $generic:ident) => {
+        $(#[$doc])*
+        pub fn $name($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512dq,fma")]
+                unsafe fn avx512($($arg: $ty),*) -> $ret {
+                    $generic($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) -> $ret {
+                    $generic($($arg),*)
+                }
+                if std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx512dq")
+                {
+                    // SAFETY: the features were detected at run time.
+                    return unsafe { avx512($($arg),*) };
+                }
+                if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+                    // SAFETY: as above.
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            $generic($($arg),*)
+        }
+    };
+}
+
+/// Shifts `row` by `shift`, exponentiates it in place and returns the sum (all inputs `<= shift`).
+#[inline(always)]
+fn exp_sum_generic(row: &mut [f32], shift: f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            let v = exp_neg(c[l] - shift);
+            c[l] = v;
+            acc[l] += v;
+        }
+    }
+    let mut sum: f32 = acc.iter().sum();
+    for v in chunks.into_remainder() {
+        *v = exp_neg(*v - shift);
+        sum += *v;
+    }
+    sum
+}
+
+widest! {
+    /// `row[i] = exp(row[i] - shift)`, returning the sum (every `row[i] <= shift`).
+    pub fn exp_sum(row: &mut [f32], shift: f32) -> f32 = exp_sum_generic
+}
+
+/// The largest value of `row` (NaNs ignored; -inf when empty or all NaN).
+#[inline(always)]
+fn max_generic(row: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for c in &mut chunks {
+        for l in 0..LANES {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .chain(&acc)
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max)
+}
+
+widest! {
+    /// The largest value of `row` (NaNs ignored; -inf when empty or all NaN).
+    pub fn max(row: &[f32]) -> f32 = max_generic
+}
+
+/// `sum_i a[i] * b[i]`.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight partial sums let the compiler vectorise without reassociation flags.
+    let mut acc = [0.0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for l in 0..8 {
+            acc[l] += a[c * 8 + l] * b[c * 8 + l];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in chunks * 8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// A large matrix product timed on this machine, in FLOP/s: the reference that the training
+/// step's achieved rate is reported against.
+pub fn sgemm_reference_flops() -> f64 {
+    let (m, k, n) = (1024, 128, 1024);
+    let a: Vec<f32> = (0..m * k).map(|i| ((i % 17) as f32) * 0.01).collect();
+    let b: Vec<f32> = (0..n * k).map(|i| ((i % 13) as f32) * 0.01).collect();
+    let mut c = vec![0.0f32; m * n];
+    gemm_abt(m, n, k, 1.0, &a, &b, 0.0, &mut c);
+    let reps = 20;
+    let start = std::time::Instant::now();
+    for _ in 0..reps {
+        gemm_abt(m, n, k, 1.0, &a, &b, 0.0, &mut c);
+    }
+    2.0 * (m * n * k * reps) as f64 / start.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_exp_is_accurate() {
+        let mut worst = 0.0f64;
+        for i in 0..100_000 {
+            let x = -(i as f32) * 0.0008;
+            let got = exp_neg(x) as f64;
+            let want = (x as f64).exp();
+            worst = worst.max((got - want).abs() / want);
+        }
+        assert!(worst < 5e-6, "{worst}");
+        let mut row = vec![0.0f32, -1.0, -2.0, -100.0];
+        let s = exp_sum(&mut row, 0.0);
+        assert!((s - (1.0 + (-1f32).exp() + (-2f32).exp())).abs() < 1e-6);
+        assert!(row[3] >= 0.0 && row[3] < 1e-30);
+    }
+
+    #[test]
+    fn max_covers_the_remainder_and_ignores_nan() {
+        let mut row: Vec<f32> = (0..37).map(|i| -(i as f32)).collect();
+        row[36] = 5.0;
+        row[3] = f32::NAN;
+        assert_eq!(max(&row), 5.0);
+        assert_eq!(max(&row[..16]), 0.0);
+        assert_eq!(max(&[]), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn dot_covers_the_remainder() {
+        assert!((dot(&[1.0; 19], &[2.0; 19]) - 38.0).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,715 @@
+//! Link-prediction evaluation: each edge `(h, r, t)` of a split asks two queries, `(h, r, ?)`
+//! answered by `t` and `(t, r⁻¹, ?)` answered by `h` (with the relation itself when relations
+//! are not reciprocal), and the answer's rank among candidates gives MRR, MR and Hits@k.
+//!
+//! - **filtered** (FB15k-237, WN18RR): every node is a candidate except the other known true
+//!   answers of the same query in any split. Partitions are scanned one at a time, so the
+//!   table need not fit in memory.
+//! - **sampled** (large graphs, PyTorch-BigGraph and Marius): queries in batches share
+//!   `N` uniform candidates and `N` degree-weighted ones (answers of the batch's queries,
+//!   which appear in proportion to their degree); unfiltered.
+//!
+//! Ties count half: rank = 1 + (candidates scoring higher) + (candidates scoring equal) / 2.
+//!
+//! In a typed run (`typed_eval`) an answer is ranked against the entities of its own type
+//! only (the relation's destination type for tail queries, its source type for head queries):
+//! queries are evaluated grouped by that type, the filtered scan covers only the types' rows
+//! of each region, and the sampled protocol draws its uniform candidates from the type.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use strata_io::progress::{Meter, Progress};
+use strata_store::array::{decode_ints, RowReader, IO_CHUNK};
+use strata_store::ids::IdCheck;
+use strata_store::rng::{derive, Rng};
+use strata_store::Store;
+
+use crate::config::{Corrupt, Protocol};
+use crate::error::{EmbedError, Result};
+use crate::model::{score_candidates, ScoreBatch, ScoreModel, Scratch};
+use crate::sizes::{QUERY_BATCH, TILE};
+use crate::storage::buffer::{Load, PartitionBuffer};
+use crate::storage::entity_types::TypedLayout;
+use crate::storage::partitioning::{Locator, Partitioning};
+use crate::storage::relations::Relations;
+
+/// How to evaluate.
+#[derive(Debug, Clone)]
+pub struct EvalSpec {
+    pub protocol: Protocol,
+    /// Uniform (and as many degree-weighted) candidates per batch of the sampled protocol.
+    pub negatives: usize,
+    /// Queries per sampled batch (they share candidates).
+    pub batch: usize,
+    /// Evaluate at most this many queries (0: all), a seeded sample of the split's edges.
+    pub max_queries: usize,
+    pub corrupt: Corrupt,
+    pub seed: u64,
+    pub threads: usize,
+    /// Queries per round: each round gathers its rows in one scan of the table (bounds memory).
+    pub round: usize,
+}
+
+/// Ranking metrics of one split.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Metrics {
+    pub split: String,
+    pub protocol: Protocol,
+    pub queries: u64,
+    pub mrr: f64,
+    pub mr: f64,
+    #[serde(rename = "hits@1")]
+    pub hits_at_1: f64,
+    #[serde(rename = "hits@3")]
+    pub hits_at_3: f64,
+    #[serde(rename = "hits@10")]
+    pub hits_at_10: f64,
+    /// MRR of tail queries `(h, r, ?)` and of head queries `(?, r, t)`.
+    pub tail_mrr: Option<f64>,
+    pub head_mrr: Option<f64>,
+    pub seconds: f64,
+}
+
+impl Metrics {
+    /// Metrics of ranks, with `head[i]` telling which direction query `i` was.
+    pub fn from_ranks(
+        split: &str,
+        protocol: Protocol,
+        ranks: &[f64],
+        head: &[bool],
+        seconds: f64,
+    ) -> Metrics {
+        let q = ranks.len().max(1) as f64;
+        let hits = |k: f64| ranks.iter().filter(|&&r| r <= k).count() as f64 / q;
+        let mrr_of = |want: bool| -> Option<f64> {
+            let (sum, count) = ranks
+                .iter()
+                .zip(head)
+                .filter(|(_, &h)| h == want)
+                .fold((0.0, 0usize), |(s, c), (r, _)| (s + 1.0 / r, c + 1));
+            (count > 0).then(|| sum / count as f64)
+        };
+        Metrics {
+            split: split.to_string(),
+            protocol,
+            queries: ranks.len() as u64,
+            mrr: ranks.iter().map(|r| 1.0 / r).sum::<f64>() / q,
+            mr: ranks.iter().sum::<f64>() / q,
+            hits_at_1: hits(1.0),
+            hits_at_3: hits(3.0),
+            hits_at_10: hits(10.0),
+            tail_mrr: mrr_of(false),
+            head_mrr: mrr_of(true),
+            seconds,
+        }
+    }
+}
+
+/// One query `(src, rel, ?)` whose true answer is `answer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Query {
+    pub src: u64,
+    /// Relation id (the inverse row is chosen by `head` and reciprocity).
+    pub rel: u32,
+    pub answer: u64,
+    /// A head query `(?, r, t)`, asked as `(t, r⁻¹, ?)`.
+    pub head: bool,
+}
+
+/// The `(src, rel, dst)` rows of `split` (relation 0 for stores without relation types).
+pub fn read_triples(store: &Store, split: &str) -> Result<Vec<[u64; 3]>> {
+    let name = format!("edges_{split}");
+    let info = store
+        .array(&name)
+        .ok_or_else(|| {
+            EmbedError::Config(format!(
+                "store {} has no '{split}' split",
+                store.path().display()
+            ))
+        })?
+        .clone();
+    let cols = info.shape[1] as usize;
+    let mut out = Vec::with_capacity(info.shape[0] as usize);
+    let mut reader = RowReader::open_array(store.path(), &info, IO_CHUNK)?;
+    let mut ids = IdCheck::edges(store, &name)?;
+    let mut vals = Vec::new();
+    while let Some(bytes) = reader.next_batch()? {
+        vals.clear();
+        decode_ints(bytes, info.dtype, &mut vals);
+        ids.check(&vals)?;
+        out.extend(vals.chunks_exact(cols).map(|r| {
+            [
+                r[0] as u64,
+                if cols == 3 { r[1] as u64 } else { 0 },
+                r[cols - 1] as u64,
+            ]
+        }));
+    }
+    Ok(out)
+}
+
+/// The queries of `triples` in the directions `corrupt` asks (both for Bernoulli corruption,
+/// which trains both), at most `max` (0: all) from a seeded sample of the triples.
+pub fn make_queries(triples: &[[u64; 3]], corrupt: Corrupt, max: usize, seed: u64) -> Vec<Query> {
+    let dirs: &[bool] = match corrupt {
+        Corrupt::Both | Corrupt::Bernoulli => &[false, true],
+        Corrupt::Tail => &[false],
+        Corrupt::Head => &[true],
+    };
+    let mut picked: Vec<usize> = (0..triples.len()).collect();
+    let want = if max == 0 {
+        triples.len()
+    } else {
+        max.div_ceil(dirs.len()).min(triples.len())
+    };
+    if want < triples.len() {
+        let mut rng = Rng::new(derive(seed, 0xe7a1));
+        for i in 0..want {
+            let j = i + rng.below((triples.len() - i) as u64) as usize;
+            picked.swap(i, j);
+        }
+        picked.truncate(want);
+        picked.sort_unstable();
+    }
+    let mut out = Vec::with_capacity(picked.len() * dirs.len());
+    for &i in &picked {
+        let [h, r, t] = triples[i];
+        for &head in dirs {
+            let (src, answer) = if head { (t, h) } else { (h, t) };
+            out.push(Query {
+                src,
+                rel: r as u32,
+                answer,
+                head,
+            });
+        }
+    }
+    out
+}
+
+/// Known true answers of each query key `(src, rel, head)` over every split of the store, for
+/// the keys of `queries` only (so memory follows the evaluated queries, not the graph).
+pub fn known_answers(
+    store: &Store,
+    queries: &[Query],
+    progress: &dyn Progress,
+) -> Result<KnownAnswers> {
+    let mut map: KnownAnswers = queries
+        .iter()
+        .map(|q| ((q.src, q.rel, q.head), Vec::new()))
+        .collect();
+    for split in ["train", "valid", "test"] {
+        let name = format!("edges_{split}");
+        let Some(info) = store.array(&name).cloned() else {
+            continue;
+        };
+        let cols = info.shape[1] as usize;
+        let mut meter = Meter::new(
+            progress,
+            &format!("filter {split}"),
+            info.data_bytes(),
+            info.shape[0],
+        );
+        let mut reader = RowReader::open_array(store.path(), &info, IO_CHUNK)?;
+        let mut ids = IdCheck::edges(store, &name)?;
+        let mut vals = Vec::new();
+        while let Some(bytes) = reader.next_batch()? {
+            vals.clear();
+            decode_ints(bytes, info.dtype, &mut vals);
+            ids.check(&vals)?;
+            for row in vals.chunks_exact(cols) {
+                let (h, r, t) = (
+                    row[0] as u64,
+                    if cols == 3 { row[1] as u32 } else { 0 },
+                    row[cols - 1] as u64,
+                );
+                if let Some(v) = map.get_mut(&(h, r, false)) {
+                    v.push(t);
+                }
+                if let Some(v) = map.get_mut(&(t, r, true)) {
+                    v.push(h);
+                }
+            }
+            meter.add((vals.len() / cols) as u64, bytes.len() as u64)?;
+        }
+        meter.finish()?;
+    }
+    for v in map.values_mut() {
+        v.sort_unstable();
+        v.dedup();
+    }
+    Ok(map)
+}
+
+/// Rows of one round: query vectors' inputs, answers' rows and true scores.
+struct Round {
+    /// `q x d` source rows, `q x rel_dim` relation rows, `q x d` answer rows.
+    src: Vec<f32>,
+    rel: Vec<f32>,
+    true_score: Vec<f32>,
+}
+
+/// What an evaluation needs to score: model, relations and where node rows live.
+pub struct Scorer<'a> {
+    pub model: ScoreModel,
+    pub relations: &'a Relations,
+    pub partitioning: &'a Partitioning,
+    pub buffer: &'a mut PartitionBuffer,
+    /// Brings a partition that is not resident into a slot: from the table file the
+    /// buffer's slots mirror, or in owner mode from the partition's owner.
+    pub load: &'a mut Load<'a>,
+    /// A typed run ranking each answer against its own type: the (source, destination)
+    /// entity types of each relation (None: against every node).
+    pub rel_types: Option<Vec<(usize, usize)>>,
+}
+
+/// The answer types of one round of a typed evaluation.
+struct RoundTypes<'l> {
+    layout: &'l TypedLayout,
+    /// The entity type of each query's answer.
+    answer: Vec<usize>,
+}
+
+/// Known true answers of query keys `(src, rel, head)`.
+pub type KnownAnswers = HashMap<(u64, u32, bool), Vec<u64>>;
+
+/// The queries of one split and, for the filtered protocol, their known answers: built once
+/// and evaluated as often as needed (every validation of a run).
+pub struct EvalSet {
+    pub split: String,
+    pub protocol: Protocol,
+    pub queries: Vec<Query>,
+    pub known: Option<KnownAnswers>,
+}
+
+impl EvalSet {
+    /// The queries of `split` under `spec` (and their known answers when filtered).
+    pub fn new(
+        store: &Store,
+        split: &str,
+        spec: &EvalSpec,
+        progress: &dyn Progress,
+    ) -> Result<EvalSet> {
+        let triples = read_triples(store, split)?;
+        let queries = make_queries(&triples, spec.corrupt, spec.max_queries, spec.seed);
+        let known = match spec.protocol {
+            Protocol::Filtered => Some(known_answers(store, &queries, progress)?),
+            Protocol::Sampled => None,
+        };
+        Ok(EvalSet {
+            split: split.to_string(),
+            protocol: spec.protocol,
+            queries,
+            known,
+        })
+    }
+}
+
+impl Scorer<'_> {
+    /// Ranks the queries of `set` (with `spec`'s batches, threads and rounds).
+    pub fn evaluate(
+        &mut self,
+        set: &EvalSet,
+        spec: &EvalSpec,
+        progress: &dyn Progress,
+    ) -> Result<Metrics> {
+        let start = Instant::now();
+        let locator = self.partitioning.locator();
+        let layout = self.partitioning.typed_layout();
+        let rel_types = self.rel_types.clone();
+        let typed = layout.as_ref().zip(rel_types.as_deref());
+        let answer_type = |q: &Query| {
+            typed.map(|(_, rel)| {
+                let (src, dst) = rel[q.rel as usize];
+                if q.head {
+                    src
+                } else {
+                    dst
+                }
+            })
+        };
+        // A typed evaluation takes the queries grouped by answer type, so that a batch (and
+        // the rows its scan covers) is mostly of one type.
+        let mut order: Vec<usize> = (0..set.queries.len()).collect();
+        order.sort_by_key(|&i| answer_type(&set.queries[i]));
+        let queries: Vec<Query> = order.iter().map(|&i| set.queries[i]).collect();
+        let mut ranks = vec![0.0; queries.len()];
+        let mut meter = Meter::new(
+            progress,
+            &format!("eval {}", set.split),
+            0,
+            queries.len() as u64,
+        );
+        let per_round = spec.round.max(QUERY_BATCH);
+        for (r, round) in queries.chunks(per_round).enumerate() {
+            let types = typed.map(|(layout, _)| RoundTypes {
+                layout,
+                answer: round
+                    .iter()
+                    .map(|q| answer_type(q).expect("typed"))
+                    .collect(),
+            });
+            let got = match &set.known {
+                Some(known) => self.filtered_round(round, known, &locator, types.as_ref(), spec)?,
+                None => self.sampled_round(
+                    round,
+                    &locator,
+                    types.as_ref(),
+                    spec,
+                    derive(spec.seed, r as u64),
+                )?,
+            };
+            for (k, rank) in got.into_iter().enumerate() {
+                ranks[order[r * per_round + k]] = rank;
+            }
+            meter.add(round.len() as u64, 0)?;
+        }
+        meter.finish()?;
+        let head: Vec<bool> = set.queries.iter().map(|q| q.head).collect();
+        Ok(Metrics::from_ranks(
+            &set.split,
+            set.protocol,
+            &ranks,
+            &head,
+            start.elapsed().as_secs_f64(),
+        ))
+    }
+
+    /// Copies the embedding rows of `nodes` into `out` (`nodes.len() x dim`), scanning the
+    /// partitions that hold them once.
+    fn gather(&mut self, nodes: &[u64], locator: &Locator, out: &mut Vec<f32>) -> Result<()> {
+        let d = self.model.dim;
+        out.clear();
+        out.resize(nodes.len() * d, 0.0);
+        let mut located: Vec<(u32, u32, usize)> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let (p, l) = locator.locate(v);
+                (p, l, i)
+            })
+            .collect();
+        located.sort_unstable();
+        let mut parts: Vec<u32> = located.iter().map(|x| x.0).collect();
+        parts.dedup();
+        self.buffer.visit_with(&parts, self.load, |p, emb| {
+            let lo = located.partition_point(|x| x.0 < p);
+            for &(_, l, i) in located[lo..].iter().take_while(|x| x.0 == p) {
+                emb.copy(l as usize * d, &mut out[i * d..(i + 1) * d]);
+            }
+            Ok(())
+        })
+    }
+
+    /// Relation rows of the queries, the gathered source rows and the true answers' scores.
+    fn prepare(&mut self, round: &[Query], locator: &Locator) -> Result<Round> {
+        let (d, rd) = (self.model.dim, self.model.rel_dim());
+        let mut src = Vec::new();
+        let mut ans = Vec::new();
+        self.gather(
+            &round.iter().map(|q| q.src).collect::<Vec<_>>(),
+            locator,
+            &mut src,
+        )?;
+        self.gather(
+            &round.iter().map(|q| q.answer).collect::<Vec<_>>(),
+            locator,
+            &mut ans,
+        )?;
+        let mut rel = vec![0.0f32; round.len() * rd];
+        if rd > 0 {
+            for (i, q) in round.iter().enumerate() {
+                self.relations.query_row(
+                    &self.model,
+                    q.rel,
+                    q.head,
+                    &mut rel[i * rd..(i + 1) * rd],
+                );
+            }
+        }
+        let mut scratch = Scratch::default();
+        let mut true_score = vec![0.0f32; round.len()];
+        for i in 0..round.len() {
+            score_candidates(
+                &self.model,
+                &ScoreBatch {
+                    b: 1,
+                    n: 1,
+                    src: &src[i * d..(i + 1) * d],
+                    rel: &rel[i * rd..(i + 1) * rd],
+                    cands: &ans[i * d..(i + 1) * d],
+                },
+                &mut true_score[i..i + 1],
+                &mut scratch,
+            );
+        }
+        Ok(Round {
+            src,
+            rel,
+            true_score,
+        })
+    }
+
+    /// Filtered ranks of one round against every node, partition by partition.
+    fn filtered_round(
+        &mut self,
+        round: &[Query],
+        known: &KnownAnswers,
+        locator: &Locator,
+        types: Option<&RoundTypes>,
+        spec: &EvalSpec,
+    ) -> Result<Vec<f64>> {
+        let rows = self.prepare(round, locator)?;
+        // Excluded candidates of each query (its answer and the other known answers), as
+        // sorted (partition << 32 | local) keys.
+        let excluded: Vec<Vec<u64>> = round
+            .iter()
+            .map(|q| {
+                let mut keys: Vec<u64> = known[&(q.src, q.rel, q.head)]
+                    .iter()
+                    .chain(std::iter::once(&q.answer))
+                    .map(|&v| {
+                        let (p, l) = locator.locate(v);
+                        ((p as u64) << 32) | l as u64
+                    })
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                keys
+            })
+            .collect();
+        let counts: Vec<Mutex<Vec<(u64, u64)>>> = round
+            .chunks(QUERY_BATCH)
+            .map(|c| Mutex::new(vec![(0, 0); c.len()]))
+            .collect();
+        let all = self.partitioning.regions();
+        let (model, d, rd, threads) = (
+            self.model,
+            self.model.dim,
+            self.model.rel_dim(),
+            spec.threads.max(1),
+        );
+        let partitioning = self.partitioning;
+        self.buffer.visit_with(&all, self.load, |p, emb| {
+            let size = partitioning.size_of(p) as usize;
+            // The rows each query ranks against here: its answer type's, or all of them.
+            let ranges: Vec<std::ops::Range<usize>> = match types {
+                Some(t) => t
+                    .answer
+                    .iter()
+                    .map(|&ty| {
+                        let s = t.layout.section(ty, p);
+                        s.start as usize..s.end as usize
+                    })
+                    .collect(),
+                None => vec![0..size; round.len()],
+            };
+            let next = AtomicUsize::new(0);
+            std::thread::scope(|scope| {
+                for _ in 0..threads.min(counts.len()) {
+                    scope.spawn(|| {
+                        let mut scratch = Scratch::default();
+                        let (mut out, mut widened) = (Vec::new(), Vec::new());
+                        loop {
+                            let b = next.fetch_add(1, Relaxed);
+                            if b >= counts.len() {
+                                break;
+                            }
+                            let mut cnt = counts[b].lock().expect("not poisoned");
+                            let q0 = b * QUERY_BATCH;
+                            let qb = cnt.len();
+                            let batch = &ranges[q0..q0 + qb];
+                            let scan_lo = batch.iter().map(|r| r.start).min().unwrap_or(0);
+                            let scan_hi = batch.iter().map(|r| r.end).max().unwrap_or(0);
+                            for lo in (scan_lo..scan_hi).step_by(TILE) {
+                                let t = TILE.min(scan_hi - lo);
+                                out.resize(qb * t, 0.0);
+                                score_candidates(
+                                    &model,
+                                    &ScoreBatch {
+                                        b: qb,
+                                        n: t,
+                                        src: &rows.src[q0 * d..(q0 + qb) * d],
+                                        rel: &rows.rel[q0 * rd..(q0 + qb) * rd],
+                                        cands: emb.span(lo * d, t * d, &mut widened),
+                                    },
+                                    &mut out,
+                                    &mut scratch,
+                                );
+                                for (i, c) in cnt.iter_mut().enumerate() {
+                                    let q = q0 + i;
+                                    let (a, z) =
+                                        (ranges[q].start.max(lo), ranges[q].end.min(lo + t));
+                                    if a >= z {
+                                        continue;
+                                    }
+                                    let row = &out[i * t + a - lo..i * t + z - lo];
+                                    let s = rows.true_score[q];
+                                    let (mut g, mut e) = count_above(row, s);
+                                    let ex = &excluded[q];
+                                    let key_lo = ((p as u64) << 32) | a as u64;
+                                    let from = ex.partition_point(|&k| k < key_lo);
+                                    for &k in ex[from..]
+                                        .iter()
+                                        .take_while(|&&k| k < key_lo + (z - a) as u64)
+                                    {
+                                        let v = row[(k - key_lo) as usize];
+                                        if v > s || s.is_nan() {
+                                            g -= 1;
+                                        } else if v == s {
+                                            e -= 1;
+                                        }
+                                    }
+                                    c.0 += g;
+                                    c.1 += e;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            Ok(())
+        })?;
+        Ok(counts
+            .into_iter()
+            .flat_map(|c| c.into_inner().expect("not poisoned"))
+            .map(|(g, e)| 1.0 + g as f64 + e as f64 / 2.0)
+            .collect())
+    }
+
+    /// Sampled ranks of one round: batches of queries share uniform and degree-weighted candidates.
+    fn sampled_round(
+        &mut self,
+        round: &[Query],
+        locator: &Locator,
+        types: Option<&RoundTypes>,
+        spec: &EvalSpec,
+        key: u64,
+    ) -> Result<Vec<f64>> {
+        let rows = self.prepare(round, locator)?;
+        let batch = spec.batch.max(1);
+        let n = spec.negatives.max(1);
+        let num_nodes = self.partitioning.num_nodes;
+        let mut cand_ids: Vec<u64> = Vec::with_capacity(round.len().div_ceil(batch) * 2 * n);
+        for (b, qs) in round.chunks(batch).enumerate() {
+            let mut rng = Rng::new(derive(key, b as u64));
+            match types {
+                // Uniform over the entities of the batch's answer types.
+                Some(t) => {
+                    let mut present: Vec<usize> =
+                        t.answer[b * batch..b * batch + qs.len()].to_vec();
+                    present.sort_unstable();
+                    present.dedup();
+                    let counts: Vec<u64> =
+                        present.iter().map(|&ty| t.layout.types[ty].count).collect();
+                    let total: u64 = counts.iter().sum();
+                    cand_ids.extend((0..n).map(|_| {
+                        let (mut w, mut k) = (rng.below(total.max(1)), 0);
+                        while w >= counts[k] {
+                            w -= counts[k];
+                            k += 1;
+                        }
+                        t.layout.types[present[k]].first + w
+                    }));
+                }
+                None => cand_ids.extend((0..n).map(|_| rng.below(num_nodes))),
+            }
+            cand_ids.extend((0..n).map(|_| qs[rng.below(qs.len() as u64) as usize].answer));
+        }
+        // Each candidate's type, where a batch mixes answer types (its queries skip the others).
+        let cand_types: Option<Vec<usize>> =
+            types.map(|t| cand_ids.iter().map(|&v| t.layout.type_of(v)).collect());
+        let mut cands = Vec::new();
+        self.gather(&cand_ids, locator, &mut cands)?;
+        let (model, d, rd) = (self.model, self.model.dim, self.model.rel_dim());
+        let ranks: Vec<Mutex<Vec<f64>>> = round
+            .chunks(batch)
+            .map(|c| Mutex::new(vec![0.0; c.len()]))
+            .collect();
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..spec.threads.max(1).min(ranks.len()) {
+                scope.spawn(|| {
+                    let mut scratch = Scratch::default();
+                    let mut out = Vec::new();
+                    loop {
+                        let b = next.fetch_add(1, Relaxed);
+                        if b >= ranks.len() {
+                            break;
+                        }
+                        let mut rk = ranks[b].lock().expect("not poisoned");
+                        let (q0, qb, c0) = (b * batch, rk.len(), b * 2 * n);
+                        out.resize(qb * 2 * n, 0.0);
+                        score_candidates(
+                            &model,
+                            &ScoreBatch {
+                                b: qb,
+                                n: 2 * n,
+                                src: &rows.src[q0 * d..(q0 + qb) * d],
+                                rel: &rows.rel[q0 * rd..(q0 + qb) * rd],
+                                cands: &cands[c0 * d..(c0 + 2 * n) * d],
+                            },
+                            &mut out,
+                            &mut scratch,
+                        );
+                        for (i, r) in rk.iter_mut().enumerate() {
+                            let q = q0 + i;
+                            let row = &out[i * 2 * n..(i + 1) * 2 * n];
+                            let s = rows.true_score[q];
+                            let (mut g, mut e) = count_above(row, s);
+                            // Candidates of another type than the answer's do not compete.
+                            if let (Some(t), Some(ct)) = (types, &cand_types) {
+                                let other = ct[c0..c0 + 2 * n]
+                                    .iter()
+                                    .zip(row)
+                                    .filter(|(&ty, _)| ty != t.answer[q]);
+                                for (_, &v) in other {
+                                    if v > s || s.is_nan() {
+                                        g -= 1;
+                                    } else if v == s {
+                                        e -= 1;
+                                    }
+                                }
+                            }
+                            // The answer drawn as its own candidate does not compete with itself.
+                            for (j, &id) in cand_ids[c0..c0 + 2 * n].iter().enumerate() {
+                                if id == round[q].answer {
+                                    if row[j] > s || s.is_nan() {
+                                        g -= 1;
+                                    } else if row[j] == s {
+                                        e -= 1;
+                                    }
+                                }
+                            }
+                            *r = 1.0 + g as f64 + e as f64 / 2.0;
+                        }
+                    }
+                });
+            }
+        });
+        Ok(ranks
+            .into_iter()
+            .flat_map(|r| r.into_inner().expect("not poisoned"))
+            .collect())
+    }
+}
+
+/// Candidates in `row` scoring above and equal to `s`. A NaN true score ranks last.
+fn count_above(row: &[f32], s: f32) -> (u64, u64) {
+    if s.is_nan() {
+        return (row.len() as u64, 0);
+    }
+    let (mut g, mut e) = (0u32, 0u32);
+    for &v in row {
+        g += (v > s) as u32;
+        e += (v == s) as u32;
+    }
+    (g as u64, e as u64)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,898 @@
+//! The memory plan: how a byte budget splits between the partition buffer, edge pieces, the
+//! workers' scratch, evaluation and relations, and from that how many partitions the table
+//! needs. Everything the process allocates for training is counted here; the plan is printed
+//! at start and the run refuses to start when the minimum does not fit.
+
+use serde::Serialize;
+use strata_store::budget::{group_bytes, group_takes, MemoryPlan, Planned};
+use strata_store::units::fmt_bytes;
+
+use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig};
+use crate::error::{EmbedError, Result};
+use crate::model::ScoreModel;
+use crate::sizes::{part_bytes, QUERY_BATCH, TILE};
+use crate::storage::bank::Banks;
+use crate::storage::entity_types::NodeShape;
+
+/// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
+/// rings and bounce buffers.
+pub const RUNTIME_BYTES: u64 = 64 << 20;
+/// Most edges per bucket piece.
+const MAX_PIECE_ROWS: u64 = 1 << 20;
+/// Edge pieces alive at once: two read ahead, one training, one being read.
+const PIECES_ALIVE: u64 = 4;
+/// Share of the budget evaluation may use for its rounds (queries, candidates, tiles).
+const EVAL_SHARE: u64 = 8;
+/// Share of the budget for negative banks when the table is partitioned.
+const BANK_SHARE: u64 = 16;
+
+/// Partition slots a rank's lookahead wants beyond the buffer: while the current bucket
+/// trains, the next grant's loads (at most two partitions) go into free slots, since up to
+/// both of the current bucket's partitions stay in use until it is trained.
+pub const PREFETCH_SLOTS: usize = 2;
+
+/// What a rank of a distributed run adds to its plan.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RankNeeds {
+    /// The process's anonymous memory (`RssAnon`) after torch's import and the group's start,
+    /// as the front end measured it (None: not measured).
+    pub group_anon_bytes: Option<u64>,
+    /// Whether the rank wants [`PREFETCH_SLOTS`] slots for its lookahead (`dist_prefetch`).
+    pub prefetch: bool,
+}
+
+/// How the budget is spent.
+#[derive(Debug, Clone, Serialize)]
+pub struct EmbedPlan {
+    pub memory: u64,
+    pub partitions: u32,
+    /// Partition slots in the buffer.
+    pub capacity: usize,
+    /// Bytes of one partition (embeddings + optimizer state, padded).
+    pub part_bytes: u64,
+    pub buffer_bytes: u64,
+    /// The whole table on disk (one file).
+    pub table_bytes: u64,
+    /// A typed run's pinned region in memory (0: none) and its rows.
+    pub pinned_bytes: u64,
+    pub pinned_rows: u64,
+    pub piece_rows: u64,
+    pub edge_bytes: u64,
+    pub threads: usize,
+    /// Workers one per core would have been (more than `threads` when the budget held fewer).
+    pub cores: usize,
+    pub worker_bytes: u64,
+    /// Queries per evaluation round and the bytes a round uses.
+    pub eval_round: usize,
+    pub eval_bytes: u64,
+    pub relation_bytes: u64,
+    /// Rows per partition of the negative banks (0: no banks) and their bytes.
+    pub bank_rows: usize,
+    pub bank_bytes: u64,
+    pub runtime_bytes: u64,
+    /// A rank's torch and gloo: its measured anonymous memory after the group started plus
+    /// their code pages ([`group_bytes`]; 0 outside a distributed run, or where it was not
+    /// measured).
+    pub group_bytes: u64,
+    /// Slots beyond `capacity` for a distributed rank's lookahead, and their bytes (0: none).
+    pub prefetch_slots: usize,
+    pub prefetch_bytes: u64,
+    /// Why a rank that asked for the lookahead has fewer than [`PREFETCH_SLOTS`] slots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetch_note: Option<String>,
+    /// The smallest budget that holds the fixed parts and the buffer's slots with one node
+    /// per partition (the configured partitions, when set).
+    pub minimum: u64,
+}
+
+impl EmbedPlan {
+    /// Total planned bytes.
+    pub fn total(&self) -> u64 {
+        self.buffer_bytes
+            + self.pinned_bytes
+            + self.edge_bytes
+            + self.worker_bytes
+            + self.eval_bytes
+            + self.relation_bytes
+            + self.bank_bytes
+            + self.runtime_bytes
+            + self.group_bytes
+            + self.prefetch_bytes
+    }
+
+    /// Whether every partition stays resident (no swaps during an epoch).
+    pub fn in_memory(&self) -> bool {
+        self.capacity >= self.partitions as usize
+    }
+}
+
+impl Planned for EmbedPlan {
+    /// Parts: the partition buffer, edge pieces, workers, evaluation, relations, negative
+    /// banks, runtime; data: the embedding table (the buffer's share of it resident, the rest
+    /// on the SSD).
+    fn memory_plan(&self) -> MemoryPlan {
+        let mode = if self.in_memory() {
+            "the whole table resident".to_string()
+        } else {
+            format!(
+                "{} partitions on disk, {} resident at a time",
+                self.partitions, self.capacity
+            )
+        };
+        let mut plan = MemoryPlan::new("embed", self.memory)
+            .minimum(self.minimum)
+            .part(
+                "partition buffer",
+                self.buffer_bytes,
+                format!(
+                    "{} x {} ({mode})",
+                    self.capacity,
+                    fmt_bytes(self.part_bytes)
+                ),
+            );
+        if self.pinned_bytes > 0 {
+            plan = plan.part(
+                "in-memory entity types",
+                self.pinned_bytes,
+                format!(
+                    "{} rows of unpartitioned and featurized types, resident all epoch",
+                    self.pinned_rows
+                ),
+            );
+        }
+        if let Some(note) = &self.prefetch_note {
+            plan = plan.part("prefetch slots", self.prefetch_bytes, note.clone());
+        } else if self.prefetch_slots > 0 {
+            plan = plan.part(
+                "prefetch slots",
+                self.prefetch_bytes,
+                format!(
+                    "{} x {} for the next grant's partitions, loaded while a bucket trains",
+                    self.prefetch_slots,
+                    fmt_bytes(self.part_bytes)
+                ),
+            );
+        }
+        plan = plan
+            .part(
+                "edge pieces",
+                self.edge_bytes,
+                format!("{PIECES_ALIVE} pieces of {} edges", self.piece_rows),
+            )
+            .part(
+                "workers",
+                self.worker_bytes,
+                if self.threads < self.cores {
+                    format!(
+                        "{} threads (of {} cores: --memory holds no more)",
+                        self.threads, self.cores
+                    )
+                } else {
+                    format!("{} threads", self.threads)
+                },
+            )
+            .part(
+                "evaluation",
+                self.eval_bytes,
+                format!("rounds of {} queries", self.eval_round),
+            )
+            .part("relations", self.relation_bytes, "")
+            .part(
+                "negative banks",
+                self.bank_bytes,
+                if self.bank_rows > 0 {
+                    format!("{} rows per partition", self.bank_rows)
+                } else {
+                    "none".to_string()
+                },
+            )
+            .part("runtime", self.runtime_bytes, "reserve")
+            .group_part(self.group_bytes);
+        plan.data(
+            "embedding table",
+            self.table_bytes,
+            if self.in_memory() {
+                self.table_bytes
+            } else {
+                self.buffer_bytes + self.pinned_bytes.min(self.table_bytes)
+            },
+            "SSD",
+        )
+    }
+}
+
+/// Bytes of the relation rows and their optimizer state of `num_relations` relation types
+/// (doubled with reciprocal relations), as [`crate::storage::relations::Relations`] holds them.
+pub fn relation_bytes(cfg: &TrainConfig, model: &ScoreModel, num_relations: u64) -> u64 {
+    let rd = model.rel_dim() as u64;
+    let rel_rows = num_relations.max(1) * if cfg.reciprocal { 2 } else { 1 };
+    let rel_state = match cfg.optimizer {
+        OptimizerKind::Adagrad => rd,
+        OptimizerKind::AdagradRow => 1,
+    };
+    if rd == 0 {
+        0
+    } else {
+        rel_rows * (rd + rel_state) * 4
+    }
+}
+
+/// Bytes a run opened to answer queries keeps beside its buffer and relations: the query
+/// rows, score tiles and heaps of a scan (queries beyond what it holds go in further scans).
+pub const QUERY_SCRATCH_BYTES: u64 = 8 << 20;
+
+/// The node table of a run opened to answer queries, for [`plan_queries`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ServedTable {
+    pub partitions: u32,
+    /// Bytes of one partition region.
+    pub part_bytes: u64,
+    /// The whole table file (partitions and a typed run's pinned region).
+    pub table_bytes: u64,
+    /// A typed run's pinned region: its stored rows, and its bytes in memory (rows, entity
+    /// view, feature bags; [`NodeShape::pinned_bytes`]); 0 without one.
+    pub pinned_rows: u64,
+    pub pinned_bytes: u64,
+}
+
+/// The plan of a run opened to answer queries (`strata serve`): its relations, a typed run's
+/// pinned region (always resident), the query scratch ([`QUERY_SCRATCH_BYTES`]) and as many
+/// resident partitions as `memory` holds (`None`: all of them, the whole table resident).
+/// Nothing for a runtime, edges, workers or evaluation: the serving process plans its own.
+/// Refuses (`Budget`, naming both sizes) a `memory` below one partition, the pinned region,
+/// the relations and the scratch.
+pub fn plan_queries(
+    table: ServedTable,
+    relation_bytes: u64,
+    memory: Option<u64>,
+) -> Result<EmbedPlan> {
+    let ServedTable {
+        partitions,
+        part_bytes,
+        pinned_bytes,
+        ..
+    } = table;
+    let fixed = relation_bytes + QUERY_SCRATCH_BYTES + pinned_bytes;
+    let minimum = fixed + part_bytes;
+    let capacity = match memory {
+        None => partitions as usize,
+        Some(m) if m < minimum => {
+            return Err(EmbedError::Budget(format!(
+                "memory {} cannot hold a served run's minimum of {}: one partition of {}, relations {}, query scratch {}{}",
+                fmt_bytes(m),
+                fmt_bytes(minimum),
+                fmt_bytes(part_bytes),
+                fmt_bytes(relation_bytes),
+                fmt_bytes(QUERY_SCRATCH_BYTES),
+                if pinned_bytes > 0 {
+                    format!(", in-memory entity types {}", fmt_bytes(pinned_bytes))
+                } else {
+                    String::new()
+                }
+            )))
+        }
+        Some(m) => ((m - fixed) / part_bytes.max(1)).min(partitions as u64) as usize,
+    };
+    let buffer_bytes = capacity as u64 * part_bytes;
+    Ok(EmbedPlan {
+        memory: fixed + buffer_bytes,
+        partitions,
+        capacity,
+        part_bytes,
+        buffer_bytes,
+        table_bytes: table.table_bytes,
+        pinned_bytes,
+        pinned_rows: table.pinned_rows,
+        piece_rows: 0,
+        edge_bytes: 0,
+        threads: 1,
+        cores: 1,
+        worker_bytes: 0,
+        eval_round: 0,
+        eval_bytes: QUERY_SCRATCH_BYTES,
+        relation_bytes,
+        bank_rows: 0,
+        bank_bytes: 0,
+        runtime_bytes: 0,
+        group_bytes: 0,
+        prefetch_slots: 0,
+        prefetch_bytes: 0,
+        prefetch_note: None,
+        minimum,
+    })
+}
+
+/// Scratch of one worker for `cfg`'s chunks of `b` edges and `n` negatives (scores, loaded
+/// rows, gradients, update keys; self-adversarial weights of one edge's negatives; the
+/// chunk's edges and weights split by side for Bernoulli corruption).
+fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig) -> u64 {
+    let (b, n) = (cfg.chunk_size as u64, cfg.negatives as u64);
+    let d = model.dim as u64;
+    // Relation rows and their gradients: `dim` reals or more (`linear`: dim²).
+    let rd = (model.rel_dim() as u64).max(d);
+    let scores = 4 * b * n * (1 + model.kind.get().extra_score_matrices());
+    let adversarial = if cfg.adversarial_temperature.is_some() {
+        4 * n
+    } else {
+        0
+    };
+    let split = if cfg.corrupt == Corrupt::Bernoulli {
+        16 * b
+    } else {
+        0
+    };
+    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n) + adversarial + split
+}
+
+/// Plans `cfg` with the workers it asks for, or (`threads` 0: one per core) with as many of the
+/// cores' workers as the budget holds: each needs its scratch and an evaluation tile, which
+/// many cores and a small `--memory` cannot all have (halving down to one; the refusal is then
+/// the one-worker plan's).
+pub fn plan_fitting(
+    cfg: &TrainConfig,
+    model: &ScoreModel,
+    shape: &NodeShape,
+    num_relations: u64,
+    rank: Option<RankNeeds>,
+) -> Result<EmbedPlan> {
+    let cores = strata_io::resolve_threads(cfg.threads);
+    let mut threads = cores;
+    loop {
+        match plan(cfg, model, shape, num_relations, threads, rank) {
+            Err(EmbedError::Budget(_)) if cfg.threads == 0 && threads > 1 => threads /= 2,
+            Ok(mut p) => {
+                p.cores = cores;
+                return Ok(p);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Bytes of the float32 copy a scan makes of one tile of candidate rows (`TILE x dim`) from
+/// a bf16 table; 0 for a float32 table, whose rows are scored where they lie.
+pub fn widened_tile_bytes(dtype: TableDtype, dim: usize) -> u64 {
+    match dtype {
+        TableDtype::F32 => 0,
+        TableDtype::Bf16 => (TILE * dim * 4) as u64,
+    }
+}
+
+/// Checks that a budget of `memory` bytes holds this rank's process (torch, gloo and the
+/// runtime reserve) and returns the bytes the process takes (0 outside a distributed run).
+/// Every rank runs it before the group's first barrier, so each one fails on its own with
+/// the budget error rather than waiting on a peer that has already exited.
+pub fn check_rank_process(memory: u64, rank: &RankNeeds) -> Result<u64> {
+    let group_bytes = group_bytes(rank.group_anon_bytes);
+    if group_bytes > 0 && RUNTIME_BYTES + group_bytes >= memory {
+        return Err(EmbedError::Budget(format!(
+            "memory budget {} cannot hold this rank's process: {}, beside the {} runtime reserve; give each rank --memory well above {}",
+            fmt_bytes(memory),
+            group_takes(group_bytes),
+            fmt_bytes(RUNTIME_BYTES),
+            fmt_bytes(RUNTIME_BYTES + group_bytes)
+        )));
+    }
+    Ok(group_bytes)
+}
+
+/// Plans `cfg` for a node table of `shape` and `num_relations` relation types with
+/// `threads` workers; `rank`: this process is a rank of a distributed run.
+/// `cfg.partitions == 0` (and no count fixed by the entity types) picks the fewest
+/// partitions that fit (with a rank's prefetch slots when it wants them).
+pub fn plan(
+    cfg: &TrainConfig,
+    model: &ScoreModel,
+    shape: &NodeShape,
+    num_relations: u64,
+    threads: usize,
+    rank: Option<RankNeeds>,
+) -> Result<EmbedPlan> {
+    let memory = cfg.memory;
+    let rank = rank.unwrap_or_default();
+    let group_bytes = check_rank_process(memory, &rank)?;
+    let d = model.dim as u64;
+    let rd = model.rel_dim() as u64;
+    // Bernoulli corruption's head probabilities: one float per relation.
+    let head_prob = match cfg.corrupt {
+        Corrupt::Bernoulli => num_relations.max(1) * 4,
+        _ => 0,
+    };
+    let relation_bytes = relation_bytes(cfg, model, num_relations) + head_prob;
+    let num_nodes = shape.largest();
+    let wanted = shape.partitions.unwrap_or(cfg.partitions);
+    let pinned_bytes = shape.pinned_bytes(model.dim, cfg.optimizer, cfg.table_dtype);
+    let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
+    let edge_bytes = PIECES_ALIVE * piece_rows * 12;
+    let worker_bytes = threads as u64 * worker_bytes(model, cfg);
+    // Evaluation: per query its source, answer and relation rows, and (sampled) its share of
+    // the batch's candidates, or (filtered) its known answers; plus each thread's score tile.
+    let per_query = 4 * (2 * d + rd)
+        + 16
+        + match cfg.eval_protocol {
+            Protocol::Filtered => 256,
+            Protocol::Sampled => {
+                2 * cfg.eval_negatives as u64 * (d * 4 + 8) / cfg.chunk_size.max(1) as u64
+            }
+        };
+    // Each thread's score tile, and for a bf16 table its tile of candidates widened to f32.
+    let tiles = threads as u64
+        * (widened_tile_bytes(cfg.table_dtype, model.dim)
+            + 4 * match cfg.eval_protocol {
+                Protocol::Filtered => (QUERY_BATCH * TILE) as u64,
+                Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
+            });
+    let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * QUERY_BATCH as u64);
+    let eval_round = ((eval_share - tiles) / per_query).clamp(QUERY_BATCH as u64, 1 << 20) as usize;
+    let eval_bytes = tiles + per_query * eval_round as u64;
+    let fixed = RUNTIME_BYTES
+        + group_bytes
+        + edge_bytes
+        + worker_bytes
+        + eval_bytes
+        + relation_bytes
+        + pinned_bytes;
+    let refuse = |what: String| -> EmbedError {
+        EmbedError::Budget(format!(
+            "memory budget {} cannot hold {what} (fixed needs {}: runtime {}, torch + gloo {}, edges {}, workers {}, evaluation {}, relations {}{})",
+            fmt_bytes(memory),
+            fmt_bytes(fixed),
+            fmt_bytes(RUNTIME_BYTES),
+            fmt_bytes(group_bytes),
+            fmt_bytes(edge_bytes),
+            fmt_bytes(worker_bytes),
+            fmt_bytes(eval_bytes),
+            fmt_bytes(relation_bytes),
+            if pinned_bytes > 0 {
+                format!(", in-memory entity types {}", fmt_bytes(pinned_bytes))
+            } else {
+                String::new()
+            }
+        ))
+    };
+    let available = memory.saturating_sub(fixed);
+    let size = |n: u64| part_bytes(shape.rows(n), model.dim, cfg.optimizer, cfg.table_dtype);
+    // (partitions, buffer slots) whose slots and `extra` more fit `available`.
+    let solve = |available: u64, extra: usize| -> Result<(u64, usize)> {
+        let (n, c) = if wanted == 0 {
+            if size(1) <= available {
+                return Ok((1, 1));
+            }
+            let c = cfg.buffer.max(1) as u64;
+            let slots = c + extra as u64;
+            // The smallest n whose slots fit: slots * size(n) is non-increasing in n.
+            let (mut lo, mut hi) = (c + 1, num_nodes.max(c + 1));
+            if slots * size(hi) > available {
+                return Err(refuse(format!(
+                    "{c} partition slots even with one node per partition; the table of {num_nodes} nodes needs {} — raise --memory",
+                    fmt_bytes(size(1))
+                )));
+            }
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if slots * size(mid) <= available {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+            (lo, c as usize)
+        } else {
+            let n = wanted as u64;
+            let c = cfg.buffer.min(wanted as usize).max(1);
+            let slots = (c + extra.min(wanted as usize - c)) as u64;
+            if slots * size(n) > available {
+                return Err(refuse(format!(
+                    "{c} slot(s) of {} for {n} partition(s) (needs {}; use more partitions or raise --memory to at least {})",
+                    fmt_bytes(size(n)),
+                    fmt_bytes(c as u64 * size(n)),
+                    fmt_bytes(memory - available + c as u64 * size(n))
+                )));
+            }
+            (n, c)
+        };
+        if n > u32::MAX as u64 || n > num_nodes.max(1) {
+            return Err(refuse(format!(
+                "{n} partitions of a graph of {num_nodes} nodes"
+            )));
+        }
+        Ok((n, c))
+    };
+    // A rank's lookahead: as many of the slots it wants as fit, fewest partitions first.
+    let want = if rank.prefetch { PREFETCH_SLOTS } else { 0 };
+    let (mut partitions, mut capacity, mut prefetch_slots) = match (1..=want)
+        .rev()
+        .find_map(|x| solve(available, x).ok().map(|(n, c)| (n, c, x)))
+    {
+        Some(found) => found,
+        None => {
+            let (n, c) = solve(available, 0)?;
+            (n, c, 0)
+        }
+    };
+    // With n - c partitions outside the buffer, a grant loads at most that many.
+    prefetch_slots = prefetch_slots.min(partitions as usize - capacity);
+    let prefetch_note = (prefetch_slots < want.min(partitions as usize - capacity)).then(|| {
+        if prefetch_slots == 0 {
+            "none: --memory leaves no room for a slot beyond the buffer, so this rank asks for one bucket at a time (no lookahead)".to_string()
+        } else {
+            format!("{prefetch_slots} of {want} wanted (--memory): a next grant needing more loads the rest after the bucket trains")
+        }
+    });
+    // Negative banks for partitions on disk (the `all` pool): a share of the budget, or what
+    // the buffer leaves when that share would not fit.
+    let mut bank_rows = 0usize;
+    if cfg.negative_pool == NegativePool::All && partitions > capacity as u64 {
+        let share = memory / BANK_SHARE;
+        let leftover = |n: u64, c: usize, avail: u64| {
+            avail.saturating_sub((c + prefetch_slots) as u64 * size(n))
+        };
+        let (n, c, room) = match solve(available.saturating_sub(share), prefetch_slots) {
+            Ok((n, c)) => (
+                n,
+                c,
+                share + leftover(n, c, available.saturating_sub(share)),
+            ),
+            Err(_) => (
+                partitions,
+                capacity,
+                leftover(partitions, capacity, available),
+            ),
+        };
+        (partitions, capacity) = (n, c);
+        // A typed run's banks round each entity type's share up: a row per type at most.
+        let one = |segs| Banks::bytes(n as u32, 1, model.dim, segs);
+        let room = room.saturating_sub(one(shape.segments()) - one(1));
+        bank_rows = (cfg.bank_rows as u64)
+            .min(shape.rows(n))
+            .min(room / one(1).max(1)) as usize;
+    }
+    let bank_bytes = if bank_rows > 0 {
+        Banks::bytes(partitions as u32, bank_rows, model.dim, shape.segments())
+    } else {
+        0
+    };
+    let part_bytes = size(partitions);
+    let fewest_rows = if wanted == 0 {
+        size(num_nodes.max(1))
+    } else {
+        size(wanted as u64)
+    };
+    let minimum = fixed + capacity as u64 * fewest_rows;
+    Ok(EmbedPlan {
+        memory,
+        partitions: partitions as u32,
+        capacity,
+        part_bytes,
+        buffer_bytes: capacity as u64 * part_bytes,
+        table_bytes: partitions * part_bytes
+            + if shape.pinned_rows > 0 {
+                self::part_bytes(shape.pinned_rows, model.dim, cfg.optimizer, cfg.table_dtype)
+            } else {
+                0
+            },
+        pinned_bytes,
+        pinned_rows: shape.pinned_rows,
+        piece_rows,
+        edge_bytes,
+        threads,
+        cores: threads,
+        worker_bytes,
+        eval_round,
+        eval_bytes,
+        relation_bytes,
+        bank_rows,
+        bank_bytes,
+        runtime_bytes: RUNTIME_BYTES,
+        group_bytes,
+        prefetch_slots,
+        prefetch_bytes: prefetch_slots as u64 * part_bytes,
+        prefetch_note,
+        minimum,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{PbgForm, ScoreKind};
+    use strata_store::budget::CODE_PAGES_BYTES;
+
+    fn untyped(nodes: u64) -> NodeShape {
+        NodeShape::untyped(nodes)
+    }
+
+    #[test]
+    fn a_typed_table_plans_its_in_memory_types_and_fixed_partitions() {
+        // Users and items partitioned into 8 (entity_partitions), 1000 categories and 5000
+        // featurized documents over 20,000 words held in memory all epoch.
+        let shape = NodeShape {
+            partitioned: vec![8_000_000, 1_000_000],
+            partitions: Some(8),
+            pinned_rows: 1_000 + 20_000,
+            featurized_entities: 5_000,
+            bag_bytes: 5_001 * 8 + 50_000 * 4,
+        };
+        let cfg = TrainConfig {
+            memory: 4 << 30,
+            negative_pool: NegativePool::Resident,
+            ..TrainConfig::default()
+        };
+        let p = plan(&cfg, &model(100), &shape, 10, 2, None).unwrap();
+        assert_eq!(p.partitions, 8);
+        assert_eq!(
+            p.part_bytes,
+            part_bytes(
+                1_000_000 + 125_000,
+                100,
+                OptimizerKind::Adagrad,
+                TableDtype::F32
+            )
+        );
+        let pinned = part_bytes(21_000, 100, OptimizerKind::Adagrad, TableDtype::F32)
+            + 5_000 * 400
+            + shape.bag_bytes;
+        assert_eq!((p.pinned_bytes, p.pinned_rows), (pinned, 21_000));
+        assert!(
+            p.total() <= cfg.memory && p.total() >= p.buffer_bytes + pinned,
+            "{p:?}"
+        );
+        let lines = p.memory_plan().describe().join("\n");
+        assert!(lines.contains("in-memory entity types"), "{lines}");
+        // The untyped shape of the same nodes plans no pinned part.
+        let flat = plan(&cfg, &model(100), &untyped(9_026_000), 10, 2, None).unwrap();
+        assert_eq!(flat.pinned_bytes, 0);
+    }
+
+    fn model(dim: usize) -> ScoreModel {
+        ScoreModel {
+            kind: ScoreKind::ComplEx,
+            dim,
+            transe_norm: 2,
+            pbg: PbgForm::default(),
+        }
+    }
+
+    /// A served table of 6 partitions of `part` bytes and a pinned region of `pinned` bytes.
+    fn served(part: u64, pinned: u64) -> ServedTable {
+        ServedTable {
+            partitions: 6,
+            part_bytes: part,
+            table_bytes: 6 * part + pinned,
+            pinned_rows: pinned / 64,
+            pinned_bytes: pinned,
+        }
+    }
+
+    #[test]
+    fn a_served_run_holds_the_partitions_its_memory_holds() {
+        let part = 12 << 10;
+        let all = plan_queries(served(part, 0), 2048, None).unwrap();
+        assert_eq!((all.capacity, all.buffer_bytes), (6, 6 * part));
+        assert_eq!(all.memory, 6 * part + 2048 + QUERY_SCRATCH_BYTES);
+        assert!(all.in_memory() && all.total() == all.memory);
+        let two = plan_queries(
+            served(part, 0),
+            2048,
+            Some(2048 + QUERY_SCRATCH_BYTES + 2 * part + 100),
+        )
+        .unwrap();
+        assert_eq!(
+            (two.capacity, two.memory),
+            (2, 2048 + QUERY_SCRATCH_BYTES + 2 * part)
+        );
+        assert_eq!(two.minimum, 2048 + QUERY_SCRATCH_BYTES + part);
+        // More than the table: all of it, and no more bytes than it needs.
+        let big = plan_queries(served(part, 0), 2048, Some(1 << 40)).unwrap();
+        assert_eq!((big.capacity, big.memory), (6, all.memory));
+        let e = plan_queries(served(part, 0), 2048, Some(QUERY_SCRATCH_BYTES))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot hold a served run's minimum")
+                && e.contains("one partition of 12.0 KiB"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_served_typed_run_holds_its_pinned_region_beside_the_partitions() {
+        let (part, pinned) = (12 << 10, 40 << 10);
+        let fixed = 2048 + QUERY_SCRATCH_BYTES + pinned;
+        let all = plan_queries(served(part, pinned), 2048, None).unwrap();
+        assert_eq!(all.memory, fixed + 6 * part);
+        assert_eq!(
+            (all.pinned_bytes, all.table_bytes),
+            (pinned, 6 * part + pinned)
+        );
+        assert!(all.total() == all.memory);
+        // The pinned region comes first: what is left holds two partitions.
+        let two = plan_queries(served(part, pinned), 2048, Some(fixed + 2 * part + 100)).unwrap();
+        assert_eq!((two.capacity, two.minimum), (2, fixed + part));
+        let e = plan_queries(served(part, pinned), 2048, Some(fixed))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("in-memory entity types 40.0 KiB"), "{e}");
+    }
+
+    #[test]
+    fn one_worker_per_core_shrinks_to_what_the_budget_holds() {
+        // The make demo setting that a 16-core machine refused: 100k nodes in 128 MiB, where
+        // each worker's evaluation tile alone is 8 MiB.
+        let one = TrainConfig {
+            memory: 128 << 20,
+            threads: 1,
+            ..TrainConfig::default()
+        };
+        let fits_one = plan(&one, &model(100), &untyped(100_000), 40, 1, None).unwrap();
+        let many = plan(&one, &model(100), &untyped(100_000), 40, 64, None);
+        assert!(
+            matches!(many, Err(EmbedError::Budget(_))),
+            "64 workers must not fit"
+        );
+        let auto = TrainConfig {
+            threads: 0,
+            ..one.clone()
+        };
+        let p = plan_fitting(&auto, &model(100), &untyped(100_000), 40, None).unwrap();
+        assert_eq!(p.cores, strata_io::resolve_threads(0));
+        assert!(
+            p.threads >= 1 && p.threads <= p.cores && p.total() <= auto.memory,
+            "{p:?}"
+        );
+        if p.threads < p.cores {
+            let line = p.memory_plan().describe().join("\n");
+            assert!(line.contains("cores: --memory holds no more"), "{line}");
+        }
+        // Asked for explicitly, 64 workers are refused rather than shrunk.
+        let explicit = TrainConfig { threads: 64, ..one };
+        assert!(matches!(
+            plan_fitting(&explicit, &model(100), &untyped(100_000), 40, None),
+            Err(EmbedError::Budget(_))
+        ));
+        assert_eq!(fits_one.threads, 1);
+    }
+
+    #[test]
+    fn small_graph_stays_in_memory() {
+        let cfg = TrainConfig::default();
+        let p = plan(&cfg, &model(100), &untyped(14_541), 237, 2, None).unwrap();
+        assert_eq!((p.partitions, p.capacity), (1, 1));
+        assert!(p.total() <= cfg.memory, "{p:?}");
+    }
+
+    #[test]
+    fn large_table_is_partitioned_within_budget() {
+        let cfg = TrainConfig {
+            memory: 1 << 30,
+            ..TrainConfig::default()
+        };
+        // 10M nodes x 100 dims x 2 x 4 bytes = 8 GB of table.
+        let p = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None).unwrap();
+        assert_eq!(p.capacity, 3);
+        assert!(p.partitions > 3 && p.total() <= cfg.memory, "{p:?}");
+        // Negative banks get their share of the budget (and what the buffer leaves)...
+        assert!(
+            p.bank_rows > 0 && p.bank_bytes >= cfg.memory / BANK_SHARE / 2,
+            "{p:?}"
+        );
+        // ...and with it reserved, one partition fewer would not fit.
+        let fewer = part_bytes(
+            10_000_000u64.div_ceil(p.partitions as u64 - 1),
+            100,
+            OptimizerKind::Adagrad,
+            TableDtype::F32,
+        );
+        let fixed = p.total() - p.buffer_bytes - p.bank_bytes;
+        assert!(fixed + cfg.memory / BANK_SHARE + 3 * fewer > cfg.memory);
+    }
+
+    #[test]
+    fn refuses_what_cannot_fit() {
+        let cfg = TrainConfig {
+            memory: 64 << 20,
+            ..TrainConfig::default()
+        };
+        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memory budget 64.0 MiB cannot hold"), "{e}");
+        let cfg = TrainConfig {
+            memory: 512 << 20,
+            partitions: 4,
+            ..TrainConfig::default()
+        };
+        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("use more partitions or raise --memory"), "{e}");
+    }
+
+    #[test]
+    fn a_rank_plans_its_torch_runtime_and_prefetch_slots() {
+        // Resident negatives: banks take a share of whatever budget is left, which would
+        // hand the tight budget below its slot back.
+        let cfg = TrainConfig {
+            memory: 1 << 30,
+            partitions: 16,
+            negative_pool: NegativePool::Resident,
+            ..TrainConfig::default()
+        };
+        let rank = |anon: u64, prefetch| {
+            Some(RankNeeds {
+                group_anon_bytes: Some(anon),
+                prefetch,
+            })
+        };
+        let alone = plan(&cfg, &model(100), &untyped(1_000_000), 10, 2, None).unwrap();
+        let p = plan(
+            &cfg,
+            &model(100),
+            &untyped(1_000_000),
+            10,
+            2,
+            rank(300 << 20, true),
+        )
+        .unwrap();
+        assert_eq!(p.group_bytes, (300 << 20) + CODE_PAGES_BYTES);
+        assert_eq!((p.capacity, p.prefetch_slots), (3, PREFETCH_SLOTS));
+        assert!(
+            p.prefetch_note.is_none() && p.total() <= cfg.memory,
+            "{p:?}"
+        );
+        let lines = p.memory_plan().describe().join("\n");
+        assert!(
+            lines.contains("torch + gloo") && lines.contains("prefetch slots"),
+            "{lines}"
+        );
+        assert_eq!(alone.group_bytes + alone.prefetch_bytes, 0);
+        // Shrinking the budget a quarter slot at a time, the lookahead goes before the buffer
+        // does (evaluation also shrinks with the budget, so the step is found, not computed):
+        // a budget with room for the buffer but not a slot more plans no lookahead and says so.
+        let part = part_bytes(
+            1_000_000u64.div_ceil(16),
+            100,
+            OptimizerKind::Adagrad,
+            TableDtype::F32,
+        );
+        let q = (1..64)
+            .map_while(|k| {
+                let tight = TrainConfig {
+                    memory: p.total() - k * part / 4,
+                    ..cfg.clone()
+                };
+                plan(
+                    &tight,
+                    &model(100),
+                    &untyped(1_000_000),
+                    10,
+                    2,
+                    rank(300 << 20, true),
+                )
+                .ok()
+            })
+            .find(|q| q.prefetch_slots == 0)
+            .expect("a budget that holds the buffer but no prefetch slot");
+        assert_eq!(q.capacity, 3, "{q:?}");
+        assert!(
+            q.prefetch_note.as_deref().unwrap().contains("no lookahead"),
+            "{q:?}"
+        );
+        // A budget below what torch and gloo hold is refused naming the figure.
+        let small = TrainConfig {
+            memory: 100 << 20,
+            ..cfg
+        };
+        let e = plan(
+            &small,
+            &model(100),
+            &untyped(1_000_000),
+            10,
+            2,
+            rank(300 << 20, true),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("torch and gloo take 396 MiB"), "{e}");
+    }
+}

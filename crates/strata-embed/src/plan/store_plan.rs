@@ -1,0 +1,34 @@
+//! The plan `strata embed train` makes for a store, without training (`strata info --memory`):
+//! the engine's one `plan_for(store, &section)`.
+
+use std::path::Path;
+
+use strata_store::budget::{Planned, Planning};
+use strata_store::Store;
+
+use crate::plan::budget::plan_fitting;
+use crate::config::TrainConfig;
+use crate::storage::entity_types::node_shape;
+use crate::error::{EmbedError, Result};
+use crate::model::ScoreModel;
+
+/// The plan a single-process run of `cfg` on `store` starts with: the store's node shape
+/// (typed or not) and relation count, `cfg`'s model. A budget below the minimum is
+/// [`Planning::Refused`]; errors: the store cannot be opened, or its entity types do not
+/// fit `cfg`.
+pub fn plan_for(store: &Path, cfg: &TrainConfig) -> Result<Planning> {
+    let store = Store::open(store)?;
+    let shape = node_shape(&store, cfg)?;
+    let model = ScoreModel {
+        kind: cfg.model,
+        dim: cfg.dim,
+        transe_norm: cfg.transe_norm,
+        pbg: cfg.pbg_form(),
+    };
+    let num_relations = store.manifest().graph.num_relations;
+    match plan_fitting(cfg, &model, &shape, num_relations, None) {
+        Ok(plan) => Ok(Planning::Plan(plan.memory_plan())),
+        Err(EmbedError::Budget(why)) => Ok(Planning::Refused(why)),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,302 @@
+//! Background I/O of an epoch: partition swaps (write the evicted partition back, read the next
+//! one into the same slot) and bucket edges read ahead in training order. The trainer decides
+//! when a swap may start; these threads only move bytes.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use strata_io::{AlignedBuf, Engine, IoFile, OpenMode};
+use strata_store::array::{decode_f32, decode_ints, RowReader};
+use strata_store::ids::{Field, IdCheck};
+use strata_store::DType;
+
+use crate::error::{EmbedError, Result};
+use crate::storage::layout::TableLayout;
+use crate::storage::partitioning::Buckets;
+use crate::storage::table::TableFile;
+
+/// One swap: write `evict` (if any) from `buf` to `to`, then read `load` into it from `from`.
+pub struct Swap {
+    pub slot: usize,
+    pub buf: AlignedBuf,
+    pub evict: Option<(u32, Arc<TableFile>)>,
+    pub load: (u32, Arc<TableFile>),
+}
+
+/// A finished swap: the slot's buffer, now holding the loaded partition.
+pub struct Swapped {
+    pub slot: usize,
+    pub buf: AlignedBuf,
+    pub result: Result<()>,
+    /// When the swap thread started and finished moving its bytes.
+    pub started: Instant,
+    pub finished: Instant,
+}
+
+/// The thread doing partition swaps.
+pub struct Swapper {
+    tx: Option<Sender<Swap>>,
+    rx: Receiver<Swapped>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Swapper {
+    pub fn start(engine: Arc<Engine>, layout: TableLayout) -> Swapper {
+        let (tx, jobs) = unbounded::<Swap>();
+        let (done_tx, rx) = unbounded::<Swapped>();
+        let handle = std::thread::Builder::new()
+            .name("strata-embed-swap".into())
+            .spawn(move || {
+                for mut s in jobs {
+                    let started = Instant::now();
+                    let mut result = Ok(());
+                    if let Some((p, to)) = &s.evict {
+                        result = to.write_partition(&engine, &layout, *p, &mut s.buf);
+                    }
+                    if result.is_ok() {
+                        result = s
+                            .load
+                            .1
+                            .read_partition(&engine, &layout, s.load.0, &mut s.buf);
+                    }
+                    let done = Swapped {
+                        slot: s.slot,
+                        buf: s.buf,
+                        result,
+                        started,
+                        finished: Instant::now(),
+                    };
+                    if done_tx.send(done).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("spawn the swap thread");
+        Swapper {
+            tx: Some(tx),
+            rx,
+            handle: Some(handle),
+        }
+    }
+
+    pub fn start_swap(&self, s: Swap) {
+        self.tx
+            .as_ref()
+            .expect("running")
+            .send(s)
+            .expect("the swap thread runs");
+    }
+
+    /// Waits for the swap in flight.
+    pub fn wait(&self) -> Swapped {
+        self.rx.recv().expect("the swap thread answers")
+    }
+}
+
+impl Drop for Swapper {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A piece of one bucket's edges as `(src_local, rel, dst_local)` rows, with their weights
+/// (one per edge, or empty when the edges are read without them).
+pub struct BucketEdges {
+    pub bucket: (u32, u32),
+    /// Whether this is the bucket's last piece.
+    pub last: bool,
+    pub edges: Result<(Vec<[i32; 3]>, Vec<f32>)>,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+/// Reads the edges of `order`'s buckets in that order, in pieces of at most `piece_rows`
+/// edges, up to `ahead` pieces ahead (so edge memory stays bounded whatever a bucket's size).
+/// `order` may be a channel's receiving iterator: a distributed rank feeds it each bucket as
+/// soon as the scheduler grants it, so the next bucket's edges are read while the current one
+/// trains; the thread ends when `order` does.
+/// With `weighted` (the index must hold weights) each piece carries its edges' weights, and
+/// holds 3/4 as many edges so that it takes the same bytes. Every bucket yields at least one
+/// piece, possibly empty. Local ids are checked against their partitions' sizes and relations
+/// against `relations` (the rows a relation id may index) as the rows are decoded, and
+/// weights for being finite and >= 0, so a corrupt index fails with its file and row named.
+pub fn prefetch_edges(
+    engine: Arc<Engine>,
+    buckets: Arc<Buckets>,
+    order: impl IntoIterator<Item = (u32, u32)> + Send + 'static,
+    piece_rows: u64,
+    ahead: usize,
+    relations: u64,
+    weighted: bool,
+) -> (Receiver<BucketEdges>, JoinHandle<()>) {
+    let (tx, rx) = bounded::<BucketEdges>(ahead.max(1));
+    let row_bytes = ROW_BYTES + if weighted { WEIGHT_BYTES } else { 0 };
+    let piece_rows = piece_rows * ROW_BYTES / row_bytes;
+    let handle = std::thread::Builder::new()
+        .name("strata-embed-edges".into())
+        .spawn(move || {
+            let open = |path: &std::path::Path| {
+                strata_store::npy::read_header(path)
+                    .map_err(EmbedError::from)
+                    .and_then(|h| Ok((h.data_offset, engine.open(path, OpenMode::Read)?)))
+            };
+            let path = buckets.edges_path();
+            let file = open(&path);
+            let weights_path = buckets.weights_path();
+            let weights_file = weighted.then(|| open(&weights_path));
+            // A typed run's edges with an end in the pinned region hold that end's row there.
+            let partitioning = &buckets.partitioning;
+            let pinned = partitioning.pinned().map_or(0, |r| partitioning.size_of(r));
+            let sizes: Vec<u64> = (0..partitioning.partitions)
+                .map(|p| partitioning.size_of(p))
+                .collect();
+            for bucket in order {
+                let range = buckets.range(bucket.0, bucket.1);
+                let mut at = range.start;
+                loop {
+                    let end = range.end.min(at + piece_rows.max(1));
+                    let size = |p: u32| sizes[p as usize].max(pinned) as i64;
+                    let fields = vec![
+                        Field::new("src_local", 0, size(bucket.0)),
+                        Field::new("rel", 0, relations.min(i32::MAX as u64) as i64),
+                        Field::new("dst_local", 0, size(bucket.1)),
+                    ];
+                    let check = IdCheck::new(&buckets.dir, "edges.npy", fields).from_row(at);
+                    let edges = match &file {
+                        Ok((data_offset, f)) => read_rows(f, &path, *data_offset, at..end, check),
+                        Err(e) => Err(EmbedError::Corrupt(format!("{}: {e}", path.display()))),
+                    };
+                    let weights = match &weights_file {
+                        None => Ok(Vec::new()),
+                        Some(Ok((data_offset, f))) => {
+                            read_weights(f, &weights_path, *data_offset, at..end)
+                        }
+                        Some(Err(e)) => Err(EmbedError::Corrupt(format!(
+                            "{}: {e}",
+                            weights_path.display()
+                        ))),
+                    };
+                    let edges = edges.and_then(|e| Ok((e, weights?)));
+                    let failed = edges.is_err();
+                    let piece = BucketEdges {
+                        bucket,
+                        last: end == range.end,
+                        bytes: (end - at) * row_bytes,
+                        edges,
+                    };
+                    if tx.send(piece).is_err() || failed {
+                        return;
+                    }
+                    at = end;
+                    if at == range.end {
+                        break;
+                    }
+                }
+            }
+        })
+        .expect("spawn the edge prefetch thread");
+    (rx, handle)
+}
+
+/// Bytes of one bucketed edge row (three int32).
+const ROW_BYTES: u64 = 12;
+/// Bytes of one bucketed weight (float32).
+const WEIGHT_BYTES: u64 = 4;
+
+/// Reads the weights of edge rows `rows` from the bucketed weights at `path`, checking each.
+fn read_weights(
+    file: &IoFile,
+    path: &std::path::Path,
+    data_offset: u64,
+    rows: std::ops::Range<u64>,
+) -> Result<Vec<f32>> {
+    let first = rows.start;
+    let out = read_records(
+        file,
+        path,
+        data_offset,
+        rows,
+        WEIGHT_BYTES,
+        "weights",
+        |b, out| {
+            decode_f32(b, DType::F32, out);
+            Ok(())
+        },
+    )?;
+    match out.iter().position(|w| !(*w >= 0.0 && w.is_finite())) {
+        Some(i) => Err(EmbedError::Corrupt(format!(
+            "{}: row {}: weight {} is not a finite number >= 0",
+            path.display(),
+            first + i as u64,
+            out[i]
+        ))),
+        None => Ok(out),
+    }
+}
+
+/// Reads edge rows `rows` of the bucketed edges at `path`, checking their ids with `check`.
+fn read_rows(
+    file: &IoFile,
+    path: &std::path::Path,
+    data_offset: u64,
+    rows: std::ops::Range<u64>,
+    mut check: IdCheck,
+) -> Result<Vec<[i32; 3]>> {
+    let mut vals = Vec::new();
+    read_records(
+        file,
+        path,
+        data_offset,
+        rows,
+        ROW_BYTES,
+        "edges",
+        |b, out| {
+            vals.clear();
+            decode_ints(b, DType::I32, &mut vals);
+            check.check(&vals)?;
+            out.extend(
+                vals.chunks_exact(3)
+                    .map(|r| [r[0] as i32, r[1] as i32, r[2] as i32]),
+            );
+            Ok(())
+        },
+    )
+}
+
+/// Reads records `rows` (of `row_bytes` each, from `data_offset`) of the file at `path`,
+/// turning each batch of bytes into values with `decode`; `what` names the values in the
+/// error when the file holds fewer.
+fn read_records<T>(
+    file: &IoFile,
+    path: &std::path::Path,
+    data_offset: u64,
+    rows: std::ops::Range<u64>,
+    row_bytes: u64,
+    what: &str,
+    mut decode: impl FnMut(&[u8], &mut Vec<T>) -> Result<()>,
+) -> Result<Vec<T>> {
+    let count = (rows.end - rows.start) as usize;
+    let mut out = Vec::with_capacity(count);
+    if count == 0 {
+        return Ok(out);
+    }
+    let start = data_offset + rows.start * row_bytes;
+    let end = start + count as u64 * row_bytes;
+    let mut reader = RowReader::records(file.clone(), start, end, row_bytes as usize, 4 << 20);
+    while let Some(batch) = reader.next_batch()? {
+        decode(batch, &mut out)?;
+    }
+    if out.len() != count {
+        return Err(EmbedError::Corrupt(format!(
+            "{}: bucket rows {rows:?} hold {} {what}",
+            path.display(),
+            out.len()
+        )));
+    }
+    Ok(out)
+}

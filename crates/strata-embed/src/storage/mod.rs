@@ -1,0 +1,11 @@
+//! The table and its neighbours in memory and on disk: node partitions and edge buckets, the table file, the partition buffer, negative banks, relation rows, entity types and the epoch's background I/O.
+
+pub(crate) mod bank;
+pub(crate) mod buffer;
+pub(crate) mod entity_types;
+pub(crate) mod epoch_io;
+pub(crate) mod layout;
+pub(crate) mod partitioning;
+pub(crate) mod relations;
+pub(crate) mod shared;
+pub(crate) mod table;

@@ -1,0 +1,6 @@
+//! End-to-end tests of the rooms together: stores converted from text, trained, evaluated,
+//! exported and used to start incremental runs.
+
+mod incremental;
+mod loss_options;
+mod train_eval;

@@ -1,0 +1,801 @@
+//! An epoch of a distributed run (docs/distributed.md): buckets come one at a time from the
+//! group's scheduler instead of a precomputed schedule, partitions are locked while resident,
+//! and the relation rows are combined across ranks by all-reduce of their deltas.
+//!
+//! With a shared run directory, partitions move through its table files: a rank writes a
+//! partition back to the epoch's output table before it releases it, and the next holder
+//! reads it from there. In owner mode a partition another rank owns is read from and written
+//! back to that owner through a [`PartitionSource`]; the owner's tables play the same roles.
+//!
+//! Partitions move on a mover thread. With `dist_prefetch` (and prefetch slots in the plan) a
+//! rank asks for its next grant before it trains the current bucket, and the mover loads that
+//! grant's partitions into free slots, and writes back the partitions it evicts that the
+//! current bucket does not use, while the bucket trains (a lookahead of one grant). What the
+//! lookahead could not start (write-backs of the current bucket's partitions, loads without a
+//! free slot) moves after the bucket, while the trainer waits. A partition is released to the
+//! scheduler only once its write-back returned, and the next grant is asked for only after
+//! the previous one's releases, so the scheduler's locks cover every move in flight.
+//!
+//! Negative banks (the `all` pool) are shared this way: at the start of an epoch every rank
+//! reads the bank blocks of the partitions it owns ([`owner_of`]) from the committed table and
+//! the blocks are summed over the ranks, so every rank starts with the same exact blocks. A
+//! rank refreshes a block when it writes the partition back and applies its own pending
+//! gradient when a load of it lands, as a single process does; meanwhile a block of a
+//! partition another rank trains is stale, by up to one epoch. With `bank_sync_every` the
+//! ranks also sum their pending gradient at relation rounds, and the rank holding a partition
+//! applies it then instead of at the next load. After every rank is done, what
+//! gradient is left is summed over the ranks and applied by each partition's owner, which reads
+//! the partition from the epoch's output table and writes it back: no rank holds any partition
+//! then, and each is flushed by one rank, so the write-back extends the partition's holdings
+//! chain like any other.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{unbounded, Receiver, Sender};
+use strata_io::progress::{Meter, Progress};
+use strata_io::{AlignedBuf, Engine};
+
+use crate::error::{EmbedError, Result};
+use crate::storage::epoch_io::{prefetch_edges, BucketEdges};
+use crate::storage::layout::TableLayout;
+use crate::storage::relations::Relations;
+use crate::storage::table::TableFile;
+use crate::train::dist::{
+    fault_point, owner_of, Cluster, Grant, Holding, PartitionSource, RankReport,
+};
+use crate::train::epoch::{Interval, Tally, Timeline, Trainer};
+
+/// How long a rank told to wait pauses before it asks again, when no round is due.
+const WAIT_PAUSE: Duration = Duration::from_millis(20);
+
+/// The epoch's edge reader ([`prefetch_edges`]) with the channel that feeds it buckets. On drop
+/// (the epoch's end or an error) it hangs up both ways and joins the reader.
+struct EdgeFeed {
+    buckets: Option<Sender<(u32, u32)>>,
+    pieces: Option<Receiver<BucketEdges>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl EdgeFeed {
+    fn start(trainer: &Trainer, engine: &Arc<Engine>) -> EdgeFeed {
+        let (tx, order) = unbounded();
+        let (pieces, reader) = prefetch_edges(
+            engine.clone(),
+            trainer.buckets.clone(),
+            order,
+            trainer.piece_rows,
+            2,
+            trainer.relation_ids(),
+            trainer.weighted(),
+        );
+        EdgeFeed {
+            buckets: Some(tx),
+            pieces: Some(pieces),
+            reader: Some(reader),
+        }
+    }
+
+    /// Queues a granted bucket's edges (grants are trained in the order they are queued).
+    fn queue(&self, grant: &Grant) {
+        if let (Grant::Bucket { bucket, .. }, Some(tx)) = (grant, &self.buckets) {
+            // A reader that stopped on an error reports it through `pieces`.
+            let _ = tx.send(*bucket);
+        }
+    }
+
+    fn pieces(&self) -> &Receiver<BucketEdges> {
+        self.pieces.as_ref().expect("open until dropped")
+    }
+}
+
+impl Drop for EdgeFeed {
+    fn drop(&mut self) {
+        self.buckets.take();
+        self.pieces.take();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// The relation rows (parameters, then optimizer state) as of the last round, identical on
+/// every rank: a round sums each rank's change since then.
+struct RelationRounds {
+    base: Vec<f32>,
+    scratch: Vec<f32>,
+    rounds: usize,
+}
+
+impl RelationRounds {
+    fn new(rel: &Relations) -> RelationRounds {
+        let base: Vec<f32> = rel.params.iter().chain(&rel.state).copied().collect();
+        RelationRounds {
+            scratch: vec![0.0; base.len()],
+            base,
+            rounds: 0,
+        }
+    }
+
+    /// One round: every rank's delta summed into the base, which becomes every rank's rows.
+    /// Returns whether every rank is done with the epoch.
+    fn round(
+        &mut self,
+        rel: &mut Relations,
+        cluster: &mut dyn Cluster,
+        done: bool,
+    ) -> Result<bool> {
+        let split = rel.params.len();
+        for (d, (now, base)) in self
+            .scratch
+            .iter_mut()
+            .zip(rel.params.iter().chain(&rel.state).zip(&self.base))
+        {
+            *d = now - base;
+        }
+        let all_done = cluster.sync(&mut self.scratch, done)?;
+        for (base, d) in self.base.iter_mut().zip(&self.scratch) {
+            *base += d;
+        }
+        rel.params.copy_from_slice(&self.base[..split]);
+        rel.state.copy_from_slice(&self.base[split..]);
+        self.rounds += 1;
+        Ok(all_done)
+    }
+}
+
+/// The partitions a rank held this epoch, with the CRC-32 of what it read and wrote.
+#[derive(Default)]
+struct Ledger {
+    holdings: Vec<Holding>,
+    /// The open holding of each resident partition: `(partition, index in holdings)`.
+    open: Vec<(u32, usize)>,
+}
+
+impl Ledger {
+    fn loaded(&mut self, part: u32, committed: bool, read: u32) {
+        self.open.push((part, self.holdings.len()));
+        self.holdings.push(Holding {
+            part,
+            committed,
+            read,
+            written: read,
+        });
+    }
+
+    fn written(&mut self, part: u32, crc: u32) {
+        let at = self.open.iter().position(|&(p, _)| p == part);
+        let (_, i) = self
+            .open
+            .swap_remove(at.expect("a written partition was loaded"));
+        self.holdings[i].written = crc;
+    }
+}
+
+/// One partition move, with the slot buffer it fills or empties.
+enum Job {
+    /// Read partition `p` into `buf` (slot `slot`'s): from `next` when `written` this epoch.
+    Read {
+        p: u32,
+        written: bool,
+        slot: usize,
+        buf: AlignedBuf,
+    },
+    /// Write partition `p` from `buf` (taken out of slot `slot`) back to `next`.
+    Write {
+        p: u32,
+        slot: usize,
+        buf: AlignedBuf,
+    },
+}
+
+/// A finished move: the job (its buffer back), the CRC-32 of the region read or written.
+struct Moved {
+    job: Job,
+    crc: u32,
+    result: Result<()>,
+    started: Instant,
+    finished: Instant,
+}
+
+/// Where each partition of an epoch is read from and written back to: this rank's tables, or
+/// (owner mode) the rank that owns it. Lives on the mover thread.
+struct Homes<'a, 'b> {
+    epoch: usize,
+    engine: Arc<Engine>,
+    layout: TableLayout,
+    current: Arc<TableFile>,
+    next: Arc<TableFile>,
+    rank: usize,
+    world_size: usize,
+    peers: Option<&'a mut (dyn PartitionSource + 'b)>,
+}
+
+impl Homes<'_, '_> {
+    fn move_one(&mut self, job: &mut Job) -> (Result<()>, u32) {
+        let bytes = self.layout.part_bytes() as usize;
+        let (epoch, world_size, rank) = (self.epoch, self.world_size, self.rank);
+        let remote = |p: u32| owner_of(p, world_size) != rank;
+        let result = match job {
+            Job::Read {
+                p, written, buf, ..
+            } => match self.peers.as_deref_mut() {
+                Some(peers) if remote(*p) => {
+                    peers.read(epoch, *p, *written, &mut buf.full_mut()[..bytes])
+                }
+                _ => {
+                    let from = if *written { &self.next } else { &self.current };
+                    from.read_partition(&self.engine, &self.layout, *p, buf)
+                }
+            },
+            Job::Write { p, buf, .. } => match self.peers.as_deref_mut() {
+                Some(peers) if remote(*p) => peers.write(epoch, *p, buf.prefix(bytes)),
+                _ => self
+                    .next
+                    .write_partition(&self.engine, &self.layout, *p, buf),
+            },
+        };
+        let buf = match job {
+            Job::Read { buf, .. } | Job::Write { buf, .. } => buf,
+        };
+        (result, crc32fast::hash(buf.prefix(bytes)))
+    }
+
+    /// Moves every job in turn until the trainer hangs up; returns the partition traffic.
+    fn serve(mut self, jobs: Receiver<Job>, done: Sender<Moved>) -> (u64, u64) {
+        for mut job in jobs {
+            let started = Instant::now();
+            let (result, crc) = self.move_one(&mut job);
+            let moved = Moved {
+                job,
+                crc,
+                result,
+                started,
+                finished: Instant::now(),
+            };
+            if done.send(moved).is_err() {
+                break;
+            }
+        }
+        self.peers.as_ref().map_or((0, 0), |p| p.traffic())
+    }
+}
+
+/// The trainer's end of the mover thread: jobs sent, and how many are still to be collected.
+struct Mover {
+    jobs: Sender<Job>,
+    done: Receiver<Moved>,
+    outstanding: usize,
+}
+
+impl Mover {
+    fn send(&mut self, job: Job) {
+        // The mover only stops when this end hangs up or its owner call panicked; the
+        // collection below reports the latter.
+        let _ = self.jobs.send(job);
+        self.outstanding += 1;
+    }
+}
+
+/// Floats summed in one all-reduce when banks are shared (bounds the transport's copies).
+const SUM_PIECE: usize = 1 << 22;
+
+/// Sums `values` over the ranks in place, in pieces of at most [`SUM_PIECE`] floats.
+fn sum_over_ranks(cluster: &mut dyn Cluster, values: &mut [f32]) -> Result<()> {
+    for piece in values.chunks_mut(SUM_PIECE) {
+        cluster.sync(piece, false)?;
+    }
+    Ok(())
+}
+
+/// What the trainer counts while it waits for partitions.
+#[derive(Default)]
+struct Waits {
+    seconds: f64,
+    prefetched: usize,
+}
+
+impl Trainer {
+    /// Collects every move in flight: loaded partitions become resident, written-back ones
+    /// free their slots (returned, to be released). Each move's I/O is on the timeline.
+    fn settle(
+        &mut self,
+        mover: &mut Mover,
+        ledger: &mut Ledger,
+        tl: &mut Timeline,
+        step: usize,
+    ) -> Result<Vec<u32>> {
+        let mut written = Vec::new();
+        let mut failed = None;
+        while mover.outstanding > 0 {
+            let m = mover
+                .done
+                .recv()
+                .map_err(|_| EmbedError::Corrupt("the partition mover stopped".into()))?;
+            mover.outstanding -= 1;
+            if let Err(e) = m.result {
+                failed.get_or_insert(e);
+                continue;
+            }
+            match m.job {
+                Job::Read {
+                    p,
+                    written: w,
+                    slot,
+                    buf,
+                } => {
+                    tl.add("io", step, m.started, m.finished, format!("load {p}"));
+                    self.buffer.put(slot, buf, p);
+                    ledger.loaded(p, !w, m.crc);
+                    self.apply_bank_gradient(p);
+                }
+                Job::Write { p, slot, buf } => {
+                    tl.add("io", step, m.started, m.finished, format!("write back {p}"));
+                    self.buffer.put_free(slot, buf);
+                    ledger.written(p, m.crc);
+                    written.push(p);
+                }
+            }
+        }
+        failed.map_or(Ok(written), Err)
+    }
+
+    /// Starts writing resident `p` back, refreshing its bank block as it leaves.
+    fn write_back(&mut self, mover: &mut Mover, p: u32) {
+        if let Some(banks) = &mut self.banks {
+            banks.copy_from(p, self.buffer.embeddings(p));
+        }
+        let (slot, buf) = self.buffer.take(p);
+        mover.send(Job::Write { p, slot, buf });
+    }
+
+    /// Starts loading `p` into a free slot; false when there is none.
+    fn start_load(&mut self, mover: &mut Mover, p: u32, written: bool) -> bool {
+        match self.buffer.take_free() {
+            Some((slot, buf)) => {
+                mover.send(Job::Read {
+                    p,
+                    written,
+                    slot,
+                    buf,
+                });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One epoch of a distributed run on this rank: partitions are read from `current`, or
+    /// from `next` when the scheduler says they were written back this epoch, and every
+    /// partition this rank held is written back to `next` (synced) by the time it returns.
+    /// With `peers` (owner mode) `current` and `next` are this rank's own tables, which hold
+    /// the partitions it owns; the others come from and go back to their owners, and this
+    /// rank's tables are served to the other ranks.
+    pub fn epoch_scheduled(
+        &mut self,
+        epoch: usize,
+        current: &Arc<TableFile>,
+        next: &Arc<TableFile>,
+        cluster: &mut dyn Cluster,
+        mut peers: Option<&mut (dyn PartitionSource + '_)>,
+        progress: &dyn Progress,
+    ) -> Result<(RankReport, Vec<Interval>)> {
+        let engine = self.buffer.engine().clone();
+        if let Some(p) = peers.as_deref_mut() {
+            p.serve(epoch, current, next, &self.buffer.layout)?;
+        }
+        self.share_banks(epoch, current, cluster)?;
+        let moved_before = peers.as_ref().map_or((0, 0), |p| p.traffic());
+        let homes = Homes {
+            epoch,
+            engine: engine.clone(),
+            layout: self.buffer.layout,
+            current: current.clone(),
+            next: next.clone(),
+            rank: cluster.rank(),
+            world_size: cluster.world_size(),
+            peers,
+        };
+        let (jobs_tx, jobs_rx) = unbounded::<Job>();
+        let (done_tx, done_rx) = unbounded::<Moved>();
+        std::thread::scope(|scope| {
+            let mover_thread = std::thread::Builder::new()
+                .name("strata-embed-mover".into())
+                .spawn_scoped(scope, move || homes.serve(jobs_rx, done_tx))
+                .expect("spawn the partition mover");
+            let mut mover = Mover {
+                jobs: jobs_tx,
+                done: done_rx,
+                outstanding: 0,
+            };
+            let result = self.scheduled_buckets(epoch, next, cluster, &mut mover, progress);
+            // Hang up, so the mover ends once its last job is done.
+            drop(mover);
+            let moved = mover_thread
+                .join()
+                .map_err(|_| EmbedError::Corrupt("the partition mover panicked".into()))?;
+            let (mut report, events) = result?;
+            report.bytes_sent += moved.0 - moved_before.0;
+            report.bytes_received += moved.1 - moved_before.1;
+            Ok((report, events))
+        })
+    }
+
+    /// The bucket loop of [`Trainer::epoch_scheduled`], moving partitions through `mover`.
+    fn scheduled_buckets(
+        &mut self,
+        epoch: usize,
+        next: &Arc<TableFile>,
+        cluster: &mut dyn Cluster,
+        mover: &mut Mover,
+        progress: &dyn Progress,
+    ) -> Result<(RankReport, Vec<Interval>)> {
+        let engine = self.buffer.engine().clone();
+        let origin = Instant::now();
+        let mut tl = Timeline {
+            origin,
+            events: Vec::new(),
+        };
+        let mut ledger = Ledger::default();
+        let io_before = engine.stats();
+        let traffic_before = cluster.traffic();
+        let mut tally = Tally::default();
+        let mut meter = Meter::new(
+            progress,
+            &format!(
+                "epoch {}/{} (rank {})",
+                epoch + 1,
+                self.cfg.epochs,
+                cluster.rank()
+            ),
+            0,
+            0,
+        );
+        for w in &mut self.workers {
+            w.reset_counters();
+        }
+        // What this rank held last epoch may have been trained by another rank since.
+        self.buffer.clear();
+        // The scheduler's view of this rank's buffer: the prefetch slots are the lookahead's.
+        let capacity = self.buffer.capacity() - self.prefetch_slots;
+        let partitions = self.buckets.partitioning.partitions;
+        let mut rounds = RelationRounds::new(&self.relations);
+        // Rounds during the epoch carry relation deltas and bank gradient; with neither (dot
+        // without `bank_sync_every`) the ranks meet once, when all are done, and a rank told to
+        // wait asks again after a pause instead of joining a round.
+        let rounds_carry = !self.relations.params.is_empty()
+            || (self.banks.is_some() && self.cfg.bank_sync_every > 0);
+        let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
+        let mut group_wait = 0.0;
+        let mut parts_wait = Waits::default();
+        let mut ahead: Option<Grant> = None;
+        // One edge reader for the epoch, fed each bucket as soon as it is granted: the
+        // lookahead's bucket is read while the current one trains.
+        let edges = EdgeFeed::start(self, &engine);
+        loop {
+            let grant = match ahead.take() {
+                Some(g) => g,
+                None => {
+                    let held: Vec<u32> = self.buffer.resident().collect();
+                    let t = Instant::now();
+                    let g = cluster.acquire(epoch, &held, partitions, capacity)?;
+                    group_wait += t.elapsed().as_secs_f64();
+                    edges.queue(&g);
+                    g
+                }
+            };
+            match grant {
+                Grant::Bucket {
+                    bucket,
+                    evict,
+                    written,
+                } => {
+                    let t = Instant::now();
+                    // What the lookahead started while the previous bucket trained, then the
+                    // write-backs and loads it could not start.
+                    let mut released = self.settle(mover, &mut ledger, &mut tl, trained)?;
+                    for &p in &evict {
+                        if self.buffer.slot_of(p).is_some() {
+                            self.write_back(mover, p);
+                        }
+                    }
+                    released.extend(self.settle(mover, &mut ledger, &mut tl, trained)?);
+                    let mut parts = vec![bucket.0, bucket.1];
+                    parts.dedup();
+                    for &p in &parts {
+                        if self.buffer.slot_of(p).is_some() {
+                            continue;
+                        }
+                        if !self.start_load(mover, p, written.contains(&p)) {
+                            return Err(EmbedError::Corrupt(format!(
+                                "the scheduler granted bucket {bucket:?} without room for partition {p} in a buffer of {capacity}"
+                            )));
+                        }
+                        tally.loads += 1;
+                    }
+                    self.settle(mover, &mut ledger, &mut tl, trained)?;
+                    if !released.is_empty() {
+                        cluster.release(epoch, &released)?;
+                        evictions += released.len();
+                    }
+                    let now = Instant::now();
+                    if now - t > Duration::from_micros(50) {
+                        tally.io_wait += (now - t).as_secs_f64();
+                        parts_wait.seconds += (now - t).as_secs_f64();
+                        tl.add(
+                            "wait",
+                            trained,
+                            t,
+                            now,
+                            format!("partitions for {bucket:?}"),
+                        );
+                    }
+                    if self.prefetch_slots > 0 {
+                        let held: Vec<u32> = self.buffer.resident().collect();
+                        let t = Instant::now();
+                        let coming = cluster.acquire(epoch, &held, partitions, capacity)?;
+                        group_wait += t.elapsed().as_secs_f64();
+                        edges.queue(&coming);
+                        self.look_ahead(mover, &coming, &parts, &mut tally, &mut parts_wait);
+                        ahead = Some(coming);
+                    }
+                    self.run_bucket(
+                        edges.pieces(),
+                        bucket,
+                        epoch,
+                        trained,
+                        &mut tl,
+                        &mut tally,
+                        &mut meter,
+                    )?;
+                    trained += 1;
+                    fault_point(epoch, "bucket");
+                    since_round += 1;
+                    if rounds_carry && since_round >= self.cfg.relation_sync_every {
+                        let t = Instant::now();
+                        self.round(&mut rounds, cluster, false)?;
+                        group_wait += t.elapsed().as_secs_f64();
+                        since_round = 0;
+                    }
+                }
+                Grant::Wait | Grant::Done => {
+                    // A lookahead that answered wait or done started no moves.
+                    let t = Instant::now();
+                    let held: Vec<u32> = self.buffer.resident().collect();
+                    for &p in &held {
+                        self.write_back(mover, p);
+                    }
+                    let released = self.settle(mover, &mut ledger, &mut tl, trained)?;
+                    if !released.is_empty() {
+                        cluster.release(epoch, &released)?;
+                    }
+                    let waited = t.elapsed().as_secs_f64();
+                    tally.io_wait += waited;
+                    parts_wait.seconds += waited;
+                    let done = grant == Grant::Done;
+                    waits += usize::from(!done);
+                    let t = Instant::now();
+                    if done || rounds_carry {
+                        // Done: keep joining rounds until every rank is, so all leave together.
+                        while !self.round(&mut rounds, cluster, done)? && done {}
+                    } else {
+                        std::thread::sleep(WAIT_PAUSE);
+                    }
+                    group_wait += t.elapsed().as_secs_f64();
+                    if done {
+                        break;
+                    }
+                }
+            }
+        }
+        let t = Instant::now();
+        tally.loads += self.flush_shared_banks(mover, &mut ledger, &mut tl, trained, cluster)?;
+        next.sync()?;
+        tally.io_wait += t.elapsed().as_secs_f64();
+        meter.finish()?;
+        let io = engine.stats().since(&io_before);
+        let report = self.report(epoch, origin, &tally, &io, trained, evictions);
+        let (sent, received) = cluster.traffic();
+        Ok((
+            RankReport {
+                rank: cluster.rank(),
+                buckets: trained,
+                relation_rounds: rounds.rounds,
+                waits,
+                group_wait_seconds: group_wait,
+                bytes_sent: sent - traffic_before.0,
+                bytes_received: received - traffic_before.1,
+                partition_wait_seconds: parts_wait.seconds,
+                partition_wait_share: parts_wait.seconds / report.seconds.max(1e-9),
+                partition_bytes_loaded: tally.loads as u64 * self.buffer.layout.part_bytes(),
+                prefetched_loads: parts_wait.prefetched,
+                holdings: ledger.holdings,
+                report,
+            },
+            tl.events,
+        ))
+    }
+
+    /// A relation round ([`RelationRounds::round`]), with a bank gradient round every
+    /// `bank_sync_every` of them unless every rank is done (the epoch's flush follows then).
+    /// Every rank joins the same rounds, so the bank all-reduces pair up too.
+    fn round(
+        &mut self,
+        rounds: &mut RelationRounds,
+        cluster: &mut dyn Cluster,
+        done: bool,
+    ) -> Result<bool> {
+        let all_done = rounds.round(&mut self.relations, cluster, done)?;
+        let every = self.cfg.bank_sync_every;
+        if !all_done && every > 0 && rounds.rounds.is_multiple_of(every) {
+            self.sync_bank_gradient(cluster)?;
+        }
+        Ok(all_done)
+    }
+
+    /// Sums the pending bank gradient over the ranks, with a count per partition of the ranks
+    /// holding it, and keeps each partition's sum on one rank: the one holding it, which
+    /// applies it to its resident rows at once (it holds the lock, and the rows reach the
+    /// holdings chain at its write-back), or, when no rank holds it, its owner, which applies
+    /// it when a load of it lands or in the epoch's flush. A load still in flight does not
+    /// count as held: its partition's sum waits on the owner.
+    fn sync_bank_gradient(&mut self, cluster: &mut dyn Cluster) -> Result<()> {
+        let Some(banks) = &self.banks else {
+            return Ok(());
+        };
+        let held: Vec<u32> = self.buffer.resident().collect();
+        let mut grad = banks.take_grad();
+        let split = grad.len();
+        grad.extend(
+            (0..self.buckets.partitioning.partitions)
+                .map(|p| f32::from(u8::from(held.contains(&p)))),
+        );
+        sum_over_ranks(cluster, &mut grad)?;
+        let (rank, world_size) = (cluster.rank(), cluster.world_size());
+        let holders = &grad[split..];
+        if let Some(p) = holders.iter().position(|&h| h > 1.0) {
+            return Err(EmbedError::Corrupt(format!(
+                "partition {p} was resident on {} ranks at once at a bank gradient round",
+                holders[p]
+            )));
+        }
+        banks.set_grad(&grad[..split], |p| {
+            held.contains(&p) || (holders[p as usize] == 0.0 && owner_of(p, world_size) == rank)
+        });
+        for &p in &held {
+            self.apply_bank_gradient(p);
+        }
+        self.refresh_held_blocks(cluster, &held, &grad[split..])
+    }
+
+    /// After a bank gradient round: every rank's block of a partition some rank holds becomes
+    /// the holder's current rows (the holder sends its block, the others zeros, summed), so a
+    /// negative drawn from a partition another rank trains is as old as the last round rather
+    /// than the last time this rank held it. `holders` counts the ranks holding each partition.
+    fn refresh_held_blocks(
+        &mut self,
+        cluster: &mut dyn Cluster,
+        held: &[u32],
+        holders: &[f32],
+    ) -> Result<()> {
+        let Some(banks) = &mut self.banks else {
+            return Ok(());
+        };
+        for &p in held {
+            banks.copy_from(p, self.buffer.embeddings(p));
+        }
+        let block = banks.block_floats();
+        let mut rows = banks.rows_mut().to_vec();
+        for (p, b) in rows.chunks_mut(block).enumerate() {
+            if !held.contains(&(p as u32)) {
+                b.fill(0.0);
+            }
+        }
+        sum_over_ranks(cluster, &mut rows)?;
+        let mine = banks.rows_mut();
+        for (p, (dst, src)) in mine.chunks_mut(block).zip(rows.chunks(block)).enumerate() {
+            if holders[p] == 1.0 && !held.contains(&(p as u32)) {
+                dst.copy_from_slice(src);
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills this epoch's bank blocks, the same on every rank: each rank reads the blocks of
+    /// the partitions it owns from `current` (the committed table) and the blocks are summed
+    /// over the ranks. No-op without banks (the same on every rank: one config, one plan).
+    fn share_banks(
+        &mut self,
+        epoch: usize,
+        current: &TableFile,
+        cluster: &mut dyn Cluster,
+    ) -> Result<()> {
+        let Some(banks) = &mut self.banks else {
+            return Ok(());
+        };
+        let (rank, world_size) = (cluster.rank(), cluster.world_size());
+        // The sums below need one shape on every rank: each rank plans bank rows within its
+        // own --memory, so check that they agree.
+        let mut rows = [banks.capacity() as f32];
+        cluster.sync(&mut rows, false)?;
+        if rows[0] != (banks.capacity() * world_size) as f32 {
+            return Err(EmbedError::Config(format!(
+                "rank {rank} planned {} negative bank rows per partition, another rank planned a different number; give every rank the same --memory and embed.train.bank_rows",
+                banks.capacity()
+            )));
+        }
+        let partitioning = &self.buckets.partitioning;
+        banks.choose_blocks(partitioning, self.cfg.seed, epoch);
+        banks.rows_mut().fill(0.0);
+        for p in (0..partitioning.partitions).filter(|&p| owner_of(p, world_size) == rank) {
+            banks.read(p, current, self.buffer.engine(), &self.buffer.layout)?;
+        }
+        sum_over_ranks(cluster, banks.rows_mut())
+    }
+
+    /// After every rank is done (this rank holds nothing): sums the bank gradient left on the
+    /// ranks and applies each partition's share on its owner, which loads it from `next`
+    /// through `mover` (the landing load applies the gradient) and writes it back. Returns the
+    /// partitions read.
+    fn flush_shared_banks(
+        &mut self,
+        mover: &mut Mover,
+        ledger: &mut Ledger,
+        tl: &mut Timeline,
+        step: usize,
+        cluster: &mut dyn Cluster,
+    ) -> Result<usize> {
+        let Some(banks) = &self.banks else {
+            return Ok(0);
+        };
+        let mut grad = banks.take_grad();
+        sum_over_ranks(cluster, &mut grad)?;
+        let (rank, world_size) = (cluster.rank(), cluster.world_size());
+        banks.set_grad(&grad, |p| owner_of(p, world_size) == rank);
+        let mine: Vec<u32> = (0..self.buckets.partitioning.partitions)
+            .filter(|&p| banks.has_pending(p))
+            .collect();
+        for &p in &mine {
+            let started = self.start_load(mover, p, true);
+            assert!(started, "every slot is free once all ranks are done");
+            self.settle(mover, ledger, tl, step)?;
+            self.write_back(mover, p);
+            self.settle(mover, ledger, tl, step)?;
+        }
+        Ok(mine.len())
+    }
+
+    /// Starts what the next grant `coming` needs while the current bucket (partitions
+    /// `training`) trains: write-backs of the partitions it evicts outside the current
+    /// bucket, and loads of its partitions into free slots, as far as slots allow.
+    fn look_ahead(
+        &mut self,
+        mover: &mut Mover,
+        coming: &Grant,
+        training: &[u32],
+        tally: &mut Tally,
+        waits: &mut Waits,
+    ) {
+        let Grant::Bucket {
+            bucket,
+            evict,
+            written,
+        } = coming
+        else {
+            return;
+        };
+        for &p in evict {
+            if !training.contains(&p) {
+                self.write_back(mover, p);
+            }
+        }
+        let mut parts = vec![bucket.0, bucket.1];
+        parts.dedup();
+        for p in parts {
+            if self.buffer.slot_of(p).is_none() && self.start_load(mover, p, written.contains(&p)) {
+                tally.loads += 1;
+                waits.prefetched += 1;
+            }
+        }
+    }
+}

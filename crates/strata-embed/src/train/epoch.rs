@@ -1,0 +1,685 @@
+//! The epoch loop: executes an ordering's schedule on the partition buffer, training each
+//! bucket's edges on the worker threads while partition swaps and bucket reads run in the
+//! background.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::Receiver;
+use serde::{Deserialize, Serialize};
+use strata_io::progress::{Meter, Progress};
+use strata_store::rng::{derive, Rng};
+
+use crate::config::{NegativePool, TrainConfig};
+use crate::error::{EmbedError, Result};
+use crate::model::ScoreModel;
+use crate::ordering::{schedule, Bucket, Schedule};
+use crate::storage::bank::Banks;
+use crate::storage::buffer::PartitionBuffer;
+use crate::storage::entity_types::TypedTraining;
+use crate::storage::epoch_io::{prefetch_edges, BucketEdges, Swap, Swapper};
+use crate::storage::partitioning::Buckets;
+use crate::storage::relations::Relations;
+use crate::storage::table::TableFile;
+use crate::train::typed_negatives::{NegSpace, SpaceInputs};
+use crate::train::worker::{BucketCtx, PartRows, Pool, Worker};
+
+/// What one epoch did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EpochReport {
+    pub epoch: usize,
+    /// Mean loss per trained edge-direction.
+    pub loss: f64,
+    pub seconds: f64,
+    /// Train edges per second (each trained in both directions when both are corrupted).
+    pub edges_per_second: f64,
+    /// Seconds the trainer waited for partition swaps and bucket edges.
+    pub io_wait_seconds: f64,
+    pub io_wait_fraction: f64,
+    pub partition_loads: usize,
+    pub partition_bytes_read: u64,
+    pub partition_bytes_written: u64,
+    pub edge_bytes_read: u64,
+    pub buffer_states: usize,
+    pub swaps: usize,
+    /// Floating-point operations per second of one worker thread in the training step, and
+    /// of all threads over the epoch's compute time.
+    pub step_flops_per_thread: f64,
+    pub step_flops_total: f64,
+}
+
+/// One interval of the epoch's timeline (seconds from the epoch's start), for the plots.
+#[derive(Debug, Clone, Serialize)]
+pub struct Interval {
+    /// `compute` (training a bucket piece), `io` (a swap, fill or write-back on the I/O
+    /// threads) or `wait` (the trainer blocked on I/O).
+    pub lane: &'static str,
+    /// Buffer state index.
+    pub step: usize,
+    pub start: f64,
+    pub end: f64,
+    pub label: String,
+}
+
+pub(crate) struct Timeline {
+    pub(crate) origin: Instant,
+    pub(crate) events: Vec<Interval>,
+}
+
+impl Timeline {
+    pub(crate) fn add(
+        &mut self,
+        lane: &'static str,
+        step: usize,
+        from: Instant,
+        to: Instant,
+        label: impl Into<String>,
+    ) {
+        self.events.push(Interval {
+            lane,
+            step,
+            start: from.saturating_duration_since(self.origin).as_secs_f64(),
+            end: to.saturating_duration_since(self.origin).as_secs_f64(),
+            label: label.into(),
+        });
+    }
+}
+
+/// Running totals of one epoch.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub(crate) io_wait: f64,
+    pub(crate) edge_bytes: u64,
+    pub(crate) trained: u64,
+    pub(crate) loads: usize,
+}
+
+/// Model state in memory: relation rows, the partition buffer and the workers.
+pub struct Trainer {
+    pub cfg: TrainConfig,
+    pub model: ScoreModel,
+    pub buckets: Arc<Buckets>,
+    pub buffer: PartitionBuffer,
+    pub relations: Relations,
+    pub(crate) workers: Vec<Worker>,
+    /// Edges per piece read from a bucket (bounds edge memory).
+    pub(crate) piece_rows: u64,
+    /// Buffer slots kept for a distributed rank's lookahead (`dist_prefetch`), beyond those
+    /// the scheduler plans with; 0 outside distributed runs.
+    pub(crate) prefetch_slots: usize,
+    /// Rows of the partitions on disk, for the `all` negative pool (`None` when every
+    /// partition is resident or another pool is used).
+    pub(crate) banks: Option<Banks>,
+    /// A typed run's entity types (None: one table of all nodes).
+    pub typed: Option<TypedTraining>,
+    /// `corrupt = bernoulli`: the probability of corrupting the head, by relation id (empty
+    /// otherwise; see [`crate::train::bernoulli`]).
+    pub head_prob: Vec<f32>,
+}
+
+impl Trainer {
+    /// `threads` workers (at least 1); `bank_rows` rows per partition of negative banks (0:
+    /// none, the `all` pool then falls back to the resident partitions).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: TrainConfig,
+        model: ScoreModel,
+        buckets: Arc<Buckets>,
+        buffer: PartitionBuffer,
+        relations: Relations,
+        threads: usize,
+        piece_rows: u64,
+        bank_rows: usize,
+    ) -> Self {
+        let partitions = buckets.partitioning.partitions;
+        let segments = buckets
+            .partitioning
+            .types
+            .as_ref()
+            .map_or(1, |t| t.iter().filter(|t| t.partitioned).count());
+        let banks = (cfg.negative_pool == NegativePool::All
+            && bank_rows > 0
+            && partitions as usize > buffer.capacity())
+        .then(|| Banks::new(partitions, bank_rows, model.dim, segments));
+        Trainer {
+            banks,
+            workers: (0..threads.max(1)).map(|_| Worker::default()).collect(),
+            cfg,
+            model,
+            buckets,
+            buffer,
+            relations,
+            piece_rows,
+            prefetch_slots: 0,
+            typed: None,
+            head_prob: Vec::new(),
+        }
+    }
+
+    /// Whether training scales each edge's loss by its weight: the store has weights and the
+    /// run does not ignore them.
+    pub fn weighted(&self) -> bool {
+        self.cfg.edge_weights && self.buckets.weights.is_some()
+    }
+
+    pub fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// This run's epoch schedule.
+    pub fn schedule(&self) -> Result<Schedule> {
+        schedule(
+            self.cfg.ordering,
+            self.buckets.partitioning.partitions as usize,
+            self.cfg.buffer,
+        )
+        .map_err(|e| EmbedError::Config(format!("ordering: {e}")))
+    }
+
+    /// The schedule of `epoch`: the run's schedule with partitions renamed by a seeded
+    /// permutation, so each epoch trains the partition pairs in another order.
+    pub fn epoch_schedule(&self, epoch: usize) -> Result<Schedule> {
+        let base = self.schedule()?;
+        let key = derive(derive(self.cfg.seed, 0x5c4e), epoch as u64);
+        let mut rng = Rng::new(key);
+        let mut perm: Vec<u32> = (0..base.partitions as u32).collect();
+        for i in (1..perm.len()).rev() {
+            perm.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        Ok(base.relabel(&perm, derive(key, 1)))
+    }
+
+    /// One epoch: partitions are read from `current` (or from `next` once written back this
+    /// epoch) and every partition ends up written to `next`. Returns the report and timeline.
+    pub fn epoch(
+        &mut self,
+        epoch: usize,
+        current: &Arc<TableFile>,
+        next: &Arc<TableFile>,
+        progress: &dyn Progress,
+    ) -> Result<(EpochReport, Vec<Interval>)> {
+        let n = self.buckets.partitioning.partitions as usize;
+        let sched = self.epoch_schedule(epoch)?;
+        let engine = self.buffer.engine().clone();
+        let layout = self.buffer.layout;
+        let origin = Instant::now();
+        let mut tl = Timeline {
+            origin,
+            events: Vec::new(),
+        };
+        let io_before = engine.stats();
+        let (edges_rx, edges_thread) = prefetch_edges(
+            engine.clone(),
+            self.buckets.clone(),
+            sched.buckets().collect::<Vec<_>>(),
+            self.piece_rows,
+            2,
+            self.relation_ids(),
+            self.weighted(),
+        );
+        let swapper = Swapper::start(engine.clone(), layout);
+        let mut tally = Tally::default();
+        let mut meter = Meter::new(
+            progress,
+            &format!("epoch {}/{}", epoch + 1, self.cfg.epochs),
+            0,
+            self.buckets.num_edges,
+        );
+        for w in &mut self.workers {
+            w.reset_counters();
+        }
+        let first = &sched.steps[0].state;
+        tally.loads += first
+            .iter()
+            .chain(self.buckets.partitioning.pinned().as_ref())
+            .filter(|&&p| self.buffer.slot_of(p).is_none())
+            .count();
+        let t = Instant::now();
+        tally.io_wait += self.buffer.fill(first, current)?;
+        self.fill_banks(epoch, current)?;
+        tl.add("io", 0, t, Instant::now(), "fill");
+        tl.add("wait", 0, t, Instant::now(), "fill");
+        let mut written = vec![false; n];
+        for (i, step) in sched.steps.iter().enumerate() {
+            let mut pending = None;
+            if let (Some(e), Some(l)) = (step.evicted, step.loaded) {
+                if let Some(banks) = &mut self.banks {
+                    // The partition leaves as it is now: its bank stays exact while on disk.
+                    banks.copy_from(e, self.buffer.embeddings(e));
+                }
+                let (slot, buf) = self.buffer.take(e);
+                let from = if written[l as usize] {
+                    next.clone()
+                } else {
+                    current.clone()
+                };
+                written[e as usize] = true;
+                swapper.start_swap(Swap {
+                    slot,
+                    buf,
+                    evict: Some((e, next.clone())),
+                    load: (l, from),
+                });
+                pending = Some((e, l));
+                tally.loads += 1;
+            }
+            for &bucket in &step.overlap {
+                self.run_bucket(&edges_rx, bucket, epoch, i, &mut tl, &mut tally, &mut meter)?;
+            }
+            if let Some((e, l)) = pending {
+                let t = Instant::now();
+                let done = swapper.wait();
+                let now = Instant::now();
+                tally.io_wait += (now - t).as_secs_f64();
+                tl.add("wait", i, t, now, format!("swap {e}->{l}"));
+                tl.add(
+                    "io",
+                    i,
+                    done.started,
+                    done.finished,
+                    format!("swap {e}->{l}"),
+                );
+                done.result?;
+                self.buffer.put(done.slot, done.buf, l);
+                self.apply_bank_gradient(l);
+            }
+            for &bucket in &step.after_load {
+                self.run_bucket(&edges_rx, bucket, epoch, i, &mut tl, &mut tally, &mut meter)?;
+            }
+            let io = engine.stats().since(&io_before);
+            let secs = origin.elapsed().as_secs_f64().max(1e-9);
+            progress.detail(&format!(
+                "state {}/{}  loads {}  read {:.0} MB/s  write {:.0} MB/s",
+                i + 1,
+                sched.states(),
+                tally.loads,
+                io.read_bytes as f64 / secs / 1e6,
+                io.write_bytes as f64 / secs / 1e6
+            ));
+        }
+        let t = Instant::now();
+        self.buffer.flush(next)?;
+        tally.loads += self.flush_bank_gradient(next)?;
+        next.sync()?;
+        let now = Instant::now();
+        tally.io_wait += (now - t).as_secs_f64();
+        tl.add("io", sched.states() - 1, t, now, "write-back");
+        tl.add("wait", sched.states() - 1, t, now, "write-back");
+        drop(edges_rx);
+        let _ = edges_thread.join();
+        meter.finish()?;
+        let io = engine.stats().since(&io_before);
+        let report = self.report(epoch, origin, &tally, &io, sched.states(), sched.swaps());
+        Ok((report, tl.events))
+    }
+
+    /// The epoch's report from its running totals, the I/O engine's counters over the epoch
+    /// and the buffer states and swaps it went through.
+    pub(crate) fn report(
+        &self,
+        epoch: usize,
+        origin: Instant,
+        tally: &Tally,
+        io: &strata_io::StatsSnapshot,
+        states: usize,
+        swaps: usize,
+    ) -> EpochReport {
+        let seconds = origin.elapsed().as_secs_f64();
+        let (loss, directions, flops, busy) = self
+            .workers
+            .iter()
+            .fold((0.0, 0u64, 0.0, 0.0), |(l, e, f, b), w| {
+                (l + w.loss, e + w.edges, f + w.flops, b + w.busy)
+            });
+        EpochReport {
+            epoch: epoch + 1,
+            loss: loss / directions.max(1) as f64,
+            seconds,
+            edges_per_second: tally.trained as f64 / seconds,
+            io_wait_seconds: tally.io_wait,
+            io_wait_fraction: tally.io_wait / seconds,
+            partition_loads: tally.loads,
+            partition_bytes_read: io.read_bytes.saturating_sub(tally.edge_bytes),
+            partition_bytes_written: io.write_bytes,
+            edge_bytes_read: tally.edge_bytes,
+            buffer_states: states,
+            swaps,
+            step_flops_per_thread: flops / busy.max(1e-9),
+            step_flops_total: flops / (seconds - tally.io_wait).max(1e-9),
+        }
+    }
+
+    /// Relation ids the bucketed edges may hold: the forward relation rows the model indexes
+    /// (inverse rows follow them when reciprocal), any for a model without relation rows.
+    pub(crate) fn relation_ids(&self) -> u64 {
+        match (self.relations.rows(), self.relations.inverse_offset) {
+            (0, _) => u64::MAX,
+            (rows, 0) => rows as u64,
+            (_, base) => base as u64,
+        }
+    }
+
+    /// Trains every piece of `bucket` as the prefetcher delivers them.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_bucket(
+        &mut self,
+        rx: &Receiver<BucketEdges>,
+        bucket: Bucket,
+        epoch: usize,
+        step: usize,
+        tl: &mut Timeline,
+        tally: &mut Tally,
+        meter: &mut Meter,
+    ) -> Result<()> {
+        let n = self.buckets.partitioning.partitions;
+        let bucket_key = derive(
+            derive(self.cfg.seed, epoch as u64),
+            (bucket.0 * n + bucket.1) as u64,
+        );
+        for piece in 0u64.. {
+            let t = Instant::now();
+            let got = rx
+                .recv()
+                .map_err(|_| EmbedError::Corrupt("the edge prefetcher stopped".into()))?;
+            let now = Instant::now();
+            tally.io_wait += (now - t).as_secs_f64();
+            if now - t > std::time::Duration::from_micros(200) {
+                tl.add("wait", step, t, now, format!("edges {bucket:?}"));
+            }
+            debug_assert_eq!(got.bucket, bucket);
+            let (mut edges, mut weights) = got.edges?;
+            tally.edge_bytes += got.bytes;
+            let start = Instant::now();
+            self.train_piece(bucket, &mut edges, &mut weights, derive(bucket_key, piece));
+            tl.add(
+                "compute",
+                step,
+                start,
+                Instant::now(),
+                format!("bucket ({}, {})", bucket.0, bucket.1),
+            );
+            tally.trained += edges.len() as u64;
+            // Edge bytes are in the I/O figures of the detail line; the bar counts edges.
+            meter.add(edges.len() as u64, 0)?;
+            if got.last {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Chooses this epoch's bank blocks and fills them from the resident partitions and, for
+    /// the others, from `current`.
+    fn fill_banks(&mut self, epoch: usize, current: &TableFile) -> Result<()> {
+        let Some(banks) = &mut self.banks else {
+            return Ok(());
+        };
+        let partitioning = &self.buckets.partitioning;
+        banks.choose_blocks(partitioning, self.cfg.seed, epoch);
+        for p in 0..partitioning.partitions {
+            if self.buffer.slot_of(p).is_some() {
+                banks.copy_from(p, self.buffer.embeddings(p));
+            } else {
+                banks.read(p, current, self.buffer.engine(), &self.buffer.layout)?;
+            }
+        }
+        for p in 0..partitioning.partitions {
+            if self.buffer.slot_of(p).is_some() {
+                self.apply_bank_gradient(p);
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the gradient partition `p` (just made resident) received as a bank negative.
+    pub(crate) fn apply_bank_gradient(&mut self, p: u32) {
+        let Some(banks) = &self.banks else { return };
+        if !banks.has_pending(p) {
+            return;
+        }
+        let resident = self.buffer.rows_mut();
+        let (_, rows) = resident
+            .iter()
+            .find(|(q, _)| *q == p)
+            .expect("partition resident");
+        banks.apply_pending(p, rows, self.cfg.lr);
+    }
+
+    /// At the end of an epoch, brings every partition on disk with pending bank gradient in
+    /// from `next`, applies it and writes it back, so that the checkpoint is complete. Returns
+    /// the partitions read.
+    fn flush_bank_gradient(&mut self, next: &TableFile) -> Result<usize> {
+        let pending: Vec<u32> = match &self.banks {
+            Some(banks) => (0..self.buckets.partitioning.partitions)
+                .filter(|&p| banks.has_pending(p))
+                .collect(),
+            None => return Ok(0),
+        };
+        let mut loads = 0;
+        for (k, &p) in pending.iter().enumerate() {
+            if self.buffer.slot_of(p).is_none() {
+                self.buffer.load(k % self.buffer.capacity(), p, next)?;
+                loads += 1;
+            }
+            self.apply_bank_gradient(p);
+            self.buffer.write(p, next)?;
+        }
+        Ok(loads)
+    }
+
+    /// Trains one piece of bucket `(a, b)`'s edges (with their `weights`, one per edge or
+    /// none), shuffled by `key`, on the worker threads. In a typed run the piece is first
+    /// grouped by its edges' (source, destination) entity types, each group shuffled on its
+    /// own, so that a chunk's shared negatives come from one type per side (as PBG batches
+    /// edges of one relation). Weights move with their edges.
+    fn train_piece(
+        &mut self,
+        (a, b): Bucket,
+        edges: &mut [[i32; 3]],
+        weights: &mut [f32],
+        key: u64,
+    ) {
+        if edges.is_empty() {
+            return;
+        }
+        let mut rng = Rng::new(key);
+        let groups = match &self.typed {
+            None => {
+                shuffle(edges, weights, &mut rng);
+                vec![(0..edges.len(), None)]
+            }
+            Some(typed) => group_by_types(edges, weights, &typed.rel_types, &mut rng),
+        };
+        let partitioning = &self.buckets.partitioning;
+        let layout = self.typed.as_ref().map(|t| &t.layout);
+        let resident = self.buffer.rows_mut();
+        let index_of = |p: u32| {
+            resident
+                .iter()
+                .position(|(q, _)| *q == p)
+                .expect("bucket partitions are resident")
+        };
+        let parts: Vec<PartRows> = resident
+            .iter()
+            .map(|&(p, rows)| PartRows {
+                rows,
+                size: layout.map_or_else(|| partitioning.size_of(p), |l| l.entities_in(p)) as u32,
+            })
+            .collect();
+        let regions: Vec<u32> = resident.iter().map(|(p, _)| *p).collect();
+        let part_of = || {
+            let mut part_of = vec![None; partitioning.partitions as usize];
+            for (i, (p, _)) in resident.iter().enumerate() {
+                if let Some(slot) = part_of.get_mut(*p as usize) {
+                    *slot = Some(i);
+                }
+            }
+            part_of
+        };
+        let banked = match (&self.banks, self.cfg.negative_pool) {
+            (Some(_), NegativePool::All) => Some(Arc::new(part_of())),
+            _ => None,
+        };
+        let banks = self.banks.as_ref();
+        let pool = || match (banks, &banked, self.cfg.negative_pool) {
+            (_, _, NegativePool::Partition) => Pool::Partition,
+            (Some(banks), Some(part_of), NegativePool::All) => Pool::All {
+                banks,
+                part_of: part_of.to_vec(),
+                part_size: partitioning.part_size,
+                num_nodes: partitioning.num_nodes,
+            },
+            // Everything resident (or no room for banks): the resident partitions are all.
+            _ => Pool::Resident,
+        };
+        let inverse_offset = self.relations.inverse_offset;
+        let rels = self.relations.shared();
+        let ctxs: Vec<BucketCtx> = groups
+            .iter()
+            .map(|(_, types)| {
+                let (mut src_part, mut dst_part) = (index_of(a), index_of(b));
+                let mut negs = None;
+                if let (Some(typed), Some((ts, td))) = (&self.typed, *types) {
+                    let l = &typed.layout;
+                    let pinned = || index_of(l.partitions);
+                    if !l.types[ts].partitioned {
+                        src_part = pinned();
+                    }
+                    if !l.types[td].partitioned {
+                        dst_part = pinned();
+                    }
+                    let inputs = SpaceInputs {
+                        layout: l,
+                        pool: self.cfg.negative_pool,
+                        regions: &regions,
+                        banked: banked.clone(),
+                    };
+                    negs = Some([
+                        NegSpace::new(&inputs, &typed.negative_types(td), dst_part),
+                        NegSpace::new(&inputs, &typed.negative_types(ts), src_part),
+                    ]);
+                }
+                BucketCtx {
+                    model: self.model,
+                    loss: self.cfg.loss_fn(),
+                    lr: self.cfg.lr,
+                    parts: parts.clone(),
+                    src_part,
+                    dst_part,
+                    rels,
+                    inverse_offset,
+                    corrupt: self.cfg.corrupt,
+                    head_prob: &self.head_prob,
+                    negatives: self.cfg.negatives,
+                    degree_fraction: self.cfg.degree_fraction,
+                    pool: pool(),
+                    reg: self.cfg.regularizer(),
+                    negs,
+                    feat: self.typed.as_ref().and_then(|t| {
+                        let bags = t.bags.as_deref()?;
+                        Some((index_of(t.layout.partitions), bags))
+                    }),
+                }
+            })
+            .collect();
+        let size = self.cfg.chunk_size.max(1);
+        let (edges, weights): (&[[i32; 3]], &[f32]) = (edges, weights);
+        let chunks: Vec<PieceChunk> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(g, (range, _))| {
+                range.clone().step_by(size).map(move |lo| {
+                    let hi = (lo + size).min(range.end);
+                    let w = if weights.is_empty() {
+                        &[][..]
+                    } else {
+                        &weights[lo..hi]
+                    };
+                    (g, &edges[lo..hi], w)
+                })
+            })
+            .collect();
+        let threads = self.workers.len().min(chunks.len());
+        if threads == 1 {
+            for (c, &(g, chunk, w)) in chunks.iter().enumerate() {
+                self.workers[0].train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
+            }
+            return;
+        }
+        // Chunks go to whichever worker is free; each chunk's negatives depend only on its
+        // index, so the assignment changes nothing but the interleaving of updates.
+        let next = AtomicUsize::new(0);
+        let (ctxs, chunks, next) = (&ctxs, &chunks, &next);
+        std::thread::scope(|scope| {
+            for worker in self.workers[..threads].iter_mut() {
+                scope.spawn(move || loop {
+                    let c = next.fetch_add(1, Relaxed);
+                    if c >= chunks.len() {
+                        break;
+                    }
+                    let (g, chunk, w) = chunks[c];
+                    worker.train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
+                });
+            }
+        });
+    }
+}
+
+/// A chunk of a piece: its group (its [`BucketCtx`]), its edges and their weights (empty:
+/// unweighted).
+type PieceChunk<'a> = (usize, &'a [[i32; 3]], &'a [f32]);
+
+/// Shuffles `edges` in place (Fisher-Yates from the end), and `weights` (one per edge, or
+/// empty) with them.
+fn shuffle(edges: &mut [[i32; 3]], weights: &mut [f32], rng: &mut Rng) {
+    for i in (1..edges.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        edges.swap(i, j);
+        if !weights.is_empty() {
+            weights.swap(i, j);
+        }
+    }
+}
+
+/// Groups `edges` (and `weights`, one per edge or empty) by the (source, destination) entity
+/// types of their relations (`rel_types`), groups in order of their types, each shuffled: the
+/// groups' row ranges and type pairs.
+#[allow(clippy::type_complexity)]
+pub(crate) fn group_by_types(
+    edges: &mut [[i32; 3]],
+    weights: &mut [f32],
+    rel_types: &[(usize, usize)],
+    rng: &mut Rng,
+) -> Vec<(std::ops::Range<usize>, Option<(usize, usize)>)> {
+    let pair_of = |e: &[i32; 3]| rel_types[e[1] as usize];
+    if weights.is_empty() {
+        edges.sort_by_key(pair_of);
+    } else {
+        // The same stable order as without weights, each weight kept with its edge.
+        let mut rows: Vec<([i32; 3], f32)> =
+            edges.iter().copied().zip(weights.iter().copied()).collect();
+        rows.sort_by_key(|(e, _)| pair_of(e));
+        for ((e, w), (edge, weight)) in rows
+            .into_iter()
+            .zip(edges.iter_mut().zip(weights.iter_mut()))
+        {
+            (*edge, *weight) = (e, w);
+        }
+    }
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < edges.len() {
+        let pair = pair_of(&edges[start]);
+        let end = start + edges[start..].partition_point(|e| pair_of(e) == pair);
+        let w = if weights.is_empty() {
+            &mut weights[..]
+        } else {
+            &mut weights[start..end]
+        };
+        shuffle(&mut edges[start..end], w, rng);
+        groups.push((start..end, Some(pair)));
+        start = end;
+    }
+    groups
+}

@@ -1,0 +1,13 @@
+//! Training: the job, the epoch loops (single-process and distributed), the worker threads, negatives and corruption, owner mode and the cluster seam.
+
+pub(crate) mod bernoulli;
+pub(crate) mod dist;
+pub(crate) mod dist_epoch;
+pub(crate) mod epoch;
+pub(crate) mod job;
+pub(crate) mod overlap;
+pub(crate) mod owner;
+pub(crate) mod typed_negatives;
+#[cfg(test)]
+mod typed_tests;
+pub(crate) mod worker;

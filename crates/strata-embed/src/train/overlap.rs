@@ -1,0 +1,225 @@
+//! Whether partition swaps can hide behind training (Legend's Theorem 3), checked at start with
+//! the device profile and a measured compute time per edge.
+//!
+//! The paper's condition: I/O is fully hidden when `|E|/|V|² ≥ 96 d² / (M t (w + r))`, with
+//! `M` the buffer bytes, `t` the compute time per edge and `w`, `r` the write and read
+//! throughput. It assumes uniform bucket sizes and a swap taking `2P/(w + r)`. Strata also
+//! checks the schedule it will actually run: for every swap, the edges of the buckets that
+//! train while it is in flight, times `t`, against the swap's write-then-read time
+//! `P/w + P/r` (the swap thread writes the evicted partition, then reads the next one).
+
+use serde::Serialize;
+use strata_io::profile::DeviceProfile;
+use strata_store::rng::Rng;
+
+use crate::config::TrainConfig;
+use crate::model::ScoreModel;
+use crate::ordering::Schedule;
+use crate::storage::partitioning::Buckets;
+use crate::storage::shared::SharedRows;
+use crate::train::worker::{BucketCtx, PartRows, Pool, Worker};
+
+/// The check's inputs and verdicts.
+#[derive(Debug, Clone, Serialize)]
+pub struct OverlapCheck {
+    /// Measured seconds of training per edge (all threads together).
+    pub edge_seconds: f64,
+    pub write_bytes_per_s: f64,
+    pub read_bytes_per_s: f64,
+    /// `|E| / |V|²` and the paper's threshold `96 d² / (M t (w + r))`.
+    pub density: f64,
+    pub threshold: f64,
+    pub paper_holds: bool,
+    /// Swaps in the schedule, and how many have enough overlapping training to hide them.
+    pub swaps: usize,
+    pub hidden_swaps: usize,
+    /// Seconds per swap (write then read one partition).
+    pub swap_seconds: f64,
+    /// Expected seconds per epoch the trainer waits on swaps.
+    pub exposed_seconds: f64,
+    /// Expected seconds per epoch of training.
+    pub compute_seconds: f64,
+}
+
+impl OverlapCheck {
+    /// The check as lines for the user.
+    pub fn describe(&self) -> Vec<String> {
+        vec![
+            format!(
+                "Theorem 3: |E|/|V|^2 = {:.3e} {} 96 d^2/(M t (w+r)) = {:.3e} with t = {:.3} us/edge, w = {:.0} MB/s, r = {:.0} MB/s: the paper's condition {}",
+                self.density,
+                if self.paper_holds { ">=" } else { "<" },
+                self.threshold,
+                self.edge_seconds * 1e6,
+                self.write_bytes_per_s / 1e6,
+                self.read_bytes_per_s / 1e6,
+                if self.paper_holds { "holds, I/O can be fully hidden" } else { "fails, I/O cannot be fully hidden" }
+            ),
+            format!(
+                "  this schedule: {}/{} swaps of {:.2} s each have enough overlapping training; expected I/O wait {:.1} s of {:.1} s compute per epoch",
+                self.hidden_swaps, self.swaps, self.swap_seconds, self.exposed_seconds, self.compute_seconds
+            ),
+        ]
+    }
+}
+
+/// Seconds per edge of the training step on `threads` threads (both directions when both are
+/// corrupted), measured on synthetic rows with the run's model and chunk shape.
+pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usize) -> f64 {
+    let rows = 8192usize.max(cfg.negatives);
+    let d = model.dim;
+    let mut rng = Rng::new(0x7e57);
+    let mut params: Vec<f32> = (0..rows * d)
+        .map(|_| (rng.next_f64() as f32 - 0.5) * 1e-2)
+        .collect();
+    let mut state = vec![0.0f32; rows * d];
+    let rd = model.rel_dim().max(1);
+    let mut rel_params = vec![0.5f32; 2 * rd];
+    let mut rel_state = vec![0.0f32; 2 * rd];
+    let b = cfg.chunk_size.max(1);
+    let chunks: Vec<Vec<[i32; 3]>> = (0..threads * 2)
+        .map(|_| {
+            (0..b)
+                .map(|_| {
+                    [
+                        rng.below(rows as u64) as i32,
+                        0,
+                        rng.below(rows as u64) as i32,
+                    ]
+                })
+                .collect()
+        })
+        .collect();
+    let part = PartRows {
+        rows: SharedRows::new(&mut params, &mut state, d, d),
+        size: rows as u32,
+    };
+    let ctx = BucketCtx {
+        model: *model,
+        loss: cfg.loss_fn(),
+        lr: 1e-6,
+        parts: vec![part],
+        src_part: 0,
+        dst_part: 0,
+        rels: (model.rel_dim() > 0)
+            .then(|| SharedRows::new(&mut rel_params, &mut rel_state, rd, rd)),
+        inverse_offset: 1,
+        corrupt: cfg.corrupt,
+        // The synthetic edges are of relation 0: an even split of their sides.
+        head_prob: &[0.5],
+        negatives: cfg.negatives,
+        degree_fraction: cfg.degree_fraction,
+        pool: Pool::Resident,
+        reg: cfg.regularizer(),
+        negs: None,
+        feat: None,
+    };
+    let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
+    // One warm-up chunk per worker (allocations), then the timed ones.
+    let run = |workers: &mut [Worker], chunks: &[Vec<[i32; 3]>]| {
+        let start = std::time::Instant::now();
+        std::thread::scope(|s| {
+            for (w, worker) in workers.iter_mut().enumerate() {
+                let (ctx, chunks) = (&ctx, chunks);
+                s.spawn(move || {
+                    for c in chunks.iter().skip(w).step_by(threads) {
+                        worker.train_chunk(ctx, c, &[], 1);
+                    }
+                });
+            }
+        });
+        start.elapsed().as_secs_f64()
+    };
+    run(&mut workers, &chunks[..threads]);
+    let secs = run(&mut workers, &chunks);
+    secs / (chunks.len() * b) as f64
+}
+
+/// Theorem 3's density threshold `96 d² / (M t (w + r))` for dimension `d`, buffer `M` bytes,
+/// `t` seconds per edge and `w`, `r` bytes per second.
+pub fn paper_threshold(dim: usize, buffer_bytes: f64, edge_seconds: f64, w: f64, r: f64) -> f64 {
+    96.0 * (dim * dim) as f64 / (buffer_bytes * edge_seconds * (w + r))
+}
+
+/// Checks `schedule` over `buckets` with `edge_seconds` per edge and the device `profile`.
+/// `None` when every partition stays resident (there are no swaps to hide).
+pub fn check(
+    schedule: &Schedule,
+    buckets: &Buckets,
+    dim: usize,
+    buffer_bytes: u64,
+    part_bytes: u64,
+    edge_seconds: f64,
+    profile: &DeviceProfile,
+) -> Option<OverlapCheck> {
+    if schedule.swaps() == 0 {
+        return None;
+    }
+    let w = profile.seq_write_mb_s * 1e6;
+    let r = profile.seq_read_mb_s * 1e6;
+    let v = buckets.partitioning.num_nodes as f64;
+    let density = buckets.num_edges as f64 / (v * v);
+    let threshold = paper_threshold(dim, buffer_bytes as f64, edge_seconds, w, r);
+    let swap_seconds = part_bytes as f64 / w + part_bytes as f64 / r;
+    let mut hidden = 0;
+    let mut exposed = 0.0;
+    for step in schedule.steps.iter().skip(1) {
+        let edges: u64 = step
+            .overlap
+            .iter()
+            .map(|&(a, b)| buckets.range(a, b).end - buckets.range(a, b).start)
+            .sum();
+        let covered = edges as f64 * edge_seconds;
+        if covered >= swap_seconds {
+            hidden += 1;
+        }
+        exposed += (swap_seconds - covered).max(0.0);
+    }
+    Some(OverlapCheck {
+        edge_seconds,
+        write_bytes_per_s: w,
+        read_bytes_per_s: r,
+        density,
+        threshold,
+        paper_holds: density >= threshold,
+        swaps: schedule.swaps(),
+        hidden_swaps: hidden,
+        swap_seconds,
+        exposed_seconds: exposed,
+        compute_seconds: buckets.num_edges as f64 * edge_seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paper_numbers() {
+        // The paper's example (§4): t = 1e-7 s/edge, w = 2 GB/s, r = 3 GB/s, M = 15 GB,
+        // d = 100 gives a threshold of about 1.28e-7.
+        let threshold = paper_threshold(100, 15e9, 1e-7, 2e9, 3e9);
+        assert!((threshold - 1.28e-7).abs() < 1e-9, "{threshold}");
+        // Twitter (1.46e9 edges, 41.6e6 nodes) is above it, Freebase86M below.
+        assert!(1.46e9 / (41.6e6f64 * 41.6e6) > threshold);
+        assert!(3.047e8 / (86.1e6f64 * 86.1e6) < threshold);
+    }
+
+    #[test]
+    fn measures_a_positive_edge_time() {
+        let cfg = TrainConfig {
+            dim: 16,
+            chunk_size: 64,
+            negatives: 64,
+            ..TrainConfig::default()
+        };
+        let model = ScoreModel {
+            kind: cfg.model,
+            dim: 16,
+            transe_norm: 2,
+            pbg: crate::model::PbgForm::default(),
+        };
+        let t = measure_edge_seconds(&model, &cfg, 2);
+        assert!(t > 0.0 && t < 1e-3, "{t}");
+    }
+}
