@@ -373,6 +373,16 @@ pub(crate) fn pinned_init_error() -> EmbedError {
     )
 }
 
+/// Refuses `init_from` in owner mode.
+fn check_owner_init(cfg: &TrainConfig, side: &RunSide) -> Result<()> {
+    if cfg.init_from.is_some() && side.seat.owner.is_some() {
+        return Err(EmbedError::Config(
+            "embed.train.init_from is not supported with dist_storage = owners; start the run with dist_storage = shared".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The model `cfg` trains on `store`.
 fn job_model(store: &Store, cfg: &TrainConfig, progress: &dyn Progress) -> ScoreModel {
     let model = ScoreModel {
@@ -543,11 +553,7 @@ fn setup(
 ) -> Result<Setup> {
     let store = strata_store::open_checked(store_path, progress)?;
     let model = job_model(&store, &cfg, progress);
-    if cfg.init_from.is_some() && side.seat.owner.is_some() {
-        return Err(EmbedError::Config(
-            "embed.train.init_from is not supported with dist_storage = owners; start the run with dist_storage = shared".into(),
-        ));
-    }
+    check_owner_init(&cfg, side)?;
     let fresh = fresh && side.writes;
     let prior = open_prior(&side.dir, store_path, &mut cfg, fresh, side.seat, &store)?;
     let p = plan_job(&store, &cfg, &model, side, prior.is_none(), progress)?;
@@ -576,12 +582,7 @@ fn setup(
         progress,
     )?;
     let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer, cfg.table_dtype);
-    let slots = Slots {
-        engine,
-        layout,
-        count: plan.capacity + plan.prefetch_slots,
-        bags: typed.as_ref().and_then(|t| t.bags.clone()),
-    };
+    let slots = Slots::of(engine, layout, &plan, typed.as_ref());
     let resumed = prior.is_some();
     let (run, buffer) = match prior {
         Some(run) => (resume(run, &cfg, side.writes)?, slots.buffer()),
@@ -631,6 +632,22 @@ struct Slots {
 }
 
 impl Slots {
+    /// The slots `plan` holds for the partitions and their lookahead, with a typed run's
+    /// feature bags.
+    fn of(
+        engine: Arc<Engine>,
+        layout: TableLayout,
+        plan: &EmbedPlan,
+        typed: Option<&TypedTraining>,
+    ) -> Slots {
+        Slots {
+            engine,
+            layout,
+            count: plan.capacity + plan.prefetch_slots,
+            bags: typed.and_then(|t| t.bags.clone()),
+        }
+    }
+
     fn buffer(&self) -> PartitionBuffer {
         let mut buffer = PartitionBuffer::new(self.engine.clone(), self.layout, self.count);
         buffer.set_bags(self.bags.clone());
