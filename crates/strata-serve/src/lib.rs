@@ -24,8 +24,8 @@ pub mod schedule;
 pub mod server;
 pub mod service;
 pub mod service_embed;
-pub mod store_plan;
 pub mod shared;
+pub mod store_plan;
 pub mod wal;
 pub mod wire;
 

@@ -23,8 +23,8 @@ use crate::memory::{self, Allowance, Kind, Resident};
 use crate::model::{Architecture, Model, Precision};
 use crate::page_cache::PageCache;
 use crate::registered::{check_name, list_dirs, remove_registered};
-use strata_io::durable::replace_file;
 use strata_graph::order::glist::ReorderParams;
+use strata_io::durable::replace_file;
 
 /// A registered model; `id` tells apart two registrations under one name (embedding caches
 /// key on it).

@@ -6,11 +6,11 @@ use std::path::Path;
 use strata_store::budget::{Planned, Planning};
 use strata_store::Store;
 
-use crate::plan::budget::plan_fitting;
 use crate::config::TrainConfig;
-use crate::storage::entity_types::node_shape;
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
+use crate::plan::budget::plan_fitting;
+use crate::storage::entity_types::node_shape;
 
 /// The plan a single-process run of `cfg` on `store` starts with: the store's node shape
 /// (typed or not) and relation count, `cfg`'s model. A budget below the minimum is

@@ -41,7 +41,7 @@ const EXAMPLES: usize = 5;
 /// TransE norm, optimizer (state layout) or reciprocal setting, or an owner-mode rank's run.
 pub fn check_compatible(old: &RunMeta, cfg: &TrainConfig, from: &Path) -> Result<()> {
     if old.partitioning.pinned().is_some() {
-        return Err(crate::train::job::pinned_init_error());
+        return Err(pinned_init_error());
     }
     let a = &old.config;
     let (form_a, form_b) = (a.pbg_form(), cfg.pbg_form());
@@ -488,4 +488,11 @@ fn unreadable(from: &Path, e: EmbedError) -> EmbedError {
         "embed.train.init_from: cannot use run {}: {e}",
         from.display()
     ))
+}
+
+/// The refusal of `init_from` into a run whose entity types are not all partitioned.
+pub(crate) fn pinned_init_error() -> EmbedError {
+    EmbedError::Config(
+        "embed.train.init_from: runs with unpartitioned or featurized entity types (entity_partitions TYPE=1 with more than one partition, featurized) cannot start from or seed another run yet; partition every type, or start from scratch".into(),
+    )
 }

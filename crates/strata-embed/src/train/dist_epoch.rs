@@ -33,10 +33,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
-use strata_io::progress::{Meter, Progress};
+use strata_io::progress::Progress;
 use strata_io::{AlignedBuf, Engine};
 
 use crate::error::{EmbedError, Result};
+use crate::ordering::Bucket;
 use crate::storage::epoch_io::{prefetch_edges, BucketEdges};
 use crate::storage::layout::TableLayout;
 use crate::storage::relations::Relations;
@@ -44,7 +45,7 @@ use crate::storage::table::TableFile;
 use crate::train::dist::{
     fault_point, owner_of, Cluster, Grant, Holding, PartitionSource, RankReport,
 };
-use crate::train::epoch::{Interval, Tally, Timeline, Trainer};
+use crate::train::epoch::{EpochReport, Interval, Pass, Tally, Timeline, Trainer};
 
 /// How long a rank told to wait pauses before it asks again, when no round is due.
 const WAIT_PAUSE: Duration = Duration::from_millis(20);
@@ -288,6 +289,58 @@ fn sum_over_ranks(cluster: &mut dyn Cluster, values: &mut [f32]) -> Result<()> {
     Ok(())
 }
 
+/// The loop state of a rank's epoch: its pass, the partitions it held, its relation rounds
+/// and what it counts for its report.
+struct RankPass<'p> {
+    pass: Pass<'p>,
+    ledger: Ledger,
+    rounds: RelationRounds,
+    /// Rounds during the epoch carry relation deltas and bank gradient; with neither (dot
+    /// without `bank_sync_every`) the ranks meet once, when all are done, and a rank told to
+    /// wait asks again after a pause instead of joining a round.
+    rounds_carry: bool,
+    /// The scheduler's view of this rank's buffer: the prefetch slots are the lookahead's.
+    capacity: usize,
+    /// Buckets trained, and since the last relation round.
+    trained: usize,
+    since_round: usize,
+    waits: usize,
+    evictions: usize,
+    group_wait: f64,
+    parts_wait: Waits,
+    /// The next grant, asked for while the current bucket trains (`dist_prefetch`).
+    ahead: Option<Grant>,
+}
+
+impl RankPass<'_> {
+    /// This rank's report of the epoch: the pass's `report`, the group `traffic` (bytes sent
+    /// and received) and the partition bytes it `loaded`.
+    fn rank_report(
+        &mut self,
+        rank: usize,
+        report: EpochReport,
+        traffic: (u64, u64),
+        loaded: u64,
+    ) -> RankReport {
+        let parts_wait = self.parts_wait.seconds;
+        RankReport {
+            rank,
+            buckets: self.trained,
+            relation_rounds: self.rounds.rounds,
+            waits: self.waits,
+            group_wait_seconds: self.group_wait,
+            bytes_sent: traffic.0,
+            bytes_received: traffic.1,
+            partition_wait_seconds: parts_wait,
+            partition_wait_share: parts_wait / report.seconds.max(1e-9),
+            partition_bytes_loaded: loaded,
+            prefetched_loads: self.parts_wait.prefetched,
+            holdings: std::mem::take(&mut self.ledger.holdings),
+            report,
+        }
+    }
+}
+
 /// What the trainer counts while it waits for partitions.
 #[derive(Default)]
 struct Waits {
@@ -431,58 +484,36 @@ impl Trainer {
         progress: &dyn Progress,
     ) -> Result<(RankReport, Vec<Interval>)> {
         let engine = self.buffer.engine().clone();
-        let origin = Instant::now();
-        let mut tl = Timeline {
-            origin,
-            events: Vec::new(),
-        };
-        let mut ledger = Ledger::default();
+        let rank = cluster.rank();
+        let label = format!("epoch {}/{} (rank {rank})", epoch + 1, self.cfg.epochs);
+        let pass = Pass::start(epoch, progress, &label, 0);
         let io_before = engine.stats();
         let traffic_before = cluster.traffic();
-        let mut tally = Tally::default();
-        let mut meter = Meter::new(
-            progress,
-            &format!(
-                "epoch {}/{} (rank {})",
-                epoch + 1,
-                self.cfg.epochs,
-                cluster.rank()
-            ),
-            0,
-            0,
-        );
-        for w in &mut self.workers {
-            w.reset_counters();
-        }
+        self.compute.reset_counters();
         // What this rank held last epoch may have been trained by another rank since.
         self.buffer.clear();
-        // The scheduler's view of this rank's buffer: the prefetch slots are the lookahead's.
-        let capacity = self.buffer.capacity() - self.prefetch_slots;
-        let partitions = self.buckets.partitioning.partitions;
-        let mut rounds = RelationRounds::new(&self.relations);
-        // Rounds during the epoch carry relation deltas and bank gradient; with neither (dot
-        // without `bank_sync_every`) the ranks meet once, when all are done, and a rank told to
-        // wait asks again after a pause instead of joining a round.
-        let rounds_carry = !self.relations.params.is_empty()
-            || (self.banks.is_some() && self.cfg.bank_sync_every > 0);
-        let (mut trained, mut since_round, mut waits, mut evictions) = (0usize, 0usize, 0, 0);
-        let mut group_wait = 0.0;
-        let mut parts_wait = Waits::default();
-        let mut ahead: Option<Grant> = None;
+        let mut rp = RankPass {
+            pass,
+            ledger: Ledger::default(),
+            rounds: RelationRounds::new(&self.relations),
+            rounds_carry: !self.relations.params.is_empty()
+                || (self.banks.is_some() && self.cfg.bank_sync_every > 0),
+            capacity: self.buffer.capacity() - self.prefetch_slots,
+            trained: 0,
+            since_round: 0,
+            waits: 0,
+            evictions: 0,
+            group_wait: 0.0,
+            parts_wait: Waits::default(),
+            ahead: None,
+        };
         // One edge reader for the epoch, fed each bucket as soon as it is granted: the
         // lookahead's bucket is read while the current one trains.
         let edges = EdgeFeed::start(self, &engine);
         loop {
-            let grant = match ahead.take() {
+            let grant = match rp.ahead.take() {
                 Some(g) => g,
-                None => {
-                    let held: Vec<u32> = self.buffer.resident().collect();
-                    let t = Instant::now();
-                    let g = cluster.acquire(epoch, &held, partitions, capacity)?;
-                    group_wait += t.elapsed().as_secs_f64();
-                    edges.queue(&g);
-                    g
-                }
+                None => self.ask(&mut rp, cluster, &edges)?,
             };
             match grant {
                 Grant::Bucket {
@@ -490,130 +521,153 @@ impl Trainer {
                     evict,
                     written,
                 } => {
-                    let t = Instant::now();
-                    // What the lookahead started while the previous bucket trained, then the
-                    // write-backs and loads it could not start.
-                    let mut released = self.settle(mover, &mut ledger, &mut tl, trained)?;
-                    for &p in &evict {
-                        if self.buffer.slot_of(p).is_some() {
-                            self.write_back(mover, p);
-                        }
-                    }
-                    released.extend(self.settle(mover, &mut ledger, &mut tl, trained)?);
-                    let mut parts = vec![bucket.0, bucket.1];
-                    parts.dedup();
-                    for &p in &parts {
-                        if self.buffer.slot_of(p).is_some() {
-                            continue;
-                        }
-                        if !self.start_load(mover, p, written.contains(&p)) {
-                            return Err(EmbedError::Corrupt(format!(
-                                "the scheduler granted bucket {bucket:?} without room for partition {p} in a buffer of {capacity}"
-                            )));
-                        }
-                        tally.loads += 1;
-                    }
-                    self.settle(mover, &mut ledger, &mut tl, trained)?;
-                    if !released.is_empty() {
-                        cluster.release(epoch, &released)?;
-                        evictions += released.len();
-                    }
-                    let now = Instant::now();
-                    if now - t > Duration::from_micros(50) {
-                        tally.io_wait += (now - t).as_secs_f64();
-                        parts_wait.seconds += (now - t).as_secs_f64();
-                        tl.add(
-                            "wait",
-                            trained,
-                            t,
-                            now,
-                            format!("partitions for {bucket:?}"),
-                        );
-                    }
-                    if self.prefetch_slots > 0 {
-                        let held: Vec<u32> = self.buffer.resident().collect();
-                        let t = Instant::now();
-                        let coming = cluster.acquire(epoch, &held, partitions, capacity)?;
-                        group_wait += t.elapsed().as_secs_f64();
-                        edges.queue(&coming);
-                        self.look_ahead(mover, &coming, &parts, &mut tally, &mut parts_wait);
-                        ahead = Some(coming);
-                    }
-                    self.run_bucket(
-                        edges.pieces(),
-                        bucket,
-                        epoch,
-                        trained,
-                        &mut tl,
-                        &mut tally,
-                        &mut meter,
-                    )?;
-                    trained += 1;
-                    fault_point(epoch, "bucket");
-                    since_round += 1;
-                    if rounds_carry && since_round >= self.cfg.relation_sync_every {
-                        let t = Instant::now();
-                        self.round(&mut rounds, cluster, false)?;
-                        group_wait += t.elapsed().as_secs_f64();
-                        since_round = 0;
-                    }
+                    let grant = (bucket, &evict[..], &written[..]);
+                    self.train_grant(&mut rp, grant, cluster, mover, &edges)?;
                 }
                 Grant::Wait | Grant::Done => {
-                    // A lookahead that answered wait or done started no moves.
-                    let t = Instant::now();
-                    let held: Vec<u32> = self.buffer.resident().collect();
-                    for &p in &held {
-                        self.write_back(mover, p);
-                    }
-                    let released = self.settle(mover, &mut ledger, &mut tl, trained)?;
-                    if !released.is_empty() {
-                        cluster.release(epoch, &released)?;
-                    }
-                    let waited = t.elapsed().as_secs_f64();
-                    tally.io_wait += waited;
-                    parts_wait.seconds += waited;
-                    let done = grant == Grant::Done;
-                    waits += usize::from(!done);
-                    let t = Instant::now();
-                    if done || rounds_carry {
-                        // Done: keep joining rounds until every rank is, so all leave together.
-                        while !self.round(&mut rounds, cluster, done)? && done {}
-                    } else {
-                        std::thread::sleep(WAIT_PAUSE);
-                    }
-                    group_wait += t.elapsed().as_secs_f64();
-                    if done {
+                    if self.idle(&mut rp, cluster, mover, grant == Grant::Done)? {
                         break;
                     }
                 }
             }
         }
         let t = Instant::now();
-        tally.loads += self.flush_shared_banks(mover, &mut ledger, &mut tl, trained, cluster)?;
+        let (ledger, tl) = (&mut rp.ledger, &mut rp.pass.tl);
+        rp.pass.tally.loads += self.flush_shared_banks(mover, ledger, tl, rp.trained, cluster)?;
         next.sync()?;
-        tally.io_wait += t.elapsed().as_secs_f64();
-        meter.finish()?;
+        rp.pass.tally.io_wait += t.elapsed().as_secs_f64();
         let io = engine.stats().since(&io_before);
-        let report = self.report(epoch, origin, &tally, &io, trained, evictions);
+        let report = self.report(&rp.pass, &io, rp.trained, rp.evictions);
         let (sent, received) = cluster.traffic();
-        Ok((
-            RankReport {
-                rank: cluster.rank(),
-                buckets: trained,
-                relation_rounds: rounds.rounds,
-                waits,
-                group_wait_seconds: group_wait,
-                bytes_sent: sent - traffic_before.0,
-                bytes_received: received - traffic_before.1,
-                partition_wait_seconds: parts_wait.seconds,
-                partition_wait_share: parts_wait.seconds / report.seconds.max(1e-9),
-                partition_bytes_loaded: tally.loads as u64 * self.buffer.layout.part_bytes(),
-                prefetched_loads: parts_wait.prefetched,
-                holdings: ledger.holdings,
-                report,
-            },
-            tl.events,
-        ))
+        let traffic = (sent - traffic_before.0, received - traffic_before.1);
+        let loaded = rp.pass.tally.loads as u64 * self.buffer.layout.part_bytes();
+        let mine = rp.rank_report(rank, report, traffic, loaded);
+        rp.pass.meter.finish()?;
+        Ok((mine, rp.pass.tl.events))
+    }
+
+    /// Asks the scheduler for this rank's next grant, and queues its bucket's edges.
+    fn ask(&self, rp: &mut RankPass, cluster: &mut dyn Cluster, edges: &EdgeFeed) -> Result<Grant> {
+        let held: Vec<u32> = self.buffer.resident().collect();
+        let partitions = self.buckets.partitioning.partitions;
+        let t = Instant::now();
+        let g = cluster.acquire(rp.pass.epoch, &held, partitions, rp.capacity)?;
+        rp.group_wait += t.elapsed().as_secs_f64();
+        edges.queue(&g);
+        Ok(g)
+    }
+
+    /// Trains a granted bucket `(bucket, evict, written)`: brings its partitions in, asks for
+    /// the next grant and starts its moves (`dist_prefetch`), trains, and joins a relation
+    /// round when one is due.
+    fn train_grant(
+        &mut self,
+        rp: &mut RankPass,
+        grant: (Bucket, &[u32], &[u32]),
+        cluster: &mut dyn Cluster,
+        mover: &mut Mover,
+        edges: &EdgeFeed,
+    ) -> Result<()> {
+        let bucket = grant.0;
+        let parts = self.bring_in(rp, grant, cluster, mover)?;
+        if self.prefetch_slots > 0 {
+            let coming = self.ask(rp, cluster, edges)?;
+            let (tally, waits) = (&mut rp.pass.tally, &mut rp.parts_wait);
+            self.look_ahead(mover, &coming, &parts, tally, waits);
+            rp.ahead = Some(coming);
+        }
+        self.run_bucket(edges.pieces(), bucket, rp.trained, &mut rp.pass)?;
+        rp.trained += 1;
+        fault_point(rp.pass.epoch, "bucket");
+        rp.since_round += 1;
+        if rp.rounds_carry && rp.since_round >= self.cfg.relation_sync_every {
+            let t = Instant::now();
+            self.round(&mut rp.rounds, cluster, false)?;
+            rp.group_wait += t.elapsed().as_secs_f64();
+            rp.since_round = 0;
+        }
+        Ok(())
+    }
+
+    /// Makes a granted bucket's partitions resident: collects what the lookahead started
+    /// while the previous bucket trained, then the write-backs and loads it could not start,
+    /// and releases what was written back. Returns the bucket's partitions.
+    fn bring_in(
+        &mut self,
+        rp: &mut RankPass,
+        (bucket, evict, written): (Bucket, &[u32], &[u32]),
+        cluster: &mut dyn Cluster,
+        mover: &mut Mover,
+    ) -> Result<Vec<u32>> {
+        let (t, step) = (Instant::now(), rp.trained);
+        let mut released = self.settle(mover, &mut rp.ledger, &mut rp.pass.tl, step)?;
+        for &p in evict {
+            if self.buffer.slot_of(p).is_some() {
+                self.write_back(mover, p);
+            }
+        }
+        released.extend(self.settle(mover, &mut rp.ledger, &mut rp.pass.tl, step)?);
+        let mut parts = vec![bucket.0, bucket.1];
+        parts.dedup();
+        for &p in &parts {
+            if self.buffer.slot_of(p).is_some() {
+                continue;
+            }
+            if !self.start_load(mover, p, written.contains(&p)) {
+                return Err(EmbedError::Corrupt(format!(
+                    "the scheduler granted bucket {bucket:?} without room for partition {p} in a buffer of {}",
+                    rp.capacity
+                )));
+            }
+            rp.pass.tally.loads += 1;
+        }
+        self.settle(mover, &mut rp.ledger, &mut rp.pass.tl, step)?;
+        if !released.is_empty() {
+            cluster.release(rp.pass.epoch, &released)?;
+            rp.evictions += released.len();
+        }
+        let now = Instant::now();
+        if now - t > Duration::from_micros(50) {
+            rp.pass.tally.io_wait += (now - t).as_secs_f64();
+            rp.parts_wait.seconds += (now - t).as_secs_f64();
+            let label = format!("partitions for {bucket:?}");
+            rp.pass.tl.add("wait", step, t, now, label);
+        }
+        Ok(parts)
+    }
+
+    /// The scheduler answered wait (`done` false) or done: writes back and releases every
+    /// resident partition, then joins a relation round (or pauses when rounds carry nothing).
+    /// Done, it keeps joining rounds until every rank is, so all leave together. Returns
+    /// `done`. A lookahead that answered wait or done started no moves.
+    fn idle(
+        &mut self,
+        rp: &mut RankPass,
+        cluster: &mut dyn Cluster,
+        mover: &mut Mover,
+        done: bool,
+    ) -> Result<bool> {
+        let t = Instant::now();
+        let held: Vec<u32> = self.buffer.resident().collect();
+        for &p in &held {
+            self.write_back(mover, p);
+        }
+        let released = self.settle(mover, &mut rp.ledger, &mut rp.pass.tl, rp.trained)?;
+        if !released.is_empty() {
+            cluster.release(rp.pass.epoch, &released)?;
+        }
+        let waited = t.elapsed().as_secs_f64();
+        rp.pass.tally.io_wait += waited;
+        rp.parts_wait.seconds += waited;
+        rp.waits += usize::from(!done);
+        let t = Instant::now();
+        if done || rp.rounds_carry {
+            while !self.round(&mut rp.rounds, cluster, done)? && done {}
+        } else {
+            std::thread::sleep(WAIT_PAUSE);
+        }
+        rp.group_wait += t.elapsed().as_secs_f64();
+        Ok(done)
     }
 
     /// A relation round ([`RelationRounds::round`]), with a bank gradient round every

@@ -2,7 +2,6 @@
 //! bucket's edges on the worker threads while partition swaps and bucket reads run in the
 //! background.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,10 +10,11 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::rng::{derive, Rng};
 
+use crate::compute::backend::{Compute, PieceChunk};
 use crate::config::{NegativePool, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
-use crate::ordering::{schedule, Bucket, Schedule};
+use crate::ordering::{Bucket, Schedule, Step};
 use crate::storage::bank::Banks;
 use crate::storage::buffer::PartitionBuffer;
 use crate::storage::entity_types::TypedTraining;
@@ -23,7 +23,7 @@ use crate::storage::partitioning::Buckets;
 use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
 use crate::train::typed_negatives::{NegSpace, SpaceInputs};
-use crate::train::worker::{BucketCtx, PartRows, Pool, Worker};
+use crate::train::worker::{BucketCtx, PartRows, Pool};
 
 /// What one epoch did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -95,14 +95,47 @@ pub(crate) struct Tally {
     pub(crate) loads: usize,
 }
 
-/// Model state in memory: relation rows, the partition buffer and the workers.
+/// One epoch's pass on this process: its epoch, timeline, running totals and progress bar.
+pub(crate) struct Pass<'p> {
+    pub(crate) epoch: usize,
+    pub(crate) tl: Timeline,
+    pub(crate) tally: Tally,
+    pub(crate) meter: Meter<'p>,
+}
+
+impl<'p> Pass<'p> {
+    /// A pass of `epoch` starting now, its bar `label` counting up to `rows` edges (0: unknown).
+    pub(crate) fn start(epoch: usize, progress: &'p dyn Progress, label: &str, rows: u64) -> Self {
+        let origin = Instant::now();
+        Pass {
+            epoch,
+            tl: Timeline {
+                origin,
+                events: Vec::new(),
+            },
+            tally: Tally::default(),
+            meter: Meter::new(progress, label, 0, rows),
+        }
+    }
+}
+
+/// The tables a single-process epoch swaps partitions between, and which partitions it wrote
+/// back to `next` so far (a later load reads those from there).
+struct SwapTables<'a> {
+    current: &'a Arc<TableFile>,
+    next: &'a Arc<TableFile>,
+    written: Vec<bool>,
+}
+
+/// Model state in memory: relation rows, the partition buffer and the compute backend.
 pub struct Trainer {
     pub cfg: TrainConfig,
     pub model: ScoreModel,
     pub buckets: Arc<Buckets>,
     pub buffer: PartitionBuffer,
     pub relations: Relations,
-    pub(crate) workers: Vec<Worker>,
+    /// The backend every piece is trained through ([`crate::compute::backend`]).
+    pub(crate) compute: Box<dyn Compute>,
     /// Edges per piece read from a bucket (bounds edge memory).
     pub(crate) piece_rows: u64,
     /// Buffer slots kept for a distributed rank's lookahead (`dist_prefetch`), beyond those
@@ -119,16 +152,16 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// `threads` workers (at least 1); `bank_rows` rows per partition of negative banks (0:
-    /// none, the `all` pool then falls back to the resident partitions).
+    /// Trains through `compute`; `bank_rows` rows per partition of negative banks (0: none,
+    /// the `all` pool then falls back to the resident partitions).
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         cfg: TrainConfig,
         model: ScoreModel,
         buckets: Arc<Buckets>,
         buffer: PartitionBuffer,
         relations: Relations,
-        threads: usize,
+        compute: Box<dyn Compute>,
         piece_rows: u64,
         bank_rows: usize,
     ) -> Self {
@@ -144,7 +177,7 @@ impl Trainer {
         .then(|| Banks::new(partitions, bank_rows, model.dim, segments));
         Trainer {
             banks,
-            workers: (0..threads.max(1)).map(|_| Worker::default()).collect(),
+            compute,
             cfg,
             model,
             buckets,
@@ -163,51 +196,23 @@ impl Trainer {
         self.cfg.edge_weights && self.buckets.weights.is_some()
     }
 
+    /// Worker threads of the compute backend.
     pub fn threads(&self) -> usize {
-        self.workers.len()
+        self.compute.threads()
     }
 
-    /// This run's epoch schedule.
-    pub fn schedule(&self) -> Result<Schedule> {
-        schedule(
-            self.cfg.ordering,
-            self.buckets.partitioning.partitions as usize,
-            self.cfg.buffer,
-        )
-        .map_err(|e| EmbedError::Config(format!("ordering: {e}")))
-    }
-
-    /// The schedule of `epoch`: the run's schedule with partitions renamed by a seeded
-    /// permutation, so each epoch trains the partition pairs in another order.
-    pub fn epoch_schedule(&self, epoch: usize) -> Result<Schedule> {
-        let base = self.schedule()?;
-        let key = derive(derive(self.cfg.seed, 0x5c4e), epoch as u64);
-        let mut rng = Rng::new(key);
-        let mut perm: Vec<u32> = (0..base.partitions as u32).collect();
-        for i in (1..perm.len()).rev() {
-            perm.swap(i, rng.below(i as u64 + 1) as usize);
-        }
-        Ok(base.relabel(&perm, derive(key, 1)))
-    }
-
-    /// One epoch: partitions are read from `current` (or from `next` once written back this
-    /// epoch) and every partition ends up written to `next`. Returns the report and timeline.
-    pub fn epoch(
+    /// One epoch on schedule `sched` (the single-machine scheduler's for `epoch`): partitions
+    /// are read from `current` (or from `next` once written back this epoch) and every
+    /// partition ends up written to `next`. Returns the report and timeline.
+    pub(crate) fn epoch(
         &mut self,
         epoch: usize,
+        sched: &Schedule,
         current: &Arc<TableFile>,
         next: &Arc<TableFile>,
         progress: &dyn Progress,
     ) -> Result<(EpochReport, Vec<Interval>)> {
-        let n = self.buckets.partitioning.partitions as usize;
-        let sched = self.epoch_schedule(epoch)?;
         let engine = self.buffer.engine().clone();
-        let layout = self.buffer.layout;
-        let origin = Instant::now();
-        let mut tl = Timeline {
-            origin,
-            events: Vec::new(),
-        };
         let io_before = engine.stats();
         let (edges_rx, edges_thread) = prefetch_edges(
             engine.clone(),
@@ -218,123 +223,132 @@ impl Trainer {
             self.relation_ids(),
             self.weighted(),
         );
-        let swapper = Swapper::start(engine.clone(), layout);
-        let mut tally = Tally::default();
-        let mut meter = Meter::new(
-            progress,
-            &format!("epoch {}/{}", epoch + 1, self.cfg.epochs),
-            0,
-            self.buckets.num_edges,
-        );
-        for w in &mut self.workers {
-            w.reset_counters();
-        }
-        let first = &sched.steps[0].state;
-        tally.loads += first
-            .iter()
-            .chain(self.buckets.partitioning.pinned().as_ref())
-            .filter(|&&p| self.buffer.slot_of(p).is_none())
-            .count();
-        let t = Instant::now();
-        tally.io_wait += self.buffer.fill(first, current)?;
-        self.fill_banks(epoch, current)?;
-        tl.add("io", 0, t, Instant::now(), "fill");
-        tl.add("wait", 0, t, Instant::now(), "fill");
-        let mut written = vec![false; n];
+        let swapper = Swapper::start(engine.clone(), self.buffer.layout);
+        let label = format!("epoch {}/{}", epoch + 1, self.cfg.epochs);
+        let mut pass = Pass::start(epoch, progress, &label, self.buckets.num_edges);
+        self.compute.reset_counters();
+        self.fill(&sched.steps[0].state, current, &mut pass)?;
+        let mut tables = SwapTables {
+            current,
+            next,
+            written: vec![false; self.buckets.partitioning.partitions as usize],
+        };
         for (i, step) in sched.steps.iter().enumerate() {
-            let mut pending = None;
-            if let (Some(e), Some(l)) = (step.evicted, step.loaded) {
-                if let Some(banks) = &mut self.banks {
-                    // The partition leaves as it is now: its bank stays exact while on disk.
-                    banks.copy_from(e, self.buffer.embeddings(e));
-                }
-                let (slot, buf) = self.buffer.take(e);
-                let from = if written[l as usize] {
-                    next.clone()
-                } else {
-                    current.clone()
-                };
-                written[e as usize] = true;
-                swapper.start_swap(Swap {
-                    slot,
-                    buf,
-                    evict: Some((e, next.clone())),
-                    load: (l, from),
-                });
-                pending = Some((e, l));
-                tally.loads += 1;
-            }
-            for &bucket in &step.overlap {
-                self.run_bucket(&edges_rx, bucket, epoch, i, &mut tl, &mut tally, &mut meter)?;
-            }
-            if let Some((e, l)) = pending {
-                let t = Instant::now();
-                let done = swapper.wait();
-                let now = Instant::now();
-                tally.io_wait += (now - t).as_secs_f64();
-                tl.add("wait", i, t, now, format!("swap {e}->{l}"));
-                tl.add(
-                    "io",
-                    i,
-                    done.started,
-                    done.finished,
-                    format!("swap {e}->{l}"),
-                );
-                done.result?;
-                self.buffer.put(done.slot, done.buf, l);
-                self.apply_bank_gradient(l);
-            }
-            for &bucket in &step.after_load {
-                self.run_bucket(&edges_rx, bucket, epoch, i, &mut tl, &mut tally, &mut meter)?;
-            }
+            self.step(i, step, &swapper, &edges_rx, &mut tables, &mut pass)?;
             let io = engine.stats().since(&io_before);
-            let secs = origin.elapsed().as_secs_f64().max(1e-9);
+            let secs = pass.tl.origin.elapsed().as_secs_f64().max(1e-9);
             progress.detail(&format!(
                 "state {}/{}  loads {}  read {:.0} MB/s  write {:.0} MB/s",
                 i + 1,
                 sched.states(),
-                tally.loads,
+                pass.tally.loads,
                 io.read_bytes as f64 / secs / 1e6,
                 io.write_bytes as f64 / secs / 1e6
             ));
         }
         let t = Instant::now();
         self.buffer.flush(next)?;
-        tally.loads += self.flush_bank_gradient(next)?;
+        pass.tally.loads += self.flush_bank_gradient(next)?;
         next.sync()?;
         let now = Instant::now();
-        tally.io_wait += (now - t).as_secs_f64();
-        tl.add("io", sched.states() - 1, t, now, "write-back");
-        tl.add("wait", sched.states() - 1, t, now, "write-back");
+        pass.tally.io_wait += (now - t).as_secs_f64();
+        pass.tl.add("io", sched.states() - 1, t, now, "write-back");
+        pass.tl
+            .add("wait", sched.states() - 1, t, now, "write-back");
         drop(edges_rx);
         let _ = edges_thread.join();
-        meter.finish()?;
         let io = engine.stats().since(&io_before);
-        let report = self.report(epoch, origin, &tally, &io, sched.states(), sched.swaps());
-        Ok((report, tl.events))
+        let report = self.report(&pass, &io, sched.states(), sched.swaps());
+        pass.meter.finish()?;
+        Ok((report, pass.tl.events))
     }
 
-    /// The epoch's report from its running totals, the I/O engine's counters over the epoch
-    /// and the buffer states and swaps it went through.
+    /// Fills the buffer with the schedule's first state `first` (and the pinned region) from
+    /// `current`, and the negative banks.
+    fn fill(&mut self, first: &[u32], current: &TableFile, pass: &mut Pass) -> Result<()> {
+        pass.tally.loads += first
+            .iter()
+            .chain(self.buckets.partitioning.pinned().as_ref())
+            .filter(|&&p| self.buffer.slot_of(p).is_none())
+            .count();
+        let t = Instant::now();
+        pass.tally.io_wait += self.buffer.fill(first, current)?;
+        self.fill_banks(pass.epoch, current)?;
+        pass.tl.add("io", 0, t, Instant::now(), "fill");
+        pass.tl.add("wait", 0, t, Instant::now(), "fill");
+        Ok(())
+    }
+
+    /// Buffer state `i` of the schedule: starts its swap, trains the buckets that overlap it,
+    /// waits for the swap, then trains the buckets that needed the loaded partition.
+    fn step(
+        &mut self,
+        i: usize,
+        step: &Step,
+        swapper: &Swapper,
+        rx: &Receiver<BucketEdges>,
+        tables: &mut SwapTables,
+        pass: &mut Pass,
+    ) -> Result<()> {
+        let mut pending = None;
+        if let (Some(e), Some(l)) = (step.evicted, step.loaded) {
+            if let Some(banks) = &mut self.banks {
+                // The partition leaves as it is now: its bank stays exact while on disk.
+                banks.copy_from(e, self.buffer.embeddings(e));
+            }
+            let (slot, buf) = self.buffer.take(e);
+            let from = if tables.written[l as usize] {
+                tables.next.clone()
+            } else {
+                tables.current.clone()
+            };
+            tables.written[e as usize] = true;
+            swapper.start_swap(Swap {
+                slot,
+                buf,
+                evict: Some((e, tables.next.clone())),
+                load: (l, from),
+            });
+            pending = Some((e, l));
+            pass.tally.loads += 1;
+        }
+        for &bucket in &step.overlap {
+            self.run_bucket(rx, bucket, i, pass)?;
+        }
+        if let Some((e, l)) = pending {
+            let t = Instant::now();
+            let done = swapper.wait();
+            let now = Instant::now();
+            pass.tally.io_wait += (now - t).as_secs_f64();
+            pass.tl.add("wait", i, t, now, format!("swap {e}->{l}"));
+            let label = format!("swap {e}->{l}");
+            pass.tl.add("io", i, done.started, done.finished, label);
+            done.result?;
+            self.buffer.put(done.slot, done.buf, l);
+            self.apply_bank_gradient(l);
+        }
+        for &bucket in &step.after_load {
+            self.run_bucket(rx, bucket, i, pass)?;
+        }
+        Ok(())
+    }
+
+    /// The report of `pass` from its running totals, the I/O engine's counters over the epoch
+    /// (`io`) and the buffer states and swaps it went through.
     pub(crate) fn report(
         &self,
-        epoch: usize,
-        origin: Instant,
-        tally: &Tally,
+        pass: &Pass,
         io: &strata_io::StatsSnapshot,
         states: usize,
         swaps: usize,
     ) -> EpochReport {
-        let seconds = origin.elapsed().as_secs_f64();
-        let (loss, directions, flops, busy) = self
-            .workers
-            .iter()
-            .fold((0.0, 0u64, 0.0, 0.0), |(l, e, f, b), w| {
-                (l + w.loss, e + w.edges, f + w.flops, b + w.busy)
-            });
+        let (epoch, tally) = (pass.epoch, &pass.tally);
+        let seconds = pass.tl.origin.elapsed().as_secs_f64();
+        let c = self.compute.counters();
+        let (flops, busy) = (c.flops, c.busy);
         EpochReport {
             epoch: epoch + 1,
-            loss: loss / directions.max(1) as f64,
+            loss: c.loss / c.directions.max(1) as f64,
             seconds,
             edges_per_second: tally.trained as f64 / seconds,
             io_wait_seconds: tally.io_wait,
@@ -360,21 +374,18 @@ impl Trainer {
         }
     }
 
-    /// Trains every piece of `bucket` as the prefetcher delivers them.
-    #[allow(clippy::too_many_arguments)]
+    /// Trains every piece of `bucket` as the prefetcher delivers them (at buffer state or
+    /// bucket number `step`, for the timeline).
     pub(crate) fn run_bucket(
         &mut self,
         rx: &Receiver<BucketEdges>,
         bucket: Bucket,
-        epoch: usize,
         step: usize,
-        tl: &mut Timeline,
-        tally: &mut Tally,
-        meter: &mut Meter,
+        pass: &mut Pass,
     ) -> Result<()> {
         let n = self.buckets.partitioning.partitions;
         let bucket_key = derive(
-            derive(self.cfg.seed, epoch as u64),
+            derive(self.cfg.seed, pass.epoch as u64),
             (bucket.0 * n + bucket.1) as u64,
         );
         for piece in 0u64.. {
@@ -383,25 +394,21 @@ impl Trainer {
                 .recv()
                 .map_err(|_| EmbedError::Corrupt("the edge prefetcher stopped".into()))?;
             let now = Instant::now();
-            tally.io_wait += (now - t).as_secs_f64();
+            pass.tally.io_wait += (now - t).as_secs_f64();
             if now - t > std::time::Duration::from_micros(200) {
-                tl.add("wait", step, t, now, format!("edges {bucket:?}"));
+                pass.tl
+                    .add("wait", step, t, now, format!("edges {bucket:?}"));
             }
             debug_assert_eq!(got.bucket, bucket);
             let (mut edges, mut weights) = got.edges?;
-            tally.edge_bytes += got.bytes;
+            pass.tally.edge_bytes += got.bytes;
             let start = Instant::now();
             self.train_piece(bucket, &mut edges, &mut weights, derive(bucket_key, piece));
-            tl.add(
-                "compute",
-                step,
-                start,
-                Instant::now(),
-                format!("bucket ({}, {})", bucket.0, bucket.1),
-            );
-            tally.trained += edges.len() as u64;
+            let label = format!("bucket ({}, {})", bucket.0, bucket.1);
+            pass.tl.add("compute", step, start, Instant::now(), label);
+            pass.tally.trained += edges.len() as u64;
             // Edge bytes are in the I/O figures of the detail line; the bar counts edges.
-            meter.add(edges.len() as u64, 0)?;
+            pass.meter.add(edges.len() as u64, 0)?;
             if got.last {
                 break;
             }
@@ -469,13 +476,13 @@ impl Trainer {
     }
 
     /// Trains one piece of bucket `(a, b)`'s edges (with their `weights`, one per edge or
-    /// none), shuffled by `key`, on the worker threads. In a typed run the piece is first
+    /// none), shuffled by `key`, through the compute backend. In a typed run the piece is first
     /// grouped by its edges' (source, destination) entity types, each group shuffled on its
     /// own, so that a chunk's shared negatives come from one type per side (as PBG batches
     /// edges of one relation). Weights move with their edges.
     fn train_piece(
         &mut self,
-        (a, b): Bucket,
+        bucket: Bucket,
         edges: &mut [[i32; 3]],
         weights: &mut [f32],
         key: u64,
@@ -491,63 +498,135 @@ impl Trainer {
             }
             Some(typed) => group_by_types(edges, weights, &typed.rel_types, &mut rng),
         };
-        let partitioning = &self.buckets.partitioning;
-        let layout = self.typed.as_ref().map(|t| &t.layout);
         let resident = self.buffer.rows_mut();
-        let index_of = |p: u32| {
-            resident
-                .iter()
-                .position(|(q, _)| *q == p)
-                .expect("bucket partitions are resident")
+        let slots = Slots {
+            cfg: &self.cfg,
+            model: self.model,
+            partitioning: &self.buckets.partitioning,
+            typed: self.typed.as_ref(),
+            banks: self.banks.as_ref(),
+            head_prob: &self.head_prob,
+            inverse_offset: self.relations.inverse_offset,
+            rels: self.relations.shared(),
+            resident: &resident,
         };
-        let parts: Vec<PartRows> = resident
+        let ctxs = slots.contexts(bucket, &groups);
+        let chunks = chunks(&groups, edges, weights, self.cfg.chunk_size.max(1));
+        self.compute.train_piece(&ctxs, &chunks, key);
+    }
+}
+
+/// A piece's groups: row ranges of its edges and their (source, destination) entity types
+/// (`None`: untyped, one group).
+type Groups = [(std::ops::Range<usize>, Option<(usize, usize)>)];
+
+/// The piece's chunks of at most `size` edges, group by group.
+fn chunks<'a>(
+    groups: &Groups,
+    edges: &'a [[i32; 3]],
+    weights: &'a [f32],
+    size: usize,
+) -> Vec<PieceChunk<'a>> {
+    groups
+        .iter()
+        .enumerate()
+        .flat_map(|(g, (range, _))| {
+            range.clone().step_by(size).map(move |lo| {
+                let hi = (lo + size).min(range.end);
+                let w = if weights.is_empty() {
+                    &[][..]
+                } else {
+                    &weights[lo..hi]
+                };
+                (g, &edges[lo..hi], w)
+            })
+        })
+        .collect()
+}
+
+/// What a piece's [`BucketCtx`]s are made of: the trainer's settings and the resident
+/// partitions' rows (borrowed from the buffer for the piece).
+struct Slots<'a> {
+    cfg: &'a TrainConfig,
+    model: ScoreModel,
+    partitioning: &'a crate::storage::partitioning::Partitioning,
+    typed: Option<&'a TypedTraining>,
+    banks: Option<&'a Banks>,
+    head_prob: &'a [f32],
+    inverse_offset: u32,
+    rels: Option<crate::storage::shared::SharedRows<'a>>,
+    resident: &'a [(u32, crate::storage::shared::SharedRows<'a>)],
+}
+
+impl<'a> Slots<'a> {
+    /// Index into the resident partitions of partition `p`.
+    fn index_of(&self, p: u32) -> usize {
+        self.resident
+            .iter()
+            .position(|(q, _)| *q == p)
+            .expect("bucket partitions are resident")
+    }
+
+    /// The rows and node count of each resident partition.
+    fn parts(&self) -> Vec<PartRows<'a>> {
+        let layout = self.typed.map(|t| &t.layout);
+        self.resident
             .iter()
             .map(|&(p, rows)| PartRows {
                 rows,
-                size: layout.map_or_else(|| partitioning.size_of(p), |l| l.entities_in(p)) as u32,
+                size: layout.map_or_else(|| self.partitioning.size_of(p), |l| l.entities_in(p))
+                    as u32,
             })
-            .collect();
-        let regions: Vec<u32> = resident.iter().map(|(p, _)| *p).collect();
-        let part_of = || {
-            let mut part_of = vec![None; partitioning.partitions as usize];
-            for (i, (p, _)) in resident.iter().enumerate() {
-                if let Some(slot) = part_of.get_mut(*p as usize) {
-                    *slot = Some(i);
-                }
+            .collect()
+    }
+
+    /// Index into the resident partitions of each partition (None: on disk), when the `all`
+    /// pool draws the others' negatives from banks.
+    fn banked(&self) -> Option<Arc<Vec<Option<usize>>>> {
+        if self.banks.is_none() || self.cfg.negative_pool != NegativePool::All {
+            return None;
+        }
+        let mut part_of = vec![None; self.partitioning.partitions as usize];
+        for (i, (p, _)) in self.resident.iter().enumerate() {
+            if let Some(slot) = part_of.get_mut(*p as usize) {
+                *slot = Some(i);
             }
-            part_of
-        };
-        let banked = match (&self.banks, self.cfg.negative_pool) {
-            (Some(_), NegativePool::All) => Some(Arc::new(part_of())),
-            _ => None,
-        };
-        let banks = self.banks.as_ref();
-        let pool = || match (banks, &banked, self.cfg.negative_pool) {
+        }
+        Some(Arc::new(part_of))
+    }
+
+    /// Where a chunk's uniform negatives come from.
+    fn pool(&self, banked: &Option<Arc<Vec<Option<usize>>>>) -> Pool<'a> {
+        match (self.banks, banked, self.cfg.negative_pool) {
             (_, _, NegativePool::Partition) => Pool::Partition,
             (Some(banks), Some(part_of), NegativePool::All) => Pool::All {
                 banks,
                 part_of: part_of.to_vec(),
-                part_size: partitioning.part_size,
-                num_nodes: partitioning.num_nodes,
+                part_size: self.partitioning.part_size,
+                num_nodes: self.partitioning.num_nodes,
             },
             // Everything resident (or no room for banks): the resident partitions are all.
             _ => Pool::Resident,
-        };
-        let inverse_offset = self.relations.inverse_offset;
-        let rels = self.relations.shared();
-        let ctxs: Vec<BucketCtx> = groups
+        }
+    }
+
+    /// One context per group of the piece of bucket `(a, b)`.
+    fn contexts(&self, (a, b): Bucket, groups: &Groups) -> Vec<BucketCtx<'a>> {
+        let parts = self.parts();
+        let regions: Vec<u32> = self.resident.iter().map(|(p, _)| *p).collect();
+        let banked = self.banked();
+        groups
             .iter()
             .map(|(_, types)| {
-                let (mut src_part, mut dst_part) = (index_of(a), index_of(b));
+                let (mut src_part, mut dst_part) = (self.index_of(a), self.index_of(b));
                 let mut negs = None;
-                if let (Some(typed), Some((ts, td))) = (&self.typed, *types) {
+                if let (Some(typed), Some((ts, td))) = (self.typed, *types) {
                     let l = &typed.layout;
-                    let pinned = || index_of(l.partitions);
                     if !l.types[ts].partitioned {
-                        src_part = pinned();
+                        src_part = self.index_of(l.partitions);
                     }
                     if !l.types[td].partitioned {
-                        dst_part = pinned();
+                        dst_part = self.index_of(l.partitions);
                     }
                     let inputs = SpaceInputs {
                         layout: l,
@@ -560,75 +639,44 @@ impl Trainer {
                         NegSpace::new(&inputs, &typed.negative_types(ts), src_part),
                     ]);
                 }
-                BucketCtx {
-                    model: self.model,
-                    loss: self.cfg.loss_fn(),
-                    lr: self.cfg.lr,
-                    parts: parts.clone(),
-                    src_part,
-                    dst_part,
-                    rels,
-                    inverse_offset,
-                    corrupt: self.cfg.corrupt,
-                    head_prob: &self.head_prob,
-                    negatives: self.cfg.negatives,
-                    degree_fraction: self.cfg.degree_fraction,
-                    pool: pool(),
-                    reg: self.cfg.regularizer(),
-                    negs,
-                    feat: self.typed.as_ref().and_then(|t| {
-                        let bags = t.bags.as_deref()?;
-                        Some((index_of(t.layout.partitions), bags))
-                    }),
-                }
+                self.context(parts.clone(), src_part, dst_part, self.pool(&banked), negs)
             })
-            .collect();
-        let size = self.cfg.chunk_size.max(1);
-        let (edges, weights): (&[[i32; 3]], &[f32]) = (edges, weights);
-        let chunks: Vec<PieceChunk> = groups
-            .iter()
-            .enumerate()
-            .flat_map(|(g, (range, _))| {
-                range.clone().step_by(size).map(move |lo| {
-                    let hi = (lo + size).min(range.end);
-                    let w = if weights.is_empty() {
-                        &[][..]
-                    } else {
-                        &weights[lo..hi]
-                    };
-                    (g, &edges[lo..hi], w)
-                })
-            })
-            .collect();
-        let threads = self.workers.len().min(chunks.len());
-        if threads == 1 {
-            for (c, &(g, chunk, w)) in chunks.iter().enumerate() {
-                self.workers[0].train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
-            }
-            return;
+            .collect()
+    }
+
+    /// A context of the piece with its parts, bucket sides, negative pool and typed spaces.
+    fn context(
+        &self,
+        parts: Vec<PartRows<'a>>,
+        src_part: usize,
+        dst_part: usize,
+        pool: Pool<'a>,
+        negs: Option<[NegSpace; 2]>,
+    ) -> BucketCtx<'a> {
+        let cfg = self.cfg;
+        BucketCtx {
+            model: self.model,
+            loss: cfg.loss_fn(),
+            lr: cfg.lr,
+            parts,
+            src_part,
+            dst_part,
+            rels: self.rels,
+            inverse_offset: self.inverse_offset,
+            corrupt: cfg.corrupt,
+            head_prob: self.head_prob,
+            negatives: cfg.negatives,
+            degree_fraction: cfg.degree_fraction,
+            pool,
+            reg: cfg.regularizer(),
+            negs,
+            feat: self.typed.and_then(|t| {
+                let bags = t.bags.as_deref()?;
+                Some((self.index_of(t.layout.partitions), bags))
+            }),
         }
-        // Chunks go to whichever worker is free; each chunk's negatives depend only on its
-        // index, so the assignment changes nothing but the interleaving of updates.
-        let next = AtomicUsize::new(0);
-        let (ctxs, chunks, next) = (&ctxs, &chunks, &next);
-        std::thread::scope(|scope| {
-            for worker in self.workers[..threads].iter_mut() {
-                scope.spawn(move || loop {
-                    let c = next.fetch_add(1, Relaxed);
-                    if c >= chunks.len() {
-                        break;
-                    }
-                    let (g, chunk, w) = chunks[c];
-                    worker.train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
-                });
-            }
-        });
     }
 }
-
-/// A chunk of a piece: its group (its [`BucketCtx`]), its edges and their weights (empty:
-/// unweighted).
-type PieceChunk<'a> = (usize, &'a [[i32; 3]], &'a [f32]);
 
 /// Shuffles `edges` in place (Fisher-Yates from the end), and `weights` (one per edge, or
 /// empty) with them.

@@ -1,0 +1,234 @@
+//! The compute seam: the one trait a training step runs through. The epoch loops (single
+//! process and distributed), the planner and the run format know nothing of how a piece of a
+//! bucket is trained; they hand each piece to the job's [`Compute`], chosen once where the job
+//! starts ([`for_job`]). Today's CPU kernels ([`CpuCompute`]: the worker threads of
+//! [`crate::train::worker`]) are its first implementation; another backend implements the trait beside
+//! it and is chosen there, without touching the epoch loop.
+//!
+//! # Contract
+//!
+//! - **Input.** One piece of bucket `(a, b)`: `chunks`, each `(group, edges, weights)` with
+//!   `edges` rows `[source local row, relation id, destination local row]` (`i32`, local to the
+//!   bucket's partitions) and `weights` one `f32` per edge or empty (unweighted); `group`
+//!   indexes `ctxs`, the [`BucketCtx`] its chunk trains against (one per entity-type group of a
+//!   typed run, one otherwise). Chunks hold at most `chunk_size` edges, in training order.
+//! - **Buffers.** The caller owns every buffer. The embedding and optimizer-state rows of the
+//!   resident partitions are the partition buffer's host slots, lent through
+//!   `BucketCtx::parts` (rows of `dim` `f32`, or bf16 in a bf16 table, then the optimizer
+//!   state: see [`crate::storage::table::TableLayout`]); relation rows through `BucketCtx::rels`; banks
+//!   (negatives of partitions on disk) through `BucketCtx::pool`. A backend may copy them
+//!   anywhere while it runs, but by the time `train_piece` returns every update (Adagrad step
+//!   of each touched node and relation row, bank gradient) is in those host buffers: the epoch
+//!   loop writes slots back to the table files right after.
+//! - **Units.** Loss is the sum over chunks and corrupted sides of the model's loss (per
+//!   positive edge-direction summed, weights applied, regularizer added); `directions` counts
+//!   positive edge-directions; `flops` floating-point operations of the steps (the model's
+//!   count); `busy` seconds spent in steps. Counters accumulate from `reset_counters` on.
+//! - **Determinism.** Chunk `c` of a piece draws its negatives (and, with `corrupt =
+//!   bernoulli`, its edges' sides) from `derive(key, c)` only, so what a chunk samples does not
+//!   depend on which thread or device trains it. With one thread the updates are applied in
+//!   chunk order and a fixed seed gives byte-identical tables; with more, chunks run
+//!   concurrently (Hogwild-style), and only the interleaving of their updates varies.
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use strata_store::rng::derive;
+
+use crate::train::worker::{BucketCtx, Worker};
+
+/// A chunk of a piece: its group (an index into the piece's [`BucketCtx`]s), its edges and
+/// their weights (empty: unweighted).
+pub type PieceChunk<'a> = (usize, &'a [[i32; 3]], &'a [f32]);
+
+/// What the steps of an epoch added up to (see the module's units).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepCounters {
+    pub loss: f64,
+    pub directions: u64,
+    pub flops: f64,
+    pub busy: f64,
+}
+
+/// A training backend: trains pieces of buckets into the partition slots (see the module's
+/// contract).
+pub trait Compute: Send {
+    /// Parallel workers of the backend (the CPU's threads); the evaluation sizes its own
+    /// threads by it.
+    fn threads(&self) -> usize;
+    /// Zeroes the counters (at the start of an epoch).
+    fn reset_counters(&mut self);
+    /// The counters since the last reset.
+    fn counters(&self) -> StepCounters;
+    /// Trains every chunk of one piece against `ctxs`; `key` is the piece's seed.
+    fn train_piece(&mut self, ctxs: &[BucketCtx], chunks: &[PieceChunk], key: u64);
+}
+
+/// The backend of a job with `threads` worker threads (at least 1): the CPU kernels.
+pub fn for_job(threads: usize) -> Box<dyn Compute> {
+    Box::new(CpuCompute::new(threads))
+}
+
+/// The CPU kernels: one [`Worker`] per thread, each taking the next chunk when free.
+pub struct CpuCompute {
+    workers: Vec<Worker>,
+}
+
+impl CpuCompute {
+    /// `threads` workers, at least 1.
+    pub fn new(threads: usize) -> CpuCompute {
+        CpuCompute {
+            workers: (0..threads.max(1)).map(|_| Worker::default()).collect(),
+        }
+    }
+}
+
+impl Compute for CpuCompute {
+    fn threads(&self) -> usize {
+        self.workers.len()
+    }
+
+    fn reset_counters(&mut self) {
+        self.workers.iter_mut().for_each(Worker::reset_counters);
+    }
+
+    fn counters(&self) -> StepCounters {
+        self.workers
+            .iter()
+            .fold(StepCounters::default(), |c, w| StepCounters {
+                loss: c.loss + w.loss,
+                directions: c.directions + w.edges,
+                flops: c.flops + w.flops,
+                busy: c.busy + w.busy,
+            })
+    }
+
+    fn train_piece(&mut self, ctxs: &[BucketCtx], chunks: &[PieceChunk], key: u64) {
+        let threads = self.workers.len().min(chunks.len());
+        if threads == 1 {
+            for (c, &(g, chunk, w)) in chunks.iter().enumerate() {
+                self.workers[0].train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
+            }
+            return;
+        }
+        // Chunks go to whichever worker is free; each chunk's negatives depend only on its
+        // index, so the assignment changes nothing but the interleaving of updates.
+        let next = AtomicUsize::new(0);
+        let next = &next;
+        std::thread::scope(|scope| {
+            for worker in self.workers[..threads].iter_mut() {
+                scope.spawn(move || loop {
+                    let c = next.fetch_add(1, Relaxed);
+                    if c >= chunks.len() {
+                        break;
+                    }
+                    let (g, chunk, w) = chunks[c];
+                    worker.train_chunk(&ctxs[g], chunk, w, derive(key, c as u64));
+                });
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Corrupt;
+    use crate::model::ScoreModel;
+    use crate::model::{Loss, LossKind, PbgForm, Regularizer, RegularizerKind, ScoreKind};
+    use crate::storage::shared::SharedRows;
+    use crate::train::worker::{PartRows, Pool};
+    use strata_store::rng::Rng;
+
+    const D: usize = 4;
+    const NODES: usize = 6;
+
+    /// Edges among `NODES` nodes of one partition, in chunks of 4.
+    fn edges() -> Vec<[i32; 3]> {
+        (0..10).map(|i| [i % 6, 0, (i * 5 + 1) % 6]).collect()
+    }
+
+    /// Rows of one partition trained on `edges` (one chunk of at most 4 per piece chunk) by
+    /// `train`, which gets the bucket's context and the chunks; the rows after, and the loss.
+    fn trained(train: impl FnOnce(&BucketCtx, &[PieceChunk]) -> f64) -> (Vec<f32>, f64) {
+        let mut rng = Rng::new(3);
+        let mut rows: Vec<f32> = (0..NODES * D).map(|_| rng.normal_pair().0 as f32).collect();
+        let mut state = vec![0.0; NODES * D];
+        let ctx = BucketCtx {
+            model: ScoreModel {
+                kind: ScoreKind::Dot,
+                dim: D,
+                transe_norm: 2,
+                pbg: PbgForm::default(),
+            },
+            loss: Loss::plain(LossKind::Softmax, 0.1),
+            lr: 0.1,
+            parts: vec![PartRows {
+                rows: SharedRows::new(&mut rows, &mut state, D, D),
+                size: NODES as u32,
+            }],
+            src_part: 0,
+            dst_part: 0,
+            rels: None,
+            inverse_offset: 0,
+            corrupt: Corrupt::Both,
+            head_prob: &[],
+            negatives: 3,
+            degree_fraction: 0.0,
+            pool: Pool::Partition,
+            reg: Regularizer {
+                kind: RegularizerKind::None,
+                weight: 0.0,
+            },
+            negs: None,
+            feat: None,
+        };
+        let edges = edges();
+        let chunks: Vec<PieceChunk> = edges.chunks(4).map(|c| (0, c, &[][..])).collect();
+        let loss = train(&ctx, &chunks);
+        drop(ctx);
+        (rows, loss)
+    }
+
+    #[test]
+    fn one_cpu_thread_trains_the_chunks_in_order_each_seeded_by_its_index() {
+        let key = 99;
+        let (by_hand, loss) = trained(|ctx, chunks| {
+            let mut w = Worker::default();
+            for (c, &(_, e, wt)) in chunks.iter().enumerate() {
+                w.train_chunk(ctx, e, wt, derive(key, c as u64));
+            }
+            w.loss
+        });
+        let mut cpu = CpuCompute::new(1);
+        let (through, _) = trained(|ctx, chunks| {
+            cpu.train_piece(std::slice::from_ref(ctx), chunks, key);
+            cpu.counters().loss
+        });
+        assert_eq!(by_hand, through);
+        let c = cpu.counters();
+        assert_eq!(c.loss, loss);
+        // Both sides of each of the 10 edges were trained.
+        assert_eq!(c.directions, 20);
+        assert!(c.flops > 0.0);
+        cpu.reset_counters();
+        assert_eq!(cpu.counters(), StepCounters::default());
+    }
+
+    #[test]
+    fn more_threads_sample_the_same_chunks_and_count_the_same_work() {
+        let mut one = CpuCompute::new(1);
+        let mut three = CpuCompute::new(3);
+        assert_eq!((one.threads(), three.threads()), (1, 3));
+        trained(|ctx, chunks| {
+            one.train_piece(std::slice::from_ref(ctx), chunks, 5);
+            0.0
+        });
+        trained(|ctx, chunks| {
+            three.train_piece(std::slice::from_ref(ctx), chunks, 5);
+            0.0
+        });
+        let (a, b) = (one.counters(), three.counters());
+        assert_eq!(a.directions, b.directions);
+        assert_eq!(a.flops, b.flops);
+    }
+}

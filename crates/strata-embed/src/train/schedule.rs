@@ -1,0 +1,564 @@
+//! Which buckets a rank trains in an epoch, and in what order: the bucket scheduler of a
+//! training job. A single process follows its ordering's precomputed schedule, renamed by a
+//! seeded permutation each epoch ([`SingleMachine`]); a rank of a torchrun group takes its
+//! buckets one grant at a time from the group's scheduler and commits through rank 0
+//! ([`Distributed`], the epoch of [`crate::train::dist_epoch`]). The coordinator in [`crate::train::job`]
+//! runs either the same way.
+
+use std::path::Path;
+
+use strata_io::profile::DeviceProfile;
+use strata_io::progress::Progress;
+use strata_store::rng::{derive, Rng};
+
+use crate::config::{DistStorage, TrainConfig};
+use crate::error::{EmbedError, Result};
+use crate::ordering::{schedule, Schedule};
+use crate::plan::budget::{EmbedPlan, RankNeeds};
+use crate::run::run_dir::{EpochRecord, Run};
+use crate::storage::relations::Relations;
+use crate::train::checkpoint::{CheckpointManager, EpochTables, Trained};
+use crate::train::dist::{
+    check_holdings, describe_rank, fault_point, Cluster, PartitionSource, RankReport, TableCrc,
+};
+use crate::train::epoch::Trainer;
+use crate::train::group::{Group, LocalCluster, Ranks};
+use crate::train::overlap;
+use crate::train::owner::{self, Commit};
+
+/// How a job's epochs are scheduled and committed across its group.
+pub trait BucketScheduler {
+    /// The group the job runs in.
+    fn group(&mut self) -> &mut dyn Group;
+    /// Owner mode (`dist_storage = owners`): this rank's number; its run holds the partitions
+    /// it owns.
+    fn owner(&self) -> Option<usize>;
+    /// What this rank's memory plan leaves to its group (none for a single process).
+    fn rank_needs(&self, cfg: &TrainConfig) -> Option<RankNeeds>;
+    /// After the run is set up: brings a resumed owner-mode run to the epoch rank 0 committed.
+    fn join(
+        &mut self,
+        ckpt: &mut CheckpointManager,
+        relations: &mut Relations,
+        progress: &dyn Progress,
+    ) -> Result<()>;
+    /// Tells the user whether partition swaps can hide behind training (Theorem 3).
+    fn describe_overlap(
+        &self,
+        trainer: &Trainer,
+        plan: &EmbedPlan,
+        run_dir: &Path,
+        progress: &dyn Progress,
+    ) -> Result<()>;
+    /// Trains epoch `epoch` from `tables.current` into `tables.next`. Returns what this rank
+    /// commits, or None when rank 0 commits the epoch and this rank has taken its commit.
+    fn train_epoch(
+        &mut self,
+        trainer: &mut Trainer,
+        ckpt: &mut CheckpointManager,
+        epoch: usize,
+        tables: &EpochTables,
+        progress: &dyn Progress,
+    ) -> Result<Option<Trained>>;
+    /// After this rank committed an epoch: lets the group know.
+    fn committed(&mut self, run: &Run) -> Result<()>;
+    /// Owner mode's partition transport: where the partitions other ranks own come from.
+    fn peers(&mut self) -> Option<&mut (dyn PartitionSource + '_)>;
+}
+
+/// The scheduler of a job: distributed with a `cluster` (in owner mode with `peers`, which it
+/// needs exactly when `cfg.dist_storage` is `owners`), else single-machine.
+pub fn for_job<'a, 'c: 'a, 'p: 'a>(
+    cfg: &TrainConfig,
+    cluster: Option<&'a mut (dyn Cluster + 'c)>,
+    peers: Option<&'a mut (dyn PartitionSource + 'p)>,
+) -> Result<Box<dyn BucketScheduler + 'a>> {
+    let owners = cluster.is_some() && cfg.dist_storage == DistStorage::Owners;
+    if owners != peers.is_some() {
+        return Err(EmbedError::Config(format!(
+            "embed.train.dist_storage is {:?} but the group {} partition transport",
+            cfg.dist_storage,
+            if peers.is_some() { "has a" } else { "has no" }
+        )));
+    }
+    Ok(match cluster {
+        Some(cluster) => Box::new(Distributed {
+            ranks: Ranks(cluster),
+            peers: peers.map(|p| p as &mut dyn PartitionSource),
+            epochs: cfg.epochs,
+        }),
+        None => Box::new(SingleMachine {
+            local: LocalCluster,
+        }),
+    })
+}
+
+/// The run's base schedule: its ordering's over `partitions` partitions and `cfg.buffer`
+/// slots.
+pub fn base_schedule(cfg: &TrainConfig, partitions: u32) -> Result<Schedule> {
+    schedule(cfg.ordering, partitions as usize, cfg.buffer)
+        .map_err(|e| EmbedError::Config(format!("ordering: {e}")))
+}
+
+/// Epoch `epoch`'s permutation of the partitions, and the key that shuffles each step's
+/// buckets.
+fn permutation(seed: u64, partitions: usize, epoch: usize) -> (Vec<u32>, u64) {
+    let key = derive(derive(seed, 0x5c4e), epoch as u64);
+    let mut rng = Rng::new(key);
+    let mut perm: Vec<u32> = (0..partitions as u32).collect();
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    (perm, derive(key, 1))
+}
+
+/// The schedule of `epoch`: `base` with partitions renamed by a seeded permutation, so each
+/// epoch trains the partition pairs in another order.
+pub fn epoch_schedule(base: &Schedule, seed: u64, epoch: usize) -> Schedule {
+    let (perm, key) = permutation(seed, base.partitions, epoch);
+    base.relabel(&perm, key)
+}
+
+/// A single process: the ordering's schedule, a group of one.
+pub struct SingleMachine {
+    local: LocalCluster,
+}
+
+impl BucketScheduler for SingleMachine {
+    fn group(&mut self) -> &mut dyn Group {
+        &mut self.local
+    }
+
+    fn owner(&self) -> Option<usize> {
+        None
+    }
+
+    fn rank_needs(&self, _: &TrainConfig) -> Option<RankNeeds> {
+        None
+    }
+
+    fn join(
+        &mut self,
+        _: &mut CheckpointManager,
+        _: &mut Relations,
+        _: &dyn Progress,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    fn describe_overlap(
+        &self,
+        trainer: &Trainer,
+        plan: &EmbedPlan,
+        run_dir: &Path,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        let sched = base_schedule(&trainer.cfg, trainer.buckets.partitioning.partitions)?;
+        let model = trainer.model;
+        let t = overlap::measure_edge_seconds(&model, &trainer.cfg, trainer.threads());
+        match DeviceProfile::for_path(run_dir) {
+            _ if sched.swaps() == 0 => progress.message(&format!(
+                "Theorem 3: all {} partition(s) stay resident, no swaps to hide (training takes {:.3} us/edge here)",
+                plan.partitions,
+                t * 1e6
+            )),
+            Some(profile) => {
+                let c = overlap::check(&sched, &trainer.buckets, model.dim, plan.buffer_bytes, plan.part_bytes, t, &profile)
+                    .expect("the schedule has swaps");
+                c.describe().iter().for_each(|l| progress.message(l));
+            }
+            None => progress.message(&format!(
+                "Theorem 3: no device profile for the disk holding {} (training takes {:.3} us/edge here); run `strata bench-disk --dir {}` to check whether swaps can hide",
+                run_dir.display(),
+                t * 1e6,
+                run_dir.display()
+            )),
+        }
+        Ok(())
+    }
+
+    fn train_epoch(
+        &mut self,
+        trainer: &mut Trainer,
+        _: &mut CheckpointManager,
+        epoch: usize,
+        tables: &EpochTables,
+        progress: &dyn Progress,
+    ) -> Result<Option<Trained>> {
+        let base = base_schedule(&trainer.cfg, trainer.buckets.partitioning.partitions)?;
+        let sched = epoch_schedule(&base, trainer.cfg.seed, epoch);
+        let (report, timeline) =
+            trainer.epoch(epoch, &sched, &tables.current, &tables.next, progress)?;
+        Ok(Some(Trained {
+            report,
+            timeline,
+            ranks: None,
+            table_crc: None,
+        }))
+    }
+
+    fn committed(&mut self, _: &Run) -> Result<()> {
+        Ok(())
+    }
+
+    fn peers(&mut self) -> Option<&mut (dyn PartitionSource + '_)> {
+        None
+    }
+}
+
+/// A rank of a torchrun group: buckets from the group's scheduler, epochs committed by rank 0
+/// once every rank's part is synced (docs/distributed.md).
+pub struct Distributed<'a> {
+    ranks: Ranks<'a>,
+    /// Owner mode's partition transport.
+    peers: Option<&'a mut dyn PartitionSource>,
+    epochs: usize,
+}
+
+impl Distributed<'_> {
+    /// Rank 0: checks every rank's epoch report (the partitions' holdings chain, and that the
+    /// epoch started from the table the last one committed) and combines them.
+    fn combine(
+        &self,
+        epoch: usize,
+        all: &[String],
+        run: &Run,
+        timeline: Vec<crate::train::epoch::Interval>,
+    ) -> Result<Trained> {
+        let mut ranks = all
+            .iter()
+            .map(|text| {
+                serde_json::from_str::<RankReport>(text)
+                    .map_err(|e| EmbedError::Corrupt(format!("a rank's epoch report: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let crc = check_holdings(epoch, run.meta.partitioning.partitions, &ranks)?;
+        check_start(&run.meta.history, epoch, &crc)?;
+        ranks.iter_mut().for_each(|r| r.holdings.clear());
+        Ok(Trained {
+            report: RankReport::combine(&ranks),
+            timeline,
+            ranks: Some(ranks),
+            table_crc: Some(crc),
+        })
+    }
+}
+
+impl BucketScheduler for Distributed<'_> {
+    fn group(&mut self) -> &mut dyn Group {
+        &mut self.ranks
+    }
+
+    fn owner(&self) -> Option<usize> {
+        self.peers.is_some().then(|| self.ranks.rank())
+    }
+
+    fn rank_needs(&self, cfg: &TrainConfig) -> Option<RankNeeds> {
+        Some(RankNeeds {
+            group_anon_bytes: self.ranks.0.group_anon_bytes(),
+            prefetch: cfg.dist_prefetch,
+        })
+    }
+
+    fn join(
+        &mut self,
+        ckpt: &mut CheckpointManager,
+        relations: &mut Relations,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        match self.peers {
+            Some(_) => owner::resume(&mut ckpt.run, relations, self.ranks.0, progress),
+            None => Ok(()),
+        }
+    }
+
+    fn describe_overlap(
+        &self,
+        trainer: &Trainer,
+        plan: &EmbedPlan,
+        _: &Path,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        if !self.ranks.leads() {
+            return Ok(());
+        }
+        let t = overlap::measure_edge_seconds(&trainer.model, &trainer.cfg, trainer.threads());
+        progress.message(&format!(
+            "Theorem 3 is not checked in a distributed run: its buckets come from the scheduler, not a precomputed schedule ({}; each rank's epoch line gives its partition wait); training takes {:.3} us/edge on rank 0",
+            if plan.prefetch_slots > 0 {
+                "rank 0 loads its next grant's partitions while it trains"
+            } else {
+                "rank 0 loads each grant's partitions before it trains"
+            },
+            t * 1e6
+        ));
+        Ok(())
+    }
+
+    fn train_epoch(
+        &mut self,
+        trainer: &mut Trainer,
+        ckpt: &mut CheckpointManager,
+        epoch: usize,
+        tables: &EpochTables,
+        progress: &dyn Progress,
+    ) -> Result<Option<Trained>> {
+        let (current, next) = (&tables.current, &tables.next);
+        let peers = self.peers.as_deref_mut();
+        let (mine, timeline) =
+            trainer.epoch_scheduled(epoch, current, next, self.ranks.0, peers, progress)?;
+        progress.message(&describe_rank(&mine, self.epochs));
+        if self.peers.is_some() {
+            // Each rank's directory must hold all of epoch E+1 but the commit marker.
+            ckpt.prepare(epoch, tables.spare, &trainer.relations)?;
+        }
+        // Every rank has synced its partitions of `next` before it contributes: the gather is
+        // the commit's prepare barrier.
+        let all = self
+            .ranks
+            .gather(serde_json::to_string(&mine).expect("serialises"))?;
+        fault_point(epoch, "prepared");
+        if self.ranks.leads() {
+            return self.combine(epoch, &all, &ckpt.run, timeline).map(Some);
+        }
+        if self.peers.is_some() {
+            let text = self.ranks.broadcast(String::new())?;
+            let commit: Commit = serde_json::from_str(&text)
+                .map_err(|e| EmbedError::Group(format!("rank 0's commit: {e}")))?;
+            ckpt.adopt(&commit, &timeline)?;
+            self.ranks.barrier("epoch committed by rank 0")?;
+        } else {
+            self.ranks.barrier("epoch committed by rank 0")?;
+            ckpt.reopen()?;
+        }
+        Ok(None)
+    }
+
+    fn committed(&mut self, run: &Run) -> Result<()> {
+        if self.peers.is_some() {
+            owner::clear_prepared(run);
+            let commit = serde_json::to_string(&Commit::of(&run.meta)).expect("serialises");
+            self.ranks.broadcast(commit)?;
+        }
+        self.ranks.barrier("epoch committed by rank 0")
+    }
+
+    fn peers(&mut self) -> Option<&mut (dyn PartitionSource + '_)> {
+        match &mut self.peers {
+            Some(p) => Some(&mut **p),
+            None => None,
+        }
+    }
+}
+
+/// Refuses to commit distributed epoch `epoch` unless the table its ranks started from is the
+/// one the last epoch committed (when that epoch recorded it: a distributed one).
+fn check_start(history: &[EpochRecord], epoch: usize, crc: &TableCrc) -> Result<()> {
+    match history.last().and_then(|r| r.table_crc.as_ref()) {
+        Some(last) if last.end != crc.start => Err(EmbedError::Corrupt(format!(
+            "epoch {}: the ranks started from a table with CRC-32 {}, but epoch {} committed {}; refusing to commit a mix of epochs",
+            epoch + 1,
+            crc.start,
+            epoch,
+            last.end
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::ordering::OrderingKind;
+
+    fn cfg(ordering: OrderingKind, buffer: usize) -> TrainConfig {
+        TrainConfig {
+            ordering,
+            buffer,
+            seed: 7,
+            ..TrainConfig::default()
+        }
+    }
+
+    #[test]
+    fn the_single_machine_order_is_the_orderings_schedule_renamed_each_epoch() {
+        let n = 6;
+        for (kind, buffer) in [(OrderingKind::Legend, 3), (OrderingKind::Sequential, 2)] {
+            let c = cfg(kind, buffer);
+            let base = base_schedule(&c, n).unwrap();
+            assert_eq!(
+                base.states(),
+                schedule(kind, n as usize, buffer).unwrap().states()
+            );
+            for epoch in 0..3 {
+                let sched = epoch_schedule(&base, c.seed, epoch);
+                let (perm, _) = permutation(c.seed, n as usize, epoch);
+                assert_eq!(sched.steps.len(), base.steps.len());
+                // Step by step: the ordering's buffer states, swaps and buckets under the
+                // epoch's names (each step's buckets shuffled among themselves).
+                for (s, b) in sched.steps.iter().zip(&base.steps) {
+                    let mut state: Vec<u32> = b.state.iter().map(|&p| perm[p as usize]).collect();
+                    state.sort_unstable();
+                    assert_eq!(s.state, state);
+                    assert_eq!(s.evicted, b.evicted.map(|p| perm[p as usize]));
+                    assert_eq!(s.loaded, b.loaded.map(|p| perm[p as usize]));
+                    let renamed = |bs: &[(u32, u32)]| -> BTreeSet<(u32, u32)> {
+                        bs.iter()
+                            .map(|&(x, y)| (perm[x as usize], perm[y as usize]))
+                            .collect()
+                    };
+                    let set = |bs: &[(u32, u32)]| -> BTreeSet<(u32, u32)> {
+                        bs.iter().copied().collect()
+                    };
+                    assert_eq!(set(&s.overlap), renamed(&b.overlap));
+                    assert_eq!(set(&s.after_load), renamed(&b.after_load));
+                }
+                // Every bucket once, the same order for the same seed and epoch.
+                let order: Vec<_> = sched.buckets().collect();
+                assert_eq!(order.len(), (n * n) as usize);
+                assert_eq!(order.iter().collect::<BTreeSet<_>>().len(), order.len());
+                let again: Vec<_> = epoch_schedule(&base, c.seed, epoch).buckets().collect();
+                assert_eq!(order, again);
+            }
+            // Another epoch renames the partitions anew.
+            let orders: BTreeSet<Vec<_>> = (0..4)
+                .map(|e| epoch_schedule(&base, c.seed, e).buckets().collect())
+                .collect();
+            assert!(orders.len() > 1);
+        }
+    }
+
+    /// Rank 1 of a group of two that is asked for no epoch here (and its partition transport).
+    struct Idle;
+
+    impl Cluster for Idle {
+        fn rank(&self) -> usize {
+            1
+        }
+        fn world_size(&self) -> usize {
+            2
+        }
+        fn acquire(
+            &mut self,
+            _: usize,
+            _: &[u32],
+            _: u32,
+            _: usize,
+        ) -> Result<crate::train::dist::Grant> {
+            unreachable!("no epoch runs here")
+        }
+        fn release(&mut self, _: usize, _: &[u32]) -> Result<()> {
+            unreachable!("no epoch runs here")
+        }
+        fn sync(&mut self, _: &mut [f32], _: bool) -> Result<bool> {
+            unreachable!("no epoch runs here")
+        }
+        fn barrier(&mut self, _: &str) -> Result<()> {
+            Ok(())
+        }
+        fn gather(&mut self, _: String) -> Result<Vec<String>> {
+            Ok(Vec::new())
+        }
+        fn broadcast(&mut self, text: String) -> Result<String> {
+            Ok(text)
+        }
+        fn traffic(&self) -> (u64, u64) {
+            (0, 0)
+        }
+    }
+
+    impl PartitionSource for Idle {
+        fn serve(
+            &mut self,
+            _: usize,
+            _: &std::sync::Arc<crate::storage::table::TableFile>,
+            _: &std::sync::Arc<crate::storage::table::TableFile>,
+            _: &crate::storage::layout::TableLayout,
+        ) -> Result<()> {
+            Ok(())
+        }
+        fn read(&mut self, _: usize, _: u32, _: bool, _: &mut [u8]) -> Result<()> {
+            unreachable!("no partition moves here")
+        }
+        fn write(&mut self, _: usize, _: u32, _: &[u8]) -> Result<()> {
+            unreachable!("no partition moves here")
+        }
+        fn traffic(&self) -> (u64, u64) {
+            (0, 0)
+        }
+    }
+
+    #[test]
+    fn a_job_is_distributed_with_a_cluster_and_in_owner_mode_with_a_transport_only() {
+        let shared = TrainConfig::default();
+        let owners = TrainConfig {
+            dist_storage: DistStorage::Owners,
+            ..TrainConfig::default()
+        };
+        // Without a cluster the job is a single process, a group of one, whatever dist_storage.
+        let mut single = for_job(&owners, None, None).unwrap();
+        assert_eq!(single.owner(), None);
+        assert!(single.rank_needs(&owners).is_none());
+        assert_eq!(single.group().world_size(), 1);
+        // A rank of a group: its group's seat, in owner mode its rank as the owner.
+        let (mut c, mut p) = (Idle, Idle);
+        let mut rank = for_job(&owners, Some(&mut c), Some(&mut p)).unwrap();
+        assert_eq!(rank.owner(), Some(1));
+        assert_eq!((rank.group().rank(), rank.group().world_size()), (1, 2));
+        assert!(rank.rank_needs(&owners).is_some());
+        drop(rank);
+        let mut c = Idle;
+        let rank = for_job(&shared, Some(&mut c), None).unwrap();
+        assert_eq!(rank.owner(), None);
+        drop(rank);
+        // The transport comes exactly with owner mode.
+        let mut c = Idle;
+        let e = for_job(&owners, Some(&mut c), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("has no partition transport"), "{e}");
+        let (mut c, mut p) = (Idle, Idle);
+        let e = for_job(&shared, Some(&mut c), Some(&mut p))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("has a partition transport"), "{e}");
+    }
+
+    fn record(start: &str, end: &str) -> EpochRecord {
+        let report: crate::train::epoch::EpochReport = serde_json::from_value(serde_json::json!({
+            "epoch": 1, "loss": 0.0, "seconds": 0.0, "edges_per_second": 0.0,
+            "io_wait_seconds": 0.0, "io_wait_fraction": 0.0, "partition_loads": 0,
+            "partition_bytes_read": 0, "partition_bytes_written": 0, "edge_bytes_read": 0,
+            "buffer_states": 0, "swaps": 0, "step_flops_per_thread": 0.0, "step_flops_total": 0.0
+        }))
+        .unwrap();
+        EpochRecord {
+            report,
+            valid: None,
+            best: true,
+            ranks: None,
+            table_crc: Some(TableCrc {
+                start: start.into(),
+                end: end.into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_distributed_epoch_commits_only_from_the_last_committed_table() {
+        let crc = |start: &str| TableCrc {
+            start: start.into(),
+            end: "c".into(),
+        };
+        // No distributed epoch before: nothing to compare with.
+        check_start(&[], 0, &crc("x")).unwrap();
+        let history = [record("a", "b")];
+        check_start(&history, 1, &crc("b")).unwrap();
+        let e = check_start(&history, 1, &crc("x")).unwrap_err().to_string();
+        assert!(e.contains("epoch 2") && e.contains("refusing"), "{e}");
+    }
+}
