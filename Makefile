@@ -64,6 +64,7 @@ test-python: setup-test
 
 lint: setup
 	$(PY) tools/check_layers.py
+	$(PY) tools/check_cycles.py
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches tools examples
