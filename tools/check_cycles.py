@@ -113,7 +113,8 @@ def _drop_test_items(text: str) -> str:
 
 def _expand_use(tree: str) -> list[str]:
     """`a::{b, c::{d, e as f}}` -> ["a::b", "a::c::d", "a::c::e"] (self and globs kept)."""
-    tree = re.sub(r"\s+", "", tree)
+    # drop renames (`X as Y` names X) before the spaces go, so a name ending in "as..." survives
+    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+\w+", "", tree))
     depth, cut = 0, -1
     for k, ch in enumerate(tree):
         if ch == "{":
@@ -123,7 +124,7 @@ def _expand_use(tree: str) -> list[str]:
         elif ch == "}":
             depth -= 1
     if cut < 0:
-        return [re.sub(r"as\w+$", "", tree) if "as" in tree else tree]
+        return [tree]
     prefix, inner = tree[:cut], tree[cut + 1 : -1]
     parts, depth, start = [], 0, 0
     for k, ch in enumerate(inner):
