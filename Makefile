@@ -52,12 +52,17 @@ demo: setup
 
 test: test-rust test-python
 
+# The Rust tests compile the workspace a second time, in the test profile (the release build's
+# rlibs hold LTO bitcode only, nothing a test binary can link): Cargo.toml's [profile.test]
+# compiles the dependencies unoptimised without debug info, and each crate's integration tests
+# are one binary. Not incremental: a fresh clone compiles each crate once, and incremental
+# state (more, smaller codegen units and their caches) would only cost.
 test-rust: setup-test
-	cargo test --workspace --exclude strata-py --quiet
+	CARGO_INCREMENTAL=0 cargo test --workspace --exclude strata-py --quiet
 
 # pytest-xdist workers, one a core; tests/conftest.py puts the heavy tests into two groups, each
 # run one test after another on one worker: torchrun groups and namespaces in one, memory limits
-# and the wheel in the other.
+# and the wheel in the other. A test joins a group by what it runs, not by its file alone.
 PYTEST_WORKERS ?= 2
 test-python: setup-test
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup

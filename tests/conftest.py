@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -15,14 +17,22 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
+# One OpenMP thread per process (torch's intra-op pool, OpenBLAS) unless the caller chose: the
+# suite keeps both cores busy with two xdist workers, and a CLI run or rank that starts a thread
+# a core beside them only contends for the cores. Tests that pass `--torch-threads` still choose.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # `make test-python` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). Tests
 # that each keep several processes busy for long, or that measure memory, are heavy: they join
 # one of two xdist groups, and a group's tests run one after another on one worker.
 # - "heavy-ranks": torchrun groups of 2-3 ranks. Two of them side by side on two cores would
-#   starve each other's heartbeats and timeouts, so they never overlap. A test is one when its
-#   file's name matches RANK_FILES (ranks under torchrun, network namespaces, injected faults), or
-#   its module imports the torchrun or namespace helpers (`rank_env`, `run_session` from
-#   tests/torchrun_env.py, `veth_pair` from tests/netns.py).
+#   starve each other's heartbeats and timeouts, so they never overlap. A test is one when it
+#   reaches the torchrun or namespace helpers (`rank_env`, `run_session` from
+#   tests/torchrun_env.py, `veth_pair` from tests/netns.py), or, in a file whose name matches
+#   RANK_FILES (ranks under torchrun, network namespaces, injected faults), when it starts any
+#   process. "Reaches" follows the test's function, its fixtures and the functions and classes
+#   of the test files they call: a module that launches ranks in one test keeps its in-process
+#   tests light.
 # - "heavy-memory": one process measured or bounded at a time. A test is one when its file's name
 #   matches MEMORY_FILES (the memory bounds, the adversarial server under a cgroup, the wheel's
 #   install and run), or it uses the `limiter` fixture (a memory cgroup).
@@ -32,19 +42,58 @@ SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 # around both: neither worker waits on the other at the end. New tests that follow the naming
 # rules in these files are grouped without an edit.
 RANK_FILES = ("test_*dist*.py", "test_*netns*.py", "test_*faults*.py")
-RANK_HELPERS = ("rank_env", "run_session", "veth_pair")
+RANK_HELPERS = frozenset({"rank_env", "run_session", "veth_pair"})
+#: What starts a process: in a RANK_FILES file, a test that reaches one of these is heavy.
+LAUNCHERS = RANK_HELPERS | {"subprocess", "run_strata", "Popen"}
 MEMORY_FILES = ("test_serve_adversarial.py", "test_memory_bound.py", "test_wheel.py")
-HEAVY_FILES = RANK_FILES + MEMORY_FILES
+TESTS = Path(__file__).resolve().parent
+
+
+def _names(code: types.CodeType):
+    """Every global and attribute name ``code`` and the functions nested in it use."""
+    yield from code.co_names
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _names(const)
+
+
+def reaches(functions, wanted: frozenset) -> bool:
+    """Whether any of ``functions``, or a function or class of the test files they name (followed
+    transitively), uses a name in ``wanted``."""
+    todo, seen = list(functions), set()
+    while todo:
+        f = inspect.unwrap(todo.pop())
+        code = getattr(f, "__code__", None)
+        if code is None or code in seen or not code.co_filename.startswith(str(TESTS)):
+            continue
+        seen.add(code)
+        for name in _names(code):
+            if name in wanted:
+                return True
+            target = f.__globals__.get(name)
+            if inspect.isclass(target):
+                todo.extend(v for v in vars(target).values() if inspect.isfunction(v))
+            elif inspect.isfunction(target):
+                todo.append(target)
+    return False
+
+
+def _functions(item: pytest.Item) -> list:
+    """``item``'s test function and the functions of every fixture it uses."""
+    functions = [getattr(item, "function", None)]
+    name2defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name in getattr(item, "fixturenames", ()):
+        functions += [d.func for d in name2defs.get(name, ())]
+    return [f for f in functions if f is not None]
 
 
 def heavy_group(item: pytest.Item) -> str | None:
     """The xdist group ``item`` runs in ("heavy-ranks" or "heavy-memory", the rules above), or
     None for a light test."""
     name = item.path.name
-    module = getattr(item, "module", None)
-    if any(fnmatch.fnmatch(name, pattern) for pattern in RANK_FILES) or any(
-        hasattr(module, helper) for helper in RANK_HELPERS
-    ):
+    functions = _functions(item)
+    rank_file = any(fnmatch.fnmatch(name, pattern) for pattern in RANK_FILES)
+    if reaches(functions, LAUNCHERS if rank_file else RANK_HELPERS):
         return "heavy-ranks"
     if any(fnmatch.fnmatch(name, pattern) for pattern in MEMORY_FILES) or "limiter" in getattr(
         item, "fixturenames", ()
@@ -65,10 +114,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node, ids):
     # Under --dist loadgroup a worker names a grouped test "NODEID@GROUP"; where a pytest and
-    # pytest-xdist pair does not, the heavy tests would run side by side without a word.
+    # pytest-xdist pair does not, the heavy tests would run side by side without a word. The
+    # tests of MEMORY_FILES are heavy by their file's name alone, so they show it.
     if node.config.getvalue("dist") != "loadgroup":
         return
-    lost = [i for i in ids if any(fnmatch.fnmatch(i.split("::")[0].rsplit("/")[-1], p) for p in HEAVY_FILES)]
+    lost = [i for i in ids if any(fnmatch.fnmatch(i.split("::")[0].rsplit("/")[-1], p) for p in MEMORY_FILES)]
     lost = [i for i in lost if "@heavy-" not in i]
     if lost:
         pytest.exit(

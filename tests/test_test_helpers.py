@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import torchrun_env
 from conftest import heavy_group
+from netns import veth_pair
+from torchrun_env import rank_env, run_session
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,23 +41,69 @@ def test_a_port_held_by_a_live_process_is_not_handed_to_another(monkeypatch):
     assert torchrun_env.free_port() != mine
 
 
-def item(file: str, fixtures=(), **module_names) -> SimpleNamespace:
-    return SimpleNamespace(path=Path(file), module=SimpleNamespace(**module_names), fixturenames=list(fixtures))
+# Stand-ins for test functions and fixtures: the grouping reads the names their code uses and
+# never calls them.
+def _pure():
+    return sum(range(3))
 
 
-def test_heavy_tests_are_grouped_by_name_helper_and_fixture():
+def _starts_a_process():
+    return subprocess.run(["true"])
+
+
+def _launch():
+    return run_session(["torchrun"], {}, timeout=1)
+
+
+def _calls_the_launcher():
+    return _launch()
+
+
+class _Ranks:
+    def start(self):
+        return rank_env()
+
+
+def _uses_the_class():
+    return _Ranks().start()
+
+
+def _makes_a_link():
+    with veth_pair() as pair:
+        return pair
+
+
+def _asks_for_a_port():
+    return torchrun_env.free_port()
+
+
+def item(file: str, function=_pure, **fixtures) -> SimpleNamespace:
+    """A collected test as heavy_group reads it: its file, function and fixtures' functions."""
+    defs = {name: [SimpleNamespace(func=f)] for name, f in fixtures.items()}
+    return SimpleNamespace(path=Path(file), function=function, fixturenames=["tmp_path", *fixtures],
+                           _fixtureinfo=SimpleNamespace(name2fixturedefs=defs))  # fmt: skip
+
+
+def test_heavy_tests_are_grouped_by_what_they_reach():
     ranks, memory = "heavy-ranks", "heavy-memory"
-    assert heavy_group(item("tests/test_embed_dist.py")) == ranks
-    assert heavy_group(item("tests/test_grid_dist_faults.py")) == ranks
-    assert heavy_group(item("tests/test_serve_netns.py")) == ranks
-    assert heavy_group(item("tests/test_grid_program.py", run_session=object())) == ranks
-    assert heavy_group(item("tests/test_farmem.py", veth_pair=object())) == ranks
+    # In a file named for ranks, namespaces or faults, a test that starts any process is heavy...
+    assert heavy_group(item("tests/test_embed_dist.py", _starts_a_process)) == ranks
+    assert heavy_group(item("tests/test_grid_dist_faults.py", _launch)) == ranks
+    assert heavy_group(item("tests/test_serve_netns.py", store=_starts_a_process)) == ranks
+    # ... and one that runs in the test's process is light.
+    assert heavy_group(item("tests/test_embed_dist.py", _pure)) is None
+    # Elsewhere a test is heavy when it reaches the torchrun or namespace helpers: through module
+    # functions, a class's methods, or a fixture.
+    assert heavy_group(item("tests/test_grid_program.py", _calls_the_launcher)) == ranks
+    assert heavy_group(item("tests/test_farmem.py", _uses_the_class)) == ranks
+    assert heavy_group(item("tests/test_farmem.py", _pure, link=_makes_a_link)) == ranks
+    assert heavy_group(item("tests/test_grid_program.py", _starts_a_process)) is None
     assert heavy_group(item("tests/test_serve_adversarial.py")) == memory
     assert heavy_group(item("tests/test_wheel.py")) == memory
     assert heavy_group(item("tests/test_memory_bound.py")) == memory
-    assert heavy_group(item("tests/test_config.py", fixtures=("tmp_path", "limiter"))) == memory
+    assert heavy_group(item("tests/test_config.py", limiter=_pure)) == memory
     # Ranks come first: a torchrun test that also bounds memory never overlaps another group of ranks.
-    assert heavy_group(item("tests/test_gnn_dist.py", fixtures=("limiter",))) == ranks
-    # A module that only asks for a port (nothing listens on it) is light.
-    assert heavy_group(item("tests/test_peer_requests.py", free_port=object())) is None
-    assert heavy_group(item("tests/test_grid.py", fixtures=("tmp_path",))) is None
+    assert heavy_group(item("tests/test_gnn_dist.py", _starts_a_process, limiter=_pure)) == ranks
+    # A test that only asks for a port (nothing listens on it) is light.
+    assert heavy_group(item("tests/test_peer_requests.py", _asks_for_a_port)) is None
+    assert heavy_group(item("tests/test_grid.py", _starts_a_process)) is None

@@ -1,11 +1,9 @@
 //! The text converter: round trips for any chunking, budget, thread count and split, and the
 //! bad inputs it must reject cleanly.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use strata_store::convert::{convert_text, TextJob};
 use strata_store::{NoProgress, Store, StoreError};

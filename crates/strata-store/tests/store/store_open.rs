@@ -1,10 +1,8 @@
 //! Opening a store validates it and names exactly what is wrong.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use strata_store::convert::{convert_text, TextJob};
 use strata_store::{NoProgress, Store, StoreError};
 

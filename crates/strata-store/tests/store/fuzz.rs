@@ -8,12 +8,10 @@
 //! `PROPTEST_CASES` for a longer session, e.g.
 //! `PROPTEST_CASES=100000 cargo test --release -p strata-store --test fuzz`.
 
-mod common;
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use strata_store::array::{decode_ints, read_all_bytes};
 use strata_store::convert::{

@@ -1,10 +1,8 @@
 //! The NumPy and raw int32 converters: layouts, node data, and bad inputs.
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use strata_store::array::{decode_f32, read_all_bytes};
 use strata_store::convert::{convert_binary, convert_numpy, BinaryJob, NumpyJob};

@@ -3,11 +3,9 @@
 //! store is the same whether the name dictionary fits the budget or spills sorted runs and
 //! encodes in several passes.
 
-mod common;
-
 use std::path::Path;
 
-use common::{array_bytes, edges, names};
+use crate::common::{array_bytes, edges, names};
 use strata_store::check::check_store;
 use strata_store::convert::{convert_text, TextJob};
 use strata_store::rng::Rng;

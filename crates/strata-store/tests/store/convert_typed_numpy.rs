@@ -2,11 +2,9 @@
 //! per-type node data, the same store under a tiny budget, `strata check` on the result, and
 //! each bad input refused with its file named and no store left behind.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use strata_store::array::read_all_bytes;
 use strata_store::check::check_store;
 use strata_store::convert::{convert_typed_numpy, TypedNumpyJob};
