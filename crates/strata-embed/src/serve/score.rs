@@ -14,8 +14,8 @@ use strata_store::config::{ConfigError, Section, Size};
 use crate::config::Which;
 use crate::error::{EmbedError, Result};
 use crate::model::{score_candidates, ScoreBatch, Scratch};
+use crate::run::loaded::Loaded;
 use crate::serve::neighbors::query_rows;
-use crate::serve::query::Loaded;
 
 /// The `[embed.score]` section: scores of the triples in a file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
