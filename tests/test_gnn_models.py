@@ -81,15 +81,17 @@ def test_bad_arguments():
 
 
 def test_every_registered_layer_kind_is_a_choice_and_stacks():
-    """Each registered layer kind is a `strata gnn train --model` choice (the config section
-    is declared without torch, so its list is checked against the registry here), builds a
-    two-layer GNN of the requested widths, and is registered once."""
+    """Each declared layer kind (strata.layer_kinds, read without torch) is a `strata gnn train
+    --model` choice and has its torch module registered, which builds a two-layer GNN of the
+    requested widths; a kind is registered once, and only when declared."""
     import typing
 
     from strata.config.gnn import GnnTrainConfig
     from strata.gnn.models import LAYERS, MODEL_KINDS, register_layer
+    from strata.layer_kinds import LAYER_KINDS
 
-    assert typing.get_args(typing.get_type_hints(GnnTrainConfig)["model"]) == MODEL_KINDS == tuple(LAYERS)
+    assert typing.get_args(typing.get_type_hints(GnnTrainConfig)["model"]) == MODEL_KINDS == tuple(LAYER_KINDS)
+    assert tuple(LAYERS) == tuple(LAYER_KINDS)
     two = Block.from_csc(4, 2, INDPTR, INDICES)
     one = Block.from_csc(2, 1, np.array([0, 1]), np.array([1]))
     for name, kind in LAYERS.items():
@@ -97,6 +99,8 @@ def test_every_registered_layer_kind_is_a_choice_and_stacks():
         assert all(isinstance(conv, kind.cls) for conv in model.convs), name
         assert model([two, one], torch.randn(4, 5)).shape == (1, 3), name
     with pytest.raises(ValueError, match="'gcn' is registered twice"):
-        register_layer("gcn", help="again")(GCNConv)
+        register_layer("gcn")(GCNConv)
+    with pytest.raises(ValueError, match=r"'gcm' is not declared: add it to strata\.layer_kinds\.LAYER_KINDS"):
+        register_layer("gcm")(GCNConv)
     with pytest.raises(ValueError, match="model: expected"):
         GNN("gcm", 5, 6, 3)

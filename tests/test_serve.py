@@ -97,7 +97,7 @@ def numpy_sage(path: Path, in_dim: int = DIM, out_dim: int = CLASSES, fanouts=(5
         tensors[f"convs.{i}.self_lin.bias"] = 0.1 * rng.standard_normal(dims[i + 1])
         tensors[f"convs.{i}.neigh_lin.weight"] = 0.3 * rng.standard_normal((dims[i + 1], dims[i]))
     tensors = {k: v.astype(np.float32) for k, v in tensors.items()}
-    arch = {"kind": "sage_mean", "in_dim": in_dim, "hidden_dim": HIDDEN, "out_dim": out_dim, "layers": 2,
+    arch = {"kind": "sage", "in_dim": in_dim, "hidden_dim": HIDDEN, "out_dim": out_dim, "layers": 2,
             "fanouts": list(fanouts)}  # fmt: skip
     arch_bytes = np.frombuffer(json.dumps(arch).encode(), dtype=np.uint8)
     with open(path, "wb") as f:
@@ -711,7 +711,7 @@ def make_model(torch, kind: str, seed: int = 0):
     return model.eval()
 
 
-SERVED = {"sage": "MODEL_KIND_SAGE_MEAN", "sage_pool": "MODEL_KIND_SAGE_POOL", "gcn": "MODEL_KIND_GCN",
+SERVED = {"sage": "MODEL_KIND_SAGE", "sage_pool": "MODEL_KIND_SAGE_POOL", "gcn": "MODEL_KIND_GCN",
           "gin": "MODEL_KIND_GIN"}  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from strata.gnn.models import GNN, Block, GINConv, SAGEPoolConv  # noqa: E402
 from strata.serve.native import NativeModel  # noqa: E402
 from strata.weights import _write_safetensors, load_architecture  # noqa: E402
 
-KINDS = {"sage": "sage_mean", "sage_pool": "sage_pool", "gcn": "gcn", "gin": "gin"}
+KINDS = ["sage", "sage_pool", "gcn", "gin"]
 IN_DIM, HIDDEN, OUT_DIM = 7, 16, 5
 FANOUTS = [4, 3]
 
@@ -64,13 +64,13 @@ def max_rel_error(got: np.ndarray, want: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("fmt", ["safetensors", "npz"])
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", KINDS)
 def test_native_forward_matches_torch(tmp_path, kind, fmt):
     model = random_model(kind)
     blocks, x = problem()
     want = torch_forward(model, blocks, x)
     path = export_model(model, tmp_path / f"m.{fmt}", fanouts=FANOUTS)
-    arch = {"kind": KINDS[kind], "in_dim": IN_DIM, "hidden_dim": HIDDEN, "out_dim": OUT_DIM, "layers": 2}
+    arch = {"kind": kind, "in_dim": IN_DIM, "hidden_dim": HIDDEN, "out_dim": OUT_DIM, "layers": 2}
     assert load_architecture(path) == {**arch, "fanouts": FANOUTS}
 
     native = NativeModel.load(path)
@@ -177,8 +177,25 @@ def write_safetensors(path, tensors: dict, architecture: dict | None) -> None:
 def exported(kind: str = "gcn"):
     model = random_model(kind)
     tensors = {k: v.numpy() for k, v in model.state_dict().items()}
-    arch = {"kind": KINDS[kind], "in_dim": IN_DIM, "hidden_dim": HIDDEN, "out_dim": OUT_DIM, "layers": 2}
+    arch = {"kind": kind, "in_dim": IN_DIM, "hidden_dim": HIDDEN, "out_dim": OUT_DIM, "layers": 2}
     return tensors, {**arch, "fanouts": FANOUTS}
+
+
+def test_a_model_exported_as_sage_mean_still_loads_as_sage(tmp_path, capfd):
+    """GraphSAGE-mean was served as `sage_mean` before it had one name on both sides: such a
+    file loads as `sage` (a deprecation warning in Python, a note from the native loader) and
+    gives what the same file under the new name gives."""
+    tensors, arch = exported("sage")
+    old, new = tmp_path / "old.safetensors", tmp_path / "new.safetensors"
+    write_safetensors(old, tensors, {**arch, "kind": "sage_mean"})
+    write_safetensors(new, tensors, arch)
+    with pytest.warns(DeprecationWarning, match="'sage_mean' is deprecated and loads as 'sage'"):
+        assert load_architecture(old) == arch
+    native = NativeModel.load(old)
+    assert native.architecture == arch
+    assert "layer kind `sage_mean` is deprecated and loads as `sage`" in capfd.readouterr().err
+    blocks, x = problem()
+    np.testing.assert_array_equal(native.forward(blocks, x), NativeModel.load(new).forward(blocks, x))
 
 
 def test_missing_extra_and_misshapen_tensors_are_named(tmp_path):
@@ -214,7 +231,7 @@ def test_architecture_override_and_mismatch(tmp_path):
     np.savez(path, **tensors)  # no declared architecture: the given one is used
     assert NativeModel.load(path, architecture=arch).architecture == arch
 
-    with pytest.raises(InputError, match=r"missing tensors that a 3-layer sage_mean model .* convs.2.self_lin.weight"):
+    with pytest.raises(InputError, match=r"missing tensors that a 3-layer sage model .* convs.2.self_lin.weight"):
         NativeModel.load(path, architecture={**arch, "layers": 3, "fanouts": [4, 3, 2]})
     with pytest.raises(InputError, match=r"architecture.fanouts: need one fanout per layer \(2\), got 1"):
         NativeModel.load(path, architecture={**arch, "fanouts": [4]})

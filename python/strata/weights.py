@@ -14,9 +14,10 @@ Python code:
 - **npz**: ``numpy.savez`` of the tensors, plus the architecture JSON as a uint8 array under
   ``__strata_architecture__``.
 
-The architecture is ``{"kind": "sage_mean" | "sage_pool" | "gcn" | "gin", "in_dim",
-"hidden_dim", "out_dim", "layers", "fanouts"}``, ``fanouts`` from the seeds outwards as in
-``strata gnn train --fanouts``.
+The architecture is ``{"kind", "in_dim", "hidden_dim", "out_dim", "layers", "fanouts"}``: ``kind``
+a served layer kind of :data:`strata.layer_kinds.LAYER_KINDS` (``sage``, ``sage_pool``, ``gcn``,
+``gin``; files written before name ``sage`` by its old name ``sage_mean``, which still loads, with
+a deprecation warning), ``fanouts`` from the seeds outwards as in ``strata gnn train --fanouts``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import struct
 from pathlib import Path
 
 import numpy as np
+
+from .layer_kinds import served_kind
 
 #: Metadata key (safetensors) and array name (npz) of the architecture JSON.
 SAFETENSORS_ARCHITECTURE_KEY = "strata.architecture"
@@ -53,8 +56,9 @@ def write(path: Path, tensors: dict[str, np.ndarray], architecture: dict, format
 
 
 def load_architecture(path: str | os.PathLike, format: str | None = None) -> dict:
-    """The architecture a weights file declares (the dict :func:`write` was given), read
-    without loading the tensors. Raises ``ValueError`` when the file declares none."""
+    """The architecture a weights file declares (the dict :func:`write` was given, a renamed
+    ``kind`` under its name now), read without loading the tensors. Raises ``ValueError`` when
+    the file declares none."""
     path = Path(path)
     fmt = _format(path, format)
     if fmt == "safetensors":
@@ -67,7 +71,10 @@ def load_architecture(path: str | os.PathLike, format: str | None = None) -> dic
             text = bytes(npz[NPZ_ARCHITECTURE_KEY]).decode() if NPZ_ARCHITECTURE_KEY in npz.files else None
     if text is None:
         raise ValueError(f"{path}: the file declares no architecture (was it written by export_model?)")
-    return json.loads(text)
+    architecture = json.loads(text)
+    if isinstance(architecture, dict) and "kind" in architecture:
+        architecture["kind"] = served_kind(str(architecture["kind"]))
+    return architecture
 
 
 def _format(path: Path, format: str | None) -> str:

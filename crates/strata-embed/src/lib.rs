@@ -42,14 +42,14 @@ pub use plan::store_plan::plan_for;
 pub use run::export::{export_with, RowSink};
 /// One ordinary run from the directories of an owner-mode run.
 pub use run::gather::gather;
+/// A checkpoint opened for evaluation and queries within a memory budget.
+pub use run::loaded::Loaded;
 /// PyTorch-BigGraph checkpoints both ways, through an outside HDF5 writer and reader.
 pub use run::pbg::{export as export_pbg, import as import_pbg, Dataset, Hdf5, ImportPbgOptions};
 /// An opened run directory.
 pub use run::run_dir::Run;
 /// Nearest neighbours of nodes' embeddings.
 pub use serve::neighbors::{neighbors, resolve_queries, Metric, NeighborsOptions};
-/// A checkpoint opened for evaluation and queries within a memory budget.
-pub use serve::query::Loaded;
 /// Scores of named triples, one by one or from a file.
 pub use serve::score::{score_file, score_named, ScoreOptions};
 /// A trained run as the service's embedding backend.

@@ -21,10 +21,9 @@ use strata_store::units::fmt_bytes;
 use crate::cache::{Eviction, FeatureCache, MAX_CAPACITY};
 use crate::error::{GnnError, Result};
 
-/// Bytes reserved for the process itself (interpreter, libraries, allocator slack, the I/O
-/// engine's rings and bounce buffers), as in strata-embed, when the caller does not measure
-/// it (see [`Runtime`]).
-pub const RUNTIME_BYTES: u64 = 64 << 20;
+/// Bytes reserved for the process itself when the caller does not measure it (see
+/// [`Runtime`]).
+pub use strata_store::budget::RUNTIME_BYTES;
 
 /// Library code pages planned beside a measured process's anonymous memory (shared with the
 /// embedding trainer's ranks, which measure theirs the same way).

@@ -296,7 +296,8 @@ impl<'a> MajorReader<'a> {
         MajorReader {
             spool,
             queue: strata_io::Engine::shared().queue(),
-            buffer_bytes: strata_io::align_up(largest.unwrap_or(0)).max(4096) as usize,
+            buffer_bytes: strata_io::align_up(largest.unwrap_or(0)).max(strata_io::ALIGN as u64)
+                as usize,
             free: Vec::new(),
             ahead: None,
         }

@@ -213,7 +213,7 @@ impl Section for RunOptions {
         }
         self.params.configure(Self::NAME, &self.algorithm)?;
         self.params.validate(Self::NAME)?;
-        if self.segment.0 != 0 && self.segment.0 < 4096 {
+        if self.segment.0 != 0 && self.segment.0 < strata_io::ALIGN as u64 {
             return refuse(
                 "segment",
                 format!(
@@ -222,7 +222,7 @@ impl Section for RunOptions {
                 ),
             );
         }
-        if !(4096..=64 << 20).contains(&self.far_chunk.0) {
+        if !crate::far::FAR_CHUNK_BYTES.contains(&self.far_chunk.0) {
             return refuse(
                 "far_chunk",
                 format!("must be between 4 KiB and 64 MiB, got {}", self.far_chunk.0),

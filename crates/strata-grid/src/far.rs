@@ -67,12 +67,15 @@ const PROBE_BYTES: usize = 32 << 20;
 /// margin).
 const MIN_GAIN: f64 = 0.10;
 
+/// The chunk sizes far memory is read in (`run.far_chunk`): from one aligned page to 64 MiB.
+pub const FAR_CHUNK_BYTES: std::ops::RangeInclusive<u64> = strata_io::ALIGN as u64..=64 << 20;
+
 /// Connects to the memory server. With `connections = 0` the controller probes read
 /// throughput at 1, 2, 4, ... connections and keeps adding while each step gains at least
 /// [`MIN_GAIN`] (Fargraph+ §7's greedy marginal-gain rule, with a measurement in place of the
 /// offline table).
 pub fn connect(cfg: &FarConfig, progress: &dyn Progress) -> Result<(Arc<FarClient>, FarSetup)> {
-    if cfg.chunk_bytes < 4096 || cfg.chunk_bytes > (64 << 20) {
+    if !FAR_CHUNK_BYTES.contains(&(cfg.chunk_bytes as u64)) {
         return Err(GridError::config(
             "far.chunk_bytes",
             format!("must be between 4 KiB and 64 MiB, got {}", cfg.chunk_bytes),

@@ -344,7 +344,8 @@ impl Grid {
     pub fn for_each_degree(&self, name: &str, mut f: impl FnMut(usize, u64)) -> Result<()> {
         let path = self.array_path(name);
         let header = read_header(&path)?;
-        let mut r = strata_store::array::RowReader::open(&path, &header, 4 << 20)?;
+        let mut r =
+            strata_store::array::RowReader::open(&path, &header, strata_store::array::IO_CHUNK)?;
         let mut v = 0;
         while let Some(b) = r.next_batch()? {
             for c in b.chunks_exact(8) {

@@ -485,23 +485,23 @@ fn find_or_build(job: &RunJob, may_build: bool, progress: &dyn Progress) -> Resu
     Ok(built.dir)
 }
 
-/// Writes result arrays as `NAME.npy` in `dir` (replacing earlier ones), a batch of values at
-/// a time so that windowed arrays are never copied whole; returns the paths.
+/// Writes result arrays as `NAME.npy` in `dir`, each replacing an earlier one atomically and
+/// durably ([`strata_io::durable::replace_file_by`]), a batch of values at a time so that
+/// windowed arrays are never copied whole; returns the paths.
 fn write_results(dir: &Path, arrays: &[(String, Values)]) -> Result<Vec<String>> {
     std::fs::create_dir_all(dir).map_err(|e| GridError::os("mkdir", dir, e))?;
     let mut out = Vec::new();
     for (name, values) in arrays {
         let path = dir.join(format!("{name}.npy"));
-        let tmp = dir.join(format!(".{name}.npy.partial"));
-        match values {
-            Values::F32(a) => write_npy(&tmp, DType::F32, a.len(), |i| a.get(i))?,
-            Values::F64(a) => write_npy(&tmp, DType::F64, a.len(), |i| a.get(i))?,
-            Values::Ids(a) => write_npy(&tmp, DType::I64, a.len(), |i| match a.get(i) {
+        let write = |tmp: &Path| match values {
+            Values::F32(a) => write_npy(tmp, DType::F32, a.len(), |i| a.get(i)),
+            Values::F64(a) => write_npy(tmp, DType::F64, a.len(), |i| a.get(i)),
+            Values::Ids(a) => write_npy(tmp, DType::I64, a.len(), |i| match a.get(i) {
                 NONE => -1i64,
                 x => x as i64,
-            })?,
-        }
-        std::fs::rename(&tmp, &path).map_err(|e| GridError::os("rename", &path, e))?;
+            }),
+        };
+        strata_io::durable::replace_file_by(&path, write, || {})?;
         out.push(path.to_string_lossy().into_owned());
     }
     Ok(out)

@@ -481,6 +481,21 @@ fn bfs_levels_match_and_parents_are_valid() {
                 }
             }
         }
+        // A vertex is claimed once, however many frontier edges reach it: pass k has level k
+        // active and activates exactly level k + 1.
+        let size = |l: i64| want.iter().filter(|&&x| x == l).count() as u64;
+        let levels: Vec<(u64, f64)> = (0..)
+            .take_while(|&l| size(l) > 0)
+            .map(|l| (size(l), size(l + 1) as f64))
+            .collect();
+        let mut passes = Vec::new();
+        let j = job(&st, Configured::new(Bfs { root: 3 }), MEMORIES[1], name);
+        run(&j, &NoProgress, &mut |it: &Iteration| {
+            passes.push((it.active, it.value));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(passes, levels, "{name}");
     }
 }
 

@@ -112,24 +112,45 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Replaces the file `path` with what `write` writes (through a buffer, so a large file can be
-/// streamed) so that a reader sees the old contents or the new ones, never a mix: the bytes go
-/// to a new temporary file beside it (a rename is atomic only within one file system), named
-/// for this process and call so that processes and threads sharing a directory may replace
-/// the same file at once; it is fsynced and renamed over `path`, and then the directory is
-/// fsynced so the rename survives a crash. On failure the temporary file is removed and the OS
-/// error returned as it is (callers tell "not ours to write" from a fault); a path that names
-/// no file is `InvalidInput`.
+/// streamed), as [`replace_file_by`] does; the bytes go to a file created new (never written
+/// through a file someone else is using) and fsynced. The OS error is returned as it is
+/// (callers tell "not ours to write" from a fault); a path that names no file is
+/// `InvalidInput`.
 pub fn replace_file_with(
     path: &Path,
     write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    replace_file_by(
+        path,
+        |tmp| {
+            let f = OpenOptions::new().write(true).create_new(true).open(tmp)?;
+            let mut f = BufWriter::new(f);
+            write(&mut f)?;
+            f.into_inner().map_err(|e| e.into_error())?.sync_all()
+        },
+        || {},
+    )
+}
+
+/// Replaces the file `path` with the file `write` creates at the temporary path it is handed
+/// (with its own writer: an `NpyWriter`, a buffered file), so that a reader sees the old
+/// contents or the new ones, never a mix, and a crash leaves one or the other. The steps, in
+/// this order: `write` fills a new file beside `path` (a rename is atomic only within one file
+/// system), named for this process and call so that processes and threads sharing a directory
+/// may replace the same file at once; the file is fsynced; `before_rename` runs (a caller's
+/// fault point: the new contents are durable but not yet in place); the file is renamed over
+/// `path`; the directory is fsynced so the rename survives a crash. On failure the temporary
+/// file is removed and the error returned: `write`'s own, or an [`IoError`] naming the step
+/// and the file.
+pub fn replace_file_by<E: From<IoError>>(
+    path: &Path,
+    write: impl FnOnce(&Path) -> std::result::Result<(), E>,
+    before_rename: impl FnOnce(),
+) -> std::result::Result<(), E> {
     static CALLS: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("{} does not name a file", path.display()),
-        )
-    })?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| IoError::Invalid(format!("{} does not name a file", path.display())))?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(format!(
@@ -138,14 +159,13 @@ pub fn replace_file_with(
         CALLS.fetch_add(1, Ordering::Relaxed)
     ));
     let tmp = path.with_file_name(tmp_name);
-    let written = (|| {
-        // `create_new`: never write through a file someone else is using.
-        let f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        let mut f = BufWriter::new(f);
-        write(&mut f)?;
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
+    let written = write(&tmp).and_then(|()| {
+        File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| E::from(os_error("fsync", &tmp, e)))?;
+        before_rename();
+        std::fs::rename(&tmp, path).map_err(|e| E::from(os_error("rename", path, e)))
+    });
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -154,7 +174,17 @@ pub fn replace_file_with(
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    File::open(dir).and_then(|d| d.sync_all())
+    Ok(sync_dir(dir)?)
+}
+
+/// `source` as it came (not turned into [`IoError::DiskFull`]), so that `std::io` callers get
+/// their OS error back unchanged.
+fn os_error(op: &'static str, path: &Path, source: std::io::Error) -> IoError {
+    IoError::Os {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Fsyncs every regular file directly inside `dir`, then `dir` itself.
@@ -318,6 +348,54 @@ mod tests {
         // A missing directory fails at the first step.
         let e = replace_file(&dir.path().join("no/such/file"), b"x").unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn the_new_file_is_complete_and_the_old_in_place_until_the_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("results.npy");
+        replace_file(&path, b"old").unwrap();
+        let mut before = None;
+        replace_file_by::<IoError>(
+            &path,
+            |tmp| std::fs::write(tmp, b"new, complete").map_err(|e| os_error("write", tmp, e)),
+            || {
+                // Between the fsync and the rename: the new bytes sit whole in the temporary
+                // file beside `path`, and readers of `path` still see the old ones.
+                let names = names(dir.path());
+                let tmp = names
+                    .iter()
+                    .find(|n| n.starts_with(".results.npy.tmp-"))
+                    .unwrap();
+                before = Some((
+                    std::fs::read(&path).unwrap(),
+                    std::fs::read(dir.path().join(tmp)).unwrap(),
+                ));
+            },
+        )
+        .unwrap();
+        let (old, staged) = before.expect("before_rename runs");
+        assert_eq!(
+            (old.as_slice(), staged.as_slice()),
+            (&b"old"[..], &b"new, complete"[..])
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), b"new, complete");
+        assert_eq!(names(dir.path()), ["results.npy"]);
+        // A writer that fails never reaches the rename: no hook, old contents, no litter.
+        let mut hooked = false;
+        let e = replace_file_by::<IoError>(
+            &path,
+            |tmp| {
+                std::fs::write(tmp, b"half").unwrap();
+                Err(IoError::Invalid("the writer failed".into()))
+            },
+            || hooked = true,
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "invalid I/O request: the writer failed");
+        assert!(!hooked);
+        assert_eq!(std::fs::read(&path).unwrap(), b"new, complete");
+        assert_eq!(names(dir.path()), ["results.npy"]);
     }
 
     #[test]

@@ -36,6 +36,20 @@ impl From<crate::progress::Cancelled> for IoError {
     }
 }
 
+/// Back to an OS error for callers that speak `std::io`: an OS failure is its own error as it
+/// was (its kind and errno kept); a full disk is `StorageFull`; an invalid request is
+/// `InvalidInput`; the rest `Other`.
+impl From<IoError> for std::io::Error {
+    fn from(e: IoError) -> Self {
+        match e {
+            IoError::Os { source, .. } => source,
+            IoError::Invalid(msg) => std::io::Error::new(std::io::ErrorKind::InvalidInput, msg),
+            e @ IoError::DiskFull { .. } => std::io::Error::new(std::io::ErrorKind::StorageFull, e),
+            e => std::io::Error::other(e),
+        }
+    }
+}
+
 impl IoError {
     /// Wraps an OS error, turning "no space" and "file too large" into [`IoError::DiskFull`].
     pub fn os(

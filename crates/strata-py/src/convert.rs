@@ -5,9 +5,9 @@ use pyo3::prelude::*;
 use pythonize::{depythonize, pythonize};
 use strata_store::convert::{self as store, ConvertOptions};
 
+use crate::call::run;
 use crate::config::section;
 use crate::errors::{config_error, ToPyErr};
-use crate::run;
 
 /// What a conversion with the `[convert]` section `options` reads: the input format (detected
 /// when `auto`) and the files by role (`strata_store::convert::SourcePlan`).

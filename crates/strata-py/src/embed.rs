@@ -16,10 +16,10 @@ use strata_embed::{
 };
 use strata_io::{AlignedBuf, Engine};
 
+use crate::call::run;
 use crate::callback::CallbackError;
 use crate::config::section;
 use crate::errors::{config_error, ToPyErr};
-use crate::run;
 
 /// The epoch schedule of `options` (the `[embed.plan]` section: `ordering`, `partitions`,
 /// `buffer`), with its load and overlap figures.

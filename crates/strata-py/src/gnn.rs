@@ -12,8 +12,8 @@ use strata_gnn::data::{Consumer, DataConfig, GnnData};
 use strata_gnn::pipeline::{Batch, NodeLoader};
 use strata_store::budget::Planned;
 
+use crate::call::job;
 use crate::errors::{config_error, ToPyErr};
-use crate::job;
 use crate::progress::PyProgress;
 
 /// A store opened for GNN training (topology, sampler, feature tiers within the budget).

@@ -14,10 +14,10 @@ use strata_grid::input::{build_input, InputBuildJob};
 use strata_grid::run::{run as run_grid, run_distributed};
 use strata_grid::{Grid, GridError};
 
+use crate::call::run;
 use crate::callback::CallbackError;
 use crate::config::section;
 use crate::errors::{config_error, raise, ToPyErr};
-use crate::run;
 
 /// Builds a grid; `options` are the `grid.build` section
 /// (`strata_grid::config::BuildOptions`).

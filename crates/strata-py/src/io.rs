@@ -9,9 +9,9 @@ use strata_io::profile::{profile_path, DeviceProfile, ProfileReport};
 use strata_io::{Engine, EngineConfig};
 
 use crate::bench_disk::BenchDiskOptions;
+use crate::call::{job, run};
 use crate::config::section;
 use crate::errors::ToPyErr;
-use crate::{job, run};
 
 fn io_err(py: Python<'_>, e: strata_io::IoError) -> PyErr {
     strata_store::StoreError::from(e).to_py(py)

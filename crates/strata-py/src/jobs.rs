@@ -3,9 +3,9 @@
 use pyo3::prelude::*;
 use strata_store::generate as generators;
 
+use crate::call::run;
 use crate::config::section;
 use crate::errors::config_error;
-use crate::run;
 
 /// Generates a graph: `kind` is `rmat`, `kg`, `sbm` or `hetsbm`; `options` mirrors its options
 /// struct.

@@ -4,6 +4,7 @@
 //! errors become the exception classes of `strata.errors`.
 
 mod bench_disk;
+mod call;
 mod callback;
 mod config;
 mod convert;
@@ -24,31 +25,6 @@ mod serve_model;
 mod store;
 
 use pyo3::prelude::*;
-use pythonize::{depythonize, pythonize};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
-use errors::{config_error, ToPyErr};
-use progress::PyProgress;
-
-/// Converts a Python dict into a typed job, naming the offending field on failure.
-fn job<T: DeserializeOwned>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
-    depythonize(obj).map_err(|e| config_error(obj.py(), &e.to_string()))
-}
-
-/// Runs `f` without the GIL, reporting progress to `callback`, and converts its result.
-fn run<T: Serialize + Send, E: ToPyErr + Send>(
-    py: Python<'_>,
-    callback: Option<Py<PyAny>>,
-    f: impl FnOnce(&PyProgress) -> Result<T, E> + Send,
-) -> PyResult<Py<PyAny>> {
-    let progress = PyProgress::new(callback);
-    let outcome = py.detach(|| f(&progress));
-    match outcome {
-        Ok(v) => Ok(pythonize(py, &v)?.unbind()),
-        Err(e) => Err(progress.take_error().unwrap_or_else(|| e.to_py(py))),
-    }
-}
 
 /// Makes glibc return large freed buffers to the OS at once. Its default raises the mmap
 /// threshold after the first large free, after which freed buffers stay resident in per-thread

@@ -9,9 +9,9 @@ use strata_embed::{
     export_pbg, import_pbg, Dataset, EmbedError, ExportOptions, Hdf5, ImportPbgOptions, Loaded,
 };
 
+use crate::call::run;
 use crate::callback::CallbackError;
 use crate::config::section;
-use crate::run;
 
 /// HDF5 files through a Python object's `write(path, datasets)`, `info(path, dataset)`,
 /// `datasets(path, group)` and `rows(path, dataset, lo, hi)`; datasets travel as

@@ -6,9 +6,9 @@ use strata_graph::order::OrderKind;
 use strata_graph::reorder::ReorderOptions;
 use strata_graph::{GraphError, Topology};
 
+use crate::call::run;
 use crate::config::section;
 use crate::errors::{config_error, ToPyErr};
-use crate::run;
 
 /// Writes a store renumbered by a node order; `options` is the `[reorder]` section. Returns
 /// the summary (`strata_graph::reorder::ReorderSummary`); the memory plan goes to `progress`

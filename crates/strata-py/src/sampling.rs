@@ -11,9 +11,9 @@ use strata_graph::sampler::{HeteroSample, NeighborSampler, Sample, SamplerConfig
 use strata_graph::topology::{ColumnSet, Direction, Topology};
 use strata_store::{open_checked, NoProgress};
 
+use crate::call::job;
 use crate::errors::{config_error, ToPyErr};
 use crate::gnn::values;
-use crate::job;
 
 /// A store's CSC in RAM with the edge columns its sampler needs (edge ids when it records
 /// them).

@@ -13,8 +13,8 @@ use strata_graph::Block;
 use strata_serve::model::{Architecture, Model, Precision};
 use strata_serve::ServeError;
 
+use crate::call::job;
 use crate::errors::{config_error, raise, ToPyErr};
-use crate::job;
 
 /// A GNN loaded for native inference (immutable; safe to share between threads).
 #[pyclass(frozen, name = "NativeModel")]

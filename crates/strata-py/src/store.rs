@@ -7,8 +7,8 @@ use strata_store::check::CheckOptions;
 use strata_store::strtab::NameTable as NativeNameTable;
 use strata_store::Store;
 
+use crate::call::run;
 use crate::errors::ToPyErr;
-use crate::run;
 
 /// Opens and validates the store at `path`; returns its manifest as a dict.
 #[pyfunction]

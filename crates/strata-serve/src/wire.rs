@@ -104,7 +104,7 @@ pub fn architecture(
     let Some(a) = a else { return Ok(None) };
     let kind = match proto::ModelKind::try_from(a.kind) {
         Ok(proto::ModelKind::Unspecified) => return Ok(None),
-        // MODEL_KIND_SAGE_MEAN is the registered kind sage_mean.
+        // MODEL_KIND_SAGE_POOL is the registered kind sage_pool.
         Ok(k) => k
             .as_str_name()
             .trim_start_matches("MODEL_KIND_")
@@ -190,9 +190,22 @@ mod tests {
             assert_eq!(serde_json::from_str::<Architecture>(&json).unwrap(), a);
         }
         let e = serde_json::from_str::<Architecture>(
-            r#"{"kind":"sage_maen","in_dim":3,"hidden_dim":4,"out_dim":2,"layers":1,"fanouts":[5]}"#,
+            r#"{"kind":"sage_pol","in_dim":3,"hidden_dim":4,"out_dim":2,"layers":1,"fanouts":[5]}"#,
         )
         .unwrap_err();
-        assert!(e.to_string().contains("did you mean `sage_mean`?"), "{e}");
+        assert!(e.to_string().contains("did you mean `sage_pool`?"), "{e}");
+    }
+
+    /// A model exported when GraphSAGE-mean was served as `sage_mean` still loads, as `sage`,
+    /// and is written back under its one name.
+    #[test]
+    fn a_renamed_layer_kind_still_loads_under_its_new_name() {
+        let old = r#"{"kind":"sage_mean","in_dim":3,"hidden_dim":4,"out_dim":2,"layers":1,"fanouts":[5]}"#;
+        let a = serde_json::from_str::<Architecture>(old).unwrap();
+        assert_eq!(a.kind, ModelKind::Sage);
+        assert_eq!(a.kind.name(), "sage");
+        assert!(serde_json::to_string(&a)
+            .unwrap()
+            .contains(r#""kind":"sage""#));
     }
 }

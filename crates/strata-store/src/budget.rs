@@ -23,6 +23,11 @@ use crate::units::fmt_bytes;
 /// beside the anonymous memory an epoch took 1.7x as long.
 pub const CODE_PAGES_BYTES: u64 = 96 << 20;
 
+/// Bytes an engine whose caller does not measure its process reserves for the process itself
+/// (interpreter, libraries, allocator slack, the I/O engine's rings and bounce buffers):
+/// strata-embed's plan and strata-gnn's, when nothing was measured.
+pub const RUNTIME_BYTES: u64 = 64 << 20;
+
 /// The name of the plan part that holds a distributed rank's torch and gloo.
 pub const GROUP_PART: &str = "torch + gloo";
 

@@ -10,7 +10,8 @@ use crate::error::{Result, StoreError};
 /// Byte offset at which the data of every array Strata writes begins.
 pub const DATA_OFFSET: u64 = ALIGN as u64;
 
-const MAGIC: &[u8; 6] = b"\x93NUMPY";
+/// The first bytes of every `.npy` file.
+pub const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
 /// Element types Strata reads and writes (little-endian only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import ConfigError
+from ..layer_kinds import LAYER_KINDS
 from .schema import FanoutTable, native_section, option
+
+#: `--model`'s choices: the registered layer kinds (:data:`strata.layer_kinds.LAYER_KINDS`).
+LayerKindName = Literal[tuple(LAYER_KINDS)]
 
 
 class _TrainFrontEnd:
@@ -20,10 +24,10 @@ class _TrainFrontEnd:
         help="store with node features, labels and node splits (a typed store: per node type, see target_type)",
     )
     run_dir: Path | None = option(None, help="run directory (default: STORE/runs/gnn-MODEL)")
-    model: Literal["sage", "sage_pool", "gcn", "gin", "gat", "rgcn", "sage_hetero"] = option(
+    model: LayerKindName = option(
         "sage",
-        help="GraphSAGE (mean aggregator), GraphSAGE (max-pool), GCN, GIN or GAT, in plain torch; rgcn (R-GCN) and "
-        "sage_hetero (GraphSAGE per edge type) for typed stores (node and edge types)",
+        help="the layer kind, in plain torch: "
+        + "; ".join(f"{name} ({kind.help})" for name, kind in LAYER_KINDS.items()),
     )
     target_type: str | None = option(
         None,

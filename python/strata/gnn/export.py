@@ -10,9 +10,9 @@ from .. import weights
 
 
 def export_model(model, path: str | os.PathLike, *, fanouts: list[int], format: str | None = None) -> Path:
-    """Writes ``model`` (a :class:`strata.gnn.models.GNN` of a layer kind registered with a
-    ``served_as`` kind: sage, sage_pool, gcn or gin)
-    to ``path`` for serving: its ``state_dict()`` as float32 and its architecture with the
+    """Writes ``model`` (a :class:`strata.gnn.models.GNN` of a served layer kind:
+    :data:`strata.layer_kinds.LAYER_KINDS`' ``served``, the same name in the service) to
+    ``path`` for serving: its ``state_dict()`` as float32 and its architecture with the
     sampling ``fanouts`` (one per layer, seeds outwards, each >= 1 or -1 for all neighbours).
     ``format`` is ``safetensors`` or ``npz``, or None to take it from the suffix. Returns the
     path written. GAT is refused (the service has no attention kernel)."""
@@ -20,7 +20,7 @@ def export_model(model, path: str | os.PathLike, *, fanouts: list[int], format: 
 
     if not isinstance(model, GNN):
         raise TypeError(f"export_model: expected a strata.gnn.models.GNN, got {type(model).__name__}")
-    served = {name: kind.served_as for name, kind in LAYERS.items() if kind.served_as}
+    served = [name for name, kind in LAYERS.items() if kind.served]
     if model.kind not in served:
         raise ValueError(
             f"export_model: a {model.kind!r} model cannot be served; the service runs "
@@ -31,7 +31,7 @@ def export_model(model, path: str | os.PathLike, *, fanouts: list[int], format: 
     if len(fanouts) != layers or any(f != -1 and f < 1 for f in fanouts):
         raise ValueError(f"fanouts: need {layers} values (one per layer), each >= 1 or -1; got {fanouts}")
     architecture = {
-        "kind": served[model.kind],
+        "kind": model.kind,
         "in_dim": int(model.in_dim),
         "hidden_dim": int(model.hidden),
         "out_dim": int(model.out_dim),

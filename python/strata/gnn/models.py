@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..layer_kinds import LAYER_KINDS
 from ._torch import require_torch
 
 torch = require_torch()
@@ -23,34 +24,36 @@ F = torch.nn.functional
 
 @dataclass(frozen=True)
 class LayerKind:
-    """A registered layer kind: its conv class, one line of help, the layer kind of the graph
-    service it is exported as (``strata_serve::model::ModelKind``; None: not servable), and
-    whether it is built for typed graphs (its parameters are per edge type)."""
+    """A registered layer kind: its conv class and its declaration in
+    :data:`strata.layer_kinds.LAYER_KINDS` (help, ``served``: the graph service runs it under
+    the same name, ``typed``: built for typed graphs, its parameters per edge type)."""
 
     cls: type
     help: str
-    served_as: str | None
-    typed: bool = False
+    served: bool
+    typed: bool
 
 
 #: The layer kinds a :class:`GNN` stacks, by name, in registration order (:func:`register_layer`).
 LAYERS: dict[str, LayerKind] = {}
 
 
-def register_layer(
-    name: str, *, help: str, served_as: str | None = None, typed: bool = False
-) -> Callable[[type], type]:
+def register_layer(name: str) -> Callable[[type], type]:
     """Registers a conv class as layer kind ``name`` (``GNN(name, ...)``, ``strata gnn train
-    --model name``). The class takes ``(in_dim, out_dim)`` and implements ``cost_widths`` and
-    ``forward(block, x)``; a classmethod ``for_stack(dims, i, heads=, train_eps=)`` builds layer
-    ``i`` of a stack of widths ``dims`` when it needs more than the two widths. ``served_as``
-    names the service's kernel of the same layer, whose tensors are the class's state dict.
-    ``typed`` kinds have parameters per edge type: they take ``(in_dim, out_dim, edge_types)``."""
+    --model name``), which :data:`strata.layer_kinds.LAYER_KINDS` declares (its help, whether it
+    is served and whether it is typed). The class takes ``(in_dim, out_dim)`` and implements
+    ``cost_widths`` and ``forward(block, x)``; a classmethod ``for_stack(dims, i, heads=,
+    train_eps=)`` builds layer ``i`` of a stack of widths ``dims`` when it needs more than the
+    two widths. A served kind's tensors are the class's state dict. Typed kinds take ``(in_dim,
+    out_dim, edge_types)``."""
 
     def register(cls: type) -> type:
+        if name not in LAYER_KINDS:
+            raise ValueError(f"layer kind {name!r} is not declared: add it to strata.layer_kinds.LAYER_KINDS")
         if name in LAYERS:
             raise ValueError(f"layer kind {name!r} is registered twice ({LAYERS[name].cls.__name__}, {cls.__name__})")
-        LAYERS[name] = LayerKind(cls, help, served_as, typed)
+        kind = LAYER_KINDS[name]
+        LAYERS[name] = LayerKind(cls, kind.help, kind.served, kind.typed)
         return cls
 
     return register
@@ -120,7 +123,7 @@ def _mean_neighbours(block: Block, x: torch.Tensor) -> torch.Tensor:
     return out / block.in_degree().clamp(min=1).unsqueeze(1).to(x.dtype)
 
 
-@register_layer("sage", help="GraphSAGE (mean aggregator)", served_as="sage_mean")
+@register_layer("sage")
 class SAGEConv(nn.Module):
     """GraphSAGE with the mean aggregator: ``W_self x_v + W_neigh mean(x_u)`` (Hamilton et al.
     2017, as PyG's ``SAGEConv``)."""
@@ -148,7 +151,7 @@ def _max_neighbours(block: Block, x: torch.Tensor) -> torch.Tensor:
     return out.scatter_reduce(0, index, x[block.src], reduce="amax", include_self=False)
 
 
-@register_layer("sage_pool", help="GraphSAGE (max-pool)", served_as="sage_pool")
+@register_layer("sage_pool")
 class SAGEPoolConv(nn.Module):
     """GraphSAGE with the max-pool aggregator (Hamilton et al. 2017, eq. 3): each sampled
     source is first passed through a one-layer perceptron, ``h_u = ReLU(W_pool x_u + b_pool)``
@@ -178,7 +181,7 @@ class SAGEPoolConv(nn.Module):
         return self.self_lin(x[: block.num_dst]) + self.neigh_lin(pooled)
 
 
-@register_layer("gcn", help="GCN", served_as="gcn")
+@register_layer("gcn")
 class GCNConv(nn.Module):
     """Kipf and Welling's GCN on a sampled block, with a self loop per destination and the
     symmetric normalisation ``1 / sqrt((d_v + 1)(d_u + 1))`` over the block's degrees."""
@@ -203,7 +206,7 @@ class GCNConv(nn.Module):
         return out + self.lin.bias
 
 
-@register_layer("gin", help="GIN", served_as="gin")
+@register_layer("gin")
 class GINConv(nn.Module):
     """Graph isomorphism network layer (Xu et al. 2019, eq. 4.1):
 
@@ -237,7 +240,7 @@ class GINConv(nn.Module):
         return self.lin2(F.relu(self.lin1(out)))
 
 
-@register_layer("gat", help="GAT (heads heads per hidden layer)")
+@register_layer("gat")
 class GATConv(nn.Module):
     """Graph attention (Veličković et al. 2018): per head, ``e_uv = LeakyReLU(a_l W x_u + a_r
     W x_v)``, softmax over each destination's sources and itself; heads concatenated, or
@@ -293,7 +296,7 @@ def _check_edge_types(block: Block, num_types: int, layer: str) -> None:
         raise ValueError(f"{layer}: the block has edge type {int(block.etype.max())}, the layer {num_types} edge types")
 
 
-@register_layer("rgcn", help="R-GCN (a weight per edge type; typed stores)", typed=True)
+@register_layer("rgcn")
 class RGCNConv(nn.Module):
     """Relational GCN (Schlichtkrull et al. 2018, eq. 2) with the per-relation mean
     (``c_vr = |N_r(v)|``), one weight matrix per edge type ``r`` (no basis decomposition):
@@ -327,7 +330,7 @@ class RGCNConv(nn.Module):
         return self.root_lin(x[:n]) + torch.einsum("nri,rio->no", mean, self.weight)
 
 
-@register_layer("sage_hetero", help="GraphSAGE per edge type, summed per node type (typed stores)", typed=True)
+@register_layer("sage_hetero")
 class HeteroSAGEConv(nn.Module):
     """Heterogeneous GraphSAGE: a mean-aggregator :class:`SAGEConv` per edge type ``r = (s,
     t)``; a destination of node type ``t`` sums the layers of the edge types into ``t``:

@@ -18,6 +18,7 @@ import grpc
 import numpy as np
 
 from ..errors import ConfigError, StrataError
+from ..layer_kinds import served_kind
 from ..units import parse_size
 from . import _proto
 
@@ -316,7 +317,8 @@ class Client:
             fields["path"] = str(path)
         if architecture is not None:
             arch = dict(architecture)
-            arch["kind"] = _proto.enum_value("ModelKind", f"MODEL_KIND_{str(arch['kind']).upper()}")
+            kind = served_kind(str(arch["kind"]))
+            arch["kind"] = _proto.enum_value("ModelKind", f"MODEL_KIND_{kind.upper()}")
             fields["architecture"] = _proto.message("ModelArchitecture")(**arch)
         fields["precision"] = _proto.enum_value("Precision", f"PRECISION_{precision.upper()}")
         info = self._call("ModelRegister", **fields)

@@ -2,8 +2,8 @@
 //! negative scores are one matrix product and its backward pass two more, reusing `φ` and the
 //! loss weights of the forward pass.
 
-use super::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreBatch, ScoreModel, Scratch,
+use super::score::{
+    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreBatch, Scratch, Shape,
 };
 use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
@@ -16,7 +16,7 @@ pub(super) trait Bilinear: Combine {
 
 /// The training step of a bilinear model (see [`super::chunk_step`]).
 pub(super) fn step<M: Bilinear>(
-    model: &ScoreModel,
+    model: &Shape,
     loss: &Loss,
     c: &Chunk,
     g: &mut Grads,
@@ -62,12 +62,7 @@ pub(super) fn step<M: Bilinear>(
 }
 
 /// Candidate scores of a bilinear model (see [`super::score_candidates`]).
-pub(super) fn score<M: Bilinear>(
-    model: &ScoreModel,
-    q: &ScoreBatch,
-    out: &mut [f32],
-    s: &mut Scratch,
-) {
+pub(super) fn score<M: Bilinear>(model: &Shape, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
     let ScoreBatch {
         b,
         n,

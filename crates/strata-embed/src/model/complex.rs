@@ -4,9 +4,8 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::{
-    even_dim, phase, Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel,
-};
+use super::score::{even_dim, phase, Combine, Layout, ScoreFunction, Shape};
+use super::{Comparator, Operator, PbgForm};
 
 /// `Re⟨s, r, conj t⟩`.
 pub struct ComplEx;
@@ -42,20 +41,20 @@ impl Bilinear for ComplEx {
 }
 
 impl ScoreFunction for ComplEx {
-    fn rel_dim(&self, model: &ScoreModel) -> usize {
-        model.dim
+    fn rel_dim(&self, dim: usize, _pbg: PbgForm) -> usize {
+        dim
     }
 
-    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+    fn layouts(&self, _model: &Shape) -> (Layout, Layout) {
         (Layout::Complex, Layout::Complex)
     }
 
-    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+    fn natural_comparator(&self, _model: &Shape) -> Comparator {
         // Scores weight coordinates by the relation: only directions compare across relations.
         Comparator::Cos
     }
 
-    fn pbg_form(&self, _model: &ScoreModel) -> Result<PbgForm, String> {
+    fn pbg_form(&self, _model: &Shape) -> Result<PbgForm, String> {
         Ok(PbgForm {
             operator: Operator::ComplexDiagonal,
             comparator: Comparator::Dot,
@@ -66,8 +65,8 @@ impl ScoreFunction for ComplEx {
         even_dim(Self::NAME, dim)
     }
 
-    /// Unit complex numbers with random phases (see [`ScoreModel::init_relation`]).
-    fn init_relation(&self, model: &ScoreModel, row: &mut [f32], rng: &mut Rng, _scale: f32) {
+    /// Unit complex numbers with random phases (see [`Shape::init_relation`]).
+    fn init_relation(&self, model: &Shape, row: &mut [f32], rng: &mut Rng, _scale: f32) {
         let h = model.dim / 2;
         for k in 0..h {
             let theta = phase(rng);
@@ -77,7 +76,7 @@ impl ScoreFunction for ComplEx {
     }
 
     /// The conjugate.
-    fn reverse_relation(&self, model: &ScoreModel, row: &mut [f32]) {
+    fn reverse_relation(&self, model: &Shape, row: &mut [f32]) {
         row[model.dim / 2..].iter_mut().for_each(|v| *v = -*v);
     }
 

@@ -4,7 +4,8 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::{Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel};
+use super::score::{Combine, Layout, ScoreFunction, Shape};
+use super::{Comparator, Operator, PbgForm};
 
 /// `⟨s, r, t⟩`.
 pub struct DistMult;
@@ -32,20 +33,20 @@ impl Bilinear for DistMult {
 }
 
 impl ScoreFunction for DistMult {
-    fn rel_dim(&self, model: &ScoreModel) -> usize {
-        model.dim
+    fn rel_dim(&self, dim: usize, _pbg: PbgForm) -> usize {
+        dim
     }
 
-    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+    fn layouts(&self, _model: &Shape) -> (Layout, Layout) {
         (Layout::Real, Layout::Real)
     }
 
-    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+    fn natural_comparator(&self, _model: &Shape) -> Comparator {
         // Scores weight coordinates by the relation: only directions compare across relations.
         Comparator::Cos
     }
 
-    fn pbg_form(&self, _model: &ScoreModel) -> Result<PbgForm, String> {
+    fn pbg_form(&self, _model: &Shape) -> Result<PbgForm, String> {
         Ok(PbgForm {
             operator: Operator::Diagonal,
             comparator: Comparator::Dot,
@@ -53,14 +54,14 @@ impl ScoreFunction for DistMult {
     }
 
     /// Random signs: an isometry without a preferred self-score (see
-    /// [`ScoreModel::init_relation`]).
-    fn init_relation(&self, _model: &ScoreModel, row: &mut [f32], rng: &mut Rng, _scale: f32) {
+    /// [`Shape::init_relation`]).
+    fn init_relation(&self, _model: &Shape, row: &mut [f32], rng: &mut Rng, _scale: f32) {
         row.iter_mut()
             .for_each(|v| *v = if rng.below(2) == 0 { 1.0 } else { -1.0 });
     }
 
     /// DistMult is symmetric: `r` scores `(t, r, h)` as it scores `(h, r, t)`.
-    fn reverse_relation(&self, _model: &ScoreModel, _row: &mut [f32]) {}
+    fn reverse_relation(&self, _model: &Shape, _row: &mut [f32]) {}
 
     family_methods!(bilinear);
 }

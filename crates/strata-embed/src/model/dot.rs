@@ -4,7 +4,8 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::{Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel};
+use super::score::{Combine, Layout, ScoreFunction, Shape};
+use super::{Comparator, Operator, PbgForm};
 
 /// `s · t`.
 pub struct Dot;
@@ -27,29 +28,29 @@ impl Bilinear for Dot {
 }
 
 impl ScoreFunction for Dot {
-    fn rel_dim(&self, _model: &ScoreModel) -> usize {
+    fn rel_dim(&self, _dim: usize, _pbg: PbgForm) -> usize {
         0
     }
 
-    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+    fn layouts(&self, _model: &Shape) -> (Layout, Layout) {
         (Layout::Real, Layout::Real)
     }
 
-    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+    fn natural_comparator(&self, _model: &Shape) -> Comparator {
         // Its score is the dot product.
         Comparator::Dot
     }
 
-    fn pbg_form(&self, _model: &ScoreModel) -> Result<PbgForm, String> {
+    fn pbg_form(&self, _model: &Shape) -> Result<PbgForm, String> {
         Ok(PbgForm {
             operator: Operator::None,
             comparator: Comparator::Dot,
         })
     }
 
-    fn init_relation(&self, _model: &ScoreModel, _row: &mut [f32], _rng: &mut Rng, _scale: f32) {}
+    fn init_relation(&self, _model: &Shape, _row: &mut [f32], _rng: &mut Rng, _scale: f32) {}
 
-    fn reverse_relation(&self, _model: &ScoreModel, _row: &mut [f32]) {}
+    fn reverse_relation(&self, _model: &Shape, _row: &mut [f32]) {}
 
     family_methods!(bilinear);
 }

@@ -1,9 +1,8 @@
 //! The pairwise family (TransE-L1, RotatE): `a = s ⊕ r`, score `−Σ_k dist_k(a, t)` computed
 //! for every (query, target) pair.
 
-use super::{
-    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, Loss, ScoreBatch, ScoreModel,
-    Scratch,
+use super::score::{
+    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, Loss, ScoreBatch, Scratch, Shape,
 };
 
 /// A score function computed pair by pair from the query row `a` of its [`Combine`].
@@ -22,7 +21,7 @@ pub(super) trait Pairwise: Combine {
 
 /// The training step of a pairwise model (see [`super::chunk_step`]).
 pub(super) fn step<M: Pairwise>(
-    model: &ScoreModel,
+    model: &Shape,
     loss: &Loss,
     c: &Chunk,
     g: &mut Grads,
@@ -82,12 +81,7 @@ pub(super) fn step<M: Pairwise>(
 }
 
 /// Candidate scores of a pairwise model (see [`super::score_candidates`]).
-pub(super) fn score<M: Pairwise>(
-    model: &ScoreModel,
-    q: &ScoreBatch,
-    out: &mut [f32],
-    s: &mut Scratch,
-) {
+pub(super) fn score<M: Pairwise>(model: &Shape, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
     let ScoreBatch {
         b,
         n,

@@ -22,11 +22,12 @@ use super::complex::ComplEx;
 use super::distmult::DistMult;
 use super::dot::Dot;
 use super::pairwise::Pairwise;
-use super::transe::TransE;
-use super::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Comparator, Grads, Layout, Loss, Operator,
-    PbgForm, ScoreBatch, ScoreFunction, ScoreModel, Scratch,
+use super::score::{
+    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Layout, Loss, ScoreBatch, ScoreFunction,
+    Scratch, Shape,
 };
+use super::transe::TransE;
+use super::{Comparator, Operator, PbgForm};
 use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// Below this length a row is not scaled up to unit length by `cos` (PBG clamps the norm too).
@@ -109,7 +110,7 @@ impl OperatorRows for Affine {
 }
 
 /// `M` with random signs on its diagonal and zeros elsewhere: an isometry without a preferred
-/// self-score, as DistMult's start (see [`ScoreModel::init_relation`]; PBG starts from the
+/// self-score, as DistMult's start (see [`Shape::init_relation`]; PBG starts from the
 /// identity).
 fn signed_diagonal(d: usize, row: &mut [f32], rng: &mut Rng) {
     row[..d * d].fill(0.0);
@@ -142,11 +143,11 @@ macro_rules! with_operator {
 }
 
 impl ScoreFunction for Pbg {
-    fn rel_dim(&self, model: &ScoreModel) -> usize {
-        model.pbg.operator.rel_dim(model.dim)
+    fn rel_dim(&self, dim: usize, pbg: PbgForm) -> usize {
+        pbg.operator.rel_dim(dim)
     }
 
-    fn layouts(&self, model: &ScoreModel) -> (Layout, Layout) {
+    fn layouts(&self, model: &Shape) -> (Layout, Layout) {
         if model.pbg.operator == Operator::ComplexDiagonal {
             (Layout::Complex, Layout::Complex)
         } else {
@@ -154,17 +155,17 @@ impl ScoreFunction for Pbg {
         }
     }
 
-    fn natural_comparator(&self, model: &ScoreModel) -> Comparator {
+    fn natural_comparator(&self, model: &Shape) -> Comparator {
         model.pbg.comparator
     }
 
-    fn pbg_form(&self, model: &ScoreModel) -> Result<PbgForm, String> {
+    fn pbg_form(&self, model: &Shape) -> Result<PbgForm, String> {
         Ok(model.pbg)
     }
 
     /// The named models' starts for the operators that are theirs; for `linear` and `affine`,
     /// a signed diagonal matrix (and a zero translation).
-    fn init_relation(&self, model: &ScoreModel, row: &mut [f32], rng: &mut Rng, scale: f32) {
+    fn init_relation(&self, model: &Shape, row: &mut [f32], rng: &mut Rng, scale: f32) {
         let d = model.dim;
         match model.pbg.operator {
             Operator::None => {}
@@ -182,7 +183,7 @@ impl ScoreFunction for Pbg {
     /// `−r` (translation), `r` (diagonal), the conjugate (complex_diagonal), `Mᵀ` (linear);
     /// only called for the forms that are [`PbgForm::reversible`] (the config refuses the
     /// others without reciprocal relations).
-    fn reverse_relation(&self, model: &ScoreModel, row: &mut [f32]) {
+    fn reverse_relation(&self, model: &Shape, row: &mut [f32]) {
         let d = model.dim;
         match model.pbg.operator {
             Operator::None | Operator::Diagonal => {}
@@ -204,31 +205,13 @@ impl ScoreFunction for Pbg {
         1
     }
 
-    fn step(
-        &self,
-        model: &ScoreModel,
-        loss: &Loss,
-        c: &Chunk,
-        g: &mut Grads,
-        s: &mut Scratch,
-    ) -> f64 {
+    fn step(&self, model: &Shape, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch) -> f64 {
         with_operator!(model, step(model, loss, c, g, s))
     }
 
-    fn score(&self, model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
+    fn score(&self, model: &Shape, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
         with_operator!(model, score(model, q, out, s))
     }
-}
-
-/// Buffers of the `cos` comparator: unit-length copies of the targets and every row's length.
-#[derive(Default)]
-pub(super) struct CosScratch {
-    /// Unit-length true targets, `b x d`.
-    dst: Vec<f32>,
-    /// Unit-length negatives or candidates, `n x d`.
-    neg: Vec<f32>,
-    /// Lengths of the query rows (`b`), true targets (`b`) and negatives (`n`).
-    norms: Vec<f32>,
 }
 
 /// Scales each `d`-real row of `x` to unit length in place, writing its length to `norms`.
@@ -286,7 +269,7 @@ fn pair_score(cmp: Comparator, q: &[f32], t: &[f32]) -> f32 {
 /// The query rows `a = op(s)` into `s.phi`, scaled to unit length for `cos` (their lengths
 /// into `norms`, `b` reals).
 fn queries<O: OperatorRows>(
-    model: &ScoreModel,
+    model: &Shape,
     b: usize,
     src: &[f32],
     rel: &[f32],
@@ -329,7 +312,7 @@ fn finish_scores(
 }
 
 /// Candidate scores of a `pbg` model (see [`super::score_candidates`]).
-fn score<O: OperatorRows>(model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
+fn score<O: OperatorRows>(model: &Shape, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
     let ScoreBatch {
         b,
         n,
@@ -359,7 +342,7 @@ fn score<O: OperatorRows>(model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s
 /// The training step of a `pbg` model (see [`super::chunk_step`]).
 #[allow(clippy::needless_range_loop)] // index loops over parallel arrays
 fn step<O: OperatorRows>(
-    model: &ScoreModel,
+    model: &Shape,
     loss: &Loss,
     c: &Chunk,
     g: &mut Grads,

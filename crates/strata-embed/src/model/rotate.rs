@@ -5,7 +5,8 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::pairwise::Pairwise;
-use super::{even_dim, phase, Combine, Comparator, Layout, PbgForm, ScoreFunction, ScoreModel};
+use super::score::{even_dim, phase, Combine, Layout, ScoreFunction, Shape};
+use super::{Comparator, PbgForm};
 
 /// `−Σ_k |s_k r_k − t_k|`.
 pub struct RotatE;
@@ -58,21 +59,21 @@ impl Pairwise for RotatE {
 }
 
 impl ScoreFunction for RotatE {
-    fn rel_dim(&self, model: &ScoreModel) -> usize {
-        model.dim / 2
+    fn rel_dim(&self, dim: usize, _pbg: PbgForm) -> usize {
+        dim / 2
     }
 
-    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+    fn layouts(&self, _model: &Shape) -> (Layout, Layout) {
         // Relation rows are phases, not regularized.
         (Layout::Complex, Layout::Skip)
     }
 
-    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+    fn natural_comparator(&self, _model: &Shape) -> Comparator {
         // It scores by distances.
         Comparator::L2
     }
 
-    fn pbg_form(&self, _model: &ScoreModel) -> Result<PbgForm, String> {
+    fn pbg_form(&self, _model: &Shape) -> Result<PbgForm, String> {
         Err("model rotate has no PyTorch-BigGraph form: RotatE sums the moduli of complex differences, which no PBG comparator computes".into())
     }
 
@@ -80,13 +81,13 @@ impl ScoreFunction for RotatE {
         even_dim(Self::NAME, dim)
     }
 
-    /// Random phases (see [`ScoreModel::init_relation`]).
-    fn init_relation(&self, _model: &ScoreModel, row: &mut [f32], rng: &mut Rng, _scale: f32) {
+    /// Random phases (see [`Shape::init_relation`]).
+    fn init_relation(&self, _model: &Shape, row: &mut [f32], rng: &mut Rng, _scale: f32) {
         row.iter_mut().for_each(|v| *v = phase(rng));
     }
 
     /// The opposite rotation.
-    fn reverse_relation(&self, _model: &ScoreModel, row: &mut [f32]) {
+    fn reverse_relation(&self, _model: &Shape, row: &mut [f32]) {
         row.iter_mut().for_each(|v| *v = -*v);
     }
 

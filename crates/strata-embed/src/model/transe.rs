@@ -5,10 +5,11 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::pairwise::{self, Pairwise};
-use super::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Comparator, Grads, Layout, Loss, Operator,
-    PbgForm, ScoreBatch, ScoreFunction, ScoreModel, Scratch,
+use super::score::{
+    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Layout, Loss, ScoreBatch, ScoreFunction,
+    Scratch, Shape,
 };
+use super::{Comparator, Operator, PbgForm};
 use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
 /// `−‖s + r − t‖`.
@@ -48,20 +49,20 @@ impl Pairwise for TransE {
 }
 
 impl ScoreFunction for TransE {
-    fn rel_dim(&self, model: &ScoreModel) -> usize {
-        model.dim
+    fn rel_dim(&self, dim: usize, _pbg: PbgForm) -> usize {
+        dim
     }
 
-    fn layouts(&self, _model: &ScoreModel) -> (Layout, Layout) {
+    fn layouts(&self, _model: &Shape) -> (Layout, Layout) {
         (Layout::Real, Layout::Real)
     }
 
-    fn natural_comparator(&self, _model: &ScoreModel) -> Comparator {
+    fn natural_comparator(&self, _model: &Shape) -> Comparator {
         // It scores by distances.
         Comparator::L2
     }
 
-    fn pbg_form(&self, model: &ScoreModel) -> Result<PbgForm, String> {
+    fn pbg_form(&self, model: &Shape) -> Result<PbgForm, String> {
         if model.transe_norm == 2 {
             Ok(PbgForm {
                 operator: Operator::Translation,
@@ -72,8 +73,8 @@ impl ScoreFunction for TransE {
         }
     }
 
-    /// Normal offsets of the node embeddings' scale (see [`ScoreModel::init_relation`]).
-    fn init_relation(&self, _model: &ScoreModel, row: &mut [f32], rng: &mut Rng, scale: f32) {
+    /// Normal offsets of the node embeddings' scale (see [`Shape::init_relation`]).
+    fn init_relation(&self, _model: &Shape, row: &mut [f32], rng: &mut Rng, scale: f32) {
         for pair in row.chunks_mut(2) {
             let (a, b) = rng.normal_pair();
             pair[0] = a as f32 * scale;
@@ -84,7 +85,7 @@ impl ScoreFunction for TransE {
     }
 
     /// `-r`.
-    fn reverse_relation(&self, _model: &ScoreModel, row: &mut [f32]) {
+    fn reverse_relation(&self, _model: &Shape, row: &mut [f32]) {
         row.iter_mut().for_each(|v| *v = -*v);
     }
 
@@ -93,14 +94,7 @@ impl ScoreFunction for TransE {
         1
     }
 
-    fn step(
-        &self,
-        model: &ScoreModel,
-        loss: &Loss,
-        c: &Chunk,
-        g: &mut Grads,
-        s: &mut Scratch,
-    ) -> f64 {
+    fn step(&self, model: &Shape, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch) -> f64 {
         if model.transe_norm == 2 {
             step_l2(model, loss, c, g, s)
         } else {
@@ -108,7 +102,7 @@ impl ScoreFunction for TransE {
         }
     }
 
-    fn score(&self, model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
+    fn score(&self, model: &Shape, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
         if model.transe_norm != 2 {
             return pairwise::score::<Self>(model, q, out, s);
         }
@@ -135,7 +129,7 @@ impl ScoreFunction for TransE {
 
 /// The TransE-L2 training step: `‖a − t‖²` expanded into matrix products.
 #[allow(clippy::needless_range_loop)] // index loops over parallel arrays
-fn step_l2(model: &ScoreModel, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch) -> f64 {
+fn step_l2(model: &Shape, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch) -> f64 {
     const EPS: f32 = 1e-9;
     let (b, n) = (c.b, c.n);
     let d = model.dim;

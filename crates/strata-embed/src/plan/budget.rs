@@ -14,9 +14,7 @@ use crate::sizes::{part_bytes, QUERY_BATCH, TILE};
 use crate::storage::bank::Banks;
 use crate::storage::entity_types::NodeShape;
 
-/// Bytes reserved for the process itself: interpreter, libraries, allocator slack, I/O engine
-/// rings and bounce buffers.
-pub const RUNTIME_BYTES: u64 = 64 << 20;
+pub use strata_store::budget::RUNTIME_BYTES;
 /// Most edges per bucket piece.
 const MAX_PIECE_ROWS: u64 = 1 << 20;
 /// Edge pieces alive at once: two read ahead, one training, one being read.

@@ -18,7 +18,7 @@ use strata_store::DType;
 
 use crate::config::ExportFormat;
 use crate::error::{io_err, EmbedError, Result};
-use crate::serve::query::{name_of, Loaded};
+use crate::run::loaded::{name_of, Loaded};
 
 /// A writer of rows in id order outside this crate, one file at a time.
 pub trait RowSink {

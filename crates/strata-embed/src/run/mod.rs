@@ -3,5 +3,6 @@
 pub(crate) mod export;
 pub(crate) mod gather;
 pub(crate) mod incremental;
+pub(crate) mod loaded;
 pub(crate) mod pbg;
 pub(crate) mod run_dir;

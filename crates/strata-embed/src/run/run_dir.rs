@@ -285,16 +285,14 @@ impl Run {
     /// checkpoint references.
     pub fn commit(&self) -> Result<()> {
         let path = self.dir.join("run.json");
-        let tmp = self.dir.join("run.json.tmp");
         let text = serde_json::to_string_pretty(&self.meta).expect("run metadata serialises");
         strata_io::durable::fault_point("embed.checkpoint_written");
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;
-        f.write_all(text.as_bytes())
-            .and_then(|_| f.sync_all())
-            .map_err(|e| io_err("write", &tmp, e))?;
-        strata_io::durable::fault_point("embed.run_json_written");
-        std::fs::rename(&tmp, &path).map_err(|e| io_err("rename", &path, e))?;
-        sync_dir(&self.dir)?;
+        strata_io::durable::replace_file_by(
+            &path,
+            |tmp| std::fs::write(tmp, &text).map_err(|e| io_err("write", tmp, e)),
+            // the new run.json is durable beside the old one, not yet renamed over it
+            || strata_io::durable::fault_point("embed.run_json_written"),
+        )?;
         strata_io::durable::fault_point("embed.committed");
         let keep = [self.meta.current.epoch, self.meta.best.epoch];
         for entry in std::fs::read_dir(&self.dir)

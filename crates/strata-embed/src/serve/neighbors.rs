@@ -15,9 +15,8 @@ use crate::compute::kernels::{dot, gemm_abt};
 use crate::config::Which;
 use crate::error::{EmbedError, Result};
 use crate::model::{Comparator, ScoreModel};
-use crate::serve::query::{
-    candidate_rows, name_of, scan_groups, single_rows, Best, Loaded, OrdF32,
-};
+use crate::run::loaded::{name_of, Loaded};
+use crate::serve::query::{candidate_rows, scan_groups, single_rows, Best, OrdF32};
 use crate::sizes::TILE;
 use crate::storage::entity_types::TypedLayout;
 

@@ -14,8 +14,8 @@ use strata_store::config::{ConfigError, Section, Size};
 use crate::config::Which;
 use crate::error::{EmbedError, Result};
 use crate::model::{score_candidates, ScoreBatch, Scratch};
+use crate::run::loaded::Loaded;
 use crate::serve::neighbors::query_rows;
-use crate::serve::query::Loaded;
 
 /// The `[embed.score]` section: scores of the triples in a file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -144,34 +144,29 @@ pub fn score_file(
         EmbedError::Config(format!("{}: cannot {op} it: {e}", path.display()))
     };
     let file = std::fs::File::open(input).map_err(|e| io("read", input, e))?;
-    let tmp = out.map(|o| {
-        let name = o.file_name().map_or("out".into(), |n| n.to_string_lossy());
-        o.with_file_name(format!(".{name}.partial-{}", std::process::id()))
-    });
-    let mut sink: Box<dyn Write> = match &tmp {
-        Some(t) => Box::new(BufWriter::new(
-            std::fs::File::create(t).map_err(|e| io("create", t, e))?,
-        )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
-    };
-    let result = score_lines(l, input, BufReader::new(file), &mut sink, progress).and_then(|n| {
+    let mut score_into = |sink: &mut dyn Write| {
+        let mut sink = BufWriter::new(sink);
+        let n = score_lines(l, input, BufReader::new(&file), &mut sink, progress)?;
         sink.flush()
-            .map(|_| n)
-            .map_err(|e| io("write", out.unwrap_or(input), e))
-    });
-    drop(sink);
-    let triples = match (result, &tmp, out) {
-        (Ok(n), Some(t), Some(o)) => {
-            std::fs::rename(t, o).map_err(|e| io("write", o, e))?;
+            .map_err(|e| io("write", out.unwrap_or(input), e))?;
+        Ok::<_, EmbedError>(n)
+    };
+    let triples = match out {
+        // beside `out`, renamed into place when complete (and durable)
+        Some(o) => {
+            let mut n = 0;
+            strata_io::durable::replace_file_by(
+                o,
+                |tmp| {
+                    let mut f = std::fs::File::create(tmp).map_err(|e| io("create", tmp, e))?;
+                    n = score_into(&mut f)?;
+                    Ok::<_, EmbedError>(())
+                },
+                || {},
+            )?;
             n
         }
-        (Ok(n), _, _) => n,
-        (Err(e), t, _) => {
-            if let Some(t) = t {
-                let _ = std::fs::remove_file(t);
-            }
-            return Err(e);
-        }
+        None => score_into(&mut std::io::stdout().lock())?,
     };
     Ok(ScoreReport {
         epoch: l.epoch,

@@ -16,9 +16,9 @@ use crate::config::Which;
 use crate::error::{io_err, EmbedError, Result};
 use crate::eval::Query;
 use crate::plan::budget::{self, EmbedPlan, ServedTable};
+use crate::run::loaded::{name_of, Loaded};
 use crate::run::run_dir::{Checkpoint, Run};
 use crate::serve::neighbors::{neighbors, Metric};
-use crate::serve::query::{name_of, Loaded};
 use crate::serve::score::score_ids;
 use crate::storage::entity_types::node_shape;
 

@@ -7,7 +7,7 @@ use crate::eval::{make_queries, read_triples};
 use crate::model::{score_candidates, ScoreBatch, Scratch};
 use crate::ordering::OrderingKind;
 use crate::run::export::export_with;
-use crate::serve::query::Loaded;
+use crate::run::loaded::Loaded;
 use crate::train::job::train;
 use strata_store::convert::{convert_text, TextJob};
 use strata_store::{NoProgress, Store};

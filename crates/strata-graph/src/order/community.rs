@@ -7,7 +7,8 @@ use std::cmp::Reverse;
 use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
-use super::{most_frequent, sorted_by, Input, NodeOrder};
+use super::shared::sorted_by;
+use super::{most_frequent, Input, NodeOrder};
 use crate::error::Result;
 use crate::topology::Adjacency;
 use crate::Topology;

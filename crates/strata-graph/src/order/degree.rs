@@ -2,7 +2,8 @@
 
 use strata_store::registry::Named;
 
-use super::{by_decreasing_degree, Input, NodeOrder};
+use super::shared::by_decreasing_degree;
+use super::{Input, NodeOrder};
 use crate::error::Result;
 use crate::Topology;
 

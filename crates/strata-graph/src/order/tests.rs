@@ -1,7 +1,10 @@
 use proptest::prelude::*;
 use strata_store::rng::{derive, Rng};
 
+use std::cmp::Reverse;
+
 use super::*;
+use crate::Topology;
 
 /// A symmetric adjacency of the undirected `pairs` over `n` nodes, each list sorted.
 fn undirected_of(n: usize, pairs: &[(u32, u32)]) -> Topology {

@@ -3,7 +3,8 @@
 
 use strata_store::registry::Named;
 
-use super::{by_decreasing_degree, sorted_by, Input, NodeOrder};
+use super::shared::{by_decreasing_degree, sorted_by};
+use super::{Input, NodeOrder};
 use crate::error::Result;
 use crate::topology::Adjacency;
 use crate::Topology;

@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::frontier::{Frontier, Step};
 use super::{
     check_root, chunk_bases, frontier_loop, Algorithm, Ctx, IterationValue, Output, Values, NONE,
 };
 use crate::error::Result;
-use crate::stream::{EdgeKernel, Streamer};
+use crate::stream::Streamer;
 use crate::vertex::{Bitmap, U64Array};
 
 /// Breadth-first search's parameters.
@@ -20,40 +21,29 @@ pub struct Bfs {
     pub root: u64,
 }
 
-struct Expand<'a> {
-    frontier: &'a Bitmap,
-    next: &'a Bitmap,
+/// A vertex reached for the first time takes the frontier vertex as its parent, at `depth`.
+struct Claim<'a> {
     parent: &'a U64Array,
     level: &'a U64Array,
     depth: AtomicU64,
-    base: &'a [u64],
 }
 
-impl EdgeKernel for Expand<'_> {
-    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], _: &[f32], owns_dst: bool) -> u64 {
-        let (sb, db) = (
-            self.base[i as usize] as usize,
-            self.base[j as usize] as usize,
-        );
-        let mut found = 0;
-        for &[s, d] in edges {
-            let (u, v) = (sb + s as usize, db + d as usize);
-            if !self.frontier.get(u) || self.parent.get(v) != NONE {
-                continue;
-            }
-            let claimed = if owns_dst {
-                self.parent.set(v, u as u64);
-                true
-            } else {
-                self.parent.cas_shared(v, NONE, u as u64)
-            };
-            if claimed {
-                self.level.set(v, self.depth.load(Relaxed));
-                self.next.set(v);
-                found += 1;
-            }
+impl Step for Claim<'_> {
+    #[inline]
+    fn carry(&self, u: usize, v: usize, _: f32, owns_dst: bool) -> bool {
+        if self.parent.get(v) != NONE {
+            return false;
         }
-        found
+        let claimed = if owns_dst {
+            self.parent.set(v, u as u64);
+            true
+        } else {
+            self.parent.cas_shared(v, NONE, u as u64)
+        };
+        if claimed {
+            self.level.set(v, self.depth.load(Relaxed));
+        }
+        claimed
     }
 }
 
@@ -82,13 +72,15 @@ impl Algorithm for Bfs {
         level.set(root, 0);
         let (frontier, next) = (Bitmap::new(n), Bitmap::new(n));
         frontier.set(root);
-        let kernel = Expand {
+        let kernel = Frontier {
             frontier: &frontier,
             next: &next,
-            parent: &parent,
-            level: &level,
-            depth: AtomicU64::new(1),
             base: &base,
+            step: Claim {
+                parent: &parent,
+                level: &level,
+                depth: AtomicU64::new(1),
+            },
         };
         // Only the frontier travels between ranks; each rank's levels and parents are
         // gathered once at the end.
@@ -100,7 +92,7 @@ impl Algorithm for Bfs {
             &kernel,
             &[],
             &[&level, &parent],
-            |it| kernel.depth.store(it as u64 + 1, Relaxed),
+            |it| kernel.step.depth.store(it as u64 + 1, Relaxed),
         )?;
         ctx.gather(&[&level, &parent])?;
         let (reached, depth) = (0..n)

@@ -11,11 +11,12 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::frontier::{Frontier, Step};
 use super::{
     chunk_bases, frontier_loop, vertex_hash, Algorithm, Ctx, IterationValue, Output, Values,
 };
 use crate::error::{GridError, Result};
-use crate::stream::{EdgeKernel, Streamer};
+use crate::stream::Streamer;
 use crate::vertex::{Bitmap, F64Array, U64Array};
 
 /// HyperANF's parameters.
@@ -113,49 +114,43 @@ impl Counters {
     }
 }
 
+/// `v`'s counters take the register-wise maximum with `u`'s (self-loops add nothing).
 struct Union<'a> {
-    frontier: &'a Bitmap,
-    next: &'a Bitmap,
     /// The counters as of the previous pass.
     seen: &'a Counters,
     /// The counters this pass builds.
     seen_next: &'a Counters,
-    base: &'a [u64],
 }
 
-impl EdgeKernel for Union<'_> {
-    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], _: &[f32], owns_dst: bool) -> u64 {
-        let (sb, db) = (
-            self.base[i as usize] as usize,
-            self.base[j as usize] as usize,
-        );
+impl Step for Union<'_> {
+    #[inline]
+    fn carry(&self, u: usize, v: usize, _: f32, owns_dst: bool) -> bool {
+        if u == v {
+            return false;
+        }
         let w = self.seen.words;
         let (from, into) = (&self.seen.cells, &self.seen_next.cells);
-        let mut changed = 0;
-        for &[s, d] in edges {
-            let (u, v) = (sb + s as usize, db + d as usize);
-            if u == v || !self.frontier.get(u) {
+        let mut grew = false;
+        for k in 0..w {
+            let (a, at) = (from.get(u * w + k), v * w + k);
+            let b = into.get(at);
+            if byte_max(a, b) == b {
                 continue;
             }
-            let mut grew = false;
-            for k in 0..w {
-                let (a, at) = (from.get(u * w + k), v * w + k);
-                let b = into.get(at);
-                if byte_max(a, b) == b {
-                    continue;
-                }
-                grew = true;
-                if owns_dst {
-                    into.set(at, byte_max(a, b));
-                } else {
-                    into.update_shared(at, |b| byte_max(a, b));
-                }
-            }
-            if grew && self.next.set_new(v) {
-                changed += 1;
+            grew = true;
+            if owns_dst {
+                into.set(at, byte_max(a, b));
+            } else {
+                into.update_shared(at, |b| byte_max(a, b));
             }
         }
-        changed
+        grew
+    }
+
+    /// Counted once a pass.
+    #[inline]
+    fn activate(&self, next: &Bitmap, v: usize) -> bool {
+        next.set_new(v)
     }
 }
 
@@ -196,12 +191,14 @@ impl Algorithm for HyperAnf {
             seen_next.copy(v, &seen);
         }
         let (frontier, next) = (Bitmap::full(n), Bitmap::new(n));
-        let kernel = Union {
+        let kernel = Frontier {
             frontier: &frontier,
             next: &next,
-            seen: &seen,
-            seen_next: &seen_next,
             base: &base,
+            step: Union {
+                seen: &seen,
+                seen_next: &seen_next,
+            },
         };
         // N(t), kept as the sum of the estimates: before each pass the counters the last one
         // changed (the frontier) take their new value.

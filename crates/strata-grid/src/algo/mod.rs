@@ -7,6 +7,7 @@
 
 mod betweenness;
 mod bfs;
+mod frontier;
 mod gather;
 mod hyperanf;
 mod kcore;

@@ -31,7 +31,8 @@ pub(crate) const MAX_IO_CHUNK: u64 = 1 << 20;
 /// [`MAX_IO_CHUNK`].
 pub(crate) fn io_chunk(capacity: u64, threads: usize) -> u64 {
     let share = capacity / 4 / (2 * threads.max(1) as u64);
-    (share / 4096 * 4096).clamp(4096, MAX_IO_CHUNK)
+    const PAGE: u64 = strata_io::ALIGN as u64;
+    strata_io::align_down(share).clamp(PAGE, MAX_IO_CHUNK)
 }
 
 /// The oriented adjacency: vertex v's neighbours of higher rank, ascending by id, are entries

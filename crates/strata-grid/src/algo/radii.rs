@@ -10,12 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::frontier::{Frontier, Step};
 use super::{
     chunk_bases, frontier_loop, sample_vertices, Algorithm, Ctx, IterationValue, Output, Values,
     NONE,
 };
 use crate::error::{GridError, Result};
-use crate::stream::{EdgeKernel, Streamer};
+use crate::stream::Streamer;
 use crate::vertex::{Bitmap, U64Array};
 
 /// Radii estimation's parameters.
@@ -46,47 +47,41 @@ impl Radii {
     }
 }
 
+/// The sources known to reach `u` reach `v` too; `v` first gains one in pass `pass`.
 struct Spread<'a> {
-    frontier: &'a Bitmap,
-    next: &'a Bitmap,
     /// The sources known to reach each vertex as of the previous pass.
     seen: &'a U64Array,
     /// What this pass adds to them.
     seen_next: &'a U64Array,
     radius: &'a U64Array,
     pass: AtomicU64,
-    base: &'a [u64],
 }
 
-impl EdgeKernel for Spread<'_> {
-    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], _: &[f32], owns_dst: bool) -> u64 {
-        let (sb, db) = (
-            self.base[i as usize] as usize,
-            self.base[j as usize] as usize,
-        );
-        let mut changed = 0;
-        for &[s, d] in edges {
-            let (u, v) = (sb + s as usize, db + d as usize);
-            if !self.frontier.get(u) {
-                continue;
-            }
-            let new = self.seen.get(u) & !self.seen_next.get(v);
-            if new == 0 {
-                continue;
-            }
-            let before = if owns_dst {
-                let before = self.seen_next.get(v);
-                self.seen_next.set(v, before | new);
-                before
-            } else {
-                self.seen_next.or_shared(v, new)
-            };
-            if before | new != before && self.next.set_new(v) {
-                self.radius.set(v, self.pass.load(Relaxed));
-                changed += 1;
-            }
+impl Step for Spread<'_> {
+    #[inline]
+    fn carry(&self, u: usize, v: usize, _: f32, owns_dst: bool) -> bool {
+        let new = self.seen.get(u) & !self.seen_next.get(v);
+        if new == 0 {
+            return false;
         }
-        changed
+        let before = if owns_dst {
+            let before = self.seen_next.get(v);
+            self.seen_next.set(v, before | new);
+            before
+        } else {
+            self.seen_next.or_shared(v, new)
+        };
+        before | new != before
+    }
+
+    /// Counted once a pass: the pass in which `v` is first activated is its radius so far.
+    #[inline]
+    fn activate(&self, next: &Bitmap, v: usize) -> bool {
+        let first = next.set_new(v);
+        if first {
+            self.radius.set(v, self.pass.load(Relaxed));
+        }
+        first
     }
 }
 
@@ -125,14 +120,16 @@ impl Algorithm for Radii {
             radius.set(v as usize, 0);
             frontier.set(v as usize);
         }
-        let kernel = Spread {
+        let kernel = Frontier {
             frontier: &frontier,
             next: &next,
-            seen: &seen,
-            seen_next: &seen_next,
-            radius: &radius,
-            pass: AtomicU64::new(1),
             base: &base,
+            step: Spread {
+                seen: &seen,
+                seen_next: &seen_next,
+                radius: &radius,
+                pass: AtomicU64::new(1),
+            },
         };
         // Before each pass, what the last one added becomes what the frontier passes on.
         let iterations = frontier_loop(
@@ -144,7 +141,7 @@ impl Algorithm for Radii {
             &[&seen_next, &radius],
             &[&seen, &seen_next, &radius],
             |it| {
-                kernel.pass.store(it as u64 + 1, Relaxed);
+                kernel.step.pass.store(it as u64 + 1, Relaxed);
                 (0..n)
                     .filter(|&v| frontier.get(v))
                     .for_each(|v| seen.set(v, seen_next.get(v)));

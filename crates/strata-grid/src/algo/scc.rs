@@ -15,6 +15,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::frontier::{Frontier, MinLabel, Step};
 use super::{chunk_bases, Algorithm, Ctx, IterationValue, Output, Passes, Values, NONE};
 use crate::error::Result;
 use crate::stream::{EdgeKernel, Streamer};
@@ -70,37 +71,20 @@ impl EdgeKernel for Trim<'_> {
     }
 }
 
-/// Lowers each remaining destination's color to its frontier source's.
+/// Lowers each remaining destination's color to its frontier source's: min-label
+/// propagation along the edges whose endpoints are both unassigned and distinct.
 struct Color<'a> {
-    c: Common<'a>,
-    color: &'a U64Array,
-    frontier: &'a Bitmap,
-    next: &'a Bitmap,
+    scc: &'a U64Array,
+    color: MinLabel<'a>,
 }
 
-impl EdgeKernel for Color<'_> {
-    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], _: &[f32], owns_dst: bool) -> u64 {
-        let mut changed = 0;
-        for (u, v) in self.c.remaining(i, j, edges) {
-            if !self.frontier.get(u) {
-                continue;
-            }
-            let l = self.color.get(u);
-            if l >= self.color.get(v) {
-                continue;
-            }
-            let lowered = if owns_dst {
-                self.color.set(v, l);
-                true
-            } else {
-                self.color.min_shared(v, l)
-            };
-            if lowered {
-                self.next.set(v);
-                changed += 1;
-            }
-        }
-        changed
+impl Step for Color<'_> {
+    #[inline]
+    fn carry(&self, u: usize, v: usize, w: f32, owns_dst: bool) -> bool {
+        u != v
+            && self.scc.get(u) == NONE
+            && self.scc.get(v) == NONE
+            && self.color.carry(u, v, w, owns_dst)
     }
 }
 
@@ -193,11 +177,14 @@ impl Algorithm for Scc {
             if remaining == 0 {
                 break;
             }
-            let kernel = Color {
-                c: common(),
-                color: &color,
+            let kernel = Frontier {
                 frontier: &frontier,
                 next: &next,
+                base: &base,
+                step: Color {
+                    scc: &scc,
+                    color: MinLabel { label: &color },
+                },
             };
             loop {
                 let active = frontier.count();

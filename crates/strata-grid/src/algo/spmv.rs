@@ -124,7 +124,8 @@ fn read_vector(path: &std::path::Path, x: F64Array) -> Result<F64Array> {
             ),
         ));
     }
-    let mut reader = strata_store::array::RowReader::open(path, &header, 4 << 20)?;
+    let mut reader =
+        strata_store::array::RowReader::open(path, &header, strata_store::array::IO_CHUNK)?;
     let (mut next, mut floats) = (0, Vec::new());
     while let Some(bytes) = reader.next_batch()? {
         if header.dtype == strata_store::DType::F64 {

@@ -4,11 +4,12 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::frontier::{Frontier, Step};
 use super::{
     check_root, chunk_bases, frontier_loop, Algorithm, Ctx, IterationValue, Output, Values,
 };
 use crate::error::{GridError, Result};
-use crate::stream::{EdgeKernel, Streamer};
+use crate::stream::Streamer;
 use crate::vertex::{Bitmap, F64Array};
 
 /// Single-source shortest paths' parameters.
@@ -19,45 +20,26 @@ pub struct Sssp {
     pub root: u64,
 }
 
+/// Bellman-Ford's relaxation: `v` takes the distance through `u` when it is shorter.
 struct Relax<'a> {
-    frontier: &'a Bitmap,
-    next: &'a Bitmap,
     dist: &'a F64Array,
-    base: &'a [u64],
 }
 
-impl EdgeKernel for Relax<'_> {
-    fn weighted(&self) -> bool {
-        true
-    }
+impl Step for Relax<'_> {
+    const WEIGHTED: bool = true;
 
-    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], weights: &[f32], owns_dst: bool) -> u64 {
-        let (sb, db) = (
-            self.base[i as usize] as usize,
-            self.base[j as usize] as usize,
-        );
-        let mut relaxed = 0;
-        for (&[s, d], &w) in edges.iter().zip(weights) {
-            let (u, v) = (sb + s as usize, db + d as usize);
-            if !self.frontier.get(u) {
-                continue;
-            }
-            let nd = self.dist.get(u) + w as f64;
-            if nd >= self.dist.get(v) {
-                continue;
-            }
-            let lowered = if owns_dst {
-                self.dist.set(v, nd);
-                true
-            } else {
-                self.dist.min_shared(v, nd)
-            };
-            if lowered {
-                self.next.set(v);
-                relaxed += 1;
-            }
+    #[inline]
+    fn carry(&self, u: usize, v: usize, w: f32, owns_dst: bool) -> bool {
+        let nd = self.dist.get(u) + w as f64;
+        if nd >= self.dist.get(v) {
+            return false;
         }
-        relaxed
+        if owns_dst {
+            self.dist.set(v, nd);
+            true
+        } else {
+            self.dist.min_shared(v, nd)
+        }
     }
 }
 
@@ -104,11 +86,11 @@ impl Algorithm for Sssp {
         dist.set(self.root as usize, 0.0);
         let (frontier, next) = (Bitmap::new(n), Bitmap::new(n));
         frontier.set(self.root as usize);
-        let kernel = Relax {
+        let kernel = Frontier {
             frontier: &frontier,
             next: &next,
-            dist: &dist,
             base: &base,
+            step: Relax { dist: &dist },
         };
         let iterations = frontier_loop(
             s,

@@ -235,7 +235,8 @@ impl Algorithm for Triangles {
     /// shrink to a page.
     fn work(&self, grid: &GridManifest, threads: usize) -> Option<Work> {
         let longest = longest_list_bytes(grid.num_edges) + VERTEX_BYTES;
-        let minimum = 4 * (threads as u64 * (2 * 4096 + longest) + longest).max(64 << 10);
+        let minimum =
+            4 * (threads as u64 * (2 * strata_io::ALIGN as u64 + longest) + longest).max(64 << 10);
         let wanted = grid.num_edges.div_ceil(2) * VALUE_BYTES + grid.num_vertices * VERTEX_BYTES;
         Some(Work {
             minimum,

@@ -4,53 +4,16 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::frontier::{Frontier, MinLabel};
 use super::{chunk_bases, frontier_loop, Algorithm, Ctx, IterationValue, Output, Values};
 use crate::error::{GridError, Result};
-use crate::stream::{EdgeKernel, Streamer};
+use crate::stream::Streamer;
 use crate::vertex::{Bitmap, U64Array};
 
 /// Weakly connected components (no parameters).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Wcc {}
-
-struct Propagate<'a> {
-    frontier: &'a Bitmap,
-    next: &'a Bitmap,
-    label: &'a U64Array,
-    base: &'a [u64],
-}
-
-impl EdgeKernel for Propagate<'_> {
-    fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], _: &[f32], owns_dst: bool) -> u64 {
-        let (sb, db) = (
-            self.base[i as usize] as usize,
-            self.base[j as usize] as usize,
-        );
-        let mut changed = 0;
-        for &[s, d] in edges {
-            let (u, v) = (sb + s as usize, db + d as usize);
-            if !self.frontier.get(u) {
-                continue;
-            }
-            let l = self.label.get(u);
-            if l >= self.label.get(v) {
-                continue;
-            }
-            let lowered = if owns_dst {
-                self.label.set(v, l);
-                true
-            } else {
-                self.label.min_shared(v, l)
-            };
-            if lowered {
-                self.next.set(v);
-                changed += 1;
-            }
-        }
-        changed
-    }
-}
 
 impl Algorithm for Wcc {
     const NAME: &'static str = "wcc";
@@ -78,11 +41,11 @@ impl Algorithm for Wcc {
         let base = chunk_bases(s);
         let label = U64Array::from_fn(s.vertex(), n, |v| v as u64)?;
         let (frontier, next) = (Bitmap::full(n), Bitmap::new(n));
-        let kernel = Propagate {
+        let kernel = Frontier {
             frontier: &frontier,
             next: &next,
-            label: &label,
             base: &base,
+            step: MinLabel { label: &label },
         };
         let iterations = frontier_loop(
             s,

@@ -15,6 +15,7 @@
 mod file;
 mod fixed;
 mod threads;
+mod transfer;
 mod uring;
 
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -29,14 +30,10 @@ use crate::stats::{IoStats, StatsSnapshot};
 
 pub use file::IoFile;
 pub use fixed::{FixedBuf, FixedPool};
+pub use transfer::Op;
 pub use uring::explain_setup_error as explain_uring_setup_error;
 
-/// Read or write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Read,
-    Write,
-}
+use transfer::{Advance, Next, Transfer};
 
 /// A buffer a request reads into or writes from.
 pub enum IoBuf {
@@ -256,27 +253,6 @@ impl EngineConfig {
     }
 }
 
-/// The bytes a request still has to move: the argument of one read/write system call.
-#[derive(Clone, Copy)]
-pub(crate) struct Transfer {
-    pub op: Op,
-    pub fd: i32,
-    pub fixed_file: Option<u32>,
-    pub fixed_buf: Option<u16>,
-    pub ptr: *mut u8,
-    pub len: usize,
-    pub offset: u64,
-}
-
-// SAFETY: the pointer refers to a buffer owned by the in-flight slot until the transfer ends.
-unsafe impl Send for Transfer {}
-
-/// What to do after a system call returned.
-pub(crate) enum Next {
-    Again(Transfer),
-    Done,
-}
-
 struct Slot {
     req: Request,
     /// Where the completion goes; set when the request enters flight.
@@ -440,7 +416,9 @@ impl Engine {
         });
         let workers = match &inner.backend {
             Backend::Uring(_) => Vec::new(),
-            Backend::Threads(_) => threads::spawn_workers(inner.clone(), cfg.threads.max(1)),
+            Backend::Threads(pool) => {
+                threads::spawn_workers(inner.clone(), pool.queue(), cfg.threads.max(1))
+            }
         };
         Ok(Arc::new(Engine { inner, workers }))
     }
@@ -720,10 +698,12 @@ impl Inner {
             Backend::Threads(t) => t.push(&transfers),
         }
     }
+}
 
+impl Advance for Inner {
     /// Accounts for a system call's result `res` (bytes, or `-errno`) on slot `id`: either the
     /// next transfer of a partly done request, or `Done` after delivering the completion.
-    pub(crate) fn advance(&self, id: usize, res: i64) -> Next {
+    fn advance(&self, id: usize, res: i64) -> Next {
         let mut slots = self.slots.lock().unwrap();
         let slot = slots.entries[id].as_mut().expect("live slot");
         let outcome = if res < 0 {
@@ -854,7 +834,7 @@ impl IoQueue {
                 if let Ok(c) = self.rx.try_recv() {
                     break c;
                 }
-                u.reap(inner, &|| !self.rx.is_empty());
+                u.reap(&**inner, &|| !self.rx.is_empty());
             },
             Backend::Threads(_) => self.rx.recv().expect("the engine outlives its queues"),
         };
@@ -879,7 +859,7 @@ impl IoQueue {
     pub fn poll(&mut self) -> Option<Completion> {
         if self.rx.is_empty() {
             if let Backend::Uring(u) = &self.engine.inner().backend {
-                u.try_reap(self.engine.inner());
+                u.try_reap(&**self.engine.inner());
             }
         }
         let c = self.rx.try_recv().ok()?;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{Inner, Next, Op, Transfer};
+use super::transfer::{Advance, Next, Op, Transfer};
 
 pub(super) struct Threads {
     jobs: Mutex<Option<Sender<(usize, Transfer)>>>,
@@ -28,6 +28,11 @@ impl Threads {
         for &(id, t) in transfers {
             tx.send((id, t)).expect("workers run until shutdown");
         }
+    }
+
+    /// The queue the workers take transfers from (it ends at [`Threads::shutdown`]).
+    pub(super) fn queue(&self) -> Receiver<(usize, Transfer)> {
+        self.queue.clone()
     }
 
     /// Lets the workers finish what is queued and exit.
@@ -68,18 +73,19 @@ fn perform(t: &Transfer) -> i64 {
     }
 }
 
-/// Starts `n` workers serving the engine behind `inner`.
-pub(super) fn spawn_workers(inner: Arc<Inner>, n: usize) -> Vec<std::thread::JoinHandle<()>> {
+/// Starts `n` workers performing the transfers of `queue` for the engine behind `inner`.
+pub(super) fn spawn_workers<A: Advance + Send + Sync + 'static>(
+    inner: Arc<A>,
+    queue: Receiver<(usize, Transfer)>,
+    n: usize,
+) -> Vec<std::thread::JoinHandle<()>> {
     (0..n)
         .map(|i| {
-            let inner = inner.clone();
+            let (inner, queue) = (inner.clone(), queue.clone());
             std::thread::Builder::new()
                 .name(format!("strata-io-{i}"))
                 .spawn(move || {
-                    let super::Backend::Threads(pool) = &inner.backend else {
-                        unreachable!("workers of a non-thread engine")
-                    };
-                    for (id, mut t) in pool.queue.iter() {
+                    for (id, mut t) in queue.iter() {
                         while let Next::Again(next) = inner.advance(id, perform(&t)) {
                             t = next;
                         }

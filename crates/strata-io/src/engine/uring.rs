@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-use super::{Inner, Next, Op, Transfer};
+use super::transfer::{Advance, Next, Op, Transfer};
 use crate::aligned::AlignedBuf;
 
 /// Registered-file slots (a sparse table; a slot is taken per open file).
@@ -117,7 +117,7 @@ impl Uring {
 
     /// Queues `transfers` (slot id, transfer) and submits them in as few system calls as the
     /// ring's size allows; those the kernel refuses complete with its error through `inner`.
-    pub(super) fn push(&self, inner: &Inner, transfers: &[(usize, Transfer)]) {
+    pub(super) fn push(&self, inner: &impl Advance, transfers: &[(usize, Transfer)]) {
         let entries: Vec<squeue::Entry> = transfers
             .iter()
             .map(|(id, t)| Self::entry(t).user_data(*id as u64))
@@ -125,7 +125,7 @@ impl Uring {
         self.push_entries(inner, &entries);
     }
 
-    fn push_entries(&self, inner: &Inner, entries: &[squeue::Entry]) {
+    fn push_entries(&self, inner: &impl Advance, entries: &[squeue::Entry]) {
         let guard = self.sq.lock().unwrap();
         let mut rest = entries;
         while !rest.is_empty() {
@@ -187,7 +187,7 @@ impl Uring {
     /// Reaps and dispatches completions. Sleeps in the kernel for at least one, unless
     /// `satisfied()` (checked under the completion-queue lock, so a completion delivered by
     /// another reaper is never missed) says the caller's wait is over.
-    pub(super) fn reap(&self, inner: &Inner, satisfied: &dyn Fn() -> bool) {
+    pub(super) fn reap(&self, inner: &impl Advance, satisfied: &dyn Fn() -> bool) {
         let _cq = self.cq.lock().unwrap();
         loop {
             if self.drain(inner) > 0 || satisfied() {
@@ -206,14 +206,14 @@ impl Uring {
     }
 
     /// Reaps what is ready without waiting, unless another thread is reaping.
-    pub(super) fn try_reap(&self, inner: &Inner) {
+    pub(super) fn try_reap(&self, inner: &impl Advance) {
         if let Ok(_cq) = self.cq.try_lock() {
             self.drain(inner);
         }
     }
 
     /// Dispatches every completion in the queue; the caller holds the `cq` lock.
-    fn drain(&self, inner: &Inner) -> usize {
+    fn drain(&self, inner: &impl Advance) -> usize {
         let reaped: Vec<(u64, i32)> = {
             // SAFETY: the `cq` lock makes this the only completion-queue view.
             let cq = unsafe { self.ring.completion_shared() };

@@ -3,18 +3,41 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::layers::{gcn, gin, sage_mean, sage_pool, LayerKind};
+use super::layers::{gcn, gin, sage, sage_pool, LayerKind};
 use crate::error::{Result, ServeError};
 
 strata_store::registry! {
     /// The layer kind of a servable GNN (every layer of a model has the same kind; registered
     /// by name, see [`LayerKind`]).
     pub enum ModelKind: dyn LayerKind, "layer kind", "layer kind" {
-        sage_mean::SageMean,
+        sage::Sage,
         sage_pool::SagePool,
         gcn::Gcn,
         gin::Gin,
     }
+}
+
+/// Layer kinds renamed since models were exported, `(old name, kind)`: `sage_mean` is `sage`,
+/// the name training gives it. A weights file or a registered model that names a kind by its
+/// old name still loads, as that kind, with a note naming the new name on standard error.
+pub const RENAMED_KINDS: &[(&str, ModelKind)] = &[("sage_mean", ModelKind::Sage)];
+
+/// `kind` by its registered name, or by a name in [`RENAMED_KINDS`] (with the note).
+fn kind_by_name<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<ModelKind, D::Error> {
+    let name = String::deserialize(d)?;
+    if let Some(&(old, kind)) = RENAMED_KINDS.iter().find(|(old, _)| *old == name) {
+        eprintln!(
+            "strata: layer kind `{old}` is deprecated and loads as `{kind}`, its name now; \
+             export the model again to write `{kind}`"
+        );
+        return Ok(kind);
+    }
+    name.parse()
+        .map_err(|e: strata_store::registry::UnknownName| {
+            <D::Error as serde::de::Error>::custom(e.serde_message())
+        })
 }
 
 /// What a weights file is a model of: the layer type and the widths of a `layers`-deep stack
@@ -24,6 +47,7 @@ strata_store::registry! {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Architecture {
+    #[serde(deserialize_with = "kind_by_name")]
     pub kind: ModelKind,
     /// Feature width of the input rows.
     pub in_dim: usize,

@@ -486,7 +486,7 @@ enum Npy {
 /// `fortran_order` and `shape`, then the raw data.
 fn parse_npy(bytes: &[u8], name: &str, source: &str, allowance: &mut Allowance) -> Result<Npy> {
     let bad = |what: String| invalid(source, format_args!("tensor {name}: {what}"));
-    if !bytes.starts_with(b"\x93NUMPY") || bytes.len() < 10 {
+    if !bytes.starts_with(strata_store::npy::MAGIC) || bytes.len() < 10 {
         return Err(bad("not a .npy array (bad magic or truncated)".into()));
     }
     let (header_len, header_start): (usize, usize) = match bytes[6] {

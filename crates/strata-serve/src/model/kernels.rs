@@ -110,9 +110,9 @@ mod tests {
     }
 
     #[test]
-    fn sage_mean_is_self_plus_mean_of_sources() {
+    fn sage_is_self_plus_mean_of_sources() {
         let m = model(
-            &one_layer("sage_mean", 2),
+            &one_layer("sage", 2),
             &[
                 ("convs.0.self_lin.weight", &[2, 2], &IDENTITY),
                 ("convs.0.self_lin.bias", &[2], &[0.5, -0.5]),
@@ -187,11 +187,11 @@ mod tests {
         assert_close(&out, &[3.5, 3.5, 4.5, 4.5, 9.5, 7.5]);
     }
 
-    /// A 2-layer sage_mean whose first layer negates the second feature, so the ReLU between
+    /// A 2-layer sage whose first layer negates the second feature, so the ReLU between
     /// layers decides the result.
     fn two_layer() -> Model {
         model(
-            r#"{"kind":"sage_mean","in_dim":2,"hidden_dim":2,"out_dim":1,"layers":2,"fanouts":[2,2]}"#,
+            r#"{"kind":"sage","in_dim":2,"hidden_dim":2,"out_dim":1,"layers":2,"fanouts":[2,2]}"#,
             &[
                 ("convs.0.self_lin.weight", &[2, 2], &[1., 0., 0., -1.]),
                 ("convs.0.self_lin.bias", &[2], &[0., 0.]),
@@ -302,7 +302,7 @@ mod tests {
     fn int8_is_close_to_fp32_on_random_data() {
         let (d_in, hidden, d_out) = (24, 32, 8);
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-        for kind in ["sage_mean", "sage_pool", "gcn", "gin"] {
+        for kind in ["sage", "sage_pool", "gcn", "gin"] {
             let arch = format!(
                 r#"{{"kind":"{kind}","in_dim":{d_in},"hidden_dim":{hidden},"out_dim":{d_out},"layers":2,"fanouts":[5,5]}}"#
             );

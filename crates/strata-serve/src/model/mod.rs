@@ -128,7 +128,7 @@ mod tests {
         );
         // Another kind entirely.
         let sage = Architecture {
-            kind: ModelKind::SageMean,
+            kind: ModelKind::Sage,
             ..gcn_arch()
         };
         let e = load(&st(&gcn_tensors(), Some(GCN)), Some(sage)).unwrap_err();

@@ -49,7 +49,7 @@ pub(crate) use topology::{build_topology, Payload, TopologyInput};
 pub(crate) use types::Types;
 
 pub(crate) fn default_io_chunk() -> u64 {
-    4 << 20
+    crate::array::IO_CHUNK as u64
 }
 
 /// Options every converter shares.

@@ -12,8 +12,8 @@
 //!
 //! | kind | tensors of `convs.{i}` |
 //! |---|---|
-//! | sage_mean | `self_lin.weight (d_out, d_in)`, `self_lin.bias (d_out)`, `neigh_lin.weight (d_out, d_in)` |
-//! | sage_pool | the three of sage_mean, `pool_lin.weight (d_in, d_in)`, `pool_lin.bias (d_in)` |
+//! | sage | `self_lin.weight (d_out, d_in)`, `self_lin.bias (d_out)`, `neigh_lin.weight (d_out, d_in)` |
+//! | sage_pool | the three of sage, `pool_lin.weight (d_in, d_in)`, `pool_lin.bias (d_in)` |
 //! | gcn | `lin.weight (d_out, d_in)`, `lin.bias (d_out)` |
 //! | gin | `lin1.weight (d_out, d_in)`, `lin1.bias (d_out)`, `lin2.weight (d_out, d_out)`, `lin2.bias (d_out)`, `eps ()` |
 
@@ -21,7 +21,7 @@ pub(super) mod gcn;
 pub(super) mod gin;
 mod kind;
 mod linear;
-pub(super) mod sage_mean;
+pub(super) mod sage;
 pub(super) mod sage_pool;
 
 pub use kind::{Layer, LayerKind};

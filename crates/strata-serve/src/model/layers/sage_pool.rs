@@ -1,7 +1,7 @@
 //! GraphSAGE with the max-pool aggregator:
 //! `W_self x_v + b + W_neigh max_u ReLU(W_pool x_u + b_pool)`.
 //!
-//! Tensors of `convs.{i}`: those of `sage_mean`, `pool_lin.weight (d_in, d_in)`,
+//! Tensors of `convs.{i}`: those of `sage`, `pool_lin.weight (d_in, d_in)`,
 //! `pool_lin.bias (d_in)`.
 
 use strata_graph::Block;
@@ -23,7 +23,7 @@ impl Named for SagePool {
 
 impl LayerKind for SagePool {
     fn tensors(&self, d_in: usize, d_out: usize) -> Vec<(&'static str, Vec<usize>)> {
-        let mut v = super::sage_mean::SageMean.tensors(d_in, d_out);
+        let mut v = super::sage::Sage.tensors(d_in, d_out);
         v.push(("pool_lin.weight", vec![d_in, d_in]));
         v.push(("pool_lin.bias", vec![d_in]));
         v

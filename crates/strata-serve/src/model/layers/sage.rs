@@ -12,15 +12,15 @@ use super::super::tensor::Tensor;
 use super::{Layer, LayerKind, Linear};
 
 /// GraphSAGE, mean aggregator.
-pub struct SageMean;
+pub struct Sage;
 
-impl Named for SageMean {
-    const NAME: &'static str = "sage_mean";
+impl Named for Sage {
+    const NAME: &'static str = "sage";
     const HELP: &'static str =
         "GraphSAGE with the mean aggregator: W_self x_v + b + W_neigh mean_u x_u";
 }
 
-impl LayerKind for SageMean {
+impl LayerKind for Sage {
     fn tensors(&self, d_in: usize, d_out: usize) -> Vec<(&'static str, Vec<usize>)> {
         vec![
             ("self_lin.weight", vec![d_out, d_in]),
@@ -30,7 +30,7 @@ impl LayerKind for SageMean {
     }
 
     fn build(&self, take: &mut dyn FnMut(&str) -> Tensor, precision: Precision) -> Box<dyn Layer> {
-        Box::new(SageMeanLayer {
+        Box::new(SageLayer {
             self_lin: Linear::take(take, "self_lin", true, precision),
             neigh_lin: Linear::take(take, "neigh_lin", false, precision),
         })
@@ -38,12 +38,12 @@ impl LayerKind for SageMean {
 }
 
 /// `self_lin(x_v) + neigh_lin(mean_u x_u)`.
-struct SageMeanLayer {
+struct SageLayer {
     self_lin: Linear,
     neigh_lin: Linear,
 }
 
-impl Layer for SageMeanLayer {
+impl Layer for SageLayer {
     fn forward(&self, block: &Block, x: &[f32]) -> Vec<f32> {
         let (n_dst, d) = (block.num_dst, self.self_lin.in_dim);
         let mut out = self.self_lin.apply(&x[..n_dst * d], n_dst);
