@@ -47,6 +47,7 @@ mod bilinear;
 mod complex;
 mod distmult;
 mod dot;
+mod dropout;
 mod form;
 mod pairwise;
 mod pbg;
@@ -61,6 +62,7 @@ use strata_store::rng::Rng;
 
 use crate::compute::kernels::{self, exp_sum};
 
+pub use dropout::{Dropout, Dropped};
 pub use form::{Comparator, Operator, PbgForm};
 pub use regularizer::{regularize, Regularizer, RegularizerKind};
 
