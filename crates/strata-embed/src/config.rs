@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use strata_store::config::{size_bytes, ConfigError, Section, Size};
 
 use crate::model::{
-    Comparator, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
+    Comparator, Dropout, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
 };
 use crate::ordering::OrderingKind;
 
@@ -181,6 +181,26 @@ pub struct TrainConfig {
     /// weight of the regularizer
     #[schemars(range(min = 0.0))]
     pub reg_weight: f32,
+    // Training-step options of LibKGE's recipes (dropout, weighted regularization).
+    /// LibKGE's weighted regularization (regularize_args.weighted): each chunk penalises the
+    /// rows its edges reference once per reference, reg_weight / p · Σ |x|^p (p = 3 for n3, 2
+    /// for l2), so a node weighs by its frequency; the chunk's loss is summed over its edges,
+    /// so LibKGE's weights (relative to a loss averaged over the batch) carry over; false: the
+    /// plain term, reg_weight / chunk edges per chunk direction
+    pub reg_weighted: bool,
+    /// weight of the regularizer on relation rows (LibKGE's relation_embedder
+    /// regularize_weight); unset: reg_weight
+    #[schemars(range(min = 0.0))]
+    pub relation_reg_weight: Option<f32>,
+    /// dropout rate of the entity rows a training step gathers (sources, targets, negatives):
+    /// each real zeroed with this probability and the others scaled by 1 / (1 - rate), in
+    /// training only (LibKGE's entity_embedder.dropout); 0: off
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub entity_dropout: f32,
+    /// dropout rate of the relation rows a training step gathers (LibKGE's
+    /// relation_embedder.dropout); 0: off
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub relation_dropout: f32,
     /// margin of the margin-ranking loss
     #[schemars(range(min = 0.0))]
     pub margin: f32,
@@ -309,6 +329,10 @@ impl Default for TrainConfig {
             edge_weights: true,
             regularizer: RegularizerKind::None,
             reg_weight: 0.0,
+            reg_weighted: false,
+            relation_reg_weight: None,
+            entity_dropout: 0.0,
+            relation_dropout: 0.0,
             margin: 0.1,
             gamma: 0.0,
             lr: 0.1,
@@ -377,6 +401,8 @@ impl Section for TrainConfig {
             );
         }
         self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
+        self.check_recipe_options()
+            .or_else(|(key, msg)| bad(key, msg))?;
         if !self.gamma.is_finite() {
             return bad(
                 "gamma",
@@ -434,12 +460,93 @@ impl TrainConfig {
         }
     }
 
-    /// The regularizer and its weight.
+    /// The regularizer and its weights.
     pub fn regularizer(&self) -> Regularizer {
         Regularizer {
             kind: self.regularizer,
             weight: self.reg_weight,
+            rel_weight: self.relation_reg_weight,
+            weighted: self.reg_weighted,
         }
+    }
+
+    /// The dropout rates of the training step.
+    pub fn dropout(&self) -> Dropout {
+        Dropout {
+            entity: self.entity_dropout,
+            relation: self.relation_dropout,
+        }
+    }
+
+    /// The key and message of what the recipes' step options do not allow: a rate outside
+    /// [0, 1), relation dropout for a model whose relation rows are not embeddings, weighted
+    /// or relation weights without a regularizer, and reciprocal relations where one side is
+    /// never trained (its inverse rows would answer head queries untrained).
+    fn check_recipe_options(&self) -> Result<(), (&'static str, String)> {
+        let model = self.model.to_string();
+        for (key, rate) in [
+            ("entity_dropout", self.entity_dropout),
+            ("relation_dropout", self.relation_dropout),
+        ] {
+            if !(0.0..1.0).contains(&rate) {
+                return Err((key, format!("must be a rate in [0, 1), got {rate}")));
+            }
+        }
+        if self.relation_dropout > 0.0 {
+            let why = match self.model {
+                ScoreKind::Dot => Some("has no relation rows"),
+                ScoreKind::RotatE => Some("has relation rows of phases, not embeddings"),
+                ScoreKind::Pbg if self.pbg_form().operator == Operator::None => {
+                    Some("has no relation rows with operator none")
+                }
+                _ => None,
+            };
+            if let Some(why) = why {
+                return Err((
+                    "relation_dropout",
+                    format!("does not apply to model {model:?}, which {why}"),
+                ));
+            }
+        }
+        if self.regularizer == RegularizerKind::None {
+            if self.reg_weighted {
+                return Err((
+                    "reg_weighted",
+                    "applies with regularizer \"n3\" or \"l2\" (regularizer is \"none\")".into(),
+                ));
+            }
+            if self.relation_reg_weight.is_some() {
+                return Err((
+                    "relation_reg_weight",
+                    "applies with regularizer \"n3\" or \"l2\" (regularizer is \"none\")".into(),
+                ));
+            }
+        }
+        if let Some(w) = self.relation_reg_weight {
+            if !(w >= 0.0 && w.is_finite()) {
+                return Err((
+                    "relation_reg_weight",
+                    format!("must be a number >= 0, got {w}"),
+                ));
+            }
+        }
+        if self.reciprocal && matches!(self.corrupt, Corrupt::Tail | Corrupt::Head) {
+            let side = if self.corrupt == Corrupt::Tail {
+                "tail"
+            } else {
+                "head"
+            };
+            return Err((
+                "reciprocal",
+                format!(
+                    "reciprocal relations answer tail queries with the relation rows and head \
+                     queries with the inverse rows, and corrupt = \"{side}\" trains only one of \
+                     them (the other would answer untrained); corrupt both or bernoulli, or set \
+                     reciprocal = false"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The key and message of what model pbg's options do not allow: an operator or

@@ -178,7 +178,9 @@ mod tests {
             reg: Regularizer {
                 kind: RegularizerKind::None,
                 weight: 0.0,
+                ..Default::default()
             },
+            dropout: Default::default(),
             negs: None,
             feat: None,
         };

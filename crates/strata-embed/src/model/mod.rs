@@ -47,6 +47,7 @@ mod bilinear;
 mod complex;
 mod distmult;
 mod dot;
+mod dropout;
 mod form;
 mod pairwise;
 mod pbg;
@@ -57,6 +58,7 @@ mod transe;
 
 use strata_store::rng::Rng;
 
+pub use dropout::{Dropout, Dropped};
 pub use form::{Comparator, Operator, PbgForm};
 pub use regularizer::{regularize, Regularizer, RegularizerKind};
 pub use score::{Chunk, Grads, Layout, Loss, LossKind, ScoreBatch, ScoreFunction, Scratch, Shape};

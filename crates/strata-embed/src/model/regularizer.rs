@@ -7,6 +7,17 @@
 //! `complex_diagonal` relations) take the modulus of each coordinate instead of each real
 //! (`|x_k|` is `√(re² + im²)`), so that N3 is the 3-norm of the complex vector. RotatE's
 //! relation rows are phases and are not regularized.
+//!
+//! **Weighted** (`reg_weighted`; LibKGE's `regularize_args.weighted`, the form of Lacroix et
+//! al.'s ComplEx-N3 code): every row a chunk's edges reference is penalised once per edge that
+//! references it, so a node's penalty follows its frequency in the training edges. LibKGE adds
+//! `w / p · Σ_e count_e · R(x_e) / B` for a batch of `B` triples (`count_e`: occurrences of `e`
+//! among the batch's heads and tails, or relations) next to a loss averaged over the batch;
+//! Strata's chunk loss is summed over its edges, so the term is `B` times that, `w / p · Σ
+//! R(x)` over the occurrences, and LibKGE's weights keep their meaning. Each edge's head and
+//! tail are penalised once per chunk (with both sides corrupted, on the first side only), its
+//! relation row once per row trained: `r` for the tail side and, with reciprocal relations,
+//! its inverse for the head side (LibKGE's reciprocal model penalises both).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -26,12 +37,44 @@ pub enum RegularizerKind {
     L2,
 }
 
-/// A regularizer and its weight.
+/// A regularizer and its weights.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Regularizer {
     pub kind: RegularizerKind,
-    /// `reg_weight`: the factor of `Σ R(x) / b`.
+    /// `reg_weight`: the factor of `Σ R(x) / b` (weighted: of `Σ R(x) / p`).
     pub weight: f32,
+    /// `relation_reg_weight`: the factor for relation rows (`None`: `weight`).
+    pub rel_weight: Option<f32>,
+    /// `reg_weighted`: LibKGE's weighted form (see the module doc).
+    pub weighted: bool,
+}
+
+/// Which rows of a chunk direction a regularizer takes: its source and target rows, its
+/// relation rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegRows {
+    pub nodes: bool,
+    pub rels: bool,
+}
+
+impl Regularizer {
+    /// The rows one side of a chunk regularizes: all of them, except that in the weighted
+    /// form a side whose edges another side of the chunk trained already (`repeat`: the
+    /// head side of `corrupt = both`) takes only its relation rows, and those only when they
+    /// are rows of their own (`reciprocal`: the inverses).
+    pub fn rows(&self, repeat: bool, reciprocal: bool) -> RegRows {
+        if self.weighted && repeat {
+            RegRows {
+                nodes: false,
+                rels: reciprocal,
+            }
+        } else {
+            RegRows {
+                nodes: true,
+                rels: true,
+            }
+        }
+    }
 }
 
 impl RegularizerKind {
@@ -42,6 +85,14 @@ impl RegularizerKind {
             RegularizerKind::None => (0.0, 0.0),
             RegularizerKind::N3 => (m * m * m, 3.0 * m),
             RegularizerKind::L2 => (m * m, 2.0),
+        }
+    }
+
+    /// The `p` of the norm (`R(x) = |x|^p`): LibKGE's weighted terms are divided by it.
+    fn power(self) -> f32 {
+        match self {
+            RegularizerKind::N3 => 3.0,
+            RegularizerKind::L2 | RegularizerKind::None => 2.0,
         }
     }
 }
@@ -72,22 +123,40 @@ fn add_row(kind: RegularizerKind, layout: Layout, w: f32, row: &[f32], grad: &mu
     w as f64 * total
 }
 
-/// The regularization term of chunk direction `c` (source, true target and relation rows),
-/// with its gradient added to `g` (whose shapes are `c`'s). Returns the term, for the loss.
-pub fn regularize(reg: &Regularizer, model: &ScoreModel, c: &Chunk, g: &mut Grads) -> f64 {
-    if reg.kind == RegularizerKind::None || reg.weight == 0.0 || c.b == 0 {
+/// The regularization term of chunk direction `c` (its source and true target rows, its
+/// relation rows, as `which` says), with its gradient added to `g` (whose shapes are `c`'s).
+/// Returns the term, for the loss.
+pub fn regularize(
+    reg: &Regularizer,
+    model: &ScoreModel,
+    c: &Chunk,
+    g: &mut Grads,
+    which: RegRows,
+) -> f64 {
+    let rel_weight = reg.rel_weight.unwrap_or(reg.weight);
+    if reg.kind == RegularizerKind::None || (reg.weight == 0.0 && rel_weight == 0.0) || c.b == 0 {
         return 0.0;
     }
     let (d, rd) = (model.dim, model.rel_dim());
-    let w = reg.weight / c.b as f32;
+    let scaled = |w: f32| {
+        if reg.weighted {
+            w / reg.kind.power()
+        } else {
+            w / c.b as f32
+        }
+    };
     let (nodes, rels) = model.layouts();
     let mut total = 0.0;
-    for (rows, grads) in [(c.src, &mut g.src), (c.dst, &mut g.dst)] {
-        for (row, grad) in rows.chunks_exact(d).zip(grads.chunks_exact_mut(d)) {
-            total += add_row(reg.kind, nodes, w, row, grad);
+    if which.nodes && reg.weight != 0.0 {
+        let w = scaled(reg.weight);
+        for (rows, grads) in [(c.src, &mut g.src), (c.dst, &mut g.dst)] {
+            for (row, grad) in rows.chunks_exact(d).zip(grads.chunks_exact_mut(d)) {
+                total += add_row(reg.kind, nodes, w, row, grad);
+            }
         }
     }
-    if rd > 0 {
+    if which.rels && rd > 0 && rel_weight != 0.0 {
+        let w = scaled(rel_weight);
         for (row, grad) in c.rel.chunks_exact(rd).zip(g.rel.chunks_exact_mut(rd)) {
             total += add_row(reg.kind, rels, w, row, grad);
         }
@@ -99,6 +168,11 @@ pub fn regularize(reg: &Regularizer, model: &ScoreModel, c: &Chunk, g: &mut Grad
 mod tests {
     use super::*;
     use crate::model::{PbgForm, ScoreKind};
+
+    const ALL: RegRows = RegRows {
+        nodes: true,
+        rels: true,
+    };
 
     fn model(kind: ScoreKind, dim: usize) -> ScoreModel {
         ScoreModel {
@@ -132,8 +206,12 @@ mod tests {
             dst: vec![0.0; t.len()],
             neg: Vec::new(),
         };
-        let reg = Regularizer { kind, weight: 1.0 };
-        (regularize(&reg, m, &c, &mut g), g)
+        let reg = Regularizer {
+            kind,
+            weight: 1.0,
+            ..Default::default()
+        };
+        (regularize(&reg, m, &c, &mut g, ALL), g)
     }
 
     #[test]
@@ -189,6 +267,7 @@ mod tests {
         let reg = Regularizer {
             kind: RegularizerKind::N3,
             weight: 0.3,
+            ..Default::default()
         };
         let term = |s: &[f32], r: &[f32], t: &[f32], g: &mut Grads| {
             let c = Chunk {
@@ -200,7 +279,7 @@ mod tests {
                 neg: &[],
                 weights: &[],
             };
-            regularize(&reg, &m, &c, g)
+            regularize(&reg, &m, &c, g, ALL)
         };
         let zero = || Grads {
             src: vec![0.0; b * d],
@@ -228,6 +307,124 @@ mod tests {
                 "{k}: {numeric} vs {}",
                 g.src[k]
             );
+        }
+    }
+
+    /// A chunk of `b` edges of DistMult rows `s`, `r`, `t` (`b x d` each) and zero gradients.
+    fn chunk<'a>(b: usize, s: &'a [f32], r: &'a [f32], t: &'a [f32]) -> (Chunk<'a>, Grads) {
+        let c = Chunk {
+            b,
+            n: 0,
+            src: s,
+            rel: r,
+            dst: t,
+            neg: &[],
+            weights: &[],
+        };
+        let g = Grads {
+            src: vec![0.0; s.len()],
+            rel: vec![0.0; r.len()],
+            dst: vec![0.0; t.len()],
+            neg: Vec::new(),
+        };
+        (c, g)
+    }
+
+    #[test]
+    fn weighted_terms_count_each_occurrence_over_p_with_their_own_relation_weight() {
+        // Two edges (a, r, b) and (a, r, c) in one dimension: a = 2, b = -1, c = 3, r = 0.5.
+        // Weighted N3 (LibKGE's lp with p = 3, weighted): node a appears twice, b and c once,
+        // r twice; w / 3 · (2·8 + 1 + 27) for nodes, w_r / 3 · 2 · 0.125 for relations.
+        let m = model(ScoreKind::DistMult, 1);
+        let (s, r, t) = ([2.0, 2.0], [0.5, 0.5], [-1.0, 3.0]);
+        let reg = Regularizer {
+            kind: RegularizerKind::N3,
+            weight: 0.6,
+            rel_weight: Some(1.5),
+            weighted: true,
+        };
+        let (c, mut g) = chunk(2, &s, &r, &t);
+        let total = regularize(&reg, &m, &c, &mut g, ALL);
+        let want = 0.2 * 44.0 + 0.5 * 0.25;
+        assert!((total - want).abs() < 1e-6, "{total} vs {want}");
+        // d/dx w/3 |x|³ = w x |x|: per occurrence, summed by the caller's update per row.
+        assert_eq!(g.src, [0.6 * 4.0, 0.6 * 4.0]);
+        assert_eq!(g.dst, [-0.6, 0.6 * 9.0]);
+        assert_eq!(g.rel, [1.5 * 0.25, 1.5 * 0.25]);
+        // The head side of corrupt = both: relations only, and only inverse rows.
+        for (repeat, reciprocal, nodes, rels) in [
+            (false, false, true, true),
+            (true, true, false, true),
+            (true, false, false, false),
+        ] {
+            assert_eq!(reg.rows(repeat, reciprocal), RegRows { nodes, rels });
+        }
+        let (c, mut g) = chunk(2, &s, &r, &t);
+        let rels_only = RegRows {
+            nodes: false,
+            rels: true,
+        };
+        let total = regularize(&reg, &m, &c, &mut g, rels_only);
+        assert!((total - 0.5 * 0.25).abs() < 1e-7);
+        assert_eq!((g.src, g.dst), (vec![0.0; 2], vec![0.0; 2]));
+        // Unweighted sides are all rows whatever the side.
+        let plain = Regularizer {
+            weighted: false,
+            ..reg
+        };
+        assert_eq!(plain.rows(true, false), ALL);
+        // Weighted L2: w / 2 · Σ x².
+        let l2 = Regularizer {
+            kind: RegularizerKind::L2,
+            ..reg
+        };
+        let (c, mut g) = chunk(2, &s, &r, &t);
+        let total = regularize(&l2, &m, &c, &mut g, ALL);
+        assert!((total - (0.3 * 18.0 + 0.75 * 0.5)).abs() < 1e-6, "{total}");
+        assert_eq!(g.dst, [-0.6, 0.6 * 3.0]);
+    }
+
+    #[test]
+    fn weighted_gradients_match_finite_differences() {
+        for (kind, score) in [
+            (RegularizerKind::N3, ScoreKind::ComplEx),
+            (RegularizerKind::L2, ScoreKind::ComplEx),
+            (RegularizerKind::N3, ScoreKind::DistMult),
+        ] {
+            let m = model(score, 4);
+            let (b, d) = (3usize, 4usize);
+            let rows: Vec<f32> = (0..3 * b * d)
+                .map(|i| ((i * 5 % 13) as f32 - 6.0) / 5.0)
+                .collect();
+            let reg = Regularizer {
+                kind,
+                weight: 0.4,
+                rel_weight: Some(0.9),
+                weighted: true,
+            };
+            let term = |rows: &[f32], g: &mut Grads| {
+                let (s, rest) = rows.split_at(b * d);
+                let (r, t) = rest.split_at(b * d);
+                let (c, _) = chunk(b, s, r, t);
+                regularize(&reg, &m, &c, g, ALL)
+            };
+            let zero = || chunk(b, &rows[..b * d], &rows[..b * d], &rows[..b * d]).1;
+            let mut g = zero();
+            term(&rows, &mut g);
+            let analytic: Vec<f32> = [g.src, g.rel, g.dst].concat();
+            let h = 1e-3f32;
+            for k in 0..rows.len() {
+                let (mut up, mut down) = (rows.clone(), rows.clone());
+                up[k] += h;
+                down[k] -= h;
+                let numeric =
+                    (term(&up, &mut zero()) - term(&down, &mut zero())) / (2.0 * h as f64);
+                assert!(
+                    (numeric - analytic[k] as f64).abs() < 1e-2,
+                    "{kind:?} {score:?} {k}: {numeric} vs {}",
+                    analytic[k]
+                );
+            }
         }
     }
 }

@@ -9,7 +9,7 @@ use strata_store::units::fmt_bytes;
 
 use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
-use crate::model::ScoreModel;
+use crate::model::{Dropped, ScoreModel};
 use crate::sizes::{part_bytes, QUERY_BATCH, TILE};
 use crate::storage::bank::Banks;
 use crate::storage::entity_types::NodeShape;
@@ -302,7 +302,7 @@ pub fn plan_queries(
 
 /// Scratch of one worker for `cfg`'s chunks of `b` edges and `n` negatives (scores, loaded
 /// rows, gradients, update keys; self-adversarial weights of one edge's negatives; the
-/// chunk's edges and weights split by side for Bernoulli corruption).
+/// chunk's edges and weights split by side for Bernoulli corruption; dropped rows).
 fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig) -> u64 {
     let (b, n) = (cfg.chunk_size as u64, cfg.negatives as u64);
     let d = model.dim as u64;
@@ -319,7 +319,13 @@ fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig) -> u64 {
     } else {
         0
     };
-    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n) + adversarial + split
+    // Dropout: both sides' dropped rows and masks.
+    let dropout = if cfg.dropout().active(model.rel_dim()) {
+        2 * Dropped::bytes(b, n, d, model.rel_dim() as u64)
+    } else {
+        0
+    };
+    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n) + adversarial + split + dropout
 }
 
 /// Plans `cfg` with the workers it asks for, or (`threads` 0: one per core) with as many of the

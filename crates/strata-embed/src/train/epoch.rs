@@ -669,6 +669,7 @@ impl<'a> Slots<'a> {
             degree_fraction: cfg.degree_fraction,
             pool,
             reg: cfg.regularizer(),
+            dropout: cfg.dropout(),
             negs,
             feat: self.typed.and_then(|t| {
                 let bags = t.bags.as_deref()?;

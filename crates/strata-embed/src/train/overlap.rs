@@ -111,6 +111,7 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
         degree_fraction: cfg.degree_fraction,
         pool: Pool::Resident,
         reg: cfg.regularizer(),
+        dropout: cfg.dropout(),
         negs: None,
         feat: None,
     };

@@ -85,7 +85,9 @@ fn train(a: &mut [f32], f: &mut [f32], state: f32, lr: f32) -> f64 {
         reg: Regularizer {
             kind: RegularizerKind::None,
             weight: 0.0,
+            ..Default::default()
         },
+        dropout: Default::default(),
         negs: Some([
             NegSpace::new(&inputs, &[0], 0),
             NegSpace::new(&inputs, &[1], 1),

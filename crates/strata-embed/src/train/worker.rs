@@ -5,7 +5,9 @@ use std::time::Instant;
 use strata_store::rng::{derive, Rng};
 
 use crate::config::{Corrupt, MAX_ROWS};
-use crate::model::{chunk_step, regularize, Chunk, Grads, Loss, Regularizer, ScoreModel, Scratch};
+use crate::model::{
+    chunk_step, regularize, Chunk, Dropout, Dropped, Grads, Loss, Regularizer, ScoreModel, Scratch,
+};
 use crate::storage::bank::Banks;
 use crate::storage::entity_types::FeatureBags;
 use crate::storage::shared::SharedRows;
@@ -57,6 +59,8 @@ pub struct BucketCtx<'a> {
     pub pool: Pool<'a>,
     /// Added to the loss of every chunk direction (see [`regularize`]).
     pub reg: Regularizer,
+    /// Dropout on the gathered rows (see [`Dropout`]).
+    pub dropout: Dropout,
     /// A typed run: the uniform negatives of tail and of head corruption (the destination's
     /// and the source's entity type; `None`: every node of the pool, untyped).
     pub negs: Option<[NegSpace; 2]>,
@@ -163,6 +167,8 @@ struct Side {
     /// `(part index, local row)` of each negative.
     neg_ids: Vec<(usize, u32)>,
     grads: Grads,
+    /// The rows as the step saw them, with dropout on.
+    dropped: Dropped,
 }
 
 /// A worker's buffers and counters.
@@ -295,7 +301,9 @@ impl Worker {
         let sides = &sides[..count];
         for (k, side) in sides.iter().enumerate() {
             let mut rng = Rng::new(derive(key, k as u64));
-            self.forward_backward(ctx, side, k, &mut rng);
+            // The head side of `both` trains the tail side's edges again.
+            let repeat = k == 1 && ctx.corrupt == Corrupt::Both;
+            self.forward_backward(ctx, side, k, repeat, &mut rng);
         }
         self.update_nodes(ctx, sides, key);
         self.update_relations(ctx, sides, key);
@@ -303,8 +311,16 @@ impl Worker {
         self.busy += start.elapsed().as_secs_f64();
     }
 
-    /// Loads side `k`'s rows and negatives and computes its loss and gradients.
-    fn forward_backward(&mut self, ctx: &BucketCtx, edges: &SideEdges, k: usize, rng: &mut Rng) {
+    /// Loads side `k`'s rows and negatives and computes its loss and gradients (`repeat`: its
+    /// edges were trained by the chunk's other side already).
+    fn forward_backward(
+        &mut self,
+        ctx: &BucketCtx,
+        edges: &SideEdges,
+        k: usize,
+        repeat: bool,
+        rng: &mut Rng,
+    ) {
         let (d, rd) = (ctx.model.dim, ctx.model.rel_dim());
         let o = Orientation::new(ctx, edges.tail);
         let chunk = edges.edges;
@@ -372,14 +388,37 @@ impl Worker {
             neg: &side.neg,
             weights: edges.weights,
         };
-        self.loss += chunk_step(
-            &ctx.model,
-            &ctx.loss,
-            &c,
-            &mut side.grads,
-            &mut self.scratch,
-        );
-        self.loss += regularize(&ctx.reg, &ctx.model, &c, &mut side.grads);
+        if ctx.dropout.active(rd) {
+            // The step scores the dropped rows (masks drawn after the negatives, from the
+            // side's own generator); the regularizer takes the rows as stored.
+            let dr = &mut side.dropped;
+            dr.apply(ctx.dropout, [c.src, c.rel, c.dst, c.neg], rng);
+            let dropped = Chunk {
+                src: &dr.src,
+                rel: &dr.rel,
+                dst: &dr.dst,
+                neg: &dr.neg,
+                ..c
+            };
+            self.loss += chunk_step(
+                &ctx.model,
+                &ctx.loss,
+                &dropped,
+                &mut side.grads,
+                &mut self.scratch,
+            );
+            dr.backward(&mut side.grads);
+        } else {
+            self.loss += chunk_step(
+                &ctx.model,
+                &ctx.loss,
+                &c,
+                &mut side.grads,
+                &mut self.scratch,
+            );
+        }
+        let which = ctx.reg.rows(repeat, ctx.inverse_offset > 0);
+        self.loss += regularize(&ctx.reg, &ctx.model, &c, &mut side.grads, which);
         if o.reverse {
             side.grads
                 .rel
@@ -722,6 +761,7 @@ mod tests {
                 degree_fraction: 0.0,
                 pool: Pool::Resident,
                 reg: Regularizer::default(),
+                dropout: Dropout::default(),
                 negs: None,
                 feat: None,
             };

@@ -1,0 +1,228 @@
+//! Dropout on the rows a training step gathers (LibKGE's `entity_embedder.dropout` and
+//! `relation_embedder.dropout`): inverted dropout, each real of a gathered source, target,
+//! negative (entity rate) or relation row (relation rate) kept with probability `1 - rate` and
+//! scaled by `1 / (1 - rate)`, during training only. The scores and their gradients are those
+//! of the dropped rows; the gradient reaches the stored rows through the same mask. The
+//! regularizer sees the rows as stored (LibKGE penalises the embedding parameters, not their
+//! dropped lookups). Masks come from the chunk's counter-based generator, so a one-thread run
+//! stays deterministic for a seed.
+
+use strata_store::rng::Rng;
+
+use super::Grads;
+
+/// Dropout rates of entity and relation rows (config `entity_dropout`, `relation_dropout`),
+/// each in `[0, 1)`; 0 is off.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Dropout {
+    pub entity: f32,
+    pub relation: f32,
+}
+
+impl Dropout {
+    /// Whether any rows are dropped (`rel_dim`: reals per relation row, 0 without them).
+    pub fn active(&self, rel_dim: usize) -> bool {
+        self.entity > 0.0 || (self.relation > 0.0 && rel_dim > 0)
+    }
+}
+
+/// One chunk side's dropped rows and their masks (each real's factor: 0 or `1 / (1 - rate)`).
+#[derive(Default)]
+pub struct Dropped {
+    pub src: Vec<f32>,
+    pub rel: Vec<f32>,
+    pub dst: Vec<f32>,
+    pub neg: Vec<f32>,
+    masks: [Vec<f32>; 4],
+}
+
+/// Writes `rows` dropped at `rate` into `out` and each real's factor into `mask` (`rate` 0:
+/// a copy, factors 1).
+fn drop_rows(rate: f32, rows: &[f32], out: &mut Vec<f32>, mask: &mut Vec<f32>, rng: &mut Rng) {
+    out.clear();
+    mask.clear();
+    if rate <= 0.0 {
+        out.extend_from_slice(rows);
+        mask.resize(rows.len(), 1.0);
+        return;
+    }
+    let keep = 1.0 / (1.0 - rate);
+    // A real is dropped when its 32 random bits fall below rate · 2^32 (two reals a draw).
+    let cut = (rate as f64 * 4_294_967_296.0) as u64;
+    let mut bits = 0u64;
+    for (i, &x) in rows.iter().enumerate() {
+        let half = if i % 2 == 0 {
+            bits = rng.next_u64();
+            bits & 0xffff_ffff
+        } else {
+            bits >> 32
+        };
+        let f = if half < cut { 0.0 } else { keep };
+        mask.push(f);
+        out.push(x * f);
+    }
+}
+
+impl Dropped {
+    /// Drops one side's gathered rows (`src`, `dst`, `neg` at the entity rate, `rel` at the
+    /// relation rate) into this side's buffers, drawing the masks from `rng` in that order.
+    pub fn apply(&mut self, rates: Dropout, rows: [&[f32]; 4], rng: &mut Rng) {
+        let [src, rel, dst, neg] = rows;
+        let [m_src, m_rel, m_dst, m_neg] = &mut self.masks;
+        drop_rows(rates.entity, src, &mut self.src, m_src, rng);
+        drop_rows(rates.entity, dst, &mut self.dst, m_dst, rng);
+        drop_rows(rates.entity, neg, &mut self.neg, m_neg, rng);
+        drop_rows(rates.relation, rel, &mut self.rel, m_rel, rng);
+    }
+
+    /// Turns gradients with respect to the dropped rows into gradients with respect to the
+    /// gathered rows (the chain rule through `x · mask`).
+    pub fn backward(&self, g: &mut Grads) {
+        let [m_src, m_rel, m_dst, m_neg] = &self.masks;
+        for (grad, mask) in [
+            (&mut g.src, m_src),
+            (&mut g.rel, m_rel),
+            (&mut g.dst, m_dst),
+            (&mut g.neg, m_neg),
+        ] {
+            for (x, m) in grad.iter_mut().zip(mask) {
+                *x *= m;
+            }
+        }
+    }
+
+    /// Bytes of one side's buffers for rows of `d` reals (`rd` per relation row), `b` edges
+    /// and `n` negatives: the dropped rows and their masks.
+    pub fn bytes(b: u64, n: u64, d: u64, rd: u64) -> u64 {
+        2 * 4 * ((2 * b + n) * d + b * rd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_reals_are_scaled_and_the_dropped_fraction_follows_the_rate() {
+        let rows: Vec<f32> = (0..40_000).map(|i| 1.0 + (i % 5) as f32).collect();
+        let (mut out, mut mask) = (Vec::new(), Vec::new());
+        drop_rows(0.25, &rows, &mut out, &mut mask, &mut Rng::new(5));
+        let dropped = mask.iter().filter(|&&m| m == 0.0).count() as f64 / rows.len() as f64;
+        // 40,000 draws: 4 standard deviations are below 0.01.
+        assert!((dropped - 0.25).abs() < 0.01, "{dropped}");
+        for ((&x, &y), &m) in rows.iter().zip(&out).zip(&mask) {
+            assert!(m == 0.0 || m == 1.0 / 0.75);
+            assert_eq!(y, x * m);
+        }
+        // The mean is kept (inverted dropout).
+        let mean = |v: &[f32]| v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+        assert!((mean(&out) / mean(&rows) - 1.0).abs() < 0.02);
+        // Same generator, same masks; rate 0 copies.
+        let (mut again, mut mask2) = (Vec::new(), Vec::new());
+        drop_rows(0.25, &rows, &mut again, &mut mask2, &mut Rng::new(5));
+        assert_eq!((&out, &mask), (&again, &mask2));
+        drop_rows(0.0, &rows, &mut again, &mut mask2, &mut Rng::new(5));
+        assert_eq!(again, rows);
+    }
+
+    #[test]
+    fn backward_multiplies_each_gradient_by_its_mask() {
+        let mut d = Dropped::default();
+        let rows = [
+            &[1.0f32, 2.0, 3.0, 4.0][..],
+            &[5.0, 6.0],
+            &[7.0, 8.0, 9.0, 10.0],
+            &[],
+        ];
+        d.apply(
+            Dropout {
+                entity: 0.5,
+                relation: 0.0,
+            },
+            rows,
+            &mut Rng::new(1),
+        );
+        let mut g = Grads {
+            src: vec![1.0; 4],
+            rel: vec![1.0; 2],
+            dst: vec![1.0; 4],
+            neg: Vec::new(),
+        };
+        d.backward(&mut g);
+        // d(x · m)/dx = m: the gradient of a unit upstream gradient is the mask itself, which
+        // the dropped row divided by the row shows where the real was kept.
+        for (grad, (out, x)) in g.src.iter().zip(d.src.iter().zip(rows[0])) {
+            assert_eq!(*grad, out / x);
+        }
+        assert_eq!(
+            g.rel,
+            [1.0, 1.0],
+            "relation rate 0 leaves relation rows alone"
+        );
+        assert_eq!(d.rel, rows[1]);
+    }
+
+    #[test]
+    fn gradients_through_the_masks_match_finite_differences() {
+        use crate::model::{chunk_step, Chunk, Loss, LossKind, PbgForm, ScoreKind, ScoreModel};
+        let model = ScoreModel {
+            kind: ScoreKind::ComplEx,
+            dim: 4,
+            transe_norm: 2,
+            pbg: PbgForm::default(),
+        };
+        let (b, n, d) = (2usize, 3usize, 4usize);
+        let rates = Dropout {
+            entity: 0.4,
+            relation: 0.3,
+        };
+        let mut rng = Rng::new(11);
+        let mut draw = |len: usize| -> Vec<f32> {
+            (0..len).map(|_| rng.normal_pair().0 as f32 * 0.7).collect()
+        };
+        let rows = [draw(b * d), draw(b * d), draw(b * d), draw(n * d)];
+        // The step on the rows dropped with the masks of generator 9: its loss and, through
+        // the masks, its gradients with respect to the gathered rows.
+        let run = |rows: &[Vec<f32>; 4], g: &mut Grads| {
+            let mut dr = Dropped::default();
+            dr.apply(
+                rates,
+                [&rows[0], &rows[1], &rows[2], &rows[3]],
+                &mut Rng::new(9),
+            );
+            let c = Chunk {
+                b,
+                n,
+                src: &dr.src,
+                rel: &dr.rel,
+                dst: &dr.dst,
+                neg: &dr.neg,
+                weights: &[],
+            };
+            let loss = Loss::plain(LossKind::Softmax, 0.0);
+            let total = chunk_step(&model, &loss, &c, g, &mut Default::default());
+            dr.backward(g);
+            (total, dr)
+        };
+        let mut g = Grads::default();
+        let (_, dr) = run(&rows, &mut g);
+        assert!(dr.src.contains(&0.0), "some reals are dropped");
+        let analytic = [&g.src, &g.rel, &g.dst, &g.neg];
+        let h = 1e-3f32;
+        for (which, grad) in analytic.iter().enumerate() {
+            for k in 0..rows[which].len() {
+                let (mut up, mut down) = (rows.clone(), rows.clone());
+                up[which][k] += h;
+                down[which][k] -= h;
+                let numeric = (run(&up, &mut Grads::default()).0
+                    - run(&down, &mut Grads::default()).0)
+                    / (2.0 * h as f64);
+                assert!(
+                    (numeric - grad[k] as f64).abs() < 5e-3,
+                    "rows {which} real {k}: {numeric} vs {}",
+                    grad[k]
+                );
+            }
+        }
+    }
+}
