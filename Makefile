@@ -12,7 +12,7 @@ RUST_SOURCES := Cargo.toml $(shell find crates -name '*.rs' -o -name Cargo.toml)
 # dependencies plus the extras listed here. A stamp is named after its extras and depends on
 # pyproject.toml, so a changed list, or a target that needs more extras, installs again.
 SETUP_EXTRAS := dev
-TEST_EXTRAS := dev+torch+pyg+parquet+ann+hdf5
+TEST_EXTRAS := dev+torch+pyg+parquet+ann+hdf5+search
 SETUP_STAMP := $(VENV)/.deps-$(SETUP_EXTRAS)
 TEST_STAMP := $(VENV)/.deps-$(TEST_EXTRAS)
 EXT_STAMP := $(VENV)/.extension-built

@@ -147,6 +147,29 @@ pub enum Protocol {
     Sampled,
 }
 
+/// How the learning rate changes over a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LrScheduler {
+    /// The configured lr throughout.
+    #[default]
+    None,
+    /// PyTorch's ReduceLROnPlateau (mode max) on the validation MRR.
+    ReduceOnPlateau,
+}
+
+/// How reduce_on_plateau's threshold compares a validation MRR with the best one (PyTorch's
+/// `threshold_mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ThresholdMode {
+    /// Better than best x (1 + threshold).
+    #[default]
+    Rel,
+    /// Better than best + threshold.
+    Abs,
+}
+
 /// Everything a training run is set up with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
@@ -314,6 +337,41 @@ pub struct TrainConfig {
     /// without names), and relations keep their rows and optimizer state, new ones start fresh;
     /// same model, dim, optimizer and reciprocal; applies when the run is created
     pub init_from: Option<PathBuf>,
+    // Learning-rate schedule and early stopping, decided on the validation MRR every
+    // eval_every epochs (LibKGE's lr_scheduler and valid.early_stopping).
+    /// learning-rate schedule: none (lr throughout) or reduce_on_plateau (PyTorch's
+    /// ReduceLROnPlateau in mode max, stepped with each validation MRR: once more than
+    /// lr_patience validations in a row fail to improve on the best, the rate is multiplied by
+    /// lr_factor)
+    pub lr_scheduler: LrScheduler,
+    /// reduce_on_plateau: what the rate is multiplied by when it drops (between 0 and 1)
+    pub lr_factor: f64,
+    /// reduce_on_plateau: validations in a row without improvement tolerated before the rate
+    /// drops (counted in validations, every eval_every epochs)
+    pub lr_patience: usize,
+    /// reduce_on_plateau: how much a validation MRR must beat the best to count as an
+    /// improvement (see lr_threshold_mode)
+    #[schemars(range(min = 0.0))]
+    pub lr_threshold: f64,
+    /// reduce_on_plateau: rel (better than best x (1 + lr_threshold)) or abs (better than best +
+    /// lr_threshold)
+    pub lr_threshold_mode: ThresholdMode,
+    /// reduce_on_plateau: validations after a drop during which none counts as bad
+    pub lr_cooldown: usize,
+    /// reduce_on_plateau: the rate never drops below this
+    #[schemars(range(min = 0.0))]
+    pub lr_min: f64,
+    /// stop training once the validation MRR has not improved on its best in this many
+    /// validations in a row (0: never; LibKGE's valid.early_stopping.patience)
+    pub early_stopping_patience: usize,
+    /// stop training at a validation after more than this many epochs when the best
+    /// validation MRR is still below early_stopping_threshold_mrr (LibKGE's
+    /// valid.early_stopping.threshold.epochs)
+    pub early_stopping_threshold_epochs: usize,
+    /// the validation MRR a run must have reached after early_stopping_threshold_epochs
+    /// epochs (0: no threshold; LibKGE's valid.early_stopping.threshold.metric_value)
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub early_stopping_threshold_mrr: f64,
 }
 
 impl Default for TrainConfig {
@@ -368,6 +426,16 @@ impl Default for TrainConfig {
             dist_storage: DistStorage::Shared,
             dist_prefetch: true,
             init_from: None,
+            lr_scheduler: LrScheduler::None,
+            lr_factor: 0.1,
+            lr_patience: 10,
+            lr_threshold: 1e-4,
+            lr_threshold_mode: ThresholdMode::Rel,
+            lr_cooldown: 0,
+            lr_min: 0.0,
+            early_stopping_patience: 0,
+            early_stopping_threshold_epochs: 0,
+            early_stopping_threshold_mrr: 0.0,
         }
     }
 }
@@ -434,6 +502,7 @@ impl Section for TrainConfig {
                 );
             }
         }
+        self.check_schedule().or_else(|(key, msg)| bad(key, msg))?;
         let partitioned = self.partitions as usize > self.buffer;
         self.ordering
             .check_buffer(self.buffer, partitioned)
@@ -547,6 +616,62 @@ impl TrainConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The key and message of what the learning-rate schedule and early stopping do not allow:
+    /// a factor outside (0, 1) (PyTorch refuses a factor of 1 or more), a negative or infinite
+    /// threshold or floor, or either without validation to decide on.
+    fn check_schedule(&self) -> Result<(), (&'static str, String)> {
+        if !(self.lr_factor > 0.0 && self.lr_factor < 1.0) {
+            return Err((
+                "lr_factor",
+                format!(
+                    "must be between 0 and 1 (exclusive), got {}",
+                    self.lr_factor
+                ),
+            ));
+        }
+        for (key, v) in [("lr_threshold", self.lr_threshold), ("lr_min", self.lr_min)] {
+            if !(v >= 0.0 && v.is_finite()) {
+                return Err((key, format!("must be a number >= 0, got {v}")));
+            }
+        }
+        let t = self.early_stopping_threshold_mrr;
+        if !(0.0..=1.0).contains(&t) {
+            return Err((
+                "early_stopping_threshold_mrr",
+                format!("must be an MRR between 0 and 1, got {t}"),
+            ));
+        }
+        if self.eval_every == 0 {
+            let needs = [
+                ("lr_scheduler", self.lr_scheduler != LrScheduler::None),
+                ("early_stopping_patience", self.early_stopping_patience > 0),
+                ("early_stopping_threshold_mrr", t > 0.0),
+            ];
+            if let Some((key, _)) = needs.iter().find(|(_, on)| *on) {
+                return Err((
+                    key,
+                    "decides on the validation MRR, but eval_every = 0 turns validation off; \
+                     set eval_every >= 1"
+                        .into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the learning-rate schedule or early stopping is on (they need a validation split).
+    pub fn schedules(&self) -> Option<&'static str> {
+        if self.lr_scheduler != LrScheduler::None {
+            Some("lr_scheduler")
+        } else if self.early_stopping_patience > 0 {
+            Some("early_stopping_patience")
+        } else if self.early_stopping_threshold_mrr > 0.0 {
+            Some("early_stopping_threshold_mrr")
+        } else {
+            None
+        }
     }
 
     /// The key and message of what model pbg's options do not allow: an operator or

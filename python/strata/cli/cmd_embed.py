@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from .. import _native
 from ..config import (
@@ -19,7 +20,7 @@ from ..config import (
     engine_options,
     from_args,
 )
-from ..embed import Run, ann, dist, format_metrics, format_plan, format_summary, import_pbg, plan, train
+from ..embed import Run, ann, dist, format_metrics, format_plan, format_summary, import_pbg, plan, search, train
 from ..errors import ConfigError
 from ..units import fmt_bytes, fmt_duration
 from .common import add_section_command, emit_summary, run_with_progress
@@ -103,6 +104,17 @@ def register(sub) -> None:
     )
     add_section_command(
         cmds,
+        "search",
+        search.EmbedSearchConfig,
+        run_search,
+        help="search [embed.train] options with Optuna: trials within --memory, pruned on validation MRR",
+        description="Runs --trials training runs of STORE, one after another within --memory, with options drawn "
+        "from the SPACE file by Optuna's sampler; each validation reports its MRR to the pruner, which stops "
+        "trials behind the others. Prints one table, writes OUT/search.json and OUT/best.toml (a config for "
+        "strata embed train --config).",
+    )
+    add_section_command(
+        cmds,
         "plan",
         EmbedPlanConfig,
         run_plan,
@@ -116,6 +128,21 @@ def run_train(args) -> int:
     run = run_with_progress(args, lambda bar: train(cfg, bar))
     if not dist.follower():
         emit_summary(args, run.meta, format_summary(run))
+    return 0
+
+
+def run_search(args) -> int:
+    cfg = from_args(search.EmbedSearchConfig, args)
+    lines: list[str] = []
+
+    def report(line: str) -> None:
+        # Each trial's row as it finishes, under the table's header.
+        if not getattr(args, "quiet", False):
+            print(*([search.HEADER] if not lines else []), line, sep="\n", file=sys.stderr, flush=True)
+        lines.append(line)
+
+    results = run_with_progress(args, lambda bar: search.search(cfg, bar, report))
+    emit_summary(args, results, search.format_table(results))
     return 0
 
 

@@ -149,6 +149,12 @@ def format_summary(run: Run) -> str:
             f"sent {fmt_bytes(r['bytes_sent'])}, received {fmt_bytes(r['bytes_received'])}"
             for r in hist[-1]["ranks"]
         )
+    drops = [h["lr_dropped_to"] for h in hist if h.get("lr_dropped_to") is not None]
+    if drops:
+        lines.append(f"  lr {hist[0]['lr']:.6g} dropped {len(drops)} time(s) on a plateau, to {drops[-1]:.6g}.")
+    stopped = (meta.get("schedule") or {}).get("stopped")
+    if stopped:
+        lines.append(f"  stopped early after epoch {meta['current']['epoch']}: {stopped}.")
     best = meta["best"]["epoch"]
     valid = next((h["valid"] for h in hist if h["epoch"] == best and h.get("valid")), None)
     if valid:

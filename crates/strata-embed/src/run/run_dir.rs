@@ -30,6 +30,7 @@ use crate::storage::partitioning::Partitioning;
 use crate::storage::relations::Relations;
 use crate::train::dist::{RankReport, TableCrc};
 use crate::train::epoch::{EpochReport, Interval};
+use crate::train::iteration::ScheduleState;
 
 pub const RUN_FORMAT: &str = "strata-embed-run";
 pub const RUN_VERSION: u32 = 1;
@@ -57,6 +58,15 @@ pub struct EpochRecord {
     /// it committed; rank 0 commits an epoch only if its start is the last epoch's end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table_crc: Option<TableCrc>,
+    /// The learning rate the epoch trained with (absent in runs written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr: Option<f64>,
+    /// The rate the epoch's validation dropped it to (reduce on plateau).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lr_dropped_to: Option<f64>,
+    /// Why training stopped after this epoch, when its validation stopped it early.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// `run.json`.
@@ -91,6 +101,10 @@ pub struct RunMeta {
     /// tables hold only the partitions that rank owns (`p mod world_size`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_rank: Option<usize>,
+    /// The learning-rate schedule and early stopping as of the current checkpoint (absent in
+    /// runs written before they were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleState>,
 }
 
 fn one() -> usize {
@@ -121,7 +135,7 @@ impl RunMeta {
             store_train_bytes: train_bytes(store)?,
             num_nodes: graph.num_nodes,
             num_relations: graph.num_relations,
-            config,
+            config: config.clone(),
             partitioning,
             layout,
             current: first.clone(),
@@ -133,6 +147,7 @@ impl RunMeta {
             memory_plan: None,
             world_size: 1,
             owner_rank: None,
+            schedule: Some(ScheduleState::new(&config)),
         })
     }
 

@@ -3,4 +3,5 @@
 
 mod incremental;
 mod loss_options;
+mod schedules;
 mod train_eval;

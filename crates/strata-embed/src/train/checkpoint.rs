@@ -26,6 +26,7 @@ use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
 use crate::train::dist::{owner_of, RankReport, TableCrc};
 use crate::train::epoch::{EpochReport, Interval};
+use crate::train::iteration::ScheduleState;
 use crate::train::owner::{self, Commit};
 
 /// What an epoch's training hands its commit: the (group's) report, this rank's timeline,
@@ -85,9 +86,10 @@ impl CheckpointManager {
     }
 
     /// Commits epoch `epoch`, whose table is `spare`, with its validation metrics `valid`
-    /// (`validating`: the job validates at all); returns the epoch's record, also appended to
-    /// the run's logs. Test metrics belong to a finished run's best checkpoint: training on
-    /// drops them.
+    /// (`validating`: the job validates at all) and what they decide for the rate of the
+    /// epochs after it and whether training stops ([`ScheduleState`], under the run's config);
+    /// returns the epoch's record, also appended to the run's logs. Test metrics belong to a
+    /// finished run's best checkpoint: training on drops them.
     pub fn commit_epoch(
         &mut self,
         epoch: usize,
@@ -107,12 +109,27 @@ impl CheckpointManager {
             meta.best = ckpt;
             meta.best_mrr = valid.as_ref().map(|m| m.mrr);
         }
+        let schedule = meta
+            .schedule
+            .get_or_insert_with(|| ScheduleState::new(&meta.config));
+        let lr = schedule.lr;
+        let decision = match (&valid, meta.best_mrr) {
+            (Some(m), Some(best)) => {
+                Some(schedule.validated(&meta.config, epoch + 1, m.mrr, improved, best))
+            }
+            _ => None,
+        };
+        let (lr_dropped_to, stopped) =
+            decision.map_or((None, None), |d| (d.lr_drop.map(|(_, new)| new), d.stop));
         let record = EpochRecord {
             report: trained.report,
             valid,
             best: improved,
             ranks: trained.ranks,
             table_crc: trained.table_crc,
+            lr: Some(lr),
+            lr_dropped_to,
+            stopped,
         };
         meta.history.push(record.clone());
         meta.test = None;

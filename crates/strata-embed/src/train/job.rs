@@ -35,7 +35,7 @@ use crate::train::checkpoint::{
 use crate::train::dist::{Cluster, PartitionSource};
 use crate::train::epoch::Trainer;
 use crate::train::group::leader_first;
-use crate::train::iteration::{Iteration, IterationManager};
+use crate::train::iteration::{Iteration, IterationManager, ScheduleState};
 use crate::train::owner;
 use crate::train::schedule::{self, BucketScheduler};
 
@@ -175,15 +175,31 @@ impl<'a> Coordinator<'a> {
                 true => Some(EvalSet::new(&store, "valid", &spec, progress)?),
                 false => None,
             };
+        if let Some(key) = trainer.cfg.schedules() {
+            if store.array("edges_valid").is_none() {
+                return Err(EmbedError::Config(format!(
+                    "embed.train.{key} decides on the validation MRR, but store {} has no validation split (edges_valid)",
+                    paths.store.display()
+                )));
+            }
+        }
         let committed = ckpt.run.meta.current.epoch;
         let iterations =
             IterationManager::new(trainer.cfg.epochs, trainer.cfg.eval_every, committed);
+        let stopped = stop_of(&ckpt.run.meta);
         if leads && s.resumed && iterations.remaining() {
-            progress.message(&format!(
-                "resuming {} after epoch {}",
-                ckpt.run.dir.display(),
-                iterations.start()
-            ));
+            progress.message(&match stopped {
+                Some(why) => format!(
+                    "{} stopped early after epoch {committed}: {why}; nothing left to train (a larger patience goes on, --fresh starts over)",
+                    ckpt.run.dir.display()
+                ),
+                None => format!(
+                    "resuming {} after epoch {} at lr {}",
+                    ckpt.run.dir.display(),
+                    iterations.start(),
+                    lr_of(&ckpt.run.meta) as f32
+                ),
+            });
         }
         Ok(Coordinator {
             scheduler,
@@ -199,10 +215,16 @@ impl<'a> Coordinator<'a> {
         })
     }
 
-    /// Trains the epochs left, committing each (rank 0) or taking rank 0's commit.
+    /// Trains the epochs left, committing each (rank 0) or taking rank 0's commit, each at the
+    /// rate the run's schedule holds, until the schedule stops early: every rank reads the
+    /// rate and the stop from the commit rank 0 made, so the group agrees.
     fn train(&mut self, on_epoch: &mut dyn FnMut(&EpochRecord)) -> Result<()> {
         let iterations = self.iterations;
         for it in iterations.iter() {
+            if stop_of(&self.ckpt.run.meta).is_some() {
+                break;
+            }
+            self.trainer.cfg.lr = lr_of(&self.ckpt.run.meta) as f32;
             let tables = self.ckpt.tables(self.trainer.buffer.engine())?;
             let trained = self.scheduler.train_epoch(
                 &mut self.trainer,
@@ -676,16 +698,36 @@ fn create_run(
 }
 
 /// A resumed run with this job's config (keeping the run's partition count); a rank that
-/// writes the run rewrites its logs to its last commit.
+/// writes the run rewrites its logs to its last commit and settles the schedule it continues
+/// under this config (the others take it from rank 0's commit).
 fn resume(mut run: Run, cfg: &TrainConfig, writes: bool) -> Result<Run> {
     run.meta.config = TrainConfig {
         partitions: run.meta.config.partitions,
         ..cfg.clone()
     };
     if writes {
+        let meta = &mut run.meta;
+        meta.schedule = Some(ScheduleState::resumed(
+            meta.schedule.take(),
+            &meta.config,
+            meta.current.epoch,
+            meta.best_mrr,
+        ));
         run.rewrite_logs()?;
     }
     Ok(run)
+}
+
+/// The rate the run's next epoch trains with.
+fn lr_of(meta: &RunMeta) -> f64 {
+    meta.schedule
+        .as_ref()
+        .map_or_else(|| ScheduleState::new(&meta.config).lr, |s| s.lr)
+}
+
+/// Why the run stopped early, if it did.
+fn stop_of(meta: &RunMeta) -> Option<&str> {
+    meta.schedule.as_ref().and_then(|s| s.stopped.as_deref())
 }
 
 /// Loads the run's relations at its current checkpoint, records this job's plan and group in
@@ -783,12 +825,25 @@ pub fn describe_epoch(r: &EpochRecord, epochs: usize, sgemm_flops: f64) -> Strin
         e.step_flops_per_thread / 1e9,
         100.0 * e.step_flops_per_thread / sgemm_flops.max(1.0)
     );
+    if let Some(lr) = r.lr {
+        // The rate as the kernels use it (f32): 0.01, not 0.010000000000000002.
+        line.push_str(&format!(", lr {}", lr as f32));
+    }
     if let Some(v) = &r.valid {
         line.push_str(&format!(
             "; valid {}{}",
             describe_metrics(v),
             if r.best { " (best)" } else { "" }
         ));
+    }
+    if let (Some(old), Some(new)) = (r.lr, r.lr_dropped_to) {
+        line.push_str(&format!(
+            "; validation MRR on a plateau: lr {} -> {}",
+            old as f32, new as f32
+        ));
+    }
+    if let Some(why) = &r.stopped {
+        line.push_str(&format!("; stopping early: {why}"));
     }
     line
 }

@@ -15,6 +15,7 @@ use crate::storage::buffer::{Load, PartitionBuffer};
 use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
 use crate::train::dist::{owner_of, Cluster, PartitionSource};
+use crate::train::iteration::ScheduleState;
 
 /// Rank `rank`'s own run directory inside the `--run-dir` every rank is given.
 pub fn rank_dir(run_dir: &Path, rank: usize) -> PathBuf {
@@ -29,6 +30,9 @@ pub struct Commit {
     pub best_mrr: Option<f64>,
     /// The committed epoch's record (none before the first epoch).
     pub record: Option<EpochRecord>,
+    /// Rank 0's learning-rate schedule and early-stopping decision.
+    #[serde(default)]
+    pub schedule: Option<ScheduleState>,
 }
 
 impl Commit {
@@ -39,6 +43,7 @@ impl Commit {
             best: meta.best.clone(),
             best_mrr: meta.best_mrr,
             record: meta.history.last().cloned(),
+            schedule: meta.schedule.clone(),
         }
     }
 
@@ -48,6 +53,7 @@ impl Commit {
         meta.best = self.best.clone();
         meta.best_mrr = self.best_mrr;
         meta.history.extend(self.record.clone());
+        meta.schedule = self.schedule.clone();
         meta.test = None;
     }
 }
@@ -165,6 +171,8 @@ pub fn resume(
             run.append_logs(record, &[])?;
         }
     }
+    // Rank 0 decides the schedule (a resumed run's rate and whether it stopped) for all.
+    run.meta.schedule = leader.schedule;
     run.commit()?;
     clear_prepared(run);
     Ok(())

@@ -545,6 +545,9 @@ mod tests {
                 start: start.into(),
                 end: end.into(),
             }),
+            lr: None,
+            lr_dropped_to: None,
+            stopped: None,
         }
     }
 

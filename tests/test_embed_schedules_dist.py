@@ -1,0 +1,32 @@
+"""The learning-rate schedule and early stopping under torchrun: rank 0 decides at each
+validation and every rank follows its commit, so the group trains every epoch at one rate and
+stops after the same epoch (a rank that went on alone would wait on the others until its
+timeout)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import needs
+from test_embed_dist import train_two_ranks
+
+
+def test_two_ranks_follow_rank_0s_schedule_and_stop_together(kg, tmp_path):
+    needs("torch")
+    run = tmp_path / "run"
+    proc = train_two_ranks(
+        kg, run, "--partitions", "4", "--epochs", "5", "--dist-timeout", "60", "--lr", "0.1",
+        "--lr-scheduler", "reduce_on_plateau", "--lr-patience", "0", "--lr-threshold", "10",
+        "--early-stopping-threshold-epochs", "2", "--early-stopping-threshold-mrr", "0.99",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["world_size"] == 2 and meta["current"]["epoch"] == 3
+    hist = meta["history"]
+    # No MRR is 11 times the best: every validation after the first drops the rate.
+    assert [h["lr"] for h in hist] == [0.1, 0.1, 0.010000000000000002]
+    assert [h.get("lr_dropped_to") for h in hist] == [None, 0.010000000000000002, 0.0010000000000000002]
+    assert "early_stopping_threshold_mrr" in hist[-1]["stopped"]
+    assert all(len(h["ranks"]) == 2 for h in hist)
+    # Rank 1 printed its epochs and went no further than rank 0's stop.
+    assert "epoch 4/" not in proc.stderr
