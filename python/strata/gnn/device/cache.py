@@ -90,19 +90,20 @@ class DeviceCache:
         index[on_device] = torch.arange(device_rows, device=self.device) << 2 | DEVICE
         index[on_host] = torch.arange(host_rows, device=self.device) << 2 | HOST
         self.index = index
-        self.device_table = self._fill(on_device, lambda rows: rows.to(self.device))
-        self.host_table = self._fill(on_host, lambda rows: uva.pinned(rows, self.device))
+        self.device_table = self._fill(on_device, torch.empty((device_rows, dim), dtype=dtype, device=self.device))
+        pin = self.device.type == "cuda"
+        self.host_table = self._fill(on_host, torch.empty((host_rows, dim), dtype=dtype, pin_memory=pin))
         self.stats = CacheStats()
 
-    def _fill(self, nodes: torch.Tensor, place) -> torch.Tensor:
-        """The rows of ``nodes`` in slot order, read in chunks and placed by ``place``."""
-        parts = []
+    def _fill(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """``table`` (device memory, or page-locked host memory for kernels to read over UVA)
+        filled with the rows of ``nodes`` in slot order, read in chunks so the host holds one
+        chunk of rows at a time."""
         ids = nodes.to("cpu").numpy().astype("<u4")
         for start in range(0, ids.size, FILL_ROWS):
-            parts.append(place(self._host_rows(ids[start : start + FILL_ROWS])))
-        if not parts:
-            return place(torch.empty((0, self.dim), dtype=self.dtype))
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+            chunk = ids[start : start + FILL_ROWS]
+            table[start : start + chunk.size].copy_(self._host_rows(chunk))
+        return table
 
     def _host_rows(self, ids: np.ndarray) -> torch.Tensor:
         raw = self.read_rows(ids)
