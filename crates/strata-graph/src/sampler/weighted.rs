@@ -11,12 +11,10 @@
 //! may round its last bit differently, which could swap two nearly tied keys, so the device
 //! sampler (`strata.gnn.device.sampler`) computes this same function and draws the same edges.
 
-use std::f64::consts::SQRT_2;
+use std::f64::consts::{LN_2, SQRT_2};
 
 use strata_store::rng::Rng;
 
-/// `ln 2` as the nearest f64 (the device sampler spells the same literal).
-const LN_2: f64 = 0.6931471805599453;
 /// Terms of `ln_unit`'s series: `|s| <= 0.1716`, so the first term left out is below 2^-60.
 const SERIES_TERMS: u32 = 12;
 

@@ -33,7 +33,7 @@ from .topology import DeviceTopology
 
 #: ``strata_graph::sampler::NEIGHBOR_STREAM``: the neighbour choices' domain separator.
 NEIGHBOR_STREAM = 0x5A3F_1E00
-#: ``weighted.rs``'s ``LN_2`` and ``SERIES_TERMS``.
+#: ``std::f64::consts::LN_2`` (the f64 nearest ln 2) and ``weighted.rs``'s ``SERIES_TERMS``.
 LN_2 = 0.6931471805599453
 SERIES_TERMS = 12
 SQRT_2 = 1.4142135623730951
