@@ -73,7 +73,7 @@ def train(batches, model, opt, device, torch, epochs: int, stats=None) -> dict:
             loss = f.cross_entropy(model(blocks, x.float()), y)
             loss.backward()
             opt.step()
-            loss_sum, n, sampled = loss_sum + float(loss), n + 1, sampled + count
+            loss_sum, n, sampled = loss_sum + loss.item(), n + 1, sampled + count
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
