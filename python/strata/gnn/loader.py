@@ -13,8 +13,6 @@ common case::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -25,58 +23,11 @@ from ..store import Store
 from ..torchrun import process_bytes
 from ..units import parse_size
 from ._torch import require_torch
+from .batch import Batch
 from .features import SplitFeatures, join_rpc, owned_range
 
-
-@dataclass
-class Batch:
-    """One mini-batch: ``x`` holds the features of ``nodes`` (``(len(nodes), dim)`` on the
-    loader's device), ``blocks`` the layers' message-flow graphs (input layer first), ``y`` the
-    seeds' labels when the store has labels; ``seeds`` are ``nodes[:len(seeds)]``.
-
-    A link batch (:class:`LinkLoader`) has ``B`` positive edges; its seeds are their distinct
-    endpoints and negative destinations, and ``edge_label_index``/``edge_label`` say which pairs
-    of rows of ``x`` to score, as in PyG's ``LinkNeighborLoader``."""
-
-    index: int
-    seeds: object
-    nodes: object
-    hop_counts: list[int]
-    blocks: list
-    x: object
-    y: object | None
-    stats: dict = field(default_factory=dict)
-    #: Link batches only: the native ``(src_local, dst_local, neg_dst_local)`` uint32 buffers
-    #: behind ``edge_label_index``; None for node batches.
-    links: tuple | None = None
-
-    @property
-    def num_seeds(self) -> int:
-        return len(self.seeds)
-
-    @cached_property
-    def edge_label_index(self):
-        """``(2, B * (1 + negatives))`` int64 local ids (rows of ``x``, on its device): the
-        ``B`` positive edges, then each edge's negatives in edge order, each pairing the edge's
-        source with a uniformly drawn destination. None for node batches."""
-        if self.links is None:
-            return None
-        torch = require_torch()
-        src, dst, neg = (np.frombuffer(b, dtype="<u4").astype(np.int64) for b in self.links)
-        per_edge = len(neg) // len(src) if len(src) else 0
-        index = np.stack([np.concatenate([src, np.repeat(src, per_edge)]), np.concatenate([dst, neg])])
-        return torch.from_numpy(index).to(self.x.device)
-
-    @cached_property
-    def edge_label(self):
-        """``(B * (1 + negatives),)`` float32 on ``x``'s device: 1 for the positive pairs of
-        ``edge_label_index``, 0 for the negatives. None for node batches."""
-        if self.links is None:
-            return None
-        torch = require_torch()
-        num_pos, num_neg = len(self.links[0]) // 4, len(self.links[2]) // 4
-        return torch.cat([torch.ones(num_pos), torch.zeros(num_neg)]).to(self.x.device)
-
+#: The data paths GnnData can use (``data_path``).
+DATA_PATHS = ("auto", "native", "device")
 
 #: Feature dtype names -> the torch dtype (a function of the torch module, imported lazily).
 FLOAT_DTYPES = {"float32": lambda t: t.float32, "float16": lambda t: t.float16}
@@ -216,7 +167,14 @@ class GnnData:
     run (:mod:`strata.gnn.features`; the RPC group must be started): this process plans and
     reads only the rows it owns, and batches get the others from their owners. There is no
     device tier then. ``self.split`` is the :class:`~strata.gnn.features.SplitFeatures`
-    (None otherwise)."""
+    (None otherwise).
+
+    ``data_path`` picks who samples and serves node batches: ``"native"`` (the Rust sampler and
+    feature tiers), ``"device"`` (:mod:`strata.gnn.device`: the device sampler, a cache managed
+    from the device over device and page-locked host memory, the deep pipeline; on ``cpu`` its
+    CPU twin), or ``"auto"``: the device path on a CUDA device unless the features are split
+    across ranks, else the native one. ``self.data_path`` says which is used, and
+    ``self.data_path_note`` why not the device's."""
 
     def __init__(
         self,
@@ -228,6 +186,7 @@ class GnnData:
         training: dict | None = None,
         own_process: bool = False,
         split: tuple[int, int] | None = None,
+        data_path: str = "auto",
         **options,
     ):
         # The native data path's options are the engine's part of the [gnn.train] section
@@ -241,7 +200,11 @@ class GnnData:
         # Checked as the [gnn.train] section (errors name gnn.train.KEY), its defaults filled in.
         if split is not None and device_memory == "auto":
             device_memory = 0
-        given = {**options, "device_memory": device_tier_bytes(device_memory, self.device)}
+        self.data_path, self.data_path_note = self._choose_data_path(data_path, split)
+        device_bytes = device_tier_bytes(device_memory, self.device)
+        # On the device path the device budget is its cache's, and the native tiers (its I/O
+        # engine for the misses) keep every row they do not hold in memory on disk.
+        given = {**options, "device_memory": 0 if self.data_path == "device" else device_bytes}
         if "fanouts" in given:
             given["fanouts"] = [int(f) for f in given["fanouts"]]
         cfg = _native.config_check("gnn.train", given)
@@ -257,7 +220,38 @@ class GnnData:
         self.num_nodes, self.dim, self.dtype, self.row_bytes = self._native.features_info()
         # Split, the native device tier's index holds the other ranks' rows: nothing to load.
         self.split = None if split is None else SplitFeatures(self, *split)
-        self.device_table = None if split is not None else self._load_device_tier()
+        self.device_path = None
+        if self.data_path == "device":
+            from .device.path import DeviceDataPath
+
+            self.device_path = DeviceDataPath(
+                self,
+                self.device,
+                train_nodes=train,
+                device_bytes=device_bytes,
+                host_bytes=int(self.plan.get("hot_bytes", 0)),
+            )
+        self.device_table = None if split is not None or self.device_path else self._load_device_tier()
+
+    def _choose_data_path(self, data_path: str, split) -> tuple[str, str | None]:
+        """``("device" | "native", why not the device path or None)``."""
+        if data_path not in DATA_PATHS:
+            raise ValueError(f"data_path: expected one of {DATA_PATHS}, got {data_path!r}")
+        if data_path == "native":
+            return "native", "the native data path was asked for"
+        why = None
+        if split is not None:
+            why = "split features are served by the native data path"
+        elif data_path == "auto" and self.device.split(":")[0] != "cuda":
+            why = "the device is not a GPU"
+        if why is not None and data_path == "device":
+            raise ValueError(f"data_path: the device data path cannot serve this store: {why}")
+        return ("native", why) if why is not None else ("device", None)
+
+    @property
+    def torch_dtype(self):
+        """The features' torch dtype."""
+        return FLOAT_DTYPES[self.dtype](require_torch())
 
     def _load_device_tier(self):
         """The device tier's rows in slot order as a ``(rows, dim)`` tensor on ``self.device``
@@ -284,7 +278,17 @@ class GnnData:
         return self._native.memory_plan()
 
     def plan_lines(self) -> list[str]:
-        return self._native.plan_lines()
+        """The plan as text; with the device data path, a last line gives its two budgets."""
+        lines = self._native.plan_lines()
+        if self.device_path is not None:
+            b = self.device_path.budget()
+            lines = [
+                *lines,
+                f"device data path: device_memory {b['device_memory']} bytes (CSC in {b['topology']} memory, "
+                f"the cache index, {b['device_rows']} device rows), memory {b['memory']} bytes page-locked "
+                f"({b['host_rows']} host rows)",
+            ]
+        return lines
 
     @property
     def hot_seconds(self):
@@ -314,6 +318,8 @@ class GnnData:
         (default: the store's)."""
         if isinstance(nodes, str):
             nodes = self.nodes(nodes)
+        if self.device_path is not None and (device is None or device == self.device):
+            return self.device_path.loader(np.asarray(nodes), epoch=epoch, shuffle=shuffle, drop_last=drop_last)
         native = self._native.epoch(node_id_bytes(nodes), epoch, shuffle, drop_last)
         return EpochLoader(self, native, device or self.device)
 

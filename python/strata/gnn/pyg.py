@@ -141,6 +141,20 @@ class StrataSampler(BaseSampler):
 
     def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
         seeds = inputs.node
+        if self.data.device_path is not None:
+            # The device sampler draws the native sampler's sample, on the device.
+            s = self.data.device_path.sampler.sample(seeds, next(self._keys))
+            row, col = s.edge_index()
+            return SamplerOutput(
+                node=s.nodes,
+                row=row,
+                col=col,
+                edge=None,
+                batch=None,
+                num_sampled_nodes=list(s.hop_counts),
+                num_sampled_edges=list(s.edges_per_hop),
+                metadata=(inputs.input_id, inputs.time),
+            )
         nodes, hops, row, col, edges = self.data._native.sample(node_id_bytes(seeds.cpu().numpy()), next(self._keys))
         return SamplerOutput(
             node=_ids(nodes),

@@ -397,6 +397,8 @@ def _train(
         "device": str(device),
         "world_size": 1 if ranks is None else ranks.world_size,
         "dist_features": "split" if data.split is not None else "replicated",
+        # Which data path sampled and served the batches (typed stores: the native one).
+        "data_path": getattr(data, "data_path", "native"),
         "restarts": torchrun.attempt(),
         "resumed_after_epoch": resumed or None,
         "plan": data.plan,

@@ -1,0 +1,149 @@
+"""The heterogeneous feature cache, managed from the device (Helios §3.2).
+
+One per-node index on the device says where each feature row lives: ``slot << 2 | tier``, the
+tier one of device memory (``DEVICE``), page-locked host memory (``HOST``, read by the lookup
+kernel over UVA) or neither (``MISS``: the row comes through Strata's I/O engine, the native
+data path's tiers and merged reads, then to the device). Rows are placed by hotness, the
+number of times one pre-sampling epoch of the device sampler reached each node: the hottest in
+device memory, the next in host memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from . import uva
+from .keys import batch_key
+from .sampler import DeviceSampler, as_ids
+
+DEVICE, HOST, MISS = 0, 1, 2
+TIER_NAMES = ("device_rows", "host_rows", "miss_rows")
+#: Rows per chunk when a tier is filled, so the host holds one chunk of rows at a time.
+FILL_ROWS = 1 << 16
+
+
+def presample_hotness(sampler: DeviceSampler, seeds, batch_size: int, *, epoch: int = 0) -> torch.Tensor:
+    """How often each node appears in the samples of one epoch over ``seeds`` (in the given
+    order, ``batch_size`` per batch, batch ``b`` keyed ``batch_key(epoch, b)`` as the native
+    loader keys it): an int64 count per graph node on the sampler's device."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size: expected at least 1, got {batch_size}")
+    seeds = as_ids(seeds, sampler.device)
+    counts = torch.zeros(sampler.topology.num_nodes, dtype=torch.int64, device=sampler.device)
+    for b, start in enumerate(range(0, seeds.numel(), batch_size)):
+        sample = sampler.sample(seeds[start : start + batch_size], batch_key(epoch, b))
+        counts += torch.bincount(sample.nodes, minlength=counts.numel())
+    return counts
+
+
+@dataclass
+class CacheStats:
+    """Rows served per tier, and lookups made."""
+
+    device_rows: int = 0
+    host_rows: int = 0
+    miss_rows: int = 0
+    lookups: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class DeviceCache:
+    """Feature rows served from device memory, page-locked host memory, or the I/O engine.
+
+    ``read_rows(ids)``: the rows of ``ids`` (a uint32 NumPy array) as bytes, through Strata's
+    I/O engine (``GnnData.read_rows``); ``num_nodes``/``dim``/``dtype`` describe the rows;
+    ``hotness`` (one count per node, e.g. :func:`presample_hotness`) ranks them; the
+    ``device_rows`` hottest go to device memory and the next ``host_rows`` to page-locked host
+    memory."""
+
+    def __init__(
+        self,
+        read_rows: Callable[[np.ndarray], bytes],
+        num_nodes: int,
+        dim: int,
+        dtype: torch.dtype,
+        hotness: torch.Tensor,
+        *,
+        device_rows: int,
+        host_rows: int,
+        device,
+    ):
+        if device_rows < 0 or host_rows < 0:
+            raise ValueError(f"cache: tier sizes must not be negative, got {device_rows} and {host_rows}")
+        if hotness.shape != (num_nodes,):
+            raise ValueError(
+                f"cache: expected one hotness count per node ({num_nodes}), got shape {tuple(hotness.shape)}"
+            )
+        self.device = torch.device(device)
+        self.read_rows, self.dim, self.dtype = read_rows, dim, dtype
+        device_rows, host_rows = min(device_rows, num_nodes), min(host_rows, max(num_nodes - device_rows, 0))
+        # Hottest first; ties by node id (a stable sort), so the placement is reproducible.
+        order = torch.sort(hotness.to(self.device), descending=True, stable=True).indices
+        on_device, on_host = order[:device_rows], order[device_rows : device_rows + host_rows]
+        index = torch.full((num_nodes,), MISS, dtype=torch.int64, device=self.device)
+        index[on_device] = torch.arange(device_rows, device=self.device) << 2 | DEVICE
+        index[on_host] = torch.arange(host_rows, device=self.device) << 2 | HOST
+        self.index = index
+        self.device_table = self._fill(on_device, torch.empty((device_rows, dim), dtype=dtype, device=self.device))
+        pin = self.device.type == "cuda"
+        self.host_table = self._fill(on_host, torch.empty((host_rows, dim), dtype=dtype, pin_memory=pin))
+        self.stats = CacheStats()
+
+    def _fill(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        """``table`` (device memory, or page-locked host memory for kernels to read over UVA)
+        filled with the rows of ``nodes`` in slot order, read in chunks so the host holds one
+        chunk of rows at a time."""
+        ids = nodes.to("cpu").numpy().astype("<u4")
+        for start in range(0, ids.size, FILL_ROWS):
+            chunk = ids[start : start + FILL_ROWS]
+            table[start : start + chunk.size].copy_(self._host_rows(chunk))
+        return table
+
+    def _host_rows(self, ids: np.ndarray) -> torch.Tensor:
+        raw = self.read_rows(ids)
+        if not len(raw):
+            return torch.empty((0, self.dim), dtype=self.dtype)
+        return torch.frombuffer(bytearray(raw), dtype=self.dtype).view(-1, self.dim)
+
+    def tiers(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(tier, slot)`` of each of ``nodes`` (int64 on the device)."""
+        code = self.index[nodes]
+        return code & 3, code >> 2
+
+    def lookup(self, nodes: torch.Tensor) -> torch.Tensor:
+        """The feature rows of ``nodes`` (int64 global ids on the device) as ``(len(nodes),
+        dim)`` on the device: device-tier rows from device memory, host-tier rows over UVA,
+        misses read through the I/O engine into page-locked memory and copied over
+        asynchronously on the current stream."""
+        tier, slot = self.tiers(nodes)
+        out = torch.empty((nodes.numel(), self.dim), dtype=self.dtype, device=self.device)
+        for t, table in ((DEVICE, self.device_table), (HOST, self.host_table)):
+            where = torch.nonzero(tier == t).reshape(-1)
+            if where.numel():
+                out[where] = uva.gather(table, slot[where])
+            setattr(self.stats, TIER_NAMES[t], getattr(self.stats, TIER_NAMES[t]) + where.numel())
+        missed = torch.nonzero(tier == MISS).reshape(-1)
+        if missed.numel():
+            rows = self._host_rows(nodes[missed].to("cpu").numpy().astype("<u4"))
+            if self.device.type == "cuda":
+                rows = rows.pin_memory()
+            out[missed] = rows.to(self.device, non_blocking=True)
+        self.stats.miss_rows += missed.numel()
+        self.stats.lookups += 1
+        return out
+
+    @property
+    def nbytes(self) -> dict:
+        """Bytes of the index and of each tier's table: ``device_memory`` (index and device
+        tier) and ``memory`` (the page-locked host tier)."""
+        row = self.dim * torch.empty(0, dtype=self.dtype).element_size()
+        return {
+            "device_memory": self.index.numel() * 8 + self.device_table.shape[0] * row,
+            "memory": self.host_table.shape[0] * row,
+        }

@@ -1,0 +1,84 @@
+"""The device data path of a :class:`~strata.gnn.loader.GnnData`: the device sampler, the
+device-managed cache and the deep pipeline behind the same loader interface (``iter``,
+``stats()``, ``close()``) as the native data path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from ..batch import Batch
+from .cache import DeviceCache, presample_hotness
+from .pipeline import DevicePipeline
+from .sampler import DeviceSampler
+from .topology import DeviceTopology
+
+
+class DeviceDataPath:
+    """Opens the device path for ``data`` on ``device``: the CSC in device memory when it fits
+    ``device_bytes`` (else page-locked host memory), hotness from one pre-sampling epoch over
+    ``train_nodes``, then the hottest rows in the rest of ``device_bytes`` and the next in
+    ``host_bytes`` of page-locked host memory; misses read through ``data``'s I/O engine."""
+
+    def __init__(self, data, device, *, train_nodes, device_bytes: int, host_bytes: int):
+        # The native data path samples uniformly; so does its device twin.
+        cfg = data.config
+        self.device = torch.device(device)
+        self.topology = DeviceTopology.open(data.store, self.device, weighted=False, budget=device_bytes)
+        self.sampler = DeviceSampler(self.topology, cfg["fanouts"], seed=cfg["seed"])
+        hotness = presample_hotness(self.sampler, np.asarray(train_nodes), cfg["batch_size"])
+        on_device = self.topology.nbytes if self.topology.placement == "device" else 0
+        index_bytes = data.num_nodes * 8
+        free = max(device_bytes - on_device - index_bytes, 0)
+        self.cache = DeviceCache(
+            lambda ids: data._native.gather(ids.tobytes()),
+            data.num_nodes,
+            data.dim,
+            data.torch_dtype,
+            hotness,
+            device_rows=free // data.row_bytes,
+            host_rows=host_bytes // data.row_bytes,
+            device=self.device,
+        )
+        labels = None if data.labels is None else torch.from_numpy(np.asarray(data.labels, dtype=np.int64))
+        self.pipeline = DevicePipeline(
+            self.sampler, self.cache, None if labels is None else labels.to(self.device), cfg["batch_size"]
+        )
+        self.seed = cfg["seed"]
+
+    def budget(self) -> dict:
+        """Bytes the path holds: ``device_memory`` (the CSC when on the device, the cache's
+        index and device tier) and ``memory`` (page-locked: the CSC when there, the host tier)."""
+        cache = self.cache.nbytes
+        topo = self.topology.nbytes
+        on_device = self.topology.placement == "device" and self.device.type != "cpu"
+        return {
+            "device_memory": cache["device_memory"] + (topo if on_device else 0),
+            "memory": cache["memory"] + (0 if on_device else topo),
+            "topology": self.topology.placement,
+            "device_rows": self.cache.device_table.shape[0],
+            "host_rows": self.cache.host_table.shape[0],
+        }
+
+    def loader(self, nodes, *, epoch: int, shuffle: bool, drop_last: bool) -> DeviceEpochLoader:
+        return DeviceEpochLoader(self, nodes, epoch, shuffle, drop_last)
+
+
+class DeviceEpochLoader:
+    """One epoch's batches on the device path; ``stats()`` is the pipeline's (busy seconds per
+    stage, the share of the epoch the model waited, rows per tier, ``sampler: "device"``)."""
+
+    def __init__(self, path: DeviceDataPath, nodes, epoch: int, shuffle: bool, drop_last: bool):
+        self.path = path
+        self._batches = path.pipeline.epoch(nodes, epoch=epoch, seed=path.seed, shuffle=shuffle, drop_last=drop_last)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self._batches
+
+    def stats(self) -> dict | None:
+        return self.path.pipeline.stats
+
+    def close(self) -> None:
+        self._batches.close()

@@ -1,0 +1,207 @@
+"""The deep pipeline of the device data path (Helios §3.3).
+
+Each batch is sampled hop by hop on a sampling stream; as soon as a hop's new nodes are known,
+their feature lookups start on a lookup stream (device and host-tier rows by kernel, misses
+through the I/O engine), so sampling hop ``h + 1`` overlaps the lookups of hop ``h``. Batch
+``i + 1`` is prepared while the model trains batch ``i``: the training stream waits for a
+batch's "ready" event only when it takes the batch. On the CPU twin the same code runs in
+order. Per-epoch statistics give each stage's busy seconds and the share of the epoch the
+model waited for data.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+
+import numpy as np
+import torch
+
+from ..batch import Batch
+from ..models import Block
+from .cache import CacheStats, DeviceCache
+from .keys import batch_key, epoch_order
+from .sampler import DeviceSample, DeviceSampler
+
+#: Batches a CUDA producer thread prepares ahead of training.
+PREFETCH = 2
+
+
+class StageClock:
+    """Busy seconds per stage: CUDA events on the stage's stream on a GPU (read at the epoch's
+    end, so timing never blocks the pipeline), the host clock on the CPU twin, where a span
+    inside another (a hop's lookups inside sampling) counts for its own stage only."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.spans: dict[str, list] = {}
+        self._inner: list[float] = []
+
+    @contextmanager
+    def span(self, stage: str):
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self.spans.setdefault(stage, []).append((start, end))
+            return
+        t0 = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            inner = self._inner.pop()
+            took = time.perf_counter() - t0
+            if self._inner:
+                self._inner[-1] += took
+            self.spans.setdefault(stage, []).append(took - inner)
+
+    def totals(self) -> dict[str, float]:
+        if self.cuda:
+            torch.cuda.synchronize()
+            return {k: sum(s.elapsed_time(e) for s, e in v) / 1e3 for k, v in self.spans.items()}
+        return {k: float(sum(v)) for k, v in self.spans.items()}
+
+
+class DevicePipeline:
+    """Batches of one device: the :class:`DeviceSampler` samples them, the :class:`DeviceCache`
+    serves their rows; ``labels`` (int64 per node on the device, or None) gives ``y``."""
+
+    def __init__(self, sampler: DeviceSampler, cache: DeviceCache, labels: torch.Tensor | None, batch_size: int):
+        if batch_size < 1:
+            raise ValueError(f"batch_size: expected at least 1, got {batch_size}")
+        self.sampler, self.cache, self.labels, self.batch_size = sampler, cache, labels, batch_size
+        self.device = sampler.device
+        cuda = self.device.type == "cuda"
+        self._sample_stream = torch.cuda.Stream(self.device) if cuda else None
+        self._lookup_stream = torch.cuda.Stream(self.device) if cuda else None
+        self.stats: dict | None = None
+
+    def epoch(
+        self, seeds, *, epoch: int = 0, seed: int = 0, shuffle: bool = True, drop_last: bool = False
+    ) -> Iterator[Batch]:
+        """One epoch's batches over ``seeds`` (global ids), in the native loader's order and
+        with its batch keys, so each batch's sample equals the native loader's. On CUDA a
+        producer thread prepares up to ``PREFETCH`` batches ahead on the sampling and lookup
+        streams (its host waits, e.g. for a hop's sizes, release the GIL), so batch ``i + 1``
+        is sampled and read while the model trains batch ``i``; on the CPU twin each batch is
+        prepared when it is asked for."""
+        order = epoch_order(np.asarray(seeds), seed, epoch) if shuffle else np.asarray(seeds, dtype=np.int64)
+        count = len(order) // self.batch_size if drop_last else -(-len(order) // self.batch_size)
+        clock = StageClock(self.device)
+        self.cache.stats = CacheStats()
+        jobs = ((i, order[i * self.batch_size : (i + 1) * self.batch_size]) for i in range(count))
+        produced = (self._prepare(i, part, epoch, clock) for i, part in jobs)
+        if self._sample_stream is not None:
+            produced = _ahead(produced, PREFETCH, self.device)
+        waited, sampled, started = 0.0, 0, time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            item = next(produced, None)
+            waited += time.perf_counter() - t0
+            if item is None:
+                break
+            batch, ready = item
+            if ready is not None:
+                with clock.span("wait"):
+                    # The training stream stalls until the batch is ready; the span's events
+                    # measure that stall on the device.
+                    stream = torch.cuda.current_stream(self.device)
+                    stream.wait_event(ready)
+                for t in (batch.x, batch.nodes, *(b.src for b in batch.blocks), *(b.dst for b in batch.blocks)):
+                    t.record_stream(stream)
+            sampled += len(batch.nodes)
+            yield batch
+        totals = clock.totals()
+        wall = time.perf_counter() - started
+        waited += totals.pop("wait", 0.0)
+        self.stats = {
+            "batches": count,
+            "wall_seconds": wall,
+            "busy_seconds": totals,
+            "waited_seconds": waited,
+            "wait_share": waited / wall if wall > 0 else 0.0,
+            "sampled_nodes": sampled,
+            "sampler": "device",
+            "tiers": self.cache.stats.as_dict(),
+        }
+
+    def _prepare(self, index: int, seeds: np.ndarray, epoch: int, clock: StageClock):
+        """Samples a batch hop by hop, starting each hop's lookups as soon as its nodes are
+        known (on the lookup stream, after the sampling stream's event)."""
+        parts = []
+        sample_ctx = torch.cuda.stream(self._sample_stream) if self._sample_stream is not None else nullcontext()
+        lookup_ctx = torch.cuda.stream(self._lookup_stream) if self._lookup_stream is not None else nullcontext()
+
+        def on_hop(new_nodes: torch.Tensor) -> None:
+            if self._lookup_stream is not None:
+                self._lookup_stream.wait_stream(self._sample_stream)
+                new_nodes.record_stream(self._lookup_stream)
+            with lookup_ctx, clock.span("lookup"):
+                parts.append(self.cache.lookup(new_nodes))
+
+        with sample_ctx, clock.span("sample"):
+            sample = self.sampler.sample(torch.from_numpy(seeds), batch_key(epoch, index), on_hop=on_hop)
+        with lookup_ctx:
+            x = torch.cat(parts) if len(parts) > 1 else parts[0]
+            batch = self._batch(index, sample, x)
+        if self._lookup_stream is None:
+            return batch, None
+        self._lookup_stream.wait_stream(self._sample_stream)
+        ready = torch.cuda.Event()
+        ready.record(self._lookup_stream)
+        return batch, ready
+
+    def _batch(self, index: int, sample: DeviceSample, x: torch.Tensor) -> Batch:
+        blocks = []
+        for b in sample.blocks:
+            counts = b.indptr[1:] - b.indptr[:-1]
+            dst = torch.repeat_interleave(torch.arange(b.num_dst, device=counts.device), counts)
+            blocks.append(Block(b.num_src, b.num_dst, b.indices, dst))
+        seeds = sample.nodes[: sample.hop_counts[0]]
+        y = None if self.labels is None else self.labels[seeds]
+        return Batch(index, seeds, sample.nodes, list(sample.hop_counts), blocks, x, y, {"sampler": "device"})
+
+
+def _ahead(items: Iterator, depth: int, device: torch.device) -> Iterator:
+    """``items`` produced by a background thread up to ``depth`` ahead; its exception is
+    raised here, and closing this iterator early stops the thread."""
+    slots: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce():
+        torch.cuda.set_device(device)
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        slots.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            slots.put(done)
+        except BaseException as e:  # handed to the consumer, which raises it
+            slots.put(e)
+
+    thread = threading.Thread(target=produce, name="strata-device-pipeline", daemon=True)
+    thread.start()
+    try:
+        while (item := slots.get()) is not done:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                slots.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        thread.join()

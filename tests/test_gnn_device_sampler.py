@@ -1,0 +1,147 @@
+"""The device sampler (strata.gnn.device.sampler, here on its CPU twin) draws exactly the Rust
+sampler's blocks: the same nodes in the same order, the same local ids, the same CSC per layer,
+on Cora and on a generated weighted power-law graph, for several fanouts, uniform and weighted;
+and the UVA gather kernel reads what plain indexing reads (Triton's interpreter on the CPU)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SHARED_DATASETS, needs, run_strata
+
+torch = needs("torch")
+
+from strata.device import rng  # noqa: E402
+from strata.gnn.device import uva  # noqa: E402
+from strata.gnn.device.sampler import LN_2, SERIES_TERMS, DeviceSampler, ln_unit  # noqa: E402
+from strata.gnn.device.topology import DeviceTopology  # noqa: E402
+from strata.gnn.sampling import NeighborSampler  # noqa: E402
+from strata.store import Store  # noqa: E402
+
+FANOUTS = [[5], [10, 5], [3, -1], [2, 2, 2], [25, 10]]
+
+
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory) -> Path:
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"{SHARED_DATASETS} is absent (CI always has it)")
+    out = tmp_path_factory.mktemp("cora") / "cora.strata"
+    run_strata("convert", SHARED_DATASETS / "planetoid", "--name", "cora", "--out", out, "-q")
+    return out
+
+
+@pytest.fixture(scope="module")
+def powerlaw(tmp_path_factory) -> Path:
+    """3,000 nodes whose in-degrees follow a Zipf law (hubs with hundreds of in-edges, many
+    nodes with none), every edge weighted, a tenth of the weights zero."""
+    d = tmp_path_factory.mktemp("powerlaw")
+    rng = np.random.default_rng(5)
+    n = 3000
+    dst = np.minimum(rng.zipf(1.6, size=40_000), n) - 1
+    dst = rng.permutation(n)[dst]
+    src = rng.integers(0, n, size=dst.size)
+    weight = rng.choice(
+        np.array([0.0, 0.1, 0.5, 1.0, 2.5, 40.0], dtype=np.float32), size=dst.size, p=[0.1, 0.2, 0.2, 0.3, 0.1, 0.1]
+    )
+    rows = "".join(f"{s},{t},{float(w)!r}\n" for s, t, w in zip(src, dst, weight, strict=True))
+    (d / "edges.csv").write_text(f"{n - 1},{n - 1},1.0\n" + rows)
+    run_strata("convert", d / "edges.csv", "--columns", "src,dst,weight", "--out", d / "pl.strata", "-q")
+    return d / "pl.strata"
+
+
+def rust_sample(store: Path, fanouts, weighted: bool, seeds, batch_key: int, seed: int):
+    s = NeighborSampler(store, fanouts, weighted=weighted, seed=seed, threads=2).sample(seeds, batch_key)
+    return s.node, s.row, s.col, s.num_sampled_nodes, s.num_sampled_edges
+
+
+def assert_same(store: Path, fanouts, weighted: bool, batches: int = 4, batch_size: int = 64, seed: int = 3):
+    topo = DeviceTopology.open(Store(store), "cpu", weighted=weighted)
+    sampler = DeviceSampler(topo, fanouts, seed=seed, weighted=weighted)
+    rng = np.random.default_rng(len(fanouts))
+    for b in range(batches):
+        seeds = rng.choice(topo.num_nodes, size=batch_size, replace=False)
+        key = (b + 1) << 32 | b
+        got = sampler.sample(torch.from_numpy(seeds), key)
+        node, row, col, hop_counts, edges = rust_sample(store, fanouts, weighted, seeds, key, seed)
+        grow, gcol = got.edge_index()
+        assert got.hop_counts == hop_counts and got.edges_per_hop == edges, (fanouts, b)
+        np.testing.assert_array_equal(got.nodes.numpy(), node)
+        np.testing.assert_array_equal(grow.numpy(), row)
+        np.testing.assert_array_equal(gcol.numpy(), col)
+        for block in got.blocks:
+            assert block.indptr[-1] == block.indices.numel() and int(block.indices.max()) < block.num_src
+
+
+@pytest.mark.parametrize("fanouts", FANOUTS)
+def test_uniform_blocks_equal_the_rust_sampler_s_on_cora(cora, fanouts):
+    assert_same(cora, fanouts, weighted=False)
+
+
+@pytest.mark.parametrize("fanouts", FANOUTS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_blocks_equal_the_rust_sampler_s_on_a_power_law_graph(powerlaw, fanouts, weighted):
+    assert_same(powerlaw, fanouts, weighted=weighted, batches=3, batch_size=128)
+
+
+def test_seeds_and_fanouts_are_checked(cora):
+    topo = DeviceTopology.open(Store(cora), "cpu")
+    with pytest.raises(ValueError, match="fanouts: entry 1 is 0"):
+        DeviceSampler(topo, [5, 0])
+    sampler = DeviceSampler(topo, [5])
+    with pytest.raises(ValueError, match="out of range"):
+        sampler.sample(torch.tensor([0, topo.num_nodes]), 0)
+    with pytest.raises(ValueError, match="distinct"):
+        sampler.sample(torch.tensor([4, 4]), 0)
+    with pytest.raises(ValueError, match="no edge weights"):
+        DeviceTopology.open(Store(cora), "cpu", weighted=True)
+    # A failed batch leaves the local-id map clean for the next one.
+    assert sampler.sample(torch.tensor([1, 2]), 0).nodes[:2].tolist() == [1, 2]
+
+
+def test_uva_gather_kernel_reads_what_indexing_reads(monkeypatch):
+    needs("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    uva._kernel.cache_clear()
+    try:
+        gen = torch.Generator().manual_seed(0)
+        index = torch.randint(0, 3000, (2500,), generator=gen)
+        for table in [
+            torch.randint(-(2**31), 2**31 - 1, (3000,), dtype=torch.int32, generator=gen),
+            torch.randint(0, 2**62, (3000,), dtype=torch.int64, generator=gen),
+            torch.randn(3000, 7, generator=gen),
+        ]:
+            assert torch.equal(uva.kernel_gather(table, index), table[index])
+        assert uva.kernel_gather(torch.arange(5), torch.empty(0, dtype=torch.int64)).numel() == 0
+    finally:
+        uva._kernel.cache_clear()
+
+
+def rust_ln_unit(m: int) -> float:
+    """``weighted.rs``'s ``ln_unit`` step for step in Python floats (IEEE doubles, each
+    operation correctly rounded, as Rust's)."""
+    e = m.bit_length() - 1
+    f = m / float(1 << e)
+    if f > math.sqrt(2):
+        f *= 0.5
+        e += 1
+    s = (f - 1.0) / (f + 1.0)
+    z = s * s
+    p = 1.0 / (2 * SERIES_TERMS + 1)
+    for n in reversed(range(SERIES_TERMS)):
+        p = p * z + 1.0 / (2 * n + 1)
+    return 2.0 * s * p + float(e - 53) * LN_2
+
+
+def test_weighted_keys_use_the_rust_logarithm_not_the_device_s():
+    bits = rng.draw(99, torch.arange(5000))
+    got = ln_unit(bits).tolist()
+    ms = [(1 << 53) - (b >> 11) for b in rng.as_u64(bits)]
+    assert got == [rust_ln_unit(m) for m in ms]
+    # Within a few ulp of the true logarithm, and not simply the device's own log.
+    exact = [math.log(m / float(1 << 53)) for m in ms]
+    assert all(abs(g - x) <= 4 * math.ulp(x) for g, x in zip(got, exact, strict=True))
+    assert got != exact
