@@ -588,7 +588,7 @@ def test_cli_end_to_end_with_plots(graphs, tmp_path):
             {"algorithm": "pagerank", "vertex": "disk"},
             "run.vertex: unknown choice 'disk' (choices: auto, memory, windows)",
         ),
-        ({"algorithm": "pagerank", "segment": "1K"}, "run.segment: must be 0 (automatic) or at least 4 KiB"),
+        ({"algorithm": "pagerank", "segment": "1K"}, "run.segment: must be auto or at least 4 KiB"),
         ({"algorithm": "sssp", "weight_low": 2.0, "weight_high": 1.0}, "weight_low < weight_high"),
         ({"algorithm": "closeness"}, "unknown choice 'closeness' (choices: pagerank, bfs, wcc, "),
         ({"algorithm": "betweenness", "batch": 65}, "run.batch: must be <= 64, got 65"),

@@ -169,7 +169,6 @@ def _gnn_demo(workdir: Path, bar: ProgressBar) -> None:
                 batch_size=256,
                 epochs=2,
                 hidden=64,
-                memory=Size(1 << 30),
                 feature_memory=Size(64 << 20),
                 device="cpu",
             ),

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use strata_store::config::{size_bytes, ConfigError, Section, Size};
+use strata_store::config::{ConfigError, Section, Size};
 
 use crate::model::{
     Comparator, Dropout, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
@@ -297,9 +297,7 @@ pub struct TrainConfig {
     /// seed of initialisation, partitioning, shuffling and negatives
     pub seed: u64,
     /// memory budget (buffer, edges, workers, evaluation, relations, runtime)
-    #[serde(deserialize_with = "size_bytes")]
-    #[schemars(with = "Size")]
-    pub memory: u64,
+    pub memory: Size,
     /// validate every this many epochs (0: no evaluation at all)
     pub eval_every: usize,
     /// filtered: rank against every node (FB15k-237, WN18RR); sampled: against N uniform + N
@@ -415,7 +413,7 @@ impl Default for TrainConfig {
             ordering: OrderingKind::Legend,
             threads: 0,
             seed: 0,
-            memory: 1 << 30,
+            memory: Size(1 << 30),
             eval_every: 1,
             eval_protocol: Protocol::Filtered,
             eval_negatives: 1000,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::array::{decode_ints, read_all_bytes};
 use strata_store::codec::FeatureCodec;
-use strata_store::config::{AutoSize, ConfigError, Section, Size};
+use strata_store::config::{unset_if_zero, AutoSize, ConfigError, Section, Size};
 use strata_store::{open_checked, NoProgress, Store};
 
 use strata_graph::features::FeatureReader;
@@ -42,8 +42,10 @@ pub struct DataConfig {
     /// budget of the whole process: torch and model (anonymous memory measured at start, and
     /// 96 MiB of code pages), training, topology, features, batches
     pub memory: Size,
-    /// cap on the feature tiers (hot set + cache); 0: what --memory leaves
-    pub feature_memory: Size,
+    /// cap on the feature tiers (hot set + cache); unset: what --memory leaves (0, as older
+    /// configs say, reads as unset)
+    #[serde(deserialize_with = "unset_if_zero")]
+    pub feature_memory: Option<Size>,
     /// GPU memory for the device tier (the hottest rows in a device tensor, outside --memory):
     /// auto (a quarter of the free memory on CUDA, none on cpu), 0 (off) or a size such as 8G
     pub device_memory: AutoSize,
@@ -89,7 +91,7 @@ impl Default for DataConfig {
             fanouts: vec![15, 10],
             batch_size: 1024,
             memory: TRAIN_MEMORY,
-            feature_memory: Size(0),
+            feature_memory: None,
             device_memory: AutoSize::Auto,
             hot_ranking: HotRanking::ReversePageRank,
             hot_share: budget::DEFAULT_HOT_SHARE,
@@ -405,9 +407,10 @@ fn load_and_plan(
         budget::plan(memory, &inputs).map(|p| if remote_rows > 0 { p.remote() } else { p })
     };
     let mut plan = plan_within(config.memory)?;
-    let cap = config.feature_memory.0;
-    if cap > 0 && plan.hot_bytes + plan.cache_bytes > cap {
-        plan = plan_within(Size(plan.fixed_bytes() + cap))?;
+    if let Some(Size(cap)) = config.feature_memory {
+        if plan.hot_bytes + plan.cache_bytes > cap {
+            plan = plan_within(Size(plan.fixed_bytes() + cap))?;
+        }
     }
     Ok(Loaded {
         sampler,

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use crate::config::{RunJob, RunOptions};
 use strata_store::budget::{group_bytes, MemoryPlan, Planned, Planning};
+use strata_store::config::AutoSize;
 use strata_store::units::fmt_bytes;
 
 use crate::algo::Work;
@@ -146,15 +147,16 @@ pub fn plan(
         all.retain(|s| columns.contains(&s.major));
         all
     };
-    let mut segment_bytes = job.segment_bytes;
-    if segment_bytes == 0 {
-        segment_bytes = MAX_AUTO_SEGMENT;
-        while segment_bytes > MIN_AUTO_SEGMENT
-            && buffers_for(&segments_of(segment_bytes)) > job.memory / 3
-        {
-            segment_bytes /= 2;
+    let segment_bytes = match job.segment {
+        AutoSize::Bytes(bytes) => bytes,
+        AutoSize::Auto => {
+            let mut bytes = MAX_AUTO_SEGMENT;
+            while bytes > MIN_AUTO_SEGMENT && buffers_for(&segments_of(bytes)) > job.memory.0 / 3 {
+                bytes /= 2;
+            }
+            bytes
         }
-    }
+    };
     let segments = segments_of(segment_bytes);
     let vertex_bytes = algo.vertex_bytes() * n;
     // Windowed, each compute thread holds a source and a destination chunk; bitmaps stay whole.
@@ -171,7 +173,7 @@ pub fn plan(
         vertex_placement: job.vertex,
         buffer_bytes: buffers_for(&segments),
         bytes_per_edge,
-        memory: job.memory,
+        memory: job.memory.0,
         far_ratio: job.far.as_ref().map(|f| f.ratio),
         far_capacity: far.map_or(0, |f| f.free_capacity),
         keep_resident: job.keep_resident,
@@ -187,7 +189,7 @@ pub fn plan(
     };
     let m = grid.manifest();
     Ok(GridPlan {
-        memory: job.memory,
+        memory: job.memory.0,
         minimum: vertex_minimum
             + placement.buffer_bytes
             + RUNTIME_RESERVE
@@ -305,7 +307,7 @@ mod tests {
     use crate::config::RunOptions;
     use crate::fixtures::store;
     use strata_io::progress::NoProgress;
-    use strata_store::config::check;
+    use strata_store::config::{check, Size};
 
     /// A grid of 4 x 4 blocks of about 94K edges (750 KB) each, so that a major chunk holds
     /// 3 MB of edges; and a job on it with `memory` and `algorithm` (the `[run]` options).
@@ -350,10 +352,10 @@ mod tests {
         assert_eq!(roomy.bytes_per_edge, EDGE_BYTES);
         // 20 buffers (8 prefetched per source, 4 disk fetchers) of a 3 MB column exceed a
         // third of 96 MiB; of half a column they do not.
-        job.memory = 96 << 20;
+        job.memory = Size(96 << 20);
         let tight = plan(&job, &grid, 2, None, 0..4, None).unwrap();
         assert_eq!(tight.segment_bytes, MAX_AUTO_SEGMENT / 2);
-        assert!(tight.placement.buffer_bytes <= job.memory / 3);
+        assert!(tight.placement.buffer_bytes <= job.memory.0 / 3);
         assert!(tight.segments.len() > roomy.segments.len());
         for s in &tight.segments {
             assert!(s.edge_bytes() <= tight.segment_bytes || s.blocks.len() == 1);
@@ -369,7 +371,7 @@ mod tests {
             1 << 30,
             serde_json::json!({"algorithm": "sssp", "root": 0}),
         );
-        job.segment_bytes = 1 << 20;
+        job.segment = AutoSize::Bytes(1 << 20);
         job.far = Some(crate::far::FarConfig {
             addr: "127.0.0.1:1".into(),
             ratio: 0.5,

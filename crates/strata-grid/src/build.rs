@@ -20,6 +20,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::array::{decode_ints, NpyWriter, RowReader};
+use strata_store::config::Size;
 use strata_store::ids::IdCheck;
 use strata_store::npy::DType;
 use strata_store::units::fmt_bytes;
@@ -57,8 +58,8 @@ pub struct BuildJob {
     pub simple: bool,
     /// Weight the edges (needed by SSSP and weighted SpMV): the store's weights or drawn ones.
     pub weights: Option<WeightRequest>,
-    /// Memory budget of the build and of the runs P is planned for, in bytes.
-    pub memory: u64,
+    /// Memory budget of the build and of the runs P is planned for.
+    pub memory: Size,
     /// Replace an existing grid of the same name.
     pub overwrite: bool,
     /// How blocks store their edges: plain records or a code.
@@ -75,7 +76,7 @@ impl Default for BuildJob {
             symmetrize: None,
             simple: false,
             weights: None,
-            memory: 1 << 30,
+            memory: Size(1 << 30),
             overwrite: false,
             compression: Compression::None,
         }
@@ -175,12 +176,12 @@ pub fn build(job: &BuildJob, progress: &dyn Progress) -> Result<BuildSummary> {
             job.order,
             edges_info.shape[0],
             symmetric,
-            job.memory,
+            job.memory.0,
         )?,
         symmetric,
         simple: job.simple,
         weights,
-        memory: job.memory,
+        memory: job.memory.0,
         input_edges: edges_info.shape[0],
         input_bytes: edges_info.data_bytes(),
         compression: job.compression,
@@ -844,7 +845,7 @@ mod tests {
             .contains("partitions"));
         let job = BuildJob {
             store: st.clone(),
-            memory: 1 << 20,
+            memory: Size(1 << 20),
             ..Default::default()
         };
         assert!(build(&job, &NoProgress)

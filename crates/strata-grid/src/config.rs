@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use strata_store::config::{check_address, ConfigError, Section, Size};
+use strata_store::config::{check_address, AutoSize, ConfigError, Section, Size};
 use strata_store::convert::{Delimiter, EdgeLayout, IdKind, InputFormat};
 
 use crate::algo::registry::{self, AlgoParams};
@@ -28,13 +28,13 @@ pub struct RunJob {
     pub algorithm: Configured,
     /// Grid name under `STORE/grids/`; `None` finds one that suits the algorithm or builds it.
     pub grid: Option<String>,
-    /// Local memory budget in bytes.
-    pub memory: u64,
+    /// Local memory budget.
+    pub memory: Size,
     /// Compute threads; 0: one per core.
     pub threads: usize,
-    /// Largest segment (unit of placement and fetch) in bytes; 0 sizes segments from the
-    /// budget (see [`MAX_AUTO_SEGMENT`](crate::budget::MAX_AUTO_SEGMENT)).
-    pub segment_bytes: u64,
+    /// Largest segment (unit of placement and fetch); `Auto` sizes segments from the budget
+    /// (see [`MAX_AUTO_SEGMENT`](crate::budget::MAX_AUTO_SEGMENT)).
+    pub segment: AutoSize,
     /// Segments fetched or waiting per source: 1 fetches the next segment only once compute
     /// has finished the last (no prefetch); 2 is double buffering.
     pub prefetch: usize,
@@ -114,9 +114,10 @@ pub struct RunOptions {
     /// compute threads; 0 = one per core
     pub threads: u64,
     /// edge blocks are grouped into segments of up to this size, the unit of placement and
-    /// fetching (a bigger block is a segment by itself); 0 picks up to 4 MiB, keeping fetch
-    /// buffers within a third of --memory
-    pub segment: Size,
+    /// fetching (a bigger block is a segment by itself); auto picks up to 4 MiB, keeping fetch
+    /// buffers within a third of --memory (0, as older configs say, reads as auto)
+    #[serde(deserialize_with = "AutoSize::zero_is_word")]
+    pub segment: AutoSize,
     /// segments fetched ahead per source; 1 = no prefetch, 2 = double buffering
     #[schemars(range(min = 1))]
     pub prefetch: u64,
@@ -180,7 +181,7 @@ impl Default for RunOptions {
             grid: None,
             memory: Size(1 << 30),
             threads: 0,
-            segment: Size(0),
+            segment: AutoSize::Auto,
             prefetch: default_prefetch() as u64,
             vertex: VertexPlacement::Auto,
             disk_fetchers: default_disk_fetchers() as u64,
@@ -213,14 +214,13 @@ impl Section for RunOptions {
         }
         self.params.configure(Self::NAME, &self.algorithm)?;
         self.params.validate(Self::NAME)?;
-        if self.segment.0 != 0 && self.segment.0 < strata_io::ALIGN as u64 {
-            return refuse(
-                "segment",
-                format!(
-                    "must be 0 (automatic) or at least 4 KiB, got {}",
-                    self.segment.0
-                ),
-            );
+        if let AutoSize::Bytes(bytes) = self.segment {
+            if bytes < strata_io::ALIGN as u64 {
+                return refuse(
+                    "segment",
+                    format!("must be auto or at least 4 KiB, got {bytes}"),
+                );
+            }
         }
         if !crate::far::FAR_CHUNK_BYTES.contains(&self.far_chunk.0) {
             return refuse(
@@ -261,9 +261,9 @@ impl RunOptions {
         Ok(RunJob {
             store: self.store.clone(),
             grid: self.grid.clone(),
-            memory: self.memory.0,
+            memory: self.memory,
             threads: count(self.threads),
-            segment_bytes: self.segment.0,
+            segment: self.segment,
             prefetch: count(self.prefetch),
             disk_fetchers: count(self.disk_fetchers),
             vertex: self.vertex,
@@ -423,7 +423,7 @@ impl BuildOptions {
                     self.weight_high,
                 )
             }),
-            memory: self.memory.0,
+            memory: self.memory,
             overwrite: self.overwrite,
             compression: self.compression,
         }

@@ -263,6 +263,7 @@ mod tests {
     use crate::config::RunJob;
     use crate::fixtures::{far_server, store_of};
     use crate::run::{run, RunSummary};
+    use strata_store::config::{AutoSize, Size};
 
     /// A store of 300,000 random edges over 4,000 vertices and its grid of 16 x 16 blocks.
     fn store(dir: &Path) -> PathBuf {
@@ -292,9 +293,9 @@ mod tests {
                 damping: 0.85,
             }),
             grid: None,
-            memory: 1 << 30,
+            memory: Size(1 << 30),
             threads: 2,
-            segment_bytes: 16 << 10,
+            segment: AutoSize::Bytes(16 << 10),
             prefetch: 2,
             disk_fetchers: 2,
             vertex: Default::default(),

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use serde::Deserialize;
 use strata_io::progress::Progress;
+use strata_store::config::Size;
 use strata_store::convert::edges::EdgeInput;
 use strata_store::convert::{plan_inputs, ConvertOptions};
 use strata_store::StoreError;
@@ -55,8 +56,8 @@ pub struct InputBuildJob {
     /// Weight the edges: the input's weight column (`store` or `auto`) or drawn ones.
     #[serde(default)]
     pub weights: Option<WeightRequest>,
-    /// Memory budget of the build and of the runs P is planned for, in bytes.
-    pub memory: u64,
+    /// Memory budget of the build and of the runs P is planned for.
+    pub memory: Size,
     /// Replace an existing grid at `out`.
     #[serde(default)]
     pub overwrite: bool,
@@ -141,12 +142,12 @@ pub fn build_input(job: &InputBuildJob, progress: &dyn Progress) -> Result<Build
             job.order,
             edges,
             job.symmetrize,
-            job.memory,
+            job.memory.0,
         )?,
         symmetric: job.symmetrize,
         simple: job.simple,
         weights,
-        memory: job.memory,
+        memory: job.memory.0,
         input_edges: edges,
         input_bytes: input.stream_bytes()?,
         compression: job.compression,
@@ -233,7 +234,7 @@ fn open_input(
     progress: &dyn Progress,
 ) -> Result<EdgeInput> {
     let mut options = job.input.clone();
-    (options.memory, options.num_nodes) = (strata_store::config::Size(job.memory), job.num_nodes);
+    (options.memory, options.num_nodes) = (job.memory, job.num_nodes);
     let plan = plan_inputs(&options)?;
     if !plan.valid.is_empty() || !plan.test.is_empty() {
         let input = options.inputs.first().cloned().unwrap_or_default();
@@ -317,7 +318,7 @@ mod tests {
                     order,
                     symmetrize: Some(symmetrize),
                     weights,
-                    memory: 64 << 20,
+                    memory: Size(64 << 20),
                     overwrite: true,
                     compression,
                     ..Default::default()

@@ -14,6 +14,7 @@ use strata_grid::config::RunJob;
 use strata_grid::layout::{Order, WeightRequest, WeightSource, WeightSpec};
 use strata_grid::place::VertexPlacement;
 use strata_grid::run::run;
+use strata_store::config::{AutoSize, Size};
 use strata_store::convert::{convert_binary, convert_text, BinaryJob, TextJob};
 use strata_store::rng::Rng;
 use strata_store::NoProgress;
@@ -57,9 +58,9 @@ fn job(store: &Path, algorithm: Configured, memory: u64, grid: &str) -> RunJob {
         store: store.to_path_buf(),
         algorithm,
         grid: Some(grid.to_string()),
-        memory,
+        memory: Size(memory),
         threads: 2,
-        segment_bytes: 4096,
+        segment: AutoSize::Bytes(4096),
         // The windowed runs also take the no-prefetch path with more fetchers than credits.
         prefetch: if memory == MEMORIES[2] { 1 } else { 2 },
         disk_fetchers: if memory == MEMORIES[2] { 4 } else { 2 },
@@ -101,7 +102,7 @@ fn grid(
             order,
             symmetrize: Some(symmetrize),
             weights,
-            memory: 256 << 20,
+            memory: Size(256 << 20),
             overwrite: true,
             compression,
             simple: false,
@@ -132,8 +133,8 @@ fn run_all(j: &RunJob) -> strata_grid::run::RunSummary {
         Ok(())
     })
     .unwrap();
-    assert_eq!(s.placement.vertex_windowed, j.memory == MEMORIES[2]);
-    if j.memory != MEMORIES[0] {
+    assert_eq!(s.placement.vertex_windowed, j.memory.0 == MEMORIES[2]);
+    if j.memory.0 != MEMORIES[0] {
         assert!(
             s.bytes_disk > 0 && s.bytes_local == 0,
             "streamed from disk: {s:?}"
@@ -560,7 +561,7 @@ fn wcc_and_kcore_match_references() {
                 order,
                 symmetrize: Some(true),
                 simple: true,
-                memory: 256 << 20,
+                memory: Size(256 << 20),
                 compression,
                 ..Default::default()
             },

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use strata_store::config::{check_address, check_seconds, ConfigError, Section, Size};
+use strata_store::config::{check_address, check_seconds, AllSize, ConfigError, Section, Size};
 
 use crate::executor::ExecConfig;
 use crate::roots::DataRoots;
@@ -62,8 +62,9 @@ pub struct ServeOptions {
     #[schemars(extend("x-kind" = "path"))]
     pub data_root: Vec<PathBuf>,
     /// bytes each embedding run registered at start holds resident (partitions, relations,
-    /// query scratch); 0 holds its whole table
-    pub embedding_memory: Size,
+    /// query scratch); all holds its whole table (0, as older configs say, reads as all)
+    #[serde(deserialize_with = "AllSize::zero_is_word")]
+    pub embedding_memory: AllSize,
     /// requests per second over all clients; 0 means no limit
     #[schemars(range(min = 0.0))]
     pub rate: f64,
@@ -115,7 +116,7 @@ impl Default for ServeOptions {
             max_k: 1000,
             embedding: Vec::new(),
             data_root: Vec::new(),
-            embedding_memory: Size(0),
+            embedding_memory: AllSize::All,
             rate: 0.0,
             window_ms: 2.0,
             max_batch: 4096,
@@ -223,7 +224,7 @@ impl ServeOptions {
             fold_after: Duration::from_secs_f64(self.fold_after),
             register,
             register_embeddings,
-            embedding_memory: (self.embedding_memory.0 > 0).then_some(self.embedding_memory.0),
+            embedding_memory: self.embedding_memory,
             reorder: self.reorder.then(|| ReorderParams {
                 hops: self.reorder_hops,
                 centers: usize::try_from(self.reorder_centers).unwrap_or(usize::MAX),

@@ -26,6 +26,7 @@ use crate::registry::Registry;
 use crate::service::Service;
 use crate::shared::{Core, Limits};
 use strata_graph::order::glist::ReorderParams;
+use strata_store::config::AllSize;
 
 /// How often the stop condition and the fold policy are checked.
 const TICK: Duration = Duration::from_millis(100);
@@ -61,9 +62,9 @@ pub struct ServeConfig {
     /// Stores to register before listening, (name, path), unless already registered.
     pub register: Vec<(String, PathBuf)>,
     /// Embedding runs to register before listening, (name, run directory), unless already
-    /// registered; each with `embedding_memory` bytes resident (`None`: its whole table).
+    /// registered; each with `embedding_memory` bytes resident (or its whole table).
     pub register_embeddings: Vec<(String, PathBuf)>,
-    pub embedding_memory: Option<u64>,
+    pub embedding_memory: AllSize,
     /// How to re-order them (GLIST Alg. 2); None keeps their numbering.
     pub reorder: Option<ReorderParams>,
 }
@@ -189,7 +190,7 @@ pub fn serve(
         pending_run_bytes = pending_run_bytes.saturating_add(
             registry
                 .embeddings
-                .planned_bytes(path, cfg.embedding_memory)?,
+                .planned_bytes(path, cfg.embedding_memory.bytes())?,
         );
     }
     plan_for(
@@ -201,7 +202,7 @@ pub fn serve(
         registry.register_graph(name, path, cfg.reorder.as_ref())?;
     }
     for (name, path) in pending_runs {
-        registry.register_embedding(name, path, "best", cfg.embedding_memory)?;
+        registry.register_embedding(name, path, "best", cfg.embedding_memory.bytes())?;
     }
     let plan = plan_for(sum(Kind::Graph), sum(Kind::Model), sum(Kind::Embedding))?;
     let page_cache = Arc::new(PageCache::new(plan.page_cache_bytes));

@@ -162,70 +162,118 @@ impl<T> Visitor<'_> for SizeVisitor<T> {
     }
 }
 
-/// A size that may also be `"auto"`, for a budget the consumer sizes itself when the user does
-/// not (the GNN device tier: a share of the GPU's free memory). Accepts `"auto"`, an integer
-/// or a size string as [`Size`] does; serializes as `"auto"` or the integer. Its schema says
-/// `"x-kind": "auto-size"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum AutoSize {
+/// Declares a size that may also be a word naming what happens when no size is given (a
+/// budget the consumer sizes itself, all of something): accepts the word, an integer or a size
+/// string as [`Size`] does; serializes as the word or the integer; its schema says the
+/// `x-kind`. `zero_is_word` deserializes an option that spelt the word as 0 before the word
+/// existed, so old configs still read the same
+/// (`#[serde(deserialize_with = "Type::zero_is_word")]`).
+macro_rules! size_or_word {
+    ($(#[$doc:meta])* $name:ident, $(#[$word_doc:meta])* $word:ident = $spelling:literal, $kind:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub enum $name {
+            $(#[$word_doc])*
+            #[default]
+            $word,
+            /// This many bytes.
+            Bytes(u64),
+        }
+
+        impl $name {
+            #[doc = concat!("`", $spelling, "`, or the bytes of a size as [`Size::parse`] reads them; or why it is neither.")]
+            pub fn parse(text: &str) -> Result<$name, String> {
+                if text.trim().eq_ignore_ascii_case($spelling) {
+                    return Ok($name::$word);
+                }
+                Size::parse(text).map(|s| $name::Bytes(s.0)).map_err(|_| {
+                    format!(concat!("expected ", $spelling, " or a size like 512M or 2G, got '{}'"), text)
+                })
+            }
+
+            #[doc = concat!("The bytes given, or `word` when the option says `", $spelling, "`.")]
+            pub fn bytes_or(self, word: u64) -> u64 {
+                match self {
+                    $name::$word => word,
+                    $name::Bytes(b) => b,
+                }
+            }
+
+            /// The bytes given, or `None` for the word.
+            pub fn bytes(self) -> Option<u64> {
+                match self {
+                    $name::$word => None,
+                    $name::Bytes(b) => Some(b),
+                }
+            }
+
+            #[doc = concat!("Deserializes the option as [`", stringify!($name), "`] with 0 read as `", $spelling, "` (how configs spelt it before the word).")]
+            pub fn zero_is_word<'de, D: Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                $name::deserialize(d).map(|v| match v {
+                    $name::Bytes(0) => $name::$word,
+                    v => v,
+                })
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                match self {
+                    $name::$word => s.serialize_str($spelling),
+                    $name::Bytes(b) => s.serialize_u64(*b),
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                d.deserialize_any(SizeVisitor {
+                    expecting: concat!($spelling, ", a size like 512M or 2G, or a number of bytes"),
+                    parse: $name::parse,
+                    bytes: $name::Bytes,
+                })
+            }
+        }
+
+        impl JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({
+                    "type": ["string", "integer"],
+                    "minimum": 0,
+                    "x-kind": $kind,
+                })
+            }
+        }
+    };
+}
+
+size_or_word!(
+    /// A size that may also be `"auto"`, for a budget the consumer sizes itself when the user
+    /// does not (the GNN device tier: a share of the GPU's free memory; a grid run's segments:
+    /// from the budget). Its schema says `"x-kind": "auto-size"`.
+    AutoSize,
     /// The consumer decides.
-    #[default]
-    Auto,
-    /// This many bytes.
-    Bytes(u64),
-}
+    Auto = "auto",
+    "auto-size"
+);
 
-impl AutoSize {
-    /// `auto`, or the bytes of a size as [`Size::parse`] reads them; or why it is neither.
-    pub fn parse(text: &str) -> Result<AutoSize, String> {
-        if text.trim().eq_ignore_ascii_case("auto") {
-            return Ok(AutoSize::Auto);
-        }
-        Size::parse(text)
-            .map(|s| AutoSize::Bytes(s.0))
-            .map_err(|_| format!("expected auto or a size like 512M or 2G, got '{text}'"))
-    }
+size_or_word!(
+    /// A size that may also be `"all"`, for a part held whole unless the user bounds it (an
+    /// embedding run served: its whole table resident). Its schema says `"x-kind": "all-size"`.
+    AllSize,
+    /// All of it.
+    All = "all",
+    "all-size"
+);
 
-    /// The bytes given, or `auto` when the user left it to the consumer.
-    pub fn bytes_or(self, auto: u64) -> u64 {
-        match self {
-            AutoSize::Auto => auto,
-            AutoSize::Bytes(b) => b,
-        }
-    }
-}
-
-impl Serialize for AutoSize {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            AutoSize::Auto => s.serialize_str("auto"),
-            AutoSize::Bytes(b) => s.serialize_u64(*b),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for AutoSize {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AutoSize, D::Error> {
-        d.deserialize_any(SizeVisitor {
-            expecting: "auto, a size like 512M or 2G, or a number of bytes",
-            parse: AutoSize::parse,
-            bytes: AutoSize::Bytes,
-        })
-    }
-}
-
-impl JsonSchema for AutoSize {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "AutoSize".into()
-    }
-
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "type": ["string", "integer"],
-            "minimum": 0,
-            "x-kind": "auto-size",
-        })
-    }
+/// Deserializes an `Option<Size>` with 0 read as unset (how configs spelt "inherit" before
+/// the option could be left unset): `#[serde(deserialize_with = "unset_if_zero")]`.
+pub fn unset_if_zero<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Size>, D::Error> {
+    Option::<Size>::deserialize(d).map(|s| s.filter(|s| s.0 != 0))
 }
 
 /// The JSON schema of section `S`, with `"x-section"` (its name) and `"x-order"` (its option
@@ -438,6 +486,39 @@ mod tests {
         assert_eq!(serde_json::to_value(AutoSize::Auto).unwrap(), "auto");
         assert_eq!(AutoSize::Bytes(5).bytes_or(7), 5);
         assert_eq!(AutoSize::Auto.bytes_or(7), 7);
+    }
+
+    #[test]
+    fn words_and_unset_sizes_read_old_zeros() {
+        #[derive(Deserialize)]
+        struct Old {
+            #[serde(deserialize_with = "AutoSize::zero_is_word")]
+            segment: AutoSize,
+            #[serde(deserialize_with = "AllSize::zero_is_word")]
+            resident: AllSize,
+            #[serde(default, deserialize_with = "unset_if_zero")]
+            cap: Option<Size>,
+        }
+        let old: Old =
+            serde_json::from_value(serde_json::json!({"segment": 0, "resident": 0, "cap": 0}))
+                .unwrap();
+        assert_eq!(old.segment, AutoSize::Auto);
+        assert_eq!(old.resident, AllSize::All);
+        assert_eq!(old.cap, None);
+        let new: Old = serde_json::from_value(
+            serde_json::json!({"segment": "4K", "resident": "all", "cap": "1M"}),
+        )
+        .unwrap();
+        assert_eq!(new.segment, AutoSize::Bytes(4096));
+        assert_eq!(new.resident, AllSize::All);
+        assert_eq!(new.cap, Some(Size(1 << 20)));
+        let err = serde_json::from_value::<AllSize>(serde_json::json!("some"));
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "expected all or a size like 512M or 2G, got 'some'"
+        );
+        assert_eq!(serde_json::to_value(AllSize::All).unwrap(), "all");
+        assert_eq!(AllSize::Bytes(3).bytes(), Some(3));
     }
 
     #[test]

@@ -189,7 +189,7 @@ def run_neighbors(args) -> int:
     cfg = from_args(EmbedNeighborsConfig, args)
     run = Run(cfg.target)
     if cfg.index is not None:
-        result = ann.search_run_index(run, cfg.index, cfg.node, cfg.nodes_file, cfg.top, cfg.metric, cfg.any_type)
+        result = ann.search_run_index(run, cfg)
     else:
         result = run_with_progress(args, lambda bar: run.neighbors(progress=bar, **engine_options(cfg)))
     if cfg.json:
@@ -205,12 +205,7 @@ def run_neighbors(args) -> int:
 def run_index(args) -> int:
     cfg = from_args(EmbedIndexConfig, args)
     run = Run(cfg.target)
-    meta = run_with_progress(
-        args,
-        lambda bar: ann.build_index(
-            run, cfg.out, cfg.metric, cfg.connectivity, cfg.expansion, cfg.checkpoint, cfg.overwrite, cfg.memory, bar
-        ),
-    )
+    meta = run_with_progress(args, lambda bar: ann.index_run(run, cfg, bar))
     emit_summary(
         args,
         meta,

@@ -35,6 +35,10 @@ from ..units import fmt_bytes, parse_size
 Size = NewType("Size", int)
 #: A size or ``"auto"`` (the consumer sizes it); accepts ``auto``, ``8G`` or an integer.
 AutoSize = NewType("AutoSize", object)
+#: A size or ``"all"`` (held whole); accepts ``all``, ``512M`` or an integer.
+AllSize = NewType("AllSize", object)
+#: The word each size-or-word type takes beside a size.
+SIZE_WORDS = {AutoSize: "auto", AllSize: "all"}
 #: Three fractions (train, valid, test) summing to 1 (checked by the engine); accepts
 #: ``0.9,0.05,0.05`` or a list.
 Fractions = NewType("Fractions", tuple)
@@ -121,8 +125,8 @@ def type_name(tp: Any) -> str:
     tp, _ = _unwrap_optional(tp)
     if tp is Size:
         name = "size"
-    elif tp is AutoSize:
-        name = "size|auto"
+    elif tp in SIZE_WORDS:
+        name = f"size|{SIZE_WORDS[tp]}"
     elif tp is Fractions:
         name = "train,valid,test fractions"
     elif tp is FanoutTable:
@@ -169,11 +173,12 @@ def coerce(value: Any, tp: Any, where: str, int_range: tuple[int, int] = INT_RAN
             return Size(parse_size(value))
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
-    if tp is AutoSize:
-        if isinstance(value, str) and value.strip().lower() == "auto":
-            return "auto"
+    if tp in SIZE_WORDS:
+        word = SIZE_WORDS[tp]
+        if isinstance(value, str) and value.strip().lower() == word:
+            return word
         try:
-            return parse_size(value, expected="auto or a size like 512M or 2G")
+            return parse_size(value, expected=f"{word} or a size like 512M or 2G")
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
     if tp is Fractions:
@@ -581,7 +586,7 @@ def _python_type(root: dict, prop: dict) -> tuple[Any, int | None, int | None]:
         item_kind = {"x-kind": prop["x-kind"]} if "x-kind" in prop else {}
         item, low, high = _python_type(root, {**_resolved(root, prop["items"]), **item_kind})
         return list[item], low, high
-    kinds = {"size": Size, "auto-size": AutoSize, "path": Path, "fractions": Fractions}
+    kinds = {"size": Size, "auto-size": AutoSize, "all-size": AllSize, "path": Path, "fractions": Fractions}
     if prop.get("x-kind") in kinds:
         return kinds[prop["x-kind"]], None, None
     # A Rust enum's variants: an "enum" list, or a "oneOf" of "const"s where variants carry doc

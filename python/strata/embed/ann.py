@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import _native
+from ..config import EmbedIndexConfig, EmbedNeighborsConfig
 from ..errors import ConfigError
 from .runs import ProgressFn, Run
 
@@ -64,33 +65,35 @@ def index_parts(run: Run, num_nodes: int) -> list[dict]:
     ]
 
 
-def build_index(
-    run: Run,
-    out: str | Path,
-    metric: str = "model",
-    connectivity: int = 16,
-    expansion: int = 128,
-    checkpoint: str = "best",
-    overwrite: bool = False,
-    memory=None,
-    progress: ProgressFn | None = None,
-) -> dict:
-    """Builds the index of ``run``'s checkpoint into directory ``out`` (``index.usearch``,
-    ``index.json``, ``node_names.txt`` when the store has names). ``connectivity``: links per
-    node of the HNSW graph; ``expansion``: candidates kept while adding and searching (higher:
-    better recall, slower). Returns the contents of ``index.json``."""
+def build_index(run: Run, out: str | Path, *, progress: ProgressFn | None = None, **options) -> dict:
+    """Builds the index of ``run``'s checkpoint into directory ``out`` (``options``:
+    ``[embed.index]``'s, e.g. ``metric``, ``connectivity``, ``expansion``, ``checkpoint``,
+    ``overwrite``, ``memory``; checked, the ones not given take the section's defaults).
+    Returns the contents of ``index.json`` (see :func:`index_run`)."""
+    return index_run(run, EmbedIndexConfig(target=run.path, out=Path(out), **options), progress)
+
+
+def index_run(run: Run, cfg: EmbedIndexConfig, progress: ProgressFn | None = None) -> dict:
+    """Builds the index of ``run``'s checkpoint as the checked ``[embed.index]`` section ``cfg``
+    says into directory ``cfg.out`` (``index.usearch``, ``index.json``, ``node_names.txt`` when
+    the store has names). ``connectivity``: links per node of the HNSW graph; ``expansion``:
+    candidates kept while adding and searching (higher: better recall, slower). Returns the
+    contents of ``index.json``."""
     uindex = _usearch()
-    metric = natural_metric(run) if metric == "model" else metric
+    metric = natural_metric(run) if cfg.metric == "model" else cfg.metric
     if metric not in USEARCH_METRIC:
         raise ConfigError(f"embed.index.metric: expected cos, dot, l2 or model, got {metric!r}")
-    out = Path(out)
-    if out.exists() and not overwrite:
+    out = Path(cfg.out)
+    connectivity, expansion = cfg.connectivity, cfg.expansion
+    if out.exists() and not cfg.overwrite:
         raise ConfigError(f"{out} exists; pass --overwrite to replace it")
     out.absolute().parent.mkdir(parents=True, exist_ok=True)
     staging = out.absolute().parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        exported = run.export(staging / "export", format="npy", checkpoint=checkpoint, memory=memory, progress=progress)
+        exported = run.export(
+            staging / "export", format="npy", checkpoint=cfg.checkpoint, memory=cfg.memory, progress=progress
+        )
         emb = np.load(staging / "export" / "embeddings.npy", mmap_mode="r")
         n, dim = emb.shape
         parts = index_parts(run, n)
@@ -212,18 +215,13 @@ class Index:
         return {"metric": metric, "top": top, "results": results}
 
 
-def search_run_index(
-    run: Run,
-    index: str | Path,
-    nodes: list[str],
-    nodes_file: str | Path | None,
-    top: int,
-    metric: str = "model",
-    any_type: bool = False,
-) -> dict:
-    """``strata embed neighbors RUN --index DIR``: ``Index(DIR).search`` of ``nodes`` and the
-    lines of ``nodes_file``, refused when the index was built from another run or with another
-    metric than ``metric`` (``model``: any). Answers like ``Run.neighbors`` (with ``epoch``)."""
+def search_run_index(run: Run, cfg: EmbedNeighborsConfig) -> dict:
+    """``strata embed neighbors RUN --index DIR`` as the checked ``[embed.neighbors]`` section
+    ``cfg`` says: ``Index(cfg.index).search`` of ``cfg.node`` and the lines of
+    ``cfg.nodes_file``, refused when the index was built from another run or with another
+    metric than ``cfg.metric`` (``model``: any). Answers like ``Run.neighbors`` (with
+    ``epoch``)."""
+    index, metric, nodes_file = cfg.index, cfg.metric, cfg.nodes_file
     found = Index(index)
     if Path(found.meta["run"]) != run.path.absolute():
         raise ConfigError(f"index {index} was built from run {found.meta['run']}, not {run.path.absolute()}")
@@ -232,11 +230,11 @@ def search_run_index(
             f"embed.neighbors.metric: index {index} compares by {found.meta['metric']}, not {metric}; "
             "build another index with --metric, or leave --metric out"
         )
-    queries = list(nodes)
+    queries = list(cfg.node)
     if nodes_file is not None:
         try:
             lines = Path(nodes_file).read_text().splitlines()
         except OSError as e:
             raise ConfigError(f"--nodes-file {nodes_file}: cannot read it: {e}") from e
         queries += [line.strip() for line in lines if line.strip()]
-    return {"epoch": found.meta["epoch"], **found.search(queries, top, any_type)}
+    return {"epoch": found.meta["epoch"], **found.search(queries, cfg.top, cfg.any_type)}

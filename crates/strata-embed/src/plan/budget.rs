@@ -392,7 +392,7 @@ pub fn plan(
     threads: usize,
     rank: Option<RankNeeds>,
 ) -> Result<EmbedPlan> {
-    let memory = cfg.memory;
+    let memory = cfg.memory.0;
     let rank = rank.unwrap_or_default();
     let group_bytes = check_rank_process(memory, &rank)?;
     let d = model.dim as u64;
@@ -601,6 +601,7 @@ mod tests {
     use super::*;
     use crate::model::{PbgForm, ScoreKind};
     use strata_store::budget::CODE_PAGES_BYTES;
+    use strata_store::config::Size;
 
     fn untyped(nodes: u64) -> NodeShape {
         NodeShape::untyped(nodes)
@@ -618,7 +619,7 @@ mod tests {
             bag_bytes: 5_001 * 8 + 50_000 * 4,
         };
         let cfg = TrainConfig {
-            memory: 4 << 30,
+            memory: Size(4 << 30),
             negative_pool: NegativePool::Resident,
             ..TrainConfig::default()
         };
@@ -638,7 +639,7 @@ mod tests {
             + shape.bag_bytes;
         assert_eq!((p.pinned_bytes, p.pinned_rows), (pinned, 21_000));
         assert!(
-            p.total() <= cfg.memory && p.total() >= p.buffer_bytes + pinned,
+            p.total() <= cfg.memory.0 && p.total() >= p.buffer_bytes + pinned,
             "{p:?}"
         );
         let lines = p.memory_plan().describe().join("\n");
@@ -724,7 +725,7 @@ mod tests {
         // The make demo setting that a 16-core machine refused: 100k nodes in 128 MiB, where
         // each worker's evaluation tile alone is 8 MiB.
         let one = TrainConfig {
-            memory: 128 << 20,
+            memory: Size(128 << 20),
             threads: 1,
             ..TrainConfig::default()
         };
@@ -741,7 +742,7 @@ mod tests {
         let p = plan_fitting(&auto, &model(100), &untyped(100_000), 40, None).unwrap();
         assert_eq!(p.cores, strata_io::resolve_threads(0));
         assert!(
-            p.threads >= 1 && p.threads <= p.cores && p.total() <= auto.memory,
+            p.threads >= 1 && p.threads <= p.cores && p.total() <= auto.memory.0,
             "{p:?}"
         );
         if p.threads < p.cores {
@@ -762,22 +763,22 @@ mod tests {
         let cfg = TrainConfig::default();
         let p = plan(&cfg, &model(100), &untyped(14_541), 237, 2, None).unwrap();
         assert_eq!((p.partitions, p.capacity), (1, 1));
-        assert!(p.total() <= cfg.memory, "{p:?}");
+        assert!(p.total() <= cfg.memory.0, "{p:?}");
     }
 
     #[test]
     fn large_table_is_partitioned_within_budget() {
         let cfg = TrainConfig {
-            memory: 1 << 30,
+            memory: Size(1 << 30),
             ..TrainConfig::default()
         };
         // 10M nodes x 100 dims x 2 x 4 bytes = 8 GB of table.
         let p = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None).unwrap();
         assert_eq!(p.capacity, 3);
-        assert!(p.partitions > 3 && p.total() <= cfg.memory, "{p:?}");
+        assert!(p.partitions > 3 && p.total() <= cfg.memory.0, "{p:?}");
         // Negative banks get their share of the budget (and what the buffer leaves)...
         assert!(
-            p.bank_rows > 0 && p.bank_bytes >= cfg.memory / BANK_SHARE / 2,
+            p.bank_rows > 0 && p.bank_bytes >= cfg.memory.0 / BANK_SHARE / 2,
             "{p:?}"
         );
         // ...and with it reserved, one partition fewer would not fit.
@@ -788,13 +789,13 @@ mod tests {
             TableDtype::F32,
         );
         let fixed = p.total() - p.buffer_bytes - p.bank_bytes;
-        assert!(fixed + cfg.memory / BANK_SHARE + 3 * fewer > cfg.memory);
+        assert!(fixed + cfg.memory.0 / BANK_SHARE + 3 * fewer > cfg.memory.0);
     }
 
     #[test]
     fn refuses_what_cannot_fit() {
         let cfg = TrainConfig {
-            memory: 64 << 20,
+            memory: Size(64 << 20),
             ..TrainConfig::default()
         };
         let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
@@ -802,7 +803,7 @@ mod tests {
             .to_string();
         assert!(e.contains("memory budget 64.0 MiB cannot hold"), "{e}");
         let cfg = TrainConfig {
-            memory: 512 << 20,
+            memory: Size(512 << 20),
             partitions: 4,
             ..TrainConfig::default()
         };
@@ -817,7 +818,7 @@ mod tests {
         // Resident negatives: banks take a share of whatever budget is left, which would
         // hand the tight budget below its slot back.
         let cfg = TrainConfig {
-            memory: 1 << 30,
+            memory: Size(1 << 30),
             partitions: 16,
             negative_pool: NegativePool::Resident,
             ..TrainConfig::default()
@@ -841,7 +842,7 @@ mod tests {
         assert_eq!(p.group_bytes, (300 << 20) + CODE_PAGES_BYTES);
         assert_eq!((p.capacity, p.prefetch_slots), (3, PREFETCH_SLOTS));
         assert!(
-            p.prefetch_note.is_none() && p.total() <= cfg.memory,
+            p.prefetch_note.is_none() && p.total() <= cfg.memory.0,
             "{p:?}"
         );
         let lines = p.memory_plan().describe().join("\n");
@@ -862,7 +863,7 @@ mod tests {
         let q = (1..64)
             .map_while(|k| {
                 let tight = TrainConfig {
-                    memory: p.total() - k * part / 4,
+                    memory: Size(p.total() - k * part / 4),
                     ..cfg.clone()
                 };
                 plan(
@@ -884,7 +885,7 @@ mod tests {
         );
         // A budget below what torch and gloo hold is refused naming the figure.
         let small = TrainConfig {
-            memory: 100 << 20,
+            memory: Size(100 << 20),
             ..cfg
         };
         let e = plan(

@@ -8,6 +8,7 @@ use std::path::Path;
 use strata_io::progress::Progress;
 use strata_io::Engine;
 use strata_store::budget::Planned;
+use strata_store::config::Size;
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
@@ -47,7 +48,7 @@ impl Loaded {
     ) -> Result<Loaded> {
         Loaded::open_planned(dir, which, |run, store, cfg, model| {
             if memory > 0 {
-                cfg.memory = memory;
+                cfg.memory = Size(memory);
             }
             if threads > 0 {
                 cfg.threads = threads;

@@ -1027,7 +1027,7 @@ fn import_config(o: &ImportPbgOptions, c: &Checkpointed) -> (TrainConfig, ScoreM
         comparator: pbg.map(|f| f.comparator),
         optimizer: OptimizerKind::Adagrad,
         init_scale: c.init_scale,
-        memory: o.memory.0,
+        memory: o.memory,
         // One PBG entity type: one table of every node, also on a typed store.
         entity_types: false,
         ..TrainConfig::default()

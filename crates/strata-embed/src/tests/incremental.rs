@@ -69,7 +69,7 @@ fn config(partitions: u32) -> TrainConfig {
         partitions,
         buffer: 3,
         threads: 1,
-        memory: 256 << 20,
+        memory: strata_store::config::Size(256 << 20),
         ..TrainConfig::default()
     }
 }

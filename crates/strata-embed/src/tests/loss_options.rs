@@ -233,7 +233,7 @@ fn config() -> TrainConfig {
         partitions: 3,
         buffer: 3,
         threads: 1,
-        memory: 256 << 20,
+        memory: strata_store::config::Size(256 << 20),
         ..TrainConfig::default()
     }
 }

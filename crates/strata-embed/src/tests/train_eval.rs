@@ -64,7 +64,7 @@ fn config(partitions: u32, buffer: usize, ordering: OrderingKind) -> TrainConfig
         buffer,
         ordering,
         threads: 1,
-        memory: 256 << 20,
+        memory: strata_store::config::Size(256 << 20),
         ..TrainConfig::default()
     }
 }

@@ -143,7 +143,7 @@ impl<'a> Coordinator<'a> {
     ) -> Result<Coordinator<'a>> {
         let needs = scheduler.rank_needs(&cfg);
         if let Some(n) = &needs {
-            budget::check_rank_process(cfg.memory, n)?;
+            budget::check_rank_process(cfg.memory.0, n)?;
         }
         let owner = scheduler.owner();
         let group = scheduler.group();
@@ -516,6 +516,7 @@ fn bucket_edges(
 /// take their share.
 fn spare_bytes(cfg: &TrainConfig, plan: &EmbedPlan) -> u64 {
     cfg.memory
+        .0
         .saturating_sub(plan.runtime_bytes + plan.group_bytes)
 }
 
@@ -682,7 +683,7 @@ fn create_run(
     plan: &EmbedPlan,
     progress: &dyn Progress,
 ) -> Result<(Run, PartitionBuffer)> {
-    let memory = new.cfg.memory;
+    let memory = new.cfg.memory.0;
     let mut buffer = slots.buffer();
     let run = create(dir, new, &mut buffer, progress)?;
     if let Some(origin) = origin {

@@ -24,6 +24,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::Size;
 use crate::error::{Result, StoreError};
 use crate::manifest::{
     etype_dtype_for, id_dtype_for, EdgeAttributes, FeatureInfo, GraphInfo, LabelInfo, Manifest,
@@ -48,8 +49,8 @@ use spool::{finalize_edges, Spooled};
 pub(crate) use topology::{build_topology, Payload, TopologyInput};
 pub(crate) use types::Types;
 
-pub(crate) fn default_io_chunk() -> u64 {
-    crate::array::IO_CHUNK as u64
+pub(crate) fn default_io_chunk() -> Size {
+    Size(crate::array::IO_CHUNK as u64)
 }
 
 /// Options every converter shares.
@@ -64,8 +65,8 @@ pub struct GraphOptions {
     /// Replace an existing store at `out` (atomically, once the new one is complete).
     #[serde(default)]
     pub overwrite: bool,
-    /// Memory budget in bytes for the whole conversion.
-    pub memory: u64,
+    /// Memory budget of the whole conversion.
+    pub memory: Size,
     /// Worker threads for parsing; 0 means one per core.
     #[serde(default)]
     pub threads: usize,
@@ -84,9 +85,9 @@ pub struct GraphOptions {
     /// Number of relations for integer relation ids (default: largest id + 1).
     #[serde(default)]
     pub num_relations: Option<u64>,
-    /// Size in bytes of each aligned I/O request and staging buffer (a multiple of 4096).
+    /// Size of each aligned I/O request and staging buffer (a multiple of 4096).
     #[serde(default = "default_io_chunk")]
-    pub io_chunk: u64,
+    pub io_chunk: Size,
     /// What the front end wants recorded in the manifest (command line, config).
     #[serde(default)]
     pub provenance: serde_json::Value,
@@ -94,10 +95,11 @@ pub struct GraphOptions {
 
 impl GraphOptions {
     fn validate(&self) -> Result<()> {
-        if self.io_chunk == 0 || !self.io_chunk.is_multiple_of(strata_io::ALIGN as u64) {
+        let Size(io_chunk) = self.io_chunk;
+        if io_chunk == 0 || !io_chunk.is_multiple_of(strata_io::ALIGN as u64) {
             return Err(StoreError::option(
                 "io_chunk",
-                format!("must be a positive multiple of 4096, got {}", self.io_chunk),
+                format!("must be a positive multiple of 4096, got {io_chunk}"),
             ));
         }
         if let Some(f) = self.split {
@@ -119,7 +121,7 @@ impl GraphOptions {
 
     /// The I/O chunk actually used (see [`io_chunk_within`]).
     fn io_chunk(&self) -> usize {
-        io_chunk_within(self.memory, self.io_chunk)
+        io_chunk_within(self.memory.0, self.io_chunk.0)
     }
 
     fn store_name(&self) -> String {
@@ -393,7 +395,7 @@ pub(crate) fn finish(
             id_dtype,
             degree_dtype: info.degree_dtype(),
             symmetrize: graph.symmetrize,
-            budget: graph.memory,
+            budget: graph.memory.0,
             io_chunk,
             payload,
         },
@@ -457,7 +459,7 @@ pub(crate) fn finish(
         seconds: clock.start.elapsed().as_secs_f64(),
         stages: clock.stages,
         store_bytes: store.disk_usage()?.values().sum(),
-        memory: graph.memory,
+        memory: graph.memory.0,
         plan,
         features: node_data.features,
         labels: node_data.labels,

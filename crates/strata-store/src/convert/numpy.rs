@@ -297,7 +297,7 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
         progress,
         vec![format!(
             "budget {}: streaming {} edge array(s) in {} chunks{}",
-            fmt_bytes(graph.memory),
+            fmt_bytes(graph.memory.0),
             arrays.len(),
             fmt_bytes(io_chunk as u64),
             if has_rel { " with relations" } else { "" }
@@ -406,7 +406,7 @@ pub fn convert_binary(job: &BinaryJob, progress: &dyn Progress) -> Result<Summar
         progress,
         vec![format!(
             "budget {}: streaming int32 pairs in {} chunks",
-            fmt_bytes(graph.memory),
+            fmt_bytes(graph.memory.0),
             fmt_bytes(io_chunk as u64)
         )],
     );

@@ -419,7 +419,7 @@ pub fn convert_typed_numpy(job: &TypedNumpyJob, progress: &dyn Progress) -> Resu
         progress,
         vec![format!(
             "budget {}: streaming {} edge array(s) of {} edge type(s) in {} chunks{}{}",
-            fmt_bytes(graph.memory),
+            fmt_bytes(graph.memory.0),
             arrays.len(),
             num_etypes,
             fmt_bytes(io_chunk as u64),

@@ -306,7 +306,7 @@ pub(super) fn ingest_text(
     let mut builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
     let budget = ParseBudget::plan(graph, opts, kinds, cols.attrs(), record_bytes)?;
     let mut plan = vec![
-        budget.describe(graph.memory, kinds),
+        budget.describe(graph.memory.0, kinds),
         format!(
             "ids: nodes {}, relations {}",
             if kinds.typed_names() {
@@ -408,7 +408,7 @@ pub(super) fn ingest_text(
             &opts.node_bags,
             &mut types.node_types,
             kinds.node == IdKind::String,
-            graph.memory,
+            graph.memory.0,
         )?;
         plan.extend(announce(progress, lines));
         clock.lap("bags");
@@ -651,8 +651,8 @@ impl ParseBudget {
                 attrs,
             )
         };
-        let mut block_bytes = (graph.memory / (16 * in_flight)).clamp(4096, io_chunk as u64);
-        while block_bytes > 64 << 10 && in_flight * cost(block_bytes) > graph.memory / 4 {
+        let mut block_bytes = (graph.memory.0 / (16 * in_flight)).clamp(4096, io_chunk as u64);
+        while block_bytes > 64 << 10 && in_flight * cost(block_bytes) > graph.memory.0 / 4 {
             block_bytes /= 2;
         }
         let block_cost = cost(block_bytes);
@@ -663,15 +663,19 @@ impl ParseBudget {
             0
         };
         let fixed = in_flight * block_cost + 6 * io_chunk as u64 + gzip;
-        let dict_budget = graph.memory.checked_sub(fixed).ok_or(StoreError::Budget {
-            budget: graph.memory,
-            needed: fixed,
-            what: format!(
-                "parsing with {threads} threads ({} blocks of {})",
-                in_flight,
-                fmt_bytes(block_bytes)
-            ),
-        })?;
+        let dict_budget = graph
+            .memory
+            .0
+            .checked_sub(fixed)
+            .ok_or(StoreError::Budget {
+                budget: graph.memory.0,
+                needed: fixed,
+                what: format!(
+                    "parsing with {threads} threads ({} blocks of {})",
+                    in_flight,
+                    fmt_bytes(block_bytes)
+                ),
+            })?;
         Ok(ParseBudget {
             threads,
             in_flight,

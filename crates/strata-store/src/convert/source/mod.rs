@@ -231,14 +231,14 @@ impl GraphOptions {
             out: opts.out.clone(),
             name: opts.name.clone(),
             overwrite: opts.overwrite,
-            memory: opts.memory.0,
+            memory: opts.memory,
             threads: opts.threads,
             symmetrize: opts.symmetrize,
             split: opts.split.map(|f| f.0),
             seed: opts.seed,
             num_nodes: opts.num_nodes,
             num_relations: opts.num_relations,
-            io_chunk: opts.io_chunk.0,
+            io_chunk: opts.io_chunk,
             provenance,
         }
     }
@@ -611,7 +611,7 @@ impl Default for ConvertOptions {
             name: None,
             memory: Size(1 << 30),
             threads: 0,
-            io_chunk: Size(super::default_io_chunk()),
+            io_chunk: super::default_io_chunk(),
             overwrite: false,
         }
     }
