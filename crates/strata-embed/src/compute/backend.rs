@@ -181,6 +181,7 @@ mod tests {
             },
             negs: None,
             feat: None,
+            vs_all: None,
         };
         let edges = edges();
         let chunks: Vec<PieceChunk> = edges.chunks(4).map(|c| (0, c, &[][..])).collect();

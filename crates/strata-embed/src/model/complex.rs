@@ -5,7 +5,8 @@ use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
 use super::{
-    even_dim, phase, Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel,
+    even_dim, phase, Combine, Comparator, Layout, Operator, PbgForm, ProductQuery, ScoreFunction,
+    ScoreModel,
 };
 
 /// `Re⟨s, r, conj t⟩`.
@@ -79,6 +80,10 @@ impl ScoreFunction for ComplEx {
     /// The conjugate.
     fn reverse_relation(&self, model: &ScoreModel, row: &mut [f32]) {
         row[model.dim / 2..].iter_mut().for_each(|v| *v = -*v);
+    }
+
+    fn product_query(&self, _model: &ScoreModel) -> Result<ProductQuery, String> {
+        Ok(super::bilinear::product_query::<Self>())
     }
 
     family_methods!(bilinear);

@@ -4,7 +4,9 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::{Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel};
+use super::{
+    Combine, Comparator, Layout, Operator, PbgForm, ProductQuery, ScoreFunction, ScoreModel,
+};
 
 /// `⟨s, r, t⟩`.
 pub struct DistMult;
@@ -61,6 +63,10 @@ impl ScoreFunction for DistMult {
 
     /// DistMult is symmetric: `r` scores `(t, r, h)` as it scores `(h, r, t)`.
     fn reverse_relation(&self, _model: &ScoreModel, _row: &mut [f32]) {}
+
+    fn product_query(&self, _model: &ScoreModel) -> Result<ProductQuery, String> {
+        Ok(super::bilinear::product_query::<Self>())
+    }
 
     family_methods!(bilinear);
 }

@@ -4,7 +4,9 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::{Combine, Comparator, Layout, Operator, PbgForm, ScoreFunction, ScoreModel};
+use super::{
+    Combine, Comparator, Layout, Operator, PbgForm, ProductQuery, ScoreFunction, ScoreModel,
+};
 
 /// `s · t`.
 pub struct Dot;
@@ -50,6 +52,10 @@ impl ScoreFunction for Dot {
     fn init_relation(&self, _model: &ScoreModel, _row: &mut [f32], _rng: &mut Rng, _scale: f32) {}
 
     fn reverse_relation(&self, _model: &ScoreModel, _row: &mut [f32]) {}
+
+    fn product_query(&self, _model: &ScoreModel) -> Result<ProductQuery, String> {
+        Ok(super::bilinear::product_query::<Self>())
+    }
 
     family_methods!(bilinear);
 }

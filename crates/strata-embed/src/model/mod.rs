@@ -43,6 +43,7 @@ macro_rules! family_methods {
     };
 }
 
+mod all_entities;
 mod bilinear;
 mod complex;
 mod distmult;
@@ -61,6 +62,7 @@ use strata_store::rng::Rng;
 
 use crate::compute::kernels::{self, exp_sum};
 
+pub use all_entities::{all_step, AllBatch, AllScratch, Labels, ProductQuery};
 pub use form::{Comparator, Operator, PbgForm};
 pub use regularizer::{regularize, Regularizer, RegularizerKind};
 
@@ -126,6 +128,18 @@ pub trait ScoreFunction: Sync {
 
     /// Scores of `q`'s queries against its candidates into `out`. See [`score_candidates`].
     fn score(&self, model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch);
+
+    /// The query rows of a model whose score is a product `q(s, r) · t` with the target row,
+    /// which 1vsAll and KvsAll score against every entity as one matrix product; or why the
+    /// model's score is not one (a message naming the model).
+    fn product_query(&self, model: &ScoreModel) -> Result<ProductQuery, String> {
+        Err(format!(
+            "model {} scores by a distance, not a product with the target row; scoring every \
+             entity would need a full-table distance kernel of its own, which Strata does not \
+             have (use a bilinear model: dot, distmult, complex, or pbg with comparator dot)",
+            model.kind
+        ))
+    }
 }
 
 /// How the reals of a row group into coordinates (what a regularizer takes magnitudes of).
@@ -155,6 +169,36 @@ fn combine_rows<C: Combine>(model: &ScoreModel, b: usize, src: &[f32], rel: &[f3
             &src[i * d..(i + 1) * d],
             &rel[i * rd..(i + 1) * rd],
             &mut a[i * d..(i + 1) * d],
+        );
+    }
+}
+
+/// A row's backward pass through a query row: from `da` (`d` reals), the source row's
+/// gradient `gs` (`d` reals) and the relation row's `gr` (`rel_dim` reals), both overwritten.
+type BackRow = fn(usize, &[f32], &[f32], &[f32], &mut [f32], &mut [f32]);
+
+/// `back` for each of `b` rows: `da` (`b x d`), `src` (`b x d`) and `rel` (`b x rel_dim`) into
+/// `gs` and `gr` of the same shapes.
+#[allow(clippy::too_many_arguments)] // the step's arrays, named as in a step
+fn back_rows(
+    model: &ScoreModel,
+    b: usize,
+    da: &[f32],
+    src: &[f32],
+    rel: &[f32],
+    gs: &mut [f32],
+    gr: &mut [f32],
+    back: BackRow,
+) {
+    let (d, rd) = (model.dim, model.rel_dim());
+    for i in 0..b {
+        back(
+            d,
+            &da[i * d..(i + 1) * d],
+            &src[i * d..(i + 1) * d],
+            &rel[i * rd..(i + 1) * rd],
+            &mut gs[i * d..(i + 1) * d],
+            &mut gr[i * rd..(i + 1) * rd],
         );
     }
 }

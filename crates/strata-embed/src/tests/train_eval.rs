@@ -14,7 +14,7 @@ use strata_store::{NoProgress, Store};
 
 /// A store of a random graph with planted structure: `n` nodes, `r` relations, tails near
 /// `head * (rel + 1)` so that a model can learn something.
-fn make_store(dir: &Path, n: u64, r: u64, edges: usize) -> PathBuf {
+pub(super) fn make_store(dir: &Path, n: u64, r: u64, edges: usize) -> PathBuf {
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut next = || {
         x ^= x << 13;
