@@ -118,3 +118,100 @@ fn a_partitioned_table_is_refused_unless_1vsall_scores_the_resident_partitions()
     let test = meta.test.expect("test metrics");
     assert!(test.mrr > 0.1, "{test:?}");
 }
+
+/// The options 1vsAll and KvsAll do not take are refused naming the key, and so are the
+/// 1vsAll/KvsAll options in a negative-sampling run.
+#[test]
+fn options_that_do_not_apply_are_refused_naming_the_key() {
+    use strata_store::config::Section;
+    let key = |cfg: TrainConfig| cfg.validate().err().map(|e| (e.key, e.msg));
+    let one = config(TrainingMode::OneVsAll);
+    let cases = [
+        (
+            TrainConfig {
+                loss: LossKind::Margin,
+                ..one.clone()
+            },
+            "loss",
+        ),
+        (
+            TrainConfig {
+                loss: LossKind::Logistic,
+                adversarial_temperature: Some(1.0),
+                ..one.clone()
+            },
+            "adversarial_temperature",
+        ),
+        (
+            TrainConfig {
+                corrupt: crate::config::Corrupt::Bernoulli,
+                ..one.clone()
+            },
+            "corrupt",
+        ),
+        (
+            TrainConfig {
+                model: ScoreKind::TransE,
+                ..one.clone()
+            },
+            "training",
+        ),
+        (
+            TrainConfig {
+                model: ScoreKind::RotatE,
+                ..one.clone()
+            },
+            "training",
+        ),
+        (
+            TrainConfig {
+                label_smoothing: 1.0,
+                ..one.clone()
+            },
+            "label_smoothing",
+        ),
+        (
+            TrainConfig {
+                label_smoothing: 0.1,
+                ..config(TrainingMode::NegativeSampling)
+            },
+            "label_smoothing",
+        ),
+        (
+            TrainConfig {
+                vsall_candidates: VsAllCandidates::Resident,
+                ..config(TrainingMode::KvsAll)
+            },
+            "vsall_candidates",
+        ),
+        (
+            TrainConfig {
+                vsall_candidates: VsAllCandidates::Resident,
+                ..config(TrainingMode::NegativeSampling)
+            },
+            "vsall_candidates",
+        ),
+    ];
+    for (cfg, want) in cases {
+        let got = key(cfg.clone());
+        let want = format!("embed.train.{want}");
+        assert_eq!(
+            got.as_ref().map(|g| g.0.as_str()),
+            Some(want.as_str()),
+            "{cfg:?}: {got:?}"
+        );
+    }
+    let (_, why) = key(TrainConfig {
+        model: ScoreKind::TransE,
+        ..one.clone()
+    })
+    .unwrap();
+    assert!(why.contains("transe") && why.contains("1vsAll"), "{why}");
+    for ok in [
+        one,
+        config(TrainingMode::KvsAll),
+        config(TrainingMode::NegativeSampling),
+    ] {
+        assert!(key(ok.clone()).is_none(), "{ok:?}");
+    }
+}
