@@ -125,6 +125,43 @@ pub enum NegativePool {
     All,
 }
 
+/// How a chunk's positive edges are trained (LibKGE's `train.type`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TrainingMode {
+    /// Each edge against a chunk's shared sampled negatives.
+    #[default]
+    #[serde(rename = "negative_sampling")]
+    NegativeSampling,
+    /// Each edge's query against every entity, the true one the class (Lacroix et al. 2018).
+    #[serde(rename = "1vsAll")]
+    OneVsAll,
+    /// Each distinct query against every entity, its known answers the labels (ConvE).
+    #[serde(rename = "KvsAll")]
+    KvsAll,
+}
+
+impl TrainingMode {
+    /// Its name in config files.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainingMode::NegativeSampling => "negative_sampling",
+            TrainingMode::OneVsAll => "1vsAll",
+            TrainingMode::KvsAll => "KvsAll",
+        }
+    }
+}
+
+/// Which entities 1vsAll scores a query against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VsAllCandidates {
+    /// Every entity: the whole table must be in memory.
+    #[default]
+    All,
+    /// The entities of the resident partitions (out of core; an approximation).
+    Resident,
+}
+
 /// Where the partitions of a distributed run live (docs/distributed.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -370,6 +407,23 @@ pub struct TrainConfig {
     /// epochs (0: no threshold; LibKGE's valid.early_stopping.threshold.metric_value)
     #[schemars(range(min = 0.0, max = 1.0))]
     pub early_stopping_threshold_mrr: f64,
+
+    // 1vsAll and KvsAll training (docs/embed.md, "1vsAll and KvsAll").
+    /// negative_sampling (a chunk's shared sampled negatives); 1vsAll (each edge's query scored
+    /// against every entity as one matrix product per chunk: loss softmax is the cross-entropy
+    /// of the true entity, logistic the BCE over all entities); KvsAll (each distinct query
+    /// (h, r) and (t, r⁻¹) of the training edges once per epoch, labelled with all its known
+    /// answers: softmax is the cross-entropy against the normalised labels, LibKGE's kl;
+    /// logistic the BCE of ConvE). Both need the entity table in memory (see vsall_candidates)
+    pub training: TrainingMode,
+    /// 1vsAll and KvsAll: labels become (1 − label_smoothing) y + 1/entities (LibKGE's and
+    /// ConvE's label smoothing); 0 is off
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub label_smoothing: f32,
+    /// 1vsAll: all (every entity; the table must fit --memory in one partition) or resident
+    /// (out of core: each chunk scores against the entities of the resident partitions only,
+    /// an approximation whose cost in MRR docs/benchmarks.md measures)
+    pub vsall_candidates: VsAllCandidates,
 }
 
 impl Default for TrainConfig {
@@ -434,6 +488,9 @@ impl Default for TrainConfig {
             early_stopping_patience: 0,
             early_stopping_threshold_epochs: 0,
             early_stopping_threshold_mrr: 0.0,
+            training: TrainingMode::NegativeSampling,
+            label_smoothing: 0.0,
+            vsall_candidates: VsAllCandidates::All,
         }
     }
 }
@@ -501,6 +558,7 @@ impl Section for TrainConfig {
             }
         }
         self.check_schedule().or_else(|(key, msg)| bad(key, msg))?;
+        self.check_vs_all().or_else(|(key, msg)| bad(key, msg))?;
         let partitioned = self.partitions as usize > self.buffer;
         self.ordering
             .check_buffer(self.buffer, partitioned)
@@ -714,6 +772,100 @@ impl TrainConfig {
             ));
         }
         Ok(())
+    }
+}
+
+// 1vsAll and KvsAll training.
+impl TrainConfig {
+    /// Whether chunks are scored against every entity (1vsAll or KvsAll).
+    pub fn scores_all(&self) -> bool {
+        self.training != TrainingMode::NegativeSampling
+    }
+
+    /// Candidates a chunk side scores against, for the budget's worker scratch: the sampled
+    /// negatives, or (1vsAll, KvsAll) at most every one of `nodes` entities.
+    pub fn scored_per_chunk(&self, nodes: u64) -> u64 {
+        if self.scores_all() {
+            nodes
+        } else {
+            self.negatives as u64
+        }
+    }
+
+    /// The key and message of what `training`, `label_smoothing` and `vsall_candidates` do
+    /// not allow with the other options.
+    fn check_vs_all(&self) -> Result<(), (&'static str, String)> {
+        let ls = self.label_smoothing;
+        if !(0.0..1.0).contains(&ls) {
+            return Err((
+                "label_smoothing",
+                format!("must be a number in [0, 1), got {ls}"),
+            ));
+        }
+        let mode = self.training.name();
+        if !self.scores_all() {
+            if ls != 0.0 {
+                return Err((
+                    "label_smoothing",
+                    "applies to training \"1vsAll\" or \"KvsAll\" only (negative sampling has no labels over all entities)".into(),
+                ));
+            }
+            if self.vsall_candidates != VsAllCandidates::All {
+                return Err((
+                    "vsall_candidates",
+                    "applies to training \"1vsAll\" only".into(),
+                ));
+            }
+            return Ok(());
+        }
+        if self.training == TrainingMode::KvsAll && self.vsall_candidates != VsAllCandidates::All {
+            return Err((
+                "vsall_candidates",
+                "KvsAll labels every query with all its known answers, so it scores every entity; \"resident\" applies to training \"1vsAll\" only".into(),
+            ));
+        }
+        if self.loss == LossKind::Margin {
+            return Err((
+                "loss",
+                format!("training {mode:?} takes loss \"softmax\" (cross-entropy) or \"logistic\" (BCE), not \"margin\""),
+            ));
+        }
+        if self.adversarial_temperature.is_some() {
+            return Err((
+                "adversarial_temperature",
+                format!("self-adversarial weighting weighs sampled negatives; training {mode:?} scores every entity"),
+            ));
+        }
+        // The all-entities step takes the plain regularizer; dropout and the weighted form are
+        // written for the negative-sampling step's rows and are not in it yet.
+        for (key, on) in [
+            ("entity_dropout", self.entity_dropout > 0.0),
+            ("relation_dropout", self.relation_dropout > 0.0),
+            ("reg_weighted", self.reg_weighted),
+        ] {
+            if on {
+                return Err((
+                    key,
+                    format!("is not supported with training {mode:?} yet (negative sampling only)"),
+                ));
+            }
+        }
+        if self.corrupt == Corrupt::Bernoulli {
+            return Err((
+                "corrupt",
+                format!("training {mode:?} asks both queries of an edge, or one side (tail, head); \"bernoulli\" samples negatives"),
+            ));
+        }
+        let model = crate::model::ScoreModel {
+            kind: self.model,
+            dim: self.dim,
+            transe_norm: self.transe_norm,
+            pbg: self.pbg_form(),
+        };
+        match model.product_query() {
+            Ok(_) => Ok(()),
+            Err(why) => Err(("training", format!("training {mode:?}: {why}"))),
+        }
     }
 }
 

@@ -183,6 +183,7 @@ mod tests {
             dropout: Default::default(),
             negs: None,
             feat: None,
+            vs_all: None,
         };
         let edges = edges();
         let chunks: Vec<PieceChunk> = edges.chunks(4).map(|c| (0, c, &[][..])).collect();

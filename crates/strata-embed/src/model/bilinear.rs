@@ -3,7 +3,8 @@
 //! loss weights of the forward pass.
 
 use super::score::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Loss, ScoreBatch, Scratch, Shape,
+    apply_loss, back_rows, combine_rows, fit, Chunk, Combine, Grads, Loss, ProductQuery,
+    ScoreBatch, Scratch, Shape,
 };
 use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
@@ -23,7 +24,7 @@ pub(super) fn step<M: Bilinear>(
     s: &mut Scratch,
 ) -> f64 {
     let (b, n) = (c.b, c.n);
-    let (d, rd) = (model.dim, model.rel_dim());
+    let d = model.dim;
     fit(&mut s.phi, b * d);
     combine_rows::<M>(model, b, c.src, c.rel, &mut s.phi);
     for i in 0..b {
@@ -48,17 +49,29 @@ pub(super) fn step<M: Bilinear>(
         }
     }
     gemm_atb(n, d, b, 1.0, &s.scores, &s.phi, 0.0, &mut g.neg);
-    for i in 0..b {
-        M::back(
-            d,
-            &s.dphi[i * d..(i + 1) * d],
-            &c.src[i * d..(i + 1) * d],
-            &c.rel[i * rd..(i + 1) * rd],
-            &mut g.src[i * d..(i + 1) * d],
-            &mut g.rel[i * rd..(i + 1) * rd],
-        );
-    }
+    back_bilinear::<M>(model, b, &s.dphi, c.src, c.rel, &mut g.src, &mut g.rel);
     total
+}
+
+/// [`Bilinear::back`] for each of `b` rows (see [`ProductQuery::back`]).
+fn back_bilinear<M: Bilinear>(
+    model: &Shape,
+    b: usize,
+    dphi: &[f32],
+    src: &[f32],
+    rel: &[f32],
+    gs: &mut [f32],
+    gr: &mut [f32],
+) {
+    back_rows(model, b, dphi, src, rel, gs, gr, M::back)
+}
+
+/// The query rows of a bilinear model: `φ(s, r)` and its backward pass.
+pub(super) fn product_query<M: Bilinear>() -> ProductQuery {
+    ProductQuery {
+        combine: combine_rows::<M>,
+        back: back_bilinear::<M>,
+    }
 }
 
 /// Candidate scores of a bilinear model (see [`super::score_candidates`]).

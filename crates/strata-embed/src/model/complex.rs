@@ -4,7 +4,7 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::score::{even_dim, phase, Combine, Layout, ScoreFunction, Shape};
+use super::score::{even_dim, phase, Combine, Layout, ProductQuery, ScoreFunction, Shape};
 use super::{Comparator, Operator, PbgForm};
 
 /// `Re⟨s, r, conj t⟩`.
@@ -78,6 +78,10 @@ impl ScoreFunction for ComplEx {
     /// The conjugate.
     fn reverse_relation(&self, model: &Shape, row: &mut [f32]) {
         row[model.dim / 2..].iter_mut().for_each(|v| *v = -*v);
+    }
+
+    fn product_query(&self, _model: &Shape) -> Result<ProductQuery, String> {
+        Ok(super::bilinear::product_query::<Self>())
     }
 
     family_methods!(bilinear);

@@ -4,7 +4,7 @@ use strata_store::registry::Named;
 use strata_store::rng::Rng;
 
 use super::bilinear::Bilinear;
-use super::score::{Combine, Layout, ScoreFunction, Shape};
+use super::score::{Combine, Layout, ProductQuery, ScoreFunction, Shape};
 use super::{Comparator, Operator, PbgForm};
 
 /// `s · t`.
@@ -51,6 +51,10 @@ impl ScoreFunction for Dot {
     fn init_relation(&self, _model: &Shape, _row: &mut [f32], _rng: &mut Rng, _scale: f32) {}
 
     fn reverse_relation(&self, _model: &Shape, _row: &mut [f32]) {}
+
+    fn product_query(&self, _model: &Shape) -> Result<ProductQuery, String> {
+        Ok(super::bilinear::product_query::<Self>())
+    }
 
     family_methods!(bilinear);
 }

@@ -43,6 +43,7 @@ macro_rules! family_methods {
     };
 }
 
+mod all_entities;
 mod bilinear;
 mod complex;
 mod distmult;
@@ -58,10 +59,13 @@ mod transe;
 
 use strata_store::rng::Rng;
 
+pub use all_entities::{all_step, AllBatch, AllScratch, Labels};
 pub use dropout::{Dropout, Dropped};
 pub use form::{Comparator, Operator, PbgForm};
 pub use regularizer::{regularize, Regularizer, RegularizerKind};
-pub use score::{Chunk, Grads, Layout, Loss, LossKind, ScoreBatch, ScoreFunction, Scratch, Shape};
+pub use score::{
+    Chunk, Grads, Layout, Loss, LossKind, ProductQuery, ScoreBatch, ScoreFunction, Scratch, Shape,
+};
 
 use score::fit;
 
@@ -121,6 +125,15 @@ impl ScoreModel {
     /// The comparator of the model's geometry (see [`ScoreFunction::natural_comparator`]).
     pub fn natural_comparator(&self) -> Comparator {
         self.kind.get().natural_comparator(&self.shape())
+    }
+
+    /// The query rows of the model if its score is a product with the target row (1vsAll and
+    /// KvsAll need one), or why not, naming the model (see [`ScoreFunction::product_query`]).
+    pub fn product_query(&self) -> Result<ProductQuery, String> {
+        self.kind
+            .get()
+            .product_query(&self.shape())
+            .map_err(|why| format!("model {} {why}", self.kind))
     }
 
     /// PyTorch-BigGraph's form of the model (see [`ScoreFunction::pbg_form`]).

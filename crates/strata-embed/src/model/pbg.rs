@@ -23,8 +23,8 @@ use super::distmult::DistMult;
 use super::dot::Dot;
 use super::pairwise::Pairwise;
 use super::score::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Layout, Loss, ScoreBatch, ScoreFunction,
-    Scratch, Shape,
+    apply_loss, back_rows, combine_rows, fit, Chunk, Combine, Grads, Layout, Loss, ProductQuery,
+    ScoreBatch, ScoreFunction, Scratch, Shape,
 };
 use super::transe::TransE;
 use super::{Comparator, Operator, PbgForm};
@@ -212,6 +212,39 @@ impl ScoreFunction for Pbg {
     fn score(&self, model: &Shape, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {
         with_operator!(model, score(model, q, out, s))
     }
+
+    /// Comparator `dot` only: `op(s) · t`. The others scale or subtract the target row.
+    fn product_query(&self, model: &Shape) -> Result<ProductQuery, String> {
+        if model.pbg.comparator != Comparator::Dot {
+            return Err(format!(
+                "with comparator {} is not a product with the target row (comparator \
+                 dot is); scoring every entity would need a full-table kernel of its own",
+                model.pbg.comparator.name()
+            ));
+        }
+        Ok(with_operator!(model, operator_query()))
+    }
+}
+
+/// The query rows `op(s)` of operator `O` and their backward pass.
+fn operator_query<O: OperatorRows>() -> ProductQuery {
+    ProductQuery {
+        combine: combine_rows::<O>,
+        back: back_operator::<O>,
+    }
+}
+
+/// [`OperatorRows::back`] for each of `b` rows (see [`ProductQuery::back`]).
+fn back_operator<O: OperatorRows>(
+    model: &Shape,
+    b: usize,
+    da: &[f32],
+    src: &[f32],
+    rel: &[f32],
+    gs: &mut [f32],
+    gr: &mut [f32],
+) {
+    back_rows(model, b, da, src, rel, gs, gr, O::back)
 }
 
 /// Scales each `d`-real row of `x` to unit length in place, writing its length to `norms`.

@@ -85,6 +85,31 @@ pub trait ScoreFunction: Sync {
 
     /// Scores of `q`'s queries against its candidates into `out`. See `score_candidates`.
     fn score(&self, model: &Shape, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch);
+
+    /// The query rows of a model whose score is a product `q(s, r) · t` with the target row,
+    /// which 1vsAll and KvsAll score against every entity as one matrix product; or why the
+    /// model's score is not one (`ScoreModel::product_query` puts the model's name before it).
+    fn product_query(&self, _model: &Shape) -> Result<ProductQuery, String> {
+        Err(
+            "scores by a distance, not a product with the target row; scoring every entity \
+             would need a full-table distance kernel of its own, which Strata does not have (use \
+             a bilinear model: dot, distmult, complex, or pbg with comparator dot)"
+                .into(),
+        )
+    }
+}
+
+/// The query rows of a model whose score is `q(s, r) · t` (see
+/// [`ScoreFunction::product_query`]): the rows themselves and their backward pass.
+#[derive(Clone, Copy)]
+pub struct ProductQuery {
+    /// `(model, b, src, rel, out)`: the `b` query rows of `src` (`b x d`) and `rel`
+    /// (`b x rel_dim`) into `out` (`b x d`).
+    pub combine: fn(&Shape, usize, &[f32], &[f32], &mut [f32]),
+    /// `(model, b, dq, src, rel, gs, gr)`: from `dq = d loss / d q` (`b x d`), the gradients
+    /// of `src` into `gs` and of `rel` into `gr` (same shapes, overwritten).
+    #[allow(clippy::type_complexity)]
+    pub back: fn(&Shape, usize, &[f32], &[f32], &[f32], &mut [f32], &mut [f32]),
 }
 
 /// How the reals of a row group into coordinates (what a regularizer takes magnitudes of).
@@ -120,6 +145,36 @@ pub(super) fn combine_rows<C: Combine>(
             &src[i * d..(i + 1) * d],
             &rel[i * rd..(i + 1) * rd],
             &mut a[i * d..(i + 1) * d],
+        );
+    }
+}
+
+/// A row's backward pass through a query row: from `da` (`d` reals), the source row's
+/// gradient `gs` (`d` reals) and the relation row's `gr` (`rel_dim` reals), both overwritten.
+type BackRow = fn(usize, &[f32], &[f32], &[f32], &mut [f32], &mut [f32]);
+
+/// `back` for each of `b` rows: `da` (`b x d`), `src` (`b x d`) and `rel` (`b x rel_dim`) into
+/// `gs` and `gr` of the same shapes.
+#[allow(clippy::too_many_arguments)] // the step's arrays, named as in a step
+pub(super) fn back_rows(
+    model: &Shape,
+    b: usize,
+    da: &[f32],
+    src: &[f32],
+    rel: &[f32],
+    gs: &mut [f32],
+    gr: &mut [f32],
+    back: BackRow,
+) {
+    let (d, rd) = (model.dim, model.rel_dim());
+    for i in 0..b {
+        back(
+            d,
+            &da[i * d..(i + 1) * d],
+            &src[i * d..(i + 1) * d],
+            &rel[i * rd..(i + 1) * rd],
+            &mut gs[i * d..(i + 1) * d],
+            &mut gr[i * rd..(i + 1) * rd],
         );
     }
 }
@@ -346,11 +401,11 @@ fn adversarial_weights(alpha: f32, scores: &[f32], out: &mut [f32]) {
     out.iter_mut().for_each(|o| *o *= scale);
 }
 
-fn sigmoid(x: f32) -> f32 {
+pub(super) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-fn softplus(x: f32) -> f32 {
+pub(super) fn softplus(x: f32) -> f32 {
     if x > 20.0 {
         x
     } else {

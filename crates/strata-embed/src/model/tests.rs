@@ -69,7 +69,7 @@ fn random_inputs(model: &ScoreModel, b: usize, n: usize) -> [Vec<f32>; 4] {
 }
 
 /// Central finite differences of `f` at every element of `inputs` against `analytic`.
-fn check_gradients(
+pub(super) fn check_gradients(
     what: &str,
     inputs: &[Vec<f32>; 4],
     analytic: &[Vec<f32>; 4],

@@ -302,9 +302,10 @@ pub fn plan_queries(
 
 /// Scratch of one worker for `cfg`'s chunks of `b` edges and `n` negatives (scores, loaded
 /// rows, gradients, update keys; self-adversarial weights of one edge's negatives; the
-/// chunk's edges and weights split by side for Bernoulli corruption; dropped rows).
-fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig) -> u64 {
-    let (b, n) = (cfg.chunk_size as u64, cfg.negatives as u64);
+/// chunk's edges and weights split by side for Bernoulli corruption; dropped rows). 1vsAll and
+/// KvsAll score against up to every one of `nodes` entities instead of `n` negatives.
+fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig, nodes: u64) -> u64 {
+    let (b, n) = (cfg.chunk_size as u64, cfg.scored_per_chunk(nodes));
     let d = model.dim as u64;
     // Relation rows and their gradients: `dim` reals or more (`linear`: dim²).
     let rd = (model.rel_dim() as u64).max(d);
@@ -408,7 +409,7 @@ pub fn plan(
     let pinned_bytes = shape.pinned_bytes(model.dim, cfg.optimizer, cfg.table_dtype);
     let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
     let edge_bytes = PIECES_ALIVE * piece_rows * 12;
-    let worker_bytes = threads as u64 * worker_bytes(model, cfg);
+    let worker_bytes = threads as u64 * worker_bytes(model, cfg, shape.largest());
     // Evaluation: per query its source, answer and relation rows, and (sampled) its share of
     // the batch's candidates, or (filtered) its known answers; plus each thread's score tile.
     let per_query = 4 * (2 * d + rd)

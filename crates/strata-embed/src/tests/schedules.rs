@@ -24,7 +24,7 @@ fn plateau(epochs: usize) -> TrainConfig {
         buffer: 3,
         ordering: OrderingKind::Legend,
         threads: 1,
-        memory: 256 << 20,
+        memory: strata_store::config::Size(256 << 20),
         lr: 0.2,
         lr_scheduler: LrScheduler::ReduceOnPlateau,
         lr_factor: 0.5,

@@ -149,6 +149,8 @@ pub struct Trainer {
     /// `corrupt = bernoulli`: the probability of corrupting the head, by relation id (empty
     /// otherwise; see [`crate::train::bernoulli`]).
     pub head_prob: Vec<f32>,
+    /// 1vsAll or KvsAll training (None: negative sampling).
+    pub vs_all: Option<crate::train::all_entities::VsAllTraining>,
 }
 
 impl Trainer {
@@ -187,6 +189,7 @@ impl Trainer {
             prefetch_slots: 0,
             typed: None,
             head_prob: Vec::new(),
+            vs_all: None,
         }
     }
 
@@ -509,6 +512,7 @@ impl Trainer {
             inverse_offset: self.relations.inverse_offset,
             rels: self.relations.shared(),
             resident: &resident,
+            vs_all: self.vs_all.as_ref().map(|v| v.view()),
         };
         let ctxs = slots.contexts(bucket, &groups);
         let chunks = chunks(&groups, edges, weights, self.cfg.chunk_size.max(1));
@@ -556,6 +560,7 @@ struct Slots<'a> {
     inverse_offset: u32,
     rels: Option<crate::storage::shared::SharedRows<'a>>,
     resident: &'a [(u32, crate::storage::shared::SharedRows<'a>)],
+    vs_all: Option<crate::train::vs_all::VsAll<'a>>,
 }
 
 impl<'a> Slots<'a> {
@@ -675,6 +680,7 @@ impl<'a> Slots<'a> {
                 let bags = t.bags.as_deref()?;
                 Some((self.index_of(t.layout.partitions), bags))
             }),
+            vs_all: self.vs_all,
         }
     }
 }

@@ -28,6 +28,7 @@ use crate::storage::entity_types::{load_bags, TypeSpec, TypedTraining};
 use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::{buckets, Buckets, Partitioning};
 use crate::storage::table::TableFile;
+use crate::train::all_entities;
 use crate::train::bernoulli;
 use crate::train::checkpoint::{
     create, open_prior, CheckpointManager, EpochTables, NewRun, Seat, Trained,
@@ -599,6 +600,24 @@ fn setup(
         &plan,
         progress,
     )?;
+    let vs_all = all_entities::setup(
+        &all_entities::VsAllJob {
+            cfg: &cfg,
+            model: &model,
+            plan: &plan,
+            buckets: &buckets,
+            engine: &engine,
+            weighted: cfg.edge_weights && buckets.weights.is_some(),
+            typed: typed.is_some(),
+            world_size: side.seat.world_size,
+            // The edge reader's bound on relation ids, as the epochs' (see `relation_ids`).
+            relations: match model.rel_dim() {
+                0 => u64::MAX,
+                _ => store.manifest().graph.num_relations.max(1),
+            },
+        },
+        progress,
+    )?;
     let layout = TableLayout::new(&partitioning, cfg.dim, cfg.optimizer, cfg.table_dtype);
     let slots = Slots::of(engine, layout, &plan, typed.as_ref());
     let resumed = prior.is_some();
@@ -631,6 +650,7 @@ fn setup(
     trainer.prefetch_slots = plan.prefetch_slots;
     trainer.typed = typed;
     trainer.head_prob = head_prob;
+    trainer.vs_all = vs_all;
     Ok(Setup {
         run,
         store,

@@ -114,6 +114,7 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
         dropout: cfg.dropout(),
         negs: None,
         feat: None,
+        vs_all: None,
     };
     let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
     // One warm-up chunk per worker (allocations), then the timed ones.

@@ -93,6 +93,7 @@ fn train(a: &mut [f32], f: &mut [f32], state: f32, lr: f32) -> f64 {
             NegSpace::new(&inputs, &[1], 1),
         ]),
         feat: Some((1, &bags)),
+        vs_all: None,
     };
     let mut w = Worker::default();
     w.train_chunk(&ctx, &CHUNK, &[], 11);

@@ -12,6 +12,7 @@ use crate::storage::bank::Banks;
 use crate::storage::entity_types::FeatureBags;
 use crate::storage::shared::SharedRows;
 use crate::train::typed_negatives::{NegSpace, Negative};
+use crate::train::vs_all::{VsAll, VsAllWorker};
 
 /// A resident partition's rows and node count.
 #[derive(Clone, Copy)]
@@ -67,6 +68,8 @@ pub struct BucketCtx<'a> {
     /// A typed run's featurized entities, in part `feat.0`: their rows are their features'
     /// means (see [`BucketCtx::load_row`]).
     pub feat: Option<(usize, &'a FeatureBags)>,
+    /// 1vsAll or KvsAll training: chunks score every candidate instead of negatives.
+    pub vs_all: Option<VsAll<'a>>,
 }
 
 /// Marks a negative taken from a bank: `(BANK | partition, row of the bank)`.
@@ -194,6 +197,8 @@ pub struct Worker {
     pub flops: f64,
     /// Seconds spent in chunk steps.
     pub busy: f64,
+    /// The buffers of 1vsAll and KvsAll chunks.
+    pub(crate) vs_all: VsAllWorker,
 }
 
 /// Rows ahead whose cache lines the gathers of a chunk's rows, and its Adagrad updates
@@ -215,19 +220,19 @@ const ROW_MASK: u32 = (MAX_ROWS - 1) as u32;
 
 /// How one side reads an edge `(s, r, t)`: tail corruption scores `(s, r, t')`, head
 /// corruption `(t, r⁻¹, s')` (or `(t, r', s')` with the reversed relation).
-struct Orientation {
+pub(crate) struct Orientation {
     /// The side: 0 tail corruption, 1 head corruption.
-    k: usize,
-    s_part: usize,
-    s_col: usize,
-    d_part: usize,
-    d_col: usize,
-    rel_offset: u32,
-    reverse: bool,
+    pub(crate) k: usize,
+    pub(crate) s_part: usize,
+    pub(crate) s_col: usize,
+    pub(crate) d_part: usize,
+    pub(crate) d_col: usize,
+    pub(crate) rel_offset: u32,
+    pub(crate) reverse: bool,
 }
 
 impl Orientation {
-    fn new(ctx: &BucketCtx, tail: bool) -> Orientation {
+    pub(crate) fn new(ctx: &BucketCtx, tail: bool) -> Orientation {
         if tail {
             Orientation {
                 k: 0,
@@ -266,6 +271,9 @@ impl Worker {
     /// The corrupted sides are computed from the same parameters and their gradients summed
     /// into one Adagrad step per row (the loss is the sum of the sides' losses, as in Marius).
     pub fn train_chunk(&mut self, ctx: &BucketCtx, chunk: &[[i32; 3]], weights: &[f32], key: u64) {
+        if let Some(v) = &ctx.vs_all {
+            return self.train_vs_all(ctx, v, chunk, weights, key);
+        }
         let start = Instant::now();
         let all = |tail| SideEdges {
             tail,
@@ -591,7 +599,7 @@ fn split_by_side(
 
 /// Sums the gradients of equal keys (sorted `updates`) and applies each sum once, having
 /// called `prefetch` with the keys of the [`PREFETCH_AHEAD`] updates after it.
-fn apply_sorted<'g>(
+pub(crate) fn apply_sorted<'g>(
     updates: &[(u64, u32)],
     sum: &mut Vec<f32>,
     dim: usize,
@@ -764,6 +772,7 @@ mod tests {
                 dropout: Dropout::default(),
                 negs: None,
                 feat: None,
+                vs_all: None,
             };
             let mut w = Worker::default();
             w.train_chunk(&ctx, &chunk, &[], 3);
