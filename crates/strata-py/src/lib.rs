@@ -17,6 +17,7 @@ mod pbg;
 mod plans;
 mod progress;
 mod reorder;
+mod rng;
 mod sampling;
 mod serve;
 mod serve_model;
@@ -77,6 +78,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     serve_model::register(m)?;
     plans::register(m)?;
     reorder::register(m)?;
+    rng::register(m)?;
     m.add("FORMAT_VERSION", strata_store::manifest::FORMAT_VERSION)?;
     Ok(())
 }

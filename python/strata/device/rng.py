@@ -1,0 +1,91 @@
+"""Strata's counter-based randomness on torch tensors, bit for bit the Rust engine's.
+
+Every random value Strata draws is a pure function of ``(key, position)``: SplitMix64's output
+function applied to ``key + (position + 1) * GOLDEN`` (``strata_store::rng``). A device kernel
+that draws through this module therefore picks exactly what the Rust engine picks for the same
+key: the same negatives, the same sampled neighbours, on a CPU or a GPU.
+
+Torch has no unsigned 64-bit arithmetic on every device, so a ``u64`` lives in an ``int64``
+tensor as its bit pattern. Addition and multiplication wrap identically in two's complement,
+so they need nothing; right shifts are made logical by masking off the sign's copies, and no
+comparison of two ``u64`` values is ever made.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: 2^64 / golden ratio, SplitMix64's increment, as the int64 with its bit pattern.
+GOLDEN = 0x9E37_79B9_7F4A_7C15 - (1 << 64)
+_MIX1 = 0xBF58_476D_1CE4_E5B9 - (1 << 64)
+_MIX2 = 0x94D0_49BB_1331_11EB - (1 << 64)
+_LOW32 = 0xFFFF_FFFF
+
+
+def as_i64(value: int) -> int:
+    """The int64 with the bit pattern of the ``u64`` ``value`` (0 <= value < 2^64)."""
+    if not 0 <= value < 1 << 64:
+        raise ValueError(f"{value} is not a 64-bit unsigned value")
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def as_u64(tensor: torch.Tensor) -> list[int]:
+    """The ``u64`` values of an int64 tensor's bit patterns, as Python ints (for tests and logs)."""
+    return [v & ((1 << 64) - 1) for v in tensor.reshape(-1).tolist()]
+
+
+def shr(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of the ``u64`` bit patterns in ``x`` by ``bits`` (1..63)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def mix64(z: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's output function (Stafford's "mix 13"), elementwise on int64 ``z``."""
+    z = (z ^ shr(z, 30)) * _MIX1
+    z = (z ^ shr(z, 27)) * _MIX2
+    return z ^ shr(z, 31)
+
+
+def derive(key: torch.Tensor | int, index: torch.Tensor | int) -> torch.Tensor:
+    """The child key of ``key`` for ``index`` (``strata_store::rng::derive``), broadcast.
+
+    Python ints are ``u64`` values; tensors are int64 bit patterns.
+    """
+    key, index = _tensor(key), _tensor(index)
+    return mix64(key ^ mix64(index + GOLDEN))
+
+
+def draw(key: torch.Tensor | int, position: torch.Tensor | int) -> torch.Tensor:
+    """Draw ``position`` (0-based) of the stream of ``key``: ``Rng::seek(key, position)``'s
+    next ``u64``, as int64 bit patterns, broadcast over ``key`` and ``position``."""
+    key, position = _tensor(key), _tensor(position)
+    return mix64(key + (position + 1) * GOLDEN)
+
+
+def below(bits: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
+    """``Rng::below(n)`` of a draw's ``bits``: the high 64 bits of ``bits * n`` (Lemire's
+    multiply-shift), an int64 in ``[0, n)`` for ``0 < n < 2^63``.
+
+    The 128-bit product is built from 32-bit halves (Hacker's Delight's ``mulhu``): every
+    partial sum fits 64 unsigned bits, so the wrapping int64 arithmetic gives its exact bits.
+    """
+    n = _tensor(n, like=bits)
+    u0, u1 = bits & _LOW32, shr(bits, 32)
+    v0, v1 = n & _LOW32, shr(n, 32)
+    t = u1 * v0 + shr(u0 * v0, 32)
+    w1 = u0 * v1 + (t & _LOW32)
+    return u1 * v1 + shr(t, 32) + shr(w1, 32)
+
+
+def unit(bits: torch.Tensor) -> torch.Tensor:
+    """``Rng::next_f64`` of a draw's ``bits``: float64 uniform in ``[0, 1)`` from 53 bits."""
+    return shr(bits, 11).to(torch.float64) * (1.0 / (1 << 53))
+
+
+def _tensor(value: torch.Tensor | int, like: torch.Tensor | None = None) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.dtype != torch.int64:
+            raise TypeError(f"expected an int64 tensor of u64 bit patterns, got {value.dtype}")
+        return value
+    device = like.device if like is not None else None
+    return torch.tensor(as_i64(value), dtype=torch.int64, device=device)
