@@ -294,6 +294,12 @@ pub struct TrainConfig {
     /// without names), and relations keep their rows and optimizer state, new ones start fresh;
     /// same model, dim, optimizer and reciprocal; applies when the run is created
     pub init_from: Option<PathBuf>,
+    // The device backend's options.
+    /// where the training steps run: cpu (the Rust engine on the CPU's threads), cuda or
+    /// cuda:N (torch on that GPU: the partition slots trained on the device, as PyTorch-BigGraph's
+    /// and Marius's GPU trainers), or torch-cpu (the same torch code on the CPU, for machines
+    /// without a GPU); the run format is the same for all
+    pub device: String,
 }
 
 impl Default for TrainConfig {
@@ -344,6 +350,7 @@ impl Default for TrainConfig {
             dist_storage: DistStorage::Shared,
             dist_prefetch: true,
             init_from: None,
+            device: "cpu".into(),
         }
     }
 }
@@ -377,6 +384,19 @@ impl Section for TrainConfig {
             );
         }
         self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
+        let cuda_n = |d: &str| {
+            d.strip_prefix("cuda:")
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        };
+        if !matches!(self.device.as_str(), "cpu" | "torch-cpu" | "cuda") && !cuda_n(&self.device) {
+            return bad(
+                "device",
+                format!(
+                    "expected cpu, torch-cpu, cuda or cuda:N, got {:?}",
+                    self.device
+                ),
+            );
+        }
         if !self.gamma.is_finite() {
             return bad(
                 "gamma",
