@@ -424,6 +424,12 @@ pub struct TrainConfig {
     /// (out of core: each chunk scores against the entities of the resident partitions only,
     /// an approximation whose cost in MRR docs/benchmarks.md measures)
     pub vsall_candidates: VsAllCandidates,
+    // The device backend's options.
+    /// where the training steps run: cpu (the Rust engine on the CPU's threads), cuda or
+    /// cuda:N (torch on that GPU: the partition slots trained on the device, as PyTorch-BigGraph's
+    /// and Marius's GPU trainers), or torch-cpu (the same torch code on the CPU, for machines
+    /// without a GPU); the run format is the same for all
+    pub device: String,
 }
 
 impl Default for TrainConfig {
@@ -491,6 +497,7 @@ impl Default for TrainConfig {
             training: TrainingMode::NegativeSampling,
             label_smoothing: 0.0,
             vsall_candidates: VsAllCandidates::All,
+            device: "cpu".into(),
         }
     }
 }
@@ -526,6 +533,19 @@ impl Section for TrainConfig {
         self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
         self.check_recipe_options()
             .or_else(|(key, msg)| bad(key, msg))?;
+        let cuda_n = |d: &str| {
+            d.strip_prefix("cuda:")
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        };
+        if !matches!(self.device.as_str(), "cpu" | "torch-cpu" | "cuda") && !cuda_n(&self.device) {
+            return bad(
+                "device",
+                format!(
+                    "expected cpu, torch-cpu, cuda or cuda:N, got {:?}",
+                    self.device
+                ),
+            );
+        }
         if !self.gamma.is_finite() {
             return bad(
                 "gamma",

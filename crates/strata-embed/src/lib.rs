@@ -24,6 +24,10 @@ mod tests;
 mod train;
 
 /// The `[embed.*]` config sections (their `///` comments are the help texts).
+pub use compute::backend::StepCounters;
+pub use compute::device::{
+    register_device, DeviceCtx, DeviceFactory, DevicePiece, DeviceStep, DeviceTable,
+};
 pub use config::{
     EvalOptions, ExportFormat, ExportOptions, GatherOptions, PlanOptions, PredictOptions,
     TrainConfig,

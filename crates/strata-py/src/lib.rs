@@ -9,6 +9,7 @@ mod callback;
 mod config;
 mod convert;
 mod embed;
+mod embed_device;
 mod errors;
 mod gnn;
 mod grid;
@@ -46,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     io::register(m)?;
     embed::register(m)?;
+    embed_device::register();
     pbg::register(m)?;
     gnn::register(m)?;
     sampling::register(m)?;

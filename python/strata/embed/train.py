@@ -64,6 +64,22 @@ class _TensorBoard:
             self.writer.close()
 
 
+def check_device(native: dict) -> None:
+    """Refuses, before the run is touched, a ``device`` the torch backend cannot train
+    (torch missing, CUDA absent, a model or table it does not implement)."""
+    try:
+        from strata.embed.device.backend import check_options
+    except ImportError as e:
+        raise ConfigError(
+            f"device = {native['device']} needs PyTorch, which is not importable ({e}); install it "
+            "(pip install 'strata[torch]') or use device = cpu"
+        ) from None
+    try:
+        check_options(native)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
 def train(
     config: EmbedTrainConfig | None = None,
     progress: Callable[..., bool] | None = None,
@@ -79,6 +95,8 @@ def train(
     cfg = config if config is not None else EmbedTrainConfig(**options)
     run_dir = cfg.run_dir if cfg.run_dir is not None else default_run_dir(cfg.store)
     native = engine_options(cfg)
+    if native.get("device", "cpu") != "cpu":
+        check_device(native)
     board = _TensorBoard(run_dir) if cfg.tensorboard else None
 
     def epoch_done(record: dict) -> None:

@@ -1,9 +1,10 @@
 //! The compute seam: the one trait a training step runs through. The epoch loops (single
 //! process and distributed), the planner and the run format know nothing of how a piece of a
 //! bucket is trained; they hand each piece to the job's [`Compute`], chosen once where the job
-//! starts ([`for_job`]). Today's CPU kernels ([`CpuCompute`]: the worker threads of
-//! [`crate::train::worker`]) are its first implementation; another backend implements the trait beside
-//! it and is chosen there, without touching the epoch loop.
+//! starts ([`crate::compute::device::for_device`], by the `device` option). The CPU kernels
+//! ([`CpuCompute`]: the worker threads of [`crate::train::worker`]) are its first
+//! implementation; the device backend ([`crate::compute::device`]: torch on a GPU or on its
+//! CPU twin) the second, without touching the epoch loop.
 //!
 //! # Contract
 //!
@@ -61,11 +62,11 @@ pub trait Compute: Send {
     fn counters(&self) -> StepCounters;
     /// Trains every chunk of one piece against `ctxs`; `key` is the piece's seed.
     fn train_piece(&mut self, ctxs: &[BucketCtx], chunks: &[PieceChunk], key: u64);
-}
-
-/// The backend of a job with `threads` worker threads (at least 1): the CPU kernels.
-pub fn for_job(threads: usize) -> Box<dyn Compute> {
-    Box::new(CpuCompute::new(threads))
+    /// Why a step could not train (a backend that can fail keeps its first failure and trains
+    /// nothing after it); the epoch loop asks after each piece and stops the job with it.
+    fn failure(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// The CPU kernels: one [`Worker`] per thread, each taking the next chunk when free.

@@ -157,6 +157,21 @@ impl<'a> SharedRows<'a> {
         }
     }
 
+    /// The f32 parameters and state as raw memory, `(params, params len, state, state len)`
+    /// in floats, for a backend that computes on the rows elsewhere while it holds the view
+    /// (the compute seam's device backend); `None` for a bf16 region.
+    pub fn f32_memory(&self) -> Option<(*mut f32, usize, *mut f32, usize)> {
+        match (self.params, self.state) {
+            (Cells::F32(p), Cells::F32(s)) => Some((
+                p.as_ptr() as *mut f32,
+                p.len(),
+                s.as_ptr() as *mut f32,
+                s.len(),
+            )),
+            _ => None,
+        }
+    }
+
     pub fn rows(&self) -> usize {
         self.params.len() / self.dim.max(1)
     }

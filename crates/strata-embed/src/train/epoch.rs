@@ -407,6 +407,9 @@ impl Trainer {
             pass.tally.edge_bytes += got.bytes;
             let start = Instant::now();
             self.train_piece(bucket, &mut edges, &mut weights, derive(bucket_key, piece));
+            if let Some(e) = self.compute.failure() {
+                return Err(EmbedError::Config(e));
+            }
             let label = format!("bucket ({}, {})", bucket.0, bucket.1);
             pass.tl.add("compute", step, start, Instant::now(), label);
             pass.tally.trained += edges.len() as u64;

@@ -14,7 +14,7 @@ use strata_store::budget::Planned;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
-use crate::compute::backend as compute;
+use crate::compute::device::for_device;
 use crate::compute::kernels::sgemm_reference_flops;
 use crate::config::{Corrupt, Protocol, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
@@ -636,7 +636,7 @@ fn setup(
         }
     };
     let (run, relations) = settle_run(run, &plan, side)?;
-    let compute = compute::for_job(plan.threads);
+    let compute = for_device(&cfg.device, plan.threads)?;
     let mut trainer = Trainer::new(
         cfg,
         model,

@@ -1,0 +1,274 @@
+//! The device side of the compute seam: a [`Compute`] that hands each piece to a
+//! [`DeviceStep`] (the torch backend of the Python package, registered by the extension with
+//! [`register_device`]), described in plain values ([`DeviceCtx`]) that need nothing of this
+//! crate's types. The epoch loop, the planner, the ordering, the partition buffer and the I/O
+//! stay as they are; the step trains the slots it is lent and returns its counters.
+
+use std::sync::OnceLock;
+
+use crate::compute::backend::{Compute, PieceChunk, StepCounters};
+use crate::config::Corrupt;
+use crate::error::{EmbedError, Result};
+use crate::model::{LossKind, RegularizerKind};
+use crate::storage::shared::SharedRows;
+use crate::train::worker::{BucketCtx, Pool};
+
+/// A table's rows lent to a device step: `params` (`params_len` f32, rows of the model's
+/// width) and their Adagrad state (`state_len` f32: one per element or one per row),
+/// of which the first `rows` rows are in use (a partition's nodes; a slot may hold more).
+/// Valid during the [`DeviceStep::train_piece`] call it is given to, which may write both.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceTable {
+    pub params: *mut f32,
+    pub params_len: usize,
+    pub state: *mut f32,
+    pub state_len: usize,
+    pub rows: usize,
+}
+
+/// What the chunks of one group of a piece train against, in plain values (the
+/// `BucketCtx` of the CPU worker; names are the config's spellings).
+#[derive(Debug, Clone)]
+pub struct DeviceCtx {
+    pub model: &'static str,
+    pub dim: usize,
+    pub transe_norm: u8,
+    pub loss: &'static str,
+    pub margin: f32,
+    pub gamma: f32,
+    pub adversarial: Option<f32>,
+    pub lr: f32,
+    /// Every resident partition's slot.
+    pub parts: Vec<DeviceTable>,
+    pub src_part: usize,
+    pub dst_part: usize,
+    pub rels: Option<DeviceTable>,
+    pub inverse_offset: u32,
+    pub corrupt: &'static str,
+    /// `corrupt = bernoulli`: the head probability of each relation; empty otherwise.
+    pub head_prob: Vec<f32>,
+    pub negatives: usize,
+    pub degree_fraction: f32,
+    /// `partition`, `resident` or `all` (then every partition is resident: `part_of` maps
+    /// each partition id to its index in `parts`).
+    pub pool: &'static str,
+    pub part_of: Vec<usize>,
+    pub part_size: u64,
+    pub num_nodes: u64,
+    pub reg: &'static str,
+    pub reg_weight: f32,
+}
+
+/// One piece in plain values: chunk `c` is rows `bounds[c]..bounds[c + 1]` of `edges`
+/// (`[source, relation, destination]` rows, local) and of `weights` (empty: unweighted),
+/// trained against `ctxs[groups[c]]` with its negatives drawn from `derive(key, c)`.
+pub struct DevicePiece<'a> {
+    pub ctxs: &'a [DeviceCtx],
+    pub groups: &'a [usize],
+    pub bounds: &'a [usize],
+    pub edges: &'a [[i32; 3]],
+    pub weights: &'a [f32],
+    pub key: u64,
+}
+
+/// A training step on a device: trains a piece into the tables it is lent (see the seam's
+/// contract in [`crate::compute::backend`]) and returns what the steps added up to, or why it
+/// could not.
+pub trait DeviceStep: Send {
+    fn train_piece(&mut self, piece: &DevicePiece) -> std::result::Result<StepCounters, String>;
+}
+
+/// Makes the device step of a `device` option (`cuda`, `cuda:N`, `torch-cpu`), or says why
+/// it cannot (no torch, no CUDA).
+pub type DeviceFactory = fn(&str) -> std::result::Result<Box<dyn DeviceStep>, String>;
+
+static FACTORY: OnceLock<DeviceFactory> = OnceLock::new();
+
+/// Registers the maker of device steps (the Python extension does, when it loads).
+pub fn register_device(factory: DeviceFactory) {
+    let _ = FACTORY.set(factory);
+}
+
+/// The backend of a job: the CPU kernels with `threads` workers for `device = cpu`, the
+/// registered device step otherwise.
+pub fn for_device(device: &str, threads: usize) -> Result<Box<dyn Compute>> {
+    if device == "cpu" {
+        return Ok(Box::new(crate::compute::backend::CpuCompute::new(threads)));
+    }
+    let Some(factory) = FACTORY.get() else {
+        return Err(EmbedError::Config(format!(
+            "device = {device} needs the torch backend of the Python package: train with \
+             `strata embed train` or strata.embed.train (or use device = cpu)"
+        )));
+    };
+    let step = factory(device).map_err(EmbedError::Config)?;
+    Ok(Box::new(DeviceCompute {
+        step,
+        counters: StepCounters::default(),
+        failure: None,
+    }))
+}
+
+/// A [`Compute`] that trains every piece through a [`DeviceStep`]; the first failure stops
+/// further steps and is reported by [`Compute::failure`].
+pub struct DeviceCompute {
+    step: Box<dyn DeviceStep>,
+    counters: StepCounters,
+    failure: Option<String>,
+}
+
+/// `rows` lent, `used` of its rows in use.
+fn table(rows: &SharedRows, used: usize) -> std::result::Result<DeviceTable, String> {
+    let (params, params_len, state, state_len) = rows
+        .f32_memory()
+        .ok_or("table_dtype = bf16 is not supported with a torch device; use table_dtype = f32")?;
+    Ok(DeviceTable {
+        params,
+        params_len,
+        state,
+        state_len,
+        rows: used,
+    })
+}
+
+/// `ctx` in plain values, or why a device step cannot train it.
+pub fn describe(ctx: &BucketCtx) -> std::result::Result<DeviceCtx, String> {
+    if ctx.negs.is_some() || ctx.feat.is_some() {
+        return Err(
+            "typed negatives and featurized entity types are not supported with a \
+                    torch device; set typed_negatives = false and no featurized types, or \
+                    use device = cpu"
+                .into(),
+        );
+    }
+    let (pool, part_of, part_size, num_nodes) = match &ctx.pool {
+        Pool::Partition => ("partition", Vec::new(), 0, 0),
+        Pool::Resident => ("resident", Vec::new(), 0, 0),
+        Pool::All {
+            part_of,
+            part_size,
+            num_nodes,
+            ..
+        } => {
+            let resident: Option<Vec<usize>> = part_of.iter().copied().collect();
+            let Some(resident) = resident else {
+                return Err(
+                    "negative_pool = all with partitions on disk (negative banks) is \
+                            not supported with a torch device; use negative_pool = resident \
+                            (Legend's) or partition"
+                        .into(),
+                );
+            };
+            ("all", resident, *part_size, *num_nodes)
+        }
+    };
+    Ok(DeviceCtx {
+        model: ctx.model.kind.name(),
+        dim: ctx.model.dim,
+        transe_norm: ctx.model.transe_norm,
+        loss: match ctx.loss.kind {
+            LossKind::Softmax => "softmax",
+            LossKind::Logistic => "logistic",
+            LossKind::Margin => "margin",
+        },
+        margin: ctx.loss.margin,
+        gamma: ctx.loss.gamma,
+        adversarial: ctx.loss.adversarial,
+        lr: ctx.lr,
+        parts: ctx
+            .parts
+            .iter()
+            .map(|p| table(&p.rows, p.size as usize))
+            .collect::<std::result::Result<_, _>>()?,
+        src_part: ctx.src_part,
+        dst_part: ctx.dst_part,
+        rels: ctx.rels.as_ref().map(|r| table(r, r.rows())).transpose()?,
+        inverse_offset: ctx.inverse_offset,
+        corrupt: match ctx.corrupt {
+            Corrupt::Both => "both",
+            Corrupt::Tail => "tail",
+            Corrupt::Head => "head",
+            Corrupt::Bernoulli => "bernoulli",
+        },
+        head_prob: ctx.head_prob.to_vec(),
+        negatives: ctx.negatives,
+        degree_fraction: ctx.degree_fraction,
+        pool,
+        part_of,
+        part_size,
+        num_nodes,
+        reg: match ctx.reg.kind {
+            RegularizerKind::None => "none",
+            RegularizerKind::N3 => "n3",
+            RegularizerKind::L2 => "l2",
+        },
+        reg_weight: ctx.reg.weight,
+    })
+}
+
+impl DeviceCompute {
+    fn train(
+        &mut self,
+        ctxs: &[BucketCtx],
+        chunks: &[PieceChunk],
+        key: u64,
+    ) -> std::result::Result<(), String> {
+        let ctxs: Vec<DeviceCtx> = ctxs
+            .iter()
+            .map(describe)
+            .collect::<std::result::Result<_, _>>()?;
+        // The chunks of a piece are consecutive slices of its edges: lend them as one.
+        let mut edges = Vec::with_capacity(chunks.iter().map(|c| c.1.len()).sum());
+        let mut weights = Vec::new();
+        let mut bounds = vec![0];
+        for &(_, e, w) in chunks {
+            edges.extend_from_slice(e);
+            weights.extend_from_slice(w);
+            bounds.push(edges.len());
+        }
+        if !weights.is_empty() && weights.len() != edges.len() {
+            return Err("a piece mixes weighted and unweighted chunks".into());
+        }
+        let groups: Vec<usize> = chunks.iter().map(|c| c.0).collect();
+        let c = self.step.train_piece(&DevicePiece {
+            ctxs: &ctxs,
+            groups: &groups,
+            bounds: &bounds,
+            edges: &edges,
+            weights: &weights,
+            key,
+        })?;
+        self.counters.loss += c.loss;
+        self.counters.directions += c.directions;
+        self.counters.flops += c.flops;
+        self.counters.busy += c.busy;
+        Ok(())
+    }
+}
+
+impl Compute for DeviceCompute {
+    fn threads(&self) -> usize {
+        1
+    }
+
+    fn reset_counters(&mut self) {
+        self.counters = StepCounters::default();
+    }
+
+    fn counters(&self) -> StepCounters {
+        self.counters
+    }
+
+    fn train_piece(&mut self, ctxs: &[BucketCtx], chunks: &[PieceChunk], key: u64) {
+        if self.failure.is_some() {
+            return;
+        }
+        if let Err(e) = self.train(ctxs, chunks, key) {
+            self.failure = Some(e);
+        }
+    }
+
+    fn failure(&mut self) -> Option<String> {
+        self.failure.take()
+    }
+}

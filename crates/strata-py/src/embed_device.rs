@@ -1,0 +1,193 @@
+//! The device step of embedding training: the torch backend of the Python package
+//! (`strata.embed.device.backend.TorchCompute`) behind the compute seam. The epoch loop runs
+//! without the GIL; each piece takes it, lends the resident slots to Python as writable
+//! memoryviews (no copy: torch trains them in place on the CPU twin, or copies them to the
+//! GPU and back) and releases the views before the slots move again.
+
+use std::ffi::c_char;
+
+use pyo3::exceptions::PyImportError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use strata_embed::{DevicePiece, DeviceStep, DeviceTable, StepCounters};
+
+/// The Python backend object of one job.
+struct PyDeviceStep {
+    backend: Py<PyAny>,
+}
+
+/// A memoryview of `len` values of `size` bytes at `ptr`, writable when `write`.
+///
+/// # Safety
+/// The memory must stay valid (and, when `write`, not be read or written by Rust) until the
+/// view is released.
+unsafe fn view<'py>(
+    py: Python<'py>,
+    ptr: *mut u8,
+    bytes: usize,
+    write: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let flags = if write {
+        ffi::PyBUF_WRITE
+    } else {
+        ffi::PyBUF_READ
+    };
+    // SAFETY: the caller keeps the memory valid until `release`; an empty view may take any
+    // non-null pointer.
+    let obj = unsafe {
+        ffi::PyMemoryView_FromMemory(ptr as *mut c_char, bytes as ffi::Py_ssize_t, flags)
+    };
+    // SAFETY: a new reference or null with the exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, obj) }
+}
+
+/// `(params, state, rows)` of a lent table, its views kept in `views` for release.
+fn table<'py>(
+    py: Python<'py>,
+    t: &DeviceTable,
+    views: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the table is lent for the call; every view is released before it returns.
+    let params = unsafe { view(py, t.params as *mut u8, t.params_len * 4, true)? };
+    let state = unsafe { view(py, t.state as *mut u8, t.state_len * 4, true)? };
+    views.push(params.clone());
+    views.push(state.clone());
+    Ok((params, state, t.rows).into_pyobject(py)?.into_any())
+}
+
+impl PyDeviceStep {
+    fn call<'py>(
+        &self,
+        py: Python<'py>,
+        piece: &DevicePiece,
+        views: &mut Vec<Bound<'py, PyAny>>,
+    ) -> PyResult<StepCounters> {
+        let ctxs = PyList::empty(py);
+        for c in piece.ctxs {
+            let d = PyDict::new(py);
+            d.set_item("model", c.model)?;
+            d.set_item("dim", c.dim)?;
+            d.set_item("transe_norm", c.transe_norm)?;
+            d.set_item("loss", c.loss)?;
+            d.set_item("margin", c.margin)?;
+            d.set_item("gamma", c.gamma)?;
+            d.set_item("adversarial", c.adversarial)?;
+            d.set_item("lr", c.lr)?;
+            let parts = PyList::empty(py);
+            for p in &c.parts {
+                parts.append(table(py, p, views)?)?;
+            }
+            d.set_item("parts", parts)?;
+            d.set_item("src_part", c.src_part)?;
+            d.set_item("dst_part", c.dst_part)?;
+            match &c.rels {
+                Some(r) => d.set_item("rels", table(py, r, views)?)?,
+                None => d.set_item("rels", py.None())?,
+            }
+            d.set_item("inverse_offset", c.inverse_offset)?;
+            d.set_item("corrupt", c.corrupt)?;
+            d.set_item("head_prob", c.head_prob.clone())?;
+            d.set_item("negatives", c.negatives)?;
+            d.set_item("degree_fraction", c.degree_fraction)?;
+            d.set_item("pool", c.pool)?;
+            d.set_item("part_of", c.part_of.clone())?;
+            d.set_item("part_size", c.part_size)?;
+            d.set_item("num_nodes", c.num_nodes)?;
+            d.set_item("reg", c.reg)?;
+            d.set_item("reg_weight", c.reg_weight)?;
+            ctxs.append(d)?;
+        }
+        // SAFETY: the piece's edges and weights outlive the call; the views are read-only and
+        // released before it returns.
+        let edges = unsafe {
+            view(
+                py,
+                piece.edges.as_ptr() as *mut u8,
+                piece.edges.len() * 12,
+                false,
+            )?
+        };
+        let weights = unsafe {
+            view(
+                py,
+                piece.weights.as_ptr() as *mut u8,
+                piece.weights.len() * 4,
+                false,
+            )?
+        };
+        views.push(edges.clone());
+        views.push(weights.clone());
+        let (loss, directions, flops, busy): (f64, u64, f64, f64) = self
+            .backend
+            .call_method1(
+                py,
+                "train_piece",
+                (
+                    ctxs,
+                    piece.groups.to_vec(),
+                    piece.bounds.to_vec(),
+                    edges,
+                    weights,
+                    piece.key,
+                ),
+            )?
+            .extract(py)?;
+        Ok(StepCounters {
+            loss,
+            directions,
+            flops,
+            busy,
+        })
+    }
+}
+
+impl DeviceStep for PyDeviceStep {
+    fn train_piece(&mut self, piece: &DevicePiece) -> Result<StepCounters, String> {
+        Python::attach(|py| {
+            let mut views = Vec::new();
+            // The exception (and its traceback's frames, which may hold tensors over the
+            // views) is turned into its message before the views are released.
+            let outcome = self
+                .call(py, piece, &mut views)
+                .map_err(|e| format!("device step: {e}"));
+            for v in views {
+                if let Err(e) = v.call_method0("release") {
+                    // A view still exported (a tensor kept past the call) would outlive the
+                    // slot it points into: fail the job rather than let it.
+                    return Err(format!("device step kept a view of a partition slot: {e}"));
+                }
+            }
+            outcome
+        })
+    }
+}
+
+/// The device step of `device` (see `strata_embed::DeviceFactory`): a new
+/// `TorchCompute(device)`, or why not (torch missing, CUDA absent).
+fn make(device: &str) -> Result<Box<dyn DeviceStep>, String> {
+    Python::attach(|py| {
+        let module = py.import("strata.embed.device.backend").map_err(|e| {
+            if e.is_instance_of::<PyImportError>(py) {
+                format!(
+                    "device = {device} needs PyTorch, which is not importable ({e}); install \
+                     it (pip install 'strata[torch]') or use device = cpu"
+                )
+            } else {
+                e.to_string()
+            }
+        })?;
+        let backend = module
+            .getattr("TorchCompute")
+            .and_then(|c| c.call1((device,)))
+            .map_err(|e| e.to_string())?;
+        Ok(Box::new(PyDeviceStep {
+            backend: backend.unbind(),
+        }) as Box<dyn DeviceStep>)
+    })
+}
+
+/// Registers the torch backend as the engine's device step.
+pub fn register() {
+    strata_embed::register_device(make);
+}

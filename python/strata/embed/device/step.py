@@ -1,0 +1,344 @@
+"""The training step of the embedding engine on a torch device, the twin of the Rust worker's.
+
+One chunk of one bucket, exactly as ``strata_embed``'s CPU worker trains it: the same shared
+negatives (drawn through :mod:`strata.device.rng` from the chunk's key, so a device picks what
+the Rust engine picks), the same scores, losses and regularizers, and one Adagrad step per
+touched row with the gradients of every side and role summed. The gradients are torch's
+autograd of the same forward arithmetic: the forward pass is the model's matrix products, and
+autograd's backward is the same products transposed (Legend §6's reuse of the forward results
+without a hand-written kernel per model).
+
+Shapes: node rows ``dim`` floats, relation rows ``rel_dim``; ``edges`` is ``b x 3`` int64
+``(source local row, relation, destination local row)``; ``weights`` ``b`` floats or ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from strata.device import rng
+
+#: Added under square roots of distances, as the Rust models do.
+EPS = 1e-9
+#: Added to Adagrad's denominator, as ``SharedRows::adagrad``.
+ADAGRAD_EPS = 1e-9
+
+#: The score models the device step implements, and their relation row widths.
+MODELS = ("dot", "distmult", "complex", "transe", "rotate")
+
+
+def rel_dim(model: str, dim: int) -> int:
+    """Reals per relation row of ``model`` at node dimension ``dim``."""
+    return {"dot": 0, "distmult": dim, "complex": dim, "transe": dim, "rotate": dim // 2}[model]
+
+
+def check_model(model: str) -> None:
+    """Raises a ``ValueError`` naming ``model`` when the device step does not implement it."""
+    if model not in MODELS:
+        raise ValueError(
+            f"model {model} is not supported with a torch device (supported: {', '.join(MODELS)});"
+            " train it with device = cpu (the Rust engine)"
+        )
+
+
+@dataclass
+class Table:
+    """Rows and their Adagrad state: ``params`` ``rows x width``, ``state`` ``rows x width``
+    (per-element Adagrad) or ``rows x 1`` (``adagrad_row``)."""
+
+    params: torch.Tensor
+    state: torch.Tensor
+
+    def adagrad(self, rows: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+        """One Adagrad step of each row in ``rows`` (unique) with its summed gradient ``grad``."""
+        width = self.params.shape[1]
+        if self.state.shape[1] == 1:
+            acc = self.state[rows] + (grad * grad).sum(1, keepdim=True) / width
+            update = lr / (acc.sqrt() + ADAGRAD_EPS) * grad
+        else:
+            acc = self.state[rows] + grad * grad
+            update = lr * grad / (acc.sqrt() + ADAGRAD_EPS)
+        self.state[rows] = acc
+        self.params[rows] = self.params[rows] - update
+
+
+@dataclass
+class Ctx:
+    """What every chunk of a bucket trains against (``BucketCtx`` of the Rust worker).
+
+    ``parts`` are the resident partitions' tables; ``pool`` is ``partition``, ``resident`` or
+    ``all`` (then ``part_of`` maps each partition id to its index in ``parts``, every one
+    resident, and ``part_size``/``num_nodes`` place a node)."""
+
+    model: str
+    dim: int
+    transe_norm: int
+    loss: str
+    margin: float
+    gamma: float
+    adversarial: float | None
+    lr: float
+    parts: list[Table]
+    sizes: list[int]
+    src_part: int
+    dst_part: int
+    rels: Table | None
+    inverse_offset: int
+    corrupt: str
+    head_prob: torch.Tensor | None
+    negatives: int
+    degree_fraction: float
+    pool: str
+    part_of: list[int] | None
+    part_size: int
+    num_nodes: int
+    reg: str
+    reg_weight: float
+
+    @property
+    def rel_dim(self) -> int:
+        return rel_dim(self.model, self.dim)
+
+
+@dataclass
+class Side:
+    """One corrupted side of a chunk: tail corruption scores ``(s, r, t')``, head corruption
+    ``(t, r^-1, s')``."""
+
+    tail: bool
+    edges: torch.Tensor
+    weights: torch.Tensor | None
+
+
+def sides_of(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int) -> list[Side]:
+    """The corrupted sides of a chunk in training order (``Worker::train_chunk``)."""
+    if ctx.corrupt == "both":
+        return [Side(True, edges, weights), Side(False, edges, weights)]
+    if ctx.corrupt == "tail":
+        return [Side(True, edges, weights)]
+    if ctx.corrupt == "head":
+        return [Side(False, edges, weights)]
+    # Bernoulli: edge i's head is corrupted when draw i of derive(key, 2) is below its
+    # relation's probability.
+    u = rng.unit(rng.draw(rng.derive(key, 2), torch.arange(len(edges), device=edges.device)))
+    head = u < ctx.head_prob[edges[:, 1]].to(torch.float64)
+    out = []
+    for tail, mask in ((True, ~head), (False, head)):
+        if bool(mask.any()):
+            out.append(Side(tail, edges[mask], None if weights is None else weights[mask]))
+    return out
+
+
+def orientation(ctx: Ctx, tail: bool) -> tuple[int, int, int, int, int, bool]:
+    """``(s_part, s_col, d_part, d_col, rel_offset, reverse)`` of a side."""
+    if tail:
+        return ctx.src_part, 0, ctx.dst_part, 2, 0, False
+    reverse = ctx.inverse_offset == 0 and ctx.rel_dim > 0
+    return ctx.dst_part, 2, ctx.src_part, 0, ctx.inverse_offset, reverse
+
+
+def negatives(ctx: Ctx, side: Side, k: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The side's shared negatives ``(parts, rows)`` (``n`` each), drawn from
+    ``derive(key, k)``: a degree-weighted part (targets of the side's edges) then uniform."""
+    _, _, d_part, d_col, _, _ = orientation(ctx, side.tail)
+    device = side.edges.device
+    n = ctx.negatives
+    # The f32 product, rounded half away from zero, as the Rust worker.
+    n_degree = math.floor(float(torch.tensor(n, dtype=torch.float32) * ctx.degree_fraction) + 0.5)
+    n_degree = min(n_degree, n)
+    bits = rng.draw(rng.derive(key, k), torch.arange(n, device=device))
+    parts = torch.full((n,), d_part, dtype=torch.int64, device=device)
+    rows = torch.empty(n, dtype=torch.int64, device=device)
+    b = len(side.edges)
+    if n_degree:
+        rows[:n_degree] = side.edges[rng.below(bits[:n_degree], b), d_col]
+    u = bits[n_degree:]
+    if ctx.pool == "partition":
+        rows[n_degree:] = rng.below(u, ctx.sizes[d_part])
+    elif ctx.pool == "resident":
+        sizes = torch.tensor(ctx.sizes, dtype=torch.int64, device=device)
+        ends = sizes.cumsum(0)
+        r = rng.below(u, int(ends[-1]))
+        p = torch.searchsorted(ends, r, right=True)
+        parts[n_degree:] = p
+        rows[n_degree:] = r - (ends - sizes)[p]
+    else:
+        pos = rng.below(u, ctx.num_nodes)
+        part_of = torch.tensor(ctx.part_of, dtype=torch.int64, device=device)
+        parts[n_degree:] = part_of[pos // ctx.part_size]
+        rows[n_degree:] = pos % ctx.part_size
+    return parts, rows
+
+
+def reverse_relation(model: str, rows: torch.Tensor) -> torch.Tensor:
+    """The rows that score ``(t, r', h)`` like a tail query (``ScoreModel::reverse_relation``)."""
+    if model in ("transe", "rotate"):
+        return -rows
+    if model == "complex":
+        h = rows.shape[1] // 2
+        return torch.cat([rows[:, :h], -rows[:, h:]], 1)
+    return rows
+
+
+def combine(model: str, s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """The query rows ``a = phi(s, r)`` (``b x dim``)."""
+    if model == "dot":
+        return s
+    if model == "distmult":
+        return s * r
+    if model == "transe":
+        return s + r
+    h = s.shape[1] // 2
+    sr, si = s[:, :h], s[:, h:]
+    if model == "complex":
+        rr, ri = r[:, :h], r[:, h:]
+    else:  # rotate: r holds phases
+        rr, ri = torch.cos(r), torch.sin(r)
+    return torch.cat([sr * rr - si * ri, sr * ri + si * rr], 1)
+
+
+def scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positive scores (``b``) and negative scores (``b x n``) of query rows ``a``."""
+    model = ctx.model
+    if model in ("dot", "distmult", "complex"):
+        return (a * t).sum(1), a @ neg.T
+    if model == "transe" and ctx.transe_norm == 2:
+        pos = -(((a - t) ** 2).sum(1) + EPS).sqrt()
+        a_sq, n_sq = (a * a).sum(1), (neg * neg).sum(1)
+        sq = (a @ neg.T * -2.0 + a_sq[:, None] + n_sq[None, :]).clamp(min=0.0)
+        return pos, -(sq + EPS).sqrt()
+    if model == "transe":
+        return -(a - t).abs().sum(1), -(a[:, None, :] - neg[None, :, :]).abs().sum(2)
+    h = a.shape[1] // 2
+
+    def dist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        diff = x - y
+        return -((diff[..., :h] ** 2 + diff[..., h:] ** 2 + EPS).sqrt()).sum(-1)
+
+    return dist(a, t), dist(a[:, None, :], neg[None, :, :])
+
+
+def loss_terms(ctx: Ctx, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """Each edge's loss term (``b``) of positive scores ``pos`` and negative scores ``neg``."""
+    adv = None
+    if ctx.adversarial is not None and ctx.loss in ("logistic", "margin"):
+        # n softmax(alpha scores), a constant in the gradient (RotatE's detach).
+        adv = torch.softmax(ctx.adversarial * neg.detach(), 1) * neg.shape[1]
+    if ctx.loss == "softmax":
+        return torch.logsumexp(torch.cat([pos[:, None], neg], 1), 1) - pos
+    if ctx.loss == "logistic":
+        g, n = ctx.gamma, neg.shape[1]
+        u = 1.0 / n if adv is None else adv / n
+        return F.softplus(-(pos + g), threshold=20.0) + (F.softplus(neg + g, threshold=20.0) * u).sum(1)
+    if ctx.loss == "margin":
+        h = F.relu(ctx.margin - pos[:, None] + neg)
+        return (h if adv is None else h * adv).sum(1)
+    raise ValueError(f"loss {ctx.loss} is not supported with a torch device")
+
+
+def regularizer(ctx: Ctx, rows: torch.Tensor, layout: str) -> torch.Tensor:
+    """``sum R(x)`` over ``rows`` (N3: cubes of magnitudes, L2: squares); complex rows take the
+    modulus of each coordinate."""
+    if layout == "skip":
+        return rows.new_zeros(())
+    if layout == "complex":
+        h = rows.shape[1] // 2
+        sq = rows[:, :h] ** 2 + rows[:, h:] ** 2
+    else:
+        sq = rows * rows
+    # N3's m^3 as (m^2)^1.5: its gradient 3 m x is finite at 0, unlike sqrt's.
+    return (sq**1.5).sum() if ctx.reg == "n3" else sq.sum()
+
+
+def layouts(model: str) -> tuple[str, str]:
+    """The coordinate layouts of node rows and relation rows."""
+    return {
+        "dot": ("real", "real"),
+        "distmult": ("real", "real"),
+        "transe": ("real", "real"),
+        "complex": ("complex", "complex"),
+        "rotate": ("complex", "skip"),
+    }[model]
+
+
+class Gathered:
+    """The unique rows a chunk touches in a set of tables, as one leaf tensor whose gradient
+    sums every use: ``rows`` of table ``tables[part]``, keyed ``part << 32 | row``."""
+
+    def __init__(self, tables: list[Table], keys: torch.Tensor):
+        self.tables = tables
+        self.keys, self.inverse = torch.unique(keys, return_inverse=True)
+        self.part, self.row = self.keys >> 32, self.keys & 0xFFFF_FFFF
+        width = tables[0].params.shape[1]
+        leaf = torch.empty(len(self.keys), width, dtype=torch.float32, device=keys.device)
+        self.groups = []
+        for p in torch.unique(self.part).tolist():
+            at = (self.part == p).nonzero().squeeze(1)
+            leaf[at] = tables[p].params[self.row[at]]
+            self.groups.append((p, at))
+        self.leaf = leaf.requires_grad_()
+
+    def take(self, start: int, count: int) -> torch.Tensor:
+        """Rows of uses ``start .. start + count`` of the keys given."""
+        return self.leaf[self.inverse[start : start + count]]
+
+    def step(self, lr: float) -> None:
+        """Applies one Adagrad step per unique row with its summed gradient."""
+        grad = self.leaf.grad
+        for p, at in self.groups:
+            self.tables[p].adagrad(self.row[at], grad[at], lr)
+
+
+def train_chunk(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int) -> tuple[float, int, float]:
+    """Trains one chunk in place (``Worker::train_chunk``): returns its loss (summed over its
+    sides, weights and regularizer included), its positive edge-directions and its
+    floating-point operations (``ScoreModel::flops`` per side)."""
+    sides = sides_of(ctx, edges, weights, key)
+    node_keys, rel_keys, plan = [], [], []
+    for k, side in enumerate(sides):
+        s_part, s_col, d_part, d_col, rel_offset, reverse = orientation(ctx, side.tail)
+        e = side.edges
+        n_parts, n_rows = negatives(ctx, side, k, key)
+        node_keys += [(s_part << 32) | e[:, s_col], (d_part << 32) | e[:, d_col], (n_parts << 32) | n_rows]
+        if ctx.rels is not None:
+            rel_keys.append(e[:, 1] + rel_offset)
+        plan.append((side, len(e), len(n_rows), reverse))
+    nodes = Gathered(ctx.parts, torch.cat(node_keys))
+    rels = Gathered([ctx.rels], torch.cat(rel_keys)) if ctx.rels is not None else None
+    total = torch.zeros((), dtype=torch.float64, device=edges.device)
+    at, rel_at, directions = 0, 0, 0
+    node_layout, rel_layout = layouts(ctx.model)
+    for side, b, n, reverse in plan:
+        s, t = nodes.take(at, b), nodes.take(at + b, b)
+        neg = nodes.take(at + 2 * b, n)
+        at += 2 * b + n
+        if rels is not None:
+            r = rels.take(rel_at, b)
+            rel_at += b
+            if reverse:
+                r = reverse_relation(ctx.model, r)
+        else:
+            r = s.new_zeros((b, 0))
+        pos, neg_scores = scores(ctx, combine(ctx.model, s, r), t, neg)
+        terms = loss_terms(ctx, pos, neg_scores)
+        if side.weights is not None:
+            terms = terms * side.weights
+        side_loss = terms.to(torch.float64).sum()
+        if ctx.reg != "none" and ctx.reg_weight != 0.0 and b:
+            w = ctx.reg_weight / b
+            reg = regularizer(ctx, s, node_layout) + regularizer(ctx, t, node_layout)
+            if ctx.rel_dim:
+                reg = reg + regularizer(ctx, r, rel_layout)
+            side_loss = side_loss + (reg * w).to(torch.float64)
+        total = total + side_loss
+        directions += b
+    total.backward()
+    with torch.no_grad():
+        nodes.step(ctx.lr)
+        if rels is not None:
+            rels.step(ctx.lr)
+    return float(total.detach()), directions, 6.0 * directions * ctx.negatives * ctx.dim

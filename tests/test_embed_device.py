@@ -1,0 +1,97 @@
+"""The device path of embedding training (`device = torch-cpu`: the torch backend behind the
+compute seam, on torch's CPU device) against the Rust engine: with one thread and a fixed seed,
+one epoch gives the same loss and the same table within float tolerance for every score model
+and loss option the device step implements, and one run format that either engine evaluates, exports and resumes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from conftest import run_strata  # noqa: E402
+from strata.config import EmbedTrainConfig  # noqa: E402
+from strata.embed import Run, train  # noqa: E402
+from strata.errors import ConfigError  # noqa: E402
+
+# init_scale 0.1: from the default 1e-3, a node's first gradients are near zero, and Adagrad's
+# first step (lr g / |g|: a whole lr whichever sign g has) turns summation-order rounding into
+# steps of opposite signs; a table that starts at 0.1 compares the arithmetic, not that.
+BASE = dict(
+    epochs=1, dim=16, chunk_size=200, negatives=64, threads=1, seed=7, eval_every=0, tensorboard=False, init_scale=0.1
+)
+
+
+@pytest.fixture(scope="module")
+def kg(tmp_path_factory):
+    """A small generated knowledge graph (200 entities, 8 relations, 4,000 triples): every
+    test trains it on both engines, the device one in Python chunk by chunk."""
+    d = tmp_path_factory.mktemp("kg")
+    run_strata("generate", "kg", "--out", d / "raw", "--entities", "200", "--relations", "8", "--triples", "4000", "-q")
+    run_strata("convert", d / "raw", "--relations", "--out", d / "kg.strata", "-q")
+    return d / "kg.strata"
+
+
+def trained(kg, run_dir, **options) -> Run:
+    return train(EmbedTrainConfig(store=kg, run_dir=run_dir, **{**BASE, **options}))
+
+
+def table(run: Run, out) -> np.ndarray:
+    run.export(out)
+    return np.load(out / "embeddings.npy")
+
+
+def assert_same_training(kg, tmp_path, **options):
+    cpu = trained(kg, tmp_path / "cpu", **options)
+    dev = trained(kg, tmp_path / "dev", device="torch-cpu", **options)
+    a, b = cpu.history[-1], dev.history[-1]
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5), (a["loss"], b["loss"])
+    ta, tb = table(cpu, tmp_path / "cpu-npy"), table(dev, tmp_path / "dev-npy")
+    err = np.linalg.norm(ta - tb)
+    assert err < 1e-5 * np.linalg.norm(ta), err
+    return cpu, dev
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(model="dot"),
+        dict(model="distmult"),
+        dict(model="complex"),
+        dict(model="transe"),
+        dict(model="transe", transe_norm=1, loss="margin", margin=1.0),
+        dict(model="rotate", loss="logistic", gamma=6.0, adversarial_temperature=1.0),
+        dict(model="complex", regularizer="n3", reg_weight=0.01, optimizer="adagrad_row"),
+        dict(model="distmult", corrupt="bernoulli", degree_fraction=0.5, negative_pool="partition"),
+        dict(model="complex", corrupt="head", reciprocal=False, loss="margin", adversarial_temperature=0.5),
+    ],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_one_epoch_matches_the_rust_engine(kg, tmp_path, options):
+    assert_same_training(kg, tmp_path, **options)
+
+
+def test_runs_cross_between_engines(kg, tmp_path):
+    """A device run evaluates and resumes on the CPU engine, and the reverse: one run format."""
+    dev = trained(kg, tmp_path / "dev", model="complex", device="torch-cpu")
+    assert dev.evaluate("test")["metrics"]["queries"] > 0
+    resumed = trained(kg, tmp_path / "dev", model="complex", epochs=2)
+    assert resumed.epochs == 2
+    cpu = trained(kg, tmp_path / "cpu", model="complex")
+    back = trained(kg, tmp_path / "cpu", model="complex", epochs=2, device="torch-cpu")
+    assert back.epochs == 2 and back.history[-1]["loss"] < back.history[0]["loss"]
+    assert cpu.evaluate("test")["metrics"]["mrr"] > 0
+
+
+def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
+    with pytest.raises(ConfigError, match="device"):
+        trained(kg, tmp_path / "a", device="tpu")
+    proc = strata_cli(
+        "embed", "train", kg, "--run-dir", tmp_path / "b", "--device", "torch-cpu", "--model", "pbg", "-q", check=False
+    )
+    assert proc.returncode == 2 and "model pbg is not supported" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "c", "--device", "cuda", "-q", check=False)
+    if not torch.cuda.is_available():
+        assert proc.returncode == 2 and "CUDA is not available" in proc.stderr, proc.stderr
