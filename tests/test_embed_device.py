@@ -1,7 +1,8 @@
 """The device path of embedding training (`device = torch-cpu`: the torch backend behind the
 compute seam, on torch's CPU device) against the Rust engine: with one thread and a fixed seed,
 one epoch gives the same loss and the same table within float tolerance for every score model
-and loss option the device step implements, and one run format that either engine evaluates, exports and resumes."""
+and loss option the device step implements, the same partition loads out of core, and one run
+format that either engine evaluates, exports and resumes."""
 
 from __future__ import annotations
 
@@ -70,6 +71,15 @@ def assert_same_training(kg, tmp_path, **options):
 )
 def test_one_epoch_matches_the_rust_engine(kg, tmp_path, options):
     assert_same_training(kg, tmp_path, **options)
+
+
+def test_out_of_core_loads_the_same_partitions(kg, tmp_path):
+    options = dict(model="complex", partitions=6, buffer=3, negative_pool="resident", memory="128M")
+    cpu, dev = assert_same_training(kg, tmp_path, **options)
+    a, b = cpu.history[-1], dev.history[-1]
+    for key in ("partition_loads", "swaps", "partition_bytes_read", "partition_bytes_written"):
+        assert a[key] == b[key], key
+    assert a["partition_loads"] > 2
 
 
 def test_runs_cross_between_engines(kg, tmp_path):
