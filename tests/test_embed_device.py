@@ -105,3 +105,22 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
     proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "c", "--device", "cuda", "-q", check=False)
     if not torch.cuda.is_available():
         assert proc.returncode == 2 and "CUDA is not available" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("entity_dropout", 0.1), ("reg_weighted", True), ("training", "1vsAll")],
+)
+def test_options_the_device_step_lacks_are_refused_naming_them(kg, tmp_path, option, value):
+    with pytest.raises(ConfigError, match=f"{option}.*not supported on the device backend"):
+        trained(kg, tmp_path / "run", device="torch-cpu", regularizer="n3", **{option: value})
+
+
+def test_the_device_backend_under_torchrun_is_refused(kg, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "1")
+    with pytest.raises(ConfigError, match="not supported under torchrun"):
+        trained(kg, tmp_path / "run", device="torch-cpu")

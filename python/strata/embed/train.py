@@ -96,6 +96,11 @@ def train(
     run_dir = cfg.run_dir if cfg.run_dir is not None else default_run_dir(cfg.store)
     native = engine_options(cfg)
     if native.get("device", "cpu") != "cpu":
+        if torchrun.environment() is not None:
+            # The distributed epoch loop does not consult the device backend yet.
+            raise ConfigError(
+                f"device = {native['device']} is not supported under torchrun yet: each rank trains with device = cpu"
+            )
         check_device(native)
     board = _TensorBoard(run_dir) if cfg.tensorboard else None
 
