@@ -21,6 +21,7 @@ QUERY = {"embed.predict": {"head": "a"}, "embed.neighbors": {"node": ["a"]}, "re
 PYTHON_ONLY = {
     "datasets.fetch",
     "embed.index",
+    "embed.search",
     "datasets.list",
     "grid.info",
     "info",
