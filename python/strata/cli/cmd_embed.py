@@ -16,6 +16,7 @@ from ..config import (
     EmbedPlanConfig,
     EmbedPredictConfig,
     EmbedScoreConfig,
+    EmbedSearchConfig,
     EmbedTrainConfig,
     engine_options,
     from_args,
@@ -105,7 +106,7 @@ def register(sub) -> None:
     add_section_command(
         cmds,
         "search",
-        search.EmbedSearchConfig,
+        EmbedSearchConfig,
         run_search,
         help="search [embed.train] options with Optuna: trials within --memory, pruned on validation MRR",
         description="Runs --trials training runs of STORE, one after another within --memory, with options drawn "
@@ -132,7 +133,7 @@ def run_train(args) -> int:
 
 
 def run_search(args) -> int:
-    cfg = from_args(search.EmbedSearchConfig, args)
+    cfg = from_args(EmbedSearchConfig, args)
     lines: list[str] = []
 
     def report(line: str) -> None:

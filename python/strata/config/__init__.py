@@ -13,6 +13,7 @@ from .embed import (
     EmbedPlanConfig,
     EmbedPredictConfig,
     EmbedScoreConfig,
+    EmbedSearchConfig,
     EmbedTrainConfig,
     PlotConfig,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "EmbedPlanConfig",
     "EmbedPredictConfig",
     "EmbedScoreConfig",
+    "EmbedSearchConfig",
     "EmbedTrainConfig",
     "FarmemServeConfig",
     "FetchConfig",

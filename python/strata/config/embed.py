@@ -99,6 +99,34 @@ class EmbedIndexConfig:
     memory: Size | None = option(None, help="memory budget of the export the index is built from (default: the run's)")
 
 
+@section("embed.search")
+class EmbedSearchConfig:
+    """The [embed.search] options: the store, the space file, the trials and their budget."""
+
+    store: Path = option(positional=True, help="store to train on (with a validation split)")
+    space: Path = option(
+        positional=True,
+        help="search space file (TOML): [embed.train] options every trial shares, and [space] with one "
+        "entry per option: {choices = [...]} or {low = ..., high = ..., log = true, step = ...}",
+    )
+    out: Path | None = option(
+        None, help="directory of the trials' runs, search.json and best.toml (default: STORE/runs/search)"
+    )
+    trials: int = option(20, min=1, help="trials to run, one after another")
+    timeout: float | None = option(
+        None, help="seconds after which no new trial starts (Optuna's timeout; a running trial finishes)"
+    )
+    memory: Size = option(Size(1 << 30), help="memory budget of every trial (the run's --memory)")
+    seed: int = option(0, min=0, help="seed of Optuna's sampler (TPE)")
+    pruner: Literal["median", "none"] = option(
+        "median",
+        help="median: stop a trial whose validation MRR is below the median of earlier trials' at the same "
+        "epoch (Optuna's MedianPruner); none: every trial runs all its epochs",
+    )
+    startup_trials: int = option(2, min=0, help="median pruner: trials that run whole before any is pruned")
+    overwrite: bool = option(False, help="replace OUT if it holds an earlier search")
+
+
 class _GatherFrontEnd:
     """The [embed.gather] arguments (where to, from which directories); the options are the
     engine's (``strata_embed::GatherOptions``)."""

@@ -18,18 +18,15 @@ import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from ..config.embed import EmbedTrainConfig
+from ..config.embed import EmbedSearchConfig, EmbedTrainConfig
 from ..config.schema import (
-    Size,
     _hints,
     _toml_value,
     _unknown_key,
     _unwrap_optional,
     coerce_field,
-    option,
-    section,
     type_name,
 )
 from ..errors import ConfigError, MissingDependencyError, StrataError
@@ -45,34 +42,6 @@ RESERVED = {
 }
 
 OPTUNA_MISSING = "strata embed search needs Optuna: pip install 'strata-gl[search]' (or pip install 'optuna>=3')"
-
-
-@section("embed.search")
-class EmbedSearchConfig:
-    """The [embed.search] options: the store, the space file, the trials and their budget."""
-
-    store: Path = option(positional=True, help="store to train on (with a validation split)")
-    space: Path = option(
-        positional=True,
-        help="search space file (TOML): [embed.train] options every trial shares, and [space] with one "
-        "entry per option: {choices = [...]} or {low = ..., high = ..., log = true, step = ...}",
-    )
-    out: Path | None = option(
-        None, help="directory of the trials' runs, search.json and best.toml (default: STORE/runs/search)"
-    )
-    trials: int = option(20, min=1, help="trials to run, one after another")
-    timeout: float | None = option(
-        None, help="seconds after which no new trial starts (Optuna's timeout; a running trial finishes)"
-    )
-    memory: Size = option(Size(1 << 30), help="memory budget of every trial (the run's --memory)")
-    seed: int = option(0, min=0, help="seed of Optuna's sampler (TPE)")
-    pruner: Literal["median", "none"] = option(
-        "median",
-        help="median: stop a trial whose validation MRR is below the median of earlier trials' at the same "
-        "epoch (Optuna's MedianPruner); none: every trial runs all its epochs",
-    )
-    startup_trials: int = option(2, min=0, help="median pruner: trials that run whole before any is pruned")
-    overwrite: bool = option(False, help="replace OUT if it holds an earlier search")
 
 
 @dataclass(frozen=True)
