@@ -128,6 +128,16 @@ def pytest_xdist_node_collection_finished(node, ids):
         )
 
 
+@pytest.fixture(scope="module")
+def cora(tmp_path_factory) -> Path:
+    """Cora (Planetoid, from ``../shared/datasets``) converted to a store, once per module."""
+    if not SHARED_DATASETS.is_dir():
+        pytest.skip(f"{SHARED_DATASETS} is absent (CI always has it)")
+    out = tmp_path_factory.mktemp("cora") / "cora.strata"
+    run_strata("convert", SHARED_DATASETS / "planetoid", "--name", "cora", "--out", out, "-q")
+    return out
+
+
 @pytest.fixture
 def shared_datasets() -> Path:
     """``../shared/datasets`` (FB15k-237, WN18RR, Planetoid); tests skip when it is absent."""

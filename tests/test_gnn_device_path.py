@@ -4,12 +4,10 @@ pipeline's batches equal the native loader's (same order, keys, blocks, features
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATASETS, needs, run_strata
+from conftest import needs
 
 torch = needs("torch")
 
@@ -19,15 +17,6 @@ from strata.gnn.device.sampler import DeviceSampler  # noqa: E402
 from strata.gnn.device.topology import DeviceTopology  # noqa: E402
 from strata.gnn.loader import GnnData  # noqa: E402
 from strata.gnn.sampling import NeighborSampler  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cora(tmp_path_factory) -> Path:
-    if not SHARED_DATASETS.is_dir():
-        pytest.skip(f"{SHARED_DATASETS} is absent (CI always has it)")
-    out = tmp_path_factory.mktemp("cora") / "cora.strata"
-    run_strata("convert", SHARED_DATASETS / "planetoid", "--name", "cora", "--out", out, "-q")
-    return out
 
 
 def bits(t: torch.Tensor) -> np.ndarray:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SHARED_DATASETS, needs, run_strata
+from conftest import needs, run_strata
 
 torch = needs("torch")
 
@@ -23,15 +23,6 @@ from strata.gnn.sampling import NeighborSampler  # noqa: E402
 from strata.store import Store  # noqa: E402
 
 FANOUTS = [[5], [10, 5], [3, -1], [2, 2, 2], [25, 10]]
-
-
-@pytest.fixture(scope="module")
-def cora(tmp_path_factory) -> Path:
-    if not SHARED_DATASETS.is_dir():
-        pytest.skip(f"{SHARED_DATASETS} is absent (CI always has it)")
-    out = tmp_path_factory.mktemp("cora") / "cora.strata"
-    run_strata("convert", SHARED_DATASETS / "planetoid", "--name", "cora", "--out", out, "-q")
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,11 @@ import itertools
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import REPO, SHARED_DATASETS, needs, run_strata
+from conftest import REPO, needs
 from strata.gnn.features import owned_range, owners
 from torchrun_env import free_port, rank_env
 
@@ -34,15 +33,6 @@ def test_owned_ranges_partition_the_nodes_and_owners_agree(num_nodes, world_size
     assert np.array_equal(owners(nodes, num_nodes, world_size), expected)
     with pytest.raises(ValueError, match="outside"):
         owned_range(num_nodes, world_size, world_size)
-
-
-@pytest.fixture(scope="module")
-def cora(tmp_path_factory) -> Path:
-    if not SHARED_DATASETS.is_dir():
-        pytest.skip(f"{SHARED_DATASETS} is absent (CI always has it)")
-    out = tmp_path_factory.mktemp("cora") / "cora.strata"
-    run_strata("convert", SHARED_DATASETS / "planetoid", "--name", "cora", "--out", out, "-q")
-    return out
 
 
 def test_two_processes_gather_every_row_exactly(cora, tmp_path):
