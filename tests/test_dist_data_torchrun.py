@@ -53,7 +53,19 @@ def _assert_refused(results, stores: list[Path]) -> None:
         # No traceback from Strata (torchrun's agent prints its own when a rank fails), and
         # the rank's exit status is the CLI's for a user error.
         assert not re.search(r'File ".*/strata/', err), err[-4000:]
-        assert re.search(r"exitcode\s*:\s*2\b", err), err[-3000:]
+    _assert_user_error_exit(results)
+
+
+def _assert_user_error_exit(results) -> None:
+    """The ranks exited with the CLI's status for a user error (2), as torchrun's agents report
+    it. The agent that hosts the rendezvous store may leave as soon as its own rank fails; an
+    agent still watching its rank then loses the store and reports that instead of the exit
+    status (torchrun's race, not the rank's), so one agent's report of status 2 is required and
+    every other agent reports either that or the lost store."""
+    reported = [bool(re.search(r"exitcode\s*:\s*2\b", err)) for _, _, err in results]
+    assert any(reported), results[0][2][-3000:] + results[-1][2][-3000:]
+    for (_, _, err), ok in zip(results, reported, strict=True):
+        assert ok or "The connection to the C10d store has failed" in err, err[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -172,4 +184,4 @@ def test_grid_runs_refuse_ranks_given_different_options(rmats, tmp_path):
         assert rc != 0, out[-2000:] + err[-4000:]
         assert "rank 1 runs with different options from rank 0" in err, err[-4000:]
         assert "iterations is 3 on rank 0, 4 on rank 1" in err, err[-4000:]
-        assert re.search(r"exitcode\s*:\s*2\b", err), err[-3000:]
+    _assert_user_error_exit(results)
