@@ -1,6 +1,8 @@
 """The device data path on its CPU twin: the device-managed cache serves every tier's rows bit
 for bit as the store holds them, pre-sampling counts what the Rust sampler samples, and the
-pipeline's batches equal the native loader's (same order, keys, blocks, features, labels)."""
+pipeline's batches equal the native loader's (same order, keys, blocks, features, labels), for
+node batches and for link batches (the same negatives too, through the counter-based RNG), also
+through PyG's LinkNeighborLoader sampler."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ torch = needs("torch")
 
 from strata.gnn.device.cache import DEVICE, HOST, MISS, DeviceCache, presample_hotness  # noqa: E402
 from strata.gnn.device.keys import batch_key  # noqa: E402
+from strata.gnn.device.reads import EngineReads  # noqa: E402
 from strata.gnn.device.sampler import DeviceSampler  # noqa: E402
 from strata.gnn.device.topology import DeviceTopology  # noqa: E402
-from strata.gnn.loader import GnnData  # noqa: E402
+from strata.gnn.loader import GnnData, LinkLoader  # noqa: E402
 from strata.gnn.sampling import NeighborSampler  # noqa: E402
 
 
@@ -39,16 +42,8 @@ def test_cache_serves_every_tier_s_rows_bit_for_bit(cora):
     data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
     sampler = DeviceSampler(DeviceTopology.open(data.store, "cpu"), [5, 5])
     hot = presample_hotness(sampler, data.nodes("train"), 64)
-    cache = DeviceCache(
-        lambda ids: data._native.gather(ids.tobytes()),
-        data.num_nodes,
-        data.dim,
-        data.torch_dtype,
-        hot,
-        device_rows=300,
-        host_rows=500,
-        device="cpu",
-    )
+    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, "cpu")
+    cache = DeviceCache(data.store.features, engine, hot, device_rows=300, host_rows=500, device="cpu")
     store_rows = torch.from_numpy(np.array(data.store.features, dtype=np.float32))
     nodes = torch.cat([torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(1)), torch.arange(50)])
     rows = cache.lookup(nodes)
@@ -61,7 +56,17 @@ def test_cache_serves_every_tier_s_rows_bit_for_bit(cora):
     order = torch.sort(hot, descending=True, stable=True).indices
     assert (cache.tiers(order[:300])[0] == DEVICE).all() and (cache.tiers(order[300:800])[0] == HOST).all()
     with pytest.raises(ValueError, match="one hotness count per node"):
-        DeviceCache(cache.read_rows, 5, data.dim, data.torch_dtype, hot, device_rows=1, host_rows=1, device="cpu")
+        DeviceCache(data.store.features[:5], engine, hot, device_rows=1, host_rows=1, device="cpu")
+
+
+def assert_same_batch(x, y) -> None:
+    """Two batches hold the same nodes, blocks, feature bits and labels."""
+    assert torch.equal(x.nodes, y.nodes) and x.hop_counts == y.hop_counts
+    for bx, by in zip(x.blocks, y.blocks, strict=True):
+        assert (bx.num_src, bx.num_dst) == (by.num_src, by.num_dst)
+        assert torch.equal(bx.src, by.src) and torch.equal(bx.dst, by.dst)
+    np.testing.assert_array_equal(bits(x.x), bits(y.x))
+    assert torch.equal(x.y, y.y)
 
 
 def test_device_pipeline_batches_equal_the_native_loader_s(cora):
@@ -69,19 +74,14 @@ def test_device_pipeline_batches_equal_the_native_loader_s(cora):
     native = GnnData(cora, data_path="native", **options)
     device = GnnData(cora, data_path="device", **options)
     assert device.data_path == "device" and native.data_path == "native"
-    assert "device data path: device_memory" in device.plan_lines()[-1]
+    assert device.plan_lines()[-1].startswith("data path: device; memory ")
     for epoch in (0, 1):
         a = list(native.loader("train", epoch=epoch))
         loader = device.loader("train", epoch=epoch)
         b = list(loader)
         assert len(a) == len(b) > 1
         for x, y in zip(a, b, strict=True):
-            assert torch.equal(x.nodes, y.nodes) and x.hop_counts == y.hop_counts
-            for bx, by in zip(x.blocks, y.blocks, strict=True):
-                assert (bx.num_src, bx.num_dst) == (by.num_src, by.num_dst)
-                assert torch.equal(bx.src, by.src) and torch.equal(bx.dst, by.dst)
-            np.testing.assert_array_equal(bits(x.x), bits(y.x))
-            assert torch.equal(x.y, y.y)
+            assert_same_batch(x, y)
         stats = loader.stats()
         assert stats["sampler"] == "device" and stats["batches"] == len(b)
         assert set(stats["busy_seconds"]) == {"sample", "lookup"}
@@ -90,3 +90,52 @@ def test_device_pipeline_batches_equal_the_native_loader_s(cora):
         assert tiers["device_rows"] + tiers["host_rows"] + tiers["miss_rows"] == sum(len(x.nodes) for x in b)
     with pytest.raises(ValueError, match="data_path: expected one of"):
         GnnData(cora, data_path="gpu", **options)
+
+
+def cora_edges(cora, count: int) -> np.ndarray:
+    """``count`` of Cora's edges as a ``(2, E)`` array (CSC order: in-edges node by node)."""
+    indptr, indices = (np.asarray(a, dtype=np.int64) for a in GnnData(cora, data_path="native").store.csc())
+    dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    return np.stack([indices, dst])[:, :count]
+
+
+@pytest.mark.parametrize("negatives", [0, 3])
+def test_device_link_batches_equal_the_native_loader_s(cora, negatives):
+    edges = cora_edges(cora, 700)
+    options = {"edges": edges, "negatives": negatives, "device_memory": "200K"}
+    native = LinkLoader(cora, [5, 5], 96, data_path="native", **options)
+    device = LinkLoader(cora, [5, 5], 96, data_path="device", **options)
+    assert (native.data.data_path, device.data.data_path) == ("native", "device")
+    for _epoch in (0, 1):
+        a, b = list(native), list(device)
+        assert len(a) == len(b) == 8
+        for x, y in zip(a, b, strict=True):
+            assert_same_batch(x, y)
+            assert torch.equal(x.edge_label_index, y.edge_label_index) and torch.equal(x.edge_label, y.edge_label)
+            num_pos = len(y.edge_label) // (1 + negatives)
+            assert y.edge_label_index.shape == (2, num_pos * (1 + negatives)) and int(y.edge_label.sum()) == num_pos
+        assert device.stats["sampler"] == "device" and device.stats["batches"] == 8
+    # Unshuffled, the positives are the given edges in order.
+    unshuffled = LinkLoader(cora, [5, 5], 96, data_path="device", shuffle=False, **options)
+    first = next(iter(unshuffled))
+    assert torch.equal(first.nodes[first.edge_label_index[:, :96]], torch.from_numpy(edges[:, :96]))
+
+
+def test_pyg_link_sampler_on_the_device_path_draws_the_native_sample(cora):
+    needs("torch_geometric")
+    from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
+
+    from strata.gnn.pyg import StrataSampler
+
+    options = {"fanouts": [5, 5], "batch_size": 64, "device_memory": "200K"}
+    edges = torch.from_numpy(cora_edges(cora, 64))
+    inputs = EdgeSamplerInput(None, edges[0], edges[1])
+    out = [
+        StrataSampler(GnnData(cora, data_path=path, **options)).sample_from_edges(inputs, NegativeSampling("binary", 2))
+        for path in ("native", "device")
+    ]
+    for name in ("node", "row", "col"):
+        assert torch.equal(getattr(out[0], name), getattr(out[1], name)), name
+    assert out[0].num_sampled_nodes == out[1].num_sampled_nodes
+    assert out[0].num_sampled_edges == out[1].num_sampled_edges
+    assert torch.equal(out[0].metadata[1], out[1].metadata[1]) and torch.equal(out[0].metadata[2], out[1].metadata[2])

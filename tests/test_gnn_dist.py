@@ -143,6 +143,22 @@ def test_two_ranks_under_torchrun_train_and_reduce_accuracy(sbm, tmp_path):
     assert record["test"]["accuracy"] > 0.6, record["test"]
 
 
+def test_two_ranks_train_on_the_device_data_path_s_cpu_twin(sbm, tmp_path):
+    # The device path under torchrun: each rank samples and serves its own share through the
+    # device sampler and cache (on a GPU each on its LOCAL_RANK device; here their CPU twin).
+    needs("torch")
+    run = tmp_path / "run"
+    cmd = _torchrun("-m", "strata", "gnn", "train", sbm, "--run-dir", run, "--epochs", "2", "--data-path", "device",
+                    "--device-memory", "64K", *SMALL)  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    record = json.loads((run / "run.json").read_text())
+    _check_group_record(record, _split_sizes(sbm))
+    assert record["data_path"] == "device" and record["feature_reads"]["path"] == "engine"
+    assert all(rec["pipeline"]["sampler"] == "device" for rec in record["history"])
+    assert record["test"]["accuracy"] > 0.6, record["test"]
+
+
 @needs_netns
 def test_two_ranks_in_two_namespaces_each_with_its_own_store(sbm, tmp_path):
     needs("torch")

@@ -48,6 +48,13 @@ class _TrainFrontEnd:
     epochs: int = option(10, help="training epochs", min=1)
     eval_every: int = option(1, help="evaluate on the validation split every this many epochs (0: never)")
     device: str = option("auto", help="torch device: auto (cuda when available), cpu, cuda, cuda:1, ...")
+    data_path: Literal["auto", "native", "device"] = option(
+        "auto",
+        help="who samples and serves the batches: auto (the device data path on a CUDA device, else native), "
+        "native (the Rust sampler and feature tiers in host memory, rows copied to the device), or device "
+        "(sampling and a feature cache managed from the device over device_memory and page-locked host memory; "
+        "on cpu its CPU twin, the same code in order)",
+    )
     torch_threads: int = option(0, help="threads torch may use (0: its default)")
     dist_timeout: int = option(
         600, help="seconds a rank waits for the others (rendezvous, each collective) under torchrun", min=1

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import numpy as np
-
 from ._torch import require_torch
 
 
@@ -28,8 +26,8 @@ class Batch:
     x: object
     y: object | None
     stats: dict = field(default_factory=dict)
-    #: Link batches only: the native ``(src_local, dst_local, neg_dst_local)`` uint32 buffers
-    #: behind ``edge_label_index``; None for node batches.
+    #: Link batches only: ``(src_local, dst_local, neg_dst_local)``, int64 local ids on
+    #: ``x``'s device behind ``edge_label_index`` (negatives edge-major); None for node batches.
     links: tuple | None = None
 
     @property
@@ -44,10 +42,9 @@ class Batch:
         if self.links is None:
             return None
         torch = require_torch()
-        src, dst, neg = (np.frombuffer(b, dtype="<u4").astype(np.int64) for b in self.links)
+        src, dst, neg = self.links
         per_edge = len(neg) // len(src) if len(src) else 0
-        index = np.stack([np.concatenate([src, np.repeat(src, per_edge)]), np.concatenate([dst, neg])])
-        return torch.from_numpy(index).to(self.x.device)
+        return torch.stack([torch.cat([src, src.repeat_interleave(per_edge)]), torch.cat([dst, neg])])
 
     @cached_property
     def edge_label(self):
@@ -56,5 +53,5 @@ class Batch:
         if self.links is None:
             return None
         torch = require_torch()
-        num_pos, num_neg = len(self.links[0]) // 4, len(self.links[2]) // 4
-        return torch.cat([torch.ones(num_pos), torch.zeros(num_neg)]).to(self.x.device)
+        src, _, neg = self.links
+        return torch.cat([torch.ones(len(src), device=src.device), torch.zeros(len(neg), device=src.device)])

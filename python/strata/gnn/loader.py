@@ -19,9 +19,10 @@ import numpy as np
 
 from .. import _native
 from ..config.gnn import GnnTrainConfig
+from ..errors import ConfigError
 from ..store import Store
 from ..torchrun import process_bytes
-from ..units import parse_size
+from ..units import fmt_bytes, parse_size
 from ._torch import require_torch
 from .batch import Batch
 from .features import SplitFeatures, join_rpc, owned_range
@@ -187,6 +188,7 @@ class GnnData:
         own_process: bool = False,
         split: tuple[int, int] | None = None,
         data_path: str = "auto",
+        gds: str = "auto",
         **options,
     ):
         # The native data path's options are the engine's part of the [gnn.train] section
@@ -202,6 +204,7 @@ class GnnData:
             device_memory = 0
         self.data_path, self.data_path_note = self._choose_data_path(data_path, split)
         device_bytes = device_tier_bytes(device_memory, self.device)
+        self.device_bytes = device_bytes
         # On the device path the device budget is its cache's, and the native tiers (its I/O
         # engine for the misses) keep every row they do not hold in memory on disk.
         given = {**options, "device_memory": 0 if self.data_path == "device" else device_bytes}
@@ -230,13 +233,17 @@ class GnnData:
                 train_nodes=train,
                 device_bytes=device_bytes,
                 host_bytes=int(self.plan.get("hot_bytes", 0)),
+                gds=gds,
             )
         self.device_table = None if split is not None or self.device_path else self._load_device_tier()
+        if progress:
+            for line in self.data_path_lines():
+                progress("message", line)
 
     def _choose_data_path(self, data_path: str, split) -> tuple[str, str | None]:
         """``("device" | "native", why not the device path or None)``."""
         if data_path not in DATA_PATHS:
-            raise ValueError(f"data_path: expected one of {DATA_PATHS}, got {data_path!r}")
+            raise ConfigError(f"data_path: expected one of {DATA_PATHS}, got {data_path!r}")
         if data_path == "native":
             return "native", "the native data path was asked for"
         why = None
@@ -245,7 +252,7 @@ class GnnData:
         elif data_path == "auto" and self.device.split(":")[0] != "cuda":
             why = "the device is not a GPU"
         if why is not None and data_path == "device":
-            raise ValueError(f"data_path: the device data path cannot serve this store: {why}")
+            raise ConfigError(f"data_path: the device data path cannot serve this store: {why}")
         return ("native", why) if why is not None else ("device", None)
 
     @property
@@ -278,17 +285,41 @@ class GnnData:
         return self._native.memory_plan()
 
     def plan_lines(self) -> list[str]:
-        """The plan as text; with the device data path, a last line gives its two budgets."""
-        lines = self._native.plan_lines()
-        if self.device_path is not None:
-            b = self.device_path.budget()
-            lines = [
-                *lines,
-                f"device data path: device_memory {b['device_memory']} bytes (CSC in {b['topology']} memory, "
-                f"the cache index, {b['device_rows']} device rows), memory {b['memory']} bytes page-locked "
-                f"({b['host_rows']} host rows)",
-            ]
-        return lines
+        """The plan as text, the data path's lines (:meth:`data_path_lines`) last."""
+        return [*self._native.plan_lines(), *self.data_path_lines()]
+
+    def data_path_lines(self) -> list[str]:
+        """Which data path serves the batches, why, and its two budgets: the host's
+        (``memory``, of which ``feature_memory`` for feature rows) and the device's
+        (``device_memory``); with the device path, where its cache misses are read from."""
+        cfg = self.config
+        features = "what memory leaves" if cfg.get("feature_memory") is None else fmt_bytes(cfg["feature_memory"])
+        why = f" ({self.data_path_note})" if self.data_path_note else ""
+        host = f"memory {fmt_bytes(cfg['memory'])} (feature rows: {features})"
+        if self.device_path is None:
+            rows = self.plan.get("device_rows", 0)
+            device = f"device_memory {fmt_bytes(self.device_bytes)} ({rows:,} device-tier rows)"
+            return [f"data path: native{why}; {host}; {device}"]
+        b = self.device_path.budget()
+        reads = self.feature_reads
+        how = (
+            "GPUDirect Storage" if reads["path"] == "gds" else f"the I/O engine, not GPUDirect Storage: {reads['note']}"
+        )
+        return [
+            f"data path: device{why}; {host}, page-locked {fmt_bytes(b['memory'])} of it "
+            f"({b['host_rows']:,} host rows{', the CSC' if b['topology'] == 'host' else ''}); "
+            f"device_memory {fmt_bytes(self.device_bytes)}, {fmt_bytes(b['device_memory'])} of it held (the cache "
+            f"index, {b['device_rows']:,} device rows{', the CSC' if b['topology'] == 'device' else ''}); "
+            f"misses read by {how}",
+        ]
+
+    @property
+    def feature_reads(self) -> dict:
+        """``{"path": "gds" | "engine", "note": why not GPUDirect Storage or None}``: how
+        feature rows that no memory tier holds are read."""
+        if self.device_path is None:
+            return {"path": "engine", "note": "the native data path reads through the I/O engine"}
+        return {"path": self.device_path.reads, "note": self.device_path.reads_note}
 
     @property
     def hot_seconds(self):
@@ -347,8 +378,11 @@ class GnnData:
         with ``negatives`` uniform negative destinations per edge, on ``device`` (default: the
         store's). Batches carry ``edge_label_index`` and ``edge_label``."""
         edges = self.edges(edges) if isinstance(edges, str) else edge_index_array(edges, self.num_nodes)
+        negatives = negatives_per_edge(negatives)
+        if self.device_path is not None and (device is None or device == self.device):
+            return self.device_path.link_loader(edges, negatives, epoch=epoch, shuffle=shuffle, drop_last=drop_last)
         native = self._native.link_epoch(
-            node_id_bytes(edges[0]), node_id_bytes(edges[1]), negatives_per_edge(negatives), epoch, shuffle, drop_last
+            node_id_bytes(edges[0]), node_id_bytes(edges[1]), negatives, epoch, shuffle, drop_last
         )
         return EpochLoader(self, native, device or self.device)
 
@@ -408,6 +442,8 @@ class EpochLoader:
             positions, fetch = remote
             x[positions] = fetch.wait()
         x = self._features(x, *device)
+        if links is not None:
+            links = tuple(self._tensor(b, torch.int32).to(torch.int64).to(self.device) for b in links)
         if self.device.type != "cpu":
             blks = [b.to(self.device) for b in blks]
             y = None if y is None else y.to(self.device, non_blocking=True)

@@ -205,13 +205,20 @@ class StrataSampler(BaseSampler):
                 )
             per_edge = math.ceil(neg_sampling.amount)
             num_neg = math.ceil(num_pos * neg_sampling.amount)
-        out = self.data._native.sample_links(
-            node_id_bytes(inputs.row.numpy()), node_id_bytes(inputs.col.numpy()), per_edge, next(self._keys)
-        )
-        nodes, hops, row, col, edges, src, dst, neg_dst = out
-        src, dst = _ids(src), _ids(dst)
+        if self.data.device_path is not None:
+            # The device sampler draws the native sampler's link sample, on the device.
+            links = self.data.device_path.sampler.sample_links(inputs.row, inputs.col, per_edge, next(self._keys))
+            sample, src, dst, neg_dst = links.sample, links.src_local, links.dst_local, links.neg_dst_local
+            nodes, hops, edges = sample.nodes, sample.hop_counts, sample.edges_per_hop
+            row, col = sample.edge_index()
+        else:
+            out = self.data._native.sample_links(
+                node_id_bytes(inputs.row.numpy()), node_id_bytes(inputs.col.numpy()), per_edge, next(self._keys)
+            )
+            nodes, hops, row, col, edges, src, dst, neg_dst = out
+            nodes, row, col, src, dst, neg_dst = map(_ids, (nodes, row, col, src, dst, neg_dst))
         # A fractional amount draws ceil(amount) per edge and keeps the first num_neg.
-        neg_src, neg_dst = src.repeat_interleave(per_edge)[:num_neg], _ids(neg_dst)[:num_neg]
+        neg_src, neg_dst = src.repeat_interleave(per_edge)[:num_neg], neg_dst[:num_neg]
         edge_label_index = torch.stack([torch.cat([src, neg_src]), torch.cat([dst, neg_dst])])
         edge_label = inputs.label
         if neg_sampling is not None:
@@ -219,9 +226,9 @@ class StrataSampler(BaseSampler):
                 edge_label = torch.ones(num_pos)
             edge_label = torch.cat([edge_label, edge_label.new_zeros((num_neg, *edge_label.shape[1:]))])
         return SamplerOutput(
-            node=_ids(nodes),
-            row=_ids(row),
-            col=_ids(col),
+            node=nodes,
+            row=row,
+            col=col,
             edge=None,
             batch=None,
             num_sampled_nodes=list(hops),

@@ -283,6 +283,10 @@ def _typed(cfg: GnnTrainConfig, store: Store, env, device, progress):
         raise ConfigError(f"gnn.train.model: {cfg.store} is a typed store (node and edge types); it trains {typed}")
     if env is not None:
         raise ConfigError(f"{cfg.store}: a typed store trains in one process, not under torchrun")
+    if cfg.data_path == "device":
+        raise ConfigError(
+            f"gnn.train.data_path: {cfg.store} is a typed store, which the native data path serves; use auto or native"
+        )
     if cfg.feature_codec != "f32":
         raise ConfigError(
             f"gnn.train.feature_codec: {cfg.store} is a typed store, whose batches read every row from its files "
@@ -332,6 +336,11 @@ def _train(
         ranks.start_rpc()
         split = (ranks.rank, ranks.world_size)
     if open_data is None:
+        if split is not None and cfg.data_path == "device":
+            raise ConfigError(
+                "gnn.train.data_path: the device data path does not serve features split across ranks "
+                "(dist_features = split); use auto or native"
+            )
         data = GnnData(
             cfg.store,
             progress,
@@ -339,6 +348,7 @@ def _train(
             training=model.training_costs(optimizer_states=2),
             own_process=True,
             split=split,
+            data_path=cfg.data_path,
             **engine_options(cfg),
         )
     else:
@@ -397,8 +407,11 @@ def _train(
         "device": str(device),
         "world_size": 1 if ranks is None else ranks.world_size,
         "dist_features": "split" if data.split is not None else "replicated",
-        # Which data path sampled and served the batches (typed stores: the native one).
+        # Which data path sampled and served the batches and why (typed stores: the native
+        # one), and how rows no memory tier held were read.
         "data_path": getattr(data, "data_path", "native"),
+        "data_path_note": getattr(data, "data_path_note", "typed stores are served by the native data path"),
+        "feature_reads": getattr(data, "feature_reads", {"path": "engine", "note": "typed stores read their files"}),
         "restarts": torchrun.attempt(),
         "resumed_after_epoch": resumed or None,
         "plan": data.plan,

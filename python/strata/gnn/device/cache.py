@@ -10,7 +10,6 @@ device memory, the next in host memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -18,12 +17,13 @@ import torch
 
 from . import uva
 from .keys import batch_key
+from .reads import EngineReads, GdsReads
 from .sampler import DeviceSampler, as_ids
 
 DEVICE, HOST, MISS = 0, 1, 2
 TIER_NAMES = ("device_rows", "host_rows", "miss_rows")
-#: Rows per chunk when a tier is filled, so the host holds one chunk of rows at a time.
-FILL_ROWS = 1 << 16
+#: Feature bytes per chunk of node ids when the tiers are filled (the host holds one chunk).
+FILL_BYTES = 64 << 20
 
 
 def presample_hotness(sampler: DeviceSampler, seeds, batch_size: int, *, epoch: int = 0) -> torch.Tensor:
@@ -54,26 +54,25 @@ class CacheStats:
 
 
 class DeviceCache:
-    """Feature rows served from device memory, page-locked host memory, or the I/O engine.
+    """Feature rows served from device memory, page-locked host memory, or read on a miss.
 
-    ``read_rows(ids)``: the rows of ``ids`` (a uint32 NumPy array) as bytes, through Strata's
-    I/O engine (``GnnData.read_rows``); ``num_nodes``/``dim``/``dtype`` describe the rows;
-    ``hotness`` (one count per node, e.g. :func:`presample_hotness`) ranks them; the
-    ``device_rows`` hottest go to device memory and the next ``host_rows`` to page-locked host
-    memory."""
+    ``features``: the store's ``(num_nodes, dim)`` feature array (its memory map), from which
+    the tiers are filled once; ``misses`` reads the rows no tier holds
+    (:mod:`~strata.gnn.device.reads`: the I/O engine or GPUDirect Storage); ``hotness`` (one
+    count per node, e.g. :func:`presample_hotness`) ranks the rows; the ``device_rows`` hottest
+    go to device memory and the next ``host_rows`` to page-locked host memory."""
 
     def __init__(
         self,
-        read_rows: Callable[[np.ndarray], bytes],
-        num_nodes: int,
-        dim: int,
-        dtype: torch.dtype,
+        features,
+        misses: EngineReads | GdsReads,
         hotness: torch.Tensor,
         *,
         device_rows: int,
         host_rows: int,
         device,
     ):
+        num_nodes, dim = features.shape
         if device_rows < 0 or host_rows < 0:
             raise ValueError(f"cache: tier sizes must not be negative, got {device_rows} and {host_rows}")
         if hotness.shape != (num_nodes,):
@@ -81,7 +80,8 @@ class DeviceCache:
                 f"cache: expected one hotness count per node ({num_nodes}), got shape {tuple(hotness.shape)}"
             )
         self.device = torch.device(device)
-        self.read_rows, self.dim, self.dtype = read_rows, dim, dtype
+        self.features, self.misses = features, misses
+        self.dim, self.dtype = dim, torch.from_numpy(np.empty(0, dtype=features.dtype)).dtype
         device_rows, host_rows = min(device_rows, num_nodes), min(host_rows, max(num_nodes - device_rows, 0))
         # Hottest first; ties by node id (a stable sort), so the placement is reproducible.
         order = torch.sort(hotness.to(self.device), descending=True, stable=True).indices
@@ -90,26 +90,25 @@ class DeviceCache:
         index[on_device] = torch.arange(device_rows, device=self.device) << 2 | DEVICE
         index[on_host] = torch.arange(host_rows, device=self.device) << 2 | HOST
         self.index = index
-        self.device_table = self._fill(on_device, torch.empty((device_rows, dim), dtype=dtype, device=self.device))
+        self.device_table = torch.empty((device_rows, dim), dtype=self.dtype, device=self.device)
         pin = self.device.type == "cuda"
-        self.host_table = self._fill(on_host, torch.empty((host_rows, dim), dtype=dtype, pin_memory=pin))
+        self.host_table = torch.empty((host_rows, dim), dtype=self.dtype, pin_memory=pin)
+        self._fill(index.to("cpu"))
         self.stats = CacheStats()
 
-    def _fill(self, nodes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-        """``table`` (device memory, or page-locked host memory for kernels to read over UVA)
-        filled with the rows of ``nodes`` in slot order, read in chunks so the host holds one
-        chunk of rows at a time."""
-        ids = nodes.to("cpu").numpy().astype("<u4")
-        for start in range(0, ids.size, FILL_ROWS):
-            chunk = ids[start : start + FILL_ROWS]
-            table[start : start + chunk.size].copy_(self._host_rows(chunk))
-        return table
-
-    def _host_rows(self, ids: np.ndarray) -> torch.Tensor:
-        raw = self.read_rows(ids)
-        if not len(raw):
-            return torch.empty((0, self.dim), dtype=self.dtype)
-        return torch.frombuffer(bytearray(raw), dtype=self.dtype).view(-1, self.dim)
+    def _fill(self, index: torch.Tensor) -> None:
+        """Both tables filled in one pass over the feature file in id order (its held rows
+        only, a chunk of ``FILL_BYTES`` at a time), so a tier of most rows reads the file
+        sequentially and one of a few rows reads only their pages."""
+        row_bytes = self.dim * self.device_table.element_size()
+        step = max(FILL_BYTES // max(row_bytes, 1), 1)
+        for start in range(0, index.numel(), step):
+            code = index[start : start + step]
+            for tier, table in ((DEVICE, self.device_table), (HOST, self.host_table)):
+                held = torch.nonzero(code & 3 == tier).reshape(-1)
+                if held.numel():
+                    rows = torch.from_numpy(np.asarray(self.features[(start + held).numpy()]))
+                    table[(code[held] >> 2).to(table.device)] = rows.to(table.device)
 
     def tiers(self, nodes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(tier, slot)`` of each of ``nodes`` (int64 on the device)."""
@@ -119,8 +118,8 @@ class DeviceCache:
     def lookup(self, nodes: torch.Tensor) -> torch.Tensor:
         """The feature rows of ``nodes`` (int64 global ids on the device) as ``(len(nodes),
         dim)`` on the device: device-tier rows from device memory, host-tier rows over UVA,
-        misses read through the I/O engine into page-locked memory and copied over
-        asynchronously on the current stream."""
+        misses by ``misses`` (the I/O engine into page-locked memory, copied over
+        asynchronously on the current stream, or GPUDirect Storage)."""
         tier, slot = self.tiers(nodes)
         out = torch.empty((nodes.numel(), self.dim), dtype=self.dtype, device=self.device)
         for t, table in ((DEVICE, self.device_table), (HOST, self.host_table)):
@@ -130,10 +129,7 @@ class DeviceCache:
             setattr(self.stats, TIER_NAMES[t], getattr(self.stats, TIER_NAMES[t]) + where.numel())
         missed = torch.nonzero(tier == MISS).reshape(-1)
         if missed.numel():
-            rows = self._host_rows(nodes[missed].to("cpu").numpy().astype("<u4"))
-            if self.device.type == "cuda":
-                rows = rows.pin_memory()
-            out[missed] = rows.to(self.device, non_blocking=True)
+            out[missed] = self.misses.read(nodes[missed])
         self.stats.miss_rows += missed.numel()
         self.stats.lookups += 1
         return out

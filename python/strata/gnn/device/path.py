@@ -12,6 +12,7 @@ import torch
 from ..batch import Batch
 from .cache import DeviceCache, presample_hotness
 from .pipeline import DevicePipeline
+from .reads import EngineReads, choose_reads
 from .sampler import DeviceSampler
 from .topology import DeviceTopology
 
@@ -20,9 +21,11 @@ class DeviceDataPath:
     """Opens the device path for ``data`` on ``device``: the CSC in device memory when it fits
     ``device_bytes`` (else page-locked host memory), hotness from one pre-sampling epoch over
     ``train_nodes``, then the hottest rows in the rest of ``device_bytes`` and the next in
-    ``host_bytes`` of page-locked host memory; misses read through ``data``'s I/O engine."""
+    ``host_bytes`` of page-locked host memory; misses read by GPUDirect Storage where it can
+    (``gds="auto"``, :func:`~strata.gnn.device.reads.choose_reads`), else through ``data``'s
+    I/O engine; ``reads`` and ``reads_note`` say which and why."""
 
-    def __init__(self, data, device, *, train_nodes, device_bytes: int, host_bytes: int):
+    def __init__(self, data, device, *, train_nodes, device_bytes: int, host_bytes: int, gds: str = "auto"):
         # The native data path samples uniformly; so does its device twin.
         cfg = data.config
         self.device = torch.device(device)
@@ -32,11 +35,13 @@ class DeviceDataPath:
         on_device = self.topology.nbytes if self.topology.placement == "device" else 0
         index_bytes = data.num_nodes * 8
         free = max(device_bytes - on_device - index_bytes, 0)
+        read_rows = lambda ids: data._native.gather(ids.tobytes())  # noqa: E731
+        engine = EngineReads(read_rows, data.dim, data.torch_dtype, self.device)
+        choice = choose_reads(engine, data.store.features, self.device, gds=gds)
+        self.reads, self.reads_note = choice.reads.kind, choice.note
         self.cache = DeviceCache(
-            lambda ids: data._native.gather(ids.tobytes()),
-            data.num_nodes,
-            data.dim,
-            data.torch_dtype,
+            data.store.features,
+            choice.reads,
             hotness,
             device_rows=free // data.row_bytes,
             host_rows=host_bytes // data.row_bytes,
@@ -50,29 +55,41 @@ class DeviceDataPath:
 
     def budget(self) -> dict:
         """Bytes the path holds: ``device_memory`` (the CSC when on the device, the cache's
-        index and device tier) and ``memory`` (page-locked: the CSC when there, the host tier)."""
+        index and device tier) and ``memory`` (page-locked: the CSC when there, the host tier);
+        ``topology`` says which holds the CSC (``host`` on the CPU twin, whose tensors are in
+        RAM)."""
         cache = self.cache.nbytes
         topo = self.topology.nbytes
         on_device = self.topology.placement == "device" and self.device.type != "cpu"
         return {
             "device_memory": cache["device_memory"] + (topo if on_device else 0),
             "memory": cache["memory"] + (0 if on_device else topo),
-            "topology": self.topology.placement,
+            "topology": "device" if on_device else "host",
             "device_rows": self.cache.device_table.shape[0],
             "host_rows": self.cache.host_table.shape[0],
         }
 
     def loader(self, nodes, *, epoch: int, shuffle: bool, drop_last: bool) -> DeviceEpochLoader:
-        return DeviceEpochLoader(self, nodes, epoch, shuffle, drop_last)
+        """One epoch's node batches over ``nodes`` (global ids)."""
+        batches = self.pipeline.epoch(nodes, epoch=epoch, seed=self.seed, shuffle=shuffle, drop_last=drop_last)
+        return DeviceEpochLoader(self, batches)
+
+    def link_loader(self, edges, negatives: int, *, epoch: int, shuffle: bool, drop_last: bool) -> DeviceEpochLoader:
+        """One epoch's link batches over ``edges`` (``(2, E)`` positive pairs), ``negatives``
+        uniform destinations per edge."""
+        batches = self.pipeline.link_epoch(
+            edges, negatives, epoch=epoch, seed=self.seed, shuffle=shuffle, drop_last=drop_last
+        )
+        return DeviceEpochLoader(self, batches)
 
 
 class DeviceEpochLoader:
     """One epoch's batches on the device path; ``stats()`` is the pipeline's (busy seconds per
     stage, the share of the epoch the model waited, rows per tier, ``sampler: "device"``)."""
 
-    def __init__(self, path: DeviceDataPath, nodes, epoch: int, shuffle: bool, drop_last: bool):
+    def __init__(self, path: DeviceDataPath, batches: Iterator[Batch]):
         self.path = path
-        self._batches = path.pipeline.epoch(nodes, epoch=epoch, seed=path.seed, shuffle=shuffle, drop_last=drop_last)
+        self._batches = batches
 
     def __iter__(self) -> Iterator[Batch]:
         return self._batches

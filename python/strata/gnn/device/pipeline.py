@@ -91,11 +91,44 @@ class DevicePipeline:
         is sampled and read while the model trains batch ``i``; on the CPU twin each batch is
         prepared when it is asked for."""
         order = epoch_order(np.asarray(seeds), seed, epoch) if shuffle else np.asarray(seeds, dtype=np.int64)
-        count = len(order) // self.batch_size if drop_last else -(-len(order) // self.batch_size)
+
+        def sample(part: np.ndarray, key: int, on_hop):
+            return self.sampler.sample(torch.from_numpy(part), key, on_hop=on_hop), None
+
+        return self._run(
+            len(order), lambda i: order[i * self.batch_size : (i + 1) * self.batch_size], sample, epoch, drop_last
+        )
+
+    def link_epoch(
+        self, edges, negatives: int, *, epoch: int = 0, seed: int = 0, shuffle: bool = True, drop_last: bool = False
+    ) -> Iterator[Batch]:
+        """One link-prediction epoch over ``edges`` (a ``(2, E)`` array of positive (source,
+        destination) ids): the native loader's shuffle of the edges as pairs, its cut into
+        ``batch_size`` edges and its batch keys; each batch is
+        :meth:`~strata.gnn.device.sampler.DeviceSampler.sample_links` of its edges with
+        ``negatives`` destinations per edge, so blocks and negatives equal the native
+        batch's. Batches carry ``links`` (the local ids behind ``edge_label_index``)."""
+        edges = np.asarray(edges, dtype=np.int64)
+        n = edges.shape[1]
+        order = epoch_order(np.arange(n), seed, epoch) if shuffle else np.arange(n)
+        edges = edges[:, order]
+
+        def sample(part: np.ndarray, key: int, on_hop):
+            src, dst = torch.from_numpy(part[0]), torch.from_numpy(part[1])
+            links = self.sampler.sample_links(src, dst, negatives, key, on_hop=on_hop)
+            return links.sample, (links.src_local, links.dst_local, links.neg_dst_local)
+
+        return self._run(
+            n, lambda i: edges[:, i * self.batch_size : (i + 1) * self.batch_size], sample, epoch, drop_last
+        )
+
+    def _run(self, n: int, part, sample, epoch: int, drop_last: bool) -> Iterator[Batch]:
+        """The epoch's batches: ``n`` items cut into ``batch_size`` parts (``part(i)``), each
+        sampled by ``sample(part, batch_key, on_hop) -> (DeviceSample, links or None)``."""
+        count = n // self.batch_size if drop_last else -(-n // self.batch_size)
         clock = StageClock(self.device)
         self.cache.stats = CacheStats()
-        jobs = ((i, order[i * self.batch_size : (i + 1) * self.batch_size]) for i in range(count))
-        produced = (self._prepare(i, part, epoch, clock) for i, part in jobs)
+        produced = (self._prepare(i, part(i), sample, epoch, clock) for i in range(count))
         if self._sample_stream is not None:
             produced = _ahead(produced, PREFETCH, self.device)
         waited, sampled, started = 0.0, 0, time.perf_counter()
@@ -112,7 +145,8 @@ class DevicePipeline:
                     # measure that stall on the device.
                     stream = torch.cuda.current_stream(self.device)
                     stream.wait_event(ready)
-                for t in (batch.x, batch.nodes, *(b.src for b in batch.blocks), *(b.dst for b in batch.blocks)):
+                held = (batch.x, batch.nodes, *(b.src for b in batch.blocks), *(b.dst for b in batch.blocks))
+                for t in (*held, *(batch.links or ())):
                     t.record_stream(stream)
             sampled += len(batch.nodes)
             yield batch
@@ -130,7 +164,7 @@ class DevicePipeline:
             "tiers": self.cache.stats.as_dict(),
         }
 
-    def _prepare(self, index: int, seeds: np.ndarray, epoch: int, clock: StageClock):
+    def _prepare(self, index: int, part, sample, epoch: int, clock: StageClock):
         """Samples a batch hop by hop, starting each hop's lookups as soon as its nodes are
         known (on the lookup stream, after the sampling stream's event)."""
         parts = []
@@ -145,10 +179,10 @@ class DevicePipeline:
                 parts.append(self.cache.lookup(new_nodes))
 
         with sample_ctx, clock.span("sample"):
-            sample = self.sampler.sample(torch.from_numpy(seeds), batch_key(epoch, index), on_hop=on_hop)
+            drawn, links = sample(part, batch_key(epoch, index), on_hop)
         with lookup_ctx:
             x = torch.cat(parts) if len(parts) > 1 else parts[0]
-            batch = self._batch(index, sample, x)
+            batch = self._batch(index, drawn, x, links)
         if self._lookup_stream is None:
             return batch, None
         self._lookup_stream.wait_stream(self._sample_stream)
@@ -156,7 +190,7 @@ class DevicePipeline:
         ready.record(self._lookup_stream)
         return batch, ready
 
-    def _batch(self, index: int, sample: DeviceSample, x: torch.Tensor) -> Batch:
+    def _batch(self, index: int, sample: DeviceSample, x: torch.Tensor, links) -> Batch:
         blocks = []
         for b in sample.blocks:
             counts = b.indptr[1:] - b.indptr[:-1]
@@ -164,7 +198,7 @@ class DevicePipeline:
             blocks.append(Block(b.num_src, b.num_dst, b.indices, dst))
         seeds = sample.nodes[: sample.hop_counts[0]]
         y = None if self.labels is None else self.labels[seeds]
-        return Batch(index, seeds, sample.nodes, list(sample.hop_counts), blocks, x, y, {"sampler": "device"})
+        return Batch(index, seeds, sample.nodes, list(sample.hop_counts), blocks, x, y, {"sampler": "device"}, links)
 
 
 def _ahead(items: Iterator, depth: int, device: torch.device) -> Iterator:

@@ -17,6 +17,9 @@ on the CPU twin, equals the batch the Rust sampler draws.
   arithmetic only, so every device computes the same key (a device's own ``log`` may round
   its last bit differently, which could swap two nearly tied keys).
 
+Link batches (``sample_links``) draw their negative destinations as ``sample_links.rs`` does:
+draw ``i`` of the stream ``derive(derive(seed, NEGATIVE_STREAM), batch_key)``, ``below(n)``.
+
 Temporal and per-edge-type sampling, and edge ids, are the Rust sampler's only.
 """
 
@@ -33,6 +36,8 @@ from .topology import DeviceTopology
 
 #: ``strata_graph::sampler::NEIGHBOR_STREAM``: the neighbour choices' domain separator.
 NEIGHBOR_STREAM = 0x5A3F_1E00
+#: ``strata_graph::sampler::NEGATIVE_STREAM``: the negative destinations' domain separator.
+NEGATIVE_STREAM = 0x4E6A_7100
 #: ``std::f64::consts::LN_2`` (the f64 nearest ln 2) and ``weighted.rs``'s ``SERIES_TERMS``.
 LN_2 = 0.6931471805599453
 SERIES_TERMS = 12
@@ -153,6 +158,28 @@ class DeviceSampler:
         blocks.reverse()
         return DeviceSample(nodes, hop_counts, blocks, [b.indices.numel() for b in reversed(blocks)])
 
+    def sample_links(
+        self, src, dst, negatives: int, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None
+    ) -> DeviceLinkSample:
+        """The link sample of the positive edges ``src[i] -> dst[i]`` with ``negatives``
+        uniform destinations per edge, the Rust sampler's ``sample_links(topo, src, dst,
+        negatives, batch_key)``: negative ``j`` is draw ``j`` of the batch's negative stream
+        (edge-major), the seeds are the distinct endpoints in order of first appearance over
+        sources, destinations, then negatives, and their neighbourhoods are :meth:`sample`'s
+        (``on_hop`` as there)."""
+        src, dst = as_ids(src, self.device), as_ids(dst, self.device)
+        if src.numel() != dst.numel():
+            raise ValueError(f"sampler: {src.numel()} edge sources but {dst.numel()} destinations; they must pair up")
+        if negatives < 0:
+            raise ValueError(f"sampler: expected negatives per edge >= 0, got {negatives}")
+        key = rng.derive(rng.derive(self.seed, NEGATIVE_STREAM), batch_key)
+        count = src.numel() * negatives
+        positions = torch.arange(count, device=self.device)
+        neg = rng.below(rng.draw(key.to(self.device), positions), self.topology.num_nodes)
+        seeds, local = _first_appearance(torch.cat([src, dst, neg]))
+        n = src.numel()
+        return DeviceLinkSample(self.sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
+
     def _choose(self, frontier, keys, fanout) -> tuple[torch.Tensor, torch.Tensor]:
         """Edges kept by each frontier node: ``(counts, sources)``, ``counts[i]`` edges for node
         ``i``, their source ids node after node, each node's in CSC order."""
@@ -162,6 +189,30 @@ class DeviceSampler:
         else:
             positions, counts = _choose_uniform(start, degree, keys, fanout)
         return counts, self.topology.sources(positions)
+
+
+@dataclass
+class DeviceLinkSample:
+    """A link batch's sample, as ``strata_graph::sampler::LinkSample``: the endpoints'
+    :class:`DeviceSample` and the local ids (int64, rows of ``sample.nodes``) of each edge's
+    source, destination, and negatives (edge-major)."""
+
+    sample: DeviceSample
+    src_local: torch.Tensor
+    dst_local: torch.Tensor
+    neg_dst_local: torch.Tensor
+
+
+def _first_appearance(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(distinct, local)``: the distinct values of ``ids`` in order of first appearance, and
+    each item's index into them (the Rust sampler's serial id map, as a sort)."""
+    distinct, inverse = torch.unique(ids, return_inverse=True)
+    first = torch.full(distinct.shape, torch.iinfo(torch.int64).max, dtype=torch.int64, device=ids.device)
+    first.scatter_reduce_(0, inverse, torch.arange(ids.numel(), device=ids.device), "amin")
+    order = torch.argsort(first)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(order.numel(), device=ids.device)
+    return distinct[order], rank[inverse]
 
 
 def as_ids(ids, device: torch.device) -> torch.Tensor:
@@ -248,10 +299,6 @@ def _relabel(local: torch.Tensor, nodes: torch.Tensor, sources: torch.Tensor) ->
     fresh = sources[local[sources] < 0]
     if fresh.numel() == 0:
         return nodes
-    distinct, inverse = torch.unique(fresh, return_inverse=True)
-    big = torch.iinfo(torch.int64).max
-    where = torch.full(distinct.shape, big, dtype=torch.int64, device=fresh.device)
-    where.scatter_reduce_(0, inverse, torch.arange(fresh.numel(), device=fresh.device), "amin")
-    new = distinct[torch.argsort(where)]
+    new, _ = _first_appearance(fresh)
     local[new] = torch.arange(nodes.numel(), nodes.numel() + new.numel(), device=new.device)
     return torch.cat([nodes, new])

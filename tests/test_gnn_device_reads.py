@@ -1,0 +1,159 @@
+"""Where the device cache's misses are read from: GPUDirect Storage (kvikio) is chosen only on a
+GPU, with kvikio importing and out of its compatibility mode; otherwise the I/O engine, with the
+reason said in the plan and recorded by `strata gnn train`. A fake kvikio that records its calls
+checks the call shape of the GPUDirect reader (one pread per run of consecutive rows, at the
+rows' byte offsets in the feature file, into one buffer) and that the rows land in the asked
+order. It measures nothing."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import needs, run_strata
+
+torch = needs("torch")
+
+from strata.gnn.device.reads import GDS, EngineReads, GdsReads, choose_reads  # noqa: E402
+from strata.gnn.loader import GnnData  # noqa: E402
+
+
+class FakeFuture:
+    def __init__(self, size: int):
+        self.size = size
+
+    def get(self) -> int:
+        return self.size
+
+
+class FakeCuFile:
+    """kvikio.CuFile's call shape: ``pread(buf, size, file_offset)`` fills ``buf`` (here a CPU
+    tensor) from the file and returns a future."""
+
+    def __init__(self, module, path: str, flags: str):
+        assert flags == "r"
+        self.module, self.path = module, path
+        module.calls.append(("open", path))
+
+    def pread(self, buf, size: int, file_offset: int):
+        self.module.calls.append(("pread", size, file_offset))
+        with open(self.path, "rb") as f:
+            f.seek(file_offset)
+            raw = f.read(size)
+        assert buf.is_contiguous() and buf.numel() * buf.element_size() == size
+        buf.view(-1).view(torch.uint8).copy_(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
+        return FakeFuture(size)
+
+    def close(self):
+        self.module.calls.append(("close", self.path))
+
+
+class FakeDefaults:
+    def __init__(self, compat: bool):
+        self._compat = compat
+
+    def compat_mode(self) -> bool:
+        return self._compat
+
+
+class FakeKvikio:
+    def __init__(self, compat: bool = False):
+        self.calls: list = []
+        self.defaults = FakeDefaults(compat)
+
+    def CuFile(self, path, flags):
+        return FakeCuFile(self, path, flags)
+
+
+def engine_of(data: GnnData, device="cpu") -> EngineReads:
+    return EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+
+
+def test_the_choice_falls_back_to_the_engine_and_says_why(cora):
+    data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
+    features = data.store.features
+    cuda = torch.device("cuda")
+
+    def absent(name):
+        raise ImportError(f"No module named {name!r}")
+
+    choice = choose_reads(engine_of(data), features, "cpu", load=lambda n: FakeKvikio())
+    assert choice.reads.kind == "engine" and choice.note == "no GPU (the device is cpu)"
+    choice = choose_reads(engine_of(data), features, cuda, load=absent)
+    assert choice.reads.kind == "engine" and "kvikio does not import" in choice.note
+    compat = FakeKvikio(compat=True)
+    choice = choose_reads(engine_of(data), features, cuda, load=lambda n: compat)
+    assert choice.reads.kind == "engine" and "compatibility mode" in choice.note
+    assert [c[0] for c in compat.calls] == ["open", "close"]
+    choice = choose_reads(engine_of(data), features, cuda, gds="off", load=lambda n: FakeKvikio())
+    assert choice.reads.kind == "engine" and "turned off" in choice.note
+    fake = FakeKvikio()
+    choice = choose_reads(engine_of(data), features, cuda, load=lambda n: fake)
+    assert choice.reads.kind == GDS and choice.note is None
+    assert fake.calls == [("open", str(features.filename))]
+    with pytest.raises(ValueError, match="gds: expected"):
+        choose_reads(engine_of(data), features, cuda, gds="on")
+
+
+def test_gds_reads_one_pread_per_run_of_rows_in_the_asked_order(cora):
+    data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
+    features = data.store.features
+    fake = FakeKvikio()
+    # The reader on the CPU twin: the fake fills CPU tensors (no device memory is involved).
+    reads = GdsReads(fake, features.filename, features.offset, data.dim, data.torch_dtype, "cpu")
+    nodes = torch.tensor([9, 7, 8, 100, 7, 2707, 0, 101])
+    rows = reads.read(nodes)
+    expected = torch.from_numpy(np.array(features[nodes.numpy()], dtype=np.float32))
+    assert torch.equal(rows, expected)
+    row = data.row_bytes
+    offset = features.offset
+    # Distinct ids sorted: runs [0], [7, 8, 9], [100, 101], [2707].
+    assert fake.calls[1:] == [
+        ("pread", row, offset),
+        ("pread", 3 * row, offset + 7 * row),
+        ("pread", 2 * row, offset + 100 * row),
+        ("pread", row, offset + 2707 * row),
+    ]
+
+
+def test_the_device_path_reports_its_reads_on_the_cpu_twin(cora, monkeypatch):
+    # kvikio absent: on the CPU the reason is the device, whatever kvikio's state.
+    monkeypatch.setitem(sys.modules, "kvikio", None)
+    lines = []
+    data = GnnData(
+        cora,
+        lambda kind, *a: lines.append(a[0]) if kind == "message" else True,
+        fanouts=[5, 5],
+        batch_size=64,
+        data_path="device",
+        device_memory="200K",
+    )
+    assert data.feature_reads == {"path": "engine", "note": "no GPU (the device is cpu)"}
+    plan = [line for line in lines if line.startswith("data path:")]
+    assert len(plan) == 1 and plan[0] == data.plan_lines()[-1]
+    assert "data path: device (" not in plan[0] and "device_memory 200 KiB" in plan[0]
+    assert plan[0].endswith("misses read by the I/O engine, not GPUDirect Storage: no GPU (the device is cpu)")
+    native = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="auto")
+    assert native.data_path_lines()[0].startswith("data path: native (the device is not a GPU); memory ")
+    assert native.feature_reads["path"] == "engine"
+
+
+def test_gnn_train_data_path_flag_is_printed_and_recorded(cora, tmp_path):
+    run = tmp_path / "run"
+    common = ["gnn", "train", cora, "--epochs", "1", "--fanouts", "5,5", "--batch-size", "128", "--hidden", "16"]
+    out = run_strata(*common, "--data-path", "device", "--device-memory", "200K", "--run-dir", run)
+    assert "data path: device; memory " in out.stdout + out.stderr
+    record = json.loads((run / "run.json").read_text())
+    assert record["data_path"] == "device" and record["data_path_note"] is None
+    assert record["feature_reads"] == {"path": "engine", "note": "no GPU (the device is cpu)"}
+    assert record["history"][0]["pipeline"]["sampler"] == "device"
+    out = run_strata(*common, "--run-dir", tmp_path / "auto")
+    assert "data path: native (the device is not a GPU)" in out.stdout + out.stderr
+    record = json.loads((tmp_path / "auto" / "run.json").read_text())
+    assert record["data_path"] == "native" and record["data_path_note"] == "the device is not a GPU"
+    bad = run_strata(*common, "--data-path", "gpu", check=False)
+    assert bad.returncode == 2 and "--data-path: unknown choice 'gpu'" in bad.stderr
+    assert "--data-path {auto,native,device}" in run_strata("gnn", "train", "--help").stdout
