@@ -1,33 +1,53 @@
 """Question: does the device data path (device sampler, device-managed cache, deep pipeline)
-keep a GPU fed, and what does holding a quarter of the features in host memory cost?
+keep a GPU fed, what does holding a quarter of the features in host memory cost, and how does it
+compare with PyG's NeighborLoader?
 
-    python benches/bench_gnn_device.py [--device cuda] [--nodes 200000] [--dim 128] [--epochs 3]
-        [--work DIR] [--no-peer] [--tiny]
+    python benches/bench_gnn_device.py --only FIGURES [--prepare] [--device cuda] [--work DIR]
+        [--out FILE] [--max-batches N] [--tiny]
 
-The graph is G6's (docs/benchmarks.md): `strata generate sbm` with `nodes` nodes, 16 classes,
-`dim` float32 features, mean degree 10, symmetrized; GraphSAGE (`sage`, hidden 256), fanouts
-10 5, batch 1024, Adam. Side by side in one run, on one device:
+FIGURES, comma-separated (each a JSON entry under ``figures``):
 
-- `native`: the native data path (Rust sampler and tiers; G6's configuration);
-- `device, all in memory`: the device path with every feature row in device memory;
-- `device, features 4x host`: the device path with no device tier (only the CSC and the cache
-  index on the device) and a host tier (`feature_memory`) of a quarter of the feature bytes,
-  page-locked; the other rows are read through the I/O engine per batch;
-- `pyg`: PyG's `NeighborLoader` with every feature in memory, the same graph, fanouts and model
-  (when PyG and its sampler import; `--no-peer` skips it).
+- ``g6``: G6's graph and settings (docs/benchmarks.md, G6: `strata generate sbm`, 200,000
+  nodes, 16 classes, 128 float32 features, mean degree 10, symmetrized; `strata gnn train
+  --model sage --fanouts 10,5 --batch-size 1024 --epochs 3 --memory 2G`), run through the CLI
+  with `--data-path native` and `--data-path device`: sampled nodes/s and the share of the epoch
+  the model waited for data (medians of the epochs after the first, from each run.json), and
+  their ratio.
+- ``pyg``: on G6's graph, PyG's `NeighborLoader` with every feature in memory against Strata's
+  device path with a quarter of the features in host memory (no device tier; the rest read per
+  batch), the same fanouts, batch size and model (GraphSAGE, hidden 256, Adam); epoch seconds.
+- ``big``: the issue's scale, 20M nodes with 256 float32 features (20 GB; `--big-nodes`,
+  `--big-dim`): the device path with every row in device memory against the same run with
+  `--memory` a quarter of the feature bytes and no device tier (features 4x the host budget);
+  throughput (sampled nodes/s) and its ratio.
+- ``big-pyg``: PyG's `NeighborLoader` with every feature in memory on the big graph.
 
-Reported per run: the median epoch seconds and sampled nodes/s over the epochs after the first
-(the first warms CUDA up), the share of the epoch the model waited for data (the training
-loop's host wait; for the device path also the pipeline's own figure), and test-free training
-loss (a sanity check, not a result). `--tiny` runs a few thousand nodes for tests. Results go to
-bench-results/gnn-device.json; the figures the GPU session measures go into docs/benchmarks.md
-by hand, with the device named.
+`--prepare` only generates, converts and checks the stores the figures need (kept in `--work`,
+reused by later calls; the check is recorded in the store, so later opens skip it), so that the
+GPU session can run, each call under 10 minutes:
+
+    python benches/bench_gnn_device.py --only g6,pyg --work /tmp/gnn-bench --out $OUT/g6.json
+    python benches/bench_gnn_device.py --only big --prepare --work /tmp/gnn-bench
+    python benches/bench_gnn_device.py --only big --work /tmp/gnn-bench --out $OUT/big.json
+    python benches/bench_gnn_device.py --only big-pyg --work /tmp/gnn-bench --out $OUT/big-pyg.json
+
+The big graph trains on 1% of its nodes (Helios's setting; 196 batches an epoch).
+`--max-batches` caps every epoch of the Python-side runs at the same number of batches;
+throughput is over the batches trained, and runs say their cap (`max_batches`). Epoch 1
+includes CUDA's warm-up and is left out of the medians. PyG's runs need PyG and its sampler
+(pyg-lib or torch-sparse); without them the figure records why it was skipped. kvikio reads
+below its `KVIKIO_GDS_THRESHOLD` through POSIX; the bench sets it to 4096 unless set.
+`--tiny` runs every figure at a few thousand nodes (the tests). The figures the GPU session
+measures go into docs/benchmarks.md by hand, with the device named.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -39,24 +59,81 @@ from common import machine, save, strata, timed
 
 FANOUTS = [10, 5]
 BATCH = 1024
+HIDDEN = 256
+#: Host memory for the data path's fixed needs (topology, batch buffers) beside the feature rows.
+HOST_FIXED = 6 << 30
+#: G6's graph and the issue's large one: (nodes, feature dim).
+GRAPHS = {"g6": (200_000, 128), "big": (20_000_000, 256)}
+TINY = {"g6": (1500, 16), "big": (3000, 16)}
+FIGURES = ("g6", "pyg", "big", "big-pyg")
+#: The big graph trains on 1% of its nodes (Helios's share), valid and test 1% each.
+BIG_SPLITS = ["--train-fraction", 0.01, "--valid-fraction", 0.01, "--test-fraction", 0.01]
 
 
-def make_store(args) -> Path:
-    """G6's graph (generated and converted once; kept in the work dir)."""
-    store = args.work / f"sbm-n{args.nodes}-f{args.dim}.strata"
-    if store.exists():
+def make_store(work: Path, nodes: int, dim: int, splits=()) -> Path:
+    """An SBM store (16 classes, mean degree 10, symmetrized; ``splits`` the generator's split
+    fractions), generated, converted and checked once; reused from ``work`` when present."""
+    name = f"sbm-n{nodes}-f{dim}" + ("-splits" if splits else "")
+    store = work / f"{name}.strata"
+    if (store / "manifest.json").exists():
         return store
-    raw = args.work / f"sbm-n{args.nodes}-raw"
-    gen = ["--nodes", args.nodes, "--classes", 16, "--avg-degree", 10, "--feature-dim", args.dim]
-    timed(strata("generate", "sbm", "--out", raw, *gen, "--overwrite", "-q"))
-    timed(strata("convert", raw, "--symmetrize", "--out", store, "-q"))
+    raw = work / f"{name}-raw"
+    gen = ["--nodes", nodes, "--classes", 16, "--avg-degree", 10, "--feature-dim", dim, *splits]
+    steps = {"generate": timed(strata("generate", "sbm", "--out", raw, *gen, "--overwrite", "-q"))}
+    partial = store.with_name(store.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    steps["convert"] = timed(strata("convert", raw, "--symmetrize", "--out", partial, "-q"))
     shutil.rmtree(raw)
+    steps["check"] = timed(strata("check", partial))
+    partial.rename(store)
+    print(f"{store}: " + ", ".join(f"{k} {v['seconds']:.0f} s" for k, v in steps.items()), file=sys.stderr)
     return store
 
 
-def train(batches, model, opt, device, torch, epochs: int, stats=None) -> dict:
-    """Trains ``epochs`` epochs over ``batches()`` (a fresh iterable per epoch of ``(blocks, x,
-    y, sampled nodes)``); per epoch: seconds, sampled nodes, host wait seconds, loss."""
+def medians(epochs: list[dict], keys) -> dict:
+    """The median of each of ``keys`` over the epochs after the first (all of one)."""
+    later = epochs[1:] or epochs
+    return {k: statistics.median(e[k] for e in later) for k in keys}
+
+
+def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
+    """`strata gnn train` with G6's settings on ``data_path``; its run.json summarised."""
+    cmd = strata(
+        "gnn", "train", store, "--model", "sage", "--fanouts", ",".join(map(str, FANOUTS)),
+        "--batch-size", args.batch_size, "--epochs", args.epochs, "--memory", "2G", "--device", args.device,
+        "--hidden", args.hidden,
+        "--data-path", data_path, "--run-dir", run_dir,
+    )  # fmt: skip
+    took = timed(cmd)
+    rec = json.loads((run_dir / "run.json").read_text())
+    history = rec["history"]
+    for e in history:
+        e["pipeline_wait_share"] = e["pipeline"].get("wait_share")
+    keys = ["sampled_nodes_per_second", "seeds_per_second", "data_wait_fraction", "seconds"]
+    out = medians(history, keys)
+    if data_path == "device":
+        out.update(medians(history, ["pipeline_wait_share"]))
+    lines = (line.strip() for line in (took["stdout"] + took["stderr"]).splitlines())
+    plan = [line for line in lines if line.startswith("data path:")]
+    return {
+        **out,
+        "data_path": rec["data_path"],
+        "data_path_note": rec["data_path_note"],
+        "feature_reads": rec["feature_reads"],
+        "test_accuracy": (rec.get("test") or {}).get("accuracy"),
+        "plan": plan,
+        "epochs": [
+            {k: e.get(k) for k in (*keys, "pipeline_wait_share")} | {"tiers": e["pipeline"].get("tiers")}
+            for e in history
+        ],
+        "command": " ".join(map(str, cmd[2:])),
+    }
+
+
+def train_loop(batches, model, opt, device, torch, epochs: int, stats=None) -> dict:
+    """Trains ``epochs`` epochs over ``batches(epoch)`` (an iterable of ``(blocks, x, y, sampled
+    nodes)``); per epoch: seconds, sampled nodes, host wait seconds, loss; medians after the
+    first epoch."""
     f = torch.nn.functional
     out = []
     for epoch in range(epochs):
@@ -77,53 +154,79 @@ def train(batches, model, opt, device, torch, epochs: int, stats=None) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
-        rec = {"seconds": seconds, "sampled_nodes": sampled, "wait_seconds": wait, "loss": loss_sum / max(n, 1)}
+        rec = {
+            "seconds": seconds,
+            "batches": n,
+            "sampled_nodes": sampled,
+            "sampled_nodes_per_second": sampled / max(seconds, 1e-9),
+            "wait_share": wait / max(seconds, 1e-9),
+            "loss": loss_sum / max(n, 1),
+        }
         if stats is not None:
             rec["pipeline"] = stats()
         out.append(rec)
-    return summarize(out)
+    return {**medians(out, ["seconds", "sampled_nodes_per_second", "wait_share"]), "epochs": out}
 
 
-def summarize(epochs: list[dict]) -> dict:
-    later = epochs[1:] or epochs
-    secs = sorted(e["seconds"] for e in later)
-    rates = sorted(e["sampled_nodes"] / e["seconds"] for e in later)
-    waits = sorted(e["wait_seconds"] / e["seconds"] for e in later)
-    mid = len(later) // 2
-    return {
-        "epoch_seconds": secs[mid],
-        "sampled_nodes_per_second": rates[mid],
-        "wait_share": waits[mid],
-        "epochs": epochs,
-    }
+def capped(iterable, limit: int | None):
+    """The first ``limit`` items of ``iterable`` (all with None), closing it when cut."""
+    if limit is None:
+        yield from iterable
+        return
+    it = iter(iterable)
+    try:
+        for _ in range(limit):
+            item = next(it, None)
+            if item is None:
+                return
+            yield item
+    finally:
+        if hasattr(iterable, "close"):
+            iterable.close()
 
 
-def strata_run(store: Path, device, torch, args, *, data_path: str, device_memory, feature_memory) -> dict:
+def strata_run(store: Path, device, torch, args, *, device_memory, feature_memory, gds="auto") -> dict:
+    """GraphSAGE on the device path of ``store`` (``GnnData`` from Python, as a user's script
+    opens it) with ``device_memory`` and ``feature_memory`` bytes of host memory for feature
+    rows, all of it for the host tier (``hot_share = 1``: the native dynamic cache does not
+    serve the device path), within a host budget ``memory`` of that plus ``HOST_FIXED``."""
     from strata.gnn.loader import GnnData
     from strata.gnn.models import GNN
 
-    options = {"fanouts": FANOUTS, "batch_size": args.batch_size, "device_memory": device_memory}
-    if feature_memory is not None:
-        options["feature_memory"] = feature_memory
-    data = GnnData(store, device=str(device), data_path=data_path, **options)
+    options = {
+        "fanouts": FANOUTS, "batch_size": args.batch_size, "device_memory": device_memory,
+        "feature_memory": feature_memory, "memory": feature_memory + HOST_FIXED, "hot_share": 1.0,
+    }  # fmt: skip
+    t = time.perf_counter()
+    data = GnnData(store, device=str(device), data_path="device", gds=gds, **options)
+    opened = time.perf_counter() - t
     torch.manual_seed(0)
-    model = GNN("sage", data.dim, 256, data.num_classes, layers=len(FANOUTS)).to(device)
+    model = GNN("sage", data.dim, args.hidden, data.num_classes, layers=len(FANOUTS)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
     train_nodes = data.nodes("train")
     loaders = {}
 
     def batches(epoch):
         loaders["last"] = data.loader(train_nodes, epoch=epoch)
-        return ((b.blocks, b.x, b.y, len(b.nodes)) for b in loaders["last"])
+        return capped(((b.blocks, b.x, b.y, len(b.nodes)) for b in loaders["last"]), args.max_batches)
 
-    res = train(batches, model, opt, device, torch, args.epochs, lambda: loaders["last"].stats())
-    res["data_path"] = data.data_path
-    res["plan"] = data.plan_lines()
+    res = train_loop(batches, model, opt, device, torch, args.epochs, lambda: loaders["last"].stats())
+    budget = data.device_path.budget()
+    res.update(
+        data_path=data.data_path,
+        feature_reads=data.feature_reads,
+        plan=data.plan_lines(),
+        open_seconds=opened,
+        max_batches=args.max_batches,
+        device_rows=budget["device_rows"],
+        host_rows=budget["host_rows"],
+        held_share=(budget["device_rows"] + budget["host_rows"]) / data.num_nodes,
+    )
     return res
 
 
 def pyg_run(store: Path, device, torch, args) -> dict:
-    """PyG's NeighborLoader, every feature in memory (on the device), the same model."""
+    """PyG's NeighborLoader, every feature in host memory, the same fanouts and model."""
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
 
@@ -131,31 +234,35 @@ def pyg_run(store: Path, device, torch, args) -> dict:
     from strata.store import Store
 
     s = Store(store)
+    t = time.perf_counter()
     indptr, indices = (np.asarray(a, dtype=np.int64) for a in s.csc())
     dst = np.repeat(np.arange(s.num_nodes), np.diff(indptr))
     edge_index = torch.from_numpy(np.stack([indices, dst]))
-    x = torch.from_numpy(np.asarray(s.features, dtype=np.float32))
+    x = torch.from_numpy(np.array(s.features, dtype=np.float32))
     y = torch.from_numpy(np.asarray(s.labels, dtype=np.int64))
     g = Data(x=x, y=y, edge_index=edge_index, num_nodes=s.num_nodes)
     train_nodes = torch.from_numpy(np.asarray(s.array("node_train"), dtype=np.int64))
+    loaded = time.perf_counter() - t
     torch.manual_seed(0)
-    model = GNN("sage", x.shape[1], 256, int(y.max()) + 1, layers=len(FANOUTS)).to(device)
+    model = GNN("sage", x.shape[1], args.hidden, int(y.max()) + 1, layers=len(FANOUTS)).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    pin = device.type == "cuda"
 
     def batches(epoch):
         loader = NeighborLoader(
-            g, num_neighbors=FANOUTS, batch_size=args.batch_size, input_nodes=train_nodes, shuffle=True
-        )
-        for b in loader:
+            g, num_neighbors=FANOUTS, batch_size=args.batch_size, input_nodes=train_nodes, shuffle=True,
+            pin_memory=pin,
+        )  # fmt: skip
+        for b in capped(loader, args.max_batches):
             # PyG's hop-by-hop subgraph as the two blocks GNN reads: the whole sampled graph
             # each layer, the seeds' rows at the end (PyG's own SAGE does the same work).
-            ei = b.edge_index.to(device)
+            ei = b.edge_index.to(device, non_blocking=True)
             n, seeds = b.num_nodes, b.batch_size
             blocks = [Block(n, n, ei[0], ei[1]) for _ in FANOUTS[:-1]] + [Block(n, seeds, *_into(ei, seeds))]
-            yield blocks, b.x.to(device), b.y[:seeds].to(device), n
+            yield blocks, b.x.to(device, non_blocking=True), b.y[:seeds].to(device, non_blocking=True), n
 
-    res = train(batches, model, opt, device, torch, args.epochs)
-    res["data_path"] = "pyg"
+    res = train_loop(batches, model, opt, device, torch, args.epochs)
+    res.update(data_path="pyg", load_seconds=loaded, max_batches=args.max_batches)
     return res
 
 
@@ -164,74 +271,129 @@ def _into(ei, seeds):
     return ei[0][keep], ei[1][keep]
 
 
+def pyg_or_why(store: Path, device, torch, args) -> dict:
+    """:func:`pyg_run`, or why PyG could not run (not installed, no sampler backend)."""
+    try:
+        return pyg_run(store, device, torch, args)
+    except ImportError as e:
+        print(f"pyg: skipped ({e})", file=sys.stderr)
+        return {"skipped": f"{type(e).__name__}: {e}"}
+
+
+def csc_and_index_bytes(store: Path) -> int:
+    """Device memory for the CSC and the cache's index only (no device-tier row)."""
+    from strata.store import Store
+
+    s = Store(store)
+    return sum(a.nbytes for a in s.csc()) + s.num_nodes * 8
+
+
+def figure_g6(store: Path, device, torch, args) -> dict:
+    runs = {p: cli_run(store, args, p, args.work / f"run-g6-{p}") for p in ("native", "device")}
+    ratio = runs["device"]["sampled_nodes_per_second"] / max(runs["native"]["sampled_nodes_per_second"], 1e-9)
+    return {"runs": runs, "device_over_native_nodes_per_second": ratio}
+
+
+def figure_quarter_vs_pyg(store: Path, device, torch, args, nodes: int, dim: int) -> dict:
+    quarter = max(nodes * dim * 4 // 4, 1)
+    runs = {
+        "strata device, features 4x host": strata_run(
+            store, device, torch, args, device_memory=csc_and_index_bytes(store), feature_memory=quarter
+        ),
+        "pyg, features in memory": pyg_or_why(store, device, torch, args),
+    }
+    out = {"runs": runs}
+    if "skipped" not in runs["pyg, features in memory"]:
+        pyg, ours = runs["pyg, features in memory"], runs["strata device, features 4x host"]
+        out["pyg_over_strata_epoch_seconds"] = pyg["seconds"] / max(ours["seconds"], 1e-9)
+    return out
+
+
+def figure_big(store: Path, device, torch, args, nodes: int, dim: int) -> dict:
+    features = nodes * dim * 4
+    csc_index = csc_and_index_bytes(store)
+    quarter = features // 4
+    runs = {
+        "device, all in memory": strata_run(
+            store, device, torch, args, device_memory=features + csc_index + (256 << 20), feature_memory=16 << 20
+        ),
+        "device, features 4x host": strata_run(
+            store, device, torch, args, device_memory=csc_index, feature_memory=quarter
+        ),
+    }  # fmt: skip
+    if runs["device, features 4x host"]["feature_reads"]["path"] == "gds":
+        runs["device, features 4x host, engine reads"] = strata_run(
+            store, device, torch, args, device_memory=csc_index, feature_memory=quarter, gds="off"
+        )
+    full = runs["device, all in memory"]["sampled_nodes_per_second"]
+    ratios = {
+        k: r["sampled_nodes_per_second"] / max(full, 1e-9) for k, r in runs.items() if k != "device, all in memory"
+    }
+    return {"runs": runs, "throughput_over_all_in_memory": ratios}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default="g6,pyg", help=f"figures, comma-separated: {', '.join(FIGURES)}")
+    p.add_argument("--prepare", action="store_true", help="only generate, convert and check the stores")
     p.add_argument("--device", default="cuda")
-    p.add_argument("--nodes", type=int, default=200_000)
-    p.add_argument("--dim", type=int, default=128)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=BATCH)
-    p.add_argument("--work", type=Path, default=None)
-    p.add_argument("--no-peer", action="store_true")
-    p.add_argument("--tiny", action="store_true", help="a few thousand nodes, two epochs (tests)")
+    p.add_argument("--hidden", type=int, default=HIDDEN)
+    p.add_argument("--max-batches", type=int, default=None, help="batches per epoch of the Python-side runs")
+    p.add_argument("--big-nodes", type=int, default=GRAPHS["big"][0])
+    p.add_argument("--big-dim", type=int, default=GRAPHS["big"][1])
+    p.add_argument("--work", type=Path, default=None, help="where stores and runs are kept (default: a new temp dir)")
+    p.add_argument(
+        "--tiny", action="store_true", help="every figure at a few thousand nodes, two epochs, hidden 16 (tests)"
+    )
     p.add_argument("--out", type=Path, default=None, help="write the result JSON here instead of bench-results/")
     args = p.parse_args()
+    only = [f.strip() for f in args.only.split(",") if f.strip()]
+    unknown = sorted(set(only) - set(FIGURES))
+    if unknown:
+        p.error(f"--only: unknown figure(s) {unknown}; known: {', '.join(FIGURES)}")
+    graphs = dict(GRAPHS, big=(args.big_nodes, args.big_dim))
     if args.tiny:
-        args.nodes, args.dim, args.epochs, args.batch_size = 3000, 16, 2, 256
+        graphs, args.epochs, args.batch_size, args.hidden = TINY, 2, 256, 16
+    args.work = args.work or Path(tempfile.mkdtemp(prefix="bench-gnn-device-"))
+    args.work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("KVIKIO_GDS_THRESHOLD", "4096")
+    needed = sorted({"big" if f.startswith("big") else "g6" for f in only})
+    stores = {g: make_store(args.work, *graphs[g], BIG_SPLITS if g == "big" else ()) for g in needed}
+    if args.prepare:
+        print(json.dumps({g: str(s) for g, s in stores.items()}))
+        return
     import torch
 
     device = torch.device(args.device)
-    work = args.work or Path(tempfile.mkdtemp(prefix="bench-gnn-device-"))
-    work.mkdir(parents=True, exist_ok=True)
-    args.work = work
-    store = make_store(args)
-    feature_bytes = args.nodes * args.dim * 4
-    from strata.store import Store
-
-    # Device memory for the CSC and the cache's index only: no row in a device tier.
-    csc_and_index = sum(a.nbytes for a in Store(store).csc()) + args.nodes * 8
-    quarter = max(feature_bytes // 4, 1)
-    runs = {
-        "native": strata_run(store, device, torch, args, data_path="native", device_memory="auto", feature_memory=None),
-        "device, all in memory": strata_run(
-            store,
-            device,
-            torch,
-            args,
-            data_path="device",
-            device_memory=4 * feature_bytes + (64 << 20),
-            feature_memory=None,
-        ),
-        "device, features 4x host": strata_run(
-            store,
-            device,
-            torch,
-            args,
-            data_path="device",
-            device_memory=csc_and_index,
-            feature_memory=quarter,
-        ),
-    }
-    if not args.no_peer:
-        try:
-            runs["pyg"] = pyg_run(store, device, torch, args)
-        except ImportError as e:
-            print(f"pyg: skipped ({e})", file=sys.stderr)
-    result = {"machine": machine(), "device": str(device), "nodes": args.nodes, "dim": args.dim, "runs": runs}
+    result = {"machine": machine(), "device": str(device), "graphs": {g: graphs[g] for g in needed}, "figures": {}}
     if device.type == "cuda":
         result["gpu"] = torch.cuda.get_device_name(device)
+    for fig in only:
+        graph = "big" if fig.startswith("big") else "g6"
+        store, (nodes, dim) = stores[graph], graphs[graph]
+        if fig == "g6":
+            result["figures"][fig] = figure_g6(store, device, torch, args)
+        elif fig == "pyg":
+            result["figures"][fig] = figure_quarter_vs_pyg(store, device, torch, args, nodes, dim)
+        elif fig == "big":
+            result["figures"][fig] = figure_big(store, device, torch, args, nodes, dim)
+        else:
+            result["figures"][fig] = {"runs": {"pyg, features in memory": pyg_or_why(store, device, torch, args)}}
+    text = json.dumps(result, indent=1, default=str)
     if args.out:
-        import json
-
-        args.out.write_text(json.dumps(result, indent=1, default=str))
+        args.out.write_text(text)
     else:
         save("gnn-device", result)
-    print(f"{'run':28s} {'path':8s} {'epoch s':>9s} {'nodes/s':>12s} {'waited':>7s}")
-    for name, r in runs.items():
-        print(
-            f"{name:28s} {r['data_path']:8s} {r['epoch_seconds']:9.3f} {r['sampled_nodes_per_second']:12,.0f} "
-            f"{100 * r['wait_share']:6.1f}%"
-        )
+    print(f"{'figure':8s} {'run':34s} {'epoch s':>9s} {'nodes/s':>12s} {'waited':>7s}")
+    for fig, res in result["figures"].items():
+        for name, r in res["runs"].items():
+            if "skipped" in r:
+                print(f"{fig:8s} {name:34s} skipped: {r['skipped']}")
+                continue
+            wait = r.get("wait_share", r.get("data_wait_fraction"))
+            print(f"{fig:8s} {name:34s} {r['seconds']:9.3f} {r['sampled_nodes_per_second']:12,.0f} {100 * wait:6.1f}%")
 
 
 if __name__ == "__main__":

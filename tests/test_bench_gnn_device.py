@@ -1,6 +1,9 @@
-"""benches/bench_gnn_device.py runs as the GPU session will run it, here on the CPU twin at a
-tiny size: every run trains, the device runs say they used the device path and report a wait
-share, and the features-4x-host run serves rows from every tier it has."""
+"""benches/bench_gnn_device.py runs every figure as the GPU session will run them, here on the CPU
+twin at a tiny size: a --prepare call makes the stores a later call reuses; G6's runs go through
+`strata gnn train --data-path`, the device runs say they used the device path and report a wait
+share, the all-in-memory run serves every row from the device tier and the features-4x-host runs
+hold a quarter of the rows on the host and read the rest; PyG's runs train, or say why not (no
+sampler backend installed)."""
 
 from __future__ import annotations
 
@@ -14,22 +17,51 @@ from conftest import needs
 needs("torch")
 
 BENCHES = Path(__file__).resolve().parents[1] / "benches"
+FIGURES = "g6,pyg,big,big-pyg"
 
 
-def test_bench_runs_on_the_cpu_twin(tmp_path):
+def bench(*args) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, BENCHES / "bench_gnn_device.py", "--device", "cpu", "--tiny", *args]
+    return subprocess.run(list(map(str, cmd)), check=True, timeout=900, capture_output=True, text=True)
+
+
+def assert_pyg_ran_or_said_why(run: dict) -> None:
+    if "skipped" in run:
+        assert "pyg-lib" in run["skipped"] or "torch-sparse" in run["skipped"] or "torch_geometric" in run["skipped"]
+    else:
+        assert run["data_path"] == "pyg" and run["sampled_nodes_per_second"] > 0
+
+
+def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
+    prepared = json.loads(bench("--only", FIGURES, "--prepare", "--work", tmp_path).stdout)
+    assert set(prepared) == {"g6", "big"} and all(Path(p, "manifest.json").exists() for p in prepared.values())
     out = tmp_path / "result.json"
-    cmd = [sys.executable, BENCHES / "bench_gnn_device.py", "--device", "cpu", "--tiny", "--no-peer"]
-    subprocess.run([*map(str, cmd), "--work", str(tmp_path), "--out", str(out)], check=True, timeout=600)
-    runs = json.loads(out.read_text())["runs"]
-    assert set(runs) == {"native", "device, all in memory", "device, features 4x host"}
-    assert runs["native"]["data_path"] == "native"
-    for name in ("device, all in memory", "device, features 4x host"):
-        r = runs[name]
-        assert r["data_path"] == "device" and r["sampled_nodes_per_second"] > 0
-        assert 0.0 <= r["wait_share"] <= 1.0
-        pipeline = r["epochs"][-1]["pipeline"]
-        assert pipeline["sampler"] == "device" and 0.0 <= pipeline["wait_share"] <= 1.0
-    everything = runs["device, all in memory"]["epochs"][-1]["pipeline"]["tiers"]
+    bench("--only", FIGURES, "--work", tmp_path, "--out", out)
+    figures = json.loads(out.read_text())["figures"]
+    assert list(figures) == FIGURES.split(",")
+
+    g6 = figures["g6"]["runs"]
+    for path in ("native", "device"):
+        r = g6[path]
+        assert r["data_path"] == path and r["sampled_nodes_per_second"] > 0
+        assert 0.0 <= r["data_wait_fraction"] <= 1.0 and r["plan"][0].startswith(f"data path: {path}")
+    assert 0.0 <= g6["device"]["pipeline_wait_share"] <= 1.0
+    assert figures["g6"]["device_over_native_nodes_per_second"] > 0
+
+    quarter = figures["pyg"]["runs"]["strata device, features 4x host"]
+    assert quarter["data_path"] == "device" and 0 < quarter["held_share"] <= 0.25
+    assert_pyg_ran_or_said_why(figures["pyg"]["runs"]["pyg, features in memory"])
+
+    big = figures["big"]["runs"]
+    for r in big.values():
+        assert r["data_path"] == "device" and r["sampled_nodes_per_second"] > 0 and 0.0 <= r["wait_share"] <= 1.0
+        assert r["epochs"][-1]["pipeline"]["sampler"] == "device"
+        assert r["feature_reads"] == {"path": "engine", "note": "no GPU (the device is cpu)"}
+    everything = big["device, all in memory"]["epochs"][-1]["pipeline"]["tiers"]
     assert everything["host_rows"] == everything["miss_rows"] == 0 < everything["device_rows"]
-    quarter = runs["device, features 4x host"]["epochs"][-1]["pipeline"]["tiers"]
-    assert quarter["device_rows"] == 0 < quarter["host_rows"] and quarter["miss_rows"] > 0
+    four_x = big["device, features 4x host"]
+    tiers = four_x["epochs"][-1]["pipeline"]["tiers"]
+    assert tiers["device_rows"] == 0 < tiers["host_rows"] and tiers["miss_rows"] > 0
+    assert 0 < four_x["held_share"] <= 0.25
+    assert figures["big"]["throughput_over_all_in_memory"]["device, features 4x host"] > 0
+    assert_pyg_ran_or_said_why(figures["big-pyg"]["runs"]["pyg, features in memory"])
