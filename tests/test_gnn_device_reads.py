@@ -132,6 +132,10 @@ def test_the_device_path_reports_its_reads_on_the_cpu_twin(cora, monkeypatch):
         device_memory="200K",
     )
     assert data.feature_reads == {"path": "engine", "note": "no GPU (the device is cpu)"}
+    # The native tiers are the misses' I/O engine only: the plan's hot set is the device
+    # path's host tier, so they load none (no row held twice, none served twice).
+    assert any(line.startswith("hot set: 0 rows ranked by none") for line in lines)
+    assert data.device_path.budget()["host_rows"] > 0
     plan = [line for line in lines if line.startswith("data path:")]
     assert len(plan) == 1 and plan[0] == data.plan_lines()[-1]
     assert "data path: device (" not in plan[0] and "device_memory 200 KiB" in plan[0]

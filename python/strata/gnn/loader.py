@@ -205,9 +205,12 @@ class GnnData:
         self.data_path, self.data_path_note = self._choose_data_path(data_path, split)
         device_bytes = device_tier_bytes(device_memory, self.device)
         self.device_bytes = device_bytes
-        # On the device path the device budget is its cache's, and the native tiers (its I/O
-        # engine for the misses) keep every row they do not hold in memory on disk.
-        given = {**options, "device_memory": 0 if self.data_path == "device" else device_bytes}
+        # On the device path the device budget is its cache's, and the native tiers are its I/O
+        # engine for the misses: they build no hot set, since the plan's hot set is the device
+        # path's page-locked host tier, ranked by its own pre-sampling epoch.
+        given = {**options, "device_memory": device_bytes}
+        if self.data_path == "device":
+            given.update(device_memory=0, hot_ranking="none")
         if "fanouts" in given:
             given["fanouts"] = [int(f) for f in given["fanouts"]]
         cfg = _native.config_check("gnn.train", given)
