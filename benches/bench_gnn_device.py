@@ -82,7 +82,9 @@ def make_store(work: Path, nodes: int, dim: int, splits=()) -> Path:
     steps = {"generate": timed(strata("generate", "sbm", "--out", raw, *gen, "--overwrite", "-q"))}
     partial = store.with_name(store.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    steps["convert"] = timed(strata("convert", raw, "--symmetrize", "--out", partial, "-q"))
+    # A budget that holds the big graph's edges sorts them in memory instead of spilling runs.
+    budget = "16G" if nodes > 1_000_000 else "1G"
+    steps["convert"] = timed(strata("convert", raw, "--symmetrize", "--memory", budget, "--out", partial, "-q"))
     shutil.rmtree(raw)
     steps["check"] = timed(strata("check", partial))
     partial.rename(store)
