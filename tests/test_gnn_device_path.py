@@ -139,3 +139,11 @@ def test_pyg_link_sampler_on_the_device_path_draws_the_native_sample(cora):
     assert out[0].num_sampled_nodes == out[1].num_sampled_nodes
     assert out[0].num_sampled_edges == out[1].num_sampled_edges
     assert torch.equal(out[0].metadata[1], out[1].metadata[1]) and torch.equal(out[0].metadata[2], out[1].metadata[2])
+    # The feature store serves x through the device path's cache, bit for bit the store's rows.
+    from strata.gnn.pyg import stores
+
+    fs, _ = stores(GnnData(cora, data_path="device", **options))
+    x = fs.get_tensor(group_name=None, attr_name="x", index=out[1].node)
+    expected = np.asarray(fs.data.store.features)[out[1].node.numpy()]
+    np.testing.assert_array_equal(bits(x), bits(torch.from_numpy(expected)))
+    assert fs.data.device_path.cache.stats.lookups == 1

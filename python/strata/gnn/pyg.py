@@ -66,6 +66,10 @@ class StrataFeatureStore(FeatureStore):
 
     def _get_tensor(self, attr: TensorAttr):
         nodes = self._rows(attr.index)
+        if attr.attr_name == "x" and self.data.device_path is not None:
+            # The device path's cache: device and page-locked host rows, misses read; on its device.
+            cache = self.data.device_path.cache
+            return cache.lookup(torch.from_numpy(np.asarray(nodes, dtype=np.int64)).to(cache.device))
         if attr.attr_name == "x":
             buf = self.data._native.gather(node_id_bytes(nodes))
             if not buf:
