@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import needs
+from conftest import needs, run_strata
 
 torch = needs("torch")
 
@@ -147,3 +147,22 @@ def test_pyg_link_sampler_on_the_device_path_draws_the_native_sample(cora):
     expected = np.asarray(fs.data.store.features)[out[1].node.numpy()]
     np.testing.assert_array_equal(bits(x), bits(torch.from_numpy(expected)))
     assert fs.data.device_path.cache.stats.lookups == 1
+
+
+def test_a_store_without_node_splits_ranks_hotness_over_its_edge_endpoints(tmp_path):
+    # A link store (no node splits): the device tier holds the rows pre-sampling over the
+    # training edges' endpoints reaches most, not the first ids.
+    run_strata("generate", "sbm", "--out", tmp_path / "raw", "--nodes", "1500", "--classes", "4", "--feature-dim", "8")
+    for split in ("train", "valid", "test"):
+        (tmp_path / "raw" / f"{split}_idx.npy").unlink()
+    store = tmp_path / "links.strata"
+    run_strata("convert", tmp_path / "raw", "--symmetrize", "--out", store, "-q")
+    data = GnnData(store, fanouts=[5, 5], batch_size=64, data_path="device", device_memory="100K")
+    assert not data.has_split("train")
+    cache = data.device_path.cache
+    rows = cache.device_table.shape[0]
+    assert 0 < rows < data.num_nodes
+    hot = presample_hotness(data.device_path.sampler, np.unique(data.edges("train")), 64)
+    expected = torch.sort(hot, descending=True, stable=True).indices[:rows]
+    assert (cache.tiers(expected)[0] == DEVICE).all()
+    assert not (cache.tiers(torch.arange(rows))[0] == DEVICE).all()

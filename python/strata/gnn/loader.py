@@ -230,10 +230,14 @@ class GnnData:
         if self.data_path == "device":
             from .device.path import DeviceDataPath
 
+            # A store without node splits trains links: its batches' seeds are edge endpoints.
+            hot_seeds = train
+            if not len(train) and self.store.has("edges_train"):
+                hot_seeds = np.unique(self.edges("train"))
             self.device_path = DeviceDataPath(
                 self,
                 self.device,
-                train_nodes=train,
+                train_nodes=hot_seeds,
                 device_bytes=device_bytes,
                 host_bytes=int(self.plan.get("hot_bytes", 0)),
                 gds=gds,
