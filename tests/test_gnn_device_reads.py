@@ -52,6 +52,18 @@ class FakeCuFile:
 
 
 class FakeDefaults:
+    """kvikio.defaults: ``is_compat_mode_preferred()`` (kvikio 25.04 on)."""
+
+    def __init__(self, compat: bool):
+        self._compat = compat
+
+    def is_compat_mode_preferred(self) -> bool:
+        return self._compat
+
+
+class LegacyDefaults:
+    """kvikio.defaults before 25.04: ``compat_mode()``, a bool."""
+
     def __init__(self, compat: bool):
         self._compat = compat
 
@@ -60,9 +72,9 @@ class FakeDefaults:
 
 
 class FakeKvikio:
-    def __init__(self, compat: bool = False):
+    def __init__(self, compat: bool = False, defaults=FakeDefaults):
         self.calls: list = []
-        self.defaults = FakeDefaults(compat)
+        self.defaults = defaults(compat)
 
     def CuFile(self, path, flags):
         return FakeCuFile(self, path, flags)
@@ -88,6 +100,10 @@ def test_the_choice_falls_back_to_the_engine_and_says_why(cora):
     choice = choose_reads(engine_of(data), features, cuda, load=lambda n: compat)
     assert choice.reads.kind == "engine" and "compatibility mode" in choice.note
     assert [c[0] for c in compat.calls] == ["open", "close"]
+    for legacy_compat in (True, False):
+        legacy = FakeKvikio(compat=legacy_compat, defaults=LegacyDefaults)
+        choice = choose_reads(engine_of(data), features, cuda, load=lambda n, k=legacy: k)
+        assert choice.reads.kind == ("engine" if legacy_compat else GDS)
     choice = choose_reads(engine_of(data), features, cuda, gds="off", load=lambda n: FakeKvikio())
     assert choice.reads.kind == "engine" and "turned off" in choice.note
     fake = FakeKvikio()

@@ -119,16 +119,18 @@ def choose_reads(
 def _compat_mode(kvikio, handle) -> str | None:
     """Why kvikio would read ``handle`` through POSIX and host memory, or None when it reads
     through cuFile. Asks the file handle where kvikio can (the file system's answer), else the
-    library's setting (kvikio before 25.02: ``defaults.compat_mode()``, later
-    ``defaults.get("compat_mode")``)."""
+    library: ``defaults.is_compat_mode_preferred()`` (kvikio 25.04 on, with ``AUTO`` resolved),
+    else the older ``defaults.compat_mode()`` (a bool, later an enum)."""
+    on = "KVIKIO_COMPAT_MODE is on, or libcufile did not load"
     preferred = getattr(handle, "is_compat_mode_preferred", None)
     if callable(preferred):
         return "cuFile cannot serve this file or its file system" if preferred() else None
     defaults = getattr(kvikio, "defaults", None)
-    if callable(getattr(defaults, "compat_mode", None)):
-        return "KVIKIO_COMPAT_MODE is on, or libcufile did not load" if defaults.compat_mode() else None
-    if callable(getattr(defaults, "get", None)):
-        mode = defaults.get("compat_mode")
-        on = mode is True or getattr(mode, "name", str(mode)).upper() == "ON"
-        return "KVIKIO_COMPAT_MODE is on, or libcufile did not load" if on else None
+    preferred = getattr(defaults, "is_compat_mode_preferred", None)
+    if callable(preferred):
+        return on if preferred() else None
+    legacy = getattr(defaults, "compat_mode", None)
+    if callable(legacy):
+        mode = legacy()
+        return on if mode is True or getattr(mode, "name", None) == "ON" else None
     return "this kvikio does not say whether it reads through cuFile"
