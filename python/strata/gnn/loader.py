@@ -170,12 +170,14 @@ class GnnData:
     device tier then. ``self.split`` is the :class:`~strata.gnn.features.SplitFeatures`
     (None otherwise).
 
-    ``data_path`` picks who samples and serves node batches: ``"native"`` (the Rust sampler and
+    ``data_path`` picks who samples and serves node and link batches: ``"native"`` (the Rust sampler and
     feature tiers), ``"device"`` (:mod:`strata.gnn.device`: the device sampler, a cache managed
     from the device over device and page-locked host memory, the deep pipeline; on ``cpu`` its
     CPU twin), or ``"auto"``: the device path on a CUDA device unless the features are split
     across ranks, else the native one. ``self.data_path`` says which is used, and
-    ``self.data_path_note`` why not the device's."""
+    ``self.data_path_note`` why not the device's. ``gds`` (``"auto"`` or ``"off"``) lets the
+    device path read its cache misses by GPUDirect Storage where kvikio can;
+    ``self.feature_reads`` says how they are read and why not by it."""
 
     def __init__(
         self,
