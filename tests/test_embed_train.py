@@ -236,3 +236,19 @@ def test_tensorboard_events_when_installed(kg, tmp_path):
     loss = events.Scalars("train/loss")
     assert [e.step for e in loss] == [1, 2]
     assert events.Scalars("valid/mrr")[-1].value == pytest.approx(run.history[-1]["valid"]["mrr"], rel=1e-6)
+
+
+def test_an_exception_in_on_epoch_stops_training_after_that_epoch(kg, tmp_path):
+    """The hook's exception reaches the caller as itself, and the run stops at its next step:
+    the epoch the hook saw stays committed, no later epoch trains."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(record: dict) -> None:
+        raise Stop(f"enough after epoch {record['epoch']}")
+
+    cfg = EmbedTrainConfig(store=kg, run_dir=tmp_path / "hook", epochs=4, dim=8, chunk_size=200, negatives=16)
+    with pytest.raises(Stop, match="enough after epoch 1"):
+        train(cfg, on_epoch=stop)
+    assert Run(tmp_path / "hook").meta["current"]["epoch"] == 1

@@ -4,6 +4,7 @@ the equivalent command line so a newcomer can repeat it by hand."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,19 +37,44 @@ from .store import Store
 from .units import fmt_bytes
 
 
+@dataclass(frozen=True)
+class DemoSize:
+    """The graphs the demo generates and the budgets it gives them. Each budget is smaller than
+    its data, so every step runs out of core at either size."""
+
+    entities: int
+    triples: int
+    #: The embedding run's whole budget, MiB (its table is ``entities`` x 128 x 2 float32).
+    embed_mib: int
+    sbm_nodes: int
+    #: The GNN's feature tiers, MiB (its features are ``sbm_nodes`` x 128 float32).
+    feature_mib: int
+    #: The RMAT graph converted under ``convert_mib`` MiB, and the smaller one PageRank runs on.
+    rmat_scale: int
+    convert_mib: int
+    grid_scale: int
+
+
+#: What ``make demo`` runs (about a minute on two cores).
+FULL = DemoSize(100_000, 2_000_000, 128, 600_000, 64, 18, 24, 16)
+#: ``strata demo --small``: every step at about a quarter of the work (the test suite's run).
+SMALL = DemoSize(25_000, 500_000, 104, 150_000, 16, 16, 16, 14)
+
+
 def _step(n: int, title: str, command: str) -> None:
     print(f"\n== {n}. {title}\n   $ {command}", flush=True)
 
 
-def _embed_demo(workdir: Path, bar: ProgressBar) -> None:
+def _embed_demo(workdir: Path, size: DemoSize, bar: ProgressBar) -> None:
     """Steps 1-6: a knowledge graph trained out of core, evaluated, queried."""
     kg_raw, kg_store = workdir / "kg-raw", workdir / "kg.strata"
     _step(
         1,
-        "Generate a knowledge graph with planted structure (100,000 entities, 40 relations, 2M triples)",
-        f"strata generate kg --out {kg_raw} --entities 100000 --relations 40 --triples 2000000",
+        f"Generate a knowledge graph with planted structure ({size.entities:,} entities, 40 relations, "
+        f"{size.triples:,} triples)",
+        f"strata generate kg --out {kg_raw} --entities {size.entities} --relations 40 --triples {size.triples}",
     )
-    g = generate(KgConfig(out=kg_raw, entities=100_000, relations=40, triples=2_000_000, overwrite=True), bar)
+    g = generate(KgConfig(out=kg_raw, entities=size.entities, relations=40, triples=size.triples, overwrite=True), bar)
     bar.close()
     print(format_generated(g))
 
@@ -63,8 +89,9 @@ def _embed_demo(workdir: Path, bar: ProgressBar) -> None:
     bar.close()
     print(format_summary(s))
 
-    _step(3, "Describe the store, and each engine's plan for 128 MiB", f"strata info {kg_store} --memory 128M")
-    print(render(describe(Store(kg_store), memory=128 << 20)))
+    mib = size.embed_mib
+    _step(3, f"Describe the store, and each engine's plan for {mib} MiB", f"strata info {kg_store} --memory {mib}M")
+    print(render(describe(Store(kg_store), memory=mib << 20)))
 
     _step(
         4,
@@ -91,14 +118,15 @@ def _embed_demo(workdir: Path, bar: ProgressBar) -> None:
         dim=128,
         negatives=256,
         epochs=2,
-        memory=Size(128 << 20),
+        memory=Size(mib << 20),
         eval_max_queries=2000,
     )
+    table = fmt_bytes(size.entities * 128 * 2 * 4)
     _step(
         5,
-        "Train ComplEx embeddings out of core: the 98 MiB table (embeddings + Adagrad state) gets a "
-        "128 MiB budget in all, so it is split into partitions on disk and 3 are resident at a time",
-        f"strata embed train {kg_store} --dim 128 --negatives 256 --epochs 2 --memory 128M --eval-max-queries 2000",
+        f"Train ComplEx embeddings out of core: the {table} table (embeddings + Adagrad state) gets a "
+        f"{mib} MiB budget in all, so it is split into partitions on disk, a few resident at a time",
+        f"strata embed train {kg_store} --dim 128 --negatives 256 --epochs 2 --memory {mib}M --eval-max-queries 2000",
     )
     run = train(cfg, bar)
     bar.close()
@@ -123,19 +151,20 @@ def _embed_demo(workdir: Path, bar: ProgressBar) -> None:
         print(f"   {rank}. {a['name']:<8} score {a['score']:8.3f}{note}")
 
 
-def _gnn_demo(workdir: Path, bar: ProgressBar) -> None:
+def _gnn_demo(workdir: Path, size: DemoSize, bar: ProgressBar) -> None:
     """Steps 8-9: a labelled graph whose features exceed the budget, a few epochs of GraphSAGE."""
     raw, store = workdir / "sbm-raw", workdir / "sbm.strata"
     _step(
         8,
-        "Generate a labelled graph with planted communities and 128-dim features (600,000 nodes, 293 MiB of features)",
-        f"strata generate sbm --out {raw} --nodes 600000 --avg-degree 10 --train-fraction 0.02 "
+        f"Generate a labelled graph with planted communities and 128-dim features ({size.sbm_nodes:,} nodes, "
+        f"{fmt_bytes(size.sbm_nodes * 128 * 4)} of features)",
+        f"strata generate sbm --out {raw} --nodes {size.sbm_nodes} --avg-degree 10 --train-fraction 0.02 "
         "--valid-fraction 0.01 --test-fraction 0.02",
     )
     g = generate(
         SbmConfig(
             out=raw,
-            nodes=600_000,
+            nodes=size.sbm_nodes,
             avg_degree=10.0,
             train_fraction=0.02,
             valid_fraction=0.01,
@@ -152,11 +181,11 @@ def _gnn_demo(workdir: Path, bar: ProgressBar) -> None:
 
     _step(
         9,
-        "Train GraphSAGE within 1 GiB in all (torch's runtime, measured at start, included) and 64 MiB for the "
-        "feature tiers: the features stay on disk, served through a hot set, a window-pinned cache and merged "
-        "direct reads",
+        f"Train GraphSAGE within 1 GiB in all (torch's runtime, measured at start, included) and "
+        f"{size.feature_mib} MiB for the feature tiers: the features stay on disk, served through a hot set, a "
+        "window-pinned cache and merged direct reads",
         f"strata gnn train {store} --fanouts 10,5 --batch-size 256 --epochs 2 --hidden 64 --memory 1G "
-        "--feature-memory 64M",
+        f"--feature-memory {size.feature_mib}M",
     )
     try:
         from .gnn.train import format_summary as format_gnn_summary
@@ -169,7 +198,7 @@ def _gnn_demo(workdir: Path, bar: ProgressBar) -> None:
                 batch_size=256,
                 epochs=2,
                 hidden=64,
-                feature_memory=Size(64 << 20),
+                feature_memory=Size(size.feature_mib << 20),
                 device="cpu",
             ),
             bar,
@@ -190,19 +219,22 @@ def _gnn_demo(workdir: Path, bar: ProgressBar) -> None:
     )
 
 
-def _grid_demo(workdir: Path, bar: ProgressBar) -> None:
+def _grid_demo(workdir: Path, scale: int, bar: ProgressBar) -> None:
     """Steps 13-15: PageRank over an RMAT graph whose edge blocks stream from disk every iteration."""
-    raw, store = workdir / "rmat-s16.bin", workdir / "rmat-s16.strata"
+    raw, store = workdir / f"rmat-s{scale}.bin", workdir / f"rmat-s{scale}.strata"
     _step(
         13,
-        "Generate a smaller RMAT graph (2^16 vertices, 1M edges) and convert it, all edges for training",
-        f"strata generate rmat --scale 16 --edge-factor 16 --out {raw} && "
-        f"strata convert {raw} --out {store} --num-nodes {1 << 16} --memory 64M",
+        f"Generate a smaller RMAT graph (2^{scale} vertices, {16 << scale:,} edges) and convert it, all edges for "
+        "training",
+        f"strata generate rmat --scale {scale} --edge-factor 16 --out {raw} && "
+        f"strata convert {raw} --out {store} --num-nodes {1 << scale} --memory 64M",
     )
-    g = generate(RmatConfig(out=raw, scale=16, edge_factor=16, overwrite=True), bar)
+    g = generate(RmatConfig(out=raw, scale=scale, edge_factor=16, overwrite=True), bar)
     bar.close()
     print(format_generated(g))
-    s = convert(ConvertConfig(inputs=[raw], out=store, num_nodes=1 << 16, memory=Size(64 << 20), overwrite=True), bar)
+    s = convert(
+        ConvertConfig(inputs=[raw], out=store, num_nodes=1 << scale, memory=Size(64 << 20), overwrite=True), bar
+    )
     bar.close()
     print(format_summary(s))
 
@@ -234,37 +266,39 @@ def _grid_demo(workdir: Path, bar: ProgressBar) -> None:
         print(f"   {i}. vertex {v:<6} rank {rank[v]:.5f}  in-degree {in_degree[v]:,}")
 
 
-def run_demo(workdir: Path, quiet: bool = False) -> int:
+def run_demo(workdir: Path, quiet: bool = False, size: DemoSize = FULL) -> int:
     """Trains KG embeddings out of core and a GNN with features on disk, converts and describes an RMAT
-    graph, then runs PageRank over a grid streamed from disk; returns 0."""
+    graph, then runs PageRank over a grid streamed from disk, at ``size``; returns 0."""
     make_dir(workdir, "--dir")
     t0 = time.monotonic()
     bar = ProgressBar(enabled=not quiet)
 
-    _embed_demo(workdir, bar)
-    _gnn_demo(workdir, bar)
+    _embed_demo(workdir, size, bar)
+    _gnn_demo(workdir, size, bar)
 
-    rmat_raw, rmat_store = workdir / "rmat-s18.bin", workdir / "rmat-s18.strata"
+    scale, cmib = size.rmat_scale, size.convert_mib
+    rmat_raw, rmat_store = workdir / f"rmat-s{scale}.bin", workdir / f"rmat-s{scale}.strata"
     _step(
         10,
-        "Generate a Graph500 RMAT graph (2^18 vertices, 4.2M edges) as int32 pairs",
-        f"strata generate rmat --scale 18 --edge-factor 16 --out {rmat_raw}",
+        f"Generate a Graph500 RMAT graph (2^{scale} vertices, {16 << scale:,} edges) as int32 pairs",
+        f"strata generate rmat --scale {scale} --edge-factor 16 --out {rmat_raw}",
     )
-    g = generate(RmatConfig(out=rmat_raw, scale=18, edge_factor=16, overwrite=True), bar)
+    g = generate(RmatConfig(out=rmat_raw, scale=scale, edge_factor=16, overwrite=True), bar)
     bar.close()
     print(format_generated(g))
 
     _step(
         11,
-        "Convert it under a 24 MiB budget: CSR/CSC are built from bucket files on disk",
-        f"strata convert {rmat_raw} --out {rmat_store} --num-nodes {1 << 18} --memory 24M --split 0.98,0.01,0.01",
+        f"Convert it under a {cmib} MiB budget: CSR/CSC are built from bucket files on disk",
+        f"strata convert {rmat_raw} --out {rmat_store} --num-nodes {1 << scale} --memory {cmib}M "
+        "--split 0.98,0.01,0.01",
     )
     s = convert(
         ConvertConfig(
             inputs=[rmat_raw],
             out=rmat_store,
-            num_nodes=1 << 18,
-            memory=Size(24 << 20),
+            num_nodes=1 << scale,
+            memory=Size(cmib << 20),
             split=(0.98, 0.01, 0.01),
             overwrite=True,
         ),
@@ -278,7 +312,7 @@ def run_demo(workdir: Path, quiet: bool = False) -> int:
     _step(12, "Describe it", f"strata info {rmat_store} --memory 64M")
     print(render(describe(Store(rmat_store), memory=64 << 20)))
 
-    _grid_demo(workdir, bar)
+    _grid_demo(workdir, size.grid_scale, bar)
 
     print(f"\nDemo finished in {time.monotonic() - t0:.1f} s; outputs are in {workdir}/.")
     return 0

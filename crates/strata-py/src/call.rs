@@ -14,7 +14,9 @@ pub(crate) fn job<T: DeserializeOwned>(obj: &Bound<'_, PyAny>) -> PyResult<T> {
     depythonize(obj).map_err(|e| config_error(obj.py(), &e.to_string()))
 }
 
-/// Runs `f` without the GIL, reporting progress to `callback`, and converts its result.
+/// Runs `f` without the GIL, reporting progress to `callback`, and converts its result. An
+/// exception raised by the callback or a hook of the job is raised even when the job finished
+/// (a hook of its last step), in place of the job's own error when it stopped because of it.
 pub(crate) fn run<T: Serialize + Send, E: ToPyErr + Send>(
     py: Python<'_>,
     callback: Option<Py<PyAny>>,
@@ -22,8 +24,9 @@ pub(crate) fn run<T: Serialize + Send, E: ToPyErr + Send>(
 ) -> PyResult<Py<PyAny>> {
     let progress = PyProgress::new(callback);
     let outcome = py.detach(|| f(&progress));
-    match outcome {
-        Ok(v) => Ok(pythonize(py, &v)?.unbind()),
-        Err(e) => Err(progress.take_error().unwrap_or_else(|| e.to_py(py))),
+    match (progress.take_error(), outcome) {
+        (Some(raised), _) => Err(raised),
+        (None, Ok(v)) => Ok(pythonize(py, &v)?.unbind()),
+        (None, Err(e)) => Err(e.to_py(py)),
     }
 }

@@ -350,7 +350,7 @@ fn embed_train(
             p,
             &mut |record| {
                 if let Some(cb) = &on_epoch {
-                    callback_error.call(cb, record);
+                    p.call_hook(cb, record);
                 }
             },
         )

@@ -2,6 +2,7 @@
 //! (Ctrl-C's KeyboardInterrupt, or the callback asking to stop) into a cancellation.
 
 use pyo3::prelude::*;
+use serde::Serialize;
 use strata_store::Progress;
 
 use crate::callback::CallbackError;
@@ -25,6 +26,12 @@ impl PyProgress {
     /// The exception raised inside the callback, if the job stopped because of one.
     pub fn take_error(&self) -> Option<PyErr> {
         self.error.take()
+    }
+
+    /// Calls a hook of the job, `hook(record)` (e.g. `on_epoch`); an exception it raises is
+    /// kept, and the job's next `update` cancels the job, which then raises it.
+    pub fn call_hook(&self, hook: &Py<PyAny>, record: &impl Serialize) {
+        self.error.call(hook, record);
     }
 
     /// Runs `f` with the callback; returns false (cancel) if it raised, or returned a false
@@ -52,7 +59,7 @@ impl Progress for PyProgress {
     }
 
     fn update(&self, rows: u64, bytes: u64) -> bool {
-        self.with_callback(|cb| cb.call1(("update", rows, bytes)))
+        !self.error.is_set() && self.with_callback(|cb| cb.call1(("update", rows, bytes)))
     }
 
     fn message(&self, text: &str) {

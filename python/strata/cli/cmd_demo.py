@@ -14,10 +14,15 @@ def register(sub) -> None:
     )
     p.add_argument("--dir", type=Path, default=Path("demo-output"), help="working directory (default: demo-output)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--small",
+        action="store_true",
+        help="every step on graphs about a quarter the size (still out of core): quicker, e.g. on a slow machine",
+    )
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from ..demo import run_demo
+    from ..demo import FULL, SMALL, run_demo
 
-    return run_demo(args.dir, quiet=args.quiet)
+    return run_demo(args.dir, quiet=args.quiet, size=SMALL if args.small else FULL)
