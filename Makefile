@@ -17,7 +17,7 @@ SETUP_STAMP := $(VENV)/.deps-$(SETUP_EXTRAS)
 TEST_STAMP := $(VENV)/.deps-$(TEST_EXTRAS)
 EXT_STAMP := $(VENV)/.extension-built
 
-.PHONY: setup setup-test demo test test-rust test-python lint fmt bench wheel clean
+.PHONY: setup setup-test demo test test-rust test-rust-logged test-python lint fmt bench wheel clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -50,15 +50,36 @@ setup-test: $(EXT_STAMP) $(TEST_STAMP) $(PEERS_STAMP)
 demo: setup
 	$(VENV)/bin/strata demo
 
-test: test-rust test-python
+# The two halves run side by side (`make -j2 -k`: each half runs to its end whatever the other
+# does): pytest on two workers, and the Rust tests at a lower CPU priority (nice), so they take
+# the cycles pytest leaves idle (a worker waiting on a rendezvous or a timeout, the last worker's
+# tail) and the whole machine once pytest is done, without slowing pytest's torchrun groups. The
+# Rust half needs no Python package: it compiles while the test extras install. pytest's output
+# streams; the Rust tests' is kept in RUST_TEST_LOG and printed after it. The measurement
+# docs/benchmarks.md ("Test suite") asks for, on a fresh clone after `make demo`: `time make test`
+# (and the halves one after another: `time make test-rust test-python`).
+RUST_TEST_LOG := target/test-rust.log
+test:
+	@mkdir -p target
+	@echo "The Rust tests run beside pytest; their output ($(RUST_TEST_LOG)) follows pytest's."
+	@$(MAKE) --no-print-directory -j2 -k test-rust-logged test-python; status=$$?; \
+	cat $(RUST_TEST_LOG); exit $$status
+
+test-rust-logged:
+	@$(MAKE) --no-print-directory test-rust > $(RUST_TEST_LOG) 2>&1
+
+# One installer at a time into the virtualenv, whatever -j make runs with (`make test` runs two).
+$(TEST_STAMP): | $(EXT_STAMP)
 
 # The Rust tests compile the workspace a second time, in the test profile (the release build's
-# rlibs hold LTO bitcode only, nothing a test binary can link): Cargo.toml's [profile.test]
+# rlibs hold LTO bitcode only, nothing a test binary can link; `cargo test --release` would reuse
+# most of its dependencies, but compiles the tests at opt-level 3 and links every test binary and
+# example with thin LTO: docs/benchmarks.md, "Test suite", did not adopt it): Cargo.toml's [profile.test]
 # compiles the dependencies unoptimised without debug info, and each crate's integration tests
 # are one binary. Not incremental: a fresh clone compiles each crate once, and incremental
 # state (more, smaller codegen units and their caches) would only cost.
-test-rust: setup-test
-	CARGO_INCREMENTAL=0 cargo test --workspace --exclude strata-py --quiet
+test-rust:
+	CARGO_INCREMENTAL=0 nice -n 10 cargo test --workspace --exclude strata-py --quiet
 
 # pytest-xdist workers, one a core; tests/conftest.py puts the heavy tests into two groups, each
 # run one test after another on one worker: torchrun groups and namespaces in one, memory limits

@@ -25,14 +25,18 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # `make test-python` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup`). Tests
 # that each keep several processes busy for long, or that measure memory, are heavy: they join
 # one of two xdist groups, and a group's tests run one after another on one worker.
-# - "heavy-ranks": torchrun groups of 2-3 ranks. Two of them side by side on two cores would
-#   starve each other's heartbeats and timeouts, so they never overlap. A test is one when it
-#   reaches the torchrun or namespace helpers (`rank_env`, `run_session` from
-#   tests/torchrun_env.py, `veth_pair` from tests/netns.py), or, in a file whose name matches
-#   RANK_FILES (ranks under torchrun, network namespaces, injected faults), when it starts any
-#   process. "Reaches" follows the test's function, its fixtures and the functions and classes
-#   of the test files they call: a module that launches ranks in one test keeps its in-process
-#   tests light.
+# - "heavy-ranks": groups of processes: torchrun groups of 2-3 ranks, ranks started by hand, and
+#   network namespaces. Two of them side by side on two cores would starve each other's
+#   heartbeats and timeouts, so they never overlap. A test is one when it reaches a group
+#   launch: the string "torch.distributed.run" (a torchrun command line), or the helpers that
+#   start or wait on several processes (`run_session`, `wait_all` from tests/torchrun_env.py,
+#   `veth_pair` from tests/netns.py), or, in a file whose name matches RANK_FILES (ranks under
+#   torchrun, network namespaces, injected faults), `Popen` (processes started side by side),
+#   and elsewhere `Popen` together with `rank_env` (ranks started by hand).
+#   "Reaches" follows the test's function, its fixtures and the functions and classes of the
+#   test files they call. One process at a time is light, even a lone rank with `rank_env`'s
+#   environment waiting for a peer that never comes, or a CLI run on a fixture's store: it
+#   takes one core like any other light test, so the rank groups' worker is not kept busy by it.
 # - "heavy-memory": one process measured or bounded at a time. A test is one when its file's name
 #   matches MEMORY_FILES (the memory bounds, the adversarial server under a cgroup, the wheel's
 #   install and run), or it uses the `limiter` fixture (a memory cgroup).
@@ -42,25 +46,39 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # around both: neither worker waits on the other at the end. New tests that follow the naming
 # rules in these files are grouped without an edit.
 RANK_FILES = ("test_*dist*.py", "test_*netns*.py", "test_*faults*.py")
-RANK_HELPERS = frozenset({"rank_env", "run_session", "veth_pair"})
-#: What starts a process: in a RANK_FILES file, a test that reaches one of these is heavy.
-LAUNCHERS = RANK_HELPERS | {"subprocess", "run_strata", "Popen"}
+#: What launches a group of processes anywhere: names a test's code uses, and the module torchrun runs.
+RANK_HELPERS = frozenset({"run_session", "wait_all", "veth_pair", "torch.distributed.run"})
+#: In a RANK_FILES file, processes started by hand are ranks (or a namespace's peers) too.
+LAUNCHERS = RANK_HELPERS | {"Popen"}
+#: Elsewhere, processes started by hand with a rank's environment are ranks started side by side.
+HAND_STARTED_RANKS = frozenset({"Popen", "rank_env"})
 MEMORY_FILES = ("test_serve_adversarial.py", "test_memory_bound.py", "test_wheel.py")
 TESTS = Path(__file__).resolve().parent
 
 
 def _names(code: types.CodeType):
-    """Every global and attribute name ``code`` and the functions nested in it use."""
+    """Every global and attribute name and every string constant ``code`` and the functions
+    nested in it use."""
     yield from code.co_names
-    for const in code.co_consts:
+    yield from _strings(code.co_consts)
+
+
+def _strings(consts):
+    """The strings among ``consts``, in nested code and in the tuples the compiler folds
+    constant list items into."""
+    for const in consts:
         if isinstance(const, types.CodeType):
             yield from _names(const)
+        elif isinstance(const, tuple | frozenset):
+            yield from _strings(const)
+        elif isinstance(const, str):
+            yield const
 
 
-def reaches(functions, wanted: frozenset) -> bool:
-    """Whether any of ``functions``, or a function or class of the test files they name (followed
-    transitively), uses a name in ``wanted``."""
-    todo, seen = list(functions), set()
+def reached(functions) -> set[str]:
+    """The names and string constants that ``functions``, and the functions and classes of the
+    test files they name (followed transitively), use."""
+    todo, seen, names = list(functions), set(), set()
     while todo:
         f = inspect.unwrap(todo.pop())
         code = getattr(f, "__code__", None)
@@ -68,14 +86,13 @@ def reaches(functions, wanted: frozenset) -> bool:
             continue
         seen.add(code)
         for name in _names(code):
-            if name in wanted:
-                return True
+            names.add(name)
             target = f.__globals__.get(name)
             if inspect.isclass(target):
                 todo.extend(v for v in vars(target).values() if inspect.isfunction(v))
             elif inspect.isfunction(target):
                 todo.append(target)
-    return False
+    return names
 
 
 def _functions(item: pytest.Item) -> list:
@@ -93,7 +110,8 @@ def heavy_group(item: pytest.Item) -> str | None:
     name = item.path.name
     functions = _functions(item)
     rank_file = any(fnmatch.fnmatch(name, pattern) for pattern in RANK_FILES)
-    if reaches(functions, LAUNCHERS if rank_file else RANK_HELPERS):
+    names = reached(functions)
+    if names & (LAUNCHERS if rank_file else RANK_HELPERS) or HAND_STARTED_RANKS <= names:
         return "heavy-ranks"
     if any(fnmatch.fnmatch(name, pattern) for pattern in MEMORY_FILES) or "limiter" in getattr(
         item, "fixturenames", ()
