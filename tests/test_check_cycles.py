@@ -107,6 +107,61 @@ def test_a_parent_that_only_declares_and_re_exports_makes_no_circle(tmp_path):
     assert run(tmp_path) == (0, "check_cycles: no import circle\n")
 
 
+def test_a_path_written_in_code_without_a_use_line_counts(tmp_path):
+    # The parent names its child only inline (a registry macro's list, `stage::Stage`), and
+    # the child uses what the parent defines.
+    write(
+        tmp_path,
+        {
+            "crates/demo/src/lib.rs": "pub mod pipe;\n",
+            "crates/demo/src/pipe/mod.rs": (
+                "mod stage;\n\npub struct Batch;\n\ncrate::registry! {\n    stage::Stage,\n}\n"
+            ),
+            "crates/demo/src/pipe/stage.rs": "use super::Batch;\n\npub struct Stage(Batch);\n",
+        },
+    )
+    code, out = run(tmp_path)
+    assert code == 1
+    assert "demo: 2 modules form a circle: pipe, pipe::stage" in out
+    assert "pipe -> pipe::stage  (crates/demo/src/pipe/mod.rs:6: stage::Stage)" in out
+
+
+def test_an_inline_path_through_a_used_module_counts(tmp_path):
+    # `a` uses the module `outer` (which only declares `inner`); its call `outer::inner::f()`
+    # is what ties it to `inner`, which uses `a`.
+    write(
+        tmp_path,
+        {
+            "crates/demo/src/lib.rs": "mod a;\nmod outer;\n",
+            "crates/demo/src/a.rs": "use crate::outer;\n\npub struct Other;\n\nfn h() {\n    outer::inner::f();\n}\n",
+            "crates/demo/src/outer/mod.rs": "pub mod inner;\n",
+            "crates/demo/src/outer/inner.rs": "pub fn f() {}\n\nfn g() -> crate::a::Other {\n    todo!()\n}\n",
+        },
+    )
+    code, out = run(tmp_path)
+    assert code == 1
+    assert "demo: 2 modules form a circle: a, outer::inner" in out
+    assert "a -> outer::inner  (crates/demo/src/a.rs:6: outer::inner::f)" in out
+
+
+def test_paths_outside_the_crate_and_to_local_types_make_no_dependency(tmp_path):
+    write(
+        tmp_path,
+        {
+            "crates/demo/src/lib.rs": "mod a;\nmod b;\n",
+            "crates/demo/src/a.rs": (
+                "use std::fmt;\nuse crate::b::Thing;\n\npub enum Kind {\n    One,\n}\n\n"
+                "fn f(_: &dyn fmt::Debug) -> Kind {\n    std::mem::drop(Thing);\n    Kind::One\n}\n"
+            ),
+            "crates/demo/src/b.rs": (
+                "#[derive(serde::Serialize)]\npub struct Thing;\n\n"
+                "impl Thing {\n    fn new() -> Self {\n        Self::make()\n    }\n}\n"
+            ),
+        },
+    )
+    assert run(tmp_path) == (0, "check_cycles: no import circle\n")
+
+
 def test_python_circles_count_imports_inside_functions(tmp_path):
     write(
         tmp_path,

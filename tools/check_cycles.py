@@ -5,7 +5,9 @@
 
 A module is one source file: `src/a/b.rs` (or `src/a/b/mod.rs`) is `a::b`, `python/strata/a/b.py`
 is `strata.a.b`. Module X depends on module Y when X's code names something of Y: a `use`
-of a `crate::`, `super::` or `self::` path, or such a path written in an expression. A name that
+of a `crate::`, `super::` or `self::` path, or any path written in the code without a `use`
+line (`crate::a::f()`, `super::x::Y`, a child's `stage::go()`, or `b::f()` after `use
+crate::a::b;`, a macro's list of `module::Type` included). A name that
 a module merely re-exports (`pub use`, or `from .x import Y` in an `__init__.py`) is followed to
 where it is defined, so a facade hides nothing. Declaring a submodule (`mod x;`) is not a use.
 Test code (`#[cfg(test)]` modules and files) is left out: tests may reach anywhere.
@@ -207,18 +209,28 @@ class RustCrate:
             where = self.files[module].relative_to(root)
             spans = [m.span() for m in re.finditer(r"\bpub(?:\([^)]*\))?\s+use\s+([^;]+);", text)]
             uses = [(m, m.group(1)) for m in re.finditer(r"\buse\s+([^;]+);", text)]
-            inline = re.finditer(r"(?<![\w:])((?:crate|super|self)(?:::\w+)+)", text)
-            candidates: list[tuple[int, str]] = []
+            # (position, path to resolve, path as written)
+            candidates: list[tuple[int, str, str]] = []
+            # names a `use` line binds (its last segment, or its `as` name) -> the path
+            bound: dict[str, str] = {}
             for m, tree in uses:
+                for p in _expand_use(tree):
+                    bound.setdefault(p.rsplit("::", 1)[-1], p)
+                for alias in re.finditer(r"(\w+(?:::\w+)*)\s+as\s+(\w+)", tree):
+                    bound[alias.group(2)] = alias.group(1)
                 if any(s <= m.start() < e for s, e in spans):
                     continue  # a re-export is followed where it is used, not counted here
-                candidates += [(m.start(), p) for p in _expand_use(tree)]
+                candidates += [(m.start(), p, p) for p in _expand_use(tree)]
             used_spans = [m.span() for m, _ in uses]
-            for m in inline:
+            for m in re.finditer(r"(?<![\w:])(\w+(?:::\w+)+)", text):
                 if any(s <= m.start() < e for s, e in used_spans):
                     continue
-                candidates.append((m.start(), m.group(1)))
-            for pos, path in candidates:
+                path = written = m.group(1)
+                head, _, rest = path.partition("::")
+                if head not in ("crate", "super", "self") and head in bound:
+                    path = f"{bound[head]}::{rest}"  # `use crate::a::b;` then `b::f()`
+                candidates.append((m.start(), path, written))
+            for pos, path, written in candidates:
                 segs = [s for s in path.split("::") if s and s != "*"]
                 absolute = self._absolute(module, segs) if segs else []
                 if not absolute and segs and segs[0] not in ("crate", "super", "self"):
@@ -227,7 +239,7 @@ class RustCrate:
                 if target is None or target == module:
                     continue
                 line = text.count("\n", 0, pos) + 1
-                found.setdefault((module, target), f"{where}:{line}: {path}")
+                found.setdefault((module, target), f"{where}:{line}: {written}")
         return found
 
 

@@ -35,7 +35,7 @@ use crate::error::{FarError, Result};
 use crate::protocol::{self, op, status, Header, HeaderRead, HEADER_LEN};
 use crate::server::ServerStats;
 use crate::uring_client;
-use crate::TransportKind;
+use crate::{Transport, TransportKind};
 
 /// Settings of a far-memory client.
 #[derive(Clone, Debug)]
@@ -745,5 +745,30 @@ fn receiver_loop(shared: &Shared, conn: &DataConn, mut stream: TcpStream) {
             job.finish(Err(shared.unavailable()), shared);
             return;
         }
+    }
+}
+
+/// The far tier as the engines use it, through the client.
+impl Transport for FarClient {
+    fn free_capacity(&self) -> Result<u64> {
+        FarClient::free_capacity(self)
+    }
+    fn alloc(&self, segment: u64, len: u64) -> Result<()> {
+        FarClient::alloc(self, segment, len)
+    }
+    fn write(&self, segment: u64, offset: u64, data: &[u8]) -> Result<()> {
+        FarClient::write(self, segment, offset, data)
+    }
+    fn submit(&self, reqs: Vec<FarRead>, sink: &crossbeam_channel::Sender<FarCompletion>) {
+        FarClient::submit(self, reqs, sink)
+    }
+    fn free(&self, segment: u64) -> Result<()> {
+        FarClient::free(self, segment)
+    }
+    fn is_alive(&self) -> bool {
+        FarClient::is_alive(self)
+    }
+    fn chunk_bytes(&self) -> usize {
+        FarClient::chunk_bytes(self)
     }
 }

@@ -125,30 +125,6 @@ pub trait Transport: Send + Sync {
     fn chunk_bytes(&self) -> usize;
 }
 
-impl Transport for FarClient {
-    fn free_capacity(&self) -> Result<u64> {
-        FarClient::free_capacity(self)
-    }
-    fn alloc(&self, segment: u64, len: u64) -> Result<()> {
-        FarClient::alloc(self, segment, len)
-    }
-    fn write(&self, segment: u64, offset: u64, data: &[u8]) -> Result<()> {
-        FarClient::write(self, segment, offset, data)
-    }
-    fn submit(&self, reqs: Vec<FarRead>, sink: &crossbeam_channel::Sender<FarCompletion>) {
-        FarClient::submit(self, reqs, sink)
-    }
-    fn free(&self, segment: u64) -> Result<()> {
-        FarClient::free(self, segment)
-    }
-    fn is_alive(&self) -> bool {
-        FarClient::is_alive(self)
-    }
-    fn chunk_bytes(&self) -> usize {
-        FarClient::chunk_bytes(self)
-    }
-}
-
 /// Compile-time check that the client can be shared between threads.
 const _: fn() = || {
     fn assert_send_sync<T: Send + Sync>() {}

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use strata_io::progress::Progress;
 use strata_store::config::Size;
 use strata_store::convert::edges::EdgeInput;
+use strata_store::convert::source::open;
 use strata_store::convert::{plan_inputs, ConvertOptions};
 use strata_store::StoreError;
 
@@ -84,7 +85,7 @@ impl InputBuildJob {
             input: ConvertOptions {
                 inputs: vec![options.store.clone()],
                 out: out.clone(),
-                format: options.format,
+                format: options.format.into(),
                 columns: options.columns.clone(),
                 ids: options.ids,
                 delimiter: options.delimiter,
@@ -247,7 +248,7 @@ fn open_input(
         ));
     }
     let clock = StageClock::start();
-    let input = plan.format.get().open(&plan, &options, tmp, progress)?;
+    let input = open(&plan, &options, tmp, progress)?;
     if let Some(lines) = input.parse_plan() {
         for line in lines {
             progress.message(line);
@@ -398,7 +399,7 @@ mod tests {
         let table = tmp.path().join("e.parquet");
         std::fs::write(&table, b"PAR1").unwrap();
         let mut j = job(&out, &table);
-        j.input.format = strata_store::convert::InputFormat::Auto;
+        j.input.format = strata_store::convert::InputFormat::Auto.into();
         let err = build_input(&j, &NoProgress).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -413,7 +414,7 @@ mod tests {
             std::fs::write(dir.join(f), b"0 1\n").unwrap();
         }
         let mut j = job(&out, &dir);
-        j.input.format = strata_store::convert::InputFormat::Auto;
+        j.input.format = strata_store::convert::InputFormat::Auto.into();
         let err = build_input(&j, &NoProgress).unwrap_err().to_string();
         assert!(err.contains("holds train, valid and test files"), "{err}");
         assert!(!out.exists());

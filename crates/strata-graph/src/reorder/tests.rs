@@ -1,7 +1,7 @@
 use std::path::{Path, PathBuf};
 
 use strata_store::array::{read_all_bytes, NpyWriter};
-use strata_store::convert::{convert_numpy, NumpyJob};
+use strata_store::convert::{convert, ConvertOptions};
 use strata_store::npy::DType;
 use strata_store::{NoProgress, Store};
 
@@ -42,13 +42,13 @@ fn store(dir: &Path, n: i64, symmetrize: bool) -> PathBuf {
         &(0..n).step_by(3).collect::<Vec<_>>(),
     );
     let out = dir.join(if symmetrize { "s.strata" } else { "d.strata" });
-    let job: NumpyJob = serde_json::from_value(serde_json::json!({
-        "graph": {"out": out, "memory": 64u64 << 20, "symmetrize": symmetrize, "num_nodes": n},
-        "numpy": {"edges": raw.join("edges.npy"), "features": raw.join("features.npy"),
-                  "labels": raw.join("labels.npy"), "node_train": raw.join("train.npy")},
+    let section: ConvertOptions = strata_store::config::check(&serde_json::json!({
+        "inputs": [raw.join("edges.npy")], "out": out, "memory": 64u64 << 20,
+        "symmetrize": symmetrize, "num_nodes": n, "features": raw.join("features.npy"),
+        "labels": raw.join("labels.npy"), "node_train": raw.join("train.npy"),
     }))
     .unwrap();
-    convert_numpy(&job, &NoProgress).unwrap();
+    convert(&section, serde_json::Value::Null, &NoProgress).unwrap();
     out
 }
 

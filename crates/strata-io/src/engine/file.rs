@@ -23,6 +23,14 @@ struct FileInner {
     registration: Option<(u32, Arc<Inner>)>,
 }
 
+impl Engine {
+    /// Opens `path` for use with this engine (registered with io_uring when possible). It
+    /// sits with the files it makes: the engine's module does not reach its parts.
+    pub fn open(self: &Arc<Self>, path: &Path, mode: OpenMode) -> Result<IoFile> {
+        IoFile::open(self, path, mode)
+    }
+}
+
 impl IoFile {
     /// Opens `path` with `O_DIRECT` (when the file system allows) for `engine`.
     pub(crate) fn open(engine: &Arc<Engine>, path: &Path, mode: OpenMode) -> Result<IoFile> {

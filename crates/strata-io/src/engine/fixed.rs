@@ -27,6 +27,13 @@ pub struct FixedBuf {
     pool: Arc<PoolShared>,
 }
 
+impl Engine {
+    /// A pool of `count` buffers of `size` bytes, registered with io_uring when possible.
+    pub fn fixed_pool(self: &Arc<Self>, count: usize, size: usize) -> FixedPool {
+        FixedPool::new(self, count, size)
+    }
+}
+
 impl FixedPool {
     pub(crate) fn new(engine: &Arc<Engine>, count: usize, size: usize) -> FixedPool {
         let inner = engine.inner().clone();

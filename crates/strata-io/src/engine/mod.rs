@@ -483,16 +483,6 @@ impl Engine {
         self.inner.stats.snapshot()
     }
 
-    /// Opens `path` for use with this engine (registered with io_uring when possible).
-    pub fn open(self: &Arc<Self>, path: &std::path::Path, mode: crate::OpenMode) -> Result<IoFile> {
-        IoFile::open(self, path, mode)
-    }
-
-    /// A pool of `count` buffers of `size` bytes, registered with io_uring when possible.
-    pub fn fixed_pool(self: &Arc<Self>, count: usize, size: usize) -> FixedPool {
-        FixedPool::new(self, count, size)
-    }
-
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.inner
     }

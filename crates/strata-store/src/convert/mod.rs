@@ -35,23 +35,20 @@ use crate::store::StoreBuilder;
 use crate::units::fmt_bytes;
 use strata_io::progress::Progress;
 
-pub use numpy::{convert_binary, convert_numpy, BinaryJob, EdgeLayout, NumpyJob, NumpyOptions};
-pub use numpy_typed::{
-    convert_typed_numpy, TypedEdgeInput, TypedNodeInput, TypedNumpyJob, TypedNumpyOptions,
+pub use nodes::{NodeColumn, NodeColumns, NpyColumn};
+pub use numpy::{convert_binary, convert_numpy, BinaryJob, NumpyJob, NumpyOptions};
+pub use numpy_typed::{convert_typed_numpy, TypedEdgeInput, TypedNumpyJob, TypedNumpyOptions};
+pub(crate) use options::default_io_chunk;
+pub use options::{
+    ConvertOptions, Delimiter, EdgeLayout, FormatName, Fractions, IdKind, StoredFeatureDtype,
 };
-pub use options::{Fractions, StoredFeatureDtype};
-pub use source::{convert, plan_inputs, ConvertOptions, EdgeSource, InputFormat, SourcePlan};
-pub use text::Delimiter;
-pub use text_job::{convert_text, EdgeTypeFile, IdKind, TextJob, TextOptions};
+pub use source::{convert, plan_inputs, EdgeSource, InputFormat, SourcePlan};
+pub use text_job::{convert_text, EdgeTypeFile, TextJob, TextOptions};
 pub use topology::DegreeHistogram;
 
 use spool::{finalize_edges, Spooled};
 pub(crate) use topology::{build_topology, Payload, TopologyInput};
 pub(crate) use types::Types;
-
-pub(crate) fn default_io_chunk() -> Size {
-    Size(crate::array::IO_CHUNK as u64)
-}
 
 /// Options every converter shares.
 #[derive(Debug, Clone, Deserialize)]

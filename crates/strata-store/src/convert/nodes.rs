@@ -1,8 +1,13 @@
-//! Node data from NumPy arrays: features, labels and node splits.
+//! Node data: the node columns an input format brings ([`NodeColumns`], which a format hands
+//! out through `EdgeSource::node_columns`), written into the store in batches of about
+//! `io_chunk` bytes: features (cast to float32/float16), labels, node splits (id arrays or
+//! masks, or an exact random split over the labelled nodes). No column is held whole: a
+//! random split reads the labels twice, and given splits keep one byte per node to check that
+//! they are disjoint (counted against the budget).
 
 use std::path::{Path, PathBuf};
 
-use crate::array::{decode_f32, decode_ints, RowReader};
+use crate::array::{decode_f32, decode_ints, NpyWriter, RowReader};
 use crate::error::{Result, StoreError};
 use crate::manifest::{FeatureInfo, LabelInfo, SPLITS};
 use crate::npy::{read_header, DType, NpyHeader};
@@ -10,179 +15,391 @@ use crate::store::StoreBuilder;
 use strata_io::progress::{Meter, Progress};
 
 use super::spool::Splitter;
-use super::NodeData;
+use super::{file_len, NodeData};
 
-/// Node data inputs of a NumPy conversion.
-pub(crate) struct NodeInputs<'a> {
-    pub features: Option<&'a Path>,
+/// A column of per-node values an input brings (features, labels, a node split), read in
+/// order in batches of whole rows.
+pub trait NodeColumn: Send + Sync {
+    /// Where it is read from (named in messages).
+    fn path(&self) -> &Path;
+
+    /// Its element type.
+    fn dtype(&self) -> DType;
+
+    /// Its shape, rows first.
+    fn shape(&self) -> &[u64];
+
+    /// Bytes of its input.
+    fn input_bytes(&self) -> Result<u64>;
+
+    /// Streams the rows in order, in batches of whole rows of about `io_chunk` bytes, into
+    /// `sink`; an error from `sink` stops the stream.
+    fn stream(&self, io_chunk: usize, sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()>;
+}
+
+/// A NumPy array (`.npy`, C order) as a node column, read in place.
+pub struct NpyColumn {
+    path: PathBuf,
+    header: NpyHeader,
+}
+
+impl NpyColumn {
+    /// Opens `path`'s header; an array of rows wider than one value must be in C order.
+    pub fn open(path: &Path) -> Result<Box<dyn NodeColumn>> {
+        let header = read_header(path)?;
+        if header.fortran_order && header.shape.iter().skip(1).product::<u64>() > 1 {
+            return Err(StoreError::bad_file(
+                path,
+                "is in Fortran order; save it with np.ascontiguousarray(a)",
+            ));
+        }
+        Ok(Box::new(NpyColumn {
+            path: path.to_path_buf(),
+            header,
+        }))
+    }
+}
+
+impl NodeColumn for NpyColumn {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn dtype(&self) -> DType {
+        self.header.dtype
+    }
+
+    fn shape(&self) -> &[u64] {
+        &self.header.shape
+    }
+
+    fn input_bytes(&self) -> Result<u64> {
+        file_len(&self.path)
+    }
+
+    fn stream(&self, io_chunk: usize, sink: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let mut reader = RowReader::open(&self.path, &self.header, io_chunk)?;
+        while let Some(bytes) = reader.next_batch()? {
+            sink(bytes)?;
+        }
+        Ok(())
+    }
+}
+
+/// The node columns of an input: of every node, or of one node type of a typed input (its
+/// arrays indexed by the type's local ids).
+#[derive(Default)]
+pub struct NodeColumns {
+    /// The node type (the line of the node types file), or `None` for every node.
+    pub node_type: Option<usize>,
+    /// `(nodes, dim)` numbers.
+    pub features: Option<Box<dyn NodeColumn>>,
+    /// `(nodes,)` or `(nodes, 1)` integers, -1 for unlabelled.
+    pub labels: Option<Box<dyn NodeColumn>>,
+    /// Node splits (train, valid, test): node ids, or a boolean mask with one entry per node.
+    pub splits: [Option<Box<dyn NodeColumn>>; 3],
+}
+
+impl NodeColumns {
+    /// The columns given, in order (features, labels, splits).
+    fn given(&self) -> impl Iterator<Item = &dyn NodeColumn> {
+        [&self.features, &self.labels]
+            .into_iter()
+            .chain(&self.splits)
+            .flatten()
+            .map(|c| c.as_ref())
+    }
+
+    /// Rows of the features and labels, which must agree; `None` when neither is given.
+    pub(crate) fn rows(&self) -> Result<Option<u64>> {
+        let mut rows: Option<(u64, &Path)> = None;
+        for c in [&self.features, &self.labels].into_iter().flatten() {
+            let Some(&r) = c.shape().first() else {
+                return Err(StoreError::bad_file(c.path(), "is a 0-dimensional array"));
+            };
+            if let Some((prev, prev_path)) = rows.filter(|(prev, _)| *prev != r) {
+                return Err(StoreError::bad_file(
+                    c.path(),
+                    format!("has {r} rows but {} has {prev}: features and labels must have one row per node", prev_path.display()),
+                ));
+            }
+            rows = Some((r, c.path()));
+        }
+        Ok(rows.map(|(r, _)| r))
+    }
+
+    /// Bytes of the features and labels read (what a summary counts as node input).
+    pub(crate) fn input_bytes(&self) -> Result<u64> {
+        [&self.features, &self.labels]
+            .into_iter()
+            .flatten()
+            .map(|c| c.input_bytes())
+            .sum()
+    }
+
+    /// Whether no column is given.
+    pub fn is_empty(&self) -> bool {
+        self.given().next().is_none()
+    }
+}
+
+/// How node columns are stored, beside the columns themselves.
+pub(crate) struct NodeOptions {
     /// Output dtype of features (float32 or float16); `None` keeps float16 and makes
     /// everything else float32.
     pub feature_dtype: Option<DType>,
-    pub labels: Option<&'a Path>,
-    /// Given node splits: index arrays or boolean masks, per split.
-    pub splits: [Option<&'a PathBuf>; 3],
     /// Random node split fractions (over labelled nodes when there are labels).
     pub node_split: Option<[f64; 3]>,
     pub seed: u64,
-    /// Appended to every array name: empty for a plain store, `_tI` for node type `I` of a
-    /// typed one (`features_tI`, `labels_tI`, `node_SPLIT_tI`).
-    pub suffix: &'a str,
+    /// The conversion's memory budget (bytes).
+    pub memory: u64,
 }
 
-/// Rows of features and labels, which must agree; `None` when neither is given.
-pub(crate) fn node_count_hint(inputs: &NodeInputs) -> Result<Option<u64>> {
-    let mut hint: Option<(u64, &Path)> = None;
-    for path in [inputs.features, inputs.labels].into_iter().flatten() {
-        let h = read_header(path)?;
-        let rows = *h
-            .shape
-            .first()
-            .ok_or_else(|| StoreError::bad_file(path, "is a 0-dimensional array"))?;
-        if let Some((prev, prev_path)) = hint {
-            if prev != rows {
-                return Err(StoreError::bad_file(
-                    path,
-                    format!("has {rows} rows but {} has {prev}: features and labels must have one row per node", prev_path.display()),
-                ));
-            }
-        }
-        hint = Some((rows, path));
-    }
-    Ok(hint.map(|(r, _)| r))
-}
-
-/// Writes features, labels and node splits for `n` nodes into `builder`.
+/// Writes the features, labels and node splits of `cols` for `n` nodes into `builder`, named
+/// with the node type's suffix (`features_tI`, `labels_tI`, `node_SPLIT_tI`) when it has one.
 pub(crate) fn write_node_data(
     builder: &mut StoreBuilder,
-    inputs: &NodeInputs,
+    cols: &NodeColumns,
+    how: &NodeOptions,
     n: u64,
     id_dtype: DType,
     io_chunk: usize,
     progress: &dyn Progress,
 ) -> Result<NodeData> {
+    let suffix = cols.node_type.map_or(String::new(), |t| format!("_t{t}"));
     let mut data = NodeData::default();
-    if let Some(path) = inputs.features {
-        data.features = Some(write_features(
-            builder,
-            path,
-            inputs.feature_dtype,
-            n,
-            inputs.suffix,
-            io_chunk,
-            progress,
-        )?);
+    if let Some(c) = &cols.features {
+        let info = write_features(builder, c.as_ref(), how, n, &suffix, io_chunk, progress)?;
+        data.features = Some(info);
     }
-    let mut labels = None;
-    if let Some(path) = inputs.labels {
-        let (info, values) = write_labels(builder, path, n, inputs.suffix, io_chunk)?;
+    let mut labelled = None;
+    if let Some(c) = &cols.labels {
+        let (info, count) = write_labels(builder, c.as_ref(), n, &suffix, io_chunk)?;
         data.labels = Some(info);
-        labels = Some(values);
+        labelled = Some(count);
     }
-    let given = inputs.splits.iter().any(Option::is_some);
-    if given && inputs.node_split.is_some() {
+    let given = cols.splits.iter().any(Option::is_some);
+    if given && how.node_split.is_some() {
         return Err(StoreError::option(
             "node_split",
             "a random node split cannot be combined with given node split arrays",
         ));
     }
+    let mut writers = SplitWriters::new(&suffix, id_dtype, io_chunk);
     if given {
-        let mut member = vec![0u8; n as usize];
-        for (slot, path) in inputs.splits.iter().enumerate() {
-            let Some(path) = path else { continue };
-            let ids = read_node_ids(path, n, io_chunk)?;
-            for &v in &ids {
+        write_given_splits(builder, &mut writers, cols, n, how.memory, io_chunk)?;
+    } else if let Some(fractions) = how.node_split {
+        writers.open_all(builder)?;
+        let pool = labelled.unwrap_or(n);
+        let mut splitter = Splitter::new(pool, fractions, how.seed);
+        let mut assign = |ids: &mut dyn Iterator<Item = i64>| -> Result<()> {
+            for v in ids {
+                writers.push(splitter.next(), v)?;
+            }
+            writers.flush()
+        };
+        match &cols.labels {
+            // The labelled nodes, in order: the labels read a second time.
+            Some(c) => stream_ints(c.as_ref(), io_chunk, &mut |first, vals| {
+                let mut ids = (first..).zip(vals).filter(|(_, &l)| l >= 0).map(|(i, _)| i);
+                assign(&mut ids)
+            })?,
+            None => {
+                let per = (io_chunk / 8).max(1) as i64;
+                for start in (0..n as i64).step_by(per as usize) {
+                    assign(&mut (start..(start + per).min(n as i64)))?;
+                }
+            }
+        }
+    }
+    writers.finish(builder, &mut data)?;
+    Ok(data)
+}
+
+/// Streams an integer column's values in batches, with the index of each batch's first.
+fn stream_ints(
+    c: &dyn NodeColumn,
+    io_chunk: usize,
+    sink: &mut dyn FnMut(i64, &[i64]) -> Result<()>,
+) -> Result<()> {
+    let mut vals = Vec::new();
+    let mut first = 0i64;
+    c.stream(io_chunk, &mut |bytes| {
+        vals.clear();
+        decode_ints(bytes, c.dtype(), &mut vals);
+        sink(first, &vals)?;
+        first += vals.len() as i64;
+        Ok(())
+    })
+}
+
+/// The writers of the node split arrays (`node_SPLIT{suffix}`), fed id by id.
+struct SplitWriters<'a> {
+    suffix: &'a str,
+    id_dtype: DType,
+    io_chunk: usize,
+    open: [Option<(NpyWriter, Vec<i64>, u64)>; 3],
+}
+
+impl<'a> SplitWriters<'a> {
+    fn new(suffix: &'a str, id_dtype: DType, io_chunk: usize) -> Self {
+        SplitWriters {
+            suffix,
+            id_dtype,
+            io_chunk,
+            open: Default::default(),
+        }
+    }
+
+    fn name(&self, slot: usize) -> String {
+        format!("node_{}{}", SPLITS[slot], self.suffix)
+    }
+
+    fn open(&mut self, builder: &mut StoreBuilder, slot: usize) -> Result<()> {
+        let w = builder.writer(&self.name(slot), self.id_dtype, &[], self.io_chunk)?;
+        self.open[slot] = Some((w, Vec::new(), 0));
+        Ok(())
+    }
+
+    fn open_all(&mut self, builder: &mut StoreBuilder) -> Result<()> {
+        (0..3).try_for_each(|slot| self.open(builder, slot))
+    }
+
+    /// Appends node `v` to split `slot` (opened).
+    fn push(&mut self, slot: usize, v: i64) -> Result<()> {
+        let (w, buf, count) = self.open[slot].as_mut().expect("an opened split");
+        buf.push(v);
+        *count += 1;
+        if buf.len() * 8 >= self.io_chunk {
+            w.write_ints(buf)?;
+            buf.clear();
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        for (w, buf, _) in self.open.iter_mut().flatten() {
+            w.write_ints(buf)?;
+            buf.clear();
+        }
+        Ok(())
+    }
+
+    /// Finishes the opened splits and records their sizes.
+    fn finish(mut self, builder: &mut StoreBuilder, data: &mut NodeData) -> Result<()> {
+        self.flush()?;
+        for (slot, split) in SPLITS.iter().enumerate() {
+            if let Some((w, _, count)) = self.open[slot].take() {
+                builder.add(&self.name(slot), w.finish()?);
+                data.node_splits.insert(split.to_string(), count);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes the given node splits (id arrays or boolean masks), refusing a node in two splits:
+/// one byte per node (`n` bytes of the `memory` budget) records its split.
+fn write_given_splits(
+    builder: &mut StoreBuilder,
+    writers: &mut SplitWriters,
+    cols: &NodeColumns,
+    n: u64,
+    memory: u64,
+    io_chunk: usize,
+) -> Result<()> {
+    if n > memory {
+        return Err(StoreError::Budget {
+            budget: memory,
+            needed: n,
+            what: format!("checking that the node splits are disjoint ({n} nodes, a byte each)"),
+        });
+    }
+    let mut member = vec![0u8; n as usize];
+    for (slot, c) in cols.splits.iter().enumerate() {
+        let Some(c) = c else { continue };
+        let c = c.as_ref();
+        let mask = check_split(c, n)?;
+        writers.open(builder, slot)?;
+        stream_ints(c, io_chunk, &mut |first, vals| {
+            for (i, &v) in (first..).zip(vals) {
+                let v = match mask {
+                    true if v == 0 => continue,
+                    true => i,
+                    false if v < 0 || v as u64 >= n => {
+                        return Err(StoreError::bad_file(
+                            c.path(),
+                            format!("entry {i} is node {v}, outside [0, {n})"),
+                        ))
+                    }
+                    false => v,
+                };
                 let prev = std::mem::replace(&mut member[v as usize], slot as u8 + 1);
                 if prev != 0 && prev != slot as u8 + 1 {
                     return Err(StoreError::bad_file(
-                        path,
+                        c.path(),
                         format!(
                             "node {v} is also in node_{}: node splits must be disjoint",
                             SPLITS[prev as usize - 1]
                         ),
                     ));
                 }
+                writers.push(slot, v)?;
             }
-            write_split(
-                builder,
-                slot,
-                &ids,
-                id_dtype,
-                inputs.suffix,
-                io_chunk,
-                &mut data,
-            )?;
-        }
-    } else if let Some(fractions) = inputs.node_split {
-        let pool: Vec<i64> = match &labels {
-            Some(l) => (0..n as i64).filter(|&i| l[i as usize] >= 0).collect(),
-            None => (0..n as i64).collect(),
-        };
-        let mut splitter = Splitter::new(pool.len() as u64, fractions, inputs.seed);
-        let mut parts: [Vec<i64>; 3] = Default::default();
-        for v in pool {
-            parts[splitter.next()].push(v);
-        }
-        for (slot, ids) in parts.iter().enumerate() {
-            write_split(
-                builder,
-                slot,
-                ids,
-                id_dtype,
-                inputs.suffix,
-                io_chunk,
-                &mut data,
-            )?;
-        }
+            Ok(())
+        })?;
     }
-    Ok(data)
-}
-
-fn write_split(
-    builder: &mut StoreBuilder,
-    slot: usize,
-    ids: &[i64],
-    id_dtype: DType,
-    suffix: &str,
-    io_chunk: usize,
-    data: &mut NodeData,
-) -> Result<()> {
-    let name = format!("node_{}{suffix}", SPLITS[slot]);
-    let mut w = builder.writer(&name, id_dtype, &[], io_chunk)?;
-    w.write_ints(ids)?;
-    builder.add(&name, w.finish()?);
-    data.node_splits
-        .insert(SPLITS[slot].to_string(), ids.len() as u64);
     Ok(())
 }
 
-fn require_c_order(path: &Path, h: &NpyHeader) -> Result<()> {
-    if h.fortran_order && h.shape.len() > 1 {
+/// Checks a node split's shape and type; returns whether it is a boolean mask.
+fn check_split(c: &dyn NodeColumn, n: u64) -> Result<bool> {
+    let shape = c.shape();
+    if shape.len() != 1 {
         return Err(StoreError::bad_file(
-            path,
-            "is in Fortran order; save it with np.ascontiguousarray(a)",
+            c.path(),
+            format!("a node split must be 1-D (ids or a mask), found shape {shape:?}"),
         ));
     }
-    Ok(())
+    let mask = c.dtype() == DType::Bool;
+    if mask && shape[0] != n {
+        return Err(StoreError::bad_file(
+            c.path(),
+            format!(
+                "a boolean mask must have one entry per node ({n}), found {}",
+                shape[0]
+            ),
+        ));
+    }
+    if !c.dtype().is_int() && !mask {
+        return Err(StoreError::bad_file(
+            c.path(),
+            format!(
+                "node ids must be integers or a boolean mask, found {}",
+                c.dtype()
+            ),
+        ));
+    }
+    Ok(mask)
 }
 
 fn write_features(
     builder: &mut StoreBuilder,
-    path: &Path,
-    want: Option<DType>,
+    c: &dyn NodeColumn,
+    how: &NodeOptions,
     n: u64,
     suffix: &str,
     io_chunk: usize,
     progress: &dyn Progress,
 ) -> Result<FeatureInfo> {
     let name = format!("features{suffix}");
-    let h = read_header(path)?;
-    require_c_order(path, &h)?;
-    let [rows, dim] = h.shape[..] else {
+    let (path, dtype) = (c.path(), c.dtype());
+    let [rows, dim] = c.shape()[..] else {
         return Err(StoreError::bad_file(
             path,
             format!(
                 "features must be a 2-D array (nodes, dim), found shape {:?}",
-                h.shape
+                c.shape()
             ),
         ));
     };
@@ -192,13 +409,13 @@ fn write_features(
             format!("has {rows} rows but the graph has {n} nodes"),
         ));
     }
-    if h.dtype == DType::Bool {
+    if dtype == DType::Bool {
         return Err(StoreError::bad_file(
             path,
             "features must be numbers, found bool",
         ));
     }
-    let out = match want {
+    let out = match how.feature_dtype {
         Some(d @ (DType::F32 | DType::F16)) => d,
         Some(d) => {
             return Err(StoreError::option(
@@ -206,21 +423,20 @@ fn write_features(
                 format!("must be float32 or float16, got {d}"),
             ))
         }
-        None if h.dtype == DType::F16 => DType::F16,
+        None if dtype == DType::F16 => DType::F16,
         None => DType::F32,
     };
     let mut w = builder.writer(&name, out, &[dim], io_chunk)?;
-    let mut reader = RowReader::open(path, &h, io_chunk)?;
-    let mut meter = Meter::new(progress, "features", h.data_bytes(), rows);
-    let row_bytes = (dim as usize * h.dtype.size()).max(1) as u64;
+    let row_bytes = (dim as usize * dtype.size()).max(1) as u64;
+    let mut meter = Meter::new(progress, "features", rows * row_bytes, rows);
     let mut vals = Vec::new();
     let mut halves: Vec<half::f16> = Vec::new();
-    while let Some(bytes) = reader.next_batch()? {
-        if h.dtype == out {
+    c.stream(io_chunk, &mut |bytes| {
+        if dtype == out {
             w.write_bytes(bytes)?;
         } else {
             vals.clear();
-            decode_f32(bytes, h.dtype, &mut vals);
+            decode_f32(bytes, dtype, &mut vals);
             if out == DType::F32 {
                 w.write(&vals)?;
             } else {
@@ -230,128 +446,66 @@ fn write_features(
             }
         }
         meter.add(bytes.len() as u64 / row_bytes, bytes.len() as u64)?;
-    }
+        Ok(())
+    })?;
     meter.finish()?;
     builder.add(&name, w.finish()?);
     Ok(FeatureInfo { dim, dtype: out })
 }
 
-/// Writes labels and returns them (one per node; -1 for unlabelled).
+/// Writes the labels (one per node; -1 for unlabelled); returns their info and how many
+/// nodes have a label.
 fn write_labels(
     builder: &mut StoreBuilder,
-    path: &Path,
+    c: &dyn NodeColumn,
     n: u64,
     suffix: &str,
     io_chunk: usize,
-) -> Result<(LabelInfo, Vec<i32>)> {
-    let h = read_header(path)?;
-    let ok_shape = h.shape == [n] || h.shape == [n, 1];
-    if !ok_shape {
+) -> Result<(LabelInfo, u64)> {
+    let path = c.path();
+    let shape = c.shape();
+    if shape != [n] && shape != [n, 1] {
         return Err(StoreError::bad_file(
             path,
-            format!(
-                "labels must have shape ({n},) or ({n}, 1), found {:?}",
-                h.shape
-            ),
+            format!("labels must have shape ({n},) or ({n}, 1), found {shape:?}"),
         ));
     }
-    if !h.dtype.is_int() {
+    if !c.dtype().is_int() {
         return Err(StoreError::bad_file(
             path,
-            format!("labels must be integers, found {}", h.dtype),
+            format!("labels must be integers, found {}", c.dtype()),
         ));
     }
-    let mut reader = RowReader::open(path, &h, io_chunk)?;
-    let mut labels = Vec::with_capacity(n as usize);
-    let mut vals = Vec::new();
-    while let Some(bytes) = reader.next_batch()? {
-        vals.clear();
-        decode_ints(bytes, h.dtype, &mut vals);
-        for &v in &vals {
+    let name = format!("labels{suffix}");
+    let mut w = builder.writer(&name, DType::I32, &[], io_chunk)?;
+    let (mut max, mut labelled) = (-1i64, 0u64);
+    let mut labels: Vec<i32> = Vec::new();
+    stream_ints(c, io_chunk, &mut |first, vals| {
+        labels.clear();
+        for (i, &v) in (first..).zip(vals) {
             if !(-1..=i32::MAX as i64).contains(&v) {
                 return Err(StoreError::bad_file(
                     path,
-                    format!(
-                        "node {} has label {v}; labels must be >= 0, or -1 for unlabelled",
-                        labels.len()
-                    ),
+                    format!("node {i} has label {v}; labels must be >= 0, or -1 for unlabelled"),
                 ));
             }
+            max = max.max(v);
+            labelled += u64::from(v >= 0);
             labels.push(v as i32);
         }
-    }
-    let num_classes = labels.iter().copied().max().unwrap_or(-1) + 1;
-    if num_classes == 0 {
+        w.write(&labels)
+    })?;
+    if max < 0 {
         return Err(StoreError::bad_file(
             path,
             "no node has a label (all are -1)",
         ));
     }
-    let name = format!("labels{suffix}");
-    let mut w = builder.writer(&name, DType::I32, &[], io_chunk)?;
-    w.write(&labels)?;
     builder.add(&name, w.finish()?);
     Ok((
         LabelInfo {
-            num_classes: num_classes as u64,
+            num_classes: (max + 1) as u64,
         },
-        labels,
+        labelled,
     ))
-}
-
-/// Reads a node split: an integer array of node ids, or a boolean mask of length `n`.
-fn read_node_ids(path: &Path, n: u64, io_chunk: usize) -> Result<Vec<i64>> {
-    let h = read_header(path)?;
-    if h.shape.len() != 1 {
-        return Err(StoreError::bad_file(
-            path,
-            format!(
-                "a node split must be 1-D (ids or a mask), found shape {:?}",
-                h.shape
-            ),
-        ));
-    }
-    let mask = h.dtype == DType::Bool;
-    if mask && h.shape[0] != n {
-        return Err(StoreError::bad_file(
-            path,
-            format!(
-                "a boolean mask must have one entry per node ({n}), found {}",
-                h.shape[0]
-            ),
-        ));
-    }
-    if !h.dtype.is_int() && !mask {
-        return Err(StoreError::bad_file(
-            path,
-            format!(
-                "node ids must be integers or a boolean mask, found {}",
-                h.dtype
-            ),
-        ));
-    }
-    let mut reader = RowReader::open(path, &h, io_chunk)?;
-    let mut vals = Vec::new();
-    while let Some(bytes) = reader.next_batch()? {
-        decode_ints(bytes, h.dtype, &mut vals);
-    }
-    if mask {
-        return Ok(vals
-            .iter()
-            .enumerate()
-            .filter(|(_, &m)| m != 0)
-            .map(|(i, _)| i as i64)
-            .collect());
-    }
-    if let Some((i, v)) = vals
-        .iter()
-        .enumerate()
-        .find(|(_, &v)| v < 0 || v as u64 >= n)
-    {
-        return Err(StoreError::bad_file(
-            path,
-            format!("entry {i} is node {v}, outside [0, {n})"),
-        ));
-    }
-    Ok(vals)
 }

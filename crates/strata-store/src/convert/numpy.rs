@@ -1,12 +1,14 @@
-//! Converters from binary inputs: NumPy arrays (edges, features, labels, node splits) and raw
-//! little-endian int32 edge pairs (the GridGraph / converted-SNAP format).
+//! Converters from binary inputs: NumPy edge arrays (with the node columns their format brings:
+//! features, labels, node splits) and raw little-endian int32 edge pairs (the GridGraph /
+//! converted-SNAP format).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use strata_io::SeqReader;
 
-use super::nodes::{node_count_hint, write_node_data, NodeInputs};
+use super::nodes::{write_node_data, NodeColumns, NodeOptions};
+use super::options::EdgeLayout;
 use super::spool::{split_index, Attrs, EdgeBatch, Spool};
 use super::{
     announce, check_inputs, file_len, finish, resolve_num_nodes, Clock, GraphOptions, Ingested,
@@ -20,22 +22,7 @@ use crate::store::StoreBuilder;
 use crate::units::fmt_bytes;
 use strata_io::progress::{Meter, Progress};
 
-/// How an edge array is laid out.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum EdgeLayout {
-    /// `(E, 2|3)` rows unless the shape only fits `(2|3, E)`.
-    #[default]
-    Auto,
-    /// One edge per row: `(E, 2)` as (src, dst) or `(E, 3)` as (src, rel, dst).
-    Rows,
-    /// One edge per column, like PyG's `edge_index`: `(2, E)` or `(3, E)`.
-    Columns,
-}
-
-/// NumPy inputs.
+/// NumPy edge inputs (the node columns come from the format: `EdgeSource::node_columns`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NumpyOptions {
@@ -47,22 +34,9 @@ pub struct NumpyOptions {
     pub test_edges: Option<PathBuf>,
     #[serde(default)]
     pub layout: EdgeLayout,
-    /// Node features, `(nodes, dim)`.
-    #[serde(default)]
-    pub features: Option<PathBuf>,
     /// Stored feature dtype: float32 or float16 (default: float16 stays, all else float32).
     #[serde(default)]
     pub feature_dtype: Option<DType>,
-    /// Node labels, `(nodes,)` integers, -1 for unlabelled.
-    #[serde(default)]
-    pub labels: Option<PathBuf>,
-    /// Node splits as id arrays or boolean masks.
-    #[serde(default)]
-    pub node_train: Option<PathBuf>,
-    #[serde(default)]
-    pub node_valid: Option<PathBuf>,
-    #[serde(default)]
-    pub node_test: Option<PathBuf>,
     /// Random node split (train, valid, test) over labelled nodes, seeded by `seed`.
     #[serde(default)]
     pub node_split: Option<[f64; 3]>,
@@ -237,8 +211,12 @@ pub(super) fn check_range(
     Ok(())
 }
 
-/// Converts NumPy arrays into a store.
-pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary> {
+/// Converts NumPy edge arrays and the node columns `nodes` into a store.
+pub fn convert_numpy(
+    job: &NumpyJob,
+    nodes: &NodeColumns,
+    progress: &dyn Progress,
+) -> Result<Summary> {
     let graph = &job.graph;
     let opts = &job.numpy;
     graph.validate()?;
@@ -261,21 +239,7 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
             "edge arrays differ in width: all must have a relation column, or none",
         ));
     }
-    let splits = [
-        opts.node_train.as_ref(),
-        opts.node_valid.as_ref(),
-        opts.node_test.as_ref(),
-    ];
-    let node_inputs = NodeInputs {
-        features: opts.features.as_deref(),
-        feature_dtype: opts.feature_dtype,
-        labels: opts.labels.as_deref(),
-        splits,
-        node_split: opts.node_split,
-        seed: graph.seed,
-        suffix: "",
-    };
-    let hint = node_count_hint(&node_inputs)?;
+    let hint = nodes.rows()?;
     if let (Some(n), Some(h)) = (graph.num_nodes, hint) {
         if n != h {
             return Err(StoreError::option(
@@ -349,9 +313,16 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
     } else {
         0
     };
+    let how = NodeOptions {
+        feature_dtype: opts.feature_dtype,
+        node_split: opts.node_split,
+        seed: graph.seed,
+        memory: graph.memory.0,
+    };
     let node_data = write_node_data(
         &mut builder,
-        &node_inputs,
+        nodes,
+        &how,
         num_nodes,
         id_dtype_for(num_nodes.max(num_relations)),
         io_chunk,
@@ -362,11 +333,7 @@ pub fn convert_numpy(job: &NumpyJob, progress: &dyn Progress) -> Result<Summary>
         .iter()
         .map(|(p, _)| file_len(p))
         .sum::<Result<u64>>()?
-        + [opts.features.as_ref(), opts.labels.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(|p| file_len(p))
-            .sum::<Result<u64>>()?;
+        + nodes.input_bytes()?;
     let ingested = Ingested {
         types: Types::default(),
         converter: "numpy",

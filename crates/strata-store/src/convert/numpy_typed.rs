@@ -5,14 +5,16 @@
 //! The types come from the same two files as a typed text conversion (see [`super::types`]):
 //! node type `I` is line `I` of the node types file, edge type `K` line `K` of the edge types
 //! file. Edge arrays are streamed in chunks, their local ids checked against their edge type's
-//! source and destination counts and shifted to global ids on the way into the spool.
+//! source and destination counts and shifted to global ids on the way into the spool. The
+//! node columns of each type come from the format (`EdgeSource::node_columns`).
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::nodes::{write_node_data, NodeInputs};
-use super::numpy::{inspect_edges, EdgeArray, EdgeLayout};
+use super::nodes::{write_node_data, NodeColumns, NodeOptions};
+use super::numpy::{inspect_edges, EdgeArray};
+use super::options::EdgeLayout;
 use super::spool::{split_index, Attrs, Spool};
 use super::{announce, default_split, file_len, finish, Clock, GraphOptions, Ingested, NodeData};
 use super::{Summary, Types};
@@ -44,27 +46,6 @@ pub struct TypedEdgeInput {
     pub times: Option<PathBuf>,
 }
 
-/// The node data of one node type; every array is indexed by the type's local ids.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TypedNodeInput {
-    /// Node-type id: the line of the node types file, from 0.
-    pub node_type: usize,
-    /// `(count, dim)` features.
-    #[serde(default)]
-    pub features: Option<PathBuf>,
-    /// `(count,)` integer labels, -1 for unlabelled.
-    #[serde(default)]
-    pub labels: Option<PathBuf>,
-    /// Local ids (or a boolean mask of length `count`) per node split.
-    #[serde(default)]
-    pub node_train: Option<PathBuf>,
-    #[serde(default)]
-    pub node_valid: Option<PathBuf>,
-    #[serde(default)]
-    pub node_test: Option<PathBuf>,
-}
-
 /// Typed NumPy inputs.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -74,8 +55,6 @@ pub struct TypedNumpyOptions {
     /// `SRC_TYPE<TAB>RELATION<TAB>DST_TYPE` lines.
     pub edge_types: PathBuf,
     pub edges: Vec<TypedEdgeInput>,
-    #[serde(default)]
-    pub nodes: Vec<TypedNodeInput>,
     /// `auto` reads `(2, E)` as columns and `(E, 2)` as rows (a `(2, 2)` array as columns).
     #[serde(default)]
     pub layout: EdgeLayout,
@@ -224,49 +203,43 @@ impl EdgeColumn {
     }
 }
 
-/// Checks the shapes of a node type's arrays against its count before anything is written.
-fn check_node_input(input: &TypedNodeInput, t: &NodeType) -> Result<()> {
+/// Checks the shapes of a node type's columns against its count before anything is written.
+fn check_node_columns(cols: &NodeColumns, t: &NodeType) -> Result<()> {
     let n = t.count;
-    if let Some(path) = &input.features {
-        let h = read_header(path)?;
-        if h.shape.len() != 2 || h.shape[0] != n {
+    if let Some(c) = &cols.features {
+        if c.shape().len() != 2 || c.shape()[0] != n {
             return Err(StoreError::bad_file(
-                path,
+                c.path(),
                 format!(
                     "features must have shape ({n}, dim): {}; found {:?}",
                     describe_type(t),
-                    h.shape
+                    c.shape()
                 ),
             ));
         }
     }
-    if let Some(path) = &input.labels {
-        let h = read_header(path)?;
-        if h.shape != [n] && h.shape != [n, 1] {
+    if let Some(c) = &cols.labels {
+        if c.shape() != [n] && c.shape() != [n, 1] {
             return Err(StoreError::bad_file(
-                path,
+                c.path(),
                 format!(
                     "labels must have shape ({n},): {}; found {:?}",
                     describe_type(t),
-                    h.shape
+                    c.shape()
                 ),
             ));
         }
     }
-    for path in [&input.node_train, &input.node_valid, &input.node_test]
-        .into_iter()
-        .flatten()
-    {
-        let h = read_header(path)?;
-        let mask_len_wrong = h.dtype == DType::Bool && h.shape != [n];
-        if h.shape.len() != 1 || mask_len_wrong {
+    for c in cols.splits.iter().flatten() {
+        let mask_len_wrong = c.dtype() == DType::Bool && c.shape() != [n];
+        if c.shape().len() != 1 || mask_len_wrong {
             return Err(StoreError::bad_file(
-                path,
+                c.path(),
                 format!(
                     "a node split must be 1-D local ids in [0, {n}) or a boolean mask of length {n}: {}; found {} {:?}",
                     describe_type(t),
-                    h.dtype,
-                    h.shape
+                    c.dtype(),
+                    c.shape()
                 ),
             ));
         }
@@ -275,7 +248,7 @@ fn check_node_input(input: &TypedNodeInput, t: &NodeType) -> Result<()> {
 }
 
 /// Checks every input against the types and returns which attributes the edges carry.
-fn check_inputs(opts: &TypedNumpyOptions, types: &Types) -> Result<Attrs> {
+fn check_inputs(opts: &TypedNumpyOptions, nodes: &[NodeColumns], types: &Types) -> Result<Attrs> {
     let k = types.edge_types.len();
     if opts.edges.is_empty() {
         return Err(StoreError::option(
@@ -326,34 +299,41 @@ fn check_inputs(opts: &TypedNumpyOptions, types: &Types) -> Result<Attrs> {
         }
     }
     let mut seen = vec![false; types.node_types.len()];
-    for input in &opts.nodes {
-        let Some(t) = types.node_types.get(input.node_type) else {
+    for cols in nodes {
+        let Some(node_type) = cols.node_type else {
+            return Err(StoreError::option(
+                "typed_numpy.nodes",
+                "node columns of a typed graph must name their node type",
+            ));
+        };
+        let Some(t) = types.node_types.get(node_type) else {
             let n = types.node_types.len();
             return Err(StoreError::option(
                 "typed_numpy.nodes",
                 format!(
-                    "node type {} is not declared: {} declares {n} node types (ids 0..{n})",
-                    input.node_type,
+                    "node type {node_type} is not declared: {} declares {n} node types (ids 0..{n})",
                     opts.node_types.display()
                 ),
             ));
         };
-        if std::mem::replace(&mut seen[input.node_type], true) {
+        if std::mem::replace(&mut seen[node_type], true) {
             return Err(StoreError::option(
                 "typed_numpy.nodes",
-                format!(
-                    "node type {} ('{}') is given twice",
-                    input.node_type, t.name
-                ),
+                format!("node type {node_type} ('{}') is given twice", t.name),
             ));
         }
-        check_node_input(input, t)?;
+        check_node_columns(cols, t)?;
     }
     Ok(attrs)
 }
 
-/// Converts typed NumPy arrays into a typed store (format 2).
-pub fn convert_typed_numpy(job: &TypedNumpyJob, progress: &dyn Progress) -> Result<Summary> {
+/// Converts typed NumPy edge arrays and the node columns of each node type (`nodes`) into a
+/// typed store (format 2).
+pub fn convert_typed_numpy(
+    job: &TypedNumpyJob,
+    nodes: &[NodeColumns],
+    progress: &dyn Progress,
+) -> Result<Summary> {
     let opts = &job.typed_numpy;
     job.graph.validate()?;
     if job.graph.symmetrize {
@@ -389,7 +369,7 @@ pub fn convert_typed_numpy(job: &TypedNumpyJob, progress: &dyn Progress) -> Resu
         num_nodes: Some(num_nodes),
         ..job.graph.clone()
     };
-    let attrs = check_inputs(opts, &types)?;
+    let attrs = check_inputs(opts, nodes, &types)?;
     let arrays = opts
         .edges
         .iter()
@@ -484,25 +464,18 @@ pub fn convert_typed_numpy(job: &TypedNumpyJob, progress: &dyn Progress) -> Resu
         .flatten()
         .map(|p| file_len(p))
         .sum::<Result<u64>>()?;
-    for input in &opts.nodes {
-        let suffix = format!("_t{}", input.node_type);
-        let node_inputs = NodeInputs {
-            features: input.features.as_deref(),
-            feature_dtype: opts.feature_dtype,
-            labels: input.labels.as_deref(),
-            splits: [
-                input.node_train.as_ref(),
-                input.node_valid.as_ref(),
-                input.node_test.as_ref(),
-            ],
-            node_split: None,
-            seed: graph.seed,
-            suffix: &suffix,
-        };
-        let t = &mut types.node_types[input.node_type];
+    let how = NodeOptions {
+        feature_dtype: opts.feature_dtype,
+        node_split: None,
+        seed: graph.seed,
+        memory: graph.memory.0,
+    };
+    for cols in nodes {
+        let t = &mut types.node_types[cols.node_type.expect("checked: a node type")];
         let data = write_node_data(
             &mut builder,
-            &node_inputs,
+            cols,
+            &how,
             t.count,
             id_dtype,
             io_chunk,
@@ -511,11 +484,7 @@ pub fn convert_typed_numpy(job: &TypedNumpyJob, progress: &dyn Progress) -> Resu
         t.features = data.features;
         t.labels = data.labels;
         t.node_splits = data.node_splits;
-        input_bytes += [input.features.as_ref(), input.labels.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(|p| file_len(p))
-            .sum::<Result<u64>>()?;
+        input_bytes += cols.input_bytes()?;
     }
     clock.lap("node data");
     let ingested = Ingested {

@@ -6,26 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use serde::Deserialize;
 use strata_io::SeqReader;
 
+use super::options::Delimiter;
 use crate::error::{Result, StoreError};
-
-/// How fields are separated.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Delimiter {
-    /// Decide per file from its first data line: tab if it has one, else comma, else spaces.
-    Auto,
-    /// Tab-separated.
-    Tab,
-    /// CSV: comma-separated, fields may be double-quoted with `""` as an escaped quote.
-    Comma,
-    /// Any run of spaces and tabs.
-    Whitespace,
-}
 
 /// The text layout shared by every file of one conversion.
 #[derive(Debug, Clone)]

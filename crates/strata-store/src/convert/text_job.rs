@@ -18,10 +18,11 @@ use serde::Deserialize;
 
 use super::bags::write_bags;
 use super::dict::{table_bytes, NameCollector, NameDict};
+use super::options::{Delimiter, IdKind};
 use super::spool::{remove_spool, split_index, Attrs, EdgeBatch, Spool, Spooled};
 use super::text::{
     for_each_record, is_canonical_uint, is_gzip, par_map_blocks, parse_uint, Block, BlockReader,
-    Delimiter, Layout,
+    Layout,
 };
 use super::types::{name_key, split_key, KEY_PREFIX};
 use super::{
@@ -36,21 +37,6 @@ use crate::store::StoreBuilder;
 use crate::strtab::StrTabWriter;
 use crate::units::fmt_bytes;
 use strata_io::progress::{Meter, Progress};
-
-/// How ids in a column are read.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum IdKind {
-    /// Integers if the first lines hold only canonical integers (no sign, no leading zero),
-    /// names otherwise.
-    Auto,
-    /// Arbitrary names, renumbered densely in sorted order.
-    String,
-    /// Non-negative integers used as dense ids directly.
-    Int,
-}
 
 /// Text layout and inputs.
 #[derive(Debug, Clone, Deserialize)]

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use strata_store::array::{decode_ints, read_all_bytes};
+use strata_store::convert::{
+    convert_numpy, convert_typed_numpy, NodeColumns, NpyColumn, NumpyJob, Summary, TypedNumpyJob,
+};
 use strata_store::strtab::NameTable;
 use strata_store::Store;
 
@@ -137,4 +140,54 @@ pub fn le_ints(vals: &[i64], width: usize) -> Vec<u8> {
             }
         })
         .collect()
+}
+
+/// Takes the node files (`features`, `labels`, `node_train`, `node_valid`, `node_test`) out
+/// of a NumPy job's JSON object `spec` and opens them as node columns (of `node_type`, for a
+/// typed job), as the numpy input format hands them to its converter.
+pub fn take_node_columns(
+    spec: &mut serde_json::Value,
+    node_type: Option<usize>,
+) -> strata_store::Result<NodeColumns> {
+    let mut take = |role: &str| {
+        let path = spec.as_object_mut().and_then(|m| m.remove(role));
+        path.and_then(|p| p.as_str().map(std::path::PathBuf::from))
+            .map(|p| NpyColumn::open(&p))
+            .transpose()
+    };
+    Ok(NodeColumns {
+        node_type,
+        features: take("features")?,
+        labels: take("labels")?,
+        splits: [take("node_train")?, take("node_valid")?, take("node_test")?],
+    })
+}
+
+/// Converts a NumPy job given as JSON (`{"graph": ..., "numpy": ...}`, node files in `numpy`).
+pub fn convert_numpy_json(
+    mut job: serde_json::Value,
+    progress: &dyn strata_store::Progress,
+) -> strata_store::Result<Summary> {
+    let nodes = take_node_columns(&mut job["numpy"], None)?;
+    let job: NumpyJob = serde_json::from_value(job).unwrap();
+    convert_numpy(&job, &nodes, progress)
+}
+
+/// Converts a typed NumPy job given as JSON (`{"graph": ..., "typed_numpy": ...}`, with a
+/// `nodes` list of `{"node_type": I, "features": ..., ...}` in `typed_numpy`).
+pub fn convert_typed_numpy_json(
+    mut job: serde_json::Value,
+    progress: &dyn strata_store::Progress,
+) -> strata_store::Result<Summary> {
+    let specs = job["typed_numpy"]
+        .as_object_mut()
+        .and_then(|m| m.remove("nodes"))
+        .unwrap_or_default();
+    let mut nodes = Vec::new();
+    for mut spec in specs.as_array().cloned().unwrap_or_default() {
+        let node_type = spec["node_type"].as_u64().map(|t| t as usize);
+        nodes.push(take_node_columns(&mut spec, node_type)?);
+    }
+    let job: TypedNumpyJob = serde_json::from_value(job).unwrap();
+    convert_typed_numpy(&job, &nodes, progress)
 }

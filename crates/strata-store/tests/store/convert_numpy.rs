@@ -5,14 +5,11 @@ use std::path::Path;
 use crate::common::*;
 use proptest::prelude::*;
 use strata_store::array::{decode_f32, read_all_bytes};
-use strata_store::convert::{convert_binary, convert_numpy, BinaryJob, NumpyJob};
+use strata_store::convert::{convert_binary, BinaryJob};
 use strata_store::{DType, NoProgress, Store};
 
-fn numpy_job(out: &Path, numpy: serde_json::Value, extra: serde_json::Value) -> NumpyJob {
-    serde_json::from_value(
-        serde_json::json!({ "graph": graph_opts(out, 64 << 20, extra), "numpy": numpy }),
-    )
-    .unwrap()
+fn numpy_job(out: &Path, numpy: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({ "graph": graph_opts(out, 64 << 20, extra), "numpy": numpy })
 }
 
 proptest! {
@@ -46,7 +43,7 @@ proptest! {
             let layout = if e == w || (e <= 3 && name == "cols.npy") { if name == "rows.npy" { "rows" } else { "columns" } } else { "auto" };
             let layout = if name == "fortran.npy" && layout == "columns" { "rows" } else { layout };
             let job = numpy_job(&dir.path().join(format!("{name}.strata")), serde_json::json!({"edges": p, "layout": layout}), serde_json::json!({}));
-            let store = Store::open(&convert_numpy(&job, &NoProgress).unwrap().store).unwrap();
+            let store = Store::open(&convert_numpy_json(job, &NoProgress).unwrap().store).unwrap();
             prop_assert_eq!(edges(&store, "train"), expect.clone());
             let n = store.manifest().graph.num_nodes as usize;
             prop_assert_eq!(adjacency(&store, "csc"), reference_adjacency(n, &expect, true, false));
@@ -102,8 +99,8 @@ fn node_data_features_labels_and_splits() {
         "edges": d.join("edges.npy"), "features": d.join("x.npy"), "labels": d.join("y.npy"),
         "node_train": d.join("train.npy"), "node_test": d.join("test.npy"),
     });
-    let s = convert_numpy(
-        &numpy_job(&d.join("a.strata"), numpy.clone(), serde_json::json!({})),
+    let s = convert_numpy_json(
+        numpy_job(&d.join("a.strata"), numpy.clone(), serde_json::json!({})),
         &NoProgress,
     )
     .unwrap();
@@ -128,8 +125,8 @@ fn node_data_features_labels_and_splits() {
     // float16 on request; a random node split over labelled nodes only.
     let mut numpy16 = serde_json::json!({"edges": d.join("edges.npy"), "features": d.join("x.npy"), "labels": d.join("y.npy"),
         "feature_dtype": "float16", "node_split": [0.6, 0.2, 0.2]});
-    let s = convert_numpy(
-        &numpy_job(
+    let s = convert_numpy_json(
+        numpy_job(
             &d.join("b.strata"),
             numpy16.take(),
             serde_json::json!({"seed": 3}),
@@ -157,7 +154,7 @@ fn node_data_features_labels_and_splits() {
 
 fn numpy_error(d: &Path, numpy: serde_json::Value, needles: &[&str]) {
     let out = d.join("bad.strata");
-    let err = convert_numpy(&numpy_job(&out, numpy, serde_json::json!({})), &NoProgress)
+    let err = convert_numpy_json(numpy_job(&out, numpy, serde_json::json!({})), &NoProgress)
         .unwrap_err()
         .to_string();
     for n in needles {
@@ -251,8 +248,8 @@ fn numpy_bad_inputs() {
         serde_json::json!({"edges": d.join("edges.npy"), "node_train": d.join("overlap.npy"), "node_test": d.join("overlap.npy")}),
         &["overlap.npy", "node 0 is also in node_train"],
     );
-    let err = convert_numpy(
-        &numpy_job(
+    let err = convert_numpy_json(
+        numpy_job(
             &d.join("c.strata"),
             serde_json::json!({"edges": d.join("edges.npy")}),
             serde_json::json!({"num_nodes": 2}),

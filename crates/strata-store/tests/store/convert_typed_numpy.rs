@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use crate::common::*;
 use strata_store::array::read_all_bytes;
 use strata_store::check::check_store;
-use strata_store::convert::{convert_typed_numpy, TypedNumpyJob};
 use strata_store::{NoProgress, Store};
 
 /// paper 0..5, author 5..8, venue 8..10.
@@ -130,12 +129,11 @@ fn inputs(dir: &Path) -> serde_json::Value {
     })
 }
 
-fn job(out: &Path, memory: u64, typed: serde_json::Value) -> TypedNumpyJob {
-    serde_json::from_value(serde_json::json!({
+fn job(out: &Path, memory: u64, typed: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
         "graph": graph_opts(out, memory, serde_json::json!({})),
         "typed_numpy": typed,
-    }))
-    .unwrap()
+    })
 }
 
 fn floats(store: &Store, name: &str) -> Vec<f32> {
@@ -150,7 +148,7 @@ fn typed_arrays_become_a_typed_store_with_global_ids() {
     let mut stores: Vec<PathBuf> = Vec::new();
     for (name, memory) in [("big.strata", 256u64 << 20), ("small.strata", 1 << 20)] {
         let out = dir.path().join(name);
-        convert_typed_numpy(&job(&out, memory, typed.clone()), &NoProgress).unwrap();
+        convert_typed_numpy_json(job(&out, memory, typed.clone()), &NoProgress).unwrap();
         stores.push(out);
     }
     let store = Store::open(&stores[0]).unwrap();
@@ -339,7 +337,7 @@ fn bad_typed_inputs_name_the_file_and_leave_no_store() {
     ];
     for (typed, file, needle) in cases {
         let out = dir.path().join("bad.strata");
-        let err = convert_typed_numpy(&job(&out, 64 << 20, typed), &NoProgress)
+        let err = convert_typed_numpy_json(job(&out, 64 << 20, typed), &NoProgress)
             .unwrap_err()
             .to_string();
         assert!(

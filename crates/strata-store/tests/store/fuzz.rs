@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::common::*;
 use proptest::prelude::*;
 use strata_store::array::{decode_ints, read_all_bytes};
-use strata_store::convert::{
-    convert_binary, convert_numpy, convert_text, BinaryJob, NumpyJob, Summary, TextJob,
-};
+use strata_store::convert::{convert_binary, convert_text, BinaryJob, Summary, TextJob};
 use strata_store::{NoProgress, Store, StoreError};
 
 /// Cases per property: `PROPTEST_CASES` if set, else `default`.
@@ -287,12 +285,11 @@ proptest! {
             inputs.push(mask);
         }
         let out = d.join("g.strata");
-        let job: NumpyJob = serde_json::from_value(serde_json::json!({
+        let job = serde_json::json!({
             "graph": graph_opts(&out, 32 << 20, serde_json::json!({"num_nodes": 60})),
             "numpy": numpy,
-        }))
-        .unwrap();
-        check_outcome(convert_numpy(&job, &NoProgress), d, &out, &inputs);
+        });
+        check_outcome(convert_numpy_json(job, &NoProgress), d, &out, &inputs);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{EdgeSource, InputFormat, Inputs, SourcePlan};
+use super::plugin::{has_suffix, plan_split_dir, EdgeSource, Inputs, SourcePlan};
 use crate::convert::edges::{BatchSink, EdgeInput, EdgeStream};
 use crate::convert::numpy::{check_bin32, stream_bin32};
 use crate::convert::{convert_binary, BinaryJob, ConvertOptions, GraphOptions, Summary};
@@ -11,6 +11,7 @@ use crate::error::{Result, StoreError};
 use crate::registry::Named;
 use strata_io::progress::Progress;
 
+#[derive(Debug)]
 pub struct Bin32;
 
 impl Named for Bin32 {
@@ -25,14 +26,14 @@ impl EdgeSource for Bin32 {
             && inputs
                 .files
                 .iter()
-                .all(|p| super::has_suffix(p, &[".bin", ".bin32"]))
+                .all(|p| has_suffix(p, &[".bin", ".bin32"]))
     }
 
     fn plan(&self, inputs: &Inputs, opts: &ConvertOptions) -> Result<SourcePlan> {
         match inputs.dir {
-            Some(dir) => super::plan_split_dir(InputFormat::Bin32, dir, opts),
+            Some(dir) => plan_split_dir(&Bin32, dir, opts),
             None => Ok(SourcePlan::edges(
-                InputFormat::Bin32,
+                &Bin32,
                 inputs.files.to_vec(),
                 opts.valid.clone(),
                 opts.test.clone(),

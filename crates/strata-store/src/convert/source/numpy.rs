@@ -6,20 +6,21 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{missing, usage, EdgeSource, InputFormat, Inputs, SourcePlan};
+use super::plugin::{has_suffix, missing, sorted_entries, usage, EdgeSource, Inputs, SourcePlan};
 use crate::convert::edges::{BatchSink, EdgeInput, EdgeStream};
+use crate::convert::nodes::NpyColumn;
 use crate::convert::numpy::{check_range, inspect_edges};
 use crate::convert::options::StoredFeatureDtype;
 use crate::convert::{
     convert_numpy, convert_typed_numpy, file_len, ConvertOptions, EdgeLayout, GraphOptions,
-    NumpyJob, NumpyOptions, Summary, TypedEdgeInput, TypedNodeInput, TypedNumpyJob,
-    TypedNumpyOptions,
+    NodeColumns, NumpyJob, NumpyOptions, Summary, TypedEdgeInput, TypedNumpyJob, TypedNumpyOptions,
 };
 use crate::error::{Result, StoreError};
 use crate::npy::DType;
 use crate::registry::Named;
 use strata_io::progress::Progress;
 
+#[derive(Debug)]
 pub struct Numpy;
 
 impl Named for Numpy {
@@ -84,7 +85,7 @@ fn found(dir: &Path, role: &str) -> Option<PathBuf> {
 fn is_typed(dir: &Path, opts: &ConvertOptions) -> bool {
     let has_types = opts.node_types.is_some() || dir.join(NODE_TYPES_FILE).exists();
     has_types
-        && super::sorted_entries(dir).is_ok_and(|entries| {
+        && sorted_entries(dir).is_ok_and(|entries| {
             entries.iter().any(|p| {
                 p.file_name()
                     .and_then(|n| n.to_str())
@@ -97,14 +98,14 @@ impl EdgeSource for Numpy {
     fn detect(&self, inputs: &Inputs) -> bool {
         match inputs.dir {
             Some(dir) => is_typed(dir, inputs.opts) || found(dir, "edges").is_some(),
-            None => inputs.files.iter().all(|p| super::has_suffix(p, &[".npy"])),
+            None => inputs.files.iter().all(|p| has_suffix(p, &[".npy"])),
         }
     }
 
     fn plan(&self, inputs: &Inputs, opts: &ConvertOptions) -> Result<SourcePlan> {
         let mut plan = match inputs.dir {
             Some(dir) if is_typed(dir, opts) => {
-                let mut plan = SourcePlan::edges(InputFormat::Numpy, vec![], vec![], vec![]);
+                let mut plan = SourcePlan::edges(&Numpy, vec![], vec![], vec![]);
                 plan.kind = "numpy-typed".into();
                 plan.typed = Some(dir.to_path_buf());
                 plan.options = TYPED_OPTIONS;
@@ -114,7 +115,7 @@ impl EdgeSource for Numpy {
                 let Some(edges) = found(dir, "edges") else {
                     return Err(missing(dir, "no edges.npy"));
                 };
-                let mut plan = SourcePlan::edges(InputFormat::Numpy, vec![edges], vec![], vec![]);
+                let mut plan = SourcePlan::edges(&Numpy, vec![edges], vec![], vec![]);
                 plan.files = NAMES
                     .iter()
                     .filter_map(|(role, _)| Some((role.to_string(), found(dir, role)?)))
@@ -127,7 +128,7 @@ impl EdgeSource for Numpy {
                         "convert: numpy takes one edges .npy (use --valid/--test for more)",
                     ));
                 }
-                SourcePlan::edges(InputFormat::Numpy, inputs.files.to_vec(), vec![], vec![])
+                SourcePlan::edges(&Numpy, inputs.files.to_vec(), vec![], vec![])
             }
         };
         plan.options = OPTIONS;
@@ -141,12 +142,54 @@ impl EdgeSource for Numpy {
         graph: GraphOptions,
         progress: &dyn Progress,
     ) -> Result<Summary> {
+        let nodes = self.node_columns(plan, opts)?;
         if let Some(dir) = &plan.typed {
-            let typed_numpy = typed_options(dir, opts)?;
-            return convert_typed_numpy(&TypedNumpyJob { graph, typed_numpy }, progress);
+            let (typed_numpy, _) = typed_options(dir, opts)?;
+            let job = TypedNumpyJob { graph, typed_numpy };
+            return convert_typed_numpy(&job, &nodes, progress);
         }
         let numpy = numpy_options(plan, opts)?;
-        convert_numpy(&NumpyJob { graph, numpy }, progress)
+        let none = NodeColumns::default();
+        let nodes = nodes.first().unwrap_or(&none);
+        convert_numpy(&NumpyJob { graph, numpy }, nodes, progress)
+    }
+
+    fn node_columns(&self, plan: &SourcePlan, opts: &ConvertOptions) -> Result<Vec<NodeColumns>> {
+        let open = |p: Option<PathBuf>| p.as_deref().map(NpyColumn::open).transpose();
+        if let Some(dir) = &plan.typed {
+            let (_, nodes) = typed_options(dir, opts)?;
+            return nodes
+                .into_iter()
+                .map(|(node_type, mut files)| {
+                    let mut take = |role| open(files.remove(role));
+                    Ok(NodeColumns {
+                        node_type: Some(node_type),
+                        features: take("features")?,
+                        labels: take("labels")?,
+                        splits: [take("node_train")?, take("node_valid")?, take("node_test")?],
+                    })
+                })
+                .collect();
+        }
+        // A flag names a column; else the directory's file of its role.
+        let pick = |given: &Option<PathBuf>, role: &str| {
+            open(given.clone().or_else(|| plan.files.get(role).cloned()))
+        };
+        let cols = NodeColumns {
+            node_type: None,
+            features: pick(&opts.features, "features")?,
+            labels: pick(&opts.labels, "labels")?,
+            splits: [
+                pick(&opts.node_train, "node_train")?,
+                pick(&opts.node_valid, "node_valid")?,
+                pick(&opts.node_test, "node_test")?,
+            ],
+        };
+        Ok(if cols.is_empty() {
+            Vec::new()
+        } else {
+            vec![cols]
+        })
     }
 
     fn open(
@@ -186,16 +229,13 @@ fn feature_dtype(opts: &ConvertOptions) -> Option<DType> {
     }
 }
 
-/// The NumPy converter's inputs: the given options, else the directory's files.
+/// The NumPy converter's edge inputs: the given options, else the directory's files.
 fn numpy_options(plan: &SourcePlan, opts: &ConvertOptions) -> Result<NumpyOptions> {
     if opts.valid.len() > 1 || opts.test.len() > 1 {
         return Err(usage(
             "convert: numpy takes at most one --valid and one --test .npy",
         ));
     }
-    let pick = |given: &Option<PathBuf>, role: &str| -> Option<PathBuf> {
-        given.clone().or_else(|| plan.files.get(role).cloned())
-    };
     let split = |given: &[PathBuf], role: &str| {
         given
             .first()
@@ -207,20 +247,20 @@ fn numpy_options(plan: &SourcePlan, opts: &ConvertOptions) -> Result<NumpyOption
         valid_edges: split(&opts.valid, "valid"),
         test_edges: split(&opts.test, "test"),
         layout: opts.layout,
-        features: pick(&opts.features, "features"),
         feature_dtype: feature_dtype(opts),
-        labels: pick(&opts.labels, "labels"),
-        node_train: pick(&opts.node_train, "node_train"),
-        node_valid: pick(&opts.node_valid, "node_valid"),
-        node_test: pick(&opts.node_test, "node_test"),
         node_split: opts.node_split.map(|f| f.0),
     })
 }
 
+/// The files of each node type of a typed directory, by role (`features`, `labels`,
+/// `node_train`, ...).
+type TypedNodeFiles = BTreeMap<usize, BTreeMap<String, PathBuf>>;
+
 /// A typed directory's inputs, from its file names (`[valid_|test_]edges_eK.npy`,
 /// `edge_weights_eK.npy`, `edge_times_eK.npy`, `features_tI.npy`, `labels_tI.npy`,
-/// `node_SPLIT_tI.npy`), or an error naming a file that does not fit.
-fn typed_options(dir: &Path, opts: &ConvertOptions) -> Result<TypedNumpyOptions> {
+/// `node_SPLIT_tI.npy`): the edge inputs and each node type's files, or an error naming a
+/// file that does not fit.
+fn typed_options(dir: &Path, opts: &ConvertOptions) -> Result<(TypedNumpyOptions, TypedNodeFiles)> {
     let given: Vec<&str> = [
         ("--features", opts.features.is_some()),
         ("--labels", opts.labels.is_some()),
@@ -241,8 +281,8 @@ fn typed_options(dir: &Path, opts: &ConvertOptions) -> Result<TypedNumpyOptions>
         )));
     }
     let mut edges: BTreeMap<(usize, usize), BTreeMap<&str, PathBuf>> = BTreeMap::new();
-    let mut nodes: BTreeMap<usize, BTreeMap<String, PathBuf>> = BTreeMap::new();
-    for p in super::sorted_entries(dir)? {
+    let mut nodes = TypedNodeFiles::new();
+    for p in sorted_entries(dir)? {
         let name = p
             .file_name()
             .map_or(String::new(), |n| n.to_string_lossy().into_owned());
@@ -288,7 +328,7 @@ fn typed_options(dir: &Path, opts: &ConvertOptions) -> Result<TypedNumpyOptions>
             "a typed NumPy directory needs at least one edges_eK.npy",
         ));
     }
-    Ok(TypedNumpyOptions {
+    let options = TypedNumpyOptions {
         node_types: opts
             .node_types
             .clone()
@@ -298,20 +338,10 @@ fn typed_options(dir: &Path, opts: &ConvertOptions) -> Result<TypedNumpyOptions>
             .clone()
             .unwrap_or_else(|| dir.join(EDGE_TYPES_FILE)),
         edges: out_edges,
-        nodes: nodes
-            .into_iter()
-            .map(|(node_type, mut files)| TypedNodeInput {
-                node_type,
-                features: files.remove("features"),
-                labels: files.remove("labels"),
-                node_train: files.remove("node_train"),
-                node_valid: files.remove("node_valid"),
-                node_test: files.remove("node_test"),
-            })
-            .collect(),
         layout: opts.layout,
         feature_dtype: feature_dtype(opts),
-    })
+    };
+    Ok((options, nodes))
 }
 
 /// `[valid_|test_](edges|edge_weights|edge_times)_eK` as (split index, role, K).

@@ -2,12 +2,16 @@
 //! (the `parquet` extra), so the front end stages each one as CSV, one record batch at a time,
 //! and converts those as text.
 
-use super::{EdgeSource, InputFormat, Inputs, SourcePlan};
+use super::plugin::{
+    plan_split_dir, split_files, staged_by_front_end, EdgeSource, Inputs, SourcePlan,
+};
+use super::text::Text;
 use crate::convert::{ConvertOptions, GraphOptions, Summary};
 use crate::error::Result;
 use crate::registry::Named;
 use strata_io::progress::Progress;
 
+#[derive(Debug)]
 pub struct Parquet;
 
 impl Named for Parquet {
@@ -39,7 +43,7 @@ const OPTIONS: &[&str] = &[
 impl EdgeSource for Parquet {
     fn detect(&self, inputs: &Inputs) -> bool {
         match inputs.dir {
-            Some(dir) => super::split_files(dir)
+            Some(dir) => split_files(dir)
                 .is_ok_and(|[train, ..]| !train.is_empty() && train.iter().all(|p| is_parquet(p))),
             None => inputs.files.iter().all(|p| is_parquet(p)),
         }
@@ -48,22 +52,22 @@ impl EdgeSource for Parquet {
     fn plan(&self, inputs: &Inputs, opts: &ConvertOptions) -> Result<SourcePlan> {
         let mut plan = match inputs.dir {
             Some(dir) => {
-                let plan = super::plan_split_dir(InputFormat::Parquet, dir, opts)?;
+                let plan = plan_split_dir(&Parquet, dir, opts)?;
                 if !plan.train.iter().all(|p| is_parquet(p)) {
                     // A directory of text split files asked for as Parquet reads as text.
-                    return InputFormat::Text.get().plan(inputs, opts);
+                    return Text.plan(inputs, opts);
                 }
                 plan
             }
             None => SourcePlan::edges(
-                InputFormat::Parquet,
+                &Parquet,
                 inputs.files.to_vec(),
                 opts.valid.clone(),
                 opts.test.clone(),
             ),
         };
         plan.options = OPTIONS;
-        plan.staged_as = Some(InputFormat::Text);
+        plan.staged_as = Some(Text::NAME);
         Ok(plan)
     }
 
@@ -74,6 +78,6 @@ impl EdgeSource for Parquet {
         _: GraphOptions,
         _: &dyn Progress,
     ) -> Result<Summary> {
-        Err(super::staged_by_front_end(plan))
+        Err(staged_by_front_end(plan))
     }
 }

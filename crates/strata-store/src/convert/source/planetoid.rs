@@ -4,12 +4,16 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{missing, usage, EdgeSource, InputFormat, Inputs, SourcePlan};
+use super::numpy::Numpy;
+use super::plugin::{
+    missing, sorted_entries, staged_by_front_end, usage, EdgeSource, Inputs, SourcePlan,
+};
 use crate::convert::{ConvertOptions, GraphOptions, Summary};
 use crate::error::Result;
 use crate::registry::Named;
 use strata_io::progress::Progress;
 
+#[derive(Debug)]
 pub struct Planetoid;
 
 impl Named for Planetoid {
@@ -37,7 +41,7 @@ fn name_of(path: &Path) -> String {
 
 /// Names of the Planetoid datasets whose files are all present in `dir`, sorted.
 fn datasets_in(dir: &Path) -> Vec<String> {
-    let Ok(entries) = super::sorted_entries(dir) else {
+    let Ok(entries) = sorted_entries(dir) else {
         return Vec::new();
     };
     let mut names: Vec<String> = entries
@@ -104,14 +108,14 @@ impl EdgeSource for Planetoid {
                 )
             }
         };
-        let mut plan = SourcePlan::edges(InputFormat::Planetoid, vec![], vec![], vec![]);
+        let mut plan = SourcePlan::edges(&Planetoid, vec![], vec![], vec![]);
         for part in PARTS {
             let path = dir.join(format!("ind.{name}.{part}"));
             plan.files.insert(part.into(), path);
         }
         plan.dataset = Some((dir, name));
         plan.options = &["name", "node_split", "feature_dtype"];
-        plan.staged_as = Some(InputFormat::Numpy);
+        plan.staged_as = Some(Numpy::NAME);
         Ok(plan)
     }
 
@@ -122,6 +126,6 @@ impl EdgeSource for Planetoid {
         _: GraphOptions,
         _: &dyn Progress,
     ) -> Result<Summary> {
-        Err(super::staged_by_front_end(plan))
+        Err(staged_by_front_end(plan))
     }
 }

@@ -2,6 +2,7 @@ use std::path::Path;
 
 use super::*;
 use crate::config::check;
+use crate::convert::Fractions;
 
 fn opts(v: serde_json::Value) -> ConvertOptions {
     let mut v = v;
@@ -103,7 +104,7 @@ fn front_end_formats_say_what_they_are_staged_as() {
     touch(tmp.path(), &["e.parquet"]);
     let o = opts(serde_json::json!({"inputs": [tmp.path().join("e.parquet")]}));
     let p = plan_inputs(&o).unwrap();
-    assert_eq!(p.staged_as, Some(InputFormat::Text));
+    assert_eq!(p.staged_as, Some("text"));
     let err = convert(
         &o,
         serde_json::Value::Null,

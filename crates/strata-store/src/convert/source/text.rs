@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{EdgeSource, InputFormat, Inputs, SourcePlan};
+use super::plugin::{plan_split_dir, EdgeSource, Inputs, SourcePlan};
 use crate::array::{decode_ints, RowReader};
 use crate::convert::edges::{BatchSink, EdgeInput, EdgeStream};
 use crate::convert::spool::{EdgeBatch, SpoolFile};
@@ -17,6 +17,7 @@ use crate::registry::Named;
 use crate::store::StoreBuilder;
 use strata_io::progress::Progress;
 
+#[derive(Debug)]
 pub struct Text;
 
 impl Named for Text {
@@ -32,9 +33,9 @@ impl EdgeSource for Text {
 
     fn plan(&self, inputs: &Inputs, opts: &ConvertOptions) -> Result<SourcePlan> {
         let mut plan = match inputs.dir {
-            Some(dir) => super::plan_split_dir(InputFormat::Text, dir, opts)?,
+            Some(dir) => plan_split_dir(&Text, dir, opts)?,
             None => SourcePlan::edges(
-                InputFormat::Text,
+                &Text,
                 inputs.files.to_vec(),
                 opts.valid.clone(),
                 opts.test.clone(),
