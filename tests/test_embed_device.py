@@ -124,3 +124,44 @@ def test_the_device_backend_under_torchrun_is_refused(kg, tmp_path, monkeypatch)
     monkeypatch.setenv("MASTER_PORT", "1")
     with pytest.raises(ConfigError, match="not supported under torchrun"):
         trained(kg, tmp_path / "run", device="torch-cpu")
+
+
+def test_slots_stay_on_the_device_between_pieces(kg, tmp_path):
+    """With the slot hooks the device copies each slot in once per fill and out once per
+    write-back, not per piece: what crosses host -> device in an epoch is the slots, the
+    relations in the first epoch only (the device keeps them for the run) and the edges."""
+    dev = trained(kg, tmp_path / "dev", model="complex", device="torch-cpu", epochs=2, chunk_size=100)
+    first, second = dev.history
+    edges = 4000 * 0.8  # the train split of the generated graph is about 80%
+    for e in (first, second):
+        d = e["device"]
+        assert d["busy_seconds"] > 0 and 0 < d["busy_share"] <= 1
+        assert d["ssd_to_device_bytes_per_second"] >= 0
+    slot_and_rels = first["device"]["d2h_bytes"]
+    assert second["device"]["d2h_bytes"] == slot_and_rels
+    rels = first["device"]["h2d_bytes"] - second["device"]["h2d_bytes"]
+    assert rels > 0  # relations copied in once, in the first epoch
+    edge_bytes = second["device"]["h2d_bytes"] - (slot_and_rels - rels)
+    # 12 bytes per train edge (three int32), whatever the number of pieces and chunks.
+    assert edge_bytes % 12 == 0 and 0.5 * edges < edge_bytes / 12 < 1.5 * edges
+
+
+def test_a_missed_write_back_fails_the_parity(kg, tmp_path, monkeypatch):
+    """The hooks are what carries the device's rows to the table file: without the
+    write-back before each swap the out-of-core run no longer matches the Rust engine."""
+    from strata.embed.device.backend import TorchCompute
+
+    def forget(self, table, evict):
+        if evict:
+            self.slots.pop(table[3], None)
+
+    monkeypatch.setattr(TorchCompute, "slot_out", forget)
+    options = dict(model="complex", partitions=6, buffer=3, negative_pool="resident", memory="128M")
+    with pytest.raises(AssertionError):
+        assert_same_training(kg, tmp_path, **options)
+
+
+def test_the_run_says_the_device_and_why_no_gpudirect_storage(kg, tmp_path, strata_cli):
+    proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", "--device", "torch-cpu", "--epochs", "1")
+    assert proc.stdout.count("GPUDirect Storage is not used") + proc.stderr.count("GPUDirect Storage is not used") == 1
+    assert "device cpu (the CPU twin)" in proc.stdout + proc.stderr

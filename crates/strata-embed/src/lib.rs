@@ -24,7 +24,7 @@ mod tests;
 mod train;
 
 /// The `[embed.*]` config sections (their `///` comments are the help texts).
-pub use compute::backend::StepCounters;
+pub use compute::backend::{DeviceCounters, SlotKind, StepCounters};
 pub use compute::device::{
     register_device, DeviceCtx, DeviceFactory, DevicePiece, DeviceStep, DeviceTable,
 };

@@ -1,8 +1,9 @@
 //! The device step of embedding training: the torch backend of the Python package
 //! (`strata.embed.device.backend.TorchCompute`) behind the compute seam. The epoch loop runs
 //! without the GIL; each piece takes it, lends the resident slots to Python as writable
-//! memoryviews (no copy: torch trains them in place on the CPU twin, or copies them to the
-//! GPU and back) and releases the views before the slots move again.
+//! memoryviews with the address that keys them (`DeviceTable::key`) and releases the views
+//! before the slots move again. The slot hooks reach the backend the same way: it copies a
+//! slot to its device when the I/O engine has filled it, and back before it is written.
 
 use std::ffi::c_char;
 
@@ -10,7 +11,7 @@ use pyo3::exceptions::PyImportError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use strata_embed::{DevicePiece, DeviceStep, DeviceTable, StepCounters};
+use strata_embed::{DeviceCounters, DevicePiece, DeviceStep, DeviceTable, SlotKind, StepCounters};
 
 /// The Python backend object of one job.
 struct PyDeviceStep {
@@ -42,7 +43,7 @@ unsafe fn view<'py>(
     unsafe { Bound::from_owned_ptr_or_err(py, obj) }
 }
 
-/// `(params, state, rows)` of a lent table, its views kept in `views` for release.
+/// `(params, state, rows, key)` of a lent table, its views kept in `views` for release.
 fn table<'py>(
     py: Python<'py>,
     t: &DeviceTable,
@@ -53,7 +54,9 @@ fn table<'py>(
     let state = unsafe { view(py, t.state as *mut u8, t.state_len * 4, true)? };
     views.push(params.clone());
     views.push(state.clone());
-    Ok((params, state, t.rows).into_pyobject(py)?.into_any())
+    Ok((params, state, t.rows, t.key())
+        .into_pyobject(py)?
+        .into_any())
 }
 
 impl PyDeviceStep {
@@ -142,23 +145,85 @@ impl PyDeviceStep {
     }
 }
 
+/// Runs `f` with the GIL and a list of views to release after it: the exception (and its
+/// traceback's frames, which may hold tensors over the views) is turned into its message
+/// before the views are released.
+fn with_views<T>(
+    what: &str,
+    f: impl for<'py> FnOnce(Python<'py>, &mut Vec<Bound<'py, PyAny>>) -> PyResult<T>,
+) -> Result<T, String> {
+    Python::attach(|py| {
+        let mut views = Vec::new();
+        let outcome = f(py, &mut views).map_err(|e| format!("{what}: {e}"));
+        for v in views {
+            if let Err(e) = v.call_method0("release") {
+                // A view still exported (a tensor kept past the call) would outlive the
+                // slot it points into: fail the job rather than let it.
+                return Err(format!("{what} kept a view of a partition slot: {e}"));
+            }
+        }
+        outcome
+    })
+}
+
 impl DeviceStep for PyDeviceStep {
     fn train_piece(&mut self, piece: &DevicePiece) -> Result<StepCounters, String> {
-        Python::attach(|py| {
-            let mut views = Vec::new();
-            // The exception (and its traceback's frames, which may hold tensors over the
-            // views) is turned into its message before the views are released.
-            let outcome = self
-                .call(py, piece, &mut views)
-                .map_err(|e| format!("device step: {e}"));
-            for v in views {
-                if let Err(e) = v.call_method0("release") {
-                    // A view still exported (a tensor kept past the call) would outlive the
-                    // slot it points into: fail the job rather than let it.
-                    return Err(format!("device step kept a view of a partition slot: {e}"));
-                }
-            }
-            outcome
+        with_views("device step", |py, views| self.call(py, piece, views))
+    }
+
+    fn slot_in(&mut self, kind: SlotKind, t: &DeviceTable) -> Result<(), String> {
+        let kind = match kind {
+            SlotKind::Partition => "partition",
+            SlotKind::Relations => "relations",
+        };
+        with_views("device slot copy in", |py, views| {
+            let t = table(py, t, views)?;
+            self.backend.call_method1(py, "slot_in", (kind, t))?;
+            Ok(())
+        })
+    }
+
+    fn slot_out(&mut self, t: &DeviceTable, evict: bool) -> Result<(), String> {
+        with_views("device slot write-back", |py, views| {
+            let t = table(py, t, views)?;
+            self.backend.call_method1(py, "slot_out", (t, evict))?;
+            Ok(())
+        })
+    }
+
+    fn forget_partitions(&mut self) -> Result<(), String> {
+        with_views("device", |py, _| {
+            self.backend.call_method0(py, "forget_partitions")?;
+            Ok(())
+        })
+    }
+
+    fn reset_counters(&mut self) -> Result<(), String> {
+        with_views("device", |py, _| {
+            self.backend.call_method0(py, "reset_counters")?;
+            Ok(())
+        })
+    }
+
+    fn counters(&mut self) -> Result<DeviceCounters, String> {
+        with_views("device counters", |py, _| {
+            let (busy, h2d_bytes, d2h_bytes, copy_wait, slot_in_seconds) = self
+                .backend
+                .call_method0(py, "counters")?
+                .extract::<(f64, u64, u64, f64, f64)>(py)?;
+            Ok(DeviceCounters {
+                busy,
+                h2d_bytes,
+                d2h_bytes,
+                copy_wait,
+                slot_in_seconds,
+            })
+        })
+    }
+
+    fn describe(&mut self) -> Result<String, String> {
+        with_views("device", |py, _| {
+            self.backend.call_method0(py, "describe")?.extract(py)
         })
     }
 }

@@ -30,11 +30,25 @@
 //!   depend on which thread or device trains it. With one thread the updates are applied in
 //!   chunk order and a fixed seed gives byte-identical tables; with more, chunks run
 //!   concurrently (Hogwild-style), and only the interleaving of their updates varies.
+//!
+//! # Slot hooks (Legend's placement)
+//!
+//! A backend that computes elsewhere (a GPU) keeps the slots there instead of copying them
+//! per piece. The epoch loop tells it when a slot's host memory changes hands
+//! ([`Compute::slot_filled`]: the I/O engine has just filled it from the table file, so the
+//! device copies it in) and when the host memory is about to be read
+//! ([`Compute::slot_leaving`]: before a write-back or an eviction, the device copies its rows
+//! out into the host buffer first). Relations go through the same two hooks at the start and
+//! end of each epoch, where the engine checkpoints them. A slot the backend holds is trained
+//! there; the host buffer is stale until `slot_leaving`. [`CpuCompute`] trains the host
+//! buffers in place, so its hooks do nothing.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use strata_store::rng::derive;
 
+use crate::error::Result;
+use crate::storage::shared::SharedRows;
 use crate::train::worker::{BucketCtx, Worker};
 
 /// A chunk of a piece: its group (an index into the piece's [`BucketCtx`]s), its edges and
@@ -48,6 +62,28 @@ pub struct StepCounters {
     pub directions: u64,
     pub flops: f64,
     pub busy: f64,
+}
+
+/// What a device backend adds to an epoch's counters (zero for the CPU kernels): seconds the
+/// device computed (CUDA events on a GPU, the step's wall seconds on the CPU twin), bytes
+/// copied host -> device and device -> host, seconds the compute waited for a copy, and the
+/// seconds the slot copies into the device took.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DeviceCounters {
+    pub busy: f64,
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+    pub copy_wait: f64,
+    pub slot_in_seconds: f64,
+}
+
+/// Which table a slot hook is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotKind {
+    /// A partition's embeddings and optimizer state (one buffer slot).
+    Partition,
+    /// The relation rows and their optimizer state (kept on a device for the whole run).
+    Relations,
 }
 
 /// A training backend: trains pieces of buckets into the partition slots (see the module's
@@ -65,6 +101,28 @@ pub trait Compute: Send {
     /// Why a step could not train (a backend that can fail keeps its first failure and trains
     /// nothing after it); the epoch loop asks after each piece and stops the job with it.
     fn failure(&mut self) -> Option<String> {
+        None
+    }
+    /// `rows` (a slot of `kind`) now hold what the table file holds: a device copies them in
+    /// (relations only when it holds none yet: its copy is newer than the host's).
+    fn slot_filled(&mut self, _kind: SlotKind, _rows: SharedRows) -> Result<()> {
+        Ok(())
+    }
+    /// `rows` are about to be written back (`evict`: and then reused for another partition):
+    /// a device copies its rows out into them first, and with `evict` forgets its copy.
+    fn slot_leaving(&mut self, _rows: SharedRows, _evict: bool) -> Result<()> {
+        Ok(())
+    }
+    /// Forgets every partition slot the backend holds (their host buffers may change outside
+    /// the hooks: an evaluation reads other partitions into them between epochs).
+    fn forget_partitions(&mut self) {}
+    /// The device's own counters since the last reset (`None`: a host backend).
+    fn device_counters(&mut self) -> Option<DeviceCounters> {
+        None
+    }
+    /// A line for the run's output about where and how the backend computes (`None`: the
+    /// CPU kernels, nothing to say).
+    fn describe(&mut self) -> Option<String> {
         None
     }
 }
@@ -136,7 +194,6 @@ mod tests {
     use crate::config::Corrupt;
     use crate::model::ScoreModel;
     use crate::model::{Loss, LossKind, PbgForm, Regularizer, RegularizerKind, ScoreKind};
-    use crate::storage::shared::SharedRows;
     use crate::train::worker::{PartRows, Pool};
     use strata_store::rng::Rng;
 

@@ -3,10 +3,15 @@
 //! [`register_device`]), described in plain values ([`DeviceCtx`]) that need nothing of this
 //! crate's types. The epoch loop, the planner, the ordering, the partition buffer and the I/O
 //! stay as they are; the step trains the slots it is lent and returns its counters.
+//!
+//! The slot hooks of the seam reach the step as [`DeviceStep::slot_in`] and
+//! [`DeviceStep::slot_out`]: a table the step holds (keyed by the address of its host rows,
+//! [`DeviceTable::key`]) is trained on the device with no per-piece copy; one it does not hold
+//! (a run path that calls no hooks) is copied in and out around the piece.
 
 use std::sync::OnceLock;
 
-use crate::compute::backend::{Compute, PieceChunk, StepCounters};
+use crate::compute::backend::{Compute, DeviceCounters, PieceChunk, SlotKind, StepCounters};
 use crate::config::Corrupt;
 use crate::error::{EmbedError, Result};
 use crate::model::{LossKind, RegularizerKind};
@@ -24,6 +29,14 @@ pub struct DeviceTable {
     pub state: *mut f32,
     pub state_len: usize,
     pub rows: usize,
+}
+
+impl DeviceTable {
+    /// What identifies the table's host memory to the step while it holds a device copy:
+    /// the address of its rows (a slot keeps its buffer for the whole job).
+    pub fn key(&self) -> usize {
+        self.params as usize
+    }
 }
 
 /// What the chunks of one group of a piece train against, in plain values (the
@@ -76,6 +89,21 @@ pub struct DevicePiece<'a> {
 /// could not.
 pub trait DeviceStep: Send {
     fn train_piece(&mut self, piece: &DevicePiece) -> std::result::Result<StepCounters, String>;
+    /// Copies `table` (host memory the I/O engine just filled) to the device and holds it
+    /// until `slot_out` with `evict` or `forget_partitions`; relations only when it holds
+    /// none at that address. `table` is valid during the call only.
+    fn slot_in(&mut self, kind: SlotKind, table: &DeviceTable) -> std::result::Result<(), String>;
+    /// Copies the device's rows of `table` (if it holds them) into its host memory before the
+    /// call returns; with `evict` it then forgets them.
+    fn slot_out(&mut self, table: &DeviceTable, evict: bool) -> std::result::Result<(), String>;
+    /// Forgets every partition slot it holds (relations stay).
+    fn forget_partitions(&mut self) -> std::result::Result<(), String>;
+    /// Zeroes the device counters.
+    fn reset_counters(&mut self) -> std::result::Result<(), String>;
+    /// The device counters since the last reset (waits for the device's queued work).
+    fn counters(&mut self) -> std::result::Result<DeviceCounters, String>;
+    /// One line for the run's output: the device, and how its slots reach it.
+    fn describe(&mut self) -> std::result::Result<String, String>;
 }
 
 /// Makes the device step of a `device` option (`cuda`, `cuda:N`, `torch-cpu`), or says why
@@ -207,6 +235,14 @@ pub fn describe(ctx: &BucketCtx) -> std::result::Result<DeviceCtx, String> {
 }
 
 impl DeviceCompute {
+    /// Keeps the first failure of a hook that cannot return one (the epoch loop asks after
+    /// each piece).
+    fn keep(&mut self, outcome: std::result::Result<(), String>) {
+        if let Err(e) = outcome {
+            self.failure.get_or_insert(e);
+        }
+    }
+
     fn train(
         &mut self,
         ctxs: &[BucketCtx],
@@ -253,6 +289,8 @@ impl Compute for DeviceCompute {
 
     fn reset_counters(&mut self) {
         self.counters = StepCounters::default();
+        let reset = self.step.reset_counters();
+        self.keep(reset);
     }
 
     fn counters(&self) -> StepCounters {
@@ -270,5 +308,40 @@ impl Compute for DeviceCompute {
 
     fn failure(&mut self) -> Option<String> {
         self.failure.take()
+    }
+
+    fn slot_filled(&mut self, kind: SlotKind, rows: SharedRows) -> Result<()> {
+        let t = table(&rows, rows.rows()).map_err(EmbedError::Config)?;
+        self.step.slot_in(kind, &t).map_err(EmbedError::Config)
+    }
+
+    fn slot_leaving(&mut self, rows: SharedRows, evict: bool) -> Result<()> {
+        let t = table(&rows, rows.rows()).map_err(EmbedError::Config)?;
+        self.step.slot_out(&t, evict).map_err(EmbedError::Config)
+    }
+
+    fn forget_partitions(&mut self) {
+        let forgot = self.step.forget_partitions();
+        self.keep(forgot);
+    }
+
+    fn device_counters(&mut self) -> Option<DeviceCounters> {
+        match self.step.counters() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                self.keep(Err(e));
+                None
+            }
+        }
+    }
+
+    fn describe(&mut self) -> Option<String> {
+        match self.step.describe() {
+            Ok(line) => Some(line),
+            Err(e) => {
+                self.keep(Err(e));
+                None
+            }
+        }
     }
 }

@@ -254,6 +254,8 @@ impl RankReport {
             swaps: sum_n(|r| r.swaps),
             step_flops_per_thread: sum_f(|r| r.step_flops_per_thread) / ranks.len() as f64,
             step_flops_total: sum_f(|r| r.step_flops_total),
+            // Each rank's device counters stay in its own report.
+            device: None,
         }
     }
 }
@@ -305,6 +307,7 @@ mod tests {
                 swaps: 2,
                 step_flops_per_thread: 2.0,
                 step_flops_total: 2.0,
+                device: None,
             },
             buckets: 4,
             relation_rounds: 2,

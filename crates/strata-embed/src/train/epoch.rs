@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::rng::{derive, Rng};
 
-use crate::compute::backend::{Compute, PieceChunk};
+use crate::compute::backend::{Compute, PieceChunk, SlotKind};
 use crate::config::{NegativePool, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
@@ -47,6 +47,27 @@ pub struct EpochReport {
     /// of all threads over the epoch's compute time.
     pub step_flops_per_thread: f64,
     pub step_flops_total: f64,
+    /// A device run's own counters (absent for the CPU kernels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceReport>,
+}
+
+/// What the device did in an epoch (`device` other than `cpu`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DeviceReport {
+    /// Seconds the device computed (CUDA events on a GPU; the step's wall seconds on the CPU
+    /// twin), and their share of the epoch.
+    pub busy_seconds: f64,
+    pub busy_share: f64,
+    /// Bytes copied host -> device (slots filled, edge pieces, relations) and device -> host
+    /// (slots written back or evicted, relations at checkpoints).
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+    /// Seconds the compute waited for a copy (a slot written back before its swap).
+    pub copy_wait_seconds: f64,
+    /// Partition bytes read from the table into slots over the seconds of that I/O (the I/O
+    /// engine's fills and swaps) plus the slot copies into the device.
+    pub ssd_to_device_bytes_per_second: f64,
 }
 
 /// One interval of the epoch's timeline (seconds from the epoch's start), for the plots.
@@ -93,6 +114,8 @@ pub(crate) struct Tally {
     pub(crate) edge_bytes: u64,
     pub(crate) trained: u64,
     pub(crate) loads: usize,
+    /// Seconds the I/O engine spent on fills and swaps.
+    pub(crate) slot_io: f64,
 }
 
 /// One epoch's pass on this process: its epoch, timeline, running totals and progress bar.
@@ -231,6 +254,7 @@ impl Trainer {
         let mut pass = Pass::start(epoch, progress, &label, self.buckets.num_edges);
         self.compute.reset_counters();
         self.fill(&sched.steps[0].state, current, &mut pass)?;
+        self.lend_slots()?;
         let mut tables = SwapTables {
             current,
             next,
@@ -250,6 +274,7 @@ impl Trainer {
             ));
         }
         let t = Instant::now();
+        self.reclaim_slots()?;
         self.buffer.flush(next)?;
         pass.tally.loads += self.flush_bank_gradient(next)?;
         next.sync()?;
@@ -275,7 +300,9 @@ impl Trainer {
             .filter(|&&p| self.buffer.slot_of(p).is_none())
             .count();
         let t = Instant::now();
-        pass.tally.io_wait += self.buffer.fill(first, current)?;
+        let read = self.buffer.fill(first, current)?;
+        pass.tally.io_wait += read;
+        pass.tally.slot_io += read;
         self.fill_banks(pass.epoch, current)?;
         pass.tl.add("io", 0, t, Instant::now(), "fill");
         pass.tl.add("wait", 0, t, Instant::now(), "fill");
@@ -299,6 +326,7 @@ impl Trainer {
                 // The partition leaves as it is now: its bank stays exact while on disk.
                 banks.copy_from(e, self.buffer.embeddings(e));
             }
+            self.slot_leaving(e, true)?;
             let (slot, buf) = self.buffer.take(e);
             let from = if tables.written[l as usize] {
                 tables.next.clone()
@@ -326,8 +354,10 @@ impl Trainer {
             pass.tl.add("wait", i, t, now, format!("swap {e}->{l}"));
             let label = format!("swap {e}->{l}");
             pass.tl.add("io", i, done.started, done.finished, label);
+            pass.tally.slot_io += (done.finished - done.started).as_secs_f64();
             done.result?;
             self.buffer.put(done.slot, done.buf, l);
+            self.slot_filled(l)?;
             self.apply_bank_gradient(l);
         }
         for &bucket in &step.after_load {
@@ -336,10 +366,63 @@ impl Trainer {
         Ok(())
     }
 
+    /// Hands the compute backend the epoch's slots as they are after the fill (it forgets
+    /// what it held: an evaluation may have read other partitions into them since), and the
+    /// relations (a device keeps its copy from the last epoch).
+    fn lend_slots(&mut self) -> Result<()> {
+        self.compute.forget_partitions();
+        let compute = &mut self.compute;
+        for (_, rows) in self.buffer.rows_mut() {
+            compute.slot_filled(SlotKind::Partition, rows)?;
+        }
+        if let Some(rels) = self.relations.shared() {
+            compute.slot_filled(SlotKind::Relations, rels)?;
+        }
+        Ok(())
+    }
+
+    /// Partition `p` was just read into its slot: the backend takes it.
+    fn slot_filled(&mut self, p: u32) -> Result<()> {
+        let compute = &mut self.compute;
+        let (_, rows) = self
+            .buffer
+            .rows_mut()
+            .into_iter()
+            .find(|(q, _)| *q == p)
+            .expect("partition resident");
+        compute.slot_filled(SlotKind::Partition, rows)
+    }
+
+    /// Partition `p` is about to be written back (`evict`: and its slot reused): the backend
+    /// puts its rows into the slot first.
+    fn slot_leaving(&mut self, p: u32, evict: bool) -> Result<()> {
+        let compute = &mut self.compute;
+        let (_, rows) = self
+            .buffer
+            .rows_mut()
+            .into_iter()
+            .find(|(q, _)| *q == p)
+            .expect("partition resident");
+        compute.slot_leaving(rows, evict)
+    }
+
+    /// Before the epoch's write-back: every resident slot and the relations get the
+    /// backend's rows (which it keeps: the slots stay resident into the next epoch).
+    fn reclaim_slots(&mut self) -> Result<()> {
+        let compute = &mut self.compute;
+        for (_, rows) in self.buffer.rows_mut() {
+            compute.slot_leaving(rows, false)?;
+        }
+        if let Some(rels) = self.relations.shared() {
+            compute.slot_leaving(rels, false)?;
+        }
+        Ok(())
+    }
+
     /// The report of `pass` from its running totals, the I/O engine's counters over the epoch
     /// (`io`) and the buffer states and swaps it went through.
     pub(crate) fn report(
-        &self,
+        &mut self,
         pass: &Pass,
         io: &strata_io::StatsSnapshot,
         states: usize,
@@ -349,6 +432,16 @@ impl Trainer {
         let seconds = pass.tl.origin.elapsed().as_secs_f64();
         let c = self.compute.counters();
         let (flops, busy) = (c.flops, c.busy);
+        let partition_bytes_read = io.read_bytes.saturating_sub(tally.edge_bytes);
+        let device = self.compute.device_counters().map(|d| DeviceReport {
+            busy_seconds: d.busy,
+            busy_share: d.busy / seconds.max(1e-9),
+            h2d_bytes: d.h2d_bytes,
+            d2h_bytes: d.d2h_bytes,
+            copy_wait_seconds: d.copy_wait,
+            ssd_to_device_bytes_per_second: partition_bytes_read as f64
+                / (tally.slot_io + d.slot_in_seconds).max(1e-9),
+        });
         EpochReport {
             epoch: epoch + 1,
             loss: c.loss / c.directions.max(1) as f64,
@@ -357,13 +450,14 @@ impl Trainer {
             io_wait_seconds: tally.io_wait,
             io_wait_fraction: tally.io_wait / seconds,
             partition_loads: tally.loads,
-            partition_bytes_read: io.read_bytes.saturating_sub(tally.edge_bytes),
+            partition_bytes_read,
             partition_bytes_written: io.write_bytes,
             edge_bytes_read: tally.edge_bytes,
             buffer_states: states,
             swaps,
             step_flops_per_thread: flops / busy.max(1e-9),
             step_flops_total: flops / (seconds - tally.io_wait).max(1e-9),
+            device,
         }
     }
 

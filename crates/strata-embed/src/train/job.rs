@@ -636,7 +636,13 @@ fn setup(
         }
     };
     let (run, relations) = settle_run(run, &plan, side)?;
-    let compute = for_device(&cfg.device, plan.threads)?;
+    let mut compute = for_device(&cfg.device, plan.threads)?;
+    if let Some(line) = compute.describe() {
+        progress.message(&line);
+    }
+    if let Some(e) = compute.failure() {
+        return Err(EmbedError::Config(e));
+    }
     let mut trainer = Trainer::new(
         cfg,
         model,

@@ -2,17 +2,29 @@
 
 ``strata_embed``'s epoch loop (ordering, partition buffer, I/O, run format) stays in Rust; a job
 trained with ``device`` other than ``cpu`` calls :meth:`TorchCompute.train_piece` for every
-piece, with the resident partition slots lent as writable host buffers. On ``cuda`` the slots
-a piece touches are copied to the device on a separate copy stream, trained there and copied
-back before the call returns (the seam's contract: the epoch loop writes slots to the table
-files right after). On ``torch-cpu`` (the CPU twin, for machines without a GPU and for the
-parity tests) the same code trains the host buffers in place.
+piece, with the resident partition slots lent as writable host buffers.
+
+Legend's placement: the partition slots (embeddings and Adagrad state) and the relations stay on
+the device. The epoch loop's slot hooks say when: :meth:`TorchCompute.slot_in` once the I/O
+engine has read a partition into its host slot (the device copies it in on the copy stream; the
+compute stream waits for that copy only when a piece first uses the slot), and
+:meth:`TorchCompute.slot_out` before a slot is written back or evicted (the device copies its
+rows out into the host slot, which the I/O engine then writes to the table file). Edge pieces
+are staged host -> device per piece. On ``cuda`` host -> device copies go through a pinned
+staging buffer on a separate stream with events; on ``torch-cpu`` (the CPU twin, for machines
+without a GPU and for the parity tests) the "device copy" is a separate tensor, so the hooks
+move the same bytes at the same times and a missed write-back shows in the table.
+
+A table the backend does not hold (a run path that calls no hooks) is copied in before the
+piece and back before the call returns, as the seam's contract asks.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 import warnings
+from dataclasses import dataclass
 
 import torch
 
@@ -47,41 +59,200 @@ def check_options(options: dict) -> None:
         raise ValueError("table_dtype = bf16 is not supported with a torch device; use table_dtype = f32")
 
 
+@dataclass
+class Slot:
+    """A table held on the device: ``kind`` (``partition`` or ``relations``), its device
+    rows, and the event its copy in records (``None`` once the compute stream waited for it)."""
+
+    kind: str
+    table: step.Table
+    ready: object = None
+
+
+class Staging:
+    """A pinned host buffer that host -> device copies go through on ``cuda`` (an asynchronous
+    copy needs page-locked memory); reused once the copy that last read it is done."""
+
+    def __init__(self, device: torch.device, stream):
+        self.device = device
+        self.stream = stream
+        self.buf = torch.empty(0, dtype=torch.uint8)
+        self.done = None
+
+    def to_device(self, host: torch.Tensor):
+        """``host`` copied to a new device tensor on the copy stream; returns it and the
+        event the copy records."""
+        if self.done is not None:
+            self.done.synchronize()
+        nbytes = host.numel() * host.element_size()
+        if self.buf.numel() < nbytes:
+            self.buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        pinned = self.buf[:nbytes].view(host.dtype).view(host.shape)
+        pinned.copy_(host)
+        out = torch.empty(host.shape, dtype=host.dtype, device=self.device)
+        # The copy stream writes a tensor the compute stream allocated.
+        out.record_stream(self.stream)
+        with torch.cuda.stream(self.stream):
+            out.copy_(pinned, non_blocking=True)
+            self.done = torch.cuda.Event()
+            self.done.record(self.stream)
+        return out, self.done
+
+
+def storage_note() -> str:
+    """Why the table does not go straight from the SSD to the device (GPUDirect Storage)."""
+    why = (
+        "kvikio is installed but not used"
+        if importlib.util.find_spec("kvikio") is not None
+        else "kvikio/cuFile is not installed"
+    )
+    return (
+        f"GPUDirect Storage is not used ({why}): the table's partitions are read by Strata's"
+        " I/O engine (O_DIRECT, io_uring) into host slots and copied to the device"
+    )
+
+
 class TorchCompute:
-    """Trains pieces on a torch device; counts the work of the steps and the copies."""
+    """Trains pieces on a torch device, holding the slots the hooks hand it; counts the work
+    of the steps and the copies."""
 
     def __init__(self, device: str):
         self.device = resolve(device)
         self.cuda = self.device.type == "cuda"
-        # Copies host <-> device run on their own stream, so that the next piece's rows can
-        # move while the compute stream works.
+        if self.cuda:
+            # Full f32 products: TF32 would break the parity with the Rust engine (see
+            # docs/embed.md, "Devices").
+            torch.backends.cuda.matmul.allow_tf32 = False
+        # Copies host <-> device run on their own stream, so that a slot can move while the
+        # compute stream works.
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
+        self.stage_slots = Staging(self.device, self.copy_stream) if self.cuda else None
+        self.stage_edges = Staging(self.device, self.copy_stream) if self.cuda else None
+        self.stage_out = torch.empty(0, dtype=torch.float32)
+        self.slots: dict[int, Slot] = {}
+        self.reset_counters()
+
+    def describe(self) -> str:
+        """The run's line about the device (printed once at the start)."""
+        name = torch.cuda.get_device_name(self.device) if self.cuda else "the CPU twin"
+        return f"device {self.device} ({name}): partition slots and relations stay on the device; {storage_note()}"
+
+    def reset_counters(self) -> None:
         self.bytes_h2d = 0
         self.bytes_d2h = 0
+        self.copy_wait = 0.0
+        self.slot_in_seconds = 0.0
+        self.busy = 0.0
+        self.events: list = []
 
-    def _table(self, params, state, width: int) -> step.Table:
-        """A host slot of rows of ``width`` floats as device tensors (the host memory itself
-        on the CPU twin)."""
-        p = torch.frombuffer(params, dtype=torch.float32).view(-1, width)
-        s = torch.frombuffer(state, dtype=torch.float32).view(p.shape[0], -1)
+    def counters(self) -> tuple[float, int, int, float, float]:
+        """``(busy seconds, host->device bytes, device->host bytes, seconds waited for
+        copies, seconds of slot copies in)`` since the last reset."""
+        busy = self.busy
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            busy += sum(a.elapsed_time(b) for a, b in self.events) / 1000.0
+        return busy, self.bytes_h2d, self.bytes_d2h, self.copy_wait, self.slot_in_seconds
+
+    @staticmethod
+    def _host(params, state) -> tuple[torch.Tensor, torch.Tensor]:
+        """A lent table's host rows and state (flat tensors over the lent memory)."""
+        p = torch.frombuffer(params, dtype=torch.float32)
+        s = torch.frombuffer(state, dtype=torch.float32)
+        return p, s
+
+    def _to_device(self, host: torch.Tensor, staging) -> tuple[torch.Tensor, object]:
+        """``host`` copied to the device (a separate tensor on the CPU twin), and the event
+        its copy records (``None`` on the CPU)."""
+        self.bytes_h2d += host.numel() * host.element_size()
         if not self.cuda:
-            return step.Table(p, s)
-        with torch.cuda.stream(self.copy_stream):
-            dp, ds = p.to(self.device, non_blocking=True), s.to(self.device, non_blocking=True)
-        self.bytes_h2d += p.numel() * 4 + s.numel() * 4
-        return step.Table(dp, ds)
+            return host.clone(), None
+        return staging.to_device(host)
 
-    def _ctx(self, c: dict, tables: dict) -> step.Ctx:
-        def table(params, state, width):
-            key = id(params)
-            if key not in tables:
-                tables[key] = (self._table(params, state, width), params, state)
-            return tables[key][0]
+    def slot_in(self, kind: str, table) -> None:
+        """The I/O engine filled ``table`` (``(params, state, rows, key)``): hold a device copy
+        of it (relations only when none is held: the device's are newer)."""
+        params, state, _, key = table
+        if kind == "relations" and key in self.slots:
+            return
+        start = time.perf_counter()
+        hp, hs = self._host(params, state)
+        dp, ready = self._to_device(hp, self.stage_slots)
+        ds, ready = self._to_device(hs, self.stage_slots)
+        self.slots[key] = Slot(kind, step.Table(dp, ds), ready)
+        elapsed = time.perf_counter() - start
+        self.slot_in_seconds += elapsed
+        if not self.cuda:
+            self.copy_wait += elapsed
+
+    def _ready(self, slot: Slot) -> step.Table:
+        """The slot's device rows, once the compute stream is ordered after their copy in."""
+        if slot.ready is not None:
+            torch.cuda.current_stream(self.device).wait_event(slot.ready)
+            slot.ready = None
+        return slot.table
+
+    def slot_out(self, table, evict: bool) -> None:
+        """Copies the device's rows of ``table`` into its host memory (before the I/O engine
+        writes it); with ``evict`` forgets them."""
+        params, state, _, key = table
+        slot = self.slots.get(key)
+        if slot is None:
+            return
+        start = time.perf_counter()
+        t = self._ready(slot)
+        hp, hs = self._host(params, state)
+        self._copy_out([(hp, t.params), (hs, t.state)])
+        self.copy_wait += time.perf_counter() - start
+        if evict:
+            del self.slots[key]
+
+    def _copy_out(self, pairs) -> None:
+        """Copies each ``(host, device)`` pair of flat tensors into its host tensor: on
+        ``cuda`` after the compute queued so far, on the copy stream, through the pinned
+        buffer."""
+        for host, _ in pairs:
+            self.bytes_d2h += host.numel() * 4
+        if not self.cuda:
+            for host, dev in pairs:
+                host.copy_(dev)
+            return
+        total = sum(h.numel() for h, _ in pairs)
+        if self.stage_out.numel() < total:
+            self.stage_out = torch.empty(total, dtype=torch.float32, pin_memory=True)
+        self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
+        at, spans = 0, []
+        with torch.cuda.stream(self.copy_stream):
+            for host, dev in pairs:
+                n = host.numel()
+                self.stage_out[at : at + n].copy_(dev, non_blocking=True)
+                spans.append((host, at, n))
+                at += n
+        self.copy_stream.synchronize()
+        for host, at, n in spans:
+            host.copy_(self.stage_out[at : at + n])
+
+    def forget_partitions(self) -> None:
+        """Drops every partition slot (relations stay)."""
+        for key in [k for k, s in self.slots.items() if s.kind == "partition"]:
+            self._ready(self.slots.pop(key))
+
+    def _ctx(self, c: dict, staged: dict) -> step.Ctx:
+        def table(params, state, rows, key):
+            slot = self.slots.get(key)
+            if slot is not None:
+                return self._ready(slot)
+            # Not held (no hooks on this path): copied in now, back at the piece's end.
+            if key not in staged:
+                hp, hs = self._host(params, state)
+                dp, _ = self._to_device(hp, self.stage_slots)
+                ds, ready = self._to_device(hs, self.stage_slots)
+                staged[key] = (self._ready(Slot("staged", step.Table(dp, ds), ready)), params, state)
+            return staged[key][0]
 
         step.check_model(c["model"])
-        parts = [table(p, s, c["dim"]) for p, s, _ in c["parts"]]
-        width = step.rel_dim(c["model"], c["dim"])
-        rels = table(*c["rels"][:2], width) if c["rels"] is not None else None
+        parts = [table(*p) for p in c["parts"]]
+        rels = table(*c["rels"]) if c["rels"] is not None else None
         head_prob = c["head_prob"]
         return step.Ctx(
             model=c["model"],
@@ -93,7 +264,7 @@ class TorchCompute:
             adversarial=c["adversarial"],
             lr=c["lr"],
             parts=parts,
-            sizes=[n for _, _, n in c["parts"]],
+            sizes=[p[2] for p in c["parts"]],
             src_part=c["src_part"],
             dst_part=c["dst_part"],
             rels=rels,
@@ -116,19 +287,22 @@ class TorchCompute:
         ``ctxs[groups[c]]``, seeded ``derive(key, c)``. Returns ``(loss, directions, flops,
         busy seconds)``."""
         start = time.perf_counter()
-        tables: dict = {}
-        contexts = [self._ctx(c, tables) for c in ctxs]
+        staged: dict = {}
+        contexts = [self._ctx(c, staged) for c in ctxs]
+        self._shape_slots(contexts)
         with warnings.catch_warnings():
             # The edges are lent read-only; torch warns that it cannot mark its view so.
             warnings.simplefilter("ignore", UserWarning)
             e = torch.frombuffer(edges, dtype=torch.int32).view(-1, 3)
             w = torch.frombuffer(weights, dtype=torch.float32) if len(weights) else None
+        e, ready = self._to_device(e, self.stage_edges)
+        if w is not None:
+            w, ready = self._to_device(w, self.stage_edges)
+        if ready is not None:
+            torch.cuda.current_stream(self.device).wait_event(ready)
         if self.cuda:
-            with torch.cuda.stream(self.copy_stream):
-                e = e.to(self.device, non_blocking=True)
-                w = w.to(self.device, non_blocking=True) if w is not None else None
-            self.bytes_h2d += e.numel() * 4 + (w.numel() * 4 if w is not None else 0)
-            torch.cuda.current_stream(self.device).wait_stream(self.copy_stream)
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
         e = e.to(torch.int64)
         loss, directions, flops = 0.0, 0, 0.0
         for c, g in enumerate(groups):
@@ -140,17 +314,28 @@ class TorchCompute:
             directions += d
             flops += f
         if self.cuda:
-            self._write_back(tables)
+            end.record()
+            self.events.append((begin, end))
+        else:
+            self.busy += time.perf_counter() - start
+        pairs = []
+        for t, params, state in staged.values():
+            hp, hs = self._host(params, state)
+            pairs += [(hp, t.params), (hs, t.state)]
+        if pairs:
+            self._copy_out(pairs)
         return loss, directions, flops, time.perf_counter() - start
 
-    def _write_back(self, tables: dict) -> None:
-        """Copies every slot of the piece back into its host buffer before returning."""
-        self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(self.copy_stream):
-            for table, params, state in tables.values():
-                hp = torch.frombuffer(params, dtype=torch.float32).view_as(table.params)
-                hs = torch.frombuffer(state, dtype=torch.float32).view_as(table.state)
-                hp.copy_(table.params, non_blocking=True)
-                hs.copy_(table.state, non_blocking=True)
-                self.bytes_d2h += hp.numel() * 4 + hs.numel() * 4
-        self.copy_stream.synchronize()
+    def _shape_slots(self, contexts: list[step.Ctx]) -> None:
+        """Gives the piece's tables the row shape of the model (they are held flat)."""
+        for ctx in contexts:
+            width = ctx.dim
+            ctx.parts = [self._shaped(t, width) for t in ctx.parts]
+            if ctx.rels is not None:
+                ctx.rels = self._shaped(ctx.rels, ctx.rel_dim)
+
+    @staticmethod
+    def _shaped(t: step.Table, width: int) -> step.Table:
+        """``t``'s flat device rows as ``rows x width`` and their state row by row."""
+        params = t.params.view(-1, width)
+        return step.Table(params, t.state.view(params.shape[0], -1))

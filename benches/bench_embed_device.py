@@ -1,0 +1,185 @@
+"""Question: how fast does `strata embed train --device cuda` train, at what quality, and does
+the out-of-core buffer on the device keep the GPU busy (Legend's placement and overlap)?
+
+    python benches/bench_embed_device.py --part PART [--device cuda] [--out FILE] [--work DIR]
+        [--scale 24] [--edge-factor 16] [--epochs N] [--tiny]
+
+Parts (each fits one call of the GPU machine; results accumulate in `--out`):
+
+- `fb15k`: FB15k-237 at B1's settings (docs/benchmarks.md: ComplEx, 100 reals, chunks of 1000
+  edges sharing 1000 uniform negatives, both sides corrupted, softmax, Adagrad lr 0.1, 10
+  epochs, one partition) on `--device` against the Rust engine on the machine's cores, side by
+  side: median epoch seconds and filtered test MRR.
+- `rmat-prepare`: generates and converts the RMAT graph (scale `--scale`, `--edge-factor` edges
+  per node) into `--work` (kept for the two runs below).
+- `rmat-ooc`: one epoch of Dot, 100 reals, on `--device` with 12 partitions and a buffer of 3
+  (the device holds a quarter of the table: Legend's buffer of three), legend ordering.
+- `rmat-resident`: the same epoch with the whole table resident (one partition).
+
+Reported per run: epoch seconds, edges/s, the device's busy share of the epoch, its copies and
+the SSD-to-device bandwidth (run.json's `device` counters), and test MRR for `fb15k`. `--tiny`
+runs a generated knowledge graph and an RMAT graph of scale 10 for tests. The figures the GPU
+session measures go into docs/benchmarks.md by hand, with the device named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from bench_embed import B1
+from common import REPO, SHARED, machine, strata, timed
+
+PARTS = ("fb15k", "rmat-prepare", "rmat-ooc", "rmat-resident")
+
+#: The out-of-core runs: Dot as B3 trains it (100 reals), larger chunks for the device,
+#: negatives from the resident partitions (Legend's pool).
+RMAT = ["--model", "dot", "--dim", "100", "--negatives", "100", "--lr", "0.01", "--eval-every", "0",
+        "--negative-pool", "resident"]  # fmt: skip
+
+
+def kg_store(args) -> Path:
+    """FB15k-237 (or, with `--tiny`, a small generated knowledge graph) as a store."""
+    if args.tiny:
+        store = args.work / "kg-tiny.strata"
+        if not store.exists():
+            raw = args.work / "kg-tiny-raw"
+            gen = ["--entities", 200, "--relations", 8, "--triples", 4000]
+            timed(strata("generate", "kg", "--out", raw, *gen, "--overwrite", "-q"))
+            timed(strata("convert", raw, "--relations", "--out", store, "-q"))
+        return store
+    store = args.work / "fb15k-237.strata"
+    if not store.exists():
+        timed(strata("convert", SHARED / "datasets" / "fb15k-237", "--relations", "--out", store, "-q"))
+    return store
+
+
+def rmat_store(args) -> Path:
+    return args.work / f"rmat-s{args.scale}-e{args.edge_factor}.strata"
+
+
+def summary(meta: dict) -> dict:
+    """Medians over a run's epochs, and the device's counters."""
+    h = meta["history"]
+    med = lambda key: statistics.median([e[key] for e in h])  # noqa: E731
+    out = {
+        "epochs": len(h),
+        "epoch_seconds": med("seconds"),
+        "edges_per_second": med("edges_per_second"),
+        "io_wait_fraction": med("io_wait_fraction"),
+        "partition_loads": med("partition_loads"),
+        "partitions": meta["partitioning"]["partitions"],
+        "device_line": meta["device_line"],
+    }
+    if all("device" in e for e in h):
+        d = lambda key: statistics.median([e["device"][key] for e in h])  # noqa: E731
+        out.update(
+            busy_share=d("busy_share"),
+            h2d_bytes=d("h2d_bytes"),
+            d2h_bytes=d("d2h_bytes"),
+            copy_wait_seconds=d("copy_wait_seconds"),
+            ssd_to_device_bytes_per_second=d("ssd_to_device_bytes_per_second"),
+        )
+    if meta.get("test"):
+        out["test_mrr"] = meta["test"]["mrr"]
+    return out
+
+
+def run(store: Path, run_dir: Path, options: list) -> dict:
+    """Trains a fresh run; its summary, with the run's line about the device."""
+    res = timed(strata("embed", "train", store, "--run-dir", run_dir, "--fresh", "--json-summary", *options))
+    meta = json.loads(res["stdout"])
+    lines = [line.strip() for line in res["stderr"].splitlines() if "GPUDirect Storage" in line]
+    meta["device_line"] = lines[0] if lines else None
+    return summary(meta)
+
+
+def part_fb15k(args) -> dict:
+    store = kg_store(args)
+    settings = list(B1)
+    if args.tiny:
+        settings = [*B1, "--dim", 16, "--negatives", 32, "--chunk-size", 200]
+    settings += ["--epochs", args.epochs or (1 if args.tiny else 10), "--partitions", 1, "--memory", "4G"]
+    return {
+        f"fb15k {args.device}": run(store, args.work / "run-fb15k-device", [*settings, "--device", args.device]),
+        "fb15k cpu": run(store, args.work / "run-fb15k-cpu", [*settings, "--device", "cpu"]),
+    }
+
+
+def part_rmat_prepare(args) -> dict:
+    store = rmat_store(args)
+    if store.exists():
+        return {}
+    raw = args.work / f"rmat-s{args.scale}-e{args.edge_factor}.bin"
+    gen = ["--scale", args.scale, "--edge-factor", args.edge_factor]
+    r1 = timed(strata("generate", "rmat", *gen, "--out", raw, "-q"))
+    r2 = timed(strata("convert", raw, "--num-nodes", 1 << args.scale, "--memory", "8G", "--out", store, "-q"))
+    raw.unlink()
+    return {"rmat prepare": {"seconds": r1["seconds"] + r2["seconds"]}}
+
+
+def rmat_settings(args) -> list:
+    chunk = 200 if args.tiny else args.chunk_size
+    memory = "1G" if args.tiny else "64G"
+    return [*RMAT, "--chunk-size", chunk, "--epochs", args.epochs or 1, "--memory", memory, "--device", args.device]
+
+
+def part_rmat_ooc(args) -> dict:
+    store = rmat_store(args)
+    options = [*rmat_settings(args), "--partitions", 12, "--buffer", 3, "--ordering", "legend"]
+    return {f"rmat-s{args.scale} out of core (1/4 on the device)": run(store, args.work / "run-rmat-ooc", options)}
+
+
+def part_rmat_resident(args) -> dict:
+    store = rmat_store(args)
+    options = [*rmat_settings(args), "--partitions", 1]
+    return {f"rmat-s{args.scale} resident": run(store, args.work / "run-rmat-resident", options)}
+
+
+def table(runs: dict) -> str:
+    head = "| run | epoch (s) | edges/s | device busy | SSD->device MB/s | test MRR |"
+    lines = [head, "|---|---:|---:|---:|---:|---:|"]
+    for name, r in runs.items():
+        if "epoch_seconds" not in r:
+            continue
+        busy = f"{r['busy_share']:.1%}" if "busy_share" in r else "-"
+        bw = f"{r['ssd_to_device_bytes_per_second'] / 1e6:.0f}" if "ssd_to_device_bytes_per_second" in r else "-"
+        mrr = f"{r['test_mrr']:.4f}" if "test_mrr" in r else "-"
+        lines.append(f"| {name} | {r['epoch_seconds']:.3f} | {r['edges_per_second']:,.0f} | {busy} | {bw} | {mrr} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", action="append", choices=[*PARTS, "all"], required=True)
+    ap.add_argument("--device", default="cuda", help="cuda, cuda:N, or torch-cpu (the CPU twin, for tests)")
+    ap.add_argument("--out", type=Path, default=REPO / "bench-results" / "embed-device.json")
+    ap.add_argument("--work", type=Path, default=REPO / "bench-work" / "embed-device")
+    ap.add_argument("--scale", type=int, default=24)
+    ap.add_argument("--edge-factor", type=int, default=16)
+    ap.add_argument("--chunk-size", type=int, default=10000, help="edges per chunk of the RMAT runs")
+    ap.add_argument("--epochs", type=int, default=0, help="0: B1's 10 for fb15k, 1 for the RMAT runs")
+    ap.add_argument("--tiny", action="store_true", help="a generated graph and RMAT scale 10, for tests")
+    args = ap.parse_args()
+    if args.tiny:
+        args.scale, args.edge_factor = 10, 4
+    args.work.mkdir(parents=True, exist_ok=True)
+    parts = PARTS if "all" in args.part else args.part
+    result = json.loads(args.out.read_text()) if args.out.exists() else {"runs": {}}
+    result["machine"] = machine()
+    runs = {"fb15k": part_fb15k, "rmat-prepare": part_rmat_prepare, "rmat-ooc": part_rmat_ooc}
+    runs["rmat-resident"] = part_rmat_resident
+    for part in parts:
+        if part != "rmat-prepare" and part.startswith("rmat") and not rmat_store(args).exists():
+            sys.exit(f"{rmat_store(args)} is missing: run --part rmat-prepare first")
+        result["runs"].update(runs[part](args))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2))
+    print(table(result["runs"]))
+
+
+if __name__ == "__main__":
+    main()

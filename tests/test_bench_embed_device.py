@@ -1,0 +1,37 @@
+"""benches/bench_embed_device.py runs as the GPU session will run it, here on the CPU twin at a
+tiny size: every part trains, the device runs carry the device's counters and say why
+GPUDirect Storage is not used, and the out-of-core run swaps partitions while the resident one
+does not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import needs
+
+needs("torch")
+
+BENCHES = Path(__file__).resolve().parents[1] / "benches"
+
+
+def test_bench_runs_on_the_cpu_twin(tmp_path):
+    out = tmp_path / "result.json"
+    cmd = [sys.executable, BENCHES / "bench_embed_device.py", "--device", "torch-cpu", "--tiny"]
+    for part in ("fb15k", "rmat-prepare", "rmat-ooc", "rmat-resident"):
+        args = [*cmd, "--part", part, "--work", tmp_path, "--out", out]
+        proc = subprocess.run([*map(str, args)], check=True, timeout=600, capture_output=True, text=True)
+        assert "| run |" in proc.stdout
+    runs = json.loads(out.read_text())["runs"]
+    assert set(runs) >= {"fb15k torch-cpu", "fb15k cpu", "rmat-s10 resident"}
+    assert 0 < runs["fb15k torch-cpu"]["test_mrr"] <= 1 and 0 < runs["fb15k cpu"]["test_mrr"] <= 1
+    assert "busy_share" not in runs["fb15k cpu"] and runs["fb15k cpu"]["device_line"] is None
+    ooc = runs["rmat-s10 out of core (1/4 on the device)"]
+    resident = runs["rmat-s10 resident"]
+    for r in (runs["fb15k torch-cpu"], ooc, resident):
+        assert 0 < r["busy_share"] <= 1 and r["edges_per_second"] > 0 and r["h2d_bytes"] > 0
+        assert "GPUDirect Storage is not used" in r["device_line"]
+    assert ooc["partitions"] == 12 and ooc["partition_loads"] > 3 and ooc["ssd_to_device_bytes_per_second"] > 0
+    assert resident["partitions"] == 1 and resident["partition_loads"] <= 1
