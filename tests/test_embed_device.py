@@ -114,13 +114,3 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
 def test_options_the_device_step_lacks_are_refused_naming_them(kg, tmp_path, option, value):
     with pytest.raises(ConfigError, match=f"{option}.*not supported on the device backend"):
         trained(kg, tmp_path / "run", device="torch-cpu", regularizer="n3", **{option: value})
-
-
-def test_the_device_backend_under_torchrun_is_refused(kg, tmp_path, monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "1")
-    with pytest.raises(ConfigError, match="not supported under torchrun"):
-        trained(kg, tmp_path / "run", device="torch-cpu")
