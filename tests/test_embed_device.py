@@ -116,16 +116,6 @@ def test_options_the_device_step_lacks_are_refused_naming_them(kg, tmp_path, opt
         trained(kg, tmp_path / "run", device="torch-cpu", regularizer="n3", **{option: value})
 
 
-def test_the_device_backend_under_torchrun_is_refused(kg, tmp_path, monkeypatch):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("LOCAL_RANK", "0")
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "1")
-    with pytest.raises(ConfigError, match="not supported under torchrun"):
-        trained(kg, tmp_path / "run", device="torch-cpu")
-
-
 def test_slots_stay_on_the_device_between_pieces(kg, tmp_path):
     """With the slot hooks the device copies each slot in once per fill and out once per
     write-back, not per piece: what crosses host -> device in an epoch is the slots, the

@@ -533,19 +533,7 @@ impl Section for TrainConfig {
         self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
         self.check_recipe_options()
             .or_else(|(key, msg)| bad(key, msg))?;
-        let cuda_n = |d: &str| {
-            d.strip_prefix("cuda:")
-                .is_some_and(|n| n.parse::<u32>().is_ok())
-        };
-        if !matches!(self.device.as_str(), "cpu" | "torch-cpu" | "cuda") && !cuda_n(&self.device) {
-            return bad(
-                "device",
-                format!(
-                    "expected cpu, torch-cpu, cuda or cuda:N, got {:?}",
-                    self.device
-                ),
-            );
-        }
+        check_device(&self.device).or_else(|msg| bad("device", msg))?;
         if self.device != "cpu" {
             // The device step is the negative-sampling step as the CPU worker had it; the options
             // added to the CPU step since are not in it yet.
@@ -986,7 +974,7 @@ impl EvalProtocol {
 }
 
 /// The `[embed.eval]` section: ranking metrics of a run's checkpoint.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvalOptions {
     /// edges to rank
@@ -1001,10 +989,45 @@ pub struct EvalOptions {
     pub memory: Option<Size>,
     /// threads (0: the run's setting)
     pub threads: usize,
+    /// where the scores are computed: cpu (the Rust kernels), cuda or cuda:N (torch on that
+    /// GPU), or torch-cpu (the same torch code on the CPU); the ranks are the same
+    pub device: String,
+}
+
+impl Default for EvalOptions {
+    fn default() -> Self {
+        EvalOptions {
+            split: EvalSplit::default(),
+            checkpoint: Which::default(),
+            protocol: EvalProtocol::default(),
+            max_queries: 0,
+            memory: None,
+            threads: 0,
+            device: "cpu".into(),
+        }
+    }
 }
 
 impl Section for EvalOptions {
     const NAME: &'static str = "embed.eval";
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        check_device(&self.device).map_err(|msg| ConfigError::new(Self::NAME, "device", msg))
+    }
+}
+
+/// Whether `device` is one the engine knows: `cpu`, `torch-cpu`, `cuda` or `cuda:N`.
+fn check_device(device: &str) -> Result<(), String> {
+    let cuda_n = |d: &str| {
+        d.strip_prefix("cuda:")
+            .is_some_and(|n| n.parse::<u32>().is_ok())
+    };
+    if matches!(device, "cpu" | "torch-cpu" | "cuda") || cuda_n(device) {
+        return Ok(());
+    }
+    Err(format!(
+        "expected cpu, torch-cpu, cuda or cuda:N, got {device:?}"
+    ))
 }
 
 /// The `[embed.predict]` section: the best answers of one query of a run's checkpoint.

@@ -34,6 +34,8 @@ pub use config::{
 };
 /// The engine's typed error and its `Result`.
 pub use error::{EmbedError, Result};
+/// The device side of evaluation: the torch evaluator registers itself behind the ranker seam.
+pub use eval::device::{register_device_rank, DeviceRank, DeviceRankFactory, RankJob};
 /// A run's score function and dimensions, from its config.
 pub use model::ScoreModel;
 /// An ordering's epoch schedule: buffer states and the buckets trained in each.

@@ -372,7 +372,13 @@ fn embed_eval(
     let memory = o.memory.map_or(0, |m| m.0);
     run(py, progress, |p| {
         let mut l = Loaded::open(&run_dir, o.checkpoint, memory, o.threads, p)?;
-        let metrics = l.evaluate(o.split.name(), o.protocol.protocol(), o.max_queries, p)?;
+        let metrics = l.evaluate(
+            o.split.name(),
+            o.protocol.protocol(),
+            o.max_queries,
+            &o.device,
+            p,
+        )?;
         Ok::<_, EmbedError>(serde_json::json!({"epoch": l.epoch, "metrics": metrics}))
     })
 }

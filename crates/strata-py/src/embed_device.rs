@@ -23,7 +23,7 @@ struct PyDeviceStep {
 /// # Safety
 /// The memory must stay valid (and, when `write`, not be read or written by Rust) until the
 /// view is released.
-unsafe fn view<'py>(
+pub(crate) unsafe fn view<'py>(
     py: Python<'py>,
     ptr: *mut u8,
     bytes: usize,

@@ -10,6 +10,7 @@ mod config;
 mod convert;
 mod embed;
 mod embed_device;
+mod embed_device_eval;
 mod errors;
 mod gnn;
 mod grid;
@@ -48,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     io::register(m)?;
     embed::register(m)?;
     embed_device::register();
+    embed_device_eval::register();
     pbg::register(m)?;
     gnn::register(m)?;
     sampling::register(m)?;

@@ -34,12 +34,15 @@ from . import dist_policy
 __all__ = ["Group", "follower", "from_environment"]
 
 
-def from_environment(timeout: int, environ=os.environ, *, policy: str = "affinity") -> Group | None:
+def from_environment(
+    timeout: int, environ=os.environ, *, policy: str = "affinity", device: str = "cpu"
+) -> Group | None:
     """The group this process belongs to, or None for a single-process run (no ``WORLD_SIZE``,
-    or ``WORLD_SIZE=1``); rank 0 schedules buckets with ``dist_policy.POLICIES[policy]``.
-    Raises ``ConfigError`` naming a missing or malformed variable."""
+    or ``WORLD_SIZE=1``); rank 0 schedules buckets with ``dist_policy.POLICIES[policy]``, and
+    a rank training on ``device`` ``cuda:N`` joins over NCCL (gloo otherwise). Raises
+    ``ConfigError`` naming a missing or malformed variable."""
     env = environment(environ)
-    return None if env is None else Group(env.rank, env.world_size, env.addr, env.port, timeout, policy)
+    return None if env is None else Group(env.rank, env.world_size, env.addr, env.port, timeout, policy, device)
 
 
 class _Scheduler:
@@ -103,10 +106,19 @@ class _Scheduler:
 
 class Group:
     """This process's rank in a distributed run (``rank``, ``world_size``), joined on creation:
-    the rendezvous store, a gloo process group, and rank 0's scheduler (with the named policy
-    of ``dist_policy.POLICIES``). ``close`` leaves it."""
+    the rendezvous store, a process group (gloo; NCCL for a rank on ``cuda:N``), and rank 0's
+    scheduler (with the named policy of ``dist_policy.POLICIES``). ``close`` leaves it."""
 
-    def __init__(self, rank: int, world_size: int, addr: str, port: int, timeout: int, policy: str = "affinity"):
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        addr: str,
+        port: int,
+        timeout: int,
+        policy: str = "affinity",
+        device: str = "cpu",
+    ):
         self.torch, td = torch_distributed()
         self.td = td
         self.rank, self.world_size = rank, world_size
@@ -115,7 +127,15 @@ class Group:
         self.sent = self.received = 0
         self.seq = 0
         wait = timedelta(seconds=timeout)
-        store = join(Environment(rank, world_size, addr, port), timeout)
+        # A rank on a GPU joins over NCCL, as PyTorch users' GPU ranks do; what it exchanges
+        # (relation rows, reports) is staged through its device. gloo otherwise (the CPU
+        # engine, the CPU twin).
+        self.device = self.torch.device(device) if device.startswith("cuda") else None
+        self.backend = "gloo" if self.device is None else "nccl"
+        if self.device is not None:
+            # NCCL's object collectives stage through the current device.
+            self.torch.cuda.set_device(self.device)
+        store = join(Environment(rank, world_size, addr, port), timeout, self.backend)
         #: How many times torchrun restarted the group before this attempt (0: the first), as
         #: the ranks agreed when they joined.
         self.restart = attempt()
@@ -129,7 +149,7 @@ class Group:
         self.anon_bytes = process_bytes("RssAnon")
 
     def __repr__(self) -> str:
-        return f"Group(rank {self.rank} of {self.world_size}, store {self.address})"
+        return f"Group(rank {self.rank} of {self.world_size}, {self.backend}, store {self.address})"
 
     def connect(self):
         """A connection of its own to the rendezvous store, under this attempt's keys (a
@@ -191,7 +211,10 @@ class Group:
         if values:  # a model without relation parameters (dot) still syncs its done flag
             t[:-1] = torch.frombuffer(bytearray(values), dtype=torch.float32)
         t[-1] = 1.0 if done else 0.0
+        if self.device is not None:
+            t = t.to(self.device)
         self._collective("a relation all-reduce", lambda: self.td.all_reduce(t))
+        t = t.cpu()
         self.sent += t.numel() * 4
         self.received += t.numel() * 4
         return t[:-1].numpy().tobytes(), int(t[-1].item()) == self.world_size
@@ -199,6 +222,10 @@ class Group:
     def barrier(self, what: str) -> None:
         """Waits for every rank at the point named ``what``."""
         wait = timedelta(seconds=self.timeout)
+        if self.device is not None:
+            # NCCL has no monitored barrier; the group's timeout bounds this one.
+            self._collective(f"the barrier '{what}'", lambda: self.td.barrier(device_ids=[self.device.index]))
+            return
         self._collective(f"the barrier '{what}'", lambda: self.td.monitored_barrier(timeout=wait, wait_all_ranks=True))
 
     def gather(self, mine: str) -> list[str]:

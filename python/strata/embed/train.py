@@ -80,6 +80,13 @@ def check_device(native: dict) -> None:
         raise ConfigError(str(e)) from None
 
 
+def rank_device(device: str, env: torchrun.Environment | None) -> str:
+    """The device a rank trains on: under torchrun ``cuda`` is the rank's local GPU
+    (``cuda:LOCAL_RANK``, as PyTorch users' ranks take theirs); ``cuda:N`` and ``torch-cpu``
+    are kept as given."""
+    return f"cuda:{env.local_rank}" if device == "cuda" and env is not None else device
+
+
 def train(
     config: EmbedTrainConfig | None = None,
     progress: Callable[..., bool] | None = None,
@@ -95,12 +102,9 @@ def train(
     cfg = config if config is not None else EmbedTrainConfig(**options)
     run_dir = cfg.run_dir if cfg.run_dir is not None else default_run_dir(cfg.store)
     native = engine_options(cfg)
+    env = torchrun.environment()
     if native.get("device", "cpu") != "cpu":
-        if torchrun.environment() is not None:
-            # The distributed epoch loop does not consult the device backend yet.
-            raise ConfigError(
-                f"device = {native['device']} is not supported under torchrun yet: each rank trains with device = cpu"
-            )
+        native["device"] = rank_device(native["device"], env)
         check_device(native)
     board = _TensorBoard(run_dir) if cfg.tensorboard else None
 
@@ -114,8 +118,8 @@ def train(
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")
     # Hashed before joining, so that a store without a kept digest costs no collective's timeout.
-    digest = None if torchrun.environment() is None else torchrun.data_digest(cfg.store)
-    group = dist.from_environment(cfg.dist_timeout, policy=cfg.dist_policy)
+    digest = None if env is None else torchrun.data_digest(cfg.store)
+    group = dist.from_environment(cfg.dist_timeout, policy=cfg.dist_policy, device=native.get("device", "cpu"))
     owners = None
     if group is not None:
         progress = torchrun.ranked(progress, group.rank)

@@ -17,8 +17,6 @@
 //! of each region, and the sampled protocol draws its uniform candidates from the type.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -31,11 +29,16 @@ use strata_store::Store;
 use crate::config::{Corrupt, Protocol};
 use crate::error::{EmbedError, Result};
 use crate::model::{score_candidates, ScoreBatch, ScoreModel, Scratch};
-use crate::sizes::{QUERY_BATCH, TILE};
+use crate::sizes::QUERY_BATCH;
 use crate::storage::buffer::{Load, PartitionBuffer};
 use crate::storage::entity_types::TypedLayout;
 use crate::storage::partitioning::{Locator, Partitioning};
 use crate::storage::relations::Relations;
+
+pub mod device;
+pub mod rank;
+
+use rank::{rank_of, PartScan, Ranker, RoundRows, SampledCands};
 
 /// How to evaluate.
 #[derive(Debug, Clone)]
@@ -245,14 +248,6 @@ pub fn known_answers(
     Ok(map)
 }
 
-/// Rows of one round: query vectors' inputs, answers' rows and true scores.
-struct Round {
-    /// `q x d` source rows, `q x rel_dim` relation rows, `q x d` answer rows.
-    src: Vec<f32>,
-    rel: Vec<f32>,
-    true_score: Vec<f32>,
-}
-
 /// What an evaluation needs to score: model, relations and where node rows live.
 pub struct Scorer<'a> {
     pub model: ScoreModel,
@@ -265,6 +260,8 @@ pub struct Scorer<'a> {
     /// A typed run ranking each answer against its own type: the (source, destination)
     /// entity types of each relation (None: against every node).
     pub rel_types: Option<Vec<(usize, usize)>>,
+    /// Scores and counts every block of candidates: the CPU kernels or a device.
+    pub ranker: &'a mut dyn Ranker,
 }
 
 /// The answer types of one round of a typed evaluation.
@@ -354,7 +351,7 @@ impl Scorer<'_> {
                     .collect(),
             });
             let got = match &set.known {
-                Some(known) => self.filtered_round(round, known, &locator, types.as_ref(), spec)?,
+                Some(known) => self.filtered_round(round, known, &locator, types.as_ref())?,
                 None => self.sampled_round(
                     round,
                     &locator,
@@ -406,7 +403,7 @@ impl Scorer<'_> {
     }
 
     /// Relation rows of the queries, the gathered source rows and the true answers' scores.
-    fn prepare(&mut self, round: &[Query], locator: &Locator) -> Result<Round> {
+    fn prepare(&mut self, round: &[Query], locator: &Locator) -> Result<RoundRows> {
         let (d, rd) = (self.model.dim, self.model.rel_dim());
         let mut src = Vec::new();
         let mut ans = Vec::new();
@@ -447,7 +444,7 @@ impl Scorer<'_> {
                 &mut scratch,
             );
         }
-        Ok(Round {
+        Ok(RoundRows {
             src,
             rel,
             true_score,
@@ -461,7 +458,6 @@ impl Scorer<'_> {
         known: &KnownAnswers,
         locator: &Locator,
         types: Option<&RoundTypes>,
-        spec: &EvalSpec,
     ) -> Result<Vec<f64>> {
         let rows = self.prepare(round, locator)?;
         // Excluded candidates of each query (its answer and the other known answers), as
@@ -482,18 +478,10 @@ impl Scorer<'_> {
                 keys
             })
             .collect();
-        let counts: Vec<Mutex<Vec<(u64, u64)>>> = round
-            .chunks(QUERY_BATCH)
-            .map(|c| Mutex::new(vec![(0, 0); c.len()]))
-            .collect();
+        let mut counts = vec![(0u64, 0u64); round.len()];
         let all = self.partitioning.regions();
-        let (model, d, rd, threads) = (
-            self.model,
-            self.model.dim,
-            self.model.rel_dim(),
-            spec.threads.max(1),
-        );
-        let partitioning = self.partitioning;
+        let (model, partitioning) = (self.model, self.partitioning);
+        let ranker = &mut *self.ranker;
         self.buffer.visit_with(&all, self.load, |p, emb| {
             let size = partitioning.size_of(p) as usize;
             // The rows each query ranks against here: its answer type's, or all of them.
@@ -508,77 +496,15 @@ impl Scorer<'_> {
                     .collect(),
                 None => vec![0..size; round.len()],
             };
-            let next = AtomicUsize::new(0);
-            std::thread::scope(|scope| {
-                for _ in 0..threads.min(counts.len()) {
-                    scope.spawn(|| {
-                        let mut scratch = Scratch::default();
-                        let (mut out, mut widened) = (Vec::new(), Vec::new());
-                        loop {
-                            let b = next.fetch_add(1, Relaxed);
-                            if b >= counts.len() {
-                                break;
-                            }
-                            let mut cnt = counts[b].lock().expect("not poisoned");
-                            let q0 = b * QUERY_BATCH;
-                            let qb = cnt.len();
-                            let batch = &ranges[q0..q0 + qb];
-                            let scan_lo = batch.iter().map(|r| r.start).min().unwrap_or(0);
-                            let scan_hi = batch.iter().map(|r| r.end).max().unwrap_or(0);
-                            for lo in (scan_lo..scan_hi).step_by(TILE) {
-                                let t = TILE.min(scan_hi - lo);
-                                out.resize(qb * t, 0.0);
-                                score_candidates(
-                                    &model,
-                                    &ScoreBatch {
-                                        b: qb,
-                                        n: t,
-                                        src: &rows.src[q0 * d..(q0 + qb) * d],
-                                        rel: &rows.rel[q0 * rd..(q0 + qb) * rd],
-                                        cands: emb.span(lo * d, t * d, &mut widened),
-                                    },
-                                    &mut out,
-                                    &mut scratch,
-                                );
-                                for (i, c) in cnt.iter_mut().enumerate() {
-                                    let q = q0 + i;
-                                    let (a, z) =
-                                        (ranges[q].start.max(lo), ranges[q].end.min(lo + t));
-                                    if a >= z {
-                                        continue;
-                                    }
-                                    let row = &out[i * t + a - lo..i * t + z - lo];
-                                    let s = rows.true_score[q];
-                                    let (mut g, mut e) = count_above(row, s);
-                                    let ex = &excluded[q];
-                                    let key_lo = ((p as u64) << 32) | a as u64;
-                                    let from = ex.partition_point(|&k| k < key_lo);
-                                    for &k in ex[from..]
-                                        .iter()
-                                        .take_while(|&&k| k < key_lo + (z - a) as u64)
-                                    {
-                                        let v = row[(k - key_lo) as usize];
-                                        if v > s || s.is_nan() {
-                                            g -= 1;
-                                        } else if v == s {
-                                            e -= 1;
-                                        }
-                                    }
-                                    c.0 += g;
-                                    c.1 += e;
-                                }
-                            }
-                        }
-                    });
-                }
-            });
-            Ok(())
+            let part = PartScan {
+                p,
+                emb,
+                ranges: &ranges,
+                excluded: &excluded,
+            };
+            ranker.filtered(&model, &rows, &part, &mut counts)
         })?;
-        Ok(counts
-            .into_iter()
-            .flat_map(|c| c.into_inner().expect("not poisoned"))
-            .map(|(g, e)| 1.0 + g as f64 + e as f64 / 2.0)
-            .collect())
+        Ok(counts.into_iter().map(|(g, e)| rank_of(g, e)).collect())
     }
 
     /// Sampled ranks of one round: batches of queries share uniform and degree-weighted candidates.
@@ -625,90 +551,19 @@ impl Scorer<'_> {
             types.map(|t| cand_ids.iter().map(|&v| t.layout.type_of(v)).collect());
         let mut cands = Vec::new();
         self.gather(&cand_ids, locator, &mut cands)?;
-        let (model, d, rd) = (self.model, self.model.dim, self.model.rel_dim());
-        let ranks: Vec<Mutex<Vec<f64>>> = round
-            .chunks(batch)
-            .map(|c| Mutex::new(vec![0.0; c.len()]))
-            .collect();
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..spec.threads.max(1).min(ranks.len()) {
-                scope.spawn(|| {
-                    let mut scratch = Scratch::default();
-                    let mut out = Vec::new();
-                    loop {
-                        let b = next.fetch_add(1, Relaxed);
-                        if b >= ranks.len() {
-                            break;
-                        }
-                        let mut rk = ranks[b].lock().expect("not poisoned");
-                        let (q0, qb, c0) = (b * batch, rk.len(), b * 2 * n);
-                        out.resize(qb * 2 * n, 0.0);
-                        score_candidates(
-                            &model,
-                            &ScoreBatch {
-                                b: qb,
-                                n: 2 * n,
-                                src: &rows.src[q0 * d..(q0 + qb) * d],
-                                rel: &rows.rel[q0 * rd..(q0 + qb) * rd],
-                                cands: &cands[c0 * d..(c0 + 2 * n) * d],
-                            },
-                            &mut out,
-                            &mut scratch,
-                        );
-                        for (i, r) in rk.iter_mut().enumerate() {
-                            let q = q0 + i;
-                            let row = &out[i * 2 * n..(i + 1) * 2 * n];
-                            let s = rows.true_score[q];
-                            let (mut g, mut e) = count_above(row, s);
-                            // Candidates of another type than the answer's do not compete.
-                            if let (Some(t), Some(ct)) = (types, &cand_types) {
-                                let other = ct[c0..c0 + 2 * n]
-                                    .iter()
-                                    .zip(row)
-                                    .filter(|(&ty, _)| ty != t.answer[q]);
-                                for (_, &v) in other {
-                                    if v > s || s.is_nan() {
-                                        g -= 1;
-                                    } else if v == s {
-                                        e -= 1;
-                                    }
-                                }
-                            }
-                            // The answer drawn as its own candidate does not compete with itself.
-                            for (j, &id) in cand_ids[c0..c0 + 2 * n].iter().enumerate() {
-                                if id == round[q].answer {
-                                    if row[j] > s || s.is_nan() {
-                                        g -= 1;
-                                    } else if row[j] == s {
-                                        e -= 1;
-                                    }
-                                }
-                            }
-                            *r = 1.0 + g as f64 + e as f64 / 2.0;
-                        }
-                    }
-                });
-            }
-        });
-        Ok(ranks
-            .into_iter()
-            .flat_map(|r| r.into_inner().expect("not poisoned"))
-            .collect())
+        let answers: Vec<u64> = round.iter().map(|q| q.answer).collect();
+        let cands = SampledCands {
+            batch,
+            per_batch: 2 * n,
+            rows: &cands,
+            ids: &cand_ids,
+            answers: &answers,
+            types: types
+                .zip(cand_types.as_deref())
+                .map(|(t, c)| (c, t.answer.as_slice())),
+        };
+        self.ranker.sampled(&self.model, &rows, &cands)
     }
-}
-
-/// Candidates in `row` scoring above and equal to `s`. A NaN true score ranks last.
-fn count_above(row: &[f32], s: f32) -> (u64, u64) {
-    if s.is_nan() {
-        return (row.len() as u64, 0);
-    }
-    let (mut g, mut e) = (0u32, 0u32);
-    for &v in row {
-        g += (v > s) as u32;
-        e += (v == s) as u32;
-    }
-    (g as u64, e as u64)
 }
 
 #[cfg(test)]

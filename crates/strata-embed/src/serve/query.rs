@@ -9,6 +9,7 @@ use strata_io::progress::{Meter, Progress};
 
 use crate::config::Protocol;
 use crate::error::Result;
+use crate::eval::device::ranker_for;
 use crate::eval::{known_answers, EvalSet, Metrics, Query, Scorer};
 use crate::model::{score_candidates, ScoreBatch, Scratch};
 use crate::run::loaded::{name_of, Loaded};
@@ -16,12 +17,14 @@ use crate::train::job::eval_spec;
 
 impl Loaded {
     /// Evaluates `split` with `protocol` (default: the run's) on at most `max_queries` queries
-    /// (0: the run's setting).
+    /// (0: the run's setting), scoring on `device` (`cpu`: the CPU kernels; `torch-cpu`,
+    /// `cuda`, `cuda:N`: the torch evaluator).
     pub fn evaluate(
         &mut self,
         split: &str,
         protocol: Option<Protocol>,
         max_queries: usize,
+        device: &str,
         progress: &dyn Progress,
     ) -> Result<Metrics> {
         let mut spec = eval_spec(&self.cfg, &self.plan, self.plan.threads);
@@ -31,6 +34,7 @@ impl Loaded {
         if max_queries > 0 {
             spec.max_queries = max_queries;
         }
+        let mut ranker = ranker_for(device, spec.threads)?;
         let set = EvalSet::new(&self.store, split, &spec, progress)?;
         let rel_types = self.answer_types();
         let mut scorer = Scorer {
@@ -40,6 +44,7 @@ impl Loaded {
             buffer: &mut self.buffer,
             load: &mut |b, slot, p| b.load(slot, p, &self.table),
             rel_types,
+            ranker: &mut *ranker,
         };
         scorer.evaluate(&set, &spec, progress)
     }

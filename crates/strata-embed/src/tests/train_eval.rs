@@ -209,7 +209,7 @@ fn ranks_match_brute_force(table_dtype: TableDtype) {
     .unwrap();
     let mut l = Loaded::open(&run, Which::Last, 0, 1, &NoProgress).unwrap();
     let got = l
-        .evaluate("test", Some(Protocol::Filtered), 0, &NoProgress)
+        .evaluate("test", Some(Protocol::Filtered), 0, "cpu", &NoProgress)
         .unwrap();
     let out = dir.path().join("export");
     export_with(&mut l, &out, ExportFormat::Npy, false, None, &NoProgress).unwrap();

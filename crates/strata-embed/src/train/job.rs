@@ -18,6 +18,8 @@ use crate::compute::device::for_device;
 use crate::compute::kernels::sgemm_reference_flops;
 use crate::config::{Corrupt, Protocol, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
+use crate::eval::device::ranker_for;
+use crate::eval::rank::Ranker;
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::model::ScoreModel;
 use crate::plan::budget::{self, EmbedPlan, RankNeeds};
@@ -126,6 +128,8 @@ struct Coordinator<'a> {
     /// The validation split, on the rank that validates (rank 0) when the job validates.
     valid: Option<EvalSet>,
     spec: EvalSpec,
+    /// Scores the validation and the test: on the run's device.
+    ranker: Box<dyn Ranker>,
     /// This rank and the group's size; rank 0 leads (validates, tests and commits).
     rank: usize,
     world_size: usize,
@@ -169,6 +173,7 @@ impl<'a> Coordinator<'a> {
         scheduler.join(&mut ckpt, &mut trainer.relations, progress)?;
         scheduler.describe_overlap(&trainer, &s.plan, paths.run_dir, progress)?;
         let spec = eval_spec(&trainer.cfg, &s.plan, trainer.threads());
+        let ranker = ranker_for(&trainer.cfg.device, spec.threads)?;
         // Rank 0 validates each epoch for the whole group (in owner mode streaming the
         // partitions it does not own from their owners).
         let valid =
@@ -211,6 +216,7 @@ impl<'a> Coordinator<'a> {
             iterations,
             valid,
             spec,
+            ranker,
             rank,
             world_size,
         })
@@ -285,6 +291,7 @@ impl<'a> Coordinator<'a> {
             buffer: &mut t.buffer,
             load: &mut *load,
             rel_types,
+            ranker: &mut *self.ranker,
         };
         Ok(Some(scorer.evaluate(set, &self.spec, self.progress)?))
     }
@@ -334,6 +341,7 @@ impl<'a> Coordinator<'a> {
                     run,
                     store: &self.store,
                     spec: &self.spec,
+                    ranker: &mut *self.ranker,
                 };
                 let owners = Some((peers, served));
                 test = Some(evaluate(on, "test", Which::Best, owners, self.progress)?);
@@ -355,6 +363,7 @@ impl<'a> Coordinator<'a> {
             run: &self.ckpt.run,
             store: &self.store,
             spec: &self.spec,
+            ranker: &mut *self.ranker,
         };
         evaluate(on, "test", Which::Best, owners, self.progress)
     }
@@ -786,6 +795,7 @@ struct Evaluation<'e> {
     run: &'e Run,
     store: &'e Store,
     spec: &'e EvalSpec,
+    ranker: &'e mut dyn Ranker,
 }
 
 /// Evaluates `split` on a checkpoint of the run being trained. In owner mode `owners` is the
@@ -818,6 +828,7 @@ fn evaluate(
         buffer: &mut t.buffer,
         load: &mut *load,
         rel_types,
+        ranker: on.ranker,
     };
     let m = scorer.evaluate(&set, on.spec, progress);
     if ckpt.table != run.meta.current.table {
