@@ -1,13 +1,16 @@
 """The learning-rate schedule and early stopping under torchrun: rank 0 decides at each
 validation and every rank follows its commit, so the group trains every epoch at one rate and
 stops after the same epoch (a rank that went on alone would wait on the others until its
-timeout)."""
+timeout); and the recipes' step options (dropout, weighted N3, reciprocal relations) in a
+group."""
 
 from __future__ import annotations
 
 import json
 
-from conftest import needs
+import pytest
+
+from conftest import needs, run_strata
 from test_embed_dist import train_two_ranks
 
 
@@ -30,3 +33,25 @@ def test_two_ranks_follow_rank_0s_schedule_and_stop_together(kg, tmp_path):
     assert all(len(h["ranks"]) == 2 for h in hist)
     # Rank 1 printed its epochs and went no further than rank 0's stop.
     assert "epoch 4/" not in proc.stderr
+
+
+def test_two_ranks_train_with_the_recipes_step_options(kg, tmp_path):
+    # The recipes' options under torchrun: every rank's chunks take dropout and weighted N3,
+    # and head queries are answered through the inverse rows both ranks trained (reciprocal).
+    needs("torch")
+    run = tmp_path / "run"
+    proc = train_two_ranks(
+        kg, run, "--partitions", "4", "--epochs", "2", "--dist-timeout", "60", "--lr", "0.1",
+        "--entity-dropout", "0.2", "--relation-dropout", "0.1", "--regularizer", "n3", "--reg-weighted",
+        "--reg-weight", "0.01", "--relation-reg-weight", "0.02", "--lr-scheduler", "reduce_on_plateau",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    meta = json.loads((run / "run.json").read_text())
+    cfg = meta["config"]
+    assert meta["world_size"] == 2 and meta["current"]["epoch"] == 2
+    assert (cfg["entity_dropout"], cfg["relation_dropout"]) == (pytest.approx(0.2), pytest.approx(0.1))
+    assert cfg["reg_weighted"] is True and cfg["reciprocal"] is True
+    assert all(len(h["ranks"]) == 2 for h in meta["history"])
+    test = json.loads(run_strata("embed", "eval", run, "--json", "--split", "test").stdout)["metrics"]
+    # 400 candidates: a random ranking has an MRR near 0.015.
+    assert test["head_mrr"] > 0.05 and test["tail_mrr"] > 0.05, test

@@ -865,20 +865,6 @@ impl TrainConfig {
                 format!("self-adversarial weighting weighs sampled negatives; training {mode:?} scores every entity"),
             ));
         }
-        // The all-entities step takes the plain regularizer; dropout and the weighted form are
-        // written for the negative-sampling step's rows and are not in it yet.
-        for (key, on) in [
-            ("entity_dropout", self.entity_dropout > 0.0),
-            ("relation_dropout", self.relation_dropout > 0.0),
-            ("reg_weighted", self.reg_weighted),
-        ] {
-            if on {
-                return Err((
-                    key,
-                    format!("is not supported with training {mode:?} yet (negative sampling only)"),
-                ));
-            }
-        }
         if self.corrupt == Corrupt::Bernoulli {
             return Err((
                 "corrupt",

@@ -15,14 +15,24 @@
 //!   score), so every candidate row takes one Adagrad step per chunk with the sum of its
 //!   gradients as a candidate, source and target of either side, as LibKGE's dense
 //!   embeddings do under torch's Adagrad; relation rows take one step per touched row.
-//! - **Regularizer.** The chunk's existing regularizer over each side's source, relation and
-//!   (1vsAll) true target rows, as in negative sampling.
+//! - **Regularizer.** The chunk's regularizer over each side's source, relation and (1vsAll)
+//!   true target rows, as in negative sampling, rows as stored. Weighted (`reg_weighted`):
+//!   each row once per query that references it, and 1vsAll's head side of `corrupt = both`,
+//!   which asks the tail side's edges again, takes only its own (inverse) relation rows, as
+//!   the negative-sampling step's repeated side does ([`crate::model::Regularizer::rows`]).
+//!   KvsAll's two sides ask different queries, so each regularizes its own.
+//! - **Dropout.** As in negative sampling ([`crate::model::Dropped`]): each side drops its
+//!   source rows and every candidate row at the entity rate and its relation rows at the
+//!   relation rate (LibKGE's `embed` and `embed_all` each draw their own masks), with masks
+//!   from the side's own generator (`derive(key, side)`), and the gradients reach the stored
+//!   rows through the same masks.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use strata_io::progress::Progress;
 use strata_io::Engine;
+use strata_store::rng::{derive, Rng};
 use strata_store::units::fmt_bytes;
 
 use crate::config::{Corrupt, TrainConfig, TrainingMode, VsAllCandidates};
@@ -205,7 +215,8 @@ pub fn setup(job: &VsAllJob, progress: &dyn Progress) -> Result<Option<VsAllTrai
 
 impl Worker {
     /// Trains one chunk of a 1vsAll or KvsAll run (edges `chunk`, with `weights` one per edge
-    /// or none); `salt` draws the rounding of a bf16 table.
+    /// or none); `salt` (the chunk's key) draws the dropout masks and the rounding of a bf16
+    /// table.
     pub(crate) fn train_vs_all(
         &mut self,
         ctx: &BucketCtx,
@@ -246,7 +257,10 @@ impl Worker {
         for (k, &tail) in tails.iter().enumerate() {
             let o = Orientation::new(ctx, tail);
             w.gather(ctx, v, &o, chunk, weights, k);
-            let (loss, queries) = w.step(ctx, v, &o, k, n);
+            // 1vsAll's head side of `both` asks the tail side's edges again.
+            let repeat = k == 1 && ctx.corrupt == Corrupt::Both && v.answers.is_none();
+            let mut rng = Rng::new(derive(salt, k as u64));
+            let (loss, queries) = w.step(ctx, v, &o, (k, repeat), n, &mut rng);
             self.loss += loss;
             self.edges += queries as u64;
             self.flops += ctx.model.flops(queries, n);
@@ -335,15 +349,18 @@ impl VsAllWorker {
         }
     }
 
-    /// Side `k`'s step against the `n` candidates: its loss (with the regularizer) and
-    /// queries; its node gradients are added to `grad` and its relation gradients kept.
+    /// Side `k`'s step against the `n` candidates (`repeat`: its edges were asked by the
+    /// chunk's other side already; `rng` draws its dropout masks): its loss (with the
+    /// regularizer) and queries; its node gradients are added to `grad` and its relation
+    /// gradients kept.
     fn step(
         &mut self,
         ctx: &BucketCtx,
         v: &VsAll,
         o: &Orientation,
-        k: usize,
+        (k, repeat): (usize, bool),
         n: usize,
+        rng: &mut Rng,
     ) -> (f64, usize) {
         let (d, rd) = (ctx.model.dim, ctx.model.rel_dim());
         let side = &mut self.sides[k];
@@ -359,26 +376,43 @@ impl VsAllWorker {
             },
             None => Labels::One(&side.one),
         };
+        let dropout = ctx.dropout.active(rd);
+        let dr = &mut self.dropped;
+        if dropout {
+            // The step scores the dropped rows; the regularizer below takes them as stored.
+            dr.apply(ctx.dropout, [&side.src, &side.rel, &[], &self.cands], rng);
+        }
+        let (src, rel, cands) = if dropout {
+            (&dr.src, &dr.rel, &dr.neg)
+        } else {
+            (&side.src, &side.rel, &self.cands)
+        };
         let batch = AllBatch {
             b,
             n,
-            src: &side.src,
-            rel: &side.rel,
-            cands: &self.cands,
+            src,
+            rel,
+            cands,
             labels,
             weights: &side.weights,
             label_smoothing: v.label_smoothing,
         };
         let s = &mut self.scratch;
         let mut loss = all_step(&ctx.model.shape(), &ctx.loss, &v.query, &batch, s);
-        // The regularizer of the queries' rows (and 1vsAll's true targets) adds to their
-        // gradients, as in a negative-sampling chunk.
         let mut g = Grads {
             src: std::mem::take(&mut s.g_src),
             rel: std::mem::take(&mut s.g_rel),
-            dst: vec![0.0; side.dst.len()],
-            neg: Vec::new(),
+            dst: Vec::new(),
+            neg: std::mem::take(&mut s.g_cands),
         };
+        if dropout {
+            // Back through the masks to the gathered rows.
+            dr.backward(&mut g);
+        }
+        s.g_cands = std::mem::take(&mut g.neg);
+        // The regularizer of the queries' rows (and 1vsAll's true targets) adds to their
+        // gradients, as in a negative-sampling chunk.
+        g.dst.resize(side.dst.len(), 0.0);
         let c = Chunk {
             b,
             n: 0,
@@ -388,7 +422,8 @@ impl VsAllWorker {
             neg: &[],
             weights: &side.weights,
         };
-        loss += regularize(&ctx.reg, &ctx.model, &c, &mut g, ctx.reg.rows(false, false));
+        let which = ctx.reg.rows(repeat, ctx.inverse_offset > 0);
+        loss += regularize(&ctx.reg, &ctx.model, &c, &mut g, which);
         for (x, gc) in self.grad.iter_mut().zip(&s.g_cands) {
             *x += gc;
         }

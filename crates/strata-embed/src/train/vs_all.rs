@@ -1,7 +1,7 @@
 //! The data of 1vsAll and KvsAll chunks (see [`crate::train::all_entities`], their step):
 //! what a chunk context carries, KvsAll's answers, and a worker's buffers.
 
-use crate::model::{AllScratch, ProductQuery};
+use crate::model::{AllScratch, Dropped, ProductQuery};
 
 /// What a chunk of a 1vsAll or KvsAll run trains with, beside its `BucketCtx`.
 #[derive(Clone, Copy)]
@@ -89,6 +89,9 @@ pub struct VsAllWorker {
     pub(crate) first: Vec<u32>,
     pub(crate) sides: [Side; 2],
     pub(crate) scratch: AllScratch,
+    /// With dropout: one side's dropped source, relation and candidate rows and their masks
+    /// (the sides are stepped one after the other, so one set serves both).
+    pub(crate) dropped: Dropped,
     pub(crate) updates: Vec<(u64, u32)>,
     pub(crate) sum: Vec<f32>,
 }

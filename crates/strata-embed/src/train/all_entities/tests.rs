@@ -1,5 +1,5 @@
 use super::*;
-use crate::model::{Loss, LossKind, PbgForm, Regularizer, RegularizerKind, ScoreKind};
+use crate::model::{Dropout, Loss, LossKind, PbgForm, Regularizer, RegularizerKind, ScoreKind};
 use crate::storage::shared::SharedRows;
 use crate::train::worker::{PartRows, Pool};
 
@@ -55,8 +55,17 @@ impl Table {
         }
     }
 
-    /// Trains `chunk` once; returns the worker's loss and queries.
-    fn train(&mut self, v: &VsAll, corrupt: Corrupt, inverse: bool, lr: f32) -> (f64, u64) {
+    /// Trains `chunk` once (chunk key 5) with `reg` and `dropout`; returns the worker's loss
+    /// and queries.
+    fn train(
+        &mut self,
+        v: &VsAll,
+        corrupt: Corrupt,
+        inverse: bool,
+        lr: f32,
+        reg: Regularizer,
+        dropout: Dropout,
+    ) -> (f64, u64) {
         let model = complex();
         let ctx = BucketCtx {
             model,
@@ -80,12 +89,8 @@ impl Table {
             negatives: 1,
             degree_fraction: 0.0,
             pool: Pool::Resident,
-            reg: Regularizer {
-                kind: RegularizerKind::N3,
-                weight: 0.3,
-                ..Regularizer::default()
-            },
-            dropout: Default::default(),
+            reg,
+            dropout,
             negs: None,
             feat: None,
             vs_all: Some(*v),
@@ -101,9 +106,36 @@ const CHUNK: [[i32; 3]; 4] = [[0, 0, 3], [2, 1, 3], [0, 0, 5], [6, 1, 0]];
 /// With an Adagrad state so large that a step is `−g` exactly (state `1e8` absorbs `g²`,
 /// `lr = 1e4` cancels `√state`), one chunk moves every node and relation row by minus the
 /// gradient of the chunk's loss: checked against central finite differences of that loss,
-/// for 1vsAll and KvsAll, with reciprocal or reversed relations, both sides or one.
+/// for 1vsAll and KvsAll, with reciprocal or reversed relations, both sides or one, plain or
+/// with dropout and weighted N3 (the masks are the chunk key's, the same at every point).
 #[test]
 fn a_chunk_steps_every_row_by_its_summed_gradient() {
+    let plain = (
+        Regularizer {
+            kind: RegularizerKind::N3,
+            weight: 0.3,
+            ..Regularizer::default()
+        },
+        Dropout::default(),
+    );
+    let recipe = (
+        Regularizer {
+            kind: RegularizerKind::N3,
+            weight: 0.3,
+            rel_weight: Some(0.2),
+            weighted: true,
+        },
+        Dropout {
+            entity: 0.3,
+            relation: 0.2,
+        },
+    );
+    for (reg, dropout) in [plain, recipe] {
+        steps_match_finite_differences(reg, dropout);
+    }
+}
+
+fn steps_match_finite_differences(reg: Regularizer, dropout: Dropout) {
     let answers = Answers::new(&[[0, 0, 3], [0, 0, 5], [2, 1, 3], [6, 1, 0], [2, 0, 4]]);
     let query = complex().product_query().unwrap();
     let one = VsAll {
@@ -122,12 +154,12 @@ fn a_chunk_steps_every_row_by_its_summed_gradient() {
             (Corrupt::Both, false),
             (Corrupt::Tail, true),
         ] {
-            let what = format!("{name} {corrupt:?} reciprocal {inverse}");
+            let what = format!("{name} {corrupt:?} reciprocal {inverse} {reg:?} {dropout:?}");
             let start = Table::new();
             let mut stepped = Table::new();
             stepped.state.fill(1e8);
             stepped.rel_state.fill(1e8);
-            let (_, queries) = stepped.train(&v, corrupt, inverse, 1e4);
+            let (_, queries) = stepped.train(&v, corrupt, inverse, 1e4, reg, dropout);
             let expected = match (name, corrupt) {
                 ("1vsAll", Corrupt::Both) => 8,
                 ("1vsAll", _) => 4,
@@ -142,7 +174,7 @@ fn a_chunk_steps_every_row_by_its_summed_gradient() {
                 t.params.copy_from_slice(params);
                 t.rel.copy_from_slice(rel);
                 // lr 0: the loss of the chunk at these rows, nothing moved.
-                t.train(&v, corrupt, inverse, 0.0).0
+                t.train(&v, corrupt, inverse, 0.0, reg, dropout).0
             };
             let h = 1e-3f32;
             let check = |which: &str, i: usize, numeric: f64, moved: f32| {
@@ -181,4 +213,106 @@ fn a_chunk_steps_every_row_by_its_summed_gradient() {
             }
         }
     }
+}
+
+/// `Σ_k |x_k|³` of a ComplEx row (moduli of its complex coordinates).
+fn n3(row: &[f32]) -> f64 {
+    let h = row.len() / 2;
+    (0..h)
+        .map(|k| (row[k] as f64).hypot(row[h + k] as f64).powi(3))
+        .sum()
+}
+
+/// Weighted N3 (LibKGE's weighted lp, p = 3) in a 1vsAll chunk of both sides: each edge's
+/// head and tail once, its relation row once per side that trains it (`r`, and `r⁻¹` with
+/// reciprocal relations), divided by 3; in KvsAll each query's source and relation once per
+/// query. The term is the chunk's loss with it minus the loss without (lr 0: nothing moves).
+#[test]
+fn weighted_n3_penalises_each_row_once_per_edge_or_query() {
+    let answers = Answers::new(&[[0, 0, 3], [0, 0, 5], [2, 1, 3], [6, 1, 0], [2, 0, 4]]);
+    let query = complex().product_query().unwrap();
+    let (w, rw) = (0.3, 0.2);
+    let weighted = Regularizer {
+        kind: RegularizerKind::N3,
+        weight: w,
+        rel_weight: Some(rw),
+        weighted: true,
+    };
+    let t = Table::new();
+    let node = |i: i32| n3(&t.params[i as usize * DIM..(i as usize + 1) * DIM]);
+    let rel = |r: i32| n3(&t.rel[r as usize * DIM..(r as usize + 1) * DIM]);
+    for (answers, inverse) in [(None, true), (None, false), (Some(&answers), true)] {
+        let v = VsAll {
+            label_smoothing: 0.0,
+            query,
+            answers,
+        };
+        let term = |reg| {
+            let loss = |reg| {
+                Table::new()
+                    .train(&v, Corrupt::Both, inverse, 0.0, reg, Dropout::default())
+                    .0
+            };
+            loss(reg) - loss(Regularizer::default())
+        };
+        let (nodes, rels) = match answers {
+            None => (
+                CHUNK.iter().map(|e| node(e[0]) + node(e[2])).sum::<f64>(),
+                CHUNK
+                    .iter()
+                    .map(|e| rel(e[1]) + if inverse { rel(e[1] + 2) } else { 0.0 })
+                    .sum::<f64>(),
+            ),
+            // The chunk's queries: tails of (0,0), (2,1), (6,1); heads of (3,0), (3,1),
+            // (5,0), (0,1) through the inverse rows.
+            Some(_) => (
+                [0, 2, 6, 3, 3, 5, 0].into_iter().map(node).sum::<f64>(),
+                [0, 1, 1, 2, 3, 2, 3].into_iter().map(rel).sum::<f64>(),
+            ),
+        };
+        let expected = (w as f64 * nodes + rw as f64 * rels) / 3.0;
+        let got = term(weighted);
+        assert!(
+            (got - expected).abs() <= 1e-4 * expected,
+            "KvsAll {} reciprocal {inverse}: {got} vs {expected}",
+            answers.is_some()
+        );
+    }
+}
+
+/// Dropout changes what a chunk scores (its loss), draws its masks from the chunk's key (the
+/// same chunk trains to the same rows twice), and at rates 0 trains exactly as without it.
+#[test]
+fn dropout_is_drawn_from_the_chunk_and_off_at_rate_zero() {
+    let query = complex().product_query().unwrap();
+    let v = VsAll {
+        label_smoothing: 0.0,
+        query,
+        answers: None,
+    };
+    let run = |dropout| {
+        let mut t = Table::new();
+        let (loss, _) = t.train(
+            &v,
+            Corrupt::Both,
+            true,
+            0.1,
+            Regularizer::default(),
+            dropout,
+        );
+        (loss, t.params, t.rel)
+    };
+    let on = Dropout {
+        entity: 0.5,
+        relation: 0.5,
+    };
+    let (a, b) = (run(on), run(on));
+    assert_eq!((a.0, &a.1, &a.2), (b.0, &b.1, &b.2));
+    let plain = run(Dropout::default());
+    assert_ne!(a.0, plain.0, "dropout changes the scores");
+    let zero = run(Dropout {
+        entity: 0.0,
+        relation: 0.0,
+    });
+    assert_eq!((zero.0, &zero.1, &zero.2), (plain.0, &plain.1, &plain.2));
 }
