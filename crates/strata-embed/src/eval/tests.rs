@@ -41,8 +41,9 @@ impl DeviceRank for OneByOne {
                 );
                 let s = job.true_score[i];
                 let competing = (lo..hi).filter(|&j| {
-                    !(0..job.excluded_query.len())
-                        .any(|k| job.excluded_query[k] as usize == i && job.excluded_cand[k] == j as u64)
+                    !(0..job.excluded_query.len()).any(|k| {
+                        job.excluded_query[k] as usize == i && job.excluded_cand[k] == j as u64
+                    })
                 });
                 competing.fold((0, 0), |(g, e), j| {
                     let v = out[j - lo];
