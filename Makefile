@@ -77,9 +77,11 @@ $(TEST_STAMP): | $(EXT_STAMP)
 # example with thin LTO: docs/benchmarks.md, "Test suite", did not adopt it): Cargo.toml's [profile.test]
 # compiles the dependencies unoptimised without debug info, and each crate's integration tests
 # are one binary. Not incremental: a fresh clone compiles each crate once, and incremental
-# state (more, smaller codegen units and their caches) would only cost.
+# state (more, smaller codegen units and their caches) would only cost. MAKEFLAGS is emptied:
+# under `make test` this half gets no jobserver descriptors, and build scripts that find
+# MAKEFLAGS naming them warn that the build environment is misconfigured.
 test-rust:
-	CARGO_INCREMENTAL=0 nice -n 10 cargo test --workspace --exclude strata-py --quiet
+	MAKEFLAGS= CARGO_INCREMENTAL=0 nice -n 10 cargo test --workspace --exclude strata-py --quiet
 
 # pytest-xdist workers, one a core; tests/conftest.py puts the heavy tests into two groups, each
 # run one test after another on one worker: torchrun groups and namespaces in one, memory limits
