@@ -40,7 +40,7 @@ import math
 from strata.embed.dist_policy import simulate
 
 #: name -> (nodes, edges, relations, dim, rate key). Sizes as Legend's Table 4 gives them
-#: (/work/shared/papers/legend.txt): Freebase86M 86.1M nodes, 304.7M edges, 14,824 relations;
+#: ("Efficient Graph Embedding at Scale", PVLDB 18(1)): Freebase86M 86.1M nodes, 304.7M edges, 14,824 relations;
 #: Twitter 41.6M nodes, 1.46B edges; both at 100 dimensions.
 GRAPHS = {
     "Freebase86m": (86.1e6, 304.7e6, 14824, 100, "kg"),
