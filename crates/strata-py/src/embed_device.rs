@@ -228,20 +228,30 @@ impl DeviceStep for PyDeviceStep {
     }
 }
 
+/// Imports `module`, a torch backend of `device`; a missing PyTorch is named with the way to
+/// install it, any other import error is its message.
+pub(crate) fn import_torch_module<'py>(
+    py: Python<'py>,
+    module: &str,
+    device: &str,
+) -> Result<Bound<'py, PyModule>, String> {
+    py.import(module).map_err(|e| {
+        if e.is_instance_of::<PyImportError>(py) {
+            format!(
+                "device = {device} needs PyTorch, which is not importable ({e}); install \
+                 it (pip install 'strata[torch]') or use device = cpu"
+            )
+        } else {
+            e.to_string()
+        }
+    })
+}
+
 /// The device step of `device` (see `strata_embed::DeviceFactory`): a new
 /// `TorchCompute(device)`, or why not (torch missing, CUDA absent).
 fn make(device: &str) -> Result<Box<dyn DeviceStep>, String> {
     Python::attach(|py| {
-        let module = py.import("strata.embed.device.backend").map_err(|e| {
-            if e.is_instance_of::<PyImportError>(py) {
-                format!(
-                    "device = {device} needs PyTorch, which is not importable ({e}); install \
-                     it (pip install 'strata[torch]') or use device = cpu"
-                )
-            } else {
-                e.to_string()
-            }
-        })?;
+        let module = import_torch_module(py, "strata.embed.device.backend", device)?;
         let backend = module
             .getattr("TorchCompute")
             .and_then(|c| c.call1((device,)))

@@ -3,12 +3,11 @@
 //! of candidates takes the GIL and lends the round's rows and the candidates to Python as
 //! read-only memoryviews (no copy), released before the call returns.
 
-use pyo3::exceptions::PyImportError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use strata_embed::{DeviceRank, RankJob};
 
-use crate::embed_device::view;
+use crate::embed_device::{import_torch_module, view};
 
 /// The Python evaluator object of one evaluation.
 struct PyDeviceRank {
@@ -82,16 +81,7 @@ impl DeviceRank for PyDeviceRank {
 /// `TorchRanker(device)`, or why not (torch missing, CUDA absent).
 fn make(device: &str) -> Result<Box<dyn DeviceRank>, String> {
     Python::attach(|py| {
-        let module = py.import("strata.embed.device.evaluate").map_err(|e| {
-            if e.is_instance_of::<PyImportError>(py) {
-                format!(
-                    "device = {device} needs PyTorch, which is not importable ({e}); install \
-                     it (pip install 'strata[torch]') or use device = cpu"
-                )
-            } else {
-                e.to_string()
-            }
-        })?;
+        let module = import_torch_module(py, "strata.embed.device.evaluate", device)?;
         let ranker = module
             .getattr("TorchRanker")
             .and_then(|c| c.call1((device,)))
