@@ -128,7 +128,7 @@ def test_text_options_and_mixed_inputs_are_refused(tmp_path, strata_cli):
     (tmp_path / "e.tsv").write_text("0\t1\n")
     out = tmp_path / "out.strata"
     refused(strata_cli("convert", tmp_path / "e.parquet", "--header", "--out", out, check=False), out,
-            "--header, --delimiter and --comment apply to text inputs, not Parquet")  # fmt: skip
+            "--header, --delimiter and --comment apply to text inputs, not parquet inputs")  # fmt: skip
     refused(strata_cli("convert", tmp_path / "e.parquet", "--format", "parquet", "--valid", tmp_path / "e.tsv",
                        "--out", out, check=False), out, "give Parquet files only")  # fmt: skip
 

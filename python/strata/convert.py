@@ -86,13 +86,9 @@ def _default_columns(cfg: ConvertConfig) -> str:
 
 def _convert_parquet(cfg: ConvertConfig, plan: Plan, provenance: dict, progress: ProgressFn | None) -> dict:
     """Stages each Parquet file as CSV beside the store (:mod:`strata.parquet`), one record
-    batch at a time, and converts the CSV files with the text converter."""
+    batch at a time, and converts the CSV files with the text converter. The plan in Rust has
+    refused text files among them and the text converter's options."""
     files = [e["path"] for e in plan.edges_of] + plan.train + plan.valid + plan.test
-    text_files = [str(p) for p in files if not parquet.is_parquet(p)]
-    if text_files:
-        raise ConfigError(f"convert: give Parquet files only, or text files only; {text_files[0]} is not Parquet")
-    if cfg.header or cfg.delimiter != "auto" or cfg.comment != "#":
-        raise ConfigError("convert: --header, --delimiter and --comment apply to text inputs, not Parquet")
     pairs = parquet.parse_columns(cfg.columns or _default_columns(cfg))
     parent = Path(cfg.out).absolute().parent
     if not parent.is_dir():

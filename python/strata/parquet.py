@@ -20,18 +20,11 @@ import numpy as np
 
 from .errors import ConfigError, InputError, InputNotFoundError
 
-#: File name endings read as Parquet by ``--format auto``.
-SUFFIXES = (".parquet", ".pq")
 #: The roles a column can play, as in the text converter's ``--columns``; ``feat`` may repeat
 #: (each a number column or a fixed-size list of numbers, together the edge feature vector).
 ROLES = ("src", "dst", "rel", "weight", "time", "feat")
 #: Rows per record batch: the unit of memory while staging (a few MB of columns).
 BATCH_ROWS = 65_536
-
-
-def is_parquet(path: Path) -> bool:
-    """Whether ``path`` is named like a Parquet file."""
-    return path.suffix.lower() in SUFFIXES
 
 
 def _pyarrow():

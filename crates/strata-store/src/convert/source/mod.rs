@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 
 use super::edges::EdgeInput;
-use super::options::FormatName;
+use super::options::{Delimiter, FormatName};
 use super::text_job::EdgeTypeFile;
 use super::{ConvertOptions, GraphOptions, Summary};
 use crate::config::{ConfigError, Section};
@@ -230,9 +230,20 @@ fn plan_edges_of(opts: &ConvertOptions) -> Result<SourcePlan> {
     Ok(plan)
 }
 
-/// Refuses format-specific options given to a format that does not read them.
+/// Refuses format-specific options given to a format that does not read them, and edge files
+/// that mix text and Parquet.
 fn check_options(plan: &SourcePlan, opts: &ConvertOptions) -> Result<()> {
     let takes = |o: &str| plan.options.contains(&o);
+    let text_options = opts.header || opts.delimiter != Delimiter::Auto || opts.comment != "#";
+    if text_options && !takes("header") {
+        return Err(usage(format!(
+            "convert: --header, --delimiter and --comment apply to text inputs, not {} inputs",
+            plan.kind
+        )));
+    }
+    if plan.kind == text::Text::NAME || plan.kind == parquet::Parquet::NAME {
+        parquet::check_unmixed(plan)?;
+    }
     if (opts.node_types.is_some() || opts.edge_types.is_some()) && !takes("node_types") {
         return Err(usage(format!(
             "convert: --node-types and --edge-types apply to text and Parquet edge lists and typed NumPy directories, not {} inputs",

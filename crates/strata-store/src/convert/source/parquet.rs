@@ -3,7 +3,7 @@
 //! and converts those as text.
 
 use super::plugin::{
-    plan_split_dir, split_files, staged_by_front_end, EdgeSource, Inputs, SourcePlan,
+    plan_split_dir, split_files, staged_by_front_end, usage, EdgeSource, Inputs, SourcePlan,
 };
 use super::text::Text;
 use crate::convert::{ConvertOptions, GraphOptions, Summary};
@@ -25,6 +25,30 @@ fn is_parquet(path: &std::path::Path) -> bool {
     path.extension()
         .map(|e| e.to_string_lossy().to_lowercase())
         .is_some_and(|e| e == "parquet" || e == "pq")
+}
+
+/// Refuses a text or Parquet plan whose edge files mix the two: the front end stages every
+/// file of a Parquet plan through pyarrow, and the text converter would read a Parquet file's
+/// bytes as lines.
+pub(super) fn check_unmixed(plan: &SourcePlan) -> Result<()> {
+    let files = plan.edges_of.iter().map(|e| &e.path);
+    let mut files = files
+        .chain(&plan.train)
+        .chain(&plan.valid)
+        .chain(&plan.test);
+    let parquet = plan.kind == Parquet::NAME;
+    match files.find(|p| is_parquet(p) != parquet) {
+        Some(odd) => Err(usage(format!(
+            "convert: give Parquet files only, or text files only; {} {}",
+            odd.display(),
+            if parquet {
+                "is not Parquet"
+            } else {
+                "is Parquet"
+            }
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// What a Parquet conversion reads beside the shared options (the text converter's, which

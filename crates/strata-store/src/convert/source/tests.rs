@@ -153,3 +153,45 @@ fn refusals_name_the_option() {
         "convert.out: needs a store directory to create"
     );
 }
+
+#[test]
+fn text_options_and_mixed_edge_files_are_refused_by_the_plan() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    touch(d, &["e.parquet", "e.tsv", "e.npy"]);
+    let err = |v| plan(v).unwrap_err().to_string();
+    let parquet = d.join("e.parquet");
+    let text = d.join("e.tsv");
+    for (option, value) in [
+        ("header", serde_json::json!(true)),
+        ("delimiter", serde_json::json!("tab")),
+        ("comment", serde_json::json!("%")),
+    ] {
+        let mut v = serde_json::json!({"inputs": [parquet]});
+        v[option] = value;
+        assert_eq!(
+            err(v),
+            "convert: --header, --delimiter and --comment apply to text inputs, not parquet inputs",
+            "{option}"
+        );
+    }
+    assert!(
+        err(serde_json::json!({"inputs": [d.join("e.npy")], "header": true}))
+            .ends_with("not numpy inputs")
+    );
+    assert!(plan(serde_json::json!({"inputs": [text], "header": true})).is_ok());
+    assert_eq!(
+        err(serde_json::json!({"inputs": [parquet], "valid": [text]})),
+        format!(
+            "convert: give Parquet files only, or text files only; {} is not Parquet",
+            text.display()
+        )
+    );
+    assert_eq!(
+        err(serde_json::json!({"inputs": [text], "test": [parquet]})),
+        format!(
+            "convert: give Parquet files only, or text files only; {} is Parquet",
+            parquet.display()
+        )
+    );
+}
