@@ -12,15 +12,24 @@ code's: file descriptors 1 and 2) go to ``LOGS/NAME.RANK.out`` and ``.err``, its
 A plan's run is ``{"name": NAME, "argv": [...]}`` (every rank's arguments), or ``"argv"`` a list
 of one argument list per rank (``RANK``); ``"memory_from": OTHER`` appends ``--memory`` of the
 figure run OTHER's refusal named on this rank (``raise --memory to at least X MiB``) plus 32 MiB.
+
+Faults: ``"kill": {"rank": R, "attempt": A, "function": "MODULE:NAME", "call": N}`` kills rank R
+with SIGKILL as its N-th call of ``MODULE.NAME`` begins, in attempt A of a group torchrun restarts
+(``TORCHELASTIC_RESTART_COUNT``; one agent counts every attempt). The restarted ranks start the
+plan again and skip the runs that succeeded on them, so the killed run resumes first, and one
+launch can kill a rank in each of several runs.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
+import signal
 import sys
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 #: The refusal of a budget that cannot hold what torch and gloo took in the rank.
@@ -65,6 +74,31 @@ def _argv(run: dict, rank: int, logs: Path) -> list[str]:
     return argv
 
 
+@contextmanager
+def _killed_at(kill: dict | None, rank: int):
+    """Within the block, the function ``kill`` names kills this process at its ``call``-th call,
+    when ``kill`` is for this rank and this attempt of the group."""
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if kill is None or kill["rank"] != rank or kill["attempt"] != attempt:
+        yield
+        return
+    module_name, name = kill["function"].split(":")
+    module = importlib.import_module(module_name)
+    real, calls = getattr(module, name), [0]
+
+    def fatal(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == kill["call"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+
+    setattr(module, name, fatal)
+    try:
+        yield
+    finally:
+        setattr(module, name, real)
+
+
 def _run(argv: list[str], out_path: Path, err_path: Path) -> int:
     """``strata ARGV`` with file descriptors 1 and 2 on ``out_path`` and ``err_path``."""
     from strata.cli.main import main
@@ -97,8 +131,12 @@ def main(plan_path: str) -> int:
     logs, rank = Path(spec["logs"]), int(os.environ["RANK"])
     for run in spec["runs"]:
         name = run["name"]
-        rc = _run(_argv(run, rank, logs), _file(logs, name, rank, "out"), _file(logs, name, rank, "err"))
-        _file(logs, name, rank, "rc").write_text(str(rc))
+        done = _file(logs, name, rank, "rc")
+        if done.exists() and done.read_text() == "0":  # by this rank, before torchrun restarted the group
+            continue
+        with _killed_at(run.get("kill"), rank):
+            rc = _run(_argv(run, rank, logs), _file(logs, name, rank, "out"), _file(logs, name, rank, "err"))
+        done.write_text(str(rc))
     return 0
 
 
