@@ -20,7 +20,11 @@ import numpy as np
 import pytest
 
 import dist_runs
-from conftest import TESTS, needs, run_strata, symmetric_sbm_store
+from conftest import TESTS, needs, symmetric_sbm_store
+from strata.config import GENERATORS, ConvertConfig
+from strata.convert import convert
+from strata.generate import generate
+from strata.grid import build_grid
 from torchrun_env import free_port, rank_env, run_session
 
 #: Seconds any one wait on another rank may take, a whole run, and a launch of several runs.
@@ -46,7 +50,7 @@ def _assert_refused(results, stores: list[Path]) -> None:
 def kgs(tmp_path_factory) -> list[Path]:
     """Two knowledge-graph stores that differ in one training edge (a tail entity changed)."""
     d = tmp_path_factory.mktemp("kgs")
-    run_strata("generate", "kg", "--out", d / "raw", "--entities", "200", "--relations", "4", "--triples", "3000", "-q")
+    generate(GENERATORS["kg"](out=d / "raw", entities=200, relations=4, triples=3000))
     shutil.copytree(d / "raw", d / "raw1")
     lines = (d / "raw1" / "train.txt").read_text().splitlines()
     head, rel, tail = lines[0].split("\t")
@@ -55,7 +59,7 @@ def kgs(tmp_path_factory) -> list[Path]:
     (d / "raw1" / "train.txt").write_text("\n".join(lines) + "\n")
     for r, raw in enumerate(["raw", "raw1"]):
         (d / f"host{r}").mkdir()
-        run_strata("convert", d / raw, "--relations", "--out", d / f"host{r}" / "kg.strata", "-q")
+        convert(ConvertConfig(inputs=[d / raw], relations=True, out=d / f"host{r}" / "kg.strata"))
     return [d / "host0" / "kg.strata", d / "host1" / "kg.strata"]
 
 
@@ -86,11 +90,11 @@ def rmats(tmp_path_factory) -> list[Path]:
     stores = []
     for seed in (1, 2):
         raw = d / f"rmat{seed}.bin32"
-        run_strata("generate", "rmat", "--out", raw, "--scale", "10", "--seed", seed, "--format", "bin32", "-q")
+        generate(GENERATORS["rmat"](out=raw, scale=10, seed=seed, format="bin32"))
         store = d / f"host{seed - 1}" / "rmat.strata"
         store.parent.mkdir()
-        run_strata("convert", raw, "--num-nodes", "1024", "--out", store, "-q")
-        run_strata("grid", "build", store, "--partitions", "3", "-q")
+        convert(ConvertConfig(inputs=[raw], num_nodes=1024, out=store))
+        build_grid(store=store, partitions=3)
         stores.append(store)
     return stores
 
@@ -174,8 +178,8 @@ def test_three_ranks_on_three_columns_get_a_column_each(tmp_path):
     dst = np.concatenate([rng.integers(0, 333, 8000), rng.integers(333, 999, 4000)])
     np.save(tmp_path / "e.npy", np.stack([rng.integers(0, 999, 12_000), dst], axis=1))
     store = tmp_path / "skewed.strata"
-    run_strata("convert", tmp_path / "e.npy", "--num-nodes", "999", "--out", store, "-q")
-    run_strata("grid", "build", store, "--partitions", "3", "-q")
+    convert(ConvertConfig(inputs=[tmp_path / "e.npy"], num_nodes=999, out=store))
+    build_grid(store=store, partitions=3)
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0",
