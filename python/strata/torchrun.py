@@ -106,7 +106,7 @@ _AGREED: dict = {}
 _JOINS = [0]
 
 #: Where the attempt agreement keeps its keys in torchrun's store (every attempt's own keys
-#: are under ``pg/{number}/``, ``strata/{number}/`` and ``rpc/{number}/`` beside them).
+#: are under ``pg/{number}/{join}/``, ``strata/{number}/`` and ``rpc/{number}/`` beside them).
 AGREEMENT = "strata/attempt/"
 
 
