@@ -1,7 +1,11 @@
 """Distributed runs refuse ranks that hold different data (docs/distributed.md, "Same data on
-every rank"): two torchrun agents on loopback, each rank given its own store, for embeddings
+every rank"): two ranks under torchrun on loopback, each given its own store, for embeddings
 (owner mode), GNN training and grid analytics; and three ranks on a three-column grid, whose
-columns are balanced by edges (one column each)."""
+columns are balanced by edges (one column each).
+
+The two ranks of one launch run every refused command one after another, each rank with its own
+store (tests/dist_runs.py): a launch's start (torch imported by torchrun's agent and each rank)
+costs several times what a refused run does."""
 
 from __future__ import annotations
 
@@ -15,64 +19,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs, run_strata, symmetric_sbm_store
-from torchrun_env import free_port, rank_env, wait_all
+import dist_runs
+from conftest import TESTS, needs, symmetric_sbm_store
+from strata.config import GENERATORS, ConvertConfig
+from strata.convert import convert
+from strata.generate import generate
+from strata.grid import build_grid
+from torchrun_env import free_port, rank_env, run_session
 
-#: Seconds any one wait on another rank may take, and a whole launch: bounded so a hang fails.
+#: Seconds any one wait on another rank may take, a whole run, and a launch of several runs.
 TIMEOUT = 60
 RUN_SECONDS = 300
-
-
-def _two_nodes(
-    stores: list[Path], *command: str | Path, nproc: int = 1, own: tuple[list, list] = ([], [])
-) -> list[tuple[int, str, str]]:
-    """Launches two torchrun agents on loopback (``--nnodes 2``), agent ``r`` running
-    ``strata COMMAND... OWN[r]... stores[r]`` in its own session; returns each agent's
-    (returncode, stdout, stderr). Both are killed whole if they outlive the launch."""
-    endpoint = f"127.0.0.1:{free_port()}"
-    procs = []
-    for r, store in enumerate(stores):
-        cmd = [
-            sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", str(nproc),
-            "--node-rank", str(r), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--max-restarts", "0",
-            "-m", "strata", *[str(c) for c in (*command, *own[r])], str(store),
-        ]  # fmt: skip
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=rank_env(), start_new_session=True))  # fmt: skip
-    return wait_all(procs, RUN_SECONDS)
+LAUNCH_SECONDS = 900
 
 
 def _assert_refused(results, stores: list[Path]) -> None:
-    """Every agent failed with the one clear error naming both ranks' stores and digests."""
+    """Every rank failed with the one clear error naming both ranks' stores and digests, and the
+    CLI's exit status for a user error (2)."""
     for rc, out, err in results:
-        assert rc != 0, out[-2000:] + err[-4000:]
+        assert rc == 2, out[-2000:] + err[-4000:]
         assert "rank 1 holds different data from rank 0" in err, err[-4000:]
         for store in stores:
             assert f":{store}" in err, err[-4000:]
         assert err.count("blake3:") >= 2, err[-4000:]
-        # No traceback from Strata (torchrun's agent prints its own when a rank fails), and
-        # the rank's exit status is the CLI's for a user error.
+        # No traceback from Strata.
         assert not re.search(r'File ".*/strata/', err), err[-4000:]
-    _assert_user_error_exit(results)
-
-
-def _assert_user_error_exit(results) -> None:
-    """The ranks exited with the CLI's status for a user error (2), as torchrun's agents report
-    it. The agent that hosts the rendezvous store may leave as soon as its own rank fails; an
-    agent still watching its rank then loses the store and reports that instead of the exit
-    status (torchrun's race, not the rank's), so one agent's report of status 2 is required and
-    every other agent reports either that or the lost store."""
-    reported = [bool(re.search(r"exitcode\s*:\s*2\b", err)) for _, _, err in results]
-    assert any(reported), results[0][2][-3000:] + results[-1][2][-3000:]
-    for (_, _, err), ok in zip(results, reported, strict=True):
-        assert ok or "The connection to the C10d store has failed" in err, err[-3000:]
 
 
 @pytest.fixture(scope="module")
 def kgs(tmp_path_factory) -> list[Path]:
     """Two knowledge-graph stores that differ in one training edge (a tail entity changed)."""
     d = tmp_path_factory.mktemp("kgs")
-    run_strata("generate", "kg", "--out", d / "raw", "--entities", "200", "--relations", "4", "--triples", "3000", "-q")
+    generate(GENERATORS["kg"](out=d / "raw", entities=200, relations=4, triples=3000))
     shutil.copytree(d / "raw", d / "raw1")
     lines = (d / "raw1" / "train.txt").read_text().splitlines()
     head, rel, tail = lines[0].split("\t")
@@ -81,24 +59,17 @@ def kgs(tmp_path_factory) -> list[Path]:
     (d / "raw1" / "train.txt").write_text("\n".join(lines) + "\n")
     for r, raw in enumerate(["raw", "raw1"]):
         (d / f"host{r}").mkdir()
-        run_strata("convert", d / raw, "--relations", "--out", d / f"host{r}" / "kg.strata", "-q")
+        convert(ConvertConfig(inputs=[d / raw], relations=True, out=d / f"host{r}" / "kg.strata"))
     return [d / "host0" / "kg.strata", d / "host1" / "kg.strata"]
 
 
-def test_embeddings_refuse_a_store_with_one_training_edge_changed(kgs, tmp_path):
-    needs("torch")
-    results = _two_nodes(
-        kgs, "embed", "train", "--dist-storage", "owners", "--partitions", "2", "--epochs", "1", "--dim", "8",
-        "--threads", "1", "--dist-timeout", TIMEOUT, "--run-dir", tmp_path / "run", "-q",
-    )  # fmt: skip
-    _assert_refused(results, kgs)
-    assert not (tmp_path / "run" / "rank-0" / "run.json").exists()
-
-
-def test_gnn_refuses_a_store_whose_labels_differ(tmp_path):
-    needs("torch")
-    store = symmetric_sbm_store(tmp_path, nodes=400, classes=3, dim=8, avg_degree=6)
-    stores = [tmp_path / "host0" / "sbm.strata", tmp_path / "host1" / "sbm.strata"]
+@pytest.fixture(scope="module")
+def sbms(tmp_path_factory) -> list[Path]:
+    """Three copies of a small labelled SBM store: ``host0``'s, ``host1``'s with one label
+    changed, and ``copy``'s, the same as ``host0``'s."""
+    d = tmp_path_factory.mktemp("sbms")
+    store = symmetric_sbm_store(d, nodes=400, classes=3, dim=8, avg_degree=6)
+    stores = [d / name / "sbm.strata" for name in ("host0", "host1", "copy")]
     for s in stores:
         shutil.copytree(store, s)
     # Labels only, written in place after conversion: the copy's kept digest no longer matches
@@ -108,14 +79,7 @@ def test_gnn_refuses_a_store_whose_labels_differ(tmp_path):
     labels[labelled] = (labels[labelled] + 1) % 3
     labels.flush()
     del labels
-    gnn = ["gnn", "train", "--model", "sage", "--fanouts", "3,3", "--batch-size", "64", "--hidden", "8",
-           "--device", "cpu", "--torch-threads", "1", "--epochs", "1", "--dist-timeout", TIMEOUT, "-q"]  # fmt: skip
-    _assert_refused(_two_nodes(stores, *gnn), stores)
-    # The same data (a copy each) trains.
-    shutil.rmtree(stores[1])
-    shutil.copytree(store, stores[1])
-    for rc, out, err in _two_nodes(stores, *gnn):
-        assert rc == 0, out[-2000:] + err[-5000:]
+    return stores
 
 
 @pytest.fixture(scope="module")
@@ -126,27 +90,84 @@ def rmats(tmp_path_factory) -> list[Path]:
     stores = []
     for seed in (1, 2):
         raw = d / f"rmat{seed}.bin32"
-        run_strata("generate", "rmat", "--out", raw, "--scale", "10", "--seed", seed, "--format", "bin32", "-q")
+        generate(GENERATORS["rmat"](out=raw, scale=10, seed=seed, format="bin32"))
         store = d / f"host{seed - 1}" / "rmat.strata"
         store.parent.mkdir()
-        run_strata("convert", raw, "--num-nodes", "1024", "--out", store, "-q")
-        run_strata("grid", "build", store, "--partitions", "3", "-q")
+        convert(ConvertConfig(inputs=[raw], num_nodes=1024, out=store))
+        build_grid(store=store, partitions=3)
         stores.append(store)
     return stores
 
 
-def test_grid_runs_refuse_a_different_graph_of_the_same_size(rmats, tmp_path):
+@pytest.fixture(scope="module")
+def copy_of_rmat(rmats, tmp_path_factory) -> Path:
+    """A copy of ``rmats[0]``: the same data under another path."""
+    copy = tmp_path_factory.mktemp("copy") / "rmat.strata"
+    shutil.copytree(rmats[0], copy)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def refusals(kgs, sbms, rmats, copy_of_rmat, tmp_path_factory) -> Path:
+    """One torchrun launch of two ranks on loopback whose ranks run, one after another, each on
+    its own store: PageRank on two RMAT graphs of the same size (``grid-data``), then on the same
+    graph with different ``--iterations`` (``grid-options``); GNN training on stores whose labels
+    differ (``gnn-labels``), then on two copies of one store (``gnn-same``); embeddings on
+    knowledge graphs that differ in one training edge (``embed``). Returns the folder of their
+    logs (``dist_runs.result``); a run's output folder is ``out/NAME`` beside it."""
     needs("torch")
+    d = tmp_path_factory.mktemp("refusals")
+    out = d / "out"
+    common = ["--threads", "1", "--dist-timeout", TIMEOUT, "-q"]
+    grid = ["run", "pagerank", *common]
+    gnn = ["gnn", "train", "--model", "sage", "--fanouts", "3,3", "--batch-size", "64", "--hidden", "8",
+           "--device", "cpu", "--torch-threads", "1", "--epochs", "1", "--dist-timeout", TIMEOUT, "-q"]  # fmt: skip
+    embed = ["embed", "train", "--dist-storage", "owners", "--partitions", "2", "--epochs", "1", "--dim", "8",
+             *common, "--run-dir", out / "embed"]  # fmt: skip
+    per_rank = lambda argv, stores, own=([], []): [[*argv, *own[r], stores[r]] for r in (0, 1)]  # noqa: E731
+    runs = [
+        {"name": "grid-data", "argv": per_rank([*grid, "--iterations", "3", "--out", out / "grid-data"], rmats)},
+        {"name": "grid-options", "argv": per_rank([*grid, "--out", out / "grid-options"], [rmats[0], copy_of_rmat],
+                                                  (["--iterations", "3"], ["--iterations", "4"]))},
+        {"name": "gnn-labels", "argv": per_rank([*gnn, "--run-dir", out / "gnn-labels"], sbms[:2])},
+        {"name": "gnn-same", "argv": per_rank([*gnn, "--run-dir", out / "gnn-same"], [sbms[0], sbms[2]])},
+        {"name": "embed", "argv": per_rank(embed, kgs)},
+    ]  # fmt: skip
+    logs = d / "logs"
+    plan = dist_runs.plan(d / "plan.json", logs, runs)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0", str(TESTS / "dist_runs.py"), str(plan),
+    ]  # fmt: skip
+    proc = run_session(cmd, rank_env(), LAUNCH_SECONDS)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return logs
+
+
+def _results(logs: Path, name: str) -> list[tuple[int | None, str, str]]:
+    return [dist_runs.result(logs, name, r) for r in (0, 1)]
+
+
+def test_embeddings_refuse_a_store_with_one_training_edge_changed(kgs, refusals):
+    _assert_refused(_results(refusals, "embed"), kgs)
+    assert not (refusals.parent / "out" / "embed" / "rank-0" / "run.json").exists()
+
+
+def test_gnn_refuses_a_store_whose_labels_differ(sbms, refusals):
+    _assert_refused(_results(refusals, "gnn-labels"), sbms[:2])
+    # The same data (a copy each) trains.
+    for rc, out, err in _results(refusals, "gnn-same"):
+        assert rc == 0, out[-2000:] + err[-5000:]
+    assert (refusals.parent / "out" / "gnn-same" / "run.json").exists()
+
+
+def test_grid_runs_refuse_a_different_graph_of_the_same_size(rmats, refusals):
     sizes = [json.loads((s / "manifest.json").read_text())["graph"] for s in rmats]
     assert sizes[0]["num_nodes"] == sizes[1]["num_nodes"]
     assert sizes[0]["num_edges"] == sizes[1]["num_edges"]
-    results = _two_nodes(
-        rmats, "run", "pagerank", "--iterations", "3", "--threads", "1", "--dist-timeout", TIMEOUT,
-        "--out", tmp_path / "out", "-q",
-    )  # fmt: skip
     grids = [next((s / "grids").iterdir()) for s in rmats]
-    _assert_refused(results, grids)
-    assert not (tmp_path / "out" / "run.json").exists()
+    _assert_refused(_results(refusals, "grid-data"), grids)
+    assert not (refusals.parent / "out" / "grid-data" / "run.json").exists()
 
 
 def test_three_ranks_on_three_columns_get_a_column_each(tmp_path):
@@ -157,8 +178,8 @@ def test_three_ranks_on_three_columns_get_a_column_each(tmp_path):
     dst = np.concatenate([rng.integers(0, 333, 8000), rng.integers(333, 999, 4000)])
     np.save(tmp_path / "e.npy", np.stack([rng.integers(0, 999, 12_000), dst], axis=1))
     store = tmp_path / "skewed.strata"
-    run_strata("convert", tmp_path / "e.npy", "--num-nodes", "999", "--out", store, "-q")
-    run_strata("grid", "build", store, "--partitions", "3", "-q")
+    convert(ConvertConfig(inputs=[tmp_path / "e.npy"], num_nodes=999, out=store))
+    build_grid(store=store, partitions=3)
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3", "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0",
@@ -172,16 +193,8 @@ def test_three_ranks_on_three_columns_get_a_column_each(tmp_path):
     assert ranks[0]["edges"] > 2 * max(ranks[1]["edges"], ranks[2]["edges"]), ranks
 
 
-def test_grid_runs_refuse_ranks_given_different_options(rmats, tmp_path):
-    needs("torch")
-    stores = [rmats[0], tmp_path / "copy" / "rmat.strata"]
-    shutil.copytree(rmats[0], stores[1])
-    results = _two_nodes(
-        stores, "run", "pagerank", "--threads", "1", "--dist-timeout", TIMEOUT, "--out", tmp_path / "out", "-q",
-        own=(["--iterations", "3"], ["--iterations", "4"]),
-    )  # fmt: skip
-    for rc, out, err in results:
-        assert rc != 0, out[-2000:] + err[-4000:]
+def test_grid_runs_refuse_ranks_given_different_options(refusals):
+    for rc, out, err in _results(refusals, "grid-options"):
+        assert rc == 2, out[-2000:] + err[-4000:]
         assert "rank 1 runs with different options from rank 0" in err, err[-4000:]
         assert "iterations is 3 on rank 0, 4 on rank 1" in err, err[-4000:]
-    _assert_user_error_exit(results)

@@ -5,23 +5,21 @@ namespaces, and across a torchrun restart, and the DDP example script with a sto
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import dist_runs
 from conftest import REPO, needs, run_strata, symmetric_sbm_store
 from netns import needs_netns, veth_pair
 from strata import torchrun
 from strata.errors import ConfigError
 from strata.gnn.loader import shard
-from torchrun_env import free_port, rank_env
+from torchrun_env import free_port, rank_env, run_session
 
 SMALL = ["--model", "sage", "--fanouts", "5,5", "--batch-size", "64", "--hidden", "32", "--device", "cpu",
          "--torch-threads", "1", "--dist-timeout", "60", "-q"]  # fmt: skip
@@ -126,16 +124,56 @@ def _split_sizes(store: Path) -> dict:
     return {name: len(s.node_split(name)) for name in ("train", "valid", "test")}
 
 
-def test_two_ranks_under_torchrun_train_and_reduce_accuracy(sbm, tmp_path):
+#: Epochs of the run whose rank 1 is killed, and the call of ``train_epoch`` (the epoch) at
+#: whose start it is: rank 0 wrote the checkpoint after epoch 2 before the third epoch's first
+#: step, which rank 1 took part in.
+RESTART_EPOCHS, KILLED_AT_EPOCH = 5, 4
+
+
+@pytest.fixture(scope="module")
+def loopback(sbm, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One torchrun launch (one restart allowed) of two ranks on loopback whose ranks train, one
+    after another (tests/dist_runs.py): 3 epochs on the native data path with a JSON summary
+    (``native``); 2 epochs on the device data path's CPU twin (``device``); RESTART_EPOCHS
+    epochs without validation (``restart``), in whose first attempt rank 1 kills itself with
+    SIGKILL as epoch KILLED_AT_EPOCH begins, so that torchrun restarts the group, whose ranks
+    skip the runs they finished and resume this one. Returns the folder of their logs
+    (``dist_runs.result``; run NAME's run directory is ``NAME`` beside it) and torchrun's
+    completed process."""
     needs("torch")
-    run = tmp_path / "run"
-    cmd = _torchrun("-m", "strata", "gnn", "train", sbm, "--run-dir", run, "--epochs", "3",
-                    "--json-summary", *SMALL)  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    d = tmp_path_factory.mktemp("loopback")
+    train = ["gnn", "train", sbm, "--run-dir"]
+    kill = {"rank": 1, "attempt": 0, "function": "strata.gnn.train:train_epoch", "call": KILLED_AT_EPOCH}
+    runs = [
+        {"name": "native", "argv": [*train, d / "native", "--epochs", "3", "--json-summary", *SMALL]},
+        {"name": "device", "argv": [*train, d / "device", "--epochs", "2", "--data-path", "device",
+                                    "--device-memory", "64K", *SMALL]},
+        {"name": "restart", "argv": [*train, d / "restart", "--epochs", RESTART_EPOCHS, "--eval-every", "0", *SMALL],
+         "kill": kill},
+    ]  # fmt: skip
+    logs = d / "logs"
+    plan = dist_runs.plan(d / "plan.json", logs, runs)
+    proc = run_session(_torchrun(REPO / "tests" / "dist_runs.py", plan, restarts=1), rank_env(), 900)
+    return logs, proc
+
+
+def _trained(loopback, name: str) -> str:
+    """Run ``name``'s stdout on rank 0, once both ranks succeeded."""
+    logs, proc = loopback
+    assert dist_runs.result(logs, name, 0)[0] is not None, proc.stdout[-3000:] + proc.stderr[-6000:]
+    results = [dist_runs.result(logs, name, r) for r in (0, 1)]
+    for rc, out, err in results:
+        assert rc == 0, out[-3000:] + err[-6000:]
+    return results[0][1]
+
+
+def test_two_ranks_under_torchrun_train_and_reduce_accuracy(sbm, loopback):
+    stdout = _trained(loopback, "native")
+    run = loopback[0].parent / "native"
     record = json.loads((run / "run.json").read_text())
     # Only rank 0 prints the summary; it is the record rank 0 wrote.
-    assert json.loads(proc.stdout)["history"] == record["history"]
+    assert json.loads(stdout)["history"] == record["history"]
+    assert not dist_runs.result(loopback[0], "native", 1)[1].strip()
     _check_group_record(record, _split_sizes(sbm))
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
     assert (run / "best.pt").exists() and (run / "resume.pt").exists()
@@ -143,16 +181,11 @@ def test_two_ranks_under_torchrun_train_and_reduce_accuracy(sbm, tmp_path):
     assert record["test"]["accuracy"] > 0.6, record["test"]
 
 
-def test_two_ranks_train_on_the_device_data_path_s_cpu_twin(sbm, tmp_path):
+def test_two_ranks_train_on_the_device_data_path_s_cpu_twin(sbm, loopback):
     # The device path under torchrun: each rank samples and serves its own share through the
     # device sampler and cache (on a GPU each on its LOCAL_RANK device; here their CPU twin).
-    needs("torch")
-    run = tmp_path / "run"
-    cmd = _torchrun("-m", "strata", "gnn", "train", sbm, "--run-dir", run, "--epochs", "2", "--data-path", "device",
-                    "--device-memory", "64K", *SMALL)  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env())
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    record = json.loads((run / "run.json").read_text())
+    _trained(loopback, "device")
+    record = json.loads((loopback[0].parent / "device" / "run.json").read_text())
     _check_group_record(record, _split_sizes(sbm))
     assert record["data_path"] == "device" and record["feature_reads"]["path"] == "engine"
     assert all(rec["pipeline"]["sampler"] == "device" for rec in record["history"])
@@ -207,40 +240,17 @@ def test_two_ranks_in_two_namespaces_each_with_its_own_store(sbm, tmp_path):
     assert not (tmp_path / "host1" / "run").exists()
 
 
-def _workers(agent: int) -> list[int]:
-    """The process ids of the children of torchrun's agent ``agent`` (its ranks)."""
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(agent)], capture_output=True, text=True, timeout=30)
-    return [int(p) for p in out.stdout.split()]
-
-
-def test_a_killed_rank_restarts_and_the_run_resumes_after_the_last_epoch(sbm, tmp_path):
-    needs("torch")
-    run = tmp_path / "run"
-    epochs = 12
-    cmd = _torchrun("-m", "strata", "gnn", "train", sbm, "--run-dir", run, "--epochs", epochs,
-                    "--eval-every", "0", *SMALL, restarts=1)  # fmt: skip
-    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=rank_env())
-    try:
-        metrics = run / "metrics.jsonl"
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and agent.poll() is None:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
-                break
-            time.sleep(0.1)
-        workers = _workers(agent.pid)
-        assert agent.poll() is None and len(workers) == 2, "the run ended before a rank could be killed"
-        os.kill(workers[1], signal.SIGKILL)
-        out, err = agent.communicate(timeout=300)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait(timeout=30)
-    assert agent.returncode == 0, out[-2000:] + err[-5000:]
+def test_a_killed_rank_restarts_and_the_run_resumes_after_the_last_epoch(loopback):
+    logs, proc = loopback
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
+    assert "exitcode: -9" in proc.stderr, proc.stderr[-5000:]
+    _trained(loopback, "restart")
+    run = logs.parent / "restart"
     record = json.loads((run / "run.json").read_text())
-    assert record["restarts"] == 1 and 2 <= record["resumed_after_epoch"] < epochs
-    assert [r["epoch"] for r in record["history"]] == list(range(1, epochs + 1))
+    assert record["restarts"] == 1 and 2 <= record["resumed_after_epoch"] < RESTART_EPOCHS
+    assert [r["epoch"] for r in record["history"]] == list(range(1, RESTART_EPOCHS + 1))
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in lines] == list(range(1, epochs + 1))
+    assert [r["epoch"] for r in lines] == list(range(1, RESTART_EPOCHS + 1))
 
 
 def test_the_ddp_example_trains_a_pyg_model_on_two_ranks(sbm, tmp_path):

@@ -12,13 +12,18 @@ import sys
 import numpy as np
 import pytest
 
+import dist_runs
 from conftest import REPO, needs
 from strata.gnn.features import owned_range, owners
-from torchrun_env import free_port, rank_env
+from torchrun_env import free_port, rank_env, run_session
 
-#: G1's GraphSAGE settings (benches/bench_gnn.py), fewer epochs, one torch thread per rank.
+#: G1's GraphSAGE settings (benches/bench_gnn.py), 3 epochs (the best validation accuracy comes
+#: by the second or third), one torch thread per rank.
 CORA = ["--model", "sage", "--fanouts", "25,10", "--batch-size", "64", "--hidden", "256", "--device", "cpu",
-        "--epochs", "10", "--torch-threads", "1", "--dist-timeout", "60", "-q", "--json-summary"]  # fmt: skip
+        "--epochs", "3", "--torch-threads", "1", "--dist-timeout", "60", "-q", "--json-summary"]  # fmt: skip
+#: Modes of the features, in the order one launch's ranks train them (split last: it starts the
+#: RPC group, once per process).
+MODES = ("replicated", "split")
 
 
 @pytest.mark.parametrize("num_nodes", [0, 1, 7, 2708])
@@ -63,18 +68,26 @@ def test_two_processes_gather_every_row_exactly(cora, tmp_path):
 
 @pytest.fixture(scope="module")
 def cora_runs(cora, tmp_path_factory) -> dict:
-    """Two ranks on loopback train Cora with replicated, then split features: run.json of each."""
+    """Two ranks on loopback train Cora with replicated, then split features, one after another
+    in one torchrun launch (tests/dist_runs.py): run.json of each."""
     needs("torch")
-    runs = {}
-    for mode in ("replicated", "split"):
-        run = tmp_path_factory.mktemp(mode) / "run"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "-m", "strata", "gnn", "train", cora,
-               "--run-dir", run, "--dist-features", mode, *CORA]  # fmt: skip
-        proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=300, env=rank_env())
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-        runs[mode] = json.loads((run / "run.json").read_text())
-    return runs
+    d = tmp_path_factory.mktemp("cora-runs")
+    runs = [{"name": mode, "argv": ["gnn", "train", cora, "--run-dir", d / mode, "--dist-features", mode, *CORA]}
+            for mode in MODES]  # fmt: skip
+    logs = d / "logs"
+    plan = dist_runs.plan(d / "plan.json", logs, runs)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0", REPO / "tests" / "dist_runs.py",
+           plan]  # fmt: skip
+    proc = run_session(list(map(str, cmd)), rank_env(), 900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    records = {}
+    for mode in MODES:
+        for rank in (0, 1):
+            rc, out, err = dist_runs.result(logs, mode, rank)
+            assert rc == 0, f"{mode} on rank {rank}: " + out[-3000:] + err[-6000:]
+        records[mode] = json.loads((d / mode / "run.json").read_text())
+    return records
 
 
 def test_split_features_train_cora_as_replicated_ones_do(cora_runs):

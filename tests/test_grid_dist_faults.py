@@ -1,55 +1,71 @@
 """Faults in distributed graph analytics (docs/distributed.md, "Faults" of the analytics part):
-a rank killed mid-run under ``torchrun --max-restarts 1``; the restarted group resumes from the
+a rank killed mid-run under ``torchrun --max-restarts``; the restarted group resumes from the
 last iteration checkpoint every rank committed and ends with the single-process results.
 
-The rank kills itself with SIGKILL at the fault point ``grid.dist.iter`` (``STRATA_FAULT=
-rank1:grid.dist.iter@3``: after its third iteration, before that iteration's checkpoint; armed
-only in torchrun's first attempt). With a checkpoint after every iteration, the last one
-committed holds two iterations."""
+One launch of two ranks runs PageRank, BFS and k-core one after another (tests/dist_runs.py),
+with a checkpoint after every iteration. In attempt K of the group, rank 1 kills itself with
+SIGKILL in the K-th run once its third iteration is reported, before that iteration's
+checkpoint (where the fault point ``grid.dist.iter@3`` of ``STRATA_FAULT`` would kill it); the
+restarted ranks skip the runs they finished, so the killed run resumes first. The last
+checkpoint committed before each kill holds two iterations."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import needs
+import dist_runs
+from conftest import TESTS, needs
 from strata.grid import run
 from test_grid_dist import COMMON, RANK_MEMORY, _assert_same_results, store  # noqa: F401 (a fixture)
 from torchrun_env import rank_env, run_session
 
+ALGORITHMS = ["pagerank", "bfs", "kcore"]
 
-def _torchrun(algorithm: str, grid_store, out, fault: str) -> subprocess.CompletedProcess:
-    """``strata run ALGORITHM`` with two ranks under torchrun (``--standalone``: torchrun binds
-    a free port itself), one restart allowed, ``fault`` armed and a checkpoint after every
-    iteration. torchrun and its workers run in a session of their own, killed whole if they
-    outlive the time limit."""
+
+@pytest.fixture(scope="module")
+def restarted(store, tmp_path_factory) -> tuple[Path, str]:  # noqa: F811
+    """The launch (``--standalone``: torchrun binds a free port itself; one restart per run
+    killed) in a session of its own, killed whole if it outlives the time limit. Returns the
+    folder of the runs' logs (run NAME's results are in ``out/NAME`` beside it) and torchrun's
+    stderr."""
+    needs("torch")
+    d = tmp_path_factory.mktemp("faults")
+    runs = [
+        {"name": alg, "argv": ["run", alg, store, "--out", d / "out" / alg, "--dist-timeout", "60",
+                               "--memory", RANK_MEMORY, "--checkpoint-seconds", "0", *COMMON],
+         "kill": {"rank": 1, "attempt": k, "function": "strata.grid:iteration_metrics", "call": 3}}
+        for k, alg in enumerate(ALGORITHMS)
+    ]  # fmt: skip
+    logs = d / "logs"
+    plan = dist_runs.plan(d / "plan.json", logs, runs)
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
-        "--max-restarts", "1",
-        "-m", "strata", "run", algorithm, str(grid_store), "--out", str(out), "--dist-timeout", "60",
-        "--memory", RANK_MEMORY, "--checkpoint-seconds", "0", *COMMON,
+        "--max-restarts", str(len(ALGORITHMS)), str(TESTS / "dist_runs.py"), str(plan),
     ]  # fmt: skip
-    env = rank_env() | {"STRATA_FAULT": fault}
-    return run_session(cmd, env, timeout=300)
+    proc = run_session(cmd, rank_env(), 900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    # torchrun saw rank 1 die of SIGKILL once per run.
+    assert proc.stderr.count("exitcode: -9") >= len(ALGORITHMS), proc.stderr[-6000:]
+    return logs, proc.stderr
 
 
-@pytest.mark.parametrize("algorithm", ["pagerank", "bfs", "kcore"])
-def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint(store, tmp_path, algorithm):  # noqa: F811
-    needs("torch")
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint(store, restarted, tmp_path, algorithm):  # noqa: F811
+    logs, _ = restarted
     single = tmp_path / "single"
     run(algorithm=algorithm, store=store, out=single, threads=2, root=5, memory="256M")
-    out = tmp_path / "two"
-    proc = _torchrun(algorithm, store, out, "rank1:grid.dist.iter@3")
-    log = proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert proc.returncode == 0, log
-    # The fault fired (torchrun saw rank 1 die of SIGKILL), and both ranks of the new attempt
-    # loaded the checkpoint after iteration 2, the last one committed before the kill.
-    assert "exitcode: -9" in proc.stderr, log
+    out = logs.parent / "out" / algorithm
+    # Both ranks of the attempt after the kill loaded the checkpoint after iteration 2, the last
+    # one committed before it.
     for rank in (0, 1):
-        assert f"rank {rank}: resuming from the checkpoint after iteration 2" in proc.stdout + proc.stderr, log
+        rc, stdout, stderr = dist_runs.result(logs, algorithm, rank)
+        log = stdout[-3000:] + stderr[-6000:]
+        assert rc == 0, log
+        assert f"rank {rank}: resuming from the checkpoint after iteration 2" in stdout + stderr, log
     _assert_same_results(algorithm, single, out)
     record = json.loads((out / "run.json").read_text())
     for r in record["summary"]["dist"]["ranks"]:

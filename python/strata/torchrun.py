@@ -102,9 +102,11 @@ def attempt() -> int:
 #: The attempt this process agreed on with the other ranks (one per process: every rank
 #: agrees once, so a second caller reuses it instead of starting a round the others never join).
 _AGREED: dict = {}
+#: How many times this process joined a group (:func:`join`).
+_JOINS = [0]
 
 #: Where the attempt agreement keeps its keys in torchrun's store (every attempt's own keys
-#: are under ``pg/{number}/``, ``strata/{number}/`` and ``rpc/{number}/`` beside them).
+#: are under ``pg/{number}/{join}/``, ``strata/{number}/`` and ``rpc/{number}/`` beside them).
 AGREEMENT = "strata/attempt/"
 
 
@@ -261,8 +263,11 @@ def join(env: Environment, timeout: int, backend: str = "gloo"):
             store, _, _ = next(td.rendezvous("env://", env.rank, env.world_size, timeout=_remaining(deadline)))
         number = agreed_attempt(store, env.rank, env.world_size, deadline, env.address)
         # torchrun keeps its store across restarts of the group: keys of an earlier attempt
-        # (the ranks' gloo addresses among them) must not meet this one's.
-        pg_store = td.PrefixStore(f"pg/{number}/", store)
+        # (the ranks' gloo addresses among them) must not meet this one's. Nor may those of an
+        # earlier group of this attempt: a script may run one analysis after another, each
+        # joining and leaving; every rank joins as often, in the same order, so the count agrees.
+        _JOINS[0] += 1
+        pg_store = td.PrefixStore(f"pg/{number}/{_JOINS[0]}/", store)
         # The group's timeout is every collective's: the whole figure. Every rank is known to be
         # up by now, so the group forms at once (or fails, should one die meanwhile).
         td.init_process_group(backend, store=pg_store, rank=env.rank, world_size=env.world_size, timeout=wait)
