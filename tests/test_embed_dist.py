@@ -172,11 +172,21 @@ def train_two_ranks(kg, run, *options: str, timeout: int = 300) -> subprocess.Co
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=rank_env())
 
 
+#: What the runs checked by ``checked`` train with, beside their own options.
+TWO_EPOCHS = ["--epochs", "2", "--dist-timeout", "60", "--dist-prefetch"]
+
+
 def train_and_check(kg, run, buckets: int, mrr: float, *options: str) -> dict:
     """Two ranks train RUN for two epochs with OPTIONS: the launch succeeds, the record passes
     check_epochs with ``buckets`` buckets an epoch, and the test MRR is above ``mrr``; the record."""
-    proc = train_two_ranks(kg, run, "--epochs", "2", "--dist-timeout", "60", "--dist-prefetch",
-                           "--negative-pool", "resident", *options)  # fmt: skip
+    proc = train_two_ranks(kg, run, *TWO_EPOCHS, "--negative-pool", "resident", *options)
+    return checked(proc, run, buckets, mrr)
+
+
+def checked(proc: subprocess.CompletedProcess, run, buckets: int, mrr: float) -> dict:
+    """``proc``, a finished two-rank launch training RUN for two epochs, succeeded, its record
+    passes check_epochs with ``buckets`` buckets an epoch, and the test MRR is above ``mrr``;
+    the record."""
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     meta = check_epochs(run, buckets)
     out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
@@ -185,13 +195,31 @@ def train_and_check(kg, run, buckets: int, mrr: float, *options: str) -> dict:
     return meta
 
 
-# A model without relation parameters (dot) still joins the relation rounds for their "done"
-# count; its MRR on a knowledge graph is lower, as it ignores the relation.
-@pytest.mark.parametrize(("model", "mrr"), [("complex", 0.05), ("dot", 0.025)])
-def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path, model, mrr):
+@pytest.fixture(scope="module")
+def banked_run(kg, tmp_path_factory) -> tuple[subprocess.CompletedProcess, object]:
+    """Two ranks training the complex model with the default ``all`` negative pool, whose
+    banks they share and sum at every relation round (``--bank-sync-every 1``), and the
+    lookahead: one launch for the complex case of the train-commit-evaluate test and for the
+    banks test. The finished launch and its run directory."""
     needs("torch")
-    meta = train_and_check(kg, tmp_path / "run", 16, mrr, "--partitions", "4", "--relation-sync-every", "2",
-                           "--model", model)  # fmt: skip
+    run = tmp_path_factory.mktemp("banked") / "run"
+    proc = train_two_ranks(kg, run, *TWO_EPOCHS, "--partitions", "4", "--relation-sync-every", "2", "--model",
+                           "complex", "--bank-sync-every", "1")  # fmt: skip
+    return proc, run
+
+
+# A model without relation parameters (dot) still joins the relation rounds for their "done"
+# count; its MRR on a knowledge graph is lower, as it ignores the relation. The complex model's
+# run is the banks test's (negative banks shared), the dot model's keeps the resident pool.
+@pytest.mark.parametrize(("model", "mrr"), [("complex", 0.05), ("dot", 0.025)])
+def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path, request, model, mrr):
+    needs("torch")
+    if model == "complex":
+        proc, run = request.getfixturevalue("banked_run")
+        meta = checked(proc, run, 16, mrr)
+    else:
+        meta = train_and_check(kg, tmp_path / "run", 16, mrr, "--partitions", "4", "--relation-sync-every", "2",
+                               "--model", model)  # fmt: skip
     # Rank 0 planned torch and gloo as measured, and the lookahead's slot (one: with 4
     # partitions and a buffer of 3, a grant loads at most one partition).
     parts = {p["name"]: p for p in meta["memory_plan"]["parts"]}
@@ -264,17 +292,14 @@ def test_a_rank_whose_peer_never_arrives_names_the_address(kg, tmp_path, rank):
     assert "Traceback" not in proc.stderr
 
 
-def test_two_ranks_share_negative_banks(kg, tmp_path):
+def test_two_ranks_share_negative_banks(banked_run):
     """The default ``all`` negative pool with 4 partitions and a buffer of 3 keeps negative
     banks; two ranks share them (blocks summed at each epoch's start, pending gradient summed
     at every relation round and applied by the partition's holder, blocks refreshed from their
     holders at the same rounds, leftover gradient flushed
     by each partition's owner) and every epoch still commits one chain of holdings per
     partition. The owner-mode test covers banks without the per-round sums."""
-    needs("torch")
-    run = tmp_path / "run"
-    proc = train_two_ranks(kg, run, "--partitions", "4", "--epochs", "2", "--dist-timeout", "60",
-                           "--relation-sync-every", "2", "--bank-sync-every", "1")  # fmt: skip
+    proc, run = banked_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     meta = json.loads((run / "run.json").read_text())
     assert meta["world_size"] == 2 and meta["config"]["negative_pool"] == "all"

@@ -25,7 +25,8 @@ from conftest import needs, run_strata
 from test_embed_dist import SMALL
 from torchrun_env import rank_env, run_session
 
-EPOCHS = 3
+#: The faults strike in epoch 2; the run then trains no further than that epoch.
+EPOCHS = 2
 PARTITIONS = 4
 #: Not quiet: the test reads rank 0's "resuming" line.
 OPTIONS = [a for a in SMALL if a != "-q"]
@@ -82,11 +83,11 @@ def assert_one_table_per_epoch(run: Path, logs: Path | None = None) -> dict:
 @pytest.mark.parametrize(
     "fault",
     [
-        # Rank 1 dies right after training its second bucket of epoch 2: both ranks have
-        # written partitions to epoch 2's table, which no commit names.
-        "rank1:embed.dist.e2.bucket@2",
         # Rank 0 dies after every rank prepared epoch 2 (its table complete and synced) and
         # before it commits: the worst point, a whole uncommitted table that must not be used.
+        # (Rank 1 dying right after training its second bucket of epoch 2, when both ranks have
+        # written partitions to epoch 2's table, which no commit names, is the fault of the
+        # test below and of test_dist_restart_netns.py's embedding restart under torchrun.)
         "rank0:embed.dist.e2.prepared",
     ],
 )
@@ -102,7 +103,7 @@ def test_a_rank_killed_under_torchrun_resumes_from_the_last_commit(kg, tmp_path,
     assert "resuming" in proc.stderr and "after epoch 1" in proc.stderr, log
     assert_one_table_per_epoch(run)
     out = run_strata("embed", "eval", run, "--json", "--split", "test").stdout
-    # 400 candidates: a random ranking has an MRR near 0.015; three clean epochs give about 0.4.
+    # 400 candidates: a random ranking has an MRR near 0.015; two clean epochs give about 0.4.
     assert json.loads(out)["metrics"]["mrr"] > 0.2
 
 

@@ -1,9 +1,10 @@
 """Owner mode (``dist_storage = owners``, docs/distributed.md): every rank keeps the partitions it
 owns in its own run directory and ships them point-to-point; no directory is shared. Two ranks
-with separate run directories (with negative banks, and rank 0's validation and test checked
-against the gathered run's) and three ranks on loopback, two ranks in two network namespaces
-joined by a veth pair (each with its own copy of the store), then ``strata embed gather`` and
-evaluation of the gathered run."""
+on two hosts, each with its own copy of the store and its own run directory (in two network
+namespaces joined by a veth pair where namespaces can be made; with negative banks, and rank 0's
+validation and test checked against the gathered run's), three ranks on loopback, then
+``strata embed gather`` and evaluation of the gathered run; a rank killed between the epoch's
+prepare and its commit, and a rank that cannot reach a partition's owner."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import json
 import shutil
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
 
 from conftest import needs, run_strata
-from netns import needs_netns, veth_pair
+from netns import needs_netns, unavailable, veth_pair
 from test_embed_dist import SMALL
 from torchrun_env import free_port, rank_env, wait_all
 
@@ -96,20 +98,44 @@ def _check_streamed_evaluation(dirs: list[Path], gathered: Path) -> None:
 MRR = 0.2
 
 
-def test_two_ranks_with_separate_run_directories(kg, tmp_path):
+@pytest.fixture(scope="module")
+def two_hosts(kg, tmp_path_factory) -> tuple[list[Path], list[Path], list[tuple[int, str, str]]]:
+    """Two ranks started by hand as two machines start them, each on a host folder of its own
+    with its own copy of the store and its own run directory: in two network namespaces joined
+    by a veth pair where namespaces can be made, else on loopback. The `all` pool keeps
+    negative banks (4 partitions, buffer 3), shared across the ranks. One run for the tests of
+    separate directories and of namespaces: the hosts, their stores and each rank's
+    (returncode, stdout, stderr)."""
     needs("torch")
-    endpoint = f"127.0.0.1:{free_port()}"
-    runs = [tmp_path / "host0", tmp_path / "host1"]
-    # The `all` pool keeps negative banks (4 partitions, buffer 3), shared across the ranks.
-    procs = [
-        subprocess.Popen(_torchrun(2, 1, r, endpoint, kg, runs[r], "--negative-pool", "all"), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=rank_env())
-        for r in range(2)
-    ]  # fmt: skip
-    for rc, out, err in wait_all(procs, RUN_SECONDS):
+    tmp = tmp_path_factory.mktemp("hosts")
+    hosts = [tmp / "a", tmp / "b"]
+    stores = [Path(shutil.copytree(kg, h / "store")) for h in hosts]
+    port = free_port()
+    with nullcontext() if unavailable() else veth_pair() as pair:
+        procs = []
+        for rank, (host, store) in enumerate(zip(hosts, stores, strict=True)):
+            master, device = (pair[0].addr, pair[rank].device) if pair else ("127.0.0.1", "lo")
+            env = rank_env(device) | {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": master,
+                                      "MASTER_PORT": str(port)}  # fmt: skip
+            env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+            argv = [sys.executable, "-m", "strata", "embed", "train", str(store), "--run-dir", str(host / "run"),
+                    *TRAIN, "--negative-pool", "all"]  # fmt: skip
+            procs.append(subprocess.Popen(pair[rank].wrap(argv) if pair else argv, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True, env=env))  # fmt: skip
+        results = wait_all(procs, RUN_SECONDS)
+    return hosts, stores, results
+
+
+def _finished(results: list[tuple[int, str, str]]) -> None:
+    for rc, out, err in results:
         assert rc == 0, out[-3000:] + err[-6000:]
-    dirs = [runs[0] / "rank-0", runs[1] / "rank-1"]
-    assert not (runs[0] / "rank-1").exists() and not (runs[1] / "rank-0").exists()
+
+
+def test_two_ranks_with_separate_run_directories(two_hosts, tmp_path):
+    hosts, _, results = two_hosts
+    _finished(results)
+    dirs = [hosts[0] / "run" / "rank-0", hosts[1] / "run" / "rank-1"]
+    assert not (hosts[0] / "run" / "rank-1").exists() and not (hosts[1] / "run" / "rank-0").exists()
     _check_rank_dirs(dirs)
     # A rank's directory alone is not a run to evaluate: the error names the command.
     proc = run_strata("embed", "eval", dirs[0], check=False)
@@ -134,61 +160,46 @@ def test_three_ranks_on_loopback(kg, tmp_path):
 
 
 @needs_netns
-def test_two_ranks_in_two_network_namespaces(kg, tmp_path):
-    needs("torch")
-    hosts = [tmp_path / "a", tmp_path / "b"]
-    stores = []
-    for h in hosts:
-        h.mkdir()
-        stores.append(Path(shutil.copytree(kg, h / "store")))
-    port = free_port()
-    with veth_pair() as pair:
-        procs = []
-        for rank, (ns, host, store) in enumerate(zip(pair, hosts, stores, strict=True)):
-            env = rank_env() | {
-                "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": pair[0].addr, "MASTER_PORT": str(port),
-                "GLOO_SOCKET_IFNAME": ns.device,
-            }  # fmt: skip
-            env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-            argv = [sys.executable, "-m", "strata", "embed", "train", str(store), "--run-dir", str(host / "run"),
-                    *TRAIN]  # fmt: skip
-            procs.append(subprocess.Popen(ns.wrap(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                          env=env))  # fmt: skip
-        results = wait_all(procs, RUN_SECONDS)
-    for rc, out, err in results:
-        assert rc == 0, out[-3000:] + err[-6000:]
+def test_two_ranks_in_two_network_namespaces(two_hosts):
+    """The run of the test above, whose ranks met across the veth pair: each read its own copy
+    of the store (that test gathers and evaluates the run)."""
+    hosts, stores, results = two_hosts
+    _finished(results)
     dirs = [hosts[0] / "run" / "rank-0", hosts[1] / "run" / "rank-1"]
     metas = [json.loads((d / "run.json").read_text()) for d in dirs]
     assert [Path(m["store"]) for m in metas] == [s.resolve() for s in stores]
     _check_rank_dirs(dirs)
-    assert _gather_and_evaluate(dirs, tmp_path / "gathered") > MRR
 
 
-def _two_ranks(kg: Path, run: Path, epochs: int) -> None:
-    proc = subprocess.run(
+def _two_ranks(kg: Path, run: Path, epochs: int, fault: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(
         _torchrun(1, 2, 0, f"127.0.0.1:{free_port()}", kg, run, "--epochs", str(epochs)),
-        capture_output=True, text=True, timeout=RUN_SECONDS, env=rank_env(),
+        capture_output=True, text=True, timeout=RUN_SECONDS, env=rank_env() | {"STRATA_FAULT": fault},
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+
+
+#: Rank 1's third run.json commit, about to be written: rank 0's commit of epoch 2 (the first
+#: is the join's, the second epoch 1's), after the prepare barrier and rank 0's own commit.
+BEFORE_ADOPTING_EPOCH_2 = "rank1:embed.checkpoint_written@3"
 
 
 def test_a_rank_one_epoch_behind_adopts_the_epoch_it_prepared(kg, tmp_path):
-    """Rank 1 as a crash between the prepare barrier and writing rank 0's commit leaves it:
-    its run.json at epoch 1, its complete table and relations of epoch 2 with prepared-e2,
-    while rank 0 committed epoch 2. The restarted group adopts epoch 2 on rank 1 and goes on."""
+    """Rank 1 killed as it writes rank 0's commit of epoch 2: its run.json at epoch 1, its
+    complete table and relations of epoch 2 with prepared-e2, while rank 0 committed epoch 2.
+    The next launch adopts epoch 2 on rank 1 and goes on."""
     needs("torch")
     run = tmp_path / "run"
-    _two_ranks(kg, run, 1)
+    proc = _two_ranks(kg, run, 2, BEFORE_ADOPTING_EPOCH_2)
+    assert proc.returncode != 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     behind = run / "rank-1"
-    saved = {name: (behind / name).read_bytes() for name in ("run.json", "relations-e1.npy", "relation_state-e1.npy")}
-    _two_ranks(kg, run, 2)
     leader = json.loads((run / "rank-0" / "run.json").read_text())["current"]
-    assert leader["epoch"] == 2
-    for name, data in saved.items():
-        (behind / name).write_bytes(data)
-    (behind / "prepared-e2").write_text(json.dumps(leader))
+    assert leader["epoch"] == 2, proc.stderr[-6000:]
+    assert json.loads((behind / "run.json").read_text())["current"]["epoch"] == 1, proc.stderr[-6000:]
+    assert json.loads((behind / "prepared-e2").read_text()) == leader
+    saved = {name: (behind / name).read_bytes() for name in ("run.json", "relations-e1.npy", "relation_state-e1.npy")}
     # Without adopting, rank 1 (epoch 1) and rank 0 (epoch 2) could not resume together.
-    _two_ranks(kg, run, 3)
+    proc = _two_ranks(kg, run, 3)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     metas = [json.loads((run / f"rank-{r}" / "run.json").read_text()) for r in range(2)]
     assert [m["current"]["epoch"] for m in metas] == [3, 3]
     assert [h["epoch"] for h in metas[1]["history"]] == [1, 2, 3]
@@ -206,21 +217,25 @@ def test_a_rank_one_epoch_behind_adopts_the_epoch_it_prepared(kg, tmp_path):
 
 
 RANK_SCRIPT = """
-import os, sys, time
+import os, sys
+from datetime import timedelta
 from strata.embed import dist, dist_owner
 from strata.errors import GroupError
 group = dist.from_environment(3)
 owners = dist_owner.Owners(group)
 if group.rank == 1:
+    code = 0
     try:
         owners.read(0, 0, False, 4096)
     except GroupError as e:
         print(e, file=sys.stderr, flush=True)
-        # The timed-out receive is still posted in gloo; leave without running its destructors.
-        os._exit(3)
-    sys.exit(0)
-# Rank 0 owns partition 0 but never serves an epoch: its server cannot answer.
-time.sleep(8)
+        code = 3
+    group.store.set("rank 1 done", "")
+    # The timed-out receive is still posted in gloo; leave without running its destructors.
+    os._exit(code)
+# Rank 0 owns partition 0 but never serves an epoch: its server cannot answer. It keeps the
+# store it hosts up until rank 1 is done with it.
+group.store.wait(["rank 1 done"], timedelta(seconds=240))
 """
 
 

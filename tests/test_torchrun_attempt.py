@@ -122,17 +122,17 @@ def test_a_store_that_never_answers_fails_the_rank_within_its_timeout():
 
 def test_rank_0_names_the_rank_that_never_arrives_within_its_timeout(store):
     # Rank 0 as torchrun starts it: a client of the agent's store, whose rank 1 never starts.
-    proc, took = _join_alone(0, store.port, 8, TORCHELASTIC_USE_AGENT_STORE="True")
+    proc, took = _join_alone(0, store.port, 4, TORCHELASTIC_USE_AGENT_STORE="True")
     assert proc.returncode != 0
-    assert "rank 0: could not join the group" in proc.stderr and "within 8 s" in proc.stderr, proc.stderr[-2000:]
+    assert "rank 0: could not join the group" in proc.stderr and "within 4 s" in proc.stderr, proc.stderr[-2000:]
     assert "rank 1 did not arrive" in proc.stderr, proc.stderr[-2000:]
-    assert took < 8 + 6, took
+    assert took < 4 + 6, took
 
 
 def test_rank_0_hosting_the_store_names_the_rank_that_never_arrives():
     needs("torch")
     # Launched by hand (no torchrun): rank 0 hosts the store itself.
-    proc, took = _join_alone(0, free_port(), 8, TORCHELASTIC_USE_AGENT_STORE="False")
+    proc, took = _join_alone(0, free_port(), 4, TORCHELASTIC_USE_AGENT_STORE="False")
     assert proc.returncode != 0
-    assert took < 8 + 6, took
-    assert "within 8 s" in proc.stderr and "rank 1 did not arrive" in proc.stderr, proc.stderr[-2000:]
+    assert took < 4 + 6, took
+    assert "within 4 s" in proc.stderr and "rank 1 did not arrive" in proc.stderr, proc.stderr[-2000:]
