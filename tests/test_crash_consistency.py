@@ -23,6 +23,10 @@ from conftest import run_strata
 from strata import Store
 from strata.errors import StoreFormatError
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_crash_consistency")
+
 STRATA = [sys.executable, "-m", "strata"]
 
 

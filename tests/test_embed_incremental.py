@@ -14,6 +14,10 @@ import pytest
 from conftest import run_strata
 from strata.embed import Run
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_incremental")
+
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--threads", "1", "-q"]
 
 

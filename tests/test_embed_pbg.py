@@ -7,8 +7,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from strata.embed import Run
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_pbg")
 
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 

@@ -19,6 +19,10 @@ from strata.config import EmbedTrainConfig
 from strata.embed import Run, train
 from strata.errors import BudgetError, ConfigError, RunError
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_train")
+
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 
 

@@ -16,6 +16,10 @@ import pytest
 
 from strata.embed import Run, import_pbg, train
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_typed")
+
 SMALL = ["--dim", "16", "--chunk-size", "100", "--negatives", "32", "--epochs", "3", "-q"]
 PEOPLE, FILMS, GENRES, WORDS = 60, 40, 4, 12
 

@@ -14,6 +14,10 @@ from conftest import needs, run_strata, without
 from strata.embed import Run
 from strata.errors import ConfigError
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_use")
+
 TRAIN = ["--epochs", "1", "--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 
 

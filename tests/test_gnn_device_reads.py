@@ -20,6 +20,10 @@ torch = needs("torch")
 from strata.gnn.device.reads import GDS, EngineReads, GdsReads, choose_reads  # noqa: E402
 from strata.gnn.loader import GnnData  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_device_reads")
+
 
 class FakeFuture:
     def __init__(self, size: int):

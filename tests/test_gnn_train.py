@@ -18,6 +18,10 @@ from conftest import run_strata  # noqa: E402
 from strata.errors import BudgetError, ConfigError  # noqa: E402
 from strata.gnn import GnnData, NodeLoader  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_train")
+
 
 @pytest.fixture(scope="module")
 def sbm(tmp_path_factory) -> Path:

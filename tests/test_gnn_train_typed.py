@@ -13,6 +13,10 @@ import pytest
 
 from conftest import needs, run_strata, save_aligned
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_train_typed")
+
 needs("torch")
 
 SIZES = ["--papers", 800, "--authors", 1000, "--institutions", 40, "--fields", 80, "--classes", 4]

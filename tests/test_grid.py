@@ -28,6 +28,10 @@ from strata.errors import BudgetError, ConfigError, InputNotFoundError, StoreFor
 from strata.grid import build_grid, format_iteration, format_summary, grid_info, list_grids, run  # noqa: E402
 from torchrun_env import free_port  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_grid")
+
 PNG = b"\x89PNG\r\n\x1a\n"
 N = 310  # vertices 300..309 have no edges at all
 PARTITIONS = 4  # chunks of 78 vertices, the last one of 76

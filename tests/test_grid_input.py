@@ -24,6 +24,10 @@ from strata.errors import ConfigError, InputError, StoreExistsError
 from strata.grid import build_grid, format_build, run
 from torchrun_env import free_port, rank_env
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_grid_input")
+
 N = 2000
 ARRAYS = ("edges", "block_index", "out_degree", "in_degree")
 

@@ -14,6 +14,10 @@ import pytest
 
 from conftest import run_strata
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_input_edges")
+
 
 def refused(*args, needles: list[str], code: int = 2) -> str:
     proc = run_strata(*args, check=False)

@@ -19,6 +19,10 @@ from conftest import run_strata  # noqa: E402
 from strata.errors import RunError  # noqa: E402
 from strata.plot import plot_run  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_plot_gnn")
+
 PNG = b"\x89PNG\r\n\x1a\n"
 CHARTS = ["accuracy.png", "loader.png", "loss.png", "tiers.png"]
 

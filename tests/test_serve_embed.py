@@ -15,6 +15,10 @@ from serve_process import Server
 from strata.embed import Run
 from strata.serve import ServiceError
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_serve_embed")
+
 TOKEN = "embserve-secret"
 TRAIN = ["--epochs", "1", "--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 

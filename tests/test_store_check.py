@@ -19,6 +19,10 @@ from strata.cli.main import main
 from strata.errors import StoreFormatError
 from strata.store import Store, check_store
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_store_check")
+
 SBM_NODES = 400
 GRID = "p2"
 #: `strata gnn train` runs in the matrix when PyTorch is installed (`pip install -e '.[torch]'`).
