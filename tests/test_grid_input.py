@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_in_process import first_in_child
 from conftest import needs, run_strata
 from strata.config import ConvertConfig
 from strata.convert import convert
@@ -186,7 +187,9 @@ def test_far_memory_and_two_ranks_run_on_the_input_grid(graph, tmp_path):
     assert local["edges"] == 5 * len(graph["edges"])
 
 
-def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(graph, tmp_path):
+def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(graph, tmp_path, capsys):
+    # The first command in a child process, the rest in this one (tests/cli_in_process.py).
+    cli = first_in_child(run_strata, capsys)
     bad = tmp_path / "bad.bin"
     np.array([0, 1, 2, -4], dtype=np.int32).tofile(bad)
     tsv = tmp_path / "bad.tsv"
@@ -205,7 +208,7 @@ def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(graph, tmp_path):
          "has no weight column"),
     ]  # fmt: skip
     for args, message in cases:
-        proc = run_strata("grid", "build", *args, check=False)
+        proc = cli("grid", "build", *args, check=False)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.bin", "bad.tsv", "odd.bin"]
