@@ -6,7 +6,7 @@ latency, no errors and every acknowledged mutation (S3)? What accuracy does int8
 
     python benches/bench_serve.py [--only s1,s2,s3,q] [--nodes 200000] [--repeats 3]
         [--s2-requests 4000] [--s2-memory 84M] [--s2-locality 0.8] [--s3-seconds 60]
-        [--s3-mix mixed|mutations] [--work DIR]
+        [--s3-fold-after 10] [--s3-min-calls 0] [--s3-mix mixed|mutations] [--work DIR]
 
 Graph of S1 to S3: `strata generate sbm` (16 classes, mean degree 10 written once, so 20 after
 `convert --symmetrize`, power-law exponent 2.5, 128 float32 features: 102 MB at 200k nodes),
@@ -36,7 +36,9 @@ caches and is not counted. Reported: requests/s, page lookups and page-cache hit
 from disk, server-side latency p50/p99.
 
 S3: 16 client threads for `--s3-seconds`, each mixing classifications (8 targets), link
-predictions, vertex additions, updates, edge additions and removals; folds every 10 s. Reported:
+predictions, vertex additions, updates, edge additions and removals; folds every 10 s
+(`--s3-fold-after`), and past `--s3-seconds` until the clients made `--s3-min-calls` calls in all
+(the load test: whatever the machine's load, a thousand calls and a fold). Reported:
 latency p50/p99 per operation, mutations/s, errors, and a check after the run and again after a
 restart that every acknowledged mutation is present (features, in-neighbours, node and edge
 counts). `--s3-mix mutations` leaves the analyses out, so the clients only mutate: the rate the
@@ -417,8 +419,23 @@ def s2_markdown(res: dict, nodes: int) -> str:
 # S3: many clients, analyses and mutations --------------------------------------------------
 
 
+class Calls:
+    """The calls S3's clients have made together, against the least the run must make."""
+
+    def __init__(self, least: int):
+        self.least, self.made, self.lock = least, 0, threading.Lock()
+
+    def add(self) -> None:
+        with self.lock:
+            self.made += 1
+
+    def enough(self) -> bool:
+        return self.made >= self.least
+
+
 class Mixer(threading.Thread):
-    """One S3 client: a random mix of analyses and mutations until ``deadline``; records the
+    """One S3 client: a random mix of analyses and mutations until ``deadline`` and until the
+    clients together made ``calls.least`` calls; records the
     latency of each call and what its acknowledged mutations left in the graph. Edges are added
     only into this client's own vertices, so their in-neighbours are known exactly here."""
 
@@ -427,9 +444,9 @@ class Mixer(threading.Thread):
 
     MUTATIONS = ("add", "update", "add_edges", "remove_edges")
 
-    def __init__(self, addr: str, base_nodes: int, deadline: float, seed: int, mix: str = "mixed"):
+    def __init__(self, addr: str, base_nodes: int, deadline: float, seed: int, mix: str, calls: Calls):
         super().__init__(daemon=True)
-        self.addr, self.base_nodes, self.deadline = addr, base_nodes, deadline
+        self.addr, self.base_nodes, self.deadline, self.calls = addr, base_nodes, deadline, calls
         self.ops = [(op, w) for op, w in self.OPS if mix == "mixed" or op in self.MUTATIONS]
         self.rng, self.nprng = random.Random(seed), np.random.default_rng(seed)
         self.latency: dict[str, list[float]] = {op: [] for op, _ in self.OPS}
@@ -440,13 +457,14 @@ class Mixer(threading.Thread):
     def run(self) -> None:
         ops, weights = zip(*self.ops, strict=True)
         with Client(self.addr, timeout=120) as c:
-            while time.monotonic() < self.deadline:
+            while time.monotonic() < self.deadline or not self.calls.enough():
                 op = self.rng.choices(ops, weights)[0]
                 if op in ("update", "add_edges", "remove_edges") and not self.rows:
                     op = "add"
                 if op == "remove_edges" and not self.edges:
                     op = "add_edges"
                 t0 = time.perf_counter()
+                self.calls.add()
                 try:
                     getattr(self, op)(c)
                 except ServiceError as e:
@@ -522,14 +540,15 @@ def s3(args) -> dict:
     with tempfile.TemporaryDirectory(dir=args.work) as tmp:
         tmp = Path(tmp)
         sage_weights(tmp / "sage.safetensors")
-        flags = ["--memory", "256M", "--fold-after", "10"]
+        flags = ["--memory", "256M", "--fold-after", str(args.s3_fold_after)]
         srv = Server(tmp / "state", f"{GRAPH}={store}", *flags)
         with srv.client() as c:
             c.register_model(MODEL, tmp / "sage.safetensors")
             (info,) = c.status()["graphs"]
         base_nodes, base_edges = info["num_nodes"], info["num_edges"]
         deadline = time.monotonic() + args.s3_seconds
-        mixers = [Mixer(srv.addr, base_nodes, deadline, seed, args.s3_mix) for seed in range(16)]
+        calls = Calls(args.s3_min_calls)
+        mixers = [Mixer(srv.addr, base_nodes, deadline, seed, args.s3_mix, calls) for seed in range(16)]
         t0 = time.perf_counter()
         for m in mixers:
             m.start()
@@ -672,6 +691,8 @@ def main() -> None:
     p.add_argument("--s2-memory", default="84M")
     p.add_argument("--s2-locality", type=float, default=0.8)
     p.add_argument("--s3-seconds", type=float, default=60.0)
+    p.add_argument("--s3-fold-after", type=float, default=10.0, help="the server's --fold-after (seconds)")
+    p.add_argument("--s3-min-calls", type=int, default=0, help="S3 runs on past --s3-seconds until this many calls")
     p.add_argument("--s3-mix", choices=("mixed", "mutations"), default="mixed")
     p.add_argument("--work", type=Path, default=REPO / "bench-data" / "serve")
     p.add_argument(

@@ -12,6 +12,10 @@ import pytest
 
 from conftest import run_strata
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_bf16")
+
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 
 

@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from cli_in_process import first_in_child
 from conftest import run_strata
 from strata.embed import Run
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_incremental")
 
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--threads", "1", "-q"]
 
@@ -82,7 +87,9 @@ def test_init_from_carries_the_old_run(grown, tmp_path, strata_cli):
     assert other.returncode == 2 and "different embed.train.init_from" in other.stderr
 
 
-def test_mismatches_exit_2(grown, tmp_path, strata_cli):
+def test_mismatches_exit_2(grown, tmp_path, strata_cli, capsys):
+    # The first command in a child process, the rest in this one (tests/cli_in_process.py).
+    strata_cli = first_in_child(strata_cli, capsys)
     old, new, base, fresh = grown
 
     def refused(store, origin, *extra) -> str:

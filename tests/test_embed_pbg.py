@@ -7,8 +7,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
+from cli_in_process import first_in_child
 from strata.embed import Run
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_pbg")
 
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 
@@ -25,7 +31,10 @@ def test_rescal_trains_and_the_run_records_its_form(kg, tmp_path, strata_cli):
     assert other.returncode == 2 and "operator" in other.stderr, other.stderr
 
 
-def test_options_pbg_cannot_take_exit_2_naming_them(kg, tmp_path, strata_cli):
+def test_options_pbg_cannot_take_exit_2_naming_them(kg, tmp_path, strata_cli, capsys):
+    # The first command in a child process, the rest in this one (tests/cli_in_process.py).
+    strata_cli = first_in_child(strata_cli, capsys)
+
     def refused(*args: str) -> str:
         proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", *SMALL, *args, check=False)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr

@@ -18,6 +18,10 @@ from conftest import needs, run_strata, without
 from strata.embed import Run, import_pbg
 from strata.errors import ConfigError, InputError
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_pbg_interchange")
+
 h5py = needs("h5py")
 
 SMALL = ["--epochs", "1", "--dim", "16", "--chunk-size", "200", "--negatives", "64", "--partitions", "3", "-q"]

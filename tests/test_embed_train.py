@@ -14,10 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_in_process import strata_in_process
 from conftest import needs
 from strata.config import EmbedTrainConfig
 from strata.embed import Run, train
 from strata.errors import BudgetError, ConfigError, RunError
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_train")
 
 SMALL = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 
@@ -167,37 +172,36 @@ def test_killed_run_resumes_to_the_same_result(kg, tmp_path):
     assert {**whole.test, "seconds": 0} == {**resumed.test, "seconds": 0}
 
 
-def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli):
+def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli, capsys):
+    cli = strata_in_process(capsys)  # the commands after the first: in this process
     bad = strata_cli(
         "embed", "train", kg, "--run-dir", tmp_path / "r", "--model", "complex", "--dim", "15", check=False
     )
     assert bad.returncode == 2 and "embed.train.dim" in bad.stderr and "even" in bad.stderr
     assert not (tmp_path / "r").exists()
-    small = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", "--memory", "32M", check=False)
+    small = cli("embed", "train", kg, "--run-dir", tmp_path / "r", "--memory", "32M", check=False)
     assert small.returncode == 2 and "memory budget 32.0 MiB cannot hold" in small.stderr
     with pytest.raises(BudgetError):
         train(store=kg, run_dir=tmp_path / "r2", memory="40M", partitions=2)
     notrun = tmp_path / "stuff"
     notrun.mkdir()
     (notrun / "keep.txt").write_text("mine")
-    refused = strata_cli("embed", "train", kg, "--run-dir", notrun, *SMALL, check=False)
+    refused = cli("embed", "train", kg, "--run-dir", notrun, *SMALL, check=False)
     assert refused.returncode == 2 and "not a run directory" in refused.stderr
     assert (notrun / "keep.txt").read_text() == "mine"
     with pytest.raises(RunError, match="has no embedding run"):
         Run(kg)
-    neither = strata_cli("embed", "predict", kg, check=False)
+    neither = cli("embed", "predict", kg, check=False)
     assert neither.returncode == 2 and "exactly one of --head and --tail" in neither.stderr
     with pytest.raises(ConfigError, match=r"embed\.train\.lr"):
         EmbedTrainConfig(store=kg, lr=0)
-    strata_cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "1", *SMALL)
-    unknown = strata_cli("embed", "predict", tmp_path / "ok", "--head", "no-such-node", "--relation", "r0", check=False)
+    cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "1", *SMALL)
+    unknown = cli("embed", "predict", tmp_path / "ok", "--head", "no-such-node", "--relation", "r0", check=False)
     assert unknown.returncode == 2 and "node 'no-such-node' is not in store" in unknown.stderr
-    other = strata_cli(
-        "embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "2", "--dim", "8", "-q", check=False
-    )
+    other = cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "2", "--dim", "8", "-q", check=False)
     assert other.returncode == 2 and "different embed.train.dim" in other.stderr
     (tmp_path / "ok" / "run.json").write_text("{not json")
-    broken = strata_cli("embed", "eval", tmp_path / "ok", check=False)
+    broken = cli("embed", "eval", tmp_path / "ok", check=False)
     assert broken.returncode == 2 and "run.json: not a run record" in broken.stderr
 
 

@@ -14,7 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_in_process import first_in_child, in_process
 from strata.embed import Run, import_pbg, train
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_typed")
 
 SMALL = ["--dim", "16", "--chunk-size", "100", "--negatives", "32", "--epochs", "3", "-q"]
 PEOPLE, FILMS, GENRES, WORDS = 60, 40, 4, 12
@@ -82,7 +87,9 @@ def test_the_store_keeps_each_films_bag_and_check_reads_it(typed, tmp_path, stra
     assert proc.returncode == 2 and "bag_features_t1" in proc.stdout + proc.stderr, proc.stdout
 
 
-def test_bad_bags_exit_2_naming_file_and_line(typed, tmp_path, strata_cli):
+def test_bad_bags_exit_2_naming_file_and_line(typed, tmp_path, strata_cli, capsys):
+    # The first command in a child process, the rest in this one (tests/cli_in_process.py).
+    strata_cli = first_in_child(strata_cli, capsys)
     d = tmp_path
     args = typed_kg(d)
 
@@ -301,14 +308,19 @@ def test_typed_negatives_can_be_turned_off(typed, tmp_path, strata_cli):
     assert meta["config"]["typed_negatives"] is False and meta["test"]["mrr"] > 0.0
 
 
-def test_options_entity_types_cannot_take_exit_2_naming_them(typed, kg, tmp_path, strata_cli):
+def test_options_entity_types_cannot_take_exit_2_naming_them(typed, kg, tmp_path, strata_cli, capsys):
     def refused(store: Path, *args: str) -> str:
-        proc = strata_cli("embed", "train", store, "--run-dir", tmp_path / "r", *SMALL, *args, check=False)
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        # The command line in this process: the same parser, checks and exit code as a child's.
+        code, out = in_process(["embed", "train", store, "--run-dir", tmp_path / "r", *SMALL, *args], capsys)
+        assert code == 2 and "Traceback" not in out, out
         assert not (tmp_path / "r").exists()
-        return proc.stderr
+        return out
 
-    assert "embed.train.entity_partitions" in refused(typed, "--entity-partitions", "actor=2")
+    # One refusal in a child process: its exit status and stderr.
+    args = ["--run-dir", tmp_path / "r", *SMALL, "--entity-partitions", "actor=2"]
+    proc = strata_cli("embed", "train", typed, *args, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "embed.train.entity_partitions" in proc.stderr and not (tmp_path / "r").exists()
     assert "same number of partitions" in refused(typed, "--entity-partitions", "person=2", "film=3")
     assert "integer >= 1" in refused(typed, "--entity-partitions", "person=0")
     assert "embed.train.partitions" in refused(typed, "--entity-partitions", "person=2", "--partitions", "3")

@@ -10,9 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_in_process import strata_in_process
 from conftest import needs, run_strata, without
 from strata.embed import Run
 from strata.errors import ConfigError
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_embed_use")
 
 TRAIN = ["--epochs", "1", "--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
 
@@ -76,18 +81,19 @@ def test_neighbors_python_api_default_metric_and_nodes_file(trained, tmp_path):
     assert text["name"] == names[7] and len(text["neighbors"]) == 2
 
 
-def test_neighbors_bad_inputs(trained, strata_cli, tmp_path):
+def test_neighbors_bad_inputs(trained, strata_cli, tmp_path, capsys):
+    cli = strata_in_process(capsys)  # the commands after the first: in this process
     run, _, _, names, _ = trained
     none = strata_cli("embed", "neighbors", run, check=False)
     assert none.returncode == 2 and "--node" in none.stderr
-    unknown = strata_cli("embed", "neighbors", run, "--node", "no-such-node", check=False)
+    unknown = cli("embed", "neighbors", run, "--node", "no-such-node", check=False)
     assert unknown.returncode == 2 and "node 'no-such-node' is not in store" in unknown.stderr
     (tmp_path / "nodes.txt").write_text(f"{names[1]}\nnope\n")
-    in_file = strata_cli("embed", "neighbors", run, "--nodes-file", tmp_path / "nodes.txt", check=False)
+    in_file = cli("embed", "neighbors", run, "--nodes-file", tmp_path / "nodes.txt", check=False)
     assert in_file.returncode == 2 and "nodes.txt line 2" in in_file.stderr and "'nope'" in in_file.stderr
-    metric = strata_cli("embed", "neighbors", run, "--node", names[1], "--metric", "l1", check=False)
+    metric = cli("embed", "neighbors", run, "--node", names[1], "--metric", "l1", check=False)
     assert metric.returncode == 2 and "metric" in metric.stderr
-    zero = strata_cli("embed", "neighbors", run, "--node", names[1], "--top", "0", check=False)
+    zero = cli("embed", "neighbors", run, "--node", names[1], "--top", "0", check=False)
     assert zero.returncode == 2 and "top" in zero.stderr
 
 
@@ -116,16 +122,17 @@ def test_score_matches_distmult_by_hand_in_input_order(trained, strata_cli, tmp_
     assert api == pytest.approx([float(line.split("\t")[3]) for line in written], rel=1e-6)
 
 
-def test_score_bad_inputs_name_line_and_field(trained, strata_cli, tmp_path):
+def test_score_bad_inputs_name_line_and_field(trained, strata_cli, tmp_path, capsys):
+    cli = strata_in_process(capsys)  # the commands after the first: in this process
     run, _, _, names, rel_names = trained
     (tmp_path / "bad.tsv").write_text(f"{names[1]}\t{rel_names[0]}\t{names[2]}\n{names[1]}\tno-rel\t{names[2]}\n")
     bad = strata_cli("embed", "score", run, tmp_path / "bad.tsv", "--out", tmp_path / "o.tsv", check=False)
     assert bad.returncode == 2 and "bad.tsv line 2, field relation" in bad.stderr and "no-rel" in bad.stderr
     assert not (tmp_path / "o.tsv").exists() and not list(tmp_path.glob(".o.tsv*")), "nothing half-written"
     (tmp_path / "short.tsv").write_text(f"{names[1]}\t{rel_names[0]}\n")
-    short = strata_cli("embed", "score", run, tmp_path / "short.tsv", check=False)
+    short = cli("embed", "score", run, tmp_path / "short.tsv", check=False)
     assert short.returncode == 2 and "short.tsv line 1: expected 3 fields" in short.stderr
-    missing = strata_cli("embed", "score", run, tmp_path / "none.tsv", check=False)
+    missing = cli("embed", "score", run, tmp_path / "none.tsv", check=False)
     assert missing.returncode == 2 and "none.tsv" in missing.stderr
     with pytest.raises(ConfigError, match="triple 0, field tail"):
         Run(run).score([(names[1], rel_names[0], "nobody")])
@@ -181,20 +188,21 @@ def test_index_recall_against_the_exact_scan(trained, strata_cli, tmp_path):
     ]
 
 
-def test_index_bad_inputs(trained, strata_cli, tmp_path, monkeypatch):
+def test_index_bad_inputs(trained, strata_cli, tmp_path, monkeypatch, capsys):
+    cli = strata_in_process(capsys)  # the commands after the first: in this process
     needs("usearch")
     from strata.embed import ann
 
     run, _, _, names, _ = trained
     strata_cli("embed", "index", run, "--out", tmp_path / "idx", "--metric", "l2", "-q")
-    again = strata_cli("embed", "index", run, "--out", tmp_path / "idx", check=False)
+    again = cli("embed", "index", run, "--out", tmp_path / "idx", check=False)
     assert again.returncode == 2 and "--overwrite" in again.stderr
-    other = strata_cli("embed", "neighbors", run, "--node", names[1], "--metric", "cos", "--index", tmp_path / "idx",
-                       check=False)  # fmt: skip
+    other = cli("embed", "neighbors", run, "--node", names[1], "--metric", "cos", "--index", tmp_path / "idx",
+                check=False)  # fmt: skip
     assert other.returncode == 2 and "compares by l2, not cos" in other.stderr
-    unknown = strata_cli("embed", "neighbors", run, "--node", "nope", "--index", tmp_path / "idx", check=False)
+    unknown = cli("embed", "neighbors", run, "--node", "nope", "--index", tmp_path / "idx", check=False)
     assert unknown.returncode == 2 and "node 'nope' is not in the index" in unknown.stderr
-    not_index = strata_cli("embed", "neighbors", run, "--node", names[1], "--index", tmp_path, check=False)
+    not_index = cli("embed", "neighbors", run, "--node", names[1], "--index", tmp_path, check=False)
     assert not_index.returncode == 2 and "not a neighbour index" in not_index.stderr
     without(monkeypatch, "usearch")
     with pytest.raises(ConfigError, match=r"pip install usearch"):

@@ -22,6 +22,10 @@ from strata.convert import convert
 from strata.errors import ConfigError
 from strata.grid import build_grid, grid_info, run, serve_farmem
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_farmem")
+
 N = 20_000
 EDGES = 400_000  # 3.2 MB of edge records
 SEGMENT = "64K"

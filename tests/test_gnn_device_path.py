@@ -21,6 +21,10 @@ from strata.gnn.device.topology import DeviceTopology  # noqa: E402
 from strata.gnn.loader import GnnData, LinkLoader  # noqa: E402
 from strata.gnn.sampling import NeighborSampler  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_device_path")
+
 
 def bits(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch.int32).numpy()

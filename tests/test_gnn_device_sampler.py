@@ -22,6 +22,10 @@ from strata.gnn.device.topology import DeviceTopology  # noqa: E402
 from strata.gnn.sampling import NeighborSampler  # noqa: E402
 from strata.store import Store  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_device_sampler")
+
 FANOUTS = [[5], [10, 5], [3, -1], [2, 2, 2], [25, 10]]
 
 

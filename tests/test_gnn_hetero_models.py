@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cli_in_process import strata_in_process
 from conftest import needs
 
 torch = needs("torch")
@@ -152,7 +153,10 @@ def test_typed_models_learn_planted_labels(kind, one_thread):
     assert accuracy > 0.7, accuracy  # 4 classes: chance is 0.25
 
 
-def test_gnn_train_refuses_typed_models_and_stores(tmp_path, strata_cli):
+def test_gnn_train_refuses_typed_models_and_stores(tmp_path, capsys):
+    # The commands run in this process, which has imported torch already: a child process would
+    # import it again (tests/test_gnn_train.py checks the child's exit status of such a refusal).
+    strata_cli = strata_in_process(capsys)
     (tmp_path / "e.tsv").write_text("0\t1\n1\t2\n2\t0\n")
     strata_cli("convert", tmp_path / "e.tsv", "--out", tmp_path / "plain.strata", "-q")
     proc = strata_cli("gnn", "train", tmp_path / "plain.strata", "--model", "rgcn", check=False)

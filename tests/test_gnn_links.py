@@ -20,6 +20,10 @@ from strata.gnn import GnnData, LinkLoader  # noqa: E402
 from strata.gnn.loader import node_id_bytes  # noqa: E402
 from strata.gnn.models import GNN  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_links")
+
 NEGATIVES = 2
 
 

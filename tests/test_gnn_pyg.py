@@ -19,6 +19,10 @@ from conftest import run_strata  # noqa: E402
 from strata.gnn import GnnData  # noqa: E402
 from strata.gnn.pyg import StrataSampler, stores  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_pyg")
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> GnnData:

@@ -23,6 +23,10 @@ from strata.errors import StoreFormatError  # noqa: E402
 from strata.gnn.pyg_hetero import TypedCSC, hetero_stores  # noqa: E402
 from strata.store import Store, check_store  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_pyg_hetero")
+
 TYPES = {"paper": 40, "author": 25, "field": 6}
 # A relation name ("about") may serve two edge types.
 EDGE_TYPES = [("paper", "cites", "paper"), ("author", "writes", "paper"), ("paper", "about", "field"),

@@ -32,6 +32,10 @@ from strata.store import Store  # noqa: E402
 from test_gnn_pyg_hetero import save_aligned  # noqa: E402
 from test_gnn_sampling import assert_frequencies, inclusion  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_pyg_loader")
+
 COUNTS = {"paper": 40, "author": 15}
 CITES, WRITES, WRITTEN_BY = (
     ("paper", "cites", "paper"),

@@ -17,6 +17,10 @@ from strata.errors import ConfigError
 from strata.gnn.sampling import NeighborSampler
 from strata.store import Store
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_sampling")
+
 PAPERS, AUTHORS = 30, 12
 EDGE_TYPES = [("paper", "cites", "paper"), ("author", "writes", "paper"), ("paper", "written_by", "author")]
 #: Batch keys a frequency test draws over.

@@ -14,9 +14,14 @@ from conftest import needs
 
 torch = needs("torch")
 
+from cli_in_process import in_process  # noqa: E402
 from conftest import run_strata  # noqa: E402
 from strata.errors import BudgetError, ConfigError  # noqa: E402
 from strata.gnn import GnnData, NodeLoader  # noqa: E402
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_gnn_train")
 
 
 @pytest.fixture(scope="module")
@@ -106,9 +111,13 @@ def test_epochs_reshuffle_and_are_deterministic(sbm):
 def test_cli_train_learns_with_features_on_disk(sbm, tmp_path):
     run = tmp_path / "run"
     args = ["--fanouts", "10,5", "--batch-size", "128", "--epochs", "3", "--hidden", "32", "--feature-memory", "64K"]
-    out = run_strata("gnn", "train", sbm, "--run-dir", run, *args, "--device", "cpu").stdout
+    proc = run_strata("gnn", "train", sbm, "--run-dir", run, *args, "--device", "cpu")
+    out = proc.stdout
     record = json.loads((run / "run.json").read_text())
     assert record["test"]["accuracy"] > 0.6, out  # 4 classes: chance is about 0.25
+    # No --data-path: auto takes the native path on the CPU, and says why.
+    assert "data path: native (the device is not a GPU)" in proc.stdout + proc.stderr
+    assert record["data_path"] == "native" and record["data_path_note"] == "the device is not a GPU"
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 3
     assert (run / "best.pt").exists() and (run / "last.pt").exists()
     last = record["history"][-1]
@@ -124,7 +133,7 @@ def test_cli_train_learns_with_features_on_disk(sbm, tmp_path):
     assert features["name"] == "node features" and 0 < features["resident"] < features["bytes"]
 
 
-def test_bad_inputs(sbm, tmp_path):
+def test_bad_inputs(sbm, tmp_path, capsys):
     kg = tmp_path / "kg"
     run_strata("generate", "kg", "--out", kg, "--entities", "50", "--triples", "400", "-q")
     run_strata("convert", kg, "--relations", "--out", tmp_path / "kg.strata", "-q")
@@ -138,11 +147,12 @@ def test_bad_inputs(sbm, tmp_path):
     assert proc.returncode == 2 and "gnn.train.fanouts" in proc.stderr
     proc = run_strata("gnn", "train", sbm, "--feature-codec", "f8", check=False)
     assert proc.returncode == 2 and "--feature-codec: unknown choice 'f8' (choices: f32, f16, int8)" in proc.stderr
+    # Refused once torch is imported: in this process, which has imported it already.
     if not torch.cuda.is_available():
-        proc = run_strata("gnn", "train", sbm, "--device", "cuda", check=False)
-        assert proc.returncode == 2 and "torch sees no CUDA device" in proc.stderr, proc.stderr
-    proc = run_strata("gnn", "train", sbm, "--device", "tpu:x", check=False)
-    assert proc.returncode == 2 and "not a torch device" in proc.stderr, proc.stderr
+        code, out = in_process(["gnn", "train", sbm, "--device", "cuda"], capsys)
+        assert code == 2 and "torch sees no CUDA device" in out, out
+    code, out = in_process(["gnn", "train", sbm, "--device", "tpu:x"], capsys)
+    assert code == 2 and "not a torch device" in out, out
 
 
 def test_a_second_local_rank_on_a_one_gpu_machine_is_refused():

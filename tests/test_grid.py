@@ -20,6 +20,7 @@ needs("scipy")
 import networkx as nx  # noqa: E402
 import scipy.sparse as sparse  # noqa: E402
 
+from cli_in_process import strata_in_process  # noqa: E402
 from conftest import SHARED_DATASETS, run_strata  # noqa: E402
 from strata import Store  # noqa: E402
 from strata.config import ConvertConfig, GridBuildConfig, RunConfig  # noqa: E402
@@ -27,6 +28,10 @@ from strata.convert import convert  # noqa: E402
 from strata.errors import BudgetError, ConfigError, InputNotFoundError, StoreFormatError  # noqa: E402
 from strata.grid import build_grid, format_iteration, format_summary, grid_info, list_grids, run  # noqa: E402
 from torchrun_env import free_port  # noqa: E402
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_grid")
 
 PNG = b"\x89PNG\r\n\x1a\n"
 N = 310  # vertices 300..309 have no edges at all
@@ -536,7 +541,7 @@ def test_run_directory_records_each_iteration(graphs, tmp_path):
     assert json.loads((tmp_path / "r2" / "run.json").read_text())["config"]["root"] == 1
 
 
-def test_cli_end_to_end_with_plots(graphs, tmp_path):
+def test_cli_end_to_end_with_plots(graphs, tmp_path, capsys):
     store = tmp_path / "cli.strata"
     shutil.copytree(graphs["store"], store, ignore=shutil.ignore_patterns("grids", "runs"))
     proc = run_strata("grid", "build", store, "--partitions", "3", "--order", "row", "--name", "g1", "--weighted")
@@ -561,12 +566,14 @@ def test_cli_end_to_end_with_plots(graphs, tmp_path):
     for p in charts:
         data = Path(p).read_bytes()
         assert data[:8] == PNG and len(data) > 5000, p
-    # `strata plot STORE` means its only grid run; a run still going has metrics.jsonl only.
-    assert run_strata("plot", store).stdout.split() == [
+    # `strata plot STORE` means its only grid run; a run still going has metrics.jsonl only. These
+    # two in this process (tests/cli_in_process.py): matplotlib's import costs a child ~1 CPU s.
+    cli = strata_in_process(capsys)
+    assert cli("plot", store).stdout.split() == [
         str(store / "runs" / "grid-pagerank" / "plots" / n) for n in ("iterations.png", "bytes.png")
     ]
     (out / "run.json").unlink()
-    assert len(run_strata("plot", out).stdout.split()) == 2
+    assert len(cli("plot", out).stdout.split()) == 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -660,8 +667,10 @@ def test_malformed_grid_json(graphs, tmp_path):
     assert proc.returncode == 2 and "grid.json is not valid JSON" in proc.stderr
 
 
-def test_bad_inputs_through_the_cli(graphs, tmp_path):
+def test_bad_inputs_through_the_cli(graphs, tmp_path, capsys):
     store = graphs["store"]
+    # The first case in a child process (its exit status and stderr), the rest in this one.
+    cli = strata_in_process(capsys)
     cases = [
         (["run", "closeness", store], "unknown choice 'closeness' (choices: pagerank, bfs,"),
         (["run", "bfs", store, "--root", "-3"], "--root: must be >= 0, got -3"),
@@ -676,12 +685,9 @@ def test_bad_inputs_through_the_cli(graphs, tmp_path):
         (["grid", "info", tmp_path / "nope"], "no such store or grid directory"),
         (["grid", "info", tmp_path], "neither a store (manifest.json) nor a grid directory"),
     ]
-    for args, message in cases:
-        proc = (
-            run_strata(*args, "--out", tmp_path / "o", check=False)
-            if args[0] == "run"
-            else run_strata(*args, check=False)
-        )
+    for i, (args, message) in enumerate(cases):
+        runner = run_strata if i == 0 else cli
+        proc = runner(*args, "--out", tmp_path / "o", check=False) if args[0] == "run" else runner(*args, check=False)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
     port = free_port()
     proc = run_strata("run", "pagerank", store, "--grid", "d-row", "--far", f"127.0.0.1:{port}", "--out",

@@ -19,6 +19,10 @@ from strata.convert import convert
 from strata.errors import StoreFormatError
 from strata.grid import build_grid, run
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_grid_compression")
+
 N = 2000
 CODECS = ("packed", "byte")
 

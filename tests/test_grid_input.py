@@ -17,12 +17,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_in_process import first_in_child
 from conftest import needs, run_strata
 from strata.config import ConvertConfig
 from strata.convert import convert
 from strata.errors import ConfigError, InputError, StoreExistsError
 from strata.grid import build_grid, format_build, run
 from torchrun_env import free_port, rank_env
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_grid_input")
 
 N = 2000
 ARRAYS = ("edges", "block_index", "out_degree", "in_degree")
@@ -182,7 +187,9 @@ def test_far_memory_and_two_ranks_run_on_the_input_grid(graph, tmp_path):
     assert local["edges"] == 5 * len(graph["edges"])
 
 
-def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(graph, tmp_path):
+def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(graph, tmp_path, capsys):
+    # The first command in a child process, the rest in this one (tests/cli_in_process.py).
+    cli = first_in_child(run_strata, capsys)
     bad = tmp_path / "bad.bin"
     np.array([0, 1, 2, -4], dtype=np.int32).tofile(bad)
     tsv = tmp_path / "bad.tsv"
@@ -201,7 +208,7 @@ def test_bad_input_exits_2_naming_the_file_and_leaves_nothing(graph, tmp_path):
          "has no weight column"),
     ]  # fmt: skip
     for args, message in cases:
-        proc = run_strata("grid", "build", *args, check=False)
+        proc = cli("grid", "build", *args, check=False)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.bin", "bad.tsv", "odd.bin"]

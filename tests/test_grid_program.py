@@ -22,6 +22,10 @@ from strata.convert import convert  # noqa: E402
 from strata.errors import ConfigError, ProgramError  # noqa: E402
 from strata.grid import VertexProgram, build_grid, load_program, run_program  # noqa: E402
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_grid_program")
+
 N = 400
 
 

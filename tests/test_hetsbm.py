@@ -13,6 +13,10 @@ import pytest
 from conftest import run_strata
 from strata.store import Store, check_store
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_hetsbm")
+
 CLASSES = 6
 SIZES = ["--papers", 3000, "--authors", 4000, "--institutions", 120, "--fields", 600, "--classes", CLASSES]
 ARGS = [*SIZES, "--feature-dim", 16, "--time-steps", 20, "-q"]

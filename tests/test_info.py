@@ -10,6 +10,10 @@ import pytest
 
 from conftest import run_strata, symmetric_sbm_store
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_info")
+
 
 @pytest.fixture(scope="module")
 def sbm(tmp_path_factory) -> Path:

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from cli_in_process import strata_in_process
 from conftest import run_strata
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_input_edges")
 
 
 def refused(*args, needles: list[str], code: int = 2) -> str:
@@ -96,7 +101,7 @@ def store(tmp_path_factory) -> Path:
     return d / "kg.strata"
 
 
-def test_outputs_under_a_regular_file_get_a_true_message(store, tmp_path):
+def test_outputs_under_a_regular_file_get_a_true_message(store, tmp_path, capsys):
     blocker = tmp_path / "afile"
     blocker.write_text("not a directory")
     under = blocker / "sub"
@@ -112,15 +117,18 @@ def test_outputs_under_a_regular_file_get_a_true_message(store, tmp_path):
         ("plot", run, "--out", under / "plots"),
         ("bench-disk", "--dir", under),
     ]
-    for args in cases:
-        proc = run_strata(*args, "-q", check=False) if args[0] != "plot" else run_strata(*args, check=False)
+    # The first case in a child process (its exit status and stderr), the rest in this one.
+    cli = strata_in_process(capsys)
+    for i, args in enumerate(cases):
+        runner = run_strata if i == 0 else cli
+        proc = runner(*args, "-q", check=False) if args[0] != "plot" else runner(*args, check=False)
         if args[0] == "plot" and "matplotlib" in proc.stderr:
             continue
         assert proc.returncode == 2, (args, proc.stderr)
         assert "is a file, not a directory" in proc.stderr and str(blocker) in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
     assert blocker.read_text() == "not a directory"
-    proc = run_strata("bench-disk", "--dir", tmp_path / "missing" / "sub", "-q", check=False)
+    proc = cli("bench-disk", "--dir", tmp_path / "missing" / "sub", "-q", check=False)
     assert proc.returncode == 2 and "no such directory" in proc.stderr, proc.stderr
 
 

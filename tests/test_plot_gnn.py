@@ -15,9 +15,14 @@ from conftest import needs
 needs("torch")
 needs("matplotlib")
 
+from cli_in_process import strata_in_process  # noqa: E402
 from conftest import run_strata  # noqa: E402
 from strata.errors import RunError  # noqa: E402
 from strata.plot import plot_run  # noqa: E402
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_plot_gnn")
 
 PNG = b"\x89PNG\r\n\x1a\n"
 CHARTS = ["accuracy.png", "loader.png", "loss.png", "tiers.png"]
@@ -42,13 +47,14 @@ def _check_pngs(paths, names=CHARTS) -> None:
         assert data[:8] == PNG and len(data) > 5000, p
 
 
-def test_cli_plots_a_gnn_run(store, tmp_path):
+def test_cli_plots_a_gnn_run(store, tmp_path, capsys):
     run = store / "runs" / "gnn-sage"
     out = run_strata("plot", run, "--out", tmp_path / "charts").stdout.split()
     _check_pngs(out)
     assert all(Path(p).parent == tmp_path / "charts" for p in out)
-    # A store without an embedding run means its only GNN run; charts land in RUN/plots.
-    _check_pngs(run_strata("plot", store).stdout.split())
+    # A store without an embedding run means its only GNN run; charts land in RUN/plots. In this
+    # process (tests/cli_in_process.py): matplotlib's import costs a child ~1 CPU s.
+    _check_pngs(strata_in_process(capsys)("plot", store).stdout.split())
     assert sorted(p.name for p in (run / "plots").iterdir()) == CHARTS
 
 

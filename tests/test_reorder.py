@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_in_process import strata_in_process
 from conftest import run_strata
 
 ORDERS = ("degree", "bfs", "rcm", "glist", "community")
@@ -174,20 +175,22 @@ def test_cli_refuses_a_bad_order_naming_the_option(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_cli_refuses_named_and_reordered_stores(tmp_path):
+def test_cli_refuses_named_and_reordered_stores(tmp_path, capsys):
+    # The first refusal in a child process, the other commands in this one (tests/cli_in_process.py).
+    cli = strata_in_process(capsys)
     text = tmp_path / "named.tsv"
     text.write_text("a\tb\nb\tc\n")
-    run_strata("convert", text, "--out", tmp_path / "named.strata", "-q")
+    cli("convert", text, "--out", tmp_path / "named.strata", "-q")
     proc = run_strata(
         "reorder", tmp_path / "named.strata", "--out", tmp_path / "o.strata", "--order", "bfs", check=False
     )
     assert proc.returncode == 2, proc.stderr
     assert "node name table" in proc.stderr and "Traceback" not in proc.stderr
     src = build_store(tmp_path, 0, 60, True)
-    run_strata("reorder", src, "--out", tmp_path / "r.strata", "--order", "rcm", "-q")
-    again = run_strata("reorder", tmp_path / "r.strata", "--out", tmp_path / "rr.strata", "--order", "bfs", check=False)
+    cli("reorder", src, "--out", tmp_path / "r.strata", "--order", "rcm", "-q")
+    again = cli("reorder", tmp_path / "r.strata", "--out", tmp_path / "rr.strata", "--order", "bfs", check=False)
     assert again.returncode == 2 and "already reordered" in again.stderr
-    exists = run_strata("reorder", src, "--out", tmp_path / "r.strata", "--order", "bfs", check=False)
+    exists = cli("reorder", src, "--out", tmp_path / "r.strata", "--order", "bfs", check=False)
     assert exists.returncode == 2 and "--overwrite" in exists.stderr
-    run_strata("reorder", src, "--out", tmp_path / "r.strata", "--order", "bfs", "--overwrite", "-q")
+    cli("reorder", src, "--out", tmp_path / "r.strata", "--order", "bfs", "--overwrite", "-q")
     assert [p.name for p in tmp_path.iterdir() if ".partial-" in p.name] == []

@@ -24,6 +24,10 @@ from serve_process import Server, server_env, serving
 from strata.serve import Client, _proto
 from strata.serve.client import TOKEN_ENV, ServiceError
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_serve")
+
 NODES, DIM, CLASSES = 1500, 16, 4
 HIDDEN = 12
 FANOUTS = [5, 3]

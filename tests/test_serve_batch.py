@@ -13,6 +13,10 @@ from serve_process import serving
 from strata.serve import Client, Mutations, _proto
 from strata.serve.client import ServiceError
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_serve_batch")
+
 NODES, DIM = 400, 8
 
 

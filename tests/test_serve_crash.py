@@ -16,13 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_strata, symmetric_sbm_store
+from conftest import symmetric_sbm_store
 from serve_process import Server
+from strata import Store
 from strata.serve import Client, Mutations
 from strata.serve.client import ServiceError
 
 NODES, DIM = 800, 8
-ROUNDS = 8
+ROUNDS = 6
 GRAPH = "g"
 
 
@@ -239,12 +240,11 @@ def verify(c: Client, truth: Truth, base_features: np.ndarray) -> dict:
 
 
 def check_version_on_disk(state: Path) -> None:
-    """The store version CURRENT names is complete: ``strata info`` opens it."""
+    """The store version CURRENT names is complete: it opens, every array's dtype, shape and size
+    checked (in this process: `strata info` opens it the same way, after a start-up of its own)."""
     graph_dir = state / "graphs" / GRAPH
     current = json.loads((graph_dir / "CURRENT").read_text())
-    version = graph_dir / f"v{current['version']:08d}"
-    shown = run_strata("info", version, check=False)
-    assert shown.returncode == 0, f"{version} is not a valid store:\n{shown.stderr}"
+    assert Store(graph_dir / f"v{current['version']:08d}").num_nodes >= NODES
 
 
 def test_acknowledged_mutations_survive_kill_9(tmp_path, sbm):

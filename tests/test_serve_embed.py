@@ -10,10 +10,15 @@ import json
 import numpy as np
 import pytest
 
+from cli_in_process import strata_in_process
 from conftest import run_strata
 from serve_process import Server
 from strata.embed import Run
 from strata.serve import ServiceError
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_serve_embed")
 
 TOKEN = "embserve-secret"
 TRAIN = ["--epochs", "1", "--dim", "16", "--chunk-size", "200", "--negatives", "64", "-q"]
@@ -43,11 +48,13 @@ def server(trained, tmp_path_factory):
     s.stop()
 
 
-def cli_json(*args) -> dict:
-    return json.loads(run_strata(*args, "--json", "-q").stdout)
+def cli_json(capsys, *args) -> dict:
+    """``strata ARGS --json``'s answer, the command run in this process (tests/cli_in_process.py):
+    the same command line as a child's, without the start-up of one for each query."""
+    return json.loads(strata_in_process(capsys)(*args, "--json", "-q").stdout)
 
 
-def test_top_k_equals_embed_predict(trained, server):
+def test_top_k_equals_embed_predict(trained, server, capsys):
     run, names, rel_names = trained
     with server.client(token=TOKEN) as c:
         info = c.status()["embeddings"][0]
@@ -59,7 +66,7 @@ def test_top_k_equals_embed_predict(trained, server):
             assert [q["name"] for q in got] == heads
             for q in got:
                 extra = ["--exclude-known"] if filtered else []
-                want = cli_json("embed", "predict", run, "--head", q["name"], "--relation", rel_names[2],
+                want = cli_json(capsys, "embed", "predict", run, "--head", q["name"], "--relation", rel_names[2],
                                 "--top", "7", *extra)["predictions"]  # fmt: skip
                 assert [a["node"] for a in q["predictions"]] == [a["node"] for a in want]
                 assert [a["known"] for a in q["predictions"]] == [a["known"] for a in want]
@@ -67,12 +74,12 @@ def test_top_k_equals_embed_predict(trained, server):
         # Heads of (?, relation, tail), by id, one relation per query.
         got = c.top_k("kg", [5, 6], [1, 4], k=4, heads=True)
         for q, rel in zip(got, [1, 4], strict=True):
-            want = cli_json("embed", "predict", run, "--tail", names[q["node"]], "--relation", rel_names[rel],
+            want = cli_json(capsys, "embed", "predict", run, "--tail", names[q["node"]], "--relation", rel_names[rel],
                             "--top", "4")["predictions"]  # fmt: skip
             assert [a["name"] for a in q["predictions"]] == [a["name"] for a in want]
 
 
-def test_score_and_neighbors_equal_the_cli(trained, server):
+def test_score_and_neighbors_equal_the_cli(trained, server, capsys):
     run, names, rel_names = trained
     triples = [(names[7], rel_names[2], names[9]), (names[0], rel_names[5], names[399])]
     with server.client(token=TOKEN) as c:
@@ -83,7 +90,7 @@ def test_score_and_neighbors_equal_the_cli(trained, server):
         assert by_id[0] == scores[0]
         for metric in ("model", "l2"):
             got = c.neighbors("kg", [names[3], names[200]], k=6, metric=metric)
-            want = cli_json("embed", "neighbors", run, "--node", names[3], "--node", names[200], "--top", "6",
+            want = cli_json(capsys, "embed", "neighbors", run, "--node", names[3], "--node", names[200], "--top", "6",
                             "--metric", metric)  # fmt: skip
             assert got["metric"] == want["metric"]
             for g, w in zip(got["results"], want["results"], strict=True):

@@ -14,10 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_in_process import in_process
 from conftest import run_strata
-from strata.cli.main import main
 from strata.errors import StoreFormatError
 from strata.store import Store, check_store
+
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_store_check")
 
 SBM_NODES = 400
 GRID = "p2"
@@ -149,20 +153,6 @@ def commands(kind: str, store: Path, scratch: Path) -> dict[str, list]:
 def strata(*args, timeout: float = 120) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "strata", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-
-
-def in_process(args, capsys) -> tuple[int, str]:
-    """Runs ``strata ARGS`` in this process (the interpreter, the extension and torch load once
-    for the whole matrix): the exit code and the output. A panic (PanicException) or any other
-    exception the command line would print as a traceback fails the test."""
-    try:
-        code = main([str(a) for a in args])
-    except SystemExit as e:
-        code = e.code
-    except BaseException as e:  # a Rust panic arrives as PanicException, a BaseException
-        pytest.fail(f"strata {' '.join(map(str, args))}: {type(e).__name__}: {e}")
-    out = capsys.readouterr()
-    return code, out.out + out.err
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -15,6 +15,10 @@ from conftest import run_strata, typed_text_inputs
 from strata.errors import StoreFormatError
 from strata.store import Store, check_store
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_store_v2")
+
 NODE_TYPES = "paper\t4\nauthor\t2\n"
 EDGE_TYPES = "paper\tcites\tpaper\nauthor\twrites\tpaper\n"
 EDGES = "0,cites,1,0.5,100\n4,writes,1,2.0,10\n2,cites,1,1.5,50\n5,writes,0,1.0,20\n3,cites,0,0.25,-5\n"

@@ -13,6 +13,10 @@ import pytest
 from conftest import run_strata, typed_text_inputs
 from strata.store import Store, check_store
 
+# The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
+# builds them once (tests/conftest.py).
+pytestmark = pytest.mark.xdist_group("test_typed_names")
+
 NODE_TYPES = "paper\nauthor\n"
 EDGE_TYPES = "paper\tcites\tpaper\nauthor\twrites\tpaper\n"
 # "ann" is an author; "p2" is a paper and also an author's name.

@@ -57,8 +57,9 @@ class DemoSize:
 
 #: What ``make demo`` runs (about a minute on two cores).
 FULL = DemoSize(100_000, 2_000_000, 128, 600_000, 64, 18, 24, 16)
-#: ``strata demo --small``: every step at about a quarter of the work (the test suite's run).
-SMALL = DemoSize(25_000, 500_000, 104, 150_000, 16, 16, 16, 14)
+#: ``strata demo --small``: every step on graphs an eighth to a quarter the size, each budget still
+#: below its data (the test suite's run).
+SMALL = DemoSize(25_000, 250_000, 104, 100_000, 16, 16, 16, 14)
 
 
 def _step(n: int, title: str, command: str) -> None:

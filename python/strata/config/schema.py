@@ -498,6 +498,13 @@ def engine_options(cfg) -> dict[str, Any]:
     return {k: v for k, v in as_dict(cfg).items() if k in cfg.__engine__}
 
 
+@functools.cache
+def _engine_schemas() -> dict[str, Any]:
+    """Every engine section's JSON schema by name. The extension builds all of them in each call,
+    and every command line declares 22 sections at import: one call, not 22, per process."""
+    return _native.config_schema()
+
+
 def native_section(name: str, class_name: str, front: type | None = None):
     """Declares engine section ``name`` from its Rust schema: one field per option, in the
     struct's order, with its type, default, bounds, help and command-line role; the values go
@@ -505,7 +512,7 @@ def native_section(name: str, class_name: str, front: type | None = None):
     :func:`option` fields) adds options Python handles before the engine runs (where the run
     lives, whether to resume), placed first; its ``check`` method, if any, checks them. The
     class's ``__front__`` names those, ``__engine__`` the engine's (:func:`engine_options`)."""
-    schema = _native.config_schema()[name]
+    schema = _engine_schemas()[name]
     annotations: dict[str, Any] = typing.get_type_hints(front) if front else {}
     namespace: dict[str, Any] = {"__annotations__": annotations, "__doc__": schema.get("description")}
     namespace.update({k: vars(front)[k] for k in annotations if k in vars(front)})
