@@ -3,7 +3,7 @@ published figures, at what validation curve, and in how many training seconds on
 
     python benches/bench_recipes.py [--out DIR] [--datasets DIR] [--only NAME,...]
         [--max-epochs N] [--max-seconds S] [--threads N] [--eval-every K] [--memory SIZE]
-        [--recipes DIR] [--doc FILE | --no-doc]
+        [--device DEV] [--recipes DIR] [--doc FILE | --no-doc]
 
 One resumable command to run the recipe table to its goals, meant to be left running
 unattended (and started again after any stop): for each recipe (``--only`` picks some by file
@@ -131,7 +131,13 @@ def train(args, store: Path, recipe_file: Path, recipe: dict, run: Path) -> tupl
     cmd = strata("embed", "train", store, "--config", recipe_file, "--run-dir", run, "-q", "--json-summary")
     if args.max_epochs:
         cmd += ["--epochs", str(min(recipe.get("epochs", 10), args.max_epochs))]
-    for flag, value in (("--threads", args.threads), ("--eval-every", args.eval_every), ("--memory", args.memory)):
+    overrides = (
+        ("--threads", args.threads),
+        ("--eval-every", args.eval_every),
+        ("--memory", args.memory),
+        ("--device", args.device),
+    )
+    for flag, value in overrides:
         if value is not None:
             cmd += [flag, str(value)]
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -265,6 +271,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="override the recipes' threads (0: every core)")
     parser.add_argument("--eval-every", type=int, default=None, help="override the recipes' validation interval")
     parser.add_argument("--memory", default=None, help="override the recipes' memory budget")
+    parser.add_argument("--device", default=None, help="train on this device (cuda, cuda:N, torch-cpu; default cpu)")
     parser.add_argument("--doc", type=Path, default=None, help="markdown file to update (default docs/benchmarks.md)")
     parser.add_argument("--no-doc", action="store_true", help="write no markdown")
     args = parser.parse_args()
