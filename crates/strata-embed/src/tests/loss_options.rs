@@ -371,10 +371,13 @@ fn uniform_init_starts_relation_rows_between_its_bounds_and_bad_bounds_are_refus
         init_high: Some(-1.0),
         ..cfg.clone()
     };
-    assert_eq!(key(swapped).as_deref(), Some("init_low"));
+    assert_eq!(key(swapped).as_deref(), Some("embed.train.init_low"));
     let bounds_without_uniform = TrainConfig {
         init_high: Some(0.5),
         ..TrainConfig::default()
     };
-    assert_eq!(key(bounds_without_uniform).as_deref(), Some("init_high"));
+    assert_eq!(
+        key(bounds_without_uniform).as_deref(),
+        Some("embed.train.init_high")
+    );
 }
