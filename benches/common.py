@@ -79,16 +79,18 @@ def save(name: str, result: dict) -> Path:
     return path
 
 
-def update_doc(section: str, markdown: str) -> None:
-    """Replaces the text between ``<!-- section:begin -->`` and ``<!-- section:end -->``."""
+def update_doc(section: str, markdown: str, doc: Path | None = None) -> None:
+    """Replaces the text between ``<!-- section:begin -->`` and ``<!-- section:end -->`` in
+    ``doc`` (docs/benchmarks.md unless given), appending the section when it has none."""
+    doc = doc or DOC
     begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
     block = f"{begin}\n{markdown.rstrip()}\n{end}"
     if begin in text:
         text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
-    DOC.write_text(text)
+    doc.write_text(text)
 
 
 def disk_free(path: Path) -> int:

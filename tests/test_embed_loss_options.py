@@ -97,3 +97,31 @@ def test_bernoulli_corruption_trains_and_says_its_probabilities(kg, tmp_path, st
     # Evaluated in both directions, as training trained both.
     assert meta["test"]["head_mrr"] > 0.1 and meta["test"]["tail_mrr"] > 0.1, meta["test"]
     assert meta["test"]["mrr"] > 0.2, meta["test"]
+
+
+def test_uniform_init_draws_node_and_relation_rows_between_its_bounds(kg, tmp_path, strata_cli):
+    # LibKGE's uniform_ with only a lower bound keeps torch's upper bound 1.0: asymmetric.
+    import numpy as np
+
+    run = tmp_path / "u"
+    strata_cli("embed", "train", kg, "--run-dir", run, "--dim", "16", "--epochs", "1", "--lr", "1e-7",
+               "--init", "uniform", "--init-low", "-0.5", "--init-high", "0.25", "--eval-every", "0", "-q")  # fmt: skip
+    strata_cli("embed", "export", run, "--out", tmp_path / "x", "--format", "npy", "-q")
+    nodes = np.load(tmp_path / "x" / "embeddings.npy")
+    relations = np.load(run / "relations-e1.npy")
+    for rows in (nodes, relations):
+        # An epoch at lr 1e-7 moves no real by more than a few 1e-7.
+        assert rows.min() >= -0.5 - 1e-5 and rows.max() <= 0.25 + 1e-5, (rows.min(), rows.max())
+        assert abs(rows.mean() + 0.125) < 0.02, rows.mean()
+    # Not ComplEx's default unit relation rows.
+    assert np.abs(relations).max() < 0.51
+
+    def refused(*args: str) -> str:
+        proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", *SMALL, *args, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert not (tmp_path / "r").exists()
+        return proc.stderr
+
+    assert "embed.train.init_high" in refused("--init-high", "0.5")
+    swapped = refused("--init", "uniform", "--init-low", "1", "--init-high", "-1")
+    assert "embed.train.init_low" in swapped and "init_low < init_high" in swapped, swapped

@@ -74,6 +74,26 @@ pub enum OptimizerKind {
     AdagradRow,
 }
 
+/// How rows start (config `init`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InitKind {
+    /// Node rows `N(0, init_scale)`, relation rows as the model starts them.
+    #[default]
+    Normal,
+    /// Every real of node and relation rows `U(init_low, init_high)`.
+    Uniform,
+}
+
+/// The distribution initial rows are drawn from (see [`TrainConfig::row_init`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RowInit {
+    /// Node reals `N(0, scale)`; relation rows by the model's own start at this scale.
+    Normal(f32),
+    /// Every real of node and relation rows uniform in `[low, high)`.
+    Uniform { low: f32, high: f32 },
+}
+
 /// How the node table stores its values (embeddings and Adagrad state).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -277,8 +297,17 @@ pub struct TrainConfig {
     /// are widened to f32 for every computation and rounded stochastically when an update
     /// stores them; readable on any CPU)
     pub table_dtype: TableDtype,
-    /// standard deviation of the initial node embeddings
+    /// standard deviation of the initial node embeddings (init = "normal")
     pub init_scale: f32,
+    /// how rows start: normal (node rows N(0, init_scale), relation rows as the model starts
+    /// them: unit complex numbers, random signs) or uniform (every real of the node and
+    /// relation rows drawn from U(init_low, init_high), LibKGE's uniform_ initializer)
+    pub init: InitKind,
+    /// lower bound of init = "uniform" (LibKGE's initialize_args.uniform_.a); default -1
+    pub init_low: Option<f32>,
+    /// upper bound of init = "uniform" (LibKGE's uniform_.b: torch's default 1.0 when a
+    /// configuration gives only a); default 1
+    pub init_high: Option<f32>,
     /// epochs to train (a resumed run trains up to this many in total)
     #[schemars(range(min = 1))]
     pub epochs: usize,
@@ -455,6 +484,9 @@ impl Default for TrainConfig {
             optimizer: OptimizerKind::Adagrad,
             table_dtype: TableDtype::F32,
             init_scale: 1e-3,
+            init: InitKind::Normal,
+            init_low: None,
+            init_high: None,
             epochs: 10,
             chunk_size: 1000,
             negatives: 1000,
@@ -533,6 +565,7 @@ impl Section for TrainConfig {
         self.check_pbg().or_else(|(key, msg)| bad(key, msg))?;
         self.check_recipe_options()
             .or_else(|(key, msg)| bad(key, msg))?;
+        self.check_init().or_else(|(key, msg)| bad(key, msg))?;
         check_device(&self.device).or_else(|msg| bad("device", msg))?;
         if self.device != "cpu" {
             // The device step is the negative-sampling step as the CPU worker had it; the options
@@ -621,6 +654,41 @@ impl TrainConfig {
             weight: self.reg_weight,
             rel_weight: self.relation_reg_weight,
             weighted: self.reg_weighted,
+        }
+    }
+
+    /// The distribution of the initial rows (`init`, `init_scale`, `init_low`, `init_high`).
+    pub fn row_init(&self) -> RowInit {
+        match self.init {
+            InitKind::Normal => RowInit::Normal(self.init_scale),
+            InitKind::Uniform => RowInit::Uniform {
+                low: self.init_low.unwrap_or(-1.0),
+                high: self.init_high.unwrap_or(1.0),
+            },
+        }
+    }
+
+    /// The key and message of an initialization the rows cannot start from: bounds given
+    /// without `init = "uniform"`, or not finite with `low < high`.
+    fn check_init(&self) -> Result<(), (&'static str, String)> {
+        let bounds = [("init_low", self.init_low), ("init_high", self.init_high)];
+        match self.row_init() {
+            RowInit::Normal(_) => match bounds.iter().find(|(_, v)| v.is_some()) {
+                Some((key, _)) => Err((*key, "applies to init = \"uniform\" only".into())),
+                None => Ok(()),
+            },
+            RowInit::Uniform { low, high } => {
+                if !(low.is_finite() && high.is_finite() && low < high) {
+                    return Err((
+                        "init_low",
+                        format!(
+                            "init = \"uniform\" needs finite bounds with init_low < init_high, \
+                             got [{low}, {high})"
+                        ),
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 

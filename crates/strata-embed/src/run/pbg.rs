@@ -901,7 +901,7 @@ pub fn import(
         cfg.reciprocal,
         false,
         cfg.seed,
-        cfg.init_scale,
+        cfg.row_init(),
     );
     relations.params.copy_from_slice(&params);
     relations.state.fill(0.0);

@@ -176,7 +176,7 @@ impl RunMeta {
             self.config.reciprocal,
             self.config.optimizer == crate::config::OptimizerKind::AdagradRow,
             self.config.seed,
-            self.config.init_scale,
+            self.config.row_init(),
         )
     }
 }

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use strata_io::{AlignedBuf, Engine};
 
+use crate::config::RowInit;
 use crate::error::Result;
 use crate::storage::entity_types::FeatureBags;
 use crate::storage::layout::TableLayout;
@@ -294,13 +295,13 @@ impl PartitionBuffer {
         to: &TableFile,
         p: u32,
         used_rows: u64,
-        init_scale: f32,
+        init: RowInit,
         seed: u64,
     ) -> Result<()> {
         let slot = self.slot_for(0, p);
         self.resident[slot] = None;
         let buf = self.slots[slot].as_mut().expect("slot present");
-        crate::storage::table::init_partition(&self.layout, p, used_rows, init_scale, seed, buf);
+        crate::storage::table::init_partition(&self.layout, p, used_rows, init, seed, buf);
         to.write_partition(&self.engine, &self.layout, p, buf)?;
         self.resident[slot] = Some(p);
         if self.layout.is_pinned(p) {

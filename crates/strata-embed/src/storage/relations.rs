@@ -7,9 +7,11 @@ use strata_store::array::{read_all_bytes, NpyWriter, IO_CHUNK};
 use strata_store::rng::{derive, Rng};
 use strata_store::DType;
 
+use crate::config::RowInit;
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
 use crate::storage::shared::SharedRows;
+use crate::storage::table::uniform;
 
 /// Relation rows and their Adagrad state.
 pub struct Relations {
@@ -26,14 +28,15 @@ pub struct Relations {
 impl Relations {
     /// Initial rows for `num_relations` relations (at least one: graphs without relation
     /// types use relation 0 everywhere), doubled when `reciprocal`; random rows are a pure
-    /// function of `seed` (see [`ScoreModel::init_relation`]).
+    /// function of `seed`: by the model's own start (see [`ScoreModel::init_relation`]) or
+    /// uniform reals (`RowInit::Uniform`).
     pub fn new(
         model: &ScoreModel,
         num_relations: u64,
         reciprocal: bool,
         row_wise_state: bool,
         seed: u64,
-        init_scale: f32,
+        init: RowInit,
     ) -> Relations {
         let base = num_relations.max(1) as usize;
         let rows = if reciprocal { 2 * base } else { base };
@@ -42,7 +45,12 @@ impl Relations {
         if dim > 0 {
             let mut rng = Rng::new(derive(seed, 0x7e1a));
             for row in params.chunks_mut(dim) {
-                model.init_relation(row, &mut rng, init_scale);
+                match init {
+                    RowInit::Normal(scale) => model.init_relation(row, &mut rng, scale),
+                    RowInit::Uniform { low, high } => row
+                        .iter_mut()
+                        .for_each(|v| *v = uniform(&mut rng, low, high)),
+                }
             }
         }
         let state_per_row = if row_wise_state { 1 } else { dim };

@@ -15,7 +15,7 @@ use strata_io::{AlignedBuf, Engine, IoBuf, IoFile, OpenMode, Request};
 use strata_store::rng::{derive, Rng};
 
 use crate::compute::bf16;
-use crate::config::TableDtype;
+use crate::config::{RowInit, TableDtype};
 use crate::error::Result;
 use crate::storage::layout::TableLayout;
 use crate::storage::shared::SharedRows;
@@ -203,13 +203,14 @@ impl TableFile {
     }
 }
 
-/// Fills partition `p`'s embeddings with `N(0, init_scale)` values (a pure function of the
-/// seed and `p`; rounded to the nearest bf16 in a bf16 table) and its Adagrad state with zeros.
+/// Fills partition `p`'s embeddings with values drawn from `init` (`N(0, scale)`, or
+/// `U(low, high)`; a pure function of the seed and `p`; rounded to the nearest bf16 in a bf16
+/// table) and its Adagrad state with zeros.
 pub fn init_partition(
     layout: &TableLayout,
     p: u32,
     used_rows: u64,
-    init_scale: f32,
+    init: RowInit,
     seed: u64,
     buf: &mut AlignedBuf,
 ) {
@@ -223,15 +224,25 @@ pub fn init_partition(
     let rows = SharedRows::region(region, &region_layout);
     for r in 0..used_rows as usize {
         for v in row.iter_mut() {
-            let x = spare.take().unwrap_or_else(|| {
-                let (a, b) = rng.normal_pair();
-                spare = Some(b);
-                a
-            });
-            *v = x as f32 * init_scale;
+            *v = match init {
+                RowInit::Normal(scale) => {
+                    let x = spare.take().unwrap_or_else(|| {
+                        let (a, b) = rng.normal_pair();
+                        spare = Some(b);
+                        a
+                    });
+                    x as f32 * scale
+                }
+                RowInit::Uniform { low, high } => uniform(&mut rng, low, high),
+            };
         }
         rows.store(r, &row);
     }
+}
+
+/// One real uniform in `[low, high]` (`high` itself only by rounding to f32).
+pub fn uniform(rng: &mut Rng, low: f32, high: f32) -> f32 {
+    (low as f64 + (high as f64 - low as f64) * rng.next_f64()) as f32
 }
 
 #[cfg(test)]
@@ -254,8 +265,8 @@ mod tests {
         assert_eq!(bf16_layout.part_bytes(), align_up(500 * 20 * 2));
         let mut a = AlignedBuf::new(f32_layout.part_bytes() as usize);
         let mut b = AlignedBuf::new(bf16_layout.part_bytes() as usize);
-        init_partition(&f32_layout, 1, 499, 0.1, 7, &mut a);
-        init_partition(&bf16_layout, 1, 499, 0.1, 7, &mut b);
+        init_partition(&f32_layout, 1, 499, RowInit::Normal(0.1), 7, &mut a);
+        init_partition(&bf16_layout, 1, 499, RowInit::Normal(0.1), 7, &mut b);
         let wide = Rows::of(
             a.prefix(a.capacity()),
             TableDtype::F32,
@@ -278,5 +289,35 @@ mod tests {
         assert_eq!(wide.span(10, 20, &mut scratch), &x[10..30]);
         assert!(scratch.is_empty());
         assert_eq!(half.span(10, 20, &mut scratch), &y[10..30]);
+    }
+
+    #[test]
+    fn uniform_init_draws_every_real_between_its_bounds() {
+        // LibKGE's uniform_ with a = -0.8328 and torch's default b = 1.0: not symmetric, so
+        // the mean of the drawn reals is (a + b) / 2 = 0.0836, not 0.
+        let p = Partitioning::new(2000, 1, 3).unwrap();
+        let layout = TableLayout::new(&p, 16, OptimizerKind::Adagrad, TableDtype::F32);
+        let mut a = AlignedBuf::new(layout.part_bytes() as usize);
+        let init = RowInit::Uniform {
+            low: -0.8328,
+            high: 1.0,
+        };
+        init_partition(&layout, 0, 2000, init, 7, &mut a);
+        let rows = Rows::of(a.prefix(a.capacity()), TableDtype::F32, layout.emb_floats());
+        let mut x = vec![0.0f32; 2000 * 16];
+        rows.copy(0, &mut x);
+        assert!(x.iter().all(|&v| (-0.8328..=1.0).contains(&v)));
+        let mean = x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64;
+        // 32,000 reals of standard deviation 0.53: 4 standard errors are 0.012.
+        assert!((mean - 0.0836).abs() < 0.012, "{mean}");
+        let below = x.iter().filter(|&&v| v < 0.0).count() as f64 / x.len() as f64;
+        assert!((below - 0.8328 / 1.8328).abs() < 0.012, "{below}");
+        // A pure function of the seed and partition, and the Adagrad state starts at 0.
+        let mut b = AlignedBuf::new(layout.part_bytes() as usize);
+        init_partition(&layout, 0, 2000, init, 7, &mut b);
+        assert_eq!(a.prefix(a.capacity()), b.prefix(b.capacity()));
+        let emb = layout.emb_bytes();
+        let state = &a.prefix(a.capacity())[emb..2 * emb];
+        assert!(state.iter().all(|&byte| byte == 0));
     }
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::compute::bf16;
-use crate::config::{OptimizerKind, TableDtype, TrainConfig};
+use crate::config::{OptimizerKind, RowInit, TableDtype, TrainConfig};
 use crate::model::ScoreModel;
 use crate::run::incremental::{node_map, relation_map, remap_relations, remap_table, TableSide};
 use crate::run::run_dir::Run;
@@ -199,12 +199,12 @@ fn relations_and_their_inverses_carry_by_name() {
         transe_norm: 2,
         pbg: Default::default(),
     };
-    let mut old = Relations::new(&model, 4, true, false, 1, 0.1);
+    let mut old = Relations::new(&model, 4, true, false, 1, RowInit::Normal(0.1));
     old.state
         .iter_mut()
         .enumerate()
         .for_each(|(i, s)| *s = i as f32);
-    let mut new = Relations::new(&model, 5, true, false, 2, 0.1);
+    let mut new = Relations::new(&model, 5, true, false, 2, RowInit::Normal(0.1));
     let before = new.params.clone();
     remap_relations(&old, &mut new, &map);
     let d = new.dim;

@@ -322,3 +322,62 @@ fn negative_or_nan_weights_are_refused_unless_ignored() {
     )
     .unwrap();
 }
+
+#[test]
+fn uniform_init_starts_relation_rows_between_its_bounds_and_bad_bounds_are_refused() {
+    use crate::config::{InitKind, RowInit};
+    use crate::model::ScoreKind;
+    use crate::model::ScoreModel;
+    use crate::storage::relations::Relations;
+    use strata_store::config::Section;
+
+    let cfg = TrainConfig {
+        model: ScoreKind::ComplEx,
+        dim: 8,
+        init: InitKind::Uniform,
+        init_low: Some(-0.8328),
+        ..TrainConfig::default()
+    };
+    let init = cfg.row_init();
+    assert_eq!(
+        init,
+        RowInit::Uniform {
+            low: -0.8328,
+            high: 1.0
+        }
+    );
+    let model = ScoreModel {
+        kind: ScoreKind::ComplEx,
+        dim: 8,
+        transe_norm: 2,
+        pbg: Default::default(),
+    };
+    let rel = Relations::new(&model, 50, true, false, 3, init);
+    // Every real of every row (the inverse rows too), not unit complex numbers.
+    assert_eq!(rel.params.len(), 100 * 8);
+    assert!(rel.params.iter().all(|&v| (-0.8328..=1.0).contains(&v)));
+    assert!(rel.params.iter().any(|&v| v < -0.5) && rel.params.iter().any(|&v| v > 0.8));
+    // The default start is unchanged: unit complex numbers.
+    let normal = Relations::new(&model, 50, true, false, 3, RowInit::Normal(1e-3));
+    for c in normal.params.chunks(8) {
+        for k in 0..4 {
+            assert!(((c[k] * c[k] + c[k + 4] * c[k + 4]) - 1.0).abs() < 1e-5);
+        }
+    }
+    let key = |cfg: TrainConfig| cfg.validate().err().map(|e| e.key);
+    assert_eq!(key(cfg.clone()), None);
+    let swapped = TrainConfig {
+        init_low: Some(1.0),
+        init_high: Some(-1.0),
+        ..cfg.clone()
+    };
+    assert_eq!(key(swapped).as_deref(), Some("embed.train.init_low"));
+    let bounds_without_uniform = TrainConfig {
+        init_high: Some(0.5),
+        ..TrainConfig::default()
+    };
+    assert_eq!(
+        key(bounds_without_uniform).as_deref(),
+        Some("embed.train.init_high")
+    );
+}

@@ -347,7 +347,7 @@ pub fn create(
         cfg.reciprocal,
         cfg.optimizer == OptimizerKind::AdagradRow,
         cfg.seed,
-        cfg.init_scale,
+        cfg.row_init(),
     );
     let (rp, sp) = run.relation_paths(0);
     relations.save(&rp, &sp)?;
@@ -393,7 +393,7 @@ fn init_table(
             continue;
         }
         let rows = p.stored_rows(part);
-        buffer.init(&first, part, rows, new.cfg.init_scale, new.cfg.seed)?;
+        buffer.init(&first, part, rows, new.cfg.row_init(), new.cfg.seed)?;
         meter.add(1, new.layout.region_bytes(part))?;
     }
     first.sync()?;

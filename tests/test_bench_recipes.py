@@ -1,0 +1,73 @@
+"""benches/bench_recipes.py on a tiny generated graph with two tiny recipes: the cheaper
+(negative sampling) runs first, each recipe records its curve, times, load and test metrics
+beside the published figure, the table lands in the markdown section; a run the bench left
+unrecorded (as a killed bench leaves it) is resumed by the next call, not started over, and a
+finished recipe is skipped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import run_strata
+
+BENCH = Path(__file__).resolve().parents[1] / "benches" / "bench_recipes.py"
+
+RECIPE = """[embed.train]
+model = "{model}"
+dim = 16
+chunk_size = 200
+negatives = 32
+lr = 0.2
+epochs = 3
+eval_every = 1
+threads = 1
+memory = "256M"
+{extra}
+"""
+
+
+def bench(tmp_path: Path, *args: str) -> str:
+    cmd = [sys.executable, BENCH, "--out", tmp_path / "out", "--datasets", tmp_path / "data"]
+    cmd += ["--recipes", tmp_path / "recipes", "--doc", tmp_path / "bench.md", *args]
+    proc = subprocess.run([*map(str, cmd)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_the_recipe_table_runs_cheapest_first_resumes_and_skips_what_finished(tmp_path):
+    (tmp_path / "data").mkdir()
+    run_strata("generate", "kg", "--out", tmp_path / "data" / "tiny", "--entities", "120", "--relations", "3",
+               "--triples", "2400", "-q")  # fmt: skip
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "complex-tiny.toml").write_text(RECIPE.format(model="complex", extra=""))
+    (recipes / "distmult-tiny.toml").write_text(RECIPE.format(model="distmult", extra='training = "1vsAll"'))
+    bench(tmp_path, "--max-epochs", "1")
+    out = tmp_path / "out"
+    result = json.loads((out / "recipes.json").read_text())
+    # 1vsAll scores all 120 entities per query, negative sampling 32 shared negatives.
+    assert result["order"] == ["complex-tiny", "distmult-tiny"]
+    for name in result["order"]:
+        r = result["recipes"][name]
+        assert r["status"] == "epoch cap" and r["epochs"] == 1 and len(r["curve"]) == 1
+        assert 0 < r["test"]["mrr"] <= 1 and r["train_seconds"] > 0 and len(r["load"]) == 1
+    assert result["recipes"]["distmult-tiny"]["training"] == "1vsAll"
+    doc = (tmp_path / "bench.md").read_text()
+    assert "<!-- embed-recipes:begin -->" in doc and "| complex-tiny | negative_sampling | 1 (1) | epoch cap |" in doc
+    first = json.loads((out / "runs" / "complex-tiny" / "run.json").read_text())["history"]
+
+    # A bench killed after the run committed its epoch but before it recorded the recipe.
+    (out / "recipes.json").unlink()
+    bench(tmp_path, "--only", "complex-tiny")
+    r = json.loads((out / "recipes.json").read_text())["recipes"]["complex-tiny"]
+    assert r["status"] == "finished" and r["epochs"] == 3 and [e for e, _ in r["curve"]] == [1, 2, 3]
+    history = json.loads((out / "runs" / "complex-tiny" / "run.json").read_text())["history"]
+    # Epoch 1 is the first call's, as it was (same loss and seconds): resumed, not redone.
+    assert history[0] == first[0] and len(history) == 3
+
+    stdout = bench(tmp_path, "--only", "complex-tiny")
+    assert "complex-tiny: finished after 3 epochs, skipped" in stdout
+    assert json.loads((out / "runs" / "complex-tiny" / "run.json").read_text())["history"] == history
