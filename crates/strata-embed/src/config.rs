@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use strata_store::config::{ConfigError, Section, Size};
+use strata_store::config::{AutoSize, ConfigError, Section, Size};
 
 use crate::model::{
     Comparator, Dropout, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
@@ -430,6 +430,11 @@ pub struct TrainConfig {
     /// and Marius's GPU trainers), or torch-cpu (the same torch code on the CPU, for machines
     /// without a GPU); the run format is the same for all
     pub device: String,
+    /// a torch device's budget for the partition slots, relations, staged edges and step
+    /// scratch (outside --memory): auto (80% of the free GPU memory as torch reports it; on
+    /// torch-cpu the host buffer's slots) or a size such as 8G, which sets how many partitions
+    /// the table needs on torch-cpu exactly as on cuda
+    pub device_memory: AutoSize,
 }
 
 impl Default for TrainConfig {
@@ -498,6 +503,7 @@ impl Default for TrainConfig {
             label_smoothing: 0.0,
             vsall_candidates: VsAllCandidates::All,
             device: "cpu".into(),
+            device_memory: AutoSize::Auto,
         }
     }
 }
@@ -534,6 +540,14 @@ impl Section for TrainConfig {
         self.check_recipe_options()
             .or_else(|(key, msg)| bad(key, msg))?;
         check_device(&self.device).or_else(|msg| bad("device", msg))?;
+        if self.device == "cpu" && self.device_memory != AutoSize::Auto {
+            return bad(
+                "device_memory",
+                "applies to a torch device (device = cuda, cuda:N or torch-cpu); device = \"cpu\" \
+                 trains within --memory alone"
+                    .into(),
+            );
+        }
         if self.device != "cpu" {
             // The device step is the negative-sampling step as the CPU worker had it; the options
             // added to the CPU step since are not in it yet.

@@ -53,17 +53,26 @@ class Table:
     params: torch.Tensor
     state: torch.Tensor
 
-    def adagrad(self, rows: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
-        """One Adagrad step of each row in ``rows`` (unique) with its summed gradient ``grad``."""
+    def adagrad(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, mine: torch.Tensor) -> None:
+        """One Adagrad step of each row in ``rows`` where ``mine`` (those rows unique) with its
+        summed gradient ``grad``; the other entries change nothing.
+
+        The steps are added (``index_add_``) with the others' masked to zero, rather than
+        written at the indices of this table's rows: selecting those would read their count back
+        to the host. Each row gets one non-zero addend, so the sums are exactly the Rust
+        engine's ``state + g^2`` and ``params - update``."""
         width = self.params.shape[1]
+        keep = mine[:, None].to(grad.dtype)
         if self.state.shape[1] == 1:
-            acc = self.state[rows] + (grad * grad).sum(1, keepdim=True) / width
+            sq = (grad * grad).sum(1, keepdim=True) / width
+            acc = self.state[rows] + sq
             update = lr / (acc.sqrt() + ADAGRAD_EPS) * grad
         else:
-            acc = self.state[rows] + grad * grad
+            sq = grad * grad
+            acc = self.state[rows] + sq
             update = lr * grad / (acc.sqrt() + ADAGRAD_EPS)
-        self.state[rows] = acc
-        self.params[rows] = self.params[rows] - update
+        self.state.index_add_(0, rows, sq * keep)
+        self.params.index_add_(0, rows, -update * keep)
 
 
 @dataclass
@@ -162,7 +171,7 @@ def negatives(ctx: Ctx, side: Side, k: int, key: int) -> tuple[torch.Tensor, tor
     elif ctx.pool == "resident":
         sizes = torch.tensor(ctx.sizes, dtype=torch.int64, device=device)
         ends = sizes.cumsum(0)
-        r = rng.below(u, int(ends[-1]))
+        r = rng.below(u, sum(ctx.sizes))
         p = torch.searchsorted(ends, r, right=True)
         parts[n_degree:] = p
         rows[n_degree:] = r - (ends - sizes)[p]
@@ -267,19 +276,24 @@ def layouts(model: str) -> tuple[str, str]:
 
 class Gathered:
     """The unique rows a chunk touches in a set of tables, as one leaf tensor whose gradient
-    sums every use: ``rows`` of table ``tables[part]``, keyed ``part << 32 | row``."""
+    sums every use: ``rows`` of table ``tables[part]``, keyed ``part << 32 | row``.
+
+    Each table's rows are picked by a mask over all the unique rows (the others read row 0
+    and are discarded), not by the indices of its own rows, whose count would have to be read
+    back to the host: no per-chunk host synchronisation beyond ``torch.unique``'s size."""
 
     def __init__(self, tables: list[Table], keys: torch.Tensor):
         self.tables = tables
         self.keys, self.inverse = torch.unique(keys, return_inverse=True)
-        self.part, self.row = self.keys >> 32, self.keys & 0xFFFF_FFFF
+        part, row = self.keys >> 32, self.keys & 0xFFFF_FFFF
         width = tables[0].params.shape[1]
-        leaf = torch.empty(len(self.keys), width, dtype=torch.float32, device=keys.device)
-        self.groups = []
-        for p in torch.unique(self.part).tolist():
-            at = (self.part == p).nonzero().squeeze(1)
-            leaf[at] = tables[p].params[self.row[at]]
-            self.groups.append((p, at))
+        leaf = torch.zeros(len(self.keys), width, dtype=torch.float32, device=keys.device)
+        self.masks = []
+        for p, table in enumerate(tables):
+            mine = part == p
+            rows = torch.where(mine, row, 0)
+            leaf = torch.where(mine[:, None], table.params[rows], leaf)
+            self.masks.append((mine, rows))
         self.leaf = leaf.requires_grad_()
 
     def take(self, start: int, count: int) -> torch.Tensor:
@@ -289,14 +303,17 @@ class Gathered:
     def step(self, lr: float) -> None:
         """Applies one Adagrad step per unique row with its summed gradient."""
         grad = self.leaf.grad
-        for p, at in self.groups:
-            self.tables[p].adagrad(self.row[at], grad[at], lr)
+        for table, (mine, rows) in zip(self.tables, self.masks, strict=True):
+            table.adagrad(rows, grad, lr, mine)
 
 
-def train_chunk(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int) -> tuple[float, int, float]:
+def train_chunk(
+    ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int
+) -> tuple[torch.Tensor, int, float]:
     """Trains one chunk in place (``Worker::train_chunk``): returns its loss (summed over its
-    sides, weights and regularizer included), its positive edge-directions and its
-    floating-point operations (``ScoreModel::flops`` per side)."""
+    sides, weights and regularizer included: a float64 scalar on the device, which the caller
+    adds up and reads once per piece), its positive edge-directions and its floating-point
+    operations (``ScoreModel::flops`` per side)."""
     sides = sides_of(ctx, edges, weights, key)
     node_keys, rel_keys, plan = [], [], []
     for k, side in enumerate(sides):
@@ -341,4 +358,4 @@ def train_chunk(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key
         nodes.step(ctx.lr)
         if rels is not None:
             rels.step(ctx.lr)
-    return float(total.detach()), directions, 6.0 * directions * ctx.negatives * ctx.dim
+    return total.detach(), directions, 6.0 * directions * ctx.negatives * ctx.dim
