@@ -548,26 +548,16 @@ impl Section for TrainConfig {
                     .into(),
             );
         }
-        if self.device != "cpu" {
-            // The device step is the negative-sampling step as the CPU worker had it; the options
-            // added to the CPU step since are not in it yet.
-            let cpu_only = [
-                ("entity_dropout", self.entity_dropout > 0.0),
-                ("relation_dropout", self.relation_dropout > 0.0),
-                ("reg_weighted", self.reg_weighted),
-                ("relation_reg_weight", self.relation_reg_weight.is_some()),
-                ("training", self.training != TrainingMode::NegativeSampling),
-            ];
-            if let Some((key, _)) = cpu_only.iter().find(|(_, on)| *on) {
-                return bad(
-                    key,
-                    format!(
-                        "is not supported on the device backend yet (device = {:?}); train \
-                         with device = \"cpu\"",
-                        self.device
-                    ),
-                );
-            }
+        if self.device != "cpu" && self.training != TrainingMode::NegativeSampling {
+            // The device step is the negative-sampling step of the CPU worker.
+            return bad(
+                "training",
+                format!(
+                    "is not supported on the device backend yet (device = {:?}); train with \
+                     device = \"cpu\"",
+                    self.device
+                ),
+            );
         }
         if !self.gamma.is_finite() {
             return bad(

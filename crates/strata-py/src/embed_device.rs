@@ -101,6 +101,10 @@ impl PyDeviceStep {
             d.set_item("num_nodes", c.num_nodes)?;
             d.set_item("reg", c.reg)?;
             d.set_item("reg_weight", c.reg_weight)?;
+            d.set_item("reg_weighted", c.reg_weighted)?;
+            d.set_item("rel_reg_weight", c.rel_reg_weight)?;
+            d.set_item("entity_dropout", c.entity_dropout)?;
+            d.set_item("relation_dropout", c.relation_dropout)?;
             ctxs.append(d)?;
         }
         // SAFETY: the piece's edges and weights outlive the call; the views are read-only and

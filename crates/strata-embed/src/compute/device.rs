@@ -72,6 +72,12 @@ pub struct DeviceCtx {
     pub num_nodes: u64,
     pub reg: &'static str,
     pub reg_weight: f32,
+    /// `reg_weighted`, and `relation_reg_weight` (`None`: `reg_weight`).
+    pub reg_weighted: bool,
+    pub rel_reg_weight: Option<f32>,
+    /// `entity_dropout` and `relation_dropout`.
+    pub entity_dropout: f32,
+    pub relation_dropout: f32,
 }
 
 /// One piece in plain values: chunk `c` is rows `bounds[c]..bounds[c + 1]` of `edges`
@@ -243,6 +249,10 @@ pub fn describe(ctx: &BucketCtx) -> std::result::Result<DeviceCtx, String> {
             RegularizerKind::L2 => "l2",
         },
         reg_weight: ctx.reg.weight,
+        reg_weighted: ctx.reg.weighted,
+        rel_reg_weight: ctx.reg.rel_weight,
+        entity_dropout: ctx.dropout.entity,
+        relation_dropout: ctx.dropout.relation,
     })
 }
 

@@ -325,6 +325,10 @@ class TorchCompute:
             num_nodes=c["num_nodes"],
             reg=c["reg"],
             reg_weight=c["reg_weight"],
+            reg_weighted=c["reg_weighted"],
+            rel_reg_weight=c["rel_reg_weight"],
+            entity_dropout=c["entity_dropout"],
+            relation_dropout=c["relation_dropout"],
         )
 
     def train_piece(self, ctxs: list[dict], groups: list[int], bounds: list[int], edges, weights, key: int):

@@ -107,6 +107,14 @@ class Ctx:
     num_nodes: int
     reg: str
     reg_weight: float
+    #: LibKGE's weighted form (``reg_weighted``), and the relation rows' own weight
+    #: (``relation_reg_weight``; ``None``: ``reg_weight``).
+    reg_weighted: bool = False
+    rel_reg_weight: float | None = None
+    #: Dropout rates of gathered entity and relation rows (``entity_dropout``,
+    #: ``relation_dropout``).
+    entity_dropout: float = 0.0
+    relation_dropout: float = 0.0
 
     @property
     def rel_dim(self) -> int:
@@ -263,6 +271,66 @@ def regularizer(ctx: Ctx, rows: torch.Tensor, layout: str) -> torch.Tensor:
     return (sq**1.5).sum() if ctx.reg == "n3" else sq.sum()
 
 
+#: The ``p`` of each regularizer's norm (``R(x) = |x|^p``): the weighted form divides by it.
+POWER = {"n3": 3.0, "l2": 2.0}
+
+
+def regularization(ctx: Ctx, rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor], k: int) -> torch.Tensor:
+    """Side ``k``'s regularization term (``model::regularize``) of its source, target and
+    relation rows as stored: ``w / b`` times ``sum R`` of each (weighted: ``w / p``, and the
+    head side of ``corrupt = both`` takes only its inverse relation rows, whose edges the tail
+    side penalised already); relation rows with their own weight."""
+    s, t, r = rows
+    b = s.shape[0]
+    rel_weight = ctx.reg_weight if ctx.rel_reg_weight is None else ctx.rel_reg_weight
+    zero = s.new_zeros((), dtype=torch.float64)
+    if ctx.reg == "none" or (ctx.reg_weight == 0.0 and rel_weight == 0.0) or b == 0:
+        return zero
+    nodes, rels = True, True
+    if ctx.reg_weighted and k == 1 and ctx.corrupt == "both":
+        nodes, rels = False, ctx.inverse_offset > 0
+    scale = 1.0 / POWER[ctx.reg] if ctx.reg_weighted else 1.0 / b
+    node_layout, rel_layout = layouts(ctx.model)
+    total = zero
+    if nodes and ctx.reg_weight != 0.0:
+        term = regularizer(ctx, s, node_layout) + regularizer(ctx, t, node_layout)
+        total = total + (term * (ctx.reg_weight * scale)).to(torch.float64)
+    if rels and ctx.rel_dim and rel_weight != 0.0:
+        total = total + (regularizer(ctx, r, rel_layout) * (rel_weight * scale)).to(torch.float64)
+    return total
+
+
+def dropped(
+    ctx: Ctx, rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], key: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Side ``k``'s source, target, negative and relation rows with inverted dropout
+    (``model::dropout``): each real kept with its factor ``1 / (1 - rate)`` unless its 32
+    random bits fall below ``rate * 2^32``, two reals a draw, the masks drawn in the Rust
+    worker's order (source, target, negatives at the entity rate, then relations) from the
+    side's stream ``derive(key, k)`` after its ``negatives`` draws."""
+    if not (ctx.entity_dropout > 0.0 or (ctx.relation_dropout > 0.0 and ctx.rel_dim > 0)):
+        return rows
+    stream = rng.derive(key, k)
+    at = ctx.negatives
+    out = []
+    for x, rate in zip(rows, (ctx.entity_dropout,) * 3 + (ctx.relation_dropout,), strict=True):
+        count = x.numel()
+        if rate <= 0.0 or count == 0:
+            out.append(x)
+            continue
+        draws = (count + 1) // 2
+        bits = rng.draw(stream, torch.arange(at, at + draws, device=x.device))
+        at += draws
+        halves = torch.stack([bits & 0xFFFF_FFFF, rng.shr(bits, 32)], 1).reshape(-1)[:count]
+        # The rate is an f32's value; its cut and factor as the Rust engine computes them.
+        cut = int(rate * 4294967296.0)
+        one = torch.tensor(1.0, dtype=torch.float32)
+        keep = (one / (one - torch.tensor(rate, dtype=torch.float32))).to(x.device)
+        mask = torch.where(halves < cut, torch.zeros_like(keep), keep).reshape(x.shape)
+        out.append(x * mask)
+    return tuple(out)
+
+
 def layouts(model: str) -> tuple[str, str]:
     """The coordinate layouts of node rows and relation rows."""
     return {
@@ -328,8 +396,7 @@ def train_chunk(
     rels = Gathered([ctx.rels], torch.cat(rel_keys)) if ctx.rels is not None else None
     total = torch.zeros((), dtype=torch.float64, device=edges.device)
     at, rel_at, directions = 0, 0, 0
-    node_layout, rel_layout = layouts(ctx.model)
-    for side, b, n, reverse in plan:
+    for k, (side, b, n, reverse) in enumerate(plan):
         s, t = nodes.take(at, b), nodes.take(at + b, b)
         neg = nodes.take(at + 2 * b, n)
         at += 2 * b + n
@@ -340,18 +407,14 @@ def train_chunk(
                 r = reverse_relation(ctx.model, r)
         else:
             r = s.new_zeros((b, 0))
-        pos, neg_scores = scores(ctx, combine(ctx.model, s, r), t, neg)
+        # The scores see the dropped rows, the regularizer the rows as stored.
+        ds, dt, dneg, dr = dropped(ctx, (s, t, neg, r), key, k)
+        pos, neg_scores = scores(ctx, combine(ctx.model, ds, dr), t=dt, neg=dneg)
         terms = loss_terms(ctx, pos, neg_scores)
         if side.weights is not None:
             terms = terms * side.weights
         side_loss = terms.to(torch.float64).sum()
-        if ctx.reg != "none" and ctx.reg_weight != 0.0 and b:
-            w = ctx.reg_weight / b
-            reg = regularizer(ctx, s, node_layout) + regularizer(ctx, t, node_layout)
-            if ctx.rel_dim:
-                reg = reg + regularizer(ctx, r, rel_layout)
-            side_loss = side_loss + (reg * w).to(torch.float64)
-        total = total + side_loss
+        total = total + side_loss + regularization(ctx, (s, t, r), k)
         directions += b
     total.backward()
     with torch.no_grad():
