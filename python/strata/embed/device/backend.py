@@ -49,15 +49,17 @@ def resolve(device: str) -> torch.device:
     raise ValueError(f"device {device!r}: expected cpu, torch-cpu, cuda or cuda:N")
 
 
+#: Device memory one tile of scores may take (scores, comparisons and masks; the pairwise
+#: models' ``queries x candidates x dim`` differences): 256 MiB on a GPU, 64 MiB on the CPU twin.
+TILE_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
+
+
 def memory_info(device: str) -> tuple[int | None, int]:
     """``(free bytes, evaluation tile bytes)`` of a ``device`` option, for the planner's
     ``device_memory``: the free memory as ``torch.cuda.mem_get_info`` reports it, ``None`` on
     the CPU twin (no memory of its own), and the bytes one tile of the device evaluator takes."""
-    # The evaluator imports this module's resolve: imported here, not at the top.
-    from strata.embed.device import evaluate
-
     dev = resolve(device)
-    tile = evaluate.TILE_BYTES["cuda" if dev.type == "cuda" else "cpu"]
+    tile = TILE_BYTES["cuda" if dev.type == "cuda" else "cpu"]
     if dev.type != "cuda":
         return None, tile
     free, _ = torch.cuda.mem_get_info(dev)
