@@ -34,4 +34,6 @@ def test_bench_runs_on_the_cpu_twin(tmp_path):
         assert 0 < r["busy_share"] <= 1 and r["edges_per_second"] > 0 and r["h2d_bytes"] > 0
         assert "GPUDirect Storage is not used" in r["device_line"]
     assert ooc["partitions"] == 12 and ooc["partition_loads"] > 3 and ooc["ssd_to_device_bytes_per_second"] > 0
+    # The out-of-core run's device budget: a quarter of the table and the fixed parts.
+    assert ooc["device_memory"] == (1 << 10) * 800 // 4 + (512 << 20)
     assert resident["partitions"] == 1 and resident["partition_loads"] <= 1

@@ -66,6 +66,8 @@ def assert_same_training(kg, tmp_path, **options):
         dict(model="complex", regularizer="n3", reg_weight=0.01, optimizer="adagrad_row"),
         dict(model="distmult", corrupt="bernoulli", degree_fraction=0.5, negative_pool="partition"),
         dict(model="complex", corrupt="head", reciprocal=False, loss="margin", adversarial_temperature=0.5),
+        dict(model="complex", entity_dropout=0.2, relation_dropout=0.1),
+        dict(model="complex", regularizer="n3", reg_weight=0.01, reg_weighted=True, relation_reg_weight=0.03),
     ],
     ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
 )
@@ -107,13 +109,9 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
         assert proc.returncode == 2 and "CUDA is not available" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize(
-    "option, value",
-    [("entity_dropout", 0.1), ("reg_weighted", True), ("training", "1vsAll")],
-)
-def test_options_the_device_step_lacks_are_refused_naming_them(kg, tmp_path, option, value):
-    with pytest.raises(ConfigError, match=f"{option}.*not supported on the device backend"):
-        trained(kg, tmp_path / "run", device="torch-cpu", regularizer="n3", **{option: value})
+def test_options_the_device_step_lacks_are_refused_naming_them(kg, tmp_path):
+    with pytest.raises(ConfigError, match=r"training.*not supported on the device backend"):
+        trained(kg, tmp_path / "run", device="torch-cpu", training="1vsAll")
 
 
 def test_slots_stay_on_the_device_between_pieces(kg, tmp_path):
@@ -141,9 +139,10 @@ def test_a_missed_write_back_fails_the_parity(kg, tmp_path, monkeypatch):
     write-back before each swap the out-of-core run no longer matches the Rust engine."""
     from strata.embed.device.backend import TorchCompute
 
-    def forget(self, table, evict):
+    def forget(self, table, evict, later=False):
         if evict:
             self.slots.pop(table[3], None)
+        return (lambda _table: None) if later else None
 
     monkeypatch.setattr(TorchCompute, "slot_out", forget)
     options = dict(model="complex", partitions=6, buffer=3, negative_pool="resident", memory="128M")
@@ -155,3 +154,75 @@ def test_the_run_says_the_device_and_why_no_gpudirect_storage(kg, tmp_path, stra
     proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", "--device", "torch-cpu", "--epochs", "1")
     assert proc.stdout.count("GPUDirect Storage is not used") + proc.stderr.count("GPUDirect Storage is not used") == 1
     assert "device cpu (the CPU twin)" in proc.stdout + proc.stderr
+
+
+#: A device budget whose room beside its fixed parts (relations, one staged edge piece at
+#: --memory 128M, the step's scratch) holds three slots of 4 KiB but not of 8 KiB: the table of
+#: 200 nodes x 16 x 2 floats (25 KiB on the host plan's one partition) then needs 7 partitions.
+SMALL_DEVICE = "8180K"
+
+
+def test_device_memory_partitions_the_table_as_a_cpu_run_of_that_many_slots(kg, tmp_path, strata_cli):
+    """An explicit device budget shrinks the CPU twin's slots exactly as it would a GPU's: the
+    run is out of core on the device (the host plan alone keeps the table resident), prints and
+    records both budgets, and loads the partitions and trains the table of a CPU run of the
+    same partitions."""
+    options = dict(model="complex", negative_pool="resident", memory="128M")
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in {**BASE, **options}.items() if k != "tensorboard"]
+    proc = strata_cli(
+        "embed", "train", kg, "--run-dir", tmp_path / "dev", "--device", "torch-cpu",
+        "--device-memory", SMALL_DEVICE, *args,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert "embed budget 128 MiB" in out and "embed device torch-cpu budget 7.99 MiB" in out, out
+    dev = Run(tmp_path / "dev")
+    plan = dev.meta["device_memory_plan"]
+    slots = next(p for p in plan["parts"] if p["name"] == "partition slots")
+    assert plan["memory"] == 8180 << 10 and slots["bytes"] == 3 * 4096, plan
+    partitions = dev.meta["partitioning"]["partitions"]
+    assert partitions == 7
+    cpu = trained(kg, tmp_path / "cpu", partitions=partitions, buffer=3, **options)
+    a, b = cpu.history[-1], dev.history[-1]
+    for key in ("partition_loads", "swaps", "partition_bytes_read", "partition_bytes_written"):
+        assert a[key] == b[key], key
+    assert b["partition_loads"] > 3
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5)
+    ta, tb = table(cpu, tmp_path / "cpu-npy"), table(dev, tmp_path / "dev-npy")
+    assert np.linalg.norm(ta - tb) < 1e-5 * np.linalg.norm(ta)
+
+
+def test_a_device_budget_below_the_minimum_buffer_is_refused(kg, tmp_path, strata_cli):
+    proc = strata_cli(
+        "embed", "train", kg, "--run-dir", tmp_path / "r", "--device", "torch-cpu", "--device-memory", "1M",
+        "--memory", "128M", "--negative-pool", "resident", "-q", check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr
+    assert "device_memory 1.00 MiB on torch-cpu cannot hold the minimum buffer of 3 partition slot(s)" in err, err
+    assert "memory budget (host) 128 MiB" in err and "Traceback" not in err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match=r"device_memory.*applies to a torch device"):
+        trained(kg, tmp_path / "cpu", device_memory="1G")
+
+
+def test_a_victim_lands_the_rows_it_had_when_its_write_back_started():
+    """The asynchronous write-back (Legend's order): ``slot_out(..., later=True)`` forgets the
+    victim at once and leaves its host memory alone until the landing, which puts there the
+    rows the device had when the write-back was issued, whatever trains in between."""
+    from strata.embed.device.backend import TorchCompute
+
+    dev = TorchCompute("torch-cpu")
+    rows = np.arange(8, dtype=np.float32)
+    params, state = bytearray(rows.tobytes()), bytearray(8 * 4)
+    victim = (memoryview(params), memoryview(state), 2, 1)
+    other = (memoryview(bytearray(32)), memoryview(bytearray(32)), 2, 2)
+    dev.slot_in("partition", victim)
+    dev.slot_in("partition", other)
+    dev.slots[1].table.params.mul_(2)  # the victim's last training on the device
+    land = dev.slot_out(victim, True, True)
+    assert 1 not in dev.slots and 2 in dev.slots
+    dev.slots[2].table.params.add_(1)  # the next piece trains the retained slot
+    assert np.array_equal(np.frombuffer(params, np.float32), rows), "landed before its time"
+    land(victim)
+    assert np.array_equal(np.frombuffer(params, np.float32), 2 * rows)
+    assert dev.counters()[2] == 2 * 8 * 4  # both tables of the victim went out

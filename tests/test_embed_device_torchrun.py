@@ -6,12 +6,16 @@ Two ranks take buckets by timing, so a two-rank run is not reproducible in float
 (docs/distributed.md, "Determinism"), and the scheduler needs a buffer of two partitions, so a
 one-bucket run that would be is not possible: the device run is checked as the Rust engine's
 two-rank runs are (test_embed_dist.py): every bucket trained once an epoch, the commit chain,
-and a test MRR far above a random ranking's.
+and a test MRR far above a random ranking's. That the distributed epoch keeps the slots on the
+device through the slot hooks is checked by the ranks themselves: each loads ``HELD_ONLY``,
+which fails a piece whose partition or relation rows the backend did not hold (a piece that
+would have to copy them in and back).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -24,6 +28,24 @@ from strata.embed.train import rank_device
 from strata.torchrun import Environment
 from test_embed_dist import check_epochs
 from torchrun_env import free_port, rank_env, run_session
+
+#: Imported by every process of the launch (``sitecustomize``): the device backend refuses to
+#: train a piece with a table it does not hold.
+HELD_ONLY = """
+from strata.embed.device import backend
+
+_ctx = backend.TorchCompute._ctx
+
+
+def _held_only(self, c, staged):
+    ctx = _ctx(self, c, staged)
+    if staged:
+        raise RuntimeError("a piece used a slot the slot hooks had not handed to the device")
+    return ctx
+
+
+backend.TorchCompute._ctx = _held_only
+"""
 
 OPTIONS = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--threads", "1", "--seed", "5",
            "--partitions", "4", "--negative-pool", "resident", "--epochs", "2", "--eval-every", "1",
@@ -40,7 +62,7 @@ def kg(tmp_path_factory):
     return d / "kg.strata"
 
 
-def train_two_ranks(kg, run, *options: str):
+def train_two_ranks(kg, run, *options: str, env=None):
     """``strata embed train`` in two ranks under torchrun on loopback, without restarts; the
     finished launch (killed whole past a generous bound)."""
     cmd = [
@@ -48,13 +70,17 @@ def train_two_ranks(kg, run, *options: str):
         "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--max-restarts", "0",
         "-m", "strata", "embed", "train", str(kg), "--run-dir", str(run), *OPTIONS, *options,
     ]  # fmt: skip
-    proc = run_session(cmd, rank_env(), timeout=600)
+    proc = run_session(cmd, env or rank_env(), timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return json.loads((run / "run.json").read_text())
 
 
 def test_two_ranks_train_validate_and_test_on_their_devices(kg, tmp_path):
-    meta = train_two_ranks(kg, tmp_path / "run", "--device", "torch-cpu")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(HELD_ONLY)
+    env = rank_env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path / "site"), env.get("PYTHONPATH")) if p)
+    meta = train_two_ranks(kg, tmp_path / "run", "--device", "torch-cpu", env=env)
     assert meta["config"]["device"] == "torch-cpu"
     check_epochs(tmp_path / "run", 16)
     # Rank 0 validated each epoch and tested the best checkpoint on its device; the CPU

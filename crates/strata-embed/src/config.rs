@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use strata_store::config::{ConfigError, Section, Size};
+use strata_store::config::{AutoSize, ConfigError, Section, Size};
 
 use crate::model::{
     Comparator, Dropout, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
@@ -459,6 +459,11 @@ pub struct TrainConfig {
     /// and Marius's GPU trainers), or torch-cpu (the same torch code on the CPU, for machines
     /// without a GPU); the run format is the same for all
     pub device: String,
+    /// a torch device's budget for the partition slots, relations, staged edges and step
+    /// scratch (outside --memory): auto (80% of the free GPU memory as torch reports it; on
+    /// torch-cpu the host buffer's slots) or a size such as 8G, which sets how many partitions
+    /// the table needs on torch-cpu exactly as on cuda
+    pub device_memory: AutoSize,
 }
 
 impl Default for TrainConfig {
@@ -530,6 +535,7 @@ impl Default for TrainConfig {
             label_smoothing: 0.0,
             vsall_candidates: VsAllCandidates::All,
             device: "cpu".into(),
+            device_memory: AutoSize::Auto,
         }
     }
 }
@@ -567,26 +573,24 @@ impl Section for TrainConfig {
             .or_else(|(key, msg)| bad(key, msg))?;
         self.check_init().or_else(|(key, msg)| bad(key, msg))?;
         check_device(&self.device).or_else(|msg| bad("device", msg))?;
-        if self.device != "cpu" {
-            // The device step is the negative-sampling step as the CPU worker had it; the options
-            // added to the CPU step since are not in it yet.
-            let cpu_only = [
-                ("entity_dropout", self.entity_dropout > 0.0),
-                ("relation_dropout", self.relation_dropout > 0.0),
-                ("reg_weighted", self.reg_weighted),
-                ("relation_reg_weight", self.relation_reg_weight.is_some()),
-                ("training", self.training != TrainingMode::NegativeSampling),
-            ];
-            if let Some((key, _)) = cpu_only.iter().find(|(_, on)| *on) {
-                return bad(
-                    key,
-                    format!(
-                        "is not supported on the device backend yet (device = {:?}); train \
-                         with device = \"cpu\"",
-                        self.device
-                    ),
-                );
-            }
+        if self.device == "cpu" && self.device_memory != AutoSize::Auto {
+            return bad(
+                "device_memory",
+                "applies to a torch device (device = cuda, cuda:N or torch-cpu); device = \"cpu\" \
+                 trains within --memory alone"
+                    .into(),
+            );
+        }
+        if self.device != "cpu" && self.training != TrainingMode::NegativeSampling {
+            // The device step is the negative-sampling step of the CPU worker.
+            return bad(
+                "training",
+                format!(
+                    "is not supported on the device backend yet (device = {:?}); train with \
+                     device = \"cpu\"",
+                    self.device
+                ),
+            );
         }
         if !self.gamma.is_finite() {
             return bad(

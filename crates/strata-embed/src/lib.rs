@@ -26,7 +26,7 @@ mod train;
 /// The `[embed.*]` config sections (their `///` comments are the help texts).
 pub use compute::backend::{DeviceCounters, SlotKind, StepCounters};
 pub use compute::device::{
-    register_device, DeviceCtx, DeviceFactory, DevicePiece, DeviceStep, DeviceTable,
+    register_device, DeviceCtx, DeviceFactory, DeviceLanding, DevicePiece, DeviceStep, DeviceTable,
 };
 pub use config::{
     EvalOptions, ExportFormat, ExportOptions, GatherOptions, PlanOptions, PredictOptions,
@@ -42,6 +42,8 @@ pub use model::ScoreModel;
 pub use ordering::schedule;
 /// The memory plan of a training run at a given budget.
 pub use plan::budget::plan_fitting;
+/// How a torch device's free memory is asked for (`device_memory = auto`).
+pub use plan::device::{register_device_memory, DeviceMemoryInfo};
 /// The plan `strata embed train` makes for a store, without training.
 pub use plan::store_plan::plan_for;
 /// Export of a checkpoint in node-id order, to files or to an outside row writer.

@@ -11,7 +11,9 @@ use pyo3::exceptions::PyImportError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use strata_embed::{DeviceCounters, DevicePiece, DeviceStep, DeviceTable, SlotKind, StepCounters};
+use strata_embed::{
+    DeviceCounters, DeviceLanding, DevicePiece, DeviceStep, DeviceTable, SlotKind, StepCounters,
+};
 
 /// The Python backend object of one job.
 struct PyDeviceStep {
@@ -99,6 +101,10 @@ impl PyDeviceStep {
             d.set_item("num_nodes", c.num_nodes)?;
             d.set_item("reg", c.reg)?;
             d.set_item("reg_weight", c.reg_weight)?;
+            d.set_item("reg_weighted", c.reg_weighted)?;
+            d.set_item("rel_reg_weight", c.rel_reg_weight)?;
+            d.set_item("entity_dropout", c.entity_dropout)?;
+            d.set_item("relation_dropout", c.relation_dropout)?;
             ctxs.append(d)?;
         }
         // SAFETY: the piece's edges and weights outlive the call; the views are read-only and
@@ -191,6 +197,22 @@ impl DeviceStep for PyDeviceStep {
         })
     }
 
+    fn slot_evict_async(&mut self, t: &DeviceTable) -> Result<DeviceLanding, String> {
+        let land = with_views("device slot write-back", |py, views| {
+            let t = table(py, t, views)?;
+            self.backend.call_method1(py, "slot_out", (t, true, true))
+        })?;
+        let slot = LeavingSlot(*t);
+        Ok(Box::new(move || {
+            let slot = slot;
+            with_views("device slot write-back", |py, views| {
+                let t = table(py, &slot.0, views)?;
+                land.call1(py, (t,))?;
+                Ok(())
+            })
+        }))
+    }
+
     fn forget_partitions(&mut self) -> Result<(), String> {
         with_views("device", |py, _| {
             self.backend.call_method0(py, "forget_partitions")?;
@@ -228,6 +250,14 @@ impl DeviceStep for PyDeviceStep {
     }
 }
 
+/// A victim's host slot, carried to the thread that lands its rows.
+struct LeavingSlot(DeviceTable);
+
+// SAFETY: the epoch loop has taken the slot's buffer out of the partition buffer and hands it
+// to the I/O engine only after the landing returns, so nothing else reads or writes the memory
+// meanwhile; the pointers stay valid (a slot keeps its buffer for the whole job).
+unsafe impl Send for LeavingSlot {}
+
 /// Imports `module`, a torch backend of `device`; a missing PyTorch is named with the way to
 /// install it, any other import error is its message.
 pub(crate) fn import_torch_module<'py>(
@@ -262,7 +292,21 @@ fn make(device: &str) -> Result<Box<dyn DeviceStep>, String> {
     })
 }
 
-/// Registers the torch backend as the engine's device step.
+/// The free memory of `device` and its evaluation tile's bytes (see
+/// `strata_embed::DeviceMemoryInfo`), from `strata.embed.device.backend.memory_info`.
+fn memory_info(device: &str) -> Result<(Option<u64>, u64), String> {
+    Python::attach(|py| {
+        let module = import_torch_module(py, "strata.embed.device.backend", device)?;
+        module
+            .getattr("memory_info")
+            .and_then(|f| f.call1((device,)))
+            .and_then(|r| r.extract())
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Registers the torch backend as the engine's device step, and how to size its budget.
 pub fn register() {
     strata_embed::register_device(make);
+    strata_embed::register_device_memory(memory_info);
 }

@@ -51,6 +51,11 @@ use crate::error::Result;
 use crate::storage::shared::SharedRows;
 use crate::train::worker::{BucketCtx, Worker};
 
+/// A victim's rows on their way out of a device ([`Compute::slot_evicting`]): called once,
+/// from any thread, right before the I/O engine writes the slot, it puts the rows into the
+/// slot's host memory (waiting for the copy out where it still runs).
+pub type Landing = Box<dyn FnOnce() -> Result<()> + Send>;
+
 /// A chunk of a piece: its group (an index into the piece's [`BucketCtx`]s), its edges and
 /// their weights (empty: unweighted).
 pub type PieceChunk<'a> = (usize, &'a [[i32; 3]], &'a [f32]);
@@ -112,6 +117,14 @@ pub trait Compute: Send {
     /// a device copies its rows out into them first, and with `evict` forgets its copy.
     fn slot_leaving(&mut self, _rows: SharedRows, _evict: bool) -> Result<()> {
         Ok(())
+    }
+    /// [`Compute::slot_leaving`] with `evict`, except that the copy out may still run when it
+    /// returns (Legend's order: the victim leaves while the retained partitions compute): the
+    /// caller hands the slot to the I/O engine only after calling the [`Landing`], and trains
+    /// no piece of the victim's partition in between.
+    fn slot_evicting(&mut self, rows: SharedRows) -> Result<Landing> {
+        self.slot_leaving(rows, true)?;
+        Ok(Box::new(|| Ok(())))
     }
     /// Forgets every partition slot the backend holds (their host buffers may change outside
     /// the hooks: an evaluation reads other partitions into them between epochs).

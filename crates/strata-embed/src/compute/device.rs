@@ -11,7 +11,9 @@
 
 use std::sync::OnceLock;
 
-use crate::compute::backend::{Compute, DeviceCounters, PieceChunk, SlotKind, StepCounters};
+use crate::compute::backend::{
+    Compute, DeviceCounters, Landing, PieceChunk, SlotKind, StepCounters,
+};
 use crate::config::Corrupt;
 use crate::error::{EmbedError, Result};
 use crate::model::{LossKind, RegularizerKind};
@@ -70,6 +72,12 @@ pub struct DeviceCtx {
     pub num_nodes: u64,
     pub reg: &'static str,
     pub reg_weight: f32,
+    /// `reg_weighted`, and `relation_reg_weight` (`None`: `reg_weight`).
+    pub reg_weighted: bool,
+    pub rel_reg_weight: Option<f32>,
+    /// `entity_dropout` and `relation_dropout`.
+    pub entity_dropout: f32,
+    pub relation_dropout: f32,
 }
 
 /// One piece in plain values: chunk `c` is rows `bounds[c]..bounds[c + 1]` of `edges`
@@ -96,6 +104,13 @@ pub trait DeviceStep: Send {
     /// Copies the device's rows of `table` (if it holds them) into its host memory before the
     /// call returns; with `evict` it then forgets them.
     fn slot_out(&mut self, table: &DeviceTable, evict: bool) -> std::result::Result<(), String>;
+    /// Starts copying the device's rows of `table` out and forgets them; the returned call
+    /// (made once, from any thread, while `table`'s memory is still the slot's) waits for the
+    /// copy and puts the rows into `table`'s host memory.
+    fn slot_evict_async(
+        &mut self,
+        table: &DeviceTable,
+    ) -> std::result::Result<DeviceLanding, String>;
     /// Forgets every partition slot it holds (relations stay).
     fn forget_partitions(&mut self) -> std::result::Result<(), String>;
     /// Zeroes the device counters.
@@ -105,6 +120,9 @@ pub trait DeviceStep: Send {
     /// One line for the run's output: the device, and how its slots reach it.
     fn describe(&mut self) -> std::result::Result<String, String>;
 }
+
+/// The rest of an asynchronous write-back ([`DeviceStep::slot_evict_async`]).
+pub type DeviceLanding = Box<dyn FnOnce() -> std::result::Result<(), String> + Send>;
 
 /// Makes the device step of a `device` option (`cuda`, `cuda:N`, `torch-cpu`), or says why
 /// it cannot (no torch, no CUDA).
@@ -231,6 +249,10 @@ pub fn describe(ctx: &BucketCtx) -> std::result::Result<DeviceCtx, String> {
             RegularizerKind::L2 => "l2",
         },
         reg_weight: ctx.reg.weight,
+        reg_weighted: ctx.reg.weighted,
+        rel_reg_weight: ctx.reg.rel_weight,
+        entity_dropout: ctx.dropout.entity,
+        relation_dropout: ctx.dropout.relation,
     })
 }
 
@@ -318,6 +340,12 @@ impl Compute for DeviceCompute {
     fn slot_leaving(&mut self, rows: SharedRows, evict: bool) -> Result<()> {
         let t = table(&rows, rows.rows()).map_err(EmbedError::Config)?;
         self.step.slot_out(&t, evict).map_err(EmbedError::Config)
+    }
+
+    fn slot_evicting(&mut self, rows: SharedRows) -> Result<Landing> {
+        let t = table(&rows, rows.rows()).map_err(EmbedError::Config)?;
+        let land = self.step.slot_evict_async(&t).map_err(EmbedError::Config)?;
+        Ok(Box::new(move || land().map_err(EmbedError::Config)))
     }
 
     fn forget_partitions(&mut self) {

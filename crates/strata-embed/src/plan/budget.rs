@@ -10,6 +10,7 @@ use strata_store::units::fmt_bytes;
 use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::model::{Dropped, ScoreModel};
+use crate::plan::device::{self, DeviceBudget, DevicePlan};
 use crate::sizes::{part_bytes, QUERY_BATCH, TILE};
 use crate::storage::bank::Banks;
 use crate::storage::entity_types::NodeShape;
@@ -81,6 +82,9 @@ pub struct EmbedPlan {
     /// The smallest budget that holds the fixed parts and the buffer's slots with one node
     /// per partition (the configured partitions, when set).
     pub minimum: u64,
+    /// A torch device's plan (`None`: the CPU engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<DevicePlan>,
 }
 
 impl EmbedPlan {
@@ -297,6 +301,7 @@ pub fn plan_queries(
         prefetch_bytes: 0,
         prefetch_note: None,
         minimum,
+        device: None,
     })
 }
 
@@ -339,11 +344,12 @@ pub fn plan_fitting(
     shape: &NodeShape,
     num_relations: u64,
     rank: Option<RankNeeds>,
+    device: Option<&DeviceBudget>,
 ) -> Result<EmbedPlan> {
     let cores = strata_io::resolve_threads(cfg.threads);
     let mut threads = cores;
     loop {
-        match plan(cfg, model, shape, num_relations, threads, rank) {
+        match plan(cfg, model, shape, num_relations, threads, rank, device) {
             Err(EmbedError::Budget(_)) if cfg.threads == 0 && threads > 1 => threads /= 2,
             Ok(mut p) => {
                 p.cores = cores;
@@ -384,7 +390,12 @@ pub fn check_rank_process(memory: u64, rank: &RankNeeds) -> Result<u64> {
 /// Plans `cfg` for a node table of `shape` and `num_relations` relation types with
 /// `threads` workers; `rank`: this process is a rank of a distributed run.
 /// `cfg.partitions == 0` (and no count fixed by the entity types) picks the fewest
-/// partitions that fit (with a rank's prefetch slots when it wants them).
+/// partitions that fit (with a rank's prefetch slots when it wants them). With a `device`
+/// budget the device holds every slot of the buffer too (Legend's placement), so the slots
+/// must fit both budgets: the partitions are the fewest whose slots fit the smaller room, and
+/// a device budget below its fixed parts and the ordering's minimum slots is refused naming
+/// both budgets.
+#[allow(clippy::too_many_arguments)]
 pub fn plan(
     cfg: &TrainConfig,
     model: &ScoreModel,
@@ -392,6 +403,7 @@ pub fn plan(
     num_relations: u64,
     threads: usize,
     rank: Option<RankNeeds>,
+    device: Option<&DeviceBudget>,
 ) -> Result<EmbedPlan> {
     let memory = cfg.memory.0;
     let rank = rank.unwrap_or_default();
@@ -455,8 +467,53 @@ pub fn plan(
             }
         ))
     };
-    let available = memory.saturating_sub(fixed);
     let size = |n: u64| part_bytes(shape.rows(n), model.dim, cfg.optimizer, cfg.table_dtype);
+    let fewest_rows = if wanted == 0 {
+        size(num_nodes.max(1))
+    } else {
+        size(wanted as u64)
+    };
+    let device_fixed = device.map(|budget| {
+        (
+            budget,
+            relation_bytes
+                + device::edge_bytes(piece_rows)
+                + device::step_bytes(model, cfg)
+                + budget.eval_tile,
+        )
+    });
+    // The slots' room: what the host budget leaves, and what the device's leaves.
+    let mut available = memory.saturating_sub(fixed);
+    if let Some((budget, dev_fixed)) = device_fixed {
+        if let Some(dev_memory) = budget.memory {
+            let slots = if wanted == 0 {
+                cfg.buffer.max(1)
+            } else {
+                cfg.buffer.min(wanted as usize).max(1)
+            };
+            let dev_minimum = dev_fixed + slots as u64 * fewest_rows;
+            if dev_memory < dev_minimum {
+                return Err(EmbedError::Budget(format!(
+                    "device_memory {} on {} cannot hold the minimum buffer of {slots} partition slot(s): it needs {} ({slots} x {} with {}, relations {}, edge piece {}, step scratch {}, evaluation {}); memory budget (host) {}",
+                    fmt_bytes(dev_memory),
+                    budget.device,
+                    fmt_bytes(dev_minimum),
+                    fmt_bytes(fewest_rows),
+                    if wanted == 0 {
+                        "one node per partition".to_string()
+                    } else {
+                        format!("{wanted} partitions")
+                    },
+                    fmt_bytes(relation_bytes),
+                    fmt_bytes(device::edge_bytes(piece_rows)),
+                    fmt_bytes(device::step_bytes(model, cfg)),
+                    fmt_bytes(budget.eval_tile),
+                    fmt_bytes(memory),
+                )));
+            }
+            available = available.min(dev_memory - dev_fixed);
+        }
+    }
     // (partitions, buffer slots) whose slots and `extra` more fit `available`.
     let solve = |available: u64, extra: usize| -> Result<(u64, usize)> {
         let (n, c) = if wanted == 0 {
@@ -558,12 +615,24 @@ pub fn plan(
         0
     };
     let part_bytes = size(partitions);
-    let fewest_rows = if wanted == 0 {
-        size(num_nodes.max(1))
-    } else {
-        size(wanted as u64)
-    };
     let minimum = fixed + capacity as u64 * fewest_rows;
+    let device = device_fixed.map(|(budget, dev_fixed)| {
+        let slots = capacity + prefetch_slots;
+        DevicePlan {
+            device: budget.device.clone(),
+            memory: budget
+                .memory
+                .unwrap_or(dev_fixed + slots as u64 * part_bytes),
+            auto: budget.auto.clone(),
+            slots,
+            part_bytes,
+            relation_bytes,
+            edge_bytes: device::edge_bytes(piece_rows),
+            step_bytes: device::step_bytes(model, cfg),
+            eval_bytes: budget.eval_tile,
+            minimum: dev_fixed + capacity as u64 * fewest_rows,
+        }
+    });
     Ok(EmbedPlan {
         memory,
         partitions: partitions as u32,
@@ -594,6 +663,7 @@ pub fn plan(
         prefetch_bytes: prefetch_slots as u64 * part_bytes,
         prefetch_note,
         minimum,
+        device,
     })
 }
 
@@ -624,7 +694,7 @@ mod tests {
             negative_pool: NegativePool::Resident,
             ..TrainConfig::default()
         };
-        let p = plan(&cfg, &model(100), &shape, 10, 2, None).unwrap();
+        let p = plan(&cfg, &model(100), &shape, 10, 2, None, None).unwrap();
         assert_eq!(p.partitions, 8);
         assert_eq!(
             p.part_bytes,
@@ -646,7 +716,7 @@ mod tests {
         let lines = p.memory_plan().describe().join("\n");
         assert!(lines.contains("in-memory entity types"), "{lines}");
         // The untyped shape of the same nodes plans no pinned part.
-        let flat = plan(&cfg, &model(100), &untyped(9_026_000), 10, 2, None).unwrap();
+        let flat = plan(&cfg, &model(100), &untyped(9_026_000), 10, 2, None, None).unwrap();
         assert_eq!(flat.pinned_bytes, 0);
     }
 
@@ -730,8 +800,8 @@ mod tests {
             threads: 1,
             ..TrainConfig::default()
         };
-        let fits_one = plan(&one, &model(100), &untyped(100_000), 40, 1, None).unwrap();
-        let many = plan(&one, &model(100), &untyped(100_000), 40, 64, None);
+        let fits_one = plan(&one, &model(100), &untyped(100_000), 40, 1, None, None).unwrap();
+        let many = plan(&one, &model(100), &untyped(100_000), 40, 64, None, None);
         assert!(
             matches!(many, Err(EmbedError::Budget(_))),
             "64 workers must not fit"
@@ -740,7 +810,7 @@ mod tests {
             threads: 0,
             ..one.clone()
         };
-        let p = plan_fitting(&auto, &model(100), &untyped(100_000), 40, None).unwrap();
+        let p = plan_fitting(&auto, &model(100), &untyped(100_000), 40, None, None).unwrap();
         assert_eq!(p.cores, strata_io::resolve_threads(0));
         assert!(
             p.threads >= 1 && p.threads <= p.cores && p.total() <= auto.memory.0,
@@ -753,16 +823,126 @@ mod tests {
         // Asked for explicitly, 64 workers are refused rather than shrunk.
         let explicit = TrainConfig { threads: 64, ..one };
         assert!(matches!(
-            plan_fitting(&explicit, &model(100), &untyped(100_000), 40, None),
+            plan_fitting(&explicit, &model(100), &untyped(100_000), 40, None, None),
             Err(EmbedError::Budget(_))
         ));
         assert_eq!(fits_one.threads, 1);
     }
 
+    /// A device budget of `memory` bytes (`None`: the CPU twin's `auto`) without evaluation.
+    fn on_device(memory: Option<u64>) -> DeviceBudget {
+        DeviceBudget {
+            device: "torch-cpu".into(),
+            memory,
+            auto: None,
+            eval_tile: 0,
+        }
+    }
+
+    #[test]
+    fn a_device_budget_below_the_table_partitions_it_as_its_slots_need() {
+        let cfg = TrainConfig {
+            memory: Size(1 << 30),
+            negative_pool: NegativePool::Resident,
+            eval_every: 0,
+            ..TrainConfig::default()
+        };
+        let (m, nodes) = (model(100), untyped(100_000));
+        let host = plan(&cfg, &m, &nodes, 10, 1, None, None).unwrap();
+        assert_eq!((host.partitions, host.capacity), (1, 1), "{host:?}");
+        // The CPU twin's auto: the host buffer's slots, mirrored on the device.
+        let twin = plan(&cfg, &m, &nodes, 10, 1, None, Some(&on_device(None))).unwrap();
+        let d = twin.device.as_ref().unwrap();
+        assert_eq!((twin.partitions, d.slots), (1, 1));
+        assert_eq!(d.memory, d.fixed() + host.part_bytes);
+        // A device budget of about a quarter of the table: three slots of the fewest
+        // partitions that fit it, and one partition fewer would not fit.
+        let table = host.part_bytes;
+        let fixed = relation_bytes(&cfg, &m, 10)
+            + device::edge_bytes(host.piece_rows)
+            + device::step_bytes(&m, &cfg);
+        let budget = fixed + table / 4;
+        let p = plan(
+            &cfg,
+            &m,
+            &nodes,
+            10,
+            1,
+            None,
+            Some(&on_device(Some(budget))),
+        )
+        .unwrap();
+        let d = p.device.as_ref().unwrap();
+        assert_eq!((p.capacity, d.slots), (3, 3));
+        assert!(p.partitions >= 12, "{p:?}");
+        assert_eq!(d.fixed(), fixed);
+        assert!(d.fixed() + 3 * p.part_bytes <= budget);
+        let fewer = part_bytes(
+            100_000u64.div_ceil(p.partitions as u64 - 1),
+            100,
+            OptimizerKind::Adagrad,
+            TableDtype::F32,
+        );
+        assert!(fixed + 3 * fewer > budget);
+        let lines = d.memory_plan().describe().join("\n");
+        assert!(
+            lines.contains("embed device torch-cpu budget") && lines.contains("partition slots"),
+            "{lines}"
+        );
+        // The host plan holds the same slots (they are the device's staging).
+        assert_eq!(p.buffer_bytes, 3 * p.part_bytes);
+    }
+
+    #[test]
+    fn a_device_budget_below_its_minimum_is_refused_naming_both_budgets() {
+        let cfg = TrainConfig {
+            memory: Size(1 << 30),
+            negative_pool: NegativePool::Resident,
+            eval_every: 0,
+            ..TrainConfig::default()
+        };
+        let m = model(100);
+        let small = on_device(Some(device::step_bytes(&m, &cfg)));
+        let e = plan(&cfg, &m, &untyped(100_000), 10, 1, None, Some(&small))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("device_memory")
+                && e.contains("minimum buffer of 3 partition slot(s)")
+                && e.contains("memory budget (host) 1.00 GiB"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_device_step_scratch_follows_the_chunk_shapes() {
+        let cfg = TrainConfig {
+            chunk_size: 10,
+            negatives: 20,
+            ..TrainConfig::default()
+        };
+        let dot = ScoreModel {
+            kind: ScoreKind::Dot,
+            dim: 4,
+            transe_norm: 2,
+            pbg: PbgForm::default(),
+        };
+        // Both sides: 2 x (2 x 10 + 20) = 80 uses; keys 24 x 80; leaf and Adagrad 24 x 80 x 4;
+        // rows 2 x 8 x (50 x 4); six 10 x 20 matrices a side.
+        let expect = 24 * 80 + 24 * 80 * 4 + 2 * 8 * 50 * 4 + 2 * 6 * 4 * 200;
+        assert_eq!(device::step_bytes(&dot, &cfg), expect);
+        // RotatE scores pair by pair: its matrices are b x n x dim.
+        let rotate = ScoreModel {
+            kind: ScoreKind::RotatE,
+            ..dot
+        };
+        assert!(device::step_bytes(&rotate, &cfg) > 2 * 6 * 4 * 200 * 4);
+    }
+
     #[test]
     fn small_graph_stays_in_memory() {
         let cfg = TrainConfig::default();
-        let p = plan(&cfg, &model(100), &untyped(14_541), 237, 2, None).unwrap();
+        let p = plan(&cfg, &model(100), &untyped(14_541), 237, 2, None, None).unwrap();
         assert_eq!((p.partitions, p.capacity), (1, 1));
         assert!(p.total() <= cfg.memory.0, "{p:?}");
     }
@@ -774,7 +954,7 @@ mod tests {
             ..TrainConfig::default()
         };
         // 10M nodes x 100 dims x 2 x 4 bytes = 8 GB of table.
-        let p = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None).unwrap();
+        let p = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None, None).unwrap();
         assert_eq!(p.capacity, 3);
         assert!(p.partitions > 3 && p.total() <= cfg.memory.0, "{p:?}");
         // Negative banks get their share of the budget (and what the buffer leaves)...
@@ -799,7 +979,7 @@ mod tests {
             memory: Size(64 << 20),
             ..TrainConfig::default()
         };
-        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
+        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("memory budget 64.0 MiB cannot hold"), "{e}");
@@ -808,7 +988,7 @@ mod tests {
             partitions: 4,
             ..TrainConfig::default()
         };
-        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None)
+        let e = plan(&cfg, &model(100), &untyped(10_000_000), 10, 2, None, None)
             .unwrap_err()
             .to_string();
         assert!(e.contains("use more partitions or raise --memory"), "{e}");
@@ -830,7 +1010,7 @@ mod tests {
                 prefetch,
             })
         };
-        let alone = plan(&cfg, &model(100), &untyped(1_000_000), 10, 2, None).unwrap();
+        let alone = plan(&cfg, &model(100), &untyped(1_000_000), 10, 2, None, None).unwrap();
         let p = plan(
             &cfg,
             &model(100),
@@ -838,6 +1018,7 @@ mod tests {
             10,
             2,
             rank(300 << 20, true),
+            None,
         )
         .unwrap();
         assert_eq!(p.group_bytes, (300 << 20) + CODE_PAGES_BYTES);
@@ -874,6 +1055,7 @@ mod tests {
                     10,
                     2,
                     rank(300 << 20, true),
+                    None,
                 )
                 .ok()
             })
@@ -896,6 +1078,7 @@ mod tests {
             10,
             2,
             rank(300 << 20, true),
+            None,
         )
         .unwrap_err()
         .to_string();

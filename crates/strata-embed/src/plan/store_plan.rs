@@ -10,6 +10,7 @@ use crate::config::TrainConfig;
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
 use crate::plan::budget::plan_fitting;
+use crate::plan::device::DeviceBudget;
 use crate::storage::entity_types::node_shape;
 
 /// The plan a single-process run of `cfg` on `store` starts with: the store's node shape
@@ -26,7 +27,9 @@ pub fn plan_for(store: &Path, cfg: &TrainConfig) -> Result<Planning> {
         pbg: cfg.pbg_form(),
     };
     let num_relations = store.manifest().graph.num_relations;
-    match plan_fitting(cfg, &model, &shape, num_relations, None) {
+    // A device run's partitions are those whose slots fit both budgets.
+    let device = DeviceBudget::of(cfg)?;
+    match plan_fitting(cfg, &model, &shape, num_relations, None, device.as_ref()) {
         Ok(plan) => Ok(Planning::Plan(plan.memory_plan())),
         Err(EmbedError::Budget(why)) => Ok(Planning::Refused(why)),
         Err(e) => Err(e),

@@ -54,7 +54,8 @@ impl Loaded {
                 cfg.threads = threads;
             }
             let shape = node_shape(store, cfg)?;
-            let plan = budget::plan_fitting(cfg, model, &shape, run.meta.num_relations, None)?;
+            let plan =
+                budget::plan_fitting(cfg, model, &shape, run.meta.num_relations, None, None)?;
             plan.memory_plan()
                 .describe()
                 .iter()

@@ -94,6 +94,10 @@ pub struct RunMeta {
     /// The memory plan of the latest start (absent in runs written before plans were saved).
     #[serde(default)]
     pub memory_plan: Option<strata_store::budget::MemoryPlan>,
+    /// The device budget's plan of the latest start of a run trained on a torch device
+    /// (`device_memory`; absent for the CPU engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_memory_plan: Option<strata_store::budget::MemoryPlan>,
     /// Ranks of the latest start (1: a single process; absent in older runs).
     #[serde(default = "one")]
     pub world_size: usize,
@@ -145,6 +149,7 @@ impl RunMeta {
             test: None,
             sgemm_flops: 0.0,
             memory_plan: None,
+            device_memory_plan: None,
             world_size: 1,
             owner_rank: None,
             schedule: Some(ScheduleState::new(&config)),

@@ -36,6 +36,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 use strata_io::progress::Progress;
 use strata_io::{AlignedBuf, Engine};
 
+use crate::compute::backend::SlotKind;
 use crate::error::{EmbedError, Result};
 use crate::ordering::Bucket;
 use crate::storage::epoch_io::{prefetch_edges, BucketEdges};
@@ -381,6 +382,8 @@ impl Trainer {
                     self.buffer.put(slot, buf, p);
                     ledger.loaded(p, !w, m.crc);
                     self.apply_bank_gradient(p);
+                    // A device backend trains the slot where it holds it, from now on.
+                    self.slot_filled(p)?;
                 }
                 Job::Write { p, slot, buf } => {
                     tl.add("io", step, m.started, m.finished, format!("write back {p}"));
@@ -393,13 +396,16 @@ impl Trainer {
         failed.map_or(Ok(written), Err)
     }
 
-    /// Starts writing resident `p` back, refreshing its bank block as it leaves.
-    fn write_back(&mut self, mover: &mut Mover, p: u32) {
+    /// Starts writing resident `p` back, refreshing its bank block as it leaves (a device
+    /// backend first puts its rows into the slot and forgets them).
+    fn write_back(&mut self, mover: &mut Mover, p: u32) -> Result<()> {
+        self.slot_leaving(p, true)?;
         if let Some(banks) = &mut self.banks {
             banks.copy_from(p, self.buffer.embeddings(p));
         }
         let (slot, buf) = self.buffer.take(p);
         mover.send(Job::Write { p, slot, buf });
+        Ok(())
     }
 
     /// Starts loading `p` into a free slot; false when there is none.
@@ -492,6 +498,12 @@ impl Trainer {
         self.compute.reset_counters();
         // What this rank held last epoch may have been trained by another rank since.
         self.buffer.clear();
+        self.compute.forget_partitions();
+        // The relations as every rank has them after the last epoch's final round (a device
+        // keeps its copy, the same rows, from that round on).
+        if let Some(rels) = self.relations.shared() {
+            self.compute.slot_filled(SlotKind::Relations, rels)?;
+        }
         let mut rp = RankPass {
             pass,
             ledger: Ledger::default(),
@@ -573,7 +585,7 @@ impl Trainer {
         if self.prefetch_slots > 0 {
             let coming = self.ask(rp, cluster, edges)?;
             let (tally, waits) = (&mut rp.pass.tally, &mut rp.parts_wait);
-            self.look_ahead(mover, &coming, &parts, tally, waits);
+            self.look_ahead(mover, &coming, &parts, tally, waits)?;
             rp.ahead = Some(coming);
         }
         self.run_bucket(edges.pieces(), bucket, rp.trained, &mut rp.pass)?;
@@ -603,7 +615,7 @@ impl Trainer {
         let mut released = self.settle(mover, &mut rp.ledger, &mut rp.pass.tl, step)?;
         for &p in evict {
             if self.buffer.slot_of(p).is_some() {
-                self.write_back(mover, p);
+                self.write_back(mover, p)?;
             }
         }
         released.extend(self.settle(mover, &mut rp.ledger, &mut rp.pass.tl, step)?);
@@ -650,7 +662,7 @@ impl Trainer {
         let t = Instant::now();
         let held: Vec<u32> = self.buffer.resident().collect();
         for &p in &held {
-            self.write_back(mover, p);
+            self.write_back(mover, p)?;
         }
         let released = self.settle(mover, &mut rp.ledger, &mut rp.pass.tl, rp.trained)?;
         if !released.is_empty() {
@@ -679,7 +691,14 @@ impl Trainer {
         cluster: &mut dyn Cluster,
         done: bool,
     ) -> Result<bool> {
+        // A device holding the relations puts its rows out for the sum and takes the sum back.
+        if let Some(rels) = self.relations.shared() {
+            self.compute.slot_leaving(rels, true)?;
+        }
         let all_done = rounds.round(&mut self.relations, cluster, done)?;
+        if let Some(rels) = self.relations.shared() {
+            self.compute.slot_filled(SlotKind::Relations, rels)?;
+        }
         let every = self.cfg.bank_sync_every;
         if !all_done && every > 0 && rounds.rounds.is_multiple_of(every) {
             self.sync_bank_gradient(cluster)?;
@@ -813,7 +832,7 @@ impl Trainer {
             let started = self.start_load(mover, p, true);
             assert!(started, "every slot is free once all ranks are done");
             self.settle(mover, ledger, tl, step)?;
-            self.write_back(mover, p);
+            self.write_back(mover, p)?;
             self.settle(mover, ledger, tl, step)?;
         }
         Ok(mine.len())
@@ -829,18 +848,18 @@ impl Trainer {
         training: &[u32],
         tally: &mut Tally,
         waits: &mut Waits,
-    ) {
+    ) -> Result<()> {
         let Grant::Bucket {
             bucket,
             evict,
             written,
         } = coming
         else {
-            return;
+            return Ok(());
         };
         for &p in evict {
             if !training.contains(&p) {
-                self.write_back(mover, p);
+                self.write_back(mover, p)?;
             }
         }
         let mut parts = vec![bucket.0, bucket.1];
@@ -851,5 +870,6 @@ impl Trainer {
                 waits.prefetched += 1;
             }
         }
+        Ok(())
     }
 }

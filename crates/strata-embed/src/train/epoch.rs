@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_store::rng::{derive, Rng};
 
-use crate::compute::backend::{Compute, PieceChunk, SlotKind};
+use crate::compute::backend::{Compute, Landing, PieceChunk, SlotKind};
 use crate::config::{NegativePool, TrainConfig};
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
@@ -321,12 +321,13 @@ impl Trainer {
         pass: &mut Pass,
     ) -> Result<()> {
         let mut pending = None;
+        let mut leaving = None;
         if let (Some(e), Some(l)) = (step.evicted, step.loaded) {
             if let Some(banks) = &mut self.banks {
                 // The partition leaves as it is now: its bank stays exact while on disk.
                 banks.copy_from(e, self.buffer.embeddings(e));
             }
-            self.slot_leaving(e, true)?;
+            let landing = self.slot_evicting(e)?;
             let (slot, buf) = self.buffer.take(e);
             let from = if tables.written[l as usize] {
                 tables.next.clone()
@@ -334,18 +335,35 @@ impl Trainer {
                 tables.current.clone()
             };
             tables.written[e as usize] = true;
-            swapper.start_swap(Swap {
+            let swap = Swap {
                 slot,
                 buf,
                 evict: Some((e, tables.next.clone())),
                 load: (l, from),
-            });
+            };
+            leaving = Some((landing, swap));
             pending = Some((e, l));
             pass.tally.loads += 1;
         }
-        for &bucket in &step.overlap {
-            self.run_bucket(rx, bucket, i, pass)?;
-        }
+        // Legend's order: the victim's rows land in its slot (a device copies them out beside
+        // the overlap buckets' compute) and its swap starts, on a thread of its own, while the
+        // retained partitions train.
+        std::thread::scope(|scope| -> Result<()> {
+            let lander = leaving.map(|(landing, swap)| {
+                scope.spawn(move || -> Result<()> {
+                    landing()?;
+                    swapper.start_swap(swap);
+                    Ok(())
+                })
+            });
+            let trained = step
+                .overlap
+                .iter()
+                .try_for_each(|&bucket| self.run_bucket(rx, bucket, i, pass));
+            let landed = lander.map_or(Ok(()), |h| h.join().expect("the landing thread"));
+            // A landing that failed started no swap: stop before waiting for one.
+            landed.and(trained)
+        })?;
         if let Some((e, l)) = pending {
             let t = Instant::now();
             let done = swapper.wait();
@@ -381,29 +399,25 @@ impl Trainer {
         Ok(())
     }
 
-    /// Partition `p` was just read into its slot: the backend takes it.
-    fn slot_filled(&mut self, p: u32) -> Result<()> {
-        let compute = &mut self.compute;
-        let (_, rows) = self
-            .buffer
-            .rows_mut()
-            .into_iter()
-            .find(|(q, _)| *q == p)
-            .expect("partition resident");
-        compute.slot_filled(SlotKind::Partition, rows)
+    /// Partition `p` was just read into its slot: the backend takes it (the single-process
+    /// epoch's swaps and the distributed epoch's loads).
+    pub(super) fn slot_filled(&mut self, p: u32) -> Result<()> {
+        let rows = resident_rows(&mut self.buffer, p);
+        self.compute.slot_filled(SlotKind::Partition, rows)
+    }
+
+    /// Partition `p` is evicted (written back, its slot reused): the backend starts putting
+    /// its rows into the slot; the returned landing finishes that.
+    fn slot_evicting(&mut self, p: u32) -> Result<Landing> {
+        let rows = resident_rows(&mut self.buffer, p);
+        self.compute.slot_evicting(rows)
     }
 
     /// Partition `p` is about to be written back (`evict`: and its slot reused): the backend
     /// puts its rows into the slot first.
-    fn slot_leaving(&mut self, p: u32, evict: bool) -> Result<()> {
-        let compute = &mut self.compute;
-        let (_, rows) = self
-            .buffer
-            .rows_mut()
-            .into_iter()
-            .find(|(q, _)| *q == p)
-            .expect("partition resident");
-        compute.slot_leaving(rows, evict)
+    pub(super) fn slot_leaving(&mut self, p: u32, evict: bool) -> Result<()> {
+        let rows = resident_rows(&mut self.buffer, p);
+        self.compute.slot_leaving(rows, evict)
     }
 
     /// Before the epoch's write-back: every resident slot and the relations get the
@@ -834,4 +848,14 @@ pub(crate) fn group_by_types(
         start = end;
     }
     groups
+}
+
+/// The host slot of resident partition `p`.
+fn resident_rows(buffer: &mut PartitionBuffer, p: u32) -> crate::storage::shared::SharedRows<'_> {
+    let (_, rows) = buffer
+        .rows_mut()
+        .into_iter()
+        .find(|(q, _)| *q == p)
+        .expect("partition resident");
+    rows
 }

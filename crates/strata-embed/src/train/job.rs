@@ -23,6 +23,7 @@ use crate::eval::rank::Ranker;
 use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::model::ScoreModel;
 use crate::plan::budget::{self, EmbedPlan, RankNeeds};
+use crate::plan::device::DeviceBudget;
 use crate::run::incremental::{self, Origin};
 use crate::run::run_dir::{EpochRecord, Run, RunMeta};
 use crate::storage::buffer::PartitionBuffer;
@@ -457,11 +458,21 @@ fn plan_job(
         || crate::storage::entity_types::NodeShape::untyped(graph.num_nodes),
         TypeSpec::shape,
     );
-    let plan = budget::plan_fitting(cfg, model, &shape, graph.num_relations, side.needs)?;
+    let device = DeviceBudget::of(cfg)?;
+    let plan = budget::plan_fitting(
+        cfg,
+        model,
+        &shape,
+        graph.num_relations,
+        side.needs,
+        device.as_ref(),
+    )?;
+    let device_lines = plan.device.iter().flat_map(|d| d.memory_plan().describe());
     plan.memory_plan()
         .describe()
-        .iter()
-        .for_each(|l| progress.message(l));
+        .into_iter()
+        .chain(device_lines)
+        .for_each(|l| progress.message(&l));
     let partitioning = match &spec {
         Some(spec) => Partitioning::typed(spec.types.clone(), plan.partitions, cfg.seed)?,
         None => Partitioning::new(graph.num_nodes, plan.partitions, cfg.seed)?,
@@ -777,6 +788,7 @@ fn settle_run(
     let (rp, sp) = run.relation_paths(run.meta.current.epoch);
     relations.load(&rp, &sp)?;
     run.meta.memory_plan = Some(plan.memory_plan());
+    run.meta.device_memory_plan = plan.device.as_ref().map(|d| d.memory_plan());
     run.meta.world_size = side.seat.world_size;
     run.meta.owner_rank = side.seat.owner;
     if run.meta.sgemm_flops == 0.0 {

@@ -49,6 +49,23 @@ def resolve(device: str) -> torch.device:
     raise ValueError(f"device {device!r}: expected cpu, torch-cpu, cuda or cuda:N")
 
 
+#: Device memory one tile of scores may take (scores, comparisons and masks; the pairwise
+#: models' ``queries x candidates x dim`` differences): 256 MiB on a GPU, 64 MiB on the CPU twin.
+TILE_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
+
+
+def memory_info(device: str) -> tuple[int | None, int]:
+    """``(free bytes, evaluation tile bytes)`` of a ``device`` option, for the planner's
+    ``device_memory``: the free memory as ``torch.cuda.mem_get_info`` reports it, ``None`` on
+    the CPU twin (no memory of its own), and the bytes one tile of the device evaluator takes."""
+    dev = resolve(device)
+    tile = TILE_BYTES["cuda" if dev.type == "cuda" else "cpu"]
+    if dev.type != "cuda":
+        return None, tile
+    free, _ = torch.cuda.mem_get_info(dev)
+    return int(free), tile
+
+
 def check_options(options: dict) -> None:
     """Raises a ``ValueError`` naming the option when the device backend cannot train a run of
     ``[embed.train]`` ``options`` (before anything is written): an unsupported model, a bf16
@@ -129,6 +146,7 @@ class TorchCompute:
         self.stage_slots = Staging(self.device, self.copy_stream) if self.cuda else None
         self.stage_edges = Staging(self.device, self.copy_stream) if self.cuda else None
         self.stage_out = torch.empty(0, dtype=torch.float32)
+        self.stage_victim = torch.empty(0, dtype=torch.float32)
         self.slots: dict[int, Slot] = {}
         self.reset_counters()
 
@@ -192,45 +210,75 @@ class TorchCompute:
             slot.ready = None
         return slot.table
 
-    def slot_out(self, table, evict: bool) -> None:
+    def slot_out(self, table, evict: bool, later: bool = False):
         """Copies the device's rows of ``table`` into its host memory (before the I/O engine
-        writes it); with ``evict`` forgets them."""
+        writes it); with ``evict`` forgets them.
+
+        With ``later`` (an evicted victim, Legend's order) the copy out only starts: on ``cuda``
+        it runs on the copy stream into a pinned buffer while the compute stream goes on with
+        the retained partitions, and the call returns ``land(table)``, which the epoch loop
+        calls (from its landing thread, with the same slot lent again) right before the I/O
+        engine writes the slot: it waits for the copy and puts the rows into the host memory.
+        The CPU twin makes the same calls in the same order and copies at the landing."""
         params, state, _, key = table
         slot = self.slots.get(key)
         if slot is None:
-            return
-        start = time.perf_counter()
+            return (lambda _table: None) if later else None
         t = self._ready(slot)
-        hp, hs = self._host(params, state)
-        self._copy_out([(hp, t.params), (hs, t.state)])
-        self.copy_wait += time.perf_counter() - start
         if evict:
             del self.slots[key]
+        land = self._start_copy_out([t.params, t.state], victim=later)
+        if later:
+            return lambda table: land(self._host(table[0], table[1]))
+        land(self._host(params, state))
+        return None
 
-    def _copy_out(self, pairs) -> None:
-        """Copies each ``(host, device)`` pair of flat tensors into its host tensor: on
-        ``cuda`` after the compute queued so far, on the copy stream, through the pinned
-        buffer."""
-        for host, _ in pairs:
-            self.bytes_d2h += host.numel() * 4
+    def _start_copy_out(self, devs: list[torch.Tensor], victim: bool):
+        """Starts copying the flat device tensors ``devs`` out (on ``cuda`` after the compute
+        queued so far, on the copy stream, into a pinned buffer: the victims' own, so that one
+        victim's copy may run while other slots are written back); returns ``land(hosts)``,
+        which waits for the copy and puts each into its host tensor."""
+        for dev in devs:
+            self.bytes_d2h += dev.numel() * 4
+
+        def done_waiting(start: float) -> None:
+            self.copy_wait += time.perf_counter() - start
+
         if not self.cuda:
-            for host, dev in pairs:
-                host.copy_(dev)
-            return
-        total = sum(h.numel() for h, _ in pairs)
-        if self.stage_out.numel() < total:
-            self.stage_out = torch.empty(total, dtype=torch.float32, pin_memory=True)
+
+            def land_twin(hosts) -> None:
+                start = time.perf_counter()
+                for host, dev in zip(hosts, devs, strict=True):
+                    host.copy_(dev)
+                done_waiting(start)
+
+            return land_twin
+        name = "stage_victim" if victim else "stage_out"
+        total = sum(d.numel() for d in devs)
+        if getattr(self, name).numel() < total:
+            setattr(self, name, torch.empty(total, dtype=torch.float32, pin_memory=True))
+        pinned = getattr(self, name)
         self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
         at, spans = 0, []
         with torch.cuda.stream(self.copy_stream):
-            for host, dev in pairs:
-                n = host.numel()
-                self.stage_out[at : at + n].copy_(dev, non_blocking=True)
-                spans.append((host, at, n))
+            for dev in devs:
+                n = dev.numel()
+                pinned[at : at + n].copy_(dev, non_blocking=True)
+                # An evicted slot's memory may go back to the allocator before the copy ends.
+                dev.record_stream(self.copy_stream)
+                spans.append((at, n))
                 at += n
-        self.copy_stream.synchronize()
-        for host, at, n in spans:
-            host.copy_(self.stage_out[at : at + n])
+            copied = torch.cuda.Event()
+            copied.record(self.copy_stream)
+
+        def land(hosts) -> None:
+            start = time.perf_counter()
+            copied.synchronize()
+            for host, (at, n) in zip(hosts, spans, strict=True):
+                host.copy_(pinned[at : at + n])
+            done_waiting(start)
+
+        return land
 
     def forget_partitions(self) -> None:
         """Drops every partition slot (relations stay)."""
@@ -279,6 +327,10 @@ class TorchCompute:
             num_nodes=c["num_nodes"],
             reg=c["reg"],
             reg_weight=c["reg_weight"],
+            reg_weighted=c["reg_weighted"],
+            rel_reg_weight=c["rel_reg_weight"],
+            entity_dropout=c["entity_dropout"],
+            relation_dropout=c["relation_dropout"],
         )
 
     def train_piece(self, ctxs: list[dict], groups: list[int], bounds: list[int], edges, weights, key: int):
@@ -304,7 +356,10 @@ class TorchCompute:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
         e = e.to(torch.int64)
-        loss, directions, flops = 0.0, 0, 0.0
+        # The loss is added up on the device and read once, at the piece's end: no per-chunk
+        # host synchronisation.
+        loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        directions, flops = 0, 0.0
         for c, g in enumerate(groups):
             lo, hi = bounds[c], bounds[c + 1]
             ctx = contexts[g]
@@ -318,13 +373,9 @@ class TorchCompute:
             self.events.append((begin, end))
         else:
             self.busy += time.perf_counter() - start
-        pairs = []
         for t, params, state in staged.values():
-            hp, hs = self._host(params, state)
-            pairs += [(hp, t.params), (hs, t.state)]
-        if pairs:
-            self._copy_out(pairs)
-        return loss, directions, flops, time.perf_counter() - start
+            self._start_copy_out([t.params, t.state], victim=False)(self._host(params, state))
+        return float(loss), directions, flops, time.perf_counter() - start
 
     def _shape_slots(self, contexts: list[step.Ctx]) -> None:
         """Gives the piece's tables the row shape of the model (they are held flat)."""

@@ -22,11 +22,8 @@ import warnings
 import torch
 
 from strata.embed.device import step
-from strata.embed.device.backend import resolve
+from strata.embed.device.backend import TILE_BYTES, resolve
 
-#: Device memory one tile of scores may take (scores, comparisons and masks; the pairwise
-#: models' ``queries x candidates x dim`` differences): 256 MiB on a GPU, 64 MiB on the CPU twin.
-TILE_BYTES = {"cuda": 256 << 20, "cpu": 64 << 20}
 #: Candidates per tile when the queries fill the budget (the Rust evaluator's ``TILE``).
 TILE_ROWS = 4096
 

@@ -53,17 +53,26 @@ class Table:
     params: torch.Tensor
     state: torch.Tensor
 
-    def adagrad(self, rows: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
-        """One Adagrad step of each row in ``rows`` (unique) with its summed gradient ``grad``."""
+    def adagrad(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, mine: torch.Tensor) -> None:
+        """One Adagrad step of each row in ``rows`` where ``mine`` (those rows unique) with its
+        summed gradient ``grad``; the other entries change nothing.
+
+        The steps are added (``index_add_``) with the others' masked to zero, rather than
+        written at the indices of this table's rows: selecting those would read their count back
+        to the host. Each row gets one non-zero addend, so the sums are exactly the Rust
+        engine's ``state + g^2`` and ``params - update``."""
         width = self.params.shape[1]
+        keep = mine[:, None].to(grad.dtype)
         if self.state.shape[1] == 1:
-            acc = self.state[rows] + (grad * grad).sum(1, keepdim=True) / width
+            sq = (grad * grad).sum(1, keepdim=True) / width
+            acc = self.state[rows] + sq
             update = lr / (acc.sqrt() + ADAGRAD_EPS) * grad
         else:
-            acc = self.state[rows] + grad * grad
+            sq = grad * grad
+            acc = self.state[rows] + sq
             update = lr * grad / (acc.sqrt() + ADAGRAD_EPS)
-        self.state[rows] = acc
-        self.params[rows] = self.params[rows] - update
+        self.state.index_add_(0, rows, sq * keep)
+        self.params.index_add_(0, rows, -update * keep)
 
 
 @dataclass
@@ -98,6 +107,14 @@ class Ctx:
     num_nodes: int
     reg: str
     reg_weight: float
+    #: LibKGE's weighted form (``reg_weighted``), and the relation rows' own weight
+    #: (``relation_reg_weight``; ``None``: ``reg_weight``).
+    reg_weighted: bool = False
+    rel_reg_weight: float | None = None
+    #: Dropout rates of gathered entity and relation rows (``entity_dropout``,
+    #: ``relation_dropout``).
+    entity_dropout: float = 0.0
+    relation_dropout: float = 0.0
 
     @property
     def rel_dim(self) -> int:
@@ -162,7 +179,7 @@ def negatives(ctx: Ctx, side: Side, k: int, key: int) -> tuple[torch.Tensor, tor
     elif ctx.pool == "resident":
         sizes = torch.tensor(ctx.sizes, dtype=torch.int64, device=device)
         ends = sizes.cumsum(0)
-        r = rng.below(u, int(ends[-1]))
+        r = rng.below(u, sum(ctx.sizes))
         p = torch.searchsorted(ends, r, right=True)
         parts[n_degree:] = p
         rows[n_degree:] = r - (ends - sizes)[p]
@@ -254,6 +271,66 @@ def regularizer(ctx: Ctx, rows: torch.Tensor, layout: str) -> torch.Tensor:
     return (sq**1.5).sum() if ctx.reg == "n3" else sq.sum()
 
 
+#: The ``p`` of each regularizer's norm (``R(x) = |x|^p``): the weighted form divides by it.
+POWER = {"n3": 3.0, "l2": 2.0}
+
+
+def regularization(ctx: Ctx, rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor], k: int) -> torch.Tensor:
+    """Side ``k``'s regularization term (``model::regularize``) of its source, target and
+    relation rows as stored: ``w / b`` times ``sum R`` of each (weighted: ``w / p``, and the
+    head side of ``corrupt = both`` takes only its inverse relation rows, whose edges the tail
+    side penalised already); relation rows with their own weight."""
+    s, t, r = rows
+    b = s.shape[0]
+    rel_weight = ctx.reg_weight if ctx.rel_reg_weight is None else ctx.rel_reg_weight
+    zero = s.new_zeros((), dtype=torch.float64)
+    if ctx.reg == "none" or (ctx.reg_weight == 0.0 and rel_weight == 0.0) or b == 0:
+        return zero
+    nodes, rels = True, True
+    if ctx.reg_weighted and k == 1 and ctx.corrupt == "both":
+        nodes, rels = False, ctx.inverse_offset > 0
+    scale = 1.0 / POWER[ctx.reg] if ctx.reg_weighted else 1.0 / b
+    node_layout, rel_layout = layouts(ctx.model)
+    total = zero
+    if nodes and ctx.reg_weight != 0.0:
+        term = regularizer(ctx, s, node_layout) + regularizer(ctx, t, node_layout)
+        total = total + (term * (ctx.reg_weight * scale)).to(torch.float64)
+    if rels and ctx.rel_dim and rel_weight != 0.0:
+        total = total + (regularizer(ctx, r, rel_layout) * (rel_weight * scale)).to(torch.float64)
+    return total
+
+
+def dropped(
+    ctx: Ctx, rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], key: int, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Side ``k``'s source, target, negative and relation rows with inverted dropout
+    (``model::dropout``): each real kept with its factor ``1 / (1 - rate)`` unless its 32
+    random bits fall below ``rate * 2^32``, two reals a draw, the masks drawn in the Rust
+    worker's order (source, target, negatives at the entity rate, then relations) from the
+    side's stream ``derive(key, k)`` after its ``negatives`` draws."""
+    if not (ctx.entity_dropout > 0.0 or (ctx.relation_dropout > 0.0 and ctx.rel_dim > 0)):
+        return rows
+    stream = rng.derive(key, k)
+    at = ctx.negatives
+    out = []
+    for x, rate in zip(rows, (ctx.entity_dropout,) * 3 + (ctx.relation_dropout,), strict=True):
+        count = x.numel()
+        if rate <= 0.0 or count == 0:
+            out.append(x)
+            continue
+        draws = (count + 1) // 2
+        bits = rng.draw(stream, torch.arange(at, at + draws, device=x.device))
+        at += draws
+        halves = torch.stack([bits & 0xFFFF_FFFF, rng.shr(bits, 32)], 1).reshape(-1)[:count]
+        # The rate is an f32's value; its cut and factor as the Rust engine computes them.
+        cut = int(rate * 4294967296.0)
+        one = torch.tensor(1.0, dtype=torch.float32)
+        keep = (one / (one - torch.tensor(rate, dtype=torch.float32))).to(x.device)
+        mask = torch.where(halves < cut, torch.zeros_like(keep), keep).reshape(x.shape)
+        out.append(x * mask)
+    return tuple(out)
+
+
 def layouts(model: str) -> tuple[str, str]:
     """The coordinate layouts of node rows and relation rows."""
     return {
@@ -267,19 +344,24 @@ def layouts(model: str) -> tuple[str, str]:
 
 class Gathered:
     """The unique rows a chunk touches in a set of tables, as one leaf tensor whose gradient
-    sums every use: ``rows`` of table ``tables[part]``, keyed ``part << 32 | row``."""
+    sums every use: ``rows`` of table ``tables[part]``, keyed ``part << 32 | row``.
+
+    Each table's rows are picked by a mask over all the unique rows (the others read row 0
+    and are discarded), not by the indices of its own rows, whose count would have to be read
+    back to the host: no per-chunk host synchronisation beyond ``torch.unique``'s size."""
 
     def __init__(self, tables: list[Table], keys: torch.Tensor):
         self.tables = tables
         self.keys, self.inverse = torch.unique(keys, return_inverse=True)
-        self.part, self.row = self.keys >> 32, self.keys & 0xFFFF_FFFF
+        part, row = self.keys >> 32, self.keys & 0xFFFF_FFFF
         width = tables[0].params.shape[1]
-        leaf = torch.empty(len(self.keys), width, dtype=torch.float32, device=keys.device)
-        self.groups = []
-        for p in torch.unique(self.part).tolist():
-            at = (self.part == p).nonzero().squeeze(1)
-            leaf[at] = tables[p].params[self.row[at]]
-            self.groups.append((p, at))
+        leaf = torch.zeros(len(self.keys), width, dtype=torch.float32, device=keys.device)
+        self.masks = []
+        for p, table in enumerate(tables):
+            mine = part == p
+            rows = torch.where(mine, row, 0)
+            leaf = torch.where(mine[:, None], table.params[rows], leaf)
+            self.masks.append((mine, rows))
         self.leaf = leaf.requires_grad_()
 
     def take(self, start: int, count: int) -> torch.Tensor:
@@ -289,14 +371,17 @@ class Gathered:
     def step(self, lr: float) -> None:
         """Applies one Adagrad step per unique row with its summed gradient."""
         grad = self.leaf.grad
-        for p, at in self.groups:
-            self.tables[p].adagrad(self.row[at], grad[at], lr)
+        for table, (mine, rows) in zip(self.tables, self.masks, strict=True):
+            table.adagrad(rows, grad, lr, mine)
 
 
-def train_chunk(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int) -> tuple[float, int, float]:
+def train_chunk(
+    ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int
+) -> tuple[torch.Tensor, int, float]:
     """Trains one chunk in place (``Worker::train_chunk``): returns its loss (summed over its
-    sides, weights and regularizer included), its positive edge-directions and its
-    floating-point operations (``ScoreModel::flops`` per side)."""
+    sides, weights and regularizer included: a float64 scalar on the device, which the caller
+    adds up and reads once per piece), its positive edge-directions and its floating-point
+    operations (``ScoreModel::flops`` per side)."""
     sides = sides_of(ctx, edges, weights, key)
     node_keys, rel_keys, plan = [], [], []
     for k, side in enumerate(sides):
@@ -311,8 +396,7 @@ def train_chunk(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key
     rels = Gathered([ctx.rels], torch.cat(rel_keys)) if ctx.rels is not None else None
     total = torch.zeros((), dtype=torch.float64, device=edges.device)
     at, rel_at, directions = 0, 0, 0
-    node_layout, rel_layout = layouts(ctx.model)
-    for side, b, n, reverse in plan:
+    for k, (side, b, n, reverse) in enumerate(plan):
         s, t = nodes.take(at, b), nodes.take(at + b, b)
         neg = nodes.take(at + 2 * b, n)
         at += 2 * b + n
@@ -323,22 +407,18 @@ def train_chunk(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key
                 r = reverse_relation(ctx.model, r)
         else:
             r = s.new_zeros((b, 0))
-        pos, neg_scores = scores(ctx, combine(ctx.model, s, r), t, neg)
+        # The scores see the dropped rows, the regularizer the rows as stored.
+        ds, dt, dneg, dr = dropped(ctx, (s, t, neg, r), key, k)
+        pos, neg_scores = scores(ctx, combine(ctx.model, ds, dr), t=dt, neg=dneg)
         terms = loss_terms(ctx, pos, neg_scores)
         if side.weights is not None:
             terms = terms * side.weights
         side_loss = terms.to(torch.float64).sum()
-        if ctx.reg != "none" and ctx.reg_weight != 0.0 and b:
-            w = ctx.reg_weight / b
-            reg = regularizer(ctx, s, node_layout) + regularizer(ctx, t, node_layout)
-            if ctx.rel_dim:
-                reg = reg + regularizer(ctx, r, rel_layout)
-            side_loss = side_loss + (reg * w).to(torch.float64)
-        total = total + side_loss
+        total = total + side_loss + regularization(ctx, (s, t, r), k)
         directions += b
     total.backward()
     with torch.no_grad():
         nodes.step(ctx.lr)
         if rels is not None:
             rels.step(ctx.lr)
-    return float(total.detach()), directions, 6.0 * directions * ctx.negatives * ctx.dim
+    return total.detach(), directions, 6.0 * directions * ctx.negatives * ctx.dim
