@@ -51,7 +51,7 @@ demo: setup
 	$(VENV)/bin/strata demo
 
 # The two halves run side by side (`make -j2 -k`: each half runs to its end whatever the other
-# does): pytest on two workers, and the Rust tests at a lower CPU priority (nice), so they take
+# does): pytest on two workers, and the Rust tests at the idle CPU priority (test-rust), so they take
 # the cycles pytest leaves idle (a worker waiting on a rendezvous or a timeout, the last worker's
 # tail) and the whole machine once pytest is done, without slowing pytest's torchrun groups. The
 # Rust half needs no Python package: it compiles while the test extras install. pytest's output
@@ -80,8 +80,17 @@ $(TEST_STAMP): | $(EXT_STAMP)
 # state (more, smaller codegen units and their caches) would only cost. MAKEFLAGS is emptied:
 # under `make test` this half gets no jobserver descriptors, and build scripts that find
 # MAKEFLAGS naming them warn that the build environment is misconfigured.
+# Two runs over the same crates (so the same features, nothing compiled twice): the unit and
+# integration tests (`--lib --tests`: no examples, which `make lint`'s clippy --all-targets
+# compiles), then the doc tests (`--doc`; one crate has one), which need each library built as
+# a library beside its test harness.
+# SCHED_IDLE (chrt --idle): the Rust half takes only the cycles pytest leaves idle; nice 10 still
+# took about a tenth of each busy core from pytest's workers and ranks.
+RUST_TESTS := --workspace --exclude strata-py
+IDLE := $(shell chrt --idle 0 true 2>/dev/null && echo chrt --idle 0 || echo nice -n 19)
 test-rust:
-	MAKEFLAGS= CARGO_INCREMENTAL=0 nice -n 10 cargo test --workspace --exclude strata-py --quiet
+	MAKEFLAGS= CARGO_INCREMENTAL=0 $(IDLE) cargo test $(RUST_TESTS) --lib --tests --quiet
+	MAKEFLAGS= CARGO_INCREMENTAL=0 $(IDLE) cargo test $(RUST_TESTS) --doc --quiet
 
 # pytest-xdist workers, one a core; tests/conftest.py puts the heavy tests into two groups, each
 # run one test after another on one worker: torchrun groups and namespaces in one, memory limits

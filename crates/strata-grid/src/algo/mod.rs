@@ -21,6 +21,8 @@ pub mod registry;
 mod scc;
 mod spmv;
 mod sssp;
+#[cfg(test)]
+mod tests;
 mod triangles;
 mod wcc;
 

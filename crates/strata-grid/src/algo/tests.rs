@@ -4,16 +4,16 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
-use strata_grid::algo::{
+use crate::algo::{
     Bfs, Configured, HyperAnf, Iteration, KCore, Mis, PageRank, PersonalizedPageRank, Radii, Scc,
     Spmv, Sssp, Wcc,
 };
-use strata_grid::block_codec::Compression;
-use strata_grid::build::{build, BuildJob};
-use strata_grid::config::RunJob;
-use strata_grid::layout::{Order, WeightRequest, WeightSource, WeightSpec};
-use strata_grid::place::VertexPlacement;
-use strata_grid::run::run;
+use crate::block_codec::Compression;
+use crate::build::{build, BuildJob};
+use crate::config::RunJob;
+use crate::layout::{Order, WeightRequest, WeightSource, WeightSpec};
+use crate::place::VertexPlacement;
+use crate::run::run;
 use strata_store::config::{AutoSize, Size};
 use strata_store::convert::{convert_binary, convert_text, BinaryJob, TextJob};
 use strata_store::rng::Rng;
@@ -126,7 +126,7 @@ fn load_f64(path: &str) -> Vec<f64> {
 /// that and vertex data in windows too.
 const MEMORIES: [u64; 3] = [1 << 30, 80 << 20, 81 << 20];
 
-fn run_all(j: &RunJob) -> strata_grid::run::RunSummary {
+fn run_all(j: &RunJob) -> crate::run::RunSummary {
     let mut iters = Vec::new();
     let s = run(j, &NoProgress, &mut |it: &Iteration| {
         iters.push(it.clone());
@@ -702,7 +702,7 @@ fn sssp_follows_the_stores_own_weights() {
         .collect();
     assert_eq!(grids.len(), 1, "{grids:?}");
     assert!(grids[0].ends_with("-ws"), "{grids:?}");
-    let manifest = strata_grid::grid::Grid::open(&st.join("grids").join(&grids[0])).unwrap();
+    let manifest = crate::grid::Grid::open(&st.join("grids").join(&grids[0])).unwrap();
     let (lo, hi) = manifest.manifest().weight_range.unwrap();
     let min = weights.iter().copied().fold(f32::INFINITY, f32::min);
     assert!(lo == min && hi <= 3.0, "{lo} {hi}");
