@@ -28,8 +28,11 @@ $(VENV)/.deps-%: pyproject.toml | $(PY)
 	$(PY) -m pip install -q -r $@.txt
 	touch $@
 
+# The package's bytecode is compiled once here: where PYTHONDONTWRITEBYTECODE is set, every
+# `strata` process (the tests start hundreds) would otherwise compile it again, about 0.07 CPU s each.
 $(EXT_STAMP): $(SETUP_STAMP) $(RUST_SOURCES) pyproject.toml
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
+	$(PY) -m compileall -q python/strata
 	touch $@
 
 setup: $(EXT_STAMP)
@@ -80,17 +83,16 @@ $(TEST_STAMP): | $(EXT_STAMP)
 # state (more, smaller codegen units and their caches) would only cost. MAKEFLAGS is emptied:
 # under `make test` this half gets no jobserver descriptors, and build scripts that find
 # MAKEFLAGS naming them warn that the build environment is misconfigured.
-# Two runs over the same crates (so the same features, nothing compiled twice): the unit and
-# integration tests (`--lib --tests`: no examples, which `make lint`'s clippy --all-targets
-# compiles), then the doc tests (`--doc`; one crate has one), which need each library built as
-# a library beside its test harness.
+# The unit and integration tests only (`--lib --tests`): no examples, which `make lint`'s clippy
+# --all-targets compiles, and no doc tests, which would build every library a second time
+# outside the test harness (about 170 CPU s) for the crate docs' one example, whose calls
+# strata-farmem's round-trip tests run.
 # SCHED_IDLE (chrt --idle): the Rust half takes only the cycles pytest leaves idle; nice 10 still
 # took about a tenth of each busy core from pytest's workers and ranks.
 RUST_TESTS := --workspace --exclude strata-py
 IDLE := $(shell chrt --idle 0 true 2>/dev/null && echo chrt --idle 0 || echo nice -n 19)
 test-rust:
 	MAKEFLAGS= CARGO_INCREMENTAL=0 $(IDLE) cargo test $(RUST_TESTS) --lib --tests --quiet
-	MAKEFLAGS= CARGO_INCREMENTAL=0 $(IDLE) cargo test $(RUST_TESTS) --doc --quiet
 
 # pytest-xdist workers, one a core; tests/conftest.py puts the heavy tests into two groups, each
 # run one test after another on one worker: torchrun groups and namespaces in one, memory limits

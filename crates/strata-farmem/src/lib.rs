@@ -18,7 +18,8 @@
 //! turns dead, every pending and later operation fails with [`FarError::Unavailable`] (within
 //! the client's `io_timeout`), and callers fall back to disk.
 //!
-//! ```no_run
+//! ```ignore
+//! // The calls strata-farmem's round-trip tests make (`src/tests.rs`), against a running server:
 //! use strata_farmem::{ClientConfig, FarClient, FarRead};
 //! let client = FarClient::connect(&ClientConfig { addr: "127.0.0.1:7000".into(), ..Default::default() })?;
 //! client.alloc(1, 1 << 20)?;
