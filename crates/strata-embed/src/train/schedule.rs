@@ -304,6 +304,9 @@ impl BucketScheduler for Distributed<'_> {
         progress: &dyn Progress,
     ) -> Result<Option<Trained>> {
         let (current, next) = (&tables.current, &tables.next);
+        // Every rank reaches this point of every epoch, whatever buckets the scheduler grants
+        // it: a fault here kills a rank after the previous epoch's commit, always.
+        fault_point(epoch, "started");
         let peers = self.peers.as_deref_mut();
         let (mine, timeline) =
             trainer.epoch_scheduled(epoch, current, next, self.ranks.0, peers, progress)?;
