@@ -113,8 +113,20 @@ pub fn grid(
     store: &Path,
     name: &str,
     partitions: u32,
+    layout: (Order, Compression),
+    symmetrize: bool,
+) -> PathBuf {
+    grid_weighted(store, name, partitions, layout, symmetrize, None)
+}
+
+/// [`grid`], with the edge weights `weights` asks for (`None`: the store's, if any).
+pub fn grid_weighted(
+    store: &Path,
+    name: &str,
+    partitions: u32,
     (order, compression): (Order, Compression),
     symmetrize: bool,
+    weights: Option<WeightRequest>,
 ) -> PathBuf {
     build(
         &BuildJob {
@@ -123,6 +135,7 @@ pub fn grid(
             partitions,
             order,
             symmetrize: Some(symmetrize),
+            weights,
             overwrite: true,
             compression,
             ..Default::default()

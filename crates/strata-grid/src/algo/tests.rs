@@ -11,6 +11,7 @@ use crate::algo::{
 use crate::block_codec::Compression;
 use crate::build::{build, BuildJob};
 use crate::config::RunJob;
+use crate::fixtures::grid_weighted;
 use crate::layout::{Order, WeightRequest, WeightSource, WeightSpec};
 use crate::place::VertexPlacement;
 use crate::run::run;
@@ -94,22 +95,14 @@ fn grid(
     symmetrize: bool,
     weights: Option<WeightRequest>,
 ) {
-    build(
-        &BuildJob {
-            store: store.to_path_buf(),
-            name: name.into(),
-            partitions,
-            order,
-            symmetrize: Some(symmetrize),
-            weights,
-            memory: Size(256 << 20),
-            overwrite: true,
-            compression,
-            simple: false,
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    grid_weighted(
+        store,
+        name,
+        partitions,
+        (order, compression),
+        symmetrize,
+        weights,
+    );
 }
 
 fn load_i64(path: &str) -> Vec<i64> {
