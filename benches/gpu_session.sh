@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The GPU figures of docs/benchmarks.md ("Embedding training on a GPU", G7), run on a lent GPU
+# machine in as few calls as its 10-minute limit allows:
+#
+#     bash benches/gpu_session.sh STEP...      (results and logs under $OUT, default ./gpu-out)
+#
+# Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
+# with), tests (the device-parity tests with CUDA present), embed-fb15k, gnn-g6, embed-rmat
+# (prepare, out of core, resident), gnn-big-prepare, gnn-big. Each step runs under its own time
+# limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not stop the next.
+#
+# The extension (abi3) and FB15k-237 come from the development machine in .devcarry/
+# (`_native.abi3.so`, `datasets/fb15k-237`): the machine has no Rust toolchain and no registry.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+WORK=${WORK:-/tmp/strata-gpu}
+mkdir -p "$OUT" "$WORK"
+export OUT WORK
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python:$PWD/benches${PYTHONPATH:+:$PYTHONPATH}
+if [ -f .devcarry/_native.abi3.so ]; then cp .devcarry/_native.abi3.so python/strata/; fi
+if [ -d .devcarry/datasets ] && [ ! -d ../shared/datasets/fb15k-237 ]; then
+    mkdir -p ../shared && cp -r .devcarry/datasets ../shared/
+fi
+
+declare -A LIMIT=([env]=60 [tests]=240 [embed-fb15k]=150 [gnn-g6]=200 [embed-rmat]=420 [gnn-big-prepare]=560 [gnn-big]=400)
+
+step_env() {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    python3 -c "import torch, strata; print('torch', torch.__version__, torch.cuda.get_device_name())"
+    python3 -m strata bench-disk --dir "$WORK" --size 4G --queue-depths 1 32 128 --seconds 2 --json-summary
+}
+step_tests() {
+    python3 -m pytest -q -x -p no:cacheprovider tests/test_gnn_device_sampler.py tests/test_gnn_device_path.py \
+        tests/test_embed_device.py tests/test_embed_device_eval.py tests/test_device_rng.py
+}
+step_embed-fb15k() {
+    python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"
+}
+step_gnn-g6() {
+    python3 benches/bench_gnn_device.py --only g6,pyg --work "$WORK/gnn" --out "$OUT/gnn-g6.json"
+}
+step_embed-rmat() {
+    python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-ooc --part rmat-resident \
+        --work "$WORK/embed" --out "$OUT/embed-device.json"
+}
+step_gnn-big-prepare() {
+    python3 benches/bench_gnn_device.py --only big --prepare --work "$WORK/gnn"
+}
+step_gnn-big() {
+    python3 benches/bench_gnn_device.py --only big,big-pyg --work "$WORK/gnn" --out "$OUT/gnn-big.json"
+}
+
+for step in "$@"; do
+    var=STEP_LIMIT_${step//-/_}
+    limit=${!var:-${LIMIT[$step]:-300}}
+    echo "=== $step (limit ${limit} s) $(date -u +%T)"
+    start=$SECONDS
+    timeout --signal=INT --kill-after=10 "$limit" bash -c "$(declare -f "step_$step"); step_$step" \
+        >"$OUT/$step.log" 2>&1
+    rc=$?
+    tail -n 25 "$OUT/$step.log"
+    echo "=== $step: exit $rc after $((SECONDS - start)) s"
+done
