@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import inspect
 import os
 import shutil
@@ -169,6 +170,24 @@ def needs(module: str):
     return pytest.importorskip(
         module, reason=f"{module} is not installed: `make test` installs it (or pip install {module})"
     )
+
+
+def gpu_devices(cpu_name: str) -> list[str]:
+    """The devices a device-parity test runs on: ``cpu_name`` (the CPU twin's name, ``"cpu"`` or
+    ``"torch-cpu"``), and ``"cuda"`` too when torch imports and sees a GPU. Parametrizing over it
+    runs the same assertions on a GPU where there is one; elsewhere (CI) the test runs exactly as
+    on its CPU twin alone, with no skip: an absent device is simply not in the list. Torch is
+    imported here, not when this file is (its import is slow)."""
+    return [cpu_name, *(["cuda"] if _cuda_available() else [])]
+
+
+@functools.cache
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 def without(monkeypatch, module: str) -> None:

@@ -1,16 +1,21 @@
 """The torch twin of Strata's counter-based randomness (strata.device.rng) draws bit for bit what
 the Rust engine draws (strata._native.rng_*), on every key and position, including the values
-whose top bit is set (negative as int64) and the edges of Lemire's multiply-shift."""
+whose top bit is set (negative as int64) and the edges of Lemire's multiply-shift. Where torch
+sees a GPU the draws are made on ``cuda`` too (``gpu_devices``): its int64 arithmetic wraps as the
+CPU's."""
 
 import numpy as np
+import pytest
 
-from conftest import needs
+from conftest import gpu_devices, needs
 
 torch = needs("torch")
 
 from strata import _native  # noqa: E402
 from strata.device import rng  # noqa: E402
 
+#: The CPU, and the GPU where torch sees one.
+DEVICES = gpu_devices("cpu")
 MASK = (1 << 64) - 1
 KEYS = [0, 1, 7, 1234567, (1 << 63) - 1, 1 << 63, MASK, 0x9E3779B97F4A7C15, 0xDEADBEEFCAFEF00D]
 
@@ -19,7 +24,8 @@ def rust_draws(key: int, position: int, count: int, below: int | None = None) ->
     return np.frombuffer(bytes(_native.rng_draws(key, position, count, below)), dtype="<u8").tolist()
 
 
-def test_splitmix64_matches_its_published_reference_stream():
+@pytest.mark.parametrize("device", DEVICES)
+def test_splitmix64_matches_its_published_reference_stream(device):
     # SplitMix64 seeded with 1234567 (Steele, Lea and Flood's generator; the sequence every
     # implementation checks against). Draw k of Strata's stream of key s is SplitMix64(s)'s k-th.
     published = [
@@ -29,34 +35,38 @@ def test_splitmix64_matches_its_published_reference_stream():
         4593380528125082431,
         16408922859458223821,
     ]
-    assert rng.as_u64(rng.draw(1234567, torch.arange(5))) == published
+    assert rng.as_u64(rng.draw(1234567, torch.arange(5, device=device))) == published
     assert rust_draws(1234567, 0, 5) == published
 
 
-def test_draws_and_derivations_equal_the_rust_engine_s():
+@pytest.mark.parametrize("device", DEVICES)
+def test_draws_and_derivations_equal_the_rust_engine_s(device):
     positions = torch.tensor([0, 1, 2, 3, 1000, 123456789, (1 << 40) + 3])
     for key in KEYS:
+        on_device = torch.tensor(rng.as_i64(key), device=device)
         for p in positions.tolist():
-            assert rng.as_u64(rng.draw(key, torch.tensor([p]))) == rust_draws(key, p, 1), (key, p)
+            assert rng.as_u64(rng.draw(key, torch.tensor([p], device=device))) == rust_draws(key, p, 1), (key, p)
         for index in [0, 1, 2, 99, 1 << 33, MASK]:
-            assert rng.as_u64(rng.derive(key, index)) == [_native.rng_derive(key, index)], (key, index)
+            assert rng.as_u64(rng.derive(on_device, index)) == [_native.rng_derive(key, index)], (key, index)
     # Broadcast over a tensor of keys: each element its own stream.
-    keys = rng.derive(5, torch.arange(64))
+    keys = rng.derive(5, torch.arange(64, device=device))
     got = rng.as_u64(rng.draw(keys, torch.tensor(3)))
     assert got == [rust_draws(_native.rng_derive(5, i), 3, 1)[0] for i in range(64)]
 
 
-def test_below_equals_rust_s_multiply_shift_at_every_scale():
+@pytest.mark.parametrize("device", DEVICES)
+def test_below_equals_rust_s_multiply_shift_at_every_scale(device):
     for n in [1, 2, 3, 10, 2708, 14541, (1 << 31) - 1, 1 << 32, (1 << 32) + 1, 10**12 + 7, (1 << 62) + 12345]:
         for key in KEYS[:5]:
-            bits = rng.draw(key, torch.arange(200))
+            bits = rng.draw(key, torch.arange(200, device=device))
             got = rng.below(bits, n)
             assert got.tolist() == rust_draws(key, 0, 200, below=n), (key, n)
             assert int(got.min()) >= 0 and int(got.max()) < n
 
 
-def test_unit_is_uniform_from_53_bits():
-    bits = rng.draw(11, torch.arange(100_000))
+@pytest.mark.parametrize("device", DEVICES)
+def test_unit_is_uniform_from_53_bits(device):
+    bits = rng.draw(11, torch.arange(100_000, device=device))
     u = rng.unit(bits)
     assert u.dtype == torch.float64 and float(u.min()) >= 0.0 and float(u.max()) < 1.0
     assert abs(float(u.mean()) - 0.5) < 0.005
@@ -66,8 +76,6 @@ def test_unit_is_uniform_from_53_bits():
 
 
 def test_bad_inputs_name_what_was_expected():
-    import pytest
-
     with pytest.raises(ValueError, match="not a 64-bit unsigned"):
         rng.as_i64(1 << 64)
     with pytest.raises(TypeError, match="int64"):

@@ -9,7 +9,13 @@ sides compute the same products in different orders). The tables here are traine
 normal rows (``init_scale`` 0.1) on a generated graph, so no two nodes share a row and no score
 ties its answer's exactly; a tie at the last bit would still count half on both sides, but which
 side of it a rounding falls could differ, so the data avoids them rather than the test
-tolerating them."""
+tolerating them.
+
+Where torch sees a GPU the parity tests run on ``cuda`` too (``gpu_devices``), with the same
+exact equality: the evaluator's products there are full float32 as well (torch's default, TF32
+off; a TF32 product's 10-bit mantissa would move scores by about 1e-3 and reorder near
+candidates), so CUDA differs from the Rust evaluator only in the order of its sums, as the CPU
+twin does."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conftest import run_strata  # noqa: E402
+from conftest import gpu_devices, run_strata  # noqa: E402
 from strata.config import EmbedTrainConfig  # noqa: E402
 from strata.embed import Run, train  # noqa: E402
 
@@ -28,6 +34,9 @@ BASE = dict(
     epochs=1, dim=16, chunk_size=200, negatives=64, threads=1, seed=3, eval_every=0, tensorboard=False,
     init_scale=0.1, partitions=2, memory="256M", eval_negatives=50,
 )  # fmt: skip
+
+#: The CPU twin, and the GPU where torch sees one.
+DEVICES = gpu_devices("torch-cpu")
 
 MODELS = {
     "dot": dict(model="dot"),
@@ -68,24 +77,26 @@ def metrics(result: dict) -> dict:
     return {k: v for k, v in result["metrics"].items() if k != "seconds"}
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("protocol", ["filtered", "sampled"])
 @pytest.mark.parametrize("reciprocal", [True, False], ids=["reciprocal", "reversed"])
 @pytest.mark.parametrize("model", sorted(MODELS))
-def test_device_ranks_equal_the_rust_evaluators(runs, model, reciprocal, protocol):
+def test_device_ranks_equal_the_rust_evaluators(runs, model, reciprocal, protocol, device):
     run = runs(model, reciprocal)
     # eval_negatives 50 with chunk_size 200: the sampled protocol's 100 candidates per batch
     # repeat nodes and answers, so its exclusions (an answer drawn as its own candidate) occur.
     cpu = run.evaluate("test", protocol=protocol, device="cpu")
-    dev = run.evaluate("test", protocol=protocol, device="torch-cpu")
+    dev = run.evaluate("test", protocol=protocol, device=device)
     assert metrics(dev) == metrics(cpu)
     assert cpu["metrics"]["queries"] > 0 and cpu["metrics"]["head_mrr"] is not None
     assert cpu["metrics"]["mrr"] > 1 / 200, cpu  # trained: better than a random ranking
 
 
-def test_validation_and_test_on_the_device_equal_the_rust_evaluator(kg, tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_validation_and_test_on_the_device_equal_the_rust_evaluator(kg, tmp_path, device):
     """A run trained on the device validates each epoch and tests its best checkpoint there;
     the CPU evaluator gives the same figures for the same checkpoints."""
-    run = train(EmbedTrainConfig(store=kg, run_dir=tmp_path / "run", device="torch-cpu",
+    run = train(EmbedTrainConfig(store=kg, run_dir=tmp_path / "run", device=device,
                                  **{**BASE, "epochs": 2, "eval_every": 1, "model": "complex"}))  # fmt: skip
     last = run.history[-1]["valid"]
     again = run.evaluate("valid", checkpoint="last", device="cpu")["metrics"]

@@ -2,14 +2,15 @@
 for bit as the store holds them, pre-sampling counts what the Rust sampler samples, and the
 pipeline's batches equal the native loader's (same order, keys, blocks, features, labels), for
 node batches and for link batches (the same negatives too, through the counter-based RNG), also
-through PyG's LinkNeighborLoader sampler."""
+through PyG's LinkNeighborLoader sampler. Where torch sees a GPU the same tests run on ``cuda``
+too (``gpu_devices``), against the native loader on the CPU."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from conftest import needs, run_strata
+from conftest import gpu_devices, needs, run_strata
 
 torch = needs("torch")
 
@@ -25,33 +26,43 @@ from strata.gnn.sampling import NeighborSampler  # noqa: E402
 # builds them once (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_gnn_device_path")
 
+#: The CPU twin, and the GPU where torch sees one.
+DEVICES = gpu_devices("cpu")
+
 
 def bits(t: torch.Tensor) -> np.ndarray:
-    return t.contiguous().view(torch.int32).numpy()
+    return t.cpu().contiguous().view(torch.int32).numpy()
 
 
-def test_presampling_counts_the_rust_sampler_s_nodes(cora):
+@pytest.mark.parametrize("device", DEVICES)
+def test_presampling_counts_the_rust_sampler_s_nodes(cora, device):
     data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
-    sampler = DeviceSampler(DeviceTopology.open(data.store, "cpu"), [5, 5], seed=data.config["seed"])
+    sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5, 5], seed=data.config["seed"])
     train = np.asarray(data.nodes("train"))
     hot = presample_hotness(sampler, train, 64, epoch=3)
     rust = NeighborSampler(cora, [5, 5], seed=data.config["seed"], threads=1)
     expected = np.zeros(data.num_nodes, dtype=np.int64)
     for b, start in enumerate(range(0, len(train), 64)):
         np.add.at(expected, rust.sample(train[start : start + 64], batch_key(3, b)).node, 1)
-    np.testing.assert_array_equal(hot.numpy(), expected)
+    assert hot.device.type == torch.device(device).type
+    np.testing.assert_array_equal(hot.cpu().numpy(), expected)
 
 
-def test_cache_serves_every_tier_s_rows_bit_for_bit(cora):
+@pytest.mark.parametrize("device", DEVICES)
+def test_cache_serves_every_tier_s_rows_bit_for_bit(cora, device):
     data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
-    sampler = DeviceSampler(DeviceTopology.open(data.store, "cpu"), [5, 5])
+    sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5, 5])
     hot = presample_hotness(sampler, data.nodes("train"), 64)
-    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, "cpu")
-    cache = DeviceCache(data.store.features, engine, hot, device_rows=300, host_rows=500, device="cpu")
+    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    cache = DeviceCache(data.store.features, engine, hot, device_rows=300, host_rows=500, device=device)
+    # On CUDA the host tier is page-locked and read by the UVA kernel.
+    assert cache.device_table.device.type == torch.device(device).type and cache.host_table.device.type == "cpu"
     store_rows = torch.from_numpy(np.array(data.store.features, dtype=np.float32))
     nodes = torch.cat([torch.randperm(data.num_nodes, generator=torch.Generator().manual_seed(1)), torch.arange(50)])
-    rows = cache.lookup(nodes)
+    rows = cache.lookup(nodes.to(device))
+    assert rows.device.type == torch.device(device).type
     np.testing.assert_array_equal(bits(rows), bits(store_rows[nodes]))
+    nodes = nodes.to(device)
     tier, _ = cache.tiers(nodes)
     assert cache.stats.device_rows == int((tier == DEVICE).sum()) == 300 + int((tier[-50:] == DEVICE).sum())
     assert cache.stats.host_rows == int((tier == HOST).sum()) == 500 + int((tier[-50:] == HOST).sum())
@@ -60,32 +71,40 @@ def test_cache_serves_every_tier_s_rows_bit_for_bit(cora):
     order = torch.sort(hot, descending=True, stable=True).indices
     assert (cache.tiers(order[:300])[0] == DEVICE).all() and (cache.tiers(order[300:800])[0] == HOST).all()
     with pytest.raises(ValueError, match="one hotness count per node"):
-        DeviceCache(data.store.features[:5], engine, hot, device_rows=1, host_rows=1, device="cpu")
+        DeviceCache(data.store.features[:5], engine, hot, device_rows=1, host_rows=1, device=device)
+
+
+def equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` hold the same values, wherever each lives (the native loader's batch on
+    the CPU, the device path's on its device)."""
+    return torch.equal(a.cpu(), b.cpu())
 
 
 def assert_same_batch(x, y) -> None:
     """Two batches hold the same nodes, blocks, feature bits and labels."""
-    assert torch.equal(x.nodes, y.nodes) and x.hop_counts == y.hop_counts
+    assert equal(x.nodes, y.nodes) and x.hop_counts == y.hop_counts
     for bx, by in zip(x.blocks, y.blocks, strict=True):
         assert (bx.num_src, bx.num_dst) == (by.num_src, by.num_dst)
-        assert torch.equal(bx.src, by.src) and torch.equal(bx.dst, by.dst)
+        assert equal(bx.src, by.src) and equal(bx.dst, by.dst)
     np.testing.assert_array_equal(bits(x.x), bits(y.x))
-    assert torch.equal(x.y, y.y)
+    assert equal(x.y, y.y)
 
 
-def test_device_pipeline_batches_equal_the_native_loader_s(cora):
+@pytest.mark.parametrize("device", DEVICES)
+def test_device_pipeline_batches_equal_the_native_loader_s(cora, device):
     options = {"fanouts": [5, 5], "batch_size": 48, "device_memory": "200K"}
     native = GnnData(cora, data_path="native", **options)
-    device = GnnData(cora, data_path="device", **options)
-    assert device.data_path == "device" and native.data_path == "native"
-    assert device.plan_lines()[-1].startswith("data path: device; memory ")
+    dev = GnnData(cora, data_path="device", device=device, **options)
+    assert dev.data_path == "device" and native.data_path == "native"
+    assert dev.plan_lines()[-1].startswith("data path: device; memory ")
     for epoch in (0, 1):
         a = list(native.loader("train", epoch=epoch))
-        loader = device.loader("train", epoch=epoch)
+        loader = dev.loader("train", epoch=epoch)
         b = list(loader)
         assert len(a) == len(b) > 1
         for x, y in zip(a, b, strict=True):
             assert_same_batch(x, y)
+            assert y.x.device.type == torch.device(device).type
         stats = loader.stats()
         assert stats["sampler"] == "device" and stats["batches"] == len(b)
         assert set(stats["busy_seconds"]) == {"sample", "lookup"}
@@ -103,29 +122,32 @@ def cora_edges(cora, count: int) -> np.ndarray:
     return np.stack([indices, dst])[:, :count]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("negatives", [0, 3])
-def test_device_link_batches_equal_the_native_loader_s(cora, negatives):
+def test_device_link_batches_equal_the_native_loader_s(cora, negatives, device):
     edges = cora_edges(cora, 700)
     options = {"edges": edges, "negatives": negatives, "device_memory": "200K"}
     native = LinkLoader(cora, [5, 5], 96, data_path="native", **options)
-    device = LinkLoader(cora, [5, 5], 96, data_path="device", **options)
-    assert (native.data.data_path, device.data.data_path) == ("native", "device")
+    on_device = dict(options, device=device)
+    dev = LinkLoader(cora, [5, 5], 96, data_path="device", **on_device)
+    assert (native.data.data_path, dev.data.data_path) == ("native", "device")
     for _epoch in (0, 1):
-        a, b = list(native), list(device)
+        a, b = list(native), list(dev)
         assert len(a) == len(b) == 8
         for x, y in zip(a, b, strict=True):
             assert_same_batch(x, y)
-            assert torch.equal(x.edge_label_index, y.edge_label_index) and torch.equal(x.edge_label, y.edge_label)
+            assert equal(x.edge_label_index, y.edge_label_index) and equal(x.edge_label, y.edge_label)
             num_pos = len(y.edge_label) // (1 + negatives)
             assert y.edge_label_index.shape == (2, num_pos * (1 + negatives)) and int(y.edge_label.sum()) == num_pos
-        assert device.stats["sampler"] == "device" and device.stats["batches"] == 8
+        assert dev.stats["sampler"] == "device" and dev.stats["batches"] == 8
     # Unshuffled, the positives are the given edges in order.
-    unshuffled = LinkLoader(cora, [5, 5], 96, data_path="device", shuffle=False, **options)
+    unshuffled = LinkLoader(cora, [5, 5], 96, data_path="device", shuffle=False, **on_device)
     first = next(iter(unshuffled))
-    assert torch.equal(first.nodes[first.edge_label_index[:, :96]], torch.from_numpy(edges[:, :96]))
+    assert equal(first.nodes[first.edge_label_index[:, :96]], torch.from_numpy(edges[:, :96]))
 
 
-def test_pyg_link_sampler_on_the_device_path_draws_the_native_sample(cora):
+@pytest.mark.parametrize("device", DEVICES)
+def test_pyg_link_sampler_on_the_device_path_draws_the_native_sample(cora, device):
     needs("torch_geometric")
     from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
 
@@ -135,25 +157,28 @@ def test_pyg_link_sampler_on_the_device_path_draws_the_native_sample(cora):
     edges = torch.from_numpy(cora_edges(cora, 64))
     inputs = EdgeSamplerInput(None, edges[0], edges[1])
     out = [
-        StrataSampler(GnnData(cora, data_path=path, **options)).sample_from_edges(inputs, NegativeSampling("binary", 2))
-        for path in ("native", "device")
+        StrataSampler(GnnData(cora, data_path=path, device=on, **options)).sample_from_edges(
+            inputs, NegativeSampling("binary", 2)
+        )
+        for path, on in (("native", "cpu"), ("device", device))
     ]
     for name in ("node", "row", "col"):
-        assert torch.equal(getattr(out[0], name), getattr(out[1], name)), name
+        assert equal(getattr(out[0], name), getattr(out[1], name)), name
     assert out[0].num_sampled_nodes == out[1].num_sampled_nodes
     assert out[0].num_sampled_edges == out[1].num_sampled_edges
-    assert torch.equal(out[0].metadata[1], out[1].metadata[1]) and torch.equal(out[0].metadata[2], out[1].metadata[2])
+    assert equal(out[0].metadata[1], out[1].metadata[1]) and equal(out[0].metadata[2], out[1].metadata[2])
     # The feature store serves x through the device path's cache, bit for bit the store's rows.
     from strata.gnn.pyg import stores
 
-    fs, _ = stores(GnnData(cora, data_path="device", **options))
+    fs, _ = stores(GnnData(cora, data_path="device", device=device, **options))
     x = fs.get_tensor(group_name=None, attr_name="x", index=out[1].node)
-    expected = np.asarray(fs.data.store.features)[out[1].node.numpy()]
+    expected = np.asarray(fs.data.store.features)[out[1].node.cpu().numpy()]
     np.testing.assert_array_equal(bits(x), bits(torch.from_numpy(expected)))
     assert fs.data.device_path.cache.stats.lookups == 1
 
 
-def test_a_store_without_node_splits_ranks_hotness_over_its_edge_endpoints(tmp_path):
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_store_without_node_splits_ranks_hotness_over_its_edge_endpoints(tmp_path, device):
     # A link store (no node splits): the device tier holds the rows pre-sampling over the
     # training edges' endpoints reaches most, not the first ids.
     run_strata("generate", "sbm", "--out", tmp_path / "raw", "--nodes", "1500", "--classes", "4", "--feature-dim", "8")
@@ -161,7 +186,7 @@ def test_a_store_without_node_splits_ranks_hotness_over_its_edge_endpoints(tmp_p
         (tmp_path / "raw" / f"{split}_idx.npy").unlink()
     store = tmp_path / "links.strata"
     run_strata("convert", tmp_path / "raw", "--symmetrize", "--out", store, "-q")
-    data = GnnData(store, fanouts=[5, 5], batch_size=64, data_path="device", device_memory="100K")
+    data = GnnData(store, fanouts=[5, 5], batch_size=64, data_path="device", device=device, device_memory="100K")
     assert not data.has_split("train")
     cache = data.device_path.cache
     rows = cache.device_table.shape[0]
@@ -169,4 +194,4 @@ def test_a_store_without_node_splits_ranks_hotness_over_its_edge_endpoints(tmp_p
     hot = presample_hotness(data.device_path.sampler, np.unique(data.edges("train")), 64)
     expected = torch.sort(hot, descending=True, stable=True).indices[:rows]
     assert (cache.tiers(expected)[0] == DEVICE).all()
-    assert not (cache.tiers(torch.arange(rows))[0] == DEVICE).all()
+    assert not (cache.tiers(torch.arange(rows, device=device))[0] == DEVICE).all()

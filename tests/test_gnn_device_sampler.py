@@ -1,7 +1,10 @@
 """The device sampler (strata.gnn.device.sampler, here on its CPU twin) draws exactly the Rust
 sampler's blocks: the same nodes in the same order, the same local ids, the same CSC per layer,
 on Cora and on a generated weighted power-law graph, for several fanouts, uniform and weighted;
-and the UVA gather kernel reads what plain indexing reads (Triton's interpreter on the CPU)."""
+and the UVA gather kernel reads what plain indexing reads (Triton's interpreter on the CPU).
+Where torch sees a GPU the same tests run on ``cuda`` too (``gpu_devices``): the sampler there
+draws the same bits, with the CSC in device memory and in page-locked host memory read by the
+real kernel over UVA."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs, run_strata
+from conftest import gpu_devices, needs, run_strata
 
 torch = needs("torch")
 
@@ -27,6 +30,8 @@ from strata.store import Store  # noqa: E402
 pytestmark = pytest.mark.xdist_group("test_gnn_device_sampler")
 
 FANOUTS = [[5], [10, 5], [3, -1], [2, 2, 2], [25, 10]]
+#: The CPU twin, and the GPU where torch sees one.
+DEVICES = gpu_devices("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -53,37 +58,51 @@ def rust_sample(store: Path, fanouts, weighted: bool, seeds, batch_key: int, see
     return s.node, s.row, s.col, s.num_sampled_nodes, s.num_sampled_edges
 
 
-def assert_same(store: Path, fanouts, weighted: bool, batches: int = 4, batch_size: int = 64, seed: int = 3):
-    topo = DeviceTopology.open(Store(store), "cpu", weighted=weighted)
-    sampler = DeviceSampler(topo, fanouts, seed=seed, weighted=weighted)
-    rng = np.random.default_rng(len(fanouts))
-    for b in range(batches):
-        seeds = rng.choice(topo.num_nodes, size=batch_size, replace=False)
-        key = (b + 1) << 32 | b
-        got = sampler.sample(torch.from_numpy(seeds), key)
-        node, row, col, hop_counts, edges = rust_sample(store, fanouts, weighted, seeds, key, seed)
-        grow, gcol = got.edge_index()
-        assert got.hop_counts == hop_counts and got.edges_per_hop == edges, (fanouts, b)
-        np.testing.assert_array_equal(got.nodes.numpy(), node)
-        np.testing.assert_array_equal(grow.numpy(), row)
-        np.testing.assert_array_equal(gcol.numpy(), col)
-        for block in got.blocks:
-            assert block.indptr[-1] == block.indices.numel() and int(block.indices.max()) < block.num_src
+def placements(device: str) -> list[int | None]:
+    """Device budgets to open the CSC with: on CUDA none (device memory) and 0 (page-locked host
+    memory, read by the UVA kernel); the CPU twin holds it in RAM whatever the budget."""
+    return [None, 0] if device == "cuda" else [None]
 
 
+def assert_same(
+    store: Path, fanouts, weighted: bool, device: str, batches: int = 4, batch_size: int = 64, seed: int = 3
+):
+    for budget in placements(device):
+        topo = DeviceTopology.open(Store(store), device, weighted=weighted, budget=budget)
+        assert topo.placement == ("host" if budget == 0 else "device")
+        sampler = DeviceSampler(topo, fanouts, seed=seed, weighted=weighted)
+        rng = np.random.default_rng(len(fanouts))
+        for b in range(batches):
+            seeds = rng.choice(topo.num_nodes, size=batch_size, replace=False)
+            key = (b + 1) << 32 | b
+            got = sampler.sample(torch.from_numpy(seeds).to(device), key)
+            node, row, col, hop_counts, edges = rust_sample(store, fanouts, weighted, seeds, key, seed)
+            grow, gcol = got.edge_index()
+            assert got.nodes.device.type == grow.device.type == topo.device.type
+            assert got.hop_counts == hop_counts and got.edges_per_hop == edges, (fanouts, b, budget)
+            np.testing.assert_array_equal(got.nodes.cpu().numpy(), node)
+            np.testing.assert_array_equal(grow.cpu().numpy(), row)
+            np.testing.assert_array_equal(gcol.cpu().numpy(), col)
+            for block in got.blocks:
+                assert int(block.indptr[-1]) == block.indices.numel() and int(block.indices.max()) < block.num_src
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fanouts", FANOUTS)
-def test_uniform_blocks_equal_the_rust_sampler_s_on_cora(cora, fanouts):
-    assert_same(cora, fanouts, weighted=False)
+def test_uniform_blocks_equal_the_rust_sampler_s_on_cora(cora, fanouts, device):
+    assert_same(cora, fanouts, weighted=False, device=device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("fanouts", FANOUTS)
 @pytest.mark.parametrize("weighted", [False, True])
-def test_blocks_equal_the_rust_sampler_s_on_a_power_law_graph(powerlaw, fanouts, weighted):
-    assert_same(powerlaw, fanouts, weighted=weighted, batches=3, batch_size=128)
+def test_blocks_equal_the_rust_sampler_s_on_a_power_law_graph(powerlaw, fanouts, weighted, device):
+    assert_same(powerlaw, fanouts, weighted=weighted, device=device, batches=3, batch_size=128)
 
 
-def test_seeds_and_fanouts_are_checked(cora):
-    topo = DeviceTopology.open(Store(cora), "cpu")
+@pytest.mark.parametrize("device", DEVICES)
+def test_seeds_and_fanouts_are_checked(cora, device):
+    topo = DeviceTopology.open(Store(cora), device)
     with pytest.raises(ValueError, match="fanouts: entry 1 is 0"):
         DeviceSampler(topo, [5, 0])
     sampler = DeviceSampler(topo, [5])
@@ -92,14 +111,23 @@ def test_seeds_and_fanouts_are_checked(cora):
     with pytest.raises(ValueError, match="distinct"):
         sampler.sample(torch.tensor([4, 4]), 0)
     with pytest.raises(ValueError, match="no edge weights"):
-        DeviceTopology.open(Store(cora), "cpu", weighted=True)
+        DeviceTopology.open(Store(cora), device, weighted=True)
     # A failed batch leaves the local-id map clean for the next one.
     assert sampler.sample(torch.tensor([1, 2]), 0).nodes[:2].tolist() == [1, 2]
 
 
-def test_uva_gather_kernel_reads_what_indexing_reads(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_uva_gather_kernel_reads_what_indexing_reads(monkeypatch, device):
+    """On the CPU the kernel runs in Triton's interpreter over CPU tensors; on CUDA it is the
+    compiled kernel, reading tables in page-locked host memory from a device index (the path
+    ``uva.gather`` takes for them)."""
     needs("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cuda = device == "cuda"
+    if cuda:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # The kernel is built on first use with the interpreter setting of then.
     uva._kernel.cache_clear()
     try:
         gen = torch.Generator().manual_seed(0)
@@ -109,8 +137,15 @@ def test_uva_gather_kernel_reads_what_indexing_reads(monkeypatch):
             torch.randint(0, 2**62, (3000,), dtype=torch.int64, generator=gen),
             torch.randn(3000, 7, generator=gen),
         ]:
-            assert torch.equal(uva.kernel_gather(table, index), table[index])
-        assert uva.kernel_gather(torch.arange(5), torch.empty(0, dtype=torch.int64)).numel() == 0
+            host = uva.pinned(table, torch.device(device))
+            assert host.device.type == "cpu" and (not cuda or host.is_pinned())
+            got = uva.gather(host, index.to(device)) if cuda else uva.kernel_gather(host, index)
+            assert got.device.type == device
+            assert torch.equal(got.cpu(), table[index])
+        empty = uva.kernel_gather(
+            uva.pinned(torch.arange(5), torch.device(device)), torch.empty(0, dtype=torch.int64, device=device)
+        )
+        assert empty.numel() == 0
     finally:
         uva._kernel.cache_clear()
 
@@ -131,8 +166,9 @@ def rust_ln_unit(m: int) -> float:
     return 2.0 * s * p + float(e - 53) * LN_2
 
 
-def test_weighted_keys_use_the_rust_logarithm_not_the_device_s():
-    bits = rng.draw(99, torch.arange(5000))
+@pytest.mark.parametrize("device", DEVICES)
+def test_weighted_keys_use_the_rust_logarithm_not_the_device_s(device):
+    bits = rng.draw(99, torch.arange(5000, device=device))
     got = ln_unit(bits).tolist()
     ms = [(1 << 53) - (b >> 11) for b in rng.as_u64(bits)]
     assert got == [rust_ln_unit(m) for m in ms]
