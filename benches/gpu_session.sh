@@ -30,9 +30,10 @@ step_env() {
     python3 -c "import torch, strata; print('torch', torch.__version__, torch.cuda.get_device_name())"
     python3 -m strata bench-disk --dir "$WORK" --size 4G --queue-depths 1 32 128 --seconds 2 --json-summary
 }
+# The device-parity tests (each runs on cuda beside its CPU twin); TESTS names a subset.
 step_tests() {
-    python3 -m pytest -q -x -p no:cacheprovider tests/test_gnn_device_sampler.py tests/test_gnn_device_path.py \
-        tests/test_embed_device.py tests/test_embed_device_eval.py tests/test_device_rng.py
+    python3 -m pytest -q -x -n 8 -p no:cacheprovider ${TESTS:-tests/test_embed_device.py tests/test_device_rng.py \
+        tests/test_gnn_device_sampler.py tests/test_gnn_device_path.py tests/test_embed_device_eval.py}
 }
 step_embed-fb15k() {
     python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"

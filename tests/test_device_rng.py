@@ -48,6 +48,7 @@ def test_draws_and_derivations_equal_the_rust_engine_s(device):
             assert rng.as_u64(rng.draw(key, torch.tensor([p], device=device))) == rust_draws(key, p, 1), (key, p)
         for index in [0, 1, 2, 99, 1 << 33, MASK]:
             assert rng.as_u64(rng.derive(on_device, index)) == [_native.rng_derive(key, index)], (key, index)
+            assert rng.derive_int(key, index) == _native.rng_derive(key, index), (key, index)
     # Broadcast over a tensor of keys: each element its own stream.
     keys = rng.derive(5, torch.arange(64, device=device))
     got = rng.as_u64(rng.draw(keys, torch.tensor(3)))

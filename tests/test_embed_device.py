@@ -244,3 +244,22 @@ def test_a_victim_lands_the_rows_it_had_when_its_write_back_started():
     land(victim)
     assert np.array_equal(np.frombuffer(params, np.float32), 2 * rows)
     assert dev.counters()[2] == 2 * 8 * 4  # both tables of the victim went out
+
+
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+def test_the_static_unique_equals_torch_unique(device):
+    # The step finds a chunk's unique rows without reading their count on the host: the first
+    # `count` slots must be torch.unique's keys, the inverse the same, the rest unused.
+    from strata.embed.device.step import unique_static
+
+    gen = torch.Generator().manual_seed(3)
+    for n, high in [(1, 5), (7, 3), (1000, 50), (5000, 1 << 40), (300, 1 << 62)]:
+        keys = torch.randint(0, high, (n,), generator=gen).to(device)
+        slots, inverse, valid = unique_static(keys)
+        want, want_inverse = torch.unique(keys, return_inverse=True)
+        count = len(want)
+        assert valid.cpu().tolist() == [True] * count + [False] * (n - count)
+        assert torch.equal(slots[:count].cpu(), want.cpu()) and not bool(slots[count:].any())
+        assert torch.equal(inverse.cpu(), want_inverse.cpu())
+    empty = unique_static(torch.zeros(0, dtype=torch.int64, device=device))
+    assert [len(t) for t in empty] == [0, 0, 0]

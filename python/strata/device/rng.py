@@ -20,6 +20,7 @@ GOLDEN = 0x9E37_79B9_7F4A_7C15 - (1 << 64)
 _MIX1 = 0xBF58_476D_1CE4_E5B9 - (1 << 64)
 _MIX2 = 0x94D0_49BB_1331_11EB - (1 << 64)
 _LOW32 = 0xFFFF_FFFF
+_U64 = (1 << 64) - 1
 
 
 def as_i64(value: int) -> int:
@@ -53,6 +54,18 @@ def derive(key: torch.Tensor | int, index: torch.Tensor | int) -> torch.Tensor:
     """
     key, index = _tensor(key), _tensor(index)
     return mix64(key ^ mix64(index + GOLDEN))
+
+
+def derive_int(key: int, index: int) -> int:
+    """:func:`derive` of a ``u64`` ``key`` and ``index`` on the host, as a Python int (a chunk's
+    key, computed without a device round trip)."""
+    return _mix64_int(key ^ _mix64_int((index + GOLDEN) & _U64))
+
+
+def _mix64_int(z: int) -> int:
+    z = ((z ^ (z >> 30)) * (_MIX1 & _U64)) & _U64
+    z = ((z ^ (z >> 27)) * (_MIX2 & _U64)) & _U64
+    return z ^ (z >> 31)
 
 
 def draw(key: torch.Tensor | int, position: torch.Tensor | int) -> torch.Tensor:

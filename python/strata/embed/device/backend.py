@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.device import rng
-from strata.embed.device import step
+from strata.embed.device import graphs, step
 
 
 def resolve(device: str) -> torch.device:
@@ -148,12 +148,21 @@ class TorchCompute:
         self.stage_out = torch.empty(0, dtype=torch.float32)
         self.stage_victim = torch.empty(0, dtype=torch.float32)
         self.slots: dict[int, Slot] = {}
+        # The step's small device constants, one tensor per value (a captured graph reads
+        # them), and the loss a piece's chunks add into (one tensor for the graphs' lifetime).
+        self.consts: dict[tuple, torch.Tensor] = {}
+        self.total = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.graphs = graphs.StepGraphs(self.device) if self.cuda else None
         self.reset_counters()
 
     def describe(self) -> str:
         """The run's line about the device (printed once at the start)."""
         name = torch.cuda.get_device_name(self.device) if self.cuda else "the CPU twin"
-        return f"device {self.device} ({name}): partition slots and relations stay on the device; {storage_note()}"
+        step_note = "chunk steps replay as CUDA graphs" if self.cuda else "chunk steps run op by op"
+        return (
+            f"device {self.device} ({name}): partition slots and relations stay on the device; {step_note};"
+            f" {storage_note()}"
+        )
 
     def reset_counters(self) -> None:
         self.bytes_h2d = 0
@@ -318,11 +327,12 @@ class TorchCompute:
             rels=rels,
             inverse_offset=c["inverse_offset"],
             corrupt=c["corrupt"],
-            head_prob=torch.tensor(head_prob, dtype=torch.float32, device=self.device) if head_prob else None,
+            head_prob=self._const(head_prob, torch.float32) if head_prob else None,
             negatives=c["negatives"],
             degree_fraction=c["degree_fraction"],
             pool=c["pool"],
-            part_of=c["part_of"],
+            sizes_t=self._const([p[2] for p in c["parts"]], torch.int64),
+            part_of_t=self._const(c["part_of"], torch.int64) if c["part_of"] is not None else None,
             part_size=c["part_size"],
             num_nodes=c["num_nodes"],
             reg=c["reg"],
@@ -332,6 +342,22 @@ class TorchCompute:
             entity_dropout=c["entity_dropout"],
             relation_dropout=c["relation_dropout"],
         )
+
+    def _const(self, values: list, dtype: torch.dtype) -> torch.Tensor:
+        """``values`` as a device tensor, the same tensor for the same values."""
+        key = (dtype, tuple(values))
+        if key not in self.consts:
+            self.consts[key] = torch.tensor(values, dtype=dtype, device=self.device)
+        return self.consts[key]
+
+    @staticmethod
+    def _graph_key(c: dict, ctx: step.Ctx) -> tuple:
+        """What a captured step bakes in of a context: its settings and its tables' device
+        addresses and shapes."""
+        tables = [*ctx.parts, *([ctx.rels] if ctx.rels is not None else [])]
+        memory = tuple((t.params.data_ptr(), *t.params.shape, t.state.data_ptr(), *t.state.shape) for t in tables)
+        settings = tuple((k, repr(v)) for k, v in sorted(c.items()) if k not in ("parts", "rels"))
+        return memory, settings
 
     def train_piece(self, ctxs: list[dict], groups: list[int], bounds: list[int], edges, weights, key: int):
         """Trains one piece: chunk ``c`` is edges ``bounds[c] .. bounds[c + 1]`` (rows of
@@ -358,14 +384,16 @@ class TorchCompute:
         e = e.to(torch.int64)
         # The loss is added up on the device and read once, at the piece's end: no per-chunk
         # host synchronisation.
-        loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.total.zero_()
+        keys = [self._graph_key(c, ctx) for c, ctx in zip(ctxs, contexts, strict=True)] if self.cuda else None
         directions, flops = 0, 0.0
         for c, g in enumerate(groups):
             lo, hi = bounds[c], bounds[c + 1]
-            ctx = contexts[g]
-            chunk_key = rng.as_u64(rng.derive(key, c))[0]
-            chunk_loss, d, f = step.train_chunk(ctx, e[lo:hi], None if w is None else w[lo:hi], chunk_key)
-            loss += chunk_loss
+            chunk = (e[lo:hi], None if w is None else w[lo:hi], rng.derive_int(key, c))
+            if self.graphs is not None:
+                d, f = self.graphs.run(keys[g], contexts[g], *chunk, self.total)
+            else:
+                d, f = graphs.eager(contexts[g], *chunk, self.total)
             directions += d
             flops += f
         if self.cuda:
@@ -375,7 +403,7 @@ class TorchCompute:
             self.busy += time.perf_counter() - start
         for t, params, state in staged.values():
             self._start_copy_out([t.params, t.state], victim=False)(self._host(params, state))
-        return float(loss), directions, flops, time.perf_counter() - start
+        return float(self.total), directions, flops, time.perf_counter() - start
 
     def _shape_slots(self, contexts: list[step.Ctx]) -> None:
         """Gives the piece's tables the row shape of the model (they are held flat)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -80,7 +81,7 @@ class Ctx:
     """What every chunk of a bucket trains against (``BucketCtx`` of the Rust worker).
 
     ``parts`` are the resident partitions' tables; ``pool`` is ``partition``, ``resident`` or
-    ``all`` (then ``part_of`` maps each partition id to its index in ``parts``, every one
+    ``all`` (then ``part_of_t`` maps each partition id to its index in ``parts``, every one
     resident, and ``part_size``/``num_nodes`` place a node)."""
 
     model: str
@@ -102,7 +103,10 @@ class Ctx:
     negatives: int
     degree_fraction: float
     pool: str
-    part_of: list[int] | None
+    #: ``sizes`` and ``part_of`` as int64 device tensors (built once per piece and shared by
+    #: value, so that a captured CUDA graph reads tensors that outlive it).
+    sizes_t: torch.Tensor
+    part_of_t: torch.Tensor | None
     part_size: int
     num_nodes: int
     reg: str
@@ -177,7 +181,7 @@ def negatives(ctx: Ctx, side: Side, k: int, key: int) -> tuple[torch.Tensor, tor
     if ctx.pool == "partition":
         rows[n_degree:] = rng.below(u, ctx.sizes[d_part])
     elif ctx.pool == "resident":
-        sizes = torch.tensor(ctx.sizes, dtype=torch.int64, device=device)
+        sizes = ctx.sizes_t
         ends = sizes.cumsum(0)
         r = rng.below(u, sum(ctx.sizes))
         p = torch.searchsorted(ends, r, right=True)
@@ -185,8 +189,7 @@ def negatives(ctx: Ctx, side: Side, k: int, key: int) -> tuple[torch.Tensor, tor
         rows[n_degree:] = r - (ends - sizes)[p]
     else:
         pos = rng.below(u, ctx.num_nodes)
-        part_of = torch.tensor(ctx.part_of, dtype=torch.int64, device=device)
-        parts[n_degree:] = part_of[pos // ctx.part_size]
+        parts[n_degree:] = ctx.part_of_t[pos // ctx.part_size]
         rows[n_degree:] = pos % ctx.part_size
     return parts, rows
 
@@ -322,11 +325,11 @@ def dropped(
         bits = rng.draw(stream, torch.arange(at, at + draws, device=x.device))
         at += draws
         halves = torch.stack([bits & 0xFFFF_FFFF, rng.shr(bits, 32)], 1).reshape(-1)[:count]
-        # The rate is an f32's value; its cut and factor as the Rust engine computes them.
+        # The rate is an f32's value; its cut and factor as the Rust engine computes them (the
+        # factor an f32, so a Python float holds it exactly: no host -> device copy per chunk).
         cut = int(rate * 4294967296.0)
-        one = torch.tensor(1.0, dtype=torch.float32)
-        keep = (one / (one - torch.tensor(rate, dtype=torch.float32))).to(x.device)
-        mask = torch.where(halves < cut, torch.zeros_like(keep), keep).reshape(x.shape)
+        keep = float(np.float32(1.0) / (np.float32(1.0) - np.float32(rate)))
+        mask = torch.where(halves < cut, 0.0, keep).reshape(x.shape)
         out.append(x * mask)
     return tuple(out)
 
@@ -346,27 +349,31 @@ class Gathered:
     """The unique rows a chunk touches in a set of tables, as one leaf tensor whose gradient
     sums every use: ``rows`` of table ``tables[part]``, keyed ``part << 32 | row``.
 
-    Each table's rows are picked by a mask over all the unique rows (the others read row 0
-    and are discarded), not by the indices of its own rows, whose count would have to be read
-    back to the host: no per-chunk host synchronisation beyond ``torch.unique``'s size."""
+    The set is found by sorting the keys, with a fixed-size result: one leaf row per key, the
+    first ``count`` of them the unique keys in ascending order (``torch.unique``'s), the rest
+    unused (key 0, no use, masked out of the step). Nothing depends on the count on the host,
+    so a chunk runs without a host synchronisation and can be captured in a CUDA graph. Each
+    table's rows are picked by a mask over the leaf rows (the others read row 0 and are
+    discarded), not by the indices of its own rows, whose count the host would have to read."""
 
     def __init__(self, tables: list[Table], keys: torch.Tensor):
         self.tables = tables
-        self.keys, self.inverse = torch.unique(keys, return_inverse=True)
+        self.keys, self.inverse, valid = unique_static(keys)
         part, row = self.keys >> 32, self.keys & 0xFFFF_FFFF
         width = tables[0].params.shape[1]
         leaf = torch.zeros(len(self.keys), width, dtype=torch.float32, device=keys.device)
         self.masks = []
         for p, table in enumerate(tables):
-            mine = part == p
+            mine = (part == p) & valid
             rows = torch.where(mine, row, 0)
-            leaf = torch.where(mine[:, None], table.params[rows], leaf)
+            leaf = torch.where(mine[:, None], table.params.index_select(0, rows), leaf)
             self.masks.append((mine, rows))
         self.leaf = leaf.requires_grad_()
 
     def take(self, start: int, count: int) -> torch.Tensor:
-        """Rows of uses ``start .. start + count`` of the keys given."""
-        return self.leaf[self.inverse[start : start + count]]
+        """Rows of uses ``start .. start + count`` of the keys given (their gradient is added
+        back with ``index_add``: no sort, no synchronisation)."""
+        return self.leaf.index_select(0, self.inverse[start : start + count])
 
     def step(self, lr: float) -> None:
         """Applies one Adagrad step per unique row with its summed gradient."""
@@ -375,13 +382,34 @@ class Gathered:
             table.adagrad(rows, grad, lr, mine)
 
 
+def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(slots, inverse, valid)`` of int64 ``keys`` (``n``), each ``n`` long: ``slots[:count]``
+    the distinct keys ascending and ``slots[count:]`` zero, ``inverse`` each key's slot, and
+    ``valid`` the mask of the first ``count`` slots, where ``count`` stays on the device."""
+    n = keys.numel()
+    if n == 0:
+        return keys, keys, keys.new_zeros(0, dtype=torch.bool)
+    ordered, order = torch.sort(keys)
+    first = torch.ones(n, dtype=torch.bool, device=keys.device)
+    first[1:] = ordered[1:] != ordered[:-1]
+    slot = torch.cumsum(first, 0) - 1
+    inverse = torch.empty_like(slot).scatter_(0, order, slot)
+    slots = torch.zeros_like(keys).scatter_(0, slot, ordered)
+    valid = torch.arange(n, device=keys.device) <= slot[-1]
+    return slots, inverse, valid
+
+
 def train_chunk(
-    ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int
+    ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int | torch.Tensor
 ) -> tuple[torch.Tensor, int, float]:
-    """Trains one chunk in place (``Worker::train_chunk``): returns its loss (summed over its
-    sides, weights and regularizer included: a float64 scalar on the device, which the caller
-    adds up and reads once per piece), its positive edge-directions and its floating-point
-    operations (``ScoreModel::flops`` per side)."""
+    """Trains one chunk in place (``Worker::train_chunk``) with the chunk's random key (a
+    ``u64``, or its int64 bit pattern in a 0-dim device tensor, as a captured CUDA graph takes
+    it): returns its loss (summed over its sides, weights and regularizer included: a float64
+    scalar on the device, which the caller adds up and reads once per piece), its positive
+    edge-directions and its floating-point operations (``ScoreModel::flops`` per side).
+
+    Except for ``corrupt = bernoulli`` (whose sides' sizes depend on the draws) nothing here
+    reads a device value on the host."""
     sides = sides_of(ctx, edges, weights, key)
     node_keys, rel_keys, plan = [], [], []
     for k, side in enumerate(sides):

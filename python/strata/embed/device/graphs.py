@@ -1,0 +1,142 @@
+"""CUDA graphs of the training step: a chunk's few hundred small kernels replayed as one launch.
+
+A chunk at B1's settings (1,000 edges sharing 1,000 negatives, ComplEx, both sides) is about
+300 kernels of a few microseconds each. Issued one by one from Python, the host takes
+milliseconds per chunk while the GPU idles between them. The step reads no device value on the
+host (:func:`step.train_chunk`), so on ``cuda`` it is captured once and replayed for every
+further chunk that would launch the same kernels on the same memory; a chunk's inputs (its
+edges, weights and key) are copied into the graph's static tensors first.
+
+A graph is keyed by everything its kernels bake in: the chunk's size, whether it is weighted,
+the training context's settings and the device addresses and shapes of the tables it reads and
+writes (a partition slot that moves gets a new graph). The first chunk of a key runs eagerly;
+the second eagerly on the capture stream, so that CUDA's lazy setup for that stream (cuBLAS's
+workspace among it) happens outside a capture; the third is captured and replayed. At most
+:data:`CAPACITY` graphs are kept, the least recently used dropped first. They share one memory
+pool: they replay one at a time on one stream and keep nothing between replays. Bernoulli
+corruption, whose sides' sizes depend on the draws, always runs eagerly; so does everything
+after a capture fails (the run goes on, and says so once).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from strata.device import rng
+from strata.embed.device import step
+
+#: Graphs kept at once (each holds a chunk's intermediates: tens of MiB at B1's settings).
+CAPACITY = 32
+
+
+def eager(ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
+    """Trains one chunk op by op, adding its loss to ``total``; ``(directions, flops)``."""
+    loss, directions, flops = step.train_chunk(ctx, edges, weights, key)
+    total.add_(loss)
+    return directions, flops
+
+
+@dataclass
+class Graph:
+    """A captured chunk step and the static tensors it reads its inputs from."""
+
+    graph: torch.cuda.CUDAGraph
+    edges: torch.Tensor
+    weights: torch.Tensor | None
+    key: torch.Tensor
+    directions: int
+    flops: float
+
+    def replay(self, edges: torch.Tensor, weights: torch.Tensor | None, key: int) -> tuple[int, float]:
+        self.edges.copy_(edges)
+        if weights is not None:
+            self.weights.copy_(weights)
+        self.key.fill_(rng.as_i64(key))
+        self.graph.replay()
+        return self.directions, self.flops
+
+
+class StepGraphs:
+    """Runs chunk steps on a CUDA device, capturing and replaying them as graphs."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+        self.pool = torch.cuda.graph_pool_handle()
+        self.graphs: OrderedDict[tuple, Graph] = OrderedDict()
+        self.seen: Counter[tuple] = Counter()
+        self.broken: str | None = None
+        self.captures = 0
+        self.replays = 0
+
+    def run(self, ctx_key: tuple, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
+        """Trains one chunk (edges ``b x 3`` int64 on the device, ``weights`` ``b`` or ``None``,
+        its ``u64`` key), adding its loss to ``total``, a float64 scalar that must outlive every
+        graph (captured graphs add into it); ``(directions, flops)``."""
+        if self.broken is not None or ctx.corrupt == "bernoulli":
+            return eager(ctx, edges, weights, key, total)
+        gkey = (len(edges), weights is None, ctx_key)
+        graph = self.graphs.get(gkey)
+        if graph is not None:
+            self.graphs.move_to_end(gkey)
+            self.replays += 1
+            return graph.replay(edges, weights, key)
+        if len(self.seen) > 64 * CAPACITY:
+            self.seen.clear()
+        self.seen[gkey] += 1
+        if self.seen[gkey] == 1:
+            return eager(ctx, edges, weights, key, total)
+        if self.seen[gkey] == 2:
+            with self._on_side_stream():
+                return eager(ctx, edges, weights, key, total)
+        graph = self._capture(ctx, edges, weights, key, total)
+        if graph is None:
+            return eager(ctx, edges, weights, key, total)
+        self.graphs[gkey] = graph
+        if len(self.graphs) > CAPACITY:
+            self.graphs.popitem(last=False)
+        graph.graph.replay()
+        self.replays += 1
+        return graph.directions, graph.flops
+
+    def _on_side_stream(self):
+        side, main = self.stream, torch.cuda.current_stream(self.device)
+        side.wait_stream(main)
+
+        class Side:
+            def __enter__(self_):
+                self_.ctx = torch.cuda.stream(side)
+                self_.ctx.__enter__()
+
+            def __exit__(self_, *exc):
+                self_.ctx.__exit__(*exc)
+                main.wait_stream(side)
+                return False
+
+        return Side()
+
+    def _capture(self, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> Graph | None:
+        """Captures the step with static copies of the inputs (not run yet: the caller
+        replays it); ``None``, and eager steps from then on, if the capture fails."""
+        static_edges = edges.clone()
+        static_weights = None if weights is None else weights.clone()
+        static_key = torch.full((), rng.as_i64(key), dtype=torch.int64, device=self.device)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with self._on_side_stream():
+                graph.capture_begin(pool=self.pool)
+                try:
+                    loss, directions, flops = step.train_chunk(ctx, static_edges, static_weights, static_key)
+                    total.add_(loss)
+                finally:
+                    graph.capture_end()
+        except RuntimeError as err:
+            self.broken = str(err).splitlines()[0]
+            print(f"device: CUDA graph capture failed ({self.broken}); the step runs op by op", file=sys.stderr)
+            return None
+        self.captures += 1
+        return Graph(graph, static_edges, static_weights, static_key, directions, flops)
