@@ -96,7 +96,10 @@ def run(store: Path, run_dir: Path, options: list) -> dict:
     meta = json.loads(res["stdout"])
     lines = [line.strip() for line in res["stderr"].splitlines() if "GPUDirect Storage" in line]
     meta["device_line"] = lines[0] if lines else None
-    return summary(meta)
+    out = summary(meta)
+    # The backend's per-epoch lines (how the chunk steps ran: CUDA graphs or op by op).
+    out["device_notes"] = [line.strip() for line in res["stderr"].splitlines() if line.startswith("device: ")]
+    return out
 
 
 def part_fb15k(args) -> dict:

@@ -82,9 +82,14 @@ def below(bits: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
     The 128-bit product is built from 32-bit halves (Hacker's Delight's ``mulhu``): every
     partial sum fits 64 unsigned bits, so the wrapping int64 arithmetic gives its exact bits.
     """
-    n = _tensor(n, like=bits)
     u0, u1 = bits & _LOW32, shr(bits, 32)
-    v0, v1 = n & _LOW32, shr(n, 32)
+    if isinstance(n, int):
+        # A host value stays a kernel argument: a tensor made of it would be a host -> device
+        # copy per call, which waits for the device (and which a CUDA graph cannot capture).
+        v0, v1 = n & _LOW32, (n & _U64) >> 32
+    else:
+        n = _tensor(n)
+        v0, v1 = n & _LOW32, shr(n, 32)
     t = u1 * v0 + shr(u0 * v0, 32)
     w1 = u0 * v1 + (t & _LOW32)
     return u1 * v1 + shr(t, 32) + shr(w1, 32)
@@ -95,10 +100,11 @@ def unit(bits: torch.Tensor) -> torch.Tensor:
     return shr(bits, 11).to(torch.float64) * (1.0 / (1 << 53))
 
 
-def _tensor(value: torch.Tensor | int, like: torch.Tensor | None = None) -> torch.Tensor:
+def _tensor(value: torch.Tensor | int) -> torch.Tensor:
+    """An int64 tensor of ``value``: a host scalar (a CPU tensor, which device kernels take as an
+    argument, with no copy) for a Python int."""
     if isinstance(value, torch.Tensor):
         if value.dtype != torch.int64:
             raise TypeError(f"expected an int64 tensor of u64 bit patterns, got {value.dtype}")
         return value
-    device = like.device if like is not None else None
-    return torch.tensor(as_i64(value), dtype=torch.int64, device=device)
+    return torch.tensor(as_i64(value), dtype=torch.int64)

@@ -22,6 +22,7 @@ piece and back before the call returns, as the seam's contract asks.
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -179,6 +180,7 @@ class TorchCompute:
         if self.cuda:
             torch.cuda.synchronize(self.device)
             busy += sum(a.elapsed_time(b) for a, b in self.events) / 1000.0
+            print(self.graphs.report(), file=sys.stderr)
         return busy, self.bytes_h2d, self.bytes_d2h, self.copy_wait, self.slot_in_seconds
 
     @staticmethod

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -70,58 +71,61 @@ class StepGraphs:
         self.graphs: OrderedDict[tuple, Graph] = OrderedDict()
         self.seen: Counter[tuple] = Counter()
         self.broken: str | None = None
-        self.captures = 0
-        self.replays = 0
+        self.captures = self.replays = self.eager_steps = 0
 
     def run(self, ctx_key: tuple, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
         """Trains one chunk (edges ``b x 3`` int64 on the device, ``weights`` ``b`` or ``None``,
         its ``u64`` key), adding its loss to ``total``, a float64 scalar that must outlive every
         graph (captured graphs add into it); ``(directions, flops)``."""
-        if self.broken is not None or ctx.corrupt == "bernoulli":
-            return eager(ctx, edges, weights, key, total)
         gkey = (len(edges), weights is None, ctx_key)
         graph = self.graphs.get(gkey)
-        if graph is not None:
-            self.graphs.move_to_end(gkey)
-            self.replays += 1
-            return graph.replay(edges, weights, key)
+        if graph is None and self.broken is None and ctx.corrupt != "bernoulli":
+            seen = self._seen(gkey)
+            if seen == 2:
+                self.eager_steps += 1
+                with self._on_side_stream():
+                    return eager(ctx, edges, weights, key, total)
+            if seen > 2:
+                graph = self._capture(gkey, ctx, edges, weights, key, total)
+        if graph is None:
+            self.eager_steps += 1
+            return eager(ctx, edges, weights, key, total)
+        self.graphs.move_to_end(gkey)
+        self.replays += 1
+        return graph.replay(edges, weights, key)
+
+    def report(self) -> str:
+        """How the chunk steps ran since the last report (one line)."""
+        line = (
+            f"device: {self.replays:,} chunk steps replayed from CUDA graphs ({self.captures} captured),"
+            f" {self.eager_steps:,} op by op"
+        )
+        if self.broken is not None:
+            line += f" (capture failed: {self.broken})"
+        self.replays = self.captures = self.eager_steps = 0
+        return line
+
+    def _seen(self, gkey: tuple) -> int:
+        """How many chunks of ``gkey`` have come, this one included."""
         if len(self.seen) > 64 * CAPACITY:
             self.seen.clear()
         self.seen[gkey] += 1
-        if self.seen[gkey] == 1:
-            return eager(ctx, edges, weights, key, total)
-        if self.seen[gkey] == 2:
-            with self._on_side_stream():
-                return eager(ctx, edges, weights, key, total)
-        graph = self._capture(ctx, edges, weights, key, total)
-        if graph is None:
-            return eager(ctx, edges, weights, key, total)
-        self.graphs[gkey] = graph
-        if len(self.graphs) > CAPACITY:
-            self.graphs.popitem(last=False)
-        graph.graph.replay()
-        self.replays += 1
-        return graph.directions, graph.flops
+        return self.seen[gkey]
 
+    @contextmanager
     def _on_side_stream(self):
+        """Runs the block on the capture stream, ordered after and before the default one."""
         side, main = self.stream, torch.cuda.current_stream(self.device)
         side.wait_stream(main)
+        try:
+            with torch.cuda.stream(side):
+                yield
+        finally:
+            main.wait_stream(side)
 
-        class Side:
-            def __enter__(self_):
-                self_.ctx = torch.cuda.stream(side)
-                self_.ctx.__enter__()
-
-            def __exit__(self_, *exc):
-                self_.ctx.__exit__(*exc)
-                main.wait_stream(side)
-                return False
-
-        return Side()
-
-    def _capture(self, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> Graph | None:
-        """Captures the step with static copies of the inputs (not run yet: the caller
-        replays it); ``None``, and eager steps from then on, if the capture fails."""
+    def _capture(self, gkey: tuple, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> Graph | None:
+        """Captures the step of ``gkey`` with static copies of the inputs and keeps it (not run
+        yet: the caller replays it); ``None``, and eager steps from then on, if it fails."""
         static_edges = edges.clone()
         static_weights = None if weights is None else weights.clone()
         static_key = torch.full((), rng.as_i64(key), dtype=torch.int64, device=self.device)
@@ -139,4 +143,7 @@ class StepGraphs:
             print(f"device: CUDA graph capture failed ({self.broken}); the step runs op by op", file=sys.stderr)
             return None
         self.captures += 1
-        return Graph(graph, static_edges, static_weights, static_key, directions, flops)
+        self.graphs[gkey] = Graph(graph, static_edges, static_weights, static_key, directions, flops)
+        if len(self.graphs) > CAPACITY:
+            self.graphs.popitem(last=False)
+        return self.graphs[gkey]
