@@ -42,7 +42,7 @@ step_gnn-g6() {
     python3 benches/bench_gnn_device.py --only g6,pyg --work "$WORK/gnn" --out "$OUT/gnn-g6.json"
 }
 step_embed-rmat() {
-    python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-ooc --part rmat-resident \
+    python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-resident --part rmat-ooc \
         --work "$WORK/embed" --out "$OUT/embed-device.json"
 }
 step_gnn-big-prepare() {
