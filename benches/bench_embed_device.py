@@ -92,7 +92,8 @@ def summary(meta: dict) -> dict:
 
 def run(store: Path, run_dir: Path, options: list) -> dict:
     """Trains a fresh run; its summary, with the run's line about the device."""
-    res = timed(strata("embed", "train", store, "--run-dir", run_dir, "--fresh", "--json-summary", *options))
+    cmd = strata("embed", "train", store, "--run-dir", run_dir, "--fresh", "--json-summary", *options)
+    res = timed(cmd, log=run_dir.with_name(run_dir.name + ".log"))
     meta = json.loads(res["stdout"])
     lines = [line.strip() for line in res["stderr"].splitlines() if "GPUDirect Storage" in line]
     meta["device_line"] = lines[0] if lines else None

@@ -106,7 +106,7 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
         "--hidden", args.hidden,
         "--data-path", data_path, "--run-dir", run_dir,
     )  # fmt: skip
-    took = timed(cmd)
+    took = timed(cmd, log=run_dir.with_name(run_dir.name + ".log"))
     rec = json.loads((run_dir / "run.json").read_text())
     history = rec["history"]
     for e in history:

@@ -53,13 +53,20 @@ step_gnn-big() {
 }
 
 for step in "$@"; do
+    if ! declare -F "step_$step" >/dev/null; then
+        echo "gpu_session.sh: unknown step $step (steps: ${!LIMIT[*]})" >&2
+        exit 2
+    fi
     var=STEP_LIMIT_${step//-/_}
     limit=${!var:-${LIMIT[$step]:-300}}
     echo "=== $step (limit ${limit} s) $(date -u +%T)"
-    start=$SECONDS
+    start=$SECONDS t0=$(date +%s)
     timeout --signal=INT --kill-after=10 "$limit" bash -c "$(declare -f "step_$step"); step_$step" \
         >"$OUT/$step.log" 2>&1
     rc=$?
+    # The runs' own logs (benches write each run's stderr as it goes), for a run cut off.
+    find "$WORK" -name '*.log' -newermt "@$t0" -print0 |
+        while IFS= read -r -d '' f; do echo "--- $f"; tail -n 15 "$f"; done >>"$OUT/$step.log"
     tail -n 25 "$OUT/$step.log"
     echo "=== $step: exit $rc after $((SECONDS - start)) s"
 done
