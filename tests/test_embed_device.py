@@ -263,3 +263,27 @@ def test_the_static_unique_equals_torch_unique(device):
         assert torch.equal(inverse.cpu(), want_inverse.cpu())
     empty = unique_static(torch.zeros(0, dtype=torch.int64, device=device))
     assert [len(t) for t in empty] == [0, 0, 0]
+
+
+def test_the_cpu_twin_replays_captured_steps(kg, tmp_path, monkeypatch):
+    # The CUDA graphs' bookkeeping runs on the CPU twin (a "replay" runs the step on the static
+    # inputs with a tensor key): in a one-partition epoch the first chunk runs op by op, the
+    # second op by op as the warm-up, the third is captured, and every later one replays; the
+    # parity tests above therefore cover the replays. Bernoulli sides are never captured.
+    from strata.embed.device import graphs
+
+    seen = []
+    report = graphs.StepGraphs.report
+
+    def record(self):
+        seen.append((self.replays, self.captures, self.eager_steps))
+        return report(self)
+
+    monkeypatch.setattr(graphs.StepGraphs, "report", record)
+    trained(kg, tmp_path / "a", device="torch-cpu")
+    replays, captures, eager = seen[-1]
+    assert (captures, eager) == (1, 2) and replays >= 10, seen
+    seen.clear()
+    trained(kg, tmp_path / "b", device="torch-cpu", corrupt="bernoulli")
+    replays, captures, eager = seen[-1]
+    assert (replays, captures) == (0, 0) and eager >= 12, seen

@@ -153,7 +153,7 @@ class TorchCompute:
         # them), and the loss a piece's chunks add into (one tensor for the graphs' lifetime).
         self.consts: dict[tuple, torch.Tensor] = {}
         self.total = torch.zeros((), dtype=torch.float64, device=self.device)
-        self.graphs = graphs.StepGraphs(self.device) if self.cuda else None
+        self.graphs = graphs.StepGraphs(self.device)
         self.reset_counters()
 
     def describe(self) -> str:
@@ -181,6 +181,8 @@ class TorchCompute:
             torch.cuda.synchronize(self.device)
             busy += sum(a.elapsed_time(b) for a, b in self.events) / 1000.0
             print(self.graphs.report(), file=sys.stderr)
+        else:
+            self.graphs.report()
         return busy, self.bytes_h2d, self.bytes_d2h, self.copy_wait, self.slot_in_seconds
 
     @staticmethod
@@ -387,15 +389,12 @@ class TorchCompute:
         # The loss is added up on the device and read once, at the piece's end: no per-chunk
         # host synchronisation.
         self.total.zero_()
-        keys = [self._graph_key(c, ctx) for c, ctx in zip(ctxs, contexts, strict=True)] if self.cuda else None
+        keys = [self._graph_key(c, ctx) for c, ctx in zip(ctxs, contexts, strict=True)]
         directions, flops = 0, 0.0
         for c, g in enumerate(groups):
             lo, hi = bounds[c], bounds[c + 1]
             chunk = (e[lo:hi], None if w is None else w[lo:hi], rng.derive_int(key, c))
-            if self.graphs is not None:
-                d, f = self.graphs.run(keys[g], contexts[g], *chunk, self.total)
-            else:
-                d, f = graphs.eager(contexts[g], *chunk, self.total)
+            d, f = self.graphs.run(keys[g], contexts[g], *chunk, self.total)
             directions += d
             flops += f
         if self.cuda:

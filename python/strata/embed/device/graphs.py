@@ -16,6 +16,11 @@ workspace among it) happens outside a capture; the third is captured and replaye
 pool: they replay one at a time on one stream and keep nothing between replays. Bernoulli
 corruption, whose sides' sizes depend on the draws, always runs eagerly; so does everything
 after a capture fails (the run goes on, and says so once).
+
+On the CPU twin (``torch-cpu``) the same bookkeeping runs with a capture that records nothing:
+a "replay" copies the chunk's inputs into the graph's static tensors and runs the step on them,
+its key a device tensor, as the captured kernels read them. So CI covers everything but CUDA's
+capture itself: the keys, the warm-up, the static inputs, the step's tensor-key path.
 """
 
 from __future__ import annotations
@@ -43,31 +48,40 @@ def eager(ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple
 
 @dataclass
 class Graph:
-    """A captured chunk step and the static tensors it reads its inputs from."""
+    """A captured chunk step (``None`` on the CPU twin) and the static tensors it reads its
+    inputs from."""
 
-    graph: torch.cuda.CUDAGraph
+    graph: torch.cuda.CUDAGraph | None
     edges: torch.Tensor
     weights: torch.Tensor | None
     key: torch.Tensor
     directions: int
     flops: float
 
-    def replay(self, edges: torch.Tensor, weights: torch.Tensor | None, key: int) -> tuple[int, float]:
+    def replay(self, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
+        """Trains a chunk by the captured step: its inputs copied into the static tensors, then
+        the graph replayed (on the CPU twin, the step run on the static tensors with ``ctx``,
+        whose settings and tables the graph's key says are the captured ones)."""
         self.edges.copy_(edges)
         if weights is not None:
             self.weights.copy_(weights)
         self.key.fill_(rng.as_i64(key))
-        self.graph.replay()
+        if self.graph is None:
+            eager(ctx, self.edges, self.weights, self.key, total)
+        else:
+            self.graph.replay()
         return self.directions, self.flops
 
 
 class StepGraphs:
-    """Runs chunk steps on a CUDA device, capturing and replaying them as graphs."""
+    """Runs chunk steps, capturing and replaying them as CUDA graphs (on the CPU twin, the same
+    bookkeeping around steps run on the static inputs)."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.stream = torch.cuda.Stream(device)
-        self.pool = torch.cuda.graph_pool_handle()
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.Stream(device) if self.cuda else None
+        self.pool = torch.cuda.graph_pool_handle() if self.cuda else None
         self.graphs: OrderedDict[tuple, Graph] = OrderedDict()
         self.seen: Counter[tuple] = Counter()
         self.broken: str | None = None
@@ -92,7 +106,7 @@ class StepGraphs:
             return eager(ctx, edges, weights, key, total)
         self.graphs.move_to_end(gkey)
         self.replays += 1
-        return graph.replay(edges, weights, key)
+        return graph.replay(ctx, edges, weights, key, total)
 
     def report(self) -> str:
         """How the chunk steps ran since the last report (one line)."""
@@ -115,6 +129,9 @@ class StepGraphs:
     @contextmanager
     def _on_side_stream(self):
         """Runs the block on the capture stream, ordered after and before the default one."""
+        if not self.cuda:
+            yield
+            return
         side, main = self.stream, torch.cuda.current_stream(self.device)
         side.wait_stream(main)
         try:
@@ -126,24 +143,28 @@ class StepGraphs:
     def _capture(self, gkey: tuple, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> Graph | None:
         """Captures the step of ``gkey`` with static copies of the inputs and keeps it (not run
         yet: the caller replays it); ``None``, and eager steps from then on, if it fails."""
-        static_edges = edges.clone()
-        static_weights = None if weights is None else weights.clone()
+        static = (edges.clone(), None if weights is None else weights.clone())
         static_key = torch.full((), rng.as_i64(key), dtype=torch.int64, device=self.device)
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with self._on_side_stream():
-                graph.capture_begin(pool=self.pool)
-                try:
-                    loss, directions, flops = step.train_chunk(ctx, static_edges, static_weights, static_key)
-                    total.add_(loss)
-                finally:
-                    graph.capture_end()
-        except RuntimeError as err:
-            self.broken = str(err).splitlines()[0]
-            print(f"device: CUDA graph capture failed ({self.broken}); the step runs op by op", file=sys.stderr)
-            return None
+        graph = torch.cuda.CUDAGraph() if self.cuda else None
+        if graph is None:
+            # The CPU twin records nothing; its replays run the step on the static inputs. The
+            # chunk's counts are the step's, computed from shapes alone.
+            directions, flops = step.chunk_counts(ctx, len(edges))
+        else:
+            try:
+                with self._on_side_stream():
+                    graph.capture_begin(pool=self.pool)
+                    try:
+                        loss, directions, flops = step.train_chunk(ctx, *static, static_key)
+                        total.add_(loss)
+                    finally:
+                        graph.capture_end()
+            except RuntimeError as err:
+                self.broken = str(err).splitlines()[0]
+                print(f"device: CUDA graph capture failed ({self.broken}); the step runs op by op", file=sys.stderr)
+                return None
         self.captures += 1
-        self.graphs[gkey] = Graph(graph, static_edges, static_weights, static_key, directions, flops)
+        self.graphs[gkey] = Graph(graph, *static, static_key, directions, flops)
         if len(self.graphs) > CAPACITY:
             self.graphs.popitem(last=False)
         return self.graphs[gkey]

@@ -423,7 +423,7 @@ def train_chunk(
     nodes = Gathered(ctx.parts, torch.cat(node_keys))
     rels = Gathered([ctx.rels], torch.cat(rel_keys)) if ctx.rels is not None else None
     total = torch.zeros((), dtype=torch.float64, device=edges.device)
-    at, rel_at, directions = 0, 0, 0
+    at, rel_at = 0, 0
     for k, (side, b, n, reverse) in enumerate(plan):
         s, t = nodes.take(at, b), nodes.take(at + b, b)
         neg = nodes.take(at + 2 * b, n)
@@ -443,10 +443,16 @@ def train_chunk(
             terms = terms * side.weights
         side_loss = terms.to(torch.float64).sum()
         total = total + side_loss + regularization(ctx, (s, t, r), k)
-        directions += b
     total.backward()
     with torch.no_grad():
         nodes.step(ctx.lr)
         if rels is not None:
             rels.step(ctx.lr)
-    return total.detach(), directions, 6.0 * directions * ctx.negatives * ctx.dim
+    return (total.detach(), *chunk_counts(ctx, len(edges)))
+
+
+def chunk_counts(ctx: Ctx, b: int) -> tuple[int, float]:
+    """``(directions, flops)`` of a chunk of ``b`` edges: each side trains every edge (the
+    Bernoulli sides split them), ``ScoreModel::flops`` per side."""
+    directions = 2 * b if ctx.corrupt == "both" else b
+    return directions, 6.0 * directions * ctx.negatives * ctx.dim
