@@ -54,27 +54,6 @@ class Table:
     params: torch.Tensor
     state: torch.Tensor
 
-    def adagrad(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, mine: torch.Tensor) -> None:
-        """One Adagrad step of each row in ``rows`` where ``mine`` (those rows unique) with its
-        summed gradient ``grad``; the other entries change nothing.
-
-        The steps are added (``index_add_``) with the others' masked to zero, rather than
-        written at the indices of this table's rows: selecting those would read their count back
-        to the host. Each row gets one non-zero addend, so the sums are exactly the Rust
-        engine's ``state + g^2`` and ``params - update``."""
-        width = self.params.shape[1]
-        keep = mine[:, None].to(grad.dtype)
-        if self.state.shape[1] == 1:
-            sq = (grad * grad).sum(1, keepdim=True) / width
-            acc = self.state[rows] + sq
-            update = lr / (acc.sqrt() + ADAGRAD_EPS) * grad
-        else:
-            sq = grad * grad
-            acc = self.state[rows] + sq
-            update = lr * grad / (acc.sqrt() + ADAGRAD_EPS)
-        self.state.index_add_(0, rows, sq * keep)
-        self.params.index_add_(0, rows, -update * keep)
-
 
 @dataclass
 class Ctx:
@@ -376,10 +355,27 @@ class Gathered:
         return self.leaf.index_select(0, self.inverse[start : start + count])
 
     def step(self, lr: float) -> None:
-        """Applies one Adagrad step per unique row with its summed gradient."""
+        """Applies one Adagrad step per unique row with its summed gradient (``SharedRows::
+        adagrad``: ``state + g^2`` then ``params - lr g / (sqrt(state) + eps)``; per row with the
+        mean square for ``adagrad_row``), computed once over the leaf rows with each row's state
+        gathered from its table.
+
+        The steps are added (``index_add_``) with the other tables' rows masked to zero,
+        rather than written at the indices of this table's rows: selecting those would read
+        their count back to the host. Each row gets one non-zero addend, so the sums are
+        exactly the Rust engine's."""
         grad = self.leaf.grad
+        row_wise = self.tables[0].state.shape[1] == 1
+        sq = (grad * grad).sum(1, keepdim=True) / grad.shape[1] if row_wise else grad * grad
+        state = torch.zeros_like(sq)
         for table, (mine, rows) in zip(self.tables, self.masks, strict=True):
-            table.adagrad(rows, grad, lr, mine)
+            state = torch.where(mine[:, None], table.state.index_select(0, rows), state)
+        acc = state + sq
+        update = lr / (acc.sqrt() + ADAGRAD_EPS) * grad if row_wise else lr * grad / (acc.sqrt() + ADAGRAD_EPS)
+        for table, (mine, rows) in zip(self.tables, self.masks, strict=True):
+            keep = mine[:, None].to(grad.dtype)
+            table.state.index_add_(0, rows, sq * keep)
+            table.params.index_add_(0, rows, -update * keep)
 
 
 def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
