@@ -194,7 +194,8 @@ class DevicePipeline:
         blocks = []
         for b in sample.blocks:
             counts = b.indptr[1:] - b.indptr[:-1]
-            dst = torch.repeat_interleave(torch.arange(b.num_dst, device=counts.device), counts)
+            dst = torch.arange(b.num_dst, device=counts.device)
+            dst = torch.repeat_interleave(dst, counts, output_size=b.indices.numel())
             blocks.append(Block(b.num_src, b.num_dst, b.indices, dst))
         seeds = sample.nodes[: sample.hop_counts[0]]
         y = None if self.labels is None else self.labels[seeds]

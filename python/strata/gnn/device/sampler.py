@@ -94,7 +94,8 @@ class DeviceSample:
         for b in reversed(self.blocks):
             rows.append(b.indices)
             counts = b.indptr[1:] - b.indptr[:-1]
-            cols.append(torch.repeat_interleave(torch.arange(b.num_dst, device=counts.device), counts))
+            dst = torch.arange(b.num_dst, device=counts.device)
+            cols.append(torch.repeat_interleave(dst, counts, output_size=b.indices.numel()))
         return torch.cat(rows), torch.cat(cols)
 
 
@@ -120,43 +121,63 @@ class DeviceSampler:
         self.seed = int(seed)
         self.weighted = bool(weighted)
         self.device = topology.device
-        self._local = torch.full((topology.num_nodes,), -1, dtype=torch.int64, device=self.device)
+        # The local-id map, and one slot past the last node that takes the writes of the
+        # entries a scatter must skip (a scatter has no "write nothing here").
+        self._local = torch.full((topology.num_nodes + 1,), -1, dtype=torch.int64, device=self.device)
+        self._floyd: dict[int, FloydConstants] = {}
 
     def sample(self, seeds, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None) -> DeviceSample:
         """The sample of ``seeds`` (distinct global ids) for ``batch_key`` (a u64: the
         native loader's ``batch_key(epoch, index)``), the Rust sampler's ``sample(topo, seeds,
         batch_key)``. ``on_hop(nodes)``, when given, is called with the seeds and then with
         each hop's newly reached nodes as soon as they are known (the pipeline starts their
-        feature lookups while the next hop is sampled)."""
-        nodes = as_ids(seeds, self.device)
-        n = self.topology.num_nodes
-        if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
-            bad = int(nodes.min()) if int(nodes.min()) < 0 else int(nodes.max())
-            raise ValueError(f"sampler: seeds include node {bad}, out of range (the graph has {n} nodes)")
-        if torch.unique(nodes).numel() != nodes.numel():
-            raise ValueError("sampler: seeds must be distinct")
+        feature lookups while the next hop is sampled).
+
+        Seeds given in host memory (a NumPy array or CPU tensor, as the pipeline gives them)
+        are checked there; a device tensor is read back once to be checked. Each hop then waits
+        for the device once, for its number of edges and of new nodes (the next hop's size)."""
+        nodes = self._seed_ids(seeds)
         batch_seed = rng.derive(rng.derive(self.seed, NEIGHBOR_STREAM), batch_key)
         local = self._local
         local[nodes] = torch.arange(nodes.numel(), device=self.device)
-        hop_counts, blocks = [nodes.numel()], []
+        hop_counts, blocks, pending = [nodes.numel()], [], None
         try:
             if on_hop is not None:
                 on_hop(nodes)
             for hop, fanout in enumerate(self.fanouts):
                 num_dst = nodes.numel()
                 keys = rng.derive(rng.derive(batch_seed, torch.tensor(hop)), nodes)
-                counts, sources = self._choose(nodes, keys, fanout)
-                nodes = _relabel(local, nodes, sources)
+                counts, pending, valid = self._choose(nodes, keys, fanout)
+                nodes, indices = self._relabel(nodes, pending, valid)
+                pending = None
                 indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=self.device)
                 torch.cumsum(counts, 0, out=indptr[1:])
-                blocks.append(DeviceBlock(nodes.numel(), num_dst, indptr, local[sources]))
+                blocks.append(DeviceBlock(nodes.numel(), num_dst, indptr, indices))
                 hop_counts.append(nodes.numel() - num_dst)
                 if on_hop is not None:
                     on_hop(nodes[num_dst:])
         finally:
             local[nodes] = -1
+            if pending is not None:
+                # A hop that failed part way: its sources may hold half-made entries.
+                local[pending] = -1
         blocks.reverse()
         return DeviceSample(nodes, hop_counts, blocks, [b.indices.numel() for b in reversed(blocks)])
+
+    def _seed_ids(self, seeds) -> torch.Tensor:
+        """``seeds`` as int64 ids on the device, checked in host memory (in range, distinct):
+        a host array costs the device nothing, a device tensor one read back."""
+        host = seeds.detach().to("cpu") if isinstance(seeds, torch.Tensor) else None
+        ids = as_ids(seeds if host is None else host, torch.device("cpu")).numpy()
+        n = self.topology.num_nodes
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+            raise ValueError(f"sampler: seeds include node {bad}, out of range (the graph has {n} nodes)")
+        if np.unique(ids).size != ids.size:
+            raise ValueError("sampler: seeds must be distinct")
+        if isinstance(seeds, torch.Tensor) and seeds.device == self.device:
+            return seeds.to(torch.int64).reshape(-1)
+        return to_device(torch.from_numpy(ids), self.device)
 
     def sample_links(
         self, src, dst, negatives: int, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None
@@ -180,15 +201,86 @@ class DeviceSampler:
         n = src.numel()
         return DeviceLinkSample(self.sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
 
-    def _choose(self, frontier, keys, fanout) -> tuple[torch.Tensor, torch.Tensor]:
-        """Edges kept by each frontier node: ``(counts, sources)``, ``counts[i]`` edges for node
-        ``i``, their source ids node after node, each node's in CSC order."""
+    def _choose(self, frontier, keys, fanout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Edges kept by each frontier node: ``(counts, sources, valid)``, ``counts[i]`` edges
+        for node ``i``; ``sources`` their source ids node after node, each node's in CSC order,
+        laid out ``(len(frontier), fanout)`` and flattened for a uniform fanout (``valid``
+        marks the slots in use, a node's first ``counts[i]``), else end to end (``valid``
+        None)."""
         start, degree = self.topology.starts_and_degrees(frontier)
         if self.weighted:
             positions, counts = _choose_weighted(self.topology, start, degree, keys, fanout)
+            valid = None
+        elif fanout < 0:
+            # The whole neighbourhood: its size is the one thing to read back.
+            seg, within, _ = _segments(degree, int(degree.sum()))
+            positions, counts, valid = start[seg] + within, degree, None
         else:
-            positions, counts = _choose_uniform(start, degree, keys, fanout)
-        return counts, self.topology.sources(positions)
+            floyd = self._floyd.get(fanout)
+            if floyd is None:
+                floyd = self._floyd[fanout] = FloydConstants.on(fanout, self.device)
+            positions, counts, valid = _choose_uniform(start, degree, keys, floyd)
+        if self.topology.indices.numel() == 0:
+            return counts, torch.zeros_like(positions), valid
+        return counts, self.topology.sources(positions), valid
+
+    def _relabel(
+        self, nodes: torch.Tensor, sources: torch.Tensor, valid: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(nodes, indices)``: ``nodes`` extended by the (``valid``) ``sources`` not yet in
+        the local-id map, in order of first appearance, each given the next local id (the
+        Rust sampler's serial relabelling), and the local ids of the valid sources in order.
+        Waits for the device once, for the number of new nodes and of valid sources."""
+        local, size = self._local, sources.numel()
+        if size == 0:
+            return nodes, sources
+        fresh = local[sources] < 0
+        if valid is not None:
+            fresh &= valid
+        position = torch.arange(size, device=self.device)
+        # Each fresh node's first position, as the least of its positions made negative (below
+        # -1, so it never reads as a local id) and taken by a scatter-min into the map itself.
+        encoded = position - FIRST_MARK
+        local.scatter_reduce_(0, sources, torch.where(fresh, encoded, torch.iinfo(torch.int64).max), "amin")
+        first = fresh & (local[sources] == encoded)
+        rank = torch.cumsum(first, 0)
+        counted = [rank[-1]]
+        if valid is not None:
+            kept = torch.cumsum(valid, 0)
+            counted.append(kept[-1])
+        counted = torch.stack(counted).tolist()
+        num_new, num_kept = counted[0], counted[-1] if valid is not None else size
+        old, dump = nodes.numel(), local.numel() - 1
+        local.index_put_((torch.where(first, sources, dump),), rank + (old - 1))
+        new = torch.empty(num_new + 1, dtype=torch.int64, device=self.device)
+        new.index_put_((torch.where(first, rank - 1, num_new),), sources)
+        indices = local[sources]
+        if valid is not None:
+            out = torch.empty(num_kept + 1, dtype=torch.int64, device=self.device)
+            indices = out.index_put_((torch.where(valid, kept - 1, num_kept),), indices)[:num_kept]
+        return torch.cat([nodes, new[:num_new]]), indices
+
+
+#: Added to a source's position to mark it in the local-id map while first appearances are
+#: found: every marked value is below -1 and distinct.
+FIRST_MARK = 1 << 62
+
+
+@dataclass
+class FloydConstants:
+    """A fanout ``k``'s constants on the device, made once: ``step`` (``arange(k)``), ``earlier``
+    (``(k, k)``, ``r < s`` at ``[s, r]``) and the rounds of pointer doubling that follow a
+    chain of ``k`` steps."""
+
+    k: int
+    step: torch.Tensor
+    earlier: torch.Tensor
+    rounds: int
+
+    @classmethod
+    def on(cls, k: int, device: torch.device) -> FloydConstants:
+        step = torch.arange(k, device=device)
+        return cls(k, step, step[None, :] < step[:, None], max(k - 1, 0).bit_length())
 
 
 @dataclass
@@ -219,45 +311,54 @@ def as_ids(ids, device: torch.device) -> torch.Tensor:
     """Node ids (a tensor, or any integer array-like such as a read-only memmap) as a 1-D int64
     tensor on ``device``."""
     if isinstance(ids, torch.Tensor):
-        return ids.to(device=device, dtype=torch.int64).reshape(-1)
-    return torch.from_numpy(np.array(ids, dtype=np.int64).reshape(-1)).to(device)
+        return to_device(ids.to(torch.int64).reshape(-1), device)
+    return to_device(torch.from_numpy(np.array(ids, dtype=np.int64).reshape(-1)), device)
 
 
-def _segments(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For ``counts[i]`` items per segment laid end to end: each item's segment, its index
-    within the segment, and each segment's first item."""
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``; a host tensor goes to a GPU through page-locked memory without
+    blocking the host (a pageable copy would wait for the stream's queued work)."""
+    device = torch.device(device)
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _segments(counts: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For ``counts[i]`` items per segment laid end to end (``total`` in all): each item's
+    segment, its index within the segment, and each segment's first item."""
     first = torch.cumsum(counts, 0) - counts
-    seg = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
-    return seg, torch.arange(seg.numel(), device=counts.device) - first[seg], first
+    seg = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts, output_size=total)
+    return seg, torch.arange(total, device=counts.device) - first[seg], first
 
 
-def _choose_uniform(start, degree, keys, fanout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Floyd's algorithm at every node with more than ``fanout`` in-edges, as ``uniform.rs``:
-    step ``s`` draws ``t = below(j + 1)`` with ``j = d - k + s`` (draw ``s`` of the node's
-    stream) and keeps ``t`` unless already picked, else ``j``; picks come out sorted."""
-    if fanout < 0:
-        counts = degree
-        drawn = torch.zeros_like(degree, dtype=torch.bool)
-    else:
-        drawn = degree > fanout
-        counts = torch.where(drawn, fanout, degree)
-    seg, within, _ = _segments(counts)
-    positions = start[seg] + within
-    which = torch.nonzero(drawn).reshape(-1)
-    if which.numel():
-        d, k = degree[which], fanout
-        picks = torch.empty((which.numel(), k), dtype=torch.int64, device=d.device)
-        for s in range(k):
-            j = d - k + s
-            t = rng.below(rng.draw(keys[which], torch.tensor(s)), j + 1)
-            seen = (picks[:, :s] == t[:, None]).any(1)
-            picks[:, s] = torch.where(seen, j, t)
-        picks = picks.sort(dim=1).values
-        row = torch.full_like(degree, -1)
-        row[which] = torch.arange(which.numel(), device=d.device)
-        sampled = drawn[seg]
-        positions[sampled] = start[seg[sampled]] + picks[row[seg[sampled]], within[sampled]]
-    return positions, counts
+def _choose_uniform(start, degree, keys, floyd: FloydConstants) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Floyd's algorithm at every node with more than ``k`` in-edges, as ``uniform.rs``: step
+    ``s`` draws ``t = below(j + 1)`` with ``j = d - k + s`` (draw ``s`` of the node's stream)
+    and keeps ``t`` unless already picked, else ``j``; picks come out sorted. A node with ``k``
+    or fewer keeps them all. Returns ``(positions, counts, valid)``, positions ``(m, k)``
+    flattened, a node's first ``counts[i]`` valid.
+
+    The ``k`` steps run at once: ``t_s`` was picked before iff it equals an earlier ``t_r``
+    (drawn earlier, it was picked then or already held) or it is ``j_r`` (``r = t_s - d + k <
+    s``) of a step ``r`` whose own draw had been picked before. That follows a chain of
+    steps down to one with no such ``r``; pointer doubling ORs along it in ``log2 k`` rounds."""
+    k, step = floyd.k, floyd.step
+    drawn = degree > k
+    counts = torch.clamp(degree, max=k)
+    base = degree[:, None] - k
+    j = base + step
+    t = rng.below(rng.draw(keys[:, None], step), j + 1)
+    picked = ((t[:, :, None] == t[:, None, :]) & floyd.earlier).any(2)
+    r = t - base
+    link = torch.where((r >= 0) & (r < step), r, step)
+    for _ in range(floyd.rounds):
+        picked = picked | picked.gather(1, link)
+        link = link.gather(1, link)
+    picks = torch.where(picked, j, t).sort(dim=1).values
+    valid = step < counts[:, None]
+    positions = torch.where(valid, start[:, None] + torch.where(drawn[:, None], picks, step), 0)
+    return positions.reshape(-1), counts, valid.reshape(-1)
 
 
 def _choose_weighted(topology: DeviceTopology, start, degree, keys, fanout) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,7 +366,7 @@ def _choose_weighted(topology: DeviceTopology, start, degree, keys, fanout) -> t
     positive weight are the candidates; a node with at most ``fanout`` of them (or fanout -1)
     keeps them all, otherwise candidate ``c`` (in edge order) draws ``u`` from draw ``c`` of the
     node's stream and the ``fanout`` largest ``ln(1 - u) / w`` are kept, ties by position."""
-    seg, within, first = _segments(degree)
+    seg, within, first = _segments(degree, int(degree.sum()))
     positions = start[seg] + within
     weight = topology.edge_weights(positions)
     candidate = weight > 0
@@ -290,15 +391,3 @@ def _choose_weighted(topology: DeviceTopology, start, degree, keys, fanout) -> t
             keep = torch.where(drawn[seg], candidate & (rank < fanout), candidate)
     counts = torch.zeros_like(degree).index_add_(0, seg, keep.to(torch.int64))
     return positions[keep], counts
-
-
-def _relabel(local: torch.Tensor, nodes: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
-    """``nodes`` extended by the ``sources`` not yet in ``local`` (the global -> local map,
-    -1 where unknown), in order of first appearance, each given the next local id in
-    ``local``: the Rust sampler's serial relabelling, as a sort."""
-    fresh = sources[local[sources] < 0]
-    if fresh.numel() == 0:
-        return nodes
-    new, _ = _first_appearance(fresh)
-    local[new] = torch.arange(nodes.numel(), nodes.numel() + new.numel(), device=new.device)
-    return torch.cat([nodes, new])
