@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ... import _native
 from ...device import rng
 from .topology import DeviceTopology
 
@@ -137,7 +138,8 @@ class DeviceSampler:
         are checked there; a device tensor is read back once to be checked. Each hop then waits
         for the device once, for its number of edges and of new nodes (the next hop's size)."""
         nodes = self._seed_ids(seeds)
-        batch_seed = rng.derive(rng.derive(self.seed, NEIGHBOR_STREAM), batch_key)
+        # The batch's and hops' keys are Python ints, derived on the host (no tensor ops).
+        batch_seed = _native.rng_derive(_native.rng_derive(self.seed, NEIGHBOR_STREAM), batch_key)
         local = self._local
         local[nodes] = torch.arange(nodes.numel(), device=self.device)
         hop_counts, blocks, pending = [nodes.numel()], [], None
@@ -146,7 +148,7 @@ class DeviceSampler:
                 on_hop(nodes)
             for hop, fanout in enumerate(self.fanouts):
                 num_dst = nodes.numel()
-                keys = rng.derive(rng.derive(batch_seed, torch.tensor(hop)), nodes)
+                keys = rng.derive(_native.rng_derive(batch_seed, hop), nodes)
                 counts, pending, valid = self._choose(nodes, keys, fanout)
                 nodes, indices = self._relabel(nodes, pending, valid)
                 pending = None
@@ -193,10 +195,10 @@ class DeviceSampler:
             raise ValueError(f"sampler: {src.numel()} edge sources but {dst.numel()} destinations; they must pair up")
         if negatives < 0:
             raise ValueError(f"sampler: expected negatives per edge >= 0, got {negatives}")
-        key = rng.derive(rng.derive(self.seed, NEGATIVE_STREAM), batch_key)
+        key = _native.rng_derive(_native.rng_derive(self.seed, NEGATIVE_STREAM), batch_key)
         count = src.numel() * negatives
         positions = torch.arange(count, device=self.device)
-        neg = rng.below(rng.draw(key.to(self.device), positions), self.topology.num_nodes)
+        neg = rng.below(rng.draw(key, positions), self.topology.num_nodes)
         seeds, local = _first_appearance(torch.cat([src, dst, neg]))
         n = src.numel()
         return DeviceLinkSample(self.sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
