@@ -104,18 +104,23 @@ class HostWaits(torch.utils._python_dispatch.TorchDispatchMode):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("tiers", ["one", "three"])
 def test_a_batch_waits_for_the_device_once_per_hop(cora, device, tiers, monkeypatch):
-    """A batch reads back one pair of sizes per hop (its edges and new nodes) and, when the
-    rows are spread over tiers, each lookup's tier sizes; nothing else waits for the device."""
+    """A batch, presampled or in an epoch, reads back one pair of sizes per hop (its edges and
+    new nodes) and, when the rows are spread over tiers, each lookup's tier sizes; nothing else
+    waits for the device."""
     data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
     sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5, 5])
-    hot = presample_hotness(sampler, data.nodes("train"), 64)
-    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
-    held = {"device_rows": data.num_nodes, "host_rows": 0} if tiers == "one" else {"device_rows": 300, "host_rows": 500}
-    cache = DeviceCache(data.store.features, engine, hot, **held, device=device)
-    batches = DevicePipeline(sampler, cache, None, 64).epoch(data.nodes("train"), epoch=1)
+    train = data.nodes("train")
     reads = []
     tolist = torch.Tensor.tolist
     monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(t.numel()) or tolist(t))
+    with HostWaits() as waits:
+        hot = presample_hotness(sampler, train, 64)
+    assert waits.seen == [] and reads == [2, 2] * -(-len(train) // 64)
+    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    held = {"device_rows": data.num_nodes, "host_rows": 0} if tiers == "one" else {"device_rows": 300, "host_rows": 500}
+    cache = DeviceCache(data.store.features, engine, hot, **held, device=device)
+    batches = DevicePipeline(sampler, cache, None, 64).epoch(train, epoch=1)
+    reads.clear()
     with HostWaits() as waits:
         count = sum(1 for _ in batches)
     assert count > 1 and waits.seen == []

@@ -32,7 +32,8 @@ def presample_hotness(sampler: DeviceSampler, seeds, batch_size: int, *, epoch: 
     loader keys it): an int64 count per graph node on the sampler's device."""
     if batch_size < 1:
         raise ValueError(f"batch_size: expected at least 1, got {batch_size}")
-    seeds = as_ids(seeds, sampler.device)
+    # The seeds stay in host memory: the sampler checks a host batch without a device read.
+    seeds = as_ids(seeds, torch.device("cpu"))
     counts = torch.zeros(sampler.topology.num_nodes, dtype=torch.int64, device=sampler.device)
     for b, start in enumerate(range(0, seeds.numel(), batch_size)):
         sample = sampler.sample(seeds[start : start + batch_size], batch_key(epoch, b))
