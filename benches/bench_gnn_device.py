@@ -115,6 +115,14 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
     out = medians(history, keys)
     if data_path == "device":
         out.update(medians(history, ["pipeline_wait_share"]))
+    for i, e in enumerate(history, 1):
+        # The device path's busy seconds per stage (sample, lookup), as each run goes.
+        busy = ", ".join(f"{k} {v:.2f} s" for k, v in (e["pipeline"].get("busy_seconds") or {}).items())
+        print(
+            f"g6 {data_path} epoch {i}: {e['seconds']:.2f} s, {e['sampled_nodes_per_second'] / 1e6:.2f}M nodes/s, "
+            f"data wait {e['data_wait_fraction']:.3f}" + (f"; busy {busy}" if busy else ""),
+            file=sys.stderr,
+        )
     lines = (line.strip() for line in (took["stdout"] + took["stderr"]).splitlines())
     plan = [line for line in lines if line.startswith("data path:")]
     return {
@@ -125,7 +133,8 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
         "test_accuracy": (rec.get("test") or {}).get("accuracy"),
         "plan": plan,
         "epochs": [
-            {k: e.get(k) for k in (*keys, "pipeline_wait_share")} | {"tiers": e["pipeline"].get("tiers")}
+            {k: e.get(k) for k in (*keys, "pipeline_wait_share")}
+            | {"tiers": e["pipeline"].get("tiers"), "busy_seconds": e["pipeline"].get("busy_seconds")}
             for e in history
         ],
         "command": " ".join(map(str, cmd[2:])),
