@@ -40,7 +40,9 @@ class EngineReads:
         raw = self.read_rows(ids)
         if not len(raw):
             return torch.empty((0, self.dim), dtype=self.dtype)
-        return torch.frombuffer(bytearray(raw), dtype=self.dtype).view(-1, self.dim)
+        # The engine's bytearray is the tensor's memory as it is (no copy of every missed row).
+        raw = raw if isinstance(raw, bytearray) else bytearray(raw)
+        return torch.frombuffer(raw, dtype=self.dtype).view(-1, self.dim)
 
     def read(self, nodes: torch.Tensor) -> torch.Tensor:
         """The rows of ``nodes`` (int64 on the device) as ``(len(nodes), dim)`` on the device."""
