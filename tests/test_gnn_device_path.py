@@ -128,6 +128,12 @@ def test_a_batch_waits_for_the_device_once_per_hop(cora, device, tiers, monkeypa
     # counts of each lookup (the seeds', then each hop's new nodes').
     per_batch = [2, 2] + ([3, 3, 3] if tiers == "three" else [])
     assert sorted(reads) == sorted(per_batch * count)
+    # A link batch reads back its number of distinct endpoints (the seeds) first.
+    links = DevicePipeline(sampler, cache, None, 64).link_epoch(cora_edges(cora, 300), 2, epoch=1)
+    reads.clear()
+    with HostWaits() as waits:
+        count = sum(1 for _ in links)
+    assert count > 1 and waits.seen == [] and sorted(reads) == sorted([1, *per_batch] * count)
 
 
 def equal(a: torch.Tensor, b: torch.Tensor) -> bool:

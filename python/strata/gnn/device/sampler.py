@@ -137,7 +137,10 @@ class DeviceSampler:
         Seeds given in host memory (a NumPy array or CPU tensor, as the pipeline gives them)
         are checked there; a device tensor is read back once to be checked. Each hop then waits
         for the device once, for its number of edges and of new nodes (the next hop's size)."""
-        nodes = self._seed_ids(seeds)
+        return self._sample(self._seed_ids(seeds), batch_key, on_hop)
+
+    def _sample(self, nodes: torch.Tensor, batch_key: int, on_hop) -> DeviceSample:
+        """:meth:`sample` of checked seeds (distinct int64 ids on the device)."""
         # The batch's and hops' keys are Python ints, derived on the host (no tensor ops).
         batch_seed = _native.rng_derive(_native.rng_derive(self.seed, NEIGHBOR_STREAM), batch_key)
         local = self._local
@@ -166,16 +169,16 @@ class DeviceSampler:
         blocks.reverse()
         return DeviceSample(nodes, hop_counts, blocks, [b.indices.numel() for b in reversed(blocks)])
 
-    def _seed_ids(self, seeds) -> torch.Tensor:
-        """``seeds`` as int64 ids on the device, checked in host memory (in range, distinct):
-        a host array costs the device nothing, a device tensor one read back."""
+    def _seed_ids(self, seeds, distinct: bool = True) -> torch.Tensor:
+        """``seeds`` as int64 ids on the device, checked in host memory (in range, and
+        ``distinct``): a host array costs the device nothing, a device tensor one read back."""
         host = seeds.detach().to("cpu") if isinstance(seeds, torch.Tensor) else None
         ids = as_ids(seeds if host is None else host, torch.device("cpu")).numpy()
         n = self.topology.num_nodes
         if ids.size and (ids.min() < 0 or ids.max() >= n):
             bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
             raise ValueError(f"sampler: seeds include node {bad}, out of range (the graph has {n} nodes)")
-        if np.unique(ids).size != ids.size:
+        if distinct and np.unique(ids).size != ids.size:
             raise ValueError("sampler: seeds must be distinct")
         if isinstance(seeds, torch.Tensor) and seeds.device == self.device:
             return seeds.to(torch.int64).reshape(-1)
@@ -190,7 +193,7 @@ class DeviceSampler:
         (edge-major), the seeds are the distinct endpoints in order of first appearance over
         sources, destinations, then negatives, and their neighbourhoods are :meth:`sample`'s
         (``on_hop`` as there)."""
-        src, dst = as_ids(src, self.device), as_ids(dst, self.device)
+        src, dst = self._seed_ids(src, distinct=False), self._seed_ids(dst, distinct=False)
         if src.numel() != dst.numel():
             raise ValueError(f"sampler: {src.numel()} edge sources but {dst.numel()} destinations; they must pair up")
         if negatives < 0:
@@ -199,9 +202,12 @@ class DeviceSampler:
         count = src.numel() * negatives
         positions = torch.arange(count, device=self.device)
         neg = rng.below(rng.draw(key, positions), self.topology.num_nodes)
-        seeds, local = _first_appearance(torch.cat([src, dst, neg]))
+        # The distinct endpoints by first appearance are a relabelling from no nodes; the map
+        # then holds the seeds' local ids, as sampling them starts by setting.
+        ends = torch.cat([src, dst, neg])
+        seeds, local = self._relabel(ends[:0], ends, None)
         n = src.numel()
-        return DeviceLinkSample(self.sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
+        return DeviceLinkSample(self._sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
 
     def _choose(self, frontier, keys, fanout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Edges kept by each frontier node: ``(counts, sources, valid)``, ``counts[i]`` edges
@@ -295,18 +301,6 @@ class DeviceLinkSample:
     src_local: torch.Tensor
     dst_local: torch.Tensor
     neg_dst_local: torch.Tensor
-
-
-def _first_appearance(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(distinct, local)``: the distinct values of ``ids`` in order of first appearance, and
-    each item's index into them (the Rust sampler's serial id map, as a sort)."""
-    distinct, inverse = torch.unique(ids, return_inverse=True)
-    first = torch.full(distinct.shape, torch.iinfo(torch.int64).max, dtype=torch.int64, device=ids.device)
-    first.scatter_reduce_(0, inverse, torch.arange(ids.numel(), device=ids.device), "amin")
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=ids.device)
-    return distinct[order], rank[inverse]
 
 
 def as_ids(ids, device: torch.device) -> torch.Tensor:
