@@ -8,9 +8,14 @@ same blocks: the same local ids (seeds first, then each node in order of first a
 destination order), the same CSC layout, the same order. So a batch sampled here, on a GPU or
 on the CPU twin, equals the batch the Rust sampler draws.
 
-- Uniform: Floyd's algorithm (``uniform.rs``). Its ``k`` sequential steps become ``k`` vector
-  steps over every frontier node with more than ``k`` in-edges; a node with ``k`` or fewer
+- Uniform: Floyd's algorithm (``uniform.rs``). Its ``k`` sequential steps run at once over a
+  ``(frontier, k)`` layout (:func:`_choose_uniform`); a node with ``k`` or fewer in-edges
   keeps them all.
+
+With a uniform fanout a hop waits for the device once: for its number of edges and of new
+nodes, read together (:meth:`DeviceSampler._relabel`); nothing else in a batch reads a value
+back or makes an output whose size only the device knows. A full neighbourhood (-1) also reads
+its edge count first; weighted sampling still reads several sizes per hop.
 - Weighted (``weighted.rs``): one draw per edge of positive weight, in edge order; the edge's
   key is ``ln(1 - u) / w`` and the ``k`` largest keys are kept (ties by position). The
   logarithm is :func:`ln_unit`, the twin of ``weighted.rs``'s, built from correctly rounded
