@@ -11,16 +11,16 @@ on the CPU twin, equals the batch the Rust sampler draws.
 - Uniform: Floyd's algorithm (``uniform.rs``). Its ``k`` sequential steps run at once over a
   ``(frontier, k)`` layout (:func:`_choose_uniform`); a node with ``k`` or fewer in-edges
   keeps them all.
-
-With a uniform fanout a hop waits for the device once: for its number of edges and of new
-nodes, read together (:meth:`DeviceSampler._relabel`); nothing else in a batch reads a value
-back or makes an output whose size only the device knows. A full neighbourhood (-1) also reads
-its edge count first; weighted sampling still reads several sizes per hop.
 - Weighted (``weighted.rs``): one draw per edge of positive weight, in edge order; the edge's
   key is ``ln(1 - u) / w`` and the ``k`` largest keys are kept (ties by position). The
   logarithm is :func:`ln_unit`, the twin of ``weighted.rs``'s, built from correctly rounded
   arithmetic only, so every device computes the same key (a device's own ``log`` may round
   its last bit differently, which could swap two nearly tied keys).
+
+With a uniform fanout a hop waits for the device once: for its number of edges and of new
+nodes, read together (:meth:`DeviceSampler._relabel`); nothing else in a batch reads a value
+back or makes an output whose size only the device knows. Weighted sampling and a full
+neighbourhood (-1) also read the frontier's number of in-edges first.
 
 Link batches (``sample_links``) draw their negative destinations as ``sample_links.rs`` does:
 draw ``i`` of the stream ``derive(derive(seed, NEGATIVE_STREAM), batch_key)``, ``below(n)``.
@@ -222,8 +222,7 @@ class DeviceSampler:
         None)."""
         start, degree = self.topology.starts_and_degrees(frontier)
         if self.weighted:
-            positions, counts = _choose_weighted(self.topology, start, degree, keys, fanout)
-            valid = None
+            positions, counts, valid = _choose_weighted(self.topology, start, degree, keys, fanout)
         elif fanout < 0:
             # The whole neighbourhood: its size is the one thing to read back.
             seg, within, _ = _segments(degree, int(degree.sum()))
@@ -362,11 +361,15 @@ def _choose_uniform(start, degree, keys, floyd: FloydConstants) -> tuple[torch.T
     return positions.reshape(-1), counts, valid.reshape(-1)
 
 
-def _choose_weighted(topology: DeviceTopology, start, degree, keys, fanout) -> tuple[torch.Tensor, torch.Tensor]:
+def _choose_weighted(
+    topology: DeviceTopology, start, degree, keys, fanout
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Weighted choice without replacement at every node, as ``weighted.rs``: edges of
     positive weight are the candidates; a node with at most ``fanout`` of them (or fanout -1)
     keeps them all, otherwise candidate ``c`` (in edge order) draws ``u`` from draw ``c`` of the
-    node's stream and the ``fanout`` largest ``ln(1 - u) / w`` are kept, ties by position."""
+    node's stream and the ``fanout`` largest ``ln(1 - u) / w`` are kept, ties by position.
+    Returns ``(positions, counts, keep)``: every in-edge's position, node after node, and
+    which are kept; reads back only the number of in-edges."""
     seg, within, first = _segments(degree, int(degree.sum()))
     positions = start[seg] + within
     weight = topology.edge_weights(positions)
@@ -375,20 +378,20 @@ def _choose_weighted(topology: DeviceTopology, start, degree, keys, fanout) -> t
     num_candidates = torch.zeros_like(degree).index_add_(0, seg, candidate.to(torch.int64))
     before = torch.cumsum(num_candidates, 0) - num_candidates
     ranks = torch.cumsum(candidate, 0) - candidate.to(torch.int64) - before[seg]
-    keep = candidate.clone()
+    keep = candidate
     if fanout >= 0:
         drawn = num_candidates > fanout
+        # Every edge draws (a masked draw would need the number of picks); only the picks'
+        # keys count, the others are -inf.
         pick = drawn[seg] & candidate
-        if pick.any():
-            bits = rng.draw(keys[seg[pick]], ranks[pick])
-            key = torch.full(seg.shape, float("-inf"), dtype=torch.float64, device=seg.device)
-            key[pick] = ln_unit(bits) / weight[pick].to(torch.float64)
-            # Largest key first, ties by position (stable sorts keep edge order), then grouped
-            # by node: a node's rank among its own edges decides.
-            order = torch.sort(key, descending=True, stable=True).indices
-            order = order[torch.sort(seg[order], stable=True).indices]
-            rank = torch.empty_like(order)
-            rank[order] = torch.arange(order.numel(), device=order.device) - first[seg[order]]
-            keep = torch.where(drawn[seg], candidate & (rank < fanout), candidate)
+        bits = rng.draw(keys[seg], ranks)
+        key = torch.where(pick, ln_unit(bits) / weight.to(torch.float64), float("-inf"))
+        # Largest key first, ties by position (stable sorts keep edge order), then grouped by
+        # node: a node's rank among its own edges decides.
+        order = torch.sort(key, descending=True, stable=True).indices
+        order = order[torch.sort(seg[order], stable=True).indices]
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel(), device=order.device) - first[seg[order]]
+        keep = torch.where(drawn[seg], candidate & (rank < fanout), candidate)
     counts = torch.zeros_like(degree).index_add_(0, seg, keep.to(torch.int64))
-    return positions[keep], counts
+    return positions, counts, keep
