@@ -5,7 +5,8 @@
 #     bash benches/gpu_session.sh STEP...      (results and logs under $OUT, default ./gpu-out)
 #
 # Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
-# with), tests (the device-parity tests with CUDA present), embed-fb15k, gnn-g6, embed-rmat
+# with), tests (the device-parity tests with CUDA present), embed-fb15k, gnn-path (the GNN device
+# data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost), gnn-g6, embed-rmat
 # (prepare, out of core, resident), gnn-big-prepare, gnn-big. Each step runs under its own time
 # limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not stop the next.
 #
@@ -23,7 +24,7 @@ if [ -d .devcarry/datasets ] && [ ! -d ../shared/datasets/fb15k-237 ]; then
     mkdir -p ../shared && cp -r .devcarry/datasets ../shared/
 fi
 
-declare -A LIMIT=([env]=60 [tests]=240 [embed-fb15k]=150 [gnn-g6]=200 [embed-rmat]=420 [gnn-big-prepare]=560 [gnn-big]=400)
+declare -A LIMIT=([env]=60 [tests]=240 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat]=420 [gnn-big-prepare]=560 [gnn-big]=400)
 
 step_env() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -36,6 +37,9 @@ step_tests() {
 }
 step_embed-fb15k() {
     python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"
+}
+step_gnn-path() {
+    python3 benches/bench_gnn_device.py --only path --max-batches 60 --work "$WORK/gnn" --out "$OUT/gnn-path.json"
 }
 step_gnn-g6() {
     python3 benches/bench_gnn_device.py --only g6,pyg --work "$WORK/gnn" --out "$OUT/gnn-g6.json"

@@ -14,6 +14,7 @@ from conftest import gpu_devices, needs, run_strata
 
 torch = needs("torch")
 
+from strata.device.waits import HostWaits  # noqa: E402
 from strata.gnn.device.cache import DEVICE, HOST, MISS, DeviceCache, presample_hotness  # noqa: E402
 from strata.gnn.device.keys import batch_key  # noqa: E402
 from strata.gnn.device.pipeline import DevicePipeline  # noqa: E402
@@ -75,65 +76,34 @@ def test_cache_serves_every_tier_s_rows_bit_for_bit(cora, device):
         DeviceCache(data.store.features[:5], engine, hot, device_rows=1, host_rows=1, device=device)
 
 
-SIZED_BY_DATA = frozenset(["nonzero", "masked_select", "_unique2", "unique_dim", "unique_consecutive", "bincount"])
-READ_BACK = frozenset(["_local_scalar_dense", "is_nonzero", "item"])
-
-
-class HostWaits(torch.utils._python_dispatch.TorchDispatchMode):
-    """Records the torch ops after which, on a GPU, the host waits for the device: a value read
-    back (``item``, ``int(t)``, ``bool(t)``) or an output whose size only the device knows
-    (``nonzero``, ``unique``, boolean-mask indexing, ``bincount``, ``repeat_interleave``
-    without ``output_size``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = func.__name__.split(".")[0]
-        masked = name in ("index", "index_put_", "index_put") and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]
-        )
-        unsized = name == "repeat_interleave" and kwargs.get("output_size") is None
-        if name in SIZED_BY_DATA or name in READ_BACK or masked or unsized:
-            self.seen.append(func.__name__)
-        return func(*args, **kwargs)
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("tiers", ["one", "three"])
-def test_a_batch_waits_for_the_device_once_per_hop(cora, device, tiers, monkeypatch):
+def test_a_batch_waits_for_the_device_once_per_hop(cora, device, tiers):
     """A batch, presampled or in an epoch, reads back one pair of sizes per hop (its edges and
     new nodes) and, when the rows are spread over tiers, each lookup's tier sizes; nothing else
     waits for the device."""
     data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
     sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5, 5])
     train = data.nodes("train")
-    reads = []
-    tolist = torch.Tensor.tolist
-    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(t.numel()) or tolist(t))
     with HostWaits() as waits:
         hot = presample_hotness(sampler, train, 64)
-    assert waits.seen == [] and reads == [2, 2] * -(-len(train) // 64)
+    assert waits.waits == [] and waits.reads == [2, 2] * -(-len(train) // 64)
     engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
     held = {"device_rows": data.num_nodes, "host_rows": 0} if tiers == "one" else {"device_rows": 300, "host_rows": 500}
     cache = DeviceCache(data.store.features, engine, hot, **held, device=device)
     batches = DevicePipeline(sampler, cache, None, 64).epoch(train, epoch=1)
-    reads.clear()
     with HostWaits() as waits:
         count = sum(1 for _ in batches)
-    assert count > 1 and waits.seen == []
+    assert count > 1 and waits.waits == []
     # Per batch: each hop's (edges, new nodes); with three tiers, the (device, host, miss) row
     # counts of each lookup (the seeds', then each hop's new nodes').
     per_batch = [2, 2] + ([3, 3, 3] if tiers == "three" else [])
-    assert sorted(reads) == sorted(per_batch * count)
+    assert sorted(waits.reads) == sorted(per_batch * count)
     # A link batch reads back its number of distinct endpoints (the seeds) first.
     links = DevicePipeline(sampler, cache, None, 64).link_epoch(cora_edges(cora, 300), 2, epoch=1)
-    reads.clear()
     with HostWaits() as waits:
         count = sum(1 for _ in links)
-    assert count > 1 and waits.seen == [] and sorted(reads) == sorted([1, *per_batch] * count)
+    assert count > 1 and waits.waits == [] and sorted(waits.reads) == sorted([1, *per_batch] * count)
 
 
 def equal(a: torch.Tensor, b: torch.Tensor) -> bool:
