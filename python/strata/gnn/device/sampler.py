@@ -210,7 +210,11 @@ class DeviceSampler:
         # The distinct endpoints by first appearance are a relabelling from no nodes; the map
         # then holds the seeds' local ids, as sampling them starts by setting.
         ends = torch.cat([src, dst, neg])
-        seeds, local = self._relabel(ends[:0], ends, None)
+        try:
+            seeds, local = self._relabel(ends[:0], ends, None)
+        except BaseException:
+            self._local[ends] = -1  # the map stays clean for the next batch
+            raise
         n = src.numel()
         return DeviceLinkSample(self._sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
 
