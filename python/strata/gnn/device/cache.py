@@ -97,6 +97,7 @@ class DeviceCache:
         self.host_table = torch.empty((host_rows, dim), dtype=self.dtype, pin_memory=pin)
         self._fill(index.to("cpu"))
         self.stats = CacheStats()
+        self._misses_possible = device_rows + host_rows < num_nodes
         # (tier, table) when that tier holds every row: a lookup is then a plain gather.
         self._single = None
         if num_nodes and device_rows == num_nodes:
@@ -130,7 +131,8 @@ class DeviceCache:
         asynchronously on the current stream, or GPUDirect Storage).
 
         When one tier holds every row the lookup is one gather and never waits for the
-        device; otherwise it waits once, for the number of rows in each tier."""
+        device; otherwise it waits once, for the number of rows in each tier (with the ids in
+        tier order when rows can miss: the misses' reader takes them on the host)."""
         code = self.index[nodes]
         self.stats.lookups += 1
         if self._single is not None:
@@ -138,19 +140,24 @@ class DeviceCache:
             setattr(self.stats, TIER_NAMES[tier], getattr(self.stats, TIER_NAMES[tier]) + nodes.numel())
             return uva.gather(table, code >> 2)
         tier, slot = code & 3, code >> 2
-        # Nodes grouped by tier (a stable sort keeps each group in order), the groups' sizes
-        # read back at once.
+        # Nodes grouped by tier (a stable sort keeps each group in order); the groups' sizes
+        # and, when rows can miss, the ids in that order (the misses' reader needs them on the
+        # host) are read back at once.
         order = torch.sort(tier, stable=True).indices
         sizes = torch.zeros(3, dtype=torch.int64, device=self.device).index_add_(0, tier, torch.ones_like(tier))
+        if self._misses_possible:
+            back = torch.cat([sizes, nodes[order]]).cpu()
+            sizes, in_order = back[:3], back[3:]
         out = torch.empty((nodes.numel(), self.dim), dtype=self.dtype, device=self.device)
         begin = 0
         for t, size in enumerate(sizes.tolist()):
             where = order[begin : begin + size]
-            begin += size
             setattr(self.stats, TIER_NAMES[t], getattr(self.stats, TIER_NAMES[t]) + size)
-            if size:
-                table = (self.device_table, self.host_table)[t] if t != MISS else None
-                out[where] = self.misses.read(nodes[where]) if table is None else uva.gather(table, slot[where])
+            if size and t == MISS:
+                out[where] = self.misses.read(in_order[begin : begin + size])
+            elif size:
+                out[where] = uva.gather((self.device_table, self.host_table)[t], slot[where])
+            begin += size
         return out
 
     @property
