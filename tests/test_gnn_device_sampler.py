@@ -117,7 +117,7 @@ def floyd_step_by_step(degree: torch.Tensor, keys: torch.Tensor, k: int) -> torc
     return picks.sort(dim=1).values
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 10, 25])
+@pytest.mark.parametrize("k", [1, 2, 3, 10, 25, 64])
 def test_floyd_s_steps_at_once_pick_what_the_loop_picks(k):
     """Degrees just above ``k`` make most draws collide, so chains of collisions (a draw that
     hits the ``j`` of a step whose own draw collided) are common and each must be followed."""

@@ -284,19 +284,16 @@ FIRST_MARK = 1 << 62
 
 @dataclass
 class FloydConstants:
-    """A fanout ``k``'s constants on the device, made once: ``step`` (``arange(k)``), ``earlier``
-    (``(k, k)``, ``r < s`` at ``[s, r]``) and the rounds of pointer doubling that follow a
-    chain of ``k`` steps."""
+    """A fanout ``k``'s constants on the device, made once: ``step`` (``arange(k)``) and the
+    rounds of pointer doubling that follow a chain of ``k`` steps."""
 
     k: int
     step: torch.Tensor
-    earlier: torch.Tensor
     rounds: int
 
     @classmethod
     def on(cls, k: int, device: torch.device) -> FloydConstants:
-        step = torch.arange(k, device=device)
-        return cls(k, step, step[None, :] < step[:, None], max(k - 1, 0).bit_length())
+        return cls(k, torch.arange(k, device=device), max(k - 1, 0).bit_length())
 
 
 @dataclass
@@ -353,7 +350,12 @@ def _choose_uniform(start, degree, keys, floyd: FloydConstants) -> tuple[torch.T
     base = degree[:, None] - k
     j = base + step
     t = rng.below(rng.draw(keys[:, None], step), j + 1)
-    picked = ((t[:, :, None] == t[:, None, :]) & floyd.earlier).any(2)
+    # A draw that repeats an earlier one: after a stable sort of each node's draws, one equal to
+    # its left neighbour (O(m k) memory where comparing all pairs would take O(m k^2)).
+    ordered, at = torch.sort(t, dim=1, stable=True)
+    again = torch.zeros_like(t, dtype=torch.bool)
+    again[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
+    picked = torch.empty_like(again).scatter_(1, at, again)
     r = t - base
     link = torch.where((r >= 0) & (r < step), r, step)
     for _ in range(floyd.rounds):
