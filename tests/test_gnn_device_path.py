@@ -106,6 +106,23 @@ def test_a_batch_waits_for_the_device_once_per_hop(cora, device, tiers):
     assert count > 1 and waits.waits == [] and sorted(waits.reads) == sorted([1, *per_batch] * count)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_epoch_s_seeds_are_checked_once_before_its_batches(cora, device):
+    data = GnnData(cora, fanouts=[5], batch_size=64, data_path="native")
+    sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5])
+    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    hot = torch.zeros(data.num_nodes, dtype=torch.int64)
+    cache = DeviceCache(data.store.features, engine, hot, device_rows=data.num_nodes, host_rows=0, device=device)
+    pipeline = DevicePipeline(sampler, cache, None, 2)
+    with pytest.raises(ValueError, match="distinct"):
+        pipeline.epoch([3, 5, 7, 3])
+    with pytest.raises(ValueError, match=f"node {data.num_nodes}, out of range"):
+        pipeline.epoch([3, data.num_nodes], shuffle=False)
+    with pytest.raises(ValueError, match="node -1, out of range"):
+        pipeline.link_epoch(np.array([[0, 1], [2, -1]]), 1)
+    assert sum(1 for _ in pipeline.epoch([3, 5, 7], shuffle=False)) == 2
+
+
 def equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """``a`` and ``b`` hold the same values, wherever each lives (the native loader's batch on
     the CPU, the device path's on its device)."""

@@ -32,11 +32,12 @@ def presample_hotness(sampler: DeviceSampler, seeds, batch_size: int, *, epoch: 
     loader keys it): an int64 count per graph node on the sampler's device."""
     if batch_size < 1:
         raise ValueError(f"batch_size: expected at least 1, got {batch_size}")
-    # The seeds stay in host memory: the sampler checks a host batch without a device read.
+    # The seeds stay in host memory, checked once (no batch reads them back or passes over them).
     seeds = as_ids(seeds, torch.device("cpu"))
+    sampler.check(seeds.numpy())
     counts = torch.zeros(sampler.topology.num_nodes, dtype=torch.int64, device=sampler.device)
     for b, start in enumerate(range(0, seeds.numel(), batch_size)):
-        sample = sampler.sample(seeds[start : start + batch_size], batch_key(epoch, b))
+        sample = sampler.sample(seeds[start : start + batch_size], batch_key(epoch, b), checked=True)
         # Not bincount: on CUDA it reads the largest id back to size its output.
         counts.index_add_(0, sample.nodes, torch.ones_like(sample.nodes))
     return counts

@@ -132,7 +132,9 @@ class DeviceSampler:
         self._local = torch.full((topology.num_nodes + 1,), -1, dtype=torch.int64, device=self.device)
         self._floyd: dict[int, FloydConstants] = {}
 
-    def sample(self, seeds, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None) -> DeviceSample:
+    def sample(
+        self, seeds, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None, *, checked: bool = False
+    ) -> DeviceSample:
         """The sample of ``seeds`` (distinct global ids) for ``batch_key`` (a u64: the
         native loader's ``batch_key(epoch, index)``), the Rust sampler's ``sample(topo, seeds,
         batch_key)``. ``on_hop(nodes)``, when given, is called with the seeds and then with
@@ -140,9 +142,11 @@ class DeviceSampler:
         feature lookups while the next hop is sampled).
 
         Seeds given in host memory (a NumPy array or CPU tensor, as the pipeline gives them)
-        are checked there; a device tensor is read back once to be checked. Each hop then waits
-        for the device once, for its number of edges and of new nodes (the next hop's size)."""
-        return self._sample(self._seed_ids(seeds), batch_key, on_hop)
+        are checked there; a device tensor is read back once to be checked; ``checked=True``
+        says the caller checked them (:meth:`check`, as the pipeline does once an epoch), so a
+        batch costs the host no pass over its seeds. Each hop then waits for the device once,
+        for its number of edges and of new nodes (the next hop's size)."""
+        return self._sample(as_ids(seeds, self.device) if checked else self._seed_ids(seeds), batch_key, on_hop)
 
     def _sample(self, nodes: torch.Tensor, batch_key: int, on_hop) -> DeviceSample:
         """:meth:`sample` of checked seeds (distinct int64 ids on the device)."""
@@ -174,31 +178,47 @@ class DeviceSampler:
         blocks.reverse()
         return DeviceSample(nodes, hop_counts, blocks, [b.indices.numel() for b in reversed(blocks)])
 
-    def _seed_ids(self, seeds, distinct: bool = True) -> torch.Tensor:
-        """``seeds`` as int64 ids on the device, checked in host memory (in range, and
-        ``distinct``): a host array costs the device nothing, a device tensor one read back."""
-        host = seeds.detach().to("cpu") if isinstance(seeds, torch.Tensor) else None
-        ids = as_ids(seeds if host is None else host, torch.device("cpu")).numpy()
+    def check(self, ids, *, distinct: bool = True) -> None:
+        """Raises ValueError unless the node ids ``ids`` (a host array) are in range and, with
+        ``distinct``, distinct."""
+        ids = np.asarray(ids)
         n = self.topology.num_nodes
         if ids.size and (ids.min() < 0 or ids.max() >= n):
             bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
             raise ValueError(f"sampler: seeds include node {bad}, out of range (the graph has {n} nodes)")
         if distinct and np.unique(ids).size != ids.size:
             raise ValueError("sampler: seeds must be distinct")
+
+    def _seed_ids(self, seeds, distinct: bool = True) -> torch.Tensor:
+        """``seeds`` as int64 ids on the device, checked in host memory (:meth:`check`): a host
+        array costs the device nothing, a device tensor one read back."""
+        host = seeds.detach().to("cpu") if isinstance(seeds, torch.Tensor) else None
+        ids = as_ids(seeds if host is None else host, torch.device("cpu")).numpy()
+        self.check(ids, distinct=distinct)
         if isinstance(seeds, torch.Tensor) and seeds.device == self.device:
             return seeds.to(torch.int64).reshape(-1)
         return to_device(torch.from_numpy(ids), self.device)
 
     def sample_links(
-        self, src, dst, negatives: int, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None
+        self,
+        src,
+        dst,
+        negatives: int,
+        batch_key: int,
+        on_hop: Callable[[torch.Tensor], None] | None = None,
+        *,
+        checked: bool = False,
     ) -> DeviceLinkSample:
         """The link sample of the positive edges ``src[i] -> dst[i]`` with ``negatives``
         uniform destinations per edge, the Rust sampler's ``sample_links(topo, src, dst,
         negatives, batch_key)``: negative ``j`` is draw ``j`` of the batch's negative stream
         (edge-major), the seeds are the distinct endpoints in order of first appearance over
         sources, destinations, then negatives, and their neighbourhoods are :meth:`sample`'s
-        (``on_hop`` as there)."""
-        src, dst = self._seed_ids(src, distinct=False), self._seed_ids(dst, distinct=False)
+        (``on_hop`` and ``checked``, the endpoints in range, as there)."""
+        if checked:
+            src, dst = as_ids(src, self.device), as_ids(dst, self.device)
+        else:
+            src, dst = self._seed_ids(src, distinct=False), self._seed_ids(dst, distinct=False)
         if src.numel() != dst.numel():
             raise ValueError(f"sampler: {src.numel()} edge sources but {dst.numel()} destinations; they must pair up")
         if negatives < 0:
