@@ -123,6 +123,18 @@ def test_an_epoch_s_seeds_are_checked_once_before_its_batches(cora, device):
     assert sum(1 for _ in pipeline.epoch([3, 5, 7], shuffle=False)) == 2
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_pre_sampling_epoch_when_device_memory_holds_every_row(cora, device, monkeypatch):
+    from strata.gnn.device import path
+
+    calls = []
+    monkeypatch.setattr(path, "presample_hotness", lambda *a, **k: calls.append(1) or presample_hotness(*a, **k))
+    whole = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="device", device=device, device_memory="64M")
+    assert calls == [] and whole.device_path.budget()["device_rows"] == whole.num_nodes
+    part = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="device", device=device, device_memory="200K")
+    assert calls == [1] and 0 < part.device_path.budget()["device_rows"] < part.num_nodes
+
+
 def equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     """``a`` and ``b`` hold the same values, wherever each lives (the native loader's batch on
     the CPU, the device path's on its device)."""
