@@ -31,7 +31,7 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
 reused by later calls; the check is recorded in the store, so later opens skip it), so that the
 GPU session can run, each call under 10 minutes:
 
-    python benches/bench_gnn_device.py --only g6,pyg --work /tmp/gnn-bench --out $OUT/g6.json
+    python benches/bench_gnn_device.py --only g6,path,pyg --work /tmp/gnn-bench --out $OUT/g6.json
     python benches/bench_gnn_device.py --only big --prepare --work /tmp/gnn-bench
     python benches/bench_gnn_device.py --only big --work /tmp/gnn-bench --out $OUT/big.json
     python benches/bench_gnn_device.py --only big-pyg --work /tmp/gnn-bench --out $OUT/big-pyg.json
