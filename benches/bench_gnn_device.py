@@ -13,6 +13,11 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
   with `--data-path native` and `--data-path device`: sampled nodes/s and the share of the epoch
   the model waited for data (medians of the epochs after the first, from each run.json), and
   their ratio.
+- ``path``: G6's device data path alone, no model (`GnnData` with G6's settings and
+  `data_path="device"`): sampled nodes/s and milliseconds per batch per epoch, the busy
+  seconds per stage, and for the first batches of an epoch, sampled and looked up on the
+  calling thread, the torch ops, kernel launches, host waits and values read back per batch
+  (`strata.device.waits`): what the data path costs a GPU's host, beside what it delivers.
 - ``pyg``: on G6's graph, PyG's `NeighborLoader` with every feature in memory against Strata's
   device path with a quarter of the features in host memory (no device tier; the rest read per
   batch), the same fanouts, batch size and model (GraphSAGE, hidden 256, Adam); epoch seconds.
@@ -26,7 +31,7 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
 reused by later calls; the check is recorded in the store, so later opens skip it), so that the
 GPU session can run, each call under 10 minutes:
 
-    python benches/bench_gnn_device.py --only g6,pyg --work /tmp/gnn-bench --out $OUT/g6.json
+    python benches/bench_gnn_device.py --only g6,path,pyg --work /tmp/gnn-bench --out $OUT/g6.json
     python benches/bench_gnn_device.py --only big --prepare --work /tmp/gnn-bench
     python benches/bench_gnn_device.py --only big --work /tmp/gnn-bench --out $OUT/big.json
     python benches/bench_gnn_device.py --only big-pyg --work /tmp/gnn-bench --out $OUT/big-pyg.json
@@ -65,7 +70,9 @@ HOST_FIXED = 6 << 30
 #: G6's graph and the issue's large one: (nodes, feature dim).
 GRAPHS = {"g6": (200_000, 128), "big": (20_000_000, 256)}
 TINY = {"g6": (1500, 16), "big": (3000, 16)}
-FIGURES = ("g6", "pyg", "big", "big-pyg")
+FIGURES = ("g6", "path", "pyg", "big", "big-pyg")
+#: Batches the ``path`` figure counts ops and waits over.
+COUNTED = 8
 #: The big graph trains on 1% of its nodes (Helios's share), valid and test 1% each.
 BIG_SPLITS = ["--train-fraction", 0.01, "--valid-fraction", 0.01, "--test-fraction", 0.01]
 
@@ -115,6 +122,14 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
     out = medians(history, keys)
     if data_path == "device":
         out.update(medians(history, ["pipeline_wait_share"]))
+    for i, e in enumerate(history, 1):
+        # The device path's busy seconds per stage (sample, lookup), as each run goes.
+        busy = ", ".join(f"{k} {v:.2f} s" for k, v in (e["pipeline"].get("busy_seconds") or {}).items())
+        print(
+            f"g6 {data_path} epoch {i}: {e['seconds']:.2f} s, {e['sampled_nodes_per_second'] / 1e6:.2f}M nodes/s, "
+            f"data wait {e['data_wait_fraction']:.3f}" + (f"; busy {busy}" if busy else ""),
+            file=sys.stderr,
+        )
     lines = (line.strip() for line in (took["stdout"] + took["stderr"]).splitlines())
     plan = [line for line in lines if line.startswith("data path:")]
     return {
@@ -125,7 +140,8 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
         "test_accuracy": (rec.get("test") or {}).get("accuracy"),
         "plan": plan,
         "epochs": [
-            {k: e.get(k) for k in (*keys, "pipeline_wait_share")} | {"tiers": e["pipeline"].get("tiers")}
+            {k: e.get(k) for k in (*keys, "pipeline_wait_share")}
+            | {"tiers": e["pipeline"].get("tiers"), "busy_seconds": e["pipeline"].get("busy_seconds")}
             for e in history
         ],
         "command": " ".join(map(str, cmd[2:])),
@@ -296,6 +312,49 @@ def figure_g6(store: Path, device, torch, args) -> dict:
     return {"runs": runs, "device_over_native_nodes_per_second": ratio}
 
 
+def figure_path(store: Path, device, torch, args) -> dict:
+    """G6's device data path without a model: throughput per epoch (the first left out of the
+    medians), and what a batch costs the host (the first ``COUNTED`` batches of epoch 0)."""
+    from strata.device.waits import HostWaits
+    from strata.gnn.device.keys import batch_key
+    from strata.gnn.loader import GnnData
+
+    t = time.perf_counter()
+    data = GnnData(store, device=str(device), data_path="device", fanouts=FANOUTS, batch_size=args.batch_size)
+    opened = time.perf_counter() - t
+    train = data.nodes("train")
+    epochs = []
+    for epoch in range(args.epochs):
+        loader = data.loader(train, epoch=epoch)
+        t, batches, sampled = time.perf_counter(), 0, 0
+        for b in capped(loader, args.max_batches):
+            batches, sampled = batches + 1, sampled + len(b.nodes)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t
+        epochs.append({
+            "seconds": seconds, "batches": batches, "sampled_nodes_per_second": sampled / max(seconds, 1e-9),
+            "ms_per_batch": 1e3 * seconds / max(batches, 1), "busy_seconds": loader.stats()["busy_seconds"],
+            "wait_share": 0.0,
+        })  # fmt: skip
+        print(f"path epoch {epoch + 1}: {epochs[-1]['ms_per_batch']:.2f} ms/batch, "
+              f"{epochs[-1]['sampled_nodes_per_second'] / 1e6:.2f}M nodes/s", file=sys.stderr)  # fmt: skip
+    path = data.device_path
+    seeds = np.asarray(train)[: COUNTED * args.batch_size]
+    with HostWaits() as waits:
+        for i in range(-(-len(seeds) // args.batch_size)):
+            part = seeds[i * args.batch_size : (i + 1) * args.batch_size]
+            path.sampler.sample(part, batch_key(0, i), on_hop=path.cache.lookup)
+    counted = max(-(-len(seeds) // args.batch_size), 1)
+    per_batch = {
+        "ops": waits.ops / counted, "kernels": waits.kernels / counted,
+        "host_waits": len(waits.waits) / counted, "reads": len(waits.reads) / counted,
+    }  # fmt: skip
+    print(f"path per batch: {per_batch}", file=sys.stderr)
+    out = medians(epochs, ["seconds", "sampled_nodes_per_second", "ms_per_batch", "wait_share"])
+    return {"runs": {"device path alone": {**out, "epochs": epochs, "open_seconds": opened, "per_batch": per_batch}}}
+
+
 def figure_quarter_vs_pyg(store: Path, device, torch, args, nodes: int, dim: int) -> dict:
     quarter = max(nodes * dim * 4 // 4, 1)
     runs = {
@@ -377,6 +436,8 @@ def main() -> None:
         store, (nodes, dim) = stores[graph], graphs[graph]
         if fig == "g6":
             result["figures"][fig] = figure_g6(store, device, torch, args)
+        elif fig == "path":
+            result["figures"][fig] = figure_path(store, device, torch, args)
         elif fig == "pyg":
             result["figures"][fig] = figure_quarter_vs_pyg(store, device, torch, args, nodes, dim)
         elif fig == "big":

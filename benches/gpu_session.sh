@@ -5,8 +5,9 @@
 #     bash benches/gpu_session.sh STEP...      (results and logs under $OUT, default ./gpu-out)
 #
 # Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
-# with), tests (the device-parity tests with CUDA present), embed-fb15k, gnn-g6,
-# embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big. Each step runs under its own time
+# with), tests (the device-parity tests with CUDA present), embed-fb15k, gnn-path (the GNN device
+# data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
+# gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big. Each step runs under its own time
 # limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not stop the next.
 #
 # The extension (abi3) and FB15k-237 come from the development machine in .devcarry/
@@ -25,7 +26,7 @@ fi
 
 # Seconds per step; measured on an H100 machine (2026-11-25): env 22, tests 30, embed-fb15k 111,
 # embed-rmat-resident 140; embed-rmat-ooc did not finish in 300.
-declare -A LIMIT=([env]=60 [tests]=240 [embed-fb15k]=150 [gnn-g6]=200 [embed-rmat-resident]=200
+declare -A LIMIT=([env]=60 [tests]=240 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400)
 
 step_env() {
@@ -40,6 +41,9 @@ step_tests() {
 }
 step_embed-fb15k() {
     python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"
+}
+step_gnn-path() {
+    python3 benches/bench_gnn_device.py --only path --max-batches 60 --work "$WORK/gnn" --out "$OUT/gnn-path.json"
 }
 step_gnn-g6() {
     python3 benches/bench_gnn_device.py --only g6,pyg --work "$WORK/gnn" --out "$OUT/gnn-g6.json"

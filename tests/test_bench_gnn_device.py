@@ -1,8 +1,9 @@
 """benches/bench_gnn_device.py runs every figure as the GPU session will run them, here on the CPU
 twin at a tiny size: a --prepare call makes the stores a later call reuses; G6's runs go through
 `strata gnn train --data-path`, the device runs say they used the device path and report a wait
-share, the all-in-memory run serves every row from the device tier and the features-4x-host runs
-hold a quarter of the rows on the host and read the rest; PyG's runs train, or say why not (no
+share; the data path alone delivers batches with no host wait but one read of sizes per hop;
+the all-in-memory run serves every row from the device tier and the features-4x-host runs hold
+a quarter of the rows on the host and read the rest; PyG's runs train, or say why not (no
 sampler backend installed)."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from conftest import needs
 needs("torch")
 
 BENCHES = Path(__file__).resolve().parents[1] / "benches"
-FIGURES = "g6,pyg,big,big-pyg"
+FIGURES = "g6,path,pyg,big,big-pyg"
 
 
 def bench(*args) -> subprocess.CompletedProcess:
@@ -47,6 +48,13 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
         assert 0.0 <= r["data_wait_fraction"] <= 1.0 and r["plan"][0].startswith(f"data path: {path}")
     assert 0.0 <= g6["device"]["pipeline_wait_share"] <= 1.0
     assert figures["g6"]["device_over_native_nodes_per_second"] > 0
+
+    alone = figures["path"]["runs"]["device path alone"]
+    assert alone["sampled_nodes_per_second"] > 0 and alone["ms_per_batch"] > 0
+    # Per batch: no host wait but the reads of sizes, one per hop (and per lookup when the
+    # rows are spread over tiers), and about 250 kernels.
+    per_batch = alone["per_batch"]
+    assert per_batch["host_waits"] == 0 and 2 <= per_batch["reads"] <= 5 and 0 < per_batch["kernels"] < 400
 
     quarter = figures["pyg"]["runs"]["strata device, features 4x host"]
     assert quarter["data_path"] == "device" and 0 < quarter["held_share"] <= 0.25

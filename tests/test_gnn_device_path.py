@@ -14,8 +14,10 @@ from conftest import gpu_devices, needs, run_strata
 
 torch = needs("torch")
 
+from strata.device.waits import HostWaits  # noqa: E402
 from strata.gnn.device.cache import DEVICE, HOST, MISS, DeviceCache, presample_hotness  # noqa: E402
 from strata.gnn.device.keys import batch_key  # noqa: E402
+from strata.gnn.device.pipeline import DevicePipeline  # noqa: E402
 from strata.gnn.device.reads import EngineReads  # noqa: E402
 from strata.gnn.device.sampler import DeviceSampler  # noqa: E402
 from strata.gnn.device.topology import DeviceTopology  # noqa: E402
@@ -72,6 +74,65 @@ def test_cache_serves_every_tier_s_rows_bit_for_bit(cora, device):
     assert (cache.tiers(order[:300])[0] == DEVICE).all() and (cache.tiers(order[300:800])[0] == HOST).all()
     with pytest.raises(ValueError, match="one hotness count per node"):
         DeviceCache(data.store.features[:5], engine, hot, device_rows=1, host_rows=1, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("tiers", ["one", "three"])
+def test_a_batch_waits_for_the_device_once_per_hop(cora, device, tiers):
+    """A batch, presampled or in an epoch, reads back one pair of sizes per hop (its edges and
+    new nodes) and, when the rows are spread over tiers, each lookup's tier sizes; nothing else
+    waits for the device."""
+    data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
+    sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5, 5])
+    train = data.nodes("train")
+    with HostWaits() as waits:
+        hot = presample_hotness(sampler, train, 64)
+    assert waits.waits == [] and waits.reads == [2, 2] * -(-len(train) // 64)
+    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    held = {"device_rows": data.num_nodes, "host_rows": 0} if tiers == "one" else {"device_rows": 300, "host_rows": 500}
+    cache = DeviceCache(data.store.features, engine, hot, **held, device=device)
+    batches = DevicePipeline(sampler, cache, None, 64).epoch(train, epoch=1)
+    with HostWaits() as waits:
+        count = sum(1 for _ in batches)
+    assert count > 1 and waits.waits == []
+    # Per batch: each hop's (edges, new nodes); with three tiers, the (device, host, miss) row
+    # counts of each lookup (the seeds', then each hop's new nodes').
+    per_batch = [2, 2] + ([3, 3, 3] if tiers == "three" else [])
+    assert sorted(waits.reads) == sorted(per_batch * count)
+    # A link batch reads back its number of distinct endpoints (the seeds) first.
+    links = DevicePipeline(sampler, cache, None, 64).link_epoch(cora_edges(cora, 300), 2, epoch=1)
+    with HostWaits() as waits:
+        count = sum(1 for _ in links)
+    assert count > 1 and waits.waits == [] and sorted(waits.reads) == sorted([1, *per_batch] * count)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_epoch_s_seeds_are_checked_once_before_its_batches(cora, device):
+    data = GnnData(cora, fanouts=[5], batch_size=64, data_path="native")
+    sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5])
+    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    hot = torch.zeros(data.num_nodes, dtype=torch.int64)
+    cache = DeviceCache(data.store.features, engine, hot, device_rows=data.num_nodes, host_rows=0, device=device)
+    pipeline = DevicePipeline(sampler, cache, None, 2)
+    with pytest.raises(ValueError, match="distinct"):
+        pipeline.epoch([3, 5, 7, 3])
+    with pytest.raises(ValueError, match=f"node {data.num_nodes}, out of range"):
+        pipeline.epoch([3, data.num_nodes], shuffle=False)
+    with pytest.raises(ValueError, match="node -1, out of range"):
+        pipeline.link_epoch(np.array([[0, 1], [2, -1]]), 1)
+    assert sum(1 for _ in pipeline.epoch([3, 5, 7], shuffle=False)) == 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_pre_sampling_epoch_when_device_memory_holds_every_row(cora, device, monkeypatch):
+    from strata.gnn.device import path
+
+    calls = []
+    monkeypatch.setattr(path, "presample_hotness", lambda *a, **k: calls.append(1) or presample_hotness(*a, **k))
+    whole = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="device", device=device, device_memory="64M")
+    assert calls == [] and whole.device_path.budget()["device_rows"] == whole.num_nodes
+    part = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="device", device=device, device_memory="200K")
+    assert calls == [1] and 0 < part.device_path.budget()["device_rows"] < part.num_nodes
 
 
 def equal(a: torch.Tensor, b: torch.Tensor) -> bool:

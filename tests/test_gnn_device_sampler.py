@@ -20,7 +20,14 @@ torch = needs("torch")
 
 from strata.device import rng  # noqa: E402
 from strata.gnn.device import uva  # noqa: E402
-from strata.gnn.device.sampler import LN_2, SERIES_TERMS, DeviceSampler, ln_unit  # noqa: E402
+from strata.gnn.device.sampler import (  # noqa: E402
+    LN_2,
+    SERIES_TERMS,
+    DeviceSampler,
+    FloydConstants,
+    _choose_uniform,
+    ln_unit,
+)
 from strata.gnn.device.topology import DeviceTopology  # noqa: E402
 from strata.gnn.sampling import NeighborSampler  # noqa: E402
 from strata.store import Store  # noqa: E402
@@ -98,6 +105,34 @@ def test_uniform_blocks_equal_the_rust_sampler_s_on_cora(cora, fanouts, device):
 @pytest.mark.parametrize("weighted", [False, True])
 def test_blocks_equal_the_rust_sampler_s_on_a_power_law_graph(powerlaw, fanouts, weighted, device):
     assert_same(powerlaw, fanouts, weighted=weighted, device=device, batches=3, batch_size=128)
+
+
+def floyd_step_by_step(degree: torch.Tensor, keys: torch.Tensor, k: int) -> torch.Tensor:
+    """``uniform.rs``'s Floyd loop, one step at a time over every node: the sorted picks."""
+    picks = torch.empty((degree.numel(), k), dtype=torch.int64)
+    for s in range(k):
+        j = degree - k + s
+        t = rng.below(rng.draw(keys, torch.tensor(s)), j + 1)
+        picks[:, s] = torch.where((picks[:, :s] == t[:, None]).any(1), j, t)
+    return picks.sort(dim=1).values
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 10, 25, 64])
+def test_floyd_s_steps_at_once_pick_what_the_loop_picks(k):
+    """Degrees just above ``k`` make most draws collide, so chains of collisions (a draw that
+    hits the ``j`` of a step whose own draw collided) are common and each must be followed."""
+    m = 4000
+    degree = k + 1 + torch.randint(0, 2 * k, (m,), generator=torch.Generator().manual_seed(k))
+    keys = rng.derive(1000 + k, torch.arange(m))
+    start = torch.arange(m) * 1000
+    positions, counts, valid = _choose_uniform(start, degree, keys, FloydConstants.on(k, torch.device("cpu")))
+    assert bool(valid.all()) and torch.equal(counts, torch.full((m,), k))
+    assert torch.equal(positions.view(m, k) - start[:, None], floyd_step_by_step(degree, keys, k))
+    # Nodes of at most k in-edges keep them all, the slots past their degree unused.
+    small = torch.tensor([0, 1, k])
+    positions, counts, valid = _choose_uniform(start[:3], small, keys[:3], FloydConstants.on(k, torch.device("cpu")))
+    assert counts.tolist() == small.tolist()
+    assert (positions.view(3, k) - start[:3, None])[valid.view(3, k)].tolist() == list(range(1)) + list(range(k))
 
 
 @pytest.mark.parametrize("device", DEVICES)

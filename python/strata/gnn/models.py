@@ -113,7 +113,14 @@ class Block:
 
     def in_degree(self) -> torch.Tensor:
         """Sampled in-degree of each destination, float ``(num_dst,)``."""
-        return torch.bincount(self.dst, minlength=self.num_dst).to(torch.float32)
+        return occurrences(self.dst, self.num_dst).to(torch.float32)
+
+
+def occurrences(index: torch.Tensor, n: int) -> torch.Tensor:
+    """How often each of ``0..n`` occurs in ``index`` (int64 ``(n,)``): ``bincount`` with
+    ``minlength=n`` for ids below ``n``, without its host wait on CUDA (it reads the largest id
+    back to size its output), once per layer and batch."""
+    return torch.zeros(n, dtype=torch.int64, device=index.device).index_add_(0, index, torch.ones_like(index))
 
 
 def _mean_neighbours(block: Block, x: torch.Tensor) -> torch.Tensor:
@@ -197,7 +204,7 @@ class GCNConv(nn.Module):
     def forward(self, block: Block, x: torch.Tensor) -> torch.Tensor:
         h = x @ self.lin.weight.T
         deg_dst = block.in_degree() + 1
-        deg_src = torch.bincount(block.src, minlength=block.num_src).to(torch.float32)
+        deg_src = occurrences(block.src, block.num_src).to(torch.float32)
         deg_src[: block.num_dst] += 1
         norm = (deg_src[block.src] * deg_dst[block.dst]).rsqrt().unsqueeze(1).to(h.dtype)
         self_norm = (deg_src[: block.num_dst] * deg_dst).rsqrt().unsqueeze(1).to(h.dtype)
@@ -325,7 +332,7 @@ class RGCNConv(nn.Module):
         n = block.num_dst
         key = block.dst * r + block.edge_types()  # one bucket per (destination, edge type)
         sums = x.new_zeros(n * r, x.shape[1]).index_add_(0, key, x[block.src])
-        counts = torch.bincount(key, minlength=n * r).clamp(min=1).unsqueeze(1).to(x.dtype)
+        counts = occurrences(key, n * r).clamp(min=1).unsqueeze(1).to(x.dtype)
         mean = (sums / counts).view(n, r, -1)
         return self.root_lin(x[:n]) + torch.einsum("nri,rio->no", mean, self.weight)
 

@@ -83,8 +83,9 @@ def evaluate(model, data: GnnData, split: str, device, ranks: Ranks | None = Non
     with torch.no_grad(), contextlib.closing(data.loader(nodes, shuffle=False, device=str(device))) as loader:
         for b in loader:
             pred = model(b.blocks, b.x.float()).argmax(1)
-            correct += int((pred == b.y).sum())
+            correct = correct + (pred == b.y).sum()  # read once, after the last batch
             total += b.num_seeds
+    correct = int(correct)
     if ranks is not None:
         correct, total = (int(v) for v in ranks.sum([correct, total], f"the {split} accuracy"))
     return {"accuracy": correct / max(total, 1), "nodes": total, "seconds": time.monotonic() - t}
@@ -130,8 +131,10 @@ def train_epoch(
         loss = f.cross_entropy(out, b.y)
         loss.backward()
         opt.step()
-        loss_sum += loss.item() * b.num_seeds
-        correct += int((out.argmax(1) == b.y).sum())
+        # Summed where the model runs and read once, after the epoch: a read per batch would
+        # hold the host until each step is done before it launches the next.
+        loss_sum = loss_sum + loss.detach().double() * b.num_seeds
+        correct = correct + (out.argmax(1) == b.y).sum()
         seeds += b.num_seeds
         sampled += len(b.nodes)
         if progress:
@@ -147,6 +150,7 @@ def train_epoch(
                 f"cache {100 * tiers.get('cache_rows', 0) / rows:.0f}%",
             )
             progress("update", seeds, 0)
+    loss_sum, correct = float(loss_sum), int(correct)
     seconds = time.monotonic() - t0
     stats = loader.stats() or {}
     loader.close()

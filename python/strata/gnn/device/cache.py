@@ -32,11 +32,14 @@ def presample_hotness(sampler: DeviceSampler, seeds, batch_size: int, *, epoch: 
     loader keys it): an int64 count per graph node on the sampler's device."""
     if batch_size < 1:
         raise ValueError(f"batch_size: expected at least 1, got {batch_size}")
-    seeds = as_ids(seeds, sampler.device)
+    # The seeds stay in host memory, checked once (no batch reads them back or passes over them).
+    seeds = as_ids(seeds, torch.device("cpu"))
+    sampler.check(seeds.numpy())
     counts = torch.zeros(sampler.topology.num_nodes, dtype=torch.int64, device=sampler.device)
     for b, start in enumerate(range(0, seeds.numel(), batch_size)):
-        sample = sampler.sample(seeds[start : start + batch_size], batch_key(epoch, b))
-        counts += torch.bincount(sample.nodes, minlength=counts.numel())
+        sample = sampler.sample(seeds[start : start + batch_size], batch_key(epoch, b), checked=True)
+        # Not bincount: on CUDA it reads the largest id back to size its output.
+        counts.index_add_(0, sample.nodes, torch.ones_like(sample.nodes))
     return counts
 
 
@@ -95,6 +98,13 @@ class DeviceCache:
         self.host_table = torch.empty((host_rows, dim), dtype=self.dtype, pin_memory=pin)
         self._fill(index.to("cpu"))
         self.stats = CacheStats()
+        self._misses_possible = device_rows + host_rows < num_nodes
+        # (tier, table) when that tier holds every row: a lookup is then a plain gather.
+        self._single = None
+        if num_nodes and device_rows == num_nodes:
+            self._single = (DEVICE, self.device_table)
+        elif num_nodes and host_rows == num_nodes:
+            self._single = (HOST, self.host_table)
 
     def _fill(self, index: torch.Tensor) -> None:
         """Both tables filled in one pass over the feature file in id order (its held rows
@@ -119,19 +129,36 @@ class DeviceCache:
         """The feature rows of ``nodes`` (int64 global ids on the device) as ``(len(nodes),
         dim)`` on the device: device-tier rows from device memory, host-tier rows over UVA,
         misses by ``misses`` (the I/O engine into page-locked memory, copied over
-        asynchronously on the current stream, or GPUDirect Storage)."""
-        tier, slot = self.tiers(nodes)
-        out = torch.empty((nodes.numel(), self.dim), dtype=self.dtype, device=self.device)
-        for t, table in ((DEVICE, self.device_table), (HOST, self.host_table)):
-            where = torch.nonzero(tier == t).reshape(-1)
-            if where.numel():
-                out[where] = uva.gather(table, slot[where])
-            setattr(self.stats, TIER_NAMES[t], getattr(self.stats, TIER_NAMES[t]) + where.numel())
-        missed = torch.nonzero(tier == MISS).reshape(-1)
-        if missed.numel():
-            out[missed] = self.misses.read(nodes[missed])
-        self.stats.miss_rows += missed.numel()
+        asynchronously on the current stream, or GPUDirect Storage).
+
+        When one tier holds every row the lookup is one gather and never waits for the
+        device; otherwise it waits once, for the number of rows in each tier (with the ids in
+        tier order when rows can miss: the misses' reader takes them on the host)."""
+        code = self.index[nodes]
         self.stats.lookups += 1
+        if self._single is not None:
+            tier, table = self._single
+            setattr(self.stats, TIER_NAMES[tier], getattr(self.stats, TIER_NAMES[tier]) + nodes.numel())
+            return uva.gather(table, code >> 2)
+        tier, slot = code & 3, code >> 2
+        # Nodes grouped by tier (a stable sort keeps each group in order); the groups' sizes
+        # and, when rows can miss, the ids in that order (the misses' reader needs them on the
+        # host) are read back at once.
+        order = torch.sort(tier, stable=True).indices
+        sizes = torch.zeros(3, dtype=torch.int64, device=self.device).index_add_(0, tier, torch.ones_like(tier))
+        if self._misses_possible:
+            back = torch.cat([sizes, nodes[order]]).cpu()
+            sizes, in_order = back[:3], back[3:]
+        out = torch.empty((nodes.numel(), self.dim), dtype=self.dtype, device=self.device)
+        begin = 0
+        for t, size in enumerate(sizes.tolist()):
+            where = order[begin : begin + size]
+            setattr(self.stats, TIER_NAMES[t], getattr(self.stats, TIER_NAMES[t]) + size)
+            if size and t == MISS:
+                out[where] = self.misses.read(in_order[begin : begin + size])
+            elif size:
+                out[where] = uva.gather((self.device_table, self.host_table)[t], slot[where])
+            begin += size
         return out
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ... import _native
 from ...device import rng
 
 #: ``strata_gnn::pipeline``'s domain separators of the shuffle and the batch keys.
@@ -15,7 +16,7 @@ BATCH_STREAM = 0x0042_4154_4348
 
 def batch_key(epoch: int, index: int) -> int:
     """``strata_gnn::pipeline::batch_key``: the sampler's key of batch ``index`` of ``epoch``."""
-    return rng.as_u64(rng.derive(rng.derive(BATCH_STREAM, epoch), index))[0]
+    return _native.rng_derive(_native.rng_derive(BATCH_STREAM, epoch), index)
 
 
 def epoch_order(items: np.ndarray, seed: int, epoch: int) -> np.ndarray:

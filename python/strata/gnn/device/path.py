@@ -20,10 +20,11 @@ from .topology import DeviceTopology
 class DeviceDataPath:
     """Opens the device path for ``data`` on ``device``: the CSC in device memory when it fits
     ``device_bytes`` (else page-locked host memory), hotness from one pre-sampling epoch over
-    ``train_nodes``, then the hottest rows in the rest of ``device_bytes`` and the next in
-    ``host_bytes`` of page-locked host memory; misses read by GPUDirect Storage where it can
-    (``gds="auto"``, :func:`~strata.gnn.device.reads.choose_reads`), else through ``data``'s
-    I/O engine; ``reads`` and ``reads_note`` say which and why."""
+    ``train_nodes`` (none when the rest of ``device_bytes`` holds every row), then the hottest
+    rows in the rest of ``device_bytes`` and the next in ``host_bytes`` of page-locked host
+    memory; misses read by GPUDirect Storage where it can (``gds="auto"``,
+    :func:`~strata.gnn.device.reads.choose_reads`), else through ``data``'s I/O engine;
+    ``reads`` and ``reads_note`` say which and why."""
 
     def __init__(self, data, device, *, train_nodes, device_bytes: int, host_bytes: int, gds: str = "auto"):
         # The native data path samples uniformly; so does its device twin.
@@ -31,10 +32,14 @@ class DeviceDataPath:
         self.device = torch.device(device)
         self.topology = DeviceTopology.open(data.store, self.device, weighted=False, budget=device_bytes)
         self.sampler = DeviceSampler(self.topology, cfg["fanouts"], seed=cfg["seed"])
-        hotness = presample_hotness(self.sampler, np.asarray(train_nodes), cfg["batch_size"])
         on_device = self.topology.nbytes if self.topology.placement == "device" else 0
         index_bytes = data.num_nodes * 8
         free = max(device_bytes - on_device - index_bytes, 0)
+        if free // data.row_bytes >= data.num_nodes:
+            # Every row fits in device memory: no ranking to make, so no pre-sampling epoch.
+            hotness = torch.zeros(data.num_nodes, dtype=torch.int64)
+        else:
+            hotness = presample_hotness(self.sampler, np.asarray(train_nodes), cfg["batch_size"])
         read_rows = lambda ids: data._native.gather(ids.tobytes())  # noqa: E731
         engine = EngineReads(read_rows, data.dim, data.torch_dtype, self.device)
         choice = choose_reads(engine, data.store.features, self.device, gds=gds)

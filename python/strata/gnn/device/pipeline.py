@@ -91,9 +91,11 @@ class DevicePipeline:
         is sampled and read while the model trains batch ``i``; on the CPU twin each batch is
         prepared when it is asked for."""
         order = epoch_order(np.asarray(seeds), seed, epoch) if shuffle else np.asarray(seeds, dtype=np.int64)
+        # Checked once here, so no batch passes over its seeds on the host.
+        self.sampler.check(order)
 
         def sample(part: np.ndarray, key: int, on_hop):
-            return self.sampler.sample(torch.from_numpy(part), key, on_hop=on_hop), None
+            return self.sampler.sample(torch.from_numpy(part), key, on_hop=on_hop, checked=True), None
 
         return self._run(
             len(order), lambda i: order[i * self.batch_size : (i + 1) * self.batch_size], sample, epoch, drop_last
@@ -112,10 +114,11 @@ class DevicePipeline:
         n = edges.shape[1]
         order = epoch_order(np.arange(n), seed, epoch) if shuffle else np.arange(n)
         edges = edges[:, order]
+        self.sampler.check(edges, distinct=False)
 
         def sample(part: np.ndarray, key: int, on_hop):
             src, dst = torch.from_numpy(part[0]), torch.from_numpy(part[1])
-            links = self.sampler.sample_links(src, dst, negatives, key, on_hop=on_hop)
+            links = self.sampler.sample_links(src, dst, negatives, key, on_hop=on_hop, checked=True)
             return links.sample, (links.src_local, links.dst_local, links.neg_dst_local)
 
         return self._run(
@@ -194,7 +197,8 @@ class DevicePipeline:
         blocks = []
         for b in sample.blocks:
             counts = b.indptr[1:] - b.indptr[:-1]
-            dst = torch.repeat_interleave(torch.arange(b.num_dst, device=counts.device), counts)
+            dst = torch.arange(b.num_dst, device=counts.device)
+            dst = torch.repeat_interleave(dst, counts, output_size=b.indices.numel())
             blocks.append(Block(b.num_src, b.num_dst, b.indices, dst))
         seeds = sample.nodes[: sample.hop_counts[0]]
         y = None if self.labels is None else self.labels[seeds]

@@ -40,10 +40,13 @@ class EngineReads:
         raw = self.read_rows(ids)
         if not len(raw):
             return torch.empty((0, self.dim), dtype=self.dtype)
-        return torch.frombuffer(bytearray(raw), dtype=self.dtype).view(-1, self.dim)
+        # The engine's bytearray is the tensor's memory as it is (no copy of every missed row).
+        raw = raw if isinstance(raw, bytearray) else bytearray(raw)
+        return torch.frombuffer(raw, dtype=self.dtype).view(-1, self.dim)
 
     def read(self, nodes: torch.Tensor) -> torch.Tensor:
-        """The rows of ``nodes`` (int64 on the device) as ``(len(nodes), dim)`` on the device."""
+        """The rows of ``nodes`` (int64, on the device or already read back to the host) as
+        ``(len(nodes), dim)`` on the device."""
         rows = self.host_rows(nodes.to("cpu").numpy().astype("<u4"))
         if self.device.type == "cuda":
             rows = rows.pin_memory()
@@ -65,6 +68,7 @@ class GdsReads:
         self.device = torch.device(device)
 
     def read(self, nodes: torch.Tensor) -> torch.Tensor:
+        """As :meth:`EngineReads.read`."""
         ids = nodes.to("cpu").numpy()
         distinct, inverse = np.unique(ids, return_inverse=True)
         breaks = np.flatnonzero(np.diff(distinct) != 1) + 1

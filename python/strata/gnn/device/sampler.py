@@ -8,14 +8,19 @@ same blocks: the same local ids (seeds first, then each node in order of first a
 destination order), the same CSC layout, the same order. So a batch sampled here, on a GPU or
 on the CPU twin, equals the batch the Rust sampler draws.
 
-- Uniform: Floyd's algorithm (``uniform.rs``). Its ``k`` sequential steps become ``k`` vector
-  steps over every frontier node with more than ``k`` in-edges; a node with ``k`` or fewer
+- Uniform: Floyd's algorithm (``uniform.rs``). Its ``k`` sequential steps run at once over a
+  ``(frontier, k)`` layout (:func:`_choose_uniform`); a node with ``k`` or fewer in-edges
   keeps them all.
 - Weighted (``weighted.rs``): one draw per edge of positive weight, in edge order; the edge's
   key is ``ln(1 - u) / w`` and the ``k`` largest keys are kept (ties by position). The
   logarithm is :func:`ln_unit`, the twin of ``weighted.rs``'s, built from correctly rounded
   arithmetic only, so every device computes the same key (a device's own ``log`` may round
   its last bit differently, which could swap two nearly tied keys).
+
+With a uniform fanout a hop waits for the device once: for its number of edges and of new
+nodes, read together (:meth:`DeviceSampler._relabel`); nothing else in a batch reads a value
+back or makes an output whose size only the device knows. Weighted sampling and a full
+neighbourhood (-1) also read the frontier's number of in-edges first.
 
 Link batches (``sample_links``) draw their negative destinations as ``sample_links.rs`` does:
 draw ``i`` of the stream ``derive(derive(seed, NEGATIVE_STREAM), batch_key)``, ``below(n)``.
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ... import _native
 from ...device import rng
 from .topology import DeviceTopology
 
@@ -94,7 +100,8 @@ class DeviceSample:
         for b in reversed(self.blocks):
             rows.append(b.indices)
             counts = b.indptr[1:] - b.indptr[:-1]
-            cols.append(torch.repeat_interleave(torch.arange(b.num_dst, device=counts.device), counts))
+            dst = torch.arange(b.num_dst, device=counts.device)
+            cols.append(torch.repeat_interleave(dst, counts, output_size=b.indices.numel()))
         return torch.cat(rows), torch.cat(cols)
 
 
@@ -120,75 +127,193 @@ class DeviceSampler:
         self.seed = int(seed)
         self.weighted = bool(weighted)
         self.device = topology.device
-        self._local = torch.full((topology.num_nodes,), -1, dtype=torch.int64, device=self.device)
+        # The local-id map, and one slot past the last node that takes the writes of the
+        # entries a scatter must skip (a scatter has no "write nothing here").
+        self._local = torch.full((topology.num_nodes + 1,), -1, dtype=torch.int64, device=self.device)
+        self._floyd: dict[int, FloydConstants] = {}
 
-    def sample(self, seeds, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None) -> DeviceSample:
+    def sample(
+        self, seeds, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None, *, checked: bool = False
+    ) -> DeviceSample:
         """The sample of ``seeds`` (distinct global ids) for ``batch_key`` (a u64: the
         native loader's ``batch_key(epoch, index)``), the Rust sampler's ``sample(topo, seeds,
         batch_key)``. ``on_hop(nodes)``, when given, is called with the seeds and then with
         each hop's newly reached nodes as soon as they are known (the pipeline starts their
-        feature lookups while the next hop is sampled)."""
-        nodes = as_ids(seeds, self.device)
-        n = self.topology.num_nodes
-        if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
-            bad = int(nodes.min()) if int(nodes.min()) < 0 else int(nodes.max())
-            raise ValueError(f"sampler: seeds include node {bad}, out of range (the graph has {n} nodes)")
-        if torch.unique(nodes).numel() != nodes.numel():
-            raise ValueError("sampler: seeds must be distinct")
-        batch_seed = rng.derive(rng.derive(self.seed, NEIGHBOR_STREAM), batch_key)
+        feature lookups while the next hop is sampled).
+
+        Seeds given in host memory (a NumPy array or CPU tensor, as the pipeline gives them)
+        are checked there; a device tensor is read back once to be checked; ``checked=True``
+        says the caller checked them (:meth:`check`, as the pipeline does once an epoch), so a
+        batch costs the host no pass over its seeds. Each hop then waits for the device once,
+        for its number of edges and of new nodes (the next hop's size)."""
+        return self._sample(as_ids(seeds, self.device) if checked else self._seed_ids(seeds), batch_key, on_hop)
+
+    def _sample(self, nodes: torch.Tensor, batch_key: int, on_hop) -> DeviceSample:
+        """:meth:`sample` of checked seeds (distinct int64 ids on the device)."""
+        # The batch's and hops' keys are Python ints, derived on the host (no tensor ops).
+        batch_seed = _native.rng_derive(_native.rng_derive(self.seed, NEIGHBOR_STREAM), batch_key)
         local = self._local
         local[nodes] = torch.arange(nodes.numel(), device=self.device)
-        hop_counts, blocks = [nodes.numel()], []
+        hop_counts, blocks, pending = [nodes.numel()], [], None
         try:
             if on_hop is not None:
                 on_hop(nodes)
             for hop, fanout in enumerate(self.fanouts):
                 num_dst = nodes.numel()
-                keys = rng.derive(rng.derive(batch_seed, torch.tensor(hop)), nodes)
-                counts, sources = self._choose(nodes, keys, fanout)
-                nodes = _relabel(local, nodes, sources)
+                keys = rng.derive(_native.rng_derive(batch_seed, hop), nodes)
+                counts, pending, valid = self._choose(nodes, keys, fanout)
+                nodes, indices = self._relabel(nodes, pending, valid)
+                pending = None
                 indptr = torch.zeros(num_dst + 1, dtype=torch.int64, device=self.device)
                 torch.cumsum(counts, 0, out=indptr[1:])
-                blocks.append(DeviceBlock(nodes.numel(), num_dst, indptr, local[sources]))
+                blocks.append(DeviceBlock(nodes.numel(), num_dst, indptr, indices))
                 hop_counts.append(nodes.numel() - num_dst)
                 if on_hop is not None:
                     on_hop(nodes[num_dst:])
         finally:
             local[nodes] = -1
+            if pending is not None:
+                # A hop that failed part way: its sources may hold half-made entries.
+                local[pending] = -1
         blocks.reverse()
         return DeviceSample(nodes, hop_counts, blocks, [b.indices.numel() for b in reversed(blocks)])
 
+    def check(self, ids, *, distinct: bool = True) -> None:
+        """Raises ValueError unless the node ids ``ids`` (a host array) are in range and, with
+        ``distinct``, distinct."""
+        ids = np.asarray(ids)
+        n = self.topology.num_nodes
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+            raise ValueError(f"sampler: seeds include node {bad}, out of range (the graph has {n} nodes)")
+        if distinct and np.unique(ids).size != ids.size:
+            raise ValueError("sampler: seeds must be distinct")
+
+    def _seed_ids(self, seeds, distinct: bool = True) -> torch.Tensor:
+        """``seeds`` as int64 ids on the device, checked in host memory (:meth:`check`): a host
+        array costs the device nothing, a device tensor one read back."""
+        host = seeds.detach().to("cpu") if isinstance(seeds, torch.Tensor) else None
+        ids = as_ids(seeds if host is None else host, torch.device("cpu")).numpy()
+        self.check(ids, distinct=distinct)
+        if isinstance(seeds, torch.Tensor) and seeds.device == self.device:
+            return seeds.to(torch.int64).reshape(-1)
+        return to_device(torch.from_numpy(ids), self.device)
+
     def sample_links(
-        self, src, dst, negatives: int, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None
+        self,
+        src,
+        dst,
+        negatives: int,
+        batch_key: int,
+        on_hop: Callable[[torch.Tensor], None] | None = None,
+        *,
+        checked: bool = False,
     ) -> DeviceLinkSample:
         """The link sample of the positive edges ``src[i] -> dst[i]`` with ``negatives``
         uniform destinations per edge, the Rust sampler's ``sample_links(topo, src, dst,
         negatives, batch_key)``: negative ``j`` is draw ``j`` of the batch's negative stream
         (edge-major), the seeds are the distinct endpoints in order of first appearance over
         sources, destinations, then negatives, and their neighbourhoods are :meth:`sample`'s
-        (``on_hop`` as there)."""
-        src, dst = as_ids(src, self.device), as_ids(dst, self.device)
+        (``on_hop`` and ``checked``, the endpoints in range, as there)."""
+        if checked:
+            src, dst = as_ids(src, self.device), as_ids(dst, self.device)
+        else:
+            src, dst = self._seed_ids(src, distinct=False), self._seed_ids(dst, distinct=False)
         if src.numel() != dst.numel():
             raise ValueError(f"sampler: {src.numel()} edge sources but {dst.numel()} destinations; they must pair up")
         if negatives < 0:
             raise ValueError(f"sampler: expected negatives per edge >= 0, got {negatives}")
-        key = rng.derive(rng.derive(self.seed, NEGATIVE_STREAM), batch_key)
+        key = _native.rng_derive(_native.rng_derive(self.seed, NEGATIVE_STREAM), batch_key)
         count = src.numel() * negatives
         positions = torch.arange(count, device=self.device)
-        neg = rng.below(rng.draw(key.to(self.device), positions), self.topology.num_nodes)
-        seeds, local = _first_appearance(torch.cat([src, dst, neg]))
+        neg = rng.below(rng.draw(key, positions), self.topology.num_nodes)
+        # The distinct endpoints by first appearance are a relabelling from no nodes; the map
+        # then holds the seeds' local ids, as sampling them starts by setting.
+        ends = torch.cat([src, dst, neg])
+        try:
+            seeds, local = self._relabel(ends[:0], ends, None)
+        except BaseException:
+            self._local[ends] = -1  # the map stays clean for the next batch
+            raise
         n = src.numel()
-        return DeviceLinkSample(self.sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
+        return DeviceLinkSample(self._sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
 
-    def _choose(self, frontier, keys, fanout) -> tuple[torch.Tensor, torch.Tensor]:
-        """Edges kept by each frontier node: ``(counts, sources)``, ``counts[i]`` edges for node
-        ``i``, their source ids node after node, each node's in CSC order."""
+    def _choose(self, frontier, keys, fanout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Edges kept by each frontier node: ``(counts, sources, valid)``, ``counts[i]`` edges
+        for node ``i``; ``sources`` their source ids node after node, each node's in CSC order,
+        laid out ``(len(frontier), fanout)`` and flattened for a uniform fanout (``valid``
+        marks the slots in use, a node's first ``counts[i]``), else end to end (``valid``
+        None)."""
         start, degree = self.topology.starts_and_degrees(frontier)
         if self.weighted:
-            positions, counts = _choose_weighted(self.topology, start, degree, keys, fanout)
+            positions, counts, valid = _choose_weighted(self.topology, start, degree, keys, fanout)
+        elif fanout < 0:
+            # The whole neighbourhood: its size is the one thing to read back.
+            seg, within, _ = _segments(degree, int(degree.sum()))
+            positions, counts, valid = start[seg] + within, degree, None
         else:
-            positions, counts = _choose_uniform(start, degree, keys, fanout)
-        return counts, self.topology.sources(positions)
+            floyd = self._floyd.get(fanout)
+            if floyd is None:
+                floyd = self._floyd[fanout] = FloydConstants.on(fanout, self.device)
+            positions, counts, valid = _choose_uniform(start, degree, keys, floyd)
+        if self.topology.indices.numel() == 0:
+            return counts, torch.zeros_like(positions), valid
+        return counts, self.topology.sources(positions), valid
+
+    def _relabel(
+        self, nodes: torch.Tensor, sources: torch.Tensor, valid: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(nodes, indices)``: ``nodes`` extended by the (``valid``) ``sources`` not yet in
+        the local-id map, in order of first appearance, each given the next local id (the
+        Rust sampler's serial relabelling), and the local ids of the valid sources in order.
+        Waits for the device once, for the number of new nodes and of valid sources."""
+        local, size = self._local, sources.numel()
+        if size == 0:
+            return nodes, sources
+        fresh = local[sources] < 0
+        if valid is not None:
+            fresh &= valid
+        position = torch.arange(size, device=self.device)
+        # Each fresh node's first position, as the least of its positions made negative (below
+        # -1, so it never reads as a local id) and taken by a scatter-min into the map itself.
+        encoded = position - FIRST_MARK
+        local.scatter_reduce_(0, sources, torch.where(fresh, encoded, torch.iinfo(torch.int64).max), "amin")
+        first = fresh & (local[sources] == encoded)
+        rank = torch.cumsum(first, 0)
+        counted = [rank[-1]]
+        if valid is not None:
+            kept = torch.cumsum(valid, 0)
+            counted.append(kept[-1])
+        counted = torch.stack(counted).tolist()
+        num_new, num_kept = counted[0], counted[-1] if valid is not None else size
+        old, dump = nodes.numel(), local.numel() - 1
+        local.index_put_((torch.where(first, sources, dump),), rank + (old - 1))
+        new = torch.empty(num_new + 1, dtype=torch.int64, device=self.device)
+        new.index_put_((torch.where(first, rank - 1, num_new),), sources)
+        indices = local[sources]
+        if valid is not None:
+            out = torch.empty(num_kept + 1, dtype=torch.int64, device=self.device)
+            indices = out.index_put_((torch.where(valid, kept - 1, num_kept),), indices)[:num_kept]
+        return torch.cat([nodes, new[:num_new]]), indices
+
+
+#: Added to a source's position to mark it in the local-id map while first appearances are
+#: found: every marked value is below -1 and distinct.
+FIRST_MARK = 1 << 62
+
+
+@dataclass
+class FloydConstants:
+    """A fanout ``k``'s constants on the device, made once: ``step`` (``arange(k)``) and the
+    rounds of pointer doubling that follow a chain of ``k`` steps."""
+
+    k: int
+    step: torch.Tensor
+    rounds: int
+
+    @classmethod
+    def on(cls, k: int, device: torch.device) -> FloydConstants:
+        return cls(k, torch.arange(k, device=device), max(k - 1, 0).bit_length())
 
 
 @dataclass
@@ -203,69 +328,75 @@ class DeviceLinkSample:
     neg_dst_local: torch.Tensor
 
 
-def _first_appearance(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(distinct, local)``: the distinct values of ``ids`` in order of first appearance, and
-    each item's index into them (the Rust sampler's serial id map, as a sort)."""
-    distinct, inverse = torch.unique(ids, return_inverse=True)
-    first = torch.full(distinct.shape, torch.iinfo(torch.int64).max, dtype=torch.int64, device=ids.device)
-    first.scatter_reduce_(0, inverse, torch.arange(ids.numel(), device=ids.device), "amin")
-    order = torch.argsort(first)
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=ids.device)
-    return distinct[order], rank[inverse]
-
-
 def as_ids(ids, device: torch.device) -> torch.Tensor:
     """Node ids (a tensor, or any integer array-like such as a read-only memmap) as a 1-D int64
     tensor on ``device``."""
     if isinstance(ids, torch.Tensor):
-        return ids.to(device=device, dtype=torch.int64).reshape(-1)
-    return torch.from_numpy(np.array(ids, dtype=np.int64).reshape(-1)).to(device)
+        return to_device(ids.to(torch.int64).reshape(-1), device)
+    return to_device(torch.from_numpy(np.array(ids, dtype=np.int64).reshape(-1)), device)
 
 
-def _segments(counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For ``counts[i]`` items per segment laid end to end: each item's segment, its index
-    within the segment, and each segment's first item."""
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``; a host tensor goes to a GPU through page-locked memory without
+    blocking the host (a pageable copy would wait for the stream's queued work)."""
+    device = torch.device(device)
+    if device.type == "cuda" and t.device.type == "cpu":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _segments(counts: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For ``counts[i]`` items per segment laid end to end (``total`` in all): each item's
+    segment, its index within the segment, and each segment's first item."""
     first = torch.cumsum(counts, 0) - counts
-    seg = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
-    return seg, torch.arange(seg.numel(), device=counts.device) - first[seg], first
+    seg = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts, output_size=total)
+    return seg, torch.arange(total, device=counts.device) - first[seg], first
 
 
-def _choose_uniform(start, degree, keys, fanout) -> tuple[torch.Tensor, torch.Tensor]:
-    """Floyd's algorithm at every node with more than ``fanout`` in-edges, as ``uniform.rs``:
-    step ``s`` draws ``t = below(j + 1)`` with ``j = d - k + s`` (draw ``s`` of the node's
-    stream) and keeps ``t`` unless already picked, else ``j``; picks come out sorted."""
-    if fanout < 0:
-        counts = degree
-        drawn = torch.zeros_like(degree, dtype=torch.bool)
-    else:
-        drawn = degree > fanout
-        counts = torch.where(drawn, fanout, degree)
-    seg, within, _ = _segments(counts)
-    positions = start[seg] + within
-    which = torch.nonzero(drawn).reshape(-1)
-    if which.numel():
-        d, k = degree[which], fanout
-        picks = torch.empty((which.numel(), k), dtype=torch.int64, device=d.device)
-        for s in range(k):
-            j = d - k + s
-            t = rng.below(rng.draw(keys[which], torch.tensor(s)), j + 1)
-            seen = (picks[:, :s] == t[:, None]).any(1)
-            picks[:, s] = torch.where(seen, j, t)
-        picks = picks.sort(dim=1).values
-        row = torch.full_like(degree, -1)
-        row[which] = torch.arange(which.numel(), device=d.device)
-        sampled = drawn[seg]
-        positions[sampled] = start[seg[sampled]] + picks[row[seg[sampled]], within[sampled]]
-    return positions, counts
+def _choose_uniform(start, degree, keys, floyd: FloydConstants) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Floyd's algorithm at every node with more than ``k`` in-edges, as ``uniform.rs``: step
+    ``s`` draws ``t = below(j + 1)`` with ``j = d - k + s`` (draw ``s`` of the node's stream)
+    and keeps ``t`` unless already picked, else ``j``; picks come out sorted. A node with ``k``
+    or fewer keeps them all. Returns ``(positions, counts, valid)``, positions ``(m, k)``
+    flattened, a node's first ``counts[i]`` valid.
+
+    The ``k`` steps run at once: ``t_s`` was picked before iff it equals an earlier ``t_r``
+    (drawn earlier, it was picked then or already held) or it is ``j_r`` (``r = t_s - d + k <
+    s``) of a step ``r`` whose own draw had been picked before. That follows a chain of
+    steps down to one with no such ``r``; pointer doubling ORs along it in ``log2 k`` rounds."""
+    k, step = floyd.k, floyd.step
+    drawn = degree > k
+    counts = torch.clamp(degree, max=k)
+    base = degree[:, None] - k
+    j = base + step
+    t = rng.below(rng.draw(keys[:, None], step), j + 1)
+    # A draw that repeats an earlier one: after a stable sort of each node's draws, one equal to
+    # its left neighbour (O(m k) memory where comparing all pairs would take O(m k^2)).
+    ordered, at = torch.sort(t, dim=1, stable=True)
+    again = torch.zeros_like(t, dtype=torch.bool)
+    again[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
+    picked = torch.empty_like(again).scatter_(1, at, again)
+    r = t - base
+    link = torch.where((r >= 0) & (r < step), r, step)
+    for _ in range(floyd.rounds):
+        picked = picked | picked.gather(1, link)
+        link = link.gather(1, link)
+    picks = torch.where(picked, j, t).sort(dim=1).values
+    valid = step < counts[:, None]
+    positions = torch.where(valid, start[:, None] + torch.where(drawn[:, None], picks, step), 0)
+    return positions.reshape(-1), counts, valid.reshape(-1)
 
 
-def _choose_weighted(topology: DeviceTopology, start, degree, keys, fanout) -> tuple[torch.Tensor, torch.Tensor]:
+def _choose_weighted(
+    topology: DeviceTopology, start, degree, keys, fanout
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Weighted choice without replacement at every node, as ``weighted.rs``: edges of
     positive weight are the candidates; a node with at most ``fanout`` of them (or fanout -1)
     keeps them all, otherwise candidate ``c`` (in edge order) draws ``u`` from draw ``c`` of the
-    node's stream and the ``fanout`` largest ``ln(1 - u) / w`` are kept, ties by position."""
-    seg, within, first = _segments(degree)
+    node's stream and the ``fanout`` largest ``ln(1 - u) / w`` are kept, ties by position.
+    Returns ``(positions, counts, keep)``: every in-edge's position, node after node, and
+    which are kept; reads back only the number of in-edges."""
+    seg, within, first = _segments(degree, int(degree.sum()))
     positions = start[seg] + within
     weight = topology.edge_weights(positions)
     candidate = weight > 0
@@ -273,32 +404,20 @@ def _choose_weighted(topology: DeviceTopology, start, degree, keys, fanout) -> t
     num_candidates = torch.zeros_like(degree).index_add_(0, seg, candidate.to(torch.int64))
     before = torch.cumsum(num_candidates, 0) - num_candidates
     ranks = torch.cumsum(candidate, 0) - candidate.to(torch.int64) - before[seg]
-    keep = candidate.clone()
+    keep = candidate
     if fanout >= 0:
         drawn = num_candidates > fanout
+        # Every edge draws (a masked draw would need the number of picks); only the picks'
+        # keys count, the others are -inf.
         pick = drawn[seg] & candidate
-        if pick.any():
-            bits = rng.draw(keys[seg[pick]], ranks[pick])
-            key = torch.full(seg.shape, float("-inf"), dtype=torch.float64, device=seg.device)
-            key[pick] = ln_unit(bits) / weight[pick].to(torch.float64)
-            # Largest key first, ties by position (stable sorts keep edge order), then grouped
-            # by node: a node's rank among its own edges decides.
-            order = torch.sort(key, descending=True, stable=True).indices
-            order = order[torch.sort(seg[order], stable=True).indices]
-            rank = torch.empty_like(order)
-            rank[order] = torch.arange(order.numel(), device=order.device) - first[seg[order]]
-            keep = torch.where(drawn[seg], candidate & (rank < fanout), candidate)
+        bits = rng.draw(keys[seg], ranks)
+        key = torch.where(pick, ln_unit(bits) / weight.to(torch.float64), float("-inf"))
+        # Largest key first, ties by position (stable sorts keep edge order), then grouped by
+        # node: a node's rank among its own edges decides.
+        order = torch.sort(key, descending=True, stable=True).indices
+        order = order[torch.sort(seg[order], stable=True).indices]
+        rank = torch.empty_like(order)
+        rank[order] = torch.arange(order.numel(), device=order.device) - first[seg[order]]
+        keep = torch.where(drawn[seg], candidate & (rank < fanout), candidate)
     counts = torch.zeros_like(degree).index_add_(0, seg, keep.to(torch.int64))
-    return positions[keep], counts
-
-
-def _relabel(local: torch.Tensor, nodes: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
-    """``nodes`` extended by the ``sources`` not yet in ``local`` (the global -> local map,
-    -1 where unknown), in order of first appearance, each given the next local id in
-    ``local``: the Rust sampler's serial relabelling, as a sort."""
-    fresh = sources[local[sources] < 0]
-    if fresh.numel() == 0:
-        return nodes
-    new, _ = _first_appearance(fresh)
-    local[new] = torch.arange(nodes.numel(), nodes.numel() + new.numel(), device=new.device)
-    return torch.cat([nodes, new])
+    return positions, counts, keep

@@ -66,7 +66,9 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit
+    # ``total`` changes with every call: left unspecialised (Triton would otherwise compile a
+    # variant for totals divisible by 16 and one for the others). ``width`` is one per table.
+    @triton.jit(do_not_specialize=["total"])
     def uva_gather(table, index, out, total, width, BLOCK: tl.constexpr):
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < total
