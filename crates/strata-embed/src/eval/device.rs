@@ -106,13 +106,10 @@ impl Ranker for DeviceRanker {
         let n = part.ranges.iter().map(|r| r.end).max().unwrap_or(0);
         let (cands, cands_dtype) = raw(&part.emb, n * model.dim);
         let (mut excluded_query, mut excluded_cand) = (Vec::new(), Vec::new());
-        let base = (part.p as u64) << 32;
-        for (q, (ex, range)) in part.excluded.iter().zip(part.ranges).enumerate() {
-            let (a, z) = (base + range.start as u64, base + range.end as u64);
-            let from = ex.partition_point(|&k| k < a);
-            for &k in ex[from..].iter().take_while(|&&k| k < z) {
+        for (q, range) in part.ranges.iter().enumerate() {
+            for k in part.excluded_in(q, range.clone()) {
                 excluded_query.push(q as u32);
-                excluded_cand.push(k - base);
+                excluded_cand.push(k as u64);
             }
         }
         let got = self.count(&RankJob {

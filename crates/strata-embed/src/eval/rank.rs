@@ -53,6 +53,20 @@ pub struct SampledCands<'a> {
     pub types: Option<(&'a [usize], &'a [usize])>,
 }
 
+impl PartScan<'_> {
+    /// Query `q`'s excluded candidates among this partition's local rows `rows`, as local
+    /// rows, ascending.
+    pub fn excluded_in(&self, q: usize, rows: Range<usize>) -> impl Iterator<Item = usize> + '_ {
+        let base = (self.p as u64) << 32;
+        let (lo, hi) = (base | rows.start as u64, base | rows.end as u64);
+        let ex = &self.excluded[q];
+        ex[ex.partition_point(|&k| k < lo)..]
+            .iter()
+            .take_while(move |&&k| k < hi)
+            .map(move |&k| (k - base) as usize)
+    }
+}
+
 impl SampledCands<'_> {
     /// Whether candidate `j` (of the round) does not compete with query `q`.
     pub fn excluded(&self, q: usize, j: usize) -> bool {
@@ -96,7 +110,7 @@ impl Ranker for CpuRanker {
         counts: &mut [(u64, u64)],
     ) -> Result<()> {
         let (d, rd) = (model.dim, model.rel_dim());
-        let (p, emb, ranges, excluded) = (part.p, &part.emb, part.ranges, part.excluded);
+        let (emb, ranges) = (&part.emb, part.ranges);
         let batches: Vec<Mutex<&mut [(u64, u64)]>> =
             counts.chunks_mut(QUERY_BATCH).map(Mutex::new).collect();
         let next = AtomicUsize::new(0);
@@ -140,14 +154,8 @@ impl Ranker for CpuRanker {
                                 let row = &out[i * t + a - lo..i * t + z - lo];
                                 let s = rows.true_score[q];
                                 let (mut g, mut e) = count_above(row, s);
-                                let ex = &excluded[q];
-                                let key_lo = ((p as u64) << 32) | a as u64;
-                                let from = ex.partition_point(|&k| k < key_lo);
-                                for &k in ex[from..]
-                                    .iter()
-                                    .take_while(|&&k| k < key_lo + (z - a) as u64)
-                                {
-                                    let v = row[(k - key_lo) as usize];
+                                for k in part.excluded_in(q, a..z) {
+                                    let v = row[k - a];
                                     if v > s || s.is_nan() {
                                         g -= 1;
                                     } else if v == s {
