@@ -45,7 +45,7 @@ use crate::sizes::part_bytes;
 use crate::storage::epoch_io::prefetch_edges;
 use crate::storage::partitioning::Buckets;
 use crate::train::vs_all::{Answers, VsAll, VsAllWorker, ANSWER_BYTES};
-use crate::train::worker::{apply_sorted, BucketCtx, Orientation, Worker};
+use crate::train::worker::{step_relation_rows, BucketCtx, Orientation, Worker};
 
 /// Reads the training edges of `buckets` (in pieces of `piece_rows`) into KvsAll's
 /// [`Answers`]. Only for a run of one partition, whose local rows are the table's.
@@ -453,8 +453,9 @@ impl VsAllWorker {
 
     /// One Adagrad step per relation row the chunk's `sides` touched.
     fn update_relations(&mut self, ctx: &BucketCtx, sides: usize, salt: u64) {
-        let Some(rels) = &ctx.rels else { return };
-        let rd = ctx.model.rel_dim();
+        if ctx.rels.is_none() {
+            return;
+        }
         self.updates.clear();
         for (k, side) in self.sides[..sides].iter().enumerate() {
             for (i, &row) in side.rel_row.iter().enumerate() {
@@ -462,22 +463,8 @@ impl VsAllWorker {
                     .push((row as u64, ((k as u32) << 31) | i as u32));
             }
         }
-        self.updates.sort_unstable_by_key(|u| u.0);
-        let sides_ref = &self.sides;
-        apply_sorted(
-            &self.updates,
-            &mut self.sum,
-            rd,
-            |tag| {
-                let (g, i) = (
-                    &sides_ref[(tag >> 31) as usize].g_rel,
-                    (tag & !(1 << 31)) as usize,
-                );
-                &g[i * rd..(i + 1) * rd]
-            },
-            |_| {},
-            |row, g| rels.adagrad(row as usize, g, ctx.lr, salt),
-        );
+        let grads = [&self.sides[0].g_rel[..], &self.sides[1].g_rel[..]];
+        step_relation_rows(ctx, &mut self.updates, &mut self.sum, grads, salt);
     }
 }
 

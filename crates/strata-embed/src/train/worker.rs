@@ -521,8 +521,9 @@ impl Worker {
 
     /// One Adagrad step per relation row touched by the chunk.
     fn update_relations(&mut self, ctx: &BucketCtx, sides: &[SideEdges], key: u64) {
-        let Some(rels) = &ctx.rels else { return };
-        let rd = ctx.model.rel_dim();
+        if ctx.rels.is_none() {
+            return;
+        }
         self.updates.clear();
         for (k, side) in sides.iter().enumerate() {
             let o = Orientation::new(ctx, side.tail);
@@ -532,23 +533,35 @@ impl Worker {
                     .push(((e[1] as u32 + o.rel_offset) as u64, side_bit | i as u32));
             }
         }
-        self.updates.sort_unstable_by_key(|u| u.0);
-        let sides_ref = &self.sides;
-        apply_sorted(
-            &self.updates,
-            &mut self.sum,
-            rd,
-            |tag| {
-                let (g, i) = (
-                    &sides_ref[(tag >> 31) as usize].grads.rel,
-                    (tag & ROW_MASK) as usize,
-                );
-                &g[i * rd..(i + 1) * rd]
-            },
-            |_| {},
-            |row, g| rels.adagrad(row as usize, g, ctx.lr, key),
-        );
+        let grads = [&self.sides[0].grads.rel[..], &self.sides[1].grads.rel[..]];
+        step_relation_rows(ctx, &mut self.updates, &mut self.sum, grads, key);
     }
+}
+
+/// One Adagrad step per relation row in `updates` (`(row, side << 31 | i)`: the chunk's `i`-th
+/// row of side `side`, whose gradient is `grads[side][i * rel_dim..]`), with the sum of the
+/// row's gradients where the chunk touched it more than once; `updates` is sorted in place.
+pub(crate) fn step_relation_rows(
+    ctx: &BucketCtx,
+    updates: &mut [(u64, u32)],
+    sum: &mut Vec<f32>,
+    grads: [&[f32]; 2],
+    salt: u64,
+) {
+    let Some(rels) = &ctx.rels else { return };
+    let rd = ctx.model.rel_dim();
+    updates.sort_unstable_by_key(|u| u.0);
+    apply_sorted(
+        updates,
+        sum,
+        rd,
+        |tag| {
+            let i = (tag & !SIDE_BIT) as usize;
+            &grads[(tag >> 31) as usize][i * rd..(i + 1) * rd]
+        },
+        |_| {},
+        |row, g| rels.adagrad(row as usize, g, ctx.lr, salt),
+    );
 }
 
 /// The gradient row an update's `tag` names: a side's source, destination or negative
