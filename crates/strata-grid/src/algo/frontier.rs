@@ -37,36 +37,39 @@ pub(super) struct Frontier<'a, S> {
     pub step: S,
 }
 
-impl<S: Step> Frontier<'_, S> {
-    #[inline]
-    fn visit(&self, u: usize, v: usize, w: f32, owns_dst: bool) -> bool {
-        self.frontier.get(u)
-            && self.step.carry(u, v, w, owns_dst)
-            && self.step.activate(self.next, v)
-    }
-}
-
 impl<S: Step> EdgeKernel for Frontier<'_, S> {
     fn weighted(&self) -> bool {
         S::WEIGHTED
     }
 
     fn block(&self, i: u32, j: u32, edges: &[[u32; 2]], weights: &[f32], owns_dst: bool) -> u64 {
+        // The references copied into locals: the loop's atomic stores cannot change a local,
+        // so the compiler keeps them in registers instead of reloading them through `self`
+        // for every edge (BFS's pass was 8% slower that way).
+        let (frontier, next, step) = (self.frontier, self.next, &self.step);
         let (sb, db) = (
             self.base[i as usize] as usize,
             self.base[j as usize] as usize,
         );
-        let at = |[s, d]: [u32; 2]| (sb + s as usize, db + d as usize);
         let mut activated = 0;
+        let mut visit = |s: u32, d: u32, w: f32| {
+            let u = sb + s as usize;
+            // Most edges leave vertices outside the frontier: the test comes first, alone.
+            if !frontier.get(u) {
+                return;
+            }
+            let v = db + d as usize;
+            if step.carry(u, v, w, owns_dst) && step.activate(next, v) {
+                activated += 1;
+            }
+        };
         if S::WEIGHTED {
-            for (&e, &w) in edges.iter().zip(weights) {
-                let (u, v) = at(e);
-                activated += u64::from(self.visit(u, v, w, owns_dst));
+            for (&[s, d], &w) in edges.iter().zip(weights) {
+                visit(s, d, w);
             }
         } else {
-            for &e in edges {
-                let (u, v) = at(e);
-                activated += u64::from(self.visit(u, v, 0.0, owns_dst));
+            for &[s, d] in edges {
+                visit(s, d, 0.0);
             }
         }
         activated
