@@ -5,12 +5,15 @@ A chunk at B1's settings (1,000 edges sharing 1,000 negatives, ComplEx, both sid
 milliseconds per chunk while the GPU idles between them. The step reads no device value on the
 host (:func:`step.train_chunk`), so on ``cuda`` it is captured once and replayed for every
 further chunk that would launch the same kernels on the same memory; a chunk's inputs (its
-edges, weights and key) are copied into the graph's static tensors first.
+edges, weights and key, and its bucket's layout) are copied into the graph's static tensors
+first.
 
 A graph is keyed by everything its kernels bake in: the chunk's size, whether it is weighted,
 the training context's settings and the device addresses and shapes of the tables it reads and
-writes (a partition slot that moves gets a new graph). The first chunk of a key runs eagerly;
-the second eagerly on the capture stream, so that CUDA's lazy setup for that stream (cuBLAS's
+writes: the slot buffer, which holds every resident partition, and the relations. Where the
+bucket's partitions sit in the buffer is a small tensor (``Ctx.layout``) that a replay copies
+in, so one graph serves every bucket of a run. The first chunk of a key runs eagerly; the
+second eagerly on the capture stream, so that CUDA's lazy setup for that stream (cuBLAS's
 workspace among it) happens outside a capture; the third is captured and replayed. At most
 :data:`CAPACITY` graphs are kept, the least recently used dropped first. They share one memory
 pool: they replay one at a time on one stream and keep nothing between replays. Bernoulli
@@ -28,7 +31,7 @@ from __future__ import annotations
 import sys
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -55,19 +58,22 @@ class Graph:
     edges: torch.Tensor
     weights: torch.Tensor | None
     key: torch.Tensor
+    layout: torch.Tensor
     directions: int
     flops: float
 
     def replay(self, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
-        """Trains a chunk by the captured step: its inputs copied into the static tensors, then
-        the graph replayed (on the CPU twin, the step run on the static tensors with ``ctx``,
-        whose settings and tables the graph's key says are the captured ones)."""
+        """Trains a chunk by the captured step: its inputs (the chunk's and its bucket's layout)
+        copied into the static tensors, then the graph replayed (on the CPU twin, the step run
+        on the static tensors with ``ctx``, whose settings and tables the graph's key says are
+        the captured ones)."""
         self.edges.copy_(edges)
         if weights is not None:
             self.weights.copy_(weights)
         self.key.fill_(rng.as_i64(key))
+        self.layout.copy_(ctx.layout)
         if self.graph is None:
-            eager(ctx, self.edges, self.weights, self.key, total)
+            eager(replace(ctx, layout=self.layout), self.edges, self.weights, self.key, total)
         else:
             self.graph.replay()
         return self.directions, self.flops
@@ -145,6 +151,7 @@ class StepGraphs:
         yet: the caller replays it); ``None``, and eager steps from then on, if it fails."""
         static = (edges.clone(), None if weights is None else weights.clone())
         static_key = torch.full((), rng.as_i64(key), dtype=torch.int64, device=self.device)
+        layout = ctx.layout.clone()
         graph = torch.cuda.CUDAGraph() if self.cuda else None
         if graph is None:
             # The CPU twin records nothing; its replays run the step on the static inputs. The
@@ -155,7 +162,7 @@ class StepGraphs:
                 with self._on_side_stream():
                     graph.capture_begin(pool=self.pool)
                     try:
-                        loss, directions, flops = step.train_chunk(ctx, *static, static_key)
+                        loss, directions, flops = step.train_chunk(replace(ctx, layout=layout), *static, static_key)
                         total.add_(loss)
                     finally:
                         graph.capture_end()
@@ -164,7 +171,7 @@ class StepGraphs:
                 print(f"device: CUDA graph capture failed ({self.broken}); the step runs op by op", file=sys.stderr)
                 return None
         self.captures += 1
-        self.graphs[gkey] = Graph(graph, *static, static_key, directions, flops)
+        self.graphs[gkey] = Graph(graph, *static, static_key, layout, directions, flops)
         if len(self.graphs) > CAPACITY:
             self.graphs.popitem(last=False)
         return self.graphs[gkey]

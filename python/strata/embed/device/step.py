@@ -55,13 +55,36 @@ class Table:
     state: torch.Tensor
 
 
+#: Where ``Ctx.layout`` holds each value: the buffer rows where the bucket's source and
+#: destination partitions start (``END_BASE``), their rows (``END_ROWS``), the rows of every
+#: resident partition (``RESIDENT_ROWS``), then the negative pool's table (``POOL``: for
+#: ``resident`` each partition's end in the resident rows then its buffer row less its start
+#: there; for ``all`` each partition id's first buffer row).
+END_BASE, END_ROWS, RESIDENT_ROWS, POOL = slice(0, 2), slice(2, 4), 4, 5
+
+
+def layout(pool: str, bases: list[int], sizes: list[int], bucket: tuple[int, int], part_of: list | None) -> list[int]:
+    """The values of ``Ctx.layout`` for resident partitions of ``sizes`` rows starting at buffer
+    rows ``bases``, the bucket's source and destination partitions ``bucket`` (indices in them)
+    and ``part_of`` each partition id's index (see :data:`END_BASE`)."""
+    src, dst = bucket
+    ends = [bases[src], bases[dst], sizes[src], sizes[dst], sum(sizes)]
+    if pool == "resident":
+        starts = np.cumsum([0, *sizes]).tolist()
+        return ends + starts[1:] + [b - a for b, a in zip(bases, starts, strict=False)]
+    if pool == "all":
+        return ends + [bases[p] for p in part_of]
+    return ends
+
+
 @dataclass
 class Ctx:
     """What every chunk of a bucket trains against (``BucketCtx`` of the Rust worker).
 
-    ``parts`` are the resident partitions' tables; ``pool`` is ``partition``, ``resident`` or
-    ``all`` (then ``part_of_t`` maps each partition id to its index in ``parts``, every one
-    resident, and ``part_size``/``num_nodes`` place a node)."""
+    ``nodes`` is the slot buffer: every resident partition's rows, a node's row the buffer row
+    where its partition's slot starts plus its row there; ``layout`` (int64 on the device) says
+    where the bucket's partitions sit (:func:`layout`), so that the kernels read the placement
+    from memory and a captured step serves every bucket of the same settings."""
 
     model: str
     dim: int
@@ -71,10 +94,7 @@ class Ctx:
     gamma: float
     adversarial: float | None
     lr: float
-    parts: list[Table]
-    sizes: list[int]
-    src_part: int
-    dst_part: int
+    nodes: Table
     rels: Table | None
     inverse_offset: int
     corrupt: str
@@ -82,10 +102,7 @@ class Ctx:
     negatives: int
     degree_fraction: float
     pool: str
-    #: ``sizes`` and ``part_of`` as int64 device tensors (built once per piece and shared by
-    #: value, so that a captured CUDA graph reads tensors that outlive it).
-    sizes_t: torch.Tensor
-    part_of_t: torch.Tensor | None
+    layout: torch.Tensor
     part_size: int
     num_nodes: int
     reg: str
@@ -133,44 +150,44 @@ def sides_of(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: i
     return out
 
 
-def orientation(ctx: Ctx, tail: bool) -> tuple[int, int, int, int, int, bool]:
-    """``(s_part, s_col, d_part, d_col, rel_offset, reverse)`` of a side."""
+def orientation(ctx: Ctx, tail: bool) -> tuple[int, int, int, int, bool]:
+    """``(s_end, s_col, d_end, rel_offset, reverse)`` of a side: which end of the bucket (0:
+    source partition, 1: destination) and which edge column its sources come from, the end
+    of its targets (whose column is the other end's), its relation offset and whether it
+    scores the reversed relation."""
     if tail:
-        return ctx.src_part, 0, ctx.dst_part, 2, 0, False
+        return 0, 0, 1, 0, False
     reverse = ctx.inverse_offset == 0 and ctx.rel_dim > 0
-    return ctx.dst_part, 2, ctx.src_part, 0, ctx.inverse_offset, reverse
+    return 1, 2, 0, ctx.inverse_offset, reverse
 
 
-def negatives(ctx: Ctx, side: Side, k: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The side's shared negatives ``(parts, rows)`` (``n`` each), drawn from
-    ``derive(key, k)``: a degree-weighted part (targets of the side's edges) then uniform."""
-    _, _, d_part, d_col, _, _ = orientation(ctx, side.tail)
+def negatives(ctx: Ctx, side: Side, k: int, key: int) -> torch.Tensor:
+    """The buffer rows of the side's shared negatives (``n``), drawn from ``derive(key, k)``: a
+    degree-weighted part (targets of the side's edges) then uniform from the pool."""
+    _, _, d_end, _, _ = orientation(ctx, side.tail)
     device = side.edges.device
     n = ctx.negatives
     # The f32 product, rounded half away from zero, as the Rust worker.
     n_degree = math.floor(float(torch.tensor(n, dtype=torch.float32) * ctx.degree_fraction) + 0.5)
     n_degree = min(n_degree, n)
     bits = rng.draw(rng.derive(key, k), torch.arange(n, device=device))
-    parts = torch.full((n,), d_part, dtype=torch.int64, device=device)
-    rows = torch.empty(n, dtype=torch.int64, device=device)
-    b = len(side.edges)
+    base = ctx.layout[END_BASE][d_end]
+    parts = []
     if n_degree:
-        rows[:n_degree] = side.edges[rng.below(bits[:n_degree], b), d_col]
+        targets = side.edges[:, 2 * d_end]
+        parts.append(base + targets[rng.below(bits[:n_degree], len(side.edges))])
     u = bits[n_degree:]
     if ctx.pool == "partition":
-        rows[n_degree:] = rng.below(u, ctx.sizes[d_part])
+        parts.append(base + rng.below(u, ctx.layout[END_ROWS][d_end]))
     elif ctx.pool == "resident":
-        sizes = ctx.sizes_t
-        ends = sizes.cumsum(0)
-        r = rng.below(u, sum(ctx.sizes))
-        p = torch.searchsorted(ends, r, right=True)
-        parts[n_degree:] = p
-        rows[n_degree:] = r - (ends - sizes)[p]
+        table = ctx.layout[POOL:]
+        ends, shift = table[: len(table) // 2], table[len(table) // 2 :]
+        r = rng.below(u, ctx.layout[RESIDENT_ROWS])
+        parts.append(r + shift[torch.searchsorted(ends, r, right=True)])
     else:
         pos = rng.below(u, ctx.num_nodes)
-        parts[n_degree:] = ctx.part_of_t[pos // ctx.part_size]
-        rows[n_degree:] = pos % ctx.part_size
-    return parts, rows
+        parts.append(ctx.layout[POOL:][pos // ctx.part_size] + pos % ctx.part_size)
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
 def reverse_relation(model: str, rows: torch.Tensor) -> torch.Tensor:
@@ -325,29 +342,18 @@ def layouts(model: str) -> tuple[str, str]:
 
 
 class Gathered:
-    """The unique rows a chunk touches in a set of tables, as one leaf tensor whose gradient
-    sums every use: ``rows`` of table ``tables[part]``, keyed ``part << 32 | row``.
+    """The unique rows a chunk touches in a table (``keys``: row indices), as one leaf tensor
+    whose gradient sums every use.
 
     The set is found by sorting the keys, with a fixed-size result: one leaf row per key, the
     first ``count`` of them the unique keys in ascending order (``torch.unique``'s), the rest
-    unused (key 0, no use, masked out of the step). Nothing depends on the count on the host,
-    so a chunk runs without a host synchronisation and can be captured in a CUDA graph. Each
-    table's rows are picked by a mask over the leaf rows (the others read row 0 and are
-    discarded), not by the indices of its own rows, whose count the host would have to read."""
+    unused (row 0, no use, no gradient). Nothing depends on the count on the host, so a chunk
+    runs without a host synchronisation and can be captured in a CUDA graph."""
 
-    def __init__(self, tables: list[Table], keys: torch.Tensor):
-        self.tables = tables
-        self.keys, self.inverse, valid = unique_static(keys)
-        part, row = self.keys >> 32, self.keys & 0xFFFF_FFFF
-        width = tables[0].params.shape[1]
-        leaf = torch.zeros(len(self.keys), width, dtype=torch.float32, device=keys.device)
-        self.masks = []
-        for p, table in enumerate(tables):
-            mine = (part == p) & valid
-            rows = torch.where(mine, row, 0)
-            leaf = torch.where(mine[:, None], table.params.index_select(0, rows), leaf)
-            self.masks.append((mine, rows))
-        self.leaf = leaf.requires_grad_()
+    def __init__(self, table: Table, keys: torch.Tensor):
+        self.table = table
+        self.keys, self.inverse, self.valid = unique_static(keys)
+        self.leaf = table.params.index_select(0, self.keys).requires_grad_()
 
     def take(self, start: int, count: int) -> torch.Tensor:
         """Rows of uses ``start .. start + count`` of the keys given (their gradient is added
@@ -357,25 +363,18 @@ class Gathered:
     def step(self, lr: float) -> None:
         """Applies one Adagrad step per unique row with its summed gradient (``SharedRows::
         adagrad``: ``state + g^2`` then ``params - lr g / (sqrt(state) + eps)``; per row with the
-        mean square for ``adagrad_row``), computed once over the leaf rows with each row's state
-        gathered from its table.
+        mean square for ``adagrad_row``).
 
-        The steps are added (``index_add_``) with the other tables' rows masked to zero,
-        rather than written at the indices of this table's rows: selecting those would read
-        their count back to the host. Each row gets one non-zero addend, so the sums are
-        exactly the Rust engine's."""
+        The steps are added (``index_add_``) at every leaf row's key: the unused ones have no
+        gradient, so they add exact zeros (to row 0), and each used row gets one addend, so the
+        sums are exactly the Rust engine's."""
         grad = self.leaf.grad
-        row_wise = self.tables[0].state.shape[1] == 1
+        row_wise = self.table.state.shape[1] == 1
         sq = (grad * grad).sum(1, keepdim=True) / grad.shape[1] if row_wise else grad * grad
-        state = torch.zeros_like(sq)
-        for table, (mine, rows) in zip(self.tables, self.masks, strict=True):
-            state = torch.where(mine[:, None], table.state.index_select(0, rows), state)
-        acc = state + sq
+        acc = self.table.state.index_select(0, self.keys) + sq
         update = lr / (acc.sqrt() + ADAGRAD_EPS) * grad if row_wise else lr * grad / (acc.sqrt() + ADAGRAD_EPS)
-        for table, (mine, rows) in zip(self.tables, self.masks, strict=True):
-            keep = mine[:, None].to(grad.dtype)
-            table.state.index_add_(0, rows, sq * keep)
-            table.params.index_add_(0, rows, -update * keep)
+        self.table.state.index_add_(0, self.keys, sq)
+        self.table.params.index_add_(0, self.keys, update, alpha=-1.0)
 
 
 def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -408,16 +407,17 @@ def train_chunk(
     reads a device value on the host."""
     sides = sides_of(ctx, edges, weights, key)
     node_keys, rel_keys, plan = [], [], []
+    ends = ctx.layout[END_BASE]
     for k, side in enumerate(sides):
-        s_part, s_col, d_part, d_col, rel_offset, reverse = orientation(ctx, side.tail)
+        s_end, s_col, d_end, rel_offset, reverse = orientation(ctx, side.tail)
         e = side.edges
-        n_parts, n_rows = negatives(ctx, side, k, key)
-        node_keys += [(s_part << 32) | e[:, s_col], (d_part << 32) | e[:, d_col], (n_parts << 32) | n_rows]
+        neg = negatives(ctx, side, k, key)
+        node_keys += [ends[s_end] + e[:, s_col], ends[d_end] + e[:, 2 - s_col], neg]
         if ctx.rels is not None:
             rel_keys.append(e[:, 1] + rel_offset)
-        plan.append((side, len(e), len(n_rows), reverse))
-    nodes = Gathered(ctx.parts, torch.cat(node_keys))
-    rels = Gathered([ctx.rels], torch.cat(rel_keys)) if ctx.rels is not None else None
+        plan.append((side, len(e), len(neg), reverse))
+    nodes = Gathered(ctx.nodes, torch.cat(node_keys))
+    rels = Gathered(ctx.rels, torch.cat(rel_keys)) if ctx.rels is not None else None
     total = torch.zeros((), dtype=torch.float64, device=edges.device)
     at, rel_at = 0, 0
     for k, (side, b, n, reverse) in enumerate(plan):
