@@ -14,7 +14,8 @@ a piece of `1 + chunks` chunks less those of a piece of one chunk, over `chunks`
 piece (so every chunk replays a captured step), from `strata.device.waits.HostWaits`. On the CPU
 twin (`torch-cpu`) the kernels are the launches a GPU would make op by op (each op on a tensor
 of one or more dimensions that is no view); a CUDA graph replays them as one launch but runs
-them one after another all the same.
+them one after another all the same. `fused_kernels` counts each table's Adagrad step as the
+one Triton kernel it is on `cuda` (the twin runs it as torch ops).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def setup(case: str, device: str, scale: float = 1.0):
     over, sizes, rels, b = CASES[case]
     c = {**B1, **over}
     shrink = lambda x: max(2, int(x * scale))  # noqa: E731
-    sizes, b = [shrink(s) for s in sizes], shrink(b)
-    c.update(dim=shrink(c["dim"]) // 2 * 2, negatives=shrink(c["negatives"]))
+    sizes, b, rels = [shrink(s) for s in sizes], shrink(b), shrink(rels // 2) * 2
+    c.update(dim=shrink(c["dim"]) // 2 * 2, negatives=shrink(c["negatives"]), inverse_offset=rels // 2)
     c.update(part_size=max(sizes), num_nodes=sum(sizes))
     rng = np.random.default_rng(0)
     dev = TorchCompute(device)
@@ -77,20 +78,17 @@ def setup(case: str, device: str, scale: float = 1.0):
 
 
 def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 1.0) -> dict:
-    """``{kernels, ops, waits, seconds}`` per chunk of ``case`` on ``device`` (see the module's
-    doc), seconds of the step's wall time on the host (the CPU twin's compute; on ``cuda`` after
-    synchronising)."""
+    """``{kernels, ops, waits, fused_kernels, seconds}`` per chunk of ``case`` on ``device``
+    (see the module's doc): ``fused_kernels`` the kernels with each Adagrad step counted as the
+    one fused kernel it is on ``cuda`` (the CPU twin runs its torch ops); seconds of the step's
+    wall time on the host (the CPU twin's compute; on ``cuda`` after synchronising)."""
     import torch
-
-    from strata.device.waits import HostWaits
 
     dev, piece = setup(case, device, scale)
     piece(4)  # the eager first two chunks and the capture
     counts = []
     for n in (1, 1 + chunks):
-        with HostWaits() as waits:
-            piece(n)
-        counts.append((waits.kernels, waits.ops, len(waits.waits)))
+        counts.append(counted(piece, n, fused=False) + counted(piece, n, fused=True)[:1])
     if dev.cuda:
         torch.cuda.synchronize(dev.device)
     start = time.perf_counter()
@@ -99,7 +97,32 @@ def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 
         torch.cuda.synchronize(dev.device)
     seconds = (time.perf_counter() - start) / (1 + chunks)
     per = [(b - a) / chunks for a, b in zip(*counts, strict=True)]
-    return dict(kernels=per[0], ops=per[1], waits=per[2], seconds=seconds)
+    return dict(kernels=per[0], ops=per[1], waits=per[2], fused_kernels=per[3], seconds=seconds)
+
+
+def counted(piece, n: int, fused: bool) -> tuple[int, int, int]:
+    """``(kernels, ops, waits)`` of a piece of ``n`` chunks; with ``fused`` each Adagrad step's
+    torch ops run uncounted and count as one kernel (the Triton kernel of ``cuda``)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from strata.device.waits import HostWaits
+    from strata.embed.device import adagrad
+
+    twin = adagrad.torch_step
+
+    def one_kernel(*args) -> None:
+        with _disable_current_modes():
+            twin(*args)
+        waits.kernels += 1
+        waits.ops += 1
+
+    with HostWaits() as waits:
+        adagrad.torch_step = one_kernel if fused else twin
+        try:
+            piece(n)
+        finally:
+            adagrad.torch_step = twin
+    return waits.kernels, waits.ops, len(waits.waits)
 
 
 def main() -> None:

@@ -131,5 +131,8 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     b1 = count("b1", chunks=2, scale=0.02)
     ooc = count("ooc", chunks=2, scale=0.02)
     assert b1["waits"] == ooc["waits"] == 0
-    assert b1["kernels"] <= 130, b1
+    # 281 kernels before the step was batched and the slots made one buffer (319 out of core).
+    assert b1["kernels"] <= 125, b1
     assert ooc["kernels"] <= b1["kernels"] + 6, (b1, ooc)
+    # Each table's Adagrad step is one kernel on cuda instead of the twin's torch ops.
+    assert b1["fused_kernels"] <= b1["kernels"] - 14, b1

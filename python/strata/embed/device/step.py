@@ -274,7 +274,9 @@ def combine_grads(model: str, s: torch.Tensor, r: torch.Tensor, da: torch.Tensor
         return da, r
     if model == "distmult":
         return da * r, da * s
-    return combine(model, da, reverse_relation(model, r)), combine(model, da, reverse_relation(model, s))
+    # Both products at once, over r and s stacked.
+    both = combine(model, da[None], reverse_relation(model, torch.stack([r, s])))
+    return both[0], both[1]
 
 
 def pair_scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -463,11 +465,20 @@ class Gathered:
     The set is found by sorting the keys, with a fixed-size result: one slot per use, the first
     ``count`` of them the unique keys in ascending order (``torch.unique``'s), the rest unused
     (row 0, no use, no gradient). Nothing depends on the count on the host, so a chunk runs
-    without a host synchronisation and can be captured in a CUDA graph."""
+    without a host synchronisation and can be captured in a CUDA graph.
 
-    def __init__(self, table: Table, keys: torch.Tensor):
+    With ``every_row`` (a table of no more rows than the chunk has uses: the relations, as a
+    rule) every row takes the step and no sort is needed: an untouched row's gradient is zero,
+    so its step adds exact zeros to its state and its params."""
+
+    def __init__(self, table: Table, keys: torch.Tensor, every_row: bool = False):
         self.table = table
-        self.keys, self.inverse, self.valid = unique_static(keys)
+        if every_row:
+            rows = table.params.shape[0]
+            self.keys, self.inverse = torch.arange(rows, device=keys.device), keys
+            self.valid = torch.ones(rows, dtype=torch.bool, device=keys.device)
+        else:
+            self.keys, self.inverse, self.valid = unique_static(keys)
         self.rows = table.params.index_select(0, keys)
 
     def take(self, start: int, count: int) -> torch.Tensor:
@@ -516,7 +527,10 @@ def train_chunk(
     stacks = stacks_of(ctx, edges, weights, streams)
     keys = [keys_of(ctx, stack) for stack in stacks]
     nodes = Gathered(ctx.nodes, cat([k.reshape(-1) for ends, neg, _ in keys for k in (ends, neg)]))
-    rels = Gathered(ctx.rels, cat([r.reshape(-1) for *_, r in keys])) if ctx.rels is not None else None
+    rels = None
+    if ctx.rels is not None:
+        rel_keys = cat([r.reshape(-1) for *_, r in keys])
+        rels = Gathered(ctx.rels, rel_keys, every_row=len(ctx.rels.params) <= len(rel_keys))
     total = torch.zeros((), dtype=torch.float64, device=edges.device)
     node_grads, rel_grads = [], []
     at = rel_at = 0
