@@ -14,8 +14,8 @@ a piece of `1 + chunks` chunks less those of a piece of one chunk, over `chunks`
 piece (so every chunk replays a captured step), from `strata.device.waits.HostWaits`. On the CPU
 twin (`torch-cpu`) the kernels are the launches a GPU would make op by op (each op on a tensor
 of one or more dimensions that is no view); a CUDA graph replays them as one launch but runs
-them one after another all the same. `fused_kernels` counts each table's Adagrad step as the
-one Triton kernel it is on `cuda` (the twin runs it as torch ops).
+them one after another all the same. `fused_kernels` counts each table's Adagrad step and each
+draw of negatives as the one Triton kernel each is on `cuda` (the twin runs them as torch ops).
 """
 
 from __future__ import annotations
@@ -101,27 +101,37 @@ def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 
 
 
 def counted(piece, n: int, fused: bool) -> tuple[int, int, int]:
-    """``(kernels, ops, waits)`` of a piece of ``n`` chunks; with ``fused`` each Adagrad step's
-    torch ops run uncounted and count as one kernel (the Triton kernel of ``cuda``)."""
+    """``(kernels, ops, waits)`` of a piece of ``n`` chunks; with ``fused`` the torch twins of
+    the step's Triton kernels (each table's Adagrad step, each draw of negatives) run uncounted
+    and count as the one kernel each is on ``cuda``."""
     from torch.utils._python_dispatch import _disable_current_modes
 
+    from strata.device import rng
     from strata.device.waits import HostWaits
     from strata.embed.device import adagrad
 
-    twin = adagrad.torch_step
+    twins = [(adagrad, "torch_step"), (rng, "twin_draw_below")]
 
-    def one_kernel(*args) -> None:
-        with _disable_current_modes():
-            twin(*args)
-        waits.kernels += 1
-        waits.ops += 1
+    def one_kernel(twin):
+        def launch(*args):
+            with _disable_current_modes():
+                out = twin(*args)
+            waits.kernels += 1
+            waits.ops += 1
+            return out
 
+        return launch
+
+    saved = [getattr(module, name) for module, name in twins]
     with HostWaits() as waits:
-        adagrad.torch_step = one_kernel if fused else twin
         try:
+            if fused:
+                for (module, name), twin in zip(twins, saved, strict=True):
+                    setattr(module, name, one_kernel(twin))
             piece(n)
         finally:
-            adagrad.torch_step = twin
+            for (module, name), twin in zip(twins, saved, strict=True):
+                setattr(module, name, twin)
     return waits.kernels, waits.ops, len(waits.waits)
 
 

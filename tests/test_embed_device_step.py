@@ -134,5 +134,6 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     # 281 kernels before the step was batched and the slots made one buffer (319 out of core).
     assert b1["kernels"] <= 125, b1
     assert ooc["kernels"] <= b1["kernels"] + 6, (b1, ooc)
-    # Each table's Adagrad step is one kernel on cuda instead of the twin's torch ops.
-    assert b1["fused_kernels"] <= b1["kernels"] - 14, b1
+    # Each table's Adagrad step and each draw of negatives is one kernel on cuda instead of
+    # the twin's torch ops.
+    assert b1["fused_kernels"] <= 75 and ooc["fused_kernels"] <= 75, (b1, ooc)

@@ -207,22 +207,21 @@ def negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
     n = ctx.negatives
     # The f32 product, rounded half away from zero, as the Rust worker.
     n_degree = min(n, math.floor(float(np.float32(n) * np.float32(ctx.degree_fraction)) + 0.5))
-    bits = rng.draw(stack.streams, torch.arange(n, device=targets.device))
     out = []
     if n_degree:
-        out.append(targets.gather(1, rng.below(bits[:, :n_degree], targets.shape[1])))
-    u = bits[:, n_degree:]
+        out.append(targets.gather(1, rng.draw_below(stack.streams, 0, n_degree, targets.shape[1])))
+    uniform = (stack.streams, n_degree, n - n_degree)
     if ctx.pool == "partition":
         ends = other(stack.sides)
         rows = pick(ctx.layout[END_ROWS], ends)[:, None]
-        out.append(pick(ctx.layout[END_BASE], ends)[:, None] + rng.below(u, rows))
+        out.append(pick(ctx.layout[END_BASE], ends)[:, None] + rng.draw_below(*uniform, rows))
     elif ctx.pool == "resident":
         table = ctx.layout[POOL:]
         ends, shift = table[: len(table) // 2], table[len(table) // 2 :]
-        r = rng.below(u, ctx.layout[RESIDENT_ROWS])
+        r = rng.draw_below(*uniform, ctx.layout[RESIDENT_ROWS])
         out.append(r + shift[torch.searchsorted(ends, r, right=True)])
     else:
-        pos = rng.below(u, ctx.num_nodes)
+        pos = rng.draw_below(*uniform, ctx.num_nodes)
         out.append(ctx.layout[POOL:][pos // ctx.part_size] + pos % ctx.part_size)
     return torch.cat(out, 1) if len(out) > 1 else out[0]
 
