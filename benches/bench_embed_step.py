@@ -101,37 +101,38 @@ def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 
 
 
 def counted(piece, n: int, fused: bool) -> tuple[int, int, int]:
-    """``(kernels, ops, waits)`` of a piece of ``n`` chunks; with ``fused`` the torch twins of
-    the step's Triton kernels (each table's Adagrad step, each draw of negatives) run uncounted
-    and count as the one kernel each is on ``cuda``."""
+    """``(kernels, ops, waits)`` of a piece of ``n`` chunks, each launch of the step's Triton
+    kernels (``cuda``) one kernel; with ``fused`` their torch twins (each table's Adagrad step,
+    each draw of negatives) count so too, as if fused."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     from strata.device import rng
     from strata.device.waits import HostWaits
     from strata.embed.device import adagrad
 
+    kernels = [(adagrad, "kernel_step"), (rng, "kernel_draw_below")]
     twins = [(adagrad, "torch_step"), (rng, "twin_draw_below")]
+    patched = kernels + (twins if fused else [])
 
-    def one_kernel(twin):
+    def one_kernel(run):
         def launch(*args):
             with _disable_current_modes():
-                out = twin(*args)
+                out = run(*args)
             waits.kernels += 1
             waits.ops += 1
             return out
 
         return launch
 
-    saved = [getattr(module, name) for module, name in twins]
+    saved = [getattr(module, name) for module, name in patched]
     with HostWaits() as waits:
         try:
-            if fused:
-                for (module, name), twin in zip(twins, saved, strict=True):
-                    setattr(module, name, one_kernel(twin))
+            for (module, name), run in zip(patched, saved, strict=True):
+                setattr(module, name, one_kernel(run))
             piece(n)
         finally:
-            for (module, name), twin in zip(twins, saved, strict=True):
-                setattr(module, name, twin)
+            for (module, name), run in zip(patched, saved, strict=True):
+                setattr(module, name, run)
     return waits.kernels, waits.ops, len(waits.waits)
 
 
