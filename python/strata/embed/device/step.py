@@ -509,6 +509,7 @@ def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 def cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat`` along the first dimension, with no copy of a lone tensor."""
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
