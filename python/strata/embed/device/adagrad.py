@@ -98,14 +98,15 @@ def _kernel():
         g = tl.load(grad + rows[:, None] * width + cols[None, :], mask=mask, other=0.0)
         at = key[:, None] * width + cols[None, :]
         p = tl.load(params + at, mask=mask, other=0.0)
+        # IEEE square roots and quotients, as torch's (Triton's ``sqrt`` and ``/`` approximate).
         if ROW_WISE:
             acc = tl.load(state + key, mask=used, other=0.0) + tl.load(sq + rows, mask=used, other=0.0)
             tl.store(state + key, acc, mask=used)
-            p = p - (lr / (tl.sqrt(acc) + eps))[:, None] * g
+            p = p - tl.div_rn(lr, tl.sqrt_rn(acc) + eps)[:, None] * g
         else:
             acc = tl.load(state + at, mask=mask, other=0.0) + g * g
             tl.store(state + at, acc, mask=mask)
-            p = p - lr * g / (tl.sqrt(acc) + eps)
+            p = p - tl.div_rn(lr * g, tl.sqrt_rn(acc) + eps)
         tl.store(params + at, p, mask=mask)
 
     return adagrad_rows
