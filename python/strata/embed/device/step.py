@@ -398,7 +398,7 @@ def norm(ctx: Ctx, rows: torch.Tensor, layout_of: str) -> tuple[torch.Tensor, to
     else:
         sq = per_real = rows * rows
     if ctx.reg == "n3":
-        # m^3 as (m^2)^1.5, as the Rust model computes it.
+        # m^3 as (m^2)^1.5, its gradient 3 m x (finite at 0, where sqrt's is not).
         return (sq**1.5).sum(), 3.0 * per_real.sqrt() * rows
     return sq.sum(), 2.0 * rows
 
