@@ -5,7 +5,8 @@
 #     bash benches/gpu_session.sh STEP...      (results and logs under $OUT, default ./gpu-out)
 #
 # Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
-# with), tests (the device-parity tests with CUDA present), embed-fb15k, gnn-path (the GNN device
+# with), tests (the device-parity tests with CUDA present), embed-step (kernels and seconds of one
+# chunk of the embedding step), embed-fb15k, gnn-path (the GNN device
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big. Each step runs under its own time
 # limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not stop the next.
@@ -26,7 +27,7 @@ fi
 
 # Seconds per step; measured on an H100 machine (2026-11-25): env 22, tests 30, embed-fb15k 111,
 # embed-rmat-resident 140; embed-rmat-ooc did not finish in 300.
-declare -A LIMIT=([env]=60 [tests]=240 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
+declare -A LIMIT=([env]=60 [tests]=240 [embed-step]=120 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400)
 
 step_env() {
@@ -37,7 +38,11 @@ step_env() {
 # The device-parity tests (each runs on cuda beside its CPU twin); TESTS names a subset.
 step_tests() {
     python3 -m pytest -q -x -n 8 -p no:cacheprovider ${TESTS:-tests/test_embed_device.py tests/test_device_rng.py \
-        tests/test_gnn_device_sampler.py tests/test_gnn_device_path.py tests/test_embed_device_eval.py}
+        tests/test_gnn_device_sampler.py tests/test_gnn_device_path.py tests/test_embed_device_eval.py \
+        tests/test_embed_device_step.py}
+}
+step_embed-step() {
+    python3 benches/bench_embed_step.py --device cuda >"$OUT/embed-step.json"
 }
 step_embed-fb15k() {
     python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"

@@ -81,3 +81,31 @@ def test_bad_inputs_name_what_was_expected():
         rng.as_i64(1 << 64)
     with pytest.raises(TypeError, match="int64"):
         rng.draw(torch.tensor([1], dtype=torch.int32), 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_fused_draw_below_kernel_draws_what_the_rust_engine_draws(monkeypatch, device):
+    """The negatives' draws of a chunk as one Triton kernel (on the CPU in Triton's
+    interpreter): ``below(draw(key, first + j), n)`` of every stream, with ``n`` a host value, a
+    device scalar or one per stream, equal to the Rust engine's and to the torch twin's."""
+    needs("triton")
+    if device == "cuda":
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # The kernel is built on first use with the interpreter setting of then.
+    rng._kernel.cache_clear()
+    try:
+        keys = [KEYS[2], KEYS[5], KEYS[8]]
+        streams = torch.tensor([[rng.as_i64(k)] for k in keys], device=device)
+        for n in [1, 7, (1 << 40) + 3, (1 << 63) - 1]:
+            bounds = [n, torch.tensor(n, device=device), torch.tensor([[n], [5], [1 << 33]], device=device)]
+            for bound in bounds:
+                got = rng.kernel_draw_below(streams, 9, 1500, bound)
+                assert torch.equal(got, rng.twin_draw_below(streams, 9, 1500, bound))
+                per_stream = [n, 5, 1 << 33] if bound is bounds[2] else [n] * 3
+                for row, (key, m) in zip(got.cpu().tolist(), zip(keys, per_stream, strict=True), strict=True):
+                    assert row == rust_draws(key, 9, 1500, m)
+        assert rng.kernel_draw_below(streams, 0, 0, 5).shape == (3, 0)
+    finally:
+        rng._kernel.cache_clear()

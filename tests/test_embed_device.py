@@ -236,10 +236,10 @@ def test_a_victim_lands_the_rows_it_had_when_its_write_back_started():
     other = (memoryview(bytearray(32)), memoryview(bytearray(32)), 2, 2)
     dev.slot_in("partition", victim)
     dev.slot_in("partition", other)
-    dev.slots[1].table.params.mul_(2)  # the victim's last training on the device
+    dev.held(1).params.mul_(2)  # the victim's last training on the device
     land = dev.slot_out(victim, True, True)
     assert 1 not in dev.slots and 2 in dev.slots
-    dev.slots[2].table.params.add_(1)  # the next piece trains the retained slot
+    dev.held(2).params.add_(1)  # the next piece trains the retained slot
     assert np.array_equal(np.frombuffer(params, np.float32), rows), "landed before its time"
     land(victim)
     assert np.array_equal(np.frombuffer(params, np.float32), 2 * rows)
@@ -287,3 +287,23 @@ def test_the_cpu_twin_replays_captured_steps(kg, tmp_path, monkeypatch):
     trained(kg, tmp_path / "b", device="torch-cpu", corrupt="bernoulli")
     replays, captures, eager = seen[-1]
     assert (replays, captures) == (0, 0) and eager >= 12, seen
+
+
+def test_out_of_core_buckets_share_the_captured_steps(kg, tmp_path, monkeypatch):
+    # The slots are one device buffer and where a bucket's partitions sit in it is an input of
+    # the step, so the 36 buckets of six partitions in a buffer of three replay the graphs of
+    # a few chunk sizes (keyed by each slot's address, they made 35 graphs).
+    from strata.embed.device import graphs
+
+    seen = []
+    report = graphs.StepGraphs.report
+
+    def record(self):
+        seen.append((self.replays, self.captures))
+        return report(self)
+
+    monkeypatch.setattr(graphs.StepGraphs, "report", record)
+    options = dict(model="complex", partitions=6, buffer=3, negative_pool="resident", memory="128M", chunk_size=20)
+    trained(kg, tmp_path / "a", device="torch-cpu", **options)
+    replays, captures = seen[-1]
+    assert captures <= 3 and replays > 100, seen

@@ -8,10 +8,15 @@ key: the same negatives, the same sampled neighbours, on a CPU or a GPU.
 Torch has no unsigned 64-bit arithmetic on every device, so a ``u64`` lives in an ``int64``
 tensor as its bit pattern. Addition and multiplication wrap identically in two's complement,
 so they need nothing; right shifts are made logical by masking off the sign's copies, and no
-comparison of two ``u64`` values is ever made.
+comparison of two ``u64`` values is ever made. :func:`draw_below` (a chunk's negatives) is
+one Triton kernel on ``cuda``, its arithmetic the same in ``uint64`` registers.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
 
 import torch
 
@@ -108,3 +113,77 @@ def _tensor(value: torch.Tensor | int) -> torch.Tensor:
             raise TypeError(f"expected an int64 tensor of u64 bit patterns, got {value.dtype}")
         return value
     return torch.tensor(as_i64(value), dtype=torch.int64)
+
+
+def draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Tensor | int) -> torch.Tensor:
+    """``below(draw(stream, first + j), n)`` for ``j < count`` of each of ``streams`` (``S x
+    1`` int64 keys; ``n`` an int, a 0-dim tensor or one per stream, ``S x 1``): ``S x count``.
+    On ``cuda`` one Triton kernel (each draw's 20 or so integer ops in registers), elsewhere
+    :func:`twin_draw_below`."""
+    if streams.is_cuda and _has_triton():
+        return kernel_draw_below(streams, first, count, n)
+    return twin_draw_below(streams, first, count, n)
+
+
+def twin_draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Tensor | int) -> torch.Tensor:
+    """:func:`draw_below` as torch ops."""
+    return below(draw(streams, torch.arange(first, first + count, device=streams.device)), n)
+
+
+#: Draws one program of the kernel makes.
+BLOCK = 1024
+
+
+def kernel_draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Tensor | int) -> torch.Tensor:
+    """:func:`draw_below` by the Triton kernel: on ``cuda``, and under ``TRITON_INTERPRET=1`` on
+    CPU tensors (tests)."""
+    keys = streams.reshape(-1).contiguous()
+    out = torch.empty((len(keys), count), dtype=torch.int64, device=streams.device)
+    if out.numel() == 0:
+        return out
+    in_memory = isinstance(n, torch.Tensor)
+    bounds = n.reshape(-1).contiguous() if in_memory else keys
+    stride = 1 if in_memory and bounds.numel() > 1 else 0
+    on = torch.cuda.device(keys.device) if keys.is_cuda else contextlib.nullcontext()
+    with on:
+        grid = (-(-count // BLOCK), len(keys))
+        _kernel()[grid](keys, bounds, stride, 0 if in_memory else as_i64(n), out, count, first,
+                        IN_MEMORY=in_memory, BLOCK=BLOCK)  # fmt: skip
+    return out
+
+
+@functools.cache
+def _has_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+@functools.cache
+def _kernel():
+    """The jitted kernel, built on first use so that ``TRITON_INTERPRET`` set by then counts."""
+    import triton
+    import triton.language as tl
+
+    # The counts and the scalar bound change from call to call: left unspecialised.
+    @triton.jit(do_not_specialize=["stride", "bound", "count", "first"])
+    def draw_below(keys, bounds, stride, bound, out, count, first, IN_MEMORY: tl.constexpr, BLOCK: tl.constexpr):
+        row = tl.program_id(1)
+        j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        # SplitMix64's output of key + (position + 1) * GOLDEN, in wrapping u64 arithmetic.
+        key = tl.load(keys + row).to(tl.uint64, bitcast=True)
+        z = key + (j + first + 1).to(tl.uint64, bitcast=True) * 0x9E3779B97F4A7C15
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+        z = z ^ (z >> 31)
+        if IN_MEMORY:
+            n = tl.load(bounds + row * stride).to(tl.uint64, bitcast=True)
+        else:
+            n = bound.to(tl.int64).to(tl.uint64, bitcast=True)
+        # The high 64 bits of z * n from 32-bit halves, as below().
+        u0, u1 = z & 0xFFFFFFFF, z >> 32
+        v0, v1 = n & 0xFFFFFFFF, n >> 32
+        t = u1 * v0 + ((u0 * v0) >> 32)
+        w1 = u0 * v1 + (t & 0xFFFFFFFF)
+        high = u1 * v1 + (t >> 32) + (w1 >> 32)
+        tl.store(out + row * count + j, high.to(tl.int64, bitcast=True), mask=j < count)
+
+    return draw_below

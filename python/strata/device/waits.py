@@ -23,7 +23,8 @@ VIEWS = frozenset(["view", "slice", "select", "unsqueeze", "squeeze", "expand", 
 
 class HostWaits(TorchDispatchMode):
     """While active, on the entering thread: ``ops`` (torch ops dispatched), ``kernels`` (those
-    on a tensor of one or more dimensions that are no view: a kernel launch each on a GPU),
+    on a tensor of one or more dimensions, alone or in a list, that are no view: a kernel
+    launch each on a GPU),
     ``waits`` (the names of the ops after which the host waits, read backs and data-sized
     outputs) and ``reads`` (the element count of each ``Tensor.tolist()``, from any thread)."""
 
@@ -52,7 +53,9 @@ class HostWaits(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func.__name__.split(".")[0]
         self.ops += 1
-        if name not in VIEWS and any(isinstance(a, torch.Tensor) and a.dim() > 0 for a in args):
+        # Tensors in lists count too (``cat``, ``stack``).
+        tensors = [t for a in args for t in (a if isinstance(a, (list, tuple)) else [a])]
+        if name not in VIEWS and any(isinstance(t, torch.Tensor) and t.dim() > 0 for t in tensors):
             self.kernels += 1
         masked = name in ("index", "index_put_", "index_put") and any(
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]

@@ -79,12 +79,81 @@ def check_options(options: dict) -> None:
 
 @dataclass
 class Slot:
-    """A table held on the device: ``kind`` (``partition`` or ``relations``), its device
-    rows, and the event its copy in records (``None`` once the compute stream waited for it)."""
+    """A table held on the device: ``kind`` (``partition``, ``staged`` or ``relations``), its
+    slot in the buffer (partitions) or its own device rows (relations), and the event its copy
+    in records (``None`` once the compute stream waited for it)."""
 
     kind: str
-    table: step.Table
+    index: int | None = None
+    table: step.Table | None = None
     ready: object = None
+    #: Floats of params and of state (a partition's part of its slot).
+    floats: tuple[int, int] = (0, 0)
+
+
+class SlotBuffer:
+    """The partition slots as one device buffer (Legend's placement): params and Adagrad state
+    each one flat tensor, slot-major, every slot as large as the largest table it held, so that
+    with rows of ``width`` floats the row ``r`` of the partition in slot ``i`` is buffer row
+    ``i * slot_rows + r``: a chunk gathers and updates its rows of every resident partition
+    with one indexed read and one indexed add, and a captured step's memory is the buffer's.
+
+    The buffer grows (a new one, the held slots copied over) when a table is larger than a slot
+    or every slot is taken: in a run, only as its first slots fill."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.params = torch.zeros(0, device=device)
+        self.state = torch.zeros(0, device=device)
+        self.size = (0, 0)  # floats of params and of state per slot
+        self.taken: list[bool] = []
+
+    def place(self, n_params: int, n_state: int) -> int:
+        """A free slot for a table of ``n_params`` and ``n_state`` floats, taken."""
+        free = [i for i, taken in enumerate(self.taken) if not taken]
+        size = (max(self.size[0], n_params), max(self.size[1], n_state))
+        if not free or size != self.size:
+            self._grow(size, len(self.taken) + (0 if free else 1))
+            free = free or [len(self.taken) - 1]
+        self.taken[free[0]] = True
+        return free[0]
+
+    def release(self, index: int) -> None:
+        self.taken[index] = False
+
+    def region(self, index: int, n_params: int, n_state: int) -> step.Table:
+        """The first ``n_params`` and ``n_state`` floats of slot ``index`` (flat views)."""
+        p, s = self.size
+        return step.Table(self.params[index * p : index * p + n_params], self.state[index * s : index * s + n_state])
+
+    def rows(self, width: int) -> tuple[step.Table, int]:
+        """The buffer as rows of ``width`` floats (and their state, row by row), and the rows of
+        a slot. Raises a ``ValueError`` when the slots do not hold whole rows."""
+        p, s = self.size
+        slot_rows = p // width if width else 0
+        if not slot_rows or p % width or s % slot_rows:
+            raise ValueError(f"partition slots of {p} floats and {s} of state do not hold whole rows of {width} reals")
+        params = self.params.view(-1, width)
+        return step.Table(params, self.state.view(params.shape[0], -1)), slot_rows
+
+    def _grow(self, size: tuple[int, int], slots: int) -> None:
+        """Makes the buffer ``slots`` slots of ``size``, the held slots' floats copied over."""
+        if self.device.type == "cuda":
+            # Slot copies may still read or write the old buffer on the copy stream.
+            torch.cuda.synchronize(self.device)
+        old, (p, s) = (self.params, self.state), self.size
+        self.params = torch.zeros(slots * size[0], device=self.device)
+        self.state = torch.zeros(slots * size[1], device=self.device)
+        for i, taken in enumerate(self.taken):
+            if taken:
+                self.params[i * size[0] : i * size[0] + p].copy_(old[0][i * p : (i + 1) * p])
+                self.state[i * size[1] : i * size[1] + s].copy_(old[1][i * s : (i + 1) * s])
+        self.size = size
+        self.taken += [False] * (slots - len(self.taken))
+        if self.device.type == "cuda":
+            # The copy stream fills slots of the new buffer next: the compute stream's zeros
+            # and copies first.
+            torch.cuda.synchronize(self.device)
 
 
 class Staging:
@@ -97,9 +166,9 @@ class Staging:
         self.buf = torch.empty(0, dtype=torch.uint8)
         self.done = None
 
-    def to_device(self, host: torch.Tensor):
-        """``host`` copied to a new device tensor on the copy stream; returns it and the
-        event the copy records."""
+    def to_device(self, host: torch.Tensor, out: torch.Tensor | None = None):
+        """``host`` copied to ``out`` (by default a new device tensor) on the copy stream;
+        returns it and the event the copy records."""
         if self.done is not None:
             self.done.synchronize()
         nbytes = host.numel() * host.element_size()
@@ -107,8 +176,9 @@ class Staging:
             self.buf = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
         pinned = self.buf[:nbytes].view(host.dtype).view(host.shape)
         pinned.copy_(host)
-        out = torch.empty(host.shape, dtype=host.dtype, device=self.device)
-        # The copy stream writes a tensor the compute stream allocated.
+        if out is None:
+            out = torch.empty(host.shape, dtype=host.dtype, device=self.device)
+        # The copy stream writes memory the compute stream allocated.
         out.record_stream(self.stream)
         with torch.cuda.stream(self.stream):
             out.copy_(pinned, non_blocking=True)
@@ -130,6 +200,10 @@ def storage_note() -> str:
     )
 
 
+#: What of a context only says where its tables sit (in the layout a replay copies in).
+PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of")
+
+
 class TorchCompute:
     """Trains pieces on a torch device, holding the slots the hooks hand it; counts the work
     of the steps and the copies."""
@@ -149,6 +223,7 @@ class TorchCompute:
         self.stage_out = torch.empty(0, dtype=torch.float32)
         self.stage_victim = torch.empty(0, dtype=torch.float32)
         self.slots: dict[int, Slot] = {}
+        self.buffer = SlotBuffer(self.device)
         # The step's small device constants, one tensor per value (a captured graph reads
         # them), and the loss a piece's chunks add into (one tensor for the graphs' lifetime).
         self.consts: dict[tuple, torch.Tensor] = {}
@@ -192,13 +267,13 @@ class TorchCompute:
         s = torch.frombuffer(state, dtype=torch.float32)
         return p, s
 
-    def _to_device(self, host: torch.Tensor, staging) -> tuple[torch.Tensor, object]:
-        """``host`` copied to the device (a separate tensor on the CPU twin), and the event
-        its copy records (``None`` on the CPU)."""
+    def _to_device(self, host: torch.Tensor, staging, out: torch.Tensor | None = None) -> tuple[torch.Tensor, object]:
+        """``host`` copied to the device, into ``out`` or a new tensor (a separate tensor on
+        the CPU twin), and the event its copy records (``None`` on the CPU)."""
         self.bytes_h2d += host.numel() * host.element_size()
         if not self.cuda:
-            return host.clone(), None
-        return staging.to_device(host)
+            return (host.clone() if out is None else out.copy_(host)), None
+        return staging.to_device(host, out)
 
     def slot_in(self, kind: str, table) -> None:
         """The I/O engine filled ``table`` (``(params, state, rows, key)``): hold a device copy
@@ -207,21 +282,47 @@ class TorchCompute:
         if kind == "relations" and key in self.slots:
             return
         start = time.perf_counter()
-        hp, hs = self._host(params, state)
-        dp, ready = self._to_device(hp, self.stage_slots)
-        ds, ready = self._to_device(hs, self.stage_slots)
-        self.slots[key] = Slot(kind, step.Table(dp, ds), ready)
+        if key in self.slots:
+            self._forget(key)
+        self.slots[key] = self._hold(kind, params, state)
         elapsed = time.perf_counter() - start
         self.slot_in_seconds += elapsed
         if not self.cuda:
             self.copy_wait += elapsed
 
+    def _hold(self, kind: str, params, state) -> Slot:
+        """A device copy of a lent table: relations in tensors of their own, a partition in a
+        slot of the buffer."""
+        hp, hs = self._host(params, state)
+        if kind == "relations":
+            dp, _ = self._to_device(hp, self.stage_slots)
+            ds, ready = self._to_device(hs, self.stage_slots)
+            return Slot(kind, table=step.Table(dp, ds), ready=ready)
+        floats = (hp.numel(), hs.numel())
+        index = self.buffer.place(*floats)
+        region = self.buffer.region(index, *floats)
+        self._to_device(hp, self.stage_slots, region.params)
+        _, ready = self._to_device(hs, self.stage_slots, region.state)
+        return Slot(kind, index=index, ready=ready, floats=floats)
+
     def _ready(self, slot: Slot) -> step.Table:
-        """The slot's device rows, once the compute stream is ordered after their copy in."""
+        """The slot's device floats (flat), once the compute stream is ordered after their copy
+        in."""
         if slot.ready is not None:
             torch.cuda.current_stream(self.device).wait_event(slot.ready)
             slot.ready = None
-        return slot.table
+        return slot.table if slot.index is None else self.buffer.region(slot.index, *slot.floats)
+
+    def _forget(self, key: int) -> None:
+        """Drops the slot of ``key`` (rows not copied out), its place in the buffer free."""
+        slot = self.slots.pop(key)
+        self._ready(slot)
+        if slot.index is not None:
+            self.buffer.release(slot.index)
+
+    def held(self, key: int) -> step.Table:
+        """The device floats (flat) of the table held for host memory ``key``."""
+        return self._ready(self.slots[key])
 
     def slot_out(self, table, evict: bool, later: bool = False):
         """Copies the device's rows of ``table`` into its host memory (before the I/O engine
@@ -232,18 +333,24 @@ class TorchCompute:
         the retained partitions, and the call returns ``land(table)``, which the epoch loop
         calls (from its landing thread, with the same slot lent again) right before the I/O
         engine writes the slot: it waits for the copy and puts the rows into the host memory.
-        The CPU twin makes the same calls in the same order and copies at the landing."""
-        params, state, _, key = table
-        slot = self.slots.get(key)
-        if slot is None:
+        The CPU twin makes the same calls in the same order and copies at the landing. An
+        evicted slot's place in the buffer is free once its rows are out: at once, or at the
+        landing."""
+        key = table[3]
+        if key not in self.slots:
             return (lambda _table: None) if later else None
+        slot = self.slots.pop(key) if evict else self.slots[key]
         t = self._ready(slot)
-        if evict:
-            del self.slots[key]
         land = self._start_copy_out([t.params, t.state], victim=later)
+
+        def done(table) -> None:
+            land(self._host(table[0], table[1]))
+            if evict and slot.index is not None:
+                self.buffer.release(slot.index)
+
         if later:
-            return lambda table: land(self._host(table[0], table[1]))
-        land(self._host(params, state))
+            return done
+        done(table)
         return None
 
     def _start_copy_out(self, devs: list[torch.Tensor], victim: bool):
@@ -296,24 +403,37 @@ class TorchCompute:
     def forget_partitions(self) -> None:
         """Drops every partition slot (relations stay)."""
         for key in [k for k, s in self.slots.items() if s.kind == "partition"]:
-            self._ready(self.slots.pop(key))
+            self._forget(key)
+
+    def _stage(self, ctxs: list[dict]) -> dict:
+        """Copies in the tables of ``ctxs`` the backend does not hold (a run path that calls no
+        hooks; back out at the piece's end): ``{key: (slot, params, state)}``."""
+        staged = {}
+        for c in ctxs:
+            tables = [("staged", p) for p in c["parts"]] + ([("relations", c["rels"])] if c["rels"] else [])
+            for kind, (params, state, _, key) in tables:
+                if key not in self.slots and key not in staged:
+                    staged[key] = (self._hold(kind, params, state), params, state)
+        return staged
 
     def _ctx(self, c: dict, staged: dict) -> step.Ctx:
-        def table(params, state, rows, key):
-            slot = self.slots.get(key)
-            if slot is not None:
-                return self._ready(slot)
-            # Not held (no hooks on this path): copied in now, back at the piece's end.
-            if key not in staged:
-                hp, hs = self._host(params, state)
-                dp, _ = self._to_device(hp, self.stage_slots)
-                ds, ready = self._to_device(hs, self.stage_slots)
-                staged[key] = (self._ready(Slot("staged", step.Table(dp, ds), ready)), params, state)
-            return staged[key][0]
+        """The step's context of ``c``, once every table it names is held or staged."""
+
+        def slot(key: int) -> Slot:
+            s = self.slots.get(key) or staged[key][0]
+            self._ready(s)
+            return s
 
         step.check_model(c["model"])
-        parts = [table(*p) for p in c["parts"]]
-        rels = table(*c["rels"]) if c["rels"] is not None else None
+        nodes, slot_rows = self.buffer.rows(c["dim"])
+        bases = [slot(p[3]).index * slot_rows for p in c["parts"]]
+        bucket = (c["src_part"], c["dst_part"])
+        layout = step.layout(c["pool"], bases, [p[2] for p in c["parts"]], bucket, c["part_of"])
+        rels = None
+        if c["rels"] is not None:
+            flat = self._ready(slot(c["rels"][3]))
+            params = flat.params.view(-1, step.rel_dim(c["model"], c["dim"]))
+            rels = step.Table(params, flat.state.view(params.shape[0], -1))
         head_prob = c["head_prob"]
         return step.Ctx(
             model=c["model"],
@@ -324,10 +444,7 @@ class TorchCompute:
             gamma=c["gamma"],
             adversarial=c["adversarial"],
             lr=c["lr"],
-            parts=parts,
-            sizes=[p[2] for p in c["parts"]],
-            src_part=c["src_part"],
-            dst_part=c["dst_part"],
+            nodes=nodes,
             rels=rels,
             inverse_offset=c["inverse_offset"],
             corrupt=c["corrupt"],
@@ -335,8 +452,7 @@ class TorchCompute:
             negatives=c["negatives"],
             degree_fraction=c["degree_fraction"],
             pool=c["pool"],
-            sizes_t=self._const([p[2] for p in c["parts"]], torch.int64),
-            part_of_t=self._const(c["part_of"], torch.int64) if c["part_of"] is not None else None,
+            layout=self._const(layout, torch.int64),
             part_size=c["part_size"],
             num_nodes=c["num_nodes"],
             reg=c["reg"],
@@ -356,12 +472,13 @@ class TorchCompute:
 
     @staticmethod
     def _graph_key(c: dict, ctx: step.Ctx) -> tuple:
-        """What a captured step bakes in of a context: its settings and its tables' device
-        addresses and shapes."""
-        tables = [*ctx.parts, *([ctx.rels] if ctx.rels is not None else [])]
+        """What a captured step bakes in of a context: its settings, the device addresses and
+        shapes of the slot buffer and the relations, and the length of its layout (whose values
+        a replay copies in: every bucket of a run shares the graphs of its settings)."""
+        tables = [ctx.nodes, *([ctx.rels] if ctx.rels is not None else [])]
         memory = tuple((t.params.data_ptr(), *t.params.shape, t.state.data_ptr(), *t.state.shape) for t in tables)
-        settings = tuple((k, repr(v)) for k, v in sorted(c.items()) if k not in ("parts", "rels"))
-        return memory, settings
+        settings = tuple((k, repr(v)) for k, v in sorted(c.items()) if k not in PLACEMENT)
+        return memory, len(ctx.layout), settings
 
     def train_piece(self, ctxs: list[dict], groups: list[int], bounds: list[int], edges, weights, key: int):
         """Trains one piece: chunk ``c`` is edges ``bounds[c] .. bounds[c + 1]`` (rows of
@@ -369,9 +486,8 @@ class TorchCompute:
         ``ctxs[groups[c]]``, seeded ``derive(key, c)``. Returns ``(loss, directions, flops,
         busy seconds)``."""
         start = time.perf_counter()
-        staged: dict = {}
+        staged = self._stage(ctxs)
         contexts = [self._ctx(c, staged) for c in ctxs]
-        self._shape_slots(contexts)
         with warnings.catch_warnings():
             # The edges are lent read-only; torch warns that it cannot mark its view so.
             warnings.simplefilter("ignore", UserWarning)
@@ -402,20 +518,9 @@ class TorchCompute:
             self.events.append((begin, end))
         else:
             self.busy += time.perf_counter() - start
-        for t, params, state in staged.values():
+        for slot, params, state in staged.values():
+            t = self._ready(slot)
             self._start_copy_out([t.params, t.state], victim=False)(self._host(params, state))
+            if slot.index is not None:
+                self.buffer.release(slot.index)
         return float(self.total), directions, flops, time.perf_counter() - start
-
-    def _shape_slots(self, contexts: list[step.Ctx]) -> None:
-        """Gives the piece's tables the row shape of the model (they are held flat)."""
-        for ctx in contexts:
-            width = ctx.dim
-            ctx.parts = [self._shaped(t, width) for t in ctx.parts]
-            if ctx.rels is not None:
-                ctx.rels = self._shaped(ctx.rels, ctx.rel_dim)
-
-    @staticmethod
-    def _shaped(t: step.Table, width: int) -> step.Table:
-        """``t``'s flat device rows as ``rows x width`` and their state row by row."""
-        params = t.params.view(-1, width)
-        return step.Table(params, t.state.view(params.shape[0], -1))

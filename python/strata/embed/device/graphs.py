@@ -1,16 +1,19 @@
-"""CUDA graphs of the training step: a chunk's few hundred small kernels replayed as one launch.
+"""CUDA graphs of the training step: a chunk's small kernels replayed as one launch.
 
 A chunk at B1's settings (1,000 edges sharing 1,000 negatives, ComplEx, both sides) is about
-300 kernels of a few microseconds each. Issued one by one from Python, the host takes
-milliseconds per chunk while the GPU idles between them. The step reads no device value on the
-host (:func:`step.train_chunk`), so on ``cuda`` it is captured once and replayed for every
-further chunk that would launch the same kernels on the same memory; a chunk's inputs (its
-edges, weights and key) are copied into the graph's static tensors first.
+130 kernels of a few microseconds each (``benches/bench_embed_step.py``). Issued one by one
+from Python, the host takes milliseconds per chunk while the GPU idles between them. The step
+reads no device value on the host (:func:`step.train_chunk`), so on ``cuda`` it is captured
+once and replayed for every further chunk that would launch the same kernels on the same
+memory; a chunk's inputs (its edges, weights and random streams, and its bucket's layout) are
+copied into the graph's static tensors first.
 
 A graph is keyed by everything its kernels bake in: the chunk's size, whether it is weighted,
 the training context's settings and the device addresses and shapes of the tables it reads and
-writes (a partition slot that moves gets a new graph). The first chunk of a key runs eagerly;
-the second eagerly on the capture stream, so that CUDA's lazy setup for that stream (cuBLAS's
+writes: the slot buffer, which holds every resident partition, and the relations. Where the
+bucket's partitions sit in the buffer is a small tensor (``Ctx.layout``) that a replay copies
+in, so one graph serves every bucket of a run. The first chunk of a key runs eagerly; the
+second eagerly on the capture stream, so that CUDA's lazy setup for that stream (cuBLAS's
 workspace among it) happens outside a capture; the third is captured and replayed. At most
 :data:`CAPACITY` graphs are kept, the least recently used dropped first. They share one memory
 pool: they replay one at a time on one stream and keep nothing between replays. Bernoulli
@@ -19,8 +22,8 @@ after a capture fails (the run goes on, and says so once).
 
 On the CPU twin (``torch-cpu``) the same bookkeeping runs with a capture that records nothing:
 a "replay" copies the chunk's inputs into the graph's static tensors and runs the step on them,
-its key a device tensor, as the captured kernels read them. So CI covers everything but CUDA's
-capture itself: the keys, the warm-up, the static inputs, the step's tensor-key path.
+as the captured kernels read them. So CI covers everything but CUDA's capture itself: the
+keys, the warm-up, the static inputs.
 """
 
 from __future__ import annotations
@@ -28,20 +31,20 @@ from __future__ import annotations
 import sys
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from strata.device import rng
 from strata.embed.device import step
 
 #: Graphs kept at once (each holds a chunk's intermediates: tens of MiB at B1's settings).
 CAPACITY = 32
 
 
-def eager(ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
-    """Trains one chunk op by op, adding its loss to ``total``; ``(directions, flops)``."""
-    loss, directions, flops = step.train_chunk(ctx, edges, weights, key)
+def eager(ctx: step.Ctx, edges, weights, streams: torch.Tensor, total: torch.Tensor) -> tuple[int, float]:
+    """Trains one chunk op by op with its ``streams`` (:func:`step.fill_streams`), adding its
+    loss to ``total``; ``(directions, flops)``."""
+    loss, directions, flops = step.train_chunk(ctx, edges, weights, streams)
     total.add_(loss)
     return directions, flops
 
@@ -54,20 +57,23 @@ class Graph:
     graph: torch.cuda.CUDAGraph | None
     edges: torch.Tensor
     weights: torch.Tensor | None
-    key: torch.Tensor
+    streams: torch.Tensor
+    layout: torch.Tensor
     directions: int
     flops: float
 
     def replay(self, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
-        """Trains a chunk by the captured step: its inputs copied into the static tensors, then
-        the graph replayed (on the CPU twin, the step run on the static tensors with ``ctx``,
-        whose settings and tables the graph's key says are the captured ones)."""
+        """Trains a chunk by the captured step: its inputs (the chunk's and its bucket's layout)
+        copied into the static tensors, then the graph replayed (on the CPU twin, the step run
+        on the static tensors with ``ctx``, whose settings and tables the graph's key says are
+        the captured ones)."""
         self.edges.copy_(edges)
         if weights is not None:
             self.weights.copy_(weights)
-        self.key.fill_(rng.as_i64(key))
+        step.fill_streams(key, self.streams)
+        self.layout.copy_(ctx.layout)
         if self.graph is None:
-            eager(ctx, self.edges, self.weights, self.key, total)
+            eager(replace(ctx, layout=self.layout), self.edges, self.weights, self.streams, total)
         else:
             self.graph.replay()
         return self.directions, self.flops
@@ -98,12 +104,12 @@ class StepGraphs:
             if seen == 2:
                 self.eager_steps += 1
                 with self._on_side_stream():
-                    return eager(ctx, edges, weights, key, total)
+                    return eager(ctx, edges, weights, self._streams(key), total)
             if seen > 2:
                 graph = self._capture(gkey, ctx, edges, weights, key, total)
         if graph is None:
             self.eager_steps += 1
-            return eager(ctx, edges, weights, key, total)
+            return eager(ctx, edges, weights, self._streams(key), total)
         self.graphs.move_to_end(gkey)
         self.replays += 1
         return graph.replay(ctx, edges, weights, key, total)
@@ -118,6 +124,10 @@ class StepGraphs:
             line += f" (capture failed: {self.broken})"
         self.replays = self.captures = self.eager_steps = 0
         return line
+
+    def _streams(self, key: int) -> torch.Tensor:
+        """The streams of a chunk of ``key`` in a new device tensor."""
+        return step.fill_streams(key, torch.empty(step.STREAMS, dtype=torch.int64, device=self.device))
 
     def _seen(self, gkey: tuple) -> int:
         """How many chunks of ``gkey`` have come, this one included."""
@@ -144,7 +154,8 @@ class StepGraphs:
         """Captures the step of ``gkey`` with static copies of the inputs and keeps it (not run
         yet: the caller replays it); ``None``, and eager steps from then on, if it fails."""
         static = (edges.clone(), None if weights is None else weights.clone())
-        static_key = torch.full((), rng.as_i64(key), dtype=torch.int64, device=self.device)
+        streams = self._streams(key)
+        layout = ctx.layout.clone()
         graph = torch.cuda.CUDAGraph() if self.cuda else None
         if graph is None:
             # The CPU twin records nothing; its replays run the step on the static inputs. The
@@ -155,7 +166,7 @@ class StepGraphs:
                 with self._on_side_stream():
                     graph.capture_begin(pool=self.pool)
                     try:
-                        loss, directions, flops = step.train_chunk(ctx, *static, static_key)
+                        loss, directions, flops = step.train_chunk(replace(ctx, layout=layout), *static, streams)
                         total.add_(loss)
                     finally:
                         graph.capture_end()
@@ -164,7 +175,7 @@ class StepGraphs:
                 print(f"device: CUDA graph capture failed ({self.broken}); the step runs op by op", file=sys.stderr)
                 return None
         self.captures += 1
-        self.graphs[gkey] = Graph(graph, *static, static_key, directions, flops)
+        self.graphs[gkey] = Graph(graph, *static, streams, layout, directions, flops)
         if len(self.graphs) > CAPACITY:
             self.graphs.popitem(last=False)
         return self.graphs[gkey]

@@ -1,15 +1,21 @@
 """The training step of the embedding engine on a torch device, the twin of the Rust worker's.
 
 One chunk of one bucket, exactly as ``strata_embed``'s CPU worker trains it: the same shared
-negatives (drawn through :mod:`strata.device.rng` from the chunk's key, so a device picks what
-the Rust engine picks), the same scores, losses and regularizers, and one Adagrad step per
-touched row with the gradients of every side and role summed. The gradients are torch's
-autograd of the same forward arithmetic: the forward pass is the model's matrix products, and
-autograd's backward is the same products transposed (Legend §6's reuse of the forward results
-without a hand-written kernel per model).
+negatives (drawn through :mod:`strata.device.rng` from the chunk's streams, so a device picks
+what the Rust engine picks), the same scores, losses and regularizers, and one Adagrad step per
+touched row with the gradients of every side and role summed.
+
+The sides of a chunk that share its edges (``corrupt = both``) are computed as one batch: their
+rows stacked on a leading dimension of ``S`` sides, their scores batched matrix products, their
+random draws one stream each of the same kernels. The bilinear models' gradients are written
+out and reuse the forward results (Legend §6): with query rows ``a = phi(s, r)``, positive
+scores ``a . t``, negative scores ``a N^T`` and the loss's gradients ``dpos`` and ``dneg`` of
+them, ``da = dpos t + dneg N``, ``dt = dpos a``, ``dN = dneg^T a``, and ``phi``'s own (linear in
+``s`` and in ``r``). TransE and RotatE take their scores' gradients from autograd.
 
 Shapes: node rows ``dim`` floats, relation rows ``rel_dim``; ``edges`` is ``b x 3`` int64
-``(source local row, relation, destination local row)``; ``weights`` ``b`` floats or ``None``.
+``(source local row, relation, destination local row)``; ``weights`` ``b`` floats or ``None``;
+a chunk's ``n`` negatives per side.
 """
 
 from __future__ import annotations
@@ -22,14 +28,18 @@ import torch
 import torch.nn.functional as F
 
 from strata.device import rng
+from strata.embed.device import adagrad
 
 #: Added under square roots of distances, as the Rust models do.
 EPS = 1e-9
-#: Added to Adagrad's denominator, as ``SharedRows::adagrad``.
-ADAGRAD_EPS = 1e-9
 
 #: The score models the device step implements, and their relation row widths.
 MODELS = ("dot", "distmult", "complex", "transe", "rotate")
+#: The models whose scores are products of query rows and targets (gradients written out).
+BILINEAR = ("dot", "distmult", "complex")
+#: Streams a chunk draws from: ``derive(key, k)`` for its sides ``k = 0, 1`` and, with
+#: ``corrupt = bernoulli``, for the choice of sides (``k = 2``).
+STREAMS = 3
 
 
 def rel_dim(model: str, dim: int) -> int:
@@ -55,13 +65,36 @@ class Table:
     state: torch.Tensor
 
 
+#: Where ``Ctx.layout`` holds each value: the buffer rows where the bucket's source and
+#: destination partitions start (``END_BASE``), their rows (``END_ROWS``), the rows of every
+#: resident partition (``RESIDENT_ROWS``), then the negative pool's table (``POOL``: for
+#: ``resident`` each partition's end in the resident rows then its buffer row less its start
+#: there; for ``all`` each partition id's first buffer row).
+END_BASE, END_ROWS, RESIDENT_ROWS, POOL = slice(0, 2), slice(2, 4), 4, 5
+
+
+def layout(pool: str, bases: list[int], sizes: list[int], bucket: tuple[int, int], part_of: list | None) -> list[int]:
+    """The values of ``Ctx.layout`` for resident partitions of ``sizes`` rows starting at buffer
+    rows ``bases``, the bucket's source and destination partitions ``bucket`` (indices in them)
+    and ``part_of`` each partition id's index (see :data:`END_BASE`)."""
+    src, dst = bucket
+    ends = [bases[src], bases[dst], sizes[src], sizes[dst], sum(sizes)]
+    if pool == "resident":
+        starts = np.cumsum([0, *sizes]).tolist()
+        return ends + starts[1:] + [b - a for b, a in zip(bases, starts, strict=False)]
+    if pool == "all":
+        return ends + [bases[p] for p in part_of]
+    return ends
+
+
 @dataclass
 class Ctx:
     """What every chunk of a bucket trains against (``BucketCtx`` of the Rust worker).
 
-    ``parts`` are the resident partitions' tables; ``pool`` is ``partition``, ``resident`` or
-    ``all`` (then ``part_of_t`` maps each partition id to its index in ``parts``, every one
-    resident, and ``part_size``/``num_nodes`` place a node)."""
+    ``nodes`` is the slot buffer: every resident partition's rows, a node's row the buffer row
+    where its partition's slot starts plus its row there; ``layout`` (int64 on the device) says
+    where the bucket's partitions sit (:func:`layout`), so that the kernels read the placement
+    from memory and a captured step serves every bucket of the same settings."""
 
     model: str
     dim: int
@@ -71,10 +104,7 @@ class Ctx:
     gamma: float
     adversarial: float | None
     lr: float
-    parts: list[Table]
-    sizes: list[int]
-    src_part: int
-    dst_part: int
+    nodes: Table
     rels: Table | None
     inverse_offset: int
     corrupt: str
@@ -82,10 +112,7 @@ class Ctx:
     negatives: int
     degree_fraction: float
     pool: str
-    #: ``sizes`` and ``part_of`` as int64 device tensors (built once per piece and shared by
-    #: value, so that a captured CUDA graph reads tensors that outlive it).
-    sizes_t: torch.Tensor
-    part_of_t: torch.Tensor | None
+    layout: torch.Tensor
     part_size: int
     num_nodes: int
     reg: str
@@ -105,212 +132,303 @@ class Ctx:
 
 
 @dataclass
-class Side:
-    """One corrupted side of a chunk: tail corruption scores ``(s, r, t')``, head corruption
-    ``(t, r^-1, s')``."""
+class Stack:
+    """Sides of a chunk trained as one batch over the same edges: ``sides`` their orientations
+    (0: tail corruption, scoring ``(s, r, t')``, its sources the edges' source end; 1: head
+    corruption, ``(t, r^-1, s')``, its sources the destination end) and ``streams`` (``S x 1``
+    int64) each side's ``derive(key, k)``."""
 
-    tail: bool
+    sides: list[int]
+    streams: torch.Tensor
     edges: torch.Tensor
     weights: torch.Tensor | None
 
 
-def sides_of(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int) -> list[Side]:
-    """The corrupted sides of a chunk in training order (``Worker::train_chunk``)."""
-    if ctx.corrupt == "both":
-        return [Side(True, edges, weights), Side(False, edges, weights)]
-    if ctx.corrupt == "tail":
-        return [Side(True, edges, weights)]
-    if ctx.corrupt == "head":
-        return [Side(False, edges, weights)]
-    # Bernoulli: edge i's head is corrupted when draw i of derive(key, 2) is below its
-    # relation's probability.
-    u = rng.unit(rng.draw(rng.derive(key, 2), torch.arange(len(edges), device=edges.device)))
-    head = u < ctx.head_prob[edges[:, 1]].to(torch.float64)
-    out = []
-    for tail, mask in ((True, ~head), (False, head)):
-        if bool(mask.any()):
-            out.append(Side(tail, edges[mask], None if weights is None else weights[mask]))
+def fill_streams(key: int, out: torch.Tensor) -> torch.Tensor:
+    """``out`` (``STREAMS`` int64 on the device) filled with a chunk's streams ``derive(key, k)``,
+    computed on the host and filled as kernel arguments (no host -> device copy)."""
+    for k in range(STREAMS):
+        out[k].fill_(rng.as_i64(rng.derive_int(key, k)))
     return out
 
 
-def orientation(ctx: Ctx, tail: bool) -> tuple[int, int, int, int, int, bool]:
-    """``(s_part, s_col, d_part, d_col, rel_offset, reverse)`` of a side."""
-    if tail:
-        return ctx.src_part, 0, ctx.dst_part, 2, 0, False
-    reverse = ctx.inverse_offset == 0 and ctx.rel_dim > 0
-    return ctx.dst_part, 2, ctx.src_part, 0, ctx.inverse_offset, reverse
+def stacks_of(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, streams: torch.Tensor) -> list[Stack]:
+    """The sides of a chunk in training order (``Worker::train_chunk``'s, side ``k`` drawing
+    from stream ``k``): one stack of them over the chunk's edges, or with ``corrupt =
+    bernoulli`` one stack per side over the edges it drew."""
+    column = streams[:, None]
+    if ctx.corrupt != "bernoulli":
+        sides = {"both": [0, 1], "tail": [0], "head": [1]}[ctx.corrupt]
+        return [Stack(sides, column[: len(sides)], edges, weights)]
+    # Edge i's head is corrupted when draw i of stream 2 is below its relation's probability.
+    u = rng.unit(rng.draw(streams[2], torch.arange(len(edges), device=edges.device)))
+    head = u < ctx.head_prob[edges[:, 1]].to(torch.float64)
+    out = []
+    for side, mask in ((0, ~head), (1, head)):
+        if bool(mask.any()):
+            k = len(out)
+            out.append(Stack([side], column[k : k + 1], edges[mask], None if weights is None else weights[mask]))
+    return out
 
 
-def negatives(ctx: Ctx, side: Side, k: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The side's shared negatives ``(parts, rows)`` (``n`` each), drawn from
-    ``derive(key, k)``: a degree-weighted part (targets of the side's edges) then uniform."""
-    _, _, d_part, d_col, _, _ = orientation(ctx, side.tail)
-    device = side.edges.device
+def pick(x: torch.Tensor, sides: list[int]) -> torch.Tensor:
+    """``x[sides]`` of a tensor over the two ends (first dimension): a view unless reversed."""
+    if sides == [1, 0]:
+        return x.flip(0)
+    return x[sides[0] : sides[0] + len(sides)]
+
+
+def other(sides: list[int]) -> list[int]:
+    """The ends of the sides' targets."""
+    return [1 - side for side in sides]
+
+
+def unpick(gs: torch.Tensor, gt: torch.Tensor, sides: list[int]) -> torch.Tensor:
+    """The gradient of the two ends' rows (``2 x b x dim``) of their uses as the sides' sources
+    (``gs``) and targets (``gt``)."""
+    if sides == [0, 1]:
+        return gs + gt.flip(0)
+    return torch.cat([gs, gt] if sides == [0] else [gt, gs])
+
+
+def keys_of(ctx: Ctx, stack: Stack) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A stack's buffer rows of the edges' ends (``2 x b``: sources, destinations), of its
+    negatives (``S x n``) and its relation rows (``S x b``)."""
+    e = stack.edges
+    ends = e[:, ::2].T + ctx.layout[END_BASE][:, None]
+    rels = [e[:, 1] + (ctx.inverse_offset if side else 0) for side in stack.sides]
+    return ends, negatives(ctx, stack, pick(ends, other(stack.sides))), torch.stack(rels)
+
+
+def negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
+    """The buffer rows of each side's shared negatives (``S x n``), drawn from its stream: a
+    degree-weighted part (among ``targets``, ``S x b``: the side's edges' targets) then uniform
+    from the pool."""
     n = ctx.negatives
     # The f32 product, rounded half away from zero, as the Rust worker.
-    n_degree = math.floor(float(torch.tensor(n, dtype=torch.float32) * ctx.degree_fraction) + 0.5)
-    n_degree = min(n_degree, n)
-    bits = rng.draw(rng.derive(key, k), torch.arange(n, device=device))
-    parts = torch.full((n,), d_part, dtype=torch.int64, device=device)
-    rows = torch.empty(n, dtype=torch.int64, device=device)
-    b = len(side.edges)
+    n_degree = min(n, math.floor(float(np.float32(n) * np.float32(ctx.degree_fraction)) + 0.5))
+    out = []
     if n_degree:
-        rows[:n_degree] = side.edges[rng.below(bits[:n_degree], b), d_col]
-    u = bits[n_degree:]
+        out.append(targets.gather(1, rng.draw_below(stack.streams, 0, n_degree, targets.shape[1])))
+    uniform = (stack.streams, n_degree, n - n_degree)
     if ctx.pool == "partition":
-        rows[n_degree:] = rng.below(u, ctx.sizes[d_part])
+        ends = other(stack.sides)
+        rows = pick(ctx.layout[END_ROWS], ends)[:, None]
+        out.append(pick(ctx.layout[END_BASE], ends)[:, None] + rng.draw_below(*uniform, rows))
     elif ctx.pool == "resident":
-        sizes = ctx.sizes_t
-        ends = sizes.cumsum(0)
-        r = rng.below(u, sum(ctx.sizes))
-        p = torch.searchsorted(ends, r, right=True)
-        parts[n_degree:] = p
-        rows[n_degree:] = r - (ends - sizes)[p]
+        table = ctx.layout[POOL:]
+        ends, shift = table[: len(table) // 2], table[len(table) // 2 :]
+        r = rng.draw_below(*uniform, ctx.layout[RESIDENT_ROWS])
+        out.append(r + shift[torch.searchsorted(ends, r, right=True)])
     else:
-        pos = rng.below(u, ctx.num_nodes)
-        parts[n_degree:] = ctx.part_of_t[pos // ctx.part_size]
-        rows[n_degree:] = pos % ctx.part_size
-    return parts, rows
+        pos = rng.draw_below(*uniform, ctx.num_nodes)
+        out.append(ctx.layout[POOL:][pos // ctx.part_size] + pos % ctx.part_size)
+    return torch.cat(out, 1) if len(out) > 1 else out[0]
 
 
 def reverse_relation(model: str, rows: torch.Tensor) -> torch.Tensor:
-    """The rows that score ``(t, r', h)`` like a tail query (``ScoreModel::reverse_relation``)."""
+    """The rows that score ``(t, r', h)`` like a tail query (``ScoreModel::reverse_relation``):
+    a linear map that is its own inverse and transpose."""
     if model in ("transe", "rotate"):
         return -rows
     if model == "complex":
-        h = rows.shape[1] // 2
-        return torch.cat([rows[:, :h], -rows[:, h:]], 1)
+        h = rows.shape[-1] // 2
+        return torch.cat([rows[..., :h], -rows[..., h:]], -1)
     return rows
 
 
+def oriented(ctx: Ctx, rows: torch.Tensor, sides: list[int]) -> torch.Tensor:
+    """Relation rows (``S x b x rel_dim``) as each side scores them: a head side's reversed when
+    the relations have no inverse rows. Maps their gradients back too (the map is its own
+    transpose)."""
+    if ctx.inverse_offset != 0 or ctx.rel_dim == 0 or 1 not in sides:
+        return rows
+    if len(sides) == 1:
+        return reverse_relation(ctx.model, rows)
+    return torch.cat([rows[:1], reverse_relation(ctx.model, rows[1:])])
+
+
 def combine(model: str, s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """The query rows ``a = phi(s, r)`` (``b x dim``)."""
+    """The query rows ``a = phi(s, r)`` (``... x dim``)."""
     if model == "dot":
         return s
     if model == "distmult":
         return s * r
     if model == "transe":
         return s + r
-    h = s.shape[1] // 2
-    sr, si = s[:, :h], s[:, h:]
+    h = s.shape[-1] // 2
+    sr, si = s[..., :h], s[..., h:]
     if model == "complex":
-        rr, ri = r[:, :h], r[:, h:]
+        rr, ri = r[..., :h], r[..., h:]
     else:  # rotate: r holds phases
         rr, ri = torch.cos(r), torch.sin(r)
-    return torch.cat([sr * rr - si * ri, sr * ri + si * rr], 1)
+    return torch.cat([sr * rr - si * ri, sr * ri + si * rr], -1)
 
 
-def scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positive scores (``b``) and negative scores (``b x n``) of query rows ``a``."""
-    model = ctx.model
-    if model in ("dot", "distmult", "complex"):
-        return (a * t).sum(1), a @ neg.T
-    if model == "transe" and ctx.transe_norm == 2:
-        pos = -(((a - t) ** 2).sum(1) + EPS).sqrt()
-        a_sq, n_sq = (a * a).sum(1), (neg * neg).sum(1)
-        sq = (a @ neg.T * -2.0 + a_sq[:, None] + n_sq[None, :]).clamp(min=0.0)
+def combine_grads(model: str, s: torch.Tensor, r: torch.Tensor, da: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``s`` and ``r`` of a bilinear model's ``a = phi(s, r)`` given ``da``:
+    ``phi`` is linear in each (ComplEx: ``a = s r`` in complex numbers, so ``ds = da conj(r)``
+    and ``dr = da conj(s)``)."""
+    if model == "dot":
+        return da, r
+    if model == "distmult":
+        return da * r, da * s
+    # Both products at once, over r and s stacked.
+    both = combine(model, da[None], reverse_relation(model, torch.stack([r, s])))
+    return both[0], both[1]
+
+
+def pair_scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """TransE's and RotatE's positive scores (``S x b``) and negative scores (``S x b x n``) of
+    query rows ``a`` (``S x b x dim``), targets ``t`` and negatives ``neg`` (``S x n x dim``)."""
+    if ctx.model == "transe" and ctx.transe_norm == 2:
+        pos = -(((a - t) ** 2).sum(-1) + EPS).sqrt()
+        a_sq, n_sq = (a * a).sum(-1), (neg * neg).sum(-1)
+        sq = (a @ neg.mT * -2.0 + a_sq[..., :, None] + n_sq[..., None, :]).clamp(min=0.0)
         return pos, -(sq + EPS).sqrt()
-    if model == "transe":
-        return -(a - t).abs().sum(1), -(a[:, None, :] - neg[None, :, :]).abs().sum(2)
-    h = a.shape[1] // 2
+    pairs = a[..., :, None, :] - neg[..., None, :, :]
+    if ctx.model == "transe":
+        return -(a - t).abs().sum(-1), -pairs.abs().sum(-1)
+    h = a.shape[-1] // 2
 
-    def dist(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        diff = x - y
+    def dist(diff: torch.Tensor) -> torch.Tensor:
         return -((diff[..., :h] ** 2 + diff[..., h:] ** 2 + EPS).sqrt()).sum(-1)
 
-    return dist(a, t), dist(a[:, None, :], neg[None, :, :])
+    return dist(a - t), dist(pairs)
 
 
-def loss_terms(ctx: Ctx, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
-    """Each edge's loss term (``b``) of positive scores ``pos`` and negative scores ``neg``."""
-    adv = None
-    if ctx.adversarial is not None and ctx.loss in ("logistic", "margin"):
-        # n softmax(alpha scores), a constant in the gradient (RotatE's detach).
-        adv = torch.softmax(ctx.adversarial * neg.detach(), 1) * neg.shape[1]
+def loss_grads(
+    ctx: Ctx, pos: torch.Tensor, neg: torch.Tensor, weights: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The sides' loss (float64 scalar: each edge's term, times its weight, summed) of positive
+    scores ``pos`` (``S x b``) and negative scores ``neg`` (``S x b x n``), and its gradients
+    of them."""
     if ctx.loss == "softmax":
-        return torch.logsumexp(torch.cat([pos[:, None], neg], 1), 1) - pos
-    if ctx.loss == "logistic":
-        g, n = ctx.gamma, neg.shape[1]
-        u = 1.0 / n if adv is None else adv / n
-        return F.softplus(-(pos + g), threshold=20.0) + (F.softplus(neg + g, threshold=20.0) * u).sum(1)
-    if ctx.loss == "margin":
-        h = F.relu(ctx.margin - pos[:, None] + neg)
-        return (h if adv is None else h * adv).sum(1)
-    raise ValueError(f"loss {ctx.loss} is not supported with a torch device")
-
-
-def regularizer(ctx: Ctx, rows: torch.Tensor, layout: str) -> torch.Tensor:
-    """``sum R(x)`` over ``rows`` (N3: cubes of magnitudes, L2: squares); complex rows take the
-    modulus of each coordinate."""
-    if layout == "skip":
-        return rows.new_zeros(())
-    if layout == "complex":
-        h = rows.shape[1] // 2
-        sq = rows[:, :h] ** 2 + rows[:, h:] ** 2
+        z = torch.cat([pos[..., None], neg], -1)
+        terms = torch.logsumexp(z, -1) - pos
+        p = torch.softmax(z, -1)
+        dpos, dneg = p[..., 0] - 1.0, p[..., 1:]
+    elif ctx.loss in ("logistic", "margin"):
+        # n softmax(alpha scores), a constant in the gradient (RotatE's detach).
+        adv = None if ctx.adversarial is None else torch.softmax(ctx.adversarial * neg, -1) * neg.shape[-1]
+        if ctx.loss == "logistic":
+            u = 1.0 / neg.shape[-1] if adv is None else adv / neg.shape[-1]
+            x, y = -(pos + ctx.gamma), neg + ctx.gamma
+            terms = F.softplus(x, threshold=20.0) + (F.softplus(y, threshold=20.0) * u).sum(-1)
+            dpos, dneg = -softplus_grad(x), softplus_grad(y) * u
+        else:
+            h = F.relu(ctx.margin - pos[..., None] + neg)
+            terms = (h if adv is None else h * adv).sum(-1)
+            dneg = (h > 0).to(h.dtype) if adv is None else torch.where(h > 0, adv, 0.0)
+            dpos = -dneg.sum(-1)
     else:
-        sq = rows * rows
-    # N3's m^3 as (m^2)^1.5: its gradient 3 m x is finite at 0, unlike sqrt's.
-    return (sq**1.5).sum() if ctx.reg == "n3" else sq.sum()
+        raise ValueError(f"loss {ctx.loss} is not supported with a torch device")
+    if weights is not None:
+        terms, dpos, dneg = terms * weights, dpos * weights, dneg * weights[:, None]
+    return terms.to(torch.float64).sum(), dpos, dneg
+
+
+def softplus_grad(x: torch.Tensor) -> torch.Tensor:
+    """``softplus(x)``'s derivative with torch's threshold 20 (linear above it)."""
+    return torch.where(x > 20.0, 1.0, torch.sigmoid(x))
+
+
+def score_grads(
+    ctx: Ctx, s: torch.Tensor, t: torch.Tensor, neg: torch.Tensor, r: torch.Tensor, weights: torch.Tensor | None
+) -> tuple[torch.Tensor, ...]:
+    """``(loss, ds, dt, dneg, dr)``: the sides' loss of their sources ``s`` and targets ``t``
+    (``S x b x dim``), negatives ``neg`` (``S x n x dim``) and relation rows ``r`` (``S x b x
+    rel_dim``) as scored, and its gradients of each."""
+    if ctx.model in BILINEAR:
+        a = combine(ctx.model, s, r)
+        loss, dpos, dneg = loss_grads(ctx, (a * t).sum(-1), a @ neg.mT, weights)
+        ds, dr = combine_grads(ctx.model, s, r, torch.baddbmm(dpos[..., None] * t, dneg, neg))
+        return loss, ds, dpos[..., None] * a, dneg.mT @ a, dr
+    leaves = [x.detach().requires_grad_() for x in (s, t, neg, r)]
+    with torch.enable_grad():
+        pos, neg_scores = pair_scores(ctx, combine(ctx.model, leaves[0], leaves[3]), leaves[1], leaves[2])
+    loss, dpos, dneg = loss_grads(ctx, pos.detach(), neg_scores.detach(), weights)
+    return loss, *torch.autograd.grad((pos, neg_scores), leaves, (dpos, dneg))
+
+
+def regularize(ctx: Ctx, rows: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...]) -> tuple:
+    """``(term, grads)``: the sides' regularization term (``model::regularize``, float64) of
+    their source, target and relation rows as stored (``rows``, ``S x b x .``), and ``grads``
+    (theirs) with its gradients added: side ``i``'s ``w / b`` times ``sum R`` of each (weighted:
+    ``w / p``, and the head side of ``corrupt = both`` takes only its inverse relation rows,
+    whose edges the tail side penalised already); relation rows with their own weight."""
+    b = rows[0].shape[1]
+    rel_weight = ctx.reg_weight if ctx.rel_reg_weight is None else ctx.rel_reg_weight
+    total = rows[0].new_zeros((), dtype=torch.float64)
+    if ctx.reg == "none" or (ctx.reg_weight == 0.0 and rel_weight == 0.0) or b == 0:
+        return total, grads
+    scale = 1.0 / POWER[ctx.reg] if ctx.reg_weighted else 1.0 / b
+    node_layout, rel_layout = layouts(ctx.model)
+    roles = [(node_layout, ctx.reg_weight)] * 2 + [(rel_layout, rel_weight if ctx.rel_dim else 0.0)]
+    added: list[list] = [[None] * len(rows[0]) for _ in roles]
+    for i in range(len(rows[0])):
+        # The weighted form's head side of corrupt = both: its inverse relation rows only.
+        head_of_both = ctx.reg_weighted and i == 1 and ctx.corrupt == "both"
+        for role, (layout_of, weight) in enumerate(roles):
+            if weight == 0.0 or layout_of == "skip" or (head_of_both and (role < 2 or ctx.inverse_offset == 0)):
+                continue
+            value, dx = norm(ctx, rows[role][i], layout_of)
+            total = total + (value * (weight * scale)).to(torch.float64)
+            added[role][i] = dx * (weight * scale)
+    out = []
+    for grad, x, adds in zip(grads, rows, added, strict=True):
+        if any(a is not None for a in adds):
+            # Added out of place: autograd may hand one tensor for two rows' gradients.
+            grad = grad + torch.stack([torch.zeros_like(x[i]) if a is None else a for i, a in enumerate(adds)])
+        out.append(grad)
+    return total, tuple(out)
 
 
 #: The ``p`` of each regularizer's norm (``R(x) = |x|^p``): the weighted form divides by it.
 POWER = {"n3": 3.0, "l2": 2.0}
 
 
-def regularization(ctx: Ctx, rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor], k: int) -> torch.Tensor:
-    """Side ``k``'s regularization term (``model::regularize``) of its source, target and
-    relation rows as stored: ``w / b`` times ``sum R`` of each (weighted: ``w / p``, and the
-    head side of ``corrupt = both`` takes only its inverse relation rows, whose edges the tail
-    side penalised already); relation rows with their own weight."""
-    s, t, r = rows
-    b = s.shape[0]
-    rel_weight = ctx.reg_weight if ctx.rel_reg_weight is None else ctx.rel_reg_weight
-    zero = s.new_zeros((), dtype=torch.float64)
-    if ctx.reg == "none" or (ctx.reg_weight == 0.0 and rel_weight == 0.0) or b == 0:
-        return zero
-    nodes, rels = True, True
-    if ctx.reg_weighted and k == 1 and ctx.corrupt == "both":
-        nodes, rels = False, ctx.inverse_offset > 0
-    scale = 1.0 / POWER[ctx.reg] if ctx.reg_weighted else 1.0 / b
-    node_layout, rel_layout = layouts(ctx.model)
-    total = zero
-    if nodes and ctx.reg_weight != 0.0:
-        term = regularizer(ctx, s, node_layout) + regularizer(ctx, t, node_layout)
-        total = total + (term * (ctx.reg_weight * scale)).to(torch.float64)
-    if rels and ctx.rel_dim and rel_weight != 0.0:
-        total = total + (regularizer(ctx, r, rel_layout) * (rel_weight * scale)).to(torch.float64)
-    return total
+def norm(ctx: Ctx, rows: torch.Tensor, layout_of: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sum R(x)`` over ``rows`` (N3: cubes of magnitudes, L2: squares; complex rows take the
+    modulus of each coordinate) and its gradient (N3: ``3 |x| x``, L2: ``2 x``)."""
+    if layout_of == "complex":
+        h = rows.shape[-1] // 2
+        sq = rows[..., :h] ** 2 + rows[..., h:] ** 2
+        per_real = torch.cat([sq, sq], -1)
+    else:
+        sq = per_real = rows * rows
+    if ctx.reg == "n3":
+        # m^3 as (m^2)^1.5, its gradient 3 m x (finite at 0, where sqrt's is not).
+        return (sq**1.5).sum(), 3.0 * per_real.sqrt() * rows
+    return sq.sum(), 2.0 * rows
 
 
-def dropped(
-    ctx: Ctx, rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], key: int, k: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Side ``k``'s source, target, negative and relation rows with inverted dropout
-    (``model::dropout``): each real kept with its factor ``1 / (1 - rate)`` unless its 32
-    random bits fall below ``rate * 2^32``, two reals a draw, the masks drawn in the Rust
-    worker's order (source, target, negatives at the entity rate, then relations) from the
-    side's stream ``derive(key, k)`` after its ``negatives`` draws."""
-    if not (ctx.entity_dropout > 0.0 or (ctx.relation_dropout > 0.0 and ctx.rel_dim > 0)):
-        return rows
-    stream = rng.derive(key, k)
+def dropout(ctx: Ctx, rows: tuple[torch.Tensor, ...], streams: torch.Tensor) -> tuple[tuple, list]:
+    """The sides' source, target, negative and relation rows (``S x ...``) with inverted dropout
+    (``model::dropout``), and each one's mask (``None``: no dropout): each real kept with its
+    factor ``1 / (1 - rate)`` unless its 32 random bits fall below ``rate * 2^32``, two reals a
+    draw, the masks drawn in the Rust worker's order (source, target, negatives at the entity
+    rate, then relations) from each side's stream after its ``negatives`` draws: all of them
+    one draw of every side's stream."""
+    rates = (ctx.entity_dropout,) * 3 + (ctx.relation_dropout,)
+    blocks = [(i, x[0].numel()) for i, x in enumerate(rows) if rates[i] > 0.0 and x[0].numel()]
+    masks: list = [None] * len(rows)
+    if not blocks:
+        return rows, masks
+    draws = [(count + 1) // 2 for _, count in blocks]
     at = ctx.negatives
-    out = []
-    for x, rate in zip(rows, (ctx.entity_dropout,) * 3 + (ctx.relation_dropout,), strict=True):
-        count = x.numel()
-        if rate <= 0.0 or count == 0:
-            out.append(x)
-            continue
-        draws = (count + 1) // 2
-        bits = rng.draw(stream, torch.arange(at, at + draws, device=x.device))
-        at += draws
-        halves = torch.stack([bits & 0xFFFF_FFFF, rng.shr(bits, 32)], 1).reshape(-1)[:count]
+    bits = rng.draw(streams, torch.arange(at, at + sum(draws), device=streams.device))
+    halves = torch.stack([bits & 0xFFFF_FFFF, rng.shr(bits, 32)], -1).reshape(len(streams), -1)
+    out, start = list(rows), 0
+    for (i, count), n in zip(blocks, draws, strict=True):
         # The rate is an f32's value; its cut and factor as the Rust engine computes them (the
         # factor an f32, so a Python float holds it exactly: no host -> device copy per chunk).
-        cut = int(rate * 4294967296.0)
-        keep = float(np.float32(1.0) / (np.float32(1.0) - np.float32(rate)))
-        mask = torch.where(halves < cut, 0.0, keep).reshape(x.shape)
-        out.append(x * mask)
-    return tuple(out)
+        cut = int(rates[i] * 4294967296.0)
+        keep = float(np.float32(1.0) / (np.float32(1.0) - np.float32(rates[i])))
+        masks[i] = torch.where(halves[:, 2 * start : 2 * start + count] < cut, 0.0, keep).view(rows[i].shape)
+        out[i] = rows[i] * masks[i]
+        start += n
+    return tuple(out), masks
 
 
 def layouts(model: str) -> tuple[str, str]:
@@ -324,58 +442,53 @@ def layouts(model: str) -> tuple[str, str]:
     }[model]
 
 
+def train_stack(ctx: Ctx, stack: Stack, ends: torch.Tensor, neg: torch.Tensor, rels: torch.Tensor) -> tuple:
+    """``(loss, d ends, d neg, d rels)``: a stack's loss (float64 scalar) and its gradients of
+    the rows of its edges' ends (``2 x b x dim``), its negatives (``S x n x dim``) and its
+    relation rows (``S x b x rel_dim``, as stored)."""
+    s, t = pick(ends, stack.sides), pick(ends, other(stack.sides))
+    r = oriented(ctx, rels, stack.sides)
+    # The scores see the dropped rows, the regularizer the rows as stored.
+    dropped, masks = dropout(ctx, (s, t, neg, r), stack.streams)
+    loss, *grads = score_grads(ctx, *dropped, stack.weights)
+    ds, dt, dneg, dr = (g if m is None else g * m for g, m in zip(grads, masks, strict=True))
+    reg, (ds, dt, dr) = regularize(ctx, (s, t, r), (ds, dt, dr))
+    loss = loss + reg
+    return loss, unpick(ds, dt, stack.sides), dneg, oriented(ctx, dr, stack.sides)
+
+
 class Gathered:
-    """The unique rows a chunk touches in a set of tables, as one leaf tensor whose gradient
-    sums every use: ``rows`` of table ``tables[part]``, keyed ``part << 32 | row``.
+    """The rows a chunk uses of a table (``keys``: row indices, one per use) and the unique
+    rows among them, which take the Adagrad step with the gradients of their uses summed.
 
-    The set is found by sorting the keys, with a fixed-size result: one leaf row per key, the
-    first ``count`` of them the unique keys in ascending order (``torch.unique``'s), the rest
-    unused (key 0, no use, masked out of the step). Nothing depends on the count on the host,
-    so a chunk runs without a host synchronisation and can be captured in a CUDA graph. Each
-    table's rows are picked by a mask over the leaf rows (the others read row 0 and are
-    discarded), not by the indices of its own rows, whose count the host would have to read."""
+    The set is found by sorting the keys, with a fixed-size result: one slot per use, the first
+    ``count`` of them the unique keys in ascending order (``torch.unique``'s), the rest unused
+    (row 0, no use, no gradient). Nothing depends on the count on the host, so a chunk runs
+    without a host synchronisation and can be captured in a CUDA graph.
 
-    def __init__(self, tables: list[Table], keys: torch.Tensor):
-        self.tables = tables
-        self.keys, self.inverse, valid = unique_static(keys)
-        part, row = self.keys >> 32, self.keys & 0xFFFF_FFFF
-        width = tables[0].params.shape[1]
-        leaf = torch.zeros(len(self.keys), width, dtype=torch.float32, device=keys.device)
-        self.masks = []
-        for p, table in enumerate(tables):
-            mine = (part == p) & valid
-            rows = torch.where(mine, row, 0)
-            leaf = torch.where(mine[:, None], table.params.index_select(0, rows), leaf)
-            self.masks.append((mine, rows))
-        self.leaf = leaf.requires_grad_()
+    With ``every_row`` (a table of no more rows than the chunk has uses: the relations, as a
+    rule) every row takes the step and no sort is needed: an untouched row's gradient is zero,
+    so its step adds exact zeros to its state and its params."""
+
+    def __init__(self, table: Table, keys: torch.Tensor, every_row: bool = False):
+        self.table = table
+        if every_row:
+            rows = table.params.shape[0]
+            self.keys, self.inverse = torch.arange(rows, device=keys.device), keys
+            self.valid = torch.ones(rows, dtype=torch.bool, device=keys.device)
+        else:
+            self.keys, self.inverse, self.valid = unique_static(keys)
+        self.rows = table.params.index_select(0, keys)
 
     def take(self, start: int, count: int) -> torch.Tensor:
-        """Rows of uses ``start .. start + count`` of the keys given (their gradient is added
-        back with ``index_add``: no sort, no synchronisation)."""
-        return self.leaf.index_select(0, self.inverse[start : start + count])
+        """Rows of uses ``start .. start + count`` of the keys given."""
+        return self.rows[start : start + count]
 
-    def step(self, lr: float) -> None:
-        """Applies one Adagrad step per unique row with its summed gradient (``SharedRows::
-        adagrad``: ``state + g^2`` then ``params - lr g / (sqrt(state) + eps)``; per row with the
-        mean square for ``adagrad_row``), computed once over the leaf rows with each row's state
-        gathered from its table.
-
-        The steps are added (``index_add_``) with the other tables' rows masked to zero,
-        rather than written at the indices of this table's rows: selecting those would read
-        their count back to the host. Each row gets one non-zero addend, so the sums are
-        exactly the Rust engine's."""
-        grad = self.leaf.grad
-        row_wise = self.tables[0].state.shape[1] == 1
-        sq = (grad * grad).sum(1, keepdim=True) / grad.shape[1] if row_wise else grad * grad
-        state = torch.zeros_like(sq)
-        for table, (mine, rows) in zip(self.tables, self.masks, strict=True):
-            state = torch.where(mine[:, None], table.state.index_select(0, rows), state)
-        acc = state + sq
-        update = lr / (acc.sqrt() + ADAGRAD_EPS) * grad if row_wise else lr * grad / (acc.sqrt() + ADAGRAD_EPS)
-        for table, (mine, rows) in zip(self.tables, self.masks, strict=True):
-            keep = mine[:, None].to(grad.dtype)
-            table.state.index_add_(0, rows, sq * keep)
-            table.params.index_add_(0, rows, -update * keep)
+    def step(self, grads: torch.Tensor, lr: float) -> None:
+        """One Adagrad step per unique row (:func:`adagrad.step`) with the gradients ``grads``
+        of the uses (one row per key given) summed."""
+        grad = grads.new_zeros((len(self.keys), grads.shape[1])).index_add_(0, self.inverse, grads)
+        adagrad.step(self.table, self.keys, self.valid, grad, lr)
 
 
 def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -395,56 +508,49 @@ def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     return slots, inverse, valid
 
 
+def cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat`` along the first dimension, with no copy of a lone tensor."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+
 def train_chunk(
-    ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, key: int | torch.Tensor
+    ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, streams: torch.Tensor
 ) -> tuple[torch.Tensor, int, float]:
-    """Trains one chunk in place (``Worker::train_chunk``) with the chunk's random key (a
-    ``u64``, or its int64 bit pattern in a 0-dim device tensor, as a captured CUDA graph takes
-    it): returns its loss (summed over its sides, weights and regularizer included: a float64
-    scalar on the device, which the caller adds up and reads once per piece), its positive
-    edge-directions and its floating-point operations (``ScoreModel::flops`` per side).
+    """Trains one chunk in place (``Worker::train_chunk``) with the chunk's random streams
+    (``STREAMS`` int64 on the device, :func:`fill_streams`): returns its loss (summed over its
+    sides, weights and regularizer included: a float64 scalar on the device, which the caller
+    adds up and reads once per piece), its positive edge-directions and its floating-point
+    operations (``ScoreModel::flops`` per side).
 
     Except for ``corrupt = bernoulli`` (whose sides' sizes depend on the draws) nothing here
     reads a device value on the host."""
-    sides = sides_of(ctx, edges, weights, key)
-    node_keys, rel_keys, plan = [], [], []
-    for k, side in enumerate(sides):
-        s_part, s_col, d_part, d_col, rel_offset, reverse = orientation(ctx, side.tail)
-        e = side.edges
-        n_parts, n_rows = negatives(ctx, side, k, key)
-        node_keys += [(s_part << 32) | e[:, s_col], (d_part << 32) | e[:, d_col], (n_parts << 32) | n_rows]
-        if ctx.rels is not None:
-            rel_keys.append(e[:, 1] + rel_offset)
-        plan.append((side, len(e), len(n_rows), reverse))
-    nodes = Gathered(ctx.parts, torch.cat(node_keys))
-    rels = Gathered([ctx.rels], torch.cat(rel_keys)) if ctx.rels is not None else None
+    stacks = stacks_of(ctx, edges, weights, streams)
+    keys = [keys_of(ctx, stack) for stack in stacks]
+    nodes = Gathered(ctx.nodes, cat([k.reshape(-1) for ends, neg, _ in keys for k in (ends, neg)]))
+    rels = None
+    if ctx.rels is not None:
+        rel_keys = cat([r.reshape(-1) for *_, r in keys])
+        rels = Gathered(ctx.rels, rel_keys, every_row=len(ctx.rels.params) <= len(rel_keys))
     total = torch.zeros((), dtype=torch.float64, device=edges.device)
-    at, rel_at = 0, 0
-    for k, (side, b, n, reverse) in enumerate(plan):
-        s, t = nodes.take(at, b), nodes.take(at + b, b)
-        neg = nodes.take(at + 2 * b, n)
-        at += 2 * b + n
+    node_grads, rel_grads = [], []
+    at = rel_at = 0
+    for stack, (_, neg_keys, _) in zip(stacks, keys, strict=True):
+        size, b, n = len(stack.sides), len(stack.edges), neg_keys.shape[1]
+        ends, neg = nodes.take(at, 2 * b).view(2, b, -1), nodes.take(at + 2 * b, size * n).view(size, n, -1)
+        at += 2 * b + size * n
         if rels is not None:
-            r = rels.take(rel_at, b)
-            rel_at += b
-            if reverse:
-                r = reverse_relation(ctx.model, r)
+            r = rels.take(rel_at, size * b).view(size, b, -1)
+            rel_at += size * b
         else:
-            r = s.new_zeros((b, 0))
-        # The scores see the dropped rows, the regularizer the rows as stored.
-        ds, dt, dneg, dr = dropped(ctx, (s, t, neg, r), key, k)
-        pos, neg_scores = scores(ctx, combine(ctx.model, ds, dr), t=dt, neg=dneg)
-        terms = loss_terms(ctx, pos, neg_scores)
-        if side.weights is not None:
-            terms = terms * side.weights
-        side_loss = terms.to(torch.float64).sum()
-        total = total + side_loss + regularization(ctx, (s, t, r), k)
-    total.backward()
-    with torch.no_grad():
-        nodes.step(ctx.lr)
-        if rels is not None:
-            rels.step(ctx.lr)
-    return (total.detach(), *chunk_counts(ctx, len(edges)))
+            r = ends.new_zeros((size, b, 0))
+        loss, d_ends, d_neg, d_rels = train_stack(ctx, stack, ends, neg, r)
+        total = total + loss
+        node_grads += [d_ends.reshape(-1, ctx.dim), d_neg.reshape(-1, ctx.dim)]
+        rel_grads.append(d_rels.reshape(size * b, ctx.rel_dim))
+    nodes.step(cat(node_grads), ctx.lr)
+    if rels is not None:
+        rels.step(cat(rel_grads), ctx.lr)
+    return (total, *chunk_counts(ctx, len(edges)))
 
 
 def chunk_counts(ctx: Ctx, b: int) -> tuple[int, float]:

@@ -1,0 +1,150 @@
+"""Question: how many kernels and torch ops does one chunk of the embedding engine's device step
+launch, and how long does it take on this machine's device?
+
+    python benches/bench_embed_step.py [--device torch-cpu] [--case b1|ooc|all] [--chunks 5]
+
+A chunk at B1's settings (docs/benchmarks.md: ComplEx, 100 reals, 1,000 edges sharing 1,000
+uniform negatives, both sides corrupted, softmax, Adagrad lr 0.1) on FB15k-237's shape (14,541
+entities, 237 relations and their reciprocals, one partition), and the same chunk out of core
+(`ooc`: three resident partitions of 5,000 rows, negatives from the resident pool, the chunk's
+bucket between slots 0 and 1). The tables are synthetic: counts and step times do not depend on
+their values. The step runs through the backend as the Rust epoch loop drives it (slots lent
+through the hooks, one piece of chunks, CUDA graphs replaying on `cuda`); the counts are those of
+a piece of `1 + chunks` chunks less those of a piece of one chunk, over `chunks`, after a warm-up
+piece (so every chunk replays a captured step), from `strata.device.waits.HostWaits`. On the CPU
+twin (`torch-cpu`) the kernels are the launches a GPU would make op by op (each op on a tensor
+of one or more dimensions that is no view); a CUDA graph replays them as one launch but runs
+them one after another all the same. `fused_kernels` counts each table's Adagrad step and each
+draw of negatives as the one Triton kernel each is on `cuda` (the twin runs them as torch ops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+#: B1's chunk on FB15k-237's shape (`bench_embed.py`'s B1) as the epoch loop describes it.
+B1 = dict(
+    model="complex", dim=100, transe_norm=2, loss="softmax", margin=0.1, gamma=0.0, adversarial=None, lr=0.1,
+    src_part=0, dst_part=0, inverse_offset=237, corrupt="both", head_prob=[], negatives=1000,
+    degree_fraction=0.0, pool="partition", part_of=None, part_size=14541, num_nodes=14541, reg="none",
+    reg_weight=0.0, reg_weighted=False, rel_reg_weight=None, entity_dropout=0.0, relation_dropout=0.0,
+)  # fmt: skip
+
+#: Each case: its settings over B1's, partition sizes, relations (reciprocals included), edges.
+CASES = {
+    "b1": (dict(), [14541], 474, 1000),
+    "ooc": (dict(pool="resident", src_part=0, dst_part=1, part_size=5000, num_nodes=15000), [5000] * 3, 474, 1000),
+}
+
+
+def lent(rows: int, width: int, rng: np.random.Generator) -> tuple:
+    """A table as the epoch loop lends it: ``(params, state, rows, key)`` over host memory."""
+    params = bytearray(rng.uniform(-0.1, 0.1, rows * width).astype(np.float32).tobytes())
+    state = bytearray(rows * width * 4)
+    return memoryview(params), memoryview(state), rows, id(params)
+
+
+def setup(case: str, device: str, scale: float = 1.0):
+    """A backend holding the case's slots, its context (``ctx`` dicts as the seam passes them) and
+    a function that trains a piece of ``n`` chunks; ``scale`` shrinks the sizes (for tests)."""
+    from strata.embed.device.backend import TorchCompute
+
+    over, sizes, rels, b = CASES[case]
+    c = {**B1, **over}
+    shrink = lambda x: max(2, int(x * scale))  # noqa: E731
+    sizes, b, rels = [shrink(s) for s in sizes], shrink(b), shrink(rels // 2) * 2
+    c.update(dim=shrink(c["dim"]) // 2 * 2, negatives=shrink(c["negatives"]), inverse_offset=rels // 2)
+    c.update(part_size=max(sizes), num_nodes=sum(sizes))
+    rng = np.random.default_rng(0)
+    dev = TorchCompute(device)
+    c["parts"] = [lent(n, c["dim"], rng) for n in sizes]
+    c["rels"] = lent(rels, c["dim"], rng)
+    for p in c["parts"]:
+        dev.slot_in("partition", p)
+    dev.slot_in("relations", c["rels"])
+    src, dst = sizes[c["src_part"]], sizes[c["dst_part"]]
+
+    def piece(n: int, key: int = 1) -> None:
+        ends = [rng.integers(0, src, n * b), rng.integers(0, rels // 2, n * b), rng.integers(0, dst, n * b)]
+        edges = np.stack(ends, 1)
+        bounds = [i * b for i in range(n + 1)]
+        dev.train_piece([c], [0] * n, bounds, edges.astype(np.int32).tobytes(), b"", key)
+
+    return dev, piece
+
+
+def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 1.0) -> dict:
+    """``{kernels, ops, waits, fused_kernels, seconds}`` per chunk of ``case`` on ``device``
+    (see the module's doc): ``fused_kernels`` the kernels with each Adagrad step counted as the
+    one fused kernel it is on ``cuda`` (the CPU twin runs its torch ops); seconds of the step's
+    wall time on the host (the CPU twin's compute; on ``cuda`` after synchronising)."""
+    import torch
+
+    dev, piece = setup(case, device, scale)
+    piece(4)  # the eager first two chunks and the capture
+    counts = []
+    for n in (1, 1 + chunks):
+        counts.append(counted(piece, n, fused=False) + counted(piece, n, fused=True)[:1])
+    if dev.cuda:
+        torch.cuda.synchronize(dev.device)
+    start = time.perf_counter()
+    piece(1 + chunks)
+    if dev.cuda:
+        torch.cuda.synchronize(dev.device)
+    seconds = (time.perf_counter() - start) / (1 + chunks)
+    per = [(b - a) / chunks for a, b in zip(*counts, strict=True)]
+    return dict(kernels=per[0], ops=per[1], waits=per[2], fused_kernels=per[3], seconds=seconds)
+
+
+def counted(piece, n: int, fused: bool) -> tuple[int, int, int]:
+    """``(kernels, ops, waits)`` of a piece of ``n`` chunks, each launch of the step's Triton
+    kernels (``cuda``) one kernel; with ``fused`` their torch twins (each table's Adagrad step,
+    each draw of negatives) count so too, as if fused."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    from strata.device import rng
+    from strata.device.waits import HostWaits
+    from strata.embed.device import adagrad
+
+    kernels = [(adagrad, "kernel_step"), (rng, "kernel_draw_below")]
+    twins = [(adagrad, "torch_step"), (rng, "twin_draw_below")]
+    patched = kernels + (twins if fused else [])
+
+    def one_kernel(run):
+        def launch(*args):
+            with _disable_current_modes():
+                out = run(*args)
+            waits.kernels += 1
+            waits.ops += 1
+            return out
+
+        return launch
+
+    saved = [getattr(module, name) for module, name in patched]
+    with HostWaits() as waits:
+        try:
+            for (module, name), run in zip(patched, saved, strict=True):
+                setattr(module, name, one_kernel(run))
+            piece(n)
+        finally:
+            for (module, name), run in zip(patched, saved, strict=True):
+                setattr(module, name, run)
+    return waits.kernels, waits.ops, len(waits.waits)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="torch-cpu")
+    ap.add_argument("--case", choices=[*CASES, "all"], default="all")
+    ap.add_argument("--chunks", type=int, default=5)
+    args = ap.parse_args()
+    cases = CASES if args.case == "all" else [args.case]
+    print(json.dumps({case: count(case, args.device, args.chunks) for case in cases}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""The pieces of the embedding engine's device step on their own: the bilinear models' written-out
+gradients against autograd's, the fused Adagrad kernel against its torch twin (Triton's
+interpreter on the CPU), the partition slots as one buffer, and what a chunk costs in kernels
+(the CPU twin's count of the launches a GPU makes op by op). The whole step against the Rust
+engine is tests/test_embed_device.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import gpu_devices, needs
+
+torch = pytest.importorskip("torch")
+
+from strata.embed.device import adagrad, step  # noqa: E402
+from strata.embed.device.backend import SlotBuffer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
+
+
+def ctx_of(model: str, loss: str, adversarial: float | None = None) -> step.Ctx:
+    """A context with the settings the scores and losses read (no tables)."""
+    none = torch.zeros(0)
+    return step.Ctx(
+        model=model, dim=6, transe_norm=2, loss=loss, margin=0.5, gamma=1.5, adversarial=adversarial, lr=0.1,
+        nodes=step.Table(none, none), rels=None, inverse_offset=0, corrupt="both", head_prob=None, negatives=5,
+        degree_fraction=0.0, pool="partition", layout=none, part_size=0, num_nodes=0, reg="none", reg_weight=0.0,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("model", step.BILINEAR)
+@pytest.mark.parametrize(
+    "loss, adversarial", [("softmax", None), ("logistic", None), ("logistic", 0.7), ("margin", None), ("margin", 1.3)]
+)
+def test_written_out_gradients_equal_autograd_s(model, loss, adversarial):
+    """The bilinear models' hand-written backward (forward results reused) gives autograd's
+    gradients of the same loss, weighted edges included; TransE and RotatE take autograd's."""
+    gen = torch.Generator().manual_seed(1)
+    sides, b, n, dim = 2, 4, 5, 6
+    rows = [torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in
+            [(sides, b, dim), (sides, b, dim), (sides, n, dim), (sides, b, step.rel_dim(model, dim))]]  # fmt: skip
+    weights = torch.rand(b, generator=gen, dtype=torch.float64)
+    ctx = ctx_of(model, loss, adversarial)
+    loss_value, *grads = step.score_grads(ctx, *rows, weights)
+    leaves = [x.clone().requires_grad_() for x in rows]
+    a = step.combine(model, leaves[0], leaves[3])
+    terms = autograd_terms(ctx, (a * leaves[1]).sum(-1), a @ leaves[2].mT) * weights
+    want = torch.autograd.grad(terms.sum(), leaves, allow_unused=True)
+    assert float(loss_value) == pytest.approx(float(terms.sum().detach()), rel=1e-12)
+    for got, expected in zip(grads, want, strict=True):
+        if expected is None:  # dot has no relation rows
+            assert got.numel() == 0
+        else:
+            torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def autograd_terms(ctx: step.Ctx, pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """Each edge's loss term as the step computed it before its gradients were written out."""
+    adv = None
+    if ctx.adversarial is not None and ctx.loss != "softmax":
+        # A constant of the gradient: computed from detached scores.
+        adv = torch.softmax(ctx.adversarial * neg.detach(), -1) * neg.shape[-1]
+    if ctx.loss == "softmax":
+        return torch.logsumexp(torch.cat([pos[..., None], neg], -1), -1) - pos
+    if ctx.loss == "logistic":
+        u = 1.0 / neg.shape[-1] if adv is None else adv / neg.shape[-1]
+        softplus = torch.nn.functional.softplus
+        return softplus(-(pos + ctx.gamma), threshold=20.0) + (softplus(neg + ctx.gamma, threshold=20.0) * u).sum(-1)
+    h = torch.relu(ctx.margin - pos[..., None] + neg)
+    return (h if adv is None else h * adv).sum(-1)
+
+
+@pytest.mark.parametrize("row_wise", [False, True], ids=["adagrad", "adagrad_row"])
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row_wise):
+    """On the CPU the kernel runs in Triton's interpreter over CPU tensors; on CUDA it is the
+    compiled kernel. The unused slots of the unique rows (key 0, zero gradient) leave row 0 as
+    the used slot of key 0 left it."""
+    needs("triton")
+    cuda = device == "cuda"
+    if cuda:
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # The kernel is built on first use with the interpreter setting of then.
+    adagrad._kernel.cache_clear()
+    try:
+        gen = torch.Generator().manual_seed(2)
+        rows, width = 40, 7
+        params = torch.randn(rows, width, generator=gen)
+        state = torch.rand(rows, 1 if row_wise else width, generator=gen)
+        keys, _, valid = step.unique_static(torch.randint(0, 12, (30,), generator=gen))
+        assert keys[0] == 0 and not bool(valid.all())  # key 0 used, and unused slots
+        grad = torch.randn(len(keys), width, generator=gen) * valid[:, None]
+        want = step.Table(params.clone(), state.clone())
+        adagrad.torch_step(want, keys, grad, lr=0.1)
+        got = step.Table(params.to(device), state.to(device))
+        adagrad.kernel_step(got, keys.to(device), valid.to(device), grad.to(device), lr=0.1)
+        torch.testing.assert_close(got.state.cpu(), want.state, rtol=1e-6, atol=0)
+        torch.testing.assert_close(got.params.cpu(), want.params, rtol=1e-6, atol=1e-7)
+        assert not torch.equal(want.params, params)
+    finally:
+        adagrad._kernel.cache_clear()
+
+
+def test_the_slot_buffer_grows_keeping_what_its_slots_hold():
+    buf = SlotBuffer(torch.device("cpu"))
+    first = buf.place(12, 4)  # 4 rows of 3 reals, one state a row
+    buf.region(first, 12, 4).params.copy_(torch.arange(12.0))
+    second = buf.place(18, 6)  # larger: every slot grows to 6 rows, the first kept
+    assert (first, second) == (0, 1) and buf.size == (18, 6)
+    table, slot_rows = buf.rows(3)
+    assert slot_rows == 6 and table.params.shape == (12, 3) and table.state.shape == (12, 1)
+    # Row r of the partition in slot i is buffer row i * slot_rows + r.
+    assert table.params[0 * slot_rows + 2].tolist() == [6.0, 7.0, 8.0]
+    buf.release(first)
+    assert buf.place(6, 2) == first and buf.size == (18, 6)
+    with pytest.raises(ValueError, match="do not hold whole rows of 4 reals"):
+        buf.rows(4)
+
+
+def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
+    """Per chunk at B1's settings (shrunk: the count depends on the settings, not the sizes),
+    the kernels a GPU would launch op by op, and out of core with three resident partitions:
+    the same count but for the resident pool's few (no pass per partition)."""
+    from bench_embed_step import count
+
+    b1 = count("b1", chunks=2, scale=0.02)
+    ooc = count("ooc", chunks=2, scale=0.02)
+    assert b1["waits"] == ooc["waits"] == 0
+    # 281 kernels before the step was batched and the slots made one buffer (319 out of core).
+    assert b1["kernels"] <= 125, b1
+    assert ooc["kernels"] <= b1["kernels"] + 6, (b1, ooc)
+    # Each table's Adagrad step and each draw of negatives is one kernel on cuda instead of
+    # the twin's torch ops.
+    assert b1["fused_kernels"] <= 75 and ooc["fused_kernels"] <= 75, (b1, ooc)
