@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import inspect
@@ -188,6 +189,24 @@ def _cuda_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+@contextlib.contextmanager
+def triton_kernels(monkeypatch, device: str, build):
+    """Within: Triton kernels compiled on ``cuda``, and run by Triton's interpreter over CPU
+    tensors on the CPU (``TRITON_INTERPRET``). ``build`` is the module's cached kernel builder
+    (``functools.cache``), cleared on entry and exit, as a kernel is built on first use with the
+    interpreter setting of then."""
+    needs("triton")
+    if device == "cuda":
+        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    build.cache_clear()
+    try:
+        yield
+    finally:
+        build.cache_clear()
 
 
 def without(monkeypatch, module: str) -> None:

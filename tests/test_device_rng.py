@@ -7,7 +7,7 @@ CPU's."""
 import numpy as np
 import pytest
 
-from conftest import gpu_devices, needs
+from conftest import gpu_devices, needs, triton_kernels
 
 torch = needs("torch")
 
@@ -88,14 +88,7 @@ def test_the_fused_draw_below_kernel_draws_what_the_rust_engine_draws(monkeypatc
     """The negatives' draws of a chunk as one Triton kernel (on the CPU in Triton's
     interpreter): ``below(draw(key, first + j), n)`` of every stream, with ``n`` a host value, a
     device scalar or one per stream, equal to the Rust engine's and to the torch twin's."""
-    needs("triton")
-    if device == "cuda":
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    else:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    # The kernel is built on first use with the interpreter setting of then.
-    rng._kernel.cache_clear()
-    try:
+    with triton_kernels(monkeypatch, device, rng._kernel):
         keys = [KEYS[2], KEYS[5], KEYS[8]]
         streams = torch.tensor([[rng.as_i64(k)] for k in keys], device=device)
         for n in [1, 7, (1 << 40) + 3, (1 << 63) - 1]:
@@ -107,5 +100,3 @@ def test_the_fused_draw_below_kernel_draws_what_the_rust_engine_draws(monkeypatc
                 for row, (key, m) in zip(got.cpu().tolist(), zip(keys, per_stream, strict=True), strict=True):
                     assert row == rust_draws(key, 9, 1500, m)
         assert rng.kernel_draw_below(streams, 0, 0, 5).shape == (3, 0)
-    finally:
-        rng._kernel.cache_clear()

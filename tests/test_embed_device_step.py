@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpu_devices, needs
+from conftest import gpu_devices, triton_kernels
 
 torch = pytest.importorskip("torch")
 
@@ -79,15 +79,7 @@ def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row
     """On the CPU the kernel runs in Triton's interpreter over CPU tensors; on CUDA it is the
     compiled kernel. The unused slots of the unique rows (key 0, zero gradient) leave row 0 as
     the used slot of key 0 left it."""
-    needs("triton")
-    cuda = device == "cuda"
-    if cuda:
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    else:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    # The kernel is built on first use with the interpreter setting of then.
-    adagrad._kernel.cache_clear()
-    try:
+    with triton_kernels(monkeypatch, device, adagrad._kernel):
         gen = torch.Generator().manual_seed(2)
         rows, width = 40, 7
         params = torch.randn(rows, width, generator=gen)
@@ -102,8 +94,6 @@ def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row
         torch.testing.assert_close(got.state.cpu(), want.state, rtol=1e-6, atol=0)
         torch.testing.assert_close(got.params.cpu(), want.params, rtol=1e-6, atol=1e-7)
         assert not torch.equal(want.params, params)
-    finally:
-        adagrad._kernel.cache_clear()
 
 
 def test_the_slot_buffer_grows_keeping_what_its_slots_hold():

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import gpu_devices, needs, run_strata
+from conftest import gpu_devices, needs, run_strata, triton_kernels
 
 torch = needs("torch")
 
@@ -156,15 +156,8 @@ def test_uva_gather_kernel_reads_what_indexing_reads(monkeypatch, device):
     """On the CPU the kernel runs in Triton's interpreter over CPU tensors; on CUDA it is the
     compiled kernel, reading tables in page-locked host memory from a device index (the path
     ``uva.gather`` takes for them)."""
-    needs("triton")
     cuda = device == "cuda"
-    if cuda:
-        monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    else:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    # The kernel is built on first use with the interpreter setting of then.
-    uva._kernel.cache_clear()
-    try:
+    with triton_kernels(monkeypatch, device, uva._kernel):
         gen = torch.Generator().manual_seed(0)
         index = torch.randint(0, 3000, (2500,), generator=gen)
         for table in [
@@ -181,8 +174,6 @@ def test_uva_gather_kernel_reads_what_indexing_reads(monkeypatch, device):
             uva.pinned(torch.arange(5), torch.device(device)), torch.empty(0, dtype=torch.int64, device=device)
         )
         assert empty.numel() == 0
-    finally:
-        uva._kernel.cache_clear()
 
 
 def rust_ln_unit(m: int) -> float:
