@@ -12,7 +12,7 @@ from conftest import gpu_devices, needs, triton_kernels
 torch = needs("torch")
 
 from strata import _native  # noqa: E402
-from strata.device import rng  # noqa: E402
+from strata.device import kernels, rng  # noqa: E402
 
 #: The CPU, and the GPU where torch sees one.
 DEVICES = gpu_devices("cpu")
@@ -100,3 +100,27 @@ def test_the_fused_draw_below_kernel_draws_what_the_rust_engine_draws(monkeypatc
                 for row, (key, m) in zip(got.cpu().tolist(), zip(keys, per_stream, strict=True), strict=True):
                     assert row == rust_draws(key, 9, 1500, m)
         assert rng.kernel_draw_below(streams, 0, 0, 5).shape == (3, 0)
+
+
+def test_a_failing_kernel_is_said_once_and_its_twin_serves_from_then_on(monkeypatch, capsys):
+    """A Triton that cannot compile a kernel for the GPU at hand must not stop the run: the
+    twin's values come back, the failure is said once, and the kernel is not tried again.
+    ``torch.device("cuda")`` is only a name here: nothing runs on it."""
+    monkeypatch.setattr(kernels, "has_triton", lambda: True)
+    monkeypatch.setattr(kernels, "_FAILED", {})
+    calls = []
+
+    def kernel():
+        calls.append(1)
+        raise RuntimeError("PassManager::run failed\nmore lines")
+
+    cuda = torch.device("cuda")
+    assert kernels.fused("draw_below", cuda, kernel, lambda: 7) == 7
+    assert kernels.fused("draw_below", cuda, kernel, lambda: 8) == 8
+    assert len(calls) == 1
+    err = capsys.readouterr().err
+    assert err.count("the draw_below Triton kernel failed on cuda (RuntimeError: PassManager::run failed)") == 1
+    assert "more lines" not in err
+    # On the CPU the kernel is never tried.
+    assert kernels.fused("other", torch.device("cpu"), kernel, lambda: 9) == 9
+    assert len(calls) == 1

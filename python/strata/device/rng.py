@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 
 import torch
+
+from strata.device import kernels
 
 #: 2^64 / golden ratio, SplitMix64's increment, as the int64 with its bit pattern.
 GOLDEN = 0x9E37_79B9_7F4A_7C15 - (1 << 64)
@@ -120,9 +121,12 @@ def draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Tensor | 
     1`` int64 keys; ``n`` an int, a 0-dim tensor or one per stream, ``S x 1``): ``S x count``.
     On ``cuda`` one Triton kernel (each draw's 20 or so integer ops in registers), elsewhere
     :func:`twin_draw_below`."""
-    if streams.is_cuda and _has_triton():
-        return kernel_draw_below(streams, first, count, n)
-    return twin_draw_below(streams, first, count, n)
+    return kernels.fused(
+        "draw_below",
+        streams.device,
+        lambda: kernel_draw_below(streams, first, count, n),
+        lambda: twin_draw_below(streams, first, count, n),
+    )
 
 
 def twin_draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Tensor | int) -> torch.Tensor:
@@ -150,11 +154,6 @@ def kernel_draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Te
         _kernel()[grid](keys, bounds, stride, 0 if in_memory else as_i64(n), out, count, first,
                         IN_MEMORY=in_memory, BLOCK=BLOCK)  # fmt: skip
     return out
-
-
-@functools.cache
-def _has_triton() -> bool:
-    return importlib.util.find_spec("triton") is not None
 
 
 @functools.cache

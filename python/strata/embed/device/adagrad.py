@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 
 import torch
+
+from strata.device import kernels
 
 #: Added to Adagrad's denominator, as ``SharedRows::adagrad``.
 EPS = 1e-9
@@ -29,11 +30,13 @@ BLOCK = 4096
 def step(table, keys: torch.Tensor, valid: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
     """One Adagrad step of rows ``keys`` of ``table`` (a ``step.Table``) with ``grad``, in
     place: the fused kernel on ``cuda`` (where Triton is installed, as with torch's CUDA
-    wheels), torch ops elsewhere."""
-    if table.params.is_cuda and has_triton():
-        kernel_step(table, keys, valid, grad, lr)
-    else:
-        torch_step(table, keys, grad, lr)
+    wheels, unless it failed: ``kernels.fused``), torch ops elsewhere."""
+    kernels.fused(
+        "Adagrad",
+        table.params.device,
+        lambda: kernel_step(table, keys, valid, grad, lr),
+        lambda: torch_step(table, keys, grad, lr),
+    )
 
 
 def torch_step(table, keys: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
@@ -73,11 +76,6 @@ def kernel_step(table, keys: torch.Tensor, valid: torch.Tensor, grad: torch.Tens
             table.params, table.state, keys, valid.view(torch.uint8), grad.contiguous(), sq, n, width, lr, EPS,
             ROW_WISE=row_wise, BLOCK_R=block_r, BLOCK_W=block_w,
         )  # fmt: skip
-
-
-@functools.cache
-def has_triton() -> bool:
-    return importlib.util.find_spec("triton") is not None
 
 
 @functools.cache

@@ -16,6 +16,8 @@ import functools
 
 import torch
 
+from strata.device import kernels
+
 #: Elements one kernel program copies.
 BLOCK = 1024
 
@@ -34,8 +36,14 @@ def gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     width)`` on that device or in page-locked host memory (read in place over UVA)."""
     if table.device == index.device:
         return table[index]
-    if index.device.type == "cuda" and table.is_pinned():
-        return kernel_gather(table, index)
+    if not table.is_pinned():
+        return host_gather(table, index)
+    kernel, twin = (lambda: kernel_gather(table, index)), (lambda: host_gather(table, index))
+    return kernels.fused("UVA gather", index.device, kernel, twin)
+
+
+def host_gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``table[index]`` gathered where ``table`` is, then copied to ``index``'s device."""
     return table[index.to(table.device)].to(index.device)
 
 

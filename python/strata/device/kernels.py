@@ -1,0 +1,47 @@
+"""Choosing between a Triton kernel and its torch twin.
+
+A fused kernel runs on ``cuda`` where Triton is installed (it comes with torch's CUDA wheels);
+everywhere else its torch twin computes the same values. Triton compiles a kernel for the GPU
+at hand on its first call, and a Triton that cannot (an older release, a GPU it does not know)
+must not stop a training run: the kernel's failure is said once on stderr, naming it, and the
+twin serves every later call in the process. Tests check each kernel against its twin on the
+CPU under Triton's interpreter, so the run's results do not change with the path taken.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+#: Kernels that failed in this process, with the reason said.
+_FAILED: dict[str, str] = {}
+
+
+@functools.cache
+def has_triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def fused(name: str, device: torch.device, kernel: Callable[[], T], twin: Callable[[], T]) -> T:
+    """``kernel()`` on a ``cuda`` ``device`` where Triton is installed and kernel ``name`` has
+    not failed before, else ``twin()``. A kernel that raises (it fails to compile or launch
+    before writing anything) is replaced by its twin from then on, as said once on stderr."""
+    if device.type == "cuda" and has_triton() and name not in _FAILED:
+        try:
+            return kernel()
+        except Exception as e:
+            # Any failure of Triton's: the twin computes the same values.
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            _FAILED[name] = reason
+            print(
+                f"strata: the {name} Triton kernel failed on {device} ({reason}); torch ops do its work instead",
+                file=sys.stderr,
+            )
+    return twin()
