@@ -53,6 +53,17 @@ def test_the_options_train_partitioned(kg, tmp_path, strata_cli):
         (["--reg-weighted"], "reg_weighted", ['"none"']),
         (["--relation-reg-weight", "0.1"], "relation_reg_weight", ['"none"']),
         (["--corrupt", "tail"], "reciprocal", ['corrupt = "tail"', "reciprocal = false"]),
+        (
+            ["--regularizer", "l2", "--reg-weight", "0.1", "--reg-scope", "table"],
+            "reg_scope",
+            ["negative sampling", '"1vsAll"'],
+        ),
+        (["--training", "1vsAll", "--reg-scope", "table"], "reg_scope", ['"none"']),
+        (
+            ["--training", "1vsAll", "--regularizer", "l2", "--reg-weighted", "--reg-scope", "table"],
+            "reg_scope",
+            ["reg_weighted"],
+        ),
     ],
 )
 def test_options_that_do_not_apply_exit_2_naming_them(kg, tmp_path, strata_cli, args, key, words):

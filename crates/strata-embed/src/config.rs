@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use strata_store::config::{AutoSize, ConfigError, Section, Size};
 
 use crate::model::{
-    Comparator, Dropout, Loss, LossKind, Operator, PbgForm, Regularizer, RegularizerKind, ScoreKind,
+    Comparator, Dropout, Loss, LossKind, Operator, PbgForm, RegScope, Regularizer, RegularizerKind,
+    ScoreKind,
 };
 use crate::ordering::OrderingKind;
 
@@ -272,6 +273,11 @@ pub struct TrainConfig {
     /// regularize_weight); unset: reg_weight
     #[schemars(range(min = 0.0))]
     pub relation_reg_weight: Option<f32>,
+    /// which entity rows the regularizer penalises: chunk (the rows each chunk's edges
+    /// reference) or table (1vsAll and KvsAll: every entity row in every chunk, reg_weight ·
+    /// chunk edges / p · Σ |x|^p, LibKGE's unweighted lp, which penalises the whole embedding
+    /// table each batch); relation rows keep the chunk's scope
+    pub reg_scope: RegScope,
     /// dropout rate of the entity rows a training step gathers (sources, targets, negatives):
     /// each real zeroed with this probability and the others scaled by 1 / (1 - rate), in
     /// training only (LibKGE's entity_embedder.dropout); 0: off
@@ -481,6 +487,7 @@ impl Default for TrainConfig {
             reg_weight: 0.0,
             reg_weighted: false,
             relation_reg_weight: None,
+            reg_scope: RegScope::Chunk,
             entity_dropout: 0.0,
             relation_dropout: 0.0,
             margin: 0.1,
@@ -658,6 +665,7 @@ impl TrainConfig {
             weight: self.reg_weight,
             rel_weight: self.relation_reg_weight,
             weighted: self.reg_weighted,
+            scope: self.reg_scope,
         }
     }
 
@@ -746,6 +754,27 @@ impl TrainConfig {
                     "relation_reg_weight",
                     "applies with regularizer \"n3\" or \"l2\" (regularizer is \"none\")".into(),
                 ));
+            }
+        }
+        if self.reg_scope == RegScope::Table {
+            let why = if self.training == TrainingMode::NegativeSampling {
+                Some(
+                    "penalises every entity row in every chunk, which 1vsAll and KvsAll step \
+                     anyway; negative sampling steps only the rows a chunk touches: set \
+                     training = \"1vsAll\" or \"KvsAll\", or reg_scope = \"chunk\"",
+                )
+            } else if self.regularizer == RegularizerKind::None {
+                Some("applies with regularizer \"n3\" or \"l2\" (regularizer is \"none\")")
+            } else if self.reg_weighted {
+                Some(
+                    "penalises every row once per chunk, and reg_weighted once per reference: \
+                     choose one",
+                )
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(("reg_scope", format!("\"table\" {why}")));
             }
         }
         if let Some(w) = self.relation_reg_weight {

@@ -62,7 +62,7 @@ use strata_store::rng::Rng;
 pub use all_entities::{all_step, AllBatch, AllScratch, Labels};
 pub use dropout::{Dropout, Dropped};
 pub use form::{Comparator, Operator, PbgForm};
-pub use regularizer::{regularize, Regularizer, RegularizerKind};
+pub use regularizer::{regularize, regularize_table, RegScope, Regularizer, RegularizerKind};
 pub use score::{
     Chunk, Grads, Layout, Loss, LossKind, ProductQuery, ScoreBatch, ScoreFunction, Scratch, Shape,
 };

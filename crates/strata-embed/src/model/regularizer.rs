@@ -18,6 +18,13 @@
 //! tail are penalised once per chunk (with both sides corrupted, on the first side only), its
 //! relation row once per row trained: `r` for the tail side and, with reciprocal relations,
 //! its inverse for the head side (LibKGE's reciprocal model penalises both).
+//!
+//! **Table scope** (`reg_scope = "table"`; LibKGE's unweighted `lp`, which penalises every
+//! embedding of the table in every batch): in 1vsAll and KvsAll, where each chunk steps every
+//! entity row anyway, each chunk adds `w · B / p · Σ R(x)` over every candidate entity row (`B`
+//! the chunk's edges: LibKGE's `w / p · Σ R(x)` next to a loss averaged over the batch, times
+//! `B` for Strata's summed loss), once per chunk rather than per side ([`regularize_table`]).
+//! Relation rows keep the chunk's scope.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -37,6 +44,17 @@ pub enum RegularizerKind {
     L2,
 }
 
+/// Which entity rows a regularizer penalises (config `reg_scope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RegScope {
+    /// The rows each chunk's edges reference.
+    #[default]
+    Chunk,
+    /// Every entity row, in every chunk (1vsAll and KvsAll).
+    Table,
+}
+
 /// A regularizer and its weights.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Regularizer {
@@ -47,6 +65,8 @@ pub struct Regularizer {
     pub rel_weight: Option<f32>,
     /// `reg_weighted`: LibKGE's weighted form (see the module doc).
     pub weighted: bool,
+    /// `reg_scope`: the chunk's entity rows, or every entity row of the table.
+    pub scope: RegScope,
 }
 
 /// Which rows of a chunk direction a regularizer takes: its source and target rows, its
@@ -62,8 +82,15 @@ impl Regularizer {
     /// form a side whose edges another side of the chunk trained already (`repeat`: the
     /// head side of `corrupt = both`) takes only its relation rows, and those only when they
     /// are rows of their own (`reciprocal`: the inverses).
+    /// With table scope a side takes no entity rows: [`regularize_table`] penalises them all
+    /// once per chunk.
     pub fn rows(&self, repeat: bool, reciprocal: bool) -> RegRows {
-        if self.weighted && repeat {
+        if self.scope == RegScope::Table {
+            RegRows {
+                nodes: false,
+                rels: true,
+            }
+        } else if self.weighted && repeat {
             RegRows {
                 nodes: false,
                 rels: reciprocal,
@@ -162,6 +189,28 @@ pub fn regularize(
         }
     }
     total
+}
+
+/// The table-scope term of one chunk of `b` edges over `rows` (every candidate entity row,
+/// `dim` reals each), `reg_weight · b / p · Σ R(x)`, with its gradient added to `grads` (the
+/// same shape). Returns the term, for the loss; 0 unless the scope is the table.
+pub fn regularize_table(
+    reg: &Regularizer,
+    model: &ScoreModel,
+    b: usize,
+    rows: &[f32],
+    grads: &mut [f32],
+) -> f64 {
+    if reg.scope != RegScope::Table || reg.kind == RegularizerKind::None || reg.weight == 0.0 {
+        return 0.0;
+    }
+    let d = model.dim;
+    let w = reg.weight * b as f32 / reg.kind.power();
+    let (nodes, _) = model.layouts();
+    rows.chunks_exact(d)
+        .zip(grads.chunks_exact_mut(d))
+        .map(|(row, grad)| add_row(reg.kind, nodes, w, row, grad))
+        .sum()
 }
 
 #[cfg(test)]
@@ -342,6 +391,7 @@ mod tests {
             weight: 0.6,
             rel_weight: Some(1.5),
             weighted: true,
+            ..Regularizer::default()
         };
         let (c, mut g) = chunk(2, &s, &r, &t);
         let total = regularize(&reg, &m, &c, &mut g, ALL);
@@ -401,6 +451,7 @@ mod tests {
                 weight: 0.4,
                 rel_weight: Some(0.9),
                 weighted: true,
+                ..Regularizer::default()
             };
             let term = |rows: &[f32], g: &mut Grads| {
                 let (s, rest) = rows.split_at(b * d);

@@ -38,7 +38,8 @@ use strata_store::units::fmt_bytes;
 use crate::config::{Corrupt, TrainConfig, TrainingMode, VsAllCandidates};
 use crate::error::{EmbedError, Result};
 use crate::model::{
-    all_step, regularize, AllBatch, Chunk, Grads, Labels, ProductQuery, ScoreModel,
+    all_step, regularize, regularize_table, AllBatch, Chunk, Grads, Labels, ProductQuery,
+    ScoreModel,
 };
 use crate::plan::budget::EmbedPlan;
 use crate::sizes::part_bytes;
@@ -266,6 +267,8 @@ impl Worker {
             self.flops += ctx.model.flops(queries, n);
         }
         let w = &mut self.vs_all;
+        // With table scope every candidate row is penalised once per chunk.
+        self.loss += regularize_table(&ctx.reg, &ctx.model, chunk.len(), &w.cands, &mut w.grad);
         for (p, part) in ctx.parts.iter().enumerate() {
             let at = w.first[p] as usize;
             for row in 0..part.size as usize {

@@ -1,5 +1,7 @@
 use super::*;
-use crate::model::{Dropout, Loss, LossKind, PbgForm, Regularizer, RegularizerKind, ScoreKind};
+use crate::model::{
+    Dropout, Loss, LossKind, PbgForm, RegScope, Regularizer, RegularizerKind, ScoreKind,
+};
 use crate::storage::shared::SharedRows;
 use crate::train::worker::{PartRows, Pool};
 
@@ -124,14 +126,66 @@ fn a_chunk_steps_every_row_by_its_summed_gradient() {
             weight: 0.3,
             rel_weight: Some(0.2),
             weighted: true,
+            ..Regularizer::default()
         },
         Dropout {
             entity: 0.3,
             relation: 0.2,
         },
     );
-    for (reg, dropout) in [plain, recipe] {
+    // LibKGE's unweighted L2 over the whole table (its WN18RR recipes), with dropout.
+    let table = (
+        Regularizer {
+            kind: RegularizerKind::L2,
+            weight: 0.05,
+            rel_weight: Some(0.1),
+            scope: RegScope::Table,
+            ..Regularizer::default()
+        },
+        Dropout {
+            entity: 0.3,
+            relation: 0.2,
+        },
+    );
+    for (reg, dropout) in [plain, recipe, table] {
         steps_match_finite_differences(reg, dropout);
+    }
+}
+
+/// Table scope: one term per chunk of `w · B / 2 · Σ x²` over every entity row of the table
+/// (LibKGE's unweighted L2 beside a loss averaged over a batch of `B`), whether the chunk's
+/// edges reference a row or not, and none of the per-side entity terms; relation rows keep the
+/// chunk's scope (here weighed 0).
+#[test]
+fn table_scope_penalises_every_entity_row_once_per_chunk() {
+    let query = complex().product_query().unwrap();
+    let v = VsAll {
+        label_smoothing: 0.0,
+        query,
+        answers: None,
+    };
+    let w = 0.07;
+    let table = Regularizer {
+        kind: RegularizerKind::L2,
+        weight: w,
+        rel_weight: Some(0.0),
+        scope: RegScope::Table,
+        ..Regularizer::default()
+    };
+    let t = Table::new();
+    let squares: f64 = t.params.iter().map(|&x| (x as f64) * (x as f64)).sum();
+    for corrupt in [Corrupt::Both, Corrupt::Tail] {
+        let loss = |reg| {
+            Table::new()
+                .train(&v, corrupt, true, 0.0, reg, Dropout::default())
+                .0
+        };
+        let term = loss(table) - loss(Regularizer::default());
+        let want = w as f64 * CHUNK.len() as f64 / 2.0 * squares;
+        assert!(
+            (term - want).abs() <= 1e-5 * want,
+            "{corrupt:?}: {term} vs {want}"
+        );
     }
 }
 
@@ -237,6 +291,7 @@ fn weighted_n3_penalises_each_row_once_per_edge_or_query() {
         weight: w,
         rel_weight: Some(rw),
         weighted: true,
+        ..Regularizer::default()
     };
     let t = Table::new();
     let node = |i: i32| n3(&t.params[i as usize * DIM..(i as usize + 1) * DIM]);
