@@ -25,13 +25,16 @@ Per recipe the JSON ``OUT/recipes.json`` keeps: the validation MRR of every vali
 (the curve), epochs, training and validation wall seconds (sums over the run's epochs), the
 CPU seconds of the calls that trained it, test metrics, the 1-minute load average at the start
 and end of each call's training, and LibKGE's published figures beside; it is rewritten after
-each recipe. The markdown table goes into the ``embed-recipes`` section of docs/benchmarks.md
-(``--doc`` another file, ``--no-doc`` none).
+each recipe. Calls may run side by side on one ``--out`` (one recipe per core, ``--only`` apart):
+each writes its own recipes' entries under a lock and keeps the others'. The markdown table (every
+recipe of the folder, the untrained ones queued) goes into the ``embed-recipes`` section of
+docs/benchmarks.md (``--doc`` another file, ``--no-doc`` none).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import resource
@@ -90,24 +93,27 @@ def epoch_cost(recipe: dict, data: Path) -> float:
     return edges * recipe.get("dim", 100) * candidates * 2
 
 
-def queue(args) -> list[tuple[str, Path, dict, Path]]:
-    """The recipes to run, cheapest total first: (name, file, [embed.train], dataset folder)."""
+def queue(args) -> tuple[list[tuple[str, Path, dict, Path]], list[str]]:
+    """The recipes to run, cheapest total first: (name, file, [embed.train], dataset folder),
+    and the table's order: every recipe of the folder, cheapest first, run now or not."""
     files = sorted(args.recipes.glob("*.toml"))
     names = {f.stem for f in files}
-    wanted = [n for n in args.only.split(",") if n] if args.only else sorted(names)
-    unknown = [n for n in wanted if n not in names]
+    wanted = set(n for n in args.only.split(",") if n) if args.only else names
+    unknown = sorted(wanted - names)
     if unknown:
         raise SystemExit(f"--only: no recipe {', '.join(unknown)} in {args.recipes} (have: {', '.join(sorted(names))})")
     items = []
-    for name in wanted:
+    for name in sorted(names):
         path = args.recipes / f"{name}.toml"
         recipe = tomllib.loads(path.read_text())["embed"]["train"]
         data = args.datasets / dataset_of(name)
-        if not (data / "train.txt").is_file():
+        if name in wanted and not (data / "train.txt").is_file():
             raise SystemExit(f"recipe {name}: no dataset at {data} (train.txt, valid.txt, test.txt); give --datasets")
         items.append((name, path, recipe, data))
     epochs = lambda r: min(r.get("epochs", 10), args.max_epochs or r.get("epochs", 10))  # noqa: E731
-    return sorted(items, key=lambda it: (epoch_cost(it[2], it[3]) * epochs(it[2]), it[0]))
+    cost = lambda it: (epoch_cost(it[2], it[3]) * epochs(it[2]) if it[0] in wanted else 0.0, it[0])  # noqa: E731
+    items.sort(key=cost)
+    return [it for it in items if it[0] in wanted], [it[0] for it in items]
 
 
 def store_of(args, data: Path) -> Path:
@@ -217,10 +223,20 @@ def pending(entry: dict | None, args) -> bool:
     return not (args.max_epochs and entry["epochs"] >= args.max_epochs)
 
 
-def save_json(path: Path, result: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, path)
+def save_entry(path: Path, name: str, entry: dict | None, order: list[str]) -> dict:
+    """Writes recipe ``name``'s ``entry`` (None: none) into recipes.json and returns the whole
+    file. The file is read again under a lock first, so calls running side by side (one recipe
+    per core) keep each other's entries."""
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = json.loads(path.read_text()) if path.exists() else {"recipes": {}}
+        result.update(machine=machine(), order=order)
+        if entry is not None:
+            result["recipes"][name] = entry
+        tmp = path.with_suffix(f".json.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(result, indent=2))
+        os.replace(tmp, path)
+    return result
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
@@ -282,10 +298,9 @@ def main() -> None:
     if args.max_seconds is not None and args.max_seconds <= 0:
         raise SystemExit(f"--max-seconds must be positive, got {args.max_seconds}")
     args.out.mkdir(parents=True, exist_ok=True)
-    items = queue(args)
+    items, order = queue(args)
     path = args.out / "recipes.json"
-    result = json.loads(path.read_text()) if path.exists() else {"recipes": {}}
-    result.update(machine=machine(), order=[name for name, *_ in items])
+    result = save_entry(path, "", None, order)
     for name, recipe_file, recipe, data in items:
         entry = result["recipes"].get(name)
         if not pending(entry, args):
@@ -304,14 +319,13 @@ def main() -> None:
         entry = record(name, recipe, meta, test, status_of(meta, recipe, limited), entry)
         entry["cpu_seconds"].append(round(cpu, 1))
         entry["load"].append([round(x, 2) for x in load])
-        result["recipes"][name] = entry
-        save_json(path, result)
+        result = save_entry(path, name, entry, order)
         if not args.no_doc:
             update_doc("embed-recipes", markdown(result), doc=args.doc)
         print(
             f"{name}: {entry['status']}, {entry['epochs']} epochs, test MRR {fmt((test or {}).get('mrr'))}", flush=True
         )
-    save_json(path, result)
+    result = save_entry(path, "", None, order)
     if not args.no_doc:
         update_doc("embed-recipes", markdown(result), doc=args.doc)
     print(markdown(result))

@@ -29,10 +29,13 @@ memory = "256M"
 """
 
 
-def bench(tmp_path: Path, *args: str) -> str:
+def bench_cmd(tmp_path: Path, *args: str) -> list[str]:
     cmd = [sys.executable, BENCH, "--out", tmp_path / "out", "--datasets", tmp_path / "data"]
-    cmd += ["--recipes", tmp_path / "recipes", "--doc", tmp_path / "bench.md", *args]
-    proc = subprocess.run([*map(str, cmd)], capture_output=True, text=True, timeout=600)
+    return [*map(str, [*cmd, "--recipes", tmp_path / "recipes", "--doc", tmp_path / "bench.md", *args])]
+
+
+def bench(tmp_path: Path, *args: str) -> str:
+    proc = subprocess.run(bench_cmd(tmp_path, *args), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -59,11 +62,20 @@ def test_the_recipe_table_runs_cheapest_first_resumes_and_skips_what_finished(tm
     assert "<!-- embed-recipes:begin -->" in doc and "| complex-tiny | negative_sampling | 1 (1) | epoch cap |" in doc
     first = json.loads((out / "runs" / "complex-tiny" / "run.json").read_text())["history"]
 
-    # A bench killed after the run committed its epoch but before it recorded the recipe.
+    # A bench killed after the run committed its epoch but before it recorded the recipe; the
+    # next calls run one recipe each, side by side on the same output folder.
     (out / "recipes.json").unlink()
+    beside = subprocess.Popen(bench_cmd(tmp_path, "--only", "distmult-tiny", "--max-epochs", "2"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     bench(tmp_path, "--only", "complex-tiny")
-    r = json.loads((out / "recipes.json").read_text())["recipes"]["complex-tiny"]
+    assert beside.wait(timeout=600) == 0, beside.stdout.read()[-3000:]
+    result = json.loads((out / "recipes.json").read_text())
+    r = result["recipes"]["complex-tiny"]
     assert r["status"] == "finished" and r["epochs"] == 3 and [e for e, _ in r["curve"]] == [1, 2, 3]
+    # Neither call dropped the other's entry, and the table lists both recipes.
+    assert result["recipes"]["distmult-tiny"]["epochs"] == 2
+    assert result["order"] == ["complex-tiny", "distmult-tiny"]
+    assert "| distmult-tiny | 1vsAll | 2 (" in (tmp_path / "bench.md").read_text()
     history = json.loads((out / "runs" / "complex-tiny" / "run.json").read_text())["history"]
     # Epoch 1 is the first call's, as it was (same loss and seconds): resumed, not redone.
     assert history[0] == first[0] and len(history) == 3
