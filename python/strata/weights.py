@@ -40,18 +40,32 @@ FORMATS = ("safetensors", "npz")
 
 def write(path: Path, tensors: dict[str, np.ndarray], architecture: dict, format: str | None = None) -> Path:
     """Writes float32 ``tensors`` (name -> array) and the ``architecture`` dict to ``path`` as
-    safetensors or npz (``format``, or from the suffix), atomically: a reader never sees a
-    half-written file. Returns ``path``."""
+    safetensors or npz (``format``, or from the suffix), atomically and durably: a reader never
+    sees a half-written file, a crash leaves the old file or the new one, and a failed write
+    leaves the old file and no temporary one. Returns ``path``."""
     path = Path(path)
     fmt = _format(path, format)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        if fmt == "safetensors":
-            _write_safetensors(f, tensors, {SAFETENSORS_ARCHITECTURE_KEY: json.dumps(architecture)})
-        else:
-            arch_bytes = np.frombuffer(json.dumps(architecture).encode(), dtype=np.uint8)
-            np.savez(f, **tensors, **{NPZ_ARCHITECTURE_KEY: arch_bytes})
-    os.replace(tmp, path)
+    # Named for this process, so that two writers of one path do not share a temporary file.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            if fmt == "safetensors":
+                _write_safetensors(f, tensors, {SAFETENSORS_ARCHITECTURE_KEY: json.dumps(architecture)})
+            else:
+                arch_bytes = np.frombuffer(json.dumps(architecture).encode(), dtype=np.uint8)
+                np.savez(f, **tensors, **{NPZ_ARCHITECTURE_KEY: arch_bytes})
+            f.flush()
+            # Durable before it is renamed into place: a crash leaves the old file or the new one.
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
     return path
 
 
