@@ -203,6 +203,8 @@ def test_killed_checkpoint_leaves_the_previous_one_resumable(reference, tmp_path
     run_strata("embed", "eval", run, "-q")
     run_strata("embed", "train", reference, "--run-dir", run, "--epochs", "3", *EMBED)
     assert json.loads((run / "run.json").read_text())["current"]["epoch"] == 3
+    # The resumed run's commits removed the killed writer's temporary files.
+    assert [p.name for p in run.iterdir() if ".tmp-" in p.name] == []
 
 
 def test_run_creation_killed_before_its_first_commit_starts_again(reference, tmp_path):

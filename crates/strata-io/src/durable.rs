@@ -98,6 +98,29 @@ pub fn is_partial(path: &Path) -> bool {
     partial_name(path) || path.canonicalize().is_ok_and(|p| partial_name(&p))
 }
 
+/// Whether the file name `name` is a temporary file of [`replace_file_by`]
+/// (`.NAME.tmp-PID-CALL`) whose process no longer runs: one killed between writing the file and
+/// renaming it. Such a file is never renamed and is safe to remove; a live process's (this
+/// one's included) is not matched.
+pub fn is_orphan_temp(name: &str) -> bool {
+    let Some((_, tail)) = name.strip_prefix('.').and_then(|n| n.rsplit_once(".tmp-")) else {
+        return false;
+    };
+    let Some((pid, call)) = tail.split_once('-') else {
+        return false;
+    };
+    let (Ok(pid), true) = (
+        pid.parse::<libc::pid_t>(),
+        !call.is_empty() && call.bytes().all(|b| b.is_ascii_digit()),
+    ) else {
+        return false;
+    };
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    pid > 0 && !alive
+}
+
 /// Flushes a directory's entries (files created or renamed in it) to the device.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
@@ -294,6 +317,22 @@ mod tests {
         assert_eq!(armed("rank1:embed.x@2", None, None), None);
         assert_eq!(armed("rank1:embed.x@2", Some("1"), Some("1")), None);
         assert_eq!(armed("embed.committed", None, Some("2")), None);
+    }
+
+    #[test]
+    fn orphan_temporaries_are_those_of_dead_processes() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        assert!(is_orphan_temp(&format!(".run.json.tmp-{dead}-0")));
+        assert!(is_orphan_temp(&format!(".table-0.bin.tmp-{dead}-17")));
+        assert!(!is_orphan_temp(&format!(".run.json.tmp-{me}-0")));
+        assert!(!is_orphan_temp(&format!("run.json.tmp-{dead}-0")));
+        assert!(!is_orphan_temp(&format!(".run.json.tmp-{dead}-")));
+        assert!(!is_orphan_temp(&format!(".run.json.tmp-{dead}-x")));
+        assert!(!is_orphan_temp(".run.json.tmp--3-0"));
+        assert!(!is_orphan_temp(".run.json"));
     }
 
     fn names(dir: &Path) -> Vec<String> {

@@ -302,7 +302,7 @@ impl Run {
     }
 
     /// Replaces `run.json` atomically with `self.meta`, then removes relation files no
-    /// checkpoint references.
+    /// checkpoint references and temporary files of killed writers.
     pub fn commit(&self) -> Result<()> {
         let path = self.dir.join("run.json");
         let text = serde_json::to_string_pretty(&self.meta).expect("run metadata serialises");
@@ -325,7 +325,9 @@ impl Run {
                 .or_else(|| name.strip_prefix("relation_state-e"))
                 .and_then(|rest| rest.strip_suffix(".npy"))
                 .and_then(|k| k.parse::<usize>().ok());
-            if epoch.is_some_and(|k| !keep.contains(&k)) {
+            // A temporary file of a killed writer is never renamed into place.
+            let orphan = strata_io::durable::is_orphan_temp(&name);
+            if orphan || epoch.is_some_and(|k| !keep.contains(&k)) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
