@@ -1,7 +1,7 @@
 """The training options of the shipped recipes through the CLI: dropout on entity and relation
-rows and weighted N3/L2 train (in memory and partitioned), are recorded and deterministic with
-one thread; options that do not apply exit 2 naming the option and the model; every recipe in
-examples/recipes is a valid config that trains."""
+rows (with shared or independent masks) and weighted N3/L2 train (in memory and partitioned),
+are recorded and deterministic with one thread; options that do not apply exit 2 naming the
+option and the model; every recipe in examples/recipes is a valid config that trains."""
 
 from __future__ import annotations
 
@@ -35,6 +35,12 @@ def test_dropout_and_weighted_n3_train_deterministically_and_are_recorded(kg, tm
     assert [e["loss"] for e in a["history"]] != [e["loss"] for e in plain["history"]]
     # Head queries go through the trained inverse rows: both directions learn.
     assert a["test"]["head_mrr"] > 0.1 and a["test"]["tail_mrr"] > 0.1, a["test"]
+    # LibKGE's independent masks: the positive's query dropped again, a different run that
+    # learns as well.
+    own = summary(strata_cli, kg, tmp_path / "i", *RECIPE_ARGS, "--dropout-masks", "independent")
+    assert own["config"]["dropout_masks"] == "independent" and a["config"]["dropout_masks"] == "shared"
+    assert [e["loss"] for e in own["history"]] != [e["loss"] for e in a["history"]]
+    assert own["test"]["head_mrr"] > 0.1 and own["test"]["tail_mrr"] > 0.1, own["test"]
 
 
 def test_the_options_train_partitioned(kg, tmp_path, strata_cli):
@@ -50,6 +56,17 @@ def test_the_options_train_partitioned(kg, tmp_path, strata_cli):
         (["--model", "rotate", "--relation-dropout", "0.1"], "relation_dropout", ['"rotate"', "phases"]),
         (["--model", "dot", "--relation-dropout", "0.1"], "relation_dropout", ['"dot"', "no relation rows"]),
         (["--entity-dropout", "1"], "entity_dropout", ["[0, 1)"]),
+        (["--dropout-masks", "independent"], "dropout_masks", ["entity_dropout or relation_dropout"]),
+        (
+            ["--entity-dropout", "0.2", "--dropout-masks", "independent", "--training", "1vsAll"],
+            "dropout_masks",
+            ["negative sampling", '"1vsAll"'],
+        ),
+        (
+            ["--model", "pbg", "--entity-dropout", "0.2", "--dropout-masks", "independent"],
+            "dropout_masks",
+            ['"pbg"', '"shared"'],
+        ),
         (["--reg-weighted"], "reg_weighted", ['"none"']),
         (["--relation-reg-weight", "0.1"], "relation_reg_weight", ['"none"']),
         (["--corrupt", "tail"], "reciprocal", ['corrupt = "tail"', "reciprocal = false"]),

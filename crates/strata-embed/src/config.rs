@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use strata_store::config::{AutoSize, ConfigError, Section, Size};
 
 use crate::model::{
-    Comparator, Dropout, Loss, LossKind, Operator, PbgForm, RegScope, Regularizer, RegularizerKind,
-    ScoreKind,
+    Comparator, Dropout, DropoutMasks, Loss, LossKind, Operator, PbgForm, RegScope, Regularizer,
+    RegularizerKind, ScoreKind,
 };
 use crate::ordering::OrderingKind;
 
@@ -287,6 +287,11 @@ pub struct TrainConfig {
     /// relation_embedder.dropout); 0: off
     #[schemars(range(min = 0.0, max = 1.0))]
     pub relation_dropout: f32,
+    /// negative sampling with dropout: shared (one mask per gathered row, the positive and its
+    /// negatives scored from the same dropped query) or independent (the positive's source and
+    /// relation rows dropped again with masks of their own, as LibKGE, which looks them up once
+    /// for the positive and once for the negatives: a stronger regularizer at the same rates)
+    pub dropout_masks: DropoutMasks,
     /// margin of the margin-ranking loss
     #[schemars(range(min = 0.0))]
     pub margin: f32,
@@ -490,6 +495,7 @@ impl Default for TrainConfig {
             reg_scope: RegScope::Chunk,
             entity_dropout: 0.0,
             relation_dropout: 0.0,
+            dropout_masks: DropoutMasks::Shared,
             margin: 0.1,
             gamma: 0.0,
             lr: 0.1,
@@ -709,7 +715,35 @@ impl TrainConfig {
         Dropout {
             entity: self.entity_dropout,
             relation: self.relation_dropout,
+            independent: self.dropout_masks == DropoutMasks::Independent,
         }
+    }
+
+    /// Why `dropout_masks = "independent"` does not apply: no dropout, a training that scores
+    /// the true target among all candidates (one mask, as LibKGE's 1vsAll), a model whose
+    /// kernel has no separate positive query (pbg), or the device step.
+    fn check_independent_masks(&self) -> Result<(), (&'static str, String)> {
+        let why = if self.entity_dropout == 0.0 && self.relation_dropout == 0.0 {
+            "needs entity_dropout or relation_dropout above 0".to_string()
+        } else if self.training != TrainingMode::NegativeSampling {
+            format!(
+                "applies to negative sampling; training = {:?} scores the true target among all                  candidates from one dropped query, as LibKGE does",
+                self.training.name()
+            )
+        } else if self.model == ScoreKind::Pbg {
+            "is not supported for model \"pbg\" (use dropout_masks = \"shared\", or the named \
+             model: dot, distmult, complex, transe or rotate)"
+                .to_string()
+        } else if self.device != "cpu" {
+            format!(
+                "is not supported on the device backend yet (device = {:?}); use \
+                 dropout_masks = \"shared\" or device = \"cpu\"",
+                self.device
+            )
+        } else {
+            return Ok(());
+        };
+        Err(("dropout_masks", format!("\"independent\" {why}")))
     }
 
     /// The key and message of what the recipes' step options do not allow: a rate outside
@@ -741,6 +775,9 @@ impl TrainConfig {
                     format!("does not apply to model {model:?}, which {why}"),
                 ));
             }
+        }
+        if self.dropout_masks == DropoutMasks::Independent {
+            self.check_independent_masks()?;
         }
         if self.regularizer == RegularizerKind::None {
             if self.reg_weighted {

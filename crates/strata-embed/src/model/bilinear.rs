@@ -3,8 +3,8 @@
 //! loss weights of the forward pass.
 
 use super::score::{
-    apply_loss, back_rows, combine_rows, fit, Chunk, Combine, Grads, Loss, ProductQuery,
-    ScoreBatch, Scratch, Shape,
+    apply_loss, back_rows, combine_rows, fit, pos_query_rows, Chunk, Combine, Grads, Loss,
+    ProductQuery, ScoreBatch, Scratch, Shape,
 };
 use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
 
@@ -27,20 +27,28 @@ pub(super) fn step<M: Bilinear>(
     let d = model.dim;
     fit(&mut s.phi, b * d);
     combine_rows::<M>(model, b, c.src, c.rel, &mut s.phi);
+    let own = pos_query_rows::<M>(model, c, s);
+    let phi_pos = if own { &s.phi_pos } else { &s.phi };
     for i in 0..b {
-        s.pos[i] = dot(&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
+        s.pos[i] = dot(&phi_pos[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
     }
     gemm_abt(b, n, d, 1.0, &s.phi, c.neg, 0.0, &mut s.scores);
     let total = apply_loss(loss, c, s);
-    // dφ = dpos ∘ t + W · neg ;  dt = dpos ∘ φ ;  dneg = Wᵀ · φ
+    // dφ = dpos ∘ t + W · neg ;  dt = dpos ∘ φ ;  dneg = Wᵀ · φ  (the positives' dpos ∘ t
+    // goes to their own φ when they have one)
     fit(&mut s.dphi, b * d);
     gemm_ab(b, d, n, 1.0, &s.scores, c.neg, 0.0, &mut s.dphi);
+    let (phi_pos, dphi_pos) = if own {
+        (&s.phi_pos, &mut s.dphi_pos)
+    } else {
+        (&s.phi, &mut s.dphi)
+    };
     for i in 0..b {
         let dp = s.dpos[i];
         let (dphi, t, phi, gt) = (
-            &mut s.dphi[i * d..(i + 1) * d],
+            &mut dphi_pos[i * d..(i + 1) * d],
             &c.dst[i * d..(i + 1) * d],
-            &s.phi[i * d..(i + 1) * d],
+            &phi_pos[i * d..(i + 1) * d],
             &mut g.dst[i * d..(i + 1) * d],
         );
         for k in 0..d {
@@ -50,6 +58,17 @@ pub(super) fn step<M: Bilinear>(
     }
     gemm_atb(n, d, b, 1.0, &s.scores, &s.phi, 0.0, &mut g.neg);
     back_bilinear::<M>(model, b, &s.dphi, c.src, c.rel, &mut g.src, &mut g.rel);
+    if let Some(q) = c.pos_query {
+        back_bilinear::<M>(
+            model,
+            b,
+            &s.dphi_pos,
+            q.src,
+            q.rel,
+            &mut g.pos_src,
+            &mut g.pos_rel,
+        );
+    }
     total
 }
 

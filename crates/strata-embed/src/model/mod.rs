@@ -60,11 +60,12 @@ mod transe;
 use strata_store::rng::Rng;
 
 pub use all_entities::{all_step, AllBatch, AllScratch, Labels};
-pub use dropout::{Dropout, Dropped};
+pub use dropout::{Dropout, DropoutMasks, Dropped};
 pub use form::{Comparator, Operator, PbgForm};
 pub use regularizer::{regularize, regularize_table, RegScope, Regularizer, RegularizerKind};
 pub use score::{
-    Chunk, Grads, Layout, Loss, LossKind, ProductQuery, ScoreBatch, ScoreFunction, Scratch, Shape,
+    Chunk, Grads, Layout, Loss, LossKind, PosQuery, ProductQuery, ScoreBatch, ScoreFunction,
+    Scratch, Shape,
 };
 
 use score::fit;
@@ -174,6 +175,10 @@ pub fn chunk_step(
     fit(&mut g.rel, b * model.rel_dim());
     fit(&mut g.dst, b * d);
     fit(&mut g.neg, n * d);
+    if c.pos_query.is_some() {
+        fit(&mut g.pos_src, b * d);
+        fit(&mut g.pos_rel, b * model.rel_dim());
+    }
     fit(&mut s.scores, b * n);
     fit(&mut s.pos, b);
     fit(&mut s.dpos, b);

@@ -2,7 +2,8 @@
 //! for every (query, target) pair.
 
 use super::score::{
-    apply_loss, combine_rows, fit, zeroed, Chunk, Combine, Grads, Loss, ScoreBatch, Scratch, Shape,
+    apply_loss, combine_rows, fit, pos_query_rows, zeroed, Chunk, Combine, Grads, Loss, ScoreBatch,
+    Scratch, Shape,
 };
 
 /// A score function computed pair by pair from the query row `a` of its [`Combine`].
@@ -28,12 +29,14 @@ pub(super) fn step<M: Pairwise>(
     s: &mut Scratch,
 ) -> f64 {
     let (b, n) = (c.b, c.n);
-    let (d, rd) = (model.dim, model.rel_dim());
+    let d = model.dim;
     fit(&mut s.phi, b * d);
     combine_rows::<M>(model, b, c.src, c.rel, &mut s.phi);
+    let own = pos_query_rows::<M>(model, c, s);
+    let phi_pos = if own { &s.phi_pos } else { &s.phi };
     for i in 0..b {
         let a = &s.phi[i * d..(i + 1) * d];
-        s.pos[i] = M::pair_score(d, a, &c.dst[i * d..(i + 1) * d]);
+        s.pos[i] = M::pair_score(d, &phi_pos[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
         for j in 0..n {
             s.scores[i * n + j] = M::pair_score(d, a, &c.neg[j * d..(j + 1) * d]);
         }
@@ -42,17 +45,25 @@ pub(super) fn step<M: Pairwise>(
     zeroed(&mut g.dst, b * d);
     zeroed(&mut g.neg, n * d);
     zeroed(&mut s.dphi, b * d);
+    // The positives' term, into their own query rows' gradients when they have them.
+    let (phi_pos, dphi_pos) = if own {
+        (&s.phi_pos, &mut s.dphi_pos)
+    } else {
+        (&s.phi, &mut s.dphi)
+    };
+    for i in 0..b {
+        M::pair_grad(
+            d,
+            &phi_pos[i * d..(i + 1) * d],
+            &c.dst[i * d..(i + 1) * d],
+            s.dpos[i],
+            &mut dphi_pos[i * d..(i + 1) * d],
+            &mut g.dst[i * d..(i + 1) * d],
+        );
+    }
     for i in 0..b {
         let a = &s.phi[i * d..(i + 1) * d];
         let da = &mut s.dphi[i * d..(i + 1) * d];
-        M::pair_grad(
-            d,
-            a,
-            &c.dst[i * d..(i + 1) * d],
-            s.dpos[i],
-            da,
-            &mut g.dst[i * d..(i + 1) * d],
-        );
         for j in 0..n {
             let w = s.scores[i * n + j];
             if w != 0.0 {
@@ -67,17 +78,43 @@ pub(super) fn step<M: Pairwise>(
             }
         }
     }
-    for i in 0..b {
-        M::back(
-            d,
-            &s.dphi[i * d..(i + 1) * d],
-            &s.phi[i * d..(i + 1) * d],
-            &c.rel[i * rd..(i + 1) * rd],
-            &mut g.src[i * d..(i + 1) * d],
-            &mut g.rel[i * rd..(i + 1) * rd],
+    back_pairwise::<M>(model, b, &s.dphi, &s.phi, c.rel, &mut g.src, &mut g.rel);
+    if let Some(q) = c.pos_query {
+        back_pairwise::<M>(
+            model,
+            b,
+            &s.dphi_pos,
+            &s.phi_pos,
+            q.rel,
+            &mut g.pos_src,
+            &mut g.pos_rel,
         );
     }
     total
+}
+
+/// [`Pairwise::back`] for each of `b` rows: `da` and the query rows `a` (`b x d`), the
+/// relation rows `rel` (`b x rel_dim`) into `gs` and `gr` of the same shapes.
+fn back_pairwise<M: Pairwise>(
+    model: &Shape,
+    b: usize,
+    da: &[f32],
+    a: &[f32],
+    rel: &[f32],
+    gs: &mut [f32],
+    gr: &mut [f32],
+) {
+    let (d, rd) = (model.dim, model.rel_dim());
+    for i in 0..b {
+        M::back(
+            d,
+            &da[i * d..(i + 1) * d],
+            &a[i * d..(i + 1) * d],
+            &rel[i * rd..(i + 1) * rd],
+            &mut gs[i * d..(i + 1) * d],
+            &mut gr[i * rd..(i + 1) * rd],
+        );
+    }
 }
 
 /// Candidate scores of a pairwise model (see [`super::score_candidates`]).

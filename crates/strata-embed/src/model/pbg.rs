@@ -381,6 +381,10 @@ fn step<O: OperatorRows>(
     g: &mut Grads,
     s: &mut Scratch,
 ) -> f64 {
+    debug_assert!(
+        c.pos_query.is_none(),
+        "the config refuses independent dropout masks for pbg"
+    );
     let (b, n) = (c.b, c.n);
     let (d, rd, cmp) = (model.dim, model.rel_dim(), model.pbg.comparator);
     let cos = cmp == Comparator::Cos;

@@ -58,6 +58,7 @@ fn both_scores(model: &ScoreModel, s: &[f32], r: &[f32], t: &[f32]) -> (f32, f32
         dst: t,
         neg: t,
         weights: &[],
+        pos_query: None,
     };
     let loss = Loss::plain(LossKind::Softmax, 0.0);
     chunk_step(model, &loss, &c, &mut Grads::default(), &mut scratch);

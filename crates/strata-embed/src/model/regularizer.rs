@@ -248,12 +248,14 @@ mod tests {
             dst: t,
             neg: &[],
             weights: &[],
+            pos_query: None,
         };
         let mut g = Grads {
             src: vec![0.0; s.len()],
             rel: vec![0.0; r.len()],
             dst: vec![0.0; t.len()],
             neg: Vec::new(),
+            ..Default::default()
         };
         let reg = Regularizer {
             kind,
@@ -327,6 +329,7 @@ mod tests {
                 dst: t,
                 neg: &[],
                 weights: &[],
+                pos_query: None,
             };
             regularize(&reg, &m, &c, g, ALL)
         };
@@ -335,6 +338,7 @@ mod tests {
             rel: vec![0.0; b * d],
             dst: vec![0.0; b * d],
             neg: Vec::new(),
+            ..Default::default()
         };
         let mut g = zero();
         let total = term(s, r, t, &mut g);
@@ -369,12 +373,14 @@ mod tests {
             dst: t,
             neg: &[],
             weights: &[],
+            pos_query: None,
         };
         let g = Grads {
             src: vec![0.0; s.len()],
             rel: vec![0.0; r.len()],
             dst: vec![0.0; t.len()],
             neg: Vec::new(),
+            ..Default::default()
         };
         (c, g)
     }

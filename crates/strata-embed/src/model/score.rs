@@ -149,6 +149,19 @@ pub(super) fn combine_rows<C: Combine>(
     }
 }
 
+/// The query rows the positives are scored from: with [`Chunk::pos_query`], their own
+/// `combine(pos src, pos rel)` in `s.phi_pos` (and `s.dphi_pos` zeroed for their gradients),
+/// returning true; else false, the positives sharing `s.phi` with the negatives.
+pub(super) fn pos_query_rows<C: Combine>(model: &Shape, c: &Chunk, s: &mut Scratch) -> bool {
+    let Some(q) = c.pos_query else {
+        return false;
+    };
+    fit(&mut s.phi_pos, c.b * model.dim);
+    combine_rows::<C>(model, c.b, q.src, q.rel, &mut s.phi_pos);
+    zeroed(&mut s.dphi_pos, c.b * model.dim);
+    true
+}
+
 /// A row's backward pass through a query row: from `da` (`d` reals), the source row's
 /// gradient `gs` (`d` reals) and the relation row's `gr` (`rel_dim` reals), both overwritten.
 type BackRow = fn(usize, &[f32], &[f32], &[f32], &mut [f32], &mut [f32]);
@@ -269,6 +282,20 @@ pub struct Chunk<'a> {
     /// Each edge's weight, `b` reals (its loss term and so its gradients are scaled by it), or
     /// empty: every weight 1.
     pub weights: &'a [f32],
+    /// The positives' own source and relation rows (`b x dim`, `b x rel_dim`), or `None`: the
+    /// positives are scored from `src` and `rel` like the negatives. Independent dropout masks
+    /// (LibKGE's, where every lookup draws its own) give the positive score its own copy of
+    /// the query's rows; their gradients go to `Grads::pos_src` and `Grads::pos_rel`.
+    pub pos_query: Option<PosQuery<'a>>,
+}
+
+/// The positives' own query rows of a chunk direction (see [`Chunk::pos_query`]).
+#[derive(Debug, Clone, Copy)]
+pub struct PosQuery<'a> {
+    /// Source rows, `b x dim`.
+    pub src: &'a [f32],
+    /// Relation rows, `b x rel_dim`.
+    pub rel: &'a [f32],
 }
 
 /// Gradients of one chunk direction (same shapes as the inputs).
@@ -278,6 +305,10 @@ pub struct Grads {
     pub rel: Vec<f32>,
     pub dst: Vec<f32>,
     pub neg: Vec<f32>,
+    /// With [`Chunk::pos_query`]: the gradients of the positives' own source and relation
+    /// rows (the negatives' path is in `src` and `rel`); untouched without.
+    pub pos_src: Vec<f32>,
+    pub pos_rel: Vec<f32>,
 }
 
 /// Buffers reused across chunks.
@@ -285,6 +316,9 @@ pub struct Grads {
 pub struct Scratch {
     pub(super) phi: Vec<f32>,
     pub(super) dphi: Vec<f32>,
+    /// The positives' own query rows and their gradients, with [`Chunk::pos_query`].
+    pub(super) phi_pos: Vec<f32>,
+    pub(super) dphi_pos: Vec<f32>,
     pub(super) scores: Vec<f32>,
     pub(super) pos: Vec<f32>,
     pub(super) dpos: Vec<f32>,

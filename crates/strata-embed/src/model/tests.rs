@@ -34,6 +34,7 @@ fn chunk<'a>(b: usize, n: usize, inputs: &'a [Vec<f32>; 4], weights: &'a [f32]) 
         dst: &inputs[2],
         neg: &inputs[3],
         weights,
+        pos_query: None,
     }
 }
 
@@ -157,6 +158,7 @@ fn complex_scores_are_the_real_part_of_the_trilinear_product() {
         dst: &dst,
         neg: &neg,
         weights: &[],
+        pos_query: None,
     };
     let l = chunk_step(
         &model,
@@ -212,6 +214,7 @@ fn candidate_scores_agree_with_training_scores() {
                     dst: &dst,
                     neg: &dst,
                     weights: &[],
+                    pos_query: None,
                 };
                 chunk_step(
                     &model,

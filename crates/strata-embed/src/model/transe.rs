@@ -6,8 +6,8 @@ use strata_store::rng::Rng;
 
 use super::pairwise::{self, Pairwise};
 use super::score::{
-    apply_loss, combine_rows, fit, Chunk, Combine, Grads, Layout, Loss, ScoreBatch, ScoreFunction,
-    Scratch, Shape,
+    apply_loss, combine_rows, fit, pos_query_rows, Chunk, Combine, Grads, Layout, Loss, ScoreBatch,
+    ScoreFunction, Scratch, Shape,
 };
 use super::{Comparator, Operator, PbgForm};
 use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
@@ -141,8 +141,10 @@ fn step_l2(model: &Shape, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch
     let n_sq: Vec<f32> = (0..n)
         .map(|j| dot(&c.neg[j * d..(j + 1) * d], &c.neg[j * d..(j + 1) * d]))
         .collect();
+    let own = pos_query_rows::<TransE>(model, c, s);
+    let phi_pos = if own { &s.phi_pos } else { &s.phi };
     for i in 0..b {
-        let (a, t) = (&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
+        let (a, t) = (&phi_pos[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
         let dist: f32 = a.iter().zip(t).map(|(x, y)| (x - y) * (x - y)).sum::<f32>();
         s.pos[i] = -(dist + EPS).sqrt();
     }
@@ -178,16 +180,27 @@ fn step_l2(model: &Shape, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch
             g.neg[j * d + k] += 2.0 * col_sum[j] * c.neg[j * d + k];
         }
     }
+    // a = s + r: the source and relation rows take the query row's gradient; the positives'
+    // term goes to their own rows when they have them.
+    let phi_pos = if own { &s.phi_pos } else { &s.phi };
     for i in 0..b {
-        let (a, t) = (&s.phi[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
+        let (a, a_pos, t) = (
+            &s.phi[i * d..(i + 1) * d],
+            &phi_pos[i * d..(i + 1) * d],
+            &c.dst[i * d..(i + 1) * d],
+        );
         let dist = -s.pos[i];
         let dp = s.dpos[i];
         for k in 0..d {
-            let diff = a[k] - t[k];
-            let da = s.dphi[i * d + k] + 2.0 * row_sum[i] * a[k] - dp * diff / dist;
-            g.src[i * d + k] = da;
-            g.rel[i * d + k] = da;
-            g.dst[i * d + k] = dp * diff / dist;
+            let dt = dp * (a_pos[k] - t[k]) / dist;
+            let da = s.dphi[i * d + k] + 2.0 * row_sum[i] * a[k];
+            g.dst[i * d + k] = dt;
+            if own {
+                (g.src[i * d + k], g.rel[i * d + k]) = (da, da);
+                (g.pos_src[i * d + k], g.pos_rel[i * d + k]) = (-dt, -dt);
+            } else {
+                (g.src[i * d + k], g.rel[i * d + k]) = (da - dt, da - dt);
+            }
         }
     }
     total

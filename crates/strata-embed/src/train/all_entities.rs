@@ -407,6 +407,7 @@ impl VsAllWorker {
             rel: std::mem::take(&mut s.g_rel),
             dst: Vec::new(),
             neg: std::mem::take(&mut s.g_cands),
+            ..Default::default()
         };
         if dropout {
             // Back through the masks to the gathered rows.
@@ -424,6 +425,7 @@ impl VsAllWorker {
             dst: &side.dst,
             neg: &[],
             weights: &side.weights,
+            pos_query: None,
         };
         let which = ctx.reg.rows(repeat, ctx.inverse_offset > 0);
         loss += regularize(&ctx.reg, &ctx.model, &c, &mut g, which);

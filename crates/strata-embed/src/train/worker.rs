@@ -395,6 +395,7 @@ impl Worker {
             dst: &side.dst,
             neg: &side.neg,
             weights: edges.weights,
+            pos_query: None,
         };
         if ctx.dropout.active(rd) {
             // The step scores the dropped rows (masks drawn after the negatives, from the
@@ -406,6 +407,7 @@ impl Worker {
                 rel: &dr.rel,
                 dst: &dr.dst,
                 neg: &dr.neg,
+                pos_query: dr.pos_query(),
                 ..c
             };
             self.loss += chunk_step(

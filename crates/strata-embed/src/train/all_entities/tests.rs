@@ -131,6 +131,7 @@ fn a_chunk_steps_every_row_by_its_summed_gradient() {
         Dropout {
             entity: 0.3,
             relation: 0.2,
+            ..Dropout::default()
         },
     );
     // LibKGE's unweighted L2 over the whole table (its WN18RR recipes), with dropout.
@@ -145,6 +146,7 @@ fn a_chunk_steps_every_row_by_its_summed_gradient() {
         Dropout {
             entity: 0.3,
             relation: 0.2,
+            ..Dropout::default()
         },
     );
     for (reg, dropout) in [plain, recipe, table] {
@@ -360,6 +362,7 @@ fn dropout_is_drawn_from_the_chunk_and_off_at_rate_zero() {
     let on = Dropout {
         entity: 0.5,
         relation: 0.5,
+        ..Dropout::default()
     };
     let (a, b) = (run(on), run(on));
     assert_eq!((a.0, &a.1, &a.2), (b.0, &b.1, &b.2));
@@ -368,6 +371,7 @@ fn dropout_is_drawn_from_the_chunk_and_off_at_rate_zero() {
     let zero = run(Dropout {
         entity: 0.0,
         relation: 0.0,
+        ..Dropout::default()
     });
     assert_eq!((zero.0, &zero.1, &zero.2), (plain.0, &plain.1, &plain.2));
 }
