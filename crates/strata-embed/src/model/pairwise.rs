@@ -2,8 +2,8 @@
 //! for every (query, target) pair.
 
 use super::score::{
-    apply_loss, combine_rows, fit, pos_query_rows, zeroed, Chunk, Combine, Grads, Loss, ScoreBatch,
-    Scratch, Shape,
+    apply_loss, back_rows, combine_rows, fit, pos_query_rows, zeroed, Chunk, Combine, Grads, Loss,
+    ScoreBatch, Scratch, Shape,
 };
 
 /// A score function computed pair by pair from the query row `a` of its [`Combine`].
@@ -78,43 +78,31 @@ pub(super) fn step<M: Pairwise>(
             }
         }
     }
-    back_pairwise::<M>(model, b, &s.dphi, &s.phi, c.rel, &mut g.src, &mut g.rel);
+    // Pairwise::back reads the query row where a bilinear back reads the source row.
+    back_rows(
+        model,
+        b,
+        &s.dphi,
+        &s.phi,
+        c.rel,
+        &mut g.src,
+        &mut g.rel,
+        M::back,
+    );
     if let Some(q) = c.pos_query {
-        back_pairwise::<M>(
+        let (dq, q_pos) = (&s.dphi_pos, &s.phi_pos);
+        back_rows(
             model,
             b,
-            &s.dphi_pos,
-            &s.phi_pos,
+            dq,
+            q_pos,
             q.rel,
             &mut g.pos_src,
             &mut g.pos_rel,
+            M::back,
         );
     }
     total
-}
-
-/// [`Pairwise::back`] for each of `b` rows: `da` and the query rows `a` (`b x d`), the
-/// relation rows `rel` (`b x rel_dim`) into `gs` and `gr` of the same shapes.
-fn back_pairwise<M: Pairwise>(
-    model: &Shape,
-    b: usize,
-    da: &[f32],
-    a: &[f32],
-    rel: &[f32],
-    gs: &mut [f32],
-    gr: &mut [f32],
-) {
-    let (d, rd) = (model.dim, model.rel_dim());
-    for i in 0..b {
-        M::back(
-            d,
-            &da[i * d..(i + 1) * d],
-            &a[i * d..(i + 1) * d],
-            &rel[i * rd..(i + 1) * rd],
-            &mut gs[i * d..(i + 1) * d],
-            &mut gr[i * rd..(i + 1) * rd],
-        );
-    }
 }
 
 /// Candidate scores of a pairwise model (see [`super::score_candidates`]).
