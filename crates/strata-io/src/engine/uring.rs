@@ -194,7 +194,7 @@ impl Uring {
                 return;
             }
             // SAFETY: no argument is passed; the flag only asks to wait for one completion.
-            let _ = unsafe {
+            let entered = unsafe {
                 self.ring.submitter().enter::<libc::sigset_t>(
                     0,
                     1,
@@ -202,6 +202,17 @@ impl Uring {
                     None,
                 )
             };
+            if let Err(e) = entered {
+                // A transient error retries at once. A ring the kernel no longer enters cannot
+                // sleep there, but requests already in the kernel still complete into the
+                // queue: poll it without spinning a core.
+                if !matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+            }
         }
     }
 
