@@ -110,8 +110,15 @@ def queue(args) -> tuple[list[tuple[str, Path, dict, Path]], list[str]]:
         if name in wanted and not (data / "train.txt").is_file():
             raise SystemExit(f"recipe {name}: no dataset at {data} (train.txt, valid.txt, test.txt); give --datasets")
         items.append((name, path, recipe, data))
-    epochs = lambda r: min(r.get("epochs", 10), args.max_epochs or r.get("epochs", 10))  # noqa: E731
-    cost = lambda it: (epoch_cost(it[2], it[3]) * epochs(it[2]) if it[0] in wanted else 0.0, it[0])  # noqa: E731
+
+    def cost(item) -> tuple[float, str]:
+        # The recipe's own epochs, so that every call orders the same way whatever it runs;
+        # recipes without data go last.
+        name, _, recipe, data = item
+        if not (data / "train.txt").is_file():
+            return float("inf"), name
+        return epoch_cost(recipe, data) * recipe.get("epochs", 10), name
+
     items.sort(key=cost)
     return [it for it in items if it[0] in wanted], [it[0] for it in items]
 
