@@ -72,6 +72,8 @@ class Server:
 
     @property
     def stderr(self) -> str:
+        """What the server wrote to stderr so far; complete only after :meth:`stop` or
+        :meth:`kill`, which join the thread that reads it."""
         return "".join(self.err)
 
     def after_listening(self) -> str:
