@@ -3,7 +3,7 @@ published figures, at what validation curve, and in how many training seconds on
 
     python benches/bench_recipes.py [--out DIR] [--datasets DIR] [--only NAME,...]
         [--max-epochs N] [--max-seconds S] [--threads N] [--eval-every K] [--memory SIZE]
-        [--device DEV] [--recipes DIR] [--doc FILE | --no-doc]
+        [--device DEV] [--partitions P --buffer B] [--recipes DIR] [--doc FILE | --no-doc]
 
 One resumable command to run the recipe table to its goals, meant to be left running
 unattended (and started again after any stop): for each recipe (``--only`` picks some by file
@@ -29,6 +29,10 @@ each recipe. Calls may run side by side on one ``--out`` (one recipe per core, `
 each writes its own recipes' entries under a lock and keeps the others'. The markdown table (every
 recipe of the folder, the untrained ones queued) goes into the ``embed-recipes`` section of
 docs/benchmarks.md (``--doc`` another file, ``--no-doc`` none).
+
+``--partitions P --buffer B`` trains the recipes out of core (P node partitions on disk, B of
+them resident); give such calls their own ``--out``: their table goes into the
+``embed-recipes-pP`` section, beside the in-memory one.
 """
 
 from __future__ import annotations
@@ -149,6 +153,8 @@ def train(args, store: Path, recipe_file: Path, recipe: dict, run: Path) -> tupl
         ("--eval-every", args.eval_every),
         ("--memory", args.memory),
         ("--device", args.device),
+        ("--partitions", args.partitions),
+        ("--buffer", args.buffer),
     )
     for flag, value in overrides:
         if value is not None:
@@ -250,10 +256,15 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return "" if x is None else f"{x:.{digits}f}"
 
 
-def markdown(result: dict) -> str:
+def out_of_core(args) -> str:
+    """The partition options of the call, as given (empty in memory)."""
+    return f"--partitions {args.partitions} --buffer {args.buffer}" if args.partitions else ""
+
+
+def markdown(result: dict, partitions: str) -> str:
     m = result["machine"]
     lines = [
-        "### Recipe table (`benches/bench_recipes.py`)",
+        f"### Recipe table{f' out of core, `{partitions}`,' if partitions else ''} (`benches/bench_recipes.py`)",
         "",
         f"{m['nproc']} cores ({m['cpu']}); each recipe as shipped unless the command says otherwise, one "
         "run directory each, resumed across calls. Test: filtered metrics of the best checkpoint, both "
@@ -295,6 +306,8 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=None, help="override the recipes' validation interval")
     parser.add_argument("--memory", default=None, help="override the recipes' memory budget")
     parser.add_argument("--device", default=None, help="train on this device (cuda, cuda:N, torch-cpu; default cpu)")
+    parser.add_argument("--partitions", type=int, default=None, help="train out of core on this many partitions")
+    parser.add_argument("--buffer", type=int, default=None, help="resident partitions (with --partitions)")
     parser.add_argument("--doc", type=Path, default=None, help="markdown file to update (default docs/benchmarks.md)")
     parser.add_argument("--no-doc", action="store_true", help="write no markdown")
     args = parser.parse_args()
@@ -304,6 +317,9 @@ def main() -> None:
             raise SystemExit(f"--{key.replace('_', '-')} must be at least {0 if key == 'threads' else 1}, got {value}")
     if args.max_seconds is not None and args.max_seconds <= 0:
         raise SystemExit(f"--max-seconds must be positive, got {args.max_seconds}")
+    if (args.partitions is None) != (args.buffer is None) or (args.partitions is not None and args.partitions < 2):
+        raise SystemExit("--partitions P (at least 2) and --buffer B go together")
+    section = f"embed-recipes-p{args.partitions}" if args.partitions else "embed-recipes"
     args.out.mkdir(parents=True, exist_ok=True)
     items, order = queue(args)
     path = args.out / "recipes.json"
@@ -328,14 +344,14 @@ def main() -> None:
         entry["load"].append([round(x, 2) for x in load])
         result = save_entry(path, name, entry, order)
         if not args.no_doc:
-            update_doc("embed-recipes", markdown(result), doc=args.doc)
+            update_doc(section, markdown(result, out_of_core(args)), doc=args.doc)
         print(
             f"{name}: {entry['status']}, {entry['epochs']} epochs, test MRR {fmt((test or {}).get('mrr'))}", flush=True
         )
     result = save_entry(path, "", None, order)
     if not args.no_doc:
-        update_doc("embed-recipes", markdown(result), doc=args.doc)
-    print(markdown(result))
+        update_doc(section, markdown(result, out_of_core(args)), doc=args.doc)
+    print(markdown(result, out_of_core(args)))
 
 
 if __name__ == "__main__":

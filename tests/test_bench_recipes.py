@@ -40,7 +40,8 @@ def bench(tmp_path: Path, *args: str) -> str:
     return proc.stdout
 
 
-def test_the_recipe_table_runs_cheapest_first_resumes_and_skips_what_finished(tmp_path):
+def tiny_recipes(tmp_path: Path) -> None:
+    """A tiny generated graph and two recipes for it, where bench_cmd looks for them."""
     (tmp_path / "data").mkdir()
     run_strata("generate", "kg", "--out", tmp_path / "data" / "tiny", "--entities", "120", "--relations", "3",
                "--triples", "2400", "-q")  # fmt: skip
@@ -48,6 +49,10 @@ def test_the_recipe_table_runs_cheapest_first_resumes_and_skips_what_finished(tm
     recipes.mkdir()
     (recipes / "complex-tiny.toml").write_text(RECIPE.format(model="complex", extra=""))
     (recipes / "distmult-tiny.toml").write_text(RECIPE.format(model="distmult", extra='training = "1vsAll"'))
+
+
+def test_the_recipe_table_runs_cheapest_first_resumes_and_skips_what_finished(tmp_path):
+    tiny_recipes(tmp_path)
     bench(tmp_path, "--max-epochs", "1")
     out = tmp_path / "out"
     result = json.loads((out / "recipes.json").read_text())
@@ -83,3 +88,17 @@ def test_the_recipe_table_runs_cheapest_first_resumes_and_skips_what_finished(tm
     stdout = bench(tmp_path, "--only", "complex-tiny")
     assert "complex-tiny: finished after 3 epochs, skipped" in stdout
     assert json.loads((out / "runs" / "complex-tiny" / "run.json").read_text())["history"] == history
+
+
+def test_out_of_core_calls_train_on_partitions_into_a_table_of_their_own(tmp_path):
+    tiny_recipes(tmp_path)
+    for bad in (["--partitions", "4"], ["--buffer", "2"], ["--partitions", "1", "--buffer", "1"]):
+        proc = subprocess.run(bench_cmd(tmp_path, *bad), capture_output=True, text=True, timeout=60)
+        assert proc.returncode != 0 and "--partitions P (at least 2) and --buffer B go together" in proc.stderr
+    bench(tmp_path, "--only", "complex-tiny", "--max-epochs", "1", "--partitions", "4", "--buffer", "3")
+    meta = json.loads((tmp_path / "out" / "runs" / "complex-tiny" / "run.json").read_text())
+    assert meta["partitioning"]["partitions"] == 4
+    doc = (tmp_path / "bench.md").read_text()
+    assert "<!-- embed-recipes-p4:begin -->" in doc and "<!-- embed-recipes:begin -->" not in doc
+    assert "### Recipe table out of core, `--partitions 4 --buffer 3`," in doc
+    assert "| complex-tiny | negative_sampling | 1 (1) | epoch cap |" in doc
