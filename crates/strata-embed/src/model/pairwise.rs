@@ -8,11 +8,27 @@ use super::score::{
 
 /// A score function computed pair by pair from the query row `a` of its [`Combine`].
 pub(super) trait Pairwise: Combine {
-    /// The score of query row `a` against target row `t` (`d` reals each).
-    fn pair_score(d: usize, a: &[f32], t: &[f32]) -> f32;
+    /// The scores of query row `a` (`d` reals) against each row of `cands` (`out.len()` rows
+    /// of `d` reals), into `out`.
+    fn pair_scores(a: &[f32], cands: &[f32], out: &mut [f32]);
 
-    /// Adds `w · d score / d a` to `da` and `w · d score / d t` to `dt`.
-    fn pair_grad(d: usize, a: &[f32], t: &[f32], w: f32, da: &mut [f32], dt: &mut [f32]);
+    /// The score of query row `a` against target row `t` (`d` reals each): the same
+    /// arithmetic as [`Pairwise::pair_scores`].
+    fn pair_score(a: &[f32], t: &[f32]) -> f32 {
+        let mut out = [0.0];
+        Self::pair_scores(a, t, &mut out);
+        out[0]
+    }
+
+    /// For each row `c_j` of `cands` (`w.len()` rows of `d` reals) with `w_j ≠ 0`: adds
+    /// `w_j · d score(a, c_j) / d a` to `da` and `w_j · d score(a, c_j) / d c_j` to row `j`
+    /// of `dcands`.
+    fn pair_grads(a: &[f32], cands: &[f32], w: &[f32], da: &mut [f32], dcands: &mut [f32]);
+
+    /// [`Pairwise::pair_grads`] for one target row `t` and its gradient `dt`.
+    fn pair_grad(a: &[f32], t: &[f32], w: f32, da: &mut [f32], dt: &mut [f32]) {
+        Self::pair_grads(a, t, &[w], da, dt);
+    }
 
     /// Back through the combination for one row: from `da = d loss / d a`, the gradients of
     /// the source row (`gs`, `d` reals) and of the relation row (`gr`, `rel_dim` reals); `a`
@@ -36,10 +52,8 @@ pub(super) fn step<M: Pairwise>(
     let phi_pos = if own { &s.phi_pos } else { &s.phi };
     for i in 0..b {
         let a = &s.phi[i * d..(i + 1) * d];
-        s.pos[i] = M::pair_score(d, &phi_pos[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
-        for j in 0..n {
-            s.scores[i * n + j] = M::pair_score(d, a, &c.neg[j * d..(j + 1) * d]);
-        }
+        s.pos[i] = M::pair_score(&phi_pos[i * d..(i + 1) * d], &c.dst[i * d..(i + 1) * d]);
+        M::pair_scores(a, &c.neg[..n * d], &mut s.scores[i * n..(i + 1) * n]);
     }
     let total = apply_loss(loss, c, s);
     zeroed(&mut g.dst, b * d);
@@ -53,7 +67,6 @@ pub(super) fn step<M: Pairwise>(
     };
     for i in 0..b {
         M::pair_grad(
-            d,
             &phi_pos[i * d..(i + 1) * d],
             &c.dst[i * d..(i + 1) * d],
             s.dpos[i],
@@ -62,21 +75,13 @@ pub(super) fn step<M: Pairwise>(
         );
     }
     for i in 0..b {
-        let a = &s.phi[i * d..(i + 1) * d];
-        let da = &mut s.dphi[i * d..(i + 1) * d];
-        for j in 0..n {
-            let w = s.scores[i * n + j];
-            if w != 0.0 {
-                M::pair_grad(
-                    d,
-                    a,
-                    &c.neg[j * d..(j + 1) * d],
-                    w,
-                    da,
-                    &mut g.neg[j * d..(j + 1) * d],
-                );
-            }
-        }
+        M::pair_grads(
+            &s.phi[i * d..(i + 1) * d],
+            &c.neg[..n * d],
+            &s.scores[i * n..(i + 1) * n],
+            &mut s.dphi[i * d..(i + 1) * d],
+            &mut g.neg[..n * d],
+        );
     }
     // Pairwise::back reads the query row where a bilinear back reads the source row.
     back_rows(
@@ -118,8 +123,6 @@ pub(super) fn score<M: Pairwise>(model: &Shape, q: &ScoreBatch, out: &mut [f32],
     combine_rows::<M>(model, b, src, rel, &mut s.phi);
     for i in 0..b {
         let a = &s.phi[i * d..(i + 1) * d];
-        for j in 0..n {
-            out[i * n + j] = M::pair_score(d, a, &cands[j * d..(j + 1) * d]);
-        }
+        M::pair_scores(a, &cands[..n * d], &mut out[i * n..(i + 1) * n]);
     }
 }

@@ -7,6 +7,7 @@ use strata_store::rng::Rng;
 use super::pairwise::Pairwise;
 use super::score::{even_dim, phase, Combine, Layout, ScoreFunction, Shape};
 use super::{Comparator, PbgForm};
+use crate::compute::kernels::{modulus_grads, modulus_scores};
 
 /// `−Σ_k |s_k r_k − t_k|`.
 pub struct RotatE;
@@ -28,23 +29,12 @@ impl Combine for RotatE {
 }
 
 impl Pairwise for RotatE {
-    fn pair_score(d: usize, a: &[f32], t: &[f32]) -> f32 {
-        let h = d / 2;
-        -(0..h)
-            .map(|k| ((a[k] - t[k]).powi(2) + (a[h + k] - t[h + k]).powi(2) + 1e-9).sqrt())
-            .sum::<f32>()
+    fn pair_scores(a: &[f32], cands: &[f32], out: &mut [f32]) {
+        modulus_scores(a, cands, out);
     }
 
-    fn pair_grad(d: usize, a: &[f32], t: &[f32], w: f32, da: &mut [f32], dt: &mut [f32]) {
-        let h = d / 2;
-        for k in 0..h {
-            let (xr, xi) = (a[k] - t[k], a[h + k] - t[h + k]);
-            let m = (xr * xr + xi * xi + 1e-9).sqrt();
-            da[k] -= w * xr / m;
-            da[h + k] -= w * xi / m;
-            dt[k] += w * xr / m;
-            dt[h + k] += w * xi / m;
-        }
+    fn pair_grads(a: &[f32], cands: &[f32], w: &[f32], da: &mut [f32], dcands: &mut [f32]) {
+        modulus_grads(a, cands, w, da, dcands);
     }
 
     fn back(d: usize, da: &[f32], a: &[f32], ri: &[f32], gs: &mut [f32], gr: &mut [f32]) {

@@ -10,7 +10,7 @@ use super::score::{
     ScoreFunction, Scratch, Shape,
 };
 use super::{Comparator, Operator, PbgForm};
-use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb};
+use crate::compute::kernels::{dot, gemm_ab, gemm_abt, gemm_atb, l1_grads, l1_scores};
 
 /// `−‖s + r − t‖`.
 pub struct TransE;
@@ -30,16 +30,12 @@ impl Combine for TransE {
 
 /// The L1 norm, pair by pair.
 impl Pairwise for TransE {
-    fn pair_score(_d: usize, a: &[f32], t: &[f32]) -> f32 {
-        -a.iter().zip(t).map(|(x, y)| (x - y).abs()).sum::<f32>()
+    fn pair_scores(a: &[f32], cands: &[f32], out: &mut [f32]) {
+        l1_scores(a, cands, out);
     }
 
-    fn pair_grad(d: usize, a: &[f32], t: &[f32], w: f32, da: &mut [f32], dt: &mut [f32]) {
-        for k in 0..d {
-            let sg = (a[k] - t[k]).signum();
-            da[k] -= w * sg;
-            dt[k] += w * sg;
-        }
+    fn pair_grads(a: &[f32], cands: &[f32], w: &[f32], da: &mut [f32], dcands: &mut [f32]) {
+        l1_grads(a, cands, w, da, dcands);
     }
 
     fn back(_d: usize, da: &[f32], _a: &[f32], _ri: &[f32], gs: &mut [f32], gr: &mut [f32]) {
@@ -116,12 +112,16 @@ impl ScoreFunction for TransE {
         let d = model.dim;
         combine_rows::<Self>(model, b, src, rel, &mut s.phi);
         gemm_abt(b, n, d, -2.0, &s.phi, cands, 0.0, out);
+        // The candidates' squared norms once per batch, not once per pair: per pair they
+        // cost as much as the product itself.
+        fit(&mut s.aux, n);
+        for (j, c_sq) in s.aux[..n].iter_mut().enumerate() {
+            *c_sq = dot(&cands[j * d..(j + 1) * d], &cands[j * d..(j + 1) * d]);
+        }
         for i in 0..b {
             let a_sq = dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]);
-            for j in 0..n {
-                let c = &cands[j * d..(j + 1) * d];
-                let sq = (out[i * n + j] + a_sq + dot(c, c)).max(0.0);
-                out[i * n + j] = -(sq + 1e-9).sqrt();
+            for (o, &c_sq) in out[i * n..(i + 1) * n].iter_mut().zip(&s.aux[..n]) {
+                *o = -((*o + a_sq + c_sq).max(0.0) + 1e-9).sqrt();
             }
         }
     }
