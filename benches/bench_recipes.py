@@ -264,13 +264,13 @@ def out_of_core(args) -> str:
 def markdown(result: dict, partitions: str) -> str:
     m = result["machine"]
     lines = [
-        f"### Recipe table{f' out of core, `{partitions}`,' if partitions else ''} (`benches/bench_recipes.py`)",
+        f"### Recipe table{f' out of core (`{partitions}`)' if partitions else ''} (`benches/bench_recipes.py`)",
         "",
         f"{m['nproc']} cores ({m['cpu']}); each recipe as shipped unless the command says otherwise, one "
         "run directory each, resumed across calls. Test: filtered metrics of the best checkpoint, both "
         "directions. Training and validation seconds are wall seconds summed over the epochs; load: the "
         "1-minute load average at the start and end of each call's training. To continue the table: "
-        "`python benches/bench_recipes.py` (again after any stop).",
+        f"`python benches/bench_recipes.py{f' {partitions}' if partitions else ''}` (again after any stop).",
         "",
         "| recipe | training | epochs (best) | status | test MRR | Hits@1 | Hits@10 | LibKGE MRR (goal) | "
         "train s | valid s | CPU s | load | validation MRR (epoch: MRR, last 6) |",
@@ -278,6 +278,8 @@ def markdown(result: dict, partitions: str) -> str:
     ]
     for name in result["order"]:
         r = result["recipes"].get(name)
+        if r is None and partitions:
+            continue  # out of core, only the recipes trained so: the in-memory table queues all
         if r is None:
             lines.append(f"| {name} | | | queued | | | | {fmt(PUBLISHED.get(name, {}).get('mrr'), 3)} | | | | | |")
             continue

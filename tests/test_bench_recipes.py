@@ -100,5 +100,6 @@ def test_out_of_core_calls_train_on_partitions_into_a_table_of_their_own(tmp_pat
     assert meta["partitioning"]["partitions"] == 4
     doc = (tmp_path / "bench.md").read_text()
     assert "<!-- embed-recipes-p4:begin -->" in doc and "<!-- embed-recipes:begin -->" not in doc
-    assert "### Recipe table out of core, `--partitions 4 --buffer 3`," in doc
+    assert "### Recipe table out of core (`--partitions 4 --buffer 3`)" in doc
     assert "| complex-tiny | negative_sampling | 1 (1) | epoch cap |" in doc
+    assert "distmult-tiny" not in doc  # untrained out of core: not listed as queued
