@@ -3,9 +3,12 @@ the environment each rank runs with."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
+import functools
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,11 +69,21 @@ def free_port() -> int:
     raise RuntimeError(f"no free port left in {FIRST_PORT}-{last - 1}")
 
 
+@functools.cache
+def _rank_tmpdir() -> str:
+    """A temp folder for the ranks this test process starts, removed when it exits: torchrun
+    leaves a ``torchelastic_*`` folder behind per launch, which would pile up in /tmp."""
+    path = tempfile.mkdtemp(prefix="strata-test-ranks-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def rank_env(interface: str = "lo") -> dict:
     """This process's environment for a rank: one thread per rank on a shared test machine,
-    and gloo on ``interface`` (loopback, or a namespace's veth device)."""
+    gloo on ``interface`` (loopback, or a namespace's veth device), and temp files in a folder
+    this process removes at exit."""
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=interface)
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME=interface, TMPDIR=_rank_tmpdir())
     return env
 
 
