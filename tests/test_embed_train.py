@@ -3,6 +3,7 @@ Python API, in memory and out of core, with a kill -9 in the middle, and with ba
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -200,6 +201,17 @@ def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli, capsys):
     assert unknown.returncode == 2 and "node 'no-such-node' is not in store" in unknown.stderr
     other = cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "2", "--dim", "8", "-q", check=False)
     assert other.returncode == 2 and "different embed.train.dim" in other.stderr
+    # A job training the run holds its directory's flock: a second job is refused, and the
+    # run is left as it was.
+    before = (tmp_path / "ok" / "run.json").read_bytes()
+    held = os.open(tmp_path / "ok", os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        busy = cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "2", *SMALL, check=False)
+    finally:
+        os.close(held)
+    assert busy.returncode == 2 and "is being trained by another job" in busy.stderr
+    assert (tmp_path / "ok" / "run.json").read_bytes() == before
     (tmp_path / "ok" / "run.json").write_text("{not json")
     broken = cli("embed", "eval", tmp_path / "ok", check=False)
     assert broken.returncode == 2 and "run.json: not a run record" in broken.stderr

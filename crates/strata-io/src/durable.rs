@@ -19,6 +19,7 @@
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -126,6 +127,22 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| IoError::os("fsync", dir, 0, e))
+}
+
+/// Takes an exclusive `flock` on the directory `dir`, held while the returned handle is open;
+/// None when another open handle (of this process or another) holds it. The kernel drops the
+/// lock with the last descriptor, so a killed holder never leaves it behind.
+pub fn lock_dir(dir: &Path) -> std::io::Result<Option<File>> {
+    let handle = File::open(dir)?;
+    // SAFETY: flock on a descriptor we own; it touches no memory.
+    if unsafe { libc::flock(handle.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(handle));
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        true => Ok(None),
+        false => Err(e),
+    }
 }
 
 /// Replaces the file `path` with `bytes` so that a reader sees the old contents or the new ones,

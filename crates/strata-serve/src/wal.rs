@@ -20,7 +20,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, Read};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -400,20 +399,14 @@ fn list_segments(dir: &Path) -> Result<Vec<Segment>> {
 
 /// Takes an exclusive `flock` on `dir`, held while the returned handle is open.
 fn lock_dir(dir: &Path) -> Result<File> {
-    let handle = File::open(dir)
-        .map_err(|e| ServeError::io(format!("open directory {}", dir.display()), e))?;
-    // SAFETY: flock on a descriptor we own; it touches no memory.
-    if unsafe { libc::flock(handle.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(ServeError::FailedPrecondition(format!(
-                "write-ahead log {} is already open (by this process or another)",
-                dir.display()
-            )));
-        }
-        return Err(ServeError::io(format!("lock {}", dir.display()), e));
+    match strata_io::durable::lock_dir(dir) {
+        Ok(Some(handle)) => Ok(handle),
+        Ok(None) => Err(ServeError::FailedPrecondition(format!(
+            "write-ahead log {} is already open (by this process or another)",
+            dir.display()
+        ))),
+        Err(e) => Err(ServeError::io(format!("lock {}", dir.display()), e)),
     }
-    Ok(handle)
 }
 
 /// Creates the empty segment file `path` and makes its directory entry durable.

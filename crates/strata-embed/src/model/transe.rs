@@ -114,33 +114,39 @@ impl ScoreFunction for TransE {
         gemm_abt(b, n, d, -2.0, &s.phi, cands, 0.0, out);
         // The candidates' squared norms once per batch, not once per pair: per pair they
         // cost as much as the product itself.
-        fit(&mut s.aux, n);
-        for (j, c_sq) in s.aux[..n].iter_mut().enumerate() {
-            *c_sq = dot(&cands[j * d..(j + 1) * d], &cands[j * d..(j + 1) * d]);
-        }
-        for i in 0..b {
-            let a_sq = dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]);
-            for (o, &c_sq) in out[i * n..(i + 1) * n].iter_mut().zip(&s.aux[..n]) {
-                *o = -((*o + a_sq + c_sq).max(0.0) + 1e-9).sqrt();
+        let a_sq = squared_norms(&s.phi[..b * d], d);
+        let c_sq = squared_norms(&cands[..n * d], d);
+        for (row, a_sq) in out[..b * n].chunks_exact_mut(n).zip(a_sq) {
+            for (o, &c_sq) in row.iter_mut().zip(&c_sq) {
+                *o = -distance(*o, a_sq, c_sq);
             }
         }
     }
 }
 
+/// `‖x‖²` of each `d`-real row of `rows`.
+fn squared_norms(rows: &[f32], d: usize) -> Vec<f32> {
+    rows.chunks_exact(d).map(|r| dot(r, r)).collect()
+}
+
+/// `‖a − c‖` from the product term `−2 a·c` and the squared norms, clamped at 0 against
+/// rounding and kept off 0 so that its gradient stays finite.
+fn distance(minus_2_dot: f32, a_sq: f32, c_sq: f32) -> f32 {
+    ((minus_2_dot + a_sq + c_sq).max(0.0) + EPS).sqrt()
+}
+
+/// Keeps a distance (and the division by it in the gradient) away from 0.
+const EPS: f32 = 1e-9;
+
 /// The TransE-L2 training step: `‖a − t‖²` expanded into matrix products.
 #[allow(clippy::needless_range_loop)] // index loops over parallel arrays
 fn step_l2(model: &Shape, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch) -> f64 {
-    const EPS: f32 = 1e-9;
     let (b, n) = (c.b, c.n);
     let d = model.dim;
     fit(&mut s.phi, b * d);
     combine_rows::<TransE>(model, b, c.src, c.rel, &mut s.phi);
-    let a_sq: Vec<f32> = (0..b)
-        .map(|i| dot(&s.phi[i * d..(i + 1) * d], &s.phi[i * d..(i + 1) * d]))
-        .collect();
-    let n_sq: Vec<f32> = (0..n)
-        .map(|j| dot(&c.neg[j * d..(j + 1) * d], &c.neg[j * d..(j + 1) * d]))
-        .collect();
+    let a_sq = squared_norms(&s.phi[..b * d], d);
+    let n_sq = squared_norms(&c.neg[..n * d], d);
     let own = pos_query_rows::<TransE>(model, c, s);
     let phi_pos = if own { &s.phi_pos } else { &s.phi };
     for i in 0..b {
@@ -153,8 +159,7 @@ fn step_l2(model: &Shape, loss: &Loss, c: &Chunk, g: &mut Grads, s: &mut Scratch
     fit(&mut s.aux, b * n);
     for i in 0..b {
         for j in 0..n {
-            let sq = (s.scores[i * n + j] + a_sq[i] + n_sq[j]).max(0.0);
-            let dist = (sq + EPS).sqrt();
+            let dist = distance(s.scores[i * n + j], a_sq[i], n_sq[j]);
             s.aux[i * n + j] = dist;
             s.scores[i * n + j] = -dist;
         }

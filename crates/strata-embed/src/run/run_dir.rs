@@ -197,6 +197,29 @@ pub fn is_run(dir: &Path) -> bool {
     dir.join("run.json").is_file()
 }
 
+/// An exclusive lock on a run directory, held by the process that writes it for as long as
+/// this lives: a second trainer of the same directory is refused instead of interleaving its
+/// commits with the first one's.
+pub struct RunLock {
+    // Held only for its descriptor: the lock goes when it closes.
+    _handle: std::fs::File,
+}
+
+impl RunLock {
+    /// Creates `dir` if it is missing and locks it.
+    pub fn take(dir: &Path) -> Result<RunLock> {
+        std::fs::create_dir_all(dir).map_err(|e| io_err("mkdir", dir, e))?;
+        match strata_io::durable::lock_dir(dir) {
+            Ok(Some(handle)) => Ok(RunLock { _handle: handle }),
+            Ok(None) => Err(EmbedError::Config(format!(
+                "run directory {} is being trained by another job (this process or another); wait for it to end, or choose another --run-dir",
+                dir.display()
+            ))),
+            Err(e) => Err(io_err("lock", dir, e)),
+        }
+    }
+}
+
 impl Run {
     /// Opens the run in `dir`.
     pub fn open(dir: &Path) -> Result<Run> {
@@ -401,4 +424,35 @@ pub fn train_bytes(store: &Store) -> Result<u64> {
 /// Flushes a directory's entries (a rename inside it) to the device.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     Ok(strata_io::durable::sync_dir(dir)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_locked_run_directory_refuses_a_second_job_until_the_first_ends() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let first = RunLock::take(&dir).unwrap();
+        assert!(dir.is_dir(), "taking the lock creates the directory");
+        // A second open of the directory is a second lock holder, even in this process.
+        let err = RunLock::take(&dir)
+            .err()
+            .expect("the second job is refused");
+        let msg = err.to_string();
+        assert!(msg.contains("being trained by another job"), "{msg}");
+        assert!(msg.contains(&dir.display().to_string()), "{msg}");
+        drop(first);
+        RunLock::take(&dir).expect("free once the first job ends");
+    }
+
+    #[test]
+    fn a_run_directory_path_that_is_a_file_is_an_io_error_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("run");
+        std::fs::write(&file, b"not a directory").unwrap();
+        let msg = RunLock::take(&file).err().unwrap().to_string();
+        assert!(msg.contains(&file.display().to_string()), "{msg}");
+    }
 }

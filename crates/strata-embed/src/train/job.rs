@@ -25,7 +25,7 @@ use crate::model::ScoreModel;
 use crate::plan::budget::{self, EmbedPlan, RankNeeds};
 use crate::plan::device::DeviceBudget;
 use crate::run::incremental::{self, Origin};
-use crate::run::run_dir::{EpochRecord, Run, RunMeta};
+use crate::run::run_dir::{EpochRecord, Run, RunLock, RunMeta};
 use crate::storage::buffer::PartitionBuffer;
 use crate::storage::entity_types::{load_bags, TypeSpec, TypedTraining};
 use crate::storage::layout::TableLayout;
@@ -125,6 +125,8 @@ struct Coordinator<'a> {
     store: Store,
     trainer: Trainer,
     ckpt: CheckpointManager,
+    // Keeps another job out of the run directory until this one ends.
+    _lock: Option<RunLock>,
     iterations: IterationManager,
     /// The validation split, on the rank that validates (rank 0) when the job validates.
     valid: Option<EvalSet>,
@@ -169,7 +171,7 @@ impl<'a> Coordinator<'a> {
         let s = leader_first(group, "run created by rank 0", || {
             setup(paths.store, &side, cfg, fresh, progress)
         })?;
-        let (mut trainer, store) = (s.trainer, s.store);
+        let (mut trainer, store, lock) = (s.trainer, s.store, s.lock);
         let mut ckpt = CheckpointManager { run: s.run };
         scheduler.join(&mut ckpt, &mut trainer.relations, progress)?;
         scheduler.describe_overlap(&trainer, &s.plan, paths.run_dir, progress)?;
@@ -214,6 +216,7 @@ impl<'a> Coordinator<'a> {
             store,
             trainer,
             ckpt,
+            _lock: lock,
             iterations,
             valid,
             spec,
@@ -384,6 +387,8 @@ struct RunSide {
 /// Everything an epoch loop needs, set up.
 struct Setup {
     run: Run,
+    /// Held by a rank that writes the run directory, for the whole job.
+    lock: Option<RunLock>,
     store: Store,
     plan: EmbedPlan,
     trainer: Trainer,
@@ -594,6 +599,7 @@ fn setup(
     let model = job_model(&store, &cfg, progress);
     check_owner_init(&cfg, side)?;
     let fresh = fresh && side.writes;
+    let lock = side.writes.then(|| RunLock::take(&side.dir)).transpose()?;
     let prior = open_prior(&side.dir, store_path, &mut cfg, fresh, side.seat, &store)?;
     let p = plan_job(&store, &cfg, &model, side, prior.is_none(), progress)?;
     let typed = typed_training(&store, &cfg, &p)?;
@@ -679,6 +685,7 @@ fn setup(
     trainer.vs_all = vs_all;
     Ok(Setup {
         run,
+        lock,
         store,
         plan,
         trainer,
