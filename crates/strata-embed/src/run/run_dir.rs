@@ -201,6 +201,10 @@ pub fn is_run(dir: &Path) -> bool {
 /// this lives: a second trainer of the same directory is refused instead of interleaving its
 /// commits with the first one's.
 pub struct RunLock {
+    dir: PathBuf,
+    /// The lock created the directory: dropped with the directory still empty (the job was
+    /// refused before it wrote anything), it removes it again, leaving no trace.
+    created: bool,
     // Held only for its descriptor: the lock goes when it closes.
     _handle: std::fs::File,
 }
@@ -208,14 +212,29 @@ pub struct RunLock {
 impl RunLock {
     /// Creates `dir` if it is missing and locks it.
     pub fn take(dir: &Path) -> Result<RunLock> {
+        let created = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|e| io_err("mkdir", dir, e))?;
-        match strata_io::durable::lock_dir(dir) {
-            Ok(Some(handle)) => Ok(RunLock { _handle: handle }),
-            Ok(None) => Err(EmbedError::Config(format!(
+        let handle = match strata_io::durable::lock_dir(dir) {
+            Ok(Some(handle)) => handle,
+            Ok(None) => return Err(EmbedError::Config(format!(
                 "run directory {} is being trained by another job (this process or another); wait for it to end, or choose another --run-dir",
                 dir.display()
             ))),
-            Err(e) => Err(io_err("lock", dir, e)),
+            Err(e) => return Err(io_err("lock", dir, e)),
+        };
+        Ok(RunLock {
+            dir: dir.to_path_buf(),
+            created,
+            _handle: handle,
+        })
+    }
+}
+
+impl Drop for RunLock {
+    fn drop(&mut self) {
+        if self.created {
+            // Fails, as it should, once the job wrote anything there.
+            let _ = std::fs::remove_dir(&self.dir);
         }
     }
 }
@@ -443,8 +462,21 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.contains("being trained by another job"), "{msg}");
         assert!(msg.contains(&dir.display().to_string()), "{msg}");
+        std::fs::write(dir.join("run.json"), b"{}").unwrap();
         drop(first);
+        assert!(dir.is_dir(), "a directory the job wrote stays");
         RunLock::take(&dir).expect("free once the first job ends");
+    }
+
+    #[test]
+    fn a_job_refused_before_writing_leaves_no_directory_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (new, old) = (tmp.path().join("new"), tmp.path().join("old"));
+        drop(RunLock::take(&new).unwrap());
+        assert!(!new.exists(), "the lock's own empty directory is removed");
+        std::fs::create_dir(&old).unwrap();
+        drop(RunLock::take(&old).unwrap());
+        assert!(old.is_dir(), "a directory the user made stays");
     }
 
     #[test]
