@@ -8,7 +8,8 @@
 # with), tests (the device-parity tests with CUDA present), embed-step (kernels and seconds of one
 # chunk of the embedding step), embed-fb15k, gnn-path (the GNN device
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
-# gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big. Each step runs under its own time
+# gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big, recipes (the
+# negative-sampling recipes on FB15k-237 on the GPU). Each step runs under its own time
 # limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not stop the next.
 #
 # The extension (abi3) and FB15k-237 come from the development machine in .devcarry/
@@ -28,7 +29,7 @@ fi
 # Seconds per step; measured on an H100 machine (2026-11-25): env 22, tests 30, embed-fb15k 111,
 # embed-rmat-resident 140; embed-rmat-ooc did not finish in 300.
 declare -A LIMIT=([env]=60 [tests]=240 [embed-step]=120 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
-    [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400)
+    [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540)
 
 step_env() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -67,6 +68,14 @@ step_gnn-big-prepare() {
 }
 step_gnn-big() {
     python3 benches/bench_gnn_device.py --only big,big-pyg --work "$WORK/gnn" --out "$OUT/gnn-big.json"
+}
+# The FB15k-237 recipes of docs/benchmarks.md's recipe table on the GPU: each trains for
+# RECIPE_SECONDS (default 180) and its best checkpoint is tested, so recipes.json holds seconds
+# an epoch and the MRR reached (1vsAll and KvsAll, WN18RR's recipes, train on the CPU only).
+step_recipes() {
+    python3 benches/bench_recipes.py --device cuda --only complex-fb15k237,rotate-fb15k237 \
+        --max-seconds "${RECIPE_SECONDS:-180}" --out "$WORK/recipes" --no-doc &&
+        cp "$WORK/recipes/recipes.json" "$OUT/recipes.json"
 }
 
 for step in "$@"; do
