@@ -6,7 +6,7 @@
 test: strata-grid's tests spend most of their time in the kernel (threads handing small
 passes to each other), strata-embed's on one or two long trainings, and the cores idle in
 between. Here every binary starts at once, each in its package's directory as cargo would run
-it; their outputs are printed whole, in cargo's order, as they end. Standard library only: this
+it; each output is printed whole once its binary ends, in the order cargo built them. Standard library only: this
 half of `make test` needs no virtualenv.
 
 Exit status: cargo's if the build fails, else 1 if any binary failed, else 0.
@@ -45,7 +45,7 @@ def build(cargo_args: list[str]) -> tuple[int, list[TestBinary]]:
 
 
 def run_all(binaries: list[TestBinary], harness_args: list[str]) -> list[str]:
-    """Starts every binary at once and prints each one's output as it ends, in order.
+    """Starts every binary at once, then prints each one's output whole, in `binaries` order.
 
     Each output goes to a file of its own (a pipe would stall a binary that prints more than
     the pipe holds while an earlier one is still being waited for). Returns the names of the
