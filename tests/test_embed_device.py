@@ -83,6 +83,29 @@ def assert_same_training(kg, tmp_path, device="torch-cpu", **options):
         dict(model="complex", corrupt="head", reciprocal=False, loss="margin", adversarial_temperature=0.5),
         dict(model="complex", entity_dropout=0.2, relation_dropout=0.1),
         dict(model="complex", regularizer="n3", reg_weight=0.01, reg_weighted=True, relation_reg_weight=0.03),
+        # 1vsAll and KvsAll: every candidate row steps each chunk; masks over all of them.
+        dict(model="complex", training="1vsAll"),
+        dict(
+            model="complex",
+            training="1vsAll",
+            reciprocal=False,
+            regularizer="l2",
+            reg_scope="table",
+            reg_weight=0.01,
+            relation_reg_weight=0.001,
+            entity_dropout=0.2,
+        ),
+        dict(
+            model="distmult",
+            training="KvsAll",
+            label_smoothing=0.1,
+            entity_dropout=0.2,
+            relation_dropout=0.1,
+            regularizer="n3",
+            reg_weighted=True,
+            reg_weight=0.01,
+        ),
+        dict(model="dot", training="KvsAll", loss="logistic", gamma=1.0, corrupt="tail", reciprocal=False),
     ],
     ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
 )
@@ -91,9 +114,14 @@ def test_one_epoch_matches_the_rust_engine(kg, tmp_path, options, device):
     assert_same_training(kg, tmp_path, device, **options)
 
 
+@pytest.mark.parametrize("training", ["negative_sampling", "1vsAll"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_out_of_core_loads_the_same_partitions(kg, tmp_path, device):
+def test_out_of_core_loads_the_same_partitions(kg, tmp_path, device, training):
+    """Out of core, negative sampling from the resident partitions, and 1vsAll against them
+    (``vsall_candidates = resident``)."""
     options = dict(model="complex", partitions=6, buffer=3, negative_pool="resident", memory="128M")
+    if training == "1vsAll":
+        options.update(training=training, vsall_candidates="resident")
     cpu, dev = assert_same_training(kg, tmp_path, device, **options)
     a, b = cpu.history[-1], dev.history[-1]
     for key in ("partition_loads", "swaps", "partition_bytes_read", "partition_bytes_written"):
@@ -128,8 +156,8 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
 
 
 def test_options_the_device_step_lacks_are_refused_naming_them(kg, tmp_path):
-    with pytest.raises(ConfigError, match=r"training.*not supported on the device backend"):
-        trained(kg, tmp_path / "run", device="torch-cpu", training="1vsAll")
+    with pytest.raises(ConfigError, match=r"dropout_masks.*not supported on the device backend"):
+        trained(kg, tmp_path / "run", device="torch-cpu", entity_dropout=0.1, dropout_masks="independent")
 
 
 def test_slots_stay_on_the_device_between_pieces(kg, tmp_path):

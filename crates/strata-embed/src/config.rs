@@ -594,17 +594,6 @@ impl Section for TrainConfig {
                     .into(),
             );
         }
-        if self.device != "cpu" && self.training != TrainingMode::NegativeSampling {
-            // The device step is the negative-sampling step of the CPU worker.
-            return bad(
-                "training",
-                format!(
-                    "is not supported on the device backend yet (device = {:?}); train with \
-                     device = \"cpu\"",
-                    self.device
-                ),
-            );
-        }
         if !self.gamma.is_finite() {
             return bad(
                 "gamma",

@@ -105,6 +105,24 @@ impl PyDeviceStep {
             d.set_item("rel_reg_weight", c.rel_reg_weight)?;
             d.set_item("entity_dropout", c.entity_dropout)?;
             d.set_item("relation_dropout", c.relation_dropout)?;
+            d.set_item("training", c.training)?;
+            d.set_item("label_smoothing", c.label_smoothing)?;
+            d.set_item("reg_table", c.reg_table)?;
+            match c.answers {
+                Some(sides) => {
+                    let lent = PyList::empty(py);
+                    for rows in sides {
+                        // SAFETY: the answers outlive the job's steps; the view is read-only
+                        // and released before the call returns.
+                        let v =
+                            unsafe { view(py, rows.as_ptr() as *mut u8, rows.len() * 12, false)? };
+                        views.push(v.clone());
+                        lent.append((v, rows.as_ptr() as usize))?;
+                    }
+                    d.set_item("answers", lent)?;
+                }
+                None => d.set_item("answers", py.None())?,
+            }
             ctxs.append(d)?;
         }
         // SAFETY: the piece's edges and weights outlive the call; the views are read-only and

@@ -16,7 +16,7 @@ use crate::compute::backend::{
 };
 use crate::config::Corrupt;
 use crate::error::{EmbedError, Result};
-use crate::model::{LossKind, RegularizerKind};
+use crate::model::{LossKind, RegScope, RegularizerKind};
 use crate::storage::shared::SharedRows;
 use crate::train::worker::{BucketCtx, Pool};
 
@@ -44,7 +44,7 @@ impl DeviceTable {
 /// What the chunks of one group of a piece train against, in plain values (the
 /// `BucketCtx` of the CPU worker; names are the config's spellings).
 #[derive(Debug, Clone)]
-pub struct DeviceCtx {
+pub struct DeviceCtx<'a> {
     pub model: &'static str,
     pub dim: usize,
     pub transe_norm: u8,
@@ -78,13 +78,21 @@ pub struct DeviceCtx {
     /// `entity_dropout` and `relation_dropout`.
     pub entity_dropout: f32,
     pub relation_dropout: f32,
+    /// `negative_sampling`, `1vsAll` or `KvsAll`.
+    pub training: &'static str,
+    /// 1vsAll and KvsAll: `label_smoothing`, and whether `reg_scope = "table"`.
+    pub label_smoothing: f32,
+    pub reg_table: bool,
+    /// KvsAll: the known answers of every training query, per side (0: rows `[s, r, t]` of
+    /// the tail queries, 1: `[t, r, s]` of the head queries), sorted; `None` otherwise.
+    pub answers: Option<[&'a [[u32; 3]]; 2]>,
 }
 
 /// One piece in plain values: chunk `c` is rows `bounds[c]..bounds[c + 1]` of `edges`
 /// (`[source, relation, destination]` rows, local) and of `weights` (empty: unweighted),
 /// trained against `ctxs[groups[c]]` with its negatives drawn from `derive(key, c)`.
 pub struct DevicePiece<'a> {
-    pub ctxs: &'a [DeviceCtx],
+    pub ctxs: &'a [DeviceCtx<'a>],
     pub groups: &'a [usize],
     pub bounds: &'a [usize],
     pub edges: &'a [[i32; 3]],
@@ -178,7 +186,7 @@ fn table(rows: &SharedRows, used: usize) -> std::result::Result<DeviceTable, Str
 }
 
 /// `ctx` in plain values, or why a device step cannot train it.
-pub fn describe(ctx: &BucketCtx) -> std::result::Result<DeviceCtx, String> {
+pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, String> {
     if ctx.negs.is_some() || ctx.feat.is_some() {
         return Err(
             "typed negatives and featurized entity types are not supported with a \
@@ -253,6 +261,18 @@ pub fn describe(ctx: &BucketCtx) -> std::result::Result<DeviceCtx, String> {
         rel_reg_weight: ctx.reg.rel_weight,
         entity_dropout: ctx.dropout.entity,
         relation_dropout: ctx.dropout.relation,
+        training: match &ctx.vs_all {
+            None => "negative_sampling",
+            Some(v) if v.answers.is_some() => "KvsAll",
+            Some(_) => "1vsAll",
+        },
+        label_smoothing: ctx.vs_all.as_ref().map_or(0.0, |v| v.label_smoothing),
+        reg_table: ctx.reg.scope == RegScope::Table,
+        answers: ctx
+            .vs_all
+            .as_ref()
+            .and_then(|v| v.answers)
+            .map(|a| [a.side(0), a.side(1)]),
     })
 }
 

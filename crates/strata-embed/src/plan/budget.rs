@@ -478,7 +478,7 @@ pub fn plan(
             budget,
             relation_bytes
                 + device::edge_bytes(piece_rows)
-                + device::step_bytes(model, cfg)
+                + device::step_bytes(model, cfg, num_nodes)
                 + budget.eval_tile,
         )
     });
@@ -506,7 +506,7 @@ pub fn plan(
                     },
                     fmt_bytes(relation_bytes),
                     fmt_bytes(device::edge_bytes(piece_rows)),
-                    fmt_bytes(device::step_bytes(model, cfg)),
+                    fmt_bytes(device::step_bytes(model, cfg, num_nodes)),
                     fmt_bytes(budget.eval_tile),
                     fmt_bytes(memory),
                 )));
@@ -628,7 +628,7 @@ pub fn plan(
             part_bytes,
             relation_bytes,
             edge_bytes: device::edge_bytes(piece_rows),
-            step_bytes: device::step_bytes(model, cfg),
+            step_bytes: device::step_bytes(model, cfg, num_nodes),
             eval_bytes: budget.eval_tile,
             minimum: dev_fixed + capacity as u64 * fewest_rows,
         }
@@ -670,6 +670,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::TrainingMode;
     use crate::model::{PbgForm, ScoreKind};
     use strata_store::budget::CODE_PAGES_BYTES;
     use strata_store::config::Size;
@@ -860,7 +861,7 @@ mod tests {
         let table = host.part_bytes;
         let fixed = relation_bytes(&cfg, &m, 10)
             + device::edge_bytes(host.piece_rows)
-            + device::step_bytes(&m, &cfg);
+            + device::step_bytes(&m, &cfg, 100_000);
         let budget = fixed + table / 4;
         let p = plan(
             &cfg,
@@ -902,7 +903,7 @@ mod tests {
             ..TrainConfig::default()
         };
         let m = model(100);
-        let small = on_device(Some(device::step_bytes(&m, &cfg)));
+        let small = on_device(Some(device::step_bytes(&m, &cfg, 100_000)));
         let e = plan(&cfg, &m, &untyped(100_000), 10, 1, None, Some(&small))
             .unwrap_err()
             .to_string();
@@ -930,13 +931,20 @@ mod tests {
         // Both sides: 2 x (2 x 10 + 20) = 80 uses; keys 24 x 80; leaf and Adagrad 24 x 80 x 4;
         // rows 2 x 8 x (50 x 4); six 10 x 20 matrices a side.
         let expect = 24 * 80 + 24 * 80 * 4 + 2 * 8 * 50 * 4 + 2 * 6 * 4 * 200;
-        assert_eq!(device::step_bytes(&dot, &cfg), expect);
+        assert_eq!(device::step_bytes(&dot, &cfg, 0), expect);
         // RotatE scores pair by pair: its matrices are b x n x dim.
         let rotate = ScoreModel {
             kind: ScoreKind::RotatE,
             ..dot
         };
-        assert!(device::step_bytes(&rotate, &cfg) > 2 * 6 * 4 * 200 * 4);
+        assert!(device::step_bytes(&rotate, &cfg, 0) > 2 * 6 * 4 * 200 * 4);
+        // 1vsAll scores against every one of the table's 30 entities instead of 20 negatives.
+        let all = TrainConfig {
+            training: TrainingMode::OneVsAll,
+            ..cfg
+        };
+        let expect = 24 * 100 + 24 * 100 * 4 + 2 * 8 * 60 * 4 + 2 * 6 * 4 * 300;
+        assert_eq!(device::step_bytes(&dot, &all, 30), expect);
     }
 
     #[test]

@@ -86,15 +86,18 @@ impl DeviceBudget {
     }
 }
 
-/// Bytes the device step allocates for one chunk of `cfg` (the shapes of
-/// `strata.embed.device.step.train_chunk`, every gathered row counted as distinct): the node
-/// keys, their unique set and inverse (`8 x 3` per use); the gathered leaf rows, their gradient
-/// and Adagrad's temporaries (state rows, accumulator, update, parameter rows: `6 x 4` bytes a
-/// real); per corrupted side the source, target, negative, relation and query rows and their
-/// gradients; and per side six score matrices (scores, their gradient, the loss's
+/// Bytes the device step allocates for one chunk of `cfg` in a table of `nodes` entities (the
+/// shapes of `strata.embed.device.step.train_chunk`, every gathered row counted as distinct):
+/// the node keys, their unique set and inverse (`8 x 3` per use); the gathered leaf rows, their
+/// gradient and Adagrad's temporaries (state rows, accumulator, update, parameter rows: `6 x 4`
+/// bytes a real); per corrupted side the source, target, negative, relation and query rows and
+/// their gradients; and per side six score matrices (scores, their gradient, the loss's
 /// intermediates), `b x n`, or `b x n x dim` for the pairwise models (TransE-L1, RotatE).
-pub fn step_bytes(model: &ScoreModel, cfg: &TrainConfig) -> u64 {
-    let (b, n) = (cfg.chunk_size as u64, cfg.negatives as u64);
+/// 1vsAll and KvsAll (`vs_all.train_chunk`) score against at most every entity, `n = nodes`:
+/// the candidates, their dropped copies, gradients and Adagrad temporaries, and the label and
+/// score matrices fall within the same terms.
+pub fn step_bytes(model: &ScoreModel, cfg: &TrainConfig, nodes: u64) -> u64 {
+    let (b, n) = (cfg.chunk_size as u64, cfg.scored_per_chunk(nodes));
     let (d, rd) = (model.dim as u64, model.rel_dim() as u64);
     let sides = match cfg.corrupt {
         Corrupt::Both | Corrupt::Bernoulli => 2,

@@ -39,6 +39,12 @@ impl Answers {
         }
     }
 
+    /// Side `k`'s rows (0: `[s, r, t]` of tail queries, 1: `[t, r, s]` of head queries),
+    /// sorted.
+    pub fn side(&self, k: usize) -> &[[u32; 3]] {
+        &self.sides[k]
+    }
+
     /// The answers of query `(s, r)` on side `k` (0: tails of `(s, r, ?)`, 1: heads of
     /// `(?, r, s)`), as rows `[s, r, answer]` in increasing answer order.
     pub(crate) fn of(&self, k: usize, s: u32, r: u32) -> &[[u32; 3]] {

@@ -27,10 +27,11 @@ import time
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from strata.device import rng
-from strata.embed.device import graphs, step
+from strata.embed.device import graphs, step, vs_all
 
 
 def resolve(device: str) -> torch.device:
@@ -201,7 +202,7 @@ def storage_note() -> str:
 
 
 #: What of a context only says where its tables sit (in the layout a replay copies in).
-PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of")
+PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of", "answers")
 
 
 class TorchCompute:
@@ -461,7 +462,50 @@ class TorchCompute:
             rel_reg_weight=c["rel_reg_weight"],
             entity_dropout=c["entity_dropout"],
             relation_dropout=c["relation_dropout"],
+            **self._vs_all(c, bases),
         )
+
+    def _vs_all(self, c: dict, bases: list[int]) -> dict:
+        """The 1vsAll and KvsAll fields of a context (:mod:`vs_all`): none for negative
+        sampling. The candidates are every resident partition's buffer rows, in ``parts``
+        order; KvsAll's answers are copied to the device once per job."""
+        if c["training"] == "negative_sampling":
+            return {}
+        sizes = [p[2] for p in c["parts"]]
+        key = ("candidates", tuple(bases), tuple(sizes))
+        if key not in self.consts:
+            spans = [torch.arange(b, b + n, device=self.device) for b, n in zip(bases, sizes, strict=True)]
+            self.consts[key] = step.cat(spans)
+        first = np.cumsum([0, *sizes]).tolist()
+        answers = None
+        if c["answers"] is not None:
+            answers = tuple(self._answers(rows, address) for rows, address in c["answers"])
+        return dict(
+            training=c["training"],
+            label_smoothing=c["label_smoothing"],
+            reg_table=c["reg_table"],
+            cand_rows=self.consts[key],
+            cand_first=(first[c["src_part"]], first[c["dst_part"]]),
+            answers=answers,
+        )
+
+    def _answers(self, rows, address: int) -> vs_all.Answers:
+        """The device index of one side of KvsAll's answers, lent as rows of three u32 at host
+        ``address`` (the job keeps them there), built on first use."""
+        cache = ("answers", address, len(rows))
+        if cache not in self.consts:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                host = (
+                    torch.frombuffer(rows, dtype=torch.int32).view(-1, 3)
+                    if len(rows)
+                    else torch.zeros((0, 3), dtype=torch.int32)
+                )
+            dev, ready = self._to_device(host, self.stage_edges)
+            if ready is not None:
+                torch.cuda.current_stream(self.device).wait_event(ready)
+            self.consts[cache] = vs_all.Answers.index(dev.to(torch.int64))
+        return self.consts[cache]
 
     def _const(self, values: list, dtype: torch.dtype) -> torch.Tensor:
         """``values`` as a device tensor, the same tensor for the same values."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from strata.embed.device import step
+from strata.embed.device import step, vs_all
 
 #: Graphs kept at once (each holds a chunk's intermediates: tens of MiB at B1's settings).
 CAPACITY = 32
@@ -97,6 +97,11 @@ class StepGraphs:
         """Trains one chunk (edges ``b x 3`` int64 on the device, ``weights`` ``b`` or ``None``,
         its ``u64`` key), adding its loss to ``total``, a float64 scalar that must outlive every
         graph (captured graphs add into it); ``(directions, flops)``."""
+        if ctx.training != "negative_sampling":
+            # 1vsAll and KvsAll: a few large products per chunk, and KvsAll's query count is
+            # read on the host, so no graph.
+            self.eager_steps += 1
+            return vs_all.train_chunk(ctx, edges, weights, self._streams(key), total)
         gkey = (len(edges), weights is None, ctx_key)
         graph = self.graphs.get(gkey)
         if graph is None and self.broken is None and ctx.corrupt != "bernoulli":

@@ -125,6 +125,17 @@ class Ctx:
     #: ``relation_dropout``).
     entity_dropout: float = 0.0
     relation_dropout: float = 0.0
+    #: 1vsAll and KvsAll (:mod:`strata.embed.device.vs_all`): ``training``,
+    #: ``label_smoothing``, whether ``reg_scope = "table"``, the buffer rows of the candidates
+    #: (every resident partition's rows, in the context's order of partitions), the candidate
+    #: index of the bucket's source and destination partitions' first rows, and KvsAll's
+    #: answers of each side (``vs_all.Answers``).
+    training: str = "negative_sampling"
+    label_smoothing: float = 0.0
+    reg_table: bool = False
+    cand_rows: torch.Tensor | None = None
+    cand_first: tuple[int, int] = (0, 0)
+    answers: tuple | None = None
 
     @property
     def rel_dim(self) -> int:
@@ -351,12 +362,16 @@ def score_grads(
     return loss, *torch.autograd.grad((pos, neg_scores), leaves, (dpos, dneg))
 
 
-def regularize(ctx: Ctx, rows: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...]) -> tuple:
+def regularize(
+    ctx: Ctx, rows: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...], which: list | None = None
+) -> tuple:
     """``(term, grads)``: the sides' regularization term (``model::regularize``, float64) of
     their source, target and relation rows as stored (``rows``, ``S x b x .``), and ``grads``
     (theirs) with its gradients added: side ``i``'s ``w / b`` times ``sum R`` of each (weighted:
     ``w / p``, and the head side of ``corrupt = both`` takes only its inverse relation rows,
-    whose edges the tail side penalised already); relation rows with their own weight."""
+    whose edges the tail side penalised already); relation rows with their own weight.
+    ``which`` (``Regularizer::rows``), when given, says per side whether it penalises its
+    entity rows and its relation rows instead."""
     b = rows[0].shape[1]
     rel_weight = ctx.reg_weight if ctx.rel_reg_weight is None else ctx.rel_reg_weight
     total = rows[0].new_zeros((), dtype=torch.float64)
@@ -366,11 +381,13 @@ def regularize(ctx: Ctx, rows: tuple[torch.Tensor, ...], grads: tuple[torch.Tens
     node_layout, rel_layout = layouts(ctx.model)
     roles = [(node_layout, ctx.reg_weight)] * 2 + [(rel_layout, rel_weight if ctx.rel_dim else 0.0)]
     added: list[list] = [[None] * len(rows[0]) for _ in roles]
-    for i in range(len(rows[0])):
+    if which is None:
         # The weighted form's head side of corrupt = both: its inverse relation rows only.
-        head_of_both = ctx.reg_weighted and i == 1 and ctx.corrupt == "both"
+        head_of_both = [ctx.reg_weighted and i == 1 and ctx.corrupt == "both" for i in range(len(rows[0]))]
+        which = [(not head, not head or ctx.inverse_offset != 0) for head in head_of_both]
+    for i in range(len(rows[0])):
         for role, (layout_of, weight) in enumerate(roles):
-            if weight == 0.0 or layout_of == "skip" or (head_of_both and (role < 2 or ctx.inverse_offset == 0)):
+            if weight == 0.0 or layout_of == "skip" or not which[i][role == 2]:
                 continue
             value, dx = norm(ctx, rows[role][i], layout_of)
             total = total + (value * (weight * scale)).to(torch.float64)
@@ -403,20 +420,22 @@ def norm(ctx: Ctx, rows: torch.Tensor, layout_of: str) -> tuple[torch.Tensor, to
     return sq.sum(), 2.0 * rows
 
 
-def dropout(ctx: Ctx, rows: tuple[torch.Tensor, ...], streams: torch.Tensor) -> tuple[tuple, list]:
+def dropout(
+    ctx: Ctx, rows: tuple[torch.Tensor, ...], streams: torch.Tensor, first_draw: int | None = None
+) -> tuple[tuple, list]:
     """The sides' source, target, negative and relation rows (``S x ...``) with inverted dropout
     (``model::dropout``), and each one's mask (``None``: no dropout): each real kept with its
     factor ``1 / (1 - rate)`` unless its 32 random bits fall below ``rate * 2^32``, two reals a
     draw, the masks drawn in the Rust worker's order (source, target, negatives at the entity
-    rate, then relations) from each side's stream after its ``negatives`` draws: all of them
-    one draw of every side's stream."""
+    rate, then relations) from each side's stream from draw ``first_draw`` on (by default after
+    its ``negatives`` draws): all of them one draw of every side's stream."""
     rates = (ctx.entity_dropout,) * 3 + (ctx.relation_dropout,)
     blocks = [(i, x[0].numel()) for i, x in enumerate(rows) if rates[i] > 0.0 and x[0].numel()]
     masks: list = [None] * len(rows)
     if not blocks:
         return rows, masks
     draws = [(count + 1) // 2 for _, count in blocks]
-    at = ctx.negatives
+    at = ctx.negatives if first_draw is None else first_draw
     bits = rng.draw(streams, torch.arange(at, at + sum(draws), device=streams.device))
     halves = torch.stack([bits & 0xFFFF_FFFF, rng.shr(bits, 32)], -1).reshape(len(streams), -1)
     out, start = list(rows), 0
