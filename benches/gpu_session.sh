@@ -13,8 +13,8 @@
 # limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not stop the next.
 #
 # The extension (abi3) and the datasets come from the development machine in .devcarry/
-# (`_native.abi3.so`, `datasets/fb15k-237`, `datasets/wn18rr`): the machine has no Rust
-# toolchain and no registry.
+# (`_native.abi3.so`, `datasets/fb15k-237`, `datasets/wn18rr`; `bash benches/gpu_prepare.sh`
+# makes it, and each call carries it): the machine has no Rust toolchain and no registry.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
