@@ -1,6 +1,7 @@
 """The pieces of the embedding engine's device step on their own: the bilinear models' written-out
 gradients against autograd's, the fused Adagrad kernel against its torch twin (Triton's
-interpreter on the CPU), the partition slots as one buffer, and what a chunk costs in kernels
+interpreter on the CPU), KvsAll's answer index, the partition slots as one buffer, and what a
+chunk costs in kernels
 (the CPU twin's count of the launches a GPU makes op by op). The whole step against the Rust
 engine is tests/test_embed_device.py."""
 
@@ -15,7 +16,7 @@ from conftest import gpu_devices, triton_kernels
 
 torch = pytest.importorskip("torch")
 
-from strata.embed.device import adagrad, step  # noqa: E402
+from strata.embed.device import adagrad, step, vs_all  # noqa: E402
 from strata.embed.device.backend import SlotBuffer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
@@ -127,3 +128,22 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     # Each table's Adagrad step and each draw of negatives is one kernel on cuda instead of
     # the twin's torch ops.
     assert b1["fused_kernels"] <= 75 and ooc["fused_kernels"] <= 75, (b1, ooc)
+
+
+def test_kvsall_asks_each_query_once_with_every_answer():
+    """``vs_all.Answers``: of a chunk's edges, exactly those whose target is their query's
+    smallest known answer ask it, labelled with all its answers (a brute force over the rows)."""
+    gen = torch.Generator().manual_seed(3)
+    raw = torch.stack([torch.randint(0, n, (400,), generator=gen) for n in (30, 5, 30)], 1)
+    rows = torch.unique(raw, dim=0)  # sorted by (s, r, answer), duplicates kept once
+    index = vs_all.Answers.index(rows)
+    known: dict[tuple[int, int], list[int]] = {}
+    for s, r, t in rows.tolist():
+        known.setdefault((s, r), []).append(t)
+    edges = raw[torch.randperm(len(raw), generator=gen)[:150]]
+    asked, (query, answer) = index.asked(edges[:, 0], edges[:, 1], edges[:, 2])
+    expect = [i for i, (s, r, t) in enumerate(edges.tolist()) if min(known[(s, r)]) == t]
+    assert asked.tolist() == expect and expect
+    for q, i in enumerate(asked.tolist()):
+        s, r, _ = edges[i].tolist()
+        assert answer[query == q].tolist() == sorted(known[(s, r)])
