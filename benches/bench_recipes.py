@@ -3,7 +3,8 @@ published figures, at what validation curve, and in how many training seconds on
 
     python benches/bench_recipes.py [--out DIR] [--datasets DIR] [--only NAME,...]
         [--max-epochs N] [--max-seconds S] [--threads N] [--eval-every K] [--memory SIZE]
-        [--device DEV] [--partitions P --buffer B] [--recipes DIR] [--doc FILE | --no-doc]
+        [--device DEV [--device-matmul tf32]] [--partitions P --buffer B] [--recipes DIR]
+        [--doc FILE | --no-doc]
 
 One resumable command to run the recipe table to its goals, meant to be left running
 unattended (and started again after any stop): for each recipe (``--only`` picks some by file
@@ -153,6 +154,7 @@ def train(args, store: Path, recipe_file: Path, recipe: dict, run: Path) -> tupl
         ("--eval-every", args.eval_every),
         ("--memory", args.memory),
         ("--device", args.device),
+        ("--device-matmul", args.device_matmul),
         ("--partitions", args.partitions),
         ("--buffer", args.buffer),
     )
@@ -192,8 +194,9 @@ def test_metrics(meta: dict, run: Path, fresh: bool) -> dict | None:
     return json.loads(out.stdout)["metrics"]
 
 
-def record(name: str, recipe: dict, meta: dict, test: dict | None, status: str, old: dict | None) -> dict:
-    """The recipe's entry of recipes.json from its run directory's history."""
+def record(args, name: str, recipe: dict, meta: dict, test: dict | None, status: str, old: dict | None) -> dict:
+    """The recipe's entry of recipes.json from its run directory's history (and the device the
+    call trained on)."""
     hist = meta["history"]
     curve = [[h["epoch"], h["valid"]["mrr"]] for h in hist if h.get("valid")]
     best = max(curve, key=lambda c: c[1])[0] if curve else None
@@ -202,6 +205,8 @@ def record(name: str, recipe: dict, meta: dict, test: dict | None, status: str, 
         "recipe": name,
         "model": recipe.get("model"),
         "training": recipe.get("training", "negative_sampling"),
+        "device": args.device or recipe.get("device", "cpu"),
+        "device_matmul": args.device_matmul or recipe.get("device_matmul", "float32"),
         "status": status,
         "epochs": hist[-1]["epoch"] if hist else 0,
         "best_epoch": best,
@@ -308,6 +313,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=None, help="override the recipes' validation interval")
     parser.add_argument("--memory", default=None, help="override the recipes' memory budget")
     parser.add_argument("--device", default=None, help="train on this device (cuda, cuda:N, torch-cpu; default cpu)")
+    parser.add_argument("--device-matmul", default=None, help="a torch device's training products: float32 or tf32")
     parser.add_argument("--partitions", type=int, default=None, help="train out of core on this many partitions")
     parser.add_argument("--buffer", type=int, default=None, help="resident partitions (with --partitions)")
     parser.add_argument("--doc", type=Path, default=None, help="markdown file to update (default docs/benchmarks.md)")
@@ -341,7 +347,7 @@ def main() -> None:
             print(f"{name}: stopped before its first epoch was committed", flush=True)
             continue
         test = test_metrics(meta, run, fresh=not limited)
-        entry = record(name, recipe, meta, test, status_of(meta, recipe, limited), entry)
+        entry = record(args, name, recipe, meta, test, status_of(meta, recipe, limited), entry)
         entry["cpu_seconds"].append(round(cpu, 1))
         entry["load"].append([round(x, 2) for x in load])
         result = save_entry(path, name, entry, order)

@@ -9,7 +9,8 @@
 # chunk of the embedding step), embed-fb15k, gnn-path (the GNN device
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big, recipes (the
-# ComplEx recipes on FB15k-237 and WN18RR on the GPU). Each step runs under its own time
+# ComplEx recipes on FB15k-237 and WN18RR on the GPU), recipes-tf32 (WN18RR's 1vsAll and KvsAll
+# recipes with TF32 training products). Each step runs under its own time
 # limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not stop the next.
 #
 # The extension (abi3) and the datasets come from the development machine in .devcarry/
@@ -30,7 +31,7 @@ fi
 # Seconds per step; measured on an H100 machine (2026-11-25): env 22, tests 30, embed-fb15k 111,
 # embed-rmat-resident 140; embed-rmat-ooc did not finish in 300.
 declare -A LIMIT=([env]=60 [tests]=240 [embed-step]=120 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
-    [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540)
+    [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540)
 
 step_env() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -77,6 +78,13 @@ step_recipes() {
     python3 benches/bench_recipes.py --device cuda --only complex-fb15k237,complex-wn18rr \
         --max-seconds "${RECIPE_SECONDS:-180}" --out "$WORK/recipes" --no-doc &&
         cp "$WORK/recipes/recipes.json" "$OUT/recipes.json"
+}
+# The same for the WN18RR recipes whose products are largest (b x 40,943 x dim a side), with
+# device_matmul = tf32: seconds an epoch and MRR against the float32 run of the step above.
+step_recipes-tf32() {
+    python3 benches/bench_recipes.py --device cuda --device-matmul tf32 --only complex-wn18rr,distmult-wn18rr \
+        --max-seconds "${RECIPE_SECONDS:-180}" --out "$WORK/recipes-tf32" --no-doc &&
+        cp "$WORK/recipes-tf32/recipes.json" "$OUT/recipes-tf32.json"
 }
 
 for step in "$@"; do

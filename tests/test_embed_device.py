@@ -57,9 +57,9 @@ def table(run: Run, out) -> np.ndarray:
     return np.load(out / "embeddings.npy")
 
 
-def assert_same_training(kg, tmp_path, device="torch-cpu", **options):
+def assert_same_training(kg, tmp_path, device="torch-cpu", device_options=None, **options):
     cpu = trained(kg, tmp_path / "cpu", **options)
-    dev = trained(kg, tmp_path / "dev", device=device, **options)
+    dev = trained(kg, tmp_path / "dev", device=device, **(device_options or {}), **options)
     a, b = cpu.history[-1], dev.history[-1]
     rtol = RTOL[device]
     assert b["loss"] == pytest.approx(a["loss"], rel=rtol), (a["loss"], b["loss"])
@@ -158,6 +158,29 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
 def test_options_the_device_step_lacks_are_refused_naming_them(kg, tmp_path):
     with pytest.raises(ConfigError, match=r"dropout_masks.*not supported on the device backend"):
         trained(kg, tmp_path / "run", device="torch-cpu", entity_dropout=0.1, dropout_masks="independent")
+    with pytest.raises(ConfigError, match=r"device_matmul.*\"tf32\" applies to a torch device"):
+        trained(kg, tmp_path / "run", device_matmul="tf32")
+
+
+def test_tf32_holds_for_the_training_steps_only(kg, tmp_path, monkeypatch, strata_cli):
+    """``device_matmul = tf32`` reaches the backend: CUDA's TF32 flag is on while a piece's
+    steps run and back off after (the evaluation's products stay float32); the run says what it
+    asked for, and that the CPU twin has no TF32 (its table is the float32 one)."""
+    from strata.embed.device import graphs
+
+    seen = []
+    run = graphs.StepGraphs.run
+
+    def record(self, *args):
+        seen.append(torch.backends.cuda.matmul.allow_tf32)
+        return run(self, *args)
+
+    monkeypatch.setattr(graphs.StepGraphs, "run", record)
+    assert_same_training(kg, tmp_path, model="complex", device_options=dict(device_matmul="tf32"))
+    assert seen and all(seen) and not torch.backends.cuda.matmul.allow_tf32
+    proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "cli", "--device", "torch-cpu", "--epochs", "1",
+                      "--device-matmul", "tf32")  # fmt: skip
+    assert "device_matmul = tf32 asked for, but the CPU twin has no TF32" in proc.stdout + proc.stderr
 
 
 def test_slots_stay_on_the_device_between_pieces(kg, tmp_path):

@@ -183,6 +183,27 @@ pub enum VsAllCandidates {
     Resident,
 }
 
+/// Precision of a torch device's training products (config `device_matmul`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceMatmul {
+    /// Full float32 products.
+    #[default]
+    Float32,
+    /// TF32 tensor-core products on CUDA.
+    Tf32,
+}
+
+impl DeviceMatmul {
+    /// Its name in config files.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceMatmul::Float32 => "float32",
+            DeviceMatmul::Tf32 => "tf32",
+        }
+    }
+}
+
 /// Where the partitions of a distributed run live (docs/distributed.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -475,6 +496,11 @@ pub struct TrainConfig {
     /// torch-cpu the host buffer's slots) or a size such as 8G, which sets how many partitions
     /// the table needs on torch-cpu exactly as on cuda
     pub device_memory: AutoSize,
+    /// precision of a torch device's training products: float32 (full float32, the Rust
+    /// engine's arithmetic within float rounding) or tf32 (CUDA's tensor cores: a 10-bit
+    /// mantissa, about 1e-3 relative error a product, for several times float32's rate on
+    /// Ampere and Hopper GPUs; evaluation stays float32); the CPU twin has no TF32
+    pub device_matmul: DeviceMatmul,
 }
 
 impl Default for TrainConfig {
@@ -549,6 +575,7 @@ impl Default for TrainConfig {
             vsall_candidates: VsAllCandidates::All,
             device: "cpu".into(),
             device_memory: AutoSize::Auto,
+            device_matmul: DeviceMatmul::Float32,
         }
     }
 }
@@ -586,6 +613,16 @@ impl Section for TrainConfig {
             .or_else(|(key, msg)| bad(key, msg))?;
         self.check_init().or_else(|(key, msg)| bad(key, msg))?;
         check_device(&self.device).or_else(|msg| bad("device", msg))?;
+        if self.device == "cpu" && self.device_matmul != DeviceMatmul::Float32 {
+            return bad(
+                "device_matmul",
+                format!(
+                    "{:?} applies to a torch device (device = cuda, cuda:N or torch-cpu); \
+                     device = \"cpu\" computes in float32",
+                    self.device_matmul.name()
+                ),
+            );
+        }
         if self.device == "cpu" && self.device_memory != AutoSize::Auto {
             return bad(
                 "device_memory",

@@ -296,13 +296,13 @@ pub(crate) fn import_torch_module<'py>(
 }
 
 /// The device step of `device` (see `strata_embed::DeviceFactory`): a new
-/// `TorchCompute(device)`, or why not (torch missing, CUDA absent).
-fn make(device: &str) -> Result<Box<dyn DeviceStep>, String> {
+/// `TorchCompute(device, matmul)`, or why not (torch missing, CUDA absent).
+fn make(device: &str, matmul: &str) -> Result<Box<dyn DeviceStep>, String> {
     Python::attach(|py| {
         let module = import_torch_module(py, "strata.embed.device.backend", device)?;
         let backend = module
             .getattr("TorchCompute")
-            .and_then(|c| c.call1((device,)))
+            .and_then(|c| c.call1((device, matmul)))
             .map_err(|e| e.to_string())?;
         Ok(Box::new(PyDeviceStep {
             backend: backend.unbind(),

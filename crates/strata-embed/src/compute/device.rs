@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use crate::compute::backend::{
     Compute, DeviceCounters, Landing, PieceChunk, SlotKind, StepCounters,
 };
-use crate::config::Corrupt;
+use crate::config::{Corrupt, DeviceMatmul};
 use crate::error::{EmbedError, Result};
 use crate::model::{LossKind, RegScope, RegularizerKind};
 use crate::storage::shared::SharedRows;
@@ -132,9 +132,9 @@ pub trait DeviceStep: Send {
 /// The rest of an asynchronous write-back ([`DeviceStep::slot_evict_async`]).
 pub type DeviceLanding = Box<dyn FnOnce() -> std::result::Result<(), String> + Send>;
 
-/// Makes the device step of a `device` option (`cuda`, `cuda:N`, `torch-cpu`), or says why
-/// it cannot (no torch, no CUDA).
-pub type DeviceFactory = fn(&str) -> std::result::Result<Box<dyn DeviceStep>, String>;
+/// Makes the device step of a `device` option (`cuda`, `cuda:N`, `torch-cpu`) with its
+/// `device_matmul` (`float32` or `tf32`), or says why it cannot (no torch, no CUDA).
+pub type DeviceFactory = fn(&str, &str) -> std::result::Result<Box<dyn DeviceStep>, String>;
 
 static FACTORY: OnceLock<DeviceFactory> = OnceLock::new();
 
@@ -144,8 +144,8 @@ pub fn register_device(factory: DeviceFactory) {
 }
 
 /// The backend of a job: the CPU kernels with `threads` workers for `device = cpu`, the
-/// registered device step otherwise.
-pub fn for_device(device: &str, threads: usize) -> Result<Box<dyn Compute>> {
+/// registered device step otherwise, its products at `matmul`.
+pub fn for_device(device: &str, matmul: DeviceMatmul, threads: usize) -> Result<Box<dyn Compute>> {
     if device == "cpu" {
         return Ok(Box::new(crate::compute::backend::CpuCompute::new(threads)));
     }
@@ -155,7 +155,7 @@ pub fn for_device(device: &str, threads: usize) -> Result<Box<dyn Compute>> {
              `strata embed train` or strata.embed.train (or use device = cpu)"
         )));
     };
-    let step = factory(device).map_err(EmbedError::Config)?;
+    let step = factory(device, matmul.name()).map_err(EmbedError::Config)?;
     Ok(Box::new(DeviceCompute {
         step,
         counters: StepCounters::default(),

@@ -662,7 +662,7 @@ fn setup(
         }
     };
     let (run, relations) = settle_run(run, &plan, side)?;
-    let mut compute = for_device(&cfg.device, plan.threads)?;
+    let mut compute = for_device(&cfg.device, cfg.device_matmul, plan.threads)?;
     if let Some(line) = compute.describe() {
         progress.message(&line);
     }

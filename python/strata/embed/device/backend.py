@@ -25,6 +25,7 @@ import importlib.util
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -188,6 +189,19 @@ class Staging:
         return out, self.done
 
 
+@contextmanager
+def matmul_precision(tf32: bool):
+    """CUDA's matrix products in TF32 (``tf32``) or full float32 inside the block, as before
+    it after: a piece's steps take the run's ``device_matmul``, the evaluation float32. A
+    captured graph keeps the kernels chosen at its capture, all of a job's at its setting."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
 def storage_note() -> str:
     """Why the table does not go straight from the SSD to the device (GPUDirect Storage)."""
     why = (
@@ -209,11 +223,15 @@ class TorchCompute:
     """Trains pieces on a torch device, holding the slots the hooks hand it; counts the work
     of the steps and the copies."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, matmul: str = "float32"):
         self.device = resolve(device)
         self.cuda = self.device.type == "cuda"
+        if matmul not in ("float32", "tf32"):
+            raise ValueError(f"device_matmul {matmul!r}: expected float32 or tf32")
+        self.tf32 = matmul == "tf32"
         if self.cuda:
-            # Full f32 products: TF32 would break the parity with the Rust engine (see
+            # Full f32 products outside the training steps (evaluation), and inside them unless
+            # device_matmul = tf32: TF32 would break the parity with the Rust engine (see
             # docs/embed.md, "Devices").
             torch.backends.cuda.matmul.allow_tf32 = False
         # Copies host <-> device run on their own stream, so that a slot can move while the
@@ -236,9 +254,15 @@ class TorchCompute:
         """The run's line about the device (printed once at the start)."""
         name = torch.cuda.get_device_name(self.device) if self.cuda else "the CPU twin"
         step_note = "chunk steps replay as CUDA graphs" if self.cuda else "chunk steps run op by op"
+        if not self.tf32:
+            products = "training products in full float32"
+        elif self.cuda:
+            products = "training products in TF32 on tensor cores (device_matmul = tf32; evaluation in float32)"
+        else:
+            products = "device_matmul = tf32 asked for, but the CPU twin has no TF32: its products are float32"
         return (
             f"device {self.device} ({name}): partition slots and relations stay on the device; {step_note};"
-            f" {storage_note()}"
+            f" {products}; {storage_note()}"
         )
 
     def reset_counters(self) -> None:
@@ -551,12 +575,13 @@ class TorchCompute:
         self.total.zero_()
         keys = [self._graph_key(c, ctx) for c, ctx in zip(ctxs, contexts, strict=True)]
         directions, flops = 0, 0.0
-        for c, g in enumerate(groups):
-            lo, hi = bounds[c], bounds[c + 1]
-            chunk = (e[lo:hi], None if w is None else w[lo:hi], rng.derive_int(key, c))
-            d, f = self.graphs.run(keys[g], contexts[g], *chunk, self.total)
-            directions += d
-            flops += f
+        with matmul_precision(self.tf32):
+            for c, g in enumerate(groups):
+                lo, hi = bounds[c], bounds[c + 1]
+                chunk = (e[lo:hi], None if w is None else w[lo:hi], rng.derive_int(key, c))
+                d, f = self.graphs.run(keys[g], contexts[g], *chunk, self.total)
+                directions += d
+                flops += f
         if self.cuda:
             end.record()
             self.events.append((begin, end))
