@@ -35,6 +35,20 @@ def kg(tmp_path_factory):
     return d / "kg.strata"
 
 
+@pytest.fixture(scope="module")
+def weighted_kg(kg):
+    """The kg fixture's triples, each training triple with a weight in [0.5, 2)."""
+    raw, d = kg.parent / "raw", kg.parent / "weighted"
+    gen = np.random.default_rng(5)
+    d.mkdir(exist_ok=True)
+    for split in ("train", "valid", "test"):
+        rows = [line for line in (raw / f"{split}.txt").read_text().split("\n") if line]
+        weights = gen.uniform(0.5, 2.0, len(rows)) if split == "train" else np.ones(len(rows))
+        (d / f"{split}.txt").write_text("".join(f"{r}\t{w:.4f}\n" for r, w in zip(rows, weights, strict=True)))
+    run_strata("convert", d, "--relations", "--columns", "src,rel,dst,weight", "--out", d / "w.strata", "-q")
+    return d / "w.strata"
+
+
 #: The CPU twin, and the GPU where torch sees one.
 DEVICES = gpu_devices("torch-cpu")
 
@@ -112,6 +126,13 @@ def assert_same_training(kg, tmp_path, device="torch-cpu", device_options=None, 
 @pytest.mark.parametrize("device", DEVICES)
 def test_one_epoch_matches_the_rust_engine(kg, tmp_path, options, device):
     assert_same_training(kg, tmp_path, device, **options)
+
+
+@pytest.mark.parametrize("training", ["negative_sampling", "1vsAll"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_weighted_edges_train_alike(weighted_kg, tmp_path, device, training):
+    """Each edge's terms scaled by its weight: a negative-sampling edge's, a 1vsAll query's."""
+    assert_same_training(weighted_kg, tmp_path, device, model="complex", training=training)
 
 
 @pytest.mark.parametrize("training", ["negative_sampling", "1vsAll"])
