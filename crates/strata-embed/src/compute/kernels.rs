@@ -3,6 +3,8 @@
 //! hot loop is compiled for AVX-512 and AVX2 and chosen at run time, so one build runs
 //! everywhere and fast here.
 
+use strata_store::rng::Rng;
+
 pub use crate::compute::gemm::{gemm_ab, gemm_abt, gemm_atb};
 
 /// `exp(x)` for `x <= 0` to within 4e-6 relative error: `2^(x log2 e)` split into an integer
@@ -245,6 +247,59 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         s += a[i] * b[i];
     }
     s
+}
+
+/// Draws of [`drop_scaled`]'s blocks: 512 reals a block, their random bits on the stack.
+const DROP_BLOCK: usize = 256;
+
+#[inline(always)]
+fn drop_scaled_generic(
+    keep: f32,
+    cut: u64,
+    rows: &[f32],
+    out: &mut [f32],
+    mask: &mut [f32],
+    rng: &mut Rng,
+) {
+    let mut bits = [0u64; DROP_BLOCK];
+    let blocks = rows
+        .chunks(2 * DROP_BLOCK)
+        .zip(out.chunks_mut(2 * DROP_BLOCK))
+        .zip(mask.chunks_mut(2 * DROP_BLOCK));
+    // A comparison picks each factor, not a branch: the comparison is a coin flip, which a
+    // branch predictor mispredicts often enough to cost 9 ns a real.
+    let factor = |half: u64| keep * f32::from(u8::from(half >= cut));
+    for ((x, o), m) in blocks {
+        let bits = &mut bits[..x.len().div_ceil(2)];
+        rng.fill(bits);
+        let mut pairs = m.chunks_exact_mut(2);
+        for (pair, &b) in (&mut pairs).zip(bits.iter()) {
+            pair[0] = factor(b & 0xffff_ffff);
+            pair[1] = factor(b >> 32);
+        }
+        if let [last] = pairs.into_remainder() {
+            *last = factor(bits[bits.len() - 1] & 0xffff_ffff);
+        }
+        for ((o, x), m) in o.iter_mut().zip(x).zip(m.iter()) {
+            *o = x * m;
+        }
+    }
+}
+
+widest! {
+    /// Inverted dropout of `rows` into `out` (as long): each real's factor, written to `mask`,
+    /// is `keep` unless its 32 random bits fall below `cut`, then 0. Two reals a draw of `rng`
+    /// (the low half first; an odd last real takes a draw of its own), so the masks are those
+    /// of as many `next_u64` calls; the draws come a block at a time ([`Rng::fill`]), which the
+    /// vector unit computes eight at once.
+    pub fn drop_scaled(
+        keep: f32,
+        cut: u64,
+        rows: &[f32],
+        out: &mut [f32],
+        mask: &mut [f32],
+        rng: &mut Rng
+    ) -> () = drop_scaled_generic
 }
 
 /// A large matrix product timed on this machine, in FLOP/s: the reference that the training
