@@ -120,6 +120,7 @@ def assert_same_training(kg, tmp_path, device="torch-cpu", device_options=None, 
             reg_weight=0.01,
         ),
         dict(model="dot", training="KvsAll", loss="logistic", gamma=1.0, corrupt="tail", reciprocal=False),
+        dict(model="distmult", training="1vsAll", corrupt="head", reciprocal=False, entity_dropout=0.1),
     ],
     ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
 )
