@@ -296,6 +296,27 @@ def test_a_device_budget_below_the_minimum_buffer_is_refused(kg, tmp_path, strat
         trained(kg, tmp_path / "cpu", device_memory="1G")
 
 
+def test_kvsall_answers_count_against_the_device_budget(kg, tmp_path, strata_cli):
+    """KvsAll's answers are indexed on the device, 64 bytes a training edge beyond the plan: a
+    device budget that holds the plan but not them is refused naming device_memory, before the
+    run directory is made; one that holds both trains, and says what they take."""
+    args = ["--device", "torch-cpu", "--training", "KvsAll", "--memory", "128M", "--epochs", "1"]
+    roomy = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "roomy", "--device-memory", "1G", *args)
+    plan = Run(tmp_path / "roomy").meta["device_memory_plan"]
+    planned = sum(p["bytes"] for p in plan["parts"])
+    answers = 64 * 3600  # the generated graph's training edges
+    assert "all its answers (84.4 KiB, 225 KiB on the device)" in roomy.stdout + roomy.stderr, roomy.stdout
+    tight = strata_cli(
+        "embed", "train", kg, "--run-dir", tmp_path / "tight", "--device-memory", str(planned + answers // 2), *args,
+        check=False,
+    )  # fmt: skip
+    assert tight.returncode == 2, tight.stderr
+    assert "indexes the answers of every training query on torch-cpu" in tight.stderr, tight.stderr
+    assert "raise device_memory" in tight.stderr and "Traceback" not in tight.stderr
+    assert not (tmp_path / "tight").exists()
+    strata_cli("embed", "train", kg, "--run-dir", tmp_path / "fits", "--device-memory", str(planned + answers), *args)
+
+
 def test_a_victim_lands_the_rows_it_had_when_its_write_back_started():
     """The asynchronous write-back (Legend's order): ``slot_out(..., later=True)`` forgets the
     victim at once and leaves its host memory alone until the landing, which puts there the

@@ -631,6 +631,7 @@ pub fn plan(
             step_bytes: device::step_bytes(model, cfg, num_nodes),
             eval_bytes: budget.eval_tile,
             minimum: dev_fixed + capacity as u64 * fewest_rows,
+            bounded: budget.memory.is_some(),
         }
     });
     Ok(EmbedPlan {

@@ -139,12 +139,21 @@ pub struct DevicePlan {
     pub eval_bytes: u64,
     /// The smallest budget that holds the fixed parts and the ordering's minimum slots.
     pub minimum: u64,
+    /// Whether `memory` bounds the device (false: `auto` on the CPU twin, which has no memory
+    /// of its own, and `memory` is what the plan holds).
+    #[serde(skip)]
+    pub bounded: bool,
 }
 
 impl DevicePlan {
     /// Bytes of the parts that do not depend on the partitions.
     pub fn fixed(&self) -> u64 {
         self.relation_bytes + self.edge_bytes + self.step_bytes + self.eval_bytes
+    }
+
+    /// Bytes the plan holds: the fixed parts and the partition slots.
+    pub fn planned(&self) -> u64 {
+        self.fixed() + self.slots as u64 * self.part_bytes
     }
 }
 

@@ -45,7 +45,7 @@ use crate::plan::budget::EmbedPlan;
 use crate::sizes::part_bytes;
 use crate::storage::epoch_io::prefetch_edges;
 use crate::storage::partitioning::Buckets;
-use crate::train::vs_all::{Answers, VsAll, VsAllWorker, ANSWER_BYTES};
+use crate::train::vs_all::{Answers, VsAll, VsAllWorker, ANSWER_BYTES, DEVICE_ANSWER_BYTES};
 use crate::train::worker::{step_relation_rows, BucketCtx, Orientation, Worker};
 
 /// Reads the training edges of `buckets` (in pieces of `piece_rows`) into KvsAll's
@@ -182,9 +182,10 @@ pub fn setup(job: &VsAllJob, progress: &dyn Progress) -> Result<Option<VsAllTrai
                 fmt_bytes(plan.total())
             )));
         }
+        let on_device = device_answers(plan, job.buckets.num_edges)?;
         let answers = read_answers(job.engine, job.buckets, plan.piece_rows, job.relations)?;
         progress.message(&format!(
-            "KvsAll: {} tail and {} head queries of the training edges, each once per epoch with all its answers ({})",
+            "KvsAll: {} tail and {} head queries of the training edges, each once per epoch with all its answers ({}{on_device})",
             answers.queries(0),
             answers.queries(1),
             fmt_bytes(bytes)
@@ -212,6 +213,26 @@ pub fn setup(job: &VsAllJob, progress: &dyn Progress) -> Result<Option<VsAllTrai
             .map_err(|why| EmbedError::Config(format!("embed.train.training: {why}")))?,
         answers,
     }))
+}
+
+/// What KvsAll's answers take on the device of a device run (`", on the device ..."`; empty
+/// for the CPU engine), or the refusal when the device's budget cannot hold them beside what
+/// its plan holds (the planner knows no edge counts, so they are checked here).
+fn device_answers(plan: &EmbedPlan, edges: u64) -> Result<String> {
+    let Some(dev) = &plan.device else {
+        return Ok(String::new());
+    };
+    let bytes = DEVICE_ANSWER_BYTES * edges;
+    if dev.bounded && dev.planned() + bytes > dev.memory {
+        return Err(EmbedError::Budget(format!(
+            "training \"KvsAll\" indexes the answers of every training query on {} ({edges} edges: {}), which device_memory {} does not hold beside the plan's {}; raise device_memory",
+            dev.device,
+            fmt_bytes(bytes),
+            fmt_bytes(dev.memory),
+            fmt_bytes(dev.planned())
+        )));
+    }
+    Ok(format!(", {} on the device", fmt_bytes(bytes)))
 }
 
 impl Worker {

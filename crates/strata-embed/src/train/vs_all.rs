@@ -22,6 +22,11 @@ pub struct Answers {
 /// Bytes per training edge that [`Answers`] holds (a row per side).
 pub const ANSWER_BYTES: u64 = 24;
 
+/// Bytes per training edge of the answers' index on a torch device
+/// (`strata.embed.device.vs_all.Answers`): per side each row's answer and at most one
+/// distinct query's key, first row and count, as `i64`.
+pub const DEVICE_ANSWER_BYTES: u64 = 2 * 4 * 8;
+
 impl Answers {
     /// Indexes `edges` (`[source, relation, target]` rows).
     pub fn new(edges: &[[i32; 3]]) -> Answers {
