@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from conftest import gpu_devices, run_strata  # noqa: E402
 from strata.config import EmbedTrainConfig  # noqa: E402
 from strata.embed import Run, train  # noqa: E402
-from strata.errors import ConfigError  # noqa: E402
+from strata.errors import BudgetError, ConfigError  # noqa: E402
 
 # init_scale 0.1: from the default 1e-3, a node's first gradients are near zero, and Adagrad's
 # first step (lr g / |g|: a whole lr whichever sign g has) turns summation-order rounding into
@@ -300,21 +300,16 @@ def test_kvsall_answers_count_against_the_device_budget(kg, tmp_path, strata_cli
     """KvsAll's answers are indexed on the device, 64 bytes a training edge beyond the plan: a
     device budget that holds the plan but not them is refused naming device_memory, before the
     run directory is made; one that holds both trains, and says what they take."""
-    args = ["--device", "torch-cpu", "--training", "KvsAll", "--memory", "128M", "--epochs", "1"]
+    options = dict(device="torch-cpu", training="KvsAll", memory="128M")
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in {**BASE, **options}.items() if k != "tensorboard"]
     roomy = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "roomy", "--device-memory", "1G", *args)
-    plan = Run(tmp_path / "roomy").meta["device_memory_plan"]
-    planned = sum(p["bytes"] for p in plan["parts"])
+    assert "all its answers (84.4 KiB, 225 KiB on the device)" in roomy.stdout + roomy.stderr
+    planned = sum(p["bytes"] for p in Run(tmp_path / "roomy").meta["device_memory_plan"]["parts"])
     answers = 64 * 3600  # the generated graph's training edges
-    assert "all its answers (84.4 KiB, 225 KiB on the device)" in roomy.stdout + roomy.stderr, roomy.stdout
-    tight = strata_cli(
-        "embed", "train", kg, "--run-dir", tmp_path / "tight", "--device-memory", str(planned + answers // 2), *args,
-        check=False,
-    )  # fmt: skip
-    assert tight.returncode == 2, tight.stderr
-    assert "indexes the answers of every training query on torch-cpu" in tight.stderr, tight.stderr
-    assert "raise device_memory" in tight.stderr and "Traceback" not in tight.stderr
+    with pytest.raises(BudgetError, match=r"indexes the answers of every training query on torch-cpu.*device_memory"):
+        trained(kg, tmp_path / "tight", device_memory=str(planned + answers // 2), **options)
     assert not (tmp_path / "tight").exists()
-    strata_cli("embed", "train", kg, "--run-dir", tmp_path / "fits", "--device-memory", str(planned + answers), *args)
+    trained(kg, tmp_path / "fits", device_memory=str(planned + answers), **options)
 
 
 def test_a_victim_lands_the_rows_it_had_when_its_write_back_started():
