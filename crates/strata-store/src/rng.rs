@@ -58,13 +58,9 @@ impl Rng {
     /// AVX-512 pass).
     #[inline(always)]
     pub fn fill(&mut self, out: &mut [u64]) {
-        let start = self.0;
-        let mut state = start;
         for o in out.iter_mut() {
-            state = state.wrapping_add(GOLDEN);
-            *o = mix64(state);
+            *o = splitmix(&mut self.0);
         }
-        self.0 = start.wrapping_add((out.len() as u64).wrapping_mul(GOLDEN));
     }
 
     /// Uniform in `[0, 1)`, with 53 random bits.

@@ -518,18 +518,23 @@ class TorchCompute:
         ``address`` (the job keeps them there), built on first use."""
         cache = ("answers", address, len(rows))
         if cache not in self.consts:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                host = (
-                    torch.frombuffer(rows, dtype=torch.int32).view(-1, 3)
-                    if len(rows)
-                    else torch.zeros((0, 3), dtype=torch.int32)
-                )
-            dev, ready = self._to_device(host, self.stage_edges)
-            if ready is not None:
-                torch.cuda.current_stream(self.device).wait_event(ready)
+            dev = self._lent_to_device(rows, torch.int32).view(-1, 3)
             self.consts[cache] = vs_all.Answers.index(dev.to(torch.int64))
         return self.consts[cache]
+
+    def _lent_to_device(self, lent, dtype: torch.dtype) -> torch.Tensor:
+        """A read-only lent buffer of ``dtype`` values as a device tensor (empty: an empty one),
+        the compute stream ordered after its copy."""
+        if not len(lent):
+            return torch.zeros(0, dtype=dtype, device=self.device)
+        with warnings.catch_warnings():
+            # Lent read-only; torch warns that it cannot mark its view so.
+            warnings.simplefilter("ignore", UserWarning)
+            host = torch.frombuffer(lent, dtype=dtype)
+        dev, ready = self._to_device(host, self.stage_edges)
+        if ready is not None:
+            torch.cuda.current_stream(self.device).wait_event(ready)
+        return dev
 
     def _const(self, values: list, dtype: torch.dtype) -> torch.Tensor:
         """``values`` as a device tensor, the same tensor for the same values."""
@@ -556,16 +561,8 @@ class TorchCompute:
         start = time.perf_counter()
         staged = self._stage(ctxs)
         contexts = [self._ctx(c, staged) for c in ctxs]
-        with warnings.catch_warnings():
-            # The edges are lent read-only; torch warns that it cannot mark its view so.
-            warnings.simplefilter("ignore", UserWarning)
-            e = torch.frombuffer(edges, dtype=torch.int32).view(-1, 3)
-            w = torch.frombuffer(weights, dtype=torch.float32) if len(weights) else None
-        e, ready = self._to_device(e, self.stage_edges)
-        if w is not None:
-            w, ready = self._to_device(w, self.stage_edges)
-        if ready is not None:
-            torch.cuda.current_stream(self.device).wait_event(ready)
+        e = self._lent_to_device(edges, torch.int32).view(-1, 3)
+        w = self._lent_to_device(weights, torch.float32) if len(weights) else None
         if self.cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()

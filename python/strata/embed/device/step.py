@@ -370,8 +370,8 @@ def regularize(
     (theirs) with its gradients added: side ``i``'s ``w / b`` times ``sum R`` of each (weighted:
     ``w / p``, and the head side of ``corrupt = both`` takes only its inverse relation rows,
     whose edges the tail side penalised already); relation rows with their own weight.
-    ``which`` (``Regularizer::rows``), when given, says per side whether it penalises its
-    entity rows and its relation rows instead."""
+    ``which`` (:func:`reg_rows` of each side), when given, says per side whether it penalises
+    its entity rows and its relation rows instead."""
     b = rows[0].shape[1]
     rel_weight = ctx.reg_weight if ctx.rel_reg_weight is None else ctx.rel_reg_weight
     total = rows[0].new_zeros((), dtype=torch.float64)
@@ -382,9 +382,8 @@ def regularize(
     roles = [(node_layout, ctx.reg_weight)] * 2 + [(rel_layout, rel_weight if ctx.rel_dim else 0.0)]
     added: list[list] = [[None] * len(rows[0]) for _ in roles]
     if which is None:
-        # The weighted form's head side of corrupt = both: its inverse relation rows only.
-        head_of_both = [ctx.reg_weighted and i == 1 and ctx.corrupt == "both" for i in range(len(rows[0]))]
-        which = [(not head, not head or ctx.inverse_offset != 0) for head in head_of_both]
+        # The head side of corrupt = both trains the tail side's edges again.
+        which = [reg_rows(ctx, i == 1 and ctx.corrupt == "both") for i in range(len(rows[0]))]
     for i in range(len(rows[0])):
         for role, (layout_of, weight) in enumerate(roles):
             if weight == 0.0 or layout_of == "skip" or not which[i][role == 2]:
@@ -399,6 +398,18 @@ def regularize(
             grad = grad + torch.stack([torch.zeros_like(x[i]) if a is None else a for i, a in enumerate(adds)])
         out.append(grad)
     return total, tuple(out)
+
+
+def reg_rows(ctx: Ctx, repeat: bool) -> tuple[bool, bool]:
+    """Whether a side penalises its entity rows and its relation rows (``Regularizer::rows``):
+    with ``reg_scope = "table"`` its relations only (every entity row is penalised once per
+    chunk); in the weighted form a side whose edges another side of the chunk trained already
+    (``repeat``) only its relation rows, and those only when they are its own (the inverses)."""
+    if ctx.reg_table:
+        return False, True
+    if ctx.reg_weighted and repeat:
+        return False, ctx.inverse_offset != 0
+    return True, True
 
 
 #: The ``p`` of each regularizer's norm (``R(x) = |x|^p``): the weighted form divides by it.

@@ -74,7 +74,8 @@ class Answers:
 class Side:
     """One side's queries: their candidate index of the source, relation rows (buffer rows of
     the relation table), labels ``(query, candidate)`` index pairs, the 1vsAll true targets'
-    candidate index (``None`` for KvsAll) and each query's weight (``None``: unweighted)."""
+    candidate index (``None`` for KvsAll), each query's weight (``None``: unweighted), and
+    whether the side scores its relation rows reversed (heads without inverse relations)."""
 
     src: torch.Tensor
     rel: torch.Tensor
@@ -146,14 +147,11 @@ def train_side(
     d_src, _, d_cands, d_rel = (
         x if m is None else x * m[0] for x, m in zip((d_src, None, d_cands, d_rel), masks, strict=True)
     )
-    if ctx.reg_table:
-        which = (False, True)
-    elif ctx.reg_weighted and repeat:
-        which = (False, ctx.inverse_offset != 0)
-    else:
-        which = (True, True)
     reg, (d_src, d_one, d_rel) = step.regularize(
-        ctx, (src[None], one[None], rel[None]), (d_src[None], torch.zeros_like(one)[None], d_rel[None]), [which]
+        ctx,
+        (src[None], one[None], rel[None]),
+        (d_src[None], torch.zeros_like(one)[None], d_rel[None]),
+        [step.reg_rows(ctx, repeat)],
     )
     return loss + reg, d_src[0], d_one[0], d_rel[0], d_cands
 
