@@ -16,6 +16,7 @@ twin (`torch-cpu`) the kernels are the launches a GPU would make op by op (each 
 of one or more dimensions that is no view); a CUDA graph replays them as one launch but runs
 them one after another all the same. `fused_kernels` counts each table's Adagrad step and each
 draw of negatives as the one Triton kernel each is on `cuda` (the twin runs them as torch ops).
+On `cuda` only the seconds are measured: a replayed graph dispatches no torch op to count.
 """
 
 from __future__ import annotations
@@ -80,9 +81,10 @@ def setup(case: str, device: str, scale: float = 1.0):
 
 def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 1.0) -> dict:
     """``{kernels, ops, waits, fused_kernels, seconds}`` per chunk of ``case`` on ``device``
-    (see the module's doc): ``fused_kernels`` the kernels with each Adagrad step counted as the
-    one fused kernel it is on ``cuda`` (the CPU twin runs its torch ops); seconds of the step's
-    wall time on the host (the CPU twin's compute; on ``cuda`` after synchronising)."""
+    (see the module's doc; the counts are None on ``cuda``): ``fused_kernels`` the kernels with
+    each Adagrad step counted as the one fused kernel it is on ``cuda`` (the CPU twin runs its
+    torch ops); seconds of the step's wall time on the host (the CPU twin's compute; on
+    ``cuda`` after synchronising)."""
     import torch
 
     dev, piece = setup(case, device, scale)
@@ -98,6 +100,9 @@ def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 
         torch.cuda.synchronize(dev.device)
     seconds = (time.perf_counter() - start) / (1 + chunks)
     per = [(b - a) / chunks for a, b in zip(*counts, strict=True)]
+    if dev.cuda:
+        # A replayed CUDA graph dispatches no torch op: the counts are the CPU twin's to give.
+        per = [None] * 4
     return dict(kernels=per[0], ops=per[1], waits=per[2], fused_kernels=per[3], seconds=seconds)
 
 

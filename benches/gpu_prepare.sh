@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepares what benches/gpu_session.sh needs on a lent GPU machine, which has no Rust toolchain,
 # no registry and no ../shared: the extension (abi3, built here by `make setup`, its debug info
-# stripped: 87 MB to 16 MB) and the two knowledge-graph datasets, in .devcarry/ (git-ignored).
+# stripped: 87 MB to 16 MB), the two knowledge-graph datasets and Planetoid (Cora and CiteSeer, which
+# the GNN tests use), in .devcarry/ (git-ignored).
 # The machine's working tree travels with a 64 MiB limit; this prints what .devcarry/ adds.
 #
 #     bash benches/gpu_prepare.sh
@@ -14,14 +15,14 @@ if [ ! -f "$so" ]; then
     echo "gpu_prepare.sh: $so is missing; run \`make setup\` first" >&2
     exit 2
 fi
-for d in fb15k-237 wn18rr; do
-    if [ ! -f "../shared/datasets/$d/train.txt" ]; then
-        echo "gpu_prepare.sh: ../shared/datasets/$d/train.txt is missing" >&2
+for d in fb15k-237/train.txt wn18rr/train.txt planetoid/ind.cora.x; do
+    if [ ! -f "../shared/datasets/$d" ]; then
+        echo "gpu_prepare.sh: ../shared/datasets/$d is missing" >&2
         exit 2
     fi
 done
 rm -rf .devcarry
 mkdir -p .devcarry/datasets
 strip --strip-debug -o .devcarry/_native.abi3.so "$so"
-cp -r ../shared/datasets/fb15k-237 ../shared/datasets/wn18rr .devcarry/datasets/
+cp -r ../shared/datasets/fb15k-237 ../shared/datasets/wn18rr ../shared/datasets/planetoid .devcarry/datasets/
 du -sh .devcarry

@@ -5,7 +5,8 @@
 #     bash benches/gpu_session.sh STEP...      (results and logs under $OUT, default ./gpu-out)
 #
 # Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
-# with), tests (the device-parity tests with CUDA present), embed-step (kernels and seconds of one
+# with), tests (the device-parity tests with CUDA present), tests-alone (the same in one process,
+# kernels launched synchronously: for a test that crashes), embed-step (kernels and seconds of one
 # chunk of the embedding step), embed-fb15k, gnn-path (the GNN device
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big, recipes (the
@@ -29,8 +30,9 @@ if [ -d .devcarry/datasets ] && [ ! -d ../shared/datasets/fb15k-237 ]; then
 fi
 
 # Seconds per step; measured on an H100 machine (2026-11-25): env 22, tests 30, embed-fb15k 111,
-# embed-rmat-resident 140; embed-rmat-ooc did not finish in 300.
-declare -A LIMIT=([env]=60 [tests]=240 [embed-step]=120 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
+# embed-rmat-resident 140; embed-rmat-ooc did not finish in 300. On an H200 (2026-11-26): tests 31,
+# embed-step 10, embed-fb15k 72, gnn-g6 75 (its PyG part skipped).
+declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540)
 
 step_env() {
@@ -39,10 +41,16 @@ step_env() {
     python3 -m strata bench-disk --dir "$WORK" --size 4G --queue-depths 1 32 128 --seconds 2 --json-summary
 }
 # The device-parity tests (each runs on cuda beside its CPU twin); TESTS names a subset.
+DEVICE_TESTS="tests/test_embed_device.py tests/test_device_rng.py tests/test_gnn_device_sampler.py
+    tests/test_gnn_device_path.py tests/test_embed_device_eval.py tests/test_embed_device_step.py"
 step_tests() {
-    python3 -m pytest -q -x -n 8 -p no:cacheprovider ${TESTS:-tests/test_embed_device.py tests/test_device_rng.py \
-        tests/test_gnn_device_sampler.py tests/test_gnn_device_path.py tests/test_embed_device_eval.py \
-        tests/test_embed_device_step.py}
+    python3 -m pytest -q --maxfail 10 -n 8 -p no:cacheprovider ${TESTS:-$DEVICE_TESTS}
+}
+# The same one at a time in this process, the kernels launched synchronously and every native
+# message shown: for a test that crashes its worker (TESTS names it, as pytest's node id).
+step_tests-alone() {
+    CUDA_LAUNCH_BLOCKING=1 RUST_BACKTRACE=1 python3 -X faulthandler -m pytest -q -s -p no:xdist -p no:cacheprovider \
+        ${TESTS:-$DEVICE_TESTS}
 }
 step_embed-step() {
     python3 benches/bench_embed_step.py --device cuda >"$OUT/embed-step.json"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpu_devices, triton_kernels
+from conftest import gpu_devices, needs, triton_kernels
 
 torch = pytest.importorskip("torch")
 
@@ -90,11 +90,29 @@ def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row
         grad = torch.randn(len(keys), width, generator=gen) * valid[:, None]
         want = step.Table(params.clone(), state.clone())
         adagrad.torch_step(want, keys, grad, lr=0.1)
-        got = step.Table(params.to(device), state.to(device))
+        # Copies: on the CPU ``.to(device)`` would alias ``params``, which the kernel updates.
+        got = step.Table(params.clone().to(device), state.clone().to(device))
         adagrad.kernel_step(got, keys.to(device), valid.to(device), grad.to(device), lr=0.1)
         torch.testing.assert_close(got.state.cpu(), want.state, rtol=1e-6, atol=0)
         torch.testing.assert_close(got.params.cpu(), want.params, rtol=1e-6, atol=1e-7)
         assert not torch.equal(want.params, params)
+
+
+def test_no_triton_kernel_names_a_parameter_after_a_local_of_tritons_binder():
+    """Triton 3.6 binds a launch's arguments in a generated function whose locals ``params``,
+    ``specialization`` and ``options`` shadow parameters of those names: a kernel with a
+    parameter ``params`` then fails every launch on a GPU ("failed to specialize argument of
+    type: dict") and its torch twin does the work, silently slower. The interpreter binds
+    otherwise, so only this check catches it on the CPU."""
+    import inspect
+
+    from strata.device import rng
+    from strata.gnn.device import uva
+
+    needs("triton")
+    for build in (adagrad._kernel, rng._kernel, uva._kernel):
+        names = set(inspect.signature(build().fn).parameters)
+        assert not names & {"params", "specialization", "options"}, (build.__module__, sorted(names))
 
 
 def test_the_slot_buffer_grows_keeping_what_its_slots_hold():

@@ -17,7 +17,7 @@ torch = needs("torch")
 from strata.device.waits import HostWaits  # noqa: E402
 from strata.gnn.device.cache import DEVICE, HOST, MISS, DeviceCache, presample_hotness  # noqa: E402
 from strata.gnn.device.keys import batch_key  # noqa: E402
-from strata.gnn.device.pipeline import DevicePipeline  # noqa: E402
+from strata.gnn.device.pipeline import DevicePipeline, _ahead  # noqa: E402
 from strata.gnn.device.reads import EngineReads  # noqa: E402
 from strata.gnn.device.sampler import DeviceSampler  # noqa: E402
 from strata.gnn.device.topology import DeviceTopology  # noqa: E402
@@ -121,6 +121,21 @@ def test_an_epoch_s_seeds_are_checked_once_before_its_batches(cora, device):
     with pytest.raises(ValueError, match="node -1, out of range"):
         pipeline.link_epoch(np.array([[0, 1], [2, -1]]), 1)
     assert sum(1 for _ in pipeline.epoch([3, 5, 7], shuffle=False)) == 2
+    assert pipeline.stats["batches"] == 2 and pipeline.stats["sampled_nodes"] > 3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_epoch_stopped_early_reports_the_batches_it_served(cora, device):
+    """A benchmark that takes the first batches of an epoch, or a loop that breaks, still gets
+    the stats of what was served (and, on a GPU, the prefetch thread ends with the epoch)."""
+    data = GnnData(cora, device=device, data_path="device", fanouts=[5], batch_size=64)
+    loader = data.loader(data.nodes("train"))
+    epoch = iter(loader)
+    served = [next(epoch) for _ in range(2)]
+    epoch.close()
+    stats = loader.stats()
+    assert stats["batches"] == 2
+    assert stats["sampled_nodes"] == sum(len(b.nodes) for b in served)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -256,3 +271,24 @@ def test_a_store_without_node_splits_ranks_hotness_over_its_edge_endpoints(tmp_p
     expected = torch.sort(hot, descending=True, stable=True).indices[:rows]
     assert (cache.tiers(expected)[0] == DEVICE).all()
     assert not (cache.tiers(torch.arange(rows, device=device))[0] == DEVICE).all()
+
+
+@pytest.mark.parametrize("fails", ["enter", "items"])
+def test_the_prefetch_thread_s_failure_is_raised_to_the_consumer(fails):
+    """On a GPU the batches are prepared ahead by a thread. A failure there, in its setup (the
+    thread's ``set_device``) or in a batch, is raised in the training loop: it must not leave the
+    loop waiting forever for a batch that never comes."""
+
+    def items():
+        yield 1
+        if fails == "items":
+            raise ValueError("batch 2")
+        yield 2
+
+    def enter():
+        if fails == "enter":
+            raise ValueError("no device")
+
+    with pytest.raises(ValueError, match="no device" if fails == "enter" else "batch 2"):
+        list(_ahead(items(), 2, enter))
+    assert list(_ahead(iter([1, 2, 3]), 1, lambda: None)) == [1, 2, 3]

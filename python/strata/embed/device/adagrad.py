@@ -84,9 +84,11 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    # ``n`` follows the chunk; left unspecialised so that a size compiles one variant.
+    # ``n`` follows the chunk; left unspecialised so that a size compiles one variant. The table
+    # is ``weights``, not ``params``: Triton 3.6's generated argument binder keeps its bound
+    # arguments in a local named ``params``, and a parameter of that name reads that dict.
     @triton.jit(do_not_specialize=["n"])
-    def adagrad_rows(params, state, keys, valid, grad, sq, n, width, lr, eps, ROW_WISE: tl.constexpr,
+    def adagrad_rows(weights, state, keys, valid, grad, sq, n, width, lr, eps, ROW_WISE: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):  # fmt: skip
         rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
         cols = tl.arange(0, BLOCK_W)
@@ -95,7 +97,7 @@ def _kernel():
         mask = used[:, None] & (cols[None, :] < width)
         g = tl.load(grad + rows[:, None] * width + cols[None, :], mask=mask, other=0.0)
         at = key[:, None] * width + cols[None, :]
-        p = tl.load(params + at, mask=mask, other=0.0)
+        p = tl.load(weights + at, mask=mask, other=0.0)
         # IEEE square roots and quotients, as torch's (Triton's ``sqrt`` and ``/`` approximate).
         if ROW_WISE:
             acc = tl.load(state + key, mask=used, other=0.0) + tl.load(sq + rows, mask=used, other=0.0)
@@ -105,6 +107,6 @@ def _kernel():
             acc = tl.load(state + at, mask=mask, other=0.0) + g * g
             tl.store(state + at, acc, mask=mask)
             p = p - tl.div_rn(lr * g, tl.sqrt_rn(acc) + eps)
-        tl.store(params + at, p, mask=mask)
+        tl.store(weights + at, p, mask=mask)
 
     return adagrad_rows

@@ -14,7 +14,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
 import numpy as np
@@ -133,39 +133,48 @@ class DevicePipeline:
         self.cache.stats = CacheStats()
         produced = (self._prepare(i, part(i), sample, epoch, clock) for i in range(count))
         if self._sample_stream is not None:
-            produced = _ahead(produced, PREFETCH, self.device)
-        waited, sampled, started = 0.0, 0, time.perf_counter()
-        while True:
-            t0 = time.perf_counter()
-            item = next(produced, None)
-            waited += time.perf_counter() - t0
-            if item is None:
-                break
-            batch, ready = item
-            if ready is not None:
-                with clock.span("wait"):
-                    # The training stream stalls until the batch is ready; the span's events
-                    # measure that stall on the device.
-                    stream = torch.cuda.current_stream(self.device)
-                    stream.wait_event(ready)
-                held = (batch.x, batch.nodes, *(b.src for b in batch.blocks), *(b.dst for b in batch.blocks))
-                for t in (*held, *(batch.links or ())):
-                    t.record_stream(stream)
-            sampled += len(batch.nodes)
-            yield batch
-        totals = clock.totals()
-        wall = time.perf_counter() - started
-        waited += totals.pop("wait", 0.0)
-        self.stats = {
-            "batches": count,
-            "wall_seconds": wall,
-            "busy_seconds": totals,
-            "waited_seconds": waited,
-            "wait_share": waited / wall if wall > 0 else 0.0,
-            "sampled_nodes": sampled,
-            "sampler": "device",
-            "tiers": self.cache.stats.as_dict(),
-        }
+            # The thread starts on device 0; it must work on this one. ``set_device`` takes an
+            # index (torch 2.11 refuses a bare ``cuda``, which means the current device).
+            index = torch.cuda.current_device() if self.device.index is None else self.device.index
+            produced = _ahead(produced, PREFETCH, lambda: torch.cuda.set_device(index))
+        waited, sampled, batches, started = 0.0, 0, 0, time.perf_counter()
+        try:
+            while True:
+                t0 = time.perf_counter()
+                item = next(produced, None)
+                waited += time.perf_counter() - t0
+                if item is None:
+                    break
+                batch, ready = item
+                if ready is not None:
+                    with clock.span("wait"):
+                        # The training stream stalls until the batch is ready; the span's events
+                        # measure that stall on the device.
+                        stream = torch.cuda.current_stream(self.device)
+                        stream.wait_event(ready)
+                    held = (batch.x, batch.nodes, *(b.src for b in batch.blocks), *(b.dst for b in batch.blocks))
+                    for t in (*held, *(batch.links or ())):
+                        t.record_stream(stream)
+                sampled, batches = sampled + len(batch.nodes), batches + 1
+                yield batch
+        finally:
+            # Also when the consumer stops early: the prefetch thread ends here, not at exit
+            # (where a thread inside a CUDA call aborts the interpreter), and the stats cover
+            # the batches served.
+            produced.close()
+            totals = clock.totals()
+            wall = time.perf_counter() - started
+            waited += totals.pop("wait", 0.0)
+            self.stats = {
+                "batches": batches,
+                "wall_seconds": wall,
+                "busy_seconds": totals,
+                "waited_seconds": waited,
+                "wait_share": waited / wall if wall > 0 else 0.0,
+                "sampled_nodes": sampled,
+                "sampler": "device",
+                "tiers": self.cache.stats.as_dict(),
+            }
 
     def _prepare(self, index: int, part, sample, epoch: int, clock: StageClock):
         """Samples a batch hop by hop, starting each hop's lookups as soon as its nodes are
@@ -205,16 +214,17 @@ class DevicePipeline:
         return Batch(index, seeds, sample.nodes, list(sample.hop_counts), blocks, x, y, {"sampler": "device"}, links)
 
 
-def _ahead(items: Iterator, depth: int, device: torch.device) -> Iterator:
-    """``items`` produced by a background thread up to ``depth`` ahead; its exception is
-    raised here, and closing this iterator early stops the thread."""
+def _ahead(items: Iterator, depth: int, enter: Callable[[], None]) -> Iterator:
+    """``items`` produced by a background thread up to ``depth`` ahead, the thread first
+    calling ``enter()``; an exception of either is raised here, and closing this iterator early
+    stops the thread."""
     slots: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
     done = object()
 
     def produce():
-        torch.cuda.set_device(device)
         try:
+            enter()
             for item in items:
                 while not stop.is_set():
                     try:
