@@ -14,8 +14,9 @@ a piece of `1 + chunks` chunks less those of a piece of one chunk, over `chunks`
 piece (so every chunk replays a captured step), from `strata.device.waits.HostWaits`. On the CPU
 twin (`torch-cpu`) the kernels are the launches a GPU would make op by op (each op on a tensor
 of one or more dimensions that is no view); a CUDA graph replays them as one launch but runs
-them one after another all the same. `fused_kernels` counts each table's Adagrad step and each
-draw of negatives as the one Triton kernel each is on `cuda` (the twin runs them as torch ops).
+them one after another all the same. `fused_kernels` counts each call of a Triton kernel (each
+table's Adagrad step, each draw of negatives, each ComplEx product, each softmax loss) as the
+one kernel it is on `cuda` (the twin runs them as torch ops).
 On `cuda` only the seconds are measured: a replayed graph dispatches no torch op to count.
 """
 
@@ -107,38 +108,31 @@ def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 
 
 
 def counted(piece, n: int, fused: bool) -> tuple[int, int, int]:
-    """``(kernels, ops, waits)`` of a piece of ``n`` chunks, each launch of the step's Triton
-    kernels (``cuda``) one kernel; with ``fused`` their torch twins (each table's Adagrad step,
-    each draw of negatives) count so too, as if fused."""
+    """``(kernels, ops, waits)`` of a piece of ``n`` chunks; with ``fused`` each call of a
+    step's Triton kernels (``kernels.fused``: each table's Adagrad step, each draw of
+    negatives, each ComplEx product, each softmax loss) counts as the one kernel it is on
+    ``cuda``, where the CPU twin runs its torch ops."""
     from torch.utils._python_dispatch import _disable_current_modes
 
-    from strata.device import rng
+    from strata.device import kernels
     from strata.device.waits import HostWaits
-    from strata.embed.device import adagrad
 
-    kernels = [(adagrad, "kernel_step"), (rng, "kernel_draw_below")]
-    twins = [(adagrad, "torch_step"), (rng, "twin_draw_below")]
-    patched = kernels + (twins if fused else [])
+    real = kernels.fused
 
-    def one_kernel(run):
-        def launch(*args):
-            with _disable_current_modes():
-                out = run(*args)
-            waits.kernels += 1
-            waits.ops += 1
-            return out
+    def one_kernel(name, device, kernel, twin):
+        with _disable_current_modes():
+            out = real(name, device, kernel, twin)
+        waits.kernels += 1
+        waits.ops += 1
+        return out
 
-        return launch
-
-    saved = [getattr(module, name) for module, name in patched]
     with HostWaits() as waits:
         try:
-            for (module, name), run in zip(patched, saved, strict=True):
-                setattr(module, name, one_kernel(run))
+            if fused:
+                kernels.fused = one_kernel
             piece(n)
         finally:
-            for (module, name), run in zip(patched, saved, strict=True):
-                setattr(module, name, run)
+            kernels.fused = real
     return waits.kernels, waits.ops, len(waits.waits)
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpu_devices, needs, triton_kernels
+from conftest import gpu_devices, triton_kernels
 
 torch = pytest.importorskip("torch")
 
-from strata.embed.device import adagrad, step, vs_all  # noqa: E402
+from strata.embed.device import adagrad, complex_rows, softmax_loss, step, vs_all  # noqa: E402
 from strata.embed.device.backend import SlotBuffer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
@@ -98,21 +98,45 @@ def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row
         assert not torch.equal(want.params, params)
 
 
-def test_no_triton_kernel_names_a_parameter_after_a_local_of_tritons_binder():
-    """Triton 3.6 binds a launch's arguments in a generated function whose locals ``params``,
-    ``specialization`` and ``options`` shadow parameters of those names: a kernel with a
-    parameter ``params`` then fails every launch on a GPU ("failed to specialize argument of
-    type: dict") and its torch twin does the work, silently slower. The interpreter binds
-    otherwise, so only this check catches it on the CPU."""
-    import inspect
+@pytest.mark.parametrize("dim", [2, 100, 600])
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+def test_the_complex_product_kernel_equals_its_torch_twin(monkeypatch, device, dim):
+    """``a = s r`` and the backward's ``da conj(r)``, ``da conj(s)`` in one launch each, rows of
+    one complex number to wider than a block's (600 reals: 300 complex numbers, 13 rows a
+    program), over a count of rows no block divides."""
+    with triton_kernels(monkeypatch, device, complex_rows._kernel):
+        gen = torch.Generator().manual_seed(dim)
+        s, r, da = (torch.randn(2, 37, dim, generator=gen) for _ in range(3))
+        (a,) = complex_rows.kernel_products(s.to(device), [r.to(device)], False)
+        torch.testing.assert_close(a.cpu(), complex_rows.twin(s, r), rtol=1e-6, atol=1e-6)
+        ds, dr = complex_rows.kernel_products(da.to(device), [r.to(device), s.to(device)], True)
+        for got, y in ((ds, r), (dr, s)):
+            torch.testing.assert_close(got.cpu(), complex_rows.twin(da, complex_rows.conj(y)), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="complex products of rows"):
+        complex_rows.kernel_products(s, [r[:, :3]], False)
 
-    from strata.device import rng
-    from strata.gnn.device import uva
 
-    needs("triton")
-    for build in (adagrad._kernel, rng._kernel, uva._kernel):
-        names = set(inspect.signature(build().fn).parameters)
-        assert not names & {"params", "specialization", "options"}, (build.__module__, sorted(names))
+@pytest.mark.parametrize("negatives", [1, 600])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+def test_the_softmax_loss_kernel_equals_its_torch_twin(monkeypatch, device, weighted, negatives):
+    """Terms, ``dpos`` and ``dneg`` of both sides' rows, with negatives in one block and in
+    several (blocks of 256 scores here: the online maximum and sum across blocks), and with
+    scores far apart (a row whose positive dwarfs its negatives, one whose negatives dwarf it)."""
+    monkeypatch.setattr(softmax_loss, "BLOCK", 256)
+    with triton_kernels(monkeypatch, device, softmax_loss._kernel):
+        gen = torch.Generator().manual_seed(negatives)
+        pos = torch.randn(2, 7, generator=gen) * 4
+        neg = torch.randn(2, 7, negatives, generator=gen) * 4
+        pos[0, 0], neg[1, 1] = 80.0, neg[1, 1] + 80.0
+        weights = torch.rand(7, generator=gen) + 0.5 if weighted else None
+        got = softmax_loss.kernel_loss_grads(
+            pos.to(device), neg.to(device), None if weights is None else weights.to(device)
+        )
+        want = softmax_loss.twin(pos, neg, weights)
+        assert got[0].dtype == torch.float64
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-6)
 
 
 def test_the_slot_buffer_grows_keeping_what_its_slots_hold():
@@ -143,9 +167,9 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     # 281 kernels before the step was batched and the slots made one buffer (319 out of core).
     assert b1["kernels"] <= 125, b1
     assert ooc["kernels"] <= b1["kernels"] + 6, (b1, ooc)
-    # Each table's Adagrad step and each draw of negatives is one kernel on cuda instead of
-    # the twin's torch ops.
-    assert b1["fused_kernels"] <= 75 and ooc["fused_kernels"] <= 75, (b1, ooc)
+    # Each table's Adagrad step, each draw of negatives, each ComplEx product and the softmax
+    # loss is one kernel on cuda instead of the twin's torch ops (70 before the last two).
+    assert b1["fused_kernels"] <= 52 and ooc["fused_kernels"] <= 52, (b1, ooc)
 
 
 def test_kvsall_asks_each_query_once_with_every_answer():

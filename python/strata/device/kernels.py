@@ -10,6 +10,7 @@ CPU under Triton's interpreter, so the run's results do not change with the path
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import sys
@@ -22,6 +23,12 @@ T = TypeVar("T")
 
 #: Kernels that failed in this process, with the reason said.
 _FAILED: dict[str, str] = {}
+
+
+def on_device(t: torch.Tensor):
+    """The context a Triton launch over ``t`` runs in: ``t``'s CUDA device current (Triton
+    launches on the current device), nothing on the CPU (the interpreter)."""
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
 @functools.cache

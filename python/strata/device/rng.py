@@ -14,7 +14,6 @@ one Triton kernel on ``cuda``, its arithmetic the same in ``uint64`` registers.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
@@ -148,8 +147,7 @@ def kernel_draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Te
     in_memory = isinstance(n, torch.Tensor)
     bounds = n.reshape(-1).contiguous() if in_memory else keys
     stride = 1 if in_memory and bounds.numel() > 1 else 0
-    on = torch.cuda.device(keys.device) if keys.is_cuda else contextlib.nullcontext()
-    with on:
+    with kernels.on_device(keys):
         grid = (-(-count // BLOCK), len(keys))
         _kernel()[grid](keys, bounds, stride, 0 if in_memory else as_i64(n), out, count, first,
                         IN_MEMORY=in_memory, BLOCK=BLOCK)  # fmt: skip

@@ -14,7 +14,6 @@ int64 rows, unique where ``valid`` (``n`` bools) is set; ``grad`` ``n x width``,
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
@@ -70,8 +69,7 @@ def kernel_step(table, keys: torch.Tensor, valid: torch.Tensor, grad: torch.Tens
     # kernel would call triton.language's jitted sum, which the interpreter cannot run once
     # triton was imported without it).
     sq = mean_squares(grad) if row_wise else grad
-    on = torch.cuda.device(grad.device) if grad.is_cuda else contextlib.nullcontext()
-    with on:
+    with kernels.on_device(grad):
         _kernel()[grid](
             table.params, table.state, keys, valid.view(torch.uint8), grad.contiguous(), sq, n, width, lr, EPS,
             ROW_WISE=row_wise, BLOCK_R=block_r, BLOCK_W=block_w,

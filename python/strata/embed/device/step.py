@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.device import rng
-from strata.embed.device import adagrad
+from strata.embed.device import adagrad, complex_rows, softmax_loss
 
 #: Added under square roots of distances, as the Rust models do.
 EPS = 1e-9
@@ -267,13 +267,10 @@ def combine(model: str, s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return s * r
     if model == "transe":
         return s + r
-    h = s.shape[-1] // 2
-    sr, si = s[..., :h], s[..., h:]
     if model == "complex":
-        rr, ri = r[..., :h], r[..., h:]
-    else:  # rotate: r holds phases
-        rr, ri = torch.cos(r), torch.sin(r)
-    return torch.cat([sr * rr - si * ri, sr * ri + si * rr], -1)
+        return complex_rows.product(s, r) if s.shape == r.shape else complex_rows.twin(s, r)
+    # RotatE: r holds phases.
+    return complex_rows.twin(s, torch.cat([torch.cos(r), torch.sin(r)], -1))
 
 
 def combine_grads(model: str, s: torch.Tensor, r: torch.Tensor, da: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -284,6 +281,9 @@ def combine_grads(model: str, s: torch.Tensor, r: torch.Tensor, da: torch.Tensor
         return da, r
     if model == "distmult":
         return da * r, da * s
+    if model == "complex" and da.shape == r.shape == s.shape:
+        ds, dr = complex_rows.conj_products(da, [r, s])
+        return ds, dr
     # Both products at once, over r and s stacked.
     both = combine(model, da[None], reverse_relation(model, torch.stack([r, s])))
     return both[0], both[1]
@@ -315,11 +315,9 @@ def loss_grads(
     scores ``pos`` (``S x b``) and negative scores ``neg`` (``S x b x n``), and its gradients
     of them."""
     if ctx.loss == "softmax":
-        z = torch.cat([pos[..., None], neg], -1)
-        terms = torch.logsumexp(z, -1) - pos
-        p = torch.softmax(z, -1)
-        dpos, dneg = p[..., 0] - 1.0, p[..., 1:]
-    elif ctx.loss in ("logistic", "margin"):
+        terms, dpos, dneg = softmax_loss.loss_grads(pos, neg, weights)
+        return terms.sum(), dpos, dneg
+    if ctx.loss in ("logistic", "margin"):
         # n softmax(alpha scores), a constant in the gradient (RotatE's detach).
         adv = None if ctx.adversarial is None else torch.softmax(ctx.adversarial * neg, -1) * neg.shape[-1]
         if ctx.loss == "logistic":

@@ -11,7 +11,6 @@ indexing, and the kernel's logic is tested on the CPU through Triton's interpret
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
@@ -58,8 +57,7 @@ def kernel_gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         grid = (triton_cdiv(total, BLOCK),)
         # Triton launches on the current device: make it the index's (a run on cuda:1 whose
         # process never set its device, or a rank's LOCAL_RANK device).
-        on = torch.cuda.device(index.device) if index.device.type == "cuda" else contextlib.nullcontext()
-        with on:
+        with kernels.on_device(index):
             _kernel()[grid](table, index.contiguous(), out, total, width, BLOCK=BLOCK)
     return out
 

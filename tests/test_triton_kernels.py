@@ -1,0 +1,84 @@
+"""Every Triton kernel of Strata's device paths, as a GPU would take it. CI has no GPU: the
+kernels' arithmetic is tested against their torch twins under Triton's interpreter (next to
+each path's tests), and here what the interpreter skips, the compile to a Hopper GPU's machine
+code and the names Triton's launcher binds. A kernel that fails either on a GPU is replaced by
+its twin (``strata.device.kernels.fused``): the run is right but slower, and says so only once
+on stderr, so these checks are what keeps the kernels launching."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from conftest import needs
+
+torch = pytest.importorskip("torch")
+
+from strata.device import rng  # noqa: E402
+from strata.embed.device import adagrad, complex_rows, softmax_loss  # noqa: E402
+from strata.gnn.device import uva  # noqa: E402
+
+#: Each kernel's builder, its parameters' types (as Triton's signatures spell them) and
+#: constexpr values of a launch.
+KERNELS = {
+    "adagrad": (
+        adagrad._kernel,
+        dict(weights="*fp32", state="*fp32", keys="*i64", valid="*u8", grad="*fp32", sq="*fp32", n="i32",
+             width="i32", lr="fp32", eps="fp32"),
+        dict(ROW_WISE=False, BLOCK_R=32, BLOCK_W=128),
+    ),
+    "complex_rows": (
+        complex_rows._kernel,
+        dict(x="*fp32", y1="*fp32", y2="*fp32", out1="*fp32", out2="*fp32", rows="i32", h="i32"),
+        dict(CONJ=True, TWO=True, BLOCK_R=32, BLOCK_H=128),
+    ),
+    "softmax_loss": (
+        softmax_loss._kernel,
+        dict(pos="*fp32", neg="*fp32", w="*fp32", terms="*fp64", dpos="*fp32", dneg="*fp32", rows="i32", n="i32",
+             b="i32"),
+        dict(HAS_W=True, BLOCK_R=4, BLOCK_N=1024),
+    ),
+    "draw_below": (
+        rng._kernel,
+        dict(keys="*i64", bounds="*i64", stride="i32", bound="i64", out="*i64", count="i32", first="i64"),
+        dict(IN_MEMORY=True, BLOCK=1024),
+    ),
+    "uva_gather": (
+        uva._kernel,
+        dict(table="*fp32", index="*i64", out="*fp32", total="i64", width="i32"),
+        dict(BLOCK=1024),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_each_kernel_compiles_for_a_hopper_gpu(monkeypatch, name):
+    """Triton's front end and ptxas (shipped with Triton) on sm_90, no GPU needed: a kernel
+    the interpreter runs can still fail to compile (an unsupported construct, a type clash)."""
+    triton = needs("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    build, signature, constexprs = KERNELS[name]
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    build.cache_clear()
+    try:
+        kernel = build()
+        assert set(inspect.signature(kernel.fn).parameters) == {*signature, *constexprs}, name
+        source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs)
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+    finally:
+        build.cache_clear()
+    assert ".entry" in compiled.asm["ptx"] and compiled.asm["cubin"]
+
+
+def test_no_kernel_names_a_parameter_after_a_local_of_tritons_binder():
+    """Triton 3.6 binds a launch's arguments in a generated function whose locals ``params``,
+    ``specialization`` and ``options`` shadow parameters of those names: a kernel with a
+    parameter ``params`` then fails every launch on a GPU ("failed to specialize argument of
+    type: dict"). The interpreter binds otherwise, so only this check catches it on the CPU."""
+    needs("triton")
+    for name, (build, _, _) in KERNELS.items():
+        names = set(inspect.signature(build().fn).parameters)
+        assert not names & {"params", "specialization", "options"}, (name, sorted(names))
