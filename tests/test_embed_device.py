@@ -129,6 +129,18 @@ def test_one_epoch_matches_the_rust_engine(kg, tmp_path, options, device):
     assert_same_training(kg, tmp_path, device, **options)
 
 
+@pytest.mark.parametrize("model", ["complex", "transe"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_sorted_update_of_a_large_table_trains_alike(kg, tmp_path, monkeypatch, device, model):
+    """A table of many rows per use in a chunk steps only the rows the chunk used, found by a
+    sort (``unique_static``); the test graph's are few, and take the every-row step unless
+    told otherwise."""
+    from strata.embed.device import step
+
+    monkeypatch.setattr(step, "EVERY_ROW_PER_USE", 0)
+    assert_same_training(kg, tmp_path, device, model=model)
+
+
 @pytest.mark.parametrize("training", ["negative_sampling", "1vsAll"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_weighted_edges_train_alike(weighted_kg, tmp_path, device, training):

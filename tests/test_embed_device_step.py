@@ -168,8 +168,9 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     assert b1["kernels"] <= 125, b1
     assert ooc["kernels"] <= b1["kernels"] + 6, (b1, ooc)
     # Each table's Adagrad step, each draw of negatives, each ComplEx product and the softmax
-    # loss is one kernel on cuda instead of the twin's torch ops (70 before the last two).
-    assert b1["fused_kernels"] <= 52 and ooc["fused_kernels"] <= 52, (b1, ooc)
+    # loss is one kernel on cuda instead of the twin's torch ops (70 before the last two), and
+    # the node table steps every row, without the sort (50 before).
+    assert b1["fused_kernels"] <= 42 and ooc["fused_kernels"] <= 42, (b1, ooc)
 
 
 def test_kvsall_asks_each_query_once_with_every_answer():

@@ -40,6 +40,10 @@ BILINEAR = ("dot", "distmult", "complex")
 #: Streams a chunk draws from: ``derive(key, k)`` for its sides ``k = 0, 1`` and, with
 #: ``corrupt = bernoulli``, for the choice of sides (``k = 2``).
 STREAMS = 3
+#: A table of at most this many rows per use in a chunk takes its Adagrad step on every row
+#: (untouched rows add exact zeros): a pass over a few times the rows costs a GPU less than
+#: the ten kernels of the sort that finds the used ones (:func:`unique_static`).
+EVERY_ROW_PER_USE = 4
 
 
 def rel_dim(model: str, dim: int) -> int:
@@ -494,9 +498,15 @@ class Gathered:
     (row 0, no use, no gradient). Nothing depends on the count on the host, so a chunk runs
     without a host synchronisation and can be captured in a CUDA graph.
 
-    With ``every_row`` (a table of no more rows than the chunk has uses: the relations, as a
-    rule) every row takes the step and no sort is needed: an untouched row's gradient is zero,
-    so its step adds exact zeros to its state and its params."""
+    With ``every_row`` (a table of few rows for the chunk's uses: the relations, as a rule,
+    and a small graph's nodes) every row takes the step and no sort is needed: an untouched
+    row's gradient is zero, so its step adds exact zeros to its state and its params."""
+
+    @classmethod
+    def of(cls, table: Table, keys: torch.Tensor) -> Gathered:
+        """The rows ``keys`` of ``table``, every row stepped where the table has at most
+        ``EVERY_ROW_PER_USE`` rows per key."""
+        return cls(table, keys, every_row=len(table.params) <= EVERY_ROW_PER_USE * len(keys))
 
     def __init__(self, table: Table, keys: torch.Tensor, every_row: bool = False):
         self.table = table
@@ -554,11 +564,10 @@ def train_chunk(
     reads a device value on the host."""
     stacks = stacks_of(ctx, edges, weights, streams)
     keys = [keys_of(ctx, stack) for stack in stacks]
-    nodes = Gathered(ctx.nodes, cat([k.reshape(-1) for ends, neg, _ in keys for k in (ends, neg)]))
+    nodes = Gathered.of(ctx.nodes, cat([k.reshape(-1) for ends, neg, _ in keys for k in (ends, neg)]))
     rels = None
     if ctx.rels is not None:
-        rel_keys = cat([r.reshape(-1) for *_, r in keys])
-        rels = Gathered(ctx.rels, rel_keys, every_row=len(ctx.rels.params) <= len(rel_keys))
+        rels = Gathered.of(ctx.rels, cat([r.reshape(-1) for *_, r in keys]))
     total = torch.zeros((), dtype=torch.float64, device=edges.device)
     node_grads, rel_grads = [], []
     at = rel_at = 0

@@ -167,7 +167,7 @@ def train_chunk(ctx: step.Ctx, edges: torch.Tensor, weights: torch.Tensor | None
     rels = None
     if ctx.rels is not None:
         keys = step.cat([q.rel for q in sides])
-        rels = step.Gathered(ctx.rels, keys, every_row=len(ctx.rels.params) <= len(keys))
+        rels = step.Gathered.of(ctx.rels, keys)
     rel_grads, directions, at = [], 0, 0
     for k, q in enumerate(sides):
         b = len(q.src)
