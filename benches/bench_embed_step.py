@@ -143,7 +143,12 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=5)
     args = ap.parse_args()
     cases = CASES if args.case == "all" else [args.case]
-    print(json.dumps({case: count(case, args.device, args.chunks) for case in cases}, indent=2))
+    out = {case: count(case, args.device, args.chunks) for case in cases}
+    from strata.device import kernels
+
+    # A kernel that failed was timed as its torch twin: the figures must say so.
+    out["failed_kernels"] = kernels.failed()
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -82,3 +82,16 @@ def test_no_kernel_names_a_parameter_after_a_local_of_tritons_binder():
     for name, (build, _, _) in KERNELS.items():
         names = set(inspect.signature(build().fn).parameters)
         assert not names & {"params", "specialization", "options"}, (name, sorted(names))
+
+
+def test_each_epoch_s_device_line_names_the_kernels_a_twin_replaced(monkeypatch):
+    """A kernel that fails is said once on stderr when it fails, which a long run's log buries;
+    each epoch's device line (which the benches record) says it again."""
+    from strata.device import kernels
+    from strata.embed.device.graphs import StepGraphs
+
+    graphs = StepGraphs(torch.device("cpu"))
+    assert "Triton" not in graphs.report()
+    monkeypatch.setitem(kernels._FAILED, "Adagrad", "TypeError: failed to specialize argument of type: dict")
+    line = graphs.report()
+    assert line.startswith("device: ") and "replaced by their torch twins: Adagrad (TypeError: failed" in line

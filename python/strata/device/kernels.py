@@ -36,6 +36,11 @@ def has_triton() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
+def failed() -> dict[str, str]:
+    """The kernels that failed in this process and why (name: reason), for a run's report."""
+    return dict(_FAILED)
+
+
 def fused(name: str, device: torch.device, kernel: Callable[[], T], twin: Callable[[], T]) -> T:
     """``kernel()`` on a ``cuda`` ``device`` where Triton is installed and kernel ``name`` has
     not failed before, else ``twin()``. A kernel that raises (it fails to compile or launch

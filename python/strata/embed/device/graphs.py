@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from strata.device import kernels
 from strata.embed.device import step, vs_all
 
 #: Graphs kept at once (each holds a chunk's intermediates: tens of MiB at B1's settings).
@@ -127,6 +128,11 @@ class StepGraphs:
         )
         if self.broken is not None:
             line += f" (capture failed: {self.broken})"
+        # Said each epoch, not only once at the failure: a bench reads these lines.
+        gone = kernels.failed()
+        if gone:
+            named = ", ".join(f"{name} ({reason})" for name, reason in gone.items())
+            line += f"; Triton kernels replaced by their torch twins: {named}"
         self.replays = self.captures = self.eager_steps = 0
         return line
 
