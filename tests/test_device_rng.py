@@ -100,6 +100,13 @@ def test_the_fused_draw_below_kernel_draws_what_the_rust_engine_draws(monkeypatc
                 for row, (key, m) in zip(got.cpu().tolist(), zip(keys, per_stream, strict=True), strict=True):
                     assert row == rust_draws(key, 9, 1500, m)
         assert rng.kernel_draw_below(streams, 0, 0, 5).shape == (3, 0)
+        # One bound a draw (Floyd's sampling: draw s of a node below j + 1): each draw as the
+        # Rust engine's of its own bound.
+        per_draw = torch.tensor([[3 + j + 40 * i for j in range(9)] for i in range(3)], device=device)
+        got = rng.kernel_draw_below(streams, 2, 9, per_draw)
+        assert torch.equal(got, rng.twin_draw_below(streams, 2, 9, per_draw))
+        for row, key, bounds in zip(got.cpu().tolist(), keys, per_draw.cpu().tolist(), strict=True):
+            assert row == [rust_draws(key, 2 + j, 1, m)[0] for j, m in enumerate(bounds)]
 
 
 def test_a_failing_kernel_is_said_once_and_its_twin_serves_from_then_on(monkeypatch, capsys):

@@ -8,6 +8,7 @@ real kernel over UVA."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -19,13 +20,11 @@ from conftest import gpu_devices, needs, run_strata, triton_kernels
 torch = needs("torch")
 
 from strata.device import rng  # noqa: E402
-from strata.gnn.device import uva  # noqa: E402
+from strata.gnn.device import floyd, uva  # noqa: E402
 from strata.gnn.device.sampler import (  # noqa: E402
     LN_2,
     SERIES_TERMS,
     DeviceSampler,
-    FloydConstants,
-    _choose_uniform,
     ln_unit,
 )
 from strata.gnn.device.topology import DeviceTopology  # noqa: E402
@@ -117,20 +116,30 @@ def floyd_step_by_step(degree: torch.Tensor, keys: torch.Tensor, k: int) -> torc
     return picks.sort(dim=1).values
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 10, 25, 64])
-def test_floyd_s_steps_at_once_pick_what_the_loop_picks(k):
+@pytest.mark.parametrize(
+    "how, k", [*(("twin", k) for k in (1, 2, 3, 10, 25, 64)), *(("kernel", k) for k in (1, 3, 10, 25))]
+)
+def test_floyd_s_steps_at_once_pick_what_the_loop_picks(monkeypatch, how, k):
     """Degrees just above ``k`` make most draws collide, so chains of collisions (a draw that
-    hits the ``j`` of a step whose own draw collided) are common and each must be followed."""
-    m = 4000
+    hits the ``j`` of a step whose own draw collided) are common and each must be followed: the
+    twin's steps at once, and the kernel's steps in order (under Triton's interpreter), pick
+    what the loop picks."""
+    m = 4000 if how == "twin" else 40  # the interpreter is slow
     degree = k + 1 + torch.randint(0, 2 * k, (m,), generator=torch.Generator().manual_seed(k))
     keys = rng.derive(1000 + k, torch.arange(m))
     start = torch.arange(m) * 1000
-    positions, counts, valid = _choose_uniform(start, degree, keys, FloydConstants.on(k, torch.device("cpu")))
-    assert bool(valid.all()) and torch.equal(counts, torch.full((m,), k))
-    assert torch.equal(positions.view(m, k) - start[:, None], floyd_step_by_step(degree, keys, k))
-    # Nodes of at most k in-edges keep them all, the slots past their degree unused.
-    small = torch.tensor([0, 1, k])
-    positions, counts, valid = _choose_uniform(start[:3], small, keys[:3], FloydConstants.on(k, torch.device("cpu")))
+    constants = floyd.FloydConstants.on(k, torch.device("cpu"))
+    if how == "kernel":
+        needs("triton")
+        monkeypatch.setattr(floyd, "BLOCK", 64)  # small programs: the interpreter's reductions are slow
+        monkeypatch.setattr(floyd.kernels, "fused", lambda name, device, kernel, twin: kernel())
+    with triton_kernels(monkeypatch, "cpu", floyd._kernel) if how == "kernel" else contextlib.nullcontext():
+        positions, counts, valid = floyd.choose(start, degree, keys, constants)
+        assert bool(valid.all()) and torch.equal(counts, torch.full((m,), k))
+        assert torch.equal(positions.view(m, k) - start[:, None], floyd_step_by_step(degree, keys, k))
+        # Nodes of at most k in-edges keep them all, the slots past their degree unused.
+        small = torch.tensor([0, 1, k])
+        positions, counts, valid = floyd.choose(start[:3], small, keys[:3], constants)
     assert counts.tolist() == small.tolist()
     assert (positions.view(3, k) - start[:3, None])[valid.view(3, k)].tolist() == list(range(1)) + list(range(k))
 

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from strata.device import rng  # noqa: E402
 from strata.embed.device import adagrad, complex_rows, softmax_loss  # noqa: E402
-from strata.gnn.device import uva  # noqa: E402
+from strata.gnn.device import floyd, uva  # noqa: E402
 
 #: Each kernel's builder, its parameters' types (as Triton's signatures spell them) and
 #: constexpr values of a launch.
@@ -41,8 +41,14 @@ KERNELS = {
     ),
     "draw_below": (
         rng._kernel,
-        dict(keys="*i64", bounds="*i64", stride="i32", bound="i64", out="*i64", count="i32", first="i64"),
+        dict(keys="*i64", bounds="*i64", stride="i32", step="i32", bound="i64", out="*i64", count="i32",
+             first="i64"),
         dict(IN_MEMORY=True, BLOCK=1024),
+    ),
+    "floyd": (
+        floyd._kernel,
+        dict(keys="*i64", degree="*i64", picks="*i64", m="i32"),
+        dict(K=10, BLOCK_M=256, BLOCK_K=16),
     ),
     "uva_gather": (
         uva._kernel,

@@ -117,7 +117,8 @@ def _tensor(value: torch.Tensor | int) -> torch.Tensor:
 
 def draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Tensor | int) -> torch.Tensor:
     """``below(draw(stream, first + j), n)`` for ``j < count`` of each of ``streams`` (``S x
-    1`` int64 keys; ``n`` an int, a 0-dim tensor or one per stream, ``S x 1``): ``S x count``.
+    1`` int64 keys; ``n`` an int, a 0-dim tensor, one per stream, ``S x 1``, or one per draw,
+    ``S x count``): ``S x count``.
     On ``cuda`` one Triton kernel (each draw's 20 or so integer ops in registers), elsewhere
     :func:`twin_draw_below`."""
     return kernels.fused(
@@ -146,12 +147,44 @@ def kernel_draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Te
         return out
     in_memory = isinstance(n, torch.Tensor)
     bounds = n.reshape(-1).contiguous() if in_memory else keys
-    stride = 1 if in_memory and bounds.numel() > 1 else 0
+    # Draw j of stream i reads bounds[i * stride + j * step]: one bound, one a stream or one a
+    # draw.
+    per_draw = in_memory and n.dim() == 2 and n.shape[1] == count and count > 1
+    stride, step = (count, 1) if per_draw else (int(in_memory and bounds.numel() > 1), 0)
     with kernels.on_device(keys):
         grid = (-(-count // BLOCK), len(keys))
-        _kernel()[grid](keys, bounds, stride, 0 if in_memory else as_i64(n), out, count, first,
+        _kernel()[grid](keys, bounds, stride, step, 0 if in_memory else as_i64(n), out, count, first,
                         IN_MEMORY=in_memory, BLOCK=BLOCK)  # fmt: skip
     return out
+
+
+def below_draw_fn():
+    """A jitted ``below(draw(key, position), n)`` (u64 ``key`` and ``n``, int64 ``position``;
+    int64 result) for Triton kernels to call: a kernel's builder assigns it to a global of its
+    module (a kernel calls the functions among its module's globals), built with the
+    interpreter setting of the kernel's."""
+    import triton
+
+    # Called from a kernel of another module, Triton's interpreter looks for triton.language
+    # among this function's module globals (a kernel's own closure does not count there).
+    global tl
+    import triton.language as tl
+
+    @triton.jit
+    def below_draw(key, position, n):
+        # SplitMix64's output of key + (position + 1) * GOLDEN, in wrapping u64 arithmetic.
+        z = key + (position + 1).to(tl.uint64, bitcast=True) * 0x9E3779B97F4A7C15
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+        z = z ^ (z >> 31)
+        # The high 64 bits of z * n from 32-bit halves, as below().
+        u0, u1 = z & 0xFFFFFFFF, z >> 32
+        v0, v1 = n & 0xFFFFFFFF, n >> 32
+        t = u1 * v0 + ((u0 * v0) >> 32)
+        w1 = u0 * v1 + (t & 0xFFFFFFFF)
+        return (u1 * v1 + (t >> 32) + (w1 >> 32)).to(tl.int64, bitcast=True)
+
+    return below_draw
 
 
 @functools.cache
@@ -160,27 +193,20 @@ def _kernel():
     import triton
     import triton.language as tl
 
+    global _below_draw
+    _below_draw = below_draw_fn()
+
     # The counts and the scalar bound change from call to call: left unspecialised.
-    @triton.jit(do_not_specialize=["stride", "bound", "count", "first"])
-    def draw_below(keys, bounds, stride, bound, out, count, first, IN_MEMORY: tl.constexpr, BLOCK: tl.constexpr):
+    @triton.jit(do_not_specialize=["stride", "step", "bound", "count", "first"])
+    def draw_below(keys, bounds, stride, step, bound, out, count, first, IN_MEMORY: tl.constexpr,
+                   BLOCK: tl.constexpr):  # fmt: skip
         row = tl.program_id(1)
         j = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-        # SplitMix64's output of key + (position + 1) * GOLDEN, in wrapping u64 arithmetic.
         key = tl.load(keys + row).to(tl.uint64, bitcast=True)
-        z = key + (j + first + 1).to(tl.uint64, bitcast=True) * 0x9E3779B97F4A7C15
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-        z = z ^ (z >> 31)
         if IN_MEMORY:
-            n = tl.load(bounds + row * stride).to(tl.uint64, bitcast=True)
+            n = tl.load(bounds + row * stride + j * step, mask=j < count, other=1).to(tl.uint64, bitcast=True)
         else:
             n = bound.to(tl.int64).to(tl.uint64, bitcast=True)
-        # The high 64 bits of z * n from 32-bit halves, as below().
-        u0, u1 = z & 0xFFFFFFFF, z >> 32
-        v0, v1 = n & 0xFFFFFFFF, n >> 32
-        t = u1 * v0 + ((u0 * v0) >> 32)
-        w1 = u0 * v1 + (t & 0xFFFFFFFF)
-        high = u1 * v1 + (t >> 32) + (w1 >> 32)
-        tl.store(out + row * count + j, high.to(tl.int64, bitcast=True), mask=j < count)
+        tl.store(out + row * count + j, _below_draw(key, j + first, n), mask=j < count)
 
     return draw_below

@@ -9,8 +9,8 @@ destination order), the same CSC layout, the same order. So a batch sampled here
 on the CPU twin, equals the batch the Rust sampler draws.
 
 - Uniform: Floyd's algorithm (``uniform.rs``). Its ``k`` sequential steps run at once over a
-  ``(frontier, k)`` layout (:func:`_choose_uniform`); a node with ``k`` or fewer in-edges
-  keeps them all.
+  ``(frontier, k)`` layout (:mod:`floyd`: one kernel on ``cuda``); a node with ``k`` or fewer
+  in-edges keeps them all.
 - Weighted (``weighted.rs``): one draw per edge of positive weight, in edge order; the edge's
   key is ``ln(1 - u) / w`` and the ``k`` largest keys are kept (ties by position). The
   logarithm is :func:`ln_unit`, the twin of ``weighted.rs``'s, built from correctly rounded
@@ -38,6 +38,8 @@ import torch
 
 from ... import _native
 from ...device import rng
+from .floyd import FloydConstants
+from .floyd import choose as floyd_choose
 from .topology import DeviceTopology
 
 #: ``strata_graph::sampler::NEIGHBOR_STREAM``: the neighbour choices' domain separator.
@@ -255,7 +257,7 @@ class DeviceSampler:
             floyd = self._floyd.get(fanout)
             if floyd is None:
                 floyd = self._floyd[fanout] = FloydConstants.on(fanout, self.device)
-            positions, counts, valid = _choose_uniform(start, degree, keys, floyd)
+            positions, counts, valid = floyd_choose(start, degree, keys, floyd)
         if self.topology.indices.numel() == 0:
             return counts, torch.zeros_like(positions), valid
         return counts, self.topology.sources(positions), valid
@@ -303,20 +305,6 @@ FIRST_MARK = 1 << 62
 
 
 @dataclass
-class FloydConstants:
-    """A fanout ``k``'s constants on the device, made once: ``step`` (``arange(k)``) and the
-    rounds of pointer doubling that follow a chain of ``k`` steps."""
-
-    k: int
-    step: torch.Tensor
-    rounds: int
-
-    @classmethod
-    def on(cls, k: int, device: torch.device) -> FloydConstants:
-        return cls(k, torch.arange(k, device=device), max(k - 1, 0).bit_length())
-
-
-@dataclass
 class DeviceLinkSample:
     """A link batch's sample, as ``strata_graph::sampler::LinkSample``: the endpoints'
     :class:`DeviceSample` and the local ids (int64, rows of ``sample.nodes``) of each edge's
@@ -351,40 +339,6 @@ def _segments(counts: torch.Tensor, total: int) -> tuple[torch.Tensor, torch.Ten
     first = torch.cumsum(counts, 0) - counts
     seg = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts, output_size=total)
     return seg, torch.arange(total, device=counts.device) - first[seg], first
-
-
-def _choose_uniform(start, degree, keys, floyd: FloydConstants) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Floyd's algorithm at every node with more than ``k`` in-edges, as ``uniform.rs``: step
-    ``s`` draws ``t = below(j + 1)`` with ``j = d - k + s`` (draw ``s`` of the node's stream)
-    and keeps ``t`` unless already picked, else ``j``; picks come out sorted. A node with ``k``
-    or fewer keeps them all. Returns ``(positions, counts, valid)``, positions ``(m, k)``
-    flattened, a node's first ``counts[i]`` valid.
-
-    The ``k`` steps run at once: ``t_s`` was picked before iff it equals an earlier ``t_r``
-    (drawn earlier, it was picked then or already held) or it is ``j_r`` (``r = t_s - d + k <
-    s``) of a step ``r`` whose own draw had been picked before. That follows a chain of
-    steps down to one with no such ``r``; pointer doubling ORs along it in ``log2 k`` rounds."""
-    k, step = floyd.k, floyd.step
-    drawn = degree > k
-    counts = torch.clamp(degree, max=k)
-    base = degree[:, None] - k
-    j = base + step
-    t = rng.below(rng.draw(keys[:, None], step), j + 1)
-    # A draw that repeats an earlier one: after a stable sort of each node's draws, one equal to
-    # its left neighbour (O(m k) memory where comparing all pairs would take O(m k^2)).
-    ordered, at = torch.sort(t, dim=1, stable=True)
-    again = torch.zeros_like(t, dtype=torch.bool)
-    again[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
-    picked = torch.empty_like(again).scatter_(1, at, again)
-    r = t - base
-    link = torch.where((r >= 0) & (r < step), r, step)
-    for _ in range(floyd.rounds):
-        picked = picked | picked.gather(1, link)
-        link = link.gather(1, link)
-    picks = torch.where(picked, j, t).sort(dim=1).values
-    valid = step < counts[:, None]
-    positions = torch.where(valid, start[:, None] + torch.where(drawn[:, None], picks, step), 0)
-    return positions.reshape(-1), counts, valid.reshape(-1)
 
 
 def _choose_weighted(
