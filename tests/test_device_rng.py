@@ -84,6 +84,20 @@ def test_bad_inputs_name_what_was_expected():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_the_fused_derivation_kernel_derives_what_the_rust_engine_derives(monkeypatch, device):
+    """A hop's node keys as one Triton kernel (on the CPU in Triton's interpreter): each
+    ``derive(key, index)`` the Rust engine's, for keys and indices across the u64 range."""
+    with triton_kernels(monkeypatch, device, rng._derive_kernel):
+        index = torch.tensor([[0, 1, 2, 99], [1 << 33, rng.as_i64(MASK), -5, 7]], device=device)
+        for key in KEYS:
+            got = rng.kernel_derive_each(key, index)
+            assert got.shape == index.shape and torch.equal(got, rng.derive(key, index))
+            want = [_native.rng_derive(key, i & MASK) for i in index.reshape(-1).tolist()]
+            assert rng.as_u64(got) == want, key
+        assert rng.kernel_derive_each(3, index[:, :0]).shape == (2, 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_the_fused_draw_below_kernel_draws_what_the_rust_engine_draws(monkeypatch, device):
     """The negatives' draws of a chunk as one Triton kernel (on the CPU in Triton's
     interpreter): ``below(draw(key, first + j), n)`` of every stream, with ``n`` a host value, a

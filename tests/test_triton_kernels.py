@@ -45,6 +45,11 @@ KERNELS = {
              first="i64"),
         dict(IN_MEMORY=True, BLOCK=1024),
     ),
+    "derive": (
+        rng._derive_kernel,
+        dict(index="*i64", out="*i64", key="i64", n="i32"),
+        dict(BLOCK=1024),
+    ),
     "floyd": (
         floyd._kernel,
         dict(keys="*i64", degree="*i64", picks="*i64", m="i32"),

@@ -15,6 +15,7 @@ one Triton kernel on ``cuda``, its arithmetic the same in ``uint64`` registers.
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 
 import torch
 
@@ -158,25 +159,31 @@ def kernel_draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Te
     return out
 
 
-def below_draw_fn():
-    """A jitted ``below(draw(key, position), n)`` (u64 ``key`` and ``n``, int64 ``position``;
-    int64 result) for Triton kernels to call: a kernel's builder assigns it to a global of its
-    module (a kernel calls the functions among its module's globals), built with the
-    interpreter setting of the kernel's."""
+def jit_helpers() -> SimpleNamespace:
+    """Jitted ``mix64(z)`` and ``below_draw(key, position, n)`` (u64 ``z``, ``key`` and ``n``,
+    int64 ``position``; ``below_draw`` gives int64) for Triton kernels to call: a kernel's
+    builder assigns them to globals of its module (a kernel calls the functions among its
+    module's globals), built with the interpreter setting of the kernel's."""
     import triton
 
     # Called from a kernel of another module, Triton's interpreter looks for triton.language
-    # among this function's module globals (a kernel's own closure does not count there).
-    global tl
+    # among a function's module globals (a kernel's own closure does not count there); and
+    # below_draw calls mix64 as a global of this module.
+    global tl, _mix64
     import triton.language as tl
 
     @triton.jit
-    def below_draw(key, position, n):
-        # SplitMix64's output of key + (position + 1) * GOLDEN, in wrapping u64 arithmetic.
-        z = key + (position + 1).to(tl.uint64, bitcast=True) * 0x9E3779B97F4A7C15
+    def mix64(z):
+        # SplitMix64's output function, in wrapping u64 arithmetic.
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
         z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-        z = z ^ (z >> 31)
+        return z ^ (z >> 31)
+
+    _mix64 = mix64
+
+    @triton.jit
+    def below_draw(key, position, n):
+        z = _mix64(key + (position + 1).to(tl.uint64, bitcast=True) * 0x9E3779B97F4A7C15)
         # The high 64 bits of z * n from 32-bit halves, as below().
         u0, u1 = z & 0xFFFFFFFF, z >> 32
         v0, v1 = n & 0xFFFFFFFF, n >> 32
@@ -184,7 +191,44 @@ def below_draw_fn():
         w1 = u0 * v1 + (t & 0xFFFFFFFF)
         return (u1 * v1 + (t >> 32) + (w1 >> 32)).to(tl.int64, bitcast=True)
 
-    return below_draw
+    return SimpleNamespace(mix64=mix64, below_draw=below_draw)
+
+
+def derive_each(key: int, index: torch.Tensor) -> torch.Tensor:
+    """:func:`derive` of a host ``key`` (a ``u64`` int) for each of ``index`` (int64, any
+    shape): a hop's node keys. On ``cuda`` one Triton kernel, elsewhere :func:`derive`."""
+    return kernels.fused("derive", index.device, lambda: kernel_derive_each(key, index), lambda: derive(key, index))
+
+
+def kernel_derive_each(key: int, index: torch.Tensor) -> torch.Tensor:
+    """:func:`derive_each` by the Triton kernel: on ``cuda``, and under ``TRITON_INTERPRET=1``
+    on CPU tensors (tests)."""
+    flat = index.reshape(-1).contiguous()
+    out = torch.empty_like(flat)
+    if flat.numel():
+        with kernels.on_device(flat):
+            _derive_kernel()[(-(-flat.numel() // BLOCK),)](flat, out, as_i64(key), flat.numel(), BLOCK=BLOCK)
+    return out.view(index.shape)
+
+
+@functools.cache
+def _derive_kernel():
+    """The jitted derivation kernel, built on first use (``TRITON_INTERPRET`` as then)."""
+    import triton
+    import triton.language as tl
+
+    global _mix64
+    _mix64 = jit_helpers().mix64
+
+    @triton.jit(do_not_specialize=["key", "n"])
+    def derive_rows(index, out, key, n, BLOCK: tl.constexpr):
+        at = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        i = tl.load(index + at, mask=at < n, other=0).to(tl.uint64, bitcast=True)
+        k = key.to(tl.int64).to(tl.uint64, bitcast=True)
+        child = _mix64(k ^ _mix64(i + 0x9E3779B97F4A7C15))
+        tl.store(out + at, child.to(tl.int64, bitcast=True), mask=at < n)
+
+    return derive_rows
 
 
 @functools.cache
@@ -194,7 +238,7 @@ def _kernel():
     import triton.language as tl
 
     global _below_draw
-    _below_draw = below_draw_fn()
+    _below_draw = jit_helpers().below_draw
 
     # The counts and the scalar bound change from call to call: left unspecialised.
     @triton.jit(do_not_specialize=["stride", "step", "bound", "count", "first"])

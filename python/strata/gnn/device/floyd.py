@@ -114,7 +114,7 @@ def _kernel():
     # The functions the kernel calls are globals of this module, jitted with it (see
     # strata.embed.device.softmax_loss for why the reduction's is its own).
     global _below_draw, _either
-    _below_draw = rng.below_draw_fn()
+    _below_draw = rng.jit_helpers().below_draw
 
     @triton.jit
     def _either(a, b):

@@ -162,7 +162,7 @@ class DeviceSampler:
                 on_hop(nodes)
             for hop, fanout in enumerate(self.fanouts):
                 num_dst = nodes.numel()
-                keys = rng.derive(_native.rng_derive(batch_seed, hop), nodes)
+                keys = rng.derive_each(_native.rng_derive(batch_seed, hop), nodes)
                 counts, pending, valid = self._choose(nodes, keys, fanout)
                 nodes, indices = self._relabel(nodes, pending, valid)
                 pending = None
