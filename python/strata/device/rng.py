@@ -8,8 +8,9 @@ key: the same negatives, the same sampled neighbours, on a CPU or a GPU.
 Torch has no unsigned 64-bit arithmetic on every device, so a ``u64`` lives in an ``int64``
 tensor as its bit pattern. Addition and multiplication wrap identically in two's complement,
 so they need nothing; right shifts are made logical by masking off the sign's copies, and no
-comparison of two ``u64`` values is ever made. :func:`draw_below` (a chunk's negatives) is
-one Triton kernel on ``cuda``, its arithmetic the same in ``uint64`` registers.
+comparison of two ``u64`` values is ever made. :func:`draw_below` (a chunk's negatives, a
+hop's Floyd draws) and :func:`derive_each` (a hop's node keys) are one Triton kernel each on
+``cuda``, their arithmetic the same in ``uint64`` registers.
 """
 
 from __future__ import annotations

@@ -367,18 +367,19 @@ def score_grads(
 def regularize(
     ctx: Ctx, rows: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...], which: list | None = None
 ) -> tuple:
-    """``(term, grads)``: the sides' regularization term (``model::regularize``, float64) of
-    their source, target and relation rows as stored (``rows``, ``S x b x .``), and ``grads``
-    (theirs) with its gradients added: side ``i``'s ``w / b`` times ``sum R`` of each (weighted:
+    """``(term, grads)``: the sides' regularization term (``model::regularize``, float64;
+    ``None`` without one, sparing a kernel that adds zero) of their source, target and relation
+    rows as stored (``rows``, ``S x b x .``), and ``grads`` (theirs) with its gradients added:
+    side ``i``'s ``w / b`` times ``sum R`` of each (weighted:
     ``w / p``, and the head side of ``corrupt = both`` takes only its inverse relation rows,
     whose edges the tail side penalised already); relation rows with their own weight.
     ``which`` (:func:`reg_rows` of each side), when given, says per side whether it penalises
     its entity rows and its relation rows instead."""
     b = rows[0].shape[1]
     rel_weight = ctx.reg_weight if ctx.rel_reg_weight is None else ctx.rel_reg_weight
-    total = rows[0].new_zeros((), dtype=torch.float64)
     if ctx.reg == "none" or (ctx.reg_weight == 0.0 and rel_weight == 0.0) or b == 0:
-        return total, grads
+        return None, grads
+    total = rows[0].new_zeros((), dtype=torch.float64)
     scale = 1.0 / POWER[ctx.reg] if ctx.reg_weighted else 1.0 / b
     node_layout, rel_layout = layouts(ctx.model)
     roles = [(node_layout, ctx.reg_weight)] * 2 + [(rel_layout, rel_weight if ctx.rel_dim else 0.0)]
@@ -485,7 +486,7 @@ def train_stack(ctx: Ctx, stack: Stack, ends: torch.Tensor, neg: torch.Tensor, r
     loss, *grads = score_grads(ctx, *dropped, stack.weights)
     ds, dt, dneg, dr = (g if m is None else g * m for g, m in zip(grads, masks, strict=True))
     reg, (ds, dt, dr) = regularize(ctx, (s, t, r), (ds, dt, dr))
-    loss = loss + reg
+    loss = loss if reg is None else loss + reg
     return loss, unpick(ds, dt, stack.sides), dneg, oriented(ctx, dr, stack.sides)
 
 

@@ -153,7 +153,7 @@ def train_side(
         (d_src[None], torch.zeros_like(one)[None], d_rel[None]),
         [step.reg_rows(ctx, repeat)],
     )
-    return loss + reg, d_src[0], d_one[0], d_rel[0], d_cands
+    return (loss if reg is None else loss + reg), d_src[0], d_one[0], d_rel[0], d_cands
 
 
 def train_chunk(ctx: step.Ctx, edges: torch.Tensor, weights: torch.Tensor | None, streams: torch.Tensor, total):
