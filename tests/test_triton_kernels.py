@@ -86,13 +86,15 @@ def test_each_kernel_compiles_for_a_hopper_gpu(monkeypatch, name):
 
 def test_no_kernel_names_a_parameter_after_a_local_of_tritons_binder():
     """Triton 3.6 binds a launch's arguments in a generated function whose locals ``params``,
-    ``specialization`` and ``options`` shadow parameters of those names: a kernel with a
-    parameter ``params`` then fails every launch on a GPU ("failed to specialize argument of
-    type: dict"). The interpreter binds otherwise, so only this check catches it on the CPU."""
+    ``specialization`` and ``options``, and globals ``backend``, ``specialize_impl`` and
+    ``JITCallable``, clash with parameters of those names: a kernel with a parameter ``params``
+    fails every launch on a GPU ("failed to specialize argument of type: dict"). The
+    interpreter binds otherwise, so only this check catches it on the CPU."""
     needs("triton")
+    binder = {"params", "specialization", "options", "backend", "specialize_impl", "JITCallable"}
     for name, (build, _, _) in KERNELS.items():
         names = set(inspect.signature(build().fn).parameters)
-        assert not names & {"params", "specialization", "options"}, (name, sorted(names))
+        assert not names & binder, (name, sorted(names))
 
 
 def test_each_epoch_s_device_line_names_the_kernels_a_twin_replaced(monkeypatch):
