@@ -166,11 +166,13 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     assert b1["waits"] == ooc["waits"] == 0
     # 281 kernels before the step was batched and the slots made one buffer (319 out of core).
     assert b1["kernels"] <= 125, b1
-    assert ooc["kernels"] <= b1["kernels"] + 6, (b1, ooc)
+    # Out of core: the resident pool's few, and the sort one partition's every-row step spares.
+    assert ooc["kernels"] <= b1["kernels"] + 6 + 10, (b1, ooc)
     # Each table's Adagrad step, each draw of negatives, each ComplEx product and the softmax
-    # loss is one kernel on cuda instead of the twin's torch ops (70 before the last two), and
-    # the node table steps every row, without the sort (50 before).
-    assert b1["fused_kernels"] <= 42 and ooc["fused_kernels"] <= 42, (b1, ooc)
+    # loss is one kernel on cuda instead of the twin's torch ops (70 before the last two); one
+    # partition's node table steps every row, without the sort (50 before). Out of core the
+    # sort stays: a copy may be filling a free slot of the buffer.
+    assert b1["fused_kernels"] <= 42 and ooc["fused_kernels"] <= 52, (b1, ooc)
 
 
 def test_kvsall_asks_each_query_once_with_every_answer():

@@ -42,7 +42,10 @@ BILINEAR = ("dot", "distmult", "complex")
 STREAMS = 3
 #: A table of at most this many rows per use in a chunk takes its Adagrad step on every row
 #: (untouched rows add exact zeros): a pass over a few times the rows costs a GPU less than
-#: the ten kernels of the sort that finds the used ones (:func:`unique_static`).
+#: the ten kernels of the sort that finds the used ones (:func:`unique_static`). Only a table
+#: no copy writes while the step runs: the relations, and the nodes of one partition (out of
+#: core, the next partition is copied into a free slot of the buffer meanwhile, and a step
+#: over every row would write the slot's stale rows back).
 EVERY_ROW_PER_USE = 4
 
 
@@ -504,10 +507,11 @@ class Gathered:
     row's gradient is zero, so its step adds exact zeros to its state and its params."""
 
     @classmethod
-    def of(cls, table: Table, keys: torch.Tensor) -> Gathered:
+    def of(cls, table: Table, keys: torch.Tensor, alone: bool = True) -> Gathered:
         """The rows ``keys`` of ``table``, every row stepped where the table has at most
-        ``EVERY_ROW_PER_USE`` rows per key."""
-        return cls(table, keys, every_row=len(table.params) <= EVERY_ROW_PER_USE * len(keys))
+        ``EVERY_ROW_PER_USE`` rows per key and is ``alone`` (no copy writes it meanwhile)."""
+        few = len(table.params) <= EVERY_ROW_PER_USE * len(keys)
+        return cls(table, keys, every_row=alone and few)
 
     def __init__(self, table: Table, keys: torch.Tensor, every_row: bool = False):
         self.table = table
@@ -565,7 +569,8 @@ def train_chunk(
     reads a device value on the host."""
     stacks = stacks_of(ctx, edges, weights, streams)
     keys = [keys_of(ctx, stack) for stack in stacks]
-    nodes = Gathered.of(ctx.nodes, cat([k.reshape(-1) for ends, neg, _ in keys for k in (ends, neg)]))
+    node_keys = cat([k.reshape(-1) for ends, neg, _ in keys for k in (ends, neg)])
+    nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.num_nodes <= ctx.part_size)
     rels = None
     if ctx.rels is not None:
         rels = Gathered.of(ctx.rels, cat([r.reshape(-1) for *_, r in keys]))
