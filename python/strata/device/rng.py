@@ -218,8 +218,7 @@ def _derive_kernel():
     import triton
     import triton.language as tl
 
-    global _mix64
-    _mix64 = jit_helpers().mix64
+    jit_helpers()  # sets _mix64, which the kernel calls
 
     @triton.jit(do_not_specialize=["key", "n"])
     def derive_rows(index, out, key, n, BLOCK: tl.constexpr):

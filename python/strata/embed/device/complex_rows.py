@@ -26,19 +26,23 @@ BLOCK = 4096
 
 def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``x y`` in complex numbers, row by row (``step.combine`` of ComplEx): the fused kernel on
-    ``cuda`` (``kernels.fused``), torch ops elsewhere."""
+    ``cuda`` (``kernels.fused``), torch ops elsewhere and for operands that broadcast (the
+    evaluator's), which the kernel does not take."""
+    if x.shape != y.shape:
+        return twin(x, y)
     return kernels.fused("ComplEx product", x.device, lambda: kernel_products(x, [y], False)[0], lambda: twin(x, y))
 
 
 def conj_products(x: torch.Tensor, ys: list[torch.Tensor]) -> list[torch.Tensor]:
     """``x conj(y)`` for each ``y`` of ``ys`` (``step.combine_grads`` of ComplEx: ``ys = [r,
-    s]``), in one kernel on ``cuda``."""
-    return kernels.fused(
-        "ComplEx product",
-        x.device,
-        lambda: kernel_products(x, ys, True),
-        lambda: list(twin(x[None], conj(torch.stack(ys)))),  # both products in one batch
-    )
+    s]``), in one kernel on ``cuda`` (torch ops for operands that broadcast)."""
+
+    def twin_both() -> list[torch.Tensor]:
+        return list(twin(x[None], conj(torch.stack(ys))))  # both products in one batch
+
+    if any(y.shape != x.shape for y in ys):
+        return twin_both()
+    return kernels.fused("ComplEx product", x.device, lambda: kernel_products(x, ys, True), twin_both)
 
 
 def twin(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -275,25 +275,21 @@ def combine(model: str, s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     if model == "transe":
         return s + r
     if model == "complex":
-        return complex_rows.product(s, r) if s.shape == r.shape else complex_rows.twin(s, r)
+        return complex_rows.product(s, r)
     # RotatE: r holds phases.
     return complex_rows.twin(s, torch.cat([torch.cos(r), torch.sin(r)], -1))
 
 
 def combine_grads(model: str, s: torch.Tensor, r: torch.Tensor, da: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of ``s`` and ``r`` of a bilinear model's ``a = phi(s, r)`` given ``da``:
-    ``phi`` is linear in each (ComplEx: ``a = s r`` in complex numbers, so ``ds = da conj(r)``
-    and ``dr = da conj(s)``)."""
+    """The gradients of ``s`` and ``r`` of a bilinear model's (``BILINEAR``) ``a = phi(s, r)``
+    given ``da``: ``phi`` is linear in each (ComplEx: ``a = s r`` in complex numbers, so ``ds =
+    da conj(r)`` and ``dr = da conj(s)``)."""
     if model == "dot":
         return da, r
     if model == "distmult":
         return da * r, da * s
-    if model == "complex" and da.shape == r.shape == s.shape:
-        ds, dr = complex_rows.conj_products(da, [r, s])
-        return ds, dr
-    # Both products at once, over r and s stacked.
-    both = combine(model, da[None], reverse_relation(model, torch.stack([r, s])))
-    return both[0], both[1]
+    ds, dr = complex_rows.conj_products(da, [r, s])
+    return ds, dr
 
 
 def pair_scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
