@@ -25,13 +25,17 @@ mkdir -p "$OUT" "$WORK"
 export OUT WORK
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python:$PWD/benches${PYTHONPATH:+:$PYTHONPATH}
 if [ -f .devcarry/_native.abi3.so ]; then cp .devcarry/_native.abi3.so python/strata/; fi
-if [ -d .devcarry/datasets ] && [ ! -d ../shared/datasets/fb15k-237 ]; then
-    mkdir -p ../shared && cp -r .devcarry/datasets ../shared/
-fi
+# Each dataset that the machine lacks (a warm machine keeps those of an earlier call).
+for d in .devcarry/datasets/*; do
+    if [ -d "$d" ] && [ ! -d "../shared/datasets/${d##*/}" ]; then
+        mkdir -p ../shared/datasets && cp -r "$d" ../shared/datasets/
+    fi
+done
 
 # Seconds per step; measured on an H100 machine (2026-11-25): env 22, tests 30, embed-fb15k 111,
 # embed-rmat-resident 140; embed-rmat-ooc did not finish in 300. On an H200 (2026-11-26): tests 31,
-# embed-step 10, embed-fb15k 72, gnn-g6 75 (its PyG part skipped).
+# embed-step 10, embed-fb15k 72, gnn-g6 75 (its PyG part skipped); later: tests 29, embed-step 7,
+# gnn-path 12, recipes 189 (both ComplEx recipes to their ends, 107 s of training each at most).
 declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540)
 
@@ -40,17 +44,22 @@ step_env() {
     python3 -c "import torch, strata; print('torch', torch.__version__, torch.cuda.get_device_name())"
     python3 -m strata bench-disk --dir "$WORK" --size 4G --queue-depths 1 32 128 --seconds 2 --json-summary
 }
-# The device-parity tests (each runs on cuda beside its CPU twin); TESTS names a subset.
-DEVICE_TESTS="tests/test_embed_device.py tests/test_device_rng.py tests/test_gnn_device_sampler.py
-    tests/test_gnn_device_path.py tests/test_embed_device_eval.py tests/test_embed_device_step.py"
+# The device-parity tests; TESTS names a subset. Exported: each step runs in its own shell.
+export DEVICE_TESTS="tests/test_embed_device.py tests/test_device_rng.py tests/test_gnn_device_sampler.py
+    tests/test_gnn_device_path.py tests/test_gnn_device_reads.py tests/test_embed_device_eval.py
+    tests/test_embed_device_step.py tests/test_triton_kernels.py"
+# Only their cuda cases: the CPU twins are CI's, and some cannot run on the GPU machine's stack
+# (Triton 3.6's interpreter takes a loop's runtime bound as a 1-element array, which the
+# machine's NumPy refuses to convert to an int; Triton 3.9, CI's, squeezes it first).
 step_tests() {
-    python3 -m pytest -q --maxfail 10 -n 8 -p no:cacheprovider ${TESTS:-$DEVICE_TESTS}
+    python3 -m pytest -q --maxfail 10 -n 8 -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
 }
-# The same one at a time in this process, the kernels launched synchronously and every native
-# message shown: for a test that crashes its worker (TESTS names it, as pytest's node id).
+# The same one at a time in one process, every native message shown: for a test that crashes
+# its worker (TESTS names it, as pytest's node id). Kernels launch synchronously unless
+# BLOCKING=0 (a crash that needs other tests' state and asynchronous launches to show).
 step_tests-alone() {
-    CUDA_LAUNCH_BLOCKING=1 RUST_BACKTRACE=1 python3 -X faulthandler -m pytest -q -s -p no:xdist -p no:cacheprovider \
-        ${TESTS:-$DEVICE_TESTS}
+    CUDA_LAUNCH_BLOCKING=${BLOCKING:-1} RUST_BACKTRACE=1 python3 -X faulthandler -m pytest -q -s -p no:xdist \
+        -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
 }
 step_embed-step() {
     python3 benches/bench_embed_step.py --device cuda >"$OUT/embed-step.json"
@@ -80,10 +89,11 @@ step_gnn-big() {
     python3 benches/bench_gnn_device.py --only big,big-pyg --work "$WORK/gnn" --out "$OUT/gnn-big.json"
 }
 # The two ComplEx recipes of docs/benchmarks.md's recipe table on the GPU (negative sampling on
-# FB15k-237, 1vsAll on WN18RR): each trains for RECIPE_SECONDS (default 180) and its best
-# checkpoint is tested, so recipes.json holds seconds an epoch and the MRR reached.
+# FB15k-237, 1vsAll on WN18RR), or those RECIPES names (comma-separated): each trains for
+# RECIPE_SECONDS (default 180) and its best checkpoint is tested, so recipes.json holds seconds
+# an epoch and the MRR reached.
 step_recipes() {
-    python3 benches/bench_recipes.py --device cuda --only complex-fb15k237,complex-wn18rr \
+    python3 benches/bench_recipes.py --device cuda --only "${RECIPES:-complex-fb15k237,complex-wn18rr}" \
         --max-seconds "${RECIPE_SECONDS:-180}" --out "$WORK/recipes" --no-doc &&
         cp "$WORK/recipes/recipes.json" "$OUT/recipes.json"
 }

@@ -192,21 +192,23 @@ def _cuda_available() -> bool:
 
 
 @contextlib.contextmanager
-def triton_kernels(monkeypatch, device: str, build):
+def triton_kernels(monkeypatch, device: str):
     """Within: Triton kernels compiled on ``cuda``, and run by Triton's interpreter over CPU
-    tensors on the CPU (``TRITON_INTERPRET``). ``build`` is the module's cached kernel builder
-    (``functools.cache``), cleared on entry and exit, as a kernel is built on first use with the
-    interpreter setting of then."""
+    tensors on the CPU (``TRITON_INTERPRET``). Every kernel is dropped on entry and exit
+    (``kernels.clear_builders``), as a kernel and the helpers it calls are built on first use
+    with the interpreter setting of then."""
     needs("triton")
+    from strata.device import kernels
+
     if device == "cuda":
         monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     else:
         monkeypatch.setenv("TRITON_INTERPRET", "1")
-    build.cache_clear()
+    kernels.clear_builders()
     try:
         yield
     finally:
-        build.cache_clear()
+        kernels.clear_builders()
 
 
 def without(monkeypatch, module: str) -> None:

@@ -95,6 +95,19 @@ def test_cli_reads_config_file_and_overrides(tmp_path, strata_cli):
     assert '"symmetrized": true' in info
 
 
+def test_a_small_budget_parses_with_fewer_threads_unless_they_were_asked_for(tmp_path, strata_cli):
+    """One parse thread per core is a default: a budget too small for every core's blocks
+    parses with fewer (a 64 MiB budget on a 16-core machine). Asked-for threads are kept."""
+    edges = tmp_path / "e.tsv"
+    edges.write_text("a\tb\nb\tc\n")
+    proc = strata_cli("convert", edges, "--out", tmp_path / "g.strata", "--memory", "64M")
+    assert "Converted 2 edges" in proc.stdout
+    proc = strata_cli("convert", edges, "--out", tmp_path / "h.strata", "--memory", "64M", "--threads", "64",
+                      check=False)  # fmt: skip
+    assert proc.returncode != 0 and not (tmp_path / "h.strata").exists()
+    assert "memory budget of 64.0 MiB is too small: parsing with 64 threads" in proc.stderr
+
+
 def test_help_lists_every_option_with_its_help(strata_cli):
     text = strata_cli("convert", "--help").stdout
     for field in ConvertConfig.__dataclass_fields__.values():

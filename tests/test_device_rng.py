@@ -87,7 +87,7 @@ def test_bad_inputs_name_what_was_expected():
 def test_the_fused_derivation_kernel_derives_what_the_rust_engine_derives(monkeypatch, device):
     """A hop's node keys as one Triton kernel (on the CPU in Triton's interpreter): each
     ``derive(key, index)`` the Rust engine's, for keys and indices across the u64 range."""
-    with triton_kernels(monkeypatch, device, rng._derive_kernel):
+    with triton_kernels(monkeypatch, device):
         index = torch.tensor([[0, 1, 2, 99], [1 << 33, rng.as_i64(MASK), -5, 7]], device=device)
         for key in KEYS:
             got = rng.kernel_derive_each(key, index)
@@ -102,7 +102,7 @@ def test_the_fused_draw_below_kernel_draws_what_the_rust_engine_draws(monkeypatc
     """The negatives' draws of a chunk as one Triton kernel (on the CPU in Triton's
     interpreter): ``below(draw(key, first + j), n)`` of every stream, with ``n`` a host value, a
     device scalar or one per stream, equal to the Rust engine's and to the torch twin's."""
-    with triton_kernels(monkeypatch, device, rng._kernel):
+    with triton_kernels(monkeypatch, device):
         keys = [KEYS[2], KEYS[5], KEYS[8]]
         streams = torch.tensor([[rng.as_i64(k)] for k in keys], device=device)
         for n in [1, 7, (1 << 40) + 3, (1 << 63) - 1]:

@@ -80,7 +80,7 @@ def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row
     """On the CPU the kernel runs in Triton's interpreter over CPU tensors; on CUDA it is the
     compiled kernel. The unused slots of the unique rows (key 0, zero gradient) leave row 0 as
     the used slot of key 0 left it."""
-    with triton_kernels(monkeypatch, device, adagrad._kernel):
+    with triton_kernels(monkeypatch, device):
         gen = torch.Generator().manual_seed(2)
         rows, width = 40, 7
         params = torch.randn(rows, width, generator=gen)
@@ -104,7 +104,7 @@ def test_the_complex_product_kernel_equals_its_torch_twin(monkeypatch, device, d
     """``a = s r`` and the backward's ``da conj(r)``, ``da conj(s)`` in one launch each, rows of
     one complex number to wider than a block's (600 reals: 300 complex numbers, 13 rows a
     program), over a count of rows no block divides."""
-    with triton_kernels(monkeypatch, device, complex_rows._kernel):
+    with triton_kernels(monkeypatch, device):
         gen = torch.Generator().manual_seed(dim)
         s, r, da = (torch.randn(2, 37, dim, generator=gen) for _ in range(3))
         (a,) = complex_rows.kernel_products(s.to(device), [r.to(device)], False)
@@ -124,7 +124,7 @@ def test_the_softmax_loss_kernel_equals_its_torch_twin(monkeypatch, device, weig
     several (blocks of 256 scores here: the online maximum and sum across blocks), and with
     scores far apart (a row whose positive dwarfs its negatives, one whose negatives dwarf it)."""
     monkeypatch.setattr(softmax_loss, "BLOCK", 256)
-    with triton_kernels(monkeypatch, device, softmax_loss._kernel):
+    with triton_kernels(monkeypatch, device):
         gen = torch.Generator().manual_seed(negatives)
         pos = torch.randn(2, 7, generator=gen) * 4
         neg = torch.randn(2, 7, negatives, generator=gen) * 4

@@ -167,8 +167,9 @@ def test_the_device_path_reports_its_reads_on_the_cpu_twin(cora, monkeypatch):
 
 def test_gnn_train_data_path_flag_is_printed_and_recorded(cora, tmp_path):
     run = tmp_path / "run"
+    # On the CPU device even where a GPU is present: the note below is the CPU's.
     common = ["gnn", "train", cora, "--epochs", "1", "--fanouts", "5,5", "--batch-size", "128", "--hidden", "16"]
-    out = run_strata(*common, "--data-path", "device", "--device-memory", "200K", "--run-dir", run)
+    out = run_strata(*common, "--device", "cpu", "--data-path", "device", "--device-memory", "200K", "--run-dir", run)
     assert "data path: device; memory " in out.stdout + out.stderr
     record = json.loads((run / "run.json").read_text())
     assert record["data_path"] == "device" and record["data_path_note"] is None

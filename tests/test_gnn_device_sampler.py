@@ -133,7 +133,7 @@ def test_floyd_s_steps_at_once_pick_what_the_loop_picks(monkeypatch, how, k):
         needs("triton")
         monkeypatch.setattr(floyd, "BLOCK", 64)  # small programs: the interpreter's reductions are slow
         monkeypatch.setattr(floyd.kernels, "fused", lambda name, device, kernel, twin: kernel())
-    with triton_kernels(monkeypatch, "cpu", floyd._kernel) if how == "kernel" else contextlib.nullcontext():
+    with triton_kernels(monkeypatch, "cpu") if how == "kernel" else contextlib.nullcontext():
         positions, counts, valid = floyd.choose(start, degree, keys, constants)
         assert bool(valid.all()) and torch.equal(counts, torch.full((m,), k))
         assert torch.equal(positions.view(m, k) - start[:, None], floyd_step_by_step(degree, keys, k))
@@ -166,7 +166,7 @@ def test_uva_gather_kernel_reads_what_indexing_reads(monkeypatch, device):
     compiled kernel, reading tables in page-locked host memory from a device index (the path
     ``uva.gather`` takes for them)."""
     cuda = device == "cuda"
-    with triton_kernels(monkeypatch, device, uva._kernel):
+    with triton_kernels(monkeypatch, device):
         gen = torch.Generator().manual_seed(0)
         index = torch.randint(0, 3000, (2500,), generator=gen)
         for table in [

@@ -15,7 +15,7 @@ from conftest import needs
 
 torch = pytest.importorskip("torch")
 
-from strata.device import rng  # noqa: E402
+from strata.device import kernels, rng  # noqa: E402
 from strata.embed.device import adagrad, complex_rows, softmax_loss  # noqa: E402
 from strata.gnn.device import floyd, uva  # noqa: E402
 
@@ -73,14 +73,14 @@ def test_each_kernel_compiles_for_a_hopper_gpu(monkeypatch, name):
 
     build, signature, constexprs = KERNELS[name]
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    build.cache_clear()
+    kernels.clear_builders()
     try:
         kernel = build()
         assert set(inspect.signature(kernel.fn).parameters) == {*signature, *constexprs}, name
         source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs)
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
     finally:
-        build.cache_clear()
+        kernels.clear_builders()
     assert ".entry" in compiled.asm["ptx"] and compiled.asm["cubin"]
 
 
@@ -100,7 +100,6 @@ def test_no_kernel_names_a_parameter_after_a_local_of_tritons_binder():
 def test_each_epoch_s_device_line_names_the_kernels_a_twin_replaced(monkeypatch):
     """A kernel that fails is said once on stderr when it fails, which a long run's log buries;
     each epoch's device line (which the benches record) says it again."""
-    from strata.device import kernels
     from strata.embed.device.graphs import StepGraphs
 
     graphs = StepGraphs(torch.device("cpu"))
@@ -108,3 +107,26 @@ def test_each_epoch_s_device_line_names_the_kernels_a_twin_replaced(monkeypatch)
     monkeypatch.setitem(kernels._FAILED, "Adagrad", "TypeError: failed to specialize argument of type: dict")
     line = graphs.report()
     assert line.startswith("device: ") and "replaced by their torch twins: Adagrad (TypeError: failed" in line
+
+
+def test_a_switch_of_the_interpreter_setting_rebuilds_every_kernel_with_its_helpers(monkeypatch):
+    """Tests run a kernel's CPU case under Triton's interpreter and its CUDA case compiled, in one
+    process. A kernel built for the interpreter must not be launched on a GPU, nor a compiled one
+    call helpers (module globals) that an interpreter build rebound: clearing every builder
+    makes the next use build each kernel, and the helpers it calls, for the setting of then."""
+    triton = needs("triton")
+    from triton.runtime.interpreter import InterpretedFunction
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    kernels.clear_builders()
+    try:
+        assert all(isinstance(build(), InterpretedFunction) for build, _, _ in KERNELS.values())
+        assert isinstance(rng._mix64, InterpretedFunction) and isinstance(floyd._below_draw, InterpretedFunction)
+        monkeypatch.delenv("TRITON_INTERPRET")
+        kernels.clear_builders()
+        for name, (build, _, _) in KERNELS.items():
+            assert isinstance(build(), triton.runtime.JITFunction), name
+        compiled = (rng._mix64, rng._below_draw, floyd._below_draw, softmax_loss._larger, softmax_loss._plus)
+        assert all(isinstance(helper, triton.runtime.JITFunction) for helper in compiled)
+    finally:
+        kernels.clear_builders()

@@ -24,6 +24,27 @@ T = TypeVar("T")
 #: Kernels that failed in this process, with the reason said.
 _FAILED: dict[str, str] = {}
 
+#: Every kernel builder (:func:`builder`), for :func:`clear_builders`.
+_BUILDERS: list[Callable[[], object]] = []
+
+
+def builder(build: Callable[[], T]) -> Callable[[], T]:
+    """A kernel's builder, cached (``functools.cache``): the kernel is jitted on first use, for
+    Triton's interpreter or for the GPU as ``TRITON_INTERPRET`` says then, and the jitted
+    helpers it calls are globals of its module, which a build binds."""
+    cached = functools.cache(build)
+    _BUILDERS.append(cached)
+    return cached
+
+
+def clear_builders() -> None:
+    """Drops every built kernel, so that each is built again on its next use with the
+    interpreter setting of then, its helpers with it. For tests, which switch the setting
+    between a kernel's CPU and CUDA cases in one process: a kernel built for one setting, or one
+    whose helpers another build rebound, must not be launched under the other."""
+    for cached in _BUILDERS:
+        cached.cache_clear()
+
 
 def on_device(t: torch.Tensor):
     """The context a Triton launch over ``t`` runs in: ``t``'s CUDA device current (Triton

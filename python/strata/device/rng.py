@@ -15,7 +15,6 @@ hop's Floyd draws) and :func:`derive_each` (a hop's node keys) are one Triton ke
 
 from __future__ import annotations
 
-import functools
 from types import SimpleNamespace
 
 import torch
@@ -212,7 +211,7 @@ def kernel_derive_each(key: int, index: torch.Tensor) -> torch.Tensor:
     return out.view(index.shape)
 
 
-@functools.cache
+@kernels.builder
 def _derive_kernel():
     """The jitted derivation kernel, built on first use (``TRITON_INTERPRET`` as then)."""
     import triton
@@ -231,7 +230,7 @@ def _derive_kernel():
     return derive_rows
 
 
-@functools.cache
+@kernels.builder
 def _kernel():
     """The jitted kernel, built on first use so that ``TRITON_INTERPRET`` set by then counts."""
     import triton

@@ -616,7 +616,9 @@ struct ParseBudget {
 impl ParseBudget {
     /// Sizes the parse blocks so that the blocks in flight take at most a quarter of the
     /// budget (records of `record_bytes` on average); refuses a budget that cannot hold them,
-    /// the I/O buffers and a gzip decoder.
+    /// the I/O buffers and a gzip decoder. With threads left to the default (one per core), a
+    /// budget too small for every core's blocks parses with as many threads as it holds: a
+    /// small budget on a many-core machine is no reason to fail.
     fn plan(
         graph: &GraphOptions,
         opts: &TextOptions,
@@ -624,7 +626,19 @@ impl ParseBudget {
         attrs: Attrs,
         record_bytes: u64,
     ) -> Result<ParseBudget> {
-        let threads = graph.threads();
+        fitting_threads(graph.threads(), graph.threads > 0, |threads| {
+            Self::plan_threads(threads, graph, opts, kinds, attrs, record_bytes)
+        })
+    }
+
+    fn plan_threads(
+        threads: usize,
+        graph: &GraphOptions,
+        opts: &TextOptions,
+        kinds: Kinds,
+        attrs: Attrs,
+        record_bytes: u64,
+    ) -> Result<ParseBudget> {
         let io_chunk = graph.io_chunk();
         let in_flight = 3 * threads as u64 + 2;
         let names_per_record = kinds.names_per_record();
@@ -692,6 +706,24 @@ impl ParseBudget {
                 String::new()
             }
         )
+    }
+}
+
+/// Plans with `asked` threads; where the budget is too small for them and the count was not
+/// `explicit` (the default, one per core), with one thread fewer until a plan fits. The error
+/// then names the one-thread plan: the least the budget must hold.
+fn fitting_threads<T>(
+    asked: usize,
+    explicit: bool,
+    plan: impl Fn(usize) -> Result<T>,
+) -> Result<T> {
+    let fewest = if explicit { asked } else { 1 };
+    let mut threads = asked;
+    loop {
+        match plan(threads) {
+            Err(StoreError::Budget { .. }) if threads > fewest => threads -= 1,
+            planned => return planned,
+        }
     }
 }
 
@@ -1329,4 +1361,59 @@ fn encode_pass(
     )?;
     meter.finish()?;
     spool.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plan that fits when `threads` blocks of 10 bytes fit in 25 bytes.
+    fn plan(threads: usize) -> Result<usize> {
+        let needed = 10 * threads as u64;
+        if needed > 25 {
+            Err(StoreError::Budget {
+                budget: 25,
+                needed,
+                what: format!("{threads} threads"),
+            })
+        } else {
+            Ok(threads)
+        }
+    }
+
+    #[test]
+    fn the_default_thread_count_steps_down_to_what_the_budget_holds() {
+        assert_eq!(fitting_threads(16, false, plan).unwrap(), 2);
+        assert_eq!(fitting_threads(2, false, plan).unwrap(), 2);
+    }
+
+    #[test]
+    fn an_explicit_thread_count_is_kept_or_refused() {
+        let err = fitting_threads(16, true, plan).unwrap_err().to_string();
+        assert!(err.contains("16 threads needs at least 160 B"), "{err}");
+    }
+
+    #[test]
+    fn a_budget_too_small_for_one_thread_names_the_one_thread_plan() {
+        let tiny = |threads: usize| -> Result<usize> {
+            Err(StoreError::Budget {
+                budget: 5,
+                needed: 10 * threads as u64,
+                what: format!("{threads} threads"),
+            })
+        };
+        let err = fitting_threads(16, false, tiny).unwrap_err().to_string();
+        assert!(err.contains("1 threads needs at least 10 B"), "{err}");
+    }
+
+    #[test]
+    fn other_errors_are_not_retried() {
+        let calls = std::cell::Cell::new(0);
+        let failing = |_: usize| -> Result<usize> {
+            calls.set(calls.get() + 1);
+            Err(StoreError::option("io_chunk", "bad"))
+        };
+        assert!(fitting_threads(16, false, failing).is_err());
+        assert_eq!(calls.get(), 1);
+    }
 }

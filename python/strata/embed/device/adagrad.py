@@ -14,8 +14,6 @@ int64 rows, unique where ``valid`` (``n`` bools) is set; ``grad`` ``n x width``,
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from strata.device import kernels
@@ -76,7 +74,7 @@ def kernel_step(table, keys: torch.Tensor, valid: torch.Tensor, grad: torch.Tens
         )  # fmt: skip
 
 
-@functools.cache
+@kernels.builder
 def _kernel():
     """The jitted kernel, built on first use so that ``TRITON_INTERPRET`` set by then counts."""
     import triton

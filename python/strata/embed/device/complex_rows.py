@@ -14,8 +14,6 @@ Shapes: every operand ``... x dim`` (``dim`` even), all of one shape; the result
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from strata.device import kernels
@@ -82,7 +80,7 @@ def kernel_products(x: torch.Tensor, ys: list[torch.Tensor], conjugate: bool) ->
     return outs
 
 
-@functools.cache
+@kernels.builder
 def _kernel():
     """The jitted kernel, built on first use so that ``TRITON_INTERPRET`` set by then counts."""
     import triton

@@ -16,8 +16,6 @@ n``).
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from strata.device import kernels
@@ -74,7 +72,7 @@ def kernel_loss_grads(
     return terms, dpos, dneg
 
 
-@functools.cache
+@kernels.builder
 def _kernel():
     """The jitted kernel, built on first use so that ``TRITON_INTERPRET`` set by then counts."""
     import triton

@@ -18,7 +18,6 @@ valid), ``counts`` ``m``, ``valid`` ``m x k`` flattened, a node's first ``counts
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -105,7 +104,7 @@ def kernel_picks(degree, keys, k: int) -> torch.Tensor:
     return picks.sort(dim=1).values
 
 
-@functools.cache
+@kernels.builder
 def _kernel():
     """The jitted kernel, built on first use so that ``TRITON_INTERPRET`` set by then counts."""
     import triton

@@ -11,8 +11,6 @@ indexing, and the kernel's logic is tested on the CPU through Triton's interpret
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from strata.device import kernels
@@ -66,7 +64,7 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@functools.cache
+@kernels.builder
 def _kernel():
     """The jitted kernel, built on first use so that ``TRITON_INTERPRET`` set by then counts."""
     import triton
