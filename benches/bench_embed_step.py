@@ -1,7 +1,7 @@
 """Question: how many kernels and torch ops does one chunk of the embedding engine's device step
 launch, and how long does it take on this machine's device?
 
-    python benches/bench_embed_step.py [--device torch-cpu] [--case b1|ooc|all] [--chunks 5]
+    python benches/bench_embed_step.py [--device torch-cpu] [--case b1|ooc|all] [--chunks 5] [--profile]
 
 A chunk at B1's settings (docs/benchmarks.md: ComplEx, 100 reals, 1,000 edges sharing 1,000
 uniform negatives, both sides corrupted, softmax, Adagrad lr 0.1) on FB15k-237's shape (14,541
@@ -27,6 +27,8 @@ import json
 import time
 
 import numpy as np
+
+from common import profiled
 
 #: B1's chunk on FB15k-237's shape (`bench_embed.py`'s B1) as the epoch loop describes it.
 B1 = dict(
@@ -80,12 +82,13 @@ def setup(case: str, device: str, scale: float = 1.0):
     return dev, piece
 
 
-def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 1.0) -> dict:
+def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 1.0, profile: bool = False) -> dict:
     """``{kernels, ops, waits, fused_kernels, seconds}`` per chunk of ``case`` on ``device``
     (see the module's doc; the counts are None on ``cuda``): ``fused_kernels`` the kernels with
     each Adagrad step counted as the one fused kernel it is on ``cuda`` (the CPU twin runs its
     torch ops); seconds of the step's wall time on the host (the CPU twin's compute; on
-    ``cuda`` after synchronising)."""
+    ``cuda`` after synchronising). With ``profile``, ``profile`` lists where a chunk's time
+    goes (``common.profiled``), from a further piece run under torch's profiler."""
     import torch
 
     dev, piece = setup(case, device, scale)
@@ -104,7 +107,11 @@ def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 
     if dev.cuda:
         # A replayed CUDA graph dispatches no torch op: the counts are the CPU twin's to give.
         per = [None] * 4
-    return dict(kernels=per[0], ops=per[1], waits=per[2], fused_kernels=per[3], seconds=seconds)
+    out = dict(kernels=per[0], ops=per[1], waits=per[2], fused_kernels=per[3], seconds=seconds)
+    if profile:
+        sync = torch.cuda.synchronize if dev.cuda else lambda: None
+        out["profile"] = profiled(lambda: (piece(1 + chunks), sync()), dev.cuda, 1 + chunks)
+    return out
 
 
 def counted(piece, n: int, fused: bool) -> tuple[int, int, int]:
@@ -141,9 +148,10 @@ def main() -> None:
     ap.add_argument("--device", default="torch-cpu")
     ap.add_argument("--case", choices=[*CASES, "all"], default="all")
     ap.add_argument("--chunks", type=int, default=5)
+    ap.add_argument("--profile", action="store_true", help="list each case's ops and kernels by their time")
     args = ap.parse_args()
     cases = CASES if args.case == "all" else [args.case]
-    out = {case: count(case, args.device, args.chunks) for case in cases}
+    out = {case: count(case, args.device, args.chunks, profile=args.profile) for case in cases}
     from strata.device import kernels
 
     # A kernel that failed was timed as its torch twin: the figures must say so.

@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import machine, save, strata, timed
+from common import machine, profiled, save, strata, timed
 
 FANOUTS = [10, 5]
 BATCH = 1024
@@ -314,7 +314,8 @@ def figure_g6(store: Path, device, torch, args) -> dict:
 
 def figure_path(store: Path, device, torch, args) -> dict:
     """G6's device data path without a model: throughput per epoch (the first left out of the
-    medians), and what a batch costs the host (the first ``COUNTED`` batches of epoch 0)."""
+    medians), what a batch costs the host (the first ``COUNTED`` batches of epoch 0) and where its
+    time goes (``common.profiled``, the same batches again under torch's profiler)."""
     from strata.device.waits import HostWaits
     from strata.gnn.device.keys import batch_key
     from strata.gnn.loader import GnnData
@@ -346,13 +347,23 @@ def figure_path(store: Path, device, torch, args) -> dict:
             part = seeds[i * args.batch_size : (i + 1) * args.batch_size]
             path.sampler.sample(part, batch_key(0, i), on_hop=path.cache.lookup)
     counted = max(-(-len(seeds) // args.batch_size), 1)
+
+    def sample_counted():
+        for i in range(counted):
+            path.sampler.sample(seeds[i * args.batch_size : (i + 1) * args.batch_size], batch_key(1, i),
+                                on_hop=path.cache.lookup)  # fmt: skip
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    profile = profiled(sample_counted, device.type == "cuda", counted)
     per_batch = {
         "ops": waits.ops / counted, "kernels": waits.kernels / counted,
         "host_waits": len(waits.waits) / counted, "reads": len(waits.reads) / counted,
     }  # fmt: skip
     print(f"path per batch: {per_batch}", file=sys.stderr)
     out = medians(epochs, ["seconds", "sampled_nodes_per_second", "ms_per_batch", "wait_share"])
-    return {"runs": {"device path alone": {**out, "epochs": epochs, "open_seconds": opened, "per_batch": per_batch}}}
+    run = {**out, "epochs": epochs, "open_seconds": opened, "per_batch": per_batch, "profile": profile}
+    return {"runs": {"device path alone": run}}
 
 
 def figure_quarter_vs_pyg(store: Path, device, torch, args, nodes: int, dim: int) -> dict:

@@ -101,3 +101,22 @@ def update_doc(section: str, markdown: str, doc: Path | None = None) -> None:
 
 def disk_free(path: Path) -> int:
     return shutil.disk_usage(path).free
+
+
+def profiled(run, cuda: bool, per: int, top: int = 25) -> list[dict]:
+    """Where ``run()`` spends its time, by torch's profiler: the ``top`` ops and kernels by
+    their own time on the device (``cuda``) or on the host, each as ``{name, calls,
+    device_us, host_us}`` per unit of ``per`` (the chunks or batches ``run`` does); on ``cuda``
+    the kernels a replayed CUDA graph runs are listed by their kernel names."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        run()
+    rows = [
+        {"name": e.key, "calls": e.count / per, "device_us": e.self_device_time_total / per,
+         "host_us": e.self_cpu_time_total / per}
+        for e in prof.key_averages()
+    ]  # fmt: skip
+    rows.sort(key=lambda r: r["device_us" if cuda else "host_us"], reverse=True)
+    return rows[:top]

@@ -62,7 +62,7 @@ step_tests-alone() {
         -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
 }
 step_embed-step() {
-    python3 benches/bench_embed_step.py --device cuda >"$OUT/embed-step.json"
+    python3 benches/bench_embed_step.py --device cuda --profile >"$OUT/embed-step.json"
 }
 step_embed-fb15k() {
     python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"

@@ -55,6 +55,8 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
     # rows are spread over tiers), and about 250 kernels.
     per_batch = alone["per_batch"]
     assert per_batch["host_waits"] == 0 and 2 <= per_batch["reads"] <= 5 and 0 < per_batch["kernels"] < 400
+    # And where a batch's time goes, by torch's profiler: the ops a batch runs, each with its calls.
+    assert alone["profile"] and all(row["name"] and row["calls"] > 0 for row in alone["profile"])
 
     quarter = figures["pyg"]["runs"]["strata device, features 4x host"]
     assert quarter["data_path"] == "device" and 0 < quarter["held_share"] <= 0.25

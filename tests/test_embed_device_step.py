@@ -161,7 +161,7 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     the same count but for the resident pool's few (no pass per partition)."""
     from bench_embed_step import count
 
-    b1 = count("b1", chunks=2, scale=0.02)
+    b1 = count("b1", chunks=2, scale=0.02, profile=True)
     ooc = count("ooc", chunks=2, scale=0.02)
     assert b1["waits"] == ooc["waits"] == 0
     # 281 kernels before the step was batched and the slots made one buffer (319 out of core).
@@ -173,6 +173,9 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     # partition's node table steps every row, without the sort (50 before). Out of core the
     # sort stays: a copy may be filling a free slot of the buffer.
     assert b1["fused_kernels"] <= 42 and ooc["fused_kernels"] <= 52, (b1, ooc)
+    # Where a chunk's time goes, by torch's profiler (on the host here): its score products first.
+    names = [row["name"] for row in b1["profile"]]
+    assert "aten::bmm" in names and all(row["calls"] > 0 and row["host_us"] >= 0 for row in b1["profile"]), names
 
 
 def test_kvsall_asks_each_query_once_with_every_answer():

@@ -18,7 +18,11 @@ SIZED_BY_DATA = frozenset(["nonzero", "masked_select", "_unique2", "unique_dim",
 #: Ops that read a value back to the host.
 READ_BACK = frozenset(["_local_scalar_dense", "is_nonzero", "item"])
 #: Ops that make views, launching no kernel.
-VIEWS = frozenset(["view", "slice", "select", "unsqueeze", "squeeze", "expand", "reshape", "alias", "_unsafe_view"])
+VIEWS = frozenset([
+    "view", "slice", "select", "unsqueeze", "squeeze", "expand", "reshape", "alias", "_unsafe_view", "transpose",
+    "permute", "t", "as_strided", "diagonal", "unfold", "split", "split_with_sizes", "unbind", "detach",
+    "_reshape_alias", "view_as_real", "view_as_complex",
+])  # fmt: skip
 
 
 class HostWaits(TorchDispatchMode):
