@@ -141,7 +141,7 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
         "plan": plan,
         "epochs": [
             {k: e.get(k) for k in (*keys, "pipeline_wait_share")}
-            | {"tiers": e["pipeline"].get("tiers"), "busy_seconds": e["pipeline"].get("busy_seconds")}
+            | {k: e["pipeline"].get(k) for k in ("tiers", "busy_seconds", "sampler_batches")}
             for e in history
         ],
         "command": " ".join(map(str, cmd[2:])),
@@ -362,7 +362,8 @@ def figure_path(store: Path, device, torch, args) -> dict:
     }  # fmt: skip
     print(f"path per batch: {per_batch}", file=sys.stderr)
     out = medians(epochs, ["seconds", "sampled_nodes_per_second", "ms_per_batch", "wait_share"])
-    run = {**out, "epochs": epochs, "open_seconds": opened, "per_batch": per_batch, "profile": profile}
+    run = {**out, "epochs": epochs, "open_seconds": opened, "per_batch": per_batch, "profile": profile,
+           "sampler_batches": dict(path.sampler.counts)}  # fmt: skip
     return {"runs": {"device path alone": run}}
 
 

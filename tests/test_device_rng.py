@@ -94,6 +94,9 @@ def test_the_fused_derivation_kernel_derives_what_the_rust_engine_derives(monkey
             assert got.shape == index.shape and torch.equal(got, rng.derive(key, index))
             want = [_native.rng_derive(key, i & MASK) for i in index.reshape(-1).tolist()]
             assert rng.as_u64(got) == want, key
+            # The key as a device tensor (what a replayed CUDA graph reads) derives the same.
+            held = torch.full((1,), rng.as_i64(key), dtype=torch.int64, device=device)
+            assert torch.equal(rng.kernel_derive_each(held, index), got)
         assert rng.kernel_derive_each(3, index[:, :0]).shape == (2, 0)
 
 

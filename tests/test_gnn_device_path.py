@@ -78,16 +78,16 @@ def test_cache_serves_every_tier_s_rows_bit_for_bit(cora, device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("tiers", ["one", "three"])
-def test_a_batch_waits_for_the_device_once_per_hop(cora, device, tiers):
-    """A batch, presampled or in an epoch, reads back one pair of sizes per hop (its edges and
-    new nodes) and, when the rows are spread over tiers, each lookup's tier sizes; nothing else
-    waits for the device."""
+def test_a_batch_waits_for_the_device_once(cora, device, tiers):
+    """A batch, presampled or in an epoch, reads back its sizes once (the nodes reached after
+    each hop and each hop's edges: 5 values for two hops) and, when the rows are spread over
+    tiers, each lookup's tier sizes; nothing else waits for the device."""
     data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
     sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5, 5])
     train = data.nodes("train")
     with HostWaits() as waits:
         hot = presample_hotness(sampler, train, 64)
-    assert waits.waits == [] and waits.reads == [2, 2] * -(-len(train) // 64)
+    assert waits.waits == [] and waits.reads == [5] * -(-len(train) // 64)
     engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
     held = {"device_rows": data.num_nodes, "host_rows": 0} if tiers == "one" else {"device_rows": 300, "host_rows": 500}
     cache = DeviceCache(data.store.features, engine, hot, **held, device=device)
@@ -95,9 +95,9 @@ def test_a_batch_waits_for_the_device_once_per_hop(cora, device, tiers):
     with HostWaits() as waits:
         count = sum(1 for _ in batches)
     assert count > 1 and waits.waits == []
-    # Per batch: each hop's (edges, new nodes); with three tiers, the (device, host, miss) row
-    # counts of each lookup (the seeds', then each hop's new nodes').
-    per_batch = [2, 2] + ([3, 3, 3] if tiers == "three" else [])
+    # Per batch: its sizes; with three tiers, the (device, host, miss) row counts of each lookup
+    # (the seeds', then each hop's new nodes').
+    per_batch = [5] + ([3, 3, 3] if tiers == "three" else [])
     assert sorted(waits.reads) == sorted(per_batch * count)
     # A link batch reads back its number of distinct endpoints (the seeds) first.
     links = DevicePipeline(sampler, cache, None, 64).link_epoch(cora_edges(cora, 300), 2, epoch=1)

@@ -106,6 +106,73 @@ def test_blocks_equal_the_rust_sampler_s_on_a_power_law_graph(powerlaw, fanouts,
     assert_same(powerlaw, fanouts, weighted=weighted, device=device, batches=3, batch_size=128)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_bounded_batch_equals_the_one_drawn_hop_by_hop(cora, device):
+    """Uniform fanouts draw a batch in buffers sized by bounds (on ``cuda`` one CUDA graph per
+    capacity, the seeds' count rounded up to a power of two), spare slots past each frontier's
+    live nodes: the batch, the nodes each hop hands ``on_hop`` and the clean local-id map after it
+    are those of the hop-by-hop draw, for batches that fill their capacity or leave it mostly
+    spare."""
+    topo = DeviceTopology.open(Store(cora), device)
+    bounded = DeviceSampler(topo, [10, 5], seed=3)
+    hop_by_hop = DeviceSampler(topo, [10, 5], seed=3)
+    hop_by_hop.bounded = False
+    rng = np.random.default_rng(9)
+    sizes = [50, 64, 1, 300]
+    for b, size in enumerate(sizes):
+        seeds = torch.from_numpy(rng.choice(topo.num_nodes, size=size, replace=False)).to(device)
+        seen = ([], [])
+        got = bounded.sample(seeds, b + 7, on_hop=lambda nodes, into=seen[0]: into.append(nodes.tolist()))
+        want = hop_by_hop.sample(seeds, b + 7, on_hop=lambda nodes, into=seen[1]: into.append(nodes.tolist()))
+        assert (got.hop_counts, got.edges_per_hop) == (want.hop_counts, want.edges_per_hop), size
+        assert torch.equal(got.nodes, want.nodes) and seen[0] == seen[1]
+        for g, w in zip(got.blocks, want.blocks, strict=True):
+            assert (g.num_src, g.num_dst) == (w.num_src, w.num_dst)
+            assert torch.equal(g.indptr, w.indptr) and torch.equal(g.indices, w.indices)
+        assert bool((bounded._local == -1).all())
+    if device == "cuda":
+        assert bounded.counts == {"replayed": len(sizes), "captured": 3, "op_by_op": 0}
+    else:
+        assert bounded.counts == {"replayed": 0, "captured": 0, "op_by_op": len(sizes)}
+    assert hop_by_hop.counts["op_by_op"] == 0
+
+
+def test_a_replayed_batch_outlives_the_next_replay(cora, monkeypatch):
+    """A CUDA graph's buffers are rewritten by its next replay, so a replayed batch hands out
+    copies. On the CPU a stand-in graph replays into the same buffers: a batch kept across the
+    next batches stays the batch it was."""
+    from strata.gnn.device.bounded import BoundedBatch
+
+    def capture(self):
+        out = self.draw()
+
+        class Replay:
+            def replay(_):
+                new = self.draw()
+                for mine, theirs in zip(self_tensors(out), self_tensors(new), strict=True):
+                    mine.copy_(theirs)
+
+        self.graph, self.out = Replay(), out
+        self.sampler.counts["captured"] += 1
+
+    def self_tensors(drawn):
+        return [drawn.nodes, drawn.sizes, *(t for block in drawn.blocks for t in block)]
+
+    monkeypatch.setattr(BoundedBatch, "capturable", lambda self: True)
+    monkeypatch.setattr(BoundedBatch, "_capture", capture)
+    topo = DeviceTopology.open(Store(cora), "cpu")
+    replayed, op_by_op = DeviceSampler(topo, [10, 5], seed=3), DeviceSampler(topo, [10, 5], seed=3, graphs=False)
+    rng = np.random.default_rng(4)
+    seeds = [torch.from_numpy(rng.choice(topo.num_nodes, size=64, replace=False)) for _ in range(3)]
+    kept = [replayed.sample(s, b) for b, s in enumerate(seeds)]
+    for b, s in enumerate(seeds):
+        want = op_by_op.sample(s, b)
+        assert torch.equal(kept[b].nodes, want.nodes)
+        assert all(torch.equal(g.indices, w.indices) for g, w in zip(kept[b].blocks, want.blocks, strict=True))
+    assert replayed.counts == {"replayed": 3, "captured": 1, "op_by_op": 0}
+    assert op_by_op.counts == {"replayed": 0, "captured": 0, "op_by_op": 3}
+
+
 def floyd_step_by_step(degree: torch.Tensor, keys: torch.Tensor, k: int) -> torch.Tensor:
     """``uniform.rs``'s Floyd loop, one step at a time over every node: the sorted picks."""
     picks = torch.empty((degree.numel(), k), dtype=torch.int64)

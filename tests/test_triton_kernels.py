@@ -47,7 +47,7 @@ KERNELS = {
     ),
     "derive": (
         rng._derive_kernel,
-        dict(index="*i64", out="*i64", key="i64", n="i32"),
+        dict(index="*i64", out="*i64", key="*i64", n="i32"),
         dict(BLOCK=1024),
     ),
     "floyd": (

@@ -194,20 +194,24 @@ def jit_helpers() -> SimpleNamespace:
     return SimpleNamespace(mix64=mix64, below_draw=below_draw)
 
 
-def derive_each(key: int, index: torch.Tensor) -> torch.Tensor:
-    """:func:`derive` of a host ``key`` (a ``u64`` int) for each of ``index`` (int64, any
-    shape): a hop's node keys. On ``cuda`` one Triton kernel, elsewhere :func:`derive`."""
+def derive_each(key: int | torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """:func:`derive` of one ``key`` for each of ``index`` (int64, any shape): a hop's node keys.
+    ``key`` is a ``u64`` int, or a one-element int64 tensor on ``index``'s device (a key a CUDA
+    graph reads when replayed, not one baked into it). On ``cuda`` one Triton kernel, elsewhere
+    :func:`derive`."""
     return kernels.fused("derive", index.device, lambda: kernel_derive_each(key, index), lambda: derive(key, index))
 
 
-def kernel_derive_each(key: int, index: torch.Tensor) -> torch.Tensor:
+def kernel_derive_each(key: int | torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """:func:`derive_each` by the Triton kernel: on ``cuda``, and under ``TRITON_INTERPRET=1``
     on CPU tensors (tests)."""
     flat = index.reshape(-1).contiguous()
     out = torch.empty_like(flat)
+    if isinstance(key, int):
+        key = torch.full((1,), as_i64(key), dtype=torch.int64, device=index.device)
     if flat.numel():
         with kernels.on_device(flat):
-            _derive_kernel()[(-(-flat.numel() // BLOCK),)](flat, out, as_i64(key), flat.numel(), BLOCK=BLOCK)
+            _derive_kernel()[(-(-flat.numel() // BLOCK),)](flat, out, key, flat.numel(), BLOCK=BLOCK)
     return out.view(index.shape)
 
 
@@ -219,11 +223,11 @@ def _derive_kernel():
 
     jit_helpers()  # sets _mix64, which the kernel calls
 
-    @triton.jit(do_not_specialize=["key", "n"])
+    @triton.jit(do_not_specialize=["n"])
     def derive_rows(index, out, key, n, BLOCK: tl.constexpr):
         at = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         i = tl.load(index + at, mask=at < n, other=0).to(tl.uint64, bitcast=True)
-        k = key.to(tl.int64).to(tl.uint64, bitcast=True)
+        k = tl.load(key).to(tl.uint64, bitcast=True)
         child = _mix64(k ^ _mix64(i + 0x9E3779B97F4A7C15))
         tl.store(out + at, child.to(tl.int64, bitcast=True), mask=at < n)
 

@@ -173,6 +173,9 @@ class DevicePipeline:
                 "wait_share": waited / wall if wall > 0 else 0.0,
                 "sampled_nodes": sampled,
                 "sampler": "device",
+                # How the sampler's batches ran so far: CUDA graphs replayed (and captured), or
+                # op by op (the CPU twin; a sampler that is not uniform or whose capture failed).
+                "sampler_batches": dict(self.sampler.counts),
                 "tiers": self.cache.stats.as_dict(),
             }
 

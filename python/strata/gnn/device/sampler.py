@@ -17,10 +17,12 @@ on the CPU twin, equals the batch the Rust sampler draws.
   arithmetic only, so every device computes the same key (a device's own ``log`` may round
   its last bit differently, which could swap two nearly tied keys).
 
-With a uniform fanout a hop waits for the device once: for its number of edges and of new
-nodes, read together (:meth:`DeviceSampler._relabel`); nothing else in a batch reads a value
-back or makes an output whose size only the device knows. Weighted sampling and a full
-neighbourhood (-1) also read the frontier's number of in-edges first.
+With uniform fanouts a batch is drawn in buffers sized by bounds (:mod:`.bounded`): one CUDA
+graph per batch capacity on ``cuda``, and one wait for the device per batch, for its sizes.
+Weighted sampling and a full neighbourhood (-1) go hop by hop: each hop reads the frontier's
+number of in-edges, then its number of edges and of new nodes (:meth:`DeviceSampler._relabel`);
+nothing else in a batch reads a value back or makes an output whose size only the device
+knows.
 
 Link batches (``sample_links``) draw their negative destinations as ``sample_links.rs`` does:
 draw ``i`` of the stream ``derive(derive(seed, NEGATIVE_STREAM), batch_key)``, ``below(n)``.
@@ -30,6 +32,7 @@ Temporal and per-edge-type sampling, and edge ids, are the Rust sampler's only.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,8 +41,10 @@ import torch
 
 from ... import _native
 from ...device import rng
+from .bounded import BoundedBatch
 from .floyd import FloydConstants
 from .floyd import choose as floyd_choose
+from .relabel import relabel_into
 from .topology import DeviceTopology
 
 #: ``strata_graph::sampler::NEIGHBOR_STREAM``: the neighbour choices' domain separator.
@@ -113,7 +118,9 @@ class DeviceSampler:
     (the topology must carry weights). Holds one int64 per graph node of scratch on the device
     (the local-id map), reused across batches, so one sampler samples one batch at a time."""
 
-    def __init__(self, topology: DeviceTopology, fanouts, *, seed: int = 0, weighted: bool = False):
+    def __init__(
+        self, topology: DeviceTopology, fanouts, *, seed: int = 0, weighted: bool = False, graphs: bool = True
+    ):
         fanouts = [int(f) for f in fanouts]
         if not fanouts:
             raise ValueError("fanouts: must list at least one hop (one fanout per GNN layer)")
@@ -133,6 +140,12 @@ class DeviceSampler:
         # entries a scatter must skip (a scatter has no "write nothing here").
         self._local = torch.full((topology.num_nodes + 1,), -1, dtype=torch.int64, device=self.device)
         self._floyd: dict[int, FloydConstants] = {}
+        # Uniform fanouts draw a batch in bounded buffers (:mod:`.bounded`), one CUDA graph a
+        # capacity on ``cuda`` (with ``graphs``); ``counts`` says how batches ran.
+        self.bounded = not weighted and all(f >= 1 for f in fanouts)
+        self.graphs = bool(graphs)
+        self._batches: dict[int, BoundedBatch] = {}
+        self.counts = {"replayed": 0, "captured": 0, "op_by_op": 0}
 
     def sample(
         self, seeds, batch_key: int, on_hop: Callable[[torch.Tensor], None] | None = None, *, checked: bool = False
@@ -154,6 +167,8 @@ class DeviceSampler:
         """:meth:`sample` of checked seeds (distinct int64 ids on the device)."""
         # The batch's and hops' keys are Python ints, derived on the host (no tensor ops).
         batch_seed = _native.rng_derive(_native.rng_derive(self.seed, NEIGHBOR_STREAM), batch_key)
+        if self.bounded and nodes.numel():
+            return self._sample_bounded(nodes, batch_seed, on_hop)
         local = self._local
         local[nodes] = torch.arange(nodes.numel(), device=self.device)
         hop_counts, blocks, pending = [nodes.numel()], [], None
@@ -179,6 +194,31 @@ class DeviceSampler:
                 local[pending] = -1
         blocks.reverse()
         return DeviceSample(nodes, hop_counts, blocks, [b.indices.numel() for b in reversed(blocks)])
+
+    def _sample_bounded(self, seeds: torch.Tensor, batch_seed: int, on_hop) -> DeviceSample:
+        """:meth:`_sample` of a uniform sampler: the batch drawn in bounded buffers (a CUDA graph
+        replayed on ``cuda``), then its sizes read back, the batch's one wait."""
+        capacity = 1 << (seeds.numel() - 1).bit_length()
+        batch = self._batches.get(capacity)
+        if batch is None:
+            batch = self._batches[capacity] = BoundedBatch(self, capacity)
+        batch.load(seeds, batch_seed)
+        drawn = batch.run(self.graphs)
+        hops = len(self.fanouts)
+        sizes = drawn.sizes.tolist()
+        reached, kept = sizes[: hops + 1], sizes[hops + 1 :]
+        # A graph's buffers are its next replay's: the batch takes copies.
+        take = torch.clone if batch.graph is not None else lambda t: t
+        nodes = take(drawn.nodes[: reached[-1]])
+        blocks = [
+            DeviceBlock(reached[h + 1], reached[h], take(indptr[: reached[h] + 1]), take(indices[: kept[h]]))
+            for h, (indptr, indices) in enumerate(drawn.blocks)
+        ]
+        if on_hop is not None:
+            for h in range(hops + 1):
+                on_hop(nodes[reached[h - 1] if h else 0 : reached[h]])
+        hop_counts = [reached[0]] + [b - a for a, b in itertools.pairwise(reached)]
+        return DeviceSample(nodes, hop_counts, blocks[::-1], kept)
 
     def check(self, ids, *, distinct: bool = True) -> None:
         """Raises ValueError unless the node ids ``ids`` (a host array) are in range and, with
@@ -240,13 +280,17 @@ class DeviceSampler:
         n = src.numel()
         return DeviceLinkSample(self._sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
 
-    def _choose(self, frontier, keys, fanout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def _choose(
+        self, frontier, keys, fanout, alive: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Edges kept by each frontier node: ``(counts, sources, valid)``, ``counts[i]`` edges
         for node ``i``; ``sources`` their source ids node after node, each node's in CSC order,
         laid out ``(len(frontier), fanout)`` and flattened for a uniform fanout (``valid``
         marks the slots in use, a node's first ``counts[i]``), else end to end (``valid``
-        None)."""
+        None). Frontier slots not ``alive`` (a bounded batch's spare slots) choose none."""
         start, degree = self.topology.starts_and_degrees(frontier)
+        if alive is not None:
+            degree = torch.where(alive, degree, 0)
         if self.weighted:
             positions, counts, valid = _choose_weighted(self.topology, start, degree, keys, fanout)
         elif fanout < 0:
@@ -269,39 +313,13 @@ class DeviceSampler:
         the local-id map, in order of first appearance, each given the next local id (the
         Rust sampler's serial relabelling), and the local ids of the valid sources in order.
         Waits for the device once, for the number of new nodes and of valid sources."""
-        local, size = self._local, sources.numel()
+        size = sources.numel()
         if size == 0:
             return nodes, sources
-        fresh = local[sources] < 0
-        if valid is not None:
-            fresh &= valid
-        position = torch.arange(size, device=self.device)
-        # Each fresh node's first position, as the least of its positions made negative (below
-        # -1, so it never reads as a local id) and taken by a scatter-min into the map itself.
-        encoded = position - FIRST_MARK
-        local.scatter_reduce_(0, sources, torch.where(fresh, encoded, torch.iinfo(torch.int64).max), "amin")
-        first = fresh & (local[sources] == encoded)
-        rank = torch.cumsum(first, 0)
-        counted = [rank[-1]]
-        if valid is not None:
-            kept = torch.cumsum(valid, 0)
-            counted.append(kept[-1])
-        counted = torch.stack(counted).tolist()
-        num_new, num_kept = counted[0], counted[-1] if valid is not None else size
-        old, dump = nodes.numel(), local.numel() - 1
-        local.index_put_((torch.where(first, sources, dump),), rank + (old - 1))
-        new = torch.empty(num_new + 1, dtype=torch.int64, device=self.device)
-        new.index_put_((torch.where(first, rank - 1, num_new),), sources)
-        indices = local[sources]
-        if valid is not None:
-            out = torch.empty(num_kept + 1, dtype=torch.int64, device=self.device)
-            indices = out.index_put_((torch.where(valid, kept - 1, num_kept),), indices)[:num_kept]
-        return torch.cat([nodes, new[:num_new]]), indices
-
-
-#: Added to a source's position to mark it in the local-id map while first appearances are
-#: found: every marked value is below -1 and distinct.
-FIRST_MARK = 1 << 62
+        new = torch.empty(size + 1, dtype=torch.int64, device=self.device)
+        num_new, indices, kept = relabel_into(self._local, sources, valid, nodes.numel(), new, 0)
+        counted = torch.cat([num_new] if kept is None else [num_new, kept]).tolist()
+        return torch.cat([nodes, new[: counted[0]]]), indices[: counted[-1] if kept is not None else size]
 
 
 @dataclass
