@@ -16,7 +16,7 @@ from conftest import needs
 torch = pytest.importorskip("torch")
 
 from strata.device import kernels, rng  # noqa: E402
-from strata.embed.device import adagrad, complex_rows, softmax_loss  # noqa: E402
+from strata.embed.device import adagrad, chunk_keys, complex_rows, softmax_loss  # noqa: E402
 from strata.gnn.device import floyd, uva  # noqa: E402
 
 #: Each kernel's builder, its parameters' types (as Triton's signatures spell them) and
@@ -38,6 +38,12 @@ KERNELS = {
         dict(pos="*fp32", neg="*fp32", w="*fp32", terms="*fp64", dpos="*fp32", dneg="*fp32", rows="i32", n="i32",
              b="i32"),
         dict(HAS_W=True, BLOCK_R=4, BLOCK_N=1024),
+    ),
+    "chunk_keys": (
+        chunk_keys._kernel,
+        dict(edges="*i64", layout="*i64", streams="*i64", out="*i64", b="i32", n="i32", offset="i32", total="i32",
+             parts="i32"),
+        dict(S=2, FIRST_SIDE=0, RESIDENT=True, BLOCK=1024),
     ),
     "draw_below": (
         rng._kernel,
@@ -126,7 +132,8 @@ def test_a_switch_of_the_interpreter_setting_rebuilds_every_kernel_with_its_help
         kernels.clear_builders()
         for name, (build, _, _) in KERNELS.items():
             assert isinstance(build(), triton.runtime.JITFunction), name
-        compiled = (rng._mix64, rng._below_draw, floyd._below_draw, softmax_loss._larger, softmax_loss._plus)
+        compiled = (rng._mix64, rng._below_draw, floyd._below_draw, chunk_keys._below_draw, softmax_loss._larger,
+                    softmax_loss._plus)  # fmt: skip
         assert all(isinstance(helper, triton.runtime.JITFunction) for helper in compiled)
     finally:
         kernels.clear_builders()

@@ -27,8 +27,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from strata.device import rng
+from strata.device import kernels, rng
 from strata.embed.device import adagrad, complex_rows, softmax_loss
+from strata.embed.device import chunk_keys as fused_keys
 
 #: Added under square roots of distances, as the Rust models do.
 EPS = 1e-9
@@ -201,30 +202,55 @@ def other(sides: list[int]) -> list[int]:
     return [1 - side for side in sides]
 
 
-def unpick(gs: torch.Tensor, gt: torch.Tensor, sides: list[int]) -> torch.Tensor:
-    """The gradient of the two ends' rows (``2 x b x dim``) of their uses as the sides' sources
-    (``gs``) and targets (``gt``)."""
-    if sides == [0, 1]:
-        return gs + gt.flip(0)
-    return torch.cat([gs, gt] if sides == [0] else [gt, gs])
-
-
-def keys_of(ctx: Ctx, stack: Stack) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A stack's buffer rows of the edges' ends (``2 x b``: sources, destinations), of its
-    negatives (``S x n``) and its relation rows (``S x b``)."""
+def keys_of(ctx: Ctx, stack: Stack) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A stack's buffer rows of its sides' sources and targets (``S x b`` each: a tail side's
+    sources are the edges' sources, a head side's their destinations), of its negatives (``S x
+    n``) and of its relation rows (``S x b``)."""
     e = stack.edges
     ends = e[:, ::2].T + ctx.layout[END_BASE][:, None]
+    targets = pick(ends, other(stack.sides))
     rels = [e[:, 1] + (ctx.inverse_offset if side else 0) for side in stack.sides]
-    return ends, negatives(ctx, stack, pick(ends, other(stack.sides))), torch.stack(rels)
+    return pick(ends, stack.sides), targets, negatives(ctx, stack, targets), torch.stack(rels)
+
+
+def chunk_keys(ctx: Ctx, stacks: list[Stack]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The chunk's node keys (each stack's :func:`keys_of` sources, targets and negatives,
+    flattened, stack after stack) and relation keys (``None`` without relation rows): one
+    Triton kernel on ``cuda`` (:mod:`chunk_keys`) for one stack drawing its negatives uniformly
+    from the bucket's target partition or the resident partitions, the twin's ops otherwise
+    (:func:`twin_keys`)."""
+    stack = stacks[0] if len(stacks) == 1 else None
+    if stack is None or ctx.pool == "all" or degree_negatives(ctx) or not len(stack.edges):
+        return twin_keys(ctx, stacks)
+
+    def kernel():
+        keys = fused_keys.kernel_keys(stack.edges, ctx.layout, stack.streams.reshape(-1), stack.sides[0],
+                                      ctx.negatives, ctx.rels is not None, ctx.inverse_offset,
+                                      resident=ctx.pool == "resident")  # fmt: skip
+        split = len(stack.sides) * (2 * len(stack.edges) + ctx.negatives)
+        return keys[:split], None if ctx.rels is None else keys[split:]
+
+    return kernels.fused("chunk keys", stack.edges.device, kernel, lambda: twin_keys(ctx, stacks))
+
+
+def twin_keys(ctx: Ctx, stacks: list[Stack]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`chunk_keys` as torch ops, for any stacks and negative pool."""
+    keys = [keys_of(ctx, stack) for stack in stacks]
+    node = cat([k.reshape(-1) for *ends_and_negs, _ in keys for k in ends_and_negs])
+    return node, None if ctx.rels is None else cat([r.reshape(-1) for *_, r in keys])
+
+
+def degree_negatives(ctx: Ctx) -> int:
+    """How many of a side's negatives are drawn among its edges' targets (``degree_fraction``:
+    the f32 product, rounded half away from zero, as the Rust worker)."""
+    return min(ctx.negatives, math.floor(float(np.float32(ctx.negatives) * np.float32(ctx.degree_fraction)) + 0.5))
 
 
 def negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
     """The buffer rows of each side's shared negatives (``S x n``), drawn from its stream: a
     degree-weighted part (among ``targets``, ``S x b``: the side's edges' targets) then uniform
     from the pool."""
-    n = ctx.negatives
-    # The f32 product, rounded half away from zero, as the Rust worker.
-    n_degree = min(n, math.floor(float(np.float32(n) * np.float32(ctx.degree_fraction)) + 0.5))
+    n, n_degree = ctx.negatives, degree_negatives(ctx)
     out = []
     if n_degree:
         out.append(targets.gather(1, rng.draw_below(stack.streams, 0, n_degree, targets.shape[1])))
@@ -474,11 +500,12 @@ def layouts(model: str) -> tuple[str, str]:
     }[model]
 
 
-def train_stack(ctx: Ctx, stack: Stack, ends: torch.Tensor, neg: torch.Tensor, rels: torch.Tensor) -> tuple:
-    """``(loss, d ends, d neg, d rels)``: a stack's loss (float64 scalar) and its gradients of
-    the rows of its edges' ends (``2 x b x dim``), its negatives (``S x n x dim``) and its
-    relation rows (``S x b x rel_dim``, as stored)."""
-    s, t = pick(ends, stack.sides), pick(ends, other(stack.sides))
+def train_stack(
+    ctx: Ctx, stack: Stack, s: torch.Tensor, t: torch.Tensor, neg: torch.Tensor, rels: torch.Tensor
+) -> tuple:
+    """``(loss, ds, dt, d neg, d rels)``: a stack's loss (float64 scalar) and its gradients of
+    the rows of its sides' sources and targets (``S x b x dim``), its negatives (``S x n x
+    dim``) and its relation rows (``S x b x rel_dim``, as stored)."""
     r = oriented(ctx, rels, stack.sides)
     # The scores see the dropped rows, the regularizer the rows as stored.
     dropped, masks = dropout(ctx, (s, t, neg, r), stack.streams)
@@ -486,7 +513,7 @@ def train_stack(ctx: Ctx, stack: Stack, ends: torch.Tensor, neg: torch.Tensor, r
     ds, dt, dneg, dr = (g if m is None else g * m for g, m in zip(grads, masks, strict=True))
     reg, (ds, dt, dr) = regularize(ctx, (s, t, r), (ds, dt, dr))
     loss = loss if reg is None else loss + reg
-    return loss, unpick(ds, dt, stack.sides), dneg, oriented(ctx, dr, stack.sides)
+    return loss, ds, dt, dneg, oriented(ctx, dr, stack.sides)
 
 
 class Gathered:
@@ -564,27 +591,26 @@ def train_chunk(
     Except for ``corrupt = bernoulli`` (whose sides' sizes depend on the draws) nothing here
     reads a device value on the host."""
     stacks = stacks_of(ctx, edges, weights, streams)
-    keys = [keys_of(ctx, stack) for stack in stacks]
-    node_keys = cat([k.reshape(-1) for ends, neg, _ in keys for k in (ends, neg)])
+    node_keys, rel_keys = chunk_keys(ctx, stacks)
+    # A row used as a source and as a target is gathered twice; its gradients meet in the sum.
     nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.num_nodes <= ctx.part_size)
-    rels = None
-    if ctx.rels is not None:
-        rels = Gathered.of(ctx.rels, cat([r.reshape(-1) for *_, r in keys]))
+    rels = None if rel_keys is None else Gathered.of(ctx.rels, rel_keys)
     total = torch.zeros((), dtype=torch.float64, device=edges.device)
     node_grads, rel_grads = [], []
     at = rel_at = 0
-    for stack, (_, neg_keys, _) in zip(stacks, keys, strict=True):
-        size, b, n = len(stack.sides), len(stack.edges), neg_keys.shape[1]
-        ends, neg = nodes.take(at, 2 * b).view(2, b, -1), nodes.take(at + 2 * b, size * n).view(size, n, -1)
-        at += 2 * b + size * n
+    for stack in stacks:
+        size, b, n = len(stack.sides), len(stack.edges), ctx.negatives
+        s, t = (nodes.take(at + i * size * b, size * b).view(size, b, -1) for i in (0, 1))
+        neg = nodes.take(at + 2 * size * b, size * n).view(size, n, -1)
+        at += size * (2 * b + n)
         if rels is not None:
             r = rels.take(rel_at, size * b).view(size, b, -1)
             rel_at += size * b
         else:
-            r = ends.new_zeros((size, b, 0))
-        loss, d_ends, d_neg, d_rels = train_stack(ctx, stack, ends, neg, r)
+            r = s.new_zeros((size, b, 0))
+        loss, ds, dt, d_neg, d_rels = train_stack(ctx, stack, s, t, neg, r)
         total = total + loss
-        node_grads += [d_ends.reshape(-1, ctx.dim), d_neg.reshape(-1, ctx.dim)]
+        node_grads += [d.reshape(-1, ctx.dim) for d in (ds, dt, d_neg)]
         rel_grads.append(d_rels.reshape(size * b, ctx.rel_dim))
     nodes.step(cat(node_grads), ctx.lr)
     if rels is not None:
