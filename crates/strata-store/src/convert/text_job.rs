@@ -290,7 +290,12 @@ pub(super) fn ingest_text(
     };
     let mut clock = Clock::new();
     let mut builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
-    let budget = ParseBudget::plan(graph, opts, kinds, cols.attrs(), record_bytes)?;
+    // With threads left to the default (one per core), a budget too small for every core's
+    // blocks parses with as many threads as it holds: a small budget on a many-core machine is
+    // no reason to fail.
+    let budget = fitting_threads(graph.threads(), graph.threads > 0, |threads| {
+        ParseBudget::plan(threads, graph, opts, kinds, cols.attrs(), record_bytes)
+    })?;
     let mut plan = vec![
         budget.describe(graph.memory.0, kinds),
         format!(
@@ -614,24 +619,10 @@ struct ParseBudget {
 }
 
 impl ParseBudget {
-    /// Sizes the parse blocks so that the blocks in flight take at most a quarter of the
-    /// budget (records of `record_bytes` on average); refuses a budget that cannot hold them,
-    /// the I/O buffers and a gzip decoder. With threads left to the default (one per core), a
-    /// budget too small for every core's blocks parses with as many threads as it holds: a
-    /// small budget on a many-core machine is no reason to fail.
+    /// Sizes the parse blocks of `threads` parse threads so that the blocks in flight take at
+    /// most a quarter of the budget (records of `record_bytes` on average); refuses a budget
+    /// that cannot hold them, the I/O buffers and a gzip decoder (see [`fitting_threads`]).
     fn plan(
-        graph: &GraphOptions,
-        opts: &TextOptions,
-        kinds: Kinds,
-        attrs: Attrs,
-        record_bytes: u64,
-    ) -> Result<ParseBudget> {
-        fitting_threads(graph.threads(), graph.threads > 0, |threads| {
-            Self::plan_threads(threads, graph, opts, kinds, attrs, record_bytes)
-        })
-    }
-
-    fn plan_threads(
         threads: usize,
         graph: &GraphOptions,
         opts: &TextOptions,
