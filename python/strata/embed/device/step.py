@@ -595,8 +595,7 @@ def train_chunk(
     # A row used as a source and as a target is gathered twice; its gradients meet in the sum.
     nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.num_nodes <= ctx.part_size)
     rels = None if rel_keys is None else Gathered.of(ctx.rels, rel_keys)
-    total = torch.zeros((), dtype=torch.float64, device=edges.device)
-    node_grads, rel_grads = [], []
+    losses, node_grads, rel_grads = [], [], []
     at = rel_at = 0
     for stack in stacks:
         size, b, n = len(stack.sides), len(stack.edges), ctx.negatives
@@ -609,12 +608,13 @@ def train_chunk(
         else:
             r = s.new_zeros((size, b, 0))
         loss, ds, dt, d_neg, d_rels = train_stack(ctx, stack, s, t, neg, r)
-        total = total + loss
+        losses.append(loss)
         node_grads += [d.reshape(-1, ctx.dim) for d in (ds, dt, d_neg)]
         rel_grads.append(d_rels.reshape(size * b, ctx.rel_dim))
     nodes.step(cat(node_grads), ctx.lr)
     if rels is not None:
         rels.step(cat(rel_grads), ctx.lr)
+    total = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
     return (total, *chunk_counts(ctx, len(edges)))
 
 
