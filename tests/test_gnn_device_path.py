@@ -81,7 +81,7 @@ def test_cache_serves_every_tier_s_rows_bit_for_bit(cora, device):
 def test_a_batch_waits_for_the_device_once(cora, device, tiers):
     """A batch, presampled or in an epoch, reads back its sizes once (the nodes reached after
     each hop and each hop's edges: 5 values for two hops) and, when the rows are spread over
-    tiers, each lookup's tier sizes; nothing else waits for the device."""
+    tiers, its one lookup's tier sizes; nothing else waits for the device."""
     data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
     sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5, 5])
     train = data.nodes("train")
@@ -95,9 +95,9 @@ def test_a_batch_waits_for_the_device_once(cora, device, tiers):
     with HostWaits() as waits:
         count = sum(1 for _ in batches)
     assert count > 1 and waits.waits == []
-    # Per batch: its sizes; with three tiers, the (device, host, miss) row counts of each lookup
-    # (the seeds', then each hop's new nodes').
-    per_batch = [5] + ([3, 3, 3] if tiers == "three" else [])
+    # Per batch: its sizes; with three tiers, the (device, host, miss) row counts of its lookup
+    # (every node of the batch at once).
+    per_batch = [5] + ([3] if tiers == "three" else [])
     assert sorted(waits.reads) == sorted(per_batch * count)
     # A link batch reads back its number of distinct endpoints (the seeds) first.
     links = DevicePipeline(sampler, cache, None, 64).link_epoch(cora_edges(cora, 300), 2, epoch=1)

@@ -110,9 +110,9 @@ def test_blocks_equal_the_rust_sampler_s_on_a_power_law_graph(powerlaw, fanouts,
 def test_a_bounded_batch_equals_the_one_drawn_hop_by_hop(cora, device):
     """Uniform fanouts draw a batch in buffers sized by bounds (on ``cuda`` one CUDA graph per
     capacity, the seeds' count rounded up to a power of two), spare slots past each frontier's
-    live nodes: the batch, the nodes each hop hands ``on_hop`` and the clean local-id map after it
-    are those of the hop-by-hop draw, for batches that fill their capacity or leave it mostly
-    spare."""
+    live nodes: the batch, the nodes handed to ``on_hop`` (at once, where the hop-by-hop draw
+    hands each hop's) and the clean local-id map after it are those of the hop-by-hop draw, for
+    batches that fill their capacity or leave it mostly spare."""
     topo = DeviceTopology.open(Store(cora), device)
     bounded = DeviceSampler(topo, [10, 5], seed=3)
     hop_by_hop = DeviceSampler(topo, [10, 5], seed=3)
@@ -125,7 +125,8 @@ def test_a_bounded_batch_equals_the_one_drawn_hop_by_hop(cora, device):
         got = bounded.sample(seeds, b + 7, on_hop=lambda nodes, into=seen[0]: into.append(nodes.tolist()))
         want = hop_by_hop.sample(seeds, b + 7, on_hop=lambda nodes, into=seen[1]: into.append(nodes.tolist()))
         assert (got.hop_counts, got.edges_per_hop) == (want.hop_counts, want.edges_per_hop), size
-        assert torch.equal(got.nodes, want.nodes) and seen[0] == seen[1]
+        assert torch.equal(got.nodes, want.nodes) and len(seen[0]) == 1 and len(seen[1]) == 3
+        assert seen[0][0] == [node for hop in seen[1] for node in hop]
         for g, w in zip(got.blocks, want.blocks, strict=True):
             assert (g.num_src, g.num_dst) == (w.num_src, w.num_dst)
             assert torch.equal(g.indptr, w.indptr) and torch.equal(g.indices, w.indices)

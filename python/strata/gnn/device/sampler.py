@@ -152,9 +152,10 @@ class DeviceSampler:
     ) -> DeviceSample:
         """The sample of ``seeds`` (distinct global ids) for ``batch_key`` (a u64: the
         native loader's ``batch_key(epoch, index)``), the Rust sampler's ``sample(topo, seeds,
-        batch_key)``. ``on_hop(nodes)``, when given, is called with the seeds and then with
-        each hop's newly reached nodes as soon as they are known (the pipeline starts their
-        feature lookups while the next hop is sampled).
+        batch_key)``. ``on_hop(nodes)``, when given, is called with nodes as soon as they are
+        known, in order (the pipeline starts their feature lookups): a batch of uniform fanouts,
+        drawn at once, hands every node in one call; hop by hop, the seeds, then each hop's
+        newly reached nodes while the next hop is sampled.
 
         Seeds given in host memory (a NumPy array or CPU tensor, as the pipeline gives them)
         are checked there; a device tensor is read back once to be checked; ``checked=True``
@@ -197,7 +198,8 @@ class DeviceSampler:
 
     def _sample_bounded(self, seeds: torch.Tensor, batch_seed: int, on_hop) -> DeviceSample:
         """:meth:`_sample` of a uniform sampler: the batch drawn in bounded buffers (a CUDA graph
-        replayed on ``cuda``), then its sizes read back, the batch's one wait."""
+        replayed on ``cuda``), then its sizes read back, the batch's one wait, and ``on_hop``
+        called once with every node."""
         capacity = 1 << (seeds.numel() - 1).bit_length()
         batch = self._batches.get(capacity)
         if batch is None:
@@ -215,8 +217,7 @@ class DeviceSampler:
             for h, (indptr, indices) in enumerate(drawn.blocks)
         ]
         if on_hop is not None:
-            for h in range(hops + 1):
-                on_hop(nodes[reached[h - 1] if h else 0 : reached[h]])
+            on_hop(nodes)  # every node is known at once: one lookup for the batch
         hop_counts = [reached[0]] + [b - a for a, b in itertools.pairwise(reached)]
         return DeviceSample(nodes, hop_counts, blocks[::-1], kept)
 
