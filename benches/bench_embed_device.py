@@ -8,8 +8,9 @@ Parts (each fits one call of the GPU machine; results accumulate in `--out`):
 
 - `fb15k`: FB15k-237 at B1's settings (docs/benchmarks.md: ComplEx, 100 reals, chunks of 1000
   edges sharing 1000 uniform negatives, both sides corrupted, softmax, Adagrad lr 0.1, 10
-  epochs, one partition) on `--device` against the Rust engine on the machine's cores and on
-  one thread, side by side: median epoch seconds and filtered test MRR.
+  epochs, one partition) on `--device` (on `cuda` also with TF32 products) against the Rust
+  engine on the machine's cores and on one thread, side by side: median epoch seconds and
+  filtered test MRR.
 - `rmat-prepare`: generates and converts the RMAT graph (scale `--scale`, `--edge-factor` edges
   per node) into `--work` (kept for the two runs below).
 - `rmat-ooc`: one epoch of Dot, 100 reals, on `--device` with 12 partitions and a buffer of 3
@@ -111,8 +112,12 @@ def part_fb15k(args) -> dict:
     settings += ["--epochs", args.epochs or (1 if args.tiny else 10), "--partitions", 1, "--memory", "4G"]
     # The Rust engine on every core trains chunks in parallel without locks (Hogwild), which
     # costs quality at this size; on one thread it trains them in order, as the device does.
-    return {
-        f"fb15k {args.device}": run(store, args.work / "run-fb15k-device", [*settings, "--device", args.device]),
+    runs = {f"fb15k {args.device}": run(store, args.work / "run-fb15k-device", [*settings, "--device", args.device])}
+    if args.device == "cuda":
+        # The step's three score products on tensor cores: what TF32 buys the epoch, and costs MRR.
+        tf32 = [*settings, "--device", "cuda", "--device-matmul", "tf32"]
+        runs["fb15k cuda, tf32"] = run(store, args.work / "run-fb15k-tf32", tf32)
+    return runs | {
         "fb15k cpu": run(store, args.work / "run-fb15k-cpu", [*settings, "--device", "cpu"]),
         "fb15k cpu, 1 thread": run(store, args.work / "run-fb15k-cpu1", [*settings, "--device", "cpu", "--threads", 1]),
     }
