@@ -62,13 +62,15 @@ step_tests-alone() {
         -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
 }
 step_embed-step() {
-    python3 benches/bench_embed_step.py --device cuda --profile >"$OUT/embed-step.json"
+    python3 benches/bench_embed_step.py --device cuda --profile >"$OUT/embed-step.json" &&
+        python3 benches/show_profile.py "$OUT/embed-step.json"
 }
 step_embed-fb15k() {
     python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"
 }
 step_gnn-path() {
-    python3 benches/bench_gnn_device.py --only path --max-batches 60 --work "$WORK/gnn" --out "$OUT/gnn-path.json"
+    python3 benches/bench_gnn_device.py --only path --max-batches 60 --work "$WORK/gnn" --out "$OUT/gnn-path.json" &&
+        python3 benches/show_profile.py "$OUT/gnn-path.json"
 }
 step_gnn-g6() {
     python3 benches/bench_gnn_device.py --only g6,pyg --work "$WORK/gnn" --out "$OUT/gnn-g6.json"
