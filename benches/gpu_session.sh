@@ -3,6 +3,7 @@
 # machine in as few calls as its 10-minute limit allows:
 #
 #     bash benches/gpu_session.sh STEP...      (results and logs under $OUT, default ./gpu-out)
+#     DEADLINE=580 BUNDLE=1 bash benches/gpu_session.sh STEP...   (one call's worth, one file back)
 #
 # Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
 # with), tests (the device-parity tests with CUDA present), tests-alone (the same in one process,
@@ -112,8 +113,22 @@ for step in "$@"; do
         echo "gpu_session.sh: unknown step $step (steps: ${!LIMIT[*]})" >&2
         exit 2
     fi
+done
+# DEADLINE (seconds from now): each step's limit is cut to what is left of it, and a step with
+# under 20 s left is skipped, so one call of the device tool (at most 600 s) never runs over.
+# BUNDLE=1: $OUT's files are packed into one $OUT/results.tgz at the end (the tool brings back
+# a few files only).
+for step in "$@"; do
     var=STEP_LIMIT_${step//-/_}
     limit=${!var:-${LIMIT[$step]:-300}}
+    if [ -n "${DEADLINE:-}" ]; then
+        left=$((DEADLINE - SECONDS - 5))
+        if [ "$left" -lt 20 ]; then
+            echo "=== $step: skipped, ${left} s left of DEADLINE"
+            continue
+        fi
+        limit=$((limit < left ? limit : left))
+    fi
     echo "=== $step (limit ${limit} s) $(date -u +%T)"
     start=$SECONDS t0=$(date +%s)
     timeout --signal=INT --kill-after=10 "$limit" bash -c "$(declare -f "step_$step"); step_$step" \
@@ -125,3 +140,7 @@ for step in "$@"; do
     tail -n 25 "$OUT/$step.log"
     echo "=== $step: exit $rc after $((SECONDS - start)) s"
 done
+if [ "${BUNDLE:-0}" = 1 ]; then
+    tar czf "$WORK/results.tgz" -C "$OUT" --exclude results.tgz . && find "$OUT" -mindepth 1 -delete &&
+        mv "$WORK/results.tgz" "$OUT/"
+fi
