@@ -175,7 +175,10 @@ class StepGraphs:
         else:
             try:
                 with self._on_side_stream():
-                    graph.capture_begin(pool=self.pool)
+                    # Thread-local: a CUDA call of another thread meanwhile (a GNN pipeline's
+                    # producer, a tensor freed by the collector there) neither fails nor spoils
+                    # the capture, as under the default global mode it would.
+                    graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
                     try:
                         loss, directions, flops = step.train_chunk(replace(ctx, layout=layout), *static, streams)
                         total.add_(loss)
