@@ -276,8 +276,7 @@ def reverse_relation(model: str, rows: torch.Tensor) -> torch.Tensor:
     if model in ("transe", "rotate"):
         return -rows
     if model == "complex":
-        h = rows.shape[-1] // 2
-        return torch.cat([rows[..., :h], -rows[..., h:]], -1)
+        return complex_rows.conj(rows)
     return rows
 
 
