@@ -10,9 +10,10 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
 - ``g6``: G6's graph and settings (docs/benchmarks.md, G6: `strata generate sbm`, 200,000
   nodes, 16 classes, 128 float32 features, mean degree 10, symmetrized; `strata gnn train
   --model sage --fanouts 10,5 --batch-size 1024 --epochs 3 --memory 2G`), run through the CLI
-  with `--data-path native` and `--data-path device`: sampled nodes/s and the share of the epoch
-  the model waited for data (medians of the epochs after the first, from each run.json), and
-  their ratio.
+  with `--data-path native` and `--data-path device`, and the device path again with
+  `--step eager` (the others take `--step auto`: on a GPU each padded batch shape's training
+  step is a CUDA graph): sampled nodes/s and the share of the epoch the model waited for data
+  (medians of the epochs after the first, from each run.json), and their ratios.
 - ``path``: G6's device data path alone, no model (`GnnData` with G6's settings and
   `data_path="device"`): sampled nodes/s and milliseconds per batch per epoch, the busy
   seconds per stage, and for the first batches of an epoch, sampled and looked up on the
@@ -57,6 +58,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -105,13 +107,14 @@ def medians(epochs: list[dict], keys) -> dict:
     return {k: statistics.median(e[k] for e in later) for k in keys}
 
 
-def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
-    """`strata gnn train` with G6's settings on ``data_path``; its run.json summarised."""
+def cli_run(store: Path, args, data_path: str, run_dir: Path, step: str = "auto") -> dict:
+    """`strata gnn train` with G6's settings on ``data_path``, its training step ``step``; its
+    run.json summarised."""
     cmd = strata(
         "gnn", "train", store, "--model", "sage", "--fanouts", ",".join(map(str, FANOUTS)),
         "--batch-size", args.batch_size, "--epochs", args.epochs, "--memory", "2G", "--device", args.device,
         "--hidden", args.hidden,
-        "--data-path", data_path, "--run-dir", run_dir,
+        "--data-path", data_path, "--step", step, "--run-dir", run_dir,
     )  # fmt: skip
     took = timed(cmd, log=run_dir.with_name(run_dir.name + ".log"))
     rec = json.loads((run_dir / "run.json").read_text())
@@ -137,22 +140,24 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path) -> dict:
         "data_path": rec["data_path"],
         "data_path_note": rec["data_path_note"],
         "feature_reads": rec["feature_reads"],
+        "train_step": rec["train_step"],
         "test_accuracy": (rec.get("test") or {}).get("accuracy"),
         "plan": plan,
         "epochs": [
             {k: e.get(k) for k in (*keys, "pipeline_wait_share")}
             | {k: e["pipeline"].get(k) for k in ("tiers", "busy_seconds", "sampler_batches")}
+            | {"steps": e.get("step")}
             for e in history
         ],
         "command": " ".join(map(str, cmd[2:])),
     }
 
 
-def train_loop(batches, model, opt, device, torch, epochs: int, stats=None) -> dict:
-    """Trains ``epochs`` epochs over ``batches(epoch)`` (an iterable of ``(blocks, x, y, sampled
-    nodes)``); per epoch: seconds, sampled nodes, host wait seconds, loss; medians after the
-    first epoch."""
-    f = torch.nn.functional
+def train_loop(batches, step, device, torch, epochs: int, stats=None) -> dict:
+    """Trains ``epochs`` epochs over ``batches(epoch)`` (an iterable of ``(batch, sampled
+    nodes)``, each batch with ``blocks``, ``x`` and ``y``) by ``step`` (a
+    ``strata.gnn.step.TrainStep``); per epoch: seconds, sampled nodes, host wait seconds, loss,
+    and how the steps ran; medians after the first epoch."""
     out = []
     for epoch in range(epochs):
         t0, wait, sampled, loss_sum, n = time.perf_counter(), 0.0, 0, 0.0, 0
@@ -163,12 +168,10 @@ def train_loop(batches, model, opt, device, torch, epochs: int, stats=None) -> d
             wait += time.perf_counter() - t
             if b is None:
                 break
-            blocks, x, y, count = b
-            opt.zero_grad()
-            loss = f.cross_entropy(model(blocks, x.float()), y)
-            loss.backward()
-            opt.step()
-            loss_sum, n, sampled = loss_sum + loss.item(), n + 1, sampled + count
+            batch, count = b
+            loss, _ = step(batch)
+            # Summed on the device, read once an epoch: a read per batch would stall the host.
+            loss_sum, n, sampled = loss_sum + loss.double(), n + 1, sampled + count
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
@@ -178,7 +181,8 @@ def train_loop(batches, model, opt, device, torch, epochs: int, stats=None) -> d
             "sampled_nodes": sampled,
             "sampled_nodes_per_second": sampled / max(seconds, 1e-9),
             "wait_share": wait / max(seconds, 1e-9),
-            "loss": loss_sum / max(n, 1),
+            "loss": float(loss_sum) / max(n, 1),
+            "steps": step.take_counts(),
         }
         if stats is not None:
             rec["pipeline"] = stats()
@@ -210,6 +214,7 @@ def strata_run(store: Path, device, torch, args, *, device_memory, feature_memor
     serve the device path), within a host budget ``memory`` of that plus ``HOST_FIXED``."""
     from strata.gnn.loader import GnnData
     from strata.gnn.models import GNN
+    from strata.gnn.step import TrainStep
 
     options = {
         "fanouts": FANOUTS, "batch_size": args.batch_size, "device_memory": device_memory,
@@ -220,15 +225,18 @@ def strata_run(store: Path, device, torch, args, *, device_memory, feature_memor
     opened = time.perf_counter() - t
     torch.manual_seed(0)
     model = GNN("sage", data.dim, args.hidden, data.num_classes, layers=len(FANOUTS)).to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=0.003)
+    # As `strata gnn train --step auto` trains: CUDA graphs of padded batches on a GPU.
+    graphs = device.type == "cuda"
+    opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=graphs)
+    step = TrainStep(model, opt, device, "graphs" if graphs else "eager")
     train_nodes = data.nodes("train")
     loaders = {}
 
     def batches(epoch):
         loaders["last"] = data.loader(train_nodes, epoch=epoch)
-        return capped(((b.blocks, b.x, b.y, len(b.nodes)) for b in loaders["last"]), args.max_batches)
+        return capped(((b, len(b.nodes)) for b in loaders["last"]), args.max_batches)
 
-    res = train_loop(batches, model, opt, device, torch, args.epochs, lambda: loaders["last"].stats())
+    res = train_loop(batches, step, device, torch, args.epochs, lambda: loaders["last"].stats())
     budget = data.device_path.budget()
     res.update(
         data_path=data.data_path,
@@ -249,6 +257,7 @@ def pyg_run(store: Path, device, torch, args) -> dict:
     from torch_geometric.loader import NeighborLoader
 
     from strata.gnn.models import GNN, Block
+    from strata.gnn.step import TrainStep
     from strata.store import Store
 
     s = Store(store)
@@ -277,9 +286,11 @@ def pyg_run(store: Path, device, torch, args) -> dict:
             ei = b.edge_index.to(device, non_blocking=True)
             n, seeds = b.num_nodes, b.batch_size
             blocks = [Block(n, n, ei[0], ei[1]) for _ in FANOUTS[:-1]] + [Block(n, seeds, *_into(ei, seeds))]
-            yield blocks, b.x.to(device, non_blocking=True), b.y[:seeds].to(device, non_blocking=True), n
+            x, y = b.x.to(device, non_blocking=True), b.y[:seeds].to(device, non_blocking=True)
+            yield SimpleNamespace(blocks=blocks, x=x, y=y), n
 
-    res = train_loop(batches, model, opt, device, torch, args.epochs)
+    # PyG's users train eagerly; its blocks are not in hops, which padding needs.
+    res = train_loop(batches, TrainStep(model, opt, device, "eager"), device, torch, args.epochs)
     res.update(data_path="pyg", load_seconds=loaded, max_batches=args.max_batches)
     return res
 
@@ -308,8 +319,13 @@ def csc_and_index_bytes(store: Path) -> int:
 
 def figure_g6(store: Path, device, torch, args) -> dict:
     runs = {p: cli_run(store, args, p, args.work / f"run-g6-{p}") for p in ("native", "device")}
-    ratio = runs["device"]["sampled_nodes_per_second"] / max(runs["native"]["sampled_nodes_per_second"], 1e-9)
-    return {"runs": runs, "device_over_native_nodes_per_second": ratio}
+    runs["device_eager_step"] = cli_run(store, args, "device", args.work / "run-g6-device-eager", step="eager")
+    rate = {k: r["sampled_nodes_per_second"] for k, r in runs.items()}
+    return {
+        "runs": runs,
+        "device_over_native_nodes_per_second": rate["device"] / max(rate["native"], 1e-9),
+        "step_auto_over_eager_nodes_per_second": rate["device"] / max(rate["device_eager_step"], 1e-9),
+    }
 
 
 def figure_path(store: Path, device, torch, args) -> dict:

@@ -30,6 +30,7 @@ from strata import torchrun
 from strata.gnn import GnnData
 from strata.gnn.dist import Ranks
 from strata.gnn.models import GNN
+from strata.gnn.step import TrainStep
 from strata.gnn.train import train_epoch
 
 
@@ -68,7 +69,7 @@ def main() -> None:
     model = GNN("sage", data.dim, args.hidden, data.num_classes, 2, 0.5, 1)
     net = model if ranks is None else ranks.wrap(model)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    rec = train_epoch(net, opt, data, seeds, 0, torch.device("cpu"), ranks=ranks)
+    rec = train_epoch(TrainStep(net, opt, "cpu", "eager"), data, seeds, 0, torch.device("cpu"), ranks=ranks)
     rec |= {
         "setup_seconds": setup,
         "model_seconds": rec["seconds"] - rec["data_wait_seconds"],

@@ -48,6 +48,11 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
         assert 0.0 <= r["data_wait_fraction"] <= 1.0 and r["plan"][0].startswith(f"data path: {path}")
     assert 0.0 <= g6["device"]["pipeline_wait_share"] <= 1.0
     assert figures["g6"]["device_over_native_nodes_per_second"] > 0
+    # `--step auto` is eager on the CPU: both device runs train every batch as sampled.
+    for run in ("device", "device_eager_step"):
+        assert g6[run]["train_step"]["mode"] == "eager"
+        assert all(e["steps"]["eager"] > 0 == e["steps"]["replayed"] for e in g6[run]["epochs"])
+    assert figures["g6"]["step_auto_over_eager_nodes_per_second"] > 0
 
     alone = figures["path"]["runs"]["device path alone"]
     assert alone["sampled_nodes_per_second"] > 0 and alone["ms_per_batch"] > 0
@@ -67,6 +72,7 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
     big = figures["big"]["runs"]
     for r in big.values():
         assert r["data_path"] == "device" and r["sampled_nodes_per_second"] > 0 and 0.0 <= r["wait_share"] <= 1.0
+        assert all(e["steps"]["eager"] == e["batches"] for e in r["epochs"])
         assert r["epochs"][-1]["pipeline"]["sampler"] == "device"
         assert r["feature_reads"] == {"path": "engine", "note": "no GPU (the device is cpu)"}
     everything = big["device, all in memory"]["epochs"][-1]["pipeline"]["tiers"]

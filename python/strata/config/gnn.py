@@ -55,6 +55,13 @@ class _TrainFrontEnd:
         "(sampling and a feature cache managed from the device over device_memory and page-locked host memory; "
         "on cpu its CPU twin, the same code in order)",
     )
+    step: Literal["auto", "eager", "graphs"] = option(
+        "auto",
+        help="how each batch trains: auto (graphs on a CUDA device in one process with an untyped store, else "
+        "eager), eager (every op dispatched from the host, over the batch as sampled), or graphs (each batch "
+        "padded to one of a few shapes, and on a CUDA device each shape's step, forward, backward and Adam, "
+        "captured once as a CUDA graph and replayed; on cpu the padded step runs op by op)",
+    )
     torch_threads: int = option(0, help="threads torch may use (0: its default)")
     dist_timeout: int = option(
         600, help="seconds a rank waits for the others (rendezvous, each collective) under torchrun", min=1

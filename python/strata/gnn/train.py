@@ -25,6 +25,7 @@ from ..units import fmt_bytes, fmt_count
 from ._torch import require_torch
 from .dist import Ranks
 from .loader import GnnData, node_labels, process_bytes
+from .step import MAX_SHAPES, TrainStep
 
 ProgressFn = Callable[..., bool]
 #: Options every rank of a distributed run must share (they shape the model, the samples and
@@ -92,8 +93,7 @@ def evaluate(model, data: GnnData, split: str, device, ranks: Ranks | None = Non
 
 
 def train_epoch(
-    model,
-    opt,
+    step: TrainStep,
     data: GnnData,
     nodes,
     epoch: int,
@@ -102,12 +102,10 @@ def train_epoch(
     title: str = "train",
     ranks: Ranks | None = None,
 ) -> dict:
-    """One training epoch; returns its record (loss, accuracy, throughput, data wait, stats).
-    In a distributed run ``nodes`` are split across the ``ranks`` and the record is the
-    group's (see :func:`_group_record`)."""
-    torch = require_torch()
-    f = torch.nn.functional
-    model.train()
+    """One training epoch of ``step`` (its model and optimizer); returns its record (loss,
+    accuracy, throughput, data wait, stats). In a distributed run ``nodes`` are split across the
+    ``ranks`` and the record is the group's (see :func:`_group_record`)."""
+    step.net.train()
     if ranks is None:
         loader = data.loader(nodes, shuffle=True, device=str(device), epoch=epoch)
     else:
@@ -126,15 +124,11 @@ def train_epoch(
         wait += time.monotonic() - t
         if b is None:
             break
-        opt.zero_grad()
-        out = model(b.blocks, b.x.float())
-        loss = f.cross_entropy(out, b.y)
-        loss.backward()
-        opt.step()
+        loss, right = step(b)
         # Summed where the model runs and read once, after the epoch: a read per batch would
         # hold the host until each step is done before it launches the next.
-        loss_sum = loss_sum + loss.detach().double() * b.num_seeds
-        correct = correct + (out.argmax(1) == b.y).sum()
+        loss_sum = loss_sum + loss.double() * b.num_seeds
+        correct = correct + right
         seeds += b.num_seeds
         sampled += len(b.nodes)
         if progress:
@@ -169,6 +163,7 @@ def train_epoch(
         "data_wait_seconds": wait,
         "data_wait_fraction": wait / max(seconds, 1e-9),
         "pipeline": stats,
+        "step": step.take_counts(),
     }
 
 
@@ -334,7 +329,14 @@ def _train(
         torch.manual_seed(cfg.seed + ranks.rank)
         if not leader:
             progress = None
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    mode = step_mode(cfg, device, ranks, typed=open_data is not None)
+    # A captured step's update must be capturable: Adam's step counts on the device.
+    capturable = mode == "graphs" and device.type == "cuda"
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=capturable)
+    step = TrainStep(net, opt, device, mode)
+    if progress and mode == "graphs":
+        how = "each shape's step captured as a CUDA graph" if step.capture else "the padded step op by op (no CUDA)"
+        progress("message", f"training step: batches padded to at most {MAX_SHAPES} shapes, {how}")
     split = None
     if ranks is not None and cfg.dist_features == "split":
         ranks.start_rpc()
@@ -377,7 +379,7 @@ def _train(
     has_valid = data.has_split("valid")
     for e in range(len(history), cfg.epochs):
         title = f"train epoch {e + 1}/{cfg.epochs}"
-        rec = {"epoch": e + 1, **train_epoch(net, opt, data, train_nodes, e, device, progress, title, ranks)}
+        rec = {"epoch": e + 1, **train_epoch(step, data, train_nodes, e, device, progress, title, ranks)}
         if progress:
             progress("stage", "eval", 0, 0)
         if has_valid and cfg.eval_every and (e + 1) % cfg.eval_every == 0:
@@ -416,6 +418,7 @@ def _train(
         "data_path": getattr(data, "data_path", "native"),
         "data_path_note": getattr(data, "data_path_note", "typed stores are served by the native data path"),
         "feature_reads": getattr(data, "feature_reads", {"path": "engine", "note": "typed stores read their files"}),
+        "train_step": step.describe(),
         "restarts": torchrun.attempt(),
         "resumed_after_epoch": resumed or None,
         "plan": data.plan,
@@ -431,6 +434,23 @@ def _train(
     if leader:
         _write_atomic(run_dir / "run.json", json.dumps(record, indent=2, default=str))
     return record
+
+
+def step_mode(cfg: GnnTrainConfig, device, ranks: Ranks | None, typed: bool) -> str:
+    """The training step's mode (``TrainStep``) for ``cfg.step``: ``auto`` captures CUDA graphs on
+    a CUDA device in one process over an untyped store's batches, and trains eagerly otherwise;
+    ``graphs`` where it cannot work is refused by name."""
+    if cfg.step == "graphs":
+        if ranks is not None:
+            raise ConfigError("gnn.train.step: graphs trains in one process; under torchrun use auto or eager")
+        if typed:
+            raise ConfigError(
+                f"gnn.train.step: graphs pads untyped batches; {cfg.store} is a typed store; use auto or eager"
+            )
+        return "graphs"
+    if cfg.step == "auto" and device.type == "cuda" and ranks is None and not typed:
+        return "graphs"
+    return "eager"
 
 
 #: The checkpoint a run launched by torchrun leaves after each epoch, to resume from.
@@ -481,6 +501,9 @@ def describe_epoch(rec: dict, epochs: int) -> str:
         f"cache {100 * tiers.get('cache_rows', 0) / rows:.1f}%, "
         f"disk {100 * tiers.get('disk_rows', 0) / rows:.1f}% ({fmt_bytes(tiers.get('disk_bytes_read', 0))} read)"
     )
+    step = rec.get("step") or {}
+    if step.get("padded") or step.get("replayed"):
+        line += f"; steps: {step['replayed']} replayed, {step['padded']} padded, {step['eager']} as sampled"
     if rec.get("valid"):
         line += f"; valid acc {rec['valid']['accuracy']:.4f}"
     return line
