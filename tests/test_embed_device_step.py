@@ -78,8 +78,8 @@ def autograd_terms(ctx: step.Ctx, pos: torch.Tensor, neg: torch.Tensor) -> torch
 @pytest.mark.parametrize("device", gpu_devices("cpu"))
 def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row_wise):
     """On the CPU the kernel runs in Triton's interpreter over CPU tensors; on CUDA it is the
-    compiled kernel. The unused slots of the unique rows (key 0, zero gradient) leave row 0 as
-    the used slot of key 0 left it."""
+    compiled kernel. The unused slots of the unique rows (the smallest key again, zero
+    gradient) leave that row as its used slot left it."""
     with triton_kernels(monkeypatch, device):
         gen = torch.Generator().manual_seed(2)
         rows, width = 40, 7
@@ -96,6 +96,39 @@ def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row
         torch.testing.assert_close(got.state.cpu(), want.state, rtol=1e-6, atol=0)
         torch.testing.assert_close(got.params.cpu(), want.params, rtol=1e-6, atol=1e-7)
         assert not torch.equal(want.params, params)
+
+
+@pytest.mark.parametrize("kernel", [False, True], ids=["twin", "kernel"])
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+def test_a_step_over_the_touched_rows_equals_the_sorted_one_and_writes_no_other_row(monkeypatch, device, kernel):
+    """Out of core a small buffer steps every row the chunk touched (a copy may be filling an
+    untouched slot meanwhile): the same rows and values as the sorted unique rows' step, and no
+    slot, valid or not, names an untouched row, so neither the kernel nor its twin writes one."""
+    with triton_kernels(monkeypatch, device):
+        gen = torch.Generator().manual_seed(5)
+        rows, width = 48, 6
+        params, state = torch.randn(rows, width, generator=gen), torch.rand(rows, width, generator=gen)
+        keys = torch.randint(10, 30, (20,), generator=gen)
+        grads = torch.randn(20, width, generator=gen)
+        used = set(keys.tolist())
+        results = {}
+        for mode in ("touched", "unique"):
+            table = step.Table(params.clone().to(device), state.clone().to(device))
+            gathered = step.Gathered(table, keys.to(device), mode)
+            assert set(gathered.keys.cpu().tolist()) == used, mode
+            if kernel:
+                grad = torch.zeros(len(gathered.keys), width, device=device)
+                grad.index_add_(0, gathered.inverse, grads.to(device))
+                adagrad.kernel_step(table, gathered.keys, gathered.valid, grad, lr=0.1)
+            else:
+                gathered.step(grads.to(device), lr=0.1)
+            results[mode] = table
+        touched = step.Gathered(step.Table(params, state), keys, "touched")
+        assert touched.valid.tolist() == [r in used for r in range(rows)]
+        got, want = results["touched"], results["unique"]
+        torch.testing.assert_close(got.params.cpu(), want.params.cpu(), rtol=0, atol=0)
+        torch.testing.assert_close(got.state.cpu(), want.state.cpu(), rtol=0, atol=0)
+        assert torch.equal(got.params.cpu()[~touched.valid], params[~touched.valid])
 
 
 @pytest.mark.parametrize("dim", [2, 100, 600])

@@ -9,7 +9,8 @@ the tests check that both agree (``tests/test_embed_device.py``).
 
 Shapes: ``params`` ``rows x width``, ``state`` ``rows x width`` or ``rows x 1``; ``keys`` ``n``
 int64 rows, unique where ``valid`` (``n`` bools) is set; ``grad`` ``n x width``, zero where
-``valid`` is not (the unused slots of :func:`step.unique_static`, which all read row 0).
+``valid`` is not (the unused slots of :func:`step.unique_static`, and the untouched rows of a
+step over every touched row, which all repeat a used row's key).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def step(table, keys: torch.Tensor, valid: torch.Tensor, grad: torch.Tensor, lr:
 
 def torch_step(table, keys: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
     """The step as torch ops: the state gathered, the steps added back (``index_add_``). The
-    unused slots' gradients are zero, so they add exact zeros to row 0 and need no mask; every
-    used row gets one addend, so the sums are exactly the Rust engine's."""
+    unused slots' gradients are zero, so they add exact zeros to the used row whose key they
+    repeat and need no mask; every used row gets one addend, so the sums are exactly the Rust
+    engine's."""
     row_wise = table.state.shape[1] == 1
     sq = mean_squares(grad) if row_wise else grad * grad
     acc = table.state.index_select(0, keys) + sq

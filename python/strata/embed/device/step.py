@@ -41,12 +41,12 @@ BILINEAR = ("dot", "distmult", "complex")
 #: Streams a chunk draws from: ``derive(key, k)`` for its sides ``k = 0, 1`` and, with
 #: ``corrupt = bernoulli``, for the choice of sides (``k = 2``).
 STREAMS = 3
-#: A table of at most this many rows per use in a chunk takes its Adagrad step on every row
+#: A table of at most this many rows per use in a chunk takes its Adagrad step over every row
 #: (untouched rows add exact zeros): a pass over a few times the rows costs a GPU less than
-#: the ten kernels of the sort that finds the used ones (:func:`unique_static`). Only a table
-#: no copy writes while the step runs: the relations, and the nodes of one partition (out of
-#: core, the next partition is copied into a free slot of the buffer meanwhile, and a step
-#: over every row would write the slot's stale rows back).
+#: the ten kernels of the sort that finds the used ones (:func:`unique_static`). A table no copy
+#: writes while the step runs (the relations, the nodes of one partition) steps every row; out
+#: of core, where the next partition is copied into a free slot of the buffer meanwhile, the
+#: step skips the rows the chunk did not touch, so that it never writes that slot.
 EVERY_ROW_PER_USE = 4
 
 
@@ -524,25 +524,35 @@ class Gathered:
     (row 0, no use, no gradient). Nothing depends on the count on the host, so a chunk runs
     without a host synchronisation and can be captured in a CUDA graph.
 
-    With ``every_row`` (a table of few rows for the chunk's uses: the relations, as a rule,
-    and a small graph's nodes) every row takes the step and no sort is needed: an untouched
-    row's gradient is zero, so its step adds exact zeros to its state and its params."""
+    A table of few rows for the chunk's uses (the relations, as a rule, and a small graph's
+    nodes) needs no sort: its step runs over every row (``every``), an untouched row's gradient
+    being zero, so that its step adds exact zeros to its state and its params; or, where a copy
+    may write the table's untouched rows meanwhile (``touched``), over the rows the chunk
+    touched, the others masked off and, for the torch twin, which steps every slot it is
+    given, pointed at the first key's row."""
 
     @classmethod
     def of(cls, table: Table, keys: torch.Tensor, alone: bool = True) -> Gathered:
-        """The rows ``keys`` of ``table``, every row stepped where the table has at most
-        ``EVERY_ROW_PER_USE`` rows per key and is ``alone`` (no copy writes it meanwhile)."""
-        few = len(table.params) <= EVERY_ROW_PER_USE * len(keys)
-        return cls(table, keys, every_row=alone and few)
+        """The rows ``keys`` of ``table``: every row stepped where the table has at most
+        ``EVERY_ROW_PER_USE`` rows per key and is ``alone`` (no copy writes it meanwhile), every
+        touched row where it has so few rows but is not alone, else the sorted unique rows."""
+        if len(table.params) > EVERY_ROW_PER_USE * len(keys):
+            return cls(table, keys, "unique")
+        return cls(table, keys, "every" if alone else "touched")
 
-    def __init__(self, table: Table, keys: torch.Tensor, every_row: bool = False):
+    def __init__(self, table: Table, keys: torch.Tensor, rows: str = "unique"):
         self.table = table
-        if every_row:
-            rows = table.params.shape[0]
-            self.keys, self.inverse = torch.arange(rows, device=keys.device), keys
-            self.valid = torch.ones(rows, dtype=torch.bool, device=keys.device)
-        else:
+        if rows == "unique":
             self.keys, self.inverse, self.valid = unique_static(keys)
+        else:
+            n, device = table.params.shape[0], keys.device
+            every = torch.arange(n, device=device)
+            if rows == "every":
+                self.keys, self.valid = every, torch.ones(n, dtype=torch.bool, device=device)
+            else:
+                self.valid = torch.zeros(n, dtype=torch.bool, device=device).index_fill_(0, keys, True)
+                self.keys = torch.where(self.valid, every, keys[0])
+            self.inverse = keys
         self.rows = table.params.index_select(0, keys)
 
     def take(self, start: int, count: int) -> torch.Tensor:
@@ -558,8 +568,9 @@ class Gathered:
 
 def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(slots, inverse, valid)`` of int64 ``keys`` (``n``), each ``n`` long: ``slots[:count]``
-    the distinct keys ascending and ``slots[count:]`` zero, ``inverse`` each key's slot, and
-    ``valid`` the mask of the first ``count`` slots, where ``count`` stays on the device."""
+    the distinct keys ascending and ``slots[count:]`` the smallest again (a row the chunk uses,
+    which no copy writes meanwhile), ``inverse`` each key's slot, and ``valid`` the mask of the
+    first ``count`` slots, where ``count`` stays on the device."""
     n = keys.numel()
     if n == 0:
         return keys, keys, keys.new_zeros(0, dtype=torch.bool)
@@ -568,7 +579,7 @@ def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     first[1:] = ordered[1:] != ordered[:-1]
     slot = torch.cumsum(first, 0) - 1
     inverse = torch.empty_like(slot).scatter_(0, order, slot)
-    slots = torch.zeros_like(keys).scatter_(0, slot, ordered)
+    slots = ordered[:1].expand(n).clone().scatter_(0, slot, ordered)
     valid = torch.arange(n, device=keys.device) <= slot[-1]
     return slots, inverse, valid
 
