@@ -43,18 +43,21 @@ def strata(*args) -> list[str]:
     return [sys.executable, "-m", "strata", *map(str, args)]
 
 
-def timed(cmd: list[str], limit: str | None = None, env: dict | None = None, log: Path | None = None) -> dict:
+def timed(
+    cmd: list[str], limit: str | None = None, env: dict | None = None, log: Path | None = None, cwd: Path | None = None
+) -> dict:
     """Runs ``cmd`` (under ``memlimit LIMIT`` when given, in ``env`` or this process's
-    environment); returns seconds, the CPU seconds (user + system) of the command and its
-    children, peak bytes, stdout. With ``log`` the command's stderr goes to that file as it is
-    written (a run cut off by a time limit leaves its progress there) and is read back after."""
+    environment, in ``cwd`` or this process's folder); returns seconds, the CPU seconds (user +
+    system) of the command and its children, peak bytes, stdout. With ``log`` the command's
+    stderr goes to that file as it is written (a run cut off by a time limit leaves its progress
+    there) and is read back after."""
     full = ([str(MEMLIMIT), limit] if limit else []) + cmd
     t, used = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     if log is None:
-        proc = subprocess.run(full, capture_output=True, text=True, env=env)
+        proc = subprocess.run(full, capture_output=True, text=True, env=env, cwd=cwd)
     else:
         with open(log, "w") as err:
-            proc = subprocess.run(full, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+            proc = subprocess.run(full, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=cwd)
         proc.stderr = Path(log).read_text()
     seconds = time.monotonic() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

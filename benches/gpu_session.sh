@@ -8,7 +8,8 @@
 # Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
 # with), tests (the device-parity tests with CUDA present), tests-alone (the same in one process,
 # kernels launched synchronously: for a test that crashes), embed-step (kernels and seconds of one
-# chunk of the embedding step), embed-fb15k, gnn-path (the GNN device
+# chunk of the embedding step), embed-fb15k, embed-pbg (PyTorch-BigGraph's GPU trainer beside
+# Strata's at B1's settings), gnn-path (the GNN device
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big, recipes (the
 # ComplEx recipes on FB15k-237 and WN18RR on the GPU), recipes-tf32 (WN18RR's 1vsAll and KvsAll
@@ -26,6 +27,8 @@ mkdir -p "$OUT" "$WORK"
 export OUT WORK
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python:$PWD/benches${PYTHONPATH:+:$PYTHONPATH}
 if [ -f .devcarry/_native.abi3.so ]; then cp .devcarry/_native.abi3.so python/strata/; fi
+# PyG's sampler backend (torch-sparse, torch-scatter; benches/gpu_pyg_ext.sh), when carried.
+if [ -d .devcarry/pyg ]; then export PYTHONPATH=$PYTHONPATH:$PWD/.devcarry/pyg; fi
 # Each dataset that the machine lacks (a warm machine keeps those of an earlier call).
 for d in .devcarry/datasets/*; do
     if [ -d "$d" ] && [ ! -d "../shared/datasets/${d##*/}" ]; then
@@ -37,7 +40,7 @@ done
 # embed-rmat-resident 140; embed-rmat-ooc did not finish in 300. On an H200 (2026-11-26): tests 31,
 # embed-step 10, embed-fb15k 72, gnn-g6 75 (its PyG part skipped); later: tests 29, embed-step 7,
 # gnn-path 12, recipes 189 (both ComplEx recipes to their ends, 107 s of training each at most).
-declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
+declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=200 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540)
 
 step_env() {
@@ -68,6 +71,14 @@ step_embed-step() {
 }
 step_embed-fb15k() {
     python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"
+}
+# PyTorch-BigGraph's GPU trainer against `--device cuda` at B1's settings (PBG's source and the
+# pkg_resources it imports carried in .devcarry/pbg and .devcarry/pbg-deps; its C++ helpers are
+# built there first, about a minute on the first call).
+step_embed-pbg() {
+    rm -rf "$WORK/pbg-src" && cp -r .devcarry/pbg "$WORK/pbg-src" &&
+        python3 benches/bench_embed_pbg.py --pbg "$WORK/pbg-src" --pbg-path "$PWD/.devcarry/pbg-deps" --device cuda \
+            --work "$WORK/pbg" --out "$OUT/embed-pbg.json"
 }
 step_gnn-path() {
     python3 benches/bench_gnn_device.py --only path --max-batches 60 --work "$WORK/gnn" --out "$OUT/gnn-path.json" &&
