@@ -26,7 +26,10 @@ WORK=${WORK:-/tmp/strata-gpu}
 mkdir -p "$OUT" "$WORK"
 export OUT WORK
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python:$PWD/benches${PYTHONPATH:+:$PYTHONPATH}
-if [ -f .devcarry/_native.abi3.so ]; then cp .devcarry/_native.abi3.so python/strata/; fi
+# Renamed into place: a process that has the old file mapped keeps it (a copy over it would not).
+if [ -f .devcarry/_native.abi3.so ] && ! cmp -s .devcarry/_native.abi3.so python/strata/_native.abi3.so; then
+    cp .devcarry/_native.abi3.so python/strata/.native.tmp && mv -f python/strata/.native.tmp python/strata/_native.abi3.so
+fi
 # PyG's sampler backend (torch-sparse, torch-scatter; benches/gpu_pyg_ext.sh), when carried.
 if [ -d .devcarry/pyg ]; then export PYTHONPATH=$PYTHONPATH:$PWD/.devcarry/pyg; fi
 # Each dataset that the machine lacks (a warm machine keeps those of an earlier call).
