@@ -117,20 +117,28 @@ def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 
 def counted(piece, n: int, fused: bool) -> tuple[int, int, int]:
     """``(kernels, ops, waits)`` of a piece of ``n`` chunks; with ``fused`` each call of a
     step's Triton kernels (``kernels.fused``: each table's Adagrad step, each draw of
-    negatives, each ComplEx product, each softmax loss) counts as the one kernel it is on
-    ``cuda``, where the CPU twin runs its torch ops."""
+    negatives, each bilinear model's rows and each ComplEx product, each softmax loss) counts as
+    the one kernel it is on ``cuda``, where the CPU twin runs its torch ops."""
     from torch.utils._python_dispatch import _disable_current_modes
 
     from strata.device import kernels
     from strata.device.waits import HostWaits
 
     real = kernels.fused
+    depth = [0]
 
     def one_kernel(name, device, kernel, twin):
-        with _disable_current_modes():
-            out = real(name, device, kernel, twin)
-        waits.kernels += 1
-        waits.ops += 1
+        # A twin that calls another fused kernel's (bilinear rows call ComplEx's products) is
+        # still the one kernel of the outer call on ``cuda``.
+        depth[0] += 1
+        try:
+            with _disable_current_modes():
+                out = real(name, device, kernel, twin)
+        finally:
+            depth[0] -= 1
+        if depth[0] == 0:
+            waits.kernels += 1
+            waits.ops += 1
         return out
 
     with HostWaits() as waits:

@@ -16,7 +16,7 @@ from conftest import gpu_devices, triton_kernels
 
 torch = pytest.importorskip("torch")
 
-from strata.embed.device import adagrad, complex_rows, softmax_loss, step, vs_all  # noqa: E402
+from strata.embed.device import adagrad, bilinear_rows, complex_rows, softmax_loss, step, vs_all  # noqa: E402
 from strata.embed.device.backend import SlotBuffer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
@@ -131,6 +131,32 @@ def test_a_step_over_the_touched_rows_equals_the_sorted_one_and_writes_no_other_
         assert torch.equal(got.params.cpu()[~touched.valid], params[~touched.valid])
 
 
+@pytest.mark.parametrize(
+    ("model", "dim"), [("dot", 8), ("distmult", 100), ("complex", 2), ("complex", 100), ("complex", 600)]
+)
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+def test_the_bilinear_row_kernels_equal_their_torch_twins(monkeypatch, device, model, dim):
+    """The query rows with their positive scores, and the rows' gradients (``ds``, ``dt``,
+    ``dr`` from ``da0 + dpos t``), one launch each, for every bilinear model, rows of one
+    complex number to wider than a block's, over a count of rows no block divides."""
+    with triton_kernels(monkeypatch, device):
+        gen = torch.Generator().manual_seed(dim)
+        s, t, da0 = (torch.randn(2, 37, dim, generator=gen) for _ in range(3))
+        r = torch.randn(2, 37, 0 if model == "dot" else dim, generator=gen)
+        dpos = torch.randn(2, 37, generator=gen)
+        on = [x.to(device) for x in (s, r, t)]
+        a, pos = bilinear_rows.kernel_query_pos(model, *on)
+        want_a, want_pos = bilinear_rows.twin_query_pos(model, s, r, t)
+        torch.testing.assert_close(a.cpu(), want_a, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(pos.cpu(), want_pos, rtol=1e-5, atol=1e-5)
+        got = bilinear_rows.kernel_row_grads(model, da0.to(device), dpos.to(device), *on[:2], on[2], a)
+        want = bilinear_rows.twin_row_grads(model, da0, dpos, s, r, t, want_a)
+        for name, g, w in zip(("ds", "dt", "dr"), got, want, strict=True):
+            torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-5, msg=lambda m, n=name: f"{model} {n}: {m}")
+        with pytest.raises(ValueError, match="bilinear rows of complex: shapes"):
+            bilinear_rows.kernel_query_pos("complex", on[0][..., :1], on[0][..., :1], on[0][..., :1])
+
+
 @pytest.mark.parametrize("dim", [2, 100, 600])
 @pytest.mark.parametrize("device", gpu_devices("cpu"))
 def test_the_complex_product_kernel_equals_its_torch_twin(monkeypatch, device, dim):
@@ -241,14 +267,16 @@ def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     assert b1["waits"] == ooc["waits"] == 0
     # 281 kernels before the step was batched and the slots made one buffer (319 out of core).
     assert b1["kernels"] <= 125, b1
-    # Out of core: the resident pool's few, and the sort one partition's every-row step spares.
-    assert ooc["kernels"] <= b1["kernels"] + 6 + 10, (b1, ooc)
+    # Out of core: the resident pool's few, and the touched-row mask where one partition's
+    # table steps every row.
+    assert ooc["kernels"] <= b1["kernels"] + 6 + 2, (b1, ooc)
     # Each table's Adagrad step, the chunk's keys (its sources, targets, negatives and relation
-    # rows), each ComplEx product and the softmax loss is one kernel on cuda instead of the
-    # twin's torch ops (70 before the last two, 36 before the keys); one partition's node table
-    # steps every row, without the sort. Out of core the sort stays: a copy may be filling a
-    # free slot of the buffer.
-    assert b1["fused_kernels"] <= 26 and ooc["fused_kernels"] <= 36, (b1, ooc)
+    # rows), the bilinear rows each way (the query rows with their scores; the rows'
+    # gradients) and the softmax loss is one kernel on cuda instead of the twin's torch ops (70
+    # before the last three, 36 before the keys, 23 before the bilinear rows); one partition's
+    # node table steps every row, without the sort, and out of core every row the chunk
+    # touched (a copy may be filling a free slot of the buffer, 10 more kernels with the sort).
+    assert b1["fused_kernels"] <= 19 and ooc["fused_kernels"] <= 21, (b1, ooc)
     # Where a chunk's time goes, by torch's profiler (on the host here): its score products first.
     names = [row["name"] for row in b1["profile"]]
     assert "aten::bmm" in names and all(row["calls"] > 0 and row["host_us"] >= 0 for row in b1["profile"]), names

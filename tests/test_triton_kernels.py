@@ -16,7 +16,7 @@ from conftest import needs
 torch = pytest.importorskip("torch")
 
 from strata.device import kernels, rng  # noqa: E402
-from strata.embed.device import adagrad, chunk_keys, complex_rows, softmax_loss  # noqa: E402
+from strata.embed.device import adagrad, bilinear_rows, chunk_keys, complex_rows, softmax_loss  # noqa: E402
 from strata.gnn.device import floyd, uva  # noqa: E402
 
 #: Each kernel's builder, its parameters' types (as Triton's signatures spell them) and
@@ -39,6 +39,23 @@ KERNELS = {
              b="i32"),
         dict(HAS_W=True, BLOCK_R=4, BLOCK_N=1024),
     ),
+    **{
+        f"bilinear_query {model}": (
+            bilinear_rows._query_kernel,
+            dict(s="*fp32", r="*fp32", t="*fp32", a="*fp32", pos="*fp32", rows="i32", cols="i32"),
+            dict(MODEL=bilinear_rows.MODELS[model], BLOCK_R=32, BLOCK_D=64),
+        )
+        for model in ("distmult", "complex")
+    },
+    **{
+        f"bilinear_grads {model}": (
+            bilinear_rows._grads_kernel,
+            dict(da0="*fp32", dpos="*fp32", s="*fp32", r="*fp32", t="*fp32", a="*fp32", ds="*fp32", dt="*fp32",
+                 dr="*fp32", rows="i32", cols="i32"),
+            dict(MODEL=bilinear_rows.MODELS[model], BLOCK_R=32, BLOCK_D=64),
+        )
+        for model in ("dot", "complex")
+    },
     "chunk_keys": (
         chunk_keys._kernel,
         dict(edges="*i64", layout="*i64", streams="*i64", out="*i64", b="i32", n="i32", offset="i32", total="i32",
@@ -133,7 +150,7 @@ def test_a_switch_of_the_interpreter_setting_rebuilds_every_kernel_with_its_help
         for name, (build, _, _) in KERNELS.items():
             assert isinstance(build(), triton.runtime.JITFunction), name
         compiled = (rng._mix64, rng._below_draw, floyd._below_draw, chunk_keys._below_draw, softmax_loss._larger,
-                    softmax_loss._plus)  # fmt: skip
+                    softmax_loss._plus, bilinear_rows._plus)  # fmt: skip
         assert all(isinstance(helper, triton.runtime.JITFunction) for helper in compiled)
     finally:
         kernels.clear_builders()

@@ -2,11 +2,12 @@
 
 A ComplEx row of ``dim`` reals holds ``dim / 2`` complex numbers, real parts first, imaginary
 parts second. The step multiplies such rows element by element: the query rows ``a = s r``
-(``step.combine``), and in the backward pass ``ds = da conj(r)`` and ``dr = da conj(s)``
-(``step.combine_grads``). As torch ops each product is seven kernels (four products, a sum,
-a difference and the concatenation of the halves); at B1's sizes a chunk's step is bound by the
-count of its kernels, not by their work (docs/benchmarks.md), so on ``cuda`` one Triton kernel
-does each. Elsewhere the same arithmetic runs as torch ops (the CPU twin), and under
+(``bilinear_rows.combine``), and in the backward pass ``ds = da conj(r)`` and ``dr = da
+conj(s)`` (``bilinear_rows.combine_grads``; a chunk's step fuses both into
+:mod:`.bilinear_rows`' kernels, these serve the rest). As torch ops each product is seven
+kernels (four products, a sum, a difference and the concatenation of the halves); at B1's sizes
+a chunk's step is bound by the count of its kernels, not by their work (docs/benchmarks.md), so
+on ``cuda`` one Triton kernel does each. Elsewhere the same arithmetic runs as torch ops (the CPU twin), and under
 ``TRITON_INTERPRET=1`` the kernel runs on CPU tensors, so the tests check that both agree.
 
 Shapes: every operand ``... x dim`` (``dim`` even), all of one shape; the results have it too.
@@ -32,7 +33,7 @@ def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def conj_products(x: torch.Tensor, ys: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``x conj(y)`` for each ``y`` of ``ys`` (``step.combine_grads`` of ComplEx: ``ys = [r,
+    """``x conj(y)`` for each ``y`` of ``ys`` (``bilinear_rows.combine_grads`` of ComplEx: ``ys = [r,
     s]``), in one kernel on ``cuda`` (torch ops for operands that broadcast)."""
 
     def twin_both() -> list[torch.Tensor]:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.device import kernels, rng
-from strata.embed.device import adagrad, complex_rows, softmax_loss
+from strata.embed.device import adagrad, bilinear_rows, complex_rows, softmax_loss
 from strata.embed.device import chunk_keys as fused_keys
 
 #: Added under square roots of distances, as the Rust models do.
@@ -293,28 +293,12 @@ def oriented(ctx: Ctx, rows: torch.Tensor, sides: list[int]) -> torch.Tensor:
 
 def combine(model: str, s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """The query rows ``a = phi(s, r)`` (``... x dim``)."""
-    if model == "dot":
-        return s
-    if model == "distmult":
-        return s * r
+    if model in BILINEAR:
+        return bilinear_rows.combine(model, s, r)
     if model == "transe":
         return s + r
-    if model == "complex":
-        return complex_rows.product(s, r)
     # RotatE: r holds phases.
     return complex_rows.twin(s, torch.cat([torch.cos(r), torch.sin(r)], -1))
-
-
-def combine_grads(model: str, s: torch.Tensor, r: torch.Tensor, da: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The gradients of ``s`` and ``r`` of a bilinear model's (``BILINEAR``) ``a = phi(s, r)``
-    given ``da``: ``phi`` is linear in each (ComplEx: ``a = s r`` in complex numbers, so ``ds =
-    da conj(r)`` and ``dr = da conj(s)``)."""
-    if model == "dot":
-        return da, r
-    if model == "distmult":
-        return da * r, da * s
-    ds, dr = complex_rows.conj_products(da, [r, s])
-    return ds, dr
 
 
 def pair_scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -377,10 +361,10 @@ def score_grads(
     (``S x b x dim``), negatives ``neg`` (``S x n x dim``) and relation rows ``r`` (``S x b x
     rel_dim``) as scored, and its gradients of each."""
     if ctx.model in BILINEAR:
-        a = combine(ctx.model, s, r)
-        loss, dpos, dneg = loss_grads(ctx, (a * t).sum(-1), a @ neg.mT, weights)
-        ds, dr = combine_grads(ctx.model, s, r, torch.baddbmm(dpos[..., None] * t, dneg, neg))
-        return loss, ds, dpos[..., None] * a, dneg.mT @ a, dr
+        a, pos = bilinear_rows.query_pos(ctx.model, s, r, t)
+        loss, dpos, dneg = loss_grads(ctx, pos, a @ neg.mT, weights)
+        ds, dt, dr = bilinear_rows.row_grads(ctx.model, dneg @ neg, dpos, s, r, t, a)
+        return loss, ds, dt, dneg.mT @ a, dr
     leaves = [x.detach().requires_grad_() for x in (s, t, neg, r)]
     with torch.enable_grad():
         pos, neg_scores = pair_scores(ctx, combine(ctx.model, leaves[0], leaves[3]), leaves[1], leaves[2])

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from strata.embed.device import adagrad, step
+from strata.embed.device import adagrad, bilinear_rows, step
 
 
 @dataclass
@@ -142,7 +142,7 @@ def train_side(
     (s, _, c, r), masks = step.dropout(ctx, (src[None], one[:0][None], cands[None], rel[None]), stream, first_draw=0)
     a = step.combine(ctx.model, s[0], r[0])
     loss, g = label_loss(ctx, a @ c[0].T, q)
-    d_src, d_rel = step.combine_grads(ctx.model, s[0], r[0], g @ c[0])
+    d_src, d_rel = bilinear_rows.combine_grads(ctx.model, s[0], r[0], g @ c[0])
     d_cands = g.T @ a
     d_src, _, d_cands, d_rel = (
         x if m is None else x * m[0] for x, m in zip((d_src, None, d_cands, d_rel), masks, strict=True)
