@@ -214,7 +214,7 @@ def strata_run(store: Path, device, torch, args, *, device_memory, feature_memor
     serve the device path), within a host budget ``memory`` of that plus ``HOST_FIXED``."""
     from strata.gnn.loader import GnnData
     from strata.gnn.models import GNN
-    from strata.gnn.step import TrainStep
+    from strata.gnn.step import TrainStep, adam
 
     options = {
         "fanouts": FANOUTS, "batch_size": args.batch_size, "device_memory": device_memory,
@@ -226,9 +226,8 @@ def strata_run(store: Path, device, torch, args, *, device_memory, feature_memor
     torch.manual_seed(0)
     model = GNN("sage", data.dim, args.hidden, data.num_classes, layers=len(FANOUTS)).to(device)
     # As `strata gnn train --step auto` trains: CUDA graphs of padded batches on a GPU.
-    graphs = device.type == "cuda"
-    opt = torch.optim.Adam(model.parameters(), lr=0.003, capturable=graphs)
-    step = TrainStep(model, opt, device, "graphs" if graphs else "eager")
+    mode = "graphs" if device.type == "cuda" else "eager"
+    step = TrainStep(model, adam(model.parameters(), device, mode, lr=0.003), device, mode)
     train_nodes = data.nodes("train")
     loaders = {}
 

@@ -45,6 +45,18 @@ MAX_SHAPES = 4
 MODES = ("eager", "graphs")
 
 
+def captures(device, mode: str) -> bool:
+    """Whether a :class:`TrainStep` of ``mode`` on ``device`` captures CUDA graphs."""
+    return mode == "graphs" and torch.device(device).type == "cuda"
+
+
+def adam(params, device, mode: str, **options):
+    """``torch.optim.Adam`` (``lr``, ``weight_decay``... in ``options``) for a
+    :class:`TrainStep` of ``mode`` on ``device``: capturable (its step counts on the device)
+    where the step is captured."""
+    return torch.optim.Adam(params, capturable=captures(device, mode), **options)
+
+
 def round_up(n: int) -> int:
     """``n`` rounded up to one of eight sizes per octave (at most 12.5% more), at least 8."""
     step = 1 << max(0, n.bit_length() - 4)
@@ -154,13 +166,13 @@ def padded_loss(net, padded: Padded):
 class TrainStep:
     """Trains node batches (``Batch``: ``blocks``, ``x``, ``y``) of ``net`` with ``opt``, in
     ``mode`` ``eager`` or ``graphs`` (module doc). On CUDA, ``graphs`` needs an optimizer
-    whose update can be captured (Adam's ``capturable=True``)."""
+    whose update can be captured (:func:`adam`)."""
 
     def __init__(self, net, opt, device, mode: str):
         if mode not in MODES:
             raise ValueError(f"training step: mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.net, self.opt, self.mode, self.device = net, opt, mode, torch.device(device)
-        self.capture = mode == "graphs" and self.device.type == "cuda"
+        self.capture = captures(self.device, mode)
         self.shapes: list[Padded] = []
         #: Batches trained as sampled (``eager``), padded op by op (``padded``: the twin, and
         #: each shape's warm-up), as a replayed graph (``replayed``); graphs ``captured``.

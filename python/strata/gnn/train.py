@@ -25,7 +25,7 @@ from ..units import fmt_bytes, fmt_count
 from ._torch import require_torch
 from .dist import Ranks
 from .loader import GnnData, node_labels, process_bytes
-from .step import MAX_SHAPES, TrainStep
+from .step import MAX_SHAPES, TrainStep, adam
 
 ProgressFn = Callable[..., bool]
 #: Options every rank of a distributed run must share (they shape the model, the samples and
@@ -330,9 +330,7 @@ def _train(
         if not leader:
             progress = None
     mode = step_mode(cfg, device, ranks, typed=open_data is not None)
-    # A captured step's update must be capturable: Adam's step counts on the device.
-    capturable = mode == "graphs" and device.type == "cuda"
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, capturable=capturable)
+    opt = adam(model.parameters(), device, mode, lr=cfg.lr, weight_decay=cfg.weight_decay)
     step = TrainStep(net, opt, device, mode)
     if progress and mode == "graphs":
         how = "each shape's step captured as a CUDA graph" if step.capture else "the padded step op by op (no CUDA)"

@@ -505,7 +505,7 @@ class Gathered:
 
     The set is found by sorting the keys, with a fixed-size result: one slot per use, the first
     ``count`` of them the unique keys in ascending order (``torch.unique``'s), the rest unused
-    (row 0, no use, no gradient). Nothing depends on the count on the host, so a chunk runs
+    (the smallest key again, no gradient). Nothing depends on the count on the host, so a chunk runs
     without a host synchronisation and can be captured in a CUDA graph.
 
     A table of few rows for the chunk's uses (the relations, as a rule, and a small graph's
