@@ -13,8 +13,9 @@
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big, recipes (the
 # ComplEx recipes on FB15k-237 and WN18RR on the GPU), recipes-tf32 (WN18RR's 1vsAll and KvsAll
-# recipes with TF32 training products). Each step runs under its own time
-# limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not stop the next.
+# recipes with TF32 training products), recipes-n3 (the ComplEx-N3 recipes). Each step runs
+# under its own time limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not
+# stop the next.
 #
 # The extension (abi3) and the datasets come from the development machine in .devcarry/
 # (`_native.abi3.so`, `datasets/fb15k-237`, `datasets/wn18rr`; `bash benches/gpu_prepare.sh`
@@ -46,7 +47,8 @@ done
 # gnn-g6 now trains the device path twice (--step auto and eager) and PyG's run when its
 # backend is carried: its limit allows for both.
 declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
-    [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540)
+    [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540
+    [recipes-n3]=560)
 
 step_env() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -115,6 +117,15 @@ step_recipes() {
     python3 benches/bench_recipes.py --device cuda --only "${RECIPES:-complex-fb15k237,complex-wn18rr}" \
         --max-seconds "${RECIPE_SECONDS:-180}" --out "$WORK/recipes" --no-doc &&
         cp "$WORK/recipes/recipes.json" "$OUT/recipes.json"
+}
+# Lacroix et al.'s ComplEx-N3 recipes (1vsAll at 2000 and 1000 reals: the recipe table's highest
+# published figures), each for RECIPE_SECONDS (default 240), with MATMUL's training products
+# (float32 unless MATMUL=tf32).
+step_recipes-n3() {
+    python3 benches/bench_recipes.py --device cuda --device-matmul "${MATMUL:-float32}" \
+        --only complex-n3-fb15k237,complex-n3-wn18rr --max-seconds "${RECIPE_SECONDS:-240}" \
+        --out "$WORK/recipes-n3" --no-doc &&
+        cp "$WORK/recipes-n3/recipes.json" "$OUT/recipes-n3.json"
 }
 # The same for the WN18RR recipes whose products are largest (b x 40,943 x dim a side), with
 # device_matmul = tf32: seconds an epoch and MRR against the float32 run of the step above.
