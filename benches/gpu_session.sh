@@ -109,30 +109,29 @@ step_gnn-big-prepare() {
 step_gnn-big() {
     python3 benches/bench_gnn_device.py --only big,big-pyg --work "$WORK/gnn" --out "$OUT/gnn-big.json"
 }
+# bench_recipes.py on the GPU: recipes $2 (comma-separated) with training products $3 (float32
+# or tf32), each for $4 seconds, its best checkpoint tested; recipes.json becomes $OUT/$1.json.
+recipes_on_gpu() {
+    python3 benches/bench_recipes.py --device cuda --device-matmul "$3" --only "$2" \
+        --max-seconds "$4" --out "$WORK/$1" --no-doc &&
+        cp "$WORK/$1/recipes.json" "$OUT/$1.json"
+}
 # The two ComplEx recipes of docs/benchmarks.md's recipe table on the GPU (negative sampling on
-# FB15k-237, 1vsAll on WN18RR), or those RECIPES names (comma-separated): each trains for
-# RECIPE_SECONDS (default 180) and its best checkpoint is tested, so recipes.json holds seconds
-# an epoch and the MRR reached.
+# FB15k-237, 1vsAll on WN18RR), or those RECIPES names, each for RECIPE_SECONDS (default 180):
+# recipes.json holds seconds an epoch and the MRR reached.
 step_recipes() {
-    python3 benches/bench_recipes.py --device cuda --only "${RECIPES:-complex-fb15k237,complex-wn18rr}" \
-        --max-seconds "${RECIPE_SECONDS:-180}" --out "$WORK/recipes" --no-doc &&
-        cp "$WORK/recipes/recipes.json" "$OUT/recipes.json"
+    recipes_on_gpu recipes "${RECIPES:-complex-fb15k237,complex-wn18rr}" float32 "${RECIPE_SECONDS:-180}"
+}
+# The same for the WN18RR recipes whose products are largest (b x 40,943 x dim a side), with
+# device_matmul = tf32: seconds an epoch and MRR against the float32 run of the step above.
+step_recipes-tf32() {
+    recipes_on_gpu recipes-tf32 complex-wn18rr,distmult-wn18rr tf32 "${RECIPE_SECONDS:-180}"
 }
 # Lacroix et al.'s ComplEx-N3 recipes (1vsAll at 2000 and 1000 reals: the recipe table's highest
 # published figures), each for RECIPE_SECONDS (default 240), with MATMUL's training products
 # (float32 unless MATMUL=tf32).
 step_recipes-n3() {
-    python3 benches/bench_recipes.py --device cuda --device-matmul "${MATMUL:-float32}" \
-        --only complex-n3-fb15k237,complex-n3-wn18rr --max-seconds "${RECIPE_SECONDS:-240}" \
-        --out "$WORK/recipes-n3" --no-doc &&
-        cp "$WORK/recipes-n3/recipes.json" "$OUT/recipes-n3.json"
-}
-# The same for the WN18RR recipes whose products are largest (b x 40,943 x dim a side), with
-# device_matmul = tf32: seconds an epoch and MRR against the float32 run of the step above.
-step_recipes-tf32() {
-    python3 benches/bench_recipes.py --device cuda --device-matmul tf32 --only complex-wn18rr,distmult-wn18rr \
-        --max-seconds "${RECIPE_SECONDS:-180}" --out "$WORK/recipes-tf32" --no-doc &&
-        cp "$WORK/recipes-tf32/recipes.json" "$OUT/recipes-tf32.json"
+    recipes_on_gpu recipes-n3 complex-n3-fb15k237,complex-n3-wn18rr "${MATMUL:-float32}" "${RECIPE_SECONDS:-240}"
 }
 
 for step in "$@"; do
