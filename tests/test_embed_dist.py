@@ -210,7 +210,8 @@ def banked_run(kg, tmp_path_factory) -> tuple[subprocess.CompletedProcess, objec
 
 # A model without relation parameters (dot) still joins the relation rounds for their "done"
 # count; its MRR on a knowledge graph is lower, as it ignores the relation. The complex model's
-# run is the banks test's (negative banks shared), the dot model's keeps the resident pool.
+# run is the banks test's (negative banks shared), the dot model's keeps the resident pool and
+# draws negatives per edge (LibKGE's sampling) rather than per chunk.
 @pytest.mark.parametrize(("model", "mrr"), [("complex", 0.05), ("dot", 0.025)])
 def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path, request, model, mrr):
     needs("torch")
@@ -219,7 +220,8 @@ def test_two_ranks_under_torchrun_train_commit_and_evaluate(kg, tmp_path, reques
         meta = checked(proc, run, 16, mrr)
     else:
         meta = train_and_check(kg, tmp_path / "run", 16, mrr, "--partitions", "4", "--relation-sync-every", "2",
-                               "--model", model)  # fmt: skip
+                               "--model", model, "--no-shared-negatives")  # fmt: skip
+        assert meta["config"]["shared_negatives"] is False
     # Rank 0 planned torch and gloo as measured, and the lookahead's slot (one: with 4
     # partitions and a buffer of 3, a grant loads at most one partition).
     parts = {p["name"]: p for p in meta["memory_plan"]["parts"]}

@@ -125,3 +125,25 @@ def test_uniform_init_draws_node_and_relation_rows_between_its_bounds(kg, tmp_pa
     assert "embed.train.init_high" in refused("--init-high", "0.5")
     swapped = refused("--init", "uniform", "--init-low", "1", "--init-high", "-1")
     assert "embed.train.init_low" in swapped and "init_low < init_high" in swapped, swapped
+
+
+def test_negatives_per_edge_train_in_and_out_of_core_and_refuse_what_they_do_not_apply_to(kg, tmp_path, strata_cli):
+    per_edge = ["--no-shared-negatives", "--chunk-size", "50", "--negatives", "16"]
+    for name, extra in (("mem", []), ("ooc", ["--partitions", "2", "--buffer", "2", "--ordering", "beta"])):
+        meta = summary(strata_cli, kg, tmp_path / name, "--model", "distmult", *per_edge, *extra)
+        assert meta["config"]["shared_negatives"] is False
+        # 400 candidates: a random ranking has an MRR near 0.015.
+        assert meta["test"]["mrr"] > 0.2, (name, meta["test"])
+
+    def refused(*args: str) -> str:
+        proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", *SMALL, *args, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert not (tmp_path / "r").exists()
+        return proc.stderr
+
+    one = refused("--no-shared-negatives", "--training", "1vsAll")
+    assert "embed.train.shared_negatives" in one and '"negative_sampling"' in one, one
+    device = refused("--no-shared-negatives", "--device", "torch-cpu")
+    assert "embed.train.shared_negatives" in device and "torch device" in device, device
+    big = refused("--no-shared-negatives", "--chunk-size", "100000", "--negatives", "10000")
+    assert "embed.train.negatives" in big and "1000000000 rows" in big, big

@@ -343,12 +343,16 @@ pub struct TrainConfig {
     /// epochs to train (a resumed run trains up to this many in total)
     #[schemars(range(min = 1))]
     pub epochs: usize,
-    /// positive edges per chunk; a chunk shares one set of negatives
+    /// positive edges per chunk; a chunk shares one set of negatives (see shared_negatives)
     #[schemars(range(min = 1, max = MAX_ROWS - 1))]
     pub chunk_size: usize,
-    /// negatives per chunk and corrupted side
+    /// negatives per chunk and corrupted side (per edge with shared_negatives = false)
     #[schemars(range(min = 1, max = MAX_ROWS - 1))]
     pub negatives: usize,
+    /// true: a chunk's edges share one set of negatives per corrupted side, scored as one
+    /// matrix product (PyTorch-BigGraph, Marius, Legend); false: each edge draws its own
+    /// (LibKGE's and PyKEEN's sampling), chunk_size times the rows gathered and updated
+    pub shared_negatives: bool,
     /// fraction of negatives drawn in proportion to degree; the rest are uniform (see
     /// negative_pool)
     #[schemars(range(min = 0.0, max = 1.0))]
@@ -534,6 +538,7 @@ impl Default for TrainConfig {
             epochs: 10,
             chunk_size: 1000,
             negatives: 1000,
+            shared_negatives: true,
             degree_fraction: 0.0,
             negative_pool: NegativePool::All,
             bank_rows: 4096,
@@ -621,6 +626,15 @@ impl Section for TrainConfig {
                      device = \"cpu\" computes in float32",
                     self.device_matmul.name()
                 ),
+            );
+        }
+        if self.device != "cpu" && !self.shared_negatives {
+            return bad(
+                "shared_negatives",
+                "false (negatives per edge) is not supported with a torch device, whose step \
+                 scores a chunk's shared negatives as one batched product; set \
+                 shared_negatives = true or use device = cpu"
+                    .into(),
             );
         }
         if self.device == "cpu" && self.device_memory != AutoSize::Auto {
@@ -975,6 +989,17 @@ impl TrainConfig {
         self.training != TrainingMode::NegativeSampling
     }
 
+    /// Negative rows a chunk side of negative sampling gathers: its shared negatives, or
+    /// (`shared_negatives = false`) each edge's.
+    pub fn negative_rows(&self) -> u64 {
+        let sets = if self.shared_negatives {
+            1
+        } else {
+            self.chunk_size as u64
+        };
+        sets * self.negatives as u64
+    }
+
     /// Candidates a chunk side scores against, for the budget's worker scratch: the sampled
     /// negatives, or (1vsAll, KvsAll) at most every one of `nodes` entities.
     pub fn scored_per_chunk(&self, nodes: u64) -> u64 {
@@ -1009,7 +1034,23 @@ impl TrainConfig {
                     "applies to training \"1vsAll\" only".into(),
                 ));
             }
+            if self.negative_rows() >= MAX_ROWS as u64 {
+                return Err((
+                    "negatives",
+                    format!(
+                        "with shared_negatives = false a chunk side gathers chunk_size x negatives = {} rows, more than the {} a chunk can hold; lower chunk_size or negatives",
+                        self.negative_rows(),
+                        MAX_ROWS - 1
+                    ),
+                ));
+            }
             return Ok(());
+        }
+        if !self.shared_negatives {
+            return Err((
+                "shared_negatives",
+                format!("applies to training \"negative_sampling\" (training {mode:?} scores every entity)"),
+            ));
         }
         if self.training == TrainingMode::KvsAll && self.vsall_candidates != VsAllCandidates::All {
             return Err((

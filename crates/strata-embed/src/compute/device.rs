@@ -195,6 +195,10 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
                 .into(),
         );
     }
+    if !ctx.shared_negatives {
+        // The config refuses it at start; a context built elsewhere is refused here.
+        return Err("shared_negatives = false is not supported with a torch device".into());
+    }
     let (pool, part_of, part_size, num_nodes) = match &ctx.pool {
         Pool::Partition => ("partition", Vec::new(), 0, 0),
         Pool::Resident => ("resident", Vec::new(), 0, 0),

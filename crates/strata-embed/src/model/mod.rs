@@ -185,6 +185,62 @@ pub fn chunk_step(
     model.kind.get().step(&model.shape(), loss, c, g, s)
 }
 
+/// Loss of chunk direction `c` whose edges each have their own `n` negatives (LibKGE's and
+/// PyKEEN's sampling): `c.neg` holds `c.b x n` rows, edge `i`'s from row `i * n`, and `c.n`
+/// is `c.b * n`. Each edge is stepped as a chunk of one ([`chunk_step`]) with `e` holding its
+/// gradients, which are written into `g` in the shapes of `c`'s rows. Edge `i`'s term is
+/// scaled by its weight `c.weights[i]`.
+pub fn edge_negatives_step(
+    model: &ScoreModel,
+    loss: &Loss,
+    (c, n): (&Chunk, usize),
+    g: &mut Grads,
+    e: &mut Grads,
+    s: &mut Scratch,
+) -> f64 {
+    let (d, rd, b) = (model.dim, model.rel_dim(), c.b);
+    debug_assert_eq!(c.n, b * n);
+    fit(&mut g.src, b * d);
+    fit(&mut g.rel, b * rd);
+    fit(&mut g.dst, b * d);
+    fit(&mut g.neg, b * n * d);
+    if c.pos_query.is_some() {
+        fit(&mut g.pos_src, b * d);
+        fit(&mut g.pos_rel, b * rd);
+    }
+    let mut total = 0.0;
+    for i in 0..b {
+        let row = |w: usize| i * w..(i + 1) * w;
+        let one = Chunk {
+            b: 1,
+            n,
+            src: &c.src[row(d)],
+            rel: &c.rel[row(rd)],
+            dst: &c.dst[row(d)],
+            neg: &c.neg[row(n * d)],
+            weights: c.weights.get(i..i + 1).unwrap_or(&[]),
+            pos_query: c.pos_query.map(|q| PosQuery {
+                src: &q.src[row(d)],
+                rel: &q.rel[row(rd)],
+            }),
+        };
+        total += chunk_step(model, loss, &one, e, s);
+        for (out, part, w) in [
+            (&mut g.src, &e.src, d),
+            (&mut g.rel, &e.rel, rd),
+            (&mut g.dst, &e.dst, d),
+            (&mut g.neg, &e.neg, n * d),
+        ] {
+            out[i * w..(i + 1) * w].copy_from_slice(part);
+        }
+        if c.pos_query.is_some() {
+            g.pos_src[i * d..(i + 1) * d].copy_from_slice(&e.pos_src);
+            g.pos_rel[i * rd..(i + 1) * rd].copy_from_slice(&e.pos_rel);
+        }
+    }
+    total
+}
+
 /// Scores of `q`'s `b` queries against its `n` candidate targets, forward only, into `out`
 /// (`b x n`): the same score functions as training, for evaluation and prediction.
 pub fn score_candidates(model: &ScoreModel, q: &ScoreBatch, out: &mut [f32], s: &mut Scratch) {

@@ -794,3 +794,104 @@ fn an_integer_weight_is_the_edge_repeated() {
         }
     }
 }
+
+/// Every named model and a few PyTorch-BigGraph forms, with every loss (and self-adversarial
+/// weighting where it applies), for the negatives-per-edge tests.
+fn models_and_losses() -> Vec<(ScoreModel, Loss)> {
+    let mut models: Vec<ScoreModel> = NAMED
+        .into_iter()
+        .map(|(kind, transe_norm)| ScoreModel {
+            transe_norm,
+            ..named(kind, 6)
+        })
+        .collect();
+    models.push(ScoreModel {
+        kind: ScoreKind::Pbg,
+        dim: 4,
+        transe_norm: 2,
+        pbg: PbgForm {
+            operator: Operator::Affine,
+            comparator: Comparator::Cos,
+        },
+    });
+    let losses = [
+        Loss::plain(LossKind::Softmax, 0.5),
+        Loss::plain(LossKind::Margin, 0.5),
+        Loss::plain(LossKind::Logistic, 0.5),
+        Loss {
+            kind: LossKind::Logistic,
+            margin: 0.5,
+            gamma: 1.5,
+            adversarial: Some(0.7),
+        },
+    ];
+    models
+        .iter()
+        .flat_map(|m| losses.iter().map(move |l| (*m, *l)))
+        .collect()
+}
+
+/// `edge_negatives_step`'s loss and gradients (src, rel, dst, neg) of `c`, `n` negatives each.
+fn edge_step(model: &ScoreModel, loss: &Loss, c: &Chunk, n: usize) -> (f64, [Vec<f32>; 4]) {
+    let mut g = Grads::default();
+    let (mut e, mut s) = (Grads::default(), Scratch::default());
+    let l = edge_negatives_step(model, loss, (c, n), &mut g, &mut e, &mut s);
+    (l, [g.src, g.rel, g.dst, g.neg])
+}
+
+/// When every edge draws the same negatives, negatives per edge train as shared ones: the
+/// same loss and query gradients, and each negative's gradients over the edges summed.
+#[test]
+fn negatives_per_edge_that_coincide_are_shared_negatives() {
+    let (b, n) = (3usize, 4usize);
+    let weights = [0.5f32, 2.0, 1.25];
+    for (model, loss) in models_and_losses() {
+        let x = random_inputs(&model, b, n);
+        let repeated: Vec<f32> = (0..b).flat_map(|_| x[3].clone()).collect();
+        let per_edge = [x[0].clone(), x[1].clone(), x[2].clone(), repeated];
+        let shared = chunk(b, n, &x, &weights);
+        let (want_loss, want) = (
+            loss_of(&model, &loss, &shared),
+            gradients(&model, &loss, &shared),
+        );
+        let c = chunk(b, b * n, &per_edge, &weights);
+        let (got_loss, got) = edge_step(&model, &loss, &c, n);
+        let what = format!("{model:?} {loss:?}");
+        assert!(
+            (got_loss - want_loss).abs() < 1e-5,
+            "{what}: {got_loss} vs {want_loss}"
+        );
+        let close = |a: f32, b: f32| (a - b).abs() < 1e-5 * a.abs().max(1.0);
+        for k in 0..3 {
+            assert!(
+                got[k].iter().zip(&want[k]).all(|(&a, &b)| close(a, b)),
+                "{what}: input {k}"
+            );
+        }
+        let nd = n * model.dim;
+        for (j, &w) in want[3].iter().enumerate() {
+            let sum: f32 = (0..b).map(|i| got[3][i * nd + j]).sum();
+            assert!(close(sum, w), "{what}: negative real {j}: {sum} vs {w}");
+        }
+    }
+}
+
+/// Negatives per edge: the step's gradients are those of its loss, each edge's negatives
+/// reaching its own term only (central finite differences of every input; self-adversarial
+/// weights are constants of the gradient, so not differentiated here).
+#[test]
+fn negatives_per_edge_gradients_match_finite_differences() {
+    let (b, n) = (3usize, 2usize);
+    let weights = [0.5f32, 2.0, 1.25];
+    let plain = models_and_losses()
+        .into_iter()
+        .filter(|(_, loss)| loss.adversarial.is_none());
+    for (model, loss) in plain {
+        let x = random_inputs(&model, b, b * n);
+        let c = chunk(b, b * n, &x, &weights);
+        let (_, analytic) = edge_step(&model, &loss, &c, n);
+        check_gradients(&format!("{model:?} {loss:?}"), &x, &analytic, |y| {
+            edge_step(&model, &loss, &chunk(b, b * n, y, &weights), n).0
+        });
+    }
+}

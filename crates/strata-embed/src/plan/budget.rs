@@ -308,10 +308,16 @@ pub fn plan_queries(
 /// Scratch of one worker for `cfg`'s chunks of `b` edges and `n` negatives (scores, loaded
 /// rows, gradients, update keys; self-adversarial weights of one edge's negatives; the
 /// chunk's edges and weights split by side for Bernoulli corruption; dropped rows). 1vsAll and
-/// KvsAll score against up to every one of `nodes` entities instead of `n` negatives.
+/// KvsAll score against up to every one of `nodes` entities instead of `n` negatives; with
+/// negatives per edge a side gathers `b x n` negative rows, and one edge's gradients beside.
 fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig, nodes: u64) -> u64 {
     let (b, n) = (cfg.chunk_size as u64, cfg.scored_per_chunk(nodes));
     let d = model.dim as u64;
+    let (neg_rows, edge_grads) = if cfg.scores_all() || cfg.shared_negatives {
+        (n, 0)
+    } else {
+        (cfg.negative_rows(), 4 * (3 + n) * d)
+    };
     // Relation rows and their gradients: `dim` reals or more (`linear`: dim²).
     let rd = (model.rel_dim() as u64).max(d);
     let scores = 4 * b * n * (1 + model.kind.get().extra_score_matrices());
@@ -327,11 +333,12 @@ fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig, nodes: u64) -> u64 {
     };
     // Dropout: both sides' dropped rows and masks.
     let dropout = if cfg.dropout().active(model.rel_dim()) {
-        2 * Dropped::bytes(b, n, d, model.rel_dim() as u64)
+        2 * Dropped::bytes(b, neg_rows, d, model.rel_dim() as u64)
     } else {
         0
     };
-    scores + 8 * (3 * b + n) * d + 8 * b * rd + 16 * (2 * b + n) + adversarial + split + dropout
+    let rows = 8 * (3 * b + neg_rows) * d + 8 * b * rd + edge_grads;
+    scores + rows + 16 * (2 * b + neg_rows) + adversarial + split + dropout
 }
 
 /// Plans `cfg` with the workers it asks for, or (`threads` 0: one per core) with as many of the
@@ -946,6 +953,27 @@ mod tests {
         };
         let expect = 24 * 100 + 24 * 100 * 4 + 2 * 8 * 60 * 4 + 2 * 6 * 4 * 300;
         assert_eq!(device::step_bytes(&dot, &all, 30), expect);
+    }
+
+    #[test]
+    fn negatives_per_edge_count_every_edge_s_rows_in_the_worker_scratch() {
+        let shared = TrainConfig {
+            chunk_size: 10,
+            negatives: 20,
+            ..TrainConfig::default()
+        };
+        let per_edge = TrainConfig {
+            shared_negatives: false,
+            ..shared.clone()
+        };
+        let m = model(4);
+        // 200 negative rows a side instead of 20: 180 more rows of 4 reals (8 bytes each, row
+        // and gradient) and keys (16 bytes), and one edge's gradients (3 + 20 rows).
+        let more = 180 * 4 * 8 + 180 * 16 + 4 * 23 * 4;
+        assert_eq!(
+            worker_bytes(&m, &per_edge, 0),
+            worker_bytes(&m, &shared, 0) + more
+        );
     }
 
     #[test]

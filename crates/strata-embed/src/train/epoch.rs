@@ -782,6 +782,7 @@ impl<'a> Slots<'a> {
             corrupt: cfg.corrupt,
             head_prob: self.head_prob,
             negatives: cfg.negatives,
+            shared_negatives: cfg.shared_negatives,
             degree_fraction: cfg.degree_fraction,
             pool,
             reg: cfg.regularizer(),

@@ -108,6 +108,7 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
         // The synthetic edges are of relation 0: an even split of their sides.
         head_prob: &[0.5],
         negatives: cfg.negatives,
+        shared_negatives: cfg.shared_negatives,
         degree_fraction: cfg.degree_fraction,
         pool: Pool::Resident,
         reg: cfg.regularizer(),

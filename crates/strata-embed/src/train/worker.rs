@@ -6,7 +6,8 @@ use strata_store::rng::{derive, Rng};
 
 use crate::config::{Corrupt, MAX_ROWS};
 use crate::model::{
-    chunk_step, regularize, Chunk, Dropout, Dropped, Grads, Loss, Regularizer, ScoreModel, Scratch,
+    chunk_step, edge_negatives_step, regularize, Chunk, Dropout, Dropped, Grads, Loss, Regularizer,
+    ScoreModel, Scratch,
 };
 use crate::storage::bank::Banks;
 use crate::storage::entity_types::FeatureBags;
@@ -56,6 +57,8 @@ pub struct BucketCtx<'a> {
     /// id (see [`crate::train::bernoulli`]); empty otherwise.
     pub head_prob: &'a [f32],
     pub negatives: usize,
+    /// Whether a chunk side's edges share its negatives (false: each edge draws `negatives`).
+    pub shared_negatives: bool,
     pub degree_fraction: f32,
     pub pool: Pool<'a>,
     /// Added to the loss of every chunk direction (see [`regularize`]).
@@ -170,6 +173,8 @@ struct Side {
     /// `(part index, local row)` of each negative.
     neg_ids: Vec<(usize, u32)>,
     grads: Grads,
+    /// One edge's gradients, with negatives per edge.
+    edge_grads: Grads,
     /// The rows as the step saw them, with dropout on.
     dropped: Dropped,
 }
@@ -362,12 +367,14 @@ impl Worker {
                 }
             }
         }
-        // Negatives shared by the chunk: a degree-weighted part (targets of the chunk's own
-        // edges: each node appears in proportion to its degree) and a uniform part.
+        // Negatives shared by the chunk (or each edge's own, one set after another): a
+        // degree-weighted part (targets of the chunk's own edges: each node appears in
+        // proportion to its degree) and a uniform part.
         let n = ctx.negatives;
+        let sets = if ctx.shared_negatives { 1 } else { b };
         let n_degree = ((n as f32) * ctx.degree_fraction).round() as usize;
         side.neg_ids.clear();
-        for j in 0..n {
+        for j in (0..sets).flat_map(|_| 0..n) {
             let id = if j < n_degree {
                 (
                     o.d_part,
@@ -378,7 +385,7 @@ impl Worker {
             };
             side.neg_ids.push(id);
         }
-        resize(&mut side.neg, n * d);
+        resize(&mut side.neg, sets * n * d);
         for (j, &id) in side.neg_ids.iter().enumerate() {
             if let Some(&(part, row)) = side.neg_ids.get(j + PREFETCH_AHEAD) {
                 if part & BANK == 0 {
@@ -389,7 +396,7 @@ impl Worker {
         }
         let c = Chunk {
             b,
-            n,
+            n: sets * n,
             src: &side.src,
             rel: &side.rel,
             dst: &side.dst,
@@ -410,22 +417,12 @@ impl Worker {
                 pos_query: dr.pos_query(),
                 ..c
             };
-            self.loss += chunk_step(
-                &ctx.model,
-                &ctx.loss,
-                &dropped,
-                &mut side.grads,
-                &mut self.scratch,
-            );
+            let (g, e) = (&mut side.grads, &mut side.edge_grads);
+            self.loss += step(ctx, &dropped, g, e, &mut self.scratch);
             dr.backward(&mut side.grads);
         } else {
-            self.loss += chunk_step(
-                &ctx.model,
-                &ctx.loss,
-                &c,
-                &mut side.grads,
-                &mut self.scratch,
-            );
+            let (g, e) = (&mut side.grads, &mut side.edge_grads);
+            self.loss += step(ctx, &c, g, e, &mut self.scratch);
         }
         let which = ctx.reg.rows(repeat, ctx.inverse_offset > 0);
         self.loss += regularize(&ctx.reg, &ctx.model, &c, &mut side.grads, which);
@@ -537,6 +534,17 @@ impl Worker {
         }
         let grads = [&self.sides[0].grads.rel[..], &self.sides[1].grads.rel[..]];
         step_relation_rows(ctx, &mut self.updates, &mut self.sum, grads, key);
+    }
+}
+
+/// The loss and gradients of chunk side `c` (see [`chunk_step`]): its edges score shared
+/// negatives, or (`shared_negatives = false`) each its own `ctx.negatives`, `e` holding one
+/// edge's gradients.
+fn step(ctx: &BucketCtx, c: &Chunk, g: &mut Grads, e: &mut Grads, s: &mut Scratch) -> f64 {
+    if ctx.shared_negatives {
+        chunk_step(&ctx.model, &ctx.loss, c, g, s)
+    } else {
+        edge_negatives_step(&ctx.model, &ctx.loss, (c, ctx.negatives), g, e, s)
     }
 }
 
@@ -781,6 +789,7 @@ mod tests {
                 corrupt,
                 head_prob: &[0.3],
                 negatives: 16,
+                shared_negatives: true,
                 degree_fraction: 0.0,
                 pool: Pool::Resident,
                 reg: Regularizer::default(),
@@ -796,5 +805,107 @@ mod tests {
         };
         assert_eq!(edges_by(Corrupt::Both), 100);
         assert_eq!(edges_by(Corrupt::Bernoulli), 50);
+    }
+
+    /// `shared_negatives = false`: each edge of each side draws its own negatives, the loss is
+    /// each edge's against its own, and exactly the rows a side used take a step.
+    #[test]
+    fn negatives_per_edge_are_drawn_and_stepped_per_edge() {
+        let (d, rows, n) = (8usize, 64usize, 5usize);
+        let mut rng = Rng::new(7);
+        let mut random =
+            |len: usize| -> Vec<f32> { (0..len).map(|_| rng.next_f64() as f32 - 0.5).collect() };
+        let mut params = random(rows * d);
+        let mut state = vec![0.0f32; rows * d];
+        let mut rel_params = random(2 * d);
+        let mut rel_state = vec![0.0f32; 2 * d];
+        let (before, rels_before) = (params.clone(), rel_params.clone());
+        let model = ScoreModel {
+            kind: ScoreKind::DistMult,
+            dim: d,
+            transe_norm: 2,
+            pbg: PbgForm::default(),
+        };
+        let loss = Loss::plain(LossKind::Softmax, 0.0);
+        let chunk: Vec<[i32; 3]> = (0..6).map(|i| [i * 5 % 64, 0, (i * 11 + 3) % 64]).collect();
+        let mut w = Worker::default();
+        {
+            let ctx = BucketCtx {
+                model,
+                loss,
+                lr: 0.01,
+                parts: vec![PartRows {
+                    rows: SharedRows::new(&mut params, &mut state, d, d),
+                    size: rows as u32,
+                }],
+                src_part: 0,
+                dst_part: 0,
+                rels: Some(SharedRows::new(&mut rel_params, &mut rel_state, d, d)),
+                inverse_offset: 1,
+                corrupt: Corrupt::Both,
+                head_prob: &[],
+                negatives: n,
+                shared_negatives: false,
+                degree_fraction: 0.0,
+                pool: Pool::Resident,
+                reg: Regularizer::default(),
+                dropout: Dropout::default(),
+                negs: None,
+                feat: None,
+                vs_all: None,
+            };
+            w.train_chunk(&ctx, &chunk, &[], 3);
+        }
+        let row = |t: &[f32], r: usize| t[r * d..(r + 1) * d].to_vec();
+        let mut touched = std::collections::BTreeSet::new();
+        let mut want = 0.0;
+        for (k, (s_col, d_col)) in [(0, 2), (2, 0)].into_iter().enumerate() {
+            let ids: Vec<usize> = w.sides[k]
+                .neg_ids
+                .iter()
+                .map(|&(_, r)| r as usize)
+                .collect();
+            assert_eq!(ids.len(), chunk.len() * n, "side {k}: a set per edge");
+            let sets: Vec<&[usize]> = ids.chunks(n).collect();
+            assert!(
+                sets.iter().any(|s| *s != sets[0]),
+                "side {k}: every edge drew the same"
+            );
+            let gather = |col: usize| -> Vec<f32> {
+                chunk
+                    .iter()
+                    .flat_map(|e| row(&before, e[col] as usize))
+                    .collect()
+            };
+            let (src, dst) = (gather(s_col), gather(d_col));
+            let rel: Vec<f32> = chunk.iter().flat_map(|_| row(&rels_before, k)).collect();
+            let neg: Vec<f32> = ids.iter().flat_map(|&r| row(&before, r)).collect();
+            let c = Chunk {
+                b: chunk.len(),
+                n: chunk.len() * n,
+                src: &src,
+                rel: &rel,
+                dst: &dst,
+                neg: &neg,
+                weights: &[],
+                pos_query: None,
+            };
+            let (mut g, mut e) = (Grads::default(), Grads::default());
+            want += edge_negatives_step(
+                &model,
+                &loss,
+                (&c, n),
+                &mut g,
+                &mut e,
+                &mut Scratch::default(),
+            );
+            touched.extend(chunk.iter().flat_map(|e| [e[0] as usize, e[2] as usize]));
+            touched.extend(ids);
+        }
+        assert!((w.loss - want).abs() < 1e-5 * want, "{} vs {want}", w.loss);
+        for r in 0..rows {
+            let moved = row(&params, r) != row(&before, r);
+            assert_eq!(moved, touched.contains(&r), "row {r}");
+        }
     }
 }
