@@ -15,6 +15,8 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+use crate::compute::kernels;
+
 /// Which implementation computes the products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -122,6 +124,10 @@ fn gemm_on(
     if m == 0 || n == 0 {
         return;
     }
+    if m == 1 && a.cs == 1 && (b.rs == 1 || b.cs == 1) {
+        // SAFETY: the views hold every element the strides reach (as below).
+        return unsafe { row_product(n, k, alpha, a, b, beta, &mut c[..n]) };
+    }
     match backend {
         #[cfg(target_arch = "x86_64")]
         Backend::Avx512 => {
@@ -151,6 +157,36 @@ fn gemm_on(
                 1,
             )
         },
+    }
+}
+
+/// `c = alpha a B + beta c` for one contiguous row `a` of `k` floats and a `B` whose columns
+/// (`rs == 1`: `n` dot products) or rows (`cs == 1`: `k` scaled row additions) are contiguous.
+/// A packed product would fill one row of its 12-row tile and pack all of `B` for it: each
+/// edge's step with negatives per edge is three products of one row.
+///
+/// # Safety
+/// `a` holds `k` floats and `B` every element its strides reach for `k x n`.
+unsafe fn row_product(n: usize, k: usize, alpha: f32, a: Mat, b: Mat, beta: f32, c: &mut [f32]) {
+    let a = std::slice::from_raw_parts(a.ptr, k);
+    // beta 0 overwrites C, whatever it held (NaN included), as BLAS does.
+    let scaled = |x: f32, old: f32| if beta == 0.0 { x } else { x + beta * old };
+    if b.rs == 1 {
+        for (j, cj) in c.iter_mut().enumerate() {
+            let col = std::slice::from_raw_parts(b.ptr.offset(j as isize * b.cs), k);
+            *cj = scaled(alpha * kernels::dot(a, col), *cj);
+        }
+        return;
+    }
+    for cj in c.iter_mut() {
+        *cj = scaled(0.0, *cj);
+    }
+    for (p, &ap) in a.iter().enumerate() {
+        let row = std::slice::from_raw_parts(b.ptr.offset(p as isize * b.rs), n);
+        let f = alpha * ap;
+        for (cj, &x) in c.iter_mut().zip(row) {
+            *cj += f * x;
+        }
     }
 }
 
@@ -385,6 +421,12 @@ mod tests {
             (11, 17, 600),
             (40, 16, 3),
             (3, 5, 0),
+            // One row (each edge's products with negatives per edge), with every layout.
+            (1, 158, 512),
+            (1, 512, 158),
+            (1, 33, 1),
+            (1, 1, 40),
+            (1, 9, 0),
         ];
         for backend in backends() {
             for &(m, n, k) in &shapes {
