@@ -759,6 +759,49 @@ mod tests {
         assert!(split.iter().all(|(e, w)| w.is_empty() && e.len() <= 10));
     }
 
+    /// A DistMult bucket over one partition, softmax, the resident pool: node rows and their
+    /// Adagrad state, then relation rows (each relation and its inverse) and theirs, in
+    /// `tables`; the tests vary the corruption and the negatives.
+    fn distmult_ctx<'a>(
+        d: usize,
+        tables: [&'a mut Vec<f32>; 4],
+        corrupt: Corrupt,
+        negatives: usize,
+        shared_negatives: bool,
+    ) -> BucketCtx<'a> {
+        let [params, state, rel_params, rel_state] = tables;
+        let size = (params.len() / d) as u32;
+        BucketCtx {
+            model: ScoreModel {
+                kind: ScoreKind::DistMult,
+                dim: d,
+                transe_norm: 2,
+                pbg: PbgForm::default(),
+            },
+            loss: Loss::plain(LossKind::Softmax, 0.0),
+            lr: 0.1,
+            parts: vec![PartRows {
+                rows: SharedRows::new(params, state, d, d),
+                size,
+            }],
+            src_part: 0,
+            dst_part: 0,
+            rels: Some(SharedRows::new(rel_params, rel_state, d, d)),
+            inverse_offset: 1,
+            corrupt,
+            head_prob: &[0.3],
+            negatives,
+            shared_negatives,
+            degree_fraction: 0.0,
+            pool: Pool::Resident,
+            reg: Regularizer::default(),
+            dropout: Dropout::default(),
+            negs: None,
+            feat: None,
+            vs_all: None,
+        }
+    }
+
     #[test]
     fn bernoulli_trains_each_edge_on_one_side() {
         let (d, rows) = (8usize, 64usize);
@@ -766,38 +809,10 @@ mod tests {
         let mut state = vec![0.0f32; rows * d];
         let mut rel_params = vec![0.5f32; 2 * d];
         let mut rel_state = vec![0.0f32; 2 * d];
-        let model = ScoreModel {
-            kind: ScoreKind::DistMult,
-            dim: d,
-            transe_norm: 2,
-            pbg: PbgForm::default(),
-        };
         let chunk: Vec<[i32; 3]> = (0..50).map(|i| [i % 64, 0, (i * 7) % 64]).collect();
         let mut edges_by = |corrupt: Corrupt| {
-            let ctx = BucketCtx {
-                model,
-                loss: Loss::plain(LossKind::Softmax, 0.0),
-                lr: 0.1,
-                parts: vec![PartRows {
-                    rows: SharedRows::new(&mut params, &mut state, d, d),
-                    size: rows as u32,
-                }],
-                src_part: 0,
-                dst_part: 0,
-                rels: Some(SharedRows::new(&mut rel_params, &mut rel_state, d, d)),
-                inverse_offset: 1,
-                corrupt,
-                head_prob: &[0.3],
-                negatives: 16,
-                shared_negatives: true,
-                degree_fraction: 0.0,
-                pool: Pool::Resident,
-                reg: Regularizer::default(),
-                dropout: Dropout::default(),
-                negs: None,
-                feat: None,
-                vs_all: None,
-            };
+            let tables = [&mut params, &mut state, &mut rel_params, &mut rel_state];
+            let ctx = distmult_ctx(d, tables, corrupt, 16, true);
             let mut w = Worker::default();
             w.train_chunk(&ctx, &chunk, &[], 3);
             assert!(w.loss.is_finite() && w.loss > 0.0);
@@ -820,42 +835,14 @@ mod tests {
         let mut rel_params = random(2 * d);
         let mut rel_state = vec![0.0f32; 2 * d];
         let (before, rels_before) = (params.clone(), rel_params.clone());
-        let model = ScoreModel {
-            kind: ScoreKind::DistMult,
-            dim: d,
-            transe_norm: 2,
-            pbg: PbgForm::default(),
-        };
-        let loss = Loss::plain(LossKind::Softmax, 0.0);
         let chunk: Vec<[i32; 3]> = (0..6).map(|i| [i * 5 % 64, 0, (i * 11 + 3) % 64]).collect();
         let mut w = Worker::default();
-        {
-            let ctx = BucketCtx {
-                model,
-                loss,
-                lr: 0.01,
-                parts: vec![PartRows {
-                    rows: SharedRows::new(&mut params, &mut state, d, d),
-                    size: rows as u32,
-                }],
-                src_part: 0,
-                dst_part: 0,
-                rels: Some(SharedRows::new(&mut rel_params, &mut rel_state, d, d)),
-                inverse_offset: 1,
-                corrupt: Corrupt::Both,
-                head_prob: &[],
-                negatives: n,
-                shared_negatives: false,
-                degree_fraction: 0.0,
-                pool: Pool::Resident,
-                reg: Regularizer::default(),
-                dropout: Dropout::default(),
-                negs: None,
-                feat: None,
-                vs_all: None,
-            };
+        let (model, loss) = {
+            let tables = [&mut params, &mut state, &mut rel_params, &mut rel_state];
+            let ctx = distmult_ctx(d, tables, Corrupt::Both, n, false);
             w.train_chunk(&ctx, &chunk, &[], 3);
-        }
+            (ctx.model, ctx.loss)
+        };
         let row = |t: &[f32], r: usize| t[r * d..(r + 1) * d].to_vec();
         let mut touched = std::collections::BTreeSet::new();
         let mut want = 0.0;
