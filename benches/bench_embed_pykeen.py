@@ -262,7 +262,7 @@ def report(args, result: dict) -> str:
             f"{args.epochs} --threads {args.threads}` (PyKEEN {result['pykeen_version']}, torch "
             f"{result['torch_version']}). {m['nproc']} cores ({m['cpu']}), the sides one after the other "
             f"in one run, each one process on {args.threads} thread(s); 1-minute load average "
-            f"{load[0]:.1f} before and {load[1]:.1f} after. Both train the whole training split "
+            f"{load[0]:.1f} before and {load[1]:.1f} after. Each side trains the whole training split "
             f"({result['triples']['train']:,} triples) of {result['dataset']} with the shipped recipe: "
             f"{plan['model']}, dim {plan['dim']}, reciprocal relations, {sampling}, {plan['loss']} loss, "
             f"{plan['optimizer']} lr {plan['lr']}, entity dropout {plan.get('entity_dropout', 0.0)}, relation "

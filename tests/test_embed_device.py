@@ -97,6 +97,18 @@ def assert_same_training(kg, tmp_path, device="torch-cpu", device_options=None, 
         dict(model="complex", corrupt="head", reciprocal=False, loss="margin", adversarial_temperature=0.5),
         dict(model="complex", entity_dropout=0.2, relation_dropout=0.1),
         dict(model="complex", regularizer="n3", reg_weight=0.01, reg_weighted=True, relation_reg_weight=0.03),
+        # Negatives per edge (LibKGE's and PyKEEN's sampling): batched products and pairs.
+        dict(model="transe", shared_negatives=False, negatives=8, entity_dropout=0.2),
+        dict(model="complex", shared_negatives=False, negatives=8, degree_fraction=0.5, negative_pool="partition"),
+        dict(
+            model="rotate",
+            loss="logistic",
+            gamma=6.0,
+            adversarial_temperature=1.0,
+            shared_negatives=False,
+            negatives=8,
+            corrupt="bernoulli",
+        ),
         # 1vsAll and KvsAll: every candidate row steps each chunk; masks over all of them.
         dict(model="complex", training="1vsAll"),
         dict(

@@ -128,6 +128,7 @@ def test_uniform_init_draws_node_and_relation_rows_between_its_bounds(kg, tmp_pa
 
 
 def test_negatives_per_edge_train_in_and_out_of_core_and_refuse_what_they_do_not_apply_to(kg, tmp_path, strata_cli):
+    # The device step's parity with these is in test_embed_device.py.
     per_edge = ["--no-shared-negatives", "--chunk-size", "50", "--negatives", "16"]
     for name, extra in (("mem", []), ("ooc", ["--partitions", "2", "--buffer", "2", "--ordering", "beta"])):
         meta = summary(strata_cli, kg, tmp_path / name, "--model", "distmult", *per_edge, *extra)
@@ -143,7 +144,5 @@ def test_negatives_per_edge_train_in_and_out_of_core_and_refuse_what_they_do_not
 
     one = refused("--no-shared-negatives", "--training", "1vsAll")
     assert "embed.train.shared_negatives" in one and '"negative_sampling"' in one, one
-    device = refused("--no-shared-negatives", "--device", "torch-cpu")
-    assert "embed.train.shared_negatives" in device and "torch device" in device, device
     big = refused("--no-shared-negatives", "--chunk-size", "100000", "--negatives", "10000")
     assert "embed.train.negatives" in big and "1000000000 rows" in big, big

@@ -628,15 +628,6 @@ impl Section for TrainConfig {
                 ),
             );
         }
-        if self.device != "cpu" && !self.shared_negatives {
-            return bad(
-                "shared_negatives",
-                "false (negatives per edge) is not supported with a torch device, whose step \
-                 scores a chunk's shared negatives as one batched product; set \
-                 shared_negatives = true or use device = cpu"
-                    .into(),
-            );
-        }
         if self.device == "cpu" && self.device_memory != AutoSize::Auto {
             return bad(
                 "device_memory",

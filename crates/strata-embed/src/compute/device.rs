@@ -63,6 +63,8 @@ pub struct DeviceCtx<'a> {
     /// `corrupt = bernoulli`: the head probability of each relation; empty otherwise.
     pub head_prob: Vec<f32>,
     pub negatives: usize,
+    /// Whether a chunk side's edges share its negatives (false: each edge draws its own).
+    pub shared_negatives: bool,
     pub degree_fraction: f32,
     /// `partition`, `resident` or `all` (then every partition is resident: `part_of` maps
     /// each partition id to its index in `parts`).
@@ -195,10 +197,6 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
                 .into(),
         );
     }
-    if !ctx.shared_negatives {
-        // The config refuses it at start; a context built elsewhere is refused here.
-        return Err("shared_negatives = false is not supported with a torch device".into());
-    }
     let (pool, part_of, part_size, num_nodes) = match &ctx.pool {
         Pool::Partition => ("partition", Vec::new(), 0, 0),
         Pool::Resident => ("resident", Vec::new(), 0, 0),
@@ -250,6 +248,7 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
         },
         head_prob: ctx.head_prob.to_vec(),
         negatives: ctx.negatives,
+        shared_negatives: ctx.shared_negatives,
         degree_fraction: ctx.degree_fraction,
         pool,
         part_of,

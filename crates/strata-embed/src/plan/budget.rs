@@ -946,6 +946,14 @@ mod tests {
             ..dot
         };
         assert!(device::step_bytes(&rotate, &cfg, 0) > 2 * 6 * 4 * 200 * 4);
+        // Negatives per edge: 200 negative rows a side (2 x (20 + 200) = 440 uses), the score
+        // matrices still 10 x 20.
+        let per_edge = TrainConfig {
+            shared_negatives: false,
+            ..cfg.clone()
+        };
+        let expect = 24 * 440 + 24 * 440 * 4 + 2 * 8 * 230 * 4 + 2 * 6 * 4 * 200;
+        assert_eq!(device::step_bytes(&dot, &per_edge, 0), expect);
         // 1vsAll scores against every one of the table's 30 entities instead of 20 negatives.
         let all = TrainConfig {
             training: TrainingMode::OneVsAll,

@@ -95,18 +95,24 @@ impl DeviceBudget {
 /// intermediates), `b x n`, or `b x n x dim` for the pairwise models (TransE-L1, RotatE).
 /// 1vsAll and KvsAll (`vs_all.train_chunk`) score against at most every entity, `n = nodes`:
 /// the candidates, their dropped copies, gradients and Adagrad temporaries, and the label and
-/// score matrices fall within the same terms.
+/// score matrices fall within the same terms. With negatives per edge a side gathers `b x n`
+/// negative rows (and their gradients), its score matrices staying `b x n`.
 pub fn step_bytes(model: &ScoreModel, cfg: &TrainConfig, nodes: u64) -> u64 {
     let (b, n) = (cfg.chunk_size as u64, cfg.scored_per_chunk(nodes));
+    let neg_rows = if cfg.scores_all() {
+        n
+    } else {
+        cfg.negative_rows()
+    };
     let (d, rd) = (model.dim as u64, model.rel_dim() as u64);
     let sides = match cfg.corrupt {
         Corrupt::Both | Corrupt::Bernoulli => 2,
         Corrupt::Tail | Corrupt::Head => 1,
     };
-    let uses = sides * (2 * b + n);
+    let uses = sides * (2 * b + neg_rows);
     let keys = 8 * 3 * uses;
     let gathered = 4 * 6 * (uses * d + sides * b * rd);
-    let rows = sides * 2 * 4 * ((3 * b + n) * d + b * rd);
+    let rows = sides * 2 * 4 * ((3 * b + neg_rows) * d + b * rd);
     let pairwise = match model.kind {
         ScoreKind::TransE if model.transe_norm == 1 => true,
         ScoreKind::RotatE => true,

@@ -475,6 +475,7 @@ class TorchCompute:
             corrupt=c["corrupt"],
             head_prob=self._const(head_prob, torch.float32) if head_prob else None,
             negatives=c["negatives"],
+            shared_negatives=c["shared_negatives"],
             degree_fraction=c["degree_fraction"],
             pool=c["pool"],
             layout=self._const(layout, torch.int64),

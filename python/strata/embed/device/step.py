@@ -15,7 +15,8 @@ them, ``da = dpos t + dneg N``, ``dt = dpos a``, ``dN = dneg^T a``, and ``phi``'
 
 Shapes: node rows ``dim`` floats, relation rows ``rel_dim``; ``edges`` is ``b x 3`` int64
 ``(source local row, relation, destination local row)``; ``weights`` ``b`` floats or ``None``;
-a chunk's ``n`` negatives per side.
+a chunk's ``n`` negatives per side (``S x n x dim``), or with ``shared_negatives = false`` each
+edge's own ``n`` (``S x b x n x dim``; the products become batched over the edges).
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ class Ctx:
     num_nodes: int
     reg: str
     reg_weight: float
+    #: Whether a side's edges share its negatives (false: each edge draws its own).
+    shared_negatives: bool = True
     #: LibKGE's weighted form (``reg_weighted``), and the relation rows' own weight
     #: (``relation_reg_weight``; ``None``: ``reg_weight``).
     reg_weighted: bool = False
@@ -220,7 +223,8 @@ def chunk_keys(ctx: Ctx, stacks: list[Stack]) -> tuple[torch.Tensor, torch.Tenso
     from the bucket's target partition or the resident partitions, the twin's ops otherwise
     (:func:`twin_keys`)."""
     stack = stacks[0] if len(stacks) == 1 else None
-    if stack is None or ctx.pool == "all" or degree_negatives(ctx) or not len(stack.edges):
+    shared = ctx.shared_negatives
+    if stack is None or ctx.pool == "all" or degree_negatives(ctx) or not len(stack.edges) or not shared:
         return twin_keys(ctx, stacks)
 
     def kernel():
@@ -246,28 +250,58 @@ def degree_negatives(ctx: Ctx) -> int:
     return min(ctx.negatives, math.floor(float(np.float32(ctx.negatives) * np.float32(ctx.degree_fraction)) + 0.5))
 
 
+def negative_draws(ctx: Ctx, b: int) -> int:
+    """Random draws a side's negatives take of its stream with ``b`` edges: ``n``, or ``b x n``
+    when each edge draws its own."""
+    return ctx.negatives if ctx.shared_negatives else b * ctx.negatives
+
+
 def negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
-    """The buffer rows of each side's shared negatives (``S x n``), drawn from its stream: a
-    degree-weighted part (among ``targets``, ``S x b``: the side's edges' targets) then uniform
-    from the pool."""
+    """The buffer rows of each side's negatives, drawn from its stream: a degree-weighted part
+    (among ``targets``, ``S x b``: the side's edges' targets) then uniform from the pool; the
+    chunk's shared ``n`` (``S x n``), or each edge's, one set after another (``S x b n``)."""
     n, n_degree = ctx.negatives, degree_negatives(ctx)
+    if not ctx.shared_negatives:
+        return edge_negatives(ctx, stack, targets)
     out = []
     if n_degree:
         out.append(targets.gather(1, rng.draw_below(stack.streams, 0, n_degree, targets.shape[1])))
-    uniform = (stack.streams, n_degree, n - n_degree)
+    out.append(uniform_rows(ctx, stack, rng.draw_below(stack.streams, n_degree, n - n_degree, pool_rows(ctx, stack))))
+    return torch.cat(out, 1) if len(out) > 1 else out[0]
+
+
+def edge_negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
+    """:func:`negatives` per edge (``S x b n``): set ``i``'s draw ``j`` is the stream's draw
+    ``i n + j``, degree-weighted for ``j`` below the degree count, so that the bounds of one
+    kernel's draws differ by position."""
+    n, n_degree = ctx.negatives, degree_negatives(ctx)
+    b = targets.shape[1]
+    degree = (torch.arange(b * n, device=targets.device) % n < n_degree)[None, :]
+    bound = torch.where(degree, b, pool_rows(ctx, stack))
+    r = rng.draw_below(stack.streams, 0, b * n, bound.expand(len(stack.sides), -1).contiguous())
+    by_degree = targets.gather(1, torch.where(degree, r, 0))
+    return torch.where(degree, by_degree, uniform_rows(ctx, stack, torch.where(degree, 0, r)))
+
+
+def pool_rows(ctx: Ctx, stack: Stack) -> torch.Tensor | int:
+    """How many rows a uniform negative is drawn among: the target partition's (``S x 1``),
+    the resident rows (a 0-dim tensor) or every node."""
     if ctx.pool == "partition":
-        ends = other(stack.sides)
-        rows = pick(ctx.layout[END_ROWS], ends)[:, None]
-        out.append(pick(ctx.layout[END_BASE], ends)[:, None] + rng.draw_below(*uniform, rows))
-    elif ctx.pool == "resident":
+        return pick(ctx.layout[END_ROWS], other(stack.sides))[:, None]
+    if ctx.pool == "resident":
+        return ctx.layout[RESIDENT_ROWS]
+    return ctx.num_nodes
+
+
+def uniform_rows(ctx: Ctx, stack: Stack, r: torch.Tensor) -> torch.Tensor:
+    """The buffer rows of uniform draws ``r`` (``S x count``, each below :func:`pool_rows`)."""
+    if ctx.pool == "partition":
+        return pick(ctx.layout[END_BASE], other(stack.sides))[:, None] + r
+    if ctx.pool == "resident":
         table = ctx.layout[POOL:]
         ends, shift = table[: len(table) // 2], table[len(table) // 2 :]
-        r = rng.draw_below(*uniform, ctx.layout[RESIDENT_ROWS])
-        out.append(r + shift[torch.searchsorted(ends, r, right=True)])
-    else:
-        pos = rng.draw_below(*uniform, ctx.num_nodes)
-        out.append(ctx.layout[POOL:][pos // ctx.part_size] + pos % ctx.part_size)
-    return torch.cat(out, 1) if len(out) > 1 else out[0]
+        return r + shift[torch.searchsorted(ends, r, right=True)]
+    return ctx.layout[POOL:][r // ctx.part_size] + r % ctx.part_size
 
 
 def reverse_relation(model: str, rows: torch.Tensor) -> torch.Tensor:
@@ -301,15 +335,35 @@ def combine(model: str, s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return complex_rows.twin(s, torch.cat([torch.cos(r), torch.sin(r)], -1))
 
 
+def per_edge(a: torch.Tensor, neg: torch.Tensor) -> bool:
+    """Whether ``neg`` holds each query row's own negatives (``S x b x n x dim`` beside ``a``'s
+    ``S x b x dim``) rather than the chunk's shared ones (``S x n x dim``)."""
+    return neg.dim() == a.dim() + 1
+
+
+def products(a: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """``a . neg_j`` of each query row and its negatives: ``S x b x n``."""
+    return (neg @ a[..., None]).squeeze(-1) if per_edge(a, neg) else a @ neg.mT
+
+
+def products_back(dneg: torch.Tensor, a: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`products` from ``dneg`` (``S x b x n``): of ``a`` and of ``neg``."""
+    if per_edge(a, neg):
+        return (dneg[..., None, :] @ neg).squeeze(-2), dneg[..., None] * a[..., None, :]
+    return dneg @ neg, dneg.mT @ a
+
+
 def pair_scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """TransE's and RotatE's positive scores (``S x b``) and negative scores (``S x b x n``) of
-    query rows ``a`` (``S x b x dim``), targets ``t`` and negatives ``neg`` (``S x n x dim``)."""
+    query rows ``a`` (``S x b x dim``), targets ``t`` and negatives ``neg`` (``S x n x dim``, or
+    per edge ``S x b x n x dim``)."""
     if ctx.model == "transe" and ctx.transe_norm == 2:
         pos = -(((a - t) ** 2).sum(-1) + EPS).sqrt()
         a_sq, n_sq = (a * a).sum(-1), (neg * neg).sum(-1)
-        sq = (a @ neg.mT * -2.0 + a_sq[..., :, None] + n_sq[..., None, :]).clamp(min=0.0)
+        n_sq = n_sq if per_edge(a, neg) else n_sq[..., None, :]
+        sq = (products(a, neg) * -2.0 + a_sq[..., :, None] + n_sq).clamp(min=0.0)
         return pos, -(sq + EPS).sqrt()
-    pairs = a[..., :, None, :] - neg[..., None, :, :]
+    pairs = a[..., :, None, :] - (neg if per_edge(a, neg) else neg[..., None, :, :])
     if ctx.model == "transe":
         return -(a - t).abs().sum(-1), -pairs.abs().sum(-1)
     h = a.shape[-1] // 2
@@ -362,9 +416,10 @@ def score_grads(
     rel_dim``) as scored, and its gradients of each."""
     if ctx.model in BILINEAR:
         a, pos = bilinear_rows.query_pos(ctx.model, s, r, t)
-        loss, dpos, dneg = loss_grads(ctx, pos, a @ neg.mT, weights)
-        ds, dt, dr = bilinear_rows.row_grads(ctx.model, dneg @ neg, dpos, s, r, t, a)
-        return loss, ds, dt, dneg.mT @ a, dr
+        loss, dpos, dneg = loss_grads(ctx, pos, products(a, neg), weights)
+        da0, d_neg = products_back(dneg, a, neg)
+        ds, dt, dr = bilinear_rows.row_grads(ctx.model, da0, dpos, s, r, t, a)
+        return loss, ds, dt, d_neg, dr
     leaves = [x.detach().requires_grad_() for x in (s, t, neg, r)]
     with torch.enable_grad():
         pos, neg_scores = pair_scores(ctx, combine(ctx.model, leaves[0], leaves[3]), leaves[1], leaves[2])
@@ -450,14 +505,15 @@ def dropout(
     factor ``1 / (1 - rate)`` unless its 32 random bits fall below ``rate * 2^32``, two reals a
     draw, the masks drawn in the Rust worker's order (source, target, negatives at the entity
     rate, then relations) from each side's stream from draw ``first_draw`` on (by default after
-    its ``negatives`` draws): all of them one draw of every side's stream."""
+    its negatives' draws, :func:`negative_draws`): all of them one draw of every side's
+    stream."""
     rates = (ctx.entity_dropout,) * 3 + (ctx.relation_dropout,)
     blocks = [(i, x[0].numel()) for i, x in enumerate(rows) if rates[i] > 0.0 and x[0].numel()]
     masks: list = [None] * len(rows)
     if not blocks:
         return rows, masks
     draws = [(count + 1) // 2 for _, count in blocks]
-    at = ctx.negatives if first_draw is None else first_draw
+    at = negative_draws(ctx, rows[0].shape[1]) if first_draw is None else first_draw
     bits = rng.draw(streams, torch.arange(at, at + sum(draws), device=streams.device))
     halves = torch.stack([bits & 0xFFFF_FFFF, rng.shr(bits, 32)], -1).reshape(len(streams), -1)
     out, start = list(rows), 0
@@ -488,7 +544,8 @@ def train_stack(
 ) -> tuple:
     """``(loss, ds, dt, d neg, d rels)``: a stack's loss (float64 scalar) and its gradients of
     the rows of its sides' sources and targets (``S x b x dim``), its negatives (``S x n x
-    dim``) and its relation rows (``S x b x rel_dim``, as stored)."""
+    dim``, or per edge ``S x b x n x dim``) and its relation rows (``S x b x rel_dim``, as
+    stored)."""
     r = oriented(ctx, rels, stack.sides)
     # The scores see the dropped rows, the regularizer the rows as stored.
     dropped, masks = dropout(ctx, (s, t, neg, r), stack.streams)
@@ -592,9 +649,10 @@ def train_chunk(
     losses, node_grads, rel_grads = [], [], []
     at = rel_at = 0
     for stack in stacks:
-        size, b, n = len(stack.sides), len(stack.edges), ctx.negatives
+        size, b, n = len(stack.sides), len(stack.edges), negative_draws(ctx, len(stack.edges))
         s, t = (nodes.take(at + i * size * b, size * b).view(size, b, -1) for i in (0, 1))
-        neg = nodes.take(at + 2 * size * b, size * n).view(size, n, -1)
+        neg = nodes.take(at + 2 * size * b, size * n)
+        neg = neg.view(size, n, -1) if ctx.shared_negatives else neg.view(size, b, ctx.negatives, -1)
         at += size * (2 * b + n)
         if rels is not None:
             r = rels.take(rel_at, size * b).view(size, b, -1)
