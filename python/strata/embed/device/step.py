@@ -260,9 +260,9 @@ def negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
     """The buffer rows of each side's negatives, drawn from its stream: a degree-weighted part
     (among ``targets``, ``S x b``: the side's edges' targets) then uniform from the pool; the
     chunk's shared ``n`` (``S x n``), or each edge's, one set after another (``S x b n``)."""
-    n, n_degree = ctx.negatives, degree_negatives(ctx)
     if not ctx.shared_negatives:
         return edge_negatives(ctx, stack, targets)
+    n, n_degree = ctx.negatives, degree_negatives(ctx)
     out = []
     if n_degree:
         out.append(targets.gather(1, rng.draw_below(stack.streams, 0, n_degree, targets.shape[1])))
