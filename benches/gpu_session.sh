@@ -13,7 +13,8 @@
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big, recipes (the
 # ComplEx recipes on FB15k-237 and WN18RR on the GPU), recipes-tf32 (WN18RR's 1vsAll and KvsAll
-# recipes with TF32 training products), recipes-n3 (the ComplEx-N3 recipes). Each step runs
+# recipes with TF32 training products), recipes-n3 (the ComplEx-N3 recipes), per-edge
+# (transe-fb15k237 with shared negatives and with each edge's own). Each step runs
 # under its own time limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not
 # stop the next.
 #
@@ -48,7 +49,7 @@ done
 # backend is carried: its limit allows for both.
 declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540
-    [recipes-n3]=560)
+    [recipes-n3]=560 [per-edge]=240)
 
 step_env() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -132,6 +133,19 @@ step_recipes-tf32() {
 # (float32 unless MATMUL=tf32).
 step_recipes-n3() {
     recipes_on_gpu recipes-n3 complex-n3-fb15k237,complex-n3-wn18rr "${MATMUL:-float32}" "${RECIPE_SECONDS:-240}"
+}
+# transe-fb15k237 for 10 epochs with the chunk's shared negatives, then with each edge's own
+# (PyKEEN's and LibKGE's sampling): seconds an epoch and the validation MRR of each, beside the
+# 2-core figures of docs/benchmarks.md ("PyKEEN side by side"); the runs' records in $OUT.
+step_per-edge() {
+    local store="$WORK/fb15k-237.strata"
+    [ -d "$store" ] || python3 -m strata convert ../shared/datasets/fb15k-237 --relations --out "$store" -q ||
+        return
+    for mode in shared no-shared; do
+        python3 -m strata embed train "$store" --config examples/recipes/transe-fb15k237.toml --device cuda \
+            --epochs 10 --eval-every 10 --run-dir "$WORK/per-edge-$mode" --fresh "--$mode-negatives" -q &&
+            cp "$WORK/per-edge-$mode/run.json" "$OUT/per-edge-$mode.json" || return
+    done
 }
 
 for step in "$@"; do
