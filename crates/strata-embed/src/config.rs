@@ -669,6 +669,16 @@ impl Section for TrainConfig {
         }
         self.check_schedule().or_else(|(key, msg)| bad(key, msg))?;
         self.check_vs_all().or_else(|(key, msg)| bad(key, msg))?;
+        let rows = self.gathered_per_chunk(0);
+        if !self.scores_all() && rows >= MAX_ROWS as u64 {
+            return bad(
+                "negatives",
+                format!(
+                    "with shared_negatives = false a chunk side gathers chunk_size x negatives = {rows} rows, more than the {} a chunk can hold; lower chunk_size or negatives",
+                    MAX_ROWS - 1
+                ),
+            );
+        }
         let partitioned = self.partitions as usize > self.buffer;
         self.ordering
             .check_buffer(self.buffer, partitioned)
@@ -980,15 +990,16 @@ impl TrainConfig {
         self.training != TrainingMode::NegativeSampling
     }
 
-    /// Negative rows a chunk side of negative sampling gathers: its shared negatives, or
-    /// (`shared_negatives = false`) each edge's.
-    pub fn negative_rows(&self) -> u64 {
+    /// Candidate rows a chunk side gathers, for the budgets: what it scores against
+    /// ([`TrainConfig::scored_per_chunk`]), times `chunk_size` when each edge draws its own
+    /// negatives (`shared_negatives = false`).
+    pub fn gathered_per_chunk(&self, nodes: u64) -> u64 {
         let sets = if self.shared_negatives {
             1
         } else {
             self.chunk_size as u64
         };
-        sets * self.negatives as u64
+        sets * self.scored_per_chunk(nodes)
     }
 
     /// Candidates a chunk side scores against, for the budget's worker scratch: the sampled
@@ -1023,16 +1034,6 @@ impl TrainConfig {
                 return Err((
                     "vsall_candidates",
                     "applies to training \"1vsAll\" only".into(),
-                ));
-            }
-            if self.negative_rows() >= MAX_ROWS as u64 {
-                return Err((
-                    "negatives",
-                    format!(
-                        "with shared_negatives = false a chunk side gathers chunk_size x negatives = {} rows, more than the {} a chunk can hold; lower chunk_size or negatives",
-                        self.negative_rows(),
-                        MAX_ROWS - 1
-                    ),
                 ));
             }
             return Ok(());

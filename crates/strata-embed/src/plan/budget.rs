@@ -312,11 +312,11 @@ pub fn plan_queries(
 /// negatives per edge a side gathers `b x n` negative rows, and one edge's gradients beside.
 fn worker_bytes(model: &ScoreModel, cfg: &TrainConfig, nodes: u64) -> u64 {
     let (b, n) = (cfg.chunk_size as u64, cfg.scored_per_chunk(nodes));
-    let d = model.dim as u64;
-    let (neg_rows, edge_grads) = if cfg.scores_all() || cfg.shared_negatives {
-        (n, 0)
+    let (d, neg_rows) = (model.dim as u64, cfg.gathered_per_chunk(nodes));
+    let edge_grads = if cfg.shared_negatives {
+        0
     } else {
-        (cfg.negative_rows(), 4 * (3 + n) * d)
+        4 * (3 + n) * d
     };
     // Relation rows and their gradients: `dim` reals or more (`linear`: dim²).
     let rd = (model.rel_dim() as u64).max(d);

@@ -99,11 +99,7 @@ impl DeviceBudget {
 /// negative rows (and their gradients), its score matrices staying `b x n`.
 pub fn step_bytes(model: &ScoreModel, cfg: &TrainConfig, nodes: u64) -> u64 {
     let (b, n) = (cfg.chunk_size as u64, cfg.scored_per_chunk(nodes));
-    let neg_rows = if cfg.scores_all() {
-        n
-    } else {
-        cfg.negative_rows()
-    };
+    let neg_rows = cfg.gathered_per_chunk(nodes);
     let (d, rd) = (model.dim as u64, model.rel_dim() as u64);
     let sides = match cfg.corrupt {
         Corrupt::Both | Corrupt::Bernoulli => 2,

@@ -276,6 +276,8 @@ def edge_negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tenso
     kernel's draws differ by position."""
     n, n_degree = ctx.negatives, degree_negatives(ctx)
     b = targets.shape[1]
+    if not n_degree:
+        return uniform_rows(ctx, stack, rng.draw_below(stack.streams, 0, b * n, pool_rows(ctx, stack)))
     degree = (torch.arange(b * n, device=targets.device) % n < n_degree)[None, :]
     bound = torch.where(degree, b, pool_rows(ctx, stack))
     r = rng.draw_below(stack.streams, 0, b * n, bound.expand(len(stack.sides), -1).contiguous())
