@@ -175,6 +175,41 @@ def test_out_of_core_loads_the_same_partitions(kg, tmp_path, device, training):
     assert a["partition_loads"] > 2
 
 
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    """A small typed knowledge graph (people, films, genres; tests/typed_kg.py)."""
+    from typed_kg import typed_kg
+
+    d = tmp_path_factory.mktemp("typed")
+    run_strata("convert", *typed_kg(d), "-o", d / "kg.strata", "-q")
+    return d / "kg.strata"
+
+
+#: People and films in 4 partitions each, 3 resident, the genres held in memory.
+TYPED = dict(entity_partitions=["person=4", "film=4", "genre=1"], buffer=3, chunk_size=50, negatives=16)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(negative_pool="resident"),
+        dict(negative_pool="partition", model="transe"),
+        dict(negative_pool="resident", typed_negatives=False, corrupt="bernoulli"),
+        dict(negative_pool="resident", shared_negatives=False, negatives=4, degree_fraction=0.5),
+    ],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
+)
+@pytest.mark.parametrize("device", DEVICES)
+def test_entity_types_train_alike(typed, tmp_path, device, options):
+    """PyTorch-BigGraph's entity types: each side's negatives drawn among its corrupted end's
+    type in the resident partitions and the in-memory region (or, untyped, among every type),
+    out of core, with the same partition loads."""
+    options = {"model": "complex", **TYPED, **options}
+    cpu, dev = assert_same_training(typed, tmp_path, device, **options)
+    a, b = cpu.history[-1], dev.history[-1]
+    assert a["partition_loads"] == b["partition_loads"] > 3
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_runs_cross_between_engines(kg, tmp_path, device):
     """A device run evaluates and resumes on the CPU engine, and the reverse: one run format."""
@@ -201,11 +236,17 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
         assert proc.returncode == 2 and "CUDA is not available" in proc.stderr, proc.stderr
 
 
-def test_options_the_device_step_lacks_are_refused_naming_them(kg, tmp_path):
+def test_options_the_device_step_lacks_are_refused_naming_them(kg, typed, tmp_path):
     with pytest.raises(ConfigError, match=r"dropout_masks.*not supported on the device backend"):
         trained(kg, tmp_path / "run", device="torch-cpu", entity_dropout=0.1, dropout_masks="independent")
     with pytest.raises(ConfigError, match=r"device_matmul.*\"tf32\" applies to a torch device"):
         trained(kg, tmp_path / "run", device_matmul="tf32")
+    # Featurized entities, and negatives from partitions on disk: refused before a run exists.
+    with pytest.raises(ConfigError, match=r"featurized.*not supported with a torch device"):
+        trained(typed, tmp_path / "run", device="torch-cpu", featurized=["film"])
+    with pytest.raises(ConfigError, match=r"negative_pool = all with partitions on disk"):
+        trained(typed, tmp_path / "run", device="torch-cpu", negative_pool="all", **TYPED)
+    assert not (tmp_path / "run").exists()
 
 
 def test_tf32_holds_for_the_training_steps_only(kg, tmp_path, monkeypatch, strata_cli):

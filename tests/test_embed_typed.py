@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import random
 import shutil
 from pathlib import Path
 
@@ -16,43 +15,13 @@ import pytest
 
 from cli_in_process import first_in_child, in_process
 from strata.embed import Run, import_pbg, train
+from typed_kg import FILMS, GENRES, PEOPLE, WORDS, typed_kg
 
 # The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
 # builds them once (tests/conftest.py).
 pytestmark = pytest.mark.xdist_group("test_embed_typed")
 
 SMALL = ["--dim", "16", "--chunk-size", "100", "--negatives", "32", "--epochs", "3", "-q"]
-PEOPLE, FILMS, GENRES, WORDS = 60, 40, 4, 12
-
-
-def typed_kg(d: Path) -> list:
-    """A small typed knowledge graph by name: people like films and follow people, films have a
-    genre; each film's genre decides which people like it. Films are bags of words (two films
-    share one bag). Returns the converter's arguments."""
-    rng = random.Random(5)
-    genre = {f: f % GENRES for f in range(FILMS)}
-    lines = []
-    for p in range(PEOPLE):
-        taste = p % GENRES
-        for f in rng.sample([f for f in range(FILMS) if genre[f] == taste], 5):
-            lines.append(f"p{p}\tlikes\tf{f}")
-        lines.append(f"p{p}\tfollows\tp{(p + GENRES) % PEOPLE}")
-    lines += [f"f{f}\thas_genre\tg{genre[f]}" for f in range(FILMS)]
-    rng.shuffle(lines)
-    (d / "kg.tsv").write_text("\n".join(lines) + "\n")
-    (d / "node_types.tsv").write_text("person\nfilm\ngenre\n")
-    (d / "edge_types.tsv").write_text("person\tlikes\tfilm\nperson\tfollows\tperson\nfilm\thas_genre\tgenre\n")
-    bags = [f"f{f}\tw{genre[f]} w{GENRES + f % 8}" for f in range(FILMS - 1)]
-    bags.append(f"f{FILMS - 1}\t" + bags[0].split("\t")[1])
-    (d / "bags.tsv").write_text("# film<TAB>words\n" + "\n".join(bags) + "\n")
-    return [
-        d / "kg.tsv",
-        "--columns", "src,rel,dst",
-        "--node-types", d / "node_types.tsv",
-        "--edge-types", d / "edge_types.tsv",
-        "--node-bags", f"film={d / 'bags.tsv'}",
-        "--split", "0.8,0.1,0.1",
-    ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

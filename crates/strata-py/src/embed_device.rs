@@ -100,6 +100,7 @@ impl PyDeviceStep {
             d.set_item("part_of", c.part_of.clone())?;
             d.set_item("part_size", c.part_size)?;
             d.set_item("num_nodes", c.num_nodes)?;
+            d.set_item("typed_spans", c.typed_spans.clone())?;
             d.set_item("reg", c.reg)?;
             d.set_item("reg_weight", c.reg_weight)?;
             d.set_item("reg_weighted", c.reg_weighted)?;

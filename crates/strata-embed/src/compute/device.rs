@@ -18,6 +18,7 @@ use crate::config::{Corrupt, DeviceMatmul};
 use crate::error::{EmbedError, Result};
 use crate::model::{LossKind, RegScope, RegularizerKind};
 use crate::storage::shared::SharedRows;
+use crate::train::typed_negatives::NegSpace;
 use crate::train::worker::{BucketCtx, Pool};
 
 /// A table's rows lent to a device step: `params` (`params_len` f32, rows of the model's
@@ -67,11 +68,15 @@ pub struct DeviceCtx<'a> {
     pub shared_negatives: bool,
     pub degree_fraction: f32,
     /// `partition`, `resident` or `all` (then every partition is resident: `part_of` maps
-    /// each partition id to its index in `parts`).
+    /// each partition id to its index in `parts`), or `typed`: a typed run's negatives.
     pub pool: &'static str,
     pub part_of: Vec<usize>,
     pub part_size: u64,
     pub num_nodes: u64,
+    /// `typed`: the spans each side's uniform negatives are drawn among, tail corruption's
+    /// then head corruption's, as `(index into parts, first row, entities)` in draw order
+    /// ([`NegSpace::resident_spans`]).
+    pub typed_spans: Option<[Vec<(usize, u32, u64)>; 2]>,
     pub reg: &'static str,
     pub reg_weight: f32,
     /// `reg_weighted`, and `relation_reg_weight` (`None`: `reg_weight`).
@@ -187,15 +192,18 @@ fn table(rows: &SharedRows, used: usize) -> std::result::Result<DeviceTable, Str
     })
 }
 
+/// Why a device step cannot draw a run's negatives from partitions on disk.
+pub(crate) const NO_BANKS: &str =
+    "negative_pool = all with partitions on disk (negative banks) is not \
+                        supported with a torch device; use negative_pool = resident (Legend's) \
+                        or partition";
+
 /// `ctx` in plain values, or why a device step cannot train it.
 pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, String> {
-    if ctx.negs.is_some() || ctx.feat.is_some() {
-        return Err(
-            "typed negatives and featurized entity types are not supported with a \
-                    torch device; set typed_negatives = false and no featurized types, or \
-                    use device = cpu"
-                .into(),
-        );
+    // The config refuses featurized types with a device; a featurized row is its features'
+    // mean, which the device step does not compute.
+    if ctx.feat.is_some() {
+        return Err("featurized entity types are not supported with a torch device".into());
     }
     let (pool, part_of, part_size, num_nodes) = match &ctx.pool {
         Pool::Partition => ("partition", Vec::new(), 0, 0),
@@ -207,15 +215,15 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
             ..
         } => {
             let resident: Option<Vec<usize>> = part_of.iter().copied().collect();
-            let Some(resident) = resident else {
-                return Err(
-                    "negative_pool = all with partitions on disk (negative banks) is \
-                            not supported with a torch device; use negative_pool = resident \
-                            (Legend's) or partition"
-                        .into(),
-                );
-            };
-            ("all", resident, *part_size, *num_nodes)
+            ("all", resident.ok_or(NO_BANKS)?, *part_size, *num_nodes)
+        }
+    };
+    // A typed run draws each side's negatives from its entity type's spans instead.
+    let (pool, typed_spans) = match &ctx.negs {
+        None => (pool, None),
+        Some([tail, head]) => {
+            let spans = |s: &NegSpace| s.resident_spans().ok_or(NO_BANKS);
+            ("typed", Some([spans(tail)?, spans(head)?]))
         }
     };
     Ok(DeviceCtx {
@@ -254,6 +262,7 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
         part_of,
         part_size,
         num_nodes,
+        typed_spans,
         reg: match ctx.reg.kind {
             RegularizerKind::None => "none",
             RegularizerKind::N3 => "n3",

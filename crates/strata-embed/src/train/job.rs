@@ -14,7 +14,7 @@ use strata_store::budget::Planned;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
-use crate::compute::device::for_device;
+use crate::compute::device::{for_device, NO_BANKS};
 use crate::compute::kernels::sgemm_reference_flops;
 use crate::config::{Corrupt, Protocol, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
@@ -609,6 +609,11 @@ fn setup(
         partitioning,
         ..
     } = p;
+    // Refused before the run is made: a device step holds no negative banks.
+    if cfg.device != "cpu" && plan.bank_rows > 0 {
+        return Err(EmbedError::Config(NO_BANKS.into()));
+    }
+    let mut compute = for_device(&cfg.device, cfg.device_matmul, plan.threads)?;
     let buckets = bucket_edges(
         &store,
         &partitioning,
@@ -662,7 +667,6 @@ fn setup(
         }
     };
     let (run, relations) = settle_run(run, &plan, side)?;
-    let mut compute = for_device(&cfg.device, cfg.device_matmul, plan.threads)?;
     if let Some(line) = compute.describe() {
         progress.message(&line);
     }

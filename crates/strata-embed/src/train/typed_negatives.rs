@@ -134,6 +134,35 @@ impl NegSpace {
         self.cum.last().copied().unwrap_or(0)
     }
 
+    /// The space as spans of resident rows, `(part, first row, entities)` in draw order: the
+    /// draw `w` below [`NegSpace::total`] that [`NegSpace::draw`] takes falls in the first span
+    /// whose running count of entities passes `w`, at the same row. For a device step, which
+    /// draws as this does; `None` when some entities lie in partitions on disk (reached
+    /// through banks, which a device step does not hold).
+    pub fn resident_spans(&self) -> Option<Vec<(usize, u32, u64)>> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        for (span, &end) in self.spans.iter().zip(&self.cum) {
+            let entities = end - start;
+            match span {
+                Span::Rows { part, lo } => out.push((*part, *lo, entities)),
+                // Partition r holds positions r * per_part.. of the type (the last may hold
+                // fewer), from its row starts[r].
+                Span::Spread(s) => {
+                    for (r, &first) in s.starts.iter().enumerate() {
+                        let done = r as u64 * s.per_part;
+                        if done >= entities {
+                            break;
+                        }
+                        out.push((s.part_of[r]?, first, s.per_part.min(entities - done)));
+                    }
+                }
+            }
+            start = end;
+        }
+        Some(out)
+    }
+
     /// A uniform negative; partitions on disk are drawn from through `banks`.
     #[inline]
     pub fn draw(&self, banks: Option<&Banks>, rng: &mut Rng) -> Negative {
@@ -254,5 +283,54 @@ mod tests {
         // Untyped negatives draw every type in proportion to its entities.
         let all = NegSpace::new(&inputs, &[0, 1, 2], 0);
         assert_eq!(all.total(), 506);
+        // Some partitions are on disk: a device step cannot draw from this space.
+        assert_eq!(space.resident_spans(), None);
+    }
+
+    /// The negative of draw `w` through `spans` (a device step's lookup).
+    fn through_spans(spans: &[(usize, u32, u64)], mut w: u64) -> Negative {
+        for &(part, first, entities) in spans {
+            if w < entities {
+                return Negative::Part(part, first + w as u32);
+            }
+            w -= entities;
+        }
+        panic!("draw past the spans");
+    }
+
+    #[test]
+    fn resident_spans_place_every_draw_where_draw_does() {
+        let l = layout();
+        // Every partition resident (in another order than their ids) and the pinned region.
+        let regions = [2u32, 0, 3, 1, 4];
+        let part_of = Arc::new(vec![Some(1), Some(3), Some(0), Some(2)]);
+        for (pool, banked) in [
+            (NegativePool::Partition, None),
+            (NegativePool::Resident, None),
+            (NegativePool::All, Some(part_of)),
+        ] {
+            let inputs = SpaceInputs {
+                layout: &l,
+                pool,
+                regions: &regions,
+                banked,
+            };
+            for types in [&[0usize][..], &[1], &[2], &[0, 1, 2]] {
+                let target = if types == [2] { 4 } else { 1 };
+                let space = NegSpace::new(&inputs, types, target);
+                let spans = space.resident_spans().expect("every partition is resident");
+                assert_eq!(spans.iter().map(|s| s.2).sum::<u64>(), space.total());
+                // draw takes one value below the total from its stream, as the device does.
+                let (mut a, mut b) = (Rng::new(3), Rng::new(3));
+                for _ in 0..3000 {
+                    let w = b.below(space.total());
+                    assert_eq!(
+                        space.draw(None, &mut a),
+                        through_spans(&spans, w),
+                        "{pool:?} {types:?}"
+                    );
+                }
+            }
+        }
     }
 }

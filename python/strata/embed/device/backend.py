@@ -216,7 +216,7 @@ def storage_note() -> str:
 
 
 #: What of a context only says where its tables sit (in the layout a replay copies in).
-PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of", "answers")
+PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of", "answers", "typed_spans")
 
 
 class TorchCompute:
@@ -453,7 +453,8 @@ class TorchCompute:
         nodes, slot_rows = self.buffer.rows(c["dim"])
         bases = [slot(p[3]).index * slot_rows for p in c["parts"]]
         bucket = (c["src_part"], c["dst_part"])
-        layout = step.layout(c["pool"], bases, [p[2] for p in c["parts"]], bucket, c["part_of"])
+        sizes = [p[2] for p in c["parts"]]
+        layout = step.layout(c["pool"], bases, sizes, bucket, c["part_of"], c["typed_spans"])
         rels = None
         if c["rels"] is not None:
             flat = self._ready(slot(c["rels"][3]))

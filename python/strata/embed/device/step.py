@@ -78,14 +78,22 @@ class Table:
 #: destination partitions start (``END_BASE``), their rows (``END_ROWS``), the rows of every
 #: resident partition (``RESIDENT_ROWS``), then the negative pool's table (``POOL``: for
 #: ``resident`` each partition's end in the resident rows then its buffer row less its start
-#: there; for ``all`` each partition id's first buffer row).
+#: there; for ``all`` each partition id's first buffer row; for ``typed`` :func:`typed_table`).
 END_BASE, END_ROWS, RESIDENT_ROWS, POOL = slice(0, 2), slice(2, 4), 4, 5
 
 
-def layout(pool: str, bases: list[int], sizes: list[int], bucket: tuple[int, int], part_of: list | None) -> list[int]:
+def layout(
+    pool: str,
+    bases: list[int],
+    sizes: list[int],
+    bucket: tuple[int, int],
+    part_of: list | None,
+    typed_spans: list | None = None,
+) -> list[int]:
     """The values of ``Ctx.layout`` for resident partitions of ``sizes`` rows starting at buffer
-    rows ``bases``, the bucket's source and destination partitions ``bucket`` (indices in them)
-    and ``part_of`` each partition id's index (see :data:`END_BASE`)."""
+    rows ``bases``, the bucket's source and destination partitions ``bucket`` (indices in them),
+    ``part_of`` each partition id's index and a typed run's ``typed_spans`` (see
+    :data:`END_BASE`)."""
     src, dst = bucket
     ends = [bases[src], bases[dst], sizes[src], sizes[dst], sum(sizes)]
     if pool == "resident":
@@ -93,7 +101,28 @@ def layout(pool: str, bases: list[int], sizes: list[int], bucket: tuple[int, int
         return ends + starts[1:] + [b - a for b, a in zip(bases, starts, strict=False)]
     if pool == "all":
         return ends + [bases[p] for p in part_of]
+    if pool == "typed":
+        return ends + typed_table(bases, typed_spans)
     return ends
+
+
+def typed_table(bases: list[int], spans: list) -> list[int]:
+    """A typed run's negatives in ``Ctx.layout``: for tail then head corruption, ``L`` running
+    ends of its spans' entities then ``L`` shifts (a draw ``w`` in the span whose end first
+    passes it is buffer row ``w + shift``). ``spans`` holds each side's ``(part, first row,
+    entities)`` in draw order (the Rust ``NegSpace::resident_spans``); both sides are padded to
+    one ``L`` with empty spans at their total, which no draw below it reaches."""
+    width = max(1, *(len(side) for side in spans))
+    out = []
+    for side in spans:
+        ends, shifts, total = [], [], 0
+        for part, first, entities in side:
+            shifts.append(bases[part] + first - total)
+            total += entities
+            ends.append(total)
+        pad = width - len(side)
+        out += ends + [total] * pad + shifts + [0] * pad
+    return out
 
 
 @dataclass
@@ -224,7 +253,8 @@ def chunk_keys(ctx: Ctx, stacks: list[Stack]) -> tuple[torch.Tensor, torch.Tenso
     (:func:`twin_keys`)."""
     stack = stacks[0] if len(stacks) == 1 else None
     shared = ctx.shared_negatives
-    if stack is None or ctx.pool == "all" or degree_negatives(ctx) or not len(stack.edges) or not shared:
+    fused_pool = ctx.pool in ("partition", "resident")
+    if stack is None or not fused_pool or degree_negatives(ctx) or not len(stack.edges) or not shared:
         return twin_keys(ctx, stacks)
 
     def kernel():
@@ -287,11 +317,14 @@ def edge_negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tenso
 
 def pool_rows(ctx: Ctx, stack: Stack) -> torch.Tensor | int:
     """How many rows a uniform negative is drawn among: the target partition's (``S x 1``),
-    the resident rows (a 0-dim tensor) or every node."""
+    the resident rows (a 0-dim tensor), every node, or a typed run's side's entities (``S x
+    1``)."""
     if ctx.pool == "partition":
         return pick(ctx.layout[END_ROWS], other(stack.sides))[:, None]
     if ctx.pool == "resident":
         return ctx.layout[RESIDENT_ROWS]
+    if ctx.pool == "typed":
+        return typed_sides(ctx, stack)[:, 0, -1:]
     return ctx.num_nodes
 
 
@@ -303,7 +336,16 @@ def uniform_rows(ctx: Ctx, stack: Stack, r: torch.Tensor) -> torch.Tensor:
         table = ctx.layout[POOL:]
         ends, shift = table[: len(table) // 2], table[len(table) // 2 :]
         return r + shift[torch.searchsorted(ends, r, right=True)]
+    if ctx.pool == "typed":
+        table = typed_sides(ctx, stack)
+        return r + table[:, 1].gather(1, torch.searchsorted(table[:, 0].contiguous(), r, right=True))
     return ctx.layout[POOL:][r // ctx.part_size] + r % ctx.part_size
+
+
+def typed_sides(ctx: Ctx, stack: Stack) -> torch.Tensor:
+    """The stack's sides' rows of a typed run's :func:`typed_table` (``S x 2 x L``: ends, then
+    shifts): a side draws among its own corrupted end's type."""
+    return pick(ctx.layout[POOL:].view(2, 2, -1), stack.sides)
 
 
 def reverse_relation(model: str, rows: torch.Tensor) -> torch.Tensor:
