@@ -34,7 +34,7 @@ from common import profiled
 B1 = dict(
     model="complex", dim=100, transe_norm=2, loss="softmax", margin=0.1, gamma=0.0, adversarial=None, lr=0.1,
     src_part=0, dst_part=0, inverse_offset=237, corrupt="both", head_prob=[], negatives=1000, shared_negatives=True,
-    degree_fraction=0.0, pool="partition", part_of=None, part_size=14541, num_nodes=14541, typed_spans=None, reg="none",
+    degree_fraction=0.0, pool="partition", part_of=None, part_size=0, num_nodes=0, typed_spans=None, reg="none",
     reg_weight=0.0, reg_weighted=False, rel_reg_weight=None, entity_dropout=0.0, relation_dropout=0.0,
     training="negative_sampling", label_smoothing=0.0, reg_table=False, answers=None,
 )  # fmt: skip
@@ -42,7 +42,7 @@ B1 = dict(
 #: Each case: its settings over B1's, partition sizes, relations (reciprocals included), edges.
 CASES = {
     "b1": (dict(), [14541], 474, 1000),
-    "ooc": (dict(pool="resident", src_part=0, dst_part=1, part_size=5000, num_nodes=15000), [5000] * 3, 474, 1000),
+    "ooc": (dict(pool="resident", src_part=0, dst_part=1), [5000] * 3, 474, 1000),
 }
 
 
@@ -63,7 +63,6 @@ def setup(case: str, device: str, scale: float = 1.0):
     shrink = lambda x: max(2, int(x * scale))  # noqa: E731
     sizes, b, rels = [shrink(s) for s in sizes], shrink(b), shrink(rels // 2) * 2
     c.update(dim=shrink(c["dim"]) // 2 * 2, negatives=shrink(c["negatives"]), inverse_offset=rels // 2)
-    c.update(part_size=max(sizes), num_nodes=sum(sizes))
     rng = np.random.default_rng(0)
     dev = TorchCompute(device)
     c["parts"] = [lent(n, c["dim"], rng) for n in sizes]

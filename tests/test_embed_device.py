@@ -175,6 +175,31 @@ def test_out_of_core_loads_the_same_partitions(kg, tmp_path, device, training):
     assert a["partition_loads"] > 2
 
 
+@pytest.mark.parametrize("partitions", [1, 6])
+def test_only_a_lone_slot_steps_every_node_row(kg, tmp_path, monkeypatch, partitions):
+    """Out of core the next partition is copied into a free slot of the device buffer while a
+    step runs (on cuda asynchronously, on a copy stream), so a chunk's node rows must not take
+    the Adagrad step over every row of the buffer, which would write that slot's stale rows
+    back: only the rows the chunk touched. With one partition nothing else is copied in, and
+    the small test graph's rows all take it."""
+    from strata.embed.device import step
+
+    modes = []
+    of = step.Gathered.of.__func__
+
+    def record(cls, table, keys, alone=None):
+        gathered = of(cls, table, keys, True if alone is None else alone)
+        if alone is not None:  # the node table's (the relations' take the default)
+            every = len(gathered.keys) == len(table.params) and bool(gathered.valid.all())
+            modes.append(every)
+        return gathered
+
+    monkeypatch.setattr(step.Gathered, "of", classmethod(record))
+    options = dict(partitions=partitions, buffer=min(partitions, 3), negative_pool="resident", memory="128M")
+    trained(kg, tmp_path / "run", device="torch-cpu", model="complex", **options)
+    assert modes and all(modes) == (partitions == 1) and any(modes) == (partitions == 1), modes[:8]
+
+
 @pytest.fixture(scope="module")
 def typed(tmp_path_factory):
     """A small typed knowledge graph (people, films, genres; tests/typed_kg.py)."""

@@ -482,6 +482,7 @@ class TorchCompute:
             layout=self._const(layout, torch.int64),
             part_size=c["part_size"],
             num_nodes=c["num_nodes"],
+            alone=len(c["parts"]) == 1,
             reg=c["reg"],
             reg_weight=c["reg_weight"],
             reg_weighted=c["reg_weighted"],
@@ -548,12 +549,13 @@ class TorchCompute:
     @staticmethod
     def _graph_key(c: dict, ctx: step.Ctx) -> tuple:
         """What a captured step bakes in of a context: its settings, the device addresses and
-        shapes of the slot buffer and the relations, and the length of its layout (whose values
-        a replay copies in: every bucket of a run shares the graphs of its settings)."""
+        shapes of the slot buffer and the relations, the length of its layout (whose values
+        a replay copies in: every bucket of a run shares the graphs of its settings) and whether
+        its node table is the run's one slot (``Ctx.alone``)."""
         tables = [ctx.nodes, *([ctx.rels] if ctx.rels is not None else [])]
         memory = tuple((t.params.data_ptr(), *t.params.shape, t.state.data_ptr(), *t.state.shape) for t in tables)
         settings = tuple((k, repr(v)) for k, v in sorted(c.items()) if k not in PLACEMENT)
-        return memory, len(ctx.layout), settings
+        return memory, len(ctx.layout), ctx.alone, settings
 
     def train_piece(self, ctxs: list[dict], groups: list[int], bounds: list[int], edges, weights, key: int):
         """Trains one piece: chunk ``c`` is edges ``bounds[c] .. bounds[c + 1]`` (rows of

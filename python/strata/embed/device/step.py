@@ -155,6 +155,10 @@ class Ctx:
     num_nodes: int
     reg: str
     reg_weight: float
+    #: Whether the node table is the run's one slot, so that no copy writes the buffer while a
+    #: step runs (out of core the next partition is copied into a free slot meanwhile): only
+    #: then may the node rows take the every-row Adagrad step (:meth:`Gathered.of`).
+    alone: bool = False
     #: Whether a side's edges share its negatives (false: each edge draws its own).
     shared_negatives: bool = True
     #: LibKGE's weighted form (``reg_weighted``), and the relation rows' own weight
@@ -688,7 +692,7 @@ def train_chunk(
     stacks = stacks_of(ctx, edges, weights, streams)
     node_keys, rel_keys = chunk_keys(ctx, stacks)
     # A row used as a source and as a target is gathered twice; its gradients meet in the sum.
-    nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.num_nodes <= ctx.part_size)
+    nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.alone)
     rels = None if rel_keys is None else Gathered.of(ctx.rels, rel_keys)
     losses, node_grads, rel_grads = [], [], []
     at = rel_at = 0
