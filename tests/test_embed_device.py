@@ -147,9 +147,9 @@ def test_the_sorted_update_of_a_large_table_trains_alike(kg, tmp_path, monkeypat
     """A table of many rows per use in a chunk steps only the rows the chunk used, found by a
     sort (``unique_static``); the test graph's are few, and take the every-row step unless
     told otherwise."""
-    from strata.embed.device import step
+    from strata.embed.device import rows
 
-    monkeypatch.setattr(step, "EVERY_ROW_PER_USE", 0)
+    monkeypatch.setattr(rows, "EVERY_ROW_PER_USE", 0)
     assert_same_training(kg, tmp_path, device, model=model)
 
 
@@ -182,10 +182,10 @@ def test_only_a_lone_slot_steps_every_node_row(kg, tmp_path, monkeypatch, partit
     the Adagrad step over every row of the buffer, which would write that slot's stale rows
     back: only the rows the chunk touched. With one partition nothing else is copied in, and
     the small test graph's rows all take it."""
-    from strata.embed.device import step
+    from strata.embed.device import rows
 
     modes = []
-    of = step.Gathered.of.__func__
+    of = rows.Gathered.of.__func__
 
     def record(cls, table, keys, alone=None):
         gathered = of(cls, table, keys, True if alone is None else alone)
@@ -194,7 +194,7 @@ def test_only_a_lone_slot_steps_every_node_row(kg, tmp_path, monkeypatch, partit
             modes.append(every)
         return gathered
 
-    monkeypatch.setattr(step.Gathered, "of", classmethod(record))
+    monkeypatch.setattr(rows.Gathered, "of", classmethod(record))
     options = dict(partitions=partitions, buffer=min(partitions, 3), negative_pool="resident", memory="128M")
     trained(kg, tmp_path / "run", device="torch-cpu", model="complex", **options)
     assert modes and all(modes) == (partitions == 1) and any(modes) == (partitions == 1), modes[:8]
@@ -202,11 +202,16 @@ def test_only_a_lone_slot_steps_every_node_row(kg, tmp_path, monkeypatch, partit
 
 @pytest.fixture(scope="module")
 def typed(tmp_path_factory):
-    """A small typed knowledge graph (people, films, genres; tests/typed_kg.py)."""
-    from typed_kg import typed_kg
+    """A small typed knowledge graph (people, films, genres; tests/typed_kg.py) whose films are
+    bags of one to three words: with bags of one size, sharing an entity's gradient out over its
+    bag would scale every feature's gradients alike, which Adagrad's step does not see."""
+    from typed_kg import FILMS, WORDS, typed_kg
 
     d = tmp_path_factory.mktemp("typed")
-    run_strata("convert", *typed_kg(d), "-o", d / "kg.strata", "-q")
+    args = typed_kg(d)
+    bags = [f"f{f}\t" + " ".join(f"w{(f + i) % WORDS}" for i in range(1 + f % 3)) for f in range(FILMS)]
+    (d / "bags.tsv").write_text("\n".join(bags) + "\n")
+    run_strata("convert", *args, "-o", d / "kg.strata", "-q")
     return d / "kg.strata"
 
 
@@ -221,6 +226,9 @@ TYPED = dict(entity_partitions=["person=4", "film=4", "genre=1"], buffer=3, chun
         dict(negative_pool="partition", model="transe"),
         dict(negative_pool="resident", typed_negatives=False, corrupt="bernoulli"),
         dict(negative_pool="resident", shared_negatives=False, negatives=4, degree_fraction=0.5),
+        # Films are bags of words: a film's row is its words' mean (held in memory).
+        dict(entity_partitions=["person=4"], featurized=["film"], negative_pool="resident"),
+        dict(entity_partitions=["person=4"], featurized=["film"], negative_pool="partition", typed_negatives=False),
     ],
     ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
 )
@@ -228,7 +236,8 @@ TYPED = dict(entity_partitions=["person=4", "film=4", "genre=1"], buffer=3, chun
 def test_entity_types_train_alike(typed, tmp_path, device, options):
     """PyTorch-BigGraph's entity types: each side's negatives drawn among its corrupted end's
     type in the resident partitions and the in-memory region (or, untyped, among every type),
-    out of core, with the same partition loads."""
+    featurized entities as their features' means, out of core, with the same partition
+    loads."""
     options = {"model": "complex", **TYPED, **options}
     cpu, dev = assert_same_training(typed, tmp_path, device, **options)
     a, b = cpu.history[-1], dev.history[-1]
@@ -266,9 +275,7 @@ def test_options_the_device_step_lacks_are_refused_naming_them(kg, typed, tmp_pa
         trained(kg, tmp_path / "run", device="torch-cpu", entity_dropout=0.1, dropout_masks="independent")
     with pytest.raises(ConfigError, match=r"device_matmul.*\"tf32\" applies to a torch device"):
         trained(kg, tmp_path / "run", device_matmul="tf32")
-    # Featurized entities, and negatives from partitions on disk: refused before a run exists.
-    with pytest.raises(ConfigError, match=r"featurized.*not supported with a torch device"):
-        trained(typed, tmp_path / "run", device="torch-cpu", featurized=["film"])
+    # Negatives from partitions on disk (banks): refused before a run exists.
     with pytest.raises(ConfigError, match=r"negative_pool = all with partitions on disk"):
         trained(typed, tmp_path / "run", device="torch-cpu", negative_pool="all", **TYPED)
     assert not (tmp_path / "run").exists()
@@ -430,7 +437,7 @@ def test_the_static_unique_equals_torch_unique(device):
     # The step finds a chunk's unique rows without reading their count on the host: the first
     # `count` slots must be torch.unique's keys, the inverse the same, the rest unused (the
     # smallest key again: a row the chunk uses, which no copy writes meanwhile).
-    from strata.embed.device.step import unique_static
+    from strata.embed.device.rows import unique_static
 
     gen = torch.Generator().manual_seed(3)
     for n, high in [(1, 5), (7, 3), (1000, 50), (5000, 1 << 40), (300, 1 << 62)]:

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 from strata.embed.device import adagrad, bilinear_rows, complex_rows, softmax_loss, step, vs_all  # noqa: E402
 from strata.embed.device.backend import SlotBuffer  # noqa: E402
+from strata.embed.device.rows import Gathered, Table, unique_static  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 
@@ -27,7 +28,7 @@ def ctx_of(model: str, loss: str, adversarial: float | None = None) -> step.Ctx:
     none = torch.zeros(0)
     return step.Ctx(
         model=model, dim=6, transe_norm=2, loss=loss, margin=0.5, gamma=1.5, adversarial=adversarial, lr=0.1,
-        nodes=step.Table(none, none), rels=None, inverse_offset=0, corrupt="both", head_prob=None, negatives=5,
+        nodes=Table(none, none), rels=None, inverse_offset=0, corrupt="both", head_prob=None, negatives=5,
         degree_fraction=0.0, pool="partition", layout=none, part_size=0, num_nodes=0, reg="none", reg_weight=0.0,
     )  # fmt: skip
 
@@ -85,13 +86,13 @@ def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row
         rows, width = 40, 7
         params = torch.randn(rows, width, generator=gen)
         state = torch.rand(rows, 1 if row_wise else width, generator=gen)
-        keys, _, valid = step.unique_static(torch.randint(0, 12, (30,), generator=gen))
+        keys, _, valid = unique_static(torch.randint(0, 12, (30,), generator=gen))
         assert keys[0] == 0 and not bool(valid.all())  # key 0 used, and unused slots
         grad = torch.randn(len(keys), width, generator=gen) * valid[:, None]
-        want = step.Table(params.clone(), state.clone())
+        want = Table(params.clone(), state.clone())
         adagrad.torch_step(want, keys, grad, lr=0.1)
         # Copies: on the CPU ``.to(device)`` would alias ``params``, which the kernel updates.
-        got = step.Table(params.clone().to(device), state.clone().to(device))
+        got = Table(params.clone().to(device), state.clone().to(device))
         adagrad.kernel_step(got, keys.to(device), valid.to(device), grad.to(device), lr=0.1)
         torch.testing.assert_close(got.state.cpu(), want.state, rtol=1e-6, atol=0)
         torch.testing.assert_close(got.params.cpu(), want.params, rtol=1e-6, atol=1e-7)
@@ -113,8 +114,8 @@ def test_a_step_over_the_touched_rows_equals_the_sorted_one_and_writes_no_other_
         used = set(keys.tolist())
         results = {}
         for mode in ("touched", "unique"):
-            table = step.Table(params.clone().to(device), state.clone().to(device))
-            gathered = step.Gathered(table, keys.to(device), mode)
+            table = Table(params.clone().to(device), state.clone().to(device))
+            gathered = Gathered(table, keys.to(device), mode)
             assert set(gathered.keys.cpu().tolist()) == used, mode
             if kernel:
                 grad = torch.zeros(len(gathered.keys), width, device=device)
@@ -123,7 +124,7 @@ def test_a_step_over_the_touched_rows_equals_the_sorted_one_and_writes_no_other_
             else:
                 gathered.step(grads.to(device), lr=0.1)
             results[mode] = table
-        touched = step.Gathered(step.Table(params, state), keys, "touched")
+        touched = Gathered(Table(params, state), keys, "touched")
         assert touched.valid.tolist() == [r in used for r in range(rows)]
         got, want = results["touched"], results["unique"]
         torch.testing.assert_close(got.params.cpu(), want.params.cpu(), rtol=0, atol=0)
@@ -213,7 +214,7 @@ def test_the_chunk_keys_kernel_equals_its_torch_twin(monkeypatch, device, corrup
     # Partitions of 700, 400 and 300 rows at buffer rows 1000, 9000 and 5000; the bucket's
     # source and destination are the first and the third.
     ctx.layout = torch.tensor(step.layout(pool, [1000, 9000, 5000], [700, 400, 300], (0, 2), None), device=device)
-    ctx.rels = step.Table(torch.zeros(22, 6, device=device), torch.zeros(22, 6, device=device)) if rels else None
+    ctx.rels = Table(torch.zeros(22, 6, device=device), torch.zeros(22, 6, device=device)) if rels else None
     gen = torch.Generator().manual_seed(3)
     edges = torch.stack(
         [torch.randint(0, 700, (50,), generator=gen), torch.randint(0, 11, (50,), generator=gen),

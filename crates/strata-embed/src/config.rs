@@ -636,16 +636,6 @@ impl Section for TrainConfig {
                     .into(),
             );
         }
-        if self.device != "cpu" && !self.featurized.is_empty() {
-            return bad(
-                "featurized",
-                format!(
-                    "featurized entity types are not supported with a torch device (device = \
-                     {:?}); train them with device = \"cpu\", or leave featurized empty",
-                    self.device
-                ),
-            );
-        }
         if !self.gamma.is_finite() {
             return bad(
                 "gamma",

@@ -101,6 +101,31 @@ impl PyDeviceStep {
             d.set_item("part_size", c.part_size)?;
             d.set_item("num_nodes", c.num_nodes)?;
             d.set_item("typed_spans", c.typed_spans.clone())?;
+            match &c.feat {
+                Some(f) => {
+                    let feat = PyDict::new(py);
+                    feat.set_item("part", f.part)?;
+                    feat.set_item("plain", f.plain)?;
+                    // SAFETY: the bags outlive the job's steps; the views are read-only and
+                    // released before the call returns.
+                    let offsets = unsafe {
+                        view(
+                            py,
+                            f.offsets.as_ptr() as *mut u8,
+                            f.offsets.len() * 8,
+                            false,
+                        )?
+                    };
+                    let rows =
+                        unsafe { view(py, f.rows.as_ptr() as *mut u8, f.rows.len() * 4, false)? };
+                    views.push(offsets.clone());
+                    views.push(rows.clone());
+                    feat.set_item("offsets", (offsets, f.offsets.as_ptr() as usize))?;
+                    feat.set_item("rows", (rows, f.rows.as_ptr() as usize))?;
+                    d.set_item("feat", feat)?;
+                }
+                None => d.set_item("feat", py.None())?,
+            }
             d.set_item("reg", c.reg)?;
             d.set_item("reg_weight", c.reg_weight)?;
             d.set_item("reg_weighted", c.reg_weighted)?;

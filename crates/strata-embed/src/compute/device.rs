@@ -77,6 +77,8 @@ pub struct DeviceCtx<'a> {
     /// then head corruption's, as `(index into parts, first row, entities)` in draw order
     /// ([`NegSpace::resident_spans`]).
     pub typed_spans: Option<[Vec<(usize, u32, u64)>; 2]>,
+    /// A typed run's featurized entities: their rows are their features' means.
+    pub feat: Option<DeviceFeat<'a>>,
     pub reg: &'static str,
     pub reg_weight: f32,
     /// `reg_weighted`, and `relation_reg_weight` (`None`: `reg_weight`).
@@ -93,6 +95,18 @@ pub struct DeviceCtx<'a> {
     /// KvsAll: the known answers of every training query, per side (0: rows `[s, r, t]` of
     /// the tail queries, 1: `[t, r, s]` of the head queries), sorted; `None` otherwise.
     pub answers: Option<[&'a [[u32; 3]]; 2]>,
+}
+
+/// Featurized entities (PyTorch-BigGraph's `featurized`) in part `part` (the pinned region):
+/// its rows from `plain` on are entities, entity `k` the mean of the part's storage rows
+/// `rows[offsets[k]..offsets[k + 1]]` (an empty bag is the zero row); the part's slot holds
+/// storage rows.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceFeat<'a> {
+    pub part: usize,
+    pub plain: u32,
+    pub offsets: &'a [u64],
+    pub rows: &'a [u32],
 }
 
 /// One piece in plain values: chunk `c` is rows `bounds[c]..bounds[c + 1]` of `edges`
@@ -200,11 +214,6 @@ pub(crate) const NO_BANKS: &str =
 
 /// `ctx` in plain values, or why a device step cannot train it.
 pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, String> {
-    // The config refuses featurized types with a device; a featurized row is its features'
-    // mean, which the device step does not compute.
-    if ctx.feat.is_some() {
-        return Err("featurized entity types are not supported with a torch device".into());
-    }
     let (pool, part_of, part_size, num_nodes) = match &ctx.pool {
         Pool::Partition => ("partition", Vec::new(), 0, 0),
         Pool::Resident => ("resident", Vec::new(), 0, 0),
@@ -263,6 +272,12 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
         part_size,
         num_nodes,
         typed_spans,
+        feat: ctx.feat.map(|(part, bags)| DeviceFeat {
+            part,
+            plain: bags.plain,
+            offsets: &bags.offsets,
+            rows: &bags.rows,
+        }),
         reg: match ctx.reg.kind {
             RegularizerKind::None => "none",
             RegularizerKind::N3 => "n3",

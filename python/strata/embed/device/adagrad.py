@@ -9,7 +9,7 @@ the tests check that both agree (``tests/test_embed_device.py``).
 
 Shapes: ``params`` ``rows x width``, ``state`` ``rows x width`` or ``rows x 1``; ``keys`` ``n``
 int64 rows, unique where ``valid`` (``n`` bools) is set; ``grad`` ``n x width``, zero where
-``valid`` is not (the unused slots of :func:`step.unique_static`, and the untouched rows of a
+``valid`` is not (the unused slots of :func:`rows.unique_static`, and the untouched rows of a
 step over every touched row, which all repeat a used row's key).
 """
 
@@ -26,7 +26,7 @@ BLOCK = 4096
 
 
 def step(table, keys: torch.Tensor, valid: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
-    """One Adagrad step of rows ``keys`` of ``table`` (a ``step.Table``) with ``grad``, in
+    """One Adagrad step of rows ``keys`` of ``table`` (a ``rows.Table``) with ``grad``, in
     place: the fused kernel on ``cuda`` (where Triton is installed, as with torch's CUDA
     wheels, unless it failed: ``kernels.fused``), torch ops elsewhere."""
     kernels.fused(

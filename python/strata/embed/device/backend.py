@@ -33,6 +33,7 @@ import torch
 
 from strata.device import rng
 from strata.embed.device import graphs, step, vs_all
+from strata.embed.device.rows import Feat, Table
 
 
 def resolve(device: str) -> torch.device:
@@ -87,7 +88,7 @@ class Slot:
 
     kind: str
     index: int | None = None
-    table: step.Table | None = None
+    table: Table | None = None
     ready: object = None
     #: Floats of params and of state (a partition's part of its slot).
     floats: tuple[int, int] = (0, 0)
@@ -123,12 +124,12 @@ class SlotBuffer:
     def release(self, index: int) -> None:
         self.taken[index] = False
 
-    def region(self, index: int, n_params: int, n_state: int) -> step.Table:
+    def region(self, index: int, n_params: int, n_state: int) -> Table:
         """The first ``n_params`` and ``n_state`` floats of slot ``index`` (flat views)."""
         p, s = self.size
-        return step.Table(self.params[index * p : index * p + n_params], self.state[index * s : index * s + n_state])
+        return Table(self.params[index * p : index * p + n_params], self.state[index * s : index * s + n_state])
 
-    def rows(self, width: int) -> tuple[step.Table, int]:
+    def rows(self, width: int) -> tuple[Table, int]:
         """The buffer as rows of ``width`` floats (and their state, row by row), and the rows of
         a slot. Raises a ``ValueError`` when the slots do not hold whole rows."""
         p, s = self.size
@@ -136,7 +137,7 @@ class SlotBuffer:
         if not slot_rows or p % width or s % slot_rows:
             raise ValueError(f"partition slots of {p} floats and {s} of state do not hold whole rows of {width} reals")
         params = self.params.view(-1, width)
-        return step.Table(params, self.state.view(params.shape[0], -1)), slot_rows
+        return Table(params, self.state.view(params.shape[0], -1)), slot_rows
 
     def _grow(self, size: tuple[int, int], slots: int) -> None:
         """Makes the buffer ``slots`` slots of ``size``, the held slots' floats copied over."""
@@ -216,7 +217,7 @@ def storage_note() -> str:
 
 
 #: What of a context only says where its tables sit (in the layout a replay copies in).
-PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of", "answers", "typed_spans")
+PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of", "answers", "typed_spans", "feat")
 
 
 class TorchCompute:
@@ -322,7 +323,7 @@ class TorchCompute:
         if kind == "relations":
             dp, _ = self._to_device(hp, self.stage_slots)
             ds, ready = self._to_device(hs, self.stage_slots)
-            return Slot(kind, table=step.Table(dp, ds), ready=ready)
+            return Slot(kind, table=Table(dp, ds), ready=ready)
         floats = (hp.numel(), hs.numel())
         index = self.buffer.place(*floats)
         region = self.buffer.region(index, *floats)
@@ -330,7 +331,7 @@ class TorchCompute:
         _, ready = self._to_device(hs, self.stage_slots, region.state)
         return Slot(kind, index=index, ready=ready, floats=floats)
 
-    def _ready(self, slot: Slot) -> step.Table:
+    def _ready(self, slot: Slot) -> Table:
         """The slot's device floats (flat), once the compute stream is ordered after their copy
         in."""
         if slot.ready is not None:
@@ -345,7 +346,7 @@ class TorchCompute:
         if slot.index is not None:
             self.buffer.release(slot.index)
 
-    def held(self, key: int) -> step.Table:
+    def held(self, key: int) -> Table:
         """The device floats (flat) of the table held for host memory ``key``."""
         return self._ready(self.slots[key])
 
@@ -454,12 +455,13 @@ class TorchCompute:
         bases = [slot(p[3]).index * slot_rows for p in c["parts"]]
         bucket = (c["src_part"], c["dst_part"])
         sizes = [p[2] for p in c["parts"]]
-        layout = step.layout(c["pool"], bases, sizes, bucket, c["part_of"], c["typed_spans"])
+        feat = self._feat(c, bases, len(nodes.params))
+        layout = step.layout(c["pool"], bases, sizes, bucket, c["part_of"], c["typed_spans"], feat)
         rels = None
         if c["rels"] is not None:
             flat = self._ready(slot(c["rels"][3]))
             params = flat.params.view(-1, step.rel_dim(c["model"], c["dim"]))
-            rels = step.Table(params, flat.state.view(params.shape[0], -1))
+            rels = Table(params, flat.state.view(params.shape[0], -1))
         head_prob = c["head_prob"]
         return step.Ctx(
             model=c["model"],
@@ -489,8 +491,26 @@ class TorchCompute:
             rel_reg_weight=c["rel_reg_weight"],
             entity_dropout=c["entity_dropout"],
             relation_dropout=c["relation_dropout"],
+            feat=feat,
             **self._vs_all(c, bases),
         )
+
+    def _feat(self, c: dict, bases: list[int], buffer_rows: int) -> Feat | None:
+        """A typed run's featurized entities (:class:`Feat`): their bags, lent as u64
+        offsets and u32 rows at host addresses the job keeps, are copied to the device once."""
+        f = c["feat"]
+        if f is None:
+            return None
+        (offsets, at), (features, rows_at) = f["offsets"], f["rows"]
+        key = ("feat", at, len(offsets), rows_at, len(features))
+        if key not in self.consts:
+            pad = torch.zeros(1, dtype=torch.int64, device=self.device)
+            features = self._lent_to_device(features, torch.int32).to(torch.int64)
+            self.consts[key] = (self._lent_to_device(offsets, torch.int64), torch.cat([features, pad]))
+        offsets, features = self.consts[key]
+        part = f["part"]
+        ends = (c["src_part"] == part, c["dst_part"] == part)
+        return Feat(part, f["plain"], bases[part], buffer_rows, ends, offsets, features)
 
     def _vs_all(self, c: dict, bases: list[int]) -> dict:
         """The 1vsAll and KvsAll fields of a context (:mod:`vs_all`): none for negative

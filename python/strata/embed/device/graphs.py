@@ -17,8 +17,9 @@ second eagerly on the capture stream, so that CUDA's lazy setup for that stream 
 workspace among it) happens outside a capture; the third is captured and replayed. At most
 :data:`CAPACITY` graphs are kept, the least recently used dropped first. They share one memory
 pool: they replay one at a time on one stream and keep nothing between replays. Bernoulli
-corruption, whose sides' sizes depend on the draws, always runs eagerly; so does everything
-after a capture fails (the run goes on, and says so once).
+corruption, whose sides' sizes depend on the draws, always runs eagerly, as do featurized
+entities, whose bags' sizes do, and everything after a capture fails (the run goes on, and says
+so once).
 
 On the CPU twin (``torch-cpu``) the same bookkeeping runs with a capture that records nothing:
 a "replay" copies the chunk's inputs into the graph's static tensors and runs the step on them,
@@ -105,7 +106,7 @@ class StepGraphs:
             return vs_all.train_chunk(ctx, edges, weights, self._streams(key), total)
         gkey = (len(edges), weights is None, ctx_key)
         graph = self.graphs.get(gkey)
-        if graph is None and self.broken is None and ctx.corrupt != "bernoulli":
+        if graph is None and self.broken is None and ctx.corrupt != "bernoulli" and ctx.feat is None:
             seen = self._seen(gkey)
             if seen == 2:
                 self.eager_steps += 1

@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from strata.device import kernels, rng
-from strata.embed.device import adagrad, bilinear_rows, complex_rows, softmax_loss
+from strata.embed.device import bilinear_rows, complex_rows, softmax_loss
 from strata.embed.device import chunk_keys as fused_keys
+from strata.embed.device.rows import Feat, Featurized, Gathered, Table, featurized_ends
 
 #: Added under square roots of distances, as the Rust models do.
 EPS = 1e-9
@@ -42,13 +43,6 @@ BILINEAR = ("dot", "distmult", "complex")
 #: Streams a chunk draws from: ``derive(key, k)`` for its sides ``k = 0, 1`` and, with
 #: ``corrupt = bernoulli``, for the choice of sides (``k = 2``).
 STREAMS = 3
-#: A table of at most this many rows per use in a chunk takes its Adagrad step over every row
-#: (untouched rows add exact zeros): a pass over a few times the rows costs a GPU less than
-#: the ten kernels of the sort that finds the used ones (:func:`unique_static`). A table no copy
-#: writes while the step runs (the relations, the nodes of one partition) steps every row; out
-#: of core, where the next partition is copied into a free slot of the buffer meanwhile, the
-#: step skips the rows the chunk did not touch, so that it never writes that slot.
-EVERY_ROW_PER_USE = 4
 
 
 def rel_dim(model: str, dim: int) -> int:
@@ -63,15 +57,6 @@ def check_model(model: str) -> None:
             f"model {model} is not supported with a torch device (supported: {', '.join(MODELS)});"
             " train it with device = cpu (the Rust engine)"
         )
-
-
-@dataclass
-class Table:
-    """Rows and their Adagrad state: ``params`` ``rows x width``, ``state`` ``rows x width``
-    (per-element Adagrad) or ``rows x 1`` (``adagrad_row``)."""
-
-    params: torch.Tensor
-    state: torch.Tensor
 
 
 #: Where ``Ctx.layout`` holds each value: the buffer rows where the bucket's source and
@@ -89,11 +74,12 @@ def layout(
     bucket: tuple[int, int],
     part_of: list | None,
     typed_spans: list | None = None,
+    feat: Feat | None = None,
 ) -> list[int]:
     """The values of ``Ctx.layout`` for resident partitions of ``sizes`` rows starting at buffer
     rows ``bases``, the bucket's source and destination partitions ``bucket`` (indices in them),
-    ``part_of`` each partition id's index and a typed run's ``typed_spans`` (see
-    :data:`END_BASE`)."""
+    ``part_of`` each partition id's index and a typed run's ``typed_spans`` and featurized
+    entities ``feat`` (see :data:`END_BASE`)."""
     src, dst = bucket
     ends = [bases[src], bases[dst], sizes[src], sizes[dst], sum(sizes)]
     if pool == "resident":
@@ -102,22 +88,27 @@ def layout(
     if pool == "all":
         return ends + [bases[p] for p in part_of]
     if pool == "typed":
-        return ends + typed_table(bases, typed_spans)
+        return ends + typed_table(bases, typed_spans, feat)
     return ends
 
 
-def typed_table(bases: list[int], spans: list) -> list[int]:
+def typed_table(bases: list[int], spans: list, feat: Feat | None = None) -> list[int]:
     """A typed run's negatives in ``Ctx.layout``: for tail then head corruption, ``L`` running
     ends of its spans' entities then ``L`` shifts (a draw ``w`` in the span whose end first
-    passes it is buffer row ``w + shift``). ``spans`` holds each side's ``(part, first row,
-    entities)`` in draw order (the Rust ``NegSpace::resident_spans``); both sides are padded to
-    one ``L`` with empty spans at their total, which no draw below it reaches."""
+    passes it is key ``w + shift``: a buffer row, or a featurized entity's key from
+    ``feat.first``). ``spans`` holds each side's ``(part, first row, entities)`` in draw order
+    (the Rust ``NegSpace::resident_spans``; a type's span lies wholly before or after the
+    pinned region's first featurized row); both sides are padded to one ``L`` with empty spans
+    at their total, which no draw below it reaches."""
     width = max(1, *(len(side) for side in spans))
     out = []
     for side in spans:
         ends, shifts, total = [], [], 0
         for part, first, entities in side:
-            shifts.append(bases[part] + first - total)
+            if feat is not None and part == feat.part and first >= feat.plain:
+                shifts.append(feat.first + first - feat.plain - total)
+            else:
+                shifts.append(bases[part] + first - total)
             total += entities
             ends.append(total)
         pad = width - len(side)
@@ -180,6 +171,8 @@ class Ctx:
     cand_rows: torch.Tensor | None = None
     cand_first: tuple[int, int] = (0, 0)
     answers: tuple | None = None
+    #: A typed run's featurized entities (:class:`rows.Feat`), or ``None``.
+    feat: Feat | None = None
 
     @property
     def rel_dim(self) -> int:
@@ -244,6 +237,8 @@ def keys_of(ctx: Ctx, stack: Stack) -> tuple[torch.Tensor, torch.Tensor, torch.T
     n``) and of its relation rows (``S x b``)."""
     e = stack.edges
     ends = e[:, ::2].T + ctx.layout[END_BASE][:, None]
+    if ctx.feat is not None:
+        ends = featurized_ends(ctx.feat, e[:, ::2].T, ends)
     targets = pick(ends, other(stack.sides))
     rels = [e[:, 1] + (ctx.inverse_offset if side else 0) for side in stack.sides]
     return pick(ends, stack.sides), targets, negatives(ctx, stack, targets), torch.stack(rels)
@@ -604,75 +599,6 @@ def train_stack(
     return loss, ds, dt, dneg, oriented(ctx, dr, stack.sides)
 
 
-class Gathered:
-    """The rows a chunk uses of a table (``keys``: row indices, one per use) and the unique
-    rows among them, which take the Adagrad step with the gradients of their uses summed.
-
-    The set is found by sorting the keys, with a fixed-size result: one slot per use, the first
-    ``count`` of them the unique keys in ascending order (``torch.unique``'s), the rest unused
-    (the smallest key again, no gradient). Nothing depends on the count on the host, so a chunk runs
-    without a host synchronisation and can be captured in a CUDA graph.
-
-    A table of few rows for the chunk's uses (the relations, as a rule, and a small graph's
-    nodes) needs no sort: its step runs over every row (``every``), an untouched row's gradient
-    being zero, so that its step adds exact zeros to its state and its params; or, where a copy
-    may write the table's untouched rows meanwhile (``touched``), over the rows the chunk
-    touched, the others masked off and, for the torch twin, which steps every slot it is
-    given, pointed at the first key's row."""
-
-    @classmethod
-    def of(cls, table: Table, keys: torch.Tensor, alone: bool = True) -> Gathered:
-        """The rows ``keys`` of ``table``: every row stepped where the table has at most
-        ``EVERY_ROW_PER_USE`` rows per key and is ``alone`` (no copy writes it meanwhile), every
-        touched row where it has so few rows but is not alone, else the sorted unique rows."""
-        if len(table.params) > EVERY_ROW_PER_USE * len(keys):
-            return cls(table, keys, "unique")
-        return cls(table, keys, "every" if alone else "touched")
-
-    def __init__(self, table: Table, keys: torch.Tensor, rows: str = "unique"):
-        self.table = table
-        if rows == "unique":
-            self.keys, self.inverse, self.valid = unique_static(keys)
-        else:
-            n, device = table.params.shape[0], keys.device
-            every = torch.arange(n, device=device)
-            if rows == "every":
-                self.keys, self.valid = every, torch.ones(n, dtype=torch.bool, device=device)
-            else:
-                self.valid = torch.zeros(n, dtype=torch.bool, device=device).index_fill_(0, keys, True)
-                self.keys = torch.where(self.valid, every, keys[0])
-            self.inverse = keys
-        self.rows = table.params.index_select(0, keys)
-
-    def take(self, start: int, count: int) -> torch.Tensor:
-        """Rows of uses ``start .. start + count`` of the keys given."""
-        return self.rows[start : start + count]
-
-    def step(self, grads: torch.Tensor, lr: float) -> None:
-        """One Adagrad step per unique row (:func:`adagrad.step`) with the gradients ``grads``
-        of the uses (one row per key given) summed."""
-        grad = grads.new_zeros((len(self.keys), grads.shape[1])).index_add_(0, self.inverse, grads)
-        adagrad.step(self.table, self.keys, self.valid, grad, lr)
-
-
-def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(slots, inverse, valid)`` of int64 ``keys`` (``n``), each ``n`` long: ``slots[:count]``
-    the distinct keys ascending and ``slots[count:]`` the smallest again (a row the chunk uses,
-    which no copy writes meanwhile), ``inverse`` each key's slot, and ``valid`` the mask of the
-    first ``count`` slots, where ``count`` stays on the device."""
-    n = keys.numel()
-    if n == 0:
-        return keys, keys, keys.new_zeros(0, dtype=torch.bool)
-    ordered, order = torch.sort(keys)
-    first = torch.ones(n, dtype=torch.bool, device=keys.device)
-    first[1:] = ordered[1:] != ordered[:-1]
-    slot = torch.cumsum(first, 0) - 1
-    inverse = torch.empty_like(slot).scatter_(0, order, slot)
-    slots = ordered[:1].expand(n).clone().scatter_(0, slot, ordered)
-    valid = torch.arange(n, device=keys.device) <= slot[-1]
-    return slots, inverse, valid
-
-
 def cat(tensors: list[torch.Tensor]) -> torch.Tensor:
     """``torch.cat`` along the first dimension, with no copy of a lone tensor."""
     return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
@@ -692,7 +618,10 @@ def train_chunk(
     stacks = stacks_of(ctx, edges, weights, streams)
     node_keys, rel_keys = chunk_keys(ctx, stacks)
     # A row used as a source and as a target is gathered twice; its gradients meet in the sum.
-    nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.alone)
+    if ctx.feat is None:
+        nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.alone)
+    else:
+        nodes = Featurized(ctx.feat, ctx.nodes, node_keys, alone=ctx.alone)
     rels = None if rel_keys is None else Gathered.of(ctx.rels, rel_keys)
     losses, node_grads, rel_grads = [], [], []
     at = rel_at = 0

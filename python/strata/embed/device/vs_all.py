@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.embed.device import adagrad, bilinear_rows, step
+from strata.embed.device.rows import Gathered
 
 
 @dataclass
@@ -167,7 +168,7 @@ def train_chunk(ctx: step.Ctx, edges: torch.Tensor, weights: torch.Tensor | None
     rels = None
     if ctx.rels is not None:
         keys = step.cat([q.rel for q in sides])
-        rels = step.Gathered.of(ctx.rels, keys)
+        rels = Gathered.of(ctx.rels, keys)
     rel_grads, directions, at = [], 0, 0
     for k, q in enumerate(sides):
         b = len(q.src)
