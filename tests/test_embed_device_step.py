@@ -257,6 +257,23 @@ def test_the_slot_buffer_grows_keeping_what_its_slots_hold():
         buf.rows(4)
 
 
+def test_the_pinned_region_is_the_buffers_tail_and_sizes_no_slot():
+    """A typed run's pinned region (resident all epoch, of its own size) lies after the slots:
+    a large one does not grow the partition slots, and the slots growing keep its rows."""
+    buf = SlotBuffer(torch.device("cpu"))
+    first = buf.place(12, 4)  # a partition of 4 rows of 3 reals
+    tail = buf.place_tail(30, 10)  # the pinned region: 10 rows
+    buf.region(tail, 30, 10).params.copy_(torch.arange(30.0))
+    assert buf.size == (12, 4) and buf.params.numel() == 12 + 30
+    table, slot_rows = buf.rows(3)
+    assert table.params.shape == (14, 3) and buf.base(tail, slot_rows) == 4
+    buf.place(12, 4)  # a second partition: the tail moves after it, its rows kept
+    table, slot_rows = buf.rows(3)
+    assert buf.base(tail, slot_rows) == 8 and table.params[8 + 2].tolist() == [6.0, 7.0, 8.0]
+    buf.release(tail)  # released with the partitions at an epoch's end; placed again next
+    assert buf.place_tail(30, 10) == tail and buf.region(first, 12, 4).params.numel() == 12
+
+
 def test_a_chunk_launches_one_pass_over_the_slots_however_many_are_resident():
     """Per chunk at B1's settings (shrunk: the count depends on the settings, not the sizes),
     the kernels a GPU would launch op by op, and out of core with three resident partitions:

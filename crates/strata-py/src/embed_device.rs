@@ -225,6 +225,7 @@ impl DeviceStep for PyDeviceStep {
     fn slot_in(&mut self, kind: SlotKind, t: &DeviceTable) -> Result<(), String> {
         let kind = match kind {
             SlotKind::Partition => "partition",
+            SlotKind::Pinned => "pinned",
             SlotKind::Relations => "relations",
         };
         with_views("device slot copy in", |py, views| {

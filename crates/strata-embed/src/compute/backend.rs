@@ -87,6 +87,9 @@ pub struct DeviceCounters {
 pub enum SlotKind {
     /// A partition's embeddings and optimizer state (one buffer slot).
     Partition,
+    /// A typed run's pinned region (unpartitioned and featurized types): resident all epoch,
+    /// and of its own size (a device gives it a slot of that size).
+    Pinned,
     /// The relation rows and their optimizer state (kept on a device for the whole run).
     Relations,
 }

@@ -480,10 +480,12 @@ pub fn plan(
     } else {
         size(wanted as u64)
     };
+    let device_pinned = shape.device_pinned_bytes(model.dim, cfg.optimizer);
     let device_fixed = device.map(|budget| {
         (
             budget,
             relation_bytes
+                + device_pinned
                 + device::edge_bytes(piece_rows)
                 + device::step_bytes(model, cfg, num_nodes)
                 + budget.eval_tile,
@@ -501,7 +503,7 @@ pub fn plan(
             let dev_minimum = dev_fixed + slots as u64 * fewest_rows;
             if dev_memory < dev_minimum {
                 return Err(EmbedError::Budget(format!(
-                    "device_memory {} on {} cannot hold the minimum buffer of {slots} partition slot(s): it needs {} ({slots} x {} with {}, relations {}, edge piece {}, step scratch {}, evaluation {}); memory budget (host) {}",
+                    "device_memory {} on {} cannot hold the minimum buffer of {slots} partition slot(s): it needs {} ({slots} x {} with {}, relations {}, in-memory entity types {}, edge piece {}, step scratch {}, evaluation {}); memory budget (host) {}",
                     fmt_bytes(dev_memory),
                     budget.device,
                     fmt_bytes(dev_minimum),
@@ -512,6 +514,7 @@ pub fn plan(
                         format!("{wanted} partitions")
                     },
                     fmt_bytes(relation_bytes),
+                    fmt_bytes(device_pinned),
                     fmt_bytes(device::edge_bytes(piece_rows)),
                     fmt_bytes(device::step_bytes(model, cfg, num_nodes)),
                     fmt_bytes(budget.eval_tile),
@@ -634,6 +637,7 @@ pub fn plan(
             slots,
             part_bytes,
             relation_bytes,
+            pinned_bytes: device_pinned,
             edge_bytes: device::edge_bytes(piece_rows),
             step_bytes: device::step_bytes(model, cfg, num_nodes),
             eval_bytes: budget.eval_tile,
@@ -838,6 +842,17 @@ mod tests {
         assert_eq!(fits_one.threads, 1);
     }
 
+    /// A run of 1 GiB on the host drawing negatives from the resident partitions (Legend's),
+    /// without evaluation.
+    fn device_cfg() -> TrainConfig {
+        TrainConfig {
+            memory: Size(1 << 30),
+            negative_pool: NegativePool::Resident,
+            eval_every: 0,
+            ..TrainConfig::default()
+        }
+    }
+
     /// A device budget of `memory` bytes (`None`: the CPU twin's `auto`) without evaluation.
     fn on_device(memory: Option<u64>) -> DeviceBudget {
         DeviceBudget {
@@ -850,12 +865,7 @@ mod tests {
 
     #[test]
     fn a_device_budget_below_the_table_partitions_it_as_its_slots_need() {
-        let cfg = TrainConfig {
-            memory: Size(1 << 30),
-            negative_pool: NegativePool::Resident,
-            eval_every: 0,
-            ..TrainConfig::default()
-        };
+        let cfg = device_cfg();
         let (m, nodes) = (model(100), untyped(100_000));
         let host = plan(&cfg, &m, &nodes, 10, 1, None, None).unwrap();
         assert_eq!((host.partitions, host.capacity), (1, 1), "{host:?}");
@@ -903,13 +913,48 @@ mod tests {
     }
 
     #[test]
-    fn a_device_budget_below_its_minimum_is_refused_naming_both_budgets() {
-        let cfg = TrainConfig {
-            memory: Size(1 << 30),
-            negative_pool: NegativePool::Resident,
-            eval_every: 0,
-            ..TrainConfig::default()
+    fn a_typed_runs_pinned_region_is_a_device_slot_of_its_own_size() {
+        let cfg = device_cfg();
+        let m = model(100);
+        // 80,000 partitioned nodes; 30,000 pinned rows, 1,000 of them features of 5,000
+        // featurized entities whose bags take 60,000 bytes.
+        let shape = NodeShape {
+            pinned_rows: 30_000,
+            featurized_entities: 5_000,
+            bag_bytes: 60_000,
+            ..untyped(80_000)
         };
+        let pinned = part_bytes(30_000, 100, OptimizerKind::Adagrad, TableDtype::F32) + 120_000;
+        let twin = plan(&cfg, &m, &shape, 10, 1, None, Some(&on_device(None))).unwrap();
+        let d = twin.device.as_ref().unwrap();
+        assert_eq!(d.pinned_bytes, pinned);
+        let untyped_twin = plan(
+            &cfg,
+            &m,
+            &untyped(80_000),
+            10,
+            1,
+            None,
+            Some(&on_device(None)),
+        );
+        assert_eq!(
+            d.fixed(),
+            untyped_twin.unwrap().device.unwrap().fixed() + pinned
+        );
+        let lines = d.memory_plan().describe().join("\n");
+        assert!(lines.contains("in-memory entity types"), "{lines}");
+        // A budget that holds the whole table in one slot, but not the pinned slot beside it:
+        // the plan partitions the table.
+        assert_eq!((twin.partitions, d.slots), (1, 1));
+        let small = on_device(Some(d.fixed() - pinned + d.part_bytes));
+        let p = plan(&cfg, &m, &shape, 10, 1, None, Some(&small)).unwrap();
+        let d = p.device.as_ref().unwrap();
+        assert!(p.partitions > 1 && d.planned() <= d.memory, "{p:?}");
+    }
+
+    #[test]
+    fn a_device_budget_below_its_minimum_is_refused_naming_both_budgets() {
+        let cfg = device_cfg();
         let m = model(100);
         let small = on_device(Some(device::step_bytes(&m, &cfg, 100_000)));
         let e = plan(&cfg, &m, &untyped(100_000), 10, 1, None, Some(&small))

@@ -136,6 +136,8 @@ pub struct DevicePlan {
     pub slots: usize,
     pub part_bytes: u64,
     pub relation_bytes: u64,
+    /// A typed run's pinned region (a slot of its own size) and its feature bags.
+    pub pinned_bytes: u64,
     pub edge_bytes: u64,
     pub step_bytes: u64,
     pub eval_bytes: u64,
@@ -150,7 +152,11 @@ pub struct DevicePlan {
 impl DevicePlan {
     /// Bytes of the parts that do not depend on the partitions.
     pub fn fixed(&self) -> u64 {
-        self.relation_bytes + self.edge_bytes + self.step_bytes + self.eval_bytes
+        self.relation_bytes
+            + self.pinned_bytes
+            + self.edge_bytes
+            + self.step_bytes
+            + self.eval_bytes
     }
 
     /// Bytes the plan holds: the fixed parts and the partition slots.
@@ -165,7 +171,7 @@ impl Planned for DevicePlan {
             Some(how) => format!("embed device {} ({how})", self.device),
             None => format!("embed device {}", self.device),
         };
-        MemoryPlan::new(&engine, self.memory)
+        let plan = MemoryPlan::new(&engine, self.memory)
             .minimum(self.minimum)
             .part(
                 "partition slots",
@@ -175,8 +181,17 @@ impl Planned for DevicePlan {
                     self.slots,
                     fmt_bytes(self.part_bytes)
                 ),
+            );
+        let plan = if self.pinned_bytes > 0 {
+            plan.part(
+                "in-memory entity types",
+                self.pinned_bytes,
+                "the pinned region's slot and feature bags, resident all epoch",
             )
-            .part("relations", self.relation_bytes, "resident all run")
+        } else {
+            plan
+        };
+        plan.part("relations", self.relation_bytes, "resident all run")
             .part(
                 "edge piece",
                 self.edge_bytes,

@@ -88,6 +88,15 @@ impl NodeShape {
             + self.featurized_entities * dim as u64 * 4
             + self.bag_bytes
     }
+
+    /// Bytes of the pinned region on a torch device: its rows and optimizer state (float32,
+    /// a slot of its own size) and the feature bags, whose rows the device holds as i64.
+    pub fn device_pinned_bytes(&self, dim: usize, optimizer: OptimizerKind) -> u64 {
+        if self.pinned_rows == 0 {
+            return 0;
+        }
+        part_bytes(self.pinned_rows, dim, optimizer, TableDtype::F32) + 2 * self.bag_bytes
+    }
 }
 
 /// One node type of a typed run, as PyTorch-BigGraph's entity schema.

@@ -390,8 +390,9 @@ impl Trainer {
     fn lend_slots(&mut self) -> Result<()> {
         self.compute.forget_partitions();
         let compute = &mut self.compute;
-        for (_, rows) in self.buffer.rows_mut() {
-            compute.slot_filled(SlotKind::Partition, rows)?;
+        let pinned = self.buffer.layout.pinned.map(|r| r.region);
+        for (p, rows) in self.buffer.rows_mut() {
+            compute.slot_filled(slot_kind(pinned, p), rows)?;
         }
         if let Some(rels) = self.relations.shared() {
             compute.slot_filled(SlotKind::Relations, rels)?;
@@ -402,8 +403,9 @@ impl Trainer {
     /// Partition `p` was just read into its slot: the backend takes it (the single-process
     /// epoch's swaps and the distributed epoch's loads).
     pub(super) fn slot_filled(&mut self, p: u32) -> Result<()> {
+        let kind = slot_kind(self.buffer.layout.pinned.map(|r| r.region), p);
         let rows = resident_rows(&mut self.buffer, p);
-        self.compute.slot_filled(SlotKind::Partition, rows)
+        self.compute.slot_filled(kind, rows)
     }
 
     /// Partition `p` is evicted (written back, its slot reused): the backend starts putting
@@ -849,6 +851,15 @@ pub(crate) fn group_by_types(
         start = end;
     }
     groups
+}
+
+/// How the backend holds region `p` of a table whose pinned region is `pinned`.
+fn slot_kind(pinned: Option<u32>, p: u32) -> SlotKind {
+    if pinned == Some(p) {
+        SlotKind::Pinned
+    } else {
+        SlotKind::Partition
+    }
 }
 
 /// The host slot of resident partition `p`.

@@ -82,9 +82,10 @@ def check_options(options: dict) -> None:
 
 @dataclass
 class Slot:
-    """A table held on the device: ``kind`` (``partition``, ``staged`` or ``relations``), its
-    slot in the buffer (partitions) or its own device rows (relations), and the event its copy
-    in records (``None`` once the compute stream waited for it)."""
+    """A table held on the device: ``kind`` (``partition``, ``pinned``, ``staged`` or
+    ``relations``), its slot in the buffer (partitions; the pinned region in its tail) or its own
+    device rows (relations), and the event its copy in records (``None`` once the compute stream
+    waited for it)."""
 
     kind: str
     index: int | None = None
@@ -94,21 +95,28 @@ class Slot:
     floats: tuple[int, int] = (0, 0)
 
 
+#: The slot index of the buffer's tail, which holds a typed run's pinned region.
+TAIL = -1
+
+
 class SlotBuffer:
     """The partition slots as one device buffer (Legend's placement): params and Adagrad state
     each one flat tensor, slot-major, every slot as large as the largest table it held, so that
     with rows of ``width`` floats the row ``r`` of the partition in slot ``i`` is buffer row
     ``i * slot_rows + r``: a chunk gathers and updates its rows of every resident partition
     with one indexed read and one indexed add, and a captured step's memory is the buffer's.
+    A typed run's pinned region, resident all epoch and of its own size, is the buffer's tail
+    (slot :data:`TAIL`, from row ``slots * slot_rows``), so that it sizes no partition slot.
 
     The buffer grows (a new one, the held slots copied over) when a table is larger than a slot
-    or every slot is taken: in a run, only as its first slots fill."""
+    or every slot is taken, or the tail changes size: in a run, only as its first slots fill."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.params = torch.zeros(0, device=device)
         self.state = torch.zeros(0, device=device)
         self.size = (0, 0)  # floats of params and of state per slot
+        self.tail = (0, 0)  # floats of params and of state of the tail
         self.taken: list[bool] = []
 
     def place(self, n_params: int, n_state: int) -> int:
@@ -116,42 +124,63 @@ class SlotBuffer:
         free = [i for i, taken in enumerate(self.taken) if not taken]
         size = (max(self.size[0], n_params), max(self.size[1], n_state))
         if not free or size != self.size:
-            self._grow(size, len(self.taken) + (0 if free else 1))
+            self._grow(size, len(self.taken) + (0 if free else 1), self.tail)
             free = free or [len(self.taken) - 1]
         self.taken[free[0]] = True
         return free[0]
 
+    def place_tail(self, n_params: int, n_state: int) -> int:
+        """The tail, sized for a table of ``n_params`` and ``n_state`` floats: :data:`TAIL`."""
+        if self.tail != (n_params, n_state):
+            self._grow(self.size, len(self.taken), (n_params, n_state))
+        return TAIL
+
     def release(self, index: int) -> None:
-        self.taken[index] = False
+        if index != TAIL:
+            self.taken[index] = False
+
+    def _start(self, index: int) -> tuple[int, int]:
+        """Where slot ``index`` starts in the params and in the state (floats)."""
+        p, s = self.size
+        at = len(self.taken) if index == TAIL else index
+        return at * p, at * s
 
     def region(self, index: int, n_params: int, n_state: int) -> Table:
         """The first ``n_params`` and ``n_state`` floats of slot ``index`` (flat views)."""
-        p, s = self.size
-        return Table(self.params[index * p : index * p + n_params], self.state[index * s : index * s + n_state])
+        p, s = self._start(index)
+        return Table(self.params[p : p + n_params], self.state[s : s + n_state])
+
+    def base(self, index: int, slot_rows: int) -> int:
+        """The buffer row where slot ``index`` starts, with ``slot_rows`` rows a slot."""
+        return (len(self.taken) if index == TAIL else index) * slot_rows
 
     def rows(self, width: int) -> tuple[Table, int]:
         """The buffer as rows of ``width`` floats (and their state, row by row), and the rows of
         a slot. Raises a ``ValueError`` when the slots do not hold whole rows."""
         p, s = self.size
         slot_rows = p // width if width else 0
-        if not slot_rows or p % width or s % slot_rows:
+        if not slot_rows or p % width or s % slot_rows or self.tail[0] % width:
             raise ValueError(f"partition slots of {p} floats and {s} of state do not hold whole rows of {width} reals")
         params = self.params.view(-1, width)
         return Table(params, self.state.view(params.shape[0], -1)), slot_rows
 
-    def _grow(self, size: tuple[int, int], slots: int) -> None:
-        """Makes the buffer ``slots`` slots of ``size``, the held slots' floats copied over."""
+    def _grow(self, size: tuple[int, int], slots: int, tail: tuple[int, int]) -> None:
+        """Makes the buffer ``slots`` slots of ``size`` and a tail of ``tail`` floats, the held
+        slots' floats and the tail's (what fits) copied over."""
         if self.device.type == "cuda":
             # Slot copies may still read or write the old buffer on the copy stream.
             torch.cuda.synchronize(self.device)
-        old, (p, s) = (self.params, self.state), self.size
-        self.params = torch.zeros(slots * size[0], device=self.device)
-        self.state = torch.zeros(slots * size[1], device=self.device)
+        old, (p, s), old_tail = (self.params, self.state), self.size, self._start(TAIL)
+        self.params = torch.zeros(slots * size[0] + tail[0], device=self.device)
+        self.state = torch.zeros(slots * size[1] + tail[1], device=self.device)
         for i, taken in enumerate(self.taken):
             if taken:
                 self.params[i * size[0] : i * size[0] + p].copy_(old[0][i * p : (i + 1) * p])
                 self.state[i * size[1] : i * size[1] + s].copy_(old[1][i * s : (i + 1) * s])
-        self.size = size
+        for k, (new, flat) in enumerate(zip((self.params, self.state), old, strict=True)):
+            kept, start = min(tail[k], self.tail[k]), slots * size[k]
+            new[start : start + kept].copy_(flat[old_tail[k] : old_tail[k] + kept])
+        self.size, self.tail = size, tail
         self.taken += [False] * (slots - len(self.taken))
         if self.device.type == "cuda":
             # The copy stream fills slots of the new buffer next: the compute stream's zeros
@@ -318,14 +347,14 @@ class TorchCompute:
 
     def _hold(self, kind: str, params, state) -> Slot:
         """A device copy of a lent table: relations in tensors of their own, a partition in a
-        slot of the buffer."""
+        slot of the buffer, the pinned region in its tail."""
         hp, hs = self._host(params, state)
         if kind == "relations":
             dp, _ = self._to_device(hp, self.stage_slots)
             ds, ready = self._to_device(hs, self.stage_slots)
             return Slot(kind, table=Table(dp, ds), ready=ready)
         floats = (hp.numel(), hs.numel())
-        index = self.buffer.place(*floats)
+        index = self.buffer.place_tail(*floats) if kind == "pinned" else self.buffer.place(*floats)
         region = self.buffer.region(index, *floats)
         self._to_device(hp, self.stage_slots, region.params)
         _, ready = self._to_device(hs, self.stage_slots, region.state)
@@ -427,8 +456,8 @@ class TorchCompute:
         return land
 
     def forget_partitions(self) -> None:
-        """Drops every partition slot (relations stay)."""
-        for key in [k for k, s in self.slots.items() if s.kind == "partition"]:
+        """Drops every partition slot and the pinned region (relations stay)."""
+        for key in [k for k, s in self.slots.items() if s.kind in ("partition", "pinned")]:
             self._forget(key)
 
     def _stage(self, ctxs: list[dict]) -> dict:
@@ -452,7 +481,7 @@ class TorchCompute:
 
         step.check_model(c["model"])
         nodes, slot_rows = self.buffer.rows(c["dim"])
-        bases = [slot(p[3]).index * slot_rows for p in c["parts"]]
+        bases = [self.buffer.base(slot(p[3]).index, slot_rows) for p in c["parts"]]
         bucket = (c["src_part"], c["dst_part"])
         sizes = [p[2] for p in c["parts"]]
         feat = self._feat(c, bases, len(nodes.params))
