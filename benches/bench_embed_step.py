@@ -36,7 +36,7 @@ B1 = dict(
     src_part=0, dst_part=0, inverse_offset=237, corrupt="both", head_prob=[], negatives=1000, shared_negatives=True,
     degree_fraction=0.0, pool="partition", part_of=None, part_size=0, num_nodes=0, typed_spans=None, feat=None,
     reg="none", reg_weight=0.0, reg_weighted=False, rel_reg_weight=None, entity_dropout=0.0, relation_dropout=0.0,
-    training="negative_sampling", label_smoothing=0.0, reg_table=False, answers=None,
+    independent_masks=False, training="negative_sampling", label_smoothing=0.0, reg_table=False, answers=None,
 )  # fmt: skip
 
 #: Each case: its settings over B1's, partition sizes, relations (reciprocals included), edges.

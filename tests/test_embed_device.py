@@ -96,6 +96,13 @@ def assert_same_training(kg, tmp_path, device="torch-cpu", device_options=None, 
         dict(model="distmult", corrupt="bernoulli", degree_fraction=0.5, negative_pool="partition"),
         dict(model="complex", corrupt="head", reciprocal=False, loss="margin", adversarial_temperature=0.5),
         dict(model="complex", entity_dropout=0.2, relation_dropout=0.1),
+        # LibKGE's independent masks: the positives' query rows dropped again.
+        dict(model="complex", entity_dropout=0.2, relation_dropout=0.1, dropout_masks="independent"),
+        dict(model="transe", entity_dropout=0.3, dropout_masks="independent", shared_negatives=False, negatives=8),
+        dict(model="rotate", loss="logistic", gamma=6.0, entity_dropout=0.2, dropout_masks="independent"),
+        dict(
+            model="distmult", entity_dropout=0.1, relation_dropout=0.3, dropout_masks="independent", corrupt="bernoulli"
+        ),
         dict(model="complex", regularizer="n3", reg_weight=0.01, reg_weighted=True, relation_reg_weight=0.03),
         # Negatives per edge (LibKGE's and PyKEEN's sampling): batched products and pairs.
         dict(model="transe", shared_negatives=False, negatives=8, entity_dropout=0.2),
@@ -271,8 +278,6 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
 
 
 def test_options_the_device_step_lacks_are_refused_naming_them(kg, typed, tmp_path):
-    with pytest.raises(ConfigError, match=r"dropout_masks.*not supported on the device backend"):
-        trained(kg, tmp_path / "run", device="torch-cpu", entity_dropout=0.1, dropout_masks="independent")
     with pytest.raises(ConfigError, match=r"device_matmul.*\"tf32\" applies to a torch device"):
         trained(kg, tmp_path / "run", device_matmul="tf32")
     # Negatives from partitions on disk (banks): refused before a run exists.

@@ -761,8 +761,8 @@ impl TrainConfig {
     }
 
     /// Why `dropout_masks = "independent"` does not apply: no dropout, a training that scores
-    /// the true target among all candidates (one mask, as LibKGE's 1vsAll), a model whose
-    /// kernel has no separate positive query (pbg), or the device step.
+    /// the true target among all candidates (one mask, as LibKGE's 1vsAll), or a model whose
+    /// kernel has no separate positive query (pbg).
     fn check_independent_masks(&self) -> Result<(), (&'static str, String)> {
         let why = if self.entity_dropout == 0.0 && self.relation_dropout == 0.0 {
             "needs entity_dropout or relation_dropout above 0".to_string()
@@ -775,12 +775,6 @@ impl TrainConfig {
             "is not supported for model \"pbg\" (use dropout_masks = \"shared\", or the named \
              model: dot, distmult, complex, transe or rotate)"
                 .to_string()
-        } else if self.device != "cpu" {
-            format!(
-                "is not supported on the device backend yet (device = {:?}); use \
-                 dropout_masks = \"shared\" or device = \"cpu\"",
-                self.device
-            )
         } else {
             return Ok(());
         };

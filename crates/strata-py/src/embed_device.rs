@@ -132,6 +132,7 @@ impl PyDeviceStep {
             d.set_item("rel_reg_weight", c.rel_reg_weight)?;
             d.set_item("entity_dropout", c.entity_dropout)?;
             d.set_item("relation_dropout", c.relation_dropout)?;
+            d.set_item("independent_masks", c.independent_masks)?;
             d.set_item("training", c.training)?;
             d.set_item("label_smoothing", c.label_smoothing)?;
             d.set_item("reg_table", c.reg_table)?;

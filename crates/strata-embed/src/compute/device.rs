@@ -84,9 +84,10 @@ pub struct DeviceCtx<'a> {
     /// `reg_weighted`, and `relation_reg_weight` (`None`: `reg_weight`).
     pub reg_weighted: bool,
     pub rel_reg_weight: Option<f32>,
-    /// `entity_dropout` and `relation_dropout`.
+    /// `entity_dropout` and `relation_dropout`, and whether `dropout_masks = "independent"`.
     pub entity_dropout: f32,
     pub relation_dropout: f32,
+    pub independent_masks: bool,
     /// `negative_sampling`, `1vsAll` or `KvsAll`.
     pub training: &'static str,
     /// 1vsAll and KvsAll: `label_smoothing`, and whether `reg_scope = "table"`.
@@ -288,6 +289,7 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
         rel_reg_weight: ctx.reg.rel_weight,
         entity_dropout: ctx.dropout.entity,
         relation_dropout: ctx.dropout.relation,
+        independent_masks: ctx.dropout.independent,
         training: match &ctx.vs_all {
             None => "negative_sampling",
             Some(v) if v.answers.is_some() => "KvsAll",

@@ -520,6 +520,7 @@ class TorchCompute:
             rel_reg_weight=c["rel_reg_weight"],
             entity_dropout=c["entity_dropout"],
             relation_dropout=c["relation_dropout"],
+            independent_masks=c["independent_masks"],
             feat=feat,
             **self._vs_all(c, bases),
         )

@@ -160,6 +160,9 @@ class Ctx:
     #: ``relation_dropout``).
     entity_dropout: float = 0.0
     relation_dropout: float = 0.0
+    #: ``dropout_masks = "independent"`` (LibKGE's): the positives' source and relation rows
+    #: dropped again with masks of their own (:func:`independent_grads`).
+    independent_masks: bool = False
     #: 1vsAll and KvsAll (:mod:`strata.embed.device.vs_all`): ``training``,
     #: ``label_smoothing``, whether ``reg_scope = "table"``, the buffer rows of the candidates
     #: (every resident partition's rows, in the context's order of partitions), the candidate
@@ -401,20 +404,28 @@ def pair_scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -
     query rows ``a`` (``S x b x dim``), targets ``t`` and negatives ``neg`` (``S x n x dim``, or
     per edge ``S x b x n x dim``)."""
     if ctx.model == "transe" and ctx.transe_norm == 2:
-        pos = -(((a - t) ** 2).sum(-1) + EPS).sqrt()
         a_sq, n_sq = (a * a).sum(-1), (neg * neg).sum(-1)
         n_sq = n_sq if per_edge(a, neg) else n_sq[..., None, :]
         sq = (products(a, neg) * -2.0 + a_sq[..., :, None] + n_sq).clamp(min=0.0)
-        return pos, -(sq + EPS).sqrt()
+        return pair_pos(ctx, a, t), -(sq + EPS).sqrt()
     pairs = a[..., :, None, :] - (neg if per_edge(a, neg) else neg[..., None, :, :])
+    return pair_pos(ctx, a, t), pair_distance(ctx, pairs)
+
+
+def pair_pos(ctx: Ctx, a: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """TransE's and RotatE's positive scores (``S x b``) of query rows ``a`` and targets ``t``."""
+    if ctx.model == "transe" and ctx.transe_norm == 2:
+        return -(((a - t) ** 2).sum(-1) + EPS).sqrt()
+    return pair_distance(ctx, a - t)
+
+
+def pair_distance(ctx: Ctx, diff: torch.Tensor) -> torch.Tensor:
+    """Minus the distance of differences ``diff`` (``... x dim``): TransE-L1's, or RotatE's sum
+    of complex moduli."""
     if ctx.model == "transe":
-        return -(a - t).abs().sum(-1), -pairs.abs().sum(-1)
-    h = a.shape[-1] // 2
-
-    def dist(diff: torch.Tensor) -> torch.Tensor:
-        return -((diff[..., :h] ** 2 + diff[..., h:] ** 2 + EPS).sqrt()).sum(-1)
-
-    return dist(a - t), dist(pairs)
+        return -diff.abs().sum(-1)
+    h = diff.shape[-1] // 2
+    return -((diff[..., :h] ** 2 + diff[..., h:] ** 2 + EPS).sqrt()).sum(-1)
 
 
 def loss_grads(
@@ -466,6 +477,34 @@ def score_grads(
     leaves = [x.detach().requires_grad_() for x in (s, t, neg, r)]
     with torch.enable_grad():
         pos, neg_scores = pair_scores(ctx, combine(ctx.model, leaves[0], leaves[3]), leaves[1], leaves[2])
+    loss, dpos, dneg = loss_grads(ctx, pos.detach(), neg_scores.detach(), weights)
+    return loss, *torch.autograd.grad((pos, neg_scores), leaves, (dpos, dneg))
+
+
+def independent_grads(
+    ctx: Ctx,
+    s: torch.Tensor,
+    t: torch.Tensor,
+    neg: torch.Tensor,
+    r: torch.Tensor,
+    pos_query: tuple[torch.Tensor, torch.Tensor],
+    weights: torch.Tensor | None,
+) -> tuple[torch.Tensor, ...]:
+    """:func:`score_grads` with the positives scored from their own source and relation rows
+    ``pos_query`` (``dropout_masks = "independent"``: the Rust model's ``pos_query``) and the
+    negatives from ``s`` and ``r``: ``(loss, ds, dt, dneg, dr, ds_pos, dr_pos)``."""
+    s_p, r_p = pos_query
+    if ctx.model in BILINEAR:
+        a, a_p = bilinear_rows.combine(ctx.model, s, r), bilinear_rows.combine(ctx.model, s_p, r_p)
+        loss, dpos, dneg = loss_grads(ctx, (a_p * t).sum(-1), products(a, neg), weights)
+        da0, d_neg = products_back(dneg, a, neg)
+        ds, dr = bilinear_rows.combine_grads(ctx.model, s, r, da0)
+        ds_p, dr_p = bilinear_rows.combine_grads(ctx.model, s_p, r_p, dpos[..., None] * t)
+        return loss, ds, dpos[..., None] * a_p, d_neg, dr, ds_p, dr_p
+    leaves = [x.detach().requires_grad_() for x in (s, t, neg, r, s_p, r_p)]
+    with torch.enable_grad():
+        pos = pair_pos(ctx, combine(ctx.model, leaves[4], leaves[5]), leaves[1])
+        neg_scores = pair_scores(ctx, combine(ctx.model, leaves[0], leaves[3]), leaves[1], leaves[2])[1]
     loss, dpos, dneg = loss_grads(ctx, pos.detach(), neg_scores.detach(), weights)
     return loss, *torch.autograd.grad((pos, neg_scores), leaves, (dpos, dneg))
 
@@ -547,10 +586,14 @@ def dropout(
     (``model::dropout``), and each one's mask (``None``: no dropout): each real kept with its
     factor ``1 / (1 - rate)`` unless its 32 random bits fall below ``rate * 2^32``, two reals a
     draw, the masks drawn in the Rust worker's order (source, target, negatives at the entity
-    rate, then relations) from each side's stream from draw ``first_draw`` on (by default after
-    its negatives' draws, :func:`negative_draws`): all of them one draw of every side's
-    stream."""
-    rates = (ctx.entity_dropout,) * 3 + (ctx.relation_dropout,)
+    rate, then relations, then with independent masks the positives' own source and relation
+    rows: ``rows`` holds four or six) from each side's stream from draw ``first_draw`` on (by
+    default after its negatives' draws, :func:`negative_draws`): all of them one draw of every
+    side's stream."""
+    entity, relation = ctx.entity_dropout, ctx.relation_dropout
+    # Source, target, negatives, relations; with independent masks the positives' source and
+    # relation rows after them.
+    rates = (entity, entity, entity, relation, entity, relation)[: len(rows)]
     blocks = [(i, x[0].numel()) for i, x in enumerate(rows) if rates[i] > 0.0 and x[0].numel()]
     masks: list = [None] * len(rows)
     if not blocks:
@@ -590,10 +633,19 @@ def train_stack(
     dim``, or per edge ``S x b x n x dim``) and its relation rows (``S x b x rel_dim``, as
     stored)."""
     r = oriented(ctx, rels, stack.sides)
-    # The scores see the dropped rows, the regularizer the rows as stored.
-    dropped, masks = dropout(ctx, (s, t, neg, r), stack.streams)
-    loss, *grads = score_grads(ctx, *dropped, stack.weights)
-    ds, dt, dneg, dr = (g if m is None else g * m for g, m in zip(grads, masks, strict=True))
+    # The scores see the dropped rows, the regularizer the rows as stored. Independent masks
+    # drop the positives' source and relation rows again (after the others, as the Rust worker).
+    if ctx.independent_masks:
+        dropped, masks = dropout(ctx, (s, t, neg, r, s, r), stack.streams)
+        loss, *grads = independent_grads(ctx, *dropped[:4], dropped[4:], stack.weights)
+    else:
+        dropped, masks = dropout(ctx, (s, t, neg, r), stack.streams)
+        loss, *grads = score_grads(ctx, *dropped, stack.weights)
+    grads = [g if m is None else g * m for g, m in zip(grads, masks, strict=True)]
+    ds, dt, dneg, dr = grads[:4]
+    if ctx.independent_masks:
+        # A source or relation row's gradient sums its two paths, each through its own mask.
+        ds, dr = ds + grads[4], dr + grads[5]
     reg, (ds, dt, dr) = regularize(ctx, (s, t, r), (ds, dt, dr))
     loss = loss if reg is None else loss + reg
     return loss, ds, dt, dneg, oriented(ctx, dr, stack.sides)
