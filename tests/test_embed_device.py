@@ -7,6 +7,8 @@ tests run on ``cuda`` too (``gpu_devices``)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -249,6 +251,23 @@ def test_entity_types_train_alike(typed, tmp_path, device, options):
     cpu, dev = assert_same_training(typed, tmp_path, device, **options)
     a, b = cpu.history[-1], dev.history[-1]
     assert a["partition_loads"] == b["partition_loads"] > 3
+
+
+def test_a_typed_run_trains_on_the_device_through_the_cli(typed, tmp_path, strata_cli):
+    """`strata embed train --device torch-cpu` on a typed store with a featurized type: the
+    device plan holds the pinned region beside the slots, and the run predicts films for a
+    person on the CPU engine afterwards (one run format)."""
+    run = tmp_path / "run"
+    proc = strata_cli(
+        "embed", "train", typed, "--run-dir", run, "--device", "torch-cpu", "--featurized", "film",
+        "--entity-partitions", "person=4", "--buffer", "3", "--negative-pool", "resident", "--epochs", "2",
+        "--dim", "16", "--chunk-size", "50", "--negatives", "16",
+    )  # fmt: skip
+    assert "embed device torch-cpu" in proc.stderr and "in-memory entity types" in proc.stderr, proc.stderr
+    got = json.loads(
+        strata_cli("embed", "predict", run, "--head", "p3", "--relation", "0", "--top", "5", "--json").stdout
+    )
+    assert {p["name"][0] for p in got["predictions"]} == {"f"}, got
 
 
 @pytest.mark.parametrize("device", DEVICES)
