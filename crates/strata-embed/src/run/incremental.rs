@@ -40,8 +40,8 @@ const EXAMPLES: usize = 5;
 /// Refuses an old run whose stored state cannot seed `cfg`: a different model, dimension,
 /// TransE norm, optimizer (state layout) or reciprocal setting, or an owner-mode rank's run.
 pub fn check_compatible(old: &RunMeta, cfg: &TrainConfig, from: &Path) -> Result<()> {
-    if old.partitioning.pinned().is_some() {
-        return Err(pinned_init_error());
+    if old.partitioning.featurized() {
+        return Err(featurized_init_error());
     }
     let a = &old.config;
     let (form_a, form_b) = (a.pbg_form(), cfg.pbg_form());
@@ -311,8 +311,9 @@ const MIN_CHUNK_ROWS: u64 = 1024;
 
 /// Writes the rows of every old node, embedding and optimizer state, into the new table at
 /// its new id `map[old id]`; rows of new nodes keep what the new table holds. Works within
-/// `budget` bytes: groups of `k` new partitions are held in memory while the old table is
-/// read through in row chunks, once per group. Returns the number of passes over the old
+/// `budget` bytes: groups of `k` new regions (the partitions, then a typed run's pinned
+/// region) are held in memory while the old table's regions are read through in row chunks,
+/// once per group. Returns the number of passes over the old
 /// table. Both layouts must have the same `dim` and `state_per_row`; their dtypes may differ
 /// (values are widened on reading and rounded to nearest on writing).
 pub fn remap_table(
@@ -328,7 +329,10 @@ pub fn remap_table(
     // A chunk is read into an aligned buffer and decoded into the row vectors: twice its bytes.
     let row_cost = 2 * (dim + spr) as u64 * 4;
     let min_chunk = old.partitioning.part_size.min(MIN_CHUNK_ROWS) * row_cost;
-    let part_bytes = new.layout.part_bytes();
+    // The partitions, then a typed run's pinned region (of its own size).
+    let regions = new.partitioning.regions();
+    let region_bytes = |p: u32| new.layout.region(p).part_bytes();
+    let part_bytes = regions.iter().map(|&p| region_bytes(p)).max().unwrap_or(0);
     if budget < part_bytes + min_chunk {
         return Err(EmbedError::Budget(format!(
             "embed.train.init_from: the remap of the old table needs at least {} (one new partition of {} and {} rows of the old table), the budget leaves {}; raise --memory",
@@ -338,8 +342,7 @@ pub fn remap_table(
             fmt_bytes(budget)
         )));
     }
-    let parts = new.partitioning.partitions;
-    let k = ((budget - min_chunk) / part_bytes).clamp(1, parts as u64) as u32;
+    let k = ((budget - min_chunk) / part_bytes).clamp(1, regions.len() as u64) as usize;
     let chunk_rows = ((budget - k as u64 * part_bytes) / row_cost)
         .clamp(1, old.partitioning.part_size.max(1)) as usize;
     let (old_loc, new_loc) = (old.partitioning.locator(), new.partitioning.locator());
@@ -348,11 +351,11 @@ pub fn remap_table(
         .collect();
     let mut emb = vec![0f32; chunk_rows * dim];
     let mut state = vec![0f32; chunk_rows * spr];
-    let old_bytes = old.partitioning.partitions as u64 * old.layout.part_bytes();
+    let old_regions = old.partitioning.regions();
+    let old_bytes = old.layout.table_bytes(old.partitioning.partitions);
     let mut passes = 0;
-    for first in (0..parts).step_by(k as usize) {
-        let members = first..(first + k).min(parts);
-        for (p, buf) in members.clone().zip(group.iter_mut()) {
+    for members in regions.chunks(k) {
+        for (&p, buf) in members.iter().zip(group.iter_mut()) {
             new.file.read_partition(engine, new.layout, p, buf)?;
         }
         passes += 1;
@@ -362,7 +365,7 @@ pub fn remap_table(
             old_bytes,
             old.partitioning.num_nodes,
         );
-        for q in 0..old.partitioning.partitions {
+        for &q in &old_regions {
             let size = old.partitioning.size_of(q);
             let mut start = 0u64;
             while start < size {
@@ -374,12 +377,12 @@ pub fn remap_table(
                 for l in 0..rows {
                     let v = old_loc.node(q, (start + l as u64) as u32);
                     let (p, nl) = new_loc.locate(map[v as usize]);
-                    if !members.contains(&p) {
+                    let Some(at) = members.iter().position(|&m| m == p) else {
                         continue;
-                    }
+                    };
                     let rows = SharedRows::region(
-                        &mut group[(p - first) as usize].full_mut()[..part_bytes as usize],
-                        new.layout,
+                        &mut group[at].full_mut()[..region_bytes(p) as usize],
+                        &new.layout.region(p),
                     );
                     rows.store(nl as usize, &emb[l * dim..(l + 1) * dim]);
                     rows.store_state(nl as usize, &state[l * spr..(l + 1) * spr]);
@@ -389,7 +392,7 @@ pub fn remap_table(
             }
         }
         meter.finish()?;
-        for (p, buf) in members.zip(group.iter_mut()) {
+        for (&p, buf) in members.iter().zip(group.iter_mut()) {
             new.file.write_partition(engine, new.layout, p, buf)?;
         }
     }
@@ -490,9 +493,9 @@ fn unreadable(from: &Path, e: EmbedError) -> EmbedError {
     ))
 }
 
-/// The refusal of `init_from` into a run whose entity types are not all partitioned.
-pub(crate) fn pinned_init_error() -> EmbedError {
+/// The refusal of `init_from` from or into a run with featurized entity types.
+pub(crate) fn featurized_init_error() -> EmbedError {
     EmbedError::Config(
-        "embed.train.init_from: runs with unpartitioned or featurized entity types (entity_partitions TYPE=1 with more than one partition, featurized) cannot start from or seed another run yet; partition every type, or start from scratch".into(),
+        "embed.train.init_from: runs with featurized entity types (embed.train.featurized) cannot start from or seed another run yet (their rows are features, matched by no node); train the featurized types as plain entities, or start from scratch".into(),
     )
 }

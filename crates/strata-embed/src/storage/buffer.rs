@@ -139,9 +139,14 @@ impl PartitionBuffer {
             if self.slot_of(p).is_some() {
                 continue;
             }
-            let slot = (0..self.capacity)
-                .find(|&s| self.resident[s].is_none_or(|q| !state.contains(&q)))
-                .expect("the state fits the buffer");
+            // The pinned region has a slot of its own (`slot_for`): it needs no partition slot.
+            let slot = if pinned == Some(p) {
+                self.capacity
+            } else {
+                (0..self.capacity)
+                    .find(|&s| self.resident[s].is_none_or(|q| !state.contains(&q)))
+                    .expect("the state fits the buffer")
+            };
             self.load(slot, p, from)?;
         }
         Ok(start.elapsed().as_secs_f64())
@@ -315,4 +320,36 @@ impl PartitionBuffer {
 fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &TableLayout, p: u32) -> SharedRows<'a> {
     let region = layout.region(p);
     SharedRows::region(&mut buf.full_mut()[..region.part_bytes() as usize], &region)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{OptimizerKind, TableDtype};
+    use crate::storage::entity_types::tests::ty;
+    use crate::storage::partitioning::Partitioning;
+
+    #[test]
+    fn a_full_buffer_still_takes_the_pinned_region_into_its_own_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let types = vec![ty("person", 0, 40, true), ty("genre", 40, 4, false)];
+        let p = Partitioning::typed(types, 2, 3).unwrap();
+        let layout = TableLayout::new(&p, 4, OptimizerKind::Adagrad, TableDtype::F32);
+        let engine = Engine::shared();
+        let file = TableFile::open(&engine, &dir.path().join("t.bin"), true).unwrap();
+        let mut buffer = PartitionBuffer::new(engine, layout, 2);
+        for region in p.regions() {
+            let rows = p.stored_rows(region);
+            buffer
+                .init(&file, region, rows, RowInit::Normal(0.1), 1)
+                .unwrap();
+        }
+        // As after the table file changed under the buffer (a run seeded by init_from): the
+        // state takes both partition slots, and the pinned region comes back into its own.
+        buffer.clear();
+        buffer.fill(&[0, 1], &file).unwrap();
+        let mut resident: Vec<u32> = buffer.resident().collect();
+        resident.sort();
+        assert_eq!(resident, vec![0, 1, 2]);
+    }
 }

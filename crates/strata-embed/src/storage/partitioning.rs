@@ -123,6 +123,13 @@ impl Partitioning {
             .then_some(self.partitions)
     }
 
+    /// Whether some entity type is featurized (its pinned rows are features, not entities).
+    pub fn featurized(&self) -> bool {
+        self.types
+            .as_ref()
+            .is_some_and(|t| t.iter().any(|t| t.features.is_some()))
+    }
+
     /// Every region of the table: the partitions, then the pinned region if any.
     pub fn regions(&self) -> Vec<u32> {
         (0..self.partitions).chain(self.pinned()).collect()

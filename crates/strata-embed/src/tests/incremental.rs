@@ -241,21 +241,89 @@ fn a_node_missing_from_the_new_store_is_refused() {
     );
 }
 
-/// A table of `parts` partitions of `nodes` rows with random embeddings and state.
+/// A table of `p`'s regions (its partitions and a typed run's pinned region) with random
+/// embeddings and state.
 fn random_table(path: &Path, p: &Partitioning, layout: &TableLayout, seed: u64) {
     let engine = Engine::shared();
     let f = TableFile::open(&engine, path, true).unwrap();
     let mut rng = Rng::new(seed);
-    let mut buf = AlignedBuf::new(layout.part_bytes() as usize);
-    for q in 0..p.partitions {
-        let floats: &mut [f32] =
-            bytemuck::cast_slice_mut(&mut buf.full_mut()[..layout.part_bytes() as usize]);
+    for q in p.regions() {
+        let bytes = layout.region(q).part_bytes() as usize;
+        let mut buf = AlignedBuf::new(bytes);
+        let floats: &mut [f32] = bytemuck::cast_slice_mut(&mut buf.full_mut()[..bytes]);
         floats
             .iter_mut()
             .for_each(|x| *x = rng.below(1 << 20) as f32 / 7.0);
         f.write_partition(&engine, layout, q, &mut buf).unwrap();
     }
     f.sync().unwrap();
+}
+
+/// Node `v`'s embedding and state rows (of 8 reals) in the table `f` of `l` and `p`.
+fn node_rows(f: &TableFile, l: &TableLayout, p: &Partitioning, v: u64) -> (Vec<f32>, Vec<f32>) {
+    let engine = Engine::shared();
+    let (q, i) = p.locator().locate(v);
+    let (mut e, mut s) = (vec![0f32; 8], vec![0f32; 8]);
+    f.read_rows(&engine, l, q, i as u64, &mut e).unwrap();
+    f.read_state_rows(&engine, l, q, i as u64, &mut s).unwrap();
+    (e, s)
+}
+
+#[test]
+fn a_remap_carries_rows_into_and_out_of_a_pinned_region() {
+    use crate::storage::entity_types::tests::ty;
+    let dir = tempfile::tempdir().unwrap();
+    let engine: Arc<Engine> = Engine::shared();
+    // People and films partitioned; the genres held in memory (pinned) or partitioned too.
+    let types = |genres_pinned: bool| {
+        vec![
+            ty("person", 0, 600, true),
+            ty("genre", 600, 9, !genres_pinned),
+            ty("film", 609, 300, true),
+        ]
+    };
+    let pinned = Partitioning::typed(types(true), 3, 11).unwrap();
+    let partitioned = Partitioning::typed(types(false), 4, 12).unwrap();
+    assert!(pinned.pinned().is_some() && partitioned.pinned().is_none());
+    let layout = |p: &Partitioning| TableLayout::new(p, 8, OptimizerKind::Adagrad, TableDtype::F32);
+    let n = 909u64;
+    let map: Vec<u64> = (0..n).collect();
+    for (from, to) in [(&pinned, &partitioned), (&partitioned, &pinned)] {
+        let (old_l, new_l) = (layout(from), layout(to));
+        let (old_path, new_path) = (dir.path().join("old.bin"), dir.path().join("new.bin"));
+        random_table(&old_path, from, &old_l, 1);
+        random_table(&new_path, to, &new_l, 2);
+        let old_f = TableFile::open(&engine, &old_path, false).unwrap();
+        let new_f = TableFile::open(&engine, &new_path, false).unwrap();
+        let side = |file, layout, partitioning| TableSide {
+            file,
+            layout,
+            partitioning,
+        };
+        // A budget of one region at a time: a pass per region, the pinned one among them.
+        let one = to
+            .regions()
+            .iter()
+            .map(|&q| new_l.region(q).part_bytes())
+            .max();
+        let passes = remap_table(
+            &engine,
+            &side(&old_f, &old_l, from),
+            &side(&new_f, &new_l, to),
+            &map,
+            one.unwrap() + from.part_size.min(1024) * 2 * 16 * 4,
+            &NoProgress,
+        )
+        .unwrap();
+        assert_eq!(passes, to.regions().len());
+        for v in 0..n {
+            assert_eq!(
+                node_rows(&new_f, &new_l, to, v),
+                node_rows(&old_f, &old_l, from, v),
+                "node {v}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -502,8 +502,8 @@ fn typed_training(store: &Store, cfg: &TrainConfig, p: &Planning) -> Result<Opti
         }),
         _ => None,
     };
-    if p.origin.is_some() && p.partitioning.pinned().is_some() {
-        return Err(incremental::pinned_init_error());
+    if p.origin.is_some() && p.partitioning.featurized() {
+        return Err(incremental::featurized_init_error());
     }
     Ok(typed)
 }
