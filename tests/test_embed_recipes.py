@@ -67,11 +67,6 @@ def test_the_options_train_partitioned(kg, tmp_path, strata_cli):
             "dropout_masks",
             ['"pbg"', '"shared"'],
         ),
-        (
-            ["--device", "torch-cpu", "--entity-dropout", "0.2", "--dropout-masks", "independent"],
-            "dropout_masks",
-            ["device backend", '"torch-cpu"'],
-        ),
         (["--reg-weighted"], "reg_weighted", ['"none"']),
         (["--relation-reg-weight", "0.1"], "relation_reg_weight", ['"none"']),
         (["--corrupt", "tail"], "reciprocal", ['corrupt = "tail"', "reciprocal = false"]),
