@@ -45,6 +45,27 @@ pub(crate) unsafe fn view<'py>(
     unsafe { Bound::from_owned_ptr_or_err(py, obj) }
 }
 
+/// `(view, address)` of `data`, memory the job keeps for all its steps, lent read-only (the
+/// address keys the device's copy of it); the view is kept in `views` for release before the
+/// call returns.
+fn lent<'py, T>(
+    py: Python<'py>,
+    data: &[T],
+    views: &mut Vec<Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyAny>, usize)> {
+    // SAFETY: read-only, and `data` outlives the call, before whose end the view is released.
+    let v = unsafe {
+        view(
+            py,
+            data.as_ptr() as *mut u8,
+            std::mem::size_of_val(data),
+            false,
+        )?
+    };
+    views.push(v.clone());
+    Ok((v, data.as_ptr() as usize))
+}
+
 /// `(params, state, rows, key)` of a lent table, its views kept in `views` for release.
 fn table<'py>(
     py: Python<'py>,
@@ -106,22 +127,9 @@ impl PyDeviceStep {
                     let feat = PyDict::new(py);
                     feat.set_item("part", f.part)?;
                     feat.set_item("plain", f.plain)?;
-                    // SAFETY: the bags outlive the job's steps; the views are read-only and
-                    // released before the call returns.
-                    let offsets = unsafe {
-                        view(
-                            py,
-                            f.offsets.as_ptr() as *mut u8,
-                            f.offsets.len() * 8,
-                            false,
-                        )?
-                    };
-                    let rows =
-                        unsafe { view(py, f.rows.as_ptr() as *mut u8, f.rows.len() * 4, false)? };
-                    views.push(offsets.clone());
-                    views.push(rows.clone());
-                    feat.set_item("offsets", (offsets, f.offsets.as_ptr() as usize))?;
-                    feat.set_item("rows", (rows, f.rows.as_ptr() as usize))?;
+                    // The bags outlive the job's steps.
+                    feat.set_item("offsets", lent(py, f.offsets, views)?)?;
+                    feat.set_item("rows", lent(py, f.rows, views)?)?;
                     d.set_item("feat", feat)?;
                 }
                 None => d.set_item("feat", py.None())?,
@@ -138,16 +146,12 @@ impl PyDeviceStep {
             d.set_item("reg_table", c.reg_table)?;
             match c.answers {
                 Some(sides) => {
-                    let lent = PyList::empty(py);
+                    // The answers outlive the job's steps.
+                    let list = PyList::empty(py);
                     for rows in sides {
-                        // SAFETY: the answers outlive the job's steps; the view is read-only
-                        // and released before the call returns.
-                        let v =
-                            unsafe { view(py, rows.as_ptr() as *mut u8, rows.len() * 12, false)? };
-                        views.push(v.clone());
-                        lent.append((v, rows.as_ptr() as usize))?;
+                        list.append(lent(py, rows, views)?)?;
                     }
-                    d.set_item("answers", lent)?;
+                    d.set_item("answers", list)?;
                 }
                 None => d.set_item("answers", py.None())?,
             }

@@ -139,11 +139,14 @@ class SlotBuffer:
         if index != TAIL:
             self.taken[index] = False
 
+    def _position(self, index: int) -> int:
+        """Slot ``index``'s place in the buffer: the tail's after every slot."""
+        return len(self.taken) if index == TAIL else index
+
     def _start(self, index: int) -> tuple[int, int]:
         """Where slot ``index`` starts in the params and in the state (floats)."""
-        p, s = self.size
-        at = len(self.taken) if index == TAIL else index
-        return at * p, at * s
+        at = self._position(index)
+        return at * self.size[0], at * self.size[1]
 
     def region(self, index: int, n_params: int, n_state: int) -> Table:
         """The first ``n_params`` and ``n_state`` floats of slot ``index`` (flat views)."""
@@ -152,7 +155,7 @@ class SlotBuffer:
 
     def base(self, index: int, slot_rows: int) -> int:
         """The buffer row where slot ``index`` starts, with ``slot_rows`` rows a slot."""
-        return (len(self.taken) if index == TAIL else index) * slot_rows
+        return self._position(index) * slot_rows
 
     def rows(self, width: int) -> tuple[Table, int]:
         """The buffer as rows of ``width`` floats (and their state, row by row), and the rows of

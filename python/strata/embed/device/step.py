@@ -239,9 +239,10 @@ def keys_of(ctx: Ctx, stack: Stack) -> tuple[torch.Tensor, torch.Tensor, torch.T
     sources are the edges' sources, a head side's their destinations), of its negatives (``S x
     n``) and of its relation rows (``S x b``)."""
     e = stack.edges
-    ends = e[:, ::2].T + ctx.layout[END_BASE][:, None]
+    local = e[:, ::2].T
+    ends = local + ctx.layout[END_BASE][:, None]
     if ctx.feat is not None:
-        ends = featurized_ends(ctx.feat, e[:, ::2].T, ends)
+        ends = featurized_ends(ctx.feat, local, ends)
     targets = pick(ends, other(stack.sides))
     rels = [e[:, 1] + (ctx.inverse_offset if side else 0) for side in stack.sides]
     return pick(ends, stack.sides), targets, negatives(ctx, stack, targets), torch.stack(rels)
