@@ -32,11 +32,12 @@ from common import profiled
 
 #: B1's chunk on FB15k-237's shape (`bench_embed.py`'s B1) as the epoch loop describes it.
 B1 = dict(
-    model="complex", dim=100, transe_norm=2, loss="softmax", margin=0.1, gamma=0.0, adversarial=None, lr=0.1,
-    src_part=0, dst_part=0, inverse_offset=237, corrupt="both", head_prob=[], negatives=1000, shared_negatives=True,
-    degree_fraction=0.0, pool="partition", part_of=None, part_size=0, num_nodes=0, typed_spans=None, feat=None,
-    reg="none", reg_weight=0.0, reg_weighted=False, rel_reg_weight=None, entity_dropout=0.0, relation_dropout=0.0,
-    independent_masks=False, training="negative_sampling", label_smoothing=0.0, reg_table=False, answers=None,
+    model="complex", operator=None, comparator=None, dim=100, transe_norm=2, loss="softmax", margin=0.1, gamma=0.0,
+    adversarial=None, lr=0.1, src_part=0, dst_part=0, inverse_offset=237, corrupt="both", head_prob=[],
+    negatives=1000, shared_negatives=True, degree_fraction=0.0, pool="partition", part_of=None, part_size=0,
+    num_nodes=0, typed_spans=None, feat=None, reg="none", reg_weight=0.0, reg_weighted=False, rel_reg_weight=None,
+    entity_dropout=0.0, relation_dropout=0.0, independent_masks=False, training="negative_sampling",
+    label_smoothing=0.0, reg_table=False, answers=None,
 )  # fmt: skip
 
 #: Each case: its settings over B1's, partition sizes, relations (reciprocals included), edges.

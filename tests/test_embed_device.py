@@ -142,6 +142,18 @@ def assert_same_training(kg, tmp_path, device="torch-cpu", device_options=None, 
         ),
         dict(model="dot", training="KvsAll", loss="logistic", gamma=1.0, corrupt="tail", reciprocal=False),
         dict(model="distmult", training="1vsAll", corrupt="head", reciprocal=False, entity_dropout=0.1),
+        # PyTorch-BigGraph's operators and comparators (model pbg; its defaults: none, cos).
+        dict(model="pbg"),
+        dict(model="pbg", operator="translation", comparator="l2", reciprocal=False, loss="margin", margin=1.0),
+        dict(model="pbg", operator="linear", comparator="dot", reciprocal=False, corrupt="bernoulli"),
+        dict(
+            model="pbg", operator="affine", comparator="squared_l2", loss="logistic", regularizer="l2", reg_weight=0.01
+        ),
+        dict(model="pbg", operator="complex_diagonal", comparator="cos", shared_negatives=False, negatives=8),
+        dict(model="pbg", operator="diagonal", comparator="dot", entity_dropout=0.2, relation_dropout=0.1),
+        dict(model="pbg", operator="complex_diagonal", comparator="dot", regularizer="n3", reg_weight=0.01),
+        dict(model="pbg", operator="affine", comparator="dot", training="1vsAll"),
+        dict(model="pbg", operator="linear", comparator="dot", training="KvsAll", reciprocal=False, loss="logistic"),
     ],
     ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
 )
@@ -290,9 +302,10 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
     with pytest.raises(ConfigError, match="device"):
         trained(kg, tmp_path / "a", device="tpu")
     proc = strata_cli(
-        "embed", "train", kg, "--run-dir", tmp_path / "b", "--device", "torch-cpu", "--model", "pbg", "-q", check=False
-    )
-    assert proc.returncode == 2 and "model pbg is not supported" in proc.stderr, proc.stderr
+        "embed", "train", kg, "--run-dir", tmp_path / "b", "--device", "torch-cpu", "--table-dtype", "bf16", "-q",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "table_dtype = bf16 is not supported" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "c", "--device", "cuda", "-q", check=False)
     if not torch.cuda.is_available():

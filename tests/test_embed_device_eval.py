@@ -45,6 +45,10 @@ MODELS = {
     "transe-l2": dict(model="transe"),
     "transe-l1": dict(model="transe", transe_norm=1, loss="margin", margin=1.0),
     "rotate": dict(model="rotate", loss="logistic", gamma=6.0),
+    # PyTorch-BigGraph's operators and comparators that score heads through a reversed row.
+    "pbg-none-cos": dict(model="pbg"),
+    "pbg-linear-dot": dict(model="pbg", operator="linear", comparator="dot"),
+    "pbg-translation-l2": dict(model="pbg", operator="translation", comparator="l2", loss="margin", margin=1.0),
 }
 
 
@@ -121,13 +125,6 @@ def test_embed_eval_device_option(runs, strata_cli):
         proc = cli("--device", "cuda")
         assert proc.returncode == 2 and "CUDA is not available" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
-
-
-def test_a_model_the_device_does_not_score_is_refused_by_name(kg, tmp_path, strata_cli):
-    run = train(EmbedTrainConfig(store=kg, run_dir=tmp_path / "pbg", model="pbg", **{**BASE, "partitions": 1}))
-    proc = strata_cli("embed", "eval", run.path, "--device", "torch-cpu", check=False)
-    assert proc.returncode == 2 and "model pbg is not supported with a torch device" in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr
 
 
 def test_a_device_run_predicts_and_scores_on_the_cpu_engine(kg, tmp_path, strata_cli):

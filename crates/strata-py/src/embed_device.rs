@@ -93,6 +93,9 @@ impl PyDeviceStep {
         for c in piece.ctxs {
             let d = PyDict::new(py);
             d.set_item("model", c.model)?;
+            let (operator, comparator) = c.pbg.unzip();
+            d.set_item("operator", operator)?;
+            d.set_item("comparator", comparator)?;
             d.set_item("dim", c.dim)?;
             d.set_item("transe_norm", c.transe_norm)?;
             d.set_item("loss", c.loss)?;

@@ -42,6 +42,9 @@ impl PyDeviceRank {
     ) -> PyResult<Vec<(u64, u64)>> {
         let d = PyDict::new(py);
         d.set_item("model", job.model)?;
+        let (operator, comparator) = job.pbg.unzip();
+        d.set_item("operator", operator)?;
+        d.set_item("comparator", comparator)?;
         d.set_item("dim", job.dim)?;
         d.set_item("transe_norm", job.transe_norm)?;
         d.set_item("src", lend(py, job.src, views)?)?;

@@ -47,6 +47,8 @@ impl DeviceTable {
 #[derive(Debug, Clone)]
 pub struct DeviceCtx<'a> {
     pub model: &'static str,
+    /// `pbg`'s operator and comparator ([`ScoreModel::pbg_names`](crate::model::ScoreModel)).
+    pub pbg: Option<(&'static str, &'static str)>,
     pub dim: usize,
     pub transe_norm: u8,
     pub loss: &'static str,
@@ -238,6 +240,7 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
     };
     Ok(DeviceCtx {
         model: ctx.model.kind.name(),
+        pbg: ctx.model.pbg_names(),
         dim: ctx.model.dim,
         transe_norm: ctx.model.transe_norm,
         loss: match ctx.loss.kind {

@@ -17,6 +17,8 @@ use crate::storage::table::Rows;
 pub struct RankJob<'a> {
     /// The config's spelling of the model (`dot`, `distmult`, `complex`, `transe`, `rotate`, ...).
     pub model: &'static str,
+    /// `pbg`'s operator and comparator ([`ScoreModel::pbg_names`]).
+    pub pbg: Option<(&'static str, &'static str)>,
     pub dim: usize,
     pub transe_norm: u8,
     /// `q x dim` source rows, `q x rel_dim` relation rows, `q` true scores.
@@ -114,6 +116,7 @@ impl Ranker for DeviceRanker {
         }
         let got = self.count(&RankJob {
             model: model.kind.name(),
+            pbg: model.pbg_names(),
             dim: model.dim,
             transe_norm: model.transe_norm,
             src: &rows.src,
@@ -154,6 +157,7 @@ impl Ranker for DeviceRanker {
         }
         let got = self.count(&RankJob {
             model: model.kind.name(),
+            pbg: model.pbg_names(),
             dim: model.dim,
             transe_norm: model.transe_norm,
             src: &rows.src,

@@ -118,6 +118,12 @@ impl ScoreModel {
             .init_relation(&self.shape(), row, rng, scale)
     }
 
+    /// `pbg`'s operator and comparator as the config spells them; `None` for the named models.
+    pub fn pbg_names(&self) -> Option<(&'static str, &'static str)> {
+        (self.kind == ScoreKind::Pbg)
+            .then(|| (self.pbg.operator.name(), self.pbg.comparator.name()))
+    }
+
     /// The coordinate layouts of node rows and relation rows (see [`ScoreFunction::layouts`]).
     pub fn layouts(&self) -> (Layout, Layout) {
         self.kind.get().layouts(&self.shape())

@@ -492,11 +492,13 @@ class TorchCompute:
         rels = None
         if c["rels"] is not None:
             flat = self._ready(slot(c["rels"][3]))
-            params = flat.params.view(-1, step.rel_dim(c["model"], c["dim"]))
+            params = flat.params.view(-1, step.rel_dim(step.query_model(c["model"], c["operator"]), c["dim"]))
             rels = Table(params, flat.state.view(params.shape[0], -1))
         head_prob = c["head_prob"]
         return step.Ctx(
             model=c["model"],
+            operator=c["operator"],
+            comparator=c["comparator"],
             dim=c["dim"],
             transe_norm=c["transe_norm"],
             loss=c["loss"],

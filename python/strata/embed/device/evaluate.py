@@ -40,9 +40,14 @@ def _tensor(buf, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return t.to(device, copy=True)
 
 
-def candidate_scores(model: str, transe_norm: int, a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+def candidate_scores(
+    model: str, transe_norm: int, comparator: str | None, a: torch.Tensor, c: torch.Tensor
+) -> torch.Tensor:
     """Scores (``q x n``) of query rows ``a = phi(s, r)`` (``q x dim``) against candidate rows
-    ``c`` (``n x dim``), as ``score_candidates`` computes them."""
+    ``c`` (``n x dim``), as ``score_candidates`` computes them (``comparator``: a ``pbg``
+    model's)."""
+    if model == "pbg":
+        return step.pbg_scores(comparator, a, c)[1]
     if model in ("dot", "distmult", "complex"):
         return a @ c.T
     if model == "transe" and transe_norm == 2:
@@ -72,8 +77,9 @@ class TorchRanker:
         dev = self.device
         true = _tensor(job["true_score"], torch.float32, dev)
         q = len(true)
+        query = step.query_model(model, job["operator"])
         src = _tensor(job["src"], torch.float32, dev).view(q, dim)
-        rel = _tensor(job["rel"], torch.float32, dev).view(q, step.rel_dim(model, dim))
+        rel = _tensor(job["rel"], torch.float32, dev).view(q, step.rel_dim(query, dim))
         cand_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[job["cands_dtype"]]
         # bf16 rows widen exactly, on the device.
         cands = _tensor(job["cands"], cand_dtype, dev).view(job["n"], dim).float()
@@ -81,7 +87,7 @@ class TorchRanker:
         hi = _tensor(job["hi"], torch.int64, dev)
         ex_q = _tensor(job["excluded_query"], torch.int32, dev).long()
         ex_c = _tensor(job["excluded_cand"], torch.int64, dev)
-        phi = step.combine(model, src, rel)
+        phi = step.combine(query, src, rel)
         above = torch.zeros(q, dtype=torch.int64, device=dev)
         equal = torch.zeros(q, dtype=torch.int64, device=dev)
         # Queries sharing a range are scored together: one group when filtered without types,
@@ -93,7 +99,8 @@ class TorchRanker:
             queries = (group_of == g).nonzero().squeeze(1)
             mine = (group_of[ex_q] == g) if len(ex_q) else ex_q.bool()
             excluded = (ex_q[mine], ex_c[mine])
-            self._group(model, job["transe_norm"], phi, true, cands, queries, (a, z), excluded, (above, equal))
+            scorer = (model, job["transe_norm"], job["comparator"])
+            self._group(scorer, phi, true, cands, queries, (a, z), excluded, (above, equal))
         return above.tolist(), equal.tolist()
 
     def _tiles(self, kind: str, dim: int, queries: int, width: int) -> tuple[int, int]:
@@ -108,11 +115,13 @@ class TorchRanker:
             rows = min(width, max(rows, pairs // qc))
         return qc, rows
 
-    def _group(self, model, transe_norm, phi, true, cands, queries, span, excluded, counts) -> None:
+    def _group(self, scorer, phi, true, cands, queries, span, excluded, counts) -> None:
         """Counts the queries ``queries`` against candidates ``span`` (``a .. z``) into
-        ``counts`` (``above``, ``equal``); ``excluded`` (queries, candidates) are the group's
-        pairs that do not compete."""
+        ``counts`` (``above``, ``equal``) with ``scorer`` (:func:`candidate_scores`' model,
+        TransE norm and comparator); ``excluded`` (queries, candidates) are the group's pairs
+        that do not compete."""
         (a, z), (ex_q, ex_c), (above, equal) = span, excluded, counts
+        model, transe_norm, _ = scorer
         kind = "transe_l1" if model == "transe" and transe_norm != 2 else model
         qc, rows = self._tiles(kind, phi.shape[1], len(queries), z - a)
         # Where each query sits in its chunk of the group (-1: another chunk).
@@ -126,7 +135,7 @@ class TorchRanker:
             nan = s.isnan()
             for c0 in range(a, z, rows):
                 c1 = min(z, c0 + rows)
-                scores = candidate_scores(model, transe_norm, phi[chunk], cands[c0:c1])
+                scores = candidate_scores(*scorer, phi[chunk], cands[c0:c1])
                 keep = torch.ones_like(scores, dtype=torch.bool)
                 here = (cc >= c0) & (cc < c1)
                 keep[cq[here], cc[here] - c0] = False

@@ -29,25 +29,35 @@ import torch
 import torch.nn.functional as F
 
 from strata.device import kernels, rng
-from strata.embed.device import bilinear_rows, complex_rows, softmax_loss
+from strata.embed.device import bilinear_rows, complex_rows, pbg_rows, softmax_loss
 from strata.embed.device import chunk_keys as fused_keys
 from strata.embed.device.rows import Feat, Featurized, Gathered, Table, featurized_ends
 
 #: Added under square roots of distances, as the Rust models do.
 EPS = 1e-9
 
-#: The score models the device step implements, and their relation row widths.
-MODELS = ("dot", "distmult", "complex", "transe", "rotate")
-#: The models whose scores are products of query rows and targets (gradients written out).
+#: The score models the device step implements.
+MODELS = ("dot", "distmult", "complex", "transe", "rotate", "pbg")
+#: The query models whose scores are products of query rows and targets (gradients written
+#: out): the named models, and ``pbg`` with their operators and comparator ``dot``.
 BILINEAR = ("dot", "distmult", "complex")
 #: Streams a chunk draws from: ``derive(key, k)`` for its sides ``k = 0, 1`` and, with
 #: ``corrupt = bernoulli``, for the choice of sides (``k = 2``).
 STREAMS = 3
 
 
-def rel_dim(model: str, dim: int) -> int:
-    """Reals per relation row of ``model`` at node dimension ``dim``."""
-    return {"dot": 0, "distmult": dim, "complex": dim, "transe": dim, "rotate": dim // 2}[model]
+def query_model(model: str, operator: str | None) -> str:
+    """The model whose query rows ``phi(s, r)`` a model computes: itself, or a ``pbg`` model's
+    operator's (:data:`pbg_rows.QUERY`)."""
+    return pbg_rows.QUERY[operator] if model == "pbg" else model
+
+
+def rel_dim(query: str, dim: int) -> int:
+    """Reals per relation row of query model ``query`` (:func:`query_model`) at node dimension
+    ``dim``."""
+    if query in ("linear", "affine"):
+        return pbg_rows.rel_dim(query, dim)
+    return {"dot": 0, "distmult": dim, "complex": dim, "transe": dim, "rotate": dim // 2}[query]
 
 
 def check_model(model: str) -> None:
@@ -176,10 +186,23 @@ class Ctx:
     answers: tuple | None = None
     #: A typed run's featurized entities (:class:`rows.Feat`), or ``None``.
     feat: Feat | None = None
+    #: ``model = "pbg"``: its ``operator`` and ``comparator`` (``None`` for the named models).
+    operator: str | None = None
+    comparator: str | None = None
+
+    @property
+    def query(self) -> str:
+        """The model whose query rows ``phi(s, r)`` the run computes (:func:`query_model`)."""
+        return query_model(self.model, self.operator)
+
+    @property
+    def bilinear(self) -> bool:
+        """Whether scores are products of query rows and targets (:data:`BILINEAR`)."""
+        return self.query in BILINEAR and self.comparator in (None, "dot")
 
     @property
     def rel_dim(self) -> int:
-        return rel_dim(self.model, self.dim)
+        return rel_dim(self.query, self.dim)
 
 
 @dataclass
@@ -351,13 +374,15 @@ def typed_sides(ctx: Ctx, stack: Stack) -> torch.Tensor:
     return pick(ctx.layout[POOL:].view(2, 2, -1), stack.sides)
 
 
-def reverse_relation(model: str, rows: torch.Tensor) -> torch.Tensor:
-    """The rows that score ``(t, r', h)`` like a tail query (``ScoreModel::reverse_relation``):
-    a linear map that is its own inverse and transpose."""
-    if model in ("transe", "rotate"):
+def reverse_relation(query: str, rows: torch.Tensor) -> torch.Tensor:
+    """The rows that score ``(t, r', h)`` like a tail query (``ScoreModel::reverse_relation``) of
+    query model ``query``: a linear map that is its own inverse and transpose."""
+    if query in ("transe", "rotate"):
         return -rows
-    if model == "complex":
+    if query == "complex":
         return complex_rows.conj(rows)
+    if query == "linear":
+        return pbg_rows.transpose(rows)
     return rows
 
 
@@ -368,18 +393,30 @@ def oriented(ctx: Ctx, rows: torch.Tensor, sides: list[int]) -> torch.Tensor:
     if ctx.inverse_offset != 0 or ctx.rel_dim == 0 or 1 not in sides:
         return rows
     if len(sides) == 1:
-        return reverse_relation(ctx.model, rows)
-    return torch.cat([rows[:1], reverse_relation(ctx.model, rows[1:])])
+        return reverse_relation(ctx.query, rows)
+    return torch.cat([rows[:1], reverse_relation(ctx.query, rows[1:])])
 
 
-def combine(model: str, s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """The query rows ``a = phi(s, r)`` (``... x dim``)."""
-    if model in BILINEAR:
-        return bilinear_rows.combine(model, s, r)
-    if model == "transe":
+def combine(query: str, s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """The query rows ``a = phi(s, r)`` (``... x dim``) of query model ``query``."""
+    if query in BILINEAR:
+        return bilinear_rows.combine(query, s, r)
+    if query == "transe":
         return s + r
+    if query in ("linear", "affine"):
+        return pbg_rows.combine(query, s, r)
     # RotatE: r holds phases.
     return complex_rows.twin(s, torch.cat([torch.cos(r), torch.sin(r)], -1))
+
+
+def combine_grads(query: str, s: torch.Tensor, r: torch.Tensor, da: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of ``s`` and ``r`` of :func:`combine` given ``da``, for the query models
+    that score by products (every one but RotatE's)."""
+    if query in BILINEAR:
+        return bilinear_rows.combine_grads(query, s, r, da)
+    if query == "transe":
+        return da, da
+    return pbg_rows.combine_grads(query, s, r, da)
 
 
 def per_edge(a: torch.Tensor, neg: torch.Tensor) -> bool:
@@ -405,12 +442,37 @@ def pair_scores(ctx: Ctx, a: torch.Tensor, t: torch.Tensor, neg: torch.Tensor) -
     query rows ``a`` (``S x b x dim``), targets ``t`` and negatives ``neg`` (``S x n x dim``, or
     per edge ``S x b x n x dim``)."""
     if ctx.model == "transe" and ctx.transe_norm == 2:
-        a_sq, n_sq = (a * a).sum(-1), (neg * neg).sum(-1)
-        n_sq = n_sq if per_edge(a, neg) else n_sq[..., None, :]
-        sq = (products(a, neg) * -2.0 + a_sq[..., :, None] + n_sq).clamp(min=0.0)
-        return pair_pos(ctx, a, t), -(sq + EPS).sqrt()
+        return pair_pos(ctx, a, t), -(squared_distances(a, neg) + EPS).sqrt()
     pairs = a[..., :, None, :] - (neg if per_edge(a, neg) else neg[..., None, :, :])
     return pair_pos(ctx, a, t), pair_distance(ctx, pairs)
+
+
+def squared_distances(a: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
+    """``|a_i - neg_j|^2`` (``S x b x n``, or ``q x n`` of ``q`` query rows against ``n`` rows)
+    from :func:`products` and the squared norms, clamped at 0 (as the Rust scorers)."""
+    a_sq, n_sq = (a * a).sum(-1), (neg * neg).sum(-1)
+    n_sq = n_sq if per_edge(a, neg) else n_sq[..., None, :]
+    return (products(a, neg) * -2.0 + a_sq[..., :, None] + n_sq).clamp(min=0.0)
+
+
+def pbg_scores(
+    comparator: str, a: torch.Tensor, neg: torch.Tensor, t: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """A ``pbg`` model's scores of query rows ``a`` under ``comparator``: against their targets
+    ``t`` (``S x b``; ``None`` without ``t``) and against ``neg`` (``S x b x n``: shared ``S x n x
+    dim`` or per edge ``S x b x n x dim``; or ``q x n`` of ``q x dim`` rows against ``n x dim``).
+    ``cos`` compares rows scaled to unit length; ``squared_l2`` and ``l2`` score minus the
+    (squared) distance, the negatives' expanded into products (``Pbg::step``)."""
+    if comparator == "cos":
+        a, neg = pbg_rows.unit(a), pbg_rows.unit(neg)
+        t = None if t is None else pbg_rows.unit(t)
+    if comparator in ("dot", "cos"):
+        return None if t is None else (a * t).sum(-1), products(a, neg)
+
+    def score(sq: torch.Tensor) -> torch.Tensor:
+        return -sq if comparator == "squared_l2" else -(sq + EPS).sqrt()
+
+    return None if t is None else score(((a - t) ** 2).sum(-1)), score(squared_distances(a, neg))
 
 
 def pair_pos(ctx: Ctx, a: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -469,17 +531,23 @@ def score_grads(
     """``(loss, ds, dt, dneg, dr)``: the sides' loss of their sources ``s`` and targets ``t``
     (``S x b x dim``), negatives ``neg`` (``S x n x dim``) and relation rows ``r`` (``S x b x
     rel_dim``) as scored, and its gradients of each."""
-    if ctx.model in BILINEAR:
-        a, pos = bilinear_rows.query_pos(ctx.model, s, r, t)
+    if ctx.bilinear:
+        a, pos = bilinear_rows.query_pos(ctx.query, s, r, t)
         loss, dpos, dneg = loss_grads(ctx, pos, products(a, neg), weights)
         da0, d_neg = products_back(dneg, a, neg)
-        ds, dt, dr = bilinear_rows.row_grads(ctx.model, da0, dpos, s, r, t, a)
+        ds, dt, dr = bilinear_rows.row_grads(ctx.query, da0, dpos, s, r, t, a)
         return loss, ds, dt, d_neg, dr
     leaves = [x.detach().requires_grad_() for x in (s, t, neg, r)]
     with torch.enable_grad():
-        pos, neg_scores = pair_scores(ctx, combine(ctx.model, leaves[0], leaves[3]), leaves[1], leaves[2])
+        a = combine(ctx.query, leaves[0], leaves[3])
+        if ctx.model == "pbg":
+            pos, neg_scores = pbg_scores(ctx.comparator, a, leaves[2], leaves[1])
+        else:
+            pos, neg_scores = pair_scores(ctx, a, leaves[1], leaves[2])
     loss, dpos, dneg = loss_grads(ctx, pos.detach(), neg_scores.detach(), weights)
-    return loss, *torch.autograd.grad((pos, neg_scores), leaves, (dpos, dneg))
+    # Zeros for relation rows that do not score (pbg's operator none has none).
+    grads = torch.autograd.grad((pos, neg_scores), leaves, (dpos, dneg), allow_unused=True, materialize_grads=True)
+    return loss, *grads
 
 
 def independent_grads(
@@ -527,7 +595,7 @@ def regularize(
         return None, grads
     total = rows[0].new_zeros((), dtype=torch.float64)
     scale = 1.0 / POWER[ctx.reg] if ctx.reg_weighted else 1.0 / b
-    node_layout, rel_layout = layouts(ctx.model)
+    node_layout, rel_layout = layouts(ctx.query)
     roles = [(node_layout, ctx.reg_weight)] * 2 + [(rel_layout, rel_weight if ctx.rel_dim else 0.0)]
     added: list[list] = [[None] * len(rows[0]) for _ in roles]
     if which is None:
@@ -615,15 +683,12 @@ def dropout(
     return tuple(out), masks
 
 
-def layouts(model: str) -> tuple[str, str]:
-    """The coordinate layouts of node rows and relation rows."""
-    return {
-        "dot": ("real", "real"),
-        "distmult": ("real", "real"),
-        "transe": ("real", "real"),
-        "complex": ("complex", "complex"),
-        "rotate": ("complex", "skip"),
-    }[model]
+def layouts(query: str) -> tuple[str, str]:
+    """The coordinate layouts of node rows and relation rows of query model ``query`` (a
+    ``pbg`` model's are its operator's: ComplEx's for ``complex_diagonal``, real otherwise)."""
+    if query == "complex":
+        return "complex", "complex"
+    return ("complex", "skip") if query == "rotate" else ("real", "real")
 
 
 def train_stack(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from strata.embed.device import adagrad, bilinear_rows, step
+from strata.embed.device import adagrad, step
 from strata.embed.device.rows import Gathered
 
 
@@ -141,9 +141,9 @@ def train_side(
     src = cands[q.src]
     one = cands[q.one] if q.one is not None else cands.new_zeros((0, ctx.dim))
     (s, _, c, r), masks = step.dropout(ctx, (src[None], one[:0][None], cands[None], rel[None]), stream, first_draw=0)
-    a = step.combine(ctx.model, s[0], r[0])
+    a = step.combine(ctx.query, s[0], r[0])
     loss, g = label_loss(ctx, a @ c[0].T, q)
-    d_src, d_rel = bilinear_rows.combine_grads(ctx.model, s[0], r[0], g @ c[0])
+    d_src, d_rel = step.combine_grads(ctx.query, s[0], r[0], g @ c[0])
     d_cands = g.T @ a
     d_src, _, d_cands, d_rel = (
         x if m is None else x * m[0] for x, m in zip((d_src, None, d_cands, d_rel), masks, strict=True)
@@ -175,7 +175,7 @@ def train_chunk(ctx: step.Ctx, edges: torch.Tensor, weights: torch.Tensor | None
         rel = rels.take(at, b) if rels is not None else cands.new_zeros((b, 0))
         at += b
         if q.reverse:
-            rel = step.reverse_relation(ctx.model, rel)
+            rel = step.reverse_relation(ctx.query, rel)
         repeat = k == 1 and ctx.corrupt == "both" and ctx.answers is None
         loss, d_src, d_one, d_rel, d_cands = train_side(ctx, q, cands, rel, streams[k : k + 1, None], repeat)
         total.add_(loss)
@@ -183,11 +183,11 @@ def train_chunk(ctx: step.Ctx, edges: torch.Tensor, weights: torch.Tensor | None
         grad.index_add_(0, q.src, d_src)
         if q.one is not None:
             grad.index_add_(0, q.one, d_one)
-        rel_grads.append(step.reverse_relation(ctx.model, d_rel) if q.reverse else d_rel)
+        rel_grads.append(step.reverse_relation(ctx.query, d_rel) if q.reverse else d_rel)
         directions += b
     if ctx.reg_table and ctx.reg != "none" and ctx.reg_weight != 0.0:
         # Every candidate row once per chunk, times its edges (LibKGE's unweighted lp).
-        value, d = step.norm(ctx, cands, step.layouts(ctx.model)[0])
+        value, d = step.norm(ctx, cands, step.layouts(ctx.query)[0])
         weight = ctx.reg_weight * len(edges) / step.POWER[ctx.reg]
         total.add_(value.to(torch.float64) * weight)
         grad += d * weight
