@@ -395,15 +395,26 @@ struct Setup {
     resumed: bool,
 }
 
-/// Refuses what a typed run does not support yet, naming the option: entity types under
-/// torchrun.
+/// Refuses what a typed run does not support yet, naming the option: under torchrun, an entity
+/// type held whole all epoch (unpartitioned or featurized: the pinned region, which every rank
+/// would train at once).
 fn check_typed(spec: Option<&TypeSpec>, world_size: usize) -> Result<()> {
-    if spec.is_some() && world_size > 1 {
-        return Err(EmbedError::Config(
-            "embed.train.entity_types: entity types (per-type partitions and negatives) are not supported in a distributed run yet; set entity_types = false to train the typed store as one table of every node".into(),
-        ));
+    let Some(spec) = spec.filter(|_| world_size > 1) else {
+        return Ok(());
+    };
+    match spec.types.iter().find(|t| !t.partitioned) {
+        Some(t) => Err(EmbedError::Config(format!(
+            "embed.train.entity_partitions: entity type {:?} is not partitioned (or is \
+             featurized), and a distributed run does not support a type held whole all epoch \
+             yet: partition every type over the run's partitions (entity_partitions = \
+             [\"{}={}\", ...]), or set entity_types = false to train the typed store as one \
+             table of every node",
+            t.name,
+            t.name,
+            spec.partitions.unwrap_or(2).max(2)
+        ))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Refuses `init_from` in owner mode.
