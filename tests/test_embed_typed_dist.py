@@ -29,8 +29,9 @@ PARTITIONED = ["--entity-partitions", "person=3", "film=3", "genre=3", "--buffer
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory) -> tuple[Path, Path]:
     """Two ranks on loopback train the typed graph for two epochs with every type partitioned
-    (run ``typed``), then try a run whose genres are unpartitioned (``pinned``): the log folder
-    (``dist_runs.result``) and the folder of the run directories."""
+    (run ``typed``; ``device`` on the torch device step's CPU twin), then try a run whose
+    genres are unpartitioned (``pinned``): the log folder (``dist_runs.result``) and the folder
+    of the run directories."""
     needs("torch")
     d = tmp_path_factory.mktemp("typed-dist")
     store = d / "kg.strata"
@@ -39,6 +40,8 @@ def launch(tmp_path_factory) -> tuple[Path, Path]:
     train = ["embed", "train", store, *COMMON, "--epochs", "2"]
     plan = [
         {"name": "typed", "argv": [*train, "--run-dir", runs / "typed", *PARTITIONED]},
+        {"name": "device", "argv": [*train, "--run-dir", runs / "device", *PARTITIONED, "--device", "torch-cpu",
+                                    "--negative-pool", "resident"]},
         {"name": "pinned", "argv": [*train, "--run-dir", runs / "pinned", "--entity-partitions", "person=2",
                                     "film=2", "genre=1"]},
     ]  # fmt: skip
@@ -52,12 +55,13 @@ def launch(tmp_path_factory) -> tuple[Path, Path]:
     return d / "logs", runs
 
 
-def test_two_ranks_train_a_graph_whose_types_are_all_partitioned(launch, strata_cli):
+@pytest.mark.parametrize("name", ["typed", "device"])
+def test_two_ranks_train_a_graph_whose_types_are_all_partitioned(launch, strata_cli, name):
     logs, runs = launch
     for rank in (0, 1):
-        rc, out, err = dist_runs.result(logs, "typed", rank)
+        rc, out, err = dist_runs.result(logs, name, rank)
         assert rc == 0, out[-2000:] + err[-4000:]
-    run = runs / "typed"
+    run = runs / name
     # Every bucket of the 3 x 3 grid once an epoch, by one rank or the other; the commit chain.
     meta = check_epochs(run, 9)
     types = {t["name"]: t["partitioned"] for t in meta["partitioning"]["types"]}
