@@ -1,9 +1,11 @@
-"""PyTorch-BigGraph's entity types under torchrun: two ranks train a typed graph whose types are
-all partitioned (per-type partitions, each side's negatives of its own type), every bucket once
-an epoch, and a type held whole all epoch (unpartitioned) is refused naming the option.
+"""PyTorch-BigGraph's entity types under torchrun: two ranks train a typed graph (per-type
+partitions, each side's negatives of its own type), every bucket once an epoch, with every type
+partitioned or with types held whole all epoch (unpartitioned and featurized: the pinned
+region, which every rank trains and the relation rounds keep identical), on the Rust engine and
+on the torch device step; owner mode with a pinned region is refused naming the option.
 
-One launch (tests/dist_runs.py) runs both: a launch's start costs several times what a run on
-this graph does."""
+One launch (tests/dist_runs.py) runs them all: a launch's start costs several times what a run
+on this graph does."""
 
 from __future__ import annotations
 
@@ -24,14 +26,16 @@ DRIVER = TESTS / "dist_runs.py"
 COMMON = ["--dim", "16", "--chunk-size", "100", "--negatives", "32", "--threads", "1", "--dist-timeout", "60", "-q"]
 #: Every type in 3 partitions (the 4 genres too): 9 buckets an epoch.
 PARTITIONED = ["--entity-partitions", "person=3", "film=3", "genre=3", "--buffer", "2"]
+#: People in 3 partitions; films (bags of words) and genres held whole all epoch by every rank.
+PINNED = ["--featurized", "film", "--entity-partitions", "person=3", "genre=1", "--buffer", "2"]
 
 
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory) -> tuple[Path, Path]:
     """Two ranks on loopback train the typed graph for two epochs with every type partitioned
-    (run ``typed``; ``device`` on the torch device step's CPU twin), then try a run whose
-    genres are unpartitioned (``pinned``): the log folder (``dist_runs.result``) and the folder
-    of the run directories."""
+    (run ``typed``), with films and genres held whole (``pinned``; ``device`` on the torch
+    device step's CPU twin), then try that in owner mode (``owners``): the log folder
+    (``dist_runs.result``) and the folder of the run directories."""
     needs("torch")
     d = tmp_path_factory.mktemp("typed-dist")
     store = d / "kg.strata"
@@ -40,10 +44,10 @@ def launch(tmp_path_factory) -> tuple[Path, Path]:
     train = ["embed", "train", store, *COMMON, "--epochs", "2"]
     plan = [
         {"name": "typed", "argv": [*train, "--run-dir", runs / "typed", *PARTITIONED]},
-        {"name": "device", "argv": [*train, "--run-dir", runs / "device", *PARTITIONED, "--device", "torch-cpu",
+        {"name": "pinned", "argv": [*train, "--run-dir", runs / "pinned", *PINNED]},
+        {"name": "device", "argv": [*train, "--run-dir", runs / "device", *PINNED, "--device", "torch-cpu",
                                     "--negative-pool", "resident"]},
-        {"name": "pinned", "argv": [*train, "--run-dir", runs / "pinned", "--entity-partitions", "person=2",
-                                    "film=2", "genre=1"]},
+        {"name": "owners", "argv": [*train, "--run-dir", runs / "owners", *PINNED, "--dist-storage", "owners"]},
     ]  # fmt: skip
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
@@ -55,18 +59,29 @@ def launch(tmp_path_factory) -> tuple[Path, Path]:
     return d / "logs", runs
 
 
-@pytest.mark.parametrize("name", ["typed", "device"])
-def test_two_ranks_train_a_graph_whose_types_are_all_partitioned(launch, strata_cli, name):
+@pytest.mark.parametrize("name", ["typed", "pinned", "device"])
+def test_two_ranks_train_a_typed_graph(launch, strata_cli, name):
     logs, runs = launch
     for rank in (0, 1):
         rc, out, err = dist_runs.result(logs, name, rank)
         assert rc == 0, out[-2000:] + err[-4000:]
     run = runs / name
-    # Every bucket of the 3 x 3 grid once an epoch, by one rank or the other; the commit chain.
-    meta = check_epochs(run, 9)
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["world_size"] == 2 and meta["current"]["epoch"] == 2
+    for before, record in zip([None, *meta["history"][:-1]], meta["history"], strict=True):
+        # Every bucket of the 3 x 3 grid once an epoch, by one rank or the other; each epoch
+        # starts from the table the one before committed (the pinned region one more region
+        # of it, its chain rank 0's).
+        assert sum(r["buckets"] for r in record["ranks"]) == 9
+        if before is not None:
+            assert record["table_crc"]["start"] == before["table_crc"]["end"]
     types = {t["name"]: t["partitioned"] for t in meta["partitioning"]["types"]}
-    assert types == {"person": True, "film": True, "genre": True} and meta["partitioning"]["partitions"] == 3
-    assert "pinned" not in meta["layout"] or meta["layout"]["pinned"] is None
+    if name == "typed":
+        check_epochs(run, 9)  # the committed file's CRC too (regions of one size)
+        assert types == {"person": True, "film": True, "genre": True} and not meta["layout"].get("pinned")
+    else:
+        assert types == {"person": True, "film": False, "genre": False}
+        assert meta["layout"]["pinned"]["region"] == 3
     test = json.loads(run_strata("embed", "eval", run, "--json", "--split", "test").stdout)["metrics"]
     # Answers ranked among their own type: 40 films, 4 genres, 60 people.
     assert test["mrr"] > 0.1, test
@@ -77,14 +92,13 @@ def test_two_ranks_train_a_graph_whose_types_are_all_partitioned(launch, strata_
     assert {r["name"][0] for r in got["predictions"]} == {"f"}, got
 
 
-def test_a_type_held_whole_all_epoch_is_refused_under_torchrun(launch):
+def test_a_type_held_whole_in_owner_mode_is_refused_naming_the_option(launch):
     logs, runs = launch
-    # Rank 0 plans the run and refuses it, naming the option, the type and what to set; rank 1,
-    # waiting for the run rank 0 makes, stops and points to rank 0.
-    rc, out, err = dist_runs.result(logs, "pinned", 0)
+    # Rank 0 refuses the run, naming the option, the type and what to set; rank 1 stops too.
+    rc, out, err = dist_runs.result(logs, "owners", 0)
     assert rc == 2 and "Traceback" not in err, out[-2000:] + err[-4000:]
-    assert "embed.train.entity_partitions" in err and '"genre" is not partitioned' in err, err
-    assert "genre=2" in err, err
-    rc, out, err = dist_runs.result(logs, "pinned", 1)
-    assert rc not in (0, None) and "rank 0" in err and "Traceback" not in err, out[-2000:] + err[-4000:]
-    assert not (runs / "pinned" / "run.json").exists()
+    assert "embed.train.dist_storage" in err and '"film" is held whole all epoch' in err, err
+    assert "dist_storage = shared" in err, err
+    rc, out, err = dist_runs.result(logs, "owners", 1)
+    assert rc not in (0, None) and "Traceback" not in err, out[-2000:] + err[-4000:]
+    assert not list(runs.glob("owners/**/run.json"))

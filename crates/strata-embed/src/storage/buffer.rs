@@ -117,12 +117,31 @@ impl PartitionBuffer {
         self.resident.iter().position(|&r| r == Some(p))
     }
 
-    /// Partitions resident now (not counting slots away in a swap).
+    /// Partitions resident now (not counting slots away in a swap, nor the pinned region, which
+    /// has a slot of its own).
     pub fn resident(&self) -> impl Iterator<Item = u32> + '_ {
         self.resident
             .iter()
             .zip(&self.slots)
             .filter_map(|(r, s)| s.as_ref().and(*r))
+            .filter(|&p| !self.layout.is_pinned(p))
+    }
+
+    /// The bytes of resident region `p` (`layout.region_bytes(p)`: its rows, then their
+    /// optimizer state).
+    pub fn region(&self, p: u32) -> &[u8] {
+        let slot = self.slot_of(p).expect("region resident");
+        let buf = self.slots[slot].as_ref().expect("slot present");
+        buf.prefix(self.layout.region_bytes(p) as usize)
+    }
+
+    /// [`region`](Self::region), to change in place (a distributed run's rounds sum the pinned
+    /// region's changes over the ranks).
+    pub fn region_mut(&mut self, p: u32) -> &mut [u8] {
+        let slot = self.slot_of(p).expect("region resident");
+        let bytes = self.layout.region_bytes(p) as usize;
+        let buf = self.slots[slot].as_mut().expect("slot present");
+        &mut buf.full_mut()[..bytes]
     }
 
     /// Forgets every slot's content (after the table file they mirrored changed).
@@ -350,6 +369,11 @@ mod tests {
         buffer.fill(&[0, 1], &file).unwrap();
         let mut resident: Vec<u32> = buffer.resident().collect();
         resident.sort();
-        assert_eq!(resident, vec![0, 1, 2]);
+        assert_eq!(resident, vec![0, 1]);
+        assert_eq!(
+            buffer.slot_of(2),
+            Some(2),
+            "the pinned region in its own slot"
+        );
     }
 }

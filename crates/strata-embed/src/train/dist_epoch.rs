@@ -16,6 +16,12 @@
 //! scheduler only once its write-back returned, and the next grant is asked for only after
 //! the previous one's releases, so the scheduler's locks cover every move in flight.
 //!
+//! A typed run's pinned region (its unpartitioned and featurized entity types) is every rank's:
+//! each reads it from the committed table when the epoch starts and trains it with its buckets,
+//! and the relation rounds sum its changes over the ranks with the relation rows'. After the
+//! last round every rank holds the same region, and rank 0 writes it back: its holding is the
+//! region's chain in the epoch's table check.
+//!
 //! Negative banks (the `all` pool) are shared this way: at the start of an epoch every rank
 //! reads the bank blocks of the partitions it owns ([`owner_of`]) from the committed table and
 //! the blocks are summed over the ranks, so every rank starts with the same exact blocks. A
@@ -41,7 +47,6 @@ use crate::error::{EmbedError, Result};
 use crate::ordering::Bucket;
 use crate::storage::epoch_io::{prefetch_edges, BucketEdges};
 use crate::storage::layout::TableLayout;
-use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
 use crate::train::dist::{
     fault_point, owner_of, Cluster, Grant, Holding, PartitionSource, RankReport,
@@ -101,8 +106,9 @@ impl Drop for EdgeFeed {
     }
 }
 
-/// The relation rows (parameters, then optimizer state) as of the last round, identical on
-/// every rank: a round sums each rank's change since then.
+/// The values every rank keeps identical ([`Trainer::round_values`]: the relation rows and
+/// their optimizer state, and a typed run's pinned region) as of the last round: a round sums
+/// each rank's change since then.
 struct RelationRounds {
     base: Vec<f32>,
     scratch: Vec<f32>,
@@ -110,8 +116,8 @@ struct RelationRounds {
 }
 
 impl RelationRounds {
-    fn new(rel: &Relations) -> RelationRounds {
-        let base: Vec<f32> = rel.params.iter().chain(&rel.state).copied().collect();
+    fn new(values: &[&mut [f32]]) -> RelationRounds {
+        let base: Vec<f32> = values.iter().flat_map(|v| v.iter()).copied().collect();
         RelationRounds {
             scratch: vec![0.0; base.len()],
             base,
@@ -119,28 +125,27 @@ impl RelationRounds {
         }
     }
 
-    /// One round: every rank's delta summed into the base, which becomes every rank's rows.
+    /// One round: every rank's delta summed into the base, which becomes every rank's values.
     /// Returns whether every rank is done with the epoch.
     fn round(
         &mut self,
-        rel: &mut Relations,
+        values: &mut [&mut [f32]],
         cluster: &mut dyn Cluster,
         done: bool,
     ) -> Result<bool> {
-        let split = rel.params.len();
-        for (d, (now, base)) in self
-            .scratch
-            .iter_mut()
-            .zip(rel.params.iter().chain(&rel.state).zip(&self.base))
-        {
+        let now = values.iter().flat_map(|v| v.iter());
+        for (d, (now, base)) in self.scratch.iter_mut().zip(now.zip(&self.base)) {
             *d = now - base;
         }
         let all_done = cluster.sync(&mut self.scratch, done)?;
         for (base, d) in self.base.iter_mut().zip(&self.scratch) {
             *base += d;
         }
-        rel.params.copy_from_slice(&self.base[..split]);
-        rel.state.copy_from_slice(&self.base[split..]);
+        let mut at = 0;
+        for v in values.iter_mut() {
+            v.copy_from_slice(&self.base[at..at + v.len()]);
+            at += v.len();
+        }
         self.rounds += 1;
         Ok(all_done)
     }
@@ -467,7 +472,8 @@ impl Trainer {
                 done: done_rx,
                 outstanding: 0,
             };
-            let result = self.scheduled_buckets(epoch, next, cluster, &mut mover, progress);
+            let tables = (current.as_ref(), next);
+            let result = self.scheduled_buckets(epoch, tables, cluster, &mut mover, progress);
             // Hang up, so the mover ends once its last job is done.
             drop(mover);
             let moved = mover_thread
@@ -480,11 +486,12 @@ impl Trainer {
         })
     }
 
-    /// The bucket loop of [`Trainer::epoch_scheduled`], moving partitions through `mover`.
+    /// The bucket loop of [`Trainer::epoch_scheduled`] over `(current, next)`, moving
+    /// partitions through `mover`.
     fn scheduled_buckets(
         &mut self,
         epoch: usize,
-        next: &Arc<TableFile>,
+        (current, next): (&TableFile, &Arc<TableFile>),
         cluster: &mut dyn Cluster,
         mover: &mut Mover,
         progress: &dyn Progress,
@@ -504,11 +511,23 @@ impl Trainer {
         if let Some(rels) = self.relations.shared() {
             self.compute.slot_filled(SlotKind::Relations, rels)?;
         }
+        let pinned = self.buckets.partitioning.pinned();
+        let mut ledger = Ledger::default();
+        if let Some(p) = pinned {
+            // Every rank reads the pinned region from the committed table and the rounds keep
+            // it identical on all of them; rank 0's holding is its chain (it writes it back).
+            self.buffer.fill(&[], current)?;
+            if rank == 0 {
+                ledger.loaded(p, true, crc32fast::hash(self.buffer.region(p)));
+            }
+            self.slot_filled(p)?;
+        }
         let mut rp = RankPass {
             pass,
-            ledger: Ledger::default(),
-            rounds: RelationRounds::new(&self.relations),
+            ledger,
+            rounds: RelationRounds::new(&self.round_values()),
             rounds_carry: !self.relations.params.is_empty()
+                || pinned.is_some()
                 || (self.banks.is_some() && self.cfg.bank_sync_every > 0),
             capacity: self.buffer.capacity() - self.prefetch_slots,
             trained: 0,
@@ -544,6 +563,11 @@ impl Trainer {
             }
         }
         let t = Instant::now();
+        if let (Some(p), 0) = (pinned, rank) {
+            // After the last round: every rank holds the same pinned region.
+            self.buffer.write(p, next)?;
+            rp.ledger.written(p, crc32fast::hash(self.buffer.region(p)));
+        }
         let (ledger, tl) = (&mut rp.ledger, &mut rp.pass.tl);
         rp.pass.tally.loads += self.flush_shared_banks(mover, ledger, tl, rp.trained, cluster)?;
         next.sync()?;
@@ -691,19 +715,42 @@ impl Trainer {
         cluster: &mut dyn Cluster,
         done: bool,
     ) -> Result<bool> {
-        // A device holding the relations puts its rows out for the sum and takes the sum back.
+        // A device holding the relations (and the pinned region) puts its rows out for the
+        // sum and takes the sum back.
+        let pinned = self.buckets.partitioning.pinned();
         if let Some(rels) = self.relations.shared() {
             self.compute.slot_leaving(rels, true)?;
         }
-        let all_done = rounds.round(&mut self.relations, cluster, done)?;
+        if let Some(p) = pinned {
+            self.slot_leaving(p, true)?;
+        }
+        let all_done = rounds.round(&mut self.round_values(), cluster, done)?;
         if let Some(rels) = self.relations.shared() {
             self.compute.slot_filled(SlotKind::Relations, rels)?;
+        }
+        if let Some(p) = pinned {
+            self.slot_filled(p)?;
         }
         let every = self.cfg.bank_sync_every;
         if !all_done && every > 0 && rounds.rounds.is_multiple_of(every) {
             self.sync_bank_gradient(cluster)?;
         }
         Ok(all_done)
+    }
+
+    /// The values a relation round keeps identical on every rank: the relation rows and their
+    /// optimizer state, and a typed run's pinned region (its rows and their state, float32:
+    /// the config refuses bf16 tables with a pinned region under torchrun).
+    fn round_values(&mut self) -> Vec<&mut [f32]> {
+        let pinned = self.buckets.partitioning.pinned();
+        let mut values = vec![
+            &mut self.relations.params[..],
+            &mut self.relations.state[..],
+        ];
+        if let Some(p) = pinned {
+            values.push(bytemuck::cast_slice_mut(self.buffer.region_mut(p)));
+        }
+        values
     }
 
     /// Sums the pending bank gradient over the ranks, with a count per partition of the ranks
@@ -871,5 +918,68 @@ impl Trainer {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank 0 of two whose peer changed every value by `peer` since the last round: a round's
+    /// sum adds that to this rank's deltas.
+    struct Peer {
+        peer: Vec<f32>,
+    }
+
+    impl Cluster for Peer {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn world_size(&self) -> usize {
+            2
+        }
+        fn acquire(&mut self, _: usize, _: &[u32], _: u32, _: usize) -> Result<Grant> {
+            unreachable!("rounds only")
+        }
+        fn release(&mut self, _: usize, _: &[u32]) -> Result<()> {
+            unreachable!("rounds only")
+        }
+        fn sync(&mut self, values: &mut [f32], done: bool) -> Result<bool> {
+            assert_eq!(values.len(), self.peer.len());
+            values.iter_mut().zip(&self.peer).for_each(|(v, p)| *v += p);
+            Ok(done)
+        }
+        fn barrier(&mut self, _: &str) -> Result<()> {
+            Ok(())
+        }
+        fn gather(&mut self, _: String) -> Result<Vec<String>> {
+            Ok(Vec::new())
+        }
+        fn broadcast(&mut self, text: String) -> Result<String> {
+            Ok(text)
+        }
+        fn traffic(&self) -> (u64, u64) {
+            (0, 0)
+        }
+    }
+
+    #[test]
+    fn a_round_sums_both_ranks_changes_into_every_value_it_keeps() {
+        // The relation rows, their state and a pinned region, as one round sees them.
+        let (mut rel, mut state, mut pinned) = (vec![1.0f32, 2.0], vec![0.5f32], vec![3.0f32; 3]);
+        let mut rounds = RelationRounds::new(&[&mut rel[..], &mut state[..], &mut pinned[..]]);
+        rel[1] += 1.0;
+        pinned[2] -= 2.0;
+        let mut peer = Peer {
+            peer: vec![0.0, 0.5, 0.25, 1.0, 0.0, 0.0],
+        };
+        let values = &mut [&mut rel[..], &mut state[..], &mut pinned[..]];
+        assert!(!rounds.round(values, &mut peer, false).unwrap());
+        assert_eq!(
+            (rel, state, pinned),
+            (vec![1.0, 3.5], vec![0.75], vec![4.0, 3.0, 1.0])
+        );
+        assert_eq!(rounds.base, vec![1.0, 3.5, 0.75, 4.0, 3.0, 1.0]);
+        assert_eq!(rounds.rounds, 1);
     }
 }

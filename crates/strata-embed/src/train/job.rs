@@ -16,7 +16,7 @@ use strata_store::Store;
 
 use crate::compute::device::{for_device, NO_BANKS};
 use crate::compute::kernels::sgemm_reference_flops;
-use crate::config::{Corrupt, Protocol, TrainConfig, Which};
+use crate::config::{Corrupt, DistStorage, Protocol, TableDtype, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
 use crate::eval::device::ranker_for;
 use crate::eval::rank::Ranker;
@@ -395,26 +395,35 @@ struct Setup {
     resumed: bool,
 }
 
-/// Refuses what a typed run does not support yet, naming the option: under torchrun, an entity
-/// type held whole all epoch (unpartitioned or featurized: the pinned region, which every rank
-/// would train at once).
-fn check_typed(spec: Option<&TypeSpec>, world_size: usize) -> Result<()> {
+/// Refuses what a typed run does not support yet, naming the option: under torchrun, a type
+/// held whole all epoch (unpartitioned or featurized: the pinned region, which every rank
+/// trains, the relation rounds summing its changes) in owner mode or in a bf16 table.
+fn check_typed(spec: Option<&TypeSpec>, cfg: &TrainConfig, world_size: usize) -> Result<()> {
     let Some(spec) = spec.filter(|_| world_size > 1) else {
         return Ok(());
     };
-    match spec.types.iter().find(|t| !t.partitioned) {
-        Some(t) => Err(EmbedError::Config(format!(
-            "embed.train.entity_partitions: entity type {:?} is not partitioned (or is \
-             featurized), and a distributed run does not support a type held whole all epoch \
-             yet: partition every type over the run's partitions (entity_partitions = \
-             [\"{}={}\", ...]), or set entity_types = false to train the typed store as one \
-             table of every node",
-            t.name,
-            t.name,
-            spec.partitions.unwrap_or(2).max(2)
-        ))),
-        None => Ok(()),
-    }
+    let Some(t) = spec.types.iter().find(|t| !t.partitioned) else {
+        return Ok(());
+    };
+    let (key, why) = match (cfg.dist_storage, cfg.table_dtype) {
+        (DistStorage::Owners, _) => (
+            "dist_storage",
+            "dist_storage = owners (the region has no owner yet); use dist_storage = shared",
+        ),
+        (_, TableDtype::Bf16) => (
+            "table_dtype",
+            "table_dtype = bf16 (the rounds sum its changes in float32); use table_dtype = f32",
+        ),
+        _ => return Ok(()),
+    };
+    Err(EmbedError::Config(format!(
+        "embed.train.{key}: entity type {:?} is held whole all epoch (unpartitioned or \
+         featurized), which a distributed run does not support with {why}, or partition every \
+         type (entity_partitions = [\"{}={}\", ...])",
+        t.name,
+        t.name,
+        spec.partitions.unwrap_or(2).max(2)
+    )))
 }
 
 /// Refuses `init_from` in owner mode.
@@ -464,7 +473,7 @@ fn plan_job(
 ) -> Result<Planning> {
     let graph = &store.manifest().graph;
     let spec = TypeSpec::of(store, cfg)?;
-    check_typed(spec.as_ref(), side.seat.world_size)?;
+    check_typed(spec.as_ref(), cfg, side.seat.world_size)?;
     // A new run's origin is checked before the run writes anything.
     let origin = match (&cfg.init_from, new_run) {
         (Some(from), true) => Some(incremental::Origin::open(from, Which::Best, cfg, store)?),

@@ -232,7 +232,10 @@ impl Distributed<'_> {
                     .map_err(|e| EmbedError::Corrupt(format!("a rank's epoch report: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
-        let crc = check_holdings(epoch, run.meta.partitioning.partitions, &ranks)?;
+        // A typed run's pinned region is one more region, held by rank 0.
+        let p = &run.meta.partitioning;
+        let regions = p.partitions + u32::from(p.pinned().is_some());
+        let crc = check_holdings(epoch, regions, &ranks)?;
         check_start(&run.meta.history, epoch, &crc)?;
         ranks.iter_mut().for_each(|r| r.holdings.clear());
         Ok(Trained {
