@@ -1,7 +1,7 @@
 """Question: what do PyTorch-BigGraph's entity types buy on a typed knowledge graph?
 
     python benches/bench_embed_typed.py [--users 50000] [--items 10000] [--epochs 5] [--rounds 3]
-        [--work /work/bench/embtypes]
+        [--only typed,dist] [--work /work/bench/embtypes]
 
 A generated typed graph with planted structure (users, items, categories, item words): each item
 belongs to a cluster (its category is the cluster's), each user likes items of two preferred
@@ -18,9 +18,15 @@ questions, each answered by runs side by side in one go, alternating the cases o
 - **featurized entities**: a tenth of the items are *cold*: none of their edges is in the train
   split and their `likes` edges are the test split. Items as plain rows (a cold item's row is
   never trained) against items as the mean of their words (`--featurized item`).
+- **under torchrun** (`dist`): 8 partitions with the categories held whole, and with the items
+  featurized too (the pinned region then holds their words), on one process and on two ranks
+  (torchrun on loopback, one thread each): every rank trains the pinned region and the relation
+  rounds sum its changes, so the rounds' bytes grow with it. Epoch seconds, test MRR, rounds
+  and bytes each rank sent.
 
-Results go to bench-results/embed-typed.json and the embed-typed section of docs/benchmarks.md,
-with the 1-minute load average before each run (the machine is shared: "under load").
+Results go to bench-results/embed-typed.json (embed-typed-dist.json for `dist`) and the
+embed-typed (embed-typed-dist) section of docs/benchmarks.md, with the 1-minute load average
+before each run (the machine is shared: "under load").
 """
 
 from __future__ import annotations
@@ -142,10 +148,93 @@ def medians(runs: list[dict]) -> dict:
     return {k: median([r[k] for r in runs]) for k in runs[0]}
 
 
-def run(args) -> dict:
+def stores(args) -> tuple[dict, Path]:
+    """The generated graph's figures and its typed store (split 90/5/5)."""
     graph = generate(args.work / "data", args.users, args.items, 0)
     data = args.work / "data"
-    store = convert(data, args.work / "typed.strata", [data / "all.tsv"], "--split", "0.9,0.05,0.05")
+    return graph, convert(data, args.work / "typed.strata", [data / "all.tsv"], "--split", "0.9,0.05,0.05")
+
+
+#: The `dist` question's cases: processes, and the types held whole beside the categories.
+DIST_CASES = {
+    "1 process": (1, []),
+    "2 ranks": (2, []),
+    "1 process, items featurized": (1, ["--featurized", "item"]),
+    "2 ranks, items featurized": (2, ["--featurized", "item"]),
+}
+
+
+def dist_summary(meta: dict) -> dict:
+    """A run's figures for the `dist` question: per-epoch medians and the ranks' rounds and bytes."""
+    h = meta["history"]
+    ranks = [r for e in h for r in e.get("ranks", [])]
+    plan = {p["name"]: p["bytes"] for p in meta["memory_plan"]["parts"]}
+    return {
+        "test_mrr": meta["test"]["mrr"],
+        "epoch_seconds": median([e["seconds"] for e in h]),
+        "relation_rounds": median([r["relation_rounds"] for r in ranks]) if ranks else 0,
+        "bytes_sent": median([r["bytes_sent"] for r in ranks]) if ranks else 0,
+        "pinned_bytes": plan.get("in-memory entity types", 0),
+        "load1": meta["loadavg"][0],
+    }
+
+
+def dist_question(args) -> dict:
+    """The `dist` question: each case of :data:`DIST_CASES` once per round, alternating."""
+    from bench_dist import run as launch
+
+    graph, store = stores(args)
+    base = [*SETTINGS, "--epochs", str(args.epochs), "--partitions", "8", "--buffer", "3"]
+    base += ["--entity-partitions", "category=1", "--negative-pool", "resident"]
+    out: dict = {k: [] for k in DIST_CASES}
+    for r in range(args.rounds):
+        for name in list(DIST_CASES) if r % 2 == 0 else list(reversed(DIST_CASES)):
+            ranks, extra = DIST_CASES[name]
+            meta = launch(store, args.work / "run-dist", [*base, *extra, "--seed", r], ranks, None)
+            out[name].append(dist_summary(meta))
+            s = out[name][-1]
+            print(f"round {r} {name}: test MRR {s['test_mrr']:.4f}, epoch {s['epoch_seconds']:.2f} s")
+    return {"graph": graph, "settings": base, "runs": out, "medians": {k: medians(v) for k, v in out.items()}}
+
+
+def dist_markdown(res: dict, info: dict, cmd: str) -> str:
+    m, g = res["medians"], res["graph"]
+    loads = [r["load1"] for v in res["runs"].values() for r in v]
+    rows = [
+        f"| {name} | {s['test_mrr']:.4f} | {s['epoch_seconds']:.2f} | {s['relation_rounds']:.0f} | "
+        f"{s['bytes_sent'] / 2**20:.2f} | {s['pinned_bytes'] / 2**20:.2f} |"
+        for name, s in m.items()
+    ]
+    speed = lambda a, b: m[a]["epoch_seconds"] / max(m[b]["epoch_seconds"], 1e-9)  # noqa: E731
+    per_round = lambda k: m[k]["bytes_sent"] / max(m[k]["relation_rounds"], 1) / 2**20  # noqa: E731
+    return "\n".join(
+        [
+            "### Entity types under torchrun: the pinned region on every rank "
+            "(`benches/bench_embed_typed.py --only dist`)",
+            "",
+            f"{info['nproc']} cores ({info['cpu']}); 1-minute load average {min(loads):.1f} to {max(loads):.1f} "
+            f"before the runs. Command: `{cmd}`. The typed graph above ({g['users']:,} users, {g['items']:,} items, "
+            f"{g['edges']:,} edges), ComplEx 64 reals, 256 negatives from the resident partitions, 8 partitions "
+            "(buffer 3), the categories held whole; torchrun on loopback, one thread a process. Medians of "
+            f"{len(next(iter(res['runs'].values())))} rounds (the cases alternate).",
+            "",
+            "| case | test MRR | epoch s | relation rounds a rank | MiB a rank sent an epoch | pinned region MiB |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Two ranks against one process: {speed('1 process', '2 ranks'):.2f}x with the categories held whole, "
+            f"{speed('1 process, items featurized', '2 ranks, items featurized'):.2f}x with the items' words too. "
+            "Every relation round sums the pinned region's changes with the relation rows', so what a rank sends "
+            f"grows with the region: {per_round('2 ranks, items featurized'):.2f} MiB a round with the items' "
+            f"words against {per_round('2 ranks'):.2f} MiB with the categories alone (scheduler messages "
+            "included).",
+        ]
+    )
+
+
+def run(args) -> dict:
+    graph, store = stores(args)
+    data = args.work / "data"
     cold = convert(
         data,
         args.work / "cold.strata",
@@ -238,17 +327,24 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--work", type=Path, default=Path("/work/bench/embtypes"))
+    ap.add_argument("--only", default="typed,dist", help="typed (the first three questions), dist, or both")
     args = ap.parse_args()
     info = machine()
-    res = run(args)
+    only = set(args.only.split(","))
     cmd = (
         f"python benches/bench_embed_typed.py --users {args.users} --items {args.items} "
         f"--epochs {args.epochs} --rounds {args.rounds}"
     )
-    save("embed-typed", {"machine": info, **res})
-    update_doc("embed-typed", markdown(res, info, cmd))
-    print(json.dumps(res["medians"], indent=2))
-    print(markdown(res, info, cmd))
+    if "typed" in only:
+        res = run(args)
+        save("embed-typed", {"machine": info, **res})
+        update_doc("embed-typed", markdown(res, info, cmd))
+        print(json.dumps(res["medians"], indent=2))
+    if "dist" in only:
+        res = dist_question(args)
+        save("embed-typed-dist", {"machine": info, **res})
+        update_doc("embed-typed-dist", dist_markdown(res, info, f"{cmd} --only dist"))
+        print(json.dumps(res["medians"], indent=2))
 
 
 if __name__ == "__main__":
