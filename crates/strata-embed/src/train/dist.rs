@@ -285,6 +285,49 @@ pub fn describe_rank(r: &RankReport, epochs: usize) -> String {
     )
 }
 
+/// Rank `rank` of a group of two for unit tests: no scheduler, and a relation round adds
+/// `peer` (the other rank's changes since the last round) to the values it sums (`None`: no
+/// round runs in the test).
+#[cfg(test)]
+pub(crate) struct TestRank {
+    pub rank: usize,
+    pub peer: Option<Vec<f32>>,
+}
+
+#[cfg(test)]
+impl Cluster for TestRank {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        2
+    }
+    fn acquire(&mut self, _: usize, _: &[u32], _: u32, _: usize) -> Result<Grant> {
+        unreachable!("no epoch runs here")
+    }
+    fn release(&mut self, _: usize, _: &[u32]) -> Result<()> {
+        unreachable!("no epoch runs here")
+    }
+    fn sync(&mut self, values: &mut [f32], done: bool) -> Result<bool> {
+        let peer = self.peer.as_ref().expect("no round runs here");
+        assert_eq!(values.len(), peer.len());
+        values.iter_mut().zip(peer).for_each(|(v, p)| *v += p);
+        Ok(done)
+    }
+    fn barrier(&mut self, _: &str) -> Result<()> {
+        Ok(())
+    }
+    fn gather(&mut self, _: String) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+    fn broadcast(&mut self, text: String) -> Result<String> {
+        Ok(text)
+    }
+    fn traffic(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

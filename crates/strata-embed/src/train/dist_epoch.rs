@@ -924,44 +924,7 @@ impl Trainer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Rank 0 of two whose peer changed every value by `peer` since the last round: a round's
-    /// sum adds that to this rank's deltas.
-    struct Peer {
-        peer: Vec<f32>,
-    }
-
-    impl Cluster for Peer {
-        fn rank(&self) -> usize {
-            0
-        }
-        fn world_size(&self) -> usize {
-            2
-        }
-        fn acquire(&mut self, _: usize, _: &[u32], _: u32, _: usize) -> Result<Grant> {
-            unreachable!("rounds only")
-        }
-        fn release(&mut self, _: usize, _: &[u32]) -> Result<()> {
-            unreachable!("rounds only")
-        }
-        fn sync(&mut self, values: &mut [f32], done: bool) -> Result<bool> {
-            assert_eq!(values.len(), self.peer.len());
-            values.iter_mut().zip(&self.peer).for_each(|(v, p)| *v += p);
-            Ok(done)
-        }
-        fn barrier(&mut self, _: &str) -> Result<()> {
-            Ok(())
-        }
-        fn gather(&mut self, _: String) -> Result<Vec<String>> {
-            Ok(Vec::new())
-        }
-        fn broadcast(&mut self, text: String) -> Result<String> {
-            Ok(text)
-        }
-        fn traffic(&self) -> (u64, u64) {
-            (0, 0)
-        }
-    }
+    use crate::train::dist::TestRank;
 
     #[test]
     fn a_round_sums_both_ranks_changes_into_every_value_it_keeps() {
@@ -970,8 +933,9 @@ mod tests {
         let mut rounds = RelationRounds::new(&[&mut rel[..], &mut state[..], &mut pinned[..]]);
         rel[1] += 1.0;
         pinned[2] -= 2.0;
-        let mut peer = Peer {
-            peer: vec![0.0, 0.5, 0.25, 1.0, 0.0, 0.0],
+        let mut peer = TestRank {
+            rank: 0,
+            peer: Some(vec![0.0, 0.5, 0.25, 1.0, 0.0, 0.0]),
         };
         let values = &mut [&mut rel[..], &mut state[..], &mut pinned[..]];
         assert!(!rounds.round(values, &mut peer, false).unwrap());

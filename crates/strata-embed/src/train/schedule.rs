@@ -378,6 +378,7 @@ mod tests {
 
     use super::*;
     use crate::ordering::OrderingKind;
+    use crate::train::dist::TestRank;
 
     fn cfg(ordering: OrderingKind, buffer: usize) -> TrainConfig {
         TrainConfig {
@@ -437,45 +438,14 @@ mod tests {
     }
 
     /// Rank 1 of a group of two that is asked for no epoch here (and its partition transport).
-    struct Idle;
-
-    impl Cluster for Idle {
-        fn rank(&self) -> usize {
-            1
-        }
-        fn world_size(&self) -> usize {
-            2
-        }
-        fn acquire(
-            &mut self,
-            _: usize,
-            _: &[u32],
-            _: u32,
-            _: usize,
-        ) -> Result<crate::train::dist::Grant> {
-            unreachable!("no epoch runs here")
-        }
-        fn release(&mut self, _: usize, _: &[u32]) -> Result<()> {
-            unreachable!("no epoch runs here")
-        }
-        fn sync(&mut self, _: &mut [f32], _: bool) -> Result<bool> {
-            unreachable!("no epoch runs here")
-        }
-        fn barrier(&mut self, _: &str) -> Result<()> {
-            Ok(())
-        }
-        fn gather(&mut self, _: String) -> Result<Vec<String>> {
-            Ok(Vec::new())
-        }
-        fn broadcast(&mut self, text: String) -> Result<String> {
-            Ok(text)
-        }
-        fn traffic(&self) -> (u64, u64) {
-            (0, 0)
+    fn idle() -> TestRank {
+        TestRank {
+            rank: 1,
+            peer: None,
         }
     }
 
-    impl PartitionSource for Idle {
+    impl PartitionSource for TestRank {
         fn serve(
             &mut self,
             _: usize,
@@ -509,24 +479,24 @@ mod tests {
         assert!(single.rank_needs(&owners).is_none());
         assert_eq!(single.group().world_size(), 1);
         // A rank of a group: its group's seat, in owner mode its rank as the owner.
-        let (mut c, mut p) = (Idle, Idle);
+        let (mut c, mut p) = (idle(), idle());
         let mut rank = for_job(&owners, Some(&mut c), Some(&mut p)).unwrap();
         assert_eq!(rank.owner(), Some(1));
         assert_eq!((rank.group().rank(), rank.group().world_size()), (1, 2));
         assert!(rank.rank_needs(&owners).is_some());
         drop(rank);
-        let mut c = Idle;
+        let mut c = idle();
         let rank = for_job(&shared, Some(&mut c), None).unwrap();
         assert_eq!(rank.owner(), None);
         drop(rank);
         // The transport comes exactly with owner mode.
-        let mut c = Idle;
+        let mut c = idle();
         let e = for_job(&owners, Some(&mut c), None)
             .err()
             .unwrap()
             .to_string();
         assert!(e.contains("has no partition transport"), "{e}");
-        let (mut c, mut p) = (Idle, Idle);
+        let (mut c, mut p) = (idle(), idle());
         let e = for_job(&shared, Some(&mut c), Some(&mut p))
             .err()
             .unwrap()

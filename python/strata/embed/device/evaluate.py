@@ -51,9 +51,7 @@ def candidate_scores(
     if model in ("dot", "distmult", "complex"):
         return a @ c.T
     if model == "transe" and transe_norm == 2:
-        a_sq, c_sq = (a * a).sum(1), (c * c).sum(1)
-        sq = (a @ c.T * -2.0 + a_sq[:, None] + c_sq[None, :]).clamp(min=0.0)
-        return -(sq + step.EPS).sqrt()
+        return -(step.squared_distances(a, c) + step.EPS).sqrt()
     diff = a[:, None, :] - c[None, :, :]
     if model == "transe":
         return -diff.abs().sum(2)

@@ -28,8 +28,6 @@ QUERY = {
     "linear": "linear",
     "affine": "affine",
 }
-#: The comparators, as the config spells them.
-COMPARATORS = ("dot", "cos", "squared_l2", "l2")
 #: Below this length a row is not scaled up to unit length by ``cos`` (as the Rust model).
 MIN_NORM = 1e-12
 
