@@ -2,7 +2,7 @@
 the out-of-core buffer on the device keep the GPU busy (Legend's placement and overlap)?
 
     python benches/bench_embed_device.py --part PART [--device cuda] [--out FILE] [--work DIR]
-        [--scale 24] [--edge-factor 16] [--epochs N] [--tiny]
+        [--scale 24] [--edge-factor 16] [--epochs N] [--table-dtype bf16] [--tiny]
 
 Parts (each fits one call of the GPU machine; results accumulate in `--out`):
 
@@ -17,6 +17,9 @@ Parts (each fits one call of the GPU machine; results accumulate in `--out`):
   (the device holds a quarter of the table: Legend's buffer of three), legend ordering, with
   `--device-memory` a quarter of the table plus the device's fixed parts (`DEVICE_FIXED`).
 - `rmat-resident`: the same epoch with the whole table resident (one partition).
+
+`--table-dtype bf16` trains every run of the parts with bf16 tables (half the device memory and
+bytes moved per partition; the names say so), beside float32 runs of an earlier call.
 
 Reported per run: epoch seconds, edges/s, the device's busy share of the epoch, its copies and
 the SSD-to-device bandwidth (run.json's `device` counters), and test MRR for `fb15k`. `--tiny`
@@ -112,15 +115,24 @@ def part_fb15k(args) -> dict:
     settings += ["--epochs", args.epochs or (1 if args.tiny else 10), "--partitions", 1, "--memory", "4G"]
     # The Rust engine on every core trains chunks in parallel without locks (Hogwild), which
     # costs quality at this size; on one thread it trains them in order, as the device does.
+    settings += ["--table-dtype", args.table_dtype]
     runs = {f"fb15k {args.device}": run(store, args.work / "run-fb15k-device", [*settings, "--device", args.device])}
     if args.device == "cuda":
         # The step's three score products on tensor cores: what TF32 buys the epoch, and costs MRR.
         tf32 = [*settings, "--device", "cuda", "--device-matmul", "tf32"]
         runs["fb15k cuda, tf32"] = run(store, args.work / "run-fb15k-tf32", tf32)
-    return runs | {
+    runs |= {
         "fb15k cpu": run(store, args.work / "run-fb15k-cpu", [*settings, "--device", "cpu"]),
         "fb15k cpu, 1 thread": run(store, args.work / "run-fb15k-cpu1", [*settings, "--device", "cpu", "--threads", 1]),
     }
+    return named(runs, args)
+
+
+def named(runs: dict, args) -> dict:
+    """``runs`` with their names saying a bf16 table (``--table-dtype bf16``)."""
+    if args.table_dtype == "f32":
+        return runs
+    return {f"{name}, bf16 table": r for name, r in runs.items()}
 
 
 def part_rmat_prepare(args) -> dict:
@@ -138,7 +150,8 @@ def part_rmat_prepare(args) -> dict:
 def rmat_settings(args) -> list:
     chunk = 200 if args.tiny else args.chunk_size
     memory = "1G" if args.tiny else "64G"
-    return [*RMAT, "--chunk-size", chunk, "--epochs", args.epochs or 1, "--memory", memory, "--device", args.device]
+    return [*RMAT, "--chunk-size", chunk, "--epochs", args.epochs or 1, "--memory", memory, "--device", args.device,
+            "--table-dtype", args.table_dtype]  # fmt: skip
 
 
 #: Room the device budget of the out-of-core run leaves beside the table's quarter: one staged
@@ -149,17 +162,18 @@ DEVICE_FIXED = 512 << 20
 
 def part_rmat_ooc(args) -> dict:
     store = rmat_store(args)
-    # Dot, 100 reals: 400 bytes of embedding and 400 of Adagrad state a node.
-    quarter = (1 << args.scale) * 800 // 4
+    # Dot, 100 reals: 100 values of embedding and 100 of Adagrad state a node.
+    quarter = (1 << args.scale) * 200 * (2 if args.table_dtype == "bf16" else 4) // 4
     options = [*rmat_settings(args), "--partitions", 12, "--buffer", 3, "--ordering", "legend"]
     options += ["--device-memory", quarter + DEVICE_FIXED]
-    return {f"rmat-s{args.scale} out of core (1/4 on the device)": run(store, args.work / "run-rmat-ooc", options)}
+    runs = {f"rmat-s{args.scale} out of core (1/4 on the device)": run(store, args.work / "run-rmat-ooc", options)}
+    return named(runs, args)
 
 
 def part_rmat_resident(args) -> dict:
     store = rmat_store(args)
     options = [*rmat_settings(args), "--partitions", 1]
-    return {f"rmat-s{args.scale} resident": run(store, args.work / "run-rmat-resident", options)}
+    return named({f"rmat-s{args.scale} resident": run(store, args.work / "run-rmat-resident", options)}, args)
 
 
 def table(runs: dict) -> str:
@@ -185,6 +199,7 @@ def main() -> None:
     ap.add_argument("--edge-factor", type=int, default=16)
     ap.add_argument("--chunk-size", type=int, default=10000, help="edges per chunk of the RMAT runs")
     ap.add_argument("--epochs", type=int, default=0, help="0: B1's 10 for fb15k, 1 for the RMAT runs")
+    ap.add_argument("--table-dtype", choices=["f32", "bf16"], default="f32", help="the runs' table_dtype")
     ap.add_argument("--tiny", action="store_true", help="a generated graph and RMAT scale 10, for tests")
     args = ap.parse_args()
     if args.tiny:

@@ -48,10 +48,11 @@ CASES = {
 
 
 def lent(rows: int, width: int, rng: np.random.Generator) -> tuple:
-    """A table as the epoch loop lends it: ``(params, state, rows, key)`` over host memory."""
+    """A float32 table as the epoch loop lends it: ``(params, state, rows, key, dtype)`` over
+    host memory."""
     params = bytearray(rng.uniform(-0.1, 0.1, rows * width).astype(np.float32).tobytes())
     state = bytearray(rows * width * 4)
-    return memoryview(params), memoryview(state), rows, id(params)
+    return memoryview(params), memoryview(state), rows, id(params), "f32"
 
 
 def setup(case: str, device: str, scale: float = 1.0):

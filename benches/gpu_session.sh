@@ -8,7 +8,8 @@
 # Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
 # with), tests (the device-parity tests with CUDA present), tests-alone (the same in one process,
 # kernels launched synchronously: for a test that crashes), embed-step (kernels and seconds of one
-# chunk of the embedding step), embed-fb15k, embed-pbg (PyTorch-BigGraph's GPU trainer beside
+# chunk of the embedding step), embed-fb15k, embed-bf16 (the same with bf16 tables, and the RMAT
+# epoch out of core with them), embed-pbg (PyTorch-BigGraph's GPU trainer beside
 # Strata's at B1's settings), gnn-path (the GNN device
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, gnn-big-prepare, gnn-big, recipes (the
@@ -47,7 +48,7 @@ done
 # gnn-path 12, recipes 189 (both ComplEx recipes to their ends, 107 s of training each at most).
 # gnn-g6 now trains the device path twice (--step auto and eager) and PyG's run when its
 # backend is carried: its limit allows for both.
-declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
+declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-bf16]=400 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540
     [recipes-n3]=560 [per-edge]=240)
 
@@ -79,6 +80,12 @@ step_embed-step() {
 }
 step_embed-fb15k() {
     python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"
+}
+# bf16 tables on the device: B1's settings (seconds and MRR against the float32 runs of
+# embed-fb15k), then the RMAT epoch out of core, half the bytes a partition moves.
+step_embed-bf16() {
+    python3 benches/bench_embed_device.py --part fb15k --part rmat-prepare --part rmat-ooc --table-dtype bf16 \
+        --work "$WORK/embed" --out "$OUT/embed-device.json"
 }
 # PyTorch-BigGraph's GPU trainer against `--device cuda` at B1's settings (PBG's source and the
 # pkg_resources it imports carried in .devcarry/pbg and .devcarry/pbg-deps; its C++ helpers are

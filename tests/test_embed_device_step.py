@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from strata.embed.device import adagrad, bilinear_rows, complex_rows, softmax_loss, step, vs_all  # noqa: E402
 from strata.embed.device.backend import SlotBuffer  # noqa: E402
-from strata.embed.device.rows import Gathered, Table, unique_static  # noqa: E402
+from strata.embed.device.rows import Gathered, Places, Table, unique_static  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 
@@ -97,6 +97,62 @@ def test_the_fused_adagrad_kernel_equals_its_torch_twin(monkeypatch, device, row
         torch.testing.assert_close(got.state.cpu(), want.state, rtol=1e-6, atol=0)
         torch.testing.assert_close(got.params.cpu(), want.params, rtol=1e-6, atol=1e-7)
         assert not torch.equal(want.params, params)
+
+
+@pytest.mark.parametrize("row_wise", [False, True], ids=["adagrad", "adagrad_row"])
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+def test_the_bf16_adagrad_kernel_rounds_as_its_torch_twin(monkeypatch, device, row_wise):
+    """A bf16 table's step: the kernel and the twin compute the same float32 values and round
+    them with the same noise (the salt, and each value's place in its own table: rows 0..15 and
+    16..31 are two slots of 16 rows, 32.. the tail), so their bits agree; on CUDA a value whose
+    float32 result differs in its last bit may round the other way (a tenth at most)."""
+    with triton_kernels(monkeypatch, device):
+        gen = torch.Generator().manual_seed(3)
+        rows, width = 40, 7
+        params = torch.randn(rows, width, generator=gen).bfloat16()
+        state = torch.rand(rows, 1 if row_wise else width, generator=gen).bfloat16()
+        keys, _, valid = unique_static(torch.tensor([3, 3, 17, 20, 31, 32, 39, 5, 17, 0]))
+        grad = torch.randn(len(keys), width, generator=gen) * valid[:, None]
+        salt = torch.tensor([-(1 << 62) + 12345])
+        places = Places(slot_rows=16, tail_row=32)
+        want = Table(params.clone(), state.clone(), places)
+        adagrad.torch_step(want, keys, grad, lr=0.1, salt=salt)
+        got = Table(params.clone().to(device), state.clone().to(device), places)
+        adagrad.kernel_step(got, keys.to(device), valid.to(device), grad.to(device), lr=0.1, salt=salt.to(device))
+        for g, w, before in ((got.params, want.params, params), (got.state, want.state, state)):
+            same = (g.cpu().view(torch.int16) == w.view(torch.int16)).float().mean()
+            assert same == 1.0 if device == "cpu" else same > 0.9, same
+            moved = (w.view(torch.int16) != before.view(torch.int16)).any(1)
+            assert moved.tolist() == [r in {0, 3, 5, 17, 20, 31, 32, 39} for r in range(rows)]
+
+
+def test_bf16_rounding_is_unbiased_and_its_noise_the_rust_engine_s():
+    """``bf16::mix`` and ``noise`` against their definition in Python integers, and the
+    rounding: a value a quarter of the way to the next bf16 rounds up a quarter of the time, an
+    exact one never moves, a NaN stays one."""
+    from strata.embed.device import bf16
+
+    def mix(a: int, b: int) -> int:
+        x = a ^ (((b << 16) | (b >> 16)) & 0xFFFF_FFFF) ^ 0x9E37_79B9
+        x ^= x >> 16
+        x = (x * 0x7FEB_352D) & 0xFFFF_FFFF
+        x ^= x >> 15
+        x = (x * 0x846C_A68B) & 0xFFFF_FFFF
+        return x ^ (x >> 16)
+
+    salt = 0xDEAD_BEEF_0123_4567
+    positions = torch.arange(0, 5000, 7)
+    got = bf16.noise(torch.tensor([salt - (1 << 64)]), positions)
+    assert got.tolist() == [mix(salt & 0xFFFF_FFFF, (p ^ (salt >> 32)) & 0xFFFF_FFFF) for p in positions.tolist()]
+    x = torch.full((100_000,), 1.0 + 0.25 / 128)
+    rounded = bf16.round_stochastic(x, bf16.noise(torch.tensor([7]), torch.arange(100_000))).view(torch.bfloat16)
+    assert set(rounded.float().unique().tolist()) == {1.0, 1.0 + 1 / 128}
+    assert abs(float(rounded.float().mean()) - float(x[0])) < 2e-5
+    exact = torch.tensor([0.75, -2.0, float("inf")])
+    assert torch.equal(bf16.round_stochastic(exact, torch.full((3,), 0xFFFF)).view(torch.bfloat16).float(), exact)
+    assert (
+        bf16.round_stochastic(torch.tensor([float("nan")]), torch.tensor([0xFFFF])).view(torch.bfloat16).isnan().all()
+    )
 
 
 @pytest.mark.parametrize("kernel", [False, True], ids=["twin", "kernel"])
@@ -220,7 +276,7 @@ def test_the_chunk_keys_kernel_equals_its_torch_twin(monkeypatch, device, corrup
         [torch.randint(0, 700, (50,), generator=gen), torch.randint(0, 11, (50,), generator=gen),
          torch.randint(0, 300, (50,), generator=gen)], 1,
     ).to(device)  # fmt: skip
-    streams = step.fill_streams(12345, torch.empty(step.STREAMS, dtype=torch.int64, device=device))
+    streams = step.fill_streams(12345, step.new_streams(device))
     (stack,) = step.stacks_of(ctx, edges, None, streams)
     want_nodes, want_rels = step.twin_keys(ctx, [stack])
     with triton_kernels(monkeypatch, device):

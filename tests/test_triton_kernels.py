@@ -22,12 +22,15 @@ from strata.gnn.device import floyd, uva  # noqa: E402
 #: Each kernel's builder, its parameters' types (as Triton's signatures spell them) and
 #: constexpr values of a launch.
 KERNELS = {
-    "adagrad": (
-        adagrad._kernel,
-        dict(weights="*fp32", state="*fp32", keys="*i64", valid="*u8", grad="*fp32", sq="*fp32", n="i32",
-             width="i32", lr="fp32", eps="fp32"),
-        dict(ROW_WISE=False, BLOCK_R=32, BLOCK_W=128),
-    ),
+    **{
+        f"adagrad {dtype}": (
+            adagrad._kernel,
+            dict(weights=f"*{dtype}", state=f"*{dtype}", keys="*i64", valid="*u8", grad="*fp32", sq="*fp32", n="i32",
+                 width="i32", lr="fp32", eps="fp32", salt="*i64", state_salt="*i64", slot_rows="i64", tail_row="i64"),
+            dict(ROW_WISE=False, BF16=dtype == "bf16", BLOCK_R=32, BLOCK_W=128),
+        )
+        for dtype in ("fp32", "bf16")
+    },
     "complex_rows": (
         complex_rows._kernel,
         dict(x="*fp32", y1="*fp32", y2="*fp32", out1="*fp32", out2="*fp32", rows="i32", h="i32"),

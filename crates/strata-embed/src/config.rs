@@ -114,6 +114,14 @@ impl TableDtype {
             TableDtype::Bf16 => 2,
         }
     }
+
+    /// The config's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            TableDtype::F32 => "f32",
+            TableDtype::Bf16 => "bf16",
+        }
+    }
 }
 
 /// Which side of each edge is corrupted to make negatives.

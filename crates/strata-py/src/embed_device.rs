@@ -66,18 +66,20 @@ fn lent<'py, T>(
     Ok((v, data.as_ptr() as usize))
 }
 
-/// `(params, state, rows, key)` of a lent table, its views kept in `views` for release.
+/// `(params, state, rows, key, dtype)` of a lent table (`dtype` "f32" or "bf16"), its views
+/// kept in `views` for release.
 fn table<'py>(
     py: Python<'py>,
     t: &DeviceTable,
     views: &mut Vec<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let (params_bytes, state_bytes) = t.bytes();
     // SAFETY: the table is lent for the call; every view is released before it returns.
-    let params = unsafe { view(py, t.params as *mut u8, t.params_len * 4, true)? };
-    let state = unsafe { view(py, t.state as *mut u8, t.state_len * 4, true)? };
+    let params = unsafe { view(py, t.params, params_bytes, true)? };
+    let state = unsafe { view(py, t.state, state_bytes, true)? };
     views.push(params.clone());
     views.push(state.clone());
-    Ok((params, state, t.rows, t.key())
+    Ok((params, state, t.rows, t.key(), t.dtype.name())
         .into_pyobject(py)?
         .into_any())
 }

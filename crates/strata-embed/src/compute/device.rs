@@ -14,24 +14,27 @@ use std::sync::OnceLock;
 use crate::compute::backend::{
     Compute, DeviceCounters, Landing, PieceChunk, SlotKind, StepCounters,
 };
-use crate::config::{Corrupt, DeviceMatmul};
+use crate::config::{Corrupt, DeviceMatmul, TableDtype};
 use crate::error::{EmbedError, Result};
 use crate::model::{LossKind, RegScope, RegularizerKind};
 use crate::storage::shared::SharedRows;
 use crate::train::typed_negatives::NegSpace;
 use crate::train::worker::{BucketCtx, Pool};
 
-/// A table's rows lent to a device step: `params` (`params_len` f32, rows of the model's
-/// width) and their Adagrad state (`state_len` f32: one per element or one per row),
-/// of which the first `rows` rows are in use (a partition's nodes; a slot may hold more).
-/// Valid during the [`DeviceStep::train_piece`] call it is given to, which may write both.
+/// A table's rows lent to a device step: `params` (`params_len` values of `dtype`, rows of
+/// the model's width) and their Adagrad state (`state_len` values of `dtype`: one per element
+/// or one per row), of which the first `rows` rows are in use (a partition's nodes; a slot may
+/// hold more). Valid during the [`DeviceStep::train_piece`] call it is given to, which may
+/// write both.
 #[derive(Debug, Clone, Copy)]
 pub struct DeviceTable {
-    pub params: *mut f32,
+    pub params: *mut u8,
     pub params_len: usize,
-    pub state: *mut f32,
+    pub state: *mut u8,
     pub state_len: usize,
     pub rows: usize,
+    /// The storage type: a `table_dtype = "bf16"` run's partitions are bf16, relations f32.
+    pub dtype: TableDtype,
 }
 
 impl DeviceTable {
@@ -39,6 +42,12 @@ impl DeviceTable {
     /// the address of its rows (a slot keeps its buffer for the whole job).
     pub fn key(&self) -> usize {
         self.params as usize
+    }
+
+    /// Bytes of the params and of the state.
+    pub fn bytes(&self) -> (usize, usize) {
+        let size = self.dtype.bytes();
+        (self.params_len * size, self.state_len * size)
     }
 }
 
@@ -196,17 +205,16 @@ pub struct DeviceCompute {
 }
 
 /// `rows` lent, `used` of its rows in use.
-fn table(rows: &SharedRows, used: usize) -> std::result::Result<DeviceTable, String> {
-    let (params, params_len, state, state_len) = rows
-        .f32_memory()
-        .ok_or("table_dtype = bf16 is not supported with a torch device; use table_dtype = f32")?;
-    Ok(DeviceTable {
+fn table(rows: &SharedRows, used: usize) -> DeviceTable {
+    let (params, params_len, state, state_len, dtype) = rows.raw_memory();
+    DeviceTable {
         params,
         params_len,
         state,
         state_len,
         rows: used,
-    })
+        dtype,
+    }
 }
 
 /// Why a device step cannot draw a run's negatives from partitions on disk.
@@ -256,10 +264,10 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
             .parts
             .iter()
             .map(|p| table(&p.rows, p.size as usize))
-            .collect::<std::result::Result<_, _>>()?,
+            .collect(),
         src_part: ctx.src_part,
         dst_part: ctx.dst_part,
-        rels: ctx.rels.as_ref().map(|r| table(r, r.rows())).transpose()?,
+        rels: ctx.rels.as_ref().map(|r| table(r, r.rows())),
         inverse_offset: ctx.inverse_offset,
         corrupt: match ctx.corrupt {
             Corrupt::Both => "both",
@@ -385,17 +393,17 @@ impl Compute for DeviceCompute {
     }
 
     fn slot_filled(&mut self, kind: SlotKind, rows: SharedRows) -> Result<()> {
-        let t = table(&rows, rows.rows()).map_err(EmbedError::Config)?;
+        let t = table(&rows, rows.rows());
         self.step.slot_in(kind, &t).map_err(EmbedError::Config)
     }
 
     fn slot_leaving(&mut self, rows: SharedRows, evict: bool) -> Result<()> {
-        let t = table(&rows, rows.rows()).map_err(EmbedError::Config)?;
+        let t = table(&rows, rows.rows());
         self.step.slot_out(&t, evict).map_err(EmbedError::Config)
     }
 
     fn slot_evicting(&mut self, rows: SharedRows) -> Result<Landing> {
-        let t = table(&rows, rows.rows()).map_err(EmbedError::Config)?;
+        let t = table(&rows, rows.rows());
         let land = self.step.slot_evict_async(&t).map_err(EmbedError::Config)?;
         Ok(Box::new(move || land().map_err(EmbedError::Config)))
     }

@@ -74,10 +74,7 @@ impl Cells<'_> {
             Cells::Bf16(c) => {
                 for (k, (w, x)) in c[at..at + v.len()].iter().zip(v).enumerate() {
                     let h = match salt {
-                        Some(s) => {
-                            let noise = bf16::mix(s as u32, (at + k) as u32 ^ (s >> 32) as u32);
-                            bf16::round_stochastic(*x, noise)
-                        }
+                        Some(s) => bf16::round_stochastic(*x, bf16::noise(s, at + k)),
                         None => bf16::round(*x),
                     };
                     w.store(h, Relaxed);
@@ -157,19 +154,18 @@ impl<'a> SharedRows<'a> {
         }
     }
 
-    /// The f32 parameters and state as raw memory, `(params, params len, state, state len)`
-    /// in floats, for a backend that computes on the rows elsewhere while it holds the view
-    /// (the compute seam's device backend); `None` for a bf16 region.
-    pub fn f32_memory(&self) -> Option<(*mut f32, usize, *mut f32, usize)> {
-        match (self.params, self.state) {
-            (Cells::F32(p), Cells::F32(s)) => Some((
-                p.as_ptr() as *mut f32,
-                p.len(),
-                s.as_ptr() as *mut f32,
-                s.len(),
-            )),
-            _ => None,
-        }
+    /// The parameters and state as raw memory, `(params, params len, state, state len,
+    /// dtype)` with the lengths in values of `dtype`, for a backend that computes on the rows
+    /// elsewhere while it holds the view (the compute seam's device backend). Both are in the
+    /// table's storage type (a partition region's), or float32 (relations).
+    pub fn raw_memory(&self) -> (*mut u8, usize, *mut u8, usize, TableDtype) {
+        let raw = |c: Cells| match c {
+            Cells::F32(v) => (v.as_ptr() as *mut u8, v.len(), TableDtype::F32),
+            Cells::Bf16(v) => (v.as_ptr() as *mut u8, v.len(), TableDtype::Bf16),
+        };
+        let ((params, params_len, dtype), (state, state_len, _)) =
+            (raw(self.params), raw(self.state));
+        (params, params_len, state, state_len, dtype)
     }
 
     pub fn rows(&self) -> usize {
@@ -215,8 +211,8 @@ impl<'a> SharedRows<'a> {
 
     /// One Adagrad step on row `i` with gradient `g`: `state += g²`, `w -= lr g / (√state + ε)`
     /// (per-row: the state accumulates the mean of `g²`). `salt` draws the stochastic rounding
-    /// of a bf16 table (see [`Cells::write`]; the state's from `!salt`, so that its rounding is
-    /// independent of the row's); it must change between updates of a row.
+    /// of a bf16 table (see [`Cells::write`]; the state's from [`bf16::state_salt`], so that its
+    /// rounding is independent of the row's); it must change between updates of a row.
     #[inline]
     pub fn adagrad(&self, i: usize, g: &[f32], lr: f32, salt: u64) {
         let at = i * self.dim;
@@ -227,7 +223,7 @@ impl<'a> SharedRows<'a> {
             let mean_sq = g.iter().map(|x| x * x).sum::<f32>() / self.dim as f32;
             self.state.read(i, &mut a[..1]);
             a[0] += mean_sq;
-            self.state.write(i, &a[..1], Some(!salt));
+            self.state.write(i, &a[..1], Some(bf16::state_salt(salt)));
             let step = lr / (a[0].sqrt() + EPS);
             for start in (0..self.dim).step_by(BLOCK) {
                 let len = BLOCK.min(self.dim - start);
@@ -249,7 +245,8 @@ impl<'a> SharedRows<'a> {
                     w[k] -= lr * gb[k] / (a[k].sqrt() + EPS);
                 }
                 self.params.write(at + start, w, Some(salt));
-                self.state.write(at + start, a, Some(!salt));
+                self.state
+                    .write(at + start, a, Some(bf16::state_salt(salt)));
             }
         }
     }

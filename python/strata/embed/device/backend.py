@@ -27,13 +27,14 @@ import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from strata.device import rng
 from strata.embed.device import graphs, step, vs_all
-from strata.embed.device.rows import Feat, Table
+from strata.embed.device.rows import Feat, Places, Table
 
 
 def resolve(device: str) -> torch.device:
@@ -72,12 +73,26 @@ def memory_info(device: str) -> tuple[int | None, int]:
 
 def check_options(options: dict) -> None:
     """Raises a ``ValueError`` naming the option when the device backend cannot train a run of
-    ``[embed.train]`` ``options`` (before anything is written): an unsupported model, a bf16
-    table, CUDA asked for and absent."""
+    ``[embed.train]`` ``options`` (before anything is written): an unsupported model, CUDA
+    asked for and absent."""
     resolve(options["device"])
     step.check_model(options["model"])
-    if options.get("table_dtype") == "bf16":
-        raise ValueError("table_dtype = bf16 is not supported with a torch device; use table_dtype = f32")
+
+
+#: The storage types of lent tables (``DeviceTable``'s dtype).
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+class Lent(NamedTuple):
+    """A table the Rust epoch loop lends (``DeviceTable``): its params and state as writable
+    buffers, the rows in use, the address that keys it, and its storage type (``f32``, or
+    ``bf16`` for a ``table_dtype = "bf16"`` run's partitions)."""
+
+    params: memoryview
+    state: memoryview
+    rows: int
+    key: int
+    dtype: str
 
 
 @dataclass
@@ -109,15 +124,29 @@ class SlotBuffer:
     (slot :data:`TAIL`, from row ``slots * slot_rows``), so that it sizes no partition slot.
 
     The buffer grows (a new one, the held slots copied over) when a table is larger than a slot
-    or every slot is taken, or the tail changes size: in a run, only as its first slots fill."""
+    or every slot is taken, or the tail changes size: in a run, only as its first slots fill.
+    Its floats are the tables' storage type (:meth:`use_dtype`): float32, or bfloat16 for a
+    ``table_dtype = "bf16"`` run."""
 
     def __init__(self, device: torch.device):
         self.device = device
+        self.dtype = torch.float32
         self.params = torch.zeros(0, device=device)
         self.state = torch.zeros(0, device=device)
         self.size = (0, 0)  # floats of params and of state per slot
         self.tail = (0, 0)  # floats of params and of state of the tail
         self.taken: list[bool] = []
+
+    def use_dtype(self, dtype: torch.dtype) -> None:
+        """Makes the buffer hold values of ``dtype`` (a run's tables share one): emptied when
+        it held another, which only a new run's first table can ask for."""
+        if dtype == self.dtype:
+            return
+        if any(self.taken) or self.tail != (0, 0):
+            raise ValueError(f"a {dtype} table cannot share the device's slot buffer with {self.dtype} tables")
+        self.dtype, self.size, self.taken = dtype, (0, 0), []
+        self.params = torch.zeros(0, dtype=dtype, device=self.device)
+        self.state = torch.zeros(0, dtype=dtype, device=self.device)
 
     def place(self, n_params: int, n_state: int) -> int:
         """A free slot for a table of ``n_params`` and ``n_state`` floats, taken."""
@@ -165,7 +194,8 @@ class SlotBuffer:
         if not slot_rows or p % width or s % slot_rows or self.tail[0] % width:
             raise ValueError(f"partition slots of {p} floats and {s} of state do not hold whole rows of {width} reals")
         params = self.params.view(-1, width)
-        return Table(params, self.state.view(params.shape[0], -1)), slot_rows
+        places = Places(slot_rows, len(self.taken) * slot_rows)
+        return Table(params, self.state.view(params.shape[0], -1), places), slot_rows
 
     def _grow(self, size: tuple[int, int], slots: int, tail: tuple[int, int]) -> None:
         """Makes the buffer ``slots`` slots of ``size`` and a tail of ``tail`` floats, the held
@@ -174,8 +204,8 @@ class SlotBuffer:
             # Slot copies may still read or write the old buffer on the copy stream.
             torch.cuda.synchronize(self.device)
         old, (p, s), old_tail = (self.params, self.state), self.size, self._start(TAIL)
-        self.params = torch.zeros(slots * size[0] + tail[0], device=self.device)
-        self.state = torch.zeros(slots * size[1] + tail[1], device=self.device)
+        self.params = torch.zeros(slots * size[0] + tail[0], dtype=self.dtype, device=self.device)
+        self.state = torch.zeros(slots * size[1] + tail[1], dtype=self.dtype, device=self.device)
         for i, taken in enumerate(self.taken):
             if taken:
                 self.params[i * size[0] : i * size[0] + p].copy_(old[0][i * p : (i + 1) * p])
@@ -272,8 +302,8 @@ class TorchCompute:
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.stage_slots = Staging(self.device, self.copy_stream) if self.cuda else None
         self.stage_edges = Staging(self.device, self.copy_stream) if self.cuda else None
-        self.stage_out = torch.empty(0, dtype=torch.float32)
-        self.stage_victim = torch.empty(0, dtype=torch.float32)
+        self.stage_out = torch.empty(0, dtype=torch.uint8)
+        self.stage_victim = torch.empty(0, dtype=torch.uint8)
         self.slots: dict[int, Slot] = {}
         self.buffer = SlotBuffer(self.device)
         # The step's small device constants, one tensor per value (a captured graph reads
@@ -319,11 +349,10 @@ class TorchCompute:
         return busy, self.bytes_h2d, self.bytes_d2h, self.copy_wait, self.slot_in_seconds
 
     @staticmethod
-    def _host(params, state) -> tuple[torch.Tensor, torch.Tensor]:
+    def _host(table: Lent) -> tuple[torch.Tensor, torch.Tensor]:
         """A lent table's host rows and state (flat tensors over the lent memory)."""
-        p = torch.frombuffer(params, dtype=torch.float32)
-        s = torch.frombuffer(state, dtype=torch.float32)
-        return p, s
+        dtype = DTYPES[table.dtype]
+        return torch.frombuffer(table.params, dtype=dtype), torch.frombuffer(table.state, dtype=dtype)
 
     def _to_device(self, host: torch.Tensor, staging, out: torch.Tensor | None = None) -> tuple[torch.Tensor, object]:
         """``host`` copied to the device, into ``out`` or a new tensor (a separate tensor on
@@ -334,29 +363,31 @@ class TorchCompute:
         return staging.to_device(host, out)
 
     def slot_in(self, kind: str, table) -> None:
-        """The I/O engine filled ``table`` (``(params, state, rows, key)``): hold a device copy
-        of it (relations only when none is held: the device's are newer)."""
-        params, state, _, key = table
+        """The I/O engine filled ``table`` (a :class:`Lent`'s fields): hold a device copy of it
+        (relations only when none is held: the device's are newer)."""
+        table = Lent(*table)
+        key = table.key
         if kind == "relations" and key in self.slots:
             return
         start = time.perf_counter()
         if key in self.slots:
             self._forget(key)
-        self.slots[key] = self._hold(kind, params, state)
+        self.slots[key] = self._hold(kind, table)
         elapsed = time.perf_counter() - start
         self.slot_in_seconds += elapsed
         if not self.cuda:
             self.copy_wait += elapsed
 
-    def _hold(self, kind: str, params, state) -> Slot:
+    def _hold(self, kind: str, table: Lent) -> Slot:
         """A device copy of a lent table: relations in tensors of their own, a partition in a
         slot of the buffer, the pinned region in its tail."""
-        hp, hs = self._host(params, state)
+        hp, hs = self._host(table)
         if kind == "relations":
             dp, _ = self._to_device(hp, self.stage_slots)
             ds, ready = self._to_device(hs, self.stage_slots)
             return Slot(kind, table=Table(dp, ds), ready=ready)
         floats = (hp.numel(), hs.numel())
+        self.buffer.use_dtype(hp.dtype)
         index = self.buffer.place_tail(*floats) if kind == "pinned" else self.buffer.place(*floats)
         region = self.buffer.region(index, *floats)
         self._to_device(hp, self.stage_slots, region.params)
@@ -394,7 +425,8 @@ class TorchCompute:
         The CPU twin makes the same calls in the same order and copies at the landing. An
         evicted slot's place in the buffer is free once its rows are out: at once, or at the
         landing."""
-        key = table[3]
+        table = Lent(*table)
+        key = table.key
         if key not in self.slots:
             return (lambda _table: None) if later else None
         slot = self.slots.pop(key) if evict else self.slots[key]
@@ -402,7 +434,7 @@ class TorchCompute:
         land = self._start_copy_out([t.params, t.state], victim=later)
 
         def done(table) -> None:
-            land(self._host(table[0], table[1]))
+            land(self._host(Lent(*table)))
             if evict and slot.index is not None:
                 self.buffer.release(slot.index)
 
@@ -417,7 +449,7 @@ class TorchCompute:
         victim's copy may run while other slots are written back); returns ``land(hosts)``,
         which waits for the copy and puts each into its host tensor."""
         for dev in devs:
-            self.bytes_d2h += dev.numel() * 4
+            self.bytes_d2h += dev.numel() * dev.element_size()
 
         def done_waiting(start: float) -> None:
             self.copy_wait += time.perf_counter() - start
@@ -432,28 +464,28 @@ class TorchCompute:
 
             return land_twin
         name = "stage_victim" if victim else "stage_out"
-        total = sum(d.numel() for d in devs)
+        total = sum(d.numel() * d.element_size() for d in devs)
         if getattr(self, name).numel() < total:
-            setattr(self, name, torch.empty(total, dtype=torch.float32, pin_memory=True))
+            setattr(self, name, torch.empty(total, dtype=torch.uint8, pin_memory=True))
         pinned = getattr(self, name)
         self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
         at, spans = 0, []
         with torch.cuda.stream(self.copy_stream):
             for dev in devs:
-                n = dev.numel()
-                pinned[at : at + n].copy_(dev, non_blocking=True)
+                span = pinned[at : at + dev.numel() * dev.element_size()].view(dev.dtype)
+                span.copy_(dev, non_blocking=True)
                 # An evicted slot's memory may go back to the allocator before the copy ends.
                 dev.record_stream(self.copy_stream)
-                spans.append((at, n))
-                at += n
+                spans.append(span)
+                at += span.numel() * span.element_size()
             copied = torch.cuda.Event()
             copied.record(self.copy_stream)
 
         def land(hosts) -> None:
             start = time.perf_counter()
             copied.synchronize()
-            for host, (at, n) in zip(hosts, spans, strict=True):
-                host.copy_(pinned[at : at + n])
+            for host, span in zip(hosts, spans, strict=True):
+                host.copy_(span)
             done_waiting(start)
 
         return land
@@ -465,13 +497,14 @@ class TorchCompute:
 
     def _stage(self, ctxs: list[dict]) -> dict:
         """Copies in the tables of ``ctxs`` the backend does not hold (a run path that calls no
-        hooks; back out at the piece's end): ``{key: (slot, params, state)}``."""
+        hooks; back out at the piece's end): ``{key: (slot, lent table)}``."""
         staged = {}
         for c in ctxs:
             tables = [("staged", p) for p in c["parts"]] + ([("relations", c["rels"])] if c["rels"] else [])
-            for kind, (params, state, _, key) in tables:
-                if key not in self.slots and key not in staged:
-                    staged[key] = (self._hold(kind, params, state), params, state)
+            for kind, table in tables:
+                table = Lent(*table)
+                if table.key not in self.slots and table.key not in staged:
+                    staged[table.key] = (self._hold(kind, table), table)
         return staged
 
     def _ctx(self, c: dict, staged: dict) -> step.Ctx:
@@ -643,9 +676,9 @@ class TorchCompute:
             self.events.append((begin, end))
         else:
             self.busy += time.perf_counter() - start
-        for slot, params, state in staged.values():
+        for slot, table in staged.values():
             t = self._ready(slot)
-            self._start_copy_out([t.params, t.state], victim=False)(self._host(params, state))
+            self._start_copy_out([t.params, t.state], victim=False)(self._host(table))
             if slot.index is not None:
                 self.buffer.release(slot.index)
         return float(self.total), directions, flops, time.perf_counter() - start

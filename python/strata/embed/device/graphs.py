@@ -139,7 +139,7 @@ class StepGraphs:
 
     def _streams(self, key: int) -> torch.Tensor:
         """The streams of a chunk of ``key`` in a new device tensor."""
-        return step.fill_streams(key, torch.empty(step.STREAMS, dtype=torch.int64, device=self.device))
+        return step.fill_streams(key, step.new_streams(self.device))
 
     def _seen(self, gkey: tuple) -> int:
         """How many chunks of ``gkey`` have come, this one included."""

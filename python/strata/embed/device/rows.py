@@ -24,13 +24,29 @@ from strata.embed.device import adagrad
 EVERY_ROW_PER_USE = 4
 
 
+@dataclass(frozen=True)
+class Places:
+    """Where the tables of a slot buffer start: slot ``i`` at buffer row ``i * slot_rows``, the
+    tail (a typed run's pinned region) at ``tail_row``. A bf16 value's rounding noise hashes its
+    position in its own table (:mod:`strata.embed.device.bf16`)."""
+
+    slot_rows: int
+    tail_row: int
+
+    def local(self, keys: torch.Tensor) -> torch.Tensor:
+        """Each buffer row's row in its own table."""
+        return torch.where(keys >= self.tail_row, keys - self.tail_row, keys % self.slot_rows)
+
+
 @dataclass
 class Table:
     """Rows and their Adagrad state: ``params`` ``rows x width``, ``state`` ``rows x width``
-    (per-element Adagrad) or ``rows x 1`` (``adagrad_row``)."""
+    (per-element Adagrad) or ``rows x 1`` (``adagrad_row``), both float32 or both bfloat16 (a
+    ``table_dtype = "bf16"`` run's partitions, whose ``places`` say where each table starts)."""
 
     params: torch.Tensor
     state: torch.Tensor
+    places: Places | None = None
 
 
 class Gathered:
@@ -71,17 +87,18 @@ class Gathered:
                 self.valid = torch.zeros(n, dtype=torch.bool, device=device).index_fill_(0, keys, True)
                 self.keys = torch.where(self.valid, every, keys[0])
             self.inverse = keys
-        self.rows = table.params.index_select(0, keys)
+        self.rows = table.params.index_select(0, keys).float()
 
     def take(self, start: int, count: int) -> torch.Tensor:
         """Rows of uses ``start .. start + count`` of the keys given."""
         return self.rows[start : start + count]
 
-    def step(self, grads: torch.Tensor, lr: float) -> None:
+    def step(self, grads: torch.Tensor, lr: float, salt: torch.Tensor | None = None) -> None:
         """One Adagrad step per unique row (:func:`adagrad.step`) with the gradients ``grads``
-        of the uses (one row per key given) summed."""
+        of the uses (one row per key given) summed; ``salt`` (the chunk's key) rounds a bf16
+        table's values."""
         grad = grads.new_zeros((len(self.keys), grads.shape[1])).index_add_(0, self.inverse, grads)
-        adagrad.step(self.table, self.keys, self.valid, grad, lr)
+        adagrad.step(self.table, self.keys, self.valid, grad, lr, salt)
 
 
 def unique_static(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -152,14 +169,15 @@ class Featurized:
         entries = torch.where(is_feature, feat.base + feature, keys[self.use])
         self.scale = torch.where(entity, 1.0 / sizes.clamp(min=1).to(torch.float32), 1.0)[:, None]
         self.gathered = Gathered.of(table, entries, alone)
-        summed = table.params.new_zeros((len(keys), table.params.shape[1])).index_add_(0, self.use, self.gathered.rows)
+        rows = self.gathered.rows
+        summed = rows.new_zeros((len(keys), rows.shape[1])).index_add_(0, self.use, rows)
         self.rows = summed * self.scale
 
     def take(self, start: int, count: int) -> torch.Tensor:
         """Rows of uses ``start .. start + count`` of the keys given."""
         return self.rows[start : start + count]
 
-    def step(self, grads: torch.Tensor, lr: float) -> None:
+    def step(self, grads: torch.Tensor, lr: float, salt: torch.Tensor | None = None) -> None:
         """One Adagrad step per distinct row (features and plain rows) with the uses' gradients
         (one row per key given), an entity's shared out over its features."""
-        self.gathered.step((grads * self.scale)[self.use], lr)
+        self.gathered.step((grads * self.scale)[self.use], lr, salt)

@@ -44,6 +44,9 @@ BILINEAR = ("dot", "distmult", "complex")
 #: Streams a chunk draws from: ``derive(key, k)`` for its sides ``k = 0, 1`` and, with
 #: ``corrupt = bernoulli``, for the choice of sides (``k = 2``).
 STREAMS = 3
+#: A chunk's streams tensor holds its key after the streams: the salt of a bf16 table's
+#: stochastic rounding (``SharedRows::adagrad``'s).
+SALT = STREAMS
 
 
 def query_model(model: str, operator: str | None) -> str:
@@ -218,11 +221,18 @@ class Stack:
     weights: torch.Tensor | None
 
 
+def new_streams(device: torch.device) -> torch.Tensor:
+    """An empty streams tensor of a chunk (``STREAMS + 1`` int64): :func:`fill_streams`."""
+    return torch.empty(STREAMS + 1, dtype=torch.int64, device=device)
+
+
 def fill_streams(key: int, out: torch.Tensor) -> torch.Tensor:
-    """``out`` (``STREAMS`` int64 on the device) filled with a chunk's streams ``derive(key, k)``,
-    computed on the host and filled as kernel arguments (no host -> device copy)."""
+    """``out`` (:func:`new_streams`) filled with a chunk's streams ``derive(key, k)`` and, at
+    :data:`SALT`, its key, computed on the host and filled as kernel arguments (no host ->
+    device copy)."""
     for k in range(STREAMS):
         out[k].fill_(rng.as_i64(rng.derive_int(key, k)))
+    out[SALT].fill_(rng.as_i64(key))
     return out
 
 
@@ -726,7 +736,7 @@ def train_chunk(
     ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, streams: torch.Tensor
 ) -> tuple[torch.Tensor, int, float]:
     """Trains one chunk in place (``Worker::train_chunk``) with the chunk's random streams
-    (``STREAMS`` int64 on the device, :func:`fill_streams`): returns its loss (summed over its
+    (:func:`fill_streams`): returns its loss (summed over its
     sides, weights and regularizer included: a float64 scalar on the device, which the caller
     adds up and reads once per piece), its positive edge-directions and its floating-point
     operations (``ScoreModel::flops`` per side).
@@ -758,9 +768,10 @@ def train_chunk(
         losses.append(loss)
         node_grads += [d.reshape(-1, ctx.dim) for d in (ds, dt, d_neg)]
         rel_grads.append(d_rels.reshape(size * b, ctx.rel_dim))
-    nodes.step(cat(node_grads), ctx.lr)
+    salt = streams[SALT : SALT + 1]
+    nodes.step(cat(node_grads), ctx.lr, salt)
     if rels is not None:
-        rels.step(cat(rel_grads), ctx.lr)
+        rels.step(cat(rel_grads), ctx.lr, salt)
     total = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
     return (total, *chunk_counts(ctx, len(edges)))
 

@@ -158,10 +158,10 @@ def train_side(
 
 
 def train_chunk(ctx: step.Ctx, edges: torch.Tensor, weights: torch.Tensor | None, streams: torch.Tensor, total):
-    """Trains one chunk in place (``Worker::train_vs_all``) with its streams (``STREAMS`` int64,
-    :func:`step.fill_streams`), adding its loss to ``total``; ``(directions, flops)``: the
+    """Trains one chunk in place (``Worker::train_vs_all``) with its streams
+    (:func:`step.fill_streams`), adding its loss to ``total``; ``(directions, flops)``: the
     queries asked and ``ScoreModel::flops`` of each side against the candidates."""
-    cands = ctx.nodes.params.index_select(0, ctx.cand_rows)
+    cands = ctx.nodes.params.index_select(0, ctx.cand_rows).float()
     n = len(cands)
     grad = torch.zeros_like(cands)
     sides = [queries(ctx, side, edges, weights) for side in {"both": [0, 1], "tail": [0], "head": [1]}[ctx.corrupt]]
@@ -192,7 +192,8 @@ def train_chunk(ctx: step.Ctx, edges: torch.Tensor, weights: torch.Tensor | None
         total.add_(value.to(torch.float64) * weight)
         grad += d * weight
     every = torch.ones(n, dtype=torch.bool, device=cands.device)
-    adagrad.step(ctx.nodes, ctx.cand_rows, every, grad, ctx.lr)
+    salt = streams[step.SALT : step.SALT + 1]
+    adagrad.step(ctx.nodes, ctx.cand_rows, every, grad, ctx.lr, salt)
     if rels is not None:
-        rels.step(step.cat(rel_grads), ctx.lr)
+        rels.step(step.cat(rel_grads), ctx.lr, salt)
     return directions, 6.0 * directions * n * ctx.dim
