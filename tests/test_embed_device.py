@@ -344,15 +344,17 @@ def test_a_typed_run_trains_on_the_device_through_the_cli(typed, tmp_path, strat
     assert {p["name"][0] for p in got["predictions"]} == {"f"}, got
 
 
+@pytest.mark.parametrize("table_dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_runs_cross_between_engines(kg, tmp_path, device):
-    """A device run evaluates and resumes on the CPU engine, and the reverse: one run format."""
-    dev = trained(kg, tmp_path / "dev", model="complex", device=device)
+def test_runs_cross_between_engines(kg, tmp_path, device, table_dtype):
+    """A device run evaluates and resumes on the CPU engine, and the reverse: one run format,
+    float32 or bf16."""
+    dev = trained(kg, tmp_path / "dev", model="complex", device=device, table_dtype=table_dtype)
     assert dev.evaluate("test")["metrics"]["queries"] > 0
-    resumed = trained(kg, tmp_path / "dev", model="complex", epochs=2)
+    resumed = trained(kg, tmp_path / "dev", model="complex", epochs=2, table_dtype=table_dtype)
     assert resumed.epochs == 2
-    cpu = trained(kg, tmp_path / "cpu", model="complex")
-    back = trained(kg, tmp_path / "cpu", model="complex", epochs=2, device=device)
+    cpu = trained(kg, tmp_path / "cpu", model="complex", table_dtype=table_dtype)
+    back = trained(kg, tmp_path / "cpu", model="complex", epochs=2, device=device, table_dtype=table_dtype)
     assert back.epochs == 2 and back.history[-1]["loss"] < back.history[0]["loss"]
     assert cpu.evaluate("test")["metrics"]["mrr"] > 0
 
