@@ -130,9 +130,12 @@ class SlotBuffer:
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.dtype = torch.float32
-        self.params = torch.zeros(0, device=device)
-        self.state = torch.zeros(0, device=device)
+        self._empty(torch.float32)
+
+    def _empty(self, dtype: torch.dtype) -> None:
+        """No slot and no tail, in values of ``dtype``."""
+        self.params = torch.zeros(0, dtype=dtype, device=self.device)
+        self.state = torch.zeros(0, dtype=dtype, device=self.device)
         self.size = (0, 0)  # floats of params and of state per slot
         self.tail = (0, 0)  # floats of params and of state of the tail
         self.taken: list[bool] = []
@@ -140,13 +143,12 @@ class SlotBuffer:
     def use_dtype(self, dtype: torch.dtype) -> None:
         """Makes the buffer hold values of ``dtype`` (a run's tables share one): emptied when
         it held another, which only a new run's first table can ask for."""
-        if dtype == self.dtype:
+        held = self.params.dtype
+        if dtype == held:
             return
         if any(self.taken) or self.tail != (0, 0):
-            raise ValueError(f"a {dtype} table cannot share the device's slot buffer with {self.dtype} tables")
-        self.dtype, self.size, self.taken = dtype, (0, 0), []
-        self.params = torch.zeros(0, dtype=dtype, device=self.device)
-        self.state = torch.zeros(0, dtype=dtype, device=self.device)
+            raise ValueError(f"a {dtype} table cannot share the device's slot buffer with {held} tables")
+        self._empty(dtype)
 
     def place(self, n_params: int, n_state: int) -> int:
         """A free slot for a table of ``n_params`` and ``n_state`` floats, taken."""
@@ -204,8 +206,8 @@ class SlotBuffer:
             # Slot copies may still read or write the old buffer on the copy stream.
             torch.cuda.synchronize(self.device)
         old, (p, s), old_tail = (self.params, self.state), self.size, self._start(TAIL)
-        self.params = torch.zeros(slots * size[0] + tail[0], dtype=self.dtype, device=self.device)
-        self.state = torch.zeros(slots * size[1] + tail[1], dtype=self.dtype, device=self.device)
+        self.params = torch.zeros(slots * size[0] + tail[0], dtype=old[0].dtype, device=self.device)
+        self.state = torch.zeros(slots * size[1] + tail[1], dtype=old[1].dtype, device=self.device)
         for i, taken in enumerate(self.taken):
             if taken:
                 self.params[i * size[0] : i * size[0] + p].copy_(old[0][i * p : (i + 1) * p])
