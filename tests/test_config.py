@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from cli_in_process import in_process
+from strata.cli.main import COMMANDS
 from strata.config import SECTIONS, ConvertConfig, describe, load
 from strata.config.schema import coerce_field
 from strata.errors import ConfigError
@@ -116,6 +121,47 @@ def test_help_lists_every_option_with_its_help(strata_cli):
     assert "memory budget of the conversion" in text
     assert "rmat" in strata_cli("generate", "--help").stdout
     assert "convert" in strata_cli("config").stdout
+
+
+# What a `strata` process has imported when it exits: the command modules, and whether NumPy.
+_IMPORTED = (
+    "import sys, runpy\n"
+    "try:\n"
+    "    runpy.run_module('strata', run_name='__main__')\n"
+    "finally:\n"
+    "    print(sorted(m for m in sys.modules if m.startswith('strata.cli.cmd_')), 'numpy' in sys.modules,\n"
+    "          file=sys.stderr)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "modules"),
+    [
+        (["--help"], []),
+        (["--version"], []),
+        (["info", "missing.strata"], ["strata.cli.cmd_info"]),
+        (["serve", "status", "--help"], ["strata.cli.cmd_serve"]),
+        (["embed", "train", "--help"], ["strata.cli.cmd_embed"]),
+    ],
+)
+def test_a_command_imports_only_its_own_module(args, modules):
+    """`strata --help` lists every command without importing one; a command imports its own."""
+    proc = subprocess.run([sys.executable, "-c", _IMPORTED, *args], capture_output=True, text=True)
+    imported, numpy = proc.stderr.strip().splitlines()[-1].rsplit(" ", 1)
+    assert imported == repr(modules)
+    if not modules:
+        assert proc.returncode == 0 and numpy == "False"
+        assert "strata" in proc.stdout
+
+
+def test_every_command_has_its_help_and_is_listed(capsys):
+    """Each command's module registers it under the name the command line lists."""
+    for name in COMMANDS:
+        code, out = in_process([name, "--help"], capsys)
+        assert code == 0 and out.startswith(f"usage: strata {name.replace('-status', ' status')} "), out
+    code, out = in_process(["--help"], capsys)
+    listed = [name for name, command in COMMANDS.items() if command.help != argparse.SUPPRESS]
+    assert code == 0 and all(f"    {name} " in out for name in listed), out
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,6 @@ The Python package is the front door (CLI, configs, datasets, PyTorch integratio
 done by the Rust extension ``strata._native``.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("strata-gl")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.1.0"
-
 from .errors import (
     BudgetError,
     ConfigError,
@@ -29,6 +22,14 @@ def __getattr__(name):
         from . import store
 
         return getattr(store, name)
+    # Looked up on first use: importlib.metadata is 80 ms of every command's start.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("strata-gl")
+        except PackageNotFoundError:  # running from a source tree without installation
+            return "0.1.0"
     raise AttributeError(f"module 'strata' has no attribute {name!r}")
 
 
@@ -41,5 +42,6 @@ __all__ = [
     "StoreExistsError",
     "StoreFormatError",
     "StrataError",
+    "__version__",
     "open_store",
 ]

@@ -10,13 +10,13 @@ from ..paths import existing_dir
 from .common import add_section_command, run_with_progress
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     add_section_command(
         sub,
-        "bench-disk",
+        name,
         BenchDiskConfig,
         run,
-        help="measure the disk: sequential MB/s, 4 KiB random IOPS by queue depth, latency",
+        help=help,
         description="Measures the device holding --dir through Strata's I/O engine (O_DIRECT) and saves a device "
         "profile the engines plan with; prints the knee of the IOPS curve and GIDS's in-flight target.",
     )

@@ -8,13 +8,13 @@ from ..units import fmt_bytes
 from .common import add_section_command, emit_summary, run_with_progress
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     add_section_command(
         sub,
-        "check",
+        name,
         CheckConfig,
         run,
-        help="read every array of a store (and its grids) and check every invariant; exit 2 on any problem",
+        help=help,
         description="Reads every array of STORE and every grid built for it, in bounded memory, and checks what the "
         "engines rely on: the manifest against the files, ids in range, each indptr from 0 to the edge count, "
         "degrees and degree statistics, CSR, CSC and the train edges holding the same edges, labels, node splits, "

@@ -6,10 +6,10 @@ from ..config import SECTIONS, describe
 from ..errors import ConfigError
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     p = sub.add_parser(
-        "config",
-        help="print a commented TOML template of a config section",
+        name,
+        help=help,
         description="Prints every option of a section with its type, default and help, "
         "ready to save as run.toml. Sections: " + ", ".join(sorted(SECTIONS)),
     )

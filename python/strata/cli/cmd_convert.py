@@ -7,13 +7,13 @@ from ..convert import convert, format_summary
 from .common import add_section_command, emit_summary, run_with_progress
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     add_section_command(
         sub,
-        "convert",
+        name,
         ConvertConfig,
         run,
-        help="convert an edge list, NumPy arrays, int32 pairs or Planetoid files into a store",
+        help=help,
         description="Streams the input into a store (manifest.json + aligned .npy arrays) within --memory. "
         "Text inputs may be TSV, CSV or whitespace-separated, plain or gzip. The store appears "
         "only when complete.",

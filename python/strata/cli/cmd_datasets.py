@@ -12,10 +12,10 @@ from ..units import fmt_bytes
 from .common import add_section_command, emit_summary, run_with_progress
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     p = sub.add_parser(
-        "datasets",
-        help="list and fetch public datasets (FB15k-237, Cora, OGB, SNAP, ...)",
+        name,
+        help=help,
         description="Downloads public graph datasets with resume and checksums, and converts "
         "them into stores. See docs/datasets.md.",
     )

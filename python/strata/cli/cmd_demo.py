@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     p = sub.add_parser(
-        "demo",
-        help="run Strata's main jobs on small generated datasets",
+        name,
+        help=help,
         description="Generates a knowledge graph and an RMAT graph, converts them under a small "
         "memory budget, and describes the stores.",
     )

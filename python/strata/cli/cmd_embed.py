@@ -27,10 +27,10 @@ from ..units import fmt_bytes, fmt_duration
 from .common import add_section_command, emit_summary, run_with_progress
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     p = sub.add_parser(
-        "embed",
-        help="graph and knowledge-graph embeddings, out of core (Legend): train, eval, predict, export, plan",
+        name,
+        help=help,
         description="Out-of-core embedding training after Legend: node partitions on disk, a buffer of a few "
         "resident partitions, a prefetch-friendly partition order, native CPU kernels.",
     )

@@ -8,10 +8,10 @@ from ..config import FarmemServeConfig, from_args
 from .common import add_section_command
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     p = sub.add_parser(
-        "farmem",
-        help="far memory: a memory server that `strata run --far` offloads edge blocks to",
+        name,
+        help=help,
         description="Far memory for `strata run`: a process on a machine with spare RAM that holds read-only edge "
         "blocks for a compute process and serves them back in chunks.",
     )

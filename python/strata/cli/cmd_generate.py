@@ -14,10 +14,10 @@ HELP = {
 }
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     p = sub.add_parser(
-        "generate",
-        help="generate a synthetic graph (rmat, kg, sbm, hetsbm), deterministic by seed",
+        name,
+        help=help,
         description="Streams a synthetic graph to disk; equal options give identical files. "
         "Convert the files of rmat, kg and sbm with `strata convert`; hetsbm writes a store. "
         "See docs/generators.md.",

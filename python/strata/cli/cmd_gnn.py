@@ -7,10 +7,10 @@ from ..config import GnnTrainConfig, from_args
 from .common import add_section_command, emit_summary, run_with_progress
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     p = sub.add_parser(
-        "gnn",
-        help="GNN training with node features on disk (GIDS + Helios data path)",
+        name,
+        help=help,
         description="Mini-batch GNN training whose node features stay on disk: a hot set and a window-pinned "
         "cache in RAM, merged direct reads, a pipelined loader.",
     )

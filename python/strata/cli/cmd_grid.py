@@ -9,10 +9,10 @@ from ..config import GridBuildConfig, GridInfoConfig, from_args
 from .common import add_section_command, emit_summary, run_with_progress
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     p = sub.add_parser(
-        "grid",
-        help="edge grids for graph analytics (Fargraph+): build, info",
+        name,
+        help=help,
         description="A grid holds a store's train edges in P x P blocks (vertex chunk of the source x chunk of the "
         "destination) that `strata run` streams. Grids live in STORE/grids/NAME, or, built straight from an input "
         "edge list, in a directory of their own.",

@@ -10,14 +10,14 @@ from ..store import Store
 from .common import add_section_command
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     add_section_command(
         sub,
-        "info",
+        name,
         InfoConfig,
         run,
         output_flags=False,
-        help="describe a store: counts, degrees, bytes per array, each engine's memory plan under --memory",
+        help=help,
     )
 
 

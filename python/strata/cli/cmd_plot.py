@@ -7,14 +7,14 @@ from ..plot import plot_run
 from .common import add_section_command
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     add_section_command(
         sub,
-        "plot",
+        name,
         PlotConfig,
         run,
         output_flags=False,
-        help="PNG charts of a run: loss, metrics, and the I/O timeline (embedding) or loader stages and tiers (GNN)",
+        help=help,
     )
 
 

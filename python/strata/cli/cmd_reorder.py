@@ -7,13 +7,13 @@ from ..reorder import reorder
 from .common import add_section_command, emit_summary, run_with_progress
 
 
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     add_section_command(
         sub,
-        "reorder",
+        name,
         ReorderConfig,
         run,
-        help="renumber a store's nodes for locality (degree, bfs, rcm, glist, community) into a new store",
+        help=help,
         description="Writes STORE renumbered so that nodes sampled together get nearby ids and share feature "
         "pages: every node-indexed array (features, labels, degrees, CSR/CSC) is permuted and every node id "
         "(edges, topology, node splits) mapped, within --memory. The new store's original_id array holds each "

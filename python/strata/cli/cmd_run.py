@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from .. import _native
 from ..config import RunConfig, from_args
 from ..embed import dist
 from .common import add_section_command, emit_summary, run_with_progress
 
 
-def register(sub) -> None:
-    names = ", ".join(a["name"] for a in _native.grid_algorithms())
+def register(sub, name: str, help: str) -> None:
     add_section_command(
         sub,
-        "run",
+        name,
         RunConfig,
         run,
-        help=f"graph analytics out of core: {names} (Fargraph+)",
-        description="Runs ALGORITHM on STORE's grid (found in STORE/grids/, or built on first use) within --memory: "
-        "vertex data stays local (in windows paged within the budget when it does not fit), edge blocks go to far "
-        "memory (--far HOST:PORT, up to --far-ratio of the footprint), "
+        help=help,
+        description="Runs ALGORITHM on STORE's grid (found in STORE/grids/, or built on first use) "
+        "within --memory: vertex data stays local (in windows paged within the budget when it does not fit), edge "
+        "blocks go to far memory (--far HOST:PORT, up to --far-ratio of the footprint), "
         "stay resident when they fit, or stream from disk every pass. Prints the budget plan, one line per iteration "
         "and a summary; writes the result arrays, metrics.jsonl and run.json to --out (STORE/runs/grid-ALGO). "
         "Under torchrun each rank streams its own columns of the grid within its own --memory and the ranks "

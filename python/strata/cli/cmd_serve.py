@@ -2,50 +2,41 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from ..config import from_args
 from ..config.serve import ServeConfig, ServeStatusConfig
 from .common import add_section_command
 
-#: ``strata serve status`` is routed here (``serve`` itself takes store paths, so ``status``
-#: cannot be one of its sub-parsers).
-STATUS_COMMAND = "serve-status"
 
-
-def register(sub) -> None:
+def register(sub, name: str, help: str) -> None:
     s = add_section_command(
         sub,
-        "serve",
+        name,
         ServeConfig,
         run_serve,
         output_flags=False,
-        help="run the near-data graph service (gRPC) until SIGTERM or Ctrl-C; `strata serve status` asks one",
+        help=help,
         description="Serves registered graphs and models over gRPC (proto/strata/serve/v1/serve.proto; see "
         "docs/serve.md): registration, durable mutations, and analyses (embeddings, classes, link scores) computed "
         "next to the data. Stores given as arguments are registered at start. Prints 'listening on HOST:PORT' "
         "(flushed) once ready; SIGTERM drains in-flight requests, then exits 0 with a summary line.",
     )
     s.add_argument("--json-summary", action="store_true", help="print the final summary as JSON on stdout")
+
+
+def register_status(sub, name: str, help: str) -> None:
     st = add_section_command(
         sub,
-        STATUS_COMMAND,
+        name,
         ServeStatusConfig,
         run_status,
         output_flags=False,
-        help=argparse.SUPPRESS,
+        help=help,
         description="Prints a running server's registered graphs and models, cache hit rates and queue depth.",
     )
     st.prog = "strata serve status"
     st.add_argument("--json", action="store_true", help="print the status as JSON")
-
-
-def route(argv: list[str]) -> list[str]:
-    """``serve status ...`` -> ``serve-status ...``."""
-    if argv[:2] == ["serve", "status"]:
-        return [STATUS_COMMAND, *argv[2:]]
-    return argv
 
 
 def run_serve(args) -> int:
