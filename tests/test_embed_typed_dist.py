@@ -1,8 +1,9 @@
 """PyTorch-BigGraph's entity types under torchrun: two ranks train a typed graph (per-type
 partitions, each side's negatives of its own type), every bucket once an epoch, with every type
 partitioned or with types held whole all epoch (unpartitioned and featurized: the pinned
-region, which every rank trains and the relation rounds keep identical), on the Rust engine and
-on the torch device step; owner mode with a pinned region is refused naming the option.
+region, which every rank trains and the relation rounds keep identical), in float32 and bf16
+tables, on the Rust engine and on the torch device step; owner mode with a pinned region is
+refused naming the option.
 
 One launch (tests/dist_runs.py) runs them all: a launch's start costs several times what a run
 on this graph does."""
@@ -34,8 +35,9 @@ PINNED = ["--featurized", "film", "--entity-partitions", "person=3", "genre=1", 
 def launch(tmp_path_factory) -> tuple[Path, Path]:
     """Two ranks on loopback train the typed graph for two epochs with every type partitioned
     (run ``typed``), with films and genres held whole (``pinned``; ``device`` on the torch
-    device step's CPU twin), then try that in owner mode (``owners``): the log folder
-    (``dist_runs.result``) and the folder of the run directories."""
+    device step's CPU twin; ``bf16`` and ``device-bf16`` in a bf16 table, whose pinned region
+    the rounds sum in float32 and round back alike on both ranks), then try that in owner mode
+    (``owners``): the log folder (``dist_runs.result``) and the folder of the run directories."""
     needs("torch")
     d = tmp_path_factory.mktemp("typed-dist")
     store = d / "kg.strata"
@@ -47,6 +49,9 @@ def launch(tmp_path_factory) -> tuple[Path, Path]:
         {"name": "pinned", "argv": [*train, "--run-dir", runs / "pinned", *PINNED]},
         {"name": "device", "argv": [*train, "--run-dir", runs / "device", *PINNED, "--device", "torch-cpu",
                                     "--negative-pool", "resident"]},
+        {"name": "bf16", "argv": [*train, "--run-dir", runs / "bf16", *PINNED, "--table-dtype", "bf16"]},
+        {"name": "device-bf16", "argv": [*train, "--run-dir", runs / "device-bf16", *PINNED, "--table-dtype", "bf16",
+                                         "--device", "torch-cpu", "--negative-pool", "resident"]},
         {"name": "owners", "argv": [*train, "--run-dir", runs / "owners", *PINNED, "--dist-storage", "owners"]},
     ]  # fmt: skip
     cmd = [
@@ -59,7 +64,7 @@ def launch(tmp_path_factory) -> tuple[Path, Path]:
     return d / "logs", runs
 
 
-@pytest.mark.parametrize("name", ["typed", "pinned", "device"])
+@pytest.mark.parametrize("name", ["typed", "pinned", "device", "bf16", "device-bf16"])
 def test_two_ranks_train_a_typed_graph(launch, strata_cli, name):
     logs, runs = launch
     for rank in (0, 1):
@@ -75,6 +80,7 @@ def test_two_ranks_train_a_typed_graph(launch, strata_cli, name):
         assert sum(r["buckets"] for r in record["ranks"]) == 9
         if before is not None:
             assert record["table_crc"]["start"] == before["table_crc"]["end"]
+    assert meta["layout"]["dtype"] == ("bf16" if "bf16" in name else "f32")
     types = {t["name"]: t["partitioned"] for t in meta["partitioning"]["types"]}
     if name == "typed":
         check_epochs(run, 9)  # the committed file's CRC too (regions of one size)

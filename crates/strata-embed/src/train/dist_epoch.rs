@@ -20,7 +20,9 @@
 //! each reads it from the committed table when the epoch starts and trains it with its buckets,
 //! and the relation rounds sum its changes over the ranks with the relation rows'. After the
 //! last round every rank holds the same region, and rank 0 writes it back: its holding is the
-//! region's chain in the epoch's table check.
+//! region's chain in the epoch's table check. In a bf16 table the rounds sum the region in
+//! float32 and round each sum back stochastically with noise of the run's seed, the epoch, the
+//! round and the value's position, which every rank draws alike.
 //!
 //! Negative banks (the `all` pool) are shared this way: at the start of an epoch every rank
 //! reads the bank blocks of the partitions it owns ([`owner_of`]) from the committed table and
@@ -41,8 +43,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use strata_io::progress::Progress;
 use strata_io::{AlignedBuf, Engine};
+use strata_store::rng::derive;
 
 use crate::compute::backend::SlotKind;
+use crate::compute::bf16;
+use crate::config::TableDtype;
 use crate::error::{EmbedError, Result};
 use crate::ordering::Bucket;
 use crate::storage::epoch_io::{prefetch_edges, BucketEdges};
@@ -52,6 +57,9 @@ use crate::train::dist::{
     fault_point, owner_of, Cluster, Grant, Holding, PartitionSource, RankReport,
 };
 use crate::train::epoch::{EpochReport, Interval, Pass, Tally, Timeline, Trainer};
+
+/// Key of the epoch salts of the relation rounds' bf16 roundings (derived from the run's seed).
+const ROUND_SALT: u64 = 0x50d5;
 
 /// How long a rank told to wait pauses before it asks again, when no round is due.
 const WAIT_PAUSE: Duration = Duration::from_millis(20);
@@ -106,6 +114,45 @@ impl Drop for EdgeFeed {
     }
 }
 
+/// A run of values a relation round keeps identical on every rank, as its table stores them.
+enum RoundValues<'a> {
+    F32(&'a mut [f32]),
+    /// A bf16 table's pinned region (rows and state): widened for the sum, rounded back.
+    Bf16(&'a mut [u16]),
+}
+
+impl RoundValues<'_> {
+    fn len(&self) -> usize {
+        match self {
+            RoundValues::F32(v) => v.len(),
+            RoundValues::Bf16(v) => v.len(),
+        }
+    }
+
+    /// Writes the values, widened, into `out` (same length).
+    fn widen_into(&self, out: &mut [f32]) {
+        match self {
+            RoundValues::F32(v) => out.copy_from_slice(v),
+            RoundValues::Bf16(v) => bf16::widen(v, out),
+        }
+    }
+
+    /// Stores `sum` (same length) as the values. A bf16 value is rounded stochastically with
+    /// the noise of `salt` at its position, so every rank, holding the same sum and salt,
+    /// stores the same value; `sum` becomes what was stored.
+    fn store(&mut self, sum: &mut [f32], salt: u64) {
+        match self {
+            RoundValues::F32(v) => v.copy_from_slice(sum),
+            RoundValues::Bf16(v) => {
+                for (i, (h, x)) in v.iter_mut().zip(sum.iter_mut()).enumerate() {
+                    *h = bf16::round_stochastic(*x, bf16::noise(salt, i));
+                    *x = bf16::to_f32(*h);
+                }
+            }
+        }
+    }
+}
+
 /// The values every rank keeps identical ([`Trainer::round_values`]: the relation rows and
 /// their optimizer state, and a typed run's pinned region) as of the last round: a round sums
 /// each rank's change since then.
@@ -113,41 +160,57 @@ struct RelationRounds {
     base: Vec<f32>,
     scratch: Vec<f32>,
     rounds: usize,
+    /// The epoch's salt of the bf16 roundings, the same on every rank.
+    salt: u64,
 }
 
 impl RelationRounds {
-    fn new(values: &[&mut [f32]]) -> RelationRounds {
-        let base: Vec<f32> = values.iter().flat_map(|v| v.iter()).copied().collect();
+    fn new(values: &[RoundValues], salt: u64) -> RelationRounds {
+        let mut base = vec![0.0; values.iter().map(RoundValues::len).sum()];
+        widen_all(values, &mut base);
         RelationRounds {
             scratch: vec![0.0; base.len()],
             base,
             rounds: 0,
+            salt,
         }
     }
 
-    /// One round: every rank's delta summed into the base, which becomes every rank's values.
+    /// One round: every rank's delta summed into the base, which becomes every rank's values
+    /// (a bf16 one rounded: the sum of two ranks' changes to a value need not be a bf16).
     /// Returns whether every rank is done with the epoch.
     fn round(
         &mut self,
-        values: &mut [&mut [f32]],
+        values: &mut [RoundValues],
         cluster: &mut dyn Cluster,
         done: bool,
     ) -> Result<bool> {
-        let now = values.iter().flat_map(|v| v.iter());
-        for (d, (now, base)) in self.scratch.iter_mut().zip(now.zip(&self.base)) {
-            *d = now - base;
+        widen_all(values, &mut self.scratch);
+        for (d, base) in self.scratch.iter_mut().zip(&self.base) {
+            *d -= base;
         }
         let all_done = cluster.sync(&mut self.scratch, done)?;
         for (base, d) in self.base.iter_mut().zip(&self.scratch) {
             *base += d;
         }
+        let salt = derive(self.salt, self.rounds as u64);
         let mut at = 0;
         for v in values.iter_mut() {
-            v.copy_from_slice(&self.base[at..at + v.len()]);
-            at += v.len();
+            let n = v.len();
+            v.store(&mut self.base[at..at + n], salt);
+            at += n;
         }
         self.rounds += 1;
         Ok(all_done)
+    }
+}
+
+/// `values` widened, one after another, into `out`.
+fn widen_all(values: &[RoundValues], out: &mut [f32]) {
+    let mut at = 0;
+    for v in values {
+        v.widen_into(&mut out[at..at + v.len()]);
+        at += v.len();
     }
 }
 
@@ -522,10 +585,11 @@ impl Trainer {
             }
             self.slot_filled(p)?;
         }
+        let round_salt = derive(derive(self.cfg.seed, ROUND_SALT), epoch as u64);
         let mut rp = RankPass {
             pass,
             ledger,
-            rounds: RelationRounds::new(&self.round_values()),
+            rounds: RelationRounds::new(&self.round_values(), round_salt),
             rounds_carry: !self.relations.params.is_empty()
                 || pinned.is_some()
                 || (self.banks.is_some() && self.cfg.bank_sync_every > 0),
@@ -739,16 +803,22 @@ impl Trainer {
     }
 
     /// The values a relation round keeps identical on every rank: the relation rows and their
-    /// optimizer state, and a typed run's pinned region (its rows and their state, float32:
-    /// the config refuses bf16 tables with a pinned region under torchrun).
-    fn round_values(&mut self) -> Vec<&mut [f32]> {
+    /// optimizer state, and a typed run's pinned region (its rows and their state, in the
+    /// table's dtype).
+    fn round_values(&mut self) -> Vec<RoundValues<'_>> {
         let pinned = self.buckets.partitioning.pinned();
+        let bf16 = self.buffer.layout.dtype == TableDtype::Bf16;
         let mut values = vec![
-            &mut self.relations.params[..],
-            &mut self.relations.state[..],
+            RoundValues::F32(&mut self.relations.params[..]),
+            RoundValues::F32(&mut self.relations.state[..]),
         ];
         if let Some(p) = pinned {
-            values.push(bytemuck::cast_slice_mut(self.buffer.region_mut(p)));
+            let region = self.buffer.region_mut(p);
+            values.push(if bf16 {
+                RoundValues::Bf16(bytemuck::cast_slice_mut(region))
+            } else {
+                RoundValues::F32(bytemuck::cast_slice_mut(region))
+            });
         }
         values
     }
@@ -930,14 +1000,23 @@ mod tests {
     fn a_round_sums_both_ranks_changes_into_every_value_it_keeps() {
         // The relation rows, their state and a pinned region, as one round sees them.
         let (mut rel, mut state, mut pinned) = (vec![1.0f32, 2.0], vec![0.5f32], vec![3.0f32; 3]);
-        let mut rounds = RelationRounds::new(&[&mut rel[..], &mut state[..], &mut pinned[..]]);
+        let values = [
+            RoundValues::F32(&mut rel[..]),
+            RoundValues::F32(&mut state[..]),
+            RoundValues::F32(&mut pinned[..]),
+        ];
+        let mut rounds = RelationRounds::new(&values, 7);
         rel[1] += 1.0;
         pinned[2] -= 2.0;
         let mut peer = TestRank {
             rank: 0,
             peer: Some(vec![0.0, 0.5, 0.25, 1.0, 0.0, 0.0]),
         };
-        let values = &mut [&mut rel[..], &mut state[..], &mut pinned[..]];
+        let values = &mut [
+            RoundValues::F32(&mut rel[..]),
+            RoundValues::F32(&mut state[..]),
+            RoundValues::F32(&mut pinned[..]),
+        ];
         assert!(!rounds.round(values, &mut peer, false).unwrap());
         assert_eq!(
             (rel, state, pinned),
@@ -945,5 +1024,49 @@ mod tests {
         );
         assert_eq!(rounds.base, vec![1.0, 3.5, 0.75, 4.0, 3.0, 1.0]);
         assert_eq!(rounds.rounds, 1);
+    }
+
+    #[test]
+    fn both_ranks_round_a_bf16_region_alike_and_without_bias() {
+        // A bf16 pinned region of 4,096 values at 1.0. Rank 0 moved every value up a bf16 step
+        // (to 1 + 2^-7), rank 1 down one (to 1 - 2^-8, the step below 1 being half the step
+        // above): the sum, 1 + 2^-8, lies halfway between the bf16 values 1 and 1 + 2^-7. Each
+        // rank measures its own change and receives the other's; both must store the same
+        // values, rounded up about half the time.
+        let n = 4096;
+        let (up, down) = (1.0 + 1.0 / 128.0, 1.0 - 1.0 / 256.0);
+        let rank = |r: usize, moved_to: f32, peer_delta: f32| {
+            let mut rel = vec![1.0f32];
+            let mut region = vec![bf16::round(1.0); n];
+            let mut rounds = RelationRounds::new(
+                &[
+                    RoundValues::F32(&mut rel[..]),
+                    RoundValues::Bf16(&mut region[..]),
+                ],
+                11,
+            );
+            region.fill(bf16::round(moved_to));
+            let mut peer = TestRank {
+                rank: r,
+                peer: Some([vec![0.0], vec![peer_delta; n]].concat()),
+            };
+            let values = &mut [
+                RoundValues::F32(&mut rel[..]),
+                RoundValues::Bf16(&mut region[..]),
+            ];
+            rounds.round(values, &mut peer, false).unwrap();
+            // The base is what was stored: the next round's changes are measured from it.
+            let mut stored = vec![0.0; n];
+            bf16::widen(&region, &mut stored);
+            assert_eq!(rounds.base[1..], stored[..]);
+            region
+        };
+        let a = rank(0, up, down - 1.0);
+        let b = rank(1, down, up - 1.0);
+        assert_eq!(a, b, "the ranks disagree on the rounded region");
+        let ups = a.iter().filter(|&&h| bf16::to_f32(h) == up).count();
+        let ones = a.iter().filter(|&&h| bf16::to_f32(h) == 1.0).count();
+        assert_eq!(ups + ones, n);
+        assert!(ups.abs_diff(n / 2) < 200, "{ups} of {n} rounded up");
     }
 }

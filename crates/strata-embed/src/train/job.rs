@@ -16,7 +16,7 @@ use strata_store::Store;
 
 use crate::compute::device::{for_device, NO_BANKS};
 use crate::compute::kernels::sgemm_reference_flops;
-use crate::config::{Corrupt, DistStorage, Protocol, TableDtype, TrainConfig, Which};
+use crate::config::{Corrupt, DistStorage, Protocol, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
 use crate::eval::device::ranker_for;
 use crate::eval::rank::Ranker;
@@ -397,7 +397,7 @@ struct Setup {
 
 /// Refuses what a typed run does not support yet, naming the option: under torchrun, a type
 /// held whole all epoch (unpartitioned or featurized: the pinned region, which every rank
-/// trains, the relation rounds summing its changes) in owner mode or in a bf16 table.
+/// trains, the relation rounds summing its changes) in owner mode.
 fn check_typed(spec: Option<&TypeSpec>, cfg: &TrainConfig, world_size: usize) -> Result<()> {
     let Some(spec) = spec.filter(|_| world_size > 1) else {
         return Ok(());
@@ -405,21 +405,14 @@ fn check_typed(spec: Option<&TypeSpec>, cfg: &TrainConfig, world_size: usize) ->
     let Some(t) = spec.types.iter().find(|t| !t.partitioned) else {
         return Ok(());
     };
-    let (key, why) = match (cfg.dist_storage, cfg.table_dtype) {
-        (DistStorage::Owners, _) => (
-            "dist_storage",
-            "dist_storage = owners (the region has no owner yet); use dist_storage = shared",
-        ),
-        (_, TableDtype::Bf16) => (
-            "table_dtype",
-            "table_dtype = bf16 (the rounds sum its changes in float32); use table_dtype = f32",
-        ),
-        _ => return Ok(()),
-    };
+    if cfg.dist_storage != DistStorage::Owners {
+        return Ok(());
+    }
     Err(EmbedError::Config(format!(
-        "embed.train.{key}: entity type {:?} is held whole all epoch (unpartitioned or \
-         featurized), which a distributed run does not support with {why}, or partition every \
-         type (entity_partitions = [\"{}={}\", ...])",
+        "embed.train.dist_storage: entity type {:?} is held whole all epoch (unpartitioned or \
+         featurized), which a distributed run does not support with dist_storage = owners (the \
+         region has no owner yet); use dist_storage = shared, or partition every type \
+         (entity_partitions = [\"{}={}\", ...])",
         t.name,
         t.name,
         spec.partitions.unwrap_or(2).max(2)
