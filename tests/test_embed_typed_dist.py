@@ -2,8 +2,8 @@
 partitions, each side's negatives of its own type), every bucket once an epoch, with every type
 partitioned or with types held whole all epoch (unpartitioned and featurized: the pinned
 region, which every rank trains and the relation rounds keep identical), in float32 and bf16
-tables, on the Rust engine and on the torch device step; owner mode with a pinned region is
-refused naming the option.
+tables, on the Rust engine and on the torch device step, with a shared run directory and in owner
+mode.
 
 One launch (tests/dist_runs.py) runs them all: a launch's start costs several times what a run
 on this graph does."""
@@ -36,8 +36,9 @@ def launch(tmp_path_factory) -> tuple[Path, Path]:
     """Two ranks on loopback train the typed graph for two epochs with every type partitioned
     (run ``typed``), with films and genres held whole (``pinned``; ``device`` on the torch
     device step's CPU twin; ``bf16`` and ``device-bf16`` in a bf16 table, whose pinned region
-    the rounds sum in float32 and round back alike on both ranks), then try that in owner mode
-    (``owners``): the log folder (``dist_runs.result``) and the folder of the run directories."""
+    the rounds sum in float32 and round back alike on both ranks; ``owners`` in owner mode, each
+    rank keeping the pinned region in its own tables): the log folder (``dist_runs.result``) and
+    the folder of the run directories."""
     needs("torch")
     d = tmp_path_factory.mktemp("typed-dist")
     store = d / "kg.strata"
@@ -64,13 +65,20 @@ def launch(tmp_path_factory) -> tuple[Path, Path]:
     return d / "logs", runs
 
 
-@pytest.mark.parametrize("name", ["typed", "pinned", "device", "bf16", "device-bf16"])
+@pytest.mark.parametrize("name", ["typed", "pinned", "device", "bf16", "device-bf16", "owners"])
 def test_two_ranks_train_a_typed_graph(launch, strata_cli, name):
     logs, runs = launch
     for rank in (0, 1):
         rc, out, err = dist_runs.result(logs, name, rank)
         assert rc == 0, out[-2000:] + err[-4000:]
     run = runs / name
+    if name == "owners":
+        # Each rank's directory holds the partitions it owns and its copy of the pinned region;
+        # gathered, they make one run.
+        run = runs / "owners-gathered"
+        run_strata("embed", "gather", run, runs / name / "rank-0", runs / name / "rank-1")
+        regions = [_pinned_rows(d) for d in (runs / name / "rank-0", runs / name / "rank-1", run)]
+        assert regions[0] == regions[1] == regions[2] and any(regions[0])
     meta = json.loads((run / "run.json").read_text())
     assert meta["world_size"] == 2 and meta["current"]["epoch"] == 2
     for before, record in zip([None, *meta["history"][:-1]], meta["history"], strict=True):
@@ -98,13 +106,13 @@ def test_two_ranks_train_a_typed_graph(launch, strata_cli, name):
     assert {r["name"][0] for r in got["predictions"]} == {"f"}, got
 
 
-def test_a_type_held_whole_in_owner_mode_is_refused_naming_the_option(launch):
-    logs, runs = launch
-    # Rank 0 refuses the run, naming the option, the type and what to set; rank 1 stops too.
-    rc, out, err = dist_runs.result(logs, "owners", 0)
-    assert rc == 2 and "Traceback" not in err, out[-2000:] + err[-4000:]
-    assert "embed.train.dist_storage" in err and '"film" is held whole all epoch' in err, err
-    assert "dist_storage = shared" in err, err
-    rc, out, err = dist_runs.result(logs, "owners", 1)
-    assert rc not in (0, None) and "Traceback" not in err, out[-2000:] + err[-4000:]
-    assert not list(runs.glob("owners/**/run.json"))
+def _pinned_rows(run: Path) -> bytes:
+    """The bytes of the pinned region's rows and state in ``run``'s current table (regions are
+    padded to 4 KiB)."""
+    meta = json.loads((run / "run.json").read_text())
+    layout, partitions = meta["layout"], meta["partitioning"]["partitions"]
+    row_bytes = (layout["dim"] + layout["state_per_row"]) * 4
+    part_bytes = -(-layout["rows"] * row_bytes // 4096) * 4096
+    with open(run / meta["current"]["table"], "rb") as f:
+        f.seek(partitions * part_bytes)
+        return f.read(layout["pinned"]["rows"] * row_bytes)

@@ -125,8 +125,10 @@ pub fn gather(
     std::fs::create_dir_all(out).map_err(|e| io_err("mkdir", out, e))?;
     let engine = Engine::shared();
     let layout = meta.layout;
-    let parts = meta.partitioning.partitions;
-    let table_bytes = parts as u64 * layout.part_bytes();
+    // Every partition, from its owner, and a typed run's pinned region, which every rank
+    // holds alike (from its owner too).
+    let regions = meta.partitioning.regions();
+    let table_bytes = layout.table_bytes(meta.partitioning.partitions);
     for name in ["table-0.bin", "table-1.bin", "table-2.bin"] {
         let path = out.join(name);
         TableFile::open(&engine, &path, true)?;
@@ -144,19 +146,20 @@ pub fn gather(
         progress,
         "gather partitions",
         table_bytes * tables.len() as u64,
-        parts as u64 * tables.len() as u64,
+        (regions.len() * tables.len()) as u64,
     );
-    let mut buf = AlignedBuf::new(layout.part_bytes() as usize);
+    let largest = regions.iter().map(|&p| layout.region_bytes(p)).max();
+    let mut buf = AlignedBuf::new(largest.unwrap_or(0) as usize);
     for name in &tables {
         let target = TableFile::open(&engine, &out.join(name), false)?;
         let sources = runs
             .iter()
             .map(|r| TableFile::open(&engine, &r.table_path(name), false))
             .collect::<Result<Vec<_>>>()?;
-        for p in 0..parts {
+        for &p in &regions {
             sources[owner_of(p, world)].read_partition(&engine, &layout, p, &mut buf)?;
             target.write_partition(&engine, &layout, p, &mut buf)?;
-            meter.add(1, layout.part_bytes())?;
+            meter.add(1, layout.region_bytes(p))?;
         }
         target.sync()?;
     }
@@ -177,10 +180,10 @@ pub fn gather(
     run.commit()?;
     run.rewrite_logs()?;
     progress.message(&format!(
-        "gathered epoch {} of {} ranks' partitions ({} partitions, {} table{}) into {}",
+        "gathered epoch {} of {} ranks' partitions ({} regions, {} table{}) into {}",
         run.meta.current.epoch,
         world,
-        parts,
+        regions.len(),
         tables.len(),
         if tables.len() == 1 { "" } else { "s" },
         out.display()

@@ -314,8 +314,8 @@ pub struct NewRun<'a> {
 }
 
 /// Creates a new run in `dir`: initial table and relations, committed as epoch 0. With
-/// `owned = (rank, world_size)` (owner mode) only that rank's partitions are initialised; the
-/// others' regions stay holes of the full-sized files.
+/// `owned = (rank, world_size)` (owner mode) only that rank's partitions (and a typed run's
+/// pinned region) are initialised; the others' regions stay holes of the full-sized files.
 pub fn create(
     dir: &Path,
     new: NewRun,
@@ -373,8 +373,8 @@ fn create_tables(dir: &Path, engine: &Arc<Engine>, table_bytes: u64, full: bool)
     Ok(())
 }
 
-/// Initialises the partitions of the first table (in owner mode this rank's only) through the
-/// buffer's slots, and syncs it.
+/// Initialises the partitions of the first table (in owner mode this rank's only, and a typed
+/// run's pinned region, which every rank holds) through the buffer's slots, and syncs it.
 fn init_table(
     dir: &Path,
     new: &NewRun,
@@ -386,10 +386,8 @@ fn init_table(
     let table_bytes = new.layout.table_bytes(p.partitions);
     let mut meter = Meter::new(progress, "init table", table_bytes, p.partitions as u64);
     for part in p.regions() {
-        if new
-            .owned
-            .is_some_and(|(rank, world)| owner_of(part, world) != rank)
-        {
+        let mine = |(rank, world)| owner_of(part, world) == rank || p.pinned() == Some(part);
+        if new.owned.is_some_and(|owned| !mine(owned)) {
             continue;
         }
         let rows = p.stored_rows(part);

@@ -20,7 +20,8 @@
 //! each reads it from the committed table when the epoch starts and trains it with its buckets,
 //! and the relation rounds sum its changes over the ranks with the relation rows'. After the
 //! last round every rank holds the same region, and rank 0 writes it back: its holding is the
-//! region's chain in the epoch's table check. In a bf16 table the rounds sum the region in
+//! region's chain in the epoch's table check. In owner mode every rank keeps a copy in its own
+//! tables (each initialises it alike and writes it back after the last round). In a bf16 table the rounds sum the region in
 //! float32 and round each sum back stochastically with noise of the run's seed, the epoch, the
 //! round and the value's position, which every rank draws alike.
 //!
@@ -47,7 +48,7 @@ use strata_store::rng::derive;
 
 use crate::compute::backend::SlotKind;
 use crate::compute::bf16;
-use crate::config::TableDtype;
+use crate::config::{DistStorage, TableDtype};
 use crate::error::{EmbedError, Result};
 use crate::ordering::Bucket;
 use crate::storage::epoch_io::{prefetch_edges, BucketEdges};
@@ -627,10 +628,16 @@ impl Trainer {
             }
         }
         let t = Instant::now();
-        if let (Some(p), 0) = (pinned, rank) {
-            // After the last round: every rank holds the same pinned region.
-            self.buffer.write(p, next)?;
-            rp.ledger.written(p, crc32fast::hash(self.buffer.region(p)));
+        if let Some(p) = pinned {
+            // After the last round every rank holds the same pinned region: rank 0 writes it
+            // back (its holding is the region's chain), and in owner mode every rank writes
+            // it into its own table, from which it starts the next epoch.
+            if rank == 0 {
+                self.buffer.write(p, next)?;
+                rp.ledger.written(p, crc32fast::hash(self.buffer.region(p)));
+            } else if self.cfg.dist_storage == DistStorage::Owners {
+                self.buffer.write(p, next)?;
+            }
         }
         let (ledger, tl) = (&mut rp.ledger, &mut rp.pass.tl);
         rp.pass.tally.loads += self.flush_shared_banks(mover, ledger, tl, rp.trained, cluster)?;
@@ -1036,7 +1043,7 @@ mod tests {
         let n = 4096;
         let (up, down) = (1.0 + 1.0 / 128.0, 1.0 - 1.0 / 256.0);
         let rank = |r: usize, moved_to: f32, peer_delta: f32| {
-            let mut rel = vec![1.0f32];
+            let mut rel = [1.0f32];
             let mut region = vec![bf16::round(1.0); n];
             let mut rounds = RelationRounds::new(
                 &[

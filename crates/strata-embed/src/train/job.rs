@@ -16,7 +16,7 @@ use strata_store::Store;
 
 use crate::compute::device::{for_device, NO_BANKS};
 use crate::compute::kernels::sgemm_reference_flops;
-use crate::config::{Corrupt, DistStorage, Protocol, TrainConfig, Which};
+use crate::config::{Corrupt, Protocol, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
 use crate::eval::device::ranker_for;
 use crate::eval::rank::Ranker;
@@ -395,30 +395,6 @@ struct Setup {
     resumed: bool,
 }
 
-/// Refuses what a typed run does not support yet, naming the option: under torchrun, a type
-/// held whole all epoch (unpartitioned or featurized: the pinned region, which every rank
-/// trains, the relation rounds summing its changes) in owner mode.
-fn check_typed(spec: Option<&TypeSpec>, cfg: &TrainConfig, world_size: usize) -> Result<()> {
-    let Some(spec) = spec.filter(|_| world_size > 1) else {
-        return Ok(());
-    };
-    let Some(t) = spec.types.iter().find(|t| !t.partitioned) else {
-        return Ok(());
-    };
-    if cfg.dist_storage != DistStorage::Owners {
-        return Ok(());
-    }
-    Err(EmbedError::Config(format!(
-        "embed.train.dist_storage: entity type {:?} is held whole all epoch (unpartitioned or \
-         featurized), which a distributed run does not support with dist_storage = owners (the \
-         region has no owner yet); use dist_storage = shared, or partition every type \
-         (entity_partitions = [\"{}={}\", ...])",
-        t.name,
-        t.name,
-        spec.partitions.unwrap_or(2).max(2)
-    )))
-}
-
 /// Refuses `init_from` in owner mode.
 fn check_owner_init(cfg: &TrainConfig, side: &RunSide) -> Result<()> {
     if cfg.init_from.is_some() && side.seat.owner.is_some() {
@@ -466,7 +442,6 @@ fn plan_job(
 ) -> Result<Planning> {
     let graph = &store.manifest().graph;
     let spec = TypeSpec::of(store, cfg)?;
-    check_typed(spec.as_ref(), cfg, side.seat.world_size)?;
     // A new run's origin is checked before the run writes anything.
     let origin = match (&cfg.init_from, new_run) {
         (Some(from), true) => Some(incremental::Origin::open(from, Which::Best, cfg, store)?),
