@@ -21,9 +21,9 @@
 //! and the relation rounds sum its changes over the ranks with the relation rows'. After the
 //! last round every rank holds the same region, and rank 0 writes it back: its holding is the
 //! region's chain in the epoch's table check. In owner mode every rank keeps a copy in its own
-//! tables (each initialises it alike and writes it back after the last round). In a bf16 table the rounds sum the region in
-//! float32 and round each sum back stochastically with noise of the run's seed, the epoch, the
-//! round and the value's position, which every rank draws alike.
+//! tables (each initialises it alike and writes it back after the last round). In a bf16 table
+//! the rounds sum the region in float32 and round each sum back stochastically with noise of
+//! the run's seed, the epoch, the round and the value's position, which every rank draws alike.
 //!
 //! Negative banks (the `all` pool) are shared this way: at the start of an epoch every rank
 //! reads the bank blocks of the partitions it owns ([`owner_of`]) from the committed table and
@@ -632,11 +632,11 @@ impl Trainer {
             // After the last round every rank holds the same pinned region: rank 0 writes it
             // back (its holding is the region's chain), and in owner mode every rank writes
             // it into its own table, from which it starts the next epoch.
+            if rank == 0 || self.cfg.dist_storage == DistStorage::Owners {
+                self.buffer.write(p, next)?;
+            }
             if rank == 0 {
-                self.buffer.write(p, next)?;
                 rp.ledger.written(p, crc32fast::hash(self.buffer.region(p)));
-            } else if self.cfg.dist_storage == DistStorage::Owners {
-                self.buffer.write(p, next)?;
             }
         }
         let (ledger, tl) = (&mut rp.ledger, &mut rp.pass.tl);
