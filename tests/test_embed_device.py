@@ -196,6 +196,35 @@ def test_out_of_core_loads_the_same_partitions(kg, tmp_path, device, training):
     assert a["partition_loads"] > 2
 
 
+#: Out of core with the ``all`` pool: 6 partitions, 3 resident, the others' negatives drawn
+#: from their banks (34 rows each in 128M).
+BANKED = dict(partitions=6, buffer=3, negative_pool="all", memory="128M", epochs=2)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(model="complex"),
+        dict(model="complex", shared_negatives=False, negatives=8, degree_fraction=0.5),
+        dict(model="transe", corrupt="bernoulli", degree_fraction=0.25, chunk_size=50),
+    ],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
+)
+@pytest.mark.parametrize("device", DEVICES)
+def test_negatives_from_banks_train_alike(kg, tmp_path, device, options):
+    """Negatives drawn uniformly over every node, those of partitions on disk from their banks:
+    the device picks the bank rows the Rust engine picks, sums their gradient into the banks
+    (applied when the partition is next loaded, or flushed at the epoch's end: the same loads),
+    and the banks take an evicted partition's rows after they left the device. Two epochs,
+    so that the second starts from banks the first filled."""
+    cpu, dev = assert_same_training(kg, tmp_path, device, **BANKED, **options)
+    for a, b in zip(cpu.history, dev.history, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=RTOL[device])
+        assert a["partition_loads"] == b["partition_loads"] > 6
+    plan = {p["name"]: p for p in dev.meta["memory_plan"]["parts"]}
+    assert plan["negative banks"]["bytes"] > 0, plan
+
+
 @pytest.mark.parametrize("partitions", [1, 6])
 def test_only_a_lone_slot_steps_every_node_row(kg, tmp_path, monkeypatch, partitions):
     """Out of core the next partition is copied into a free slot of the device buffer while a
@@ -312,6 +341,7 @@ def stored_values(run_dir) -> np.ndarray:
         dict(model="transe", optimizer="adagrad_row"),
         dict(model="complex", training="1vsAll"),
         dict(model="complex", partitions=6, buffer=3, negative_pool="resident", memory="128M"),
+        dict(model="distmult", optimizer="adagrad_row", **{**BANKED, "epochs": 1}),
     ],
     ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
 )
@@ -360,15 +390,15 @@ def test_runs_cross_between_engines(kg, tmp_path, device, table_dtype):
     assert cpu.evaluate("test")["metrics"]["mrr"] > 0
 
 
-def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
+def test_unsupported_settings_are_refused_by_name(kg, typed, tmp_path, strata_cli):
     with pytest.raises(ConfigError, match="device"):
         trained(kg, tmp_path / "a", device="tpu")
     proc = strata_cli(
-        "embed", "train", kg, "--run-dir", tmp_path / "b", "--device", "torch-cpu", "--partitions", "4", "--buffer",
-        "3", "--negative-pool", "all", "-q", check=False,
+        "embed", "train", typed, "--run-dir", tmp_path / "b", "--device", "torch-cpu", "--entity-partitions",
+        "person=4", "--buffer", "3", "--negative-pool", "all", "-q", check=False,
     )  # fmt: skip
     assert proc.returncode == 2 and "negative_pool = all with partitions on disk" in proc.stderr, proc.stderr
-    assert not (tmp_path / "b").exists()
+    assert "typed run" in proc.stderr and not (tmp_path / "b").exists()
     assert "Traceback" not in proc.stderr
     proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "c", "--device", "cuda", "-q", check=False)
     if not torch.cuda.is_available():
@@ -378,7 +408,7 @@ def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
 def test_options_the_device_step_lacks_are_refused_naming_them(kg, typed, tmp_path):
     with pytest.raises(ConfigError, match=r"device_matmul.*\"tf32\" applies to a torch device"):
         trained(kg, tmp_path / "run", device_matmul="tf32")
-    # Negatives from partitions on disk (banks): refused before a run exists.
+    # A typed run's negatives from partitions on disk (banks): refused before a run exists.
     with pytest.raises(ConfigError, match=r"negative_pool = all with partitions on disk"):
         trained(typed, tmp_path / "run", device="torch-cpu", negative_pool="all", **TYPED)
     assert not (tmp_path / "run").exists()

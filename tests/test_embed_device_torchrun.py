@@ -9,7 +9,9 @@ two-rank runs are (test_embed_dist.py): every bucket trained once an epoch, the 
 and a test MRR far above a random ranking's. That the distributed epoch keeps the slots on the
 device through the slot hooks is checked by the ranks themselves: each loads ``HELD_ONLY``,
 which fails a piece whose partition or relation rows the backend did not hold (a piece that
-would have to copy them in and back).
+would have to copy them in and back). The run draws negatives over every node, those of
+partitions on disk from banks the ranks share, whose gradient rounds change the rows the
+devices hold.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from strata.embed.device import backend
 _ctx = backend.TorchCompute._ctx
 
 
-def _held_only(self, c, staged):
-    ctx = _ctx(self, c, staged)
+def _held_only(self, c, staged, *bank):
+    ctx = _ctx(self, c, staged, *bank)
     if staged:
         raise RuntimeError("a piece used a slot the slot hooks had not handed to the device")
     return ctx
@@ -48,9 +50,9 @@ backend.TorchCompute._ctx = _held_only
 """
 
 OPTIONS = ["--dim", "16", "--chunk-size", "200", "--negatives", "64", "--threads", "1", "--seed", "5",
-           "--partitions", "4", "--negative-pool", "resident", "--epochs", "2", "--eval-every", "1",
-           "--relation-sync-every", "2", "--dist-prefetch", "--model", "complex", "--dist-timeout", "120",
-           "-q"]  # fmt: skip
+           "--partitions", "4", "--negative-pool", "all", "--bank-sync-every", "1", "--epochs", "2",
+           "--eval-every", "1", "--relation-sync-every", "2", "--dist-prefetch", "--model", "complex",
+           "--dist-timeout", "120", "-q"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +84,8 @@ def test_two_ranks_train_validate_and_test_on_their_devices(kg, tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path / "site"), env.get("PYTHONPATH")) if p)
     meta = train_two_ranks(kg, tmp_path / "run", "--device", "torch-cpu", env=env)
     assert meta["config"]["device"] == "torch-cpu"
+    banks = [part for part in meta["memory_plan"]["parts"] if part["name"] == "negative banks"]
+    assert banks and banks[0]["bytes"] > 0, meta["memory_plan"]
     check_epochs(tmp_path / "run", 16)
     # Rank 0 validated each epoch and tested the best checkpoint on its device; the CPU
     # evaluator gives the same figures for the same checkpoint.

@@ -26,7 +26,8 @@ mod train;
 /// The `[embed.*]` config sections (their `///` comments are the help texts).
 pub use compute::backend::{DeviceCounters, SlotKind, StepCounters};
 pub use compute::device::{
-    register_device, DeviceCtx, DeviceFactory, DeviceLanding, DevicePiece, DeviceStep, DeviceTable,
+    register_device, DeviceBank, DeviceCtx, DeviceFactory, DeviceLanding, DevicePiece, DeviceStep,
+    DeviceTable,
 };
 pub use config::{
     EvalOptions, ExportFormat, ExportOptions, GatherOptions, PlanOptions, PredictOptions,

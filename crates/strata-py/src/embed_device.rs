@@ -89,6 +89,7 @@ impl PyDeviceStep {
         &self,
         py: Python<'py>,
         piece: &DevicePiece,
+        bank_grad: &mut [f32],
         views: &mut Vec<Bound<'py, PyAny>>,
     ) -> PyResult<StepCounters> {
         let ctxs = PyList::empty(py);
@@ -126,6 +127,18 @@ impl PyDeviceStep {
             d.set_item("part_of", c.part_of.clone())?;
             d.set_item("part_size", c.part_size)?;
             d.set_item("num_nodes", c.num_nodes)?;
+            match &c.bank {
+                Some(b) => {
+                    let bank = PyDict::new(py);
+                    // Read-only: the banks outlive the piece and change only between pieces.
+                    bank.set_item("rows", lent(py, b.rows, views)?)?;
+                    bank.set_item("version", b.version)?;
+                    bank.set_item("capacity", b.capacity)?;
+                    bank.set_item("lens", b.lens.clone())?;
+                    d.set_item("bank", bank)?;
+                }
+                None => d.set_item("bank", py.None())?,
+            }
             d.set_item("typed_spans", c.typed_spans.clone())?;
             match &c.feat {
                 Some(f) => {
@@ -180,8 +193,19 @@ impl PyDeviceStep {
                 false,
             )?
         };
+        // SAFETY: `bank_grad` is borrowed mutably for the call; the view is released before
+        // it returns.
+        let bank_grad = unsafe {
+            view(
+                py,
+                bank_grad.as_mut_ptr() as *mut u8,
+                std::mem::size_of_val(bank_grad),
+                true,
+            )?
+        };
         views.push(edges.clone());
         views.push(weights.clone());
+        views.push(bank_grad.clone());
         let (loss, directions, flops, busy): (f64, u64, f64, f64) = self
             .backend
             .call_method1(
@@ -194,6 +218,7 @@ impl PyDeviceStep {
                     edges,
                     weights,
                     piece.key,
+                    bank_grad,
                 ),
             )?
             .extract(py)?;
@@ -228,8 +253,14 @@ fn with_views<T>(
 }
 
 impl DeviceStep for PyDeviceStep {
-    fn train_piece(&mut self, piece: &DevicePiece) -> Result<StepCounters, String> {
-        with_views("device step", |py, views| self.call(py, piece, views))
+    fn train_piece(
+        &mut self,
+        piece: &DevicePiece,
+        bank_grad: &mut [f32],
+    ) -> Result<StepCounters, String> {
+        with_views("device step", |py, views| {
+            self.call(py, piece, bank_grad, views)
+        })
     }
 
     fn slot_in(&mut self, kind: SlotKind, t: &DeviceTable) -> Result<(), String> {

@@ -76,6 +76,16 @@ impl Rng {
         ((self.next_u64() as u128 * n as u128) >> 64) as u64
     }
 
+    /// [`Rng::below`]`(n)` and the low 64 bits of its product: the draw's position within
+    /// its value's share of the range, a uniform word of its own for a second choice made
+    /// from the same draw ([`scale`]), so that a caller addressing draws by position (a
+    /// device step) takes one draw per choice whatever the first one chose.
+    #[inline]
+    pub fn below_and_rest(&mut self, n: u64) -> (u64, u64) {
+        let product = self.next_u64() as u128 * n as u128;
+        ((product >> 64) as u64, product as u64)
+    }
+
     /// Two independent standard normal values (Box–Muller).
     #[inline]
     pub fn normal_pair(&mut self) -> (f64, f64) {
@@ -84,6 +94,12 @@ impl Rng {
         let (sin, cos) = (std::f64::consts::TAU * self.next_f64()).sin_cos();
         (radius * cos, radius * sin)
     }
+}
+
+/// Uniform `bits` scaled into `[0, n)` (Lemire's multiply-shift, as [`Rng::below`]).
+#[inline]
+pub fn scale(bits: u64, n: u64) -> u64 {
+    ((bits as u128 * n as u128) >> 64) as u64
 }
 
 #[cfg(test)]
@@ -150,5 +166,27 @@ mod tests {
             m1.abs() < 0.01 && (m2 - 1.0).abs() < 0.02 && (m4 - 3.0).abs() < 0.1,
             "moments {m1} {m2} {m4}"
         );
+    }
+
+    #[test]
+    fn the_rest_of_a_draw_is_uniform_within_each_first_choice() {
+        // Six first choices (an even range: the rest's low bit is always zero) by five second
+        // ones: every pair about equally often, as two independent draws would give them.
+        let mut rng = Rng::new(derive(5, 6));
+        let (n, draws) = (6u64, 300_000);
+        let mut counts = [[0u32; 5]; 6];
+        let mut plain = Rng::new(derive(5, 6));
+        for _ in 0..draws {
+            let (first, rest) = rng.below_and_rest(n);
+            assert_eq!(first, plain.below(n), "the first choice is below()'s");
+            counts[first as usize][scale(rest, 5) as usize] += 1;
+        }
+        let expect = draws as f64 / 30.0;
+        for c in counts.iter().flatten() {
+            assert!(
+                (*c as f64 - expect).abs() < 5.0 * expect.sqrt(),
+                "{counts:?}"
+            );
+        }
     }
 }

@@ -17,6 +17,7 @@ use crate::compute::backend::{
 use crate::config::{Corrupt, DeviceMatmul, TableDtype};
 use crate::error::{EmbedError, Result};
 use crate::model::{LossKind, RegScope, RegularizerKind};
+use crate::storage::bank::Banks;
 use crate::storage::shared::SharedRows;
 use crate::train::typed_negatives::NegSpace;
 use crate::train::worker::{BucketCtx, Pool};
@@ -78,12 +79,14 @@ pub struct DeviceCtx<'a> {
     /// Whether a chunk side's edges share its negatives (false: each edge draws its own).
     pub shared_negatives: bool,
     pub degree_fraction: f32,
-    /// `partition`, `resident` or `all` (then every partition is resident: `part_of` maps
-    /// each partition id to its index in `parts`), or `typed`: a typed run's negatives.
+    /// `partition`, `resident` or `all` (`part_of` maps each partition id to its index in
+    /// `parts`, or `None` for one on disk, whose negatives come from `bank`), or `typed`: a
+    /// typed run's negatives.
     pub pool: &'static str,
-    pub part_of: Vec<usize>,
+    pub part_of: Vec<Option<usize>>,
     pub part_size: u64,
     pub num_nodes: u64,
+    pub bank: Option<DeviceBank<'a>>,
     /// `typed`: the spans each side's uniform negatives are drawn among, tail corruption's
     /// then head corruption's, as `(index into parts, first row, entities)` in draw order
     /// ([`NegSpace::resident_spans`]).
@@ -121,6 +124,21 @@ pub struct DeviceFeat<'a> {
     pub rows: &'a [u32],
 }
 
+/// The negative banks of the `all` pool ([`Banks`]): `rows` holds a block of `capacity`
+/// rows of `dim` floats per partition (`partitions x capacity x dim`), of which partition
+/// `p`'s first `lens[p]` are in use; `version` changes whenever the rows may have. A uniform
+/// negative at node position `pos` of a partition on disk is its bank's row
+/// `scale(rest, lens[p])`, `rest` the low half of the draw's product
+/// ([`Rng::below_and_rest`](strata_store::rng::Rng::below_and_rest)); the step returns the
+/// gradient the rows received, summed, in [`DeviceStep::train_piece`]'s `bank_grad`.
+#[derive(Debug, Clone)]
+pub struct DeviceBank<'a> {
+    pub rows: &'a [f32],
+    pub version: u64,
+    pub capacity: usize,
+    pub lens: Vec<u32>,
+}
+
 /// One piece in plain values: chunk `c` is rows `bounds[c]..bounds[c + 1]` of `edges`
 /// (`[source, relation, destination]` rows, local) and of `weights` (empty: unweighted),
 /// trained against `ctxs[groups[c]]` with its negatives drawn from `derive(key, c)`.
@@ -137,7 +155,13 @@ pub struct DevicePiece<'a> {
 /// contract in [`crate::compute::backend`]) and returns what the steps added up to, or why it
 /// could not.
 pub trait DeviceStep: Send {
-    fn train_piece(&mut self, piece: &DevicePiece) -> std::result::Result<StepCounters, String>;
+    /// Trains `piece`; with negative banks ([`DeviceCtx::bank`]) it writes the gradient their
+    /// rows received into `bank_grad` (shaped as the bank's rows; empty without banks).
+    fn train_piece(
+        &mut self,
+        piece: &DevicePiece,
+        bank_grad: &mut [f32],
+    ) -> std::result::Result<StepCounters, String>;
     /// Copies `table` (host memory the I/O engine just filled) to the device and holds it
     /// until `slot_out` with `evict` or `forget_partitions`; relations only when it holds
     /// none at that address. `table` is valid during the call only.
@@ -193,6 +217,7 @@ pub fn for_device(device: &str, matmul: DeviceMatmul, threads: usize) -> Result<
         step,
         counters: StepCounters::default(),
         failure: None,
+        bank_grad: Vec::new(),
     }))
 }
 
@@ -202,6 +227,8 @@ pub struct DeviceCompute {
     step: Box<dyn DeviceStep>,
     counters: StepCounters,
     failure: Option<String>,
+    /// A piece's gradient of the negative banks' rows, from the step.
+    bank_grad: Vec<f32>,
 }
 
 /// `rows` lent, `used` of its rows in use.
@@ -217,32 +244,44 @@ fn table(rows: &SharedRows, used: usize) -> DeviceTable {
     }
 }
 
-/// Why a device step cannot draw a run's negatives from partitions on disk.
-pub(crate) const NO_BANKS: &str =
-    "negative_pool = all with partitions on disk (negative banks) is not \
-                        supported with a torch device; use negative_pool = resident (Legend's) \
-                        or partition";
+/// Why a device step cannot draw a typed run's negatives from partitions on disk.
+pub(crate) const NO_TYPED_BANKS: &str =
+    "negative_pool = all with partitions on disk (negative banks) is not supported for a \
+     typed run (entity types) with a torch device; use negative_pool = resident (Legend's) \
+     or partition, or device = cpu";
+
+/// The banks of an `all` pool with partitions on disk, in plain values.
+fn bank(banks: &Banks, partitions: usize) -> DeviceBank<'_> {
+    let (rows, version) = banks.rows();
+    DeviceBank {
+        rows,
+        version,
+        capacity: banks.capacity(),
+        lens: (0..partitions as u32).map(|p| banks.len(p)).collect(),
+    }
+}
 
 /// `ctx` in plain values, or why a device step cannot train it.
 pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, String> {
-    let (pool, part_of, part_size, num_nodes) = match &ctx.pool {
-        Pool::Partition => ("partition", Vec::new(), 0, 0),
-        Pool::Resident => ("resident", Vec::new(), 0, 0),
+    let (pool, part_of, part_size, num_nodes, banks) = match &ctx.pool {
+        Pool::Partition => ("partition", Vec::new(), 0, 0, None),
+        Pool::Resident => ("resident", Vec::new(), 0, 0, None),
         Pool::All {
             part_of,
             part_size,
             num_nodes,
-            ..
+            banks,
         } => {
-            let resident: Option<Vec<usize>> = part_of.iter().copied().collect();
-            ("all", resident.ok_or(NO_BANKS)?, *part_size, *num_nodes)
+            let on_disk = part_of.iter().any(Option::is_none);
+            let banks = on_disk.then(|| bank(banks, part_of.len()));
+            ("all", part_of.clone(), *part_size, *num_nodes, banks)
         }
     };
     // A typed run draws each side's negatives from its entity type's spans instead.
     let (pool, typed_spans) = match &ctx.negs {
         None => (pool, None),
         Some([tail, head]) => {
-            let spans = |s: &NegSpace| s.resident_spans().ok_or(NO_BANKS);
+            let spans = |s: &NegSpace| s.resident_spans().ok_or(NO_TYPED_BANKS);
             ("typed", Some([spans(tail)?, spans(head)?]))
         }
     };
@@ -283,6 +322,7 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
         part_of,
         part_size,
         num_nodes,
+        bank: banks,
         typed_spans,
         feat: ctx.feat.map(|(part, bags)| DeviceFeat {
             part,
@@ -327,11 +367,11 @@ impl DeviceCompute {
 
     fn train(
         &mut self,
-        ctxs: &[BucketCtx],
+        buckets: &[BucketCtx],
         chunks: &[PieceChunk],
         key: u64,
     ) -> std::result::Result<(), String> {
-        let ctxs: Vec<DeviceCtx> = ctxs
+        let ctxs: Vec<DeviceCtx> = buckets
             .iter()
             .map(describe)
             .collect::<std::result::Result<_, _>>()?;
@@ -348,14 +388,27 @@ impl DeviceCompute {
             return Err("a piece mixes weighted and unweighted chunks".into());
         }
         let groups: Vec<usize> = chunks.iter().map(|c| c.0).collect();
-        let c = self.step.train_piece(&DevicePiece {
+        // A piece's groups share the run's one set of banks.
+        let banks = buckets.iter().zip(&ctxs).find_map(|(c, d)| match &c.pool {
+            Pool::All { banks, .. } if d.bank.is_some() => Some(*banks),
+            _ => None,
+        });
+        self.bank_grad.clear();
+        if let Some(banks) = banks {
+            self.bank_grad.resize(banks.rows().0.len(), 0.0);
+        }
+        let piece = DevicePiece {
             ctxs: &ctxs,
             groups: &groups,
             bounds: &bounds,
             edges: &edges,
             weights: &weights,
             key,
-        })?;
+        };
+        let c = self.step.train_piece(&piece, &mut self.bank_grad)?;
+        if let Some(banks) = banks {
+            banks.add_grads(&self.bank_grad);
+        }
         self.counters.loss += c.loss;
         self.counters.directions += c.directions;
         self.counters.flops += c.flops;

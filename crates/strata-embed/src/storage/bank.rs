@@ -52,6 +52,9 @@ pub struct Banks {
     /// Salt of the stochastic rounding of pending gradient applied to a bf16 table (drawn
     /// with the blocks: a pure function of the seed and the epoch).
     salt: u64,
+    /// Counts the changes of `data`, so that a device holding a copy of it knows when to copy
+    /// it again.
+    version: u64,
 }
 
 impl Banks {
@@ -80,6 +83,7 @@ impl Banks {
             first: vec![0; blocks],
             at: vec![0; blocks],
             salt: 0,
+            version: 0,
         }
     }
 
@@ -172,6 +176,7 @@ impl Banks {
 
     /// Copies partition `part`'s block out of its embeddings (`rows x dim`, resident).
     pub fn copy_from(&mut self, part: u32, embeddings: Rows) {
+        self.version += 1;
         let base = part as usize * self.capacity * self.dim;
         let d = self.dim;
         let segs: Vec<_> = self.segments(part).collect();
@@ -191,6 +196,7 @@ impl Banks {
         engine: &Arc<Engine>,
         layout: &TableLayout,
     ) -> Result<()> {
+        self.version += 1;
         let base = part as usize * self.capacity * self.dim;
         let d = self.dim;
         let segs: Vec<_> = self.segments(part).collect();
@@ -214,7 +220,30 @@ impl Banks {
     /// Every block's rows (`partitions x capacity x dim`; a block's rows past its `len` stay
     /// zero), for a distributed run to sum each rank's share of the blocks into.
     pub fn rows_mut(&mut self) -> &mut [f32] {
+        self.version += 1;
         &mut self.data
+    }
+
+    /// Every block's rows (as [`rows_mut`](Self::rows_mut)), and their version: it changes
+    /// whenever they may have.
+    pub fn rows(&self) -> (&[f32], u64) {
+        (&self.data, self.version)
+    }
+
+    /// Adds `grad` (shaped as [`take_grad`](Self::take_grad)'s: a device step's sums over a
+    /// piece) to the blocks' gradient; a block it adds to has gradient pending.
+    pub fn add_grads(&self, grad: &[f32]) {
+        let block = self.capacity * self.dim;
+        for (part, g) in grad.chunks(block.max(1)).enumerate() {
+            if g.iter().all(|&v| v == 0.0) {
+                continue;
+            }
+            let cells = &self.grad[part * block..(part + 1) * block];
+            for (a, v) in cells.iter().zip(g) {
+                a.store((f32::from_bits(a.load(Relaxed)) + v).to_bits(), Relaxed);
+            }
+            self.pending[part].store(true, Relaxed);
+        }
     }
 
     /// Takes every block's gradient (shaped as [`rows_mut`](Self::rows_mut)), leaving none
@@ -304,6 +333,16 @@ mod tests {
             only[(2 * 100 + 1) * 2] = 1.0;
             only
         });
+        // A device step's sums add in, block by block, making a block with any pending.
+        let mut sums = vec![0.0f32; g.len()];
+        sums[(2 * 100 + 1) * 2] = 0.5;
+        b.add_grad(2, 1, &[0.25, 0.0]);
+        b.add_grads(&sums);
+        assert!(b.has_pending(2) && !b.has_pending(0) && !b.has_pending(1));
+        assert_eq!(b.take_grad()[(2 * 100 + 1) * 2], 0.75);
+        let version = b.rows().1;
+        b.copy_from(0, Rows::F32(&emb));
+        assert_ne!(b.rows().1, version, "a copy changes the version");
         // Another epoch picks other blocks; a small partition is held whole.
         let mut c = Banks::new(3, 100, 2, 1);
         c.choose_blocks(&p, 1, 1);

@@ -837,10 +837,27 @@ impl Trainer {
     /// it when a load of it lands or in the epoch's flush. A load still in flight does not
     /// count as held: its partition's sum waits on the owner.
     fn sync_bank_gradient(&mut self, cluster: &mut dyn Cluster) -> Result<()> {
+        if self.banks.is_none() {
+            return Ok(());
+        }
+        let held: Vec<u32> = self.buffer.resident().collect();
+        // The held rows change here and feed the blocks: a device backend puts its rows into
+        // the slots first and takes them back after.
+        for &p in &held {
+            self.slot_leaving(p, false)?;
+        }
+        self.sum_bank_gradient(cluster, &held)?;
+        for &p in &held {
+            self.slot_filled(p)?;
+        }
+        Ok(())
+    }
+
+    /// [`sync_bank_gradient`](Self::sync_bank_gradient)'s sums, this rank holding `held`.
+    fn sum_bank_gradient(&mut self, cluster: &mut dyn Cluster, held: &[u32]) -> Result<()> {
         let Some(banks) = &self.banks else {
             return Ok(());
         };
-        let held: Vec<u32> = self.buffer.resident().collect();
         let mut grad = banks.take_grad();
         let split = grad.len();
         grad.extend(
@@ -859,10 +876,10 @@ impl Trainer {
         banks.set_grad(&grad[..split], |p| {
             held.contains(&p) || (holders[p as usize] == 0.0 && owner_of(p, world_size) == rank)
         });
-        for &p in &held {
+        for &p in held {
             self.apply_bank_gradient(p);
         }
-        self.refresh_held_blocks(cluster, &held, &grad[split..])
+        self.refresh_held_blocks(cluster, held, &grad[split..])
     }
 
     /// After a bank gradient round: every rank's block of a partition some rank holds becomes

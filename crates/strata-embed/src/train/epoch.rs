@@ -323,11 +323,15 @@ impl Trainer {
         let mut pending = None;
         let mut leaving = None;
         if let (Some(e), Some(l)) = (step.evicted, step.loaded) {
+            let mut landing = self.slot_evicting(e)?;
             if let Some(banks) = &mut self.banks {
-                // The partition leaves as it is now: its bank stays exact while on disk.
+                // The partition leaves as it is now: its bank stays exact while on disk. Its
+                // rows must have landed first (a device holds them until then), so with banks
+                // the victim's copy out does not overlap the retained partitions' compute.
+                landing()?;
+                landing = Box::new(|| Ok(()));
                 banks.copy_from(e, self.buffer.embeddings(e));
             }
-            let landing = self.slot_evicting(e)?;
             let (slot, buf) = self.buffer.take(e);
             let from = if tables.written[l as usize] {
                 tables.next.clone()
@@ -375,8 +379,9 @@ impl Trainer {
             pass.tally.slot_io += (done.finished - done.started).as_secs_f64();
             done.result?;
             self.buffer.put(done.slot, done.buf, l);
-            self.slot_filled(l)?;
+            // Before the backend takes the rows (a device copies them).
             self.apply_bank_gradient(l);
+            self.slot_filled(l)?;
         }
         for &bucket in &step.after_load {
             self.run_bucket(rx, bucket, i, pass)?;

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use strata_store::rng::Rng;
+use strata_store::rng::{scale, Rng};
 
 use crate::config::NegativePool;
 use crate::storage::bank::Banks;
@@ -166,7 +166,7 @@ impl NegSpace {
     /// A uniform negative; partitions on disk are drawn from through `banks`.
     #[inline]
     pub fn draw(&self, banks: Option<&Banks>, rng: &mut Rng) -> Negative {
-        let w = rng.below(self.total().max(1));
+        let (w, rest) = rng.below_and_rest(self.total().max(1));
         let k = self.cum.partition_point(|&c| c <= w);
         let i = w - if k == 0 { 0 } else { self.cum[k - 1] };
         match &self.spans[k] {
@@ -177,7 +177,8 @@ impl NegSpace {
                     Some(part) => Negative::Part(part, s.starts[r] + (i % s.per_part) as u32),
                     None => {
                         let (at, len) = banks.expect("banks").segment(r as u32, s.seg);
-                        Negative::Bank(r as u32, at + rng.below(len as u64) as u32)
+                        // The rest of the draw picks the row: one draw per negative.
+                        Negative::Bank(r as u32, at + scale(rest, len as u64) as u32)
                     }
                 }
             }

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use strata_store::rng::{derive, Rng};
+use strata_store::rng::{derive, scale, Rng};
 
 use crate::config::{Corrupt, MAX_ROWS};
 use crate::model::{
@@ -115,11 +115,13 @@ impl BucketCtx<'_> {
                 part_size,
                 num_nodes,
             } => {
-                let pos = rng.below(*num_nodes);
+                // One draw per negative, bank or not (a device step addresses draws by
+                // position): a bank row is chosen by the rest of the draw.
+                let (pos, rest) = rng.below_and_rest(*num_nodes);
                 let (p, local) = ((pos / part_size) as u32, (pos % part_size) as u32);
                 match part_of[p as usize] {
                     Some(i) => (i, local),
-                    None => (BANK | p as usize, rng.below(banks.len(p) as u64) as u32),
+                    None => (BANK | p as usize, scale(rest, banks.len(p) as u64) as u32),
                 }
             }
         }

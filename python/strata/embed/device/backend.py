@@ -34,7 +34,7 @@ import torch
 
 from strata.device import rng
 from strata.embed.device import graphs, step, vs_all
-from strata.embed.device.rows import Feat, Places, Table
+from strata.embed.device.rows import Bank, Feat, Places, Table
 
 
 def resolve(device: str) -> torch.device:
@@ -281,7 +281,7 @@ def storage_note() -> str:
 
 
 #: What of a context only says where its tables sit (in the layout a replay copies in).
-PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of", "answers", "typed_spans", "feat")
+PLACEMENT = ("parts", "rels", "src_part", "dst_part", "part_of", "answers", "typed_spans", "feat", "bank")
 
 
 class TorchCompute:
@@ -313,6 +313,10 @@ class TorchCompute:
         self.consts: dict[tuple, torch.Tensor] = {}
         self.total = torch.zeros((), dtype=torch.float64, device=self.device)
         self.graphs = graphs.StepGraphs(self.device)
+        # The negative banks' rows and gradient (one set per job), and the host memory and
+        # version the rows were copied from.
+        self.bank_rows = self.bank_grad = None
+        self.bank_from: tuple | None = None
         self.reset_counters()
 
     def describe(self) -> str:
@@ -509,8 +513,34 @@ class TorchCompute:
                     staged[table.key] = (self._hold(kind, table), table)
         return staged
 
-    def _ctx(self, c: dict, staged: dict) -> step.Ctx:
-        """The step's context of ``c``, once every table it names is held or staged."""
+    def _bank(self, ctxs: list[dict]) -> tuple | None:
+        """The device's copy of the piece's negative banks (the same for each of its contexts),
+        copied in again when their host rows changed since, and their gradient zeroed:
+        ``(rows, grad)``, or ``None`` without banks."""
+        b = next((c["bank"] for c in ctxs if c["bank"] is not None), None)
+        if b is None:
+            return None
+        (rows, address), dim = b["rows"], ctxs[0]["dim"]
+        floats = len(rows) // 4
+        if self.bank_rows is None or self.bank_rows.numel() != floats:
+            self.bank_rows = torch.empty((floats // dim, dim), dtype=torch.float32, device=self.device)
+            self.bank_grad = torch.zeros_like(self.bank_rows)
+            self.bank_from = None
+        if self.bank_from != (address, b["version"]):
+            with warnings.catch_warnings():
+                # Lent read-only; torch warns that it cannot mark its view so.
+                warnings.simplefilter("ignore", UserWarning)
+                host = torch.frombuffer(rows, dtype=torch.float32)
+            _, ready = self._to_device(host, self.stage_edges, self.bank_rows.view(-1))
+            if ready is not None:
+                torch.cuda.current_stream(self.device).wait_event(ready)
+            self.bank_from = (address, b["version"])
+        self.bank_grad.zero_()
+        return self.bank_rows, self.bank_grad
+
+    def _ctx(self, c: dict, staged: dict, bank: tuple | None = None) -> step.Ctx:
+        """The step's context of ``c``, once every table it names is held or staged, with the
+        piece's negative banks ``bank`` (:meth:`_bank`)."""
 
         def slot(key: int) -> Slot:
             s = self.slots.get(key) or staged[key][0]
@@ -523,7 +553,9 @@ class TorchCompute:
         bucket = (c["src_part"], c["dst_part"])
         sizes = [p[2] for p in c["parts"]]
         feat = self._feat(c, bases, len(nodes.params))
-        layout = step.layout(c["pool"], bases, sizes, bucket, c["part_of"], c["typed_spans"], feat)
+        banks = c["bank"]
+        lens = None if banks is None else banks["lens"]
+        layout = step.layout(c["pool"], bases, sizes, bucket, c["part_of"], c["typed_spans"], feat, lens)
         rels = None
         if c["rels"] is not None:
             flat = self._ready(slot(c["rels"][3]))
@@ -562,6 +594,7 @@ class TorchCompute:
             relation_dropout=c["relation_dropout"],
             independent_masks=c["independent_masks"],
             feat=feat,
+            bank=None if banks is None else Bank(*bank, banks["capacity"], len(nodes.params)),
             **self._vs_all(c, bases),
         )
 
@@ -643,18 +676,25 @@ class TorchCompute:
         a replay copies in: every bucket of a run shares the graphs of its settings) and whether
         its node table is the run's one slot (``Ctx.alone``)."""
         tables = [ctx.nodes, *([ctx.rels] if ctx.rels is not None else [])]
+        if ctx.bank is not None:
+            tables.append(Table(ctx.bank.rows, ctx.bank.grad))
         memory = tuple((t.params.data_ptr(), *t.params.shape, t.state.data_ptr(), *t.state.shape) for t in tables)
         settings = tuple((k, repr(v)) for k, v in sorted(c.items()) if k not in PLACEMENT)
-        return memory, len(ctx.layout), ctx.alone, settings
+        capacity = None if ctx.bank is None else ctx.bank.capacity
+        return memory, len(ctx.layout), ctx.alone, capacity, settings
 
-    def train_piece(self, ctxs: list[dict], groups: list[int], bounds: list[int], edges, weights, key: int):
+    def train_piece(
+        self, ctxs: list[dict], groups: list[int], bounds: list[int], edges, weights, key: int, bank_grad=b""
+    ):
         """Trains one piece: chunk ``c`` is edges ``bounds[c] .. bounds[c + 1]`` (rows of
         three int32) of ``edges``, with ``weights`` (f32, empty: unweighted), against
-        ``ctxs[groups[c]]``, seeded ``derive(key, c)``. Returns ``(loss, directions, flops,
-        busy seconds)``."""
+        ``ctxs[groups[c]]``, seeded ``derive(key, c)``; with negative banks, the gradient their
+        rows received goes into ``bank_grad`` (f32, shaped as their rows). Returns ``(loss,
+        directions, flops, busy seconds)``."""
         start = time.perf_counter()
         staged = self._stage(ctxs)
-        contexts = [self._ctx(c, staged) for c in ctxs]
+        bank = self._bank(ctxs)
+        contexts = [self._ctx(c, staged, bank) for c in ctxs]
         e = self._lent_to_device(edges, torch.int32).view(-1, 3)
         w = self._lent_to_device(weights, torch.float32) if len(weights) else None
         if self.cuda:
@@ -683,4 +723,6 @@ class TorchCompute:
             self._start_copy_out([t.params, t.state], victim=False)(self._host(table))
             if slot.index is not None:
                 self.buffer.release(slot.index)
+        if bank is not None:
+            self._start_copy_out([bank[1].view(-1)], victim=False)([torch.frombuffer(bank_grad, dtype=torch.float32)])
         return float(self.total), directions, flops, time.perf_counter() - start

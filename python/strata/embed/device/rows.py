@@ -1,7 +1,8 @@
 """The rows of a table a chunk uses, gathered once and stepped once: the device step's
-:class:`Gathered` (each distinct row one Adagrad step with its uses' gradients summed) and, for a
-typed run's featurized entities, :class:`Featurized` (an entity's row is the mean of its
-features' rows, PyTorch-BigGraph's ``featurized``).
+:class:`Gathered` (each distinct row one Adagrad step with its uses' gradients summed), for a
+typed run's featurized entities :class:`Featurized` (an entity's row is the mean of its
+features' rows, PyTorch-BigGraph's ``featurized``), and for negatives drawn from partitions on
+disk :class:`Banked` (their rows come from the negative banks, which sum their gradient).
 
 Shapes: a table's rows are ``rows x width`` floats; ``keys`` are int64 row indices, one per use
 (``n``); the gathered rows ``n x width``; the gradients given to ``step`` one row per use.
@@ -181,3 +182,40 @@ class Featurized:
         """One Adagrad step per distinct row (features and plain rows) with the uses' gradients
         (one row per key given), an entity's shared out over its features."""
         self.gathered.step((grads * self.scale)[self.use], lr, salt)
+
+
+@dataclass
+class Bank:
+    """The negative banks on the device (the Rust ``DeviceBank``): ``rows`` (``partitions
+    capacity x dim`` float32, a block of ``capacity`` rows per partition) and the gradient
+    they received in the piece (``grad``, the same shape, summed: the Rust engine applies it as
+    one Adagrad step per row when the partition is next loaded). Key ``first + p capacity + j``
+    is row ``j`` of partition ``p``'s block; ``first`` lies past every buffer row."""
+
+    rows: torch.Tensor
+    grad: torch.Tensor
+    capacity: int
+    first: int
+
+
+class Banked:
+    """:class:`Gathered` where some keys are bank rows (``key >= bank.first``): such a use reads
+    its bank row, and its gradient is added to the bank's (no step); the other uses are the
+    node table's rows, stepped as usual (a bank use stands in there as the first key, a row
+    the chunk uses, with no gradient)."""
+
+    def __init__(self, bank: Bank, table: Table, keys: torch.Tensor, alone: bool):
+        self.bank = bank
+        self.banked = (keys >= bank.first)[:, None]
+        self.index = torch.where(keys >= bank.first, keys - bank.first, 0)
+        self.gathered = Gathered.of(table, torch.where(keys >= bank.first, keys[:1], keys), alone)
+        self.rows = torch.where(self.banked, bank.rows.index_select(0, self.index), self.gathered.rows)
+
+    def take(self, start: int, count: int) -> torch.Tensor:
+        """Rows of uses ``start .. start + count`` of the keys given."""
+        return self.rows[start : start + count]
+
+    def step(self, grads: torch.Tensor, lr: float, salt: torch.Tensor | None = None) -> None:
+        """The node rows' Adagrad step, the bank rows' gradient summed into the bank."""
+        self.bank.grad.index_add_(0, self.index, torch.where(self.banked, grads, 0.0))
+        self.gathered.step(torch.where(self.banked, 0.0, grads), lr, salt)

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from strata.device import kernels, rng
 from strata.embed.device import bilinear_rows, complex_rows, pbg_rows, softmax_loss
 from strata.embed.device import chunk_keys as fused_keys
-from strata.embed.device.rows import Feat, Featurized, Gathered, Table, featurized_ends
+from strata.embed.device.rows import Bank, Banked, Feat, Featurized, Gathered, Table, featurized_ends
 
 #: Added under square roots of distances, as the Rust models do.
 EPS = 1e-9
@@ -76,7 +76,8 @@ def check_model(model: str) -> None:
 #: destination partitions start (``END_BASE``), their rows (``END_ROWS``), the rows of every
 #: resident partition (``RESIDENT_ROWS``), then the negative pool's table (``POOL``: for
 #: ``resident`` each partition's end in the resident rows then its buffer row less its start
-#: there; for ``all`` each partition id's first buffer row; for ``typed`` :func:`typed_table`).
+#: there; for ``all`` each partition id's first buffer row, -1 for one on disk, and with banks
+#: then each partition's rows in its bank; for ``typed`` :func:`typed_table`).
 END_BASE, END_ROWS, RESIDENT_ROWS, POOL = slice(0, 2), slice(2, 4), 4, 5
 
 
@@ -88,18 +89,19 @@ def layout(
     part_of: list | None,
     typed_spans: list | None = None,
     feat: Feat | None = None,
+    bank_lens: list[int] | None = None,
 ) -> list[int]:
     """The values of ``Ctx.layout`` for resident partitions of ``sizes`` rows starting at buffer
     rows ``bases``, the bucket's source and destination partitions ``bucket`` (indices in them),
-    ``part_of`` each partition id's index and a typed run's ``typed_spans`` and featurized
-    entities ``feat`` (see :data:`END_BASE`)."""
+    ``part_of`` each partition id's index (``None``: on disk), a typed run's ``typed_spans`` and
+    featurized entities ``feat``, and the rows of each partition's bank (see :data:`END_BASE`)."""
     src, dst = bucket
     ends = [bases[src], bases[dst], sizes[src], sizes[dst], sum(sizes)]
     if pool == "resident":
         starts = np.cumsum([0, *sizes]).tolist()
         return ends + starts[1:] + [b - a for b, a in zip(bases, starts, strict=False)]
     if pool == "all":
-        return ends + [bases[p] for p in part_of]
+        return ends + [-1 if p is None else bases[p] for p in part_of] + (bank_lens or [])
     if pool == "typed":
         return ends + typed_table(bases, typed_spans, feat)
     return ends
@@ -192,6 +194,8 @@ class Ctx:
     #: ``model = "pbg"``: its ``operator`` and ``comparator`` (``None`` for the named models).
     operator: str | None = None
     comparator: str | None = None
+    #: ``pool = "all"`` with partitions on disk: their negative banks (:class:`rows.Bank`).
+    bank: Bank | None = None
 
     @property
     def query(self) -> str:
@@ -332,7 +336,8 @@ def negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
     out = []
     if n_degree:
         out.append(targets.gather(1, rng.draw_below(stack.streams, 0, n_degree, targets.shape[1])))
-    out.append(uniform_rows(ctx, stack, rng.draw_below(stack.streams, n_degree, n - n_degree, pool_rows(ctx, stack))))
+    draws = rng.draw_below(stack.streams, n_degree, n - n_degree, pool_rows(ctx, stack))
+    out.append(uniform_rows(ctx, stack, draws, n_degree))
     return torch.cat(out, 1) if len(out) > 1 else out[0]
 
 
@@ -343,12 +348,12 @@ def edge_negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tenso
     n, n_degree = ctx.negatives, degree_negatives(ctx)
     b = targets.shape[1]
     if not n_degree:
-        return uniform_rows(ctx, stack, rng.draw_below(stack.streams, 0, b * n, pool_rows(ctx, stack)))
+        return uniform_rows(ctx, stack, rng.draw_below(stack.streams, 0, b * n, pool_rows(ctx, stack)), 0)
     degree = (torch.arange(b * n, device=targets.device) % n < n_degree)[None, :]
     bound = torch.where(degree, b, pool_rows(ctx, stack))
     r = rng.draw_below(stack.streams, 0, b * n, bound.expand(len(stack.sides), -1).contiguous())
     by_degree = targets.gather(1, torch.where(degree, r, 0))
-    return torch.where(degree, by_degree, uniform_rows(ctx, stack, torch.where(degree, 0, r)))
+    return torch.where(degree, by_degree, uniform_rows(ctx, stack, torch.where(degree, 0, r), 0))
 
 
 def pool_rows(ctx: Ctx, stack: Stack) -> torch.Tensor | int:
@@ -364,8 +369,9 @@ def pool_rows(ctx: Ctx, stack: Stack) -> torch.Tensor | int:
     return ctx.num_nodes
 
 
-def uniform_rows(ctx: Ctx, stack: Stack, r: torch.Tensor) -> torch.Tensor:
-    """The buffer rows of uniform draws ``r`` (``S x count``, each below :func:`pool_rows`)."""
+def uniform_rows(ctx: Ctx, stack: Stack, r: torch.Tensor, first: int) -> torch.Tensor:
+    """The buffer rows (or bank keys) of uniform draws ``r`` (``S x count``, each below
+    :func:`pool_rows`), draws ``first ..`` of the stack's streams."""
     if ctx.pool == "partition":
         return pick(ctx.layout[END_BASE], other(stack.sides))[:, None] + r
     if ctx.pool == "resident":
@@ -375,7 +381,25 @@ def uniform_rows(ctx: Ctx, stack: Stack, r: torch.Tensor) -> torch.Tensor:
     if ctx.pool == "typed":
         table = typed_sides(ctx, stack)
         return r + table[:, 1].gather(1, torch.searchsorted(table[:, 0].contiguous(), r, right=True))
-    return ctx.layout[POOL:][r // ctx.part_size] + r % ctx.part_size
+    if ctx.bank is None:
+        return ctx.layout[POOL:][r // ctx.part_size] + r % ctx.part_size
+    return banked_rows(ctx, stack, r, first)
+
+
+def banked_rows(ctx: Ctx, stack: Stack, r: torch.Tensor, first: int) -> torch.Tensor:
+    """:func:`uniform_rows` of the ``all`` pool with banks: a node of a partition on disk is
+    the key of its bank's row that the rest of its draw picks (``Rng::below_and_rest``: the
+    low 64 bits of the draw times the node count, scaled to the bank's rows), as the Rust
+    worker picks it."""
+    table = ctx.layout[POOL:]
+    bases, lens = table[: len(table) // 2], table[len(table) // 2 :]
+    part = r // ctx.part_size
+    base = bases[part]
+    bits = rng.draw(stack.streams, torch.arange(first, first + r.shape[1], device=r.device))
+    # int64 products wrap: the low half of the 128-bit product, as bits.
+    row = rng.below(bits * ctx.num_nodes, lens[part])
+    bank_key = ctx.bank.first + part * ctx.bank.capacity + row
+    return torch.where(base >= 0, base + r % ctx.part_size, bank_key)
 
 
 def typed_sides(ctx: Ctx, stack: Stack) -> torch.Tensor:
@@ -746,10 +770,12 @@ def train_chunk(
     stacks = stacks_of(ctx, edges, weights, streams)
     node_keys, rel_keys = chunk_keys(ctx, stacks)
     # A row used as a source and as a target is gathered twice; its gradients meet in the sum.
-    if ctx.feat is None:
-        nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.alone)
-    else:
+    if ctx.feat is not None:
         nodes = Featurized(ctx.feat, ctx.nodes, node_keys, alone=ctx.alone)
+    elif ctx.bank is not None:
+        nodes = Banked(ctx.bank, ctx.nodes, node_keys, alone=ctx.alone)
+    else:
+        nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.alone)
     rels = None if rel_keys is None else Gathered.of(ctx.rels, rel_keys)
     losses, node_grads, rel_grads = [], [], []
     at = rel_at = 0
