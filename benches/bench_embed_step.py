@@ -35,7 +35,8 @@ B1 = dict(
     model="complex", operator=None, comparator=None, dim=100, transe_norm=2, loss="softmax", margin=0.1, gamma=0.0,
     adversarial=None, lr=0.1, src_part=0, dst_part=0, inverse_offset=237, corrupt="both", head_prob=[],
     negatives=1000, shared_negatives=True, degree_fraction=0.0, pool="partition", part_of=None, part_size=0,
-    num_nodes=0, typed_spans=None, feat=None, reg="none", reg_weight=0.0, reg_weighted=False, rel_reg_weight=None,
+    num_nodes=0, bank=None, typed_spans=None, feat=None, reg="none", reg_weight=0.0, reg_weighted=False,
+    rel_reg_weight=None,
     entity_dropout=0.0, relation_dropout=0.0, independent_masks=False, training="negative_sampling",
     label_smoothing=0.0, reg_table=False, answers=None,
 )  # fmt: skip

@@ -279,6 +279,10 @@ TYPED = dict(entity_partitions=["person=4", "film=4", "genre=1"], buffer=3, chun
         # Films are bags of words: a film's row is its words' mean (held in memory).
         dict(entity_partitions=["person=4"], featurized=["film"], negative_pool="resident"),
         dict(entity_partitions=["person=4"], featurized=["film"], negative_pool="partition", typed_negatives=False),
+        # Negatives over every entity of the type, those of partitions on disk from banks (a
+        # block per type), beside featurized entities' keys.
+        dict(negative_pool="all"),
+        dict(entity_partitions=["person=4"], featurized=["film"], negative_pool="all", typed_negatives=False),
         # One partition: every type in it but the featurized films, in the pinned region.
         dict(entity_partitions=[], partitions=1, buffer=1, featurized=["film"], model="distmult"),
     ],
@@ -295,6 +299,9 @@ def test_entity_types_train_alike(typed, tmp_path, device, options):
     a, b = cpu.history[-1], dev.history[-1]
     assert a["partition_loads"] == b["partition_loads"]
     assert (a["partition_loads"] > 3) == (options.get("partitions") != 1)
+    if options.get("negative_pool") == "all":
+        plan = {p["name"]: p for p in dev.meta["memory_plan"]["parts"]}
+        assert plan["negative banks"]["bytes"] > 0, plan
 
 
 #: bf16 tables (``table_dtype = "bf16"``): the device rounds every stored value stochastically
@@ -390,28 +397,15 @@ def test_runs_cross_between_engines(kg, tmp_path, device, table_dtype):
     assert cpu.evaluate("test")["metrics"]["mrr"] > 0
 
 
-def test_unsupported_settings_are_refused_by_name(kg, typed, tmp_path, strata_cli):
+def test_unsupported_settings_are_refused_by_name(kg, tmp_path, strata_cli):
     with pytest.raises(ConfigError, match="device"):
         trained(kg, tmp_path / "a", device="tpu")
-    proc = strata_cli(
-        "embed", "train", typed, "--run-dir", tmp_path / "b", "--device", "torch-cpu", "--entity-partitions",
-        "person=4", "--buffer", "3", "--negative-pool", "all", "-q", check=False,
-    )  # fmt: skip
-    assert proc.returncode == 2 and "negative_pool = all with partitions on disk" in proc.stderr, proc.stderr
-    assert "typed run" in proc.stderr and not (tmp_path / "b").exists()
-    assert "Traceback" not in proc.stderr
+    with pytest.raises(ConfigError, match=r"device_matmul.*\"tf32\" applies to a torch device"):
+        trained(kg, tmp_path / "run", device_matmul="tf32")
+    assert not (tmp_path / "run").exists()
     proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "c", "--device", "cuda", "-q", check=False)
     if not torch.cuda.is_available():
         assert proc.returncode == 2 and "CUDA is not available" in proc.stderr, proc.stderr
-
-
-def test_options_the_device_step_lacks_are_refused_naming_them(kg, typed, tmp_path):
-    with pytest.raises(ConfigError, match=r"device_matmul.*\"tf32\" applies to a torch device"):
-        trained(kg, tmp_path / "run", device_matmul="tf32")
-    # A typed run's negatives from partitions on disk (banks): refused before a run exists.
-    with pytest.raises(ConfigError, match=r"negative_pool = all with partitions on disk"):
-        trained(typed, tmp_path / "run", device="torch-cpu", negative_pool="all", **TYPED)
-    assert not (tmp_path / "run").exists()
 
 
 def test_tf32_holds_for_the_training_steps_only(kg, tmp_path, monkeypatch, strata_cli):

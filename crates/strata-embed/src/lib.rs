@@ -73,3 +73,4 @@ pub use storage::table::TableFile;
 pub use train::dist::{Cluster, Grant, PartitionSource};
 /// A whole training job, single-process or one rank of a group.
 pub use train::job::train_group;
+pub use train::typed_negatives::DrawSpan;

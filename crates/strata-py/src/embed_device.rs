@@ -12,7 +12,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use strata_embed::{
-    DeviceCounters, DeviceLanding, DevicePiece, DeviceStep, DeviceTable, SlotKind, StepCounters,
+    DeviceCounters, DeviceLanding, DevicePiece, DeviceStep, DeviceTable, DrawSpan, SlotKind,
+    StepCounters,
 };
 
 /// The Python backend object of one job.
@@ -84,6 +85,31 @@ fn table<'py>(
         .into_any())
 }
 
+/// Each side's draw spans as `(part, first row, entities, bank)` tuples: `bank` is `None`
+/// for rows of a resident part, `(partition, first bank row, bank rows)` for a partition on
+/// disk (`part` then `None`).
+type Span = (Option<usize>, u32, u64, Option<(u32, u32, u32)>);
+
+fn spans(sides: &[Vec<DrawSpan>; 2]) -> [Vec<Span>; 2] {
+    sides.each_ref().map(|side| {
+        side.iter()
+            .map(|s| match *s {
+                DrawSpan::Rows {
+                    part,
+                    first,
+                    entities,
+                } => (Some(part), first, entities, None),
+                DrawSpan::Bank {
+                    partition,
+                    at,
+                    len,
+                    entities,
+                } => (None, 0, entities, Some((partition, at, len))),
+            })
+            .collect()
+    })
+}
+
 impl PyDeviceStep {
     fn call<'py>(
         &self,
@@ -139,7 +165,7 @@ impl PyDeviceStep {
                 }
                 None => d.set_item("bank", py.None())?,
             }
-            d.set_item("typed_spans", c.typed_spans.clone())?;
+            d.set_item("typed_spans", c.typed_spans.as_ref().map(spans))?;
             match &c.feat {
                 Some(f) => {
                     let feat = PyDict::new(py);

@@ -19,7 +19,7 @@ use crate::error::{EmbedError, Result};
 use crate::model::{LossKind, RegScope, RegularizerKind};
 use crate::storage::bank::Banks;
 use crate::storage::shared::SharedRows;
-use crate::train::typed_negatives::NegSpace;
+use crate::train::typed_negatives::DrawSpan;
 use crate::train::worker::{BucketCtx, Pool};
 
 /// A table's rows lent to a device step: `params` (`params_len` values of `dtype`, rows of
@@ -88,9 +88,9 @@ pub struct DeviceCtx<'a> {
     pub num_nodes: u64,
     pub bank: Option<DeviceBank<'a>>,
     /// `typed`: the spans each side's uniform negatives are drawn among, tail corruption's
-    /// then head corruption's, as `(index into parts, first row, entities)` in draw order
-    /// ([`NegSpace::resident_spans`]).
-    pub typed_spans: Option<[Vec<(usize, u32, u64)>; 2]>,
+    /// then head corruption's, in draw order
+    /// ([`NegSpace::spans`](crate::train::typed_negatives::NegSpace::spans)).
+    pub typed_spans: Option<[Vec<DrawSpan>; 2]>,
     /// A typed run's featurized entities: their rows are their features' means.
     pub feat: Option<DeviceFeat<'a>>,
     pub reg: &'static str,
@@ -244,12 +244,6 @@ fn table(rows: &SharedRows, used: usize) -> DeviceTable {
     }
 }
 
-/// Why a device step cannot draw a typed run's negatives from partitions on disk.
-pub(crate) const NO_TYPED_BANKS: &str =
-    "negative_pool = all with partitions on disk (negative banks) is not supported for a \
-     typed run (entity types) with a torch device; use negative_pool = resident (Legend's) \
-     or partition, or device = cpu";
-
 /// The banks of an `all` pool with partitions on disk, in plain values.
 fn bank(banks: &Banks, partitions: usize) -> DeviceBank<'_> {
     let (rows, version) = banks.rows();
@@ -281,8 +275,11 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
     let (pool, typed_spans) = match &ctx.negs {
         None => (pool, None),
         Some([tail, head]) => {
-            let spans = |s: &NegSpace| s.resident_spans().ok_or(NO_TYPED_BANKS);
-            ("typed", Some([spans(tail)?, spans(head)?]))
+            let banks = match &ctx.pool {
+                Pool::All { banks, .. } => Some(*banks),
+                _ => None,
+            };
+            ("typed", Some([tail.spans(banks), head.spans(banks)]))
         }
     };
     Ok(DeviceCtx {

@@ -14,7 +14,7 @@ use strata_store::budget::Planned;
 use strata_store::units::fmt_bytes;
 use strata_store::Store;
 
-use crate::compute::device::{for_device, NO_TYPED_BANKS};
+use crate::compute::device::for_device;
 use crate::compute::kernels::sgemm_reference_flops;
 use crate::config::{Corrupt, Protocol, TrainConfig, Which};
 use crate::error::{EmbedError, Result};
@@ -597,10 +597,6 @@ fn setup(
         partitioning,
         ..
     } = p;
-    // Refused before the run is made: a device step draws no typed negatives from banks.
-    if cfg.device != "cpu" && plan.bank_rows > 0 && typed.is_some() {
-        return Err(EmbedError::Config(NO_TYPED_BANKS.into()));
-    }
     let mut compute = for_device(&cfg.device, cfg.device_matmul, plan.threads)?;
     let buckets = bucket_edges(
         &store,

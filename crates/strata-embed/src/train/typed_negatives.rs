@@ -25,6 +25,26 @@ pub enum Negative {
     Bank(u32, u32),
 }
 
+/// A run of a space's draws as a device step looks it up ([`NegSpace::spans`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawSpan {
+    /// `entities` rows of resident part `part` (an index into the bucket's parts) from row
+    /// `first`.
+    Rows {
+        part: usize,
+        first: u32,
+        entities: u64,
+    },
+    /// `entities` nodes of `partition`, on disk: each drawn as row `at + scale(rest, len)` of
+    /// its bank, `rest` the rest of its draw ([`Rng::below_and_rest`]).
+    Bank {
+        partition: u32,
+        at: u32,
+        len: u32,
+        entities: u64,
+    },
+}
+
 /// Where one partitioned type lies over every partition (the `all` pool).
 #[derive(Debug)]
 pub struct Spread {
@@ -134,18 +154,21 @@ impl NegSpace {
         self.cum.last().copied().unwrap_or(0)
     }
 
-    /// The space as spans of resident rows, `(part, first row, entities)` in draw order: the
-    /// draw `w` below [`NegSpace::total`] that [`NegSpace::draw`] takes falls in the first span
-    /// whose running count of entities passes `w`, at the same row. For a device step, which
-    /// draws as this does; `None` when some entities lie in partitions on disk (reached
-    /// through banks, which a device step does not hold).
-    pub fn resident_spans(&self) -> Option<Vec<(usize, u32, u64)>> {
+    /// The space as [`DrawSpan`]s in draw order: the draw `w` below [`NegSpace::total`] that
+    /// [`NegSpace::draw`] takes falls in the first span whose running count of entities passes
+    /// `w`, at the same row, or for a partition on disk at the row of its bank that the rest of
+    /// the draw picks. For a device step, which draws as this does; `banks` as for `draw`.
+    pub fn spans(&self, banks: Option<&Banks>) -> Vec<DrawSpan> {
         let mut out = Vec::new();
         let mut start = 0;
         for (span, &end) in self.spans.iter().zip(&self.cum) {
             let entities = end - start;
             match span {
-                Span::Rows { part, lo } => out.push((*part, *lo, entities)),
+                Span::Rows { part, lo } => out.push(DrawSpan::Rows {
+                    part: *part,
+                    first: *lo,
+                    entities,
+                }),
                 // Partition r holds positions r * per_part.. of the type (the last may hold
                 // fewer), from its row starts[r].
                 Span::Spread(s) => {
@@ -154,13 +177,29 @@ impl NegSpace {
                         if done >= entities {
                             break;
                         }
-                        out.push((s.part_of[r]?, first, s.per_part.min(entities - done)));
+                        let entities = s.per_part.min(entities - done);
+                        out.push(match s.part_of[r] {
+                            Some(part) => DrawSpan::Rows {
+                                part,
+                                first,
+                                entities,
+                            },
+                            None => {
+                                let (at, len) = banks.expect("banks").segment(r as u32, s.seg);
+                                DrawSpan::Bank {
+                                    partition: r as u32,
+                                    at,
+                                    len,
+                                    entities,
+                                }
+                            }
+                        });
                     }
                 }
             }
             start = end;
         }
-        Some(out)
+        out
     }
 
     /// A uniform negative; partitions on disk are drawn from through `banks`.
@@ -284,31 +323,48 @@ mod tests {
         // Untyped negatives draw every type in proportion to its entities.
         let all = NegSpace::new(&inputs, &[0, 1, 2], 0);
         assert_eq!(all.total(), 506);
-        // Some partitions are on disk: a device step cannot draw from this space.
-        assert_eq!(space.resident_spans(), None);
     }
 
-    /// The negative of draw `w` through `spans` (a device step's lookup).
-    fn through_spans(spans: &[(usize, u32, u64)], mut w: u64) -> Negative {
-        for &(part, first, entities) in spans {
-            if w < entities {
-                return Negative::Part(part, first + w as u32);
+    /// The negative of the draw whose value below the total is `w` and whose rest is `rest`,
+    /// through `spans` (a device step's lookup).
+    fn through_spans(spans: &[DrawSpan], mut w: u64, rest: u64) -> Negative {
+        for span in spans {
+            match *span {
+                DrawSpan::Rows {
+                    part,
+                    first,
+                    entities,
+                } if w < entities => return Negative::Part(part, first + w as u32),
+                DrawSpan::Bank {
+                    partition,
+                    at,
+                    len,
+                    entities,
+                } if w < entities => {
+                    return Negative::Bank(partition, at + scale(rest, len as u64) as u32)
+                }
+                DrawSpan::Rows { entities, .. } | DrawSpan::Bank { entities, .. } => w -= entities,
             }
-            w -= entities;
         }
         panic!("draw past the spans");
     }
 
     #[test]
-    fn resident_spans_place_every_draw_where_draw_does() {
+    fn spans_place_every_draw_where_draw_does() {
         let l = layout();
-        // Every partition resident (in another order than their ids) and the pinned region.
+        // Every partition resident (in another order than their ids) and the pinned region;
+        // then partitions 1 and 3 on disk, reached through banks.
         let regions = [2u32, 0, 3, 1, 4];
         let part_of = Arc::new(vec![Some(1), Some(3), Some(0), Some(2)]);
+        let some_on_disk = Arc::new(vec![Some(1), None, Some(0), None]);
+        let mut banks = Banks::new(4, 20, 1, 2);
+        let p = crate::storage::partitioning::Partitioning::typed(l.types.clone(), 4, 3).unwrap();
+        banks.choose_blocks(&p, 0, 0);
         for (pool, banked) in [
             (NegativePool::Partition, None),
             (NegativePool::Resident, None),
             (NegativePool::All, Some(part_of)),
+            (NegativePool::All, Some(some_on_disk)),
         ] {
             let inputs = SpaceInputs {
                 layout: &l,
@@ -319,15 +375,19 @@ mod tests {
             for types in [&[0usize][..], &[1], &[2], &[0, 1, 2]] {
                 let target = if types == [2] { 4 } else { 1 };
                 let space = NegSpace::new(&inputs, types, target);
-                let spans = space.resident_spans().expect("every partition is resident");
-                assert_eq!(spans.iter().map(|s| s.2).sum::<u64>(), space.total());
-                // draw takes one value below the total from its stream, as the device does.
+                let spans = space.spans(Some(&banks));
+                let entities = |s: &DrawSpan| match *s {
+                    DrawSpan::Rows { entities, .. } | DrawSpan::Bank { entities, .. } => entities,
+                };
+                assert_eq!(spans.iter().map(entities).sum::<u64>(), space.total());
+                // draw takes one value below the total and its rest from its stream, as the
+                // device does.
                 let (mut a, mut b) = (Rng::new(3), Rng::new(3));
                 for _ in 0..3000 {
-                    let w = b.below(space.total());
+                    let (w, rest) = b.below_and_rest(space.total());
                     assert_eq!(
-                        space.draw(None, &mut a),
-                        through_spans(&spans, w),
+                        space.draw(Some(&banks), &mut a),
+                        through_spans(&spans, w, rest),
                         "{pool:?} {types:?}"
                     );
                 }

@@ -538,9 +538,9 @@ class TorchCompute:
         self.bank_grad.zero_()
         return self.bank_rows, self.bank_grad
 
-    def _ctx(self, c: dict, staged: dict, bank: tuple | None = None) -> step.Ctx:
+    def _ctx(self, c: dict, staged: dict, bank_tensors: tuple | None = None) -> step.Ctx:
         """The step's context of ``c``, once every table it names is held or staged, with the
-        piece's negative banks ``bank`` (:meth:`_bank`)."""
+        piece's negative banks' ``bank_tensors`` (:meth:`_bank`)."""
 
         def slot(key: int) -> Slot:
             s = self.slots.get(key) or staged[key][0]
@@ -553,9 +553,12 @@ class TorchCompute:
         bucket = (c["src_part"], c["dst_part"])
         sizes = [p[2] for p in c["parts"]]
         feat = self._feat(c, bases, len(nodes.params))
-        banks = c["bank"]
-        lens = None if banks is None else banks["lens"]
-        layout = step.layout(c["pool"], bases, sizes, bucket, c["part_of"], c["typed_spans"], feat, lens)
+        banks, bank, lens = c["bank"], None, None
+        if banks is not None:
+            # Bank keys start past the buffer's rows and the featurized entities' keys.
+            first = len(nodes.params) + (0 if feat is None else len(feat.offsets) - 1)
+            lens, bank = banks["lens"], Bank(*bank_tensors, banks["capacity"], first)
+        layout = step.layout(c["pool"], bases, sizes, bucket, c["part_of"], c["typed_spans"], feat, bank, lens)
         rels = None
         if c["rels"] is not None:
             flat = self._ready(slot(c["rels"][3]))
@@ -594,7 +597,7 @@ class TorchCompute:
             relation_dropout=c["relation_dropout"],
             independent_masks=c["independent_masks"],
             feat=feat,
-            bank=None if banks is None else Bank(*bank, banks["capacity"], len(nodes.params)),
+            bank=bank,
             **self._vs_all(c, bases),
         )
 

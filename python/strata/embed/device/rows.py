@@ -190,7 +190,8 @@ class Bank:
     capacity x dim`` float32, a block of ``capacity`` rows per partition) and the gradient
     they received in the piece (``grad``, the same shape, summed: the Rust engine applies it as
     one Adagrad step per row when the partition is next loaded). Key ``first + p capacity + j``
-    is row ``j`` of partition ``p``'s block; ``first`` lies past every buffer row."""
+    is row ``j`` of partition ``p``'s block; ``first`` lies past every buffer row and every
+    featurized entity's key."""
 
     rows: torch.Tensor
     grad: torch.Tensor
@@ -199,16 +200,16 @@ class Bank:
 
 
 class Banked:
-    """:class:`Gathered` where some keys are bank rows (``key >= bank.first``): such a use reads
-    its bank row, and its gradient is added to the bank's (no step); the other uses are the
-    node table's rows, stepped as usual (a bank use stands in there as the first key, a row
-    the chunk uses, with no gradient)."""
+    """Node rows where some keys are bank rows (``key >= bank.first``): such a use reads its
+    bank row, and its gradient is added to the bank's (no step); the other uses are the rows
+    ``table_rows(keys)`` gathers (:class:`Gathered` or :class:`Featurized`), stepped as usual (a
+    bank use stands in there as the first key, a row the chunk uses, with no gradient)."""
 
-    def __init__(self, bank: Bank, table: Table, keys: torch.Tensor, alone: bool):
+    def __init__(self, bank: Bank, keys: torch.Tensor, table_rows):
         self.bank = bank
         self.banked = (keys >= bank.first)[:, None]
         self.index = torch.where(keys >= bank.first, keys - bank.first, 0)
-        self.gathered = Gathered.of(table, torch.where(keys >= bank.first, keys[:1], keys), alone)
+        self.gathered = table_rows(torch.where(keys >= bank.first, keys[:1], keys))
         self.rows = torch.where(self.banked, bank.rows.index_select(0, self.index), self.gathered.rows)
 
     def take(self, start: int, count: int) -> torch.Tensor:

@@ -89,12 +89,14 @@ def layout(
     part_of: list | None,
     typed_spans: list | None = None,
     feat: Feat | None = None,
+    bank: Bank | None = None,
     bank_lens: list[int] | None = None,
 ) -> list[int]:
     """The values of ``Ctx.layout`` for resident partitions of ``sizes`` rows starting at buffer
     rows ``bases``, the bucket's source and destination partitions ``bucket`` (indices in them),
     ``part_of`` each partition id's index (``None``: on disk), a typed run's ``typed_spans`` and
-    featurized entities ``feat``, and the rows of each partition's bank (see :data:`END_BASE`)."""
+    featurized entities ``feat``, and the negative banks and each partition's rows in them
+    (see :data:`END_BASE`)."""
     src, dst = bucket
     ends = [bases[src], bases[dst], sizes[src], sizes[dst], sum(sizes)]
     if pool == "resident":
@@ -103,31 +105,38 @@ def layout(
     if pool == "all":
         return ends + [-1 if p is None else bases[p] for p in part_of] + (bank_lens or [])
     if pool == "typed":
-        return ends + typed_table(bases, typed_spans, feat)
+        return ends + typed_table(bases, typed_spans, feat, bank)
     return ends
 
 
-def typed_table(bases: list[int], spans: list, feat: Feat | None = None) -> list[int]:
+def typed_table(bases: list[int], spans: list, feat: Feat | None = None, bank: Bank | None = None) -> list[int]:
     """A typed run's negatives in ``Ctx.layout``: for tail then head corruption, ``L`` running
-    ends of its spans' entities then ``L`` shifts (a draw ``w`` in the span whose end first
-    passes it is key ``w + shift``: a buffer row, or a featurized entity's key from
-    ``feat.first``). ``spans`` holds each side's ``(part, first row, entities)`` in draw order
-    (the Rust ``NegSpace::resident_spans``; a type's span lies wholly before or after the
-    pinned region's first featurized row); both sides are padded to one ``L`` with empty spans
-    at their total, which no draw below it reaches."""
+    ends of its spans' entities, ``L`` shifts and ``L`` bank rows. A draw ``w`` in the span whose
+    end first passes it is key ``w + shift`` (a buffer row, or a featurized entity's key from
+    ``feat.first``) where the span has no bank rows; in a span of a partition on disk it is key
+    ``shift + j`` of its bank, row ``j`` picked among its bank rows by the rest of the draw.
+    ``spans`` holds each side's ``(part, first row, entities, bank)`` in draw order (the Rust
+    ``NegSpace::spans``; ``bank`` ``None`` or ``(partition, first bank row, bank rows)``; a
+    type's span lies wholly before or after the pinned region's first featurized row); both
+    sides are padded to one ``L`` with empty spans at their total, which no draw below it
+    reaches."""
     width = max(1, *(len(side) for side in spans))
     out = []
     for side in spans:
-        ends, shifts, total = [], [], 0
-        for part, first, entities in side:
-            if feat is not None and part == feat.part and first >= feat.plain:
+        ends, shifts, lens, total = [], [], [], 0
+        for part, first, entities, banked in side:
+            if banked is not None:
+                partition, at, _ = banked
+                shifts.append(bank.first + partition * bank.capacity + at)
+            elif feat is not None and part == feat.part and first >= feat.plain:
                 shifts.append(feat.first + first - feat.plain - total)
             else:
                 shifts.append(bases[part] + first - total)
+            lens.append(0 if banked is None else banked[2])
             total += entities
             ends.append(total)
         pad = width - len(side)
-        out += ends + [total] * pad + shifts + [0] * pad
+        out += ends + [total] * pad + shifts + [0] * pad + lens + [0] * pad
     return out
 
 
@@ -379,33 +388,41 @@ def uniform_rows(ctx: Ctx, stack: Stack, r: torch.Tensor, first: int) -> torch.T
         ends, shift = table[: len(table) // 2], table[len(table) // 2 :]
         return r + shift[torch.searchsorted(ends, r, right=True)]
     if ctx.pool == "typed":
-        table = typed_sides(ctx, stack)
-        return r + table[:, 1].gather(1, torch.searchsorted(table[:, 0].contiguous(), r, right=True))
+        return typed_rows(ctx, stack, r, first)
     if ctx.bank is None:
         return ctx.layout[POOL:][r // ctx.part_size] + r % ctx.part_size
-    return banked_rows(ctx, stack, r, first)
-
-
-def banked_rows(ctx: Ctx, stack: Stack, r: torch.Tensor, first: int) -> torch.Tensor:
-    """:func:`uniform_rows` of the ``all`` pool with banks: a node of a partition on disk is
-    the key of its bank's row that the rest of its draw picks (``Rng::below_and_rest``: the
-    low 64 bits of the draw times the node count, scaled to the bank's rows), as the Rust
-    worker picks it."""
+    # A node of a partition on disk is the key of its bank's row the rest of its draw picks.
     table = ctx.layout[POOL:]
     bases, lens = table[: len(table) // 2], table[len(table) // 2 :]
     part = r // ctx.part_size
-    base = bases[part]
-    bits = rng.draw(stack.streams, torch.arange(first, first + r.shape[1], device=r.device))
-    # int64 products wrap: the low half of the 128-bit product, as bits.
-    row = rng.below(bits * ctx.num_nodes, lens[part])
+    row = rng.below(rests(stack, first, r, ctx.num_nodes), lens[part])
     bank_key = ctx.bank.first + part * ctx.bank.capacity + row
-    return torch.where(base >= 0, base + r % ctx.part_size, bank_key)
+    return torch.where(bases[part] >= 0, bases[part] + r % ctx.part_size, bank_key)
+
+
+def typed_rows(ctx: Ctx, stack: Stack, r: torch.Tensor, first: int) -> torch.Tensor:
+    """:func:`uniform_rows` of a typed run, through its sides' spans (:func:`typed_table`)."""
+    table = typed_sides(ctx, stack)
+    span = torch.searchsorted(table[:, 0].contiguous(), r, right=True)
+    shift = table[:, 1].gather(1, span)
+    if ctx.bank is None:
+        return r + shift
+    rows = table[:, 2].gather(1, span)
+    row = rng.below(rests(stack, first, r, table[:, 0, -1:]), rows)
+    return torch.where(rows > 0, shift + row, r + shift)
+
+
+def rests(stack: Stack, first: int, r: torch.Tensor, n: torch.Tensor | int) -> torch.Tensor:
+    """The rests of draws ``first ..`` of the stack's streams (``S x count`` like ``r``, the
+    draws below ``n``): the low 64 bits of each draw times ``n`` (``Rng::below_and_rest``; int64
+    products wrap), uniform bits for a second choice."""
+    return rng.draw(stack.streams, torch.arange(first, first + r.shape[1], device=r.device)) * n
 
 
 def typed_sides(ctx: Ctx, stack: Stack) -> torch.Tensor:
-    """The stack's sides' rows of a typed run's :func:`typed_table` (``S x 2 x L``: ends, then
-    shifts): a side draws among its own corrupted end's type."""
-    return pick(ctx.layout[POOL:].view(2, 2, -1), stack.sides)
+    """The stack's sides' rows of a typed run's :func:`typed_table` (``S x 3 x L``: ends,
+    shifts, bank rows): a side draws among its own corrupted end's type."""
+    return pick(ctx.layout[POOL:].view(2, 3, -1), stack.sides)
 
 
 def reverse_relation(query: str, rows: torch.Tensor) -> torch.Tensor:
@@ -770,12 +787,7 @@ def train_chunk(
     stacks = stacks_of(ctx, edges, weights, streams)
     node_keys, rel_keys = chunk_keys(ctx, stacks)
     # A row used as a source and as a target is gathered twice; its gradients meet in the sum.
-    if ctx.feat is not None:
-        nodes = Featurized(ctx.feat, ctx.nodes, node_keys, alone=ctx.alone)
-    elif ctx.bank is not None:
-        nodes = Banked(ctx.bank, ctx.nodes, node_keys, alone=ctx.alone)
-    else:
-        nodes = Gathered.of(ctx.nodes, node_keys, alone=ctx.alone)
+    nodes = node_rows(ctx, node_keys)
     rels = None if rel_keys is None else Gathered.of(ctx.rels, rel_keys)
     losses, node_grads, rel_grads = [], [], []
     at = rel_at = 0
@@ -800,6 +812,18 @@ def train_chunk(
         rels.step(cat(rel_grads), ctx.lr, salt)
     total = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
     return (total, *chunk_counts(ctx, len(edges)))
+
+
+def node_rows(ctx: Ctx, keys: torch.Tensor) -> Gathered | Featurized | Banked:
+    """The node rows of a chunk's ``keys``: buffer rows, featurized entities' means, and bank
+    rows past both."""
+
+    def table_rows(keys: torch.Tensor) -> Gathered | Featurized:
+        if ctx.feat is not None:
+            return Featurized(ctx.feat, ctx.nodes, keys, alone=ctx.alone)
+        return Gathered.of(ctx.nodes, keys, alone=ctx.alone)
+
+    return table_rows(keys) if ctx.bank is None else Banked(ctx.bank, keys, table_rows)
 
 
 def chunk_counts(ctx: Ctx, b: int) -> tuple[int, float]:
