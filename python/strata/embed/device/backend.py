@@ -527,6 +527,9 @@ class TorchCompute:
             self.bank_grad = torch.zeros_like(self.bank_rows)
             self.bank_from = None
         if self.bank_from != (address, b["version"]):
+            if self.cuda:
+                # The copy stream overwrites rows the last piece's steps may still read.
+                self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
             with warnings.catch_warnings():
                 # Lent read-only; torch warns that it cannot mark its view so.
                 warnings.simplefilter("ignore", UserWarning)
