@@ -530,13 +530,7 @@ class TorchCompute:
             if self.cuda:
                 # The copy stream overwrites rows the last piece's steps may still read.
                 self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
-            with warnings.catch_warnings():
-                # Lent read-only; torch warns that it cannot mark its view so.
-                warnings.simplefilter("ignore", UserWarning)
-                host = torch.frombuffer(rows, dtype=torch.float32)
-            _, ready = self._to_device(host, self.stage_edges, self.bank_rows.view(-1))
-            if ready is not None:
-                torch.cuda.current_stream(self.device).wait_event(ready)
+            self._lent_to_device(rows, torch.float32, self.bank_rows.view(-1))
             self.bank_from = (address, b["version"])
         self.bank_grad.zero_()
         return self.bank_rows, self.bank_grad
@@ -654,16 +648,16 @@ class TorchCompute:
             self.consts[cache] = vs_all.Answers.index(dev.to(torch.int64))
         return self.consts[cache]
 
-    def _lent_to_device(self, lent, dtype: torch.dtype) -> torch.Tensor:
+    def _lent_to_device(self, lent, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
         """A read-only lent buffer of ``dtype`` values as a device tensor (empty: an empty one),
-        the compute stream ordered after its copy."""
+        a new one or ``out``, the compute stream ordered after its copy."""
         if not len(lent):
             return torch.zeros(0, dtype=dtype, device=self.device)
         with warnings.catch_warnings():
             # Lent read-only; torch warns that it cannot mark its view so.
             warnings.simplefilter("ignore", UserWarning)
             host = torch.frombuffer(lent, dtype=dtype)
-        dev, ready = self._to_device(host, self.stage_edges)
+        dev, ready = self._to_device(host, self.stage_edges, out)
         if ready is not None:
             torch.cuda.current_stream(self.device).wait_event(ready)
         return dev

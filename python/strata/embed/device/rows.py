@@ -207,9 +207,10 @@ class Banked:
 
     def __init__(self, bank: Bank, keys: torch.Tensor, table_rows):
         self.bank = bank
-        self.banked = (keys >= bank.first)[:, None]
-        self.index = torch.where(keys >= bank.first, keys - bank.first, 0)
-        self.gathered = table_rows(torch.where(keys >= bank.first, keys[:1], keys))
+        banked = keys >= bank.first
+        self.banked = banked[:, None]
+        self.index = torch.where(banked, keys - bank.first, 0)
+        self.gathered = table_rows(torch.where(banked, keys[:1], keys))
         self.rows = torch.where(self.banked, bank.rows.index_select(0, self.index), self.gathered.rows)
 
     def take(self, start: int, count: int) -> torch.Tensor:
