@@ -127,6 +127,28 @@ def test_uniform_init_draws_node_and_relation_rows_between_its_bounds(kg, tmp_pa
     assert "embed.train.init_low" in swapped and "init_low < init_high" in swapped, swapped
 
 
+def test_xavier_init_scales_node_and_relation_rows_by_their_tables(kg, tmp_path, strata_cli):
+    # torch's xavier_normal_ on each table: std sqrt(2 / (rows + reals)), over the whole node
+    # table however it is partitioned, and over the relation rows with their inverses.
+    import numpy as np
+
+    run = tmp_path / "x"
+    strata_cli("embed", "train", kg, "--run-dir", run, "--dim", "16", "--epochs", "1", "--lr", "1e-7",
+               "--partitions", "2", "--init", "xavier_normal", "--init-gain", "2", "--eval-every", "0",
+               "-q")  # fmt: skip
+    strata_cli("embed", "export", run, "--out", tmp_path / "out", "--format", "npy", "-q")
+    nodes = np.load(tmp_path / "out" / "embeddings.npy")
+    relations = np.load(run / "relations-e1.npy")
+    for rows in (nodes, relations):
+        want = 2 * np.sqrt(2 / (rows.shape[0] + rows.shape[1]))
+        # Thousands of normals (at lr 1e-7 an epoch moves none measurably): within 8%.
+        assert abs(rows.std() / want - 1) < 0.08, (rows.shape, rows.std(), want)
+        assert abs(rows.mean()) < 4 * want / np.sqrt(rows.size), rows.mean()
+    refused = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", *SMALL, "--init-gain", "2", check=False)
+    assert refused.returncode == 2 and "embed.train.init_gain" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "r").exists()
+
+
 def test_negatives_per_edge_train_in_and_out_of_core_and_refuse_what_they_do_not_apply_to(kg, tmp_path, strata_cli):
     # The device step's parity with these is in test_embed_device.py.
     per_edge = ["--no-shared-negatives", "--chunk-size", "50", "--negatives", "16"]

@@ -84,6 +84,12 @@ pub enum InitKind {
     Normal,
     /// Every real of node and relation rows `U(init_low, init_high)`.
     Uniform,
+    /// torch's `xavier_normal_` on each table (LibKGE's `initialize: xavier_normal_`).
+    #[serde(rename = "xavier_normal")]
+    XavierNormal,
+    /// torch's `xavier_uniform_` on each table (LibKGE's `initialize: xavier_uniform_`).
+    #[serde(rename = "xavier_uniform")]
+    XavierUniform,
 }
 
 /// The distribution initial rows are drawn from (see [`TrainConfig::row_init`]).
@@ -93,6 +99,41 @@ pub enum RowInit {
     Normal(f32),
     /// Every real of node and relation rows uniform in `[low, high)`.
     Uniform { low: f32, high: f32 },
+    /// Glorot and Bengio's start, as torch's `xavier_normal_` and `xavier_uniform_` give it to
+    /// a `rows x reals` table (fan in `reals`, fan out `rows`): every real of the node table
+    /// and of the relation table `N(0, gain·√(2 / (rows + reals)))`, or uniform in
+    /// `±gain·√(6 / (rows + reals))`.
+    Xavier { gain: f32, uniform: bool },
+}
+
+/// The distribution of every real of one table (see [`RowInit::reals`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RealDraw {
+    /// `N(0, std)`.
+    Normal(f32),
+    /// Uniform in `[low, high)`.
+    Uniform { low: f32, high: f32 },
+}
+
+impl RowInit {
+    /// How each real of a table of `rows` rows of `reals` reals is drawn. For relation rows
+    /// `RowInit::Normal` means the model's own start instead (see
+    /// [`crate::storage::relations::Relations::new`]).
+    pub fn reals(self, rows: u64, reals: usize) -> RealDraw {
+        match self {
+            RowInit::Normal(scale) => RealDraw::Normal(scale),
+            RowInit::Uniform { low, high } => RealDraw::Uniform { low, high },
+            RowInit::Xavier { gain, uniform } => {
+                let fans = (rows as f64 + reals as f64).max(1.0);
+                if uniform {
+                    let a = (gain as f64 * (6.0 / fans).sqrt()) as f32;
+                    RealDraw::Uniform { low: -a, high: a }
+                } else {
+                    RealDraw::Normal((gain as f64 * (2.0 / fans).sqrt()) as f32)
+                }
+            }
+        }
+    }
 }
 
 /// How the node table stores its values (embeddings and Adagrad state).
@@ -340,14 +381,21 @@ pub struct TrainConfig {
     /// standard deviation of the initial node embeddings (init = "normal")
     pub init_scale: f32,
     /// how rows start: normal (node rows N(0, init_scale), relation rows as the model starts
-    /// them: unit complex numbers, random signs) or uniform (every real of the node and
-    /// relation rows drawn from U(init_low, init_high), LibKGE's uniform_ initializer)
+    /// them: unit complex numbers, random signs), uniform (every real of the node and
+    /// relation rows drawn from U(init_low, init_high), LibKGE's uniform_ initializer), or
+    /// xavier_normal / xavier_uniform (torch's initializers of those names, LibKGE's
+    /// xavier_normal_ and xavier_uniform_, on the node table and on the relation table:
+    /// every real N(0, init_gain * sqrt(2 / (rows + reals))) or U(+-init_gain * sqrt(6 /
+    /// (rows + reals))), rows counting the inverse relations)
     pub init: InitKind,
     /// lower bound of init = "uniform" (LibKGE's initialize_args.uniform_.a); default -1
     pub init_low: Option<f32>,
     /// upper bound of init = "uniform" (LibKGE's uniform_.b: torch's default 1.0 when a
     /// configuration gives only a); default 1
     pub init_high: Option<f32>,
+    /// gain of init = "xavier_normal" or "xavier_uniform" (LibKGE's initialize_args
+    /// xavier_normal_.gain); default 1
+    pub init_gain: Option<f32>,
     /// epochs to train (a resumed run trains up to this many in total)
     #[schemars(range(min = 1))]
     pub epochs: usize,
@@ -543,6 +591,7 @@ impl Default for TrainConfig {
             init: InitKind::Normal,
             init_low: None,
             init_high: None,
+            init_gain: None,
             epochs: 10,
             chunk_size: 1000,
             negatives: 1000,
@@ -732,30 +781,46 @@ impl TrainConfig {
                 low: self.init_low.unwrap_or(-1.0),
                 high: self.init_high.unwrap_or(1.0),
             },
+            InitKind::XavierNormal | InitKind::XavierUniform => RowInit::Xavier {
+                gain: self.init_gain.unwrap_or(1.0),
+                uniform: self.init == InitKind::XavierUniform,
+            },
         }
     }
 
     /// The key and message of an initialization the rows cannot start from: bounds given
-    /// without `init = "uniform"`, or not finite with `low < high`.
+    /// without `init = "uniform"`, a gain without a xavier init, bounds that are not finite
+    /// with `low < high`, or a gain that is not a finite number above 0.
     fn check_init(&self) -> Result<(), (&'static str, String)> {
         let bounds = [("init_low", self.init_low), ("init_high", self.init_high)];
+        let uniform = matches!(self.init, InitKind::Uniform);
+        if let Some((key, _)) = bounds.iter().find(|(_, v)| v.is_some() && !uniform) {
+            return Err((key, "applies to init = \"uniform\" only".into()));
+        }
+        let xavier = matches!(self.init, InitKind::XavierNormal | InitKind::XavierUniform);
+        if self.init_gain.is_some() && !xavier {
+            return Err((
+                "init_gain",
+                "applies to init = \"xavier_normal\" or \"xavier_uniform\" only".into(),
+            ));
+        }
         match self.row_init() {
-            RowInit::Normal(_) => match bounds.iter().find(|(_, v)| v.is_some()) {
-                Some((key, _)) => Err((*key, "applies to init = \"uniform\" only".into())),
-                None => Ok(()),
-            },
-            RowInit::Uniform { low, high } => {
-                if !(low.is_finite() && high.is_finite() && low < high) {
-                    return Err((
-                        "init_low",
-                        format!(
-                            "init = \"uniform\" needs finite bounds with init_low < init_high, \
-                             got [{low}, {high})"
-                        ),
-                    ));
-                }
-                Ok(())
+            RowInit::Uniform { low, high }
+                if !(low.is_finite() && high.is_finite() && low < high) =>
+            {
+                Err((
+                    "init_low",
+                    format!(
+                        "init = \"uniform\" needs finite bounds with init_low < init_high, \
+                         got [{low}, {high})"
+                    ),
+                ))
             }
+            RowInit::Xavier { gain, .. } if !(gain > 0.0 && gain.is_finite()) => Err((
+                "init_gain",
+                format!("must be a finite number above 0, got {gain}"),
+            )),
+            _ => Ok(()),
         }
     }
 

@@ -11,7 +11,7 @@ use crate::config::RowInit;
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
 use crate::storage::shared::SharedRows;
-use crate::storage::table::uniform;
+use crate::storage::table::Reals;
 
 /// Relation rows and their Adagrad state.
 pub struct Relations {
@@ -28,8 +28,9 @@ pub struct Relations {
 impl Relations {
     /// Initial rows for `num_relations` relations (at least one: graphs without relation
     /// types use relation 0 everywhere), doubled when `reciprocal`; random rows are a pure
-    /// function of `seed`: by the model's own start (see [`ScoreModel::init_relation`]) or
-    /// uniform reals (`RowInit::Uniform`).
+    /// function of `seed`: by the model's own start (see [`ScoreModel::init_relation`]) with
+    /// `RowInit::Normal`, else every real drawn as `init` draws a table of these rows (see
+    /// [`RowInit::reals`]).
     pub fn new(
         model: &ScoreModel,
         num_relations: u64,
@@ -44,12 +45,13 @@ impl Relations {
         let mut params = vec![0.0f32; rows * dim];
         if dim > 0 {
             let mut rng = Rng::new(derive(seed, 0x7e1a));
-            for row in params.chunks_mut(dim) {
-                match init {
-                    RowInit::Normal(scale) => model.init_relation(row, &mut rng, scale),
-                    RowInit::Uniform { low, high } => row
-                        .iter_mut()
-                        .for_each(|v| *v = uniform(&mut rng, low, high)),
+            match init {
+                RowInit::Normal(scale) => params
+                    .chunks_mut(dim)
+                    .for_each(|row| model.init_relation(row, &mut rng, scale)),
+                _ => {
+                    let mut reals = Reals::new(init.reals(rows as u64, dim), rng);
+                    params.iter_mut().for_each(|v| *v = reals.next());
                 }
             }
         }

@@ -15,7 +15,7 @@ use strata_io::{AlignedBuf, Engine, IoBuf, IoFile, OpenMode, Request};
 use strata_store::rng::{derive, Rng};
 
 use crate::compute::bf16;
-use crate::config::{RowInit, TableDtype};
+use crate::config::{RealDraw, TableDtype};
 use crate::error::Result;
 use crate::storage::layout::TableLayout;
 use crate::storage::shared::SharedRows;
@@ -203,40 +203,57 @@ impl TableFile {
     }
 }
 
-/// Fills partition `p`'s embeddings with values drawn from `init` (`N(0, scale)`, or
-/// `U(low, high)`; a pure function of the seed and `p`; rounded to the nearest bf16 in a bf16
-/// table) and its Adagrad state with zeros.
+/// Fills partition `p`'s embeddings with reals drawn from `draw` (a pure function of the seed
+/// and `p`; rounded to the nearest bf16 in a bf16 table) and its Adagrad state with zeros.
 pub fn init_partition(
     layout: &TableLayout,
     p: u32,
     used_rows: u64,
-    init: RowInit,
+    draw: RealDraw,
     seed: u64,
     buf: &mut AlignedBuf,
 ) {
     let region_layout = layout.region(p);
     let region = &mut buf.full_mut()[..region_layout.part_bytes() as usize];
     region.fill(0);
-    let mut rng = Rng::new(derive(derive(seed, 0xe3b0), p as u64));
-    // Normals drawn in pairs, in row-major order across the rows.
-    let mut spare = None;
+    let mut reals = Reals::new(draw, Rng::new(derive(derive(seed, 0xe3b0), p as u64)));
     let mut row = vec![0.0f32; layout.dim];
     let rows = SharedRows::region(region, &region_layout);
     for r in 0..used_rows as usize {
-        for v in row.iter_mut() {
-            *v = match init {
-                RowInit::Normal(scale) => {
-                    let x = spare.take().unwrap_or_else(|| {
-                        let (a, b) = rng.normal_pair();
-                        spare = Some(b);
-                        a
-                    });
-                    x as f32 * scale
-                }
-                RowInit::Uniform { low, high } => uniform(&mut rng, low, high),
-            };
-        }
+        row.iter_mut().for_each(|v| *v = reals.next());
         rows.store(r, &row);
+    }
+}
+
+/// Reals drawn one after another from a [`RealDraw`]: normals in pairs, in order.
+pub struct Reals {
+    draw: RealDraw,
+    rng: Rng,
+    spare: Option<f64>,
+}
+
+impl Reals {
+    pub fn new(draw: RealDraw, rng: Rng) -> Reals {
+        Reals {
+            draw,
+            rng,
+            spare: None,
+        }
+    }
+
+    /// The next real.
+    pub fn next(&mut self) -> f32 {
+        match self.draw {
+            RealDraw::Normal(std) => {
+                let x = self.spare.take().unwrap_or_else(|| {
+                    let (a, b) = self.rng.normal_pair();
+                    self.spare = Some(b);
+                    a
+                });
+                x as f32 * std
+            }
+            RealDraw::Uniform { low, high } => uniform(&mut self.rng, low, high),
+        }
     }
 }
 
@@ -265,8 +282,8 @@ mod tests {
         assert_eq!(bf16_layout.part_bytes(), align_up(500 * 20 * 2));
         let mut a = AlignedBuf::new(f32_layout.part_bytes() as usize);
         let mut b = AlignedBuf::new(bf16_layout.part_bytes() as usize);
-        init_partition(&f32_layout, 1, 499, RowInit::Normal(0.1), 7, &mut a);
-        init_partition(&bf16_layout, 1, 499, RowInit::Normal(0.1), 7, &mut b);
+        init_partition(&f32_layout, 1, 499, RealDraw::Normal(0.1), 7, &mut a);
+        init_partition(&bf16_layout, 1, 499, RealDraw::Normal(0.1), 7, &mut b);
         let wide = Rows::of(
             a.prefix(a.capacity()),
             TableDtype::F32,
@@ -298,7 +315,7 @@ mod tests {
         let p = Partitioning::new(2000, 1, 3).unwrap();
         let layout = TableLayout::new(&p, 16, OptimizerKind::Adagrad, TableDtype::F32);
         let mut a = AlignedBuf::new(layout.part_bytes() as usize);
-        let init = RowInit::Uniform {
+        let init = RealDraw::Uniform {
             low: -0.8328,
             high: 1.0,
         };

@@ -381,3 +381,90 @@ fn uniform_init_starts_relation_rows_between_its_bounds_and_bad_bounds_are_refus
         Some("embed.train.init_high")
     );
 }
+
+#[test]
+fn xavier_init_scales_each_table_by_its_rows_and_reals_as_torch_does() {
+    use crate::config::{InitKind, RealDraw, RowInit};
+    use crate::model::{ScoreKind, ScoreModel};
+    use crate::storage::relations::Relations;
+    use strata_store::config::Section;
+
+    // torch.nn.init.xavier_normal_ on a 40,943 x 512 weight: std sqrt(2 / 41,455).
+    let normal = TrainConfig {
+        init: InitKind::XavierNormal,
+        ..TrainConfig::default()
+    };
+    assert_eq!(
+        normal.row_init(),
+        RowInit::Xavier {
+            gain: 1.0,
+            uniform: false
+        }
+    );
+    let RealDraw::Normal(std) = normal.row_init().reals(40_943, 512) else {
+        panic!("xavier_normal draws normals");
+    };
+    assert!((std - (2.0f32 / 41_455.0).sqrt()).abs() < 1e-9, "{std}");
+    // xavier_uniform_ with gain 2 on 100 x 20: bound 2 sqrt(6 / 120).
+    let uniform = TrainConfig {
+        init: InitKind::XavierUniform,
+        init_gain: Some(2.0),
+        ..TrainConfig::default()
+    };
+    let RealDraw::Uniform { low, high } = uniform.row_init().reals(100, 20) else {
+        panic!("xavier_uniform draws uniform reals");
+    };
+    assert!(
+        (high - 2.0 * 0.05f32.sqrt()).abs() < 1e-6 && low == -high,
+        "{low} {high}"
+    );
+
+    // Relation rows: every real of the table, inverse rows counted (TransE: 2 x 11 rows of 64
+    // reals, std sqrt(2 / 86)), not the model's own start.
+    let model = ScoreModel {
+        kind: ScoreKind::TransE,
+        dim: 64,
+        transe_norm: 2,
+        pbg: Default::default(),
+    };
+    let rel = Relations::new(&model, 11, true, false, 3, normal.row_init());
+    let n = rel.params.len() as f64;
+    assert_eq!(n, 22.0 * 64.0);
+    let mean = rel.params.iter().map(|&v| v as f64).sum::<f64>() / n;
+    let sd = (rel
+        .params
+        .iter()
+        .map(|&v| (v as f64 - mean).powi(2))
+        .sum::<f64>()
+        / n)
+        .sqrt();
+    let want = (2.0f64 / 86.0).sqrt();
+    // 1,408 normals: the sample deviation is within 6% of its own at 3 standard errors.
+    assert!(mean.abs() < 3.0 * want / n.sqrt(), "{mean}");
+    assert!((sd / want - 1.0).abs() < 0.06, "{sd} against {want}");
+
+    let key = |cfg: TrainConfig| cfg.validate().err().map(|e| e.key);
+    assert_eq!(key(normal.clone()), None);
+    assert_eq!(key(uniform), None);
+    let gain_without_xavier = TrainConfig {
+        init_gain: Some(1.0),
+        ..TrainConfig::default()
+    };
+    assert_eq!(
+        key(gain_without_xavier).as_deref(),
+        Some("embed.train.init_gain")
+    );
+    let zero_gain = TrainConfig {
+        init_gain: Some(0.0),
+        ..normal.clone()
+    };
+    assert_eq!(key(zero_gain).as_deref(), Some("embed.train.init_gain"));
+    let bounds_with_xavier = TrainConfig {
+        init_low: Some(-0.1),
+        ..normal
+    };
+    assert_eq!(
+        key(bounds_with_xavier).as_deref(),
+        Some("embed.train.init_low")
+    );
+}

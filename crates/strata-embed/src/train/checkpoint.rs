@@ -385,13 +385,15 @@ fn init_table(
     let p = &new.partitioning;
     let table_bytes = new.layout.table_bytes(p.partitions);
     let mut meter = Meter::new(progress, "init table", table_bytes, p.partitions as u64);
+    let table_rows = p.regions().iter().map(|&part| p.stored_rows(part)).sum();
+    let draw = new.cfg.row_init().reals(table_rows, new.cfg.dim);
     for part in p.regions() {
         let mine = |(rank, world)| owner_of(part, world) == rank || p.pinned() == Some(part);
         if new.owned.is_some_and(|owned| !mine(owned)) {
             continue;
         }
         let rows = p.stored_rows(part);
-        buffer.init(&first, part, rows, new.cfg.row_init(), new.cfg.seed)?;
+        buffer.init(&first, part, rows, draw, new.cfg.seed)?;
         meter.add(1, new.layout.region_bytes(part))?;
     }
     first.sync()?;
