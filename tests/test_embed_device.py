@@ -118,6 +118,19 @@ def assert_same_training(kg, tmp_path, device="torch-cpu", device_options=None, 
             negatives=8,
             corrupt="bernoulli",
         ),
+        # A count of negatives per side (LibKGE's num_samples s and o): both sides as two
+        # stacks, their masks after their own draws, the weighted regularizer's repeat.
+        dict(
+            model="complex", negatives_head=24, entity_dropout=0.2, regularizer="n3", reg_weight=0.01, reg_weighted=True
+        ),
+        dict(
+            model="transe",
+            negatives_head=3,
+            shared_negatives=False,
+            negatives=8,
+            corrupt="bernoulli",
+            degree_fraction=0.5,
+        ),
         # 1vsAll and KvsAll: every candidate row steps each chunk; masks over all of them.
         dict(model="complex", training="1vsAll"),
         dict(
@@ -282,6 +295,7 @@ TYPED = dict(entity_partitions=["person=4", "film=4", "genre=1"], buffer=3, chun
         # Negatives over every entity of the type, those of partitions on disk from banks (a
         # block per type), beside featurized entities' keys.
         dict(negative_pool="all"),
+        dict(negative_pool="all", negatives_head=6),
         dict(entity_partitions=["person=4"], featurized=["film"], negative_pool="all", typed_negatives=False),
         # One partition: every type in it but the featurized films, in the pinned region.
         dict(entity_partitions=[], partitions=1, buffer=1, featurized=["film"], model="distmult"),

@@ -168,3 +168,16 @@ def test_negatives_per_edge_train_in_and_out_of_core_and_refuse_what_they_do_not
     assert "embed.train.shared_negatives" in one and '"negative_sampling"' in one, one
     big = refused("--no-shared-negatives", "--chunk-size", "100000", "--negatives", "10000")
     assert "embed.train.negatives" in big and "1000000000 rows" in big, big
+
+
+def test_a_count_of_negatives_per_side_trains_out_of_core_and_is_refused_without_head_corruption(
+    kg, tmp_path, strata_cli
+):
+    # LibKGE's num_samples s and o; the device step's parity is in test_embed_device.py.
+    meta = summary(strata_cli, kg, tmp_path / "sides", "--negatives-head", "16", "--partitions", "2", "--buffer", "2")
+    assert meta["config"]["negatives"] == 64 and meta["config"]["negatives_head"] == 16
+    assert meta["test"]["mrr"] > 0.2, meta["test"]
+    tail = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", *SMALL, "--negatives-head", "16",
+                      "--corrupt", "tail", "--no-reciprocal", check=False)  # fmt: skip
+    assert tail.returncode == 2 and "embed.train.negatives_head" in tail.stderr, tail.stderr
+    assert '"tail"' in tail.stderr and "Traceback" not in tail.stderr and not (tmp_path / "r").exists()

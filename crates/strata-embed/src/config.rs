@@ -402,9 +402,15 @@ pub struct TrainConfig {
     /// positive edges per chunk; a chunk shares one set of negatives (see shared_negatives)
     #[schemars(range(min = 1, max = MAX_ROWS - 1))]
     pub chunk_size: usize,
-    /// negatives per chunk and corrupted side (per edge with shared_negatives = false)
+    /// negatives per chunk and corrupted side (per edge with shared_negatives = false); with
+    /// negatives_head, the tails' count alone (LibKGE's num_samples.o)
     #[schemars(range(min = 1, max = MAX_ROWS - 1))]
     pub negatives: usize,
+    /// negatives of the side that corrupts heads, in place of negatives (LibKGE's
+    /// num_samples.s; with reciprocal relations the inverse relations' side); default
+    /// negatives
+    #[schemars(range(min = 1, max = MAX_ROWS - 1))]
+    pub negatives_head: Option<usize>,
     /// true: a chunk's edges share one set of negatives per corrupted side, scored as one
     /// matrix product (PyTorch-BigGraph, Marius, Legend); false: each edge draws its own
     /// (LibKGE's and PyKEEN's sampling), chunk_size times the rows gathered and updated
@@ -595,6 +601,7 @@ impl Default for TrainConfig {
             epochs: 10,
             chunk_size: 1000,
             negatives: 1000,
+            negatives_head: None,
             shared_negatives: true,
             degree_fraction: 0.0,
             negative_pool: NegativePool::All,
@@ -723,6 +730,14 @@ impl Section for TrainConfig {
                         .into(),
                 );
             }
+        }
+        if self.negatives_head.is_some() && self.corrupt == Corrupt::Tail {
+            return bad(
+                "negatives_head",
+                "applies where heads are corrupted (corrupt \"both\", \"head\" or \"bernoulli\"); \
+                 corrupt is \"tail\""
+                    .into(),
+            );
         }
         self.check_schedule().or_else(|(key, msg)| bad(key, msg))?;
         self.check_vs_all().or_else(|(key, msg)| bad(key, msg))?;
@@ -1075,7 +1090,16 @@ impl TrainConfig {
         if self.scores_all() {
             nodes
         } else {
-            self.negatives as u64
+            self.negatives_of(true).max(self.negatives_of(false)) as u64
+        }
+    }
+
+    /// Negatives per chunk (per edge with `shared_negatives = false`) of the side that
+    /// corrupts tails (`tail`) or heads: `negatives`, or `negatives_head` for heads.
+    pub fn negatives_of(&self, tail: bool) -> usize {
+        match self.negatives_head {
+            Some(n) if !tail => n,
+            _ => self.negatives,
         }
     }
 
@@ -1105,11 +1129,16 @@ impl TrainConfig {
             }
             return Ok(());
         }
-        if !self.shared_negatives {
-            return Err((
-                "shared_negatives",
-                format!("applies to training \"negative_sampling\" (training {mode:?} scores every entity)"),
-            ));
+        for (key, set) in [
+            ("shared_negatives", !self.shared_negatives),
+            ("negatives_head", self.negatives_head.is_some()),
+        ] {
+            if set {
+                return Err((
+                    key,
+                    format!("applies to training \"negative_sampling\" (training {mode:?} scores every entity)"),
+                ));
+            }
         }
         if self.training == TrainingMode::KvsAll && self.vsall_candidates != VsAllCandidates::All {
             return Err((

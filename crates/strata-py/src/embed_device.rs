@@ -147,6 +147,7 @@ impl PyDeviceStep {
             d.set_item("corrupt", c.corrupt)?;
             d.set_item("head_prob", c.head_prob.clone())?;
             d.set_item("negatives", c.negatives)?;
+            d.set_item("negatives_head", c.negatives_head)?;
             d.set_item("shared_negatives", c.shared_negatives)?;
             d.set_item("degree_fraction", c.degree_fraction)?;
             d.set_item("pool", c.pool)?;

@@ -247,6 +247,7 @@ mod tests {
             corrupt: Corrupt::Both,
             head_prob: &[],
             negatives: 3,
+            negatives_head: 3,
             shared_negatives: true,
             degree_fraction: 0.0,
             pool: Pool::Partition,

@@ -75,7 +75,10 @@ pub struct DeviceCtx<'a> {
     pub corrupt: &'static str,
     /// `corrupt = bernoulli`: the head probability of each relation; empty otherwise.
     pub head_prob: Vec<f32>,
+    /// Negatives per chunk (or per edge) of the side that corrupts tails.
     pub negatives: usize,
+    /// Negatives per chunk (or per edge) of the side that corrupts heads.
+    pub negatives_head: usize,
     /// Whether a chunk side's edges share its negatives (false: each edge draws its own).
     pub shared_negatives: bool,
     pub degree_fraction: f32,
@@ -313,6 +316,7 @@ pub fn describe<'a>(ctx: &'a BucketCtx) -> std::result::Result<DeviceCtx<'a>, St
         },
         head_prob: ctx.head_prob.to_vec(),
         negatives: ctx.negatives,
+        negatives_head: ctx.negatives_head,
         shared_negatives: ctx.shared_negatives,
         degree_fraction: ctx.degree_fraction,
         pool,

@@ -468,3 +468,45 @@ fn xavier_init_scales_each_table_by_its_rows_and_reals_as_torch_does() {
         Some("embed.train.init_low")
     );
 }
+
+#[test]
+fn negatives_head_counts_the_head_side_and_is_refused_where_no_head_is_corrupted() {
+    use crate::config::{Corrupt, TrainingMode};
+    use strata_store::config::Section;
+
+    let cfg = TrainConfig {
+        negatives: 402,
+        negatives_head: Some(255),
+        ..TrainConfig::default()
+    };
+    assert_eq!(
+        (cfg.negatives_of(true), cfg.negatives_of(false)),
+        (402, 255)
+    );
+    assert_eq!(
+        TrainConfig::default().negatives_of(false),
+        TrainConfig::default().negatives
+    );
+    // The budget's scratch holds the larger side.
+    let wider_head = TrainConfig {
+        negatives_head: Some(1500),
+        ..cfg.clone()
+    };
+    assert_eq!(wider_head.scored_per_chunk(0), 1500);
+    let key = |cfg: TrainConfig| cfg.validate().err().map(|e| e.key);
+    assert_eq!(key(cfg.clone()), None);
+    let tail_only = TrainConfig {
+        corrupt: Corrupt::Tail,
+        reciprocal: false,
+        ..cfg.clone()
+    };
+    assert_eq!(
+        key(tail_only).as_deref(),
+        Some("embed.train.negatives_head")
+    );
+    let kvsall = TrainConfig {
+        training: TrainingMode::KvsAll,
+        ..cfg
+    };
+    assert_eq!(key(kvsall).as_deref(), Some("embed.train.negatives_head"));
+}

@@ -789,6 +789,7 @@ impl<'a> Slots<'a> {
             corrupt: cfg.corrupt,
             head_prob: self.head_prob,
             negatives: cfg.negatives,
+            negatives_head: cfg.negatives_of(false),
             shared_negatives: cfg.shared_negatives,
             degree_fraction: cfg.degree_fraction,
             pool,

@@ -66,7 +66,7 @@ impl OverlapCheck {
 /// Seconds per edge of the training step on `threads` threads (both directions when both are
 /// corrupted), measured on synthetic rows with the run's model and chunk shape.
 pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usize) -> f64 {
-    let rows = 8192usize.max(cfg.negatives);
+    let rows = 8192usize.max(cfg.negatives_of(true).max(cfg.negatives_of(false)));
     let d = model.dim;
     let mut rng = Rng::new(0x7e57);
     let mut params: Vec<f32> = (0..rows * d)
@@ -108,6 +108,7 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
         // The synthetic edges are of relation 0: an even split of their sides.
         head_prob: &[0.5],
         negatives: cfg.negatives,
+        negatives_head: cfg.negatives_of(false),
         shared_negatives: cfg.shared_negatives,
         degree_fraction: cfg.degree_fraction,
         pool: Pool::Resident,

@@ -80,6 +80,7 @@ fn train(a: &mut [f32], f: &mut [f32], state: f32, lr: f32) -> f64 {
         corrupt: Corrupt::Both,
         head_prob: &[],
         negatives: 4,
+        negatives_head: 4,
         shared_negatives: true,
         degree_fraction: 0.0,
         pool: Pool::Resident,

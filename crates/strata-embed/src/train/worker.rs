@@ -56,8 +56,11 @@ pub struct BucketCtx<'a> {
     /// `corrupt = bernoulli`: the probability of corrupting the head of an edge, by relation
     /// id (see [`crate::train::bernoulli`]); empty otherwise.
     pub head_prob: &'a [f32],
+    /// Negatives per chunk (or per edge) of the side that corrupts tails.
     pub negatives: usize,
-    /// Whether a chunk side's edges share its negatives (false: each edge draws `negatives`).
+    /// Negatives per chunk (or per edge) of the side that corrupts heads.
+    pub negatives_head: usize,
+    /// Whether a chunk side's edges share its negatives (false: each edge draws its count).
     pub shared_negatives: bool,
     pub degree_fraction: f32,
     pub pool: Pool<'a>,
@@ -82,6 +85,16 @@ const BANK: usize = 1 << (usize::BITS - 1);
 const BANK_KEY: usize = 1 << 22;
 
 impl BucketCtx<'_> {
+    /// Negatives per chunk (per edge with `shared_negatives = false`) of the side that
+    /// corrupts tails (`tail`) or heads.
+    pub fn negatives_of(&self, tail: bool) -> usize {
+        if tail {
+            self.negatives
+        } else {
+            self.negatives_head
+        }
+    }
+
     /// A uniform negative for side `k` (0: tail corruption, 1: head) whose targets lie in
     /// part `target`: `(part index, local row)`, or `(BANK | partition, bank row)` for a node
     /// of a partition on disk.
@@ -372,7 +385,7 @@ impl Worker {
         // Negatives shared by the chunk (or each edge's own, one set after another): a
         // degree-weighted part (targets of the chunk's own edges: each node appears in
         // proportion to its degree) and a uniform part.
-        let n = ctx.negatives;
+        let n = ctx.negatives_of(edges.tail);
         let sets = if ctx.shared_negatives { 1 } else { b };
         let n_degree = ((n as f32) * ctx.degree_fraction).round() as usize;
         side.neg_ids.clear();
@@ -420,11 +433,11 @@ impl Worker {
                 ..c
             };
             let (g, e) = (&mut side.grads, &mut side.edge_grads);
-            self.loss += step(ctx, &dropped, g, e, &mut self.scratch);
+            self.loss += step(ctx, &dropped, n, g, e, &mut self.scratch);
             dr.backward(&mut side.grads);
         } else {
             let (g, e) = (&mut side.grads, &mut side.edge_grads);
-            self.loss += step(ctx, &c, g, e, &mut self.scratch);
+            self.loss += step(ctx, &c, n, g, e, &mut self.scratch);
         }
         let which = ctx.reg.rows(repeat, ctx.inverse_offset > 0);
         self.loss += regularize(&ctx.reg, &ctx.model, &c, &mut side.grads, which);
@@ -540,13 +553,20 @@ impl Worker {
 }
 
 /// The loss and gradients of chunk side `c` (see [`chunk_step`]): its edges score shared
-/// negatives, or (`shared_negatives = false`) each its own `ctx.negatives`, `e` holding one
-/// edge's gradients.
-fn step(ctx: &BucketCtx, c: &Chunk, g: &mut Grads, e: &mut Grads, s: &mut Scratch) -> f64 {
+/// negatives, or (`shared_negatives = false`) each its own `n`, `e` holding one edge's
+/// gradients.
+fn step(
+    ctx: &BucketCtx,
+    c: &Chunk,
+    n: usize,
+    g: &mut Grads,
+    e: &mut Grads,
+    s: &mut Scratch,
+) -> f64 {
     if ctx.shared_negatives {
         chunk_step(&ctx.model, &ctx.loss, c, g, s)
     } else {
-        edge_negatives_step(&ctx.model, &ctx.loss, (c, ctx.negatives), g, e, s)
+        edge_negatives_step(&ctx.model, &ctx.loss, (c, n), g, e, s)
     }
 }
 
@@ -793,6 +813,7 @@ mod tests {
             corrupt,
             head_prob: &[0.3],
             negatives,
+            negatives_head: negatives,
             shared_negatives,
             degree_fraction: 0.0,
             pool: Pool::Resident,
@@ -824,11 +845,38 @@ mod tests {
         assert_eq!(edges_by(Corrupt::Bernoulli), 50);
     }
 
-    /// `shared_negatives = false`: each edge of each side draws its own negatives, the loss is
-    /// each edge's against its own, and exactly the rows a side used take a step.
+    /// Each side draws its own count of shared negatives (`negatives` for the tail side,
+    /// `negatives_head` for the head side), whichever sides a chunk corrupts.
+    #[test]
+    fn each_side_draws_its_own_count_of_shared_negatives() {
+        let (d, rows) = (8usize, 64usize);
+        let mut params: Vec<f32> = (0..rows * d).map(|i| (i % 5) as f32 * 0.01).collect();
+        let mut state = vec![0.0f32; rows * d];
+        let mut rel_params = vec![0.5f32; 2 * d];
+        let mut rel_state = vec![0.0f32; 2 * d];
+        let chunk: Vec<[i32; 3]> = (0..20).map(|i| [i % 64, 0, (i * 3) % 64]).collect();
+        for (corrupt, want) in [
+            (Corrupt::Both, [7, 3]),
+            (Corrupt::Head, [3, 0]),
+            (Corrupt::Tail, [7, 0]),
+        ] {
+            let tables = [&mut params, &mut state, &mut rel_params, &mut rel_state];
+            let mut ctx = distmult_ctx(d, tables, corrupt, 7, true);
+            ctx.negatives_head = 3;
+            let mut w = Worker::default();
+            w.train_chunk(&ctx, &chunk, &[], 5);
+            let drawn = [w.sides[0].neg_ids.len(), w.sides[1].neg_ids.len()];
+            assert_eq!(drawn, want, "{corrupt:?}");
+            assert!(w.loss.is_finite() && w.loss > 0.0);
+        }
+    }
+
+    /// `shared_negatives = false`: each edge of each side draws its own negatives (the tail
+    /// side `negatives`, the head side `negatives_head`), the loss is each edge's against its
+    /// own, and exactly the rows a side used take a step.
     #[test]
     fn negatives_per_edge_are_drawn_and_stepped_per_edge() {
-        let (d, rows, n) = (8usize, 64usize, 5usize);
+        let (d, rows, counts) = (8usize, 64usize, [5usize, 2]);
         let mut rng = Rng::new(7);
         let mut random =
             |len: usize| -> Vec<f32> { (0..len).map(|_| rng.next_f64() as f32 - 0.5).collect() };
@@ -841,7 +889,8 @@ mod tests {
         let mut w = Worker::default();
         let (model, loss) = {
             let tables = [&mut params, &mut state, &mut rel_params, &mut rel_state];
-            let ctx = distmult_ctx(d, tables, Corrupt::Both, n, false);
+            let mut ctx = distmult_ctx(d, tables, Corrupt::Both, counts[0], false);
+            ctx.negatives_head = counts[1];
             w.train_chunk(&ctx, &chunk, &[], 3);
             (ctx.model, ctx.loss)
         };
@@ -849,6 +898,7 @@ mod tests {
         let mut touched = std::collections::BTreeSet::new();
         let mut want = 0.0;
         for (k, (s_col, d_col)) in [(0, 2), (2, 0)].into_iter().enumerate() {
+            let n = counts[k];
             let ids: Vec<usize> = w.sides[k]
                 .neg_ids
                 .iter()

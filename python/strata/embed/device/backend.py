@@ -580,6 +580,7 @@ class TorchCompute:
             head_prob=self._const(head_prob, torch.float32) if head_prob else None,
             negatives=c["negatives"],
             shared_negatives=c["shared_negatives"],
+            negatives_head=c["negatives_head"],
             degree_fraction=c["degree_fraction"],
             pool=c["pool"],
             layout=self._const(layout, torch.int64),

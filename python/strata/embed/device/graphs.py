@@ -172,7 +172,7 @@ class StepGraphs:
         if graph is None:
             # The CPU twin records nothing; its replays run the step on the static inputs. The
             # chunk's counts are the step's, computed from shapes alone.
-            directions, flops = step.chunk_counts(ctx, len(edges))
+            directions, flops = step.chunk_counts(ctx, step.stacks_of(ctx, *static, streams))
         else:
             try:
                 with self._on_side_stream():

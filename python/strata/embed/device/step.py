@@ -162,6 +162,7 @@ class Ctx:
     inverse_offset: int
     corrupt: str
     head_prob: torch.Tensor | None
+    #: Negatives per chunk (or per edge) of the side that corrupts tails.
     negatives: int
     degree_fraction: float
     pool: str
@@ -176,6 +177,8 @@ class Ctx:
     alone: bool = False
     #: Whether a side's edges share its negatives (false: each edge draws its own).
     shared_negatives: bool = True
+    #: Negatives of the side that corrupts heads (``negatives_head``; ``None``: ``negatives``).
+    negatives_head: int | None = None
     #: LibKGE's weighted form (``reg_weighted``), and the relation rows' own weight
     #: (``relation_reg_weight``; ``None``: ``reg_weight``).
     reg_weighted: bool = False
@@ -254,6 +257,9 @@ def stacks_of(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, strea
     from stream ``k``): one stack of them over the chunk's edges, or with ``corrupt =
     bernoulli`` one stack per side over the edges it drew."""
     column = streams[:, None]
+    if ctx.corrupt == "both" and side_negatives(ctx, 0) != side_negatives(ctx, 1):
+        # Sides of different negative counts cannot share one batch: a stack each.
+        return [Stack([k], column[k : k + 1], edges, weights) for k in (0, 1)]
     if ctx.corrupt != "bernoulli":
         sides = {"both": [0, 1], "tail": [0], "head": [1]}[ctx.corrupt]
         return [Stack(sides, column[: len(sides)], edges, weights)]
@@ -266,6 +272,17 @@ def stacks_of(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, strea
             k = len(out)
             out.append(Stack([side], column[k : k + 1], edges[mask], None if weights is None else weights[mask]))
     return out
+
+
+def side_negatives(ctx: Ctx, side: int) -> int:
+    """Negatives per chunk (or per edge) of side ``side`` (0: tail corruption, 1: head)."""
+    return ctx.negatives if side == 0 or ctx.negatives_head is None else ctx.negatives_head
+
+
+def stack_negatives(ctx: Ctx, stack: Stack) -> int:
+    """Negatives per chunk (or per edge) of each of a stack's sides, which :func:`stacks_of`
+    gives one count."""
+    return side_negatives(ctx, stack.sides[0])
 
 
 def pick(x: torch.Tensor, sides: list[int]) -> torch.Tensor:
@@ -303,14 +320,15 @@ def chunk_keys(ctx: Ctx, stacks: list[Stack]) -> tuple[torch.Tensor, torch.Tenso
     stack = stacks[0] if len(stacks) == 1 else None
     shared = ctx.shared_negatives
     fused_pool = ctx.pool in ("partition", "resident")
-    if stack is None or not fused_pool or degree_negatives(ctx) or not len(stack.edges) or not shared:
+    n = 0 if stack is None else stack_negatives(ctx, stack)
+    if stack is None or not fused_pool or degree_negatives(ctx, n) or not len(stack.edges) or not shared:
         return twin_keys(ctx, stacks)
 
     def kernel():
         keys = fused_keys.kernel_keys(stack.edges, ctx.layout, stack.streams.reshape(-1), stack.sides[0],
-                                      ctx.negatives, ctx.rels is not None, ctx.inverse_offset,
+                                      n, ctx.rels is not None, ctx.inverse_offset,
                                       resident=ctx.pool == "resident")  # fmt: skip
-        split = len(stack.sides) * (2 * len(stack.edges) + ctx.negatives)
+        split = len(stack.sides) * (2 * len(stack.edges) + n)
         return keys[:split], None if ctx.rels is None else keys[split:]
 
     return kernels.fused("chunk keys", stack.edges.device, kernel, lambda: twin_keys(ctx, stacks))
@@ -323,16 +341,16 @@ def twin_keys(ctx: Ctx, stacks: list[Stack]) -> tuple[torch.Tensor, torch.Tensor
     return node, None if ctx.rels is None else cat([r.reshape(-1) for *_, r in keys])
 
 
-def degree_negatives(ctx: Ctx) -> int:
-    """How many of a side's negatives are drawn among its edges' targets (``degree_fraction``:
-    the f32 product, rounded half away from zero, as the Rust worker)."""
-    return min(ctx.negatives, math.floor(float(np.float32(ctx.negatives) * np.float32(ctx.degree_fraction)) + 0.5))
+def degree_negatives(ctx: Ctx, n: int) -> int:
+    """How many of a side's ``n`` negatives are drawn among its edges' targets
+    (``degree_fraction``: the f32 product, rounded half away from zero, as the Rust worker)."""
+    return min(n, math.floor(float(np.float32(n) * np.float32(ctx.degree_fraction)) + 0.5))
 
 
-def negative_draws(ctx: Ctx, b: int) -> int:
-    """Random draws a side's negatives take of its stream with ``b`` edges: ``n``, or ``b x n``
-    when each edge draws its own."""
-    return ctx.negatives if ctx.shared_negatives else b * ctx.negatives
+def negative_draws(ctx: Ctx, b: int, n: int) -> int:
+    """Random draws a side's ``n`` negatives take of its stream with ``b`` edges: ``n``, or
+    ``b x n`` when each edge draws its own."""
+    return n if ctx.shared_negatives else b * n
 
 
 def negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
@@ -341,7 +359,8 @@ def negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tensor:
     chunk's shared ``n`` (``S x n``), or each edge's, one set after another (``S x b n``)."""
     if not ctx.shared_negatives:
         return edge_negatives(ctx, stack, targets)
-    n, n_degree = ctx.negatives, degree_negatives(ctx)
+    n = stack_negatives(ctx, stack)
+    n_degree = degree_negatives(ctx, n)
     out = []
     if n_degree:
         out.append(targets.gather(1, rng.draw_below(stack.streams, 0, n_degree, targets.shape[1])))
@@ -354,7 +373,8 @@ def edge_negatives(ctx: Ctx, stack: Stack, targets: torch.Tensor) -> torch.Tenso
     """:func:`negatives` per edge (``S x b n``): set ``i``'s draw ``j`` is the stream's draw
     ``i n + j``, degree-weighted for ``j`` below the degree count, so that the bounds of one
     kernel's draws differ by position."""
-    n, n_degree = ctx.negatives, degree_negatives(ctx)
+    n = stack_negatives(ctx, stack)
+    n_degree = degree_negatives(ctx, n)
     b = targets.shape[1]
     if not n_degree:
         return uniform_rows(ctx, stack, rng.draw_below(stack.streams, 0, b * n, pool_rows(ctx, stack)), 0)
@@ -629,17 +649,13 @@ def independent_grads(
     return loss, *torch.autograd.grad((pos, neg_scores), leaves, (dpos, dneg))
 
 
-def regularize(
-    ctx: Ctx, rows: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...], which: list | None = None
-) -> tuple:
+def regularize(ctx: Ctx, rows: tuple[torch.Tensor, ...], grads: tuple[torch.Tensor, ...], which: list) -> tuple:
     """``(term, grads)``: the sides' regularization term (``model::regularize``, float64;
     ``None`` without one, sparing a kernel that adds zero) of their source, target and relation
     rows as stored (``rows``, ``S x b x .``), and ``grads`` (theirs) with its gradients added:
-    side ``i``'s ``w / b`` times ``sum R`` of each (weighted:
-    ``w / p``, and the head side of ``corrupt = both`` takes only its inverse relation rows,
-    whose edges the tail side penalised already); relation rows with their own weight.
-    ``which`` (:func:`reg_rows` of each side), when given, says per side whether it penalises
-    its entity rows and its relation rows instead."""
+    side ``i``'s ``w / b`` times ``sum R`` of each (weighted: ``w / p``), relation rows with
+    their own weight, of the rows ``which`` names (:func:`reg_rows` of each side: whether it
+    penalises its entity rows and its relation rows)."""
     b = rows[0].shape[1]
     rel_weight = ctx.reg_weight if ctx.rel_reg_weight is None else ctx.rel_reg_weight
     if ctx.reg == "none" or (ctx.reg_weight == 0.0 and rel_weight == 0.0) or b == 0:
@@ -649,9 +665,6 @@ def regularize(
     node_layout, rel_layout = layouts(ctx.query)
     roles = [(node_layout, ctx.reg_weight)] * 2 + [(rel_layout, rel_weight if ctx.rel_dim else 0.0)]
     added: list[list] = [[None] * len(rows[0]) for _ in roles]
-    if which is None:
-        # The head side of corrupt = both trains the tail side's edges again.
-        which = [reg_rows(ctx, i == 1 and ctx.corrupt == "both") for i in range(len(rows[0]))]
     for i in range(len(rows[0])):
         for role, (layout_of, weight) in enumerate(roles):
             if weight == 0.0 or layout_of == "skip" or not which[i][role == 2]:
@@ -699,17 +712,15 @@ def norm(ctx: Ctx, rows: torch.Tensor, layout_of: str) -> tuple[torch.Tensor, to
     return sq.sum(), 2.0 * rows
 
 
-def dropout(
-    ctx: Ctx, rows: tuple[torch.Tensor, ...], streams: torch.Tensor, first_draw: int | None = None
-) -> tuple[tuple, list]:
+def dropout(ctx: Ctx, rows: tuple[torch.Tensor, ...], streams: torch.Tensor, first_draw: int) -> tuple[tuple, list]:
     """The sides' source, target, negative and relation rows (``S x ...``) with inverted dropout
     (``model::dropout``), and each one's mask (``None``: no dropout): each real kept with its
     factor ``1 / (1 - rate)`` unless its 32 random bits fall below ``rate * 2^32``, two reals a
     draw, the masks drawn in the Rust worker's order (source, target, negatives at the entity
     rate, then relations, then with independent masks the positives' own source and relation
-    rows: ``rows`` holds four or six) from each side's stream from draw ``first_draw`` on (by
-    default after its negatives' draws, :func:`negative_draws`): all of them one draw of every
-    side's stream."""
+    rows: ``rows`` holds four or six) from each side's stream from draw ``first_draw`` on (in
+    negative sampling after its negatives' draws, :func:`negative_draws`): all of them one draw
+    of every side's stream."""
     entity, relation = ctx.entity_dropout, ctx.relation_dropout
     # Source, target, negatives, relations; with independent masks the positives' source and
     # relation rows after them.
@@ -719,8 +730,7 @@ def dropout(
     if not blocks:
         return rows, masks
     draws = [(count + 1) // 2 for _, count in blocks]
-    at = negative_draws(ctx, rows[0].shape[1]) if first_draw is None else first_draw
-    bits = rng.draw(streams, torch.arange(at, at + sum(draws), device=streams.device))
+    bits = rng.draw(streams, torch.arange(first_draw, first_draw + sum(draws), device=streams.device))
     halves = torch.stack([bits & 0xFFFF_FFFF, rng.shr(bits, 32)], -1).reshape(len(streams), -1)
     out, start = list(rows), 0
     for (i, count), n in zip(blocks, draws, strict=True):
@@ -750,20 +760,23 @@ def train_stack(
     dim``, or per edge ``S x b x n x dim``) and its relation rows (``S x b x rel_dim``, as
     stored)."""
     r = oriented(ctx, rels, stack.sides)
+    first_draw = negative_draws(ctx, s.shape[1], stack_negatives(ctx, stack))
     # The scores see the dropped rows, the regularizer the rows as stored. Independent masks
     # drop the positives' source and relation rows again (after the others, as the Rust worker).
     if ctx.independent_masks:
-        dropped, masks = dropout(ctx, (s, t, neg, r, s, r), stack.streams)
+        dropped, masks = dropout(ctx, (s, t, neg, r, s, r), stack.streams, first_draw)
         loss, *grads = independent_grads(ctx, *dropped[:4], dropped[4:], stack.weights)
     else:
-        dropped, masks = dropout(ctx, (s, t, neg, r), stack.streams)
+        dropped, masks = dropout(ctx, (s, t, neg, r), stack.streams, first_draw)
         loss, *grads = score_grads(ctx, *dropped, stack.weights)
     grads = [g if m is None else g * m for g, m in zip(grads, masks, strict=True)]
     ds, dt, dneg, dr = grads[:4]
     if ctx.independent_masks:
         # A source or relation row's gradient sums its two paths, each through its own mask.
         ds, dr = ds + grads[4], dr + grads[5]
-    reg, (ds, dt, dr) = regularize(ctx, (s, t, r), (ds, dt, dr))
+    # The head side of corrupt = both trains the tail side's edges again.
+    which = [reg_rows(ctx, side == 1 and ctx.corrupt == "both") for side in stack.sides]
+    reg, (ds, dt, dr) = regularize(ctx, (s, t, r), (ds, dt, dr), which)
     loss = loss if reg is None else loss + reg
     return loss, ds, dt, dneg, oriented(ctx, dr, stack.sides)
 
@@ -792,10 +805,11 @@ def train_chunk(
     losses, node_grads, rel_grads = [], [], []
     at = rel_at = 0
     for stack in stacks:
-        size, b, n = len(stack.sides), len(stack.edges), negative_draws(ctx, len(stack.edges))
+        size, b, per_side = len(stack.sides), len(stack.edges), stack_negatives(ctx, stack)
+        n = negative_draws(ctx, b, per_side)
         s, t = (nodes.take(at + i * size * b, size * b).view(size, b, -1) for i in (0, 1))
         neg = nodes.take(at + 2 * size * b, size * n)
-        neg = neg.view(size, n, -1) if ctx.shared_negatives else neg.view(size, b, ctx.negatives, -1)
+        neg = neg.view(size, n, -1) if ctx.shared_negatives else neg.view(size, b, per_side, -1)
         at += size * (2 * b + n)
         if rels is not None:
             r = rels.take(rel_at, size * b).view(size, b, -1)
@@ -811,7 +825,7 @@ def train_chunk(
     if rels is not None:
         rels.step(cat(rel_grads), ctx.lr, salt)
     total = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
-    return (total, *chunk_counts(ctx, len(edges)))
+    return (total, *chunk_counts(ctx, stacks))
 
 
 def node_rows(ctx: Ctx, keys: torch.Tensor) -> Gathered | Featurized | Banked:
@@ -826,8 +840,9 @@ def node_rows(ctx: Ctx, keys: torch.Tensor) -> Gathered | Featurized | Banked:
     return table_rows(keys) if ctx.bank is None else Banked(ctx.bank, keys, table_rows)
 
 
-def chunk_counts(ctx: Ctx, b: int) -> tuple[int, float]:
-    """``(directions, flops)`` of a chunk of ``b`` edges: each side trains every edge (the
-    Bernoulli sides split them), ``ScoreModel::flops`` per side."""
-    directions = 2 * b if ctx.corrupt == "both" else b
-    return directions, 6.0 * directions * ctx.negatives * ctx.dim
+def chunk_counts(ctx: Ctx, stacks: list[Stack]) -> tuple[int, float]:
+    """``(directions, flops)`` of a chunk trained as ``stacks`` (:func:`stacks_of`): each side
+    trains its stack's edges against its own count of negatives, ``ScoreModel::flops`` per
+    side."""
+    sides = [(len(stack.edges), stack_negatives(ctx, stack)) for stack in stacks for _ in stack.sides]
+    return sum(b for b, _ in sides), sum(6.0 * b * n * ctx.dim for b, n in sides)

@@ -89,6 +89,7 @@ impl Table {
             corrupt,
             head_prob: &[],
             negatives: 1,
+            negatives_head: 1,
             shared_negatives: true,
             degree_fraction: 0.0,
             pool: Pool::Resident,
