@@ -34,8 +34,8 @@ from common import profiled
 B1 = dict(
     model="complex", operator=None, comparator=None, dim=100, transe_norm=2, loss="softmax", margin=0.1, gamma=0.0,
     adversarial=None, lr=0.1, src_part=0, dst_part=0, inverse_offset=237, corrupt="both", head_prob=[],
-    negatives=1000, shared_negatives=True, degree_fraction=0.0, pool="partition", part_of=None, part_size=0,
-    num_nodes=0, bank=None, typed_spans=None, feat=None, reg="none", reg_weight=0.0, reg_weighted=False,
+    negatives=1000, negatives_head=1000, shared_negatives=True, degree_fraction=0.0, pool="partition", part_of=None,
+    part_size=0, num_nodes=0, bank=None, typed_spans=None, feat=None, reg="none", reg_weight=0.0, reg_weighted=False,
     rel_reg_weight=None,
     entity_dropout=0.0, relation_dropout=0.0, independent_masks=False, training="negative_sampling",
     label_smoothing=0.0, reg_table=False, answers=None,
@@ -65,7 +65,8 @@ def setup(case: str, device: str, scale: float = 1.0):
     c = {**B1, **over}
     shrink = lambda x: max(2, int(x * scale))  # noqa: E731
     sizes, b, rels = [shrink(s) for s in sizes], shrink(b), shrink(rels // 2) * 2
-    c.update(dim=shrink(c["dim"]) // 2 * 2, negatives=shrink(c["negatives"]), inverse_offset=rels // 2)
+    negatives = shrink(c["negatives"])
+    c.update(dim=shrink(c["dim"]) // 2 * 2, negatives=negatives, negatives_head=negatives, inverse_offset=rels // 2)
     rng = np.random.default_rng(0)
     dev = TorchCompute(device)
     c["parts"] = [lent(n, c["dim"], rng) for n in sizes]
