@@ -1090,8 +1090,13 @@ impl TrainConfig {
         if self.scores_all() {
             nodes
         } else {
-            self.negatives_of(true).max(self.negatives_of(false)) as u64
+            self.most_negatives() as u64
         }
+    }
+
+    /// The larger side's negatives per chunk (per edge with `shared_negatives = false`).
+    pub fn most_negatives(&self) -> usize {
+        self.negatives_of(true).max(self.negatives_of(false))
     }
 
     /// Negatives per chunk (per edge with `shared_negatives = false`) of the side that

@@ -258,7 +258,7 @@ impl Reals {
 }
 
 /// One real uniform in `[low, high]` (`high` itself only by rounding to f32).
-pub fn uniform(rng: &mut Rng, low: f32, high: f32) -> f32 {
+fn uniform(rng: &mut Rng, low: f32, high: f32) -> f32 {
     (low as f64 + (high as f64 - low as f64) * rng.next_f64()) as f32
 }
 

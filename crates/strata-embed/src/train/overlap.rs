@@ -66,7 +66,7 @@ impl OverlapCheck {
 /// Seconds per edge of the training step on `threads` threads (both directions when both are
 /// corrupted), measured on synthetic rows with the run's model and chunk shape.
 pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usize) -> f64 {
-    let rows = 8192usize.max(cfg.negatives_of(true).max(cfg.negatives_of(false)));
+    let rows = 8192usize.max(cfg.most_negatives());
     let d = model.dim;
     let mut rng = Rng::new(0x7e57);
     let mut params: Vec<f32> = (0..rows * d)
