@@ -19,6 +19,8 @@ from conftest import gpu_devices, needs, run_strata, triton_kernels
 
 torch = needs("torch")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 from strata.device import rng  # noqa: E402
 from strata.gnn.device import floyd, uva  # noqa: E402
 from strata.gnn.device.sampler import (  # noqa: E402
@@ -136,6 +138,48 @@ def test_a_bounded_batch_equals_the_one_drawn_hop_by_hop(cora, device):
     else:
         assert bounded.counts == {"replayed": 0, "captured": 0, "op_by_op": len(sizes)}
     assert hop_by_hop.counts["op_by_op"] == 0
+
+
+class HostValues(TorchDispatchMode):
+    """Records what copies a value from host memory onto a tensor's device when that device is
+    a GPU: a tensor made of Python data (``torch.tensor``), an index put of a 0-dim value, and
+    a Python value put into a tensor by index (``t[i] = -1``: torch 2.11 makes the value a host
+    tensor and copies it; later versions fill in place, so the call itself is recorded)."""
+
+    def __init__(self, monkeypatch):
+        super().__init__()
+        self.ops: list[str] = []
+        setitem = torch.Tensor.__setitem__
+
+        def recorded(t, index, value):
+            if not isinstance(value, torch.Tensor):
+                self.ops.append(f"a tensor's item set to the Python value {value!r}")
+            return setitem(t, index, value)
+
+        monkeypatch.setattr(torch.Tensor, "__setitem__", recorded)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in ("index_put", "index_put_", "_index_put_impl_") and args[2].dim() == 0:
+            self.ops.append(f"{func} of a 0-dim value")
+        elif name in ("lift_fresh", "lift_fresh_copy"):
+            self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_bounded_draw_copies_no_host_value_to_the_device(cora, monkeypatch):
+    """On ``cuda`` a bounded batch is captured as a CUDA graph, and a capture refuses any copy
+    from pageable host memory ("Cannot copy between CPU and CUDA tensors during CUDA graph
+    capture"), where the sampler would fall back to drawing op by op. The draw, recorded on the
+    CPU twin (the same calls and ops), copies no host value."""
+    topo = DeviceTopology.open(Store(cora), "cpu")
+    sampler = DeviceSampler(topo, [10, 5], seed=3)
+    sampler.sample(torch.arange(40), 1)  # makes the capacity's buffers, as a first batch does
+    (batch,) = sampler._batches.values()
+    with HostValues(monkeypatch) as recorded:
+        batch.draw()
+    assert recorded.ops == []
+    assert bool((sampler._local == -1).all())
 
 
 def test_a_replayed_batch_outlives_the_next_replay(cora, monkeypatch):

@@ -25,9 +25,11 @@ BLOCK = 4096
 
 def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``x y`` in complex numbers, row by row (``step.combine`` of ComplEx): the fused kernel on
-    ``cuda`` (``kernels.fused``), torch ops elsewhere and for operands that broadcast (the
-    evaluator's), which the kernel does not take."""
-    if x.shape != y.shape:
+    ``cuda`` (``kernels.fused``), torch ops elsewhere, for operands that broadcast (the
+    evaluator's), which the kernel does not take, and under autograd (``pbg``'s
+    ``complex_diagonal`` with a comparator other than ``dot``), which the kernel has no
+    backward for."""
+    if x.shape != y.shape or (torch.is_grad_enabled() and (x.requires_grad or y.requires_grad)):
         return twin(x, y)
     return kernels.fused("ComplEx product", x.device, lambda: kernel_products(x, [y], False)[0], lambda: twin(x, y))
 

@@ -103,7 +103,9 @@ class BoundedBatch:
             live = live + new
             reached.append(live)
             kept.append(edges)
-        local[nodes] = -1
+        # index_fill_, not ``local[nodes] = -1``: torch makes that scalar a host tensor and
+        # copies it to the device, which a CUDA graph's capture refuses.
+        local.index_fill_(0, nodes, -1)
         return Drawn(nodes, torch.cat(reached + kept), blocks)
 
     def _capture(self) -> None:
