@@ -27,8 +27,9 @@ from strata.embed.device import bf16
 
 #: Added to Adagrad's denominator, as ``SharedRows::adagrad``.
 EPS = 1e-9
-#: Elements one kernel program updates at most (rows of the next power of two of the width).
-BLOCK = 4096
+#: Elements one kernel program updates at most (rows of the next power of two of the width):
+#: small, so that a chunk's rows spread over every multiprocessor (:data:`bilinear_rows.BLOCK`).
+BLOCK = 512
 
 
 def step(

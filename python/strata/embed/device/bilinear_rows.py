@@ -31,8 +31,11 @@ from strata.embed.device import complex_rows
 
 #: The models whose rows these kernels compute, by the kernel's ``MODEL`` constant.
 MODELS = {"dot": 0, "distmult": 1, "complex": 2}
-#: Elements one kernel program holds at most (rows of the next power of two of ``dim``).
-BLOCK = 4096
+#: Elements one kernel program holds at most (rows of the next power of two of ``dim``). Small,
+#: so that a chunk's rows spread over every multiprocessor: at 4,096 a B1 chunk's 2,000 rows
+#: were 32 programs, each holding ten 64 x 64 tiles, and the gradients' kernel took 70 us on an
+#: H200 for about 6 MB of traffic (docs/benchmarks.md); at 512 they are 250 programs.
+BLOCK = 512
 
 
 def query_pos(model: str, s: Tensor, r: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:

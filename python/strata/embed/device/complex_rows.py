@@ -19,8 +19,9 @@ import torch
 
 from strata.device import kernels
 
-#: Elements one kernel program computes at most (rows of the next power of two of ``dim / 2``).
-BLOCK = 4096
+#: Elements one kernel program computes at most (rows of the next power of two of ``dim / 2``):
+#: small, so that a chunk's rows spread over every multiprocessor (:data:`bilinear_rows.BLOCK`).
+BLOCK = 512
 
 
 def product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
