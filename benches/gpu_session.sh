@@ -47,7 +47,10 @@ done
 # embed-step 10, embed-fb15k 72, gnn-g6 75 (its PyG part skipped); later: tests 29, embed-step 7,
 # gnn-path 12, recipes 189 (both ComplEx recipes to their ends, 107 s of training each at most).
 # gnn-g6 now trains the device path twice (--step auto and eager) and PyG's run when its
-# backend is carried: its limit allows for both.
+# backend is carried: its limit allows for both. On an H200 (2026-11-27): tests 65, embed-step
+# 14, gnn-path 15, embed-fb15k 98, gnn-g6 112 (PyG's run included), embed-pbg 116 (50 of them
+# building PBG's helpers), embed-rmat-resident 106 with its store made by an earlier call (the
+# store takes about 45 s more); embed-rmat-ooc needs about 180 s past its 70 s of set-up.
 declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-bf16]=400 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540
     [recipes-n3]=560 [per-edge]=240)
