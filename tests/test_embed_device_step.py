@@ -308,7 +308,7 @@ def test_the_chunk_keys_kernel_equals_its_torch_twin(monkeypatch, device, corrup
         [torch.randint(0, 700, (50,), generator=gen), torch.randint(0, 11, (50,), generator=gen),
          torch.randint(0, 300, (50,), generator=gen)], 1,
     ).to(device)  # fmt: skip
-    streams = step.fill_streams(12345, step.new_streams(device))
+    streams = torch.from_numpy(step.piece_streams(12345, 1)[0]).to(device)
     (stack,) = step.stacks_of(ctx, edges, None, streams)
     want_nodes, want_rels = step.twin_keys(ctx, [stack])
     with triton_kernels(monkeypatch, device):

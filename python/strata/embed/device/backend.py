@@ -32,7 +32,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from strata.device import rng
 from strata.embed.device import graphs, step, vs_all
 from strata.embed.device.rows import Bank, Feat, Places, Table
 
@@ -51,7 +50,7 @@ def resolve(device: str) -> torch.device:
                 " device path on the CPU"
             )
         return torch.device(device)
-    raise ValueError(f"device {device!r}: expected cpu, torch-cpu, cuda or cuda:N")
+    raise ValueError(f"device {device!r}: the torch backend takes torch-cpu, cuda or cuda:N (cpu is the Rust engine's)")
 
 
 #: Device memory one tile of scores may take (scores, comparisons and masks; the pairwise
@@ -698,6 +697,8 @@ class TorchCompute:
         contexts = [self._ctx(c, staged, bank) for c in ctxs]
         e = self._lent_to_device(edges, torch.int32).view(-1, 3)
         w = self._lent_to_device(weights, torch.float32) if len(weights) else None
+        streams = self._lent_to_device(step.piece_streams(key, len(groups)).reshape(-1), torch.int64)
+        streams = streams.view(len(groups), -1)
         if self.cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
@@ -710,7 +711,7 @@ class TorchCompute:
         with matmul_precision(self.tf32):
             for c, g in enumerate(groups):
                 lo, hi = bounds[c], bounds[c + 1]
-                chunk = (e[lo:hi], None if w is None else w[lo:hi], rng.derive_int(key, c))
+                chunk = (e[lo:hi], None if w is None else w[lo:hi], streams[c])
                 d, f = self.graphs.run(keys[g], contexts[g], *chunk, self.total)
                 directions += d
                 flops += f

@@ -44,8 +44,8 @@ CAPACITY = 32
 
 
 def eager(ctx: step.Ctx, edges, weights, streams: torch.Tensor, total: torch.Tensor) -> tuple[int, float]:
-    """Trains one chunk op by op with its ``streams`` (:func:`step.fill_streams`), adding its
-    loss to ``total``; ``(directions, flops)``."""
+    """Trains one chunk op by op with its ``streams`` (a row of :func:`step.piece_streams`),
+    adding its loss to ``total``; ``(directions, flops)``."""
     loss, directions, flops = step.train_chunk(ctx, edges, weights, streams)
     total.add_(loss)
     return directions, flops
@@ -63,17 +63,22 @@ class Graph:
     layout: torch.Tensor
     directions: int
     flops: float
+    #: The layout the static one holds a copy of (a context's layouts are constants, never
+    #: written: a replay copies a bucket's once, not every chunk's).
+    layout_of: torch.Tensor | None = None
 
-    def replay(self, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
-        """Trains a chunk by the captured step: its inputs (the chunk's and its bucket's layout)
-        copied into the static tensors, then the graph replayed (on the CPU twin, the step run
-        on the static tensors with ``ctx``, whose settings and tables the graph's key says are
-        the captured ones)."""
+    def replay(self, ctx: step.Ctx, edges, weights, streams: torch.Tensor, total: torch.Tensor) -> tuple[int, float]:
+        """Trains a chunk by the captured step: its inputs (the chunk's edges and streams, and
+        its bucket's layout when it changed) copied into the static tensors, then the graph
+        replayed (on the CPU twin, the step run on the static tensors with ``ctx``, whose
+        settings and tables the graph's key says are the captured ones)."""
         self.edges.copy_(edges)
         if weights is not None:
             self.weights.copy_(weights)
-        step.fill_streams(key, self.streams)
-        self.layout.copy_(ctx.layout)
+        self.streams.copy_(streams)
+        if ctx.layout is not self.layout_of:
+            self.layout.copy_(ctx.layout)
+            self.layout_of = ctx.layout
         if self.graph is None:
             eager(replace(ctx, layout=self.layout), self.edges, self.weights, self.streams, total)
         else:
@@ -95,15 +100,18 @@ class StepGraphs:
         self.broken: str | None = None
         self.captures = self.replays = self.eager_steps = 0
 
-    def run(self, ctx_key: tuple, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> tuple[int, float]:
+    def run(
+        self, ctx_key: tuple, ctx: step.Ctx, edges, weights, streams: torch.Tensor, total: torch.Tensor
+    ) -> tuple[int, float]:
         """Trains one chunk (edges ``b x 3`` int64 on the device, ``weights`` ``b`` or ``None``,
-        its ``u64`` key), adding its loss to ``total``, a float64 scalar that must outlive every
-        graph (captured graphs add into it); ``(directions, flops)``."""
+        its ``streams``: a row of :func:`step.piece_streams` on the device), adding its loss to
+        ``total``, a float64 scalar that must outlive every graph (captured graphs add into
+        it); ``(directions, flops)``."""
         if ctx.training != "negative_sampling":
             # 1vsAll and KvsAll: a few large products per chunk, and KvsAll's query count is
             # read on the host, so no graph.
             self.eager_steps += 1
-            return vs_all.train_chunk(ctx, edges, weights, self._streams(key), total)
+            return vs_all.train_chunk(ctx, edges, weights, streams, total)
         gkey = (len(edges), weights is None, ctx_key)
         graph = self.graphs.get(gkey)
         if graph is None and self.broken is None and ctx.corrupt != "bernoulli" and ctx.feat is None:
@@ -111,15 +119,15 @@ class StepGraphs:
             if seen == 2:
                 self.eager_steps += 1
                 with self._on_side_stream():
-                    return eager(ctx, edges, weights, self._streams(key), total)
+                    return eager(ctx, edges, weights, streams, total)
             if seen > 2:
-                graph = self._capture(gkey, ctx, edges, weights, key, total)
+                graph = self._capture(gkey, ctx, edges, weights, streams, total)
         if graph is None:
             self.eager_steps += 1
-            return eager(ctx, edges, weights, self._streams(key), total)
+            return eager(ctx, edges, weights, streams, total)
         self.graphs.move_to_end(gkey)
         self.replays += 1
-        return graph.replay(ctx, edges, weights, key, total)
+        return graph.replay(ctx, edges, weights, streams, total)
 
     def report(self) -> str:
         """How the chunk steps ran since the last report (one line)."""
@@ -136,10 +144,6 @@ class StepGraphs:
             line += f"; Triton kernels replaced by their torch twins: {named}"
         self.replays = self.captures = self.eager_steps = 0
         return line
-
-    def _streams(self, key: int) -> torch.Tensor:
-        """The streams of a chunk of ``key`` in a new device tensor."""
-        return step.fill_streams(key, step.new_streams(self.device))
 
     def _seen(self, gkey: tuple) -> int:
         """How many chunks of ``gkey`` have come, this one included."""
@@ -162,11 +166,11 @@ class StepGraphs:
         finally:
             main.wait_stream(side)
 
-    def _capture(self, gkey: tuple, ctx: step.Ctx, edges, weights, key: int, total: torch.Tensor) -> Graph | None:
+    def _capture(self, gkey: tuple, ctx: step.Ctx, edges, weights, streams, total: torch.Tensor) -> Graph | None:
         """Captures the step of ``gkey`` with static copies of the inputs and keeps it (not run
         yet: the caller replays it); ``None``, and eager steps from then on, if it fails."""
         static = (edges.clone(), None if weights is None else weights.clone())
-        streams = self._streams(key)
+        streams = streams.clone()
         layout = ctx.layout.clone()
         graph = torch.cuda.CUDAGraph() if self.cuda else None
         if graph is None:

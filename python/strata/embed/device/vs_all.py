@@ -159,7 +159,7 @@ def train_side(
 
 def train_chunk(ctx: step.Ctx, edges: torch.Tensor, weights: torch.Tensor | None, streams: torch.Tensor, total):
     """Trains one chunk in place (``Worker::train_vs_all``) with its streams
-    (:func:`step.fill_streams`), adding its loss to ``total``; ``(directions, flops)``: the
+    (a row of :func:`step.piece_streams`), adding its loss to ``total``; ``(directions, flops)``: the
     queries asked and ``ScoreModel::flops`` of each side against the candidates."""
     cands = ctx.nodes.params.index_select(0, ctx.cand_rows).float()
     n = len(cands)
