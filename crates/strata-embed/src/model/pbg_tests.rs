@@ -4,7 +4,7 @@
 use super::tests::{check_model, rand_vec};
 use super::*;
 use crate::config::TrainConfig;
-use strata_store::config::Section;
+use crate::tests::refused_key;
 
 const OPERATORS: [Operator; 6] = [
     Operator::None,
@@ -159,11 +159,6 @@ fn reversed_rows_score_heads_as_the_rows_score_tails() {
             );
         }
     }
-}
-
-/// The key `validate` names for `cfg`, if it refuses it.
-fn refused_key(cfg: TrainConfig) -> Option<String> {
-    cfg.validate().err().map(|e| e.key)
 }
 
 #[test]

@@ -329,7 +329,6 @@ fn uniform_init_starts_relation_rows_between_its_bounds_and_bad_bounds_are_refus
     use crate::model::ScoreKind;
     use crate::model::ScoreModel;
     use crate::storage::relations::Relations;
-    use strata_store::config::Section;
 
     let cfg = TrainConfig {
         model: ScoreKind::ComplEx,
@@ -364,7 +363,7 @@ fn uniform_init_starts_relation_rows_between_its_bounds_and_bad_bounds_are_refus
             assert!(((c[k] * c[k] + c[k + 4] * c[k + 4]) - 1.0).abs() < 1e-5);
         }
     }
-    let key = |cfg: TrainConfig| cfg.validate().err().map(|e| e.key);
+    let key = super::refused_key;
     assert_eq!(key(cfg.clone()), None);
     let swapped = TrainConfig {
         init_low: Some(1.0),
@@ -387,7 +386,6 @@ fn xavier_init_scales_each_table_by_its_rows_and_reals_as_torch_does() {
     use crate::config::{InitKind, RealDraw, RowInit};
     use crate::model::{ScoreKind, ScoreModel};
     use crate::storage::relations::Relations;
-    use strata_store::config::Section;
 
     // torch.nn.init.xavier_normal_ on a 40,943 x 512 weight: std sqrt(2 / 41,455).
     let normal = TrainConfig {
@@ -443,7 +441,7 @@ fn xavier_init_scales_each_table_by_its_rows_and_reals_as_torch_does() {
     assert!(mean.abs() < 3.0 * want / n.sqrt(), "{mean}");
     assert!((sd / want - 1.0).abs() < 0.06, "{sd} against {want}");
 
-    let key = |cfg: TrainConfig| cfg.validate().err().map(|e| e.key);
+    let key = super::refused_key;
     assert_eq!(key(normal.clone()), None);
     assert_eq!(key(uniform), None);
     let gain_without_xavier = TrainConfig {
@@ -472,7 +470,6 @@ fn xavier_init_scales_each_table_by_its_rows_and_reals_as_torch_does() {
 #[test]
 fn negatives_head_counts_the_head_side_and_is_refused_where_no_head_is_corrupted() {
     use crate::config::{Corrupt, TrainingMode};
-    use strata_store::config::Section;
 
     let cfg = TrainConfig {
         negatives: 402,
@@ -493,7 +490,7 @@ fn negatives_head_counts_the_head_side_and_is_refused_where_no_head_is_corrupted
         ..cfg.clone()
     };
     assert_eq!(wider_head.scored_per_chunk(0), 1500);
-    let key = |cfg: TrainConfig| cfg.validate().err().map(|e| e.key);
+    let key = super::refused_key;
     assert_eq!(key(cfg.clone()), None);
     let tail_only = TrainConfig {
         corrupt: Corrupt::Tail,
