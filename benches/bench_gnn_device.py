@@ -19,6 +19,11 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
   seconds per stage, and for the first batches of an epoch, sampled and looked up on the
   calling thread, the torch ops, kernel launches, host waits and values read back per batch
   (`strata.device.waits`): what the data path costs a GPU's host, beside what it delivers.
+- ``reads``: G6's device data path without a model, a quarter of the feature rows in host
+  memory and the rest read per batch: each batch's misses read alone (window 0) against the
+  default window of 8 batches sampled ahead, whose misses are read together (each distinct row
+  once, pages shared by batches read once): disk bytes and requests an epoch, the lookups'
+  busy seconds. The reads are the SSD's on the CPU twin too, so it measures there.
 - ``pyg``: on G6's graph, PyG's `NeighborLoader` with every feature in memory against Strata's
   device path with a quarter of the features in host memory (no device tier; the rest read per
   batch), the same fanouts, batch size and model (GraphSAGE, hidden 256, Adam); epoch seconds.
@@ -32,7 +37,7 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
 reused by later calls; the check is recorded in the store, so later opens skip it), so that the
 GPU session can run, each call under 10 minutes:
 
-    python benches/bench_gnn_device.py --only g6,path,pyg --work /tmp/gnn-bench --out $OUT/g6.json
+    python benches/bench_gnn_device.py --only g6,path,reads,pyg --work /tmp/gnn-bench --out $OUT/g6.json
     python benches/bench_gnn_device.py --only big --prepare --work /tmp/gnn-bench
     python benches/bench_gnn_device.py --only big --work /tmp/gnn-bench --out $OUT/big.json
     python benches/bench_gnn_device.py --only big-pyg --work /tmp/gnn-bench --out $OUT/big-pyg.json
@@ -72,7 +77,7 @@ HOST_FIXED = 6 << 30
 #: G6's graph and the issue's large one: (nodes, feature dim).
 GRAPHS = {"g6": (200_000, 128), "big": (20_000_000, 256)}
 TINY = {"g6": (1500, 16), "big": (3000, 16)}
-FIGURES = ("g6", "path", "pyg", "big", "big-pyg")
+FIGURES = ("g6", "path", "reads", "pyg", "big", "big-pyg")
 #: Batches the ``path`` figure counts ops and waits over.
 COUNTED = 8
 #: The big graph trains on 1% of its nodes (Helios's share), valid and test 1% each.
@@ -382,6 +387,50 @@ def figure_path(store: Path, device, torch, args) -> dict:
     return {"runs": {"device path alone": run}}
 
 
+def figure_reads(store: Path, device, torch, args, nodes: int, dim: int) -> dict:
+    """G6's device data path without a model, a quarter of the feature rows in host memory (the
+    hot set, ``hot_share = 1``) and the rest read per batch: each batch's misses read alone
+    (``window = 0``) against the default window, whose batches' misses are read together:
+    epoch seconds, the lookup stage's busy seconds and the disk's rows, requests and bytes an
+    epoch (medians of the epochs after the first). On the CPU twin the reads are the SSD's as
+    on a GPU machine, so the bytes and requests are the figure; its seconds include the twin's
+    sampling."""
+    from strata.gnn.loader import GnnData
+
+    quarter = max(nodes * dim * 4 // 4, 1)
+    runs = {}
+    for name, window in (("a read per batch (window 0)", 0), ("window 8, misses read together", 8)):
+        data = GnnData(
+            store, device=str(device), data_path="device", fanouts=FANOUTS, batch_size=args.batch_size,
+            device_memory=0, feature_memory=quarter, memory=quarter + HOST_FIXED, hot_share=1.0, window=window,
+        )  # fmt: skip
+        epochs = []
+        for epoch in range(args.epochs):
+            loader = data.loader(data.nodes("train"), epoch=epoch)
+            t = time.perf_counter()
+            sampled = sum(len(b.nodes) for b in capped(loader, args.max_batches))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t
+            st = loader.stats()
+            tiers = st["tiers"]
+            epochs.append({
+                "seconds": seconds, "sampled_nodes_per_second": sampled / max(seconds, 1e-9),
+                "lookup_busy_seconds": st["busy_seconds"]["lookup"],
+                **{k: tiers[k] for k in ("rows", "hot_rows", "disk_rows", "disk_requests", "disk_bytes_read")},
+            })  # fmt: skip
+        keys = ["seconds", "sampled_nodes_per_second", "lookup_busy_seconds", "disk_requests", "disk_bytes_read"]
+        run = runs[name] = {**medians(epochs, keys), "wait_share": 0.0, "epochs": epochs, "plan": data.plan_lines()}
+        print(f"reads {name}: {run['disk_bytes_read'] / 1e9:.2f} GB, {run['disk_requests']:,.0f} requests, "
+              f"lookups busy {run['lookup_busy_seconds']:.2f} s an epoch", file=sys.stderr)  # fmt: skip
+    alone, together = runs.values()
+    return {
+        "runs": runs,
+        "bytes_alone_over_together": alone["disk_bytes_read"] / max(together["disk_bytes_read"], 1),
+        "requests_alone_over_together": alone["disk_requests"] / max(together["disk_requests"], 1),
+    }
+
+
 def figure_quarter_vs_pyg(store: Path, device, torch, args, nodes: int, dim: int) -> dict:
     quarter = max(nodes * dim * 4 // 4, 1)
     runs = {
@@ -467,6 +516,8 @@ def main() -> None:
             result["figures"][fig] = figure_path(store, device, torch, args)
         elif fig == "pyg":
             result["figures"][fig] = figure_quarter_vs_pyg(store, device, torch, args, nodes, dim)
+        elif fig == "reads":
+            result["figures"][fig] = figure_reads(store, device, torch, args, nodes, dim)
         elif fig == "big":
             result["figures"][fig] = figure_big(store, device, torch, args, nodes, dim)
         else:

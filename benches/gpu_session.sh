@@ -103,7 +103,7 @@ step_gnn-path() {
         python3 benches/show_profile.py "$OUT/gnn-path.json"
 }
 step_gnn-g6() {
-    python3 benches/bench_gnn_device.py --only g6,pyg --work "$WORK/gnn" --out "$OUT/gnn-g6.json"
+    python3 benches/bench_gnn_device.py --only g6,reads,pyg --work "$WORK/gnn" --out "$OUT/gnn-g6.json"
 }
 # RMAT scale 24 (prepared in about 45 s on 16 cores) with the table resident, then out of core.
 step_embed-rmat-resident() {

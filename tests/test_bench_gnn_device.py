@@ -3,8 +3,9 @@ twin at a tiny size: a --prepare call makes the stores a later call reuses; G6's
 `strata gnn train --data-path`, the device runs say they used the device path and report a wait
 share; the data path alone delivers batches with no host wait but one read of sizes per hop;
 the all-in-memory run serves every row from the device tier and the features-4x-host runs hold
-a quarter of the rows on the host and read the rest; PyG's runs train, or say why not (no
-sampler backend installed)."""
+a quarter of the rows on the host and read the rest, a batch's misses read alone or with the
+window's; PyG's runs train, or say why not (no sampler backend
+installed)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from conftest import needs
 needs("torch")
 
 BENCHES = Path(__file__).resolve().parents[1] / "benches"
-FIGURES = "g6,path,pyg,big,big-pyg"
+FIGURES = "g6,path,reads,pyg,big,big-pyg"
 
 
 def bench(*args) -> subprocess.CompletedProcess:
@@ -64,6 +65,14 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
     assert alone["profile"] and all(row["name"] and row["calls"] > 0 for row in alone["profile"])
     # The CPU twin draws each batch op by op (a GPU replays a CUDA graph per batch capacity).
     assert alone["sampler_batches"]["op_by_op"] > 0 and alone["sampler_batches"]["replayed"] == 0
+
+    # A read per batch against the window's misses read together: the same rows missed, each
+    # run's requests and bytes counted.
+    reads = figures["reads"]
+    alone, together = (reads["runs"][k]["epochs"][-1] for k in reads["runs"])
+    assert alone["disk_rows"] == together["disk_rows"] > 0 and alone["rows"] == together["rows"]
+    assert min(alone["disk_requests"], together["disk_requests"], together["disk_bytes_read"]) > 0
+    assert reads["bytes_alone_over_together"] > 0 and reads["requests_alone_over_together"] > 0
 
     quarter = figures["pyg"]["runs"]["strata device, features 4x host"]
     assert quarter["data_path"] == "device" and 0 < quarter["held_share"] <= 0.25

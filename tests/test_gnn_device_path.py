@@ -55,7 +55,7 @@ def test_cache_serves_every_tier_s_rows_bit_for_bit(cora, device):
     data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
     sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5, 5])
     hot = presample_hotness(sampler, data.nodes("train"), 64)
-    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    engine = EngineReads(data._native, data.dim, data.torch_dtype, device)
     cache = DeviceCache(data.store.features, engine, hot, device_rows=300, host_rows=500, device=device)
     # On CUDA the host tier is page-locked and read by the UVA kernel.
     assert cache.device_table.device.type == torch.device(device).type and cache.host_table.device.type == "cpu"
@@ -88,7 +88,7 @@ def test_a_batch_waits_for_the_device_once(cora, device, tiers):
     with HostWaits() as waits:
         hot = presample_hotness(sampler, train, 64)
     assert waits.waits == [] and waits.reads == [5] * -(-len(train) // 64)
-    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    engine = EngineReads(data._native, data.dim, data.torch_dtype, device)
     held = {"device_rows": data.num_nodes, "host_rows": 0} if tiers == "one" else {"device_rows": 300, "host_rows": 500}
     cache = DeviceCache(data.store.features, engine, hot, **held, device=device)
     batches = DevicePipeline(sampler, cache, None, 64).epoch(train, epoch=1)
@@ -110,7 +110,7 @@ def test_a_batch_waits_for_the_device_once(cora, device, tiers):
 def test_an_epoch_s_seeds_are_checked_once_before_its_batches(cora, device):
     data = GnnData(cora, fanouts=[5], batch_size=64, data_path="native")
     sampler = DeviceSampler(DeviceTopology.open(data.store, device), [5])
-    engine = EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    engine = EngineReads(data._native, data.dim, data.torch_dtype, device)
     hot = torch.zeros(data.num_nodes, dtype=torch.int64)
     cache = DeviceCache(data.store.features, engine, hot, device_rows=data.num_nodes, host_rows=0, device=device)
     pipeline = DevicePipeline(sampler, cache, None, 2)
@@ -292,3 +292,99 @@ def test_the_prefetch_thread_s_failure_is_raised_to_the_consumer(fails):
     with pytest.raises(ValueError, match="no device" if fails == "enter" else "batch 2"):
         list(_ahead(items(), 2, enter))
     assert list(_ahead(iter([1, 2, 3]), 1, lambda: None)) == [1, 2, 3]
+
+
+def all_pins(data: GnnData) -> int:
+    """Window pins held in the native tiers' dynamic cache, over every node."""
+    return sum(data._native.window_pins(np.arange(data.num_nodes, dtype="<u4").tobytes()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_window_pins_the_misses_of_the_batches_sampled_ahead(cora, device):
+    """GIDS window buffering on the device path: batches are sampled ``window`` ahead of their
+    lookups, and their missed rows are pinned in the I/O engine's dynamic cache until they are
+    read; the batches are the native loader's whatever the window, and an epoch, finished or
+    stopped early, leaves no pin behind."""
+    options = {"fanouts": [5, 5], "batch_size": 48, "device_memory": "200K", "feature_memory": "2M"}
+    native = list(GnnData(cora, data_path="native", **options).loader("train", epoch=1))
+    data = GnnData(cora, data_path="device", device=device, **options)
+    path = data.device_path
+    assert data._native.has_cache and path.pipeline.window == data.config["window"] == 8
+    for window in (0, 3):
+        # A read a batch (read_rows=1), so the batches behind the first keep their pins.
+        pipeline = DevicePipeline(path.sampler, path.cache, path.pipeline.labels, 48, window=window, read_rows=1)
+        batches = pipeline.epoch(data.nodes("train"), epoch=1)
+        first = next(batches)
+        # Batch 0 is served; batches 1 .. window wait in the window with their misses pinned.
+        assert (all_pins(data) > 0) == (window > 0)
+        rest = list(batches)
+        assert all_pins(data) == 0
+        for x, y in zip(native, [first, *rest], strict=True):
+            assert_same_batch(x, y)
+        stats = pipeline.stats
+        tiers = stats["tiers"]
+        assert stats["window"] == window
+        assert tiers["cache_rows"] + tiers["disk_rows"] == tiers["miss_rows"] > 0
+        assert tiers["rows"] == tiers["device_rows"] + tiers["hot_rows"] + tiers["miss_rows"]
+        assert tiers["disk_requests"] > 0 and tiers["disk_bytes_read"] >= 4096
+        stopped = pipeline.epoch(data.nodes("train"), epoch=2)
+        next(stopped)
+        stopped.close()
+        assert all_pins(data) == 0 and pipeline.stats["batches"] == 1
+    # The same through the loader, with the path's window and reads.
+    loader = data.loader("train", epoch=2)
+    batches = iter(loader)
+    next(batches)
+    batches.close()
+    assert all_pins(data) == 0 and loader.stats()["batches"] == 1
+    with pytest.raises(ValueError, match="window: expected at least 0"):
+        DevicePipeline(path.sampler, path.cache, None, 48, window=-1)
+
+
+def test_a_failed_sample_releases_the_pins_of_the_hops_it_placed(cora):
+    """A batch whose sampling fails after some hops were placed (and their misses pinned)
+    releases those pins; so do the batches already waiting in the window."""
+    options = {"fanouts": [5, 5], "batch_size": 48, "device_memory": "200K", "feature_memory": "2M"}
+    data = GnnData(cora, data_path="device", **options)
+    path = data.device_path
+    pipeline = DevicePipeline(path.sampler, path.cache, None, 48, window=2, read_rows=1)
+    sample = pipeline.sampler.sample
+    calls, held = [], []
+
+    def failing(seeds, key, on_hop=None, **kw):
+        calls.append(key)
+        if len(calls) == 3:
+            on_hop(seeds.to(pipeline.device))  # the seeds placed, then the draw fails
+            held.append(all_pins(data))
+            raise RuntimeError("draw failed")
+        return sample(seeds, key, on_hop, **kw)
+
+    pipeline.sampler.sample = failing
+    with pytest.raises(RuntimeError, match="draw failed"):
+        list(pipeline.epoch(data.nodes("train"), epoch=1))
+    assert len(calls) == 3 and held[0] > 0 and all_pins(data) == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("window", "read_rows"), [(0, None), (3, None), (3, 1)])
+def test_the_window_s_misses_are_read_in_one_read(cora, device, window, read_rows):
+    """GIDS's accumulator on the device path: when a batch's misses are due, those of the
+    batches waiting behind it in the window are read with them, in one read (each distinct row
+    once, pages shared by batches read once), up to ``read_rows`` missed rows; the batches are
+    the native loader's all the same."""
+    options = {"fanouts": [5, 5], "batch_size": 48, "device_memory": "200K", "feature_memory": "2M"}
+    native = list(GnnData(cora, data_path="native", **options).loader("train", epoch=1))
+    data = GnnData(cora, data_path="device", device=device, hot_share=1.0, **options)
+    path = data.device_path
+    pipeline = DevicePipeline(path.sampler, path.cache, None, 48, window=window, read_rows=read_rows)
+    reads = path.cache.misses
+    sizes = []
+    host_rows = reads.host_rows
+    reads.host_rows = lambda ids, **kw: sizes.append(ids.size) or host_rows(ids, **kw)
+    batches = list(pipeline.epoch(data.nodes("train"), epoch=1))
+    for x, y in zip(native, batches, strict=True):
+        np.testing.assert_array_equal(bits(x.x), bits(y.x))
+    # One read for each run of window + 1 batches (every batch misses rows here), or a read a
+    # batch when the rows allowed are fewer than one batch's misses.
+    groups = len(batches) if read_rows == 1 else -(-len(batches) // (window + 1))
+    assert len(sizes) == groups and sum(sizes) == pipeline.stats["tiers"]["miss_rows"]

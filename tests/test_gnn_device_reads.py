@@ -85,7 +85,7 @@ class FakeKvikio:
 
 
 def engine_of(data: GnnData, device="cpu") -> EngineReads:
-    return EngineReads(lambda ids: data._native.gather(ids.tobytes()), data.dim, data.torch_dtype, device)
+    return EngineReads(data._native, data.dim, data.torch_dtype, device)
 
 
 def test_the_choice_falls_back_to_the_engine_and_says_why(cora):
@@ -125,7 +125,7 @@ def test_gds_reads_one_pread_per_run_of_rows_in_the_asked_order(cora):
     # The reader on the CPU twin: the fake fills CPU tensors (no device memory is involved).
     reads = GdsReads(fake, features.filename, features.offset, data.dim, data.torch_dtype, "cpu")
     nodes = torch.tensor([9, 7, 8, 100, 7, 2707, 0, 101])
-    rows = reads.read(nodes)
+    rows = reads.deliver(reads.stage(nodes))
     expected = torch.from_numpy(np.array(features[nodes.numpy()], dtype=np.float32))
     assert torch.equal(rows, expected)
     row = data.row_bytes
@@ -159,7 +159,7 @@ def test_the_device_path_reports_its_reads_on_the_cpu_twin(cora, monkeypatch):
     plan = [line for line in lines if line.startswith("data path:")]
     assert len(plan) == 1 and plan[0] == data.plan_lines()[-1]
     assert "data path: device (" not in plan[0] and "device_memory 200 KiB" in plan[0]
-    assert plan[0].endswith("misses read by the I/O engine, not GPUDirect Storage: no GPU (the device is cpu)")
+    assert "misses read by the I/O engine, not GPUDirect Storage: no GPU (the device is cpu); a window of 8" in plan[0]
     native = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="auto")
     assert native.data_path_lines()[0].startswith("data path: native (the device is not a GPU); memory ")
     assert native.feature_reads["path"] == "engine"

@@ -518,6 +518,16 @@ impl FeatureTiers {
         }
     }
 
+    /// The window pins each of `nodes` holds in the dynamic cache (cached or pending; 0 for a
+    /// node the cache cannot hold, and for every node without a dynamic cache).
+    pub fn window_pins(&self, nodes: &[u32]) -> Vec<u32> {
+        if !self.cache_enabled {
+            return vec![0; nodes.len()];
+        }
+        let cache = self.lock_cache();
+        nodes.iter().map(|&v| cache.pins(v)).collect()
+    }
+
     /// The occurrences of `nodes` that window pins apply to: those the dynamic cache can hold
     /// (in range, not hot), repeats kept, in order; none when there is no dynamic cache.
     pub(crate) fn pinnable(&self, nodes: &[u32]) -> Vec<u32> {
@@ -616,6 +626,23 @@ impl FeatureTiers {
     /// Errors: `out` of the wrong length, a node out of range (before anything is counted), or
     /// a read error.
     pub fn gather(&self, nodes: &[u32], out: &mut [u8]) -> strata_graph::Result<TierStats> {
+        self.check_gather(nodes, out)?;
+        self.gather_with(nodes, out, false)
+    }
+
+    /// [`FeatureTiers::gather`] for a caller that pinned `nodes` with
+    /// [`FeatureTiers::pin_window`] when their batch entered its look-ahead window: each
+    /// occurrence releases its pin as it is served (a hit) or admitted (a disk row), as the
+    /// native pipeline's batches do. On an error every pin of `nodes` is released too, so a
+    /// failed batch leaves the cache as if it had never entered the window.
+    pub fn gather_window(&self, nodes: &[u32], out: &mut [u8]) -> strata_graph::Result<TierStats> {
+        self.check_gather(nodes, out)
+            .inspect_err(|_| self.unpin_window(nodes))?;
+        self.gather_with(nodes, out, true)
+    }
+
+    /// The errors of [`FeatureTiers::gather`] found before anything is served.
+    fn check_gather(&self, nodes: &[u32], out: &[u8]) -> strata_graph::Result<()> {
         let rb = self.row_bytes;
         let path = self.reader.meta().path.display();
         if Some(out.len()) != nodes.len().checked_mul(rb) {
@@ -641,8 +668,19 @@ impl FeatureTiers {
                 u32::MAX
             )));
         }
+        Ok(())
+    }
+
+    /// [`FeatureTiers::gather`] of checked arguments, releasing window pins with `unpin`.
+    fn gather_with(
+        &self,
+        nodes: &[u32],
+        out: &mut [u8],
+        unpin: bool,
+    ) -> strata_graph::Result<TierStats> {
+        let rb = self.row_bytes;
         let (Lookup { misses, .. }, hot_rows, cache_rows) =
-            self.serve_counted(nodes, out, false, false);
+            self.serve_counted(nodes, out, unpin, false);
         let mut stats = TierStats {
             rows: nodes.len() as u64,
             hot_rows,
@@ -655,12 +693,21 @@ impl FeatureTiers {
         }
         let miss_nodes: Vec<u32> = misses.iter().map(|&i| nodes[i as usize]).collect();
         let mut staging = vec![0u8; miss_nodes.len() * rb];
-        let read = self.reader.gather(&miss_nodes, &mut staging)?;
+        let read = match self.reader.gather(&miss_nodes, &mut staging) {
+            Ok(read) => read,
+            Err(e) => {
+                if unpin {
+                    // The misses' pins would otherwise outlive the batch that took them.
+                    self.unpin_window(&miss_nodes);
+                }
+                return Err(e);
+            }
+        };
         for (&i, row) in misses.iter().zip(staging.chunks_exact(rb)) {
             out[i as usize * rb..][..rb].copy_from_slice(row);
         }
         self.record_disk_reads(&read);
-        let (evictions, failures) = self.admit_counted(&miss_nodes, &staging, false);
+        let (evictions, failures) = self.admit_counted(&miss_nodes, &staging, unpin);
         stats.disk_requests = read.requests;
         stats.disk_bytes_read = read.bytes_read;
         stats.cache_evictions = evictions;
@@ -1228,6 +1275,35 @@ mod tests {
         let c = t.cache_for_tests();
         assert_eq!(c.pinned_rows(), 0);
         assert!(c.contains(12));
+    }
+
+    #[test]
+    fn gather_window_serves_pinned_batches_and_releases_every_pin() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_features(dir.path(), 60, 4, 9);
+        let t = tiers(&path, &[], 3, Eviction::Clock);
+        let rb = t.row_bytes();
+        // b's rows are cached, then b enters the window behind a, whose five rows would
+        // evict them from three slots without b's pins.
+        let (a, b) = ([1u32, 2, 3, 4, 5], [7u32, 8, 8]);
+        t.gather(&[7, 8], &mut vec![0u8; 2 * rb]).unwrap();
+        t.pin_window(&a);
+        t.pin_window(&b);
+        let mut out = vec![0u8; a.len() * rb];
+        assert_eq!(t.gather_window(&a, &mut out).unwrap().disk_rows, 5);
+        assert_eq!(out, expected(t.reader(), &a));
+        let mut out = vec![0u8; b.len() * rb];
+        let st = t.gather_window(&b, &mut out).unwrap();
+        assert_eq!(out, expected(t.reader(), &b));
+        assert_eq!((st.cache_rows, st.disk_rows), (3, 0));
+        assert_eq!(t.cache_for_tests().pinned_rows(), 0, "every pin released");
+        // An out-of-range node refuses the gather and releases the batch's pins all the same.
+        t.pin_window(&[9, 10]);
+        let mut out = vec![0u8; 3 * rb];
+        let e = t.gather_window(&[9, 10, 60], &mut out).unwrap_err();
+        assert!(e.to_string().contains("row 60 is out of range"), "{e}");
+        assert_eq!(t.window_pins(&[9, 10]), [0, 0]);
+        assert_eq!(t.cache_for_tests().pinned_rows(), 0);
     }
 
     /// `nodes`' rows of the file as `codec` holds them, decoded: what an encoded tier serves.

@@ -83,14 +83,57 @@ impl PyGnnData {
     }
 
     /// The feature rows of `nodes` (uint32 bytes, any order, repeats allowed) through the
-    /// tiers: a bytearray of `len(nodes) * row_bytes` bytes.
-    fn gather(&self, py: Python<'_>, nodes: &[u8]) -> PyResult<Py<PyByteArray>> {
+    /// tiers: a bytearray of `len(nodes) * row_bytes` bytes. With `window`, `nodes` were
+    /// pinned by `pin_window` when their batch entered a look-ahead window, and the gather
+    /// releases those pins (also on an error).
+    #[pyo3(signature = (nodes, window=false))]
+    fn gather(&self, py: Python<'_>, nodes: &[u8], window: bool) -> PyResult<Py<PyByteArray>> {
         let nodes = ids(py, nodes)?;
         let tiers = &self.data.tiers;
         let mut out = vec![0u8; nodes.len() * tiers.row_bytes()];
-        py.detach(|| tiers.gather(&nodes, &mut out))
-            .map_err(|e| e.to_py(py))?;
+        py.detach(|| {
+            if window {
+                tiers.gather_window(&nodes, &mut out)
+            } else {
+                tiers.gather(&nodes, &mut out)
+            }
+        })
+        .map_err(|e| e.to_py(py))?;
         Ok(PyByteArray::new(py, &out).unbind())
+    }
+
+    /// A batch whose feature rows will be gathered (`gather(..., window=True)`) entered a
+    /// look-ahead window: its `nodes` (uint32 bytes) are pinned in the dynamic cache, one pin
+    /// per occurrence, so their rows stay cached until then (GIDS window buffering).
+    fn pin_window(&self, py: Python<'_>, nodes: &[u8]) -> PyResult<()> {
+        let nodes = ids(py, nodes)?;
+        py.detach(|| self.data.tiers.pin_window(&nodes));
+        Ok(())
+    }
+
+    /// A batch pinned by `pin_window` will not be gathered after all: its pins are released.
+    fn unpin_window(&self, py: Python<'_>, nodes: &[u8]) -> PyResult<()> {
+        let nodes = ids(py, nodes)?;
+        py.detach(|| self.data.tiers.unpin_window(&nodes));
+        Ok(())
+    }
+
+    /// The window pins each of `nodes` (uint32 bytes) holds in the dynamic cache.
+    fn window_pins(&self, py: Python<'_>, nodes: &[u8]) -> PyResult<Vec<u32>> {
+        let nodes = ids(py, nodes)?;
+        Ok(self.data.tiers.window_pins(&nodes))
+    }
+
+    /// The tiers' counters since the last call (or the open), which it resets: rows per tier,
+    /// disk requests and bytes read (`strata_gnn::tiers::TierStats`).
+    fn take_tier_stats(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(pythonize(py, &self.data.tiers.take_stats())?.unbind())
+    }
+
+    /// Whether the tiers have a dynamic cache for `pin_window` to pin rows in.
+    #[getter]
+    fn has_cache(&self) -> bool {
+        self.data.tiers.cache_rows() > 0
     }
 
     /// The sample of `seeds` (uint32 bytes, distinct) for `batch_key`, PyG style:

@@ -319,7 +319,7 @@ class GnnData:
             f"({b['host_rows']:,} host rows{', the CSC' if b['topology'] == 'host' else ''}); "
             f"device_memory {fmt_bytes(self.device_bytes)}, {fmt_bytes(b['device_memory'])} of it held (the cache "
             f"index, {b['device_rows']:,} device rows{', the CSC' if b['topology'] == 'device' else ''}); "
-            f"misses read by {how}",
+            f"misses read by {how}; {self.device_path.pipeline.describe_window()}",
         ]
 
     @property

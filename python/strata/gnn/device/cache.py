@@ -44,6 +44,27 @@ def presample_hotness(sampler: DeviceSampler, seeds, batch_size: int, *, epoch: 
 
 
 @dataclass
+class PlannedLookup:
+    """A lookup placed by :meth:`DeviceCache.plan`: each node's ``slot`` in its tier; with
+    more than one tier, ``order`` (the nodes' positions grouped by tier: device, host, miss)
+    and the group ``sizes``; ``misses`` (uint32 ids on the host, or None), whether they are
+    ``pinned`` in the reader's dynamic cache, and their ``rows`` once read ahead
+    (:meth:`DeviceCache.read_ahead`; None until then)."""
+
+    slot: torch.Tensor
+    order: torch.Tensor | None
+    sizes: list[int]
+    misses: np.ndarray | None
+    pinned: bool
+    rows: torch.Tensor | None = None
+
+    @property
+    def unread(self) -> int:
+        """Missed rows not read yet."""
+        return 0 if self.misses is None or self.rows is not None else int(self.misses.size)
+
+
+@dataclass
 class CacheStats:
     """Rows served per tier, and lookups made."""
 
@@ -127,39 +148,100 @@ class DeviceCache:
 
     def lookup(self, nodes: torch.Tensor) -> torch.Tensor:
         """The feature rows of ``nodes`` (int64 global ids on the device) as ``(len(nodes),
-        dim)`` on the device: device-tier rows from device memory, host-tier rows over UVA,
-        misses by ``misses`` (the I/O engine into page-locked memory, copied over
-        asynchronously on the current stream, or GPUDirect Storage).
+        dim)`` on the device: :meth:`serve` of :meth:`plan`."""
+        return self.serve(self.plan(nodes))
 
-        When one tier holds every row the lookup is one gather and never waits for the
-        device; otherwise it waits once, for the number of rows in each tier (with the ids in
-        tier order when rows can miss: the misses' reader takes them on the host)."""
+    def plan(self, nodes: torch.Tensor) -> PlannedLookup:
+        """Where each of ``nodes`` (int64 global ids on the device) is served from, decided
+        when their batch is sampled: when rows can miss, the ids in tier order are read back
+        (the lookup's one wait for the device) and the misses pinned in the reader's dynamic
+        cache until :meth:`serve` (or :meth:`release`), so the batches sampled ahead keep
+        the rows they will read (GIDS window buffering). When one tier holds every row the
+        plan is a slot per node and never waits."""
         code = self.index[nodes]
-        self.stats.lookups += 1
         if self._single is not None:
-            tier, table = self._single
-            setattr(self.stats, TIER_NAMES[tier], getattr(self.stats, TIER_NAMES[tier]) + nodes.numel())
-            return uva.gather(table, code >> 2)
+            tier = self._single[0]
+            sizes = [nodes.numel() if t == tier else 0 for t in range(3)]
+            return PlannedLookup(code >> 2, None, sizes, None, False)
         tier, slot = code & 3, code >> 2
         # Nodes grouped by tier (a stable sort keeps each group in order); the groups' sizes
-        # and, when rows can miss, the ids in that order (the misses' reader needs them on the
-        # host) are read back at once.
+        # and, when rows can miss, the ids in that order (the misses' reader takes them on
+        # the host) are read back at once.
         order = torch.sort(tier, stable=True).indices
         sizes = torch.zeros(3, dtype=torch.int64, device=self.device).index_add_(0, tier, torch.ones_like(tier))
-        if self._misses_possible:
-            back = torch.cat([sizes, nodes[order]]).cpu()
-            sizes, in_order = back[:3], back[3:]
-        out = torch.empty((nodes.numel(), self.dim), dtype=self.dtype, device=self.device)
-        begin = 0
-        for t, size in enumerate(sizes.tolist()):
-            where = order[begin : begin + size]
+        if not self._misses_possible:
+            return PlannedLookup(slot, order, sizes.tolist(), None, False)
+        back = torch.cat([sizes, nodes[order]]).cpu()
+        sizes = back[:3].tolist()
+        misses = back[3 + sizes[DEVICE] + sizes[HOST] :].numpy().astype("<u4")
+        pinned = self.misses.windowed and misses.size > 0
+        if pinned:
+            self.misses.pin(misses)
+        return PlannedLookup(slot, order, sizes, misses, pinned)
+
+    def serve(self, planned: PlannedLookup) -> torch.Tensor:
+        """The rows of a :meth:`plan` as ``(nodes, dim)`` on the device: device-tier rows from
+        device memory, host-tier rows over UVA, misses by ``misses`` (the I/O engine into
+        page-locked memory, copied over asynchronously on the current stream, or GPUDirect
+        Storage), releasing the plan's pins."""
+        self.stats.lookups += 1
+        for t, size in enumerate(planned.sizes):
             setattr(self.stats, TIER_NAMES[t], getattr(self.stats, TIER_NAMES[t]) + size)
+        if self._single is not None:
+            return uva.gather(self._single[1], planned.slot)
+        out = torch.empty((sum(planned.sizes), self.dim), dtype=self.dtype, device=self.device)
+        begin = 0
+        for t, size in enumerate(planned.sizes):
+            where = planned.order[begin : begin + size]
             if size and t == MISS:
-                out[where] = self.misses.read(in_order[begin : begin + size])
+                if planned.rows is None:
+                    self.read_ahead([planned])
+                out[where] = self.misses.deliver(planned.rows)
+                planned.rows = None  # the batch holds them now
             elif size:
-                out[where] = uva.gather((self.device_table, self.host_table)[t], slot[where])
+                out[where] = uva.gather((self.device_table, self.host_table)[t], planned.slot[where])
             begin += size
         return out
+
+    def read_ahead(self, plans: list[PlannedLookup]) -> None:
+        """Reads the missed rows of ``plans`` (e.g. the batches waiting in a window) in one
+        read, each distinct row once and rows sharing pages in one request (GIDS's storage
+        access accumulator: the batches' reads merged), releasing their pins; each plan keeps
+        its rows, staged (in page-locked host memory for the I/O engine, on the device for
+        GPUDirect Storage), for :meth:`serve`. On an error every plan's pins are released
+        too."""
+        plans = [p for p in plans if p.unread]
+        if not plans:
+            return
+        pinned = any(p.pinned for p in plans)
+        ids = np.concatenate([p.misses for p in plans])
+        try:
+            rows = self.misses.stage(ids, pinned=pinned)
+        finally:
+            # The read released the pins, or failed and released them all.
+            for p in plans:
+                p.pinned = False
+        for p, part in zip(plans, torch.split(rows, [p.misses.size for p in plans]), strict=True):
+            p.rows = part
+
+    def release(self, planned: PlannedLookup) -> None:
+        """A :meth:`plan` that will not be served: its pins are released."""
+        if planned.pinned:
+            self.misses.unpin(planned.misses)
+
+    def reset_stats(self) -> None:
+        """Zeroes :attr:`stats` and the reader's ``counts`` (an epoch's start)."""
+        self.stats = CacheStats()
+        self.misses.counts.update(dict.fromkeys(self.misses.counts, 0))
+
+    def stats_dict(self) -> dict:
+        """Rows per tier and lookups since :meth:`reset_stats`, with what the misses' reader
+        did for the misses (``cache_rows``: its dynamic cache's hits; ``disk_rows``,
+        ``disk_requests``, ``disk_bytes_read``), and ``rows`` in all."""
+        st = self.stats
+        rows = st.device_rows + st.host_rows + st.miss_rows
+        # ``hot_rows``: the host tier is the plan's hot set, counted under the native path's name.
+        return {**st.as_dict(), "rows": rows, "hot_rows": st.host_rows, **self.misses.counts}
 
     @property
     def nbytes(self) -> dict:

@@ -23,8 +23,9 @@ class DeviceDataPath:
     ``train_nodes`` (none when the rest of ``device_bytes`` holds every row), then the hottest
     rows in the rest of ``device_bytes`` and the next in ``host_bytes`` of page-locked host
     memory; misses read by GPUDirect Storage where it can (``gds="auto"``,
-    :func:`~strata.gnn.device.reads.choose_reads`), else through ``data``'s I/O engine;
-    ``reads`` and ``reads_note`` say which and why."""
+    :func:`~strata.gnn.device.reads.choose_reads`), else through ``data``'s native tiers (its
+    dynamic cache, pinned by the pipeline's window of ``window`` batches sampled ahead, then
+    the I/O engine); ``reads`` and ``reads_note`` say which and why."""
 
     def __init__(self, data, device, *, train_nodes, device_bytes: int, host_bytes: int, gds: str = "auto"):
         # The native data path samples uniformly; so does its device twin.
@@ -40,8 +41,7 @@ class DeviceDataPath:
             hotness = torch.zeros(data.num_nodes, dtype=torch.int64)
         else:
             hotness = presample_hotness(self.sampler, np.asarray(train_nodes), cfg["batch_size"])
-        read_rows = lambda ids: data._native.gather(ids.tobytes())  # noqa: E731
-        engine = EngineReads(read_rows, data.dim, data.torch_dtype, self.device)
+        engine = EngineReads(data._native, data.dim, data.torch_dtype, self.device)
         choice = choose_reads(engine, data.store.features, self.device, gds=gds)
         self.reads, self.reads_note = choice.reads.kind, choice.note
         self.cache = DeviceCache(
@@ -54,7 +54,14 @@ class DeviceDataPath:
         )
         labels = None if data.labels is None else torch.from_numpy(np.asarray(data.labels, dtype=np.int64))
         self.pipeline = DevicePipeline(
-            self.sampler, self.cache, None if labels is None else labels.to(self.device), cfg["batch_size"]
+            self.sampler,
+            self.cache,
+            None if labels is None else labels.to(self.device),
+            cfg["batch_size"],
+            window=cfg["window"],
+            # The plan's batch buffers hold the misses read ahead: the batches' rows on the
+            # host (their features are on the device).
+            read_rows=max(int(data.plan["batch_buffers_bytes"]) // data.row_bytes, 1),
         )
         self.seed = cfg["seed"]
 

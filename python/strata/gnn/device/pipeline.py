@@ -1,9 +1,12 @@
-"""The deep pipeline of the device data path (Helios §3.3).
+"""The deep pipeline of the device data path (Helios §3.3, GIDS §3.4).
 
-Each batch is sampled hop by hop on a sampling stream; as soon as a hop's new nodes are known,
-their feature lookups start on a lookup stream (device and host-tier rows by kernel, misses
-through the I/O engine), so sampling hop ``h + 1`` overlaps the lookups of hop ``h``. Batch
-``i + 1`` is prepared while the model trains batch ``i``: the training stream waits for a
+Batches are sampled ``window`` batches ahead of their feature lookups. As a batch is sampled,
+hop by hop on a sampling stream, the cache places its nodes (device tier, host tier, miss) and
+pins its misses in the I/O engine's dynamic cache, so a row read for one batch stays cached for
+the batches of the window that need it too (GIDS window buffering: the sampled-ahead batches
+say which rows are reused soon). A batch's lookups then run on a lookup stream (device and
+host-tier rows by kernel, misses through the I/O engine) while later batches are sampled, and
+batch ``i + 1`` is prepared while the model trains batch ``i``: the training stream waits for a
 batch's "ready" event only when it takes the batch. On the CPU twin the same code runs in
 order. Per-epoch statistics give each stage's busy seconds and the share of the epoch the
 model waited for data.
@@ -14,20 +17,24 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..batch import Batch
 from ..models import Block
-from .cache import CacheStats, DeviceCache
+from .cache import DeviceCache, PlannedLookup
 from .keys import batch_key, epoch_order
 from .sampler import DeviceSample, DeviceSampler
 
 #: Batches a CUDA producer thread prepares ahead of training.
 PREFETCH = 2
+#: Batches sampled ahead of their lookups (GIDS's default window depth).
+WINDOW = 8
 
 
 class StageClock:
@@ -68,18 +75,40 @@ class StageClock:
 
 
 class DevicePipeline:
-    """Batches of one device: the :class:`DeviceSampler` samples them, the :class:`DeviceCache`
-    serves their rows; ``labels`` (int64 per node on the device, or None) gives ``y``."""
+    """Batches of one device: the :class:`DeviceSampler` samples them ``window`` batches ahead
+    of their lookups, the :class:`DeviceCache` serves their rows; ``labels`` (int64 per node
+    on the device, or None) gives ``y``. When a batch's missed rows are due, they are read in
+    one read with those of the batches after it in the window, up to ``read_rows`` missed
+    rows in all (None: the whole window), so pages shared by batches are read once."""
 
-    def __init__(self, sampler: DeviceSampler, cache: DeviceCache, labels: torch.Tensor | None, batch_size: int):
+    def __init__(
+        self,
+        sampler: DeviceSampler,
+        cache: DeviceCache,
+        labels: torch.Tensor | None,
+        batch_size: int,
+        *,
+        window: int = WINDOW,
+        read_rows: int | None = None,
+    ):
         if batch_size < 1:
             raise ValueError(f"batch_size: expected at least 1, got {batch_size}")
+        if window < 0:
+            raise ValueError(f"window: expected at least 0 batches, got {window}")
         self.sampler, self.cache, self.labels, self.batch_size = sampler, cache, labels, batch_size
+        self.window, self.read_rows = window, read_rows
         self.device = sampler.device
         cuda = self.device.type == "cuda"
         self._sample_stream = torch.cuda.Stream(self.device) if cuda else None
         self._lookup_stream = torch.cuda.Stream(self.device) if cuda else None
         self.stats: dict | None = None
+
+    def describe_window(self) -> str:
+        """The window and its reads, for the plan's lines."""
+        if self.window == 0:
+            return "no window: each batch's misses read when it is served"
+        most = "the whole window's" if self.read_rows is None else f"up to {self.read_rows:,} rows"
+        return f"a window of {self.window} batches sampled ahead, their misses pinned and read together ({most})"
 
     def epoch(
         self, seeds, *, epoch: int = 0, seed: int = 0, shuffle: bool = True, drop_last: bool = False
@@ -130,8 +159,8 @@ class DevicePipeline:
         sampled by ``sample(part, batch_key, on_hop) -> (DeviceSample, links or None)``."""
         count = n // self.batch_size if drop_last else -(-n // self.batch_size)
         clock = StageClock(self.device)
-        self.cache.stats = CacheStats()
-        produced = (self._prepare(i, part(i), sample, epoch, clock) for i in range(count))
+        self.cache.reset_stats()
+        produced = self._windowed(count, part, sample, epoch, clock)
         if self._sample_stream is not None:
             # The thread starts on device 0; it must work on this one. ``set_device`` takes an
             # index (torch 2.11 refuses a bare ``cuda``, which means the current device).
@@ -176,13 +205,31 @@ class DevicePipeline:
                 # How the sampler's batches ran so far: CUDA graphs replayed (and captured), or
                 # op by op (the CPU twin; a sampler that is not uniform or whose capture failed).
                 "sampler_batches": dict(self.sampler.counts),
-                "tiers": self.cache.stats.as_dict(),
+                "window": self.window,
+                "tiers": self.cache.stats_dict(),
             }
 
-    def _prepare(self, index: int, part, sample, epoch: int, clock: StageClock):
-        """Samples a batch hop by hop, starting each hop's lookups as soon as its nodes are
-        known (on the lookup stream, after the sampling stream's event)."""
-        parts = []
+    def _windowed(self, count: int, part, sample, epoch: int, clock: StageClock) -> Iterator[tuple]:
+        """``(batch, ready event or None)`` for batches ``0 .. count``, each sampled (and its
+        lookups planned) ``window`` batches before it is served; batches still in the window
+        when the epoch ends early release their pins."""
+        window: deque[SampledBatch] = deque()
+        try:
+            for i in range(count):
+                window.append(self._sampled(i, part(i), sample, epoch, clock))
+                if len(window) > self.window:
+                    yield self._served(window.popleft(), window, clock)
+            while window:
+                yield self._served(window.popleft(), window, clock)
+        finally:
+            for waiting in window:
+                for planned in waiting.parts:
+                    self.cache.release(planned)
+
+    def _sampled(self, index: int, part, sample, epoch: int, clock: StageClock) -> SampledBatch:
+        """Samples a batch hop by hop, placing each hop's nodes as soon as they are known (on
+        the lookup stream, after the sampling stream's event)."""
+        parts: list[PlannedLookup] = []
         sample_ctx = torch.cuda.stream(self._sample_stream) if self._sample_stream is not None else nullcontext()
         lookup_ctx = torch.cuda.stream(self._lookup_stream) if self._lookup_stream is not None else nullcontext()
 
@@ -191,16 +238,44 @@ class DevicePipeline:
                 self._lookup_stream.wait_stream(self._sample_stream)
                 new_nodes.record_stream(self._lookup_stream)
             with lookup_ctx, clock.span("lookup"):
-                parts.append(self.cache.lookup(new_nodes))
+                parts.append(self.cache.plan(new_nodes))
 
-        with sample_ctx, clock.span("sample"):
-            drawn, links = sample(part, batch_key(epoch, index), on_hop)
+        try:
+            with sample_ctx, clock.span("sample"):
+                drawn, links = sample(part, batch_key(epoch, index), on_hop)
+        except BaseException:
+            for planned in parts:
+                self.cache.release(planned)
+            raise
+        done = None
+        if self._sample_stream is not None:
+            done = torch.cuda.Event()
+            done.record(self._sample_stream)
+        return SampledBatch(index, drawn, links, parts, done)
+
+    def _served(self, sampled: SampledBatch, waiting: deque[SampledBatch], clock: StageClock):
+        """``(batch, ready event or None)``: the sampled batch's rows looked up (on the lookup
+        stream), its misses read with those of the ``waiting`` batches behind it when they
+        are not read yet."""
+        lookup_ctx = torch.cuda.stream(self._lookup_stream) if self._lookup_stream is not None else nullcontext()
+        if sampled.done is not None:
+            self._lookup_stream.wait_event(sampled.done)
+        rows = []
+        try:
+            with lookup_ctx, clock.span("lookup"):
+                if any(p.unread for p in sampled.parts):
+                    self.cache.read_ahead(self._read_group(sampled, waiting))
+                for planned in sampled.parts:
+                    rows.append(self.cache.serve(planned))
+        finally:
+            # A lookup that failed released its own pins; the parts after it release theirs.
+            for planned in sampled.parts[len(rows) + 1 :]:
+                self.cache.release(planned)
         with lookup_ctx:
-            x = torch.cat(parts) if len(parts) > 1 else parts[0]
-            batch = self._batch(index, drawn, x, links)
+            x = torch.cat(rows) if len(rows) > 1 else rows[0]
+            batch = self._batch(sampled.index, sampled.drawn, x, sampled.links)
         if self._lookup_stream is None:
             return batch, None
-        self._lookup_stream.wait_stream(self._sample_stream)
         ready = torch.cuda.Event()
         ready.record(self._lookup_stream)
         return batch, ready
@@ -215,6 +290,32 @@ class DevicePipeline:
         seeds = sample.nodes[: sample.hop_counts[0]]
         y = None if self.labels is None else self.labels[seeds]
         return Batch(index, seeds, sample.nodes, list(sample.hop_counts), blocks, x, y, {"sampler": "device"}, links)
+
+    def _read_group(self, head: SampledBatch, waiting: deque[SampledBatch]) -> list[PlannedLookup]:
+        """The lookups whose misses are read with ``head``'s: its own, then those of the
+        waiting batches in order while the missed rows stay within ``read_rows``."""
+        group = list(head.parts)
+        total = sum(p.unread for p in group)
+        for batch in waiting:
+            more = sum(p.unread for p in batch.parts)
+            if self.read_rows is not None and total + more > self.read_rows:
+                break
+            group += batch.parts
+            total += more
+        return group
+
+
+@dataclass
+class SampledBatch:
+    """A batch sampled and placed, waiting in the window for its lookups: its ``drawn``
+    sample, link ids (or None), its hops' ``parts`` and the sampling stream's ``done`` event
+    (None on the CPU twin)."""
+
+    index: int
+    drawn: DeviceSample
+    links: tuple | None
+    parts: list[PlannedLookup]
+    done: torch.cuda.Event | None
 
 
 def _ahead(items: Iterator, depth: int, enter: Callable[[], None]) -> Iterator:
@@ -240,6 +341,10 @@ def _ahead(items: Iterator, depth: int, enter: Callable[[], None]) -> Iterator:
             slots.put(done)
         except BaseException as e:  # handed to the consumer, which raises it
             slots.put(e)
+        finally:
+            # Stopped early, the items' own clean-up (e.g. releasing pins) runs here, now.
+            if hasattr(items, "close"):
+                items.close()
 
     thread = threading.Thread(target=produce, name="strata-device-pipeline", daemon=True)
     thread.start()
