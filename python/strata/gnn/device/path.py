@@ -96,8 +96,9 @@ class DeviceDataPath:
 
 
 class DeviceEpochLoader:
-    """One epoch's batches on the device path; ``stats()`` is the pipeline's (busy seconds per
-    stage, the share of the epoch the model waited, rows per tier, ``sampler: "device"``)."""
+    """One epoch's batches on the device path; ``stats()`` is the pipeline's: during the epoch
+    the batches, sampled nodes and rows per tier so far, after it also the busy seconds per
+    stage, the share of the epoch the model waited and ``sampler: "device"``."""
 
     def __init__(self, path: DeviceDataPath, batches: Iterator[Batch]):
         self.path = path

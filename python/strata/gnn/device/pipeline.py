@@ -185,6 +185,8 @@ class DevicePipeline:
                     for t in (*held, *(batch.links or ())):
                         t.record_stream(stream)
                 sampled, batches = sampled + len(batch.nodes), batches + 1
+                # The epoch so far, for a progress line (the stage timings come at its end).
+                self.stats = {"batches": batches, "sampled_nodes": sampled, "tiers": self.cache.stats_dict()}
                 yield batch
         finally:
             # Also when the consumer stops early: the prefetch thread ends here, not at exit
