@@ -339,6 +339,10 @@ def test_the_window_pins_the_misses_of_the_batches_sampled_ahead(cora, device):
     assert all_pins(data) == 0 and loader.stats()["batches"] == 1
     with pytest.raises(ValueError, match="window: expected at least 0"):
         DevicePipeline(path.sampler, path.cache, None, 48, window=-1)
+    # The accumulator off, each batch's misses are read alone, and the plan says so.
+    alone = GnnData(cora, data_path="device", device=device, accumulator=False, **options)
+    assert alone.device_path.pipeline.read_rows == 0 < path.pipeline.read_rows
+    assert alone.plan_lines()[-1].endswith("each batch's misses read alone (no accumulator)")
 
 
 def test_a_failed_sample_releases_the_pins_of_the_hops_it_placed(cora):

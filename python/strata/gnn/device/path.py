@@ -60,8 +60,9 @@ class DeviceDataPath:
             cfg["batch_size"],
             window=cfg["window"],
             # The plan's batch buffers hold the misses read ahead: the batches' rows on the
-            # host (their features are on the device).
-            read_rows=max(int(data.plan["batch_buffers_bytes"]) // data.row_bytes, 1),
+            # host (their features are on the device). Without the accumulator a batch's misses
+            # are read alone.
+            read_rows=max(int(data.plan["batch_buffers_bytes"]) // data.row_bytes, 1) if cfg["accumulator"] else 0,
         )
         self.seed = cfg["seed"]
 

@@ -79,7 +79,8 @@ class DevicePipeline:
     of their lookups, the :class:`DeviceCache` serves their rows; ``labels`` (int64 per node
     on the device, or None) gives ``y``. When a batch's missed rows are due, they are read in
     one read with those of the batches after it in the window, up to ``read_rows`` missed
-    rows in all (None: the whole window), so pages shared by batches are read once."""
+    rows in all (None: the whole window; 0: each batch's alone), so pages shared by batches
+    are read once."""
 
     def __init__(
         self,
@@ -107,8 +108,11 @@ class DevicePipeline:
         """The window and its reads, for the plan's lines."""
         if self.window == 0:
             return "no window: each batch's misses read when it is served"
+        ahead = f"a window of {self.window} batches sampled ahead, their misses pinned"
+        if self.read_rows == 0:
+            return f"{ahead}; each batch's misses read alone (no accumulator)"
         most = "the whole window's" if self.read_rows is None else f"up to {self.read_rows:,} rows"
-        return f"a window of {self.window} batches sampled ahead, their misses pinned and read together ({most})"
+        return f"{ahead} and read together ({most})"
 
     def epoch(
         self, seeds, *, epoch: int = 0, seed: int = 0, shuffle: bool = True, drop_last: bool = False
