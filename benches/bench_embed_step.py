@@ -11,7 +11,9 @@ bucket between slots 0 and 1). The tables are synthetic: counts and step times d
 their values. The step runs through the backend as the Rust epoch loop drives it (slots lent
 through the hooks, one piece of chunks, CUDA graphs replaying on `cuda`); the counts are those of
 a piece of `1 + chunks` chunks less those of a piece of one chunk, over `chunks`, after a warm-up
-piece (so every chunk replays a captured step), from `strata.device.waits.HostWaits`. On the CPU
+piece (so every chunk replays a captured step), from `strata.device.waits.HostWaits`. `seconds` is
+a chunk's wall time with the piece's chunks replayed in runs of `graphs.RUN` a graph, as training
+replays them, and `seconds_alone` with a graph a chunk. On the CPU
 twin (`torch-cpu`) the kernels are the launches a GPU would make op by op (each op on a tensor
 of one or more dimensions that is no view); a CUDA graph replays them as one launch but runs
 them one after another all the same. `fused_kernels` counts each call of a Triton kernel (each
@@ -94,25 +96,38 @@ def count(case: str, device: str = "torch-cpu", chunks: int = 5, scale: float = 
     goes (``common.profiled``), from a further piece run under torch's profiler."""
     import torch
 
+    from strata.embed.device import graphs
+
     dev, piece = setup(case, device, scale)
-    piece(4)  # the eager first two chunks and the capture
+    # Three runs of chunks and three lone chunks: each kind's eager first, its warm-up and its
+    # capture.
+    piece(3 * graphs.RUN + 3)
     counts = []
     for n in (1, 1 + chunks):
         counts.append(counted(piece, n, fused=False) + counted(piece, n, fused=True)[:1])
-    if dev.cuda:
-        torch.cuda.synchronize(dev.device)
-    start = time.perf_counter()
-    piece(1 + chunks)
-    if dev.cuda:
-        torch.cuda.synchronize(dev.device)
-    seconds = (time.perf_counter() - start) / (1 + chunks)
+    sync = (lambda: torch.cuda.synchronize(dev.device)) if dev.cuda else (lambda: None)
+
+    def seconds(run: int) -> float:
+        """Seconds a chunk of a piece of ``1 + chunks``, the chunks in runs of ``run``."""
+        longest, graphs.RUN = graphs.RUN, run
+        try:
+            sync()
+            start = time.perf_counter()
+            piece(1 + chunks)
+            sync()
+        finally:
+            graphs.RUN = longest
+        return (time.perf_counter() - start) / (1 + chunks)
+
     per = [(b - a) / chunks for a, b in zip(*counts, strict=True)]
     if dev.cuda:
         # A replayed CUDA graph dispatches no torch op: the counts are the CPU twin's to give.
         per = [None] * 4
-    out = dict(kernels=per[0], ops=per[1], waits=per[2], fused_kernels=per[3], seconds=seconds)
+    out = dict(
+        kernels=per[0], ops=per[1], waits=per[2], fused_kernels=per[3], seconds=seconds(graphs.RUN),
+        seconds_alone=seconds(1),
+    )  # fmt: skip
     if profile:
-        sync = torch.cuda.synchronize if dev.cuda else lambda: None
         out["profile"] = profiled(lambda: (piece(1 + chunks), sync()), dev.cuda, 1 + chunks)
     return out
 
@@ -158,7 +173,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="torch-cpu")
     ap.add_argument("--case", choices=[*CASES, "all"], default="all")
-    ap.add_argument("--chunks", type=int, default=5)
+    ap.add_argument("--chunks", type=int, default=32, help="chunks timed (twice the chunks of a graph's run)")
     ap.add_argument("--profile", action="store_true", help="list each case's ops and kernels by their time")
     args = ap.parse_args()
     cases = CASES if args.case == "all" else [args.case]

@@ -709,10 +709,11 @@ class TorchCompute:
         keys = [self._graph_key(c, ctx) for c, ctx in zip(ctxs, contexts, strict=True)]
         directions, flops = 0, 0.0
         with matmul_precision(self.tf32):
-            for c, g in enumerate(groups):
-                lo, hi = bounds[c], bounds[c + 1]
-                chunk = (e[lo:hi], None if w is None else w[lo:hi], streams[c])
-                d, f = self.graphs.run(keys[g], contexts[g], *chunk, self.total)
+            # Chunks in a row of one context and size train as one run (one graph replay).
+            for first, end in graphs.chunk_runs(groups, bounds, graphs.RUN):
+                g, lo, hi = groups[first], bounds[first], bounds[end]
+                run = (e[lo:hi], None if w is None else w[lo:hi], streams[first:end])
+                d, f = self.graphs.run(keys[g], contexts[g], *run, self.total)
                 directions += d
                 flops += f
         if self.cuda:

@@ -8,7 +8,14 @@ once and replayed for every further chunk that would launch the same kernels on 
 memory; a chunk's inputs (its edges, weights and random streams, and its bucket's layout) are
 copied into the graph's static tensors first.
 
-A graph is keyed by everything its kernels bake in: the chunk's size, whether it is weighted,
+A piece's chunks in a row of one size and one context are captured :data:`RUN` at a time, one
+graph for the run: one replay, and one copy of the run's inputs, train them all. On an H200 the
+host's work around a replay (the copies of a chunk's inputs and the launch, about 0.18 ms) was
+as long as a chunk's kernels at B1's settings (0.23 ms), so a graph per chunk left the device
+idle half the time; a run pays it once for :data:`RUN` chunks. The chunks left over (a piece's
+last, shorter chunk; the tail of a row shorter than a run) replay graphs of one chunk.
+
+A graph is keyed by everything its kernels bake in: the chunks' count and size, whether they are weighted,
 the training context's settings and the device addresses and shapes of the tables it reads and
 writes: the slot buffer, which holds every resident partition, and the relations. Where the
 bucket's partitions sit in the buffer is a small tensor (``Ctx.layout``) that a replay copies
@@ -39,22 +46,55 @@ import torch
 from strata.device import kernels
 from strata.embed.device import step, vs_all
 
-#: Graphs kept at once (each holds a chunk's intermediates: tens of MiB at B1's settings).
+#: Graphs kept at once (each holds a chunk's intermediates: tens of MiB at B1's settings; a
+#: run reuses one chunk's: what a chunk frees in a capture, the next chunk of it is given).
 CAPACITY = 32
+#: Chunks of one size and context that one graph captures and one replay trains.
+RUN = 16
+
+
+def chunk_runs(groups: list[int], bounds: list[int], longest: int) -> list[tuple[int, int]]:
+    """A piece's chunks (chunk ``c``: context ``groups[c]``, edges ``bounds[c] .. bounds[c +
+    1]``) as runs ``(first, end)`` in order: ``longest`` consecutive chunks of one context and
+    one size wherever the piece has them, every other chunk alone (so a piece's tail adds no
+    graph of its own length)."""
+    runs, c = [], 0
+    while c < len(groups):
+        size, end = bounds[c + 1] - bounds[c], c + 1
+        while end < len(groups) and end - c < longest and groups[end] == groups[c]:
+            if bounds[end + 1] - bounds[end] != size:
+                break
+            end += 1
+        runs += [(c, end)] if end - c == longest else [(i, i + 1) for i in range(c, end)]
+        c = end
+    return runs
+
+
+def chunks_of(edges: torch.Tensor, weights, streams: torch.Tensor):
+    """A run's chunks: ``(edges, weights, streams row)`` of each, the run's ``edges`` (and
+    ``weights``) cut into ``len(streams)`` equal slices."""
+    b = len(edges) // len(streams)
+    for i in range(len(streams)):
+        cut = slice(i * b, (i + 1) * b)
+        yield edges[cut], None if weights is None else weights[cut], streams[i]
 
 
 def eager(ctx: step.Ctx, edges, weights, streams: torch.Tensor, total: torch.Tensor) -> tuple[int, float]:
-    """Trains one chunk op by op with its ``streams`` (a row of :func:`step.piece_streams`),
-    adding its loss to ``total``; ``(directions, flops)``."""
-    loss, directions, flops = step.train_chunk(ctx, edges, weights, streams)
-    total.add_(loss)
+    """Trains a run of chunks op by op, one after another (:func:`chunks_of`; ``streams``: a
+    row of :func:`step.piece_streams` per chunk), adding their loss to ``total``;
+    ``(directions, flops)`` of them all."""
+    directions, flops = 0, 0.0
+    for chunk in chunks_of(edges, weights, streams):
+        loss, d, f = step.train_chunk(ctx, *chunk)
+        total.add_(loss)
+        directions, flops = directions + d, flops + f
     return directions, flops
 
 
 @dataclass
 class Graph:
-    """A captured chunk step (``None`` on the CPU twin) and the static tensors it reads its
-    inputs from."""
+    """A captured run of chunk steps (``None`` on the CPU twin) and the static tensors it
+    reads its inputs from."""
 
     graph: torch.cuda.CUDAGraph | None
     edges: torch.Tensor
@@ -68,10 +108,10 @@ class Graph:
     layout_of: torch.Tensor | None = None
 
     def replay(self, ctx: step.Ctx, edges, weights, streams: torch.Tensor, total: torch.Tensor) -> tuple[int, float]:
-        """Trains a chunk by the captured step: its inputs (the chunk's edges and streams, and
-        its bucket's layout when it changed) copied into the static tensors, then the graph
-        replayed (on the CPU twin, the step run on the static tensors with ``ctx``, whose
-        settings and tables the graph's key says are the captured ones)."""
+        """Trains a run of chunks by the captured steps: its inputs (the chunks' edges and
+        streams, and its bucket's layout when it changed) copied into the static tensors, then
+        the graph replayed (on the CPU twin, the steps run on the static tensors with ``ctx``,
+        whose settings and tables the graph's key says are the captured ones)."""
         self.edges.copy_(edges)
         if weights is not None:
             self.weights.copy_(weights)
@@ -103,36 +143,42 @@ class StepGraphs:
     def run(
         self, ctx_key: tuple, ctx: step.Ctx, edges, weights, streams: torch.Tensor, total: torch.Tensor
     ) -> tuple[int, float]:
-        """Trains one chunk (edges ``b x 3`` int64 on the device, ``weights`` ``b`` or ``None``,
-        its ``streams``: a row of :func:`step.piece_streams` on the device), adding its loss to
-        ``total``, a float64 scalar that must outlive every graph (captured graphs add into
-        it); ``(directions, flops)``."""
+        """Trains a run of chunks of one size (edges ``k b x 3`` int64 on the device, ``weights``
+        ``k b`` or ``None``, ``streams``: ``k`` rows of :func:`step.piece_streams` on the
+        device), adding their loss to ``total``, a float64 scalar that must outlive every graph
+        (captured graphs add into it); ``(directions, flops)``."""
+        chunks = len(streams)
         if ctx.training != "negative_sampling":
             # 1vsAll and KvsAll: a few large products per chunk, and KvsAll's query count is
             # read on the host, so no graph.
-            self.eager_steps += 1
-            return vs_all.train_chunk(ctx, edges, weights, streams, total)
-        gkey = (len(edges), weights is None, ctx_key)
+            self.eager_steps += chunks
+            directions, flops = 0, 0.0
+            for chunk in chunks_of(edges, weights, streams):
+                d, f = vs_all.train_chunk(ctx, *chunk, total)
+                directions, flops = directions + d, flops + f
+            return directions, flops
+        gkey = (chunks, len(edges), weights is None, ctx_key)
         graph = self.graphs.get(gkey)
         if graph is None and self.broken is None and ctx.corrupt != "bernoulli" and ctx.feat is None:
             seen = self._seen(gkey)
             if seen == 2:
-                self.eager_steps += 1
+                self.eager_steps += chunks
                 with self._on_side_stream():
                     return eager(ctx, edges, weights, streams, total)
             if seen > 2:
                 graph = self._capture(gkey, ctx, edges, weights, streams, total)
         if graph is None:
-            self.eager_steps += 1
+            self.eager_steps += chunks
             return eager(ctx, edges, weights, streams, total)
         self.graphs.move_to_end(gkey)
-        self.replays += 1
+        self.replays += chunks
         return graph.replay(ctx, edges, weights, streams, total)
 
     def report(self) -> str:
         """How the chunk steps ran since the last report (one line)."""
         line = (
-            f"device: {self.replays:,} chunk steps replayed from CUDA graphs ({self.captures} captured),"
+            f"device: {self.replays:,} chunk steps replayed from CUDA graphs ({self.captures} captured,"
+            f" runs of up to {RUN} chunks a graph),"
             f" {self.eager_steps:,} op by op"
         )
         if self.broken is not None:
@@ -167,16 +213,18 @@ class StepGraphs:
             main.wait_stream(side)
 
     def _capture(self, gkey: tuple, ctx: step.Ctx, edges, weights, streams, total: torch.Tensor) -> Graph | None:
-        """Captures the step of ``gkey`` with static copies of the inputs and keeps it (not run
-        yet: the caller replays it); ``None``, and eager steps from then on, if it fails."""
+        """Captures the run of steps of ``gkey`` with static copies of the inputs and keeps it
+        (not run yet: the caller replays it); ``None``, and eager steps from then on, if it
+        fails."""
         static = (edges.clone(), None if weights is None else weights.clone())
         streams = streams.clone()
         layout = ctx.layout.clone()
         graph = torch.cuda.CUDAGraph() if self.cuda else None
         if graph is None:
-            # The CPU twin records nothing; its replays run the step on the static inputs. The
-            # chunk's counts are the step's, computed from shapes alone.
-            directions, flops = step.chunk_counts(ctx, step.stacks_of(ctx, *static, streams))
+            # The CPU twin records nothing; its replays run the steps on the static inputs. The
+            # run's counts are its chunks', computed from shapes alone.
+            counts = [step.chunk_counts(ctx, step.stacks_of(ctx, *chunk)) for chunk in chunks_of(*static, streams)]
+            directions, flops = sum(d for d, _ in counts), sum(f for _, f in counts)
         else:
             try:
                 with self._on_side_stream():
@@ -185,8 +233,7 @@ class StepGraphs:
                     # the capture, as under the default global mode it would.
                     graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
                     try:
-                        loss, directions, flops = step.train_chunk(replace(ctx, layout=layout), *static, streams)
-                        total.add_(loss)
+                        directions, flops = eager(replace(ctx, layout=layout), *static, streams, total)
                     finally:
                         graph.capture_end()
             except RuntimeError as err:
