@@ -388,21 +388,31 @@ def figure_path(store: Path, device, torch, args) -> dict:
 
 
 def figure_reads(store: Path, device, torch, args, nodes: int, dim: int) -> dict:
-    """G6's device data path without a model, a quarter of the feature rows in host memory (the
-    hot set, ``hot_share = 1``) and the rest read per batch: each batch's misses read alone
-    (``window = 0``) against the default window, whose batches' misses are read together:
-    epoch seconds, the lookup stage's busy seconds and the disk's rows, requests and bytes an
-    epoch (medians of the epochs after the first). On the CPU twin the reads are the SSD's as
-    on a GPU machine, so the bytes and requests are the figure; its seconds include the twin's
-    sampling."""
+    """G6's data paths without a model, a quarter of the feature rows in host memory (the hot
+    set, ``hot_share = 1``) and the rest read per batch. The device path: each batch's misses
+    read alone (``window = 0``) against the default window, whose batches' misses are read
+    together. The native path (the CPU's): its accumulator as configured by default (a read
+    merges batches until their misses reach GIDS's in-flight target, which one batch's misses
+    pass) against merging the window's batches (``in_flight_target`` past any window's misses).
+    Epoch seconds, the device path's lookup busy seconds and the disk's rows, requests and
+    bytes an epoch (medians of the epochs after the first). On the CPU twin the reads are the
+    SSD's as on a GPU machine, so the bytes and requests are the figure; its seconds include
+    the twin's sampling."""
     from strata.gnn.loader import GnnData
 
     quarter = max(nodes * dim * 4 // 4, 1)
+    settings = {
+        "a read per batch (window 0)": dict(data_path="device", window=0),
+        "window 8, misses read together": dict(data_path="device", window=8),
+        "native, reads merged to the in-flight target": dict(data_path="native"),
+        "native, the window's reads merged": dict(data_path="native", in_flight_target=1 << 40),
+    }
     runs = {}
-    for name, window in (("a read per batch (window 0)", 0), ("window 8, misses read together", 8)):
+    for name, path in settings.items():
+        device_memory = dict(device_memory=0) if path["data_path"] == "device" else {}
         data = GnnData(
-            store, device=str(device), data_path="device", fanouts=FANOUTS, batch_size=args.batch_size,
-            device_memory=0, feature_memory=quarter, memory=quarter + HOST_FIXED, hot_share=1.0, window=window,
+            store, device=str(device), fanouts=FANOUTS, batch_size=args.batch_size, feature_memory=quarter,
+            memory=quarter + HOST_FIXED, hot_share=1.0, **device_memory, **path,
         )  # fmt: skip
         epochs = []
         for epoch in range(args.epochs):
@@ -416,18 +426,19 @@ def figure_reads(store: Path, device, torch, args, nodes: int, dim: int) -> dict
             tiers = st["tiers"]
             epochs.append({
                 "seconds": seconds, "sampled_nodes_per_second": sampled / max(seconds, 1e-9),
-                "lookup_busy_seconds": st["busy_seconds"]["lookup"],
+                "lookup_busy_seconds": st.get("busy_seconds", {}).get("lookup", 0.0),
                 **{k: tiers[k] for k in ("rows", "hot_rows", "disk_rows", "disk_requests", "disk_bytes_read")},
             })  # fmt: skip
         keys = ["seconds", "sampled_nodes_per_second", "lookup_busy_seconds", "disk_requests", "disk_bytes_read"]
         run = runs[name] = {**medians(epochs, keys), "wait_share": 0.0, "epochs": epochs, "plan": data.plan_lines()}
         print(f"reads {name}: {run['disk_bytes_read'] / 1e9:.2f} GB, {run['disk_requests']:,.0f} requests, "
-              f"lookups busy {run['lookup_busy_seconds']:.2f} s an epoch", file=sys.stderr)  # fmt: skip
-    alone, together = runs.values()
+              f"{run['seconds']:.2f} s an epoch", file=sys.stderr)  # fmt: skip
+    alone, together, native, merged = runs.values()
     return {
         "runs": runs,
         "bytes_alone_over_together": alone["disk_bytes_read"] / max(together["disk_bytes_read"], 1),
         "requests_alone_over_together": alone["disk_requests"] / max(together["disk_requests"], 1),
+        "native_bytes_target_over_window": native["disk_bytes_read"] / max(merged["disk_bytes_read"], 1),
     }
 
 

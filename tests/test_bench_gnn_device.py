@@ -69,10 +69,13 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
     # A read per batch against the window's misses read together: the same rows missed, each
     # run's requests and bytes counted.
     reads = figures["reads"]
-    alone, together = (reads["runs"][k]["epochs"][-1] for k in reads["runs"])
+    alone, together, native, merged = (reads["runs"][k]["epochs"][-1] for k in reads["runs"])
     assert alone["disk_rows"] == together["disk_rows"] > 0 and alone["rows"] == together["rows"]
     assert min(alone["disk_requests"], together["disk_requests"], together["disk_bytes_read"]) > 0
     assert reads["bytes_alone_over_together"] > 0 and reads["requests_alone_over_together"] > 0
+    # The native path reads the same rows either way; merged, it asks for each once a read.
+    assert native["rows"] == merged["rows"] == alone["rows"] and native["disk_rows"] == merged["disk_rows"] > 0
+    assert reads["native_bytes_target_over_window"] > 0
 
     quarter = figures["pyg"]["runs"]["strata device, features 4x host"]
     assert quarter["data_path"] == "device" and 0 < quarter["held_share"] <= 0.25
