@@ -47,7 +47,11 @@
 //! - The policies pass over pinned rows as if absent (their bits untouched). When every
 //!   resident row is pinned, [`insert`] fails and returns `false` at once; the caller keeps the
 //!   row it read and the cache simply does not hold it. Insertion never blocks and never evicts
-//!   a pinned row.
+//!   a pinned row. When nearly every row is pinned, a hand would pass most of the arena to find
+//!   the few that are not, for every insertion (a merged read of a window's batches admitted
+//!   into a cache their pins fill took seconds so); so a search gives up, and the insertion
+//!   fails as above, once it has passed [`MAX_PINNED_PASSED`] pinned rows, its hand left
+//!   where it stopped for the next search to go on from.
 //!
 //! Each pin needs its unpin: a node listed twice by [`pin_future`] is pinned twice. An unpin
 //! without a pin saturates at zero.
@@ -68,6 +72,11 @@ const CACHED: u32 = 1 << 31;
 
 /// No slot / no node (SIEVE links, hand).
 const NIL: u32 = u32::MAX;
+
+/// Pinned rows an eviction's search passes before it gives up (the insertion then fails as
+/// when every row is pinned). A search passes a row at most twice (its two turns), so caches
+/// of up to half this many rows always find an unpinned one when it exists.
+pub const MAX_PINNED_PASSED: usize = 512;
 
 /// Largest capacity in rows: a slot index must fit in 31 bits (the top bit of a node's state
 /// word marks it cached).
@@ -107,7 +116,7 @@ pub struct CacheStats {
     /// Rows evicted to make room. `insertions - evictions` is the number cached.
     pub evictions: u64,
     /// Insertions refused because no row could be evicted: every resident row pinned (or
-    /// capacity 0).
+    /// capacity 0), or the search passed [`MAX_PINNED_PASSED`] pinned rows.
     pub insert_failures_pinned: u64,
 }
 
@@ -261,8 +270,9 @@ impl FeatureCache {
     /// Caches `row` (exactly `row_bytes` bytes) as `v`'s, evicting an unpinned row if full.
     ///
     /// Returns whether `v` is now cached. `false` only when the cache is full and every row in
-    /// it is pinned (or the capacity is 0); nothing changes then except
-    /// `insert_failures_pinned`. A node already cached has its row overwritten in place (its
+    /// it is pinned (or the capacity is 0), or the eviction's search passed
+    /// [`MAX_PINNED_PASSED`] pinned rows; nothing changes then except `insert_failures_pinned`
+    /// (and, in the second case, the hand and the reference bits the search cleared). A node already cached has its row overwritten in place (its
     /// reference bit and queue position kept). The new row starts unreferenced, with the
     /// node's pending pins.
     ///
@@ -425,8 +435,9 @@ impl FeatureCache {
         }
     }
 
-    /// Frees a slot of the full cache by the policy, or `None` when every row is pinned. The
-    /// victim's node becomes uncached with no pins (a pinned row is never chosen).
+    /// Frees a slot of the full cache by the policy, or `None` when every row is pinned or
+    /// the search passed [`MAX_PINNED_PASSED`] pinned rows. The victim's node becomes uncached
+    /// with no pins (a pinned row is never chosen).
     fn evict(&mut self) -> Option<usize> {
         // Also covers capacity 0 (nothing cached, nothing to evict).
         if self.pinned_slots >= self.node_of.len() {
@@ -437,7 +448,7 @@ impl FeatureCache {
         let s = match self.eviction {
             Eviction::Clock => self.clock_victim(),
             Eviction::Sieve => self.sieve_victim(),
-        };
+        }?;
         debug_assert_eq!(self.pins[s], 0);
         self.state[self.node_of[s] as usize] = 0;
         self.node_of[s] = NIL;
@@ -445,28 +456,34 @@ impl FeatureCache {
         Some(s)
     }
 
-    fn clock_victim(&mut self) -> usize {
+    fn clock_victim(&mut self) -> Option<usize> {
         let n = self.node_of.len();
+        let mut passed = 0;
         loop {
             let s = self.clock_hand;
             self.clock_hand = if s + 1 == n { 0 } else { s + 1 };
             if self.pins[s] > 0 {
+                passed += 1;
+                if passed > MAX_PINNED_PASSED {
+                    return None;
+                }
                 continue;
             }
             if self.visited[s] {
                 self.visited[s] = false;
                 continue;
             }
-            return s;
+            return Some(s);
         }
     }
 
-    fn sieve_victim(&mut self) -> usize {
+    fn sieve_victim(&mut self) -> Option<usize> {
         let mut o = if self.sieve_hand != NIL {
             self.sieve_hand
         } else {
             self.tail
         };
+        let mut passed = 0;
         loop {
             let s = o as usize;
             if self.pins[s] == 0 {
@@ -474,6 +491,13 @@ impl FeatureCache {
                     break;
                 }
                 self.visited[s] = false;
+            } else {
+                passed += 1;
+                if passed > MAX_PINNED_PASSED {
+                    // The next search goes on from here.
+                    self.sieve_hand = o;
+                    return None;
+                }
             }
             o = match self.newer[s] {
                 NIL => self.tail,
@@ -483,7 +507,7 @@ impl FeatureCache {
         // The hand stays where the victim was: on the next newer row, or back to the tail.
         self.sieve_hand = self.newer[o as usize];
         self.unlink(o);
-        o as usize
+        Some(o as usize)
     }
 
     fn push_head(&mut self, s: u32) {
@@ -626,6 +650,37 @@ mod tests {
             assert_eq!(victim_of(&mut c, 4), 2);
             // 4 is unpinned and unreferenced; 3 stays for its last batch.
             assert_eq!(victim_of(&mut c, 5), 4);
+        }
+    }
+
+    #[test]
+    fn a_search_gives_up_after_passing_its_share_of_pinned_rows() {
+        // Four times the bound of rows, every one pinned but the last inserted: each search
+        // from the first slot passes MAX_PINNED_PASSED pinned rows and fails, its hand left
+        // there, so the searches after it go on and the fourth reaches the unpinned row.
+        let n = 4 * MAX_PINNED_PASSED;
+        for eviction in [Eviction::Clock, Eviction::Sieve] {
+            let mut c = FeatureCache::new(n + 1, n, 3, eviction).unwrap();
+            for v in 0..n as u32 {
+                assert!(c.insert(v, &row(v, 0)));
+            }
+            let pinned: Vec<u32> = (0..n as u32 - 1).collect();
+            c.pin_future(&pinned);
+            let mut tries = 0;
+            while !c.insert(n as u32, &row(n as u32, 1)) {
+                tries += 1;
+                assert!(
+                    tries < 8,
+                    "{eviction:?}: the searches did not go on from their hands"
+                );
+            }
+            assert_eq!(tries, 3, "{eviction:?}");
+            assert_eq!(c.stats().insert_failures_pinned, 3);
+            assert!(!c.contains(n as u32 - 1) && c.contains(n as u32));
+            assert!(
+                pinned.iter().all(|&v| c.contains(v)),
+                "no pinned row was evicted"
+            );
         }
     }
 
