@@ -114,11 +114,14 @@ step_embed-rmat-ooc() {
     python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-ooc \
         --work "$WORK/embed" --out "$OUT/embed-device.json"
 }
+# The big graph: 20M nodes by default (20 GB of features; BIG_NODES smaller keeps the features 4x
+# the host budget in a session too short to write 20 GB twice on the machine's disk).
 step_gnn-big-prepare() {
-    python3 benches/bench_gnn_device.py --only big --prepare --work "$WORK/gnn"
+    python3 benches/bench_gnn_device.py --only big --prepare --big-nodes "${BIG_NODES:-20000000}" --work "$WORK/gnn"
 }
 step_gnn-big() {
-    python3 benches/bench_gnn_device.py --only big,big-pyg --work "$WORK/gnn" --out "$OUT/gnn-big.json"
+    python3 benches/bench_gnn_device.py --only big,big-pyg --big-nodes "${BIG_NODES:-20000000}" --work "$WORK/gnn" \
+        --out "$OUT/gnn-big.json"
 }
 # bench_recipes.py on the GPU: recipes $2 (comma-separated) with training products $3 (float32
 # or tf32), each for $4 seconds, its best checkpoint tested; recipes.json becomes $OUT/$1.json.
