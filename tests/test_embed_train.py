@@ -138,6 +138,22 @@ def test_export_is_in_node_id_order(kg, tmp_path, strata_cli):
     assert again.returncode == 2 and "--overwrite" in again.stderr
 
 
+def test_a_one_bucket_run_reads_its_edges_once(kg, tmp_path):
+    """A run of one partition keeps its one piece of edges between epochs: the second epoch
+    reads none, and its table is bit for bit that of a run resumed after the first epoch, which
+    reads them again (one thread is deterministic)."""
+    options = dict(store=kg, dim=16, chunk_size=200, negatives=64, threads=1, eval_every=0, tensorboard=False)
+    whole = train(EmbedTrainConfig(run_dir=tmp_path / "whole", epochs=2, **options))
+    first, second = whole.history
+    assert first["edge_bytes_read"] > 0 and second["edge_bytes_read"] == 0
+    train(EmbedTrainConfig(run_dir=tmp_path / "resumed", epochs=1, **options))
+    resumed = train(EmbedTrainConfig(run_dir=tmp_path / "resumed", epochs=2, **options))
+    assert resumed.history[-1]["edge_bytes_read"] == first["edge_bytes_read"]
+    a = (tmp_path / "whole" / whole.meta["current"]["table"]).read_bytes()
+    b = (tmp_path / "resumed" / resumed.meta["current"]["table"]).read_bytes()
+    assert a == b and whole.history[-1]["loss"] == resumed.history[-1]["loss"]
+
+
 def test_killed_run_resumes_to_the_same_result(kg, tmp_path):
     """kill -9 in the middle of an epoch: the run resumes from its last checkpoint and ends
     with exactly the table an uninterrupted run produces (one thread is deterministic)."""

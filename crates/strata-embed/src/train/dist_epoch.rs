@@ -51,7 +51,7 @@ use crate::compute::bf16;
 use crate::config::{DistStorage, TableDtype};
 use crate::error::{EmbedError, Result};
 use crate::ordering::Bucket;
-use crate::storage::epoch_io::{prefetch_edges, BucketEdges};
+use crate::storage::epoch_io::BucketEdges;
 use crate::storage::layout::TableLayout;
 use crate::storage::table::TableFile;
 use crate::train::dist::{
@@ -76,15 +76,7 @@ struct EdgeFeed {
 impl EdgeFeed {
     fn start(trainer: &Trainer, engine: &Arc<Engine>) -> EdgeFeed {
         let (tx, order) = unbounded();
-        let (pieces, reader) = prefetch_edges(
-            engine.clone(),
-            trainer.buckets.clone(),
-            order,
-            trainer.piece_rows,
-            2,
-            trainer.relation_ids(),
-            trainer.weighted(),
-        );
+        let (pieces, reader) = trainer.read_edges(engine, order);
         EdgeFeed {
             buckets: Some(tx),
             pieces: Some(pieces),

@@ -3,11 +3,13 @@
 //! background.
 
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
+use strata_io::Engine;
 use strata_store::rng::{derive, Rng};
 
 use crate::compute::backend::{Compute, Landing, PieceChunk, SlotKind};
@@ -18,7 +20,7 @@ use crate::ordering::{Bucket, Schedule, Step};
 use crate::storage::bank::Banks;
 use crate::storage::buffer::PartitionBuffer;
 use crate::storage::entity_types::TypedTraining;
-use crate::storage::epoch_io::{prefetch_edges, BucketEdges, Swap, Swapper};
+use crate::storage::epoch_io::{prefetch_edges, BucketEdges, KeptEdges, Swap, Swapper};
 use crate::storage::partitioning::Buckets;
 use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
@@ -124,6 +126,10 @@ pub(crate) struct Pass<'p> {
     pub(crate) tl: Timeline,
     pub(crate) tally: Tally,
     pub(crate) meter: Meter<'p>,
+    /// The bucket whose edges to keep for the next epoch, if they come as one piece (the
+    /// epoch's only bucket), and the copy once kept.
+    keep: Option<(u32, u32)>,
+    kept: Option<KeptEdges>,
 }
 
 impl<'p> Pass<'p> {
@@ -138,6 +144,8 @@ impl<'p> Pass<'p> {
             },
             tally: Tally::default(),
             meter: Meter::new(progress, label, 0, rows),
+            keep: None,
+            kept: None,
         }
     }
 }
@@ -174,6 +182,8 @@ pub struct Trainer {
     pub head_prob: Vec<f32>,
     /// 1vsAll or KvsAll training (None: negative sampling).
     pub vs_all: Option<crate::train::all_entities::VsAllTraining>,
+    /// The last epoch's edges, when it had one bucket read as one piece.
+    kept_edges: Option<KeptEdges>,
 }
 
 impl Trainer {
@@ -213,6 +223,7 @@ impl Trainer {
             typed: None,
             head_prob: Vec::new(),
             vs_all: None,
+            kept_edges: None,
         }
     }
 
@@ -240,18 +251,23 @@ impl Trainer {
     ) -> Result<(EpochReport, Vec<Interval>)> {
         let engine = self.buffer.engine().clone();
         let io_before = engine.stats();
-        let (edges_rx, edges_thread) = prefetch_edges(
-            engine.clone(),
-            self.buckets.clone(),
-            sched.buckets().collect::<Vec<_>>(),
-            self.piece_rows,
-            2,
-            self.relation_ids(),
-            self.weighted(),
-        );
+        let order: Vec<(u32, u32)> = sched.buckets().collect();
+        let single = <[_; 1]>::try_from(order.as_slice()).ok().map(|[b]| b);
+        // A one-bucket epoch trains the last epoch's copy of its edges when it kept one.
+        let kept = self.kept_edges.take().filter(|k| Some(k.bucket) == single);
+        let (edges_rx, edges_thread) = match &kept {
+            Some(k) => (k.ready(), None),
+            None => {
+                let (rx, thread) = self.read_edges(&engine, order);
+                (rx, Some(thread))
+            }
+        };
         let swapper = Swapper::start(engine.clone(), self.buffer.layout);
         let label = format!("epoch {}/{}", epoch + 1, self.cfg.epochs);
         let mut pass = Pass::start(epoch, progress, &label, self.buckets.num_edges);
+        if kept.is_none() {
+            pass.keep = single;
+        }
         self.compute.reset_counters();
         self.fill(&sched.steps[0].state, current, &mut pass)?;
         self.lend_slots()?;
@@ -284,7 +300,10 @@ impl Trainer {
         pass.tl
             .add("wait", sched.states() - 1, t, now, "write-back");
         drop(edges_rx);
-        let _ = edges_thread.join();
+        if let Some(thread) = edges_thread {
+            let _ = thread.join();
+        }
+        self.kept_edges = kept.or(pass.kept.take());
         let io = engine.stats().since(&io_before);
         let report = self.report(&pass, &io, sched.states(), sched.swaps());
         pass.meter.finish()?;
@@ -482,6 +501,25 @@ impl Trainer {
         }
     }
 
+    /// The edges of `order`'s buckets read ahead in pieces ([`prefetch_edges`], two pieces
+    /// ahead), checked against this run's partitions and relations, with their weights when
+    /// training is weighted.
+    pub(crate) fn read_edges(
+        &self,
+        engine: &Arc<Engine>,
+        order: impl IntoIterator<Item = (u32, u32)> + Send + 'static,
+    ) -> (Receiver<BucketEdges>, JoinHandle<()>) {
+        prefetch_edges(
+            engine.clone(),
+            self.buckets.clone(),
+            order,
+            self.piece_rows,
+            2,
+            self.relation_ids(),
+            self.weighted(),
+        )
+    }
+
     /// Relation ids the bucketed edges may hold: the forward relation rows the model indexes
     /// (inverse rows follow them when reciprocal), any for a model without relation rows.
     pub(crate) fn relation_ids(&self) -> u64 {
@@ -519,6 +557,14 @@ impl Trainer {
             }
             debug_assert_eq!(got.bucket, bucket);
             let (mut edges, mut weights) = got.edges?;
+            if piece == 0 && got.last && pass.keep == Some(bucket) {
+                // Kept before training shuffles the piece.
+                pass.kept = Some(KeptEdges {
+                    bucket,
+                    edges: edges.clone(),
+                    weights: weights.clone(),
+                });
+            }
             pass.tally.edge_bytes += got.bytes;
             let start = Instant::now();
             self.train_piece(bucket, &mut edges, &mut weights, derive(bucket_key, piece));
