@@ -8,7 +8,8 @@ Parts (each fits one call of the GPU machine; results accumulate in `--out`):
 
 - `fb15k`: FB15k-237 at B1's settings (docs/benchmarks.md: ComplEx, 100 reals, chunks of 1000
   edges sharing 1000 uniform negatives, both sides corrupted, softmax, Adagrad lr 0.1, 10
-  epochs, one partition) on `--device` (on `cuda` also with TF32 products) against the Rust
+  epochs, one partition) on `--device` (on `cuda` also with TF32 products, and with each epoch
+  writing its table back before it ends instead of behind validation) against the Rust
   engine on the machine's cores and on one thread, side by side: median epoch seconds and
   filtered test MRR.
 - `rmat-prepare`: generates and converts the RMAT graph (scale `--scale`, `--edge-factor` edges
@@ -75,6 +76,7 @@ def summary(meta: dict) -> dict:
         "epoch_seconds": med("seconds"),
         "edges_per_second": med("edges_per_second"),
         "io_wait_fraction": med("io_wait_fraction"),
+        "io_wait_seconds": med("io_wait_seconds"),
         "partition_loads": med("partition_loads"),
         "partitions": meta["partitioning"]["partitions"],
         "device_line": meta["device_line"],
@@ -121,6 +123,9 @@ def part_fb15k(args) -> dict:
         # The step's three score products on tensor cores: what TF32 buys the epoch, and costs MRR.
         tf32 = [*settings, "--device", "cuda", "--device-matmul", "tf32"]
         runs["fb15k cuda, tf32"] = run(store, args.work / "run-fb15k-tf32", tf32)
+        # Each epoch writing its table back before it ends: what the write-behind copy saves.
+        back = [*settings, "--device", "cuda", "--no-write-behind"]
+        runs["fb15k cuda, written back"] = run(store, args.work / "run-fb15k-back", back)
     runs |= {
         "fb15k cpu": run(store, args.work / "run-fb15k-cpu", [*settings, "--device", "cpu"]),
         "fb15k cpu, 1 thread": run(store, args.work / "run-fb15k-cpu1", [*settings, "--device", "cpu", "--threads", 1]),

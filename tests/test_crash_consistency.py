@@ -188,6 +188,9 @@ EMBED = ["--dim", "8", "--chunk-size", "200", "--negatives", "16", "--threads", 
 @pytest.mark.parametrize(
     ("point", "epoch_left"),
     [
+        # The run's one partition is written behind validation: epoch 2's copy written to its
+        # table, not yet synced.
+        ("embed.written_behind@2", 1),
         # Setup commits the new run once (visit 1), then each epoch commits once.
         ("embed.checkpoint_written@3", 1),  # epoch 2's table and relations written, run.json not yet
         ("embed.run_json_written@3", 1),  # run.json.tmp written, not yet renamed over run.json

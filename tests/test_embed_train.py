@@ -141,13 +141,17 @@ def test_export_is_in_node_id_order(kg, tmp_path, strata_cli):
 def test_a_one_bucket_run_reads_its_edges_once(kg, tmp_path):
     """A run of one partition keeps its one piece of edges between epochs: the second epoch
     reads none, and its table is bit for bit that of a run resumed after the first epoch, which
-    reads them again (one thread is deterministic)."""
+    reads them again (one thread is deterministic). The first run's table is written behind
+    its epochs, the resumed run's by its epochs (``write_behind = false``): the same bytes."""
     options = dict(store=kg, dim=16, chunk_size=200, negatives=64, threads=1, eval_every=0, tensorboard=False)
     whole = train(EmbedTrainConfig(run_dir=tmp_path / "whole", epochs=2, **options))
     first, second = whole.history
     assert first["edge_bytes_read"] > 0 and second["edge_bytes_read"] == 0
-    train(EmbedTrainConfig(run_dir=tmp_path / "resumed", epochs=1, **options))
-    resumed = train(EmbedTrainConfig(run_dir=tmp_path / "resumed", epochs=2, **options))
+    assert all(h["written_behind"]["seconds"] > 0 for h in whole.history)
+    back = dict(options, write_behind=False)
+    train(EmbedTrainConfig(run_dir=tmp_path / "resumed", epochs=1, **back))
+    resumed = train(EmbedTrainConfig(run_dir=tmp_path / "resumed", epochs=2, **back))
+    assert all("written_behind" not in h for h in resumed.history)
     assert resumed.history[-1]["edge_bytes_read"] == first["edge_bytes_read"]
     a = (tmp_path / "whole" / whole.meta["current"]["table"]).read_bytes()
     b = (tmp_path / "resumed" / resumed.meta["current"]["table"]).read_bytes()

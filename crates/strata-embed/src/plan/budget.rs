@@ -79,6 +79,12 @@ pub struct EmbedPlan {
     /// Why a rank that asked for the lookahead has fewer than [`PREFETCH_SLOTS`] slots.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetch_note: Option<String>,
+    /// A copy of the resident table that an epoch's end writes to the SSD behind the job
+    /// (beside the relations' save and validation), and its bytes: the whole table when the
+    /// run asks for it (`write_behind`), the table is resident, the process is alone and the
+    /// budget holds it beside the rest; 0 otherwise (the epoch writes its table back before
+    /// it ends).
+    pub write_behind_bytes: u64,
     /// The smallest budget that holds the fixed parts and the buffer's slots with one node
     /// per partition (the configured partitions, when set).
     pub minimum: u64,
@@ -100,6 +106,7 @@ impl EmbedPlan {
             + self.runtime_bytes
             + self.group_bytes
             + self.prefetch_bytes
+            + self.write_behind_bytes
     }
 
     /// Whether every partition stays resident (no swaps during an epoch).
@@ -179,6 +186,15 @@ impl Planned for EmbedPlan {
                 format!("rounds of {} queries", self.eval_round),
             )
             .part("relations", self.relation_bytes, "")
+            .part(
+                "write-behind copy",
+                self.write_behind_bytes,
+                if self.write_behind_bytes > 0 {
+                    "the table, written to the SSD while the job validates".to_string()
+                } else {
+                    "none: each epoch writes its table back before it ends".to_string()
+                },
+            )
             .part(
                 "negative banks",
                 self.bank_bytes,
@@ -300,6 +316,7 @@ pub fn plan_queries(
         prefetch_slots: 0,
         prefetch_bytes: 0,
         prefetch_note: None,
+        write_behind_bytes: 0,
         minimum,
         device: None,
     })
@@ -413,6 +430,7 @@ pub fn plan(
     device: Option<&DeviceBudget>,
 ) -> Result<EmbedPlan> {
     let memory = cfg.memory.0;
+    let alone = rank.is_none();
     let rank = rank.unwrap_or_default();
     let group_bytes = check_rank_process(memory, &rank)?;
     let d = model.dim as u64;
@@ -645,18 +663,29 @@ pub fn plan(
             bounded: budget.memory.is_some(),
         }
     });
+    let table_bytes = partitions * part_bytes
+        + if shape.pinned_rows > 0 {
+            self::part_bytes(shape.pinned_rows, model.dim, cfg.optimizer, cfg.table_dtype)
+        } else {
+            0
+        };
+    let buffer_bytes = capacity as u64 * part_bytes;
+    // What the host budget leaves once everything else is planned.
+    let left = memory
+        .saturating_sub(fixed + buffer_bytes + bank_bytes + prefetch_slots as u64 * part_bytes);
+    let resident = partitions <= capacity as u64;
+    let write_behind_bytes = if cfg.write_behind && alone && resident && table_bytes <= left {
+        table_bytes
+    } else {
+        0
+    };
     Ok(EmbedPlan {
         memory,
         partitions: partitions as u32,
         capacity,
         part_bytes,
-        buffer_bytes: capacity as u64 * part_bytes,
-        table_bytes: partitions * part_bytes
-            + if shape.pinned_rows > 0 {
-                self::part_bytes(shape.pinned_rows, model.dim, cfg.optimizer, cfg.table_dtype)
-            } else {
-                0
-            },
+        buffer_bytes,
+        table_bytes,
         pinned_bytes,
         pinned_rows: shape.pinned_rows,
         piece_rows,
@@ -674,6 +703,7 @@ pub fn plan(
         prefetch_slots,
         prefetch_bytes: prefetch_slots as u64 * part_bytes,
         prefetch_note,
+        write_behind_bytes,
         minimum,
         device,
     })
@@ -840,6 +870,44 @@ mod tests {
             Err(EmbedError::Budget(_))
         ));
         assert_eq!(fits_one.threads, 1);
+    }
+
+    #[test]
+    fn a_resident_table_is_copied_for_its_write_behind_when_the_budget_holds_it() {
+        let (m, nodes) = (model(100), untyped(100_000));
+        let cfg = device_cfg();
+        let alone = plan(&cfg, &m, &nodes, 10, 1, None, None).unwrap();
+        assert_eq!(alone.partitions, 1);
+        assert_eq!(alone.write_behind_bytes, alone.table_bytes);
+        assert!(alone.total() <= cfg.memory.0, "{alone:?}");
+        let line = alone.memory_plan().describe().join("\n");
+        assert!(
+            line.contains("written to the SSD while the job validates"),
+            "{line}"
+        );
+        // The smallest budget (to an eighth of the table) that holds one partition has no
+        // room for a second table: none.
+        let p = (1..)
+            .map(|i| TrainConfig {
+                memory: Size(RUNTIME_BYTES + i * alone.table_bytes / 8),
+                partitions: 1,
+                ..cfg.clone()
+            })
+            .find_map(|tight| plan(&tight, &m, &nodes, 10, 1, None, None).ok())
+            .unwrap();
+        assert_eq!((p.partitions, p.write_behind_bytes), (1, 0), "{p:?}");
+        let line = p.memory_plan().describe().join("\n");
+        assert!(line.contains("each epoch writes its table back"), "{line}");
+        // Partitions on disk, or a rank of a group (whose epochs write their own parts back).
+        let parts = TrainConfig {
+            partitions: 4,
+            buffer: 2,
+            ..cfg.clone()
+        };
+        let p = plan(&parts, &m, &nodes, 10, 1, None, None).unwrap();
+        assert_eq!((p.partitions, p.write_behind_bytes), (4, 0));
+        let rank = plan(&cfg, &m, &nodes, 10, 1, Some(RankNeeds::default()), None).unwrap();
+        assert_eq!(rank.write_behind_bytes, 0);
     }
 
     /// A run of 1 GiB on the host drawing negatives from the resident partitions (Legend's),

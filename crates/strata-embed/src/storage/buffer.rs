@@ -216,6 +216,20 @@ impl PartitionBuffer {
         Ok(())
     }
 
+    /// Each resident slot's bytes (its whole capacity) with its partition, once the pinned
+    /// entity view is refreshed as [`flush`](Self::flush) refreshes it: what an epoch written
+    /// behind copies instead of flushing.
+    pub fn trained_slots(&mut self) -> impl Iterator<Item = (u32, &[u8])> {
+        self.refresh_view();
+        self.slots
+            .iter()
+            .zip(&self.resident)
+            .filter_map(|(buf, p)| {
+                let buf = buf.as_ref()?;
+                Some(((*p)?, buf.prefix(buf.capacity())))
+            })
+    }
+
     /// Writes resident partition `p` to `to`.
     pub fn write(&mut self, p: u32, to: &TableFile) -> Result<()> {
         let slot = self.slot_of(p).expect("partition resident");

@@ -1,4 +1,4 @@
-//! The table and its neighbours in memory and on disk: node partitions and edge buckets, the table file, the partition buffer, negative banks, relation rows, entity types and the epoch's background I/O.
+//! The table and its neighbours in memory and on disk: node partitions and edge buckets, the table file, the partition buffer, negative banks, relation rows, entity types, the epoch's background I/O and its table written behind.
 
 pub(crate) mod bank;
 pub(crate) mod buffer;
@@ -9,3 +9,4 @@ pub(crate) mod partitioning;
 pub(crate) mod relations;
 pub(crate) mod shared;
 pub(crate) mod table;
+pub(crate) mod write_behind;

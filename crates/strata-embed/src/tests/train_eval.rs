@@ -309,3 +309,47 @@ fn out_of_core_training_learns_and_keeps_the_best_checkpoint() {
     // 400 candidates: random ranking gives an MRR near 0.017.
     assert!(test.mrr > 0.15, "{test:?}");
 }
+
+/// `write_behind` moves the table's write from the epoch's end to beside validation and
+/// changes nothing that is written.
+#[test]
+fn a_table_written_behind_validation_equals_one_written_back_by_its_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = make_store(dir.path(), 300, 4, 6000);
+    let cfg = config(1, 1, OrderingKind::Legend);
+    let run = |name: &str, write_behind: bool, epochs: usize| {
+        let out = dir.path().join(name);
+        let c = TrainConfig {
+            write_behind,
+            epochs,
+            ..cfg.clone()
+        };
+        let meta = train(&store, &out, c, false, None, &NoProgress, &mut |_| {}).unwrap();
+        (out, meta)
+    };
+    let (behind, behind_meta) = run("behind", true, 2);
+    let (back, back_meta) = run("back", false, 2);
+    // Each epoch counts the table's bytes as written (the engine's counters are the
+    // process's: other tests' writes may add to the epoch written back).
+    let table = table_bytes(&behind, Which::Last).len() as u64;
+    for (record, other) in behind_meta.history.iter().zip(&back_meta.history) {
+        let w = record.report.written_behind.expect("written behind");
+        assert!(w.seconds > 0.0 && w.wait_seconds <= w.seconds, "{w:?}");
+        assert!(other.report.written_behind.is_none());
+        assert!(record.report.partition_bytes_written >= table);
+        assert!(other.report.partition_bytes_written >= table);
+        let mrr = |r: &crate::run::run_dir::EpochRecord| r.valid.as_ref().map(|m| m.mrr);
+        assert_eq!(mrr(record), mrr(other), "validation saw the same table");
+    }
+    assert_eq!(behind_meta.history.len(), 2);
+    for which in [Which::Last, Which::Best] {
+        assert!(
+            table_bytes(&behind, which) == table_bytes(&back, which),
+            "the tables differ"
+        );
+    }
+    // Either resumes with the other setting: a third epoch on each gives the same table.
+    let (behind, _) = run("behind", false, 3);
+    let (back, _) = run("back", true, 3);
+    assert!(table_bytes(&behind, Which::Last) == table_bytes(&back, Which::Last));
+}

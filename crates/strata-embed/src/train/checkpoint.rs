@@ -1,6 +1,7 @@
 //! What a training job saves, when, and where it resumes from (the run directory's format is
 //! [`crate::run::run_dir`]'s). A run keeps three table files: the current checkpoint's, the best
-//! one's and a spare. Epoch `E` reads the current table and writes the spare; once it is
+//! one's and a spare. Epoch `E` reads the current table and writes the spare (or, written
+//! behind, the job writes it beside validation: [`crate::storage::write_behind`]); once it is
 //! synced, the epoch's relations are saved and `run.json` is committed with the spare as the
 //! current checkpoint `E + 1` (and as the best when validation improved), so a kill at any
 //! point leaves the last commit intact and a restart resumes after it. In owner mode every
@@ -8,6 +9,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use strata_io::progress::{Meter, Progress};
 use strata_io::Engine;
@@ -24,8 +26,9 @@ use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::Partitioning;
 use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
+use crate::storage::write_behind::Written;
 use crate::train::dist::{owner_of, RankReport, TableCrc};
-use crate::train::epoch::{EpochReport, Interval};
+use crate::train::epoch::{EpochReport, Interval, Timeline, WrittenBehind};
 use crate::train::iteration::ScheduleState;
 use crate::train::owner::{self, Commit};
 
@@ -37,6 +40,42 @@ pub struct Trained {
     pub timeline: Vec<Interval>,
     pub ranks: Option<Vec<RankReport>>,
     pub table_crc: Option<TableCrc>,
+}
+
+impl Trained {
+    /// Adds the write of the epoch's table behind the job (`written`; the epoch's timeline
+    /// starts at `origin`, its last buffer state is `step`) to the report and timeline: its
+    /// bytes, its seconds, and the wait of a commit that was ready at `ready`.
+    pub(crate) fn add_written_behind(
+        &mut self,
+        written: &Written,
+        origin: Instant,
+        step: usize,
+        ready: Instant,
+    ) {
+        let wait = written.finished.saturating_duration_since(ready);
+        let report = &mut self.report;
+        report.partition_bytes_written += written.bytes;
+        report.written_behind = Some(WrittenBehind {
+            seconds: (written.finished - written.started).as_secs_f64(),
+            wait_seconds: wait.as_secs_f64(),
+        });
+        let mut tl = Timeline {
+            origin,
+            events: std::mem::take(&mut self.timeline),
+        };
+        tl.add(
+            "io",
+            step,
+            written.started,
+            written.finished,
+            "write-behind",
+        );
+        if !wait.is_zero() {
+            tl.add("wait", step, ready, written.finished, "write-behind");
+        }
+        self.timeline = tl.events;
+    }
 }
 
 /// The tables of one epoch: it reads `current` and writes `next`, the file `spare` names.

@@ -256,6 +256,8 @@ impl RankReport {
             step_flops_total: sum_f(|r| r.step_flops_total),
             // Each rank's device counters stay in its own report.
             device: None,
+            // Ranks write their parts back within their epochs.
+            written_behind: None,
         }
     }
 }
@@ -351,6 +353,7 @@ mod tests {
                 step_flops_per_thread: 2.0,
                 step_flops_total: 2.0,
                 device: None,
+                written_behind: None,
             },
             buckets: 4,
             relation_rounds: 2,

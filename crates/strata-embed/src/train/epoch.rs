@@ -24,6 +24,7 @@ use crate::storage::epoch_io::{prefetch_edges, BucketEdges, KeptEdges, Swap, Swa
 use crate::storage::partitioning::Buckets;
 use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
+use crate::storage::write_behind::WriteBehind;
 use crate::train::typed_negatives::{NegSpace, SpaceInputs};
 use crate::train::worker::{BucketCtx, PartRows, Pool};
 
@@ -52,6 +53,19 @@ pub struct EpochReport {
     /// A device run's own counters (absent for the CPU kernels).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<DeviceReport>,
+    /// The table's write, when the job wrote it behind the epoch (absent: the epoch wrote it
+    /// back before it ended, inside `seconds` and `io_wait_seconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_behind: Option<WrittenBehind>,
+}
+
+/// The write of an epoch's table behind the job ([`crate::storage::write_behind`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct WrittenBehind {
+    /// Seconds the write and its sync took, beside the relations' save and validation.
+    pub seconds: f64,
+    /// Seconds the commit then waited for it (0 when validation took longer).
+    pub wait_seconds: f64,
 }
 
 /// What the device did in an epoch (`device` other than `cpu`).
@@ -184,6 +198,12 @@ pub struct Trainer {
     pub vs_all: Option<crate::train::all_entities::VsAllTraining>,
     /// The last epoch's edges, when it had one bucket read as one piece.
     kept_edges: Option<KeptEdges>,
+    /// Whether an epoch that swaps nothing leaves its table to be written behind the job (the
+    /// plan's write-behind copy), the copy's buffers between epochs, and the last epoch's
+    /// copy waiting for its write ([`crate::storage::write_behind`]).
+    pub(crate) writes_behind: bool,
+    spare_copy: Vec<strata_io::AlignedBuf>,
+    write_behind: Option<WriteBehind>,
 }
 
 impl Trainer {
@@ -224,6 +244,9 @@ impl Trainer {
             head_prob: Vec::new(),
             vs_all: None,
             kept_edges: None,
+            writes_behind: false,
+            spare_copy: Vec::new(),
+            write_behind: None,
         }
     }
 
@@ -240,7 +263,9 @@ impl Trainer {
 
     /// One epoch on schedule `sched` (the single-machine scheduler's for `epoch`): partitions
     /// are read from `current` (or from `next` once written back this epoch) and every
-    /// partition ends up written to `next`. Returns the report and timeline.
+    /// partition ends up written to `next`, or, written behind, in the copy
+    /// [`take_write_behind`](Self::take_write_behind) hands the job to write there. Returns the
+    /// report and timeline.
     pub(crate) fn epoch(
         &mut self,
         epoch: usize,
@@ -290,15 +315,25 @@ impl Trainer {
             ));
         }
         let t = Instant::now();
+        let last = sched.states() - 1;
         self.reclaim_slots()?;
-        self.buffer.flush(next)?;
-        pass.tally.loads += self.flush_bank_gradient(next)?;
-        next.sync()?;
+        let label = if self.writes_behind && sched.swaps() == 0 && self.banks.is_none() {
+            let (engine, layout) = (engine.clone(), self.buffer.layout);
+            let spare = std::mem::take(&mut self.spare_copy);
+            let slots = self.buffer.trained_slots();
+            let copy = WriteBehind::copy(slots, spare, engine, layout, pass.tl.origin, last);
+            self.write_behind = Some(copy);
+            "write-behind copy"
+        } else {
+            self.buffer.flush(next)?;
+            pass.tally.loads += self.flush_bank_gradient(next)?;
+            next.sync()?;
+            "write-back"
+        };
         let now = Instant::now();
         pass.tally.io_wait += (now - t).as_secs_f64();
-        pass.tl.add("io", sched.states() - 1, t, now, "write-back");
-        pass.tl
-            .add("wait", sched.states() - 1, t, now, "write-back");
+        pass.tl.add("io", last, t, now, label);
+        pass.tl.add("wait", last, t, now, label);
         drop(edges_rx);
         if let Some(thread) = edges_thread {
             let _ = thread.join();
@@ -308,6 +343,17 @@ impl Trainer {
         let report = self.report(&pass, &io, sched.states(), sched.swaps());
         pass.meter.finish()?;
         Ok((report, pass.tl.events))
+    }
+
+    /// The last epoch's table copy for the job to write behind it (None: the epoch wrote its
+    /// table back itself).
+    pub(crate) fn take_write_behind(&mut self) -> Option<WriteBehind> {
+        self.write_behind.take()
+    }
+
+    /// Keeps a written copy's `buffers` for the next epoch's copy.
+    pub(crate) fn keep_copy_buffers(&mut self, buffers: Vec<strata_io::AlignedBuf>) {
+        self.spare_copy = buffers;
     }
 
     /// Fills the buffer with the schedule's first state `first` (and the pinned region) from
@@ -498,6 +544,7 @@ impl Trainer {
             step_flops_per_thread: flops / busy.max(1e-9),
             step_flops_total: flops / (seconds - tally.io_wait).max(1e-9),
             device,
+            written_behind: None,
         }
     }
 

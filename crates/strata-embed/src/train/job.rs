@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use strata_io::progress::Progress;
 use strata_io::Engine;
@@ -257,14 +258,27 @@ impl<'a> Coordinator<'a> {
         &mut self,
         it: Iteration,
         tables: &EpochTables,
-        trained: Trained,
+        mut trained: Trained,
         on_epoch: &mut dyn FnMut(&EpochRecord),
     ) -> Result<()> {
-        if self.scheduler.owner().is_none() {
-            self.ckpt
-                .save_relations(it.epoch, &self.trainer.relations)?;
-        }
-        let valid = self.validate(it, &tables.next)?;
+        // An epoch written behind: its table is written and synced on a thread of its own
+        // while the relations are saved and the epoch validated, before the commit.
+        let behind = self.trainer.take_write_behind();
+        let valid = std::thread::scope(|scope| -> Result<_> {
+            let writer = behind.map(|copy| {
+                let at = (copy.origin, copy.step);
+                (at, scope.spawn(|| copy.write(&tables.next)))
+            });
+            let valid = self.save_and_validate(it, &tables.next);
+            let ready = Instant::now();
+            if let Some(((origin, step), thread)) = writer {
+                let written = thread.join().expect("the write-behind thread");
+                trained.add_written_behind(&written, origin, step, ready);
+                self.trainer.keep_copy_buffers(written.buffers);
+                written.result?;
+            }
+            valid
+        })?;
         let validating = self.valid.is_some();
         let record = self
             .ckpt
@@ -275,6 +289,16 @@ impl<'a> Coordinator<'a> {
             .message(&describe_epoch(&record, epochs, flops));
         on_epoch(&record);
         self.scheduler.committed(&self.ckpt.run)
+    }
+
+    /// Saves the epoch's relations (owner mode saved them before the commit's gather), then
+    /// validates when due.
+    fn save_and_validate(&mut self, it: Iteration, next: &TableFile) -> Result<Option<Metrics>> {
+        if self.scheduler.owner().is_none() {
+            self.ckpt
+                .save_relations(it.epoch, &self.trainer.relations)?;
+        }
+        self.validate(it, next)
     }
 
     /// Validates the table epoch `it` wrote (`next`) when due. Every rank's part of `next` is
@@ -668,6 +692,7 @@ fn setup(
         plan.bank_rows,
     );
     trainer.prefetch_slots = plan.prefetch_slots;
+    trainer.writes_behind = plan.write_behind_bytes > 0;
     trainer.typed = typed;
     trainer.head_prob = head_prob;
     trainer.vs_all = vs_all;
@@ -870,6 +895,12 @@ pub fn describe_epoch(r: &EpochRecord, epochs: usize, sgemm_flops: f64) -> Strin
         e.step_flops_per_thread / 1e9,
         100.0 * e.step_flops_per_thread / sgemm_flops.max(1.0)
     );
+    if let Some(w) = &e.written_behind {
+        line.push_str(&format!(
+            " (table written behind in {:.2} s, waited {:.2} s)",
+            w.seconds, w.wait_seconds
+        ));
+    }
     if let Some(lr) = r.lr {
         // The rate as the kernels use it (f32): 0.01, not 0.010000000000000002.
         line.push_str(&format!(", lr {}", lr as f32));
