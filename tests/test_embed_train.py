@@ -142,12 +142,17 @@ def test_a_one_bucket_run_reads_its_edges_once(kg, tmp_path):
     """A run of one partition keeps its one piece of edges between epochs: the second epoch
     reads none, and its table is bit for bit that of a run resumed after the first epoch, which
     reads them again (one thread is deterministic). The first run's table is written behind
-    its epochs, the resumed run's by its epochs (``write_behind = false``): the same bytes."""
-    options = dict(store=kg, dim=16, chunk_size=200, negatives=64, threads=1, eval_every=0, tensorboard=False)
+    its validations, the resumed run's by its epochs (``write_behind = false``): the same
+    bytes."""
+    options = dict(store=kg, dim=16, chunk_size=200, negatives=64, threads=1, eval_every=1, tensorboard=False)
     whole = train(EmbedTrainConfig(run_dir=tmp_path / "whole", epochs=2, **options))
     first, second = whole.history
     assert first["edge_bytes_read"] > 0 and second["edge_bytes_read"] == 0
     assert all(h["written_behind"]["seconds"] > 0 for h in whole.history)
+    # The copy is the table, in the plan the run recorded.
+    plan = whole.meta["memory_plan"]
+    copy = next(p for p in plan["parts"] if p["name"] == "write-behind copy")
+    assert copy["bytes"] == next(d for d in plan["data"] if d["name"] == "embedding table")["bytes"]
     back = dict(options, write_behind=False)
     train(EmbedTrainConfig(run_dir=tmp_path / "resumed", epochs=1, **back))
     resumed = train(EmbedTrainConfig(run_dir=tmp_path / "resumed", epochs=2, **back))

@@ -36,6 +36,9 @@ def test_each_engine_that_applies_plans_the_budget(sbm):
         p = plans[engine]
         assert p["memory"] == 512 << 20 and p["minimum"] <= p["memory"], p
         assert 0 < sum(part["bytes"] for part in p["parts"]) <= p["memory"], p
+    # The store has no validation split for a write-behind copy to hide its write behind.
+    copy = next(part for part in plans["embed"]["parts"] if part["name"] == "write-behind copy")
+    assert copy["bytes"] == 0 and copy["detail"].startswith("none"), copy
     # The server plans the store's graph off the top and splits all the rest.
     assert sum(part["bytes"] for part in plans["serve"]["parts"]) == 512 << 20
     # 2000 x 16 float32 features fit: gnn holds all of them.

@@ -494,10 +494,10 @@ pub struct TrainConfig {
     /// --memory cannot hold them the plan says so and the rank asks one bucket at a time); on
     /// a quiet machine it cut partition waits from 20% to 7% and epochs by 10-17% (B7)
     pub dist_prefetch: bool,
-    /// a run whose table is resident (one process, no swaps) copies the table at each epoch's
-    /// end and writes the copy to the SSD while it validates, committing the epoch once the
-    /// copy is synced, when --memory holds the copy beside the rest (the plan says so);
-    /// false: each epoch writes its table back before it ends (no copy)
+    /// a run whose table is resident (one process, no swaps) copies the table at the end of
+    /// each epoch that validates and writes the copy to the SSD while it validates, committing
+    /// the epoch once the copy is synced, when --memory holds the copy beside the rest (the
+    /// plan says so); false: each epoch writes its table back before it ends (no copy)
     pub write_behind: bool,
     /// start a new run from the best checkpoint of this earlier run (incremental training on a
     /// store that gained nodes and edges): known nodes, matched by name (by id in stores

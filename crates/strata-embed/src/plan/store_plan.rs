@@ -19,6 +19,7 @@ use crate::storage::entity_types::node_shape;
 /// fit `cfg`.
 pub fn plan_for(store: &Path, cfg: &TrainConfig) -> Result<Planning> {
     let store = Store::open(store)?;
+    let cfg = &planned_config(cfg, &store);
     let shape = node_shape(&store, cfg)?;
     let model = ScoreModel {
         kind: cfg.model,
@@ -33,5 +34,16 @@ pub fn plan_for(store: &Path, cfg: &TrainConfig) -> Result<Planning> {
         Ok(plan) => Ok(Planning::Plan(plan.memory_plan())),
         Err(EmbedError::Budget(why)) => Ok(Planning::Refused(why)),
         Err(e) => Err(e),
+    }
+}
+
+/// `cfg` as training plans it on `store`: the write-behind copy hides its write behind
+/// validation, so a run that never validates (`eval_every = 0`, or a store without a
+/// validation split) plans none.
+pub(crate) fn planned_config(cfg: &TrainConfig, store: &Store) -> TrainConfig {
+    let validates = cfg.eval_every > 0 && store.array("edges_valid").is_some();
+    TrainConfig {
+        write_behind: cfg.write_behind && validates,
+        ..cfg.clone()
     }
 }

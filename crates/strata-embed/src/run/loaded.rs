@@ -53,6 +53,8 @@ impl Loaded {
             if threads > 0 {
                 cfg.threads = threads;
             }
+            // A loaded checkpoint trains no epoch to write behind.
+            cfg.write_behind = false;
             let shape = node_shape(store, cfg)?;
             let plan =
                 budget::plan_fitting(cfg, model, &shape, run.meta.num_relations, None, None)?;

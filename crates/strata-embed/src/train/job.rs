@@ -25,6 +25,7 @@ use crate::eval::{EvalSet, EvalSpec, Metrics, Scorer};
 use crate::model::ScoreModel;
 use crate::plan::budget::{self, EmbedPlan, RankNeeds};
 use crate::plan::device::DeviceBudget;
+use crate::plan::store_plan;
 use crate::run::incremental::{self, Origin};
 use crate::run::run_dir::{EpochRecord, Run, RunLock, RunMeta};
 use crate::storage::buffer::PartitionBuffer;
@@ -137,6 +138,9 @@ struct Coordinator<'a> {
     /// This rank and the group's size; rank 0 leads (validates, tests and commits).
     rank: usize,
     world_size: usize,
+    /// The plan holds a write-behind copy: epochs that validate leave their table to be
+    /// written beside validation.
+    write_behind: bool,
 }
 
 impl<'a> Coordinator<'a> {
@@ -172,6 +176,7 @@ impl<'a> Coordinator<'a> {
         let s = leader_first(group, "run created by rank 0", || {
             setup(paths.store, &side, cfg, fresh, progress)
         })?;
+        let write_behind = s.plan.write_behind_bytes > 0;
         let (mut trainer, store, lock) = (s.trainer, s.store, s.lock);
         let mut ckpt = CheckpointManager { run: s.run };
         scheduler.join(&mut ckpt, &mut trainer.relations, progress)?;
@@ -224,6 +229,7 @@ impl<'a> Coordinator<'a> {
             ranker,
             rank,
             world_size,
+            write_behind,
         })
     }
 
@@ -237,6 +243,8 @@ impl<'a> Coordinator<'a> {
                 break;
             }
             self.trainer.cfg.lr = lr_of(&self.ckpt.run.meta) as f32;
+            // Nothing would hide the write of an epoch that does not validate.
+            self.trainer.writes_behind = self.write_behind && it.validate && self.valid.is_some();
             let tables = self.ckpt.tables(self.trainer.buffer.engine())?;
             let trained = self.scheduler.train_epoch(
                 &mut self.trainer,
@@ -465,6 +473,7 @@ fn plan_job(
     progress: &dyn Progress,
 ) -> Result<Planning> {
     let graph = &store.manifest().graph;
+    let cfg = &store_plan::planned_config(cfg, store);
     let spec = TypeSpec::of(store, cfg)?;
     // A new run's origin is checked before the run writes anything.
     let origin = match (&cfg.init_from, new_run) {
@@ -692,7 +701,6 @@ fn setup(
         plan.bank_rows,
     );
     trainer.prefetch_slots = plan.prefetch_slots;
-    trainer.writes_behind = plan.write_behind_bytes > 0;
     trainer.typed = typed;
     trainer.head_prob = head_prob;
     trainer.vs_all = vs_all;
