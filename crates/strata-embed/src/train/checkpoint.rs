@@ -422,18 +422,22 @@ fn init_table(
 ) -> Result<()> {
     let first = TableFile::open(buffer.engine(), &dir.join("table-0.bin"), false)?;
     let p = &new.partitioning;
-    let table_bytes = new.layout.table_bytes(p.partitions);
-    let mut meter = Meter::new(progress, "init table", table_bytes, p.partitions as u64);
     let table_rows = p.regions().iter().map(|&part| p.stored_rows(part)).sum();
     let draw = new.cfg.row_init().reals(table_rows, new.cfg.dim);
-    for part in p.regions() {
-        let mine = |(rank, world)| owner_of(part, world) == rank || p.pinned() == Some(part);
-        if new.owned.is_some_and(|owned| !mine(owned)) {
-            continue;
-        }
+    let mine = |part| {
+        let owns = |(rank, world)| owner_of(part, world) == rank || p.pinned() == Some(part);
+        new.owned.is_none_or(owns)
+    };
+    let parts: Vec<u32> = p.regions().into_iter().filter(|&part| mine(part)).collect();
+    // The bar counts the rows drawn and the bytes written.
+    let (rows, bytes) = parts.iter().fold((0, 0), |(r, b), &part| {
+        (r + p.stored_rows(part), b + new.layout.region_bytes(part))
+    });
+    let mut meter = Meter::new(progress, "init table", bytes, rows);
+    for part in parts {
         let rows = p.stored_rows(part);
         buffer.init(&first, part, rows, draw, new.cfg.seed)?;
-        meter.add(1, new.layout.region_bytes(part))?;
+        meter.add(rows, new.layout.region_bytes(part))?;
     }
     first.sync()?;
     meter.finish()?;
