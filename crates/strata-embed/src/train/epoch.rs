@@ -198,9 +198,10 @@ pub struct Trainer {
     pub vs_all: Option<crate::train::all_entities::VsAllTraining>,
     /// The last epoch's edges, when it had one bucket read as one piece.
     kept_edges: Option<KeptEdges>,
-    /// Whether an epoch that swaps nothing leaves its table to be written behind the job (the
-    /// plan's write-behind copy), the copy's buffers between epochs, and the last epoch's
-    /// copy waiting for its write ([`crate::storage::write_behind`]).
+    /// Whether this epoch leaves its table to be written behind the job (the plan's
+    /// write-behind copy, which only a resident table has), the copy's buffers between
+    /// epochs, and the last epoch's copy waiting for its write
+    /// ([`crate::storage::write_behind`]).
     pub(crate) writes_behind: bool,
     spare_copy: Vec<strata_io::AlignedBuf>,
     write_behind: Option<WriteBehind>,
@@ -317,7 +318,9 @@ impl Trainer {
         let t = Instant::now();
         let last = sched.states() - 1;
         self.reclaim_slots()?;
-        let label = if self.writes_behind && sched.swaps() == 0 && self.banks.is_none() {
+        let label = if self.writes_behind {
+            // The plan holds a copy only of a resident table: no swaps, no banks.
+            debug_assert!(sched.swaps() == 0 && self.banks.is_none());
             let (engine, layout) = (engine.clone(), self.buffer.layout);
             let spare = std::mem::take(&mut self.spare_copy);
             let slots = self.buffer.trained_slots();
