@@ -54,6 +54,24 @@ def test_batches_hold_the_features_of_their_nodes(sbm, pipeline):
     assert tiers["rows"] == tiers["hot_rows"] + tiers["cache_rows"] + tiers["disk_rows"]
     assert tiers["device_rows"] == 0
     assert tiers["disk_rows"] > 0, "a 32 KiB feature budget must leave reads for the disk"
+    # The batches share the small file's pages: reads merge batches by default, as the
+    # feature_memory cap leaves room for them beside the tiers.
+    st = loader.stats
+    assert st["in_flight_source"] == "page_sharing" and st["mean_batches_per_read"] > 1, st
+
+
+def test_merged_reads_take_no_room_from_the_tiers(sbm):
+    """The same batches under a budget with room for some feature rows but not for the larger
+    reads: each read is flushed at GIDS's target (or the engine's depth) instead."""
+    plan = NodeLoader(sbm, fanouts=[5, 5], batch_size=100, feature_memory="32K", in_flight_target=16).data.plan
+    fixed = sum(plan[k] for k in ("runtime_bytes", "training_bytes", "topology_bytes", "batch_buffers_bytes",
+                                  "window_bytes", "device_index_bytes"))  # fmt: skip
+    loader = NodeLoader(sbm, fanouts=[5, 5], batch_size=100, memory=fixed + (200 << 10))
+    for _ in loader:
+        pass
+    st = loader.stats
+    assert st["in_flight_source"] in ("profile", "engine_depth") and st["mean_batches_per_read"] == 1, st
+    assert 0 < loader.data.plan["hot_rows"] + loader.data.plan["cache_rows"] < 3000
 
 
 def test_the_device_tier_serves_the_hottest_rows(sbm):

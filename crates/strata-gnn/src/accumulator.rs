@@ -9,7 +9,8 @@
 //! misses of consecutive batches (after the memory tiers served what they hold, which plays the
 //! role of GIDS's threshold raise for redirected accesses: only reads that reach the disk
 //! count) until their distinct rows reach that target, and issues them as one deduplicated
-//! read. A cap on the number of batches merged bounds the memory they hold while waiting.
+//! read. A cap on the number of batches merged bounds the samples held while waiting (the
+//! batches get their feature buffers only after the read).
 //!
 //! This module is the policy (pure, no I/O); [`crate::pipeline`] runs it.
 
@@ -34,6 +35,9 @@ pub enum TargetSource {
     Profile,
     /// No profile measured: the I/O engine's depth (the most requests it keeps in flight).
     EngineDepth,
+    /// The sampled batches share the feature file's pages: the rows of a few batches, so
+    /// that a read fetches a shared page once for all of them (`strata_gnn::data`).
+    PageSharing,
 }
 
 /// The number of disk rows a merged read should reach: `requested` when positive, else GIDS's

@@ -98,10 +98,13 @@ pub struct GnnPlan {
     pub held_row_bytes: usize,
     /// Feature rows per batch the plan was sized for (sampled nodes of one mini-batch).
     pub batch_rows_estimate: u64,
-    /// Batches holding feature buffers at once (merged into a read, being read or assembled,
-    /// handed out).
+    /// Batches holding feature buffers at once (being assembled, handed out).
     pub in_flight_batches: usize,
-    /// Sampled batches waiting ahead in the look-ahead window (their structure only).
+    /// Feature rows the merged disk reads hold at once (each read's distinct rows, until its
+    /// last batch is assembled).
+    pub read_rows: u64,
+    /// Sampled batches holding their structure only: ahead in the look-ahead window, merged
+    /// into a read, being read.
     pub window_batches: usize,
     /// Fraction of the feature budget asked for the hot set.
     pub hot_share: f64,
@@ -116,8 +119,8 @@ pub struct GnnPlan {
     pub training_bytes: u64,
     /// The topology held in RAM.
     pub topology_bytes: u64,
-    /// Batch output buffers (`in_flight_batches` batches of `batch_rows_estimate` rows), one
-    /// more batch of staging for rows read from disk, and [`READ_BUFFER_BYTES`].
+    /// Batch output buffers (`in_flight_batches` batches of `batch_rows_estimate` rows), the
+    /// reads' rows (`read_rows`), and [`READ_BUFFER_BYTES`].
     pub batch_buffers_bytes: u64,
     /// The sampled batches' structure (`(window_batches + in_flight_batches) *
     /// batch_rows_estimate *` [`SAMPLE_BYTES_PER_ROW`]).
@@ -178,7 +181,7 @@ impl GnnPlan {
 }
 
 impl Planned for GnnPlan {
-    /// Parts: runtime, training, topology, batch buffers, sampling window, the device tier's
+    /// Parts: runtime, training, topology, batch buffers, sampled batches, the device tier's
     /// index, hot set, dynamic cache; data: the node features (hot and cached rows in memory,
     /// the device tier's in device memory, the rest on the SSD).
     fn memory_plan(&self) -> MemoryPlan {
@@ -204,14 +207,20 @@ impl Planned for GnnPlan {
                 "batch buffers",
                 self.batch_buffers_bytes,
                 format!(
-                    "{} in flight x ~{} rows of {} B, staging and read buffers",
-                    self.in_flight_batches, self.batch_rows_estimate, self.row_bytes
+                    "{} in flight x ~{} rows of {} B, merged reads of {} rows, read buffers",
+                    self.in_flight_batches,
+                    self.batch_rows_estimate,
+                    self.row_bytes,
+                    self.read_rows
                 ),
             )
             .part(
-                "sampling window",
+                "sampled batches",
                 self.window_bytes,
-                format!("{} batches ahead", self.window_batches),
+                format!(
+                    "{} batches' samples: ahead, merged into reads, handed out",
+                    self.window_batches + self.in_flight_batches
+                ),
             );
         if self.device_rows > 0 {
             plan = plan.part(
@@ -306,9 +315,12 @@ pub struct PlanInputs {
     /// Feature rows per batch (the sampled nodes of a mini-batch, e.g. the largest of a few
     /// sampled batches).
     pub batch_rows_estimate: u64,
-    /// Batches holding feature buffers at once, from the lookup to training (at least 1).
+    /// Batches holding feature buffers at once, from their assembly to training (at least 1).
     pub in_flight_batches: usize,
-    /// Batches sampled ahead and waiting in the look-ahead window (their samples only).
+    /// Feature rows the merged disk reads in flight hold together (each read's distinct rows).
+    pub read_rows: u64,
+    /// Batches holding their samples only: ahead in the look-ahead window, merged into a
+    /// read, being read.
     pub window_batches: usize,
     /// Fraction in `[0, 1]` of the feature budget for the static hot set, the rest for the
     /// dynamic cache ([`DEFAULT_HOT_SHARE`]; 0 when there is no hot-set ranking). When the
@@ -344,6 +356,7 @@ pub fn plan(memory: Size, inputs: &PlanInputs) -> Result<GnnPlan> {
         topology_bytes,
         batch_rows_estimate,
         in_flight_batches,
+        read_rows,
         window_batches,
         hot_share,
         eviction,
@@ -371,6 +384,7 @@ pub fn plan(memory: Size, inputs: &PlanInputs) -> Result<GnnPlan> {
     let batches = Batches {
         rows: batch_rows_estimate,
         in_flight: in_flight_batches,
+        read_rows,
         waiting: window_batches,
     };
     let fixed = FixedNeeds::of(
@@ -413,6 +427,7 @@ pub fn plan(memory: Size, inputs: &PlanInputs) -> Result<GnnPlan> {
         held_row_bytes,
         batch_rows_estimate,
         in_flight_batches,
+        read_rows,
         window_batches,
         hot_share,
         eviction,
@@ -471,11 +486,12 @@ fn check_arguments(
 }
 
 /// The batches the plan is sized for: feature rows per batch, batches holding feature buffers
-/// at once, and batches waiting in the look-ahead window.
+/// at once, the rows of the reads in flight, and batches holding their samples only.
 #[derive(Clone, Copy)]
 struct Batches {
     rows: u64,
     in_flight: usize,
+    read_rows: u64,
     waiting: usize,
 }
 
@@ -485,7 +501,7 @@ struct Batches {
 struct FixedNeeds {
     topology: u64,
     runtime: Runtime,
-    /// `in_flight` batches of rows, one more of staging, and [`READ_BUFFER_BYTES`].
+    /// `in_flight` batches of rows, the reads' rows, and [`READ_BUFFER_BYTES`].
     batch_buffers: u128,
     /// The sampled structure of the batches in flight and waiting.
     window: u128,
@@ -505,8 +521,9 @@ impl FixedNeeds {
         runtime: Runtime,
     ) -> FixedNeeds {
         let rows = batches.rows as u128;
-        let batch_buffers =
-            (batches.in_flight as u128 + 1) * rows * row_bytes as u128 + READ_BUFFER_BYTES as u128;
+        let batch_buffers = (batches.in_flight as u128 * rows + batches.read_rows as u128)
+            * row_bytes as u128
+            + READ_BUFFER_BYTES as u128;
         let window =
             (batches.in_flight + batches.waiting) as u128 * rows * SAMPLE_BYTES_PER_ROW as u128;
         let device_index = if device_rows == 0 {
@@ -533,12 +550,13 @@ impl FixedNeeds {
     /// Why `memory` cannot hold these needs, each figure named, and what to do about it.
     fn refusal(&self, memory: u64, row_bytes: usize, batches: Batches) -> String {
         format!(
-            "memory budget {} cannot hold the topology ({}), the batch buffers ({}: {} batches in flight of ~{} rows of {row_bytes} B, plus staging and read buffers), the sampling window ({}), the device tier's index ({}), the runtime ({}: {}) and training a batch ({}): {} in all before any feature row; raise --memory to at least that (each feature row kept in memory then costs about {} B more), or lower the batch size or the batches in flight",
+            "memory budget {} cannot hold the topology ({}), the batch buffers ({}: {} batches in flight of ~{} rows of {row_bytes} B, merged reads of {} rows, read buffers), the sampled batches ({}), the device tier's index ({}), the runtime ({}: {}) and training a batch ({}): {} in all before any feature row; raise --memory to at least that (each feature row kept in memory then costs about {} B more), or lower the batch size or the batches in flight",
             fmt_bytes(memory),
             fmt_bytes(self.topology),
             fmt_bytes(saturate(self.batch_buffers)),
             batches.in_flight,
             batches.rows,
+            batches.read_rows,
             fmt_bytes(saturate(self.window)),
             fmt_bytes(saturate(self.device_index)),
             fmt_bytes(self.runtime.bytes),
@@ -654,7 +672,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     /// Inputs of a graph of `num_nodes` rows of `row_bytes`, `topology_bytes` of topology and
-    /// batches of `batch_rows` rows: 4 in flight, none waiting, half the feature budget to the
+    /// batches of `batch_rows` rows: 4 in flight, reads of a batch's rows, none waiting, half the feature budget to the
     /// hot set, CLOCK, no device tier, the runtime reserve, float32 tiers.
     fn inputs(
         num_nodes: u64,
@@ -668,6 +686,7 @@ mod tests {
             topology_bytes,
             batch_rows_estimate: batch_rows,
             in_flight_batches: 4,
+            read_rows: batch_rows,
             window_batches: 0,
             hot_share: 0.5,
             eviction: Eviction::Clock,
@@ -696,6 +715,7 @@ mod tests {
             topology_bytes in prop_oneof![0u64..(256 * MIB), Just(u64::MAX / 2)],
             batch_rows in prop_oneof![0u64..200_000, Just(u64::MAX / 4)],
             in_flight in 1usize..8,
+            reads in 0u64..4,
             window in 0usize..16,
             hot_share in prop_oneof![Just(0.0), Just(0.5), Just(1.0), 0.0f64..=1.0],
             sieve in any::<bool>(),
@@ -703,7 +723,7 @@ mod tests {
         ) {
             let device_rows = (num_nodes as f64 * device_share) as u64;
             let ev = eviction(sieve);
-            match plan(Size(memory), &PlanInputs { in_flight_batches: in_flight, window_batches: window, hot_share, eviction: ev, device_rows, ..inputs(num_nodes, row_bytes, topology_bytes, batch_rows) }) {
+            match plan(Size(memory), &PlanInputs { in_flight_batches: in_flight, read_rows: reads * batch_rows, window_batches: window, hot_share, eviction: ev, device_rows, ..inputs(num_nodes, row_bytes, topology_bytes, batch_rows) }) {
                 Ok(p) => {
                     prop_assert!(p.total() <= memory, "{:?}", p);
                     prop_assert!(p.hot_rows + p.cache_rows + device_rows <= num_nodes, "{:?}", p);
@@ -749,7 +769,7 @@ mod tests {
                     prop_assert!(msg.contains("raise --memory"), "{}", msg);
                     let fixed = RUNTIME_BYTES as u128
                         + topology_bytes as u128
-                        + (in_flight as u128 + 1) * batch_rows as u128 * row_bytes as u128
+                        + (in_flight as u128 + reads as u128) * batch_rows as u128 * row_bytes as u128
                         + READ_BUFFER_BYTES as u128
                         + (in_flight + window) as u128 * batch_rows as u128 * SAMPLE_BYTES_PER_ROW as u128
                         + if device_rows == 0 { 0 } else { 4 * (num_nodes as u128 + device_rows as u128) };

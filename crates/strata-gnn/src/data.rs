@@ -2,6 +2,7 @@
 //! by the budget plan. This is what the Python loaders and `strata gnn train` hold; each epoch
 //! is a [`NodeLoader`] over it.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use strata_graph::features::FeatureReader;
 use strata_graph::sampler::{NeighborSampler, SamplerConfig};
 use strata_graph::topology::{Direction, Topology};
 
-use crate::accumulator::in_flight_target;
+use crate::accumulator::{in_flight_target, TargetSource};
 use crate::budget::{self, GnnPlan, PlanInputs, Runtime};
 use crate::cache::Eviction;
 use crate::error::{GnnError, Result};
@@ -185,6 +186,8 @@ pub struct GnnData {
     pub sampler: Arc<NeighborSampler>,
     pub tiers: Arc<FeatureTiers>,
     pub plan: GnnPlan,
+    /// The merged reads' target the plan was made for.
+    pub read_target: ReadTarget,
     /// Seconds spent ranking and loading the hot set.
     pub hot_seconds: f64,
 }
@@ -196,12 +199,44 @@ const ESTIMATE_BATCHES: usize = 8;
 /// batch larger than planned only overshoots the plan by its excess.
 const ESTIMATE_MARGIN: f64 = 1.25;
 
+/// Sampled batches whose rows share the feature file's pages this many times over are read
+/// together by default where the budget allows (see [`read_target`]): merging a window of
+/// them reads at most half the pages reading them one by one does.
+const MERGE_PAGE_SHARING: f64 = 2.0;
+
+/// With pages shared, a merged read gathers the misses of batches until they reach this many
+/// batches' rows (the estimate's), so that it holds under one batch's rows more.
+const MERGED_READ_BATCHES: u64 = 2;
+
+/// The larger reads are planned only if the memory tiers keep this share of the rows they
+/// would hold otherwise: rows in memory save more reads than merging does once the reads
+/// take their room (G6's graph at `--memory 330M`: 7.2 s an epoch with two thirds of the rows
+/// in the tiers and reads of one batch, 8.6 s with 2% and merged reads).
+const MERGE_KEEPS_TIER_ROWS: f64 = 0.9;
+
 /// The batches the budget plans for: `rows` sampled per batch, and per block (input layer
 /// first) its sources, destinations and edges.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct BatchEstimate {
     rows: u64,
     blocks: Vec<[u64; 3]>,
+    /// How many times over the sampled batches read the feature file's 4 KiB pages: the sum
+    /// of each batch's distinct pages over the pages of all of them (1 when no two batches
+    /// share a page, up to the number of batches when all read the same pages).
+    page_sharing: f64,
+}
+
+/// Where a row lies in the feature file: the page of its first byte.
+#[derive(Debug, Clone, Copy)]
+struct FileLayout {
+    data_offset: u64,
+    row_bytes: u64,
+}
+
+impl FileLayout {
+    fn page(&self, v: u32) -> u64 {
+        (self.data_offset + v as u64 * self.row_bytes) / 4096
+    }
 }
 
 impl BatchEstimate {
@@ -237,12 +272,14 @@ impl BatchEstimate {
 /// neighbourhoods makes real batches far smaller than the bound on large graphs (42k rows
 /// instead of 170k for 1024 seeds with fanouts 15,10 on a 10M-node power-law graph), and
 /// every row of overestimate per batch in flight is a feature row the tiers cannot hold.
+/// Also how much the batches share the pages of the feature file laid out as `layout`.
 fn batch_estimate(
     sampler: &NeighborSampler,
     topo: &Topology,
     seeds: &[u32],
     batch_size: usize,
     seed: u64,
+    layout: FileLayout,
 ) -> Result<BatchEstimate> {
     let n = topo.num_nodes() as u64;
     let bound = batch_rows_bound(&sampler.config().fanouts, batch_size, n);
@@ -252,6 +289,7 @@ fn batch_estimate(
     let mut rng = Rng::new(derive(seed, ESTIMATE_STREAM));
     let mut largest = 0u64;
     let mut blocks: Vec<[u64; 3]> = Vec::new();
+    let (mut pages_alone, mut pages_together) = (0u64, HashSet::new());
     for b in 0..ESTIMATE_BATCHES {
         let mut batch: Vec<u32> = (0..batch_size)
             .map(|_| {
@@ -266,6 +304,9 @@ fn batch_estimate(
         batch.dedup();
         let sample = sampler.sample(topo, &batch, derive(ESTIMATE_STREAM, b as u64))?;
         largest = largest.max(sample.nodes.len() as u64);
+        let pages: HashSet<u64> = sample.nodes.iter().map(|&v| layout.page(v)).collect();
+        pages_alone += pages.len() as u64;
+        pages_together.extend(pages);
         blocks.resize(sample.blocks.len(), [0; 3]);
         for (max, block) in blocks.iter_mut().zip(&sample.blocks) {
             let shape = [block.num_src, block.num_dst, block.indices.len()];
@@ -278,28 +319,43 @@ fn batch_estimate(
     Ok(BatchEstimate {
         rows: margin(largest).min(bound),
         blocks: blocks.iter().map(|b| b.map(margin)).collect(),
+        page_sharing: pages_alone as f64 / pages_together.len().max(1) as f64,
     })
 }
 
-/// Batches alive at once as the pipeline runs (see "Memory" in [`crate::pipeline`]):
-/// `(with feature buffers, sampled structure only)`. A merged read holds the batches whose
-/// misses reach the in-flight target (at most the window); one read accumulates, one per I/O
-/// thread and one more (submitted while another completes) are in flight, one is handed out,
-/// one batch waits in the output channel and the consumer holds one. Ahead of them wait the window and up to two batches per sampler thread.
-fn batches_alive(config: &DataConfig, reader: &FeatureReader, batch_rows: u64) -> (usize, usize) {
-    let merged = if config.accumulator {
-        let (target, _) = in_flight_target(config.in_flight_target, reader);
-        (target as u64)
-            .div_ceil(batch_rows.max(1))
-            .clamp(1, config.window.max(1) as u64) as usize
+/// What the pipeline holds at once (see "Memory" in [`crate::pipeline`]), for batches of
+/// `batch_rows` rows and merged reads flushed at `target` distinct rows.
+struct Alive {
+    /// Batches with feature buffers: one being assembled, one in the output channel, one the
+    /// consumer holds.
+    buffered: usize,
+    /// The distinct disk rows of the merged reads issued and not yet assembled (at most
+    /// `io_threads + 1`, each flushed once its rows reach the in-flight target, so under the
+    /// target plus one batch's rows, and under the rows of the batches it may merge).
+    read_rows: u64,
+    /// Batches holding their samples only: the window and up to two batches per sampler
+    /// thread ahead, the read accumulating and the reads issued, each of at most
+    /// `max(window, 1)` batches with the accumulator (one without).
+    structure_only: usize,
+}
+
+fn batches_alive(config: &DataConfig, target: usize, batch_rows: u64) -> Alive {
+    let reads = config.io_threads.max(1) + 1;
+    let (merged, rows_per_read) = if config.accumulator {
+        let merged = config.window.max(1);
+        let rows = (target as u64)
+            .saturating_add(batch_rows)
+            .min(batch_rows.saturating_mul(merged as u64));
+        (merged, rows)
     } else {
-        1
+        (1, batch_rows)
     };
     let sampler_threads = strata_io::resolve_threads(config.sampler_threads);
-    (
-        merged * (config.io_threads.max(1) + 3) + 2,
-        config.window + 2 * sampler_threads,
-    )
+    Alive {
+        buffered: 3,
+        read_rows: rows_per_read.saturating_mul(reads as u64),
+        structure_only: config.window + 2 * sampler_threads + merged * (reads + 1),
+    }
 }
 
 /// Domain separator of the estimate's draws.
@@ -331,6 +387,8 @@ struct Loaded {
     topology: Topology,
     reader: FeatureReader,
     plan: GnnPlan,
+    /// The merged reads' target the plan was made for.
+    read_target: ReadTarget,
 }
 
 /// Opens `store_path` (which must hold node features), loads its in-neighbour topology,
@@ -363,12 +421,17 @@ fn load_and_plan(
     let meta = reader.meta().clone();
     held_row_bytes(config.feature_codec, &meta)?;
     let n = topology.num_nodes() as u64;
+    let layout = FileLayout {
+        data_offset: meta.data_offset,
+        row_bytes: meta.row_bytes as u64,
+    };
     let estimate = batch_estimate(
         &sampler,
         &topology,
         train_nodes,
         config.batch_size,
         config.seed,
+        layout,
     )?;
     let batch_rows = estimate.rows;
     let training_bytes = estimate.training_bytes(consumer)?;
@@ -389,35 +452,122 @@ fn load_and_plan(
                 .into(),
         ));
     }
-    let (buffered, waiting) = batches_alive(config, &reader, batch_rows);
-    let inputs = PlanInputs {
+    let base = PlanInputs {
         num_nodes: n,
         row_bytes: meta.row_bytes,
         topology_bytes: topology.bytes(),
         batch_rows_estimate: batch_rows,
-        in_flight_batches: buffered,
-        window_batches: waiting,
+        in_flight_batches: 0,
+        read_rows: 0,
+        window_batches: 0,
         hot_share: config.hot_share,
         eviction: config.eviction,
         device_rows: device_rows + remote_rows,
         runtime,
         codec: config.feature_codec,
     };
-    let plan_within = |memory| {
-        budget::plan(memory, &inputs).map(|p| if remote_rows > 0 { p.remote() } else { p })
-    };
-    let mut plan = plan_within(config.memory)?;
-    if let Some(Size(cap)) = config.feature_memory {
-        if plan.hot_bytes + plan.cache_bytes > cap {
-            plan = plan_within(Size(plan.fixed_bytes() + cap))?;
+    // The plan for merged reads flushed at `target` rows.
+    let plan_with = |target: usize| {
+        let alive = batches_alive(config, target, batch_rows);
+        let inputs = PlanInputs {
+            in_flight_batches: alive.buffered,
+            read_rows: alive.read_rows,
+            window_batches: alive.structure_only,
+            ..base
+        };
+        let plan_within = |memory| {
+            budget::plan(memory, &inputs).map(|p| if remote_rows > 0 { p.remote() } else { p })
+        };
+        let plan = plan_within(config.memory)?;
+        match config.feature_memory {
+            Some(Size(cap)) if plan.hot_bytes + plan.cache_bytes > cap => {
+                plan_within(Size(plan.fixed_bytes() + cap))
+            }
+            _ => Ok(plan),
         }
-    }
+    };
+    let gids = in_flight_target(config.in_flight_target, &reader);
+    let (read_target, plan) = read_target(config, gids, &estimate, plan_with)?;
     Ok(Loaded {
         sampler,
         topology,
         reader,
         plan,
+        read_target,
     })
+}
+
+/// When a merged read is issued: once its distinct disk rows reach `rows`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadTarget {
+    pub rows: usize,
+    pub source: TargetSource,
+    /// How many times over the batches sampled at open read the file's pages.
+    pub page_sharing: f64,
+}
+
+impl ReadTarget {
+    /// One line for the run's output, e.g. `merged reads: issued at 65378 distinct rows (2
+    /// batches' rows, as the batches sampled at open read each page 5.8 times over)`.
+    pub fn describe(&self) -> String {
+        let sharing = format!(
+            "the batches sampled at open read each page {:.1} times over",
+            self.page_sharing
+        );
+        let why = match self.source {
+            TargetSource::Config => format!("in_flight_target; {sharing}"),
+            TargetSource::Profile => format!("GIDS's target for the device profile; {sharing}"),
+            TargetSource::EngineDepth => {
+                format!("the I/O engine's depth, no device profile; {sharing}")
+            }
+            TargetSource::PageSharing => {
+                format!("{MERGED_READ_BATCHES} batches' rows, as {sharing}")
+            }
+        };
+        format!(
+            "merged reads: issued at {} distinct rows ({why})",
+            self.rows
+        )
+    }
+}
+
+/// The rows at which a merged read is issued, and the plan made for it: `target` (from
+/// `in_flight_target` when configured, else GIDS's: [`in_flight_target`]), raised to [`MERGED_READ_BATCHES`]
+/// batches' rows when the sampled batches share the feature file's pages
+/// ([`MERGE_PAGE_SHARING`]), some rows must come from disk, and the budget holds the larger
+/// reads besides nearly every row the tiers would hold ([`MERGE_KEEPS_TIER_ROWS`]; e.g. under
+/// a `feature_memory` cap).
+fn read_target(
+    config: &DataConfig,
+    (target, source): (usize, TargetSource),
+    estimate: &BatchEstimate,
+    plan_with: impl Fn(usize) -> Result<GnnPlan>,
+) -> Result<(ReadTarget, GnnPlan)> {
+    let chosen = |rows, source| ReadTarget {
+        rows,
+        source,
+        page_sharing: estimate.page_sharing,
+    };
+    let plan = plan_with(target)?;
+    let shared = usize::try_from(MERGED_READ_BATCHES.saturating_mul(estimate.rows))
+        .unwrap_or(usize::MAX)
+        .max(target);
+    let merge = config.accumulator
+        && source != TargetSource::Config
+        && estimate.page_sharing >= MERGE_PAGE_SHARING
+        && !plan.all_resident()
+        && shared > target;
+    if !merge {
+        return Ok((chosen(target, source), plan));
+    }
+    let held = |p: &GnnPlan| (p.hot_rows + p.cache_rows) as f64;
+    match plan_with(shared) {
+        Ok(merged) if held(&merged) >= MERGE_KEEPS_TIER_ROWS * held(&plan) => {
+            Ok((chosen(shared, TargetSource::PageSharing), merged))
+        }
+        Ok(_) | Err(GnnError::Budget(_)) => Ok((chosen(target, source), plan)),
+        Err(e) => Err(e),
+    }
 }
 
 /// The plan `strata gnn train` makes for `store_path` with `config` (`strata info --memory`):
@@ -463,12 +613,16 @@ impl GnnData {
             topology,
             reader,
             plan,
+            read_target,
         } = load_and_plan(store_path, &config, train_nodes, consumer)?;
         let meta = reader.meta().clone();
         plan.memory_plan()
             .describe()
             .iter()
             .for_each(|l| progress.message(l));
+        if config.accumulator && !plan.all_resident() {
+            progress.message(&read_target.describe());
+        }
         let t = std::time::Instant::now();
         let presample: Vec<Vec<u32>>;
         let presample_arg = if config.hot_ranking == HotRanking::PreSampling {
@@ -526,6 +680,7 @@ impl GnnData {
             sampler: Arc::new(sampler),
             tiers: Arc::new(tiers),
             plan,
+            read_target,
             hot_seconds,
         })
     }
@@ -584,7 +739,8 @@ impl GnnData {
             drop_last,
             window: c.window,
             accumulator: c.accumulator,
-            in_flight_target: c.in_flight_target,
+            in_flight_target: self.read_target.rows,
+            in_flight_source: Some(self.read_target.source),
             pipeline: c.pipeline,
             sampler_threads: strata_io::resolve_threads(c.sampler_threads),
             io_threads: c.io_threads.max(1),
@@ -608,6 +764,99 @@ mod tests {
             let e = owning(Some(bad)).owned(10).unwrap_err().to_string();
             assert!(e.contains("owned rows") && e.contains("10 nodes"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_plan_counts_what_the_pipeline_holds() {
+        let config = |accumulator, window| DataConfig {
+            accumulator,
+            window,
+            io_threads: 2,
+            sampler_threads: 1,
+            ..DataConfig::default()
+        };
+        let rows = |a: &Alive| (a.buffered, a.read_rows, a.structure_only);
+        // Three reads (two I/O threads, one more submitted while another completes), each
+        // flushed under the target plus a batch: 3 x (100 + 1000) rows.
+        let merging = batches_alive(&config(true, 8), 100, 1000);
+        assert_eq!(rows(&merging), (3, 3 * 1100, 8 + 2 + 8 * 4));
+        // A target past a window's rows: a read holds at most the window's 8 batches.
+        let window = batches_alive(&config(true, 8), 1 << 30, 1000);
+        assert_eq!(window.read_rows, 3 * 8000);
+        // No accumulator: a read is one batch.
+        let alone = batches_alive(&config(false, 8), 1 << 30, 1000);
+        assert_eq!(rows(&alone), (3, 3 * 1000, 8 + 2 + 4));
+        // Whatever a read merges, only three batches hold feature buffers.
+        assert_eq!(window.buffered, alone.buffered);
+    }
+
+    #[test]
+    fn reads_merge_where_pages_are_shared_and_the_tiers_keep_their_rows() {
+        // A plan for `target` whose tiers hold `rows(target)` of 1000 rows, or a refusal.
+        let plan_of = |rows: fn(usize) -> Option<u64>| {
+            move |target: usize| -> Result<GnnPlan> {
+                let held = rows(target).ok_or_else(|| GnnError::Budget("no room".into()))?;
+                let inputs = PlanInputs {
+                    num_nodes: 1000,
+                    row_bytes: 64,
+                    topology_bytes: 0,
+                    batch_rows_estimate: 100,
+                    in_flight_batches: 1,
+                    read_rows: 0,
+                    window_batches: 0,
+                    hot_share: 1.0,
+                    eviction: Eviction::Clock,
+                    device_rows: 0,
+                    runtime: Runtime::reserve(),
+                    codec: FeatureCodec::F32,
+                };
+                let mut p = budget::plan(Size(1 << 30), &inputs)?;
+                (p.hot_rows, p.cache_rows) = (held, 0);
+                Ok(p)
+            }
+        };
+        let estimate = |page_sharing| BatchEstimate {
+            rows: 100,
+            blocks: Vec::new(),
+            page_sharing,
+        };
+        let gids = (16, TargetSource::Profile);
+        let config = DataConfig::default();
+        let pick = |config: &DataConfig, sharing, rows: fn(usize) -> Option<u64>| {
+            let (t, plan) = read_target(config, gids, &estimate(sharing), plan_of(rows)).unwrap();
+            assert_eq!(plan.hot_rows, rows(t.rows).unwrap());
+            (t.rows, t.source)
+        };
+        let shared = (200, TargetSource::PageSharing);
+        // Shared pages, room for the larger reads beside the tiers' rows: two batches' rows.
+        assert_eq!(pick(&config, 5.0, |_| Some(500)), shared);
+        // Within the tiers' allowance (90% of their rows kept), and past it.
+        assert_eq!(
+            pick(&config, 5.0, |t| Some(if t > 16 { 450 } else { 500 })),
+            shared
+        );
+        assert_eq!(
+            pick(&config, 5.0, |t| Some(if t > 16 { 449 } else { 500 })),
+            gids
+        );
+        // No room at all for them.
+        assert_eq!(pick(&config, 5.0, |t| (t == 16).then_some(500)), gids);
+        // Pages seldom shared; every row in memory (nothing to read).
+        assert_eq!(pick(&config, 1.9, |_| Some(500)), gids);
+        assert_eq!(pick(&config, 5.0, |_| Some(1000)), gids);
+        // A configured target, or no accumulator: as asked.
+        let configured = (16, TargetSource::Config);
+        let (t, _) =
+            read_target(&config, configured, &estimate(5.0), plan_of(|_| Some(500))).unwrap();
+        assert_eq!((t.rows, t.source), configured);
+        let off = DataConfig {
+            accumulator: false,
+            ..DataConfig::default()
+        };
+        assert_eq!(pick(&off, 5.0, |_| Some(500)), gids);
+        // Another error is the caller's.
+        let failing = |_: usize| -> Result<GnnPlan> { Err(GnnError::Config("bad".into())) };
+        assert!(read_target(&config, gids, &estimate(5.0), failing).is_err());
     }
 
     #[test]
@@ -639,7 +888,21 @@ mod tests {
         })
         .unwrap();
         let seeds: Vec<u32> = (0..100).collect();
-        let est = batch_estimate(&sampler, &topo, &seeds, 10, 0).unwrap();
+        let rows_of = |row_bytes| FileLayout {
+            data_offset: 0,
+            row_bytes,
+        };
+        let est = batch_estimate(&sampler, &topo, &seeds, 10, 0, rows_of(4096)).unwrap();
+        // A page a row: the batches share some of their rows' pages (those among the first
+        // 100 nodes and their ring neighbours)...
+        assert!(
+            est.page_sharing > 1.0 && est.page_sharing < ESTIMATE_BATCHES as f64,
+            "{est:?}"
+        );
+        // ...and every page when the whole file is one page.
+        let one_page = batch_estimate(&sampler, &topo, &seeds, 10, 0, rows_of(4)).unwrap();
+        assert_eq!(one_page.page_sharing, ESTIMATE_BATCHES as f64);
+        assert_eq!((one_page.rows, &one_page.blocks), (est.rows, &est.blocks));
         let bound = batch_rows_bound(&[2, 2], 10, n as u64);
         assert_eq!(bound, 70);
         // At most 10 seeds x 5 nodes x the margin; at least what one seed's ring gives.
@@ -681,7 +944,7 @@ mod tests {
             "{e}"
         );
         // Tiny graphs: the bound (the whole graph) wins.
-        let est = batch_estimate(&sampler, &topo, &[], 1000, 0).unwrap();
+        let est = batch_estimate(&sampler, &topo, &[], 1000, 0, rows_of(4096)).unwrap();
         assert!(est.rows <= n as u64, "{est:?}");
     }
 }

@@ -35,8 +35,12 @@
 //!    occurrence of a non-hot node adds one pin (a node listed twice is pinned twice). A node
 //!    not cached yet keeps the pin pending in its state word, so the row is protected from the
 //!    moment it lands.
-//! 2. [`serve`](FeatureTiers::serve) with `unpin = true` when the batch is assembled: each
-//!    occurrence that hits the cache releases one pin right there.
+//! 2. [`serve`](FeatureTiers::serve) with `unpin = true` when the batch is served: each
+//!    occurrence that hits the cache releases one pin right there. The native pipeline splits
+//!    this step in two, so that a batch waiting for its disk rows needs no feature buffer:
+//!    `lookup_pinned` classifies the occurrences and releases nothing (the hits stay pinned,
+//!    hence cached), and at the batch's assembly `copy_pinned_hits` copies the hits and
+//!    releases their pins.
 //! 3. Every occurrence that missed is returned as an index; the caller reads it from disk and
 //!    passes it (once per returned index, repeats included) to
 //!    [`admit`](FeatureTiers::admit) with `unpin = true`, which inserts the row and then
@@ -45,8 +49,8 @@
 //!
 //! 4. A batch that is abandoned instead (its loader dropped, or an error ending the epoch) hands
 //!    what it still holds to [`unpin_window`](FeatureTiers::unpin_window), the exact inverse
-//!    of `pin_window`: every occurrence if it was only pinned, only the missed occurrences if
-//!    it was served but not admitted, nothing once admitted.
+//!    of `pin_window`: every occurrence if it was only pinned (or looked up), only the missed
+//!    occurrences if it was served but not admitted, nothing once admitted.
 //!
 //! Hits and misses partition the occurrences, so every pin taken in step 1 is released exactly
 //! once in step 2, 3 or 4 and the counters return to zero when the window drains. This holds
@@ -167,6 +171,16 @@ pub struct Lookup {
     pub device_positions: Vec<u32>,
     /// their slots in the device tensor (same length).
     pub device_slots: Vec<u32>,
+}
+
+/// Panics unless `out_len` bytes hold `rows` rows of `row_bytes` bytes.
+fn check_output(rows: usize, row_bytes: usize, out_len: usize) {
+    assert_eq!(
+        Some(out_len),
+        rows.checked_mul(row_bytes),
+        "FeatureTiers: {rows} rows of {row_bytes} bytes need an output of {} bytes",
+        rows.saturating_mul(row_bytes)
+    );
 }
 
 /// The hot set, the dynamic cache and the reader of one feature file (see the module docs).
@@ -387,27 +401,70 @@ impl FeatureTiers {
     ///
     /// Panics if `out` has the wrong length or `nodes` has more than `u32::MAX` entries.
     pub fn serve(&self, nodes: &[u32], out: &mut [u8], unpin: bool) -> Lookup {
-        self.serve_counted(nodes, out, unpin, true).0
+        self.serve_counted(nodes, Some(out), unpin, true).0
     }
 
-    /// [`FeatureTiers::serve`], also returning the batch's hot and cache hits; updates the
-    /// counters. Without `use_device` the device tier's rows are misses like any other (for
-    /// callers without the device tensor).
+    /// [`FeatureTiers::serve`] without copying a row or releasing a pin, for a batch whose
+    /// nodes hold window pins ([`FeatureTiers::pin_window`]): its cache hits stay cached until
+    /// [`FeatureTiers::copy_pinned_hits`] copies them, so the batch needs no feature buffer
+    /// until then. Counts the lookup as `serve` does.
+    pub(crate) fn lookup_pinned(&self, nodes: &[u32]) -> Lookup {
+        self.serve_counted(nodes, None, false, true).0
+    }
+
+    /// Copies into `out` (`nodes.len() * row_bytes` bytes) the memory rows that
+    /// [`FeatureTiers::lookup_pinned`] found for `nodes` (the positions in neither
+    /// `lookup.misses` nor `lookup.device_positions`), and releases each cache hit's window
+    /// pin. The cache still holds those rows: the pins kept them since the lookup.
+    ///
+    /// Panics if `out` has the wrong length, or if a hit's row left the cache (its pin was
+    /// released by someone else: a bug).
+    pub(crate) fn copy_pinned_hits(&self, nodes: &[u32], lookup: &Lookup, out: &mut [u8]) {
+        let (rb, hb, codec) = (self.row_bytes, self.held_row_bytes, self.codec);
+        check_output(nodes.len(), rb, out.len());
+        let mut misses = lookup.misses.iter().peekable();
+        let mut device = lookup.device_positions.iter().peekable();
+        let mut cached: Vec<u32> = Vec::new();
+        for (i, &v) in nodes.iter().enumerate() {
+            let i = i as u32;
+            if misses.next_if_eq(&&i).is_some() || device.next_if_eq(&&i).is_some() {
+                continue;
+            }
+            match self.hot.lookup(v) {
+                Some(s) => codec.decode(
+                    &self.hot_rows[s as usize * hb..][..hb],
+                    &mut out[i as usize * rb..][..rb],
+                ),
+                None => cached.push(i),
+            }
+        }
+        for chunk in cached.chunks(LOCK_CHUNK_ROWS) {
+            let mut cache = self.lock_cache();
+            for &i in chunk {
+                let v = nodes[i as usize];
+                let row = cache
+                    .peek(v)
+                    .expect("a window-pinned cache hit stays cached until it is copied");
+                codec.decode(row, &mut out[i as usize * rb..][..rb]);
+                cache.unpin(v);
+            }
+        }
+    }
+
+    /// [`FeatureTiers::serve`] (copying into `out` when given), also returning the batch's hot
+    /// and cache hits; updates the counters. Without `use_device` the device tier's rows are
+    /// misses like any other (for callers without the device tensor).
     fn serve_counted(
         &self,
         nodes: &[u32],
-        out: &mut [u8],
+        mut out: Option<&mut [u8]>,
         unpin: bool,
         use_device: bool,
     ) -> (Lookup, u64, u64) {
         let (rb, hb, codec) = (self.row_bytes, self.held_row_bytes, self.codec);
-        assert_eq!(
-            Some(out.len()),
-            nodes.len().checked_mul(rb),
-            "FeatureTiers::serve: {} rows of {rb} bytes need an output of {} bytes",
-            nodes.len(),
-            nodes.len().saturating_mul(rb)
-        );
+        if let Some(out) = &out {
+            check_output(nodes.len(), rb, out.len());
+        }
         assert!(
             nodes.len() <= u32::MAX as usize,
             "FeatureTiers::serve: {} rows in one batch; at most {}",
@@ -429,10 +486,12 @@ impl FeatureTiers {
             }
             match self.hot.lookup(v) {
                 Some(s) => {
-                    codec.decode(
-                        &self.hot_rows[s as usize * hb..][..hb],
-                        &mut out[i * rb..][..rb],
-                    );
+                    if let Some(out) = out.as_deref_mut() {
+                        codec.decode(
+                            &self.hot_rows[s as usize * hb..][..hb],
+                            &mut out[i * rb..][..rb],
+                        );
+                    }
                     hot_hits += 1;
                 }
                 None => rest.push(i as u32),
@@ -445,12 +504,13 @@ impl FeatureTiers {
                 let mut cache = self.lock_cache();
                 for &i in chunk {
                     let v = nodes[i as usize];
-                    let hit = match cache.get(v) {
-                        Some(row) => {
+                    let hit = match (cache.get(v), out.as_deref_mut()) {
+                        (Some(row), Some(out)) => {
                             codec.decode(row, &mut out[i as usize * rb..][..rb]);
                             true
                         }
-                        None => false,
+                        (row, None) => row.is_some(),
+                        (None, Some(_)) => false,
                     };
                     if hit {
                         cache_hits += 1;
@@ -680,7 +740,7 @@ impl FeatureTiers {
     ) -> strata_graph::Result<TierStats> {
         let rb = self.row_bytes;
         let (Lookup { misses, .. }, hot_rows, cache_rows) =
-            self.serve_counted(nodes, out, unpin, false);
+            self.serve_counted(nodes, Some(out), unpin, false);
         let mut stats = TierStats {
             rows: nodes.len() as u64,
             hot_rows,
@@ -1389,6 +1449,7 @@ mod tests {
                     topology_bytes: 1 << 20,
                     batch_rows_estimate: 100,
                     in_flight_batches: 4,
+                    read_rows: 100,
                     window_batches: 0,
                     hot_share: share,
                     eviction,

@@ -10,6 +10,7 @@ use strata_graph::features::ReadStats;
 use strata_graph::sampler::Sample;
 use strata_store::rng::{derive, Rng};
 
+use crate::accumulator::TargetSource;
 use crate::error::{GnnError, Result};
 
 /// Domain separators, so the shuffle and the batch keys are unrelated streams.
@@ -46,6 +47,9 @@ pub struct LoaderConfig {
     /// `p / (1 - p) x IOPS x latency` at `p = 0.95`, or takes the engine's depth when the
     /// device was not profiled.
     pub in_flight_target: usize,
+    /// Where a non-zero `in_flight_target` came from when the caller derived it (reported in
+    /// [`super::PipelineStats::in_flight_source`]); `None`: the configuration.
+    pub in_flight_source: Option<TargetSource>,
     /// Run the stages on their own threads (default true); false runs them one after the
     /// other on the caller's thread (the Helios-NoPipe ablation).
     pub pipeline: bool,
@@ -68,6 +72,7 @@ impl Default for LoaderConfig {
             window: 8,
             accumulator: true,
             in_flight_target: 0,
+            in_flight_source: None,
             pipeline: true,
             sampler_threads: 2,
             io_threads: 1,

@@ -8,10 +8,11 @@
 //!    back in batch order before the window (a worker finishing early waits in a reorder
 //!    buffer, never overtakes).
 //! 2. **Window + lookup**: up to `window` sampled batches are kept ahead of the one being
-//!    served, each pinned in the dynamic cache ([`FeatureTiers::pin_window`]) as it enters, so
-//!    rows that a near-future batch needs survive until it is served (GIDS §3.4). The batch
-//!    leaving the window is served from memory ([`FeatureTiers::serve`]): hot set and cache
-//!    rows are copied into its feature buffer, and its misses go on.
+//!    looked up, each pinned in the dynamic cache ([`FeatureTiers::pin_window`]) as it enters,
+//!    so rows that a near-future batch needs survive until it is served (GIDS §3.4). The batch
+//!    leaving the window is looked up in memory: which of its rows the hot set, the cache or
+//!    the device tier hold, and which must come from disk (its misses). Nothing is copied yet,
+//!    and the batch keeps its pins, so its cache hits stay cached until its assembly.
 //! 3. **Accumulator** ([`crate::accumulator`]): the misses of consecutive batches are merged
 //!    until their distinct rows reach the in-flight target (GIDS §3.2), at most
 //!    `max(window, 1)` batches (the most the look-ahead can provide without waiting for
@@ -20,9 +21,10 @@
 //!    first and completed after: while an I/O thread completes one read, it submits the next
 //!    one the accumulator has ready (without waiting for it), so the device's queue stays
 //!    deep across the end of one read and the assembly of its batches.
-//! 4. **Completion/assembly**: the read rows are scattered into each batch's buffer, offered to
-//!    the dynamic cache ([`FeatureTiers::admit`], which releases the batch's remaining pins),
-//!    and the batches are emitted in order.
+//! 4. **Completion/assembly**: one batch at a time, in order, its feature buffer is made and
+//!    filled: its memory rows copied from the tiers (releasing its hits' pins), its disk rows
+//!    from the read, which are offered to the dynamic cache ([`FeatureTiers::admit`],
+//!    releasing the rest). A read's rows are freed with its last batch.
 //!
 //! With `pipeline = true` each stage runs on its own thread(s), connected by bounded channels;
 //! with `pipeline = false` the same code runs stage after stage on the caller's thread inside
@@ -44,10 +46,10 @@
 //!
 //! # Window pins
 //!
-//! Every pin a batch takes is released exactly once (the rule of [`crate::tiers`]): the hits'
-//! when it is served, the misses' when their rows are admitted. Each batch carries the list of
-//! node occurrences whose pins it still holds (all its cacheable nodes once pinned, its
-//! cacheable misses once served, none once admitted). A batch dropped before it is admitted,
+//! Every pin a batch takes is released exactly once (the rule of [`crate::tiers`]): at its
+//! assembly, the hits' as they are copied, the misses' as their rows are admitted. Each batch
+//! carries the list of node occurrences whose pins it still holds (all its cacheable nodes
+//! from its pinning to its assembly, none after). A batch dropped before its assembly,
 //! because the loader was dropped mid-epoch or an error ended the epoch, hands exactly that
 //! list to [`FeatureTiers::unpin_window`], wherever it was: in the window, in the
 //! accumulator, in a channel, or in the read that failed. So when the loader is dropped, or
@@ -65,15 +67,18 @@
 //!
 //! # Memory
 //!
-//! Batches alive at once are bounded: `window` sampled and pinned batches ahead (samples and
-//! the list of their pinned occurrences, 4 bytes per non-hot sampled node when there is a
-//! dynamic cache; no feature buffers), at most `2 x sampler_threads` sampled but not yet in the window, one
-//! accumulating read of at most `max(window, 1)` batches, at most `io_threads + 1` merged reads
-//! issued but not yet assembled (one more than the I/O threads: the read submitted while
-//! another completes), the batches of one read being handed out, and one in the output
-//! channel. With the accumulator off a read is one batch, so that is about `window + 2 x
-//! sampler_threads + io_threads + 4` batches. Each submitted read also holds its gather's
-//! plan and read buffers (see [`strata_graph::features::FeatureReader::submit_gather`]).
+//! Batches alive at once are bounded, and only three hold feature buffers: the one being
+//! assembled, one in the output channel and the one the consumer holds. A batch gets its
+//! buffer at assembly, after its read, so merging many batches into one read costs their
+//! samples, not their features. The others hold their samples (and, when there is a dynamic
+//! cache, the list of their pinned occurrences, 4 bytes per non-hot sampled node): `window`
+//! ahead, at most `2 x sampler_threads` sampled but not yet in the window, one accumulating
+//! read and at most `io_threads + 1` merged reads issued but not yet assembled (one more than
+//! the I/O threads: the read submitted while another completes), each of at most
+//! `max(window, 1)` batches (one with the accumulator off). Each issued read holds its
+//! distinct rows (fewer than the in-flight target plus one batch's rows, as it is flushed once
+//! they reach the target) and, while pending, its gather's plan and read buffers (see
+//! [`strata_graph::features::FeatureReader::submit_gather`]).
 //!
 //! # Errors and shutdown
 //!
@@ -304,6 +309,10 @@ impl NodeLoader {
             )));
         }
         let (target, source) = in_flight_target(cfg.in_flight_target, tiers.reader());
+        let source = cfg
+            .in_flight_source
+            .filter(|_| target > 0)
+            .unwrap_or(source);
         let max_batches = if cfg.accumulator {
             cfg.window.max(1)
         } else {

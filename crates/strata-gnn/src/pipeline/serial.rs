@@ -1,13 +1,12 @@
 //! Serial mode (`pipeline = false`, Helios's NoPipe ablation): every stage in turn on the
 //! caller's thread, inside [`Iterator::next`].
 
-use std::collections::VecDeque;
-
 use crate::error::Result;
 
 use super::batch::Batch;
 use super::stages::{
-    sample_batch, submit_merged, Assembler, Front, FrontConfig, SampleSource, Sampled, Stages, Work,
+    sample_batch, submit_merged, Assembler, Front, FrontConfig, ReadDone, SampleSource, Sampled,
+    Stages, Work,
 };
 
 /// Samples on the caller's thread.
@@ -36,7 +35,8 @@ pub(super) struct Serial {
     st: Stages,
     front: Front<InlineSource>,
     assembler: Assembler,
-    ready: VecDeque<Batch>,
+    /// The read whose batches are being handed out.
+    current: Option<ReadDone>,
     done: bool,
 }
 
@@ -50,15 +50,18 @@ impl Serial {
             front: Front::new(source, &st, cfg),
             assembler: Assembler::new(&st),
             st,
-            ready: VecDeque::new(),
+            current: None,
             done: false,
         }
     }
 
     pub(super) fn next(&mut self) -> Option<Result<Batch>> {
         loop {
-            if let Some(b) = self.ready.pop_front() {
-                return Some(Ok(b));
+            if let Some(read) = &mut self.current {
+                match self.assembler.next_batch(read) {
+                    Some(b) => return Some(Ok(b)),
+                    None => self.current = None,
+                }
             }
             if self.done {
                 return None;
@@ -74,7 +77,7 @@ impl Serial {
                 }
             };
             match result {
-                Ok(done) => self.ready.extend(self.assembler.assemble(done)),
+                Ok(done) => self.current = Some(done),
                 Err(e) => {
                     // The failed read's batches were dropped with it; the window's go now.
                     self.front.abandon();

@@ -107,12 +107,12 @@ pub(super) fn sample_batch(st: &Stages, index: usize) -> Result<Sampled> {
     })
 }
 
-/// A batch served from memory: its feature buffer holds every memory row, and `misses` lists
-/// the positions still to come from disk, whose window pins `pins` still holds (released when
-/// the rows are admitted, or when the batch is dropped unassembled).
+/// A batch looked up in memory: `lookup` says which of its rows come from the disk (and which
+/// the device tier holds); `pins` still holds every window pin it took, so its cache hits stay
+/// cached until its feature buffer is filled at assembly (released then, or when the batch is
+/// dropped unassembled). It holds no feature buffer yet.
 pub(super) struct Served {
     batch: Sampled,
-    features: Vec<u8>,
     lookup: Lookup,
     pins: WindowPins,
 }
@@ -193,16 +193,13 @@ impl<S: SampleSource> Front<S> {
         }
     }
 
-    /// Serves `batch` from memory; also returns its missed nodes (one per miss, in order).
-    fn serve(&self, batch: Sampled, mut pins: WindowPins) -> (Served, Vec<u32>) {
+    /// Looks `batch` up in memory; also returns its missed nodes (one per miss, in order).
+    fn look_up(&self, batch: Sampled, pins: WindowPins) -> (Served, Vec<u32>) {
         let t = Instant::now();
-        let nodes = &batch.sample.nodes;
-        let mut features = vec![0u8; nodes.len() * self.tiers.row_bytes()];
-        let (lookup, miss_nodes) = pins.serve(nodes, &mut features);
+        let (lookup, miss_nodes) = pins.lookup(&batch.sample.nodes);
         add_busy(&self.counters.lookup_ns, t);
         let served = Served {
             batch,
-            features,
             lookup,
             pins,
         };
@@ -233,7 +230,7 @@ impl<S: SampleSource> Front<S> {
             let Some((batch, pins)) = self.ahead.pop_front() else {
                 break;
             };
-            let (served, miss_nodes) = self.serve(batch, pins);
+            let (served, miss_nodes) = self.look_up(batch, pins);
             let t = Instant::now();
             self.acc.push(served, miss_nodes);
             let full = self.acc.is_full();
@@ -306,21 +303,40 @@ impl Submitted<'_> {
             c.max_read_rows.fetch_max(rows, Ordering::Relaxed);
             c.read.lock().unwrap_or_else(|p| p.into_inner()).add(&read);
         }
-        Ok(ReadDone { merged, data })
+        let merged_batches = merged.items.len();
+        Ok(ReadDone {
+            batches: merged.items.into_iter().zip(merged.item_rows).collect(),
+            merged_batches,
+            rows: merged.rows,
+            data,
+        })
     }
 }
 
-/// A merged read done: its rows (`rows[k]`'s bytes at `k * row_bytes` of `data`).
+/// A merged read done, its batches still to assemble (in order): the read's distinct rows
+/// (`rows[k]`'s bytes at `k * row_bytes` of `data`), freed with its last batch.
 pub(super) struct ReadDone {
-    merged: Merged<Served>,
+    /// The batches not yet assembled, each with its missed nodes, oldest first.
+    batches: VecDeque<(Served, Vec<u32>)>,
+    merged_batches: usize,
+    rows: Vec<u32>,
     data: Vec<u8>,
 }
 
-/// Stage 4: read rows into their batches, admitted to the cache, batches out.
+impl ReadDone {
+    /// Whether every batch of the read was assembled.
+    pub(super) fn is_finished(&self) -> bool {
+        self.batches.is_empty()
+    }
+}
+
+/// Stage 4: a batch's feature buffer filled from memory and from its read's rows (which are
+/// admitted to the cache), the batch out. One batch at a time, so that the buffers alive are
+/// those of the batch being assembled and of the batches handed out, whatever a read merged.
 pub(super) struct Assembler {
     tiers: Arc<FeatureTiers>,
     counters: Arc<Counters>,
-    /// Scratch for one batch's admitted rows (reused).
+    /// Scratch for one batch's disk rows (reused).
     rows: Vec<u8>,
 }
 
@@ -333,59 +349,60 @@ impl Assembler {
         }
     }
 
-    pub(super) fn assemble(&mut self, done: ReadDone) -> Vec<Batch> {
+    /// Assembles the next batch of `read`; `None` once all were.
+    pub(super) fn next_batch(&mut self, read: &mut ReadDone) -> Option<Batch> {
+        let (served, miss_nodes) = read.batches.pop_front()?;
         let t = Instant::now();
         let rb = self.tiers.row_bytes();
-        let ReadDone { merged, data } = done;
-        let merged_batches = merged.items.len();
-        let merged_rows = merged.rows.len();
-        let mut out = Vec::with_capacity(merged_batches);
-        for (served, miss_nodes) in merged.items.into_iter().zip(merged.item_rows) {
-            let Served {
-                batch,
-                mut features,
-                lookup,
-                pins,
-            } = served;
-            let misses = lookup.misses;
-            self.rows.clear();
-            for (&i, &v) in misses.iter().zip(&miss_nodes) {
-                let k = merged
-                    .rows
-                    .binary_search(&v)
-                    .expect("every miss is in its merged read");
-                let row = &data[k * rb..][..rb];
-                features[i as usize * rb..][..rb].copy_from_slice(row);
-                self.rows.extend_from_slice(row);
-            }
-            // Releases the pins the batch still holds (one per miss), whether or not the
-            // cache keeps the rows.
-            pins.admit(&miss_nodes, &self.rows);
-            let device_rows = lookup.device_positions.len();
-            let stats = BatchStats {
-                sample_secs: batch.sample_secs,
-                device_rows,
-                memory_rows: batch.sample.nodes.len() - misses.len() - device_rows,
-                disk_rows: misses.len(),
-                merged_batches: if merged_rows > 0 { merged_batches } else { 0 },
-                merged_rows,
-            };
-            out.push(Batch {
-                index: batch.index,
-                seeds: batch.seeds,
-                links: batch.links,
-                sample: batch.sample,
-                features,
-                device_positions: lookup.device_positions,
-                device_slots: lookup.device_slots,
-                stats,
-            });
+        let Served {
+            batch,
+            lookup,
+            pins,
+        } = served;
+        self.rows.clear();
+        for &v in &miss_nodes {
+            let k = read
+                .rows
+                .binary_search(&v)
+                .expect("every miss is in its merged read");
+            self.rows.extend_from_slice(&read.data[k * rb..][..rb]);
+        }
+        let nodes = &batch.sample.nodes;
+        let mut features = vec![0u8; nodes.len() * rb];
+        // Releases every pin the batch held, whether or not the cache keeps its disk rows.
+        pins.fill(nodes, &lookup, &miss_nodes, &self.rows, &mut features);
+        let merged_rows = read.rows.len();
+        if read.batches.is_empty() {
+            (read.rows, read.data) = (Vec::new(), Vec::new());
         }
         // Keep the scratch from growing to the largest batch forever.
         if self.rows.capacity() > 64 << 20 {
             self.rows = Vec::new();
         }
+        let misses = lookup.misses.len();
+        let device_rows = lookup.device_positions.len();
+        let stats = BatchStats {
+            sample_secs: batch.sample_secs,
+            device_rows,
+            memory_rows: nodes.len() - misses - device_rows,
+            disk_rows: misses,
+            merged_batches: if merged_rows > 0 {
+                read.merged_batches
+            } else {
+                0
+            },
+            merged_rows,
+        };
         add_busy(&self.counters.assemble_ns, t);
-        out
+        Some(Batch {
+            index: batch.index,
+            seeds: batch.seeds,
+            links: batch.links,
+            sample: batch.sample,
+            features,
+            device_positions: lookup.device_positions,
+            device_slots: lookup.device_slots,
+            stats,
+        })
     }
 }

@@ -254,15 +254,17 @@ fn batches_are_identical_however_the_pipeline_runs() {
     let (base, _) = f.epoch(&f.tiers(0, 0), 5, base_cfg);
     f.check_batches(&base);
     // One set of tiers for all runs: the cache carries rows over, which must not change
-    // a byte.
+    // a byte. A target no read reaches merges a window of batches, whose cache hits then wait
+    // longest (pinned, in a cache of 250 rows) for their copy at assembly.
     let tiers = f.tiers(60, 250);
     for pipeline in [false, true] {
-        for accumulator in [false, true] {
+        for (accumulator, in_flight_target) in [(false, 64), (true, 64), (true, 1 << 30)] {
             for window in [0, 4, 8] {
                 for sampler_threads in [1, 3] {
                     let cfg = LoaderConfig {
                         pipeline,
                         accumulator,
+                        in_flight_target,
                         window,
                         sampler_threads,
                         io_threads: sampler_threads.min(2),
@@ -337,7 +339,7 @@ fn the_window_pins_batches_ahead_until_they_are_served() {
     };
     let mut loader = f.loader(&tiers, f.train.clone(), 0, cfg);
     let first = loader.next().unwrap().unwrap();
-    // Serial: batch 0 was served and admitted (its misses exceed the target, so it was
+    // Serial: batch 0 was looked up, read and filled (its misses exceed the target, so it was
     // read alone); batches 1 to 4 wait in the window, each node pinned once per batch.
     let held = pinned(&tiers);
     assert!(held > 0, "no pin held for the batches ahead");
@@ -371,27 +373,28 @@ fn window_pins_release_exactly_what_a_batch_still_holds() {
     let mut out = vec![0u8; 3 * rb];
     tiers.gather(&[50, 12, 300], &mut out).unwrap();
 
-    let mut pa = WindowPins::pin(&tiers, &a);
+    let pa = WindowPins::pin(&tiers, &a);
     let pb = WindowPins::pin(&tiers, &b);
     assert_eq!(counts(&tiers), want(&[&a, &b]));
-    // a is served: its hits gave their pins back, its misses still hold theirs.
-    let mut out = vec![0u8; a.len() * rb];
-    let (lookup, miss_nodes) = pa.serve(&a, &mut out);
+    // a is looked up: hot 0 and 3, cached 12, 12, 50 and 300, missing 51 and 52; every pin
+    // stays held, so that its hits stay cached until they are copied.
+    let (lookup, miss_nodes) = pa.lookup(&a);
     assert_eq!(
-        (lookup.misses, miss_nodes.clone()),
+        (lookup.misses.clone(), miss_nodes.clone()),
         (vec![5, 6], vec![51, 52])
     );
-    assert_eq!(counts(&tiers), want(&[&miss_nodes, &b]));
-    // Abandoned before its misses were admitted: only theirs are released, b keeps its own.
+    assert_eq!(counts(&tiers), want(&[&a, &b]));
+    // Abandoned before it was filled: all of its pins are released, b keeps its own.
     drop(pa);
     assert_eq!(counts(&tiers), want(&[&b]));
 
-    // A batch served and admitted holds nothing more; dropping it releases nothing.
-    let mut pb = pb;
-    let mut out = vec![0u8; b.len() * rb];
-    let (_, miss_nodes) = pb.serve(&b, &mut out);
+    // A batch filled holds nothing more (its hits copied, its disk rows admitted); dropping
+    // it releases nothing, and its buffer holds every row.
+    let (lookup, miss_nodes) = pb.lookup(&b);
     let pc = WindowPins::pin(&tiers, &b);
-    pb.admit(&miss_nodes, &f.expected(&miss_nodes));
+    let mut out = vec![0u8; b.len() * rb];
+    pb.fill(&b, &lookup, &miss_nodes, &f.expected(&miss_nodes), &mut out);
+    assert_eq!(out, f.expected(&b));
     assert_eq!(counts(&tiers), want(&[&b]), "only c's pins remain");
     // A batch only pinned releases all of its pins.
     drop(pc);
@@ -399,9 +402,8 @@ fn window_pins_release_exactly_what_a_batch_still_holds() {
 
     // Without a dynamic cache nothing is pinned nor released.
     let no_cache = f.tiers(10, 0);
-    let mut p = WindowPins::pin(&no_cache, &a);
-    let mut out = vec![0u8; a.len() * rb];
-    let (_, miss_nodes) = p.serve(&a, &mut out);
+    let p = WindowPins::pin(&no_cache, &a);
+    let (_, miss_nodes) = p.lookup(&a);
     assert_eq!(miss_nodes.len(), 6);
     drop(p);
     check_no_pins(&no_cache);

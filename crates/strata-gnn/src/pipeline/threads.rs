@@ -241,12 +241,14 @@ impl Threads {
                         while let Some(r) = reorder.remove(&next) {
                             next += 1;
                             match r {
-                                Ok(done) => {
-                                    let batches = assembler.assemble(done);
-                                    // The read's slot is free; never blocks (one ticket per
-                                    // slot).
-                                    let _ = ticket_tx.try_send(());
-                                    for b in batches {
+                                Ok(mut done) => {
+                                    while let Some(b) = assembler.next_batch(&mut done) {
+                                        if done.is_finished() {
+                                            // The read's rows are freed with its last batch:
+                                            // its slot is free; never blocks (one ticket per
+                                            // slot).
+                                            let _ = ticket_tx.try_send(());
+                                        }
                                         if !send_or_stop(&out_tx, Ok(b), &stop) {
                                             return;
                                         }
