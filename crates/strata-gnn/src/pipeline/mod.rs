@@ -309,9 +309,10 @@ impl NodeLoader {
             )));
         }
         let (target, source) = in_flight_target(cfg.in_flight_target, tiers.reader());
+        // The caller's source names a target it set; a derived one keeps its own.
         let source = cfg
             .in_flight_source
-            .filter(|_| target > 0)
+            .filter(|_| cfg.in_flight_target > 0)
             .unwrap_or(source);
         let max_batches = if cfg.accumulator {
             cfg.window.max(1)
