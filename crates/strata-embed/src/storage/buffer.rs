@@ -326,20 +326,20 @@ impl PartitionBuffer {
         Ok(())
     }
 
-    /// Fills partition `p` of `to` with reals drawn from `draw` (see
-    /// [`crate::storage::table::init_partition`]), through slot 0, which is left holding `p`.
+    /// Fills partition `p` of `to` with reals drawn from `(draw, seed)` on `threads` threads
+    /// (see [`crate::storage::table::init_partition`]), through slot 0, which is left holding `p`.
     pub fn init(
         &mut self,
         to: &TableFile,
         p: u32,
         used_rows: u64,
-        draw: RealDraw,
-        seed: u64,
+        draw: (RealDraw, u64),
+        threads: usize,
     ) -> Result<()> {
         let slot = self.slot_for(0, p);
         self.resident[slot] = None;
         let buf = self.slots[slot].as_mut().expect("slot present");
-        crate::storage::table::init_partition(&self.layout, p, used_rows, draw, seed, buf);
+        crate::storage::table::init_partition(&self.layout, p, used_rows, draw, threads, buf);
         to.write_partition(&self.engine, &self.layout, p, buf)?;
         self.resident[slot] = Some(p);
         if self.layout.is_pinned(p) {
@@ -374,7 +374,7 @@ mod tests {
         for region in p.regions() {
             let rows = p.stored_rows(region);
             buffer
-                .init(&file, region, rows, RealDraw::Normal(0.1), 1)
+                .init(&file, region, rows, (RealDraw::Normal(0.1), 1), 0)
                 .unwrap();
         }
         // As after the table file changed under the buffer (a run seeded by init_from): the

@@ -204,21 +204,21 @@ impl TableFile {
 }
 
 /// Rows one stream of reals fills when a partition is initialised: a larger partition is
-/// filled by the cores in blocks of this many rows, each block from a stream of its own.
+/// filled by `threads` threads in blocks of this many rows, each block from a stream of its own.
 const INIT_BLOCK_ROWS: usize = 1 << 16;
 
 /// Fills partition `p`'s embeddings with reals drawn from `draw` (a pure function of the seed
 /// and `p`; rounded to the nearest bf16 in a bf16 table) and its Adagrad state with zeros.
 /// The first [`INIT_BLOCK_ROWS`] rows come from the partition's stream, each later block of
-/// rows from a stream derived from it and the block's index, so that the cores fill a large
-/// partition together (a table of 16.8M rows of 100 reals took 44 s on one thread) and the
-/// reals do not depend on how many there are.
+/// rows from a stream derived from it and the block's index, so that `threads` threads (0: one
+/// per core; the run's `threads`) fill a large partition together (a table of 16.8M rows of 100
+/// reals took 44 s on one thread) and the reals do not depend on how many there are.
 pub fn init_partition(
     layout: &TableLayout,
     p: u32,
     used_rows: u64,
-    draw: RealDraw,
-    seed: u64,
+    (draw, seed): (RealDraw, u64),
+    threads: usize,
     buf: &mut AlignedBuf,
 ) {
     let region_layout = layout.region(p);
@@ -241,7 +241,7 @@ pub fn init_partition(
         }
     };
     let blocks = used.div_ceil(INIT_BLOCK_ROWS);
-    let threads = strata_io::resolve_threads(0).min(blocks);
+    let threads = strata_io::resolve_threads(threads).min(blocks);
     if threads <= 1 {
         (0..blocks).for_each(fill_block);
         return;
@@ -317,8 +317,8 @@ mod tests {
         assert_eq!(bf16_layout.part_bytes(), align_up(500 * 20 * 2));
         let mut a = AlignedBuf::new(f32_layout.part_bytes() as usize);
         let mut b = AlignedBuf::new(bf16_layout.part_bytes() as usize);
-        init_partition(&f32_layout, 1, 499, RealDraw::Normal(0.1), 7, &mut a);
-        init_partition(&bf16_layout, 1, 499, RealDraw::Normal(0.1), 7, &mut b);
+        init_partition(&f32_layout, 1, 499, (RealDraw::Normal(0.1), 7), 0, &mut a);
+        init_partition(&bf16_layout, 1, 499, (RealDraw::Normal(0.1), 7), 0, &mut b);
         let wide = Rows::of(
             a.prefix(a.capacity()),
             TableDtype::F32,
@@ -354,7 +354,7 @@ mod tests {
             low: -0.8328,
             high: 1.0,
         };
-        init_partition(&layout, 0, 2000, init, 7, &mut a);
+        init_partition(&layout, 0, 2000, (init, 7), 0, &mut a);
         let rows = Rows::of(a.prefix(a.capacity()), TableDtype::F32, layout.emb_floats());
         let mut x = vec![0.0f32; 2000 * 16];
         rows.copy(0, &mut x);
@@ -366,7 +366,7 @@ mod tests {
         assert!((below - 0.8328 / 1.8328).abs() < 0.012, "{below}");
         // A pure function of the seed and partition, and the Adagrad state starts at 0.
         let mut b = AlignedBuf::new(layout.part_bytes() as usize);
-        init_partition(&layout, 0, 2000, init, 7, &mut b);
+        init_partition(&layout, 0, 2000, (init, 7), 0, &mut b);
         assert_eq!(a.prefix(a.capacity()), b.prefix(b.capacity()));
         let emb = layout.emb_bytes();
         let state = &a.prefix(a.capacity())[emb..2 * emb];
@@ -380,7 +380,12 @@ mod tests {
         let p = Partitioning::new(used as u64, 1, 3).unwrap();
         let layout = TableLayout::new(&p, 3, OptimizerKind::AdagradRow, TableDtype::F32);
         let mut buf = AlignedBuf::new(layout.part_bytes() as usize);
-        init_partition(&layout, 0, used as u64, RealDraw::Normal(0.1), 7, &mut buf);
+        let draw = (RealDraw::Normal(0.1), 7);
+        init_partition(&layout, 0, used as u64, draw, 3, &mut buf);
+        // One thread fills the same reals as three.
+        let mut one = AlignedBuf::new(layout.part_bytes() as usize);
+        init_partition(&layout, 0, used as u64, draw, 1, &mut one);
+        assert_eq!(buf.prefix(buf.capacity()), one.prefix(one.capacity()));
         let rows = Rows::of(
             buf.prefix(buf.capacity()),
             TableDtype::F32,

@@ -436,7 +436,7 @@ fn init_table(
     let mut meter = Meter::new(progress, "init table", bytes, rows);
     for part in parts {
         let rows = p.stored_rows(part);
-        buffer.init(&first, part, rows, draw, new.cfg.seed)?;
+        buffer.init(&first, part, rows, (draw, new.cfg.seed), new.cfg.threads)?;
         meter.add(rows, new.layout.region_bytes(part))?;
     }
     first.sync()?;
