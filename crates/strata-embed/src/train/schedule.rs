@@ -100,9 +100,9 @@ pub fn base_schedule(cfg: &TrainConfig, partitions: u32) -> Result<Schedule> {
         .map_err(|e| EmbedError::Config(format!("ordering: {e}")))
 }
 
-/// Epoch `epoch`'s permutation of the partitions, and the key that shuffles each step's
+/// Epoch `epoch`'s seeded shuffle of the partitions, and the key that shuffles each step's
 /// buckets.
-fn permutation(seed: u64, partitions: usize, epoch: usize) -> (Vec<u32>, u64) {
+fn shuffle(seed: u64, partitions: usize, epoch: usize) -> (Vec<u32>, u64) {
     let key = derive(derive(seed, 0x5c4e), epoch as u64);
     let mut rng = Rng::new(key);
     let mut perm: Vec<u32> = (0..partitions as u32).collect();
@@ -112,10 +112,45 @@ fn permutation(seed: u64, partitions: usize, epoch: usize) -> (Vec<u32>, u64) {
     (perm, derive(key, 1))
 }
 
+/// Epoch `epoch`'s names for `base`'s partitions, and the key that shuffles each step's
+/// buckets: the epoch's seeded shuffle, changed only so that the epoch's first buffer state
+/// is the state the epoch before it ended in (those partitions stay resident across the
+/// boundary, so the epoch reads nothing before its first bucket). Epoch 0 takes its shuffle
+/// as it is; each later one depends on the one before, so this walks from epoch 0 (a few
+/// vectors of `partitions` names an epoch).
+fn permutation(base: &Schedule, seed: u64, epoch: usize) -> (Vec<u32>, u64) {
+    let (mut perm, mut key) = shuffle(seed, base.partitions, 0);
+    let (Some(first), Some(last)) = (base.steps.first(), base.steps.last()) else {
+        return (perm, key);
+    };
+    for e in 1..=epoch {
+        let ended: Vec<u32> = last.state.iter().map(|&p| perm[p as usize]).collect();
+        (perm, key) = shuffle(seed, base.partitions, e);
+        chain(&mut perm, &first.state, &ended);
+    }
+    (perm, key)
+}
+
+/// Swaps names in `perm` so that as many partitions of `first` as there can be are named
+/// after partitions of `ended`: each partition of `first` named outside `ended` trades names
+/// with a partition outside `first` named inside it, in order. Still a permutation.
+fn chain(perm: &mut [u32], first: &[u32], ended: &[u32]) {
+    let in_first = |p: usize| first.contains(&(p as u32));
+    let outside: Vec<usize> = (0..perm.len())
+        .filter(|&p| in_first(p) && !ended.contains(&perm[p]))
+        .collect();
+    let inside: Vec<usize> = (0..perm.len())
+        .filter(|&p| !in_first(p) && ended.contains(&perm[p]))
+        .collect();
+    for (&a, &b) in outside.iter().zip(&inside) {
+        perm.swap(a, b);
+    }
+}
+
 /// The schedule of `epoch`: `base` with partitions renamed by a seeded permutation, so each
-/// epoch trains the partition pairs in another order.
+/// epoch trains the partition pairs in another order, starting where the epoch before ended.
 pub fn epoch_schedule(base: &Schedule, seed: u64, epoch: usize) -> Schedule {
-    let (perm, key) = permutation(seed, base.partitions, epoch);
+    let (perm, key) = permutation(base, seed, epoch);
     base.relabel(&perm, key)
 }
 
@@ -401,7 +436,7 @@ mod tests {
             );
             for epoch in 0..3 {
                 let sched = epoch_schedule(&base, c.seed, epoch);
-                let (perm, _) = permutation(c.seed, n as usize, epoch);
+                let (perm, _) = permutation(&base, c.seed, epoch);
                 assert_eq!(sched.steps.len(), base.steps.len());
                 // Step by step: the ordering's buffer states, swaps and buckets under the
                 // epoch's names (each step's buckets shuffled among themselves).
@@ -429,12 +464,35 @@ mod tests {
                 let again: Vec<_> = epoch_schedule(&base, c.seed, epoch).buckets().collect();
                 assert_eq!(order, again);
             }
-            // Another epoch renames the partitions anew.
-            let orders: BTreeSet<Vec<_>> = (0..4)
-                .map(|e| epoch_schedule(&base, c.seed, e).buckets().collect())
-                .collect();
+            // Another epoch renames the partitions anew, and starts in the state the epoch
+            // before ended in.
+            let scheds: Vec<_> = (0..4).map(|e| epoch_schedule(&base, c.seed, e)).collect();
+            let orders: BTreeSet<Vec<_>> = scheds.iter().map(|s| s.buckets().collect()).collect();
             assert!(orders.len() > 1);
+            for pair in scheds.windows(2) {
+                let ended = &pair[0].steps.last().unwrap().state;
+                assert_eq!(&pair[1].steps[0].state, ended, "{kind:?}");
+            }
         }
+    }
+
+    #[test]
+    fn chained_names_stay_a_permutation_and_start_where_the_last_epoch_ended() {
+        // Six partitions, a first state of three, an ended state partly named already.
+        let mut perm = vec![3, 0, 5, 1, 4, 2];
+        chain(&mut perm, &[0, 1, 2], &[2, 4, 5]);
+        let mut sorted = perm.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..6).collect::<Vec<u32>>());
+        let mut named: Vec<u32> = [0, 1, 2].iter().map(|&p| perm[p]).collect();
+        named.sort_unstable();
+        assert_eq!(named, [2, 4, 5]);
+        // Partition 2 already had a name in the ended state: it keeps it.
+        assert_eq!(perm[2], 5);
+        // A first state larger than the ended one takes all of it.
+        let mut perm = vec![0, 1, 2, 3];
+        chain(&mut perm, &[0, 1, 2], &[3]);
+        assert!([0, 1, 2].iter().any(|&p| perm[p] == 3));
     }
 
     /// Rank 1 of a group of two that is asked for no epoch here (and its partition transport).
