@@ -59,6 +59,11 @@ impl TableLayout {
         self.rows as usize * self.dim
     }
 
+    /// Bytes of one node's row: its embedding and its optimizer state.
+    pub fn node_bytes(&self) -> usize {
+        (self.dim + self.state_per_row) * self.dtype.bytes()
+    }
+
     /// Bytes of a partition's embeddings (its state follows them).
     pub fn emb_bytes(&self) -> usize {
         self.emb_floats() * self.dtype.bytes()

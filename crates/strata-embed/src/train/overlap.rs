@@ -3,7 +3,10 @@
 //!
 //! The paper's condition: I/O is fully hidden when `|E|/|V|² ≥ 96 d² / (M t (w + r))`, with
 //! `M` the buffer bytes, `t` the compute time per edge and `w`, `r` the write and read
-//! throughput. It assumes uniform bucket sizes and a swap taking `2P/(w + r)`. Strata also
+//! throughput. It assumes uniform bucket sizes, a swap taking `2P/(w + r)` and a node row of
+//! `8d` bytes (float32 embedding and per-element Adagrad state); with a node row of `R` bytes
+//! the same proof gives `1.5 R² / (M t (w + r))`, which Strata checks, so that bf16 tables and
+//! a row-wise Adagrad count their smaller partitions (`R = 8d` is the paper's form). Strata also
 //! checks the schedule it will actually run: for every swap, the edges of the buckets that
 //! train while it is in flight, times `t`, against the swap's write-then-read time
 //! `P/w + P/r` (the swap thread writes the evicted partition, then reads the next one).
@@ -26,8 +29,10 @@ pub struct OverlapCheck {
     pub edge_seconds: f64,
     pub write_bytes_per_s: f64,
     pub read_bytes_per_s: f64,
-    /// `|E| / |V|²` and the paper's threshold `96 d² / (M t (w + r))`.
+    /// `|E| / |V|²` and the paper's threshold `1.5 R² / (M t (w + r))` for node rows of `R`
+    /// bytes (`96 d²` in the numerator for the paper's `R = 8d`).
     pub density: f64,
+    pub node_bytes: usize,
     pub threshold: f64,
     pub paper_holds: bool,
     /// Swaps in the schedule, and how many have enough overlapping training to hide them.
@@ -46,10 +51,11 @@ impl OverlapCheck {
     pub fn describe(&self) -> Vec<String> {
         vec![
             format!(
-                "Theorem 3: |E|/|V|^2 = {:.3e} {} 96 d^2/(M t (w+r)) = {:.3e} with t = {:.3} us/edge, w = {:.0} MB/s, r = {:.0} MB/s: the paper's condition {}",
+                "Theorem 3: |E|/|V|^2 = {:.3e} {} 1.5 R^2/(M t (w+r)) = {:.3e} with R = {} bytes a node row (the paper's 8d: 96 d^2), t = {:.3} us/edge, w = {:.0} MB/s, r = {:.0} MB/s: the paper's condition {}",
                 self.density,
                 if self.paper_holds { ">=" } else { "<" },
                 self.threshold,
+                self.node_bytes,
                 self.edge_seconds * 1e6,
                 self.write_bytes_per_s / 1e6,
                 self.read_bytes_per_s / 1e6,
@@ -139,10 +145,19 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
     secs / (chunks.len() * b) as f64
 }
 
-/// Theorem 3's density threshold `96 d² / (M t (w + r))` for dimension `d`, buffer `M` bytes,
-/// `t` seconds per edge and `w`, `r` bytes per second.
-pub fn paper_threshold(dim: usize, buffer_bytes: f64, edge_seconds: f64, w: f64, r: f64) -> f64 {
-    96.0 * (dim * dim) as f64 / (buffer_bytes * edge_seconds * (w + r))
+/// Theorem 3's density threshold for node rows of `node_bytes` (embedding and optimizer
+/// state), buffer `M` bytes, `t` seconds per edge and `w`, `r` bytes per second:
+/// `1.5 R² / (M t (w + r))`. The paper's proof with `R` for its `8d` bytes: a partition is `M/3`
+/// bytes, so `n = 3|V|R/M`; an exchange takes `(M/3)/(w + r)` and two buckets of `|E|/n²`
+/// edges each must cover it, `2t|E|/n² ≥ M/(3(w + r))`. `R = 8d` gives the paper's `96 d²`.
+pub fn paper_threshold(
+    node_bytes: usize,
+    buffer_bytes: f64,
+    edge_seconds: f64,
+    w: f64,
+    r: f64,
+) -> f64 {
+    1.5 * (node_bytes * node_bytes) as f64 / (buffer_bytes * edge_seconds * (w + r))
 }
 
 /// Checks `schedule` over `buckets` with `edge_seconds` per edge and the device `profile`.
@@ -150,7 +165,7 @@ pub fn paper_threshold(dim: usize, buffer_bytes: f64, edge_seconds: f64, w: f64,
 pub fn check(
     schedule: &Schedule,
     buckets: &Buckets,
-    dim: usize,
+    node_bytes: usize,
     buffer_bytes: u64,
     part_bytes: u64,
     edge_seconds: f64,
@@ -163,7 +178,7 @@ pub fn check(
     let r = profile.seq_read_mb_s * 1e6;
     let v = buckets.partitioning.num_nodes as f64;
     let density = buckets.num_edges as f64 / (v * v);
-    let threshold = paper_threshold(dim, buffer_bytes as f64, edge_seconds, w, r);
+    let threshold = paper_threshold(node_bytes, buffer_bytes as f64, edge_seconds, w, r);
     let swap_seconds = part_bytes as f64 / w + part_bytes as f64 / r;
     let mut hidden = 0;
     let mut exposed = 0.0;
@@ -184,6 +199,7 @@ pub fn check(
         write_bytes_per_s: w,
         read_bytes_per_s: r,
         density,
+        node_bytes,
         threshold,
         paper_holds: density >= threshold,
         swaps: schedule.swaps(),
@@ -202,11 +218,17 @@ mod tests {
     fn paper_numbers() {
         // The paper's example (§4): t = 1e-7 s/edge, w = 2 GB/s, r = 3 GB/s, M = 15 GB,
         // d = 100 gives a threshold of about 1.28e-7.
-        let threshold = paper_threshold(100, 15e9, 1e-7, 2e9, 3e9);
+        // d = 100 (float32 rows with per-element state: 800 bytes) gives about 1.28e-7.
+        let threshold = paper_threshold(800, 15e9, 1e-7, 2e9, 3e9);
         assert!((threshold - 1.28e-7).abs() < 1e-9, "{threshold}");
         // Twitter (1.46e9 edges, 41.6e6 nodes) is above it, Freebase86M below.
         assert!(1.46e9 / (41.6e6f64 * 41.6e6) > threshold);
         assert!(3.047e8 / (86.1e6f64 * 86.1e6) < threshold);
+        // bf16 rows with one state value (202 bytes): the threshold scales with the row's
+        // square, and Freebase86M passes it.
+        let lean = paper_threshold(202, 15e9, 1e-7, 2e9, 3e9);
+        assert!((lean / threshold - (202.0f64 / 800.0).powi(2)).abs() < 1e-12);
+        assert!(3.047e8 / (86.1e6f64 * 86.1e6) > lean);
     }
 
     #[test]

@@ -198,7 +198,8 @@ impl BucketScheduler for SingleMachine {
                 t * 1e6
             )),
             Some(profile) => {
-                let c = overlap::check(&sched, &trainer.buckets, model.dim, plan.buffer_bytes, plan.part_bytes, t, &profile)
+                let node_bytes = trainer.buffer.layout.node_bytes();
+                let c = overlap::check(&sched, &trainer.buckets, node_bytes, plan.buffer_bytes, plan.part_bytes, t, &profile)
                     .expect("the schedule has swaps");
                 c.describe().iter().for_each(|l| progress.message(l));
             }
