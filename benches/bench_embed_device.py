@@ -21,6 +21,9 @@ Parts (each fits one call of the GPU machine; results accumulate in `--out`):
 
 `--table-dtype bf16` trains every run of the parts with bf16 tables (half the device memory and
 bytes moved per partition; the names say so), beside float32 runs of an earlier call.
+`--optimizer adagrad_row` keeps one Adagrad accumulator a node instead of one a real (PyTorch-
+BigGraph's choice for embeddings): with bf16 tables a partition moves about a quarter of the
+float32 bytes, which a disk of about 1 GB/s can hide behind the device's training.
 
 Reported per run: epoch seconds, edges/s, the device's busy share of the epoch, its copies and
 the SSD-to-device bandwidth (run.json's `device` counters), and test MRR for `fb15k`. `--tiny`
@@ -117,7 +120,7 @@ def part_fb15k(args) -> dict:
     settings += ["--epochs", args.epochs or (1 if args.tiny else 10), "--partitions", 1, "--memory", "4G"]
     # The Rust engine on every core trains chunks in parallel without locks (Hogwild), which
     # costs quality at this size; on one thread it trains them in order, as the device does.
-    settings += ["--table-dtype", args.table_dtype]
+    settings += ["--table-dtype", args.table_dtype, "--optimizer", args.optimizer]
     runs = {f"fb15k {args.device}": run(store, args.work / "run-fb15k-device", [*settings, "--device", args.device])}
     if args.device == "cuda":
         # The step's three score products on tensor cores: what TF32 buys the epoch, and costs MRR.
@@ -134,10 +137,12 @@ def part_fb15k(args) -> dict:
 
 
 def named(runs: dict, args) -> dict:
-    """``runs`` with their names saying a bf16 table (``--table-dtype bf16``)."""
-    if args.table_dtype == "f32":
-        return runs
-    return {f"{name}, bf16 table": r for name, r in runs.items()}
+    """``runs`` with their names saying a bf16 table (``--table-dtype bf16``) and a row-wise
+    Adagrad (``--optimizer adagrad_row``)."""
+    suffix = (", bf16 table" if args.table_dtype == "bf16" else "") + (
+        ", adagrad_row" if args.optimizer == "adagrad_row" else ""
+    )
+    return {f"{name}{suffix}": r for name, r in runs.items()}
 
 
 def part_rmat_prepare(args) -> dict:
@@ -156,7 +161,7 @@ def rmat_settings(args) -> list:
     chunk = 200 if args.tiny else args.chunk_size
     memory = "1G" if args.tiny else "64G"
     return [*RMAT, "--chunk-size", chunk, "--epochs", args.epochs or 1, "--memory", memory, "--device", args.device,
-            "--table-dtype", args.table_dtype]  # fmt: skip
+            "--table-dtype", args.table_dtype, "--optimizer", args.optimizer]  # fmt: skip
 
 
 #: Room the device budget of the out-of-core run leaves beside the table's quarter: one staged
@@ -167,8 +172,9 @@ DEVICE_FIXED = 512 << 20
 
 def part_rmat_ooc(args) -> dict:
     store = rmat_store(args)
-    # Dot, 100 reals: 100 values of embedding and 100 of Adagrad state a node.
-    quarter = (1 << args.scale) * 200 * (2 if args.table_dtype == "bf16" else 4) // 4
+    # Dot, 100 reals: 100 values of embedding a node, and 100 of Adagrad state (1 for adagrad_row).
+    values = 100 + (1 if args.optimizer == "adagrad_row" else 100)
+    quarter = (1 << args.scale) * values * (2 if args.table_dtype == "bf16" else 4) // 4
     options = [*rmat_settings(args), "--partitions", 12, "--buffer", 3, "--ordering", "legend"]
     options += ["--device-memory", quarter + DEVICE_FIXED]
     runs = {f"rmat-s{args.scale} out of core (1/4 on the device)": run(store, args.work / "run-rmat-ooc", options)}
@@ -205,6 +211,7 @@ def main() -> None:
     ap.add_argument("--chunk-size", type=int, default=10000, help="edges per chunk of the RMAT runs")
     ap.add_argument("--epochs", type=int, default=0, help="0: B1's 10 for fb15k, 1 for the RMAT runs")
     ap.add_argument("--table-dtype", choices=["f32", "bf16"], default="f32", help="the runs' table_dtype")
+    ap.add_argument("--optimizer", choices=["adagrad", "adagrad_row"], default="adagrad", help="the runs' optimizer")
     ap.add_argument("--tiny", action="store_true", help="a generated graph and RMAT scale 10, for tests")
     args = ap.parse_args()
     if args.tiny:

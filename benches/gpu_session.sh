@@ -13,9 +13,9 @@
 # Strata's at B1's settings), gnn-path (the GNN device
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, embed-rmat-bf16 (both RMAT runs with bf16
-# tables), gnn-big-prepare, gnn-big, recipes (the
-# ComplEx recipes on FB15k-237 and WN18RR on the GPU), recipes-tf32 (WN18RR's 1vsAll and KvsAll
-# recipes with TF32 training products), recipes-n3 (the ComplEx-N3 recipes), per-edge
+# tables), embed-rmat-lean (both with bf16 tables and a row-wise Adagrad, two epochs),
+# gnn-big-prepare, gnn-big, recipes (the ComplEx recipes on FB15k-237 and WN18RR on the GPU),
+# recipes-tf32 (WN18RR's 1vsAll and KvsAll recipes with TF32 training products), recipes-n3 (the ComplEx-N3 recipes), per-edge
 # (transe-fb15k237 with shared negatives and with each edge's own). Each step runs
 # under its own time limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not
 # stop the next.
@@ -53,7 +53,7 @@ done
 # building PBG's helpers), embed-rmat-resident 106 with its store made by an earlier call (the
 # store takes about 45 s more); embed-rmat-ooc needs about 180 s past its 70 s of set-up.
 declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-bf16]=400 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
-    [embed-rmat-ooc]=540 [embed-rmat-bf16]=540 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540
+    [embed-rmat-ooc]=540 [embed-rmat-bf16]=540 [embed-rmat-lean]=560 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540
     [recipes-n3]=560 [per-edge]=240)
 
 step_env() {
@@ -117,6 +117,13 @@ step_embed-rmat-resident() {
 step_embed-rmat-bf16() {
     python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-resident --part rmat-ooc \
         --table-dtype bf16 --work "$WORK/embed" --out "$OUT/embed-device.json"
+}
+# The RMAT pair with bf16 tables and one Adagrad accumulator a node (about a quarter of the
+# float32 bytes a swap moves), two epochs each: the second out-of-core epoch starts in the state
+# the first ended in (no fill), the steady state the goals compare.
+step_embed-rmat-lean() {
+    python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-resident --part rmat-ooc \
+        --table-dtype bf16 --optimizer adagrad_row --epochs 2 --work "$WORK/embed" --out "$OUT/embed-device.json"
 }
 step_embed-rmat-ooc() {
     python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-ooc \

@@ -1,7 +1,7 @@
 """benches/bench_embed_device.py runs as the GPU session will run it, here on the CPU twin at a
 tiny size: every part trains, the device runs carry the device's counters and say why
 GPUDirect Storage is not used, and the out-of-core run swaps partitions while the resident one
-does not, with float32 and with bf16 tables."""
+does not, with float32 and with bf16 tables, and with a row-wise Adagrad."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ BENCHES = Path(__file__).resolve().parents[1] / "benches"
 def test_bench_runs_on_the_cpu_twin(tmp_path):
     out = tmp_path / "result.json"
     cmd = [sys.executable, BENCHES / "bench_embed_device.py", "--device", "torch-cpu", "--tiny"]
-    parts = [["fb15k"], ["rmat-prepare"], ["rmat-ooc"], ["rmat-resident"], ["rmat-ooc", "--table-dtype", "bf16"]]
+    lean = ["rmat-ooc", "--table-dtype", "bf16", "--optimizer", "adagrad_row", "--epochs", "2"]
+    parts = [["fb15k"], ["rmat-prepare"], ["rmat-ooc"], ["rmat-resident"], ["rmat-ooc", "--table-dtype", "bf16"], lean]
     for part in parts:
         args = [*cmd, "--part", *part, "--work", tmp_path, "--out", out]
         proc = subprocess.run([*map(str, args)], check=True, timeout=600, capture_output=True, text=True)
@@ -41,3 +42,6 @@ def test_bench_runs_on_the_cpu_twin(tmp_path):
     # bf16 tables: half the bytes a node, so half the quarter.
     bf16 = runs["rmat-s10 out of core (1/4 on the device), bf16 table"]
     assert bf16["device_memory"] == (1 << 10) * 400 // 4 + (512 << 20) and bf16["partition_loads"] > 3
+    # bf16 and one Adagrad accumulator a node: 101 values of 2 bytes a node, over two epochs.
+    lean = runs["rmat-s10 out of core (1/4 on the device), bf16 table, adagrad_row"]
+    assert lean["device_memory"] == (1 << 10) * 202 // 4 + (512 << 20) and lean["epochs"] == 2
