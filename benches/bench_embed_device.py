@@ -94,6 +94,17 @@ def summary(meta: dict) -> dict:
             copy_wait_seconds=d("copy_wait_seconds"),
             ssd_to_device_bytes_per_second=d("ssd_to_device_bytes_per_second"),
         )
+    # Each epoch on its own: a run's first epoch fills its buffer and compiles, the later ones
+    # show the steady state (an out-of-core epoch after the first starts where the last ended).
+    out["per_epoch"] = [
+        {
+            "seconds": e["seconds"],
+            "partition_loads": e["partition_loads"],
+            "io_wait_fraction": e["io_wait_fraction"],
+            **({"busy_share": e["device"]["busy_share"]} if "device" in e else {}),
+        }
+        for e in h
+    ]
     if meta.get("test"):
         out["test_mrr"] = meta["test"]["mrr"]
     return out

@@ -45,3 +45,6 @@ def test_bench_runs_on_the_cpu_twin(tmp_path):
     # bf16 and one Adagrad accumulator a node: 101 values of 2 bytes a node, over two epochs.
     lean = runs["rmat-s10 out of core (1/4 on the device), bf16 table, adagrad_row"]
     assert lean["device_memory"] == (1 << 10) * 202 // 4 + (512 << 20) and lean["epochs"] == 2
+    # Its second epoch starts in the buffer state the first ended in: three loads fewer.
+    first, second = (e["partition_loads"] for e in lean["per_epoch"])
+    assert second == first - 3, lean["per_epoch"]
