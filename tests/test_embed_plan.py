@@ -26,6 +26,10 @@ def test_cli_prints_states_loads_and_volume(strata_cli):
     out = strata_cli("embed", "plan", "--partitions", "8", "--ordering", "beta", "--buffer", "4").stdout
     assert "Ordering beta: 8 partitions, buffer of 4" in out
     assert "communication volume" in out and "buffer states" in out
+    beta = plan(8, 4, "beta")
+    # Later epochs start where the last ended: they read only their swaps.
+    assert f"partition reads: {beta['partition_loads']} in the first epoch" in out
+    assert f"{beta['swaps']} in each later one" in out
     doc = json.loads(strata_cli("embed", "plan", "--partitions", "5", "--json").stdout)
     assert doc["ordering"] == "legend" and len(doc["steps"]) == doc["states"]
 

@@ -23,8 +23,9 @@ def format_plan(p: dict, show_buckets: bool = False) -> str:
     lines = [
         f"Ordering {p['ordering']}: {n} partitions, buffer of {p['capacity']}",
         f'  buffer states: {p["states"]} (the Legend paper\'s "I/O times")',
-        f"  partition reads: {p['partition_loads']} ({p['capacity'] if n >= p['capacity'] else n} to fill "
-        f"+ {p['swaps']} swaps); partition writes: {p['swaps']} swaps + the final state",
+        f"  partition reads: {p['partition_loads']} in the first epoch ({p['capacity'] if n >= p['capacity'] else n} "
+        f"to fill + {p['swaps']} swaps), {p['swaps']} in each later one (it starts in the state the last ended in)",
+        f"  partition writes: {p['swaps']} swaps + the final state",
         f"  swaps with training work to overlap them: {p['hidden_swaps']} of {p['swaps']}",
         f"  communication volume: {p['volume']:.2f} x S (S = embeddings + optimizer state; states x S / n)",
         "",
