@@ -96,4 +96,6 @@ def format_profile(p: dict) -> str:
         f"  GIDS in-flight target for 95% of peak: N = 0.95/0.05 x {p['peak_iops']:,.0f}/s x "
         f"{p['unloaded_latency_us']:.0f} us = {p['target_in_flight_p95']}"
     )
+    if p.get("caveat"):
+        lines.append(f"  note: {p['caveat']}; the default --size (4 GiB) measures the disk itself")
     return "\n".join(lines)

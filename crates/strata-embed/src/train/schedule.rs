@@ -202,6 +202,12 @@ impl BucketScheduler for SingleMachine {
                 let c = overlap::check(&sched, &trainer.buckets, node_bytes, plan.buffer_bytes, plan.part_bytes, t, &profile)
                     .expect("the schedule has swaps");
                 c.describe().iter().for_each(|l| progress.message(l));
+                if let Some(why) = profile.caveat() {
+                    progress.message(&format!(
+                        "    (the check's rates may be too high: {why}; `strata bench-disk --dir {}` measures the disk itself with a 4 GiB file)",
+                        run_dir.display()
+                    ));
+                }
             }
             None => progress.message(&format!(
                 "Theorem 3: no device profile for the disk holding {} (training takes {:.3} us/edge here); run `strata bench-disk --dir {}` to check whether swaps can hide",
