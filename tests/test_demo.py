@@ -24,6 +24,8 @@ def test_demo_trains_out_of_core_and_reports(tmp_path):
     assert test_mrr > 0.1, out
     assert re.search(r"median epoch [\d.]+ s", out)
     assert "saved to" in out and list((tmp_path / "profiles").glob("*.json"))
+    # The small demo's quick disk profile says a cache may have served it (make demo's 1 GiB does not).
+    assert f"measured on a {SMALL.disk_mib} MiB file, which a cache may have served" in out
     assert "<- the held-out answer" in out or re.search(r"   1\. e\d+", out)
     if importlib.util.find_spec("torch") is None:
         assert "skipped: strata.gnn needs PyTorch" in out

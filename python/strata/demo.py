@@ -53,13 +53,16 @@ class DemoSize:
     rmat_scale: int
     convert_mib: int
     grid_scale: int
+    #: The disk benchmark's file, MiB: the profile the demo saves is the one later runs plan with,
+    #: and a file under 1 GiB may be served by a cache below the file system (its profile says so).
+    disk_mib: int
 
 
 #: What ``make demo`` runs (about a minute on two cores).
-FULL = DemoSize(100_000, 2_000_000, 128, 600_000, 64, 18, 24, 16)
+FULL = DemoSize(100_000, 2_000_000, 128, 600_000, 64, 18, 24, 16, 1024)
 #: ``strata demo --small``: every step on graphs an eighth to a quarter the size, each budget still
 #: below its data (the test suite's run).
-SMALL = DemoSize(25_000, 250_000, 104, 100_000, 16, 16, 16, 14)
+SMALL = DemoSize(25_000, 250_000, 104, 100_000, 16, 16, 16, 14, 64)
 
 
 def _step(n: int, title: str, command: str) -> None:
@@ -97,7 +100,7 @@ def _embed_demo(workdir: Path, size: DemoSize, bar: ProgressBar) -> None:
     _step(
         4,
         "Measure the disk the run will live on, for the prefetch check (Legend's Theorem 3)",
-        f"strata bench-disk --dir {workdir} --size 64M --queue-depths 1,16,128 --seconds 0.5",
+        f"strata bench-disk --dir {workdir} --size {size.disk_mib}M --queue-depths 1,16,128 --seconds 0.5",
     )
     profile = load_profile(workdir)
     if profile is not None:
@@ -105,7 +108,13 @@ def _embed_demo(workdir: Path, size: DemoSize, bar: ProgressBar) -> None:
         print(f"   A profile of this disk is already saved (measured {measured}); using it.")
     else:
         profile = bench_disk(
-            {"dir": str(workdir), "size": 64 << 20, "queue_depths": [1, 16, 128], "seconds": 0.5, "seq_depth": 16},
+            {
+                "dir": str(workdir),
+                "size": size.disk_mib << 20,
+                "queue_depths": [1, 16, 128],
+                "seconds": 0.5,
+                "seq_depth": 16,
+            },
             bar,
         )
         bar.close()
