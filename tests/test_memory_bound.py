@@ -63,9 +63,13 @@ def test_typed_name_conversion_stays_within_budget(tmp_path):
     )  # fmt: skip
     m = json.loads((out / "manifest.json").read_text())
     assert [(t["name"], t["count"]) for t in m["node_types"]] == [("user", n), ("item", n)]
-    code = 1 << 20
-    assert peak - baseline <= budget + code, (
-        f"peak {peak >> 20} MiB - baseline {baseline >> 20} MiB > {budget >> 20} MiB + 1 MiB of code"
+    # Beside the code (above), the parse threads' malloc arenas keep blocks they freed, by how the
+    # threads interleaved: on the 2 cores this peak was 35.0 to 37.1 MiB above the baseline alone
+    # and up to 40.5 under CPU load (42 once, in a fresh clone's suite). A name dictionary that
+    # did not spill (about 40 MiB of keys, entries and buckets) would pass the budget by far more.
+    code, arenas = 1 << 20, 3 << 20
+    assert peak - baseline <= budget + code + arenas, (
+        f"peak {peak >> 20} MiB - baseline {baseline >> 20} MiB > {budget >> 20} MiB + 1 MiB of code + 3 MiB of arenas"
     )
 
 
