@@ -63,9 +63,9 @@ def test_typed_name_conversion_stays_within_budget(tmp_path):
     )  # fmt: skip
     m = json.loads((out / "manifest.json").read_text())
     assert [(t["name"], t["count"]) for t in m["node_types"]] == [("user", n), ("item", n)]
-    # Beside the code (above), the parse threads' malloc arenas keep blocks they freed, by how the
-    # threads interleaved: on the 2 cores this peak was 35.0 to 37.1 MiB above the baseline alone
-    # and up to 40.5 under CPU load (42 once, in a fresh clone's suite). A name dictionary that
+    # Beside the code (above), the peak depends on how the parse threads interleave (most likely
+    # their malloc arenas keeping blocks they freed): on the 2 cores 35.0 to 37.1 MiB above the
+    # baseline alone, up to 40.5 under CPU load, 42 once in a fresh clone's suite. A name dictionary that
     # did not spill (about 40 MiB of keys, entries and buckets) would pass the budget by far more.
     code, arenas = 1 << 20, 3 << 20
     assert peak - baseline <= budget + code + arenas, (
