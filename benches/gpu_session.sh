@@ -15,8 +15,9 @@
 # gnn-g6, embed-rmat-resident, embed-rmat-ooc, embed-rmat-bf16 (both RMAT runs with bf16
 # tables), embed-rmat-lean (both with bf16 tables and a row-wise Adagrad, two epochs),
 # gnn-big-prepare, gnn-big, recipes (the ComplEx recipes on FB15k-237 and WN18RR on the GPU),
-# recipes-tf32 (WN18RR's 1vsAll and KvsAll recipes with TF32 training products), recipes-n3 (the ComplEx-N3 recipes), per-edge
-# (transe-fb15k237 with shared negatives and with each edge's own). Each step runs
+# recipes-tf32 (WN18RR's 1vsAll and KvsAll recipes with TF32 training products), recipes-n3
+# (the ComplEx-N3 recipes), per-edge (transe-fb15k237 with shared negatives and with each
+# edge's own). Each step runs
 # under its own time limit (seconds, STEP_LIMIT_<step> overrides) and a failed step does not
 # stop the next.
 #

@@ -10,10 +10,14 @@ pub(crate) const QUERY_BATCH: usize = 512;
 /// Candidate rows per tile of a scan (one matrix product each).
 pub(crate) const TILE: usize = 4096;
 
-/// Bytes of a partition region of `rows` rows of `dim` values and `state_per_row` state values
-/// in `dtype`, padded for `O_DIRECT`.
+/// Bytes of one node's row: `dim` values and `state_per_row` state values in `dtype`.
+pub fn row_bytes(dim: usize, state_per_row: usize, dtype: TableDtype) -> usize {
+    (dim + state_per_row) * dtype.bytes()
+}
+
+/// Bytes of a partition region of `rows` rows ([`row_bytes`]), padded for `O_DIRECT`.
 pub fn region_bytes(rows: u64, dim: usize, state_per_row: usize, dtype: TableDtype) -> u64 {
-    align_up(rows * ((dim + state_per_row) * dtype.bytes()) as u64)
+    align_up(rows * row_bytes(dim, state_per_row, dtype) as u64)
 }
 
 /// Bytes of one partition of `rows` nodes stored in `dtype`.

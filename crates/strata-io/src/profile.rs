@@ -52,7 +52,7 @@ pub const TRUSTED_FILE_BYTES: u64 = 1 << 30;
 
 impl DeviceProfile {
     /// Why the profile's rates may not be the disk's: it was measured on a file smaller than
-    /// [`TRUSTED_FILE_BYTES`] (`strata demo` measures 64 MiB to be quick). None otherwise.
+    /// [`TRUSTED_FILE_BYTES`] (`strata demo --small` measures 64 MiB to be quick). None otherwise.
     pub fn caveat(&self) -> Option<String> {
         (self.file_bytes < TRUSTED_FILE_BYTES).then(|| {
             format!(
@@ -234,7 +234,7 @@ mod tests {
         let path = dir.path().join("sub/p.json");
         p.save(&path).unwrap();
         assert_eq!(DeviceProfile::load(&path).unwrap(), p);
-        // A 1 GiB file is trusted; a 64 MiB one gets a caveat naming its size and the command.
+        // A 1 GiB file is trusted; a 64 MiB one gets a caveat naming its size.
         assert_eq!(p.caveat(), None);
         let small = DeviceProfile {
             file_bytes: 64 << 20,

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{OptimizerKind, TableDtype};
-use crate::sizes::region_bytes;
+use crate::sizes::{region_bytes, row_bytes};
 use crate::storage::partitioning::Partitioning;
 
 /// Byte layout of the partition regions (and of a typed run's pinned region, after them).
@@ -61,7 +61,7 @@ impl TableLayout {
 
     /// Bytes of one node's row: its embedding and its optimizer state.
     pub fn node_bytes(&self) -> usize {
-        (self.dim + self.state_per_row) * self.dtype.bytes()
+        row_bytes(self.dim, self.state_per_row, self.dtype)
     }
 
     /// Bytes of a partition's embeddings (its state follows them).
