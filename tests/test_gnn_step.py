@@ -146,3 +146,18 @@ def test_gnn_train_with_padded_steps_matches_the_eager_run(cora, tmp_path):
         assert np.isclose(g["loss"], e["loss"], rtol=1e-4)
         assert g["step"]["padded"] + g["step"]["eager"] == e["step"]["eager"] == e["batches"]
     assert np.isclose(graphs["test"]["accuracy"], eager["test"]["accuracy"], atol=0.01)
+
+
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+@pytest.mark.parametrize("mode", ["eager", "auto"])
+def test_each_step_trains_with_dropout_beside_the_device_path_s_sampler(cora, tmp_path, device, mode):
+    # On CUDA the sampler captures its graphs on the data path's thread while the step draws
+    # dropout masks op by op or captures its own: torch fails either beside a capture unless
+    # they take turns (strata.device.capture).
+    run = tmp_path / mode
+    run_strata(
+        "gnn", "train", cora, "--device", device, "--data-path", "device", "--step", mode, "--dropout", "0.5",
+        "--epochs", "2", "--fanouts", "5,5", "--batch-size", "64", "--hidden", "16", "--run-dir", run,
+    )  # fmt: skip
+    history = json.loads((run / "run.json").read_text())["history"]
+    assert [h["epoch"] for h in history] == [1, 2] and all(np.isfinite(h["loss"]) for h in history)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..device.capture import capturing, drawing, replay
 from ._torch import require_torch
 from .models import Block
 
@@ -183,19 +184,23 @@ class TrainStep:
         device; a replayed graph's are rewritten by its next replay, so add or read them
         before the next step)."""
         padded = None if self.mode == "eager" else self._padding(batch)
-        if padded is None:
-            self.counts["eager"] += 1
-            return self._eager(batch)
-        padded.load(batch, Shape.of(batch))
-        if padded.graph is not None:
-            padded.graph.replay()
-            self.counts["replayed"] += 1
-            return padded.outputs
-        self.counts["padded"] += 1
-        if not self.capture:
-            return self._padded(padded)
-        with torch.cuda.device(self.device):
-            return self._warm_up_and_capture(padded)
+        if padded is not None:
+            padded.load(batch, Shape.of(batch))
+            if padded.graph is not None:
+                replay(padded.graph)
+                self.counts["replayed"] += 1
+                return padded.outputs
+        # Op by op, dropout draws from torch's generator, which a capture on another thread
+        # (the device path's sampler) must not see.
+        with drawing(self.device):
+            if padded is None:
+                self.counts["eager"] += 1
+                return self._eager(batch)
+            self.counts["padded"] += 1
+            if not self.capture:
+                return self._padded(padded)
+            with torch.cuda.device(self.device):
+                return self._warm_up_and_capture(padded)
 
     def take_counts(self) -> dict:
         """The counts since the last call (:attr:`counts`), then zeroed."""
@@ -257,8 +262,8 @@ class TrainStep:
         said once on stderr."""
         try:
             graph = torch.cuda.CUDAGraph()
-            # Thread-local: the data path's thread keeps sampling on the device meanwhile.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            # The data path's thread keeps sampling on the device meanwhile.
+            with capturing(graph):
                 outputs = self._padded(padded)
         except Exception as e:
             self.mode = "eager"

@@ -706,16 +706,7 @@ class TorchCompute:
         # The loss is added up on the device and read once, at the piece's end: no per-chunk
         # host synchronisation.
         self.total.zero_()
-        keys = [self._graph_key(c, ctx) for c, ctx in zip(ctxs, contexts, strict=True)]
-        directions, flops = 0, 0.0
-        with matmul_precision(self.tf32):
-            # Chunks in a row of one context and size train as one run (one graph replay).
-            for first, end in graphs.chunk_runs(groups, bounds, graphs.RUN):
-                g, lo, hi = groups[first], bounds[first], bounds[end]
-                run = (e[lo:hi], None if w is None else w[lo:hi], streams[first:end])
-                d, f = self.graphs.run(keys[g], contexts[g], *run, self.total)
-                directions += d
-                flops += f
+        directions, flops = self._train_runs(ctxs, contexts, groups, bounds, (e, w, streams))
         if self.cuda:
             end.record()
             self.events.append((begin, end))
@@ -729,3 +720,19 @@ class TorchCompute:
         if bank is not None:
             self._start_copy_out([bank[1].view(-1)], victim=False)([torch.frombuffer(bank_grad, dtype=torch.float32)])
         return float(self.total), directions, flops, time.perf_counter() - start
+
+    def _train_runs(self, ctxs, contexts, groups, bounds, piece) -> tuple[int, float]:
+        """Trains a piece's chunks (``piece``: its int64 edges, weights or None, and streams on
+        the device), each run of chunks of one context and size as one graph replay; returns
+        the directions and flops trained."""
+        e, w, streams = piece
+        keys = [self._graph_key(c, ctx) for c, ctx in zip(ctxs, contexts, strict=True)]
+        directions, flops = 0, 0.0
+        with matmul_precision(self.tf32):
+            for first, end in graphs.chunk_runs(groups, bounds, graphs.RUN):
+                g, lo, hi = groups[first], bounds[first], bounds[end]
+                run = (e[lo:hi], None if w is None else w[lo:hi], streams[first:end])
+                d, f = self.graphs.run(keys[g], contexts[g], *run, self.total)
+                directions += d
+                flops += f
+        return directions, flops

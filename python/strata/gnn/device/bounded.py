@@ -20,6 +20,7 @@ import torch
 
 from ... import _native
 from ...device import rng
+from ...device.capture import capturing, replay
 from .relabel import relabel_into
 
 
@@ -68,7 +69,7 @@ class BoundedBatch:
         if graphs and self.graph is None and self.capturable():
             self._capture()
         if self.graph is not None:
-            self.graph.replay()
+            replay(self.graph)
             self.sampler.counts["replayed"] += 1
             return self.out
         self.sampler.counts["op_by_op"] += 1
@@ -120,9 +121,9 @@ class BoundedBatch:
                 self.draw()
             torch.cuda.current_stream(device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            # Thread-local: the model trains on another thread meanwhile, and its CUDA calls
-            # must neither fail nor spoil this capture.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            # The model trains on another thread meanwhile: its CUDA calls must neither fail
+            # nor spoil this capture.
+            with capturing(graph):
                 out = self.draw()
         except Exception as e:
             self.sampler._local.fill_(-1)
