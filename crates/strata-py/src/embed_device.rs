@@ -343,16 +343,17 @@ impl DeviceStep for PyDeviceStep {
 
     fn counters(&mut self) -> Result<DeviceCounters, String> {
         with_views("device counters", |py, _| {
-            let (busy, h2d_bytes, d2h_bytes, copy_wait, slot_in_seconds) = self
+            let (busy, h2d_bytes, d2h_bytes, copy_wait, slot_in_seconds, late_loss) = self
                 .backend
                 .call_method0(py, "counters")?
-                .extract::<(f64, u64, u64, f64, f64)>(py)?;
+                .extract::<(f64, u64, u64, f64, f64, f64)>(py)?;
             Ok(DeviceCounters {
                 busy,
                 h2d_bytes,
                 d2h_bytes,
                 copy_wait,
                 slot_in_seconds,
+                late_loss,
             })
         })
     }

@@ -71,8 +71,10 @@ pub struct StepCounters {
 
 /// What a device backend adds to an epoch's counters (zero for the CPU kernels): seconds the
 /// device computed (CUDA events on a GPU, the step's wall seconds on the CPU twin), bytes
-/// copied host -> device and device -> host, seconds the compute waited for a copy, and the
-/// seconds the slot copies into the device took.
+/// copied host -> device and device -> host, seconds the compute waited for a copy, the
+/// seconds the slot copies into the device took, and the loss of the pieces whose
+/// `train_piece` returned before the device had trained them (a GPU reads a piece's loss one
+/// piece late, so that the host never waits for the piece it just queued).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct DeviceCounters {
     pub busy: f64,
@@ -80,6 +82,7 @@ pub struct DeviceCounters {
     pub d2h_bytes: u64,
     pub copy_wait: f64,
     pub slot_in_seconds: f64,
+    pub late_loss: f64,
 }
 
 /// Which table a slot hook is about.
@@ -132,7 +135,9 @@ pub trait Compute: Send {
     /// Forgets every partition slot the backend holds (their host buffers may change outside
     /// the hooks: an evaluation reads other partitions into them between epochs).
     fn forget_partitions(&mut self) {}
-    /// The device's own counters since the last reset (`None`: a host backend).
+    /// The device's own counters since the last reset (`None`: a host backend). Called
+    /// before [`Compute::counters`] at an epoch's end: it adds the loss of the pieces the
+    /// device trained after their `train_piece` returned.
     fn device_counters(&mut self) -> Option<DeviceCounters> {
         None
     }

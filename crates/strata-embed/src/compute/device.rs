@@ -183,7 +183,8 @@ pub trait DeviceStep: Send {
     fn forget_partitions(&mut self) -> std::result::Result<(), String>;
     /// Zeroes the device counters.
     fn reset_counters(&mut self) -> std::result::Result<(), String>;
-    /// The device counters since the last reset (waits for the device's queued work).
+    /// The device counters since the last reset (waits for the device's queued work), with the
+    /// loss of the pieces `train_piece` returned before their loss was known.
     fn counters(&mut self) -> std::result::Result<DeviceCounters, String>;
     /// One line for the run's output: the device, and how its slots reach it.
     fn describe(&mut self) -> std::result::Result<String, String>;
@@ -469,7 +470,10 @@ impl Compute for DeviceCompute {
 
     fn device_counters(&mut self) -> Option<DeviceCounters> {
         match self.step.counters() {
-            Ok(c) => Some(c),
+            Ok(c) => {
+                self.counters.loss += c.late_loss;
+                Some(c)
+            }
             Err(e) => {
                 self.keep(Err(e));
                 None

@@ -519,10 +519,12 @@ impl Trainer {
     ) -> EpochReport {
         let (epoch, tally) = (pass.epoch, &pass.tally);
         let seconds = pass.tl.origin.elapsed().as_secs_f64();
+        // The device's counters first: they bring in the loss of its last pieces.
+        let device = self.compute.device_counters();
         let c = self.compute.counters();
         let (flops, busy) = (c.flops, c.busy);
         let partition_bytes_read = io.read_bytes.saturating_sub(tally.edge_bytes);
-        let device = self.compute.device_counters().map(|d| DeviceReport {
+        let device = device.map(|d| DeviceReport {
             busy_seconds: d.busy,
             busy_share: d.busy / seconds.max(1e-9),
             h2d_bytes: d.h2d_bytes,

@@ -243,14 +243,59 @@ class Staging:
         pinned = self.buf[:nbytes].view(host.dtype).view(host.shape)
         pinned.copy_(host)
         if out is None:
-            out = torch.empty(host.shape, dtype=host.dtype, device=self.device)
-        # The copy stream writes memory the compute stream allocated.
-        out.record_stream(self.stream)
+            # Made on the copy stream, which writes it first, and recorded as the compute
+            # stream's, so the allocator gives it to no later copy before the compute reading
+            # it is done: the host runs a piece ahead of the device (PieceLosses), and memory
+            # freed by the compute stream could still be read by its queued steps.
+            with torch.cuda.stream(self.stream):
+                out = torch.empty(host.shape, dtype=host.dtype, device=self.device)
+            out.record_stream(torch.cuda.current_stream(self.device))
+        else:
+            # The copy stream writes memory the compute stream allocated (a slot's region, the
+            # banks' rows), after the compute that read it before: a victim's copy out ordered
+            # the copy stream after it, a piece with banks waits for its gradient's landing.
+            out.record_stream(self.stream)
         with torch.cuda.stream(self.stream):
             out.copy_(pinned, non_blocking=True)
             self.done = torch.cuda.Event()
             self.done.record(self.stream)
         return out, self.done
+
+
+class PieceLosses:
+    """The pieces' summed losses on their way to the host. Each piece's total is copied out as
+    the piece ends (on ``cuda`` on the compute stream, into pinned memory) and read one piece
+    later: the host waits for the piece before the one it has just queued, never for that one,
+    so the device trains a piece while the host (the Rust epoch loop: shuffling, chunking and
+    lending the next piece) prepares the next. The CPU twin keeps the same order, its copies
+    done at once."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.flight: list[tuple[torch.Tensor, object]] = []
+
+    def push(self, total: torch.Tensor) -> None:
+        """Queues the copy out of a piece's ``total`` (a 0-d device tensor, rewritten by the
+        next piece's steps after the copy)."""
+        if not self.cuda:
+            self.flight.append((total.clone(), None))
+            return
+        host = torch.empty((), dtype=total.dtype, pin_memory=True)
+        host.copy_(total, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        self.flight.append((host, copied))
+
+    def take(self, leave: int = 0) -> float:
+        """The summed loss of the pieces queued but not yet taken, all but the last ``leave``
+        (waiting for their copies)."""
+        loss = 0.0
+        while len(self.flight) > leave:
+            host, copied = self.flight.pop(0)
+            if copied is not None:
+                copied.synchronize()
+            loss += float(host)
+        return loss
 
 
 @contextmanager
@@ -311,6 +356,7 @@ class TorchCompute:
         # them), and the loss a piece's chunks add into (one tensor for the graphs' lifetime).
         self.consts: dict[tuple, torch.Tensor] = {}
         self.total = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.losses = PieceLosses(self.device)
         self.graphs = graphs.StepGraphs(self.device)
         # The negative banks' rows and gradient (one set per job), and the host memory and
         # version the rows were copied from.
@@ -334,6 +380,7 @@ class TorchCompute:
         )
 
     def reset_counters(self) -> None:
+        self.losses.take()  # counted by the last counters() call, or by none (not training)
         self.bytes_h2d = 0
         self.bytes_d2h = 0
         self.copy_wait = 0.0
@@ -341,9 +388,10 @@ class TorchCompute:
         self.busy = 0.0
         self.events: list = []
 
-    def counters(self) -> tuple[float, int, int, float, float]:
+    def counters(self) -> tuple[float, int, int, float, float, float]:
         """``(busy seconds, host->device bytes, device->host bytes, seconds waited for
-        copies, seconds of slot copies in)`` since the last reset."""
+        copies, seconds of slot copies in, loss of the pieces train_piece has not yet
+        returned)`` since the last reset."""
         busy = self.busy
         if self.cuda:
             torch.cuda.synchronize(self.device)
@@ -351,7 +399,7 @@ class TorchCompute:
             print(self.graphs.report(), file=sys.stderr)
         else:
             self.graphs.report()
-        return busy, self.bytes_h2d, self.bytes_d2h, self.copy_wait, self.slot_in_seconds
+        return busy, self.bytes_h2d, self.bytes_d2h, self.copy_wait, self.slot_in_seconds, self.losses.take()
 
     @staticmethod
     def _host(table: Lent) -> tuple[torch.Tensor, torch.Tensor]:
@@ -690,7 +738,8 @@ class TorchCompute:
         three int32) of ``edges``, with ``weights`` (f32, empty: unweighted), against
         ``ctxs[groups[c]]``, seeded ``derive(key, c)``; with negative banks, the gradient their
         rows received goes into ``bank_grad`` (f32, shaped as their rows). Returns ``(loss,
-        directions, flops, busy seconds)``."""
+        directions, flops, busy seconds)``, the loss that of the piece before this one
+        (:class:`PieceLosses`; the last piece's comes with :meth:`counters`)."""
         start = time.perf_counter()
         staged = self._stage(ctxs)
         bank = self._bank(ctxs)
@@ -719,7 +768,8 @@ class TorchCompute:
                 self.buffer.release(slot.index)
         if bank is not None:
             self._start_copy_out([bank[1].view(-1)], victim=False)([torch.frombuffer(bank_grad, dtype=torch.float32)])
-        return float(self.total), directions, flops, time.perf_counter() - start
+        self.losses.push(self.total)
+        return self.losses.take(leave=1), directions, flops, time.perf_counter() - start
 
     def _train_runs(self, ctxs, contexts, groups, bounds, piece) -> tuple[int, float]:
         """Trains a piece's chunks (``piece``: its int64 edges, weights or None, and streams on
