@@ -8,6 +8,7 @@ tests run on ``cuda`` too (``gpu_devices``)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -201,6 +202,20 @@ def test_the_sorted_update_of_a_large_table_trains_alike(kg, tmp_path, monkeypat
 def test_weighted_edges_train_alike(weighted_kg, tmp_path, device, training):
     """Each edge's terms scaled by its weight: a negative-sampling edge's, a 1vsAll query's."""
     assert_same_training(weighted_kg, tmp_path, device, model="complex", training=training)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_device_run_checks_theorem_3_at_the_rate_of_its_first_epoch(kg, tmp_path, device):
+    # The host's step says nothing of a device's, so the check waits for an epoch's rate.
+    proc = run_strata(
+        "embed", "train", kg, "--run-dir", tmp_path / "run", "--device", device, "--epochs", "2", "--partitions", "4",
+        "--buffer", "3", "--dim", "16", "--chunk-size", "200", "--negatives", "64", "--threads", "1",
+    )  # fmt: skip
+    err = proc.stderr
+    said = err.index("Theorem 3: checked after the first epoch, at the rate the device trains")
+    rate = re.search(r"the device trained ([0-9.]+) us/edge in its first epoch", err)
+    assert rate and float(rate.group(1)) > 0 and err.count("the device trained") == 1
+    assert said < rate.start() < err.index("epoch 2/2:")
 
 
 @pytest.mark.parametrize("training", ["negative_sampling", "1vsAll"])

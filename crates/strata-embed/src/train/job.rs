@@ -42,6 +42,7 @@ use crate::train::dist::{Cluster, PartitionSource};
 use crate::train::epoch::Trainer;
 use crate::train::group::leader_first;
 use crate::train::iteration::{Iteration, IterationManager, ScheduleState};
+use crate::train::overlap::EdgeRate;
 use crate::train::owner;
 use crate::train::schedule::{self, BucketScheduler};
 
@@ -141,6 +142,9 @@ struct Coordinator<'a> {
     /// The plan holds a write-behind copy: epochs that validate leave their table to be
     /// written beside validation.
     write_behind: bool,
+    /// A device run's Theorem 3 check, made once its first epoch has given the device's rate:
+    /// the plan and the run directory it needs.
+    overlap_after_epoch: Option<(EmbedPlan, PathBuf)>,
 }
 
 impl<'a> Coordinator<'a> {
@@ -180,7 +184,17 @@ impl<'a> Coordinator<'a> {
         let (mut trainer, store, lock) = (s.trainer, s.store, s.lock);
         let mut ckpt = CheckpointManager { run: s.run };
         scheduler.join(&mut ckpt, &mut trainer.relations, progress)?;
-        scheduler.describe_overlap(&trainer, &s.plan, paths.run_dir, progress)?;
+        let overlap_after_epoch = if trainer.cfg.device == "cpu" {
+            scheduler.describe_overlap(&trainer, &s.plan, paths.run_dir, None, progress)?;
+            None
+        } else {
+            if leads {
+                progress.message(
+                    "Theorem 3: checked after the first epoch, at the rate the device trains",
+                );
+            }
+            Some((s.plan.clone(), paths.run_dir.to_path_buf()))
+        };
         let spec = eval_spec(&trainer.cfg, &s.plan, trainer.threads());
         let ranker = ranker_for(&trainer.cfg.device, spec.threads)?;
         // Rank 0 validates each epoch for the whole group (in owner mode streaming the
@@ -230,6 +244,7 @@ impl<'a> Coordinator<'a> {
             rank,
             world_size,
             write_behind,
+            overlap_after_epoch,
         })
     }
 
@@ -254,6 +269,16 @@ impl<'a> Coordinator<'a> {
                 self.progress,
             )?;
             if let Some(trained) = trained {
+                if let Some((plan, run_dir)) = self.overlap_after_epoch.take() {
+                    let rate = EdgeRate::device_epoch(&trained.report);
+                    self.scheduler.describe_overlap(
+                        &self.trainer,
+                        &plan,
+                        &run_dir,
+                        Some(rate),
+                        self.progress,
+                    )?;
+                }
                 self.commit(it, &tables, trained, on_epoch)?;
             }
         }

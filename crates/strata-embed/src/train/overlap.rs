@@ -1,5 +1,7 @@
-//! Whether partition swaps can hide behind training (Legend's Theorem 3), checked at start with
-//! the device profile and a measured compute time per edge.
+//! Whether partition swaps can hide behind training (Legend's Theorem 3), checked with the
+//! device profile and a measured compute time per edge: at start for the CPU kernels (their
+//! step timed on synthetic rows), after the first epoch on a device (the rate it trained that
+//! epoch at: the host's step says nothing of a GPU's).
 //!
 //! The paper's condition: I/O is fully hidden when `|E|/|V|² ≥ 96 d² / (M t (w + r))`, with
 //! `M` the buffer bytes, `t` the compute time per edge and `w`, `r` the write and read
@@ -20,7 +22,47 @@ use crate::model::ScoreModel;
 use crate::ordering::Schedule;
 use crate::storage::partitioning::Buckets;
 use crate::storage::shared::SharedRows;
+use crate::train::epoch::EpochReport;
 use crate::train::worker::{BucketCtx, PartRows, Pool, Worker};
+
+/// Seconds of training per edge (all threads together), and where they were measured.
+#[derive(Debug, Clone, Copy)]
+pub struct EdgeRate {
+    pub seconds: f64,
+    /// From an epoch a device trained, not from the host's step.
+    pub from_device_epoch: bool,
+}
+
+impl EdgeRate {
+    /// The CPU kernels' rate on `threads` threads ([`measure_edge_seconds`]).
+    pub fn host(model: &ScoreModel, cfg: &TrainConfig, threads: usize) -> Self {
+        let seconds = measure_edge_seconds(model, cfg, threads);
+        EdgeRate {
+            seconds,
+            from_device_epoch: false,
+        }
+    }
+
+    /// The rate an epoch trained at on a device: its seconds less its I/O wait, per edge (the
+    /// first epoch's include its graph captures, so this errs slow).
+    pub fn device_epoch(report: &EpochReport) -> Self {
+        let edges = (report.edges_per_second * report.seconds).max(1.0);
+        EdgeRate {
+            seconds: (report.seconds - report.io_wait_seconds).max(0.0) / edges,
+            from_device_epoch: true,
+        }
+    }
+}
+
+impl std::fmt::Display for EdgeRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us = self.seconds * 1e6;
+        match self.from_device_epoch {
+            true => write!(f, "the device trained {us:.3} us/edge in its first epoch"),
+            false => write!(f, "training takes {us:.3} us/edge here"),
+        }
+    }
+}
 
 /// The check's inputs and verdicts.
 #[derive(Debug, Clone, Serialize)]

@@ -23,7 +23,7 @@ use crate::train::dist::{
 };
 use crate::train::epoch::Trainer;
 use crate::train::group::{Group, LocalCluster, Ranks};
-use crate::train::overlap;
+use crate::train::overlap::{self, EdgeRate};
 use crate::train::owner::{self, Commit};
 
 /// How a job's epochs are scheduled and committed across its group.
@@ -42,12 +42,14 @@ pub trait BucketScheduler {
         relations: &mut Relations,
         progress: &dyn Progress,
     ) -> Result<()>;
-    /// Tells the user whether partition swaps can hide behind training (Theorem 3).
+    /// Tells the user whether partition swaps can hide behind training (Theorem 3), at `rate`
+    /// (`None`: the CPU kernels' rate, measured now).
     fn describe_overlap(
         &self,
         trainer: &Trainer,
         plan: &EmbedPlan,
         run_dir: &Path,
+        rate: Option<EdgeRate>,
         progress: &dyn Progress,
     ) -> Result<()>;
     /// Trains epoch `epoch` from `tables.current` into `tables.next`. Returns what this rank
@@ -186,22 +188,25 @@ impl BucketScheduler for SingleMachine {
         trainer: &Trainer,
         plan: &EmbedPlan,
         run_dir: &Path,
+        rate: Option<EdgeRate>,
         progress: &dyn Progress,
     ) -> Result<()> {
         let sched = base_schedule(&trainer.cfg, trainer.buckets.partitioning.partitions)?;
-        let model = trainer.model;
-        let t = overlap::measure_edge_seconds(&model, &trainer.cfg, trainer.threads());
+        let rate =
+            rate.unwrap_or_else(|| EdgeRate::host(&trainer.model, &trainer.cfg, trainer.threads()));
         match DeviceProfile::for_path(run_dir) {
             _ if sched.swaps() == 0 => progress.message(&format!(
-                "Theorem 3: all {} partition(s) stay resident, no swaps to hide (training takes {:.3} us/edge here)",
+                "Theorem 3: all {} partition(s) stay resident, no swaps to hide ({rate})",
                 plan.partitions,
-                t * 1e6
             )),
             Some(profile) => {
                 let node_bytes = trainer.buffer.layout.node_bytes();
-                let c = overlap::check(&sched, &trainer.buckets, node_bytes, plan.buffer_bytes, plan.part_bytes, t, &profile)
+                let c = overlap::check(&sched, &trainer.buckets, node_bytes, plan.buffer_bytes, plan.part_bytes, rate.seconds, &profile)
                     .expect("the schedule has swaps");
                 c.describe().iter().for_each(|l| progress.message(l));
+                if rate.from_device_epoch {
+                    progress.message(&format!("    (t: {rate})"));
+                }
                 if let Some(why) = profile.caveat() {
                     progress.message(&format!(
                         "    (the check's rates may be too high: {why}; `strata bench-disk --dir {}` measures the disk itself with a 4 GiB file)",
@@ -210,9 +215,8 @@ impl BucketScheduler for SingleMachine {
                 }
             }
             None => progress.message(&format!(
-                "Theorem 3: no device profile for the disk holding {} (training takes {:.3} us/edge here); run `strata bench-disk --dir {}` to check whether swaps can hide",
+                "Theorem 3: no device profile for the disk holding {} ({rate}); run `strata bench-disk --dir {}` to check whether swaps can hide",
                 run_dir.display(),
-                t * 1e6,
                 run_dir.display()
             )),
         }
@@ -322,20 +326,21 @@ impl BucketScheduler for Distributed<'_> {
         trainer: &Trainer,
         plan: &EmbedPlan,
         _: &Path,
+        rate: Option<EdgeRate>,
         progress: &dyn Progress,
     ) -> Result<()> {
         if !self.ranks.leads() {
             return Ok(());
         }
-        let t = overlap::measure_edge_seconds(&trainer.model, &trainer.cfg, trainer.threads());
+        let rate =
+            rate.unwrap_or_else(|| EdgeRate::host(&trainer.model, &trainer.cfg, trainer.threads()));
         progress.message(&format!(
-            "Theorem 3 is not checked in a distributed run: its buckets come from the scheduler, not a precomputed schedule ({}; each rank's epoch line gives its partition wait); training takes {:.3} us/edge on rank 0",
+            "Theorem 3 is not checked in a distributed run: its buckets come from the scheduler, not a precomputed schedule ({}; each rank's epoch line gives its partition wait); on rank 0 {rate}",
             if plan.prefetch_slots > 0 {
                 "rank 0 loads its next grant's partitions while it trains"
             } else {
                 "rank 0 loads each grant's partitions before it trains"
             },
-            t * 1e6
         ));
         Ok(())
     }
