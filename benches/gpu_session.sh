@@ -52,7 +52,9 @@ done
 # backend is carried: its limit allows for both. On an H200 (2026-11-27): tests 65, embed-step
 # 14, gnn-path 15, embed-fb15k 98, gnn-g6 112 (PyG's run included), embed-pbg 116 (50 of them
 # building PBG's helpers), embed-rmat-resident 106 with its store made by an earlier call (the
-# store takes about 45 s more); embed-rmat-ooc needs about 180 s past its 70 s of set-up.
+# store takes about 45 s more); embed-rmat-ooc needs about 180 s past its 70 s of set-up. On an
+# H200 (2026-11-27, later): env 19, embed-step 15, embed-fb15k 120, embed-rmat-lean 155 with
+# its store made by an earlier call (the store about 45 s more), tests 60.
 declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-bf16]=400 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [embed-rmat-bf16]=540 [embed-rmat-lean]=560 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540
     [recipes-n3]=560 [per-edge]=240)
@@ -69,8 +71,10 @@ export DEVICE_TESTS="tests/test_embed_device.py tests/test_device_rng.py tests/t
 # Only their cuda cases: the CPU twins are CI's, and some cannot run on the GPU machine's stack
 # (Triton 3.6's interpreter takes a loop's runtime bound as a 1-element array, which the
 # machine's NumPy refuses to convert to an int; Triton 3.9, CI's, squeezes it first).
+# LIBC_FATAL_STDERR_: glibc's fatal messages (a heap check's abort) on stderr, not on a tty
+# the workers lack (a worker aborted with no message under -n 8 on an H200, 2026-11-27).
 step_tests() {
-    python3 -m pytest -q --maxfail 10 -n 8 -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
+    LIBC_FATAL_STDERR_=1 python3 -m pytest -q --maxfail 10 -n 8 -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
 }
 # The same one at a time in one process, every native message shown: for a test that crashes
 # its worker (TESTS names it, as pytest's node id). Kernels launch synchronously unless
