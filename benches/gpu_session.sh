@@ -87,8 +87,17 @@ step_embed-step() {
     python3 benches/bench_embed_step.py --device cuda --profile >"$OUT/embed-step.json" &&
         python3 benches/show_profile.py "$OUT/embed-step.json"
 }
+# The run.json and timeline.jsonl (each epoch's compute, wait and I/O intervals on the host) of
+# the runs named, from $WORK/embed into $OUT: where a device run's host time goes.
+keep_runs() {
+    local r
+    for r in "$@"; do
+        mkdir -p "$OUT/$r" && cp "$WORK/embed/$r/run.json" "$WORK/embed/$r/timeline.jsonl" "$OUT/$r/"
+    done
+}
 step_embed-fb15k() {
-    python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json"
+    python3 benches/bench_embed_device.py --part fb15k --work "$WORK/embed" --out "$OUT/embed-device.json" &&
+        keep_runs run-fb15k-device run-fb15k-back
 }
 # bf16 tables on the device: B1's settings (seconds and MRR against the float32 runs of
 # embed-fb15k), then the RMAT epoch out of core, half the bytes a partition moves.
@@ -128,7 +137,8 @@ step_embed-rmat-bf16() {
 # the first ended in (no fill), the steady state the goals compare.
 step_embed-rmat-lean() {
     python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-resident --part rmat-ooc \
-        --table-dtype bf16 --optimizer adagrad_row --epochs 2 --work "$WORK/embed" --out "$OUT/embed-device.json"
+        --table-dtype bf16 --optimizer adagrad_row --epochs 2 --work "$WORK/embed" --out "$OUT/embed-device.json" &&
+        keep_runs run-rmat-resident run-rmat-ooc
 }
 step_embed-rmat-ooc() {
     python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-ooc \
@@ -204,7 +214,8 @@ for step in "$@"; do
     fi
     echo "=== $step (limit ${limit} s) $(date -u +%T)"
     start=$SECONDS t0=$(date +%s)
-    timeout --signal=INT --kill-after=10 "$limit" bash -c "$(declare -f "step_$step"); step_$step" \
+    # Every function: a step may call the helpers (recipes_on_gpu, keep_runs).
+    timeout --signal=INT --kill-after=10 "$limit" bash -c "$(declare -f); step_$step" \
         >"$OUT/$step.log" 2>&1
     rc=$?
     # The runs' own logs (benches write each run's stderr as it goes), for a run cut off.
