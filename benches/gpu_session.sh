@@ -83,9 +83,12 @@ step_tests-alone() {
     CUDA_LAUNCH_BLOCKING=${BLOCKING:-1} RUST_BACKTRACE=1 python3 -X faulthandler -m pytest -q -s -p no:xdist \
         -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
 }
+# Then B1's chunk in a piece of B1's length (273 chunks, the whole epoch's): a piece's own host
+# work, shared by 33 chunks in the first figures, is then spread as an epoch spreads it.
 step_embed-step() {
     python3 benches/bench_embed_step.py --device cuda --profile >"$OUT/embed-step.json" &&
-        python3 benches/show_profile.py "$OUT/embed-step.json"
+        python3 benches/show_profile.py "$OUT/embed-step.json" &&
+        python3 benches/bench_embed_step.py --device cuda --case b1 --chunks 272 >"$OUT/embed-step-b1-piece.json"
 }
 # The run.json and timeline.jsonl (each epoch's compute, wait and I/O intervals on the host) of
 # the runs named, from $WORK/embed into $OUT: where a device run's host time goes.
