@@ -499,6 +499,11 @@ pub struct TrainConfig {
     /// the epoch once the copy is synced, when --memory holds the copy beside the rest (the
     /// plan says so); false: each epoch writes its table back before it ends (no copy)
     pub write_behind: bool,
+    /// out of core in one process: a spare partition buffer beside the slots, so each swap
+    /// reads the next partition into it while the evicted one is written from its slot (the
+    /// disk serves both at once), when --memory holds it beside the rest (the plan says so);
+    /// false: each swap writes the evicted partition, then reads the next into its slot
+    pub swap_spare: bool,
     /// start a new run from the best checkpoint of this earlier run (incremental training on a
     /// store that gained nodes and edges): known nodes, matched by name (by id in stores
     /// without names), and relations keep their rows and optimizer state, new ones start fresh;
@@ -634,6 +639,7 @@ impl Default for TrainConfig {
             dist_storage: DistStorage::Shared,
             dist_prefetch: true,
             write_behind: true,
+            swap_spare: true,
             init_from: None,
             lr_scheduler: LrScheduler::None,
             lr_factor: 0.1,

@@ -85,6 +85,11 @@ pub struct EmbedPlan {
     /// budget holds it beside the rest; 0 otherwise (the epoch writes its table back before
     /// it ends).
     pub write_behind_bytes: u64,
+    /// A spare partition buffer that each swap reads the next partition into while the
+    /// evicted one is written from its slot, and its bytes: one partition when the run asks
+    /// for it (`swap_spare`), partitions swap, the process is alone and the budget holds it
+    /// beside the rest; 0 otherwise (a swap writes, then reads, through one slot).
+    pub swap_spare_bytes: u64,
     /// The smallest budget that holds the fixed parts and the buffer's slots with one node
     /// per partition (the configured partitions, when set).
     pub minimum: u64,
@@ -107,6 +112,7 @@ impl EmbedPlan {
             + self.group_bytes
             + self.prefetch_bytes
             + self.write_behind_bytes
+            + self.swap_spare_bytes
     }
 
     /// Whether every partition stays resident (no swaps during an epoch).
@@ -194,7 +200,19 @@ impl Planned for EmbedPlan {
                 } else {
                     "none: each epoch writes its table back before it ends".to_string()
                 },
-            )
+            );
+        if !self.in_memory() {
+            plan = plan.part(
+                "swap spare",
+                self.swap_spare_bytes,
+                if self.swap_spare_bytes > 0 {
+                    "1 partition: a swap reads the next while the evicted one is written"
+                } else {
+                    "none: each swap writes the evicted partition, then reads the next"
+                },
+            );
+        }
+        plan = plan
             .part(
                 "negative banks",
                 self.bank_bytes,
@@ -317,6 +335,7 @@ pub fn plan_queries(
         prefetch_bytes: 0,
         prefetch_note: None,
         write_behind_bytes: 0,
+        swap_spare_bytes: 0,
         minimum,
         device: None,
     })
@@ -679,6 +698,11 @@ pub fn plan(
     } else {
         0
     };
+    let swap_spare_bytes = if cfg.swap_spare && alone && !resident && part_bytes <= left {
+        part_bytes
+    } else {
+        0
+    };
     Ok(EmbedPlan {
         memory,
         partitions: partitions as u32,
@@ -704,6 +728,7 @@ pub fn plan(
         prefetch_bytes: prefetch_slots as u64 * part_bytes,
         prefetch_note,
         write_behind_bytes,
+        swap_spare_bytes,
         minimum,
         device,
     })
@@ -908,6 +933,59 @@ mod tests {
         assert_eq!((p.partitions, p.write_behind_bytes), (4, 0));
         let rank = plan(&cfg, &m, &nodes, 10, 1, Some(RankNeeds::default()), None).unwrap();
         assert_eq!(rank.write_behind_bytes, 0);
+    }
+
+    #[test]
+    fn partitions_that_swap_get_a_spare_buffer_when_the_budget_holds_it() {
+        let (m, nodes) = (model(100), untyped(100_000));
+        let parts = TrainConfig {
+            partitions: 4,
+            buffer: 2,
+            ..device_cfg()
+        };
+        let p = plan(&parts, &m, &nodes, 10, 1, None, None).unwrap();
+        assert_eq!(p.swap_spare_bytes, p.part_bytes, "{p:?}");
+        assert!(p.total() <= parts.memory.0);
+        let line = p.memory_plan().describe().join("\n");
+        assert!(
+            line.contains("a swap reads the next while the evicted one is written"),
+            "{line}"
+        );
+        // Asked not to, a resident table, a rank of a group, and a budget the buffer fills:
+        // none.
+        let off = TrainConfig {
+            swap_spare: false,
+            ..parts.clone()
+        };
+        assert_eq!(
+            plan(&off, &m, &nodes, 10, 1, None, None)
+                .unwrap()
+                .swap_spare_bytes,
+            0
+        );
+        let resident = plan(&device_cfg(), &m, &nodes, 10, 1, None, None).unwrap();
+        assert_eq!((resident.partitions, resident.swap_spare_bytes), (1, 0));
+        assert!(!resident
+            .memory_plan()
+            .describe()
+            .join("\n")
+            .contains("swap spare"));
+        let rank = plan(&parts, &m, &nodes, 10, 1, Some(RankNeeds::default()), None).unwrap();
+        assert_eq!(rank.swap_spare_bytes, 0);
+        // The smallest budget (to an eighth of a partition) that holds the buffer.
+        let t = (1..)
+            .map(|i| TrainConfig {
+                memory: Size(RUNTIME_BYTES + i * p.part_bytes / 8),
+                ..parts.clone()
+            })
+            .find_map(|tight| plan(&tight, &m, &nodes, 10, 1, None, None).ok())
+            .unwrap();
+        assert_eq!((t.partitions, t.swap_spare_bytes), (4, 0), "{t:?}");
+        let line = t.memory_plan().describe().join("\n");
+        assert!(
+            line.contains("each swap writes the evicted partition, then reads the next"),
+            "{line}"
+        );
     }
 
     /// A run of 1 GiB on the host drawing negatives from the resident partitions (Legend's),

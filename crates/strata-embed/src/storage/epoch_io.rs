@@ -1,5 +1,6 @@
 //! Background I/O of an epoch: partition swaps (write the evicted partition back, read the next
-//! one into the same slot) and bucket edges read ahead in training order. The trainer decides
+//! one: into the same slot, or with a spare buffer into the spare while the evicted one is
+//! written, the two at once) and bucket edges read ahead in training order. The trainer decides
 //! when a swap may start; these threads only move bytes.
 
 use std::sync::Arc;
@@ -17,7 +18,8 @@ use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::Buckets;
 use crate::storage::table::TableFile;
 
-/// One swap: write `evict` (if any) from `buf` to `to`, then read `load` into it from `from`.
+/// One swap: write `evict` (if any) from `buf` to `to`, and read `load` from `from`, into `buf`
+/// after the write or, with a spare buffer, into the spare during it.
 pub struct Swap {
     pub slot: usize,
     pub buf: AlignedBuf,
@@ -25,7 +27,8 @@ pub struct Swap {
     pub load: (u32, Arc<TableFile>),
 }
 
-/// A finished swap: the slot's buffer, now holding the loaded partition.
+/// A finished swap: the slot's buffer, now holding the loaded partition (the spare's buffer
+/// when it read into the spare, which then keeps the evicted partition's).
 pub struct Swapped {
     pub slot: usize,
     pub buf: AlignedBuf,
@@ -35,35 +38,30 @@ pub struct Swapped {
     pub finished: Instant,
 }
 
-/// The thread doing partition swaps.
+/// The thread doing partition swaps, and the spare buffer it reads into (given back by
+/// [`Swapper::finish`]).
 pub struct Swapper {
     tx: Option<Sender<Swap>>,
     rx: Receiver<Swapped>,
-    handle: Option<JoinHandle<()>>,
+    handle: Option<JoinHandle<Option<AlignedBuf>>>,
 }
 
 impl Swapper {
-    pub fn start(engine: Arc<Engine>, layout: TableLayout) -> Swapper {
+    /// Starts the swap thread; with `spare` (a buffer of a slot's size) each swap that evicts
+    /// reads the next partition into the spare while it writes the evicted one.
+    pub fn start(engine: Arc<Engine>, layout: TableLayout, spare: Option<AlignedBuf>) -> Swapper {
         let (tx, jobs) = unbounded::<Swap>();
         let (done_tx, rx) = unbounded::<Swapped>();
         let handle = std::thread::Builder::new()
             .name("strata-embed-swap".into())
             .spawn(move || {
-                for mut s in jobs {
+                let mut spare = spare;
+                for s in jobs {
                     let started = Instant::now();
-                    let mut result = Ok(());
-                    if let Some((p, to)) = &s.evict {
-                        result = to.write_partition(&engine, &layout, *p, &mut s.buf);
-                    }
-                    if result.is_ok() {
-                        result = s
-                            .load
-                            .1
-                            .read_partition(&engine, &layout, s.load.0, &mut s.buf);
-                    }
+                    let (slot, (buf, result)) = (s.slot, swap(&engine, &layout, s, &mut spare));
                     let done = Swapped {
-                        slot: s.slot,
-                        buf: s.buf,
+                        slot,
+                        buf,
                         result,
                         started,
                         finished: Instant::now(),
@@ -72,6 +70,7 @@ impl Swapper {
                         break;
                     }
                 }
+                spare
             })
             .expect("spawn the swap thread");
         Swapper {
@@ -92,6 +91,50 @@ impl Swapper {
     /// Waits for the swap in flight.
     pub fn wait(&self) -> Swapped {
         self.rx.recv().expect("the swap thread answers")
+    }
+
+    /// Ends the swap thread and gives back its spare buffer (`None`: it had none).
+    pub fn finish(mut self) -> Option<AlignedBuf> {
+        self.tx.take();
+        self.handle.take().and_then(|h| h.join().ok().flatten())
+    }
+}
+
+/// Moves one swap's bytes: returns the buffer holding the loaded partition and the outcome.
+/// With a `spare` and a partition to evict, the next partition is read into the spare on this
+/// thread while another writes the evicted one from its buffer, which becomes the spare.
+fn swap(
+    engine: &Arc<Engine>,
+    layout: &TableLayout,
+    s: Swap,
+    spare: &mut Option<AlignedBuf>,
+) -> (AlignedBuf, Result<()>) {
+    let Swap {
+        mut buf,
+        evict,
+        load,
+        ..
+    } = s;
+    let read = |into: &mut AlignedBuf| load.1.read_partition(engine, layout, load.0, into);
+    match (evict, spare.take()) {
+        (Some((p, to)), Some(mut next)) => {
+            let (wrote, read) = std::thread::scope(|scope| {
+                let writer = scope.spawn(|| to.write_partition(engine, layout, p, &mut buf));
+                let read = read(&mut next);
+                (writer.join().expect("the swap's write thread"), read)
+            });
+            *spare = Some(buf);
+            (next, wrote.and(read))
+        }
+        (evict, kept) => {
+            *spare = kept;
+            let wrote = match &evict {
+                Some((p, to)) => to.write_partition(engine, layout, *p, &mut buf),
+                None => Ok(()),
+            };
+            let result = wrote.and_then(|()| read(&mut buf));
+            (buf, result)
+        }
     }
 }
 
@@ -325,4 +368,86 @@ fn read_records<T>(
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{OptimizerKind, TableDtype};
+    use crate::storage::partitioning::Partitioning;
+
+    /// A buffer of `layout`'s partition size filled with `byte`.
+    fn filled(layout: &TableLayout, byte: u8) -> AlignedBuf {
+        let mut buf = AlignedBuf::new(layout.part_bytes() as usize);
+        buf.full_mut().fill(byte);
+        buf
+    }
+
+    /// Swaps of a table whose partition `p` holds bytes `p + 1`, with and without a spare: the
+    /// evicted partition lands in the file, the loaded one in the returned buffer, and with a
+    /// spare the two buffers trade places (the slot gets the spare, the spare the victim's).
+    #[test]
+    fn a_swap_writes_the_evicted_partition_and_returns_the_next_with_or_without_a_spare() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partitioning::new(64, 4, 3).unwrap();
+        let layout = TableLayout::new(&p, 8, OptimizerKind::Adagrad, TableDtype::F32);
+        let engine = Engine::shared();
+        let table = Arc::new(TableFile::open(&engine, &dir.path().join("t.bin"), true).unwrap());
+        for part in 0..4u32 {
+            table
+                .write_partition(&engine, &layout, part, &mut filled(&layout, part as u8 + 1))
+                .unwrap();
+        }
+        let bytes = layout.part_bytes() as usize;
+        for with_spare in [false, true] {
+            let spare = with_spare.then(|| filled(&layout, 0));
+            let spare_at = spare.as_ref().map(|b| b.prefix(1).as_ptr());
+            let swapper = Swapper::start(engine.clone(), layout, spare);
+            // Slot 1 held partition 0, changed in memory to bytes 9: it leaves for 2.
+            let victim = filled(&layout, 9);
+            let victim_at = victim.prefix(1).as_ptr();
+            swapper.start_swap(Swap {
+                slot: 1,
+                buf: victim,
+                evict: Some((0, table.clone())),
+                load: (2, table.clone()),
+            });
+            let done = swapper.wait();
+            done.result.unwrap();
+            assert_eq!(done.slot, 1);
+            assert!(
+                done.buf.prefix(bytes).iter().all(|&b| b == 3),
+                "partition 2 loaded"
+            );
+            let mut back = filled(&layout, 0);
+            table
+                .read_partition(&engine, &layout, 0, &mut back)
+                .unwrap();
+            assert!(
+                back.prefix(bytes).iter().all(|&b| b == 9),
+                "partition 0 written"
+            );
+            let returned = swapper.finish();
+            if with_spare {
+                assert_eq!(
+                    Some(done.buf.prefix(1).as_ptr()),
+                    spare_at,
+                    "the slot takes the spare"
+                );
+                let kept = returned.expect("the spare comes back");
+                assert_eq!(
+                    kept.prefix(1).as_ptr(),
+                    victim_at,
+                    "the victim's buffer is the spare now"
+                );
+            } else {
+                assert_eq!(done.buf.prefix(1).as_ptr(), victim_at);
+                assert!(returned.is_none());
+            }
+            // Partition 0 back as it was, for the next round.
+            table
+                .write_partition(&engine, &layout, 0, &mut filled(&layout, 1))
+                .unwrap();
+        }
+    }
 }

@@ -205,6 +205,9 @@ pub struct Trainer {
     pub(crate) writes_behind: bool,
     spare_copy: Vec<strata_io::AlignedBuf>,
     write_behind: Option<WriteBehind>,
+    /// The plan's swap spare (a slot-sized buffer each swap reads the next partition into
+    /// while it writes the evicted one), lent to each epoch's swap thread; `None`: none.
+    pub(crate) swap_spare: Option<strata_io::AlignedBuf>,
 }
 
 impl Trainer {
@@ -248,6 +251,7 @@ impl Trainer {
             writes_behind: false,
             spare_copy: Vec::new(),
             write_behind: None,
+            swap_spare: None,
         }
     }
 
@@ -288,7 +292,7 @@ impl Trainer {
                 (rx, Some(thread))
             }
         };
-        let swapper = Swapper::start(engine.clone(), self.buffer.layout);
+        let swapper = Swapper::start(engine.clone(), self.buffer.layout, self.swap_spare.take());
         let label = format!("epoch {}/{}", epoch + 1, self.cfg.epochs);
         let mut pass = Pass::start(epoch, progress, &label, self.buckets.num_edges);
         if kept.is_none() {
@@ -315,6 +319,7 @@ impl Trainer {
                 io.write_bytes as f64 / secs / 1e6
             ));
         }
+        self.swap_spare = swapper.finish();
         let t = Instant::now();
         let last = sched.states() - 1;
         self.reclaim_slots()?;

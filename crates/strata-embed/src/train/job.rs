@@ -726,6 +726,8 @@ fn setup(
         plan.bank_rows,
     );
     trainer.prefetch_slots = plan.prefetch_slots;
+    trainer.swap_spare = (plan.swap_spare_bytes > 0)
+        .then(|| strata_io::AlignedBuf::new(trainer.buffer.layout.part_bytes() as usize));
     trainer.typed = typed;
     trainer.head_prob = head_prob;
     trainer.vs_all = vs_all;

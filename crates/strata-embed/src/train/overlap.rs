@@ -11,7 +11,8 @@
 //! a row-wise Adagrad count their smaller partitions (`R = 8d` is the paper's form). Strata also
 //! checks the schedule it will actually run: for every swap, the edges of the buckets that
 //! train while it is in flight, times `t`, against the swap's write-then-read time
-//! `P/w + P/r` (the swap thread writes the evicted partition, then reads the next one).
+//! `P/w + P/r` (the swap thread writes the evicted partition, then reads the next one; with
+//! the plan's swap spare it does both at once, and this is an upper bound).
 
 use serde::Serialize;
 use strata_io::profile::DeviceProfile;
