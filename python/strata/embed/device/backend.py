@@ -738,7 +738,7 @@ class TorchCompute:
         three int32) of ``edges``, with ``weights`` (f32, empty: unweighted), against
         ``ctxs[groups[c]]``, seeded ``derive(key, c)``; with negative banks, the gradient their
         rows received goes into ``bank_grad`` (f32, shaped as their rows). Returns ``(loss,
-        directions, flops, busy seconds)``, the loss that of the piece before this one
+        directions, flops, busy seconds)``; the loss is the piece's before this one
         (:class:`PieceLosses`; the last piece's comes with :meth:`counters`)."""
         start = time.perf_counter()
         staged = self._stage(ctxs)
@@ -752,8 +752,8 @@ class TorchCompute:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             begin.record()
         e = e.to(torch.int64)
-        # The loss is added up on the device and read once, at the piece's end: no per-chunk
-        # host synchronisation.
+        # The loss is added up on the device and read one piece later (PieceLosses): no
+        # per-chunk host synchronisation, and none on the piece just queued.
         self.total.zero_()
         directions, flops = self._train_runs(ctxs, contexts, groups, bounds, (e, w, streams))
         if self.cuda:
