@@ -58,7 +58,8 @@ impl Swapper {
                 let mut spare = spare;
                 for s in jobs {
                     let started = Instant::now();
-                    let (slot, (buf, result)) = (s.slot, swap(&engine, &layout, s, &mut spare));
+                    let slot = s.slot;
+                    let (buf, result) = swap(&engine, &layout, s, &mut spare);
                     let done = Swapped {
                         slot,
                         buf,
