@@ -12,6 +12,9 @@ Parts (each fits one call of the GPU machine; results accumulate in `--out`):
   writing its table back before it ends instead of behind validation) against the Rust
   engine on the machine's cores and on one thread, side by side: median epoch seconds and
   filtered test MRR.
+- `fb15k-trace`: B1's run on `--device` in this process under torch's profiler
+  (`device_trace`): per epoch the device's busy share, and for its idle time what the host was
+  doing (the backend's phases, or the Rust engine's own work); the Chrome trace beside `--out`.
 - `rmat-prepare`: generates and converts the RMAT graph (scale `--scale`, `--edge-factor` edges
   per node) into `--work` (kept for the two runs below).
 - `rmat-ooc`: one epoch of Dot, 100 reals, on `--device` with 12 partitions and a buffer of 3
@@ -42,7 +45,12 @@ from pathlib import Path
 from bench_embed import B1
 from common import REPO, SHARED, machine, strata, timed
 
-PARTS = ("fb15k", "rmat-prepare", "rmat-ooc", "rmat-resident")
+PARTS = ("fb15k", "fb15k-trace", "rmat-prepare", "rmat-ooc", "rmat-resident")
+#: B1's settings (``B1``) as options of ``strata.embed.train``, for the traced run.
+B1_OPTIONS = dict(
+    model="complex", dim=100, chunk_size=1000, negatives=1000, corrupt="both", loss="softmax", optimizer="adagrad",
+    lr=0.1,
+)  # fmt: skip
 
 #: The out-of-core runs: Dot as B3 trains it (100 reals), larger chunks for the device,
 #: negatives from the resident partitions (Legend's pool).
@@ -147,6 +155,38 @@ def part_fb15k(args) -> dict:
     return named(runs, args)
 
 
+def part_fb15k_trace(args) -> dict:
+    """B1's run traced in this process (``device_trace``): five epochs, the second to the
+    fourth summarised (the first captures the step's graphs; the last runs on into the test),
+    with validation off so that an epoch is its training alone; an epoch starts where the epoch
+    loop lends the backend its slots. The Chrome trace goes beside ``--out``."""
+    import device_trace
+    from strata.embed import train
+    from strata.embed.device import backend, graphs
+
+    store = kg_store(args)
+    options = dict(B1_OPTIONS, epochs=args.epochs or 5, partitions=1, memory="4G", eval_every=0)
+    if args.tiny:
+        options.update(dim=16, negatives=32, chunk_size=200)
+    options.update(table_dtype=args.table_dtype, optimizer=args.optimizer, device=args.device)
+    run_dir = args.work / "run-fb15k-trace"
+    targets = {
+        backend.TorchCompute: ["train_piece", "slot_in", "slot_out", "counters"],
+        backend.Staging: ["to_device"],
+        graphs.StepGraphs: ["run"],
+    }
+    path = args.out.with_name(args.out.stem + "-fb15k-trace.json.gz")
+    summ = device_trace.traced(
+        lambda: train(store=store, run_dir=run_dir, fresh=True, **options),
+        targets,
+        (backend.TorchCompute, "forget_partitions", False),
+        path,
+        cuda=args.device.startswith("cuda"),
+    )
+    print(device_trace.show("fb15k trace", summ), file=sys.stderr)
+    return {f"fb15k {args.device}, traced": {"trace": path.name, "epochs": summ["epochs"][1:-1]}}
+
+
 def named(runs: dict, args) -> dict:
     """``runs`` with their names saying a bf16 table (``--table-dtype bf16``) and a row-wise
     Adagrad (``--optimizer adagrad_row``)."""
@@ -231,7 +271,8 @@ def main() -> None:
     parts = PARTS if "all" in args.part else args.part
     result = json.loads(args.out.read_text()) if args.out.exists() else {"runs": {}}
     result["machine"] = machine()
-    runs = {"fb15k": part_fb15k, "rmat-prepare": part_rmat_prepare, "rmat-ooc": part_rmat_ooc}
+    runs = {"fb15k": part_fb15k, "fb15k-trace": part_fb15k_trace, "rmat-prepare": part_rmat_prepare}
+    runs["rmat-ooc"] = part_rmat_ooc
     runs["rmat-resident"] = part_rmat_resident
     for part in parts:
         if part != "rmat-prepare" and part.startswith("rmat") and not rmat_store(args).exists():

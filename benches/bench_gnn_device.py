@@ -14,6 +14,10 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
   `--step eager` (the others take `--step auto`: on a GPU each padded batch shape's training
   step is a CUDA graph): sampled nodes/s and the share of the epoch the model waited for data
   (medians of the epochs after the first, from each run.json), and their ratios.
+- ``trace``: G6's device run (`--step auto`) in this process under torch's profiler
+  (`device_trace`): per epoch the device's busy share and, for its idle time, what the host
+  threads were doing (sampling, lookups, the training step's copies, or nothing torch saw);
+  the Chrome trace beside `--out`.
 - ``path``: G6's device data path alone, no model (`GnnData` with G6's settings and
   `data_path="device"`): sampled nodes/s and milliseconds per batch per epoch, the busy
   seconds per stage, and for the first batches of an epoch, sampled and looked up on the
@@ -67,7 +71,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from common import machine, profiled, save, strata, timed
+from common import RESULTS, machine, profiled, save, strata, timed
 
 FANOUTS = [10, 5]
 BATCH = 1024
@@ -77,7 +81,7 @@ HOST_FIXED = 6 << 30
 #: G6's graph and the issue's large one: (nodes, feature dim).
 GRAPHS = {"g6": (200_000, 128), "big": (20_000_000, 256)}
 TINY = {"g6": (1500, 16), "big": (3000, 16)}
-FIGURES = ("g6", "path", "reads", "pyg", "big", "big-pyg")
+FIGURES = ("g6", "trace", "path", "reads", "pyg", "big", "big-pyg")
 #: Batches the ``path`` figure counts ops and waits over.
 COUNTED = 8
 #: The big graph trains on 1% of its nodes (Helios's share), valid and test 1% each.
@@ -332,6 +336,42 @@ def figure_g6(store: Path, device, torch, args) -> dict:
     }
 
 
+def figure_trace(store: Path, device, torch, args) -> dict:
+    """G6's device run traced in this process (``device_trace``), each training epoch a marked
+    call; the epochs after the first summarised."""
+    import device_trace
+    from strata.gnn import step
+    from strata.gnn import train as gnn_train
+    from strata.gnn.device import bounded, cache, pipeline, sampler
+
+    targets = {
+        pipeline.DevicePipeline: ["_sampled", "_served", "_batch"],
+        bounded.BoundedBatch: ["load", "run"],
+        sampler.DeviceSampler: ["sample"],
+        cache.DeviceCache: ["plan", "serve"],
+        step.TrainStep: ["__call__"],
+        step.Padded: ["load"],
+    }
+    out = args.out or RESULTS / "gnn-device.json"
+    path = out.with_name(out.stem + "-g6-trace.json.gz")
+    run_dir = args.work / "run-g6-trace"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    options = dict(model="sage", fanouts=FANOUTS, batch_size=args.batch_size, epochs=args.epochs, memory="2G")
+    options |= dict(device=str(device), hidden=args.hidden, data_path="device", run_dir=run_dir)
+    record = {}
+    summ = device_trace.traced(
+        lambda: record.update(gnn_train.train(store=store, **options)),
+        targets,
+        (gnn_train, "train_epoch", True),
+        path,
+        cuda=device.type == "cuda",
+    )
+    print(device_trace.show("g6 trace", summ), file=sys.stderr)
+    history = record["history"]
+    run = medians(history, ["seconds", "sampled_nodes_per_second", "data_wait_fraction"])
+    return {"runs": {"device path, traced": {**run, "trace": path.name, "epochs": summ["epochs"][1:]}}}
+
+
 def figure_path(store: Path, device, torch, args) -> dict:
     """G6's device data path without a model: throughput per epoch (the first left out of the
     medians), what a batch costs the host (the first ``COUNTED`` batches of epoch 0) and where its
@@ -529,6 +569,8 @@ def main() -> None:
             result["figures"][fig] = figure_g6(store, device, torch, args)
         elif fig == "path":
             result["figures"][fig] = figure_path(store, device, torch, args)
+        elif fig == "trace":
+            result["figures"][fig] = figure_trace(store, device, torch, args)
         elif fig == "pyg":
             result["figures"][fig] = figure_quarter_vs_pyg(store, device, torch, args, nodes, dim)
         elif fig == "reads":

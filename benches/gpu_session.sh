@@ -8,7 +8,9 @@
 # Steps, in the order worth running them: env (the machine, and a disk profile the engines plan
 # with), tests (the device-parity tests with CUDA present), tests-alone (the same in one process,
 # kernels launched synchronously: for a test that crashes), embed-step (kernels and seconds of one
-# chunk of the embedding step), embed-fb15k, embed-bf16 (the same with bf16 tables, and the RMAT
+# chunk of the embedding step), embed-fb15k, embed-trace and gnn-trace (B1's run and G6's device
+# run under torch's profiler: where each epoch's device idle time goes, and a Chrome trace),
+# embed-bf16 (the same with bf16 tables, and the RMAT
 # epoch out of core with them), embed-pbg (PyTorch-BigGraph's GPU trainer beside
 # Strata's at B1's settings), gnn-path (the GNN device
 # data path alone on G6's graph, 60 batches an epoch: its speed and its per-batch host cost),
@@ -55,7 +57,7 @@ done
 # store takes about 45 s more); embed-rmat-ooc needs about 180 s past its 70 s of set-up. On an
 # H200 (2026-11-27, later): env 19, embed-step 15, embed-fb15k 120, embed-rmat-lean 155 with
 # its store made by an earlier call (the store about 45 s more), tests 60.
-declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-bf16]=400 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
+declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-trace]=150 [gnn-trace]=200 [embed-bf16]=400 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [embed-rmat-bf16]=540 [embed-rmat-lean]=560 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-tf32]=540
     [recipes-n3]=560 [per-edge]=240)
 
@@ -104,6 +106,14 @@ step_embed-fb15k() {
 }
 # bf16 tables on the device: B1's settings (seconds and MRR against the float32 runs of
 # embed-fb15k), then the RMAT epoch out of core, half the bytes a partition moves.
+# B1's run (five epochs, validation off) and G6's device run (three epochs) traced in-process:
+# the summary in the log and the JSON, the Chrome traces (gzipped) beside them.
+step_embed-trace() {
+    python3 benches/bench_embed_device.py --part fb15k-trace --work "$WORK/embed" --out "$OUT/embed-trace.json"
+}
+step_gnn-trace() {
+    python3 benches/bench_gnn_device.py --only trace --work "$WORK/gnn" --out "$OUT/gnn-trace.json"
+}
 step_embed-bf16() {
     python3 benches/bench_embed_device.py --part fb15k --part rmat-prepare --part rmat-ooc --table-dtype bf16 \
         --work "$WORK/embed" --out "$OUT/embed-device.json"

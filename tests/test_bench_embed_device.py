@@ -1,7 +1,8 @@
 """benches/bench_embed_device.py runs as the GPU session will run it, here on the CPU twin at a
-tiny size: every part trains, the device runs carry the device's counters and say why
-GPUDirect Storage is not used, and the out-of-core run swaps partitions while the resident one
-does not, with float32 and with bf16 tables, and with a row-wise Adagrad."""
+tiny size: every part trains, the traced one summarises its epochs, the device runs carry the
+device's counters and say why GPUDirect Storage is not used, and the out-of-core run swaps
+partitions while the resident one does not, with float32 and with bf16 tables, and with a
+row-wise Adagrad."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def test_bench_runs_on_the_cpu_twin(tmp_path):
     out = tmp_path / "result.json"
     cmd = [sys.executable, BENCHES / "bench_embed_device.py", "--device", "torch-cpu", "--tiny"]
     lean = ["rmat-ooc", "--table-dtype", "bf16", "--optimizer", "adagrad_row", "--epochs", "2"]
-    parts = [["fb15k"], ["rmat-prepare"], ["rmat-ooc"], ["rmat-resident"], ["rmat-ooc", "--table-dtype", "bf16"], lean]
+    parts = [["fb15k"], ["fb15k-trace"], ["rmat-prepare"], ["rmat-ooc"], ["rmat-resident"]]
+    parts += [["rmat-ooc", "--table-dtype", "bf16"], lean]
     for part in parts:
         args = [*cmd, "--part", *part, "--work", tmp_path, "--out", out]
         proc = subprocess.run([*map(str, args)], check=True, timeout=600, capture_output=True, text=True)
@@ -30,6 +32,12 @@ def test_bench_runs_on_the_cpu_twin(tmp_path):
     assert set(runs) >= {"fb15k torch-cpu", "fb15k cpu", "rmat-s10 resident"}
     assert 0 < runs["fb15k torch-cpu"]["test_mrr"] <= 1 and 0 < runs["fb15k cpu"]["test_mrr"] <= 1
     assert "busy_share" not in runs["fb15k cpu"] and runs["fb15k cpu"]["device_line"] is None
+    # The traced run: three epochs between the first and the last, each with the backend's
+    # phases and the time in none (the Rust epoch loop's own), its trace beside the result.
+    traced = runs["fb15k torch-cpu, traced"]
+    assert len(traced["epochs"]) == 3 and (tmp_path / traced["trace"]).stat().st_size > 0
+    for epoch in traced["epochs"]:
+        assert epoch["host_ms_by_phase"]["TorchCompute.train_piece"] > 0 and epoch["host_unmarked_ms"] > 0
     ooc = runs["rmat-s10 out of core (1/4 on the device)"]
     resident = runs["rmat-s10 resident"]
     for r in (runs["fb15k torch-cpu"], ooc, resident):

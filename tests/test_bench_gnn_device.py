@@ -1,11 +1,11 @@
 """benches/bench_gnn_device.py runs every figure as the GPU session will run them, here on the CPU
 twin at a tiny size: a --prepare call makes the stores a later call reuses; G6's runs go through
 `strata gnn train --data-path`, the device runs say they used the device path and report a wait
-share; the data path alone delivers batches with no host wait but one read of sizes per hop;
-the all-in-memory run serves every row from the device tier and the features-4x-host runs hold
-a quarter of the rows on the host and read the rest, a batch's misses read alone or with the
-window's; PyG's runs train, or say why not (no sampler backend
-installed)."""
+share; the traced run gives each epoch's host phases; the data path alone delivers batches with
+no host wait but one read of sizes per hop; the all-in-memory run serves every row from the
+device tier and the features-4x-host runs hold a quarter of the rows on the host and read the
+rest, a batch's misses read alone or with the window's; PyG's runs train, or say why not (no
+sampler backend installed)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from conftest import needs
 needs("torch")
 
 BENCHES = Path(__file__).resolve().parents[1] / "benches"
-FIGURES = "g6,path,reads,pyg,big,big-pyg"
+FIGURES = "g6,trace,path,reads,pyg,big,big-pyg"
 
 
 def bench(*args) -> subprocess.CompletedProcess:
@@ -54,6 +54,15 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
         assert g6[run]["train_step"]["mode"] == "eager"
         assert all(e["steps"]["eager"] > 0 == e["steps"]["replayed"] for e in g6[run]["epochs"])
     assert figures["g6"]["step_auto_over_eager_nodes_per_second"] > 0
+
+    # The traced run: its epochs after the first, each with the host phases of sampling and
+    # training (no device lane on the CPU), its trace written beside the result.
+    traced = figures["trace"]["runs"]["device path, traced"]
+    assert traced["sampled_nodes_per_second"] > 0 and (tmp_path / traced["trace"]).stat().st_size > 0
+    for epoch in traced["epochs"]:
+        assert epoch["busy_ms"] is None and epoch["ms"] > 0
+        phases = epoch["host_ms_by_phase"]
+        assert phases["DeviceSampler.sample"] > 0 and phases["TrainStep.__call__"] > 0
 
     alone = figures["path"]["runs"]["device path alone"]
     assert alone["sampled_nodes_per_second"] > 0 and alone["ms_per_batch"] > 0
