@@ -67,8 +67,9 @@ fn lent<'py, T>(
     Ok((v, data.as_ptr() as usize))
 }
 
-/// `(params, state, rows, key, dtype)` of a lent table (`dtype` "f32" or "bf16"), its views
-/// kept in `views` for release.
+/// `(params, state, rows, key, dtype, span)` of a lent table (`dtype` "f32" or "bf16"; `span`
+/// the bytes of its own host buffer, `DeviceTable::span`), its views kept in `views` for
+/// release.
 fn table<'py>(
     py: Python<'py>,
     t: &DeviceTable,
@@ -80,7 +81,7 @@ fn table<'py>(
     let state = unsafe { view(py, t.state, state_bytes, true)? };
     views.push(params.clone());
     views.push(state.clone());
-    Ok((params, state, t.rows, t.key(), t.dtype.name())
+    Ok((params, state, t.rows, t.key(), t.dtype.name(), t.span)
         .into_pyobject(py)?
         .into_any())
 }
@@ -330,6 +331,13 @@ impl DeviceStep for PyDeviceStep {
     fn forget_partitions(&mut self) -> Result<(), String> {
         with_views("device", |py, _| {
             self.backend.call_method0(py, "forget_partitions")?;
+            Ok(())
+        })
+    }
+
+    fn release_host(&mut self) -> Result<(), String> {
+        with_views("device", |py, _| {
+            self.backend.call_method0(py, "release_host")?;
             Ok(())
         })
     }

@@ -135,6 +135,9 @@ pub trait Compute: Send {
     /// Forgets every partition slot the backend holds (their host buffers may change outside
     /// the hooks: an evaluation reads other partitions into them between epochs).
     fn forget_partitions(&mut self) {}
+    /// Lets go of host memory the backend page-locked in place (the partition slots' buffers),
+    /// before the buffer frees it: when the trainer ends.
+    fn release_host(&mut self) {}
     /// The device's own counters since the last reset (`None`: a host backend). Called
     /// before [`Compute::counters`] at an epoch's end: it adds the loss of the pieces the
     /// device trained after their `train_piece` returned.

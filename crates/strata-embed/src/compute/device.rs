@@ -36,6 +36,10 @@ pub struct DeviceTable {
     pub rows: usize,
     /// The storage type: a `table_dtype = "bf16"` run's partitions are bf16, relations f32.
     pub dtype: TableDtype,
+    /// Bytes from `params` on that are this table's host buffer for the whole job (a
+    /// partition slot's allocation, which the step may page-lock in place until
+    /// [`DeviceStep::release_host`]); 0 for memory that is not (relations).
+    pub span: usize,
 }
 
 impl DeviceTable {
@@ -181,6 +185,9 @@ pub trait DeviceStep: Send {
     ) -> std::result::Result<DeviceLanding, String>;
     /// Forgets every partition slot it holds (relations stay).
     fn forget_partitions(&mut self) -> std::result::Result<(), String>;
+    /// Unpins the host memory it page-locked in place ([`DeviceTable::span`]), once the
+    /// device is done with it: called before the partition buffer frees its slots.
+    fn release_host(&mut self) -> std::result::Result<(), String>;
     /// Zeroes the device counters.
     fn reset_counters(&mut self) -> std::result::Result<(), String>;
     /// The device counters since the last reset (waits for the device's queued work), with the
@@ -245,6 +252,7 @@ fn table(rows: &SharedRows, used: usize) -> DeviceTable {
         state_len,
         rows: used,
         dtype,
+        span: rows.span,
     }
 }
 
@@ -466,6 +474,13 @@ impl Compute for DeviceCompute {
     fn forget_partitions(&mut self) {
         let forgot = self.step.forget_partitions();
         self.keep(forgot);
+    }
+
+    fn release_host(&mut self) {
+        // At the trainer's end, with no run left to fail: said, not kept.
+        if let Err(e) = self.step.release_host() {
+            eprintln!("strata: device: releasing the page-locked slot buffers: {e}");
+        }
     }
 
     fn device_counters(&mut self) -> Option<DeviceCounters> {

@@ -352,7 +352,9 @@ impl PartitionBuffer {
 /// A partition buffer's embedding rows and optimizer state (of region `p`) as shared rows.
 fn rows_of<'a>(buf: &'a mut AlignedBuf, layout: &TableLayout, p: u32) -> SharedRows<'a> {
     let region = layout.region(p);
-    SharedRows::region(&mut buf.full_mut()[..region.part_bytes() as usize], &region)
+    let full = buf.full_mut();
+    let span = full.len();
+    SharedRows::region(&mut full[..region.part_bytes() as usize], &region).with_span(span)
 }
 
 #[cfg(test)]

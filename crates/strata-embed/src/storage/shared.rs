@@ -118,6 +118,10 @@ pub struct SharedRows<'a> {
     pub dim: usize,
     /// State values per row: `dim` (per-element Adagrad) or 1 (per-row).
     pub state_per_row: usize,
+    /// Bytes of host memory from the params on that are the rows' own buffer for the whole job
+    /// (a partition slot's allocation: a device backend may page-lock it in place); 0 when the
+    /// rows are not a buffer of their own.
+    pub span: usize,
 }
 
 impl<'a> SharedRows<'a> {
@@ -133,6 +137,7 @@ impl<'a> SharedRows<'a> {
             state: Cells::F32(as_atomic(state)),
             dim,
             state_per_row,
+            span: 0,
         }
     }
 
@@ -151,7 +156,14 @@ impl<'a> SharedRows<'a> {
             state: cells(state),
             dim: layout.dim,
             state_per_row: layout.state_per_row,
+            span: 0,
         }
+    }
+
+    /// The same rows, known to start a buffer of `bytes` of their own ([`SharedRows::span`]).
+    pub fn with_span(mut self, bytes: usize) -> Self {
+        self.span = bytes;
+        self
     }
 
     /// The parameters and state as raw memory, `(params, params len, state, state len,

@@ -210,6 +210,13 @@ pub struct Trainer {
     pub(crate) swap_spare: Option<strata_io::AlignedBuf>,
 }
 
+impl Drop for Trainer {
+    fn drop(&mut self) {
+        // Before the fields drop: the buffer's slots are freed after the backend let go.
+        self.compute.release_host();
+    }
+}
+
 impl Trainer {
     /// Trains through `compute`; `bank_rows` rows per partition of negative banks (0: none,
     /// the `all` pool then falls back to the resident partitions).

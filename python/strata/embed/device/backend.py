@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from strata.device.pins import HostPins, cuda_register
 from strata.embed.device import graphs, step, vs_all
 from strata.embed.device.rows import Bank, Feat, Places, Table
 
@@ -84,14 +85,17 @@ DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 class Lent(NamedTuple):
     """A table the Rust epoch loop lends (``DeviceTable``): its params and state as writable
-    buffers, the rows in use, the address that keys it, and its storage type (``f32``, or
-    ``bf16`` for a ``table_dtype = "bf16"`` run's partitions)."""
+    buffers, the rows in use, the address that keys it, its storage type (``f32``, or
+    ``bf16`` for a ``table_dtype = "bf16"`` run's partitions) and the bytes from ``key`` on that
+    are its own host buffer for the whole job (a partition slot's; 0: not a buffer of its own),
+    which the backend may page-lock in place."""
 
     params: memoryview
     state: memoryview
     rows: int
     key: int
     dtype: str
+    span: int = 0
 
 
 @dataclass
@@ -350,6 +354,9 @@ class TorchCompute:
         self.stage_edges = Staging(self.device, self.copy_stream) if self.cuda else None
         self.stage_out = torch.empty(0, dtype=torch.uint8)
         self.stage_victim = torch.empty(0, dtype=torch.uint8)
+        # The partition slots' host buffers, page-locked in place as they are first lent: their
+        # copies then skip the staging buffers above (see strata.device.pins).
+        self.pins = self._host_pins()
         self.slots: dict[int, Slot] = {}
         self.buffer = SlotBuffer(self.device)
         # The step's small device constants, one tensor per value (a captured graph reads
@@ -364,6 +371,11 @@ class TorchCompute:
         self.bank_from: tuple | None = None
         self.reset_counters()
 
+    def _host_pins(self) -> HostPins | None:
+        """Where the slots' host buffers are registered: CUDA's runtime on ``cuda``, none on
+        the CPU twin (whose "device" copies are host copies)."""
+        return HostPins(*cuda_register()) if self.cuda else None
+
     def describe(self) -> str:
         """The run's line about the device (printed once at the start)."""
         name = torch.cuda.get_device_name(self.device) if self.cuda else "the CPU twin"
@@ -374,10 +386,10 @@ class TorchCompute:
             products = "training products in TF32 on tensor cores (device_matmul = tf32; evaluation in float32)"
         else:
             products = "device_matmul = tf32 asked for, but the CPU twin has no TF32: its products are float32"
-        return (
-            f"device {self.device} ({name}): partition slots and relations stay on the device; {step_note};"
-            f" {products}; {storage_note()}"
-        )
+        slots = "partition slots and relations stay on the device"
+        if self.cuda:
+            slots += " (the slots' host buffers page-locked in place, copied without staging)"
+        return f"device {self.device} ({name}): {slots}; {step_note}; {products}; {storage_note()}"
 
     def reset_counters(self) -> None:
         self.losses.take()  # counted by the last counters() call, or by none (not training)
@@ -409,11 +421,33 @@ class TorchCompute:
 
     def _to_device(self, host: torch.Tensor, staging, out: torch.Tensor | None = None) -> tuple[torch.Tensor, object]:
         """``host`` copied to the device, into ``out`` or a new tensor (a separate tensor on
-        the CPU twin), and the event its copy records (``None`` on the CPU)."""
+        the CPU twin), and the event its copy records (``None`` on the CPU); through
+        ``staging`` on ``cuda``, or with ``staging`` ``None`` straight from ``host``, which must
+        be page-locked (:meth:`_pinned`)."""
         self.bytes_h2d += host.numel() * host.element_size()
         if not self.cuda:
             return (host.clone() if out is None else out.copy_(host)), None
-        return staging.to_device(host, out)
+        if staging is not None:
+            return staging.to_device(host, out)
+        # As Staging does with a given ``out``: the copy stream writes memory the compute
+        # stream read before, ordered after that compute by the slot's copy out.
+        out.record_stream(self.copy_stream)
+        with torch.cuda.stream(self.copy_stream):
+            out.copy_(host, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.copy_stream)
+        return out, done
+
+    def _pinned(self, table: Lent) -> bool:
+        """Whether ``table``'s host buffer is page-locked in place (registered now if it was
+        not); a refusal is said once, and that buffer's copies go through staging."""
+        if self.pins is None:
+            return False
+        said = self.pins.refused
+        pinned = self.pins.pin(table.key, table.span)
+        if self.pins.refused != said:
+            print(f"device: {self.pins.refused}; that slot's copies go through a staging buffer", file=sys.stderr)
+        return pinned
 
     def slot_in(self, kind: str, table) -> None:
         """The I/O engine filled ``table`` (a :class:`Lent`'s fields): hold a device copy of it
@@ -443,8 +477,9 @@ class TorchCompute:
         self.buffer.use_dtype(hp.dtype)
         index = self.buffer.place_tail(*floats) if kind == "pinned" else self.buffer.place(*floats)
         region = self.buffer.region(index, *floats)
-        self._to_device(hp, self.stage_slots, region.params)
-        _, ready = self._to_device(hs, self.stage_slots, region.state)
+        staging = None if self._pinned(table) else self.stage_slots
+        self._to_device(hp, staging, region.params)
+        _, ready = self._to_device(hs, staging, region.state)
         return Slot(kind, index=index, ready=ready, floats=floats)
 
     def _ready(self, slot: Slot) -> Table:
@@ -484,7 +519,8 @@ class TorchCompute:
             return (lambda _table: None) if later else None
         slot = self.slots.pop(key) if evict else self.slots[key]
         t = self._ready(slot)
-        land = self._start_copy_out([t.params, t.state], victim=later)
+        in_place = self._host(table) if slot.index is not None and self._pinned(table) else None
+        land = self._start_copy_out([t.params, t.state], victim=later, hosts=in_place)
 
         def done(table) -> None:
             land(self._host(Lent(*table)))
@@ -496,11 +532,12 @@ class TorchCompute:
         done(table)
         return None
 
-    def _start_copy_out(self, devs: list[torch.Tensor], victim: bool):
+    def _start_copy_out(self, devs: list[torch.Tensor], victim: bool, hosts: list[torch.Tensor] | None = None):
         """Starts copying the flat device tensors ``devs`` out (on ``cuda`` after the compute
         queued so far, on the copy stream, into a pinned buffer: the victims' own, so that one
-        victim's copy may run while other slots are written back); returns ``land(hosts)``,
-        which waits for the copy and puts each into its host tensor."""
+        victim's copy may run while other slots are written back; or, given page-locked
+        ``hosts``, straight into them); returns ``land(hosts)``, which waits for the copy and
+        puts each into its host tensor (already there when copied straight)."""
         for dev in devs:
             self.bytes_d2h += dev.numel() * dev.element_size()
 
@@ -516,6 +553,8 @@ class TorchCompute:
                 done_waiting(start)
 
             return land_twin
+        if hosts is not None:
+            return self._copy_out_in_place(devs, hosts, done_waiting)
         name = "stage_victim" if victim else "stage_out"
         total = sum(d.numel() * d.element_size() for d in devs)
         if getattr(self, name).numel() < total:
@@ -542,6 +581,37 @@ class TorchCompute:
             done_waiting(start)
 
         return land
+
+    def _copy_out_in_place(self, devs: list[torch.Tensor], hosts: list[torch.Tensor], done_waiting):
+        """Starts copying ``devs`` straight into the page-locked ``hosts`` (the slot's own
+        buffer) on the copy stream, after the compute queued so far; returns the landing,
+        which waits for the copy."""
+        self.copy_stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.copy_stream):
+            for host, dev in zip(hosts, devs, strict=True):
+                host.copy_(dev, non_blocking=True)
+                # An evicted slot's memory may go back to the allocator before the copy ends.
+                dev.record_stream(self.copy_stream)
+            copied = torch.cuda.Event()
+            copied.record(self.copy_stream)
+
+        def land(_hosts) -> None:
+            start = time.perf_counter()
+            copied.synchronize()
+            done_waiting(start)
+
+        return land
+
+    def release_host(self) -> None:
+        """Unpins the slots' host buffers once the device's queued work (copies from and into
+        them among it) is done: the job is about to free them."""
+        if self.pins is None or not self.pins.pinned:
+            return
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        errors = self.pins.release()
+        if errors:
+            raise RuntimeError("; ".join(errors))
 
     def forget_partitions(self) -> None:
         """Drops every partition slot and the pinned region (relations stay)."""
