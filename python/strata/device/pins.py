@@ -14,22 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-#: ``cudaHostRegisterDefault``: page-locked, usable by the current context's copies.
-REGISTER_DEFAULT = 0
+#: ``cudaHostRegisterPortable``: page-locked for every CUDA context of the process, not only
+#: the one current at registration.
+REGISTER_PORTABLE = 1
 
 
-def cuda_register() -> tuple[Callable[[int, int], int], Callable[[int], int]]:
+def cuda_register(device) -> tuple[Callable[[int, int], int], Callable[[int], int]]:
     """``(register(address, bytes), unregister(address))`` through CUDA's runtime, each
-    returning its ``cudaError_t`` as an int (0: success)."""
+    returning its ``cudaError_t`` as an int (0: success), called with ``device`` (a torch CUDA
+    device) current: a rank of a torchrun group registers in its own GPU's context, and creates
+    none on GPU 0."""
     import torch
 
     cudart = torch.cuda.cudart()
 
     def register(address: int, nbytes: int) -> int:
-        return int(cudart.cudaHostRegister(address, nbytes, REGISTER_DEFAULT))
+        with torch.cuda.device(device):
+            return int(cudart.cudaHostRegister(address, nbytes, REGISTER_PORTABLE))
 
     def unregister(address: int) -> int:
-        return int(cudart.cudaHostUnregister(address))
+        with torch.cuda.device(device):
+            return int(cudart.cudaHostUnregister(address))
 
     return register, unregister
 

@@ -374,7 +374,7 @@ class TorchCompute:
     def _host_pins(self) -> HostPins | None:
         """Where the slots' host buffers are registered: CUDA's runtime on ``cuda``, none on
         the CPU twin (whose "device" copies are host copies)."""
-        return HostPins(*cuda_register()) if self.cuda else None
+        return HostPins(*cuda_register(self.device)) if self.cuda else None
 
     def describe(self) -> str:
         """The run's line about the device (printed once at the start)."""
