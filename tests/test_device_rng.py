@@ -55,6 +55,23 @@ def test_draws_and_derivations_equal_the_rust_engine_s(device):
     assert got == [rust_draws(_native.rng_derive(5, i), 3, 1)[0] for i in range(64)]
 
 
+def test_host_derivations_over_arrays_equal_the_rust_engine_s():
+    indices = np.array([0, 1, 2, 99, 1 << 33, MASK], dtype=np.uint64)
+    for key in KEYS:
+        got = rng.derive_host(key, indices).tolist()
+        assert got == [_native.rng_derive(key, int(i)) for i in indices], key
+        assert int(rng.derive_host(key, 7)) == _native.rng_derive(key, 7)
+    # A piece's streams: chunk c's key derive(key, c), then its streams derive(chunk key, k).
+    from strata.embed.device import step
+
+    rows = step.piece_streams(KEYS[-1], 300).view(np.uint64)
+    for c in (0, 1, 299):
+        chunk = _native.rng_derive(KEYS[-1], c)
+        assert int(rows[c, step.SALT]) == chunk
+        assert rows[c, : step.STREAMS].tolist() == [_native.rng_derive(chunk, k) for k in range(step.STREAMS)]
+    assert step.piece_streams(1, 0).shape == (0, step.STREAMS + 1)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_below_equals_rust_s_multiply_shift_at_every_scale(device):
     for n in [1, 2, 3, 10, 2708, 14541, (1 << 31) - 1, 1 << 32, (1 << 32) + 1, 10**12 + 7, (1 << 62) + 12345]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import torch
 
 from strata.device import kernels
@@ -66,6 +67,22 @@ def derive_int(key: int, index: int) -> int:
     """:func:`derive` of a ``u64`` ``key`` and ``index`` on the host, as a Python int (a chunk's
     key, computed without a device round trip)."""
     return _mix64_int(key ^ _mix64_int((index + GOLDEN) & _U64))
+
+
+def derive_host(key: np.ndarray | int, index: np.ndarray | int) -> np.ndarray:
+    """:func:`derive` on the host over NumPy ``uint64`` arrays (broadcast; Python ints are
+    ``u64`` values), for a piece's many chunk keys at once without a loop in Python."""
+    key, index = np.asarray(key, dtype=np.uint64), np.asarray(index, dtype=np.uint64)
+    return _mix64_host(key ^ _mix64_host(index + np.uint64(GOLDEN & _U64)))
+
+
+def _mix64_host(z: np.ndarray) -> np.ndarray:
+    # uint64 arithmetic wraps modulo 2^64, as the Rust engine's wrapping_mul does (NumPy warns
+    # of the wrap on 0-d values only).
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1 & _U64)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2 & _U64)
+    return z ^ (z >> np.uint64(31))
 
 
 def _mix64_int(z: int) -> int:

@@ -242,13 +242,13 @@ def piece_streams(key: int, chunks: int) -> np.ndarray:
     bit patterns): row ``c`` holds chunk ``c``'s streams ``derive(derive(key, c), k)`` and, at
     :data:`SALT`, its key ``derive(key, c)``. Copied to the device once a piece, so that a
     chunk's replay copies its row in one launch (four fills a chunk took about 34 us of host
-    time on an H200's host)."""
-    rows = np.empty((chunks, STREAMS + 1), dtype=np.int64)
-    for c in range(chunks):
-        chunk_key = rng.derive_int(key, c)
-        rows[c, :STREAMS] = [rng.as_i64(rng.derive_int(chunk_key, k)) for k in range(STREAMS)]
-        rows[c, SALT] = rng.as_i64(chunk_key)
-    return rows
+    time on an H200's host); derived over the whole piece at once (a loop over B1's 273 chunks
+    took about 1 ms of the host's time a piece)."""
+    chunk_keys = rng.derive_host(key, np.arange(chunks, dtype=np.uint64))
+    rows = np.empty((chunks, STREAMS + 1), dtype=np.uint64)
+    rows[:, :STREAMS] = rng.derive_host(chunk_keys[:, None], np.arange(STREAMS, dtype=np.uint64))
+    rows[:, SALT] = chunk_keys
+    return rows.view(np.int64)
 
 
 def stacks_of(ctx: Ctx, edges: torch.Tensor, weights: torch.Tensor | None, streams: torch.Tensor) -> list[Stack]:
