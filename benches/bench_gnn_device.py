@@ -345,9 +345,9 @@ def figure_trace(store: Path, device, torch, args) -> dict:
     from strata.gnn.device import bounded, cache, pipeline, sampler
 
     targets = {
-        pipeline.DevicePipeline: ["_sampled", "_served", "_batch"],
-        bounded.BoundedBatch: ["load", "run"],
-        sampler.DeviceSampler: ["sample"],
+        pipeline.DevicePipeline: ["_started", "_finished", "_served", "_batch"],
+        bounded.BoundedBatch: ["start", "sizes"],
+        sampler.DeviceSampler: ["_finish_bounded"],
         cache.DeviceCache: ["plan", "serve"],
         step.TrainStep: ["__call__"],
         step.Padded: ["load"],

@@ -19,7 +19,7 @@ from strata.gnn.device.cache import DEVICE, HOST, MISS, DeviceCache, presample_h
 from strata.gnn.device.keys import batch_key  # noqa: E402
 from strata.gnn.device.pipeline import DevicePipeline, _ahead  # noqa: E402
 from strata.gnn.device.reads import EngineReads  # noqa: E402
-from strata.gnn.device.sampler import DeviceSampler  # noqa: E402
+from strata.gnn.device.sampler import DeviceSampler, Started  # noqa: E402
 from strata.gnn.device.topology import DeviceTopology  # noqa: E402
 from strata.gnn.loader import GnnData, LinkLoader  # noqa: E402
 from strata.gnn.sampling import NeighborSampler  # noqa: E402
@@ -352,21 +352,28 @@ def test_a_failed_sample_releases_the_pins_of_the_hops_it_placed(cora):
     data = GnnData(cora, data_path="device", **options)
     path = data.device_path
     pipeline = DevicePipeline(path.sampler, path.cache, None, 48, window=2, read_rows=1)
-    sample = pipeline.sampler.sample
+    start = pipeline.sampler.start
     calls, held = [], []
 
-    def failing(seeds, key, on_hop=None, **kw):
+    def failing(seeds, key, **kw):
         calls.append(key)
-        if len(calls) == 3:
+        started = start(seeds, key, **kw)
+        if len(calls) != 2:
+            return started
+
+        def finish(on_hop):
             on_hop(seeds.to(pipeline.device))  # the seeds placed, then the draw fails
             held.append(all_pins(data))
             raise RuntimeError("draw failed")
-        return sample(seeds, key, on_hop, **kw)
 
-    pipeline.sampler.sample = failing
+        return Started(finish, started.abandon)
+
+    pipeline.sampler.start = failing
     with pytest.raises(RuntimeError, match="draw failed"):
         list(pipeline.epoch(data.nodes("train"), epoch=1))
+    # Batch 1 failed as it was finished, after batch 2 was started: that one is given up.
     assert len(calls) == 3 and held[0] > 0 and all_pins(data) == 0
+    assert not any(b.under_way for pair in path.sampler._batches.values() for b in pair)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -175,7 +175,7 @@ def test_a_bounded_draw_copies_no_host_value_to_the_device(cora, monkeypatch):
     topo = DeviceTopology.open(Store(cora), "cpu")
     sampler = DeviceSampler(topo, [10, 5], seed=3)
     sampler.sample(torch.arange(40), 1)  # makes the capacity's buffers, as a first batch does
-    (batch,) = sampler._batches.values()
+    ((batch, _),) = sampler._batches.values()
     with HostValues(monkeypatch) as recorded:
         batch.draw()
     assert recorded.ops == []

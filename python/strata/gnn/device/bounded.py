@@ -52,6 +52,39 @@ class BoundedBatch:
         self.keys = torch.zeros(len(sampler.fanouts), dtype=torch.int64, device=device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.out: Drawn | None = None
+        # A started batch's sizes on their way to the host (page-locked, copied as its draw
+        # ends, on ``cuda``), and whether its buffers hold a batch not yet finished.
+        sizes = 2 * len(sampler.fanouts) + 1
+        self.sizes_out = torch.empty(sizes, dtype=torch.int64, pin_memory=True) if device.type == "cuda" else None
+        self.sizes_ready = None
+        self.under_way = False
+
+    def start(self, seeds: torch.Tensor, batch_seed: int, graphs: bool) -> Drawn:
+        """Draws the batch of ``seeds`` (:meth:`load`, :meth:`run`) and, on ``cuda``, starts
+        copying its sizes out; the buffers are the batch's until :meth:`abandon`."""
+        if self.under_way:
+            raise RuntimeError("sampler: a bounded batch was started again before it was finished")
+        self.load(seeds, batch_seed)
+        drawn = self.run(graphs)
+        self.under_way = True
+        if self.sizes_out is not None:
+            self.sizes_out.copy_(drawn.sizes, non_blocking=True)
+            self.sizes_ready = torch.cuda.Event()
+            self.sizes_ready.record()
+        return drawn
+
+    def sizes(self, drawn: Drawn) -> list[int]:
+        """The started batch's sizes (``Drawn.sizes``), waiting for its draw to end."""
+        if self.sizes_ready is None:
+            return drawn.sizes.tolist()
+        self.sizes_ready.synchronize()
+        return self.sizes_out.tolist()
+
+    def abandon(self) -> None:
+        """The started batch is done with (finished, its outputs copied, or given up): the
+        buffers take the next draw."""
+        self.under_way = False
+        self.sizes_ready = None
 
     def load(self, seeds: torch.Tensor, batch_seed: int) -> None:
         """Sets the inputs: ``seeds`` (distinct int64 ids on the device, at most the capacity)

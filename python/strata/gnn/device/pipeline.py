@@ -1,6 +1,8 @@
 """The deep pipeline of the device data path (Helios §3.3, GIDS §3.4).
 
-Batches are sampled ``window`` batches ahead of their feature lookups. As a batch is sampled,
+Batches are sampled ``window`` batches ahead of their feature lookups, each started (its draw
+queued on the sampling stream) before the one before it is finished, so that the host never
+waits for a draw. As a batch is sampled,
 hop by hop on a sampling stream, the cache places its nodes (device tier, host tier, miss) and
 pins its misses in the I/O engine's dynamic cache, so a row read for one batch stays cached for
 the batches of the window that need it too (GIDS window buffering: the sampled-ahead batches
@@ -29,7 +31,7 @@ from ..batch import Batch
 from ..models import Block
 from .cache import DeviceCache, PlannedLookup
 from .keys import batch_key, epoch_order
-from .sampler import DeviceSample, DeviceSampler
+from .sampler import DeviceSample, DeviceSampler, Started
 
 #: Batches a CUDA producer thread prepares ahead of training.
 PREFETCH = 2
@@ -127,11 +129,12 @@ class DevicePipeline:
         # Checked once here, so no batch passes over its seeds on the host.
         self.sampler.check(order)
 
-        def sample(part: np.ndarray, key: int, on_hop):
-            return self.sampler.sample(torch.from_numpy(part), key, on_hop=on_hop, checked=True), None
+        def start(part: np.ndarray, key: int) -> Started:
+            started = self.sampler.start(torch.from_numpy(part), key, checked=True)
+            return Started(lambda on_hop: (started.finish(on_hop), None), started.abandon)
 
         return self._run(
-            len(order), lambda i: order[i * self.batch_size : (i + 1) * self.batch_size], sample, epoch, drop_last
+            len(order), lambda i: order[i * self.batch_size : (i + 1) * self.batch_size], start, epoch, drop_last
         )
 
     def link_epoch(
@@ -149,22 +152,27 @@ class DevicePipeline:
         edges = edges[:, order]
         self.sampler.check(edges, distinct=False)
 
-        def sample(part: np.ndarray, key: int, on_hop):
-            src, dst = torch.from_numpy(part[0]), torch.from_numpy(part[1])
-            links = self.sampler.sample_links(src, dst, negatives, key, on_hop=on_hop, checked=True)
-            return links.sample, (links.src_local, links.dst_local, links.neg_dst_local)
+        def start(part: np.ndarray, key: int) -> Started:
+            # Link batches are drawn when finished (their endpoints' relabelling reads back).
+            def finish(on_hop):
+                src, dst = torch.from_numpy(part[0]), torch.from_numpy(part[1])
+                links = self.sampler.sample_links(src, dst, negatives, key, on_hop=on_hop, checked=True)
+                return links.sample, (links.src_local, links.dst_local, links.neg_dst_local)
+
+            return Started(finish)
 
         return self._run(
-            n, lambda i: edges[:, i * self.batch_size : (i + 1) * self.batch_size], sample, epoch, drop_last
+            n, lambda i: edges[:, i * self.batch_size : (i + 1) * self.batch_size], start, epoch, drop_last
         )
 
-    def _run(self, n: int, part, sample, epoch: int, drop_last: bool) -> Iterator[Batch]:
+    def _run(self, n: int, part, start, epoch: int, drop_last: bool) -> Iterator[Batch]:
         """The epoch's batches: ``n`` items cut into ``batch_size`` parts (``part(i)``), each
-        sampled by ``sample(part, batch_key, on_hop) -> (DeviceSample, links or None)``."""
+        sampled by ``start(part, batch_key)``, a :class:`Started` whose ``finish(on_hop)`` gives
+        ``(DeviceSample, links or None)``."""
         count = n // self.batch_size if drop_last else -(-n // self.batch_size)
         clock = StageClock(self.device)
         self.cache.reset_stats()
-        produced = self._windowed(count, part, sample, epoch, clock)
+        produced = self._windowed(count, part, start, epoch, clock)
         if self._sample_stream is not None:
             # The thread starts on device 0; it must work on this one. ``set_device`` takes an
             # index (torch 2.11 refuses a bare ``cuda``, which means the current device).
@@ -215,25 +223,39 @@ class DevicePipeline:
                 "tiers": self.cache.stats_dict(),
             }
 
-    def _windowed(self, count: int, part, sample, epoch: int, clock: StageClock) -> Iterator[tuple]:
+    def _windowed(self, count: int, part, start, epoch: int, clock: StageClock) -> Iterator[tuple]:
         """``(batch, ready event or None)`` for batches ``0 .. count``, each sampled (and its
-        lookups planned) ``window`` batches before it is served; batches still in the window
-        when the epoch ends early release their pins."""
+        lookups planned) ``window`` batches before it is served. Batch ``i + 1`` is started
+        before batch ``i`` is finished, so the host never waits for a draw (only, once a batch,
+        for sizes long computed). Batches started or in the window when the epoch ends early
+        are given up, their pins released."""
         window: deque[SampledBatch] = deque()
+        started: deque[tuple[int, Started]] = deque()
         try:
-            for i in range(count):
-                window.append(self._sampled(i, part(i), sample, epoch, clock))
-                if len(window) > self.window:
-                    yield self._served(window.popleft(), window, clock)
+            for i in range(count + 1):
+                if i < count:
+                    started.append((i, self._started(part(i), start, epoch, i, clock)))
+                if len(started) > 1 or (i == count and started):
+                    window.append(self._finished(*started.popleft(), clock))
+                    if len(window) > self.window:
+                        yield self._served(window.popleft(), window, clock)
             while window:
                 yield self._served(window.popleft(), window, clock)
         finally:
+            for _, waiting in started:
+                waiting.abandon()
             for waiting in window:
                 for planned in waiting.parts:
                     self.cache.release(planned)
 
-    def _sampled(self, index: int, part, sample, epoch: int, clock: StageClock) -> SampledBatch:
-        """Samples a batch hop by hop, placing each hop's nodes as soon as they are known (on
+    def _started(self, part, start, epoch: int, index: int, clock: StageClock) -> Started:
+        """Starts sampling batch ``index`` on the sampling stream."""
+        sample_ctx = torch.cuda.stream(self._sample_stream) if self._sample_stream is not None else nullcontext()
+        with sample_ctx, clock.span("sample"):
+            return start(part, batch_key(epoch, index))
+
+    def _finished(self, index: int, started: Started, clock: StageClock) -> SampledBatch:
+        """Finishes sampling a started batch, placing its nodes as soon as they are known (on
         the lookup stream, after the sampling stream's event)."""
         parts: list[PlannedLookup] = []
         sample_ctx = torch.cuda.stream(self._sample_stream) if self._sample_stream is not None else nullcontext()
@@ -248,8 +270,9 @@ class DevicePipeline:
 
         try:
             with sample_ctx, clock.span("sample"):
-                drawn, links = sample(part, batch_key(epoch, index), on_hop)
+                drawn, links = started.finish(on_hop)
         except BaseException:
+            started.abandon()
             for planned in parts:
                 self.cache.release(planned)
             raise

@@ -18,7 +18,9 @@ on the CPU twin, equals the batch the Rust sampler draws.
   its last bit differently, which could swap two nearly tied keys).
 
 With uniform fanouts a batch is drawn in buffers sized by bounds (:mod:`.bounded`): one CUDA
-graph per batch capacity on ``cuda``, and one wait for the device per batch, for its sizes.
+graph per batch capacity on ``cuda`` (two, so that a batch can be drawn while the one before is
+finished), and one wait for the device per batch, for its sizes, which a batch started after it
+hides (:meth:`DeviceSampler.start`).
 Weighted sampling and a full neighbourhood (-1) go hop by hop: each hop reads the frontier's
 number of in-edges, then its number of edges and of new nodes (:meth:`DeviceSampler._relabel`);
 nothing else in a batch reads a value back or makes an output whose size only the device
@@ -144,7 +146,7 @@ class DeviceSampler:
         # capacity on ``cuda`` (with ``graphs``); ``counts`` says how batches ran.
         self.bounded = not weighted and all(f >= 1 for f in fanouts)
         self.graphs = bool(graphs)
-        self._batches: dict[int, BoundedBatch] = {}
+        self._batches: dict[int, tuple[BoundedBatch, BoundedBatch]] = {}
         self.counts = {"replayed": 0, "captured": 0, "op_by_op": 0}
 
     def sample(
@@ -162,14 +164,28 @@ class DeviceSampler:
         says the caller checked them (:meth:`check`, as the pipeline does once an epoch), so a
         batch costs the host no pass over its seeds. Each hop then waits for the device once,
         for its number of edges and of new nodes (the next hop's size)."""
-        return self._sample(as_ids(seeds, self.device) if checked else self._seed_ids(seeds), batch_key, on_hop)
+        return self.start(seeds, batch_key, checked=checked).finish(on_hop)
 
-    def _sample(self, nodes: torch.Tensor, batch_key: int, on_hop) -> DeviceSample:
-        """:meth:`sample` of checked seeds (distinct int64 ids on the device)."""
+    def start(self, seeds, batch_key: int, *, checked: bool = False) -> Started:
+        """:meth:`sample` in two halves: the batch's draw queued now, its sample when the
+        returned :class:`Started` is finished. A batch of uniform fanouts is drawn on the
+        device at once (its sizes copied out as the draw ends), so a caller that starts batch
+        ``i + 1`` before it finishes batch ``i`` never waits for a draw (the pipeline does;
+        two batches of one size may be under way at once). Other samplers draw hop by hop when
+        finished."""
+        nodes = as_ids(seeds, self.device) if checked else self._seed_ids(seeds)
+        return self._start(nodes, batch_key)
+
+    def _start(self, nodes: torch.Tensor, batch_key: int) -> Started:
+        """:meth:`start` of checked seeds (distinct int64 ids on the device)."""
         # The batch's and hops' keys are Python ints, derived on the host (no tensor ops).
         batch_seed = _native.rng_derive(_native.rng_derive(self.seed, NEIGHBOR_STREAM), batch_key)
         if self.bounded and nodes.numel():
-            return self._sample_bounded(nodes, batch_seed, on_hop)
+            return self._start_bounded(nodes, batch_seed)
+        return Started(lambda on_hop: self._sample_hops(nodes, batch_seed, on_hop))
+
+    def _sample_hops(self, nodes: torch.Tensor, batch_seed: int, on_hop) -> DeviceSample:
+        """The sample drawn hop by hop, each hop reading back its sizes."""
         local = self._local
         local[nodes] = torch.arange(nodes.numel(), device=self.device)
         hop_counts, blocks, pending = [nodes.numel()], [], None
@@ -196,26 +212,40 @@ class DeviceSampler:
         blocks.reverse()
         return DeviceSample(nodes, hop_counts, blocks, [b.indices.numel() for b in reversed(blocks)])
 
-    def _sample_bounded(self, seeds: torch.Tensor, batch_seed: int, on_hop) -> DeviceSample:
-        """:meth:`_sample` of a uniform sampler: the batch drawn in bounded buffers (a CUDA graph
-        replayed on ``cuda``), then its sizes read back, the batch's one wait, and ``on_hop``
-        called once with every node."""
+    def _start_bounded(self, seeds: torch.Tensor, batch_seed: int) -> Started:
+        """:meth:`_start` of a uniform sampler: the batch drawn in bounded buffers (a CUDA graph
+        replayed on ``cuda``), in the first of its capacity's two that is not under way."""
         capacity = 1 << (seeds.numel() - 1).bit_length()
-        batch = self._batches.get(capacity)
+        pair = self._batches.get(capacity)
+        if pair is None:
+            pair = self._batches[capacity] = (BoundedBatch(self, capacity), BoundedBatch(self, capacity))
+        batch = next((b for b in pair if not b.under_way), None)
         if batch is None:
-            batch = self._batches[capacity] = BoundedBatch(self, capacity)
-        batch.load(seeds, batch_seed)
-        drawn = batch.run(self.graphs)
-        hops = len(self.fanouts)
-        sizes = drawn.sizes.tolist()
-        reached, kept = sizes[: hops + 1], sizes[hops + 1 :]
-        # A graph's buffers are its next replay's: the batch takes copies.
-        take = torch.clone if batch.graph is not None else lambda t: t
-        nodes = take(drawn.nodes[: reached[-1]])
-        blocks = [
-            DeviceBlock(reached[h + 1], reached[h], take(indptr[: reached[h] + 1]), take(indices[: kept[h]]))
-            for h, (indptr, indices) in enumerate(drawn.blocks)
-        ]
+            raise RuntimeError(
+                f"sampler: two batches of up to {capacity} seeds are already started and not finished;"
+                " finish one before starting another"
+            )
+        drawn = batch.start(seeds, batch_seed, self.graphs)
+        return Started(lambda on_hop: self._finish_bounded(batch, drawn, on_hop), batch.abandon)
+
+    def _finish_bounded(self, batch: BoundedBatch, drawn, on_hop) -> DeviceSample:
+        """The sample of a bounded batch's draw: its sizes (the batch's one wait, for a draw
+        long done when the next batch was started first), then ``on_hop`` called once with
+        every node."""
+        try:
+            hops = len(self.fanouts)
+            sizes = batch.sizes(drawn)
+            reached, kept = sizes[: hops + 1], sizes[hops + 1 :]
+            # A graph's buffers are its next replay's: the batch takes copies.
+            take = torch.clone if batch.graph is not None else lambda t: t
+            nodes = take(drawn.nodes[: reached[-1]])
+            blocks = [
+                DeviceBlock(reached[h + 1], reached[h], take(indptr[: reached[h] + 1]), take(indices[: kept[h]]))
+                for h, (indptr, indices) in enumerate(drawn.blocks)
+            ]
+        finally:
+            # Copies queued: the buffers may take the next draw.
+            batch.abandon()
         if on_hop is not None:
             on_hop(nodes)  # every node is known at once: one lookup for the batch
         hop_counts = [reached[0]] + [b - a for a, b in itertools.pairwise(reached)]
@@ -279,7 +309,8 @@ class DeviceSampler:
             self._local[ends] = -1  # the map stays clean for the next batch
             raise
         n = src.numel()
-        return DeviceLinkSample(self._sample(seeds, batch_key, on_hop), local[:n], local[n : 2 * n], local[2 * n :])
+        sample = self._start(seeds, batch_key).finish(on_hop)
+        return DeviceLinkSample(sample, local[:n], local[n : 2 * n], local[2 * n :])
 
     def _choose(
         self, frontier, keys, fanout, alive: torch.Tensor | None = None
@@ -321,6 +352,21 @@ class DeviceSampler:
         num_new, indices, kept = relabel_into(self._local, sources, valid, nodes.numel(), new, 0)
         counted = torch.cat([num_new] if kept is None else [num_new, kept]).tolist()
         return torch.cat([nodes, new[: counted[0]]]), indices[: counted[-1] if kept is not None else size]
+
+
+class Started:
+    """A batch whose sampling is under way (:meth:`DeviceSampler.start`): :meth:`finish` gives
+    its sample (once), :meth:`abandon` gives up a batch that will not be finished (an epoch
+    stopped early), so that its buffers take the next draw."""
+
+    def __init__(self, finish: Callable, abandon: Callable[[], None] = lambda: None):
+        self._finish, self._abandon = finish, abandon
+
+    def finish(self, on_hop: Callable[[torch.Tensor], None] | None = None):
+        return self._finish(on_hop)
+
+    def abandon(self) -> None:
+        self._abandon()
 
 
 @dataclass
