@@ -161,6 +161,7 @@ def train(args, store: Path, recipe_file: Path, recipe: dict, run: Path) -> tupl
         ("--device-matmul", args.device_matmul),
         ("--partitions", args.partitions),
         ("--buffer", args.buffer),
+        ("--early-stopping-patience", args.early_stopping_patience),
     )
     for flag, value in overrides:
         if value is not None:
@@ -320,6 +321,9 @@ def main() -> None:
     parser.add_argument("--device-matmul", default=None, help="a torch device's training products: float32 or tf32")
     parser.add_argument("--partitions", type=int, default=None, help="train out of core on this many partitions")
     parser.add_argument("--buffer", type=int, default=None, help="resident partitions (with --partitions)")
+    parser.add_argument(
+        "--early-stopping-patience", type=int, default=None, help="override the recipes' patience (0: no early stop)"
+    )
     parser.add_argument("--doc", type=Path, default=None, help="markdown file to update (default docs/benchmarks.md)")
     parser.add_argument("--no-doc", action="store_true", help="write no markdown")
     args = parser.parse_args()

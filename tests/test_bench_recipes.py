@@ -103,3 +103,14 @@ def test_out_of_core_calls_train_on_partitions_into_a_table_of_their_own(tmp_pat
     assert "### Recipe table out of core (`--partitions 4 --buffer 3`)" in doc
     assert "| complex-tiny | negative_sampling | 1 (1) | epoch cap |" in doc
     assert "distmult-tiny" not in doc  # untrained out of core: not listed as queued
+
+
+def test_the_recipes_early_stopping_can_be_overridden(tmp_path):
+    """`--early-stopping-patience 0` trains a recipe that stops early (patience 1 here) to its
+    epochs, as the GPU session's side by side at the 2-core run's epochs does."""
+    tiny_recipes(tmp_path)
+    patient = tmp_path / "recipes" / "complex-tiny.toml"
+    patient.write_text(RECIPE.format(model="complex", extra="early_stopping_patience = 1"))
+    bench(tmp_path, "--only", "complex-tiny", "--early-stopping-patience", "0")
+    meta = json.loads((tmp_path / "out" / "runs" / "complex-tiny" / "run.json").read_text())
+    assert meta["config"]["early_stopping_patience"] == 0 and len(meta["history"]) == 3
