@@ -79,6 +79,9 @@ def check_options(options: dict) -> None:
     step.check_model(options["model"])
 
 
+#: A piece's inputs, each staged host -> device through a buffer of its own.
+PIECE_INPUTS = ("edges", "weights", "streams")
+
 #: The storage types of lent tables (``DeviceTable``'s dtype).
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
@@ -351,7 +354,9 @@ class TorchCompute:
         # compute stream works.
         self.copy_stream = torch.cuda.Stream(self.device) if self.cuda else None
         self.stage_slots = Staging(self.device, self.copy_stream) if self.cuda else None
-        self.stage_edges = Staging(self.device, self.copy_stream) if self.cuda else None
+        # A piece's edges, weights and streams each through a staging buffer of its own: one
+        # shared would make each copy wait for the one before it to leave the buffer.
+        self.stage_piece = {k: Staging(self.device, self.copy_stream) for k in PIECE_INPUTS} if self.cuda else {}
         self.stage_out = torch.empty(0, dtype=torch.uint8)
         self.stage_victim = torch.empty(0, dtype=torch.uint8)
         # The partition slots' host buffers, page-locked in place as they are first lent: their
@@ -766,16 +771,19 @@ class TorchCompute:
             self.consts[cache] = vs_all.Answers.index(dev.to(torch.int64))
         return self.consts[cache]
 
-    def _lent_to_device(self, lent, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+    def _lent_to_device(
+        self, lent, dtype: torch.dtype, out: torch.Tensor | None = None, via: str = "edges"
+    ) -> torch.Tensor:
         """A read-only lent buffer of ``dtype`` values as a device tensor (empty: an empty one),
-        a new one or ``out``, the compute stream ordered after its copy."""
+        a new one or ``out``, the compute stream ordered after its copy; staged through the
+        buffer of ``via`` (one of :data:`PIECE_INPUTS`)."""
         if not len(lent):
             return torch.zeros(0, dtype=dtype, device=self.device)
         with warnings.catch_warnings():
             # Lent read-only; torch warns that it cannot mark its view so.
             warnings.simplefilter("ignore", UserWarning)
             host = torch.frombuffer(lent, dtype=dtype)
-        dev, ready = self._to_device(host, self.stage_edges, out)
+        dev, ready = self._to_device(host, self.stage_piece[via] if self.cuda else None, out)
         if ready is not None:
             torch.cuda.current_stream(self.device).wait_event(ready)
         return dev
@@ -815,8 +823,9 @@ class TorchCompute:
         bank = self._bank(ctxs)
         contexts = [self._ctx(c, staged, bank) for c in ctxs]
         e = self._lent_to_device(edges, torch.int32).view(-1, 3)
-        w = self._lent_to_device(weights, torch.float32) if len(weights) else None
-        streams = self._lent_to_device(step.piece_streams(key, len(groups)).reshape(-1), torch.int64)
+        w = self._lent_to_device(weights, torch.float32, via="weights") if len(weights) else None
+        streams = step.piece_streams(key, len(groups)).reshape(-1)
+        streams = self._lent_to_device(streams, torch.int64, via="streams")
         streams = streams.view(len(groups), -1)
         if self.cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
