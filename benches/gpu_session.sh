@@ -160,7 +160,16 @@ step_embed-rmat-ooc() {
 }
 # The big graph: 20M nodes by default (20 GB of features; BIG_NODES smaller keeps the features 4x
 # the host budget in a session too short to write 20 GB twice on the machine's disk).
+# The store takes about 45 GB while it is made, and an earlier step's RMAT store and runs about
+# 20 GB of the machine's 64: those go first when the disk is short (a later RMAT step makes
+# its store again).
 step_gnn-big-prepare() {
+    local free_gb
+    free_gb=$(df --output=avail -BG "$WORK" | tail -1 | tr -dc 0-9)
+    if [ "$free_gb" -lt 50 ]; then
+        echo "gnn-big-prepare: ${free_gb} GB free; removing the RMAT store and runs of $WORK/embed"
+        rm -rf "$WORK"/embed/rmat-* "$WORK"/embed/run-rmat-*
+    fi
     python3 benches/bench_gnn_device.py --only big --prepare --big-nodes "${BIG_NODES:-20000000}" --work "$WORK/gnn"
 }
 step_gnn-big() {
