@@ -148,6 +148,10 @@ impl Drop for Swapper {
     }
 }
 
+/// A piece's groups: row ranges of its edges and their (source, destination) entity types
+/// (`None`: untyped, one group).
+pub type Groups = Vec<(std::ops::Range<usize>, Option<(usize, usize)>)>;
+
 /// A piece of one bucket's edges as `(src_local, rel, dst_local)` rows, with their weights
 /// (one per edge, or empty when the edges are read without them).
 pub struct BucketEdges {
@@ -157,6 +161,9 @@ pub struct BucketEdges {
     pub edges: Result<(Vec<[i32; 3]>, Vec<f32>)>,
     /// Bytes read.
     pub bytes: u64,
+    /// The piece's groups when it comes arranged for training (made ahead); `None`: as read,
+    /// arranged when it is trained.
+    pub groups: Option<Groups>,
 }
 
 /// Reads the edges of `order`'s buckets in that order, in pieces of at most `piece_rows`
@@ -232,6 +239,7 @@ pub fn prefetch_edges(
                         last: end == range.end,
                         bytes: (end - at) * row_bytes,
                         edges,
+                        groups: None,
                     };
                     if tx.send(piece).is_err() || failed {
                         return;
@@ -267,6 +275,7 @@ impl KeptEdges {
             last: true,
             edges: Ok((self.edges.clone(), self.weights.clone())),
             bytes: 0,
+            groups: None,
         };
         tx.send(piece).expect("a fresh channel has room");
         rx

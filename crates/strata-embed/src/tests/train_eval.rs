@@ -81,6 +81,41 @@ fn one_thread_training_is_deterministic_and_resume_repeats_it() {
     }
 }
 
+#[test]
+fn a_one_bucket_run_arranged_ahead_trains_as_a_run_resumed_each_epoch() {
+    // One partition: each epoch after the first trains the kept copy of its edges, arranged
+    // while the epoch before it ended. A run resumed at each epoch reads them afresh and
+    // arranges them when it trains them: the same order, so the same bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let store = make_store(dir.path(), 300, 4, 6000);
+    let cfg = TrainConfig {
+        epochs: 3,
+        ..config(1, 1, OrderingKind::Legend)
+    };
+    let (whole, resumed) = (dir.path().join("whole"), dir.path().join("resumed"));
+    train(
+        &store,
+        &whole,
+        cfg.clone(),
+        false,
+        None,
+        &NoProgress,
+        &mut |_| {},
+    )
+    .unwrap();
+    for epochs in 1..=3 {
+        let cfg = TrainConfig {
+            epochs,
+            ..cfg.clone()
+        };
+        train(&store, &resumed, cfg, false, None, &NoProgress, &mut |_| {}).unwrap();
+    }
+    assert!(
+        table_bytes(&whole, Which::Last) == table_bytes(&resumed, Which::Last),
+        "the epochs arranged ahead differ from those arranged when trained"
+    );
+}
+
 /// A bf16 table's stochastic rounding is drawn from the chunks' keys, so it is deterministic
 /// and resumable too.
 fn deterministic_and_resumable(table_dtype: TableDtype) {

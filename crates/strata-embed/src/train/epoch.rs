@@ -10,7 +10,7 @@ use crossbeam_channel::Receiver;
 use serde::{Deserialize, Serialize};
 use strata_io::progress::{Meter, Progress};
 use strata_io::Engine;
-use strata_store::rng::{derive, Rng};
+use strata_store::rng::derive;
 
 use crate::compute::backend::{Compute, Landing, PieceChunk, SlotKind};
 use crate::config::{NegativePool, TrainConfig};
@@ -20,11 +20,12 @@ use crate::ordering::{Bucket, Schedule, Step};
 use crate::storage::bank::Banks;
 use crate::storage::buffer::PartitionBuffer;
 use crate::storage::entity_types::TypedTraining;
-use crate::storage::epoch_io::{prefetch_edges, BucketEdges, KeptEdges, Swap, Swapper};
+use crate::storage::epoch_io::{prefetch_edges, BucketEdges, Groups, KeptEdges, Swap, Swapper};
 use crate::storage::partitioning::Buckets;
 use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
 use crate::storage::write_behind::WriteBehind;
+use crate::train::arrange::{arrange, ArrangedAhead};
 use crate::train::typed_negatives::{NegSpace, SpaceInputs};
 use crate::train::worker::{BucketCtx, PartRows, Pool};
 
@@ -196,8 +197,10 @@ pub struct Trainer {
     pub head_prob: Vec<f32>,
     /// 1vsAll or KvsAll training (None: negative sampling).
     pub vs_all: Option<crate::train::all_entities::VsAllTraining>,
-    /// The last epoch's edges, when it had one bucket read as one piece.
-    kept_edges: Option<KeptEdges>,
+    /// The last epoch's edges, when it had one bucket read as one piece, and the next
+    /// epoch's arrangement of them, made ahead.
+    kept_edges: Option<Arc<KeptEdges>>,
+    ahead: Option<ArrangedAhead>,
     /// Whether this epoch leaves its table to be written behind the job (the plan's
     /// write-behind copy, which only a resident table has), the copy's buffers between
     /// epochs, and the last epoch's copy waiting for its write
@@ -255,6 +258,7 @@ impl Trainer {
             head_prob: Vec::new(),
             vs_all: None,
             kept_edges: None,
+            ahead: None,
             writes_behind: false,
             spare_copy: Vec::new(),
             write_behind: None,
@@ -290,11 +294,14 @@ impl Trainer {
         let io_before = engine.stats();
         let order: Vec<(u32, u32)> = sched.buckets().collect();
         let single = <[_; 1]>::try_from(order.as_slice()).ok().map(|[b]| b);
-        // A one-bucket epoch trains the last epoch's copy of its edges when it kept one.
+        // A one-bucket epoch trains the last epoch's copy of its edges when it kept one,
+        // arranged ahead when the last epoch could.
         let kept = self.kept_edges.take().filter(|k| Some(k.bucket) == single);
-        let (edges_rx, edges_thread) = match &kept {
-            Some(k) => (k.ready(), None),
-            None => {
+        let ahead = self.ahead.take().and_then(|a| a.take(epoch, single));
+        let (edges_rx, edges_thread) = match (ahead, &kept) {
+            (Some(rx), _) => (rx, None),
+            (None, Some(k)) => (k.ready(), None),
+            (None, None) => {
                 let (rx, thread) = self.read_edges(&engine, order);
                 (rx, Some(thread))
             }
@@ -327,6 +334,8 @@ impl Trainer {
             ));
         }
         self.swap_spare = swapper.finish();
+        let kept = kept.or_else(|| pass.kept.take().map(Arc::new));
+        self.arrange_next(epoch, kept.as_ref());
         let t = Instant::now();
         let last = sched.states() - 1;
         self.reclaim_slots()?;
@@ -353,7 +362,7 @@ impl Trainer {
         if let Some(thread) = edges_thread {
             let _ = thread.join();
         }
-        self.kept_edges = kept.or(pass.kept.take());
+        self.kept_edges = kept;
         let io = engine.stats().since(&io_before);
         let report = self.report(&pass, &io, sched.states(), sched.swaps());
         pass.meter.finish()?;
@@ -364,6 +373,33 @@ impl Trainer {
     /// table back itself).
     pub(crate) fn take_write_behind(&mut self) -> Option<WriteBehind> {
         self.write_behind.take()
+    }
+
+    /// Starts arranging the `kept` piece for the epoch after `epoch`, if the run has one, while
+    /// this epoch ends.
+    fn arrange_next(&mut self, epoch: usize, kept: Option<&Arc<KeptEdges>>) {
+        let Some(kept) = kept else { return };
+        if epoch + 1 >= self.cfg.epochs {
+            return;
+        }
+        let key = self.piece_key(epoch + 1, kept.bucket, 0);
+        let rel_types = self.typed.as_ref().map(|t| t.rel_types.clone());
+        self.ahead = Some(ArrangedAhead::start(
+            kept.clone(),
+            epoch + 1,
+            key,
+            rel_types,
+        ));
+    }
+
+    /// The key piece `piece` of `bucket` trains under in `epoch`.
+    fn piece_key(&self, epoch: usize, bucket: Bucket, piece: u64) -> u64 {
+        let n = self.buckets.partitioning.partitions;
+        let bucket_key = derive(
+            derive(self.cfg.seed, epoch as u64),
+            (bucket.0 * n + bucket.1) as u64,
+        );
+        derive(bucket_key, piece)
     }
 
     /// Keeps a written copy's `buffers` for the next epoch's copy.
@@ -603,11 +639,6 @@ impl Trainer {
         step: usize,
         pass: &mut Pass,
     ) -> Result<()> {
-        let n = self.buckets.partitioning.partitions;
-        let bucket_key = derive(
-            derive(self.cfg.seed, pass.epoch as u64),
-            (bucket.0 * n + bucket.1) as u64,
-        );
         for piece in 0u64.. {
             let t = Instant::now();
             let got = rx
@@ -621,6 +652,7 @@ impl Trainer {
             }
             debug_assert_eq!(got.bucket, bucket);
             let (mut edges, mut weights) = got.edges?;
+            let groups = got.groups;
             if piece == 0 && got.last && pass.keep == Some(bucket) {
                 // Kept before training shuffles the piece.
                 pass.kept = Some(KeptEdges {
@@ -631,7 +663,8 @@ impl Trainer {
             }
             pass.tally.edge_bytes += got.bytes;
             let start = Instant::now();
-            self.train_piece(bucket, &mut edges, &mut weights, derive(bucket_key, piece));
+            let key = self.piece_key(pass.epoch, bucket, piece);
+            self.train_piece(bucket, &mut edges, &mut weights, key, groups);
             if let Some(e) = self.compute.failure() {
                 return Err(EmbedError::Config(e));
             }
@@ -707,28 +740,23 @@ impl Trainer {
     }
 
     /// Trains one piece of bucket `(a, b)`'s edges (with their `weights`, one per edge or
-    /// none), shuffled by `key`, through the compute backend. In a typed run the piece is first
-    /// grouped by its edges' (source, destination) entity types, each group shuffled on its
-    /// own, so that a chunk's shared negatives come from one type per side (as PBG batches
-    /// edges of one relation). Weights move with their edges.
+    /// none) through the compute backend, arranged for `key` ([`arrange`]: shuffled, or in a
+    /// typed run grouped by entity types) unless it comes arranged (`groups`).
     fn train_piece(
         &mut self,
         bucket: Bucket,
         edges: &mut [[i32; 3]],
         weights: &mut [f32],
         key: u64,
+        groups: Option<Groups>,
     ) {
         if edges.is_empty() {
             return;
         }
-        let mut rng = Rng::new(key);
-        let groups = match &self.typed {
-            None => {
-                shuffle(edges, weights, &mut rng);
-                vec![(0..edges.len(), None)]
-            }
-            Some(typed) => group_by_types(edges, weights, &typed.rel_types, &mut rng),
-        };
+        let groups = groups.unwrap_or_else(|| {
+            let rel_types = self.typed.as_ref().map(|t| t.rel_types.as_slice());
+            arrange(edges, weights, key, rel_types)
+        });
         let resident = self.buffer.rows_mut();
         let slots = Slots {
             cfg: &self.cfg,
@@ -747,10 +775,6 @@ impl Trainer {
         self.compute.train_piece(&ctxs, &chunks, key);
     }
 }
-
-/// A piece's groups: row ranges of its edges and their (source, destination) entity types
-/// (`None`: untyped, one group).
-type Groups = [(std::ops::Range<usize>, Option<(usize, usize)>)];
 
 /// The piece's chunks of at most `size` edges, group by group.
 fn chunks<'a>(
@@ -913,60 +937,6 @@ impl<'a> Slots<'a> {
             vs_all: self.vs_all,
         }
     }
-}
-
-/// Shuffles `edges` in place (Fisher-Yates from the end), and `weights` (one per edge, or
-/// empty) with them.
-fn shuffle(edges: &mut [[i32; 3]], weights: &mut [f32], rng: &mut Rng) {
-    for i in (1..edges.len()).rev() {
-        let j = rng.below(i as u64 + 1) as usize;
-        edges.swap(i, j);
-        if !weights.is_empty() {
-            weights.swap(i, j);
-        }
-    }
-}
-
-/// Groups `edges` (and `weights`, one per edge or empty) by the (source, destination) entity
-/// types of their relations (`rel_types`), groups in order of their types, each shuffled: the
-/// groups' row ranges and type pairs.
-#[allow(clippy::type_complexity)]
-pub(crate) fn group_by_types(
-    edges: &mut [[i32; 3]],
-    weights: &mut [f32],
-    rel_types: &[(usize, usize)],
-    rng: &mut Rng,
-) -> Vec<(std::ops::Range<usize>, Option<(usize, usize)>)> {
-    let pair_of = |e: &[i32; 3]| rel_types[e[1] as usize];
-    if weights.is_empty() {
-        edges.sort_by_key(pair_of);
-    } else {
-        // The same stable order as without weights, each weight kept with its edge.
-        let mut rows: Vec<([i32; 3], f32)> =
-            edges.iter().copied().zip(weights.iter().copied()).collect();
-        rows.sort_by_key(|(e, _)| pair_of(e));
-        for ((e, w), (edge, weight)) in rows
-            .into_iter()
-            .zip(edges.iter_mut().zip(weights.iter_mut()))
-        {
-            (*edge, *weight) = (e, w);
-        }
-    }
-    let mut groups = Vec::new();
-    let mut start = 0;
-    while start < edges.len() {
-        let pair = pair_of(&edges[start]);
-        let end = start + edges[start..].partition_point(|e| pair_of(e) == pair);
-        let w = if weights.is_empty() {
-            &mut weights[..]
-        } else {
-            &mut weights[start..end]
-        };
-        shuffle(&mut edges[start..end], w, rng);
-        groups.push((start..end, Some(pair)));
-        start = end;
-    }
-    groups
 }
 
 /// How the backend holds region `p` of a table whose pinned region is `pinned`.

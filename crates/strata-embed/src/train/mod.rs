@@ -1,6 +1,7 @@
 //! Training: the job (a coordinator of an iteration manager, a checkpoint manager and a bucket scheduler over a group of ranks), the epoch loops (single-process and distributed), the worker threads, negatives and corruption, owner mode and the cluster seam.
 
 pub(crate) mod all_entities;
+pub(crate) mod arrange;
 pub(crate) mod bernoulli;
 pub(crate) mod checkpoint;
 pub(crate) mod dist;
