@@ -4,6 +4,7 @@ release; with a recorder in place of CUDA's runtime, so the bookkeeping runs wit
 
 from __future__ import annotations
 
+from conftest import needs
 from strata.device.pins import HostPins
 
 
@@ -57,3 +58,18 @@ def test_release_names_the_buffers_cuda_would_not_unregister():
     (error,) = pins.release()
     assert "0x50000" in error and "4,096 bytes" in error and sorted(rt.unregistered) == [0x50000, 0x60000]
     assert pins.pinned == {}
+
+
+def test_a_torch_without_the_runtime_leaves_the_slots_to_staging(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    needs("torch")
+    from strata.embed.device import backend
+
+    def unreachable(device):
+        raise AssertionError("libcudart functions are unavailable")
+
+    monkeypatch.setattr(backend, "cuda_register", unreachable)
+    assert backend.TorchCompute._host_pins(SimpleNamespace(cuda=True, device="cuda:0")) is None
+    assert "through staging" in capsys.readouterr().err
+    assert backend.TorchCompute._host_pins(SimpleNamespace(cuda=False, device="cpu")) is None

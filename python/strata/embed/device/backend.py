@@ -378,8 +378,15 @@ class TorchCompute:
 
     def _host_pins(self) -> HostPins | None:
         """Where the slots' host buffers are registered: CUDA's runtime on ``cuda``, none on
-        the CPU twin (whose "device" copies are host copies)."""
-        return HostPins(*cuda_register(self.device)) if self.cuda else None
+        the CPU twin (whose "device" copies are host copies) or where torch gives no access to
+        the runtime (said once; the slots then go through staging)."""
+        if not self.cuda:
+            return None
+        try:
+            return HostPins(*cuda_register(self.device))
+        except Exception as e:
+            print(f"device: slots copied through staging: CUDA's runtime is not reachable ({e})", file=sys.stderr)
+            return None
 
     def describe(self) -> str:
         """The run's line about the device (printed once at the start)."""
