@@ -33,13 +33,13 @@ def test_a_buffer_is_registered_whole_once_and_released():
     pins = HostPins(rt.register, rt.unregister)
     assert pins.pin(0x10000, 8192) and pins.pin(0x10000, 8192) and pins.pin(0x10000, 4096)
     assert pins.pin(0x40000, 4096)
-    assert rt.registered == [(0x10000, 8192), (0x40000, 4096)] and pins.nbytes() == 12288
+    assert rt.registered == [(0x10000, 8192), (0x40000, 4096)] and sum(pins.pinned.values()) == 12288
     # A buffer of unknown length (the relations' memory) is not pinned.
     assert not pins.pin(0x80000, 0) and len(rt.registered) == 2
     # More than the registered length of a buffer: not covered, and not registered again.
     assert not pins.pin(0x40000, 8192) and len(rt.registered) == 2
     assert pins.release() == [] and sorted(rt.unregistered) == [0x10000, 0x40000]
-    assert pins.nbytes() == 0 and pins.release() == [] and len(rt.unregistered) == 2
+    assert pins.pinned == {} and pins.release() == [] and len(rt.unregistered) == 2
 
 
 def test_a_refused_buffer_is_remembered_and_said():

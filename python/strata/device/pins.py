@@ -67,10 +67,6 @@ class HostPins:
         self.pinned[address] = nbytes
         return True
 
-    def nbytes(self) -> int:
-        """Bytes page-locked now."""
-        return sum(self.pinned.values())
-
     def release(self) -> list[str]:
         """Unregisters every buffer (the device must be done with them); returns the errors,
         one line each, of those CUDA refused to unregister."""

@@ -258,28 +258,12 @@ pub fn prefetch_edges(
 /// A one-bucket epoch's edges kept in memory when they came as one piece: the next epoch trains
 /// a copy instead of reading and checking them again (for FB15k-237 at B1's settings, 20 to 30
 /// ms at every epoch's start on the development machine, against about 3.5 s of training on its
-/// 2 cores, or 0.1 s on a GPU). The copy holds the piece as read: training shuffles its own.
+/// 2 cores, or 0.1 s on a GPU). The copy holds the piece as read; the next epoch's arrangement
+/// of it is made ahead (`train::arrange::ArrangedAhead`).
 pub struct KeptEdges {
     pub bucket: (u32, u32),
     pub edges: Vec<[i32; 3]>,
     pub weights: Vec<f32>,
-}
-
-impl KeptEdges {
-    /// A channel holding a copy of the piece, as [`prefetch_edges`] would deliver it (no bytes
-    /// read).
-    pub fn ready(&self) -> Receiver<BucketEdges> {
-        let (tx, rx) = bounded(1);
-        let piece = BucketEdges {
-            bucket: self.bucket,
-            last: true,
-            edges: Ok((self.edges.clone(), self.weights.clone())),
-            bytes: 0,
-            groups: None,
-        };
-        tx.send(piece).expect("a fresh channel has room");
-        rx
-    }
 }
 
 /// Bytes of one bucketed edge row (three int32).

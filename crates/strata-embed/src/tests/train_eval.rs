@@ -69,6 +69,15 @@ fn config(partitions: u32, buffer: usize, ordering: OrderingKind) -> TrainConfig
     }
 }
 
+/// Trains (or resumes) `run` on `store` with `cfg`, no progress shown and no epoch callback.
+fn quiet_train(
+    store: &Path,
+    run: &Path,
+    cfg: TrainConfig,
+) -> crate::error::Result<crate::run::run_dir::RunMeta> {
+    train(store, run, cfg, false, None, &NoProgress, &mut |_| {})
+}
+
 fn table_bytes(run: &Path, which: Which) -> Vec<u8> {
     let r = crate::run::run_dir::Run::open(run).unwrap();
     std::fs::read(r.table_path(&r.checkpoint(which).table)).unwrap()
@@ -93,22 +102,13 @@ fn a_one_bucket_run_arranged_ahead_trains_as_a_run_resumed_each_epoch() {
         ..config(1, 1, OrderingKind::Legend)
     };
     let (whole, resumed) = (dir.path().join("whole"), dir.path().join("resumed"));
-    train(
-        &store,
-        &whole,
-        cfg.clone(),
-        false,
-        None,
-        &NoProgress,
-        &mut |_| {},
-    )
-    .unwrap();
+    quiet_train(&store, &whole, cfg.clone()).unwrap();
     for epochs in 1..=3 {
         let cfg = TrainConfig {
             epochs,
             ..cfg.clone()
         };
-        train(&store, &resumed, cfg, false, None, &NoProgress, &mut |_| {}).unwrap();
+        quiet_train(&store, &resumed, cfg).unwrap();
     }
     assert!(
         table_bytes(&whole, Which::Last) == table_bytes(&resumed, Which::Last),
@@ -130,26 +130,8 @@ fn deterministic_and_resumable(table_dtype: TableDtype) {
         dir.path().join("b"),
         dir.path().join("c"),
     );
-    train(
-        &store,
-        &a,
-        cfg.clone(),
-        false,
-        None,
-        &NoProgress,
-        &mut |_| {},
-    )
-    .unwrap();
-    train(
-        &store,
-        &b,
-        cfg.clone(),
-        false,
-        None,
-        &NoProgress,
-        &mut |_| {},
-    )
-    .unwrap();
+    quiet_train(&store, &a, cfg.clone()).unwrap();
+    quiet_train(&store, &b, cfg.clone()).unwrap();
     assert!(
         table_bytes(&a, Which::Last) == table_bytes(&b, Which::Last),
         "two runs differ"
@@ -159,18 +141,9 @@ fn deterministic_and_resumable(table_dtype: TableDtype) {
         epochs: 1,
         ..cfg.clone()
     };
-    let meta = train(&store, &c, one, false, None, &NoProgress, &mut |_| {}).unwrap();
+    let meta = quiet_train(&store, &c, one).unwrap();
     assert_eq!(meta.current.epoch, 1);
-    let meta = train(
-        &store,
-        &c,
-        cfg.clone(),
-        false,
-        None,
-        &NoProgress,
-        &mut |_| {},
-    )
-    .unwrap();
+    let meta = quiet_train(&store, &c, cfg.clone()).unwrap();
     assert_eq!(meta.current.epoch, 2);
     assert_eq!(meta.history.len(), 2);
     assert!(
@@ -178,17 +151,13 @@ fn deterministic_and_resumable(table_dtype: TableDtype) {
         "the resumed run differs"
     );
     // A different shape or dtype cannot resume the run.
-    let err = train(
+    let err = quiet_train(
         &store,
         &c,
         TrainConfig {
             dim: 8,
             ..cfg.clone()
         },
-        false,
-        None,
-        &NoProgress,
-        &mut |_| {},
     )
     .unwrap_err();
     assert!(err.to_string().contains("embed.train.dim"), "{err}");
@@ -196,17 +165,13 @@ fn deterministic_and_resumable(table_dtype: TableDtype) {
         TableDtype::F32 => TableDtype::Bf16,
         TableDtype::Bf16 => TableDtype::F32,
     };
-    let err = train(
+    let err = quiet_train(
         &store,
         &c,
         TrainConfig {
             table_dtype: other,
             ..cfg
         },
-        false,
-        None,
-        &NoProgress,
-        &mut |_| {},
     )
     .unwrap_err();
     assert!(err.to_string().contains("embed.train.table_dtype"), "{err}");
@@ -232,16 +197,7 @@ fn ranks_match_brute_force(table_dtype: TableDtype) {
         table_dtype,
         ..config(5, 2, OrderingKind::Beta)
     };
-    train(
-        &store_path,
-        &run,
-        cfg,
-        false,
-        None,
-        &NoProgress,
-        &mut |_| {},
-    )
-    .unwrap();
+    quiet_train(&store_path, &run, cfg).unwrap();
     let mut l = Loaded::open(&run, Which::Last, 0, 1, &NoProgress).unwrap();
     let got = l
         .evaluate("test", Some(Protocol::Filtered), 0, "cpu", &NoProgress)
@@ -359,7 +315,7 @@ fn a_table_written_behind_validation_equals_one_written_back_by_its_epoch() {
             epochs,
             ..cfg.clone()
         };
-        let meta = train(&store, &out, c, false, None, &NoProgress, &mut |_| {}).unwrap();
+        let meta = quiet_train(&store, &out, c).unwrap();
         (out, meta)
     };
     let (behind, behind_meta) = run("behind", true, 2);

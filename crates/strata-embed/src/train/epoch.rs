@@ -295,13 +295,12 @@ impl Trainer {
         let order: Vec<(u32, u32)> = sched.buckets().collect();
         let single = <[_; 1]>::try_from(order.as_slice()).ok().map(|[b]| b);
         // A one-bucket epoch trains the last epoch's copy of its edges when it kept one,
-        // arranged ahead when the last epoch could.
+        // arranged while the last epoch ended.
         let kept = self.kept_edges.take().filter(|k| Some(k.bucket) == single);
         let ahead = self.ahead.take().and_then(|a| a.take(epoch, single));
-        let (edges_rx, edges_thread) = match (ahead, &kept) {
-            (Some(rx), _) => (rx, None),
-            (None, Some(k)) => (k.ready(), None),
-            (None, None) => {
+        let (edges_rx, edges_thread) = match ahead {
+            Some(rx) => (rx, None),
+            None => {
                 let (rx, thread) = self.read_edges(&engine, order);
                 (rx, Some(thread))
             }

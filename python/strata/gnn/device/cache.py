@@ -18,7 +18,7 @@ import torch
 from . import uva
 from .keys import batch_key
 from .reads import EngineReads, GdsReads
-from .sampler import DeviceSampler, as_ids
+from .sampler import DeviceSampler, as_ids, one_ahead
 
 DEVICE, HOST, MISS = 0, 1, 2
 TIER_NAMES = ("device_rows", "host_rows", "miss_rows")
@@ -36,16 +36,15 @@ def presample_hotness(sampler: DeviceSampler, seeds, batch_size: int, *, epoch: 
     seeds = as_ids(seeds, torch.device("cpu"))
     sampler.check(seeds.numpy())
     counts = torch.zeros(sampler.topology.num_nodes, dtype=torch.int64, device=sampler.device)
-    batches = [seeds[start : start + batch_size] for start in range(0, seeds.numel(), batch_size)]
+    starts = (
+        sampler.start(seeds[start : start + batch_size], batch_key(epoch, b), checked=True)
+        for b, start in enumerate(range(0, seeds.numel(), batch_size))
+    )
     # Each batch started before the one before it is finished: the host never waits for a draw.
-    started = None
-    for b, part in enumerate([*batches, None]):
-        ahead = None if part is None else sampler.start(part, batch_key(epoch, b), checked=True)
-        if started is not None:
-            nodes = started.finish().nodes
-            # Not bincount: on CUDA it reads the largest id back to size its output.
-            counts.index_add_(0, nodes, torch.ones_like(nodes))
-        started = ahead
+    for started in one_ahead(starts):
+        nodes = started.finish().nodes
+        # Not bincount: on CUDA it reads the largest id back to size its output.
+        counts.index_add_(0, nodes, torch.ones_like(nodes))
     return counts
 
 

@@ -31,7 +31,7 @@ from ..batch import Batch
 from ..models import Block
 from .cache import DeviceCache, PlannedLookup
 from .keys import batch_key, epoch_order
-from .sampler import DeviceSample, DeviceSampler, Started
+from .sampler import DeviceSample, DeviceSampler, Started, one_ahead
 
 #: Batches a CUDA producer thread prepares ahead of training.
 PREFETCH = 2
@@ -230,20 +230,16 @@ class DevicePipeline:
         for sizes long computed). Batches started or in the window when the epoch ends early
         are given up, their pins released."""
         window: deque[SampledBatch] = deque()
-        started: deque[tuple[int, Started]] = deque()
+        ahead = one_ahead(self._started(part(i), start, epoch, i, clock) for i in range(count))
         try:
-            for i in range(count + 1):
-                if i < count:
-                    started.append((i, self._started(part(i), start, epoch, i, clock)))
-                if len(started) > 1 or (i == count and started):
-                    window.append(self._finished(*started.popleft(), clock))
-                    if len(window) > self.window:
-                        yield self._served(window.popleft(), window, clock)
+            for i, started in enumerate(ahead):
+                window.append(self._finished(i, started, clock))
+                if len(window) > self.window:
+                    yield self._served(window.popleft(), window, clock)
             while window:
                 yield self._served(window.popleft(), window, clock)
         finally:
-            for _, waiting in started:
-                waiting.abandon()
+            ahead.close()
             for waiting in window:
                 for planned in waiting.parts:
                     self.cache.release(planned)

@@ -35,7 +35,7 @@ Temporal and per-edge-type sampling, and edge ids, are the Rust sampler's only.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -367,6 +367,25 @@ class Started:
 
     def abandon(self) -> None:
         self._abandon()
+
+
+def one_ahead(starts: Iterable[Started]) -> Iterator[Started]:
+    """The batches of ``starts`` in order, each handed out once the next one is started (the
+    last once there is none): a caller that finishes what it is handed never waits for the draw
+    it has just queued. Closing the iterator early gives up the batch started and not handed
+    out; a batch handed out is the caller's to finish or give up."""
+    pending = None
+    try:
+        for started in starts:
+            done, pending = pending, started
+            if done is not None:
+                yield done
+        done, pending = pending, None
+        if done is not None:
+            yield done
+    finally:
+        if pending is not None:
+            pending.abandon()
 
 
 @dataclass
