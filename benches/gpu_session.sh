@@ -74,10 +74,16 @@ export DEVICE_TESTS="tests/test_embed_device.py tests/test_device_rng.py tests/t
 # Only their cuda cases: the CPU twins are CI's, and some cannot run on the GPU machine's stack
 # (Triton 3.6's interpreter takes a loop's runtime bound as a 1-element array, which the
 # machine's NumPy refuses to convert to an int; Triton 3.9, CI's, squeezes it first).
-# LIBC_FATAL_STDERR_: glibc's fatal messages (a heap check's abort) on stderr, not on a tty
-# the workers lack (a worker aborted with no message under -n 8 on an H200, 2026-11-27).
+# A worker aborted with no message under -n 8 on an H200 (2026-11-27): pytest's default capture
+# (--capture=fd) sends a test's fd 2 to a temporary file that dies with the worker, so whatever
+# native code said before the abort (a Rust panic, C++'s "terminate called after throwing",
+# glibc's heap check) was lost. --capture=sys leaves fd 2 to the worker's own stderr, which
+# reaches this step's log. LIBC_FATAL_STDERR_: glibc's fatal messages on stderr, not on a tty the
+# workers lack; TORCH_SHOW_CPP_STACKTRACES and RUST_BACKTRACE: where a C++ error or a panic
+# came from.
 step_tests() {
-    LIBC_FATAL_STDERR_=1 python3 -m pytest -q --maxfail 10 -n 8 -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
+    LIBC_FATAL_STDERR_=1 TORCH_SHOW_CPP_STACKTRACES=1 RUST_BACKTRACE=1 python3 -m pytest -q --capture=sys \
+        --maxfail 10 -n 8 -p no:cacheprovider -k "not cpu" ${TESTS:-$DEVICE_TESTS}
 }
 # The same one at a time in one process, every native message shown: for a test that crashes
 # its worker (TESTS names it, as pytest's node id). Kernels launch synchronously unless
