@@ -1,7 +1,8 @@
 """Question: does `strata embed train` reach the published quality on FB15k-237 and WN18RR, lose
 nothing when the table is partitioned, hide its I/O out of core, and how fast is it?
 
-    python benches/bench_embed.py [--only b1,b2,b3,b4,models,weights,kern] [--b3-scale 23] [--b4-scale 22] [--work DIR]
+    python benches/bench_embed.py [--only b1,b2,b3,b4,models,weights,kern,eval] [--b3-scale 23]
+        [--b4-scale 22] [--work DIR]
 
 - B1: ComplEx (100 reals), chunks of 1000 edges sharing 1000 uniform negatives, both sides
   corrupted, softmax, Adagrad lr 0.1, 10 epochs, one partition; FB15k-237 and WN18RR.
@@ -19,6 +20,9 @@ nothing when the table is partitioned, hide its I/O out of core, and how fast is
   kernels' before/after across commits: `benches/compare.py --only b1`).
 - weights: ComplEx on FB15k-237 with weighted edges: random triples of weight 0 with the weights
   used and ignored, and repeated edges against the same edges weighted 2.
+- eval: the filtered validation of a B1 run (two epochs; one partition, and 8 of them), as
+  `strata embed eval` ranks it on the CPU kernels (1 and 2 threads) and on the torch evaluator
+  on the CPU (the device path's host work and torch's counting), median of `--eval-repeats`.
 
 Results go to bench-results/embed-*.json and the embed-* sections of docs/benchmarks.md.
 """
@@ -597,9 +601,52 @@ def b4_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+def eval_benchmarks(work: Path, repeats: int) -> dict:
+    """Seconds of `strata embed eval --split valid` (filtered) on two-epoch B1 runs, by
+    partitions and ranker: the median of ``repeats`` runs each."""
+    store = convert(SHARED / "datasets" / "fb15k-237", work / "fb15k-237.strata", "--relations")
+    settings = [*B1, "--epochs", "2", "--memory", "4G", "--eval-every", "0"]
+    rows = {}
+    for parts in (1, 8):
+        run_dir = work / f"run-eval-p{parts}"
+        train(store, run_dir, [*settings, "--partitions", str(parts), *(["--buffer", "3"] if parts > 1 else [])])
+        for device, threads in (("cpu", 1), ("cpu", 2), ("torch-cpu", 2)):
+            cmd = strata("embed", "eval", run_dir, "--split", "valid", "--checkpoint", "last", "--json", "-q")
+            cmd += ["--device", device, "--threads", str(threads)]
+            metrics = [json.loads(timed(cmd)["stdout"])["metrics"] for _ in range(repeats)]
+            seconds = median([m["seconds"] for m in metrics])
+            name = f"{parts} partition{'s' * (parts > 1)}, {device}, {threads} thread{'s' * (threads > 1)}"
+            rows[name] = {"seconds": seconds, "queries": metrics[0]["queries"], "mrr": metrics[0]["mrr"]}
+            print(f"eval {name}: {seconds:.3f} s")
+    return rows
+
+
+def eval_markdown(rows: dict, info: dict) -> str:
+    lines = [
+        "### Filtered validation of FB15k-237 (`benches/bench_embed.py --only eval`)",
+        "",
+        f"{info['nproc']} cores ({info['cpu']}). A two-epoch B1 run's validation split (both directions, every "
+        "known answer filtered out), as `strata embed eval --split valid` ranks it; the median of its "
+        "runs' own evaluation seconds (the store and run opened, the known answers read, not counted).",
+        "",
+        "| run | ranker | queries | seconds | queries/s | MRR |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name, r in rows.items():
+        parts, ranker = name.split(", ", 1)
+        lines.append(
+            f"| {parts} | {ranker} | {r['queries']:,} | {r['seconds']:.3f} | {r['queries'] / r['seconds']:,.0f} "
+            f"| {r['mrr']:.4f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4,models,weights,kern")
+    ap.add_argument(
+        "--only", default="b1,b2,b3,b4", help="comma-separated subset of b1,b2,b3,b4,models,weights,kern,eval"
+    )
+    ap.add_argument("--eval-repeats", type=int, default=5, help="runs of each evaluation of the eval benchmark")
     ap.add_argument("--work", type=Path, default=REPO / "bench-data" / "embed")
     ap.add_argument("--b3-scale", type=int, default=23)
     ap.add_argument("--b3-edge-factor", type=int, default=12)
@@ -646,6 +693,10 @@ def main() -> None:
         res = kern(args.work, args)
         save("embed-kern", {"machine": info, **res})
         update_doc("embed-kern", kern_markdown(res, info))
+    if "eval" in only:
+        rows = eval_benchmarks(args.work, args.eval_repeats)
+        save("embed-eval", {"machine": info, "runs": rows})
+        update_doc("embed-eval", eval_markdown(rows, info))
     if "b4" in only:
         res = b4(args.work, args)
         save("embed-b4", {"machine": info, **res})

@@ -157,12 +157,13 @@ def part_fb15k(args) -> dict:
 
 def part_fb15k_trace(args) -> dict:
     """B1's run traced in this process (``device_trace``): five epochs, the second to the
-    fourth summarised (the first captures the step's graphs; the last runs on into the test),
-    with validation off so that an epoch is its training alone; an epoch starts where the epoch
+    fourth summarised (the first captures the step's graphs), and the last with one evaluation
+    of the validation split on the device after it (the device ranker's calls marked);
+    validation off so that an epoch is its training alone; an epoch starts where the epoch
     loop lends the backend its slots. The Chrome trace goes beside ``--out``."""
     import device_trace
-    from strata.embed import train
-    from strata.embed.device import backend, graphs
+    from strata.embed import Run, train
+    from strata.embed.device import backend, evaluate, graphs
 
     store = kg_store(args)
     options = dict(B1_OPTIONS, epochs=args.epochs or 5, partitions=1, memory="4G", eval_every=0)
@@ -174,17 +175,26 @@ def part_fb15k_trace(args) -> dict:
         backend.TorchCompute: ["train_piece", "slot_in", "slot_out", "counters"],
         backend.Staging: ["to_device"],
         graphs.StepGraphs: ["run"],
+        # The evaluation after training falls in the last epoch's window: the device's
+        # counting against the host's preparing of the rounds.
+        evaluate.TorchRanker: ["count"],
     }
     path = args.out.with_name(args.out.stem + "-fb15k-trace.json.gz")
+
+    def run() -> None:
+        train(store=store, run_dir=run_dir, fresh=True, **options)
+        Run(run_dir).evaluate("valid", device=args.device, checkpoint="last")
+
     summ = device_trace.traced(
-        lambda: train(store=store, run_dir=run_dir, fresh=True, **options),
+        run,
         targets,
         (backend.TorchCompute, "forget_partitions", False),
         path,
         cuda=args.device.startswith("cuda"),
     )
     print(device_trace.show("fb15k trace", summ), file=sys.stderr)
-    return {f"fb15k {args.device}, traced": {"trace": path.name, "epochs": summ["epochs"][1:-1]}}
+    epochs = summ["epochs"]
+    return {f"fb15k {args.device}, traced": {"trace": path.name, "epochs": epochs[1:-1], "last_and_eval": epochs[-1]}}
 
 
 def named(runs: dict, args) -> dict:

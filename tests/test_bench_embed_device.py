@@ -38,6 +38,9 @@ def test_bench_runs_on_the_cpu_twin(tmp_path):
     assert len(traced["epochs"]) == 3 and (tmp_path / traced["trace"]).stat().st_size > 0
     for epoch in traced["epochs"]:
         assert epoch["host_ms_by_phase"]["TorchCompute.train_piece"] > 0 and epoch["host_unmarked_ms"] > 0
+        assert "TorchRanker.count" not in epoch["host_ms_by_phase"]  # validation is off
+    # The last epoch runs on into an evaluation on the device, whose ranker calls are marked.
+    assert traced["last_and_eval"]["host_ms_by_phase"]["TorchRanker.count"] > 0
     ooc = runs["rmat-s10 out of core (1/4 on the device)"]
     resident = runs["rmat-s10 resident"]
     for r in (runs["fb15k torch-cpu"], ooc, resident):

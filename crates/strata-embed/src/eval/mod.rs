@@ -274,34 +274,78 @@ struct RoundTypes<'l> {
 /// Known true answers of query keys `(src, rel, head)`.
 pub type KnownAnswers = HashMap<(u64, u32, bool), Vec<u64>>;
 
-/// The queries of one split and, for the filtered protocol, their known answers: built once
-/// and evaluated as often as needed (every validation of a run).
+/// The candidates that do not compete with each query key `(src, rel, head)` of a filtered
+/// evaluation (its known answers, the set's own answers among them), as sorted `partition <<
+/// 32 | local row` keys of `partitioning`: made once per evaluation set, so that each
+/// evaluation (every validation of a run) only looks its queries' keys up.
+pub struct Excluded {
+    pub partitioning: Partitioning,
+    pub keys: HashMap<(u64, u32, bool), Vec<u64>>,
+}
+
+impl Excluded {
+    /// `known` (for `queries`' keys) as keys of `partitioning`, each query's own answer
+    /// included whether or not the store's splits hold it.
+    pub fn new(
+        queries: &[Query],
+        mut known: KnownAnswers,
+        partitioning: &Partitioning,
+    ) -> Excluded {
+        for q in queries {
+            known
+                .entry((q.src, q.rel, q.head))
+                .or_default()
+                .push(q.answer);
+        }
+        let locator = partitioning.locator();
+        for answers in known.values_mut() {
+            for v in answers.iter_mut() {
+                let (p, l) = locator.locate(*v);
+                *v = ((p as u64) << 32) | l as u64;
+            }
+            answers.sort_unstable();
+            answers.dedup();
+        }
+        Excluded {
+            partitioning: partitioning.clone(),
+            keys: known,
+        }
+    }
+}
+
+/// The queries of one split and, for the filtered protocol, the candidates each query's
+/// rank leaves out: built once and evaluated as often as needed (every validation of a run).
 pub struct EvalSet {
     pub split: String,
     pub protocol: Protocol,
     pub queries: Vec<Query>,
-    pub known: Option<KnownAnswers>,
+    pub excluded: Option<Excluded>,
 }
 
 impl EvalSet {
-    /// The queries of `split` under `spec` (and their known answers when filtered).
+    /// The queries of `split` under `spec` (and, when filtered, their known answers as keys
+    /// of `partitioning`, the run's).
     pub fn new(
         store: &Store,
         split: &str,
         spec: &EvalSpec,
+        partitioning: &Partitioning,
         progress: &dyn Progress,
     ) -> Result<EvalSet> {
         let triples = read_triples(store, split)?;
         let queries = make_queries(&triples, spec.corrupt, spec.max_queries, spec.seed);
-        let known = match spec.protocol {
-            Protocol::Filtered => Some(known_answers(store, &queries, progress)?),
+        let excluded = match spec.protocol {
+            Protocol::Filtered => {
+                let known = known_answers(store, &queries, progress)?;
+                Some(Excluded::new(&queries, known, partitioning))
+            }
             Protocol::Sampled => None,
         };
         Ok(EvalSet {
             split: split.to_string(),
             protocol: spec.protocol,
             queries,
-            known,
+            excluded,
         })
     }
 }
@@ -350,8 +394,8 @@ impl Scorer<'_> {
                     .map(|q| answer_type(q).expect("typed"))
                     .collect(),
             });
-            let got = match &set.known {
-                Some(known) => self.filtered_round(round, known, &locator, types.as_ref())?,
+            let got = match &set.excluded {
+                Some(excluded) => self.filtered_round(round, excluded, &locator, types.as_ref())?,
                 None => self.sampled_round(
                     round,
                     &locator,
@@ -455,28 +499,20 @@ impl Scorer<'_> {
     fn filtered_round(
         &mut self,
         round: &[Query],
-        known: &KnownAnswers,
+        excluded: &Excluded,
         locator: &Locator,
         types: Option<&RoundTypes>,
     ) -> Result<Vec<f64>> {
+        if excluded.partitioning != *self.partitioning {
+            return Err(EmbedError::Config(format!(
+                "evaluation of {} queries: their known answers were keyed for another partitioning of the nodes",
+                round.len()
+            )));
+        }
         let rows = self.prepare(round, locator)?;
-        // Excluded candidates of each query (its answer and the other known answers), as
-        // sorted (partition << 32 | local) keys.
-        let excluded: Vec<Vec<u64>> = round
+        let excluded: Vec<&[u64]> = round
             .iter()
-            .map(|q| {
-                let mut keys: Vec<u64> = known[&(q.src, q.rel, q.head)]
-                    .iter()
-                    .chain(std::iter::once(&q.answer))
-                    .map(|&v| {
-                        let (p, l) = locator.locate(v);
-                        ((p as u64) << 32) | l as u64
-                    })
-                    .collect();
-                keys.sort_unstable();
-                keys.dedup();
-                keys
-            })
+            .map(|q| excluded.keys[&(q.src, q.rel, q.head)].as_slice())
             .collect();
         let mut counts = vec![(0u64, 0u64); round.len()];
         let all = self.partitioning.regions();

@@ -34,7 +34,7 @@ pub struct PartScan<'a> {
     pub ranges: &'a [Range<usize>],
     /// Each query's candidates that do not compete (its answer and the other known answers),
     /// as sorted `partition << 32 | local row` keys over every partition.
-    pub excluded: &'a [Vec<u64>],
+    pub excluded: &'a [&'a [u64]],
 }
 
 /// The candidates of a sampled round: the queries of batch `b` (`batch` queries each, the
@@ -56,14 +56,17 @@ pub struct SampledCands<'a> {
 impl PartScan<'_> {
     /// Query `q`'s excluded candidates among this partition's local rows `rows`, as local
     /// rows, ascending.
-    pub fn excluded_in(&self, q: usize, rows: Range<usize>) -> impl Iterator<Item = usize> + '_ {
+    pub fn excluded_in(
+        &self,
+        q: usize,
+        rows: Range<usize>,
+    ) -> impl ExactSizeIterator<Item = usize> + '_ {
         let base = (self.p as u64) << 32;
         let (lo, hi) = (base | rows.start as u64, base | rows.end as u64);
-        let ex = &self.excluded[q];
-        ex[ex.partition_point(|&k| k < lo)..]
-            .iter()
-            .take_while(move |&&k| k < hi)
-            .map(move |&k| (k - base) as usize)
+        let ex = self.excluded[q];
+        let first = ex.partition_point(|&k| k < lo);
+        let end = first + ex[first..].partition_point(|&k| k < hi);
+        ex[first..end].iter().map(move |&k| (k - base) as usize)
     }
 }
 

@@ -7,7 +7,9 @@ use strata_store::rng::Rng;
 
 use super::device::{DeviceRank, DeviceRanker, RankJob};
 use super::rank::{CpuRanker, PartScan, Ranker, RoundRows, SampledCands};
+use super::{Excluded, KnownAnswers, Query};
 use crate::model::{score_candidates, PbgForm, ScoreBatch, ScoreKind, ScoreModel, Scratch};
+use crate::storage::partitioning::Partitioning;
 use crate::storage::table::Rows;
 
 /// A device that scores query by query through the CPU score functions.
@@ -88,6 +90,7 @@ fn device_ranker_counts_as_the_cpu_kernels() {
             keys
         })
         .collect();
+    let excluded: Vec<&[u64]> = excluded.iter().map(Vec::as_slice).collect();
     let part = PartScan {
         p: 1,
         emb: Rows::F32(&emb),
@@ -125,4 +128,32 @@ fn device_ranker_counts_as_the_cpu_kernels() {
             .unwrap();
         assert_eq!(device.sampled(&model, &rows, &cands).unwrap(), cpu);
     }
+}
+
+#[test]
+fn known_answers_are_keyed_once_with_each_query_answer_among_them() {
+    // 4 partitions of 100 nodes (a seeded permutation): keys follow the locator, not the ids.
+    let nodes = Partitioning::new(100, 4, 7).unwrap();
+    let locator = nodes.locator();
+    let key = |v: u64| {
+        let (p, l) = locator.locate(v);
+        ((p as u64) << 32) | l as u64
+    };
+    let query = |src, answer| Query {
+        src,
+        rel: 2,
+        answer,
+        head: false,
+    };
+    // Two queries share a key; the store's splits know 9 and 41 for it (41 twice), but not
+    // the second query's answer 77; the third query's key has no known answer at all.
+    let queries = [query(5, 41), query(5, 77), query(6, 3)];
+    let known: KnownAnswers = [((5, 2, false), vec![9, 41, 41])].into_iter().collect();
+    let excluded = Excluded::new(&queries, known, &nodes);
+    let mut want: Vec<u64> = [9, 41, 77].map(key).to_vec();
+    want.sort_unstable();
+    assert_eq!(excluded.keys[&(5, 2, false)], want);
+    assert_eq!(excluded.keys[&(6, 2, false)], vec![key(3)]);
+    assert_eq!(excluded.keys.len(), 2);
+    assert_eq!(excluded.partitioning, nodes);
 }

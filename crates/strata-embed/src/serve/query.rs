@@ -35,7 +35,8 @@ impl Loaded {
             spec.max_queries = max_queries;
         }
         let mut ranker = ranker_for(device, spec.threads)?;
-        let set = EvalSet::new(&self.store, split, &spec, progress)?;
+        let nodes = &self.run.meta.partitioning;
+        let set = EvalSet::new(&self.store, split, &spec, nodes, progress)?;
         let rel_types = self.answer_types();
         let mut scorer = Scorer {
             model: self.model,

@@ -201,7 +201,10 @@ impl<'a> Coordinator<'a> {
         // partitions it does not own from their owners).
         let valid =
             match leads && trainer.cfg.eval_every > 0 && store.array("edges_valid").is_some() {
-                true => Some(EvalSet::new(&store, "valid", &spec, progress)?),
+                true => {
+                    let nodes = &trainer.buckets.partitioning;
+                    Some(EvalSet::new(&store, "valid", &spec, nodes, progress)?)
+                }
                 false => None,
             };
         if let Some(key) = trainer.cfg.schedules() {
@@ -883,7 +886,7 @@ fn evaluate(
         // The slots mirror the current table; this checkpoint lives in another file.
         t.buffer.clear();
     }
-    let set = EvalSet::new(on.store, split, on.spec, progress)?;
+    let set = EvalSet::new(on.store, split, on.spec, &t.buckets.partitioning, progress)?;
     let (rank, world_size) = (run.meta.owner_rank.unwrap_or(0), run.meta.world_size);
     let (peers, epoch) = owners.map_or((None, 0), |(p, e)| (Some(p), e));
     let mut load = owner::eval_loader(&table, peers, rank, world_size, epoch, false);
