@@ -55,7 +55,10 @@ impl PyDeviceRank {
         d.set_item("n", job.n)?;
         d.set_item("lo", lend(py, &job.lo, views)?)?;
         d.set_item("hi", lend(py, &job.hi, views)?)?;
-        d.set_item("excluded_query", lend(py, &job.excluded_query, views)?)?;
+        d.set_item(
+            "excluded_per_query",
+            lend(py, &job.excluded_per_query, views)?,
+        )?;
         d.set_item("excluded_cand", lend(py, &job.excluded_cand, views)?)?;
         let (above, equal): (Vec<u64>, Vec<u64>) =
             self.ranker.call_method1(py, "count", (d,))?.extract(py)?;

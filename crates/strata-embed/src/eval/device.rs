@@ -11,9 +11,10 @@ use crate::model::ScoreModel;
 use crate::storage::table::Rows;
 
 /// One block of candidates against a round's queries, in plain values: query `i` is ranked
-/// against candidates `lo[i] .. hi[i]`, except the pairs `(excluded_query[k],
-/// excluded_cand[k])`, and gets the counts of those scoring above and equal to
-/// `true_score[i]` (a NaN true score: every competing candidate above).
+/// against candidates `lo[i] .. hi[i]`, except its run of `excluded_per_query[i]` candidates
+/// in `excluded_cand` (the queries' runs one after another), and gets the counts of those
+/// scoring above and equal to `true_score[i]` (a NaN true score: every competing candidate
+/// above).
 pub struct RankJob<'a> {
     /// The config's spelling of the model (`dot`, `distmult`, `complex`, `transe`, `rotate`, ...).
     pub model: &'static str,
@@ -31,8 +32,10 @@ pub struct RankJob<'a> {
     pub n: usize,
     pub lo: Vec<u64>,
     pub hi: Vec<u64>,
-    pub excluded_query: Vec<u32>,
-    pub excluded_cand: Vec<u64>,
+    /// A filtered round's runs reach millions of candidates (FB15k-237's validation: 8.4M),
+    /// so a query's are counted rather than each paired with its query, and in 32 bits.
+    pub excluded_per_query: Vec<u32>,
+    pub excluded_cand: Vec<u32>,
 }
 
 /// Scoring and counting on a device: `(above, equal)` per query of the job, or why not.
@@ -107,16 +110,14 @@ impl Ranker for DeviceRanker {
     ) -> Result<()> {
         let n = part.ranges.iter().map(|r| r.end).max().unwrap_or(0);
         let (cands, cands_dtype) = raw(&part.emb, n * model.dim);
-        // Sized first: a filtered round's pairs run to millions (FB15k-237's validation: 8.4M).
-        let total = (0..part.ranges.len())
-            .map(|q| part.excluded_in(q, part.ranges[q].clone()).len())
-            .sum();
-        let (mut excluded_query, mut excluded_cand) =
-            (Vec::with_capacity(total), Vec::with_capacity(total));
+        let excluded_per_query: Vec<u32> = (0..part.ranges.len())
+            .map(|q| part.excluded_in(q, part.ranges[q].clone()).len() as u32)
+            .collect();
+        let total = excluded_per_query.iter().map(|&c| c as usize).sum();
+        let mut excluded_cand = Vec::with_capacity(total);
         for (q, range) in part.ranges.iter().enumerate() {
-            let keys = part.excluded_in(q, range.clone());
-            excluded_query.extend(std::iter::repeat_n(q as u32, keys.len()));
-            excluded_cand.extend(keys.map(|k| k as u64));
+            // Local rows of a partition: below 2^32.
+            excluded_cand.extend(part.excluded_in(q, range.clone()).map(|k| k as u32));
         }
         let got = self.count(&RankJob {
             model: model.kind.name(),
@@ -131,7 +132,7 @@ impl Ranker for DeviceRanker {
             n,
             lo: part.ranges.iter().map(|r| r.start as u64).collect(),
             hi: part.ranges.iter().map(|r| r.end as u64).collect(),
-            excluded_query,
+            excluded_per_query,
             excluded_cand,
         })?;
         for (c, (g, e)) in counts.iter_mut().zip(got) {
@@ -148,16 +149,23 @@ impl Ranker for DeviceRanker {
         cands: &SampledCands,
     ) -> Result<Vec<f64>> {
         let queries = rows.true_score.len();
+        if u32::try_from(cands.ids.len()).is_err() {
+            return Err(EmbedError::Config(format!(
+                "device evaluation: {} sampled candidates in one round; the device ranker takes at most 2^32",
+                cands.ids.len()
+            )));
+        }
         let block = |q: usize| (q / cands.batch * cands.per_batch) as u64;
-        let (mut excluded_query, mut excluded_cand) = (Vec::new(), Vec::new());
+        let (mut excluded_per_query, mut excluded_cand) = (Vec::with_capacity(queries), Vec::new());
         for q in 0..queries {
             let c0 = block(q) as usize;
-            for j in c0..c0 + cands.per_batch {
-                if cands.excluded(q, j) {
-                    excluded_query.push(q as u32);
-                    excluded_cand.push(j as u64);
-                }
-            }
+            let before = excluded_cand.len();
+            excluded_cand.extend(
+                (c0..c0 + cands.per_batch)
+                    .filter(|&j| cands.excluded(q, j))
+                    .map(|j| j as u32),
+            );
+            excluded_per_query.push((excluded_cand.len() - before) as u32);
         }
         let got = self.count(&RankJob {
             model: model.kind.name(),
@@ -174,7 +182,7 @@ impl Ranker for DeviceRanker {
             hi: (0..queries)
                 .map(|q| block(q) + cands.per_batch as u64)
                 .collect(),
-            excluded_query,
+            excluded_per_query,
             excluded_cand,
         })?;
         Ok(got.into_iter().map(|(g, e)| rank_of(g, e)).collect())

@@ -42,11 +42,12 @@ impl DeviceRank for OneByOne {
                     &mut scratch,
                 );
                 let s = job.true_score[i];
-                let competing = (lo..hi).filter(|&j| {
-                    !(0..job.excluded_query.len()).any(|k| {
-                        job.excluded_query[k] as usize == i && job.excluded_cand[k] == j as u64
-                    })
-                });
+                let first: usize = job.excluded_per_query[..i]
+                    .iter()
+                    .map(|&c| c as usize)
+                    .sum();
+                let mine = &job.excluded_cand[first..first + job.excluded_per_query[i] as usize];
+                let competing = (lo..hi).filter(|&j| !mine.contains(&(j as u32)));
                 competing.fold((0, 0), |(g, e), j| {
                     let v = out[j - lo];
                     (g + (v > s) as u64, e + (v == s) as u64)

@@ -68,8 +68,8 @@ class TorchRanker:
 
     def count(self, job: dict) -> tuple[list[int], list[int]]:
         """``(above, equal)`` per query of ``job`` (``RankJob``'s fields): query ``i`` against
-        candidates ``lo[i] .. hi[i]``, the pairs ``(excluded_query[k], excluded_cand[k])``
-        left out; a NaN true score has every competing candidate above."""
+        candidates ``lo[i] .. hi[i]``, its run of ``excluded_per_query[i]`` candidates of
+        ``excluded_cand`` left out; a NaN true score has every competing candidate above."""
         model, dim = job["model"], job["dim"]
         step.check_model(model)
         dev = self.device
@@ -83,8 +83,10 @@ class TorchRanker:
         cands = _tensor(job["cands"], cand_dtype, dev).view(job["n"], dim).float()
         lo = _tensor(job["lo"], torch.int64, dev)
         hi = _tensor(job["hi"], torch.int64, dev)
-        ex_q = _tensor(job["excluded_query"], torch.int32, dev).long()
-        ex_c = _tensor(job["excluded_cand"], torch.int64, dev)
+        # The excluded pairs (query, candidate), the queries expanded on the device.
+        per_query = _tensor(job["excluded_per_query"], torch.int32, dev).long()
+        ex_c = _tensor(job["excluded_cand"], torch.int32, dev).long()
+        ex_q = torch.repeat_interleave(torch.arange(q, device=dev), per_query, output_size=len(ex_c))
         phi = step.combine(query, src, rel)
         above = torch.zeros(q, dtype=torch.int64, device=dev)
         equal = torch.zeros(q, dtype=torch.int64, device=dev)
