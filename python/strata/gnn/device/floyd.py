@@ -7,9 +7,10 @@ unless it was picked already, else ``j``. The picks, sorted, are the kept edges'
 with ``k`` or fewer in-edges keeps them all.
 
 The torch twin runs the ``k`` sequential steps at once over a ``(frontier, k)`` layout (about
-65 kernels a hop, besides the draws); on ``cuda`` one Triton kernel runs each node's steps in
-order in registers, then torch sorts the picks. Both pick the same set, so the results are equal
-bit for bit, which the tests check on the CPU under Triton's interpreter.
+65 kernels a hop, besides the draws), then sorts; on ``cuda`` one Triton kernel runs each node's
+steps in order in registers, counting as it goes each pick's rank among the node's picks, and
+stores each pick at its rank (sorted, with no sort). Both pick the same set, so the results are
+equal bit for bit, which the tests check on the CPU under Triton's interpreter.
 
 Shapes: ``start``, ``degree`` and ``keys`` (the nodes' stream keys, int64 bit patterns) ``m``
 int64; the results ``(positions, counts, valid)``: positions ``m x k`` flattened (0 where not
@@ -89,9 +90,9 @@ def twin_picks(degree, keys, floyd: FloydConstants) -> torch.Tensor:
 
 
 def kernel_picks(degree, keys, k: int) -> torch.Tensor:
-    """The sorted picks (``m x k``) by the Triton kernel (each node's steps in order), then a
-    sort: on ``cuda``, and under ``TRITON_INTERPRET=1`` on CPU tensors (tests). A node with
-    ``k`` or fewer in-edges gets values it does not use."""
+    """The sorted picks (``m x k``) by the Triton kernel (each node's steps in order, each
+    pick stored at its rank): on ``cuda``, and under ``TRITON_INTERPRET=1`` on CPU tensors
+    (tests). A node with ``k`` or fewer in-edges gets values it does not use."""
     m = keys.numel()
     picks = torch.empty((m, k), dtype=torch.int64, device=keys.device)
     if picks.numel() == 0:
@@ -101,7 +102,7 @@ def kernel_picks(degree, keys, k: int) -> torch.Tensor:
     with kernels.on_device(keys):
         _kernel()[(-(-m // block_m),)](keys.contiguous(), degree.contiguous(), picks, m, K=k, BLOCK_M=block_m,
                                        BLOCK_K=block_k)  # fmt: skip
-    return picks.sort(dim=1).values
+    return picks
 
 
 @kernels.builder
@@ -112,12 +113,16 @@ def _kernel():
 
     # The functions the kernel calls are globals of this module, jitted with it (see
     # strata.embed.device.softmax_loss for why the reduction's is its own).
-    global _below_draw, _either
+    global _below_draw, _either, _plus
     _below_draw = rng.jit_helpers().below_draw
 
     @triton.jit
     def _either(a, b):
         return a | b
+
+    @triton.jit
+    def _plus(a, b):
+        return a + b
 
     # ``m`` follows the frontier; left unspecialised so that a size compiles one variant.
     @triton.jit(do_not_specialize=["m"])
@@ -128,12 +133,22 @@ def _kernel():
         d = tl.load(degree + rows, mask=live, other=K + 1)
         cols = tl.arange(0, BLOCK_K)
         held = tl.full([BLOCK_M, BLOCK_K], -1, tl.int64)
+        # Each pick's rank among the node's picks so far: Floyd's picks are distinct, so the
+        # final ranks place them in order (a node with k or fewer in-edges stores values it
+        # does not use, at ranks below k).
+        rank = tl.full([BLOCK_M, BLOCK_K], 0, tl.int32)
         for s in range(K):
             j = d - K + s
             t = _below_draw(key, j - j + s, (j + 1).to(tl.uint64, bitcast=True))
-            earlier = (held == t[:, None]) & (cols < s)[None, :]
-            seen = tl.reduce(earlier.to(tl.int32), 1, _either) != 0
-            held = tl.where((cols == s)[None, :], tl.where(seen, j, t)[:, None], held)
-        tl.store(picks + rows[:, None] * K + cols[None, :], held, mask=live[:, None] & (cols < K)[None, :])
+            before = (cols < s)[None, :]
+            seen = tl.reduce(((held == t[:, None]) & before).to(tl.int32), 1, _either) != 0
+            pick = tl.where(seen, j, t)
+            # The new pick ranks above the smaller earlier ones; the larger ones move up one.
+            under = tl.reduce(((held < pick[:, None]) & before).to(tl.int32), 1, _plus)
+            rank += ((held > pick[:, None]) & before).to(tl.int32)
+            here = (cols == s)[None, :]
+            held = tl.where(here, pick[:, None], held)
+            rank = tl.where(here, under[:, None], rank)
+        tl.store(picks + rows[:, None] * K + rank, held, mask=live[:, None] & (cols < K)[None, :])
 
     return floyd_rows
