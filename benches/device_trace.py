@@ -6,8 +6,8 @@ named in ``phases``, wrapped for the trace's length only, so that the product co
 profiling), and each epoch's start with an instant mark (``mark_epoch``). The summary gives per
 epoch: its wall time, the union of the device's kernels and copies (busy), the device's idle
 time and, for that idle time, what the host was doing: the innermost marked phase of any
-thread, or nothing torch saw ("outside torch": the Rust engine's own work, the interpreter's).
-On the CPU twin there is no device lane; the summary then gives the host phases alone.
+thread, or nothing torch saw ("outside torch": the Rust engine's own work, the interpreter's);
+and the kernels the busy time went to, longest first. On the CPU twin there is no device lane; the summary then gives the host phases alone.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ EPOCH_START = PREFIX + "epoch start"
 DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 #: Idle stretches of the device shorter than this (µs) are launch latency, not a gap.
 GAP_US = 50.0
+#: Kernels (and copies) an epoch's summary names, by their device time.
+TOP_KERNELS = 12
 
 
 def mark_epoch() -> None:
@@ -145,7 +147,8 @@ def summary(trace: dict) -> dict:
     a marked call, or from a mark to the next (the last to the trace's end, so it holds
     whatever ran after the last epoch too). Per epoch: its ``ms``; the device's ``busy_ms``
     and ``busy_share`` (None without a device lane); ``idle_ms_by_host_phase``, the device's
-    idle gaps of at least :data:`GAP_US` by what the host was doing; ``host_ms_by_phase``,
+    idle gaps of at least :data:`GAP_US` by what the host was doing; ``device_ms_by_kernel``
+    (:func:`_by_kernel`); ``host_ms_by_phase``,
     each marked phase's time (nested ones counted in their callers' too); and
     ``host_unmarked_ms``, the time no thread was in a marked phase."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
@@ -155,16 +158,31 @@ def summary(trace: dict) -> dict:
         [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == EPOCH]
         + list(zip(starts, [*starts[1:], end], strict=False))
     )
-    device = _union([(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in DEVICE_CATS])
+    kernels = [(e["ts"], e["ts"] + e["dur"], e["name"]) for e in events if e.get("cat") in DEVICE_CATS]
     phases = [
         (e["ts"], e["ts"] + e["dur"], e["name"])
         for e in events
         if e.get("name", "").startswith(PREFIX) and e["name"] not in (EPOCH, EPOCH_START)
     ]
-    return {"epochs": [_epoch(lo, hi, device, phases) for lo, hi in windows]}
+    return {"epochs": [_epoch(lo, hi, kernels, phases) for lo, hi in windows]}
 
 
-def _epoch(lo: float, hi: float, device: list, phases: list) -> dict:
+def _by_kernel(kernels: list[tuple[float, float, str]], lo: float, hi: float) -> dict:
+    """The device time (ms) of the :data:`TOP_KERNELS` longest-running names among
+    ``kernels`` (``(start, end, name)``, µs) within ``lo .. hi``, longest first, the rest as
+    one entry (overlapping kernels each counted: the sum may pass the busy time)."""
+    total = defaultdict(float)
+    for a, b, name in kernels:
+        a, b = max(a, lo), min(b, hi)
+        if b > a:
+            total[name] += (b - a) / 1e3
+    ranked = sorted(total.items(), key=lambda kv: -kv[1])
+    top = dict(ranked[:TOP_KERNELS])
+    rest = sum(v for _, v in ranked[TOP_KERNELS:])
+    return top | ({"(the rest)": rest} if rest else {})
+
+
+def _epoch(lo: float, hi: float, kernels: list, phases: list) -> dict:
     """One epoch's record (:func:`summary`), from ``lo`` to ``hi`` (µs)."""
     mine = [p for p in phases if lo <= p[0] < hi]
     host = defaultdict(float)
@@ -172,9 +190,9 @@ def _epoch(lo: float, hi: float, device: list, phases: list) -> dict:
         host[name.removeprefix(PREFIX)] += (b - a) / 1e3
     marked = sum(b - a for a, b in _clip(_union([p[:2] for p in mine]), lo, hi))
     record = {"ms": (hi - lo) / 1e3, "host_ms_by_phase": dict(host), "host_unmarked_ms": (hi - lo - marked) / 1e3}
-    if not device:
+    if not kernels:
         return record | {"busy_ms": None, "busy_share": None}
-    busy = _clip(device, lo, hi)
+    busy = _clip(_union([k[:2] for k in kernels]), lo, hi)
     idle = defaultdict(float)
     edges = [lo] + [x for span in busy for x in span] + [hi]
     for a, b in zip(edges[::2], edges[1::2], strict=True):
@@ -183,6 +201,7 @@ def _epoch(lo: float, hi: float, device: list, phases: list) -> dict:
     busy_ms = sum(b - a for a, b in busy) / 1e3
     record |= {"busy_ms": busy_ms, "busy_share": busy_ms / max(record["ms"], 1e-9)}
     record["idle_ms_by_host_phase"] = dict(sorted(idle.items(), key=lambda kv: -kv[1]))
+    record["device_ms_by_kernel"] = _by_kernel(kernels, lo, hi)
     return record
 
 
@@ -196,6 +215,9 @@ def show(name: str, summ: dict) -> str:
         if idle:
             by = ", ".join(f"{k} {v:.1f} ms" for k, v in idle.items())
             lines.append(f"  device idle while the host was in: {by}")
+        kernels = list((e.get("device_ms_by_kernel") or {}).items())[:6]
+        if kernels:
+            lines.append("  device time by kernel: " + ", ".join(f"{k[:60]} {v:.1f} ms" for k, v in kernels))
         top = sorted(e["host_ms_by_phase"].items(), key=lambda kv: -kv[1])[:8]
         phases = ", ".join(f"{k} {v:.1f} ms" for k, v in top)
         lines.append(f"  host phases: {phases}; in none: {e['host_unmarked_ms']:.1f} ms")

@@ -44,10 +44,23 @@ def test_marked_epochs_busy_union_and_idle_by_phase():
     )
     assert first["host_ms_by_phase"] == pytest.approx({"TorchCompute.train_piece": 0.5, "StepGraphs.run": 0.1})
     assert first["host_unmarked_ms"] == pytest.approx(0.5)
+    # Each kernel's own time, overlaps counted in both, longest first.
+    assert first["device_ms_by_kernel"] == pytest.approx({"gemm": 0.3, "softmax": 0.3, "Memcpy DtoH": 0.05})
     # The last epoch runs to the trace's end; its device never works.
     assert last["ms"] == pytest.approx(1.0) and last["busy_ms"] == 0
     assert last["idle_ms_by_host_phase"] == pytest.approx({"outside torch": 0.98, "TorchCompute.counters": 0.02})
-    assert "device idle" in device_trace.show("t", summary(trace))
+    assert last["device_ms_by_kernel"] == {}
+    shown = device_trace.show("t", summary(trace))
+    assert "device idle" in shown and "device time by kernel: gemm 0.3 ms" in shown
+
+
+def test_an_epoch_names_its_longest_kernels_and_adds_up_the_rest(monkeypatch):
+    monkeypatch.setattr(device_trace, "TOP_KERNELS", 2)
+    kernels = [x(f"k{i}", 100 * i, 10 * (i + 1), cat="kernel", tid=7) for i in range(4)]
+    # A kernel running past the epoch's end counts its part inside it.
+    trace = {"traceEvents": [x(EPOCH, 0, 320), *kernels]}
+    (epoch,) = summary(trace)["epochs"]
+    assert epoch["device_ms_by_kernel"] == pytest.approx({"k2": 0.03, "k1": 0.02, "(the rest)": 0.03})
 
 
 def test_marked_calls_are_epochs_and_no_device_lane_gives_host_phases_alone():
