@@ -172,7 +172,10 @@ def part_fb15k_trace(args) -> dict:
     options.update(table_dtype=args.table_dtype, optimizer=args.optimizer, device=args.device)
     run_dir = args.work / "run-fb15k-trace"
     targets = {
-        backend.TorchCompute: ["train_piece", "slot_in", "slot_out", "counters"],
+        # A piece's host work in its parts: the contexts, the staged inputs, the losses read
+        # one piece later.
+        backend.TorchCompute: ["train_piece", "slot_in", "slot_out", "counters", "_ctx", "_lent_to_device"],
+        backend.PieceLosses: ["push", "take"],
         backend.Staging: ["to_device"],
         graphs.StepGraphs: ["run"],
         # The evaluation after training falls in the last epoch's window: the device's
