@@ -7,7 +7,8 @@ profiling), and each epoch's start with an instant mark (``mark_epoch``). The su
 epoch: its wall time, the union of the device's kernels and copies (busy), the device's idle
 time and, for that idle time, what the host was doing: the innermost marked phase of any
 thread, or nothing torch saw ("outside torch": the Rust engine's own work, the interpreter's);
-and the kernels the busy time went to, longest first. On the CPU twin there is no device lane; the summary then gives the host phases alone.
+and the kernels the busy time went to, longest first. On the CPU twin there is no device
+lane; the summary then gives the host phases alone.
 """
 
 from __future__ import annotations

@@ -148,3 +148,13 @@ def test_a_device_run_predicts_and_scores_on_the_cpu_engine(kg, tmp_path, strata
     out = strata_cli("embed", "score", run.path, triples).stdout.strip().split("\n")
     scores = [float(line.split("\t")[3]) for line in out]
     assert scores == pytest.approx([float(emb[h] @ (emb[t] * rel[1])) for h, t in [(1, 2), (3, 4)]], rel=1e-5)
+
+
+def test_excluded_candidates_come_over_as_unsigned_32_bit_rows():
+    """``RankJob``'s excluded counts and rows are u32: read as int32 for the copy, they keep
+    their values past 2^31 (a partition's rows may run that far)."""
+    from strata.embed.device import evaluate
+
+    values = np.array([0, 7, 2**31 - 1, 2**31, 2**32 - 1], dtype="<u4")
+    got = evaluate._u32(memoryview(values.tobytes()), torch.device("cpu"))
+    assert got.dtype == torch.int64 and got.tolist() == values.astype(np.int64).tolist()

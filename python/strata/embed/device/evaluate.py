@@ -40,6 +40,12 @@ def _tensor(buf, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return t.to(device, copy=True)
 
 
+def _u32(buf, device: torch.device) -> torch.Tensor:
+    """A lent buffer of u32 values as int64 on ``device`` (read as int32, whose negative
+    values are those of 2^31 and over)."""
+    return _tensor(buf, torch.int32, device).long() & 0xFFFF_FFFF
+
+
 def candidate_scores(
     model: str, transe_norm: int, comparator: str | None, a: torch.Tensor, c: torch.Tensor
 ) -> torch.Tensor:
@@ -84,8 +90,7 @@ class TorchRanker:
         lo = _tensor(job["lo"], torch.int64, dev)
         hi = _tensor(job["hi"], torch.int64, dev)
         # The excluded pairs (query, candidate), the queries expanded on the device.
-        per_query = _tensor(job["excluded_per_query"], torch.int32, dev).long()
-        ex_c = _tensor(job["excluded_cand"], torch.int32, dev).long()
+        per_query, ex_c = _u32(job["excluded_per_query"], dev), _u32(job["excluded_cand"], dev)
         ex_q = torch.repeat_interleave(torch.arange(q, device=dev), per_query, output_size=len(ex_c))
         phi = step.combine(query, src, rel)
         above = torch.zeros(q, dtype=torch.int64, device=dev)
