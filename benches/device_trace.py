@@ -165,7 +165,8 @@ def summary(trace: dict) -> dict:
         for e in events
         if e.get("name", "").startswith(PREFIX) and e["name"] not in (EPOCH, EPOCH_START)
     ]
-    return {"epochs": [_epoch(lo, hi, kernels, phases) for lo, hi in windows]}
+    device = _union([k[:2] for k in kernels])
+    return {"epochs": [_epoch(lo, hi, device, kernels, phases) for lo, hi in windows]}
 
 
 def _by_kernel(kernels: list[tuple[float, float, str]], lo: float, hi: float) -> dict:
@@ -183,8 +184,9 @@ def _by_kernel(kernels: list[tuple[float, float, str]], lo: float, hi: float) ->
     return top | ({"(the rest)": rest} if rest else {})
 
 
-def _epoch(lo: float, hi: float, kernels: list, phases: list) -> dict:
-    """One epoch's record (:func:`summary`), from ``lo`` to ``hi`` (µs)."""
+def _epoch(lo: float, hi: float, device: list, kernels: list, phases: list) -> dict:
+    """One epoch's record (:func:`summary`), from ``lo`` to ``hi`` (µs); ``device`` the
+    trace's busy spans (the union of its ``kernels``)."""
     mine = [p for p in phases if lo <= p[0] < hi]
     host = defaultdict(float)
     for a, b, name in mine:
@@ -193,7 +195,7 @@ def _epoch(lo: float, hi: float, kernels: list, phases: list) -> dict:
     record = {"ms": (hi - lo) / 1e3, "host_ms_by_phase": dict(host), "host_unmarked_ms": (hi - lo - marked) / 1e3}
     if not kernels:
         return record | {"busy_ms": None, "busy_share": None}
-    busy = _clip(_union([k[:2] for k in kernels]), lo, hi)
+    busy = _clip(device, lo, hi)
     idle = defaultdict(float)
     edges = [lo] + [x for span in busy for x in span] + [hi]
     for a, b in zip(edges[::2], edges[1::2], strict=True):

@@ -110,14 +110,18 @@ impl Ranker for DeviceRanker {
     ) -> Result<()> {
         let n = part.ranges.iter().map(|r| r.end).max().unwrap_or(0);
         let (cands, cands_dtype) = raw(&part.emb, n * model.dim);
-        let excluded_per_query: Vec<u32> = (0..part.ranges.len())
-            .map(|q| part.excluded_in(q, part.ranges[q].clone()).len() as u32)
+        let runs: Vec<_> = part
+            .ranges
+            .iter()
+            .enumerate()
+            .map(|(q, range)| part.excluded_in(q, range.clone()))
             .collect();
-        let total = excluded_per_query.iter().map(|&c| c as usize).sum();
+        let excluded_per_query: Vec<u32> = runs.iter().map(|run| run.len() as u32).collect();
+        let total = runs.iter().map(|run| run.len()).sum();
         let mut excluded_cand = Vec::with_capacity(total);
-        for (q, range) in part.ranges.iter().enumerate() {
+        for run in runs {
             // Local rows of a partition: below 2^32.
-            excluded_cand.extend(part.excluded_in(q, range.clone()).map(|k| k as u32));
+            excluded_cand.extend(run.map(|k| k as u32));
         }
         let got = self.count(&RankJob {
             model: model.kind.name(),
