@@ -309,3 +309,17 @@ def kg(tmp_path_factory) -> Path:
     run_strata("generate", "kg", "--out", raw, "--entities", "400", "--relations", "8", "--triples", "16000", "-q")
     run_strata("convert", raw, "--relations", "--out", d / "kg.strata", "-q")
     return d / "kg.strata"
+
+
+@pytest.fixture(scope="module")
+def weighted_kg(kg, tmp_path_factory) -> Path:
+    """The kg fixture's triples (a module's own kg where it has one), each training triple with
+    a weight in [0.5, 2)."""
+    raw, d = kg.parent / "raw", tmp_path_factory.mktemp("weighted")
+    gen = np.random.default_rng(5)
+    for split in ("train", "valid", "test"):
+        rows = [line for line in (raw / f"{split}.txt").read_text().split("\n") if line]
+        weights = gen.uniform(0.5, 2.0, len(rows)) if split == "train" else np.ones(len(rows))
+        (d / f"{split}.txt").write_text("".join(f"{r}\t{w:.4f}\n" for r, w in zip(rows, weights, strict=True)))
+    run_strata("convert", d, "--relations", "--columns", "src,rel,dst,weight", "--out", d / "w.strata", "-q")
+    return d / "w.strata"

@@ -38,20 +38,6 @@ def kg(tmp_path_factory):
     return d / "kg.strata"
 
 
-@pytest.fixture(scope="module")
-def weighted_kg(kg):
-    """The kg fixture's triples, each training triple with a weight in [0.5, 2)."""
-    raw, d = kg.parent / "raw", kg.parent / "weighted"
-    gen = np.random.default_rng(5)
-    d.mkdir(exist_ok=True)
-    for split in ("train", "valid", "test"):
-        rows = [line for line in (raw / f"{split}.txt").read_text().split("\n") if line]
-        weights = gen.uniform(0.5, 2.0, len(rows)) if split == "train" else np.ones(len(rows))
-        (d / f"{split}.txt").write_text("".join(f"{r}\t{w:.4f}\n" for r, w in zip(rows, weights, strict=True)))
-    run_strata("convert", d, "--relations", "--columns", "src,rel,dst,weight", "--out", d / "w.strata", "-q")
-    return d / "w.strata"
-
-
 @pytest.fixture(autouse=True)
 def short_runs(monkeypatch):
     """Graphs of runs of 4 chunks: an epoch of these small graphs is about 18 chunks, which the

@@ -163,21 +163,39 @@ def test_a_one_bucket_run_reads_its_edges_once(kg, tmp_path):
     assert a == b and whole.history[-1]["loss"] == resumed.history[-1]["loss"]
 
 
+def train_out_of_core_pair(store, tmp_path, option: str, epochs: int) -> tuple[dict, dict]:
+    """`store` trained out of core (5 partitions, a buffer of 3, one thread: deterministic) with
+    `option` on and off: the runs and their plans' parts by name, each keyed by the option's
+    value, after checking that both runs swapped and trained the same table bit for bit."""
+    options = dict(store=store, dim=16, chunk_size=200, negatives=64, threads=1, eval_every=0, tensorboard=False)
+    options |= dict(epochs=epochs, partitions=5, buffer=3, ordering="beta")
+    runs = {on: train(EmbedTrainConfig(run_dir=tmp_path / str(on), **{option: on}, **options)) for on in (True, False)}
+    assert all(h["partition_loads"] > 0 for r in runs.values() for h in r.history)
+    a, b = ((tmp_path / str(on) / runs[on].meta["current"]["table"]).read_bytes() for on in (True, False))
+    assert a == b and runs[True].history[-1]["loss"] == runs[False].history[-1]["loss"]
+    parts = {on: {p["name"]: p for p in r.meta["memory_plan"]["parts"]} for on, r in runs.items()}
+    return runs, parts
+
+
 def test_a_swap_spare_reads_beside_the_write_and_trains_the_same_table(kg, tmp_path):
     """Out of core, the plan's swap spare lets each swap read the next partition while it
-    writes the evicted one; the table is bit for bit that of a run whose swaps write, then read
-    (one thread is deterministic)."""
-    options = dict(store=kg, dim=16, chunk_size=200, negatives=64, threads=1, eval_every=0, tensorboard=False)
-    options |= dict(epochs=2, partitions=5, buffer=3, ordering="beta")
-    runs = {
-        spare: train(EmbedTrainConfig(run_dir=tmp_path / str(spare), swap_spare=spare, **options))
-        for spare in (True, False)
-    }
-    parts = {s: {p["name"]: p for p in r.meta["memory_plan"]["parts"]} for s, r in runs.items()}
+    writes the evicted one; the table is bit for bit that of a run whose swaps write, then read."""
+    _, parts = train_out_of_core_pair(kg, tmp_path, "swap_spare", epochs=2)
     assert parts[True]["swap spare"]["bytes"] > 0 and parts[False]["swap spare"]["bytes"] == 0
-    assert all(h["partition_loads"] > 0 for r in runs.values() for h in r.history)
-    a, b = ((tmp_path / str(s) / runs[s].meta["current"]["table"]).read_bytes() for s in (True, False))
-    assert a == b and runs[True].history[-1]["loss"] == runs[False].history[-1]["loss"]
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_kept_edges_train_the_same_table_and_later_epochs_read_only_partitions(kg, weighted_kg, tmp_path, weighted):
+    """Out of core with room in the budget, the plan keeps the training edges (and their
+    weights) in memory after the first epoch reads them: later epochs read no edge bytes from
+    the SSD, and the table is bit for bit a run's that reads them every epoch."""
+    runs, parts = train_out_of_core_pair(weighted_kg if weighted else kg, tmp_path, "keep_edges", epochs=3)
+    edges = len([line for line in (kg.parent / "raw" / "train.txt").read_text().split("\n") if line])
+    assert parts[True]["edges in memory"]["bytes"] == edges * (16 if weighted else 12)
+    assert "edges in memory" not in parts[False]
+    read = {k: [h["edge_bytes_read"] for h in r.history] for k, r in runs.items()}
+    assert read[True][0] == read[False][0] == edges * (16 if weighted else 12), read
+    assert read[True][1:] == [0, 0] and read[False][1:] == read[False][:1] * 2, read
 
 
 def test_killed_run_resumes_to_the_same_result(kg, tmp_path):

@@ -504,6 +504,11 @@ pub struct TrainConfig {
     /// disk serves both at once), when --memory holds it beside the rest (the plan says so);
     /// false: each swap writes the evicted partition, then reads the next into its slot
     pub swap_spare: bool,
+    /// in one process: the training edges read in the first epoch stay in memory for the
+    /// later ones when --memory holds them beside the rest (the plan says so), so an
+    /// out-of-core epoch's disk moves only partitions; false: every epoch reads its edges
+    /// from the SSD
+    pub keep_edges: bool,
     /// start a new run from the best checkpoint of this earlier run (incremental training on a
     /// store that gained nodes and edges): known nodes, matched by name (by id in stores
     /// without names), and relations keep their rows and optimizer state, new ones start fresh;
@@ -640,6 +645,7 @@ impl Default for TrainConfig {
             dist_prefetch: true,
             write_behind: true,
             swap_spare: true,
+            keep_edges: true,
             init_from: None,
             lr_scheduler: LrScheduler::None,
             lr_factor: 0.1,

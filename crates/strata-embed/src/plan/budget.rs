@@ -90,6 +90,9 @@ pub struct EmbedPlan {
     /// for it (`swap_spare`), partitions swap, the process is alone and the budget holds it
     /// beside the rest; 0 otherwise (a swap writes, then reads, through one slot).
     pub swap_spare_bytes: u64,
+    /// The training edges kept in memory after their first read ([`EmbedPlan::keep_edges`]),
+    /// and their bytes (0: every epoch reads its edges from the SSD).
+    pub kept_edge_bytes: u64,
     /// The smallest budget that holds the fixed parts and the buffer's slots with one node
     /// per partition (the configured partitions, when set).
     pub minimum: u64,
@@ -113,6 +116,29 @@ impl EmbedPlan {
             + self.prefetch_bytes
             + self.write_behind_bytes
             + self.swap_spare_bytes
+            + self.kept_edge_bytes
+    }
+
+    /// Keeps a run's `edge_rows` training edges (`row_bytes` each, their weight included) in
+    /// memory after their first read when `cfg` asks for it (`keep_edges`), the process is
+    /// `alone`, the edges take more than the one piece a one-partition run keeps already, and
+    /// the budget holds them beside the rest of the plan.
+    pub fn keep_edges(
+        mut self,
+        cfg: &TrainConfig,
+        alone: bool,
+        edge_rows: u64,
+        row_bytes: u64,
+    ) -> Self {
+        let bytes = edge_rows * row_bytes;
+        let one_piece = self.partitions == 1 && edge_rows <= self.piece_rows;
+        let left = self.memory.saturating_sub(self.total());
+        self.kept_edge_bytes = if cfg.keep_edges && alone && !one_piece && bytes <= left {
+            bytes
+        } else {
+            0
+        };
+        self
     }
 
     /// Whether every partition stays resident (no swaps during an epoch).
@@ -210,6 +236,13 @@ impl Planned for EmbedPlan {
                 } else {
                     "none: each swap writes the evicted partition, then reads the next"
                 },
+            );
+        }
+        if self.kept_edge_bytes > 0 {
+            plan = plan.part(
+                "edges in memory",
+                self.kept_edge_bytes,
+                "the training edges, kept after the first epoch's read: later epochs read only partitions",
             );
         }
         plan = plan
@@ -336,6 +369,7 @@ pub fn plan_queries(
         prefetch_note: None,
         write_behind_bytes: 0,
         swap_spare_bytes: 0,
+        kept_edge_bytes: 0,
         minimum,
         device: None,
     })
@@ -729,6 +763,7 @@ pub fn plan(
         prefetch_note,
         write_behind_bytes,
         swap_spare_bytes,
+        kept_edge_bytes: 0,
         minimum,
         device,
     })
@@ -935,15 +970,71 @@ mod tests {
         assert_eq!(rank.write_behind_bytes, 0);
     }
 
-    #[test]
-    fn partitions_that_swap_get_a_spare_buffer_when_the_budget_holds_it() {
-        let (m, nodes) = (model(100), untyped(100_000));
+    /// 100,000 nodes of 100 dims in 4 partitions with a buffer of 2 (swaps), in
+    /// [`device_cfg`]'s budget, and its plan.
+    fn swapping_plan() -> (TrainConfig, EmbedPlan) {
         let parts = TrainConfig {
             partitions: 4,
             buffer: 2,
             ..device_cfg()
         };
-        let p = plan(&parts, &m, &nodes, 10, 1, None, None).unwrap();
+        let p = plan(&parts, &model(100), &untyped(100_000), 10, 1, None, None).unwrap();
+        (parts, p)
+    }
+
+    #[test]
+    fn training_edges_stay_in_memory_only_where_the_plan_leaves_room_for_them() {
+        let (m, nodes) = (model(100), untyped(100_000));
+        let (parts, p) = swapping_plan();
+        let left = parts.memory.0 - p.total();
+        // Room for them: kept, within the budget, and the plan says so.
+        let rows = left / 16;
+        let kept = p.clone().keep_edges(&parts, true, rows, 16);
+        assert_eq!(kept.kept_edge_bytes, rows * 16);
+        assert!(kept.total() <= parts.memory.0, "{kept:?}");
+        let line = kept.memory_plan().describe().join("\n");
+        assert!(line.contains("later epochs read only partitions"), "{line}");
+        // One row more than the room, asked not to, or a rank of a group: none.
+        let over = left / 12 + 1;
+        assert_eq!(
+            p.clone().keep_edges(&parts, true, over, 12).kept_edge_bytes,
+            0
+        );
+        let off = TrainConfig {
+            keep_edges: false,
+            ..parts.clone()
+        };
+        assert_eq!(
+            p.clone().keep_edges(&off, true, rows, 16).kept_edge_bytes,
+            0
+        );
+        assert_eq!(
+            p.clone()
+                .keep_edges(&parts, false, rows, 16)
+                .kept_edge_bytes,
+            0
+        );
+        let line = p.memory_plan().describe().join("\n");
+        assert!(!line.contains("edges in memory"), "{line}");
+        // One partition whose edges come as one piece keeps that piece already; more than a
+        // piece are kept.
+        let one = plan(&device_cfg(), &m, &nodes, 10, 1, None, None).unwrap();
+        assert_eq!(one.partitions, 1);
+        let piece = one.piece_rows;
+        assert_eq!(
+            one.clone()
+                .keep_edges(&device_cfg(), true, piece, 12)
+                .kept_edge_bytes,
+            0
+        );
+        let more = one.keep_edges(&device_cfg(), true, piece + 1, 12);
+        assert_eq!(more.kept_edge_bytes, (piece + 1) * 12);
+    }
+
+    #[test]
+    fn partitions_that_swap_get_a_spare_buffer_when_the_budget_holds_it() {
+        let (m, nodes) = (model(100), untyped(100_000));
+        let (parts, p) = swapping_plan();
         assert_eq!(p.swap_spare_bytes, p.part_bytes, "{p:?}");
         assert!(p.total() <= parts.memory.0);
         let line = p.memory_plan().describe().join("\n");

@@ -9,9 +9,11 @@ use strata_store::Store;
 use crate::config::TrainConfig;
 use crate::error::{EmbedError, Result};
 use crate::model::ScoreModel;
-use crate::plan::budget::plan_fitting;
+use crate::plan::budget::{plan_fitting, EmbedPlan};
 use crate::plan::device::DeviceBudget;
 use crate::storage::entity_types::node_shape;
+use crate::storage::epoch_io::{ROW_BYTES, WEIGHT_BYTES};
+use crate::storage::partitioning::WEIGHTS;
 
 /// The plan a single-process run of `cfg` on `store` starts with: the store's node shape
 /// (typed or not) and relation count, `cfg`'s model. A budget below the minimum is
@@ -31,7 +33,9 @@ pub fn plan_for(store: &Path, cfg: &TrainConfig) -> Result<Planning> {
     // A device run's partitions are those whose slots fit both budgets.
     let device = DeviceBudget::of(cfg)?;
     match plan_fitting(cfg, &model, &shape, num_relations, None, device.as_ref()) {
-        Ok(plan) => Ok(Planning::Plan(plan.memory_plan())),
+        Ok(plan) => Ok(Planning::Plan(
+            with_kept_edges(plan, cfg, &store, true).memory_plan(),
+        )),
         Err(EmbedError::Budget(why)) => Ok(Planning::Refused(why)),
         Err(e) => Err(e),
     }
@@ -46,4 +50,18 @@ pub(crate) fn planned_config(cfg: &TrainConfig, store: &Store) -> TrainConfig {
         write_behind: cfg.write_behind && validates,
         ..cfg.clone()
     }
+}
+
+/// `plan` holding `store`'s training edges in memory after their first read where it has room
+/// for them ([`EmbedPlan::keep_edges`]); `alone`: the process is not a rank of a group.
+pub(crate) fn with_kept_edges(
+    plan: EmbedPlan,
+    cfg: &TrainConfig,
+    store: &Store,
+    alone: bool,
+) -> EmbedPlan {
+    let rows = store.array("edges_train").map_or(0, |a| a.shape[0]);
+    let weighted = cfg.edge_weights && store.array(WEIGHTS).is_some();
+    let row_bytes = ROW_BYTES + if weighted { WEIGHT_BYTES } else { 0 };
+    plan.keep_edges(cfg, alone, rows, row_bytes)
 }

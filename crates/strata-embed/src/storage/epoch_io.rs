@@ -14,6 +14,7 @@ use strata_store::ids::{Field, IdCheck};
 use strata_store::DType;
 
 use crate::error::{EmbedError, Result};
+use crate::storage::edge_cache::EdgeCache;
 use crate::storage::layout::TableLayout;
 use crate::storage::partitioning::Buckets;
 use crate::storage::table::TableFile;
@@ -159,7 +160,7 @@ pub struct BucketEdges {
     /// Whether this is the bucket's last piece.
     pub last: bool,
     pub edges: Result<(Vec<[i32; 3]>, Vec<f32>)>,
-    /// Bytes read.
+    /// Bytes read from the SSD (0: the piece came from the edge cache).
     pub bytes: u64,
     /// The piece's groups when it comes arranged for training (made ahead); `None`: as read,
     /// arranged when it is trained.
@@ -176,6 +177,9 @@ pub struct BucketEdges {
 /// piece, possibly empty. Local ids are checked against their partitions' sizes and relations
 /// against `relations` (the rows a relation id may index) as the rows are decoded, and
 /// weights for being finite and >= 0, so a corrupt index fails with its file and row named.
+/// With a `cache` each piece read is kept there, and a piece kept by an earlier epoch is
+/// copied out of it instead of read (its `bytes` then 0: nothing came from the SSD).
+#[allow(clippy::too_many_arguments)]
 pub fn prefetch_edges(
     engine: Arc<Engine>,
     buckets: Arc<Buckets>,
@@ -184,6 +188,7 @@ pub fn prefetch_edges(
     ahead: usize,
     relations: u64,
     weighted: bool,
+    cache: Option<Arc<EdgeCache>>,
 ) -> (Receiver<BucketEdges>, JoinHandle<()>) {
     let (tx, rx) = bounded::<BucketEdges>(ahead.max(1));
     let row_bytes = ROW_BYTES + if weighted { WEIGHT_BYTES } else { 0 };
@@ -217,27 +222,40 @@ pub fn prefetch_edges(
                         Field::new("rel", 0, relations.min(i32::MAX as u64) as i64),
                         Field::new("dst_local", 0, size(bucket.1)),
                     ];
-                    let check = IdCheck::new(&buckets.dir, "edges.npy", fields).from_row(at);
-                    let edges = match &file {
-                        Ok((data_offset, f)) => read_rows(f, &path, *data_offset, at..end, check),
-                        Err(e) => Err(EmbedError::Corrupt(format!("{}: {e}", path.display()))),
+                    let read = || {
+                        let check = IdCheck::new(&buckets.dir, "edges.npy", fields).from_row(at);
+                        let edges = match &file {
+                            Ok((offset, f)) => read_rows(f, &path, *offset, at..end, check),
+                            Err(e) => Err(EmbedError::Corrupt(format!("{}: {e}", path.display()))),
+                        };
+                        let weights = match &weights_file {
+                            None => Ok(Vec::new()),
+                            Some(Ok((offset, f))) => {
+                                read_weights(f, &weights_path, *offset, at..end)
+                            }
+                            Some(Err(e)) => Err(EmbedError::Corrupt(format!(
+                                "{}: {e}",
+                                weights_path.display()
+                            ))),
+                        };
+                        edges.and_then(|e| Ok((e, weights?)))
                     };
-                    let weights = match &weights_file {
-                        None => Ok(Vec::new()),
-                        Some(Ok((data_offset, f))) => {
-                            read_weights(f, &weights_path, *data_offset, at..end)
+                    let rows = at..end;
+                    let (edges, bytes) = match cache.as_ref().and_then(|c| c.get(&rows)) {
+                        Some(kept) => (Ok(kept), 0),
+                        None => {
+                            let edges = read();
+                            if let (Some(c), Ok((e, w))) = (&cache, &edges) {
+                                c.put(&rows, e, w);
+                            }
+                            (edges, (end - at) * row_bytes)
                         }
-                        Some(Err(e)) => Err(EmbedError::Corrupt(format!(
-                            "{}: {e}",
-                            weights_path.display()
-                        ))),
                     };
-                    let edges = edges.and_then(|e| Ok((e, weights?)));
                     let failed = edges.is_err();
                     let piece = BucketEdges {
                         bucket,
                         last: end == range.end,
-                        bytes: (end - at) * row_bytes,
+                        bytes,
                         edges,
                         groups: None,
                     };
@@ -267,9 +285,9 @@ pub struct KeptEdges {
 }
 
 /// Bytes of one bucketed edge row (three int32).
-const ROW_BYTES: u64 = 12;
+pub(crate) const ROW_BYTES: u64 = 12;
 /// Bytes of one bucketed weight (float32).
-const WEIGHT_BYTES: u64 = 4;
+pub(crate) const WEIGHT_BYTES: u64 = 4;
 
 /// Reads the weights of edge rows `rows` from the bucketed weights at `path`, checking each.
 fn read_weights(

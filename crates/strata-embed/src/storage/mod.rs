@@ -1,7 +1,8 @@
-//! The table and its neighbours in memory and on disk: node partitions and edge buckets, the table file, the partition buffer, negative banks, relation rows, entity types, the epoch's background I/O and its table written behind.
+//! The table and its neighbours in memory and on disk: node partitions and edge buckets, the edges kept in memory, the table file, the partition buffer, negative banks, relation rows, entity types, the epoch's background I/O and its table written behind.
 
 pub(crate) mod bank;
 pub(crate) mod buffer;
+pub(crate) mod edge_cache;
 pub(crate) mod entity_types;
 pub(crate) mod epoch_io;
 pub(crate) mod layout;

@@ -67,6 +67,7 @@ pub fn read_answers(
         2,
         relations,
         false,
+        None,
     );
     let mut edges = Vec::with_capacity(buckets.num_edges as usize);
     for piece in rx.iter() {

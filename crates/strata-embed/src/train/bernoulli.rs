@@ -118,6 +118,7 @@ pub fn count_sides(
                 2,
                 r as u64,
                 false,
+                None,
             );
             let set = |bits: &mut [u64], rel: i32, local: i32| {
                 let local = local as u64;

@@ -19,6 +19,7 @@ use crate::model::ScoreModel;
 use crate::ordering::{Bucket, Schedule, Step};
 use crate::storage::bank::Banks;
 use crate::storage::buffer::PartitionBuffer;
+use crate::storage::edge_cache::EdgeCache;
 use crate::storage::entity_types::TypedTraining;
 use crate::storage::epoch_io::{prefetch_edges, BucketEdges, Groups, KeptEdges, Swap, Swapper};
 use crate::storage::partitioning::Buckets;
@@ -211,6 +212,9 @@ pub struct Trainer {
     /// The plan's swap spare (a slot-sized buffer each swap reads the next partition into
     /// while it writes the evicted one), lent to each epoch's swap thread; `None`: none.
     pub(crate) swap_spare: Option<strata_io::AlignedBuf>,
+    /// The training edges kept in memory after their first read, when the plan holds them
+    /// (`None`: every epoch reads its edges from the SSD).
+    pub(crate) edge_cache: Option<Arc<EdgeCache>>,
 }
 
 impl Drop for Trainer {
@@ -263,6 +267,7 @@ impl Trainer {
             spare_copy: Vec::new(),
             write_behind: None,
             swap_spare: None,
+            edge_cache: None,
         }
     }
 
@@ -602,7 +607,7 @@ impl Trainer {
 
     /// The edges of `order`'s buckets read ahead in pieces ([`prefetch_edges`], two pieces
     /// ahead), checked against this run's partitions and relations, with their weights when
-    /// training is weighted.
+    /// training is weighted; from the edge cache when an earlier epoch kept them there.
     pub(crate) fn read_edges(
         &self,
         engine: &Arc<Engine>,
@@ -616,6 +621,7 @@ impl Trainer {
             2,
             self.relation_ids(),
             self.weighted(),
+            self.edge_cache.clone(),
         )
     }
 
