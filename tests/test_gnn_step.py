@@ -79,6 +79,7 @@ def test_padded_steps_train_as_the_eager_steps_do(cora, kind, fanouts, device):
     bs = batches(cora, device, 4, fanouts)
     (m1, o1), (m2, o2) = pair(kind, bs[0].x.shape[1], 7, device, device == "cuda", layers=len(fanouts))
     eager, padded = TrainStep(m1, o1, device, "eager"), TrainStep(m2, o2, device, "graphs")
+    loss_sum = correct = 0
     for b in bs:
         l1, c1 = eager(b)
         l2, c2 = padded(b)
@@ -86,6 +87,12 @@ def test_padded_steps_train_as_the_eager_steps_do(cora, kind, fanouts, device):
         assert int(c2) == int(c1)
         for (name, p1), p2 in zip(m1.named_parameters(), m2.parameters(), strict=True):
             assert torch.allclose(p1, p2, rtol=1e-4, atol=1e-5), (kind, name)
+        loss_sum, correct = loss_sum + float(l1) * b.num_seeds, correct + int(c1)
+    # Each step adds its batch to the epoch's sums on the device (a replayed graph included).
+    for step in (eager, padded):
+        totals = step.take_totals()
+        assert totals == (pytest.approx(loss_sum, rel=1e-5), correct), step.mode
+        assert step.take_totals() == (0.0, 0)
     counts = padded.take_counts()
     assert counts["eager"] == 0 and sum(counts.values()) - counts["captured"] == len(bs)
     assert len(padded.shapes) < len(bs)  # later batches reuse shapes that hold them

@@ -103,6 +103,8 @@ class Padded:
         #: Where each hop's padded rows start (``C_k``), and the rows in all.
         self.starts = np.cumsum([0, *shape.hops]).tolist()
         rows = self.starts[-1]
+        #: The live batch's input rows, hop after hop as sampled (one copy a batch): the step
+        #: gathers them into their hops' padded places (:meth:`inputs`).
         self.x = torch.zeros(rows, width, device=device)
         self.src = [torch.zeros(e, **i64) for e in shape.edges]
         self.dst = [torch.zeros(e, **i64) for e in shape.edges]
@@ -120,10 +122,7 @@ class Padded:
     def load(self, batch, live: Shape) -> None:
         """Copies ``batch`` (of sizes ``live``) into the inputs; nothing is read back, and the
         slots past the live ones keep what they held (the step masks them)."""
-        first = 0
-        for start, count in zip(self.starts, live.hops, strict=False):
-            self.x[start : start + count].copy_(batch.x[first : first + count])
-            first += count
+        self.x[: len(batch.x)].copy_(batch.x)
         for src, dst, block in zip(self.src, self.dst, batch.blocks, strict=True):
             src[: block.src.numel()].copy_(block.src)
             dst[: block.dst.numel()].copy_(block.dst)
@@ -135,9 +134,13 @@ class Padded:
         """The padded blocks and input rows (module doc), from the live sizes on the device."""
         hops, edges, starts = self.shape.hops, self.shape.edges, self.starts
         h, e = self.sizes[: len(hops)], self.sizes[len(hops) :]
-        x = torch.where((self.row_place < h[self.row_hop])[:, None], self.x, 0.0)
+        # Hop k's live rows start at its first compact id (the live rows of hops 0..k-1).
+        ends = torch.cumsum(h, 0)
+        live_row = self.row_place < h[self.row_hop]
+        compact = torch.where(live_row, ends[self.row_hop] - h[self.row_hop] + self.row_place, 0)
+        x = torch.where(live_row[:, None], self.x[compact], 0.0)
         # A compact id at or past hop k's first one moves by the pad rows of hops 0..k-1.
-        firsts, pads = torch.cumsum(h, 0)[:-1], self.hop_rows[:-1] - h[:-1]
+        firsts, pads = ends[:-1], self.hop_rows[:-1] - h[:-1]
 
         def place(ids):
             return ids + ((ids[:, None] >= firsts) * pads).sum(1)
@@ -175,6 +178,10 @@ class TrainStep:
         self.net, self.opt, self.mode, self.device = net, opt, mode, torch.device(device)
         self.capture = captures(self.device, mode)
         self.shapes: list[Padded] = []
+        #: The seeds' summed loss and correct predictions since :meth:`take_totals`, added on
+        #: the device by each step (inside a replayed graph: no op of the host's a batch).
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.correct = torch.zeros((), dtype=torch.int64, device=self.device)
         #: Batches trained as sampled (``eager``), padded op by op (``padded``: the twin, and
         #: each shape's warm-up), as a replayed graph (``replayed``); graphs ``captured``.
         self.counts = dict.fromkeys(("eager", "padded", "replayed", "captured"), 0)
@@ -201,6 +208,14 @@ class TrainStep:
                 return self._padded(padded)
             with torch.cuda.device(self.device):
                 return self._warm_up_and_capture(padded)
+
+    def take_totals(self) -> tuple[float, int]:
+        """The seeds' summed loss and correct predictions since the last call, then zeroed (one
+        read from the device)."""
+        totals = float(self.loss_sum), int(self.correct)
+        self.loss_sum.zero_()
+        self.correct.zero_()
+        return totals
 
     def take_counts(self) -> dict:
         """The counts since the last call (:attr:`counts`), then zeroed."""
@@ -233,7 +248,9 @@ class TrainStep:
         loss = F.cross_entropy(out, batch.y)
         loss.backward()
         self.opt.step()
-        return loss.detach(), (out.argmax(1) == batch.y).sum()
+        loss, correct = loss.detach(), (out.argmax(1) == batch.y).sum()
+        self._add(loss, correct, batch.num_seeds)
+        return loss, correct
 
     def _padded(self, padded: Padded):
         # Gradients set to None: a captured backward then writes them afresh on each replay.
@@ -241,7 +258,15 @@ class TrainStep:
         loss, correct = padded_loss(self.net, padded)
         loss.backward()
         self.opt.step()
-        return loss.detach(), correct
+        loss = loss.detach()
+        self._add(loss, correct, padded.sizes[0])
+        return loss, correct
+
+    def _add(self, loss, correct, seeds) -> None:
+        """Adds a batch's mean ``loss`` over ``seeds`` seeds and its ``correct`` predictions
+        to the epoch's sums (:meth:`take_totals`)."""
+        self.loss_sum.add_(loss.double() * seeds)
+        self.correct.add_(correct)
 
     def _warm_up_and_capture(self, padded: Padded):
         """Trains ``padded``'s batch op by op on a side stream, then captures its step; returns

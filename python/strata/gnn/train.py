@@ -113,7 +113,7 @@ def train_epoch(
         loader = data.loader(share, shuffle=False, device=str(device), epoch=epoch)
     if progress:
         progress("stage", title, 0, len(nodes) if ranks is None else len(share))
-    loss_sum = correct = seeds = sampled = 0
+    seeds = sampled = 0
     wait = 0.0
     remote_before = data.split.stats() if data.split is not None else None
     t0 = time.monotonic()
@@ -124,11 +124,9 @@ def train_epoch(
         wait += time.monotonic() - t
         if b is None:
             break
-        loss, right = step(b)
-        # Summed where the model runs and read once, after the epoch: a read per batch would
-        # hold the host until each step is done before it launches the next.
-        loss_sum = loss_sum + loss.double() * b.num_seeds
-        correct = correct + right
+        # The step sums the loss and correct predictions where the model runs, read once after
+        # the epoch: a read per batch would hold the host until each step is done.
+        step(b)
         seeds += b.num_seeds
         sampled += len(b.nodes)
         if progress:
@@ -144,7 +142,7 @@ def train_epoch(
                 f"cache {100 * tiers.get('cache_rows', 0) / rows:.0f}%",
             )
             progress("update", seeds, 0)
-    loss_sum, correct = float(loss_sum), int(correct)
+    loss_sum, correct = step.take_totals()
     seconds = time.monotonic() - t0
     stats = loader.stats() or {}
     loader.close()
