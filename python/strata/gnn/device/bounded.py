@@ -28,11 +28,32 @@ from .relabel import relabel_into
 class Drawn:
     """A drawn batch in bounded buffers: ``nodes`` (global ids, the live ones first), ``sizes``
     (int64: the nodes reached after hops ``0..H``, then each hop's kept edges) and per hop
-    ``(indptr, indices)`` (front-packed)."""
+    ``(indptr, indices, dst)`` (front-packed; ``dst`` each edge slot's destination row). All
+    but ``sizes`` are views of ``flat``, one buffer of ``lengths`` parts, so that a replayed
+    graph's outputs go to the batch in one copy (:meth:`copy`)."""
 
     nodes: torch.Tensor
     sizes: torch.Tensor
-    blocks: list[tuple[torch.Tensor, torch.Tensor]]
+    blocks: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    flat: torch.Tensor
+    lengths: tuple[int, ...]
+
+    @staticmethod
+    def packed(nodes: torch.Tensor, sizes: torch.Tensor, blocks: list[tuple]) -> Drawn:
+        """The draw's outputs packed into one buffer (one op), as views of it."""
+        parts = [nodes, *(t for block in blocks for t in block)]
+        return Drawn.of(torch.cat(parts), tuple(p.numel() for p in parts), sizes)
+
+    @staticmethod
+    def of(flat: torch.Tensor, lengths: tuple[int, ...], sizes: torch.Tensor) -> Drawn:
+        """The outputs whose parts ``flat`` packs (:meth:`packed`)."""
+        nodes, *rest = flat.split(lengths)
+        blocks = [tuple(rest[i : i + 3]) for i in range(0, len(rest), 3)]
+        return Drawn(nodes, sizes, blocks, flat, lengths)
+
+    def copy(self) -> Drawn:
+        """The outputs in a buffer of their own (one copy), which the next replay leaves as is."""
+        return Drawn.of(self.flat.clone(), self.lengths, self.sizes)
 
 
 class BoundedBatch:
@@ -133,14 +154,18 @@ class BoundedBatch:
             new, indices, edges = relabel_into(local, sources, valid, live, nodes, live)
             indptr = torch.zeros(cap + 1, dtype=torch.int64, device=device)
             torch.cumsum(counts, 0, out=indptr[1:])
-            blocks.append((indptr, indices))
+            # Edge slot e's destination: the row whose span of indptr holds it (spare slots
+            # choose no edge, so indptr never falls: the kept edges' rows are the live ones).
+            slots = torch.arange(indices.numel(), device=device)
+            dst = torch.searchsorted(indptr[1:], slots, right=True)
+            blocks.append((indptr, indices, dst))
             live = live + new
             reached.append(live)
             kept.append(edges)
         # index_fill_, not ``local[nodes] = -1``: torch makes that scalar a host tensor and
         # copies it to the device, which a CUDA graph's capture refuses.
         local.index_fill_(0, nodes, -1)
-        return Drawn(nodes, torch.cat(reached + kept), blocks)
+        return Drawn.packed(nodes, torch.cat(reached + kept), blocks)
 
     def _capture(self) -> None:
         """Captures :meth:`draw` as a CUDA graph after one warm-up draw on a side stream (which

@@ -308,10 +308,12 @@ class DevicePipeline:
     def _batch(self, index: int, sample: DeviceSample, x: torch.Tensor, links) -> Batch:
         blocks = []
         for b in sample.blocks:
-            # Edge e's destination is the row whose span of indptr holds it: one search a
-            # block (fewer ops for the producer thread to dispatch than counts expanded).
-            edges = torch.arange(b.indices.numel(), device=b.indices.device)
-            dst = torch.searchsorted(b.indptr[1:], edges, right=True)
+            dst = b.dst
+            if dst is None:
+                # Edge e's destination is the row whose span of indptr holds it: one search a
+                # block (a bounded batch's draw made them already, inside its graph).
+                edges = torch.arange(b.indices.numel(), device=b.indices.device)
+                dst = torch.searchsorted(b.indptr[1:], edges, right=True)
             blocks.append(Block(b.num_src, b.num_dst, b.indices, dst))
         seeds = sample.nodes[: sample.hop_counts[0]]
         y = None if self.labels is None else self.labels[seeds]

@@ -83,12 +83,14 @@ def ln_unit(bits: torch.Tensor) -> torch.Tensor:
 class DeviceBlock:
     """One layer's message-flow graph in local ids, as ``strata_graph::sampler::Block``:
     ``indptr`` (int64, ``num_dst + 1``) over destinations, ``indices`` (int64) the local
-    sources of each destination's sampled in-edges."""
+    sources of each destination's sampled in-edges; ``dst`` (int64, parallel to ``indices``)
+    each edge's destination where the draw made it (a bounded batch's), else None."""
 
     num_src: int
     num_dst: int
     indptr: torch.Tensor
     indices: torch.Tensor
+    dst: torch.Tensor | None = None
 
 
 @dataclass
@@ -236,12 +238,13 @@ class DeviceSampler:
             hops = len(self.fanouts)
             sizes = batch.sizes(drawn)
             reached, kept = sizes[: hops + 1], sizes[hops + 1 :]
-            # A graph's buffers are its next replay's: the batch takes copies.
-            take = torch.clone if batch.graph is not None else lambda t: t
-            nodes = take(drawn.nodes[: reached[-1]])
+            # A graph's buffers are its next replay's: the batch takes a copy.
+            if batch.graph is not None:
+                drawn = drawn.copy()
+            nodes = drawn.nodes[: reached[-1]]
             blocks = [
-                DeviceBlock(reached[h + 1], reached[h], take(indptr[: reached[h] + 1]), take(indices[: kept[h]]))
-                for h, (indptr, indices) in enumerate(drawn.blocks)
+                DeviceBlock(reached[h + 1], reached[h], indptr[: reached[h] + 1], indices[: kept[h]], dst[: kept[h]])
+                for h, (indptr, indices, dst) in enumerate(drawn.blocks)
             ]
         finally:
             # Copies queued: the buffers may take the next draw.
