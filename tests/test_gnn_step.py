@@ -49,8 +49,9 @@ def test_a_shape_holds_the_batches_with_fewer_nodes_in_every_hop_and_no_more_edg
     assert b.padded().holds(b) and all(p > h for p, h in zip(b.padded().hops, b.hops, strict=True))
 
 
-def batches(cora, device: str, count: int, fanouts=(5, 5)) -> list:
-    data = GnnData(cora, fanouts=list(fanouts), batch_size=64, data_path="native")
+def batches(cora, device: str, count: int, fanouts=(5, 5), data_path: str = "native") -> list:
+    on = {"device": device} if data_path == "device" else {}  # the device path's own device
+    data = GnnData(cora, fanouts=list(fanouts), batch_size=64, data_path=data_path, **on)
     loader = data.loader(data.nodes("train"), shuffle=True, device=device, epoch=0)
     return [b for _, b in zip(range(count), loader, strict=False)]
 
@@ -76,8 +77,23 @@ def pair(kind: str, data_dim: int, classes: int, device: str, capturable: bool, 
     ("kind", "fanouts"), [(kind, (5, 5)) for kind in UNTYPED] + [("gcn", (4, 3, 2)), ("gat", (4, 3, 2))]
 )
 def test_padded_steps_train_as_the_eager_steps_do(cora, kind, fanouts, device):
-    bs = batches(cora, device, 4, fanouts)
-    (m1, o1), (m2, o2) = pair(kind, bs[0].x.shape[1], 7, device, device == "cuda", layers=len(fanouts))
+    assert_padded_trains_as_eager(batches(cora, device, 4, fanouts), kind, len(fanouts), device)
+
+
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+@pytest.mark.parametrize(("kind", "fanouts"), [("sage", (5, 5)), ("gat", (4, 3, 2))])
+def test_device_path_batches_hand_the_padded_step_their_draw_s_sizes(cora, kind, fanouts, device):
+    """The device data path's batches carry their bounded draw's sizes, which the padded step
+    copies in one op where it fills them for a native batch: it trains as the eager step does."""
+    bs = batches(cora, device, 4, fanouts, data_path="device")
+    assert all(b.drawn_sizes is not None for b in bs)
+    assert_padded_trains_as_eager(bs, kind, len(fanouts), device)
+
+
+def assert_padded_trains_as_eager(bs: list, kind: str, layers: int, device: str) -> None:
+    """Two twins of a ``kind`` GNN trained on ``bs``, eager and padded, take the same losses,
+    predictions, updates and epoch sums."""
+    (m1, o1), (m2, o2) = pair(kind, bs[0].x.shape[1], 7, device, device == "cuda", layers=layers)
     eager, padded = TrainStep(m1, o1, device, "eager"), TrainStep(m2, o2, device, "graphs")
     loss_sum = correct = 0
     for b in bs:

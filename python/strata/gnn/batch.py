@@ -29,6 +29,10 @@ class Batch:
     #: Link batches only: ``(src_local, dst_local, neg_dst_local)``, int64 local ids on
     #: ``x``'s device behind ``edge_label_index`` (negatives edge-major); None for node batches.
     links: tuple | None = None
+    #: A bounded draw's sizes on the device (the nodes reached after hops ``0..H``, then each
+    #: hop's kept edges, hop 1 first; int64), which a padded training step copies in one op;
+    #: None where the batch was not drawn so.
+    drawn_sizes: object | None = None
 
     @property
     def num_seeds(self) -> int:

@@ -28,6 +28,7 @@ runs op by op.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from dataclasses import dataclass
 
@@ -109,8 +110,10 @@ class Padded:
         self.src = [torch.zeros(e, **i64) for e in shape.edges]
         self.dst = [torch.zeros(e, **i64) for e in shape.edges]
         self.y = torch.zeros(shape.hops[0], **i64)
-        #: The live batch's sizes, ``hops`` then ``edges`` (:class:`Shape`).
-        self.sizes = torch.zeros(len(shape.hops) + len(shape.edges), **i64)
+        #: The live batch's sizes as a bounded draw gives them (``Batch.drawn_sizes``): the
+        #: nodes reached after hops ``0..H``, then each hop's kept edges, hop 1 first; the step
+        #: derives each hop's nodes and each layer's edges from them (:meth:`live`).
+        self.drawn = torch.zeros(2 * len(shape.hops) - 1, **i64)
         self.hop_rows = torch.as_tensor(shape.hops, **i64)
         #: Each padded row's hop and place in it (static: which rows are live is not).
         hop = np.repeat(np.arange(len(shape.hops)), shape.hops)
@@ -127,13 +130,24 @@ class Padded:
             src[: block.src.numel()].copy_(block.src)
             dst[: block.dst.numel()].copy_(block.dst)
         self.y[: live.hops[0]].copy_(batch.y)
-        for slot, n in zip(self.sizes, (*live.hops, *live.edges), strict=True):
+        if batch.drawn_sizes is not None:
+            self.drawn.copy_(batch.drawn_sizes)  # one copy on the device
+            return
+        sizes = (*itertools.accumulate(live.hops), *reversed(live.edges))
+        for slot, n in zip(self.drawn, sizes, strict=True):
             slot.fill_(n)  # a kernel argument: no copy from the host to wait for
+
+    def live(self):
+        """The live batch's nodes per hop and edges per layer, input layer first (int64 on
+        the device, from :attr:`drawn`)."""
+        hops = len(self.shape.hops)
+        reached, kept = self.drawn[:hops], self.drawn[hops:]
+        return torch.diff(reached, prepend=reached.new_zeros(1)), kept.flip(0)
 
     def inputs(self) -> tuple[list[Block], object]:
         """The padded blocks and input rows (module doc), from the live sizes on the device."""
         hops, edges, starts = self.shape.hops, self.shape.edges, self.starts
-        h, e = self.sizes[: len(hops)], self.sizes[len(hops) :]
+        h, e = self.live()
         # Hop k's live rows start at its first compact id (the live rows of hops 0..k-1).
         ends = torch.cumsum(h, 0)
         live_row = self.row_place < h[self.row_hop]
@@ -161,9 +175,10 @@ def padded_loss(net, padded: Padded):
     ``net`` predicts right (0-d tensors on the device)."""
     blocks, x = padded.inputs()
     out = net(blocks, x)
-    seeds = torch.arange(out.shape[0], device=out.device) < padded.sizes[0]
+    live = padded.drawn[0]  # the nodes reached after hop 0: the seeds
+    seeds = torch.arange(out.shape[0], device=out.device) < live
     terms = F.cross_entropy(out, padded.y, reduction="none")
-    loss = torch.where(seeds, terms, 0.0).sum() / padded.sizes[0]
+    loss = torch.where(seeds, terms, 0.0).sum() / live
     return loss, ((out.argmax(1) == padded.y) & seeds).sum()
 
 
@@ -259,7 +274,7 @@ class TrainStep:
         loss.backward()
         self.opt.step()
         loss = loss.detach()
-        self._add(loss, correct, padded.sizes[0])
+        self._add(loss, correct, padded.drawn[0])
         return loss, correct
 
     def _add(self, loss, correct, seeds) -> None:

@@ -29,8 +29,8 @@ class Drawn:
     """A drawn batch in bounded buffers: ``nodes`` (global ids, the live ones first), ``sizes``
     (int64: the nodes reached after hops ``0..H``, then each hop's kept edges) and per hop
     ``(indptr, indices, dst)`` (front-packed; ``dst`` each edge slot's destination row). All
-    but ``sizes`` are views of ``flat``, one buffer of ``lengths`` parts, so that a replayed
-    graph's outputs go to the batch in one copy (:meth:`copy`)."""
+    are views of ``flat``, one buffer of ``lengths`` parts, so that a replayed graph's outputs
+    go to the batch in one copy (:meth:`copy`)."""
 
     nodes: torch.Tensor
     sizes: torch.Tensor
@@ -41,19 +41,19 @@ class Drawn:
     @staticmethod
     def packed(nodes: torch.Tensor, sizes: torch.Tensor, blocks: list[tuple]) -> Drawn:
         """The draw's outputs packed into one buffer (one op), as views of it."""
-        parts = [nodes, *(t for block in blocks for t in block)]
-        return Drawn.of(torch.cat(parts), tuple(p.numel() for p in parts), sizes)
+        parts = [nodes, sizes, *(t for block in blocks for t in block)]
+        return Drawn.of(torch.cat(parts), tuple(p.numel() for p in parts))
 
     @staticmethod
-    def of(flat: torch.Tensor, lengths: tuple[int, ...], sizes: torch.Tensor) -> Drawn:
+    def of(flat: torch.Tensor, lengths: tuple[int, ...]) -> Drawn:
         """The outputs whose parts ``flat`` packs (:meth:`packed`)."""
-        nodes, *rest = flat.split(lengths)
+        nodes, sizes, *rest = flat.split(lengths)
         blocks = [tuple(rest[i : i + 3]) for i in range(0, len(rest), 3)]
         return Drawn(nodes, sizes, blocks, flat, lengths)
 
     def copy(self) -> Drawn:
         """The outputs in a buffer of their own (one copy), which the next replay leaves as is."""
-        return Drawn.of(self.flat.clone(), self.lengths, self.sizes)
+        return Drawn.of(self.flat.clone(), self.lengths)
 
 
 class BoundedBatch:

@@ -317,7 +317,8 @@ class DevicePipeline:
             blocks.append(Block(b.num_src, b.num_dst, b.indices, dst))
         seeds = sample.nodes[: sample.hop_counts[0]]
         y = None if self.labels is None else self.labels[seeds]
-        return Batch(index, seeds, sample.nodes, list(sample.hop_counts), blocks, x, y, {"sampler": "device"}, links)
+        stats = {"sampler": "device"}
+        return Batch(index, seeds, sample.nodes, list(sample.hop_counts), blocks, x, y, stats, links, sample.sizes)
 
     def _read_group(self, head: SampledBatch, waiting: deque[SampledBatch]) -> list[PlannedLookup]:
         """The lookups whose misses are read with ``head``'s: its own, then those of the

@@ -103,6 +103,9 @@ class DeviceSample:
     hop_counts: list[int]
     blocks: list[DeviceBlock]
     edges_per_hop: list[int]
+    #: A bounded batch's sizes on the device (:attr:`~strata.gnn.batch.Batch.drawn_sizes`),
+    #: else None.
+    sizes: torch.Tensor | None = None
 
     def edge_index(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All sampled edges as (local source, local destination), hop 1 first
@@ -252,7 +255,7 @@ class DeviceSampler:
         if on_hop is not None:
             on_hop(nodes)  # every node is known at once: one lookup for the batch
         hop_counts = [reached[0]] + [b - a for a, b in itertools.pairwise(reached)]
-        return DeviceSample(nodes, hop_counts, blocks[::-1], kept)
+        return DeviceSample(nodes, hop_counts, blocks[::-1], kept, drawn.sizes)
 
     def check(self, ids, *, distinct: bool = True) -> None:
         """Raises ValueError unless the node ids ``ids`` (a host array) are in range and, with
