@@ -112,7 +112,7 @@ class Padded:
         self.y = torch.zeros(shape.hops[0], **i64)
         #: The live batch's sizes as a bounded draw gives them (``Batch.drawn_sizes``): the
         #: nodes reached after hops ``0..H``, then each hop's kept edges, hop 1 first; the step
-        #: derives each hop's nodes and each layer's edges from them (:meth:`live`).
+        #: derives each hop's nodes and each layer's edges from them (:meth:`inputs`).
         self.drawn = torch.zeros(2 * len(shape.hops) - 1, **i64)
         self.hop_rows = torch.as_tensor(shape.hops, **i64)
         #: Each padded row's hop and place in it (static: which rows are live is not).
@@ -137,24 +137,19 @@ class Padded:
         for slot, n in zip(self.drawn, sizes, strict=True):
             slot.fill_(n)  # a kernel argument: no copy from the host to wait for
 
-    def live(self):
-        """The live batch's nodes per hop and edges per layer, input layer first (int64 on
-        the device, from :attr:`drawn`)."""
-        hops = len(self.shape.hops)
-        reached, kept = self.drawn[:hops], self.drawn[hops:]
-        return torch.diff(reached, prepend=reached.new_zeros(1)), kept.flip(0)
-
     def inputs(self) -> tuple[list[Block], object]:
         """The padded blocks and input rows (module doc), from the live sizes on the device."""
         hops, edges, starts = self.shape.hops, self.shape.edges, self.starts
-        h, e = self.live()
-        # Hop k's live rows start at its first compact id (the live rows of hops 0..k-1).
-        ends = torch.cumsum(h, 0)
-        live_row = self.row_place < h[self.row_hop]
-        compact = torch.where(live_row, ends[self.row_hop] - h[self.row_hop] + self.row_place, 0)
+        # The live nodes of each hop and edges of each layer (input layer first); hop k's
+        # live rows start at compact id reached[k - 1] (0 for the seeds).
+        reached, kept = self.drawn[: len(hops)], self.drawn[len(hops) :]
+        h, e = torch.diff(reached, prepend=reached.new_zeros(1)), kept.flip(0)
+        row_live = h[self.row_hop]
+        live_row = self.row_place < row_live
+        compact = torch.where(live_row, reached[self.row_hop] - row_live + self.row_place, 0)
         x = torch.where(live_row[:, None], self.x[compact], 0.0)
         # A compact id at or past hop k's first one moves by the pad rows of hops 0..k-1.
-        firsts, pads = ends[:-1], self.hop_rows[:-1] - h[:-1]
+        firsts, pads = reached[:-1], self.hop_rows[:-1] - h[:-1]
 
         def place(ids):
             return ids + ((ids[:, None] >= firsts) * pads).sum(1)
