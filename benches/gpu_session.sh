@@ -160,7 +160,7 @@ step_embed-rmat-bf16() {
 step_embed-rmat-lean() {
     python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-resident --part rmat-ooc \
         --table-dtype bf16 --optimizer adagrad_row --epochs 2 --work "$WORK/embed" --out "$OUT/embed-device.json" &&
-        keep_runs run-rmat-resident run-rmat-ooc
+        keep_runs run-rmat-resident run-rmat-ooc run-rmat-ooc-ssd
 }
 step_embed-rmat-ooc() {
     python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-ooc \

@@ -2,7 +2,7 @@
 tiny size: every part trains, the traced one summarises its epochs, the device runs carry the
 device's counters and say why GPUDirect Storage is not used, and the out-of-core run swaps
 partitions while the resident one does not, with float32 and with bf16 tables, and with a
-row-wise Adagrad."""
+row-wise Adagrad, its partitions kept in host memory or every load from the SSD."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ def test_bench_runs_on_the_cpu_twin(tmp_path):
     # bf16 and one Adagrad accumulator a node: 101 values of 2 bytes a node, over two epochs.
     lean = runs["rmat-s10 out of core (1/4 on the device), bf16 table, adagrad_row"]
     assert lean["device_memory"] == (1 << 10) * 202 // 4 + (512 << 20) and lean["epochs"] == 2
-    # Its second epoch starts in the buffer state the first ended in: three loads fewer.
+    # Its second epoch starts in the buffer state the first ended in: three loads fewer, and
+    # with the partitions kept in host memory none of them reads the SSD; Legend's own setting
+    # beside it (every load from the SSD) makes the same loads.
     first, second = (e["partition_loads"] for e in lean["per_epoch"])
     assert second == first - 3, lean["per_epoch"]
+    ssd = runs["rmat-s10 out of core (1/4 on the device), every load from the SSD, bf16 table, adagrad_row"]
+    assert [e["partition_loads"] for e in ssd["per_epoch"]] == [first, second]
+    kept_read, ssd_read = ([e["partition_bytes_read"] for e in r["per_epoch"]] for r in (lean, ssd))
+    assert kept_read[1] == 0 and ssd_read[1] > 0 and kept_read[0] > 0, (kept_read, ssd_read)

@@ -669,11 +669,14 @@ def test_out_of_core_buckets_share_the_captured_steps(kg, tmp_path, monkeypatch)
     assert captures <= 5 and replays > 100, seen
 
 
-def test_slot_buffers_are_lent_whole_pinned_once_and_let_go_at_the_end(kg, tmp_path, monkeypatch):
+@pytest.mark.parametrize("keep", [False, True], ids=["loads-from-ssd", "partitions-kept"])
+def test_slot_buffers_are_lent_whole_pinned_once_and_let_go_at_the_end(kg, tmp_path, monkeypatch, keep):
     """Each partition slot is lent with the length of its own host buffer (page-aligned, at
     least its params and state), which the backend registers once whatever partitions the
     buffer holds in turn and unregisters when the trainer ends; relations, whose memory is not
-    a buffer of the slot's, go through staging. With a recorder in place of CUDA's runtime."""
+    a buffer of the slot's, go through staging. With the partitions kept in host memory, their
+    buffers move through the slots and are registered once each too. With a recorder in place
+    of CUDA's runtime."""
     from strata.device.pins import HostPins
     from strata.embed.device.backend import Lent, TorchCompute
 
@@ -689,11 +692,12 @@ def test_slot_buffers_are_lent_whole_pinned_once_and_let_go_at_the_end(kg, tmp_p
 
     monkeypatch.setattr(TorchCompute, "slot_in", record)
     options = dict(model="complex", partitions=6, buffer=3, negative_pool="resident", memory="128M", epochs=2)
-    trained(kg, tmp_path / "run", device="torch-cpu", **options)
+    trained(kg, tmp_path / "run", device="torch-cpu", keep_partitions=keep, **options)
     parts = [(key, span, used) for kind, key, span, used in lent if kind == "partition"]
     assert len(parts) > 6 and all(span >= used and span % 4096 == 0 for _, span, used in parts)
     assert all(span == 0 for kind, _, span, _ in lent if kind == "relations")
     buffers = {key: span for key, span, _ in parts}
-    # Three slots, and the swap spare when the budget holds one: each registered once.
-    assert 3 <= len(buffers) <= 4 and sorted(registered) == sorted(buffers.items())
+    # Three slots, and the swap spare when the budget holds one, or with the partitions kept
+    # at most one buffer a partition and that spare: each registered once.
+    assert 3 <= len(buffers) <= (6 + 1 if keep else 4) and sorted(registered) == sorted(buffers.items())
     assert sorted(unregistered) == sorted(buffers)

@@ -163,12 +163,13 @@ def test_a_one_bucket_run_reads_its_edges_once(kg, tmp_path):
     assert a == b and whole.history[-1]["loss"] == resumed.history[-1]["loss"]
 
 
-def train_out_of_core_pair(store, tmp_path, option: str, epochs: int) -> tuple[dict, dict]:
+def train_out_of_core_pair(store, tmp_path, option: str, epochs: int, **fixed) -> tuple[dict, dict]:
     """`store` trained out of core (5 partitions, a buffer of 3, one thread: deterministic) with
-    `option` on and off: the runs and their plans' parts by name, each keyed by the option's
-    value, after checking that both runs swapped and trained the same table bit for bit."""
+    `option` on and off (and the `fixed` options): the runs and their plans' parts by name, each
+    keyed by the option's value, after checking that both runs swapped and trained the same
+    table bit for bit."""
     options = dict(store=store, dim=16, chunk_size=200, negatives=64, threads=1, eval_every=0, tensorboard=False)
-    options |= dict(epochs=epochs, partitions=5, buffer=3, ordering="beta")
+    options |= dict(epochs=epochs, partitions=5, buffer=3, ordering="beta") | fixed
     runs = {on: train(EmbedTrainConfig(run_dir=tmp_path / str(on), **{option: on}, **options)) for on in (True, False)}
     assert all(h["partition_loads"] > 0 for r in runs.values() for h in r.history)
     a, b = ((tmp_path / str(on) / runs[on].meta["current"]["table"]).read_bytes() for on in (True, False))
@@ -180,8 +181,30 @@ def train_out_of_core_pair(store, tmp_path, option: str, epochs: int) -> tuple[d
 def test_a_swap_spare_reads_beside_the_write_and_trains_the_same_table(kg, tmp_path):
     """Out of core, the plan's swap spare lets each swap read the next partition while it
     writes the evicted one; the table is bit for bit that of a run whose swaps write, then read."""
-    _, parts = train_out_of_core_pair(kg, tmp_path, "swap_spare", epochs=2)
+    _, parts = train_out_of_core_pair(kg, tmp_path, "swap_spare", epochs=2, keep_partitions=False)
     assert parts[True]["swap spare"]["bytes"] > 0 and parts[False]["swap spare"]["bytes"] == 0
+
+
+@pytest.mark.parametrize("eval_every", [0, 1], ids=["training", "validating"])
+def test_kept_partitions_train_the_same_table_and_later_epochs_load_from_memory(kg, tmp_path, eval_every):
+    """Out of core with room in the budget, the plan keeps every partition that leaves the
+    buffer in memory: from the second epoch on, loads read nothing from the SSD, an epoch
+    writes each partition once, and the table is bit for bit that of a run that reads its
+    partitions every time (with validation between epochs, whose scan moves partitions through
+    the slots too)."""
+    fixed = dict(eval_every=eval_every, negative_pool="partition", partitions=8, ordering="legend")
+    runs, parts = train_out_of_core_pair(kg, tmp_path, "keep_partitions", epochs=3, **fixed)
+    kept = parts[True]["partitions in memory"]
+    assert kept["bytes"] == 5 * parts[True]["partition buffer"]["bytes"] // 3, kept
+    assert "swap spare" not in parts[True] and "partitions in memory" not in parts[False]
+    read = {k: [h["partition_bytes_read"] for h in r.history] for k, r in runs.items()}
+    assert read[True][0] > 0 and read[True][1:] == [0, 0], read
+    assert all(b > 0 for b in read[False]), read
+    # Each partition is written once an epoch (at its last eviction, or by the epoch's end): a
+    # partition the epoch loads again (Legend's order evicts some twice) stays in memory
+    # meanwhile, where every eviction of the other run writes it.
+    written = {k: [h["partition_bytes_written"] for h in r.history] for k, r in runs.items()}
+    assert all(a < b for a, b in zip(written[True], written[False], strict=True)), written
 
 
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
@@ -200,8 +223,12 @@ def test_kept_edges_train_the_same_table_and_later_epochs_read_only_partitions(k
 
 def test_killed_run_resumes_to_the_same_result(kg, tmp_path):
     """kill -9 in the middle of an epoch: the run resumes from its last checkpoint and ends
-    with exactly the table an uninterrupted run produces (one thread is deterministic)."""
-    args = ["--epochs", "6", "--threads", "1", "--partitions", "5", "--buffer", "3", "--ordering", "beta", *SMALL]
+    with exactly the table an uninterrupted run produces (one thread is deterministic). The
+    epochs take milliseconds (partitions and edges stay in memory after the first): enough of
+    them that the kill lands in the middle."""
+    epochs = 40
+    args = ["--epochs", str(epochs), "--threads", "1", "--partitions", "5", "--buffer", "3", "--ordering", "beta"]
+    args += SMALL
     cmd = [sys.executable, "-m", "strata", "embed", "train", str(kg)]
     subprocess.run([*cmd, "--run-dir", str(tmp_path / "whole"), *args], check=True, capture_output=True)
     killed = tmp_path / "killed"
@@ -219,14 +246,14 @@ def test_killed_run_resumes_to_the_same_result(kg, tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     done = json.loads((killed / "run.json").read_text())["current"]["epoch"]
-    assert 2 <= done < 6, "kill the run in the middle"
+    assert 2 <= done < epochs, "kill the run in the middle"
     # The record still opens and its checkpoint files are whole.
     assert Run(killed).epochs == done
     subprocess.run([*cmd, "--run-dir", str(killed), *args], check=True, capture_output=True)
     whole, resumed = Run(tmp_path / "whole"), Run(killed)
-    assert resumed.epochs == 6 and [h["epoch"] for h in resumed.history] == list(range(1, 7))
+    assert resumed.epochs == epochs and [h["epoch"] for h in resumed.history] == list(range(1, epochs + 1))
     metrics = [json.loads(line)["epoch"] for line in (killed / "metrics.jsonl").read_text().splitlines()]
-    assert metrics == list(range(1, 7))
+    assert metrics == list(range(1, epochs + 1))
     a = (tmp_path / "whole" / whole.meta["current"]["table"]).read_bytes()
     b = (killed / resumed.meta["current"]["table"]).read_bytes()
     assert a == b, "the resumed run's table differs from the uninterrupted one"

@@ -509,6 +509,12 @@ pub struct TrainConfig {
     /// out-of-core epoch's disk moves only partitions; false: every epoch reads its edges
     /// from the SSD
     pub keep_edges: bool,
+    /// out of core in one process: an evicted partition stays in memory, so a later load takes
+    /// it from there instead of the SSD (its last eviction of an epoch is written to the SSD
+    /// behind the training), when --memory holds every partition beside the rest (the plan
+    /// says so; it replaces the swap spare). A run trained on a device whose budget splits the
+    /// table then swaps between host and device memory; false: every load reads the SSD
+    pub keep_partitions: bool,
     /// start a new run from the best checkpoint of this earlier run (incremental training on a
     /// store that gained nodes and edges): known nodes, matched by name (by id in stores
     /// without names), and relations keep their rows and optimizer state, new ones start fresh;
@@ -646,6 +652,7 @@ impl Default for TrainConfig {
             write_behind: true,
             swap_spare: true,
             keep_edges: true,
+            keep_partitions: true,
             init_from: None,
             lr_scheduler: LrScheduler::None,
             lr_factor: 0.1,

@@ -93,6 +93,9 @@ pub struct EmbedPlan {
     /// The training edges kept in memory after their first read ([`EmbedPlan::keep_edges`]),
     /// and their bytes (0: every epoch reads its edges from the SSD).
     pub kept_edge_bytes: u64,
+    /// The partitions kept in memory once evicted ([`EmbedPlan::keep_partitions`]), and their
+    /// bytes (0: every load reads the SSD).
+    pub kept_partition_bytes: u64,
     /// The smallest budget that holds the fixed parts and the buffer's slots with one node
     /// per partition (the configured partitions, when set).
     pub minimum: u64,
@@ -117,6 +120,7 @@ impl EmbedPlan {
             + self.write_behind_bytes
             + self.swap_spare_bytes
             + self.kept_edge_bytes
+            + self.kept_partition_bytes
     }
 
     /// Keeps a run's `edge_rows` training edges (`row_bytes` each, their weight included) in
@@ -138,6 +142,21 @@ impl EmbedPlan {
         } else {
             0
         };
+        self
+    }
+
+    /// Keeps the partitions outside the buffer's slots in memory once evicted when `cfg` asks
+    /// for it (`keep_partitions`), the process is `alone`, partitions swap, and the budget
+    /// holds them beside the rest of the plan; the swap spare's bytes count toward them (the
+    /// kept partitions' free buffers replace it).
+    pub fn keep_partitions(mut self, cfg: &TrainConfig, alone: bool) -> Self {
+        let outside = (self.partitions as u64).saturating_sub(self.capacity as u64);
+        let bytes = outside * self.part_bytes;
+        let left = self.memory.saturating_sub(self.total()) + self.swap_spare_bytes;
+        if cfg.keep_partitions && alone && !self.in_memory() && bytes <= left {
+            self.kept_partition_bytes = bytes;
+            self.swap_spare_bytes = 0;
+        }
         self
     }
 
@@ -227,7 +246,7 @@ impl Planned for EmbedPlan {
                     "none: each epoch writes its table back before it ends".to_string()
                 },
             );
-        if !self.in_memory() {
+        if !self.in_memory() && self.kept_partition_bytes == 0 {
             plan = plan.part(
                 "swap spare",
                 self.swap_spare_bytes,
@@ -243,6 +262,17 @@ impl Planned for EmbedPlan {
                 "edges in memory",
                 self.kept_edge_bytes,
                 "the training edges, kept after the first epoch's read: later epochs read only partitions",
+            );
+        }
+        if self.kept_partition_bytes > 0 {
+            plan = plan.part(
+                "partitions in memory",
+                self.kept_partition_bytes,
+                format!(
+                    "{} x {} kept once evicted (written back at its last eviction of an epoch): loads come from memory",
+                    self.partitions as usize - self.capacity,
+                    fmt_bytes(self.part_bytes)
+                ),
             );
         }
         plan = plan
@@ -370,6 +400,7 @@ pub fn plan_queries(
         write_behind_bytes: 0,
         swap_spare_bytes: 0,
         kept_edge_bytes: 0,
+        kept_partition_bytes: 0,
         minimum,
         device: None,
     })
@@ -764,6 +795,7 @@ pub fn plan(
         write_behind_bytes,
         swap_spare_bytes,
         kept_edge_bytes: 0,
+        kept_partition_bytes: 0,
         minimum,
         device,
     })
@@ -1029,6 +1061,65 @@ mod tests {
         );
         let more = one.keep_edges(&device_cfg(), true, piece + 1, 12);
         assert_eq!(more.kept_edge_bytes, (piece + 1) * 12);
+    }
+
+    #[test]
+    fn partitions_stay_in_memory_only_where_the_plan_leaves_room_for_them() {
+        let (m, nodes) = (model(100), untyped(100_000));
+        let (parts, p) = swapping_plan();
+        let outside = 2 * p.part_bytes;
+        // Room for the two partitions outside the slots: kept, in place of the swap spare,
+        // within the budget, and the plan says so.
+        let kept = p.clone().keep_partitions(&parts, true);
+        assert_eq!(
+            (kept.kept_partition_bytes, kept.swap_spare_bytes),
+            (outside, 0)
+        );
+        assert!(kept.total() <= parts.memory.0, "{kept:?}");
+        let line = kept.memory_plan().describe().join("\n");
+        assert!(
+            line.contains("2 x") && line.contains("loads come from memory"),
+            "{line}"
+        );
+        assert!(!line.contains("swap spare"), "{line}");
+        // The spare's bytes count toward them: a budget that holds the spare and one
+        // partition more keeps them, one byte less does not (and keeps its spare).
+        let exact = p.total() + outside - p.swap_spare_bytes;
+        let with = |memory: u64| {
+            EmbedPlan {
+                memory,
+                ..p.clone()
+            }
+            .keep_partitions(&parts, true)
+        };
+        assert_eq!(with(exact).kept_partition_bytes, outside);
+        let short = with(exact - 1);
+        assert_eq!(
+            (short.kept_partition_bytes, short.swap_spare_bytes),
+            (0, p.part_bytes)
+        );
+        // Asked not to, a rank of a group, or a resident table: none.
+        let off = TrainConfig {
+            keep_partitions: false,
+            ..parts.clone()
+        };
+        assert_eq!(
+            p.clone().keep_partitions(&off, true).kept_partition_bytes,
+            0
+        );
+        assert_eq!(
+            p.clone()
+                .keep_partitions(&parts, false)
+                .kept_partition_bytes,
+            0
+        );
+        let resident = plan(&device_cfg(), &m, &nodes, 10, 1, None, None).unwrap();
+        assert_eq!(
+            resident
+                .keep_partitions(&device_cfg(), true)
+                .kept_partition_bytes,
+            0
+        );
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub fn plan_for(store: &Path, cfg: &TrainConfig) -> Result<Planning> {
     let device = DeviceBudget::of(cfg)?;
     match plan_fitting(cfg, &model, &shape, num_relations, None, device.as_ref()) {
         Ok(plan) => Ok(Planning::Plan(
-            with_kept_edges(plan, cfg, &store, true).memory_plan(),
+            with_kept_data(plan, cfg, &store, true).memory_plan(),
         )),
         Err(EmbedError::Budget(why)) => Ok(Planning::Refused(why)),
         Err(e) => Err(e),
@@ -52,9 +52,10 @@ pub(crate) fn planned_config(cfg: &TrainConfig, store: &Store) -> TrainConfig {
     }
 }
 
-/// `plan` holding `store`'s training edges in memory after their first read where it has room
-/// for them ([`EmbedPlan::keep_edges`]); `alone`: the process is not a rank of a group.
-pub(crate) fn with_kept_edges(
+/// `plan` holding `store`'s training edges in memory after their first read, then the evicted
+/// partitions, where it has room for them ([`EmbedPlan::keep_edges`],
+/// [`EmbedPlan::keep_partitions`]); `alone`: the process is not a rank of a group.
+pub(crate) fn with_kept_data(
     plan: EmbedPlan,
     cfg: &TrainConfig,
     store: &Store,
@@ -64,4 +65,5 @@ pub(crate) fn with_kept_edges(
     let weighted = cfg.edge_weights && store.array(WEIGHTS).is_some();
     let row_bytes = ROW_BYTES + if weighted { WEIGHT_BYTES } else { 0 };
     plan.keep_edges(cfg, alone, rows, row_bytes)
+        .keep_partitions(cfg, alone)
 }

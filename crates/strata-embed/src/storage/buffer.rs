@@ -21,6 +21,7 @@ use crate::config::RealDraw;
 use crate::error::Result;
 use crate::storage::entity_types::FeatureBags;
 use crate::storage::layout::TableLayout;
+use crate::storage::partition_cache::PartitionCache;
 use crate::storage::shared::SharedRows;
 use crate::storage::table::{Rows, TableFile};
 
@@ -41,6 +42,8 @@ pub struct PartitionBuffer {
     /// The featurized entities of the pinned region and its entity view.
     bags: Option<Arc<FeatureBags>>,
     view: Vec<f32>,
+    /// Partitions kept in memory once they leave the slots (`None`: loads read the SSD).
+    kept: Option<Arc<PartitionCache>>,
 }
 
 impl PartitionBuffer {
@@ -62,6 +65,7 @@ impl PartitionBuffer {
             engine,
             bags: None,
             view: Vec::new(),
+            kept: None,
         }
     }
 
@@ -144,13 +148,17 @@ impl PartitionBuffer {
         &mut buf.full_mut()[..bytes]
     }
 
-    /// Forgets every slot's content (after the table file they mirrored changed).
+    /// Forgets every slot's content and every kept partition (after the table file they
+    /// mirrored changed, or before reading another: loads then read the file they are given).
     pub fn clear(&mut self) {
         self.resident.iter_mut().for_each(|r| *r = None);
+        if let Some(cache) = &self.kept {
+            cache.forget();
+        }
     }
 
-    /// Makes `state`'s partitions resident, reading those missing from `from` into slots not
-    /// needed by `state`. Returns the seconds spent reading.
+    /// Makes `state`'s partitions resident, reading those missing from `from` (or taking them
+    /// from the kept partitions) into slots not needed by `state`. Returns the seconds spent.
     pub fn fill(&mut self, state: &[u32], from: &TableFile) -> Result<f64> {
         let start = Instant::now();
         let pinned = self.layout.pinned.map(|r| r.region);
@@ -171,17 +179,53 @@ impl PartitionBuffer {
         Ok(start.elapsed().as_secs_f64())
     }
 
-    /// Reads partition `p` from `from` into `slot` (the pinned region into its own slot).
+    /// Reads partition `p` from `from` into `slot` (the pinned region into its own slot). The
+    /// slot's partition must be written back already: with [`keep_partitions`] it is kept in
+    /// memory (and `p` comes from there when kept), otherwise its bytes are overwritten.
+    ///
+    /// [`keep_partitions`]: Self::keep_partitions
     pub fn load(&mut self, slot: usize, p: u32, from: &TableFile) -> Result<()> {
         let slot = self.slot_for(slot, p);
-        self.resident[slot] = None;
-        let buf = self.slots[slot].as_mut().expect("slot present");
-        from.read_partition(&self.engine, &self.layout, p, buf)?;
+        let old = self.resident[slot].take();
+        match &self.kept {
+            // The pinned region never leaves its slot (nor fits a partition's buffer).
+            Some(cache) if !self.layout.is_pinned(p) => {
+                let buf = match cache.take(p) {
+                    Some(buf) => buf,
+                    None => {
+                        let mut buf = cache.buffer(self.layout.part_bytes() as usize);
+                        from.read_partition(&self.engine, &self.layout, p, &mut buf)?;
+                        buf
+                    }
+                };
+                let out = self.slots[slot].replace(buf).expect("slot present");
+                match old {
+                    Some(q) => cache.keep(q, out),
+                    None => cache.recycle(out),
+                }
+            }
+            _ => {
+                let buf = self.slots[slot].as_mut().expect("slot present");
+                from.read_partition(&self.engine, &self.layout, p, buf)?;
+            }
+        }
         self.resident[slot] = Some(p);
         if self.layout.is_pinned(p) {
             self.refresh_view();
         }
         Ok(())
+    }
+
+    /// Keeps partitions in memory once they leave the slots, in `cache` (the plan's
+    /// `partitions in memory`): loads take them from there, and an epoch's swaps put evicted
+    /// ones there (see [`PartitionCache`]).
+    pub fn keep_partitions(&mut self, cache: Arc<PartitionCache>) {
+        self.kept = Some(cache);
+    }
+
+    /// Where partitions are kept in memory once they leave the slots (`None`: nowhere).
+    pub fn kept(&self) -> Option<&Arc<PartitionCache>> {
+        self.kept.as_ref()
     }
 
     /// Makes `p` resident in `slot`, its region filled by `fill` (`layout.region_bytes(p)`
@@ -372,17 +416,26 @@ mod tests {
         let layout = TableLayout::new(&p, 4, OptimizerKind::Adagrad, TableDtype::F32);
         let engine = Engine::shared();
         let file = TableFile::open(&engine, &dir.path().join("t.bin"), true).unwrap();
-        let mut buffer = PartitionBuffer::new(engine, layout, 2);
+        for keep in [false, true] {
+            let mut buffer = PartitionBuffer::new(engine.clone(), layout, 2);
+            if keep {
+                buffer.keep_partitions(Default::default());
+            }
+            fill_typed(&mut buffer, &p, &file);
+        }
+    }
+
+    fn fill_typed(buffer: &mut PartitionBuffer, p: &Partitioning, file: &TableFile) {
         for region in p.regions() {
             let rows = p.stored_rows(region);
             buffer
-                .init(&file, region, rows, (RealDraw::Normal(0.1), 1), 0)
+                .init(file, region, rows, (RealDraw::Normal(0.1), 1), 0)
                 .unwrap();
         }
         // As after the table file changed under the buffer (a run seeded by init_from): the
         // state takes both partition slots, and the pinned region comes back into its own.
         buffer.clear();
-        buffer.fill(&[0, 1], &file).unwrap();
+        buffer.fill(&[0, 1], file).unwrap();
         let mut resident: Vec<u32> = buffer.resident().collect();
         resident.sort();
         assert_eq!(resident, vec![0, 1]);
@@ -391,5 +444,83 @@ mod tests {
             Some(2),
             "the pinned region in its own slot"
         );
+    }
+
+    /// With partitions kept, a load replaces its slot's partition by moving buffers: the
+    /// replaced one is kept, and loading it again reads nothing from the SSD.
+    #[test]
+    fn a_kept_partition_loads_from_memory_and_the_one_it_replaces_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partitioning::new(64, 4, 3).unwrap();
+        let layout = TableLayout::new(&p, 4, OptimizerKind::Adagrad, TableDtype::F32);
+        let engine = Engine::new(&strata_io::EngineConfig::default()).unwrap();
+        let file = TableFile::open(&engine, &dir.path().join("t.bin"), true).unwrap();
+        let mut buffer = PartitionBuffer::new(engine.clone(), layout, 2);
+        buffer.keep_partitions(Default::default());
+        for region in p.regions() {
+            let rows = p.stored_rows(region);
+            buffer
+                .init(&file, region, rows, (RealDraw::Normal(0.1), 1), 0)
+                .unwrap();
+        }
+        buffer.clear();
+        buffer.fill(&[0, 1], &file).unwrap();
+        let rows = |b: &PartitionBuffer| match b.embeddings(0) {
+            Rows::F32(r) => r.to_vec(),
+            Rows::Bf16(_) => unreachable!("a float32 table"),
+        };
+        let zero = rows(&buffer);
+        buffer.fill(&[1, 2], &file).unwrap();
+        assert_eq!(buffer.slot_of(0), None);
+        let before = engine.stats();
+        buffer.fill(&[0, 2], &file).unwrap();
+        assert_eq!(
+            engine.stats().since(&before).read_bytes,
+            0,
+            "0 came from memory"
+        );
+        assert_eq!(rows(&buffer), zero);
+        assert!(buffer.kept().unwrap().take(1).is_some(), "1 kept in turn");
+    }
+
+    /// Evaluating another checkpoint clears the buffer, reads that checkpoint's file through
+    /// it, and clears it again: with partitions kept, each load reads the file it is given,
+    /// never a partition kept from the other.
+    #[test]
+    fn a_cleared_buffer_reads_the_file_it_is_given_not_what_it_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Partitioning::new(64, 4, 3).unwrap();
+        let layout = TableLayout::new(&p, 4, OptimizerKind::Adagrad, TableDtype::F32);
+        let engine = Engine::shared();
+        // Table `a`'s partition q holds bytes q + 1, table `b`'s q + 11.
+        let file = |name: &str, base: u8| {
+            let f = TableFile::open(&engine, &dir.path().join(name), true).unwrap();
+            for q in 0..4u32 {
+                let mut buf = AlignedBuf::new(layout.part_bytes() as usize);
+                buf.full_mut().fill(base + q as u8);
+                f.write_partition(&engine, &layout, q, &mut buf).unwrap();
+            }
+            f
+        };
+        let (a, b) = (file("a.bin", 1), file("b.bin", 11));
+        let mut buffer = PartitionBuffer::new(engine.clone(), layout, 2);
+        buffer.keep_partitions(Default::default());
+        let first_bytes = |buffer: &mut PartitionBuffer| -> Vec<(u32, u8)> {
+            let mut v: Vec<_> = buffer
+                .trained_slots()
+                .map(|(q, bytes)| (q, bytes[0]))
+                .collect();
+            v.sort();
+            v
+        };
+        buffer.fill(&[0, 1], &a).unwrap();
+        buffer.fill(&[2, 3], &a).unwrap(); // 0 and 1 kept
+        buffer.clear();
+        buffer.fill(&[0, 1], &b).unwrap();
+        assert_eq!(first_bytes(&mut buffer), vec![(0, 11), (1, 12)]);
+        buffer.fill(&[2, 3], &b).unwrap(); // b's 0 and 1 kept
+        buffer.clear();
+        buffer.fill(&[0, 1], &a).unwrap();
+        assert_eq!(first_bytes(&mut buffer), vec![(0, 1), (1, 2)]);
     }
 }

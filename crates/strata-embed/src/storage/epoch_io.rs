@@ -16,16 +16,20 @@ use strata_store::DType;
 use crate::error::{EmbedError, Result};
 use crate::storage::edge_cache::EdgeCache;
 use crate::storage::layout::TableLayout;
+use crate::storage::partition_cache::PartitionCache;
 use crate::storage::partitioning::Buckets;
 use crate::storage::table::TableFile;
 
 /// One swap: write `evict` (if any) from `buf` to `to`, and read `load` from `from`, into `buf`
-/// after the write or, with a spare buffer, into the spare during it.
+/// after the write or, with a spare buffer, into the spare during it. With partitions kept in
+/// memory the evicted one is written only when `write_back` says so (its last eviction of the
+/// epoch), and kept either way.
 pub struct Swap {
     pub slot: usize,
     pub buf: AlignedBuf,
     pub evict: Option<(u32, Arc<TableFile>)>,
     pub load: (u32, Arc<TableFile>),
+    pub write_back: bool,
 }
 
 /// A finished swap: the slot's buffer, now holding the loaded partition (the spare's buffer
@@ -40,19 +44,48 @@ pub struct Swapped {
 }
 
 /// The thread doing partition swaps, and the spare buffer it reads into (given back by
-/// [`Swapper::finish`]).
+/// [`Swapper::finish`]); with a [`PartitionCache`], also the thread writing evicted partitions
+/// back behind the swaps.
 pub struct Swapper {
     tx: Option<Sender<Swap>>,
     rx: Receiver<Swapped>,
     handle: Option<JoinHandle<Option<AlignedBuf>>>,
+    writer: Option<JoinHandle<()>>,
+    cache: Option<Arc<PartitionCache>>,
 }
+
+/// An evicted partition on its way to the SSD: its id, the table it goes to, its bytes.
+type WriteBack = (u32, Arc<TableFile>, AlignedBuf);
 
 impl Swapper {
     /// Starts the swap thread; with `spare` (a buffer of a slot's size) each swap that evicts
-    /// reads the next partition into the spare while it writes the evicted one.
-    pub fn start(engine: Arc<Engine>, layout: TableLayout, spare: Option<AlignedBuf>) -> Swapper {
+    /// reads the next partition into the spare while it writes the evicted one. With a `cache`
+    /// the spare joins the cache's free buffers, a swap hands its slot a kept partition's
+    /// buffer (or reads the SSD into a free one), and the evicted partition is written on a
+    /// thread of its own, then kept: the swap ends without waiting for its write.
+    pub fn start(
+        engine: Arc<Engine>,
+        layout: TableLayout,
+        spare: Option<AlignedBuf>,
+        cache: Option<Arc<PartitionCache>>,
+    ) -> Swapper {
         let (tx, jobs) = unbounded::<Swap>();
         let (done_tx, rx) = unbounded::<Swapped>();
+        let (writes, writer) = match &cache {
+            Some(cache) => {
+                let (writes, handle) = write_back(engine.clone(), layout, cache.clone());
+                (Some(writes), Some(handle))
+            }
+            None => (None, None),
+        };
+        let spare = match (&cache, spare) {
+            (Some(cache), Some(buf)) => {
+                cache.recycle(buf);
+                None
+            }
+            (_, spare) => spare,
+        };
+        let kept = cache.clone();
         let handle = std::thread::Builder::new()
             .name("strata-embed-swap".into())
             .spawn(move || {
@@ -60,7 +93,12 @@ impl Swapper {
                 for s in jobs {
                     let started = Instant::now();
                     let slot = s.slot;
-                    let (buf, result) = swap(&engine, &layout, s, &mut spare);
+                    let (buf, result) = match (&kept, &writes) {
+                        (Some(cache), Some(writes)) => {
+                            swap_kept(&engine, &layout, s, cache, writes)
+                        }
+                        _ => swap(&engine, &layout, s, &mut spare),
+                    };
                     let done = Swapped {
                         slot,
                         buf,
@@ -79,6 +117,8 @@ impl Swapper {
             tx: Some(tx),
             rx,
             handle: Some(handle),
+            writer,
+            cache,
         }
     }
 
@@ -95,11 +135,44 @@ impl Swapper {
         self.rx.recv().expect("the swap thread answers")
     }
 
-    /// Ends the swap thread and gives back its spare buffer (`None`: it had none).
-    pub fn finish(mut self) -> Option<AlignedBuf> {
-        self.tx.take();
-        self.handle.take().and_then(|h| h.join().ok().flatten())
+    /// Ends the swap thread once every write-back has landed, and gives back its spare buffer
+    /// (`None`: it had none, or gave it to the cache); errors: a write-back failed.
+    pub fn finish(mut self) -> Result<Option<AlignedBuf>> {
+        let spare = self.join();
+        match &self.cache {
+            Some(cache) => cache.failure().map(|()| spare),
+            None => Ok(spare),
+        }
     }
+
+    /// Ends the threads (the writer's after the swap thread's, which feeds it).
+    fn join(&mut self) -> Option<AlignedBuf> {
+        self.tx.take();
+        let spare = self.handle.take().and_then(|h| h.join().ok().flatten());
+        if let Some(h) = self.writer.take() {
+            let _ = h.join();
+        }
+        spare
+    }
+}
+
+/// Starts the thread that writes evicted partitions back and then keeps them in `cache`.
+fn write_back(
+    engine: Arc<Engine>,
+    layout: TableLayout,
+    cache: Arc<PartitionCache>,
+) -> (Sender<WriteBack>, JoinHandle<()>) {
+    let (writes, jobs) = unbounded::<WriteBack>();
+    let handle = std::thread::Builder::new()
+        .name("strata-embed-write-back".into())
+        .spawn(move || {
+            for (p, to, mut buf) in jobs {
+                let result = to.write_partition(&engine, &layout, p, &mut buf);
+                cache.landed(p, buf, result);
+            }
+        })
+        .expect("spawn the write-back thread");
+    (writes, handle)
 }
 
 /// Moves one swap's bytes: returns the buffer holding the loaded partition and the outcome.
@@ -140,12 +213,53 @@ fn swap(
     }
 }
 
+/// One swap with partitions kept in memory: the evicted partition goes to the write-back
+/// thread (or, when the epoch loads it again, straight into `cache`: only its last eviction
+/// needs to reach the table the epoch commits), and the loaded one comes from `cache` (read
+/// from the SSD into a free buffer when it is not kept). The outcome carries a write-back that
+/// failed since the last swap.
+fn swap_kept(
+    engine: &Arc<Engine>,
+    layout: &TableLayout,
+    s: Swap,
+    cache: &PartitionCache,
+    writes: &Sender<WriteBack>,
+) -> (AlignedBuf, Result<()>) {
+    let Swap {
+        buf,
+        evict,
+        load,
+        write_back,
+        ..
+    } = s;
+    let unused = match evict {
+        Some((p, to)) if write_back => {
+            cache.writing(p);
+            writes
+                .send((p, to, buf))
+                .expect("the write-back thread runs");
+            None
+        }
+        Some((p, _)) => {
+            cache.keep(p, buf);
+            None
+        }
+        None => Some(buf),
+    };
+    if let Some(kept) = cache.take(load.0) {
+        if let Some(buf) = unused {
+            cache.recycle(buf);
+        }
+        return (kept, cache.failure());
+    }
+    let mut into = unused.unwrap_or_else(|| cache.buffer(layout.part_bytes() as usize));
+    let read = load.1.read_partition(engine, layout, load.0, &mut into);
+    (into, read.and(cache.failure()))
+}
+
 impl Drop for Swapper {
     fn drop(&mut self) {
-        self.tx.take();
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
-        }
+        self.join();
     }
 }
 
@@ -395,36 +509,55 @@ mod tests {
         buf
     }
 
+    /// A table file in `dir` of four partitions, partition `p` holding bytes `p + 1`, and an
+    /// engine of its own (whose counters only this test moves).
+    fn four_partitions(dir: &std::path::Path) -> (Arc<Engine>, TableLayout, Arc<TableFile>) {
+        let p = Partitioning::new(64, 4, 3).unwrap();
+        let layout = TableLayout::new(&p, 8, OptimizerKind::Adagrad, TableDtype::F32);
+        let engine = Engine::new(&strata_io::EngineConfig::default()).unwrap();
+        let table = Arc::new(TableFile::open(&engine, &dir.join("t.bin"), true).unwrap());
+        for part in 0..4u32 {
+            table
+                .write_partition(&engine, &layout, part, &mut filled(&layout, part as u8 + 1))
+                .unwrap();
+        }
+        (engine, layout, table)
+    }
+
+    /// Swaps `buf`, slot 1's, evicting `evict` for `load` in `table`, and waits for the swap.
+    fn swap_in_slot_1(
+        swapper: &Swapper,
+        table: &Arc<TableFile>,
+        buf: AlignedBuf,
+        (evict, load): (u32, u32),
+        write_back: bool,
+    ) -> Swapped {
+        swapper.start_swap(Swap {
+            slot: 1,
+            buf,
+            evict: Some((evict, table.clone())),
+            load: (load, table.clone()),
+            write_back,
+        });
+        swapper.wait()
+    }
+
     /// Swaps of a table whose partition `p` holds bytes `p + 1`, with and without a spare: the
     /// evicted partition lands in the file, the loaded one in the returned buffer, and with a
     /// spare the two buffers trade places (the slot gets the spare, the spare the victim's).
     #[test]
     fn a_swap_writes_the_evicted_partition_and_returns_the_next_with_or_without_a_spare() {
         let dir = tempfile::tempdir().unwrap();
-        let p = Partitioning::new(64, 4, 3).unwrap();
-        let layout = TableLayout::new(&p, 8, OptimizerKind::Adagrad, TableDtype::F32);
-        let engine = Engine::shared();
-        let table = Arc::new(TableFile::open(&engine, &dir.path().join("t.bin"), true).unwrap());
-        for part in 0..4u32 {
-            table
-                .write_partition(&engine, &layout, part, &mut filled(&layout, part as u8 + 1))
-                .unwrap();
-        }
+        let (engine, layout, table) = four_partitions(dir.path());
         let bytes = layout.part_bytes() as usize;
         for with_spare in [false, true] {
             let spare = with_spare.then(|| filled(&layout, 0));
             let spare_at = spare.as_ref().map(|b| b.prefix(1).as_ptr());
-            let swapper = Swapper::start(engine.clone(), layout, spare);
+            let swapper = Swapper::start(engine.clone(), layout, spare, None);
             // Slot 1 held partition 0, changed in memory to bytes 9: it leaves for 2.
             let victim = filled(&layout, 9);
             let victim_at = victim.prefix(1).as_ptr();
-            swapper.start_swap(Swap {
-                slot: 1,
-                buf: victim,
-                evict: Some((0, table.clone())),
-                load: (2, table.clone()),
-            });
-            let done = swapper.wait();
+            let done = swap_in_slot_1(&swapper, &table, victim, (0, 2), true);
             done.result.unwrap();
             assert_eq!(done.slot, 1);
             assert!(
@@ -439,7 +572,7 @@ mod tests {
                 back.prefix(bytes).iter().all(|&b| b == 9),
                 "partition 0 written"
             );
-            let returned = swapper.finish();
+            let returned = swapper.finish().unwrap();
             if with_spare {
                 assert_eq!(
                     Some(done.buf.prefix(1).as_ptr()),
@@ -460,6 +593,67 @@ mod tests {
             table
                 .write_partition(&engine, &layout, 0, &mut filled(&layout, 1))
                 .unwrap();
+        }
+    }
+
+    /// With partitions kept in memory, a swap hands the slot the kept buffer of the loaded
+    /// partition (read from the SSD only the first time) and the evicted one reaches the file
+    /// behind the swap when it is written back; the second swap, whose victim the epoch loads
+    /// again, reads and writes nothing: its victim stays in memory alone.
+    #[test]
+    fn a_kept_partition_comes_back_from_memory_and_the_evicted_one_still_reaches_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, layout, table) = four_partitions(dir.path());
+        let bytes = layout.part_bytes() as usize;
+        let cache = Arc::new(PartitionCache::default());
+        let swapper = Swapper::start(
+            engine.clone(),
+            layout,
+            Some(filled(&layout, 0)),
+            Some(cache.clone()),
+        );
+        let victim = filled(&layout, 9);
+        let victim_at = victim.prefix(1).as_ptr();
+        let first = swap_in_slot_1(&swapper, &table, victim, (0, 2), true);
+        first.result.unwrap();
+        assert!(
+            first.buf.prefix(bytes).iter().all(|&b| b == 3),
+            "partition 2 read"
+        );
+        // Partition 2, changed to bytes 7, leaves for partition 0, which is kept.
+        let mut second = first.buf;
+        second.full_mut()[..bytes].fill(7);
+        let before = engine.stats();
+        let back = swap_in_slot_1(&swapper, &table, second, (2, 0), false);
+        back.result.unwrap();
+        assert_eq!(
+            back.buf.prefix(1).as_ptr(),
+            victim_at,
+            "the victim's own buffer"
+        );
+        assert!(
+            back.buf.prefix(bytes).iter().all(|&b| b == 9),
+            "with its bytes"
+        );
+        assert!(
+            swapper.finish().unwrap().is_none(),
+            "the spare went to the cache"
+        );
+        assert_eq!(engine.stats().since(&before).read_bytes, 0, "nothing read");
+        let kept = cache.take(2).expect("partition 2 kept");
+        assert!(
+            kept.prefix(bytes).iter().all(|&b| b == 7),
+            "its newest bytes"
+        );
+        for (part, byte) in [(0u32, 9u8), (2, 3)] {
+            let mut on_disk = filled(&layout, 0);
+            table
+                .read_partition(&engine, &layout, part, &mut on_disk)
+                .unwrap();
+            assert!(
+                on_disk.prefix(bytes).iter().all(|&b| b == byte),
+                "partition {part} on disk"
+            );
         }
     }
 }

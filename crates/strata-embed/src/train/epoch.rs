@@ -166,12 +166,14 @@ impl<'p> Pass<'p> {
     }
 }
 
-/// The tables a single-process epoch swaps partitions between, and which partitions it wrote
-/// back to `next` so far (a later load reads those from there).
+/// The tables a single-process epoch swaps partitions between, which partitions it wrote
+/// back to `next` so far (a later load reads those from there), and the step of each
+/// partition's last eviction (with partitions kept in memory, the only one written back).
 struct SwapTables<'a> {
     current: &'a Arc<TableFile>,
     next: &'a Arc<TableFile>,
     written: Vec<bool>,
+    last_eviction: Vec<Option<usize>>,
 }
 
 /// Model state in memory: relation rows, the partition buffer and the compute backend.
@@ -310,7 +312,12 @@ impl Trainer {
                 (rx, Some(thread))
             }
         };
-        let swapper = Swapper::start(engine.clone(), self.buffer.layout, self.swap_spare.take());
+        let swapper = Swapper::start(
+            engine.clone(),
+            self.buffer.layout,
+            self.swap_spare.take(),
+            self.buffer.kept().cloned(),
+        );
         let label = format!("epoch {}/{}", epoch + 1, self.cfg.epochs);
         let mut pass = Pass::start(epoch, progress, &label, self.buckets.num_edges);
         if kept.is_none() {
@@ -319,10 +326,18 @@ impl Trainer {
         self.compute.reset_counters();
         self.fill(&sched.steps[0].state, current, &mut pass)?;
         self.lend_slots()?;
+        let partitions = self.buckets.partitioning.partitions as usize;
+        let mut last_eviction = vec![None; partitions];
+        for (i, step) in sched.steps.iter().enumerate() {
+            if let Some(e) = step.evicted {
+                last_eviction[e as usize] = Some(i);
+            }
+        }
         let mut tables = SwapTables {
             current,
             next,
-            written: vec![false; self.buckets.partitioning.partitions as usize],
+            written: vec![false; partitions],
+            last_eviction,
         };
         for (i, step) in sched.steps.iter().enumerate() {
             self.step(i, step, &swapper, &edges_rx, &mut tables, &mut pass)?;
@@ -337,7 +352,7 @@ impl Trainer {
                 io.write_bytes as f64 / secs / 1e6
             ));
         }
-        self.swap_spare = swapper.finish();
+        self.swap_spare = swapper.finish()?;
         let kept = kept.or_else(|| pass.kept.take().map(Arc::new));
         self.arrange_next(epoch, kept.as_ref());
         let t = Instant::now();
@@ -458,12 +473,17 @@ impl Trainer {
             } else {
                 tables.current.clone()
             };
-            tables.written[e as usize] = true;
+            // Kept in memory, a partition the epoch loads again stays there (its buffer the
+            // newest copy); its last eviction writes it to the table the epoch commits.
+            let write_back =
+                self.buffer.kept().is_none() || tables.last_eviction[e as usize] == Some(i);
+            tables.written[e as usize] |= write_back;
             let swap = Swap {
                 slot,
                 buf,
                 evict: Some((e, tables.next.clone())),
                 load: (l, from),
+                write_back,
             };
             leaving = Some((landing, swap));
             pending = Some((e, l));

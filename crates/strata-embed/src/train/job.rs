@@ -521,7 +521,7 @@ fn plan_job(
         side.needs,
         device.as_ref(),
     )?;
-    let plan = store_plan::with_kept_edges(plan, cfg, store, side.needs.is_none());
+    let plan = store_plan::with_kept_data(plan, cfg, store, side.needs.is_none());
     let device_lines = plan.device.iter().flat_map(|d| d.memory_plan().describe());
     plan.memory_plan()
         .describe()
@@ -733,6 +733,9 @@ fn setup(
     trainer.swap_spare = (plan.swap_spare_bytes > 0)
         .then(|| strata_io::AlignedBuf::new(trainer.buffer.layout.part_bytes() as usize));
     trainer.edge_cache = (plan.kept_edge_bytes > 0).then(Default::default);
+    if plan.kept_partition_bytes > 0 {
+        trainer.buffer.keep_partitions(Default::default());
+    }
     trainer.typed = typed;
     trainer.head_prob = head_prob;
     trainer.vs_all = vs_all;
