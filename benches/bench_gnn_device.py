@@ -12,7 +12,9 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
   --model sage --fanouts 10,5 --batch-size 1024 --epochs 3 --memory 2G`), run through the CLI
   with `--data-path native` and `--data-path device`, and the device path again with
   `--step eager` (the others take `--step auto`: on a GPU each padded batch shape's training
-  step is a CUDA graph): sampled nodes/s and the share of the epoch the model waited for data
+  step is a CUDA graph), and once more with the interpreter switching threads every 200
+  microseconds instead of Python's 5 ms (`sys.setswitchinterval`; the producer and training
+  threads share the GIL): sampled nodes/s and the share of the epoch the model waited for data
   (medians of the epochs after the first, from each run.json), and their ratios.
 - ``trace``: G6's device run (`--step auto`) in this process under torch's profiler
   (`device_trace`): per epoch the device's busy share and, for its idle time, what the host
@@ -116,15 +118,21 @@ def medians(epochs: list[dict], keys) -> dict:
     return {k: statistics.median(e[k] for e in later) for k in keys}
 
 
-def cli_run(store: Path, args, data_path: str, run_dir: Path, step: str = "auto") -> dict:
+def cli_run(store: Path, args, data_path: str, run_dir: Path, step: str = "auto", switch_us: int | None = None) -> dict:
     """`strata gnn train` with G6's settings on ``data_path``, its training step ``step``; its
-    run.json summarised."""
+    run.json summarised. With ``switch_us`` the interpreter switches threads every that many
+    microseconds instead of Python's 5 ms (``sys.setswitchinterval``, set before the CLI
+    starts)."""
     cmd = strata(
         "gnn", "train", store, "--model", "sage", "--fanouts", ",".join(map(str, FANOUTS)),
         "--batch-size", args.batch_size, "--epochs", args.epochs, "--memory", "2G", "--device", args.device,
         "--hidden", args.hidden,
         "--data-path", data_path, "--step", step, "--run-dir", run_dir,
     )  # fmt: skip
+    command = " ".join(map(str, cmd[2:]))
+    if switch_us is not None:
+        start = f"import sys; sys.setswitchinterval({switch_us}e-6); from strata.cli.main import main; sys.exit(main())"
+        cmd = [cmd[0], "-c", start, *cmd[3:]]
     took = timed(cmd, log=run_dir.with_name(run_dir.name + ".log"))
     rec = json.loads((run_dir / "run.json").read_text())
     history = rec["history"]
@@ -158,7 +166,7 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path, step: str = "auto"
             | {"steps": e.get("step")}
             for e in history
         ],
-        "command": " ".join(map(str, cmd[2:])),
+        "command": command,
     }
 
 
@@ -325,14 +333,26 @@ def csc_and_index_bytes(store: Path) -> int:
     return sum(a.nbytes for a in s.csc()) + s.num_nodes * 8
 
 
+#: The interpreter's switch interval of G6's third device run (microseconds; Python's is 5,000).
+SWITCH_US = 200
+
+
 def figure_g6(store: Path, device, torch, args) -> dict:
     runs = {p: cli_run(store, args, p, args.work / f"run-g6-{p}") for p in ("native", "device")}
     runs["device_eager_step"] = cli_run(store, args, "device", args.work / "run-g6-device-eager", step="eager")
+    # The producer thread and the training thread share one interpreter: each torch op releases
+    # the GIL and takes it back, and a thread that lost it to the other's Python waits up to the
+    # switch interval. On an H200 the training thread spent 1.5 to 2 ms a batch loading 13 ops'
+    # worth of inputs: whether a shorter interval feeds the device sooner.
+    switched = args.work / "run-g6-device-switch"
+    runs["device_switch_interval"] = cli_run(store, args, "device", switched, switch_us=SWITCH_US)
+    runs["device_switch_interval"]["switch_interval_us"] = SWITCH_US
     rate = {k: r["sampled_nodes_per_second"] for k, r in runs.items()}
     return {
         "runs": runs,
         "device_over_native_nodes_per_second": rate["device"] / max(rate["native"], 1e-9),
         "step_auto_over_eager_nodes_per_second": rate["device"] / max(rate["device_eager_step"], 1e-9),
+        "switch_interval_over_default_nodes_per_second": rate["device_switch_interval"] / max(rate["device"], 1e-9),
     }
 
 

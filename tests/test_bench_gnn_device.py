@@ -54,6 +54,12 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
         assert g6[run]["train_step"]["mode"] == "eager"
         assert all(e["steps"]["eager"] > 0 == e["steps"]["replayed"] for e in g6[run]["epochs"])
     assert figures["g6"]["step_auto_over_eager_nodes_per_second"] > 0
+    # The device run again with a 200-microsecond switch interval, started through the same CLI.
+    switched = g6["device_switch_interval"]
+    assert switched["data_path"] == "device" and switched["switch_interval_us"] == 200
+    same = g6["device"]["command"].replace("run-g6-device", "run-g6-device-switch")
+    assert switched["command"].startswith("strata gnn train") and switched["command"] == same
+    assert figures["g6"]["switch_interval_over_default_nodes_per_second"] > 0
 
     # The traced run: its epochs after the first, each with the host phases of sampling and
     # training (no device lane on the CPU), its trace written beside the result.
