@@ -9,11 +9,11 @@
 //! swaps that read and wrote 280 MB each on one disk.
 //!
 //! Buffers move, they are not copied: a partition lives in exactly one place in memory (a slot
-//! or the cache; every partition is on the SSD too), and buffers handed back empty are reused
-//! before new ones are allocated, so the cache never holds more than the partitions outside
-//! the slots.
-//! Its buffers live as long as the job: a device backend registers them with the driver the
-//! first time they are lent, and releases them before the trainer drops.
+//! or the cache; the SSD holds it as the last commit left it, or newer), and buffers handed
+//! back empty are reused before new ones are allocated, so the cache never holds more than the
+//! partitions outside the slots. Its buffers live as long as the job: a device backend
+//! registers them with the driver the first time they are lent, and releases them before the
+//! trainer drops.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -82,8 +82,9 @@ impl PartitionCache {
         self.landed.notify_all();
     }
 
-    /// Keeps `buf`, holding `p`'s bytes as the SSD has them; older bytes of `p` free their
-    /// buffer.
+    /// Keeps `buf`, holding `p`'s newest bytes (as the SSD has them, or, evicted before the
+    /// epoch loads it again, to be written by its last eviction); older bytes of `p` free
+    /// their buffer.
     pub fn keep(&self, p: u32, buf: AlignedBuf) {
         let mut state = self.lock();
         if let Some(Some(stale)) = state.kept.insert(p, Some(buf)) {
