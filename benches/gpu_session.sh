@@ -156,7 +156,9 @@ step_embed-rmat-bf16() {
 }
 # The RMAT pair with bf16 tables and one Adagrad accumulator a node (about a quarter of the
 # float32 bytes a swap moves), two epochs each: the second out-of-core epoch starts in the state
-# the first ended in (no fill), the steady state the goals compare.
+# the first ended in (no fill), the steady state the goals compare. The out-of-core epoch runs
+# twice: its partitions kept in host memory (swaps between host and device memory), and every
+# load from the SSD (Legend's own setting).
 step_embed-rmat-lean() {
     python3 benches/bench_embed_device.py --part rmat-prepare --part rmat-resident --part rmat-ooc \
         --table-dtype bf16 --optimizer adagrad_row --epochs 2 --work "$WORK/embed" --out "$OUT/embed-device.json" &&
