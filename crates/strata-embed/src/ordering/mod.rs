@@ -189,6 +189,22 @@ impl Schedule {
         self.steps.first().map_or(0, |s| s.state.len()) + self.swaps()
     }
 
+    /// By partition id, the step of the eviction after which the epoch does not load that
+    /// partition again: its last one (`None`: it ends the epoch in the buffer, evicted before
+    /// or not).
+    pub fn last_evictions(&self) -> Vec<Option<usize>> {
+        let mut last = vec![None; self.partitions];
+        for (i, step) in self.steps.iter().enumerate() {
+            if let Some(e) = step.evicted {
+                last[e as usize] = Some(i);
+            }
+        }
+        for &p in self.steps.last().map_or(&[][..], |s| &s.state) {
+            last[p as usize] = None;
+        }
+        last
+    }
+
     /// Swaps with training work to overlap them (the rest stall on I/O).
     pub fn hidden_swaps(&self) -> usize {
         self.steps

@@ -215,3 +215,29 @@ fn every_registered_ordering_covers_every_bucket_once() {
         assert!(e.to_string().contains(kind.name()), "{e}");
     }
 }
+
+/// A partition's last eviction is the one after which the schedule does not load it again; a
+/// partition that ends the epoch in the buffer has none.
+#[test]
+fn each_partitions_last_eviction_is_after_its_last_load() {
+    for kind in [OrderingKind::Legend, OrderingKind::Beta] {
+        let s = schedule(kind, 8, 3).unwrap();
+        let last = s.last_evictions();
+        let end = &s.steps.last().unwrap().state;
+        for p in 0..8u32 {
+            let loads: Vec<usize> = (1..s.steps.len())
+                .filter(|&i| s.steps[i].loaded == Some(p))
+                .collect();
+            match last[p as usize] {
+                Some(i) => {
+                    assert_eq!(s.steps[i].evicted, Some(p), "{kind:?}");
+                    assert!(
+                        loads.iter().all(|&l| l < i) && !end.contains(&p),
+                        "{kind:?} {p}"
+                    );
+                }
+                None => assert!(end.contains(&p), "{kind:?}: {p} never written back"),
+            }
+        }
+    }
+}

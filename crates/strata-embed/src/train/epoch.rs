@@ -326,18 +326,11 @@ impl Trainer {
         self.compute.reset_counters();
         self.fill(&sched.steps[0].state, current, &mut pass)?;
         self.lend_slots()?;
-        let partitions = self.buckets.partitioning.partitions as usize;
-        let mut last_eviction = vec![None; partitions];
-        for (i, step) in sched.steps.iter().enumerate() {
-            if let Some(e) = step.evicted {
-                last_eviction[e as usize] = Some(i);
-            }
-        }
         let mut tables = SwapTables {
             current,
             next,
-            written: vec![false; partitions],
-            last_eviction,
+            written: vec![false; self.buckets.partitioning.partitions as usize],
+            last_eviction: sched.last_evictions(),
         };
         for (i, step) in sched.steps.iter().enumerate() {
             self.step(i, step, &swapper, &edges_rx, &mut tables, &mut pass)?;
