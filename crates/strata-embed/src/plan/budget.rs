@@ -96,6 +96,9 @@ pub struct EmbedPlan {
     /// The partitions kept in memory once evicted ([`EmbedPlan::keep_partitions`]), and their
     /// bytes (0: every load reads the SSD).
     pub kept_partition_bytes: u64,
+    /// Bytes `--memory` lacks to keep them, where the run asked for it and partitions swap
+    /// (0: kept, or not asked for), so the plan can say what would keep them.
+    pub kept_partitions_short: u64,
     /// The smallest budget that holds the fixed parts and the buffer's slots with one node
     /// per partition (the configured partitions, when set).
     pub minimum: u64,
@@ -153,9 +156,13 @@ impl EmbedPlan {
         let outside = (self.partitions as u64).saturating_sub(self.capacity as u64);
         let bytes = outside * self.part_bytes;
         let left = self.memory.saturating_sub(self.total()) + self.swap_spare_bytes;
-        if cfg.keep_partitions && alone && !self.in_memory() && bytes <= left {
-            self.kept_partition_bytes = bytes;
-            self.swap_spare_bytes = 0;
+        if cfg.keep_partitions && alone && !self.in_memory() {
+            if bytes <= left {
+                self.kept_partition_bytes = bytes;
+                self.swap_spare_bytes = 0;
+            } else {
+                self.kept_partitions_short = bytes - left;
+            }
         }
         self
     }
@@ -264,7 +271,17 @@ impl Planned for EmbedPlan {
                 "the training edges, kept after the first epoch's read: later epochs read only partitions",
             );
         }
-        if self.kept_partition_bytes > 0 {
+        if self.kept_partitions_short > 0 {
+            plan = plan.part(
+                "partitions in memory",
+                0,
+                format!(
+                    "none: --memory {} more would keep the {} partitions outside the slots; every load reads the SSD",
+                    fmt_bytes(self.kept_partitions_short),
+                    self.partitions as usize - self.capacity
+                ),
+            );
+        } else if self.kept_partition_bytes > 0 {
             plan = plan.part(
                 "partitions in memory",
                 self.kept_partition_bytes,
@@ -401,6 +418,7 @@ pub fn plan_queries(
         swap_spare_bytes: 0,
         kept_edge_bytes: 0,
         kept_partition_bytes: 0,
+        kept_partitions_short: 0,
         minimum,
         device: None,
     })
@@ -796,6 +814,7 @@ pub fn plan(
         swap_spare_bytes,
         kept_edge_bytes: 0,
         kept_partition_bytes: 0,
+        kept_partitions_short: 0,
         minimum,
         device,
     })
@@ -1097,6 +1116,13 @@ mod tests {
         assert_eq!(
             (short.kept_partition_bytes, short.swap_spare_bytes),
             (0, p.part_bytes)
+        );
+        // The plan says what --memory lacks to keep them.
+        assert_eq!(short.kept_partitions_short, 1);
+        let line = short.memory_plan().describe().join("\n");
+        assert!(
+            line.contains("none: --memory 1 B more would keep the 2 partitions"),
+            "{line}"
         );
         // Asked not to, a rank of a group, or a resident table: none.
         let off = TrainConfig {
