@@ -65,11 +65,12 @@ def test_typed_name_conversion_stays_within_budget(tmp_path):
     assert [(t["name"], t["count"]) for t in m["node_types"]] == [("user", n), ("item", n)]
     # Beside the code (above), the peak depends on how the parse threads interleave (most likely
     # their malloc arenas keeping blocks they freed): on the 2 cores 35.0 to 37.1 MiB above the
-    # baseline alone, up to 40.5 under CPU load, 42 once in a fresh clone's suite. A name dictionary that
-    # did not spill (about 40 MiB of keys, entries and buckets) would pass the budget by far more.
-    code, arenas = 1 << 20, 3 << 20
+    # baseline alone, up to 40.5 under CPU load, 42 and once 47 in a fresh clone's suite. A name
+    # dictionary that did not spill (about 40 MiB of keys, entries and buckets) would pass the
+    # budget by far more than the arenas' allowance.
+    code, arenas = 1 << 20, 8 << 20
     assert peak - baseline <= budget + code + arenas, (
-        f"peak {peak >> 20} MiB - baseline {baseline >> 20} MiB > {budget >> 20} MiB + 1 MiB of code + 3 MiB of arenas"
+        f"peak {peak >> 20} MiB - baseline {baseline >> 20} MiB > {budget >> 20} MiB + 1 MiB of code + 8 MiB of arenas"
     )
 
 
