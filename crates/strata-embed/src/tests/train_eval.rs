@@ -325,7 +325,9 @@ fn a_table_written_behind_validation_equals_one_written_back_by_its_epoch() {
     let table = table_bytes(&behind, Which::Last).len() as u64;
     for (record, other) in behind_meta.history.iter().zip(&back_meta.history) {
         let w = record.report.written_behind.expect("written behind");
-        assert!(w.seconds > 0.0 && w.wait_seconds <= w.seconds, "{w:?}");
+        // No relation between the two is asserted: they are timings (the job's wait for the
+        // write can outlast the write's own seconds by a thread's wake-up).
+        assert!(w.seconds > 0.0 && w.wait_seconds >= 0.0, "{w:?}");
         assert!(other.report.written_behind.is_none());
         assert!(record.report.partition_bytes_written >= table);
         assert!(other.report.partition_bytes_written >= table);
