@@ -185,14 +185,17 @@ def test_a_swap_spare_reads_beside_the_write_and_trains_the_same_table(kg, tmp_p
     assert parts[True]["swap spare"]["bytes"] > 0 and parts[False]["swap spare"]["bytes"] == 0
 
 
-@pytest.mark.parametrize("eval_every", [0, 1], ids=["training", "validating"])
-def test_kept_partitions_train_the_same_table_and_later_epochs_load_from_memory(kg, tmp_path, eval_every):
+@pytest.mark.parametrize(
+    "eval_every,pool", [(0, "partition"), (1, "partition"), (0, "all")], ids=["training", "validating", "banks"]
+)
+def test_kept_partitions_train_the_same_table_and_later_epochs_load_from_memory(kg, tmp_path, eval_every, pool):
     """Out of core with room in the budget, the plan keeps every partition that leaves the
     buffer in memory: from the second epoch on, loads read nothing from the SSD, an epoch
     writes each partition once, and the table is bit for bit that of a run that reads its
     partitions every time (with validation between epochs, whose scan moves partitions through
-    the slots too)."""
-    fixed = dict(eval_every=eval_every, negative_pool="partition", partitions=8, ordering="legend")
+    the slots too; with negative banks, whose blocks of the partitions outside the buffer are
+    copied from the kept ones at each epoch's start)."""
+    fixed = dict(eval_every=eval_every, negative_pool=pool, partitions=8, ordering="legend")
     runs, parts = train_out_of_core_pair(kg, tmp_path, "keep_partitions", epochs=3, **fixed)
     kept = parts[True]["partitions in memory"]
     assert kept["bytes"] == 5 * parts[True]["partition buffer"]["bytes"] // 3, kept

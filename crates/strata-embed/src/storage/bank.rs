@@ -4,8 +4,8 @@
 //! Drawing negatives only from the resident partitions (Marius, Legend) restricts the softmax to
 //! a fraction of the nodes, and on FB15k-237 with 8 partitions and a buffer of 3 that costs
 //! about 0.02 filtered MRR. A non-resident partition does not change while it is on disk, so a
-//! copy of some of its rows, taken when it is evicted (or read at the start of the epoch), is
-//! exactly current: those rows serve as negatives. Their own gradient is summed in the bank
+//! copy of some of its rows, taken when it is evicted (or at the start of the epoch, read or
+//! copied from the partition kept in memory), is exactly current: those rows serve as negatives. Their own gradient is summed in the bank
 //! and applied, as one Adagrad step per row, when the partition is next loaded (or at the end
 //! of the epoch), against the very values it was computed from.
 //!

@@ -324,6 +324,20 @@ impl PartitionBuffer {
         )
     }
 
+    /// `f` of the embedding rows of partition `p` kept in memory outside the slots (as
+    /// [`embeddings`](Self::embeddings) gives a resident one's), the buffer left kept; `None`
+    /// when `p` is not kept.
+    pub fn with_kept_embeddings<R>(&self, p: u32, f: impl FnOnce(Rows<'_>) -> R) -> Option<R> {
+        let region = self.layout.region(p);
+        self.kept.as_ref()?.peek(p, |buf| {
+            f(Rows::of(
+                buf.prefix(region.part_bytes() as usize),
+                region.dtype,
+                region.emb_floats(),
+            ))
+        })
+    }
+
     /// Mutable views of every resident partition, as `(partition, rows)` sorted by partition
     /// (so that what is drawn from them does not depend on which slot holds what).
     pub fn rows_mut(&mut self) -> Vec<(u32, SharedRows<'_>)> {

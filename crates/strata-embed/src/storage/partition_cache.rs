@@ -34,6 +34,16 @@ struct State {
     failed: Option<EmbedError>,
 }
 
+impl State {
+    /// Sets what is kept of `p` (its bytes, or `None` while written back); older bytes of `p`
+    /// free their buffer.
+    fn put(&mut self, p: u32, kept: Kept) {
+        if let Some(Some(stale)) = self.kept.insert(p, kept) {
+            self.free.push(stale);
+        }
+    }
+}
+
 /// Partitions kept in memory by id (see the module's doc).
 #[derive(Default)]
 pub struct PartitionCache {
@@ -63,22 +73,34 @@ impl PartitionCache {
         }
     }
 
+    /// `f` of partition `p`'s kept buffer, left in the cache (`None`: not kept). A partition
+    /// whose write-back is in flight is waited for.
+    pub fn peek<R>(&self, p: u32, f: impl FnOnce(&AlignedBuf) -> R) -> Option<R> {
+        let mut state = self.lock();
+        loop {
+            match state.kept.get(&p) {
+                Some(Some(buf)) => return Some(f(buf)),
+                Some(None) => state = self.landed.wait(state).expect("partition cache lock"),
+                None => return None,
+            }
+        }
+    }
+
     /// Marks `p` as being written back: a [`take`](Self::take) of it waits for
     /// [`landed`](Self::landed). Older bytes of `p` still kept free their buffer.
     pub fn writing(&self, p: u32) {
-        let mut state = self.lock();
-        if let Some(Some(stale)) = state.kept.insert(p, None) {
-            state.free.push(stale);
-        }
+        self.lock().put(p, None);
     }
 
     /// `p`'s write-back finished with `result`: its buffer is kept either way (its bytes are
     /// the newest), and a failure is held for [`failure`](Self::failure).
     pub fn landed(&self, p: u32, buf: AlignedBuf, result: Result<()>) {
+        let mut state = self.lock();
         if let Err(e) = result {
-            self.lock().failed.get_or_insert(e);
+            state.failed.get_or_insert(e);
         }
-        self.keep(p, buf);
+        state.put(p, Some(buf));
+        drop(state);
         self.landed.notify_all();
     }
 
@@ -86,10 +108,7 @@ impl PartitionCache {
     /// epoch loads it again, to be written by its last eviction); older bytes of `p` free
     /// their buffer.
     pub fn keep(&self, p: u32, buf: AlignedBuf) {
-        let mut state = self.lock();
-        if let Some(Some(stale)) = state.kept.insert(p, Some(buf)) {
-            state.free.push(stale);
-        }
+        self.lock().put(p, Some(buf));
     }
 
     /// A buffer of `bytes` (a partition slot's size, the same for every buffer of a run): a
@@ -172,6 +191,24 @@ mod tests {
         let got = cache.take(1).expect("landed, then taken");
         assert!(got.prefix(4096).iter().all(|&x| x == 5));
         writer.join().unwrap();
+    }
+
+    #[test]
+    fn a_peek_reads_a_kept_partition_in_place_and_waits_for_its_write_back() {
+        let cache = Arc::new(PartitionCache::default());
+        assert!(cache.peek(4, |_| ()).is_none(), "not kept");
+        cache.writing(4);
+        let writer = {
+            let cache = cache.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                cache.landed(4, buf(9), Ok(()));
+            })
+        };
+        let first = cache.peek(4, |b| b.prefix(4096).iter().all(|&x| x == 9));
+        assert_eq!(first, Some(true), "landed, then read");
+        writer.join().unwrap();
+        assert!(cache.take(4).is_some(), "still kept after the peek");
     }
 
     #[test]

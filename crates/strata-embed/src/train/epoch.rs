@@ -698,8 +698,8 @@ impl Trainer {
         Ok(())
     }
 
-    /// Chooses this epoch's bank blocks and fills them from the resident partitions and, for
-    /// the others, from `current`.
+    /// Chooses this epoch's bank blocks and fills them from the resident partitions, the
+    /// partitions kept in memory and, for the others, from `current`.
     fn fill_banks(&mut self, epoch: usize, current: &TableFile) -> Result<()> {
         let Some(banks) = &mut self.banks else {
             return Ok(());
@@ -709,7 +709,10 @@ impl Trainer {
         for p in 0..partitioning.partitions {
             if self.buffer.slot_of(p).is_some() {
                 banks.copy_from(p, self.buffer.embeddings(p));
-            } else {
+            } else if (self.buffer)
+                .with_kept_embeddings(p, |rows| banks.copy_from(p, rows))
+                .is_none()
+            {
                 banks.read(p, current, self.buffer.engine(), &self.buffer.layout)?;
             }
         }
