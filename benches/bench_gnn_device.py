@@ -12,10 +12,13 @@ FIGURES, comma-separated (each a JSON entry under ``figures``):
   --model sage --fanouts 10,5 --batch-size 1024 --epochs 3 --memory 2G`), run through the CLI
   with `--data-path native` and `--data-path device`, and the device path again with
   `--step eager` (the others take `--step auto`: on a GPU each padded batch shape's training
-  step is a CUDA graph), and once more with the interpreter switching threads every 200
+  step is a CUDA graph), once more with the interpreter switching threads every 200
   microseconds instead of Python's 5 ms (`sys.setswitchinterval`; the producer and training
-  threads share the GIL): sampled nodes/s and the share of the epoch the model waited for data
-  (medians of the epochs after the first, from each run.json), and their ratios.
+  threads share the GIL), and once with `--producer inline` (no producer thread: the training
+  loop issues the data path's work between its steps): sampled nodes/s, the share of the epoch
+  the training loop waited for a batch, and the share the model's stream had no step to run
+  (`model_idle_share`: the device's own measure, events around each step), medians of the
+  epochs after the first from each run.json, and their ratios.
 - ``trace``: G6's device run (`--step auto`) in this process under torch's profiler
   (`device_trace`): per epoch the device's busy share and, for its idle time, what the host
   threads were doing (sampling, lookups, the training step's copies, or nothing torch saw);
@@ -118,16 +121,24 @@ def medians(epochs: list[dict], keys) -> dict:
     return {k: statistics.median(e[k] for e in later) for k in keys}
 
 
-def cli_run(store: Path, args, data_path: str, run_dir: Path, step: str = "auto", switch_us: int | None = None) -> dict:
-    """`strata gnn train` with G6's settings on ``data_path``, its training step ``step``; its
-    run.json summarised. With ``switch_us`` the interpreter switches threads every that many
-    microseconds instead of Python's 5 ms (``sys.setswitchinterval``, set before the CLI
-    starts)."""
+def cli_run(
+    store: Path,
+    args,
+    data_path: str,
+    run_dir: Path,
+    step: str = "auto",
+    switch_us: int | None = None,
+    producer: str = "thread",
+) -> dict:
+    """`strata gnn train` with G6's settings on ``data_path``, its training step ``step`` and
+    the device path's ``producer``; its run.json summarised. With ``switch_us`` the interpreter
+    switches threads every that many microseconds instead of Python's 5 ms
+    (``sys.setswitchinterval``, set before the CLI starts)."""
     cmd = strata(
         "gnn", "train", store, "--model", "sage", "--fanouts", ",".join(map(str, FANOUTS)),
         "--batch-size", args.batch_size, "--epochs", args.epochs, "--memory", "2G", "--device", args.device,
         "--hidden", args.hidden,
-        "--data-path", data_path, "--step", step, "--run-dir", run_dir,
+        "--data-path", data_path, "--step", step, "--producer", producer, "--run-dir", run_dir,
     )  # fmt: skip
     command = " ".join(map(str, cmd[2:]))
     if switch_us is not None:
@@ -138,16 +149,20 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path, step: str = "auto"
     history = rec["history"]
     for e in history:
         e["pipeline_wait_share"] = e["pipeline"].get("wait_share")
+        e["model_idle_share"] = e["pipeline"].get("model_idle_share")
     keys = ["sampled_nodes_per_second", "seeds_per_second", "data_wait_fraction", "seconds"]
     out = medians(history, keys)
     if data_path == "device":
-        out.update(medians(history, ["pipeline_wait_share"]))
+        out.update(medians(history, ["pipeline_wait_share", "model_idle_share"]))
     for i, e in enumerate(history, 1):
         # The device path's busy seconds per stage (sample, lookup), as each run goes.
         busy = ", ".join(f"{k} {v:.2f} s" for k, v in (e["pipeline"].get("busy_seconds") or {}).items())
+        idle = e["model_idle_share"]
         print(
             f"g6 {data_path} epoch {i}: {e['seconds']:.2f} s, {e['sampled_nodes_per_second'] / 1e6:.2f}M nodes/s, "
-            f"data wait {e['data_wait_fraction']:.3f}" + (f"; busy {busy}" if busy else ""),
+            f"data wait {e['data_wait_fraction']:.3f}"
+            + (f", model idle {idle:.3f}" if idle is not None else "")
+            + (f"; busy {busy}" if busy else ""),
             file=sys.stderr,
         )
     lines = (line.strip() for line in (took["stdout"] + took["stderr"]).splitlines())
@@ -161,7 +176,7 @@ def cli_run(store: Path, args, data_path: str, run_dir: Path, step: str = "auto"
         "test_accuracy": (rec.get("test") or {}).get("accuracy"),
         "plan": plan,
         "epochs": [
-            {k: e.get(k) for k in (*keys, "pipeline_wait_share")}
+            {k: e.get(k) for k in (*keys, "pipeline_wait_share", "model_idle_share")}
             | {k: e["pipeline"].get(k) for k in ("tiers", "busy_seconds", "sampler_batches")}
             | {"steps": e.get("step")}
             for e in history
@@ -347,12 +362,15 @@ def figure_g6(store: Path, device, torch, args) -> dict:
     switched = args.work / "run-g6-device-switch"
     runs["device_switch_interval"] = cli_run(store, args, "device", switched, switch_us=SWITCH_US)
     runs["device_switch_interval"]["switch_interval_us"] = SWITCH_US
+    # No second thread at all: the training loop issues the data path's work between its steps.
+    runs["device_inline"] = cli_run(store, args, "device", args.work / "run-g6-device-inline", producer="inline")
     rate = {k: r["sampled_nodes_per_second"] for k, r in runs.items()}
     return {
         "runs": runs,
         "device_over_native_nodes_per_second": rate["device"] / max(rate["native"], 1e-9),
         "step_auto_over_eager_nodes_per_second": rate["device"] / max(rate["device_eager_step"], 1e-9),
         "switch_interval_over_default_nodes_per_second": rate["device_switch_interval"] / max(rate["device"], 1e-9),
+        "inline_over_thread_nodes_per_second": rate["device_inline"] / max(rate["device"], 1e-9),
     }
 
 

@@ -25,7 +25,7 @@
 # stop the next.
 #
 # The extension (abi3) and the datasets come from the development machine in .devcarry/
-# (`_native.abi3.so`, `datasets/fb15k-237`, `datasets/wn18rr`; `bash benches/gpu_prepare.sh`
+# (`_native.abi3.so`, `datasets.tgz`: FB15k-237, WN18RR and Planetoid; `bash benches/gpu_prepare.sh`
 # makes it, and each call carries it): the machine has no Rust toolchain and no registry.
 set -u
 cd "$(dirname "$0")/.."
@@ -40,10 +40,13 @@ if [ -f .devcarry/_native.abi3.so ] && ! cmp -s .devcarry/_native.abi3.so python
 fi
 # PyG's sampler backend (torch-sparse, torch-scatter; benches/gpu_pyg_ext.sh), when carried.
 if [ -d .devcarry/pyg ]; then export PYTHONPATH=$PYTHONPATH:$PWD/.devcarry/pyg; fi
+# kvikio (GPUDirect Storage), when carried: the GNN device path reads its misses through it
+# where cuFile works there.
+if [ -d .devcarry/kvikio ]; then export PYTHONPATH=$PYTHONPATH:$PWD/.devcarry/kvikio; fi
 # Each dataset that the machine lacks (a warm machine keeps those of an earlier call).
-for d in .devcarry/datasets/*; do
-    if [ -d "$d" ] && [ ! -d "../shared/datasets/${d##*/}" ]; then
-        mkdir -p ../shared/datasets && cp -r "$d" ../shared/datasets/
+for d in fb15k-237 wn18rr planetoid; do
+    if [ -f .devcarry/datasets.tgz ] && [ ! -d "../shared/datasets/$d" ]; then
+        mkdir -p ../shared/datasets && tar -xzf .devcarry/datasets.tgz -C ../shared/datasets "$d"
     fi
 done
 
@@ -68,6 +71,7 @@ step_env() {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     python3 -c "import torch, strata; print('torch', torch.__version__, torch.cuda.get_device_name())"
     python3 -m strata bench-disk --dir "$WORK" --size 4G --queue-depths 1 32 128 --seconds 2 --json-summary
+    python3 benches/gds_probe.py --dir "$WORK"
 }
 # The device-parity tests; TESTS names a subset. Exported: each step runs in its own shell.
 export DEVICE_TESTS="tests/test_embed_device.py tests/test_device_rng.py tests/test_gnn_device_sampler.py

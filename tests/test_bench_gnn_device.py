@@ -60,6 +60,13 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
     same = g6["device"]["command"].replace("run-g6-device", "run-g6-device-switch")
     assert switched["command"].startswith("strata gnn train") and switched["command"] == same
     assert figures["g6"]["switch_interval_over_default_nodes_per_second"] > 0
+    # And with the training loop issuing the data path's work (in order on the CPU twin).
+    inline = g6["device_inline"]
+    assert inline["command"] == g6["device"]["command"].replace(
+        "--producer thread --run-dir " + str(tmp_path / "run-g6-device"),
+        "--producer inline --run-dir " + str(tmp_path / "run-g6-device-inline"),
+    )
+    assert 0.0 <= inline["model_idle_share"] <= 1.0 and figures["g6"]["inline_over_thread_nodes_per_second"] > 0
 
     # The traced run: its epochs after the first, each with the host phases of sampling and
     # training (no device lane on the CPU), its trace written beside the result.

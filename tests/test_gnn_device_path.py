@@ -167,10 +167,14 @@ def assert_same_batch(x, y) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_device_pipeline_batches_equal_the_native_loader_s(cora, device):
+@pytest.mark.parametrize("producer", ["thread", "inline"])
+def test_device_pipeline_batches_equal_the_native_loader_s(cora, device, producer):
+    """Whoever issues the work (a producer thread, or the training loop inline), the batches
+    are the native loader's; the epoch's stats say who issued it (on the CPU twin, always in
+    order) and the share of it the model had no step to run."""
     options = {"fanouts": [5, 5], "batch_size": 48, "device_memory": "200K"}
     native = GnnData(cora, data_path="native", **options)
-    dev = GnnData(cora, data_path="device", device=device, **options)
+    dev = GnnData(cora, data_path="device", device=device, producer=producer, **options)
     assert dev.data_path == "device" and native.data_path == "native"
     assert dev.plan_lines()[-1].startswith("data path: device; memory ")
     for epoch in (0, 1):
@@ -185,10 +189,15 @@ def test_device_pipeline_batches_equal_the_native_loader_s(cora, device):
         assert stats["sampler"] == "device" and stats["batches"] == len(b)
         assert set(stats["busy_seconds"]) == {"sample", "lookup"}
         assert 0.0 <= stats["wait_share"] <= 1.0
+        assert stats["producer"] == (producer if device == "cuda" else "in order")
+        assert 0.0 < stats["train_seconds"] < stats["wall_seconds"]
+        assert stats["model_idle_share"] == pytest.approx(1 - stats["train_seconds"] / stats["wall_seconds"])
         tiers = stats["tiers"]
         assert tiers["device_rows"] + tiers["host_rows"] + tiers["miss_rows"] == sum(len(x.nodes) for x in b)
     with pytest.raises(ValueError, match="data_path: expected one of"):
         GnnData(cora, data_path="gpu", **options)
+    with pytest.raises(ValueError, match="producer: expected one of thread, inline, got 'process'"):
+        GnnData(cora, data_path="device", device=device, producer="process", **options)
 
 
 def cora_edges(cora, count: int) -> np.ndarray:

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import needs, run_strata
+from conftest import gpu_devices, needs, run_strata
 
 torch = needs("torch")
 
@@ -139,6 +139,27 @@ def test_gds_reads_one_pread_per_run_of_rows_in_the_asked_order(cora):
     ]
 
 
+@pytest.mark.parametrize("device", gpu_devices("cpu"))
+def test_gds_reads_the_rows_the_store_holds(cora, device):
+    """The GPUDirect reader's rows equal the store's. On a GPU the real kvikio reads them
+    (through cuFile, or through its compatibility mode where the machine lacks GPUDirect
+    Storage: the same rows either way), into device memory; on the CPU twin the fake does."""
+    if device == "cuda":
+        kvikio = pytest.importorskip(
+            "kvikio", reason="kvikio is not installed: pip install kvikio-cu12 or kvikio-cu13 (your torch's CUDA)"
+        )
+    else:
+        kvikio = FakeKvikio()
+    data = GnnData(cora, fanouts=[5, 5], batch_size=64, data_path="native")
+    features = data.store.features
+    reads = GdsReads(kvikio, features.filename, features.offset, data.dim, data.torch_dtype, device)
+    nodes = torch.tensor([2707, 0, 1, 2, 1500, 3, 1501])
+    rows = reads.deliver(reads.stage(nodes))
+    assert rows.device.type == torch.device(device).type
+    expected = torch.from_numpy(np.array(features[nodes.numpy()], dtype=np.float32))
+    assert torch.equal(rows.cpu(), expected)
+
+
 def test_the_device_path_reports_its_reads_on_the_cpu_twin(cora, monkeypatch):
     # kvikio absent: on the CPU the reason is the device, whatever kvikio's state.
     monkeypatch.setitem(sys.modules, "kvikio", None)
@@ -169,14 +190,20 @@ def test_gnn_train_data_path_flag_is_printed_and_recorded(cora, tmp_path):
     run = tmp_path / "run"
     # On the CPU device even where a GPU is present: the note below is the CPU's.
     common = ["gnn", "train", cora, "--epochs", "1", "--fanouts", "5,5", "--batch-size", "128", "--hidden", "16"]
-    out = run_strata(*common, "--device", "cpu", "--data-path", "device", "--device-memory", "200K", "--run-dir", run)
+    device = ["--device", "cpu", "--data-path", "device", "--device-memory", "200K", "--producer", "inline"]
+    out = run_strata(*common, *device, "--run-dir", run)
     assert "data path: device; memory " in out.stdout + out.stderr
     record = json.loads((run / "run.json").read_text())
     assert record["data_path"] == "device" and record["data_path_note"] is None
     assert record["feature_reads"] == {"path": "engine", "note": "no GPU (the device is cpu)"}
-    assert record["history"][0]["pipeline"]["sampler"] == "device"
+    pipeline = record["history"][0]["pipeline"]
+    assert pipeline["sampler"] == "device" and pipeline["producer"] == "in order"
+    assert 0.0 <= pipeline["model_idle_share"] <= 1.0
     # Without --data-path (auto) on the CPU: tests/test_gnn_train.py's CLI run checks the native
     # path is printed and recorded with its reason.
     bad = run_strata(*common, "--data-path", "gpu", check=False)
     assert bad.returncode == 2 and "--data-path: unknown choice 'gpu'" in bad.stderr
-    assert "--data-path {auto,native,device}" in run_strata("gnn", "train", "--help").stdout
+    help_text = run_strata("gnn", "train", "--help").stdout
+    assert "--data-path {auto,native,device}" in help_text and "--producer {thread,inline}" in help_text
+    bad = run_strata(*common, "--producer", "process", check=False)
+    assert bad.returncode == 2 and "--producer: unknown choice 'process'" in bad.stderr

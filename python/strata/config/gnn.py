@@ -55,6 +55,14 @@ class _TrainFrontEnd:
         "(sampling and a feature cache managed from the device over device_memory and page-locked host memory; "
         "on cpu its CPU twin, the same code in order)",
     )
+    producer: Literal["thread", "inline"] = option(
+        "thread",
+        help="on a CUDA device, which host thread issues the device data path's sampling and lookups: thread (a "
+        "producer thread two batches ahead, so a miss's read from the SSD never holds the training loop; the two "
+        "threads share the interpreter's lock, which every torch op hands over) or inline (the training loop "
+        "issues them between its steps: one thread, no lock handed over; the device still overlaps them with "
+        "training; suits a cache whose rows cannot miss)",
+    )
     step: Literal["auto", "eager", "graphs"] = option(
         "auto",
         help="how each batch trains: auto (graphs on a CUDA device in one process with an untyped store, else "

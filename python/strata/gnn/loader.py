@@ -177,7 +177,9 @@ class GnnData:
     across ranks, else the native one. ``self.data_path`` says which is used, and
     ``self.data_path_note`` why not the device's. ``gds`` (``"auto"`` or ``"off"``) lets the
     device path read its cache misses by GPUDirect Storage where kvikio can;
-    ``self.feature_reads`` says how they are read and why not by it."""
+    ``self.feature_reads`` says how they are read and why not by it. ``producer`` (``"thread"``
+    or ``"inline"``) says which host thread issues the device path's work on a GPU
+    (:class:`~strata.gnn.device.pipeline.DevicePipeline`)."""
 
     def __init__(
         self,
@@ -191,6 +193,7 @@ class GnnData:
         split: tuple[int, int] | None = None,
         data_path: str = "auto",
         gds: str = "auto",
+        producer: str = "thread",
         **options,
     ):
         # The native data path's options are the engine's part of the [gnn.train] section
@@ -243,6 +246,7 @@ class GnnData:
                 device_bytes=device_bytes,
                 host_bytes=int(self.plan.get("hot_bytes", 0)),
                 gds=gds,
+                producer=producer,
             )
         self.device_table = None if split is not None or self.device_path else self._load_device_tier()
         if progress:

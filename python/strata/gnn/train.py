@@ -351,6 +351,7 @@ def _train(
             own_process=True,
             split=split,
             data_path=cfg.data_path,
+            producer=cfg.producer,
             **engine_options(cfg),
         )
     else:

@@ -25,9 +25,20 @@ class DeviceDataPath:
     memory; misses read by GPUDirect Storage where it can (``gds="auto"``,
     :func:`~strata.gnn.device.reads.choose_reads`), else through ``data``'s native tiers (its
     dynamic cache, pinned by the pipeline's window of ``window`` batches sampled ahead, then
-    the I/O engine); ``reads`` and ``reads_note`` say which and why."""
+    the I/O engine); ``reads`` and ``reads_note`` say which and why. ``producer`` is the
+    pipeline's (:class:`~strata.gnn.device.pipeline.DevicePipeline`)."""
 
-    def __init__(self, data, device, *, train_nodes, device_bytes: int, host_bytes: int, gds: str = "auto"):
+    def __init__(
+        self,
+        data,
+        device,
+        *,
+        train_nodes,
+        device_bytes: int,
+        host_bytes: int,
+        gds: str = "auto",
+        producer: str = "thread",
+    ):
         # The native data path samples uniformly; so does its device twin.
         cfg = data.config
         self.device = torch.device(device)
@@ -63,6 +74,7 @@ class DeviceDataPath:
             # host (their features are on the device). Without the accumulator a batch's misses
             # are read alone.
             read_rows=max(int(data.plan["batch_buffers_bytes"]) // data.row_bytes, 1) if cfg["accumulator"] else 0,
+            producer=producer,
         )
         self.seed = cfg["seed"]
 

@@ -37,6 +37,8 @@ from .sampler import DeviceSample, DeviceSampler, Started, one_ahead
 PREFETCH = 2
 #: Batches sampled ahead of their lookups (GIDS's default window depth).
 WINDOW = 8
+#: Who issues a CUDA pipeline's work (:class:`DevicePipeline`'s ``producer``).
+PRODUCERS = ("thread", "inline")
 
 
 class StageClock:
@@ -82,7 +84,17 @@ class DevicePipeline:
     on the device, or None) gives ``y``. When a batch's missed rows are due, they are read in
     one read with those of the batches after it in the window, up to ``read_rows`` missed
     rows in all (None: the whole window; 0: each batch's alone), so pages shared by batches
-    are read once."""
+    are read once.
+
+    On CUDA, ``producer`` says which host thread issues the data path's work. ``thread``: a
+    producer thread prepares ``PREFETCH`` batches ahead, so a host wait (a miss's read from the
+    SSD, a draw's sizes) never holds the training loop; but the two threads share one
+    interpreter, and every torch op releases the GIL and takes it back, so each thread's ops
+    queue behind the other's Python. ``inline``: the training loop issues each batch's
+    sampling and lookups itself when it asks for the batch, between its steps. The device
+    still overlaps them with training (separate streams, the window's draws queued batches
+    ahead), and one thread hands the GIL to nobody; a host wait holds the loop, so it suits a
+    cache whose rows cannot miss. The CPU twin always runs in order."""
 
     def __init__(
         self,
@@ -93,13 +105,16 @@ class DevicePipeline:
         *,
         window: int = WINDOW,
         read_rows: int | None = None,
+        producer: str = "thread",
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size: expected at least 1, got {batch_size}")
         if window < 0:
             raise ValueError(f"window: expected at least 0 batches, got {window}")
+        if producer not in PRODUCERS:
+            raise ValueError(f"producer: expected one of {', '.join(PRODUCERS)}, got {producer!r}")
         self.sampler, self.cache, self.labels, self.batch_size = sampler, cache, labels, batch_size
-        self.window, self.read_rows = window, read_rows
+        self.window, self.read_rows, self.producer = window, read_rows, producer
         self.device = sampler.device
         cuda = self.device.type == "cuda"
         self._sample_stream = torch.cuda.Stream(self.device) if cuda else None
@@ -107,14 +122,20 @@ class DevicePipeline:
         self.stats: dict | None = None
 
     def describe_window(self) -> str:
-        """The window and its reads, for the plan's lines."""
-        if self.window == 0:
-            return "no window: each batch's misses read when it is served"
+        """The window, its reads and who issues the work, for the plan's lines."""
         ahead = f"a window of {self.window} batches sampled ahead, their misses pinned"
-        if self.read_rows == 0:
-            return f"{ahead}; each batch's misses read alone (no accumulator)"
-        most = "the whole window's" if self.read_rows is None else f"up to {self.read_rows:,} rows"
-        return f"{ahead} and read together ({most})"
+        if self.window == 0:
+            window = "no window: each batch's misses read when it is served"
+        elif self.read_rows == 0:
+            window = f"{ahead}; each batch's misses read alone (no accumulator)"
+        else:
+            most = "the whole window's" if self.read_rows is None else f"up to {self.read_rows:,} rows"
+            window = f"{ahead} and read together ({most})"
+        if self._sample_stream is None:
+            return window
+        if self.producer == "thread":
+            return f"{window}; a producer thread {PREFETCH} batches ahead of training"
+        return f"{window}; issued inline by the training loop"
 
     def epoch(
         self, seeds, *, epoch: int = 0, seed: int = 0, shuffle: bool = True, drop_last: bool = False
@@ -173,7 +194,7 @@ class DevicePipeline:
         clock = StageClock(self.device)
         self.cache.reset_stats()
         produced = self._windowed(count, part, start, epoch, clock)
-        if self._sample_stream is not None:
+        if self._sample_stream is not None and self.producer == "thread":
             # The thread starts on device 0; it must work on this one. ``set_device`` takes an
             # index (torch 2.11 refuses a bare ``cuda``, which means the current device).
             index = torch.cuda.current_device() if self.device.index is None else self.device.index
@@ -199,7 +220,10 @@ class DevicePipeline:
                 sampled, batches = sampled + len(batch.nodes), batches + 1
                 # The epoch so far, for a progress line (the stage timings come at its end).
                 self.stats = {"batches": batches, "sampled_nodes": sampled, "tiers": self.cache.stats_dict()}
-                yield batch
+                # The consumer's step, on its stream (the model's busy time: the rest of the
+                # epoch it had no batch to train).
+                with clock.span("train"):
+                    yield batch
         finally:
             # Also when the consumer stops early: the prefetch thread ends here, not at exit
             # (where a thread inside a CUDA call aborts the interpreter), and the stats cover
@@ -208,14 +232,21 @@ class DevicePipeline:
             totals = clock.totals()
             wall = time.perf_counter() - started
             waited += totals.pop("wait", 0.0)
+            trained = totals.pop("train", 0.0)
             self.stats = {
                 "batches": batches,
                 "wall_seconds": wall,
                 "busy_seconds": totals,
                 "waited_seconds": waited,
                 "wait_share": waited / wall if wall > 0 else 0.0,
+                # The share of the epoch the model's stream had no step to run: waiting for a
+                # batch, or for the host to issue the step (on the CPU twin, the host's time
+                # outside the steps).
+                "train_seconds": trained,
+                "model_idle_share": max(wall - trained, 0.0) / wall if wall > 0 else 0.0,
                 "sampled_nodes": sampled,
                 "sampler": "device",
+                "producer": self.producer if self._sample_stream is not None else "in order",
                 # How the sampler's batches ran so far: CUDA graphs replayed (and captured), or
                 # op by op (the CPU twin; a sampler that is not uniform or whose capture failed).
                 "sampler_batches": dict(self.sampler.counts),

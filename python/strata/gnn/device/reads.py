@@ -154,14 +154,14 @@ def choose_reads(
     except ImportError as e:
         return ReadChoice(engine, f"kvikio does not import ({e}); install kvikio for GPUDirect Storage")
     reads = GdsReads(kvikio, features.filename, features.offset, engine.dim, engine.dtype, device)
-    why = _compat_mode(kvikio, reads.file)
+    why = compat_mode_reason(kvikio, reads.file)
     if why is not None:
         reads.close()
         return ReadChoice(engine, f"kvikio would read {features.filename} in compatibility mode ({why})")
     return ReadChoice(reads, None)
 
 
-def _compat_mode(kvikio, handle) -> str | None:
+def compat_mode_reason(kvikio, handle) -> str | None:
     """Why kvikio would read ``handle`` through POSIX and host memory, or None when it reads
     through cuFile. Asks the file handle where kvikio can (the file system's answer), else the
     library: ``defaults.is_compat_mode_preferred()`` (kvikio 25.04 on, with ``AUTO`` resolved),
