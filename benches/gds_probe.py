@@ -72,7 +72,7 @@ def main() -> int:
     out["kvikio"] = getattr(kvikio, "__version__", "unknown version")
     import torch
 
-    from strata.gnn.device.reads import compat_mode_reason
+    from strata.device.gds import compat_mode_reason
 
     args.dir.mkdir(parents=True, exist_ok=True)
     path = args.dir / "gds-probe.bin"

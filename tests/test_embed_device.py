@@ -493,6 +493,36 @@ def test_the_run_says_the_device_and_why_no_gpudirect_storage(kg, tmp_path, stra
     proc = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "r", "--device", "torch-cpu", "--epochs", "1")
     assert proc.stdout.count("GPUDirect Storage is not used") + proc.stderr.count("GPUDirect Storage is not used") == 1
     assert "device cpu (the CPU twin)" in proc.stdout + proc.stderr
+    assert "GPUDirect Storage is not used (no GPU (the device is cpu))" in proc.stdout + proc.stderr
+
+
+class _Defaults:
+    def __init__(self, compat: bool):
+        self.compat = compat
+
+    def is_compat_mode_preferred(self) -> bool:
+        return self.compat
+
+
+def test_the_gpudirect_storage_note_gives_the_machine_s_answer():
+    """On a GPU the note says what kvikio says of this machine (a fake kvikio here): not
+    importable, reading through host memory (its compatibility mode), or reading through cuFile,
+    which the embedding tables' partitions do not use."""
+    from types import SimpleNamespace
+
+    from strata.embed.device.backend import storage_note
+
+    cuda = torch.device("cuda")
+
+    def absent(name):
+        raise ImportError(f"No module named {name!r}")
+
+    assert "(kvikio does not import (No module named 'kvikio'))" in storage_note(cuda, load=absent)
+    compat = storage_note(cuda, load=lambda n: SimpleNamespace(defaults=_Defaults(True)))
+    assert "(kvikio would read through host memory here: KVIKIO_COMPAT_MODE is on, or libcufile did not load)" in compat
+    direct = storage_note(cuda, load=lambda n: SimpleNamespace(defaults=_Defaults(False)))
+    assert "(cuFile reads on this machine, but the embedding tables' partitions do not go through it)" in direct
+    assert storage_note(torch.device("cpu")).startswith("GPUDirect Storage is not used (no GPU (the device is cpu)): ")
 
 
 #: A device budget whose room beside its fixed parts (relations, one staged edge piece at

@@ -21,7 +21,7 @@ piece and back before the call returns, as the seam's contract asks.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 import time
 import warnings
@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from strata.device.gds import compat_mode_reason
 from strata.device.pins import HostPins, cuda_register
 from strata.embed.device import graphs, step, vs_all
 from strata.embed.device.rows import Bank, Feat, Places, Table
@@ -318,13 +319,23 @@ def matmul_precision(tf32: bool):
         torch.backends.cuda.matmul.allow_tf32 = before
 
 
-def storage_note() -> str:
-    """Why the table does not go straight from the SSD to the device (GPUDirect Storage)."""
-    why = (
-        "kvikio is installed but not used"
-        if importlib.util.find_spec("kvikio") is not None
-        else "kvikio/cuFile is not installed"
-    )
+def storage_note(device: torch.device, load=importlib.import_module) -> str:
+    """Why the table does not go straight from the SSD to ``device`` (GPUDirect Storage), with
+    the machine's own answer where kvikio (``load("kvikio")``) can give it."""
+    if device.type != "cuda":
+        why = f"no GPU (the device is {device})"
+    else:
+        try:
+            kvikio = load("kvikio")
+        except ImportError as e:
+            why = f"kvikio does not import ({e})"
+        else:
+            compat = compat_mode_reason(kvikio)
+            why = (
+                f"kvikio would read through host memory here: {compat}"
+                if compat is not None
+                else "cuFile reads on this machine, but the embedding tables' partitions do not go through it"
+            )
     return (
         f"GPUDirect Storage is not used ({why}): the table's partitions are read by Strata's"
         " I/O engine (O_DIRECT, io_uring) into host slots and copied to the device"
@@ -401,7 +412,7 @@ class TorchCompute:
         slots = "partition slots and relations stay on the device"
         if self.cuda:
             slots += " (the slots' host buffers page-locked in place, copied without staging)"
-        return f"device {self.device} ({name}): {slots}; {step_note}; {products}; {storage_note()}"
+        return f"device {self.device} ({name}): {slots}; {step_note}; {products}; {storage_note(self.device)}"
 
     def reset_counters(self) -> None:
         self.losses.take()  # counted by the last counters() call, or by none (not training)

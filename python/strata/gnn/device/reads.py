@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ...device.gds import compat_mode_reason
+
 ENGINE, GDS = "engine", "gds"
 #: What :class:`EngineReads` counts of the native tiers' work (``TierStats`` fields).
 READ_COUNTS = ("cache_rows", "disk_rows", "disk_requests", "disk_bytes_read")
@@ -159,23 +161,3 @@ def choose_reads(
         reads.close()
         return ReadChoice(engine, f"kvikio would read {features.filename} in compatibility mode ({why})")
     return ReadChoice(reads, None)
-
-
-def compat_mode_reason(kvikio, handle) -> str | None:
-    """Why kvikio would read ``handle`` through POSIX and host memory, or None when it reads
-    through cuFile. Asks the file handle where kvikio can (the file system's answer), else the
-    library: ``defaults.is_compat_mode_preferred()`` (kvikio 25.04 on, with ``AUTO`` resolved),
-    else the older ``defaults.compat_mode()`` (a bool, later an enum)."""
-    on = "KVIKIO_COMPAT_MODE is on, or libcufile did not load"
-    preferred = getattr(handle, "is_compat_mode_preferred", None)
-    if callable(preferred):
-        return "cuFile cannot serve this file or its file system" if preferred() else None
-    defaults = getattr(kvikio, "defaults", None)
-    preferred = getattr(defaults, "is_compat_mode_preferred", None)
-    if callable(preferred):
-        return on if preferred() else None
-    legacy = getattr(defaults, "compat_mode", None)
-    if callable(legacy):
-        mode = legacy()
-        return on if mode is True or getattr(mode, "name", None) == "ON" else None
-    return "this kvikio does not say whether it reads through cuFile"
