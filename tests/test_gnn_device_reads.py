@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from conftest import gpu_devices, needs, run_strata
 
 torch = needs("torch")
 
+from strata.device.gds import compat_mode_reason  # noqa: E402
 from strata.gnn.device.reads import GDS, EngineReads, GdsReads, choose_reads  # noqa: E402
 from strata.gnn.loader import GnnData  # noqa: E402
 
@@ -137,6 +139,20 @@ def test_gds_reads_one_pread_per_run_of_rows_in_the_asked_order(cora):
         ("pread", 2 * row, offset + 100 * row),
         ("pread", row, offset + 2707 * row),
     ]
+
+
+def test_kvikio_s_answer_is_read_where_its_defaults_are_only_importable(monkeypatch):
+    """Since kvikio 26.10, ``import kvikio`` leaves its ``defaults`` submodule unimported: the
+    library's answer is read from it all the same."""
+    package, defaults = types.ModuleType("fake_kvikio"), types.ModuleType("fake_kvikio.defaults")
+    monkeypatch.setitem(sys.modules, "fake_kvikio", package)
+    monkeypatch.setitem(sys.modules, "fake_kvikio.defaults", defaults)
+    defaults.is_compat_mode_preferred = lambda: False
+    assert compat_mode_reason(package) is None
+    defaults.is_compat_mode_preferred = lambda: True
+    assert compat_mode_reason(package) == "KVIKIO_COMPAT_MODE is on, or libcufile did not load"
+    lacking = types.ModuleType("kvikio_without_defaults")
+    assert compat_mode_reason(lacking) == "this kvikio does not say whether it reads through cuFile"
 
 
 @pytest.mark.parametrize("device", gpu_devices("cpu"))

@@ -4,6 +4,9 @@ device paths ask before they read anything straight into device memory."""
 
 from __future__ import annotations
 
+import importlib
+import types
+
 
 def compat_mode_reason(kvikio, handle=None) -> str | None:
     """Why kvikio would read ``handle`` (a ``kvikio.CuFile``, or None: any file) through POSIX
@@ -15,7 +18,7 @@ def compat_mode_reason(kvikio, handle=None) -> str | None:
     preferred = getattr(handle, "is_compat_mode_preferred", None)
     if callable(preferred):
         return "cuFile cannot serve this file or its file system" if preferred() else None
-    defaults = getattr(kvikio, "defaults", None)
+    defaults = _defaults(kvikio)
     preferred = getattr(defaults, "is_compat_mode_preferred", None)
     if callable(preferred):
         return on if preferred() else None
@@ -24,3 +27,15 @@ def compat_mode_reason(kvikio, handle=None) -> str | None:
         mode = legacy()
         return on if mode is True or getattr(mode, "name", None) == "ON" else None
     return "this kvikio does not say whether it reads through cuFile"
+
+
+def _defaults(kvikio):
+    """kvikio's ``defaults`` module: an attribute of the package before 26.10, a submodule that
+    ``import kvikio`` no longer imports since (None when neither)."""
+    defaults = getattr(kvikio, "defaults", None)
+    if defaults is None and isinstance(kvikio, types.ModuleType):
+        try:
+            defaults = importlib.import_module(f"{kvikio.__name__}.defaults")
+        except ImportError:
+            return None
+    return defaults
