@@ -315,27 +315,26 @@ impl PartitionBuffer {
             return Rows::F32(&self.view);
         }
         let slot = self.slot_of(p).expect("partition resident");
-        let buf = self.slots[slot].as_ref().expect("slot present");
-        let region = self.layout.region(p);
-        Rows::of(
-            buf.prefix(region.part_bytes() as usize),
-            region.dtype,
-            region.emb_floats(),
-        )
+        self.embedding_rows(p, self.slots[slot].as_ref().expect("slot present"))
     }
 
     /// `f` of the embedding rows of partition `p` kept in memory outside the slots (as
     /// [`embeddings`](Self::embeddings) gives a resident one's), the buffer left kept; `None`
     /// when `p` is not kept.
     pub fn with_kept_embeddings<R>(&self, p: u32, f: impl FnOnce(Rows<'_>) -> R) -> Option<R> {
+        self.kept
+            .as_ref()?
+            .peek(p, |buf| f(self.embedding_rows(p, buf)))
+    }
+
+    /// The embedding rows of partition `p` in `buf`, a buffer holding its region.
+    fn embedding_rows<'a>(&self, p: u32, buf: &'a AlignedBuf) -> Rows<'a> {
         let region = self.layout.region(p);
-        self.kept.as_ref()?.peek(p, |buf| {
-            f(Rows::of(
-                buf.prefix(region.part_bytes() as usize),
-                region.dtype,
-                region.emb_floats(),
-            ))
-        })
+        Rows::of(
+            buf.prefix(region.part_bytes() as usize),
+            region.dtype,
+            region.emb_floats(),
+        )
     }
 
     /// Mutable views of every resident partition, as `(partition, rows)` sorted by partition
