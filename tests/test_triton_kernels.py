@@ -7,7 +7,9 @@ on stderr, so these checks are what keeps the kernels launching."""
 
 from __future__ import annotations
 
+import ast
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -104,10 +106,37 @@ def test_each_kernel_compiles_for_a_hopper_gpu(monkeypatch, name):
         kernel = build()
         assert set(inspect.signature(kernel.fn).parameters) == {*signature, *constexprs}, name
         source = ASTSource(kernel, {**signature, **dict.fromkeys(constexprs, "constexpr")}, constexprs)
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=kernels.OPTIONS)
     finally:
         kernels.clear_builders()
     assert ".entry" in compiled.asm["ptx"] and compiled.asm["cubin"]
+    assert compiled.metadata.enable_fp_fusion is kernels.OPTIONS["enable_fp_fusion"]
+
+
+def launches(tree: ast.AST):
+    """The Triton launches in ``tree``: calls of the form ``builder()[grid](...)``."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Subscript)
+            and isinstance(node.func.value, ast.Call)
+        ):
+            yield node
+
+
+def test_every_launch_passes_the_compile_options():
+    """Triton's defaults change between releases (3.10 stops fusing ``a * b + c`` into an FMA
+    unless asked), and its interpreter ignores compile options, so only this check shows a
+    launch that would take whatever default the GPU machine's Triton has."""
+    package = Path(kernels.__file__).resolve().parents[1]
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        for call in launches(ast.parse(path.read_text(), str(path))):
+            passed = [k.value for k in call.keywords if k.arg is None]
+            found.append((path.name, call.lineno, any(ast.unparse(v) == "kernels.OPTIONS" for v in passed)))
+    assert [f for f in found if not f[2]] == []
+    # Every kernel's module launches it (bilinear_rows twice, rng twice; adagrad's two dtypes one launch).
+    assert len(found) == 10, found
 
 
 def test_no_kernel_names_a_parameter_after_a_local_of_tritons_binder():

@@ -172,7 +172,7 @@ def kernel_draw_below(streams: torch.Tensor, first: int, count: int, n: torch.Te
     with kernels.on_device(keys):
         grid = (-(-count // BLOCK), len(keys))
         _kernel()[grid](keys, bounds, stride, step, 0 if in_memory else as_i64(n), out, count, first,
-                        IN_MEMORY=in_memory, BLOCK=BLOCK)  # fmt: skip
+                        IN_MEMORY=in_memory, BLOCK=BLOCK, **kernels.OPTIONS)  # fmt: skip
     return out
 
 
@@ -228,7 +228,7 @@ def kernel_derive_each(key: int | torch.Tensor, index: torch.Tensor) -> torch.Te
         key = torch.full((1,), as_i64(key), dtype=torch.int64, device=index.device)
     if flat.numel():
         with kernels.on_device(flat):
-            _derive_kernel()[(-(-flat.numel() // BLOCK),)](flat, out, key, flat.numel(), BLOCK=BLOCK)
+            _derive_kernel()[(-(-flat.numel() // BLOCK),)](flat, out, key, flat.numel(), BLOCK=BLOCK, **kernels.OPTIONS)
     return out.view(index.shape)
 
 

@@ -120,7 +120,7 @@ def kernel_step(
             table.params, table.state, keys, valid.view(torch.uint8), grad.contiguous(), sq, n, width, lr, EPS,
             salt if rounded else keys, bf16.state_salt(salt) if rounded else keys, places.slot_rows if rounded else 1,
             places.tail_row if rounded else 0,
-            ROW_WISE=row_wise, BF16=rounded, BLOCK_R=block_r, BLOCK_W=block_w,
+            ROW_WISE=row_wise, BF16=rounded, BLOCK_R=block_r, BLOCK_W=block_w, **kernels.OPTIONS,
         )  # fmt: skip
 
 

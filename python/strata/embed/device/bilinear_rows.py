@@ -129,7 +129,9 @@ def kernel_query_pos(model: str, s: Tensor, r: Tensor, t: Tensor) -> tuple[Tenso
     half = dim // 2 if model == "complex" else dim
     block_r, block_d, grid = _launch_shape(rows, half)
     with kernels.on_device(s):
-        _query_kernel()[grid](s, r, t, a, pos, rows, half, MODEL=MODELS[model], BLOCK_R=block_r, BLOCK_D=block_d)
+        _query_kernel()[grid](
+            s, r, t, a, pos, rows, half, MODEL=MODELS[model], BLOCK_R=block_r, BLOCK_D=block_d, **kernels.OPTIONS
+        )
     return a, pos
 
 
@@ -150,8 +152,9 @@ def kernel_row_grads(
     block_r, block_d, grid = _launch_shape(rows, half)
     with kernels.on_device(s):
         _grads_kernel()[grid](
-            da0, dpos, s, r, t, a, ds, dt, dr, rows, half, MODEL=MODELS[model], BLOCK_R=block_r, BLOCK_D=block_d
-        )
+            da0, dpos, s, r, t, a, ds, dt, dr, rows, half,
+            MODEL=MODELS[model], BLOCK_R=block_r, BLOCK_D=block_d, **kernels.OPTIONS,
+        )  # fmt: skip
     return ds, dt, dr
 
 

@@ -47,6 +47,7 @@ def kernel_keys(
                 edges.contiguous(), layout, streams.contiguous(), out, b, n, offset, out.numel(),
                 (layout.numel() - POOL) // 2 if resident else 0, S=sides, FIRST_SIDE=first_side, RESIDENT=resident,
                 BLOCK=BLOCK,
+                **kernels.OPTIONS,
             )  # fmt: skip
     return out
 

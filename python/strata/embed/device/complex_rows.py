@@ -79,7 +79,7 @@ def kernel_products(x: torch.Tensor, ys: list[torch.Tensor], conjugate: bool) ->
     with kernels.on_device(x):
         _kernel()[(-(-rows // block_r),)](
             x, ys[0], y2, outs[0], out2, rows, h,
-            CONJ=conjugate, TWO=len(ys) == 2, BLOCK_R=block_r, BLOCK_H=block_h,
+            CONJ=conjugate, TWO=len(ys) == 2, BLOCK_R=block_r, BLOCK_H=block_h, **kernels.OPTIONS,
         )  # fmt: skip
     return outs
 

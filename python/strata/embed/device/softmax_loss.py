@@ -67,7 +67,7 @@ def kernel_loss_grads(
     with kernels.on_device(pos):
         _kernel()[(-(-rows // block_r),)](
             pos, neg, w, terms, dpos, dneg, rows, n, b,
-            HAS_W=weights is not None, BLOCK_R=block_r, BLOCK_N=block_n,
+            HAS_W=weights is not None, BLOCK_R=block_r, BLOCK_N=block_n, **kernels.OPTIONS,
         )  # fmt: skip
     return terms, dpos, dneg
 

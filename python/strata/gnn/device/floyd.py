@@ -101,7 +101,7 @@ def kernel_picks(degree, keys, k: int) -> torch.Tensor:
     block_m = max(1, BLOCK // block_k)
     with kernels.on_device(keys):
         _kernel()[(-(-m // block_m),)](keys.contiguous(), degree.contiguous(), picks, m, K=k, BLOCK_M=block_m,
-                                       BLOCK_K=block_k)  # fmt: skip
+                                       BLOCK_K=block_k, **kernels.OPTIONS)  # fmt: skip
     return picks
 
 

@@ -56,7 +56,7 @@ def kernel_gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         # Triton launches on the current device: make it the index's (a run on cuda:1 whose
         # process never set its device, or a rank's LOCAL_RANK device).
         with kernels.on_device(index):
-            _kernel()[grid](table, index.contiguous(), out, total, width, BLOCK=BLOCK)
+            _kernel()[grid](table, index.contiguous(), out, total, width, BLOCK=BLOCK, **kernels.OPTIONS)
     return out
 
 
