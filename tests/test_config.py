@@ -12,7 +12,7 @@ import pytest
 
 from cli_in_process import in_process
 from strata.cli.main import COMMANDS
-from strata.config import SECTIONS, ConvertConfig, describe, load
+from strata.config import ConvertConfig, all_sections, describe, load
 from strata.config.schema import coerce_field
 from strata.errors import ConfigError
 
@@ -77,14 +77,14 @@ def test_missing_required_and_bad_files(tmp_path):
         load(ConvertConfig, config_file=typo)
 
 
-@pytest.mark.parametrize("name", sorted(SECTIONS))
+@pytest.mark.parametrize("name", sorted(all_sections()))
 def test_every_section_template_is_valid_toml_with_help(name):
-    text = describe(SECTIONS[name])
+    text = describe(all_sections()[name])
     doc = tomllib.loads(text)
     table = doc
     for part in name.split("."):
         table = table[part]
-    cls = SECTIONS[name]
+    cls = all_sections()[name]
     for field in cls.__dataclass_fields__.values():
         assert field.metadata["help"], f"{name}.{field.name} has no help text"
         assert f"# {field.metadata['help']}" in text
@@ -202,13 +202,13 @@ def test_a_section_check_names_the_file_the_value_came_from(tmp_path):
         load(EmbedTrainConfig, config_file=toml)
 
 
-@pytest.mark.parametrize("name", sorted(SECTIONS))
+@pytest.mark.parametrize("name", sorted(all_sections()))
 def test_every_integer_option_is_range_checked_in_every_route(name):
     """-5 and 2.7 are refused for every integer option, from a file, a flag, -p and Python (an
     option may declare a higher floor than 0, as serve.max_ids does)."""
     import typing
 
-    cls = SECTIONS[name]
+    cls = all_sections()[name]
     ints = [k for k, tp in typing.get_type_hints(cls).items() if tp in (int, int | None)]
     for key in ints:
         for bad in (-5, 2.7):

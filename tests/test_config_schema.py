@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 from strata import _native
-from strata.config import SECTIONS, as_dict, describe, engine_options, load
+from strata.config import all_sections, as_dict, describe, engine_options, load
 from strata.errors import ConfigError
 
 NATIVE = _native.config_schema()
@@ -33,7 +33,7 @@ PYTHON_ONLY = {
 @pytest.mark.parametrize("name", sorted(NATIVE))
 def test_every_engine_section_is_built_from_the_native_schema(name):
     schema = NATIVE[name]
-    cls = SECTIONS[name]
+    cls = all_sections()[name]
     assert cls.__native__
     assert list(cls.__dataclass_fields__) == [*cls.__front__, *schema["x-order"]]
     assert cls.__engine__ == tuple(schema["x-order"])
@@ -132,14 +132,14 @@ def test_a_section_built_in_python_goes_through_the_rust_check(tmp_path):
     with pytest.raises(
         ConfigError, match=r"serve\.listen: expected HOST:PORT .* \(from .*run\.toml: \[serve\] listen\)"
     ):
-        load(SECTIONS["serve"], config_file=toml)
+        load(all_sections()["serve"], config_file=toml)
     with pytest.raises(ConfigError, match=r"-p serve.reorder_hops: must be <= 4, got 9"):
-        load(SECTIONS["serve"], overrides=["serve.reorder_hops=9"])
+        load(all_sections()["serve"], overrides=["serve.reorder_hops=9"])
 
 
 def test_a_required_option_is_asked_for():
     with pytest.raises(ConfigError, match=r"\[run\] needs a value for store"):
-        load(SECTIONS["run"], flags={"algorithm": "bfs"})
+        load(all_sections()["run"], flags={"algorithm": "bfs"})
     with pytest.raises(ConfigError, match=r"run\.store: needs a store"):
         _native.config_check("run", {"algorithm": "bfs"})
 
@@ -147,7 +147,7 @@ def test_a_required_option_is_asked_for():
 def test_every_cli_section_of_a_rust_engine_comes_from_the_native_schema():
     """A section whose command runs in a Rust engine is built from that engine's schema;
     only the sections whose work is Python's own are declared in Python."""
-    python_only = {name for name, cls in SECTIONS.items() if not getattr(cls, "__native__", False)}
+    python_only = {name for name, cls in all_sections().items() if not getattr(cls, "__native__", False)}
     assert python_only == PYTHON_ONLY
 
 
@@ -176,7 +176,7 @@ def test_gnn_train_memory_holds_the_whole_process_and_a_loader_only_its_data_pat
 
 def test_config_prints_the_native_schema(strata_cli):
     text = strata_cli("config", "serve").stdout
-    assert text == describe(SECTIONS["serve"])
+    assert text == describe(all_sections()["serve"])
     schema = NATIVE["serve"]
     for key in schema["x-order"]:
         assert f"# {' '.join(schema['properties'][key]['description'].split())}" in text

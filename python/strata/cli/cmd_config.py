@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..config import SECTIONS, describe
+from ..config import all_sections, describe
 from ..errors import ConfigError
 
 
@@ -11,18 +11,19 @@ def register(sub, name: str, help: str) -> None:
         name,
         help=help,
         description="Prints every option of a section with its type, default and help, "
-        "ready to save as run.toml. Sections: " + ", ".join(sorted(SECTIONS)),
+        "ready to save as run.toml. Sections: " + ", ".join(sorted(all_sections())),
     )
     p.add_argument("section", nargs="?", help="section name (omit to list them)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    sections = all_sections()
     if not args.section:
-        for name in sorted(SECTIONS):
+        for name in sorted(sections):
             print(name)
         return 0
-    if args.section not in SECTIONS:
-        raise ConfigError(f"no config section '{args.section}'; sections: {', '.join(sorted(SECTIONS))}")
-    print(describe(SECTIONS[args.section]), end="")
+    if args.section not in sections:
+        raise ConfigError(f"no config section '{args.section}'; sections: {', '.join(sorted(sections))}")
+    print(describe(sections[args.section]), end="")
     return 0

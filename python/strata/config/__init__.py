@@ -1,78 +1,65 @@
-"""Typed configuration of every subcommand (see :mod:`strata.config.schema`)."""
+"""Typed configuration of every subcommand (see :mod:`strata.config.schema`).
 
-from .bench import BenchDiskConfig
-from .convert import ConvertConfig
-from .datasets import DatasetsListConfig, FetchConfig
-from .embed import (
-    EmbedEvalConfig,
-    EmbedExportConfig,
-    EmbedGatherConfig,
-    EmbedImportPbgConfig,
-    EmbedIndexConfig,
-    EmbedNeighborsConfig,
-    EmbedPlanConfig,
-    EmbedPredictConfig,
-    EmbedScoreConfig,
-    EmbedSearchConfig,
-    EmbedTrainConfig,
-    PlotConfig,
-)
-from .generate import GENERATORS, HetSbmConfig, KgConfig, RmatConfig, SbmConfig
-from .gnn import GnnTrainConfig
-from .grid import FarmemServeConfig, GridBuildConfig, GridInfoConfig, RunConfig
-from .info import CheckConfig, InfoConfig
-from .reorder import ReorderConfig
-from .schema import (
-    SECTIONS,
-    ConfigError,
-    Fractions,
-    Size,
-    add_arguments,
-    as_dict,
-    describe,
-    engine_options,
-    from_args,
-    load,
-)
-from .serve import ServeConfig, ServeStatusConfig
+The section classes load with their group's module when first named here (``from strata.config
+import InfoConfig`` imports ``strata.config.info`` alone): a command pays for its own sections
+only. What needs them all (a config file's check, ``strata config``) asks :func:`all_sections`.
+"""
+
+import importlib
+
+from .loading import all_sections, from_args, load
+from .schema import ConfigError, Fractions, Size, add_arguments, as_dict, describe, engine_options
+
+#: Each section class (and the generators' table) by the module of its group.
+_LAZY = {
+    "BenchDiskConfig": "bench",
+    "ConvertConfig": "convert",
+    "DatasetsListConfig": "datasets",
+    "FetchConfig": "datasets",
+    **dict.fromkeys(
+        (
+            "EmbedEvalConfig",
+            "EmbedExportConfig",
+            "EmbedGatherConfig",
+            "EmbedImportPbgConfig",
+            "EmbedIndexConfig",
+            "EmbedNeighborsConfig",
+            "EmbedPlanConfig",
+            "EmbedPredictConfig",
+            "EmbedScoreConfig",
+            "EmbedSearchConfig",
+            "EmbedTrainConfig",
+            "PlotConfig",
+        ),
+        "embed",
+    ),
+    **dict.fromkeys(("GENERATORS", "HetSbmConfig", "KgConfig", "RmatConfig", "SbmConfig"), "generate"),
+    "GnnTrainConfig": "gnn",
+    **dict.fromkeys(("FarmemServeConfig", "GridBuildConfig", "GridInfoConfig", "RunConfig"), "grid"),
+    "CheckConfig": "info",
+    "InfoConfig": "info",
+    "ReorderConfig": "reorder",
+    "ServeConfig": "serve",
+    "ServeStatusConfig": "serve",
+}
+
+
+def __getattr__(name: str):
+    group = _LAZY.get(name)
+    if group is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{group}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
-    "GENERATORS",
-    "SECTIONS",
-    "BenchDiskConfig",
-    "CheckConfig",
+    *sorted(_LAZY),
     "ConfigError",
-    "ConvertConfig",
-    "DatasetsListConfig",
-    "EmbedEvalConfig",
-    "EmbedExportConfig",
-    "EmbedGatherConfig",
-    "EmbedImportPbgConfig",
-    "EmbedIndexConfig",
-    "EmbedNeighborsConfig",
-    "EmbedPlanConfig",
-    "EmbedPredictConfig",
-    "EmbedScoreConfig",
-    "EmbedSearchConfig",
-    "EmbedTrainConfig",
-    "FarmemServeConfig",
-    "FetchConfig",
     "Fractions",
-    "GnnTrainConfig",
-    "GridBuildConfig",
-    "GridInfoConfig",
-    "HetSbmConfig",
-    "InfoConfig",
-    "KgConfig",
-    "PlotConfig",
-    "ReorderConfig",
-    "RmatConfig",
-    "RunConfig",
-    "SbmConfig",
-    "ServeConfig",
-    "ServeStatusConfig",
     "Size",
     "add_arguments",
+    "all_sections",
     "as_dict",
     "describe",
     "engine_options",

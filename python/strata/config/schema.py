@@ -21,7 +21,6 @@ import functools
 import math
 import re
 import struct
-import tomllib
 import types
 import typing
 from pathlib import Path
@@ -266,109 +265,9 @@ def _fanout_table(value: Any, where: str) -> FanoutTable:
     return FanoutTable(out)
 
 
-def _table_for(doc: dict, name: str) -> dict:
-    table: Any = doc
-    for part in name.split("."):
-        table = table.get(part, {}) if isinstance(table, dict) else {}
-    return table if isinstance(table, dict) else {}
-
-
 def _unknown_key(cls, key: str, where: str) -> ConfigError:
     names = [f.name for f in fields(cls)]
     return ConfigError(f"{where}: {_native.unknown_name(f'[{cls.__section__}] option', key, names)}")
-
-
-def _check_document(doc: dict, config_file: Path, path: str = "") -> None:
-    """Checks every table and option of a config file, not only the section being loaded: an
-    unknown section, an unknown option or a wrongly typed value anywhere is an error, so a typo
-    in ``[embed.trian]`` is found on the first run rather than silently ignored."""
-    cls = SECTIONS.get(path)
-    for key, value in doc.items():
-        name = f"{path}.{key}" if path else key
-        if name in SECTIONS or any(s.startswith(name + ".") for s in SECTIONS):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{config_file}: [{name}] must be a table of options, got {value!r}")
-            _check_document(value, config_file, name)
-        elif cls is not None:
-            if key not in cls.__dataclass_fields__:
-                raise _unknown_key(cls, key, str(config_file))
-            coerce_field(cls, key, value, f"{config_file}: [{path}] {key}")
-        elif path and not isinstance(value, dict):
-            inside = ", ".join(f"[{s}]" for s in sorted(SECTIONS) if s.startswith(path + "."))
-            raise ConfigError(f"{config_file}: [{path}] holds sections, not options: put '{key}' in one of {inside}")
-        elif isinstance(value, dict):
-            raise ConfigError(f"{config_file}: {_native.unknown_name('section', name, sorted(SECTIONS))}")
-        else:
-            raise ConfigError(
-                f"{config_file}: unknown option '{key}' outside any section (sections: {', '.join(sorted(SECTIONS))})"
-            )
-
-
-def _read_config_file(config_file: Path) -> dict:
-    try:
-        doc = tomllib.loads(Path(config_file).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {config_file} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"config file {config_file} cannot be read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {config_file}: {e}") from None
-    _check_document(doc, config_file)
-    return doc
-
-
-def load(
-    cls, *, config_file: Path | None = None, flags: dict[str, Any] | None = None, overrides: list[str] | None = None
-):
-    """Builds section ``cls`` from defaults, a TOML file, flags and ``-p`` overrides.
-
-    Every error is a :class:`ConfigError` that names where the value came from: the file and
-    its ``[section] key``, the ``--flag`` or the ``-p`` override.
-    """
-    values: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    section_name = cls.__section__
-    if config_file is not None:
-        table = _table_for(_read_config_file(config_file), section_name)
-        for key, value in table.items():
-            if key in cls.__dataclass_fields__:
-                values[key] = coerce_field(cls, key, value, f"{config_file}: [{section_name}] {key}")
-                origin[key] = f"{config_file}: [{section_name}] {key}"
-    for key, value in (flags or {}).items():
-        flag = f"--{key.replace('_', '-')}"
-        values[key] = coerce_field(cls, key, value, flag)
-        origin[key] = flag
-    for item in overrides or []:
-        dotted, sep, raw = item.partition("=")
-        if not sep:
-            raise ConfigError(f"-p {item!r}: expected SECTION.KEY=VALUE, e.g. -p {section_name}.memory=2G")
-        sect, _, key = dotted.strip().rpartition(".")
-        if sect != section_name:
-            raise ConfigError(f"-p {item!r}: this command reads section [{section_name}], not [{sect or '?'}]")
-        if key not in cls.__dataclass_fields__:
-            raise _unknown_key(cls, key, f"-p {item!r}")
-        values[key] = coerce_field(cls, key, raw.strip(), f"-p {dotted}")
-        origin[key] = f"-p {dotted}"
-    missing = [
-        f.name
-        for f in fields(cls)
-        if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
-    if missing:
-        flags_text = ", ".join(f"--{m.replace('_', '-')}" for m in missing)
-        raise ConfigError(
-            f"[{section_name}] needs a value for {', '.join(missing)} ({flags_text}, "
-            f"or -p {section_name}.{missing[0]}=...)"
-        )
-    try:
-        return cls(**values)
-    except ConfigError as e:
-        # A section's own check names the option (``embed.train.buffer: ...``); add where the
-        # value came from, so a bad value in a long config file is found at once.
-        named = [where for key, where in origin.items() if f"{section_name}.{key}:" in str(e)]
-        if not named:
-            raise
-        raise ConfigError(f"{e} (from {', '.join(named)})") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
@@ -428,13 +327,6 @@ def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
         metavar="KEY=VALUE",
         help=f"override one option, e.g. -p {cls.__section__}.{fields(cls)[0].name}=...",
     )
-
-
-def from_args(cls, args: argparse.Namespace):
-    """Builds section ``cls`` from parsed arguments (flags, ``--config``, ``-p``)."""
-    names = {f.name for f in fields(cls)}
-    flags = {k: v for k, v in vars(args).items() if k in names}
-    return load(cls, config_file=args.config, flags=flags, overrides=args.overrides)
 
 
 def describe(cls) -> str:

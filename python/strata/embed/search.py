@@ -15,12 +15,12 @@ import json
 import math
 import shutil
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config.embed import EmbedSearchConfig, EmbedTrainConfig
+from ..config.loading import read_toml
 from ..config.schema import (
     _hints,
     _toml_value,
@@ -76,14 +76,7 @@ class Space:
 def load_space(path: Path) -> Space:
     """Reads and checks a search space file; every error names the file, the entry and what
     was expected."""
-    try:
-        doc = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"search space file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"search space file {path} cannot be read: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"search space file {path}: {e}") from None
+    doc = read_toml(path, "search space file")
     for key, value in doc.items():
         if key == "embed" and isinstance(value, dict) and set(value) <= {"train"}:
             continue
