@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import subprocess
 import sys
 import tomllib
@@ -123,35 +124,46 @@ def test_help_lists_every_option_with_its_help(strata_cli):
     assert "convert" in strata_cli("config").stdout
 
 
-# What a `strata` process has imported when it exits: the command modules, and whether NumPy.
+# What a `strata` process has imported when it exits: the command modules, the config section
+# groups, whether NumPy; and whether the process froze its objects out of the collector.
 _IMPORTED = (
-    "import sys, runpy\n"
+    "import gc, sys, runpy\n"
     "try:\n"
     "    runpy.run_module('strata', run_name='__main__')\n"
     "finally:\n"
-    "    print(sorted(m for m in sys.modules if m.startswith('strata.cli.cmd_')), 'numpy' in sys.modules,\n"
-    "          file=sys.stderr)\n"
+    "    groups = [m for m in sys.modules if m.startswith('strata.config.')]\n"
+    "    print(sorted(m for m in sys.modules if m.startswith('strata.cli.cmd_')),\n"
+    "          sorted(set(groups) - {'strata.config.schema', 'strata.config.loading'}),\n"
+    "          'numpy' in sys.modules, gc.get_freeze_count() > 0, sep='|', file=sys.stderr)\n"
 )
 
 
 @pytest.mark.parametrize(
-    ("args", "modules"),
+    ("args", "modules", "sections"),
     [
-        (["--help"], []),
-        (["--version"], []),
-        (["info", "missing.strata"], ["strata.cli.cmd_info"]),
-        (["serve", "status", "--help"], ["strata.cli.cmd_serve"]),
-        (["embed", "train", "--help"], ["strata.cli.cmd_embed"]),
+        (["--help"], [], []),
+        (["--version"], [], []),
+        (["info", "missing.strata"], ["strata.cli.cmd_info"], ["strata.config.info"]),
+        (["serve", "status", "--help"], ["strata.cli.cmd_serve"], ["strata.config.serve"]),
+        (["embed", "train", "--help"], ["strata.cli.cmd_embed"], ["strata.config.embed"]),
     ],
 )
-def test_a_command_imports_only_its_own_module(args, modules):
-    """`strata --help` lists every command without importing one; a command imports its own."""
+def test_a_command_imports_only_its_own_module(args, modules, sections):
+    """`strata --help` lists every command without importing one; a command imports its own
+    module and its own config sections, and the process freezes what is left before it exits."""
     proc = subprocess.run([sys.executable, "-c", _IMPORTED, *args], capture_output=True, text=True)
-    imported, numpy = proc.stderr.strip().splitlines()[-1].rsplit(" ", 1)
-    assert imported == repr(modules)
+    imported, groups, numpy, frozen = proc.stderr.strip().splitlines()[-1].split("|")
+    assert imported == repr(modules) and groups == repr(sections)
+    assert frozen == "True"
     if not modules:
         assert proc.returncode == 0 and numpy == "False"
         assert "strata" in proc.stdout
+
+
+def test_main_in_a_program_leaves_its_collector_as_it_was(capsys):
+    before = gc.get_freeze_count()
+    code, out = in_process(["config"], capsys)
+    assert code == 0 and "embed.train" in out and gc.get_freeze_count() == before
 
 
 def test_every_command_has_its_help_and_is_listed(capsys):

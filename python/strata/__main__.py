@@ -1,5 +1,3 @@
-import sys
+from .cli.main import run
 
-from .cli.main import main
-
-sys.exit(main())
+run()
