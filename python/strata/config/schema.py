@@ -4,8 +4,9 @@ A section is a frozen dataclass registered under a dotted name (``convert``,
 ``generate.rmat``). Each field is typed and carries its help text. Values come, lowest
 precedence first, from the field default, the section's table in a TOML file
 (``--config run.toml``), command-line flags generated from the fields, and dotted overrides
-(``-p convert.memory=2G``). Every value is coerced to the field's type and checked; a bad one
-raises :class:`~strata.errors.ConfigError` naming the field and where the value came from.
+(``-p convert.memory=2G``): :mod:`strata.config.loading` gathers them. Every value is coerced
+to the field's type and checked here; a bad one raises :class:`~strata.errors.ConfigError`
+naming the field and where the value came from.
 
 An engine's sections are declared once, in Rust (``strata_store::config``): their fields,
 types, defaults, bounds and help come from the native schema (:func:`native_section`), and
@@ -46,6 +47,8 @@ Fractions = NewType("Fractions", tuple)
 #: ``author:writes:paper=15,10;paper:cites:paper=10,5``.
 FanoutTable = NewType("FanoutTable", dict)
 
+#: The sections declared so far, by dotted name: a section group's module declares its own when
+#: imported (``loading.all_sections`` imports them all).
 SECTIONS: dict[str, type] = {}
 
 #: The range of an integer option unless the option says otherwise: every integer option of
