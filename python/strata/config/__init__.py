@@ -7,45 +7,12 @@ only. What needs them all (a config file's check, ``strata config``) asks :func:
 
 import importlib
 
-from .loading import all_sections, from_args, load
+from .loading import SECTION_GROUPS, all_sections, from_args, load
 from .schema import ConfigError, Fractions, Size, add_arguments, as_dict, describe, engine_options
-
-#: Each section class (and the generators' table) by the module of its group.
-_LAZY = {
-    "BenchDiskConfig": "bench",
-    "ConvertConfig": "convert",
-    "DatasetsListConfig": "datasets",
-    "FetchConfig": "datasets",
-    **dict.fromkeys(
-        (
-            "EmbedEvalConfig",
-            "EmbedExportConfig",
-            "EmbedGatherConfig",
-            "EmbedImportPbgConfig",
-            "EmbedIndexConfig",
-            "EmbedNeighborsConfig",
-            "EmbedPlanConfig",
-            "EmbedPredictConfig",
-            "EmbedScoreConfig",
-            "EmbedSearchConfig",
-            "EmbedTrainConfig",
-            "PlotConfig",
-        ),
-        "embed",
-    ),
-    **dict.fromkeys(("GENERATORS", "HetSbmConfig", "KgConfig", "RmatConfig", "SbmConfig"), "generate"),
-    "GnnTrainConfig": "gnn",
-    **dict.fromkeys(("FarmemServeConfig", "GridBuildConfig", "GridInfoConfig", "RunConfig"), "grid"),
-    "CheckConfig": "info",
-    "InfoConfig": "info",
-    "ReorderConfig": "reorder",
-    "ServeConfig": "serve",
-    "ServeStatusConfig": "serve",
-}
 
 
 def __getattr__(name: str):
-    group = _LAZY.get(name)
+    group = SECTION_GROUPS.get(name)
     if group is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{group}", __name__), name)
@@ -54,7 +21,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    *sorted(_LAZY),
+    *sorted(SECTION_GROUPS),
     "ConfigError",
     "Fractions",
     "Size",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,45 @@ from .. import _native
 from ..errors import ConfigError
 from .schema import SECTIONS, _unknown_key, coerce_field, fields
 
+#: Each section class (and the generators' table) by the module of its group: the facade loads a
+#: class's group when the class is first named, :func:`all_sections` loads every group.
+SECTION_GROUPS = {
+    "BenchDiskConfig": "bench",
+    "ConvertConfig": "convert",
+    "DatasetsListConfig": "datasets",
+    "FetchConfig": "datasets",
+    **dict.fromkeys(
+        (
+            "EmbedEvalConfig",
+            "EmbedExportConfig",
+            "EmbedGatherConfig",
+            "EmbedImportPbgConfig",
+            "EmbedIndexConfig",
+            "EmbedNeighborsConfig",
+            "EmbedPlanConfig",
+            "EmbedPredictConfig",
+            "EmbedScoreConfig",
+            "EmbedSearchConfig",
+            "EmbedTrainConfig",
+            "PlotConfig",
+        ),
+        "embed",
+    ),
+    **dict.fromkeys(("GENERATORS", "HetSbmConfig", "KgConfig", "RmatConfig", "SbmConfig"), "generate"),
+    "GnnTrainConfig": "gnn",
+    **dict.fromkeys(("FarmemServeConfig", "GridBuildConfig", "GridInfoConfig", "RunConfig"), "grid"),
+    "CheckConfig": "info",
+    "InfoConfig": "info",
+    "ReorderConfig": "reorder",
+    "ServeConfig": "serve",
+    "ServeStatusConfig": "serve",
+}
+
 
 def all_sections() -> dict[str, type]:
     """Every section by its dotted name, each section group's module imported."""
-    from . import bench, convert, datasets, embed, generate, gnn, grid, info, reorder, serve  # noqa: F401
-
+    for group in dict.fromkeys(SECTION_GROUPS.values()):
+        importlib.import_module(f".{group}", __package__)
     return SECTIONS
 
 

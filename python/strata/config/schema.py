@@ -48,7 +48,7 @@ Fractions = NewType("Fractions", tuple)
 FanoutTable = NewType("FanoutTable", dict)
 
 #: The sections declared so far, by dotted name: a section group's module declares its own when
-#: imported (``loading.all_sections`` imports them all).
+#: imported (``loading.all_sections`` imports them all, from ``loading.SECTION_GROUPS``).
 SECTIONS: dict[str, type] = {}
 
 #: The range of an integer option unless the option says otherwise: every integer option of
