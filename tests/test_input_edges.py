@@ -184,3 +184,62 @@ def test_damaged_planetoid_files_are_bad_input(shared_datasets, tmp_path):
             outcomes["refused"] += 1
         shutil.rmtree(d)
     assert outcomes["refused"] > 0, outcomes
+
+
+def _cora_copy(shared_datasets, tmp_path) -> Path:
+    import shutil
+
+    d = tmp_path / "cora"
+    d.mkdir()
+    for f in (shared_datasets / "planetoid").glob("ind.cora.*"):
+        shutil.copy(f, d)
+        (d / f.name).chmod(0o644)
+    return d
+
+
+class _Calls:
+    """A pickle that, unpickled without a check, would call ``os.system``."""
+
+    def __init__(self, witness: Path):
+        self.witness = witness
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.witness}",))
+
+
+def test_a_planetoid_pickle_cannot_call_anything(shared_datasets, tmp_path):
+    """A Planetoid pickle naming a callable outside the arrays, sparse matrices and adjacency
+    lists the format holds is refused, naming the file and the callable, and nothing runs."""
+    import pickle
+
+    d = _cora_copy(shared_datasets, tmp_path)
+    witness = tmp_path / "ran"
+    (d / "ind.cora.graph").write_bytes(pickle.dumps(_Calls(witness), protocol=2))
+    err = refused("convert", str(d), "--out", str(tmp_path / "g"), "-q", needles=["ind.cora.graph", "system"])
+    assert "not a readable Planetoid pickle" in err
+    assert not witness.exists()
+    assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize(
+    "part, content, needles",
+    [
+        ("test.index", "99999999999999999999\n", ["ind.cora.test.index", "one integer per line"]),
+        ("test.index", "-5\n", ["ind.cora.test.index", "node -5 is not in [0, 2708)"]),
+        ("graph", {0: [2**70]}, ["ind.cora.graph"]),
+        ("graph", {0: [-3, 5]}, ["ind.cora.graph", "node id -3 is negative"]),
+    ],
+)
+def test_planetoid_ids_out_of_range_name_their_file(shared_datasets, tmp_path, part, content, needles):
+    """Ids too large for int64, and negative ids, in the test index or the adjacency list: an
+    error naming the Planetoid file they are in (not a staging file, not a traceback)."""
+    import collections
+    import pickle
+
+    d = _cora_copy(shared_datasets, tmp_path)
+    f = d / f"ind.cora.{part}"
+    if part == "test.index":
+        f.write_text(f.read_text() + content)
+    else:
+        f.write_bytes(pickle.dumps(collections.defaultdict(list, content), protocol=2))
+    refused("convert", str(d), "--out", str(tmp_path / "g"), "-q", needles=needles)

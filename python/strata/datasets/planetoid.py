@@ -44,10 +44,28 @@ class _SparseState:
         return out
 
 
+# Every global the Planetoid pickles name (Python 2's module names and NumPy 2's among them): a
+# pickle may name any callable, so anything else is refused before it is looked up.
+_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("collections", "defaultdict"),
+    ("__builtin__", "list"),
+    ("builtins", "list"),
+}
+
+
 class _Unpickler(pickle.Unpickler):
+    """Unpickles the arrays, sparse matrices and adjacency lists of Planetoid files and nothing
+    else: a global outside ``_GLOBALS`` (``os.system``, say) is an error, not a call."""
+
     def find_class(self, module: str, name: str):
         if module.startswith("scipy.sparse") and name in ("csr_matrix", "csc_matrix"):
             return _SparseState
+        if (module, name) not in _GLOBALS:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which a Planetoid file does not hold")
         return super().find_class(module, name)
 
 
@@ -77,7 +95,7 @@ def _load(directory: Path, name: str, part: str):
     if part == "test.index":
         try:
             return np.array([int(line) for line in path.read_text().split()], dtype=np.int64)
-        except ValueError as e:
+        except (ValueError, OverflowError) as e:
             raise InputError(f"{path}: expected one integer per line ({e})") from None
     try:
         with path.open("rb") as f:
@@ -92,6 +110,7 @@ def _load(directory: Path, name: str, part: str):
         AttributeError,
         IndexError,
         KeyError,
+        OverflowError,
     ) as e:
         # A damaged pickle fails in the unpickler (a huge length: MemoryError) or, with its arrays
         # inconsistent, in to_dense.
@@ -105,7 +124,7 @@ def read_planetoid(directory: Path, name: str) -> PlanetoidData:
     parts = [_load(directory, name, p) for p in PARTS[1:]]
     try:
         return _process(directory, name, *parts)
-    except (ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
+    except (ValueError, TypeError, AttributeError, IndexError, KeyError, OverflowError) as e:
         # Each file read, but their shapes, ids or types do not fit together (damaged files).
         raise InputError(f"{directory}/ind.{name}.*: the Planetoid files do not agree ({e})") from None
 
@@ -125,14 +144,22 @@ def _process(directory: Path, name: str, tx, allx, y, ty, ally, graph, test_inde
         tx, ty = tx_ext, ty_ext
     features = np.concatenate([np.asarray(allx, dtype=np.float32), np.asarray(tx, dtype=np.float32)])
     labels_onehot = np.concatenate([np.asarray(ally), np.asarray(ty)])
+    n = features.shape[0]
+    if test_index.size and (test_index.min() < 0 or test_index.max() >= n):
+        bad = test_index.min() if test_index.min() < 0 else test_index.max()
+        raise InputError(f"{directory}/ind.{name}.test.index: node {bad} is not in [0, {n}) (the nodes of allx and tx)")
     features[test_index] = features[sorted_test]
     labels_onehot[test_index] = labels_onehot[sorted_test]
     labels = labels_onehot.argmax(axis=1).astype(np.int64)
-    n = features.shape[0]
-    rows = np.concatenate([np.full(len(v), k, dtype=np.int64) for k, v in graph.items()])
-    cols = np.concatenate([np.asarray(v, dtype=np.int64) for v in graph.values()])
+    try:
+        rows = np.concatenate([np.full(len(v), k, dtype=np.int64) for k, v in graph.items()])
+        cols = np.concatenate([np.asarray(v, dtype=np.int64) for v in graph.values()])
+    except OverflowError as e:
+        raise InputError(f"{directory}/ind.{name}.graph: a node id is not an int64 ({e})") from None
     keep = rows != cols
     rows, cols = rows[keep], cols[keep]
+    if rows.size and min(rows.min(), cols.min()) < 0:
+        raise InputError(f"{directory}/ind.{name}.graph: node id {min(rows.min(), cols.min())} is negative")
     if rows.size and max(rows.max(), cols.max()) >= n:
         raise InputError(f"{directory}/ind.{name}.graph: node id {max(rows.max(), cols.max())} >= {n} nodes")
     key = np.unique(rows * n + cols)
