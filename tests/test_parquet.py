@@ -155,3 +155,45 @@ def test_a_killed_conversions_staging_is_removed_by_the_next(tmp_path, strata_cl
     strata_cli("convert", tmp_path / "e.parquet", "--out", tmp_path / "g.strata", "-q")
     assert not stale.exists() and alive.is_dir(), "only the staging of a process that is gone goes"
     assert Store(tmp_path / "g.strata").num_nodes == 3
+
+
+def test_a_name_with_a_line_break_is_refused(tmp_path, strata_cli):
+    """Names are one line each (the staging CSV, exports and TSV outputs are line-based): a
+    line break in one is refused, naming row group, row and column; a tab is kept."""
+    write(tmp_path / "e.parquet", {"src": ["a\tb", "c", "e"], "dst": ["c", "d", "x\ny"]}, row_group_size=2)
+    out = tmp_path / "out.strata"
+    proc = strata_cli("convert", tmp_path / "e.parquet", "--out", out, check=False)
+    refused(proc, out, "e.parquet: row group 1, row 0: column 'dst' (dst) holds a line break")
+    write(tmp_path / "tab.parquet", {"src": ["a\tb", "c"], "dst": ["c", "d"]})
+    strata_cli("convert", tmp_path / "tab.parquet", "--out", out, "-q")
+    assert Store(out).num_nodes == 3
+
+
+def test_a_damaged_file_is_refused_naming_it(tmp_path):
+    """Every byte of a small file's pages flipped in turn (a seeded sample of offsets): the
+    conversion succeeds or is refused with Strata's own error (an id the flip made sparse is
+    a ConfigError of num_nodes); a page that does not decode (corrupt compressed data, a bad
+    page header) is an InputError naming the file, and nothing else escapes (no OSError,
+    UnicodeDecodeError or ArrowException)."""
+    import random
+
+    from strata.errors import InputError, StrataError
+
+    good = write(tmp_path / "ok.parquet", {"src": list(range(40)), "dst": [(v * 7 + 1) % 41 for v in range(40)],
+                                          "w": [float(v) for v in range(40)]})  # fmt: skip
+    data = good.read_bytes()
+    offsets = sorted(random.Random(3).sample(range(4, len(data) - 8), 60))
+    refusals = []
+    for at in offsets:
+        bad = bytearray(data)
+        bad[at] ^= 0xFF
+        path = tmp_path / f"flip{at}.parquet"
+        path.write_bytes(bytes(bad))
+        try:
+            convert(ConvertConfig(inputs=[path], columns="src,dst,weight=w", out=tmp_path / f"g{at}"))
+        except InputError as e:
+            assert f"flip{at}.parquet" in str(e), e
+            refusals.append(str(e))
+        except StrataError:
+            pass
+    assert any("does not decode" in r for r in refusals), refusals

@@ -162,23 +162,27 @@ def stage(path: Path, pairs: list[tuple[str, str]], csv: Path) -> Staged:
         raise InputNotFoundError(f"{path}: no such file")
     id_kind, rel_kind, dim = _check_schema(pa, path, pairs)
     # A buffered stream of 1 MiB reads pages as needed; the default reads whole column chunks.
-    source = pa.parquet.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+    try:
+        source = pa.parquet.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise InputError(f"{path}: not a readable Parquet file ({e})") from None
     columns = list(dict.fromkeys(c for _, c in pairs))
+    names = {"src": id_kind, "dst": id_kind, "rel": rel_kind}
     options = pa.csv.WriteOptions(include_header=False, quoting_style="needed")
     group_rows = [source.metadata.row_group(g).num_rows for g in range(source.num_row_groups)]
     schema = _staged_schema(pa, source.schema_arrow, pairs)
     with pa.csv.CSVWriter(str(csv), schema, write_options=options) as out:
         for group in range(source.num_row_groups):
             row = 0
-            for batch in source.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=columns):
+            for batch in _batches(pa, source, path, group, columns):
                 arrays = []
                 for role, column in pairs:
                     array = batch.column(column)
-                    nulls = _nulls(pa, array)
-                    if nulls.any():
-                        first = int(nulls.argmax())
+                    problem = _first_bad_row(pa, array, names.get(role) == "string")
+                    if problem is not None:
+                        first, what = problem
                         raise InputError(
-                            f"{path}: row group {group}, row {row + first}: column {column!r} ({role}) is null"
+                            f"{path}: row group {group}, row {row + first}: column {column!r} ({role}) {what}"
                         )
                     arrays += _fields(pa, array)
                 out.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
@@ -187,6 +191,15 @@ def stage(path: Path, pairs: list[tuple[str, str]], csv: Path) -> Staged:
     # process needs that memory within the same limit.
     pa.default_memory_pool().release_unused()
     return Staged(path, csv, group_rows, id_kind, rel_kind, dim)
+
+
+def _batches(pa, source, path: Path, group: int, columns: list[str]):
+    """The record batches of row group ``group``; a page that does not decode (a damaged file:
+    a bad page header, corrupt compressed data, invalid UTF-8) is an InputError naming it."""
+    try:
+        yield from source.iter_batches(batch_size=BATCH_ROWS, row_groups=[group], columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise InputError(f"{path}: row group {group} does not decode: the file is damaged ({e})") from None
 
 
 def _nulls(pa, array) -> np.ndarray:
@@ -199,6 +212,30 @@ def _nulls(pa, array) -> np.ndarray:
         if not nulls.any():
             nulls = inner.reshape(len(array), width).any(axis=1)
     return nulls
+
+
+def _first_bad_row(pa, array, names: bool) -> tuple[int, str] | None:
+    """The first row of a batch's column the staged CSV cannot hold, and why: a null, or (for
+    a column of node or relation names, ``names``) a line break, since the CSV is read a line
+    at a time and a name's line break would also break every line-based file it reaches
+    (exports, TSV)."""
+    nulls = _nulls(pa, array)
+    if nulls.any():
+        return int(nulls.argmax()), "is null"
+    if names:
+        breaks = _line_breaks(pa, array)
+        if breaks.any():
+            return int(breaks.argmax()), "holds a line break, which a name may not"
+    return None
+
+
+def _line_breaks(pa, array) -> np.ndarray:
+    """(rows,) bool: which names of a string column hold a line break (CR or LF)."""
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    return pc.match_substring_regex(array, "[\r\n]").to_numpy(zero_copy_only=False)
 
 
 def _fields(pa, array) -> list:
