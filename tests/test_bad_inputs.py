@@ -179,3 +179,50 @@ def test_numpy_bad_shapes_through_cli(tmp_path, strata_cli):
     np.save(d / "labels.npy", np.array([0.5, 1, 2]))
     fails(strata_cli, tmp_path, d, needles=["labels.npy", "labels must be integers"])
     shutil.rmtree(d)
+
+
+@pytest.mark.parametrize(
+    ("values", "dtype", "extra", "needle"),
+    [
+        ([[1.0], [np.nan], [0.0], [2.0]], np.float32, [], "row 1, column 0: NaN is not a finite float32 number"),
+        ([[1.0], [2.0], [1e300], [0.0]], np.float64, [], "row 2, column 0: inf is not a finite float32 number"),
+        ([[1.0, 7e4], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], np.float32, ["--feature-dtype", "float16"],
+         "row 0, column 1: 70000 is not a finite float16 number"),
+    ],
+)  # fmt: skip
+def test_features_that_are_not_finite_as_stored_are_refused(tmp_path, strata_cli, values, dtype, extra, needle):
+    """A NaN or an infinity among the node features, or a value beyond the stored dtype's range,
+    is refused naming the file, row and column: `strata check` and every model would refuse it
+    later."""
+    np.save(tmp_path / "edges.npy", np.array([[0, 1], [1, 2], [2, 3]]))
+    np.save(tmp_path / "feat.npy", np.array(values, dtype=dtype))
+    fails(strata_cli, tmp_path, tmp_path / "edges.npy", "--features", tmp_path / "feat.npy", *extra,
+          needles=["feat.npy: " + needle])  # fmt: skip
+
+
+def test_a_features_path_that_is_a_directory_is_bad_input(tmp_path, strata_cli):
+    np.save(tmp_path / "edges.npy", np.array([[0, 1], [1, 2]]))
+    (tmp_path / "fdir").mkdir()
+    fails(strata_cli, tmp_path, tmp_path / "edges.npy", "--features", tmp_path / "fdir", needles=["fdir", "directory"])
+
+
+@pytest.mark.parametrize("dim", ["4294967296", "18446744073709551615", "99999999999999999999999", "0"])
+def test_an_edge_feature_count_beyond_a_line_is_refused(tmp_path, strata_cli, dim):
+    """``feat:D`` is bounded by what a line can hold (16 MiB, two bytes a feature) before
+    anything is sized from it: no allocation failure, no overflow."""
+    (tmp_path / "e.tsv").write_text("1\t2\n3\t4\n")
+    fails(strata_cli, tmp_path, tmp_path / "e.tsv", "--columns", f"src,dst,feat:{dim}",
+          needles=[f"'feat:{dim}': feat:D needs a feature count D from 1 to 8388608"])  # fmt: skip
+
+
+def test_a_node_count_beyond_the_disk_is_refused_before_writing(tmp_path, strata_cli):
+    """Node counts that would fill the disk (given as num_nodes, or as a node type's count) are
+    refused at once with the disk's free space and the least the store needs, leaving nothing."""
+    (tmp_path / "e.tsv").write_text("0 1\n")
+    fails(strata_cli, tmp_path, tmp_path / "e.tsv", "--num-nodes", "99999999999999",
+          needles=["free, too little: the topology (CSR and CSC) of 99999999999999 nodes", "PiB"])  # fmt: skip
+    (tmp_path / "nt.tsv").write_text("user\t9223372036854775807\n")
+    (tmp_path / "et.tsv").write_text("user\tfollows\tuser\n")
+    (tmp_path / "t.tsv").write_text("0\tfollows\t1\n")
+    fails(strata_cli, tmp_path, tmp_path / "t.tsv", "--columns", "src,rel,dst", "--node-types", tmp_path / "nt.tsv",
+          "--edge-types", tmp_path / "et.tsv", needles=["free, too little", "9223372036854775807 nodes"])  # fmt: skip

@@ -65,3 +65,21 @@ def test_sbm_converts_with_features_labels_and_splits(tmp_path, strata_cli):
     e = np.asarray(s.edges())
     labels = np.asarray(s.labels)
     assert (labels[e[:, 0]] == labels[e[:, 1]]).mean() > 0.7
+
+
+def test_sizes_beyond_the_disk_are_refused_before_writing(tmp_path, strata_cli):
+    """Options asking for more than the disk holds are refused at once, naming the free space
+    and the least the output takes, and leave nothing behind (not minutes of writing until the
+    disk is full)."""
+    cases = [
+        ("rmat", "--scale", "5", "--edge-factor", "999999999999999", "--out", tmp_path / "r.tsv"),
+        ("rmat", "--scale", "40", "--format", "npy", "--out", tmp_path / "r.npy"),
+        ("sbm", "--nodes", "99999999999999", "--out", tmp_path / "s"),
+        ("kg", "--entities", "1000000000000", "--triples", "20000000000000", "--out", tmp_path / "k"),
+    ]
+    for args in cases:
+        proc = strata_cli("generate", *args, "-q", check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert f"the filesystem of {tmp_path} has" in proc.stderr and "free, too little" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []

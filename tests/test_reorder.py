@@ -194,3 +194,19 @@ def test_cli_refuses_named_and_reordered_stores(tmp_path, capsys):
     assert exists.returncode == 2 and "--overwrite" in exists.stderr
     cli("reorder", src, "--out", tmp_path / "r.strata", "--order", "bfs", "--overwrite", "-q")
     assert [p.name for p in tmp_path.iterdir() if ".partial-" in p.name] == []
+
+
+def test_a_store_that_fails_its_check_is_not_reordered(tmp_path, capsys):
+    """A damaged store (its CSC no longer the CSR's transpose) is refused as the engines refuse
+    it, naming the problem: reordering it would publish the damage under a new digest, its
+    node ids renumbered out of line with the original's."""
+    cli = strata_in_process(capsys)
+    src = build_store(tmp_path, 1, 60, False)
+    indices = np.load(src / "csc_indices.npy", mmap_mode="r+")
+    indices[7] = (indices[7] + 1) % 60
+    indices.flush()
+    del indices
+    proc = cli("reorder", src, "--out", tmp_path / "r.strata", "--order", "bfs", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "fails `strata check`" in proc.stderr and "csc_indices.npy" in proc.stderr
+    assert not (tmp_path / "r.strata").exists()

@@ -42,7 +42,8 @@ class StoreExistsError(StrataError, FileExistsError):
 
 
 class BudgetError(StrataError):
-    """The memory budget cannot hold the minimum a step needs."""
+    """The memory budget cannot hold the minimum a step needs, or the disk has less free space
+    than a job would write (refused before it starts)."""
 
     exit_code = 2
 

@@ -90,7 +90,7 @@ fn store_error(py: Python<'_>, e: &StoreError) -> PyErr {
     let class = match e {
         StoreError::Input { .. } | StoreError::BadFile { .. } => "InputError",
         StoreError::Invalid { .. } | StoreError::NewerFormat { .. } => "StoreFormatError",
-        StoreError::Budget { .. } => "BudgetError",
+        StoreError::Budget { .. } | StoreError::DiskRoom { .. } => "BudgetError",
         StoreError::Option { .. } | StoreError::Usage(_) => "ConfigError",
         StoreError::Missing { .. } => "InputNotFoundError",
         StoreError::Exists { .. } => "StoreExistsError",
@@ -103,6 +103,17 @@ fn store_error(py: Python<'_>, e: &StoreError) -> PyErr {
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
             "InputNotFoundError"
+        }
+        // A path that names the wrong kind of thing, or one too long: the user's to mend.
+        StoreError::Io(IoError::Os { source, .. })
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::IsADirectory
+                    | std::io::ErrorKind::NotADirectory
+                    | std::io::ErrorKind::InvalidFilename
+            ) =>
+        {
+            "InputError"
         }
         StoreError::Io(_) => "StrataIOError",
     };

@@ -40,6 +40,16 @@ pub enum StoreError {
         what: String,
     },
 
+    /// The filesystem a job writes to has less free space than the job will write at least:
+    /// refused before the first byte ([`crate::disk_room`]).
+    #[error("the filesystem of {} has {} free, too little: {what} writes at least {}", path.display(), crate::units::fmt_bytes(*available), crate::units::fmt_bytes(*needed))]
+    DiskRoom {
+        path: PathBuf,
+        available: u64,
+        needed: u64,
+        what: String,
+    },
+
     /// An option value that is out of range or contradicts another; names the option.
     #[error("option {field}: {msg}")]
     Option { field: String, msg: String },

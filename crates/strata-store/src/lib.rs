@@ -14,6 +14,7 @@ pub mod codec;
 pub mod config;
 pub mod convert;
 pub mod digest;
+pub mod disk_room;
 pub mod error;
 pub mod file_stamp;
 pub mod generate;

@@ -286,6 +286,11 @@ impl StoreBuilder {
         &self.tmp
     }
 
+    /// The directory holding the partial store and, once committed, the store.
+    pub fn parent_dir(&self) -> &Path {
+        self.tmp.parent().expect("a partial store has a parent")
+    }
+
     /// Final destination of the store.
     pub fn out(&self) -> &Path {
         &self.out

@@ -26,7 +26,7 @@ use strata_store::budget::{MemoryPlan, Planned};
 use strata_store::config::{ConfigError, Section, Size};
 use strata_store::ids::{IdCheck, IndptrCheck};
 use strata_store::units::fmt_bytes;
-use strata_store::{Store, StoreError};
+use strata_store::{open_checked, Progress, Store, StoreError};
 
 use crate::error::{GraphError, Result};
 use crate::order::{Input, OrderKind};
@@ -246,10 +246,11 @@ pub fn plan_for(store: &Store, order: OrderKind, memory: u64, depth: u64) -> Res
     Ok(plan)
 }
 
-/// The input store, refused unless it is a plain (format 1), integer-id store not reordered
-/// before.
-fn open_input(path: &std::path::Path) -> Result<Store> {
-    let store = Store::open(path)?;
+/// The input store, refused unless it passes `strata check` (a store that does not would be
+/// published under a new digest with its damage renumbered out of sight) and is a plain
+/// (format 1), integer-id store not reordered before.
+fn open_input(path: &std::path::Path, progress: &dyn Progress) -> Result<Store> {
+    let store = open_checked(path, progress)?;
     let m = store.manifest();
     let refuse = |msg: String| {
         Err(GraphError::Store(StoreError::Invalid {

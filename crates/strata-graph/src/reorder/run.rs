@@ -44,7 +44,7 @@ pub fn reorder_store(options: &ReorderOptions, progress: &dyn Progress) -> Resul
             out.display()
         )));
     }
-    let store = open_input(src)?;
+    let store = open_input(src, progress)?;
     let depth = strata_io::Engine::shared().depth() as u64;
     let plan = plan_for(&store, order, options.memory.0, depth)?;
     let lines = plan.memory_plan().describe();

@@ -431,19 +431,38 @@ fn write_features(
     let mut meter = Meter::new(progress, "features", rows * row_bytes, rows);
     let mut vals = Vec::new();
     let mut halves: Vec<half::f16> = Vec::new();
+    let mut first = 0u64;
     c.stream(io_chunk, &mut |bytes| {
-        if dtype == out {
-            w.write_bytes(bytes)?;
-        } else {
-            vals.clear();
-            decode_f32(bytes, dtype, &mut vals);
-            if out == DType::F32 {
-                w.write(&vals)?;
-            } else {
-                halves.clear();
-                halves.extend(vals.iter().map(|&v| half::f16::from_f32(v)));
-                w.write(&halves)?;
-            }
+        vals.clear();
+        decode_f32(bytes, dtype, &mut vals);
+        if out == DType::F16 {
+            halves.clear();
+            halves.extend(vals.iter().map(|&v| half::f16::from_f32(v)));
+        }
+        // Checked as stored: a float64 beyond float32's range, or a float32 beyond float16's,
+        // becomes an infinity the store's own check (and every model reading the row) refuses.
+        let stored_finite = |i: usize| match out {
+            DType::F16 => halves[i].is_finite(),
+            _ => vals[i].is_finite(),
+        };
+        if let Some(i) = (0..vals.len()).find(|&i| !stored_finite(i)) {
+            let at = first + i as u64;
+            return Err(StoreError::bad_file(
+                path,
+                format!(
+                    "row {}, column {}: {} is not a finite {out} number (NaN, an infinity, or \
+                     beyond {out}'s range)",
+                    at / dim.max(1),
+                    at % dim.max(1),
+                    vals[i]
+                ),
+            ));
+        }
+        first += vals.len() as u64;
+        match (dtype == out, out) {
+            (true, _) => w.write_bytes(bytes)?,
+            (false, DType::F16) => w.write(&halves)?,
+            (false, _) => w.write(&vals)?,
         }
         meter.add(bytes.len() as u64 / row_bytes, bytes.len() as u64)?;
         Ok(())

@@ -121,7 +121,7 @@ struct OpenFile {
 }
 
 /// Longest line accepted, in bytes: beyond this the input is almost surely not text.
-const MAX_LINE: usize = 16 << 20;
+pub(super) const MAX_LINE: usize = 16 << 20;
 
 impl BlockReader {
     pub fn new(files: Vec<PathBuf>, layout: Layout, block_bytes: usize, io_chunk: usize) -> Self {

@@ -22,7 +22,7 @@ use super::options::{Delimiter, IdKind};
 use super::spool::{remove_spool, split_index, Attrs, EdgeBatch, Spool, Spooled};
 use super::text::{
     for_each_record, is_canonical_uint, is_gzip, par_map_blocks, parse_uint, Block, BlockReader,
-    Layout,
+    Layout, MAX_LINE,
 };
 use super::types::{name_key, split_key, KEY_PREFIX};
 use super::{
@@ -122,11 +122,14 @@ impl Columns {
         let mut feat = None;
         for c in cols {
             if let Some(d) = c.strip_prefix("feat:") {
+                // Each feature takes at least two bytes of a line (a digit and a delimiter).
+                let most = MAX_LINE / 2;
                 let dim = match d.parse::<usize>() {
-                    Ok(n) if n > 0 => n,
+                    Ok(n) if (1..=most).contains(&n) => n,
                     _ => {
                         return bad(format!(
-                            "'{c}': feat:D needs a feature count D of at least 1"
+                            "'{c}': feat:D needs a feature count D from 1 to {most} (a line \
+                             holds at most {MAX_LINE} bytes, two or more a feature)"
                         ))
                     }
                 };
@@ -219,13 +222,13 @@ fn block_cost(
     attrs: Attrs,
 ) -> u64 {
     let records = block.div_ceil(record_bytes);
-    let ids = (24 + 4 * attrs.weights as u64 + 8 * attrs.times as u64 + 4 * attrs.features as u64)
-        * records;
+    let record = 24 + 4 * attrs.weights as u64 + 8 * attrs.times as u64 + 4 * attrs.features as u64;
+    let ids = record.saturating_mul(records);
     let names = match names_per_record {
         0 => 0,
         k => block + key_bytes * k * records + table_bytes(k * records),
     };
-    block + ids.max(names)
+    block.saturating_add(ids.max(names))
 }
 
 /// Upper bound of the records in a block: its line count.
@@ -643,7 +646,9 @@ impl ParseBudget {
             )
         };
         let mut block_bytes = (graph.memory.0 / (16 * in_flight)).clamp(4096, io_chunk as u64);
-        while block_bytes > 64 << 10 && in_flight * cost(block_bytes) > graph.memory.0 / 4 {
+        while block_bytes > 64 << 10
+            && in_flight.saturating_mul(cost(block_bytes)) > graph.memory.0 / 4
+        {
             block_bytes /= 2;
         }
         let block_cost = cost(block_bytes);
@@ -653,7 +658,7 @@ impl ParseBudget {
         } else {
             0
         };
-        let fixed = in_flight * block_cost + 6 * io_chunk as u64 + gzip;
+        let fixed = in_flight.saturating_mul(block_cost) + 6 * io_chunk as u64 + gzip;
         let dict_budget = graph
             .memory
             .0

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use strata_io::{Engine, OpenMode, SeqWriter};
 
 use crate::array::{decode_ints, read_i64_range, IntCursor, NpyWriter, RowReader};
+use crate::disk_room;
 use crate::error::{Result, StoreError};
 use crate::manifest::{ArrayInfo, DegreeStats, GraphStats};
 use crate::npy::DType;
@@ -513,6 +514,17 @@ pub(crate) fn build_topology(
 ) -> Result<TopologyOutput> {
     let e = input.edges.shape[0];
     let num_topo = if input.symmetrize { 2 * e } else { e };
+    // At least the indptr (int64) of each side and the 2e ids of the indices: a node count
+    // too large for the disk is refused here, before its degrees are written.
+    let sides = if input.symmetrize { 1 } else { 2 };
+    let needed = disk_room::bytes(input.num_nodes.saturating_add(1), 8 * sides)
+        .saturating_add(disk_room::bytes(2 * e, input.id_dtype.size() as u64));
+    disk_room::ensure(builder.parent_dir(), needed, || {
+        format!(
+            "the topology (CSR and CSC) of {} nodes and {num_topo} edges",
+            input.num_nodes
+        )
+    })?;
     let out = if num_topo <= u32::MAX as u64 {
         degrees::<u32>(builder, input, num_topo, progress)?
     } else {

@@ -21,6 +21,7 @@ use super::{check_fraction, config_check, run_ordered, worker_threads, GenerateS
 use crate::array::IO_CHUNK;
 use crate::config::{ConfigError, Section, Size};
 use crate::convert::{build_topology, io_chunk_within, Payload, TopologyInput};
+use crate::disk_room;
 use crate::error::{Result, StoreError};
 use crate::manifest::{
     etype_dtype_for, id_dtype_for, EdgeAttributes, EdgeType, FeatureInfo, GraphInfo, LabelInfo,
@@ -641,6 +642,14 @@ pub fn hetsbm(opts: &HetSbmOptions, progress: &dyn Progress) -> Result<GenerateS
     let num_etypes = edge_types.len() as u64;
     let id_dtype = id_dtype_for(n.max(num_etypes));
     let mut builder = StoreBuilder::create(&opts.out, opts.overwrite)?;
+    // The features alone; the topology's own check follows once the edges are counted.
+    let row_bytes = opts.feature_dim * opts.feature_dtype.dtype().size() as u64;
+    disk_room::ensure(builder.parent_dir(), disk_room::bytes(n, row_bytes), || {
+        format!(
+            "hetsbm's features ({n} nodes of {} features)",
+            opts.feature_dim
+        )
+    })?;
 
     let node_types = write_nodes(
         &mut builder,

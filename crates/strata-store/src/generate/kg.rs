@@ -17,6 +17,7 @@ use super::{
 };
 use crate::array::IO_CHUNK;
 use crate::config::{ConfigError, Section};
+use crate::disk_room;
 use crate::error::{Result, StoreError};
 use crate::perm::Perm;
 use crate::rng::{derive, Rng};
@@ -506,6 +507,10 @@ pub fn kg(opts: &KgOptions, progress: &dyn Progress) -> Result<GenerateSummary> 
     let start = Instant::now();
     let model = KgModel::new(opts)?;
     let staging = Staging::dir(&opts.out, opts.overwrite, &FILES)?;
+    // A triple's line is at least "0\t0\t0\n".
+    staging.ensure_room(disk_room::bytes(opts.triples, 6), || {
+        format!("kg of {} triples", opts.triples)
+    })?;
     let mut writers = Vec::with_capacity(FILES.len());
     for name in FILES {
         writers.push(SeqWriter::create(&staging.path().join(name), 0, IO_CHUNK)?);

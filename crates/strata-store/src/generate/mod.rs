@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::config::ConfigError;
+use crate::disk_room;
 use crate::error::{Result, StoreError};
 use crate::store::{output_parent, remove_path, remove_stale_partials};
 
@@ -212,6 +213,13 @@ impl Staging {
     /// The path being written: the partial file, or the partial directory.
     fn path(&self) -> &Path {
         &self.tmp
+    }
+
+    /// Refuses the job before it writes when the disk holding the output has less free than
+    /// `needed` bytes, the least it writes (`what` names it).
+    fn ensure_room(&self, needed: u64, what: impl FnOnce() -> String) -> Result<()> {
+        let parent = self.tmp.parent().expect("a partial path has a parent");
+        disk_room::ensure(parent, needed, what)
     }
 
     /// Final paths of `names` inside a staged directory.

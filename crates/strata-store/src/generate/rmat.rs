@@ -12,6 +12,7 @@ use super::{
 };
 use crate::array::{NpyWriter, IO_CHUNK};
 use crate::config::{ConfigError, Section};
+use crate::disk_room;
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
@@ -312,6 +313,14 @@ pub fn rmat(opts: &RmatOptions, progress: &dyn Progress) -> Result<GenerateSumma
             0,
         ),
     };
+    // A text line is at least "0\t0\n".
+    let least = match opts.format {
+        RmatFormat::Tsv => disk_room::bytes(m, 4),
+        _ => total_bytes,
+    };
+    staging.ensure_room(least, || {
+        format!("rmat of scale {} and {m} edges", opts.scale)
+    })?;
     let generator = Kronecker::new(opts);
     let mut meter = Meter::new(progress, "rmat", total_bytes, m);
     run_ordered(

@@ -11,6 +11,7 @@ use super::planted::{
 use super::{check_fraction, config_check, run_ordered, worker_threads, GenerateSummary, Staging};
 use crate::array::{NpyWriter, IO_CHUNK};
 use crate::config::{ConfigError, Section};
+use crate::disk_room;
 use crate::error::{Result, StoreError};
 use crate::manifest::id_dtype_for;
 use crate::npy::{DType, DATA_OFFSET};
@@ -254,6 +255,15 @@ pub fn sbm(opts: &SbmOptions, progress: &dyn Progress) -> Result<GenerateSummary
     let id = id_dtype_for(n);
     let threads = worker_threads(opts.threads);
     let staging = Staging::dir(&opts.out, opts.overwrite, &FILES)?;
+    let row_bytes = opts.feature_dim * opts.feature_dtype.dtype().size() as u64;
+    let least = disk_room::bytes(m, 2 * id.size() as u64)
+        .saturating_add(disk_room::bytes(n, row_bytes + 4));
+    staging.ensure_room(least, || {
+        format!(
+            "sbm of {n} nodes, {m} edges and {} features a node",
+            opts.feature_dim
+        )
+    })?;
     let path = |name: &str| staging.path().join(name);
 
     let mut edges = NpyWriter::create(&path("edges.npy"), id, &[2], IO_CHUNK)?;
@@ -283,7 +293,6 @@ pub fn sbm(opts: &SbmOptions, progress: &dyn Progress) -> Result<GenerateSummary
     edges.finish()?;
 
     let dtype = opts.feature_dtype.dtype();
-    let row_bytes = opts.feature_dim * dtype.size() as u64;
     let mut features =
         NpyWriter::create(&path("features.npy"), dtype, &[opts.feature_dim], IO_CHUNK)?;
     let mut labels = NpyWriter::create(&path("labels.npy"), DType::I32, &[], IO_CHUNK)?;
