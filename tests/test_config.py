@@ -166,6 +166,17 @@ def test_main_in_a_program_leaves_its_collector_as_it_was(capsys):
     assert code == 0 and "embed.train" in out and gc.get_freeze_count() == before
 
 
+def test_an_os_error_no_check_foresaw_is_one_line_not_a_traceback(monkeypatch, capsys):
+    from strata.cli import cmd_info
+
+    def fail(args):
+        raise PermissionError(13, "Permission denied", "/srv/store/manifest.json")
+
+    monkeypatch.setattr(cmd_info, "run", fail)
+    code, out = in_process(["info", "x"], capsys)
+    assert code == 1 and out == "strata info: error: Permission denied: /srv/store/manifest.json\n", out
+
+
 def test_every_command_has_its_help_and_is_listed(capsys):
     """Each command's module registers it under the name the command line lists."""
     for name in COMMANDS:

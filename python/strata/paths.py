@@ -23,6 +23,9 @@ def make_dir(path: str | Path, what: str) -> Path:
         raise ConfigError(
             f"{what} {path}: {blocker} is a file, not a directory, so the output cannot be created there"
         ) from None
+    except OSError as e:
+        # A read-only or virtual file system, a name too long, no permission.
+        raise ConfigError(f"{what} {path}: the directory cannot be created: {e.strerror}") from None
     return path
 
 

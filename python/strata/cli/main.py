@@ -120,12 +120,16 @@ def run() -> NoReturn:
     with :func:`main`'s status. The objects left are frozen out of the cycle collector first
     (``gc.freeze``): the interpreter's last collections would walk them all once more as it
     exits (0.44 CPU s of a process that imported torch, on a slow core), where their reference
-    counts free them anyway, and Python promises no finalizer at exit. :func:`main` called from
-    a program leaves that program's collector as it was."""
+    counts free them anyway, and Python promises no finalizer at exit. A process that imported
+    Triton (PyTorch Geometric imports it) keeps its collections: Triton's nanobind bindings
+    check at exit that their module was freed, and a frozen module cycle makes them print
+    hundreds of "leaked function" lines. :func:`main` called from a program leaves that
+    program's collector as it was."""
     try:
         code = main()
     finally:
-        gc.freeze()
+        if "triton" not in sys.modules:
+            gc.freeze()
     sys.exit(code)
 
 
@@ -156,6 +160,14 @@ def _main(argv: list[str] | None) -> int:
     except StrataError as e:
         print(f"strata {command}: error: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:
+        raise  # stdout's reader went away: main ends quietly
+    except OSError as e:
+        # What no check foresaw of the system (a disk gone read-only, a file a third party
+        # removed): the operating system's words and the file, not a traceback.
+        where = f": {e.filename}" if e.filename is not None else ""
+        print(f"strata {command}: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"\nstrata {command}: interrupted; no partial output was left behind", file=sys.stderr)
         return 130
