@@ -307,6 +307,28 @@ def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli, capsys):
     assert broken.returncode == 2 and "run.json: not a run record" in broken.stderr
 
 
+def test_a_diverging_epoch_is_refused_and_the_run_resumes_from_its_last_checkpoint(kg, tmp_path, capsys):
+    """A rate too large turns the loss into NaN: the epoch is not committed (serialised, its
+    NaN would make run.json unreadable), the error says so, and the run goes on from epoch 1."""
+    cli = strata_in_process(capsys)
+    run = tmp_path / "run"
+    cli("embed", "train", kg, "--run-dir", run, "--epochs", "1", *SMALL)
+    diverged = cli("embed", "train", kg, "--run-dir", run, "--epochs", "2", "--lr", "1e30", *SMALL, check=False)
+    assert diverged.returncode == 1, diverged.stderr
+    assert "epoch 2: the loss is NaN: the training diverged at learning rate 1e30" in diverged.stderr
+    assert "the run keeps its checkpoint of epoch 1" in diverged.stderr
+    assert Run(run).epochs == 1 and len(Run(run).history) == 1
+    cli("embed", "train", kg, "--run-dir", run, "--epochs", "2", *SMALL)
+    assert Run(run).epochs == 2
+    # A checkpoint whose relations hold a NaN is refused naming the file, not trained on.
+    state = run / "relation_state-e2.npy"
+    values = np.load(state)
+    values.flat[3] = np.nan
+    np.save(state, values)
+    damaged = cli("embed", "train", kg, "--run-dir", run, "--epochs", "3", *SMALL, check=False)
+    assert damaged.returncode == 2 and f"{state.name}: value 3 is NaN" in damaged.stderr, damaged.stderr
+
+
 def test_plot_writes_pngs(kg, tmp_path, strata_cli):
     needs("matplotlib")
     run = tmp_path / "plot"

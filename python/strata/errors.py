@@ -54,6 +54,12 @@ class RunError(StrataError):
     exit_code = 2
 
 
+class DivergedError(StrataError):
+    """Training diverged: an epoch's loss is NaN or infinite (a learning rate or an initial
+    scale too large for the model). Nothing of that epoch is committed: the run keeps its last
+    checkpoint and resumes from it."""
+
+
 class StrataIOError(StrataError, OSError):
     """An operating-system I/O error, with the file it happened on."""
 

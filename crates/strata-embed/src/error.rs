@@ -17,6 +17,9 @@ pub enum EmbedError {
     /// A run directory or index that does not hold what it should.
     #[error("{0}")]
     Corrupt(String),
+    /// An epoch's loss is NaN or infinite: the training diverged; nothing of it is committed.
+    #[error("{0}")]
+    Diverged(String),
     /// Another rank or the group's scheduler failed or could not be reached; says which.
     #[error("distributed run: {0}")]
     Group(String),

@@ -42,6 +42,7 @@ impl ToPyErr for EmbedError {
             EmbedError::Budget(m) => raise(py, "BudgetError", m),
             EmbedError::Corrupt(m) => raise(py, "RunError", m),
             EmbedError::Group(m) => raise(py, "GroupError", m),
+            EmbedError::Diverged(m) => raise(py, "DivergedError", m),
             EmbedError::Cancelled => pyo3::exceptions::PyKeyboardInterrupt::new_err("cancelled"),
         }
     }

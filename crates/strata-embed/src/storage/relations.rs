@@ -138,8 +138,14 @@ impl Relations {
                     header.dtype
                 )));
             }
-            for (v, c) in data.iter_mut().zip(bytes.chunks_exact(4)) {
+            for (i, (v, c)) in data.iter_mut().zip(bytes.chunks_exact(4)).enumerate() {
                 *v = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+                if !v.is_finite() {
+                    return Err(EmbedError::Corrupt(format!(
+                        "{}: value {i} is {v}, not a finite number; the checkpoint is damaged",
+                        path.display()
+                    )));
+                }
             }
         }
         Ok(())

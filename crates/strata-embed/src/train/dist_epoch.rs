@@ -636,7 +636,7 @@ impl Trainer {
         next.sync()?;
         rp.pass.tally.io_wait += t.elapsed().as_secs_f64();
         let io = engine.stats().since(&io_before);
-        let report = self.report(&rp.pass, &io, rp.trained, rp.evictions);
+        let report = self.report(&rp.pass, &io, rp.trained, rp.evictions)?;
         let (sent, received) = cluster.traffic();
         let traffic = (sent - traffic_before.0, received - traffic_before.1);
         let loaded = rp.pass.tally.loads as u64 * self.buffer.layout.part_bytes();

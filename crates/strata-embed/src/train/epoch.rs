@@ -376,7 +376,7 @@ impl Trainer {
         }
         self.kept_edges = kept;
         let io = engine.stats().since(&io_before);
-        let report = self.report(&pass, &io, sched.states(), sched.swaps());
+        let report = self.report(&pass, &io, sched.states(), sched.swaps())?;
         pass.meter.finish()?;
         Ok((report, pass.tl.events))
     }
@@ -574,14 +574,15 @@ impl Trainer {
     }
 
     /// The report of `pass` from its running totals, the I/O engine's counters over the epoch
-    /// (`io`) and the buffer states and swaps it went through.
+    /// (`io`) and the buffer states and swaps it went through; an error when its loss is not
+    /// finite (the epoch is not committed, and a rank stops before it joins the group's).
     pub(crate) fn report(
         &mut self,
         pass: &Pass,
         io: &strata_io::StatsSnapshot,
         states: usize,
         swaps: usize,
-    ) -> EpochReport {
+    ) -> Result<EpochReport> {
         let (epoch, tally) = (pass.epoch, &pass.tally);
         let seconds = pass.tl.origin.elapsed().as_secs_f64();
         // The device's counters first: they bring in the loss of its last pieces.
@@ -598,9 +599,13 @@ impl Trainer {
             ssd_to_device_bytes_per_second: partition_bytes_read as f64
                 / (tally.slot_io + d.slot_in_seconds).max(1e-9),
         });
-        EpochReport {
+        let loss = c.loss / c.directions.max(1) as f64;
+        if !loss.is_finite() {
+            return Err(diverged(epoch, loss, &self.cfg));
+        }
+        Ok(EpochReport {
             epoch: epoch + 1,
-            loss: c.loss / c.directions.max(1) as f64,
+            loss,
             seconds,
             edges_per_second: tally.trained as f64 / seconds,
             io_wait_seconds: tally.io_wait,
@@ -615,7 +620,7 @@ impl Trainer {
             step_flops_total: flops / (seconds - tally.io_wait).max(1e-9),
             device,
             written_behind: None,
-        }
+        })
     }
 
     /// The edges of `order`'s buckets read ahead in pieces ([`prefetch_edges`], two pieces
@@ -977,4 +982,21 @@ fn resident_rows(buffer: &mut PartitionBuffer, p: u32) -> crate::storage::shared
         .find(|(q, _)| *q == p)
         .expect("partition resident");
     rows
+}
+
+/// The error of 0-based epoch `epoch`, whose mean loss `loss` is not finite under `cfg`.
+fn diverged(epoch: usize, loss: f64, cfg: &TrainConfig) -> EmbedError {
+    let kept = match epoch {
+        0 => "its initial table".to_string(),
+        e => format!("its checkpoint of epoch {e}"),
+    };
+    // Debug prints 1e30 as `1e30`, where Display writes out all 31 digits.
+    EmbedError::Diverged(format!(
+        "epoch {}: the loss is {loss}: the training diverged at learning rate {:?} (init_scale {:?}); \
+         nothing of this epoch is committed, so the run keeps {kept}. \
+         Lower --lr and start again to resume from it, or pass --fresh with a smaller --init-scale",
+        epoch + 1,
+        cfg.lr,
+        cfg.init_scale
+    ))
 }
