@@ -171,6 +171,32 @@ def test_bad_inputs(sbm, tmp_path, capsys):
         assert code == 2 and "torch sees no CUDA device" in out, out
     code, out = in_process(["gnn", "train", sbm, "--device", "tpu:x"], capsys)
     assert code == 2 and "not a torch device" in out, out
+    # torch's own refusal of a negative decay was a traceback; 10^5 torch threads, an abort.
+    for flags, words in [
+        (["--weight-decay", "-1"], "gnn.train.weight_decay: must be >= 0"),
+        (["--torch-threads", "100000"], "--torch-threads: must be <= 1024"),
+        (["--run-dir", "/proc/strata-run"], "--run-dir /proc/strata-run: the directory cannot be created"),
+    ]:
+        code, out = in_process(["gnn", "train", sbm, *flags], capsys)
+        assert code == 2 and words in out, out
+    np.save(tmp_path / "edges.npy", np.array([[0, 1], [1, 2], [2, 0]], dtype=np.int64))
+    np.save(tmp_path / "x.npy", np.ones((3, 4), dtype=np.float32))
+    run_strata("convert", tmp_path / "edges.npy", "--features", tmp_path / "x.npy", "--out", tmp_path / "nl", "-q")
+    code, out = in_process(["gnn", "train", tmp_path / "nl"], capsys)
+    assert code == 2 and "the store has no node labels" in out and "--labels" in out, out
+
+
+def test_a_diverging_epoch_is_refused_and_a_batch_beyond_the_seeds_is_one_batch(sbm, tmp_path, capsys):
+    small = ["--fanouts", "5,5", "--hidden", "16", "--device", "cpu", "-q"]
+    run = tmp_path / "run"
+    code, out = in_process(["gnn", "train", sbm, "--run-dir", run, "--epochs", "2", "--lr", "1e30", *small], capsys)
+    assert code == 1 and "epoch 1: the loss is nan: the training diverged at learning rate 1e+30" in out, out
+    assert (run / "metrics.jsonl").read_text() == "" and not (run / "last.pt").exists()
+    # The plan's batch estimate drew batch_size seeds with replacement: 10^9 of them took minutes.
+    code, out = in_process(["gnn", "train", sbm, "--run-dir", run, "--epochs", "1", "--batch-size", "1000000000",
+                            *small], capsys)  # fmt: skip
+    record = json.loads((run / "run.json").read_text())
+    assert code == 0 and record["history"][0]["batches"] == 1, out
 
 
 def test_a_second_local_rank_on_a_one_gpu_machine_is_refused():

@@ -15,7 +15,7 @@ use strata_store::config::{unset_if_zero, AutoSize, ConfigError, Section, Size};
 use strata_store::{open_checked, NoProgress, Store};
 
 use strata_graph::features::FeatureReader;
-use strata_graph::sampler::{NeighborSampler, SamplerConfig};
+use strata_graph::sampler::{distinct, NeighborSampler, SamplerConfig};
 use strata_graph::topology::{Direction, Topology};
 
 use crate::accumulator::{in_flight_target, TargetSource};
@@ -290,16 +290,20 @@ fn batch_estimate(
     let mut largest = 0u64;
     let mut blocks: Vec<[u64; 3]> = Vec::new();
     let (mut pages_alone, mut pages_together) = (0u64, HashSet::new());
+    // A batch holds distinct seeds, never more than there are: a batch size beyond the seeds
+    // is one batch of them all.
+    let universe = if seeds.is_empty() {
+        n
+    } else {
+        seeds.len() as u64
+    };
+    let k = batch_size.min(usize::try_from(universe).unwrap_or(usize::MAX));
     for b in 0..ESTIMATE_BATCHES {
-        let mut batch: Vec<u32> = (0..batch_size)
-            .map(|_| {
-                if seeds.is_empty() {
-                    rng.below(n) as u32
-                } else {
-                    seeds[rng.below(seeds.len() as u64) as usize]
-                }
-            })
-            .collect();
+        let picks = distinct(&mut rng, universe, k).into_iter();
+        let mut batch: Vec<u32> = match seeds {
+            [] => picks.map(|v| v as u32).collect(),
+            _ => picks.map(|i| seeds[i as usize]).collect(),
+        };
         batch.sort_unstable();
         batch.dedup();
         let sample = sampler.sample(topo, &batch, derive(ESTIMATE_STREAM, b as u64))?;
@@ -946,5 +950,10 @@ mod tests {
         // Tiny graphs: the bound (the whole graph) wins.
         let est = batch_estimate(&sampler, &topo, &[], 1000, 0, rows_of(4096)).unwrap();
         assert!(est.rows <= n as u64, "{est:?}");
+        // A batch size beyond the seeds is one batch of them all, drawn once each (and in no
+        // time): nodes 0..100 and the two ring neighbours on either side, every batch alike.
+        let all = batch_estimate(&sampler, &topo, &seeds, 1 << 40, 0, rows_of(4096)).unwrap();
+        assert_eq!(all.rows, (104.0 * ESTIMATE_MARGIN).ceil() as u64, "{all:?}");
+        assert_eq!(all.page_sharing, ESTIMATE_BATCHES as f64, "{all:?}");
     }
 }

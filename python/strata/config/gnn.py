@@ -70,7 +70,7 @@ class _TrainFrontEnd:
         "padded to one of a few shapes, and on a CUDA device each shape's step, forward, backward and Adam, "
         "captured once as a CUDA graph and replayed; on cpu the padded step runs op by op)",
     )
-    torch_threads: int = option(0, help="threads torch may use (0: its default)")
+    torch_threads: int = option(0, help="threads torch may use (0: its default)", max=1024)
     dist_timeout: int = option(
         600, help="seconds a rank waits for the others (rendezvous, each collective) under torchrun", min=1
     )
@@ -85,6 +85,8 @@ class _TrainFrontEnd:
             raise ConfigError(f"gnn.train.dropout: must be in [0, 1), got {self.dropout}")
         if not self.lr > 0:
             raise ConfigError(f"gnn.train.lr: must be positive, got {self.lr}")
+        if not self.weight_decay >= 0:
+            raise ConfigError(f"gnn.train.weight_decay: must be >= 0, got {self.weight_decay}")
 
 
 GnnTrainConfig = native_section("gnn.train", "GnnTrainConfig", front=_TrainFrontEnd)

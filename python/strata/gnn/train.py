@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from pathlib import Path
 from .. import torchrun
 from ..config import as_dict, engine_options
 from ..config.gnn import GnnTrainConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, DivergedError
 from ..paths import make_dir
 from ..store import Store
 from ..units import fmt_bytes, fmt_count
@@ -248,7 +249,9 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
             raise ConfigError(f"{cfg.store}: the store has no node features; GNN training needs them")
         labels = node_labels(store)
         if labels is None:
-            raise ValueError(f"{cfg.store}: the store has no node labels; node classification needs them")
+            raise ConfigError(
+                f"{cfg.store}: the store has no node labels; node classification needs them (convert with --labels)"
+            )
         classes = int(labels.max()) + 1
         model = GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
         open_data = None
@@ -377,6 +380,12 @@ def _train(
     for e in range(len(history), cfg.epochs):
         title = f"train epoch {e + 1}/{cfg.epochs}"
         rec = {"epoch": e + 1, **train_epoch(step, data, train_nodes, e, device, progress, title, ranks)}
+        if not math.isfinite(rec["loss"]):
+            # Every rank holds the group's loss, so the group stops together.
+            raise DivergedError(
+                f"epoch {e + 1}: the loss is {rec['loss']}: the training diverged at learning rate {cfg.lr}; "
+                f"nothing of this epoch is saved ({_kept(e, best)}); lower --lr"
+            )
         if progress:
             progress("stage", "eval", 0, 0)
         if has_valid and cfg.eval_every and (e + 1) % cfg.eval_every == 0:
@@ -431,6 +440,14 @@ def _train(
     if leader:
         _write_atomic(run_dir / "run.json", json.dumps(record, indent=2, default=str))
     return record
+
+
+def _kept(epoch: int, best: dict) -> str:
+    """What the run directory holds when 0-based ``epoch`` fails, its best so far ``best``."""
+    if epoch == 0:
+        return "the run directory holds no parameters yet"
+    kept = f"last.pt holds epoch {epoch}"
+    return kept + (f", best.pt epoch {best['epoch']}" if best["epoch"] else "")
 
 
 def step_mode(cfg: GnnTrainConfig, device, ranks: Ranks | None, typed: bool) -> str:

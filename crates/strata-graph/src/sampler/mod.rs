@@ -36,6 +36,7 @@ pub use sample::{Block, LinkSample, Sample};
 use temporal::SeedTimes;
 pub use temporal::TemporalStrategy;
 pub use typed::HeteroSample;
+pub use uniform::distinct;
 #[cfg(test)]
 use uniform::LINEAR_PICKS;
 

@@ -48,3 +48,11 @@ impl Picks {
         self.positions.sort_unstable();
     }
 }
+
+/// `k` distinct positions out of `0..d` (`k` at most `d`), every k-subset equally likely, in
+/// increasing order: a uniform draw without replacement in O(k) time and memory, whatever `d`.
+pub fn distinct(rng: &mut Rng, d: u64, k: usize) -> Vec<u64> {
+    let mut picks = Picks::default();
+    picks.choose(rng, d, k);
+    picks.positions
+}
