@@ -38,6 +38,13 @@ def test_malformed_line_reports_file_and_line(tmp_path, strata_cli):
     fails(strata_cli, tmp_path, p, "--relations", needles=["e.tsv:6:", "expected 3 fields, found 2"])
 
 
+def test_binary_data_given_as_text_is_named(tmp_path, strata_cli):
+    """`generate rmat` writes int32 pairs; under a name without .bin, auto reads it as text."""
+    p = tmp_path / "graph"
+    p.write_bytes(np.array([[64, 6], [33, 10], [7, 9]], dtype="<i4").tobytes())
+    fails(strata_cli, tmp_path, p, needles=["graph:1: holds a NUL byte: the file is binary", "--format bin32"])
+
+
 def test_numeric_id_out_of_range(tmp_path, strata_cli):
     p = tmp_path / "e.txt"
     p.write_text("0 1\n1 7\n")

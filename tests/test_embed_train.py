@@ -352,6 +352,14 @@ def test_plot_writes_pngs(kg, tmp_path, strata_cli):
     assert sorted(Path(p).name for p in out) == ["loss.png", "metrics.png", "timeline.png"]
     for p in out:
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A line being written when the plot reads is left out; a damaged line is named.
+    timeline = run / "timeline.jsonl"
+    lines = timeline.read_text().splitlines()
+    timeline.write_text("\n".join(lines) + '\n{"epoch": 2, "st')
+    assert len(strata_cli("plot", run).stdout.split()) == 3
+    timeline.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
+    damaged = strata_cli("plot", run, check=False)
+    assert damaged.returncode == 2 and "timeline.jsonl:2: not an interval" in damaged.stderr, damaged.stderr
 
 
 def test_tensorboard_events_when_installed(kg, tmp_path):

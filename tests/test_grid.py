@@ -600,6 +600,8 @@ def test_cli_end_to_end_with_plots(graphs, tmp_path, capsys):
         ({"algorithm": "closeness"}, "unknown choice 'closeness' (choices: pagerank, bfs, wcc, "),
         ({"algorithm": "betweenness", "batch": 65}, "run.batch: must be <= 64, got 65"),
         ({"algorithm": "lpa", "rounds": 0}, "run.rounds: must be >= 1, got 0"),
+        # 10^5 compute threads were spawned every pass: minutes of thread starts.
+        ({"algorithm": "pagerank", "threads": 100_000}, "run.threads: must be <= 1024, got 100000"),
     ],
 )
 def test_bad_options_name_the_field(options, message):

@@ -112,6 +112,7 @@ pub struct RunOptions {
     /// local memory budget: vertex data, fetch buffers, resident edge blocks
     pub memory: Size,
     /// compute threads; 0 = one per core
+    #[schemars(range(max = 1024))]
     pub threads: u64,
     /// edge blocks are grouped into segments of up to this size, the unit of placement and
     /// fetching (a bigger block is a segment by itself); auto picks up to 4 MiB, keeping fetch

@@ -56,12 +56,31 @@ def plot_embed_run(run: Path, meta: dict, out: Path, epoch: int = 0) -> list[Pat
     return written
 
 
+#: The fields of a timeline interval the chart reads, each a number.
+_INTERVAL = ("epoch", "step", "start", "end")
+
+
 def _timeline(run: Path, epoch: int) -> list[dict]:
+    """The intervals of ``epoch`` in the run's ``timeline.jsonl``, up to a line still being
+    written; a line that is not an interval is a RunError naming it."""
     path = run / "timeline.jsonl"
     if not path.exists():
         return []
-    with path.open() as f:
-        return [iv for iv in map(json.loads, f) if iv["epoch"] == epoch]
+    lines = path.read_text(errors="replace").splitlines()
+    intervals = []
+    for n, line in enumerate(lines, 1):
+        try:
+            iv = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):
+                break  # the line being written right now
+            iv = None
+        numbers = isinstance(iv, dict) and all(isinstance(iv.get(k), (int, float)) for k in _INTERVAL)
+        if not numbers or not isinstance(iv.get("lane"), str):
+            raise RunError(f"{path}:{n}: not an interval of the I/O timeline (epoch, step, start, end, lane)")
+        if iv["epoch"] == epoch:
+            intervals.append(iv)
+    return intervals
 
 
 def _plot_timeline(plt, intervals: list[dict], epoch: int, path: Path) -> Path:
