@@ -131,6 +131,11 @@ def test_export_is_in_node_id_order(kg, tmp_path, strata_cli):
         assert names[p["node"]] == p["name"]
         assert scores[p["node"]] == pytest.approx(p["score"], rel=1e-4, abs=1e-5)
     assert [p["node"] for p in pred] == list(np.argsort(-scores, kind="stable")[:3])
+    # A --top beyond the nodes is every node (it sized a heap: 10^11 aborted on 1.6 TB).
+    every = strata_cli(
+        "embed", "predict", run, "--head", names[7], "--relation", rel_names[2], "--top", str(10**11), "--json", "-q"
+    )
+    assert len(json.loads(every.stdout)["predictions"]) == 400
     strata_cli("embed", "export", run, "--out", tmp_path / "tsv", "--format", "tsv", "-q")
     first = (tmp_path / "tsv" / "embeddings.tsv").read_text().splitlines()[0].split("\t")
     assert first[0] == names[0] and np.allclose([float(x) for x in first[1:]], emb[0], rtol=1e-6)

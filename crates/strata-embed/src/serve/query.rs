@@ -97,6 +97,8 @@ impl Loaded {
         exclude_known: bool,
         progress: &dyn Progress,
     ) -> Result<Vec<Vec<(f32, u64, bool)>>> {
+        // No more answers than nodes, whatever `k` asks for: it sizes the heaps.
+        let k = k.min(usize::try_from(self.run.meta.partitioning.num_nodes).unwrap_or(usize::MAX));
         let known = known_answers(&self.store, queries, progress)?;
         let (d, rd) = (self.model.dim, self.model.rel_dim());
         let tile = crate::sizes::TILE;
