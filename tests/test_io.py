@@ -145,3 +145,7 @@ def test_bench_disk_bad_options(tmp_path, strata_cli):
     assert proc.returncode == 2 and "absent: no such directory" in proc.stderr
     proc = strata_cli("bench-disk", "--dir", tmp_path, "--queue-depths", "0", check=False)
     assert proc.returncode == 2 and "--queue-depths: must be >= 1, got 0" in proc.stderr
+    # 100 TiB on this disk: refused before the first byte (it wrote until the disk was full).
+    proc = strata_cli("bench-disk", "--dir", tmp_path, "--size", "100T", "-q", check=False)
+    assert proc.returncode == 2 and "the benchmark file of 100 TiB does not fit" in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())

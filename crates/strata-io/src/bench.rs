@@ -13,6 +13,7 @@ use crate::error::{IoError, Result};
 use crate::file::OpenMode;
 use crate::profile::{device_of, DeviceProfile, QdPoint};
 use crate::progress::{Meter, Progress};
+use crate::units::fmt_bytes;
 
 /// What to measure.
 #[derive(Debug, Clone, Deserialize)]
@@ -107,22 +108,51 @@ pub fn bench_disk(
         ),
     };
     let create = !path.exists();
-    let outcome = run(engine, opts, &path, create, progress);
-    if temporary && !opts.keep {
-        let _ = std::fs::remove_file(&path);
+    if create {
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let free = crate::space::available(parent)?;
+        if opts.size > free {
+            return Err(IoError::Invalid(format!(
+                "the benchmark file of {} does not fit: the filesystem of {} has {} free; give a smaller --size",
+                fmt_bytes(opts.size),
+                parent.display(),
+                fmt_bytes(free)
+            )));
+        }
     }
-    outcome
+    run(
+        engine,
+        opts,
+        &path,
+        create,
+        temporary && !opts.keep,
+        progress,
+    )
 }
 
+/// Measures `path` (written first when `create`); `unlink`: the file is the benchmark's own,
+/// removed as soon as it is open, so that no exit, not even `kill -9`, leaves it behind.
 fn run(
     engine: &Arc<Engine>,
     opts: &BenchOptions,
     path: &Path,
     create: bool,
+    unlink: bool,
     progress: &dyn Progress,
 ) -> Result<DeviceProfile> {
+    let mode = if create {
+        OpenMode::Create
+    } else {
+        OpenMode::Read
+    };
+    let file = engine.open(path, mode)?;
+    if create && unlink {
+        std::fs::remove_file(path).map_err(|e| IoError::os("remove", path, 0, e))?;
+    }
     let seq_write_mb_s = if create {
-        let file = engine.open(path, OpenMode::Create)?;
         let size = opts.size / SEQ_BLOCK as u64 * SEQ_BLOCK as u64;
         let s = sequential(engine, &file, size, opts.seq_depth, true, progress)?;
         file.file().sync()?;
@@ -130,7 +160,6 @@ fn run(
     } else {
         0.0
     };
-    let file = engine.open(path, OpenMode::Read)?;
     let size = file.file().size()?;
     if size < (SEQ_BLOCK * 4) as u64 {
         return Err(IoError::Invalid(format!(
@@ -286,6 +315,70 @@ fn random_reads(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::progress::NoProgress;
+    use std::sync::Mutex;
+
+    /// Lists `dir` at each stage the benchmark starts.
+    struct Watch<'a> {
+        dir: &'a Path,
+        seen: Mutex<Vec<(String, usize)>>,
+    }
+
+    impl Progress for Watch<'_> {
+        fn stage(&self, name: &str, _: u64, _: u64) {
+            let files = std::fs::read_dir(self.dir).unwrap().count();
+            self.seen.lock().unwrap().push((name.into(), files));
+        }
+        fn update(&self, _: u64, _: u64) -> bool {
+            true
+        }
+        fn message(&self, _: &str) {}
+    }
+
+    fn options(dir: &Path, size: u64) -> BenchOptions {
+        BenchOptions {
+            dir: dir.to_path_buf(),
+            size,
+            file: None,
+            queue_depths: vec![1],
+            seconds: 0.01,
+            seq_depth: 2,
+            keep: false,
+        }
+    }
+
+    #[test]
+    fn the_temporary_file_is_unlinked_while_it_is_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = crate::testing::engine(crate::testing::backends()[0], 4, 2);
+        let watch = Watch {
+            dir: dir.path(),
+            seen: Mutex::default(),
+        };
+        let profile = bench_disk(&engine, &options(dir.path(), 4 << 20), &watch).unwrap();
+        assert_eq!(profile.file_bytes, 4 << 20);
+        // A kill at any stage, even -9, leaves nothing: no stage saw the file.
+        let seen = watch.seen.into_inner().unwrap();
+        assert!(
+            seen.iter().any(|(name, _)| name == "sequential write"),
+            "{seen:?}"
+        );
+        assert!(seen.iter().all(|&(_, files)| files == 0), "{seen:?}");
+    }
+
+    #[test]
+    fn a_file_larger_than_the_free_space_is_refused_before_a_byte_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = crate::testing::engine(crate::testing::backends()[0], 4, 2);
+        let err = bench_disk(&engine, &options(dir.path(), u64::MAX), &NoProgress)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("does not fit") && err.contains(" free; give a smaller --size"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 
     #[test]
     fn block_order_visits_each_block_once_per_pass() {

@@ -15,8 +15,10 @@ mod file;
 pub mod profile;
 pub mod progress;
 mod seq;
+pub mod space;
 mod stats;
 pub mod testing;
+pub mod units;
 
 pub use aligned::{align_down, align_up, AlignedBuf, ALIGN};
 pub use engine::{

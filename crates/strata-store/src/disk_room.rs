@@ -7,27 +7,13 @@
 //! is certain; a job that passes can still fill a disk that other writers fill meanwhile, which
 //! the writers' own `DiskFull` errors report.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use crate::error::{Result, StoreError};
 
-/// Bytes an unprivileged writer may still write on the filesystem holding `dir` (`statvfs`'s
-/// `f_bavail` blocks of `f_frsize` bytes).
+/// Bytes an unprivileged writer may still write on the filesystem holding `dir`.
 pub fn available(dir: &Path) -> Result<u64> {
-    let c = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| StoreError::bad_file(dir, "the path holds a NUL byte"))?;
-    // SAFETY: `c` is a NUL-terminated path and `st` a plain C struct statvfs fills.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(StoreError::os(
-            "statvfs",
-            dir,
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    Ok(strata_io::space::available(dir)?)
 }
 
 /// Refuses `what` (said lazily: `what()` names the job and its sizes), which writes at least
