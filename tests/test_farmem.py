@@ -235,6 +235,9 @@ def test_serve_refuses_bad_options():
     assert proc.returncode == 2 and "farmem.serve.listen: expected HOST:PORT" in proc.stderr
     proc = run_strata("farmem", "serve", "--capacity", "0", check=False)
     assert proc.returncode == 2 and "farmem.serve.capacity: must be positive" in proc.stderr
+    # It lent 100 TiB it did not have: the kernel would kill it once clients filled it.
+    proc = run_strata("farmem", "serve", "--listen", "127.0.0.1:0", "--capacity", "100T", check=False, timeout=60)
+    assert proc.returncode == 2 and "capacity 100 TiB is more than this machine's" in proc.stderr, proc.stderr
     proc = run_strata("farmem", "serve", "--transport", "rdma", check=False)
     assert proc.returncode == 2 and "--transport: unknown choice 'rdma' (choices: tcp, uring)" in proc.stderr
 

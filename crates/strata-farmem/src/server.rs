@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use strata_io::units::fmt_bytes;
+
 use crate::error::{FarError, Result};
 use crate::protocol::{self, op, status, Header, HeaderRead, HEADER_LEN};
 use crate::uring_server::{Replier, ZeroCopyCounters, ZeroCopyStats};
@@ -199,13 +201,39 @@ fn try_alloc_zeroed(len: usize) -> Option<Box<[u8]>> {
     Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) })
 }
 
+/// Bytes of physical memory in this machine (`u64::MAX` where the system does not say).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf reads system constants; it has no memory-safety preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(page)) {
+        (Ok(p), Ok(b)) if p > 0 && b > 0 => p.saturating_mul(b),
+        _ => u64::MAX,
+    }
+}
+
 impl Server {
-    /// Binds the listening socket; does not serve yet.
+    /// Binds the listening socket; does not serve yet. Refuses a capacity beyond the
+    /// machine's physical memory.
     pub fn bind(cfg: &ServerConfig) -> Result<Server> {
         if cfg.max_message_bytes == 0 {
             return Err(FarError::BadRequest(
                 "max_message_bytes must be at least 1".into(),
             ));
+        }
+        let ram = physical_memory();
+        if cfg.capacity_bytes > ram {
+            // Segments are allocated as clients ask: a server lending more than the machine
+            // has would take the data and then be killed by the kernel, the data with it.
+            return Err(FarError::BadRequest(format!(
+                "capacity {} is more than this machine's {} of memory: the server would lend memory it does not have",
+                fmt_bytes(cfg.capacity_bytes),
+                fmt_bytes(ram)
+            )));
         }
         let listener = TcpListener::bind(&cfg.listen)
             .map_err(|e| FarError::io(format!("binding far-memory server to {}", cfg.listen), e))?;

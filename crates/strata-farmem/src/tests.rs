@@ -827,6 +827,22 @@ fn deny_io_uring_on_this_thread() {
 }
 
 #[test]
+fn a_capacity_beyond_the_machines_memory_is_refused_at_bind() {
+    let err = Server::bind(&ServerConfig {
+        listen: "127.0.0.1:0".into(),
+        capacity_bytes: u64::MAX,
+        ..ServerConfig::default()
+    })
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(
+        err.contains("capacity 16384 PiB is more than this machine's") && err.contains("of memory"),
+        "{err}"
+    );
+}
+
+#[test]
 fn unusable_io_uring_is_reported_and_the_server_falls_back() {
     let srv = TestServer::start(8 << 20, TransportKind::Tcp);
     let cfg = srv.config();
