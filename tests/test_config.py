@@ -166,6 +166,20 @@ def test_main_in_a_program_leaves_its_collector_as_it_was(capsys):
     assert code == 0 and "embed.train" in out and gc.get_freeze_count() == before
 
 
+def test_subpackages_are_attributes_of_the_package():
+    """`import strata; strata.embed.train(...)`, as `torch.nn`: each imported on first use."""
+    code = (
+        "import strata, sys; print('strata.gnn' in sys.modules, strata.gnn.NodeLoader.__name__, "
+        "strata.embed.train.__name__, strata.plot.plot_run.__name__)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.stdout.split() == ["False", "NodeLoader", "train", "plot_run"], proc.stderr
+    with pytest.raises(AttributeError, match="no attribute 'nosuch'"):
+        import strata
+
+        strata.nosuch  # noqa: B018
+
+
 def test_an_os_error_no_check_foresaw_is_one_line_not_a_traceback(monkeypatch, capsys):
     from strata.cli import cmd_info
 

@@ -15,8 +15,16 @@ from .errors import (
     StrataError,
 )
 
+#: The subpackages ``strata.NAME`` reaches without an import of its own (``strata.embed.train``,
+#: as ``torch.nn``), each imported on first use.
+_SUBPACKAGES = ("config", "datasets", "embed", "gnn", "grid", "io", "plot", "serve")
+
 
 def __getattr__(name):
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     # Imported on first use, so that the command line can configure NumPy's threads first.
     if name in ("Store", "open_store"):
         from . import store
