@@ -296,6 +296,10 @@ def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli, capsys):
     assert unknown.returncode == 2 and "node 'no-such-node' is not in store" in unknown.stderr
     other = cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "2", "--dim", "8", "-q", check=False)
     assert other.returncode == 2 and "different embed.train.dim" in other.stderr
+    # The run resolved auto to one partition; another count asked for was silently ignored.
+    parts = cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "2", "--partitions", "2", *SMALL,
+                check=False)  # fmt: skip
+    assert parts.returncode == 2 and "holds 1 partition(s), not the 2 asked for" in parts.stderr, parts.stderr
     # A job training the run holds its directory's flock: a second job is refused, and the
     # run is left as it was.
     before = (tmp_path / "ok" / "run.json").read_bytes()

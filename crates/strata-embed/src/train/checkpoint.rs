@@ -290,7 +290,16 @@ pub fn open_prior(
             store_path.display()
         )));
     }
-    cfg.partitions = run.meta.partitioning.partitions;
+    let held = run.meta.partitioning.partitions;
+    // 0 is auto, which the run resolved when it started; another count would be ignored.
+    if cfg.partitions != 0 && cfg.partitions != held {
+        return Err(EmbedError::Config(format!(
+            "run {} holds {held} partition(s), not the {} asked for; resume it without --partitions, or pass --fresh to repartition",
+            run_dir.display(),
+            cfg.partitions
+        )));
+    }
+    cfg.partitions = held;
     Ok(Some(run))
 }
 
