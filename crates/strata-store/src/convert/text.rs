@@ -279,30 +279,24 @@ pub(crate) fn for_each_record(
     path: &Path,
     mut f: impl FnMut(u64, &[&[u8]]) -> Result<()>,
 ) -> Result<()> {
-    let check = |line: u64, n: usize| -> Result<()> {
+    let check = |line: u64, raw: &[u8], n: usize| -> Result<()> {
         if n == layout.num_fields {
             return Ok(());
         }
-        Err(StoreError::input(
-            path,
-            line,
+        // Binary data split at its newline bytes parses as lines of junk fields: name it. (A
+        // NUL in a line of the right shape is a name's, refused with its field and byte.)
+        let msg = if memchr::memchr(0, raw).is_some() {
+            "holds a NUL byte: the file is binary, not text (int32 pairs such as `generate rmat` \
+             writes: --format bin32 or a .bin name; NumPy arrays: a .npy name)"
+                .to_string()
+        } else {
             format!(
                 "expected {} fields, found {n} (delimiter: {:?}); is the column layout right?",
                 layout.num_fields, block.delimiter
-            ),
-        ))
+            )
+        };
+        Err(StoreError::input(path, line, msg))
     };
-    // Binary data split at its newline bytes parses as lines of junk fields: name it instead
-    // (one scan of the block, far cheaper than its parse).
-    if let Some(at) = memchr::memchr(0, &block.data) {
-        let line = block.first_line + memchr::memchr_iter(b'\n', &block.data[..at]).count() as u64;
-        return Err(StoreError::input(
-            path,
-            line,
-            "holds a NUL byte: the file is binary, not text (int32 pairs such as `generate rmat` writes: \
-             --format bin32 or a .bin name; NumPy arrays: a .npy name)",
-        ));
-    }
     let mut fields: Vec<&[u8]> = Vec::with_capacity(layout.num_fields + 1);
     for (this_line, raw) in (block.first_line..).zip(block.data.split(|&b| b == b'\n')) {
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -320,13 +314,13 @@ pub(crate) fn for_each_record(
                 let owned =
                     split_csv(line).map_err(|msg| StoreError::input(path, this_line, msg))?;
                 let refs: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
-                check(this_line, refs.len())?;
+                check(this_line, line, refs.len())?;
                 f(this_line, &refs)?;
                 continue;
             }
             Delimiter::Comma => fields.extend(line.split(|&b| b == b',')),
         }
-        check(this_line, fields.len())?;
+        check(this_line, line, fields.len())?;
         f(this_line, &fields)?;
     }
     Ok(())
@@ -534,7 +528,7 @@ mod tests {
     }
 
     #[test]
-    fn binary_data_is_named_at_its_first_nul_byte() {
+    fn binary_data_is_named_at_the_first_line_it_breaks() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("edges");
         std::fs::write(&path, b"a\tb\nc\td\n\x40\x0e\0\0\x40\x06\0\0\n").unwrap();
@@ -547,6 +541,9 @@ mod tests {
                 "{err}"
             );
         }
+        // A NUL in a line of the right shape is a name's: the name checks refuse it.
+        std::fs::write(&path, b"a\tb\0c\n").unwrap();
+        assert_eq!(collect(&path, layout(2, false), 4096).unwrap().len(), 1);
     }
 
     #[test]
