@@ -23,3 +23,25 @@ pub fn available(dir: &Path) -> Result<u64> {
     }
     Ok((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_temporary_directory_has_some_room() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(available(dir.path()).unwrap() > 0);
+    }
+
+    #[test]
+    fn a_missing_directory_is_an_os_error_naming_it() {
+        let err = available(Path::new("/nonexistent/strata-disk-room"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("statvfs /nonexistent/strata-disk-room"),
+            "{err}"
+        );
+    }
+}
