@@ -101,6 +101,34 @@ def test_cli_reads_config_file_and_overrides(tmp_path, strata_cli):
     assert '"symmetrized": true' in info
 
 
+def test_a_positional_argument_may_come_from_the_config_file_or_p(tmp_path, strata_cli):
+    edges = tmp_path / "e.tsv"
+    edges.write_text("a\tb\nb\tc\n")
+    store = tmp_path / "g.strata"
+    strata_cli("convert", edges, "--out", store, "-q")
+    toml = write(tmp_path, f'[info]\nstore = "{store}"\n')
+    assert "2 train" in strata_cli("info", "--config", toml).stdout
+    assert "2 train" in strata_cli("info", "-p", f"info.store={store}").stdout
+    none = strata_cli("info", check=False)
+    assert none.returncode == 2 and "[info] needs a value for store (STORE, or -p info.store=...)" in none.stderr
+    run = write(tmp_path, f'[run]\nalgorithm = "bfs"\nstore = "{store}"\n')
+    assert "reached 3" in strata_cli("run", "--config", run, "-q").stdout
+
+
+def test_a_python_call_takes_a_config_with_keyword_overrides():
+    from strata.config import RunConfig, from_call
+
+    base = RunConfig(algorithm="bfs", store="g.strata")
+    assert from_call(RunConfig, base, {"root": 3}).root == 3 and base.root == 0
+    assert from_call(RunConfig, None, {"algorithm": "wcc", "store": "g"}).algorithm == "wcc"
+    with pytest.raises(ConfigError, match=r"run\.damping: must be in \[0, 1\)"):
+        from_call(RunConfig, base, {"damping": 2})
+    with pytest.raises(ConfigError, match="unknown \\[run\\] option 'roots'; did you mean 'root'"):
+        from_call(RunConfig, None, {"roots": 1})
+    with pytest.raises(TypeError, match=r"give it by keyword, e.g. store='g.strata'"):
+        from_call(RunConfig, "g.strata", {})
+
+
 def test_a_small_budget_parses_with_fewer_threads_unless_they_were_asked_for(tmp_path, strata_cli):
     """One parse thread per core is a default: a budget too small for every core's blocks
     parses with fewer (a 64 MiB budget on a 16-core machine). Asked-for threads are kept."""

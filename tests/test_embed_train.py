@@ -19,7 +19,7 @@ from cli_in_process import strata_in_process
 from conftest import needs
 from strata.config import EmbedTrainConfig
 from strata.embed import Run, train
-from strata.errors import BudgetError, ConfigError, RunError
+from strata.errors import BudgetError, ConfigError, InputError, RunError
 
 # The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
 # builds them once (tests/conftest.py).
@@ -314,6 +314,15 @@ def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli, capsys):
     (tmp_path / "ok" / "run.json").write_text("{not json")
     broken = cli("embed", "eval", tmp_path / "ok", check=False)
     assert broken.returncode == 2 and "run.json: not a run record" in broken.stderr
+
+
+def test_the_python_api_applies_keyword_overrides_and_leaves_a_missing_store_alone(kg, tmp_path):
+    cfg = EmbedTrainConfig(store=kg, run_dir=tmp_path / "r", epochs=4, dim=8, chunk_size=200, negatives=16)
+    assert train(cfg, epochs=1).epochs == 1
+    absent = tmp_path / "absent.strata"
+    with pytest.raises(InputError, match="no such store"):
+        train(store=absent)
+    assert not absent.exists()  # its default run directory, absent/runs/embed, was not made
 
 
 def test_a_diverging_epoch_is_refused_and_the_run_resumes_from_its_last_checkpoint(kg, tmp_path, capsys):

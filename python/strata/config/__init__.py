@@ -7,7 +7,7 @@ only. What needs them all (a config file's check, ``strata config``) asks :func:
 
 import importlib
 
-from .loading import SECTION_GROUPS, all_sections, from_args, load
+from .loading import SECTION_GROUPS, all_sections, from_args, from_call, load
 from .schema import ConfigError, Fractions, Size, add_arguments, as_dict, describe, engine_options
 
 
@@ -31,5 +31,6 @@ __all__ = [
     "describe",
     "engine_options",
     "from_args",
+    "from_call",
     "load",
 ]

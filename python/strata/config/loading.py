@@ -1,5 +1,6 @@
 """Where a section's values come from: its defaults, a TOML file (``--config``), flags and
-``-p`` overrides (:func:`load`, :func:`from_args`).
+``-p`` overrides (:func:`load`, :func:`from_args`), or a Python call's arguments
+(:func:`from_call`).
 
 A command declares only its own sections (a section group's module costs its import, a few tens
 of milliseconds each on a slow core, at every process's start). A config file is checked
@@ -114,6 +115,14 @@ def read_config_file(config_file: Path) -> dict:
     return doc
 
 
+def flag_name(cls, key: str) -> str:
+    """How the command line names option ``key`` of section ``cls``: ``--run-dir``, or the
+    metavar ``STORE`` of a positional argument."""
+    if cls.__dataclass_fields__[key].metadata.get("positional"):
+        return key.upper()
+    return f"--{key.replace('_', '-')}"
+
+
 def load(
     cls, *, config_file: Path | None = None, flags: dict[str, Any] | None = None, overrides: list[str] | None = None
 ):
@@ -132,7 +141,7 @@ def load(
                 values[key] = coerce_field(cls, key, value, f"{config_file}: [{section_name}] {key}")
                 origin[key] = f"{config_file}: [{section_name}] {key}"
     for key, value in (flags or {}).items():
-        flag = f"--{key.replace('_', '-')}"
+        flag = flag_name(cls, key)
         values[key] = coerce_field(cls, key, value, flag)
         origin[key] = flag
     for item in overrides or []:
@@ -152,7 +161,7 @@ def load(
         if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     ]
     if missing:
-        flags_text = ", ".join(f"--{m.replace('_', '-')}" for m in missing)
+        flags_text = ", ".join(flag_name(cls, m) for m in missing)
         raise ConfigError(
             f"[{section_name}] needs a value for {', '.join(missing)} ({flags_text}, "
             f"or -p {section_name}.{missing[0]}=...)"
@@ -166,6 +175,26 @@ def load(
         if not named:
             raise
         raise ConfigError(f"{e} (from {', '.join(named)})") from None
+
+
+def from_call(cls, config, options: dict[str, Any]):
+    """The section a Python API call asks for: ``cls(**options)``, or ``config`` (a ``cls``)
+    with ``options`` replacing its values, checked again.
+
+    An option ``cls`` lacks is a :class:`ConfigError` with a "did you mean"; a ``config`` of
+    another type (a store's path passed by position) is a ``TypeError`` naming the keyword."""
+    for key in options:
+        if key not in cls.__dataclass_fields__:
+            raise _unknown_key(cls, key, "keyword argument")
+    if config is None:
+        return cls(**options)
+    if not isinstance(config, cls):
+        first = "store" if "store" in cls.__dataclass_fields__ else fields(cls)[0].name
+        raise TypeError(
+            f"expected {cls.__name__} (the [{cls.__section__}] section) or keyword options, got the"
+            f" {type(config).__name__} {config!r}; give it by keyword, e.g. {first}={config!r}"
+        )
+    return dataclasses.replace(config, **options)
 
 
 def from_args(cls, args: argparse.Namespace):

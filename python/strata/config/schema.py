@@ -291,7 +291,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
         # argparse expands %-formats in help texts; the texts are plain prose ("20%").
         help_text = help_text.replace("%", "%%")
         if meta.get("positional"):
-            nargs = "*" if typing.get_origin(tp) is list else None
+            # Optional for argparse: a --config file or a -p override may give the value, and
+            # `load` names it when nothing does.
+            nargs = "*" if typing.get_origin(tp) is list else "?"
             parser.add_argument(f.name, metavar=f.name.upper(), nargs=nargs, help=help_text, default=argparse.SUPPRESS)
             continue
         names = [f"--{f.name.replace('_', '-')}"] + ([f"-{meta['short']}"] if meta.get("short") else [])

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import _native, torchrun
-from ..config import engine_options
+from ..config import engine_options, from_call
 from ..config.embed import EmbedTrainConfig
 from ..errors import ConfigError
 from ..paths import make_dir
+from ..store import open_store
 from ..units import fmt_bytes, fmt_duration
 from . import dist, dist_owner
 from .runs import Run, default_run_dir
@@ -99,7 +100,7 @@ def train(
     memory="2G")``; every option of ``[embed.train]`` is accepted. ``on_epoch(record)`` sees each
     committed epoch (loss, timings, I/O, validation metrics).
     """
-    cfg = config if config is not None else EmbedTrainConfig(**options)
+    cfg = from_call(EmbedTrainConfig, config, options)
     run_dir = cfg.run_dir if cfg.run_dir is not None else default_run_dir(cfg.store)
     native = engine_options(cfg)
     env = torchrun.environment()
@@ -114,6 +115,9 @@ def train(
         if on_epoch is not None:
             on_epoch(record)
 
+    # Opened (a few stats) before the run directory is made: a mistyped store must not leave a
+    # STORE/runs/ behind.
+    open_store(cfg.store)
     make_dir(run_dir.parent, "--run-dir")
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import torchrun
-from ..config import as_dict, engine_options
+from ..config import as_dict, engine_options, from_call
 from ..config.gnn import GnnTrainConfig
 from ..errors import ConfigError, DivergedError
 from ..paths import make_dir
@@ -220,7 +220,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     ``resume.pt`` (model, optimizer, history), from which a group that torchrun restarts goes
     on after the last completed epoch."""
     torch = require_torch()
-    cfg = config if config is not None else GnnTrainConfig(**options)
+    cfg = from_call(GnnTrainConfig, config, options)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     env = torchrun.environment()

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import _native, torchrun
-from ..config import as_dict
+from ..config import as_dict, from_call
 from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
 from ..errors import ConfigError, InputNotFoundError, StoreFormatError
 from ..paths import make_dir
@@ -102,7 +102,7 @@ def build_grid(config: GridBuildConfig | None = None, progress: ProgressFn | Non
     ``out`` the grid directory ``out`` straight from the input edge list ``config.store``;
     returns the build summary (dir, partitions, num_vertices, num_edges, bytes, seconds, stages
     with their bytes, plan)."""
-    cfg = config if config is not None else GridBuildConfig(**options)
+    cfg = from_call(GridBuildConfig, config, options)
     if cfg.out is not None:
         _check_input(cfg)
         return _native.grid_build_input(as_dict(cfg), {"config": as_dict(cfg)}, progress)
@@ -345,7 +345,7 @@ def run(
     its own columns of the grid and exchanges vertex values with the other ranks; rank 0 writes
     the results, ``metrics.jsonl`` and ``run.json`` (with every rank's figures), the others only
     report."""
-    cfg = config if config is not None else RunConfig(**options)
+    cfg = from_call(RunConfig, config, options)
     _require_store(cfg.store)
     native = as_dict(cfg)
     program = None
@@ -503,7 +503,7 @@ def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[st
     called once it listens (default: prints ``listening on ADDR``, flushed). Returns a summary:
     ``addr``, ``capacity``, ``seconds``, ``stopped_by`` (``SIGTERM``, ``interrupt`` or
     ``server``), and the server's counters: ``requests``, ``received_bytes``, ``served_bytes``."""
-    cfg = config if config is not None else FarmemServeConfig(**options)
+    cfg = from_call(FarmemServeConfig, config, options)
     info: dict = {"listen": cfg.listen, "addr": None, "capacity": int(cfg.capacity)}
     started = [time.monotonic()]
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 from .. import _native
-from ..config import engine_options
+from ..config import engine_options, from_call
 from ..config.serve import ServeConfig
 from ..stopping import run_until_stopped
 from ..units import fmt_bytes
@@ -19,7 +19,7 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
     ``on_ready(addr, plan)`` is called once it listens (default: prints the memory plan and
     ``listening on ADDR``, flushed); the summary keeps ``plan`` (the split, bytes) and
     ``memory_plan`` (the same in the shape every engine's plan takes)."""
-    cfg = config if config is not None else ServeConfig(**options)
+    cfg = from_call(ServeConfig, config, options)
     token = resolve_token(cfg.token or None, cfg.token_file)
     # The server reads the checked section itself; the token from a file or the environment
     # is filled in here, where the ready line says whether one is required.

@@ -268,8 +268,21 @@ fn open_input(path: &std::path::Path, progress: &dyn Progress) -> Result<Store> 
         return refuse("reorder: the store has a node name table; reordering supports integer-id stores only (a name's id is its rank in the sorted table, which a new order would break)".into());
     }
     if m.arrays.contains_key("original_id") {
-        let how = m.provenance.get("reorder").cloned().unwrap_or_default();
-        return refuse(format!("reorder: the store is already reordered ({how})"));
+        // Name the order and the input only: the provenance also holds the input's whole
+        // conversion record, too long for one error line.
+        let how = m.provenance.get("reorder");
+        let field = |key: &str| {
+            how.and_then(|h| h.get(key))
+                .and_then(|v| v.as_str())
+                .unwrap_or("?")
+                .to_string()
+        };
+        return refuse(format!(
+            "reorder: the store is already reordered (by {} from {}); reorder that input \
+             instead, so that original_id keeps naming its ids",
+            field("order"),
+            field("input")
+        ));
     }
     if m.graph.num_nodes > u32::MAX as u64 {
         return refuse(format!(

@@ -290,8 +290,13 @@ pub(crate) fn for_each_record(
              writes: --format bin32 or a .bin name; NumPy arrays: a .npy name)"
                 .to_string()
         } else {
+            let hint = if layout.num_fields == 2 && n == 3 {
+                "(src, relation, dst) triples need --relations"
+            } else {
+                "--columns names each field (src, dst, rel, weight, time, feat:D or _)"
+            };
             format!(
-                "expected {} fields, found {n} (delimiter: {:?}); is the column layout right?",
+                "expected {} fields, found {n} (delimiter: {:?}); {hint}",
                 layout.num_fields, block.delimiter
             )
         };
@@ -522,7 +527,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("e.tsv:2:") && err.contains("expected 2 fields, found 3"),
+            err.contains("e.tsv:2:")
+                && err.contains("expected 2 fields, found 3")
+                && err.contains("triples need --relations"),
+            "{err}"
+        );
+        std::fs::write(&path, "a\tb\tc\nd\te\n").unwrap();
+        let err = collect(&path, layout(3, false), 4096)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("e.tsv:2:") && err.contains("--columns names each field"),
             "{err}"
         );
     }
