@@ -628,6 +628,7 @@ def test_status_command(shared):
     # Nobody listening: a clear failure, not a hang.
     gone = run_strata("serve", "status", "--address", "127.0.0.1:1", "--timeout", "2", check=False, env=server_env())
     assert gone.returncode != 0 and "UNAVAILABLE" in gone.stderr
+    assert "no Strata server answers on 127.0.0.1:1" in gone.stderr and "start one with `strata serve`" in gone.stderr
 
 
 def test_sigterm_drains_queued_analyses(tmp_path, sbm):

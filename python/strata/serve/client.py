@@ -253,7 +253,7 @@ class Client:
         try:
             return stub(request_cls(**fields), timeout=timeout or self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise ServiceError(e.code().name, e.details() or "") from None
+            raise self._error(e) from None
 
     def _stream(self, method: str, **fields) -> Iterator:
         """The messages of a server-streaming call."""
@@ -261,7 +261,15 @@ class Client:
         try:
             yield from stub(request_cls(**fields), timeout=self.timeout, metadata=self._metadata)
         except grpc.RpcError as e:
-            raise ServiceError(e.code().name, e.details() or "") from None
+            raise self._error(e) from None
+
+    def _error(self, e: grpc.RpcError) -> ServiceError:
+        """``e`` as a ServiceError; gRPC's own words for a server nobody runs (a connection
+        refused) say where the client looked and what starts one."""
+        details = e.details() or ""
+        if e.code() == grpc.StatusCode.UNAVAILABLE and details.startswith("failed to connect"):
+            details = f"no Strata server answers on {self.address} ({details}); start one with `strata serve`"
+        return ServiceError(e.code().name, details)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Blocks until the server answers (it may still be starting)."""
