@@ -169,6 +169,7 @@ def in_memory(store: Path, opts: dict, data, full: bool) -> float:
             memory=int(cfg.memory),
             seed=cfg.seed,
             threads=cfg.sampler_threads,
+            training=model.training_costs(optimizer_states=2),
         )
 
     record = _train(cfg, as_dict(cfg), model, torch.device("cpu"), None, None, open_data)

@@ -68,6 +68,8 @@ def test_rgcn_learns_from_disk_and_reports_the_run(mag, tmp_path):
     assert last["sampled_nodes_per_second"] > 0 and len((run / "metrics.jsonl").read_text().splitlines()) == 4
     parts = {p["name"]: p["bytes"] for p in record["memory_plan"]["parts"]}
     assert parts["topology"] == record["plan"]["topology"] and parts["runtime"] > 0
+    assert parts["batches"] == record["plan"]["batches"] > 0 and parts["training"] == record["plan"]["training"] > 0
+    assert record["memory_plan"]["minimum"] == sum(parts.values())
     assert "typed store: classify paper nodes" in proc.stdout + proc.stderr
     assert "test accuracy" in proc.stdout
 
@@ -127,3 +129,35 @@ def test_the_target_type_must_be_named_when_several_have_labels(mag, tmp_path):
     with pytest.raises(ConfigError, match=r"gnn.train.target_type: .* labels for several node types \(paper, author\)"):
         target_type(store, None)
     assert target_type(store, "author") == 1 and target_type(Store(mag), None) == 0
+
+
+def test_the_plan_sizes_batches_no_smaller_than_training_makes_them(mag):
+    from strata.gnn.typed import BATCHES_ALIVE, TypedGnnData, fanout_dict
+    from strata.store import Store
+
+    fanouts = fanout_dict(Store(mag), [5, 5], None)
+    data = TypedGnnData(mag, 0, fanouts, batch_size=128, memory=8 << 30, seed=3, threads=1)
+    shape = data._largest_batch()
+    loader = data.loader("train", epoch=1)
+    try:
+        for batch in loader:
+            assert len(batch.nodes) <= shape.nodes
+            for block, (src, dst, edges) in zip(batch.blocks, shape.blocks, strict=True):
+                assert block.num_src <= src and block.num_dst <= dst and len(block.src) <= edges
+    finally:
+        loader.close()
+    assert data.plan["batches"] == BATCHES_ALIVE * shape.bytes() and data.plan["training"] == 0
+    costs = {"fixed_bytes": 100, "layers": [{"src_row": 1, "dst_row": 10, "edge": 100}] * 2}
+    (s0, d0, e0), (s1, d1, e1) = shape.blocks
+    assert shape.training_bytes(costs) == 100 + s0 + 10 * d0 + 100 * e0 + s1 + 10 * d1 + 100 * e1
+
+
+def test_fanouts_the_budget_cannot_train_are_refused_before_an_epoch(mag, tmp_path):
+    from strata.errors import ConfigError
+    from strata.gnn.train import train
+
+    run = tmp_path / "deep"
+    with pytest.raises(ConfigError, match=r"gnn\.train\.memory: budget 1\.00 GiB cannot hold .* batches alive at once "
+                       r".* and training one .* lower --batch-size, the fanouts"):  # fmt: skip
+        train(store=mag, model="rgcn", epochs=1, fanouts=[-1] * 4, hidden=1024, memory="1G", run_dir=run)
+    assert not run.exists()

@@ -529,5 +529,16 @@ class TypedGNN(nn.Module):
         self.inputs = TypedInput(dims, hidden)
         self.gnn = GNN(kind, hidden, hidden, out_dim, layers, dropout, edge_types=edge_types)
 
+    def training_costs(self, optimizer_states: int) -> dict:
+        """:meth:`GNN.training_costs` of the stack, with the input projections: each source row
+        of the input block also holds its projected row, that row's gradient and the masked
+        copy the projection writes (3 x ``hidden`` float32), and the projections' parameters
+        count with the stack's."""
+        costs = self.gnn.training_costs(optimizer_states)
+        costs["layers"][0]["src_row"] += 4 * 3 * self.inputs.width
+        params = sum(p.numel() * p.element_size() for p in self.inputs.parameters())
+        costs["fixed_bytes"] += params * (1 + optimizer_states)
+        return costs
+
     def forward(self, blocks: list[Block], x: TypedRows) -> torch.Tensor:
         return self.gnn(blocks, self.inputs(x))

@@ -310,6 +310,7 @@ def _typed(cfg: GnnTrainConfig, store: Store, env, device, progress):
             seed=cfg.seed,
             threads=cfg.sampler_threads,
             device=str(device),
+            training=model.training_costs(optimizer_states=2),
             progress=progress,
         )
 

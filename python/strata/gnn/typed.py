@@ -7,9 +7,12 @@ node type's feature array (``features_tI``, memory-mapped: only the sampled rows
 a :class:`~strata.gnn.models.TypedRows`. The native data path's hot set, cache and device tier
 read one global feature array, which typed stores do not have, so typed batches read every row
 from the store's files (through the page cache). The sampler holds the topology (CSC with edge
-types) in RAM; the plan checks it, with the process's anonymous memory when the store is
-opened (the interpreter, torch, the model), against ``memory``. The next batch is sampled and read on a
-worker thread while the model trains on the current one.
+types) in RAM. The next batch is sampled and read on a worker thread while the model trains on
+the current one. The plan checks against ``memory`` the process's anonymous memory when the
+store is opened (the interpreter, torch, the model), the topology, the batches alive at once and
+what training one adds (the model's :meth:`~strata.gnn.models.TypedGNN.training_costs` over the
+blocks of batches sampled at open), so that fanouts too deep for the budget are refused before
+an epoch starts rather than met by the kernel's OOM killer.
 """
 
 from __future__ import annotations
@@ -75,6 +78,53 @@ def fanout_dict(store: Store, fanouts: list[int], table: dict | None) -> dict:
             f"gnn.train.fanouts {fanouts})"
         )
     return {e: list(table.get(k, fanouts)) for k, e in by_key.items()}
+
+
+#: Batches sampled at open to size a batch (the largest of each figure is planned).
+ESTIMATE_BATCHES = 4
+
+#: Headroom over the largest batch sampled at open: batches vary (hubs among the seeds).
+ESTIMATE_MARGIN = 1.25
+
+#: The estimate's seed stream and the first of its batch keys (training's keys are
+#: ``epoch << 32 | batch``, far below).
+ESTIMATE_STREAM, ESTIMATE_KEY = 0x7E57, 1 << 62
+
+#: Batches alive at once: the one training, the one the loop held before it (until the loop's
+#: variable moves on) and the one the worker prepares.
+BATCHES_ALIVE = 3
+
+#: Bytes a batch holds per sampled node beside its feature row (its id, its node type, its
+#: type's index and the rows' positions: int64 each) and per sampled edge (source,
+#: destination and edge type, int64 each).
+NODE_BYTES, EDGE_BYTES = 32, 24
+
+
+@dataclass
+class BatchShape:
+    """The batch the plan sizes: ``nodes`` sampled, ``edges`` sampled, ``row_bytes`` of their
+    feature rows, and per block (input layer first) its sources, destinations and edges."""
+
+    nodes: int
+    edges: int
+    row_bytes: int
+    blocks: list[tuple[int, int, int]]
+
+    def bytes(self) -> int:
+        """What the batch itself holds: its feature rows, its ids and its blocks' edges."""
+        return self.row_bytes + NODE_BYTES * self.nodes + EDGE_BYTES * self.edges
+
+    def training_bytes(self, training: dict | None) -> int:
+        """What training this batch adds with the model's ``training`` costs
+        (:meth:`~strata.gnn.models.TypedGNN.training_costs`; None: nothing)."""
+        if not training:
+            return 0
+        if not self.blocks:  # no seeds to sample: the parameters' gradients and state only
+            return training["fixed_bytes"]
+        return training["fixed_bytes"] + sum(
+            src * c["src_row"] + dst * c["dst_row"] + edges * c["edge"]
+            for c, (src, dst, edges) in zip(training["layers"], self.blocks, strict=True)
+        )
 
 
 @dataclass
@@ -177,7 +227,9 @@ class TypedGnnData:
     """A typed store opened for node classification of node type ``target`` (an index, see
     :func:`target_type`), sampled with ``fanouts`` (a dict per edge type, see
     :func:`fanout_dict`) in batches of ``batch_size`` seeds. ``memory``: the process's budget
-    in bytes, which its anonymous memory at open plus the sampler's topology must fit. Has the
+    in bytes, which its anonymous memory at open, the sampler's topology, the batches alive at
+    once and what training one adds (``training``: the model's
+    :meth:`~strata.gnn.models.TypedGNN.training_costs`) must fit. Has the
     interface :func:`strata.gnn.train.train` uses of
     :class:`~strata.gnn.loader.GnnData` (``nodes``, ``has_split``, ``loader``, ``plan``,
     ``memory_plan``)."""
@@ -198,6 +250,7 @@ class TypedGnnData:
         seed: int,
         threads: int,
         device: str = "cpu",
+        training: dict | None = None,
         progress=None,
     ):
         self.store = Store(store)
@@ -214,12 +267,28 @@ class TypedGnnData:
                 f"gnn.train.memory: the process holds {fmt_bytes(runtime)} and the typed sampler's topology "
                 f"{fmt_bytes(topology)} in RAM, more than the budget {fmt_bytes(memory)}"
             )
+        shape = self._largest_batch()
+        batches = BATCHES_ALIVE * shape.bytes()
+        train_bytes = shape.training_bytes(training)
+        total = runtime + topology + batches + train_bytes
+        if total > memory:
+            raise ConfigError(
+                f"gnn.train.memory: budget {fmt_bytes(memory)} cannot hold the process ({fmt_bytes(runtime)}), the "
+                f"typed sampler's topology ({fmt_bytes(topology)}), {BATCHES_ALIVE} batches alive at once "
+                f"({fmt_bytes(batches)}: about {shape.nodes:,} nodes and {shape.edges:,} edges each) and training "
+                f"one ({fmt_bytes(train_bytes)}): {fmt_bytes(total)} in all; raise --memory to at least that, or "
+                "lower --batch-size, the fanouts (fewer layers, or smaller) or --hidden"
+            )
         feature_bytes = sum(f.nbytes for f in self.features if f is not None)
         names = self.store.node_types
         self.plan = {
             "memory": memory,
             "runtime": runtime,
             "topology": topology,
+            "batches": batches,
+            "training": train_bytes,
+            "batch_nodes": shape.nodes,
+            "batch_edges": shape.edges,
             "target_type": names[target],
             "fanouts": {":".join(e): f for e, f in fanouts.items()},
             "feature_files": feature_bytes,
@@ -232,16 +301,53 @@ class TypedGnnData:
         self.memory_plan = {
             "engine": "gnn",
             "memory": memory,
-            "minimum": runtime + topology,
+            "minimum": total,
             "parts": [
                 {"name": "runtime", "bytes": runtime, "detail": "anonymous memory as measured at open"},
+                {"name": "training", "bytes": train_bytes, "detail": "what training a batch adds"},
                 {"name": "topology", "bytes": topology, "detail": "the sampler's CSC with edge types"},
+                {
+                    "name": "batches",
+                    "bytes": batches,
+                    "detail": f"{BATCHES_ALIVE} alive of about {shape.nodes:,} nodes and {shape.edges:,} edges",
+                },
             ],
             "data": [{"name": "node features", "bytes": feature_bytes, "resident": 0, "elsewhere": "SSD"}],
         }
         if progress:
             for line in self.plan_lines():
                 progress("message", line)
+
+    def _largest_batch(self) -> BatchShape:
+        """The largest of each figure over :data:`ESTIMATE_BATCHES` batches of training seeds
+        (all the target type's nodes without a train split) drawn without replacement and
+        sampled as training samples them, times :data:`ESTIMATE_MARGIN`."""
+        seeds = self.nodes("train") if self.has_split("train") else np.arange(len(self.labels))
+        rng = np.random.default_rng([self.config["seed"], ESTIMATE_STREAM])
+        row_bytes = np.array([0 if f is None else f.shape[1] * f.dtype.itemsize for f in self.features])
+        nodes = edges = rows = 0
+        blocks: list[list[int]] = []
+        for i in range(ESTIMATE_BATCHES if len(seeds) else 0):
+            chosen = rng.choice(len(seeds), size=min(self.batch_size, len(seeds)), replace=False)
+            # Batch keys of their own: training's draws are a function of their keys alone.
+            s = self.sampler.sample(seeds[chosen] + self.offsets[self.target], batch_key=ESTIMATE_KEY + i)
+            types = np.searchsorted(self.offsets, s.node, side="right") - 1
+            nodes, edges = max(nodes, len(s.node)), max(edges, len(s.row))
+            rows = max(rows, int(np.bincount(types, minlength=len(row_bytes)) @ row_bytes))
+            hops = np.cumsum(s.num_sampled_nodes)
+            shape = [
+                [int(hops[h]), int(hops[h - 1]), int(s.num_sampled_edges[h - 1])] for h in range(len(hops) - 1, 0, -1)
+            ]
+            blocks = [list(map(max, a, b)) for a, b in zip(blocks, shape, strict=True)] if blocks else shape
+
+        n = self.store.num_nodes
+
+        def grow(v: int, most: int | None = None) -> int:
+            return min(int(v * ESTIMATE_MARGIN), most if most is not None else 1 << 62)
+
+        return BatchShape(
+            grow(nodes, n), grow(edges), grow(rows), [(grow(src, n), grow(dst, n), grow(e)) for src, dst, e in blocks]
+        )
 
     def plan_lines(self) -> list[str]:
         """The plan, for printing at start."""
