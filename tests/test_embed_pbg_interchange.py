@@ -92,6 +92,11 @@ def test_an_imported_run_evaluates_predicts_and_reexports(runs, kg, tmp_path):
     back.export(tmp_path / "again", format="pbg")
     for name in ("model.v1.h5", "embeddings_all_1.v1.h5", "entity_names_all_1.json", "dynamic_rel_names.json"):
         assert (tmp_path / "again" / name).is_file()
+    back.export(tmp_path / "again", format="pbg", overwrite=True)  # an earlier PBG export is replaced
+    # Importing over a store (or anything but an earlier run) is refused, the store left whole.
+    over = run_strata("embed", "import-pbg", pbg, "--store", kg, "--out", kg, "--overwrite", check=False)
+    assert over.returncode == 2 and "is not an earlier output of this command (no run.json)" in over.stderr
+    assert (kg / "manifest.json").is_file()
 
 
 def pbg_modules():

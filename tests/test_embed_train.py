@@ -141,6 +141,13 @@ def test_export_is_in_node_id_order(kg, tmp_path, strata_cli):
     assert first[0] == names[0] and np.allclose([float(x) for x in first[1:]], emb[0], rtol=1e-6)
     again = strata_cli("embed", "export", run, "--out", tmp_path / "tsv", check=False)
     assert again.returncode == 2 and "--overwrite" in again.stderr
+    strata_cli("embed", "export", run, "--out", tmp_path / "tsv", "--overwrite", "-q")  # an earlier export
+    # --overwrite never replaces what is not an export: the run itself, the store, a user's files.
+    before = sorted(p.name for p in run.iterdir())
+    for target in (run, kg):
+        own = strata_cli("embed", "export", run, "--out", target, "--overwrite", check=False)
+        assert own.returncode == 2 and "is not an earlier output of this command (no export.json)" in own.stderr
+    assert sorted(p.name for p in run.iterdir()) == before and (kg / "manifest.json").is_file()
 
 
 def test_a_one_bucket_run_reads_its_edges_once(kg, tmp_path):

@@ -197,6 +197,11 @@ def test_index_bad_inputs(trained, strata_cli, tmp_path, monkeypatch, capsys):
     strata_cli("embed", "index", run, "--out", tmp_path / "idx", "--metric", "l2", "-q")
     again = cli("embed", "index", run, "--out", tmp_path / "idx", check=False)
     assert again.returncode == 2 and "--overwrite" in again.stderr
+    replaced = cli("embed", "index", run, "--out", tmp_path / "idx", "--metric", "l2", "--overwrite", check=False)
+    assert replaced.returncode == 0, replaced.stderr
+    own = cli("embed", "index", run, "--out", run, "--overwrite", check=False)
+    assert own.returncode == 2 and "is not an earlier index (no index.json)" in own.stderr
+    assert (run / "run.json").is_file()
     other = cli("embed", "neighbors", run, "--node", names[1], "--metric", "cos", "--index", tmp_path / "idx",
                 check=False)  # fmt: skip
     assert other.returncode == 2 and "compares by l2, not cos" in other.stderr

@@ -87,6 +87,11 @@ def index_run(run: Run, cfg: EmbedIndexConfig, progress: ProgressFn | None = Non
     connectivity, expansion = cfg.connectivity, cfg.expansion
     if out.exists() and not cfg.overwrite:
         raise ConfigError(f"{out} exists; pass --overwrite to replace it")
+    # --overwrite replaces an earlier index (or an empty directory), never a run or a store.
+    if out.exists() and not (out / META_FILE).is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(
+            f"{out} exists and is not an earlier index (no {META_FILE}); refusing to replace it: choose a new directory"
+        )
     out.absolute().parent.mkdir(parents=True, exist_ok=True)
     staging = out.absolute().parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

@@ -20,6 +20,9 @@ use crate::config::ExportFormat;
 use crate::error::{io_err, EmbedError, Result};
 use crate::run::loaded::{name_of, Loaded};
 
+/// The record an export writes beside its files, which marks a directory as an export.
+const EXPORT_META: &str = "export.json";
+
 /// A writer of rows in id order outside this crate, one file at a time.
 pub trait RowSink {
     /// Starts file `path` of rows of `dim` floats.
@@ -113,7 +116,7 @@ pub fn export_with(
         ));
     }
     let start = std::time::Instant::now();
-    let (files, passes) = write_published(out, overwrite, |tmp| {
+    let (files, passes) = write_published(out, overwrite, EXPORT_META, |tmp| {
         write_all(l, tmp, format, external.take(), progress)
     })?;
     Ok(ExportReport {
@@ -129,17 +132,31 @@ pub fn export_with(
 
 /// Writes the directory `out` with `write` into a `.partial-PID` directory beside it, then
 /// publishes it (renamed into place, or swapped with an existing `out` when `overwrite`); on
-/// any error the partial directory is removed and `out` is untouched.
+/// any error the partial directory is removed and `out` is untouched. `overwrite` replaces only
+/// an earlier output of the same kind, a directory holding `marker` (`export.json`,
+/// `run.json`, ...), or an empty directory: never a run, a store or a user's files named by
+/// mistake.
 pub(crate) fn write_published<T>(
     out: &Path,
     overwrite: bool,
+    marker: &str,
     write: impl FnOnce(&Path) -> Result<T>,
 ) -> Result<T> {
-    if out.exists() && !overwrite {
-        return Err(EmbedError::Config(format!(
-            "{} exists; pass --overwrite to replace it",
-            out.display()
-        )));
+    if out.exists() {
+        if !overwrite {
+            return Err(EmbedError::Config(format!(
+                "{} exists; pass --overwrite to replace it",
+                out.display()
+            )));
+        }
+        let empty = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_none());
+        if !empty && !out.join(marker).is_file() {
+            return Err(EmbedError::Config(format!(
+                "{} exists and is not an earlier output of this command (no {marker}); refusing to \
+                 replace it: choose a new directory",
+                out.display()
+            )));
+        }
     }
     let parent = out
         .parent()
@@ -309,13 +326,13 @@ fn write_all(
         "inverse_offset": l.relations.inverse_offset,
         "files": files,
     });
-    let path = dir.join("export.json");
+    let path = dir.join(EXPORT_META);
     std::fs::write(
         &path,
         serde_json::to_string_pretty(&meta).expect("serialises"),
     )
     .map_err(|e| io_err("write", &path, e))?;
-    files.push("export.json".into());
+    files.push(EXPORT_META.into());
     Ok((files, passes))
 }
 
@@ -328,4 +345,35 @@ fn write_lines(path: &Path, lines: impl Iterator<Item = Result<String>>) -> Resu
             .map_err(|e| io_err("write", path, e))?;
     }
     w.flush().map_err(|e| io_err("write", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn publish(out: &Path, overwrite: bool) -> Result<()> {
+        write_published(out, overwrite, EXPORT_META, |dir| {
+            std::fs::write(dir.join(EXPORT_META), b"{}").map_err(|e| io_err("write", dir, e))
+        })
+    }
+
+    #[test]
+    fn overwrite_replaces_only_an_earlier_export_or_an_empty_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        publish(&out, false).unwrap();
+        let again = publish(&out, false).unwrap_err().to_string();
+        assert!(again.contains("pass --overwrite"), "{again}");
+        publish(&out, true).unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        publish(&empty, true).unwrap();
+        assert!(empty.join(EXPORT_META).is_file());
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(run.join("run.json"), b"{}").unwrap();
+        let refused = publish(&run, true).unwrap_err().to_string();
+        assert!(refused.contains("no export.json"), "{refused}");
+        assert!(run.join("run.json").is_file() && !run.join(EXPORT_META).exists());
+    }
 }

@@ -216,7 +216,7 @@ pub fn export(
     let form = form_of(&l.model)?;
     refuse_entity_types(&l.run)?;
     let abs_out = std::path::absolute(out).map_err(|e| io_err("resolve", out, e))?;
-    write_published(out, overwrite, |dir| {
+    write_published(out, overwrite, "checkpoint_version.txt", |dir| {
         write_checkpoint(l, dir, &abs_out, form, h5, progress)
     })?;
     Ok(PbgReport {
@@ -914,7 +914,7 @@ pub fn import(
         layout,
         rows_per_read: ((o.memory.0 / 4) / (c.dim as u64 * 4 + 64)).max(1),
     };
-    write_published(&o.out, o.overwrite, |dir| {
+    write_published(&o.out, o.overwrite, "run.json", |dir| {
         table.write(dir, h5, progress)?;
         let run = Run {
             dir: dir.to_path_buf(),
