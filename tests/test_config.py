@@ -150,6 +150,8 @@ def test_help_lists_every_option_with_its_help(strata_cli):
     assert "memory budget of the conversion" in text
     assert "rmat" in strata_cli("generate", "--help").stdout
     assert "convert" in strata_cli("config").stdout
+    typo = strata_cli("config", "embed.trian", check=False)
+    assert typo.returncode == 2 and "did you mean 'embed.train'?" in typo.stderr
 
 
 # What a `strata` process has imported when it exits: the command modules, the config section

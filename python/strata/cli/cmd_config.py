@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import _native
 from ..config import all_sections, describe
 from ..errors import ConfigError
 
@@ -24,6 +25,6 @@ def run(args) -> int:
             print(name)
         return 0
     if args.section not in sections:
-        raise ConfigError(f"no config section '{args.section}'; sections: {', '.join(sorted(sections))}")
+        raise ConfigError(_native.unknown_name("config section", args.section, sorted(sections)))
     print(describe(sections[args.section]), end="")
     return 0
