@@ -94,6 +94,24 @@ def test_the_device_tier_serves_the_hottest_rows(sbm):
         NodeLoader(sbm, fanouts=[5], device_memory="lots")
 
 
+def test_loader_nodes_are_ids_a_mask_or_a_split_checked_at_construction(sbm):
+    n = GnnData(sbm).num_nodes
+    mask = np.zeros(n, dtype=bool)
+    mask[[3, 17, 40]] = True
+    batch = next(iter(NodeLoader(sbm, fanouts=[2], batch_size=8, nodes=mask)))
+    assert sorted(batch.seeds.tolist()) == [3, 17, 40]  # a mask, as PyG's input_nodes takes
+    bad = [
+        (np.array([1.5, 2.0]), "expected integer node ids, got an array of float64"),  # was truncated to 1, 2
+        (np.array([2**32 + 3]), "node ids are 32-bit"),  # was wrapped onto node 3
+        (np.array([-1]), "must not be negative"),
+        (mask[:10], rf"a boolean mask must have one entry per node \({n}\)"),
+        ("trian", "has no node split 'trian'"),  # was refused only once iterated
+    ]
+    for nodes, message in bad:
+        with pytest.raises(ValueError, match=message):
+            NodeLoader(sbm, fanouts=[2], batch_size=8, nodes=nodes)
+
+
 def test_encoded_features_are_decoded_into_the_batches(sbm):
     """feature_codec: every row is hot, held encoded, and served decoded to float32. f16 is
     exactly numpy's float16 rounding; int8 is within half its row's scale."""

@@ -36,12 +36,25 @@ FLOAT_DTYPES = {"float32": lambda t: t.float32, "float16": lambda t: t.float16}
 
 def node_id_bytes(nodes) -> bytes:
     """Node ids (any integer array-like) as the little-endian uint32 bytes the native side takes."""
-    arr = np.ascontiguousarray(np.asarray(nodes, dtype=np.int64))
+    return node_ids(nodes).astype("<u4").tobytes()
+
+
+def node_ids(nodes) -> np.ndarray:
+    """Node ids (any integer array-like) as a 1-D int64 array.
+
+    Raises ``ValueError`` for ids that are not integers (a float array would be truncated),
+    negative, or beyond 32 bits (they would wrap onto other nodes)."""
+    raw = np.asarray(nodes)
+    if raw.size and raw.dtype.kind not in "iu":
+        raise ValueError(f"nodes: expected integer node ids, got an array of {raw.dtype}")
+    arr = np.ascontiguousarray(raw, dtype=np.int64)
     if arr.ndim != 1:
         raise ValueError(f"nodes: expected a 1-D array of node ids, got shape {arr.shape}")
     if arr.size and arr.min() < 0:
         raise ValueError(f"nodes: node ids must not be negative, got {arr.min()}")
-    return arr.astype("<u4").tobytes()
+    if arr.size and arr.max() > np.iinfo(np.uint32).max:
+        raise ValueError(f"nodes: node ids are 32-bit, got {arr.max()}")
+    return arr
 
 
 def edge_index_array(edges, num_nodes: int) -> np.ndarray:
@@ -349,6 +362,21 @@ class GnnData:
             raise ValueError(f"{self.store.path}: the store has no node split {split!r}")
         return self.store.checked(f"node_{split}", "node", 0, self.store.num_nodes)
 
+    def node_set(self, nodes) -> np.ndarray:
+        """The node ids ``nodes`` names, checked: a split name (``train``, ...), a boolean mask
+        with one entry per node (as PyG's ``input_nodes`` takes), or ids. Raises ``ValueError``
+        naming what is wrong."""
+        if isinstance(nodes, str):
+            return self.nodes(nodes)
+        mask = np.asarray(nodes)
+        if mask.dtype == bool:
+            if mask.shape != (self.num_nodes,):
+                raise ValueError(
+                    f"nodes: a boolean mask must have one entry per node ({self.num_nodes}), got shape {mask.shape}"
+                )
+            return np.flatnonzero(mask)
+        return node_ids(nodes)
+
     def loader(
         self,
         nodes,
@@ -358,12 +386,11 @@ class GnnData:
         device: str | None = None,
         epoch: int = 0,
     ) -> EpochLoader:
-        """The batches of one epoch over ``nodes`` (ids, or a split name), on ``device``
+        """The batches of one epoch over ``nodes`` (see :meth:`node_set`), on ``device``
         (default: the store's)."""
-        if isinstance(nodes, str):
-            nodes = self.nodes(nodes)
+        nodes = self.node_set(nodes)
         if self.device_path is not None and (device is None or device == self.device):
-            return self.device_path.loader(np.asarray(nodes), epoch=epoch, shuffle=shuffle, drop_last=drop_last)
+            return self.device_path.loader(nodes, epoch=epoch, shuffle=shuffle, drop_last=drop_last)
         native = self._native.epoch(node_id_bytes(nodes), epoch, shuffle, drop_last)
         return EpochLoader(self, native, device or self.device)
 
@@ -567,7 +594,7 @@ class NodeLoader:
         self.rank, self.world_size = distributed_rank(rank, world_size)
         self.pad = pad
         self.data = open_split(store, progress, device, fanouts, batch_size, memory, self, features, options)
-        self.nodes = self.data.nodes(nodes) if isinstance(nodes, str) and self.world_size > 1 else nodes
+        self.nodes = self.data.node_set(nodes)
         self.device, self.shuffle, self.drop_last = device, shuffle, drop_last
         self.epoch = 0
         self.stats: dict | None = None
