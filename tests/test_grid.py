@@ -539,6 +539,19 @@ def test_run_directory_records_each_iteration(graphs, tmp_path):
     with pytest.raises(ConfigError, match="root"):
         run(algorithm="bfs", store=graphs["store"], grid="d-row", out=tmp_path / "r2", root=N)
     assert json.loads((tmp_path / "r2" / "run.json").read_text())["config"]["root"] == 1
+    # --out never writes into a store, a grid or another engine's run (whose run.json it replaced).
+    other = tmp_path / "embed-run"
+    other.mkdir()
+    (other / "run.json").write_text('{"format": "strata-embed-run"}')
+    for out, what in (
+        (graphs["store"], "a store"),
+        (graphs["store"] / "grids" / "d-row", "a grid"),
+        (other, "another run"),
+    ):
+        with pytest.raises(ConfigError, match=f"--out {out} is {what}"):
+            run(algorithm="bfs", store=graphs["store"], grid="d-row", out=out)
+    assert (other / "run.json").read_text() == '{"format": "strata-embed-run"}'
+    assert not (graphs["store"] / "level.npy").exists()
 
 
 def test_cli_end_to_end_with_plots(graphs, tmp_path, capsys):
