@@ -291,6 +291,13 @@ def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli, capsys):
     (notrun / "keep.txt").write_text("mine")
     refused = cli("embed", "train", kg, "--run-dir", notrun, *SMALL, check=False)
     assert refused.returncode == 2 and "not a run directory" in refused.stderr
+    grid_run = tmp_path / "grid-run"
+    grid_run.mkdir()
+    (grid_run / "run.json").write_text('{"format": "strata-grid-run"}')
+    for target, what in ((grid_run, "another kind of run"), (kg, "a store")):
+        other = cli("embed", "train", kg, "--run-dir", target, *SMALL, check=False)
+        assert other.returncode == 2 and f"--run-dir {target} is {what}" in other.stderr, other.stderr
+    assert (grid_run / "run.json").read_text() == '{"format": "strata-grid-run"}'
     assert (notrun / "keep.txt").read_text() == "mine"
     with pytest.raises(RunError, match="has no embedding run"):
         Run(kg)

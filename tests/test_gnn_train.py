@@ -189,11 +189,17 @@ def test_bad_inputs(sbm, tmp_path, capsys):
         assert code == 2 and "torch sees no CUDA device" in out, out
     code, out = in_process(["gnn", "train", sbm, "--device", "tpu:x"], capsys)
     assert code == 2 and "not a torch device" in out, out
+    foreign = tmp_path / "embed-run"
+    foreign.mkdir()
+    (foreign / "run.json").write_text('{"format": "strata-embed-run"}')
     # torch's own refusal of a negative decay was a traceback; 10^5 torch threads, an abort.
     for flags, words in [
         (["--weight-decay", "-1"], "gnn.train.weight_decay: must be >= 0"),
         (["--torch-threads", "100000"], "--torch-threads: must be <= 1024"),
         (["--run-dir", "/proc/strata-run"], "--run-dir /proc/strata-run: the directory cannot be created"),
+        # Another engine's run or a store: its run.json was replaced, its directory written into.
+        (["--run-dir", sbm], f"--run-dir {sbm} is a store"),
+        (["--run-dir", foreign], f"--run-dir {foreign} is another kind of run"),
     ]:
         code, out = in_process(["gnn", "train", sbm, *flags], capsys)
         assert code == 2 and words in out, out
@@ -202,6 +208,8 @@ def test_bad_inputs(sbm, tmp_path, capsys):
     run_strata("convert", tmp_path / "edges.npy", "--features", tmp_path / "x.npy", "--out", tmp_path / "nl", "-q")
     code, out = in_process(["gnn", "train", tmp_path / "nl"], capsys)
     assert code == 2 and "the store has no node labels" in out and "--labels" in out, out
+    assert (foreign / "run.json").read_text() == '{"format": "strata-embed-run"}'
+    assert not (sbm / "run.json").exists()
 
 
 def test_a_diverging_epoch_is_refused_and_a_batch_beyond_the_seeds_is_one_batch(sbm, tmp_path, capsys):

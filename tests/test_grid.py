@@ -546,7 +546,7 @@ def test_run_directory_records_each_iteration(graphs, tmp_path):
     for out, what in (
         (graphs["store"], "a store"),
         (graphs["store"] / "grids" / "d-row", "a grid"),
-        (other, "another run"),
+        (other, "another kind of run"),
     ):
         with pytest.raises(ConfigError, match=f"--out {out} is {what}"):
             run(algorithm="bfs", store=graphs["store"], grid="d-row", out=out)

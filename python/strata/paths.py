@@ -3,8 +3,10 @@ staging directories that a killed process's successor cleans up."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ConfigError
@@ -27,6 +29,29 @@ def make_dir(path: str | Path, what: str) -> Path:
         # A read-only or virtual file system, a name too long, no permission.
         raise ConfigError(f"{what} {path}: the directory cannot be created: {e.strerror}") from None
     return path
+
+
+def refuse_foreign_dir(path: str | Path, what: str, ours: Callable[[dict], bool]) -> None:
+    """Refuses output directory ``path`` (the option ``what``, e.g. ``--run-dir``) when it holds
+    what the command must not write into: a store (``manifest.json``), a grid (``grid.json``)
+    or a ``run.json`` that ``ours(record)`` does not accept as the command's own (another
+    engine's run, whose record would be replaced). A new, empty or earlier own directory
+    passes."""
+    path = Path(path)
+    found = None
+    if (path / "manifest.json").is_file():
+        found = "a store"
+    elif (path / "grid.json").is_file():
+        found = "a grid"
+    elif (path / "run.json").is_file():
+        try:
+            record = json.loads((path / "run.json").read_text())
+        except (OSError, ValueError):
+            record = None
+        if not ours(record):
+            found = "another kind of run (its run.json is not this command's)"
+    if found is not None:
+        raise ConfigError(f"{what} {path} is {found}; choose a new directory")
 
 
 def existing_dir(path: str | Path, what: str) -> Path:

@@ -15,6 +15,9 @@ ProgressFn = Callable[..., bool]
 #: Where ``strata embed train STORE`` puts its run unless told otherwise.
 DEFAULT_RUN = Path("runs") / "embed"
 
+#: The ``format`` of an embedding run's ``run.json``.
+RUN_FORMAT = "strata-embed-run"
+
 
 def default_run_dir(store: Path) -> Path:
     """The run directory used for ``store`` when none is given: ``STORE/runs/embed``."""

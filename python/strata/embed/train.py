@@ -10,11 +10,11 @@ from .. import _native, torchrun
 from ..config import engine_options, from_call
 from ..config.embed import EmbedTrainConfig
 from ..errors import ConfigError
-from ..paths import make_dir
+from ..paths import make_dir, refuse_foreign_dir
 from ..store import open_store
 from ..units import fmt_bytes, fmt_duration
 from . import dist, dist_owner
-from .runs import Run, default_run_dir
+from .runs import RUN_FORMAT, Run, default_run_dir
 
 #: Trainer options each rank may set for itself (its machine's resources and paths); every
 #: other option must be the same on every rank of a distributed run.
@@ -118,6 +118,7 @@ def train(
     # Opened (a few stats) before the run directory is made: a mistyped store must not leave a
     # STORE/runs/ behind.
     open_store(cfg.store)
+    refuse_foreign_dir(run_dir, "--run-dir", lambda r: isinstance(r, dict) and r.get("format") == RUN_FORMAT)
     make_dir(run_dir.parent, "--run-dir")
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a directory")

@@ -20,12 +20,13 @@ from .. import torchrun
 from ..config import as_dict, engine_options, from_call
 from ..config.gnn import GnnTrainConfig
 from ..errors import ConfigError, DivergedError
-from ..paths import make_dir
+from ..paths import make_dir, refuse_foreign_dir
 from ..store import Store
 from ..units import fmt_bytes, fmt_count
 from ._torch import require_torch
 from .dist import Ranks
 from .loader import GnnData, node_labels, process_bytes
+from .record import is_gnn_record
 from .step import MAX_SHAPES, TrainStep, adam
 
 ProgressFn = Callable[..., bool]
@@ -39,6 +40,11 @@ AGREED = (
 
 def default_run_dir(store: Path, model: str) -> Path:
     return Path(store) / "runs" / f"gnn-{model}"
+
+
+def run_dir_of(cfg: GnnTrainConfig) -> Path:
+    """The run directory of ``cfg``: ``run_dir``, else :func:`default_run_dir`."""
+    return Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
 
 
 def _device(torch, name: str, env: torchrun.Environment | None = None):
@@ -233,6 +239,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
     # that the process the memory plan measures as its runtime holds them and torch's runtime
     # they start.
     store = Store(cfg.store)
+    refuse_foreign_dir(run_dir_of(cfg), "--run-dir", is_gnn_record)
     if store.is_typed:
         model, open_data = _typed(cfg, store, env, device, progress)
     else:
@@ -360,7 +367,7 @@ def _train(
         )
     else:
         data = open_data()
-    run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
+    run_dir = run_dir_of(cfg)
     if leader:
         make_dir(run_dir, "--run-dir")
     history, best = [], {"epoch": 0, "accuracy": -1.0}

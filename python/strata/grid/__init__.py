@@ -24,7 +24,7 @@ from .. import _native, torchrun
 from ..config import as_dict, from_call
 from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
 from ..errors import ConfigError, InputNotFoundError, StoreFormatError
-from ..paths import make_dir
+from ..paths import make_dir, refuse_foreign_dir
 from ..stopping import run_until_stopped
 from ..store import Store
 from ..units import fmt_bytes, fmt_count, fmt_duration
@@ -82,26 +82,6 @@ def default_out_dir(store: str | Path, algorithm: str) -> Path:
     """Where ``strata run ALGO STORE`` writes by default: ``STORE/runs/grid-ALGO``
     (``grid-program-NAME`` for a vertex program's run)."""
     return Path(store) / "runs" / f"grid-{algorithm}"
-
-
-def _check_out(out: Path) -> None:
-    """Refuses ``--out`` when it is something a grid run must not write into: a store, a grid,
-    or another engine's run (its ``run.json`` would be replaced). An earlier grid run there, or
-    one a kill interrupted (no ``run.json`` yet), is resumed or replaced as before."""
-    what = None
-    if (out / "manifest.json").is_file():
-        what = "a store"
-    elif (out / "grid.json").is_file():
-        what = "a grid"
-    elif (out / "run.json").is_file():
-        try:
-            kind = json.loads((out / "run.json").read_text()).get("format")
-        except (OSError, ValueError, AttributeError):
-            kind = None
-        if kind != RUN_FORMAT:
-            what = "another run (its run.json is not a grid run's)"
-    if what is not None:
-        raise ConfigError(f"--out {out} is {what}; a grid run writes its own directory: choose a new one")
 
 
 def _require_store(store: Path) -> None:
@@ -374,7 +354,9 @@ def run(
         native["program"], program = program_text(cfg.program)
     name = cfg.algorithm if program is None else f"program-{program.get('name', 'program')}"
     out = Path(cfg.out) if cfg.out is not None else default_out_dir(cfg.store, name)
-    _check_out(out)
+    # An earlier grid run there, or one a kill interrupted (no run.json yet), is resumed or
+    # replaced; a store, a grid or another engine's run is refused.
+    refuse_foreign_dir(out, "--out", lambda r: isinstance(r, dict) and r.get("format") == RUN_FORMAT)
     history: list[dict] = []
     moved = [0]  # bytes from disk and far memory so far
     agreed = {k: v for k, v in native.items() if k not in RANK_OWN and not k.startswith("far")}

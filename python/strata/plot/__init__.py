@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..embed.runs import RUN_FORMAT as EMBED_FORMAT
 from ..errors import MissingDependencyError, RunError
 from ..paths import make_dir
-
-EMBED_FORMAT = "strata-embed-run"
 
 
 def pyplot():
@@ -82,7 +81,8 @@ def locate_run(target: str | Path) -> tuple[Path, str, dict | None]:
     """The run ``target`` names, its kind (``"embed"``, ``"gnn"`` or ``"grid"``) and its
     ``run.json`` (None for a GNN or grid run still going: its ``metrics.jsonl`` is written per
     epoch or iteration, ``run.json`` at the end)."""
-    from .gnn import is_gnn_metrics, is_gnn_record
+    from ..gnn.record import is_gnn_record
+    from .gnn import is_gnn_metrics
     from .grid import GRID_FORMAT, is_grid_metrics, is_grid_record
 
     run = Path(target)

@@ -27,14 +27,6 @@ TIERS = (
 )
 
 
-def is_gnn_record(meta) -> bool:
-    """Whether a parsed ``run.json`` is the record ``strata gnn train`` writes."""
-    if not isinstance(meta, dict):
-        return False
-    config = meta.get("config")
-    return isinstance(config, dict) and "fanouts" in config and isinstance(meta.get("history"), list)
-
-
 def is_gnn_metrics(path: Path) -> bool:
     """Whether ``path`` is a GNN run's ``metrics.jsonl`` with at least one epoch."""
     records = read_metrics(path, "epoch")
