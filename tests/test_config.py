@@ -113,6 +113,8 @@ def test_a_positional_argument_may_come_from_the_config_file_or_p(tmp_path, stra
     assert none.returncode == 2 and "[info] needs a value for store (STORE, or -p info.store=...)" in none.stderr
     run = write(tmp_path, f'[run]\nalgorithm = "bfs"\nstore = "{store}"\n')
     assert "reached 3" in strata_cli("run", "--config", run, "-q").stdout
+    # Options between positionals (argparse alone bound ALGORITHM and an empty STORE to `bfs`).
+    assert "reached 3" in strata_cli("run", "bfs", "--root", "0", "-q", store).stdout
 
 
 def test_a_python_call_takes_a_config_with_keyword_overrides():

@@ -10,6 +10,7 @@ from ..datasets.fetch import MIRROR_ENV, fetch
 from ..datasets.registry import CATALOGUE
 from ..units import fmt_bytes
 from .common import add_section_command, emit_summary, run_with_progress
+from .parser import SectionParser
 
 
 def register(sub, name: str, help: str) -> None:
@@ -19,7 +20,7 @@ def register(sub, name: str, help: str) -> None:
         description="Downloads public graph datasets with resume and checksums, and converts "
         "them into stores. See docs/datasets.md.",
     )
-    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions = p.add_subparsers(parser_class=SectionParser, dest="action", metavar="ACTION", required=True)
     add_section_command(
         actions,
         "list",

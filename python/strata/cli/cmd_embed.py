@@ -25,6 +25,7 @@ from ..embed import Run, ann, dist, format_metrics, format_plan, format_summary,
 from ..errors import ConfigError
 from ..units import fmt_bytes, fmt_duration
 from .common import add_section_command, emit_summary, run_with_progress
+from .parser import SectionParser
 
 
 def register(sub, name: str, help: str) -> None:
@@ -34,7 +35,7 @@ def register(sub, name: str, help: str) -> None:
         description="Out-of-core embedding training after Legend: node partitions on disk, a buffer of a few "
         "resident partitions, a prefetch-friendly partition order, native CPU kernels.",
     )
-    cmds = p.add_subparsers(dest="embed_command", metavar="COMMAND", required=True)
+    cmds = p.add_subparsers(parser_class=SectionParser, dest="embed_command", metavar="COMMAND", required=True)
     add_section_command(
         cmds,
         "train",

@@ -6,6 +6,7 @@ import json
 
 from ..config import FarmemServeConfig, from_args
 from .common import add_section_command
+from .parser import SectionParser
 
 
 def register(sub, name: str, help: str) -> None:
@@ -15,7 +16,7 @@ def register(sub, name: str, help: str) -> None:
         description="Far memory for `strata run`: a process on a machine with spare RAM that holds read-only edge "
         "blocks for a compute process and serves them back in chunks.",
     )
-    cmds = p.add_subparsers(dest="farmem_command", metavar="COMMAND", required=True)
+    cmds = p.add_subparsers(parser_class=SectionParser, dest="farmem_command", metavar="COMMAND", required=True)
     s = add_section_command(
         cmds,
         "serve",

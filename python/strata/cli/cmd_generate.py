@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..config import GENERATORS, from_args
 from ..generate import format_summary, generate
 from .common import add_section_command, emit_summary, run_with_progress
+from .parser import SectionParser
 
 HELP = {
     "rmat": "Graph500 R-MAT/Kronecker graph (power-law), as int32 pairs, TSV or .npy",
@@ -22,7 +23,7 @@ def register(sub, name: str, help: str) -> None:
         "Convert the files of rmat, kg and sbm with `strata convert`; hetsbm writes a store. "
         "See docs/generators.md.",
     )
-    kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
+    kinds = p.add_subparsers(parser_class=SectionParser, dest="kind", metavar="KIND", required=True)
     for kind, cls in GENERATORS.items():
         add_section_command(kinds, kind, cls, run, help=HELP[kind])
 

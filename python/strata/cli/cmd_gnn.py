@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import torchrun
 from ..config import GnnTrainConfig, from_args
 from .common import add_section_command, emit_summary, run_with_progress
+from .parser import SectionParser
 
 
 def register(sub, name: str, help: str) -> None:
@@ -14,7 +15,7 @@ def register(sub, name: str, help: str) -> None:
         description="Mini-batch GNN training whose node features stay on disk: a hot set and a window-pinned "
         "cache in RAM, merged direct reads, a pipelined loader.",
     )
-    cmds = p.add_subparsers(dest="gnn_command", metavar="COMMAND", required=True)
+    cmds = p.add_subparsers(parser_class=SectionParser, dest="gnn_command", metavar="COMMAND", required=True)
     add_section_command(
         cmds,
         "train",

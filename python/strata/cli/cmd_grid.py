@@ -7,6 +7,7 @@ import sys
 
 from ..config import GridBuildConfig, GridInfoConfig, from_args
 from .common import add_section_command, emit_summary, run_with_progress
+from .parser import SectionParser
 
 
 def register(sub, name: str, help: str) -> None:
@@ -17,7 +18,7 @@ def register(sub, name: str, help: str) -> None:
         "destination) that `strata run` streams. Grids live in STORE/grids/NAME, or, built straight from an input "
         "edge list, in a directory of their own.",
     )
-    cmds = p.add_subparsers(dest="grid_command", metavar="COMMAND", required=True)
+    cmds = p.add_subparsers(parser_class=SectionParser, dest="grid_command", metavar="COMMAND", required=True)
     add_section_command(
         cmds,
         "build",

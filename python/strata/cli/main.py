@@ -15,6 +15,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .._native import grid_algorithms
 from ..errors import StrataError
+from .parser import SectionParser
 
 
 class Command(NamedTuple):
@@ -105,7 +106,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         metavar="N",
         help="most I/O requests in flight (default: 256, or $STRATA_IO_DEPTH)",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(parser_class=SectionParser, dest="command", metavar="COMMAND", required=True)
     for name, cmd in COMMANDS.items():
         if name == command:
             module = importlib.import_module(f"{__package__}.{cmd.module}")
