@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _native
 from ..errors import ConfigError
-from .schema import SECTIONS, _unknown_key, coerce_field, fields
+from .schema import SECTIONS, _unknown_key, coerce_field, fields, flag_name
 
 #: Each section class (and the generators' table) by the module of its group: the facade loads a
 #: class's group when the class is first named, :func:`all_sections` loads every group.
@@ -113,14 +113,6 @@ def read_config_file(config_file: Path) -> dict:
     doc = read_toml(config_file, "config file")
     _check_document(doc, config_file, all_sections())
     return doc
-
-
-def flag_name(cls, key: str) -> str:
-    """How the command line names option ``key`` of section ``cls``: ``--run-dir``, or the
-    metavar ``STORE`` of a positional argument."""
-    if cls.__dataclass_fields__[key].metadata.get("positional"):
-        return key.upper()
-    return f"--{key.replace('_', '-')}"
 
 
 def load(

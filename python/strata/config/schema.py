@@ -273,6 +273,14 @@ def _unknown_key(cls, key: str, where: str) -> ConfigError:
     return ConfigError(f"{where}: {_native.unknown_name(f'[{cls.__section__}] option', key, names)}")
 
 
+def flag_name(cls, key: str) -> str:
+    """How the command line names option ``key`` of section ``cls``: ``--run-dir``, or the
+    metavar ``STORE`` of a positional argument."""
+    if cls.__dataclass_fields__[key].metadata.get("positional"):
+        return key.upper()
+    return f"--{key.replace('_', '-')}"
+
+
 def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
     """Adds a flag (or positional) for every field of ``cls``, plus ``--config`` and ``-p``."""
     hints = _hints(cls)
@@ -296,7 +304,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
             nargs = "*" if typing.get_origin(tp) is list else "?"
             parser.add_argument(f.name, metavar=f.name.upper(), nargs=nargs, help=help_text, default=argparse.SUPPRESS)
             continue
-        names = [f"--{f.name.replace('_', '-')}"] + ([f"-{meta['short']}"] if meta.get("short") else [])
+        names = [flag_name(cls, f.name)] + ([f"-{meta['short']}"] if meta.get("short") else [])
         if tp is bool:
             parser.add_argument(
                 *names, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text

@@ -100,6 +100,19 @@ BATCHES_ALIVE = 3
 NODE_BYTES, EDGE_BYTES = 32, 24
 
 
+def hop_blocks(s) -> list[tuple[int, int, slice]]:
+    """The blocks of sample ``s`` (a :class:`~strata.gnn.sampling.SampledGraph`), input layer
+    first: each block's sources, destinations and the slice of ``s.row``/``s.col`` holding its
+    edges. Hop h's edges run from the nodes known after hop h into those known before it; the
+    input layer is the outermost hop."""
+    hops = np.cumsum(s.num_sampled_nodes)
+    ends = np.concatenate([[0], np.cumsum(s.num_sampled_edges)])
+    return [
+        (int(hops[h]), int(hops[h - 1]), slice(int(ends[h - 1]), int(ends[h])))
+        for h in range(len(s.num_sampled_edges), 0, -1)
+    ]
+
+
 @dataclass
 class BatchShape:
     """The batch the plan sizes: ``nodes`` sampled, ``edges`` sampled, ``row_bytes`` of their
@@ -170,14 +183,8 @@ class TypedEpochLoader:
         rows, pos, read = data.read_rows(s.node)
         t2 = time.monotonic()
         ntype = torch.from_numpy(np.searchsorted(data.offsets, s.node, side="right") - 1)
-        hops = np.cumsum(s.num_sampled_nodes)
-        edges = np.concatenate([[0], np.cumsum(s.num_sampled_edges)])
         blocks = []
-        # Hop h's edges run from the nodes known after hop h into those known before it; the
-        # input layer is the outermost hop.
-        for h in range(len(s.num_sampled_edges), 0, -1):
-            e = slice(edges[h - 1], edges[h])
-            n_src, n_dst = int(hops[h]), int(hops[h - 1])
+        for n_src, n_dst, e in hop_blocks(s):
             blk = Block(
                 n_src,
                 n_dst,
@@ -331,13 +338,10 @@ class TypedGnnData:
             chosen = rng.choice(len(seeds), size=min(self.batch_size, len(seeds)), replace=False)
             # Batch keys of their own: training's draws are a function of their keys alone.
             s = self.sampler.sample(seeds[chosen] + self.offsets[self.target], batch_key=ESTIMATE_KEY + i)
-            types = np.searchsorted(self.offsets, s.node, side="right") - 1
+            types = self.store.node_type_of(s.node)
             nodes, edges = max(nodes, len(s.node)), max(edges, len(s.row))
             rows = max(rows, int(np.bincount(types, minlength=len(row_bytes)) @ row_bytes))
-            hops = np.cumsum(s.num_sampled_nodes)
-            shape = [
-                [int(hops[h]), int(hops[h - 1]), int(s.num_sampled_edges[h - 1])] for h in range(len(hops) - 1, 0, -1)
-            ]
+            shape = [[n_src, n_dst, e.stop - e.start] for n_src, n_dst, e in hop_blocks(s)]
             blocks = [list(map(max, a, b)) for a, b in zip(blocks, shape, strict=True)] if blocks else shape
 
         n = self.store.num_nodes
