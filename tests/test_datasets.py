@@ -218,6 +218,23 @@ def test_tar_gz_extraction_and_unsafe_members(tmp_path):
     with pytest.raises(InputError, match="outside"):
         extract(evil, tmp_path / "out2")
     assert not (tmp_path / "escape.txt").exists()
+    # `tar -C DIR .` names the archive's root `./` and every file `./NAME`.
+    dotted = tmp_path / "dotted.tgz"
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "edges.txt").write_bytes(b"0 1\n")
+    with tarfile.open(dotted, "w:gz") as tf:
+        tf.add(tmp_path / "d", arcname=".")
+    assert [m.name for m in tarfile.open(dotted).getmembers()] == [".", "./edges.txt"]
+    extract(dotted, tmp_path / "out3")
+    assert (tmp_path / "out3" / "edges.txt").read_bytes() == b"0 1\n"
+    # A file member whose name is the root itself has nowhere to go.
+    rootfile = tmp_path / "rootfile.tgz"
+    with tarfile.open(rootfile, "w:gz") as tf:
+        info = tarfile.TarInfo("./")
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(InputError, match="outside"):
+        extract(rootfile, tmp_path / "out4")
 
 
 # --- recipes, end to end --------------------------------------------------------------------------

@@ -677,6 +677,11 @@ def test_cli_registers_stores_given_as_arguments(tmp_path, sbm):
         "serve", tmp_path / "nowhere", "--state-dir", tmp_path / "s2", check=False, timeout=60, env=server_env()
     )
     assert bad.returncode != 0 and "not a Strata store" in bad.stderr
+    # A store (or a run) named as the state directory would get the server's graphs/ and models/.
+    before = sorted(p.name for p in sbm.iterdir())
+    into_store = run_strata("serve", "--state-dir", sbm, check=False, timeout=60, env=server_env())
+    assert into_store.returncode == 2 and f"--state-dir {sbm} is a store" in into_store.stderr
+    assert sorted(p.name for p in sbm.iterdir()) == before
 
 
 # Analyses against the PyTorch forward -------------------------------------------------------

@@ -202,9 +202,12 @@ def is_archive(name: str) -> bool:
     return name.lower().endswith(ARCHIVE_SUFFIXES)
 
 
-def _member_path(dest: Path, name: str, archive: Path) -> Path:
-    """Where member ``name`` goes under ``dest``; InputError for names that would escape it."""
+def _member_path(dest: Path, name: str, archive: Path, is_dir: bool) -> Path:
+    """Where member ``name`` goes under ``dest``; InputError for names that would escape it.
+    The archive's root (``./``, which ``tar -C DIR .`` writes first) is ``dest`` itself."""
     parts = PurePosixPath(name.replace("\\", "/")).parts
+    if not parts and is_dir:
+        return dest
     if not parts or parts[0] == "/" or ".." in parts or ":" in parts[0]:
         raise InputError(f"{archive}: member {name!r} would be written outside {dest}; refusing to extract")
     return dest.joinpath(*parts)
@@ -229,7 +232,7 @@ def extract(archive: Path, dest: Path, progress: ProgressFn | None = None) -> No
 def _extract_zip(archive: Path, dest: Path, progress: ProgressFn) -> None:
     with zipfile.ZipFile(archive) as zf:
         members = zf.infolist()
-        targets = [_member_path(dest, m.filename, archive) for m in members]
+        targets = [_member_path(dest, m.filename, archive, m.is_dir()) for m in members]
         progress("stage", f"extract {archive.name}", sum(m.file_size for m in members), 0)
         done = 0
         for member, target in zip(members, targets, strict=True):
@@ -244,7 +247,7 @@ def _extract_zip(archive: Path, dest: Path, progress: ProgressFn) -> None:
 def _extract_tar(archive: Path, dest: Path, progress: ProgressFn) -> None:
     with tarfile.open(archive, "r:*") as tf:
         members = tf.getmembers()
-        targets = [_member_path(dest, m.name, archive) for m in members]
+        targets = [_member_path(dest, m.name, archive, m.isdir()) for m in members]
         progress("stage", f"extract {archive.name}", sum(m.size for m in members if m.isfile()), 0)
         done = 0
         for member, target in zip(members, targets, strict=True):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from .. import _native
 from ..config import engine_options, from_call
 from ..config.serve import ServeConfig
+from ..paths import refuse_foreign_dir
 from ..stopping import run_until_stopped
 from ..units import fmt_bytes
 from .client import resolve_token
@@ -20,6 +21,8 @@ def serve(config: ServeConfig | None = None, on_ready: Callable[[str, dict], obj
     ``listening on ADDR``, flushed); the summary keeps ``plan`` (the split, bytes) and
     ``memory_plan`` (the same in the shape every engine's plan takes)."""
     cfg = from_call(ServeConfig, config, options)
+    # The state directory is the server's own: registering there writes graphs/ and models/.
+    refuse_foreign_dir(cfg.state_dir, "--state-dir", lambda record: False)
     token = resolve_token(cfg.token or None, cfg.token_file)
     # The server reads the checked section itself; the token from a file or the environment
     # is filled in here, where the ready line says whether one is required.

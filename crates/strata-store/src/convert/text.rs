@@ -271,6 +271,11 @@ fn blank_first_data_line(data: &mut [u8], comment: &[u8]) -> bool {
     false
 }
 
+/// The options that read a binary edge file, which a NUL byte in a text input most often is.
+pub(crate) const BINARY_FORMATS: &str =
+    "int32 pairs such as `generate rmat` writes: --format bin32 \
+     or a .bin name; NumPy arrays: a .npy name";
+
 /// Calls `f(line_number, fields)` for every data line of `block`; `fields` has exactly
 /// `layout.num_fields` entries (a line with another count is an error naming the line).
 pub(crate) fn for_each_record(
@@ -286,9 +291,7 @@ pub(crate) fn for_each_record(
         // Binary data split at its newline bytes parses as lines of junk fields: name it. (A
         // NUL in a line of the right shape is a name's, refused with its field and byte.)
         let msg = if memchr::memchr(0, raw).is_some() {
-            "holds a NUL byte: the file is binary, not text (int32 pairs such as `generate rmat` \
-             writes: --format bin32 or a .bin name; NumPy arrays: a .npy name)"
-                .to_string()
+            format!("holds a NUL byte: the file is binary, not text ({BINARY_FORMATS})")
         } else {
             let hint = if layout.num_fields == 2 && n == 3 {
                 "(src, relation, dst) triples need --relations"

@@ -22,7 +22,7 @@ use super::options::{Delimiter, IdKind};
 use super::spool::{remove_spool, split_index, Attrs, EdgeBatch, Spool, Spooled};
 use super::text::{
     for_each_record, is_canonical_uint, is_gzip, par_map_blocks, parse_uint, Block, BlockReader,
-    Layout, MAX_LINE,
+    Layout, BINARY_FORMATS, MAX_LINE,
 };
 use super::types::{name_key, split_key, KEY_PREFIX};
 use super::{
@@ -969,7 +969,7 @@ fn collect_names(
                         return Err(StoreError::input(
                             path,
                             line,
-                            format!("the {role} name {problem}; names must be UTF-8 text without NUL bytes (re-encode the file, e.g. with iconv)"),
+                            format!("the {role} name {problem}"),
                         ));
                     }
                 }
@@ -1117,12 +1117,18 @@ fn load_range(builder: &StoreBuilder, lo: u64, hi: u64, types: &Types) -> Result
 /// exports write back, so only text that round-trips unchanged is accepted.
 fn name_problem(name: &[u8]) -> Option<String> {
     if let Some(at) = memchr::memchr(0, name) {
-        return Some(format!("holds a NUL byte at byte {}", at + 1));
+        // Names are text; a NUL byte in one is most often a binary file read as text.
+        return Some(format!(
+            "holds a NUL byte at byte {}; names are text without NUL bytes (a binary file? \
+             {BINARY_FORMATS})",
+            at + 1
+        ));
     }
     std::str::from_utf8(name).err().map(|e| {
         let at = e.valid_up_to();
         format!(
-            "is not valid UTF-8 (byte 0x{:02x} at byte {})",
+            "is not valid UTF-8 (byte 0x{:02x} at byte {}); names must be UTF-8 text \
+             (re-encode the file, e.g. with iconv)",
             name[at],
             at + 1
         )
