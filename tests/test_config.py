@@ -234,6 +234,32 @@ def test_every_command_has_its_help_and_is_listed(capsys):
 
 
 @pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["generate", "kg", "--entites", "3"],
+            "strata generate kg: error: unrecognized arguments: --entites 3; did you mean --entities?",
+        ),
+        (
+            ["embed", "train", "--bogus"],
+            "strata embed train: error: unrecognized arguments: --bogus (`strata embed train --help` lists",
+        ),
+        (
+            ["serve", "status", "--tken=x"],
+            "strata serve status: error: unrecognized arguments: --tken=x; did you mean --token?",
+        ),
+        (["info", "a", "b"], "strata info: error: unrecognized arguments: b"),
+    ],
+)
+def test_an_unknown_argument_is_named_by_its_command(capsys, args, message):
+    """Under the command's own name and usage, not ``strata``'s, with the nearest option."""
+    code, out = in_process(args, capsys)
+    assert code == 2 and message in out and f"usage: strata {' '.join(args[: 2 if args[0] != 'info' else 1])}" in out, (
+        out
+    )
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         ('[convert]\nout = "x"\nthreads = 2.7\n', "run.toml: [convert] threads: expected an integer, got 2.7"),

@@ -150,7 +150,9 @@ def _main(argv: list[str] | None) -> int:
     # Two passes: the first finds the command (and answers --help, --version and a wrong command
     # name), the second parses its options with its sub-parser.
     named, _ = build_parser().parse_known_args(argv)
-    args = build_parser(named.command).parse_args(argv)
+    args, extras = build_parser(named.command).parse_known_args(argv)
+    if extras:
+        args._parser.refuse_extras(extras)
     command = "serve status" if args.command == "serve-status" else args.command
     try:
         if args.io_backend or args.io_depth:
