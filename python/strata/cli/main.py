@@ -153,7 +153,7 @@ def _main(argv: list[str] | None) -> int:
     args, extras = build_parser(named.command).parse_known_args(argv)
     if extras:
         args._parser.refuse_extras(extras)
-    command = "serve status" if args.command == "serve-status" else args.command
+    command = args._parser.prog.removeprefix("strata ")  # `embed train`, `serve status`
     try:
         if args.io_backend or args.io_depth:
             from .. import io
