@@ -50,6 +50,34 @@ def test_feature_and_graph_store_serve_the_store(data):
         fs.put_tensor(torch.zeros(2000, 16), group_name=None, attr_name="x", index=None)
 
 
+def test_feature_store_indices_read_as_torch_reads_them(data):
+    """One id (one row), negative ids, a boolean mask; ids out of range, floats and masks of
+    another length are refused, for features and labels alike."""
+    fs, _ = stores(data)
+    feats, labels = np.asarray(data.store.features), np.asarray(data.labels)
+
+    def get(index, name="x"):
+        return fs.get_tensor(TensorAttr(group_name=None, attr_name=name, index=index)).numpy()
+
+    np.testing.assert_array_equal(get(7), feats[7])
+    np.testing.assert_array_equal(get(torch.tensor(7)), feats[7])
+    np.testing.assert_array_equal(get(torch.tensor([-1, 0])), feats[[1999, 0]])
+    assert get(torch.tensor([-1]), "y").tolist() == [labels[1999]]
+    mask = torch.zeros(2000, dtype=torch.bool)
+    mask[[3, 9]] = True
+    np.testing.assert_array_equal(get(mask), feats[[3, 9]])
+    np.testing.assert_array_equal(get(mask, "y"), labels[[3, 9]])
+    for name in ("x", "y"):
+        with pytest.raises(IndexError, match="index 2000 is out of range for 2000 rows"):
+            get(torch.tensor([5, 2000]), name)
+        with pytest.raises(IndexError, match="index -2001 is out of range"):
+            get(torch.tensor([-2001]), name)
+        with pytest.raises(IndexError, match="expected integer row ids, got float32"):
+            get(torch.tensor([1.5]), name)
+        with pytest.raises(IndexError, match=r"one entry per row \(2000\), got shape \(3,\)"):
+            get(torch.zeros(3, dtype=torch.bool), name)
+
+
 def test_neighbor_loader_trains_a_pyg_model(data):
     fs, gs = stores(data)
     feats = np.asarray(data.store.features)

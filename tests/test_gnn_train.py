@@ -104,6 +104,7 @@ def test_loader_nodes_are_ids_a_mask_or_a_split_checked_at_construction(sbm):
         (np.array([1.5, 2.0]), "expected integer node ids, got an array of float64"),  # was truncated to 1, 2
         (np.array([2**32 + 3]), "node ids are 32-bit"),  # was wrapped onto node 3
         (np.array([-1]), "must not be negative"),
+        (np.array([0, n]), rf"node {n} is out of range \(the graph has {n} nodes\)"),  # was refused once iterated
         (mask[:10], rf"a boolean mask must have one entry per node \({n}\)"),
         ("trian", "has no node split 'trian'"),  # was refused only once iterated
     ]

@@ -364,8 +364,8 @@ class GnnData:
 
     def node_set(self, nodes) -> np.ndarray:
         """The node ids ``nodes`` names, checked: a split name (``train``, ...), a boolean mask
-        with one entry per node (as PyG's ``input_nodes`` takes), or ids. Raises ``ValueError``
-        naming what is wrong."""
+        with one entry per node (as PyG's ``input_nodes`` takes), or ids below ``num_nodes``.
+        Raises ``ValueError`` naming what is wrong."""
         if isinstance(nodes, str):
             return self.nodes(nodes)
         mask = np.asarray(nodes)
@@ -375,7 +375,10 @@ class GnnData:
                     f"nodes: a boolean mask must have one entry per node ({self.num_nodes}), got shape {mask.shape}"
                 )
             return np.flatnonzero(mask)
-        return node_ids(nodes)
+        ids = node_ids(nodes)
+        if ids.size and ids.max() >= self.num_nodes:
+            raise ValueError(f"nodes: node {ids.max()} is out of range (the graph has {self.num_nodes} nodes)")
+        return ids
 
     def loader(
         self,

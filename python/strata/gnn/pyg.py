@@ -50,6 +50,33 @@ except ImportError as e:  # pragma: no cover - exercised only without PyG
     raise MissingDependencyError(PYG_MISSING) from e
 
 
+def tensor_rows(index, count: int) -> np.ndarray | None:
+    """The rows of ``count`` that PyG's ``TensorAttr`` index selects, read as torch indexing
+    reads it: None (all rows: returns None), a slice, one id (a 0-d array, so the result is one
+    row), a 1-D tensor or array of ids (negative ones counting from the end) or a boolean mask
+    with one entry per row. Returns int64 ids in ``[0, count)``; raises IndexError naming what
+    is wrong (an id out of range, a mask of another length, ids that are not integers: a float
+    index would be truncated onto another row)."""
+    if index is None:
+        return None
+    if isinstance(index, slice):
+        return np.arange(*index.indices(count), dtype=np.int64)
+    raw = index.cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index)
+    if raw.dtype == bool:
+        if raw.shape != (count,):
+            raise IndexError(f"a boolean mask must have one entry per row ({count}), got shape {raw.shape}")
+        return np.flatnonzero(raw)
+    if raw.size and raw.dtype.kind not in "iu":
+        raise IndexError(f"expected integer row ids, got {raw.dtype}")
+    if raw.ndim > 1:
+        raise IndexError(f"expected one row id or a 1-D array of them, got shape {raw.shape}")
+    ids = raw.astype(np.int64)
+    if ids.size and (ids.min() < -count or ids.max() >= count):
+        bad = int(ids[(ids < -count) | (ids >= count)].reshape(-1)[0])
+        raise IndexError(f"index {bad} is out of range for {count} rows")
+    return np.where(ids < 0, ids + count, ids)
+
+
 class StrataFeatureStore(FeatureStore):
     """Read-only node attributes of a store: ``x`` (features, through the tiers) and ``y``
     (labels, when the store has them). One node type (``group_name`` None)."""
@@ -59,24 +86,21 @@ class StrataFeatureStore(FeatureStore):
         self.data = data
         self._float = FLOAT_DTYPES[data.dtype](torch)
 
-    def _rows(self, index) -> np.ndarray:
-        if index is None or isinstance(index, slice):
-            return np.arange(self.data.num_nodes)[index if isinstance(index, slice) else slice(None)]
-        return torch.as_tensor(index).cpu().numpy()
-
     def _get_tensor(self, attr: TensorAttr):
-        nodes = self._rows(attr.index)
+        ids = tensor_rows(attr.index, self.data.num_nodes)
+        nodes = np.arange(self.data.num_nodes) if ids is None else ids
         if attr.attr_name == "x" and self.data.device_path is not None:
             # The device path's cache: device and page-locked host rows, misses read; on its device.
             cache = self.data.device_path.cache
-            return cache.lookup(torch.from_numpy(np.asarray(nodes, dtype=np.int64)).to(cache.device))
+            rows = cache.lookup(torch.from_numpy(nodes.reshape(-1)).to(cache.device))
+            return rows.view(*nodes.shape, self.data.dim)
         if attr.attr_name == "x":
-            buf = self.data._native.gather(node_id_bytes(nodes))
+            buf = self.data._native.gather(node_id_bytes(nodes.reshape(-1)))
             if not buf:
                 return torch.empty(0, self.data.dim, dtype=self._float)
-            return torch.frombuffer(buf, dtype=self._float).view(len(nodes), self.data.dim)
+            return torch.frombuffer(buf, dtype=self._float).view(*nodes.shape, self.data.dim)
         if attr.attr_name == "y" and self.data.labels is not None:
-            return torch.from_numpy(self.data.labels[nodes].astype(np.int64))
+            return torch.from_numpy(np.asarray(self.data.labels[nodes], dtype=np.int64))
         return None
 
     def _put_tensor(self, tensor, attr: TensorAttr) -> bool:

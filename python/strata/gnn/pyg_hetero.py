@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import StoreFormatError
 from ..store import Store
 from ._torch import require_torch
-from .pyg import EdgeAttr, FeatureStore, GraphStore, TensorAttr
+from .pyg import EdgeAttr, FeatureStore, GraphStore, TensorAttr, tensor_rows
 
 torch = require_torch()
 
@@ -51,20 +51,6 @@ def _open_typed(store: str | Path | Store) -> Store:
             f"store {s.path} has no node and edge types; serve it with strata.gnn.pyg.stores(GnnData(...))"
         )
     return s
-
-
-def _rows(index, count: int) -> np.ndarray | None:
-    """An index of PyG's ``TensorAttr`` (None: all rows; a slice; a tensor or array of ids,
-    negative ones counting from the end) as int64 ids, checked against ``count`` rows."""
-    if index is None:
-        return None
-    if isinstance(index, slice):
-        return np.arange(*index.indices(count), dtype=np.int64)
-    ids = torch.as_tensor(index).cpu().numpy().astype(np.int64, copy=False)
-    if ids.size and (ids.min() < -count or ids.max() >= count):
-        bad = int(ids[(ids < -count) | (ids >= count)][0])
-        raise IndexError(f"index {bad} is out of range for {count} rows")
-    return np.where(ids < 0, ids + count, ids)
 
 
 #: Edge-type bytes a scan reads at a time (bounds its memory: the bytes and a mask).
@@ -236,7 +222,7 @@ class StrataHeteroFeatureStore(FeatureStore):
     def _get_tensor(self, attr: TensorAttr):
         arr = self._node.get((attr.group_name, attr.attr_name))
         if arr is not None:
-            ids = _rows(attr.index, len(arr))
+            ids = tensor_rows(attr.index, len(arr))
             rows = np.array(arr) if ids is None else np.asarray(arr[ids])
             return torch.from_numpy(rows.astype(np.int64) if attr.attr_name == "y" else rows)
         found = self._edge_array(attr)
@@ -248,7 +234,7 @@ class StrataHeteroFeatureStore(FeatureStore):
             )
         arr, by_eid = found
         csc = self.graph_store.typed_csc(attr.group_name)
-        pos = csc.positions(_rows(attr.index, csc.num_edges))
+        pos = csc.positions(tensor_rows(attr.index, csc.num_edges))
         return torch.from_numpy(np.asarray(arr[np.asarray(self._eid[pos], dtype=np.int64)] if by_eid else arr[pos]))
 
     def _get_tensor_size(self, attr: TensorAttr) -> tuple | None:
