@@ -111,6 +111,13 @@ def test_loader_nodes_are_ids_a_mask_or_a_split_checked_at_construction(sbm):
     for nodes, message in bad:
         with pytest.raises(ValueError, match=message):
             NodeLoader(sbm, fanouts=[2], batch_size=8, nodes=nodes)
+    # Fanouts and options, as the loader's keywords take them.
+    assert NodeLoader(sbm, fanouts=np.array([3, 2]), batch_size=8).data.config["fanouts"] == [3, 2]
+    for fanouts, message in [([2.5], "fanouts must be whole numbers, got 2.5"), ("5,5", "expected a list of fanouts")]:
+        with pytest.raises(ValueError, match=message):  # 2.5 was truncated to 2
+            NodeLoader(sbm, fanouts=fanouts, batch_size=8)
+    with pytest.raises(TypeError, match="unknown option 'hot_shares'; did you mean 'hot_share'"):
+        NodeLoader(sbm, fanouts=[2], hot_shares=0.5)
 
 
 def test_encoded_features_are_decoded_into_the_batches(sbm):

@@ -57,6 +57,20 @@ def node_ids(nodes) -> np.ndarray:
     return arr
 
 
+def fanout_list(value, what: str) -> list[int]:
+    """``value`` checked as a list of whole fanouts, one per hop (a tuple or a NumPy array
+    too); ValueError naming ``what`` otherwise (a float would be truncated, a string or a
+    number is not a list)."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{what}: expected a list of fanouts (one per hop), got {value!r}")
+    out = []
+    for f in value:
+        if isinstance(f, bool) or not isinstance(f, (int, np.integer)):
+            raise ValueError(f"{what}: fanouts must be whole numbers, got {f!r}")
+        out.append(int(f))
+    return out
+
+
 def edge_index_array(edges, num_nodes: int) -> np.ndarray:
     """Edges given as a ``(2, E)`` array-like of (source, destination) ids, or as a
     ``(src, dst)`` pair of ``(E,)`` arrays, as a ``(2, E)`` int64 array; checked against
@@ -213,9 +227,9 @@ class GnnData:
         # (strata_gnn::data::DataConfig), whose defaults fill in those not given, ``memory`` too
         # (a loader's budget then covers the data path and a runtime reserve, not the caller's
         # process, while ``strata gnn train``'s holds its whole process).
-        unknown = set(options) - set(GnnTrainConfig.__engine__)
+        unknown = sorted(set(options) - set(GnnTrainConfig.__engine__))
         if unknown:
-            raise TypeError(f"unknown option(s) {sorted(unknown)}; known: {sorted(GnnTrainConfig.__engine__)}")
+            raise TypeError(_native.unknown_name("option", unknown[0], sorted(GnnTrainConfig.__engine__)))
         self.device = str(device)
         # Checked as the [gnn.train] section (errors name gnn.train.KEY), its defaults filled in.
         if split is not None and device_memory == "auto":
@@ -230,7 +244,7 @@ class GnnData:
         if self.data_path == "device":
             given.update(device_memory=0, hot_ranking="none")
         if "fanouts" in given:
-            given["fanouts"] = [int(f) for f in given["fanouts"]]
+            given["fanouts"] = fanout_list(given["fanouts"], "fanouts")
         cfg = _native.config_check("gnn.train", given)
         self.store = Store(store)
         self.config = cfg
@@ -545,7 +559,7 @@ def open_split(store, progress, device, fanouts, batch_size, memory, loader, fea
         split = (loader.rank, loader.world_size)
     if memory is not None:
         options = {**options, "memory": memory}
-    return GnnData(store, progress, device=device, fanouts=list(fanouts), batch_size=batch_size, split=split, **options)
+    return GnnData(store, progress, device=device, fanouts=fanouts, batch_size=batch_size, split=split, **options)
 
 
 def _rank_share(loader, items):

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import _native
 from ..store import Store
-from .loader import node_id_bytes
+from .loader import fanout_list, node_id_bytes
 
 #: The temporal strategies PyG's ``temporal_strategy`` names.
 TEMPORAL_STRATEGIES = ("uniform", "last")
@@ -86,18 +86,6 @@ def _edge_ids(buf) -> np.ndarray:
     return np.frombuffer(buf, dtype="<u8").astype(np.int64)
 
 
-def _fanout_list(value, what: str) -> list[int]:
-    """``value`` checked as a list of whole fanouts, one per hop."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise ValueError(f"{what}: expected a list of fanouts (one per hop), got {value!r}")
-    out = []
-    for f in value:
-        if isinstance(f, bool) or not isinstance(f, (int, np.integer)):
-            raise ValueError(f"{what}: fanouts must be whole numbers, got {f!r}")
-        out.append(int(f))
-    return out
-
-
 def sampler_config(
     store: Store, fanouts, *, weighted: bool, temporal_strategy, seed: int, threads: int, edge_ids: bool = False
 ) -> dict:
@@ -140,17 +128,17 @@ def sampler_config(
         unknown = [k for k in fanouts if tuple(k) not in edge_types]
         if unknown:
             raise ValueError(f"fanouts: unknown edge type(s) {unknown}; the store's edge types are {edge_types}")
-        given = {tuple(k): _fanout_list(v, f"fanouts[{tuple(k)}]") for k, v in fanouts.items()}
+        given = {tuple(k): fanout_list(v, f"fanouts[{tuple(k)}]") for k, v in fanouts.items()}
         missing = [e for e in edge_types if e not in given]
         if missing:
             raise ValueError(f"fanouts: no fanouts for edge type(s) {missing}; give a list for every edge type")
         config["edge_type_fanouts"] = [given[e] for e in edge_types]
     elif edge_types:
         # PyG applies a list to each edge type on its own.
-        hops = _fanout_list(fanouts, "fanouts")
+        hops = fanout_list(fanouts, "fanouts")
         config["edge_type_fanouts"] = [hops for _ in edge_types]
     else:
-        config["fanouts"] = _fanout_list(fanouts, "fanouts")
+        config["fanouts"] = fanout_list(fanouts, "fanouts")
     return config
 
 
