@@ -122,7 +122,7 @@ def test_score_matches_distmult_by_hand_in_input_order(trained, strata_cli, tmp_
     assert api == pytest.approx([float(line.split("\t")[3]) for line in written], rel=1e-6)
 
 
-def test_score_bad_inputs_name_line_and_field(trained, strata_cli, tmp_path, capsys):
+def test_score_bad_inputs_name_line_and_field(trained, kg, strata_cli, tmp_path, capsys):
     cli = strata_in_process(capsys)  # the commands after the first: in this process
     run, _, _, names, rel_names = trained
     (tmp_path / "bad.tsv").write_text(f"{names[1]}\t{rel_names[0]}\t{names[2]}\n{names[1]}\tno-rel\t{names[2]}\n")
@@ -136,6 +136,20 @@ def test_score_bad_inputs_name_line_and_field(trained, strata_cli, tmp_path, cap
     assert missing.returncode == 2 and "none.tsv" in missing.stderr
     with pytest.raises(ConfigError, match="triple 0, field tail"):
         Run(run).score([(names[1], rel_names[0], "nobody")])
+    # --out: not a directory, not a file of a store or run (`--out STORE/manifest.json` replaced
+    # the store's manifest); the input itself may be replaced, once its scores are complete.
+    (tmp_path / "good.tsv").write_text(f"{names[1]}\t{rel_names[0]}\t{names[2]}\n")
+    for out, message in [
+        (tmp_path, "is a directory; give the path of a file"),
+        (Path(kg) / "manifest.json", f"is a file of a store ({kg})"),
+        (Path(run) / "run.json", f"is a file of a run ({run})"),
+    ]:
+        before = out.read_bytes() if out.is_file() else None
+        refused = cli("embed", "score", run, tmp_path / "good.tsv", "--out", out, check=False)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+        assert (out.read_bytes() if out.is_file() else None) == before
+    cli("embed", "score", run, tmp_path / "good.tsv", "--out", tmp_path / "good.tsv")
+    assert (tmp_path / "good.tsv").read_text().count("\t") == 3
 
 
 def test_parquet_export_equals_the_npy_export(trained, tmp_path, strata_cli):

@@ -25,6 +25,15 @@ def test_rmat_is_deterministic_and_converts(tmp_path, strata_cli):
     s = Store(tmp_path / "a.strata")
     assert s.num_nodes == 4096 and s.num_edges == {"train": 65536}
     assert s.manifest["stats"]["out_degree"]["max"] > 20 * s.manifest["stats"]["out_degree"]["median"]
+    # --overwrite replaces an earlier output, never a store's own file (it replaced the manifest).
+    strata_cli("generate", "rmat", "--scale", "5", "--out", a, "--overwrite", "-q")
+    assert a.stat().st_size == 16 * 32 * 8
+    manifest = (tmp_path / "a.strata" / "manifest.json").read_bytes()
+    into = strata_cli(
+        "generate", "rmat", "--scale", "5", "--out", tmp_path / "a.strata" / "manifest.json", "--overwrite", check=False
+    )
+    assert into.returncode == 2 and "manifest.json is a file of a store" in into.stderr
+    assert (tmp_path / "a.strata" / "manifest.json").read_bytes() == manifest
 
 
 def test_kg_converts_with_its_splits(tmp_path, strata_cli):

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from . import _native
 from .config import GENERATORS, as_dict
+from .paths import refuse_owned_file
 from .units import fmt_bytes, fmt_count, fmt_duration
 
 
@@ -15,6 +16,8 @@ def generate(cfg, progress: Callable[..., bool] | None = None) -> dict:
     """Runs the generator of config section ``cfg`` (an RmatConfig, KgConfig, SbmConfig or
     HetSbmConfig)."""
     kind = next(k for k, cls in GENERATORS.items() if isinstance(cfg, cls))
+    if kind == "rmat":  # the one file output: --overwrite must not replace a store's file
+        refuse_owned_file(cfg.out, "--out")
     return _native.generate(kind, as_dict(cfg), progress)
 
 

@@ -38,20 +38,35 @@ def refuse_foreign_dir(path: str | Path, what: str, ours: Callable[[dict], bool]
     engine's run, whose record would be replaced). A new, empty or earlier own directory
     passes."""
     path = Path(path)
-    found = None
-    if (path / "manifest.json").is_file():
-        found = "a store"
-    elif (path / "grid.json").is_file():
-        found = "a grid"
-    elif (path / "run.json").is_file():
+    found = _holder(path)
+    if found is not None and found.startswith("a run"):
         try:
             record = json.loads((path / "run.json").read_text())
         except (OSError, ValueError):
             record = None
-        if not ours(record):
-            found = "another kind of run (its run.json is not this command's)"
+        found = None if ours(record) else "another kind of run (its run.json is not this command's)"
     if found is not None:
         raise ConfigError(f"{what} {path} is {found}; choose a new directory")
+
+
+def refuse_owned_file(path: str | Path, what: str) -> None:
+    """Refuses output file ``path`` (the option ``what``, e.g. ``--out``) when it is a
+    directory, or an existing file of a store, a grid or a run (its manifest, an array, a
+    checkpoint), which writing would replace. A new file, or one of the user's own, passes."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{what} {path} is a directory; give the path of a file to write")
+    holder = _holder(path.parent)
+    if holder is not None and path.exists():
+        raise ConfigError(f"{what} {path} is a file of {holder} ({path.parent}); write to a new file")
+
+
+def _holder(path: Path) -> str | None:
+    """What directory ``path`` is, by its marker file: a store, a grid or a run; else None."""
+    for marker, kind in (("manifest.json", "a store"), ("grid.json", "a grid"), ("run.json", "a run")):
+        if (path / marker).is_file():
+            return kind
+    return None
 
 
 def existing_dir(path: str | Path, what: str) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .. import _native
 from ..errors import ConfigError, RunError
-from ..paths import make_dir
+from ..paths import make_dir, refuse_owned_file
 from . import hdf5, parquet
 
 ProgressFn = Callable[..., bool]
@@ -154,7 +154,10 @@ class Run:
     ) -> dict:
         """Scores the ``head<TAB>relation<TAB>tail`` lines of ``input`` into ``out`` (or standard
         output) as ``head<TAB>relation<TAB>tail<TAB>score`` lines in input order (``options``:
-        ``[embed.score]``'s, ``checkpoint`` and ``memory``)."""
+        ``[embed.score]``'s, ``checkpoint`` and ``memory``). ``out`` may be ``input`` (the
+        scores replace it once complete), not a directory or a file of a store, grid or run."""
+        if out is not None:
+            refuse_owned_file(out, "--out")
         return _native.embed_score(str(self.path), _plain({"input": input, "out": out, **options}), progress)
 
 
