@@ -149,3 +149,7 @@ def test_bench_disk_bad_options(tmp_path, strata_cli):
     proc = strata_cli("bench-disk", "--dir", tmp_path, "--size", "100T", "-q", check=False)
     assert proc.returncode == 2 and "the benchmark file of 100 TiB does not fit" in proc.stderr, proc.stderr
     assert not list(tmp_path.iterdir())
+    # A profile path that cannot be written is refused before the measuring, not after it.
+    proc = strata_cli("bench-disk", "--dir", tmp_path, "--size", "8M", "--profile", tmp_path, check=False)
+    assert proc.returncode == 2 and "is a directory; give the path of a file" in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())

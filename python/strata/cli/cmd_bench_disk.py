@@ -6,7 +6,7 @@ import json
 
 from .. import io
 from ..config import BenchDiskConfig, engine_options, from_args
-from ..paths import existing_dir
+from ..paths import existing_dir, refuse_owned_file
 from .common import add_section_command, run_with_progress
 
 
@@ -25,6 +25,8 @@ def register(sub, name: str, help: str) -> None:
 def run(args) -> int:
     cfg = from_args(BenchDiskConfig, args)
     existing_dir(cfg.dir, "--dir")
+    if cfg.save and cfg.profile is not None:
+        refuse_owned_file(cfg.profile, "--profile")  # before the minutes of measuring
     options = engine_options(cfg)
     profile = run_with_progress(args, lambda bar: io.bench_disk(options, bar))
     if cfg.save:
