@@ -392,6 +392,10 @@ def test_plot_writes_pngs(kg, tmp_path, strata_cli):
     timeline.write_text("\n".join([lines[0], "garbage", *lines[1:]]) + "\n")
     damaged = strata_cli("plot", run, check=False)
     assert damaged.returncode == 2 and "timeline.jsonl:2: not an interval" in damaged.stderr, damaged.stderr
+    timeline.write_text("\n".join(lines) + "\n")
+    assert len(strata_cli("plot", run, "--epoch", "1").stdout.split()) == 3
+    beyond = strata_cli("plot", run, "--epoch", "3", check=False)  # drew no timeline, silently
+    assert beyond.returncode != 0 and "--epoch 3: " in beyond.stderr and "committed epochs 1 to 2" in beyond.stderr
 
 
 def test_tensorboard_events_when_installed(kg, tmp_path):

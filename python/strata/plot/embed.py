@@ -24,6 +24,8 @@ def plot_embed_run(run: Path, meta: dict, out: Path, epoch: int = 0) -> list[Pat
         raise RunError(f"{run}: no epoch committed yet, nothing to plot")
     written = []
     epochs = [h["epoch"] for h in history]
+    if epoch and epoch not in epochs:
+        raise RunError(f"--epoch {epoch}: {run} has committed epochs {epochs[0]} to {epochs[-1]}")
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(epochs, [h["loss"] for h in history], marker="o")
