@@ -197,6 +197,8 @@ def test_bad_inputs(sbm, tmp_path, capsys):
         assert code == 2 and "torch sees no CUDA device" in out, out
     code, out = in_process(["gnn", "train", sbm, "--device", "tpu:x"], capsys)
     assert code == 2 and "not a torch device" in out, out
+    code, out = in_process(["gnn", "train", sbm, "--device", "mps"], capsys)  # was torch's traceback
+    assert code == 2 and "runs on cpu or cuda (cuda:N), not mps" in out, out
     foreign = tmp_path / "embed-run"
     foreign.mkdir()
     (foreign / "run.json").write_text('{"format": "strata-embed-run"}')

@@ -56,8 +56,11 @@ def _device(torch, name: str, env: torchrun.Environment | None = None):
         dev = torch.device(name)
     except RuntimeError as e:
         raise ConfigError(f"gnn.train.device: {name!r} is not a torch device ({e})") from None
-    if dev.type != "cuda":
+    if dev.type == "cpu":
         return dev
+    if dev.type != "cuda":
+        # Other backends (mps, xpu, ...) are untested here, and most torch builds lack them.
+        raise ConfigError(f"gnn.train.device: {name!r}: the GNN trainer runs on cpu or cuda (cuda:N), not {dev.type}")
     if env is not None and dev.index is None:
         dev = torch.device("cuda", env.local_rank)
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -85,7 +85,7 @@ pub struct NeighborsOptions {
     pub checkpoint: Which,
     /// memory budget (default: the run's); a table larger than it is scanned partition by partition
     pub memory: Option<Size>,
-    /// in a run with entity types, search every type (default: only the query node's own type)
+    /// in a run with entity types, search every type, not only the query node's own
     pub any_type: bool,
 }
 
