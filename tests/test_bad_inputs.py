@@ -45,6 +45,15 @@ def test_binary_data_given_as_text_is_named(tmp_path, strata_cli):
     fails(strata_cli, tmp_path, p, needles=["graph:1: holds a NUL byte: the file is binary", "--format bin32"])
 
 
+def test_a_store_given_as_input_is_named(tmp_path, strata_cli):
+    """It was "found no train file (train.txt, ...)", as for an empty directory."""
+    p = tmp_path / "e.tsv"
+    p.write_text("a\tb\nb\tc\n")
+    store = tmp_path / "g.strata"
+    strata_cli("convert", p, "--out", store, "-q")
+    fails(strata_cli, tmp_path, store, needles=[f"{store}: is a Strata store already", "strata reorder"])
+
+
 def test_numeric_id_out_of_range(tmp_path, strata_cli):
     p = tmp_path / "e.txt"
     p.write_text("0 1\n1 7\n")

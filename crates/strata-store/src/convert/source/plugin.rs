@@ -265,6 +265,13 @@ pub(crate) fn plan_split_dir<S: EdgeSource + Named>(
     opts: &ConvertOptions,
 ) -> Result<SourcePlan> {
     let [train, valid, test] = split_files(dir)?;
+    if train.is_empty() && dir.join(crate::store::MANIFEST).is_file() {
+        return Err(StoreError::bad_file(
+            dir,
+            "is a Strata store already: train on it as it is, or `strata reorder` it into a \
+             renumbered copy",
+        ));
+    }
     if train.is_empty() {
         return Err(missing(
             dir,

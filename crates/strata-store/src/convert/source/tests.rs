@@ -78,6 +78,11 @@ fn refusals_name_the_input_and_the_option() {
         ": found no train file (train.txt, train.tsv, ...), edges.npy, or Planetoid files"
     ));
     assert!(err(serde_json::json!({"inputs": [d], "format": "numpy"})).ends_with(": no edges.npy"));
+    // A store given as the input of a conversion.
+    let store = d.join("g.strata");
+    std::fs::create_dir(&store).unwrap();
+    touch(&store, &["manifest.json", "csr_indices.npy"]);
+    assert!(err(serde_json::json!({"inputs": [&store]})).contains("is a Strata store already"));
     touch(d, &["a.npy", "b.npy"]);
     assert_eq!(
         err(serde_json::json!({"inputs": [d.join("a.npy"), d.join("b.npy")]})),
