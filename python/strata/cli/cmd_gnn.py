@@ -21,7 +21,7 @@ def register(sub, name: str, help: str) -> None:
         "train",
         GnnTrainConfig,
         run_train,
-        help="train a node classifier (sage, gcn, gat) within --memory",
+        help="train a node classifier (sage, gcn, gat, gin; rgcn, sage_hetero on typed stores) within --memory",
         description="Trains a GNN on STORE's labelled nodes. Prints the budget plan, a progress bar per epoch "
         "(batches/s, sampled nodes/s, MB/s, hit rates), validation accuracy per epoch, and the test accuracy of the "
         "best epoch. Under torchrun it trains with DistributedDataParallel, each rank on its share of the seeds "
