@@ -587,6 +587,12 @@ def test_cli_end_to_end_with_plots(graphs, tmp_path, capsys):
     ]
     (out / "run.json").unlink()
     assert len(cli("plot", out).stdout.split()) == 2
+    # A grid or a grid run where a store belongs says what it is (was: "manifest.json is missing
+    # (an interrupted conversion leaves only a .partial directory)").
+    grid = cli("info", store / "grids" / "g1", check=False)
+    assert grid.returncode != 0 and "not a Strata store but a grid (`strata grid info`" in grid.stderr
+    ran = cli("check", store / "runs" / "grid-pagerank", check=False)
+    assert ran.returncode == 2 and "not a Strata store but a run directory" in ran.stdout + ran.stderr
 
 
 # ---------------------------------------------------------------------------------------------

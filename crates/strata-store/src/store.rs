@@ -23,6 +23,24 @@ pub struct Store {
     manifest: Manifest,
 }
 
+/// Why `path`, which holds no manifest, is not a store: a file, one of Strata's other
+/// directories (named by the marker file its engine writes, so that a command given a grid or a
+/// run says so), or a directory without one.
+fn not_a_store(path: &Path) -> String {
+    if !path.is_dir() {
+        return "not a Strata store: a file, where a store is a directory".into();
+    }
+    if path.join("grid.json").is_file() {
+        return "not a Strata store but a grid (`strata grid info` describes it)".into();
+    }
+    if path.join("run.json").is_file() {
+        return "not a Strata store but a run directory (its run.json names its store)".into();
+    }
+    format!(
+        "not a Strata store: {MANIFEST} is missing (an interrupted conversion leaves only a .partial directory)"
+    )
+}
+
 impl Store {
     /// Opens the store at `path` and validates it: format and version, every array the manifest
     /// requires present with the declared dtype and shape, data at the 4096-byte offset, and
@@ -41,9 +59,7 @@ impl Store {
         }
         let manifest_path = path.join(MANIFEST);
         if !path.is_dir() || !manifest_path.exists() {
-            return Err(invalid(format!(
-                "not a Strata store: {MANIFEST} is missing (an interrupted conversion leaves only a .partial directory)"
-            )));
+            return Err(invalid(not_a_store(path)));
         }
         // Bytes, not a String: a manifest that is not UTF-8 is a damaged store, not an I/O error.
         let text =

@@ -116,6 +116,12 @@ fn not_a_store_and_corrupt_manifest() {
     let plain = dir.path().join("plain");
     std::fs::create_dir(&plain).unwrap();
     assert!(open_err(&plain).contains("manifest.json is missing"));
+    // Strata's other directories and a file say what they are.
+    std::fs::write(plain.join("run.json"), "{}").unwrap();
+    assert!(open_err(&plain).contains("not a Strata store but a run directory"));
+    std::fs::write(plain.join("grid.json"), "{}").unwrap();
+    assert!(open_err(&plain).contains("not a Strata store but a grid (`strata grid info`"));
+    assert!(open_err(&plain.join("grid.json")).contains("a file, where a store is a directory"));
     let store = make_store(dir.path());
     std::fs::write(store.join("manifest.json"), "{ not json").unwrap();
     assert!(open_err(&store).contains("not valid JSON"));
