@@ -234,6 +234,22 @@ def test_check_passes_sound_stores_and_caps_the_list(pristine, tmp_path):
     )
 
 
+def test_a_grid_built_on_its_own_is_checked_by_itself(tmp_path):
+    """`strata grid build INPUT --out DIR` makes a grid no store holds; check reads it alone
+    (it was refused as a directory without a store's manifest)."""
+    edges = tmp_path / "edges.tsv"
+    edges.write_text("".join(f"{i}\t{(i * 7 + 3) % 50}\n" for i in range(200)))
+    grid_dir = tmp_path / "g"
+    run_strata("grid", "build", edges, "--out", grid_dir, "--partitions", "2", "-q")
+    proc = strata("check", grid_dir)
+    assert proc.returncode == 0 and f"grid {grid_dir}: no problems" in proc.stdout, proc.stdout + proc.stderr
+    assert {"edges.npy", "block_index.npy", "in_degree.npy"} <= set(check_store(grid_dir)["files_checked"])
+    poke(grid_dir, "edges.npy", (3, 0), 10**6)
+    proc = strata("check", grid_dir, "--json-summary", "-q")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 2 and ("edges.npy", 3) in {(p["file"], p["row"]) for p in report["listed"]}, report
+
+
 def test_one_corrupt_indptr_entry_is_one_problem(pristine, tmp_path):
     store = tmp_path / "sbm.strata"
     shutil.copytree(pristine["sbm"], store)

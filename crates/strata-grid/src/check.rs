@@ -1,8 +1,9 @@
-//! The grids of a store, for `strata check`: each grid's manifest and arrays, its block index
+//! The grids of a store, and a grid built on its own, for `strata check`: each grid's manifest and arrays, its block index
 //! (from 0 to the edge count, never decreasing), every edge record's offsets inside its block
 //! (a compressed grid's blocks decoded first: a code that does not decode is a problem naming
 //! the block), and its degree arrays (non-negative, summing to the edge count). Problems are added to the
-//! store's [`Checked`] under the grid's path inside the store (`grids/NAME/edges.npy`).
+//! store's [`Checked`] under the grid's path inside the store (`grids/NAME/edges.npy`), or a
+//! grid's own under its file names.
 
 use std::path::Path;
 
@@ -32,22 +33,32 @@ pub fn check_grids(store: &Store, checked: &mut Checked, progress: &dyn Progress
         .filter(|n| !n.contains(".partial-"))
         .collect();
     names.sort();
+    let n = store.manifest().graph.num_nodes;
     for name in names {
-        check_grid(store, &name, checked, progress)?;
+        let dir = grids_dir(store.path()).join(&name);
+        check_grid(&dir, &format!("grids/{name}/"), Some(n), checked, progress)?;
     }
     Ok(())
 }
 
-/// Checks grid `name` of `store`.
+/// Checks the grid in `dir` on its own: one built straight from an input edge list
+/// (`strata grid build INPUT --out DIR`), which no store's vertex count bounds. Its files are
+/// named as in `dir` (`edges.npy`).
+pub fn check_grid_dir(dir: &Path, checked: &mut Checked, progress: &dyn Progress) -> Result<()> {
+    check_grid(dir, "", None, checked, progress)
+}
+
+/// Checks the grid in `dir`, naming its files `PREFIX + FILE`; a store's grid must have the
+/// store's `num_nodes` vertices.
 fn check_grid(
-    store: &Store,
-    name: &str,
+    dir: &Path,
+    prefix: &str,
+    num_nodes: Option<u64>,
     checked: &mut Checked,
     progress: &dyn Progress,
 ) -> Result<()> {
-    let dir = grids_dir(store.path()).join(name);
-    let rel = |file: &str| format!("grids/{name}/{file}");
-    let manifest = match GridManifest::load(&dir) {
+    let rel = |file: &str| format!("{prefix}{file}");
+    let manifest = match GridManifest::load(dir) {
         Ok(m) => m,
         Err(e) => {
             checked
@@ -56,8 +67,7 @@ fn check_grid(
             return Ok(());
         }
     };
-    let n = store.manifest().graph.num_nodes;
-    if manifest.num_vertices != n {
+    if let Some(n) = num_nodes.filter(|&n| n != manifest.num_vertices) {
         checked.problems.add(
             &rel(GRID_MANIFEST),
             None,
@@ -68,11 +78,11 @@ fn check_grid(
         );
     }
     if let Some(info) = manifest.arrays.get("block_index") {
-        let mut offsets = IndptrCheck::new(&dir, &info.file, "block offset", manifest.num_edges);
+        let mut offsets = IndptrCheck::new(dir, &info.file, "block offset", manifest.num_edges);
         let mut sound = true;
         let file = rel(&info.file);
         ints(
-            &dir,
+            dir,
             &info.file,
             &file,
             checked,
@@ -93,7 +103,7 @@ fn check_grid(
             return Ok(());
         }
     }
-    let grid = match Grid::open(&dir) {
+    let grid = match Grid::open(dir) {
         Ok(g) => g,
         Err(e) => {
             checked
@@ -115,7 +125,7 @@ fn check_grid(
         let file = grid.manifest().arrays[degree].file.clone();
         let (mut sum, mut row) = (0i64, 0u64);
         let path = rel(&file);
-        ints(&dir, &file, &path, checked, progress, |checked, vals| {
+        ints(dir, &file, &path, checked, progress, |checked, vals| {
             for &d in vals {
                 if d < 0 {
                     let msg = format!("{file} row {row}: degree {d} is negative");

@@ -113,7 +113,8 @@ fn content_digest(
     .map_err(|e| e.to_py(py))
 }
 
-/// Checks every array of the store at `path` and every grid built for it (`strata check`)
+/// Checks every array of the store at `path` and every grid built for it (`strata check`),
+/// or, when `path` is a grid built on its own (no store manifest, a grid manifest), that grid,
 /// with `options` (the `[check]` section's, checked as it: at most `max_problems` listed per
 /// file); returns the report (`strata_store::check::CheckReport`). Raises only on bad options,
 /// I/O errors and cancellation.
@@ -128,8 +129,16 @@ fn check_store(
     let max_per_file = crate::config::section::<CheckOptions>(options)?.max_problems;
     run(py, progress, |p| {
         let start = std::time::Instant::now();
-        let mut checked = strata_store::check::check_store(&path, max_per_file, p)
-            .map_err(strata_grid::GridError::from)?;
+        let standalone_grid = !path.join(strata_store::store::MANIFEST).exists()
+            && path.join(strata_grid::layout::GRID_MANIFEST).is_file();
+        let mut checked = if standalone_grid {
+            let mut checked = strata_store::check::Checked::new(max_per_file);
+            strata_grid::check::check_grid_dir(&path, &mut checked, p)?;
+            checked
+        } else {
+            strata_store::check::check_store(&path, max_per_file, p)
+                .map_err(strata_grid::GridError::from)?
+        };
         if let Some(store) = checked.store.take() {
             strata_grid::check::check_grids(&store, &mut checked, p)?;
         }

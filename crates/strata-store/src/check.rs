@@ -116,12 +116,7 @@ impl crate::config::Section for CheckOptions {
 /// the manifest and the array files' headers are checked. A store without problems is stamped
 /// as checked (`crate::verified`), keyed to its files as they were before the check read them.
 pub fn check_store(path: &Path, max_per_file: usize, progress: &dyn Progress) -> Result<Checked> {
-    let mut checked = Checked {
-        store: None,
-        problems: Problems::new(max_per_file),
-        files: Vec::new(),
-        bytes_read: 0,
-    };
+    let mut checked = Checked::new(max_per_file);
     let store = match Store::open(path) {
         Ok(s) => s,
         Err(

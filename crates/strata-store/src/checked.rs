@@ -101,6 +101,16 @@ pub struct CheckReport {
 }
 
 impl Checked {
+    /// Nothing checked yet; at most `max_per_file` problems will be listed per file.
+    pub fn new(max_per_file: usize) -> Checked {
+        Checked {
+            store: None,
+            problems: Problems::new(max_per_file),
+            files: Vec::new(),
+            bytes_read: 0,
+        }
+    }
+
     /// The report of the check of the store at `path`, which took `seconds`.
     pub fn report(&self, path: &Path, seconds: f64) -> CheckReport {
         CheckReport {

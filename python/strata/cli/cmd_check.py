@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..config import CheckConfig, engine_options, from_args
 from ..store import check_store
 from ..units import fmt_bytes
@@ -15,7 +17,8 @@ def register(sub, name: str, help: str) -> None:
         CheckConfig,
         run,
         help=help,
-        description="Reads every array of STORE and every grid built for it, in bounded memory, and checks what the "
+        description="Reads every array of STORE and every grid built for it (or a grid built on its own from an "
+        "input edge list), in bounded memory, and checks what the "
         "engines rely on: the manifest against the files, ids in range, each indptr from 0 to the edge count, "
         "degrees and degree statistics, CSR, CSC and the train edges holding the same edges, labels, node splits, "
         "name tables, feature bags, finite features, grid block offsets and in-block ids. Lists every problem (up to "
@@ -26,10 +29,13 @@ def register(sub, name: str, help: str) -> None:
 def format_report(report: dict) -> str:
     """The report in words: one line per listed problem, then what was read."""
     lines = []
+    path = Path(report["store"])
+    # A grid built on its own (`strata grid build INPUT --out DIR`) is checked by itself.
+    what = "grid" if (path / "grid.json").is_file() and not (path / "manifest.json").exists() else "store"
     if report["ok"]:
-        lines.append(f"store {report['store']}: no problems")
+        lines.append(f"{what} {path}: no problems")
     else:
-        lines.append(f"store {report['store']}: {report['problems']:,} problem(s)")
+        lines.append(f"{what} {path}: {report['problems']:,} problem(s)")
         lines += [
             f"  {p['message'] if p['message'].startswith(p['file']) else p['file'] + ': ' + p['message']}"
             for p in report["listed"]

@@ -15,7 +15,9 @@ class InfoConfig:
 
 
 class _CheckFrontEnd:
-    store: Path = option(positional=True, help="the store to check (and the grids built for it)")
+    store: Path = option(
+        positional=True, help="the store to check (and the grids built for it), or a grid built on its own (--out)"
+    )
 
 
 #: [check]: which store is Python's; how many problems to list is the checker's
