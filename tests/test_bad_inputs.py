@@ -14,6 +14,7 @@ import pytest
 
 from strata.config import ConvertConfig, Size
 from strata.convert import convert
+from strata.errors import StoreFormatError
 
 
 def leftovers(d: Path) -> list[str]:
@@ -136,6 +137,12 @@ def test_gzip_and_csv_with_header(tmp_path, strata_cli):
 
     s = Store(out)
     assert [s.node_name(i) for i in range(s.num_nodes)] == ["a,1", "b", 'c "x"']
+    # Python API misuse: -1 was pyo3's OverflowError (and an integer-id store's last node).
+    for node in (-1, 3):
+        with pytest.raises(IndexError, match=rf"node id {node} is out of range \(0..3\)"):
+            s.node_name(node)
+    with pytest.raises(StoreFormatError, match="has no edge split 'valid'; its splits: train"):
+        s.edges("valid")
 
 
 def make_store(tmp_path: Path, strata_cli) -> Path:

@@ -164,6 +164,9 @@ class Store:
 
     def edges(self, split: str = "train") -> np.ndarray:
         """Edges of a split, shape (E, 2) as (src, dst) or (E, 3) as (src, rel, dst)."""
+        if split not in self.num_edges:
+            have = ", ".join(self.num_edges) or "none"
+            raise StoreFormatError(f"store {self.path} has no edge split {split!r}; its splits: {have}")
         return self.array(f"edges_{split}")
 
     def csr(self) -> tuple[np.ndarray, np.ndarray]:
@@ -219,7 +222,10 @@ class Store:
 
     def node_name(self, node: int) -> str:
         """Original name of node ``node``: its name, or its input id as text for integer-id
-        stores (the id before ``strata reorder``, if the store was reordered)."""
+        stores (the id before ``strata reorder``, if the store was reordered). IndexError for
+        an id outside ``[0, num_nodes)``."""
+        if not 0 <= node < self.num_nodes:
+            raise IndexError(f"node id {node} is out of range (0..{self.num_nodes})")
         if self._node_names is not None:
             return self._node_names.name(node)
         original = self.original_id
