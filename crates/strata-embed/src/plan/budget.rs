@@ -545,6 +545,13 @@ pub fn plan(
     let relation_bytes = relation_bytes(cfg, model, num_relations) + head_prob;
     let num_nodes = shape.largest();
     let wanted = shape.partitions.unwrap_or(cfg.partitions);
+    if wanted as u64 > num_nodes.max(1) {
+        // Not a memory limit: a partition holds at least one node.
+        return Err(EmbedError::Config(format!(
+            "embed.train.partitions: {wanted} partitions of {num_nodes} nodes would leave some \
+             empty; use at most {num_nodes} (0 plans the fewest that fit --memory)"
+        )));
+    }
     let pinned_bytes = shape.pinned_bytes(model.dim, cfg.optimizer, cfg.table_dtype);
     let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
     let edge_bytes = PIECES_ALIVE * piece_rows * 12;
@@ -1436,6 +1443,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("use more partitions or raise --memory"), "{e}");
+        // More partitions than nodes is not a memory limit.
+        let cfg = TrainConfig {
+            partitions: 300,
+            ..TrainConfig::default()
+        };
+        let e = plan(&cfg, &model(100), &untyped(200), 10, 2, None, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "embed.train.partitions: 300 partitions of 200 nodes would leave some empty"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
