@@ -1,5 +1,6 @@
-"""Creating output directories with a true message when a path component is a file, and
-staging directories that a killed process's successor cleans up."""
+"""Creating output directories with a true message when a path component is a file, refusing
+outputs that would replace a store's, a grid's or another command's run's files, and staging
+directories that a killed process's successor cleans up."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def refuse_foreign_dir(path: str | Path, what: str, ours: Callable[[dict], bool]
     passes."""
     path = Path(path)
     found = _holder(path)
-    if found is not None and found.startswith("a run"):
+    if found == "a run":
         try:
             record = json.loads((path / "run.json").read_text())
         except (OSError, ValueError):
