@@ -142,7 +142,11 @@ fn check_store(
         if let Some(store) = checked.store.take() {
             strata_grid::check::check_grids(&store, &mut checked, p)?;
         }
-        Ok::<_, strata_grid::GridError>(checked.report(&path, start.elapsed().as_secs_f64()))
+        let mut report = checked.report(&path, start.elapsed().as_secs_f64());
+        if standalone_grid {
+            report.kind = "grid";
+        }
+        Ok::<_, strata_grid::GridError>(report)
     })
 }
 

@@ -91,6 +91,8 @@ pub struct Checked {
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckReport {
     pub store: PathBuf,
+    /// What `store` is: `store`, or `grid` for a grid built on its own (checked by itself).
+    pub kind: &'static str,
     pub ok: bool,
     pub problems: u64,
     pub listed: Vec<Problem>,
@@ -115,6 +117,7 @@ impl Checked {
     pub fn report(&self, path: &Path, seconds: f64) -> CheckReport {
         CheckReport {
             store: path.to_path_buf(),
+            kind: "store",
             ok: self.problems.is_empty(),
             problems: self.problems.total(),
             listed: self.problems.listed.clone(),

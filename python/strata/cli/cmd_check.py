@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ..config import CheckConfig, engine_options, from_args
 from ..store import check_store
 from ..units import fmt_bytes
@@ -29,13 +27,11 @@ def register(sub, name: str, help: str) -> None:
 def format_report(report: dict) -> str:
     """The report in words: one line per listed problem, then what was read."""
     lines = []
-    path = Path(report["store"])
-    # A grid built on its own (`strata grid build INPUT --out DIR`) is checked by itself.
-    what = "grid" if (path / "grid.json").is_file() and not (path / "manifest.json").exists() else "store"
+    what = f"{report['kind']} {report['store']}"  # a store, or a grid built on its own
     if report["ok"]:
-        lines.append(f"{what} {path}: no problems")
+        lines.append(f"{what}: no problems")
     else:
-        lines.append(f"{what} {path}: {report['problems']:,} problem(s)")
+        lines.append(f"{what}: {report['problems']:,} problem(s)")
         lines += [
             f"  {p['message'] if p['message'].startswith(p['file']) else p['file'] + ': ' + p['message']}"
             for p in report["listed"]
