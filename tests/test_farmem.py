@@ -43,10 +43,17 @@ class Server:
     """``strata farmem serve`` in a subprocess, on a port the OS picks."""
 
     def __init__(
-        self, capacity: str = "256M", host: str = "127.0.0.1", netns: Namespace | None = None, transport: str = "tcp"
+        self,
+        capacity: str = "256M",
+        host: str = "127.0.0.1",
+        netns: Namespace | None = None,
+        transport: str = "tcp",
+        token_file: Path | None = None,
     ):
         argv = [sys.executable, "-m", "strata", "farmem", "serve", "--listen", f"{host}:0", "--capacity", capacity,
                 "--transport", transport]  # fmt: skip
+        if token_file is not None:
+            argv += ["--token-file", str(token_file)]
         self.proc = subprocess.Popen(
             netns.wrap(argv) if netns else argv,
             stdout=subprocess.PIPE,
@@ -142,21 +149,24 @@ def test_far_run_matches_local(store, local_ranks, server, tmp_path, ratio, keep
 @needs_netns
 def test_far_memory_across_a_veth_link(store, local_ranks, tmp_path):
     """The far-memory server in one network namespace, the run in another, joined by a veth
-    pair: the edge blocks cross a real link (not loopback) and the ranks match a local run."""
+    pair: the edge blocks cross a real link (not loopback) and the ranks match a local run. A
+    server other hosts can reach needs a token, and the run gives it from a file."""
+    token, run_dir = token_file(tmp_path / "token", "veth-s3cret"), tmp_path / "run"
     with veth_pair() as (client, far):
-        s = Server(host=far.addr, netns=far)
+        s = Server(host=far.addr, netns=far, token_file=token)
         try:
             proc = subprocess.run(
                 client.wrap([sys.executable, "-m", "strata", "run", "pagerank", str(store), "--iterations", "10",
-                             "--segment", SEGMENT, "--far", s.addr, "--far-ratio", "0.7", "--out", str(tmp_path)]),
+                             "--segment", SEGMENT, "--far", s.addr, "--far-ratio", "0.7", "--out", str(run_dir),
+                             "--far-token-file", str(token)]),
                 capture_output=True, text=True, timeout=300,
             )  # fmt: skip
         finally:
             rc, out, err = s.stop(signal.SIGTERM)
     assert proc.returncode == 0, proc.stderr
     assert f"far memory {s.addr}: " in proc.stderr and s.addr.startswith("10.213.")
-    np.testing.assert_allclose(np.load(tmp_path / "rank.npy"), local_ranks[10], rtol=1e-6)
-    summary = json.loads((tmp_path / "run.json").read_text())["summary"]
+    np.testing.assert_allclose(np.load(run_dir / "rank.npy"), local_ranks[10], rtol=1e-6)
+    summary = json.loads((run_dir / "run.json").read_text())["summary"]
     assert summary["bytes_far"] > 0 and summary["far_failure"] is None
     assert rc == 0 and re.search(r"farmem: served .* ([\d,]+) requests", out), err
 
@@ -248,3 +258,54 @@ def test_serve_refuses_a_port_in_use(server):
 
     with pytest.raises(ConfigError, match=server.addr.split(":")[1]):
         serve_farmem(listen=server.addr, capacity="1M", on_ready=ready)
+
+
+def token_file(path: Path, token: str) -> Path:
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def test_a_server_other_hosts_reach_needs_a_token(tmp_path):
+    proc = run_strata("farmem", "serve", "--listen", "0.0.0.0:0", check=False, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert (
+        "strata farmem serve: error: listen: 0.0.0.0:0 is not a loopback address; set a token (--token-file or "
+        "STRATA_FARMEM_TOKEN) before serving other hosts"
+    ) in proc.stderr
+    proc = run_strata("farmem", "serve", "--token-file", tmp_path / "missing", check=False, timeout=60)
+    assert proc.returncode == 2 and "token file" in proc.stderr and "cannot be read" in proc.stderr
+
+
+def test_a_run_without_the_servers_token_is_refused(store, tmp_path, monkeypatch):
+    monkeypatch.delenv("STRATA_FARMEM_TOKEN", raising=False)
+    token = token_file(tmp_path / "token", "far-s3cret")
+    s = Server("16M", token_file=token)
+    try:
+        assert s.proc.poll() is None
+        base = ["run", "pagerank", store, "--iterations", "2", "--segment", SEGMENT, "--far", s.addr,
+                "--far-connections", "1"]  # fmt: skip
+        proc = run_strata(*base, "--out", tmp_path / "none", check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert (
+            f"cannot use the memory server at {s.addr}: far memory refused this client: this server needs a token"
+            in proc.stderr
+        )
+        proc = run_strata(*base, "--out", tmp_path / "wrong", "--far-token", "guess", check=False)
+        assert proc.returncode == 2 and "far memory refused this client: wrong token" in proc.stderr
+        assert "far-s3cret" not in proc.stderr + proc.stdout and "guess" not in proc.stderr
+        assert not (tmp_path / "none").exists() and not (tmp_path / "wrong").exists()
+        # The token by environment, then by file; run.json keeps the file's path, never the secret.
+        monkeypatch.setenv("STRATA_FARMEM_TOKEN", "far-s3cret")
+        summary = run(algorithm="pagerank", store=store, iterations=2, segment=SEGMENT, far=s.addr, far_ratio=0.7,
+                      far_connections=1, out=tmp_path / "env")  # fmt: skip
+        assert summary["bytes_far"] > 0
+        monkeypatch.delenv("STRATA_FARMEM_TOKEN")
+        run_strata(*base, "--far-ratio", "0.7", "--out", tmp_path / "file", "--far-token-file", token)
+        record = (tmp_path / "file" / "run.json").read_text()
+        assert json.loads(record)["config"]["far_token_file"] == str(token) and "far-s3cret" not in record
+        run_strata(*base, "--out", tmp_path / "flag", "--far-token", "far-s3cret")
+        assert "far-s3cret" not in (tmp_path / "flag" / "run.json").read_text()
+    finally:
+        rc, out, err = s.stop(signal.SIGTERM)
+    assert rc == 0 and "stopped by SIGTERM" in out and "Traceback" not in err, err

@@ -55,6 +55,8 @@ pub struct ClientConfig {
     pub io_timeout: Duration,
     /// How the data connections move bytes (default `tcp`).
     pub transport: TransportKind,
+    /// The server's shared secret, sent with HELLO (`None` for a server without one).
+    pub token: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -67,6 +69,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(2),
             io_timeout: Duration::from_secs(5),
             transport: TransportKind::Tcp,
+            token: None,
         }
     }
 }
@@ -173,12 +176,16 @@ fn open(addr: &str, timeout: Duration, what: &str) -> Result<(TcpStream, SocketA
     }))
 }
 
-/// One request/reply exchange on a fresh connection (HELLO or JOIN).
-fn handshake(stream: &mut TcpStream, req: &Header) -> Result<Header> {
+/// One request/reply exchange on a fresh connection (HELLO, with `payload`, or JOIN).
+fn handshake(stream: &mut TcpStream, req: &Header, payload: &[u8]) -> Result<Header> {
     let io = |e: std::io::Error| {
         FarError::Unavailable(format!("{} handshake failed: {e}", op::name(req.op)))
     };
-    stream.write_all(&req.encode()).map_err(io)?;
+    let req = &Header {
+        payload_len: payload.len() as u64,
+        ..*req
+    };
+    protocol::write_parts(stream, &req.encode(), payload).map_err(io)?;
     let (h, payload) = read_reply(stream)?;
     if h.status != status::OK {
         return Err(protocol::reply_error(&h, &payload));
@@ -263,7 +270,12 @@ impl FarClient {
         protocol::tune_socket(&control, false)
             .map_err(|e| FarError::io("tuning the control socket", e))?;
         timeouts(&control, cfg.connect_timeout)?;
-        let hello = handshake(&mut control, &Header::request(op::HELLO, 0, 0, 0, 0))?;
+        let secret = cfg.token.as_deref().unwrap_or_default().as_bytes();
+        let hello = handshake(
+            &mut control,
+            &Header::request(op::HELLO, 0, 0, 0, 0),
+            secret,
+        )?;
         timeouts(&control, cfg.io_timeout)?;
         let token = hello.segment;
         let max_message = hello.length;
@@ -278,7 +290,11 @@ impl FarClient {
             let (mut s, _) = open(&addr.to_string(), cfg.connect_timeout, "data")?;
             protocol::tune_socket(&s, true).map_err(|e| FarError::io("tuning a data socket", e))?;
             timeouts(&s, cfg.connect_timeout)?;
-            handshake(&mut s, &Header::request(op::JOIN, i as u64, token, 0, 0))?;
+            handshake(
+                &mut s,
+                &Header::request(op::JOIN, i as u64, token, 0, 0),
+                &[],
+            )?;
             timeouts(&s, cfg.io_timeout)?;
             streams.push(s);
         }

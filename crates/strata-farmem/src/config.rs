@@ -19,6 +19,14 @@ pub struct ServeOptions {
     /// sends of segment memory; on loopback the kernel copies them anyway, see the far-memory
     /// docs; falls back to writes, said on stderr, where io_uring or zero-copy is unavailable)
     pub transport: TransportKind,
+    /// shared secret every client must send, required off loopback (default: --token-file, else
+    /// $STRATA_FARMEM_TOKEN); visible to every user of this machine in ps, so prefer
+    /// --token-file or the environment
+    pub token: String,
+    /// most connections served at once (a run opens one plus its data connections); more are
+    /// answered busy and closed
+    #[schemars(range(min = 1, max = 65536))]
+    pub max_connections: u64,
 }
 
 impl Default for ServeOptions {
@@ -27,6 +35,8 @@ impl Default for ServeOptions {
             listen: "127.0.0.1:7000".into(),
             capacity: Size(1 << 30),
             transport: TransportKind::Tcp,
+            token: String::new(),
+            max_connections: crate::DEFAULT_MAX_CONNECTIONS as u64,
         }
     }
 }
@@ -54,6 +64,8 @@ impl ServeOptions {
             listen: self.listen.clone(),
             capacity_bytes: self.capacity.0,
             transport: self.transport,
+            token: Some(self.token.clone()).filter(|t| !t.is_empty()),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
             ..ServerConfig::default()
         }
     }
@@ -80,5 +92,10 @@ mod tests {
         assert_eq!(ok.server_config().capacity_bytes, 2 << 30);
         let uring = check::<ServeOptions>(&serde_json::json!({"transport": "uring"})).unwrap();
         assert_eq!(uring.server_config().transport, TransportKind::Uring);
+        assert_eq!(uring.server_config().token, None);
+        let secret = check::<ServeOptions>(&serde_json::json!({"token": "s"})).unwrap();
+        assert_eq!(secret.server_config().token.as_deref(), Some("s"));
+        assert!(err(serde_json::json!({"max_connections": 0}))
+            .starts_with("farmem.serve.max_connections"));
     }
 }

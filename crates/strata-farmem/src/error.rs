@@ -24,6 +24,12 @@ pub enum FarError {
     /// The peer broke the wire protocol (bad magic, version, message size, unexpected reply).
     #[error("far memory protocol error: {0}")]
     Protocol(String),
+    /// The server refused this client's shared secret (none given, or a wrong one).
+    #[error("far memory refused this client: {0}")]
+    Unauthenticated(String),
+    /// A server setting refused before anything is served; the message names the setting.
+    #[error("{0}")]
+    Config(String),
     /// A request the server (or client) refuses: unknown segment, access outside a segment, bad
     /// arguments. The connection stays usable.
     #[error("bad far memory request: {0}")]

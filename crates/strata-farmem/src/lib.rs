@@ -50,7 +50,7 @@ mod tests;
 pub use chunks::FarCompletion;
 pub use client::{ClientConfig, ClientStats, FarClient, FarRead};
 pub use error::{FarError, Result};
-pub use server::{Server, ServerConfig, ServerStats, StopHandle};
+pub use server::{Server, ServerConfig, ServerStats, StopHandle, DEFAULT_MAX_CONNECTIONS};
 pub use uring_server::ZeroCopyStats;
 
 /// How a client or server moves the bytes of its data connections (the wire is the same).

@@ -1,4 +1,4 @@
-//! The far-memory wire protocol (version 1).
+//! The far-memory wire protocol (version 2).
 //!
 //! Every message, request or reply, is a fixed 48-byte header followed by `payload_len` bytes of
 //! payload. All integers are little-endian.
@@ -6,7 +6,7 @@
 //! | bytes  | field         | meaning                                                           |
 //! |--------|---------------|-------------------------------------------------------------------|
 //! | 0..4   | `magic`       | the ASCII bytes `SFMP`                                            |
-//! | 4..6   | `version`     | [`VERSION`] (1)                                                   |
+//! | 4..6   | `version`     | [`VERSION`] (2)                                                   |
 //! | 6      | `op`          | an operation code (see [`op`]); replies set the [`op::REPLY`] bit |
 //! | 7      | `status`      | replies: a [`status`] code; requests: 0                           |
 //! | 8..16  | `id`          | request id, chosen by the client, echoed by the reply             |
@@ -17,9 +17,12 @@
 //!
 //! # Connections
 //!
-//! A client opens one **control** connection and sends `HELLO`; the server creates a session and
-//! answers with its token (in `segment`), its capacity in bytes (`offset`) and its largest
-//! accepted message in bytes (`length`). The client then opens its **data** connections and sends
+//! A client opens one **control** connection and sends `HELLO`, whose payload is the server's
+//! shared secret (empty for a server without one; at most [`MAX_TOKEN_BYTES`]). A server with a
+//! secret answers any other payload with `UNAUTHENTICATED` and closes the connection; otherwise
+//! it creates a session and answers with the session's token (in `segment`), its capacity in
+//! bytes (`offset`) and its largest accepted message in bytes (`length`). The session token is
+//! random: only the client it was sent to can join data connections to that session. The client then opens its **data** connections and sends
 //! `JOIN` with the token in `segment` on each. Small control messages (`ALLOC`, `FREE`,
 //! `CAPACITY`, `PING`, `STATS`) travel only on the control connection and bulk data (`WRITE`,
 //! `READ`) only on data connections (Fargraph+ §6.3); the server answers a message on the wrong
@@ -31,7 +34,7 @@
 //!
 //! | op           | connection | request fields              | OK reply                                  |
 //! |--------------|------------|-----------------------------|-------------------------------------------|
-//! | `HELLO` (1)  | control    | -                           | `segment` = token, `offset` = capacity, `length` = max message |
+//! | `HELLO` (1)  | control    | payload = shared secret     | `segment` = token, `offset` = capacity, `length` = max message |
 //! | `JOIN` (2)   | data       | `segment` = token           | -                                         |
 //! | `ALLOC` (3)  | control    | `segment`, `length`         | -                                         |
 //! | `FREE` (4)   | control    | `segment`                   | -                                         |
@@ -52,7 +55,9 @@
 //! segment, access outside a segment, duplicate segment) and `CAPACITY` (the reply's `offset` =
 //! asked bytes, `length` = free bytes) leave the connection open. `PROTOCOL` (bad magic or
 //! version, unknown op, message larger than the server's maximum, wrong connection kind) is
-//! followed by the server closing that connection; other connections keep being served.
+//! followed by the server closing that connection; other connections keep being served, as is
+//! `UNAUTHENTICATED` (a HELLO without the server's secret) and `BUSY` (the server holds
+//! [`crate::ServerConfig::max_connections`] connections already: try again later).
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -62,12 +67,14 @@ use crate::error::{FarError, Result};
 
 /// The four bytes every message starts with.
 pub const MAGIC: [u8; 4] = *b"SFMP";
-/// Protocol version spoken by this crate.
-pub const VERSION: u16 = 1;
+/// Protocol version spoken by this crate (2: HELLO carries the shared secret).
+pub const VERSION: u16 = 2;
 /// Size of the fixed message header, in bytes.
 pub const HEADER_LEN: usize = 48;
 /// Largest error-message payload a peer accepts, in bytes.
 pub const MAX_ERROR_PAYLOAD: u64 = 64 * 1024;
+/// Largest HELLO payload (the shared secret) a server reads, in bytes.
+pub use strata_store::secret::MAX_TOKEN_BYTES;
 
 /// Operation codes (the header's `op` byte).
 pub mod op {
@@ -119,6 +126,10 @@ pub mod status {
     pub const CAPACITY: u8 = 2;
     /// The peer broke the protocol; the server closes the connection after this reply.
     pub const PROTOCOL: u8 = 3;
+    /// The HELLO did not carry the server's shared secret; the server closes the connection.
+    pub const UNAUTHENTICATED: u8 = 4;
+    /// The server holds as many connections as it serves; it closes this one.
+    pub const BUSY: u8 = 5;
 }
 
 /// A decoded message header.
@@ -217,6 +228,8 @@ pub fn reply_error(h: &Header, message: &[u8]) -> FarError {
         },
         status::BAD_REQUEST => FarError::BadRequest(msg),
         status::PROTOCOL => FarError::Protocol(format!("server: {msg}")),
+        status::UNAUTHENTICATED => FarError::Unauthenticated(msg),
+        status::BUSY => FarError::Unavailable(format!("server busy: {msg}")),
         other => FarError::Protocol(format!("unknown reply status {other}: {msg}")),
     }
 }
@@ -452,5 +465,11 @@ mod tests {
         ));
         h.status = status::BAD_REQUEST;
         assert!(matches!(reply_error(&h, b"nope"), FarError::BadRequest(m) if m == "nope"));
+        h.status = status::UNAUTHENTICATED;
+        assert!(
+            matches!(reply_error(&h, b"wrong token"), FarError::Unauthenticated(m) if m == "wrong token")
+        );
+        h.status = status::BUSY;
+        assert!(reply_error(&h, b"full").is_unavailable());
     }
 }

@@ -9,7 +9,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -22,11 +22,15 @@ use crate::error::{FarError, Result};
 use crate::protocol::{self, op, status, Header, HeaderRead, HEADER_LEN};
 use crate::uring_server::{Replier, ZeroCopyCounters, ZeroCopyStats};
 use crate::TransportKind;
+use strata_store::secret::{check_listen_token, constant_time_eq};
 
 /// How often `run_until` checks its stop condition.
 const STOP_POLL: Duration = Duration::from_millis(50);
 /// How long a new connection may take to send its first message (HELLO or JOIN).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of [`ServerConfig::max_connections`]: a run uses one control connection and up to
+/// eight data connections, so this serves dozens of runs at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// Settings of a memory server.
 #[derive(Clone, Debug)]
@@ -40,6 +44,12 @@ pub struct ServerConfig {
     /// How data connections send READ replies: `tcp` writes them, `uring` sends them with
     /// zero-copy sends (falling back to writes, said once on stderr, where the kernel refuses).
     pub transport: TransportKind,
+    /// The shared secret every HELLO must carry; required when `listen` is not a loopback
+    /// address (`None`: any client that reaches the port may open a session).
+    pub token: Option<String>,
+    /// Most connections served at once (each has a thread); a connection beyond them is
+    /// answered `BUSY` and closed.
+    pub max_connections: usize,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +59,8 @@ impl Default for ServerConfig {
             capacity_bytes: 1 << 30,
             max_message_bytes: 64 << 20,
             transport: TransportKind::Tcp,
+            token: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -145,6 +157,8 @@ struct Shared {
     capacity: u64,
     max_message: u64,
     transport: TransportKind,
+    token: Option<String>,
+    max_connections: usize,
     zero_copy: ZeroCopyCounters,
     acct: Arc<Accounting>,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
@@ -218,24 +232,36 @@ fn physical_memory() -> u64 {
 
 impl Server {
     /// Binds the listening socket; does not serve yet. Refuses a capacity beyond the
-    /// machine's physical memory.
+    /// machine's physical memory, and an address other hosts can reach without a token.
     pub fn bind(cfg: &ServerConfig) -> Result<Server> {
-        if cfg.max_message_bytes == 0 {
-            return Err(FarError::BadRequest(
-                "max_message_bytes must be at least 1".into(),
+        if cfg.max_message_bytes == 0 || cfg.max_connections == 0 {
+            return Err(FarError::Config(
+                "max_message_bytes and max_connections must be at least 1".into(),
             ));
         }
         let ram = physical_memory();
         if cfg.capacity_bytes > ram {
             // Segments are allocated as clients ask: a server lending more than the machine
             // has would take the data and then be killed by the kernel, the data with it.
-            return Err(FarError::BadRequest(format!(
+            return Err(FarError::Config(format!(
                 "capacity {} is more than this machine's {} of memory: the server would lend memory it does not have",
                 fmt_bytes(cfg.capacity_bytes),
                 fmt_bytes(ram)
             )));
         }
-        let listener = TcpListener::bind(&cfg.listen)
+        let wanted = cfg
+            .listen
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| FarError::Config(format!("listen: cannot resolve {:?}", cfg.listen)))?;
+        check_listen_token(
+            &wanted,
+            cfg.token.as_deref(),
+            "--token-file or STRATA_FARMEM_TOKEN",
+        )
+        .map_err(FarError::Config)?;
+        let listener = TcpListener::bind(wanted)
             .map_err(|e| FarError::io(format!("binding far-memory server to {}", cfg.listen), e))?;
         let addr = listener
             .local_addr()
@@ -250,6 +276,8 @@ impl Server {
                 capacity: cfg.capacity_bytes,
                 max_message: cfg.max_message_bytes,
                 transport: cfg.transport,
+                token: cfg.token.clone(),
+                max_connections: cfg.max_connections,
                 zero_copy: ZeroCopyCounters::default(),
                 acct: Arc::new(Accounting::default()),
                 sessions: Mutex::new(HashMap::new()),
@@ -301,6 +329,11 @@ impl Server {
                 continue;
             }
             match self.listener.accept() {
+                Ok((stream, _))
+                    if lock(&self.shared.conns).len() >= self.shared.max_connections =>
+                {
+                    refuse_busy(stream, self.shared.max_connections);
+                }
                 Ok((stream, _)) => {
                     let id = self.shared.next_conn.fetch_add(1, Ordering::Relaxed);
                     let registered = stream.try_clone().and_then(|clone| {
@@ -351,6 +384,16 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Answers a connection beyond the server's `max` with `BUSY` and closes it, without reading
+/// from it (a fresh socket's send buffer takes the short reply without blocking).
+fn refuse_busy(mut stream: TcpStream, max: usize) {
+    if stream.set_nonblocking(true).is_ok() {
+        let msg = format!("the server serves {max} connections at once and holds that many");
+        let _ = send_error(&mut stream, 0, 0, status::BUSY, &msg, 0, 0);
+    }
+    let _ = stream.shutdown(Shutdown::Both);
 }
 
 /// Waits until the listener has a connection to accept, or `timeout` passes.
@@ -408,12 +451,15 @@ impl Shared {
         let _ = stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT));
         let end = match protocol::read_header(stream, &mut hbuf) {
             Ok(HeaderRead::Got) => match Header::decode(&hbuf) {
+                Ok(h) if h.op == op::HELLO => match self.authenticate(stream, &h) {
+                    Ok(()) => {
+                        let _ = stream.set_read_timeout(None);
+                        self.serve_control(stream, &h)
+                    }
+                    Err(end) => end,
+                },
                 Ok(h) if h.payload_len != 0 => {
                     ConnEnd::Protocol(h.id, h.op, format!("{} carries no payload", op::name(h.op)))
-                }
-                Ok(h) if h.op == op::HELLO => {
-                    let _ = stream.set_read_timeout(None);
-                    self.serve_control(stream, &h)
                 }
                 Ok(h) if h.op == op::JOIN => {
                     let _ = stream.set_read_timeout(None);
@@ -435,6 +481,52 @@ impl Shared {
         if let ConnEnd::Protocol(id, req_op, msg) = end {
             let _ = send_error(stream, id, req_op, status::PROTOCOL, &msg, 0, 0);
         }
+    }
+
+    /// Reads a HELLO's payload and checks it against the server's secret (any payload passes
+    /// a server without one). A refusal is answered here: `UNAUTHENTICATED`, then the caller
+    /// closes the connection.
+    fn authenticate(
+        &self,
+        stream: &mut TcpStream,
+        hello: &Header,
+    ) -> std::result::Result<(), ConnEnd> {
+        if hello.payload_len > protocol::MAX_TOKEN_BYTES as u64 {
+            return Err(ConnEnd::Protocol(
+                hello.id,
+                hello.op,
+                format!(
+                    "HELLO payload of {} bytes is longer than any shared secret (at most {})",
+                    hello.payload_len,
+                    protocol::MAX_TOKEN_BYTES
+                ),
+            ));
+        }
+        let mut given = vec![0u8; hello.payload_len as usize];
+        if stream.read_exact(&mut given).is_err() {
+            return Err(ConnEnd::Gone);
+        }
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        if constant_time_eq(&given, token.as_bytes()) {
+            return Ok(());
+        }
+        let msg = if given.is_empty() {
+            "this server needs a token (--far-token-file or STRATA_FARMEM_TOKEN)"
+        } else {
+            "wrong token"
+        };
+        let _ = send_error(
+            stream,
+            hello.id,
+            hello.op,
+            status::UNAUTHENTICATED,
+            msg,
+            0,
+            0,
+        );
+        Err(ConnEnd::Gone)
     }
 
     fn serve_control(&self, stream: &mut TcpStream, hello: &Header) -> ConnEnd {

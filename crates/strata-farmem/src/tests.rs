@@ -34,6 +34,7 @@ impl TestServer {
             capacity_bytes: capacity,
             max_message_bytes: 64 << 20,
             transport,
+            ..ServerConfig::default()
         })
     }
 
@@ -399,6 +400,7 @@ fn out_of_range_and_bad_messages_are_rejected_while_serving(t: TransportKind) {
         capacity_bytes: 16 << 20,
         max_message_bytes: 1 << 20,
         transport: t,
+        ..ServerConfig::default()
     });
     let c = FarClient::connect(&ClientConfig {
         chunk_bytes: 64 << 10,
@@ -513,6 +515,7 @@ fn client_config_is_checked(t: TransportKind) {
         capacity_bytes: 1 << 20,
         max_message_bytes: 4096,
         transport: t,
+        ..ServerConfig::default()
     });
     let too_big = FarClient::connect(&ClientConfig {
         chunk_bytes: 8192,
@@ -875,6 +878,108 @@ fn unusable_io_uring_is_reported_and_the_server_falls_back() {
     .unwrap();
 }
 
+fn a_server_with_a_token_refuses_clients_without_it(t: TransportKind) {
+    let srv = TestServer::start_with(ServerConfig {
+        capacity_bytes: 1 << 20,
+        transport: t,
+        token: Some("s3cret".into()),
+        ..ServerConfig::default()
+    });
+    let with = |token: Option<&str>| {
+        FarClient::connect(&ClientConfig {
+            token: token.map(str::to_string),
+            ..srv.config()
+        })
+    };
+    let refused = |r: Result<FarClient>| match r {
+        Err(FarError::Unauthenticated(m)) => m,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(refused(with(None)).contains("needs a token"));
+    assert_eq!(refused(with(Some("s3creT"))), "wrong token");
+    assert_eq!(refused(with(Some("s3cret and more"))), "wrong token");
+    assert_eq!(srv.server.stats().sessions, 0);
+    let c = with(Some("s3cret")).unwrap();
+    c.alloc(1, 4096).unwrap();
+    c.write(1, 0, &pattern(5, 4096)).unwrap();
+    assert_eq!(read_one(&c, 1, 0, 4096).unwrap(), pattern(5, 4096));
+
+    // A HELLO payload longer than any secret is refused before it is read.
+    let addr = srv.server.local_addr();
+    let mut big = Header::request(op::HELLO, 1, 0, 0, 0);
+    big.payload_len = 1 << 30;
+    let mut s = raw_send(addr, &big, &[]);
+    let (h, msg) = raw_reply(&mut s);
+    assert_eq!(h.status, status::PROTOCOL);
+    assert!(String::from_utf8_lossy(&msg).contains("longer than any shared secret"));
+    assert!(closed_by_peer(&mut s));
+    // A refused HELLO is answered, then closed; no session was opened for it.
+    let mut wrong = Header::request(op::HELLO, 2, 0, 0, 0);
+    wrong.payload_len = 5;
+    let mut s = raw_send(addr, &wrong, b"guess");
+    let (h, msg) = raw_reply(&mut s);
+    assert_eq!((h.id, h.status), (2, status::UNAUTHENTICATED));
+    assert_eq!(msg, b"wrong token");
+    assert!(closed_by_peer(&mut s));
+    assert_eq!(srv.server.stats().sessions, 1);
+    // A JOIN is no way around the secret: session tokens are random.
+    let mut s = raw_send(addr, &Header::request(op::JOIN, 3, 1, 0, 0), &[]);
+    assert_eq!(raw_reply(&mut s).0.status, status::PROTOCOL);
+    assert!(c.is_alive());
+}
+
+fn connections_beyond_the_limit_are_told_the_server_is_busy(t: TransportKind) {
+    let srv = TestServer::start_with(ServerConfig {
+        capacity_bytes: 1 << 20,
+        transport: t,
+        max_connections: 3,
+        ..ServerConfig::default()
+    });
+    // One control and two data connections: the limit.
+    let first = srv.client();
+    let busy = FarClient::connect(&srv.config());
+    assert!(
+        matches!(&busy, Err(FarError::Unavailable(m)) if m.contains("server busy") && m.contains("3 connections")),
+        "{busy:?}"
+    );
+    assert!(first.is_alive());
+    first.alloc(1, 10).unwrap();
+    // Once the first client is gone, its connections are free for the next.
+    drop(first);
+    let mut next = None;
+    assert!(wait_for(
+        || {
+            next = FarClient::connect(&srv.config()).ok();
+            next.is_some()
+        },
+        GENEROUS
+    ));
+}
+
+#[test]
+fn listening_for_other_hosts_needs_a_token() {
+    let open = |token: Option<&str>| {
+        Server::bind(&ServerConfig {
+            listen: "0.0.0.0:0".into(),
+            token: token.map(str::to_string),
+            ..ServerConfig::default()
+        })
+    };
+    let err = open(None).unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "is not a loopback address; set a token (--token-file or STRATA_FARMEM_TOKEN)"
+        ),
+        "{err}"
+    );
+    open(Some("s3cret")).unwrap();
+    let empty = Server::bind(&ServerConfig {
+        token: Some(String::new()),
+        ..ServerConfig::default()
+    });
+    assert!(matches!(empty, Err(FarError::Config(m)) if m == "token: empty"));
+}
+
 /// Runs each named test on both transports, as `tcp::NAME` and `uring::NAME`.
 macro_rules! on_both_transports {
     ($($name:ident),* $(,)?) => {
@@ -912,4 +1017,6 @@ on_both_transports!(
     dropping_the_client_completes_pending_reads,
     works_through_the_transport_trait,
     mixed_transports_interoperate,
+    a_server_with_a_token_refuses_clients_without_it,
+    connections_beyond_the_limit_are_told_the_server_is_busy,
 );

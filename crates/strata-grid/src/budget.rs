@@ -379,6 +379,7 @@ mod tests {
             transport: strata_farmem::TransportKind::Tcp,
             connections: 1,
             fetchers: 2,
+            token: None,
         });
         let capacity = 4 << 20;
         let setup = FarSetup {

@@ -145,6 +145,10 @@ pub struct RunOptions {
     /// threads fetching segments from far memory
     #[schemars(range(min = 1))]
     pub far_fetchers: u64,
+    /// the memory server's shared secret (default: --far-token-file, else
+    /// $STRATA_FARMEM_TOKEN); visible to every user of this machine in ps, so prefer
+    /// --far-token-file or the environment
+    pub far_token: String,
     /// keep edge blocks in memory when they fit (false: stream every pass)
     pub keep_resident: bool,
     /// where the edge weights of sssp and weighted spmv come from: auto (the store's weights
@@ -192,6 +196,7 @@ impl Default for RunOptions {
             far_transport: TransportKind::Tcp,
             far_connections: 0,
             far_fetchers: 2,
+            far_token: String::new(),
             keep_resident: true,
             weight_source: WeightSource::Auto,
             weight_seed: 0,
@@ -275,6 +280,7 @@ impl RunOptions {
                 transport: self.far_transport,
                 connections: count(self.far_connections),
                 fetchers: count(self.far_fetchers),
+                token: Some(self.far_token.clone()).filter(|t| !t.is_empty()),
             }),
             algorithm,
             keep_resident: self.keep_resident,

@@ -35,6 +35,9 @@ pub struct FarConfig {
     /// Threads fetching segments from far memory.
     #[serde(default = "default_fetchers")]
     pub fetchers: usize,
+    /// The server's shared secret (`None` for a server without one); never serialized.
+    #[serde(default, skip_serializing)]
+    pub token: Option<String>,
 }
 
 fn default_chunk() -> usize {
@@ -93,6 +96,7 @@ pub fn connect(cfg: &FarConfig, progress: &dyn Progress) -> Result<(Arc<FarClien
         chunk_bytes: cfg.chunk_bytes,
         data_connections: connections,
         transport,
+        token: cfg.token.clone(),
         ..ClientConfig::default()
     };
     let mut probe = Vec::new();
@@ -306,6 +310,7 @@ mod tests {
                 transport,
                 connections: 2,
                 fetchers: 2,
+                token: None,
             }),
             keep_resident: true,
             out: Some(store.join(format!("out-{}", rand_tag()))),

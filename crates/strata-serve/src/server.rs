@@ -27,6 +27,7 @@ use crate::service::Service;
 use crate::shared::{Core, Limits};
 use strata_graph::order::glist::ReorderParams;
 use strata_store::config::AllSize;
+use strata_store::secret::{check_listen_token, constant_time_eq};
 
 /// How often the stop condition and the fold policy are checked.
 const TICK: Duration = Duration::from_millis(100);
@@ -99,11 +100,6 @@ impl Interceptor for TokenCheck {
     }
 }
 
-/// Compares without an early exit, so response time does not reveal a prefix of the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn resolve_listen(listen: &str) -> Result<SocketAddr> {
     use std::net::ToSocketAddrs;
     listen
@@ -141,14 +137,8 @@ pub fn serve(
 ) -> Result<ServeSummary> {
     share_one_malloc_arena();
     let addr = resolve_listen(&cfg.listen)?;
-    if !addr.ip().is_loopback() && cfg.token.is_none() {
-        return Err(ServeError::InvalidArgument(format!(
-            "listen: {addr} is not a loopback address; set a token (--token or STRATA_SERVE_TOKEN) before serving other hosts"
-        )));
-    }
-    if cfg.token.as_deref() == Some("") {
-        return Err(ServeError::InvalidArgument("token: empty".into()));
-    }
+    check_listen_token(&addr, cfg.token.as_deref(), "--token or STRATA_SERVE_TOKEN")
+        .map_err(ServeError::InvalidArgument)?;
     let registry = Registry::open(&cfg.state_dir, backend)?;
     let plan_for = |graphs: u64, models: u64, embeddings: u64| {
         budget::plan(

@@ -24,6 +24,7 @@ pub mod npy;
 pub mod perm;
 pub mod registry;
 pub mod rng;
+pub mod secret;
 pub mod store;
 pub mod strtab;
 pub mod units;

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .schema import native_section, option, section
+from .serve import TOKEN_FILE_HELP
 
 GridBuildConfig = native_section("grid.build", "GridBuildConfig")
 
@@ -17,7 +18,25 @@ class GridInfoConfig:
     json: bool = option(False, help="print the grid manifests as JSON instead of text")
 
 
-RunConfig = native_section("run", "RunConfig")
+class _RunFrontEnd:
+    """The [run] option Python handles before the run starts: where the far-memory token is read
+    from."""
+
+    far_token_file: Path | None = option(
+        None,
+        help="file holding the memory server's shared secret on one line (read once; a trailing newline is "
+        "dropped): unlike --far-token, not visible in ps",
+    )
 
 
-FarmemServeConfig = native_section("farmem.serve", "FarmemServeConfig")
+RunConfig = native_section("run", "RunConfig", front=_RunFrontEnd)
+
+
+class _FarmemServeFrontEnd:
+    """The [farmem.serve] option Python handles before the server starts: where the token is read
+    from."""
+
+    token_file: Path | None = option(None, help=TOKEN_FILE_HELP)
+
+
+FarmemServeConfig = native_section("farmem.serve", "FarmemServeConfig", front=_FarmemServeFrontEnd)

@@ -21,12 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import _native, torchrun
-from ..config import as_dict, from_call
+from ..config import as_dict, engine_options, from_call
 from ..config.grid import FarmemServeConfig, GridBuildConfig, RunConfig
 from ..errors import ConfigError, InputNotFoundError, StoreFormatError
 from ..paths import make_dir, refuse_foreign_dir
 from ..stopping import run_until_stopped
 from ..store import Store
+from ..tokens import resolve_token
 from ..units import fmt_bytes, fmt_count, fmt_duration
 from . import dist
 from .program import ProgramResult, VertexProgram, load_program, program_text, run_program
@@ -36,6 +37,9 @@ ProgressFn = Callable[..., bool]
 #: The ``format`` of a grid run's ``run.json``.
 RUN_FORMAT = "strata-grid-run"
 RUN_FORMAT_VERSION = 1
+#: Environment variable holding the far-memory server's shared secret (server and clients).
+FARMEM_TOKEN_ENV = "STRATA_FARMEM_TOKEN"
+
 #: Run options each rank of a distributed run may set for itself (its machine's resources and
 #: paths; the far-memory options, ``far*``, too); every other option must be the same on every rank.
 RANK_OWN = (
@@ -347,7 +351,9 @@ def run(
     report."""
     cfg = from_call(RunConfig, config, options)
     _require_store(cfg.store)
-    native = as_dict(cfg)
+    native = engine_options(cfg)
+    if cfg.far:
+        native["far_token"] = resolve_token(cfg.far_token or None, cfg.far_token_file, FARMEM_TOKEN_ENV) or ""
     program = None
     if cfg.algorithm == "program" and cfg.program:
         # A .py or .toml program is read here; the engine takes the program's JSON.
@@ -404,7 +410,8 @@ def run(
     record = {
         "format": RUN_FORMAT,
         "format_version": RUN_FORMAT_VERSION,
-        "config": as_dict(cfg),
+        # The far-memory secret stays out of the record (the token file's path is kept).
+        "config": {**as_dict(cfg), "far_token": ""},
         "world_size": 1 if exchange is None else exchange.world_size,
         "summary": summary,
         "history": history,
@@ -507,6 +514,8 @@ def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[st
     ``addr``, ``capacity``, ``seconds``, ``stopped_by`` (``SIGTERM``, ``interrupt`` or
     ``server``), and the server's counters: ``requests``, ``received_bytes``, ``served_bytes``."""
     cfg = from_call(FarmemServeConfig, config, options)
+    token = resolve_token(cfg.token or None, cfg.token_file, FARMEM_TOKEN_ENV)
+    native = {**engine_options(cfg), "token": token or ""}
     info: dict = {"listen": cfg.listen, "addr": None, "capacity": int(cfg.capacity)}
     started = [time.monotonic()]
 
@@ -516,9 +525,10 @@ def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[st
         if on_ready is not None:
             on_ready(addr)
         else:
-            print(f"listening on {addr} ({fmt_bytes(cfg.capacity)} to lend)", flush=True)
+            required = ", token required" if token else ""
+            print(f"listening on {addr} ({fmt_bytes(cfg.capacity)} to lend{required})", flush=True)
 
-    info["stopped_by"] = run_until_stopped(lambda: _native.farmem_serve(as_dict(cfg), ready, info.update))
+    info["stopped_by"] = run_until_stopped(lambda: _native.farmem_serve(native, ready, info.update))
     info["seconds"] = time.monotonic() - started[0]
     return info
 

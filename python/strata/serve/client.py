@@ -7,8 +7,6 @@ Node ids are store ids; arrays come back as NumPy arrays. Every call raises
 from __future__ import annotations
 
 import os
-import stat
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,7 +15,8 @@ from pathlib import Path
 import grpc
 import numpy as np
 
-from ..errors import ConfigError, StrataError
+from .. import tokens
+from ..errors import StrataError
 from ..layer_kinds import served_kind
 from ..units import parse_size
 from . import _proto
@@ -26,9 +25,6 @@ from . import _proto
 DEFAULT_ADDRESS = "127.0.0.1:7100"
 #: Environment variable holding the shared-secret token.
 TOKEN_ENV = "STRATA_SERVE_TOKEN"
-#: Longest token file read: a token is one short line, and the file may be anything (a pipe,
-#: a device) until it is read.
-TOKEN_FILE_MAX = 4096
 
 TASKS = {
     "embedding": "TASK_NODE_EMBEDDING",
@@ -170,39 +166,9 @@ def _ids(ids) -> list[int]:
 
 
 def resolve_token(token: str | None = None, token_file: str | os.PathLike | None = None) -> str | None:
-    """The shared-secret token: the one line of ``token_file`` (read once, its trailing newline
-    stripped; a warning on stderr when other users may read the file), else ``token`` (``""``:
-    none), else ``$STRATA_SERVE_TOKEN``; None when there is none. ``token`` and ``token_file``
-    together are a :class:`ConfigError`, as is a token file that is missing, empty, or not one
-    line of at most :data:`TOKEN_FILE_MAX` bytes."""
-    if token_file:
-        if token:
-            raise ConfigError("give the token by --token or by --token-file, not both")
-        return _read_token_file(Path(token_file))
-    if token is not None:
-        return token or None
-    return os.environ.get(TOKEN_ENV) or None
-
-
-def _read_token_file(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            data = f.read(TOKEN_FILE_MAX + 1)
-    except OSError as e:
-        raise ConfigError(f"token file {path}: cannot be read: {e.strerror}") from None
-    if stat.S_ISREG(mode) and mode & 0o077:
-        print(
-            f"warning: token file {path} can be read by other users (mode {stat.S_IMODE(mode):03o}); chmod 600 {path}",
-            file=sys.stderr,
-        )
-    if len(data) > TOKEN_FILE_MAX:
-        raise ConfigError(f"token file {path}: longer than {TOKEN_FILE_MAX} bytes; a token file holds one line")
-    token = data.decode("ascii", errors="replace").removesuffix("\n").removesuffix("\r")
-    # The token travels in an HTTP header: visible ASCII only (and no secret is echoed here).
-    if not token or not all("!" <= c <= "~" for c in token):
-        raise ConfigError(f"token file {path}: expected one line of visible ASCII characters (no spaces)")
-    return token
+    """The token of ``strata serve``: :func:`strata.tokens.resolve_token` with
+    ``$STRATA_SERVE_TOKEN`` as the environment's."""
+    return tokens.resolve_token(token, token_file, TOKEN_ENV)
 
 
 class Client:
