@@ -196,7 +196,11 @@ def test_numpy_bad_shapes_through_cli(tmp_path, strata_cli):
     d.mkdir()
     np.save(d / "edges.npy", np.array([[0, 1], [1, 7]], dtype=np.int64))
     np.save(d / "features.npy", np.zeros((5, 4), dtype=np.float32))
-    fails(strata_cli, tmp_path, d, needles=["edges.npy", "edge 1: dst id 7 is out of range: num_nodes is 5"])
+    # Without --num-nodes the features' rows are the node count: the edge beyond them says so (it
+    # read "num_nodes is 5", as if the edges alone were wrong).
+    fails(strata_cli, tmp_path, d, needles=[
+        "edges.npy: edge 1: dst id 7 is out of range: num_nodes (the rows of", "features.npy, one per node) is 5"
+    ])  # fmt: skip
     np.save(d / "edges.npy", np.array([[0, 1], [1, 2]], dtype=np.int64))
     np.save(d / "features.npy", np.zeros((3, 4), dtype=np.float32))
     np.save(d / "labels.npy", np.array([0.5, 1, 2]))
@@ -249,3 +253,28 @@ def test_a_node_count_beyond_the_disk_is_refused_before_writing(tmp_path, strata
     (tmp_path / "t.tsv").write_text("0\tfollows\t1\n")
     fails(strata_cli, tmp_path, tmp_path / "t.tsv", "--columns", "src,rel,dst", "--node-types", tmp_path / "nt.tsv",
           "--edge-types", tmp_path / "et.tsv", needles=["free, too little", "9223372036854775807 nodes"])  # fmt: skip
+
+
+def npy_with_header(path: Path, header: str, data: bytes = b"") -> Path:
+    """A version 1 .npy file whose header dict is ``header`` as given (NumPy would not write it)."""
+    text = header.encode()
+    text += b" " * ((64 - (11 + len(text)) % 64) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "header, needle",
+    [
+        # (2, 2^61) int64 is 2^65 bytes: wrapped to 0, it streamed nothing until killed.
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2305843009213693952), }", "(more than 2^64 bytes)"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), 'descr': '<f4'}", "header: 'descr' appears twice"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2)", "header: expected '}' at byte"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2), }, 'x': 1", "header: unexpected text after the"),
+    ],
+)
+def test_npy_headers_numpy_does_not_write_are_refused(tmp_path, strata_cli, header, needle):
+    """Each was read somehow before: the first key of two, a dict left open, text after it."""
+    path = npy_with_header(tmp_path / "e.npy", header, np.array([[0, 1], [1, 2]], dtype="<i8").tobytes())
+    err = fails(strata_cli, tmp_path, path, needles=["e.npy: ", needle], timeout=60)
+    assert "fortran_order" not in err, "the header's text is not echoed"

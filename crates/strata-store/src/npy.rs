@@ -222,56 +222,189 @@ pub fn read_header(path: &Path) -> Result<NpyHeader> {
     file.read_at(8 + len_bytes, &mut text)?;
     let text =
         String::from_utf8(text).map_err(|_| bad("the .npy header is not valid text".into()))?;
-    let (dtype, fortran_order, shape) = parse_header_dict(&text)
-        .map_err(|e| bad(format!("bad .npy header ({e}): {}", text.trim())))?;
+    let dict = parse_header_dict(&text).map_err(|e| bad(format!("bad .npy header: {e}")))?;
+    let dtype = dict_dtype(&dict.descr).map_err(|e| bad(format!("bad .npy header: {e}")))?;
+    // The data's size is computed from the shape everywhere: one that overflows would wrap to a
+    // small number, and a huge array would pass for an empty one.
+    if dict.bytes(dtype.size() as u64).is_none() {
+        return Err(bad(format!(
+            "shape {:?} of {dtype} is larger than any file (more than 2^64 bytes)",
+            dict.shape
+        )));
+    }
     Ok(NpyHeader {
         dtype,
-        fortran_order,
-        shape,
+        fortran_order: dict.fortran_order,
+        shape: dict.shape,
         data_offset,
     })
 }
 
-/// Parses the Python dict literal of a `.npy` header.
-fn parse_header_dict(text: &str) -> std::result::Result<(DType, bool, Vec<u64>), String> {
-    let value_after = |key: &str| -> std::result::Result<&str, String> {
-        let pat = format!("'{key}':");
-        let at = text.find(&pat).ok_or_else(|| format!("no '{key}' key"))?;
-        Ok(text[at + pat.len()..].trim_start())
+/// A `.npy` header's dict: the element type as NumPy wrote it, the order and the shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderDict {
+    /// NumPy's type descriptor, e.g. `<f4`.
+    pub descr: String,
+    pub fortran_order: bool,
+    pub shape: Vec<u64>,
+}
+
+impl HeaderDict {
+    /// Bytes of data for elements of `size` bytes; `None` when that overflows a `u64`.
+    pub fn bytes(&self, size: u64) -> Option<u64> {
+        self.shape.iter().try_fold(size, |n, &d| n.checked_mul(d))
+    }
+}
+
+/// Parses the Python dict literal of a `.npy` header, e.g.
+/// `{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }`: keys in any order, a trailing
+/// comma, padding after it. Refused: a missing or repeated key, a value of the wrong kind, a
+/// structured dtype (a list), and anything but whitespace after the dict. The error says what
+/// was wrong and where, never the header's text.
+pub fn parse_header_dict(text: &str) -> std::result::Result<HeaderDict, String> {
+    let mut p = Literal {
+        s: text.as_bytes(),
+        pos: 0,
     };
-    let descr_src = value_after("descr")?;
-    let descr = descr_src
-        .strip_prefix('\'')
-        .and_then(|s| s.split('\'').next())
-        .ok_or_else(|| "structured dtypes are not supported".to_string())?;
+    let (mut descr, mut fortran_order, mut shape) = (None, None, None);
+    p.expect(b'{')?;
+    while !p.eat(b'}') {
+        let key = p.string()?;
+        p.expect(b':')?;
+        let value = p.value()?;
+        let slot_taken = match (key.as_str(), value) {
+            ("descr", PyValue::Str(s)) => descr.replace(s).is_some(),
+            ("fortran_order", PyValue::Bool(b)) => fortran_order.replace(b).is_some(),
+            ("shape", PyValue::Tuple(t)) => shape.replace(t).is_some(),
+            ("descr", PyValue::List) => return Err("structured dtypes are not supported".into()),
+            (k @ ("descr" | "fortran_order" | "shape"), _) => {
+                return Err(format!("unexpected value for '{k}'"))
+            }
+            // NumPy itself refuses other keys; they carry nothing Strata needs.
+            _ => false,
+        };
+        if slot_taken {
+            return Err(format!("'{key}' appears twice"));
+        }
+        if !p.eat(b',') {
+            p.expect(b'}')?;
+            break;
+        }
+    }
+    p.skip_space();
+    if p.pos != p.s.len() {
+        return Err(format!("unexpected text after the dict at byte {}", p.pos));
+    }
+    let missing = |k: &str| format!("no '{k}' key");
+    Ok(HeaderDict {
+        descr: descr.ok_or_else(|| missing("descr"))?,
+        fortran_order: fortran_order.ok_or_else(|| missing("fortran_order"))?,
+        shape: shape.ok_or_else(|| missing("shape"))?,
+    })
+}
+
+/// The element type a header's `descr` names, for the types Strata reads.
+fn dict_dtype(descr: &str) -> std::result::Result<DType, String> {
     if descr.starts_with('>') && !descr.ends_with('1') {
         return Err(format!("big-endian dtype '{descr}' is not supported; save it with arr.astype(arr.dtype.newbyteorder('<'))"));
     }
-    let dtype = DType::parse(descr).ok_or_else(|| format!("dtype '{descr}' is not supported"))?;
-    let fortran_src = value_after("fortran_order")?;
-    let fortran_order = if fortran_src.starts_with("True") {
-        true
-    } else if fortran_src.starts_with("False") {
-        false
-    } else {
-        return Err("fortran_order is neither True nor False".into());
-    };
-    let shape_src = value_after("shape")?;
-    let inner = shape_src
-        .strip_prefix('(')
-        .and_then(|s| s.split(')').next())
-        .ok_or_else(|| "shape is not a tuple".to_string())?;
-    let shape = inner
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.trim_end_matches('L')
-                .parse::<u64>()
-                .map_err(|_| format!("bad shape entry '{s}'"))
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok((dtype, fortran_order, shape))
+    DType::parse(descr).ok_or_else(|| format!("dtype '{descr}' is not supported"))
+}
+
+/// A value of the Python literal subset `.npy` headers use.
+enum PyValue {
+    Str(String),
+    Bool(bool),
+    Tuple(Vec<u64>),
+    /// A list: a structured dtype's fields (not read further).
+    List,
+}
+
+/// A cursor over a Python literal.
+struct Literal<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl Literal<'_> {
+    fn skip_space(&mut self) {
+        while self.s.get(self.pos).is_some_and(u8::is_ascii_whitespace) {
+            self.pos += 1;
+        }
+    }
+
+    /// Consumes `c` (after spaces) if it is next.
+    fn eat(&mut self, c: u8) -> bool {
+        self.skip_space();
+        let next = self.s.get(self.pos) == Some(&c);
+        self.pos += usize::from(next);
+        next
+    }
+
+    fn expect(&mut self, c: u8) -> std::result::Result<(), String> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(format!("expected '{}' at byte {}", c as char, self.pos))
+        }
+    }
+
+    /// A quoted string without escapes (dtype descriptors and key names have none).
+    fn string(&mut self) -> std::result::Result<String, String> {
+        self.skip_space();
+        let quote = match self.s.get(self.pos) {
+            Some(&q @ (b'\'' | b'"')) => q,
+            _ => return Err(format!("expected a string at byte {}", self.pos)),
+        };
+        let start = self.pos + 1;
+        let len = self.s[start..]
+            .iter()
+            .position(|&c| c == quote)
+            .ok_or_else(|| format!("unterminated string at byte {}", self.pos))?;
+        self.pos = start + len + 1;
+        Ok(String::from_utf8_lossy(&self.s[start..start + len]).into_owned())
+    }
+
+    fn value(&mut self) -> std::result::Result<PyValue, String> {
+        self.skip_space();
+        let rest = &self.s[self.pos..];
+        if rest.starts_with(b"True") {
+            self.pos += 4;
+            Ok(PyValue::Bool(true))
+        } else if rest.starts_with(b"False") {
+            self.pos += 5;
+            Ok(PyValue::Bool(false))
+        } else if rest.starts_with(b"[") {
+            Ok(PyValue::List)
+        } else if self.eat(b'(') {
+            let mut dims = Vec::new();
+            while !self.eat(b')') {
+                dims.push(self.integer()?);
+                if !self.eat(b',') {
+                    self.expect(b')')?;
+                    break;
+                }
+            }
+            Ok(PyValue::Tuple(dims))
+        } else {
+            self.string().map(PyValue::Str)
+        }
+    }
+
+    /// A dimension: decimal digits, with the `L` suffix of headers written by Python 2.
+    fn integer(&mut self) -> std::result::Result<u64, String> {
+        self.skip_space();
+        let start = self.pos;
+        while self.s.get(self.pos).is_some_and(u8::is_ascii_digit) {
+            self.pos += 1;
+        }
+        let digits = std::str::from_utf8(&self.s[start..self.pos]).unwrap_or_default();
+        let dim = digits
+            .parse()
+            .map_err(|_| format!("expected a dimension (an integer up to 2^64) at byte {start}"))?;
+        self.pos += usize::from(self.s.get(self.pos) == Some(&b'L'));
+        Ok(dim)
+    }
 }
 
 #[cfg(test)]
@@ -297,22 +430,88 @@ mod tests {
 
     #[test]
     fn parses_numpy_style_headers() {
-        let (d, f, s) =
-            parse_header_dict("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }")
-                .unwrap();
-        assert_eq!((d, f, s), (DType::F64, true, vec![2, 3]));
-        let (d, _, s) =
-            parse_header_dict("{'descr': '|u1', 'fortran_order': False, 'shape': (), }").unwrap();
-        assert_eq!((d, s), (DType::U8, vec![]));
-        assert!(
-            parse_header_dict("{'descr': '>i8', 'fortran_order': False, 'shape': (2,), }")
-                .unwrap_err()
-                .contains("big-endian")
+        let h = parse_header_dict("{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }")
+            .unwrap();
+        assert_eq!(
+            (h.descr.as_str(), h.fortran_order, h.shape),
+            ("<f8", true, vec![2, 3])
         );
-        assert!(parse_header_dict(
-            "{'descr': [('a', '<i4')], 'fortran_order': False, 'shape': (2,), }"
+        let h = parse_header_dict("{'shape': (), 'fortran_order': False, 'descr': '|u1'}   \n")
+            .unwrap();
+        assert_eq!((h.descr.as_str(), h.shape), ("|u1", vec![]));
+        let py2 =
+            parse_header_dict("{'descr': '<i8', 'fortran_order': False, 'shape': (2L, 3L), }");
+        assert_eq!(py2.unwrap().shape, vec![2, 3]);
+        assert_eq!(dict_dtype("<f8"), Ok(DType::F64));
+        assert!(dict_dtype(">i8").unwrap_err().contains("big-endian"));
+    }
+
+    #[test]
+    fn refuses_malformed_headers_saying_where() {
+        let err = |t: &str| parse_header_dict(t).unwrap_err();
+        let ok = "'fortran_order': False, 'shape': (2, 2), ";
+        assert_eq!(
+            err(&format!("{{'descr': [('a', '<i4')], {ok}}}")),
+            "structured dtypes are not supported"
+        );
+        // Which of two values was meant is anyone's guess (NumPy keeps the last).
+        assert_eq!(
+            err(&format!("{{'descr': '<i8', {ok}'descr': '<f4'}}")),
+            "'descr' appears twice"
+        );
+        // Cut short: the dict never closes.
+        assert_eq!(
+            err(&format!("{{'descr': '<i8', {ok}")),
+            "expected a string at byte 58"
+        );
+        assert_eq!(
+            err("{'descr': '<i8', 'shape': (2,)"),
+            "expected '}' at byte 30"
+        );
+        assert_eq!(
+            err(&format!("{{'descr': '<i8', {ok}}}garbage")),
+            "unexpected text after the dict at byte 59"
+        );
+        assert_eq!(
+            err("{'descr': '<i8', 'shape': (2,)}"),
+            "no 'fortran_order' key"
+        );
+        assert_eq!(
+            err(&format!("{{'descr': True, {ok}}}")),
+            "unexpected value for 'descr'"
+        );
+        assert!(
+            err("{'descr': '<i8', 'fortran_order': False, 'shape': (2, -2), }")
+                .starts_with("expected a dimension")
+        );
+        assert!(err(
+            "{'descr': '<i8', 'fortran_order': False, 'shape': (99999999999999999999,), }"
         )
-        .is_err());
+        .starts_with("expected a dimension (an integer up to 2^64)"));
+        assert!(err("{'descr': '<i8").starts_with("unterminated string"));
+    }
+
+    #[test]
+    fn a_shape_whose_size_overflows_is_refused_not_wrapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.npy");
+        // (2, 2^61) int64 is 2^65 bytes: wrapped, it would be an empty array.
+        let dict = "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 2305843009213693952), }";
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&[1, 0]);
+        bytes.extend_from_slice(&(dict.len() as u16 + 1).to_le_bytes());
+        bytes.extend_from_slice(dict.as_bytes());
+        bytes.push(b'\n');
+        std::fs::write(&path, &bytes).unwrap();
+        let err = read_header(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("huge.npy") && err.contains("larger than any file (more than 2^64 bytes)"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("descr"),
+            "the header's text is not echoed: {err}"
+        );
     }
 
     #[test]

@@ -503,8 +503,14 @@ fn parse_npy(bytes: &[u8], name: &str, source: &str, allowance: &mut Allowance) 
         .ok_or_else(|| bad("truncated .npy header".into()))?;
     let header = std::str::from_utf8(&bytes[header_start..data_start])
         .map_err(|_| bad(".npy header is not text".into()))?;
-    let header = NpyHeader::parse(header).map_err(|e| bad(format!(".npy header {e}")))?;
-    let n = numel(&header.shape, name, source)?;
+    let header = strata_store::npy::parse_header_dict(header)
+        .map_err(|e| bad(format!("bad .npy header: {e}")))?;
+    let shape = header
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d).unwrap_or(usize::MAX))
+        .collect::<Vec<_>>();
+    let n = numel(&shape, name, source)?;
     let data = &bytes[data_start..];
     let kind = match header.descr.as_str() {
         "<f4" => Some(Float::F32),
@@ -522,13 +528,13 @@ fn parse_npy(bytes: &[u8], name: &str, source: &str, allowance: &mut Allowance) 
     if n.checked_mul(size) != Some(data.len()) {
         return Err(bad(format!(
             "shape {:?} of {} needs {} bytes of data, the array has {}",
-            header.shape,
+            shape,
             header.descr,
             n.saturating_mul(size),
             data.len()
         )));
     }
-    if header.fortran_order && header.shape.len() > 1 {
+    if header.fortran_order && shape.len() > 1 {
         return Err(bad(
             "Fortran-ordered arrays are not supported (save a C-contiguous array)".into(),
         ));
@@ -536,155 +542,12 @@ fn parse_npy(bytes: &[u8], name: &str, source: &str, allowance: &mut Allowance) 
     charge_tensor(allowance, n, name, source)?;
     Ok(match kind {
         Some(float) => Npy::Float(Tensor {
-            shape: header.shape,
+            shape,
             data: float.decode(data),
         }),
-        None if header.shape.len() == 1 => Npy::U8(data.to_vec()),
-        None => return Err(bad(format!("uint8 array of shape {:?}", header.shape))),
+        None if shape.len() == 1 => Npy::U8(data.to_vec()),
+        None => return Err(bad(format!("uint8 array of shape {shape:?}"))),
     })
-}
-
-/// The fields of a `.npy` header that matter here.
-#[derive(Debug, PartialEq)]
-struct NpyHeader {
-    descr: String,
-    fortran_order: bool,
-    shape: Vec<usize>,
-}
-
-/// A value of the Python literal subset `.npy` headers use.
-#[derive(Debug)]
-enum PyValue {
-    Str(String),
-    Bool(bool),
-    Tuple(Vec<usize>),
-}
-
-impl NpyHeader {
-    /// Parses `{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }` (any key order,
-    /// trailing commas, padding). The error says what was wrong.
-    fn parse(text: &str) -> std::result::Result<NpyHeader, String> {
-        let mut p = Literal {
-            s: text.as_bytes(),
-            pos: 0,
-        };
-        let (mut descr, mut fortran_order, mut shape) = (None, None, None);
-        p.expect(b'{')?;
-        loop {
-            if p.eat(b'}') {
-                break;
-            }
-            let key = p.string()?;
-            p.expect(b':')?;
-            let value = p.value()?;
-            match (key.as_str(), value) {
-                ("descr", PyValue::Str(s)) => descr = Some(s),
-                ("fortran_order", PyValue::Bool(b)) => fortran_order = Some(b),
-                ("shape", PyValue::Tuple(t)) => shape = Some(t),
-                (k @ ("descr" | "fortran_order" | "shape"), _) => {
-                    return Err(format!("has an unexpected value for {k:?}"))
-                }
-                _ => {} // other keys are allowed by the format and carry nothing we need
-            }
-            if !p.eat(b',') {
-                p.expect(b'}')?;
-                break;
-            }
-        }
-        match (descr, fortran_order, shape) {
-            (Some(descr), Some(fortran_order), Some(shape)) => Ok(NpyHeader {
-                descr,
-                fortran_order,
-                shape,
-            }),
-            _ => Err("lacks one of 'descr', 'fortran_order', 'shape'".into()),
-        }
-    }
-}
-
-/// A cursor over a Python literal.
-struct Literal<'a> {
-    s: &'a [u8],
-    pos: usize,
-}
-
-impl Literal<'_> {
-    fn skip_space(&mut self) {
-        while self.s.get(self.pos).is_some_and(u8::is_ascii_whitespace) {
-            self.pos += 1;
-        }
-    }
-
-    /// Consumes `c` (after spaces) if it is next.
-    fn eat(&mut self, c: u8) -> bool {
-        self.skip_space();
-        if self.s.get(self.pos) == Some(&c) {
-            self.pos += 1;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn expect(&mut self, c: u8) -> std::result::Result<(), String> {
-        if self.eat(c) {
-            Ok(())
-        } else {
-            Err(format!("expected '{}' at byte {}", c as char, self.pos))
-        }
-    }
-
-    /// A quoted string without escapes (dtype descriptors and key names have none).
-    fn string(&mut self) -> std::result::Result<String, String> {
-        self.skip_space();
-        let quote = match self.s.get(self.pos) {
-            Some(&q @ (b'\'' | b'"')) => q,
-            _ => return Err(format!("expected a string at byte {}", self.pos)),
-        };
-        let start = self.pos + 1;
-        let len = self.s[start..]
-            .iter()
-            .position(|&c| c == quote)
-            .ok_or("has an unterminated string")?;
-        self.pos = start + len + 1;
-        Ok(String::from_utf8_lossy(&self.s[start..start + len]).into_owned())
-    }
-
-    fn value(&mut self) -> std::result::Result<PyValue, String> {
-        self.skip_space();
-        let rest = &self.s[self.pos..];
-        if rest.starts_with(b"True") {
-            self.pos += 4;
-            Ok(PyValue::Bool(true))
-        } else if rest.starts_with(b"False") {
-            self.pos += 5;
-            Ok(PyValue::Bool(false))
-        } else if self.eat(b'(') {
-            let mut dims = Vec::new();
-            while !self.eat(b')') {
-                dims.push(self.integer()?);
-                if !self.eat(b',') {
-                    self.expect(b')')?;
-                    break;
-                }
-            }
-            Ok(PyValue::Tuple(dims))
-        } else {
-            self.string().map(PyValue::Str)
-        }
-    }
-
-    fn integer(&mut self) -> std::result::Result<usize, String> {
-        self.skip_space();
-        let start = self.pos;
-        while self.s.get(self.pos).is_some_and(u8::is_ascii_digit) {
-            self.pos += 1;
-        }
-        std::str::from_utf8(&self.s[start..self.pos])
-            .ok()
-            .and_then(|d| d.parse().ok())
-            .ok_or_else(|| format!("expected a dimension at byte {start}"))
-    }
 }
 
 #[cfg(test)]
@@ -950,29 +813,20 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("not a .npy array"), "{msg}");
-    }
-
-    #[test]
-    fn npy_header_literals() {
-        let h = NpyHeader::parse("{'shape': (), 'fortran_order': True, 'descr': '<f4'}").unwrap();
-        assert_eq!(
-            h,
-            NpyHeader {
-                descr: "<f4".into(),
-                fortran_order: true,
-                shape: vec![]
-            }
-        );
-        assert_eq!(
-            NpyHeader::parse("{'descr': '<f4', 'fortran_order': False, 'shape': (7,), }  \n")
-                .unwrap()
-                .shape,
-            vec![7]
-        );
-        assert!(NpyHeader::parse("{'descr': '<f4'}")
+        // The header's dict is parsed strictly (strata_store::npy), and its text not echoed.
+        let twice = npy("<f4', 'shape': (1,), 'x': '", &[2], &[0; 8]);
+        let msg = parse_npy(&twice, "t", "m", &mut Allowance::unbounded())
             .unwrap_err()
-            .contains("lacks"));
-        assert!(NpyHeader::parse("{'descr': '<f4', 'shape': (x,)").is_err());
+            .to_string();
+        assert!(
+            msg.contains("tensor t: bad .npy header: 'shape' appears twice"),
+            "{msg}"
+        );
+        let huge = npy("<f4", &[1 << 40, 1 << 40], &[]);
+        let msg = parse_npy(&huge, "t", "m", &mut Allowance::unbounded())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("is too large"), "{msg}");
     }
 
     #[test]

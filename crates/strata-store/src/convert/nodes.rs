@@ -111,7 +111,7 @@ impl NodeColumns {
     }
 
     /// Rows of the features and labels, which must agree; `None` when neither is given.
-    pub(crate) fn rows(&self) -> Result<Option<u64>> {
+    pub(crate) fn rows(&self) -> Result<Option<(u64, &Path)>> {
         let mut rows: Option<(u64, &Path)> = None;
         for c in [&self.features, &self.labels].into_iter().flatten() {
             let Some(&r) = c.shape().first() else {
@@ -125,7 +125,7 @@ impl NodeColumns {
             }
             rows = Some((r, c.path()));
         }
-        Ok(rows.map(|(r, _)| r))
+        Ok(rows)
     }
 
     /// Bytes of the features and labels read (what a summary counts as node input).

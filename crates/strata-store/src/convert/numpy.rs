@@ -180,7 +180,8 @@ impl EdgeArray {
     }
 }
 
-/// Checks ids of a batch against known node and relation counts.
+/// Checks ids of a batch against known node and relation counts; an error names the node
+/// count as `nodes_from` (`num_nodes`, or where it was learnt).
 pub(super) fn check_range(
     batch: &EdgeBatch,
     first: u64,
@@ -189,12 +190,32 @@ pub(super) fn check_range(
     path: &Path,
     what: &str,
 ) -> Result<()> {
+    check_range_of(
+        batch,
+        first,
+        num_nodes,
+        "num_nodes",
+        num_relations,
+        path,
+        what,
+    )
+}
+
+fn check_range_of(
+    batch: &EdgeBatch,
+    first: u64,
+    num_nodes: Option<u64>,
+    nodes_from: &str,
+    num_relations: Option<u64>,
+    path: &Path,
+    what: &str,
+) -> Result<()> {
     let over = |col: &[i64], n: Option<u64>| {
         n.and_then(|n| col.iter().position(|&v| v as u64 >= n).map(|i| (i, n)))
     };
     for (role, col, n, name) in [
-        ("src", &batch.src, num_nodes, "num_nodes"),
-        ("dst", &batch.dst, num_nodes, "num_nodes"),
+        ("src", &batch.src, num_nodes, nodes_from),
+        ("dst", &batch.dst, num_nodes, nodes_from),
         ("rel", &batch.rel, num_relations, "num_relations"),
     ] {
         if let Some((i, n)) = over(col, n) {
@@ -240,7 +261,7 @@ pub fn convert_numpy(
         ));
     }
     let hint = nodes.rows()?;
-    if let (Some(n), Some(h)) = (graph.num_nodes, hint) {
+    if let (Some(n), Some((h, _))) = (graph.num_nodes, hint) {
         if n != h {
             return Err(StoreError::option(
                 "num_nodes",
@@ -248,7 +269,15 @@ pub fn convert_numpy(
             ));
         }
     }
-    let known_nodes = graph.num_nodes.or(hint);
+    let known_nodes = graph.num_nodes.or(hint.map(|(h, _)| h));
+    // Without --num-nodes, the node columns' rows are the node count: an edge beyond them is
+    // as likely a short feature file as a bad edge, so the error says where the count came from.
+    let nodes_from = match (graph.num_nodes, hint) {
+        (None, Some((_, path))) => {
+            format!("num_nodes (the rows of {}, one per node)", path.display())
+        }
+        _ => "num_nodes".to_string(),
+    };
     let has_rel = arrays[0].width == 3;
     let mut clock = Clock::new();
     let mut builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
@@ -285,10 +314,11 @@ pub fn convert_numpy(
     for (a, (_, split)) in arrays.iter().zip(&files) {
         let mut first = 0u64;
         a.stream(io_chunk, |batch, bytes| {
-            check_range(
+            check_range_of(
                 batch,
                 first,
                 known_nodes,
+                &nodes_from,
                 graph.num_relations,
                 &a.path,
                 "edge",

@@ -243,6 +243,16 @@ fn numpy_bad_inputs() {
         serde_json::json!({"edges": d.join("edges.npy"), "labels": d.join("y3.npy")}),
         &["y3.npy", "node 2 has label -2"],
     );
+    // Without num_nodes, the labels' rows are the node count: the edge beyond them says so.
+    write_npy(&d.join("y2.npy"), "<i8", false, &[2], &le_ints(&[0, 1], 8));
+    numpy_error(
+        d,
+        serde_json::json!({"edges": d.join("edges.npy"), "labels": d.join("y2.npy")}),
+        &[
+            "edges.npy: edge 1: dst id 2 is out of range: num_nodes (the rows of",
+            "y2.npy, one per node) is 2",
+        ],
+    );
     numpy_error(
         d,
         serde_json::json!({"edges": d.join("edges.npy"), "node_train": d.join("overlap.npy"), "node_test": d.join("overlap.npy")}),
