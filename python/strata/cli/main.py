@@ -6,6 +6,7 @@ import argparse
 import gc
 import importlib
 import os
+import signal
 import sys
 from typing import NamedTuple, NoReturn
 
@@ -15,6 +16,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .._native import grid_algorithms
 from ..errors import StrataError
+from ..stopping import Terminated, sigterm_interrupts
 from .parser import SectionParser
 
 
@@ -126,6 +128,7 @@ def run() -> NoReturn:
     check at exit that their module was freed, and a frozen module cycle makes them print
     hundreds of "leaked function" lines. :func:`main` called from a program leaves that
     program's collector as it was."""
+    sigterm_interrupts()
     try:
         code = main()
     finally:
@@ -171,9 +174,12 @@ def _main(argv: list[str] | None) -> int:
         where = f": {e.filename}" if e.filename is not None else ""
         print(f"strata {command}: error: {e.strerror or e}{where}", file=sys.stderr)
         return 1
+    except Terminated:
+        print(f"\nstrata {command}: terminated (SIGTERM); no partial output was left behind", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print(f"\nstrata {command}: interrupted; no partial output was left behind", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
 
 
 def _route(argv: list[str]) -> list[str]:

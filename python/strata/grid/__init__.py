@@ -504,10 +504,6 @@ def _show(v) -> str:
 # strata farmem serve
 
 
-class _Terminated(Exception):
-    """Raised by the SIGTERM handler while the memory server runs."""
-
-
 def serve_farmem(config: FarmemServeConfig | None = None, on_ready: Callable[[str], object] | None = None, **options):
     """Serves far memory until SIGTERM or Ctrl-C (or the server stops); ``on_ready(addr)`` is
     called once it listens (default: prints ``listening on ADDR``, flushed). Returns a summary:
