@@ -7,12 +7,14 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import run_strata
 from datasets_fixtures import (
     FileServer,
     gz,
@@ -372,6 +374,31 @@ def test_snap_text_gz_stays_compressed_and_is_symmetrized(tmp_path, server):
     assert result.summary["num_topology_edges"] == 10
     indptr, indices = store.csr()
     assert sorted(indices[indptr[2] : indptr[3]].tolist()) == [0, 1, 5]
+
+
+def test_an_out_holding_something_else_is_refused_before_downloading(tmp_path, server):
+    """It said "Store X already exists; --overwrite rebuilds it" and exited 0, for a store of
+    another graph and for a plain file alike: a script went on with the wrong graph."""
+    edges = b"0\t1\n1\t2\n"
+    name = CATALOGUE["com-friendster"].files[0].name
+    (server.root / "com-friendster").mkdir()
+    (server.root / "com-friendster" / name).write_bytes(gz(edges))
+    np.save(tmp_path / "e.npy", np.array([[0, 1]]))
+    run_strata("convert", tmp_path / "e.npy", "--out", tmp_path / "other.strata", "-q")
+    (tmp_path / "afile").write_text("x")
+    for out, needle in [
+        ("other.strata", "is the store of 'other', not of com-friendster: choose another --out, or --overwrite"),
+        ("afile", "exists and is not a store to keep or replace (store "),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            fetch(fetch_cfg("com-friendster", tmp_path, server, out=tmp_path / out))
+        assert server.requests == [] and not (tmp_path / "data" / "com-friendster").exists()
+    # Its own store is kept; another's is replaced when asked.
+    first = fetch(fetch_cfg("com-friendster", tmp_path, server))
+    again = fetch(fetch_cfg("com-friendster", tmp_path, server))
+    assert again.summary is None and again.store == first.store and "already exists" in again.describe()
+    replaced = fetch(fetch_cfg("com-friendster", tmp_path, server, out=tmp_path / "other.strata", overwrite=True))
+    assert Store(replaced.store).name == "com-friendster"
 
 
 def test_freebase_layout_uses_integer_ids_and_counts(tmp_path, server):

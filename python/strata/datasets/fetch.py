@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import FetchConfig
+from ..errors import ConfigError, StrataError
+from ..store import Store
 from ..units import fmt_bytes
 from .download import download, extract, is_archive, no_progress
 from .recipes import Build, build_store
@@ -79,6 +81,8 @@ def fetch(cfg: FetchConfig, progress: ProgressFn | None = None) -> FetchResult:
     raw = root / "raw"
     mirror = cfg.mirror or os.environ.get(MIRROR_ENV) or None
     result = FetchResult(ds, raw, None)
+    store = cfg.out or root / f"{ds.name}.strata"
+    built = cfg.convert and _holds_store_of(store, ds, cfg.overwrite)
     for f in ds.files:
         dest = raw / f.name
         # Extraction leaves a marker, so an archive deleted afterwards (--no-keep-archives) is not
@@ -103,9 +107,30 @@ def fetch(cfg: FetchConfig, progress: ProgressFn | None = None) -> FetchResult:
                 dest.unlink()
     if not cfg.convert:
         return result
-    result.store = cfg.out or root / f"{ds.name}.strata"
-    if result.store.exists() and not cfg.overwrite:
+    result.store = store
+    if built and not cfg.overwrite:
         return result
     build = Build(result.store, int(cfg.memory), cfg.threads, cfg.overwrite, cfg.symmetrize)
     result.summary = build_store(ds, raw, build, progress)
     return result
+
+
+def _holds_store_of(store: Path, ds: Dataset, overwrite: bool) -> bool:
+    """Whether ``store`` already holds the store of ``ds`` (a fetch keeps it unless
+    ``overwrite``); False when nothing is there. Anything else there is refused before a byte
+    is downloaded: a script that fetched into the wrong ``--out`` would otherwise go on with
+    another graph, told only that the store "already exists"."""
+    if not os.path.lexists(store):
+        return False
+    try:
+        name = Store(store).name
+    except StrataError as e:
+        raise ConfigError(
+            f"--out {store} exists and is not a store to keep or replace ({e}); choose another --out"
+        ) from None
+    if name != ds.name and not overwrite:
+        raise ConfigError(
+            f"--out {store} is the store of '{name}', not of {ds.name}: choose another --out, "
+            "or --overwrite replaces it"
+        )
+    return True
