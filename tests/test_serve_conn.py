@@ -161,3 +161,17 @@ def test_bad_token_files_are_refused(tmp_path, monkeypatch):
     proc = run_strata("serve", "--token-file", tmp_path / "two", "--state-dir", tmp_path / "s", check=False)
     assert proc.returncode == 2 and "expected one line" in proc.stderr, proc.stderr
     assert os.environ.get(TOKEN_ENV) is None
+
+
+def test_a_deadline_that_cannot_be_met_is_refused_before_calling():
+    """A timeout of 0 or less reached gRPC as a deadline already missed: every call was
+    "DEADLINE_EXCEEDED", as if the server were slow."""
+    for timeout in (0, -1, float("nan")):
+        with pytest.raises(ConfigError, match="timeout must be a positive number of seconds"):
+            Client("127.0.0.1:1", timeout=timeout)
+    with pytest.raises(ConfigError, match="max_message_bytes must be a positive integer"):
+        Client("127.0.0.1:1", max_message_bytes=0)
+    for timeout in ("0", "-1"):
+        proc = run_strata("serve", "status", "--address", "127.0.0.1:1", "--timeout", timeout, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert "serve.status.timeout: must be a positive number of seconds" in proc.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import _native
+from ..errors import ConfigError
 from .schema import native_section, option, section
 
 #: The help of every ``--token-file``.
@@ -38,3 +39,5 @@ class ServeStatusConfig:
 
     def check(self) -> None:
         _native.config_check_address("serve.status", "address", self.address)
+        if not self.timeout > 0:
+            raise ConfigError(f"serve.status.timeout: must be a positive number of seconds, got {self.timeout}")

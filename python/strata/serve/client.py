@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 
 from .. import tokens
-from ..errors import StrataError
+from ..errors import ConfigError, StrataError
 from ..layer_kinds import served_kind
 from ..units import parse_size
 from . import _proto
@@ -184,6 +184,12 @@ class Client:
         timeout: float = 120.0,
         max_message_bytes: int = 256 << 20,
     ):
+        # gRPC takes a deadline in the past as one already missed: "DEADLINE_EXCEEDED", whatever
+        # the server's state.
+        if not timeout > 0:
+            raise ConfigError(f"Client: timeout must be a positive number of seconds, got {timeout}")
+        if not (isinstance(max_message_bytes, int) and max_message_bytes > 0):
+            raise ConfigError(f"Client: max_message_bytes must be a positive integer, got {max_message_bytes!r}")
         self.address = address
         self.timeout = timeout
         token = resolve_token(token, token_file)
