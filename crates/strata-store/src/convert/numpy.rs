@@ -186,25 +186,6 @@ pub(super) fn check_range(
     batch: &EdgeBatch,
     first: u64,
     num_nodes: Option<u64>,
-    num_relations: Option<u64>,
-    path: &Path,
-    what: &str,
-) -> Result<()> {
-    check_range_of(
-        batch,
-        first,
-        num_nodes,
-        "num_nodes",
-        num_relations,
-        path,
-        what,
-    )
-}
-
-fn check_range_of(
-    batch: &EdgeBatch,
-    first: u64,
-    num_nodes: Option<u64>,
     nodes_from: &str,
     num_relations: Option<u64>,
     path: &Path,
@@ -314,7 +295,7 @@ pub fn convert_numpy(
     for (a, (_, split)) in arrays.iter().zip(&files) {
         let mut first = 0u64;
         a.stream(io_chunk, |batch, bytes| {
-            check_range_of(
+            check_range(
                 batch,
                 first,
                 known_nodes,
@@ -501,7 +482,7 @@ pub(super) fn stream_bin32<E: From<StoreError>>(
                 .into());
             }
         }
-        check_range(&batch, first, num_nodes, None, path, "pair")?;
+        check_range(&batch, first, num_nodes, "num_nodes", None, path, "pair")?;
         first += batch.len() as u64;
         sink(&batch, bytes.len() as u64)?;
     }

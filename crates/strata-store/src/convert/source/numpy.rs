@@ -415,7 +415,15 @@ impl EdgeStream for EdgeArrayFile {
         let a = inspect_edges(&self.path, self.layout)?;
         let mut first = 0u64;
         a.stream(io_chunk, |batch, bytes| {
-            check_range(batch, first, num_nodes, None, &self.path, "edge")?;
+            check_range(
+                batch,
+                first,
+                num_nodes,
+                "num_nodes",
+                None,
+                &self.path,
+                "edge",
+            )?;
             first += batch.len() as u64;
             sink(batch, bytes)
         })
