@@ -19,7 +19,6 @@ RECIPE = """[embed.train]
 model = "{model}"
 dim = 16
 chunk_size = 200
-negatives = 32
 lr = 0.2
 epochs = 3
 eval_every = 1
@@ -47,7 +46,7 @@ def tiny_recipes(tmp_path: Path) -> None:
                "--triples", "2400", "-q")  # fmt: skip
     recipes = tmp_path / "recipes"
     recipes.mkdir()
-    (recipes / "complex-tiny.toml").write_text(RECIPE.format(model="complex", extra=""))
+    (recipes / "complex-tiny.toml").write_text(RECIPE.format(model="complex", extra="negatives = 32"))
     (recipes / "distmult-tiny.toml").write_text(RECIPE.format(model="distmult", extra='training = "1vsAll"'))
 
 
@@ -110,7 +109,7 @@ def test_the_recipes_early_stopping_can_be_overridden(tmp_path):
     epochs, as the GPU session's side by side at the 2-core run's epochs does."""
     tiny_recipes(tmp_path)
     patient = tmp_path / "recipes" / "complex-tiny.toml"
-    patient.write_text(RECIPE.format(model="complex", extra="early_stopping_patience = 1"))
+    patient.write_text(RECIPE.format(model="complex", extra="negatives = 32\nearly_stopping_patience = 1"))
     bench(tmp_path, "--only", "complex-tiny", "--early-stopping-patience", "0")
     meta = json.loads((tmp_path / "out" / "runs" / "complex-tiny" / "run.json").read_text())
     assert meta["config"]["early_stopping_patience"] == 0 and len(meta["history"]) == 3

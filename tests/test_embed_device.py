@@ -23,9 +23,14 @@ from strata.errors import BudgetError, ConfigError  # noqa: E402
 # init_scale 0.1: from the default 1e-3, a node's first gradients are near zero, and Adagrad's
 # first step (lr g / |g|: a whole lr whichever sign g has) turns summation-order rounding into
 # steps of opposite signs; a table that starts at 0.1 compares the arithmetic, not that.
-BASE = dict(
-    epochs=1, dim=16, chunk_size=200, negatives=64, threads=1, seed=7, eval_every=0, tensorboard=False, init_scale=0.1
-)
+BASE = dict(epochs=1, dim=16, chunk_size=200, threads=1, seed=7, eval_every=0, tensorboard=False, init_scale=0.1)
+
+
+def configured(options: dict) -> dict:
+    """BASE under ``options``, with 64 negatives where the run samples them (1vsAll and KvsAll
+    score every entity and refuse the option)."""
+    sampled = options.get("training", "negative_sampling") == "negative_sampling"
+    return {**BASE, **({"negatives": 64} if sampled else {}), **options}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +66,7 @@ RTOL = {"torch-cpu": 1e-5, "cuda": 1e-4}
 
 
 def trained(kg, run_dir, **options) -> Run:
-    return train(EmbedTrainConfig(store=kg, run_dir=run_dir, **{**BASE, **options}))
+    return train(EmbedTrainConfig(store=kg, run_dir=run_dir, **configured(options)))
 
 
 def table(run: Run, out) -> np.ndarray:
@@ -209,9 +214,11 @@ def test_a_device_run_checks_theorem_3_at_the_rate_of_its_first_epoch(kg, tmp_pa
 def test_out_of_core_loads_the_same_partitions(kg, tmp_path, device, training):
     """Out of core, negative sampling from the resident partitions, and 1vsAll against them
     (``vsall_candidates = resident``)."""
-    options = dict(model="complex", partitions=6, buffer=3, negative_pool="resident", memory="128M")
+    options = dict(model="complex", partitions=6, buffer=3, memory="128M")
     if training == "1vsAll":
         options.update(training=training, vsall_candidates="resident")
+    else:
+        options.update(negative_pool="resident")
     cpu, dev = assert_same_training(kg, tmp_path, device, **options)
     a, b = cpu.history[-1], dev.history[-1]
     for key in ("partition_loads", "swaps", "partition_bytes_read", "partition_bytes_written"):
@@ -537,7 +544,7 @@ def test_device_memory_partitions_the_table_as_a_cpu_run_of_that_many_slots(kg, 
     records both budgets, and loads the partitions and trains the table of a CPU run of the
     same partitions."""
     options = dict(model="complex", negative_pool="resident", memory="128M")
-    args = [f"--{k.replace('_', '-')}={v}" for k, v in {**BASE, **options}.items() if k != "tensorboard"]
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in configured(options).items() if k != "tensorboard"]
     proc = strata_cli(
         "embed", "train", kg, "--run-dir", tmp_path / "dev", "--device", "torch-cpu",
         "--device-memory", SMALL_DEVICE, *args,
@@ -579,7 +586,7 @@ def test_kvsall_answers_count_against_the_device_budget(kg, tmp_path, strata_cli
     device budget that holds the plan but not them is refused naming device_memory, before the
     run directory is made; one that holds both trains, and says what they take."""
     options = dict(device="torch-cpu", training="KvsAll", memory="128M")
-    args = [f"--{k.replace('_', '-')}={v}" for k, v in {**BASE, **options}.items() if k != "tensorboard"]
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in configured(options).items() if k != "tensorboard"]
     roomy = strata_cli("embed", "train", kg, "--run-dir", tmp_path / "roomy", "--device-memory", "1G", *args)
     assert "all its answers (84.4 KiB, 225 KiB on the device)" in roomy.stdout + roomy.stderr
     planned = sum(p["bytes"] for p in Run(tmp_path / "roomy").meta["device_memory_plan"]["parts"])

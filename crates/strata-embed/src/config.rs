@@ -1134,7 +1134,7 @@ impl TrainConfig {
     }
 
     /// The key and message of what `training`, `label_smoothing` and `vsall_candidates` do
-    /// not allow with the other options.
+    /// not allow with the other options (among them every negative-sampling option set).
     fn check_vs_all(&self) -> Result<(), (&'static str, String)> {
         let ls = self.label_smoothing;
         if !(0.0..1.0).contains(&ls) {
@@ -1159,9 +1159,22 @@ impl TrainConfig {
             }
             return Ok(());
         }
+        // The negative-sampling options, where they differ from their defaults: 1vsAll and
+        // KvsAll would otherwise ignore them without a word.
+        let sampling = Self::default();
         for (key, set) in [
             ("shared_negatives", !self.shared_negatives),
             ("negatives_head", self.negatives_head.is_some()),
+            ("negatives", self.negatives != sampling.negatives),
+            (
+                "degree_fraction",
+                self.degree_fraction != sampling.degree_fraction,
+            ),
+            (
+                "negative_pool",
+                self.negative_pool != sampling.negative_pool,
+            ),
+            ("bank_rows", self.bank_rows != sampling.bank_rows),
         ] {
             if set {
                 return Err((

@@ -719,9 +719,9 @@ pub fn plan(
         }
     });
     // Negative banks for partitions on disk (the `all` pool): a share of the budget, or what
-    // the buffer leaves when that share would not fit.
+    // the buffer leaves when that share would not fit. 1vsAll and KvsAll sample no negatives.
     let mut bank_rows = 0usize;
-    if cfg.negative_pool == NegativePool::All && partitions > capacity as u64 {
+    if !cfg.scores_all() && cfg.negative_pool == NegativePool::All && partitions > capacity as u64 {
         let share = memory / BANK_SHARE;
         let leftover = |n: u64, c: usize, avail: u64| {
             avail.saturating_sub((c + prefetch_slots) as u64 * size(n))
@@ -830,7 +830,7 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::TrainingMode;
+    use crate::config::{TrainingMode, VsAllCandidates};
     use crate::model::{PbgForm, ScoreKind};
     use strata_store::budget::CODE_PAGES_BYTES;
     use strata_store::config::Size;
@@ -1422,6 +1422,27 @@ mod tests {
         );
         let fixed = p.total() - p.buffer_bytes - p.bank_bytes;
         assert!(fixed + cfg.memory.0 / BANK_SHARE + 3 * fewer > cfg.memory.0);
+    }
+
+    #[test]
+    fn one_vs_all_out_of_core_plans_no_negative_banks() {
+        // 8 partitions, 3 resident: negative sampling's `all` pool banks the other 5.
+        let sampled = TrainConfig {
+            partitions: 8,
+            chunk_size: 10,
+            ..TrainConfig::default()
+        };
+        let resident = TrainConfig {
+            training: TrainingMode::OneVsAll,
+            vsall_candidates: VsAllCandidates::Resident,
+            ..sampled.clone()
+        };
+        let nodes = untyped(100_000);
+        let banked = plan(&sampled, &model(32), &nodes, 10, 2, None, None).unwrap();
+        assert!(banked.bank_rows > 0 && banked.bank_bytes > 0, "{banked:?}");
+        let p = plan(&resident, &model(32), &nodes, 10, 2, None, None).unwrap();
+        assert_eq!((p.partitions, p.capacity), (8, 3), "{p:?}");
+        assert_eq!((p.bank_rows, p.bank_bytes), (0, 0), "{p:?}");
     }
 
     #[test]

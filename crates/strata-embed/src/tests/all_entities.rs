@@ -192,7 +192,54 @@ fn options_that_do_not_apply_are_refused_naming_the_key() {
             "vsall_candidates",
         ),
     ];
-    for (cfg, want) in cases {
+    // Every negative-sampling option set away from its default, which 1vsAll and KvsAll would
+    // otherwise ignore.
+    let kvs = config(TrainingMode::KvsAll);
+    let sampling = [
+        (
+            TrainConfig {
+                negatives: 64,
+                ..one.clone()
+            },
+            "negatives",
+        ),
+        (
+            TrainConfig {
+                negatives_head: Some(8),
+                ..kvs.clone()
+            },
+            "negatives_head",
+        ),
+        (
+            TrainConfig {
+                shared_negatives: false,
+                ..one.clone()
+            },
+            "shared_negatives",
+        ),
+        (
+            TrainConfig {
+                degree_fraction: 0.5,
+                ..kvs.clone()
+            },
+            "degree_fraction",
+        ),
+        (
+            TrainConfig {
+                negative_pool: crate::config::NegativePool::Resident,
+                ..one.clone()
+            },
+            "negative_pool",
+        ),
+        (
+            TrainConfig {
+                bank_rows: 100,
+                ..kvs.clone()
+            },
+            "bank_rows",
+        ),
+    ];
+    for (cfg, want) in cases.into_iter().chain(sampling) {
         let got = key(cfg.clone());
         let want = format!("embed.train.{want}");
         assert_eq!(
