@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 SMALL = ["--dim", "16", "--chunk-size", "200", "--epochs", "3", "--threads", "1"]
 
 
@@ -54,3 +56,22 @@ def test_models_and_options_that_do_not_apply_exit_2_naming_them(kg, tmp_path, s
     assert "embed.train.loss" in margin, margin
     smoothing = refused("--label-smoothing", "0.1")
     assert "embed.train.label_smoothing" in smoothing and "negative sampling" in smoothing, smoothing
+
+
+def test_1vsall_against_resident_partitions_plans_their_rows_and_trains_where_all_would_not(tmp_path, strata_cli):
+    # 200,000 nodes (few with edges) x 16 reals: a worker scoring a chunk of 100 edges against
+    # every entity needs 104 MiB, against 3 of 5 partitions' 60%.
+    gen = np.random.default_rng(0)
+    h, r = gen.integers(0, 300, 3000), gen.integers(0, 4, 3000)
+    np.save(tmp_path / "tri.npy", np.stack([h, r, (7 * h + 13 * r + gen.integers(0, 3, 3000)) % 300], 1))
+    store = tmp_path / "iso.strata"
+    strata_cli("convert", tmp_path / "tri.npy", "--relations", "--num-nodes", "200000", "--out", store, "-q")
+    args = ["--model", "complex", "--dim", "16", "--chunk-size", "100", "--epochs", "1", "--memory", "192M"]
+    every = train(strata_cli, store, tmp_path / "all", "--training", "1vsAll", *args, check=False)
+    assert every.returncode == 2 and "Traceback" not in every.stderr, every.stderr
+    assert "memory budget 192 MiB" in every.stderr and 'vsall_candidates = "resident"' in every.stderr, every.stderr
+    ok = train(strata_cli, store, tmp_path / "res", "--training", "1vsAll", "--vsall-candidates", "resident", *args)
+    plan = json.loads(ok.stdout)["memory_plan"]
+    parts = {p["name"]: p for p in plan["parts"]}
+    assert "partitions on disk" in parts["partition buffer"]["detail"], parts
+    assert parts["workers"]["bytes"] < 104 << 20 and sum(p["bytes"] for p in plan["parts"]) <= 192 << 20, parts

@@ -7,7 +7,10 @@ use serde::Serialize;
 use strata_store::budget::{group_bytes, group_takes, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
-use crate::config::{Corrupt, NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig};
+use crate::config::{
+    Corrupt, NegativePool, OptimizerKind, Protocol, TableDtype, TrainConfig, TrainingMode,
+    VsAllCandidates,
+};
 use crate::error::{EmbedError, Result};
 use crate::model::{Dropped, ScoreModel};
 use crate::plan::device::{self, DeviceBudget, DevicePlan};
@@ -513,6 +516,78 @@ pub fn check_rank_process(memory: u64, rank: &RankNeeds) -> Result<u64> {
     Ok(group_bytes)
 }
 
+/// Queries per evaluation round and the bytes of a round of them with each of `threads`
+/// workers' score tile, within the budget's evaluation share.
+fn evaluation(cfg: &TrainConfig, model: &ScoreModel, threads: usize) -> (usize, u64) {
+    let memory = cfg.memory.0;
+    let (d, rd) = (model.dim as u64, model.rel_dim() as u64);
+    // Evaluation: per query its source, answer and relation rows, and (sampled) its share of
+    // the batch's candidates, or (filtered) its known answers; plus each thread's score tile.
+    let per_query = 4 * (2 * d + rd)
+        + 16
+        + match cfg.eval_protocol {
+            Protocol::Filtered => 256,
+            Protocol::Sampled => {
+                2 * cfg.eval_negatives as u64 * (d * 4 + 8) / cfg.chunk_size.max(1) as u64
+            }
+        };
+    // Each thread's score tile, and for a bf16 table its tile of candidates widened to f32.
+    let tiles = threads as u64
+        * (widened_tile_bytes(cfg.table_dtype, model.dim)
+            + 4 * match cfg.eval_protocol {
+                Protocol::Filtered => (QUERY_BATCH * TILE) as u64,
+                Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
+            });
+    let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * QUERY_BATCH as u64);
+    let eval_round = ((eval_share - tiles) / per_query).clamp(QUERY_BATCH as u64, 1 << 20) as usize;
+    (eval_round, tiles + per_query * eval_round as u64)
+}
+
+/// What a device holds beside its partition slots and step scratch.
+#[derive(Clone, Copy)]
+struct DeviceParts<'a> {
+    budget: &'a DeviceBudget,
+    relations: u64,
+    /// A typed run's pinned region and its feature bags.
+    pinned: u64,
+    /// An edge piece.
+    edges: u64,
+}
+
+impl DeviceParts<'_> {
+    fn total(&self) -> u64 {
+        self.relations + self.pinned + self.edges + self.budget.eval_tile
+    }
+
+    /// Refuses a device budget of `dev_memory` below these parts, `step` bytes of step scratch
+    /// and the ordering's minimum `slots` of `slot` bytes each (`cut`: how the slots were cut).
+    fn check_minimum(
+        &self,
+        dev_memory: u64,
+        step: u64,
+        (slots, slot, cut): (usize, u64, &str),
+        host_memory: u64,
+    ) -> Result<()> {
+        let minimum = self.total() + step + slots as u64 * slot;
+        if dev_memory >= minimum {
+            return Ok(());
+        }
+        Err(EmbedError::Budget(format!(
+            "device_memory {} on {} cannot hold the minimum buffer of {slots} partition slot(s): it needs {} ({slots} x {} with {cut}, relations {}, in-memory entity types {}, edge piece {}, step scratch {}, evaluation {}); memory budget (host) {}",
+            fmt_bytes(dev_memory),
+            self.budget.device,
+            fmt_bytes(minimum),
+            fmt_bytes(slot),
+            fmt_bytes(self.relations),
+            fmt_bytes(self.pinned),
+            fmt_bytes(self.edges),
+            fmt_bytes(step),
+            fmt_bytes(self.budget.eval_tile),
+            fmt_bytes(host_memory),
+        )))
+    }
+}
+
 /// Plans `cfg` for a node table of `shape` and `num_relations` relation types with
 /// `threads` workers; `rank`: this process is a rank of a distributed run.
 /// `cfg.partitions == 0` (and no count fixed by the entity types) picks the fewest
@@ -535,8 +610,6 @@ pub fn plan(
     let alone = rank.is_none();
     let rank = rank.unwrap_or_default();
     let group_bytes = check_rank_process(memory, &rank)?;
-    let d = model.dim as u64;
-    let rd = model.rel_dim() as u64;
     // Bernoulli corruption's head probabilities: one float per relation.
     let head_prob = match cfg.corrupt {
         Corrupt::Bernoulli => num_relations.max(1) * 4,
@@ -555,145 +628,145 @@ pub fn plan(
     let pinned_bytes = shape.pinned_bytes(model.dim, cfg.optimizer, cfg.table_dtype);
     let piece_rows = (memory / 64 / 12).clamp(cfg.chunk_size as u64, MAX_PIECE_ROWS);
     let edge_bytes = PIECES_ALIVE * piece_rows * 12;
-    let worker_bytes = threads as u64 * worker_bytes(model, cfg, shape.largest());
-    // Evaluation: per query its source, answer and relation rows, and (sampled) its share of
-    // the batch's candidates, or (filtered) its known answers; plus each thread's score tile.
-    let per_query = 4 * (2 * d + rd)
-        + 16
-        + match cfg.eval_protocol {
-            Protocol::Filtered => 256,
-            Protocol::Sampled => {
-                2 * cfg.eval_negatives as u64 * (d * 4 + 8) / cfg.chunk_size.max(1) as u64
-            }
-        };
-    // Each thread's score tile, and for a bf16 table its tile of candidates widened to f32.
-    let tiles = threads as u64
-        * (widened_tile_bytes(cfg.table_dtype, model.dim)
-            + 4 * match cfg.eval_protocol {
-                Protocol::Filtered => (QUERY_BATCH * TILE) as u64,
-                Protocol::Sampled => cfg.chunk_size as u64 * 2 * cfg.eval_negatives as u64,
-            });
-    let eval_share = (memory / EVAL_SHARE).max(tiles + per_query * QUERY_BATCH as u64);
-    let eval_round = ((eval_share - tiles) / per_query).clamp(QUERY_BATCH as u64, 1 << 20) as usize;
-    let eval_bytes = tiles + per_query * eval_round as u64;
-    let fixed = RUNTIME_BYTES
-        + group_bytes
-        + edge_bytes
-        + worker_bytes
-        + eval_bytes
-        + relation_bytes
-        + pinned_bytes;
-    let refuse = |what: String| -> EmbedError {
+    // 1vsAll against the resident partitions scores the rows of the `c` resident of `n`
+    // partitions, so its scratch shrinks as the table is cut finer; every other mode's
+    // candidates do not depend on the partitioning.
+    let resident_candidates =
+        cfg.training == TrainingMode::OneVsAll && cfg.vsall_candidates == VsAllCandidates::Resident;
+    let candidates = |n: u64, c: usize| {
+        if resident_candidates {
+            (c as u64 * shape.rows(n)).min(num_nodes)
+        } else {
+            num_nodes
+        }
+    };
+    let workers = |n: u64, c: usize| threads as u64 * worker_bytes(model, cfg, candidates(n, c));
+    let (eval_round, eval_bytes) = evaluation(cfg, model, threads);
+    // Everything but the workers, whose scratch may depend on the partitioning.
+    let fixed_rest =
+        RUNTIME_BYTES + group_bytes + edge_bytes + eval_bytes + relation_bytes + pinned_bytes;
+    // The refusal of `what`, with the fixed parts of `n` partitions, `c` resident.
+    let refuse = |what: String, n: u64, c: usize| -> EmbedError {
         EmbedError::Budget(format!(
-            "memory budget {} cannot hold {what} (fixed needs {}: runtime {}, torch + gloo {}, edges {}, workers {}, evaluation {}, relations {}{})",
+            "memory budget {} cannot hold {what} (fixed needs {}: runtime {}, torch + gloo {}, edges {}, workers {}, evaluation {}, relations {}{}){}",
             fmt_bytes(memory),
-            fmt_bytes(fixed),
+            fmt_bytes(fixed_rest + workers(n, c)),
             fmt_bytes(RUNTIME_BYTES),
             fmt_bytes(group_bytes),
             fmt_bytes(edge_bytes),
-            fmt_bytes(worker_bytes),
+            fmt_bytes(workers(n, c)),
             fmt_bytes(eval_bytes),
             fmt_bytes(relation_bytes),
             if pinned_bytes > 0 {
                 format!(", in-memory entity types {}", fmt_bytes(pinned_bytes))
             } else {
                 String::new()
+            },
+            if cfg.training == TrainingMode::OneVsAll && !resident_candidates {
+                "; each 1vsAll worker scores every entity: vsall_candidates = \"resident\" scores the resident partitions' entities only, and plans its scratch for those"
+            } else {
+                ""
             }
         ))
     };
     let size = |n: u64| part_bytes(shape.rows(n), model.dim, cfg.optimizer, cfg.table_dtype);
-    let fewest_rows = if wanted == 0 {
-        size(num_nodes.max(1))
+    // The most partitions: one node each, or the count asked for.
+    let finest = if wanted == 0 {
+        num_nodes.max(1)
     } else {
-        size(wanted as u64)
+        wanted as u64
     };
-    let device_pinned = shape.device_pinned_bytes(model.dim, cfg.optimizer);
-    let device_fixed = device.map(|budget| {
-        (
-            budget,
-            relation_bytes
-                + device_pinned
-                + device::edge_bytes(piece_rows)
-                + device::step_bytes(model, cfg, num_nodes)
-                + budget.eval_tile,
-        )
+    let fewest_rows = size(finest);
+    let step = |n: u64, c: usize| device::step_bytes(model, cfg, candidates(n, c));
+    let device_parts = device.map(|budget| DeviceParts {
+        budget,
+        relations: relation_bytes,
+        pinned: shape.device_pinned_bytes(model.dim, cfg.optimizer),
+        edges: device::edge_bytes(piece_rows),
     });
-    // The slots' room: what the host budget leaves, and what the device's leaves.
-    let mut available = memory.saturating_sub(fixed);
-    if let Some((budget, dev_fixed)) = device_fixed {
-        if let Some(dev_memory) = budget.memory {
+    if let Some(parts) = device_parts {
+        if let Some(dev_memory) = parts.budget.memory {
             let slots = if wanted == 0 {
                 cfg.buffer.max(1)
             } else {
                 cfg.buffer.min(wanted as usize).max(1)
             };
-            let dev_minimum = dev_fixed + slots as u64 * fewest_rows;
-            if dev_memory < dev_minimum {
-                return Err(EmbedError::Budget(format!(
-                    "device_memory {} on {} cannot hold the minimum buffer of {slots} partition slot(s): it needs {} ({slots} x {} with {}, relations {}, in-memory entity types {}, edge piece {}, step scratch {}, evaluation {}); memory budget (host) {}",
-                    fmt_bytes(dev_memory),
-                    budget.device,
-                    fmt_bytes(dev_minimum),
-                    fmt_bytes(fewest_rows),
-                    if wanted == 0 {
-                        "one node per partition".to_string()
-                    } else {
-                        format!("{wanted} partitions")
-                    },
-                    fmt_bytes(relation_bytes),
-                    fmt_bytes(device_pinned),
-                    fmt_bytes(device::edge_bytes(piece_rows)),
-                    fmt_bytes(device::step_bytes(model, cfg, num_nodes)),
-                    fmt_bytes(budget.eval_tile),
-                    fmt_bytes(memory),
-                )));
-            }
-            available = available.min(dev_memory - dev_fixed);
+            let cut = if wanted == 0 {
+                "one node per partition".to_string()
+            } else {
+                format!("{wanted} partitions")
+            };
+            let minimum = (slots, fewest_rows, cut.as_str());
+            parts.check_minimum(dev_memory, step(finest, slots), minimum, memory)?;
         }
     }
-    // (partitions, buffer slots) whose slots and `extra` more fit `available`.
-    let solve = |available: u64, extra: usize| -> Result<(u64, usize)> {
+    // The slots' room with `n` partitions, `c` resident: what the host budget leaves, and
+    // what the device's leaves. Non-decreasing in `n`, as the workers' scratch only shrinks.
+    let room = |n: u64, c: usize| {
+        let host = memory.saturating_sub(fixed_rest + workers(n, c));
+        match device_parts {
+            Some(parts) => parts.budget.memory.map_or(host, |dev_memory| {
+                host.min(dev_memory.saturating_sub(parts.total() + step(n, c)))
+            }),
+            None => host,
+        }
+    };
+    // (partitions, buffer slots) whose slots and `extra` more fit the room less `reserve`.
+    let solve = |reserve: u64, extra: usize| -> Result<(u64, usize)> {
+        let available = |n: u64, c: usize| room(n, c).saturating_sub(reserve);
         let (n, c) = if wanted == 0 {
-            if size(1) <= available {
+            if size(1) <= available(1, 1) {
                 return Ok((1, 1));
             }
-            let c = cfg.buffer.max(1) as u64;
-            let slots = c + extra as u64;
-            // The smallest n whose slots fit: slots * size(n) is non-increasing in n.
-            let (mut lo, mut hi) = (c + 1, num_nodes.max(c + 1));
-            if slots * size(hi) > available {
-                return Err(refuse(format!(
-                    "{c} partition slots even with one node per partition; the table of {num_nodes} nodes needs {} — raise --memory",
-                    fmt_bytes(size(1))
-                )));
+            let c = cfg.buffer.max(1);
+            let slots = (c + extra) as u64;
+            // The smallest n whose slots fit: slots * size(n) is non-increasing in n, the
+            // room non-decreasing.
+            let fits = |n: u64| slots * size(n) <= available(n, c);
+            let (mut lo, mut hi) = (c as u64 + 1, num_nodes.max(c as u64 + 1));
+            if !fits(hi) {
+                return Err(refuse(
+                    format!(
+                        "{c} partition slots even with one node per partition; the table of {num_nodes} nodes needs {} — raise --memory",
+                        fmt_bytes(size(1))
+                    ),
+                    hi,
+                    c,
+                ));
             }
             while lo < hi {
                 let mid = lo + (hi - lo) / 2;
-                if slots * size(mid) <= available {
+                if fits(mid) {
                     hi = mid;
                 } else {
                     lo = mid + 1;
                 }
             }
-            (lo, c as usize)
+            (lo, c)
         } else {
             let n = wanted as u64;
             let c = cfg.buffer.min(wanted as usize).max(1);
             let slots = (c + extra.min(wanted as usize - c)) as u64;
-            if slots * size(n) > available {
-                return Err(refuse(format!(
-                    "{c} slot(s) of {} for {n} partition(s) (needs {}; use more partitions or raise --memory to at least {})",
-                    fmt_bytes(size(n)),
-                    fmt_bytes(c as u64 * size(n)),
-                    fmt_bytes(memory - available + c as u64 * size(n))
-                )));
+            if slots * size(n) > available(n, c) {
+                return Err(refuse(
+                    format!(
+                        "{c} slot(s) of {} for {n} partition(s) (needs {}; use more partitions or raise --memory to at least {})",
+                        fmt_bytes(size(n)),
+                        fmt_bytes(c as u64 * size(n)),
+                        fmt_bytes(memory - available(n, c) + c as u64 * size(n))
+                    ),
+                    n,
+                    c,
+                ));
             }
             (n, c)
         };
         if n > u32::MAX as u64 || n > num_nodes.max(1) {
-            return Err(refuse(format!(
-                "{n} partitions of a graph of {num_nodes} nodes"
-            )));
+            return Err(refuse(
+                format!("{n} partitions of a graph of {num_nodes} nodes"),
+                n,
+                c,
+            ));
         }
         Ok((n, c))
     };
@@ -701,11 +774,11 @@ pub fn plan(
     let want = if rank.prefetch { PREFETCH_SLOTS } else { 0 };
     let (mut partitions, mut capacity, mut prefetch_slots) = match (1..=want)
         .rev()
-        .find_map(|x| solve(available, x).ok().map(|(n, c)| (n, c, x)))
+        .find_map(|x| solve(0, x).ok().map(|(n, c)| (n, c, x)))
     {
         Some(found) => found,
         None => {
-            let (n, c) = solve(available, 0)?;
+            let (n, c) = solve(0, 0)?;
             (n, c, 0)
         }
     };
@@ -723,28 +796,23 @@ pub fn plan(
     let mut bank_rows = 0usize;
     if !cfg.scores_all() && cfg.negative_pool == NegativePool::All && partitions > capacity as u64 {
         let share = memory / BANK_SHARE;
-        let leftover = |n: u64, c: usize, avail: u64| {
-            avail.saturating_sub((c + prefetch_slots) as u64 * size(n))
+        // What the slots leave of the room less `reserve`.
+        let leftover = |n: u64, c: usize, reserve: u64| {
+            room(n, c)
+                .saturating_sub(reserve)
+                .saturating_sub((c + prefetch_slots) as u64 * size(n))
         };
-        let (n, c, room) = match solve(available.saturating_sub(share), prefetch_slots) {
-            Ok((n, c)) => (
-                n,
-                c,
-                share + leftover(n, c, available.saturating_sub(share)),
-            ),
-            Err(_) => (
-                partitions,
-                capacity,
-                leftover(partitions, capacity, available),
-            ),
+        let (n, c, bank_room) = match solve(share, prefetch_slots) {
+            Ok((n, c)) => (n, c, share + leftover(n, c, share)),
+            Err(_) => (partitions, capacity, leftover(partitions, capacity, 0)),
         };
         (partitions, capacity) = (n, c);
         // A typed run's banks round each entity type's share up: a row per type at most.
         let one = |segs| Banks::bytes(n as u32, 1, model.dim, segs);
-        let room = room.saturating_sub(one(shape.segments()) - one(1));
+        let bank_room = bank_room.saturating_sub(one(shape.segments()) - one(1));
         bank_rows = (cfg.bank_rows as u64)
             .min(shape.rows(n))
-            .min(room / one(1).max(1)) as usize;
+            .min(bank_room / one(1).max(1)) as usize;
     }
     let bank_bytes = if bank_rows > 0 {
         Banks::bytes(partitions as u32, bank_rows, model.dim, shape.segments())
@@ -752,24 +820,28 @@ pub fn plan(
         0
     };
     let part_bytes = size(partitions);
-    let minimum = fixed + capacity as u64 * fewest_rows;
-    let device = device_fixed.map(|(budget, dev_fixed)| {
+    let worker_bytes = workers(partitions, capacity);
+    let fixed = fixed_rest + worker_bytes;
+    let minimum = fixed_rest + workers(finest, capacity) + capacity as u64 * fewest_rows;
+    let device = device_parts.map(|parts| {
         let slots = capacity + prefetch_slots;
+        let step_bytes = step(partitions, capacity);
         DevicePlan {
-            device: budget.device.clone(),
-            memory: budget
+            device: parts.budget.device.clone(),
+            memory: parts
+                .budget
                 .memory
-                .unwrap_or(dev_fixed + slots as u64 * part_bytes),
-            auto: budget.auto.clone(),
+                .unwrap_or(parts.total() + step_bytes + slots as u64 * part_bytes),
+            auto: parts.budget.auto.clone(),
             slots,
             part_bytes,
             relation_bytes,
-            pinned_bytes: device_pinned,
-            edge_bytes: device::edge_bytes(piece_rows),
-            step_bytes: device::step_bytes(model, cfg, num_nodes),
-            eval_bytes: budget.eval_tile,
-            minimum: dev_fixed + capacity as u64 * fewest_rows,
-            bounded: budget.memory.is_some(),
+            pinned_bytes: parts.pinned,
+            edge_bytes: parts.edges,
+            step_bytes,
+            eval_bytes: parts.budget.eval_tile,
+            minimum: parts.total() + step(finest, capacity) + capacity as u64 * fewest_rows,
+            bounded: parts.budget.memory.is_some(),
         }
     });
     let table_bytes = partitions * part_bytes
@@ -779,20 +851,14 @@ pub fn plan(
             0
         };
     let buffer_bytes = capacity as u64 * part_bytes;
-    // What the host budget leaves once everything else is planned.
+    // What the host budget leaves once everything else is planned: a resident table's
+    // write-behind copy, or an out-of-core run's swap spare, where one is wanted and fits.
     let left = memory
         .saturating_sub(fixed + buffer_bytes + bank_bytes + prefetch_slots as u64 * part_bytes);
     let resident = partitions <= capacity as u64;
-    let write_behind_bytes = if cfg.write_behind && alone && resident && table_bytes <= left {
-        table_bytes
-    } else {
-        0
-    };
-    let swap_spare_bytes = if cfg.swap_spare && alone && !resident && part_bytes <= left {
-        part_bytes
-    } else {
-        0
-    };
+    let spare = |wanted: bool, bytes: u64| (wanted && alone && bytes <= left).then_some(bytes);
+    let write_behind_bytes = spare(cfg.write_behind && resident, table_bytes).unwrap_or(0);
+    let swap_spare_bytes = spare(cfg.swap_spare && !resident, part_bytes).unwrap_or(0);
     Ok(EmbedPlan {
         memory,
         partitions: partitions as u32,
@@ -830,7 +896,6 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{TrainingMode, VsAllCandidates};
     use crate::model::{PbgForm, ScoreKind};
     use strata_store::budget::CODE_PAGES_BYTES;
     use strata_store::config::Size;
@@ -1225,6 +1290,29 @@ mod tests {
     }
 
     #[test]
+    fn a_device_plans_1vsall_step_scratch_for_the_resident_partitions_only() {
+        let cfg = TrainConfig {
+            memory: Size(4 << 30),
+            chunk_size: 10,
+            training: TrainingMode::OneVsAll,
+            vsall_candidates: VsAllCandidates::Resident,
+            eval_every: 0,
+            ..TrainConfig::default()
+        };
+        let (m, nodes) = (model(32), untyped(1_000_000));
+        // Half the step scratch of a chunk against every entity: the host holds the table,
+        // the device only a finer cut of it.
+        let budget = device::step_bytes(&m, &cfg, 1_000_000) / 2;
+        let on = on_device(Some(budget));
+        let p = plan(&cfg, &m, &nodes, 10, 1, None, Some(&on)).unwrap();
+        let d = p.device.as_ref().unwrap();
+        assert!(p.partitions as usize > p.capacity, "{p:?}");
+        let scored = p.capacity as u64 * nodes.rows(p.partitions as u64);
+        assert_eq!(d.step_bytes, device::step_bytes(&m, &cfg, scored));
+        assert!(d.fixed() + d.slots as u64 * p.part_bytes <= budget, "{d:?}");
+    }
+
+    #[test]
     fn a_device_budget_below_the_table_partitions_it_as_its_slots_need() {
         let cfg = device_cfg();
         let (m, nodes) = (model(100), untyped(100_000));
@@ -1443,6 +1531,51 @@ mod tests {
         let p = plan(&resident, &model(32), &nodes, 10, 2, None, None).unwrap();
         assert_eq!((p.partitions, p.capacity), (8, 3), "{p:?}");
         assert_eq!((p.bank_rows, p.bank_bytes), (0, 0), "{p:?}");
+    }
+
+    #[test]
+    fn one_vs_all_against_the_resident_partitions_plans_their_rows_only() {
+        // 1M nodes x 32 reals: the table with its Adagrad state is 244 MiB, the scratch of a
+        // chunk of 10 edges against every entity 298 MiB.
+        let all = TrainConfig {
+            memory: Size(256 << 20),
+            chunk_size: 10,
+            training: TrainingMode::OneVsAll,
+            ..TrainConfig::default()
+        };
+        let resident = TrainConfig {
+            vsall_candidates: VsAllCandidates::Resident,
+            ..all.clone()
+        };
+        let (m, nodes) = (model(32), untyped(1_000_000));
+        let whole = worker_bytes(&m, &all, 1_000_000);
+        assert!(whole > all.memory.0, "{whole}");
+        let refused = plan(&all, &m, &nodes, 10, 1, None, None)
+            .unwrap_err()
+            .to_string();
+        let workers = format!("workers {}", fmt_bytes(whole));
+        assert!(refused.contains(&workers), "{refused}");
+        assert!(
+            refused.contains("vsall_candidates = \"resident\""),
+            "{refused}"
+        );
+        // Against the resident partitions a worker scores c x rows(n) of them: the plan cuts
+        // the table finer until the slots and that scratch fit together.
+        let p = plan(&resident, &m, &nodes, 10, 1, None, None).unwrap();
+        let scored = p.capacity as u64 * nodes.rows(p.partitions as u64);
+        assert!(p.partitions as usize > p.capacity, "{p:?}");
+        assert_eq!(p.worker_bytes, worker_bytes(&m, &resident, scored));
+        assert!(p.total() <= resident.memory.0, "{p:?}");
+        // ...and no coarser cut fits.
+        let n = p.partitions as u64 - 1;
+        let coarser = worker_bytes(&m, &resident, p.capacity as u64 * nodes.rows(n));
+        let rest = p.total() - p.buffer_bytes - p.worker_bytes - p.prefetch_bytes;
+        let slots = (p.capacity + p.prefetch_slots) as u64;
+        let coarse_slot = part_bytes(nodes.rows(n), 32, OptimizerKind::Adagrad, TableDtype::F32);
+        assert!(
+            rest + coarser + slots * coarse_slot > resident.memory.0,
+            "{p:?}"
+        );
     }
 
     #[test]
