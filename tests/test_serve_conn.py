@@ -164,14 +164,15 @@ def test_bad_token_files_are_refused(tmp_path, monkeypatch):
 
 
 def test_a_deadline_that_cannot_be_met_is_refused_before_calling():
-    """A timeout of 0 or less reached gRPC as a deadline already missed: every call was
-    "DEADLINE_EXCEEDED", as if the server were slow."""
-    for timeout in (0, -1, float("nan")):
-        with pytest.raises(ConfigError, match="timeout must be a positive number of seconds"):
+    """A timeout of 0 or less, or infinity, reached gRPC as a deadline already missed: every
+    call was "DEADLINE_EXCEEDED", as if the server were slow. A message limit past a C int
+    raised OverflowError; True passed as 1."""
+    for timeout in (0, -1, float("nan"), float("inf"), True, "5"):
+        with pytest.raises(ConfigError, match="timeout must be a finite positive number of seconds"):
             Client("127.0.0.1:1", timeout=timeout)
-    with pytest.raises(ConfigError, match="max_message_bytes must be a positive integer"):
-        Client("127.0.0.1:1", max_message_bytes=0)
-    for timeout in ("0", "-1"):
+    for size in (0, True, 1 << 31, 1.5):
+        with pytest.raises(ConfigError, match="max_message_bytes must be an integer from 1 to 2147483647"):
+            Client("127.0.0.1:1", max_message_bytes=size)
+    for timeout, said in (("0", "serve.status.timeout: must be a finite positive"), ("inf", "a finite number")):
         proc = run_strata("serve", "status", "--address", "127.0.0.1:1", "--timeout", timeout, check=False)
-        assert proc.returncode == 2, proc.stderr
-        assert "serve.status.timeout: must be a positive number of seconds" in proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and said in proc.stderr, proc.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -30,6 +31,14 @@ def parse_size(text: str | int, expected: str = "a size like 512M or 2G") -> int
     if number > SIZE_MAX:
         raise ValueError(f"a size must be at most {SIZE_MAX} bytes (8 EiB), got {text!r}")
     return number
+
+
+def check_seconds(value: object) -> float:
+    """``value`` as a deadline in seconds: a finite positive number (gRPC takes 0, a negative
+    number or infinity as a deadline already missed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ValueError(f"must be a finite positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def fmt_bytes(n: float) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .. import _native
 from ..errors import ConfigError
+from ..units import check_seconds
 from .schema import native_section, option, section
 
 #: The help of every ``--token-file``.
@@ -39,5 +40,7 @@ class ServeStatusConfig:
 
     def check(self) -> None:
         _native.config_check_address("serve.status", "address", self.address)
-        if not self.timeout > 0:
-            raise ConfigError(f"serve.status.timeout: must be a positive number of seconds, got {self.timeout}")
+        try:
+            check_seconds(self.timeout)
+        except ValueError as e:
+            raise ConfigError(f"serve.status.timeout: {e}") from None

@@ -18,13 +18,15 @@ import numpy as np
 from .. import tokens
 from ..errors import ConfigError, StrataError
 from ..layer_kinds import served_kind
-from ..units import parse_size
+from ..units import check_seconds, parse_size
 from . import _proto
 
 #: Default address of ``strata serve``.
 DEFAULT_ADDRESS = "127.0.0.1:7100"
 #: Environment variable holding the shared-secret token.
 TOKEN_ENV = "STRATA_SERVE_TOKEN"
+#: The largest message gRPC's channel options take (a C int).
+MAX_MESSAGE_BYTES = (1 << 31) - 1
 
 TASKS = {
     "embedding": "TASK_NODE_EMBEDDING",
@@ -173,7 +175,9 @@ def resolve_token(token: str | None = None, token_file: str | os.PathLike | None
 
 class Client:
     """Talks to one ``strata serve``. The token is ``token``, else the one in ``token_file``,
-    else ``$STRATA_SERVE_TOKEN`` (:func:`resolve_token`); ``timeout`` is per call, in seconds."""
+    else ``$STRATA_SERVE_TOKEN`` (:func:`resolve_token`); ``timeout`` is per call, in seconds
+    (finite, positive); ``max_message_bytes`` bounds each message both ways (at most
+    :data:`MAX_MESSAGE_BYTES`)."""
 
     def __init__(
         self,
@@ -184,12 +188,17 @@ class Client:
         timeout: float = 120.0,
         max_message_bytes: int = 256 << 20,
     ):
-        # gRPC takes a deadline in the past as one already missed: "DEADLINE_EXCEEDED", whatever
-        # the server's state.
-        if not timeout > 0:
-            raise ConfigError(f"Client: timeout must be a positive number of seconds, got {timeout}")
-        if not (isinstance(max_message_bytes, int) and max_message_bytes > 0):
-            raise ConfigError(f"Client: max_message_bytes must be a positive integer, got {max_message_bytes!r}")
+        try:
+            timeout = check_seconds(timeout)
+        except ValueError as e:
+            raise ConfigError(f"Client: timeout {e}") from None
+        # gRPC's channel options are C ints.
+        if isinstance(max_message_bytes, bool) or not (
+            isinstance(max_message_bytes, int) and 0 < max_message_bytes <= MAX_MESSAGE_BYTES
+        ):
+            raise ConfigError(
+                f"Client: max_message_bytes must be an integer from 1 to {MAX_MESSAGE_BYTES}, got {max_message_bytes!r}"
+            )
         self.address = address
         self.timeout = timeout
         token = resolve_token(token, token_file)
