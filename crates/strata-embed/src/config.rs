@@ -1097,6 +1097,18 @@ impl TrainConfig {
         self.training != TrainingMode::NegativeSampling
     }
 
+    /// Entities a 1vsAll or KvsAll chunk scores among `nodes`: every one, or (1vsAll with
+    /// `vsall_candidates = "resident"`) the `resident_rows` of the buffer's partitions.
+    pub fn vs_all_candidates(&self, nodes: u64, resident_rows: u64) -> u64 {
+        if self.training == TrainingMode::OneVsAll
+            && self.vsall_candidates == VsAllCandidates::Resident
+        {
+            resident_rows.min(nodes)
+        } else {
+            nodes
+        }
+    }
+
     /// Candidate rows a chunk side gathers, for the budgets: what it scores against
     /// ([`TrainConfig::scored_per_chunk`]), times `chunk_size` when each edge draws its own
     /// negatives (`shared_negatives = false`).

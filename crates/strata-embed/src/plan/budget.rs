@@ -633,13 +633,7 @@ pub fn plan(
     // candidates do not depend on the partitioning.
     let resident_candidates =
         cfg.training == TrainingMode::OneVsAll && cfg.vsall_candidates == VsAllCandidates::Resident;
-    let candidates = |n: u64, c: usize| {
-        if resident_candidates {
-            (c as u64 * shape.rows(n)).min(num_nodes)
-        } else {
-            num_nodes
-        }
-    };
+    let candidates = |n: u64, c: usize| cfg.vs_all_candidates(num_nodes, c as u64 * shape.rows(n));
     let workers = |n: u64, c: usize| threads as u64 * worker_bytes(model, cfg, candidates(n, c));
     let (eval_round, eval_bytes) = evaluation(cfg, model, threads);
     // Everything but the workers, whose scratch may depend on the partitioning.

@@ -24,6 +24,7 @@ use crate::ordering::Schedule;
 use crate::storage::partitioning::Buckets;
 use crate::storage::shared::SharedRows;
 use crate::train::epoch::EpochReport;
+use crate::train::vs_all::VsAll;
 use crate::train::worker::{BucketCtx, PartRows, Pool, Worker};
 
 /// Seconds of training per edge (all threads together), and where they were measured.
@@ -35,9 +36,10 @@ pub struct EdgeRate {
 }
 
 impl EdgeRate {
-    /// The CPU kernels' rate on `threads` threads ([`measure_edge_seconds`]).
-    pub fn host(model: &ScoreModel, cfg: &TrainConfig, threads: usize) -> Self {
-        let seconds = measure_edge_seconds(model, cfg, threads);
+    /// The CPU kernels' rate on `threads` threads ([`measure_edge_seconds`]); a 1vsAll or
+    /// KvsAll chunk scores `candidates` entities.
+    pub fn host(model: &ScoreModel, cfg: &TrainConfig, threads: usize, candidates: u64) -> Self {
+        let seconds = measure_edge_seconds(model, cfg, threads, candidates);
         EdgeRate {
             seconds,
             from_device_epoch: false,
@@ -113,8 +115,15 @@ impl OverlapCheck {
 }
 
 /// Seconds per edge of the training step on `threads` threads (both directions when both are
-/// corrupted), measured on synthetic rows with the run's model and chunk shape.
-pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usize) -> f64 {
+/// corrupted), measured on synthetic rows with the run's model and chunk shape. A 1vsAll or
+/// KvsAll step, whose every term grows with the entities it scores, is timed against 8,192
+/// of them and scaled to `candidates`.
+pub fn measure_edge_seconds(
+    model: &ScoreModel,
+    cfg: &TrainConfig,
+    threads: usize,
+    candidates: u64,
+) -> f64 {
     let rows = 8192usize.max(cfg.most_negatives());
     let d = model.dim;
     let mut rng = Rng::new(0x7e57);
@@ -165,7 +174,16 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
         dropout: cfg.dropout(),
         negs: None,
         feat: None,
-        vs_all: None,
+        // The config refuses 1vsAll and KvsAll with a model whose score is no product.
+        vs_all: model
+            .product_query()
+            .ok()
+            .filter(|_| cfg.scores_all())
+            .map(|query| VsAll {
+                label_smoothing: cfg.label_smoothing,
+                query,
+                answers: None,
+            }),
     };
     let mut workers: Vec<Worker> = (0..threads).map(|_| Worker::default()).collect();
     // One warm-up chunk per worker (allocations), then the timed ones.
@@ -184,8 +202,12 @@ pub fn measure_edge_seconds(model: &ScoreModel, cfg: &TrainConfig, threads: usiz
         start.elapsed().as_secs_f64()
     };
     run(&mut workers, &chunks[..threads]);
-    let secs = run(&mut workers, &chunks);
-    secs / (chunks.len() * b) as f64
+    let per_edge = run(&mut workers, &chunks) / (chunks.len() * b) as f64;
+    if cfg.scores_all() {
+        per_edge * candidates as f64 / rows as f64
+    } else {
+        per_edge
+    }
 }
 
 /// Theorem 3's density threshold for node rows of `node_bytes` (embedding and optimizer
@@ -288,7 +310,15 @@ mod tests {
             transe_norm: 2,
             pbg: crate::model::PbgForm::default(),
         };
-        let t = measure_edge_seconds(&model, &cfg, 2);
+        let t = measure_edge_seconds(&model, &cfg, 2, 0);
         assert!(t > 0.0 && t < 1e-3, "{t}");
+        // 1vsAll's step against 8,192 synthetic entities, scaled to a million.
+        let one = TrainConfig {
+            training: crate::config::TrainingMode::OneVsAll,
+            negatives: TrainConfig::default().negatives,
+            ..cfg
+        };
+        let t = measure_edge_seconds(&model, &one, 2, 1 << 20);
+        assert!(t.is_finite() && t > 0.0, "{t}");
     }
 }

@@ -192,8 +192,7 @@ impl BucketScheduler for SingleMachine {
         progress: &dyn Progress,
     ) -> Result<()> {
         let sched = base_schedule(&trainer.cfg, trainer.buckets.partitioning.partitions)?;
-        let rate =
-            rate.unwrap_or_else(|| EdgeRate::host(&trainer.model, &trainer.cfg, trainer.threads()));
+        let rate = rate.unwrap_or_else(|| host_rate(trainer, plan));
         match DeviceProfile::for_path(run_dir) {
             _ if sched.swaps() == 0 => progress.message(&format!(
                 "Theorem 3: all {} partition(s) stay resident, no swaps to hide ({rate})",
@@ -332,8 +331,7 @@ impl BucketScheduler for Distributed<'_> {
         if !self.ranks.leads() {
             return Ok(());
         }
-        let rate =
-            rate.unwrap_or_else(|| EdgeRate::host(&trainer.model, &trainer.cfg, trainer.threads()));
+        let rate = rate.unwrap_or_else(|| host_rate(trainer, plan));
         progress.message(&format!(
             "Theorem 3 is not checked in a distributed run: its buckets come from the scheduler, not a precomputed schedule ({}; each rank's epoch line gives its partition wait); on rank 0 {rate}",
             if plan.prefetch_slots > 0 {
@@ -417,6 +415,16 @@ fn check_start(history: &[EpochRecord], epoch: usize, crc: &TableCrc) -> Result<
         ))),
         _ => Ok(()),
     }
+}
+
+/// The CPU kernels' rate for `trainer`'s step, a 1vsAll or KvsAll chunk scoring the entities
+/// `plan` gives it.
+fn host_rate(trainer: &Trainer, plan: &EmbedPlan) -> EdgeRate {
+    let p = &trainer.buckets.partitioning;
+    let parts = p.partitions.max(1);
+    let resident = plan.capacity.min(parts as usize) as u64 * p.num_nodes.div_ceil(parts as u64);
+    let candidates = trainer.cfg.vs_all_candidates(p.num_nodes, resident);
+    EdgeRate::host(&trainer.model, &trainer.cfg, trainer.threads(), candidates)
 }
 
 #[cfg(test)]
