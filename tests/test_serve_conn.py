@@ -170,6 +170,9 @@ def test_a_deadline_that_cannot_be_met_is_refused_before_calling():
     for timeout in (0, -1, float("nan"), float("inf"), True, "5"):
         with pytest.raises(ConfigError, match="timeout must be a finite positive number of seconds"):
             Client("127.0.0.1:1", timeout=timeout)
+    for wait in (-1, float("inf"), float("nan"), True):
+        with pytest.raises(ConfigError, match="wait must be a finite number of seconds, 0 or more"):
+            Client("127.0.0.1:1").result(1, wait=wait)
     for size in (0, True, 1 << 31, 1.5):
         with pytest.raises(ConfigError, match="max_message_bytes must be an integer from 1 to 2147483647"):
             Client("127.0.0.1:1", max_message_bytes=size)

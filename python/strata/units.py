@@ -33,11 +33,13 @@ def parse_size(text: str | int, expected: str = "a size like 512M or 2G") -> int
     return number
 
 
-def check_seconds(value: object) -> float:
+def check_seconds(value: object, zero: bool = False) -> float:
     """``value`` as a deadline in seconds: a finite positive number (gRPC takes 0, a negative
-    number or infinity as a deadline already missed)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ValueError(f"must be a finite positive number of seconds, got {value!r}")
+    number or infinity as a deadline already missed), or with ``zero`` also 0 (a wait)."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (number and (0 <= value if zero else 0 < value) and value < math.inf):
+        what = "a finite number of seconds, 0 or more" if zero else "a finite positive number of seconds"
+        raise ValueError(f"must be {what}, got {value!r}")
     return float(value)
 
 

@@ -383,6 +383,10 @@ class Client:
     def result(self, request_id: int, wait: float = 0.0) -> AnalysisResult:
         """The result of ``request_id``, waiting up to ``wait`` seconds while it is pending. A
         finished result is handed out once."""
+        try:
+            wait = check_seconds(wait, zero=True)
+        except ValueError as e:
+            raise ConfigError(f"Client.result: wait {e}") from None
         r = self._call(
             "GetAnalysisResult", timeout=self.timeout + wait, request_id=request_id, wait_ms=int(wait * 1000)
         )
