@@ -99,7 +99,8 @@ def read_toml(path: Path, what: str) -> dict:
     """The TOML document of ``path``; a missing, unreadable or malformed file is a
     :class:`ConfigError` naming it as ``what`` (``config file``, ``search space file``)."""
     try:
-        return tomllib.loads(Path(path).read_text())
+        # utf-8-sig: a byte order mark (Windows editors write one) opens no TOML statement.
+        return tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(f"{what} {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:

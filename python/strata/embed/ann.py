@@ -238,7 +238,8 @@ def search_run_index(run: Run, cfg: EmbedNeighborsConfig) -> dict:
     queries = list(cfg.node)
     if nodes_file is not None:
         try:
-            lines = Path(nodes_file).read_text().splitlines()
+            # utf-8-sig: a byte order mark (Windows editors write one) is no part of a name.
+            lines = Path(nodes_file).read_text(encoding="utf-8-sig").splitlines()
         except OSError as e:
             raise ConfigError(f"--nodes-file {nodes_file}: cannot read it: {e}") from e
         queries += [line.strip() for line in lines if line.strip()]

@@ -276,7 +276,7 @@ def load_program(path: str | Path) -> VertexProgram:
         ".json": ("JSON", json.loads, json.JSONDecodeError),
     }[path.suffix]
     try:
-        spec = parse(path.read_text())
+        spec = parse(path.read_text(encoding="utf-8-sig"))
     except malformed as e:
         raise ConfigError(f"{path}: not {kind}: {e}") from None
     return VertexProgram.from_spec(spec, where=str(path))

@@ -356,6 +356,8 @@ pub fn resolve_queries(l: &Loaded, o: &NeighborsOptions) -> Result<Vec<u64>> {
                 path.display()
             ))
         })?;
+        // A UTF-8 byte order mark (Windows editors write one) is no part of the first name.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
         for (i, line) in text.lines().enumerate() {
             let name = line.trim();
             if name.is_empty() {

@@ -205,7 +205,11 @@ fn score_lines(
     for (i, line) in reader.lines().enumerate() {
         let line = line
             .map_err(|e| EmbedError::Config(format!("{} line {}: {e}", input.display(), i + 1)))?;
-        let text = line.trim_end_matches('\r');
+        let mut text = line.trim_end_matches('\r');
+        if i == 0 {
+            // A UTF-8 byte order mark (Windows editors write one) is no part of the first name.
+            text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        }
         if text.trim().is_empty() || text.starts_with('#') {
             continue;
         }

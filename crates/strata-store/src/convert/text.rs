@@ -118,7 +118,12 @@ struct OpenFile {
     header_pending: bool,
     /// `None` until the first data line has been seen (with `Delimiter::Auto`).
     delimiter: Option<Delimiter>,
+    /// Nothing has been cut from the file yet: a UTF-8 byte order mark may open it.
+    at_start: bool,
 }
+
+/// The UTF-8 byte order mark that Windows editors and spreadsheet exports write first.
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Longest line accepted, in bytes: beyond this the input is almost surely not text.
 pub(super) const MAX_LINE: usize = 16 << 20;
@@ -161,6 +166,7 @@ impl BlockReader {
                     header_pending: self.layout.header,
                     delimiter: (self.layout.delimiter != Delimiter::Auto)
                         .then_some(self.layout.delimiter),
+                    at_start: true,
                 });
             }
             let f = self.cur.as_mut().unwrap();
@@ -200,6 +206,11 @@ impl BlockReader {
                 }
             };
             f.carry = data.split_off(cut);
+            // A byte order mark is no part of the first name: kept, "\u{feff}a" and "a" would
+            // be two nodes.
+            if std::mem::take(&mut f.at_start) && data.starts_with(UTF8_BOM) {
+                data.drain(..UTF8_BOM.len());
+            }
             let first_line = f.line;
             f.line += memchr::memchr_iter(b'\n', &data).count() as u64;
             if f.delimiter.is_none() {
@@ -497,6 +508,22 @@ mod tests {
             },
         )?;
         Ok(out)
+    }
+
+    #[test]
+    fn a_byte_order_mark_opens_no_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.csv");
+        std::fs::write(&path, "\u{feff}a,b\nb,\u{feff}c\n").unwrap();
+        let got = collect(&path, layout(2, false), 64).unwrap();
+        // Only the file's first bytes are a mark; one inside a line is data.
+        assert_eq!(
+            got,
+            vec![
+                (1, vec!["a".into(), "b".into()]),
+                (2, vec!["b".into(), "\u{feff}c".into()])
+            ]
+        );
     }
 
     #[test]
