@@ -164,10 +164,12 @@ def test_bad_token_files_are_refused(tmp_path, monkeypatch):
 
 
 def test_a_deadline_that_cannot_be_met_is_refused_before_calling():
-    """A timeout of 0 or less, or infinity, reached gRPC as a deadline already missed: every
-    call was "DEADLINE_EXCEEDED", as if the server were slow. A message limit past a C int
+    """A timeout of 0 or less, infinity, or past about 9.2e9 s (gRPC's deadline in int64
+    nanoseconds wraps) reached gRPC as a deadline already missed: every call was
+    "DEADLINE_EXCEEDED", as if the server were slow. A message limit past a C int
     raised OverflowError; True passed as 1."""
-    for timeout in (0, -1, float("nan"), float("inf"), True, "5"):
+    # 1e10 s: gRPC's deadline in int64 nanoseconds wrapped into the past.
+    for timeout in (0, -1, float("nan"), float("inf"), 1e10, True, "5"):
         with pytest.raises(ConfigError, match="timeout must be a finite positive number of seconds"):
             Client("127.0.0.1:1", timeout=timeout)
     for wait in (-1, float("inf"), float("nan"), True):

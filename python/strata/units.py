@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from fractions import Fraction
 
@@ -33,13 +32,19 @@ def parse_size(text: str | int, expected: str = "a size like 512M or 2G") -> int
     return number
 
 
+#: The longest deadline, in seconds (31 years): gRPC counts a deadline in signed 64-bit
+#: nanoseconds from now, and one past about 9.2e9 s wraps into the past.
+MAX_SECONDS = 10**9
+
+
 def check_seconds(value: object, zero: bool = False) -> float:
-    """``value`` as a deadline in seconds: a finite positive number (gRPC takes 0, a negative
-    number or infinity as a deadline already missed), or with ``zero`` also 0 (a wait)."""
+    """``value`` as a deadline in seconds: a positive number up to :data:`MAX_SECONDS` (gRPC
+    takes 0, a negative number, infinity or a wrapped deadline as one already missed), or with
+    ``zero`` also 0 (a wait)."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not (number and (0 <= value if zero else 0 < value) and value < math.inf):
+    if not (number and (0 <= value if zero else 0 < value) and value <= MAX_SECONDS):
         what = "a finite number of seconds, 0 or more" if zero else "a finite positive number of seconds"
-        raise ValueError(f"must be {what}, got {value!r}")
+        raise ValueError(f"must be {what} (at most {MAX_SECONDS:.0e}), got {value!r}")
     return float(value)
 
 
