@@ -631,8 +631,6 @@ pub fn plan(
     // 1vsAll against the resident partitions scores the rows of the `c` resident of `n`
     // partitions, so its scratch shrinks as the table is cut finer; every other mode's
     // candidates do not depend on the partitioning.
-    let resident_candidates =
-        cfg.training == TrainingMode::OneVsAll && cfg.vsall_candidates == VsAllCandidates::Resident;
     let candidates = |n: u64, c: usize| cfg.vs_all_candidates(num_nodes, c as u64 * shape.rows(n));
     let workers = |n: u64, c: usize| threads as u64 * worker_bytes(model, cfg, candidates(n, c));
     let (eval_round, eval_bytes) = evaluation(cfg, model, threads);
@@ -656,7 +654,9 @@ pub fn plan(
             } else {
                 String::new()
             },
-            if cfg.training == TrainingMode::OneVsAll && !resident_candidates {
+            if cfg.training == TrainingMode::OneVsAll
+                && cfg.vsall_candidates == VsAllCandidates::All
+            {
                 "; each 1vsAll worker scores every entity: vsall_candidates = \"resident\" scores the resident partitions' entities only, and plans its scratch for those"
             } else {
                 ""
