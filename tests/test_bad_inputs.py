@@ -141,8 +141,19 @@ def test_gzip_and_csv_with_header(tmp_path, strata_cli):
     for node in (-1, 3):
         with pytest.raises(IndexError, match=rf"node id {node} is out of range \(0..3\)"):
             s.node_name(node)
-    with pytest.raises(StoreFormatError, match="has no edge split 'valid'; its splits: train"):
-        s.edges("valid")
+    # A bool or a float passed the range check and was named as if it were an id.
+    for node in (True, 1.0, "1"):
+        with pytest.raises(TypeError, match="node must be an integer id"):
+            s.node_name(node)
+    assert s.node_name(np.int64(1)) == "b"
+    # An unknown split was None, as if the store lacked a split it could never hold.
+    for read in (s.edges, s.edge_weights, s.edge_times):
+        with pytest.raises(StoreFormatError, match="has no edge split 'valid'; its splits: train"):
+            read("valid")
+    assert s.edge_weights("train") is None
+    with pytest.raises(ValueError, match="node split must be one of train, valid, test, got 'validation'"):
+        s.node_split("validation")
+    assert s.node_split("valid") is None
 
 
 def make_store(tmp_path: Path, strata_cli) -> Path:

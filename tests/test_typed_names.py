@@ -60,6 +60,15 @@ def test_names_are_looked_up_within_a_node_type(converted):
     assert s.node_id("nobody") is None
     with pytest.raises(ValueError, match=r"'p2' names nodes of several node types \(paper, author\)"):
         s.node_id("p2")
+    np.testing.assert_array_equal(s.node_type_of([4, 0, 3]), [1, 0, 1])
+    # An id past the last node was the last type's, and -1 was type -1.
+    for bad in ([5], [0, -1]):
+        with pytest.raises(IndexError, match=rf"node id {bad[-1]} is out of range \(0..5\)"):
+            s.node_type_of(bad)
+    with pytest.raises(TypeError, match="nodes must be integer ids, got an array of float64"):
+        s.node_type_of([0.5])
+    with pytest.raises(ValueError, match="kind must be one of features, labels, node_train, node_valid, node_test"):
+        s.type_array("label", "paper")
 
 
 def test_the_summary_names_node_and_edge_types(converted):

@@ -10,6 +10,11 @@ import numpy as np
 from . import _native
 from .errors import StoreFormatError
 
+#: The node splits a store may hold (``node_train`` ...).
+NODE_SPLITS = ("train", "valid", "test")
+#: The arrays a typed store may hold per node type (``features_t0`` ...).
+TYPE_ARRAY_KINDS = ("features", "labels", *(f"node_{s}" for s in NODE_SPLITS))
+
 
 class Store:
     """A validated store directory (see docs/formats.md).
@@ -98,14 +103,21 @@ class Store:
         """Node type index of each global id in ``nodes`` (a binary search over the offsets)."""
         if not self.is_typed:
             raise StoreFormatError(f"store {self.path} has no node types")
-        return np.searchsorted(self.node_type_offsets, np.asarray(nodes), side="right") - 1
+        nodes = np.asarray(nodes)
+        if not np.issubdtype(nodes.dtype, np.integer):
+            raise TypeError(f"nodes must be integer ids, got an array of {nodes.dtype}")
+        outside = (nodes < 0) | (nodes >= self.num_nodes)
+        if outside.any():
+            raise IndexError(f"node id {nodes[outside].flat[0]} is out of range (0..{self.num_nodes})")
+        return np.searchsorted(self.node_type_offsets, nodes, side="right") - 1
 
     def type_array(self, kind: str, node_type: str | int) -> np.ndarray | None:
         """A per-type array (``features``, ``labels``, ``node_train``, ``node_valid``,
         ``node_test``) of a node type, indexed by local id (``global - offset``; node splits
         hold local ids), or None when the type has none."""
-        name = f"{kind}_t{self.node_type_index(node_type)}"
-        return self.array(name) if self.has(name) else None
+        if kind not in TYPE_ARRAY_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(TYPE_ARRAY_KINDS)}, got {kind!r}")
+        return self._optional(f"{kind}_t{self.node_type_index(node_type)}")
 
     @property
     def edge_attributes(self) -> dict:
@@ -114,17 +126,19 @@ class Store:
         return dict(self.manifest.get("edge_attributes") or {})
 
     def edge_weights(self, split: str = "train") -> np.ndarray | None:
-        """float32 weight of each edge of a split, parallel to ``edges(split)``."""
-        return self.array(f"edge_weights_{split}") if self.has(f"edge_weights_{split}") else None
+        """float32 weight of each edge of a split, parallel to ``edges(split)``; None when the
+        store has no weights."""
+        return self._optional(f"edge_weights_{self._edge_split(split)}")
 
     def edge_times(self, split: str = "train") -> np.ndarray | None:
-        """int64 time of each edge of a split, parallel to ``edges(split)``."""
-        return self.array(f"edge_times_{split}") if self.has(f"edge_times_{split}") else None
+        """int64 time of each edge of a split, parallel to ``edges(split)``; None when the store
+        has no times."""
+        return self._optional(f"edge_times_{self._edge_split(split)}")
 
     def edge_features(self) -> np.ndarray | None:
         """(E_train, d) features of the train edges, parallel to ``edges("train")`` (the format
         stores no features of valid and test edges); ``csr_eid``/``csc_eid`` index it."""
-        return self.array("edge_features_train") if self.has("edge_features_train") else None
+        return self._optional("edge_features_train")
 
     def topology_columns(self, direction: str) -> dict[str, np.ndarray]:
         """The per-edge columns parallel to ``csr_indices`` (``direction="csr"``) or
@@ -164,10 +178,18 @@ class Store:
 
     def edges(self, split: str = "train") -> np.ndarray:
         """Edges of a split, shape (E, 2) as (src, dst) or (E, 3) as (src, rel, dst)."""
+        return self.array(f"edges_{self._edge_split(split)}")
+
+    def _edge_split(self, split: str) -> str:
+        """``split`` when the store has that edge split, else StoreFormatError naming those it has."""
         if split not in self.num_edges:
             have = ", ".join(self.num_edges) or "none"
             raise StoreFormatError(f"store {self.path} has no edge split {split!r}; its splits: {have}")
-        return self.array(f"edges_{split}")
+        return split
+
+    def _optional(self, name: str) -> np.ndarray | None:
+        """Array ``name``, or None when the store has none."""
+        return self.array(name) if self.has(name) else None
 
     def csr(self) -> tuple[np.ndarray, np.ndarray]:
         """(indptr, indices) of out-neighbours (train edges)."""
@@ -179,15 +201,17 @@ class Store:
 
     @property
     def features(self) -> np.ndarray | None:
-        return self.array("features") if self.has("features") else None
+        return self._optional("features")
 
     @property
     def labels(self) -> np.ndarray | None:
-        return self.array("labels") if self.has("labels") else None
+        return self._optional("labels")
 
     def node_split(self, split: str) -> np.ndarray | None:
         """Node ids of a node split (``train``, ``valid``, ``test``), if the store has it."""
-        return self.array(f"node_{split}") if self.has(f"node_{split}") else None
+        if split not in NODE_SPLITS:
+            raise ValueError(f"node split must be one of {', '.join(NODE_SPLITS)}, got {split!r}")
+        return self._optional(f"node_{split}")
 
     @cached_property
     def _node_names(self):
@@ -218,12 +242,16 @@ class Store:
     def original_id(self) -> np.ndarray | None:
         """Input id of each node of a reordered store (``strata reorder``), ``(N,)``; None when
         the store keeps its input's ids."""
-        return self.array("original_id") if self.has("original_id") else None
+        return self._optional("original_id")
 
     def node_name(self, node: int) -> str:
         """Original name of node ``node``: its name, or its input id as text for integer-id
         stores (the id before ``strata reorder``, if the store was reordered). IndexError for
         an id outside ``[0, num_nodes)``."""
+        # A bool or a float would pass the range check and be named as if it were an id.
+        if isinstance(node, bool) or not isinstance(node, (int, np.integer)):
+            raise TypeError(f"node must be an integer id, got {node!r}")
+        node = int(node)
         if not 0 <= node < self.num_nodes:
             raise IndexError(f"node id {node} is out of range (0..{self.num_nodes})")
         if self._node_names is not None:
