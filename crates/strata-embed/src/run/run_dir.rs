@@ -16,7 +16,7 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use strata_store::Store;
@@ -76,6 +76,10 @@ pub struct RunMeta {
     pub format_version: u32,
     /// The store trained on (absolute path) and the size of its train edges (a staleness check).
     pub store: PathBuf,
+    /// The store's path relative to the run directory, so that a store moved or copied with
+    /// its runs inside (or beside them) is found where it lies now (absent in older runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_relative: Option<PathBuf>,
     pub store_train_bytes: u64,
     pub num_nodes: u64,
     pub num_relations: u64,
@@ -136,6 +140,7 @@ impl RunMeta {
                 .path()
                 .canonicalize()
                 .unwrap_or_else(|_| store.path().to_path_buf()),
+            store_relative: None,
             store_train_bytes: train_bytes(store)?,
             num_nodes: graph.num_nodes,
             num_relations: graph.num_relations,
@@ -195,6 +200,30 @@ pub struct Run {
 /// Whether `dir` holds a run.
 pub fn is_run(dir: &Path) -> bool {
     dir.join("run.json").is_file()
+}
+
+/// Where the store of the run in `dir` lies now: at its path relative to the run when a store
+/// is there (the store was moved or copied with its runs), else at the absolute path recorded.
+fn located_store(dir: &Path, meta: &RunMeta) -> PathBuf {
+    meta.store_relative
+        .as_ref()
+        .map(|rel| dir.join(rel))
+        .filter(|store| store.join("manifest.json").is_file())
+        .and_then(|store| store.canonicalize().ok())
+        .unwrap_or_else(|| meta.store.clone())
+}
+
+/// The path of `to` relative to the directory `from` (`../g.strata`), both resolved first;
+/// None when either cannot be resolved.
+fn relative_path(from: &Path, to: &Path) -> Option<PathBuf> {
+    let (from, to) = (from.canonicalize().ok()?, to.canonicalize().ok()?);
+    let common = from
+        .components()
+        .zip(to.components())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let up = from.components().skip(common).map(|_| Component::ParentDir);
+    Some(up.chain(to.components().skip(common)).collect())
 }
 
 /// An exclusive lock on a run directory, held by the process that writes it for as long as
@@ -282,7 +311,10 @@ impl Run {
         }
         Ok(Run {
             dir: dir.to_path_buf(),
-            meta,
+            meta: RunMeta {
+                store: located_store(dir, &meta),
+                ..meta
+            },
         })
     }
 
@@ -303,6 +335,13 @@ impl Run {
 
     /// Opens the store the run trained on, checking it still holds the same train edges.
     pub fn store(&self) -> Result<Store> {
+        if !self.meta.store.exists() {
+            return Err(EmbedError::Config(format!(
+                "run {} trained on store {}, which is no longer there; a store moved with its runs inside (or beside them) is found where it lies, so move the run with its store",
+                self.dir.display(),
+                self.meta.store.display()
+            )));
+        }
         let store = Store::open(&self.meta.store)?;
         if train_bytes(&store)? != self.meta.store_train_bytes
             || store.manifest().graph.num_nodes != self.meta.num_nodes
@@ -347,7 +386,11 @@ impl Run {
     /// checkpoint references and temporary files of killed writers.
     pub fn commit(&self) -> Result<()> {
         let path = self.dir.join("run.json");
-        let text = serde_json::to_string_pretty(&self.meta).expect("run metadata serialises");
+        let meta = RunMeta {
+            store_relative: relative_path(&self.dir, &self.meta.store),
+            ..self.meta.clone()
+        };
+        let text = serde_json::to_string_pretty(&meta).expect("run metadata serialises");
         strata_io::durable::fault_point("embed.checkpoint_written");
         strata_io::durable::replace_file_by(
             &path,
@@ -477,6 +520,20 @@ mod tests {
         std::fs::create_dir(&old).unwrap();
         drop(RunLock::take(&old).unwrap());
         assert!(old.is_dir(), "a directory the user made stays");
+    }
+
+    #[test]
+    fn a_store_path_relative_to_its_run_climbs_to_the_common_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, beside) = (tmp.path().join("g.strata"), tmp.path().join("runs/a"));
+        let inside = store.join("runs/embed");
+        for dir in [&inside, &beside] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let rel = |from: &Path| relative_path(from, &store).unwrap();
+        assert_eq!(rel(&inside), Path::new("../.."));
+        assert_eq!(rel(&beside), Path::new("../../g.strata"));
+        assert_eq!(relative_path(&tmp.path().join("gone"), &store), None);
     }
 
     #[test]
