@@ -206,6 +206,8 @@ def test_bad_inputs(sbm, tmp_path, capsys):
     for flags, words in [
         (["--weight-decay", "-1"], "gnn.train.weight_decay: must be >= 0"),
         (["--torch-threads", "100000"], "--torch-threads: must be <= 1024"),
+        # Building the model was the allocator's traceback, before the plan could refuse it.
+        (["--hidden", "100000000"], "cannot hold the model (sage, hidden 100000000): "),
         (["--run-dir", "/proc/strata-run"], "--run-dir /proc/strata-run: the directory cannot be created"),
         # Another engine's run or a store: its run.json was replaced, its directory written into.
         (["--run-dir", sbm], f"--run-dir {sbm} is a store"),

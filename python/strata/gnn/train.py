@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import torchrun
 from ..config import as_dict, engine_options, from_call
 from ..config.gnn import GnnTrainConfig
-from ..errors import ConfigError, DivergedError
+from ..errors import BudgetError, ConfigError, DivergedError
 from ..paths import make_dir, refuse_foreign_dir
 from ..store import Store
 from ..units import fmt_bytes, fmt_count
@@ -75,6 +75,33 @@ def _device(torch, name: str, env: torchrun.Environment | None = None):
             "run at most one rank per GPU (torchrun --nproc-per-node) or name the device"
         )
     return dev
+
+
+#: Tensors of the parameters' size that training adds: gradients and Adam's two moments.
+ADAM_STATES = 2
+
+
+def _built_within_budget(build: Callable, cfg: GnnTrainConfig, device):
+    """``build()``'s model, built once its parameters, their gradients and Adam's state are
+    known to fit where training holds them (``--memory``, or the CUDA device's memory): sized
+    first on torch's meta device, which allocates nothing, so a model too large is refused
+    naming its size where building it would end in the allocator's error."""
+    torch = require_torch()
+    with torch.device("meta"):
+        probe = build()
+    count = sum(p.numel() for p in probe.parameters())
+    weights = sum(p.numel() * p.element_size() for p in probe.parameters())
+    needs = weights * (2 + ADAM_STATES)
+    if device.type == "cuda":
+        where, room = f"{device}'s memory", torch.cuda.get_device_properties(device).total_memory
+    else:
+        where, room = f"memory budget {fmt_bytes(int(cfg.memory))}", int(cfg.memory)
+    if needs > room:
+        raise BudgetError(
+            f"{where} cannot hold the model ({cfg.model}, hidden {cfg.hidden}): {count:,} parameters "
+            f"({fmt_bytes(weights)}), {fmt_bytes(needs)} with their gradients and Adam's state; lower --hidden"
+        )
+    return build()
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -263,7 +290,11 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
                 f"{cfg.store}: the store has no node labels; node classification needs them (convert with --labels)"
             )
         classes = int(labels.max()) + 1
-        model = GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads)
+        model = _built_within_budget(
+            lambda: GNN(cfg.model, features["dim"], cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, cfg.heads),
+            cfg,
+            device,
+        )
         open_data = None
     model = model.to(device)
     # Hashed before joining, so that a store without a kept digest costs no collective's timeout.
@@ -308,7 +339,9 @@ def _typed(cfg: GnnTrainConfig, store: Store, env, device, progress):
     dims = [(store.node_type_info(t).get("features") or {}).get("dim") for t in range(len(names))]
     classes = store.node_type_info(target)["labels"]["num_classes"]
     edge_types = [(names.index(s), names.index(d)) for s, _, d in store.edge_types]
-    model = TypedGNN(cfg.model, dims, cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, edge_types)
+    model = _built_within_budget(
+        lambda: TypedGNN(cfg.model, dims, cfg.hidden, classes, len(cfg.fanouts), cfg.dropout, edge_types), cfg, device
+    )
 
     def open_data() -> TypedGnnData:
         return TypedGnnData(
@@ -320,7 +353,7 @@ def _typed(cfg: GnnTrainConfig, store: Store, env, device, progress):
             seed=cfg.seed,
             threads=cfg.sampler_threads,
             device=str(device),
-            training=model.training_costs(optimizer_states=2),
+            training=model.training_costs(optimizer_states=ADAM_STATES),
             progress=progress,
         )
 
@@ -361,7 +394,7 @@ def _train(
             cfg.store,
             progress,
             device=str(device),
-            training=model.training_costs(optimizer_states=2),
+            training=model.training_costs(optimizer_states=ADAM_STATES),
             own_process=True,
             split=split,
             data_path=cfg.data_path,
