@@ -701,6 +701,9 @@ def test_bad_inputs_through_the_cli(graphs, tmp_path, capsys):
             "run.far_ratio: must be <= 1.0, got 2.0",
         ),
         (["run", "pagerank", tmp_path / "nope.strata"], "no such store"),
+        # Another algorithm's option was ignored: this ran global PageRank, not from vertex 5.
+        (["run", "pagerank", store, "--root", "5"], "run.root: pagerank does not take it (a parameter of bfs, sssp)"),
+        (["run", "bfs", store, "--weight-low", "0.5"], "run.weight_low: bfs reads no edge weights"),
         (["run", "wcc", store, "--grid", "d-row"], "is not symmetric and wcc needs it"),
         (["run", "triangles", store, "--grid", "d-row"], "is not symmetric and triangles needs it"),
         (["grid", "info", tmp_path / "nope"], "no such store or grid directory"),

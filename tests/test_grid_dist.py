@@ -31,8 +31,23 @@ DRIVER = TESTS / "dist_runs.py"
 
 N = 3000
 EXACT = {"bfs", "wcc", "kcore"}
-#: The options every run takes: two compute threads, and a root that reaches most vertices.
-COMMON = ["--threads", "2", "--root", "5"]
+#: The root of the algorithms that take one: a vertex that reaches most others.
+ROOT = 5
+#: Compute threads of every run.
+THREADS = 2
+
+
+def own_options(algorithm: str) -> dict:
+    """The options every run of ``algorithm`` takes: two compute threads, and ``ROOT`` where
+    the algorithm starts from a root (another algorithm refuses one)."""
+    return {"threads": THREADS, **({"root": ROOT} if algorithm in ("bfs", "sssp") else {})}
+
+
+def own_args(algorithm: str) -> list[str]:
+    """:func:`own_options` as command-line flags."""
+    return [a for k, v in own_options(algorithm).items() for a in (f"--{k}", str(v))]
+
+
 #: A rank's --memory: its plan sets aside what torch and gloo hold (about 400 MiB).
 RANK_MEMORY = "1G"
 
@@ -80,7 +95,7 @@ def _loopback_cmd() -> list[str]:
 
 
 def _run_args(algorithm: str, store, out, *extra) -> list:
-    return ["run", algorithm, store, "--out", out, "--dist-timeout", DIST_TIMEOUT, *COMMON, *extra]
+    return ["run", algorithm, store, "--out", out, "--dist-timeout", DIST_TIMEOUT, *own_args(algorithm), *extra]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +147,7 @@ def _assert_same_results(algorithm: str, single, distributed) -> None:
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_two_ranks_on_loopback_match_the_single_process_run(store, loopback, tmp_path, algorithm):
     single = tmp_path / "single"
-    alone = run(algorithm=algorithm, store=store, out=single, threads=2, root=5, memory="256M")
+    alone = run(algorithm=algorithm, store=store, out=single, memory="256M", **own_options(algorithm))
     results = _ok(loopback, algorithm)
     two = loopback.parent / "out" / algorithm
     _assert_same_results(algorithm, single, two)
@@ -256,7 +271,7 @@ def namespaces(store, tmp_path_factory) -> list[Path]:
 @pytest.mark.parametrize("algorithm", NAMESPACE_ALGORITHMS)
 def test_two_ranks_in_two_namespaces_with_their_own_stores(store, namespaces, tmp_path, algorithm):
     single = tmp_path / "single"
-    run(algorithm=algorithm, store=store, out=single, threads=2, root=5, memory="256M")
+    run(algorithm=algorithm, store=store, out=single, memory="256M", **own_options(algorithm))
     hosts = [c.parent for c in namespaces]
     for r, host in enumerate(hosts):
         rc, out, err = dist_runs.result(host / "logs", algorithm, r)

@@ -20,7 +20,7 @@ import pytest
 import dist_runs
 from conftest import TESTS, needs
 from strata.grid import run
-from test_grid_dist import COMMON, RANK_MEMORY, _assert_same_results, store  # noqa: F401 (a fixture)
+from test_grid_dist import RANK_MEMORY, _assert_same_results, own_args, own_options, store  # noqa: F401 (a fixture)
 from torchrun_env import rank_env, run_session
 
 ALGORITHMS = ["pagerank", "bfs", "kcore"]
@@ -36,7 +36,7 @@ def restarted(store, tmp_path_factory) -> tuple[Path, str]:  # noqa: F811
     d = tmp_path_factory.mktemp("faults")
     runs = [
         {"name": alg, "argv": ["run", alg, store, "--out", d / "out" / alg, "--dist-timeout", "60",
-                               "--memory", RANK_MEMORY, "--checkpoint-seconds", "0", *COMMON],
+                               "--memory", RANK_MEMORY, "--checkpoint-seconds", "0", *own_args(alg)],
          "kill": {"rank": 1, "attempt": k, "function": "strata.grid:iteration_metrics", "call": 3}}
         for k, alg in enumerate(ALGORITHMS)
     ]  # fmt: skip
@@ -57,7 +57,7 @@ def restarted(store, tmp_path_factory) -> tuple[Path, str]:  # noqa: F811
 def test_a_rank_killed_mid_run_resumes_from_the_last_checkpoint(store, restarted, tmp_path, algorithm):  # noqa: F811
     logs, _ = restarted
     single = tmp_path / "single"
-    run(algorithm=algorithm, store=store, out=single, threads=2, root=5, memory="256M")
+    run(algorithm=algorithm, store=store, out=single, memory="256M", **own_options(algorithm))
     out = logs.parent / "out" / algorithm
     # Both ranks of the attempt after the kill loaded the checkpoint after iteration 2, the last
     # one committed before it.

@@ -108,8 +108,12 @@ def test_runs_on_the_input_grid_equal_the_stores(graph, tmp_path, keep):
     build_grid(store=graph["dir"] / "e.npy", out=plain, partitions=4, num_nodes=N)
     build_grid(store=graph["dir"] / "e.npy", out=weighted, partitions=4, num_nodes=N, weighted=True, weight_seed=3)
     same_files(weighted, graph["store"] / "grids" / "w", (*ARRAYS, "weights"))
-    for algorithm, grid, target, array in (("pagerank", "d", plain, "rank"), ("sssp", "w", weighted, "distance")):
-        opts = {"algorithm": algorithm, "keep_resident": keep, "segment": "4K", "root": 3, "weight_seed": 3}
+    sssp = {"root": 3, "weight_seed": 3}
+    for algorithm, grid, target, array, own in (
+        ("pagerank", "d", plain, "rank", {}),
+        ("sssp", "w", weighted, "distance", sssp),
+    ):
+        opts = {"algorithm": algorithm, "keep_resident": keep, "segment": "4K", **own}
         mine = run(store=target, out=tmp_path / f"{algorithm}-grid", **opts)
         ref = run(store=graph["store"], grid=grid, out=tmp_path / f"{algorithm}-store", **opts)
         if algorithm == "pagerank":  # sssp's passes depend on the compute threads' timing

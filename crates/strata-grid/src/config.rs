@@ -218,8 +218,9 @@ impl Section for RunOptions {
         if self.store.as_os_str().is_empty() {
             return refuse("store", "needs a store".into());
         }
-        self.params.configure(Self::NAME, &self.algorithm)?;
+        // Every value is checked first, so that a bad one is named as bad, whichever runs.
         self.params.validate(Self::NAME)?;
+        let algorithm = self.params.configure(Self::NAME, &self.algorithm)?;
         if let AutoSize::Bytes(bytes) = self.segment {
             if bytes < strata_io::ALIGN as u64 {
                 return refuse(
@@ -249,11 +250,34 @@ impl Section for RunOptions {
                 ),
             );
         }
-        check_weights(Self::NAME, self.weight_low, self.weight_high)
+        check_weights(Self::NAME, self.weight_low, self.weight_high)?;
+        match self.weight_option_set() {
+            Some(key) if !algorithm.needs_weights() => refuse(
+                key,
+                format!(
+                    "{} reads no edge weights, so it would ignore the option",
+                    algorithm.name()
+                ),
+            ),
+            _ => Ok(()),
+        }
     }
 }
 
 impl RunOptions {
+    /// The first option of the weights of a weighted grid set away from its default.
+    fn weight_option_set(&self) -> Option<&'static str> {
+        let d = RunOptions::default();
+        [
+            ("weight_source", self.weight_source != d.weight_source),
+            ("weight_seed", self.weight_seed != d.weight_seed),
+            ("weight_low", self.weight_low != d.weight_low),
+            ("weight_high", self.weight_high != d.weight_high),
+        ]
+        .into_iter()
+        .find_map(|(key, set)| set.then_some(key))
+    }
+
     /// The engine's job; results go to `out`, by default `STORE/runs/grid-ALGO`. Errors: the
     /// algorithm is not registered, or its parameters are refused (naming `run.KEY`).
     pub fn job(&self) -> std::result::Result<RunJob, ConfigError> {

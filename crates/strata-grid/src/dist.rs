@@ -569,7 +569,7 @@ mod tests {
     use crate::block_codec::Compression;
     use crate::build::{build, BuildJob};
     use crate::config::RunOptions;
-    use crate::fixtures::{far_server, grids, store};
+    use crate::fixtures::{far_server, for_algorithm, grids, store};
     use crate::vertex::U64Array;
     use strata_io::progress::NoProgress;
     use strata_store::config::check;
@@ -844,7 +844,7 @@ mod tests {
         let program = serde_json::to_string(&crate::program::spec::tests::pagerank()).unwrap();
         for e in ALGORITHMS {
             let job = |out: &str| {
-                check::<RunOptions>(&serde_json::json!({
+                check::<RunOptions>(&for_algorithm(serde_json::json!({
                     "store": st,
                     "algorithm": e.name,
                     "out": tmp.path().join(out),
@@ -852,7 +852,7 @@ mod tests {
                     "threads": 2,
                     "root": 3,
                     "program": program,
-                }))
+                })))
                 .unwrap()
                 .job()
                 .unwrap()
@@ -943,7 +943,7 @@ mod tests {
             ("lpa", &["community"][..]),
         ] {
             let job = |out: &str| {
-                check::<RunOptions>(&serde_json::json!({
+                check::<RunOptions>(&for_algorithm(serde_json::json!({
                     "store": st,
                     "algorithm": algorithm,
                     "out": tmp.path().join(out),
@@ -951,7 +951,7 @@ mod tests {
                     "threads": 2,
                     "root": 3,
                     "checkpoint_seconds": 0.0,
-                }))
+                })))
                 .unwrap()
                 .job()
                 .unwrap()

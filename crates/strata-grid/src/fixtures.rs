@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use strata_farmem::{Server, ServerConfig, StopHandle};
 use strata_io::progress::NoProgress;
 
+use crate::algo::registry::ALGORITHMS;
 use crate::algo::{Algorithm, Ctx, Iteration, Output, Values};
 use crate::block_codec::Compression;
 use crate::build::{build, BuildJob};
@@ -14,6 +15,23 @@ use crate::grid::Grid;
 use crate::layout::{Order, WeightRequest};
 use crate::stream::{StreamConfig, Streamer, Tier};
 use crate::vertex::VertexMemory;
+
+/// The `[run]` options `options` less the parameters of algorithms other than its
+/// `algorithm` (which it would refuse), so that one table serves a loop over the algorithms.
+pub fn for_algorithm(mut options: serde_json::Value) -> serde_json::Value {
+    let name = options["algorithm"]
+        .as_str()
+        .expect("options name an algorithm")
+        .to_string();
+    let takes =
+        |key: &str, e: &crate::algo::registry::Entry| e.defaults().iter().any(|(k, _)| k == key);
+    let table = options.as_object_mut().expect("options are an object");
+    table.retain(|key, _| {
+        ALGORITHMS.iter().all(|e| !takes(key, e))
+            || ALGORITHMS.iter().any(|e| e.name == name && takes(key, e))
+    });
+    options
+}
 
 /// A store of `m` edges `(k % n, (k * 7919) % n)` for k in 0..m.
 pub fn store(dir: &Path, n: u64, m: u64) -> PathBuf {

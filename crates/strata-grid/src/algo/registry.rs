@@ -188,15 +188,33 @@ impl AlgoParams {
     }
 
     /// The registered algorithm `name` with its parameters from this table; errors name
-    /// `section.algorithm` (with the closest name) or `section.PARAMETER`.
+    /// `section.algorithm` (with the closest name) or `section.PARAMETER`, among them a
+    /// parameter of other algorithms set away from its default, which `name` would ignore
+    /// (`pagerank` with a `root` is not personalized PageRank).
     pub fn configure(&self, section: &str, name: &str) -> Result<Configured, ConfigError> {
         let entry = find(name).map_err(|msg| ConfigError::new(section, "algorithm", msg))?;
-        let given: Map<String, Value> = entry
+        if let Some((key, _, users)) = parameters().into_iter().find(|(key, default, users)| {
+            !users.contains(&name) && self.0.get(key) != Some(default)
+        }) {
+            return Err(ConfigError::new(
+                section,
+                &key,
+                format!(
+                    "{name} does not take it (a parameter of {})",
+                    users.join(", ")
+                ),
+            ));
+        }
+        (entry.configure)(section, &self.given_to(entry))
+    }
+
+    /// The values of `entry`'s parameters in this table.
+    fn given_to(&self, entry: &Entry) -> Map<String, Value> {
+        entry
             .defaults()
             .into_iter()
             .filter_map(|(key, _)| self.0.get(&key).map(|v| (key, v.clone())))
-            .collect();
-        (entry.configure)(section, &given)
+            .collect()
     }
 
     /// Checks every value of the table, whichever algorithm runs: a key no algorithm takes
@@ -217,7 +235,7 @@ impl AlgoParams {
         }
         ALGORITHMS
             .iter()
-            .try_for_each(|e| self.configure(section, e.name).map(|_| ()))
+            .try_for_each(|e| (e.configure)(section, &self.given_to(e)).map(|_| ()))
     }
 }
 
@@ -395,9 +413,30 @@ mod tests {
         );
         assert!(err(json!({"store": "g", "root": "x"})).starts_with("run.root: invalid type"));
         assert!(
-            err(json!({"store": "g", "algorithm": "bfs", "tolerance": -1.0}))
+            err(json!({"store": "g", "algorithm": "pagerank", "tolerance": -1.0}))
                 .starts_with("run.tolerance: must be >= 0")
         );
+        // Another algorithm's parameter set away from its default would be ignored: pagerank
+        // with a root is not personalized PageRank. At its default it is not in the way.
+        assert_eq!(
+            err(json!({"store": "g", "algorithm": "pagerank", "root": 5})),
+            "run.root: pagerank does not take it (a parameter of bfs, sssp)"
+        );
+        assert!(
+            err(json!({"store": "g", "algorithm": "bfs", "tolerance": 0.5}))
+                .starts_with("run.tolerance: bfs does not take it (a parameter of pagerank, ppr")
+        );
+        let defaults = RunOptions::default().params;
+        let with_defaults = json!({"store": "g", "algorithm": "bfs", "root": 3, "damping": defaults.get("damping")});
+        assert!(check::<RunOptions>(&with_defaults).is_ok());
+        assert_eq!(
+            err(json!({"store": "g", "algorithm": "pagerank", "weight_low": 0.5})),
+            "run.weight_low: pagerank reads no edge weights, so it would ignore the option"
+        );
+        assert!(check::<RunOptions>(
+            &json!({"store": "g", "algorithm": "sssp", "weight_source": "random"})
+        )
+        .is_ok());
         let direct: RunOptions = serde_json::from_value(json!({"store": "g", "rooot": 1})).unwrap();
         assert!(direct
             .params
