@@ -70,6 +70,11 @@ def test_the_options_train_partitioned(kg, tmp_path, strata_cli):
         ),
         (["--reg-weighted"], "reg_weighted", ['"none"']),
         (["--relation-reg-weight", "0.1"], "relation_reg_weight", ['"none"']),
+        # Each of these four was read by nothing and trained as if it were not given.
+        (["--reg-weight", "0.1"], "reg_weight", ['"none"']),
+        (["--model", "distmult", "--transe-norm", "1"], "transe_norm", ['"transe"', '"distmult"']),
+        (["--loss", "softmax", "--margin", "0.5"], "margin", ['"margin"', '"softmax"']),
+        (["--negative-pool", "partition", "--bank-rows", "100"], "bank_rows", ['"all"', '"partition"']),
         (["--corrupt", "tail"], "reciprocal", ['corrupt = "tail"', "reciprocal = false"]),
         (
             ["--regularizer", "l2", "--reg-weight", "0.1", "--reg-scope", "table"],

@@ -766,6 +766,7 @@ impl Section for TrainConfig {
         }
         self.check_schedule().or_else(|(key, msg)| bad(key, msg))?;
         self.check_vs_all().or_else(|(key, msg)| bad(key, msg))?;
+        self.check_unread().or_else(|(key, msg)| bad(key, msg))?;
         let rows = self.gathered_per_chunk(0);
         if !self.scores_all() && rows >= MAX_ROWS as u64 {
             return bad(
@@ -784,6 +785,44 @@ impl Section for TrainConfig {
 }
 
 impl TrainConfig {
+    /// Options set away from their defaults that the chosen model, loss, regularizer or
+    /// negative pool never reads: refused (the key and why) rather than ignored.
+    fn check_unread(&self) -> Result<(), (&'static str, String)> {
+        let d = TrainConfig::default();
+        let name = |v: &dyn std::fmt::Debug| format!("{v:?}").to_lowercase();
+        let unread = [
+            (
+                "transe_norm",
+                self.transe_norm != d.transe_norm && self.model != ScoreKind::TransE,
+                format!("applies to model \"transe\" only (model is {:?})", self.model.to_string()),
+            ),
+            (
+                "margin",
+                self.margin != d.margin && self.loss != LossKind::Margin,
+                format!("applies to loss \"margin\" only (loss is \"{}\")", name(&self.loss)),
+            ),
+            (
+                "reg_weight",
+                self.reg_weight != d.reg_weight && self.regularizer == RegularizerKind::None,
+                "applies with regularizer \"n3\" or \"l2\" (regularizer is \"none\")".into(),
+            ),
+            (
+                "bank_rows",
+                self.bank_rows != d.bank_rows
+                    && self.negative_pool != NegativePool::All
+                    && !self.scores_all(),
+                format!(
+                    "applies to negative_pool \"all\", whose banks stand in for partitions on disk (negative_pool is \"{}\")",
+                    name(&self.negative_pool)
+                ),
+            ),
+        ];
+        unread
+            .into_iter()
+            .find(|(_, unread, _)| *unread)
+            .map_or(Ok(()), |(key, _, msg)| Err((key, msg)))
+    }
+
     /// The operator and comparator of model pbg (PBG's defaults where unset).
     pub fn pbg_form(&self) -> PbgForm {
         PbgForm {
