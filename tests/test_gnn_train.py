@@ -206,6 +206,9 @@ def test_bad_inputs(sbm, tmp_path, capsys):
     for flags, words in [
         (["--weight-decay", "-1"], "gnn.train.weight_decay: must be >= 0"),
         (["--torch-threads", "100000"], "--torch-threads: must be <= 1024"),
+        # Read by nothing: sage has no heads; without a ranking the hot set holds no row.
+        (["--heads", "8"], "gnn.train.heads: applies to model gat only (model is sage)"),
+        (["--hot-ranking", "none", "--hot-share", "0.3"], "gnn.train.hot_share: applies with a hot-set ranking"),
         # Building the model was the allocator's traceback, before the plan could refuse it.
         (["--hidden", "100000000"], "cannot hold the model (sage, hidden 100000000): "),
         (["--run-dir", "/proc/strata-run"], "--run-dir /proc/strata-run: the directory cannot be created"),
@@ -255,6 +258,15 @@ def test_a_second_local_rank_on_a_one_gpu_machine_is_refused():
     with pytest.raises(ConfigError, match=r"rank 1 \(local rank 1\) would train on cuda:1, but this machine has 1"):
         _device(one_gpu, "cuda", env)
     assert _device(one_gpu, "cuda:0", env) == torch.device("cuda", 0)
+
+
+def test_without_a_hot_set_ranking_the_cache_takes_the_whole_feature_budget(sbm):
+    # The plan held half of the feature budget for a hot set that loaded no row.
+    opts = {"fanouts": [5, 5], "batch_size": 100, "feature_memory": "200K"}  # under half the rows
+    ranked, unranked = GnnData(sbm, **opts).plan, GnnData(sbm, **opts, hot_ranking="none").plan
+    assert ranked["hot_rows"] > 0 and (unranked["hot_rows"], unranked["hot_bytes"]) == (0, 0)
+    assert unranked["cache_bytes"] > ranked["hot_bytes"] + ranked["cache_bytes"] - (64 << 10)
+    assert unranked["cache_rows"] > ranked["hot_rows"] + ranked["cache_rows"] - 100
 
 
 def test_the_plan_holds_the_process_and_what_training_adds(sbm):

@@ -15,6 +15,10 @@ from .schema import FanoutTable, native_section, option
 LayerKindName = Literal[tuple(LAYER_KINDS)]
 
 
+#: Attention heads of gat, the one layer kind with heads.
+DEFAULT_HEADS = 4
+
+
 class _TrainFrontEnd:
     """The [gnn.train] options Python handles: the store and run, the torch model and its
     training."""
@@ -41,7 +45,7 @@ class _TrainFrontEnd:
         "take fanouts",
     )
     hidden: int = option(256, help="hidden units per layer (per head for gat)", min=1)
-    heads: int = option(4, help="attention heads of gat", min=1)
+    heads: int = option(DEFAULT_HEADS, help="attention heads of gat", min=1)
     dropout: float = option(0.5, help="dropout between layers")
     lr: float = option(0.01, help="Adam learning rate")
     weight_decay: float = option(5e-4, help="Adam weight decay")
@@ -87,6 +91,8 @@ class _TrainFrontEnd:
             raise ConfigError(f"gnn.train.lr: must be positive, got {self.lr}")
         if not self.weight_decay >= 0:
             raise ConfigError(f"gnn.train.weight_decay: must be >= 0, got {self.weight_decay}")
+        if self.heads != DEFAULT_HEADS and self.model != "gat":
+            raise ConfigError(f"gnn.train.heads: applies to model gat only (model is {self.model})")
 
 
 GnnTrainConfig = native_section("gnn.train", "GnnTrainConfig", front=_TrainFrontEnd)

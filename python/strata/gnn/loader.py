@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import _native
 from ..config.gnn import GnnTrainConfig
+from ..config.schema import fields
 from ..errors import ConfigError
 from ..store import Store
 from ..torchrun import process_bytes
@@ -170,6 +171,19 @@ def device_tier_bytes(device_memory, device: str) -> int:
     return int(free * AUTO_DEVICE_SHARE)
 
 
+def _without_hot_set(share: float | None) -> float:
+    """The native path's hot share with no hot-set ranking: 0, so that the dynamic cache takes
+    the whole feature budget (the plan held ``share`` of it for a hot set of no rows). A share
+    given away from its default is refused: nothing would use it."""
+    default = next(f.default for f in fields(GnnTrainConfig) if f.name == "hot_share")
+    if share is not None and share != default:
+        raise ConfigError(
+            f"gnn.train.hot_share: applies with a hot-set ranking; hot_ranking is none, so the dynamic cache "
+            f"takes the whole feature budget (got {share})"
+        )
+    return 0.0
+
+
 class GnnData:
     """A store opened for GNN training; make each epoch's batches with :meth:`loader`.
 
@@ -243,6 +257,8 @@ class GnnData:
         given = {**options, "device_memory": device_bytes}
         if self.data_path == "device":
             given.update(device_memory=0, hot_ranking="none")
+        elif given.get("hot_ranking") == "none":
+            given["hot_share"] = _without_hot_set(given.get("hot_share"))
         if "fanouts" in given:
             given["fanouts"] = fanout_list(given["fanouts"], "fanouts")
         cfg = _native.config_check("gnn.train", given)
