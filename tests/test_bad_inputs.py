@@ -125,6 +125,15 @@ def test_budget_too_small(tmp_path, strata_cli):
     fails(strata_cli, tmp_path, p, "--memory", "100K", needles=["memory budget of 100 KiB is too small"])
 
 
+def test_options_the_input_format_does_not_read_are_refused(tmp_path, strata_cli):
+    # A text edge list with --features made a store without features, without a word.
+    p = tmp_path / "e.tsv"
+    p.write_text("a\tb\nb\tc\n")
+    np.save(tmp_path / "x.npy", np.ones((3, 4), dtype=np.float32))
+    for extra, flag in [(["--features", tmp_path / "x.npy"], "--features"), (["--layout", "columns"], "--layout")]:
+        fails(strata_cli, tmp_path, p, *extra, needles=[f"convert: {flag} would be ignored: the text converter"])
+
+
 def test_gzip_and_csv_with_header(tmp_path, strata_cli):
     import gzip
 

@@ -256,7 +256,54 @@ fn check_options(plan: &SourcePlan, opts: &ConvertOptions) -> Result<()> {
             plan.kind
         )));
     }
-    Ok(())
+    match given_options(opts).into_iter().find(|(key, _)| !takes(key)) {
+        Some((key, reads)) => Err(usage(format!(
+            "convert: --{} would be ignored: the {} converter does not read it ({reads})",
+            key.replace('_', "-"),
+            plan.kind
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The format-specific options given (set away from their defaults) that the checks above do
+/// not cover: the key, and which inputs read it.
+fn given_options(opts: &ConvertOptions) -> Vec<(&'static str, &'static str)> {
+    const EDGE_LISTS: &str = "text and Parquet edge lists read it";
+    const NODE_DATA: &str = "node features, labels and splits come with NumPy edges (a directory \
+                             holding edges.npy and features.npy, ..., or --format numpy) or \
+                             Planetoid files";
+    let d = ConvertOptions::default();
+    [
+        ("columns", opts.columns != d.columns, EDGE_LISTS),
+        ("relations", opts.relations, EDGE_LISTS),
+        ("ids", opts.ids != d.ids, EDGE_LISTS),
+        (
+            "relation_ids",
+            opts.relation_ids != d.relation_ids,
+            EDGE_LISTS,
+        ),
+        (
+            "layout",
+            opts.layout != d.layout,
+            "NumPy edge arrays read it",
+        ),
+        ("features", opts.features.is_some(), NODE_DATA),
+        (
+            "feature_dtype",
+            opts.feature_dtype != d.feature_dtype,
+            NODE_DATA,
+        ),
+        ("labels", opts.labels.is_some(), NODE_DATA),
+        ("node_train", opts.node_train.is_some(), NODE_DATA),
+        ("node_valid", opts.node_valid.is_some(), NODE_DATA),
+        ("node_test", opts.node_test.is_some(), NODE_DATA),
+        ("node_split", opts.node_split.is_some(), NODE_DATA),
+    ]
+    .into_iter()
+    .filter(|(_, given, _)| *given)
+    .map(|(key, _, reads)| (key, reads))
+    .collect()
 }
 
 /// Converts the inputs of the `[convert]` section `opts` into the store `opts.out`;

@@ -185,6 +185,38 @@ fn text_options_and_mixed_edge_files_are_refused_by_the_plan() {
             .ends_with("not numpy inputs")
     );
     assert!(plan(serde_json::json!({"inputs": [text], "header": true})).is_ok());
+    // Read by no converter of the input's format: these were dropped without a word (a
+    // text edge list with --features made a store without features).
+    for (input, option, value, flag) in [
+        (&text, "features", serde_json::json!("x.npy"), "--features"),
+        (&text, "layout", serde_json::json!("columns"), "--layout"),
+        (
+            &parquet,
+            "node_split",
+            serde_json::json!("0.5,0.25,0.25"),
+            "--node-split",
+        ),
+        (
+            &d.join("e.npy"),
+            "ids",
+            serde_json::json!("string"),
+            "--ids",
+        ),
+        (
+            &d.join("e.npy"),
+            "relations",
+            serde_json::json!(true),
+            "--relations",
+        ),
+    ] {
+        let mut v = serde_json::json!({"inputs": [input]});
+        v[option] = value;
+        assert!(
+            err(v).starts_with(&format!("convert: {flag} would be ignored: the ")),
+            "{option}"
+        );
+    }
+    assert!(plan(serde_json::json!({"inputs": [d.join("e.npy")], "layout": "columns"})).is_ok());
     assert_eq!(
         err(serde_json::json!({"inputs": [parquet], "valid": [text]})),
         format!(
