@@ -17,7 +17,7 @@ needs("matplotlib")
 
 from cli_in_process import strata_in_process  # noqa: E402
 from conftest import run_strata  # noqa: E402
-from strata.errors import RunError  # noqa: E402
+from strata.errors import ConfigError, RunError  # noqa: E402
 from strata.plot import plot_run  # noqa: E402
 
 # The tests share module-scoped fixtures: one xdist group keeps them on one worker, which
@@ -93,3 +93,6 @@ def test_bad_directories(store, tmp_path):
     shutil.copytree(two / "runs" / "gnn-sage", two / "runs" / "gnn-gcn")
     with pytest.raises(RunError, match="several GNN runs"):
         plot_run(two)
+    # An epoch picks an embedding run's timeline; a GNN run's charts were drawn as if it were not given.
+    with pytest.raises(ConfigError, match=r"plot\.epoch: picks an embedding run's timeline; .* is a gnn run"):
+        plot_run(store / "runs" / "gnn-sage", tmp_path / "e", epoch=2)

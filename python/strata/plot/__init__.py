@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..embed.runs import RUN_FORMAT as EMBED_FORMAT
-from ..errors import MissingDependencyError, RunError
+from ..errors import ConfigError, MissingDependencyError, RunError
 from ..paths import make_dir
 
 
@@ -62,6 +62,11 @@ def plot_run(target: str | Path, out: str | Path | None = None, epoch: int = 0) 
     and returns their paths. ``epoch`` picks the embedding timeline's epoch; GNN and grid charts
     cover every epoch or iteration."""
     run, kind, meta = locate_run(target)
+    if epoch and kind != "embed":
+        raise ConfigError(
+            f"plot.epoch: picks an embedding run's timeline; {run} is a {kind} run, whose charts cover every "
+            + ("epoch" if kind == "gnn" else "iteration")
+        )
     out_dir = Path(out) if out is not None else run / "plots"
     make_dir(out_dir, "--out")
     if kind == "embed":
