@@ -202,7 +202,7 @@ def test_index_recall_against_the_exact_scan(trained, strata_cli, tmp_path):
     ]
 
 
-def test_index_bad_inputs(trained, strata_cli, tmp_path, monkeypatch, capsys):
+def test_index_bad_inputs(trained, kg, strata_cli, tmp_path, monkeypatch, capsys):
     cli = strata_in_process(capsys)  # the commands after the first: in this process
     needs("usearch")
     from strata.embed import ann
@@ -223,6 +223,13 @@ def test_index_bad_inputs(trained, strata_cli, tmp_path, monkeypatch, capsys):
     assert unknown.returncode == 2 and "node 'nope' is not in the index" in unknown.stderr
     not_index = cli("embed", "neighbors", run, "--node", names[1], "--index", tmp_path, check=False)
     assert not_index.returncode == 2 and "not a neighbour index" in not_index.stderr
+    # Training on after the index was built: its answers were the older epoch's.
+    fresh = tmp_path / "fresh"
+    cli("embed", "train", kg, "--run-dir", fresh, "--model", "distmult", *TRAIN)
+    cli("embed", "index", fresh, "--out", tmp_path / "idx1", "-q")
+    cli("embed", "train", kg, "--run-dir", fresh, "--model", "distmult", *TRAIN, "--epochs", "2")
+    stale = cli("embed", "neighbors", fresh, "--node", names[1], "--index", tmp_path / "idx1", check=False)
+    assert stale.returncode == 2 and "holds epoch 1, but the run's best checkpoint is epoch 2" in stale.stderr
     without(monkeypatch, "usearch")
     with pytest.raises(ConfigError, match=r"pip install usearch"):
         ann.build_index(Run(run), tmp_path / "idx2")

@@ -223,9 +223,9 @@ class Index:
 def search_run_index(run: Run, cfg: EmbedNeighborsConfig) -> dict:
     """``strata embed neighbors RUN --index DIR`` as the checked ``[embed.neighbors]`` section
     ``cfg`` says: ``Index(cfg.index).search`` of ``cfg.node`` and the lines of
-    ``cfg.nodes_file``, refused when the index was built from another run or with another
-    metric than ``cfg.metric`` (``model``: any). Answers like ``Run.neighbors`` (with
-    ``epoch``)."""
+    ``cfg.nodes_file``, refused when the index was built from another run, from another epoch
+    than the checkpoint ``cfg.checkpoint`` holds now, or with another metric than
+    ``cfg.metric`` (``model``: any). Answers like ``Run.neighbors`` (with ``epoch``)."""
     index, metric, nodes_file = cfg.index, cfg.metric, cfg.nodes_file
     found = Index(index)
     if Path(found.meta["run"]) != run.path.absolute():
@@ -234,6 +234,15 @@ def search_run_index(run: Run, cfg: EmbedNeighborsConfig) -> dict:
         raise ConfigError(
             f"embed.neighbors.metric: index {index} compares by {found.meta['metric']}, not {metric}; "
             "build another index with --metric, or leave --metric out"
+        )
+    # An index is a copy of one checkpoint: once training moves the checkpoint on, its answers
+    # are an older epoch's, whatever the header says.
+    epoch = run.meta["best" if cfg.checkpoint == "best" else "current"]["epoch"]
+    if found.meta["epoch"] != epoch:
+        raise ConfigError(
+            f"index {index} holds epoch {found.meta['epoch']}, but the run's {cfg.checkpoint} checkpoint is epoch "
+            f"{epoch}: rebuild it (strata embed index ... --checkpoint {cfg.checkpoint} --overwrite), or leave "
+            "--index out for an exact scan"
         )
     queries = list(cfg.node)
     if nodes_file is not None:
