@@ -10,6 +10,7 @@ GraphSAGE model written with NumPy alone."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import statistics
@@ -672,6 +673,12 @@ def test_cli_registers_stores_given_as_arguments(tmp_path, sbm):
         "serve", sbm, "--state-dir", tmp_path / "s1", "--memory", "24M", check=False, timeout=60, env=server_env()
     )
     assert below.returncode == 2 and "below this server's minimum" in below.stderr
+    assert not (tmp_path / "s1" / "graphs" / "sbm").exists(), "refused before registering"
+    # A budget beyond the machine: the page cache would grow into memory the machine lacks.
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
+    beyond = run_strata("serve", sbm, "--state-dir", tmp_path / "s1", "--memory", f"{2 * ram // (1 << 20)}M",
+                        check=False, timeout=60, env=server_env())  # fmt: skip
+    assert beyond.returncode == 2 and "more than this machine's" in beyond.stderr, beyond.stderr
     assert not (tmp_path / "s1" / "graphs" / "sbm").exists(), "refused before registering"
     bad = run_strata(
         "serve", tmp_path / "nowhere", "--state-dir", tmp_path / "s2", check=False, timeout=60, env=server_env()

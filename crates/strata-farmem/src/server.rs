@@ -215,21 +215,6 @@ fn try_alloc_zeroed(len: usize) -> Option<Box<[u8]>> {
     Some(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) })
 }
 
-/// Bytes of physical memory in this machine (`u64::MAX` where the system does not say).
-fn physical_memory() -> u64 {
-    // SAFETY: sysconf reads system constants; it has no memory-safety preconditions.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    match (u64::try_from(pages), u64::try_from(page)) {
-        (Ok(p), Ok(b)) if p > 0 && b > 0 => p.saturating_mul(b),
-        _ => u64::MAX,
-    }
-}
-
 impl Server {
     /// Binds the listening socket; does not serve yet. Refuses a capacity beyond the
     /// machine's physical memory, and an address other hosts can reach without a token.
@@ -239,7 +224,7 @@ impl Server {
                 "max_message_bytes and max_connections must be at least 1".into(),
             ));
         }
-        let ram = physical_memory();
+        let ram = strata_store::budget::physical_memory();
         if cfg.capacity_bytes > ram {
             // Segments are allocated as clients ask: a server lending more than the machine
             // has would take the data and then be killed by the kernel, the data with it.

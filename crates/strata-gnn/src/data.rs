@@ -25,7 +25,7 @@ use crate::error::{GnnError, Result};
 use crate::hotset::HotRanking;
 use crate::pipeline::{LinkEdges, LoaderConfig, NodeLoader};
 use crate::tiers::{held_row_bytes, rank_hot_nodes_within, FeatureTiers};
-use strata_store::budget::{Planned, Planning};
+use strata_store::budget::{physical_memory, Planned, Planning};
 use strata_store::rng::{derive, Rng};
 
 /// Everything that decides how a store's features are sampled and served: the `[gnn.train]`
@@ -620,6 +620,9 @@ impl GnnData {
             read_target,
         } = load_and_plan(store_path, &config, train_nodes, consumer)?;
         let meta = reader.meta().clone();
+        plan.memory_plan()
+            .check_machine(physical_memory())
+            .map_err(GnnError::Budget)?;
         plan.memory_plan()
             .describe()
             .iter()

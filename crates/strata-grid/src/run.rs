@@ -158,6 +158,9 @@ fn run_with(
     )?;
     announce(job, &dir, &grid, &plan, far_setup.as_ref(), progress);
     let memory_plan = plan.memory_plan();
+    memory_plan
+        .check_machine(strata_store::budget::physical_memory())
+        .map_err(GridError::Budget)?;
     let (tiers, far_client) = offload(&grid, &plan, far_client, progress);
     let vertex = match plan.placement.vertex_windowed {
         true => VertexMemory::windowed(&out_dir)?,

@@ -26,6 +26,7 @@ use crate::registry::Registry;
 use crate::service::Service;
 use crate::shared::{Core, Limits};
 use strata_graph::order::glist::ReorderParams;
+use strata_store::budget::Planned;
 use strata_store::config::AllSize;
 use strata_store::secret::{check_listen_token, constant_time_eq};
 
@@ -187,7 +188,10 @@ pub fn serve(
         sum(Kind::Graph).saturating_add(pending_bytes),
         sum(Kind::Model),
         sum(Kind::Embedding).saturating_add(pending_run_bytes),
-    )?;
+    )?
+    .memory_plan()
+    .check_machine(strata_store::budget::physical_memory())
+    .map_err(ServeError::InvalidArgument)?;
     for (name, path) in pending {
         registry.register_graph(name, path, cfg.reorder.as_ref())?;
     }

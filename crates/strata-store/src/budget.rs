@@ -159,6 +159,24 @@ impl MemoryPlan {
         self.parts.iter().map(|p| p.bytes).sum()
     }
 
+    /// Refuses a plan that holds more than `machine` bytes (this machine's memory:
+    /// [`physical_memory`]) with a message naming both: a budget beyond the machine lets the
+    /// engine plan to keep in memory what the kernel can only kill it for. A plan within the
+    /// machine passes, whatever the budget (a large budget and a small graph hold little).
+    pub fn check_machine(&self, machine: u64) -> Result<(), String> {
+        if self.total() <= machine {
+            return Ok(());
+        }
+        Err(format!(
+            "{} budget {}: the plan holds {}, more than this machine's {} of memory; give --memory at most {}, so that the rest stays on disk",
+            self.engine,
+            fmt_bytes(self.memory),
+            fmt_bytes(self.total()),
+            fmt_bytes(machine),
+            fmt_bytes(machine)
+        ))
+    }
+
     /// The plan as lines for the user: the budget and total, one line per part, one per data
     /// set (all in memory, or what share is and where the rest is read from).
     pub fn describe(&self) -> Vec<String> {
@@ -199,6 +217,21 @@ impl MemoryPlan {
     }
 }
 
+/// Bytes of physical memory in this machine (`u64::MAX` where the system does not say).
+pub fn physical_memory() -> u64 {
+    // SAFETY: sysconf reads system constants; it has no memory-safety preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(page)) {
+        (Ok(p), Ok(b)) if p > 0 && b > 0 => p.saturating_mul(b),
+        _ => u64::MAX,
+    }
+}
+
 /// An engine's typed plan, seen in the common shape.
 pub trait Planned {
     /// The plan as named parts and data sets.
@@ -228,6 +261,18 @@ impl Planning {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_beyond_the_machine_is_refused_naming_both_and_one_within_it_passes() {
+        let p = plan();
+        assert_eq!(p.check_machine(p.total()), Ok(()));
+        let msg = p.check_machine(512 << 20).unwrap_err();
+        assert_eq!(
+            msg,
+            "gnn budget 1.00 GiB: the plan holds 600 MiB, more than this machine's 512 MiB of memory; give --memory at most 512 MiB, so that the rest stays on disk"
+        );
+        assert!(physical_memory() > 1 << 20);
+    }
 
     fn plan() -> MemoryPlan {
         MemoryPlan::new("gnn", 1 << 30)

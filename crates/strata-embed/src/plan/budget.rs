@@ -4,7 +4,7 @@
 //! at start and the run refuses to start when the minimum does not fit.
 
 use serde::Serialize;
-use strata_store::budget::{group_bytes, group_takes, MemoryPlan, Planned};
+use strata_store::budget::{group_bytes, group_takes, physical_memory, MemoryPlan, Planned};
 use strata_store::units::fmt_bytes;
 
 use crate::config::{
@@ -111,6 +111,14 @@ pub struct EmbedPlan {
 }
 
 impl EmbedPlan {
+    /// Refuses a plan that holds more than this machine's memory, naming both
+    /// ([`MemoryPlan::check_machine`]).
+    pub fn check_machine(&self) -> Result<()> {
+        self.memory_plan()
+            .check_machine(physical_memory())
+            .map_err(EmbedError::Budget)
+    }
+
     /// Total planned bytes.
     pub fn total(&self) -> u64 {
         self.buffer_bytes

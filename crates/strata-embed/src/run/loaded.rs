@@ -58,6 +58,7 @@ impl Loaded {
             let shape = node_shape(store, cfg)?;
             let plan =
                 budget::plan_fitting(cfg, model, &shape, run.meta.num_relations, None, None)?;
+            plan.check_machine()?;
             plan.memory_plan()
                 .describe()
                 .iter()

@@ -522,6 +522,7 @@ fn plan_job(
         device.as_ref(),
     )?;
     let plan = store_plan::with_kept_data(plan, cfg, store, side.needs.is_none());
+    plan.check_machine()?;
     let device_lines = plan.device.iter().flat_map(|d| d.memory_plan().describe());
     plan.memory_plan()
         .describe()
