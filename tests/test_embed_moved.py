@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import run_strata
+from conftest import needs, run_strata
 
 TRAIN = ["--model", "distmult", "--dim", "8", "--chunk-size", "200", "--negatives", "16", "--threads", "1", "-q"]
 
@@ -61,3 +61,17 @@ def test_a_run_moved_away_from_its_store_names_the_store_it_trained_on(kg, tmp_p
     proc = strata_cli("embed", "eval", tmp_path / "moved", "-q", check=False)
     assert proc.returncode == 2, proc.stderr
     assert f"run {tmp_path / 'moved'} trained on store {store.resolve()}, which is no longer there" in proc.stderr
+
+
+def test_an_index_moved_with_its_run_still_answers(kg, tmp_path):
+    needs("usearch")
+    store = tmp_path / "a" / "g.strata"
+    shutil.copytree(kg, store)
+    run_strata("embed", "train", store, "--epochs", "1", *TRAIN)
+    run_strata("embed", "index", store, "--out", store / "index", "-q")
+    node = (kg.parent / "raw" / "train.txt").read_text().split("\t", 1)[0]
+    store.parent.rename(tmp_path / "b")
+    store = tmp_path / "b" / "g.strata"
+    # It was "index ... was built from run <the old path>".
+    found = run_strata("embed", "neighbors", store, "--node", node, "--index", store / "index", "--json", "-q")
+    assert len(json.loads(found.stdout)["results"][0]["neighbors"]) == 10

@@ -122,6 +122,8 @@ def index_run(run: Run, cfg: EmbedIndexConfig, progress: ProgressFn | None = Non
         meta = {
             "format": "strata-embed-index",
             "run": str(run.path.absolute()),
+            # So that an index moved with its run (a store moved whole) still finds it.
+            "run_relative": os.path.relpath(run.path.absolute(), out.absolute()),
             "epoch": exported["epoch"],
             "metric": metric,
             "num_nodes": n,
@@ -157,6 +159,14 @@ class Index:
         names = self.path / NAMES_FILE
         self.names = names.read_text().splitlines() if names.exists() else None
         self.ids = {name: i for i, name in enumerate(self.names)} if self.names is not None else None
+
+    def runs(self) -> list[Path]:
+        """Where the run the index was built from may lie, resolved: where it was, and where
+        it is from the index now (one moved with it)."""
+        places = [Path(self.meta["run"])]
+        if "run_relative" in self.meta:
+            places.append(self.path / self.meta["run_relative"])
+        return [p.resolve() for p in places]
 
     def node_id(self, node: str | int) -> int:
         """The id of node ``node`` (a name, or an id without names)."""
@@ -228,7 +238,7 @@ def search_run_index(run: Run, cfg: EmbedNeighborsConfig) -> dict:
     ``cfg.metric`` (``model``: any). Answers like ``Run.neighbors`` (with ``epoch``)."""
     index, metric, nodes_file = cfg.index, cfg.metric, cfg.nodes_file
     found = Index(index)
-    if Path(found.meta["run"]) != run.path.absolute():
+    if run.path.resolve() not in found.runs():
         raise ConfigError(f"index {index} was built from run {found.meta['run']}, not {run.path.absolute()}")
     if metric != "model" and metric != found.meta["metric"]:
         raise ConfigError(
