@@ -12,7 +12,7 @@
 //! thrashed) and every output is written sequentially.
 //!
 //! The new store keeps the input's ids visible: `original_id` (`(N,)`, the id dtype) is the
-//! input id of each new node.
+//! input id of each new node (the first input's id when the input was itself reordered).
 
 mod run;
 mod write;
@@ -38,8 +38,15 @@ pub use run::{reorder_store, ReorderSummary};
 /// Rows permuted per chunk, at most.
 pub const CHUNK_ROWS: u64 = 1 << 16;
 
-/// The node-indexed arrays whose rows are permuted.
-const ROW_ARRAYS: [&str; 4] = ["features", "labels", "out_degree", "in_degree"];
+/// Node-indexed arrays whose rows move with their nodes (a reordered store's `original_id`
+/// too, so that reordering it again keeps naming the first input's ids).
+const ROW_ARRAYS: [&str; 5] = [
+    "features",
+    "labels",
+    "out_degree",
+    "in_degree",
+    "original_id",
+];
 
 /// Alignment (and smallest size) of an I/O chunk, in bytes.
 const ALIGN: u64 = strata_io::ALIGN as u64;
@@ -266,23 +273,6 @@ fn open_input(path: &std::path::Path, progress: &dyn Progress) -> Result<Store> 
     }
     if m.graph.node_names {
         return refuse("reorder: the store has a node name table; reordering supports integer-id stores only (a name's id is its rank in the sorted table, which a new order would break)".into());
-    }
-    if m.arrays.contains_key("original_id") {
-        // Name the order and the input only: the provenance also holds the input's whole
-        // conversion record, too long for one error line.
-        let how = m.provenance.get("reorder");
-        let field = |key: &str| {
-            how.and_then(|h| h.get(key))
-                .and_then(|v| v.as_str())
-                .unwrap_or("?")
-                .to_string()
-        };
-        return refuse(format!(
-            "reorder: the store is already reordered (by {} from {}); reorder that input \
-             instead, so that original_id keeps naming its ids",
-            field("order"),
-            field("input")
-        ));
     }
     if m.graph.num_nodes > u32::MAX as u64 {
         return refuse(format!(

@@ -79,6 +79,10 @@ pub(super) fn write_arrays(
         written.insert(info.file.clone(), name.clone());
         builder.add(name, done);
     }
+    // A reordered input's original_id moved with its rows above.
+    if arrays.contains_key("original_id") {
+        return Ok(());
+    }
     let id_dtype = store.manifest().graph.id_dtype;
     let mut out = builder.writer("original_id", id_dtype, &[], plan.io_chunk as usize)?;
     for chunk in perm.old_of_new.chunks(plan.io_chunk as usize / 8) {
