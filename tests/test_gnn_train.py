@@ -187,6 +187,9 @@ def test_bad_inputs(sbm, tmp_path, capsys):
         GnnData(sbm, memory="8M")
     with pytest.raises(TypeError, match="unknown option"):
         GnnData(sbm, fanout=[3])
+    # torch's own refusal, from deep in a lookup; now checked as `strata gnn train` checks it.
+    with pytest.raises(ConfigError, match=r"gnn\.train\.device: 'tpu:x' is not a torch device"):
+        GnnData(sbm, device="tpu:x")
     proc = run_strata("gnn", "train", sbm, "--fanouts", "0,5", check=False)
     assert proc.returncode == 2 and "gnn.train.fanouts" in proc.stderr
     proc = run_strata("gnn", "train", sbm, "--feature-codec", "f8", check=False)
@@ -245,19 +248,18 @@ def test_a_second_local_rank_on_a_one_gpu_machine_is_refused():
     # cuda:1, which torch rejected mid-setup with "invalid device ordinal" and a traceback.
     from types import SimpleNamespace
 
-    from strata.gnn.train import _device
+    from strata.gnn._torch import torch_device
     from strata.torchrun import Environment
 
     one_gpu = SimpleNamespace(
         device=torch.device, cuda=SimpleNamespace(is_available=lambda: True, device_count=lambda: 1)
     )
     env = Environment(rank=1, world_size=2, addr="127.0.0.1", port=1, local_rank=1)
-    assert _device(one_gpu, "cuda", Environment(rank=0, world_size=2, addr="127.0.0.1", port=1)) == torch.device(
-        "cuda", 0
-    )
+    first = Environment(rank=0, world_size=2, addr="127.0.0.1", port=1)
+    assert torch_device("cuda", first, torch=one_gpu) == torch.device("cuda", 0)
     with pytest.raises(ConfigError, match=r"rank 1 \(local rank 1\) would train on cuda:1, but this machine has 1"):
-        _device(one_gpu, "cuda", env)
-    assert _device(one_gpu, "cuda:0", env) == torch.device("cuda", 0)
+        torch_device("cuda", env, torch=one_gpu)
+    assert torch_device("cuda:0", env, torch=one_gpu) == torch.device("cuda", 0)
 
 
 def test_without_a_hot_set_ranking_the_cache_takes_the_whole_feature_budget(sbm):

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..store import Store
 from ..torchrun import process_bytes
 from ..units import fmt_bytes, parse_size
-from ._torch import require_torch
+from ._torch import require_torch, torch_device
 from .batch import Batch
 from .features import SplitFeatures, join_rpc, owned_range
 
@@ -244,7 +244,9 @@ class GnnData:
         unknown = sorted(set(options) - set(GnnTrainConfig.__engine__))
         if unknown:
             raise TypeError(_native.unknown_name("option", unknown[0], sorted(GnnTrainConfig.__engine__)))
-        self.device = str(device)
+        # A device other than the CPU is checked as `strata gnn train` checks it (torch's own
+        # refusal of a name it does not know came from deep in a lookup).
+        self.device = str(device) if str(device) == "cpu" else str(torch_device(str(device)))
         # Checked as the [gnn.train] section (errors name gnn.train.KEY), its defaults filled in.
         if split is not None and device_memory == "auto":
             device_memory = 0

@@ -23,7 +23,7 @@ from ..errors import BudgetError, ConfigError, DivergedError
 from ..paths import make_dir, refuse_foreign_dir
 from ..store import Store
 from ..units import fmt_bytes, fmt_count
-from ._torch import require_torch
+from ._torch import require_torch, torch_device
 from .dist import Ranks
 from .loader import GnnData, node_labels, process_bytes
 from .record import is_gnn_record
@@ -45,36 +45,6 @@ def default_run_dir(store: Path, model: str) -> Path:
 def run_dir_of(cfg: GnnTrainConfig) -> Path:
     """The run directory of ``cfg``: ``run_dir``, else :func:`default_run_dir`."""
     return Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg.store, cfg.model)
-
-
-def _device(torch, name: str, env: torchrun.Environment | None = None):
-    """The torch device of ``--device``; under torchrun a CUDA device without an index is the
-    rank's local one (``LOCAL_RANK``)."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(name)
-    except RuntimeError as e:
-        raise ConfigError(f"gnn.train.device: {name!r} is not a torch device ({e})") from None
-    if dev.type == "cpu":
-        return dev
-    if dev.type != "cuda":
-        # Other backends (mps, xpu, ...) are untested here, and most torch builds lack them.
-        raise ConfigError(f"gnn.train.device: {name!r}: the GNN trainer runs on cpu or cuda (cuda:N), not {dev.type}")
-    if env is not None and dev.index is None:
-        dev = torch.device("cuda", env.local_rank)
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if count == 0:
-        raise ConfigError(
-            f"gnn.train.device: {name!r} asks for CUDA, but torch sees no CUDA device here; use cpu or auto"
-        )
-    if (dev.index or 0) >= count:
-        rank = f"rank {env.rank} (local rank {env.local_rank}) " if env is not None else ""
-        raise ConfigError(
-            f"gnn.train.device: {rank}would train on {dev}, but this machine has {count} CUDA device(s); "
-            "run at most one rank per GPU (torchrun --nproc-per-node) or name the device"
-        )
-    return dev
 
 
 #: Tensors of the parameters' size that training adds: gradients and Adam's two moments.
@@ -261,7 +231,7 @@ def train(config: GnnTrainConfig | None = None, progress: ProgressFn | None = No
         torch.set_num_threads(cfg.torch_threads)
     env = torchrun.environment()
     torch.manual_seed(cfg.seed)
-    device = _device(torch, cfg.device, env)
+    device = torch_device(cfg.device, env)
     settings = as_dict(cfg)
     from .models import GNN, LAYERS
 
