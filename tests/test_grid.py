@@ -688,6 +688,14 @@ def test_malformed_grid_json(graphs, tmp_path):
     assert proc.returncode == 2 and "grid.json is not valid JSON" in proc.stderr
 
 
+def test_a_run_replacing_another_algorithms_leaves_none_of_its_arrays(graphs, tmp_path):
+    out = tmp_path / "r"
+    run(algorithm="pagerank", store=graphs["store"], grid="d-row", out=out)
+    run(algorithm="bfs", store=graphs["store"], grid="d-row", out=out, root=1)
+    # The pagerank run's rank.npy stayed beside the bfs run's arrays and its run.json.
+    assert sorted(p.name for p in out.iterdir()) == ["level.npy", "metrics.jsonl", "parent.npy", "run.json"]
+
+
 def test_bad_inputs_through_the_cli(graphs, tmp_path, capsys):
     store = graphs["store"]
     # The first case in a child process (its exit status and stderr), the rest in this one.

@@ -378,6 +378,7 @@ def run(
                 # The directory is touched only once the run is under way: a run that fails its
                 # checks leaves an earlier run there as it was.
                 make_dir(out, "--out")
+                _drop_earlier_results(out)
                 (out / "run.json").unlink(missing_ok=True)
                 # A restarted group that resumed from a checkpoint starts past iteration 1: the
                 # lines of the iterations the checkpoint holds stay.
@@ -420,6 +421,18 @@ def run(
         record["program"] = program
     _write_atomic(out / "run.json", json.dumps(record, indent=2, default=str))
     return summary
+
+
+def _drop_earlier_results(out: Path) -> None:
+    """Removes the result arrays of the earlier run in ``out`` (its ``run.json`` lists them), so
+    that a run of another algorithm there leaves none beside its own (a bfs run kept the
+    pagerank run's rank.npy). Only files directly in ``out`` are touched."""
+    try:
+        earlier = json.loads((out / "run.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    for path in (earlier.get("summary") or {}).get("arrays") or []:
+        (out / Path(path).name).unlink(missing_ok=True)
 
 
 def format_summary(summary: dict) -> str:
