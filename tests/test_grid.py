@@ -5,7 +5,9 @@ bad inputs."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -694,6 +696,15 @@ def test_a_run_replacing_another_algorithms_leaves_none_of_its_arrays(graphs, tm
     run(algorithm="bfs", store=graphs["store"], grid="d-row", out=out, root=1)
     # The pagerank run's rank.npy stayed beside the bfs run's arrays and its run.json.
     assert sorted(p.name for p in out.iterdir()) == ["level.npy", "metrics.jsonl", "parent.npy", "run.json"]
+    # Two runs wrote one directory at once, each its arrays and metrics lines among the other's.
+    other = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(ConfigError, match="is being written by another run"):
+            run(algorithm="pagerank", store=graphs["store"], grid="d-row", out=out)
+    finally:
+        os.close(other)
+    assert (out / "level.npy").exists() and not (out / "rank.npy").exists()
 
 
 def test_bad_inputs_through_the_cli(graphs, tmp_path, capsys):

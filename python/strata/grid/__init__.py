@@ -14,6 +14,8 @@ happens in ``strata._native``; see docs/grid.md.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
@@ -378,6 +380,7 @@ def run(
                 # The directory is touched only once the run is under way: a run that fails its
                 # checks leaves an earlier run there as it was.
                 make_dir(out, "--out")
+                held.callback(os.close, _lock_out(out))
                 _drop_earlier_results(out)
                 (out / "run.json").unlink(missing_ok=True)
                 # A restarted group that resumed from a checkpoint starts past iteration 1: the
@@ -398,13 +401,21 @@ def run(
         if on_iteration is not None:
             on_iteration(record)
 
-    try:
-        summary = _native.grid_run({**native, "out": str(out)}, progress, each, exchange)
-    finally:
-        if exchange is not None:
-            exchange.close()
-    if not writes:
-        return summary
+    # The lock on the run directory, taken when the run first writes there and held to its end.
+    with contextlib.ExitStack() as held:
+        try:
+            summary = _native.grid_run({**native, "out": str(out)}, progress, each, exchange)
+        finally:
+            if exchange is not None:
+                exchange.close()
+        if writes:
+            _write_record(out, cfg, summary, history, program, exchange)
+    return summary
+
+
+def _write_record(out: Path, cfg: RunConfig, summary: dict, history: list[dict], program, exchange) -> None:
+    """Writes ``run.json`` of the finished run (and, when no iteration ran, an empty
+    ``metrics.jsonl``) into ``out``."""
     if not history:  # no iteration ran (an empty graph): the directory still gets its files
         make_dir(out, "--out")
         (out / "metrics.jsonl").write_text("")
@@ -420,7 +431,22 @@ def run(
     if program is not None:
         record["program"] = program
     _write_atomic(out / "run.json", json.dumps(record, indent=2, default=str))
-    return summary
+
+
+def _lock_out(out: Path) -> int:
+    """A descriptor holding an exclusive lock on the run directory ``out`` (``flock``, which
+    the kernel drops with a killed process), so that two runs never write one directory at
+    once; a directory another run holds is refused, naming it."""
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(
+            f"--out {out} is being written by another run (this process or another); wait for it to end, "
+            "or choose another --out"
+        ) from None
+    return fd
 
 
 def _drop_earlier_results(out: Path) -> None:
