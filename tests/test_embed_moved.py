@@ -75,3 +75,17 @@ def test_an_index_moved_with_its_run_still_answers(kg, tmp_path):
     # It was "index ... was built from run <the old path>".
     found = run_strata("embed", "neighbors", store, "--node", node, "--index", store / "index", "--json", "-q")
     assert len(json.loads(found.stdout)["results"][0]["neighbors"]) == 10
+
+
+def test_a_run_copied_into_another_store_keeps_reading_its_own(kg, tmp_path):
+    store = tmp_path / "a" / "g.strata"
+    shutil.copytree(kg, store)
+    run_strata("embed", "train", store, "--epochs", "1", *TRAIN)
+    other = tmp_path / "b" / "other.strata"
+    other.parent.mkdir()
+    run_strata("generate", "kg", "--out", tmp_path / "raw", "--entities", "50", "--triples", "400", "-q")
+    run_strata("convert", tmp_path / "raw", "--relations", "--out", other, "-q")
+    shutil.copytree(store / "runs", other / "runs")
+    # Its relative path leads to a store of another graph: the run keeps the one it trained on
+    # (it was "store ... changed since run ... trained on it").
+    run_strata("embed", "eval", other / "runs" / "embed", "--split", "valid", "-q")

@@ -202,15 +202,25 @@ pub fn is_run(dir: &Path) -> bool {
     dir.join("run.json").is_file()
 }
 
-/// Where the store of the run in `dir` lies now: at its path relative to the run when a store
-/// is there (the store was moved or copied with its runs), else at the absolute path recorded.
+/// Where the store of the run in `dir` lies now: at its path relative to the run when the
+/// run's store is there (the store was moved or copied with its runs), else at the absolute
+/// path recorded (a run copied alone, as the service's snapshot of it, finds no store there).
 fn located_store(dir: &Path, meta: &RunMeta) -> PathBuf {
     meta.store_relative
         .as_ref()
         .map(|rel| dir.join(rel))
-        .filter(|store| store.join("manifest.json").is_file())
+        .filter(|store| is_store_of(store, meta))
         .and_then(|store| store.canonicalize().ok())
         .unwrap_or_else(|| meta.store.clone())
+}
+
+/// Whether `path` holds the store `meta`'s run trained on: its node count and the size of its
+/// train edges (the staleness check of [`Run::store`]).
+fn is_store_of(path: &Path, meta: &RunMeta) -> bool {
+    Store::open(path).is_ok_and(|store| {
+        store.manifest().graph.num_nodes == meta.num_nodes
+            && train_bytes(&store).is_ok_and(|b| b == meta.store_train_bytes)
+    })
 }
 
 /// The path of `to` relative to the directory `from` (`../g.strata`), both resolved first;
