@@ -132,6 +132,15 @@ def test_options_the_input_format_does_not_read_are_refused(tmp_path, strata_cli
     np.save(tmp_path / "x.npy", np.ones((3, 4), dtype=np.float32))
     for extra, flag in [(["--features", tmp_path / "x.npy"], "--features"), (["--layout", "columns"], "--layout")]:
         fails(strata_cli, tmp_path, p, *extra, needles=[f"convert: {flag} would be ignored: the text converter"])
+    # NumPy pairs said to be triples: converted without relations before.
+    np.save(tmp_path / "pairs.npy", np.array([[0, 1], [1, 2]], dtype=np.int64))
+    fails(
+        strata_cli,
+        tmp_path,
+        tmp_path / "pairs.npy",
+        "--relations",
+        needles=["pairs.npy", "--relations: the edge array has 2 columns"],
+    )
 
 
 def test_gzip_and_csv_with_header(tmp_path, strata_cli):

@@ -40,6 +40,10 @@ pub struct NumpyOptions {
     /// Random node split (train, valid, test) over labelled nodes, seeded by `seed`.
     #[serde(default)]
     pub node_split: Option<[f64; 3]>,
+    /// The edge arrays are said to be `(src, rel, dst)` triples (`--relations`): arrays of two
+    /// columns are refused rather than converted without relations.
+    #[serde(default)]
+    pub relations: bool,
 }
 
 /// A NumPy conversion.
@@ -260,6 +264,12 @@ pub fn convert_numpy(
         _ => "num_nodes".to_string(),
     };
     let has_rel = arrays[0].width == 3;
+    if opts.relations && !has_rel {
+        return Err(StoreError::bad_file(
+            &arrays[0].path,
+            "--relations: the edge array has 2 columns (src, dst); (src, rel, dst) triples need 3",
+        ));
+    }
     let mut clock = Clock::new();
     let mut builder = StoreBuilder::create(&graph.out, graph.overwrite)?;
     let io_chunk = graph.io_chunk();

@@ -63,6 +63,7 @@ const EDGE_TYPES_FILE: &str = "edge_types.tsv";
 const SPLITS: [&str; 3] = ["train", "valid", "test"];
 
 const OPTIONS: &[&str] = &[
+    "relations",
     "layout",
     "features",
     "feature_dtype",
@@ -249,6 +250,7 @@ fn numpy_options(plan: &SourcePlan, opts: &ConvertOptions) -> Result<NumpyOption
         layout: opts.layout,
         feature_dtype: feature_dtype(opts),
         node_split: opts.node_split.map(|f| f.0),
+        relations: opts.relations,
     })
 }
 

@@ -163,7 +163,7 @@ fn refusals_name_the_option() {
 fn text_options_and_mixed_edge_files_are_refused_by_the_plan() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
-    touch(d, &["e.parquet", "e.tsv", "e.npy"]);
+    touch(d, &["e.parquet", "e.tsv", "e.npy", "e.bin"]);
     let err = |v| plan(v).unwrap_err().to_string();
     let parquet = d.join("e.parquet");
     let text = d.join("e.tsv");
@@ -203,7 +203,7 @@ fn text_options_and_mixed_edge_files_are_refused_by_the_plan() {
             "--ids",
         ),
         (
-            &d.join("e.npy"),
+            &d.join("e.bin"),
             "relations",
             serde_json::json!(true),
             "--relations",
