@@ -380,7 +380,8 @@ def run(
                 # The directory is touched only once the run is under way: a run that fails its
                 # checks leaves an earlier run there as it was.
                 make_dir(out, "--out")
-                held.callback(os.close, _lock_out(out))
+                if not locked:
+                    held.callback(os.close, _lock_out(out))
                 _drop_earlier_results(out)
                 (out / "run.json").unlink(missing_ok=True)
                 # A restarted group that resumed from a checkpoint starts past iteration 1: the
@@ -401,8 +402,12 @@ def run(
         if on_iteration is not None:
             on_iteration(record)
 
-    # The lock on the run directory, taken when the run first writes there and held to its end.
+    # The lock on the run directory, held to the run's end: taken now when the directory is
+    # there (a second run is refused before it computes anything), else when it is created.
     with contextlib.ExitStack() as held:
+        locked = writes and out.is_dir()
+        if locked:
+            held.callback(os.close, _lock_out(out))
         try:
             summary = _native.grid_run({**native, "out": str(out)}, progress, each, exchange)
         finally:
