@@ -620,10 +620,11 @@ impl GnnData {
             read_target,
         } = load_and_plan(store_path, &config, train_nodes, consumer)?;
         let meta = reader.meta().clone();
-        plan.memory_plan()
+        let memory_plan = plan.memory_plan();
+        memory_plan
             .check_machine(physical_memory())
             .map_err(GnnError::Budget)?;
-        plan.memory_plan()
+        memory_plan
             .describe()
             .iter()
             .for_each(|l| progress.message(l));

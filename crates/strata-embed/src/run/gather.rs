@@ -11,7 +11,7 @@ use strata_io::{AlignedBuf, Engine};
 use strata_store::Store;
 
 use crate::error::{io_err, EmbedError, Result};
-use crate::run::run_dir::{is_run, sync_dir, train_bytes, Run, RunMeta};
+use crate::run::run_dir::{is_run, sync_dir, Run, RunMeta};
 use crate::storage::table::TableFile;
 use crate::train::dist::owner_of;
 
@@ -93,9 +93,7 @@ pub fn gather(
             store_path.display()
         ))
     })?;
-    if train_bytes(&opened)? != meta.store_train_bytes
-        || opened.manifest().graph.num_nodes != meta.num_nodes
-    {
+    if !meta.trained_on(&opened)? {
         return Err(EmbedError::Config(format!(
             "store {} is not the one the run trained on (different nodes or train edges)",
             store_path.display()

@@ -161,6 +161,13 @@ impl RunMeta {
         })
     }
 
+    /// Whether the run trained on `store`: its node count and the size of its train edges are
+    /// the run's (the staleness check every reader of a run's store makes).
+    pub fn trained_on(&self, store: &Store) -> Result<bool> {
+        Ok(store.manifest().graph.num_nodes == self.num_nodes
+            && train_bytes(store)? == self.store_train_bytes)
+    }
+
     pub fn model(&self) -> ScoreModel {
         ScoreModel {
             kind: self.config.model,
@@ -214,13 +221,9 @@ fn located_store(dir: &Path, meta: &RunMeta) -> PathBuf {
         .unwrap_or_else(|| meta.store.clone())
 }
 
-/// Whether `path` holds the store `meta`'s run trained on: its node count and the size of its
-/// train edges (the staleness check of [`Run::store`]).
+/// Whether `path` holds the store `meta`'s run trained on ([`RunMeta::trained_on`]).
 fn is_store_of(path: &Path, meta: &RunMeta) -> bool {
-    Store::open(path).is_ok_and(|store| {
-        store.manifest().graph.num_nodes == meta.num_nodes
-            && train_bytes(&store).is_ok_and(|b| b == meta.store_train_bytes)
-    })
+    Store::open(path).is_ok_and(|store| meta.trained_on(&store).unwrap_or(false))
 }
 
 /// The path of `to` relative to the directory `from` (`../g.strata`), both resolved first;
@@ -353,9 +356,7 @@ impl Run {
             )));
         }
         let store = Store::open(&self.meta.store)?;
-        if train_bytes(&store)? != self.meta.store_train_bytes
-            || store.manifest().graph.num_nodes != self.meta.num_nodes
-        {
+        if !self.meta.trained_on(&store)? {
             return Err(EmbedError::Config(format!(
                 "store {} changed since run {} trained on it (different nodes or train edges)",
                 self.meta.store.display(),

@@ -47,10 +47,11 @@ pub fn reorder_store(options: &ReorderOptions, progress: &dyn Progress) -> Resul
     let store = open_input(src, progress)?;
     let depth = strata_io::Engine::shared().depth() as u64;
     let plan = plan_for(&store, order, options.memory.0, depth)?;
-    plan.memory_plan()
+    let memory_plan = plan.memory_plan();
+    memory_plan
         .check_machine(strata_store::budget::physical_memory())
         .map_err(GraphError::Config)?;
-    let lines = plan.memory_plan().describe();
+    let lines = memory_plan.describe();
     for line in &lines {
         progress.message(line);
     }
