@@ -188,7 +188,8 @@ def test_device_pipeline_batches_equal_the_native_loader_s(cora, device, produce
         stats = loader.stats()
         assert stats["sampler"] == "device" and stats["batches"] == len(b)
         assert set(stats["busy_seconds"]) == {"sample", "lookup"}
-        assert 0.0 <= stats["wait_share"] <= 1.0
+        assert 0.0 <= stats["wait_share"] <= 1.0 and stats["waited_seconds"] <= stats["wall_seconds"]
+        assert stats["stalled_seconds"] >= 0.0 and (device == "cuda" or stats["stalled_seconds"] == 0.0)
         assert stats["producer"] == (producer if device == "cuda" else "in order")
         assert 0.0 < stats["train_seconds"] < stats["wall_seconds"]
         assert stats["model_idle_share"] == pytest.approx(1 - stats["train_seconds"] / stats["wall_seconds"])
@@ -351,7 +352,8 @@ def test_the_window_pins_the_misses_of_the_batches_sampled_ahead(cora, device):
     # The accumulator off, each batch's misses are read alone, and the plan says so.
     alone = GnnData(cora, data_path="device", device=device, accumulator=False, **options)
     assert alone.device_path.pipeline.read_rows == 0 < path.pipeline.read_rows
-    assert alone.plan_lines()[-1].endswith("each batch's misses read alone (no accumulator)")
+    # On CUDA the line goes on to say who issues the work.
+    assert "each batch's misses read alone (no accumulator)" in alone.plan_lines()[-1]
 
 
 def test_a_failed_sample_releases_the_pins_of_the_hops_it_placed(cora):

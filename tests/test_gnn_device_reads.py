@@ -215,6 +215,11 @@ def test_gnn_train_data_path_flag_is_printed_and_recorded(cora, tmp_path):
     pipeline = record["history"][0]["pipeline"]
     assert pipeline["sampler"] == "device" and pipeline["producer"] == "in order"
     assert 0.0 <= pipeline["model_idle_share"] <= 1.0
+    # The epoch line gives the device's measure of the model's wait beside the host's.
+    idle = f"(the model idle {100 * pipeline['model_idle_share']:.1f}%)"
+    assert (
+        f"waited for data {100 * record['history'][0]['data_wait_fraction']:.1f}% {idle}; " in out.stdout + out.stderr
+    )
     # Without --data-path (auto) on the CPU: tests/test_gnn_train.py's CLI run checks the native
     # path is printed and recorded with its reason.
     bad = run_strata(*common, "--data-path", "gpu", check=False)

@@ -524,7 +524,7 @@ def describe_epoch(rec: dict, epochs: int) -> str:
         f"epoch {rec['epoch']}/{epochs}: loss {rec['loss']:.4f}, train acc {rec['train_accuracy']:.4f}, "
         f"{rec['seconds']:.2f} s, {rec['seeds_per_second']:,.0f} seeds/s, "
         f"{rec['sampled_nodes_per_second']:,.0f} sampled nodes/s, "
-        f"waited for data {100 * rec['data_wait_fraction']:.1f}%; "
+        f"waited for data {100 * rec['data_wait_fraction']:.1f}%{_model_idle(p)}; "
         f"rows: hot {100 * tiers.get('hot_rows', 0) / rows:.1f}%, "
         f"cache {100 * tiers.get('cache_rows', 0) / rows:.1f}%, "
         f"disk {100 * tiers.get('disk_rows', 0) / rows:.1f}% ({fmt_bytes(tiers.get('disk_bytes_read', 0))} read)"
@@ -535,6 +535,14 @@ def describe_epoch(rec: dict, epochs: int) -> str:
     if rec.get("valid"):
         line += f"; valid acc {rec['valid']['accuracy']:.4f}"
     return line
+
+
+def _model_idle(pipeline: dict) -> str:
+    """The device data path's own measure of the model's wait, beside the host's: with
+    replayed steps the host runs ahead of the device and waits in the loader while the model
+    still trains, so the host's wait overstates the model's."""
+    idle = pipeline.get("model_idle_share")
+    return "" if idle is None else f" (the model idle {100 * idle:.1f}%)"
 
 
 def format_summary(record: dict) -> str:

@@ -231,14 +231,21 @@ class DevicePipeline:
             produced.close()
             totals = clock.totals()
             wall = time.perf_counter() - started
-            waited += totals.pop("wait", 0.0)
+            # Two clocks, kept apart: their sum is no share of the wall (an inline producer's
+            # host work and the device's stall on the batch it issued overlap in time).
+            stalled = totals.pop("wait", 0.0)
             trained = totals.pop("train", 0.0)
             self.stats = {
                 "batches": batches,
                 "wall_seconds": wall,
                 "busy_seconds": totals,
+                # The training loop's host seconds blocked on the next batch (an inline
+                # producer's: issuing it).
                 "waited_seconds": waited,
                 "wait_share": waited / wall if wall > 0 else 0.0,
+                # The model's stream stalled on a batch's ready event (CUDA events; 0 on the
+                # CPU twin, whose batches are ready when handed out).
+                "stalled_seconds": stalled,
                 # The share of the epoch the model's stream had no step to run: waiting for a
                 # batch, or for the host to issue the step (on the CPU twin, the host's time
                 # outside the steps).
