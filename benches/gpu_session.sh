@@ -63,6 +63,8 @@ done
 # its store made by an earlier call (the store about 45 s more), tests 60. On an H200
 # (2026-11-28): tests 60 to 77, gnn-g6 140, embed-trace 14, gnn-trace 25, embed-fb15k 86,
 # embed-rmat-lean 182 with its store made in the call, gnn-path 11, embed-step 20.
+# On an H200 (2026-11-29): env 25, recipes-fb260 66, gnn-g6 145 (PyG's part skipped),
+# embed-rmat-lean 224 with its store made in the call, tests 63, gnn-big-prepare 128, gnn-big 134.
 declare -A LIMIT=([env]=60 [tests]=240 [tests-alone]=240 [embed-step]=120 [embed-fb15k]=150 [embed-trace]=150 [gnn-trace]=200 [embed-bf16]=400 [embed-pbg]=240 [gnn-path]=150 [gnn-g6]=300 [embed-rmat-resident]=200
     [embed-rmat-ooc]=540 [embed-rmat-bf16]=540 [embed-rmat-lean]=560 [gnn-big-prepare]=560 [gnn-big]=400 [recipes]=540 [recipes-fb260]=240 [recipes-tf32]=540
     [recipes-n3]=560 [per-edge]=240)
