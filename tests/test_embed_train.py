@@ -190,11 +190,16 @@ def train_out_of_core_pair(store, tmp_path, option: str, epochs: int, **fixed) -
     return runs, parts
 
 
-def test_a_swap_spare_reads_beside_the_write_and_trains_the_same_table(kg, tmp_path):
-    """Out of core, the plan's swap spare lets each swap read the next partition while it
-    writes the evicted one; the table is bit for bit that of a run whose swaps write, then read."""
-    _, parts = train_out_of_core_pair(kg, tmp_path, "swap_spare", epochs=2, keep_partitions=False)
+def test_a_swap_spare_reads_ahead_and_trains_the_same_table(kg, tmp_path):
+    """Out of core, the plan's swap spare holds the partition the next swap loads, read ahead
+    as soon as the disk is free (the order fixes it in advance), so every swap hands it over
+    at once and writes its victim behind; the table is bit for bit that of a run whose swaps
+    write, then read."""
+    runs, parts = train_out_of_core_pair(kg, tmp_path, "swap_spare", epochs=2, keep_partitions=False)
     assert parts[True]["swap spare"]["bytes"] > 0 and parts[False]["swap spare"]["bytes"] == 0
+    for h in runs[True].history:
+        assert h["loads_read_ahead"] == h["swaps"] > 0
+    assert all(h["loads_read_ahead"] == 0 for h in runs[False].history)
 
 
 @pytest.mark.parametrize(

@@ -499,10 +499,11 @@ pub struct TrainConfig {
     /// the epoch once the copy is synced, when --memory holds the copy beside the rest (the
     /// plan says so); false: each epoch writes its table back before it ends (no copy)
     pub write_behind: bool,
-    /// out of core in one process: a spare partition buffer beside the slots, so each swap
-    /// reads the next partition into it while the evicted one is written from its slot (the
-    /// disk serves both at once), when --memory holds it beside the rest (the plan says so);
-    /// false: each swap writes the evicted partition, then reads the next into its slot
+    /// out of core in one process: two spare partition buffers beside the slots (one when
+    /// --memory holds only one beside the rest; the plan says so), so the partition each
+    /// swap loads is read ahead as soon as the disk is free and the swap hands it over at
+    /// once, its victim written behind beside the next read; false: each swap writes the
+    /// evicted partition, then reads the next into its slot
     pub swap_spare: bool,
     /// in one process: the training edges read in the first epoch stay in memory for the
     /// later ones when --memory holds them beside the rest (the plan says so), so an

@@ -88,10 +88,11 @@ pub struct EmbedPlan {
     /// budget holds it beside the rest; 0 otherwise (the epoch writes its table back before
     /// it ends).
     pub write_behind_bytes: u64,
-    /// A spare partition buffer that each swap reads the next partition into while the
-    /// evicted one is written from its slot, and its bytes: one partition when the run asks
-    /// for it (`swap_spare`), partitions swap, the process is alone and the budget holds it
-    /// beside the rest; 0 otherwise (a swap writes, then reads, through one slot).
+    /// Spare partition buffers the partition of each next swap is read ahead into (while the
+    /// last swap's victim is written behind, with two), and their bytes: two partitions, or
+    /// one, when the run asks for them (`swap_spare`), partitions swap, the process is alone
+    /// and the budget holds them beside the rest; 0 otherwise (a swap writes, then reads,
+    /// through one slot).
     pub swap_spare_bytes: u64,
     /// The training edges kept in memory after their first read ([`EmbedPlan::keep_edges`]),
     /// and their bytes (0: every epoch reads its edges from the SSD).
@@ -166,7 +167,7 @@ impl EmbedPlan {
     pub fn keep_partitions(mut self, cfg: &TrainConfig, alone: bool) -> Self {
         let outside = (self.partitions as u64).saturating_sub(self.capacity as u64);
         let bytes = outside * self.part_bytes;
-        let left = self.memory.saturating_sub(self.total()) + self.swap_spare_bytes;
+        let left = (self.memory + self.swap_spare_bytes).saturating_sub(self.total());
         if cfg.keep_partitions && alone && !self.in_memory() {
             if bytes <= left {
                 self.kept_partition_bytes = bytes;
@@ -268,10 +269,10 @@ impl Planned for EmbedPlan {
             plan = plan.part(
                 "swap spare",
                 self.swap_spare_bytes,
-                if self.swap_spare_bytes > 0 {
-                    "1 partition: a swap reads the next while the evicted one is written"
-                } else {
-                    "none: each swap writes the evicted partition, then reads the next"
+                match self.swap_spare_bytes / self.part_bytes.max(1) {
+                    0 => "none: each swap writes the evicted partition, then reads the next",
+                    1 => "1 partition: the next swap's partition read ahead after the last victim is written behind",
+                    _ => "2 partitions: the next swap's partition read ahead while the last victim is written behind",
                 },
             );
         }
@@ -860,7 +861,11 @@ pub fn plan(
     let resident = partitions <= capacity as u64;
     let spare = |wanted: bool, bytes: u64| (wanted && alone && bytes <= left).then_some(bytes);
     let write_behind_bytes = spare(cfg.write_behind && resident, table_bytes).unwrap_or(0);
-    let swap_spare_bytes = spare(cfg.swap_spare && !resident, part_bytes).unwrap_or(0);
+    // Two spares when they fit (the next partition read ahead while the last victim is
+    // written behind), else one (read ahead once it is written).
+    let swap_spare_bytes = spare(cfg.swap_spare && !resident, 2 * part_bytes)
+        .or_else(|| spare(cfg.swap_spare && !resident, part_bytes))
+        .unwrap_or(0);
     Ok(EmbedPlan {
         memory,
         partitions: partitions as u32,
@@ -1189,7 +1194,7 @@ mod tests {
         let short = with(exact - 1);
         assert_eq!(
             (short.kept_partition_bytes, short.swap_spare_bytes),
-            (0, p.part_bytes)
+            (0, p.swap_spare_bytes)
         );
         // The plan says what --memory lacks to keep them.
         assert_eq!(short.kept_partitions_short, 1);
@@ -1226,11 +1231,31 @@ mod tests {
     fn partitions_that_swap_get_a_spare_buffer_when_the_budget_holds_it() {
         let (m, nodes) = (model(100), untyped(100_000));
         let (parts, p) = swapping_plan();
-        assert_eq!(p.swap_spare_bytes, p.part_bytes, "{p:?}");
+        assert_eq!(p.swap_spare_bytes, 2 * p.part_bytes, "{p:?}");
         assert!(p.total() <= parts.memory.0);
         let line = p.memory_plan().describe().join("\n");
         assert!(
-            line.contains("a swap reads the next while the evicted one is written"),
+            line.contains("2 partitions: the next swap's partition read ahead while the last victim is written behind"),
+            "{line}"
+        );
+        // Room for one spare only (a smaller budget, to an eighth of a partition): one, read
+        // into once the last victim is written.
+        let one = (1..)
+            .map(|i| TrainConfig {
+                memory: Size(p.total() - i * p.part_bytes / 8),
+                ..parts.clone()
+            })
+            .map(|smaller| plan(&smaller, &m, &nodes, 10, 1, None, None).unwrap())
+            .find(|q| q.swap_spare_bytes < 2 * p.part_bytes)
+            .unwrap();
+        assert_eq!(
+            (one.partitions, one.swap_spare_bytes),
+            (4, p.part_bytes),
+            "{one:?}"
+        );
+        let line = one.memory_plan().describe().join("\n");
+        assert!(
+            line.contains("1 partition: the next swap's partition read ahead after"),
             "{line}"
         );
         // Asked not to, a resident table, a rank of a group, and a budget the buffer fills:

@@ -1,7 +1,10 @@
 //! Background I/O of an epoch: partition swaps (write the evicted partition back, read the next
 //! one: into the same slot, or with a spare buffer into the spare while the evicted one is
-//! written, the two at once) and bucket edges read ahead in training order. The trainer decides
-//! when a swap may start; these threads only move bytes.
+//! written, the two at once; with a spare, the partition the next swap loads is also read
+//! ahead into it as soon as the disk is free, so that swap hands it over at once and writes
+//! its victim behind) and bucket edges read ahead in training order. The trainer decides when
+//! a swap may start and which partition comes next (Legend's order fixes it in advance); these
+//! threads only move bytes.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -37,39 +40,71 @@ pub struct Swap {
 pub struct Swapped {
     pub slot: usize,
     pub buf: AlignedBuf,
+    /// The swap's outcome, or a write behind an earlier swap that failed.
     pub result: Result<()>,
-    /// When the swap thread started and finished moving its bytes.
+    /// When the swap thread started and finished moving its bytes before handing the buffer
+    /// over (a swap whose partition was read ahead hands it over at once).
     pub started: Instant,
     pub finished: Instant,
+    /// Whether the loaded partition had been read ahead.
+    pub read_ahead: bool,
+    /// The I/O the thread did behind the swaps since the last one was handed over.
+    pub behind: Vec<Behind>,
 }
+
+/// Work for the swap thread, done in the order sent.
+enum Job {
+    Swap(Swap),
+    /// Read this partition from this table into the spare, for the swap that loads it next.
+    ReadAhead(u32, Arc<TableFile>),
+}
+
+/// Partition I/O the swap thread did after handing a swap's buffer over (the victim's write
+/// behind it, the next partition's read ahead): when it started and ended.
+pub type Behind = (Instant, Instant);
 
 /// The thread doing partition swaps, and the spare buffer it reads into (given back by
 /// [`Swapper::finish`]); with a [`PartitionCache`], also the thread writing evicted partitions
 /// back behind the swaps.
 pub struct Swapper {
-    tx: Option<Sender<Swap>>,
+    tx: Option<Sender<Job>>,
     rx: Receiver<Swapped>,
-    handle: Option<JoinHandle<Option<AlignedBuf>>>,
+    handle: Option<JoinHandle<Spares>>,
     writer: Option<JoinHandle<()>>,
     cache: Option<Arc<PartitionCache>>,
+}
+
+/// The swap thread's spare buffers (the plan's swap spare: one or two partitions) and what
+/// they hold: free ones, the partition read ahead for the next swap, a victim still to write
+/// behind; the I/O done behind the swaps not yet reported, and a write behind that failed.
+#[derive(Default)]
+struct Spares {
+    free: Vec<AlignedBuf>,
+    held: Option<(u32, AlignedBuf)>,
+    pending: Option<(u32, Arc<TableFile>, AlignedBuf)>,
+    behind: Vec<Behind>,
+    failed: Option<EmbedError>,
 }
 
 /// An evicted partition on its way to the SSD: its id, the table it goes to, its bytes.
 type WriteBack = (u32, Arc<TableFile>, AlignedBuf);
 
 impl Swapper {
-    /// Starts the swap thread; with `spare` (a buffer of a slot's size) each swap that evicts
-    /// reads the next partition into the spare while it writes the evicted one. With a `cache`
-    /// the spare joins the cache's free buffers, a swap hands its slot a kept partition's
-    /// buffer (or reads the SSD into a free one), and the evicted partition is written on a
-    /// thread of its own, then kept: the swap ends without waiting for its write.
+    /// Starts the swap thread. With `spares` (buffers of a slot's size: the plan's swap spare)
+    /// the partition each swap loads is read ahead ([`read_ahead`](Self::read_ahead)) and the
+    /// swap hands it over at once, its victim written behind: with two spares while the next
+    /// partition is read, with one before it. A swap whose partition was not read ahead reads
+    /// it into a spare while it writes the evicted one (without spares, into the slot's buffer
+    /// after the write). With a `cache` the spares join the cache's free buffers, a swap hands
+    /// its slot a kept partition's buffer (or reads the SSD into a free one), and the evicted
+    /// partition is written on a thread of its own, then kept.
     pub fn start(
         engine: Arc<Engine>,
         layout: TableLayout,
-        spare: Option<AlignedBuf>,
+        spares: Vec<AlignedBuf>,
         cache: Option<Arc<PartitionCache>>,
     ) -> Swapper {
-        let (tx, jobs) = unbounded::<Swap>();
+        let (tx, jobs) = unbounded::<Job>();
         let (done_tx, rx) = unbounded::<Swapped>();
         let (writes, writer) = match &cache {
             Some(cache) => {
@@ -78,39 +113,49 @@ impl Swapper {
             }
             None => (None, None),
         };
-        let spare = match (&cache, spare) {
-            (Some(cache), Some(buf)) => {
-                cache.recycle(buf);
-                None
-            }
-            (_, spare) => spare,
+        let mut spares = Spares {
+            free: spares,
+            ..Spares::default()
         };
+        if let Some(cache) = &cache {
+            spares.free.drain(..).for_each(|buf| cache.recycle(buf));
+        }
         let kept = cache.clone();
         let handle = std::thread::Builder::new()
             .name("strata-embed-swap".into())
             .spawn(move || {
-                let mut spare = spare;
-                for s in jobs {
-                    let started = Instant::now();
-                    let slot = s.slot;
-                    let (buf, result) = match (&kept, &writes) {
-                        (Some(cache), Some(writes)) => {
-                            swap_kept(&engine, &layout, s, cache, writes)
+                for job in jobs {
+                    let sent = match (job, &kept, &writes) {
+                        (Job::Swap(s), Some(cache), Some(writes)) => {
+                            let started = Instant::now();
+                            let slot = s.slot;
+                            let (buf, result) = swap_kept(&engine, &layout, s, cache, writes);
+                            done_tx
+                                .send(Swapped {
+                                    slot,
+                                    buf,
+                                    result,
+                                    started,
+                                    finished: Instant::now(),
+                                    read_ahead: false,
+                                    behind: Vec::new(),
+                                })
+                                .is_ok()
                         }
-                        _ => swap(&engine, &layout, s, &mut spare),
+                        (Job::Swap(s), ..) => spares.swap(&engine, &layout, s, &done_tx),
+                        // Kept partitions come from memory: nothing to read ahead.
+                        (Job::ReadAhead(..), Some(_), _) => true,
+                        (Job::ReadAhead(p, from), ..) => {
+                            spares.read_ahead(&engine, &layout, p, &from);
+                            true
+                        }
                     };
-                    let done = Swapped {
-                        slot,
-                        buf,
-                        result,
-                        started,
-                        finished: Instant::now(),
-                    };
-                    if done_tx.send(done).is_err() {
+                    if !sent {
                         break;
                     }
                 }
-                spare
+                spares.write_pending(&engine, &layout);
+                spares
             })
             .expect("spawn the swap thread");
         Swapper {
@@ -123,10 +168,21 @@ impl Swapper {
     }
 
     pub fn start_swap(&self, s: Swap) {
+        self.send(Job::Swap(s));
+    }
+
+    /// Reads partition `p` from `from` into the spare once the swaps sent before are done, so
+    /// the swap that loads it next hands it over at once (no spare, or partitions kept in
+    /// memory: nothing to do). `p` must not change in `from` before that swap.
+    pub fn read_ahead(&self, p: u32, from: Arc<TableFile>) {
+        self.send(Job::ReadAhead(p, from));
+    }
+
+    fn send(&self, job: Job) {
         self.tx
             .as_ref()
             .expect("running")
-            .send(s)
+            .send(job)
             .expect("the swap thread runs");
     }
 
@@ -135,24 +191,30 @@ impl Swapper {
         self.rx.recv().expect("the swap thread answers")
     }
 
-    /// Ends the swap thread once every write-back has landed, and gives back its spare buffer
-    /// (`None`: it had none, or gave it to the cache); errors: a write-back failed.
-    pub fn finish(mut self) -> Result<Option<AlignedBuf>> {
-        let spare = self.join();
-        match &self.cache {
-            Some(cache) => cache.failure().map(|()| spare),
-            None => Ok(spare),
+    /// Ends the swap thread once every write-back has landed, and gives back its spare buffers
+    /// (none when it had none, or gave them to the cache) and the I/O it did behind the swaps
+    /// not yet reported; errors: a write-back failed.
+    pub fn finish(mut self) -> Result<(Vec<AlignedBuf>, Vec<Behind>)> {
+        let spares = self.join();
+        if let Some(e) = spares.failed {
+            return Err(e);
         }
+        if let Some(cache) = &self.cache {
+            cache.failure()?;
+        }
+        let mut free = spares.free;
+        free.extend(spares.held.map(|(_, buf)| buf));
+        Ok((free, spares.behind))
     }
 
     /// Ends the threads (the writer's after the swap thread's, which feeds it).
-    fn join(&mut self) -> Option<AlignedBuf> {
+    fn join(&mut self) -> Spares {
         self.tx.take();
-        let spare = self.handle.take().and_then(|h| h.join().ok().flatten());
+        let spares = self.handle.take().and_then(|h| h.join().ok());
         if let Some(h) = self.writer.take() {
             let _ = h.join();
         }
-        spare
+        spares.unwrap_or_default()
     }
 }
 
@@ -175,41 +237,144 @@ fn write_back(
     (writes, handle)
 }
 
-/// Moves one swap's bytes: returns the buffer holding the loaded partition and the outcome.
-/// With a `spare` and a partition to evict, the next partition is read into the spare on this
-/// thread while another writes the evicted one from its buffer, which becomes the spare.
-fn swap(
-    engine: &Arc<Engine>,
-    layout: &TableLayout,
-    s: Swap,
-    spare: &mut Option<AlignedBuf>,
-) -> (AlignedBuf, Result<()>) {
-    let Swap {
-        mut buf,
-        evict,
-        load,
-        ..
-    } = s;
-    let read = |into: &mut AlignedBuf| load.1.read_partition(engine, layout, load.0, into);
-    match (evict, spare.take()) {
-        (Some((p, to)), Some(mut next)) => {
-            let (wrote, read) = std::thread::scope(|scope| {
-                let writer = scope.spawn(|| to.write_partition(engine, layout, p, &mut buf));
-                let read = read(&mut next);
-                (writer.join().expect("the swap's write thread"), read)
-            });
-            *spare = Some(buf);
-            (next, wrote.and(read))
+impl Spares {
+    /// Moves one swap's bytes and sends the slot its buffer on `done` (false: the trainer is
+    /// gone). A partition read ahead goes to the slot at once and its victim waits to be
+    /// written behind (beside the next read ahead). Otherwise any victim still waiting is
+    /// written first, then the next partition is read into a free spare while another
+    /// thread writes the evicted one from its buffer, which becomes free; without a spare the
+    /// slot's buffer is written, then read into. A write behind that failed is reported by the
+    /// next swap, or at the end.
+    fn swap(
+        &mut self,
+        engine: &Arc<Engine>,
+        layout: &TableLayout,
+        s: Swap,
+        done: &Sender<Swapped>,
+    ) -> bool {
+        let started = Instant::now();
+        let Swap {
+            slot,
+            mut buf,
+            evict,
+            load,
+            ..
+        } = s;
+        let held = match self.held.take() {
+            Some((p, next)) if p == load.0 => Some(next),
+            Some((_, stale)) => {
+                self.free.push(stale);
+                None
+            }
+            None => None,
+        };
+        // Read ahead, the last victim was written beside that read: none waits here then.
+        self.write_pending(engine, layout);
+        let failed = self.failed.take().map_or(Ok(()), Err);
+        let behind = std::mem::take(&mut self.behind);
+        let sent = |buf: AlignedBuf, result: Result<()>, read_ahead: bool| {
+            done.send(Swapped {
+                slot,
+                buf,
+                result: failed.and(result),
+                started,
+                finished: Instant::now(),
+                read_ahead,
+                behind,
+            })
+            .is_ok()
+        };
+        if let Some(next) = held {
+            self.pending = evict.map(|(p, to)| (p, to, buf));
+            return sent(next, Ok(()), true);
         }
-        (evict, kept) => {
-            *spare = kept;
-            let wrote = match &evict {
-                Some((p, to)) => to.write_partition(engine, layout, *p, &mut buf),
-                None => Ok(()),
-            };
-            let result = wrote.and_then(|()| read(&mut buf));
-            (buf, result)
+        let read = |into: &mut AlignedBuf| load.1.read_partition(engine, layout, load.0, into);
+        match (evict, self.free.pop()) {
+            (Some((p, to)), Some(mut next)) => {
+                let (wrote, read) = std::thread::scope(|scope| {
+                    let writer = scope.spawn(|| to.write_partition(engine, layout, p, &mut buf));
+                    let read = read(&mut next);
+                    (writer.join().expect("the swap's write thread"), read)
+                });
+                self.free.push(buf);
+                sent(next, wrote.and(read), false)
+            }
+            (evict, free) => {
+                self.free.extend(free);
+                let wrote = match &evict {
+                    Some((p, to)) => to.write_partition(engine, layout, *p, &mut buf),
+                    None => Ok(()),
+                };
+                let result = wrote.and_then(|()| read(&mut buf));
+                sent(buf, result, false)
+            }
         }
+    }
+
+    /// Reads partition `p` of `from` ahead for the next swap, into a free spare while the
+    /// victim waiting to be written behind is written, or into the victim's buffer once it is
+    /// (one spare); when `p` is that victim, its buffer already holds its newest bytes. A read
+    /// that fails leaves nothing held: the swap that needs `p` reads it again and reports it.
+    fn read_ahead(&mut self, engine: &Arc<Engine>, layout: &TableLayout, p: u32, from: &TableFile) {
+        if let Some((_, stale)) = self.held.take() {
+            self.free.push(stale);
+        }
+        let started = Instant::now();
+        let read = |into: &mut AlignedBuf| from.read_partition(engine, layout, p, into).is_ok();
+        let held = match (self.pending.take(), self.free.pop()) {
+            (Some((victim, to, mut buf)), free) if victim == p => {
+                self.free.extend(free);
+                let wrote = to.write_partition(engine, layout, victim, &mut buf);
+                self.failed = self.failed.take().or(wrote.err());
+                Some(buf)
+            }
+            (Some((victim, to, mut buf)), Some(mut next)) => {
+                let (wrote, ok) = std::thread::scope(|scope| {
+                    let writer =
+                        scope.spawn(|| to.write_partition(engine, layout, victim, &mut buf));
+                    let ok = read(&mut next);
+                    (writer.join().expect("the write behind's thread"), ok)
+                });
+                self.failed = self.failed.take().or(wrote.err());
+                self.free.push(buf);
+                self.keep_read(next, ok)
+            }
+            (Some((victim, to, mut buf)), None) => {
+                let wrote = to.write_partition(engine, layout, victim, &mut buf);
+                self.failed = self.failed.take().or(wrote.err());
+                let ok = read(&mut buf);
+                self.keep_read(buf, ok)
+            }
+            (None, Some(mut next)) => {
+                let ok = read(&mut next);
+                self.keep_read(next, ok)
+            }
+            (None, None) => return,
+        };
+        self.held = held.map(|buf| (p, buf));
+        self.behind.push((started, Instant::now()));
+    }
+
+    /// `buf` when its read succeeded, else nothing (the buffer goes back to the free ones).
+    fn keep_read(&mut self, buf: AlignedBuf, ok: bool) -> Option<AlignedBuf> {
+        if ok {
+            return Some(buf);
+        }
+        self.free.push(buf);
+        None
+    }
+
+    /// Writes the victim waiting to be written behind, if any (before a swap that needs its
+    /// buffer or the disk, and at the end).
+    fn write_pending(&mut self, engine: &Arc<Engine>, layout: &TableLayout) {
+        let Some((p, to, mut buf)) = self.pending.take() else {
+            return;
+        };
+        let started = Instant::now();
+        let wrote = to.write_partition(engine, layout, p, &mut buf);
+        self.failed = self.failed.take().or(wrote.err());
+        self.free.push(buf);
+        self.behind.push((started, Instant::now()));
     }
 }
 
@@ -551,8 +716,9 @@ mod tests {
         let (engine, layout, table) = four_partitions(dir.path());
         let bytes = layout.part_bytes() as usize;
         for with_spare in [false, true] {
-            let spare = with_spare.then(|| filled(&layout, 0));
-            let spare_at = spare.as_ref().map(|b| b.prefix(1).as_ptr());
+            let spare: Vec<AlignedBuf> =
+                with_spare.then(|| filled(&layout, 0)).into_iter().collect();
+            let spare_at = spare.first().map(|b| b.prefix(1).as_ptr());
             let swapper = Swapper::start(engine.clone(), layout, spare, None);
             // Slot 1 held partition 0, changed in memory to bytes 9: it leaves for 2.
             let victim = filled(&layout, 9);
@@ -572,14 +738,14 @@ mod tests {
                 back.prefix(bytes).iter().all(|&b| b == 9),
                 "partition 0 written"
             );
-            let returned = swapper.finish().unwrap();
+            let (returned, _) = swapper.finish().unwrap();
             if with_spare {
                 assert_eq!(
                     Some(done.buf.prefix(1).as_ptr()),
                     spare_at,
                     "the slot takes the spare"
                 );
-                let kept = returned.expect("the spare comes back");
+                let kept = returned.into_iter().next().expect("the spare comes back");
                 assert_eq!(
                     kept.prefix(1).as_ptr(),
                     victim_at,
@@ -587,7 +753,7 @@ mod tests {
                 );
             } else {
                 assert_eq!(done.buf.prefix(1).as_ptr(), victim_at);
-                assert!(returned.is_none());
+                assert!(returned.is_empty());
             }
             // Partition 0 back as it was, for the next round.
             table
@@ -609,7 +775,7 @@ mod tests {
         let swapper = Swapper::start(
             engine.clone(),
             layout,
-            Some(filled(&layout, 0)),
+            vec![filled(&layout, 0)],
             Some(cache.clone()),
         );
         let victim = filled(&layout, 9);
@@ -636,7 +802,7 @@ mod tests {
             "with its bytes"
         );
         assert!(
-            swapper.finish().unwrap().is_none(),
+            swapper.finish().unwrap().0.is_empty(),
             "the spare went to the cache"
         );
         assert_eq!(engine.stats().since(&before).read_bytes, 0, "nothing read");
@@ -654,6 +820,117 @@ mod tests {
                 on_disk.prefix(bytes).iter().all(|&b| b == byte),
                 "partition {part} on disk"
             );
+        }
+    }
+
+    /// Reads partition 2 of `table` ahead, then starts the swap of slot 1's partition 0 (bytes
+    /// 9, written to `to`) for it.
+    fn start_0_for_2_read_ahead(
+        swapper: &Swapper,
+        layout: &TableLayout,
+        table: &Arc<TableFile>,
+        to: &Arc<TableFile>,
+    ) {
+        swapper.read_ahead(2, table.clone());
+        swapper.start_swap(Swap {
+            slot: 1,
+            buf: filled(layout, 9),
+            evict: Some((0, to.clone())),
+            load: (2, table.clone()),
+            write_back: true,
+        });
+    }
+
+    /// With one spare or two, a partition read ahead goes to the slot at once and the victim
+    /// waits to be written behind beside the next read ahead (after it, with one spare); when
+    /// the next swap loads that victim, the read ahead is its own buffer, newest bytes and all.
+    /// The I/O behind each swap is reported with the one after it. A read ahead of another
+    /// partition than the swap loads is not taken.
+    #[test]
+    fn a_partition_read_ahead_is_handed_over_at_once_and_the_victim_written_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, layout, table) = four_partitions(dir.path());
+        let bytes = layout.part_bytes() as usize;
+        let all = |buf: &AlignedBuf, byte: u8| buf.prefix(bytes).iter().all(|&b| b == byte);
+        for spares in [1, 2] {
+            let swapper = Swapper::start(
+                engine.clone(),
+                layout,
+                (0..spares).map(|_| filled(&layout, 0)).collect(),
+                None,
+            );
+            // Slot 1 held partition 0, changed to bytes 9: it leaves for 2, read ahead; then
+            // 2, changed to 7, leaves for 0, whose read ahead is its write behind.
+            start_0_for_2_read_ahead(&swapper, &layout, &table, &table);
+            swapper.read_ahead(0, table.clone());
+            let first = swapper.wait();
+            first.result.unwrap();
+            assert!(
+                first.read_ahead && all(&first.buf, 3),
+                "partition 2, read ahead"
+            );
+            assert_eq!(first.behind.len(), 1, "the read ahead before it");
+            let mut second = first.buf;
+            second.full_mut()[..bytes].fill(7);
+            let back = swap_in_slot_1(&swapper, &table, second, (2, 0), true);
+            back.result.unwrap();
+            assert!(
+                back.read_ahead && all(&back.buf, 9),
+                "partition 0 as written behind"
+            );
+            assert_eq!(back.behind.len(), 1, "0's write behind");
+            // A read ahead of 3 while the next swap loads 1: read the ordinary way.
+            swapper.read_ahead(3, table.clone());
+            let third = swap_in_slot_1(&swapper, &table, back.buf, (0, 1), true);
+            third.result.unwrap();
+            assert!(
+                !third.read_ahead && all(&third.buf, 2),
+                "partition 1, read in the swap"
+            );
+            let (returned, behind) = swapper.finish().unwrap();
+            assert_eq!(returned.len(), spares, "every spare comes back");
+            assert!(behind.is_empty(), "the third swap wrote its victim itself");
+            for (part, byte) in [(0u32, 9u8), (2, 7)] {
+                let mut on_disk = filled(&layout, 0);
+                table
+                    .read_partition(&engine, &layout, part, &mut on_disk)
+                    .unwrap();
+                assert!(
+                    all(&on_disk, byte),
+                    "{spares} spare(s): partition {part} on disk"
+                );
+            }
+            // The table as it was, for the next round.
+            for part in 0..4u32 {
+                table
+                    .write_partition(&engine, &layout, part, &mut filled(&layout, part as u8 + 1))
+                    .unwrap();
+            }
+        }
+    }
+
+    /// A write behind that fails is reported by the next swap, or at the end when no swap
+    /// follows: `/dev/full` refuses every write.
+    #[test]
+    fn a_failed_write_behind_is_reported_by_the_next_swap_or_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, layout, table) = four_partitions(dir.path());
+        let full =
+            Arc::new(TableFile::open(&engine, std::path::Path::new("/dev/full"), false).unwrap());
+        for swaps in [1, 2] {
+            let swapper = Swapper::start(engine.clone(), layout, vec![filled(&layout, 0)], None);
+            start_0_for_2_read_ahead(&swapper, &layout, &table, &full);
+            let first = swapper.wait();
+            first.result.expect("handed over before its victim's write");
+            if swaps == 2 {
+                let next = swap_in_slot_1(&swapper, &table, first.buf, (2, 1), true);
+                let err = next.result.unwrap_err().to_string();
+                assert!(err.contains("/dev/full"), "{err}");
+                swapper.finish().expect("reported once");
+            } else {
+                let err = swapper.finish().map(|_| ()).unwrap_err().to_string();
+                assert!(err.contains("/dev/full"), "{err}");
+            }
         }
     }
 }

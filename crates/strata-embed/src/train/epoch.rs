@@ -21,7 +21,9 @@ use crate::storage::bank::Banks;
 use crate::storage::buffer::PartitionBuffer;
 use crate::storage::edge_cache::EdgeCache;
 use crate::storage::entity_types::TypedTraining;
-use crate::storage::epoch_io::{prefetch_edges, BucketEdges, Groups, KeptEdges, Swap, Swapper};
+use crate::storage::epoch_io::{
+    prefetch_edges, Behind, BucketEdges, Groups, KeptEdges, Swap, Swapper,
+};
 use crate::storage::partitioning::Buckets;
 use crate::storage::relations::Relations;
 use crate::storage::table::TableFile;
@@ -43,6 +45,10 @@ pub struct EpochReport {
     pub io_wait_seconds: f64,
     pub io_wait_fraction: f64,
     pub partition_loads: usize,
+    /// Loads whose partition the swap spare had read ahead, so the swap handed it over at
+    /// once and wrote its victim behind.
+    #[serde(default)]
+    pub loads_read_ahead: usize,
     pub partition_bytes_read: u64,
     pub partition_bytes_written: u64,
     pub edge_bytes_read: u64,
@@ -132,8 +138,11 @@ pub(crate) struct Tally {
     pub(crate) edge_bytes: u64,
     pub(crate) trained: u64,
     pub(crate) loads: usize,
-    /// Seconds the I/O engine spent on fills and swaps.
+    /// Seconds the I/O engine spent on fills and swaps (writes behind and reads ahead
+    /// included).
     pub(crate) slot_io: f64,
+    /// Loads whose partition was read ahead into the swap spare.
+    pub(crate) read_ahead: usize,
 }
 
 /// One epoch's pass on this process: its epoch, timeline, running totals and progress bar.
@@ -164,6 +173,16 @@ impl<'p> Pass<'p> {
             kept: None,
         }
     }
+
+    /// Adds the swap thread's I/O `behind` the swaps of state `step` (the victims' writes
+    /// behind them, the next partitions' reads ahead) to the timeline and the slot I/O.
+    fn add_behind(&mut self, step: usize, behind: &[Behind]) {
+        for &(started, finished) in behind {
+            self.tl
+                .add("io", step, started, finished, "write behind, read ahead");
+            self.tally.slot_io += (finished - started).as_secs_f64();
+        }
+    }
 }
 
 /// The tables a single-process epoch swaps partitions between, which partitions it wrote
@@ -174,6 +193,22 @@ struct SwapTables<'a> {
     next: &'a Arc<TableFile>,
     written: Vec<bool>,
     last_eviction: Vec<Option<usize>>,
+}
+
+impl SwapTables<'_> {
+    /// The table partition `p` is read from: `next` once the epoch wrote it there.
+    fn source(&self, p: u32) -> Arc<TableFile> {
+        if self.written[p as usize] {
+            self.next.clone()
+        } else {
+            self.current.clone()
+        }
+    }
+}
+
+/// The partition the first swap at or after state `from` of `sched` loads.
+fn next_load(sched: &Schedule, from: usize) -> Option<u32> {
+    sched.steps.get(from..)?.iter().find_map(|s| s.loaded)
 }
 
 /// Model state in memory: relation rows, the partition buffer and the compute backend.
@@ -211,9 +246,9 @@ pub struct Trainer {
     pub(crate) writes_behind: bool,
     spare_copy: Vec<strata_io::AlignedBuf>,
     write_behind: Option<WriteBehind>,
-    /// The plan's swap spare (a slot-sized buffer each swap reads the next partition into
-    /// while it writes the evicted one), lent to each epoch's swap thread; `None`: none.
-    pub(crate) swap_spare: Option<strata_io::AlignedBuf>,
+    /// The plan's swap spare (one or two slot-sized buffers the next swap's partition is read
+    /// ahead into), lent to each epoch's swap thread; empty: none.
+    pub(crate) swap_spare: Vec<strata_io::AlignedBuf>,
     /// The training edges kept in memory after their first read, when the plan holds them
     /// (`None`: every epoch reads its edges from the SSD).
     pub(crate) edge_cache: Option<Arc<EdgeCache>>,
@@ -268,7 +303,7 @@ impl Trainer {
             writes_behind: false,
             spare_copy: Vec::new(),
             write_behind: None,
-            swap_spare: None,
+            swap_spare: Vec::new(),
             edge_cache: None,
         }
     }
@@ -315,7 +350,7 @@ impl Trainer {
         let swapper = Swapper::start(
             engine.clone(),
             self.buffer.layout,
-            self.swap_spare.take(),
+            std::mem::take(&mut self.swap_spare),
             self.buffer.kept().cloned(),
         );
         let label = format!("epoch {}/{}", epoch + 1, self.cfg.epochs);
@@ -332,8 +367,13 @@ impl Trainer {
             written: vec![false; self.buckets.partitioning.partitions as usize],
             last_eviction: sched.last_evictions(),
         };
+        // The first swap's partition is read while the first state trains.
+        if let Some(p) = next_load(sched, 0) {
+            swapper.read_ahead(p, tables.source(p));
+        }
         for (i, step) in sched.steps.iter().enumerate() {
-            self.step(i, step, &swapper, &edges_rx, &mut tables, &mut pass)?;
+            let ahead = next_load(sched, i + 1);
+            self.step(i, step, ahead, &swapper, &edges_rx, &mut tables, &mut pass)?;
             let io = engine.stats().since(&io_before);
             let secs = pass.tl.origin.elapsed().as_secs_f64().max(1e-9);
             progress.detail(&format!(
@@ -345,7 +385,9 @@ impl Trainer {
                 io.write_bytes as f64 / secs / 1e6
             ));
         }
-        self.swap_spare = swapper.finish()?;
+        let (spares, behind) = swapper.finish()?;
+        self.swap_spare = spares;
+        pass.add_behind(sched.states() - 1, &behind);
         let kept = kept.or_else(|| pass.kept.take().map(Arc::new));
         self.arrange_next(epoch, kept.as_ref());
         let t = Instant::now();
@@ -437,12 +479,15 @@ impl Trainer {
         Ok(())
     }
 
-    /// Buffer state `i` of the schedule: starts its swap, trains the buckets that overlap it,
-    /// waits for the swap, then trains the buckets that needed the loaded partition.
+    /// Buffer state `i` of the schedule: starts its swap (and the read ahead of `ahead`, the
+    /// partition the next swap loads), trains the buckets that overlap it, waits for the swap,
+    /// then trains the buckets that needed the loaded partition.
+    #[allow(clippy::too_many_arguments)]
     fn step(
         &mut self,
         i: usize,
         step: &Step,
+        ahead: Option<u32>,
         swapper: &Swapper,
         rx: &Receiver<BucketEdges>,
         tables: &mut SwapTables,
@@ -461,11 +506,7 @@ impl Trainer {
                 banks.copy_from(e, self.buffer.embeddings(e));
             }
             let (slot, buf) = self.buffer.take(e);
-            let from = if tables.written[l as usize] {
-                tables.next.clone()
-            } else {
-                tables.current.clone()
-            };
+            let from = tables.source(l);
             // Kept in memory, a partition the epoch loads again stays there (its buffer the
             // newest copy); its last eviction writes it to the table the epoch commits.
             let write_back =
@@ -478,7 +519,9 @@ impl Trainer {
                 load: (l, from),
                 write_back,
             };
-            leaving = Some((landing, swap));
+            // Read after this swap's write: the next partition may be the one it evicts.
+            let ahead = ahead.map(|p| (p, tables.source(p)));
+            leaving = Some((landing, swap, ahead));
             pending = Some((e, l));
             pass.tally.loads += 1;
         }
@@ -486,10 +529,13 @@ impl Trainer {
         // the overlap buckets' compute) and its swap starts, on a thread of its own, while the
         // retained partitions train.
         std::thread::scope(|scope| -> Result<()> {
-            let lander = leaving.map(|(landing, swap)| {
+            let lander = leaving.map(|(landing, swap, ahead)| {
                 scope.spawn(move || -> Result<()> {
                     landing()?;
                     swapper.start_swap(swap);
+                    if let Some((p, from)) = ahead {
+                        swapper.read_ahead(p, from);
+                    }
                     Ok(())
                 })
             });
@@ -510,6 +556,8 @@ impl Trainer {
             let label = format!("swap {e}->{l}");
             pass.tl.add("io", i, done.started, done.finished, label);
             pass.tally.slot_io += (done.finished - done.started).as_secs_f64();
+            pass.add_behind(i, &done.behind);
+            pass.tally.read_ahead += usize::from(done.read_ahead);
             done.result?;
             self.buffer.put(done.slot, done.buf, l);
             // Before the backend takes the rows (a device copies them).
@@ -611,6 +659,7 @@ impl Trainer {
             io_wait_seconds: tally.io_wait,
             io_wait_fraction: tally.io_wait / seconds,
             partition_loads: tally.loads,
+            loads_read_ahead: tally.read_ahead,
             partition_bytes_read,
             partition_bytes_written: io.write_bytes,
             edge_bytes_read: tally.edge_bytes,

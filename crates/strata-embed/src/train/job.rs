@@ -731,8 +731,9 @@ fn setup(
         plan.bank_rows,
     );
     trainer.prefetch_slots = plan.prefetch_slots;
-    trainer.swap_spare = (plan.swap_spare_bytes > 0)
-        .then(|| strata_io::AlignedBuf::new(trainer.buffer.layout.part_bytes() as usize));
+    trainer.swap_spare = (0..plan.swap_spare_bytes / plan.part_bytes.max(1))
+        .map(|_| strata_io::AlignedBuf::new(trainer.buffer.layout.part_bytes() as usize))
+        .collect();
     trainer.edge_cache = (plan.kept_edge_bytes > 0).then(Default::default);
     if plan.kept_partition_bytes > 0 {
         trainer.buffer.keep_partitions(Default::default());
@@ -924,8 +925,12 @@ fn eval_types(t: &Trainer) -> Option<Vec<(usize, usize)>> {
 /// One line per epoch for the user.
 pub fn describe_epoch(r: &EpochRecord, epochs: usize, sgemm_flops: f64) -> String {
     let e = &r.report;
+    let ahead = match e.loads_read_ahead {
+        0 => String::new(),
+        n => format!(" ({n} read ahead)"),
+    };
     let mut line = format!(
-        "epoch {}/{}: loss {:.4}, {:.2} s, {:.0} edges/s, I/O wait {:.2} s ({:.1}%), {} loads, read {}, wrote {}, step {:.1} GFLOP/s per thread ({:.0}% of SGEMM)",
+        "epoch {}/{}: loss {:.4}, {:.2} s, {:.0} edges/s, I/O wait {:.2} s ({:.1}%), {} loads{ahead}, read {}, wrote {}, step {:.1} GFLOP/s per thread ({:.0}% of SGEMM)",
         e.epoch,
         epochs,
         e.loss,

@@ -11,8 +11,12 @@
 //! a row-wise Adagrad count their smaller partitions (`R = 8d` is the paper's form). Strata also
 //! checks the schedule it will actually run: for every swap, the edges of the buckets that
 //! train while it is in flight, times `t`, against the swap's write-then-read time
-//! `P/w + P/r` (the swap thread writes the evicted partition, then reads the next one; with
-//! the plan's swap spare it does both at once, and this is an upper bound).
+//! `P/w + P/r` (the swap thread writes the evicted partition, then reads the next one). With
+//! the plan's swap spare the next partition is read ahead as soon as the disk is free, so a
+//! swap's I/O also overlaps the training before it: the check then follows the disk through
+//! the epoch, each swap's partition ready `P/w + P/r` after the one before it was handed over
+//! (the victim written behind, then the next read; with two spares the two at once, so
+//! `max(P/w, P/r)`), and the trainer waits only where it reaches a swap before then.
 
 use serde::Serialize;
 use strata_io::profile::DeviceProfile;
@@ -85,6 +89,8 @@ pub struct OverlapCheck {
     pub hidden_swaps: usize,
     /// Seconds per swap (write then read one partition).
     pub swap_seconds: f64,
+    /// Whether the next swap's partition is read ahead (the plan's swap spare).
+    pub read_ahead: bool,
     /// Expected seconds per epoch the trainer waits on swaps.
     pub exposed_seconds: f64,
     /// Expected seconds per epoch of training.
@@ -107,8 +113,13 @@ impl OverlapCheck {
                 if self.paper_holds { "holds, I/O can be fully hidden" } else { "fails, I/O cannot be fully hidden" }
             ),
             format!(
-                "  this schedule: {}/{} swaps of {:.2} s each have enough overlapping training; expected I/O wait {:.1} s of {:.1} s compute per epoch",
-                self.hidden_swaps, self.swaps, self.swap_seconds, self.exposed_seconds, self.compute_seconds
+                "  this schedule: {}/{} swaps of {:.2} s each have enough {} training; expected I/O wait {:.1} s of {:.1} s compute per epoch",
+                self.hidden_swaps,
+                self.swaps,
+                self.swap_seconds,
+                if self.read_ahead { "earlier (read ahead)" } else { "overlapping" },
+                self.exposed_seconds,
+                self.compute_seconds
             ),
         ]
     }
@@ -225,8 +236,10 @@ pub fn paper_threshold(
     1.5 * (node_bytes * node_bytes) as f64 / (buffer_bytes * edge_seconds * (w + r))
 }
 
-/// Checks `schedule` over `buckets` with `edge_seconds` per edge and the device `profile`.
+/// Checks `schedule` over `buckets` with `edge_seconds` per edge and the device `profile`,
+/// each swap's partition read ahead into the plan's `spares` (0: none, no read ahead).
 /// `None` when every partition stays resident (there are no swaps to hide).
+#[allow(clippy::too_many_arguments)]
 pub fn check(
     schedule: &Schedule,
     buckets: &Buckets,
@@ -235,6 +248,7 @@ pub fn check(
     part_bytes: u64,
     edge_seconds: f64,
     profile: &DeviceProfile,
+    spares: u64,
 ) -> Option<OverlapCheck> {
     if schedule.swaps() == 0 {
         return None;
@@ -245,20 +259,25 @@ pub fn check(
     let density = buckets.num_edges as f64 / (v * v);
     let threshold = paper_threshold(node_bytes, buffer_bytes as f64, edge_seconds, w, r);
     let swap_seconds = part_bytes as f64 / w + part_bytes as f64 / r;
-    let mut hidden = 0;
-    let mut exposed = 0.0;
-    for step in schedule.steps.iter().skip(1) {
-        let edges: u64 = step
-            .overlap
+    let seconds = |buckets_of: &[(u32, u32)]| {
+        let edges: u64 = buckets_of
             .iter()
             .map(|&(a, b)| buckets.range(a, b).end - buckets.range(a, b).start)
             .sum();
-        let covered = edges as f64 * edge_seconds;
-        if covered >= swap_seconds {
-            hidden += 1;
-        }
-        exposed += (swap_seconds - covered).max(0.0);
-    }
+        edges as f64 * edge_seconds
+    };
+    let steps: Vec<StepSeconds> = schedule
+        .steps
+        .iter()
+        .map(|s| StepSeconds {
+            overlap: seconds(&s.overlap),
+            after: seconds(&s.after_load),
+            swaps: s.loaded.is_some(),
+        })
+        .collect();
+    let waits = swap_waits(&steps, part_bytes as f64 / w, part_bytes as f64 / r, spares);
+    let hidden = waits.iter().filter(|&&t| t <= 0.0).count();
+    let exposed = waits.iter().sum();
     Some(OverlapCheck {
         edge_seconds,
         write_bytes_per_s: w,
@@ -270,14 +289,96 @@ pub fn check(
         swaps: schedule.swaps(),
         hidden_swaps: hidden,
         swap_seconds,
+        read_ahead: spares > 0,
         exposed_seconds: exposed,
         compute_seconds: buckets.num_edges as f64 * edge_seconds,
     })
 }
 
+/// A buffer state's training seconds: while its swap is in flight, and after it (or the
+/// whole state's, for a state reached without a swap).
+#[derive(Debug, Clone, Copy)]
+struct StepSeconds {
+    overlap: f64,
+    after: f64,
+    swaps: bool,
+}
+
+/// The trainer's expected wait at each swap of `steps`, a swap writing its victim in `write`
+/// seconds and reading the next partition in `read`. Without `spares` a swap starts when it
+/// is due and only its state's overlapping training covers it. With them the disk works
+/// through the epoch: the first swap's partition is read from the epoch's start, each later
+/// one once the swap before it was handed over (after its victim is written with one spare,
+/// beside that write with two), and a swap is handed over once its partition is in (the
+/// trainer waits for that after the overlapping training).
+fn swap_waits(steps: &[StepSeconds], write: f64, read: f64, spares: u64) -> Vec<f64> {
+    let read_ahead = spares > 0;
+    let between = if spares >= 2 {
+        write.max(read)
+    } else {
+        write + read
+    };
+    let mut waits = Vec::new();
+    let (mut now, mut ready) = (0.0, read);
+    for s in steps {
+        if !s.swaps {
+            now += s.overlap + s.after;
+            continue;
+        }
+        let wait = if read_ahead {
+            let handed = ready.max(now);
+            ready = handed + between;
+            (handed - (now + s.overlap)).max(0.0)
+        } else {
+            (write + read - s.overlap).max(0.0)
+        };
+        waits.push(wait);
+        now += s.overlap + wait + s.after;
+    }
+    waits
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Swaps of 0.5 s (0.2 to write, 0.3 to read) between states that train 0.1 s while a
+    /// swap is in flight and 0.5 s after it: alone each swap shows 0.4 s; read ahead (one
+    /// spare), the
+    /// 0.6 s a state trains covers the next swap's 0.5 s of I/O, and only the first swap,
+    /// whose read has the fill state's 0.05 s before it, shows its 0.15 s.
+    #[test]
+    fn a_read_ahead_hides_a_swap_behind_the_training_before_it() {
+        let fill = StepSeconds {
+            overlap: 0.0,
+            after: 0.05,
+            swaps: false,
+        };
+        let state = StepSeconds {
+            overlap: 0.1,
+            after: 0.5,
+            swaps: true,
+        };
+        let steps = [fill, state, state, state];
+        let alone = swap_waits(&steps, 0.2, 0.3, 0);
+        assert!(alone.iter().all(|&w| (w - 0.4).abs() < 1e-12), "{alone:?}");
+        let ahead = swap_waits(&steps, 0.2, 0.3, 1);
+        assert!((ahead[0] - 0.15).abs() < 1e-12, "{ahead:?}");
+        assert!(ahead[1..].iter().all(|&w| w == 0.0), "{ahead:?}");
+        // A disk slower than the training between swaps: after the first, each swap waits the
+        // 0.4 s by which its 1 s of I/O outlasts a state's 0.6 s of training.
+        let slow = swap_waits(&steps, 0.5, 0.5, 1);
+        assert!((slow[0] - 0.35).abs() < 1e-12, "{slow:?}");
+        assert!(
+            slow[1..].iter().all(|&w| (w - 0.4).abs() < 1e-12),
+            "{slow:?}"
+        );
+        // With two spares the write behind and the next read run at once: 0.5 s of I/O
+        // between swaps, hidden by the 0.6 s of training.
+        let two = swap_waits(&steps, 0.5, 0.5, 2);
+        assert!((two[0] - 0.35).abs() < 1e-12, "{two:?}");
+        assert!(two[1..].iter().all(|&w| w == 0.0), "{two:?}");
+    }
 
     #[test]
     fn paper_numbers() {

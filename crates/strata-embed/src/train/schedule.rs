@@ -200,7 +200,12 @@ impl BucketScheduler for SingleMachine {
             )),
             Some(profile) => {
                 let node_bytes = trainer.buffer.layout.node_bytes();
-                let c = overlap::check(&sched, &trainer.buckets, node_bytes, plan.buffer_bytes, plan.part_bytes, rate.seconds, &profile)
+                // The swap spare reads each swap's partition ahead (kept partitions need none).
+                let spares = match plan.kept_partition_bytes {
+                    0 => plan.swap_spare_bytes / plan.part_bytes.max(1),
+                    _ => 0,
+                };
+                let c = overlap::check(&sched, &trainer.buckets, node_bytes, plan.buffer_bytes, plan.part_bytes, rate.seconds, &profile, spares)
                     .expect("the schedule has swaps");
                 c.describe().iter().for_each(|l| progress.message(l));
                 if rate.from_device_epoch {
