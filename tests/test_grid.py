@@ -706,6 +706,28 @@ def test_a_run_replacing_another_algorithms_leaves_none_of_its_arrays(graphs, tm
     finally:
         os.close(other)
     assert (out / "level.npy").exists() and not (out / "rank.npy").exists()
+    # A new --out is made and locked at the run's start, before anything is written there.
+    fresh, locked_before = tmp_path / "fresh", []
+
+    def progress(*_):
+        if not locked_before:
+            fd = os.open(fresh, os.O_RDONLY)
+            try:
+                with pytest.raises(BlockingIOError):
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+            locked_before.append(True)
+
+    def first(_):
+        assert locked_before, "locked before the first iteration"
+
+    run(algorithm="pagerank", store=graphs["store"], grid="d-row", out=fresh, progress=progress, on_iteration=first)
+    assert (fresh / "run.json").exists()
+    # A run that fails its checks leaves no directory it made.
+    with pytest.raises(ConfigError, match="vertex 1000 is not in the graph"):
+        run(algorithm="bfs", store=graphs["store"], grid="d-row", out=tmp_path / "failed", root=1000)
+    assert not (tmp_path / "failed").exists()
 
 
 def test_bad_inputs_through_the_cli(graphs, tmp_path, capsys):

@@ -377,11 +377,8 @@ def run(
         m = iteration_metrics(record)
         if not history:
             if writes:
-                # The directory is touched only once the run is under way: a run that fails its
-                # checks leaves an earlier run there as it was.
-                make_dir(out, "--out")
-                if not locked:
-                    held.callback(os.close, _lock_out(out))
+                # An earlier run there is touched only once this one is under way: a run that
+                # fails its checks leaves it as it was.
                 _drop_earlier_results(out)
                 (out / "run.json").unlink(missing_ok=True)
                 # A restarted group that resumed from a checkpoint starts past iteration 1: the
@@ -402,12 +399,17 @@ def run(
         if on_iteration is not None:
             on_iteration(record)
 
-    # The lock on the run directory, held to the run's end: taken now when the directory is
-    # there (a second run is refused before it computes anything), else when it is created.
+    # The lock on the run directory, held to the run's end and taken before anything is
+    # computed, so a second run is refused before it writes there (a windowed run's scratch
+    # files go there before the first iteration); a directory made for it is removed again if
+    # the run leaves it empty (it failed its checks).
     with contextlib.ExitStack() as held:
-        locked = writes and out.is_dir()
-        if locked:
+        if writes:
+            made = not out.exists()
+            make_dir(out, "--out")
             held.callback(os.close, _lock_out(out))
+            if made:
+                held.callback(_remove_if_empty, out)
         try:
             summary = _native.grid_run({**native, "out": str(out)}, progress, each, exchange)
         finally:
@@ -436,6 +438,12 @@ def _write_record(out: Path, cfg: RunConfig, summary: dict, history: list[dict],
     if program is not None:
         record["program"] = program
     _write_atomic(out / "run.json", json.dumps(record, indent=2, default=str))
+
+
+def _remove_if_empty(path: Path) -> None:
+    """Removes directory ``path`` if it holds nothing."""
+    with contextlib.suppress(OSError):
+        path.rmdir()
 
 
 def _lock_out(out: Path) -> int:
