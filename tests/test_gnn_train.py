@@ -155,10 +155,13 @@ def test_epochs_reshuffle_and_are_deterministic(sbm):
 def test_cli_train_learns_with_features_on_disk(sbm, tmp_path):
     run = tmp_path / "run"
     args = ["--fanouts", "10,5", "--batch-size", "128", "--epochs", "3", "--hidden", "32", "--feature-memory", "64K"]
-    proc = run_strata("gnn", "train", sbm, "--run-dir", run, *args, "--device", "cpu")
+    # Features split across ranks are a torchrun setting: one process says so and reads them all.
+    proc = run_strata("gnn", "train", sbm, "--run-dir", run, *args, "--device", "cpu", "--dist-features", "split")
     out = proc.stdout
     record = json.loads((run / "run.json").read_text())
     assert record["test"]["accuracy"] > 0.6, out  # 4 classes: chance is about 0.25
+    said = "dist_features = split applies under torchrun; this one process reads every row itself"
+    assert said in out + proc.stderr and record["dist_features"] == "replicated"
     # No --data-path: auto takes the native path on the CPU, and says why.
     assert "data path: native (the device is not a GPU)" in proc.stdout + proc.stderr
     assert record["data_path"] == "native" and record["data_path_note"] == "the device is not a GPU"

@@ -354,6 +354,9 @@ def _train(
     if ranks is not None and cfg.dist_features == "split":
         ranks.start_rpc()
         split = (ranks.rank, ranks.world_size)
+    elif cfg.dist_features == "split" and progress:
+        # Not refused: one config file may serve both this run and a torchrun group.
+        progress("message", "dist_features = split applies under torchrun; this one process reads every row itself")
     if open_data is None:
         if split is not None and cfg.data_path == "device":
             raise ConfigError(
