@@ -313,6 +313,8 @@ def test_bad_inputs_are_refused_cleanly(kg, tmp_path, strata_cli, capsys):
     cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "1", *SMALL)
     unknown = cli("embed", "predict", tmp_path / "ok", "--head", "no-such-node", "--relation", "r0", check=False)
     assert unknown.returncode == 2 and "node 'no-such-node' is not in store" in unknown.stderr
+    # Refused before the budget plan is shown.
+    assert "embedding table" not in unknown.stdout + unknown.stderr
     other = cli("embed", "train", kg, "--run-dir", tmp_path / "ok", "--epochs", "2", "--dim", "8", "-q", check=False)
     assert other.returncode == 2 and "different embed.train.dim" in other.stderr
     # The run resolved auto to one partition; another count asked for was silently ignored.

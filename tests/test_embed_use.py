@@ -88,6 +88,7 @@ def test_neighbors_bad_inputs(trained, strata_cli, tmp_path, capsys):
     assert none.returncode == 2 and "--node" in none.stderr
     unknown = cli("embed", "neighbors", run, "--node", "no-such-node", check=False)
     assert unknown.returncode == 2 and "node 'no-such-node' is not in store" in unknown.stderr
+    assert "embedding table" not in unknown.stdout + unknown.stderr, "refused before the plan is shown"
     (tmp_path / "nodes.txt").write_text(f"{names[1]}\nnope\n")
     in_file = cli("embed", "neighbors", run, "--nodes-file", tmp_path / "nodes.txt", check=False)
     assert in_file.returncode == 2 and "nodes.txt line 2" in in_file.stderr and "'nope'" in in_file.stderr

@@ -397,7 +397,8 @@ fn embed_predict(
     let memory = o.memory.map_or(0, |m| m.0);
     let (node, predict_heads) = o.query().map_err(|e| config_error(py, &e.to_string()))?;
     run(py, progress, |p| {
-        let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
+        // The query's names are checked before the plan is shown.
+        let mut l = Loaded::open_unsaid(&run_dir, o.checkpoint, memory, 0)?;
         let src = l.node_id(node)?;
         let rel = match &o.relation {
             Some(r) => l.relation_id(r)?,
@@ -409,6 +410,7 @@ fn embed_predict(
             }
             None => 0,
         };
+        l.say_plan(p);
         let predictions = l.predict(src, rel, predict_heads, o.top, o.exclude_known, p)?;
         Ok(
             serde_json::json!({"epoch": l.epoch, "node": src, "relation": rel, "predictions": predictions}),
@@ -501,8 +503,9 @@ fn embed_neighbors(
     let o: NeighborsOptions = section(options)?;
     let memory = o.memory.map_or(0, |m| m.0);
     run(py, progress, |p| {
-        let mut l = Loaded::open(&run_dir, o.checkpoint, memory, 0, p)?;
+        let mut l = Loaded::open_unsaid(&run_dir, o.checkpoint, memory, 0)?;
         let queries = resolve_queries(&l, &o)?;
+        l.say_plan(p);
         neighbors(&mut l, &queries, o.top, o.metric, o.any_type, p)
     })
 }

@@ -46,6 +46,15 @@ impl Loaded {
         threads: usize,
         progress: &dyn Progress,
     ) -> Result<Loaded> {
+        let loaded = Loaded::open_unsaid(dir, which, memory, threads)?;
+        loaded.say_plan(progress);
+        Ok(loaded)
+    }
+
+    /// [`open`](Self::open) without printing the plan, for a caller that checks its query
+    /// first (a name not in the store is refused before any plan is shown), then calls
+    /// [`say_plan`](Self::say_plan).
+    pub fn open_unsaid(dir: &Path, which: Which, memory: u64, threads: usize) -> Result<Loaded> {
         Loaded::open_planned(dir, which, |run, store, cfg, model| {
             if memory > 0 {
                 cfg.memory = Size(memory);
@@ -59,12 +68,17 @@ impl Loaded {
             let plan =
                 budget::plan_fitting(cfg, model, &shape, run.meta.num_relations, None, None)?;
             plan.check_machine()?;
-            plan.memory_plan()
-                .describe()
-                .iter()
-                .for_each(|l| progress.message(l));
             Ok(plan)
         })
+    }
+
+    /// Prints the plan's lines to `progress`.
+    pub fn say_plan(&self, progress: &dyn Progress) {
+        self.plan
+            .memory_plan()
+            .describe()
+            .iter()
+            .for_each(|l| progress.message(l));
     }
 
     /// Opens checkpoint `which` of the run in `dir` with the plan `plan` makes from the run,
