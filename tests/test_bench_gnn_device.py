@@ -54,12 +54,11 @@ def test_bench_runs_every_figure_on_the_cpu_twin(tmp_path):
         assert g6[run]["train_step"]["mode"] == "eager"
         assert all(e["steps"]["eager"] > 0 == e["steps"]["replayed"] for e in g6[run]["epochs"])
     assert figures["g6"]["step_auto_over_eager_nodes_per_second"] > 0
-    # The device run again with a 200-microsecond switch interval, started through the same CLI.
-    switched = g6["device_switch_interval"]
-    assert switched["data_path"] == "device" and switched["switch_interval_us"] == 200
-    same = g6["device"]["command"].replace("run-g6-device", "run-g6-device-switch")
-    assert switched["command"].startswith("strata gnn train") and switched["command"] == same
-    assert figures["g6"]["switch_interval_over_default_nodes_per_second"] > 0
+    # The device run again without the GIDS window, through the same CLI.
+    window0 = g6["device_window_0"]
+    same = g6["device"]["command"].replace("run-g6-device", "run-g6-device-window0") + " --window 0"
+    assert window0["data_path"] == "device" and window0["command"] == same
+    assert figures["g6"]["window_0_over_default_nodes_per_second"] > 0
     # And with the training loop issuing the data path's work (in order on the CPU twin).
     inline = g6["device_inline"]
     assert inline["command"] == g6["device"]["command"].replace(
