@@ -179,6 +179,11 @@ impl EmbedPlan {
         self
     }
 
+    /// The swap spare's partition buffers (0, 1 or 2).
+    pub fn swap_spares(&self) -> u64 {
+        self.swap_spare_bytes / self.part_bytes.max(1)
+    }
+
     /// Whether every partition stays resident (no swaps during an epoch).
     pub fn in_memory(&self) -> bool {
         self.capacity >= self.partitions as usize
@@ -269,7 +274,7 @@ impl Planned for EmbedPlan {
             plan = plan.part(
                 "swap spare",
                 self.swap_spare_bytes,
-                match self.swap_spare_bytes / self.part_bytes.max(1) {
+                match self.swap_spares() {
                     0 => "none: each swap writes the evicted partition, then reads the next",
                     1 => "1 partition: the next swap's partition read ahead after the last victim is written behind",
                     _ => "2 partitions: the next swap's partition read ahead while the last victim is written behind",

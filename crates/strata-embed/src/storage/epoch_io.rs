@@ -291,11 +291,8 @@ impl Spares {
         let read = |into: &mut AlignedBuf| load.1.read_partition(engine, layout, load.0, into);
         match (evict, self.free.pop()) {
             (Some((p, to)), Some(mut next)) => {
-                let (wrote, read) = std::thread::scope(|scope| {
-                    let writer = scope.spawn(|| to.write_partition(engine, layout, p, &mut buf));
-                    let read = read(&mut next);
-                    (writer.join().expect("the swap's write thread"), read)
-                });
+                let (wrote, read) =
+                    write_beside(engine, layout, (p, &to, &mut buf), || read(&mut next));
                 self.free.push(buf);
                 sent(next, wrote.and(read), false)
             }
@@ -324,24 +321,18 @@ impl Spares {
         let held = match (self.pending.take(), self.free.pop()) {
             (Some((victim, to, mut buf)), free) if victim == p => {
                 self.free.extend(free);
-                let wrote = to.write_partition(engine, layout, victim, &mut buf);
-                self.failed = self.failed.take().or(wrote.err());
+                self.note_failed(to.write_partition(engine, layout, victim, &mut buf));
                 Some(buf)
             }
             (Some((victim, to, mut buf)), Some(mut next)) => {
-                let (wrote, ok) = std::thread::scope(|scope| {
-                    let writer =
-                        scope.spawn(|| to.write_partition(engine, layout, victim, &mut buf));
-                    let ok = read(&mut next);
-                    (writer.join().expect("the write behind's thread"), ok)
-                });
-                self.failed = self.failed.take().or(wrote.err());
+                let (wrote, ok) =
+                    write_beside(engine, layout, (victim, &to, &mut buf), || read(&mut next));
+                self.note_failed(wrote);
                 self.free.push(buf);
                 self.keep_read(next, ok)
             }
             (Some((victim, to, mut buf)), None) => {
-                let wrote = to.write_partition(engine, layout, victim, &mut buf);
-                self.failed = self.failed.take().or(wrote.err());
+                self.note_failed(to.write_partition(engine, layout, victim, &mut buf));
                 let ok = read(&mut buf);
                 self.keep_read(buf, ok)
             }
@@ -371,11 +362,32 @@ impl Spares {
             return;
         };
         let started = Instant::now();
-        let wrote = to.write_partition(engine, layout, p, &mut buf);
-        self.failed = self.failed.take().or(wrote.err());
+        self.note_failed(to.write_partition(engine, layout, p, &mut buf));
         self.free.push(buf);
         self.behind.push((started, Instant::now()));
     }
+
+    /// Keeps the first write behind that failed, for the next swap or the end to report.
+    fn note_failed(&mut self, wrote: Result<()>) {
+        if let Err(e) = wrote {
+            self.failed.get_or_insert(e);
+        }
+    }
+}
+
+/// Writes partition `p` from `buf` to `to` on a thread of its own while `read` runs on this
+/// one (the disk serves the write and the read at once); their outcomes.
+fn write_beside<R>(
+    engine: &Arc<Engine>,
+    layout: &TableLayout,
+    (p, to, buf): (u32, &TableFile, &mut AlignedBuf),
+    read: impl FnOnce() -> R,
+) -> (Result<()>, R) {
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(|| to.write_partition(engine, layout, p, buf));
+        let read = read();
+        (writer.join().expect("the write's thread"), read)
+    })
 }
 
 /// One swap with partitions kept in memory: the evicted partition goes to the write-back

@@ -731,7 +731,7 @@ fn setup(
         plan.bank_rows,
     );
     trainer.prefetch_slots = plan.prefetch_slots;
-    trainer.swap_spare = (0..plan.swap_spare_bytes / plan.part_bytes.max(1))
+    trainer.swap_spare = (0..plan.swap_spares())
         .map(|_| strata_io::AlignedBuf::new(trainer.buffer.layout.part_bytes() as usize))
         .collect();
     trainer.edge_cache = (plan.kept_edge_bytes > 0).then(Default::default);

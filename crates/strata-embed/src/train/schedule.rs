@@ -202,7 +202,7 @@ impl BucketScheduler for SingleMachine {
                 let node_bytes = trainer.buffer.layout.node_bytes();
                 // The swap spare reads each swap's partition ahead (kept partitions need none).
                 let spares = match plan.kept_partition_bytes {
-                    0 => plan.swap_spare_bytes / plan.part_bytes.max(1),
+                    0 => plan.swap_spares(),
                     _ => 0,
                 };
                 let c = overlap::check(&sched, &trainer.buckets, node_bytes, plan.buffer_bytes, plan.part_bytes, rate.seconds, &profile, spares)
