@@ -424,7 +424,6 @@ def _write_record(out: Path, cfg: RunConfig, summary: dict, history: list[dict],
     """Writes ``run.json`` of the finished run (and, when no iteration ran, an empty
     ``metrics.jsonl``) into ``out``."""
     if not history:  # no iteration ran (an empty graph): the directory still gets its files
-        make_dir(out, "--out")
         (out / "metrics.jsonl").write_text("")
     record = {
         "format": RUN_FORMAT,
